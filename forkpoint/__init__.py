@@ -1,0 +1,54 @@
+"""forkpoint: record AI agent sessions and replay them offline, deterministically.
+
+Public API::
+
+    with forkpoint.record(name="incident-42") as rec:   # every model call and @tool call is logged
+        run_agent()
+    with forkpoint.replay("last") as rp:                 # served from the session: no network, no tool bodies
+        run_agent()
+    print(rp.report())
+
+    @forkpoint.tool
+    def search(query: str) -> list[dict]: ...
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from .log import Session, SessionError  # noqa: E402
+from .record import Recorder, record  # noqa: E402
+from .replay import Divergence, NetworkBlocked, Replayer, replay  # noqa: E402
+from .runtime import ForkpointError, active  # noqa: E402
+from .tools import RecordedToolError, ToolResultError, register_encoder, tool  # noqa: E402
+
+
+def note(text: str, **data: object) -> int | None:
+    """Add a ``note`` event (free text plus JSON ``data``) to the session being recorded.
+
+    Returns its seq, or None when nothing is being recorded.
+    """
+    rt = active()
+    if isinstance(rt, Recorder):
+        return rt.note(text, **data)
+    return None
+
+
+__all__ = [
+    "Divergence",
+    "ForkpointError",
+    "NetworkBlocked",
+    "RecordedToolError",
+    "Recorder",
+    "Replayer",
+    "Session",
+    "SessionError",
+    "ToolResultError",
+    "__version__",
+    "active",
+    "note",
+    "record",
+    "register_encoder",
+    "replay",
+    "tool",
+]

@@ -1,0 +1,38 @@
+"""Canonical JSON and content hashes.
+
+Every hash forkpoint writes (match keys, the log's hash chain, blob names, message digests) is
+SHA-256 over *canonical JSON*: UTF-8, object keys sorted by code point, no insignificant whitespace,
+numbers as orjson writes them (shortest round-trip form). Parsing a canonical document and writing it
+again gives the same bytes, which is what lets ``forkpoint verify`` recompute a hash from a log line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import orjson
+
+_OPTS = orjson.OPT_SORT_KEYS
+
+
+def canonical_json(value: Any) -> bytes:
+    """Return the canonical JSON encoding of ``value`` (bytes, UTF-8).
+
+    ``value`` must be plain JSON data (dict with str keys, list, str, int, float, bool, None).
+    Raises ``TypeError`` for anything else, and for integers outside the signed/unsigned 64-bit range.
+    """
+    try:
+        return orjson.dumps(value, option=_OPTS)
+    except orjson.JSONEncodeError as exc:
+        raise TypeError(f"not canonical JSON data: {exc}") from exc
+
+
+def sha256_hex(data: bytes) -> str:
+    """SHA-256 of ``data`` as 64 lowercase hex characters."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def digest(value: Any) -> str:
+    """SHA-256 hex of the canonical JSON of ``value``: the one content hash forkpoint uses."""
+    return sha256_hex(canonical_json(value))

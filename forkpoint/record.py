@@ -1,0 +1,215 @@
+"""Recording: the :class:`Recorder` runtime and the ``forkpoint.record()`` context manager."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from importlib import metadata
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from . import __version__, runtime
+from .log import SessionWriter, new_span_id
+from .match import model_key, normalize_request, tool_key
+from .store import default_store
+
+if TYPE_CHECKING:
+    from .capture import _Call
+
+#: Packages whose versions go into every session header (when installed).
+TRACKED_PACKAGES = (
+    "openai",
+    "anthropic",
+    "httpx",
+    "httpx2",
+    "google-genai",
+    "pydantic-ai-slim",
+    "openai-agents",
+)
+
+
+def package_versions() -> dict[str, str]:
+    """Versions of python, forkpoint and the tracked SDK/HTTP packages that are installed."""
+    out = {"python": platform.python_version(), "forkpoint": __version__}
+    for name in TRACKED_PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def git_state(cwd: Path) -> dict[str, Any] | None:
+    """``{"commit", "branch", "dirty"}`` of the git repository containing ``cwd``, or None."""
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
+
+    try:
+        commit = git("rev-parse", "HEAD")
+    except (OSError, subprocess.SubprocessError):
+        return None
+    try:
+        branch: str | None = git("rev-parse", "--abbrev-ref", "HEAD")
+        dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+    except (OSError, subprocess.SubprocessError):
+        branch, dirty = None, False
+    return {"commit": commit, "branch": None if branch == "HEAD" else branch, "dirty": dirty}
+
+
+def make_header(
+    *,
+    argv: Sequence[str],
+    cwd: Path | None = None,
+    name: str | None = None,
+    tags: Mapping[str, str] | None = None,
+    parent: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The header fields of a new session (the log adds format, version, id, creation time)."""
+    cwd = Path(cwd or os.getcwd()).resolve()
+    all_tags = {"agent_version": None, "prompt_version": None, **dict(tags or {})}
+    return {
+        "name": name,
+        "argv": list(argv),
+        "cwd": str(cwd),
+        "tags": all_tags,
+        "versions": package_versions(),
+        "git": git_state(cwd),
+        "parent": parent,
+        "span_id": new_span_id(),
+        "platform": sys.platform,
+    }
+
+
+class Recorder:
+    """The recording runtime: receives finished model and tool calls and appends them to the log.
+
+    Thread-safe. ``pending`` holds model calls whose response stream is still open; :meth:`close`
+    writes those that were never closed (``ended: "unfinished"``).
+    """
+
+    mode = "record"
+
+    def __init__(self, writer: SessionWriter) -> None:
+        self.writer = writer
+        self.root_span: str = writer.header.get("span_id") or new_span_id()
+        self.pending: set[_Call] = set()
+        self.counts = {"model_call": 0, "tool_call": 0}
+        self._lock = threading.Lock()
+        self._closed = False
+
+    @property
+    def session_path(self) -> Path:
+        """The session directory being written."""
+        return self.writer.path
+
+    def model_call_done(self, event: dict[str, Any]) -> None:
+        """Append a finished model call (built by the capture layer); adds key and summary."""
+        from .providers import summarize
+
+        req = event["request"]
+        event["key"] = model_key(normalize_request(req["method"], req["url"], req["headers"], req["body"]))
+        event["pid"] = os.getpid()
+        resp = event.get("response") or {}
+        event["summary"] = summarize(
+            req["url"],
+            req["body"] if req["body_kind"] == "json" else None,
+            {
+                "status": resp.get("status"),
+                "body": resp.get("body") if resp.get("body_kind") == "json" else None,
+                "stream": [
+                    c if isinstance(c, str) else c.decode("utf-8", "replace")
+                    for _, c in resp.get("chunks", [])
+                ]
+                if resp.get("body_kind") == "stream"
+                else None,
+            },
+        )
+        self._append(event)
+
+    def tool_call_done(self, event: dict[str, Any]) -> None:
+        """Append a finished tool call (built by the tool wrapper); adds its key."""
+        event["key"] = tool_key(event["tool"], event["args"])
+        event["pid"] = os.getpid()
+        self._append(event)
+
+    def note(self, text: str, **data: Any) -> int:
+        """Append a ``note`` event with free text and JSON data; returns its seq."""
+        return self._append(
+            {
+                "type": "note",
+                "span_id": new_span_id(),
+                "parent_span_id": runtime.current_span.get() or self.root_span,
+                "pid": os.getpid(),
+                "text": text,
+                "data": data,
+            }
+        )
+
+    def _append(self, event: dict[str, Any]) -> int:
+        with self._lock:
+            if event["type"] in self.counts:
+                self.counts[event["type"]] += 1
+        return self.writer.append(event)
+
+    def close(self) -> None:
+        """Write unfinished calls and close the log. Safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        for call in list(self.pending):
+            call.finish(ended="unfinished")
+        self.writer.close()
+
+
+def end_event(exit_code: int | None, started: float, *, reason: str | None = None) -> dict[str, Any]:
+    """The ``end`` event of a session: exit code, wall time since ``started`` (perf_counter)."""
+    return {
+        "type": "end",
+        "exit_code": exit_code,
+        "duration_ms": round((time.perf_counter() - started) * 1000, 3),
+        "reason": reason,
+    }
+
+
+@contextmanager
+def record(
+    name: str | None = None,
+    *,
+    store: str | Path | None = None,
+    tags: Mapping[str, str] | None = None,
+    argv: Sequence[str] | None = None,
+) -> Iterator[Recorder]:
+    """Record every model call and tool call made inside the block into a new session.
+
+    ``store`` defaults to ``$FORKPOINT_STORE`` or ``.forkpoint/``. Yields the :class:`Recorder`;
+    ``recorder.session_path`` is the new session directory. The session ends with an ``end`` event
+    (``exit_code`` 0, or 1 and the exception type if the block raised).
+    """
+    writer = SessionWriter.create(
+        Path(store) if store else default_store(),
+        make_header(argv=list(argv) if argv is not None else list(sys.argv), name=name, tags=tags),
+    )
+    rec = Recorder(writer)
+    runtime.activate(rec)
+    started = time.perf_counter()
+    code, reason = 0, None
+    try:
+        yield rec
+    except BaseException as exc:
+        code, reason = 1, type(exc).__name__
+        raise
+    finally:
+        runtime.deactivate(rec)
+        for call in list(rec.pending):
+            call.finish(ended="unfinished")
+        writer.append(end_event(code, started, reason=reason))
+        rec.close()

@@ -1,0 +1,54 @@
+"""The active runtime: which recorder or replayer, if any, the capture hooks report to.
+
+One runtime is active per process at a time (recording and replaying at once is a later feature:
+per-kind sources). The capture hooks (HTTP clients, tool wrappers) are installed once and do nothing
+but call through while no runtime is active.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import threading
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .record import Recorder
+    from .replay import Replayer
+
+_lock = threading.Lock()
+_active: Recorder | Replayer | None = None
+
+#: The span the code running now belongs to (a tool call's span while its body runs).
+current_span: contextvars.ContextVar[str | None] = contextvars.ContextVar("forkpoint_span", default=None)
+
+
+class ForkpointError(Exception):
+    """Base class of errors forkpoint raises on purpose."""
+
+
+def active() -> Recorder | Replayer | None:
+    """The active recorder or replayer, or None."""
+    return _active
+
+
+def activate(rt: Recorder | Replayer) -> None:
+    """Make ``rt`` the active runtime. Raises :class:`ForkpointError` if another one is active."""
+    global _active
+    with _lock:
+        if _active is not None and _active is not rt:
+            raise ForkpointError(
+                f"a forkpoint {_active.mode} is already active in this process; "
+                "finish it before starting another"
+            )
+        from . import capture
+
+        capture.install()
+        _active = rt
+
+
+def deactivate(rt: Recorder | Replayer) -> None:
+    """Clear the active runtime if it is ``rt``."""
+    global _active
+    with _lock:
+        if _active is rt:
+            _active = None

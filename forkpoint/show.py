@@ -1,0 +1,139 @@
+"""The readable timeline of a session (``forkpoint show``) and its JSON form (``show --json``).
+
+A *turn* starts at each model call; the tool calls after it, up to the next model call, belong to it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from rich.console import Console
+from rich.markup import escape
+
+from .log import Session, to_json
+from .providers import response_text
+
+_MAX = 100
+
+
+def _short(value: Any, limit: int = _MAX) -> str:
+    text = value if isinstance(value, str) else orjson.dumps(to_json(value)).decode()
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _args(args: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={_short(v, 40)}" for k, v in args.items())
+
+
+def _ms(value: Any) -> str:
+    v = float(value or 0)
+    return f"{v / 1000:.2f} s" if v >= 1000 else f"{v:.1f} ms"
+
+
+def model_call_line(event: dict[str, Any]) -> tuple[str, list[str]]:
+    """(headline, detail lines) describing one model call."""
+    s = event.get("summary") or {}
+    resp = event.get("response") or {}
+    usage = s.get("usage") or {}
+    parts = [s.get("model") or "?", f"[dim]{s.get('provider', '?')} {s.get('api', '')}[/dim]"]
+    if usage.get("input_tokens") is not None or usage.get("output_tokens") is not None:
+        parts.append(f"{usage.get('input_tokens', '?')}→{usage.get('output_tokens', '?')} tok")
+    parts.append(_ms(event.get("duration_ms")))
+    if resp.get("body_kind") == "stream":
+        chunks = resp.get("chunks") or []
+        span = chunks[-1][0] if chunks else 0
+        parts.append(
+            f"stream {len(chunks)} chunks/{_ms(span)}"
+            + ("" if resp.get("ended") == "complete" else f" ({resp.get('ended')})")
+        )
+    if resp and resp.get("status", 200) >= 400:
+        parts.append(f"[red]HTTP {resp['status']}[/red]")
+    if event.get("error"):
+        parts.append(
+            f"[red]{event['error'].get('type')}: {escape(_short(event['error'].get('message', ''), 60))}[/red]"
+        )
+    if s.get("stop_reason"):
+        parts.append(f"stop={s['stop_reason']}")
+    details = []
+    text = response_text(event["request"]["url"], _provider_response(resp)) if resp else None
+    if text:
+        details.append(f"[green]“{escape(_short(text))}”[/green]")
+    for tc in s.get("tool_calls") or []:
+        details.append(
+            f"[yellow]→ {escape(str(tc.get('name')))}({escape(_short(tc.get('arguments') or '', 80))})[/yellow]"
+        )
+    return "  ".join(parts), details
+
+
+def _provider_response(resp: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "status": resp.get("status"),
+        "body": resp.get("body") if resp.get("body_kind") == "json" else None,
+        "stream": [
+            c if isinstance(c, str) else c.decode("utf-8", "replace") for _, c in resp.get("chunks", [])
+        ]
+        if resp.get("body_kind") == "stream"
+        else None,
+    }
+
+
+def render(session: Session, console: Console | None = None) -> None:
+    """Print the session's header and timeline."""
+    console = console or Console(highlight=False)
+    h = session.header
+    git = h.get("git") or {}
+    console.print(
+        f"[bold]session {h['session_id']}[/bold]" + (f"  “{escape(h['name'])}”" if h.get("name") else "")
+    )
+    console.print(f"  command  {escape(' '.join(h.get('argv') or []))}")
+    console.print(f"  started  {h.get('created')}   cwd {escape(str(h.get('cwd')))}")
+    if git:
+        console.print(
+            f"  git      {str(git.get('commit'))[:12]} {git.get('branch') or '(detached)'}{' dirty' if git.get('dirty') else ''}"
+        )
+    tags = {k: v for k, v in (h.get("tags") or {}).items() if v is not None}
+    if tags:
+        console.print("  tags     " + ", ".join(f"{k}={v}" for k, v in tags.items()))
+    console.print("  versions " + ", ".join(f"{k} {v}" for k, v in (h.get("versions") or {}).items()))
+    if h.get("parent"):
+        console.print(f"  parent   {h['parent']}")
+    console.print()
+    turn = 0
+    for e in session.events:
+        kind = e["type"]
+        if kind == "model_call":
+            turn += 1
+            head, details = model_call_line(e)
+            console.print(f"[bold cyan]turn {turn:>2}[/bold cyan] [dim]#{e['seq']:<3}[/dim] model   {head}")
+            for d in details:
+                console.print(f"                    {d}")
+        elif kind == "tool_call":
+            outcome = (
+                f"[red]raised {e['error']['type']}: {escape(_short(e['error']['message'], 60))}[/red]"
+                if "error" in e
+                else f"→ {escape(_short(e.get('result'), 80))}"
+            )
+            console.print(
+                f"        [dim]#{e['seq']:<3}[/dim] tool    [magenta]{escape(e['tool'])}[/magenta]"
+                f"({escape(_args(e.get('args') or {}))})  {_ms(e.get('duration_ms'))}"
+            )
+            console.print(f"                    {outcome}")
+        elif kind == "note":
+            console.print(f"        [dim]#{e['seq']:<3}[/dim] note    {escape(str(e.get('text')))}")
+        elif kind == "end":
+            console.print(
+                f"[bold]end[/bold]     [dim]#{e['seq']:<3}[/dim] exit code {e.get('exit_code')}  {_ms(e.get('duration_ms'))}"
+            )
+    if session.truncated:
+        console.print("[yellow]log ends in an incomplete line: the recording was cut off[/yellow]")
+    elif session.end() is None:
+        console.print(
+            "[yellow]no end event: the recording did not finish (still running, or killed)[/yellow]"
+        )
+
+
+def as_json(session: Session) -> dict[str, Any]:
+    """The whole session, resolved, as JSON data: ``{"header", "events", "truncated"}``."""
+    return {"header": session.header, "events": to_json(session.events), "truncated": session.truncated}

@@ -1,0 +1,319 @@
+"""Tool-call capture at the function boundary.
+
+``@forkpoint.tool`` wraps a sync or async function. While recording, each call runs the function and
+writes a ``tool_call`` event: name, arguments (bound to the signature, defaults filled in), JSON
+result or exception (type, module, message), duration. While replaying, the function body never
+runs: the recorded result is returned, or the recorded exception raised again.
+
+Results must be JSON data. orjson's conversions apply (dataclasses, datetimes, UUIDs, enums become
+JSON), then any encoder registered with :func:`register_encoder`; anything else raises
+:class:`ToolResultError` naming the tool and the type. On replay a tool returns the JSON form of its
+recorded result (a dataclass comes back as a dict). Nothing is ever pickled.
+
+For agents you cannot edit, :func:`install_import_hook` wraps ``module:qualname`` targets (methods as
+``module:Class.method``) as soon as the module has executed, so ``from module import f`` elsewhere
+already sees the wrapper.
+"""
+
+from __future__ import annotations
+
+import builtins
+import functools
+import importlib.abc
+import importlib.machinery
+import inspect
+import sys
+import time
+from collections.abc import Callable, Sequence
+from types import ModuleType
+from typing import Any, TypeVar, overload
+
+import orjson
+
+from . import runtime
+from .log import new_span_id, now_iso
+from .redact import scrub_json, scrub_text
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_ENCODERS: dict[type, Callable[[Any], Any]] = {}
+
+
+class ToolResultError(runtime.ForkpointError, TypeError):
+    """A tool returned (or was given) a value forkpoint cannot store as JSON."""
+
+
+class RecordedToolError(runtime.ForkpointError):
+    """Raised on replay for a recorded tool exception whose class cannot be rebuilt.
+
+    ``type_name``, ``module`` and ``message`` are those of the original exception.
+    """
+
+    def __init__(self, type_name: str, module: str, message: str) -> None:
+        super().__init__(f"{module}.{type_name}: {message}")
+        self.type_name, self.module, self.message = type_name, module, message
+
+
+def register_encoder(cls: type, encode: Callable[[Any], Any]) -> None:
+    """Store values of ``cls`` (and subclasses) as ``encode(value)``, which must return JSON data."""
+    _ENCODERS[cls] = encode
+
+
+def _default(value: Any) -> Any:
+    for cls, encode in _ENCODERS.items():
+        if isinstance(value, cls):
+            return encode(value)
+    raise TypeError
+
+
+def to_json_value(value: Any) -> Any:
+    """``value`` converted to plain JSON data via orjson and the registered encoders.
+
+    Raises ``TypeError`` when some part of it has no JSON form.
+    """
+    try:
+        return orjson.loads(
+            orjson.dumps(value, default=_default, option=orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY)
+        )
+    except orjson.JSONEncodeError as exc:
+        raise TypeError(str(exc)) from None
+
+
+def _lenient(value: Any) -> Any:
+    """JSON form of an argument; values with none (a framework's context object) become their type."""
+    try:
+        return to_json_value(value)
+    except TypeError:
+        if isinstance(value, dict):
+            return {str(k): _lenient(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [_lenient(v) for v in value]
+        return {"$type": f"{type(value).__module__}.{type(value).__qualname__}"}
+
+
+def bind_arguments(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The call's arguments by parameter name, defaults filled in, ``self``/``cls`` left out."""
+    try:
+        sig = inspect.signature(fn)
+        bound = sig.bind(*args, **kwargs)
+        bound.apply_defaults()
+        params = dict(bound.arguments)
+    except (TypeError, ValueError):
+        params = {"args": list(args), "kwargs": kwargs}
+    first = next(iter(params), None)
+    if first in ("self", "cls"):
+        params.pop(first)
+    return {k: _lenient(v) for k, v in params.items()}
+
+
+def _error_dict(exc: BaseException) -> dict[str, Any]:
+    return {"type": type(exc).__qualname__, "module": type(exc).__module__, "message": scrub_text(str(exc))}
+
+
+def rebuild_exception(error: dict[str, Any]) -> BaseException:
+    """The recorded exception, as its own class when that class is a builtin or already imported.
+
+    No module is imported to find it: loading a session never runs code.
+    """
+    name, module, message = str(error.get("type")), str(error.get("module")), str(error.get("message", ""))
+    owner: Any = builtins if module == "builtins" else sys.modules.get(module)
+    cls: Any = owner
+    for part in name.split("."):
+        cls = getattr(cls, part, None)
+    if isinstance(cls, type) and issubclass(cls, Exception):
+        try:
+            return cls(message)
+        except Exception:  # constructors with other signatures
+            pass
+    return RecordedToolError(name, module, message)
+
+
+def _encode_result(name: str, value: Any) -> Any:
+    try:
+        return scrub_json(to_json_value(value))
+    except TypeError:
+        raise ToolResultError(
+            f"tool {name!r} returned a {type(value).__module__}.{type(value).__qualname__}, which is not "
+            "JSON data; return JSON data, or register an encoder: "
+            f"forkpoint.register_encoder({type(value).__qualname__}, to_json)"
+        ) from None
+
+
+class _ToolCall:
+    """Bookkeeping of one recorded tool call."""
+
+    def __init__(self, name: str, args: dict[str, Any]) -> None:
+        self.name, self.args = name, args
+        self.ts = now_iso()
+        self.t0 = time.perf_counter()
+        self.span_id = new_span_id()
+        self.parent = runtime.current_span.get()
+        self.token = runtime.current_span.set(self.span_id)
+
+    def done(self, *, result: Any = None, error: BaseException | None = None) -> None:
+        runtime.current_span.reset(self.token)
+        rt = runtime.active()
+        if rt is None or rt.mode != "record":
+            return
+        event: dict[str, Any] = {
+            "type": "tool_call",
+            "ts": self.ts,
+            "duration_ms": round((time.perf_counter() - self.t0) * 1000, 3),
+            "span_id": self.span_id,
+            "parent_span_id": self.parent or rt.root_span,
+            "tool": self.name,
+            "args": scrub_json(self.args),
+        }
+        if error is not None:
+            event["error"] = _error_dict(error)
+        else:
+            event["result"] = _encode_result(self.name, result)
+        rt.tool_call_done(event)
+
+
+def _replayed(rt: Any, name: str, args: dict[str, Any]) -> Any:
+    event = rt.take_tool_call(name, args)
+    if "error" in event:
+        raise rebuild_exception(event["error"])
+    return event.get("result")
+
+
+@overload
+def tool(fn: F, *, name: str | None = None) -> F: ...
+@overload
+def tool(fn: None = None, *, name: str | None = None) -> Callable[[F], F]: ...
+
+
+def tool(fn: Callable[..., Any] | None = None, *, name: str | None = None) -> Any:
+    """Mark a function as a tool: recorded while recording, served from the session on replay.
+
+    Usable bare (``@forkpoint.tool``) or with a name (``@forkpoint.tool(name="search")``; default:
+    the function's ``__name__``). Works on sync and async functions and on methods. The wrapper keeps
+    the function's name, docstring and signature, so frameworks that read them still work.
+    """
+    if fn is None:
+        return lambda f: tool(f, name=name)
+    tool_name = name or getattr(fn, "__name__", "tool")
+
+    if inspect.iscoroutinefunction(fn):
+
+        @functools.wraps(fn)
+        async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+            rt = runtime.active()
+            if rt is None:
+                return await fn(*args, **kwargs)
+            bound = bind_arguments(fn, args, kwargs)
+            if rt.mode == "replay":
+                return _replayed(rt, tool_name, bound)
+            call = _ToolCall(tool_name, bound)
+            try:
+                result = await fn(*args, **kwargs)
+            except Exception as exc:
+                call.done(error=exc)
+                raise
+            call.done(result=result)
+            return result
+
+        async_wrapper.__forkpoint_tool__ = tool_name  # type: ignore[attr-defined]
+        return async_wrapper
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        rt = runtime.active()
+        if rt is None:
+            return fn(*args, **kwargs)
+        bound = bind_arguments(fn, args, kwargs)
+        if rt.mode == "replay":
+            return _replayed(rt, tool_name, bound)
+        call = _ToolCall(tool_name, bound)
+        try:
+            result = fn(*args, **kwargs)
+        except Exception as exc:
+            call.done(error=exc)
+            raise
+        call.done(result=result)
+        return result
+
+    wrapper.__forkpoint_tool__ = tool_name  # type: ignore[attr-defined]
+    return wrapper
+
+
+# --------------------------------------------------------------------------- --tool module:qualname
+
+
+def parse_target(spec: str) -> tuple[str, str]:
+    """Split ``module:qualname``; raises ``ValueError`` with the expected shape otherwise."""
+    module, sep, qualname = spec.partition(":")
+    if not sep or not module or not qualname or not all(p.isidentifier() for p in qualname.split(".")):
+        raise ValueError(f"--tool {spec!r}: expected MODULE:FUNCTION or MODULE:CLASS.METHOD")
+    return module, qualname
+
+
+def wrap_target(module: ModuleType, qualname: str) -> None:
+    """Replace ``module.<qualname>`` by its :func:`tool` wrapper (named ``qualname``).
+
+    Raises ``AttributeError`` naming the target when it does not exist.
+    """
+    *owners, attr = qualname.split(".")
+    owner: Any = module
+    for part in owners:
+        owner = getattr(owner, part)
+    raw = owner.__dict__.get(attr) if isinstance(owner, type) else getattr(owner, attr, None)
+    if raw is None:
+        raise AttributeError(f"--tool {module.__name__}:{qualname}: {module.__name__} has no {qualname}")
+    if getattr(raw, "__forkpoint_tool__", None) or getattr(
+        getattr(raw, "__func__", None), "__forkpoint_tool__", None
+    ):
+        return
+    if isinstance(raw, staticmethod | classmethod):
+        setattr(owner, attr, type(raw)(tool(raw.__func__, name=qualname)))
+    else:
+        setattr(owner, attr, tool(raw, name=qualname))
+
+
+class _PatchingLoader(importlib.abc.Loader):
+    def __init__(self, loader: Any, qualnames: list[str]) -> None:
+        self._loader, self._qualnames = loader, qualnames
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        return self._loader.create_module(spec)  # type: ignore[no-any-return]
+
+    def exec_module(self, module: ModuleType) -> None:
+        self._loader.exec_module(module)
+        for q in self._qualnames:
+            wrap_target(module, q)
+
+    def __getattr__(self, name: str) -> Any:  # get_source, get_code, is_package… of the real loader
+        return getattr(self._loader, name)
+
+
+class _ToolFinder(importlib.abc.MetaPathFinder):
+    def __init__(self, targets: dict[str, list[str]]) -> None:
+        self.targets = targets
+
+    def find_spec(
+        self, fullname: str, path: Any, target: Any = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname not in self.targets:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None and spec.loader is not None:
+                spec.loader = _PatchingLoader(spec.loader, self.targets[fullname])
+                return spec
+        return None
+
+
+def install_import_hook(specs: Sequence[str]) -> None:
+    """Wrap each ``module:qualname`` in ``specs``: now if imported, else when first imported."""
+    targets: dict[str, list[str]] = {}
+    for spec in specs:
+        module, qualname = parse_target(spec)
+        if module in sys.modules:
+            wrap_target(sys.modules[module], qualname)
+        else:
+            targets.setdefault(module, []).append(qualname)
+    if targets:
+        sys.meta_path.insert(0, _ToolFinder(targets))
