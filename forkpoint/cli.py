@@ -42,20 +42,24 @@ def _load(ref: str, store: str | None) -> Session:
         raise click.ClickException(str(exc)) from None
 
 
-def run_child(cmd: list[str], env: dict[str, str]) -> int:
-    """Run ``cmd`` to completion with ``env``; Ctrl-C goes to the child. Returns its exit code
-    (128 + signal number when killed by a signal, 127 when the command does not exist)."""
+def run_child(cmd: list[str], env: dict[str, str], *, capture: bool = False) -> tuple[int, str | None]:
+    """Run ``cmd`` to completion with ``env``; Ctrl-C goes to the child.
+
+    Returns (exit code, stdout text if ``capture`` else None). The exit code is 128 + the signal
+    number when the child was killed by a signal, and 127 when the command does not exist.
+    """
     try:
-        proc = subprocess.Popen(cmd, env=env)
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE if capture else None, text=capture)
     except FileNotFoundError:
         err.print(f"[red]forkpoint: command not found: {cmd[0]}[/red]")
-        return 127
+        return 127, None
     old = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        code = proc.wait()
+        out, _ = proc.communicate()
     finally:
         signal.signal(signal.SIGINT, old)
-    return 128 - code if code < 0 else code
+    code = proc.returncode
+    return (128 - code if code < 0 else code), out
 
 
 def record_command(
@@ -66,14 +70,18 @@ def record_command(
     tags: dict[str, str] | None = None,
     tools: list[str] | None = None,
     quiet: bool = False,
-) -> tuple[Path, int]:
-    """Record ``cmd`` into a new session of ``store``; returns (session path, exit code)."""
+    capture: bool = False,
+) -> tuple[Path, int, str | None]:
+    """Record ``cmd`` into a new session of ``store``.
+
+    Returns (session path, exit code, the command's stdout if ``capture``).
+    """
     tools = list(tools or [])
     header = make_header(argv=cmd, name=name, tags=tags)
     header["tools"] = tools
     writer = SessionWriter.create(store, header)
     started = time.perf_counter()
-    code = run_child(cmd, child_env("record", writer.path, tools=tools))
+    code, out = run_child(cmd, child_env("record", writer.path, tools=tools), capture=capture)
     writer.append(end_event(code, started))
     writer.close()
     if not quiet:
@@ -82,15 +90,21 @@ def record_command(
             f"forkpoint: recorded session {writer.session_id} ({i.model_calls} model calls, "
             f"{i.tool_calls} tool calls) in {writer.path}"
         )
-    return writer.path, code
+    return writer.path, code, out
 
 
 def replay_command(
-    session: Session, cmd: list[str] | None = None, *, tools: list[str] | None = None, quiet: bool = False
-) -> tuple[dict[str, Any] | None, int]:
+    session: Session,
+    cmd: list[str] | None = None,
+    *,
+    tools: list[str] | None = None,
+    quiet: bool = False,
+    capture: bool = False,
+) -> tuple[dict[str, Any] | None, int, str | None]:
     """Replay ``session`` by running ``cmd`` (default: the recorded command).
 
-    Returns (report or None if the process wrote none, exit code as ``forkpoint replay`` exits).
+    Returns (report, or None if the process wrote none; exit code as ``forkpoint replay`` exits;
+    the command's stdout if ``capture``).
     """
     command = list(cmd or session.header.get("argv") or [])
     if not command:
@@ -98,21 +112,22 @@ def replay_command(
     all_tools = list(dict.fromkeys([*(session.header.get("tools") or []), *(tools or [])]))
     with tempfile.TemporaryDirectory(prefix="forkpoint-replay-") as tmp:
         report_path = Path(tmp) / "report.json"
-        code = run_child(command, child_env("replay", session.path, tools=all_tools, report=report_path))
+        env = child_env("replay", session.path, tools=all_tools, report=report_path)
+        code, out = run_child(command, env, capture=capture)
         report = orjson.loads(report_path.read_bytes()) if report_path.exists() else None
     if report is None:
         err.print(
             "[red]forkpoint: the replayed process wrote no report: it did not start forkpoint (is forkpoint "
             "installed in its environment?), or it was killed, or it left through os._exit[/red]"
         )
-        return None, code if code else 1
+        return None, code if code else 1, out
     if not quiet:
         err.print(summary_line(report))
     if report.get("divergence"):
         if not quiet:
             err.print(format_divergence(report["divergence"]), markup=False)
-        return report, EXIT_DIVERGENCE
-    return report, code
+        return report, EXIT_DIVERGENCE, out
+    return report, code, out
 
 
 def _parse_tags(values: tuple[str, ...]) -> dict[str, str]:
@@ -164,7 +179,7 @@ def record(
     store: str | None, name: str | None, tags: tuple[str, ...], tools: tuple[str, ...], cmd: tuple[str, ...]
 ) -> None:
     """Run CMD and record its model calls and tool calls:  forkpoint record -- python agent.py"""
-    _, code = record_command(
+    _, code, _ = record_command(
         list(cmd), store=_store(store), name=name, tags=_parse_tags(tags), tools=_check_tools(tools)
     )
     sys.exit(code)
@@ -189,7 +204,7 @@ def replay(
 
     Exits with the command's own code, or 3 when the run diverged from the recording.
     """
-    report, code = replay_command(_load(session, store), list(cmd) or None, tools=_check_tools(tools))
+    report, code, _ = replay_command(_load(session, store), list(cmd) or None, tools=_check_tools(tools))
     if report_file and report is not None:
         Path(report_file).write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))
     sys.exit(code)

@@ -46,7 +46,7 @@ def model_call_line(event: dict[str, Any]) -> tuple[str, list[str]]:
         span = chunks[-1][0] if chunks else 0
         parts.append(
             f"stream {len(chunks)} chunks/{_ms(span)}"
-            + ("" if resp.get("ended") == "complete" else f" ({resp.get('ended')})")
+            + ("" if resp.get("ended") == "complete" or s.get("stop_reason") else f" ({resp.get('ended')})")
         )
     if resp and resp.get("status", 200) >= 400:
         parts.append(f"[red]HTTP {resp['status']}[/red]")
