@@ -130,6 +130,11 @@ def replay_command(
     return report, code, out
 
 
+def _command(cmd: tuple[str, ...]) -> list[str]:
+    """CMD as given after ``--`` (click passes the ``--`` through once a positional came first)."""
+    return list(cmd[1:] if cmd[:1] == ("--",) else cmd)
+
+
 def _parse_tags(values: tuple[str, ...]) -> dict[str, str]:
     tags = {}
     for v in values:
@@ -180,7 +185,7 @@ def record(
 ) -> None:
     """Run CMD and record its model calls and tool calls:  forkpoint record -- python agent.py"""
     _, code, _ = record_command(
-        list(cmd), store=_store(store), name=name, tags=_parse_tags(tags), tools=_check_tools(tools)
+        _command(cmd), store=_store(store), name=name, tags=_parse_tags(tags), tools=_check_tools(tools)
     )
     sys.exit(code)
 
@@ -204,7 +209,7 @@ def replay(
 
     Exits with the command's own code, or 3 when the run diverged from the recording.
     """
-    report, code, _ = replay_command(_load(session, store), list(cmd) or None, tools=_check_tools(tools))
+    report, code, _ = replay_command(_load(session, store), _command(cmd) or None, tools=_check_tools(tools))
     if report_file and report is not None:
         Path(report_file).write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))
     sys.exit(code)

@@ -19,7 +19,7 @@ CLI::
         [--model demo-model] [--max-turns N] [--no-stream]
 
 It prints one line per turn (``turn 1: write_file(scratch_1a2b.py)``), then ``final: <answer>``,
-and exits 0; it exits 3 when ``--max-turns`` model calls gave no final answer.
+and exits 0; it exits 4 when ``--max-turns`` model calls gave no final answer.
 """
 
 from __future__ import annotations
@@ -281,6 +281,7 @@ def run_agent(
     stream: bool = True,
     http_client: httpx2.Client | httpx.Client | None = None,
     echo: Callable[[str], None] | None = print,
+    task: str = TASK,
 ) -> str:
     """Run the agent loop to completion and return the model's final text answer.
 
@@ -293,6 +294,7 @@ def run_agent(
         stream: stream each answer (SSE) and assemble the deltas, or ask for whole JSON bodies.
         http_client: an ``httpx2.Client`` or legacy ``httpx.Client`` for the OpenAI SDK to use.
         echo: called with each progress line (``turn N: ...``); ``None`` for silence.
+        task: the user's request, the conversation's first user message.
 
     Raises:
         MaxTurnsExceeded: ``max_turns`` model calls gave no final text.
@@ -311,7 +313,7 @@ def run_agent(
     say = echo or (lambda line: None)
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": SYSTEM_PROMPT},
-        {"role": "user", "content": TASK},
+        {"role": "user", "content": task},
     ]
     token = _workdir.set(root)
     try:
@@ -357,6 +359,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default="demo-model")
     parser.add_argument("--max-turns", type=int, default=200, help="model calls at most")
     parser.add_argument("--no-stream", action="store_true", help="ask for whole JSON answers")
+    parser.add_argument("--task", default=TASK, help="the user's request (default: the demo task)")
     args = parser.parse_args(argv)
     if not args.base_url:
         parser.error("--base-url is required (or set OPENAI_BASE_URL)")
@@ -367,10 +370,11 @@ def main(argv: list[str] | None = None) -> int:
             model=args.model,
             max_turns=args.max_turns,
             stream=not args.no_stream,
+            task=args.task,
         )
     except MaxTurnsExceeded as exc:
         print(f"stopped: {exc}", flush=True)
-        return 3
+        return 4
     print(f"final: {answer}", flush=True)
     return 0
 
