@@ -8,7 +8,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-REALDATA = Path(os.environ.get("FORKPOINT_REALDATA") or Path(__file__).resolve().parents[2] / "shared" / "realdata")
+REALDATA = Path(
+    os.environ.get("FORKPOINT_REALDATA") or Path(__file__).resolve().parents[2] / "shared" / "realdata"
+)
 CASSETTES = REALDATA / "cassettes"
 TRAJECTORIES = REALDATA / "trajectories"
 

@@ -38,7 +38,11 @@ def load(path: Path) -> list[dict[str, Any]]:
         if "parsed_body" in rs:
             raw = json.dumps(rs["parsed_body"]).encode()
         else:
-            raw = rs["body"]["string"].encode() if isinstance(rs["body"]["string"], str) else rs["body"]["string"]
+            raw = (
+                rs["body"]["string"].encode()
+                if isinstance(rs["body"]["string"], str)
+                else rs["body"]["string"]
+            )
         headers = [
             (k, v)
             for k, values in rs["headers"].items()
@@ -105,10 +109,14 @@ def run_sync(url: str, interactions: list[dict[str, Any]]) -> list[Any]:
     for it in interactions:
         body, uri = dict(it["body"]), it["uri"]
         if "anthropic" in uri:
-            client = anthropic.Anthropic(base_url=url, api_key="sk-ant-test-0000000000000000000000", max_retries=0)
+            client = anthropic.Anthropic(
+                base_url=url, api_key="sk-ant-test-0000000000000000000000", max_retries=0
+            )
             create = client.beta.messages.create if "beta=true" in uri else client.messages.create
         else:
-            oa = openai.OpenAI(base_url=url + "/v1", api_key="sk-test-000000000000000000000000", max_retries=0)
+            oa = openai.OpenAI(
+                base_url=url + "/v1", api_key="sk-test-000000000000000000000000", max_retries=0
+            )
             create = oa.responses.create if uri.endswith("/responses") else oa.chat.completions.create
         out = create(**body)
         results.append([dump(e) for e in out] if body.get("stream") else dump(out))
@@ -120,10 +128,14 @@ async def run_async(url: str, interactions: list[dict[str, Any]]) -> list[Any]:
     for it in interactions:
         body, uri = dict(it["body"]), it["uri"]
         if "anthropic" in uri:
-            client = anthropic.AsyncAnthropic(base_url=url, api_key="sk-ant-test-0000000000000000000000", max_retries=0)
+            client = anthropic.AsyncAnthropic(
+                base_url=url, api_key="sk-ant-test-0000000000000000000000", max_retries=0
+            )
             create = client.beta.messages.create if "beta=true" in uri else client.messages.create
         else:
-            oa = openai.AsyncOpenAI(base_url=url + "/v1", api_key="sk-test-000000000000000000000000", max_retries=0)
+            oa = openai.AsyncOpenAI(
+                base_url=url + "/v1", api_key="sk-test-000000000000000000000000", max_retries=0
+            )
             create = oa.responses.create if uri.endswith("/responses") else oa.chat.completions.create
         out = await create(**body)
         results.append([dump(e) async for e in out] if body.get("stream") else dump(out))
@@ -136,7 +148,9 @@ def cassette(request: pytest.FixtureRequest) -> Iterator[list[dict[str, Any]]]:
 
 
 @pytest.mark.parametrize("flavour", ["sync", "async"])
-def test_record_and_replay_real_cassette(cassette: list[dict[str, Any]], flavour: str, tmp_path: Path) -> None:
+def test_record_and_replay_real_cassette(
+    cassette: list[dict[str, Any]], flavour: str, tmp_path: Path
+) -> None:
     def call(url: str) -> list[Any]:
         return run_sync(url, cassette) if flavour == "sync" else asyncio.run(run_async(url, cassette))
 

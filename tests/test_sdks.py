@@ -1,0 +1,217 @@
+"""The real openai and anthropic SDKs, unmodified: recorded against the local model server, then
+replayed with the server stopped. What the SDK parses on replay must equal what it parsed live."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import httpx
+import openai
+import pytest
+
+import forkpoint
+from forkpoint.demo.server import ModelServer
+
+TOOLS_CHAT = [
+    {
+        "type": "function",
+        "function": {
+            "name": "write_file",
+            "description": "Write a file.",
+            "parameters": {
+                "type": "object",
+                "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
+                "required": ["path", "content"],
+            },
+        },
+    }
+]
+TOOLS_ANTHROPIC = [
+    {
+        "name": "write_file",
+        "description": "Write a file.",
+        "input_schema": {
+            "type": "object",
+            "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
+            "required": ["path", "content"],
+        },
+    }
+]
+TOOLS_RESPONSES = [
+    {
+        "type": "function",
+        "name": "write_file",
+        "description": "Write a file.",
+        "parameters": TOOLS_CHAT[0]["function"]["parameters"],
+    }
+]
+MSG = [{"role": "user", "content": "Reproduce the bug with a scratch file."}]
+
+
+def dump(x: Any) -> Any:
+    return x.model_dump(mode="json") if hasattr(x, "model_dump") else x
+
+
+def oa(url: str, **kw: Any) -> openai.OpenAI:
+    return openai.OpenAI(base_url=url + "/v1", api_key="sk-proj-" + "x" * 40, max_retries=0, **kw)
+
+
+def aoa(url: str) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=url + "/v1", api_key="sk-proj-" + "x" * 40, max_retries=0)
+
+
+def an(url: str) -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=url, api_key="sk-ant-api03-" + "y" * 40, max_retries=0)
+
+
+def aan(url: str) -> anthropic.AsyncAnthropic:
+    return anthropic.AsyncAnthropic(base_url=url, api_key="sk-ant-api03-" + "y" * 40, max_retries=0)
+
+
+def chat_sync(url: str) -> list[Any]:
+    c = oa(url)
+    whole = c.chat.completions.create(model="demo-model", messages=MSG, tools=TOOLS_CHAT)
+    chunks = c.chat.completions.create(
+        model="demo-model",
+        messages=MSG,
+        tools=TOOLS_CHAT,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    plain = c.chat.completions.create(model="demo-model", messages=MSG)
+    return [dump(whole), [dump(ch) for ch in chunks], dump(plain)]
+
+
+def chat_legacy_httpx(url: str) -> list[Any]:
+    with httpx.Client() as http:
+        c = oa(url, http_client=http)
+        whole = c.chat.completions.create(model="demo-model", messages=MSG, tools=TOOLS_CHAT)
+        chunks = c.chat.completions.create(model="demo-model", messages=MSG, stream=True)
+        return [dump(whole), [dump(ch) for ch in chunks]]
+
+
+def chat_helper_stream(url: str) -> list[Any]:
+    with oa(url).chat.completions.stream(model="demo-model", messages=MSG, tools=TOOLS_CHAT) as s:
+        events = [e.type for e in s]
+        final = s.get_final_completion()
+    return [events, dump(final)]
+
+
+async def chat_async(url: str) -> list[Any]:
+    c = aoa(url)
+    whole = await c.chat.completions.create(model="demo-model", messages=MSG, tools=TOOLS_CHAT)
+    chunks = await c.chat.completions.create(model="demo-model", messages=MSG, tools=TOOLS_CHAT, stream=True)
+    return [dump(whole), [dump(ch) async for ch in chunks]]
+
+
+def responses_sync(url: str) -> list[Any]:
+    c = oa(url)
+    whole = c.responses.create(model="demo-model", input="Reproduce the bug.", tools=TOOLS_RESPONSES)
+    events = c.responses.create(model="demo-model", input="Say hi.", stream=True)
+    with c.responses.stream(model="demo-model", input="Reproduce the bug.", tools=TOOLS_RESPONSES) as s:
+        helper = [e.type for e in s]
+        final = s.get_final_response()
+    return [dump(whole), [dump(e) for e in events], helper, dump(final)]
+
+
+def messages_sync(url: str) -> list[Any]:
+    c = an(url)
+    whole = c.messages.create(model="claude-demo", max_tokens=256, messages=MSG, tools=TOOLS_ANTHROPIC)
+    raw = c.messages.create(model="claude-demo", max_tokens=256, messages=MSG, stream=True)
+    with c.messages.stream(model="claude-demo", max_tokens=256, messages=MSG, tools=TOOLS_ANTHROPIC) as s:
+        text = list(s.text_stream)
+        final = s.get_final_message()
+    return [dump(whole), [dump(e) for e in raw], text, dump(final)]
+
+
+async def messages_async(url: str) -> list[Any]:
+    c = aan(url)
+    whole = await c.messages.create(model="claude-demo", max_tokens=256, messages=MSG)
+    async with c.messages.stream(
+        model="claude-demo", max_tokens=256, messages=MSG, tools=TOOLS_ANTHROPIC
+    ) as s:
+        events = [e.type async for e in s]
+        final = await s.get_final_message()
+    return [dump(whole), events, dump(final)]
+
+
+SCENARIOS: dict[str, Callable[[str], list[Any]]] = {
+    "openai-chat-sync": chat_sync,
+    "openai-chat-legacy-httpx": chat_legacy_httpx,
+    "openai-chat-stream-helper": chat_helper_stream,
+    "openai-chat-async": lambda url: asyncio.run(chat_async(url)),
+    "openai-responses": responses_sync,
+    "anthropic-messages-sync": messages_sync,
+    "anthropic-messages-async": lambda url: asyncio.run(messages_async(url)),
+}
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_sdk_record_then_replay_offline(name: str, tmp_path: Path) -> None:
+    scenario = SCENARIOS[name]
+    with ModelServer(turns=1) as server:
+        url = server.base_url
+        with forkpoint.record(store=tmp_path) as rec:
+            live = scenario(url)
+        n_requests = len(server.requests)
+    # The server is stopped: a live request now fails; only the session can answer.
+    with pytest.raises((openai.APIConnectionError, anthropic.APIConnectionError)):
+        oa(url).chat.completions.create(model="demo-model", messages=MSG)
+
+    with forkpoint.replay(rec.session_path) as rp:
+        replayed = scenario(url)
+    assert replayed == live
+    report = rp.report()
+    assert report["matched"] == report["recorded"] == n_requests
+    assert report["unused"] == [] and report["divergence"] is None
+
+    session = forkpoint.Session.load(rec.session_path)
+    for call in session.by_type("model_call"):
+        assert call["summary"]["model"] in ("demo-model", "claude-demo")
+        assert call["request"]["body_kind"] == "json"
+        if call["summary"]["stream"]:
+            assert call["response"]["body_kind"] == "stream" and len(call["response"]["chunks"]) > 1
+    data = b"".join(p.read_bytes() for p in rec.session_path.rglob("*") if p.is_file())
+    assert b"x" * 40 not in data and b"y" * 40 not in data  # API keys never reach disk
+
+
+def test_stream_is_teed_not_buffered(tmp_path: Path) -> None:
+    """While recording, the caller sees the first chunk long before the stream ends."""
+    import time
+
+    with ModelServer(turns=1, chunk_delay=0.002) as server, forkpoint.record(store=tmp_path):
+        t0 = time.perf_counter()
+        stream = oa(server.base_url).chat.completions.create(
+            model="demo-model", messages=[{"role": "user", "content": "hi " * 200}], stream=True
+        )
+        arrivals = [time.perf_counter() - t0 for _ in stream]
+    assert len(arrivals) > 3
+    # Chunks arrive spread out in time, as the server sent them, not all at once at the end.
+    assert arrivals[-1] - arrivals[0] > 0.002 * (len(arrivals) - 2)
+
+
+def test_summary_of_a_tool_call_turn(tmp_path: Path) -> None:
+    with ModelServer(turns=1, seed=7) as server, forkpoint.record(store=tmp_path) as rec:
+        c = oa(server.base_url)
+        r = c.chat.completions.create(
+            model="demo-model",
+            messages=MSG,
+            tools=TOOLS_CHAT,
+            temperature=0.3,
+            top_p=0.9,
+            seed=11,
+            max_tokens=99,
+        )
+    (call,) = forkpoint.Session.load(rec.session_path).by_type("model_call")
+    s = call["summary"]
+    assert (s["provider"], s["api"], s["model"]) == ("openai", "chat.completions", "demo-model")
+    assert (s["temperature"], s["top_p"], s["seed"], s["max_tokens"]) == (0.3, 0.9, 11, 99)
+    assert s["stream"] is False and s["n_messages"] == 1 and s["n_tools"] == 1
+    tc = r.choices[0].message.tool_calls[0]
+    assert s["tool_calls"] == [{"id": tc.id, "name": "write_file", "arguments": tc.function.arguments}]
+    assert s["usage"] == {"input_tokens": r.usage.prompt_tokens, "output_tokens": r.usage.completion_tokens}
+    assert s["stop_reason"] == "tool_calls"
