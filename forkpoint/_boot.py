@@ -2,20 +2,22 @@
 
 ``FORKPOINT_MODE`` (``record`` or ``replay``), ``FORKPOINT_SESSION`` (session directory),
 ``FORKPOINT_TOOLS`` (comma-separated ``module:qualname`` targets) and, for replay,
-``FORKPOINT_REPORT`` (where to write the JSON report at exit). The variables are removed once read,
+``FORKPOINT_REPORT`` (where to write the JSON report at exit) and ``FORKPOINT_REPLAY`` (JSON:
+``models``, ``tools``, ``on_divergence``, ``overrides`` and ``child``, the what-if session to write). The variables are removed once read,
 so subprocesses of the agent are not recorded or replayed (documented in docs/format.md).
 """
 
 from __future__ import annotations
 
 import atexit
+import json
 import os
 from pathlib import Path
 
 from . import runtime
 
 #: Variables that carry the activation; see module docstring.
-ENV_VARS = ("FORKPOINT_MODE", "FORKPOINT_SESSION", "FORKPOINT_TOOLS", "FORKPOINT_REPORT")
+ENV_VARS = ("FORKPOINT_MODE", "FORKPOINT_SESSION", "FORKPOINT_TOOLS", "FORKPOINT_REPORT", "FORKPOINT_REPLAY")
 BOOTSTRAP_DIR = Path(__file__).parent / "_bootstrap"
 
 
@@ -37,20 +39,46 @@ def start() -> None:
         runtime.activate(rec)
         atexit.register(rec.close)
     elif mode == "replay":
-        from .log import Session
+        from . import override
+        from .log import Session, SessionWriter
         from .replay import API_KEY_VARS, PLACEHOLDER_KEY, Replayer, install_network_guard, write_report
 
-        rp = Replayer(Session.load(Path(session)))
+        opts = json.loads(env["FORKPOINT_REPLAY"] or "{}")
+        child = SessionWriter.open(Path(opts["child"])) if opts.get("child") else None
+        rp = Replayer(
+            Session.load(Path(session)),
+            models=opts.get("models", "replay"),
+            tools=opts.get("tools", "replay"),
+            on_divergence=opts.get("on_divergence", "stop"),
+            overrides=[override.parse(o) for o in opts.get("overrides", [])],
+            child=child,
+        )
         install_network_guard()
         for k in API_KEY_VARS:
             os.environ.setdefault(k, PLACEHOLDER_KEY)
         runtime.activate(rp)
+        _quiet_divergence_tracebacks()
         report = env["FORKPOINT_REPORT"]
-        if report:
-            atexit.register(lambda: write_report(Path(report), rp.report()))
+
+        def finish() -> None:
+            for call in list(rp.pending):
+                call.finish(ended="unfinished")
+            if child is not None:
+                child.close()
+            if report:
+                write_report(Path(report), rp.report())
+
+        atexit.register(finish)
 
 
-def child_env(mode: str, session: Path, *, tools: list[str], report: Path | None = None) -> dict[str, str]:
+def child_env(
+    mode: str,
+    session: Path,
+    *,
+    tools: list[str],
+    report: Path | None = None,
+    replay_options: dict[str, object] | None = None,
+) -> dict[str, str]:
     """The environment for a child process that forkpoint should record or replay."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(BOOTSTRAP_DIR), env.get("PYTHONPATH", "")) if p)
@@ -59,4 +87,31 @@ def child_env(mode: str, session: Path, *, tools: list[str], report: Path | None
     env["FORKPOINT_TOOLS"] = ",".join(tools)
     if report is not None:
         env["FORKPOINT_REPORT"] = str(report)
+    if replay_options:
+        env["FORKPOINT_REPLAY"] = json.dumps(replay_options)
     return env
+
+
+def _quiet_divergence_tracebacks() -> None:
+    """An uncaught :class:`~forkpoint.replay.Divergence` ends the replayed program with two lines
+    naming the agent's own call site, not a 40-frame SDK traceback: the CLI prints the full report."""
+    import sys
+    import traceback
+
+    from .replay import Divergence
+
+    previous = sys.excepthook
+    package = str(Path(__file__).parent)
+
+    def hook(kind: type[BaseException], exc: BaseException, tb: object) -> None:
+        if not isinstance(exc, Divergence):
+            previous(kind, exc, tb)  # type: ignore[arg-type]
+            return
+        frames = [f for f in traceback.extract_tb(tb) if "site-packages" not in f.filename]  # type: ignore[arg-type]
+        user = [f for f in frames if not f.filename.startswith(package) or "/demo/" in f.filename]
+        where = f" at {user[-1].filename}:{user[-1].lineno} ({user[-1].name})" if user else ""
+        sys.stderr.write(
+            f"forkpoint: the replay stopped: the call made{where} diverged from the recording.\n"
+        )
+
+    sys.excepthook = hook

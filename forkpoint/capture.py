@@ -8,7 +8,9 @@ classes, once per process:
   every chunk to the caller the moment it arrives and keeps a copy with its time offset. When the
   stream ends (fully read, closed early by the caller, or failed) one ``model_call`` event is
   written with the request, the response and a provider-aware summary.
-* **replay**: nothing is sent; the response is rebuilt from the session, chunk by chunk.
+* **replay**: nothing is sent; the response is rebuilt from the session, chunk by chunk — unless the
+  replayer answers ``None`` (models sourced live, or a divergence handled by going live): then the
+  call is made and recorded as above, into the replay's child session.
 
 Below ``_send_single_request`` sit transports, connection pools and auth: a replay never reaches them.
 Responses are stored decoded (``Content-Encoding`` removed, so headers and body stay consistent);
@@ -34,7 +36,6 @@ from .redact import scrub_bytes, scrub_chunks, scrub_headers, scrub_json, scrub_
 
 if TYPE_CHECKING:
     from .record import Recorder
-    from .replay import Replayer
 
 #: Response headers not stored: hop-by-hop, and length/encoding that the stored body makes stale.
 _DROP_RESPONSE_HEADERS = frozenset(
@@ -369,9 +370,12 @@ def _patch(mod: ModuleType) -> None:
         if rt is None:
             return orig_sync(self, request)
         content = request.read()
+        record = request_record(request, content)
         if rt.mode == "replay":
-            return _build_response(mod, request, _take(rt, request, content), replay_sync)
-        call = _Call(rt, request_record(request, content))
+            served = rt.take_model_call(record)
+            if served is not None:
+                return _build_response(mod, request, served, replay_sync)
+        call = _Call(rt, record)
         try:
             response = orig_sync(self, request)
         except Exception as exc:
@@ -387,9 +391,12 @@ def _patch(mod: ModuleType) -> None:
         if rt is None:
             return await orig_async(self, request)
         content = await request.aread()
+        record = request_record(request, content)
         if rt.mode == "replay":
-            return _build_response(mod, request, _take(rt, request, content), replay_async)
-        call = _Call(rt, request_record(request, content))
+            served = rt.take_model_call(record)
+            if served is not None:
+                return _build_response(mod, request, served, replay_async)
+        call = _Call(rt, record)
         try:
             response = await orig_async(self, request)
         except Exception as exc:
@@ -404,10 +411,6 @@ def _patch(mod: ModuleType) -> None:
     _send_single_request_async.__wrapped__ = orig_async  # type: ignore[attr-defined]
     mod.Client._send_single_request = _send_single_request
     mod.AsyncClient._send_single_request = _send_single_request_async
-
-
-def _take(rt: Replayer | Recorder, request: Any, content: bytes) -> dict[str, Any]:
-    return rt.take_model_call(request_record(request, content))  # type: ignore[union-attr]
 
 
 def uninstall() -> None:

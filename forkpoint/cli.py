@@ -1,4 +1,4 @@
-"""The ``forkpoint`` command line: record, replay, show, ls, verify, demo.
+"""The ``forkpoint`` command line: record, replay, show, ls, verify, diff, demo.
 
 Exit codes: ``record`` and ``replay`` exit with the agent's own code; ``replay`` exits with
 :data:`~forkpoint.replay.EXIT_DIVERGENCE` (3) when the run diverged from the recording;
@@ -20,11 +20,11 @@ import orjson
 from rich.console import Console
 from rich.table import Table
 
-from . import __version__
+from . import __version__, override
 from ._boot import child_env
 from .log import Session, SessionError, SessionWriter, verify
 from .record import end_event, make_header
-from .replay import EXIT_DIVERGENCE, format_divergence, summary_line
+from .replay import EXIT_DIVERGENCE, POLICIES, SOURCES, create_child, format_divergence, summary_line
 from .store import default_store, info, resolve, session_dirs
 from .tools import parse_target
 
@@ -98,23 +98,54 @@ def replay_command(
     cmd: list[str] | None = None,
     *,
     tools: list[str] | None = None,
+    models_source: str = "replay",
+    tools_source: str = "replay",
+    on_divergence: str = "stop",
+    overrides: list[str] | None = None,
     quiet: bool = False,
     capture: bool = False,
 ) -> tuple[dict[str, Any] | None, int, str | None]:
     """Replay ``session`` by running ``cmd`` (default: the recorded command).
 
-    Returns (report, or None if the process wrote none; exit code as ``forkpoint replay`` exits;
-    the command's stdout if ``capture``).
+    With overrides, a live source or a policy other than ``stop``, the run is recorded as a new
+    session linked to its parent. Returns (report, or None if the process wrote none; exit code as
+    ``forkpoint replay`` exits; the command's stdout if ``capture``). Raises
+    :class:`~forkpoint.override.OverrideError` for an override that does not fit the session.
     """
     command = list(cmd or session.header.get("argv") or [])
     if not command:
         raise click.UsageError("the session has no recorded command; give one after --")
+    specs = list(overrides or [])
+    parsed = [override.parse(o) for o in specs]
+    override.resolve(parsed, [e for e in session.events if e["type"] in ("model_call", "tool_call")])
     all_tools = list(dict.fromkeys([*(session.header.get("tools") or []), *(tools or [])]))
+    what_if = bool(specs) or "live" in (models_source, tools_source) or on_divergence != "stop"
+    child = None
+    if what_if:
+        child = create_child(
+            session,
+            argv=command,
+            models=models_source,
+            tools=tools_source,
+            on_divergence=on_divergence,
+            overrides=specs,
+        )
+    options = {
+        "models": models_source,
+        "tools": tools_source,
+        "on_divergence": on_divergence,
+        "overrides": specs,
+        "child": str(child.path) if child else None,
+    }
+    started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="forkpoint-replay-") as tmp:
         report_path = Path(tmp) / "report.json"
-        env = child_env("replay", session.path, tools=all_tools, report=report_path)
+        env = child_env("replay", session.path, tools=all_tools, report=report_path, replay_options=options)
         code, out = run_child(command, env, capture=capture)
         report = orjson.loads(report_path.read_bytes()) if report_path.exists() else None
+    if child is not None:
+        child.append(end_event(code, started))
+        child.close()
     if report is None:
         err.print(
             "[red]forkpoint: the replayed process wrote no report: it did not start forkpoint (is forkpoint "
@@ -122,11 +153,26 @@ def replay_command(
         )
         return None, code if code else 1, out
     if not quiet:
-        err.print(summary_line(report))
+        err.print(summary_line(report), markup=False)
+        for o in report.get("overrides") or []:
+            state = "applied" if o["applied"] else "never reached (the run went another way first)"
+            err.print(f"  override {o['spec']} → event seq {o['seq']}: {state}", markup=False)
     if report.get("divergence"):
         if not quiet:
             err.print(format_divergence(report["divergence"]), markup=False)
-        return report, EXIT_DIVERGENCE, out
+            for d in (report.get("drift") or [])[1:]:
+                err.print(
+                    f"  drift at {d['kind'].replace('_', ' ')} #{d['position']}: served recorded seq "
+                    f"{d['served_seq']} ({len(d['diff'])} difference(s))",
+                    markup=False,
+                )
+        if on_divergence == "stop":
+            return report, EXIT_DIVERGENCE, out
+    elif specs and not quiet and any(o["applied"] for o in report.get("overrides") or []):
+        err.print(
+            "the override(s) did not change the agent's path: every later call matched the recording",
+            markup=False,
+        )
     return report, code, out
 
 
@@ -190,7 +236,7 @@ def record(
     sys.exit(code)
 
 
-@main.command(context_settings=_cmd_settings)
+@main.command()
 @click.argument("session")
 @_store_opt
 @click.option(
@@ -200,19 +246,87 @@ def record(
     metavar="MODULE:QUALNAME",
     help="Also serve this function from the session.",
 )
+@click.option(
+    "--override",
+    "overrides",
+    multiple=True,
+    metavar="SPEC",
+    help="Replace one recorded result: tool:NAME[#K][.result|.error]=JSON, model#K[.text|.tool_calls|.body]=JSON, "
+    "seq:N=JSON; JSON may be @file (repeatable).",
+)
+@click.option(
+    "--models",
+    "models_source",
+    type=click.Choice(SOURCES),
+    default="replay",
+    show_default=True,
+    help="Serve model calls from the session, or make them live.",
+)
+@click.option(
+    "--tools",
+    "tools_source",
+    type=click.Choice(SOURCES),
+    default="replay",
+    show_default=True,
+    help="Serve tool calls from the session, or run the tools.",
+)
+@click.option(
+    "--on-divergence",
+    type=click.Choice(POLICIES),
+    default="stop",
+    show_default=True,
+    help="After a call that matches nothing: stop (exit 3), continue live, or serve the next recorded call (fifo).",
+)
 @click.option("--report", "report_file", metavar="FILE", help="Write the replay report here as JSON.")
 @click.argument("cmd", nargs=-1, type=click.UNPROCESSED)
 def replay(
-    session: str, store: str | None, tools: tuple[str, ...], report_file: str | None, cmd: tuple[str, ...]
+    session: str,
+    store: str | None,
+    tools: tuple[str, ...],
+    overrides: tuple[str, ...],
+    models_source: str,
+    tools_source: str,
+    on_divergence: str,
+    report_file: str | None,
+    cmd: tuple[str, ...],
 ) -> None:
     """Run the recorded command (or CMD) with every model and tool call served from SESSION.
 
-    Exits with the command's own code, or 3 when the run diverged from the recording.
+    Exits with the command's own code, or 3 when the run diverged from the recording (policy stop).
+    A what-if run (overrides, live sources, policy live or fifo) is recorded as a new session.
     """
-    report, code, _ = replay_command(_load(session, store), _command(cmd) or None, tools=_check_tools(tools))
+    try:
+        report, code, _ = replay_command(
+            _load(session, store),
+            _command(cmd) or None,
+            tools=_check_tools(tools),
+            models_source=models_source,
+            tools_source=tools_source,
+            on_divergence=on_divergence,
+            overrides=list(overrides),
+        )
+    except override.OverrideError as exc:
+        raise click.BadParameter(str(exc), param_hint="--override") from None
     if report_file and report is not None:
         Path(report_file).write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))
     sys.exit(code)
+
+
+@main.command(name="diff")
+@click.argument("a")
+@click.argument("b")
+@_store_opt
+@click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
+def diff_cmd(a: str, b: str, store: str | None, as_json: bool) -> None:
+    """Align two sessions call by call; name the first divergence. Exit 0 when equivalent."""
+    from .diff import diff_sessions, render_diff
+
+    result = diff_sessions(_load(a, store), _load(b, store))
+    if as_json:
+        sys.stdout.buffer.write(orjson.dumps(result.to_json(), option=orjson.OPT_INDENT_2) + b"\n")
+    else:
+        render_diff(result, Console(highlight=False))
+    sys.exit(0 if result.equivalent else 1)
 
 
 @main.command()

@@ -1133,3 +1133,19 @@ def request_messages(url: str, request_body: object) -> list[Message]:
             m = _d(m)
             out.append({"role": _role(m.get("role")), "text": _parts_text(m.get("content"))})
     return out
+
+
+def recorded_response(event: dict[str, Any]) -> dict[str, Any]:
+    """The ``response`` argument of :func:`summarize` / :func:`response_text` for a recorded
+    ``model_call`` event (see docs/format.md): status, parsed JSON body, or the stream's text chunks."""
+    resp = event.get("response") or {}
+    kind = resp.get("body_kind")
+    return {
+        "status": resp.get("status"),
+        "body": resp.get("body") if kind == "json" else None,
+        "stream": [
+            c if isinstance(c, str) else c.decode("utf-8", "replace") for _, c in resp.get("chunks", [])
+        ]
+        if kind == "stream"
+        else None,
+    }

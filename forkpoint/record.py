@@ -113,27 +113,20 @@ class Recorder:
 
     def model_call_done(self, event: dict[str, Any]) -> None:
         """Append a finished model call (built by the capture layer); adds key and summary."""
-        from .providers import summarize
+        self._append(self.enrich_model_call(event))
+
+    @staticmethod
+    def enrich_model_call(event: dict[str, Any]) -> dict[str, Any]:
+        """Add ``key``, ``pid`` and the provider-aware ``summary`` to a captured model call."""
+        from .providers import recorded_response, summarize
 
         req = event["request"]
         event["key"] = model_key(normalize_request(req["method"], req["url"], req["headers"], req["body"]))
         event["pid"] = os.getpid()
-        resp = event.get("response") or {}
         event["summary"] = summarize(
-            req["url"],
-            req["body"] if req["body_kind"] == "json" else None,
-            {
-                "status": resp.get("status"),
-                "body": resp.get("body") if resp.get("body_kind") == "json" else None,
-                "stream": [
-                    c if isinstance(c, str) else c.decode("utf-8", "replace")
-                    for _, c in resp.get("chunks", [])
-                ]
-                if resp.get("body_kind") == "stream"
-                else None,
-            },
+            req["url"], req["body"] if req["body_kind"] == "json" else None, recorded_response(event)
         )
-        self._append(event)
+        return event
 
     def tool_call_done(self, event: dict[str, Any]) -> None:
         """Append a finished tool call (built by the tool wrapper); adds its key."""

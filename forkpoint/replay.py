@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 import threading
+import time
 from collections import deque
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -21,9 +23,11 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from . import runtime
-from .log import Session
+from . import override, runtime
+from .log import Session, SessionWriter, new_span_id
 from .match import format_changes, json_diff, model_key, normalize_request, similarity, tool_key
+from .override import Override
+from .record import Recorder, end_event, make_header
 from .store import resolve
 
 #: Exit code of ``forkpoint replay`` when the run diverged from the recording.
@@ -113,19 +117,56 @@ def _normalized(event: dict[str, Any]) -> dict[str, Any]:
     return normalize_request(r["method"], r["url"], r["headers"], r["body"])
 
 
+#: What serves each kind of call during a replay.
+SOURCES = ("replay", "live")
+#: What happens after a divergence: report and stop, continue live, or serve the next recorded call anyway.
+POLICIES = ("stop", "live", "fifo")
+
+
 class Replayer:
     """The replay runtime: serves recorded model and tool calls of one :class:`~forkpoint.log.Session`.
 
-    Thread-safe. ``report()`` gives the outcome as JSON data.
+    ``models`` / ``tools`` say where each kind of call comes from: ``"replay"`` (the session) or
+    ``"live"`` (really made). ``on_divergence`` is the policy after a call that matches nothing:
+    ``"stop"`` raises :class:`Divergence`; ``"live"`` switches every later call to live;
+    ``"fifo"`` serves the next unused recorded call of the same endpoint or tool and notes the drift.
+    ``overrides`` replace single recorded results (see :mod:`forkpoint.override`).
+
+    When ``child`` is given, every call of this run — served, overridden or live — is written to it:
+    the what-if run as a session of its own, linked to its parent. Thread-safe.
     """
 
     mode = "replay"
 
-    def __init__(self, session: Session, *, allow_hosts: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        session: Session,
+        *,
+        allow_hosts: Sequence[str] = (),
+        models: str = "replay",
+        tools: str = "replay",
+        on_divergence: str = "stop",
+        overrides: Sequence[Override] = (),
+        child: SessionWriter | None = None,
+    ) -> None:
+        for name, value, allowed in (
+            ("models", models, SOURCES),
+            ("tools", tools, SOURCES),
+            ("on_divergence", on_divergence, POLICIES),
+        ):
+            if value not in allowed:
+                raise ValueError(f"{name} must be one of {', '.join(allowed)}, not {value!r}")
         self.session = session
-        self.root_span: str = session.header.get("span_id") or ""
+        self.root_span: str = (
+            (child.header.get("span_id") if child else None) or session.header.get("span_id") or ""
+        )
         self.allow_hosts = frozenset(allow_hosts)
+        self.sources = {"model_call": models, "tool_call": tools}
+        self.policy = on_divergence
+        self.child = child
         self.recorded = [e for e in session.events if e["type"] in ("model_call", "tool_call")]
+        self.overrides = override.resolve(list(overrides), self.recorded)
+        self.applied: dict[int, bool] = dict.fromkeys(self.overrides, False)
         self._queues: dict[str, deque[dict[str, Any]]] = {}
         self._keys: dict[int, str] = {}
         for e in self.recorded:
@@ -134,32 +175,134 @@ class Replayer:
             self._queues.setdefault(key, deque()).append(e)
         self.used: list[int] = []
         self.positions = {"model_call": 0, "tool_call": 0}
+        self.live_calls = {"model_call": 0, "tool_call": 0}
         self.divergence: dict[str, Any] | None = None
+        self.drift: list[dict[str, Any]] = []
+        self.gone_live = False
         self.network_blocked: list[str] = []
+        self.pending: set[Any] = set()
         self._lock = threading.Lock()
 
-    def take_model_call(self, request: dict[str, Any]) -> dict[str, Any]:
-        """The recorded event answering ``request`` (stored form); raises :class:`Divergence`."""
+    # -- the capture layer asks these
+
+    def network_allowed(self) -> bool:
+        """True when some call may go live, so sockets must not be blocked."""
+        return self.gone_live or "live" in self.sources.values()
+
+    def take_model_call(self, request: dict[str, Any]) -> dict[str, Any] | None:
+        """The event answering ``request``, or None to make the call live. Raises :class:`Divergence`."""
         norm = normalize_request(request["method"], request["url"], request["headers"], request["body"])
-        path = norm["path"]
-        return self._take("model_call", model_key(norm), norm, endpoint=f"{norm['method']} {path}")
+        event = self._take("model_call", model_key(norm), norm, endpoint=f"{norm['method']} {norm['path']}")
+        if event is not None and self.child is not None:
+            self._log_served(event, {"request": request})
+        return event
 
-    def take_tool_call(self, name: str, args: dict[str, Any]) -> dict[str, Any]:
-        """The recorded event of this tool call; raises :class:`Divergence`."""
-        return self._take("tool_call", tool_key(name, args), {"tool": name, "args": args}, name=name)
+    def take_tool_call(self, name: str, args: dict[str, Any]) -> dict[str, Any] | None:
+        """The event of this tool call, or None to run the tool live. Raises :class:`Divergence`."""
+        event = self._take("tool_call", tool_key(name, args), {"tool": name, "args": args}, name=name)
+        if event is not None and self.child is not None:
+            self._log_served(event, {"tool": name, "args": args})
+        return event
 
-    def _take(self, kind: str, key: str, norm: dict[str, Any], **what: str) -> dict[str, Any]:
+    def model_call_done(self, event: dict[str, Any]) -> None:
+        """A live model call finished: write it to the child session."""
+        self._log_live(event)
+
+    def tool_call_done(self, event: dict[str, Any]) -> None:
+        """A live tool call finished: write it to the child session."""
+        self._log_live(event)
+
+    # -- internals
+
+    def _take(self, kind: str, key: str, norm: dict[str, Any], **what: str) -> dict[str, Any] | None:
         with self._lock:
             self.positions[kind] += 1
+            if self.gone_live or self.sources[kind] == "live":
+                self.live_calls[kind] += 1
+                return None
             queue = self._queues.get(key)
             if queue:
-                event = queue.popleft()
-                self.used.append(event["seq"])
-                return event
+                return self._serve(queue.popleft())
             report = self._divergence_report(kind, key, norm, what)
-            if self.divergence is None:
+            first = self.divergence is None
+            if first:
                 self.divergence = report
+            if self.policy == "live":
+                self.gone_live = True
+                self.live_calls[kind] += 1
+                return None
+            if self.policy == "fifo":
+                endpoint = what.get("endpoint") or what.get("name")
+                nxt = next(
+                    (
+                        e
+                        for e in self.recorded
+                        if e["seq"] not in set(self.used) and e["type"] == kind and _endpoint(e) == endpoint
+                    ),
+                    None,
+                )
+                if nxt is not None:
+                    self._queues[self._keys[nxt["seq"]]].remove(nxt)
+                    drift = {
+                        **report,
+                        "served_seq": nxt["seq"],
+                        "diff": [c.to_json() for c in json_diff(_normalized(nxt), norm)],
+                    }
+                    self.drift.append(drift)
+                    if first:
+                        self.divergence = drift
+                    return self._serve(nxt)
         raise Divergence(report)
+
+    def _serve(self, event: dict[str, Any]) -> dict[str, Any]:
+        self.used.append(event["seq"])
+        o = self.overrides.get(event["seq"])
+        if o is None:
+            return event
+        self.applied[event["seq"]] = True
+        return override.apply(event, o)
+
+    def _log_served(self, event: dict[str, Any], actual: dict[str, Any]) -> None:
+        keep = (
+            ("duration_ms", "response", "error", "summary", "result")
+            if event["type"] == "model_call"
+            else ("duration_ms", "result", "error")
+        )
+        out = {"type": event["type"], **actual, **{k: event[k] for k in keep if k in event}}
+        seq = event["seq"]
+        out.update(
+            source="override" if seq in self.overrides else "replay",
+            recorded_seq=seq,
+            span_id=new_span_id(),
+            parent_span_id=runtime.current_span.get() or self.root_span,
+            pid=os.getpid(),
+        )
+        if seq in self.overrides:
+            out["override"] = self.overrides[seq].spec
+        if event["type"] == "model_call":
+            out["key"] = model_key(
+                normalize_request(
+                    out["request"]["method"],
+                    out["request"]["url"],
+                    out["request"]["headers"],
+                    out["request"]["body"],
+                )
+            )
+        else:
+            out["key"] = tool_key(out["tool"], out["args"])
+        assert self.child is not None
+        self.child.append(out)
+
+    def _log_live(self, event: dict[str, Any]) -> None:
+        if self.child is None:
+            return
+        if event["type"] == "model_call":
+            Recorder.enrich_model_call(event)
+        else:
+            event["key"] = tool_key(event["tool"], event["args"])
+            event["pid"] = os.getpid()
+        event["source"] = "live"
+        self.child.append(event)
 
     def _divergence_report(
         self, kind: str, key: str, norm: dict[str, Any], what: dict[str, str]
@@ -177,17 +320,16 @@ class Replayer:
             reason = f"the recording has no {kind.replace('_', ' ')} left ({len(same_kind)} were recorded)"
         else:
             reason = "no recorded request has the same match key"
-        expected = unused[0] if unused else None
-        nearest = None
         endpoint = what.get("endpoint") or what.get("name")
         candidates = [e for e in unused if _endpoint(e) == endpoint]
-        best = -1.0
+        expected = (candidates or unused or [None])[0]
+        nearest, best = None, -1.0
         for e in (candidates or unused)[:50]:
-            s = similarity(_normalized(e), norm)
-            if s > best:
-                best, nearest = s, e
+            score = similarity(_normalized(e), norm)
+            if score > best:
+                best, nearest = score, e
         base = expected or nearest
-        report: dict[str, Any] = {
+        return {
             "kind": kind,
             **what,
             "position": self.positions[kind],
@@ -200,10 +342,10 @@ class Replayer:
             else None,
             "diff": [c.to_json() for c in json_diff(_normalized(base), norm)] if base else [],
         }
-        return report
 
     def report(self) -> dict[str, Any]:
-        """Outcome as JSON data: matched/recorded counts, unused seqs, divergence, blocked connects."""
+        """Outcome as JSON data: matched/recorded counts, unused seqs, divergence, drift (fifo),
+        overrides and whether each was reached, live calls, the child session, blocked connects."""
         used = set(self.used)
         return {
             "session": self.session.id,
@@ -212,6 +354,14 @@ class Replayer:
             "recorded": len(self.recorded),
             "unused": [e["seq"] for e in self.recorded if e["seq"] not in used],
             "divergence": self.divergence,
+            "policy": self.policy,
+            "sources": {"models": self.sources["model_call"], "tools": self.sources["tool_call"]},
+            "drift": self.drift,
+            "overrides": [
+                {**o.to_json(), "seq": seq, "applied": self.applied[seq]} for seq, o in self.overrides.items()
+            ],
+            "live_calls": {"models": self.live_calls["model_call"], "tools": self.live_calls["tool_call"]},
+            "child_session": str(self.child.path) if self.child else None,
             "network_blocked": self.network_blocked,
         }
 
@@ -228,7 +378,18 @@ def summary_line(report: dict[str, Any]) -> str:
         if report.get("network_blocked")
         else ""
     )
-    return f"replay {status}: {report['matched']}/{report['recorded']} events matched, {tail}{blocked}"
+    extra = ""
+    if report.get("overrides"):
+        applied = sum(1 for o in report["overrides"] if o["applied"])
+        extra += f"; {applied}/{len(report['overrides'])} override(s) applied"
+    live = report.get("live_calls") or {}
+    if live.get("models") or live.get("tools"):
+        extra += f"; live calls: {live.get('models', 0)} model, {live.get('tools', 0)} tool"
+    if report.get("drift"):
+        extra += f"; {len(report['drift'])} request(s) drifted (fifo)"
+    if report.get("child_session"):
+        extra += f"; this run was recorded as {Path(report['child_session']).name}"
+    return f"replay {status}: {report['matched']}/{report['recorded']} events matched, {tail}{blocked}{extra}"
 
 
 # --------------------------------------------------------------------------- network guard
@@ -248,7 +409,11 @@ def install_network_guard() -> None:
 
         def check(sock: socket.socket, address: Any) -> None:
             rt = runtime.active()
-            if not isinstance(rt, Replayer) or sock.family not in (socket.AF_INET, socket.AF_INET6):
+            if (
+                not isinstance(rt, Replayer)
+                or rt.network_allowed()
+                or sock.family not in (socket.AF_INET, socket.AF_INET6)
+            ):
                 return
             host = str(address[0]) if isinstance(address, tuple) else str(address)
             if host in rt.allow_hosts:
@@ -281,32 +446,99 @@ def replay(
     *,
     store: str | Path | None = None,
     allow_hosts: Sequence[str] = (),
+    models: str = "replay",
+    tools: str = "replay",
+    on_divergence: str = "stop",
+    overrides: Sequence[str | Override] = (),
+    record_child: bool | None = None,
     report_path: str | Path | None = None,
 ) -> Iterator[Replayer]:
     """Serve every model call and tool call inside the block from ``session``.
 
     ``session`` is a :class:`~forkpoint.log.Session`, a path, an id, an id prefix or ``"last"``.
+    ``models``, ``tools``, ``on_divergence`` and ``overrides`` (specs or parsed) are those of
+    :class:`Replayer`. The run is written to a new child session next to its parent when
+    ``record_child`` is true — by default whenever something can make it differ from the recording
+    (an override, a live source, or a policy other than ``stop``).
     SDK API-key variables that are unset get a placeholder for the duration. Yields the
-    :class:`Replayer`; ``replayer.report()`` gives the outcome. With ``report_path`` the report is
-    also written there as JSON when the block ends.
+    :class:`Replayer`; ``replayer.report()`` gives the outcome (also written to ``report_path``).
+    Raises :class:`~forkpoint.override.OverrideError` for an override that does not fit the session.
     """
     if not isinstance(session, Session):
         session = Session.load(resolve(session, Path(store) if store else None))
-    rt = Replayer(session, allow_hosts=allow_hosts)
+    parsed = [o if isinstance(o, Override) else override.parse(o) for o in overrides]
+    what_if = bool(parsed) or models == "live" or tools == "live" or on_divergence != "stop"
+    child = None
+    if record_child if record_child is not None else what_if:
+        child = create_child(
+            session,
+            argv=list(sys.argv),
+            models=models,
+            tools=tools,
+            on_divergence=on_divergence,
+            overrides=[o.spec for o in parsed],
+        )
+    rt = Replayer(
+        session,
+        allow_hosts=allow_hosts,
+        models=models,
+        tools=tools,
+        on_divergence=on_divergence,
+        overrides=parsed,
+        child=child,
+    )
     install_network_guard()
     added = [k for k in API_KEY_VARS if not os.environ.get(k)]
     for k in added:
         os.environ[k] = PLACEHOLDER_KEY
     runtime.activate(rt)
+    started = time.perf_counter()
+    code = 0
     try:
         yield rt
+    except BaseException:
+        code = 1
+        raise
     finally:
         runtime.deactivate(rt)
         for k in added:
             if os.environ.get(k) == PLACEHOLDER_KEY:
                 del os.environ[k]
+        if child is not None:
+            for call in list(rt.pending):
+                call.finish(ended="unfinished")
+            child.append(end_event(code, started))
+            child.close()
         if report_path:
             write_report(Path(report_path), rt.report())
+
+
+def create_child(
+    parent: Session,
+    *,
+    argv: list[str],
+    models: str,
+    tools: str,
+    on_divergence: str,
+    overrides: list[str],
+    seq: int | None = None,
+) -> SessionWriter:
+    """A new session, in the parent's store, for a what-if run of ``parent`` (header ``parent`` and
+    ``replay`` say how it was made)."""
+    header = make_header(
+        argv=argv,
+        name=f"what-if of {parent.id}",
+        tags={k: v for k, v in (parent.header.get("tags") or {}).items() if v is not None},
+        parent={"session_id": parent.id, "seq": seq},
+    )
+    header["tools"] = parent.header.get("tools") or []
+    header["replay"] = {
+        "models": models,
+        "tools": tools,
+        "on_divergence": on_divergence,
+        "overrides": overrides,
+    }
+    return SessionWriter.create(parent.path.parent, header)
 
 
 def write_report(path: Path, report: dict[str, Any]) -> None:

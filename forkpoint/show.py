@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from .log import Session, to_json
-from .providers import response_text
+from .providers import recorded_response, response_text
 
 _MAX = 100
 
@@ -57,7 +57,7 @@ def model_call_line(event: dict[str, Any]) -> tuple[str, list[str]]:
     if s.get("stop_reason"):
         parts.append(f"stop={s['stop_reason']}")
     details = []
-    text = response_text(event["request"]["url"], _provider_response(resp)) if resp else None
+    text = response_text(event["request"]["url"], recorded_response(event)) if resp else None
     if text:
         details.append(f"[green]“{escape(_short(text))}”[/green]")
     for tc in s.get("tool_calls") or []:
@@ -65,18 +65,6 @@ def model_call_line(event: dict[str, Any]) -> tuple[str, list[str]]:
             f"[yellow]→ {escape(str(tc.get('name')))}({escape(_short(tc.get('arguments') or '', 80))})[/yellow]"
         )
     return "  ".join(parts), details
-
-
-def _provider_response(resp: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "status": resp.get("status"),
-        "body": resp.get("body") if resp.get("body_kind") == "json" else None,
-        "stream": [
-            c if isinstance(c, str) else c.decode("utf-8", "replace") for _, c in resp.get("chunks", [])
-        ]
-        if resp.get("body_kind") == "stream"
-        else None,
-    }
 
 
 def render(session: Session, console: Console | None = None) -> None:

@@ -153,7 +153,7 @@ class _ToolCall:
     def done(self, *, result: Any = None, error: BaseException | None = None) -> None:
         runtime.current_span.reset(self.token)
         rt = runtime.active()
-        if rt is None or rt.mode != "record":
+        if rt is None:
             return
         event: dict[str, Any] = {
             "type": "tool_call",
@@ -171,8 +171,14 @@ class _ToolCall:
         rt.tool_call_done(event)
 
 
+_LIVE = object()
+
+
 def _replayed(rt: Any, name: str, args: dict[str, Any]) -> Any:
+    """The served result of a tool call, or ``_LIVE`` when the replayer says to run it for real."""
     event = rt.take_tool_call(name, args)
+    if event is None:
+        return _LIVE
     if "error" in event:
         raise rebuild_exception(event["error"])
     return event.get("result")
@@ -203,8 +209,8 @@ def tool(fn: Callable[..., Any] | None = None, *, name: str | None = None) -> An
             if rt is None:
                 return await fn(*args, **kwargs)
             bound = bind_arguments(fn, args, kwargs)
-            if rt.mode == "replay":
-                return _replayed(rt, tool_name, bound)
+            if rt.mode == "replay" and (served := _replayed(rt, tool_name, bound)) is not _LIVE:
+                return served
             call = _ToolCall(tool_name, bound)
             try:
                 result = await fn(*args, **kwargs)
@@ -223,8 +229,8 @@ def tool(fn: Callable[..., Any] | None = None, *, name: str | None = None) -> An
         if rt is None:
             return fn(*args, **kwargs)
         bound = bind_arguments(fn, args, kwargs)
-        if rt.mode == "replay":
-            return _replayed(rt, tool_name, bound)
+        if rt.mode == "replay" and (served := _replayed(rt, tool_name, bound)) is not _LIVE:
+            return served
         call = _ToolCall(tool_name, bound)
         try:
             result = fn(*args, **kwargs)

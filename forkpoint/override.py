@@ -1,0 +1,424 @@
+"""What-if overrides: replace one recorded result by another value during a replay.
+
+An override spec is ``TARGET[.FIELD]=VALUE``:
+
+========================  =====================================================================
+TARGET                    which recorded call
+========================  =====================================================================
+``tool:NAME``             the first call of tool NAME; ``tool:NAME#K`` its K-th call (1-based)
+``model#K``               the K-th model call of the session (1-based)
+``seq:N``                 the event with seq N (a model or tool call)
+========================  =====================================================================
+
+FIELD for a tool call: ``result`` (default) or ``error`` (value ``{"type": "TimeoutError",
+"message": "…"}``). For a model call: ``text`` (the assistant's text), ``tool_calls`` (a list of
+``{"name", "arguments", "id"?}``; arguments as an object or a JSON string), or ``body`` (default: the
+whole response body — for a stream, a list of raw chunk strings).
+
+VALUE is JSON (quote strings: ``'"hello"'``), or ``@path`` to read the JSON from a file.
+
+Rewriting a model response keeps its provider's shape — OpenAI chat completions and Responses,
+Anthropic messages, Gemini generateContent — streamed or not, so the unmodified SDK parses it.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from .providers import detect, parse_sse
+from .runtime import ForkpointError
+
+_SPEC = re.compile(
+    r"^(?P<target>tool:[^#=.]+(?:#\d+)?|model#\d+|seq:\d+)(?:\.(?P<field>[a-z_]+))?=(?P<value>.*)$", re.S
+)
+_TOOL_FIELDS = ("result", "error")
+_MODEL_FIELDS = ("text", "tool_calls", "body")
+
+
+class OverrideError(ForkpointError, ValueError):
+    """An override spec that cannot be parsed or applied; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class Override:
+    """One parsed override: ``kind`` is ``tool`` or ``model`` or ``seq``; ``field`` may be None."""
+
+    spec: str
+    kind: str
+    name: str | None
+    occurrence: int
+    seq: int | None
+    field: str | None
+    value: Any
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON form for reports and session headers."""
+        return {"spec": self.spec, "field": self.field, "value": self.value}
+
+
+def parse(spec: str, *, base: Path | None = None) -> Override:
+    """Parse an override spec (see module docstring). Raises :class:`OverrideError`."""
+    m = _SPEC.match(spec)
+    if not m:
+        raise OverrideError(
+            f"override {spec!r}: expected TARGET[.FIELD]=VALUE with TARGET tool:NAME[#K], model#K or seq:N"
+        )
+    target, field, raw = m["target"], m["field"], m["value"]
+    if raw.startswith("@"):
+        path = Path(raw[1:])
+        if base is not None and not path.is_absolute():
+            path = base / path
+        try:
+            raw = path.read_text()
+        except OSError as exc:
+            raise OverrideError(f"override {spec!r}: cannot read {path}: {exc.strerror}") from None
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise OverrideError(
+            f"override {spec!r}: value is not JSON ({exc}); quote strings, e.g. '\"text\"', or use @file.json"
+        ) from None
+    if target.startswith("tool:"):
+        name, _, k = target[5:].partition("#")
+        kind, occurrence, seq = "tool", int(k or 1), None
+    elif target.startswith("model#"):
+        name, kind, occurrence, seq = None, "model", int(target[6:]), None
+    else:
+        name, kind, occurrence, seq = None, "seq", 0, int(target[4:])
+    if kind == "tool" and field not in (None, *_TOOL_FIELDS):
+        raise OverrideError(f"override {spec!r}: a tool call's field is one of {', '.join(_TOOL_FIELDS)}")
+    if kind == "model" and field not in (None, *_MODEL_FIELDS):
+        raise OverrideError(f"override {spec!r}: a model call's field is one of {', '.join(_MODEL_FIELDS)}")
+    if occurrence < 1 and kind != "seq":
+        raise OverrideError(f"override {spec!r}: occurrences count from 1")
+    if field == "error" and not (isinstance(value, dict) and "type" in value):
+        raise OverrideError(f'override {spec!r}: an error is {{"type": "ValueError", "message": "…"}}')
+    return Override(spec, kind, name, occurrence, seq, field, value)
+
+
+def resolve(overrides: list[Override], events: list[dict[str, Any]]) -> dict[int, Override]:
+    """Map each override to the seq of the recorded event it replaces. Raises :class:`OverrideError`
+    when a target does not exist, or two overrides hit the same event."""
+    out: dict[int, Override] = {}
+    for o in overrides:
+        if o.kind == "tool":
+            hits = [e for e in events if e["type"] == "tool_call" and e["tool"] == o.name]
+            if len(hits) < o.occurrence:
+                raise OverrideError(
+                    f"override {o.spec!r}: the session has {len(hits)} call(s) of tool {o.name!r}"
+                )
+            event = hits[o.occurrence - 1]
+        elif o.kind == "model":
+            hits = [e for e in events if e["type"] == "model_call"]
+            if len(hits) < o.occurrence:
+                raise OverrideError(f"override {o.spec!r}: the session has {len(hits)} model call(s)")
+            event = hits[o.occurrence - 1]
+        else:
+            found = [e for e in events if e["seq"] == o.seq and e["type"] in ("tool_call", "model_call")]
+            if not found:
+                raise OverrideError(f"override {o.spec!r}: no model or tool call has seq {o.seq}")
+            event = found[0]
+        allowed = _TOOL_FIELDS if event["type"] == "tool_call" else _MODEL_FIELDS
+        if o.field is not None and o.field not in allowed:
+            raise OverrideError(
+                f"override {o.spec!r}: event {event['seq']} is a {event['type']}; fields: {allowed}"
+            )
+        if event["seq"] in out:
+            raise OverrideError(f"override {o.spec!r}: event {event['seq']} is already overridden")
+        out[event["seq"]] = o
+    return out
+
+
+def apply(event: dict[str, Any], o: Override) -> dict[str, Any]:
+    """A copy of the recorded ``event`` with the override applied (the original is not changed)."""
+    new = copy.deepcopy(event)
+    if new["type"] == "tool_call":
+        new.pop("result", None)
+        new.pop("error", None)
+        if o.field == "error":
+            new["error"] = {
+                "type": str(o.value["type"]),
+                "module": str(o.value.get("module", "builtins")),
+                "message": str(o.value.get("message", "")),
+            }
+        else:
+            new["result"] = o.value
+        return new
+    resp = new.get("response")
+    if resp is None:
+        raise OverrideError(f"override {o.spec!r}: model call {event['seq']} got no response to replace")
+    if o.field in (None, "body"):
+        if resp.get("body_kind") == "stream":
+            if not (isinstance(o.value, list) and all(isinstance(c, str) for c in o.value)):
+                raise OverrideError(f"override {o.spec!r}: a streamed body is a list of raw chunk strings")
+            resp["chunks"] = [[0.0, c] for c in o.value]
+        else:
+            resp["body_kind"], resp["body"] = "json", o.value
+        resp["ended"] = "complete"
+        new.pop("error", None)
+        return new
+    text = o.value if o.field == "text" else None
+    calls = _norm_calls(o) if o.field == "tool_calls" else None
+    _, api = detect(new["request"]["url"], new["request"]["body"])
+    stream = resp.get("body_kind") == "stream"
+    rewrite = _REWRITERS.get((api, stream))
+    if rewrite is None:
+        raise OverrideError(
+            f"override {o.spec!r}: cannot rewrite the {o.field} of a {'streamed ' if stream else ''}{api} response; "
+            "override the whole body instead"
+        )
+    rewrite(resp, text, calls)
+    resp["ended"] = "complete"
+    new.pop("error", None)
+    return new
+
+
+def _norm_calls(o: Override) -> list[dict[str, Any]]:
+    if not isinstance(o.value, list) or not all(isinstance(c, dict) and "name" in c for c in o.value):
+        raise OverrideError(f'override {o.spec!r}: tool_calls is a list of {{"name": …, "arguments": …}}')
+    out = []
+    for c in o.value:
+        args = c.get("arguments", {})
+        out.append(
+            {
+                "id": str(c.get("id") or "call_fp_" + secrets.token_hex(6)),
+                "name": str(c["name"]),
+                "arguments": args if isinstance(args, str) else orjson.dumps(args).decode(),
+            }
+        )
+    return out
+
+
+def _args_obj(raw: str) -> Any:
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return {}
+
+
+def _sse(data: Any, event: str | None = None) -> str:
+    payload = data if isinstance(data, str) else orjson.dumps(data).decode()
+    return (f"event: {event}\n" if event else "") + f"data: {payload}\n\n"
+
+
+def _stream_payloads(resp: dict[str, Any]) -> list[Any]:
+    text = "".join(
+        c if isinstance(c, str) else c.decode("utf-8", "replace") for _, c in resp.get("chunks", [])
+    )
+    out = []
+    for ev in parse_sse(text):
+        try:
+            out.append(orjson.loads(ev.data))
+        except orjson.JSONDecodeError:
+            continue
+    return out
+
+
+# --- OpenAI chat completions
+
+
+def _chat_body(resp: dict[str, Any], text: str | None, calls: list[dict[str, Any]] | None) -> None:
+    body = resp["body"]
+    calls = calls or []
+    choice = (body.get("choices") or [{}])[0]
+    msg: dict[str, Any] = {"role": "assistant", "content": text}
+    if calls:
+        msg["tool_calls"] = [
+            {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
+            for c in calls
+        ]
+    choice.update({"index": 0, "message": msg, "finish_reason": "tool_calls" if calls else "stop"})
+    body["choices"] = [choice]
+
+
+def _chat_stream(resp: dict[str, Any], text: str | None, calls: list[dict[str, Any]] | None) -> None:
+    payloads = [p for p in _stream_payloads(resp) if isinstance(p, dict)]
+    first = payloads[0] if payloads else {}
+    base = {k: first.get(k) for k in ("id", "object", "created", "model") if k in first}
+    base.setdefault("object", "chat.completion.chunk")
+    usage = next((p for p in payloads if p.get("usage") and not p.get("choices")), None)
+    calls = calls or []
+    chunks = [
+        _sse(
+            {
+                **base,
+                "choices": [
+                    {"index": 0, "delta": {"role": "assistant", "content": text or ""}, "finish_reason": None}
+                ],
+            }
+        )
+    ]
+    for i, c in enumerate(calls):
+        delta = {
+            "tool_calls": [
+                {
+                    "index": i,
+                    "id": c["id"],
+                    "type": "function",
+                    "function": {"name": c["name"], "arguments": c["arguments"]},
+                }
+            ]
+        }
+        chunks.append(_sse({**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}))
+    chunks.append(
+        _sse(
+            {
+                **base,
+                "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls" if calls else "stop"}],
+            }
+        )
+    )
+    if usage is not None:
+        chunks.append(_sse(usage))
+    chunks.append(_sse("[DONE]"))
+    resp["chunks"] = [[0.0, c] for c in chunks]
+
+
+# --- Anthropic messages
+
+
+def _anthropic_blocks(text: str | None, calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    blocks: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
+    blocks += [
+        {"type": "tool_use", "id": c["id"], "name": c["name"], "input": _args_obj(c["arguments"])}
+        for c in calls
+    ]
+    return blocks
+
+
+def _anthropic_body(resp: dict[str, Any], text: str | None, calls: list[dict[str, Any]] | None) -> None:
+    calls = calls or []
+    resp["body"]["content"] = _anthropic_blocks(text, calls)
+    resp["body"]["stop_reason"] = "tool_use" if calls else "end_turn"
+
+
+def _anthropic_stream(resp: dict[str, Any], text: str | None, calls: list[dict[str, Any]] | None) -> None:
+    payloads = [p for p in _stream_payloads(resp) if isinstance(p, dict)]
+    start = next(
+        (p for p in payloads if p.get("type") == "message_start"), {"type": "message_start", "message": {}}
+    )
+    delta = next(
+        (p for p in payloads if p.get("type") == "message_delta"), {"type": "message_delta", "usage": {}}
+    )
+    calls = calls or []
+    out = [_sse(start, "message_start")]
+    for i, b in enumerate(_anthropic_blocks(text, calls)):
+        if b["type"] == "text":
+            out.append(
+                _sse(
+                    {
+                        "type": "content_block_start",
+                        "index": i,
+                        "content_block": {"type": "text", "text": ""},
+                    },
+                    "content_block_start",
+                )
+            )
+            out.append(
+                _sse(
+                    {
+                        "type": "content_block_delta",
+                        "index": i,
+                        "delta": {"type": "text_delta", "text": b["text"]},
+                    },
+                    "content_block_delta",
+                )
+            )
+        else:
+            out.append(
+                _sse(
+                    {
+                        "type": "content_block_start",
+                        "index": i,
+                        "content_block": {"type": "tool_use", "id": b["id"], "name": b["name"], "input": {}},
+                    },
+                    "content_block_start",
+                )
+            )
+            out.append(
+                _sse(
+                    {
+                        "type": "content_block_delta",
+                        "index": i,
+                        "delta": {
+                            "type": "input_json_delta",
+                            "partial_json": orjson.dumps(b["input"]).decode(),
+                        },
+                    },
+                    "content_block_delta",
+                )
+            )
+        out.append(_sse({"type": "content_block_stop", "index": i}, "content_block_stop"))
+    delta = {**delta, "delta": {**delta.get("delta", {}), "stop_reason": "tool_use" if calls else "end_turn"}}
+    out += [_sse(delta, "message_delta"), _sse({"type": "message_stop"}, "message_stop")]
+    resp["chunks"] = [[0.0, c] for c in out]
+
+
+# --- OpenAI Responses API (whole bodies)
+
+
+def _responses_body(resp: dict[str, Any], text: str | None, calls: list[dict[str, Any]] | None) -> None:
+    calls = calls or []
+    output: list[dict[str, Any]] = []
+    if text:
+        output.append(
+            {
+                "type": "message",
+                "id": "msg_fp_" + secrets.token_hex(6),
+                "role": "assistant",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": text, "annotations": []}],
+            }
+        )
+    for c in calls:
+        output.append(
+            {
+                "type": "function_call",
+                "id": "fc_fp_" + secrets.token_hex(6),
+                "call_id": c["id"],
+                "name": c["name"],
+                "arguments": c["arguments"],
+                "status": "completed",
+            }
+        )
+    resp["body"]["output"] = output
+
+
+# --- Gemini generateContent
+
+
+def _gemini_candidate(text: str | None, calls: list[dict[str, Any]]) -> dict[str, Any]:
+    parts: list[dict[str, Any]] = [{"text": text}] if text else []
+    parts += [{"functionCall": {"name": c["name"], "args": _args_obj(c["arguments"])}} for c in calls]
+    return {"content": {"role": "model", "parts": parts}, "finishReason": "STOP", "index": 0}
+
+
+def _gemini_body(resp: dict[str, Any], text: str | None, calls: list[dict[str, Any]] | None) -> None:
+    calls = calls or []
+    resp["body"]["candidates"] = [_gemini_candidate(text, calls)]
+
+
+def _gemini_stream(resp: dict[str, Any], text: str | None, calls: list[dict[str, Any]] | None) -> None:
+    payloads = [p for p in _stream_payloads(resp) if isinstance(p, dict)]
+    last = dict(payloads[-1]) if payloads else {}
+    calls = calls or []
+    last["candidates"] = [_gemini_candidate(text, calls)]
+    resp["chunks"] = [[0.0, _sse(last)]]
+
+
+_REWRITERS = {
+    ("chat.completions", False): _chat_body,
+    ("chat.completions", True): _chat_stream,
+    ("messages", False): _anthropic_body,
+    ("messages", True): _anthropic_stream,
+    ("responses", False): _responses_body,
+    ("generateContent", False): _gemini_body,
+    ("generateContent", True): _gemini_stream,
+}
