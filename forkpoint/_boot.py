@@ -1,7 +1,8 @@
 """Activation of forkpoint inside a process started by the CLI, driven by environment variables.
 
 ``FORKPOINT_MODE`` (``record`` or ``replay``), ``FORKPOINT_SESSION`` (session directory),
-``FORKPOINT_TOOLS`` (comma-separated ``module:qualname`` targets) and, for replay,
+``FORKPOINT_TOOLS`` (comma-separated ``module:qualname`` targets), ``FORKPOINT_WORKSPACE`` (JSON
+``root`` and ``include_ignored``, for checkpoints while recording) and, for replay,
 ``FORKPOINT_REPORT`` (where to write the JSON report at exit) and ``FORKPOINT_REPLAY`` (JSON:
 ``models``, ``tools``, ``on_divergence``, ``overrides`` and ``child``, the what-if session to write). The variables are removed once read,
 so subprocesses of the agent are not recorded or replayed (documented in docs/format.md).
@@ -31,11 +32,22 @@ def start() -> None:
 
     if env["FORKPOINT_TOOLS"]:
         install_import_hook([t for t in env["FORKPOINT_TOOLS"].split(",") if t])
+    from . import integrations
+
+    integrations.install()  # framework tool integrations (pydantic-ai, Agents SDK, google-genai)
     if mode == "record":
         from .log import SessionWriter
-        from .record import Recorder
+        from .record import Recorder, attach_workspace, open_workspace
 
-        rec = Recorder(SessionWriter.open(Path(session)))
+        writer = SessionWriter.open(Path(session))
+        ws_opts = json.loads(os.environ.pop("FORKPOINT_WORKSPACE", "") or "null")
+        ws = None
+        if ws_opts:
+            ws = attach_workspace(
+                open_workspace(ws_opts["root"], writer.path.parent, bool(ws_opts.get("include_ignored"))),
+                writer,
+            )
+        rec = Recorder(writer, workspace=ws)
         runtime.activate(rec)
         atexit.register(rec.close)
     elif mode == "replay":
@@ -52,6 +64,7 @@ def start() -> None:
             on_divergence=opts.get("on_divergence", "stop"),
             overrides=[override.parse(o) for o in opts.get("overrides", [])],
             child=child,
+            live_from=opts.get("live_from"),
         )
         install_network_guard()
         for k in API_KEY_VARS:

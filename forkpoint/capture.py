@@ -375,6 +375,7 @@ def _patch(mod: ModuleType) -> None:
             served = rt.take_model_call(record)
             if served is not None:
                 return _build_response(mod, request, served, replay_sync)
+        rt.before_model_call(record)
         call = _Call(rt, record)
         try:
             response = orig_sync(self, request)
@@ -396,6 +397,7 @@ def _patch(mod: ModuleType) -> None:
             served = rt.take_model_call(record)
             if served is not None:
                 return _build_response(mod, request, served, replay_async)
+        rt.before_model_call(record)
         call = _Call(rt, record)
         try:
             response = await orig_async(self, request)

@@ -15,12 +15,13 @@ whole history at every turn:
 * ``{"$blob": "<sha256>", "size": n}`` stands for a string of ``n`` bytes (UTF-8) kept in ``blobs/``;
   with ``"bytes": true`` for binary data. Equal payloads are stored once.
 * ``{"$delta": {"base": S, "keep": K, "add": [...]}}`` stands for a list of a model call's request
-  body: the first ``K`` items of the same field of event ``S``'s request, then ``add``.
+  body (or a checkpoint's carried context): the first ``K`` items of the same field of event ``S``,
+  then ``add``.
 
 Reading resolves both; the in-memory (resolved) form represents binary data as :class:`bytes`.
 Writers append one whole line per ``write(2)`` under an exclusive ``flock``, so several processes
 can record into one session; a process killed mid-write leaves at most one incomplete last line,
-which readers ignore (and report as ``truncated``).
+which readers ignore (and report as ``truncated``) and the next writer removes before it appends.
 """
 
 from __future__ import annotations
@@ -95,9 +96,11 @@ class BlobStore:
         h = sha256_hex(data)
         target = self.path(h)
         if not target.exists():
-            target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            # mkdir(parents=True) gives parents the default mode: create blobs/ itself owner-only too.
+            self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+            target.parent.mkdir(exist_ok=True, mode=0o700)
             tmp = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-            with open(tmp, "wb") as f:
+            with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
                 f.write(data)
                 f.flush()
                 os.fsync(f.fileno())
@@ -259,7 +262,12 @@ class SessionWriter:
         size = os.fstat(self._fd).st_size
         if size == self._known_size:
             return
-        line = _last_complete_line(self.log_path, size)
+        line, end = _last_complete_line(self.log_path, size)
+        if end < size:
+            # A writer died mid-line: drop the torn bytes, or this append would glue onto them and
+            # leave a malformed line in the middle of the log.
+            os.ftruncate(self._fd, end)
+            size = end
         obj = orjson.loads(line)
         self._last_seq = int(obj.get("seq", 0))
         self._last_hash = str(obj["hash"])
@@ -275,7 +283,7 @@ class SessionWriter:
         with self._lock:
             stored = {"type": event["type"], "ts": event.get("ts") or now_iso()}
             stored.update((k, v) for k, v in event.items() if k not in ("seq", "prev", "hash"))
-            lists = _body_lists(event) if event.get("type") == "model_call" else None
+            lists = _body_lists(event)
             stored = _encode(stored, self.blobs)
             fcntl.flock(self._fd, fcntl.LOCK_EX)
             try:
@@ -299,7 +307,9 @@ class SessionWriter:
             return seq
 
     def _delta_encode(self, stored: dict[str, Any], lists: dict[str, list[str]], seq: int) -> None:
-        body = stored["request"]["body"]
+        body = stored["request"]["body"] if stored["type"] == "model_call" else stored["context"]
+        if "$lit" in body and len(body) == 1:  # a body with reserved keys is escaped as {"$lit": {...}}
+            body = body["$lit"]
         for name, items in lists.items():
             best_seq, best_keep = 0, 0
             for base_seq, base_lists in self._recent:
@@ -327,15 +337,29 @@ class SessionWriter:
                 self._fd = -1
 
 
+def delta_container(event: dict[str, Any]) -> dict[str, Any] | None:
+    """The dict whose top-level lists are delta-encoded: a model call's JSON request body, or a
+    checkpoint's carried ``context``. None for other events."""
+    if event.get("type") == "model_call":
+        request = event.get("request") or {}
+        body = request.get("body")
+        return body if request.get("body_kind") == "json" and isinstance(body, dict) else None
+    if event.get("type") == "checkpoint":
+        context = event.get("context")
+        return context if isinstance(context, dict) else None
+    return None
+
+
 def _body_lists(event: dict[str, Any]) -> dict[str, list[str]]:
-    body = event.get("request", {}).get("body")
-    if event.get("request", {}).get("body_kind") != "json" or not isinstance(body, dict):
+    body = delta_container(event)
+    if body is None:
         return {}
     return {k: [digest(to_json(i)) for i in v] for k, v in body.items() if isinstance(v, list) and v}
 
 
-def _last_complete_line(path: Path, size: int) -> bytes:
-    """The last newline-terminated line within the first ``size`` bytes of ``path``.
+def _last_complete_line(path: Path, size: int) -> tuple[bytes, int]:
+    """The last newline-terminated line within the first ``size`` bytes of ``path``, and the offset
+    just after it (``size`` unless the file ends in a torn line).
 
     A torn last line (a writer killed mid-write) is skipped: the line before it is returned.
     """
@@ -349,7 +373,7 @@ def _last_complete_line(path: Path, size: int) -> bytes:
             if end >= 0:
                 begin = buf.rfind(b"\n", 0, end)
                 if begin >= 0 or start == 0:
-                    return buf[begin + 1 : end + 1]
+                    return buf[begin + 1 : end + 1], start + end + 1
             elif start == 0:
                 raise SessionError(f"{path}: no complete line")
             block *= 2
@@ -427,10 +451,9 @@ class Session:
                 raise SessionError(f"{log_path}:{lineno}: not an event (needs 'type' and 'seq')")
             event = _decode(obj, blobs, where)
             _resolve_deltas(event, resolved_lists, log_path, lineno)
-            if event.get("type") == "model_call":
-                body = event.get("request", {}).get("body")
-                if isinstance(body, dict):
-                    resolved_lists[event["seq"]] = {k: v for k, v in body.items() if isinstance(v, list)}
+            body = delta_container(event)
+            if body is not None:
+                resolved_lists[event["seq"]] = {k: v for k, v in body.items() if isinstance(v, list)}
             session.events.append(event)
         return session
 
@@ -456,8 +479,8 @@ class _Delta:
 def _resolve_deltas(
     event: dict[str, Any], lists: dict[int, dict[str, list[Any]]], log_path: Path, lineno: int
 ) -> None:
-    body = event.get("request", {}).get("body") if event.get("type") == "model_call" else None
-    if not isinstance(body, dict):
+    body = delta_container(event)
+    if body is None:
         return
     for name, value in body.items():
         if isinstance(value, _Delta):
@@ -496,6 +519,11 @@ class Verification:
 
 def _blob_refs(value: Any, out: set[str]) -> None:
     if isinstance(value, dict):
+        if "$lit" in value and len(value) == 1 and isinstance(value["$lit"], dict):
+            # Escaped user data: its keys are literal ({"$blob": ...} there is no reference).
+            for v in value["$lit"].values():
+                _blob_refs(v, out)
+            return
         if "$blob" in value and isinstance(value["$blob"], str):
             out.add(value["$blob"])
         for v in value.values():

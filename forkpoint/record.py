@@ -14,13 +14,14 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import __version__, runtime
+from . import __version__, integrations, runtime
 from .log import SessionWriter, new_span_id
 from .match import model_key, normalize_request, tool_key
 from .store import default_store
 
 if TYPE_CHECKING:
     from .capture import _Call
+    from .checkpoint import Workspace
 
 #: Packages whose versions go into every session header (when installed).
 TRACKED_PACKAGES = (
@@ -98,13 +99,59 @@ class Recorder:
 
     mode = "record"
 
-    def __init__(self, writer: SessionWriter) -> None:
+    def __init__(self, writer: SessionWriter, *, workspace: Workspace | None = None) -> None:
         self.writer = writer
+        self.workspace = workspace
         self.root_span: str = writer.header.get("span_id") or new_span_id()
         self.pending: set[_Call] = set()
-        self.counts = {"model_call": 0, "tool_call": 0}
+        self.counts = {"model_call": 0, "tool_call": 0, "checkpoint": 0}
         self._lock = threading.Lock()
+        self._checkpoint_lock = threading.Lock()
+        self._turn_tools_expected = 0  # tool calls the last model response asked for
+        self._turn_tools_done = 0
         self._closed = False
+
+    # -- checkpoints (only with a workspace)
+
+    def before_model_call(self, request: dict[str, Any]) -> None:
+        """Right before a model call is sent: every tool result of the previous turn is in, so this
+        is a resumable boundary. Takes a checkpoint whose carried context is this request's messages."""
+        if self.workspace is None:
+            return
+        from .checkpoint import carried_context
+
+        body = request.get("body") if request.get("body_kind") == "json" else None
+        self.checkpoint(boundary="resumable", context=carried_context(body), reason="before model call")
+
+    def checkpoint(
+        self, *, boundary: str | None = None, context: dict[str, Any] | None = None, reason: str = "manual"
+    ) -> int | None:
+        """Take a checkpoint of the workspace now; returns its seq (None without a workspace).
+
+        ``boundary`` defaults to ``resumable`` unless tool calls the last model response asked for are
+        still outstanding (then ``observable``).
+        """
+        if self.workspace is None:
+            return None
+        from .checkpoint import checkpoint_event
+
+        with self._checkpoint_lock:
+            if boundary is None:
+                boundary = "observable" if self._turn_tools_done < self._turn_tools_expected else "resumable"
+            event = checkpoint_event(
+                self.workspace,
+                self.writer.blobs,
+                boundary=boundary,
+                turn=self.counts["model_call"] + 1,
+                context=context,
+                reason=reason,
+            )
+            event.update(
+                span_id=new_span_id(),
+                parent_span_id=runtime.current_span.get() or self.root_span,
+                pid=os.getpid(),
+            )
+            return self._append(event)
 
     @property
     def session_path(self) -> Path:
@@ -114,6 +161,9 @@ class Recorder:
     def model_call_done(self, event: dict[str, Any]) -> None:
         """Append a finished model call (built by the capture layer); adds key and summary."""
         self._append(self.enrich_model_call(event))
+        with self._checkpoint_lock:
+            self._turn_tools_expected = len((event.get("summary") or {}).get("tool_calls") or [])
+            self._turn_tools_done = 0
 
     @staticmethod
     def enrich_model_call(event: dict[str, Any]) -> dict[str, Any]:
@@ -129,10 +179,18 @@ class Recorder:
         return event
 
     def tool_call_done(self, event: dict[str, Any]) -> None:
-        """Append a finished tool call (built by the tool wrapper); adds its key."""
+        """Append a finished tool call (built by the tool wrapper); adds its key. With a workspace, a
+        tool call that is not the last one its turn asked for is followed by an observable checkpoint."""
         event["key"] = tool_key(event["tool"], event["args"])
         event["pid"] = os.getpid()
         self._append(event)
+        with self._checkpoint_lock:
+            self._turn_tools_done += 1
+            more = self._turn_tools_done < self._turn_tools_expected
+        if more:
+            self.checkpoint(
+                boundary="observable", reason=f"after tool {event['tool']}, before the rest of its turn"
+            )
 
     def note(self, text: str, **data: Any) -> int:
         """Append a ``note`` event with free text and JSON data; returns its seq."""
@@ -163,6 +221,22 @@ class Recorder:
         self.writer.close()
 
 
+def open_workspace(root: str | Path | None, store: Path, include_ignored: bool = False) -> Workspace | None:
+    """The :class:`~forkpoint.checkpoint.Workspace` to checkpoint, or None when ``root`` is None."""
+    if root is None:
+        return None
+    from .checkpoint import Workspace
+
+    return Workspace.open(Path(root), store, include_ignored=include_ignored)
+
+
+def attach_workspace(ws: Workspace | None, writer: SessionWriter) -> Workspace | None:
+    """Point the workspace's new git objects at the session's ``git-objects`` folder."""
+    if ws is not None:
+        ws.objects = writer.path / "git-objects"
+    return ws
+
+
 def end_event(exit_code: int | None, started: float, *, reason: str | None = None) -> dict[str, Any]:
     """The ``end`` event of a session: exit code, wall time since ``started`` (perf_counter)."""
     return {
@@ -180,18 +254,24 @@ def record(
     store: str | Path | None = None,
     tags: Mapping[str, str] | None = None,
     argv: Sequence[str] | None = None,
+    workspace: str | Path | None = None,
+    include_ignored: bool = False,
 ) -> Iterator[Recorder]:
     """Record every model call and tool call made inside the block into a new session.
 
-    ``store`` defaults to ``$FORKPOINT_STORE`` or ``.forkpoint/``. Yields the :class:`Recorder`;
-    ``recorder.session_path`` is the new session directory. The session ends with an ``end`` event
-    (``exit_code`` 0, or 1 and the exception type if the block raised).
+    ``store`` defaults to ``$FORKPOINT_STORE`` or ``.forkpoint/``. With ``workspace`` (a directory;
+    its git repository if it is in one), checkpoints are taken before each model call (resumable) and
+    between the tool calls of one turn (observable); see :mod:`forkpoint.checkpoint`.
+    Yields the :class:`Recorder`; ``recorder.session_path`` is the new session directory. The session
+    ends with an ``end`` event (``exit_code`` 0, or 1 and the exception type if the block raised).
     """
-    writer = SessionWriter.create(
-        Path(store) if store else default_store(),
-        make_header(argv=list(argv) if argv is not None else list(sys.argv), name=name, tags=tags),
-    )
-    rec = Recorder(writer)
+    store_path = Path(store) if store else default_store()
+    ws = open_workspace(workspace, store_path, include_ignored)
+    header = make_header(argv=list(argv) if argv is not None else list(sys.argv), name=name, tags=tags)
+    header["workspace"] = ws.describe() if ws else None
+    writer = SessionWriter.create(store_path, header)
+    rec = Recorder(writer, workspace=attach_workspace(ws, writer))
+    integrations.install()
     runtime.activate(rec)
     started = time.perf_counter()
     code, reason = 0, None

@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from . import override, runtime
+from . import integrations, override, runtime
 from .log import Session, SessionWriter, new_span_id
 from .match import format_changes, json_diff, model_key, normalize_request, similarity, tool_key
 from .override import Override
@@ -130,7 +130,9 @@ class Replayer:
     ``"live"`` (really made). ``on_divergence`` is the policy after a call that matches nothing:
     ``"stop"`` raises :class:`Divergence`; ``"live"`` switches every later call to live;
     ``"fifo"`` serves the next unused recorded call of the same endpoint or tool and notes the drift.
-    ``overrides`` replace single recorded results (see :mod:`forkpoint.override`).
+    ``overrides`` replace single recorded results (see :mod:`forkpoint.override`). With
+    ``live_from`` (a checkpoint's seq) only the calls before it are served; once all of them have
+    been, every later call is live (a fork's continuation).
 
     When ``child`` is given, every call of this run — served, overridden or live — is written to it:
     the what-if run as a session of its own, linked to its parent. Thread-safe.
@@ -148,6 +150,7 @@ class Replayer:
         on_divergence: str = "stop",
         overrides: Sequence[Override] = (),
         child: SessionWriter | None = None,
+        live_from: int | None = None,
     ) -> None:
         for name, value, allowed in (
             ("models", models, SOURCES),
@@ -164,7 +167,13 @@ class Replayer:
         self.sources = {"model_call": models, "tool_call": tools}
         self.policy = on_divergence
         self.child = child
-        self.recorded = [e for e in session.events if e["type"] in ("model_call", "tool_call")]
+        # A fork replays the prefix before its checkpoint, then goes live once that prefix is used up.
+        self.live_from = live_from
+        self.recorded = [
+            e
+            for e in session.events
+            if e["type"] in ("model_call", "tool_call") and (live_from is None or e["seq"] < live_from)
+        ]
         self.overrides = override.resolve(list(overrides), self.recorded)
         self.applied: dict[int, bool] = dict.fromkeys(self.overrides, False)
         self._queues: dict[str, deque[dict[str, Any]]] = {}
@@ -204,6 +213,9 @@ class Replayer:
             self._log_served(event, {"tool": name, "args": args})
         return event
 
+    def before_model_call(self, request: dict[str, Any]) -> None:
+        """Live calls of a replay take no checkpoints (the recording has them)."""
+
     def model_call_done(self, event: dict[str, Any]) -> None:
         """A live model call finished: write it to the child session."""
         self._log_live(event)
@@ -223,6 +235,10 @@ class Replayer:
             queue = self._queues.get(key)
             if queue:
                 return self._serve(queue.popleft())
+            if self.live_from is not None and len(self.used) == len(self.recorded):
+                self.gone_live = True  # the recorded prefix is done: the fork continues live
+                self.live_calls[kind] += 1
+                return None
             report = self._divergence_report(kind, key, norm, what)
             first = self.divergence is None
             if first:
@@ -362,6 +378,7 @@ class Replayer:
             ],
             "live_calls": {"models": self.live_calls["model_call"], "tools": self.live_calls["tool_call"]},
             "child_session": str(self.child.path) if self.child else None,
+            "live_from": self.live_from,
             "network_blocked": self.network_blocked,
         }
 
@@ -467,6 +484,8 @@ def replay(
     if not isinstance(session, Session):
         session = Session.load(resolve(session, Path(store) if store else None))
     parsed = [o if isinstance(o, Override) else override.parse(o) for o in overrides]
+    # Check every override fits the session before a child session is written for the run.
+    override.resolve(parsed, [e for e in session.events if e["type"] in ("model_call", "tool_call")])
     what_if = bool(parsed) or models == "live" or tools == "live" or on_divergence != "stop"
     child = None
     if record_child if record_child is not None else what_if:
@@ -491,6 +510,7 @@ def replay(
     added = [k for k in API_KEY_VARS if not os.environ.get(k)]
     for k in added:
         os.environ[k] = PLACEHOLDER_KEY
+    integrations.install()
     runtime.activate(rt)
     started = time.perf_counter()
     code = 0
@@ -522,12 +542,13 @@ def create_child(
     on_divergence: str,
     overrides: list[str],
     seq: int | None = None,
+    name: str | None = None,
 ) -> SessionWriter:
     """A new session, in the parent's store, for a what-if run of ``parent`` (header ``parent`` and
     ``replay`` say how it was made)."""
     header = make_header(
         argv=argv,
-        name=f"what-if of {parent.id}",
+        name=name or f"what-if of {parent.id}",
         tags={k: v for k, v in (parent.header.get("tags") or {}).items() if v is not None},
         parent={"session_id": parent.id, "seq": seq},
     )

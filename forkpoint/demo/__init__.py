@@ -21,7 +21,6 @@ from rich.table import Table
 from ..cli import record_command, replay_command
 from ..log import Session
 from ..show import render
-from .server import ModelServer
 
 
 def _agent_cmd(base_url: str, workdir: Path) -> list[str]:
@@ -38,6 +37,8 @@ def _lines_in(path: Path) -> int:
 
 def run_demo(*, store: Path, turns: int = 2, console: Console | None = None) -> int:
     """Run the demo end to end; returns 0 when both replays reproduced the recording exactly."""
+    from .server import ModelServer  # imported here so `python -m forkpoint.demo.server` runs cleanly
+
     console = console or Console(highlight=False)
     work = Path(tempfile.mkdtemp(prefix="forkpoint-demo-"))
     rows: list[tuple[str, str, str, str]] = []
