@@ -15,13 +15,15 @@ Tool calls are keyed the same way on ``{"tool": name, "args": arguments}``.
 
 from __future__ import annotations
 
+import base64
 import difflib
+import re
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from .canonical import canonical_json, digest
-from .redact import scrub_json, scrub_url
+from .redact import scrub_bytes, scrub_json, scrub_url
 
 #: Request headers that are part of the match key (lower-case). All others are ignored.
 SEMANTIC_HEADERS: frozenset[str] = frozenset(
@@ -34,19 +36,36 @@ def normalize_request(
 ) -> dict[str, Any]:
     """The part of an HTTP request that its match key covers, as plain JSON data.
 
-    ``body`` is already parsed (JSON value, ``{"$text": str}`` or ``{"$b64": str}``); it is scrubbed
-    here, so callers may pass a live request.
+    ``body`` is already parsed (JSON value, text as ``str``, binary data as ``bytes``, which becomes
+    ``{"$b64": str}``); it is scrubbed here, so callers may pass a live request. A multipart body's
+    boundary, random for every request, is replaced by a fixed token.
     """
     parts = urlsplit(scrub_url(url))
-    pairs = headers.items() if isinstance(headers, dict) else (headers or [])
+    pairs = list(headers.items() if isinstance(headers, dict) else (headers or []))
     kept = {k.lower(): v.split(";")[0].strip() if k.lower() == "content-type" else v for k, v in pairs}
+    ctype = next((v for k, v in pairs if k.lower() == "content-type"), "")
     return {
         "method": method.upper(),
         "path": parts.path,
         "query": sorted(parse_qsl(parts.query, keep_blank_values=True)),
         "headers": {k: v for k, v in sorted(kept.items()) if k in SEMANTIC_HEADERS},
-        "body": scrub_json(body),
+        "body": scrub_json(_stable_body(body, ctype)),
     }
+
+
+def _stable_body(body: Any, content_type: str) -> Any:
+    m = (
+        re.search(r'boundary="?([^";]+)"?', content_type)
+        if content_type.lower().startswith("multipart/")
+        else None
+    )
+    if m and isinstance(body, str):
+        body = body.replace(m.group(1), "forkpoint-boundary")
+    elif m and isinstance(body, bytes):
+        body = body.replace(m.group(1).encode(), b"forkpoint-boundary")
+    if isinstance(body, bytes | bytearray):  # not JSON data: hashed (and diffed) as base64 text
+        return {"$b64": base64.b64encode(scrub_bytes(bytes(body))).decode()}
+    return body
 
 
 def model_key(normalized: dict[str, Any]) -> str:
@@ -131,6 +150,29 @@ def _short(value: Any, limit: int = 160) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def _first_difference(a: str, b: str) -> int:
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+
+
+def _clip_lines(diff: list[str], width: int = 160) -> list[str]:
+    """Unified-diff lines cut to ``width`` characters around the first column where a changed line
+    differs from its counterpart, so a long single-line prompt does not print twice in full."""
+    removed = [d[1:] for d in diff if d.startswith("-")]
+    added = [d[1:] for d in diff if d.startswith("+")]
+    out = []
+    for d in diff:
+        text = d[1:]
+        if len(text) <= width:
+            out.append(d)
+            continue
+        others = added if d[0] == "-" else removed if d[0] == "+" else []
+        col = max((_first_difference(text, o) for o in others), default=0)
+        start = max(0, col - width // 3)
+        clipped = ("…" if start else "") + text[start : start + width]
+        out.append(d[0] + clipped + ("…" if start + width < len(text) else ""))
+    return out
+
+
 def format_changes(changes: list[Change], limit: int = 20) -> str:
     """Human-readable lines for a diff; long strings are shown as a compact text diff."""
     lines: list[str] = []
@@ -148,7 +190,7 @@ def format_changes(changes: list[Change], limit: int = 20) -> str:
             diff = difflib.unified_diff(
                 c.expected.splitlines(), c.actual.splitlines(), "recorded", "actual", n=1, lineterm=""
             )
-            lines.extend(f"      {d}" for d in list(diff)[2:14])
+            lines.extend(f"      {d}" for d in _clip_lines(list(diff)[2:14]))
         else:
             lines.append(f"  ~ {c.path}: {_short(c.expected)} → {_short(c.actual)}")
     if len(changes) > limit:

@@ -20,7 +20,7 @@ import hashlib
 import re
 from collections.abc import Iterable, Sequence
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
 #: Headers whose values are credentials. Compared lower-case.
 SECRET_HEADERS: frozenset[str] = frozenset(
@@ -55,7 +55,7 @@ PATTERNS: tuple[tuple[str, str], ...] = (
     ("openai-key", r"sk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{20,}"),
     ("aws-access-key", r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),
     ("google-api-key", r"\bAIza[0-9A-Za-z_\-]{35}\b"),
-    ("github-token", r"\bgh[pousr]_[A-Za-z0-9]{36,}\b"),
+    ("github-token", r"\b(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,})\b"),
     ("jwt", r"\beyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}"),
     ("bearer", r"(?i:\bbearer)\s+(?P<s>[A-Za-z0-9\-._~+/]{8,}=*)"),
 )
@@ -63,6 +63,7 @@ PATTERNS: tuple[tuple[str, str], ...] = (
 _COMBINED = "|".join(f"(?P<k{i}>{p.replace('(?P<s>', f'(?P<s{i}>')})" for i, (_, p) in enumerate(PATTERNS))
 _TEXT_RE = re.compile(_COMBINED)
 _BYTES_RE = re.compile(_COMBINED.encode())
+_PLACEHOLDER_RE = re.compile(r"\[REDACTED:[a-z0-9-]+:[0-9a-f]{8}\]")
 
 
 def placeholder(kind: str, secret: str | bytes) -> str:
@@ -156,22 +157,27 @@ def scrub_headers(headers: Iterable[tuple[str, str]]) -> list[list[str]]:
     return [[name, scrub_text(value)] for name, value in headers if name.lower() not in SECRET_HEADERS]
 
 
+def _is_placeholder(value: str) -> bool:
+    return _PLACEHOLDER_RE.fullmatch(value) is not None
+
+
 def scrub_url(url: str) -> str:
     """``url`` with credential query parameters and secret-shaped substrings replaced."""
     parts = urlsplit(url)
     if parts.query:
         pairs = parse_qsl(parts.query, keep_blank_values=True)
-        if any(k.lower() in SECRET_QUERY_PARAMS and v for k, v in pairs):
+
+        def secret(k: str, v: str) -> bool:  # a placeholder is left alone: scrubbing is idempotent
+            return k.lower() in SECRET_QUERY_PARAMS and bool(v) and not _is_placeholder(v)
+
+        if any(secret(k, v) for k, v in pairs):
             query = urlencode(
-                [
-                    (k, placeholder("query-credential", v) if k.lower() in SECRET_QUERY_PARAMS and v else v)
-                    for k, v in pairs
-                ]
+                [(k, placeholder("query-credential", v) if secret(k, v) else v) for k, v in pairs]
             )
             parts = parts._replace(query=query)
-    if parts.username or parts.password:
-        host = parts.hostname or ""
-        if parts.port:
-            host = f"{host}:{parts.port}"
-        parts = parts._replace(netloc=f"{placeholder('url-credential', parts.netloc)}@{host}")
+    userinfo, _, host = parts.netloc.rpartition("@")
+    if (parts.username or parts.password) and not _is_placeholder(unquote(userinfo)):
+        # Percent-encoded: a bare "[...]" in the authority would read as an IPv6 host.
+        ph = quote(placeholder("url-credential", parts.netloc), safe="")
+        parts = parts._replace(netloc=f"{ph}@{host}")
     return scrub_text(urlunsplit(parts))

@@ -1,0 +1,333 @@
+"""The ``forkpoint`` command line, end to end: a real openai-SDK agent recorded against a local server
+in a subprocess, then replayed with the server stopped and no API key."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from forkpoint.cli import main
+from forkpoint.log import LOG_NAME, Session, SessionWriter
+
+SECRET = "sk-proj-CLItestKEY" + "x7Yq" * 10
+FORKPOINT = [str(Path(sys.executable).with_name("forkpoint"))]
+if not Path(FORKPOINT[0]).exists():  # pragma: no cover - forkpoint not installed as a script
+    FORKPOINT = [sys.executable, "-m", "forkpoint.cli"]
+
+AGENT = """
+import os
+import sys
+
+import openai
+
+from agenttools import lookup
+
+prompt, code = sys.argv[1], int(sys.argv[2])
+client = openai.OpenAI(base_url=os.environ["AGENT_BASE_URL"], max_retries=int(os.environ.get("AGENT_RETRIES", "2")))
+messages = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": prompt}]
+first = client.chat.completions.create(model="gpt-4o-mini", messages=messages, temperature=0)
+text = first.choices[0].message.content
+print("model:", first.id, text)
+found = lookup(text, limit=2)
+print("tool:", found)
+messages += [{"role": "assistant", "content": text}, {"role": "user", "content": f"the tool said {found}"}]
+stream = client.chat.completions.create(model="gpt-4o-mini", messages=messages, stream=True)
+parts = [c.choices[0].delta.content or "" for c in stream if c.choices]
+print("stream:", len(parts), "".join(parts))
+sys.exit(code)
+"""
+
+TOOLS = """
+import os
+
+SIDE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "side_effect.txt")
+
+
+def lookup(text, limit=5):
+    with open(SIDE, "a") as f:
+        f.write(text + "\\n")
+    return {"length": len(text), "head": text[:limit].upper()}
+"""
+
+
+@dataclass
+class Recorded:
+    workdir: Path
+    store: Path
+    base_env: dict[str, str]
+    alpha: Path  # prompt "hello there", exit 0, recorded with --store
+    beta: Path  # same prompt, exit 7, recorded through FORKPOINT_STORE
+    alpha_run: subprocess.CompletedProcess[str]
+    beta_run: subprocess.CompletedProcess[str]
+
+
+def run(
+    args: list[str], cwd: Path, env: dict[str, str], timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def flat(text: str) -> str:
+    """``text`` with all whitespace runs as single spaces (rich wraps lines on a pipe)."""
+    return " ".join(text.split())
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory, make_server: Any) -> Recorded:
+    workdir = tmp_path_factory.mktemp("agent")
+    (workdir / "agent_script.py").write_text(textwrap.dedent(AGENT))
+    (workdir / "agenttools.py").write_text(textwrap.dedent(TOOLS))
+    store = workdir / "store"
+    server = make_server()
+    base_env = {k: v for k, v in os.environ.items() if not k.startswith(("FORKPOINT_", "OPENAI_"))}
+    base_env["AGENT_BASE_URL"] = server.url + "/v1"
+    rec_env = {**base_env, "OPENAI_API_KEY": SECRET}
+    script = [sys.executable, "agent_script.py"]
+
+    alpha_run = run(
+        [
+            *FORKPOINT,
+            "record",
+            "--store",
+            str(store),
+            "--name",
+            "alpha",
+            "--tag",
+            "agent_version=3",
+            "--tag",
+            "prompt_version=p1",
+            "--tool",
+            "agenttools:lookup",
+            "--",
+            *script,
+            "hello there",
+            "0",
+        ],
+        workdir,
+        rec_env,
+    )
+    assert alpha_run.returncode == 0, alpha_run.stderr
+    beta_run = run(
+        [
+            *FORKPOINT,
+            "record",
+            "--name",
+            "beta",
+            "--tool",
+            "agenttools:lookup",
+            "--",
+            *script,
+            "hello there",
+            "7",
+        ],
+        workdir,
+        {**rec_env, "FORKPOINT_STORE": str(store)},
+    )
+    server.stop()  # from here on nothing can answer a real request
+    sessions = sorted(p for p in store.iterdir() if (p / LOG_NAME).is_file())
+    assert len(sessions) == 2
+    return Recorded(workdir, store, base_env, sessions[0], sessions[1], alpha_run, beta_run)
+
+
+def cli(*args: str, env: dict[str, str] | None = None) -> Any:
+    return CliRunner().invoke(main, list(args), env={"COLUMNS": "250", **(env or {})}, catch_exceptions=False)
+
+
+# ----------------------------------------------------------------------------- record
+
+
+def test_record_exit_code_is_the_scripts(recorded: Recorded) -> None:
+    assert recorded.alpha_run.returncode == 0
+    assert recorded.beta_run.returncode == 7, recorded.beta_run.stderr
+    for r in (recorded.alpha_run, recorded.beta_run):
+        lines = r.stdout.splitlines()
+        assert lines[0].startswith("model: chatcmpl-") and "reply 2 to: hello there" in lines[0]
+        assert lines[1] == "tool: {'length': 23, 'head': 'RE'}"  # lookup("reply 2 to: hello there", limit=2)
+        assert lines[2].startswith("stream: ") and "reply 4 to: the tool said" in lines[2]
+        assert "forkpoint: recorded session" in r.stderr and "2 model calls, 1 tool calls" in r.stderr
+    assert (recorded.workdir / "side_effect.txt").read_text().count("\n") == 2
+
+
+def test_recorded_session_contents(recorded: Recorded) -> None:
+    s = Session.load(recorded.alpha)
+    h = s.header
+    assert h["name"] == "alpha"
+    assert h["tags"] == {"agent_version": "3", "prompt_version": "p1"}
+    assert h["tools"] == ["agenttools:lookup"]
+    assert h["argv"][-3:] == ["agent_script.py", "hello there", "0"]
+    assert h["cwd"] == str(recorded.workdir.resolve())
+    assert [e["type"] for e in s.events] == ["model_call", "tool_call", "model_call", "end"]
+    tool = s.events[1]
+    assert tool["tool"] == "lookup" and tool["args"] == {"text": tool["args"]["text"], "limit": 2}
+    assert tool["result"] == {"length": 23, "head": "RE"}
+    stream = s.events[2]["response"]
+    assert stream["body_kind"] == "stream" and len(stream["chunks"]) >= 5
+    assert s.events[0]["summary"]["model"] == "gpt-4o-mini"
+    assert s.end()["exit_code"] == 0
+    assert Session.load(recorded.beta).end()["exit_code"] == 7
+    assert Session.load(recorded.beta).header["name"] == "beta"  # recorded into $FORKPOINT_STORE
+
+
+def test_api_key_never_reaches_disk(recorded: Recorded) -> None:
+    for session in (recorded.alpha, recorded.beta):
+        for p in session.rglob("*"):
+            if p.is_file():
+                data = p.read_bytes()
+                assert SECRET.encode() not in data and b"CLItestKEY" not in data, p
+
+
+# ----------------------------------------------------------------------------- replay
+
+
+def test_replay_serves_everything_offline_and_exits_with_the_scripts_code(recorded: Recorded) -> None:
+    side = recorded.workdir / "side_effect.txt"
+    before = side.read_text()
+    env = dict(recorded.base_env)  # no OPENAI_API_KEY, and the server is stopped
+    assert "OPENAI_API_KEY" not in env
+    report_file = recorded.workdir / "report.json"
+    r = run(
+        [
+            *FORKPOINT,
+            "replay",
+            recorded.beta.name,
+            "--store",
+            str(recorded.store),
+            "--report",
+            str(report_file),
+        ],
+        recorded.workdir,
+        env,
+    )
+    assert r.returncode == 7, r.stderr
+    assert r.stdout == recorded.beta_run.stdout  # same ids, same texts, same stream
+    assert side.read_text() == before  # the tool body did not run
+    assert "replay ok: 3/3 events matched" in flat(r.stderr)
+    report = json.loads(report_file.read_text())
+    assert (report["matched"], report["recorded"], report["unused"], report["divergence"]) == (3, 3, [], None)
+
+    r0 = run([*FORKPOINT, "replay", str(recorded.alpha)], recorded.workdir, env)
+    assert r0.returncode == 0, r0.stderr
+    assert r0.stdout == recorded.alpha_run.stdout
+
+
+def test_replay_divergence_exits_3_with_the_paragraph(recorded: Recorded) -> None:
+    env = {**recorded.base_env, "AGENT_RETRIES": "0"}
+    r = run(
+        [
+            *FORKPOINT,
+            "replay",
+            recorded.alpha.name,
+            "--store",
+            str(recorded.store),
+            "--",
+            sys.executable,
+            "agent_script.py",
+            "something else entirely",
+            "0",
+        ],
+        recorded.workdir,
+        env,
+    )
+    assert r.returncode == 3, (r.stdout, r.stderr)
+    err = flat(r.stderr)
+    assert "replay DIVERGED: 0/3 events matched" in err
+    assert "replay diverged at the 1st model call of this run (POST /v1/chat/completions)" in err
+    assert "Expected next: recorded event seq 1" in err
+    assert "$.body.messages[1].content" in err
+    assert "hello there → something else entirely" in err
+
+
+# ----------------------------------------------------------------------------- show, ls, verify
+
+
+def test_show_prints_turns_and_tool_calls(recorded: Recorded) -> None:
+    r = cli("show", recorded.alpha.name, "--store", str(recorded.store))
+    assert r.exit_code == 0, r.output
+    out = r.output
+    assert f"session {recorded.alpha.name}" in out and "alpha" in out
+    assert "agent_version=3" in out
+    assert "turn  1" in out and "turn  2" in out and "turn  3" not in out
+    assert "gpt-4o-mini" in out
+    assert "lookup(text=" in out and "limit=2" in out
+    assert "reply 2 to: hello there" in out  # the model's answer
+    assert "exit code 0" in out
+
+
+def test_show_json_has_every_event(recorded: Recorded) -> None:
+    r = cli("show", str(recorded.alpha), "--json")
+    assert r.exit_code == 0
+    data = json.loads(r.stdout)
+    loaded = Session.load(recorded.alpha)
+    assert data["header"]["session_id"] == recorded.alpha.name
+    assert [e["seq"] for e in data["events"]] == [e["seq"] for e in loaded.events] == [1, 2, 3, 4]
+    assert [e["type"] for e in data["events"]] == ["model_call", "tool_call", "model_call", "end"]
+    assert data["events"][0]["request"]["body"] == loaded.events[0]["request"]["body"]
+    assert data["truncated"] is False
+
+
+def test_ls_lists_sessions_and_honours_forkpoint_store(recorded: Recorded) -> None:
+    r = cli("ls", env={"FORKPOINT_STORE": str(recorded.store)})
+    assert r.exit_code == 0
+    rows = [
+        line for line in r.stdout.splitlines() if recorded.alpha.name in line or recorded.beta.name in line
+    ]
+    assert len(rows) == 2
+    # columns: session, name, created, model calls, tool calls, exit code, command
+    alpha, beta = rows[0].split(), rows[1].split()
+    assert alpha[0] == recorded.alpha.name and alpha[1] == "alpha" and alpha[3:6] == ["2", "1", "0"]
+    assert beta[0] == recorded.beta.name and beta[1] == "beta" and beta[3:6] == ["2", "1", "7"]
+    assert alpha[-2:] == ["there", "0"]
+    empty = cli("ls", "--store", str(recorded.workdir / "nowhere"))
+    assert "no sessions" in empty.output
+
+
+def test_session_resolution(recorded: Recorded, tmp_path: Path) -> None:
+    store = str(recorded.store)
+
+    def shown(ref: str, **kw: Any) -> str:
+        r = cli("show", ref, "--json", *kw.get("args", ["--store", store]), env=kw.get("env"))
+        assert r.exit_code == 0, r.output
+        return json.loads(r.stdout)["header"]["session_id"]
+
+    alpha, beta = recorded.alpha.name, recorded.beta.name
+    assert shown(alpha) == alpha  # full id
+    assert shown(str(recorded.beta)) == beta  # path
+    assert shown("last") == beta  # newest
+    assert shown("last", args=[], env={"FORKPOINT_STORE": store}) == beta
+    unique = next(alpha[:n] for n in range(len(alpha)) if not beta.startswith(alpha[:n]))
+    assert shown(unique) == alpha  # unique prefix
+
+    other = tmp_path / "store2"
+    for sid in ("20260101-000000-aaa111", "20260101-000000-aaa222", "20260102-000000-bbb333"):
+        SessionWriter.create(other, {"argv": ["x"]}, session_id=sid, fsync="never").close()
+    r = CliRunner().invoke(main, ["show", "20260101-000000-aaa", "--store", str(other)])
+    assert r.exit_code == 1
+    assert "ambiguous" in r.output and "aaa111" in r.output and "aaa222" in r.output
+    r = CliRunner().invoke(main, ["show", "2099", "--store", str(other)])
+    assert r.exit_code == 1 and "no session '2099'" in r.output
+    assert shown("20260102", args=["--store", str(other)]) == "20260102-000000-bbb333"
+
+
+def test_verify_passes_then_fails_after_tampering(recorded: Recorded, tmp_path: Path) -> None:
+    copy = tmp_path / recorded.alpha.name
+    shutil.copytree(recorded.alpha, copy)
+    ok = cli("verify", str(copy))
+    assert ok.exit_code == 0 and "verify ok: 4 events" in ok.stdout
+    log = copy / LOG_NAME
+    lines = log.read_bytes().splitlines(keepends=True)
+    lines[2] = lines[2].replace(b'"lookup"', b'"lookuq"')
+    log.write_bytes(b"".join(lines))
+    r = run([*FORKPOINT, "verify", str(copy)], tmp_path, dict(os.environ, COLUMNS="300"))
+    assert r.returncode == 1
+    assert "verify FAILED" in r.stdout
+    assert f"{LOG_NAME}:3:" in flat(r.stderr)

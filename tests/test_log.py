@@ -1,0 +1,432 @@
+"""The session log: round trip, header, hash chain, crash tolerance, linear storage, concurrency."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import multiprocessing
+import os
+import platform
+import stat
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+import forkpoint
+from forkpoint.canonical import digest
+from forkpoint.log import LOG_NAME, Session, SessionError, SessionWriter, verify
+
+# ----------------------------------------------------------------------------- helpers
+
+_CHAIN_FIELDS = ("seq", "prev", "hash", "ts")
+
+
+def _payload(event: dict[str, Any]) -> dict[str, Any]:
+    """An event without the fields the log assigns."""
+    return {k: v for k, v in event.items() if k not in _CHAIN_FIELDS}
+
+
+def _model_call(body: Any, **extra: Any) -> dict[str, Any]:
+    return {
+        "type": "model_call",
+        "request": {
+            "method": "POST",
+            "url": "https://api.example.com/v1/chat/completions",
+            "headers": [["content-type", "application/json"]],
+            "body_kind": "json",
+            "body": body,
+        },
+        "response": {"status": 200, "headers": [], "body_kind": "json", "body": {"ok": True}},
+        **extra,
+    }
+
+
+def _sample_events() -> list[dict[str, Any]]:
+    big = "the quick brown fox ✓ " * 300  # > 1 KiB: stored as a blob
+    return [
+        _model_call({"model": "m", "messages": [{"role": "user", "content": "hi"}]}, duration_ms=1.5),
+        {"type": "tool_call", "tool": "search", "args": {"q": "ünïcode", "n": 3}, "result": [1, 2.5, None]},
+        {"type": "note", "text": "big one", "data": {"big": big, "raw": b"\x00\x01\xff" * 200}},
+        _model_call(
+            {"model": "m", "messages": [{"role": "user", "content": "hi"}, {"role": "user", "content": big}]}
+        ),
+        {"type": "note", "text": "small bytes", "data": {"raw": b"\x00binary\xfe"}},
+        {"type": "end", "exit_code": 0, "duration_ms": 12.0, "reason": None},
+    ]
+
+
+def _write_session(store: Path, events: list[dict[str, Any]], **kw: Any) -> Path:
+    w = SessionWriter.create(store, {"argv": ["python", "agent.py"], "tags": {}}, fsync="never", **kw)
+    for e in events:
+        w.append(e)
+    w.close()
+    return w.path
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
+        cwd=repo,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+
+
+# ----------------------------------------------------------------------------- round trip and header
+
+
+def test_create_append_load_round_trip(store: Path) -> None:
+    events = _sample_events()
+    w = SessionWriter.create(store, {"argv": ["x"], "name": "rt"}, fsync="never")
+    seqs = [w.append(e) for e in events]
+    w.close()
+    assert seqs == list(range(1, len(events) + 1))
+
+    s = Session.load(w.path)
+    assert s.id == w.session_id == w.path.name
+    assert s.truncated is False
+    assert [e["seq"] for e in s.events] == seqs
+    assert [_payload(e) for e in s.events] == events
+    assert s.end() is not None and s.end()["exit_code"] == 0
+    assert [e["seq"] for e in s.by_type("model_call")] == [1, 4]
+    assert verify(w.path).ok
+
+
+def test_header_fields_in_a_git_repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q", "-b", "feature-x")
+    (repo / "a.txt").write_text("one\n")
+    _git(repo, "add", "a.txt")
+    _git(repo, "commit", "-q", "-m", "first")
+    commit = _git(repo, "rev-parse", "HEAD")
+    (repo / "untracked.txt").write_text("untracked files do not make the tree dirty\n")
+    monkeypatch.chdir(repo)
+
+    argv = ["python", "agent.py", "--flag"]
+    with forkpoint.record(
+        name="hdr", store=tmp_path / "store", tags={"agent_version": "3", "team": "x"}, argv=argv
+    ) as rec:
+        pass
+    h = Session.load(rec.session_path).header
+    assert h["format"] == "forkpoint.session"
+    assert h["version"] == 1
+    assert h["session_id"] == rec.session_path.name
+    assert h["name"] == "hdr"
+    assert h["argv"] == argv
+    assert h["cwd"] == str(repo.resolve())
+    assert h["tags"]["agent_version"] == "3"
+    assert h["tags"]["team"] == "x"
+    assert "prompt_version" in h["tags"] and h["tags"]["prompt_version"] is None
+    assert h["versions"]["python"] == platform.python_version()
+    assert h["versions"]["forkpoint"] == forkpoint.__version__
+    assert h["versions"]["httpx"] == importlib.metadata.version("httpx")
+    assert h["versions"]["openai"] == importlib.metadata.version("openai")
+    assert h["git"] == {"commit": commit, "branch": "feature-x", "dirty": False}
+
+    (repo / "a.txt").write_text("changed\n")
+    with forkpoint.record(store=tmp_path / "store", tags={"prompt_version": "p7"}) as rec2:
+        pass
+    h2 = Session.load(rec2.session_path).header
+    assert h2["git"]["dirty"] is True
+    assert h2["git"]["commit"] == commit
+    assert h2["tags"] == {"agent_version": None, "prompt_version": "p7"}
+
+
+def test_header_outside_git_has_no_git_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    monkeypatch.chdir(plain)
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))
+    with forkpoint.record(store=tmp_path / "store") as rec:
+        pass
+    assert Session.load(rec.session_path).header["git"] is None
+
+
+def test_create_refuses_an_existing_session(store: Path) -> None:
+    path = _write_session(store, _sample_events()[:2], session_id="20260101-000000-abcdef")
+    before = (path / LOG_NAME).read_bytes()
+    with pytest.raises(SessionError, match="exists"):
+        SessionWriter.create(store, {"argv": []}, session_id="20260101-000000-abcdef")
+    assert (path / LOG_NAME).read_bytes() == before
+
+
+def test_permissions_owner_only(store: Path) -> None:
+    path = _write_session(store, _sample_events())
+    assert stat.S_IMODE((path / LOG_NAME).stat().st_mode) == 0o600
+    dirs = [path, *[p for p in path.rglob("*") if p.is_dir()]]
+    assert len(dirs) >= 3  # the session, blobs/ and at least one blobs/xx/
+    for d in dirs:
+        assert stat.S_IMODE(d.stat().st_mode) == 0o700, d
+    for f in (path / "blobs").rglob("*"):
+        if f.is_file():
+            assert stat.S_IMODE(f.stat().st_mode) & 0o077 == 0, f
+
+
+# ----------------------------------------------------------------------------- hash chain
+
+
+def test_flipping_any_byte_of_any_line_fails_verify_naming_the_line(store: Path) -> None:
+    path = _write_session(store, _sample_events())
+    log = path / LOG_NAME
+    original = log.read_bytes()
+    assert verify(path).ok
+    lines = original.splitlines(keepends=True)
+    offset = 0
+    checked = 0
+    for lineno, line in enumerate(lines, start=1):
+        for i in range(0, len(line) - 1, 3):  # every third byte, the newline excluded
+            data = bytearray(original)
+            data[offset + i] ^= 0x01
+            log.write_bytes(bytes(data))
+            v = verify(path)
+            assert not v.ok, f"flip at line {lineno} byte {i} not detected"
+            assert v.problems and f"{LOG_NAME}:{lineno}:" in v.problems[0], (lineno, i, v.problems)
+            checked += 1
+        offset += len(line)
+    log.write_bytes(original)
+    assert verify(path).ok
+    assert checked > 200
+
+
+def test_flipping_a_byte_of_a_blob_fails_verify_naming_the_blob(store: Path) -> None:
+    path = _write_session(store, _sample_events())
+    blobs = [p for p in (path / "blobs").rglob("*") if p.is_file()]
+    assert len(blobs) >= 2
+    for blob in blobs:
+        original = blob.read_bytes()
+        data = bytearray(original)
+        data[len(data) // 2] ^= 0x01
+        os.chmod(blob, 0o600)
+        blob.write_bytes(bytes(data))
+        v = verify(path)
+        assert not v.ok
+        assert any(str(blob) in p and "does not match" in p for p in v.problems), v.problems
+        with pytest.raises(SessionError, match="does not match"):
+            Session.load(path)
+        blob.write_bytes(original)
+    assert verify(path).ok
+    blobs[0].unlink()
+    v = verify(path)
+    assert not v.ok and any("missing" in p for p in v.problems)
+
+
+def test_reordered_lines_fail_verify(store: Path) -> None:
+    path = _write_session(store, _sample_events())
+    log = path / LOG_NAME
+    lines = log.read_bytes().splitlines(keepends=True)
+    lines[2], lines[3] = lines[3], lines[2]
+    log.write_bytes(b"".join(lines))
+    v = verify(path)
+    assert not v.ok and f"{LOG_NAME}:3:" in v.problems[0]
+
+
+# ----------------------------------------------------------------------------- crashes and bad input
+
+
+def test_torn_last_line_is_truncation_not_corruption(store: Path) -> None:
+    events = _sample_events()
+    path = _write_session(store, events)
+    log = path / LOG_NAME
+    data = log.read_bytes()
+    last_start = data.rstrip(b"\n").rfind(b"\n") + 1
+    for cut in (last_start + 1, (last_start + len(data)) // 2, len(data) - 1):
+        log.write_bytes(data[:cut])
+        s = Session.load(path)
+        assert s.truncated is True
+        assert [_payload(e) for e in s.events] == events[:-1]
+        v = verify(path)
+        assert v.ok and v.truncated and v.problems == []
+        assert v.events == len(events) - 1
+
+
+def test_appending_after_a_torn_line_keeps_the_log_readable(store: Path) -> None:
+    """A recorded child killed mid-write leaves a torn line; ``forkpoint record`` then appends
+    the ``end`` event. The log must stay readable and its chain valid."""
+    events = _sample_events()[:-1]
+    path = _write_session(store, events)
+    log = path / LOG_NAME
+    data = log.read_bytes()
+    last_start = data.rstrip(b"\n").rfind(b"\n") + 1
+    log.write_bytes(data[: (last_start + len(data)) // 2])
+
+    w = SessionWriter.open(path, fsync="never")
+    seq = w.append({"type": "end", "exit_code": 137})
+    w.close()
+    assert seq == len(events)  # the torn event never got a place in the chain
+    s = Session.load(path)
+    assert [e["type"] for e in s.events] == [e["type"] for e in events[:-1]] + ["end"]
+    assert [e["seq"] for e in s.events] == list(range(1, len(events) + 1))
+    assert verify(path).ok
+
+
+def test_unknown_format_version_names_file_and_line(store: Path) -> None:
+    path = _write_session(store, _sample_events()[:2])
+    log = path / LOG_NAME
+    lines = log.read_bytes().splitlines(keepends=True)
+    head = orjson.loads(lines[0])
+    head["version"] = 99
+    head.pop("hash")
+    head["hash"] = digest(head)
+    log.write_bytes(orjson.dumps(head) + b"\n" + b"".join(lines[1:]))
+    with pytest.raises(SessionError) as exc:
+        Session.load(path)
+    assert f"{log}:1:" in str(exc.value) and "99" in str(exc.value)
+    v = verify(path)
+    assert not v.ok and f"{log}:1:" in v.problems[0]
+
+
+@pytest.mark.parametrize("garbage", [b'{"seq": 2, "type": "no', b"[1, 2, 3]", b'{"hello": "world"}'])
+def test_malformed_middle_line_names_file_and_line(store: Path, garbage: bytes) -> None:
+    path = _write_session(store, _sample_events())
+    log = path / LOG_NAME
+    lines = log.read_bytes().splitlines(keepends=True)
+    lines[2] = garbage + b"\n"
+    log.write_bytes(b"".join(lines))
+    with pytest.raises(SessionError) as exc:
+        Session.load(path)
+    assert f"{log}:3:" in str(exc.value)
+
+
+def test_not_a_session(tmp_path: Path) -> None:
+    with pytest.raises(SessionError, match="no such session log"):
+        Session.load(tmp_path)
+    (tmp_path / LOG_NAME).write_bytes(b'{"format": "something-else"}\n')
+    with pytest.raises(SessionError, match=":1: not a forkpoint session header"):
+        Session.load(tmp_path)
+
+
+# ----------------------------------------------------------------------------- linear storage
+
+
+SYSTEM_PROMPT = "".join(f"Rule {i}: be precise, cite sources, never invent an API. " for i in range(100))
+
+
+def _record_conversation(store: Path, server_url: str, turns: int) -> tuple[Path, list[Any]]:
+    """Record ``turns`` chat calls, each resending the whole history; returns (session, bodies sent)."""
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": SYSTEM_PROMPT},
+        {"role": "user", "content": "Task 0: " + "describe the repository layout in detail. " * 3},
+    ]
+    sent: list[Any] = []
+    with forkpoint.record(store=store) as rec, httpx.Client(base_url=server_url) as client:
+        for i in range(turns):
+            body = {"model": "gpt-test", "temperature": 0.2, "messages": messages}
+            sent.append(orjson.loads(orjson.dumps(body)))
+            reply = client.post("/v1/chat/completions", json=body).json()
+            messages = [
+                *messages,
+                reply["choices"][0]["message"],
+                {"role": "user", "content": f"Turn {i + 1}: " + f"now look at module_{i}.py closely. " * 4},
+            ]
+    return rec.session_path, sent
+
+
+def _disk_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def test_storage_grows_linearly_with_the_conversation(
+    tmp_path: Path, server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FORKPOINT_FSYNC", "never")
+    p50, sent50 = _record_conversation(tmp_path / "s50", server.url, 50)
+    p100, sent100 = _record_conversation(tmp_path / "s100", server.url, 100)
+    b50, b100 = _disk_bytes(p50), _disk_bytes(p100)
+    history_bytes = sum(len(orjson.dumps(b)) for b in sent100)  # what a naive log would store
+    assert b100 < history_bytes / 5, (b100, history_bytes)
+    assert b100 / b50 < 2.5, (b50, b100)
+
+    # The system prompt is stored exactly once, as a blob, and never inline in the log.
+    prompt = SYSTEM_PROMPT.encode()
+    blobs = [p for p in (p100 / "blobs").rglob("*") if p.is_file()]
+    assert sum(1 for b in blobs if b.read_bytes() == prompt) == 1
+    assert prompt[:200] not in (p100 / LOG_NAME).read_bytes()
+
+    # ...and the log still gives back every request exactly as it was sent.
+    s = Session.load(p100)
+    assert [e["request"]["body"] for e in s.by_type("model_call")] == sent100
+    assert verify(p100).ok
+
+
+def test_delta_encoding_round_trips_exactly(store: Path) -> None:
+    big = "long tool output line\n" * 100
+    a = {"role": "system", "content": big}
+    b = {"role": "user", "content": "question"}
+    c = {"role": "assistant", "content": None, "tool_calls": [{"id": "1", "function": {"name": "f"}}]}
+    d = {"role": "tool", "tool_call_id": "1", "content": big + "more"}
+    reserved = [
+        {"role": "user", "content": {"$blob": 1}},
+        {"role": "user", "content": {"$delta": {"base": 1, "keep": 5, "add": []}}},
+        {"$lit": {"$b64": "aGVsbG8="}},
+        {"$b64": "aGVsbG8=", "size": 5},
+        {"$blob": "0" * 64, "size": 3, "bytes": True},
+    ]
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"$ref": "#/x"}}}]
+    bodies: list[Any] = [
+        {"model": "m", "messages": [a, b], "tools": tools},
+        {"model": "m", "messages": [a, b, c, d], "tools": tools},  # appended
+        {"model": "m", "messages": [a, {**b, "content": "edited"}, c], "tools": tools},  # edited
+        {"model": "m", "messages": [b], "tools": []},  # shrunk
+        {"model": "m", "messages": [a, b, c, d, b], "tools": tools},  # extends an older call
+        {"model": "m", "messages": [a, b, c, d, b, *reserved], "tools": tools},
+        {"model": "m", "messages": [a, b, c, d, b, *reserved, b], "tools": [*tools, *reserved]},
+        {"$blob": 1, "messages": [a, b, c], "$lit": [1]},  # reserved keys at the top of a body
+        {"$delta": {"x": 1}, "messages": [a, b, c, d]},
+        [a, b, c],  # a body that is a list
+    ]
+    events = [
+        _model_call(body, response={"status": 200, "body_kind": "bytes", "body": bytes([i]) * (i * 60)})
+        for i, body in enumerate(bodies)
+    ]
+    path = _write_session(store, events)
+    raw = (path / LOG_NAME).read_bytes()
+    assert raw.count(b'"$delta":{"base"') >= 4  # the delta encoding really was used
+
+    s = Session.load(path)
+    assert [e["request"]["body"] for e in s.events] == bodies
+    assert [_payload(e) for e in s.events] == events
+    assert verify(path).ok
+
+
+# ----------------------------------------------------------------------------- concurrency
+
+
+def _append_many(path: str, tag: str, n: int, barrier: Any) -> None:
+    w = SessionWriter.open(Path(path), fsync="never")
+    barrier.wait()
+    for i in range(n):
+        payload: dict[str, Any] = {"type": "note", "text": f"{tag}-{i}", "data": {"i": i, "tag": tag}}
+        if i % 10 == 0:
+            payload["data"]["pad"] = f"{tag} padding " * (i + 1)  # some lines are long, some blobs
+        w.append(payload)
+    w.close()
+
+
+def test_two_processes_append_to_one_session(store: Path) -> None:
+    path = _write_session(store, [])
+    ctx = multiprocessing.get_context("fork")
+    barrier = ctx.Barrier(2)
+    procs = [ctx.Process(target=_append_many, args=(str(path), tag, 200, barrier)) for tag in ("a", "b")]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(30)
+        assert p.exitcode == 0
+
+    raw = (path / LOG_NAME).read_bytes()
+    assert raw.endswith(b"\n")
+    for line in raw.splitlines():
+        orjson.loads(line)  # no torn or interleaved line
+    s = Session.load(path)
+    assert s.truncated is False
+    assert [e["seq"] for e in s.events] == list(range(1, 401))
+    for tag in ("a", "b"):
+        mine = [e["data"]["i"] for e in s.events if e["data"]["tag"] == tag]
+        assert mine == list(range(200))
+    v = verify(path)
+    assert v.ok and v.events == 400, v.problems

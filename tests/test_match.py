@@ -1,0 +1,222 @@
+"""Match keys (what identifies a request across runs) and the divergence diff."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+import pytest
+
+import forkpoint
+from forkpoint.match import Change, format_changes, json_diff, model_key, normalize_request, tool_key
+from forkpoint.redact import scrub_json
+
+URL = "https://api.openai.com/v1/chat/completions"
+BODY = {
+    "model": "gpt-4o-mini",
+    "temperature": 0.2,
+    "messages": [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "What is 2+2?"},
+    ],
+    "tools": [{"type": "function", "function": {"name": "calc", "parameters": {"type": "object"}}}],
+}
+HEADERS = {
+    "content-type": "application/json",
+    "authorization": "Bearer sk-proj-" + "A" * 40,
+    "user-agent": "OpenAI/Python 2.8.0",
+    "x-stainless-lang": "python",
+    "x-stainless-os": "Linux",
+    "x-stainless-retry-count": "0",
+    "x-stainless-read-timeout": "600",
+    "idempotency-key": "stainless-python-retry-1111",
+    "x-request-id": "req_1",
+    "host": "api.openai.com",
+}
+
+
+def key(url: str = URL, headers: Any = None, body: Any = None, method: str = "POST") -> str:
+    return model_key(normalize_request(method, url, HEADERS if headers is None else headers, body or BODY))
+
+
+def test_key_ignores_volatile_headers_host_and_key_order() -> None:
+    base = key()
+    volatile = {
+        **HEADERS,
+        "authorization": "Bearer sk-proj-" + "B" * 40,
+        "user-agent": "OpenAI/Python 9.9.9",
+        "x-stainless-os": "MacOS",
+        "x-stainless-retry-count": "2",
+        "x-stainless-async": "async:asyncio",
+        "idempotency-key": "stainless-python-retry-2222",
+        "x-request-id": "req_2",
+        "host": "127.0.0.1:8080",
+        "content-type": "application/json; charset=utf-8",
+    }
+    assert key(headers=volatile) == base
+    assert key(headers={k.upper(): v for k, v in HEADERS.items()}) == base  # header names in any case
+    assert key(headers=[["Content-Type", "application/json"]]) == base  # list form
+    assert key(url="http://127.0.0.1:54321/v1/chat/completions") == base
+    assert key(url="https://proxy.internal:8443/v1/chat/completions") == base
+    reordered = json.loads(json.dumps(dict(reversed(list(BODY.items())))))
+    reordered["messages"][0] = {"content": "be brief", "role": "system"}
+    assert list(reordered) != list(BODY)
+    assert key(body=reordered) == base
+
+
+@pytest.mark.parametrize(
+    ("what", "changed"),
+    [
+        (
+            "body content",
+            {"body": {**BODY, "messages": [BODY["messages"][0], {"role": "user", "content": "2+3?"}]}},
+        ),
+        ("a body param", {"body": {**BODY, "temperature": 0.3}}),
+        ("a list item", {"body": {**BODY, "tools": []}}),
+        ("the path", {"url": "https://api.openai.com/v1/responses"}),
+        ("the query", {"url": URL + "?api-version=2024-10-21"}),
+        ("the method", {"method": "PUT"}),
+        ("anthropic-version", {"headers": {**HEADERS, "anthropic-version": "2023-06-01"}}),
+        ("anthropic-beta", {"headers": {**HEADERS, "anthropic-beta": "tools-2024-04-04"}}),
+        ("content-type", {"headers": {**HEADERS, "content-type": "text/plain"}}),
+    ],
+)
+def test_key_changes_with_what_the_model_sees(what: str, changed: dict[str, Any]) -> None:
+    assert key(**changed) != key(), what
+
+
+def test_anthropic_version_values_give_different_keys() -> None:
+    a = key(headers={"anthropic-version": "2023-06-01"})
+    b = key(headers={"anthropic-version": "2023-01-01"})
+    assert a != b
+    assert a == key(headers={"Anthropic-Version": "2023-06-01", "x-api-key": "sk-ant-whatever"})
+
+
+def test_a_live_secret_matches_its_recorded_placeholder() -> None:
+    secret = "sk-proj-" + "Z" * 40
+    live = {"messages": [{"role": "user", "content": f"my key is {secret}"}]}
+    recorded = scrub_json(live)
+    assert secret not in json.dumps(recorded)
+    assert key(body=live) == key(body=recorded)
+
+
+def test_tool_key() -> None:
+    assert tool_key("search", {"q": "a", "n": 1}) == tool_key("search", {"n": 1, "q": "a"})
+    assert tool_key("search", {"q": "a"}) != tool_key("search", {"q": "b"})
+    assert tool_key("search", {"q": "a"}) != tool_key("lookup", {"q": "a"})
+
+
+# ----------------------------------------------------------------------------- json_diff
+
+
+def test_json_diff_paths() -> None:
+    expected = {
+        "a": 1,
+        "b": {"c": [1, 2, {"d": "x"}], "e": [1, 2, 3]},
+        "gone": True,
+        "content-type": "json",
+        "t": 1,
+    }
+    actual = {
+        "a": 2,
+        "b": {"c": [1, 3, {"d": "y", "z": None}, 4], "e": [1]},
+        "content-type": "text",
+        "t": True,
+        "new": [1],
+    }
+    changes = json_diff(expected, actual)
+    assert [(c.op, c.path, c.expected, c.actual) for c in changes] == [
+        ("changed", "$.a", 1, 2),
+        ("changed", "$.b.c[1]", 2, 3),
+        ("changed", "$.b.c[2].d", "x", "y"),
+        ("added", "$.b.c[2].z", None, None),
+        ("added", "$.b.c[3]", None, 4),
+        ("removed", "$.b.e[1]", 2, None),
+        ("removed", "$.b.e[2]", 3, None),
+        ("removed", "$.gone", True, None),
+        ("changed", "$['content-type']", "json", "text"),
+        ("changed", "$.t", 1, True),
+        ("added", "$.new", None, [1]),
+    ]
+    assert json_diff(expected, json.loads(json.dumps(expected))) == []
+    assert json_diff([{"a": [1]}], [{"a": [2]}]) == [Change("changed", "$[0].a[0]", 1, 2)]
+    assert Change("added", "$.x", actual=1).to_json() == {"op": "added", "path": "$.x", "actual": 1}
+    assert Change("removed", "$.x", expected=1).to_json() == {"op": "removed", "path": "$.x", "expected": 1}
+
+
+def test_format_changes_short_values() -> None:
+    text = format_changes(
+        [
+            Change("changed", "$.body.temperature", 0.2, 0.7),
+            Change("added", "$.body.seed", actual=42),
+            Change("removed", "$.body.top_p", expected=1),
+        ]
+    )
+    lines = text.splitlines()
+    assert lines[0] == "  ~ $.body.temperature: 0.2 → 0.7"
+    assert lines[1] == "  + $.body.seed: 42"
+    assert lines[2] == "  - $.body.top_p: 1"
+
+
+def test_format_changes_long_multiline_strings_as_a_compact_diff() -> None:
+    old = "\n".join(f"line {i}: some system prompt text that goes on" for i in range(60))
+    new = old.replace("line 30: some", "line 30: SOME")
+    text = format_changes([Change("changed", "$.body.messages[0].content", old, new)])
+    assert "~ $.body.messages[0].content:" in text
+    assert "-line 30: some system prompt" in text
+    assert "+line 30: SOME system prompt" in text
+    assert "line 5:" not in text and "line 55:" not in text  # only the neighbourhood is shown
+    assert len(text) < 600
+
+
+def test_format_changes_long_single_line_strings_stay_compact() -> None:
+    words = [f"word{i}" for i in range(600)]
+    old = " ".join(words)
+    new = " ".join(w if w != "word300" else "CHANGED" for w in words)
+    text = format_changes([Change("changed", "$.body.messages[0].content", old, new)])
+    assert "word300" in text and "CHANGED" in text  # the difference is visible...
+    assert len(text) < 800, len(text)  # ...without printing two 4 KB lines
+    assert "word10 " not in text and "word590" not in text
+
+
+def test_format_changes_limit() -> None:
+    changes = [Change("changed", f"$.x[{i}]", i, i + 1) for i in range(25)]
+    text = format_changes(changes, limit=20)
+    assert len(text.splitlines()) == 21
+    assert text.splitlines()[-1] == "  … and 5 more differences"
+
+
+# ----------------------------------------------------------------------------- end to end
+
+
+def test_replay_matches_despite_volatile_headers_and_another_port(server: Any, store: Any) -> None:
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "b": 1, "a": 2}
+    with forkpoint.record(store=store) as rec, httpx.Client() as client:
+        first = client.post(
+            server.url + "/v1/chat/completions",
+            content=json.dumps(body),
+            headers={
+                "content-type": "application/json",
+                "x-stainless-retry-count": "0",
+                "idempotency-key": "k1",
+                "user-agent": "agent/1",
+                "authorization": "Bearer secret-token-1234",
+            },
+        ).json()
+    server.stop()
+    reordered = json.dumps({"a": 2, "b": 1, "messages": body["messages"], "model": "m"})
+    with forkpoint.replay(rec.session_path) as rp, httpx.Client() as client:
+        again = client.post(
+            "http://127.0.0.1:9/v1/chat/completions",
+            content=reordered,
+            headers={
+                "content-type": "application/json",
+                "x-stainless-retry-count": "3",
+                "idempotency-key": "k2",
+                "user-agent": "agent/2",
+                "x-request-id": "abc",
+            },
+        ).json()
+    assert again == first
+    assert rp.report()["matched"] == 1 and rp.report()["divergence"] is None

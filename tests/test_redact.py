@@ -1,0 +1,226 @@
+"""The scrubber: secret shapes, determinism, idempotence, stream chunks, headers and URLs."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import string
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+from forkpoint.redact import (
+    find_secrets,
+    scrub_bytes,
+    scrub_chunks,
+    scrub_headers,
+    scrub_json,
+    scrub_text,
+    scrub_url,
+)
+
+_rng = random.Random(1234)
+_ALNUM = string.ascii_letters + string.digits
+
+
+def _rand(n: int, alphabet: str = _ALNUM) -> str:
+    return "".join(_rng.choice(alphabet) for _ in range(n))
+
+
+def expected_placeholder(kind: str, secret: str) -> str:
+    """The documented placeholder shape, computed here independently of the code under test."""
+    return f"[REDACTED:{kind}:{hashlib.sha256(secret.encode()).hexdigest()[:8]}]"
+
+
+PEM = (
+    "-----BEGIN RSA PRIVATE KEY-----\n"
+    + "\n".join(_rand(64, _ALNUM + "+/") for _ in range(6))
+    + "\n-----END RSA PRIVATE KEY-----"
+)
+PEM_PKCS8 = (
+    "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC\n"
+    + _rand(60)
+    + "\n-----END PRIVATE KEY-----"
+)
+PEM_OPENSSH = (
+    "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA"
+    + _rand(40)
+    + "\n-----END OPENSSH PRIVATE KEY-----"
+)
+
+#: (kind, the secret, the text around it with {} where it goes). The secret is what gets replaced.
+SECRETS: list[tuple[str, str, str]] = [
+    ("openai-key", "sk-proj-" + _rand(48) + "-" + _rand(20) + "_" + _rand(10), "OPENAI_API_KEY={} # prod"),
+    ("openai-key", "sk-" + _rand(48), 'key: "{}"'),
+    ("openai-key", "sk-svcacct-" + _rand(40), "{}"),
+    ("anthropic-key", "sk-ant-api03-" + _rand(80, _ALNUM + "-_") + "-" + _rand(6) + "AA", "x-api-key: {}"),
+    ("aws-access-key", "AKIA" + _rand(16, string.ascii_uppercase + string.digits), "aws_access_key_id = {}"),
+    ("aws-access-key", "ASIA" + _rand(16, string.ascii_uppercase + string.digits), "({})"),
+    ("bearer", _rand(40, _ALNUM + "-._~+/") + "==", "Authorization: Bearer {}"),
+    ("bearer", _rand(24), "curl -H 'authorization: bearer {}' https://x"),
+    ("private-key", PEM, "key file:\n{}\n-- end"),
+    ("private-key", PEM_PKCS8, "{}"),
+    ("private-key", PEM_OPENSSH, "{}\n"),
+    (
+        "jwt",
+        "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6IkpvaG4ifQ."
+        + _rand(43, _ALNUM + "-_"),
+        "token={}&x=1",
+    ),
+    ("github-token", "ghp_" + _rand(36), "GITHUB_TOKEN={}"),
+    ("github-token", "gho_" + _rand(36), "oauth {} ok"),
+    ("github-token", "github_pat_11" + _rand(20) + "_" + _rand(59), "fine-grained token {} here"),
+    ("google-api-key", "AIza" + _rand(35, _ALNUM + "-_"), "GOOGLE_API_KEY={}"),
+]
+
+_IDS = [f"{kind}-{i}" for i, (kind, _, _) in enumerate(SECRETS)]
+
+
+@pytest.mark.parametrize(("kind", "secret", "context"), SECRETS, ids=_IDS)
+def test_each_secret_shape_is_replaced(kind: str, secret: str, context: str) -> None:
+    text = context.format(secret)
+    out = scrub_text(text)
+    assert secret not in out
+    assert out == context.format(expected_placeholder(kind, secret))
+    # The same through the bytes path and inside JSON (values and keys).
+    assert scrub_bytes(text.encode()) == out.encode()
+    assert scrub_json({"a": [text, {"k": text}], text: 1}) == {"a": [out, {"k": out}], out: 1}
+
+
+@pytest.mark.parametrize(("kind", "secret", "context"), SECRETS, ids=_IDS)
+def test_scrub_is_deterministic_idempotent_and_placeholders_do_not_match(
+    kind: str, secret: str, context: str
+) -> None:
+    once = scrub_text(context.format(secret))
+    again = scrub_text(f"other text, then {context.format(secret)}!")
+    assert again == f"other text, then {once}!"
+    assert again.count(expected_placeholder(kind, secret)) == 1
+    assert scrub_text(once) == once
+    assert find_secrets(expected_placeholder(kind, secret)) == []
+    assert find_secrets(once) == []
+
+
+def test_different_secrets_get_different_placeholders() -> None:
+    a, b = "sk-proj-" + "a" * 40, "sk-proj-" + "b" * 40
+    assert scrub_text(a) != scrub_text(b)
+    assert scrub_text(f"{a} {a} {b}") == f"{scrub_text(a)} {scrub_text(a)} {scrub_text(b)}"
+
+
+def test_all_secrets_in_one_document() -> None:
+    doc = "\n".join(context.format(secret) for _, secret, context in SECRETS)
+    out = scrub_text(doc)
+    for kind, secret, _ in SECRETS:
+        assert secret not in out
+        assert expected_placeholder(kind, secret) in out
+    assert scrub_text(out) == out
+
+
+def test_ordinary_text_is_untouched() -> None:
+    text = (
+        "The sky is blue. skeleton-key-is-not-a-secret, AKIA is a prefix, Bearer of news, "
+        "ghp_short, eyJ alone, sk-short, -----BEGIN CERTIFICATE----- is public."
+    )
+    assert scrub_text(text) == text
+    data = {"messages": [{"role": "user", "content": text}], "n": 1, "ok": True, "x": None}
+    assert scrub_json(data) == data
+
+
+# ----------------------------------------------------------------------------- streams
+
+STREAM_SECRETS = [s for s in SECRETS if s[0] != "private-key"] + [SECRETS[9]]
+
+
+@pytest.mark.parametrize(("kind", "secret", "context"), STREAM_SECRETS, ids=[s[0] for s in STREAM_SECRETS])
+def test_secret_split_across_two_chunks_at_every_point(kind: str, secret: str, context: str) -> None:
+    text = ('data: {"delta": "before ' + context.format(secret) + ' after"}\n\n').encode()
+    full = scrub_bytes(text)
+    assert secret.encode() not in full
+    start = text.index(secret.encode())
+    for cut in range(max(1, start - 3), start + len(secret) + 3):
+        chunks = [text[:cut], text[cut:]]
+        out = scrub_chunks(chunks)
+        assert len(out) == 2
+        assert b"".join(out) == full, cut
+        assert secret.encode() not in b"".join(out)
+        for piece in out:  # no recognisable fragment of the secret survives in either chunk
+            assert secret.encode()[:12] not in piece
+            assert secret.encode()[-12:] not in piece
+
+
+@pytest.mark.parametrize(
+    ("kind", "secret", "context"), STREAM_SECRETS[:6], ids=[s[0] for s in STREAM_SECRETS[:6]]
+)
+def test_secret_spread_over_three_chunks(kind: str, secret: str, context: str) -> None:
+    text = f"event: x\ndata: {context.format(secret)}\n\ndata: tail\n\n".encode()
+    full = scrub_bytes(text)
+    start = text.index(secret.encode())
+    end = start + len(secret)
+    for i in range(start, end, 3):
+        for j in range(i + 1, end + 2, 5):
+            chunks = [text[:i], text[i:j], text[j:]]
+            out = scrub_chunks(chunks)
+            assert len(out) == 3
+            assert b"".join(out) == full, (i, j)
+            # bytes outside the secret keep their chunk
+            assert out[0].startswith(text[: min(i, start)])
+            assert out[2].endswith(text[max(j, end) :])
+
+
+def test_chunks_without_secrets_are_returned_unchanged() -> None:
+    chunks = [b"data: 1\n\n", b"data: 2", b"\n\n", b"\xff\xfe binary"]
+    assert scrub_chunks(chunks) == chunks
+
+
+# ----------------------------------------------------------------------------- headers and URLs
+
+
+def test_credential_headers_dropped_in_any_case() -> None:
+    key = "sk-proj-" + _rand(40)
+    headers = [
+        ("Authorization", f"Bearer {key}"),
+        ("AUTHORIZATION", "Basic dXNlcjpwYXNz"),
+        ("x-api-key", key),
+        ("X-Api-Key", key),
+        ("api-key", "azure-key-value"),
+        ("Api-Key", "azure-key-value"),
+        ("Cookie", "session=abc123"),
+        ("SET-COOKIE", "session=abc123; HttpOnly"),
+        ("content-type", "application/json"),
+        ("X-Custom", f"has {key} inside"),
+        ("anthropic-version", "2023-06-01"),
+    ]
+    out = scrub_headers(headers)
+    assert out == [
+        ["content-type", "application/json"],
+        ["X-Custom", f"has {expected_placeholder('openai-key', key)} inside"],
+        ["anthropic-version", "2023-06-01"],
+    ]
+    assert scrub_headers(out) == out
+
+
+def test_url_query_credentials_scrubbed() -> None:
+    gkey = "AIza" + _rand(35)
+    url = f"https://generativelanguage.googleapis.com/v1beta/models/g:generate?key={gkey}&alt=sse&api_key=abc123&token=t0k&x=1"
+    out = scrub_url(url)
+    assert gkey not in out and "abc123" not in out and "t0k" not in out
+    q = parse_qs(urlsplit(out).query)
+    assert q["alt"] == ["sse"] and q["x"] == ["1"]
+    assert q["key"] == [expected_placeholder("query-credential", gkey)]
+    assert q["api_key"] == [expected_placeholder("query-credential", "abc123")]
+    assert urlsplit(out).path == "/v1beta/models/g:generate"
+    assert scrub_url(out) == out  # idempotent, like every scrubber
+
+
+def test_url_userinfo_and_secret_in_path_scrubbed() -> None:
+    key = "sk-proj-" + _rand(40)
+    out = scrub_url(f"https://user:hunter2@example.com:8443/v1/{key}/x?q=1")
+    assert "hunter2" not in out and key not in out
+    parts = urlsplit(out)
+    assert parts.hostname == "example.com" and parts.port == 8443
+    assert parts.query == "q=1"
+    assert scrub_url(out) == out
+
+
+def test_url_without_credentials_is_unchanged() -> None:
+    url = "https://api.openai.com/v1/chat/completions?api-version=2024-10-21&stream=true"
+    assert scrub_url(url) == url

@@ -1,0 +1,323 @@
+"""Tool calls at the function boundary: ``@forkpoint.tool``, replay without running bodies, the import hook."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import secrets
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import forkpoint
+from forkpoint import tools as tools_mod
+from forkpoint.log import Session
+
+
+class QuotaExceeded(Exception):
+    """A tool's own exception class, defined in the test module."""
+
+
+class Point:
+    """Not JSON data: a tool returning it needs an encoder."""
+
+    def __init__(self, x: int, y: int) -> None:
+        self.x, self.y = x, y
+
+
+@dataclasses.dataclass
+class Hit:
+    title: str
+    score: float
+
+
+def make_tools(side: Path) -> Any:
+    """Fresh tools whose bodies append a line to ``side`` each time they really run."""
+
+    def touch(line: str) -> None:
+        with open(side, "a") as f:
+            f.write(line + "\n")
+
+    counter = {"n": 0}
+
+    @forkpoint.tool
+    def search(query: str, limit: int = 2, *, lang: str = "en") -> list[dict[str, Any]]:
+        """Search things."""
+        touch(f"search {query}")
+        time.sleep(0.03)
+        return [{"title": f"{query} #{i}", "lang": lang} for i in range(limit)]
+
+    @forkpoint.tool(name="next_id")
+    def next_id_impl(prefix: str) -> str:
+        touch("next_id")
+        counter["n"] += 1
+        return f"{prefix}-{counter['n']}"
+
+    @forkpoint.tool
+    def fail(kind: str) -> None:
+        touch(f"fail {kind}")
+        if kind == "value":
+            raise ValueError("bad input: 'x' is not a number")
+        if kind == "quota":
+            raise QuotaExceeded("quota of 10 calls reached for sk-proj-" + "Q" * 40)
+        raise KeyError(kind)
+
+    @forkpoint.tool
+    async def fetch(url: str, timeout: float = 1.5) -> dict[str, Any]:
+        touch(f"fetch {url}")
+        await asyncio.sleep(0.03)
+        return {"url": url, "status": 200, "timeout": timeout}
+
+    @forkpoint.tool
+    async def afail(code: int) -> None:
+        touch("afail")
+        await asyncio.sleep(0)
+        raise QuotaExceeded(f"async quota {code}")
+
+    @forkpoint.tool
+    def best(query: str) -> Hit:
+        touch("best")
+        return Hit(query, 0.5)
+
+    return search, next_id_impl, fail, fetch, afail, best
+
+
+def test_wrapper_keeps_name_doc_and_signature(tmp_path: Path) -> None:
+    search = make_tools(tmp_path / "side.txt")[0]
+    assert search.__name__ == "search" and search.__doc__ == "Search things."
+    import inspect
+
+    assert list(inspect.signature(search).parameters) == ["query", "limit", "lang"]
+    # Outside a recording or replay the body just runs.
+    assert search("x", 1) == [{"title": "x #0", "lang": "en"}]
+    assert (tmp_path / "side.txt").read_text() == "search x\n"
+
+
+def test_sync_tool_records_name_args_result_duration(tmp_path: Path, store: Path) -> None:
+    search, next_id, *_ = make_tools(tmp_path / "side.txt")
+    with forkpoint.record(store=store) as rec:
+        out = search("cats", lang="fr")
+        ident = next_id("run")
+    assert out == [{"title": "cats #0", "lang": "fr"}, {"title": "cats #1", "lang": "fr"}]
+    assert ident == "run-1"
+    calls = Session.load(rec.session_path).by_type("tool_call")
+    assert [c["tool"] for c in calls] == ["search", "next_id"]
+    assert calls[0]["args"] == {"query": "cats", "limit": 2, "lang": "fr"}  # default filled in
+    assert calls[0]["result"] == out
+    assert calls[0]["duration_ms"] >= 30
+    assert "error" not in calls[0]
+    assert calls[1]["args"] == {"prefix": "run"} and calls[1]["result"] == "run-1"
+
+
+def test_async_tool_records_and_replays(tmp_path: Path, store: Path) -> None:
+    side = tmp_path / "side.txt"
+    _, _, _, fetch, afail, _ = make_tools(side)
+
+    async def agent() -> tuple[Any, Any, str]:
+        a = await fetch("https://example.com/a")
+        b = await asyncio.gather(fetch("https://example.com/b", timeout=3.0), fetch("https://example.com/c"))
+        try:
+            await afail(7)
+        except QuotaExceeded as exc:
+            return a, b, str(exc)
+        raise AssertionError("afail did not raise")
+
+    with forkpoint.record(store=store) as rec:
+        recorded = asyncio.run(agent())
+    calls = Session.load(rec.session_path).by_type("tool_call")
+    assert sorted(c["args"]["url"] for c in calls if c["tool"] == "fetch") == [
+        "https://example.com/a",
+        "https://example.com/b",
+        "https://example.com/c",
+    ]
+    first = next(c for c in calls if c["args"]["url"].endswith("/a"))
+    assert first["args"]["timeout"] == 1.5 and first["result"]["status"] == 200
+    assert first["duration_ms"] >= 30
+    err = next(c for c in calls if c["tool"] == "afail")["error"]
+    assert err == {"type": "QuotaExceeded", "module": __name__, "message": "async quota 7"}
+
+    before = side.read_text()
+    with forkpoint.replay(rec.session_path) as rp:
+        replayed = asyncio.run(agent())
+    assert replayed == recorded
+    assert side.read_text() == before  # no tool body ran
+    assert rp.report()["matched"] == 4 and rp.report()["unused"] == []
+
+
+def test_exceptions_are_recorded_and_reraised(tmp_path: Path, store: Path) -> None:
+    side = tmp_path / "side.txt"
+    fail = make_tools(side)[2]
+    with forkpoint.record(store=store) as rec:
+        with pytest.raises(ValueError, match="is not a number"):
+            fail("value")
+        with pytest.raises(QuotaExceeded):
+            fail("quota")
+        with pytest.raises(KeyError):
+            fail("other")
+    errors = [c["error"] for c in Session.load(rec.session_path).by_type("tool_call")]
+    assert errors[0] == {
+        "type": "ValueError",
+        "module": "builtins",
+        "message": "bad input: 'x' is not a number",
+    }
+    assert errors[1]["type"] == "QuotaExceeded" and errors[1]["module"] == __name__
+    assert "sk-proj-" not in errors[1]["message"] and "[REDACTED:openai-key:" in errors[1]["message"]
+    assert errors[2]["type"] == "KeyError"
+
+    before = side.read_text()
+    with forkpoint.replay(rec.session_path):
+        with pytest.raises(ValueError, match="is not a number") as e1:
+            fail("value")
+        with pytest.raises(QuotaExceeded) as e2:
+            fail("quota")
+        with pytest.raises(KeyError):
+            fail("other")
+    assert type(e1.value) is ValueError and type(e2.value) is QuotaExceeded
+    assert side.read_text() == before
+
+
+def test_replay_serves_results_without_running_bodies(tmp_path: Path, store: Path) -> None:
+    side = tmp_path / "side.txt"
+    search, next_id, *_ = make_tools(side)
+    with forkpoint.record(store=store) as rec:
+        r1 = search("dogs")
+        ids = [next_id("a"), next_id("a"), next_id("a")]  # identical calls, different results
+    assert ids == ["a-1", "a-2", "a-3"]
+    side.write_text("")
+
+    with forkpoint.replay(rec.session_path) as rp:
+        assert search("dogs") == r1
+        assert [next_id("a"), next_id("a"), next_id("a")] == ids  # recorded order
+        with pytest.raises(forkpoint.Divergence) as exc:
+            next_id("a")  # one more than recorded
+    assert side.read_text() == ""
+    msg = str(exc.value)
+    assert "5th tool call" in msg and "(next_id)" in msg and "seq 2" in msg
+    assert "already served" in msg and "once more" in msg
+    assert exc.value.report["kind"] == "tool_call"
+    assert rp.report()["matched"] == 4
+
+
+def test_tool_called_with_other_arguments_diverges_with_a_diff(tmp_path: Path, store: Path) -> None:
+    search = make_tools(tmp_path / "side.txt")[0]
+    with forkpoint.record(store=store) as rec:
+        search("dogs", limit=1)
+    with forkpoint.replay(rec.session_path), pytest.raises(forkpoint.Divergence) as exc:
+        search("cats", limit=1)
+    msg = str(exc.value)
+    assert "1st tool call" in msg and "seq 1" in msg
+    assert "$.args.query" in msg and "dogs" in msg and "cats" in msg
+
+
+def test_non_json_result_raises_until_an_encoder_is_registered(tmp_path: Path, store: Path) -> None:
+    @forkpoint.tool
+    def locate(name: str) -> Point:
+        return Point(1, len(name))
+
+    with forkpoint.record(store=store) as rec, pytest.raises(forkpoint.ToolResultError) as exc:
+        locate("home")
+    msg = str(exc.value)
+    assert "'locate'" in msg and "Point" in msg
+    assert isinstance(exc.value, TypeError)
+    assert Session.load(rec.session_path).by_type("tool_call") == []
+
+    tools_mod.register_encoder(Point, lambda p: {"x": p.x, "y": p.y})
+    try:
+        with forkpoint.record(store=store) as rec2:
+            p = locate("home")
+        assert (p.x, p.y) == (1, 4)
+        assert Session.load(rec2.session_path).by_type("tool_call")[0]["result"] == {"x": 1, "y": 4}
+        with forkpoint.replay(rec2.session_path):
+            assert locate("home") == {"x": 1, "y": 4}  # the JSON form comes back
+    finally:
+        tools_mod._ENCODERS.pop(Point, None)
+
+
+def test_dataclass_results_are_stored_as_json(tmp_path: Path, store: Path) -> None:
+    best = make_tools(tmp_path / "side.txt")[5]
+    with forkpoint.record(store=store) as rec:
+        assert best("q") == Hit("q", 0.5)
+    with forkpoint.replay(rec.session_path):
+        assert best("q") == {"title": "q", "score": 0.5}
+
+
+# ----------------------------------------------------------------------------- import hook
+
+
+@pytest.fixture
+def hook_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A package ``<pkg>`` with ``mod.f``, ``mod.C.m`` and ``user`` (which does ``from .mod import``)."""
+    pkg = f"fp_hook_{secrets.token_hex(4)}"
+    root = tmp_path / "src"
+    (root / pkg).mkdir(parents=True)
+    side = tmp_path / "hook_side.txt"
+    (root / pkg / "__init__.py").write_text("")
+    (root / pkg / "mod.py").write_text(
+        textwrap.dedent(
+            f"""
+            SIDE = {str(side)!r}
+
+            def f(x, y=2):
+                with open(SIDE, "a") as fh:
+                    fh.write("f\\n")
+                return {{"sum": x + y}}
+
+            class C:
+                def __init__(self, base):
+                    self.base = base
+
+                def m(self, x):
+                    with open(SIDE, "a") as fh:
+                        fh.write("m\\n")
+                    return [self.base, x]
+            """
+        )
+    )
+    (root / pkg / "user.py").write_text(
+        f"from {pkg}.mod import C, f\n\n\ndef use():\n    return f(1), f(5, y=10), C(7).m(3)\n"
+    )
+    monkeypatch.syspath_prepend(str(root))
+    monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
+    yield pkg, side
+    for name in [m for m in sys.modules if m == pkg or m.startswith(pkg + ".")]:
+        del sys.modules[name]
+
+
+def test_import_hook_wraps_before_from_import_sees_it(hook_package: Any, store: Path) -> None:
+    pkg, side = hook_package
+    assert f"{pkg}.mod" not in sys.modules
+    tools_mod.install_import_hook([f"{pkg}.mod:f", f"{pkg}.mod:C.m"])
+    user = __import__(f"{pkg}.user", fromlist=["use"])
+    assert getattr(user.f, "__forkpoint_tool__", None) == "f"
+    assert getattr(user.C.m, "__forkpoint_tool__", None) == "C.m"
+
+    with forkpoint.record(store=store) as rec:
+        recorded = user.use()
+    assert recorded == ({"sum": 3}, {"sum": 15}, [7, 3])
+    calls = Session.load(rec.session_path).by_type("tool_call")
+    assert [(c["tool"], c["args"]) for c in calls] == [
+        ("f", {"x": 1, "y": 2}),
+        ("f", {"x": 5, "y": 10}),
+        ("C.m", {"x": 3}),
+    ]
+    assert side.read_text() == "f\nf\nm\n"
+
+    with forkpoint.replay(rec.session_path) as rp:
+        assert user.use() == recorded
+    assert side.read_text() == "f\nf\nm\n"  # no body ran on replay
+    assert rp.report()["matched"] == 3
+
+
+def test_import_hook_on_an_already_imported_module(hook_package: Any, store: Path) -> None:
+    pkg, side = hook_package
+    mod = __import__(f"{pkg}.mod", fromlist=["f"])
+    tools_mod.install_import_hook([f"{pkg}.mod:f"])
+    assert getattr(mod.f, "__forkpoint_tool__", None) == "f"
+    with pytest.raises(ValueError, match="MODULE:FUNCTION"):
+        tools_mod.install_import_hook(["no_colon_here"])
+    with pytest.raises(AttributeError, match="has no nope"):
+        tools_mod.install_import_hook([f"{pkg}.mod:nope"])
