@@ -32,9 +32,7 @@ def start() -> None:
 
     if env["FORKPOINT_TOOLS"]:
         install_import_hook([t for t in env["FORKPOINT_TOOLS"].split(",") if t])
-    from . import integrations
 
-    integrations.install()  # framework tool integrations (pydantic-ai, Agents SDK, google-genai)
     if mode == "record":
         from .log import SessionWriter
         from .record import Recorder, attach_workspace, open_workspace

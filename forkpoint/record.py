@@ -14,7 +14,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import __version__, integrations, runtime
+from . import __version__, runtime
 from .log import SessionWriter, new_span_id
 from .match import model_key, normalize_request, tool_key
 from .store import default_store
@@ -271,7 +271,6 @@ def record(
     header["workspace"] = ws.describe() if ws else None
     writer = SessionWriter.create(store_path, header)
     rec = Recorder(writer, workspace=attach_workspace(ws, writer))
-    integrations.install()
     runtime.activate(rec)
     started = time.perf_counter()
     code, reason = 0, None

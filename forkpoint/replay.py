@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from . import integrations, override, runtime
+from . import override, runtime
 from .log import Session, SessionWriter, new_span_id
 from .match import format_changes, json_diff, model_key, normalize_request, similarity, tool_key
 from .override import Override
@@ -510,7 +510,6 @@ def replay(
     added = [k for k in API_KEY_VARS if not os.environ.get(k)]
     for k in added:
         os.environ[k] = PLACEHOLDER_KEY
-    integrations.install()
     runtime.activate(rt)
     started = time.perf_counter()
     code = 0

@@ -40,9 +40,10 @@ def activate(rt: Recorder | Replayer) -> None:
                 f"a forkpoint {_active.mode} is already active in this process; "
                 "finish it before starting another"
             )
-        from . import capture
+        from . import capture, integrations
 
         capture.install()
+        integrations.install()  # framework tool integrations: pydantic-ai, OpenAI Agents SDK, google-genai
         _active = rt
 
 

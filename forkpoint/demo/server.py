@@ -1,7 +1,7 @@
 """A local, scripted, deliberately stochastic model server for demos, tests and benchmarks.
 
-It speaks three provider dialects well enough for the real ``openai`` and ``anthropic`` SDKs
-(including their streaming helpers) to parse every answer:
+It speaks four provider dialects well enough for the real ``openai``, ``anthropic`` and
+``google-genai`` SDKs (including their streaming helpers) to parse every answer:
 
 - ``POST /v1/chat/completions``: OpenAI Chat Completions (``chat.completion`` objects, or
   ``chat.completion.chunk`` SSE ``data:`` lines ending with ``data: [DONE]``).
@@ -10,9 +10,15 @@ It speaks three provider dialects well enough for the real ``openai`` and ``anth
   ``previous_response_id`` chaining is honoured from an in-memory store.
 - ``POST /v1/messages``: Anthropic Messages API (a ``message`` object, or the ``message_start`` …
   ``message_stop`` event stream with a ``ping``).
+- ``POST /v1beta/models/{model}:generateContent`` and ``:streamGenerateContent`` (also under
+  ``/v1`` and ``/v1alpha``): Google Gemini (a ``GenerateContentResponse`` with ``candidates``,
+  ``usageMetadata``, ``modelVersion``; streamed as one ``data:`` event per chunk with ``?alt=sse``,
+  as one JSON array of chunks without it). Function calls are ``functionCall`` parts; tool results
+  come back as ``functionResponse`` parts. The model is the one named in the URL.
 
 Any request carrying the header ``x-demo-fail: STATUS`` is answered with that HTTP status and the
-provider's error JSON shape. Unknown paths get a 404 JSON error.
+provider's error JSON shape (Gemini: ``{"error": {"code", "message", "status"}}``). Unknown paths
+get a 404 JSON error.
 
 The scripted policy is the same for every dialect: when the request offers tools and the
 conversation holds fewer than ``turns`` tool results, the model calls a tool, otherwise it answers
@@ -33,6 +39,7 @@ import argparse
 import hashlib
 import os
 import random
+import re
 import signal
 import socket
 import socketserver
@@ -730,6 +737,138 @@ def _messages(body: dict[str, Any], ctx: _Ctx) -> tuple[dict[str, Any], list[SSE
     return full, events
 
 
+#: ``/{version}/models/{model}:{method}`` of the Gemini API (the model id may not hold ``/`` or ``:``).
+_GEMINI_PATH = re.compile(r"^/(?:v1|v1beta|v1alpha)/models/([^/:]+):(generateContent|streamGenerateContent)$")
+
+
+def _lower_types(schema: Any) -> Any:
+    """A Gemini ``Schema`` (``"type": "STRING"``, the proto enum spelling) with JSON-schema type names."""
+    if isinstance(schema, dict):
+        return {
+            k: (v.lower() if k == "type" and isinstance(v, str) else _lower_types(v))
+            for k, v in schema.items()
+        }
+    if isinstance(schema, list):
+        return [_lower_types(v) for v in schema]
+    return schema
+
+
+def _g(obj: dict[str, Any], camel: str, snake: str) -> Any:
+    """A field of a Gemini request by its JSON (camelCase) or proto (snake_case) name."""
+    return obj.get(camel) if camel in obj else obj.get(snake)
+
+
+def _gemini_result_text(response: Any) -> str:
+    """A ``functionResponse.response`` as text; ``{"output": x}`` / ``{"result": x}`` wrappers are unwrapped."""
+    if isinstance(response, dict) and len(response) == 1:
+        ((key, value),) = response.items()
+        if key in ("output", "result", "content"):
+            response = value
+    return response if isinstance(response, str) else orjson.dumps(response).decode()
+
+
+def _read_gemini(body: dict[str, Any]) -> _Conversation:
+    conv = _Conversation()
+    for tool in body.get("tools") or []:
+        if not isinstance(tool, dict):
+            continue
+        for decl in _g(tool, "functionDeclarations", "function_declarations") or []:
+            if isinstance(decl, dict) and decl.get("name"):
+                schema = _g(decl, "parametersJsonSchema", "parameters_json_schema") or decl.get("parameters")
+                conv.tools[decl["name"]] = _lower_types(schema) if isinstance(schema, dict) else {}
+    tool_config = _g(body, "toolConfig", "tool_config")
+    calling = (
+        _g(tool_config, "functionCallingConfig", "function_calling_config")
+        if isinstance(tool_config, dict)
+        else None
+    )
+    conv.tool_choice_none = isinstance(calling, dict) and str(calling.get("mode", "")).upper() == "NONE"
+    for content in body.get("contents") or []:
+        if not isinstance(content, dict):
+            continue
+        texts = []
+        for part in content.get("parts") or []:
+            if not isinstance(part, dict):
+                continue
+            call = _g(part, "functionCall", "function_call")
+            response = _g(part, "functionResponse", "function_response")
+            if isinstance(call, dict):
+                conv.calls.append((str(call.get("name", "")), _parse_args(call.get("args"))))
+            elif isinstance(response, dict):
+                conv.results.append(_gemini_result_text(response.get("response")))
+            elif isinstance(part.get("text"), str) and not part.get("thought"):
+                texts.append(part["text"])
+        if content.get("role", "user") == "user" and texts:
+            conv.last_user_text = "".join(texts)
+    return conv
+
+
+def _gemini(body: dict[str, Any], ctx: _Ctx) -> tuple[dict[str, Any], list[SSE]]:
+    """A ``GenerateContentResponse``, and the chunks of the same answer for ``:streamGenerateContent``."""
+    reply = _decide(_read_gemini(body), ctx.turns, ctx.rng)
+    rng = ctx.rng
+    response_id = _rand_id(rng, "", 22)
+    parts: list[dict[str, Any]] = [
+        {"functionCall": {"name": c.name, "args": orjson.loads(c.arguments)}} for c in reply.calls
+    ]
+    if not parts:
+        parts = [{"text": reply.text or ""}]
+    out_chars = len(reply.text or "") if not reply.calls else 0
+    out_chars += sum(len(c.name) + len(c.arguments) for c in reply.calls)
+    prompt, output = ctx.prompt_tokens, _tokens(out_chars)
+    usage = {
+        "promptTokenCount": prompt,
+        "candidatesTokenCount": output,
+        "totalTokenCount": prompt + output,
+        "promptTokensDetails": [{"modality": "TEXT", "tokenCount": prompt}],
+    }
+
+    def response(chunk_parts: list[dict[str, Any]], finish: bool, use: dict[str, Any]) -> dict[str, Any]:
+        candidate: dict[str, Any] = {"content": {"parts": chunk_parts, "role": "model"}}
+        if finish:
+            candidate["finishReason"] = "STOP"
+        candidate["index"] = 0
+        return {
+            "candidates": [candidate],
+            "usageMetadata": use,
+            "modelVersion": ctx.model,
+            "responseId": response_id,
+        }
+
+    full = response(parts, True, usage)
+    # Streamed: text arrives a few words per chunk, function calls whole (as Gemini sends them); every
+    # chunk carries the usage so far, the last one the finish reason and the full usage.
+    running = {"promptTokenCount": prompt, "totalTokenCount": prompt}
+    if reply.calls:
+        events: list[SSE] = [(None, full)]
+    else:
+        pieces = _words(reply.text or "")
+        events = [(None, response([{"text": p}], False, running)) for p in pieces[:-1]]
+        events.append((None, response([{"text": pieces[-1]}], True, usage)))
+    return full, events
+
+
+_GEMINI_STATUS = {
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    409: "ABORTED",
+    429: "RESOURCE_EXHAUSTED",
+    499: "CANCELLED",
+    500: "INTERNAL",
+    501: "NOT_IMPLEMENTED",
+    503: "UNAVAILABLE",
+    504: "DEADLINE_EXCEEDED",
+}
+
+
+def _gemini_error_body(status: int, message: str) -> dict[str, Any]:
+    """The Google API error shape: ``{"error": {"code", "message", "status"}}``."""
+    name = _GEMINI_STATUS.get(status, "INTERNAL" if status >= 500 else "FAILED_PRECONDITION")
+    return {"error": {"code": status, "message": message, "status": name}}
+
+
 # --------------------------------------------------------------------------------------------
 # Errors
 # --------------------------------------------------------------------------------------------
@@ -914,15 +1053,23 @@ class _Handler(BaseHTTPRequestHandler):
             }
         )
         anthropic = path.endswith("/messages")
+        gemini = _GEMINI_PATH.match(path)
+        query = self.path.partition("?")[2]
         rng = owner._rng_for(path, raw)
         req_header = (
             {"request-id": _rand_id(rng, "req_011", 21)}
             if anthropic
             else {"x-request-id": "req_" + _rand_hex(rng, 32)}
         )
-        if path not in ("/v1/chat/completions", "/v1/responses", "/v1/messages"):
-            msg = f"Unknown request URL: POST {self.path}."
-            self._send_json(404, _error_body(anthropic, 404, msg, rng), req_header)
+
+        def error(status: int, message: str, extra: dict[str, str]) -> None:
+            if gemini or "/models/" in path:
+                self._send_json(status, _gemini_error_body(status, message), extra)
+            else:
+                self._send_json(status, _error_body(anthropic, status, message, rng), extra)
+
+        if not gemini and path not in ("/v1/chat/completions", "/v1/responses", "/v1/messages"):
+            error(404, f"Unknown request URL: POST {self.path}.", req_header)
             return
         fail = self.headers.get("x-demo-fail")
         if fail:
@@ -932,22 +1079,30 @@ class _Handler(BaseHTTPRequestHandler):
                 status = 500
             if not 400 <= status <= 599:
                 status = 500
-            msg = f"Simulated failure (x-demo-fail: {status})."
-            extra = {**req_header, "retry-after-ms": "5"}
-            self._send_json(status, _error_body(anthropic, status, msg, rng), extra)
+            error(
+                status, f"Simulated failure (x-demo-fail: {status}).", {**req_header, "retry-after-ms": "5"}
+            )
             return
         if not isinstance(body, dict):
-            msg = "We could not parse the JSON body of your request."
-            self._send_json(400, _error_body(anthropic, 400, msg, rng), req_header)
+            error(400, "We could not parse the JSON body of your request.", req_header)
             return
 
         ctx = _Ctx(
             rng=rng,
             created=owner._created(body),
-            model=str(body.get("model") or DEFAULT_MODEL),
+            model=gemini.group(1) if gemini else str(body.get("model") or DEFAULT_MODEL),
             prompt_tokens=_tokens(len(raw)),
             turns=owner.turns,
         )
+        if gemini:
+            full, events = _gemini(body, ctx)
+            if gemini.group(2) == "generateContent":
+                self._send_json(200, full, req_header)
+            elif "alt=sse" in query.split("&"):
+                self._send_sse(events, req_header)
+            else:  # :streamGenerateContent without alt=sse: one JSON array of the chunks
+                self._send_json(200, [data for _, data in events], req_header)
+            return
         if path == "/v1/chat/completions":
             full, events = _chat(body, ctx)
         elif path == "/v1/responses":
@@ -973,7 +1128,7 @@ def _sse_frames(events: list[SSE]) -> Iterator[bytes]:
 
 
 class ModelServer:
-    """A scripted model provider on a local port (OpenAI chat/responses + Anthropic messages).
+    """A scripted model provider on a local port (OpenAI chat/responses, Anthropic messages, Gemini).
 
     Args:
         turns: how many tool results a conversation may hold before the model stops calling
@@ -988,7 +1143,8 @@ class ModelServer:
 
     Attributes:
         port: the bound TCP port (after :meth:`start`).
-        base_url: ``"http://HOST:PORT"`` without a path (Anthropic SDK ``base_url``).
+        base_url: ``"http://HOST:PORT"`` without a path (Anthropic SDK ``base_url``, and google-genai's
+            ``HttpOptions(base_url=...)``).
         openai_base_url: ``base_url + "/v1"`` (OpenAI SDK ``base_url``).
         requests: every POST received, in arrival order, as
             ``{"method", "path", "headers" (lower-cased names), "body" (parsed JSON or None)}``;
@@ -1107,7 +1263,7 @@ class ModelServer:
         if self.seed is None:
             return int(time.time())
         # Seeded: a fixed epoch that advances with the length of the conversation.
-        size = len(body.get("messages") or body.get("input") or [])
+        size = len(body.get("messages") or body.get("input") or body.get("contents") or [])
         return SEEDED_EPOCH + 7 * size
 
 
@@ -1123,7 +1279,7 @@ def main(argv: list[str] | None = None) -> int:
     """
     parser = argparse.ArgumentParser(
         prog="python -m forkpoint.demo.server",
-        description="Scripted local model server (OpenAI chat/responses, Anthropic messages).",
+        description="Scripted local model server (OpenAI chat/responses, Anthropic messages, Gemini).",
     )
     parser.add_argument("--turns", type=int, default=2, help="tool calls before the final text")
     parser.add_argument("--port", type=int, default=0, help="TCP port (0: pick a free one)")

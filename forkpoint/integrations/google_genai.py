@@ -1,0 +1,91 @@
+"""google-genai (Gemini): async calls captured whatever the client, automatic function calls recorded.
+
+**Async transport.** The SDK sends sync requests with httpx2 (or httpx), which forkpoint captures.
+For async requests it prefers aiohttp whenever aiohttp is installed (the ``google-genai[aiohttp]``
+extra) and falls back to its httpx async client otherwise; forkpoint does not capture aiohttp.
+Patched: ``google.genai._api_client.BaseApiClient._use_aiohttp``, which every async request,
+stream, upload and download asks. While a recording or replay is active it answers False, so the
+SDK takes its own httpx fallback; outside forkpoint nothing changes. A client given its own aiohttp
+session (``HttpOptions(aiohttp_client=...)``) keeps it, and is then not captured.
+
+**Automatic function calling.** With Python functions as tools
+(``GenerateContentConfig(tools=[get_weather])``) the SDK calls them itself between model calls.
+Patched: ``google.genai._extra_utils.invoke_function_from_dict_args`` and
+``invoke_function_from_dict_args_async``, through which the SDK runs each one (looked up as module
+globals at call time, so patching the module suffices). The event's ``tool`` is the function's
+``__name__`` (the name the SDK declares to the model), ``args`` the model's arguments, ``result``
+the return value's JSON form; on replay the function does not run. Functions already wrapped with
+``@forkpoint.tool`` record themselves and are left alone.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+from .. import runtime
+from . import is_forkpoint_tool, jsonable, run_tool, run_tool_sync
+
+
+def patch_api_client(module: ModuleType) -> None:
+    """Wrap ``BaseApiClient._use_aiohttp`` of ``google.genai._api_client``."""
+    cls = module.BaseApiClient
+    original = cls._use_aiohttp
+    if getattr(original, "__forkpoint_integration__", False):
+        return
+
+    @functools.wraps(original)
+    def _use_aiohttp(self: Any) -> bool:
+        use = bool(original(self))
+        if (
+            use
+            and runtime.active() is not None
+            # Set by __init__ after its own call of this method, which must still see True.
+            and "_async_client_session_request_args" in vars(self)
+            and getattr(self, "_async_httpx_client", None) is not None
+            and not getattr(getattr(self, "_http_options", None), "aiohttp_client", None)
+        ):
+            return False
+        return use
+
+    _use_aiohttp.__forkpoint_integration__ = True  # type: ignore[attr-defined]
+    cls._use_aiohttp = _use_aiohttp
+
+
+def patch_extra_utils(module: ModuleType) -> None:
+    """Wrap the two functions of ``google.genai._extra_utils`` that run automatic function calls."""
+    sync_original = module.invoke_function_from_dict_args
+    async_original = module.invoke_function_from_dict_args_async
+    if getattr(sync_original, "__forkpoint_integration__", False):
+        return
+
+    def skip(fn: Callable[..., Any]) -> bool:
+        return runtime.active() is None or is_forkpoint_tool(fn)
+
+    @functools.wraps(sync_original)
+    def invoke_function_from_dict_args(args: dict[str, Any], function_to_invoke: Callable[..., Any]) -> Any:
+        if skip(function_to_invoke):
+            return sync_original(args, function_to_invoke)
+        return run_tool_sync(
+            getattr(function_to_invoke, "__name__", "function"),
+            jsonable(args),
+            lambda: sync_original(args, function_to_invoke),
+        )
+
+    @functools.wraps(async_original)
+    async def invoke_function_from_dict_args_async(
+        args: dict[str, Any], function_to_invoke: Callable[..., Any]
+    ) -> Any:
+        if skip(function_to_invoke):
+            return await async_original(args, function_to_invoke)
+        return await run_tool(
+            getattr(function_to_invoke, "__name__", "function"),
+            jsonable(args),
+            lambda: async_original(args, function_to_invoke),
+        )
+
+    invoke_function_from_dict_args.__forkpoint_integration__ = True  # type: ignore[attr-defined]
+    setattr(module, "invoke_function_from_dict_args", invoke_function_from_dict_args)  # noqa: B010
+    setattr(module, "invoke_function_from_dict_args_async", invoke_function_from_dict_args_async)  # noqa: B010

@@ -1,0 +1,107 @@
+"""OpenAI Agents SDK: every ``@function_tool`` call recorded and replayed, unmodified.
+
+Patched: ``agents.tool._FailureHandlingFunctionToolInvoker.__call__(self, ctx, input)``. Every
+``FunctionTool`` made by ``@function_tool`` / ``function_tool(fn)`` has one of these as its
+``on_invoke_tool``, and the runner (``run_internal/tool_execution.py``, through
+``_invoke_function_tool_with_metadata``) and realtime sessions call it with the model's raw JSON
+arguments. Patching the class reaches tools that were decorated before forkpoint started.
+
+What is recorded is the inner call (``self._invoke_tool_impl``: argument validation and the
+function body) — the SDK's failure handling stays outside, so on replay a recorded exception is
+raised again and turned into the same model-visible error text by the same handler, and the
+SDK's bookkeeping of handled errors is unchanged. Not recorded: agents used as tools
+(``agent.as_tool()``: their model and tool calls are recorded one by one instead), and
+``FunctionTool(on_invoke_tool=...)`` built by hand (wrap that function with ``@forkpoint.tool``).
+
+The event's ``tool`` is the tool's name as the model sees it, ``args`` the model's JSON arguments
+(parsed), ``result`` the value in a JSON form that the SDK turns into the same model input again:
+JSON data as is, structured outputs and typed outputs in pydantic's JSON form, and anything else
+whose text form (``str(value)``, what the SDK sends) would change as that text.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+from types import ModuleType
+from typing import Any
+
+import orjson
+
+from .. import runtime
+from . import is_forkpoint_tool, jsonable, run_tool
+
+
+def parse_arguments(text: str) -> dict[str, Any]:
+    """The model's JSON arguments as a dict (``{}`` for an empty string, else ``{"$input": text}``)."""
+    if not text or not text.strip():
+        return {}
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return {"$input": text}
+    return value if isinstance(value, dict) else {"$input": text}
+
+
+def _is_json(value: Any) -> bool:
+    if value is None or isinstance(value, str | bool | int | float):
+        return type(value) in (str, bool, int, float, type(None))
+    if type(value) is list:
+        return all(_is_json(v) for v in value)
+    if type(value) is dict:
+        return all(type(k) is str and _is_json(v) for k, v in value.items())
+    return False
+
+
+def encode_output(tool: Any, output: Any) -> Any:
+    """A JSON form of a tool's output from which the SDK builds the same model input on replay."""
+    if _is_json(output):
+        return output
+    data = jsonable(output)
+    if getattr(tool, "_output_type_adapter", None) is not None or getattr(tool, "output_json_schema", None):
+        return data  # validated and dumped by the tool's output schema: the JSON form gives the same
+    try:
+        from agents.items import ItemHelpers
+
+        if ItemHelpers._convert_tool_output_as_structured(output) is not None:
+            return data  # ToolOutputText / Image / FileContent: their dicts carry "type" and validate back
+    except Exception:
+        pass
+    return data if str(data) == str(output) else str(output)
+
+
+def patch(module: ModuleType) -> None:
+    """Wrap ``_FailureHandlingFunctionToolInvoker.__call__`` of ``agents.tool``."""
+    cls = module._FailureHandlingFunctionToolInvoker
+    original = cls.__call__
+    if getattr(original, "__forkpoint_integration__", False):
+        return
+
+    @functools.wraps(original)
+    async def __call__(self: Any, ctx: Any, input: str) -> Any:  # noqa: A002 - the SDK's name
+        tool = getattr(self, "_function_tool", None)
+        if (
+            runtime.active() is None
+            or tool is None
+            or getattr(tool, "_is_agent_tool", False)
+            or is_forkpoint_tool(self._get_wrapped_callable())
+        ):
+            return await original(self, ctx, input)
+        impl = self._invoke_tool_impl
+        name = str(tool.name)
+
+        async def recorded(ctx: Any, input: str) -> Any:  # noqa: A002
+            return await run_tool(
+                name,
+                parse_arguments(input),
+                lambda: impl(ctx, input),
+                lambda output: encode_output(tool, output),
+            )
+
+        functools.update_wrapper(recorded, impl)
+        shim = copy.copy(self)  # this call only: the invoker itself is shared by every run
+        shim._invoke_tool_impl = recorded
+        return await original(shim, ctx, input)
+
+    __call__.__forkpoint_integration__ = True  # type: ignore[attr-defined]
+    cls.__call__ = __call__

@@ -1,0 +1,431 @@
+"""Agent frameworks, unmodified: a pydantic-ai agent and an OpenAI Agents SDK agent, each with two
+tools, recorded against the local model server and replayed with the server stopped.
+
+The tools are declared the framework's way (``@agent.tool_plain``, ``@function_tool``) at import
+time, before forkpoint is active, and nothing in them mentions forkpoint: the built-in
+integrations (``forkpoint/integrations/``) patch the frameworks' tool-call entry points. Model
+calls go through the HTTP capture. On replay no tool body runs: the side-effect log they append to
+stays as it was.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("pydantic_ai")
+pytest.importorskip("agents")
+
+import agents  # noqa: E402
+from agents import Agent as SdkAgent  # noqa: E402
+from agents import OpenAIChatCompletionsModel, Runner, function_tool, set_tracing_disabled  # noqa: E402
+from openai import AsyncOpenAI  # noqa: E402
+from pydantic_ai import Agent  # noqa: E402
+from pydantic_ai.models.openai import OpenAIChatModel  # noqa: E402
+from pydantic_ai.providers.openai import OpenAIProvider  # noqa: E402
+
+import forkpoint  # noqa: E402
+from forkpoint import integrations  # noqa: E402
+from forkpoint.demo.server import ModelServer  # noqa: E402
+
+set_tracing_disabled(True)  # the Agents SDK would otherwise export traces over the network
+
+TASK = "Reproduce the bug in calc.py with a scratch test, then run the test suite."
+API_KEY = "sk-proj-" + "k" * 40
+WORKDIR: dict[str, Path] = {}  # where the tools work: set per test
+
+
+def _workdir() -> Path:
+    return WORKDIR["path"]
+
+
+def _side_effect(line: str) -> None:
+    with open(_workdir() / "side_effects.log", "a", encoding="utf-8") as f:
+        f.write(line + "\n")
+
+
+# --------------------------------------------------------------------------- pydantic-ai agent
+
+pa_agent = Agent(instructions="You are a careful coding agent. Use the tools, then summarize.")
+
+
+@pa_agent.tool_plain
+def write_file(path: str, content: str) -> dict[str, Any]:
+    """Write a UTF-8 file in the working directory."""
+    (_workdir() / path).write_text(content, encoding="utf-8")
+    _side_effect(f"write_file {path}")
+    return {"path": path, "bytes": len(content.encode())}
+
+
+@pa_agent.tool_plain
+def run_tests() -> dict[str, int]:
+    """Run the test suite."""
+    _side_effect("run_tests")
+    return {"passed": len(list(_workdir().glob("*.py"))), "failed": 0}
+
+
+def run_pydantic_ai(base_url: str) -> str:
+    model = OpenAIChatModel("demo-model", provider=OpenAIProvider(base_url=base_url + "/v1", api_key=API_KEY))
+    return str(pa_agent.run_sync(TASK, model=model).output)
+
+
+# --------------------------------------------------------------------------- OpenAI Agents SDK agent
+
+
+# The framework knows these by the names the model sees, not by their Python names.
+@function_tool(name_override="write_file")
+def sdk_write_file(path: str, content: str) -> str:
+    """Write a UTF-8 file in the working directory."""
+    (_workdir() / path).write_text(content, encoding="utf-8")
+    _side_effect(f"sdk_write_file {path}")
+    return json.dumps({"path": path, "bytes": len(content.encode())})
+
+
+@function_tool(name_override="run_tests")
+def sdk_run_tests() -> dict[str, int]:
+    """Run the test suite."""
+    _side_effect("sdk_run_tests")
+    return {"passed": len(list(_workdir().glob("*.py"))), "failed": 0}
+
+
+def run_agents_sdk(base_url: str) -> str:
+    client = AsyncOpenAI(base_url=base_url + "/v1", api_key=API_KEY, max_retries=0)
+    agent = SdkAgent(
+        name="coder",
+        instructions="You are a careful coding agent. Use the tools, then summarize.",
+        model=OpenAIChatCompletionsModel(model="demo-model", openai_client=client),
+        tools=[sdk_write_file, sdk_run_tests],
+    )
+    return str(Runner.run_sync(agent, TASK).final_output)
+
+
+#: framework → (run the agent against a base URL, the Python functions its tools run, in order)
+FRAMEWORKS: dict[str, tuple[Callable[[str], str], list[str]]] = {
+    "pydantic-ai": (run_pydantic_ai, ["write_file", "run_tests"]),
+    "openai-agents": (run_agents_sdk, ["sdk_write_file", "sdk_run_tests"]),
+}
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Iterator[Path]:
+    path = tmp_path / "work"
+    path.mkdir()
+    WORKDIR["path"] = path
+    yield path
+    WORKDIR.pop("path", None)
+
+
+def _snapshot(path: Path) -> dict[str, tuple[int, bytes]]:
+    return {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in sorted(path.iterdir())}
+
+
+@pytest.mark.parametrize("framework", list(FRAMEWORKS))
+def test_framework_agent_record_then_replay(framework: str, workdir: Path, tmp_path: Path) -> None:
+    run, functions = FRAMEWORKS[framework]
+    with ModelServer(turns=2) as server:
+        url = server.base_url
+        with forkpoint.record(store=tmp_path / "store") as rec:
+            live = run(url)
+        n_requests = len(server.requests)
+    assert n_requests == 3  # write_file, run_tests, then the final answer
+    log = (workdir / "side_effects.log").read_text()
+    assert [line.split()[0] for line in log.splitlines()] == functions
+    before = _snapshot(workdir)
+
+    with forkpoint.replay(rec.session_path) as rp:
+        replayed = run(url)
+    assert replayed == live
+    report = rp.report()
+    assert report["matched"] == report["recorded"] == n_requests + 2
+    assert report["unused"] == [] and report["divergence"] is None
+    assert report["network_blocked"] == []
+    assert _snapshot(workdir) == before  # no tool body ran: no file written, nothing logged
+
+    session = forkpoint.Session.load(rec.session_path)
+    tools = session.by_type("tool_call")
+    assert [t["tool"] for t in tools] == ["write_file", "run_tests"]
+    model_calls = session.by_type("model_call")
+    # Each tool call has exactly the arguments the model asked for in the turn before it.
+    for tool_event, call in zip(tools, model_calls, strict=False):
+        (asked,) = call["summary"]["tool_calls"]
+        assert asked["name"] == tool_event["tool"]
+        assert json.loads(asked["arguments"]) == tool_event["args"]
+    write = tools[0]
+    assert set(write["args"]) == {"path", "content"} and write["args"]["path"].endswith(".py")
+    assert "error" not in write and "result" in write
+    assert tools[1]["args"] == {} and tools[1]["result"] == {"passed": 1, "failed": 0}
+    assert model_calls[-1]["summary"]["stop_reason"] == "stop"
+    assert {"pydantic_ai.toolsets.function", "agents.tool"} <= set(integrations.installed())
+
+
+def test_replay_serves_a_recorded_tool_error(workdir: Path, tmp_path: Path) -> None:
+    """A tool that raised is recorded with its error; on replay the SDK turns the re-raised error
+    into the same model-visible text, and the run takes the same path."""
+    calls: list[str] = []
+
+    @function_tool
+    def flaky(path: str) -> str:
+        """Check a path."""
+        calls.append(path)
+        raise ValueError(f"cannot read {path}")
+
+    def run(url: str) -> list[Any]:
+        client = AsyncOpenAI(base_url=url + "/v1", api_key=API_KEY, max_retries=0)
+        agent = SdkAgent(
+            name="checker",
+            model=OpenAIChatCompletionsModel(model="demo-model", openai_client=client),
+            tools=[flaky],
+        )
+        result = Runner.run_sync(agent, "Check the file.")
+        return [result.final_output, [getattr(i, "output", None) for i in result.new_items]]
+
+    with ModelServer(turns=1) as server, forkpoint.record(store=tmp_path) as rec:
+        live = run(server.base_url)
+    assert len(calls) == 1
+    with forkpoint.replay(rec.session_path) as rp:
+        replayed = run(server.base_url)
+    assert replayed == live and len(calls) == 1
+    assert rp.report()["unused"] == [] and rp.report()["divergence"] is None
+    (event,) = forkpoint.Session.load(rec.session_path).by_type("tool_call")
+    assert event["tool"] == "flaky"
+    assert event["error"] == {
+        "type": "ValueError",
+        "module": "builtins",
+        "message": f"cannot read {calls[0]}",
+    }
+
+
+def test_a_tool_also_wrapped_with_forkpoint_tool_is_recorded_once(tmp_path: Path) -> None:
+    """``@forkpoint.tool`` under the framework's decorator records itself; the integration steps
+    aside, so each call is one event and replay leaves nothing unused."""
+    ran: list[str] = []
+
+    agent = Agent(instructions="Use the tool.")
+
+    @agent.tool_plain
+    @forkpoint.tool
+    def lookup(query: str) -> str:
+        """Look something up."""
+        ran.append("pydantic-ai")
+        return f"found {query}"
+
+    @function_tool
+    @forkpoint.tool
+    def search(query: str) -> str:
+        """Search for something."""
+        ran.append("agents")
+        return f"found {query}"
+
+    def run(url: str) -> list[str]:
+        model = OpenAIChatModel("demo-model", provider=OpenAIProvider(base_url=url + "/v1", api_key=API_KEY))
+        client = AsyncOpenAI(base_url=url + "/v1", api_key=API_KEY, max_retries=0)
+        sdk_agent = SdkAgent(
+            name="s",
+            model=OpenAIChatCompletionsModel(model="demo-model", openai_client=client),
+            tools=[search],
+        )
+        return [
+            str(agent.run_sync("Go.", model=model).output),
+            str(Runner.run_sync(sdk_agent, "Go.").final_output),
+        ]
+
+    with ModelServer(turns=1) as server, forkpoint.record(store=tmp_path) as rec:
+        live = run(server.base_url)
+    assert ran == ["pydantic-ai", "agents"]
+    with forkpoint.replay(rec.session_path) as rp:
+        assert run(server.base_url) == live
+    assert ran == ["pydantic-ai", "agents"]
+    assert rp.report()["unused"] == [] and rp.report()["divergence"] is None
+    tools = forkpoint.Session.load(rec.session_path).by_type("tool_call")
+    assert [t["tool"] for t in tools] == ["lookup", "search"]
+
+
+@dataclasses.dataclass
+class Report:
+    path: str
+    lines: tuple[int, int]
+    when: datetime.date
+
+
+def test_rich_return_values_replay_as_the_model_saw_them(tmp_path: Path) -> None:
+    """Tools returning a dataclass with a tuple and a date: pydantic-ai sends the model their
+    pydantic JSON, the Agents SDK their ``str()``. What is recorded makes the same request again
+    on replay (a different tool-result message would be a divergence)."""
+    agent = Agent(instructions="Use the tool.")
+
+    @agent.tool_plain
+    def inspect_file(path: str) -> Report:
+        """Inspect a file."""
+        return Report(path, (1, 2), datetime.date(2026, 1, 2))
+
+    @function_tool
+    def sdk_inspect_file(path: str) -> Report:
+        """Inspect a file."""
+        return Report(path, (1, 2), datetime.date(2026, 1, 2))
+
+    def run(url: str) -> list[str]:
+        model = OpenAIChatModel("demo-model", provider=OpenAIProvider(base_url=url + "/v1", api_key=API_KEY))
+        client = AsyncOpenAI(base_url=url + "/v1", api_key=API_KEY, max_retries=0)
+        sdk_agent = SdkAgent(
+            name="s",
+            model=OpenAIChatCompletionsModel(model="demo-model", openai_client=client),
+            tools=[sdk_inspect_file],
+        )
+        return [
+            str(agent.run_sync("Go.", model=model).output),
+            str(Runner.run_sync(sdk_agent, "Go.").final_output),
+        ]
+
+    with ModelServer(turns=1) as server, forkpoint.record(store=tmp_path) as rec:
+        live = run(server.base_url)
+        sent = [m["content"] for r in server.requests for m in r["body"]["messages"] if m["role"] == "tool"]
+    with forkpoint.replay(rec.session_path) as rp:
+        assert run(server.base_url) == live
+    assert rp.report()["unused"] == [] and rp.report()["divergence"] is None
+    tools = forkpoint.Session.load(rec.session_path).by_type("tool_call")
+    path = tools[0]["args"]["path"]
+    assert json.loads(sent[0]) == tools[0]["result"] == {"path": path, "lines": [1, 2], "when": "2026-01-02"}
+    assert (
+        sent[1]
+        == tools[1]["result"]
+        == str(Report(tools[1]["args"]["path"], (1, 2), datetime.date(2026, 1, 2)))
+    )
+
+
+def test_integrations_call_through_when_inactive(workdir: Path) -> None:
+    """Outside record/replay the patched entry points change nothing."""
+    with ModelServer(turns=2) as server:
+        out = run_pydantic_ai(server.base_url)
+        out_sdk = run_agents_sdk(server.base_url)
+    assert out and out_sdk
+    assert len((workdir / "side_effects.log").read_text().splitlines()) == 4
+    assert forkpoint.active() is None
+
+
+# --------------------------------------------------------------------------- under the CLI
+
+AGENT_SCRIPT = '''
+"""Both agents, as a user would write them: no forkpoint anywhere."""
+import json
+import sys
+from pathlib import Path
+
+from agents import Agent as SdkAgent, OpenAIChatCompletionsModel, Runner, function_tool, set_tracing_disabled
+from openai import AsyncOpenAI
+from pydantic_ai import Agent
+from pydantic_ai.models.openai import OpenAIChatModel
+from pydantic_ai.providers.openai import OpenAIProvider
+
+BASE_URL, WORKDIR = sys.argv[1], Path(sys.argv[2])
+set_tracing_disabled(True)
+
+
+def side_effect(line):
+    with open(WORKDIR / "side_effects.log", "a") as f:
+        f.write(line + "\\n")
+
+
+agent = Agent(instructions="You are a careful coding agent.")
+
+
+@agent.tool_plain
+def write_file(path: str, content: str) -> dict:
+    """Write a file."""
+    (WORKDIR / path).write_text(content)
+    side_effect("write_file")
+    return {"path": path, "bytes": len(content)}
+
+
+@agent.tool_plain
+def run_tests() -> dict:
+    """Run the tests."""
+    side_effect("run_tests")
+    return {"passed": 1, "failed": 0}
+
+
+@function_tool(name_override="write_file")
+def sdk_write_file(path: str, content: str) -> str:
+    """Write a file."""
+    (WORKDIR / path).write_text(content)
+    side_effect("sdk_write_file")
+    return "ok"
+
+
+@function_tool(name_override="run_tests")
+def sdk_run_tests() -> str:
+    """Run the tests."""
+    side_effect("sdk_run_tests")
+    return "1 passed"
+
+
+model = OpenAIChatModel("demo-model", provider=OpenAIProvider(base_url=BASE_URL + "/v1", api_key="sk-x"))
+print("pydantic-ai:", agent.run_sync("Fix the bug.", model=model).output)
+client = AsyncOpenAI(base_url=BASE_URL + "/v1", api_key="sk-x", max_retries=0)
+sdk_agent = SdkAgent(
+    name="coder",
+    model=OpenAIChatCompletionsModel(model="demo-model", openai_client=client),
+    tools=[sdk_write_file, sdk_run_tests],
+)
+print("agents:", Runner.run_sync(sdk_agent, "Fix the bug.").final_output)
+'''
+
+
+def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FORKPOINT_")}
+    return subprocess.run(
+        [sys.executable, "-c", "from forkpoint.cli import main; main()", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_cli_record_and_replay_bootstrapped_framework_agents(tmp_path: Path) -> None:
+    """``forkpoint record -- python agent.py`` then ``forkpoint replay last``: the integrations
+    install themselves in the child as the frameworks are imported; no code change."""
+    script = tmp_path / "agent.py"
+    script.write_text(textwrap.dedent(AGENT_SCRIPT))
+    work = tmp_path / "work"
+    work.mkdir()
+    store = tmp_path / "store"
+    with ModelServer(turns=2) as server:
+        rec = _cli(
+            "record", "--store", str(store), "--", sys.executable, str(script), server.base_url, str(work),
+            cwd=tmp_path,
+        )  # fmt: skip
+    assert rec.returncode == 0, rec.stderr
+    assert (work / "side_effects.log").read_text().split() == [
+        "write_file",
+        "run_tests",
+        "sdk_write_file",
+        "sdk_run_tests",
+    ]
+    before = _snapshot(work)
+
+    report_file = tmp_path / "report.json"
+    rep = _cli("replay", "last", "--store", str(store), "--report", str(report_file), cwd=tmp_path)
+    assert rep.returncode == 0, rep.stderr
+    assert rep.stdout == rec.stdout and "pydantic-ai: " in rep.stdout and "agents: " in rep.stdout
+    report = json.loads(report_file.read_text())
+    assert report["matched"] == report["recorded"] == 10  # 6 model calls, 4 tool calls
+    assert report["unused"] == [] and report["divergence"] is None and report["network_blocked"] == []
+    assert _snapshot(work) == before
+
+    (session_dir,) = [p for p in store.iterdir() if p.is_dir()]
+    session = forkpoint.Session.load(session_dir)
+    tools = session.by_type("tool_call")
+    assert [t["tool"] for t in tools] == ["write_file", "run_tests"] * 2
+    assert set(tools[0]["args"]) == {"path", "content"} and tools[2]["result"] == "ok"
+    assert session.header["versions"].get("openai-agents") == agents.__version__

@@ -1,0 +1,368 @@
+"""More providers: the real google-genai SDK (Gemini), and OpenAI-compatible servers reached through
+the openai SDK, recorded against local model servers and replayed with the servers stopped.
+
+google-genai sends its requests with httpx2 (sync and async); when aiohttp is installed its async
+client would use aiohttp, which forkpoint does not capture, so the google-genai integration makes it
+take its httpx fallback while forkpoint is active. Automatic function calling (Python functions as
+tools, run by the SDK itself) is recorded as tool calls, and not run on replay.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("google.genai")
+
+import httpx2  # noqa: E402
+import openai  # noqa: E402
+from google import genai  # noqa: E402
+from google.genai import errors as genai_errors  # noqa: E402
+from google.genai import types  # noqa: E402
+
+import forkpoint  # noqa: E402
+from forkpoint.demo.server import ModelServer  # noqa: E402
+
+#: What google-genai raises when the server is unreachable (it sends with httpx2, or httpx).
+ConnectionError_ = (httpx2.ConnectError, genai_errors.APIError)
+API_KEY = "AIza" + "g" * 35  # shaped like a Google API key: must never reach disk
+MODEL = "gemini-demo-flash"
+TASK = "Reproduce the bug in calc.py with a scratch test, then run the test suite."
+
+TOOLS = [
+    types.Tool(
+        function_declarations=[
+            types.FunctionDeclaration(
+                name="write_file",
+                description="Write a file.",
+                parameters=types.Schema(
+                    type="OBJECT",
+                    properties={"path": types.Schema(type="STRING"), "content": types.Schema(type="STRING")},
+                    required=["path", "content"],
+                ),
+            ),
+            types.FunctionDeclaration(
+                name="run_tests",
+                description="Run the test suite.",
+                parameters_json_schema={"type": "object", "properties": {}},
+            ),
+        ]
+    )
+]
+CONFIG = types.GenerateContentConfig(
+    tools=TOOLS,
+    temperature=0.25,
+    top_p=0.9,
+    seed=7,
+    max_output_tokens=256,
+    automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True),
+)
+
+
+def client(url: str) -> genai.Client:
+    return genai.Client(api_key=API_KEY, http_options=types.HttpOptions(base_url=url))
+
+
+def dump(response: Any) -> Any:
+    """The parsed response as JSON data, minus the two transport headers forkpoint does not keep
+    (``content-length``, ``transfer-encoding``: the stored body is decoded and re-framed)."""
+    data = response.model_dump(mode="json")
+    headers = (data.get("sdk_http_response") or {}).get("headers") or {}
+    for name in ("content-length", "transfer-encoding"):
+        headers.pop(name, None)
+    return data
+
+
+def tool_result(call: types.FunctionCall) -> dict[str, Any]:
+    if call.name == "run_tests":
+        return {"passed": 3, "failed": 1}
+    return {"path": (call.args or {}).get("path"), "written": True}
+
+
+def turn(contents: list[types.Content], response: types.GenerateContentResponse) -> None:
+    """Append the model's turn and the results of the functions it called."""
+    contents.append(response.candidates[0].content)
+    contents.append(
+        types.Content(
+            role="user",
+            parts=[
+                types.Part.from_function_response(name=call.name, response={"result": tool_result(call)})
+                for call in response.function_calls or []
+            ],
+        )
+    )
+
+
+def gemini_sync(url: str) -> list[Any]:
+    """A function-calling conversation: write_file, run_tests, then a streamed final answer."""
+    c = client(url)
+    contents = [types.Content(role="user", parts=[types.Part(text=TASK)])]
+    first = c.models.generate_content(model=MODEL, contents=contents, config=CONFIG)
+    turn(contents, first)
+    chunks = list(c.models.generate_content_stream(model=MODEL, contents=contents, config=CONFIG))
+    merged = types.Content(role="model", parts=[p for ch in chunks for p in ch.candidates[0].content.parts])
+    turn(contents, types.GenerateContentResponse(candidates=[types.Candidate(content=merged)]))
+    final = list(c.models.generate_content_stream(model=MODEL, contents=contents, config=CONFIG))
+    return [dump(first), [dump(ch) for ch in chunks], [dump(ch) for ch in final]]
+
+
+async def _gemini_async(url: str) -> list[Any]:
+    c = client(url)
+    whole = await c.aio.models.generate_content(model=MODEL, contents=TASK, config=CONFIG)
+    stream = await c.aio.models.generate_content_stream(model=MODEL, contents="Say hello.")
+    return [dump(whole), [dump(ch) async for ch in stream]]
+
+
+def gemini_async(url: str) -> list[Any]:
+    return asyncio.run(_gemini_async(url))
+
+
+SCENARIOS: dict[str, Callable[[str], list[Any]]] = {"sync": gemini_sync, "async": gemini_async}
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_gemini_record_then_replay_offline(name: str, tmp_path: Path) -> None:
+    scenario = SCENARIOS[name]
+    with ModelServer(turns=2) as server:
+        url = server.base_url
+        with forkpoint.record(store=tmp_path) as rec:
+            live = scenario(url)
+        n_requests = len(server.requests)
+    c = client(url)
+    with pytest.raises(ConnectionError_):  # the server is gone: only the session can answer
+        c.models.generate_content(model=MODEL, contents="hi")
+
+    with forkpoint.replay(rec.session_path) as rp:
+        replayed = scenario(url)
+    assert replayed == live
+    report = rp.report()
+    assert report["matched"] == report["recorded"] == n_requests
+    assert report["unused"] == [] and report["divergence"] is None and report["network_blocked"] == []
+
+    calls = forkpoint.Session.load(rec.session_path).by_type("model_call")
+    assert len(calls) == n_requests
+    for call in calls:
+        s = call["summary"]
+        assert (s["provider"], s["api"], s["model"], s["response_model"]) == (
+            "gemini",
+            "generateContent",
+            MODEL,
+            MODEL,
+        )
+        assert call["request"]["url"].split("?")[0].endswith((":generateContent", ":streamGenerateContent"))
+        if s["stream"]:
+            assert call["request"]["url"].endswith("?alt=sse")
+            assert call["response"]["body_kind"] == "stream"
+    data = b"".join(p.read_bytes() for p in rec.session_path.rglob("*") if p.is_file())
+    assert b"g" * 35 not in data  # the API key never reaches disk
+
+
+def test_gemini_summary_of_a_function_calling_turn(tmp_path: Path) -> None:
+    with ModelServer(turns=2, seed=3) as server, forkpoint.record(store=tmp_path) as rec:
+        live = gemini_sync(server.base_url)
+    first, chunks, final = live
+    calls = forkpoint.Session.load(rec.session_path).by_type("model_call")
+    assert [c["summary"]["stream"] for c in calls] == [False, True, True]
+
+    s = calls[0]["summary"]
+    assert (s["temperature"], s["top_p"], s["seed"], s["max_tokens"]) == (0.25, 0.9, 7, 256)
+    assert s["n_messages"] == 1 and s["n_tools"] == 2
+    (fc,) = [p["function_call"] for p in first["candidates"][0]["content"]["parts"]]
+    assert fc["name"] == "write_file" and fc["args"]["path"].endswith(".py")
+    assert [(t["name"], json.loads(t["arguments"])) for t in s["tool_calls"]] == [("write_file", fc["args"])]
+    usage = first["usage_metadata"]
+    assert s["usage"] == {
+        "input_tokens": usage["prompt_token_count"],
+        "output_tokens": usage["candidates_token_count"],
+    }
+    assert s["stop_reason"] == "STOP" and first["candidates"][0]["finish_reason"] == "STOP"
+
+    # The streamed turn: a run_tests call, in one chunk, with usage.
+    s = calls[1]["summary"]
+    assert s["n_messages"] == 3
+    assert [t["name"] for t in s["tool_calls"]] == ["run_tests"]
+    assert s["usage"]["output_tokens"] == chunks[-1]["usage_metadata"]["candidates_token_count"]
+    # The final answer, streamed a few words per chunk: text, no tool call, the last run's numbers.
+    s = calls[2]["summary"]
+    assert s["tool_calls"] == [] and s["stop_reason"] == "STOP" and len(final) > 1
+    text = "".join(p["text"] for ch in final for p in ch["candidates"][0]["content"]["parts"])
+    assert "Last run: 3 passed, 1 failed." in text
+    assert s["usage"]["output_tokens"] == final[-1]["usage_metadata"]["candidates_token_count"]
+
+
+def test_gemini_errors_are_replayed(tmp_path: Path) -> None:
+    def go(url: str) -> tuple[int, str]:
+        c = genai.Client(
+            api_key=API_KEY,
+            http_options=types.HttpOptions(base_url=url, headers={"x-demo-fail": "429"}),
+        )
+        with pytest.raises(genai_errors.ClientError) as info:
+            c.models.generate_content(model=MODEL, contents="hi")
+        return info.value.code, str(info.value.status)
+
+    with ModelServer() as server, forkpoint.record(store=tmp_path) as rec:
+        live = go(server.base_url)
+    assert live == (429, "RESOURCE_EXHAUSTED")
+    with forkpoint.replay(rec.session_path) as rp:
+        assert go(server.base_url) == live
+    assert rp.report()["unused"] == []
+    (call,) = forkpoint.Session.load(rec.session_path).by_type("model_call")
+    assert call["summary"]["provider"] == "gemini" and call["summary"]["error"]
+
+
+def test_demo_server_gemini_wire_shapes() -> None:
+    """Without ``alt=sse`` a stream is one JSON array of chunks; other methods are Google-shaped 404s."""
+    with ModelServer(turns=1, seed=1) as server:
+        url = server.base_url + f"/v1beta/models/{MODEL}"
+        body = {"contents": [{"role": "user", "parts": [{"text": "Say hello."}]}]}
+        whole = httpx2.post(url + ":generateContent", json=body).json()
+        chunks = httpx2.post(url + ":streamGenerateContent", json=body).json()
+        sse = httpx2.post(url + ":streamGenerateContent?alt=sse", json=body)
+        missing = httpx2.post(url + ":countTokens", json=body)
+    assert isinstance(chunks, list) and len(chunks) > 1
+    assert all(c["responseId"] == chunks[0]["responseId"] for c in chunks)
+    assert [c["candidates"][0].get("finishReason") for c in chunks] == [None] * (len(chunks) - 1) + ["STOP"]
+    assert chunks[-1]["usageMetadata"]["candidatesTokenCount"] > 0
+    assert whole["modelVersion"] == MODEL and whole["usageMetadata"]["totalTokenCount"] > 0
+    assert whole["candidates"][0]["content"]["role"] == "model"
+    assert sse.headers["content-type"].startswith("text/event-stream")
+    events = [json.loads(line[6:]) for line in sse.text.splitlines() if line.startswith("data: ")]
+    assert len(events) > 1 and events[-1]["candidates"][0]["finishReason"] == "STOP"
+    assert missing.status_code == 404 and missing.json()["error"]["status"] == "NOT_FOUND"
+
+
+@pytest.mark.skipif(importlib.util.find_spec("aiohttp") is None, reason="aiohttp not installed")
+def test_async_gemini_leaves_aiohttp_while_forkpoint_is_active(tmp_path: Path) -> None:
+    """With aiohttp installed the SDK sends async requests through it; forkpoint's integration
+    sends them through the SDK's httpx fallback instead, and only while forkpoint is active."""
+    api = client("http://127.0.0.1:9")._api_client
+    assert api._use_aiohttp() is True
+    with forkpoint.record(store=tmp_path):
+        assert api._use_aiohttp() is False
+    assert api._use_aiohttp() is True
+
+
+# --------------------------------------------------------------------------- automatic function calling
+
+SIDE_EFFECTS: list[str] = []
+
+
+def write_file(path: str, content: str) -> dict[str, Any]:
+    """Write a file to the workspace.
+
+    Args:
+        path: where to write.
+        content: what to write.
+    """
+    SIDE_EFFECTS.append(f"write_file {path}")
+    return {"path": path, "bytes": len(content)}
+
+
+def run_tests() -> dict[str, int]:
+    """Run the test suite."""
+    SIDE_EFFECTS.append("run_tests")
+    return {"passed": 2, "failed": 0}
+
+
+def gemini_afc(url: str) -> list[Any]:
+    """The SDK runs the Python functions itself between model calls."""
+    config = types.GenerateContentConfig(tools=[write_file, run_tests])
+    c = client(url)  # keep it: a collected genai.Client closes its HTTP client
+    response = c.models.generate_content(model=MODEL, contents=TASK, config=config)
+    history = [c.model_dump(mode="json") for c in response.automatic_function_calling_history or []]
+    return [response.text, history]
+
+
+def test_gemini_automatic_function_calling_tools_are_recorded(tmp_path: Path) -> None:
+    SIDE_EFFECTS.clear()
+    with ModelServer(turns=2) as server, forkpoint.record(store=tmp_path) as rec:
+        live = gemini_afc(server.base_url)
+    assert [s.split()[0] for s in SIDE_EFFECTS] == ["write_file", "run_tests"]
+    assert "Last run: 2 passed, 0 failed." in live[0]
+
+    with forkpoint.replay(rec.session_path) as rp:
+        replayed = gemini_afc(server.base_url)
+    assert replayed == live
+    assert len(SIDE_EFFECTS) == 2  # no function body ran on replay
+    report = rp.report()
+    assert report["matched"] == report["recorded"] == 5 and report["unused"] == []
+
+    session = forkpoint.Session.load(rec.session_path)
+    tools = session.by_type("tool_call")
+    assert [t["tool"] for t in tools] == ["write_file", "run_tests"]
+    assert set(tools[0]["args"]) == {"path", "content"} and tools[1]["result"] == {"passed": 2, "failed": 0}
+    asked = session.by_type("model_call")[0]["summary"]["tool_calls"][0]
+    assert json.loads(asked["arguments"]) == tools[0]["args"]
+
+
+# --------------------------------------------------------------------------- OpenAI-compatible providers
+
+CHAT_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "lookup",
+            "description": "Look something up.",
+            "parameters": {
+                "type": "object",
+                "properties": {"query": {"type": "string"}},
+                "required": ["query"],
+            },
+        },
+    }
+]
+MSG = [{"role": "user", "content": "What is the capital of France?"}]
+
+
+def _compatible_server() -> ModelServer:
+    """A second provider on another loopback address (as Groq, Together or vLLM would be on
+    another host), or on ``localhost`` where 127.0.0.2 cannot be bound."""
+    try:
+        return ModelServer(host="127.0.0.2", turns=1).start()
+    except OSError:
+        return ModelServer(host="localhost", turns=1).start()
+
+
+def openai_and_compatible(openai_url: str, compatible_url: str) -> list[Any]:
+    official = openai.OpenAI(base_url=openai_url + "/v1", api_key="sk-proj-" + "o" * 40, max_retries=0)
+    other = openai.OpenAI(base_url=compatible_url + "/v1", api_key="gsk_" + "c" * 40, max_retries=0)
+    a = official.chat.completions.create(model="gpt-demo", messages=MSG, tools=CHAT_TOOLS)
+    b = other.chat.completions.create(model="llama-3.3-70b", messages=MSG, tools=CHAT_TOOLS)
+    c = other.chat.completions.create(
+        model="llama-3.3-70b", messages=MSG, stream=True, stream_options={"include_usage": True}
+    )
+    return [a.model_dump(mode="json"), b.model_dump(mode="json"), [ch.model_dump(mode="json") for ch in c]]
+
+
+def test_openai_compatible_provider_is_recorded_and_told_apart(tmp_path: Path) -> None:
+    compatible = _compatible_server()
+    try:
+        with ModelServer(turns=1) as server, forkpoint.record(store=tmp_path) as rec:
+            live = openai_and_compatible(server.base_url, compatible.base_url)
+    finally:
+        compatible.stop()
+    assert len(compatible.requests) == 2
+    with forkpoint.replay(rec.session_path) as rp:
+        replayed = openai_and_compatible(server.base_url, compatible.base_url)
+    assert replayed == live
+    assert rp.report()["matched"] == rp.report()["recorded"] == 3 and rp.report()["unused"] == []
+
+    calls = forkpoint.Session.load(rec.session_path).by_type("model_call")
+    summaries = [c["summary"] for c in calls]
+    # The same wire shape (provider "openai", api chat.completions); the host says which server.
+    assert {(s["provider"], s["api"]) for s in summaries} == {("openai", "chat.completions")}
+    hosts = [s["host"] for s in summaries]
+    assert hosts[0] == f"127.0.0.1:{server.port}"
+    assert hosts[1] == hosts[2] == compatible.base_url.removeprefix("http://")
+    assert hosts[0] != hosts[1]
+    assert [s["model"] for s in summaries] == ["gpt-demo", "llama-3.3-70b", "llama-3.3-70b"]
+    assert summaries[1]["tool_calls"][0]["name"] == "lookup" and summaries[1]["stop_reason"] == "tool_calls"
+    assert summaries[2]["stream"] is True and summaries[2]["usage"]["output_tokens"] > 0
+    data = b"".join(p.read_bytes() for p in rec.session_path.rglob("*") if p.is_file())
+    assert b"o" * 40 not in data and b"c" * 40 not in data
