@@ -24,7 +24,7 @@ import importlib.machinery
 import inspect
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from types import ModuleType
 from typing import Any, TypeVar, overload
 
@@ -184,6 +184,60 @@ def _replayed(rt: Any, name: str, args: dict[str, Any]) -> Any:
     return event.get("result")
 
 
+def call_tool(
+    name: str, args: dict[str, Any], body: Callable[[], Any], encode: Callable[[Any], Any] | None = None
+) -> Any:
+    """Run one tool call through forkpoint: the building block of :func:`tool` and of the framework
+    integrations (:mod:`forkpoint.integrations`).
+
+    ``args`` are the call's JSON arguments. No runtime active: ``body()``. Replay: the recorded
+    result of ``name`` with ``args`` (or its exception raised again) and ``body`` never runs, unless
+    the replay runs tools live. Record (or live): ``body()`` runs and a ``tool_call`` event is written
+    with its result (``encode(result)`` when given; it must be JSON data) or its exception.
+    """
+    rt = runtime.active()
+    if rt is None:
+        return body()
+    if rt.mode == "replay" and (served := _replayed(rt, name, args)) is not _LIVE:
+        return served
+    call = _ToolCall(name, args)
+    try:
+        result = body()
+    except Exception as exc:
+        call.done(error=exc)
+        raise
+    except BaseException:  # cancelled or exiting: nothing to record, but leave the span
+        runtime.current_span.reset(call.token)
+        raise
+    call.done(result=encode(result) if encode else result)
+    return result
+
+
+async def acall_tool(
+    name: str,
+    args: dict[str, Any],
+    body: Callable[[], Awaitable[Any]],
+    encode: Callable[[Any], Any] | None = None,
+) -> Any:
+    """:func:`call_tool` for a tool whose body is a coroutine function."""
+    rt = runtime.active()
+    if rt is None:
+        return await body()
+    if rt.mode == "replay" and (served := _replayed(rt, name, args)) is not _LIVE:
+        return served
+    call = _ToolCall(name, args)
+    try:
+        result = await body()
+    except Exception as exc:
+        call.done(error=exc)
+        raise
+    except BaseException:  # cancelled (e.g. a framework timeout): nothing to record, but leave the span
+        runtime.current_span.reset(call.token)
+        raise
+    call.done(result=encode(result) if encode else result)
+    return result
+
+
 @overload
 def tool(fn: F, *, name: str | None = None) -> F: ...
 @overload
@@ -205,40 +259,18 @@ def tool(fn: Callable[..., Any] | None = None, *, name: str | None = None) -> An
 
         @functools.wraps(fn)
         async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-            rt = runtime.active()
-            if rt is None:
+            if runtime.active() is None:
                 return await fn(*args, **kwargs)
-            bound = bind_arguments(fn, args, kwargs)
-            if rt.mode == "replay" and (served := _replayed(rt, tool_name, bound)) is not _LIVE:
-                return served
-            call = _ToolCall(tool_name, bound)
-            try:
-                result = await fn(*args, **kwargs)
-            except Exception as exc:
-                call.done(error=exc)
-                raise
-            call.done(result=result)
-            return result
+            return await acall_tool(tool_name, bind_arguments(fn, args, kwargs), lambda: fn(*args, **kwargs))
 
         async_wrapper.__forkpoint_tool__ = tool_name  # type: ignore[attr-defined]
         return async_wrapper
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        rt = runtime.active()
-        if rt is None:
+        if runtime.active() is None:
             return fn(*args, **kwargs)
-        bound = bind_arguments(fn, args, kwargs)
-        if rt.mode == "replay" and (served := _replayed(rt, tool_name, bound)) is not _LIVE:
-            return served
-        call = _ToolCall(tool_name, bound)
-        try:
-            result = fn(*args, **kwargs)
-        except Exception as exc:
-            call.done(error=exc)
-            raise
-        call.done(result=result)
-        return result
+        return call_tool(tool_name, bind_arguments(fn, args, kwargs), lambda: fn(*args, **kwargs))
 
     wrapper.__forkpoint_tool__ = tool_name  # type: ignore[attr-defined]
     return wrapper

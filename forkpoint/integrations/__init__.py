@@ -36,8 +36,7 @@ from collections.abc import Awaitable, Callable
 from types import ModuleType
 from typing import Any
 
-from .. import runtime
-from ..tools import _LIVE, _replayed, _ToolCall
+from ..tools import acall_tool, call_tool
 
 __all__ = [
     "INTEGRATIONS",
@@ -161,28 +160,9 @@ async def run_tool(
     body: Callable[[], Awaitable[Any]],
     encode: Callable[[Any], Any] = jsonable,
 ) -> Any:
-    """One framework tool call through forkpoint, as ``@forkpoint.tool`` does it.
-
-    Replay: the recorded result (or exception) of ``name`` called with ``args`` — ``body`` never
-    runs — unless the replay runs tools live. Record (or live): ``body()`` runs and a ``tool_call``
-    event is written with ``encode(result)`` (JSON data) or the exception.
-    """
-    rt = runtime.active()
-    if rt is None:
-        return await body()
-    if rt.mode == "replay" and (served := _replayed(rt, name, args)) is not _LIVE:
-        return served
-    call = _ToolCall(name, args)
-    try:
-        result = await body()
-    except Exception as exc:
-        call.done(error=exc)
-        raise
-    except BaseException:  # cancelled (a framework timeout): nothing to record, leave the span
-        runtime.current_span.reset(call.token)
-        raise
-    call.done(result=encode(result))
-    return result
+    """One framework tool call through forkpoint (:func:`forkpoint.tools.acall_tool`), its result
+    stored in the JSON form the framework sends to the model."""
+    return await acall_tool(name, args, body, encode)
 
 
 def run_tool_sync(
@@ -192,22 +172,7 @@ def run_tool_sync(
     encode: Callable[[Any], Any] = jsonable,
 ) -> Any:
     """:func:`run_tool` for a tool the framework calls synchronously."""
-    rt = runtime.active()
-    if rt is None:
-        return body()
-    if rt.mode == "replay" and (served := _replayed(rt, name, args)) is not _LIVE:
-        return served
-    call = _ToolCall(name, args)
-    try:
-        result = body()
-    except Exception as exc:
-        call.done(error=exc)
-        raise
-    except BaseException:
-        runtime.current_span.reset(call.token)
-        raise
-    call.done(result=encode(result))
-    return result
+    return call_tool(name, args, body, encode)
 
 
 def is_forkpoint_tool(fn: Any) -> bool:
