@@ -10,8 +10,9 @@ TARGET                    which recorded call
 ``seq:N``                 the event with seq N (a model or tool call)
 ========================  =====================================================================
 
-FIELD for a tool call: ``result`` (default) or ``error`` (value ``{"type": "TimeoutError",
-"message": "…"}``). For a model call: ``text`` (the assistant's text), ``tool_calls`` (a list of
+A tool NAME may contain dots (``tool:Store.query.result=…``: ``--tool module:Class.method`` names
+its tool so). FIELD for a tool call: ``result`` (default) or ``error`` (value
+``{"type": "TimeoutError", "message": "…"}``). For a model call: ``text`` (the assistant's text), ``tool_calls`` (a list of
 ``{"name", "arguments", "id"?}``; arguments as an object or a JSON string), or ``body`` (default: the
 whole response body — for a stream, a list of raw chunk strings).
 
@@ -36,7 +37,7 @@ from .providers import detect, parse_sse
 from .runtime import ForkpointError
 
 _SPEC = re.compile(
-    r"^(?P<target>tool:[^#=.]+(?:#\d+)?|model#\d+|seq:\d+)(?:\.(?P<field>[a-z_]+))?=(?P<value>.*)$", re.S
+    r"^(?P<target>tool:[^#=]+?(?:#\d+)?|model#\d+|seq:\d+)(?:\.(?P<field>[a-z_]+))?=(?P<value>.*)$", re.S
 )
 _TOOL_FIELDS = ("result", "error")
 _MODEL_FIELDS = ("text", "tool_calls", "body")
@@ -93,7 +94,7 @@ def parse(spec: str, *, base: Path | None = None) -> Override:
     else:
         name, kind, occurrence, seq = None, "seq", 0, int(target[4:])
     if kind == "tool" and field not in (None, *_TOOL_FIELDS):
-        raise OverrideError(f"override {spec!r}: a tool call's field is one of {', '.join(_TOOL_FIELDS)}")
+        name, field = f"{name}.{field}", None  # a dotted tool name (``module:Class.method`` tools)
     if kind == "model" and field not in (None, *_MODEL_FIELDS):
         raise OverrideError(f"override {spec!r}: a model call's field is one of {', '.join(_MODEL_FIELDS)}")
     if occurrence < 1 and kind != "seq":
@@ -111,8 +112,13 @@ def resolve(overrides: list[Override], events: list[dict[str, Any]]) -> dict[int
         if o.kind == "tool":
             hits = [e for e in events if e["type"] == "tool_call" and e["tool"] == o.name]
             if len(hits) < o.occurrence:
+                hint = (
+                    f" (a tool call's field is one of {', '.join(_TOOL_FIELDS)})"
+                    if "." in str(o.name)
+                    else ""
+                )
                 raise OverrideError(
-                    f"override {o.spec!r}: the session has {len(hits)} call(s) of tool {o.name!r}"
+                    f"override {o.spec!r}: the session has {len(hits)} call(s) of tool {o.name!r}{hint}"
                 )
             event = hits[o.occurrence - 1]
         elif o.kind == "model":

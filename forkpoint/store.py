@@ -21,10 +21,22 @@ def default_store() -> Path:
 
 
 def session_dirs(store: Path) -> list[Path]:
-    """Session directories of ``store``, oldest first (ids sort by creation time)."""
+    """Session directories of ``store``, oldest first.
+
+    Ids start with the creation time to the second only (then random hex), so sessions made within
+    one second are ordered by their header's ``created`` time (milliseconds), then by id.
+    """
     if not store.is_dir():
         return []
-    return sorted(p for p in store.iterdir() if (p / LOG_NAME).is_file())
+    return sorted((p for p in store.iterdir() if (p / LOG_NAME).is_file()), key=_creation_order)
+
+
+def _creation_order(path: Path) -> tuple[str, str, str]:
+    try:
+        created = str(read_header(path / LOG_NAME).get("created") or "")
+    except SessionError:
+        created = ""
+    return path.name[:15], created, path.name
 
 
 def resolve(ref: str | Path, store: Path | None = None) -> Path:

@@ -1,0 +1,221 @@
+"""``forkpoint diff A B``: alignment of two sessions, the first divergence, per-call JSON-path diffs,
+the summary, exit codes and ``--json``.
+
+The demo agent with ``ModelServer(turns=2)`` makes five calls, always in this order:
+model → write_file → model → run_tests → model (final answer).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+
+import forkpoint
+from forkpoint.cli import main
+from forkpoint.demo.agent import run_agent
+from forkpoint.demo.server import ModelServer
+from forkpoint.log import Session, SessionWriter
+from forkpoint.record import make_header
+
+FAILING = {"passed": 0, "failed": 2, "output": "FAIL"}
+SIGNATURES = [
+    "model POST /v1/chat/completions",
+    "tool write_file",
+    "model POST /v1/chat/completions",
+    "tool run_tests",
+    "model POST /v1/chat/completions",
+]
+
+
+@dataclass
+class Run:
+    session: Session
+    answer: str
+
+
+def record(store: Path, workdir: Path, srv: ModelServer) -> Run:
+    with forkpoint.record(store=store) as rec:
+        answer = run_agent(srv.base_url, workdir, echo=None)
+    return Run(Session.load(rec.session_path), answer)
+
+
+def diff(a: Session | str, b: Session | str, *args: str) -> Result:
+    ref = lambda s: str(s.path) if isinstance(s, Session) else s  # noqa: E731
+    # A wide terminal, so that rich does not wrap the table cells.
+    return CliRunner().invoke(main, ["diff", ref(a), ref(b), *args], env={"COLUMNS": "300"})
+
+
+def flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def short(text: str) -> str:
+    """The summary table shows at most 70 characters of the final answer."""
+    text = flat(text)
+    return text if len(text) <= 70 else text[:69] + "…"
+
+
+def usage(session: Session) -> dict[str, int]:
+    models = session.by_type("model_call")
+    return {
+        "input": sum(m["summary"]["usage"]["input_tokens"] for m in models),
+        "output": sum(m["summary"]["usage"]["output_tokens"] for m in models),
+    }
+
+
+@pytest.fixture
+def two_live_runs(tmp_path: Path) -> tuple[Run, Run]:
+    """Two recordings of the same agent and task against an unseeded (stochastic) model."""
+    with ModelServer(turns=2) as srv:
+        a = record(tmp_path / "store", tmp_path / "a", srv)
+        b = record(tmp_path / "store", tmp_path / "b", srv)
+    return a, b
+
+
+@pytest.fixture
+def parent_and_child(tmp_path: Path) -> tuple[Run, Session]:
+    """A seeded recording and its what-if child (run_tests overridden, policy fifo: five calls)."""
+    with ModelServer(turns=2, seed=8) as srv:
+        parent = record(tmp_path / "store", tmp_path / "work", srv)
+    spec = "tool:run_tests.result=" + json.dumps(FAILING)
+    with forkpoint.replay(parent.session, overrides=[spec], on_divergence="fifo") as rp:
+        assert run_agent("http://127.0.0.1:9", tmp_path / "work", echo=None) == parent.answer
+    return parent, Session.load(rp.report()["child_session"])
+
+
+def test_two_stochastic_runs_differ(two_live_runs: tuple[Run, Run]) -> None:
+    a, b = two_live_runs
+    res = diff(a.session, b.session)
+    assert res.exit_code == 1, res.output
+    out = res.output
+    # Both runs sent the same first request; the model answered differently, so the first call that
+    # differs is the write_file call that followed (other file name and content)...
+    assert "first divergence at call 2: A seq 2 (tool write_file) vs B seq 2 (tool write_file)" in out
+    assert "$.args.path" in out
+    # ...and the first model call whose request differs is the 2nd one.
+    data = json.loads(diff(a.session, b.session, "--json").output)
+    model_pairs = [p for p in data["pairs"] if p["a"]["signature"].startswith("model")]
+    assert [p["equivalent"] for p in model_pairs] == [True, False, False]
+    second = model_pairs[1]
+    assert (second["a"]["seq"], second["b"]["seq"]) == (3, 3)
+    paths = [c["path"] for c in second["diff"]]
+    assert "$.request.body.messages[2].tool_calls[0].function.arguments" in paths
+    assert "$.request.body.messages[3].content" in paths
+    assert not any(p.startswith("$.request.body.messages[0]") or "messages[1]" in p for p in paths)
+
+    # The summary shows both runs side by side.
+    lines = out.splitlines()
+    turns = next(line for line in lines if line.strip().startswith("turns (model calls)"))
+    assert turns.split()[-2:] == ["3", "3"]
+    tools = next(line for line in lines if line.strip().startswith("tools called"))
+    assert tools.count("write_file×1") == 2 and tools.count("run_tests×1") == 2
+    final = next(line for line in lines if line.strip().startswith("final answer"))
+    assert a.answer != b.answer
+    assert short(a.answer) in final and short(b.answer) in final
+    exit_row = next(line for line in lines if line.strip().startswith("exit code"))
+    assert exit_row.split()[-2:] == ["0", "0"]
+
+
+def test_a_session_is_equivalent_to_itself(two_live_runs: tuple[Run, Run]) -> None:
+    a, _ = two_live_runs
+    res = diff(a.session, a.session)
+    assert res.exit_code == 0, res.output
+    assert "equivalent under the match key: 5 calls pair up one to one" in res.output
+    assert "first divergence" not in res.output
+    data = json.loads(diff(a.session, a.session, "--json").output)
+    assert data["equivalent"] is True and data["first_divergence"] is None
+    assert all(p["equivalent"] and p["diff"] == [] for p in data["pairs"])
+    assert data["summary"]["a"] == data["summary"]["b"]
+
+
+def test_parent_vs_what_if_child(parent_and_child: tuple[Run, Session]) -> None:
+    parent, child = parent_and_child
+    recorded = parent.session.by_type("tool_call")[1]["result"]
+    res = diff(parent.session, child)
+    assert res.exit_code == 1, res.output
+    rows = {}
+    for line in res.output.splitlines():
+        cells = line.split()
+        if cells and cells[0].isdigit() and len(cells) > 2 and cells[2].startswith("#"):
+            rows[int(cells[0])] = cells[1]
+    # Same requests up to the run_tests call, whose answer was overridden (~); then the model was
+    # asked with another tool result (≠).
+    assert rows == {1: "=", 2: "=", 3: "=", 4: "~", 5: "≠"}
+    assert "first divergence at call 5: A seq 5 (model POST /v1/chat/completions)" in res.output
+    assert "$.request.body.messages[5].content" in res.output
+
+    data = json.loads(diff(parent.session, child, "--json").output)
+    run_tests = data["pairs"][3]
+    assert run_tests["a"] == {"seq": 4, "signature": "tool run_tests"}
+    assert run_tests["equivalent"] is True
+    assert run_tests["diff"] == [
+        {"op": "changed", "path": f"$.result.{k}", "expected": recorded[k], "actual": FAILING[k]}
+        for k in recorded
+        if recorded[k] != FAILING[k]
+    ]
+    assert data["first_divergence"]["a"] == {"seq": 5, "signature": SIGNATURES[4]}
+    # fifo served the recorded final answer in the child too.
+    assert data["summary"]["b"]["final_answer"] == data["summary"]["a"]["final_answer"] == parent.answer
+
+
+def test_json_structure(two_live_runs: tuple[Run, Run]) -> None:
+    a, b = two_live_runs
+    res = diff(a.session, b.session, "--json")
+    assert res.exit_code == 1
+    data: dict[str, Any] = json.loads(res.output)
+    assert set(data) == {"a", "b", "equivalent", "first_divergence", "pairs", "summary"}
+    assert (data["a"], data["b"], data["equivalent"]) == (a.session.id, b.session.id, False)
+    first = data["first_divergence"]
+    assert first["a"] == first["b"] == {"seq": 2, "signature": "tool write_file"}
+    changed = {c["path"]: c for c in first["diff"]}
+    written_a = a.session.by_type("tool_call")[0]["args"]
+    written_b = b.session.by_type("tool_call")[0]["args"]
+    assert changed["$.args.path"] == {
+        "op": "changed",
+        "path": "$.args.path",
+        "expected": written_a["path"],
+        "actual": written_b["path"],
+    }
+    assert [(p["a"]["signature"], p["b"]["signature"]) for p in data["pairs"]] == [(s, s) for s in SIGNATURES]
+    assert [(p["a"]["seq"], p["b"]["seq"]) for p in data["pairs"]] == [(i, i) for i in range(1, 6)]
+    for run, side in ((a, "a"), (b, "b")):
+        summary = data["summary"][side]
+        assert summary == {
+            "turns": 3,
+            "tools": {"write_file": 1, "run_tests": 1},
+            "tool_errors": 0,
+            "tokens": usage(run.session),
+            "final_answer": run.answer,
+            "exit_code": 0,
+        }
+        assert summary["tokens"]["input"] > 0 and summary["tokens"]["output"] > 0
+
+
+def test_diff_by_id_and_unknown_session(two_live_runs: tuple[Run, Run], tmp_path: Path) -> None:
+    a, b = two_live_runs
+    store = str(tmp_path / "store")
+    res = CliRunner().invoke(main, ["diff", a.session.id, b.session.id[:-1], "--store", store, "--json"])
+    assert res.exit_code == 1
+    assert (json.loads(res.output)["a"], json.loads(res.output)["b"]) == (a.session.id, b.session.id)
+    res = CliRunner().invoke(main, ["diff", a.session.id, "nosuch", "--store", store])
+    assert res.exit_code != 0 and "no session 'nosuch'" in res.output
+
+
+def test_last_is_the_newest_session_even_within_one_second(tmp_path: Path) -> None:
+    """Ids have a one-second clock and a random suffix: two sessions made in the same second (a
+    recording and its what-if child, say) must still resolve ``last`` to the one made last."""
+    store = tmp_path / "store"
+    first = SessionWriter.create(store, make_header(argv=["a"]), session_id="20261129-120000-ffffff")
+    first.close()
+    time.sleep(0.005)
+    second = SessionWriter.create(store, make_header(argv=["b"]), session_id="20261129-120000-000000")
+    second.close()
+    res = CliRunner().invoke(main, ["diff", first.session_id, "last", "--store", str(store), "--json"])
+    assert res.exit_code == 0, res.output  # two sessions without calls are equivalent
+    assert json.loads(res.output)["b"] == "20261129-120000-000000"

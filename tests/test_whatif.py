@@ -1,0 +1,678 @@
+"""What-if replay: overrides, per-kind sources (models/tools live or replayed), divergence policies,
+the divergence report, the child session, and the ``forkpoint replay --override`` CLI.
+
+Every scenario records the bundled demo agent (or a real SDK) against the local model server, stops
+the server, and replays. With ``ModelServer(turns=2)`` the demo agent always takes the same path:
+
+    seq 1 model call  (system, user)                   -> write_file(scratch_….py)
+    seq 2 tool call   write_file
+    seq 3 model call  (+ assistant, tool)              -> run_tests()
+    seq 4 tool call   run_tests
+    seq 5 model call  (+ assistant, tool)              -> final text answer
+
+so the 3rd model call's request carries the run_tests result as ``messages[5].content``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import openai
+import pytest
+from click.testing import CliRunner
+
+import forkpoint
+from forkpoint.cli import main
+from forkpoint.demo.agent import run_agent
+from forkpoint.demo.server import ModelServer
+from forkpoint.log import Session
+from forkpoint.override import OverrideError
+from forkpoint.replay import EXIT_DIVERGENCE
+from forkpoint.store import session_dirs
+
+FAILING = {"passed": 0, "failed": 2, "output": "FAIL"}
+FAILING_SPEC = 'tool:run_tests.result={"passed":0,"failed":2,"output":"FAIL"}'
+DEAD_URL = "http://127.0.0.1:9"  # nothing listens here; a replay must never need it
+
+
+@dataclass
+class Recording:
+    session: Session
+    answer: str
+    workdir: Path
+    lines: list[str]  # what the agent printed while recorded
+
+
+def record_demo(store: Path, workdir: Path, *, seed: int = 11, stream: bool = True) -> Recording:
+    """Record the demo agent in-process against a seeded local model; the server is stopped after."""
+    lines: list[str] = []
+    with ModelServer(turns=2, seed=seed) as srv, forkpoint.record(store=store) as rec:
+        answer = run_agent(srv.base_url, workdir, stream=stream, echo=lines.append)
+    session = Session.load(rec.session_path)
+    shape = [e["type"] if e["type"] != "tool_call" else e["tool"] for e in session.events]
+    assert shape == ["model_call", "write_file", "model_call", "run_tests", "model_call", "end"]
+    return Recording(session, answer, workdir, lines)
+
+
+def calls_of(session: Session) -> list[dict[str, Any]]:
+    return [e for e in session.events if e["type"] in ("model_call", "tool_call")]
+
+
+def child_of(report: dict[str, Any]) -> Session:
+    assert report["child_session"] is not None
+    return Session.load(report["child_session"])
+
+
+def log_lines(workdir: Path) -> int:
+    """Lines of the demo's test_log.txt: one per real run of the run_tests body."""
+    path = workdir / "test_log.txt"
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+@pytest.fixture(scope="module")
+def recordings(tmp_path_factory: pytest.TempPathFactory) -> Callable[[Path, bool], Recording]:
+    """``copy(tmp_path, stream)``: a private copy (store and workdir) of a demo recording made once
+    per module and streaming mode, so each test starts from the same untouched recording."""
+    made: dict[bool, Recording] = {}
+
+    def copy(tmp_path: Path, stream: bool = True) -> Recording:
+        if stream not in made:
+            base = tmp_path_factory.mktemp("recorded")
+            made[stream] = record_demo(base / "store", base / "work", stream=stream)
+        t = made[stream]
+        shutil.copytree(t.session.path.parent, tmp_path / "store")
+        shutil.copytree(t.workdir, tmp_path / "work")
+        session = Session.load(tmp_path / "store" / t.session.id)
+        return Recording(session, t.answer, tmp_path / "work", list(t.lines))
+
+    return copy
+
+
+@pytest.fixture
+def rec(recordings: Callable[[Path, bool], Recording], tmp_path: Path) -> Recording:
+    return recordings(tmp_path, True)
+
+
+# --------------------------------------------------------------------------- 1. an override that changes the path
+
+
+def test_tool_override_diverges_at_the_third_model_call(rec: Recording) -> None:
+    recorded_models = rec.session.by_type("model_call")
+    last_model = recorded_models[-1]
+    # The recorded 3rd model request carries the real run_tests result as messages[5].
+    msgs = last_model["request"]["body"]["messages"]
+    assert [m["role"] for m in msgs] == ["system", "user", "assistant", "tool", "assistant", "tool"]
+    real_result = rec.session.by_type("tool_call")[1]["result"]
+    assert json.loads(msgs[5]["content"]) == real_result
+    assert real_result != FAILING
+    lines_before = log_lines(rec.workdir)
+
+    lines: list[str] = []
+    with pytest.raises(forkpoint.Divergence) as caught:
+        with forkpoint.replay(rec.session, overrides=[FAILING_SPEC]) as rp:
+            run_agent(DEAD_URL, rec.workdir, echo=lines.append)
+    # The agent saw the overridden result, then its next model call matched nothing.
+    assert lines == [rec.lines[0], "turn 2: run_tests() -> 0 passed, 2 failed"]
+    assert log_lines(rec.workdir) == lines_before  # no tool body ran
+
+    div = caught.value.report
+    assert div == rp.report()["divergence"]
+    assert (div["kind"], div["position"], div["endpoint"]) == ("model_call", 3, "POST /v1/chat/completions")
+    assert div["expected"]["seq"] == last_model["seq"] == 5
+    assert div["nearest"]["seq"] == 5
+    assert div["diff"] == [
+        {
+            "op": "changed",
+            "path": "$.body.messages[5].content",
+            "expected": json.dumps(real_result, sort_keys=True),
+            "actual": json.dumps(FAILING, sort_keys=True),
+        }
+    ]
+    assert "3rd model call" in str(caught.value) and "$.body.messages[5].content" in str(caught.value)
+
+    report = rp.report()
+    assert report["overrides"] == [
+        {"spec": FAILING_SPEC, "field": "result", "value": FAILING, "seq": 4, "applied": True}
+    ]
+    assert report["matched"] == 4 and report["unused"] == [5]
+
+    child = child_of(report)
+    assert child.path.parent == rec.session.path.parent
+    assert child.header["parent"]["session_id"] == rec.session.id
+    assert child.header["replay"] == {
+        "models": "replay",
+        "tools": "replay",
+        "on_divergence": "stop",
+        "overrides": [FAILING_SPEC],
+    }
+    got = [(e["type"], e.get("source"), e.get("recorded_seq")) for e in calls_of(child)]
+    assert got == [
+        ("model_call", "replay", 1),
+        ("tool_call", "replay", 2),
+        ("model_call", "replay", 3),
+        ("tool_call", "override", 4),
+    ]
+    overridden = calls_of(child)[3]
+    assert overridden["tool"] == "run_tests" and overridden["result"] == FAILING
+    assert overridden["override"] == FAILING_SPEC
+    end = child.end()
+    assert end is not None and end["exit_code"] == 1  # the block raised Divergence
+
+
+@pytest.mark.parametrize(
+    ("spec", "position", "message", "sent"),
+    [
+        # An exception instead of a result: the agent reports it to the model as an error.
+        (
+            'tool:run_tests.error={"type":"TimeoutError","message":"took too long"}',
+            3,
+            5,
+            {"error": "TimeoutError: took too long"},
+        ),
+        # By event seq: seq 2 is the write_file call.
+        ('seq:2={"path":"other.py","bytes":1}', 2, 3, {"bytes": 1, "path": "other.py"}),
+    ],
+    ids=["tool-error", "by-seq"],
+)
+def test_tool_override_error_and_by_seq(
+    rec: Recording, spec: str, position: int, message: int, sent: dict[str, Any]
+) -> None:
+    with pytest.raises(forkpoint.Divergence) as caught:
+        with forkpoint.replay(rec.session, overrides=[spec]):
+            run_agent(DEAD_URL, rec.workdir, echo=None)
+    div = caught.value.report
+    assert (div["kind"], div["position"]) == ("model_call", position)
+    assert div["expected"]["seq"] == rec.session.by_type("model_call")[position - 1]["seq"]
+    (change,) = div["diff"]
+    assert change["path"] == f"$.body.messages[{message}].content"
+    assert json.loads(change["actual"]) == sent
+
+
+# --------------------------------------------------------------------------- 2. an override that changes nothing
+
+
+def test_override_with_equal_content_does_not_diverge(rec: Recording) -> None:
+    written = rec.session.by_type("tool_call")[0]
+    assert written["tool"] == "write_file"
+    # Same content, keys in another order: the agent sends json.dumps(result, sort_keys=True) back.
+    same = dict(reversed(list(written["result"].items())))
+    assert list(same) != list(written["result"]) and same == written["result"]
+    spec = "tool:write_file#1.result=" + json.dumps(same)
+
+    with forkpoint.replay(rec.session, overrides=[spec]) as rp:
+        answer = run_agent(DEAD_URL, rec.workdir, echo=None)
+    assert answer == rec.answer
+    report = rp.report()
+    assert report["divergence"] is None and report["drift"] == []
+    assert report["unused"] == [] and report["matched"] == report["recorded"] == 5
+    assert [(o["seq"], o["applied"]) for o in report["overrides"]] == [(written["seq"], True)]
+    child = child_of(report)
+    sources = [e["source"] for e in calls_of(child)]
+    assert sources == ["replay", "override", "replay", "replay", "replay"]
+
+
+# --------------------------------------------------------------------------- 3. model overrides, real SDKs
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["streamed", "whole"])
+def test_model_override_tool_calls_on_demo_agent(
+    recordings: Callable[[Path, bool], Recording], tmp_path: Path, stream: bool
+) -> None:
+    rec = recordings(tmp_path, stream)
+    spec = 'model#1.tool_calls=[{"name":"run_tests","arguments":{}}]'
+    lines: list[str] = []
+    with pytest.raises(forkpoint.Divergence) as caught:
+        with forkpoint.replay(rec.session, overrides=[spec]) as rp:
+            run_agent(DEAD_URL, rec.workdir, stream=stream, echo=lines.append)
+    recorded_result = rec.session.by_type("tool_call")[1]["result"]
+    # The SDK parsed the rewritten response: the agent ran run_tests first (served from seq 4).
+    assert lines == [
+        f"turn 1: run_tests() -> {recorded_result['passed']} passed, {recorded_result['failed']} failed"
+    ]
+    div = caught.value.report
+    assert (div["kind"], div["position"], div["expected"]["seq"]) == ("model_call", 2, 3)
+    changes = {c["path"]: c for c in div["diff"]}
+    name = changes["$.body.messages[2].tool_calls[0].function.name"]
+    assert (name["expected"], name["actual"]) == ("write_file", "run_tests")
+    assert changes["$.body.messages[2].tool_calls[0].function.arguments"]["actual"] == "{}"
+    report = rp.report()
+    assert report["overrides"][0]["seq"] == 1 and report["overrides"][0]["applied"] is True
+    assert [e.get("recorded_seq") for e in calls_of(child_of(report))] == [1, 4]
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["streamed", "whole"])
+def test_model_override_text_on_demo_agent(
+    recordings: Callable[[Path, bool], Recording], tmp_path: Path, stream: bool
+) -> None:
+    rec = recordings(tmp_path, stream)
+    # The last answer rewritten: the run still matches, the agent returns the new text.
+    with forkpoint.replay(rec.session, overrides=['model#3.text="Overridden: all done."']) as rp:
+        assert run_agent(DEAD_URL, rec.workdir, stream=stream, echo=None) == "Overridden: all done."
+    report = rp.report()
+    assert report["divergence"] is None and report["unused"] == []
+    # The first answer rewritten to text: the agent stops at once, the rest is unused, and an
+    # override of a later call is reported as never reached.
+    overrides = ['model#1.text="Nothing to do."', FAILING_SPEC]
+    with forkpoint.replay(rec.session, overrides=overrides) as rp:
+        assert run_agent(DEAD_URL, rec.workdir, stream=stream, echo=None) == "Nothing to do."
+    report = rp.report()
+    assert report["divergence"] is None and report["unused"] == [2, 3, 4, 5]
+    assert [(o["seq"], o["applied"]) for o in report["overrides"]] == [(1, True), (4, False)]
+
+
+TOOLS_ANTHROPIC = [
+    {
+        "name": "write_file",
+        "description": "Write a file.",
+        "input_schema": {
+            "type": "object",
+            "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
+            "required": ["path", "content"],
+        },
+    }
+]
+MSG = [{"role": "user", "content": "Reproduce the bug with a scratch file."}]
+
+
+def anthropic_calls(url: str) -> tuple[Any, Any]:
+    """One whole and one streamed Messages API call; returns the two parsed messages."""
+    c = anthropic.Anthropic(base_url=url, api_key="sk-ant-demo", max_retries=0)
+    whole = c.messages.create(model="claude-demo", max_tokens=256, messages=MSG, tools=TOOLS_ANTHROPIC)
+    with c.messages.stream(model="claude-demo", max_tokens=200, messages=MSG, tools=TOOLS_ANTHROPIC) as s:
+        streamed = s.get_final_message()
+    return whole, streamed
+
+
+@pytest.mark.parametrize("text_on", [1, 2], ids=["text-whole+calls-streamed", "calls-whole+text-streamed"])
+def test_model_override_anthropic_messages(tmp_path: Path, text_on: int) -> None:
+    with ModelServer(turns=1, seed=5) as srv:
+        url = srv.base_url
+        with forkpoint.record(store=tmp_path) as rec:
+            live = anthropic_calls(url)
+    assert [m.stop_reason for m in live] == ["tool_use", "tool_use"]
+    calls_on = 3 - text_on
+    overrides = [
+        f'model#{text_on}.text="Overridden answer {text_on}."',
+        f'model#{calls_on}.tool_calls=[{{"name":"run_tests","arguments":{{"verbose":true}},"id":"toolu_fp_1"}}]',
+    ]
+    with forkpoint.replay(rec.session_path, overrides=overrides) as rp:
+        got = anthropic_calls(url)
+    assert rp.report()["divergence"] is None
+    assert all(o["applied"] for o in rp.report()["overrides"])
+    text_msg, calls_msg = got[text_on - 1], got[calls_on - 1]
+    assert [(b.type, b.text) for b in text_msg.content] == [("text", f"Overridden answer {text_on}.")]
+    assert text_msg.stop_reason == "end_turn"
+    assert [(b.type, b.id, b.name, b.input) for b in calls_msg.content] == [
+        ("tool_use", "toolu_fp_1", "run_tests", {"verbose": True})
+    ]
+    assert calls_msg.stop_reason == "tool_use"
+    # What was not overridden is kept: the id and usage of the recorded message.
+    assert [m.id for m in got] == [m.id for m in live]
+    assert got[1].usage.output_tokens == live[1].usage.output_tokens
+
+
+TOOLS_RESPONSES = [
+    {
+        "type": "function",
+        "name": "write_file",
+        "description": "Write a file.",
+        "parameters": TOOLS_ANTHROPIC[0]["input_schema"],
+    }
+]
+
+
+def test_model_override_openai_responses(tmp_path: Path) -> None:
+    def call(url: str) -> Any:
+        c = openai.OpenAI(base_url=url + "/v1", api_key="sk-demo", max_retries=0)
+        return c.responses.create(model="demo-model", input="Reproduce the bug.", tools=TOOLS_RESPONSES)
+
+    with ModelServer(turns=1, seed=5) as srv:
+        url = srv.base_url
+        with forkpoint.record(store=tmp_path) as rec:
+            live = call(url)
+    assert [o.type for o in live.output] == ["function_call"]
+
+    with forkpoint.replay(rec.session_path, overrides=['model#1.text="Responses override."']) as rp:
+        got = call(url)
+    assert rp.report()["divergence"] is None
+    assert got.output_text == "Responses override."
+    assert [o.type for o in got.output] == ["message"]
+    assert got.id == live.id
+
+    spec = 'model#1.tool_calls=[{"name":"run_tests","arguments":{"k":2},"id":"call_fp_9"}]'
+    with forkpoint.replay(rec.session_path, overrides=[spec]):
+        got = call(url)
+    (fc,) = got.output
+    assert (fc.type, fc.name, fc.call_id, json.loads(fc.arguments)) == (
+        "function_call",
+        "run_tests",
+        "call_fp_9",
+        {"k": 2},
+    )
+    assert got.output_text == ""
+
+
+# --------------------------------------------------------------------------- 4. / 5. per-kind sources
+
+
+def test_models_live_tools_replayed(rec: Recording) -> None:
+    recorded_tools = rec.session.by_type("tool_call")
+    recorded_write, recorded_run = recorded_tools
+    before = log_lines(rec.workdir)
+    assert before == 1
+    with ModelServer(turns=2, seed=999) as srv:
+        with forkpoint.replay(rec.session, models="live", tools="replay") as rp:
+            answer = run_agent(srv.base_url, rec.workdir, echo=None)
+        asked = len(srv.requests)
+    report = rp.report()
+    # Every model call went to the new model: three turns.
+    assert asked == 3 and report["live_calls"] == {"models": 3, "tools": 0}
+    assert log_lines(rec.workdir) == before  # run_tests was served: its body did not run
+
+    # The new model wrote another scratch file: a tool call the recording does not have. Under the
+    # policy "stop" that is a divergence on the tool, raised in the tool call (the demo agent hands
+    # tool exceptions to the model as an error result and carries on).
+    div = report["divergence"]
+    assert (div["kind"], div["name"], div["position"]) == ("tool_call", "write_file", 1)
+    assert div["expected"]["seq"] == recorded_write["seq"]
+    assert any(c["path"] == "$.args.path" for c in div["diff"])
+    assert report["policy"] == "stop"
+    new_path = div["actual"]["args"]["path"]
+    assert new_path != recorded_write["args"]["path"]
+    assert not (rec.workdir / new_path).exists()  # write_file's body did not run either
+    # run_tests() matched the recording and was served; the live model read its recorded result.
+    assert report["unused"] == [1, 2, 3, 5]
+    passed, failed = recorded_run["result"]["passed"], recorded_run["result"]["failed"]
+    assert f"Last run: {passed} passed, {failed} failed." in answer
+    assert new_path in answer
+
+    child = child_of(report)
+    assert child.header["replay"]["models"] == "live" and child.header["replay"]["tools"] == "replay"
+    got = [(e["type"], e["source"], e.get("recorded_seq")) for e in calls_of(child)]
+    assert got == [
+        ("model_call", "live", None),
+        ("model_call", "live", None),
+        ("tool_call", "replay", recorded_run["seq"]),
+        ("model_call", "live", None),
+    ]
+    live_model = calls_of(child)[0]
+    assert live_model["request"]["url"].startswith(srv.base_url)
+    assert live_model["summary"]["tool_calls"][0]["name"] == "write_file"
+    # The 2nd live request carried the divergence as the write_file tool's error result.
+    sent = calls_of(child)[1]["request"]["body"]["messages"][3]["content"]
+    assert json.loads(sent)["error"].startswith("Divergence: replay diverged at the 1st tool call")
+
+
+def test_tools_live_models_replayed(rec: Recording) -> None:
+    assert log_lines(rec.workdir) == 1
+    (rec.workdir / next(rec.workdir.glob("*.py")).name).unlink()  # write_file must write it again
+    with forkpoint.replay(rec.session, models="replay", tools="live") as rp:
+        answer = run_agent(DEAD_URL, rec.workdir, echo=None)
+    assert answer == rec.answer  # the recorded model decisions, served
+    assert log_lines(rec.workdir) == 2  # run_tests' body ran
+    written = rec.session.by_type("tool_call")[0]
+    assert (rec.workdir / written["args"]["path"]).read_text() == written["args"]["content"]
+    report = rp.report()
+    assert report["divergence"] is None
+    assert report["live_calls"] == {"models": 0, "tools": 2}
+    assert report["unused"] == [2, 4]  # the recorded tool results were not needed
+    got = [(e["type"], e["source"], e.get("recorded_seq")) for e in calls_of(child_of(report))]
+    assert got == [
+        ("model_call", "replay", 1),
+        ("tool_call", "live", None),
+        ("model_call", "replay", 3),
+        ("tool_call", "live", None),
+        ("model_call", "replay", 5),
+    ]
+    live_run = calls_of(child_of(report))[3]
+    assert live_run["result"] == rec.session.by_type("tool_call")[1]["result"]
+
+
+# --------------------------------------------------------------------------- 6. policies after a divergence
+
+
+def test_policy_stop_raises(rec: Recording) -> None:
+    with pytest.raises(forkpoint.Divergence) as caught:
+        with forkpoint.replay(rec.session, overrides=[FAILING_SPEC], on_divergence="stop") as rp:
+            run_agent(DEAD_URL, rec.workdir, echo=None)
+    report = rp.report()
+    assert report["divergence"] == caught.value.report
+    assert report["live_calls"] == {"models": 0, "tools": 0} and report["drift"] == []
+    assert report["policy"] == "stop"
+
+
+def test_policy_live_continues_against_a_running_server(rec: Recording) -> None:
+    with ModelServer(turns=2, seed=3) as srv:
+        with forkpoint.replay(rec.session, overrides=[FAILING_SPEC], on_divergence="live") as rp:
+            answer = run_agent(srv.base_url, rec.workdir, echo=None)
+        asked = [r["path"] for r in srv.requests]
+    assert asked == ["/v1/chat/completions"]  # only the divergent call went live
+    # The live model read the overridden result.
+    assert "Last run: 0 passed, 2 failed." in answer
+    report = rp.report()
+    div = report["divergence"]
+    assert (div["kind"], div["position"], div["expected"]["seq"]) == ("model_call", 3, 5)
+    assert report["live_calls"] == {"models": 1, "tools": 0}
+    assert report["unused"] == [5]
+    child = child_of(report)
+    got = [(e["type"], e["source"]) for e in calls_of(child)]
+    assert got == [
+        ("model_call", "replay"),
+        ("tool_call", "replay"),
+        ("model_call", "replay"),
+        ("tool_call", "override"),
+        ("model_call", "live"),
+    ]
+    live_call = calls_of(child)[4]
+    assert "recorded_seq" not in live_call
+    assert live_call["request"]["url"].startswith(srv.base_url)
+    assert live_call["summary"]["stop_reason"] == "stop"
+    end = child.end()
+    assert end is not None and end["exit_code"] == 0
+
+
+def test_policy_fifo_serves_the_next_recorded_call(rec: Recording) -> None:
+    with forkpoint.replay(rec.session, overrides=[FAILING_SPEC], on_divergence="fifo") as rp:
+        answer = run_agent(DEAD_URL, rec.workdir, echo=None)
+    assert answer == rec.answer  # the recorded answer, though the request differed
+    report = rp.report()
+    (drift,) = report["drift"]
+    assert (drift["kind"], drift["position"], drift["served_seq"]) == ("model_call", 3, 5)
+    assert [c["path"] for c in drift["diff"]] == ["$.body.messages[5].content"]
+    assert json.loads(drift["diff"][0]["actual"]) == FAILING
+    assert report["divergence"]["served_seq"] == 5
+    assert report["unused"] == [] and report["live_calls"] == {"models": 0, "tools": 0}
+    got = [(e.get("source"), e.get("recorded_seq")) for e in calls_of(child_of(report))]
+    assert got == [("replay", 1), ("replay", 2), ("replay", 3), ("override", 4), ("replay", 5)]
+
+
+# --------------------------------------------------------------------------- 6./7. the CLI
+
+
+def flat(text: str) -> str:
+    """Rich wraps long lines at the terminal width: compare with whitespace collapsed."""
+    return " ".join(text.split())
+
+
+def final_line(stdout: str) -> str:
+    return next(line for line in stdout.splitlines() if line.startswith("final: "))
+
+
+@pytest.fixture
+def in_store(rec: Recording, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Recording:
+    """The in-process recording, with ``tmp_path`` as working directory and its store as default."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("FORKPOINT_STORE", str(rec.session.path.parent))
+    return rec
+
+
+@pytest.fixture
+def cli_rec(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    """A demo run recorded by ``forkpoint record -- python -m forkpoint.demo.agent``: (store, workdir).
+    The server is stopped afterwards; the working directory is ``tmp_path``."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("FORKPOINT_STORE", str(tmp_path / "store"))
+    work = tmp_path / "work"
+    with ModelServer(turns=2, seed=21) as srv:
+        cmd = [
+            sys.executable,
+            "-m",
+            "forkpoint.demo.agent",
+            "--base-url",
+            srv.base_url,
+            "--workdir",
+            str(work),
+        ]
+        res = CliRunner().invoke(main, ["record", "--", *cmd])
+        assert res.exit_code == 0, res.output
+    return tmp_path / "store", work
+
+
+def test_cli_override_from_file_with_report(cli_rec: tuple[Path, Path]) -> None:
+    store, work = cli_rec
+    (parent,) = session_dirs(store)
+    Path("override.json").write_text(json.dumps(FAILING))
+    res = CliRunner().invoke(
+        main, ["replay", "last", "--override", "tool:run_tests.result=@override.json", "--report", "r.json"]
+    )
+    assert res.exit_code == EXIT_DIVERGENCE, res.output
+    assert log_lines(work) == 1
+    report = json.loads(Path("r.json").read_text())
+    assert report["overrides"] == [
+        {
+            "spec": "tool:run_tests.result=@override.json",
+            "field": "result",
+            "value": FAILING,
+            "seq": 4,
+            "applied": True,
+        }
+    ]
+    div = report["divergence"]
+    assert (div["kind"], div["position"], div["expected"]["seq"]) == ("model_call", 3, 5)
+    assert "$.body.messages[5].content" in [c["path"] for c in div["diff"]]
+    said = flat(res.output)
+    assert "replay diverged at the 3rd model call" in said
+    assert "override tool:run_tests.result=@override.json → event seq 4: applied" in said
+    # The what-if run is a child session of the recorded one.
+    child_dir = [d for d in session_dirs(store) if d != parent]
+    assert [str(d) for d in child_dir] == [report["child_session"]]
+    child = Session.load(child_dir[0])
+    assert child.header["parent"]["session_id"] == parent.name
+    assert [e["source"] for e in calls_of(child)] == ["replay", "replay", "replay", "override"]
+
+
+@pytest.mark.parametrize("policy", ["stop", "live", "fifo"])
+def test_cli_policies(in_store: Recording, policy: str, capfd: pytest.CaptureFixture[str]) -> None:
+    work, recorded = in_store.workdir, in_store.session
+    capfd.readouterr()
+    with ModelServer(turns=2, seed=4) as srv:
+        cmd = [
+            sys.executable,
+            "-m",
+            "forkpoint.demo.agent",
+            "--base-url",
+            srv.base_url,
+            "--workdir",
+            str(work),
+        ]
+        res = CliRunner().invoke(
+            main,
+            [
+                "replay",
+                "last",
+                "--override",
+                FAILING_SPEC,
+                "--on-divergence",
+                policy,
+                "--report",
+                "r.json",
+                "--",
+                *cmd,
+            ],
+        )
+        asked = len(srv.requests)
+    agent_out = capfd.readouterr().out  # the replayed agent's own stdout
+    said = flat(res.output)  # forkpoint's report lines
+    report = json.loads(Path("r.json").read_text())
+    assert report["divergence"]["position"] == 3 and report["policy"] == policy
+    child = Session.load(report["child_session"])
+    sources = [e["source"] for e in calls_of(child)]
+    if policy == "stop":
+        assert res.exit_code == EXIT_DIVERGENCE and asked == 0
+        assert sources == ["replay", "replay", "replay", "override"]
+    elif policy == "live":
+        assert res.exit_code == 0 and asked == 1
+        assert sources == ["replay", "replay", "replay", "override", "live"]
+        assert "Last run: 0 passed, 2 failed." in final_line(agent_out)
+        assert "live calls: 1 model, 0 tool" in said
+    else:
+        assert res.exit_code == 0 and asked == 0
+        assert sources == ["replay", "replay", "replay", "override", "replay"]
+        assert report["drift"][0]["served_seq"] == 5
+        assert "1 request(s) drifted (fifo)" in said
+        # The recorded final answer was served, though the request had the overridden result.
+        recorded_result = recorded.by_type("tool_call")[1]["result"]
+        final = final_line(agent_out)
+        assert f"Last run: {recorded_result['passed']} passed, {recorded_result['failed']} failed." in final
+    assert log_lines(work) == 1  # no tool body ran under any policy
+
+
+@pytest.mark.parametrize(
+    ("spec", "problem"),
+    [
+        ("tool:nosuch=1", "the session has 0 call(s) of tool 'nosuch'"),
+        ("tool:run_tests#9=1", "the session has 1 call(s) of tool 'run_tests'"),
+        ('tool:run_tests.result={"passed":', "value is not JSON"),
+        ('model#7.text="x"', "the session has 3 model call(s)"),
+        ("tool:run_tests.bogus=1", "a tool call's field is one of result, error"),
+        ("tool:run_tests.result=@missing.json", "cannot read"),
+    ],
+)
+def test_cli_bad_override_spec(in_store: Recording, spec: str, problem: str) -> None:
+    store, work = in_store.session.path.parent, in_store.workdir
+    before = session_dirs(store)
+    res = CliRunner().invoke(main, ["replay", "last", "--override", spec])
+    assert res.exit_code == 2, res.output
+    assert problem in flat(res.output) and "--override" in res.output
+    assert session_dirs(store) == before  # no child session written
+    assert log_lines(work) == 1
+
+
+@pytest.mark.parametrize("spec", ["tool:nosuch=1", "tool:run_tests#9=1", "seq:99=1", "tool:run_tests={"])
+def test_api_bad_override_spec_writes_no_child(rec: Recording, spec: str) -> None:
+    store = rec.session.path.parent
+    before = session_dirs(store)
+    with pytest.raises(OverrideError):
+        with forkpoint.replay(rec.session, overrides=[spec]):
+            pass
+    assert session_dirs(store) == before
+    assert forkpoint.active() is None
+
+
+# --------------------------------------------------------------------------- tool names with dots
+
+
+@forkpoint.tool(name="db.query")
+def db_query(sql: str) -> list[dict[str, Any]]:
+    """A tool whose recorded name has a dot, as ``--tool module:Class.method`` tools do."""
+    return [{"sql": sql, "rows": 1}]
+
+
+def test_override_a_tool_whose_name_has_a_dot(tmp_path: Path) -> None:
+    with forkpoint.record(store=tmp_path) as rec:
+        first, second = db_query("select 1"), db_query("select 2")
+    assert second == [{"sql": "select 2", "rows": 1}]
+    overrides = ['tool:db.query=[{"rows": 0}]', 'tool:db.query#2.error={"type": "TimeoutError"}']
+    with forkpoint.replay(rec.session_path, overrides=overrides) as rp:
+        assert db_query("select 1") == [{"rows": 0}]
+        with pytest.raises(TimeoutError):
+            db_query("select 2")
+    assert [(o["seq"], o["applied"]) for o in rp.report()["overrides"]] == [(1, True), (2, True)]
+    assert first == [{"sql": "select 1", "rows": 1}]
