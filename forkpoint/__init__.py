@@ -34,6 +34,24 @@ def note(text: str, **data: object) -> int | None:
     return None
 
 
+# Loaded now so that importing the submodule later cannot rebind ``forkpoint.checkpoint`` (the
+# function below) to the module; use ``from forkpoint.checkpoint import ...`` for the module's API.
+from . import checkpoint as _checkpoint_module  # noqa: E402, F401
+
+
+def checkpoint(reason: str = "manual") -> int | None:
+    """Take a checkpoint of the recorded workspace now (see :mod:`forkpoint.checkpoint`).
+
+    Resumable unless tool calls of the last model response are still outstanding, or it is taken
+    inside a tool's body (then observable). Returns its seq, or None when nothing is being recorded
+    or the recording has no workspace.
+    """
+    rt = active()
+    if isinstance(rt, Recorder):
+        return rt.checkpoint(reason=reason)
+    return None
+
+
 __all__ = [
     "Divergence",
     "ForkpointError",
@@ -46,6 +64,7 @@ __all__ = [
     "ToolResultError",
     "__version__",
     "active",
+    "checkpoint",
     "note",
     "record",
     "register_encoder",

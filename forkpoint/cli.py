@@ -26,14 +26,18 @@ from ._boot import child_env
 from .log import Session, SessionError, SessionWriter, verify
 from .record import end_event, make_header, open_workspace
 from .replay import EXIT_DIVERGENCE, POLICIES, SOURCES, create_child, format_divergence, summary_line
-from .store import default_store, info, resolve, session_dirs
+from .store import info, list_sessions, render_listing, resolve, session_finished, session_started, store_dir
 from .tools import parse_target
 
 err = Console(stderr=True, highlight=False)
 
 
 def _store(value: str | None) -> Path:
-    return Path(value) if value else default_store()
+    # A path, or any fsspec URL (s3://…): its local mirror, which forkpoint.store uploads from.
+    try:
+        return store_dir(value)
+    except SessionError as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 def _load(ref: str, store: str | None) -> Session:
@@ -89,6 +93,7 @@ def record_command(
     header["tools"] = tools
     header["workspace"] = ws.describe() if ws else None
     writer = SessionWriter.create(store, header)
+    session_started(writer.path)
     started = time.perf_counter()
     env = child_env("record", writer.path, tools=tools)
     if ws is not None:
@@ -98,11 +103,12 @@ def record_command(
     code, out = run_child(cmd, env, capture=capture)
     writer.append(end_event(code, started))
     writer.close()
+    where = session_finished(writer.path, quiet=quiet)  # index entry; upload to a remote store
     if not quiet:
         i = info(writer.path)
         err.print(
             f"forkpoint: recorded session {writer.session_id} ({i.model_calls} model calls, "
-            f"{i.tool_calls} tool calls) in {writer.path}"
+            f"{i.tool_calls} tool calls) in {where}"
         )
     return writer.path, code, out
 
@@ -166,6 +172,7 @@ def replay_command(
     if child is not None:
         child.append(end_event(code, started))
         child.close()
+        session_finished(child.path, quiet=quiet)
     if report is None:
         err.print(
             "[red]forkpoint: the replayed process wrote no report: it did not start forkpoint (is forkpoint "
@@ -221,7 +228,10 @@ def _check_tools(values: tuple[str, ...]) -> list[str]:
 
 
 _store_opt = click.option(
-    "--store", metavar="DIR", help="Session store (default: $FORKPOINT_STORE or .forkpoint/)."
+    "--store",
+    metavar="DIR|URL",
+    help="Session store: a directory or an fsspec URL such as s3://bucket/prefix "
+    "(default: $FORKPOINT_STORE or .forkpoint/).",
 )
 _cmd_settings = {"ignore_unknown_options": True, "allow_interspersed_args": False}
 
@@ -382,11 +392,24 @@ def diff_cmd(a: str, b: str, store: str | None, as_json: bool) -> None:
 @click.argument("session")
 @_store_opt
 @click.option("--json", "as_json", is_flag=True, help="Print the whole session as JSON.")
-def show(session: str, store: str | None, as_json: bool) -> None:
+@click.option(
+    "--html",
+    "html_file",
+    metavar="FILE",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write a self-contained HTML viewer of the session to FILE.",
+)
+def show(session: str, store: str | None, as_json: bool, html_file: Path | None) -> None:
     """Show a session as a timeline of turns, model calls and tool calls."""
     from . import show as show_mod
 
     s = _load(session, store)
+    if html_file is not None:
+        from .html import write_html
+
+        write_html(s, html_file)
+        err.print(f"forkpoint: wrote {html_file} (session {s.id}, {len(s.events)} events)", markup=False)
+        return
     if as_json:
         sys.stdout.buffer.write(orjson.dumps(show_mod.as_json(s), option=orjson.OPT_INDENT_2) + b"\n")
     else:
@@ -395,32 +418,26 @@ def show(session: str, store: str | None, as_json: bool) -> None:
 
 @main.command(name="ls")
 @_store_opt
-def ls_cmd(store: str | None) -> None:
-    """List the sessions of the store, oldest first."""
-    root = _store(store)
-    table = Table(box=None, header_style="bold")
-    for col in ("session", "name", "created", "model", "tool", "exit", "command"):
-        table.add_column(col)
-    for d in session_dirs(root):
-        try:
-            i = info(d)
-        except SessionError as exc:
-            table.add_row(d.name, f"[red]unreadable: {exc}[/red]", "", "", "", "", "")
-            continue
-        exit_code = "—" if not i.complete else str(i.exit_code)
-        table.add_row(
-            d.name,
-            i.header.get("name") or "",
-            str(i.header.get("created", ""))[:19],
-            str(i.model_calls),
-            str(i.tool_calls),
-            exit_code,
-            " ".join(i.header.get("argv") or [])[:60],
-        )
-    if not table.row_count:
-        err.print(f"no sessions in {root}")
+@click.option(
+    "--reindex",
+    is_flag=True,
+    help="Rebuild the store's index from a walk of every session (missing or stale index).",
+)
+def ls_cmd(store: str | None, reindex: bool) -> None:
+    """List the sessions of the store, oldest first, from its index (see docs/store.md).
+
+    For a remote store, sessions recorded on this machine whose upload did not finish are uploaded first.
+    """
+    try:
+        listing = list_sessions(_store(store), reindex=reindex)
+    except SessionError as exc:
+        raise click.ClickException(str(exc)) from None
+    for note in listing.notes:
+        err.print(f"forkpoint: {note}", markup=False)
+    if not listing.rows:
+        err.print(f"no sessions in {listing.store}", markup=False)
         return
-    Console(highlight=False).print(table)
+    click.echo(render_listing(listing.rows))
 
 
 @main.command(name="verify")
@@ -429,14 +446,18 @@ def ls_cmd(store: str | None) -> None:
 def verify_cmd(session: str, store: str | None) -> None:
     """Check a session's hash chain and blobs; names the first line that fails."""
     try:
-        path = resolve(session, _store(store))
+        path = resolve(session, _store(store), refresh=True)  # a remote session: download it again
     except SessionError as exc:
         raise click.ClickException(str(exc)) from None
     v = verify(path)
     for p in v.problems:
         err.print(f"[red]{p}[/red]", markup=False)
+    for n in v.notes:
+        err.print(n, markup=False)
     state = "ok" if v.ok else "FAILED"
     trunc = " (log ends in an incomplete line: truncated, not corrupt)" if v.truncated else ""
+    if v.ok and not v.truncated and not v.complete:
+        trunc = " (no end event: incomplete, not corrupt)"
     click.echo(f"verify {state}: {v.events} events, {v.blobs} blobs checked{trunc}")
     sys.exit(0 if v.ok else 1)
 
@@ -504,7 +525,7 @@ def checkpoints(session: str, store: str | None) -> None:
             str(src.get("tree", "—"))[:12],
             str(len(src.get("changed", []))),
             str(ws.get("fingerprint", ""))[:12],
-            str(len(ws.get("manifest", []))),
+            str(ws.get("files", len(ws.get("manifest") or []))),
             str(len(msgs)) if isinstance(msgs, list) else "1",
             escape(e.get("reason", "")),
         )
@@ -657,6 +678,135 @@ def fork(
         table.add_row(*row)
     Console(highlight=False).print(table)
     sys.exit(0 if failed == 0 else 1)
+
+
+@main.command(name="export")
+@click.argument("session")
+@_store_opt
+@click.option(
+    "--otlp", metavar="URL", help="Send the spans to this OTLP/HTTP endpoint (e.g. http://localhost:4318)."
+)
+@click.option(
+    "--file",
+    "file",
+    metavar="PATH",
+    help="Write the spans as OTLP JSON (one ExportTraceServiceRequest per line); - for stdout.",
+)
+@click.option(
+    "--content",
+    is_flag=True,
+    help="Include message content, tool arguments and results, note texts and the command line.",
+)
+@click.option(
+    "--header",
+    "headers",
+    multiple=True,
+    metavar="K=V",
+    help="An HTTP header for the OTLP endpoint (repeatable).",
+)
+@click.option(
+    "--service-name", metavar="NAME", help="service.name of the exported resource (default: forkpoint)."
+)
+@click.option("--timeout", default=10.0, show_default=True, help="Seconds to wait for the OTLP endpoint.")
+def export_cmd(
+    session: str,
+    store: str | None,
+    otlp: str | None,
+    file: str | None,
+    content: bool,
+    headers: tuple[str, ...],
+    service_name: str | None,
+    timeout: float,
+) -> None:
+    """Export SESSION as an OpenTelemetry trace (GenAI semantic conventions); see docs/otel.md."""
+    from .interop.otel import ExportError, export
+
+    if not otlp and not file:
+        raise click.UsageError("give --otlp URL and/or --file PATH")
+    hdrs = {}
+    for h in headers:
+        k, sep, v = h.partition("=")
+        if not sep or not k:
+            raise click.BadParameter(f"{h!r}: expected KEY=VALUE", param_hint="--header")
+        hdrs[k.strip()] = v.strip()
+    s = _load(session, store)
+    try:
+        n = export(
+            s, otlp=otlp, file=file, content=content, headers=hdrs, service_name=service_name, timeout=timeout
+        )
+    except ExportError as exc:
+        raise click.ClickException(str(exc)) from None
+    where = " and ".join(x for x in (otlp, None if file == "-" else file) if x)
+    if where:
+        err.print(f"forkpoint: exported {n} spans of session {s.id} to {where}", markup=False)
+
+
+@main.command(name="import")
+@click.argument("path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@_store_opt
+@click.option("--name", help="A name for the session (default: FORMAT import of FILE).")
+def import_cmd(path: Path, store: str | None, name: str | None) -> None:
+    """Turn a VCR.py cassette or an agent trajectory (SWE-agent, mini-swe-agent, OpenHands) into a
+    session. The format is detected from the content; what the file lacks is listed in the session."""
+    from .interop import ImportFormatError, import_file
+
+    try:
+        session_path = import_file(path, store=_store(store), name=name)
+    except ImportFormatError as exc:
+        raise click.ClickException(str(exc)) from None
+    i = info(session_path)
+    origin = i.header.get("imported_from") or {}
+    err.print(
+        f"forkpoint: imported {origin.get('format')} file {path} as session {session_path.name} "
+        f"({i.model_calls} model calls, {i.tool_calls} tool calls) in {session_path.parent}",
+        markup=False,
+    )
+    for item in origin.get("missing") or []:
+        err.print(f"  not in the file: {item}", markup=False)
+    for item in origin.get("adjusted") or []:
+        err.print(f"  inferred: {item}", markup=False)
+    click.echo(str(session_path))
+
+
+@main.command()
+@click.argument("session")
+@_store_opt
+@click.option("--dry-run", is_flag=True, help="Say what the current rules would change; change nothing.")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Scrub a session without an end event (one that was killed, not one still running).",
+)
+def scrub(session: str, store: str | None, dry_run: bool, force: bool) -> None:
+    """Re-scrub SESSION with the current redaction rules (see docs/security.md).
+
+    Writes a complete scrubbed copy beside it, verifies it, swaps it in atomically and removes the
+    old one; killed at any point, the original stays intact. The session keeps its id.
+    """
+    from .config import ConfigError
+    from .scrub import ScrubError, scrub_session
+
+    try:
+        path = resolve(session, _store(store))
+        report = scrub_session(path, dry_run=dry_run, force=force)
+    except (SessionError, ScrubError, ConfigError) as exc:
+        raise click.ClickException(str(exc)) from None
+    changed = report.events_changed
+    what = (
+        f"{len(changed)} of {report.events} events"
+        + (
+            f" (seq {', '.join(map(str, changed[:10]))}{' …' if len(changed) > 10 else ''})"
+            if changed
+            else ""
+        )
+        + f", {report.files_changed} workspace file(s)"
+    )
+    if dry_run:
+        click.echo(f"scrub (dry run) {report.session_id}: the current rules would change {what}")
+    else:
+        click.echo(
+            f"scrubbed {report.session_id}: {what} changed; the copy verified and replaced the original"
+        )
 
 
 if __name__ == "__main__":  # pragma: no cover

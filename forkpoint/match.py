@@ -11,6 +11,9 @@ varies between two runs of the same program:
   counts, credentials — since none of them changes what the model sees.
 
 Tool calls are keyed the same way on ``{"tool": name, "args": arguments}``.
+
+Calls with the same key are answered in the order they were **sent** (:func:`in_send_order`), which
+is the recorded order unless concurrent calls finished in another order than they started.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import base64
 import difflib
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
@@ -71,6 +75,24 @@ def _stable_body(body: Any, content_type: str) -> Any:
 def model_key(normalized: dict[str, Any]) -> str:
     """Match key (64 hex) of a normalized request from :func:`normalize_request`."""
     return digest(normalized)
+
+
+def in_send_order(events: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Recorded calls that share one match key, in the order they were sent.
+
+    Events are written when a call *ends*, so concurrent identical requests (best-of-n sampling with
+    ``asyncio.gather``) appear in the log in the order they finished, which depends on the server.
+    Each model call records ``sent``, its position among the calls its process sent; when every
+    event has one (and one process wrote them all) they are ordered by it, otherwise by ``seq``.
+    """
+    out = list(events)
+    if (
+        len(out) > 1
+        and all(isinstance(e.get("sent"), int) for e in out)
+        and len({e.get("pid") for e in out}) == 1
+    ):
+        out.sort(key=lambda e: e["sent"])
+    return out
 
 
 def tool_key(name: str, args: Any) -> str:

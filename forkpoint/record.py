@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from . import __version__, runtime
 from .log import SessionWriter, new_span_id
 from .match import model_key, normalize_request, tool_key
-from .store import default_store
+from .store import session_finished, session_started, store_dir
 
 if TYPE_CHECKING:
     from .capture import _Call
@@ -60,7 +60,7 @@ def git_state(cwd: Path) -> dict[str, Any] | None:
         return None
     try:
         branch: str | None = git("rev-parse", "--abbrev-ref", "HEAD")
-        dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+        dirty = bool(git("--no-optional-locks", "status", "--porcelain", "--untracked-files=no"))
     except (OSError, subprocess.SubprocessError):
         branch, dirty = None, False
     return {"commit": commit, "branch": None if branch == "HEAD" else branch, "dirty": dirty}
@@ -121,7 +121,9 @@ class Recorder:
         from .checkpoint import carried_context
 
         body = request.get("body") if request.get("body_kind") == "json" else None
-        self.checkpoint(boundary="resumable", context=carried_context(body), reason="before model call")
+        # A model call made inside a tool's body is not an agent boundary: that tool is unfinished.
+        boundary = "observable" if runtime.current_span.get() else "resumable"
+        self.checkpoint(boundary=boundary, context=carried_context(body), reason="before model call")
 
     def checkpoint(
         self, *, boundary: str | None = None, context: dict[str, Any] | None = None, reason: str = "manual"
@@ -137,7 +139,8 @@ class Recorder:
 
         with self._checkpoint_lock:
             if boundary is None:
-                boundary = "observable" if self._turn_tools_done < self._turn_tools_expected else "resumable"
+                outstanding = self._turn_tools_done < self._turn_tools_expected
+                boundary = "observable" if outstanding or runtime.current_span.get() else "resumable"
             event = checkpoint_event(
                 self.workspace,
                 self.writer.blobs,
@@ -265,11 +268,12 @@ def record(
     Yields the :class:`Recorder`; ``recorder.session_path`` is the new session directory. The session
     ends with an ``end`` event (``exit_code`` 0, or 1 and the exception type if the block raised).
     """
-    store_path = Path(store) if store else default_store()
+    store_path = store_dir(store)  # a path, or an fsspec URL's local mirror (uploaded when the block ends)
     ws = open_workspace(workspace, store_path, include_ignored)
     header = make_header(argv=list(argv) if argv is not None else list(sys.argv), name=name, tags=tags)
     header["workspace"] = ws.describe() if ws else None
     writer = SessionWriter.create(store_path, header)
+    session_started(writer.path)
     rec = Recorder(writer, workspace=attach_workspace(ws, writer))
     runtime.activate(rec)
     started = time.perf_counter()
@@ -285,3 +289,4 @@ def record(
             call.finish(ended="unfinished")
         writer.append(end_event(code, started, reason=reason))
         rec.close()
+        session_finished(writer.path)

@@ -1,26 +1,46 @@
-"""The scrubber: one function family that every path writing or matching data goes through.
+"""The scrubber: the one function family that every path writing or matching data goes through.
 
-Rules (baseline; see docs/security.md):
+Rules (see docs/security.md for the full list and what is *not* promised):
 
-* Credential headers (:data:`SECRET_HEADERS`, any case) are dropped, never written.
-* Values shaped like a known secret (:data:`PATTERNS`) are replaced, wherever they occur in text
-  (bodies, stream chunks, URLs, tool arguments and results, exception messages), by a deterministic
-  placeholder ``[REDACTED:<kind>:<8 hex of sha256(secret)>]``. The same secret always gives the same
-  placeholder, so a scrubbed recording still matches a live request scrubbed the same way; eight hex
-  digits of a hash of a high-entropy key do not help anyone recover it.
+* Credential headers (:data:`SECRET_HEADERS`, names that say they carry a token, secret, password or
+  API key, and the user's ``headers``) are dropped, never written.
+* Values shaped like a known secret (:data:`PATTERNS`: provider and cloud API keys, tokens, JWTs, PEM
+  private keys, bearer and basic credentials, passwords in URLs, ``?token=`` query values,
+  ``DB_PASSWORD=…`` assignments, ``"api_key": "…"`` fields) and the user's regexes are replaced,
+  wherever they occur in text (bodies, stream chunks, URLs, tool arguments and results, exception
+  messages, workspace files), by a deterministic placeholder ``[REDACTED:<kind>:<8 hex of
+  sha256(secret)>]``. The same secret always gives the same placeholder, so a scrubbed recording
+  still matches a live request scrubbed the same way; eight hex digits of a hash of a high-entropy
+  key do not help anyone recover it.
+* In JSON data, the value of a key that names a credential (``password``, ``client_secret``,
+  ``api_key``, ``access_token``…) and the values the user's JSON paths select are replaced the same way.
 * Query parameters whose name says they carry a credential (``api_key``, ``key``, ``token``...) are
-  replaced the same way.
+  replaced the same way, and so is the user-info part of a URL.
 
-Scrubbing is idempotent: a placeholder never matches a pattern again.
+Scrubbing is idempotent (a placeholder never matches again) and deterministic. Bytes are scrubbed
+as their UTF-8 text (undecodable bytes kept as they are), so ``scrub_bytes(t.encode()) ==
+scrub_text(t).encode()``, and a stream scrubbed chunk by chunk equals the whole stream scrubbed:
+``b"".join(scrub_chunks(cs)) == scrub_bytes(b"".join(cs))`` for any chunking.
+
+The rules in force come from configuration (:mod:`forkpoint.config`), read once per process the
+first time they are needed; :func:`reload` reads them again, :func:`use_rules` sets them for a block.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
+import heapq
 import re
-from collections.abc import Iterable, Sequence
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
+
+import orjson
 
 #: Headers whose values are credentials. Compared lower-case.
 SECRET_HEADERS: frozenset[str] = frozenset(
@@ -39,145 +59,875 @@ SECRET_HEADERS: frozenset[str] = frozenset(
     }
 )
 
+#: Header names that say their value is a credential (any case): dropped like :data:`SECRET_HEADERS`.
+#: ``x-ratelimit-remaining-tokens`` is not one ("tokens", plural, counts tokens of text).
+SECRET_HEADER_NAME = re.compile(
+    r"(?i)(?:^|[-_])(?:token|secret|password|passwd|api[-_]?key|apikey|access[-_]?key|credentials?"
+    r"|signature|session[-_]?id)(?:$|[-_])"
+)
+
 #: Query-string parameter names whose values are credentials. Compared lower-case.
 SECRET_QUERY_PARAMS: frozenset[str] = frozenset(
-    {"key", "api_key", "apikey", "api-key", "access_token", "token", "auth", "sig", "signature"}
+    {
+        "key",
+        "api_key",
+        "apikey",
+        "api-key",
+        "access_token",
+        "refresh_token",
+        "id_token",
+        "token",
+        "auth",
+        "sig",
+        "signature",
+        "password",
+        "secret",
+        "client_secret",
+        "x-amz-signature",
+        "x-amz-credential",
+        "x-amz-security-token",
+        "x-goog-signature",
+    }
 )
 
-#: (kind, pattern) pairs. Order matters: the first pattern that matches at a position wins, so the
-#: more specific shapes come first. Group "s", where present, is the part that is replaced.
-PATTERNS: tuple[tuple[str, str], ...] = (
+#: JSON object keys (compared lower-case, ``-`` read as ``_``) whose string values are credentials:
+#: keys ending in one of these. A key that is just ``token`` is not one (logprobs have ``token``).
+SECRET_KEY_SUFFIXES: tuple[str, ...] = (
+    "password",
+    "passwd",
+    "passphrase",
+    "secret",
+    "apikey",
+    "api_key",
+    "access_key",
+    "accesskey",
+    "private_key",
+    "privatekey",
+    "credential",
+    "credentials",
+    "authorization",
+)
+
+_FIELD_WORDS = (
+    r"(?i:password|passwd|passphrase|secret|api[_\-]?key|apikey|access[_\-]?key|private[_\-]?key"
+    r"|credentials?|authorization|(?<=[A-Za-z0-9_.\-])token)"
+)
+_VALUE_END = r"(?=[\s\"'#;&,)\]}]|$)"
+
+#: Built-in secret shapes: (kind, anchors, pattern). Every match starts at an occurrence of one of
+#: its anchors (lower-case literals, found case-insensitively), which is what makes scanning long
+#: text fast: the patterns only run where an anchor occurs. Where several match at one position, the
+#: first in this list wins, so the more specific shapes come first. Group ``s``, where present, is
+#: the part that is replaced.
+_BUILTIN: tuple[tuple[str, tuple[str, ...], str], ...] = (
     (
         "private-key",
-        r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----[\s\S]*?-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----",
+        ("-----begin ",),
+        r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----(?:[\s\S]*?-----END (?:[A-Z0-9]+ )*PRIVATE"
+        r" KEY(?: BLOCK)?-----|(?:\\[nr]|[\sA-Za-z0-9+/=:,.\-])*)",
     ),
-    ("anthropic-key", r"sk-ant-[A-Za-z0-9_\-]{20,}"),
-    ("openai-key", r"sk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{20,}"),
-    ("aws-access-key", r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),
-    ("google-api-key", r"\bAIza[0-9A-Za-z_\-]{35}\b"),
-    ("github-token", r"\b(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,})\b"),
-    ("jwt", r"\beyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}"),
-    ("bearer", r"(?i:\bbearer)\s+(?P<s>[A-Za-z0-9\-._~+/]{8,}=*)"),
+    ("anthropic-key", ("sk-",), r"(?<![A-Za-z0-9])sk-ant-[A-Za-z0-9_\-]{20,}"),
+    ("openai-key", ("sk-",), r"(?<![A-Za-z0-9])sk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{20,}"),
+    (
+        "stripe-key",
+        ("sk_", "rk_"),
+        r"(?<![A-Za-z0-9])[sr]k_(?:live|test)_[A-Za-z0-9]{16,}",
+    ),
+    ("aws-access-key", ("akia", "asia", "abia", "acca"), r"\b(?:AKIA|ASIA|ABIA|ACCA)[0-9A-Z]{16}\b"),
+    ("google-api-key", ("aiza",), r"\bAIza[0-9A-Za-z_\-]{35}\b"),
+    ("google-oauth-token", ("ya29.",), r"\bya29\.[0-9A-Za-z_\-]{20,}"),
+    (
+        "github-token",
+        ("gh", "github_pat_"),
+        r"\b(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,})\b",
+    ),
+    ("gitlab-token", ("glpat-",), r"\bglpat-[0-9A-Za-z_\-]{20,}"),
+    ("slack-token", ("xox",), r"\bxox[abposr]-[0-9A-Za-z\-]{10,}"),
+    ("slack-webhook", ("://",), r"(?<=https)://hooks\.slack\.com/services/[A-Za-z0-9/_\-]{20,}"),
+    ("huggingface-token", ("hf_",), r"\bhf_[A-Za-z0-9]{30,}"),
+    ("npm-token", ("npm_",), r"\bnpm_[A-Za-z0-9]{36,}\b"),
+    ("sendgrid-key", ("sg.",), r"\bSG\.[A-Za-z0-9_\-]{16,}\.[A-Za-z0-9_\-]{16,}"),
+    ("provider-key", ("gsk_", "xai-", "pplx-", "r8_"), r"\b(?:gsk_|xai-|pplx-|r8_)[A-Za-z0-9]{20,}"),
+    ("jwt", ("eyj",), r"\beyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}"),
+    ("bearer", ("bearer",), r"(?<![A-Za-z0-9_])(?i:bearer)\s+(?P<s>[A-Za-z0-9\-._~+/]{8,}=*)"),
+    (
+        "basic-auth",
+        ("basic",),
+        r"(?<![A-Za-z0-9_])(?i:basic)\s+(?P<s>[A-Za-z0-9+/]{6,}={0,2})(?![A-Za-z0-9+/=])",
+    ),
+    (
+        "url-password",
+        ("://",),
+        r"(?<=[A-Za-z0-9+.\-])://[^\s/?#@:\"'<>\[\]\\]*:(?P<s>[^\s/?#@\"'<>\\]+)@",
+    ),
+    (
+        "secret-field",
+        ("pass", "secret", "api", "access", "private", "credential", "auth", "token"),
+        _FIELD_WORDS + r"\\?[\"']\s*:\s*\\?[\"'](?P<s>[^\"'\\\r\n]+)\\?[\"']",
+    ),
+    (
+        "secret-assignment",
+        ("pass", "secret", "token", "api", "access", "private", "_key", "credential"),
+        r"(?<![a-z])(?:PASSWORD|PASSWD|PASSPHRASE|SECRET|TOKEN|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|_KEY"
+        r"|CREDENTIALS?)(?![A-Za-z0-9])\s*[=:]\s*[\"']?"
+        r"(?P<s>(?![0-9]+(?:[\s\"'#;&]|$))(?!(?:None|null|true|false|True|False|undefined|nil)(?:[\s\"'#;&]|$))"
+        r"[^\s\"'#;&(){}\[\]<>,]{4,})" + _VALUE_END,
+    ),
+    (
+        "header-credential",
+        ("api", "token"),
+        r"(?i:api-key|(?<=auth-)token|(?<=security-)token)[\"']?\s*:\s*[\"']?(?P<s>[^\s\"',;]{6,})",
+    ),
+    ("cookie", ("cookie",), r"(?i:cookie)[\"']?\s*:\s*[\"']?(?P<s>[^\r\n\"']{6,})"),
 )
 
-_COMBINED = "|".join(f"(?P<k{i}>{p.replace('(?P<s>', f'(?P<s{i}>')})" for i, (_, p) in enumerate(PATTERNS))
-_TEXT_RE = re.compile(_COMBINED)
-_BYTES_RE = re.compile(_COMBINED.encode())
-_PLACEHOLDER_RE = re.compile(r"\[REDACTED:[a-z0-9-]+:[0-9a-f]{8}\]")
+#: Built-in secret shapes as (kind, pattern), in the order they are tried.
+PATTERNS: tuple[tuple[str, str], ...] = tuple((kind, p) for kind, _, p in _BUILTIN)
+
+#: Kinds found by their context (a name, a scheme, a key) rather than by their shape: when the
+#: value itself has a known shape (``OPENAI_API_KEY=sk-…``), that shape's kind names it.
+_CONTEXT_KINDS = frozenset(
+    {
+        "bearer",
+        "basic-auth",
+        "url-password",
+        "query-credential",
+        "secret-field",
+        "secret-assignment",
+        "header-credential",
+        "cookie",
+        "json-path",
+    }
+)
+
+_PLACEHOLDER = r"\[REDACTED:[a-z0-9-]+:[0-9a-f]{8}\]"
+_PLACEHOLDER_RE = re.compile(_PLACEHOLDER)
+_TRAILING = re.compile(r"[.,;:!?)\]}>]*")
+_SPECIFIC_RE = re.compile(
+    "|".join(f"(?P<k{i}>{p})" for i, (kind, p) in enumerate(PATTERNS) if kind not in _CONTEXT_KINDS),
+    re.ASCII,
+)
+
+#: Strings shorter than this are remembered with their scrubbed form (at most SHORT_ENTRIES of them).
+SHORT_CHARS = 64
+SHORT_ENTRIES = 32768
+#: Strings at least this long are remembered with their scrubbed form (see :class:`Scrubber`).
+CACHE_MIN_CHARS = 256
+#: Strings longer than this are never remembered (their scan is cheap next to the memory).
+CACHE_MAX_CHARS = 4 << 20
+#: Total characters the string cache may hold (keys and changed values).
+CACHE_BUDGET_CHARS = 64 << 20
+#: Strings longer than CACHE_MAX_CHARS: how many of the last ones are remembered (held alive).
+BIG_ENTRIES = 2
+
+
+def _unescaped(secret: str) -> str:
+    """The secret as it was before JSON escaping (a PEM key sent inside a JSON string has ``\\n``
+    where the file had newlines), so both forms get the same placeholder."""
+    for _ in range(3):
+        if "\\" not in secret:
+            break
+        try:
+            plain = orjson.loads(b'"' + secret.encode("utf-8", "surrogatepass") + b'"')
+        except (orjson.JSONDecodeError, UnicodeEncodeError):
+            break
+        if not isinstance(plain, str) or plain == secret:
+            break
+        secret = plain
+    return secret
 
 
 def placeholder(kind: str, secret: str | bytes) -> str:
-    """The deterministic stand-in for ``secret`` of the given ``kind``."""
-    raw = secret.encode() if isinstance(secret, str) else secret
+    """The deterministic stand-in for ``secret`` of the given ``kind``: eight hex digits of the
+    SHA-256 of the secret (its UTF-8 bytes, JSON escapes undone)."""
+    text = bytes(secret).decode("utf-8", "surrogateescape") if not isinstance(secret, str) else secret
+    text = _unescaped(text)
+    try:
+        raw = text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        raw = text.encode("utf-8", "surrogatepass")
     return f"[REDACTED:{kind}:{hashlib.sha256(raw).hexdigest()[:8]}]"
 
 
-def _span(m: re.Match[Any]) -> tuple[int, int, str]:
-    """(start, end, kind) of the secret inside a combined-pattern match."""
-    for i, (kind, _) in enumerate(PATTERNS):
-        if m.group(f"k{i}") is not None:
-            sub = f"s{i}"
-            if sub in m.re.groupindex and m.group(sub) is not None:
-                return m.start(sub), m.end(sub), kind
-            return m.start(), m.end(), kind
-    raise AssertionError("unreachable: a combined match names one alternative")
+def _is_placeholder(value: str) -> bool:
+    if _PLACEHOLDER_RE.fullmatch(value):
+        return True
+    return "%" in value and _PLACEHOLDER_RE.fullmatch(unquote(value)) is not None
+
+
+def _valid_bearer(token: str) -> bool:
+    """A bearer token is random: it has a digit, or is long and mixes cases ("Bearer authentication"
+    in prose is not a credential)."""
+    if any(c.isdigit() for c in token):
+        return True
+    return len(token) >= 20 and token.lower() != token and token.upper() != token
+
+
+def _valid_basic(value: str) -> bool:
+    """Basic credentials are base64 of ``user:password``."""
+    try:
+        raw = base64.b64decode(value + "=" * (-len(value) % 4), validate=True)
+    except (binascii.Error, ValueError):
+        return False
+    return b":" in raw
+
+
+_VALIDATORS = {"bearer": _valid_bearer, "basic-auth": _valid_basic}
+
+
+# --------------------------------------------------------------------------- rules
+
+
+@dataclass(frozen=True)
+class Rules:
+    """User rules, on top of the built-in ones (which cannot be turned off).
+
+    ``patterns``: ``(kind, regex)`` pairs; the whole match is replaced, or its group ``s`` if it has
+    one. ``json_paths``: JSONPath expressions (``$.a.b``, ``$.list[0]``, ``[*]``, ``.*``, ``$..key``)
+    evaluated against each payload (a request or response body, tool arguments, a tool result, note
+    data, a checkpoint's carried context); the selected values are replaced whatever their type.
+    ``headers``: more header names to drop. ``query_params``: more credential query parameters.
+    ``source`` says where they were read from (for messages).
+    """
+
+    patterns: tuple[tuple[str, str], ...] = ()
+    json_paths: tuple[str, ...] = ()
+    headers: tuple[str, ...] = ()
+    query_params: tuple[str, ...] = ()
+    source: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The rules as JSON data (without ``source``)."""
+        return {
+            "patterns": [list(p) for p in self.patterns],
+            "json_paths": list(self.json_paths),
+            "headers": list(self.headers),
+            "query_params": list(self.query_params),
+        }
+
+    def digest(self) -> str:
+        """SHA-256 of the canonical rules, built-in pattern set included: what a header records."""
+        data = {"builtin": [list(p) for p in PATTERNS], **self.to_json()}
+        return hashlib.sha256(orjson.dumps(data, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+class RuleError(ValueError):
+    """A user rule cannot be used; the message names the rule."""
+
+
+def _compile_user_pattern(kind: str, pattern: str) -> re.Pattern[str]:
+    """A user regex, checked: a valid kind name, a valid regex that cannot match the empty string."""
+    if not re.fullmatch(r"[a-z0-9][a-z0-9-]*", kind):
+        raise RuleError(f"redaction kind {kind!r}: use lower-case letters, digits and '-'")
+    try:
+        compiled = re.compile(pattern, re.ASCII)
+    except re.error as exc:
+        raise RuleError(f"redaction pattern {pattern!r} is not a valid regex: {exc}") from None
+    if compiled.fullmatch(""):
+        raise RuleError(f"redaction pattern {pattern!r} matches the empty string")
+    return compiled
+
+
+def _parse_json_path(path: str) -> tuple[tuple[str, Any], ...]:
+    """``$.a[0]..b[*]`` → (("child", "a"), ("child", 0), ("desc", "b"), ("child", "*"))."""
+    if not path.startswith("$"):
+        raise RuleError(f"JSON path {path!r} must start with '$'")
+    steps: list[tuple[str, Any]] = []
+    i = 1
+    token = re.compile(
+        r"(\.\.|\.)(?:([A-Za-z_][A-Za-z0-9_\-]*)|(\*))"
+        r"|(\.\.)?\[(?:(-?\d+)|(\*)|'([^']*)'|\"([^\"]*)\")\]"
+    )
+    while i < len(path):
+        m = token.match(path, i)
+        if not m:
+            raise RuleError(f"JSON path {path!r}: cannot read {path[i:]!r}")
+        if m.group(1):
+            mode = "desc" if m.group(1) == ".." else "child"
+            key: Any = m.group(2) if m.group(2) is not None else "*"
+        else:
+            mode = "desc" if m.group(4) else "child"
+            if m.group(5) is not None:
+                key = int(m.group(5))
+            elif m.group(6):
+                key = "*"
+            else:
+                key = m.group(7) if m.group(7) is not None else m.group(8)
+        steps.append((mode, key))
+        i = m.end()
+    if not steps:
+        raise RuleError(f"JSON path {path!r} selects the whole payload; name a part of it")
+    return tuple(steps)
+
+
+# --------------------------------------------------------------------------- the scrubber
+
+
+class Scrubber:
+    """Built-in rules plus ``rules``, compiled. Thread-safe.
+
+    Finding secrets: every built-in pattern starts at an *anchor*, a short literal (``sk-``,
+    ``-----begin``, ``password``, ``://``…); the text is searched for the anchors (lower-cased, with
+    ``str.find``, which runs at memory speed), each pattern is tried only where one of its anchors
+    occurs, and of the matches the leftmost wins (at one position, the earliest pattern), then
+    scanning goes on after it. User regexes have no anchors: each is searched over the whole text.
+
+    Long strings (at least :data:`CACHE_MIN_CHARS`) and short ones (under :data:`SHORT_CHARS`) are
+    remembered with their scrubbed form in bounded caches, so an agent that resends its whole
+    history at every turn pays for scanning each message once, not once per turn; the last
+    :data:`BIG_ENTRIES` huge strings too, so a 100 MB tool result scrubbed by the tool wrapper is
+    not scanned again when it is logged (``cache=False`` turns all that off, for benchmarks).
+    """
+
+    def __init__(self, rules: Rules | None = None, *, cache: bool = True) -> None:
+        self.rules = rules or Rules()
+        r = self.rules
+        self.drop_headers = SECRET_HEADERS | {h.lower() for h in r.headers}
+        self.query_params = SECRET_QUERY_PARAMS | {q.lower() for q in r.query_params}
+        self.paths = tuple(_parse_json_path(p) for p in r.json_paths)
+        table: list[tuple[str | None, tuple[str, ...], str]] = [(None, ("[redacted:",), _PLACEHOLDER)]
+        table.extend(_BUILTIN)
+        names = sorted(self.query_params, key=len, reverse=True)
+        table.append(
+            (
+                "query-credential",
+                ("?", "&", ";"),
+                rf"[?&;](?i:{'|'.join(re.escape(q) for q in names)})=(?P<s>[^&\s#\"'<>\\]+)",
+            )
+        )
+        for steps in self.paths:
+            if (
+                len(steps) == 1
+                and steps[0][0] == "desc"
+                and isinstance(steps[0][1], str)
+                and steps[0][1] != "*"
+            ):
+                name = steps[0][1]
+                table.append(
+                    (
+                        "json-path",
+                        (name.lower(),),
+                        rf"(?<=[\"']){re.escape(name)}\\?[\"']\s*:\s*\\?[\"'](?P<s>[^\"'\\\r\n]+)\\?[\"']",
+                    )
+                )
+        self._kinds: list[str | None] = []
+        self._pats: list[re.Pattern[str]] = []
+        anchors: dict[str, list[int]] = {}
+        for kind, lits, pattern in table:
+            for lit in lits:
+                anchors.setdefault(lit, []).append(len(self._pats))
+            self._kinds.append(kind)
+            self._pats.append(re.compile(pattern, re.ASCII))
+        self._anchors = [(lit, tuple(ids)) for lit, ids in anchors.items()]
+        self._scan: list[int] = []
+        for kind, pattern in r.patterns:
+            self._scan.append(len(self._pats))
+            self._kinds.append(kind)
+            self._pats.append(_compile_user_pattern(kind, pattern))
+        self._has_s = [p.groupindex.get("s") is not None for p in self._pats]
+        self._cache_on = cache
+        self._cache: dict[str, str] = {}
+        self._cache_chars = 0
+        self._short: dict[str, str] = {}
+        self._big: dict[str, str] = {}
+        self._file_cache: dict[bytes, bytes | None] = {}
+        self._file_cache_bytes = 0
+        self._key_cache: dict[str, bool] = {}
+        self._lock = threading.Lock()
+
+    # -- finding
+
+    def _context_kind(self, kind: str, secret: str) -> str:
+        if kind in _CONTEXT_KINDS:
+            m = _SPECIFIC_RE.fullmatch(secret)
+            if m is not None and m.lastgroup:
+                return PATTERNS[int(m.lastgroup[1:])][0]
+        return kind
+
+    def _refine(self, kind: str, start: int, end: int, text: str) -> tuple[int, int, str]:
+        """A value found by its context that is a known shape (``x-api-key: sk-ant-…``) is named by
+        that shape; trailing punctuation after the shape ("…key!") is not part of it."""
+        if kind not in _CONTEXT_KINDS:
+            return start, end, kind
+        m = _SPECIFIC_RE.match(text, start, end)
+        if m is not None and m.lastgroup and _TRAILING.fullmatch(text, m.end(), end):
+            return start, m.end(), PATTERNS[int(m.lastgroup[1:])][0]
+        return start, end, kind
+
+    def _candidates(self, text: str) -> list[tuple[int, int, int, re.Match[str]]]:
+        """Every match of every pattern at an occurrence of one of its anchors: (start, pattern, m)."""
+        low = text.lower() if text.isascii() or "\u0130" not in text else text.replace("\u0130", "\0").lower()
+        out: list[tuple[int, int, int, re.Match[str]]] = []
+        pats = self._pats
+        find = low.find
+        for lit, ids in self._anchors:
+            p = find(lit)
+            while p >= 0:
+                for i in ids:
+                    m = pats[i].match(text, p)
+                    if m is not None:
+                        out.append((p, i, len(out), m))
+                p = find(lit, p + 1)
+        return out
+
+    def find(self, text: str) -> list[tuple[int, int, str]]:
+        """Spans ``(start, end, kind)`` of every secret in ``text``, in order, non-overlapping."""
+        if not text:
+            return []
+        heap = self._candidates(text)
+        tie = len(heap)
+        for i in self._scan:
+            m = self._pats[i].search(text)
+            if m is not None:
+                heap.append((m.start(), i, tie, m))
+                tie += 1
+        if not heap:
+            return []
+        heapq.heapify(heap)
+        out: list[tuple[int, int, str]] = []
+        pos = 0
+        first_scan = len(self._pats) - len(self._scan)
+        while heap:
+            start, i, _, m = heapq.heappop(heap)
+            scan = i >= first_scan
+            if start < pos:
+                if scan:  # a user pattern may still match after what was taken
+                    nxt = self._pats[i].search(text, pos)
+                    if nxt is not None:
+                        heapq.heappush(heap, (nxt.start(), i, tie, nxt))
+                        tie += 1
+                continue
+            end = m.end()
+            if scan:
+                nxt = self._pats[i].search(text, max(end, start + 1))
+                if nxt is not None:
+                    heapq.heappush(heap, (nxt.start(), i, tie, nxt))
+                    tie += 1
+            kind = self._kinds[i]
+            if kind is None:  # a placeholder: never scrubbed again
+                pos = end
+                continue
+            if self._has_s[i] and m.start("s") >= 0:
+                a, b = m.start("s"), m.end("s")
+            else:
+                a, b = start, end
+            secret = text[a:b]
+            check = _VALIDATORS.get(kind)
+            if not secret or _is_placeholder(secret) or (check is not None and not check(secret)):
+                continue
+            out.append(self._refine(kind, a, b, text))
+            pos = max(end, start + 1)
+        return out
+
+    # -- text and bytes
+
+    def text(self, text: str) -> str:
+        """``text`` with every secret replaced by its placeholder."""
+        n = len(text)
+        if not self._cache_on:
+            return self._replace(text)
+        if n < SHORT_CHARS:
+            hit = self._short.get(text)
+            if hit is None:
+                hit = self._replace(text)
+                if len(self._short) >= SHORT_ENTRIES:
+                    self._short.clear()
+                self._short[text] = hit
+            return hit
+        if CACHE_MIN_CHARS <= n <= CACHE_MAX_CHARS:
+            hit = self._cache.get(text)
+            if hit is None:
+                hit = self._replace(text)
+                self._remember(text, hit)
+            return hit
+        if n > CACHE_MAX_CHARS:  # the last few huge strings (a tool result scrubbed, then logged)
+            hit = self._big.get(text)
+            if hit is None:
+                hit = self._replace(text)
+                with self._lock:
+                    while len(self._big) >= BIG_ENTRIES:
+                        self._big.pop(next(iter(self._big)))
+                    self._big[text] = hit
+            return hit
+        return self._replace(text)
+
+    def _replace(self, text: str) -> str:
+        spans = self.find(text)
+        if not spans:
+            return text
+        out: list[str] = []
+        pos = 0
+        for start, end, kind in spans:
+            out.append(text[pos:start])
+            out.append(placeholder(kind, text[start:end]))
+            pos = end
+        out.append(text[pos:])
+        return "".join(out)
+
+    def _remember(self, text: str, result: str) -> None:
+        cost = len(text) + (len(result) if result is not text else 0)
+        with self._lock:
+            if text in self._cache:
+                return
+            while self._cache and self._cache_chars + cost > CACHE_BUDGET_CHARS:
+                old = next(iter(self._cache))
+                old_result = self._cache.pop(old)
+                self._cache_chars -= len(old) + (len(old_result) if old_result is not old else 0)
+            self._cache[text] = result
+            self._cache_chars += cost
+
+    def bytes(self, data: bytes) -> bytes:
+        """``data`` scrubbed as UTF-8 text; bytes that are not UTF-8 are kept as they are."""
+        raw = bytes(data)
+        text = raw.decode("utf-8", "surrogateescape")
+        out = self.text(text)
+        if out is text:
+            return raw
+        return out.encode("utf-8", "surrogateescape")
+
+    def file(self, data: bytes) -> bytes:
+        """:meth:`bytes` for a workspace file, remembered by content hash (files repeat across
+        checkpoints): returns ``data`` itself when there is nothing to replace."""
+        h = hashlib.sha256(data).digest()
+        if h in self._file_cache:
+            hit = self._file_cache[h]
+            return data if hit is None else hit
+        out = self.bytes(data)
+        changed = out if out != data else None
+        with self._lock:
+            cost = 64 + (len(changed) if changed is not None else 0)
+            if self._file_cache_bytes + cost > CACHE_BUDGET_CHARS or len(self._file_cache) > 100_000:
+                self._file_cache.clear()
+                self._file_cache_bytes = 0
+            self._file_cache[h] = changed
+            self._file_cache_bytes += cost
+        return data if changed is None else out
+
+    def chunks(self, chunks: Sequence[bytes]) -> list[bytes]:
+        """Scrub a stream given as chunks, catching secrets split across chunk boundaries.
+
+        Returns as many chunks as it was given. A secret is replaced in the chunk where it starts;
+        the rest of it is removed from the chunks it spilled into, so every other byte keeps its chunk.
+        """
+        joined = b"".join(chunks)
+        text = joined.decode("utf-8", "surrogateescape")
+        spans = self.find(text)
+        if not spans:
+            return [bytes(c) for c in chunks]
+        matches: list[tuple[int, int, str]] = []
+        cpos = bpos = 0
+        for start, end, kind in spans:  # character offsets → byte offsets
+            bpos += len(text[cpos:start].encode("utf-8", "surrogateescape"))
+            bend = bpos + len(text[start:end].encode("utf-8", "surrogateescape"))
+            matches.append((bpos, bend, kind))
+            cpos, bpos = end, bend
+        out: list[bytes] = []
+        cstart = 0
+        for c in chunks:
+            cend = cstart + len(c)
+            piece = bytearray()
+            p = cstart
+            for start, end, kind in matches:
+                if end <= cstart or start >= cend:
+                    continue
+                if start > p:
+                    piece += joined[p:start]
+                if cstart <= start < cend:
+                    piece += placeholder(kind, joined[start:end]).encode()
+                p = max(p, min(end, cend))
+            if p < cend:
+                piece += joined[p:cend]
+            out.append(bytes(piece))
+            cstart = cend
+        return out
+
+    # -- structured data
+
+    def _secret_key(self, key: str) -> bool:
+        hit = self._key_cache.get(key)
+        if hit is None:
+            k = key.lower().replace("-", "_")
+            hit = k.endswith(SECRET_KEY_SUFFIXES) or (k.endswith("token") and len(k) > 5)
+            if len(self._key_cache) < 10_000:
+                self._key_cache[key] = hit
+        return hit
+
+    def _step(self, states: tuple[tuple[int, int], ...], key: Any, length: int) -> tuple[bool, tuple]:
+        """JSON-path automaton: the states after descending into ``key``; True when a path ends there."""
+        out: list[tuple[int, int]] = []
+        done = False
+        for r, j in states:
+            steps = self.paths[r]
+            mode, want = steps[j]
+            if isinstance(key, int):
+                hit = want == "*" or (isinstance(want, int) and (want == key or want + length == key))
+            else:
+                hit = want == "*" or want == key
+            if mode == "desc":
+                out.append((r, j))
+            if hit:
+                if j + 1 == len(steps):
+                    done = True
+                else:
+                    out.append((r, j + 1))
+        return done, tuple(dict.fromkeys(out))
+
+    def _path_value(self, value: Any) -> Any:
+        if isinstance(value, str):
+            return (
+                value
+                if _is_placeholder(value)
+                else placeholder(self._context_kind("json-path", value), value)
+            )
+        if isinstance(value, bytes):
+            return placeholder("json-path", value)
+        return placeholder("json-path", orjson.dumps(value, option=orjson.OPT_SORT_KEYS))
+
+    def json(self, value: Any) -> Any:
+        """A copy of JSON data with every string (values and keys) and ``bytes`` scrubbed, values of
+        credential-named keys and of the user's JSON paths replaced."""
+        roots = tuple((r, 0) for r in range(len(self.paths)))
+        return self._json(value, roots)
+
+    def _json(self, value: Any, states: tuple[tuple[int, int], ...]) -> Any:
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, dict):
+            out = {}
+            for k, v in value.items():
+                key = self.text(k) if isinstance(k, str) else k
+                sub: tuple[tuple[int, int], ...] = ()
+                if states:
+                    done, sub = self._step(states, k, 0)
+                    if done:
+                        out[key] = self._path_value(v)
+                        continue
+                if isinstance(v, str) and isinstance(k, str) and v and self._secret_key(k):
+                    out[key] = (
+                        v if _is_placeholder(v) else placeholder(self._context_kind("secret-field", v), v)
+                    )
+                else:
+                    out[key] = self._json(v, sub)
+            return out
+        if isinstance(value, list | tuple):
+            if not states:
+                return [self._json(v, ()) for v in value]
+            items = []
+            for i, v in enumerate(value):
+                done, sub = self._step(states, i, len(value))
+                items.append(self._path_value(v) if done else self._json(v, sub))
+            return items
+        if isinstance(value, bytes | bytearray | memoryview):
+            return self.bytes(bytes(value))
+        return value
+
+    # -- HTTP pieces
+
+    def headers(self, headers: Iterable[Any]) -> list[list[str]]:
+        """Header pairs without credential headers, other values scrubbed. Names keep their case."""
+        out = []
+        for pair in headers:
+            name, value = pair[0], pair[1]
+            low = str(name).lower()
+            if low in self.drop_headers or SECRET_HEADER_NAME.search(low):
+                continue
+            out.append([name, self.text(value) if isinstance(value, str) else value])
+        return out
+
+    def url(self, url: str) -> str:
+        """``url`` with credential query parameters, user info and secret-shaped parts replaced."""
+        try:
+            parts = urlsplit(url)
+            username, password = parts.username, parts.password
+        except ValueError:  # not a URL we can take apart: scrub it as text
+            return self.text(url)
+        if parts.query:
+            pairs = parse_qsl(parts.query, keep_blank_values=True)
+
+            def secret(k: str, v: str) -> bool:  # a placeholder is left alone: scrubbing is idempotent
+                return k.lower() in self.query_params and bool(v) and not _is_placeholder(v)
+
+            if any(secret(k, v) for k, v in pairs):
+                query = urlencode(
+                    [(k, placeholder("query-credential", v) if secret(k, v) else v) for k, v in pairs]
+                )
+                parts = parts._replace(query=query)
+        userinfo, _, host = parts.netloc.rpartition("@")
+        if (username or password) and not _is_placeholder(unquote(userinfo)):
+            # Percent-encoded: a bare "[...]" in the authority would read as an IPv6 host.
+            ph = quote(placeholder("url-credential", parts.netloc), safe="")
+            parts = parts._replace(netloc=f"{ph}@{host}")
+        return self.text(urlunsplit(parts))
+
+    def _chunk_list(self, chunks: list[Any]) -> list[Any]:
+        """Stored stream chunks ``[[ms, str | bytes], …]`` scrubbed across chunk boundaries."""
+        pairs = [c for c in chunks if isinstance(c, list | tuple) and len(c) == 2]
+        if len(pairs) != len(chunks):
+            return self.json(chunks)
+        raw = [c[1].encode("utf-8", "surrogateescape") if isinstance(c[1], str) else c[1] for c in pairs]
+        if not all(isinstance(r, bytes | bytearray) for r in raw):
+            return self.json(chunks)
+        scrubbed = self.chunks(raw)
+        out = []
+        for (t, original), new in zip(pairs, scrubbed, strict=True):
+            if isinstance(original, str):
+                try:
+                    value: Any = new.decode("utf-8")
+                except UnicodeDecodeError:
+                    value = new
+            else:
+                value = new
+            out.append([t, value])
+        return out
+
+    def http(self, record: dict[str, Any]) -> dict[str, Any]:
+        """A stored request or response record scrubbed: URL, headers, body by its kind, chunks."""
+        out: dict[str, Any] = {}
+        kind = record.get("body_kind")
+        for k, v in record.items():
+            if k == "url" and isinstance(v, str):
+                out[k] = self.url(v)
+            elif (
+                k == "headers"
+                and isinstance(v, list)
+                and all(isinstance(p, list | tuple) and len(p) == 2 for p in v)
+            ):
+                out[k] = self.headers(v)
+            elif k == "body" and kind == "text" and isinstance(v, str):
+                out[k] = self.text(v)
+            elif k == "chunks" and isinstance(v, list):
+                out[k] = self._chunk_list(v)
+            else:
+                out[k] = self.json(v)
+        return out
+
+    def event(self, event: dict[str, Any]) -> dict[str, Any]:
+        """A session event (or header) with every payload scrubbed; ``seq``, ``prev``, ``hash`` kept.
+
+        A checkpoint whose file names or carried context change gets its workspace fingerprint and
+        context digest recomputed, so the event stays consistent with itself.
+        """
+        out: dict[str, Any] = {}
+        is_call = event.get("type") == "model_call"
+        for k, v in event.items():
+            if k in ("seq", "prev", "hash"):
+                out[k] = v
+            elif is_call and k in ("request", "response") and isinstance(v, dict):
+                out[k] = self.http(v)
+            else:
+                out[k] = self.json(v)
+        if event.get("type") == "checkpoint":
+            from .canonical import digest
+
+            ws = out.get("workspace")
+            if isinstance(ws, dict) and ws != event.get("workspace"):
+                try:  # a file name held a secret: the fingerprint is the scrubbed manifest's
+                    if isinstance(ws.get("manifest"), list):
+                        ws["fingerprint"] = digest(ws["manifest"])
+                    elif isinstance(ws.get("manifest_json"), bytes):
+                        ws["fingerprint"] = digest(orjson.loads(ws["manifest_json"]))
+                except (TypeError, orjson.JSONDecodeError):
+                    pass
+            if out.get("context") is not None and out.get("context") != event.get("context"):
+                try:
+                    out["context_digest"] = digest(out["context"])
+                except TypeError:
+                    pass
+        return out
+
+
+# --------------------------------------------------------------------------- the rules in force
+
+_state_lock = threading.RLock()
+_loaded: Scrubber | None = None
+_override: list[Scrubber] = []
+
+
+def current() -> Scrubber:
+    """The scrubber with the rules in force: set by :func:`use_rules`, else read from configuration
+    once per process (see :mod:`forkpoint.config`). Raises ``ConfigError`` for bad configuration."""
+    if _override:
+        return _override[-1]
+    global _loaded
+    scrubber = _loaded
+    if scrubber is None:
+        with _state_lock:
+            if _loaded is None:
+                from .config import load_rules
+
+                _loaded = Scrubber(load_rules())
+            scrubber = _loaded
+    return scrubber
+
+
+def reload() -> Scrubber:
+    """Read the configuration again (e.g. after changing directory) and use it from now on."""
+    global _loaded
+    with _state_lock:
+        _loaded = None
+    return current()
+
+
+@contextmanager
+def use_rules(rules: Rules | Scrubber | None) -> Iterator[Scrubber]:
+    """Scrub with ``rules`` (built-ins plus these; None: built-ins only) inside the block, in every
+    thread of this process."""
+    scrubber = rules if isinstance(rules, Scrubber) else Scrubber(rules)
+    with _state_lock:
+        _override.append(scrubber)
+    try:
+        yield scrubber
+    finally:
+        with _state_lock:
+            _override.remove(scrubber)
+
+
+# --------------------------------------------------------------------------- the functions callers use
 
 
 def find_secrets(text: str) -> list[tuple[int, int, str]]:
     """Spans ``(start, end, kind)`` of every secret in ``text``, in order, non-overlapping."""
-    return [_span(m) for m in _TEXT_RE.finditer(text)]
+    return current().find(text)
 
 
 def scrub_text(text: str) -> str:
     """``text`` with every secret replaced by its placeholder."""
-    if not _TEXT_RE.search(text):
-        return text
-    out: list[str] = []
-    pos = 0
-    for start, end, kind in find_secrets(text):
-        out.append(text[pos:start])
-        out.append(placeholder(kind, text[start:end]))
-        pos = end
-    out.append(text[pos:])
-    return "".join(out)
+    return current().text(text)
 
 
 def scrub_bytes(data: bytes) -> bytes:
-    """``data`` with every secret replaced (byte-level, so non-UTF-8 payloads are safe too)."""
-    if not _BYTES_RE.search(data):
-        return data
-    return scrub_chunks([data])[0]
+    """``data`` with every secret replaced (as UTF-8 text; non-UTF-8 bytes are kept as they are)."""
+    return current().bytes(data)
+
+
+def scrub_file(data: bytes) -> bytes:
+    """The bytes of a workspace file as they are stored in a checkpoint: scrubbed like
+    :func:`scrub_bytes`, remembered by content hash. Returns ``data`` itself when nothing changes."""
+    return current().file(data)
 
 
 def scrub_chunks(chunks: Sequence[bytes]) -> list[bytes]:
-    """Scrub a stream given as chunks, catching secrets split across chunk boundaries.
-
-    Returns as many chunks as it was given. A secret is replaced in the chunk where it starts;
-    the rest of it is removed from the chunks it spilled into, so every other byte keeps its chunk.
-    """
-    joined = b"".join(chunks)
-    matches = [_span(m) for m in _BYTES_RE.finditer(joined)]
-    if not matches:
-        return list(chunks)
-    bounds: list[tuple[int, int]] = []
-    pos = 0
-    for c in chunks:
-        bounds.append((pos, pos + len(c)))
-        pos += len(c)
-    out: list[bytes] = []
-    for cstart, cend in bounds:
-        piece = bytearray()
-        p = cstart
-        for start, end, kind in matches:
-            if end <= cstart or start >= cend:
-                continue
-            piece += joined[p : max(start, cstart)] if start > p else b""
-            if cstart <= start < cend:
-                piece += placeholder(kind, joined[start:end]).encode()
-            p = min(end, cend)
-        if p < cend:
-            piece += joined[p:cend]
-        out.append(bytes(piece))
-    return out
+    """Scrub a stream given as chunks, catching secrets split across chunk boundaries (see
+    :meth:`Scrubber.chunks`)."""
+    return current().chunks(chunks)
 
 
 def scrub_json(value: Any) -> Any:
-    """A copy of JSON data with every string (values and keys) scrubbed. Unchanged parts are shared."""
-    if isinstance(value, str):
-        return scrub_text(value)
-    if isinstance(value, dict):
-        return {scrub_text(k): scrub_json(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [scrub_json(v) for v in value]
-    return value
+    """A copy of JSON data with every string (values and keys) scrubbed, credential-named keys'
+    values and the user's JSON paths (rooted at ``value``) replaced."""
+    return current().json(value)
 
 
 def scrub_headers(headers: Iterable[tuple[str, str]]) -> list[list[str]]:
     """Header pairs without credential headers, other values scrubbed. Names keep their case."""
-    return [[name, scrub_text(value)] for name, value in headers if name.lower() not in SECRET_HEADERS]
-
-
-def _is_placeholder(value: str) -> bool:
-    return _PLACEHOLDER_RE.fullmatch(value) is not None
+    return current().headers(headers)
 
 
 def scrub_url(url: str) -> str:
     """``url`` with credential query parameters and secret-shaped substrings replaced."""
-    parts = urlsplit(url)
-    if parts.query:
-        pairs = parse_qsl(parts.query, keep_blank_values=True)
+    return current().url(url)
 
-        def secret(k: str, v: str) -> bool:  # a placeholder is left alone: scrubbing is idempotent
-            return k.lower() in SECRET_QUERY_PARAMS and bool(v) and not _is_placeholder(v)
 
-        if any(secret(k, v) for k, v in pairs):
-            query = urlencode(
-                [(k, placeholder("query-credential", v) if secret(k, v) else v) for k, v in pairs]
-            )
-            parts = parts._replace(query=query)
-    userinfo, _, host = parts.netloc.rpartition("@")
-    if (parts.username or parts.password) and not _is_placeholder(unquote(userinfo)):
-        # Percent-encoded: a bare "[...]" in the authority would read as an IPv6 host.
-        ph = quote(placeholder("url-credential", parts.netloc), safe="")
-        parts = parts._replace(netloc=f"{ph}@{host}")
-    return scrub_text(urlunsplit(parts))
+def scrub_event(event: dict[str, Any]) -> dict[str, Any]:
+    """A session event or header with every payload scrubbed (see :meth:`Scrubber.event`)."""
+    return current().event(event)

@@ -25,10 +25,18 @@ import orjson
 
 from . import override, runtime
 from .log import Session, SessionWriter, new_span_id
-from .match import format_changes, json_diff, model_key, normalize_request, similarity, tool_key
+from .match import (
+    format_changes,
+    in_send_order,
+    json_diff,
+    model_key,
+    normalize_request,
+    similarity,
+    tool_key,
+)
 from .override import Override
 from .record import Recorder, end_event, make_header
-from .store import resolve
+from .store import resolve, session_finished
 
 #: Exit code of ``forkpoint replay`` when the run diverged from the recording.
 EXIT_DIVERGENCE = 3
@@ -182,6 +190,8 @@ class Replayer:
             key = model_key(_normalized(e)) if e["type"] == "model_call" else tool_key(e["tool"], e["args"])
             self._keys[e["seq"]] = key
             self._queues.setdefault(key, deque()).append(e)
+        # Identical requests are answered in the order they were sent, not finished (match.in_send_order).
+        self._queues = {k: deque(in_send_order(q)) for k, q in self._queues.items()}
         self.used: list[int] = []
         self.positions = {"model_call": 0, "tool_call": 0}
         self.live_calls = {"model_call": 0, "tool_call": 0}
@@ -482,7 +492,7 @@ def replay(
     Raises :class:`~forkpoint.override.OverrideError` for an override that does not fit the session.
     """
     if not isinstance(session, Session):
-        session = Session.load(resolve(session, Path(store) if store else None))
+        session = Session.load(resolve(session, store))
     parsed = [o if isinstance(o, Override) else override.parse(o) for o in overrides]
     # Check every override fits the session before a child session is written for the run.
     override.resolve(parsed, [e for e in session.events if e["type"] in ("model_call", "tool_call")])
@@ -528,6 +538,7 @@ def replay(
                 call.finish(ended="unfinished")
             child.append(end_event(code, started))
             child.close()
+            session_finished(child.path)
         if report_path:
             write_report(Path(report_path), rt.report())
 

@@ -423,7 +423,7 @@ def test_cli_record_and_replay_bootstrapped_framework_agents(tmp_path: Path) -> 
     assert report["unused"] == [] and report["divergence"] is None and report["network_blocked"] == []
     assert _snapshot(work) == before
 
-    (session_dir,) = [p for p in store.iterdir() if p.is_dir()]
+    (session_dir,) = [p for p in store.iterdir() if (p / "session.jsonl").is_file()]
     session = forkpoint.Session.load(session_dir)
     tools = session.by_type("tool_call")
     assert [t["tool"] for t in tools] == ["write_file", "run_tests"] * 2

@@ -1,0 +1,563 @@
+"""``forkpoint show SESSION --html FILE``: one self-contained HTML page to read a session in a browser.
+
+The page has no network access at all (a Content-Security-Policy of ``default-src 'none'`` with
+hashes for its one inline style sheet and one inline script): everything it shows is embedded as
+JSON in a ``<script type="application/json">`` element and rendered by the script with DOM text
+nodes (never ``innerHTML``), so recorded content cannot inject markup.
+
+What it shows: the header; an overview strip of the calls on the session's time axis; the turns
+(a turn starts at each model call; a checkpoint goes to the turn it precedes) with, for each model
+call, the request messages (:func:`forkpoint.providers.request_messages`, enriched with the tool
+calls and tool-call ids of the request), parameters, the response text and tool calls, usage,
+HTTP details and the raw stream chunks; a stream player that re-renders the assistant text chunk by
+chunk with the recorded timing (speed adjustable); tool calls with arguments and result or error;
+checkpoints (boundary, source tree and changed files, workspace files, carried context); notes; the
+end. For a what-if session: the parent, the replay options, each event's source (replay, override,
+live), and where the run diverged from its parent (from a replay report when given, else from
+:func:`forkpoint.diff.diff_sessions` against the parent when it is in the same store).
+
+The page shows what the session holds, as it holds it: nothing is removed beyond what recording
+already redacted. Module-level API: :func:`view_model`, :func:`render`, :func:`write_html`.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from . import __version__
+from .log import Session, SessionError, to_json
+from .providers import parse_sse, recorded_response, request_messages, response_text
+
+__all__ = ["render", "view_model", "write_html"]
+
+#: Conversation fields left out of a model call's "parameters" (they are shown as messages).
+_CONVERSATION_FIELDS = frozenset(
+    {"messages", "input", "contents", "system", "instructions", "systemInstruction", "system_instruction"}
+)
+#: Checkpoint patches longer than this are cut in the page (the session keeps them whole).
+_PATCH_MAX = 256 * 1024
+#: At most this many cumulative re-reads when a stream's per-chunk text must be found the slow way.
+_SLOW_FRAMES = 200
+
+
+# --------------------------------------------------------------------------- small helpers
+
+
+def _ms_since(ts: Any, t0: datetime | None) -> float | None:
+    if not isinstance(ts, str) or t0 is None:
+        return None
+    try:
+        t = datetime.fromisoformat(ts.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return round((t - t0).total_seconds() * 1000.0, 3)
+
+
+def _parse_ts(ts: Any) -> datetime | None:
+    if not isinstance(ts, str):
+        return None
+    try:
+        return datetime.fromisoformat(ts.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return ""
+
+
+class _Strings:
+    """A table of unique values; large repeated payloads (messages, parameters) are stored once."""
+
+    def __init__(self) -> None:
+        self.items: list[Any] = []
+        self._index: dict[bytes, int] = {}
+
+    def add(self, value: Any) -> int:
+        key = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+        i = self._index.get(key)
+        if i is None:
+            i = self._index[key] = len(self.items)
+            self.items.append(value)
+        return i
+
+
+# --------------------------------------------------------------------------- streams
+
+
+def _delta_text(api: str, data: str) -> str:
+    """The assistant text one stream event adds (provider shapes as in :mod:`forkpoint.providers`)."""
+    try:
+        obj = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return ""
+    if not isinstance(obj, dict):
+        return ""
+    if api == "chat.completions":
+        out = []
+        for ch in obj.get("choices") or []:
+            if isinstance(ch, dict) and ch.get("index", 0) == 0:
+                content = (ch.get("delta") or {}).get("content")
+                if isinstance(content, str):
+                    out.append(content)
+        return "".join(out)
+    if api == "responses":
+        return (
+            obj["delta"]
+            if obj.get("type") == "response.output_text.delta" and isinstance(obj.get("delta"), str)
+            else ""
+        )
+    if api == "messages":
+        delta = obj.get("delta") if obj.get("type") == "content_block_delta" else None
+        if (
+            isinstance(delta, dict)
+            and delta.get("type") == "text_delta"
+            and isinstance(delta.get("text"), str)
+        ):
+            return delta["text"]
+        return ""
+    if api == "generateContent":
+        cands = obj.get("candidates") or []
+        first = cands[0] if cands and isinstance(cands[0], dict) else {}
+        parts = (first.get("content") or {}).get("parts") or []
+        return "".join(
+            p["text"]
+            for p in parts
+            if isinstance(p, dict) and isinstance(p.get("text"), str) and not p.get("thought")
+        )
+    return ""
+
+
+def _split_complete(buf: str) -> tuple[str, str]:
+    """(the complete SSE events at the start of ``buf``, the rest)."""
+    end = -1
+    for sep in ("\n\n", "\r\n\r\n", "\r\r"):
+        i = buf.rfind(sep)
+        if i >= 0:
+            end = max(end, i + len(sep))
+    return (buf[:end], buf[end:]) if end >= 0 else ("", buf)
+
+
+def stream_frames(event: dict[str, Any]) -> tuple[list[list[Any]], bool]:
+    """``([[ms, text added], ...], exact)`` for a recorded stream: the assistant text each chunk
+    adds, at the chunk's recorded offset. ``exact`` is false when the per-chunk text could only be
+    approximated (the frames then still add up to the whole response text)."""
+    resp = event.get("response") or {}
+    chunks = resp.get("chunks") or []
+    url = (event.get("request") or {}).get("url") or ""
+    api = (event.get("summary") or {}).get("api") or ""
+    full = response_text(url, recorded_response(event)) or ""
+    if not chunks or not full:
+        return [], True
+    frames: list[list[Any]] = []
+    buf = ""
+    for ms, chunk in chunks:
+        buf += _text(chunk)
+        complete, buf = _split_complete(buf)
+        delta = "".join(_delta_text(api, ev.data) for ev in parse_sse(complete)) if complete else ""
+        if delta:
+            frames.append([float(ms), delta])
+    if buf:
+        delta = "".join(_delta_text(api, ev.data) for ev in parse_sse(buf))
+        if delta:
+            frames.append([float(chunks[-1][0]), delta])
+    if "".join(d for _, d in frames) == full:
+        return frames, True
+    # The slow way: the text of growing prefixes of the stream, at up to _SLOW_FRAMES chunk boundaries.
+    n = len(chunks)
+    step = max(1, -(-n // _SLOW_FRAMES))
+    cut = sorted({*range(step - 1, n, step), n - 1})
+    frames, seen = [], ""
+    for i in cut:
+        text = (
+            response_text(url, {**recorded_response(event), "stream": [_text(c) for _, c in chunks[: i + 1]]})
+            or ""
+        )
+        if text.startswith(seen) and len(text) > len(seen):
+            frames.append([float(chunks[i][0]), text[len(seen) :]])
+            seen = text
+    if seen != full:
+        frames = [[float(chunks[-1][0]), full]]
+    return frames, False
+
+
+# --------------------------------------------------------------------------- per-event views
+
+
+def _rich_messages(url: str, api: str, body: Any) -> list[dict[str, Any]]:
+    """``request_messages`` entries, each with the request's tool calls / tool-call id when known."""
+    plain = request_messages(url, body)
+    out: list[dict[str, Any]] = [{"role": m["role"], "text": m["text"]} for m in plain]
+    try:
+        from .interop.otel import _input_messages
+
+        system, msgs = _input_messages(api, url, body)
+    except Exception:  # noqa: BLE001 - enrichment is optional; the plain messages stand
+        return out
+    rich = ([{"role": "system", "parts": system}] if system else []) + msgs
+    if len(rich) != len(out):
+        return out
+    for view, r in zip(out, rich, strict=True):
+        calls = [
+            {"id": p.get("id"), "name": p.get("name"), "arguments": p.get("arguments")}
+            for p in r.get("parts") or []
+            if p.get("type") == "tool_call"
+        ]
+        if calls:
+            view["tool_calls"] = to_json(calls)
+        ids = [
+            p.get("id") for p in r.get("parts") or [] if p.get("type") == "tool_call_response" and p.get("id")
+        ]
+        if ids:
+            view["tool_call_id"] = ids[0]
+    return out
+
+
+def _model_view(e: dict[str, Any], strings: _Strings) -> dict[str, Any]:
+    s = e.get("summary") or {}
+    req = e.get("request") or {}
+    resp = e.get("response")
+    url = req.get("url") or ""
+    body = req.get("body")
+    api = s.get("api") or ""
+    view: dict[str, Any] = {
+        "summary": to_json(s),
+        "method": req.get("method"),
+        "url": url,
+        "request_headers": to_json(req.get("headers") or []),
+        "body_kind": req.get("body_kind"),
+        "messages": [strings.add(m) for m in _rich_messages(url, api, body)],
+    }
+    if isinstance(body, dict):
+        params = {k: v for k, v in body.items() if k not in _CONVERSATION_FIELDS}
+        view["params"] = strings.add(to_json(params))
+    elif body is not None:
+        view["params"] = strings.add(to_json(body))
+    if e.get("error"):
+        view["error"] = to_json(e["error"])
+    if resp:
+        r: dict[str, Any] = {
+            "status": resp.get("status"),
+            "reason": resp.get("reason"),
+            "http_version": resp.get("http_version"),
+            "headers": to_json(resp.get("headers") or []),
+            "body_kind": resp.get("body_kind"),
+            "ended": resp.get("ended"),
+            "text": response_text(url, recorded_response(e)),
+        }
+        if resp.get("body_kind") == "stream":
+            chunks = resp.get("chunks") or []
+            frames, exact = stream_frames(e)
+            r["chunks"] = [[float(ms), _text(c)] for ms, c in chunks]
+            r["frames"] = frames
+            r["frames_exact"] = exact
+        elif resp.get("body") is not None:
+            r["body"] = to_json(resp.get("body"))
+        view["response"] = r
+    return view
+
+
+def _patch_text(patch: Any) -> str:
+    """A checkpoint's patch as text: bytes, a string, or a list of sections of either."""
+    if isinstance(patch, list):
+        return "".join(_text(p) for p in patch)
+    return _text(patch)
+
+
+def _scalars(d: dict[str, Any], skip: frozenset[str]) -> dict[str, Any]:
+    return {
+        k: v for k, v in d.items() if k not in skip and (v is None or isinstance(v, str | int | float | bool))
+    }
+
+
+def _checkpoint_view(e: dict[str, Any]) -> dict[str, Any]:
+    src = e.get("source") or None
+    ws = e.get("workspace") or {}
+    view: dict[str, Any] = {
+        "boundary": e.get("boundary"),
+        "reason": e.get("reason"),
+        "cp_turn": e.get("turn"),
+        "cwd": e.get("cwd"),
+        "context_digest": e.get("context_digest"),
+        "referenced": e.get("referenced") or [],
+        "mentioned_absent": e.get("mentioned_absent") or [],
+        "uncaptured": e.get("uncaptured") or [],
+        "workspace": {
+            "root": ws.get("root"),
+            "fingerprint": ws.get("fingerprint"),
+            "fields": _scalars(ws, frozenset({"root", "fingerprint"})),
+            "manifest": to_json(ws.get("manifest") or []),
+        },
+    }
+    if isinstance(src, dict):
+        patch = _patch_text(src.get("patch"))
+        view["source"] = {
+            "base": src.get("base"),
+            "tree": src.get("tree"),
+            "repo": src.get("repo"),
+            "fields": _scalars(src, frozenset({"patch", "changed"})),
+            "changed": src.get("changed") or [],
+            "patch": patch[:_PATCH_MAX],
+            "patch_cut": len(patch) > _PATCH_MAX,
+        }
+    context = e.get("context")
+    if isinstance(context, dict):
+        msgs = context.get("messages") or context.get("input") or context.get("contents")
+        view["context_messages"] = len(msgs) if isinstance(msgs, list) else (1 if msgs else 0)
+    return view
+
+
+def _divergence(
+    session: Session, parent: Session | None, report: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    """Where a what-if session went a different way than its parent, if that can be told."""
+    div = (report or {}).get("divergence")
+    if isinstance(div, dict):
+        kind = div.get("kind")
+        same = [e for e in session.events if e.get("type") == kind]
+        pos = div.get("position")
+        child = same[pos - 1] if isinstance(pos, int) and 0 < pos <= len(same) else None
+        return {
+            "from": "report",
+            "seq": child["seq"] if child else None,
+            "parent_seq": (div.get("expected") or {}).get("seq"),
+            "text": f"the replay diverged at the {kind.replace('_', ' ') if kind else 'call'} #{pos} of the run: "
+            f"{div.get('reason', '')}",
+            "changes": to_json(div.get("diff") or []),
+        }
+    if parent is None:
+        return None
+    from .diff import diff_sessions, signature
+
+    result = diff_sessions(parent, session)
+    if result.first_divergence is None:
+        return {
+            "from": "diff",
+            "seq": None,
+            "parent_seq": None,
+            "text": None,
+            "changes": [],
+            "equivalent": True,
+        }
+    p = result.pairs[result.first_divergence]
+    if p.b is not None and p.a is not None:
+        text = f"this run's #{p.b['seq']} ({signature(p.b)}) differs from the parent's #{p.a['seq']}"
+    elif p.b is not None:
+        text = f"this run's #{p.b['seq']} ({signature(p.b)}) has no counterpart in the parent"
+    else:
+        assert p.a is not None
+        text = f"the parent's #{p.a['seq']} ({signature(p.a)}) has no counterpart in this run"
+    return {
+        "from": "diff",
+        "seq": p.b["seq"] if p.b else None,
+        "parent_seq": p.a["seq"] if p.a else None,
+        "text": text,
+        "changes": [c.to_json() for c in p.changes][:50],
+        "equivalent": False,
+    }
+
+
+def _tool_matches(recorded: str, requested: Any) -> bool:
+    if not isinstance(requested, str) or not requested:
+        return False
+    return recorded == requested or recorded.replace(":", ".").rsplit(".", 1)[-1] == requested
+
+
+def view_model(
+    session: Session, *, parent: Session | None = None, report: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The JSON data the page renders. ``parent`` (default: the header's parent, when it is in the
+    same store) and ``report`` (a replay report) tell where a what-if session diverged."""
+    h = session.header
+    parent_ref = h.get("parent") if isinstance(h.get("parent"), dict) else None
+    if parent is None and parent_ref and parent_ref.get("session_id"):
+        try:
+            parent = Session.load(session.path.parent / str(parent_ref["session_id"]))
+        except SessionError:
+            parent = None
+    times = [t for t in [_parse_ts(h.get("created")), *(_parse_ts(e.get("ts")) for e in session.events)] if t]
+    t0 = min(times) if times else None
+    strings = _Strings()
+    events: list[dict[str, Any]] = []
+    turn = 0
+    pending: list[tuple[int, list[dict[str, Any]]]] = []
+    stats = {
+        "model_calls": 0,
+        "tool_calls": 0,
+        "checkpoints": 0,
+        "notes": 0,
+        "input_tokens": 0,
+        "output_tokens": 0,
+    }
+    end_ms = 0.0
+    for e in session.events:
+        kind = e.get("type")
+        t = _ms_since(e.get("ts"), t0)
+        v: dict[str, Any] = {
+            "seq": e.get("seq"),
+            "type": kind,
+            "ts": e.get("ts"),
+            "t": t,
+            "duration_ms": e.get("duration_ms"),
+            "span_id": e.get("span_id"),
+            "parent_span_id": e.get("parent_span_id"),
+        }
+        for k in ("source", "recorded_seq", "override"):
+            if e.get(k) is not None:
+                v[k] = to_json(e[k])
+        if kind == "model_call":
+            turn += 1
+            v["turn"] = turn
+            v.update(_model_view(e, strings))
+            stats["model_calls"] += 1
+            usage = (e.get("summary") or {}).get("usage") or {}
+            stats["input_tokens"] += usage.get("input_tokens") or 0
+            stats["output_tokens"] += usage.get("output_tokens") or 0
+            calls = [dict(c) for c in (e.get("summary") or {}).get("tool_calls") or [] if isinstance(c, dict)]
+            if calls:
+                pending.append((e["seq"], calls))
+        elif kind == "tool_call":
+            v["turn"] = turn
+            v["tool"] = e.get("tool")
+            v["args"] = to_json(e.get("args"))
+            if "error" in e:
+                v["error"] = to_json(e.get("error"))
+            else:
+                v["result"] = to_json(e.get("result"))
+            for model_seq, calls in reversed(pending):
+                hit = next((c for c in calls if _tool_matches(str(e.get("tool")), c.get("name"))), None)
+                if hit is not None:
+                    calls.remove(hit)
+                    v["call_id"] = hit.get("id")
+                    v["requested_by"] = model_seq
+                    break
+            stats["tool_calls"] += 1
+        elif kind == "checkpoint":
+            v.update(_checkpoint_view(e))
+            v["turn"] = e["turn"] if isinstance(e.get("turn"), int) else turn
+            stats["checkpoints"] += 1
+        elif kind == "note":
+            v["turn"] = turn
+            v["text"] = e.get("text")
+            if e.get("data") is not None:
+                v["data"] = to_json(e.get("data"))
+            stats["notes"] += 1
+        elif kind == "end":
+            v["turn"] = None
+            v["exit_code"] = e.get("exit_code")
+            v["reason"] = e.get("reason")
+        else:
+            v["turn"] = turn
+            v["raw"] = to_json({k: x for k, x in e.items() if k not in ("prev", "hash")})
+        if t is not None:
+            end_ms = max(end_ms, t + float(e.get("duration_ms") or 0) if kind != "end" else t)
+        events.append(v)
+    end = session.end()
+    if end is not None and t0 is not None:
+        created = _ms_since(h.get("created"), t0) or 0.0
+        end_ms = max(end_ms, created + float(end.get("duration_ms") or 0))
+    stats["duration_ms"] = round(end_ms, 3)
+    stats["exit_code"] = end.get("exit_code") if end else None
+    stats["events"] = len(events)
+    return {
+        "format": "forkpoint.viewer",
+        "version": 1,
+        "forkpoint": __version__,
+        "header": to_json(h),
+        "truncated": session.truncated,
+        "finished": end is not None,
+        "t0": t0.isoformat().replace("+00:00", "Z") if t0 else None,
+        "stats": stats,
+        "strings": strings.items,
+        "events": events,
+        "parent": {
+            "session_id": parent_ref.get("session_id"),
+            "seq": parent_ref.get("seq"),
+            "found": parent is not None,
+            "name": parent.header.get("name") if parent is not None else None,
+        }
+        if parent_ref
+        else None,
+        "divergence": _divergence(session, parent, report) if parent_ref or report else None,
+    }
+
+
+# --------------------------------------------------------------------------- the page
+
+
+def _script_json(data: Any) -> str:
+    """JSON safe inside ``<script type="application/json">``: ``<``, ``>`` and ``&`` (so no ``</script>``
+    or ``<!--`` can close or confuse the element) and U+2028/U+2029 are written as ``\\u`` escapes."""
+    text = orjson.dumps(data).decode()
+    return (
+        text.replace("<", "\\u003c")
+        .replace(">", "\\u003e")
+        .replace("&", "\\u0026")
+        .replace("\u2028", "\\u2028")
+        .replace("\u2029", "\\u2029")
+    )
+
+
+def _csp_hash(text: str) -> str:
+    return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"
+
+
+def _esc(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
+
+
+def render(session: Session, *, parent: Session | None = None, report: dict[str, Any] | None = None) -> str:
+    """The whole page as a string (see the module docstring)."""
+    from .viewer.assets import CSS, JS
+
+    data = view_model(session, parent=parent, report=report)
+    csp = (
+        f"default-src 'none'; style-src {_csp_hash(CSS)}; script-src {_csp_hash(JS)}; "
+        "img-src data:; base-uri 'none'; form-action 'none'"
+    )
+    title = f"forkpoint · {session.id}" + (
+        f" · {session.header['name']}" if session.header.get("name") else ""
+    )
+    return (
+        "<!doctype html>\n"
+        '<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        f'<meta http-equiv="Content-Security-Policy" content="{csp}">\n'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+        '<meta name="referrer" content="no-referrer">\n'
+        '<link rel="icon" href="data:,">\n'
+        f"<title>{_esc(title)}</title>\n"
+        f"<style>{CSS}</style>\n</head>\n<body>\n"
+        '<noscript><p class="noscript">This session viewer needs JavaScript (it runs locally: the page '
+        "makes no network request).</p></noscript>\n"
+        '<div id="app"></div>\n'
+        f'<script type="application/json" id="forkpoint-data">{_script_json(data)}</script>\n'
+        f"<script>{JS}</script>\n</body>\n</html>\n"
+    )
+
+
+def write_html(
+    session: Session,
+    path: str | Path,
+    *,
+    parent: Session | None = None,
+    report: dict[str, Any] | None = None,
+) -> Path:
+    """Write the page to ``path`` (owner-only permissions, like the session it shows)."""
+    path = Path(path)
+    page = render(session, parent=parent, report=report).encode()
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as f:
+        f.write(page)
+    os.replace(tmp, path)
+    return path

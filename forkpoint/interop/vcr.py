@@ -1,0 +1,284 @@
+"""Import VCR.py cassettes as sessions that replay.
+
+A cassette is ``{"version": 1, "interactions": [{"request": {...}, "response": {...}}, ...]}``, in
+YAML (VCR.py's default serializer) or JSON. Two dialects of it exist in the wild:
+
+* **stock VCR.py**: ``request.body`` is the body as a string (or ``!!binary`` bytes, or null);
+  ``response.body.string`` likewise; header values are lists of strings (older cassettes: strings);
+  ``response.status`` is ``{code, message}``.
+* **``parsed_body``** (pydantic-ai's serializer): a JSON body is stored parsed under
+  ``request.parsed_body`` / ``response.parsed_body`` instead; non-JSON bodies (SSE) stay in
+  ``body.string``; volatile headers were dropped.
+
+Each interaction becomes one ``model_call`` event in forkpoint's stored shapes (``docs/format.md``):
+the request parsed and scrubbed, the response decoded (a ``Content-Encoding`` body is decompressed
+and the header removed), an event stream split into chunks at event boundaries (a blank line; NDJSON
+at each line), hop-by-hop and length headers dropped, and the provider-aware ``summary`` and match
+``key`` computed as for a recording. A replay of the session with the real SDK then serves the
+cassette's responses.
+
+A cassette holds no timing: durations are null and every stream chunk is at 0 ms. The event's
+``ts`` is the response's ``Date`` header when it has one.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import re
+from datetime import UTC
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import orjson
+
+from ..capture import _DROP_RESPONSE_HEADERS, _STREAM_TYPES, _decoder, parse_body
+from ..record import Recorder
+from ..redact import scrub_bytes, scrub_chunks, scrub_headers, scrub_json, scrub_text, scrub_url
+from . import Imported, ImportFormatError
+
+#: The ``anthropic-version`` of the Anthropic API's first version, used when no SDK is installed.
+ANTHROPIC_VERSION = "2023-06-01"
+
+
+def sdk_anthropic_version() -> tuple[str, str]:
+    """(the ``anthropic-version`` the installed anthropic SDK sends, where that value came from)."""
+    try:
+        from anthropic._constants import ANTHROPIC_API_VERSION  # type: ignore[import-not-found]
+
+        return str(ANTHROPIC_API_VERSION), "the version the installed anthropic SDK sends"
+    except Exception:  # not installed, or moved: the API's first (and long its only) version
+        return ANTHROPIC_VERSION, "the API's first version (no anthropic SDK installed)"
+
+
+_EVENT_END = re.compile(r"\r\n\r\n|\n\n|\r\r")
+
+
+def load_yaml(path: Path, text: str) -> Any:
+    """Parse a YAML cassette with a safe loader (no code runs). ``!!python/unicode`` and
+    ``!!python/str`` tags of cassettes written by old VCR.py versions read as strings."""
+    try:
+        import yaml
+    except ImportError:
+        raise ImportFormatError(
+            f"{path}: not JSON, and reading YAML (VCR.py cassettes) needs PyYAML: pip install pyyaml"
+        ) from None
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    def as_str(loader: Any, node: Any) -> str:
+        return str(loader.construct_scalar(node))
+
+    for tag in ("tag:yaml.org,2002:python/unicode", "tag:yaml.org,2002:python/str"):
+        Loader.add_constructor(tag, as_str)
+    try:
+        return yaml.load(text, Loader=Loader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        from . import _expected
+
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ImportFormatError(f"{path}: neither JSON nor YAML ({first}); expected {_expected()}") from None
+
+
+def looks_like(doc: Any) -> bool:
+    """True when ``doc`` has the VCR.py cassette shape."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("interactions"), list):
+        return False
+    its = doc["interactions"]
+    return all(isinstance(i, dict) and "request" in i and "response" in i for i in its)
+
+
+# --------------------------------------------------------------------------- pieces
+
+
+def _pairs(headers: Any) -> list[tuple[str, str]]:
+    """Header pairs from VCR.py's ``{name: [values]}`` (or ``{name: value}``, or a pair list)."""
+    out: list[tuple[str, str]] = []
+    if isinstance(headers, dict):
+        for k, values in headers.items():
+            for v in values if isinstance(values, list) else [values]:
+                out.append((str(k), "" if v is None else str(v)))
+    elif isinstance(headers, list):
+        for item in headers:
+            if isinstance(item, list | tuple) and len(item) == 2:
+                out.append((str(item[0]), str(item[1])))
+    return out
+
+
+def _header(pairs: list[tuple[str, str]], name: str) -> str:
+    return next((v for k, v in pairs if k.lower() == name), "")
+
+
+def _as_bytes(value: Any) -> bytes | None:
+    if value is None:
+        return None
+    if isinstance(value, bytes | bytearray):
+        return bytes(value)
+    if isinstance(value, str):
+        return value.encode("utf-8", "surrogatepass")
+    return orjson.dumps(value)  # a serializer that kept a parsed JSON body under "body"
+
+
+def _scrub(kind: str, body: Any) -> Any:
+    if kind == "json":
+        return scrub_json(body)
+    if kind == "text":
+        return scrub_text(body)
+    if kind == "bytes":
+        return scrub_bytes(body)
+    return body
+
+
+def split_stream(data: bytes, content_type: str) -> list[bytes]:
+    """An event-stream body cut into its events, each with its terminating blank line (SSE), or
+    its lines (NDJSON). Joining the pieces gives ``data`` back."""
+    if "ndjson" in content_type or "jsonl" in content_type:
+        return [line for line in data.splitlines(keepends=True) if line]
+    text = data.decode("latin-1")  # byte-preserving: only ASCII delimiters are searched
+    pieces, pos = [], 0
+    for m in _EVENT_END.finditer(text):
+        pieces.append(data[pos : m.end()])
+        pos = m.end()
+    if pos < len(data):
+        pieces.append(data[pos:])
+    return [p for p in pieces if p]
+
+
+def _text_or_bytes(data: bytes) -> str | bytes:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return data
+
+
+def _request(rq: dict[str, Any], n: int, notes: list[str]) -> dict[str, Any]:
+    pairs = _pairs(rq.get("headers"))
+    ctype = _header(pairs, "content-type")
+    if "parsed_body" in rq:
+        kind, body = ("json", rq["parsed_body"]) if rq["parsed_body"] is not None else ("empty", None)
+    else:
+        kind, body = parse_body(_as_bytes(rq.get("body")) or b"", ctype)
+    uri = str(rq.get("uri") or "")
+    path = urlsplit(uri).path
+    names = {k.lower() for k, _ in pairs}
+    # The match key includes content-type and anthropic-version; a cassette whose serializer dropped
+    # them would never match an SDK's request. The SDK sent JSON, and the Anthropic API requires
+    # anthropic-version (whose value is lost: the one today's SDK sends is the useful guess).
+    if kind == "json" and "content-type" not in names:
+        pairs.append(("content-type", "application/json"))
+        notes.append(f"interaction {n}: no content-type header in the cassette; set to application/json")
+    if path.rstrip("/").endswith("/v1/messages") and "anthropic-version" not in names:
+        version, why = sdk_anthropic_version()
+        pairs.append(("anthropic-version", version))
+        notes.append(
+            f"interaction {n}: no anthropic-version header in the cassette (its serializer dropped it; "
+            f"the API requires one); set to {version}, {why}"
+        )
+    return {
+        "method": str(rq.get("method") or "GET").upper(),
+        "url": scrub_url(uri),
+        "headers": scrub_headers(pairs),
+        "body_kind": kind,
+        "body": _scrub(kind, body),
+    }
+
+
+def _status(rs: dict[str, Any]) -> tuple[int, str]:
+    st = rs.get("status")
+    if isinstance(st, dict):
+        return int(st.get("code", 200)), str(st.get("message") or "")
+    if isinstance(st, int):
+        return st, ""
+    return int(rs.get("status_code", 200)), str(rs.get("reason") or "")
+
+
+def _response(rs: dict[str, Any]) -> dict[str, Any]:
+    status, reason = _status(rs)
+    pairs = [(k, v) for k, v in _pairs(rs.get("headers")) if k.lower() not in _DROP_RESPONSE_HEADERS]
+    ctype = _header(pairs, "content-type")
+    out: dict[str, Any] = {"status": status, "reason": reason, "http_version": "HTTP/1.1"}
+    if "parsed_body" in rs:
+        body = rs["parsed_body"]
+        out["headers"] = scrub_headers(pairs)
+        out["body_kind"] = "json" if body is not None else "empty"
+        out["body"] = scrub_json(body)
+        out["ended"] = "complete"
+        return out
+    raw_body = rs.get("body")
+    data = _as_bytes(raw_body.get("string") if isinstance(raw_body, dict) else raw_body) or b""
+    encoding = _header(pairs, "content-encoding")
+    if encoding and data:
+        decode = _decoder(encoding)
+        if decode is not None:
+            try:
+                data = decode(data)
+                pairs = [(k, v) for k, v in pairs if k.lower() != "content-encoding"]
+            except Exception:  # not actually compressed (VCR.py decode_compressed_response): keep it
+                pass
+    out["headers"] = scrub_headers(pairs)
+    if any(t in ctype.lower() for t in _STREAM_TYPES):
+        chunks = scrub_chunks(split_stream(data, ctype.lower()))
+        out["body_kind"] = "stream"
+        out["chunks"] = [[0.0, _text_or_bytes(c)] for c in chunks if c]
+    else:
+        kind, body = parse_body(data, ctype)
+        out["body_kind"] = kind
+        out["body"] = _scrub(kind, body)
+    out["ended"] = "complete"
+    return out
+
+
+def _date(pairs: list[tuple[str, str]]) -> str | None:
+    value = _header(pairs, "date")
+    if not value:
+        return None
+    try:
+        dt = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=UTC)
+    return dt.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def convert(path: Path, doc: Any) -> Imported:
+    """The model calls of a cassette (see the module docstring)."""
+    if not looks_like(doc):
+        raise ImportFormatError(f"{path}: not a VCR.py cassette (no `interactions` list)")
+    notes: list[str] = []
+    events: list[dict[str, Any]] = []
+    dialects: set[str] = set()
+    dated = 0
+    for n, it in enumerate(doc["interactions"], start=1):
+        rq, rs = it["request"], it["response"]
+        if not isinstance(rq, dict) or not isinstance(rs, dict):
+            raise ImportFormatError(f"{path}: interaction {n} has no request/response mapping")
+        dialects.add("parsed_body" if "parsed_body" in rq or "parsed_body" in rs else "stock")
+        event: dict[str, Any] = {
+            "type": "model_call",
+            "duration_ms": None,
+            "request": _request(rq, n, notes),
+            "response": _response(rs),
+        }
+        ts = _date(_pairs(rs.get("headers")))
+        if ts:
+            event["ts"] = ts
+            dated += 1
+        events.append(Recorder.enrich_model_call(event))
+    missing = ["call durations and stream chunk timing (a cassette stores none; chunks are at 0 ms)"]
+    if dated < len(events):
+        missing.append(
+            "the time of calls without a Date response header (their ts is the time of the import)"
+        )
+    if "parsed_body" in dialects:
+        missing.append("request and response headers the cassette's serializer dropped as volatile")
+    missing.append("credentials (a cassette holds placeholders, and forkpoint drops credential headers)")
+    missing.append("tool calls (a cassette records HTTP traffic only)")
+    return Imported(
+        format="vcr",
+        events=events,
+        missing=missing,
+        adjusted=notes,
+        details={"dialect": "+".join(sorted(dialects)) or "stock", "interactions": len(events)},
+    )

@@ -1,0 +1,550 @@
+"""pytest plugin: record a test's agent run into a cassette once, replay it offline afterwards.
+
+Registered through the ``pytest11`` entry point, so installing forkpoint is enough::
+
+    @pytest.mark.forkpoint
+    def test_agent_fixes_the_bug():
+        assert "fixed" in run_agent("Fix the bug in calc.py")
+
+    def test_with_the_fixture(forkpoint_session):      # the same, plus access to the cassette
+        run_agent("...")
+        assert forkpoint_session.action == "replay"
+
+Every model call (the SDKs' HTTP requests) and every ``@forkpoint.tool`` call of the test is
+recorded into one session per test — the *cassette*, ``<forkpoint_dir>/<module>/<test>/`` — and
+served from it afterwards: no network, no tool bodies, same answers. Modes (``--forkpoint-mode``,
+the ``forkpoint_mode`` ini option, or the marker's ``mode=``):
+
+* ``replay`` — only replay. A test without a cassette fails; nothing touches the network. The
+  default when the environment variable ``CI`` is set (vcrpy: ``none``).
+* ``once`` — replay the cassette if there is one, else run live and record it (vcrpy: ``once``).
+  The default otherwise.
+* ``record`` — replay while the run matches the cassette; from the first call that does not, run
+  live, and rewrite the cassette with the whole run (unchanged runs leave it untouched). A test
+  without a cassette is recorded (vcrpy: ``new_episodes``, without the stale mix of old and new).
+* ``rewrite`` — ignore cassettes: run every test live and replace its cassette (vcrpy: ``all``).
+
+A replayed test fails when the run diverged from the recording (the failure shows forkpoint's
+divergence report), when recorded calls went unused, or when something tried to reach the network.
+A recording replaces the cassette only when the test passed; the recording of a failed test is kept
+beside it as ``<test>.failed/``. See ``docs/pytest.md``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import ipaddress
+import os
+import re
+import secrets
+import shlex
+import shutil
+from collections.abc import Generator, Iterator
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+#: The modes, in the order the docs define them.
+MODES = ("replay", "once", "record", "rewrite")
+#: The default cassette folder, relative to the rootdir.
+DEFAULT_DIR = Path("tests") / "cassettes"
+#: Keyword arguments the ``forkpoint`` marker accepts.
+MARKER_KWARGS = ("name", "mode", "allow_hosts", "allow_unused")
+
+_SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+_MAX_PART = 80
+
+
+# --------------------------------------------------------------------------- settings
+
+
+@dataclass
+class Settings:
+    """The plugin's configuration for one pytest run, and what it did (for the summary)."""
+
+    cli_mode: str | None
+    ini_mode: str | None
+    ci: bool
+    directory: Path
+    allow_hosts: frozenset[str]
+    counts: dict[str, int] = field(
+        default_factory=lambda: {"replayed": 0, "recorded": 0, "updated": 0, "failed": 0}
+    )
+
+    def mode_for(self, marker_mode: str | None) -> tuple[str, str]:
+        """(mode, why) for a test: ``--forkpoint-mode`` wins, then ``CI`` (replay), then the marker's
+        ``mode=``, then the ini option, then ``once``."""
+        if self.cli_mode:
+            return self.cli_mode, "--forkpoint-mode"
+        if self.ci:
+            return "replay", "the CI environment variable is set"
+        if marker_mode:
+            return marker_mode, "the marker's mode"
+        if self.ini_mode:
+            return self.ini_mode, "the forkpoint_mode ini option"
+        return "once", "the default"
+
+
+_settings_key = pytest.StashKey[Settings]()
+_cassette_key = pytest.StashKey["Cassette"]()
+_reports_key = pytest.StashKey[dict[str, pytest.TestReport]]()
+
+
+def ci_is_set(environ: Any = None) -> bool:
+    """True when ``CI`` is set to something other than empty, ``0``, ``false``, ``no`` or ``off``."""
+    value = (environ if environ is not None else os.environ).get("CI", "")
+    return value.strip().lower() not in ("", "0", "false", "no", "off")
+
+
+def loopback_hosts(hosts: Any, where: str) -> frozenset[str]:
+    """The connect addresses to allow for ``hosts``; each must be loopback (``localhost`` stands for
+    127.0.0.1 and ::1). Raises ``ValueError`` naming ``where`` otherwise."""
+    if isinstance(hosts, str):
+        hosts = [hosts]
+    out: set[str] = set()
+    for host in hosts or ():
+        h = str(host).strip().strip("[]")
+        if h == "localhost":
+            out.update({"localhost", "127.0.0.1", "::1"})
+            continue
+        try:
+            loopback = ipaddress.ip_address(h).is_loopback
+        except ValueError:
+            loopback = False
+        if not loopback:
+            raise ValueError(
+                f"{where}: {host!r} is not a loopback address; a replay never touches the network, so "
+                "only loopback hosts (127.0.0.1, ::1, localhost) can be allowed"
+            )
+        out.add(h)
+    return frozenset(out)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("forkpoint", "forkpoint: record agent runs into cassettes, replay them offline")
+    group.addoption(
+        "--forkpoint-mode",
+        choices=MODES,
+        default=None,
+        help="replay: cassettes only, no network (default when CI is set); once: replay, or record "
+        "when missing (default); record: replay while it matches, then record live and rewrite the "
+        "cassette; rewrite: record every test live.",
+    )
+    group.addoption(
+        "--forkpoint-dir",
+        metavar="DIR",
+        default=None,
+        help=f"Cassette folder (default: the forkpoint_dir ini option, else <rootdir>/{DEFAULT_DIR.as_posix()}).",
+    )
+    group.addoption(
+        "--forkpoint-allow-host",
+        action="append",
+        default=[],
+        metavar="HOST",
+        help="A loopback host that replayed tests may still connect to (repeatable), e.g. 127.0.0.1.",
+    )
+    parser.addini("forkpoint_mode", "Default forkpoint mode: replay, once, record or rewrite.", default=None)
+    parser.addini(
+        "forkpoint_dir",
+        f"Cassette folder, relative to the ini file (default {DEFAULT_DIR.as_posix()}).",
+        default=None,
+    )
+    parser.addini(
+        "forkpoint_allow_hosts", "Loopback hosts replayed tests may connect to.", type="linelist", default=[]
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "forkpoint(name=None, *, mode=None, allow_hosts=(), allow_unused=False): record this test's "
+        "model and tool calls into a cassette once and replay them afterwards (docs/pytest.md).",
+    )
+    ini_mode = config.getini("forkpoint_mode") or None
+    if ini_mode is not None and ini_mode not in MODES:
+        raise pytest.UsageError(f"forkpoint_mode = {ini_mode!r}: expected one of {', '.join(MODES)}")
+    cli_dir = config.getoption("--forkpoint-dir")
+    ini_dir = config.getini("forkpoint_dir")
+    if cli_dir:
+        directory = Path(config.invocation_params.dir) / cli_dir
+    elif ini_dir:
+        directory = (config.inipath.parent if config.inipath else config.rootpath) / ini_dir
+    else:
+        directory = config.rootpath / DEFAULT_DIR
+    try:
+        hosts = loopback_hosts(config.getoption("--forkpoint-allow-host"), "--forkpoint-allow-host")
+        hosts |= loopback_hosts(config.getini("forkpoint_allow_hosts"), "forkpoint_allow_hosts")
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    config.stash[_settings_key] = Settings(
+        cli_mode=config.getoption("--forkpoint-mode"),
+        ini_mode=ini_mode,
+        ci=ci_is_set(),
+        directory=directory.resolve(),
+        allow_hosts=hosts,
+    )
+
+
+# --------------------------------------------------------------------------- cassette names
+
+
+def _safe(text: str) -> str:
+    """``text`` reduced to ``[A-Za-z0-9_.-]``; when that loses anything, or it is too long, a short
+    hash of the original keeps it unique."""
+    safe = _SAFE.sub("-", text).strip("-.")
+    if safe != text or len(safe) > _MAX_PART:
+        digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+        safe = f"{safe[: _MAX_PART - 9].rstrip('-.')}-{digest}".lstrip("-")
+    return safe or "_"
+
+
+def cassette_parts(item: pytest.Item, name: str | None = None) -> tuple[str, str]:
+    """(module folder, test folder) of a test's cassette: stable and filesystem-safe.
+
+    The module is its import name (``tests.test_agent``); the test is ``Class.test_name`` plus
+    ``-<parametrize id>`` (test names cannot contain ``-``, so the id starts after the first one).
+    ``name`` (the marker's) replaces the test part.
+    """
+    module = getattr(getattr(item, "module", None), "__name__", None)
+    if not module:
+        module = item.nodeid.split("::", 1)[0].removesuffix(".py").replace("/", ".")
+    if name:
+        return _safe(module), _safe(name)
+    base = getattr(item, "originalname", None) or item.name.split("[", 1)[0]
+    cls = getattr(item, "cls", None)
+    if cls is not None:
+        base = f"{cls.__name__}.{base}"
+    callspec = getattr(item, "callspec", None)
+    test = _safe(base)
+    if callspec is not None and callspec.id:
+        test += "-" + _safe(callspec.id)
+    return _safe(module), test
+
+
+# --------------------------------------------------------------------------- the cassette
+
+
+class Cassette:
+    """One test's cassette and what the plugin does with it (the ``forkpoint_session`` fixture).
+
+    Attributes:
+        path: the cassette (a forkpoint session directory), whether it exists yet or not.
+        mode: the mode in force for this test, and ``mode_reason`` why.
+        action: what happens in this test: ``"replay"``, ``"record"`` (live, written as the
+            cassette if the test passes) or ``"update"`` (mode ``record`` with a cassette: replayed
+            while it matches, live after).
+        runtime: the active :class:`~forkpoint.Recorder` or :class:`~forkpoint.Replayer`.
+    """
+
+    def __init__(self, item: pytest.Item, settings: Settings) -> None:
+        self.item = item
+        self.settings = settings
+        marker = item.get_closest_marker("forkpoint")
+        opts: dict[str, Any] = dict(marker.kwargs) if marker else {}
+        unknown = sorted(set(opts) - set(MARKER_KWARGS))
+        if unknown:
+            raise pytest.UsageError(
+                f"{item.nodeid}: @pytest.mark.forkpoint got unknown argument(s) {', '.join(unknown)}; "
+                f"it takes {', '.join(MARKER_KWARGS)}"
+            )
+        if marker and marker.args:
+            opts.setdefault("name", marker.args[0])
+        marker_mode = opts.get("mode")
+        if marker_mode is not None and marker_mode not in MODES:
+            raise pytest.UsageError(
+                f"{item.nodeid}: forkpoint mode={marker_mode!r}: expected one of {', '.join(MODES)}"
+            )
+        self.mode, self.mode_reason = settings.mode_for(marker_mode)
+        try:
+            self.allow_hosts = settings.allow_hosts | loopback_hosts(
+                opts.get("allow_hosts"), f"{item.nodeid}: allow_hosts"
+            )
+        except ValueError as exc:
+            raise pytest.UsageError(str(exc)) from None
+        self.allow_unused = bool(opts.get("allow_unused", False))
+        module, test = cassette_parts(item, opts.get("name"))
+        self.path: Path = settings.directory / module / test
+        self.action: str | None = None
+        self.runtime: Any = None
+        self.problem: str | None = None  # the test fails with this before it runs
+        self._cm: AbstractContextManager[Any] | None = None
+        self._tmp: Path | None = None
+
+    # -- helpers
+
+    @property
+    def exists(self) -> bool:
+        """True when the cassette is on disk."""
+        return (self.path / "session.jsonl").is_file()
+
+    def shown(self, path: Path | None = None) -> str:
+        """A path for messages: relative to the rootdir when it is below it."""
+        p = path or self.path
+        try:
+            return str(p.relative_to(self.item.config.rootpath))
+        except ValueError:
+            return str(p)
+
+    def report(self) -> dict[str, Any] | None:
+        """The replay report so far (see :meth:`forkpoint.Replayer.report`), None when recording."""
+        from .replay import Replayer
+
+        return self.runtime.report() if isinstance(self.runtime, Replayer) else None
+
+    # -- lifecycle
+
+    def start(self) -> None:
+        """Decide the action and activate the recorder or replayer."""
+        import forkpoint
+
+        from .log import SessionError
+
+        nodeid = self.item.nodeid
+        if self.mode == "rewrite" or not self.exists:
+            if self.mode == "replay":
+                why = f" ({self.mode_reason})" if self.mode_reason != "--forkpoint-mode" else ""
+                self.problem = (
+                    f"forkpoint: no cassette for this test at {self.shown()}, and mode replay{why} never "
+                    f"touches the network. Record it once, against the real model: "
+                    f"pytest --forkpoint-mode=once {shlex.quote(nodeid)}"
+                )
+                return
+            self.action = "record"
+            self._tmp = self.path.parent / f".{self.path.name}.recording-{secrets.token_hex(3)}"
+            self._cm = forkpoint.record(
+                name=nodeid, store=self._tmp, tags={"pytest": nodeid}, argv=["pytest", nodeid]
+            )
+        else:
+            self.action = "update" if self.mode == "record" else "replay"
+            try:
+                session = forkpoint.Session.load(self.path)
+            except SessionError as exc:
+                self.problem = f"forkpoint: cannot read the cassette of this test: {exc}"
+                return
+            if self.action == "update":
+                # The what-if child session is written beside its parent's path: point that at a
+                # temporary store, so nothing but cassettes (no child, no store index) lands in the
+                # cassette folder. The events are already loaded; the path is only a location.
+                self._tmp = self.path.parent / f".{self.path.name}.recording-{secrets.token_hex(3)}"
+                self._tmp.mkdir(parents=True, mode=0o700)
+                session = dataclasses.replace(session, path=self._tmp / self.path.name)
+                self._cm = forkpoint.replay(
+                    session, allow_hosts=sorted(self.allow_hosts), on_divergence="live", record_child=True
+                )
+            else:
+                self._cm = forkpoint.replay(session, allow_hosts=sorted(self.allow_hosts))
+        try:
+            self.runtime = self._cm.__enter__()
+        except BaseException:  # e.g. another forkpoint runtime is active in this process
+            self._cm = None
+            if self._tmp is not None:
+                shutil.rmtree(self._tmp, ignore_errors=True)
+            raise
+
+    def check(self) -> tuple[str | None, str | None]:
+        """After the test body: (why the replay makes the test fail, a note on unused events).
+
+        Only a replay can fail here; ``update`` and ``record`` runs go live instead of diverging.
+        """
+        if self.action != "replay" or self.runtime is None:
+            return None, None
+        from .replay import format_divergence, summary_line
+
+        report = self.runtime.report()
+        where = self.shown()
+        fix = f"If the change is intended, re-record it: pytest --forkpoint-mode=record {self.item.nodeid}"
+        if report.get("divergence"):
+            return (
+                f"forkpoint: the run diverged from its cassette {where}\n"
+                f"{format_divergence(report['divergence'])}\n{summary_line(report)}\n{fix}"
+            ), None
+        if report.get("network_blocked"):
+            hosts = ", ".join(dict.fromkeys(report["network_blocked"]))
+            return (
+                f"forkpoint: the test tried to reach the network during the replay of {where}: {hosts}. "
+                "A replay never touches the network: make the call through a recorded client or a "
+                "@forkpoint.tool, or allow a loopback host (--forkpoint-allow-host 127.0.0.1, or "
+                "@pytest.mark.forkpoint(allow_hosts=['127.0.0.1']))."
+            ), None
+        if report.get("unused") and not self.allow_unused:
+            by_seq = {e["seq"]: e for e in self.runtime.recorded}
+            labels = [_label(by_seq[s]) for s in report["unused"]]
+            shown = "; ".join(labels[:8]) + (" …" if len(labels) > 8 else "")
+            return None, (
+                f"forkpoint: {len(labels)} recorded call(s) of cassette {where} went unused — the run made "
+                f"fewer calls than when it was recorded: {shown}\n{summary_line(report)}\n{fix} "
+                "(or mark the test @pytest.mark.forkpoint(allow_unused=True))"
+            )
+        return None, None
+
+    def finish(self, outcome: str | None) -> None:
+        """Deactivate. A recording becomes the cassette when the test ``passed``, is kept as
+        ``<test>.failed`` when it ``failed``, and is dropped otherwise (skipped, xfailed, not run)."""
+        if self._cm is None:
+            return
+        cm, self._cm = self._cm, None
+        cm.__exit__(None, None, None)
+        counts = self.settings.counts
+        try:
+            if self.action == "record":
+                self._keep(self.runtime.session_path, outcome)
+            elif self.action == "update":
+                report = self.runtime.report()
+                child = Path(report["child_session"]) if report.get("child_session") else None
+                live = report.get("live_calls") or {}
+                changed = bool(report.get("divergence") or report.get("unused") or any(live.values()))
+                if child is not None and changed:
+                    self._keep(self._rebuild(child), outcome)
+                else:
+                    counts["replayed"] += 1
+            else:
+                counts["replayed"] += 1
+        finally:
+            if self._tmp is not None:
+                shutil.rmtree(self._tmp, ignore_errors=True)
+
+    def _rebuild(self, child: Path) -> Path:
+        """A cassette made of a what-if child session's events (served and live alike)."""
+        from .log import Session, SessionWriter
+        from .record import make_header
+
+        nodeid = self.item.nodeid
+        assert self._tmp is not None
+        header = make_header(argv=["pytest", nodeid], name=nodeid, tags={"pytest": nodeid})
+        writer = SessionWriter.create(self._tmp / "rebuilt", header)
+        try:
+            for event in Session.load(child).events:
+                if event["type"] not in ("model_call", "tool_call", "note", "end"):
+                    continue
+                drop = {"seq", "prev", "hash", "source", "recorded_seq", "override"}
+                writer.append({k: v for k, v in event.items() if k not in drop})
+        finally:
+            writer.close()
+        return writer.path
+
+    def _keep(self, session: Path, outcome: str | None) -> None:
+        if outcome not in ("passed", "failed"):
+            return  # the temporary store is removed by finish()
+        passed = outcome == "passed"
+        counts = self.settings.counts
+        target = self.path if passed else self.path.with_name(self.path.name + ".failed")
+        if target.exists():
+            shutil.rmtree(target)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(session, target)
+        if not passed:
+            counts["failed"] += 1
+        elif self.action == "update":
+            counts["updated"] += 1
+        else:
+            counts["recorded"] += 1
+        if passed:  # an older failed recording of this test is now stale
+            shutil.rmtree(self.path.with_name(self.path.name + ".failed"), ignore_errors=True)
+
+
+def _label(event: dict[str, Any]) -> str:
+    if event["type"] == "tool_call":
+        return f"seq {event['seq']} tool {event['tool']}"
+    from urllib.parse import urlsplit
+
+    req = event["request"]
+    model = (event.get("summary") or {}).get("model")
+    return f"seq {event['seq']} {req['method']} {urlsplit(req['url']).path}" + (
+        f" ({model})" if model else ""
+    )
+
+
+# --------------------------------------------------------------------------- fixtures and hooks
+
+
+@pytest.fixture
+def forkpoint_session(request: pytest.FixtureRequest) -> Iterator[Cassette]:
+    """This test's cassette: recorded on the first run, replayed afterwards (see the module doc).
+
+    Ask for it first among a test's fixtures, or use ``@pytest.mark.forkpoint``, so that it is
+    active before anything calls a model.
+    """
+    item = request.node
+    cassette = Cassette(item, item.config.stash[_settings_key])
+    item.stash[_cassette_key] = cassette
+    cassette.start()
+    try:
+        yield cassette
+    finally:
+        call = item.stash.get(_reports_key, {}).get("call")
+        cassette.finish(call.outcome if call is not None else None)
+
+
+@pytest.fixture(autouse=True)
+def _forkpoint_marker(request: pytest.FixtureRequest) -> None:
+    """Give every test marked ``@pytest.mark.forkpoint`` its cassette, before its other fixtures."""
+    if request.node.get_closest_marker("forkpoint") is not None:
+        request.getfixturevalue("forkpoint_session")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
+    cassette = item.stash.get(_cassette_key, None)
+    if cassette is None:
+        return (yield)
+    if cassette.problem:
+        pytest.fail(cassette.problem, pytrace=False)
+    try:
+        result = yield
+    except BaseException as exc:
+        failure, unused = cassette.check()
+        if failure is None or not isinstance(exc, Exception):
+            if unused:
+                item.add_report_section("call", "forkpoint", unused)
+            raise
+        if not _caused_by_forkpoint(exc):
+            failure += f"\n(the test itself then failed with {_describe(exc)})"
+        raise pytest.fail.Exception(failure, pytrace=False) from None
+    failure, unused = cassette.check()
+    if failure or unused:
+        raise pytest.fail.Exception(failure or unused or "", pytrace=False)
+    return result
+
+
+def _caused_by_forkpoint(exc: BaseException | None) -> bool:
+    """True when ``exc`` is (or was caused by) the divergence or blocked connection the report names."""
+    from .replay import Divergence, NetworkBlocked
+
+    seen = 0
+    while exc is not None and seen < 20:
+        if isinstance(exc, Divergence | NetworkBlocked):
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return (
+        f"{type(exc).__name__}: {text[0]}" + (" …" if len(text) > 1 else "") if text else type(exc).__name__
+    )
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    item.stash.setdefault(_reports_key, {})[report.when] = report
+    return report
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    settings = config.stash.get(_settings_key, None)
+    if settings is None or not any(settings.counts.values()):
+        return
+    c = settings.counts
+    parts = [f"{c['replayed']} replayed", f"{c['recorded']} recorded", f"{c['updated']} updated"]
+    if c["failed"]:
+        parts.append(f"{c['failed']} recording(s) of failed tests kept as <test>.failed")
+    terminalreporter.write_sep("-", "forkpoint")
+    terminalreporter.write_line(f"cassettes in {settings.directory}: " + ", ".join(parts))

@@ -1,0 +1,299 @@
+"""Re-scrub a recorded session with the redaction rules in force now: ``forkpoint scrub SESSION``.
+
+A session is never overwritten or truncated in place. Scrubbing one:
+
+1. takes the log's ``flock`` (no writer can append meanwhile) and refuses a session that does not
+   verify (a copy would launder the damage) or has no ``end`` event (it may still be recording:
+   ``force`` overrides that);
+2. writes a complete scrubbed copy, with the **same id**, in ``<store>/.forkpoint-tmp/scrub-…/``:
+   every event through :func:`forkpoint.redact.scrub_event`, match keys recomputed, every workspace
+   file of every checkpoint scrubbed into new blobs (manifest and fingerprint recomputed), the hash
+   chain recomputed from a new header (which records ``scrubbed``: when, with which rules);
+3. verifies the copy;
+4. swaps the two directories in one atomic step (``renameat2(RENAME_EXCHANGE)`` on Linux; elsewhere
+   two renames, which :func:`recover` completes or undoes after a crash);
+5. removes the old directory, so the secrets are gone from the store (not from backups, snapshots or
+   free disk blocks: forkpoint does not shred).
+
+Killed at any point, the store holds the original session, intact, or the verified scrubbed copy;
+leftovers in ``.forkpoint-tmp`` are removed by the next ``forkpoint scrub`` (:func:`recover`).
+Git objects of checkpoints' source trees are copied as they are (see docs/security.md).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import fcntl
+import os
+import secrets
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from . import __version__, redact
+from .canonical import canonical_json, digest
+from .log import (
+    BLOB_DIR,
+    GIT_OBJECTS,
+    LOG_NAME,
+    BlobStore,
+    Session,
+    SessionError,
+    SessionWriter,
+    now_iso,
+    verify,
+)
+from .runtime import ForkpointError
+
+#: Folder of a store holding scrubs in progress (and, after a crash, their leftovers).
+TMP_DIR = ".forkpoint-tmp"
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+class ScrubError(ForkpointError):
+    """A session cannot be scrubbed; the message says why. The session is left as it was."""
+
+
+@dataclass
+class ScrubReport:
+    """What :func:`scrub_session` did (or, with ``dry_run``, would do)."""
+
+    session_id: str
+    path: Path
+    events: int
+    events_changed: list[int] = field(default_factory=list)
+    files_changed: int = 0
+    rules: str = ""
+    dry_run: bool = False
+    swapped: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        """True when the rules replaced something."""
+        return bool(self.events_changed or self.files_changed)
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap directories ``a`` and ``b`` atomically. False when the system cannot (then nothing moved)."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        fn = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    fn.restype = ctypes.c_int
+    if fn(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, f"cannot swap {a} and {b}: {os.strerror(err)}")
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def recover(store: Path) -> list[str]:
+    """Clean up after scrubs that were killed: an original moved aside and not replaced is put back;
+    everything else in ``<store>/.forkpoint-tmp`` not in use by a running scrub is removed.
+    Returns what was done, one line each."""
+    done: list[str] = []
+    tmp = Path(store) / TMP_DIR
+    if not tmp.is_dir():
+        return done
+    for work in sorted(tmp.iterdir()):
+        if not work.name.startswith("scrub-") or not work.is_dir():
+            continue
+        lock = work / ".lock"
+        try:
+            fd = os.open(lock, os.O_RDONLY)
+        except FileNotFoundError:
+            fd = -1
+        try:
+            if fd >= 0:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    continue  # a scrub is running there
+            sid = work.name[len("scrub-") :].rsplit("-", 1)[0]
+            old = work / "old"
+            target = Path(store) / sid
+            if (old / LOG_NAME).is_file() and not target.exists():
+                os.rename(old, target)
+                done.append(f"{target}: put the original back (a scrub was killed between its two renames)")
+            shutil.rmtree(work, ignore_errors=True)
+            done.append(f"{work}: removed the leftovers of an interrupted scrub")
+        finally:
+            if fd >= 0:
+                os.close(fd)
+    return done
+
+
+def _rows(ws: dict[str, Any]) -> tuple[list[list[Any]], bool] | None:
+    if isinstance(ws.get("manifest"), list):
+        return ws["manifest"], False
+    raw = ws.get("manifest_json")
+    if isinstance(raw, bytes | str):
+        return orjson.loads(raw), True
+    return None
+
+
+def _scrub_workspace(event: dict[str, Any], old: BlobStore, new: BlobStore, scrubber: redact.Scrubber) -> int:
+    """Scrub the files of a checkpoint's workspace into ``new``; returns how many changed."""
+    ws = event.get("workspace")
+    if not isinstance(ws, dict):
+        return 0
+    found = _rows(ws)
+    if found is None:
+        return 0
+    rows, as_json = found
+    changed = 0
+    out = []
+    for row in rows:
+        if not (isinstance(row, list) and len(row) == 5 and isinstance(row[4], str)):
+            out.append(row)
+            continue
+        rel, kind, mode, _size, h = row
+        data = old.get(h, where=f" (workspace file {rel!r} of checkpoint seq {event.get('seq')})")
+        clean = scrubber.file(data)
+        changed += clean != data
+        out.append(
+            [scrubber.text(rel) if isinstance(rel, str) else rel, kind, mode, len(clean), new.put(clean)]
+        )
+    ws = dict(ws)
+    ws["fingerprint"] = digest(out)
+    if as_json:
+        ws["manifest_json"] = canonical_json(out)
+    else:
+        ws["manifest"] = out
+    if "bytes" in ws:
+        ws["bytes"] = sum(r[3] for r in out if isinstance(r, list) and len(r) == 5)
+    event["workspace"] = ws
+    return changed
+
+
+def _rekey(event: dict[str, Any]) -> None:
+    """Recompute a call's match key from its (scrubbed) request or arguments."""
+    from .match import model_key, normalize_request, tool_key
+
+    try:
+        if event.get("type") == "model_call" and isinstance(event.get("request"), dict):
+            r = event["request"]
+            event["key"] = model_key(normalize_request(r["method"], r["url"], r["headers"], r["body"]))
+        elif event.get("type") == "tool_call" and "tool" in event:
+            event["key"] = tool_key(event["tool"], event.get("args"))
+    except (KeyError, TypeError, ValueError):
+        pass
+
+
+def scrub_session(
+    path: Path | str,
+    *,
+    dry_run: bool = False,
+    force: bool = False,
+    scrubber: redact.Scrubber | None = None,
+    hook: Callable[[str], None] | None = None,
+) -> ScrubReport:
+    """Re-scrub the session at ``path`` with ``scrubber`` (default: the rules in force), replacing it
+    by a verified scrubbed copy with the same id (see the module docstring). With ``dry_run``, report
+    what would change and leave everything as it is. ``hook`` is called with a step name before each
+    step (``"copy"``, ``"event"``, ``"verify"``, ``"swap"``, ``"between-renames"`` (only without an
+    atomic exchange), ``"remove"``): tests use it to interrupt.
+    Raises :class:`ScrubError` (or :class:`~forkpoint.log.SessionError` for an unreadable session).
+    """
+    path = Path(path).absolute()
+    if not (path / LOG_NAME).is_file():
+        raise ScrubError(f"{path}: not a session directory (no {LOG_NAME})")
+    store, sid = path.parent, path.name
+    step = hook or (lambda _name: None)
+    recover(store)
+    scrubber = scrubber or redact.current()
+    lock_fd = os.open(path / LOG_NAME, os.O_RDONLY)
+    try:
+        fcntl.flock(lock_fd, fcntl.LOCK_EX)  # writers wait; the copy sees the log as it is
+        before = verify(path)
+        if not before.ok:
+            raise ScrubError(
+                f"{path}: the session does not verify, refusing to copy it: {before.problems[0]}"
+            )
+        if not before.complete and not force:
+            raise ScrubError(
+                f"{path}: the session has no end event: it may still be recording (scrubbing it now would "
+                "lose what it writes next). Wait for it to end, or pass --force if it was killed."
+            )
+        session = Session.load(path)
+        report = ScrubReport(sid, path, len(session.events), rules=scrubber.rules.digest(), dry_run=dry_run)
+        report.notes += before.notes
+        work = store / TMP_DIR / f"scrub-{sid}-{secrets.token_hex(4)}"
+        work.mkdir(parents=True, mode=0o700)
+        os.chmod(work.parent, 0o700)
+        work_lock = os.open(work / ".lock", os.O_WRONLY | os.O_CREAT, 0o600)
+        fcntl.flock(work_lock, fcntl.LOCK_EX)
+        try:
+            step("copy")
+            with redact.use_rules(scrubber):
+                header = {k: v for k, v in session.header.items() if k not in ("hash", "redaction")}
+                header["scrubbed"] = [
+                    *(session.header.get("scrubbed") or []),
+                    {"at": now_iso(), "rules": scrubber.rules.digest(), "forkpoint": __version__},
+                ]
+                writer = SessionWriter.create(work, header, session_id=sid, fsync="close")
+                if (path / GIT_OBJECTS).is_dir():
+                    shutil.copytree(path / GIT_OBJECTS, writer.path / GIT_OBJECTS, symlinks=True)
+                old_blobs = BlobStore(path / BLOB_DIR)
+                try:
+                    for event in session.events:
+                        step("event")
+                        clean = scrubber.event(event)
+                        if clean.get("type") == "checkpoint":
+                            report.files_changed += _scrub_workspace(clean, old_blobs, writer.blobs, scrubber)
+                        _rekey(clean)
+                        if clean != event:
+                            report.events_changed.append(int(event["seq"]))
+                        writer.append(clean)
+                finally:
+                    writer.close()
+            step("verify")
+            after = verify(writer.path)
+            if not after.ok:
+                raise ScrubError(
+                    f"the scrubbed copy does not verify ({after.problems[0]}); the session is unchanged"
+                )
+            if dry_run:
+                return report
+            step("swap")
+            _fsync_dir(writer.path.parent)
+            if _exchange(path, writer.path):
+                _fsync_dir(store)
+            else:  # two renames; recover() puts the original back if we die between them
+                os.rename(path, work / "old")
+                step("between-renames")
+                os.rename(writer.path, path)
+                _fsync_dir(store)
+            report.swapped = True
+            step("remove")
+        finally:
+            os.close(work_lock)
+            shutil.rmtree(work, ignore_errors=True)
+            try:
+                work.parent.rmdir()  # only when no other scrub is using it
+            except OSError:
+                pass
+    except SessionError as exc:
+        raise ScrubError(str(exc)) from None
+    finally:
+        os.close(lock_fd)
+    return report

@@ -1,0 +1,903 @@
+"""Replayable checkpoints on real git repositories: take, restore, validate, fork.
+
+Agents here are real: a small hand-written tool loop on the ``openai`` SDK (tools decorated with
+``@forkpoint.tool``) against a tiny scripted OpenAI-compatible server defined below (it can ask for
+two tool calls in one response, which the demo server never does), and the bundled demo agent against
+``forkpoint.demo.server.ModelServer`` for the end-to-end fork through the CLI.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import stat
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import openai
+import orjson
+import pytest
+from click.testing import CliRunner
+
+import forkpoint
+from forkpoint.checkpoint import (
+    META_DIR,
+    CheckpointError,
+    Workspace,
+    checkpoint_event,
+    manifest_rows,
+    patch_bytes,
+    restore,
+    validate,
+)
+from forkpoint.cli import main
+from forkpoint.demo.server import ModelServer
+from forkpoint.log import BlobStore, Session, SessionWriter
+from forkpoint.record import make_header
+from forkpoint.store import session_dirs
+
+# --------------------------------------------------------------------------- git helpers
+
+GIT_IDENTITY = {
+    "GIT_AUTHOR_NAME": "Test",
+    "GIT_AUTHOR_EMAIL": "test@example.com",
+    "GIT_COMMITTER_NAME": "Test",
+    "GIT_COMMITTER_EMAIL": "test@example.com",
+}
+
+
+@pytest.fixture(autouse=True)
+def clean_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A HOME without git config, no system config, and a cwd outside the project's repository."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    monkeypatch.delenv("GIT_CONFIG_GLOBAL", raising=False)
+    monkeypatch.delenv("FORKPOINT_STORE", raising=False)
+    monkeypatch.chdir(tmp_path)
+    return home
+
+
+def sh_git(repo: Path, *args: str, check: bool = True) -> str:
+    """Run the *user's* git (their config, as HOME says) in ``repo``."""
+    env = {**os.environ, **GIT_IDENTITY, "GIT_OPTIONAL_LOCKS": "0"}
+    proc = subprocess.run(["git", *args], cwd=repo, env=env, capture_output=True)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"git {args} failed: {proc.stderr.decode()}")
+    return proc.stdout.decode("utf-8", "surrogateescape")
+
+
+def make_repo(path: Path, files: dict[str, bytes | str]) -> Path:
+    path.mkdir(parents=True)
+    sh_git(path, "init", "-q", "-b", "main")
+    for rel, data in files.items():
+        target = path / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data.encode() if isinstance(data, str) else data)
+    sh_git(path, "add", "-A")
+    sh_git(path, "commit", "-q", "-m", "base")
+    return path
+
+
+def status(repo: Path) -> str:
+    return sh_git(repo, "-c", "core.quotepath=false", "status", "--porcelain", "--untracked-files=all")
+
+
+def tree_snapshot(root: Path) -> dict[str, tuple[str, int, bytes]]:
+    """Every file and symlink under ``root`` except git's and forkpoint's folders: kind, mode, bytes
+    (a symlink's target)."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        rel_dir = os.path.relpath(dirpath, root)
+        dirnames[:] = [d for d in dirnames if d not in (".git", META_DIR)]
+        for name in filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
+            full = os.path.join(dirpath, name)
+            rel = os.path.normpath(os.path.join(rel_dir, name))
+            st = os.lstat(full)
+            if stat.S_ISLNK(st.st_mode):
+                out[rel] = ("symlink", 0, os.readlink(full).encode())
+            else:
+                out[rel] = ("file", stat.S_IMODE(st.st_mode), Path(full).read_bytes())
+    return out
+
+
+def git_dir_snapshot(repo: Path) -> dict[str, Any]:
+    """What would show that something wrote into ``repo/.git``."""
+    files = {}
+    for dirpath, _dirnames, filenames in os.walk(repo / ".git"):
+        for name in filenames:
+            full = Path(dirpath, name)
+            st = full.lstat()
+            files[str(full.relative_to(repo))] = (st.st_size, st.st_mtime_ns)
+    objects = sorted(p for p in files if p.startswith(".git/objects/"))
+    return {
+        "files": files,
+        "objects": objects,
+        "head": (repo / ".git" / "HEAD").read_text(),
+        "index_mtime": (repo / ".git" / "index").stat().st_mtime_ns,
+    }
+
+
+def dir_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file() and not f.is_symlink())
+
+
+def checks_by_name(root: Path) -> dict[str, Any]:
+    return {c.name: c for c in validate(root)}
+
+
+def cli(*args: str) -> Any:
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+# --------------------------------------------------------------------------- a scripted model server
+
+
+class ScriptServer:
+    """An OpenAI-compatible ``/v1/chat/completions`` endpoint answering from a script.
+
+    Reply ``n`` (counted by the assistant messages already in the request) is either a list of
+    ``(tool_name, arguments)`` tool calls, all in one response, or the final text.
+    """
+
+    def __init__(self, script: list[list[tuple[str, dict[str, Any]]] | str]) -> None:
+        self.script = script
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:  # noqa: N802 - stdlib naming
+                body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+                n = sum(1 for m in body["messages"] if m.get("role") == "assistant")
+                reply = owner.script[min(n, len(owner.script) - 1)]
+                message: dict[str, Any] = {"role": "assistant", "content": None}
+                if isinstance(reply, str):
+                    message["content"] = reply
+                else:
+                    message["tool_calls"] = [
+                        {
+                            "id": f"call_{n}_{i}",
+                            "type": "function",
+                            "function": {"name": name, "arguments": json.dumps(args)},
+                        }
+                        for i, (name, args) in enumerate(reply)
+                    ]
+                data = json.dumps(
+                    {
+                        "id": f"chatcmpl-{n}",
+                        "object": "chat.completion",
+                        "created": 1_700_000_000,
+                        "model": body["model"],
+                        "choices": [
+                            {
+                                "index": 0,
+                                "message": message,
+                                "finish_reason": "stop" if isinstance(reply, str) else "tool_calls",
+                            }
+                        ],
+                        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+                    }
+                ).encode()
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    def __enter__(self) -> ScriptServer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+# --------------------------------------------------------------------------- a small coding agent
+
+_WORKDIR: list[Path] = []
+
+
+def _here() -> Path:
+    return _WORKDIR[-1]
+
+
+@forkpoint.tool
+def cp_write_file(path: str, content: str) -> dict[str, Any]:
+    """Write a text file under the working directory."""
+    target = _here() / path
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(content)
+    return {"path": path, "bytes": len(content.encode())}
+
+
+@forkpoint.tool
+def cp_run_python(path: str) -> dict[str, Any]:
+    """Run a Python file in the working directory (no bytecode files) and return its output."""
+    proc = subprocess.run(
+        [sys.executable, "-B", path], cwd=_here(), capture_output=True, text=True, timeout=30
+    )
+    return {"path": path, "returncode": proc.returncode, "output": (proc.stdout + proc.stderr)[-500:]}
+
+
+TOOLS = {"cp_write_file": cp_write_file, "cp_run_python": cp_run_python}
+TOOL_SPECS: list[Any] = [
+    {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": fn.__doc__,
+            "parameters": {"type": "object", "properties": {}, "additionalProperties": True},
+        },
+    }
+    for name, fn in TOOLS.items()
+]
+
+
+def run_agent(base_url: str, workdir: Path, task: str = "Fix add() in calc.py.") -> str:
+    """A plain tool loop: every tool call the model asks for runs, its result goes back."""
+    client = openai.OpenAI(base_url=base_url, api_key="sk-test-not-real", max_retries=0)
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are a coding agent."},
+        {"role": "user", "content": task},
+    ]
+    _WORKDIR.append(workdir)
+    try:
+        for _ in range(10):
+            msg = (
+                client.chat.completions.create(model="m", messages=messages, tools=TOOL_SPECS)
+                .choices[0]
+                .message
+            )  # type: ignore[arg-type]
+            entry: dict[str, Any] = {"role": "assistant", "content": msg.content}
+            calls = [c for c in msg.tool_calls or [] if c.type == "function"]
+            if calls:
+                entry["tool_calls"] = [
+                    {
+                        "id": c.id,
+                        "type": "function",
+                        "function": {"name": c.function.name, "arguments": c.function.arguments},
+                    }
+                    for c in calls
+                ]
+            messages.append(entry)
+            if not calls:
+                return msg.content or ""
+            for c in calls:
+                result = TOOLS[c.function.name](**json.loads(c.function.arguments))
+                messages.append({"role": "tool", "tool_call_id": c.id, "content": json.dumps(result)})
+    finally:
+        _WORKDIR.pop()
+        client.close()
+    raise AssertionError("no final answer")
+
+
+CALC_BUGGY = "def add(a, b):\n    return a - b\n"
+CALC_FIXED = "def add(a, b):\n    return a + b\n"
+SCRATCH = "from calc import add\n\nassert add(2, 3) == 5, add(2, 3)\nprint('ok from {name}')\n"
+
+
+def fix_script(scratch: str) -> list[Any]:
+    return [
+        [("cp_write_file", {"path": scratch, "content": SCRATCH.format(name=scratch)})],
+        [("cp_write_file", {"path": "calc.py", "content": CALC_FIXED})],
+        [("cp_run_python", {"path": scratch})],
+        f"Fixed add(); {scratch} passes.",
+    ]
+
+
+def record_agent(store: Path, repo: Path, script: list[Any], **kw: Any) -> Session:
+    with ScriptServer(script) as srv, forkpoint.record(store=store, workspace=repo, **kw) as rec:
+        run_agent(srv.base_url, repo)
+    return Session.load(rec.session_path)
+
+
+# --------------------------------------------------------------------------- (a) and (b)
+
+
+@dataclass
+class Runs:
+    store: Path
+    origin: Path
+    sessions: dict[str, Session]  # scratch file name -> session
+    repos: dict[str, Path]
+
+
+RUN_NAMES = ("test_repro.py", "reproduce_issue.py", "repro.py")
+
+
+@pytest.fixture(scope="module")
+def three_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
+    """Three runs from one base commit: the same fix to calc.py, each with its own scratch file."""
+    tmp = tmp_path_factory.mktemp("runs")
+    mp = pytest.MonkeyPatch()
+    home = tmp / "home"
+    home.mkdir()
+    mp.setenv("HOME", str(home))
+    mp.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    mp.chdir(tmp)
+    origin = make_repo(tmp / "origin", {"calc.py": CALC_BUGGY, "README.md": "# calc\n"})
+    sessions, repos = {}, {}
+    for name in RUN_NAMES:
+        repo = tmp / f"run-{name.split('.')[0]}"
+        sh_git(tmp, "clone", "-q", str(origin), str(repo))
+        sessions[name] = record_agent(tmp / "store", repo, fix_script(name))
+        repos[name] = repo
+    yield Runs(tmp / "store", origin, sessions, repos)
+    mp.undo()
+
+
+def final_checkpoint(session: Session) -> dict[str, Any]:
+    return session.by_type("checkpoint")[-1]
+
+
+def test_same_source_state_different_workspaces(three_runs: Runs) -> None:
+    finals = {name: final_checkpoint(s) for name, s in three_runs.sessions.items()}
+    # Every run: a resumable checkpoint before each of its four model calls.
+    for s in three_runs.sessions.values():
+        cps = s.by_type("checkpoint")
+        assert [c["boundary"] for c in cps] == ["resumable"] * 4
+        assert all(not c.get("error") for c in cps)
+    trees = {cp["source"]["tree"] for cp in finals.values()}
+    diffs = {cp["source"]["diff_hash"] for cp in finals.values()}
+    patches = {patch_bytes(cp["source"]) for cp in finals.values()}
+    assert len(trees) == 1 and len(diffs) == 1 and len(patches) == 1
+    patch = patches.pop()
+    assert b"-    return a - b\n+    return a + b\n" in patch
+    assert all(cp["source"]["changed"] == ["calc.py"] for cp in finals.values())
+    fingerprints = {cp["workspace"]["fingerprint"] for cp in finals.values()}
+    assert len(fingerprints) == 3
+    for name, cp in finals.items():
+        assert [r[0] for r in manifest_rows(cp["workspace"])] == [name]  # only the scratch file differs
+        assert name in cp["referenced"]
+    # The first checkpoint of every run is the untouched base.
+    firsts = {s.by_type("checkpoint")[0]["source"]["tree"] for s in three_runs.sessions.values()}
+    assert len(firsts) == 1 and firsts != {
+        final_checkpoint(three_runs.sessions["repro.py"])["source"]["tree"]
+    }
+
+
+def test_source_of_one_run_with_messages_of_another_fails_validation(
+    three_runs: Runs, tmp_path: Path
+) -> None:
+    a, b = three_runs.sessions["test_repro.py"], three_runs.sessions["reproduce_issue.py"]
+    cp_a, cp_b = final_checkpoint(a), final_checkpoint(b)
+    into = tmp_path / "a-with-b"
+    restore(a, cp_a["seq"], into)
+    assert all(c.ok for c in validate(into)), validate(into)
+    assert (into / "test_repro.py").exists() and not (into / "reproduce_issue.py").exists()
+    # Run A's source state, run B's carried context.
+    (into / META_DIR / "messages.json").write_bytes(orjson.dumps(cp_b["context"]))
+    checks = checks_by_name(into)
+    assert checks["source tree hash"].ok  # the same tracked diff: this check alone would pass
+    assert checks["workspace fingerprint"].ok
+    assert not checks["message digest"].ok
+    assert checks["message digest"].expected == cp_a["context_digest"]
+    assert checks["message digest"].actual == cp_b["context_digest"]
+    assert not checks["referenced files exist"].ok
+    assert checks["referenced files exist"].actual == {"missing": ["reproduce_issue.py"]}
+    result = cli("validate", str(into))
+    assert result.exit_code == 1
+    assert "reproduce_issue.py" in result.output and "FAIL" in result.output
+
+
+def test_restore_cli_validates_and_never_writes_into_the_recorded_repo(
+    three_runs: Runs, tmp_path: Path
+) -> None:
+    s = three_runs.sessions["repro.py"]
+    repo = three_runs.repos["repro.py"]
+    before = git_dir_snapshot(repo)
+    cp = final_checkpoint(s)
+    listing = cli("checkpoints", str(s.path))
+    assert listing.exit_code == 0 and "resumable" in listing.output
+    result = cli("restore", f"{s.path}@{cp['seq']}", "--into", str(tmp_path / "r"))
+    assert result.exit_code == 0, result.output
+    assert result.output.count("pass") == 5
+    assert git_dir_snapshot(repo) == before
+    assert tree_snapshot(tmp_path / "r") == tree_snapshot(repo)
+    assert status(tmp_path / "r") == status(repo)
+    bad = cli("restore", f"{s.path}@999", "--into", str(tmp_path / "x"))
+    assert bad.exit_code != 0 and "no checkpoint at seq 999" in bad.output
+
+
+# --------------------------------------------------------------------------- (c) observable checkpoints
+
+
+def test_checkpoint_between_two_tool_calls_of_one_turn_is_observable_and_fork_refuses_it(
+    tmp_path: Path,
+) -> None:
+    repo = make_repo(tmp_path / "repo", {"calc.py": CALC_BUGGY})
+    script: list[Any] = [
+        [
+            ("cp_write_file", {"path": "first.txt", "content": "one\n"}),
+            ("cp_write_file", {"path": "second.txt", "content": "two\n"}),
+        ],
+        "Wrote both files.",
+    ]
+    s = record_agent(tmp_path / "store", repo, script)
+    kinds = [(e["type"], e.get("boundary") or e.get("tool")) for e in s.events]
+    assert kinds == [
+        ("checkpoint", "resumable"),
+        ("model_call", None),
+        ("tool_call", "cp_write_file"),
+        ("checkpoint", "observable"),
+        ("tool_call", "cp_write_file"),
+        ("checkpoint", "resumable"),
+        ("model_call", None),
+        ("end", None),
+    ]
+    observable = s.events[3]
+    assert [r[0] for r in manifest_rows(observable["workspace"])] == ["first.txt"]
+    assert len(s.events[1]["summary"]["tool_calls"]) == 2
+
+    arms = tmp_path / "arms"
+    result = cli("fork", f"{s.path}@{observable['seq']}", "--arms", "2", "--into", str(arms), "--", "true")
+    assert result.exit_code != 0
+    assert "observable" in result.output and "speak twice" in result.output
+    assert not arms.exists()
+
+    # Restoring it is allowed (it is a real environment state), but it does not validate as resumable.
+    restore(s, observable["seq"], tmp_path / "obs")
+    checks = checks_by_name(tmp_path / "obs")
+    assert not checks["resumable boundary"].ok and checks["resumable boundary"].actual == "observable"
+    assert checks["source tree hash"].ok and checks["workspace fingerprint"].ok
+    assert (tmp_path / "obs" / "first.txt").exists() and not (tmp_path / "obs" / "second.txt").exists()
+
+
+def test_manual_checkpoint(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo", {"a.txt": "a\n"})
+    assert forkpoint.checkpoint() is None  # nothing recorded
+    with forkpoint.record(store=tmp_path / "store") as rec:
+        assert forkpoint.checkpoint() is None  # no workspace
+    with forkpoint.record(store=tmp_path / "store", workspace=repo) as rec:
+        (repo / "a.txt").write_text("b\n")
+        seq = forkpoint.checkpoint("after edit")
+    cp = Session.load(rec.session_path).events[seq - 1]
+    assert cp["type"] == "checkpoint" and cp["boundary"] == "resumable" and cp["reason"] == "after edit"
+    assert cp["source"]["changed"] == ["a.txt"] and cp["context"] is None
+    # Inside a tool's body the tool is unfinished: not an agent boundary.
+    with forkpoint.record(store=tmp_path / "store", workspace=repo) as rec:
+        inner = cp_checkpoint_inside()["seq"]
+    events = Session.load(rec.session_path).events
+    assert events[inner - 1]["boundary"] == "observable" and events[inner]["type"] == "tool_call"
+
+
+@forkpoint.tool
+def cp_checkpoint_inside() -> dict[str, Any]:
+    """A tool that takes a checkpoint while it runs."""
+    return {"seq": forkpoint.checkpoint("inside a tool")}
+
+
+# --------------------------------------------------------------------------- (d) round trip
+
+
+def test_restore_round_trip_of_binary_modes_deletions_and_symlinks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rng = random.Random(7)
+    repo = make_repo(
+        tmp_path / "repo",
+        {
+            "README.md": "# project\n",
+            "bin.dat": bytes(rng.randrange(256) for _ in range(3000)),
+            "run.sh": "#!/bin/sh\necho hi\n",
+            "old.txt": "to be deleted\n",
+            "staged.txt": "v1\n",
+            "dir with space/ünïcode.txt": "x\n",
+        },
+    )
+    (repo / "link").symlink_to("README.md")
+    sh_git(repo, "add", "link")
+    sh_git(repo, "commit", "-q", "-m", "tracked symlink")
+    # Tracked changes: binary content, an executable bit, a deletion, a retargeted symlink, staged
+    # and partly staged edits.
+    (repo / "bin.dat").write_bytes(b"\x00\xff\r\n" + bytes(rng.randrange(256) for _ in range(5000)))
+    (repo / "run.sh").chmod(0o755)
+    (repo / "old.txt").unlink()
+    (repo / "link").unlink()
+    (repo / "link").symlink_to("run.sh")
+    (repo / "staged.txt").write_text("v2\n")
+    sh_git(repo, "add", "staged.txt")
+    (repo / "new_staged.txt").write_text("staged\n")
+    sh_git(repo, "add", "new_staged.txt")
+    (repo / "new_staged.txt").write_text("staged, then edited\n")
+    (repo / "dir with space/ünïcode.txt").write_text("y\n")
+    # Untracked: binary, executable, symlinks (one dangling, one to a folder), nested folders.
+    (repo / "u.bin").write_bytes(bytes(range(256)) * 4)
+    (repo / "tool.sh").write_text("#!/bin/sh\n")
+    (repo / "tool.sh").chmod(0o750)
+    (repo / "ulink").symlink_to("bin.dat")
+    (repo / "dangling").symlink_to("does/not/exist")
+    (repo / "udir" / "deep").mkdir(parents=True)
+    (repo / "udir" / "deep" / "n.txt").write_text("nested\n")
+    (repo / "dirlink").symlink_to("udir")
+    original_status = status(repo)
+    original_files = tree_snapshot(repo)
+    assert " D old.txt" in original_status and "M  staged.txt" in original_status
+    assert "AM new_staged.txt" in original_status and "?? u.bin" in original_status
+
+    monkeypatch.chdir(repo)  # the session header looks at the repository too
+    before = git_dir_snapshot(repo)
+    with forkpoint.record(store=tmp_path / "store", workspace=repo) as rec:
+        seq = forkpoint.checkpoint()
+    session = Session.load(rec.session_path)
+    cp = session.events[seq - 1]
+    assert git_dir_snapshot(repo) == before, "taking a checkpoint wrote into the repository"
+    assert sorted(cp["source"]["changed"]) == sorted(
+        ["bin.dat", "run.sh", "old.txt", "link", "staged.txt", "new_staged.txt", "dir with space/ünïcode.txt"]
+    )
+    assert b"GIT binary patch" in patch_bytes(cp["source"])
+    assert b"old mode 100644\nnew mode 100755" in patch_bytes(cp["source"])
+    rows = {r[0]: r for r in manifest_rows(cp["workspace"])}
+    assert set(rows) == {"u.bin", "tool.sh", "ulink", "dangling", "udir/deep/n.txt", "dirlink"}
+    assert rows["tool.sh"][2] == 0o750 and rows["ulink"][1] == "symlink" and rows["dirlink"][1] == "symlink"
+
+    into = tmp_path / "restored"
+    restore(session, seq, into)
+    checks = validate(into)
+    assert all(c.ok for c in checks), checks
+    assert tree_snapshot(into) == original_files
+    assert status(into) == original_status
+    assert sh_git(into, "rev-parse", "HEAD") == sh_git(repo, "rev-parse", "HEAD")
+    assert sh_git(into, "symbolic-ref", "HEAD") == "refs/heads/main\n"
+    assert sh_git(into, "diff", "--cached", "--binary") == sh_git(repo, "diff", "--cached", "--binary")
+    # The original repository was only read.
+    assert git_dir_snapshot(repo) == before
+    assert tree_snapshot(repo) == original_files and status(repo) == original_status
+
+    # A change in the restored directory is caught, and named.
+    (into / "u.bin").write_bytes(b"changed")
+    (into / "run.sh").chmod(0o644)
+    checks = checks_by_name(into)
+    assert not checks["source tree hash"].ok
+    assert not checks["workspace fingerprint"].ok
+    assert checks["workspace fingerprint"].actual["changed"] == ["u.bin"]
+
+
+def test_restore_refuses_a_non_empty_target(three_runs: Runs, tmp_path: Path) -> None:
+    s = three_runs.sessions["repro.py"]
+    target = tmp_path / "busy"
+    target.mkdir()
+    (target / "keep.txt").write_text("mine")
+    with pytest.raises(CheckpointError, match="not empty"):
+        restore(s, final_checkpoint(s)["seq"], target)
+    assert [p.name for p in target.iterdir()] == ["keep.txt"]
+    result = cli("restore", f"{s.path}@{final_checkpoint(s)['seq']}", "--into", str(target))
+    assert result.exit_code != 0 and "not empty" in result.output
+
+
+# --------------------------------------------------------------------------- hostile archives
+
+
+def crafted_session(store: Path, rows: list[list[Any]], blobs: dict[str, bytes]) -> Session:
+    writer = SessionWriter.create(store, make_header(argv=["crafted"]))
+    for data in blobs.values():
+        writer.blobs.put(data)
+    seq = writer.append(
+        {
+            "type": "checkpoint",
+            "boundary": "resumable",
+            "reason": "crafted",
+            "turn": 1,
+            "source": None,
+            "workspace": {"root": "/nowhere", "fingerprint": "0" * 64, "manifest": rows},
+            "context": None,
+            "context_digest": None,
+        }
+    )
+    writer.close()
+    assert seq == 1
+    return Session.load(writer.path)
+
+
+@pytest.mark.parametrize("case", ["dotdot", "absolute", "under-symlink", "through-dotgit", "nested-dotdot"])
+def test_hostile_manifest_is_refused_and_nothing_is_written_outside(tmp_path: Path, case: str) -> None:
+    from forkpoint.canonical import sha256_hex
+
+    evil = b"pwned\n"
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    h = sha256_hex(evil)
+    link_target = str(outside).encode()
+    rows = {
+        "dotdot": [["../evil", "file", 0o644, len(evil), h]],
+        "absolute": [[str(tmp_path / "abs_evil.txt"), "file", 0o644, len(evil), h]],
+        "under-symlink": [
+            ["escape", "symlink", 0o777, len(link_target), sha256_hex(link_target)],
+            ["escape/evil.txt", "file", 0o644, len(evil), h],
+        ],
+        "through-dotgit": [[".git/hooks/post-checkout", "file", 0o755, len(evil), h]],
+        "nested-dotdot": [
+            ["ok.txt", "file", 0o644, len(evil), h],
+            ["a/../../evil", "file", 0o644, len(evil), h],
+        ],
+    }[case]
+    session = crafted_session(tmp_path / "store", rows, {"e": evil, "l": link_target})
+    parent = tmp_path / "parent"
+    parent.mkdir()
+    with pytest.raises(CheckpointError, match="refusing"):
+        restore(session, 1, parent / "into")
+    assert list(parent.iterdir()) == []  # the half-made target is gone too
+    assert list(outside.iterdir()) == []
+    assert not (tmp_path / "abs_evil.txt").exists() and not (tmp_path / "evil").exists()
+    result = cli("restore", f"{session.path}@1", "--into", str(parent / "into"))
+    assert result.exit_code != 0 and "refusing" in result.output
+
+
+def test_a_tracked_symlink_pointing_outside_cannot_be_written_through(tmp_path: Path) -> None:
+    """The archive's rows are fine on their own, but the restored tree has a symlink leaving it."""
+    from forkpoint.canonical import sha256_hex
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    repo = make_repo(tmp_path / "repo", {"a.txt": "a\n"})
+    (repo / "out").symlink_to(outside)
+    sh_git(repo, "add", "out")
+    sh_git(repo, "commit", "-q", "-m", "link")
+    with forkpoint.record(store=tmp_path / "store", workspace=repo) as rec:
+        seq = forkpoint.checkpoint()
+    # Tamper: add a row under the tracked symlink (the log is rewritten by hand, hash chain aside).
+    log = rec.session_path / "session.jsonl"
+    lines = log.read_bytes().splitlines()
+    event = orjson.loads(lines[seq])
+    evil = b"pwned\n"
+    BlobStore(rec.session_path / "blobs").put(evil)
+    event["workspace"]["manifest"] = [["out/evil.txt", "file", 0o644, len(evil), sha256_hex(evil)]]
+    lines[seq] = orjson.dumps(event)
+    log.write_bytes(b"\n".join(lines) + b"\n")
+    with pytest.raises(CheckpointError, match="symlink outside"):
+        restore(Session.load(rec.session_path), seq, tmp_path / "into")
+    assert list(outside.iterdir()) == [] and not (tmp_path / "into").exists()
+
+
+# --------------------------------------------------------------------------- options and plain folders
+
+
+def test_include_ignored(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo", {".gitignore": "*.log\nbuild/\n", "a.py": "x = 1\n"})
+    (repo / "run.log").write_text("log line\n")
+    (repo / "build").mkdir()
+    (repo / "build" / "out.bin").write_bytes(b"\x00\x01")
+    (repo / "scratch.py").write_text("print(1)\n")
+    with forkpoint.record(store=tmp_path / "store", workspace=repo) as rec:
+        plain = forkpoint.checkpoint()
+    with forkpoint.record(store=tmp_path / "store", workspace=repo, include_ignored=True) as rec2:
+        full = forkpoint.checkpoint()
+    cp_plain = Session.load(rec.session_path).events[plain - 1]
+    cp_full = Session.load(rec2.session_path).events[full - 1]
+    assert [r[0] for r in manifest_rows(cp_plain["workspace"])] == ["scratch.py"]
+    assert [r[0] for r in manifest_rows(cp_full["workspace"])] == ["build/out.bin", "run.log", "scratch.py"]
+    assert cp_full["workspace"]["include_ignored"] is True
+    into = tmp_path / "full"
+    restore(Session.load(rec2.session_path), full, into)
+    assert all(c.ok for c in validate(into)), validate(into)
+    assert (into / "build" / "out.bin").read_bytes() == b"\x00\x01"
+    assert status(into) == status(repo)
+
+
+def test_include_ignored_through_the_cli(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo", {".gitignore": "*.log\n", "a.py": "x = 1\n"})
+    (repo / "ignored.log").write_text("x\n")
+    code = (
+        "import forkpoint, pathlib; pathlib.Path('new.txt').write_text('n'); "
+        "print('SEQ', forkpoint.checkpoint())"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "forkpoint.cli", "record", "--store", str(tmp_path / "store"),
+         "--workspace", str(repo), "--include-ignored", "--", sys.executable, "-c", code],
+        cwd=repo, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    (session_dir,) = session_dirs(tmp_path / "store")
+    cp = Session.load(session_dir).by_type("checkpoint")[0]
+    assert [r[0] for r in manifest_rows(cp["workspace"])] == ["ignored.log", "new.txt"]
+
+
+def test_plain_folder_checkpoints_and_restores(tmp_path: Path) -> None:
+    folder = tmp_path / "plain"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "notes.txt").write_text("hello\n")
+    (folder / "sub" / "data.bin").write_bytes(bytes(range(256)))
+    (folder / "run.sh").write_text("#!/bin/sh\n")
+    (folder / "run.sh").chmod(0o755)
+    (folder / "link").symlink_to("notes.txt")
+    (folder / "sublink").symlink_to("sub")
+    with forkpoint.record(store=folder / ".forkpoint", workspace=folder) as rec:
+        seq = forkpoint.checkpoint()
+    session = Session.load(rec.session_path)
+    cp = session.events[seq - 1]
+    assert cp["source"] is None and cp["workspace"]["listing"] == "plain"
+    assert [r[0] for r in manifest_rows(cp["workspace"])] == [
+        "link",
+        "notes.txt",
+        "run.sh",
+        "sub/data.bin",
+        "sublink",
+    ]
+    into = tmp_path / "back"
+    restore(session, seq, into)
+    assert all(c.ok for c in validate(into)), validate(into)
+    expected = {k: v for k, v in tree_snapshot(folder).items() if not k.startswith(".forkpoint")}
+    assert tree_snapshot(into) == expected
+    (into / "notes.txt").write_text("changed\n")
+    (into / "extra.txt").write_text("new\n")
+    fp = checks_by_name(into)["workspace fingerprint"]
+    assert not fp.ok and fp.actual["changed"] == ["notes.txt"] and fp.actual["extra"] == ["extra.txt"]
+
+
+def test_a_repository_without_commits_is_a_workspace(tmp_path: Path) -> None:
+    repo = tmp_path / "fresh"
+    repo.mkdir()
+    sh_git(repo, "init", "-q")
+    (repo / ".gitignore").write_text("*.tmp\n")
+    (repo / "a.py").write_text("a\n")
+    (repo / "b.tmp").write_text("ignored\n")
+    sh_git(repo, "add", "a.py")  # staged, but there is no commit to diff against
+    with forkpoint.record(store=tmp_path / "store", workspace=repo) as rec:
+        seq = forkpoint.checkpoint()
+    cp = Session.load(rec.session_path).events[seq - 1]
+    assert cp["source"] is None
+    assert [r[0] for r in manifest_rows(cp["workspace"])] == [".gitignore", "a.py"]
+    restore(Session.load(rec.session_path), seq, tmp_path / "r")
+    assert all(c.ok for c in validate(tmp_path / "r"))
+
+
+# --------------------------------------------------------------------------- independence from git config
+
+
+def test_user_git_config_changes_neither_tree_nor_patch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo = make_repo(
+        tmp_path / "repo",
+        {"crlf.txt": b"one\r\ntwo\r\n", "plain.txt": "alpha\nbeta\n", "b.txt": "b\n"},
+    )
+    (repo / "crlf.txt").write_bytes(b"one\r\nTWO\r\nthree\r\n")
+    (repo / "plain.txt").write_text("alpha\nBETA\ngamma\n")
+    (repo / "b.txt").rename(repo / "c.txt")  # a rename git would detect with diff.renames
+
+    def take(n: int) -> dict[str, Any]:
+        ws = Workspace.open(repo, tmp_path / f"store{n}")
+        ws.objects = tmp_path / f"objects{n}"
+        event = checkpoint_event(
+            ws, BlobStore(tmp_path / f"blobs{n}"), boundary="resumable", turn=1, context=None, reason="t"
+        )
+        assert not event.get("error"), event.get("error")
+        return event["source"]
+
+    reference = take(0)
+    assert b"\r\n" in patch_bytes(reference)  # no line-ending conversion in the canonical diff
+    plain_diff = sh_git(repo, "diff")
+
+    diffy = tmp_path / "home-diff"  # only diff settings: the user's stat cache is still trusted
+    diffy.mkdir()
+    (diffy / ".gitconfig").write_text(
+        "[diff]\n\texternal = /bin/false\n\tnoprefix = true\n\trenames = copies\n\talgorithm = patience\n"
+        '[diff "upper"]\n\ttextconv = tr a-z A-Z\n[core]\n\tquotepath = true\n'
+    )
+    evil = tmp_path / "home-crlf"  # line-ending conversion and an attributes file of the user's
+    evil.mkdir()
+    (evil / ".gitconfig").write_text(
+        (diffy / ".gitconfig").read_text() + f"\tautocrlf = true\n\tattributesFile = {evil / 'attributes'}\n"
+    )
+    (evil / "attributes").write_text("*.txt diff=upper\n")
+    for n, home in enumerate((diffy, evil), start=1):
+        monkeypatch.setenv("HOME", str(home))
+        # The user's own git is affected by this config ...
+        assert sh_git(repo, "diff", check=False) != plain_diff
+        sh_git(repo, "status")  # ... and refreshes the index's stat cache under it
+        if home is evil:
+            crlf = sh_git(repo, "hash-object", "crlf.txt").strip()
+            assert crlf != sh_git(repo, "-c", "core.autocrlf=false", "hash-object", "crlf.txt").strip()
+            sh_git(repo, "add", "-u")  # stage with CRLF → LF conversion: stat cache and content disagree
+        source = take(n)
+        assert source["tree"] == reference["tree"]
+        assert patch_bytes(source) == patch_bytes(reference)
+        assert source["diff_hash"] == reference["diff_hash"]
+        assert source["changed"] == ["b.txt", "crlf.txt", "plain.txt"]
+
+
+# --------------------------------------------------------------------------- storage
+
+
+def test_checkpoints_cost_what_changed_not_the_whole_state(tmp_path: Path) -> None:
+    rng = random.Random(3)
+
+    def text(n: int) -> str:
+        return "".join(f"{rng.getrandbits(64):016x}\n" for _ in range(n // 17))
+
+    repo = make_repo(
+        tmp_path / "repo", {**{f"src/m{i}.py": text(3000) for i in range(30)}, "data.txt": "v0\n"}
+    )
+    for i in range(10):  # a sizeable diff that then stays put
+        (repo / f"src/m{i}.py").write_text(text(3000))
+    for i in range(20):  # and scratch files
+        (repo / f"scratch_{i}.txt").write_text(text(3000))
+    changed = 16_000
+    with forkpoint.record(store=tmp_path / "store", workspace=repo) as rec:
+        session_dir = rec.session_path
+        base = dir_bytes(session_dir)
+        (repo / "data.txt").write_text(text(changed))
+        rec.checkpoint()
+        first = dir_bytes(session_dir) - base
+        for _ in range(19):
+            (repo / "data.txt").write_text(text(changed))  # one file changes, entirely
+            rec.checkpoint()
+        total = dir_bytes(session_dir) - base
+    per_checkpoint = (total - first) / 19
+    print(f"storage: first {first}, then {per_checkpoint:.0f} per checkpoint, total {total}")
+    assert per_checkpoint < 2 * changed + 8_000, (first, per_checkpoint)
+    assert total < 20 * first / 3, (first, total)
+    cps = Session.load(session_dir).by_type("checkpoint")
+    assert len(cps) == 20 and len({c["source"]["tree"] for c in cps}) == 20
+    assert len({c["workspace"]["fingerprint"] for c in cps}) == 1
+    # Each checkpoint still restores to exactly its own state.
+    restore(Session.load(session_dir), cps[4]["seq"], tmp_path / "r4")
+    assert all(c.ok for c in validate(tmp_path / "r4"))
+
+
+# --------------------------------------------------------------------------- fork, end to end
+
+
+def test_fork_two_arms_end_to_end(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo", {"calc.py": CALC_BUGGY, ".gitignore": "__pycache__/\n"})
+    store = tmp_path / "store"
+    fp = [sys.executable, "-m", "forkpoint.cli"]
+    with ModelServer(turns=3) as srv:
+        agent = [sys.executable, "-m", "forkpoint.demo.agent", "--base-url", srv.base_url, "--workdir", "."]
+        rec = subprocess.run(
+            [*fp, "record", "--store", str(store), "--workspace", str(repo), "--", *agent],
+            cwd=repo, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert rec.returncode == 0, rec.stderr
+        (parent_dir,) = session_dirs(store)
+        parent = Session.load(parent_dir)
+        resumable = [c for c in parent.by_type("checkpoint") if c["boundary"] == "resumable"]
+        assert len(resumable) == 4
+        cp = resumable[1]  # after the first tool call: one scratch file exists
+        scratch = [r[0] for r in manifest_rows(cp["workspace"])]
+        assert len(scratch) == 1 and scratch[0].endswith(".py")
+        original = tree_snapshot(repo)
+        arms = tmp_path / "arms"
+        fork = subprocess.run(
+            [*fp, "fork", f"{parent.id}@{cp['seq']}", "--arms", "2", "--into", str(arms), "--store", str(store),
+             "--", *agent],
+            cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+    assert fork.returncode == 0, fork.stdout + fork.stderr
+    assert fork.stderr.count("pass  source tree hash") == 2
+    assert fork.stderr.count("pass  referenced files exist") == 2
+    assert "FAIL" not in fork.stderr
+    assert "fork of" in fork.stdout and fork.stdout.count("valid") >= 2
+    assert sorted(p.name for p in arms.iterdir()) == ["arm-1", "arm-2"]
+    children = [Session.load(d) for d in session_dirs(store) if d != parent_dir]
+    assert len(children) == 2
+    for child in children:
+        assert child.header["parent"] == {"session_id": parent.id, "seq": cp["seq"]}
+        assert (child.end() or {}).get("exit_code") == 0
+    for arm in ("arm-1", "arm-2"):
+        d = arms / arm
+        assert (d / scratch[0]).exists()  # restored from the checkpoint
+        assert (d / "test_log.txt").exists()  # the live continuation ran the tests there
+        assert (d / META_DIR / "checkpoint.json").exists()
+    assert tree_snapshot(repo) == original  # the arms ran in their own directories

@@ -1,0 +1,466 @@
+"""Hostile input: a session is data from anywhere. Every bad input gets a clear error naming the file
+and the place; nothing is written outside the target; nothing in a session is executed, imported or
+unpickled; a 100 MB value is recorded and loaded without memory blowing up; no check hangs."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+import forkpoint
+from forkpoint.canonical import digest
+from forkpoint.checkpoint import CheckpointError, restore
+from forkpoint.log import LOG_NAME, Session, SessionError, SessionWriter, verify
+from forkpoint.tools import RecordedToolError, install_import_hook, rebuild_exception
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _session(store: Path, events: list[dict[str, Any]]) -> Path:
+    w = SessionWriter.create(store, {"argv": ["agent.py"]}, fsync="never")
+    for e in events:
+        w.append(e)
+    w.close()
+    return w.path
+
+
+def _events() -> list[dict[str, Any]]:
+    big = "payload line\n" * 200  # a blob
+    return [
+        {"type": "note", "text": "one", "data": {"big": big}},
+        {"type": "tool_call", "tool": "t", "args": {"q": 1}, "result": {"r": big + "!"}},
+        {"type": "note", "text": "three", "data": {}},
+        {"type": "end", "exit_code": 0},
+    ]
+
+
+def _snapshot(root: Path) -> dict[str, tuple[int, bytes | str]]:
+    out: dict[str, tuple[int, bytes | str]] = {}
+    for p in sorted(root.rglob("*")):
+        st = p.lstat()
+        out[str(p.relative_to(root))] = (
+            st.st_mode,
+            os.readlink(p) if p.is_symlink() else (p.read_bytes() if p.is_file() else b""),
+        )
+    return out
+
+
+def _rewrite_line(path: Path, lineno: int, new: bytes) -> None:
+    log = path / LOG_NAME
+    lines = log.read_bytes().splitlines(keepends=True)
+    lines[lineno - 1] = new
+    log.write_bytes(b"".join(lines))
+
+
+# ----------------------------------------------------------------------------- malformed logs
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        b"not json at all\n",
+        b'{"seq": 2, "type": "note"\n',  # cut
+        b"[1, 2, 3]\n",
+        b'{"hello": "world"}\n',
+        b"\n",
+        b'{"seq": 2, "type": "note", "text": "\xff\xfe invalid utf-8", "hash": "x"}\n',
+        b"\x00\x01\x02\x03\n",
+    ],
+    ids=["text", "cut", "array", "not-event", "empty", "invalid-utf8", "binary"],
+)
+def test_malformed_line_is_named_by_load_and_verify(tmp_path: Path, garbage: bytes) -> None:
+    path = _session(tmp_path / "store", _events())
+    _rewrite_line(path, 3, garbage)
+    before = _snapshot(path)
+    with pytest.raises(SessionError) as exc:
+        Session.load(path)
+    assert f"{path / LOG_NAME}:3:" in str(exc.value)
+    v = verify(path)
+    assert not v.ok and f"{path / LOG_NAME}:3:" in v.problems[0], v.problems
+    assert _snapshot(path) == before  # reading never writes
+
+
+def test_invalid_utf8_in_the_header_and_unknown_version(tmp_path: Path) -> None:
+    path = _session(tmp_path / "store", _events())
+    log = path / LOG_NAME
+    lines = log.read_bytes().splitlines(keepends=True)
+    head = orjson.loads(lines[0])
+    for version, match in ((2, "version 2 is not supported"), ("1", "version '1' is not supported")):
+        head["version"] = version
+        head.pop("hash")
+        head["hash"] = digest(head)
+        log.write_bytes(orjson.dumps(head) + b"\n" + b"".join(lines[1:]))
+        with pytest.raises(SessionError, match=rf"{re.escape(str(log))}:1: session format {match}"):
+            Session.load(path)
+        with pytest.raises(SessionError, match="not supported"):
+            SessionWriter.open(path)
+        assert "not supported" in verify(path).problems[0]
+    log.write_bytes(lines[0].replace(b'"argv"', b'"\xffrgv"') + b"".join(lines[1:]))
+    with pytest.raises(SessionError, match=rf"{re.escape(str(log))}:1: header is not valid JSON"):
+        Session.load(path)
+    log.write_bytes(b"")
+    with pytest.raises(SessionError, match="empty session log"):
+        Session.load(path)
+    log.unlink()
+    log.mkdir()
+    with pytest.raises(SessionError, match="is a directory"):
+        Session.load(path)
+
+
+def test_missing_blob_and_blob_not_matching_its_hash(tmp_path: Path) -> None:
+    path = _session(tmp_path / "store", _events())
+    blobs = sorted(p for p in (path / "blobs").rglob("*") if p.is_file())
+    assert len(blobs) == 2
+    first = blobs[0]
+    data = first.read_bytes()
+    first.write_bytes(data[:-1] + b"?")
+    with pytest.raises(SessionError) as exc:
+        Session.load(path)
+    assert str(first) in str(exc.value) and "does not match its hash" in str(exc.value)
+    assert re.search(rf"referenced from {re.escape(str(path / LOG_NAME))}:\d+", str(exc.value))
+    v = verify(path)
+    assert not v.ok and str(first) in v.problems[0] and "referenced from" in v.problems[0]
+    first.unlink()
+    with pytest.raises(SessionError, match="is missing"):
+        Session.load(path)
+    assert "is missing" in verify(path).problems[0]
+
+
+def test_delta_pointing_nowhere_and_bad_reserved_values(tmp_path: Path) -> None:
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    call = {
+        "type": "model_call",
+        "request": {"method": "POST", "url": "http://h/v1/x", "headers": [], "body_kind": "json", "body": body},
+        "response": None,
+    }
+    path = _session(tmp_path / "store", [call, call])
+    log = path / LOG_NAME
+    lines = log.read_bytes().splitlines(keepends=True)
+    obj = orjson.loads(lines[2])
+    assert "$delta" in obj["request"]["body"]["messages"]
+    obj["request"]["body"]["messages"]["$delta"]["base"] = 7  # refers to a later, missing event
+    obj.pop("hash")
+    obj["hash"] = digest(obj)
+    log.write_bytes(lines[0] + lines[1] + orjson.dumps(obj) + b"\n")
+    with pytest.raises(SessionError, match=rf"{LOG_NAME}:3: request field 'messages' refers to event 7"):
+        Session.load(path)
+    v = verify(path)
+    assert not v.ok and f"{LOG_NAME}:3:" in v.problems[0] and "refers to event 7" in v.problems[0]
+    obj["request"]["body"] = {"$b64": "not base64!!"}
+    obj.pop("hash")
+    obj["hash"] = digest(obj)
+    log.write_bytes(lines[0] + lines[1] + orjson.dumps(obj) + b"\n")
+    with pytest.raises(SessionError, match=rf"{LOG_NAME}:3: cannot decode the event"):
+        Session.load(path)
+
+
+# ----------------------------------------------------------------------------- restore stays inside
+
+
+def _checkpoint_session(store: Path, rows: list[tuple[str, str, bytes]], source: Any = None) -> tuple[Path, int]:
+    w = SessionWriter.create(store, {"argv": ["agent.py"]}, fsync="never")
+    manifest = []
+    for rel, kind, data in rows:
+        manifest.append([rel, kind, 0o644 if kind == "file" else 0o777, len(data), w.blobs.put(data)])
+    seq = w.append(
+        {
+            "type": "checkpoint",
+            "boundary": "resumable",
+            "turn": 1,
+            "source": source,
+            "workspace": {"root": "/nowhere", "manifest": manifest, "fingerprint": digest(manifest)},
+            "context": None,
+            "context_digest": None,
+        }
+    )
+    w.append({"type": "end", "exit_code": 0})
+    w.close()
+    return w.path, seq
+
+
+@pytest.mark.parametrize(
+    ("rows", "message"),
+    [
+        ([("ok.txt", "file", b"1"), ("../escape.txt", "file", b"x")], "points outside the target"),
+        ([("/tmp/abs.txt", "file", b"x")], "points outside the target"),
+        ([("a/../../escape.txt", "file", b"x")], "points outside the target"),
+        ([("link", "symlink", b"../outside"), ("link/pwned.txt", "file", b"x")], "lies under 'link'"),
+        ([("link", "symlink", b"/"), ("link/etc/pwned", "file", b"x")], "lies under 'link'"),
+        ([(".git/hooks/post-checkout", "file", b"#!/bin/sh\necho pwned\n")], "not a normal workspace path"),
+    ],
+    ids=["dotdot", "absolute", "dotdot-inside", "through-symlink", "through-root-symlink", "git-hook"],
+)
+def test_restore_refuses_entries_that_leave_the_target(
+    tmp_path: Path, rows: list[tuple[str, str, bytes]], message: str
+) -> None:
+    path, seq = _checkpoint_session(tmp_path / "store", rows)
+    arena = tmp_path / "arena"
+    (arena / "outside").mkdir(parents=True)
+    before = _snapshot(tmp_path)
+    with pytest.raises(CheckpointError, match=message):
+        restore(Session.load(path), seq, arena / "into")
+    after = _snapshot(tmp_path)
+    assert after == before  # nothing written anywhere, not even the (removed) target directory
+    assert not Path("/tmp/abs.txt").exists()
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
+        cwd=repo,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+
+
+def test_restore_refuses_to_write_through_a_tracked_symlink_pointing_outside(tmp_path: Path) -> None:
+    """The repository itself holds ``out -> <outside>``; a manifest entry under ``out/`` must not be
+    written through it."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q", "-b", "main")
+    (repo / "out").symlink_to(outside)
+    _git(repo, "add", "out")
+    _git(repo, "commit", "-q", "-m", "a link")
+    with forkpoint.record(store=tmp_path / "rec", workspace=repo) as rec:
+        rec.checkpoint(reason="manual")
+    real = Session.load(rec.session_path).by_type("checkpoint")[0]
+    path, seq = _checkpoint_session(tmp_path / "store", [("out/pwned.txt", "file", b"x")], real["source"])
+    # the crafted session names the real repository's objects: copy them over
+    src_objects = rec.session_path / "git-objects"
+    if src_objects.is_dir():
+        import shutil
+
+        shutil.copytree(src_objects, path / "git-objects")
+    with pytest.raises(CheckpointError, match="through a symlink outside the target"):
+        restore(Session.load(path), seq, tmp_path / "into")
+    assert list(outside.iterdir()) == []
+
+
+# ----------------------------------------------------------------------------- nothing is executed
+
+
+EVIL = """
+from pathlib import Path
+Path({marker!r}).write_text("imported!")
+class Boom(Exception):
+    pass
+def fn():
+    pass
+"""
+
+
+def test_a_session_naming_modules_imports_none_of_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    marker = tmp_path / "marker"
+    (tmp_path / "evil_forkpoint_mod.py").write_text(EVIL.format(marker=str(marker)))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sys.modules.pop("evil_forkpoint_mod", None)
+    error = {"type": "Boom", "module": "evil_forkpoint_mod", "message": "recorded"}
+    exc = rebuild_exception(error)
+    assert isinstance(exc, RecordedToolError) and exc.module == "evil_forkpoint_mod"
+    exc = rebuild_exception({"type": "os.system", "module": "builtins", "message": "x"})
+    assert isinstance(exc, RecordedToolError)
+    install_import_hook(["evil_forkpoint_mod:fn"])  # a session header's --tool target
+
+    @forkpoint.tool(name="evil")
+    def evil(path: str) -> str:
+        raise AssertionError("a replayed tool body never runs")
+
+    store = tmp_path / "store"
+    path = _session(
+        store,
+        [
+            {
+                "type": "tool_call",
+                "tool": "evil",
+                "args": {"path": {"$type": "evil_forkpoint_mod.Boom"}},
+                "error": error,
+            },
+            {
+                "type": "model_call",
+                "request": {"method": "GET", "url": "http://127.0.0.1:9/x", "headers": [], "body_kind": "empty", "body": None},
+                "response": None,
+                "error": {"type": "Boom", "module": "evil_forkpoint_mod", "message": "no"},
+            },
+            {"type": "end", "exit_code": 0},
+        ],
+    )
+    with forkpoint.replay(path, tools="replay") as rp:
+        with pytest.raises(RecordedToolError, match="evil_forkpoint_mod.Boom: recorded"):
+            evil({"$type": "evil_forkpoint_mod.Boom"})  # type: ignore[arg-type]
+        with pytest.raises(Exception) as model_exc, httpx.Client() as client:
+            client.get("http://127.0.0.1:9/x")
+    assert "evil_forkpoint_mod" not in type(model_exc.value).__module__
+    assert rp.report()["matched"] == 2
+    assert not marker.exists() and "evil_forkpoint_mod" not in sys.modules
+
+
+def test_forkpoint_never_unpickles_or_evals() -> None:
+    """Static guard: no deserializer that runs code anywhere in the package."""
+    root = Path(forkpoint.__file__).parent
+    bad = re.compile(
+        r"\b(?:pickle|marshal|shelve|dill|cloudpickle)\b|(?<![.\w])(?:eval|exec)\(|yaml\.unsafe_load"
+        r"|yaml\.load\((?!.*Loader=)|Loader=yaml\.(?:Full|Unsafe)?Loader\b"
+    )
+    hits = [
+        f"{p.relative_to(root)}:{i}: {line.strip()}"
+        for p in root.rglob("*.py")
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if bad.search(line) and not line.lstrip().startswith("#")
+    ]
+    assert hits == []
+
+
+# ----------------------------------------------------------------------------- invalid UTF-8 bodies
+
+
+def test_invalid_utf8_response_bodies_and_chunks_round_trip(server: Any, tmp_path: Path) -> None:
+    with forkpoint.record(store=tmp_path / "store") as rec, httpx.Client(base_url=server.url) as client:
+        body = client.get("/b", params={"kind": "binary", "size": 600}).content
+        small = client.get("/b", params={"kind": "binary", "size": 40}).content
+        with client.stream("POST", "/s", params={"kind": "sse", "n": 3}) as r:
+            streamed = b"".join(r.iter_raw())
+    s = Session.load(rec.session_path)
+    calls = s.by_type("model_call")
+    assert calls[0]["response"]["body_kind"] == "bytes" and calls[0]["response"]["body"] == body
+    assert calls[1]["response"]["body"] == small
+    assert b"".join(c if isinstance(c, bytes) else c.encode() for _, c in calls[2]["response"]["chunks"]) == streamed
+    assert verify(rec.session_path).ok
+    # a non-UTF-8 chunk of a stream is kept as bytes, exactly
+    w = SessionWriter.open(rec.session_path, fsync="never")
+    w.append(
+        {
+            "type": "model_call",
+            "request": {"method": "GET", "url": "http://h/x", "headers": [], "body_kind": "empty", "body": None},
+            "response": {
+                "status": 200,
+                "headers": [["content-type", "text/event-stream"]],
+                "body_kind": "stream",
+                "chunks": [[1.0, "data: é"], [2.0, b"\xc3"], [3.0, b"\xa9\xff\xfe data: x\n\n"]],
+                "ended": "complete",
+            },
+        }
+    )
+    w.close()
+    last = Session.load(rec.session_path).by_type("model_call")[-1]["response"]["chunks"]
+    assert last == [[1.0, "data: é"], [2.0, b"\xc3"], [3.0, b"\xa9\xff\xfe data: x\n\n"]]
+
+
+def test_strings_json_cannot_hold_survive_the_log(tmp_path: Path) -> None:
+    """Lone surrogates (file names decoded with surrogateescape) and integers beyond 64 bits."""
+    data = {"name": "caf\udce9.txt", "big": 2**80, "neg": -(2**70), "nested": ["\ud800", {"k": 2**65}]}
+    path = _session(tmp_path / "store", [{"type": "note", "text": "odd \udcff", "data": data}])
+    note = Session.load(path).events[0]
+    assert note["data"] == data and note["text"] == "odd \udcff"
+    assert verify(path).ok
+
+
+# ----------------------------------------------------------------------------- 100 MB
+
+
+_BIG = """
+import resource, sys, time
+from pathlib import Path
+import forkpoint
+def rss():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+line = "2026-11-29 18:19:03 INFO worker-7 processed request 12345 in 3.2 ms (status ok)\\n"
+if sys.argv[1] == "record":
+    @forkpoint.tool
+    def dump() -> str:
+        return line * (100_000_000 // len(line))
+    base = rss()
+    t = time.perf_counter()
+    with forkpoint.record(store=Path(sys.argv[2])) as rec:
+        n = len(dump())
+    print(rss() - base, n, time.perf_counter() - t, rec.session_path)
+else:
+    from forkpoint.log import Session
+    base = rss()
+    t = time.perf_counter()
+    s = Session.load(Path(sys.argv[2]))
+    n = len(s.by_type("tool_call")[0]["result"])
+    print(rss() - base, n, time.perf_counter() - t, "-")
+"""
+
+MB = 1 << 20
+
+
+def test_a_100mb_tool_result_is_recorded_and_loaded_in_a_few_times_its_size(tmp_path: Path) -> None:
+    env = dict(os.environ, FORKPOINT_FSYNC="never")
+    out = subprocess.run(
+        [sys.executable, "-c", _BIG, "record", str(tmp_path / "store")], capture_output=True, text=True, env=env
+    )
+    assert out.returncode == 0, out.stderr
+    grew, n, seconds, session = out.stdout.split()
+    assert int(n) >= 99_000_000
+    # the result itself is 100 MB (a str, plus its JSON and UTF-8 forms while they are written)
+    assert int(grew) < 6 * 100 * MB, f"recording grew the process by {int(grew) // MB} MB"
+    path = Path(session)
+    assert (path / LOG_NAME).stat().st_size < 100_000  # the string is a blob, not a line
+    out = subprocess.run([sys.executable, "-c", _BIG, "load", session], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr
+    grew, n, seconds, _ = out.stdout.split()
+    assert int(n) >= 99_000_000 and int(grew) < 4 * 100 * MB, f"loading grew the process by {int(grew) // MB} MB"
+
+    # verification streams the blob; a damaged one is named quickly, never hangs
+    t = time.perf_counter()
+    assert verify(path).ok
+    blob = max((p for p in (path / "blobs").rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+    with open(blob, "r+b") as f:
+        f.seek(50 * MB)
+        f.write(b"#")
+    v = verify(path)
+    assert not v.ok and str(blob) in v.problems[0]
+    with pytest.raises(SessionError, match="does not match its hash"):
+        Session.load(path)
+    assert time.perf_counter() - t < 30
+
+
+def test_a_huge_line_in_a_hostile_log_gets_a_clear_error(tmp_path: Path) -> None:
+    path = _session(tmp_path / "store", _events())
+    log = path / LOG_NAME
+    lines = log.read_bytes().splitlines(keepends=True)
+    lines.insert(2, b'{"seq": 2, "type": "note", "text": "' + b"A" * (20 * MB) + b"\n")  # never closed
+    log.write_bytes(b"".join(lines))
+    t = time.perf_counter()
+    with pytest.raises(SessionError, match=rf"{LOG_NAME}:3: malformed event line"):
+        Session.load(path)
+    v = verify(path)
+    assert not v.ok and f"{LOG_NAME}:3:" in v.problems[0]
+    assert time.perf_counter() - t < 10
+
+
+def test_config_file_that_is_not_toml_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from forkpoint.config import ConfigError, load_rules
+
+    monkeypatch.delenv("FORKPOINT_CONFIG", raising=False)
+    (tmp_path / "forkpoint.toml").write_bytes(b"[redact\n\xff")
+    with pytest.raises(ConfigError, match=re.escape(str(tmp_path / "forkpoint.toml"))):
+        load_rules(tmp_path)
+    (tmp_path / "forkpoint.toml").write_text(
+        textwrap.dedent(
+            """
+            [redact]
+            patterns = [{ kind = "Bad Kind", regex = "x" }]
+            """
+        )
+    )
+    with pytest.raises(ConfigError, match="lower-case"):
+        load_rules(tmp_path)
+    (tmp_path / "forkpoint.toml").write_text('[redact]\npatterns = ["a*"]\n')
+    with pytest.raises(ConfigError, match="matches the empty string"):
+        load_rules(tmp_path)

@@ -1,0 +1,337 @@
+"""``forkpoint show SESSION --html FILE``: the self-contained session viewer, checked in a real
+headless Chromium (Debian's ``/usr/bin/chromium``, driven by Playwright).
+
+The demo agent is recorded in-process against the local model server with a workspace (so the
+session has checkpoints) and a note whose text tries to break out of the embedded JSON; then a
+what-if run overrides the run_tests result and continues live, which gives a child session with
+replayed, overridden and live events and a divergence from its parent.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+import forkpoint
+from forkpoint.cli import main
+from forkpoint.demo.agent import TASK, run_agent
+from forkpoint.demo.server import ModelServer
+from forkpoint.html import render, stream_frames, view_model, write_html
+from forkpoint.log import Session
+from forkpoint.providers import recorded_response, response_text
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+]
+NASTY = "</script><script>window.__pwned = 1</script><!-- & \u2028 '\" </SCRIPT"
+FAILING = 'tool:run_tests.result={"passed":0,"failed":2,"output":"FAIL"}'
+
+
+@dataclass
+class Pages:
+    store: Path
+    session: Session
+    child: Session
+    session_html: Path
+    child_html: Path
+
+
+@pytest.fixture(scope="module")
+def pages(tmp_path_factory: pytest.TempPathFactory) -> Pages:
+    base = tmp_path_factory.mktemp("html")
+    store, work = base / "store", base / "work"
+    with ModelServer(turns=2, seed=3) as srv:
+        with forkpoint.record(store=store, workspace=work) as rec:
+            forkpoint.note(NASTY, data={"why": NASTY})
+            run_agent(srv.base_url, work, echo=None)
+        session = Session.load(rec.session_path)
+        with forkpoint.replay(session, overrides=[FAILING], on_divergence="live") as rp:
+            run_agent(srv.base_url, work, echo=None)
+    child = Session.load(rp.report()["child_session"])
+    session_html = base / "session.html"
+    result = CliRunner().invoke(
+        main, ["show", session.id, "--store", str(store), "--html", str(session_html)]
+    )
+    assert result.exit_code == 0, result.output
+    child_html = write_html(child, base / "child.html")
+    return Pages(store, session, child, session_html, child_html)
+
+
+# --------------------------------------------------------------------------- without a browser
+
+
+def test_page_is_one_self_contained_file(pages: Pages) -> None:
+    page = pages.session_html.read_text()
+    assert oct(pages.session_html.stat().st_mode & 0o777) == "0o600"
+    # No external resource of any kind; the CSP forbids every fetch.
+    assert not re.search(r"<(script|link|img|iframe)[^>]*\s(src|href)=\"(?!data:)", page)
+    assert "default-src 'none'" in page
+    assert page.count("<script") == 2  # the data, and the viewer
+    # The embedded JSON cannot close its element, and decodes to the view model exactly.
+    m = re.search(r'<script type="application/json" id="forkpoint-data">(.*?)</script>', page, re.S)
+    assert m is not None
+    embedded = m.group(1)
+    assert "<" not in embedded and ">" not in embedded and "\u2028" not in embedded
+    assert json.loads(embedded) == json.loads(json.dumps(view_model(pages.session)))
+    assert NASTY in json.loads(embedded)["events"][0]["text"]
+
+
+def test_stream_frames_add_up_to_the_response(pages: Pages) -> None:
+    for e in pages.session.by_type("model_call"):
+        frames, exact = stream_frames(e)
+        text = response_text(e["request"]["url"], recorded_response(e))
+        if text:
+            assert exact and len(frames) > 1
+            assert "".join(t for _, t in frames) == text
+            offsets = [ms for ms, _ in frames]
+            assert offsets == sorted(offsets)
+        else:
+            assert frames == []  # a tool-call-only answer has no text to play
+
+
+def test_stream_frames_of_an_anthropic_stream() -> None:
+    def sse(kind: str, obj: dict[str, Any]) -> str:
+        return f"event: {kind}\ndata: {json.dumps({'type': kind, **obj})}\n\n"
+
+    stream = [
+        sse("message_start", {"message": {"id": "msg_1", "model": "claude", "usage": {"input_tokens": 3}}}),
+        sse("content_block_start", {"index": 0, "content_block": {"type": "text", "text": ""}}),
+        sse("content_block_delta", {"index": 0, "delta": {"type": "text_delta", "text": "Hel"}}),
+        # one event split across two chunks
+        sse("content_block_delta", {"index": 0, "delta": {"type": "text_delta", "text": "lo!"}})[:30],
+        sse("content_block_delta", {"index": 0, "delta": {"type": "text_delta", "text": "lo!"}})[30:],
+        sse("message_delta", {"delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 2}}),
+        sse("message_stop", {}),
+    ]
+    event = {
+        "request": {"url": "https://api.anthropic.com/v1/messages"},
+        "summary": {"api": "messages"},
+        "response": {
+            "status": 200,
+            "body_kind": "stream",
+            "chunks": [[10.0 * (i + 1), c] for i, c in enumerate(stream)],
+        },
+    }
+    frames, exact = stream_frames(event)
+    assert exact
+    assert frames == [[30.0, "Hel"], [50.0, "lo!"]]
+
+
+# --------------------------------------------------------------------------- in headless Chromium
+
+
+@dataclass
+class Browser:
+    page: Any
+    console: list[tuple[str, str]] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    requests: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    dialogs: list[str] = field(default_factory=list)
+
+    def open(self, path: Path) -> Any:
+        self.page.goto(path.resolve().as_uri())
+        self.page.wait_for_selector("html[data-ready]", timeout=10_000)
+        return self.page
+
+    def assert_clean(self, path: Path) -> None:
+        assert self.errors == [], self.errors
+        assert [c for c in self.console if c[0] in ("error", "warning")] == []
+        assert self.failed == [], self.failed
+        assert self.requests == [path.resolve().as_uri()]  # the page itself, nothing else
+        assert self.dialogs == []
+
+
+@pytest.fixture(scope="module")
+def chromium() -> Iterator[Any]:
+    if not os.path.exists(CHROMIUM):
+        pytest.skip(f"{CHROMIUM} is absent: install Debian's chromium (apt-get install -y chromium)")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="needs the playwright Python package")
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+@pytest.fixture
+def browser(chromium: Any) -> Iterator[Browser]:
+    context = chromium.new_context(viewport={"width": 1280, "height": 900}, java_script_enabled=True)
+    page = context.new_page()
+    b = Browser(page)
+    page.on("console", lambda m: b.console.append((m.type, m.text)))
+    page.on("pageerror", lambda e: b.errors.append(str(e)))
+    page.on("request", lambda r: b.requests.append(r.url))
+    page.on("requestfailed", lambda r: b.failed.append(r.url))
+
+    def dialog(d: Any) -> None:
+        b.dialogs.append(d.message)
+        d.dismiss()
+
+    page.on("dialog", dialog)
+    try:
+        yield b
+    finally:
+        context.close()
+
+
+def test_every_event_is_shown_and_nothing_is_fetched(pages: Pages, browser: Browser) -> None:
+    page = browser.open(pages.session_html)
+    events = pages.session.events
+    assert page.locator("details.event").count() == len(events)
+    for kind in ("model_call", "tool_call", "checkpoint", "note", "end"):
+        assert page.locator(f"details.event.{kind}").count() == len(pages.session.by_type(kind)), kind
+    seqs = page.eval_on_selector_all("details.event", "els => els.map(e => Number(e.dataset.seq))")
+    assert sorted(seqs) == [e["seq"] for e in events]
+    # The note that tried to close the JSON element is shown as text; no script of it ran.
+    assert page.locator("details.event.note .title").inner_text() == " ".join(NASTY.split())
+    assert page.evaluate("window.__pwned") is None
+    # Expand everything: every body renders without an error.
+    page.click("#expand-all")
+    assert page.locator("details.event[open] > .body").count() == len(events)
+    # The first model call lists its request messages.
+    first = page.locator("details.event.model_call").first
+    assert TASK in first.locator(".msgs").inner_text()
+    browser.assert_clean(pages.session_html)
+
+
+def test_expanding_a_tool_call_shows_its_arguments(pages: Pages, browser: Browser) -> None:
+    page = browser.open(pages.session_html)
+    write = pages.session.by_type("tool_call")[0]
+    card = page.locator(f"#ev-{write['seq']}")
+    assert card.locator(".args").count() == 0  # bodies are built when opened
+    card.locator("summary").click()
+    args = card.locator(".args")
+    args.wait_for()
+    assert args.is_visible()
+    text = args.inner_text()
+    assert write["args"]["path"] in text
+    assert write["args"]["content"].splitlines()[0] in text
+    assert str(write["result"]["bytes"]) in card.locator(".result").inner_text()
+    browser.assert_clean(pages.session_html)
+
+
+def test_stream_player_renders_the_response_at_recorded_speed(pages: Pages, browser: Browser) -> None:
+    page = browser.open(pages.session_html)
+    last = pages.session.by_type("model_call")[-1]
+    text = response_text(last["request"]["url"], recorded_response(last))
+    frames, _ = stream_frames(last)
+    card = page.locator(f"#ev-{last['seq']}")
+    card.locator("summary").click()
+    player = card.locator(".player")
+    out = card.locator(".response-text")
+    # Watch the text grow.
+    page.evaluate(
+        """el => { window.__lengths = []; new MutationObserver(() => window.__lengths.push(el.textContent.length))
+                   .observe(el, {childList: true, characterData: true, subtree: true}); }""",
+        out.element_handle(),
+    )
+    # At high speed: the whole text, frame by frame.
+    player.locator("select.speed").select_option("100")
+    player.locator("button.play").click()
+    page.wait_for_selector(f"#ev-{last['seq']} .player[data-state=done]", timeout=10_000)
+    assert out.inner_text() == text
+    assert player.get_attribute("data-frames-played") == str(len(frames))
+    # At a quarter of the recorded speed it takes (at least) four times the recorded stream time,
+    # and the text appears in pieces.
+    page.evaluate("window.__lengths = []")
+    player.locator("select.speed").select_option("0.25")
+    started = page.evaluate("performance.now()")
+    player.locator("button.play").click()
+    page.wait_for_selector(f"#ev-{last['seq']} .player[data-state=done]", timeout=20_000)
+    elapsed = page.evaluate("performance.now()") - started
+    assert elapsed >= frames[-1][0] * 4 * 0.9
+    partial = {n for n in page.evaluate("window.__lengths") if 0 < n < len(text)}
+    assert len(partial) >= 2
+    assert out.inner_text() == text
+    browser.assert_clean(pages.session_html)
+
+
+def test_checkpoints_are_shown(pages: Pages, browser: Browser) -> None:
+    page = browser.open(pages.session_html)
+    cps = pages.session.by_type("checkpoint")
+    assert len(cps) == 3
+    assert page.locator("details.event.checkpoint").count() == 3
+    assert page.locator("details.event.checkpoint .badge.resumable").count() == 3
+    assert page.locator(".track .blk.checkpoint").count() == 3
+    last = cps[-1]
+    card = page.locator(f"#ev-{last['seq']}")
+    card.locator("summary").click()
+    table = card.locator("table.files")
+    table.wait_for()
+    for row in last["workspace"]["manifest"]:
+        assert row[0] in table.inner_text()
+    assert f"{pages.session.id}@{last['seq']}" in card.inner_text()  # how to restore it
+    browser.assert_clean(pages.session_html)
+
+
+def test_what_if_override_and_divergence_are_highlighted(
+    pages: Pages, browser: Browser, tmp_path: Path
+) -> None:
+    page = browser.open(pages.child_html)
+    child = pages.child
+    assert page.locator("details.event").count() == len(child.events)
+    (overridden,) = [e for e in child.events if e.get("source") == "override"]
+    (live,) = [e for e in child.events if e.get("source") == "live"]
+    # The overridden tool call stands out: its own class, badge and border colour.
+    assert page.eval_on_selector_all(
+        "details.event.src-override", "els => els.map(e => Number(e.dataset.seq))"
+    ) == [overridden["seq"]]
+    card = page.locator(f"#ev-{overridden['seq']}")
+    assert card.locator(".badge.override").inner_text() == "override"
+    normal = page.locator(f"#ev-{child.events[0]['seq']}")
+    style = "el => getComputedStyle(el).borderTopColor"
+    assert card.evaluate(style) != normal.evaluate(style)
+    card.locator("summary").click()
+    assert "tool:run_tests.result=" in card.locator(".callout.override").inner_text()
+    # Where the run left its parent: the live model call that followed.
+    assert page.eval_on_selector_all(
+        "details.event.diverged", "els => els.map(e => Number(e.dataset.seq))"
+    ) == [live["seq"]]
+    panel = page.locator("#divergence")
+    assert "Diverged" in panel.inner_text()
+    assert "messages[5].content" in panel.inner_text()
+    assert page.locator(f"#ev-{live['seq']} .badge.live").count() == 1
+    # Following the link opens the diverging call.
+    panel.locator("a").first.click()
+    assert page.locator(f"#ev-{live['seq']}[open]").count() == 1
+    page.screenshot(path=str(tmp_path / "viewer.png"), full_page=True)
+    assert (tmp_path / "viewer.png").stat().st_size > 10_000
+    browser.assert_clean(pages.child_html)
+
+
+def test_render_without_the_parent_in_the_store(pages: Pages, tmp_path: Path) -> None:
+    lone = tmp_path / "lone"
+    shutil.copytree(pages.child.path, lone / pages.child.id)
+    child = Session.load(lone / pages.child.id)
+    data = view_model(child)
+    assert data["parent"]["found"] is False and data["divergence"] is None
+    report = {
+        "divergence": {
+            "kind": "model_call",
+            "position": 3,
+            "reason": "no match",
+            "diff": [],
+            "expected": {"seq": 9},
+        }
+    }
+    data = view_model(child, report=report)
+    assert data["divergence"]["seq"] == child.by_type("model_call")[2]["seq"]
+    assert "<!doctype html>" in render(child, report=report)

@@ -1,0 +1,434 @@
+"""``forkpoint import``: VCR.py cassettes and agent trajectories, read in place from
+../shared/realdata (tests/realdata.py), become sessions that verify, show, diff — and, for
+cassettes, replay with the real openai and anthropic SDKs."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+import anthropic
+import openai
+import pytest
+import yaml
+from click.testing import CliRunner
+from rich.console import Console
+
+import forkpoint
+from forkpoint import Session
+from forkpoint.cli import main
+from forkpoint.diff import diff_sessions
+from forkpoint.interop import ImportFormatError, detect_format, import_file, load_document
+from forkpoint.log import verify
+from forkpoint.show import render
+from tests.realdata import CASSETTES, TRAJECTORIES
+
+needs_cassettes = pytest.mark.skipif(
+    not CASSETTES.is_dir(), reason=f"real cassettes not found at {CASSETTES} (../shared/realdata is absent)"
+)
+needs_trajectories = pytest.mark.skipif(
+    not TRAJECTORIES.is_dir(),
+    reason=f"real trajectories not found at {TRAJECTORIES} (../shared/realdata is absent)",
+)
+
+# What each real file holds, counted by reading it (see the report / docs/import.md):
+# (folder, file, format, model calls, tool calls)
+REAL_FILES = [
+    (CASSETTES, "crewai__anthropic_stream_tool_call.yaml", "vcr", 2, 0),  # 2 interactions
+    (CASSETTES, "crewai__anthropic_tool_call.yaml", "vcr", 2, 0),
+    (CASSETTES, "crewai__openai_stream_tool_call.yaml", "vcr", 1, 0),
+    (CASSETTES, "pydantic-ai__anthropic_tool_call.yaml", "vcr", 2, 0),
+    (CASSETTES, "pydantic-ai__openai_chat_stream_tool_call.yaml", "vcr", 2, 0),
+    (CASSETTES, "pydantic-ai__openai_responses_stream.yaml", "vcr", 2, 0),
+    # 5 trajectory steps (info.model_stats.api_calls = 5), each one action with its observation.
+    (TRAJECTORIES, "swe-agent__sweagenttestrepo-1c2844.traj", "swe-agent", 5, 5),
+    # 41 assistant messages (api_calls = 41), one bash action each: 40 answered by a tool message,
+    # the last one by the `exit` message (the submission).
+    (TRAJECTORIES, "mini-swe-agent__sqlfluff-2419.traj.json", "mini-swe-agent", 41, 41),
+    # events 0 (user message), 3 (edit action), 4 (its observation), 5 (finish action): two distinct
+    # model responses, two tool calls (str_replace_editor, finish).
+    (TRAJECTORIES, "openhands__basic.json", "openhands", 2, 2),
+]
+
+
+def _cases() -> Iterator[Any]:
+    for folder, name, fmt, n_models, n_tools in REAL_FILES:
+        mark = needs_cassettes if folder == CASSETTES else needs_trajectories
+        yield pytest.param(folder / name, fmt, n_models, n_tools, id=name, marks=mark)
+
+
+@pytest.mark.parametrize(("path", "fmt", "n_models", "n_tools"), list(_cases()))
+def test_real_file_imports_verifies_shows_and_diffs_equal(
+    path: Path, fmt: str, n_models: int, n_tools: int, tmp_path: Path
+) -> None:
+    a = Session.load(import_file(path, store=tmp_path))
+    assert len(a.by_type("model_call")) == n_models
+    assert len(a.by_type("tool_call")) == n_tools
+    origin = a.header["imported_from"]
+    assert origin["format"] == fmt
+    assert origin["path"] == str(path.resolve())
+    assert origin["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert origin["missing"], "every format lacks something; the importer must say what"
+    note = a.events[0]
+    assert note["type"] == "note" and note["data"]["missing"] == origin["missing"]
+    assert a.events[-1]["type"] == "end"
+    v = verify(a.path)
+    assert v.ok and v.problems == [] and v.events == len(a.events)
+    for call in a.by_type("model_call"):
+        assert call["summary"]["model"]
+        assert call["response"]["status"] == 200
+    out = io.StringIO()
+    render(a, Console(file=out, width=200, highlight=False))
+    text = out.getvalue()
+    assert f"turn {n_models:>2}" in text
+    b = Session.load(import_file(path, store=tmp_path))
+    assert a.id != b.id
+    result = diff_sessions(a, b)
+    assert result.equivalent and len(result.pairs) == n_models + n_tools
+
+
+@needs_trajectories
+def test_swe_agent_calls_rebuilt_from_the_trajectory(tmp_path: Path) -> None:
+    path = TRAJECTORIES / "swe-agent__sweagenttestrepo-1c2844.traj"
+    doc = json.loads(path.read_text())
+    s = Session.load(import_file(path, store=tmp_path))
+    models, tools = s.by_type("model_call"), s.by_type("tool_call")
+    assert [t["tool"] for t in tools] == ["find_file", "open", "edit", "bash", "submit"]
+    assert [t["args"]["action"] for t in tools] == [step["action"] for step in doc["trajectory"]]
+    assert [t["result"] for t in tools] == [step["observation"] for step in doc["trajectory"]]
+    assert tools[0]["duration_ms"] == pytest.approx(doc["trajectory"][0]["execution_time"] * 1000)
+    # Each request is the conversation before that response: system + issue, then 2 more per step.
+    assert [len(m["request"]["body"]["messages"]) for m in models] == [2, 4, 6, 8, 10]
+    assert models[0]["request"]["body"]["model"] == "gpt-4o"
+    assert models[0]["request"]["body"]["temperature"] == 1.0
+    assert models[0]["summary"]["tool_calls"][0]["name"] == "find_file"
+    assert models[4]["summary"]["tool_calls"] == []  # step 5 is not in `history`: said so
+    assert any("step(s) 5" in m for m in s.header["imported_from"]["missing"])
+    assert s.end()["reason"] == "submitted"
+
+
+@needs_trajectories
+def test_mini_swe_agent_calls_rebuilt_from_the_trajectory(tmp_path: Path) -> None:
+    path = TRAJECTORIES / "mini-swe-agent__sqlfluff-2419.traj.json"
+    doc = json.loads(path.read_text())
+    s = Session.load(import_file(path, store=tmp_path))
+    models, tools = s.by_type("model_call"), s.by_type("tool_call")
+    assert {t["tool"] for t in tools} == {"bash"}
+    first_action = doc["messages"][2]["extra"]["actions"][0]["command"]
+    assert tools[0]["args"] == {"command": first_action}
+    assert tools[0]["result"] == doc["messages"][3]["content"]
+    assert tools[-1]["result"] == doc["messages"][-1]["content"]  # the `exit` message: the submission
+    assert tools[-1]["args"]["command"].startswith("echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT")
+    assert len(models[0]["request"]["body"]["messages"]) == 2
+    assert len(models[-1]["request"]["body"]["messages"]) == 82
+    assert all("extra" not in m for m in models[-1]["request"]["body"]["messages"])
+    # The raw completion is in the file: its id, usage and finish reason come through.
+    assert models[0]["response"]["body"]["id"] == doc["messages"][2]["extra"]["response"]["id"]
+    assert models[0]["summary"]["usage"] == {"input_tokens": 1540, "output_tokens": 85}
+    assert models[0]["summary"]["model"] == "deepseek/deepseek-chat"
+    assert models[0]["ts"].startswith("2026-04-11T")
+    assert s.end()["reason"] == "Submitted"
+
+
+@needs_trajectories
+def test_openhands_calls_rebuilt_from_the_events(tmp_path: Path) -> None:
+    path = TRAJECTORIES / "openhands__basic.json"
+    s = Session.load(import_file(path, store=tmp_path))
+    models, tools = s.by_type("model_call"), s.by_type("tool_call")
+    assert [t["tool"] for t in tools] == ["str_replace_editor", "finish"]
+    assert tools[0]["args"]["path"] == "/workspace/game_2048.py"
+    assert tools[0]["result"].startswith("--- /workspace/game_2048.py")
+    assert tools[0]["duration_ms"] == pytest.approx(36.897, abs=0.01)  # events 3 → 4
+    assert tools[1]["result"] is None  # `finish` has no observation: said so
+    missing = s.header["imported_from"]["missing"]
+    assert any("no observation (finish)" in m for m in missing)
+    assert any("ids 1, 2" in m for m in missing)
+    roles = [[m["role"] for m in c["request"]["body"]["messages"]] for c in models]
+    assert roles == [["user"], ["user", "assistant", "tool"]]
+    assert [c["summary"]["usage"] for c in models] == [
+        {"input_tokens": 3486, "output_tokens": 1135},
+        {"input_tokens": 4646, "output_tokens": 177},
+    ]
+    assert s.end()["reason"] == "finish"
+
+
+@needs_trajectories
+def test_format_is_detected_from_content_not_name(tmp_path: Path) -> None:
+    disguised = tmp_path / "looks-like-a-cassette.yaml"
+    disguised.write_bytes((TRAJECTORIES / "openhands__basic.json").read_bytes())
+    s = Session.load(import_file(disguised, store=tmp_path / "store"))
+    assert s.header["imported_from"]["format"] == "openhands"
+
+
+@pytest.mark.parametrize(
+    ("content", "detail"),
+    [
+        (b'{"hello": "world"}', "not a format forkpoint can import"),
+        (b"just some text\n", "not a format forkpoint can import"),
+        (b"\x89PNG\r\n\x1a\n\x00\xff", "not a text file"),
+        (b"key: [unclosed\n", "neither JSON nor YAML"),
+    ],
+)
+def test_unknown_file_gets_a_clear_error(tmp_path: Path, content: bytes, detail: str) -> None:
+    path = tmp_path / "mystery.traj"
+    path.write_bytes(content)
+    with pytest.raises(ImportFormatError) as err:
+        import_file(path, store=tmp_path / "store")
+    message = str(err.value)
+    assert str(path) in message and detail in message
+    assert "VCR.py cassette" in message and "SWE-agent" in message and "OpenHands" in message
+    result = CliRunner().invoke(main, ["import", str(path), "--store", str(tmp_path / "store")])
+    assert result.exit_code == 1 and detail in result.output
+    assert not (tmp_path / "store").exists()  # nothing half-written
+
+
+@needs_trajectories
+def test_cli_import_then_show_verify_diff(tmp_path: Path) -> None:
+    store = str(tmp_path / "store")
+    runner = CliRunner()
+    path = TRAJECTORIES / "swe-agent__sweagenttestrepo-1c2844.traj"
+    first = runner.invoke(main, ["import", str(path), "--store", store, "--name", "swe run"])
+    assert first.exit_code == 0, first.output
+    assert "imported swe-agent file" in first.output and "(5 model calls, 5 tool calls)" in first.output
+    assert "not in the file: the tool definitions" in first.output
+    session = first.output.strip().splitlines()[-1]
+    assert Session.load(session).header["name"] == "swe run"
+    second = runner.invoke(main, ["import", str(path), "--store", store])
+    assert second.exit_code == 0
+    shown = runner.invoke(main, ["show", session, "--store", store])
+    assert shown.exit_code == 0 and "find_file" in shown.output and "submit" in shown.output
+    assert runner.invoke(main, ["verify", session, "--store", store]).exit_code == 0
+    other = second.output.strip().splitlines()[-1]
+    diffed = runner.invoke(main, ["diff", session, other, "--store", store])
+    assert diffed.exit_code == 0 and "equivalent" in diffed.output
+    with pytest.raises(ImportFormatError, match="is a SWE-agent trajectory .*, not an OpenHands event list"):
+        import_file(path, store=store, format="openhands")
+
+
+# --------------------------------------------------------------------------- VCR cassettes
+
+
+def _interactions(path: Path) -> list[dict[str, Any]]:
+    return yaml.safe_load(path.read_text())["interactions"]
+
+
+@needs_cassettes
+@pytest.mark.parametrize(
+    "name", [p.name for p in sorted(CASSETTES.glob("*.yaml"))] if CASSETTES.is_dir() else []
+)
+def test_cassette_becomes_stored_shapes(name: str, tmp_path: Path) -> None:
+    path = CASSETTES / name
+    s = Session.load(import_file(path, store=tmp_path))
+    for call, it in zip(s.by_type("model_call"), _interactions(path), strict=True):
+        rq, rs = it["request"], it["response"]
+        req, resp = call["request"], call["response"]
+        assert req["url"] == rq["uri"] and req["method"] == rq["method"]
+        assert req["body_kind"] == "json"
+        assert req["body"] == (rq["parsed_body"] if "parsed_body" in rq else json.loads(rq["body"]))
+        names = {k.lower() for k, _ in req["headers"]}
+        assert "content-type" in names
+        assert resp["status"] == rs["status"]["code"] and resp["reason"] == rs["status"]["message"]
+        resp_names = {k.lower() for k, _ in resp["headers"]}
+        assert not resp_names & {"transfer-encoding", "content-length", "connection"}
+        if resp["body_kind"] == "stream":
+            raw = rs["body"]["string"]
+            chunks = [c for _, c in resp["chunks"]]
+            assert "".join(chunks) == raw  # every byte, SSE framing included
+            assert len(chunks) == raw.count("\n\n") and all(c.endswith("\n\n") for c in chunks)
+            assert call["summary"]["stream"] is True
+        else:
+            body = rs["parsed_body"] if "parsed_body" in rs else json.loads(rs["body"]["string"])
+            assert resp["body_kind"] == "json" and resp["body"] == body
+        assert call["summary"]["model"] == req["body"]["model"]
+        assert call["summary"]["tool_calls"] is not None
+    if name.startswith("crewai"):  # stock VCR.py: the response Date header gives the time
+        assert s.by_type("model_call")[0]["ts"].endswith("Z")
+
+
+class CassetteServer:
+    """Answers the n-th request with the n-th recorded response of a cassette (SSE event by event)."""
+
+    def __init__(self, interactions: list[dict[str, Any]]) -> None:
+        outer = self
+        self.count = 0
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self) -> None:  # noqa: N802 - stdlib name
+                self.rfile.read(int(self.headers.get("content-length", 0)))
+                rs = interactions[outer.count % len(interactions)]["response"]
+                outer.count += 1
+                raw = (
+                    json.dumps(rs["parsed_body"]).encode()
+                    if "parsed_body" in rs
+                    else rs["body"]["string"].encode()
+                )
+                self.send_response(rs["status"]["code"], rs["status"]["message"])
+                skip = ("content-length", "transfer-encoding", "content-encoding", "connection")
+                for k, values in rs["headers"].items():
+                    for v in values:
+                        if k.lower() not in skip:
+                            self.send_header(k, v)
+                self.send_header("content-length", str(len(raw)))
+                self.end_headers()
+                if not raw.startswith((b"data:", b"event:")):
+                    self.wfile.write(raw)
+                    return
+                for piece in raw.split(b"\n\n"):  # one SSE event per write
+                    if piece:
+                        self.wfile.write(piece + b"\n\n")
+                        self.wfile.flush()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.httpd.serve_forever, args=(0.02,), daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def send_cassette_requests(url: str, interactions: list[dict[str, Any]]) -> list[Any]:
+    """Send each recorded request (body, query, semantic headers) through the real SDK; return what
+    the SDK made of each answer."""
+    out: list[Any] = []
+    for it in interactions:
+        rq = it["request"]
+        body = rq["parsed_body"] if "parsed_body" in rq else json.loads(rq["body"])
+        query = dict(parse_qsl(urlsplit(rq["uri"]).query)) or None
+        headers = {k.lower(): v[0] for k, v in rq["headers"].items()}
+        if "anthropic" in rq["uri"]:
+            version = (
+                {"anthropic-version": headers["anthropic-version"]} if "anthropic-version" in headers else {}
+            )
+            client: Any = anthropic.Anthropic(
+                base_url=url, api_key="sk-ant-test", max_retries=0, default_headers=version
+            )
+            create = client.messages.create
+        else:
+            client = openai.OpenAI(base_url=url + "/v1", api_key="sk-test", max_retries=0)
+            create = (
+                client.responses.create
+                if rq["uri"].endswith("/responses")
+                else client.chat.completions.create
+            )
+        result = create(**body, extra_query=query)
+        out.append(
+            [e.model_dump(mode="json") for e in result]
+            if body.get("stream")
+            else result.model_dump(mode="json")
+        )
+        client.close()
+    return out
+
+
+@needs_cassettes
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+@pytest.mark.parametrize(
+    "name", [p.name for p in sorted(CASSETTES.glob("*.yaml"))] if CASSETTES.is_dir() else []
+)
+def test_imported_cassette_replays_with_the_real_sdk(name: str, tmp_path: Path) -> None:
+    path = CASSETTES / name
+    interactions = _interactions(path)
+    server = CassetteServer(interactions)
+    try:
+        live = send_cassette_requests(server.url, interactions)  # the cassette's bytes, parsed live
+    finally:
+        server.stop()
+    session = import_file(path, store=tmp_path)
+    with forkpoint.replay(session) as rp:  # no server: only the imported session can answer
+        replayed = send_cassette_requests("http://127.0.0.1:9", interactions)
+    assert replayed == live
+    report = rp.report()
+    assert report["matched"] == report["recorded"] == len(interactions)
+    assert report["unused"] == [] and report["divergence"] is None and report["network_blocked"] == []
+
+
+@needs_cassettes
+def test_dropped_anthropic_version_is_filled_in_and_said(tmp_path: Path) -> None:
+    s = Session.load(import_file(CASSETTES / "pydantic-ai__anthropic_tool_call.yaml", store=tmp_path))
+    version = anthropic.Anthropic(api_key="x").default_headers["anthropic-version"]
+    for call in s.by_type("model_call"):
+        assert ["anthropic-version", version] in call["request"]["headers"]
+    adjusted = s.header["imported_from"]["adjusted"]
+    assert len(adjusted) == 2 and all("anthropic-version" in a for a in adjusted)
+    assert s.header["imported_from"]["dialect"] == "parsed_body"
+
+
+def test_stock_json_cassette_with_gzip_body_and_credentials(tmp_path: Path) -> None:
+    """A stock VCR.py cassette written with the JSON serializer: a gzip-compressed binary body is
+    stored decoded (header removed), credentials never reach the session."""
+    answer = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "model": "m",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 1},
+    }
+    secret = "sk-proj-" + "A" * 40
+    cassette = {
+        "version": 1,
+        "interactions": [
+            {
+                "request": {
+                    "method": "POST",
+                    "uri": "https://api.openai.com/v1/chat/completions",
+                    "headers": {"Authorization": [f"Bearer {secret}"], "Content-Type": ["application/json"]},
+                    "body": json.dumps(
+                        {"model": "m", "messages": [{"role": "user", "content": f"key {secret}"}]}
+                    ),
+                },
+                "response": {
+                    "status": {"code": 200, "message": "OK"},
+                    "headers": {"Content-Type": ["application/json"], "Content-Encoding": ["gzip"]},
+                    "body": {"string": "@GZIP@"},
+                },
+            }
+        ],
+    }
+    # JSON cannot hold bytes; write YAML with !!binary, the way VCR.py writes compressed bodies.
+    text = yaml.safe_dump(cassette).replace(
+        "'@GZIP@'", "!!binary |\n        " + _b64(gzip.compress(json.dumps(answer).encode()))
+    )
+    path = tmp_path / "cassette.yml"
+    path.write_text(text)
+    assert detect_format(load_document(path, path.read_bytes())) == "vcr"
+    s = Session.load(import_file(path, store=tmp_path / "store"))
+    (call,) = s.by_type("model_call")
+    assert call["response"]["body"] == answer
+    assert all(k.lower() != "content-encoding" for k, _ in call["response"]["headers"])
+    assert all(k.lower() != "authorization" for k, _ in call["request"]["headers"])
+    raw = b"".join(p.read_bytes() for p in s.path.rglob("*") if p.is_file())
+    assert secret.encode() not in raw
+    assert call["summary"]["usage"] == {"input_tokens": 3, "output_tokens": 1}
+    # JSON cassettes (VCR.py's json serializer) read the same way.
+    as_json = tmp_path / "cassette.json"
+    cassette["interactions"][0]["response"]["body"]["string"] = json.dumps(answer)
+    del cassette["interactions"][0]["response"]["headers"]["Content-Encoding"]
+    as_json.write_text(json.dumps(cassette))
+    (again,) = Session.load(import_file(as_json, store=tmp_path / "store")).by_type("model_call")
+    assert again["response"]["body"] == answer and again["key"] == call["key"]
+
+
+def _b64(data: bytes) -> str:
+    import base64
+
+    return base64.b64encode(data).decode()
+
+
+@pytest.fixture(autouse=True)
+def _store_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
+    monkeypatch.setenv("FORKPOINT_STORE", str(tmp_path / "default-store"))
+    yield

@@ -1,0 +1,396 @@
+"""``forkpoint export``: a recorded session as an OpenTelemetry trace (GenAI semantic conventions).
+
+The demo agent is recorded in-process against the local model server (with a workspace, so the
+session has checkpoints, and a note); the export goes through the SDK's OTLP/HTTP exporter to a
+tiny OTLP receiver started on 127.0.0.1 by the test, which decodes the protobuf request.
+
+Recorded shape (``ModelServer(turns=2)``): checkpoint, model call (-> write_file), write_file,
+checkpoint, model call (-> run_tests), run_tests, checkpoint, model call (text answer), end.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+pytest.importorskip("opentelemetry.sdk.trace", reason="needs the otel extra: pip install 'forkpoint[otel]'")
+pytest.importorskip(
+    "opentelemetry.exporter.otlp.proto.http", reason="needs opentelemetry-exporter-otlp-proto-http"
+)
+
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (  # noqa: E402
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue  # noqa: E402
+from opentelemetry.proto.trace.v1.trace_pb2 import Span  # noqa: E402
+
+import forkpoint  # noqa: E402
+from forkpoint.cli import main  # noqa: E402
+from forkpoint.demo.agent import SYSTEM_PROMPT, TASK, run_agent  # noqa: E402
+from forkpoint.demo.server import ModelServer  # noqa: E402
+from forkpoint.interop.otel import otlp_traces_url, plan, trace_id_for  # noqa: E402
+from forkpoint.log import Session  # noqa: E402
+from forkpoint.providers import recorded_response, response_text  # noqa: E402
+
+CONTENT_KEYS = {
+    "gen_ai.input.messages",
+    "gen_ai.output.messages",
+    "gen_ai.system_instructions",
+    "gen_ai.tool.call.arguments",
+    "gen_ai.tool.call.result",
+    "process.command_args",
+    "forkpoint.note.text",
+    "forkpoint.override",
+}
+NOTE = "exporting this session"
+FAILING = 'tool:run_tests.result={"passed":0,"failed":2,"output":"FAIL"}'
+
+
+# --------------------------------------------------------------------------- a local OTLP/HTTP receiver
+
+
+class _Receiver(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.requests: list[tuple[str, dict[str, str], bytes]] = []
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Receiver
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+        pass
+
+    def do_POST(self) -> None:  # noqa: N802 - stdlib name
+        body = self.rfile.read(int(self.headers.get("content-length") or 0))
+        if self.headers.get("content-encoding") == "gzip":
+            body = gzip.decompress(body)
+        self.server.requests.append((self.path, {k.lower(): v for k, v in self.headers.items()}, body))
+        if self.path != "/v1/traces":
+            self.send_response(404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        out = ExportTraceServiceResponse().SerializeToString()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.send_header("Content-Length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+
+
+@pytest.fixture
+def receiver() -> Iterator[_Receiver]:
+    srv = _Receiver()
+    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield srv
+    finally:
+        srv.shutdown()
+        srv.server_close()
+        thread.join(5)
+
+
+# --------------------------------------------------------------------------- recorded sessions
+
+
+@dataclass
+class Recorded:
+    store: Path
+    session: Session
+    child: Session  # a what-if run of it: run_tests overridden, the model then live
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> Recorded:
+    base = tmp_path_factory.mktemp("otel")
+    store, work = base / "store", base / "work"
+    with ModelServer(turns=2, seed=5) as srv:
+        with forkpoint.record(store=store, workspace=work) as rec:
+            forkpoint.note(NOTE, data={"k": 1})
+            run_agent(srv.base_url, work, echo=None)
+        session = Session.load(rec.session_path)
+        with forkpoint.replay(session, overrides=[FAILING], on_divergence="live") as rp:
+            run_agent(srv.base_url, work, echo=None)
+    child = Session.load(rp.report()["child_session"])
+    return Recorded(store, session, child)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def value(v: AnyValue) -> Any:
+    kind = v.WhichOneof("value")
+    if kind == "array_value":
+        return [value(x) for x in v.array_value.values]
+    return getattr(v, kind) if kind else None
+
+
+def attrs(obj: Any) -> dict[str, Any]:
+    return {a.key: value(a.value) for a in obj.attributes}
+
+
+def spans_of(receiver: _Receiver) -> tuple[list[Span], bytes]:
+    assert len(receiver.requests) == 1, [r[0] for r in receiver.requests]
+    path, headers, body = receiver.requests[0]
+    assert path == "/v1/traces"
+    assert headers["content-type"] == "application/x-protobuf"
+    req = ExportTraceServiceRequest.FromString(body)
+    spans = [s for rs in req.resource_spans for ss in rs.scope_spans for s in ss.spans]
+    return spans, body
+
+
+def ns(ts: str) -> int:
+    dt = datetime.fromisoformat(ts.replace("Z", "+00:00"))
+    return int(dt.timestamp()) * 1_000_000_000 + dt.microsecond * 1000
+
+
+def sid(hex16: str) -> bytes:
+    return bytes.fromhex(hex16)
+
+
+def export(store: Path, session: Session, *args: str) -> Any:
+    result = CliRunner().invoke(main, ["export", session.id, "--store", str(store), *args])
+    assert result.exit_code == 0, result.output
+    return result
+
+
+# --------------------------------------------------------------------------- tests
+
+
+def test_export_follows_genai_conventions(recorded: Recorded, receiver: _Receiver) -> None:
+    s = recorded.session
+    export(recorded.store, s, "--otlp", f"http://127.0.0.1:{receiver.server_port}")
+    spans, raw = spans_of(receiver)
+    models = s.by_type("model_call")
+    tools = s.by_type("tool_call")
+    assert len(spans) == 1 + len(models) + len(tools)
+
+    # One trace, its id derived from the session id.
+    trace_id = trace_id_for(s.id).to_bytes(16, "big")
+    assert {sp.trace_id for sp in spans} == {trace_id}
+    by_id = {sp.span_id: sp for sp in spans}
+    assert len(by_id) == len(spans)
+
+    (root,) = [sp for sp in spans if not sp.parent_span_id]
+    assert root.name == "invoke_agent" and root.kind == Span.SPAN_KIND_INTERNAL
+    assert root.span_id == sid(s.header["span_id"])
+    ra = attrs(root)
+    assert ra["gen_ai.operation.name"] == "invoke_agent"
+    assert ra["gen_ai.conversation.id"] == s.id
+    assert ra["gen_ai.provider.name"] == "openai"
+    assert ra["forkpoint.exit_code"] == 0
+
+    # Model calls: "chat demo-model", CLIENT, children of the root, gen_ai.* request/response/usage.
+    for e in models:
+        sp = by_id[sid(e["span_id"])]
+        a = attrs(sp)
+        summary = e["summary"]
+        assert sp.name == "chat demo-model"
+        assert sp.kind == Span.SPAN_KIND_CLIENT
+        assert sp.parent_span_id == root.span_id
+        assert a["gen_ai.operation.name"] == "chat"
+        assert a["gen_ai.provider.name"] == "openai"
+        assert a["gen_ai.request.model"] == "demo-model"
+        assert a["gen_ai.response.model"] == summary["response_model"] == "demo-model"
+        assert a["gen_ai.response.id"].startswith("chatcmpl-")
+        assert a["gen_ai.response.finish_reasons"] == [summary["stop_reason"]]
+        assert a["gen_ai.usage.input_tokens"] == summary["usage"]["input_tokens"]
+        assert a["gen_ai.usage.output_tokens"] == summary["usage"]["output_tokens"]
+        assert a["gen_ai.request.stream"] is True
+        assert a["gen_ai.response.time_to_first_chunk"] == pytest.approx(e["response"]["chunks"][0][0] / 1000)
+        assert a["server.address"] == "127.0.0.1" and isinstance(a["server.port"], int)
+        assert a["gen_ai.conversation.id"] == s.id
+        assert a["forkpoint.seq"] == e["seq"]
+        # Parameters the request did not set are not invented.
+        assert not {"gen_ai.request.temperature", "gen_ai.request.top_p", "gen_ai.request.seed"} & set(a)
+    assert [attrs(by_id[sid(e["span_id"])])["gen_ai.response.finish_reasons"] for e in models] == [
+        ["tool_calls"],
+        ["tool_calls"],
+        ["stop"],
+    ]
+
+    # Tool calls: "execute_tool NAME", nested under the model call whose tool_calls they answer.
+    for e, model in zip(tools, models, strict=False):
+        sp = by_id[sid(e["span_id"])]
+        a = attrs(sp)
+        (asked,) = model["summary"]["tool_calls"]
+        assert sp.name == f"execute_tool {e['tool']}"
+        assert sp.kind == Span.SPAN_KIND_INTERNAL
+        assert sp.parent_span_id == sid(model["span_id"])
+        assert a["gen_ai.operation.name"] == "execute_tool"
+        assert a["gen_ai.tool.name"] == e["tool"] == asked["name"]
+        assert a["gen_ai.tool.call.id"] == asked["id"]
+
+    # Timing: the recorded ts and duration_ms; every span inside the recorded window.
+    window = (ns(s.header["created"]), ns(s.end()["ts"]) + 1_000_000)
+    for e in [*models, *tools]:
+        sp = by_id[sid(e["span_id"])]
+        assert sp.start_time_unix_nano == ns(e["ts"])
+        assert abs((sp.end_time_unix_nano - sp.start_time_unix_nano) - e["duration_ms"] * 1e6) <= 1e6
+    for sp in spans:
+        assert window[0] <= sp.start_time_unix_nano <= sp.end_time_unix_nano <= window[1]
+        assert root.start_time_unix_nano <= sp.start_time_unix_nano
+        assert sp.end_time_unix_nano <= root.end_time_unix_nano
+
+    # Checkpoints and the note are events of the root span.
+    names = [ev.name for ev in root.events]
+    assert names.count("forkpoint.checkpoint") == len(s.by_type("checkpoint")) == 3
+    assert names.count("forkpoint.note") == 1
+    cp = next(ev for ev in root.events if ev.name == "forkpoint.checkpoint")
+    assert attrs(cp)["forkpoint.checkpoint.boundary"] == "resumable"
+
+    # No content by default: no content attribute, and no prompt, tool argument or note text anywhere.
+    for sp in spans:
+        assert not CONTENT_KEYS & set(attrs(sp)), sp.name
+        for ev in sp.events:
+            assert not CONTENT_KEYS & set(attrs(ev))
+    for secret in (TASK, SYSTEM_PROMPT[:40], NOTE, "Scratch test reproducing"):
+        assert secret.encode() not in raw
+
+
+def test_export_with_content(recorded: Recorded, receiver: _Receiver) -> None:
+    s = recorded.session
+    export(recorded.store, s, "--otlp", f"http://127.0.0.1:{receiver.server_port}/v1/traces", "--content")
+    spans, raw = spans_of(receiver)
+    by_id = {sp.span_id: sp for sp in spans}
+    models = s.by_type("model_call")
+    tools = s.by_type("tool_call")
+
+    first = attrs(by_id[sid(models[0]["span_id"])])
+    inp = json.loads(first["gen_ai.input.messages"])
+    assert [m["role"] for m in inp] == ["system", "user"]
+    assert inp[1]["parts"] == [{"type": "text", "content": TASK}]
+    out = json.loads(first["gen_ai.output.messages"])
+    (call,) = out[0]["parts"]
+    assert call["type"] == "tool_call" and call["name"] == "write_file"
+    assert call["arguments"] == tools[0]["args"]  # deserialized to an object, as the conventions ask
+    assert out[0]["finish_reason"] == "tool_calls"
+
+    second = json.loads(attrs(by_id[sid(models[1]["span_id"])])["gen_ai.input.messages"])
+    assert [m["role"] for m in second] == ["system", "user", "assistant", "tool"]
+    assert second[2]["parts"][0]["type"] == "tool_call"
+    response_part = second[3]["parts"][0]
+    assert response_part["type"] == "tool_call_response"
+    assert response_part["id"] == models[0]["summary"]["tool_calls"][0]["id"]
+
+    last = models[-1]
+    final = json.loads(attrs(by_id[sid(last["span_id"])])["gen_ai.output.messages"])
+    text = response_text(last["request"]["url"], recorded_response(last))
+    assert final == [
+        {"role": "assistant", "parts": [{"type": "text", "content": text}], "finish_reason": "stop"}
+    ]
+
+    for e in tools:
+        a = attrs(by_id[sid(e["span_id"])])
+        assert json.loads(a["gen_ai.tool.call.arguments"]) == e["args"]
+        assert json.loads(a["gen_ai.tool.call.result"]) == e["result"]
+    root = next(sp for sp in spans if not sp.parent_span_id)
+    assert "process.command_args" in attrs(root)
+    note = next(ev for ev in root.events if ev.name == "forkpoint.note")
+    assert attrs(note)["forkpoint.note.text"] == NOTE
+    assert TASK.encode() in raw
+
+
+def test_file_export_is_otlp_json_and_deterministic(recorded: Recorded, tmp_path: Path) -> None:
+    s = recorded.session
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    export(recorded.store, s, "--file", str(a))
+    export(recorded.store, s, "--file", str(b))
+    docs = [json.loads(p.read_text()) for p in (a, b)]
+    assert a.read_text().count("\n") == 1  # one ExportTraceServiceRequest per line
+
+    def ids(doc: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+        return [
+            (sp["traceId"], sp["spanId"], sp.get("parentSpanId", ""), sp["name"])
+            for rs in doc["resourceSpans"]
+            for ss in rs["scopeSpans"]
+            for sp in ss["spans"]
+        ]
+
+    assert ids(docs[0]) == ids(docs[1])
+    rows = ids(docs[0])
+    assert {r[0] for r in rows} == {format(trace_id_for(s.id), "032x")}
+    assert rows[0][1] == s.header["span_id"] and rows[0][3] == "invoke_agent"
+    spans = [sp for rs in docs[0]["resourceSpans"] for ss in rs["scopeSpans"] for sp in ss["spans"]]
+    assert {sp["kind"] for sp in spans} == {1, 3}  # SPAN_KIND_INTERNAL, SPAN_KIND_CLIENT
+    model = next(sp for sp in spans if sp["name"] == "chat demo-model")
+    keys = {kv["key"] for kv in model["attributes"]}
+    assert {"gen_ai.operation.name", "gen_ai.provider.name", "gen_ai.usage.input_tokens"} <= keys
+    assert docs[0]["resourceSpans"][0]["scopeSpans"][0]["scope"]["name"] == "forkpoint"
+
+
+def test_what_if_session_links_to_its_parent(recorded: Recorded, tmp_path: Path) -> None:
+    child = recorded.child
+    plans = plan(child)
+    root = plans[0]
+    assert root.attributes["forkpoint.parent.session_id"] == recorded.session.id
+    assert root.links == [(trace_id_for(recorded.session.id), int(recorded.session.header["span_id"], 16))]
+    sources = {p.name: p.attributes.get("forkpoint.source") for p in plans[1:]}
+    assert sources["execute_tool run_tests"] == "override"
+    assert [p.attributes.get("forkpoint.source") for p in plans[1:] if p.kind == "client"] == [
+        "replay",
+        "replay",
+        "live",
+    ]
+    assert "forkpoint.override" not in plans[4].attributes  # the override's value is content
+    with_content = plan(child, content=True)
+    assert with_content[4].attributes["forkpoint.override"] == FAILING
+    # And through the SDK to a file, with the link.
+    out = tmp_path / "child.json"
+    export(recorded.store, child, "--file", str(out))
+    doc = json.loads(out.read_text())
+    first = doc["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
+    assert first["links"][0]["traceId"] == format(trace_id_for(recorded.session.id), "032x")
+    assert first["links"][0]["spanId"] == recorded.session.header["span_id"]
+
+
+def test_unreachable_endpoint_fails_cleanly(recorded: Recorded) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    started = time.monotonic()
+    result = CliRunner().invoke(
+        main,
+        [
+            "export",
+            recorded.session.id,
+            "--store",
+            str(recorded.store),
+            "--otlp",
+            f"http://127.0.0.1:{port}",
+            "--timeout",
+            "1",
+        ],
+    )
+    assert result.exit_code == 1
+    assert "did not accept" in result.output
+    assert time.monotonic() - started < 15
+
+
+def test_export_needs_a_destination(recorded: Recorded) -> None:
+    result = CliRunner().invoke(main, ["export", recorded.session.id, "--store", str(recorded.store)])
+    assert result.exit_code == 2
+    assert "--otlp" in result.output
+
+
+def test_otlp_url() -> None:
+    assert otlp_traces_url("http://localhost:4318") == "http://localhost:4318/v1/traces"
+    assert otlp_traces_url("http://localhost:4318/") == "http://localhost:4318/v1/traces"
+    assert otlp_traces_url("https://otel.example/custom/path") == "https://otel.example/custom/path"

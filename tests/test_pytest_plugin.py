@@ -1,0 +1,417 @@
+"""The pytest plugin (forkpoint.pytest_plugin), driven through pytester: inner test files run
+in-process against the local demo model server (loopback only), first recording their cassettes,
+then replaying them with the server stopped."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import openai  # noqa: F401 - imported once here, so the in-process inner runs do not re-import it
+import pytest
+
+from forkpoint import Session
+from forkpoint.demo.server import ModelServer
+from forkpoint.pytest_plugin import Settings, cassette_parts, ci_is_set, loopback_hosts
+
+pytest_plugins = ["pytester"]
+
+INNER = """
+import os
+import socket
+
+import openai
+import pytest
+
+import forkpoint
+
+
+@forkpoint.tool
+def lookup(city: str) -> dict:
+    with open(os.environ["TOOL_LOG"], "a") as f:
+        f.write(city + "\\n")
+    return {"city": city, "temp_c": 21}
+
+
+def ask(prompt: str) -> str:
+    client = openai.OpenAI(base_url=os.environ["MODEL_URL"], api_key="sk-test", max_retries=0)
+    reply = client.chat.completions.create(
+        model="demo-model", messages=[{"role": "user", "content": prompt}]
+    )
+    return reply.choices[0].message.content
+
+
+@pytest.mark.forkpoint
+def test_agent():
+    answer = ask(os.environ.get("PROMPT", "What is the weather in Paris?"))
+    assert answer
+    assert lookup("Paris")["temp_c"] == 21
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_turns(forkpoint_session, n):
+    for i in range(int(os.environ.get("CALLS", n))):
+        ask(f"question {i}")
+    assert forkpoint_session.path.name == f"test_turns-{n}"
+"""
+
+NET = """
+import os
+import socket
+
+import pytest
+
+import forkpoint
+
+
+@pytest.mark.forkpoint
+def test_connects():
+    with socket.create_connection(("127.0.0.1", int(os.environ["LOCAL_PORT"])), timeout=5):
+        pass
+
+
+@pytest.mark.forkpoint(allow_hosts=["127.0.0.1"])
+def test_connects_allowed_by_marker():
+    with socket.create_connection(("127.0.0.1", int(os.environ["LOCAL_PORT"])), timeout=5):
+        pass
+
+
+@pytest.mark.forkpoint
+def test_swallows_the_error():
+    try:
+        socket.create_connection(("127.0.0.1", int(os.environ["LOCAL_PORT"])), timeout=5).close()
+    except ConnectionError:
+        pass
+"""
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The inner runs must not see the outer CI variable, and share one tool log."""
+    for var in ("CI", "PROMPT", "CALLS", "PYTEST_ADDOPTS"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    monkeypatch.setenv("TOOL_LOG", str(tmp_path / "tool.log"))
+
+
+@pytest.fixture
+def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[ModelServer]:
+    srv = ModelServer(seed=11, turns=0).start()
+    monkeypatch.setenv("MODEL_URL", srv.openai_base_url)
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    """An in-process inner pytest run with only this plugin (other installed plugins, such as
+    hypothesis, cost seconds per run); the entry point itself is tested separately."""
+    return pytester.runpytest("-p", "forkpoint.pytest_plugin", "-p", "no:cacheprovider", *args)
+
+
+def tool_runs(tmp_path: Path) -> int:
+    log = tmp_path / "tool.log"
+    return len(log.read_text().splitlines()) if log.exists() else 0
+
+
+def record_inner(pytester: pytest.Pytester, server: ModelServer) -> pytest.RunResult:
+    pytester.makepyfile(test_agent=INNER)
+    result = run(pytester)
+    result.assert_outcomes(passed=3)
+    return result
+
+
+def test_record_then_replay_offline(
+    pytester: pytest.Pytester, server: ModelServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = record_inner(pytester, server)  # mode once, no cassettes: recorded live
+    first.stdout.fnmatch_lines(["*cassettes in *: 0 replayed, 3 recorded, 0 updated*"])
+    root = pytester.path / "tests" / "cassettes" / "test_agent"
+    assert sorted(p.name for p in root.iterdir()) == ["test_agent", "test_turns-1", "test_turns-2"]
+    session = Session.load(root / "test_agent")
+    assert [e["type"] for e in session.events] == ["model_call", "tool_call", "end"]
+    assert session.header["name"] == "test_agent.py::test_agent"
+    assert len(Session.load(root / "test_turns-2").by_type("model_call")) == 2
+    assert tool_runs(tmp_path) == 1
+    requests_live = len(server.requests)
+
+    server.stop()  # from here on, only the cassettes can answer
+    second = run(pytester, "--forkpoint-mode=replay")
+    second.assert_outcomes(passed=3)
+    second.stdout.fnmatch_lines(["*cassettes in *: 3 replayed, 0 recorded, 0 updated*"])
+    assert tool_runs(tmp_path) == 1  # the tool's body did not run again
+    assert len(server.requests) == requests_live
+    # `once` replays existing cassettes as well.
+    run(pytester).assert_outcomes(passed=3)
+
+
+def test_changed_prompt_fails_with_the_divergence_report(
+    pytester: pytest.Pytester, server: ModelServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    record_inner(pytester, server)
+    server.stop()
+    monkeypatch.setenv("PROMPT", "What is the weather in Oslo?")
+    result = run(pytester, "--forkpoint-mode=replay", "test_agent.py::test_agent")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*forkpoint: the run diverged from its cassette tests/cassettes/test_agent/test_agent",
+            "replay diverged at the 1st model call of this run (POST /v1/chat/completions)*",
+            "Differences, recorded → actual:",
+            "*~ $.body.messages[[]0[]].content: What is the weather in Paris? → What is the weather in Oslo?",
+            "*re-record it: pytest --forkpoint-mode=record test_agent.py::test_agent",
+            "FAILED test_agent.py::test_agent - Failed: forkpoint: the run diverged*",
+        ]
+    )
+    # The failure is the divergence, not the SDK error it caused.
+    assert "APIConnectionError" not in result.stdout.str()
+
+
+def test_unused_recorded_calls_fail(
+    pytester: pytest.Pytester, server: ModelServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    record_inner(pytester, server)
+    server.stop()
+    monkeypatch.setenv("CALLS", "1")  # test_turns[2] was recorded with two model calls
+    result = run(pytester, "--forkpoint-mode=replay")
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*forkpoint: 1 recorded call(s) of cassette tests/cassettes/test_agent/test_turns-2 went unused*"
+            "seq 2 POST /v1/chat/completions (demo-model)",
+            "replay ok: 1/2 events matched, 1 recorded events left unused (seq 2)",
+            "FAILED test_agent.py::test_turns[[]2[]] - Failed: forkpoint: 1 recorded call(s)*",
+        ]
+    )
+
+
+def test_record_mode_rewrites_a_cassette_the_run_no_longer_matches(
+    pytester: pytest.Pytester, server: ModelServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    record_inner(pytester, server)
+    root = pytester.path / "tests" / "cassettes" / "test_agent"
+    before = {p.name: (p / "session.jsonl").read_bytes() for p in root.iterdir()}
+    monkeypatch.setenv("PROMPT", "And in Rome?")
+    result = run(pytester, "--forkpoint-mode=record")
+    result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines(["*cassettes in *: 2 replayed, 0 recorded, 1 updated*"])
+    after = {p.name: (p / "session.jsonl").read_bytes() for p in root.iterdir()}
+    assert sorted(after) == sorted(before)  # no child sessions or temporary folders left behind
+    assert after["test_turns-1"] == before["test_turns-1"]  # unchanged runs: cassette untouched
+    assert after["test_agent"] != before["test_agent"]
+    updated = Session.load(root / "test_agent")
+    assert updated.by_type("model_call")[0]["request"]["body"]["messages"][0]["content"] == "And in Rome?"
+    assert [e["type"] for e in updated.events] == ["model_call", "tool_call", "end"]
+    assert not any("source" in e for e in updated.events)
+    server.stop()
+    run(pytester, "--forkpoint-mode=replay").assert_outcomes(passed=3)
+
+
+def test_failed_recording_is_kept_aside_not_as_the_cassette(
+    pytester: pytest.Pytester, server: ModelServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytester.makepyfile(test_agent=INNER)
+    pytester.makepyfile(
+        test_fail="import os\nimport pytest\nfrom test_agent import ask\n\n"
+        "@pytest.mark.forkpoint\ndef test_answer():\n"
+        "    assert ask(os.environ.get('PROMPT', 'hi'))\n    assert os.environ.get('BREAK') != '1'\n"
+    )
+    run(pytester, "test_fail.py").assert_outcomes(passed=1)
+    cassette = pytester.path / "tests" / "cassettes" / "test_fail" / "test_answer"
+    before = (cassette / "session.jsonl").read_bytes()
+    monkeypatch.setenv("BREAK", "1")
+    monkeypatch.setenv("PROMPT", "something else")
+    result = run(pytester, "--forkpoint-mode=rewrite", "test_fail.py")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        ["*0 recorded, 0 updated, 1 recording(s) of failed tests kept as <test>.failed*"]
+    )
+    assert (cassette / "session.jsonl").read_bytes() == before  # a failing run never replaces it
+    failed = Session.load(cassette.with_name("test_answer.failed"))
+    assert failed.by_type("model_call")[0]["request"]["body"]["messages"][0]["content"] == "something else"
+    monkeypatch.delenv("BREAK")
+    run(pytester, "--forkpoint-mode=rewrite", "test_fail.py").assert_outcomes(passed=1)
+    assert not cassette.with_name("test_answer.failed").exists()  # stale once a recording passed
+    assert sorted(p.name for p in cassette.parent.iterdir()) == ["test_answer"]
+
+
+def test_skipped_test_leaves_no_recording(pytester: pytest.Pytester, server: ModelServer) -> None:
+    pytester.makepyfile(test_agent=INNER)
+    pytester.makepyfile(
+        test_skip="import pytest\nfrom test_agent import ask\n\n"
+        "@pytest.mark.forkpoint\ndef test_later():\n    ask('hi')\n    pytest.skip('not today')\n"
+    )
+    run(pytester, "test_skip.py").assert_outcomes(skipped=1)
+    folder = pytester.path / "tests" / "cassettes" / "test_skip"
+    assert not folder.exists() or list(folder.iterdir()) == []
+
+
+@pytest.fixture
+def listener() -> Iterator[int]:
+    """A loopback TCP port that accepts connections (and nothing else)."""
+    sock = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def serve() -> None:
+        sock.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                conn, _ = sock.accept()
+                conn.close()
+            except OSError:
+                continue
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    try:
+        yield sock.getsockname()[1]
+    finally:
+        stop.set()
+        t.join(2)
+        sock.close()
+
+
+def test_network_is_blocked_in_replay_except_allowed_loopback(
+    pytester: pytest.Pytester, listener: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LOCAL_PORT", str(listener))
+    pytester.makepyfile(test_net=NET)
+    run(pytester, "--forkpoint-mode=once").assert_outcomes(passed=3)
+
+    blocked = run(pytester, "--forkpoint-mode=replay")
+    blocked.assert_outcomes(passed=1, failed=2)
+    blocked.stdout.fnmatch_lines(
+        [
+            f"*forkpoint: the test tried to reach the network during the replay of *test_connects: "
+            f"127.0.0.1:{listener}. A replay never touches the network*--forkpoint-allow-host 127.0.0.1*",
+            f"*forkpoint: the test tried to reach the network during the replay of *test_swallows_the_error: "
+            f"127.0.0.1:{listener}*",
+            "FAILED test_net.py::test_connects - Failed: forkpoint: the test tried to reac*",
+        ]
+    )
+    blocked.stdout.no_fnmatch_line("FAILED *test_connects_allowed_by_marker*")
+
+    allowed = run(pytester, "--forkpoint-mode=replay", "--forkpoint-allow-host", "127.0.0.1")
+    allowed.assert_outcomes(passed=3)
+
+    bad = run(pytester, "--forkpoint-allow-host", "93.184.216.34")
+    assert bad.ret == pytest.ExitCode.USAGE_ERROR
+    bad.stderr.fnmatch_lines(["*'93.184.216.34' is not a loopback address*"])
+
+
+def test_ci_defaults_to_replay_and_never_records(
+    pytester: pytest.Pytester, server: ModelServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CI", "true")
+    pytester.makepyfile(test_agent=INNER)
+    result = run(pytester)
+    result.assert_outcomes(failed=3)
+    result.stdout.fnmatch_lines(
+        [
+            "*forkpoint: no cassette for this test at tests/cassettes/test_agent/test_agent, and mode replay "
+            "(the CI environment variable is set) never touches the network. Record it once*",
+            "*pytest --forkpoint-mode=once test_agent.py::test_agent",
+        ]
+    )
+    assert server.requests == []  # no test body ran, nothing reached the model
+    assert not (pytester.path / "tests" / "cassettes").exists()
+    # An explicit mode on the command line still wins over CI.
+    run(pytester, "--forkpoint-mode=once").assert_outcomes(passed=3)
+
+
+def test_ini_options_and_marker_name(pytester: pytest.Pytester, server: ModelServer) -> None:
+    pytester.makeini("[pytest]\nforkpoint_dir = recorded\nforkpoint_mode = once\n")
+    pytester.makepyfile(
+        test_named="import pytest\nfrom test_agent import ask\n\n"
+        "@pytest.mark.forkpoint('shared run')\ndef test_one():\n    ask('hi')\n"
+    )
+    pytester.makepyfile(test_agent=INNER)
+    run(pytester, "test_named.py").assert_outcomes(passed=1)
+    named = pytester.path / "recorded" / "test_named"
+    assert [p.name for p in named.iterdir()] == ["shared-run-" + _hash8("shared run")]
+    pytester.makeini("[pytest]\nforkpoint_mode = sometimes\n")
+    bad = run(pytester, "test_named.py")
+    assert bad.ret == pytest.ExitCode.USAGE_ERROR
+
+
+def _hash8(text: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(text.encode()).hexdigest()[:8]
+
+
+def test_cassette_names_are_stable_and_filesystem_safe(pytester: pytest.Pytester) -> None:
+    items = pytester.getitems(
+        """
+        import pytest
+
+        @pytest.mark.parametrize("x", ["a/b c", "plain", "ü:*?", "x" * 200])
+        def test_p(x):
+            pass
+
+        class TestGroup:
+            def test_m(self):
+                pass
+        """
+    )
+    names = [cassette_parts(i) for i in items]
+    assert len(set(names)) == len(items)
+    module = names[0][0]
+    assert module == "test_cassette_names_are_stable_and_filesystem_safe"
+    tests = [t for _, t in names]
+    assert tests[1] == "test_p-plain"
+    assert tests[-1] == "TestGroup.test_m"
+    for t in tests:
+        assert all(c.isalnum() or c in "_.-" for c in t) and len(t) <= 80 + len("test_p-")
+    assert tests[0].startswith("test_p-a-b-c-") and len(tests[0].rsplit("-", 1)[1]) == 8
+    assert [cassette_parts(i) for i in items] == names  # stable
+
+
+def test_plugin_is_registered_through_the_entry_point(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD")
+    config = pytester.parseconfig()
+    assert config.pluginmanager.get_plugin("forkpoint") is not None
+    result = pytester.runpytest("--help")
+    result.stdout.fnmatch_lines(
+        ["*--forkpoint-mode=*", "*--forkpoint-dir=DIR*", "*--forkpoint-allow-host=HOST*"]
+    )
+    result = pytester.runpytest("--markers")
+    result.stdout.fnmatch_lines(["@pytest.mark.forkpoint(name=None, *"])
+
+
+def test_mode_precedence_and_helpers() -> None:
+    s = Settings(cli_mode=None, ini_mode="rewrite", ci=False, directory=Path("."), allow_hosts=frozenset())
+    assert s.mode_for(None) == ("rewrite", "the forkpoint_mode ini option")
+    assert s.mode_for("record")[0] == "record"
+    s.ci = True
+    assert s.mode_for("record")[0] == "replay"
+    s.cli_mode = "once"
+    assert s.mode_for("record")[0] == "once"
+    assert ci_is_set({"CI": "true"}) and ci_is_set({"CI": "1"})
+    assert not ci_is_set({}) and not ci_is_set({"CI": "false"}) and not ci_is_set({"CI": ""})
+    assert loopback_hosts(["localhost"], "x") == {"localhost", "127.0.0.1", "::1"}
+    assert loopback_hosts(["::1", "127.0.0.2"], "x") == {"::1", "127.0.0.2"}
+    with pytest.raises(ValueError, match="not a loopback address"):
+        loopback_hosts(["example.com"], "x")
+
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+@pytest.mark.skipif(not (EXAMPLES / "cassettes").is_dir(), reason="examples/cassettes is absent")
+def test_example_suite_replays_green_from_its_committed_cassettes(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CI", "true")  # replay only: no server runs, nothing may be recorded
+    monkeypatch.delenv("WEATHER_AGENT_BASE_URL", raising=False)
+    before = sorted(p.relative_to(EXAMPLES) for p in EXAMPLES.rglob("*") if "__pycache__" not in p.parts)
+    result = run(pytester, str(EXAMPLES))
+    result.assert_outcomes(passed=4)
+    result.stdout.fnmatch_lines(["*cassettes in */examples/cassettes: 4 replayed, 0 recorded, 0 updated*"])
+    after = sorted(p.relative_to(EXAMPLES) for p in EXAMPLES.rglob("*") if "__pycache__" not in p.parts)
+    assert after == before

@@ -1,0 +1,1208 @@
+"""Capture and replay under the conditions real agents create: concurrency, retries, polling, failures,
+abandoned streams, every kind of body, and child processes.
+
+Recorders of HTTP traffic break in the same places: concurrent calls recorded in completion order,
+identical requests replayed with the first answer every time, a timeout that leaves nothing recorded,
+a stream abandoned half way that hangs or leaks a connection, a gzip body stored under the wrong
+header, a multipart upload that cannot be matched. Each test here is one of those places, run against
+a local server (loopback only) with the real httpx, httpx2, openai and anthropic clients.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+import os
+import random
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import uuid
+import zlib
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import anthropic
+import brotli
+import httpx
+import httpx2
+import openai
+import orjson
+import pytest
+import zstandard
+
+import forkpoint
+from forkpoint.log import LOG_NAME, Session, SessionWriter, verify
+
+LIBS = [pytest.param(httpx, id="httpx"), pytest.param(httpx2, id="httpx2")]
+MODES = [pytest.param(False, id="sync"), pytest.param(True, id="async")]
+API_KEY = "sk-test-robustness-key-0000000000000000"
+FORKPOINT_CLI = [str(Path(sys.executable).with_name("forkpoint"))]
+if not Path(FORKPOINT_CLI[0]).exists():  # pragma: no cover - forkpoint not installed as a script
+    FORKPOINT_CLI = [sys.executable, "-m", "forkpoint.cli"]
+
+
+# ============================================================================ the server
+
+#: Every PNG-like body the server sends starts with these bytes.
+PNG_HEAD = b"\x89PNG\r\n\x1a\n"
+
+
+def encode(data: bytes, coding: str) -> bytes:
+    """``data`` compressed with one content coding, as a server would send it."""
+    if coding == "gzip":
+        return gzip.compress(data)
+    if coding == "deflate":
+        return zlib.compress(data)
+    if coding == "br":
+        return brotli.compress(data)
+    if coding == "zstd":
+        return zstandard.ZstdCompressor().compress(data)
+    if coding == "gzip-corrupt":  # a gzip header, then garbage
+        return gzip.compress(data)[:10] + b"\x00not deflate at all\xff" * 4
+    return data  # an unknown coding: sent as is, under its name
+
+
+class _Handler(BaseHTTPRequestHandler):
+    """Routes (headers control behaviour so that they stay out of the match key):
+
+    * ``POST …/chat/completions``: an OpenAI chat completion (SSE when ``"stream": true``);
+      ``x-delay-ms`` sleeps first, ``x-status`` answers that error status, ``x-scenario`` +
+      ``x-fail`` (``429,500``) fail the first attempts of a scenario, ``x-drop-after`` closes the
+      socket after that many SSE events.
+    * ``POST …/messages``: an Anthropic message, with ``x-status``.
+    * ``GET /v1/jobs/ID``: a job that is ``running`` for 3 polls and then ``done``.
+    * ``POST /v1/audio/transcriptions`` (multipart) and ``POST /v1/audio/speech`` (binary answer).
+    * ``GET /v1/image``: a PNG-like binary body, different every time.
+    * ``GET /v1/enc?coding=C``: a JSON body sent with ``Content-Encoding: C``.
+    * ``GET /v1/slow?sleep=S``: answers after S seconds.
+    * ``POST /v1/sse?n=N&delay=D&drop=K``: N SSE events (a socket closed after K with ``drop``).
+    """
+
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
+    server: _Server
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+        pass
+
+    def do_GET(self) -> None:  # noqa: N802 - stdlib name
+        self._handle()
+
+    def do_POST(self) -> None:  # noqa: N802 - stdlib name
+        self._handle()
+
+    def _handle(self) -> None:
+        length = int(self.headers.get("content-length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        parts = urlsplit(self.path)
+        query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        try:
+            body: Any = json.loads(raw) if raw and "json" in headers.get("content-type", "") else None
+        except ValueError:
+            body = None
+        with self.server.lock:
+            self.server.requests.append(
+                {"method": self.command, "path": parts.path, "query": query, "headers": headers, "raw": raw}
+            )
+        if headers.get("x-delay-ms"):
+            time.sleep(int(headers["x-delay-ms"]) / 1000)
+        status = self._planned_status(headers)
+        try:
+            if status >= 400:
+                self._error(status, parts.path)
+            elif parts.path.endswith("/chat/completions"):
+                self._chat(body or {}, headers)
+            elif parts.path.endswith("/messages"):
+                self._message(body or {})
+            elif parts.path.startswith("/v1/jobs/"):
+                self._job(parts.path.rsplit("/", 1)[1])
+            elif parts.path == "/v1/audio/transcriptions":
+                self._send(200, "application/json", json.dumps({"text": f"heard {len(raw)} bytes"}).encode())
+            elif parts.path == "/v1/audio/speech":
+                self._send(200, "audio/mpeg", b"ID3\x04\x00" + os.urandom(3000))
+            elif parts.path == "/v1/image":
+                self._send(200, "image/png", PNG_HEAD + os.urandom(5000))
+            elif parts.path == "/v1/enc":
+                coding = query["coding"]
+                reply = json.dumps({"id": uuid.uuid4().hex, "coding": coding, "text": "ünïcode " * 40})
+                name = "gzip" if coding == "gzip-corrupt" else coding
+                self._send(
+                    200, "application/json", encode(reply.encode(), coding), {"Content-Encoding": name}
+                )
+            elif parts.path == "/v1/slow":
+                time.sleep(float(query.get("sleep", "1")))
+                self._send(200, "application/json", b'{"late": true}')
+            elif parts.path == "/v1/sse":
+                n = int(query.get("n", "5"))
+                events = [f'data: {{"i": {i}, "nonce": "{uuid.uuid4().hex}"}}\n\n'.encode() for i in range(n)]
+                drop = int(query["drop"]) if "drop" in query else None
+                self._stream(events, delay=float(query.get("delay", "0")), drop=drop)
+            else:
+                self._send(
+                    200, "application/json", json.dumps({"id": uuid.uuid4().hex, "path": parts.path}).encode()
+                )
+        except (BrokenPipeError, ConnectionResetError):  # the client left (abandoned stream, timeout)
+            self.close_connection = True
+
+    def _planned_status(self, headers: dict[str, str]) -> int:
+        if headers.get("x-status"):
+            return int(headers["x-status"])
+        scenario = headers.get("x-scenario")
+        if scenario and headers.get("x-fail"):
+            plan = [int(s) for s in headers["x-fail"].split(",")]
+            with self.server.lock:
+                attempt = self.server.attempts.get(scenario, 0)
+                self.server.attempts[scenario] = attempt + 1
+            if attempt < len(plan):
+                return plan[attempt]
+        return 200
+
+    # ------------------------------------------------------------------ writers
+
+    def _send(self, status: int, ctype: str, data: bytes, extra: dict[str, str] | None = None) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("X-Request-Id", "req_" + uuid.uuid4().hex)
+        for k, v in (extra or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(data)
+        self.wfile.flush()
+
+    def _stream(self, events: list[bytes], *, delay: float = 0.0, drop: int | None = None) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        for i, event in enumerate(events):
+            if drop is not None and i == drop:  # the server dies mid-stream: no terminating chunk
+                self.wfile.flush()
+                self.connection.shutdown(socket.SHUT_RDWR)
+                self.close_connection = True
+                return
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
+            self.wfile.flush()
+            if delay:
+                time.sleep(delay)
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
+
+    def _error(self, status: int, path: str) -> None:
+        rid = uuid.uuid4().hex
+        if path.endswith("/messages"):
+            kind = "rate_limit_error" if status == 429 else "api_error"
+            reply: Any = {"type": "error", "error": {"type": kind, "message": f"failure {rid}"}}
+        else:
+            reply = {"error": {"message": f"failure {rid}", "type": "server_error", "code": status}}
+        self._send(status, "application/json", json.dumps(reply).encode(), {"Retry-After-Ms": "250"})
+
+    def _chat(self, body: dict[str, Any], headers: dict[str, str]) -> None:
+        last = (body.get("messages") or [{}])[-1].get("content") or ""
+        cid = "chatcmpl-" + uuid.uuid4().hex[:16]
+        text = f"answer to {last}"
+        if not body.get("stream"):
+            reply = {
+                "id": cid,
+                "object": "chat.completion",
+                "created": 1700000000,
+                "model": body.get("model", "m"),
+                "choices": [
+                    {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+                ],
+                "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8},
+            }
+            self._send(200, "application/json", json.dumps(reply).encode())
+            return
+        words = text.split(" ") + [f"w{i}" for i in range(8)]
+        chunks = [
+            {
+                "id": cid,
+                "object": "chat.completion.chunk",
+                "created": 1700000000,
+                "model": body.get("model", "m"),
+                "choices": [{"index": 0, "delta": {"content": w + " "}, "finish_reason": None}],
+            }
+            for w in words
+        ]
+        events = [f"data: {json.dumps(c)}\n\n".encode() for c in chunks] + [b"data: [DONE]\n\n"]
+        drop = int(headers["x-drop-after"]) if headers.get("x-drop-after") else None
+        self._stream(events, delay=0.002, drop=drop)
+
+    def _message(self, body: dict[str, Any]) -> None:
+        reply = {
+            "id": "msg_" + uuid.uuid4().hex,
+            "type": "message",
+            "role": "assistant",
+            "model": body.get("model", "claude"),
+            "content": [{"type": "text", "text": "hello"}],
+            "stop_reason": "end_turn",
+            "stop_sequence": None,
+            "usage": {"input_tokens": 3, "output_tokens": 1},
+        }
+        self._send(200, "application/json", json.dumps(reply).encode())
+
+    def _job(self, job: str) -> None:
+        with self.server.lock:
+            n = self.server.polls.get(job, 0) + 1
+            self.server.polls[job] = n
+        reply = {"id": job, "poll": n, "nonce": uuid.uuid4().hex, "status": "done" if n >= 4 else "running"}
+        self._send(200, "application/json", json.dumps(reply).encode())
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False
+    request_queue_size = 128  # 32 concurrent connects must not overflow the backlog
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.lock = threading.Lock()
+        self.requests: list[dict[str, Any]] = []
+        self.attempts: dict[str, int] = {}
+        self.polls: dict[str, int] = {}
+
+
+class Server:
+    """The robustness server running in a thread; ``requests`` lists what it received."""
+
+    def __init__(self) -> None:
+        self._server = _Server()
+        self.port = self._server.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05})
+        self._thread.daemon = True
+        self._thread.start()
+
+    @property
+    def requests(self) -> list[dict[str, Any]]:
+        return self._server.requests
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(5)
+
+
+@pytest.fixture
+def srv() -> Iterator[Server]:
+    s = Server()
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+def free_port() -> int:
+    """A loopback port nobody listens on (connections to it are refused)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def model_calls(session_path: Path) -> list[dict[str, Any]]:
+    return Session.load(session_path).by_type("model_call")
+
+
+def assert_log_valid(session_path: Path) -> None:
+    """verify() is ok, and every line is one whole JSON object with seq 1, 2, 3… in file order."""
+    result = verify(session_path)
+    assert result.ok, result.problems
+    assert not result.truncated
+    lines = (session_path / LOG_NAME).read_bytes().split(b"\n")
+    assert lines[-1] == b""
+    seqs = [orjson.loads(line).get("seq") for line in lines[1:-1]]
+    assert seqs == list(range(1, len(seqs) + 1))
+
+
+def oai(url: str, **kw: Any) -> openai.OpenAI:
+    return openai.OpenAI(base_url=url + "/v1", api_key=API_KEY, **{"max_retries": 0, **kw})
+
+
+def aoai(url: str, **kw: Any) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=url + "/v1", api_key=API_KEY, **{"max_retries": 0, **kw})
+
+
+def user(text: str) -> list[dict[str, str]]:
+    return [{"role": "user", "content": text}]
+
+
+# ============================================================================ 1. concurrency
+
+N_ASYNC = 32
+
+
+def scrambled_delay_ms(i: int) -> str:
+    """Server-side delay of call ``i``: a permutation of 0…93 ms, so calls finish out of order."""
+    return str((i * 11) % N_ASYNC * 3)
+
+
+async def _gather_httpx2(url: str, jitter: random.Random) -> list[str]:
+    async with httpx2.AsyncClient() as client:
+
+        async def one(i: int) -> str:
+            await asyncio.sleep(jitter.random() * 0.01)  # callers start (and finish) in any order
+            r = await client.post(
+                url + "/v1/chat/completions",
+                json={"model": "m", "messages": user(f"q{i}")},
+                headers={"x-delay-ms": scrambled_delay_ms(i)},
+            )
+            return str(r.json()["id"])
+
+        return list(await asyncio.gather(*(one(i) for i in range(N_ASYNC))))
+
+
+async def _gather_openai(url: str, jitter: random.Random) -> list[str]:
+    client = aoai(url)
+
+    async def one(i: int) -> str:
+        await asyncio.sleep(jitter.random() * 0.01)
+        r = await client.chat.completions.create(
+            model="m", messages=user(f"q{i}"), extra_headers={"x-delay-ms": scrambled_delay_ms(i)}
+        )
+        return r.id
+
+    try:
+        return list(await asyncio.gather(*(one(i) for i in range(N_ASYNC))))
+    finally:
+        await client.close()
+
+
+@pytest.mark.parametrize("runner", [_gather_httpx2, _gather_openai], ids=["httpx2", "openai"])
+def test_concurrent_async_calls_are_recorded_once_and_each_caller_gets_its_own_answer(
+    runner: Callable[[str, random.Random], Any], srv: Server, store: Path
+) -> None:
+    with forkpoint.record(store=store) as rec:
+        live = asyncio.run(runner(srv.url, random.Random(1)))
+    assert len(set(live)) == N_ASYNC
+    events = model_calls(rec.session_path)
+    asked = [e["request"]["body"]["messages"][-1]["content"] for e in events]
+    assert sorted(asked) == sorted(f"q{i}" for i in range(N_ASYNC))  # each call exactly once
+    assert asked != [f"q{i}" for i in range(N_ASYNC)]  # ...in the order they finished, not sent
+    assert_log_valid(rec.session_path)
+
+    sent = len(srv.requests)
+    with forkpoint.replay(rec.session_path) as rp:
+        again = asyncio.run(runner(srv.url, random.Random(2)))
+    assert again == live  # caller i got answer i, whatever order they ran in
+    assert len(srv.requests) == sent
+    assert rp.report()["matched"] == N_ASYNC and rp.report()["divergence"] is None
+
+
+def _threads_httpx2(url: str, seed: int) -> dict[int, str]:
+    out: dict[int, str] = {}
+    with httpx2.Client() as client:
+
+        def work(t: int) -> None:
+            rng = random.Random(seed * 100 + t)
+            for k in range(3):
+                time.sleep(rng.random() * 0.005)
+                r = client.post(
+                    url + "/v1/chat/completions",
+                    json={"model": "m", "messages": user(f"t{t}-{k}")},
+                    headers={"x-delay-ms": str(rng.randrange(10))},
+                )
+                out[t * 10 + k] = r.json()["id"]
+
+        _run_threads(work)
+    return out
+
+
+def _threads_openai(url: str, seed: int) -> dict[int, str]:
+    out: dict[int, str] = {}
+    with oai(url) as client:
+
+        def work(t: int) -> None:
+            rng = random.Random(seed * 100 + t)
+            for k in range(3):
+                time.sleep(rng.random() * 0.005)
+                r = client.chat.completions.create(
+                    model="m",
+                    messages=user(f"t{t}-{k}"),
+                    extra_headers={"x-delay-ms": str(rng.randrange(10))},
+                )
+                out[t * 10 + k] = r.id
+
+        _run_threads(work)
+    return out
+
+
+def _run_threads(work: Callable[[int], None]) -> None:
+    errors: list[BaseException] = []
+
+    def guarded(t: int) -> None:
+        try:
+            work(t)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=guarded, args=(t,)) for t in range(8)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(30)
+    assert not errors, errors
+
+
+@pytest.mark.parametrize("runner", [_threads_httpx2, _threads_openai], ids=["httpx2", "openai"])
+def test_threads_sharing_one_sync_client(
+    runner: Callable[[str, int], dict[int, str]], srv: Server, store: Path
+) -> None:
+    with forkpoint.record(store=store) as rec:
+        live = runner(srv.url, 1)
+    assert len(set(live.values())) == 24
+    events = model_calls(rec.session_path)
+    assert sorted(e["request"]["body"]["messages"][-1]["content"] for e in events) == sorted(
+        f"t{t}-{k}" for t in range(8) for k in range(3)
+    )
+    assert_log_valid(rec.session_path)
+    with forkpoint.replay(rec.session_path) as rp:
+        assert runner(srv.url, 2) == live
+    assert rp.report()["matched"] == 24
+
+
+def test_identical_concurrent_requests_replay_in_the_order_they_were_sent(srv: Server, store: Path) -> None:
+    """Best-of-n: the same request sent 4 times at once. The server answers the last one first, so the
+    calls *finish* in reverse order. A user expects the replay to give caller k the answer caller k
+    got: identical requests are answered in the order they were **sent** (each event keeps its
+    ``sent`` position), not the order they finished. An asyncio program sends in the same order
+    every run, so this is what makes best-of-n deterministic on replay."""
+
+    async def best_of_n() -> list[str]:
+        async with httpx2.AsyncClient() as client:
+
+            async def one(k: int) -> str:
+                r = await client.post(
+                    srv.url + "/v1/chat/completions",
+                    json={"model": "m", "messages": user("same question"), "temperature": 1},
+                    headers={"x-delay-ms": str((3 - k) * 25)},
+                )
+                return str(r.json()["id"])
+
+            return list(await asyncio.gather(*(one(k) for k in range(4))))
+
+    with forkpoint.record(store=store) as rec:
+        live = asyncio.run(best_of_n())
+    events = model_calls(rec.session_path)
+    assert [e["response"]["body"]["id"] for e in events] == live[::-1]  # finished last-sent first
+    with forkpoint.replay(rec.session_path):
+        assert asyncio.run(best_of_n()) == live
+    assert [e.get("sent") for e in events] == [4, 3, 2, 1]
+
+
+def test_log_stays_valid_with_several_processes_appending(store: Path) -> None:
+    """Four processes append 25 events each (lines of ~8 KB, more than one pipe buffer) to one
+    session at once: every line is whole, the chain is unbroken and seq has no gap."""
+    writer = SessionWriter.create(store, {"argv": ["test"], "tags": {}})
+    writer.close()
+    code = textwrap.dedent(
+        """
+        import sys
+        from pathlib import Path
+        from forkpoint.log import SessionWriter
+        w = SessionWriter.open(Path(sys.argv[1]), fsync="never")
+        for i in range(25):
+            w.append({"type": "note", "text": f"{sys.argv[2]}-{i}", "data": {"pad": [f"x{j}" for j in range(1200)]}})
+        w.close()
+        """
+    )
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(writer.path), f"p{p}"]) for p in range(4)]
+    assert all(p.wait(30) == 0 for p in procs)
+    assert_log_valid(writer.path)
+    notes = [e["text"] for e in Session.load(writer.path).events if e["type"] == "note"]
+    assert sorted(notes) == sorted(f"p{p}-{i}" for p in range(4) for i in range(25))
+
+
+# ============================================================================ 2. same request, different answers
+
+
+@pytest.mark.parametrize("is_async", MODES)
+def test_sdk_retries_after_429_and_500_replay_in_recorded_order_without_waiting(
+    is_async: bool, srv: Server, store: Path
+) -> None:
+    """The openai SDK retries a 429 and a 500 with byte-identical bodies (only the
+    ``x-stainless-retry-count`` header differs, and it is not in the match key). Replay answers the
+    three attempts in recorded order, so the SDK makes the same 3 attempts and returns the same final
+    answer. Live, the SDK waited the server's ``retry-after-ms`` (250 ms) twice; on replay the wait is
+    skipped: a user replays to debug, and waiting for a server that is not there helps nobody. The
+    recorded headers are served unchanged (the SDK decides *whether* to retry from them)."""
+    headers = {"x-scenario": f"retry-{is_async}", "x-fail": "429,500"}
+
+    def run() -> str:
+        if is_async:
+
+            async def go() -> str:
+                async with aoai(srv.url, max_retries=2) as c:
+                    r = await c.chat.completions.create(model="m", messages=user("hi"), extra_headers=headers)
+                return r.id
+
+            return asyncio.run(go())
+        with oai(srv.url, max_retries=2) as c:
+            return c.chat.completions.create(model="m", messages=user("hi"), extra_headers=headers).id
+
+    t0 = time.perf_counter()
+    with forkpoint.record(store=store) as rec:
+        live = run()
+    assert time.perf_counter() - t0 >= 0.5  # the SDK really waited twice
+    attempts = srv.requests
+    assert [r["headers"]["x-stainless-retry-count"] for r in attempts] == ["0", "1", "2"]
+    assert len({r["raw"] for r in attempts}) == 1  # identical bodies
+    events = model_calls(rec.session_path)
+    assert [e["response"]["status"] for e in events] == [429, 500, 200]
+    assert len({e["key"] for e in events}) == 1
+
+    t0 = time.perf_counter()
+    with forkpoint.replay(rec.session_path) as rp:
+        assert run() == live
+        replay_time = time.perf_counter() - t0
+        with pytest.raises(forkpoint.Divergence, match="already served"):
+            run()
+    assert replay_time < 0.4
+    assert len(srv.requests) == 3
+    assert rp.report()["matched"] == 3
+
+
+@pytest.mark.parametrize("sdk", ["openai", "anthropic"])
+def test_sdk_retries_exhausted_raise_the_same_error_live_and_replayed(
+    sdk: str, srv: Server, store: Path
+) -> None:
+    headers = {"x-scenario": "exhausted", "x-fail": "429,500,500"}
+
+    def run() -> Any:
+        if sdk == "openai":
+            with oai(srv.url, max_retries=2) as c, pytest.raises(openai.APIStatusError) as info:
+                c.chat.completions.create(model="m", messages=user("hi"), extra_headers=headers)
+        else:
+            c2 = anthropic.Anthropic(base_url=srv.url, api_key=API_KEY, max_retries=2)
+            with c2, pytest.raises(anthropic.APIStatusError) as info:
+                c2.messages.create(model="claude", max_tokens=5, messages=user("hi"), extra_headers=headers)
+        return info.value
+
+    t0 = time.perf_counter()
+    with forkpoint.record(store=store) as rec:
+        live = run()
+    assert time.perf_counter() - t0 >= 0.5
+    t0 = time.perf_counter()
+    with forkpoint.replay(rec.session_path) as rp:
+        again = run()
+    assert time.perf_counter() - t0 < 0.4
+    assert type(again) is type(live) and type(live).__name__ == "InternalServerError"
+    assert (again.status_code, again.body, again.message) == (live.status_code, live.body, live.message)
+    assert again.response.headers["x-request-id"] == live.response.headers["x-request-id"]
+    assert rp.report()["matched"] == 3 and len(srv.requests) == 3
+
+
+def test_retry_backoff_after_a_transport_error_is_skipped_on_replay_and_draws_the_same_randomness(
+    store: Path,
+) -> None:
+    """Without a retry-after header the SDK backs off with random jitter (``random.random()``). The
+    replay skips the wait but still computes it, so the program's global random state after the call
+    is the same as it was live: an agent that draws random numbers later stays on its recorded path."""
+    url = f"http://127.0.0.1:{free_port()}"
+
+    def run() -> float:
+        random.seed(1234)
+        with oai(url, max_retries=1) as c, pytest.raises(openai.APIConnectionError):
+            c.chat.completions.create(model="m", messages=user("hi"))
+        return random.random()
+
+    t0 = time.perf_counter()
+    with forkpoint.record(store=store) as rec:
+        live_draw = run()
+    assert time.perf_counter() - t0 >= 0.3  # 0.5 s backoff less up to 25% jitter
+    assert [e["error"]["type"] for e in model_calls(rec.session_path)] == ["ConnectError"] * 2
+    t0 = time.perf_counter()
+    with forkpoint.replay(rec.session_path):
+        assert run() == live_draw
+    assert time.perf_counter() - t0 < 0.25
+
+
+@pytest.mark.parametrize("lib", LIBS)
+def test_polling_replays_each_poll_in_recorded_order(lib: ModuleType, srv: Server, store: Path) -> None:
+    def poll(job: str) -> list[dict[str, Any]]:
+        seen = []
+        with lib.Client() as c:
+            while True:
+                seen.append(c.get(f"{srv.url}/v1/jobs/{job}").json())
+                if seen[-1]["status"] == "done":
+                    return seen
+
+    with forkpoint.record(store=store) as rec:
+        live = poll("1")
+    assert [p["status"] for p in live] == ["running"] * 3 + ["done"]
+    with forkpoint.replay(rec.session_path) as rp:
+        assert poll("1") == live
+        with lib.Client() as c, pytest.raises(forkpoint.Divergence, match="already served"):
+            c.get(f"{srv.url}/v1/jobs/1")  # a fifth poll: never a silent repeat of the fourth
+    assert rp.report()["matched"] == 4 and len(srv.requests) == 4
+
+
+# ============================================================================ 3. failures
+
+
+@pytest.mark.parametrize(
+    ("sdk", "status", "cls"),
+    [
+        ("openai", 429, openai.RateLimitError),
+        ("openai", 500, openai.InternalServerError),
+        ("anthropic", 429, anthropic.RateLimitError),
+        ("anthropic", 500, anthropic.InternalServerError),
+    ],
+)
+def test_http_errors_replay_as_the_same_sdk_exception(
+    sdk: str, status: int, cls: type[Exception], srv: Server, store: Path
+) -> None:
+    def call() -> Any:
+        headers = {"x-status": str(status)}
+        if sdk == "openai":
+            with oai(srv.url) as c, pytest.raises(cls) as info:
+                c.chat.completions.create(model="m", messages=user("hi"), extra_headers=headers)
+        else:
+            c2 = anthropic.Anthropic(base_url=srv.url, api_key=API_KEY, max_retries=0)
+            with c2, pytest.raises(cls) as info:
+                c2.messages.create(model="claude", max_tokens=5, messages=user("hi"), extra_headers=headers)
+        return info.value
+
+    with forkpoint.record(store=store) as rec:
+        live = call()
+    (event,) = model_calls(rec.session_path)
+    assert event["response"]["status"] == status
+    with forkpoint.replay(rec.session_path):
+        again = call()
+    assert type(again) is type(live)
+    assert (again.status_code, again.body, str(again)) == (live.status_code, live.body, str(live))
+    assert len(srv.requests) == 1
+
+
+def _send(lib: ModuleType, is_async: bool, url: str, timeout: float = 5.0) -> Any:
+    if is_async:
+
+        async def go() -> Any:
+            async with lib.AsyncClient(timeout=timeout) as c:
+                return await c.post(url, json={"q": 1})
+
+        return asyncio.run(go())
+    with lib.Client(timeout=timeout) as c:
+        return c.post(url, json={"q": 1})
+
+
+def _stream_until_error(lib: ModuleType, is_async: bool, url: str) -> tuple[list[bytes], BaseException]:
+    """Read a stream chunk by chunk until it fails; returns the chunks and the exception."""
+    chunks: list[bytes] = []
+    if is_async:
+
+        async def go() -> BaseException:
+            async with lib.AsyncClient() as c, c.stream("POST", url, json={}) as r:
+                try:
+                    async for chunk in r.aiter_raw():
+                        chunks.append(chunk)
+                except Exception as exc:  # noqa: BLE001 - returned to the test
+                    return exc
+            raise AssertionError("the stream did not fail")
+
+        return chunks, asyncio.run(go())
+    with lib.Client() as c, c.stream("POST", url, json={}) as r:
+        try:
+            for chunk in r.iter_raw():
+                chunks.append(chunk)
+        except Exception as exc:  # noqa: BLE001 - returned to the test
+            return chunks, exc
+    raise AssertionError("the stream did not fail")
+
+
+@pytest.mark.parametrize("is_async", MODES)
+@pytest.mark.parametrize("lib", LIBS)
+def test_read_timeout_is_recorded_and_raised_again(
+    lib: ModuleType, is_async: bool, srv: Server, store: Path
+) -> None:
+    url = srv.url + "/v1/slow?sleep=0.6"
+    with forkpoint.record(store=store) as rec, pytest.raises(lib.ReadTimeout) as live:
+        _send(lib, is_async, url, timeout=0.15)
+    (event,) = model_calls(rec.session_path)
+    assert event["response"] is None
+    assert event["error"]["type"] == "ReadTimeout" and event["error"]["module"].startswith(lib.__name__)
+    with forkpoint.replay(rec.session_path), pytest.raises(lib.ReadTimeout) as again:
+        _send(lib, is_async, url, timeout=0.15)
+    assert str(again.value) == str(live.value)
+
+
+@pytest.mark.parametrize("is_async", MODES)
+@pytest.mark.parametrize("lib", LIBS)
+def test_connection_refused_is_recorded_and_raised_again(
+    lib: ModuleType, is_async: bool, store: Path
+) -> None:
+    url = f"http://127.0.0.1:{free_port()}/v1/x"
+    with forkpoint.record(store=store) as rec, pytest.raises(lib.ConnectError):
+        _send(lib, is_async, url)
+    (event,) = model_calls(rec.session_path)
+    assert event["response"] is None and event["error"]["type"] == "ConnectError"
+    with forkpoint.replay(rec.session_path), pytest.raises(lib.ConnectError):
+        _send(lib, is_async, url)
+
+
+@pytest.mark.parametrize("is_async", MODES)
+@pytest.mark.parametrize("lib", LIBS)
+def test_server_disconnecting_mid_stream_fails_again_after_the_same_chunks(
+    lib: ModuleType, is_async: bool, srv: Server, store: Path
+) -> None:
+    url = srv.url + "/v1/sse?n=6&drop=3"
+    with forkpoint.record(store=store) as rec:
+        live_chunks, live_exc = _stream_until_error(lib, is_async, url)
+    assert len(live_chunks) == 3 and isinstance(live_exc, lib.RemoteProtocolError)
+    (event,) = model_calls(rec.session_path)
+    resp = event["response"]
+    assert resp["ended"] == "error" and [c.encode() for _, c in resp["chunks"]] == live_chunks
+    assert event["error"]["type"] == "RemoteProtocolError"
+    with forkpoint.replay(rec.session_path):
+        chunks, exc = _stream_until_error(lib, is_async, url)
+    assert chunks == live_chunks
+    assert type(exc) is type(live_exc) and str(exc) == str(live_exc)
+
+
+@pytest.mark.parametrize("failure", ["refused", "timeout", "mid-stream"])
+def test_openai_sdk_wraps_transport_failures_the_same_way_on_replay(
+    failure: str, srv: Server, store: Path
+) -> None:
+    base = f"http://127.0.0.1:{free_port()}" if failure == "refused" else srv.url
+
+    def run() -> tuple[list[str], BaseException]:
+        got: list[str] = []
+        with oai(base, timeout=0.15 if failure == "timeout" else 5.0) as c:
+            try:
+                if failure == "mid-stream":
+                    stream = c.chat.completions.create(
+                        model="m", messages=user("hi"), stream=True, extra_headers={"x-drop-after": "3"}
+                    )
+                    for chunk in stream:
+                        got.append(chunk.choices[0].delta.content or "")
+                else:
+                    c.chat.completions.create(
+                        model="m", messages=user("hi"), extra_headers={"x-delay-ms": "600"}
+                    )
+            except Exception as exc:  # noqa: BLE001 - returned to the test
+                return got, exc
+        raise AssertionError("no failure")
+
+    with forkpoint.record(store=store) as rec:
+        live = run()
+    expected = {
+        "refused": openai.APIConnectionError,
+        "timeout": openai.APITimeoutError,
+        "mid-stream": openai.APIConnectionError,
+    }[failure]
+    assert type(live[1]) is expected
+    (event,) = model_calls(rec.session_path)
+    assert event["error"] is not None
+    with forkpoint.replay(rec.session_path):
+        again = run()
+    assert again[0] == live[0]
+    assert type(again[1]) is type(live[1]) and str(again[1]) == str(live[1])
+    assert type(again[1].__cause__) is type(live[1].__cause__)
+
+
+def test_an_unmapped_transport_exception_replays_as_its_own_class(store: Path) -> None:
+    """A transport may raise an exception that httpx does not map (the openai SDK itself catches
+    ``ssl.SSLError`` and ``anyio.EndOfStream`` for that reason). Replay raises the same class (it is
+    already imported: nothing is imported to find it), so the SDK wraps it the same way."""
+    import anyio
+
+    def fail(request: httpx2.Request) -> httpx2.Response:
+        raise anyio.EndOfStream
+
+    def run() -> BaseException:
+        http = httpx2.Client(transport=httpx2.MockTransport(fail))
+        with oai("http://127.0.0.1:9", http_client=http) as c, pytest.raises(openai.APIError) as info:
+            c.chat.completions.create(model="m", messages=user("hi"))
+        return info.value
+
+    with forkpoint.record(store=store) as rec:
+        live = run()
+    assert type(live) is openai.APIConnectionError and type(live.__cause__) is anyio.EndOfStream
+    (event,) = model_calls(rec.session_path)
+    assert event["error"] == {"type": "EndOfStream", "module": "anyio", "message": ""}
+    with forkpoint.replay(rec.session_path):
+        again = run()
+    assert type(again) is type(live) and type(again.__cause__) is anyio.EndOfStream
+
+
+async def _ask_with_deadline(url: str, deadline: float | None) -> list[str]:
+    """A slow call under the caller's own timeout, then a normal call."""
+    out = []
+    async with httpx2.AsyncClient() as c:
+        slow = c.post(url + "/v1/slow?sleep=0.6", json={"q": "slow"})
+        try:
+            r = await (asyncio.wait_for(slow, deadline) if deadline else slow)
+            out.append(r.text)
+        except TimeoutError:
+            out.append("caller timed out")
+        r = await c.post(url + "/v1/chat/completions", json={"model": "m", "messages": user("next")})
+        out.append(r.json()["id"])
+    return out
+
+
+def test_a_call_cancelled_by_its_caller_times_out_again_on_replay(srv: Server, store: Path) -> None:
+    """``asyncio.wait_for(call, 0.1)`` around a call the server answers after 0.6 s: live, the caller
+    gets TimeoutError and the call never answers. The call is written at once with the
+    cancellation as its ``error`` (it does not wait, pending, for the end of the session), and on
+    replay it waits to be cancelled as long as it lasted live: the caller's own timer fires again
+    and the run takes the same path, never handed an answer it did not get."""
+    with forkpoint.record(store=store) as rec:
+        live = asyncio.run(_ask_with_deadline(srv.url, 0.1))
+    assert live[0] == "caller timed out"
+    first, second = model_calls(rec.session_path)
+    assert first["request"]["body"] == {"q": "slow"} and first["response"] is None
+    assert first["error"]["type"] == "CancelledError"
+    assert second["response"]["status"] == 200
+    t0 = time.perf_counter()
+    with forkpoint.replay(rec.session_path) as rp:
+        assert asyncio.run(_ask_with_deadline(srv.url, 0.1)) == live
+    assert time.perf_counter() - t0 < 0.6
+    assert rp.report()["divergence"] is None
+
+    with forkpoint.replay(rec.session_path) as rp, pytest.raises(forkpoint.Divergence, match="cancelled"):
+        asyncio.run(_ask_with_deadline(srv.url, None))  # this run does not give up: it diverged
+    assert rp.report()["divergence"]["expected"]["seq"] == first["seq"]
+
+
+# ============================================================================ 4. abandoned streams
+
+
+def _abandon(style: str, client: httpx2.Client, url: str) -> bytes:
+    """Read one chunk of a stream, then abandon it the way ``style`` says."""
+    if style == "break":
+        with client.stream("POST", url, json={}) as r:
+            for chunk in r.iter_raw():  # noqa: B007 - the chunk is what this returns
+                break
+    elif style == "close":
+        r = client.send(client.build_request("POST", url, json={}), stream=True)
+        chunk = next(r.iter_raw())
+        r.close()
+    else:
+        with client.stream("POST", url, json={}) as r:
+            chunk = next(r.iter_raw())
+    return chunk
+
+
+@pytest.mark.parametrize("style", ["break", "close", "with"])
+def test_abandoned_stream_is_recorded_as_partial_and_replays_the_same(
+    style: str, srv: Server, store: Path
+) -> None:
+    """The caller reads one chunk and leaves. The event keeps that chunk with ``ended: "client"``;
+    replay serves the same chunk and ends the same way. A replayed caller that reads *past* the
+    recorded end gets a Divergence: the rest of the stream was never received, and inventing an
+    end (a silently shorter answer) would hide that the run went another way."""
+    url = srv.url + "/v1/sse?n=40&delay=0.005"
+    with forkpoint.record(store=store) as rec, httpx2.Client() as c:
+        live = _abandon(style, c, url)
+    (event,) = model_calls(rec.session_path)
+    assert event["response"]["ended"] == "client"
+    assert [c.encode() for _, c in event["response"]["chunks"]] == [live]
+    with forkpoint.replay(rec.session_path) as rp, httpx2.Client() as c:
+        assert _abandon(style, c, url) == live
+    assert rp.report()["divergence"] is None
+
+    with forkpoint.replay(rec.session_path) as rp, httpx2.Client() as c, c.stream("POST", url, json={}) as r:
+        it = r.iter_raw()
+        assert next(it) == live
+        with pytest.raises(forkpoint.Divergence, match="stopped reading"):
+            next(it)
+    assert rp.report()["divergence"]["expected"]["seq"] == event["seq"]
+
+
+def test_openai_stream_closed_after_the_first_chunk(srv: Server, store: Path) -> None:
+    def first_then_close() -> str:
+        with oai(srv.url) as c:
+            stream = c.chat.completions.create(model="m", messages=user("hi"), stream=True)
+            first = next(iter(stream)).choices[0].delta.content or ""
+            stream.close()
+        return first
+
+    with forkpoint.record(store=store) as rec:
+        live = first_then_close()
+    (event,) = model_calls(rec.session_path)
+    assert event["response"]["ended"] == "client" and len(event["response"]["chunks"]) >= 1
+    with forkpoint.replay(rec.session_path):
+        assert first_then_close() == live
+    with forkpoint.replay(rec.session_path), oai(srv.url) as c:
+        stream = c.chat.completions.create(model="m", messages=user("hi"), stream=True)
+        with pytest.raises(forkpoint.Divergence, match="stopped reading"):
+            list(stream)  # reading on, past what the recorded caller read
+
+
+def test_a_stream_closed_right_after_its_final_event_may_be_read_to_the_end(srv: Server, store: Path) -> None:
+    """The sync openai SDK closes an SSE response as soon as it sees ``data: [DONE]``: the event says
+    ``ended: "client"`` although nothing was left unread. A replayed caller that reads on (another
+    SDK version drains the body, or a raw client reads it all) gets the end of the stream, as it
+    would have from the server, not a divergence."""
+    with forkpoint.record(store=store) as rec, oai(srv.url) as c:
+        live = [
+            ch.choices[0].delta.content
+            for ch in c.chat.completions.create(model="m", messages=user("hi"), stream=True)
+        ]
+    (event,) = model_calls(rec.session_path)
+    assert event["response"]["ended"] == "client" and event["response"]["chunks"][-1][1] == "data: [DONE]\n\n"
+    with forkpoint.replay(rec.session_path) as rp, httpx2.Client() as c:
+        body = {"messages": user("hi"), "model": "m", "stream": True}
+        with c.stream("POST", srv.url + "/v1/chat/completions", json=body) as r:
+            raw = b"".join(r.iter_raw())
+    assert raw == "".join(ch for _, ch in event["response"]["chunks"]).encode()
+    assert rp.report()["divergence"] is None and len(live) > 3
+
+
+@pytest.mark.parametrize("is_async", MODES)
+def test_fifty_abandoned_streams_on_one_connection_do_not_leak_or_hang(
+    is_async: bool, srv: Server, store: Path
+) -> None:
+    """With a pool of one connection and a 0.5 s pool timeout, a leaked connection would make the
+    second call fail with PoolTimeout."""
+    url = srv.url + "/v1/sse?n=40&delay=0.005"
+    limits = httpx2.Limits(max_connections=1)
+    timeout = httpx2.Timeout(5.0, pool=0.5)
+
+    def run() -> list[bytes]:
+        if is_async:
+
+            async def go() -> list[bytes]:
+                out = []
+                async with httpx2.AsyncClient(limits=limits, timeout=timeout) as c:
+                    for i in range(50):
+                        async with c.stream("POST", url, json={"i": i}) as r:
+                            async for chunk in r.aiter_raw():
+                                out.append(chunk)
+                                break
+                return out
+
+            return asyncio.run(go())
+        with httpx2.Client(limits=limits, timeout=timeout) as c:
+            return [
+                _abandon("break" if i % 2 else "close", c, url.replace("n=40", f"n=40&i={i}"))
+                for i in range(50)
+            ]
+
+    t0 = time.perf_counter()
+    with forkpoint.record(store=store) as rec:
+        live = run()
+    assert time.perf_counter() - t0 < 10
+    events = model_calls(rec.session_path)
+    assert len(events) == 50 and {e["response"]["ended"] for e in events} == {"client"}
+    with forkpoint.replay(rec.session_path) as rp:
+        assert run() == live
+    assert rp.report()["matched"] == 50
+
+
+# ============================================================================ 5. bodies
+
+
+def _get(lib: ModuleType, url: str) -> tuple[Any, bytes | BaseException]:
+    with lib.Client() as c, c.stream("GET", url) as r:
+        try:
+            return r, r.read()
+        except lib.DecodingError as exc:
+            return r, exc
+
+
+@pytest.mark.parametrize("coding", ["gzip", "deflate", "br", "zstd"])
+@pytest.mark.parametrize("lib", LIBS)
+def test_compressed_responses_are_stored_decoded_with_consistent_headers(
+    lib: ModuleType, coding: str, srv: Server, store: Path
+) -> None:
+    """forkpoint stores a body decoded exactly when the client library decodes it (httpx2 on
+    Python < 3.14 needs ``backports.zstd`` for zstd; without it the caller gets the compressed bytes,
+    and so does the log): the stored body is what the caller saw, and the replay gives it back."""
+    url = srv.url + f"/v1/enc?coding={coding}"
+    with forkpoint.record(store=store) as rec:
+        live, live_body = _get(lib, url)
+    assert live.headers["content-encoding"] == coding
+    decodes = coding in importlib_decoders(lib)
+    (event,) = model_calls(rec.session_path)
+    resp = event["response"]
+    names = {k.lower() for k, _ in resp["headers"]}
+    if decodes:
+        assert resp["body_kind"] == "json" and resp["body"] == json.loads(live_body)
+        assert "content-encoding" not in names
+    else:
+        assert resp["body_kind"] == "bytes" and resp["body"] == live_body
+        assert "content-encoding" in names
+    with forkpoint.replay(rec.session_path):
+        again, body = _get(lib, url)
+    assert json.loads(body) == json.loads(live_body) if decodes else body == live_body
+    assert ("content-encoding" in again.headers) == (not decodes)
+
+
+def importlib_decoders(lib: ModuleType) -> set[str]:
+    """The content codings the library decodes in this environment."""
+    import importlib
+
+    return set(importlib.import_module(f"{lib.__name__}._decoders").SUPPORTED_DECODERS)
+
+
+@pytest.mark.parametrize("coding", ["gzip-corrupt", "x-custom"])
+@pytest.mark.parametrize("lib", LIBS)
+def test_undecodable_bodies_are_stored_as_received_and_replay_the_same_way(
+    lib: ModuleType, coding: str, srv: Server, store: Path
+) -> None:
+    url = srv.url + f"/v1/enc?coding={coding}"
+    with forkpoint.record(store=store) as rec:
+        _, live = _get(lib, url)
+    if coding == "gzip-corrupt":
+        assert isinstance(live, lib.DecodingError)
+    else:
+        assert isinstance(live, bytes) and json.loads(live)["coding"] == "x-custom"
+    (event,) = model_calls(rec.session_path)
+    resp = event["response"]
+    stored = {k.lower(): v for k, v in resp["headers"]}
+    assert stored["content-encoding"] == ("gzip" if coding == "gzip-corrupt" else coding)
+    assert resp["body_kind"] in ("bytes", "text")  # as received: never re-serialized
+    with forkpoint.replay(rec.session_path):
+        again, body = _get(lib, url)
+    assert type(body) is type(live)
+    assert body == live if isinstance(live, bytes) else str(body) == str(live)
+
+
+def test_multipart_audio_upload_is_stored_losslessly_and_matches_despite_a_new_boundary(
+    srv: Server, store: Path
+) -> None:
+    audio = b"RIFF\x24\x08\x00\x00WAVEfmt " + bytes(range(256)) * 8
+
+    def transcribe(data: bytes) -> str:
+        with oai(srv.url) as c:
+            return c.audio.transcriptions.create(
+                model="whisper-1", file=("speech.wav", data, "audio/wav")
+            ).text
+
+    with forkpoint.record(store=store) as rec:
+        live = transcribe(audio)
+    sent = srv.requests[0]
+    (event,) = model_calls(rec.session_path)
+    req = event["request"]
+    assert dict((k.lower(), v) for k, v in req["headers"])["content-type"].startswith("multipart/form-data")
+    assert req["body_kind"] == "bytes" and req["body"] == sent["raw"]  # byte for byte
+    raw_line = orjson.loads((rec.session_path / LOG_NAME).read_bytes().split(b"\n")[1])
+    assert raw_line["request"]["body"]["bytes"] is True  # a binary blob, named by its hash
+    assert (rec.session_path / "blobs" / raw_line["request"]["body"]["$blob"][:2]).is_dir()
+
+    with forkpoint.replay(rec.session_path, record_child=True) as rp:
+        assert transcribe(audio) == live
+        with pytest.raises(forkpoint.Divergence):
+            transcribe(audio[:-1] + b"!")
+    assert rp.report()["matched"] == 1
+    # The replayed run sent its upload with another boundary, and still matched.
+    (served,) = model_calls(Path(rp.report()["child_session"]))
+    replayed_type = dict((k.lower(), v) for k, v in served["request"]["headers"])["content-type"]
+    assert replayed_type != sent["headers"]["content-type"]
+    assert served["request"]["body"] != sent["raw"] and len(served["request"]["body"]) == len(sent["raw"])
+    assert len(srv.requests) == 1
+
+
+def test_binary_responses_are_stored_losslessly(srv: Server, store: Path) -> None:
+    with forkpoint.record(store=store) as rec:
+        with oai(srv.url) as c:
+            speech = c.audio.speech.create(model="tts-1", voice="alloy", input="hello").content
+        with httpx2.Client() as c:
+            image = c.get(srv.url + "/v1/image").content
+    assert image.startswith(PNG_HEAD)
+    events = model_calls(rec.session_path)
+    assert [e["response"]["body_kind"] for e in events] == ["bytes", "bytes"]
+    assert [e["response"]["body"] for e in events] == [speech, image]
+    with forkpoint.replay(rec.session_path):
+        with oai(srv.url) as c:
+            assert c.audio.speech.create(model="tts-1", voice="alloy", input="hello").content == speech
+        with httpx2.Client() as c:
+            r = c.get(srv.url + "/v1/image")
+    assert r.content == image and r.headers["content-type"] == "image/png"
+
+
+@pytest.mark.parametrize("lib", LIBS)
+def test_gzip_compressed_request_body_is_stored_decoded_and_matched(
+    lib: ModuleType, srv: Server, store: Path
+) -> None:
+    """A request body sent with ``Content-Encoding: gzip`` is stored decoded (header removed), so it
+    is readable in the log and matches on replay although gzip embeds a timestamp that differs
+    every run."""
+    payload = {"model": "m", "messages": user("compressed")}
+
+    def post(mtime: int) -> Any:
+        data = gzip.compress(json.dumps(payload).encode(), mtime=mtime)
+        headers = {"content-type": "application/json", "content-encoding": "gzip"}
+        with lib.Client() as c:
+            return c.post(srv.url + "/v1/things", content=data, headers=headers).json()
+
+    with forkpoint.record(store=store) as rec:
+        live = post(1)
+    (event,) = model_calls(rec.session_path)
+    assert event["request"]["body_kind"] == "json" and event["request"]["body"] == payload
+    assert "content-encoding" not in {k.lower() for k, _ in event["request"]["headers"]}
+    with forkpoint.replay(rec.session_path):
+        assert post(2) == live
+
+
+# ============================================================================ 8. child processes
+
+AGENT = """
+import subprocess, sys, httpx2
+url = sys.argv[1]
+r = httpx2.post(url + "/v1/chat/completions", json={"model": "m", "messages": [{"role": "user", "content": "parent"}]})
+print("parent:", r.json()["id"])
+child = subprocess.run([sys.executable, "child.py", url], capture_output=True, text=True, check=True)
+print(child.stdout.strip())
+"""
+
+CHILD = """
+import os, sys, httpx2
+url = sys.argv[1]
+r = httpx2.post(url + "/v1/chat/completions", json={"model": "m", "messages": [{"role": "user", "content": "child"}]})
+print("child:", r.json()["id"], "mode:", os.environ.get("FORKPOINT_MODE"))
+"""
+
+
+def test_python_subprocesses_are_neither_recorded_nor_replayed(
+    srv: Server, tmp_path: Path, store: Path
+) -> None:
+    """The documented rule: ``forkpoint record -- CMD`` activates in the first Python process only.
+    The child's call is not in the session (and runs live on replay), the log stays valid, and the
+    parent replays from the session."""
+    (tmp_path / "agent.py").write_text(AGENT)
+    (tmp_path / "child.py").write_text(CHILD)
+    env = {**os.environ, "FORKPOINT_STORE": str(store)}
+    rec = subprocess.run(
+        [*FORKPOINT_CLI, "record", "--", sys.executable, "agent.py", srv.url],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert rec.returncode == 0, rec.stderr
+    (session_dir,) = [p.parent for p in store.glob(f"*/{LOG_NAME}")]
+    events = model_calls(session_dir)
+    assert [e["request"]["body"]["messages"][0]["content"] for e in events] == ["parent"]
+    assert_log_valid(session_dir)
+    assert "mode: None" in rec.stdout
+    assert [json.loads(r["raw"])["messages"][0]["content"] for r in srv.requests] == ["parent", "child"]
+
+    rep = subprocess.run(
+        [*FORKPOINT_CLI, "replay", str(session_dir)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert rep.returncode == 0, rep.stderr
+    parent_line = next(line for line in rec.stdout.splitlines() if line.startswith("parent:"))
+    assert parent_line in rep.stdout  # the parent got its recorded answer
+    assert [json.loads(r["raw"])["messages"][0]["content"] for r in srv.requests] == [
+        "parent",
+        "child",
+        "child",
+    ]

@@ -1,0 +1,605 @@
+"""Trust: no secret reaches disk (a canary test over every path), re-scrubbing a session, permissions.
+
+The canary: 24 planted secrets of different kinds, spread over request headers, URL query strings,
+request and response bodies, response headers, stream chunks (one secret split across three
+transport chunks), tool arguments and results, an exception message, a note, the recorded command
+line and an untracked ``.env`` captured by the workspace checkpoints. They are recorded through the
+real ``openai`` SDK against a local server and ``@forkpoint.tool`` functions, with
+``forkpoint.record(workspace=repo)`` on a git repository. Then every byte of every file of the store
+(blobs, git objects decompressed) is searched for each secret, raw, JSON-escaped, percent-encoded and
+base64-encoded (all three alignments), and for a 12-character fragment of each.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import zlib
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import openai
+import orjson
+import pytest
+from click.testing import CliRunner
+
+import forkpoint
+from forkpoint import redact
+from forkpoint.cli import main
+from forkpoint.config import ConfigError, load_rules
+from forkpoint.log import LOG_NAME, Session, SessionWriter, verify
+from forkpoint.scrub import TMP_DIR, ScrubError, recover, scrub_session
+
+# ----------------------------------------------------------------------------- the secrets
+
+PEM = (
+    "-----BEGIN RSA PRIVATE KEY-----\n"
+    "MIIEpAIBAAKCAQEAu1SU1LfVLPHCozMxH2Mo4lgOEePzNm0tRgeLezV6ffAt0gun\n"
+    "VTLw7onLRnrq0/IzW7yWR7QkrmBL7jTKEn5u+qKhbwKfBstIs+bMY2Zkp18gnTxK\n"
+    "-----END RSA PRIVATE KEY-----"
+)
+
+#: name → secret. Each is planted in one place (see ``_record``); none may appear in the store.
+SECRETS: dict[str, str] = {
+    "openai_api_key": "sk-proj-Q7pVbX2mK9wLz4RtY8uN3cJ6hF1dS5gA0eIoP-xZ_vB2nM4kL7jH",  # Authorization
+    "anthropic_key": "sk-ant-api03-Xy7Qw2Er5Ty8Ui1Op4As6Df9Gh3Jk0LzXcVbNm-AbCdEfGh",  # x-api-key header
+    "github_token": "ghp_R4nd0mT0k3nF0rTh3C4n4ryT3st1ngXyZ9876",  # value of a plain header
+    "header_token": "tkn-9f8e7d6c5b4a39281706f5e4d3c2b1a0",  # a header named like a credential
+    "google_key": "AIzaSyD4nQ9vX2mK7wLz4RtY8uN3cJ6hF1dS5gA",  # ?key= query parameter
+    "jwt": "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJjYW5hcnkiLCJpYXQiOjE3MDAwMDAwMDB9.c2lnbmF0dXJlLWNhbmFyeS0xMjM0NTY",
+    "aws_key": "AKIAQWERTYUIOPASDFGH",  # request body
+    "db_password": "Pg-S3cretPassw0rd-42",  # postgres://user:PASSWORD@host in the request body
+    "stripe_key": "sk_live_51HcanaryStripeKey0123456789abcdef",  # request body (extra field)
+    "user_rule": "itk_Zq8Wm3Xv7Ln2Pk5Rt9Ys4Bh6",  # request body, found by a user regex
+    "slack_token": "xoxb-123456789012-9876543210987-CanarySlackTokenXyz",  # response body
+    "npm_token": "npm_CanaryNpmToken0123456789abcdefghijklmn",  # response header value
+    "resp_header_secret": "rhs-3b7c1e9a5d2f8064a1c7e3b9d5f2a8c4",  # a response header named like one
+    "hf_token": "hf_CanaryHuggingFaceTokenSplitAcrossChunks42",  # stream, split over 3 chunks
+    "sendgrid_key": "SG.CanarySendGridKey_0123.AbCdEfGhIjKlMnOpQrStUvWxYz0123456789",  # stream
+    "bearer": "Zx9Qw8Er7Ty6Ui5Op4As3Df2Gh1Jk0LmNbVcXz",  # tool argument ("Authorization: Bearer …")
+    "field_password": "c4n4ry-f13ld-p4ssw0rd",  # tool argument {"password": …}
+    "pem": PEM,  # tool result
+    "basic": base64.b64encode(b"svc-user:Basic-Canary-Pw-77").decode(),  # tool result "Basic …"
+    "ssn": "078-05-1120",  # tool result, found by a user JSON path ($..employee_ssn)
+    "mysql_password": "R00tCanaryPw-mysql",  # exception message mysql://root:PASSWORD@…
+    "note_key": "ASIAZXCVBNMASDFGHJKL",  # forkpoint.note() text
+    "argv_key": "gsk_CanaryGroqKey0123456789abcdefXYZ",  # the recorded command line
+    "env_password": "envCanaryDbPassw0rd!x",  # .env: DB_PASSWORD=…
+    "env_openai": "sk-svcacct-EnvCanaryOpenAIKey0123456789abcdefgh",  # .env: OPENAI_API_KEY=…
+    "env_secret_key": "django-insecure-c4n4ry-s3cr3t-k3y",  # .env: SECRET_KEY='…'
+    "env_gitlab": "glpat-CanaryGitLabToken01234",  # .env: GITLAB_TOKEN=…
+}
+
+CONFIG = textwrap.dedent(
+    """
+    [redact]
+    patterns = [{ kind = "internal-token", regex = "itk_[A-Za-z0-9]{24}" }]
+    json_paths = ["$..employee_ssn"]
+    """
+)
+
+
+def needles(secret: str) -> list[bytes]:
+    """Every form in which ``secret`` could sit in a file: raw, JSON-escaped (both ways),
+    percent-encoded, base64 (standard and URL-safe, each of the three alignments), and a fragment."""
+    raw = secret.encode()
+    forms = {
+        raw,
+        orjson.dumps(secret)[1:-1],
+        json.dumps(secret)[1:-1].encode(),
+        json.dumps(secret, ensure_ascii=True).replace("/", "\\/")[1:-1].encode(),
+        quote(secret, safe="").encode(),
+    }
+    for pad in range(3):
+        for enc in (base64.b64encode, base64.urlsafe_b64encode):
+            b = enc(b"\0" * pad + raw)
+            # the characters that depend on the padding bytes or on what follows are left out
+            core = b[(pad * 4 + 2) // 3 + 1 : -4]
+            if len(core) >= 8:
+                forms.add(core)
+    if len(raw) >= 24:
+        forms.add(raw[len(raw) // 2 - 6 : len(raw) // 2 + 6])  # a 12-byte fragment from the middle
+    return sorted(forms, key=len)
+
+
+def store_contents(store: Path) -> Iterator[tuple[Path, bytes]]:
+    """(path, bytes) of every file under ``store``; git loose objects decompressed."""
+    for p in sorted(store.rglob("*")):
+        if p.is_file():
+            data = p.read_bytes()
+            if "git-objects" in p.parts and len(p.parent.name) == 2:
+                try:
+                    data = zlib.decompress(data)
+                except zlib.error:
+                    pass
+            yield p, data
+
+
+def leaks(store: Path, secrets: dict[str, str]) -> list[str]:
+    found = []
+    files = list(store_contents(store))
+    assert files
+    for name, secret in secrets.items():
+        for needle in needles(secret):
+            for path, data in files:
+                if needle in data:
+                    found.append(f"{name} as {needle[:40]!r} in {path.relative_to(store)}")
+    return found
+
+
+# ----------------------------------------------------------------------------- a server that leaks
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+        pass
+
+    def do_POST(self) -> None:  # noqa: N802 - stdlib name
+        body = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)) or b"{}")
+        self.server.requests.append({"headers": dict(self.headers), "path": self.path, "body": body})  # type: ignore[attr-defined]
+        if body.get("stream"):
+            self._stream()
+        else:
+            self._json()
+
+    def _json(self) -> None:
+        reply = {
+            "id": "chatcmpl-canary",
+            "object": "chat.completion",
+            "created": 1700000000,
+            "model": "canary-model",
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": f"use {SECRETS['slack_token']} to post"},
+                    "finish_reason": "stop",
+                }
+            ],
+            "usage": {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7},
+        }
+        data = json.dumps(reply).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("X-Info", f"npm={SECRETS['npm_token']}")
+        self.send_header("X-Upstream-Token", SECRETS["resp_header_secret"])
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _stream(self) -> None:
+        def chunk(delta: str, finish: str | None = None) -> bytes:
+            c = {
+                "id": "chatcmpl-canary",
+                "object": "chat.completion.chunk",
+                "created": 1700000000,
+                "model": "canary-model",
+                "choices": [{"index": 0, "delta": {"content": delta}, "finish_reason": finish}],
+            }
+            return f"data: {json.dumps(c)}\n\n".encode()
+
+        event = chunk(f"token {SECRETS['hf_token']} and key {SECRETS['sendgrid_key']}.")
+        a = event.index(SECRETS["hf_token"].encode()) + 10  # cut inside the first secret...
+        b = event.index(SECRETS["hf_token"].encode()) + 25  # ...twice
+        pieces = [chunk("Here you go: "), event[:a], event[a:b], event[b:], chunk("", "stop"), b"data: [DONE]\n\n"]
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        for piece in pieces:
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+            self.wfile.flush()
+            time.sleep(0.03)  # each write arrives as a transport chunk of its own
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
+
+
+@pytest.fixture
+def leaky_server() -> Iterator[str]:
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    srv.daemon_threads = True
+    srv.requests = []  # type: ignore[attr-defined]
+    t = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    t.start()
+    try:
+        yield f"http://127.0.0.1:{srv.server_address[1]}/v1"
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+# ----------------------------------------------------------------------------- the agent
+
+
+@forkpoint.tool
+def lookup(query: str, password: str) -> dict[str, Any]:
+    return {
+        "query_seen": len(query),
+        "deploy_key": PEM,
+        "auth": f"Authorization: Basic {SECRETS['basic']}",
+        "staff": [{"name": "Ada", "employee_ssn": SECRETS["ssn"]}],
+        "password_len": len(password),
+    }
+
+
+@forkpoint.tool
+def connect(url: str) -> str:
+    raise ConnectionError(f"cannot reach {url}: refused")
+
+
+def _agent(base_url: str) -> list[str]:
+    client = openai.OpenAI(
+        base_url=base_url,
+        api_key=SECRETS["openai_api_key"],
+        max_retries=0,
+        default_headers={
+            "x-api-key": SECRETS["anthropic_key"],
+            "X-Debug": f"gh={SECRETS['github_token']}",
+            "X-Session-Token": SECRETS["header_token"],
+        },
+        default_query={"key": SECRETS["google_key"], "trace": SECRETS["jwt"]},
+    )
+    out = []
+    messages: Any = [
+        {"role": "system", "content": "You are a careful agent."},
+        {
+            "role": "user",
+            "content": f"Deploy with AWS key {SECRETS['aws_key']} to "
+            f"postgres://deploy:{SECRETS['db_password']}@db.internal:5432/prod "
+            f"(internal token {SECRETS['user_rule']}).",
+        },
+    ]
+    r = client.chat.completions.create(
+        model="canary-model", messages=messages, extra_body={"metadata": {"billing": SECRETS["stripe_key"]}}
+    )
+    out.append(r.choices[0].message.content or "")
+    result = lookup(f"Authorization: Bearer {SECRETS['bearer']}", password=SECRETS["field_password"])
+    try:
+        connect(f"mysql://root:{SECRETS['mysql_password']}@10.0.0.5:3306/app")
+    except ConnectionError as exc:
+        out.append(type(exc).__name__)
+    forkpoint.note(f"rotated temp key {SECRETS['note_key']}")
+    messages = [*messages, {"role": "user", "content": json.dumps(result)}]
+    stream = client.chat.completions.create(model="canary-model", messages=messages, stream=True)
+    out.append("".join(c.choices[0].delta.content or "" for c in stream if c.choices))
+    client.close()
+    return out
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
+        cwd=repo,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+
+
+def _repo(tmp_path: Path) -> Path:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q", "-b", "main")
+    (repo / "app.py").write_text("print('hello')\n")
+    _git(repo, "add", "app.py")
+    _git(repo, "commit", "-q", "-m", "init")
+    (repo / ".env").write_text(
+        f"DB_PASSWORD={SECRETS['env_password']}\n"
+        f"OPENAI_API_KEY={SECRETS['env_openai']}\n"
+        f"SECRET_KEY='{SECRETS['env_secret_key']}'\n"
+        f"GITLAB_TOKEN={SECRETS['env_gitlab']}\n"
+        "DEBUG=true\n"
+    )
+    (repo / "notes.txt").write_text("nothing secret here\n")
+    return repo
+
+
+def _record(tmp_path: Path, base_url: str, rules: redact.Rules | None) -> tuple[Path, list[str]]:
+    repo = _repo(tmp_path)
+    store = tmp_path / "store"
+    with redact.use_rules(rules):
+        with forkpoint.record(
+            store=store, workspace=repo, argv=["agent.py", f"--groq-key={SECRETS['argv_key']}"]
+        ) as rec:
+            out = _agent(base_url)
+    return rec.session_path, out
+
+
+# ----------------------------------------------------------------------------- the canary
+
+
+def test_no_planted_secret_reaches_the_store(tmp_path: Path, leaky_server: str) -> None:
+    assert len(SECRETS) >= 20 and len(set(SECRETS.values())) == len(SECRETS)
+    (tmp_path / "forkpoint.toml").write_text(CONFIG)
+    rules = load_rules(tmp_path)
+    path, out = _record(tmp_path, leaky_server, rules)
+
+    # The agent really saw every secret (the recording did not change what it ran with)...
+    assert SECRETS["slack_token"] in out[0]
+    assert SECRETS["hf_token"] in out[2] and SECRETS["sendgrid_key"] in out[2]
+    # ...and the session holds everything, with no secret anywhere in the store.
+    assert leaks(tmp_path / "store", SECRETS) == []
+    s = Session.load(path)
+    kinds = [e["type"] for e in s.events]
+    assert kinds.count("model_call") == 2 and kinds.count("tool_call") == 2 and "note" in kinds
+    assert kinds.count("checkpoint") >= 2
+    v = verify(path)
+    assert v.ok and v.complete, v.problems
+
+    # The secret was split over three transport chunks, and is replaced in the first of them.
+    stream = s.by_type("model_call")[1]["response"]
+    chunks = [c for _, c in stream["chunks"]]
+    held = next(i for i, c in enumerate(chunks) if "[REDACTED:huggingface-token:" in c)
+    assert chunks[held].endswith(redact.placeholder("huggingface-token", SECRETS["hf_token"]))
+    # the middle transport chunk held nothing but secret (it is gone); what followed the secret
+    # stayed in its own chunk
+    assert chunks[held + 1].startswith(" and key [REDACTED:sendgrid-key:")
+    assert len(chunks) == 5
+    # Placeholders are deterministic: the same secret always gives the same one.
+    ph = redact.placeholder("aws-access-key", SECRETS["aws_key"])
+    assert ph in json.dumps(s.by_type("model_call")[0]["request"]["body"])
+    cp = s.by_type("checkpoint")[0]
+    env_row = next(r for r in cp["workspace"]["manifest"] if r[0] == ".env")
+    env = (path / "blobs" / env_row[4][:2] / env_row[4][2:]).read_text()
+    assert "DB_PASSWORD=[REDACTED:" in env and "DEBUG=true" in env
+    assert redact.placeholder("openai-key", SECRETS["env_openai"]) in env
+
+    # A scrubbed recording still matches: replaying the same agent serves every call, offline.
+    with redact.use_rules(rules), forkpoint.replay(path) as rp:
+        replayed = _agent(leaky_server)
+    report = rp.report()
+    assert report["divergence"] is None and report["matched"] == report["recorded"] == 4, report
+    assert replayed[1] == "ConnectionError"
+
+
+def test_needles_cover_encoded_forms() -> None:
+    """The search itself finds a secret hidden in each encoding it claims to cover."""
+    secret = SECRETS["openai_api_key"]
+    wrapped = [
+        b"x" + secret.encode() + b"y",
+        orjson.dumps({"k": "a\n" + secret}),
+        base64.b64encode(b"prefix:" + secret.encode() + b":suffix"),
+        base64.b64encode(b"pr:" + secret.encode()),
+        base64.urlsafe_b64encode(b"p:" + secret.encode() + b"?"),
+        quote("q=" + secret).encode(),
+        b"half " + secret.encode()[len(secret) // 2 - 8 : len(secret) // 2 + 8],
+    ]
+    for data in wrapped:
+        assert any(n in data for n in needles(secret)), data
+    assert not any(n in b"nothing to see here at all" for n in needles(secret))
+
+
+# ----------------------------------------------------------------------------- configuration
+
+
+def test_config_is_read_from_pyproject_or_forkpoint_toml_upwards(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("FORKPOINT_CONFIG", raising=False)
+    deep = tmp_path / "a" / "b"
+    deep.mkdir(parents=True)
+    (tmp_path / "pyproject.toml").write_text('[tool.forkpoint.redact]\nheaders = ["x-internal"]\n')
+    assert load_rules(deep).headers == ("x-internal",)
+    (tmp_path / "a" / "forkpoint.toml").write_text('[redact]\nquery_params = ["session"]\n')
+    rules = load_rules(deep)
+    assert rules.query_params == ("session",) and rules.headers == ()  # the nearest file wins
+    assert "forkpoint.toml" in str(rules.source)
+    s = redact.Scrubber(rules)
+    assert "abc" not in s.url("https://x/y?session=abc&q=1")
+    (tmp_path / "a" / "forkpoint.toml").write_text('[redact]\npatterns = ["("]\n')
+    with pytest.raises(ConfigError, match=r"forkpoint\.toml.*not a valid regex"):
+        load_rules(deep)
+    (tmp_path / "a" / "forkpoint.toml").write_text('[redact]\npaterns = ["x"]\n')
+    with pytest.raises(ConfigError, match="unknown key"):
+        load_rules(deep)
+    (tmp_path / "a" / "forkpoint.toml").write_text('[redact]\njson_paths = ["a.b"]\n')
+    with pytest.raises(ConfigError, match="must start with"):
+        load_rules(deep)
+    explicit = tmp_path / "custom.toml"
+    explicit.write_text('[redact]\nheaders = ["x-from-env"]\n')
+    monkeypatch.setenv("FORKPOINT_CONFIG", str(explicit))
+    assert load_rules(deep).headers == ("x-from-env",)
+
+
+def test_user_rules_apply_on_every_path_and_placeholders_match() -> None:
+    rules = redact.Rules(
+        patterns=(("internal-token", r"itk_[A-Za-z0-9]{8}"), ("dbpass", r"(?i)dbpass=(?P<s>\S+)")),
+        json_paths=("$..ssn", "$.metadata.user_id", "$.messages[*].name", "$.items[-1]"),
+        headers=("x-internal",),
+    )
+    s = redact.Scrubber(rules)
+    text = 'call itk_abcdefgh with DBPASS=hunter2 and {"ssn": "078-05-1120"}'
+    out = s.text(text)
+    assert "itk_abcdefgh" not in out and "hunter2" not in out and "078-05-1120" not in out
+    assert s.text(out) == out and s.bytes(text.encode()) == out.encode()
+    body = {
+        "metadata": {"user_id": 42},
+        "messages": [{"name": "bob", "content": "hi"}],
+        "items": [1, 2, 3],
+        "deep": [{"ssn": {"a": 1}}],
+    }
+    clean = s.json(body)
+    assert clean["metadata"]["user_id"].startswith("[REDACTED:json-path:")
+    assert clean["messages"][0] == {"name": clean["messages"][0]["name"], "content": "hi"}
+    assert clean["items"][:2] == [1, 2] and clean["items"][2].startswith("[REDACTED:")
+    assert isinstance(clean["deep"][0]["ssn"], str)
+    assert s.json(clean) == clean  # idempotent
+    assert s.headers([("X-Internal", "v"), ("Accept", "a")]) == [["Accept", "a"]]
+    # match keys: a live request with the secret and the scrubbed recorded one give the same key
+    from forkpoint.match import model_key, normalize_request
+
+    with redact.use_rules(s):
+        live = normalize_request("POST", "http://h/v1/x", [], body)
+        recorded = normalize_request("POST", "http://h/v1/x", [], clean)
+    assert model_key(live) == model_key(recorded)
+
+
+# ----------------------------------------------------------------------------- forkpoint scrub
+
+
+def _session_with_secret(store: Path, secret: str, *, end: bool = True) -> Path:
+    w = SessionWriter.create(store, {"argv": ["agent.py"]}, fsync="never")
+    body = {"model": "m", "messages": [{"role": "user", "content": f"use {secret} " + "pad " * 300}]}
+    w.append(
+        {
+            "type": "model_call",
+            "request": {
+                "method": "POST",
+                "url": "http://h/v1/chat/completions",
+                "headers": [],
+                "body_kind": "json",
+                "body": body,
+            },
+            "response": {"status": 200, "headers": [], "body_kind": "json", "body": {"echo": secret}},
+        }
+    )
+    w.append({"type": "tool_call", "tool": "t", "args": {"q": secret}, "result": [secret] * 3})
+    if end:
+        w.append({"type": "end", "exit_code": 0})
+    w.close()
+    return w.path
+
+
+def test_scrub_command_rescrubs_with_new_rules_and_keeps_the_session_valid(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secret = "itk_Zq8Wm3Xv7Ln2Pk5Rt9Ys4Bh6"
+    store = tmp_path / "store"
+    with redact.use_rules(None):
+        path = _session_with_secret(store, secret)
+    assert leaks(store, {"s": secret})  # not a known shape: recorded as it was
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("FORKPOINT_CONFIG", raising=False)
+    (tmp_path / "forkpoint.toml").write_text(CONFIG)
+    redact.reload()
+    try:
+        dry = CliRunner().invoke(main, ["scrub", path.name, "--store", str(store), "--dry-run"])
+        assert dry.exit_code == 0, dry.output
+        assert "would change 2 of 3 events" in dry.output
+        assert leaks(store, {"s": secret})
+        r = CliRunner().invoke(main, ["scrub", path.name, "--store", str(store)])
+        assert r.exit_code == 0, r.output
+        assert "2 of 3 events" in r.output
+        assert leaks(store, {"s": secret}) == []
+        assert not (store / TMP_DIR).exists()
+        v = verify(path)
+        assert v.ok and v.complete and v.events == 3
+        s = Session.load(path)
+        assert s.id == path.name and s.header["scrubbed"][0]["rules"] == redact.current().rules.digest()
+        call = s.by_type("model_call")[0]
+        from forkpoint.match import model_key, normalize_request
+
+        r0 = call["request"]
+        assert call["key"] == model_key(normalize_request(r0["method"], r0["url"], r0["headers"], r0["body"]))
+        ok = CliRunner().invoke(main, ["verify", str(path)])
+        assert ok.exit_code == 0 and "verify ok: 3 events" in ok.output
+    finally:
+        monkeypatch.undo()
+        redact.reload()
+
+
+def test_scrub_refuses_a_session_without_end_or_that_does_not_verify(tmp_path: Path) -> None:
+    rules = redact.Rules(patterns=(("x", r"itk_[A-Za-z0-9]{24}"),))
+    path = _session_with_secret(tmp_path / "store", "itk_Zq8Wm3Xv7Ln2Pk5Rt9Ys4Bh6", end=False)
+    before = (path / LOG_NAME).read_bytes()
+    with pytest.raises(ScrubError, match="no end event"):
+        scrub_session(path, scrubber=redact.Scrubber(rules))
+    assert (path / LOG_NAME).read_bytes() == before
+    report = scrub_session(path, scrubber=redact.Scrubber(rules), force=True)
+    assert report.swapped and verify(path).ok
+    lines = (path / LOG_NAME).read_bytes().splitlines(keepends=True)
+    (path / LOG_NAME).write_bytes(lines[0] + lines[1].replace(b'"POST"', b'"PUT"') + b"".join(lines[2:]))
+    with pytest.raises(ScrubError, match="does not verify"):
+        scrub_session(path, scrubber=redact.Scrubber(rules), force=True)
+
+
+@pytest.mark.parametrize("step", ["copy", "event", "verify", "swap"])
+def test_an_interrupted_scrub_leaves_the_original_intact(tmp_path: Path, step: str) -> None:
+    secret = "itk_Zq8Wm3Xv7Ln2Pk5Rt9Ys4Bh6"
+    store = tmp_path / "store"
+    path = _session_with_secret(store, secret)
+    snapshot = {p: p.read_bytes() for p in path.rglob("*") if p.is_file()}
+    scrubber = redact.Scrubber(redact.Rules(patterns=(("x", r"itk_[A-Za-z0-9]{24}"),)))
+
+    def fail(name: str) -> None:
+        if name == step:
+            raise KeyboardInterrupt(name)
+
+    with pytest.raises(KeyboardInterrupt):
+        scrub_session(path, scrubber=scrubber, hook=fail)
+    assert {p: p.read_bytes() for p in path.rglob("*") if p.is_file()} == snapshot
+    assert verify(path).ok and not (store / TMP_DIR).exists()
+
+
+_KILLER = """
+import os, signal, sys
+from pathlib import Path
+from forkpoint import redact
+from forkpoint import scrub
+if sys.argv[3] == "no-exchange":
+    scrub._exchange = lambda a, b: False
+def hook(name):
+    if name == sys.argv[2]:
+        os.kill(os.getpid(), signal.SIGKILL)
+rules = redact.Rules(patterns=(("x", r"itk_[A-Za-z0-9]{24}"),))
+scrub.scrub_session(Path(sys.argv[1]), scrubber=redact.Scrubber(rules), hook=hook)
+"""
+
+
+@pytest.mark.parametrize(
+    ("step", "mode", "scrubbed"),
+    [
+        ("event", "exchange", False),
+        ("swap", "exchange", False),
+        ("remove", "exchange", True),
+        ("between-renames", "no-exchange", False),
+        ("remove", "no-exchange", True),
+    ],
+)
+def test_a_killed_scrub_leaves_the_original_or_the_verified_copy(
+    tmp_path: Path, step: str, mode: str, scrubbed: bool
+) -> None:
+    secret = "itk_Zq8Wm3Xv7Ln2Pk5Rt9Ys4Bh6"
+    store = tmp_path / "store"
+    path = _session_with_secret(store, secret)
+    original = (path / LOG_NAME).read_bytes()
+    proc = subprocess.run([sys.executable, "-c", _KILLER, str(path), step, mode], capture_output=True)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    done = recover(store)  # what the next `forkpoint scrub` does first
+    assert verify(path).ok
+    assert ((path / LOG_NAME).read_bytes() == original) is not scrubbed
+    assert bool(leaks(store, {"s": secret})) is not scrubbed
+    assert not (store / TMP_DIR).exists() or not any((store / TMP_DIR).iterdir()), done
+
+
+# ----------------------------------------------------------------------------- permissions
+
+
+def test_sessions_are_readable_by_their_owner_only(tmp_path: Path, leaky_server: str) -> None:
+    old = os.umask(0o022)
+    try:
+        path, _ = _record(tmp_path, leaky_server, None)
+    finally:
+        os.umask(old)
+    store = tmp_path / "store"
+    assert stat.S_IMODE(store.stat().st_mode) == 0o700
+    assert stat.S_IMODE(path.stat().st_mode) == 0o700
+    assert stat.S_IMODE((path / LOG_NAME).stat().st_mode) == 0o600
+    for p in (path / "blobs").rglob("*"):
+        assert stat.S_IMODE(p.stat().st_mode) == (0o700 if p.is_dir() else 0o600), p
+    assert (path / "git-objects").is_dir()
+    for p in path.rglob("*"):  # nothing anywhere that others could write, nor read past the 0700 above
+        assert stat.S_IMODE(p.lstat().st_mode) & 0o022 == 0, p

@@ -1,0 +1,597 @@
+"""Stores: the local index, and remote stores (memory://, and S3 on a local moto server).
+
+Every S3 request goes to a moto server these tests start on 127.0.0.1: the AWS variables point
+botocore at it with dummy credentials (no profile, no config file, no instance metadata), and in
+this process name resolution of anything but loopback raises, so nothing can reach AWS.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import multiprocessing
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+import forkpoint
+from forkpoint import remote, store
+from forkpoint.cli import main
+from forkpoint.demo.server import ModelServer
+from forkpoint.log import LOG_NAME, Session, SessionError, SessionWriter, verify
+from forkpoint.store import (
+    ENTRIES,
+    SNAPSHOTS,
+    LocalIO,
+    consolidate,
+    list_sessions,
+    read_index,
+    resolve,
+)
+
+pytest.importorskip("fsspec")
+
+FORKPOINT = [str(Path(sys.executable).with_name("forkpoint"))]
+if not Path(FORKPOINT[0]).exists():  # pragma: no cover - forkpoint not installed as a script
+    FORKPOINT = [sys.executable, "-m", "forkpoint.cli"]
+
+SYSTEM = "You are a careful agent. " * 60  # > 1 KiB: stored as a blob, so uploads have blobs
+
+AGENT = """
+import os
+import sys
+
+import openai
+
+client = openai.OpenAI(base_url=os.environ["AGENT_BASE_URL"], api_key="sk-test-not-a-real-key", max_retries=0)
+system = "You are a careful agent. " * 60
+r = client.chat.completions.create(
+    model="demo-model",
+    messages=[{"role": "system", "content": system}, {"role": "user", "content": sys.argv[1]}],
+)
+print("answer:", r.choices[0].message.content)
+"""
+
+CRASH = """
+import os
+import sys
+
+import openai
+
+import forkpoint
+from forkpoint import remote
+
+
+def crash(self, key, data):
+    os._exit(17)  # the process dies after the blobs are uploaded, before the log is
+
+
+remote.RemoteStore._put_log = crash
+client = openai.OpenAI(base_url=os.environ["AGENT_BASE_URL"], api_key="sk-test-not-a-real-key", max_retries=0)
+with forkpoint.record("crash", store=sys.argv[1]) as rec:
+    print(rec.session_path.name, flush=True)
+    client.chat.completions.create(
+        model="demo-model",
+        messages=[{"role": "system", "content": "You are a careful agent. " * 60}, {"role": "user", "content": "hi"}],
+    )
+"""
+
+
+KILLED = """
+import os
+import sys
+
+import openai
+
+import forkpoint
+
+client = openai.OpenAI(base_url=os.environ["AGENT_BASE_URL"], api_key="sk-test-not-a-real-key", max_retries=0)
+with forkpoint.record("killed", store=sys.argv[1]) as rec:
+    print(rec.session_path.name, flush=True)
+    client.chat.completions.create(model="demo-model", messages=[{"role": "user", "content": "hi"}])
+    os._exit(9)  # killed mid-recording: no end event, and the recording lock dies with it
+"""
+
+
+def cli(*args: str, env: dict[str, str] | None = None) -> Any:
+    return CliRunner().invoke(main, list(args), env={"COLUMNS": "250", **(env or {})}, catch_exceptions=False)
+
+
+def ls_ids(output: str) -> list[str]:
+    return [line.split()[0] for line in output.splitlines()[1:] if line.strip() and line[:8].isdigit()]
+
+
+# ----------------------------------------------------------------------------- fixtures
+
+_LOOPBACK = {"127.0.0.1", "localhost", "::1", None}
+
+
+@pytest.fixture(autouse=True)
+def loopback_only(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No name outside loopback resolves in this process, and every test has its own cache."""
+    real = socket.getaddrinfo
+
+    def getaddrinfo(host: Any, *args: Any, **kwargs: Any) -> Any:
+        name = host.decode() if isinstance(host, bytes) else host
+        if name not in _LOOPBACK:
+            raise socket.gaierror(f"test_store: refusing to resolve {name!r} (loopback only)")
+        return real(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    monkeypatch.setenv("FORKPOINT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("FORKPOINT_STORE", raising=False)
+    monkeypatch.delenv("FORKPOINT_INDEX_MAX_LOOSE", raising=False)
+
+
+@pytest.fixture(scope="module")
+def model() -> Iterator[ModelServer]:
+    with ModelServer(seed=7) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def s3_endpoint() -> Iterator[str]:
+    """A moto S3 server on 127.0.0.1, and an environment in which botocore can only reach it."""
+    pytest.importorskip("s3fs")
+    server_mod = pytest.importorskip("moto.server")
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    with pytest.MonkeyPatch.context() as mp:
+        for k in list(os.environ):
+            if k.startswith("AWS_"):
+                mp.delenv(k)
+        server = server_mod.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+        server.start()
+        host, port = server.get_host_and_port()
+        endpoint = f"http://{host}:{port}"
+        mp.setenv("AWS_ACCESS_KEY_ID", "forkpoint-test")
+        mp.setenv("AWS_SECRET_ACCESS_KEY", "forkpoint-test")
+        mp.setenv("AWS_DEFAULT_REGION", "us-east-1")
+        mp.setenv("AWS_ENDPOINT_URL", endpoint)
+        mp.setenv("AWS_ENDPOINT_URL_S3", endpoint)
+        mp.setenv("AWS_CONFIG_FILE", os.devnull)
+        mp.setenv("AWS_SHARED_CREDENTIALS_FILE", os.devnull)
+        mp.setenv("AWS_EC2_METADATA_DISABLED", "true")
+        mp.setenv("FORKPOINT_STORE_OPTIONS", json.dumps({"client_kwargs": {"endpoint_url": endpoint}}))
+        try:
+            yield endpoint
+        finally:
+            server.stop()
+
+
+@pytest.fixture
+def s3_url(s3_endpoint: str) -> str:
+    """A fresh bucket on the moto server; the store is a prefix in it."""
+    import s3fs
+
+    bucket = f"fp-{secrets.token_hex(4)}"
+    s3fs.S3FileSystem(client_kwargs={"endpoint_url": s3_endpoint}, use_listings_cache=False).mkdir(bucket)
+    return f"s3://{bucket}/team/sessions"
+
+
+def remote_fs(url: str) -> tuple[Any, str]:
+    rs = store.open_store(url)
+    return rs.fs, rs.root
+
+
+def chat(model: ModelServer, text: str) -> str:
+    import openai
+
+    client = openai.OpenAI(base_url=model.openai_base_url, api_key="sk-test-not-a-real-key", max_retries=0)
+    r = client.chat.completions.create(
+        model="demo-model",
+        messages=[{"role": "system", "content": SYSTEM}, {"role": "user", "content": text}],
+    )
+    return str(r.choices[0].message.content)
+
+
+def record_one(url: str, model: ModelServer, name: str) -> tuple[str, str]:
+    with forkpoint.record(name, store=url) as rec:
+        answer = chat(model, f"question from {name}")
+    return rec.session_path.name, answer
+
+
+def fresh_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, name: str = "other-machine") -> Path:
+    """Another machine: an empty mirror, nothing staged."""
+    d = tmp_path / name
+    monkeypatch.setenv("FORKPOINT_CACHE", str(d))
+    return d
+
+
+def make_session(root: Path, name: str, *, end: bool = True) -> Path:
+    """A small local session without any model: one note, and ``end`` unless told not to."""
+    w = SessionWriter.create(root, {"name": name, "argv": ["python", f"{name}.py"]}, fsync="never")
+    w.append({"type": "note", "text": name, "data": {}})
+    if end:
+        w.append({"type": "end", "exit_code": 0, "duration_ms": 1.0, "reason": None})
+    w.close()
+    return w.path
+
+
+# ----------------------------------------------------------------------------- naming stores
+
+
+def test_store_names(tmp_path: Path) -> None:
+    assert store.store_dir(str(tmp_path / "a")) == tmp_path / "a"
+    assert store.store_dir(f"file://{tmp_path}/b") == tmp_path / "b"
+    assert isinstance(store.open_store(f"file://{tmp_path}/b"), store.LocalStore)
+    mirror = store.store_dir("memory://x/y/")
+    assert mirror == store.store_dir("memory://x/y")  # one mirror per store
+    assert mirror.is_relative_to(tmp_path / "cache")
+    rs = store.open_store(mirror)
+    assert isinstance(rs, remote.RemoteStore) and rs.url == "memory://x/y"
+    assert oct(mirror.stat().st_mode & 0o777) == "0o700"
+    from importlib.util import find_spec
+
+    if find_spec("gcsfs") is None:  # said when the store is named, not after a recording
+        with pytest.raises(SessionError, match="gcsfs"):
+            store.store_dir("gs://bucket/sessions")
+        r = cli("record", "--store", "gs://bucket/sessions", "--", "true")
+        assert r.exit_code == 1 and "gcsfs" in r.output
+
+
+# ----------------------------------------------------------------------------- memory://
+
+
+def test_memory_store_record_replay_show_ls_verify(
+    model: ModelServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = f"memory://fp-{secrets.token_hex(4)}/sessions"
+    sid, answer = record_one(url, model, "first")
+    sid2, _ = record_one(url, model, "second")
+    fs, root = remote_fs(url)
+    keys = fs.find(root)
+    assert f"{root}/{sid}/{LOG_NAME}" in keys and f"{root}/index/entries/{sid}.json" in keys
+    assert any(k.startswith(f"{root}/{sid}/blobs/") for k in keys)  # the long system prompt
+
+    fresh_cache(monkeypatch, tmp_path)  # another machine reads it
+    r = cli("ls", "--store", url)
+    assert r.exit_code == 0, r.output
+    assert ls_ids(r.stdout) == [sid, sid2]
+    assert "first" in r.stdout.splitlines()[1]
+
+    shown = cli("show", sid[:-2], "--json", "--store", url)  # an id prefix resolves through the index
+    assert shown.exit_code == 0, shown.output
+    data = json.loads(shown.stdout)
+    assert data["header"]["session_id"] == sid
+    assert data["events"][0]["request"]["body"]["messages"][0]["content"] == SYSTEM
+
+    v = cli("verify", "last", "--store", url)
+    assert v.exit_code == 0 and "verify ok" in v.stdout
+
+    with forkpoint.replay(sid, store=url) as rp:
+        assert chat(model, "question from first") == answer
+    assert rp.report()["matched"] == 1 and rp.report()["divergence"] is None
+
+
+def test_memory_store_through_forkpoint_store_variable(
+    model: ModelServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = f"memory://fp-{secrets.token_hex(4)}"
+    monkeypatch.setenv("FORKPOINT_STORE", url)
+    sid, _ = record_one("", model, "via-env")  # store "" / None: $FORKPOINT_STORE
+    r = cli("ls")
+    assert ls_ids(r.stdout) == [sid]
+    # What-if children of a remote session are recorded into the same store and uploaded.
+    with forkpoint.replay(sid, overrides=['model#1.text="changed"']) as rp:
+        assert chat(model, "question from via-env") == "changed"
+    child = Path(rp.report()["child_session"]).name
+    assert ls_ids(cli("ls").stdout) == [sid, child]
+
+
+def test_memory_store_cli_record_and_replay(
+    model: ModelServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = f"memory://fp-{secrets.token_hex(4)}/cli"
+    agent = tmp_path / "agent.py"
+    agent.write_text(textwrap.dedent(AGENT))
+    monkeypatch.setenv("AGENT_BASE_URL", model.openai_base_url)
+    r = cli("record", "--store", url, "--no-workspace", "--", sys.executable, str(agent), "via the cli")
+    assert r.exit_code == 0, r.output
+    (sid,) = ls_ids(cli("ls", "--store", url).stdout)
+    fs, root = remote_fs(url)
+    assert fs.exists(f"{root}/{sid}/{LOG_NAME}")
+    fresh_cache(monkeypatch, tmp_path)
+    rp = cli("replay", sid, "--store", url)
+    assert rp.exit_code == 0 and "replay ok: 1/1" in rp.stderr, rp.output
+
+
+def test_a_recording_in_progress_is_not_uploaded(model: ModelServer) -> None:
+    url = f"memory://fp-{secrets.token_hex(4)}"
+    with forkpoint.record("live", store=url) as rec:
+        chat(model, "one")
+        listing = list_sessions(url)  # ls while recording: shown as staged, not uploaded
+        (row,) = listing.rows
+        assert row.staged and row.session_id == rec.session_path.name and not row.complete
+        assert any("still being recorded" in n for n in listing.notes)
+        fs, root = remote_fs(url)
+        assert not fs.exists(f"{root}/{row.session_id}/{LOG_NAME}")
+    (row,) = list_sessions(url).rows
+    assert not row.staged and row.complete and row.model_calls == 1
+
+
+def test_a_session_id_that_exists_remotely_is_never_overwritten(model: ModelServer, tmp_path: Path) -> None:
+    url = f"memory://fp-{secrets.token_hex(4)}"
+    sid, _ = record_one(url, model, "original")
+    fs, root = remote_fs(url)
+    before = fs.cat_file(f"{root}/{sid}/{LOG_NAME}")
+    # A different session under the same id, staged in the mirror (an id collision).
+    other = make_session(tmp_path / "elsewhere", "impostor")
+    mirror = store.store_dir(url)
+    (mirror / sid).rename(tmp_path / "cached-original")
+    text = (other / LOG_NAME).read_text().replace(other.name, sid)
+    (mirror / sid).mkdir()
+    (mirror / sid / LOG_NAME).write_text(text)
+    listing = list_sessions(url)
+    assert any("not overwritten" in n for n in listing.notes)
+    assert fs.cat_file(f"{root}/{sid}/{LOG_NAME}") == before
+    assert (mirror / sid / LOG_NAME).read_text() == text  # the staged copy is kept
+
+
+# ----------------------------------------------------------------------------- S3 (moto)
+
+
+def test_s3_cli_record_then_replay_show_ls_verify(
+    s3_url: str, model: ModelServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    workdir = tmp_path / "agent"
+    workdir.mkdir()
+    (workdir / "agent.py").write_text(textwrap.dedent(AGENT))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_",))}
+    env["AGENT_BASE_URL"] = model.openai_base_url
+    env["COLUMNS"] = "250"  # rich does not wrap the "recorded session … in URL" line
+    script = [sys.executable, "agent.py"]
+
+    def run(*args: str, cache: str = "recorder") -> subprocess.CompletedProcess[str]:
+        e = {**env, "FORKPOINT_CACHE": str(tmp_path / cache)}
+        return subprocess.run(
+            [*FORKPOINT, *args], cwd=workdir, env=e, capture_output=True, text=True, timeout=60
+        )
+
+    rec = run("record", "--store", s3_url, "--name", "s3-run", "--no-workspace", "--", *script, "hello s3")
+    assert rec.returncode == 0, rec.stderr
+    assert f"in {s3_url}/" in rec.stderr
+    sid = rec.stderr.split(f"in {s3_url}/")[1].split()[0]
+    fs, root = remote_fs(s3_url)
+    assert fs.exists(f"{root}/{sid}/{LOG_NAME}") and fs.exists(f"{root}/index/entries/{sid}.json")
+    staged = tmp_path / "recorder"
+    assert (next(staged.glob(f"stores/*/{sid}")) / remote.DONE).is_file()  # verified, then marked
+
+    # Another machine: an empty cache. ls, show, verify (here, in-process) and replay read the store.
+    fresh_cache(monkeypatch, tmp_path, "reader")
+    ls = cli("ls", "--store", s3_url)
+    assert ls.exit_code == 0, ls.output
+    assert ls_ids(ls.stdout) == [sid] and "s3-run" in ls.stdout
+    show = cli("show", sid, "--json", "--store", s3_url)
+    assert show.exit_code == 0, show.output
+    assert json.loads(show.stdout)["events"][0]["summary"]["model"] == "demo-model"
+    v = cli("verify", "last", "--store", s3_url)
+    assert v.exit_code == 0 and "verify ok: 2 events, 1 blobs" in v.stdout, v.output
+    rp = run("replay", sid, "--store", s3_url, cache="reader")
+    assert rp.returncode == 0, rp.stderr
+    assert rp.stdout == rec.stdout  # the recorded answer, served offline
+    assert "replay ok: 1/1" in rp.stderr
+
+
+def _record_worker(url: str, base_url: str, i: int, env: dict[str, str]) -> str:
+    os.environ.update(env)
+    import openai
+
+    client = openai.OpenAI(base_url=base_url, api_key="sk-test-not-a-real-key", max_retries=0)
+    with forkpoint.record(f"worker-{i}", store=url) as rec:
+        client.chat.completions.create(
+            model="demo-model",
+            messages=[{"role": "system", "content": SYSTEM}, {"role": "user", "content": f"worker {i}"}],
+        )
+    return rec.session_path.name
+
+
+def test_eight_processes_record_into_one_s3_store(
+    s3_url: str, model: ModelServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every upload consolidates the index (threshold 2): concurrent consolidators, concurrent writers.
+    monkeypatch.setenv("FORKPOINT_INDEX_MAX_LOOSE", "2")
+    env = {k: v for k, v in os.environ.items() if k.startswith(("AWS_", "FORKPOINT_"))}
+    caches = [str(tmp_path / "machine-a"), str(tmp_path / "machine-b")]  # 4 processes share each
+    # A fork server that has imported forkpoint, openai and s3fs once: 8 clean processes, no
+    # threads inherited from this one (moto, the model server), and no 8 cold imports on 2 cores.
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["forkpoint", "forkpoint.remote", "openai", "s3fs", "tests.test_store"])
+    jobs = [(s3_url, model.openai_base_url, i, {**env, "FORKPOINT_CACHE": caches[i % 2]}) for i in range(8)]
+    with ctx.Pool(8) as pool:
+        sids = pool.starmap(_record_worker, jobs)
+    assert len(set(sids)) == 8
+    fresh_cache(monkeypatch, tmp_path)
+    rs = store.open_store(s3_url)
+    state = read_index(rs.io)
+    assert set(state.entries) == set(sids)  # nothing lost by the concurrent consolidations
+    r = cli("ls", "--store", s3_url)
+    assert sorted(ls_ids(r.stdout)) == sorted(sids)
+    names = {line.split()[1] for line in r.stdout.splitlines()[1:]}
+    assert names == {f"worker-{i}" for i in range(8)}
+    for sid in sids:
+        v = verify(resolve(sid, s3_url))
+        assert v.ok and v.events == 2 and v.blobs == 1, v.problems
+    after = read_index(rs.io)  # ls consolidated what was left into one snapshot
+    assert len(after.snapshots) == 1 and not after.loose and set(after.entries) == set(sids)
+
+
+def test_crash_between_blob_upload_and_log_upload(
+    s3_url: str, model: ModelServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env = {**os.environ, "AGENT_BASE_URL": model.openai_base_url}
+    p = subprocess.run(
+        [sys.executable, "-c", CRASH, s3_url], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert p.returncode == 17, p.stderr
+    sid = p.stdout.split()[0]
+    fs, root = remote_fs(s3_url)
+    keys = fs.find(f"{root}/{sid}")
+    assert any("/blobs/" in k for k in keys) and f"{root}/{sid}/{LOG_NAME}" not in keys
+    staged = store.store_dir(s3_url) / sid
+    assert (staged / LOG_NAME).is_file() and not (staged / remote.DONE).exists()
+
+    recorder_cache = os.environ["FORKPOINT_CACHE"]
+    fresh_cache(monkeypatch, tmp_path)  # from anywhere else the session does not exist
+    assert sid not in [r.session_id for r in list_sessions(s3_url).rows]
+    with pytest.raises(SessionError, match="no session"):
+        resolve(sid, s3_url)
+
+    monkeypatch.setenv("FORKPOINT_CACHE", recorder_cache)  # back on the machine that crashed
+    r = cli("ls", "--store", s3_url)
+    assert f"uploaded staged session {sid}" in r.stderr
+    assert ls_ids(r.stdout) == [sid]
+    assert (staged / remote.DONE).is_file()
+    fresh_cache(monkeypatch, tmp_path, "third-machine")
+    v = cli("verify", sid, "--store", s3_url)
+    assert v.exit_code == 0 and "verify ok: 2 events, 1 blobs" in v.stdout, v.output
+
+
+def test_a_killed_recorder_leaves_an_unfinished_session_that_ls_uploads(
+    s3_url: str, model: ModelServer
+) -> None:
+    env = {**os.environ, "AGENT_BASE_URL": model.openai_base_url}
+    p = subprocess.run(
+        [sys.executable, "-c", KILLED, s3_url], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert p.returncode == 9, p.stderr
+    sid = p.stdout.split()[0]
+    (row,) = list_sessions(s3_url).rows  # the recorder is gone: upload it as it is
+    assert row.session_id == sid and not row.staged and not row.complete and row.model_calls == 1
+
+
+def test_s3_index_rebuild_when_missing_or_stale(
+    s3_url: str, model: ModelServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sids = [record_one(s3_url, model, f"s{i}")[0] for i in range(3)]
+    fs, root = remote_fs(s3_url)
+    fs.rm(f"{root}/index", recursive=True)
+    fresh_cache(monkeypatch, tmp_path)
+    r = cli("ls", "--store", s3_url)  # no index: rebuilt from a walk
+    assert ls_ids(r.stdout) == sids and "rebuilt it from a walk" in r.stderr
+    assert len(read_index(store.open_store(s3_url).io).snapshots) == 1
+
+    # Stale: one session deleted behind forkpoint's back, one copied in without an index entry.
+    fs.rm(f"{root}/{sids[0]}", recursive=True)
+    extra = make_session(tmp_path / "local", "copied-in")
+    fs.put(str(extra / LOG_NAME), f"{root}/{extra.name}/{LOG_NAME}")
+    assert ls_ids(cli("ls", "--store", s3_url).stdout) == sids  # the index does not walk
+    r = cli("ls", "--reindex", "--store", s3_url)
+    assert ls_ids(r.stdout) == [*sids[1:], extra.name]
+    state = read_index(store.open_store(s3_url).io)
+    assert len(state.snapshots) == 1 and not state.loose and set(state.entries) == {*sids[1:], extra.name}
+
+
+# ----------------------------------------------------------------------------- local index
+
+
+def test_local_ls_reads_the_index_not_the_logs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "store"
+    dirs = [make_session(root, f"s{i}") for i in range(3)]
+    running = make_session(root, "running", end=False)  # no end: never indexed, always scanned
+    order = [d.name for d in store.session_dirs(root)]  # by creation time (ms), then id
+    r = cli("ls", "--store", str(root))  # first ls: no index yet, so a walk; it writes the entries
+    assert ls_ids(r.stdout) == order
+    assert sorted(LocalIO(root).list(ENTRIES)) == sorted(f"{d.name}.json" for d in dirs)
+
+    real = store.summarize_log
+
+    def no_scan(data: bytes, path: Path) -> Any:
+        assert path.name == running.name, f"ls read the log of {path.name}"
+        return real(data, path)
+
+    monkeypatch.setattr(store, "summarize_log", no_scan)
+    r = cli("ls", "--store", str(root))
+    assert ls_ids(r.stdout) == order
+    (row,) = [line.split() for line in r.stdout.splitlines() if line.startswith(running.name)]
+    assert row[5] == "—"  # not finished
+    monkeypatch.setattr(store, "summarize_log", real)
+
+    # A session that grew after its entry was written is rescanned and its entry replaced.
+    w = SessionWriter.open(dirs[0], fsync="never")
+    w.append({"type": "note", "text": "late", "data": {}})
+    w.close()
+    (row,) = [x for x in list_sessions(root).rows if x.session_id == dirs[0].name]
+    assert row.events == 3
+    assert read_index(LocalIO(root)).entries[dirs[0].name]["events"] == 3
+
+    # No index at all: the walk lists everything, and rebuilds it.
+    import shutil
+
+    shutil.rmtree(root / "index")
+    assert [x.session_id for x in list_sessions(root).rows] == order
+    assert len(read_index(LocalIO(root)).entries) == 3
+
+
+def test_local_reindex_and_record_writes_entries(model: ModelServer, tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    sid, _ = record_one(str(root), model, "recorded")
+    assert LocalIO(root).list(ENTRIES) == [f"{sid}.json"]  # written when the recording ended
+    others = [make_session(root, f"s{i}") for i in range(2)]
+    # A stale snapshot naming a session that is gone.
+    io = LocalIO(root)
+    ghost = {"session_id": "20000101-000000-000000", "header": {}, "log_size": 1}
+    consolidate(io, read_index(io), extra=[ghost])
+    assert "20000101-000000-000000" in read_index(io).entries
+    r = cli("ls", "--reindex", "--store", str(root))
+    assert ls_ids(r.stdout) == [d.name for d in store.session_dirs(root)]
+    assert len(ls_ids(r.stdout)) == 3
+    state = read_index(io)
+    assert set(state.entries) == {sid, *(d.name for d in others)}
+    assert len(state.snapshots) == 1 and not state.loose
+    assert Session.load(resolve("last", root)).id == store.session_dirs(root)[-1].name
+
+
+def test_consolidators_racing_writers_never_lose_an_entry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FORKPOINT_FSYNC", "never")
+    io = LocalIO(tmp_path)
+    written: list[str] = []
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def writer(k: int) -> None:
+        for i in range(60):
+            sid = f"20260101-0000{k:02d}-{i:06x}"
+            io.create(ENTRIES, f"{sid}.json", json.dumps({"session_id": sid, "log_size": 1}).encode())
+            written.append(sid)
+
+    def consolidator() -> None:
+        try:
+            while not stop.is_set():
+                consolidate(io, read_index(io))
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    def reader() -> None:
+        try:
+            while not stop.is_set():
+                seen = set(written)  # everything written before this read started
+                assert seen <= set(read_index(io).entries)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(k,)) for k in range(4)]
+    background = [threading.Thread(target=consolidator) for _ in range(3)] + [threading.Thread(target=reader)]
+    for t in background + threads:
+        t.start()
+    for t in threads:
+        t.join()
+    stop.set()
+    for t in background:
+        t.join()
+    assert not errors, errors[0]
+    final = read_index(io)
+    assert set(final.entries) == set(written) and len(written) == 240
+    consolidate(io, final)
+    assert len(io.list(SNAPSHOTS)) == 1 and set(read_index(io).entries) == set(written)
