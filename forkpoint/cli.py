@@ -1,4 +1,5 @@
-"""The ``forkpoint`` command line: record, replay, show, ls, verify, diff, demo.
+"""The ``forkpoint`` command line: record, replay, show, ls, verify, diff, checkpoints, restore, validate,
+fork, import, export, scrub, demo.
 
 Exit codes: ``record`` and ``replay`` exit with the agent's own code; ``replay`` exits with
 :data:`~forkpoint.replay.EXIT_DIVERGENCE` (3) when the run diverged from the recording;
