@@ -66,6 +66,7 @@ from . import __version__
 from .canonical import canonical_json, digest, sha256_hex
 from .log import BlobStore, Session, SessionError
 from .redact import scrub_file
+from .scrub import scrub_tracked_entries
 from .runtime import ForkpointError
 
 #: Folder, inside a restored directory, holding the checkpoint's expectations and carried messages.
@@ -638,6 +639,7 @@ class SourceTracker:
             self._work_built = False
             self._last_written = self._git_w(["write-tree", "--missing-ok"]).strip()
             return self._last_written
+        entries = scrub_tracked_entries(self.objects, entries, self.algo)  # docs/security.md
         self._work.update(entries, only)
         self._work_built = True
         self._last_written = self._work.root(self._write_tree)

@@ -581,7 +581,7 @@ def validate_cmd(directory: Path) -> None:
 @click.option(
     "--into",
     type=click.Path(path_type=Path),
-    help="Parent folder of the arms (default: ./forks/SESSION@SEQ).",
+    help="Parent folder of the arms (default: $TMPDIR/forkpoint-forks/SESSION@SEQ).",
 )
 @click.option(
     "--override",
@@ -632,7 +632,9 @@ def fork(
             "so resuming there would make the agent speak twice. Fork from a resumable checkpoint "
             "(forkpoint checkpoints lists them)."
         )
-    root = into or Path("forks") / f"{session.id}@{seq}"
+    # Not under the current directory: that is usually the recorded repository, and arms would
+    # become untracked clones inside it.
+    root = into or Path(tempfile.gettempdir()) / "forkpoint-forks" / f"{session.id}@{seq}"
     rows = []
     failed = 0
     for i in range(1, arms + 1):
