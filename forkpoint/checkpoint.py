@@ -66,8 +66,8 @@ from . import __version__
 from .canonical import canonical_json, digest, sha256_hex
 from .log import BlobStore, Session, SessionError
 from .redact import scrub_file
-from .scrub import scrub_tracked_entries
 from .runtime import ForkpointError
+from .scrub import scrub_tracked_entries
 
 #: Folder, inside a restored directory, holding the checkpoint's expectations and carried messages.
 META_DIR = ".forkpoint-checkpoint"
