@@ -166,7 +166,7 @@ def bench_local(root: Path, n: int, env: dict[str, str]) -> dict[str, Any]:
         session_finished(root / d.name)  # what the end of a recording does: one loose entry
     (root / "_more").rmdir()
     io = open_store(root).io
-    out["loose_entries"] = len(io.list(ENTRIES))
+    out["loose_entries"] = len(io.names(ENTRIES))
     out["with_loose_inprocess_s"], rows = timed(lambda: ls_inprocess(root), repeat=5)
     assert rows == n + 40
     out["with_loose_cli_s"], rows = timed(lambda: ls_subprocess(str(root), env), repeat=5)
@@ -217,13 +217,13 @@ def bench_s3(root: Path, n: int, env: dict[str, str]) -> dict[str, Any]:
             shutil.move(str(d), mirror / d.name)
             rs.upload(mirror / d.name)
         total = len(dirs) + 40
-        out: dict[str, Any] = {"loose_entries": len(rs.io.list(ENTRIES))}
+        out: dict[str, Any] = {"loose_entries": len(rs.io.names(ENTRIES))}
         out["first_inprocess_s"], rows = timed(lambda: ls_inprocess(url), repeat=1)
         assert rows == total, (rows, total)
         out["inprocess_s"], rows = timed(lambda: ls_inprocess(url), repeat=5)
         out["cli_s"], rows = timed(lambda: ls_subprocess(url, env), repeat=5)
         assert rows == total, rows
-        out["reindex_s"], _ = timed(lambda: open_store(url).list(reindex=True))
+        out["reindex_s"], _ = timed(lambda: open_store(url).listing(reindex=True))
         out["after_reindex_cli_s"], rows = timed(lambda: ls_subprocess(url, env), repeat=5)
         assert rows == total
         return out

@@ -755,6 +755,7 @@ def import_cmd(path: Path, store: str | None, name: str | None) -> None:
 
     try:
         session_path = import_file(path, store=_store(store), name=name)
+        session_finished(session_path, quiet=True)  # index entry; upload to a remote store
     except ImportFormatError as exc:
         raise click.ClickException(str(exc)) from None
     i = info(session_path)

@@ -275,7 +275,7 @@ class FsspecIO:
         self.fs = fs
         self.base = f"{root}/{INDEX_DIR}"
 
-    def list(self, folder: str) -> list[str]:
+    def names(self, folder: str) -> list[str]:
         try:
             paths = self.fs.ls(f"{self.base}/{folder}", detail=False)
         except FileNotFoundError:
@@ -465,7 +465,7 @@ class RemoteStore:
                 ),
             )
         with contextlib.suppress(SessionError, OSError), self._errors("consolidating the index"):
-            if len(self.io.list(ENTRIES)) >= max_loose_entries():
+            if len(self.io.names(ENTRIES)) >= max_loose_entries():
                 consolidate(self.io, read_index(self.io))
         return self.location(sid)
 
@@ -528,7 +528,7 @@ class RemoteStore:
 
     # -- reading
 
-    def list(self, *, reindex: bool = False, upload: bool = True) -> Listing:
+    def listing(self, *, reindex: bool = False, upload: bool = True) -> Listing:
         """Every session of the store, oldest first, from the index (a few requests, not a walk),
         plus the sessions staged here that are not uploaded yet (``staged``).
 
@@ -615,7 +615,7 @@ class RemoteStore:
                 got = self.fetch(text, refresh=refresh)
                 if got is not None:
                     return got
-        row = _pick(text, ref, self.list(upload=False).rows, self.url)
+        row = _pick(text, ref, self.listing(upload=False).rows, self.url)
         if row.staged:
             return row.path
         got = self.fetch(row.session_id, refresh=refresh)

@@ -36,7 +36,7 @@ from .match import (
 )
 from .override import Override
 from .record import Recorder, end_event, make_header
-from .store import resolve, session_finished
+from .store import resolve, session_finished, session_started
 
 #: Exit code of ``forkpoint replay`` when the run diverged from the recording.
 EXIT_DIVERGENCE = 3
@@ -569,7 +569,9 @@ def create_child(
         "on_divergence": on_divergence,
         "overrides": overrides,
     }
-    return SessionWriter.create(parent.path.parent, header)
+    child = SessionWriter.create(parent.path.parent, header)
+    session_started(child.path)  # in a remote store's mirror: not uploaded before it ends
+    return child
 
 
 def write_report(path: Path, report: dict[str, Any]) -> None:

@@ -320,7 +320,7 @@ class IndexIO(Protocol):
     """The few operations the index needs from a store: names in a folder, read, create-if-absent,
     delete. ``folder`` is :data:`ENTRIES` or :data:`SNAPSHOTS` under the store's ``index/``."""
 
-    def list(self, folder: str) -> list[str]:
+    def names(self, folder: str) -> list[str]:
         """Names of the files in ``folder`` (none when it does not exist)."""
         ...
 
@@ -385,7 +385,7 @@ def read_index(io: IndexIO, *, attempts: int = 50) -> IndexState:
     between listing and reading was superseded by a newer one containing it: list again.
     """
     state = IndexState()
-    loose = io.read_many(ENTRIES, sorted(n for n in io.list(ENTRIES) if n.endswith(".json")))
+    loose = io.read_many(ENTRIES, sorted(n for n in io.names(ENTRIES) if n.endswith(".json")))
     for name, data in loose.items():
         e = _parse_entry(data)
         if e is not None:
@@ -393,7 +393,7 @@ def read_index(io: IndexIO, *, attempts: int = 50) -> IndexState:
             _merge(state.entries, [e])
     seen: set[str] = set()
     for _ in range(attempts):
-        names = sorted(n for n in io.list(SNAPSHOTS) if n.endswith(".json") and n not in seen)
+        names = sorted(n for n in io.names(SNAPSHOTS) if n.endswith(".json") and n not in seen)
         if not names:
             break
         got = io.read_many(SNAPSHOTS, names)
@@ -475,7 +475,7 @@ class LocalIO:
     def __init__(self, root: Path) -> None:
         self.base = Path(root) / INDEX_DIR
 
-    def list(self, folder: str) -> list[str]:
+    def names(self, folder: str) -> list[str]:
         try:
             return [n for n in os.listdir(self.base / folder) if not n.startswith(".")]
         except (FileNotFoundError, NotADirectoryError):
@@ -578,7 +578,7 @@ class LocalStore:
         except (FileNotFoundError, NotADirectoryError):
             return []
 
-    def list(self, *, reindex: bool = False) -> Listing:
+    def listing(self, *, reindex: bool = False) -> Listing:
         """Every session of the store, oldest first.
 
         The index gives each session's row; the directory's top-level names (one ``listdir``, one
@@ -646,7 +646,7 @@ class LocalStore:
             row = info(path)
             if row.complete:
                 self.io.create(ENTRIES, entry_name(row.session_id), entry_bytes(row))
-                if len(self.io.list(ENTRIES)) >= max_loose_entries():
+                if len(self.io.names(ENTRIES)) >= max_loose_entries():
                     consolidate(self.io, read_index(self.io))
         except (OSError, SessionError) as exc:
             # The index is a cache: `forkpoint ls` finds the session anyway and indexes it then.
@@ -662,7 +662,7 @@ class LocalStore:
         text = str(ref)
         if text != "last" and "/" not in text and (self.path / text / LOG_NAME).is_file():
             return self.path / text
-        return _pick(text, ref, self.list().rows, str(self.path)).path
+        return _pick(text, ref, self.listing().rows, str(self.path)).path
 
 
 def _scan(d: Path) -> SessionInfo:
@@ -704,8 +704,8 @@ def resolve(ref: str | Path, store: str | Path | None = None, *, refresh: bool =
 
 
 def list_sessions(store: str | Path | None = None, *, reindex: bool = False) -> Listing:
-    """The sessions of ``store``, oldest first, from its index (see :meth:`LocalStore.list`)."""
-    return open_store(store).list(reindex=reindex)
+    """The sessions of ``store``, oldest first, from its index (see :meth:`LocalStore.listing`)."""
+    return open_store(store).listing(reindex=reindex)
 
 
 def render_listing(rows: list[SessionInfo]) -> str:

@@ -501,7 +501,7 @@ def test_local_ls_reads_the_index_not_the_logs(tmp_path: Path, monkeypatch: pyte
     order = [d.name for d in store.session_dirs(root)]  # by creation time (ms), then id
     r = cli("ls", "--store", str(root))  # first ls: no index yet, so a walk; it writes the entries
     assert ls_ids(r.stdout) == order
-    assert sorted(LocalIO(root).list(ENTRIES)) == sorted(f"{d.name}.json" for d in dirs)
+    assert sorted(LocalIO(root).names(ENTRIES)) == sorted(f"{d.name}.json" for d in dirs)
 
     real = store.summarize_log
 
@@ -535,7 +535,7 @@ def test_local_ls_reads_the_index_not_the_logs(tmp_path: Path, monkeypatch: pyte
 def test_local_reindex_and_record_writes_entries(model: ModelServer, tmp_path: Path) -> None:
     root = tmp_path / "store"
     sid, _ = record_one(str(root), model, "recorded")
-    assert LocalIO(root).list(ENTRIES) == [f"{sid}.json"]  # written when the recording ended
+    assert LocalIO(root).names(ENTRIES) == [f"{sid}.json"]  # written when the recording ended
     others = [make_session(root, f"s{i}") for i in range(2)]
     # A stale snapshot naming a session that is gone.
     io = LocalIO(root)
@@ -594,4 +594,4 @@ def test_consolidators_racing_writers_never_lose_an_entry(
     final = read_index(io)
     assert set(final.entries) == set(written) and len(written) == 240
     consolidate(io, final)
-    assert len(io.list(SNAPSHOTS)) == 1 and set(read_index(io).entries) == set(written)
+    assert len(io.names(SNAPSHOTS)) == 1 and set(read_index(io).entries) == set(written)
