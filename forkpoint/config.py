@@ -32,6 +32,8 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+import click
+
 from .redact import RuleError, Rules, Scrubber
 from .runtime import ForkpointError
 
@@ -40,8 +42,15 @@ CONFIG_NAME = "forkpoint.toml"
 _KEYS = ("patterns", "json_paths", "headers", "query_params")
 
 
-class ConfigError(ForkpointError, ValueError):
-    """The configuration cannot be used; the message names the file and the key."""
+class ConfigError(ForkpointError, click.ClickException, ValueError):
+    """The configuration cannot be used; the message names the file and the key. (A
+    ``ClickException`` too, so every ``forkpoint`` command reports it as an error, not a traceback.)"""
+
+    def __init__(self, message: str) -> None:
+        click.ClickException.__init__(self, message)
+
+    def __str__(self) -> str:
+        return self.message
 
 
 def find_config(start: Path | None = None) -> tuple[Path, tuple[str, ...]] | None:
@@ -58,8 +67,11 @@ def find_config(start: Path | None = None) -> tuple[Path, tuple[str, ...]] | Non
         pyproject = d / "pyproject.toml"
         if pyproject.is_file():
             try:
-                data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+                raw = pyproject.read_bytes()
+                data = tomllib.loads(raw.decode("utf-8"))
             except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+                if b"tool.forkpoint" not in locals().get("raw", b""):
+                    continue  # a broken pyproject.toml that is not about forkpoint: not ours to judge
                 raise ConfigError(f"{pyproject}: cannot read it as TOML ({exc})") from None
             if isinstance(data.get("tool"), dict) and "forkpoint" in data["tool"]:
                 return pyproject, ("tool", "forkpoint")

@@ -519,8 +519,10 @@ def _esc(text: str) -> str:
 
 def render(session: Session, *, parent: Session | None = None, report: dict[str, Any] | None = None) -> str:
     """The whole page as a string (see the module docstring)."""
+    from .scrub import rescrubbed
     from .viewer.assets import CSS, JS
 
+    session = rescrubbed(session)  # the rules in force now apply to what leaves (docs/security.md)
     data = view_model(session, parent=parent, report=report)
     csp = (
         f"default-src 'none'; style-src {_csp_hash(CSS)}; script-src {_csp_hash(JS)}; "

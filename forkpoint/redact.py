@@ -212,7 +212,7 @@ _SPECIFIC_RE = re.compile(
 SHORT_CHARS = 64
 SHORT_ENTRIES = 32768
 #: Strings at least this long are remembered with their scrubbed form (see :class:`Scrubber`).
-CACHE_MIN_CHARS = 256
+CACHE_MIN_CHARS = 64
 #: Strings longer than this are never remembered (their scan is cheap next to the memory).
 CACHE_MAX_CHARS = 4 << 20
 #: Total characters the string cache may hold (keys and changed values).
@@ -372,9 +372,10 @@ class Scrubber:
     occurs, and of the matches the leftmost wins (at one position, the earliest pattern), then
     scanning goes on after it. User regexes have no anchors: each is searched over the whole text.
 
-    Long strings (at least :data:`CACHE_MIN_CHARS`) and short ones (under :data:`SHORT_CHARS`) are
-    remembered with their scrubbed form in bounded caches, so an agent that resends its whole
-    history at every turn pays for scanning each message once, not once per turn; the last
+    Strings are remembered with their scrubbed form in bounded caches (short ones, under
+    :data:`SHORT_CHARS`, by count; longer ones up to :data:`CACHE_MAX_CHARS` by total size), so an
+    agent that resends its whole history at every turn, and a request scrubbed when captured, when
+    matched and when logged, pays for scanning each message once, not once per use; the last
     :data:`BIG_ENTRIES` huge strings too, so a 100 MB tool result scrubbed by the tool wrapper is
     not scanned again when it is logged (``cache=False`` turns all that off, for benchmarks).
     """

@@ -26,9 +26,11 @@ import ctypes
 import ctypes.util
 import errno
 import fcntl
+import hashlib
 import os
 import secrets
 import shutil
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -140,6 +142,66 @@ def recover(store: Path) -> list[str]:
             if fd >= 0:
                 os.close(fd)
     return done
+
+
+_BLOB_MODES = (b"100644", b"100755", b"120000")
+
+
+def scrub_tracked_entries(
+    objects: Path, entries: dict[bytes, tuple[bytes, bytes]], algo: str = "sha1"
+) -> dict[bytes, tuple[bytes, bytes]]:
+    """Tracked files whose content was just stored in the session's git ``objects`` (a loose blob
+    that ``git add`` wrote there: content the repository does not have) and holds a secret: their
+    blob is replaced by a scrubbed one, and the entry (``path -> (mode, raw oid)``) points at it.
+
+    The unscrubbed object is deleted, so the secret is not kept, compressed, in ``git-objects``; the
+    tree built from the entries, its diff and every hash derived from them describe the scrubbed
+    files (a restore writes them with placeholders; validating it scrubs again and agrees).
+    """
+    from . import redact
+
+    scrubber = redact.current()
+    out: dict[bytes, tuple[bytes, bytes]] | None = None
+    for path, (mode, oid) in entries.items():
+        if mode not in _BLOB_MODES:
+            continue
+        hexoid = oid.hex()
+        loose = objects / hexoid[:2] / hexoid[2:]
+        try:
+            raw = zlib.decompress(loose.read_bytes())
+        except (FileNotFoundError, NotADirectoryError, zlib.error):
+            continue  # the repository's own object, or one being written by another process
+        header, _, data = raw.partition(b"\0")
+        if not header.startswith(b"blob "):
+            continue
+        clean = scrubber.file(data)
+        if clean is data or clean == data:
+            continue
+        framed = b"blob %d\0" % len(clean) + clean
+        new = hashlib.new(algo, framed).digest()
+        target = objects / new.hex()[:2] / new.hex()[2:]
+        if not target.exists():
+            target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            tmp = target.with_name(f".tmp-{os.getpid()}-{target.name}")
+            tmp.write_bytes(zlib.compress(framed, 1))
+            os.chmod(tmp, 0o444)
+            os.replace(tmp, target)
+        loose.unlink(missing_ok=True)
+        if out is None:
+            out = dict(entries)
+        out[path] = (mode, new)
+    return entries if out is None else out
+
+
+def rescrubbed(session: Session) -> Session:
+    """A copy of ``session`` (in memory) with its header and every event scrubbed by the rules in
+    force now: what exporters hand out, so a rule added after a recording applies to exports too."""
+    import dataclasses
+
+    scrubber = redact.current()
+    return dataclasses.replace(
+        session, header=scrubber.event(session.header), events=[scrubber.event(e) for e in session.events]
+    )
 
 
 def _rows(ws: dict[str, Any]) -> tuple[list[list[Any]], bool] | None:
@@ -296,4 +358,17 @@ def scrub_session(
         raise ScrubError(str(exc)) from None
     finally:
         os.close(lock_fd)
+    if report.swapped and (store / "index").is_dir():
+        # The store's index keeps header fields (the command line…) of every session: rebuild it from
+        # the logs, so no copy of what was just scrubbed stays there.
+        try:
+            from .store import open_store
+
+            target = open_store(store)
+            if hasattr(target, "reindex"):
+                target.reindex()
+        except (OSError, SessionError, ValueError) as exc:
+            report.notes.append(
+                f"{store}: could not rebuild the store's index ({exc}); run forkpoint ls --reindex"
+            )
     return report

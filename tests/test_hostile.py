@@ -140,7 +140,13 @@ def test_delta_pointing_nowhere_and_bad_reserved_values(tmp_path: Path) -> None:
     body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
     call = {
         "type": "model_call",
-        "request": {"method": "POST", "url": "http://h/v1/x", "headers": [], "body_kind": "json", "body": body},
+        "request": {
+            "method": "POST",
+            "url": "http://h/v1/x",
+            "headers": [],
+            "body_kind": "json",
+            "body": body,
+        },
         "response": None,
     }
     path = _session(tmp_path / "store", [call, call])
@@ -167,7 +173,9 @@ def test_delta_pointing_nowhere_and_bad_reserved_values(tmp_path: Path) -> None:
 # ----------------------------------------------------------------------------- restore stays inside
 
 
-def _checkpoint_session(store: Path, rows: list[tuple[str, str, bytes]], source: Any = None) -> tuple[Path, int]:
+def _checkpoint_session(
+    store: Path, rows: list[tuple[str, str, bytes]], source: Any = None
+) -> tuple[Path, int]:
     w = SessionWriter.create(store, {"argv": ["agent.py"]}, fsync="never")
     manifest = []
     for rel, kind, data in rows:
@@ -263,7 +271,9 @@ def fn():
 """
 
 
-def test_a_session_naming_modules_imports_none_of_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_session_naming_modules_imports_none_of_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     marker = tmp_path / "marker"
     (tmp_path / "evil_forkpoint_mod.py").write_text(EVIL.format(marker=str(marker)))
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -291,7 +301,13 @@ def test_a_session_naming_modules_imports_none_of_them(tmp_path: Path, monkeypat
             },
             {
                 "type": "model_call",
-                "request": {"method": "GET", "url": "http://127.0.0.1:9/x", "headers": [], "body_kind": "empty", "body": None},
+                "request": {
+                    "method": "GET",
+                    "url": "http://127.0.0.1:9/x",
+                    "headers": [],
+                    "body_kind": "empty",
+                    "body": None,
+                },
                 "response": None,
                 "error": {"type": "Boom", "module": "evil_forkpoint_mod", "message": "no"},
             },
@@ -337,14 +353,23 @@ def test_invalid_utf8_response_bodies_and_chunks_round_trip(server: Any, tmp_pat
     calls = s.by_type("model_call")
     assert calls[0]["response"]["body_kind"] == "bytes" and calls[0]["response"]["body"] == body
     assert calls[1]["response"]["body"] == small
-    assert b"".join(c if isinstance(c, bytes) else c.encode() for _, c in calls[2]["response"]["chunks"]) == streamed
+    assert (
+        b"".join(c if isinstance(c, bytes) else c.encode() for _, c in calls[2]["response"]["chunks"])
+        == streamed
+    )
     assert verify(rec.session_path).ok
     # a non-UTF-8 chunk of a stream is kept as bytes, exactly
     w = SessionWriter.open(rec.session_path, fsync="never")
     w.append(
         {
             "type": "model_call",
-            "request": {"method": "GET", "url": "http://h/x", "headers": [], "body_kind": "empty", "body": None},
+            "request": {
+                "method": "GET",
+                "url": "http://h/x",
+                "headers": [],
+                "body_kind": "empty",
+                "body": None,
+            },
             "response": {
                 "status": 200,
                 "headers": [["content-type", "text/event-stream"]],
@@ -402,7 +427,10 @@ MB = 1 << 20
 def test_a_100mb_tool_result_is_recorded_and_loaded_in_a_few_times_its_size(tmp_path: Path) -> None:
     env = dict(os.environ, FORKPOINT_FSYNC="never")
     out = subprocess.run(
-        [sys.executable, "-c", _BIG, "record", str(tmp_path / "store")], capture_output=True, text=True, env=env
+        [sys.executable, "-c", _BIG, "record", str(tmp_path / "store")],
+        capture_output=True,
+        text=True,
+        env=env,
     )
     assert out.returncode == 0, out.stderr
     grew, n, seconds, session = out.stdout.split()
@@ -411,10 +439,14 @@ def test_a_100mb_tool_result_is_recorded_and_loaded_in_a_few_times_its_size(tmp_
     assert int(grew) < 6 * 100 * MB, f"recording grew the process by {int(grew) // MB} MB"
     path = Path(session)
     assert (path / LOG_NAME).stat().st_size < 100_000  # the string is a blob, not a line
-    out = subprocess.run([sys.executable, "-c", _BIG, "load", session], capture_output=True, text=True, env=env)
+    out = subprocess.run(
+        [sys.executable, "-c", _BIG, "load", session], capture_output=True, text=True, env=env
+    )
     assert out.returncode == 0, out.stderr
     grew, n, seconds, _ = out.stdout.split()
-    assert int(n) >= 99_000_000 and int(grew) < 4 * 100 * MB, f"loading grew the process by {int(grew) // MB} MB"
+    assert int(n) >= 99_000_000 and int(grew) < 4 * 100 * MB, (
+        f"loading grew the process by {int(grew) // MB} MB"
+    )
 
     # verification streams the blob; a damaged one is named quickly, never hangs
     t = time.perf_counter()

@@ -22,7 +22,9 @@ from forkpoint.canonical import canonical_json, digest
 from forkpoint.log import Session, SessionWriter, verify
 from forkpoint.match import model_key, normalize_request, tool_key
 
-SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(
+    max_examples=150, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 # ----------------------------------------------------------------------------- strategies
 
@@ -94,6 +96,7 @@ def test_numbers_have_one_canonical_form(value: Any, text: bytes) -> None:
     assert canonical_json(orjson.loads(text)) == text
 
 
+@SETTINGS
 @given(
     st.integers(min_value=2**64)
     | st.integers(max_value=-(2**63) - 1)

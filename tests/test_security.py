@@ -194,7 +194,14 @@ class _Handler(BaseHTTPRequestHandler):
         event = chunk(f"token {SECRETS['hf_token']} and key {SECRETS['sendgrid_key']}.")
         a = event.index(SECRETS["hf_token"].encode()) + 10  # cut inside the first secret...
         b = event.index(SECRETS["hf_token"].encode()) + 25  # ...twice
-        pieces = [chunk("Here you go: "), event[:a], event[a:b], event[b:], chunk("", "stop"), b"data: [DONE]\n\n"]
+        pieces = [
+            chunk("Here you go: "),
+            event[:a],
+            event[a:b],
+            event[b:],
+            chunk("", "stop"),
+            b"data: [DONE]\n\n",
+        ]
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Transfer-Encoding", "chunked")
@@ -451,7 +458,7 @@ def test_user_rules_apply_on_every_path_and_placeholders_match() -> None:
 
 
 def _session_with_secret(store: Path, secret: str, *, end: bool = True) -> Path:
-    w = SessionWriter.create(store, {"argv": ["agent.py"]}, fsync="never")
+    w = SessionWriter.create(store, {"argv": ["agent.py", f"--internal={secret}"]}, fsync="never")
     body = {"model": "m", "messages": [{"role": "user", "content": f"use {secret} " + "pad " * 300}]}
     w.append(
         {
@@ -490,6 +497,8 @@ def test_scrub_command_rescrubs_with_new_rules_and_keeps_the_session_valid(
         assert dry.exit_code == 0, dry.output
         assert "would change 2 of 3 events" in dry.output
         assert leaks(store, {"s": secret})
+        listed = CliRunner().invoke(main, ["ls", "--store", str(store)])  # indexes the session
+        assert listed.exit_code == 0 and any("index" in str(p) for p, _ in store_contents(store))
         r = CliRunner().invoke(main, ["scrub", path.name, "--store", str(store)])
         assert r.exit_code == 0, r.output
         assert "2 of 3 events" in r.output
@@ -603,3 +612,33 @@ def test_sessions_are_readable_by_their_owner_only(tmp_path: Path, leaky_server:
     assert (path / "git-objects").is_dir()
     for p in path.rglob("*"):  # nothing anywhere that others could write, nor read past the 0700 above
         assert stat.S_IMODE(p.lstat().st_mode) & 0o022 == 0, p
+
+
+def test_a_secret_written_into_a_tracked_file_is_scrubbed_in_the_source_state(tmp_path: Path) -> None:
+    """A changed tracked file is stored as a git object (compressed) and as a diff section: both hold
+    the placeholder, the tree hash names the scrubbed state, and a restore of it validates."""
+    from forkpoint.checkpoint import restore, validate
+
+    secret = "sk-proj-TrackedFileCanary0123456789abcdefXYZ"
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q", "-b", "main")
+    (repo / "settings.py").write_text("DEBUG = False\n")
+    _git(repo, "add", "settings.py")
+    _git(repo, "commit", "-q", "-m", "init")
+    (repo / "settings.py").write_text(f'DEBUG = False\nOPENAI_KEY = "{secret}"\n')
+    with forkpoint.record(store=tmp_path / "store", workspace=repo) as rec:
+        seq = rec.checkpoint(reason="manual")
+        (repo / "settings.py").write_text(f'DEBUG = True\nOPENAI_KEY = "{secret}"\n')
+        rec.checkpoint(reason="again")
+    assert seq is not None
+    assert leaks(tmp_path / "store", {"tracked": secret}) == []
+    s = Session.load(rec.session_path)
+    cp = s.by_type("checkpoint")[0]
+    assert cp["source"]["changed"] == ["settings.py"]
+    assert verify(rec.session_path).ok
+    into = restore(s, seq, tmp_path / "restored")
+    text = (into / "settings.py").read_text()
+    assert redact.placeholder("openai-key", secret) in text and secret not in text
+    checks = validate(into)
+    assert all(c.ok for c in checks), [(c.name, c.expected, c.actual) for c in checks if not c.ok]

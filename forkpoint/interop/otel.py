@@ -804,6 +804,9 @@ def export(
     if not otlp and not file:
         raise ExportError("nothing to do: give an OTLP endpoint (--otlp URL) or a file (--file PATH)")
     endpoint = otlp_traces_url(otlp) if otlp else None
+    from ..scrub import rescrubbed
+
+    session = rescrubbed(session)  # the rules in force now apply to what leaves (docs/security.md)
     spans = _sdk_spans(session, plan(session, content=content), service_name)
     if file is not None:
         data = _otlp_json(spans)
