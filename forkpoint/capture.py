@@ -138,17 +138,19 @@ def _scrub_body(kind: str, body: Any) -> Any:
 def request_record(request: Any, content: bytes) -> dict[str, Any]:
     """The stored form of an outgoing request (scrubbed): method, url, headers, body_kind, body.
 
-    A body sent under a ``Content-Encoding`` (gzip, deflate, br, zstd) is stored decoded, without
-    that header and ``Content-Length``: readable in the log, and matched on what it says (gzip
+    ``Content-Length`` is not stored. A body sent under a ``Content-Encoding`` (gzip, deflate, br,
+    zstd) is stored decoded, without that header: readable in the log, and matched on what it says (gzip
     output embeds a timestamp, so the encoded bytes differ at every run).
     """
-    headers = request.headers.multi_items()
+    # Content-Length says nothing the body does not; without it the headers of an agent's calls are
+    # usually identical, and the log stores them once.
+    headers = [(k, v) for k, v in request.headers.multi_items() if k.lower() != "content-length"]
     codings = _codings(request.headers.get_list("content-encoding", split_commas=True))
     if content and codings:
         decoded = _decode_with(_own_decoder, codings, [content], final=True)
         if decoded is not None:
             content = b"".join(decoded)
-            headers = [(k, v) for k, v in headers if k.lower() not in ("content-encoding", "content-length")]
+            headers = [(k, v) for k, v in headers if k.lower() != "content-encoding"]
     kind, body = parse_body(content, request.headers.get("content-type", ""))
     return {
         "method": request.method,

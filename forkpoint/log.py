@@ -39,6 +39,7 @@ from __future__ import annotations
 import base64
 import fcntl
 import hashlib
+import io
 import os
 import secrets
 import threading
@@ -64,7 +65,17 @@ GIT_OBJECTS = "git-objects"
 BLOB_MIN_BYTES = 1024
 #: Binary payloads at least this long are stored as blobs rather than base64 in the line.
 BLOB_MIN_BINARY = 256
-_RESERVED = frozenset({"$blob", "$b64", "$delta", "$lit", "$u", "$int"})
+_RESERVED = frozenset({"$blob", "$b64", "$delta", "$lit", "$u", "$int", "$json"})
+#: Blobs of at least this many bytes are stored zstd-compressed (when that saves a tenth).
+COMPRESS_MIN = 512
+ZSTD_SUFFIX = ".zst"
+#: Parts of an event stored as a ``$json`` blob once their JSON reaches :data:`JSON_BLOB_MIN` bytes:
+#: a stream's chunks (every SSE frame repeats ids and model names, so they compress ~10x) and the
+#: request headers (the same at every call, so stored once).
+JSON_BLOB_FIELDS: dict[str, tuple[tuple[str, str], ...]] = {
+    "model_call": (("response", "chunks"), ("request", "headers")),
+}
+JSON_BLOB_MIN = 256
 #: How many recent model calls a new request is compared with to find its delta base.
 _DELTA_WINDOW = 16
 #: The fsync policies (``FORKPOINT_FSYNC``).
@@ -121,14 +132,24 @@ class BlobStore:
         self._lock = threading.Lock()
 
     def path(self, h: str) -> Path:
-        """Where the blob named ``h`` (64 hex) lives."""
-        return self.root / h[:2] / h[2:]
+        """Where the blob named ``h`` (64 hex) lives: ``ab/cdef…``, or ``ab/cdef….zst`` when stored
+        zstd-compressed (the name is always the SHA-256 of the uncompressed bytes)."""
+        raw = self.root / h[:2] / h[2:]
+        if raw.exists():
+            return raw
+        packed = raw.with_name(raw.name + ZSTD_SUFFIX)
+        return packed if packed.exists() else raw
 
     def put(self, data: bytes) -> str:
-        """Store ``data`` once; return its SHA-256 hex name."""
+        """Store ``data`` once; return its SHA-256 hex name. Blobs of :data:`COMPRESS_MIN` bytes or
+        more are stored zstd-compressed when that saves a tenth or more."""
         h = sha256_hex(data)
         target = self.path(h)
         if not target.exists():
+            if len(data) >= COMPRESS_MIN:
+                packed = _zstd_compress(data)
+                if len(packed) < 0.9 * len(data):
+                    data, target = packed, target.with_name(target.name + ZSTD_SUFFIX)
             # mkdir(parents=True) gives parents the default mode: create blobs/ itself owner-only too.
             new_root = not self.root.exists()
             self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -168,6 +189,13 @@ class BlobStore:
             raise SessionError(f"{target}: blob {h[:12]}… is missing{where}") from None
         except OSError as exc:
             raise SessionError(f"{target}: blob {h[:12]}… cannot be read ({exc}){where}") from None
+        if target.name.endswith(ZSTD_SUFFIX):
+            try:
+                data = b"".join(_zstd_chunks(io.BytesIO(data)))
+            except Exception as exc:  # zstandard.ZstdError and friends: a damaged frame
+                raise SessionError(
+                    f"{target}: compressed blob cannot be decompressed ({exc}){where}"
+                ) from None
         if sha256_hex(data) != h:
             raise SessionError(f"{target}: blob content does not match its hash{where}")
         return data
@@ -181,25 +209,58 @@ class BlobStore:
         size = 0
         try:
             with open(target, "rb") as f:
-                while chunk := f.read(1 << 20):
+                pieces = (
+                    _zstd_chunks(f)
+                    if target.name.endswith(ZSTD_SUFFIX)
+                    else iter(lambda: f.read(1 << 20), b"")
+                )
+                for chunk in pieces:
                     hasher.update(chunk)
                     size += len(chunk)
         except FileNotFoundError:
             return f"{target}: blob {h[:12]}… is missing", 0
         except OSError as exc:
             return f"{target}: blob {h[:12]}… cannot be read ({exc})", 0
+        except Exception as exc:  # a damaged zstd frame
+            return f"{target}: compressed blob cannot be decompressed ({exc})", size
         if hasher.hexdigest() != h:
             return f"{target}: blob content does not match its hash", size
         return None, size
 
 
+def _summary(event: dict[str, Any]) -> dict[str, Any]:
+    from .record import summary_of
+
+    try:
+        return summary_of(event)
+    except (KeyError, TypeError, AttributeError):  # a hand-made or foreign event: no summary, not an error
+        return {}
+
+
+def _zstd_compress(data: bytes) -> bytes:
+    import zstandard
+
+    return zstandard.ZstdCompressor(level=10).compress(data)
+
+
+def _zstd_chunks(f: Any) -> Iterator[bytes]:
+    """Decompressed pieces of a zstd stream, 1 MiB at a time: a huge or hostile blob is hashed
+    without being held in memory whole."""
+    import zstandard
+
+    with zstandard.ZstdDecompressor().stream_reader(f, read_across_frames=True) as reader:
+        while chunk := reader.read(1 << 20):
+            yield chunk
+
+
 # --------------------------------------------------------------------------- encoding
 
 
-def _encode(value: Any, blobs: BlobStore) -> Any:
-    """Resolved form → stored form: big strings and bytes to blobs, reserved keys escaped."""
+def _encode(value: Any, blobs: BlobStore | None) -> Any:
+    """Resolved form → stored form: big strings and bytes to blobs, reserved keys escaped.
+    With ``blobs`` None everything stays inline (the content of a ``$json`` blob)."""
     if isinstance(value, str):
-        if len(value) >= BLOB_MIN_BYTES // 4:  # cheap pre-check before encoding
+        if blobs is not None and len(value) >= BLOB_MIN_BYTES // 4:  # cheap pre-check before encoding
             raw = value.encode("utf-8", "surrogatepass")
             if len(raw) >= BLOB_MIN_BYTES:
                 return {"$blob": blobs.put(raw), "size": len(raw)}
@@ -211,10 +272,22 @@ def _encode(value: Any, blobs: BlobStore) -> Any:
         return [_encode(v, blobs) for v in value]
     if isinstance(value, bytes | bytearray | memoryview):
         raw = bytes(value)
-        if len(raw) >= BLOB_MIN_BINARY:
+        if blobs is not None and len(raw) >= BLOB_MIN_BINARY:
             return {"$blob": blobs.put(raw), "size": len(raw), "bytes": True}
         return {"$b64": base64.b64encode(raw).decode()}
     return value
+
+
+def _json_blobs(stored: dict[str, Any], event: dict[str, Any], blobs: BlobStore) -> None:
+    """Move the big, repetitive parts of a model call (see :data:`JSON_BLOB_FIELDS`) into ``$json``
+    blobs: compressed, and stored once when identical (request headers usually are)."""
+    for outer, inner in JSON_BLOB_FIELDS.get(stored["type"], ()):
+        part = event.get(outer)
+        if not isinstance(part, dict) or inner not in part or not isinstance(part[inner], list):
+            continue
+        data = orjson.dumps(_encode(part[inner], None))
+        if len(data) >= JSON_BLOB_MIN:
+            stored[outer] = {**stored[outer], inner: {"$json": blobs.put(data), "size": len(data)}}
 
 
 def _encode_exotic(value: Any, where: str) -> Any:
@@ -260,6 +333,14 @@ def _decode(value: Any, blobs: BlobStore, where: str) -> Any:
             return base64.b64decode(value["$u"]).decode("utf-8", "surrogatepass")
         if "$int" in value and len(value) == 1:
             return int(value["$int"])
+        if "$json" in value and isinstance(value["$json"], str):
+            try:
+                inner = orjson.loads(blobs.get(value["$json"], where=where))
+            except orjson.JSONDecodeError as exc:
+                raise SessionError(
+                    f"{blobs.path(value['$json'])}: JSON blob is not JSON ({exc}){where}"
+                ) from None
+            return _decode(inner, blobs, where)
         if "$delta" in value:
             d = value["$delta"]
             return _Delta(int(d["base"]), int(d["keep"]), _decode(d.get("add", []), blobs, where))
@@ -445,7 +526,9 @@ class SessionWriter:
             stored = self.scrubber.event(stored)
             lists = _body_lists(stored)
             # field by field: the line itself is never an encoding, whatever its keys
+            scrubbed = stored
             stored = {k: _encode(v, self.blobs) for k, v in stored.items()}
+            _json_blobs(stored, scrubbed, self.blobs)
             if self.fsync == "event":
                 self.blobs.sync()
             fcntl.flock(self._fd, fcntl.LOCK_EX)
@@ -727,6 +810,12 @@ class Session:
             body = delta_container(event)
             if body is not None:
                 resolved_lists[event["seq"]] = {k: v for k, v in body.items() if isinstance(v, list)}
+            if (
+                event.get("type") == "model_call"
+                and "summary" not in event
+                and isinstance(event.get("request"), dict)
+            ):
+                event["summary"] = _summary(event)  # derived, not stored (importers may store their own)
             session.events.append(event)
         if session is None:
             raise SessionError(f"{log_path}: empty session log")
@@ -809,8 +898,9 @@ def _blob_refs(value: Any, out: dict[str, int], lineno: int) -> None:
             for v in value["$lit"].values():
                 _blob_refs(v, out, lineno)
             return
-        if "$blob" in value:
-            out.setdefault(str(value["$blob"]), lineno)
+        for ref in ("$blob", "$json"):
+            if ref in value:
+                out.setdefault(str(value[ref]), lineno)
         for v in value.values():
             _blob_refs(v, out, lineno)
     elif isinstance(value, list):

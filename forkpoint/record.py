@@ -35,6 +35,16 @@ TRACKED_PACKAGES = (
 )
 
 
+def summary_of(event: dict[str, Any]) -> dict[str, Any]:
+    """The provider-aware summary of a model call event (see :func:`forkpoint.providers.summarize`)."""
+    from .providers import recorded_response, summarize
+
+    req = event["request"]
+    return dict(
+        summarize(req["url"], req["body"] if req["body_kind"] == "json" else None, recorded_response(event))
+    )
+
+
 def package_versions() -> dict[str, str]:
     """Versions of python, forkpoint and the tracked SDK/HTTP packages that are installed."""
     out = {"python": platform.python_version(), "forkpoint": __version__}
@@ -162,23 +172,19 @@ class Recorder:
         return self.writer.path
 
     def model_call_done(self, event: dict[str, Any]) -> None:
-        """Append a finished model call (built by the capture layer); adds key and summary."""
+        """Append a finished model call (built by the capture layer); adds its key."""
         self._append(self.enrich_model_call(event))
         with self._checkpoint_lock:
-            self._turn_tools_expected = len((event.get("summary") or {}).get("tool_calls") or [])
+            self._turn_tools_expected = len(summary_of(event).get("tool_calls") or [])
             self._turn_tools_done = 0
 
     @staticmethod
     def enrich_model_call(event: dict[str, Any]) -> dict[str, Any]:
-        """Add ``key``, ``pid`` and the provider-aware ``summary`` to a captured model call."""
-        from .providers import recorded_response, summarize
-
+        """Add ``key`` and ``pid`` to a captured model call. (Its provider-aware ``summary`` is not
+        stored: readers derive it from the request and response, see :func:`summary_of`.)"""
         req = event["request"]
         event["key"] = model_key(normalize_request(req["method"], req["url"], req["headers"], req["body"]))
         event["pid"] = os.getpid()
-        event["summary"] = summarize(
-            req["url"], req["body"] if req["body_kind"] == "json" else None, recorded_response(event)
-        )
         return event
 
     def tool_call_done(self, event: dict[str, Any]) -> None:

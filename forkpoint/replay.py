@@ -290,7 +290,7 @@ class Replayer:
 
     def _log_served(self, event: dict[str, Any], actual: dict[str, Any]) -> None:
         keep = (
-            ("duration_ms", "response", "error", "summary", "result")
+            ("duration_ms", "response", "error", "result")
             if event["type"] == "model_call"
             else ("duration_ms", "result", "error")
         )
