@@ -51,7 +51,7 @@ def _load(ref: str, store: str | None) -> Session:
 def run_child(
     cmd: list[str], env: dict[str, str], *, capture: bool = False, cwd: Path | None = None
 ) -> tuple[int, str | None]:
-    """Run ``cmd`` to completion with ``env``; Ctrl-C goes to the child.
+    """Run ``cmd`` to completion with ``env``; Ctrl-C, SIGTERM and SIGHUP go to the child.
 
     Returns (exit code, stdout text if ``capture`` else None). The exit code is 128 + the signal
     number when the child was killed by a signal, and 127 when the command does not exist.
@@ -63,11 +63,26 @@ def run_child(
     except FileNotFoundError:
         err.print(f"[red]forkpoint: command not found: {cmd[0]}[/red]")
         return 127, None
-    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    # Ctrl-C reaches the child through the terminal's process group; SIGTERM and SIGHUP (a timeout,
+    # a CI cancel, a closed terminal) are sent to this process only, so pass them on. Either way we
+    # wait for the child, so the session still gets its end event.
+    def forward(signum: int, _frame: object) -> None:
+        proc.send_signal(signum)
+
+    old = {
+        sig: signal.signal(sig, handler)
+        for sig, handler in (
+            (signal.SIGINT, signal.SIG_IGN),
+            (signal.SIGTERM, forward),
+            (signal.SIGHUP, forward),
+        )
+    }
     try:
         out, _ = proc.communicate()
     finally:
-        signal.signal(signal.SIGINT, old)
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
     code = proc.returncode
     return (128 - code if code < 0 else code), out
 
@@ -126,6 +141,7 @@ def replay_command(
     live_from: int | None = None,
     cwd: Path | None = None,
     child_name: str | None = None,
+    check: bool = True,
     quiet: bool = False,
     capture: bool = False,
 ) -> tuple[dict[str, Any] | None, int, str | None]:
@@ -139,6 +155,13 @@ def replay_command(
     command = list(cmd or session.header.get("argv") or [])
     if not command:
         raise click.UsageError("the session has no recorded command; give one after --")
+    if check:
+        v = verify(session.path, git=False)
+        if v.problems:
+            raise click.ClickException(
+                f"session {session.id} fails verification, so it may not be what was recorded: "
+                f"{v.problems[0]} (see: forkpoint verify {session.id}; replay it anyway with --no-verify)"
+            )
     specs = list(overrides or [])
     parsed = [override.parse(o) for o in specs]
     override.resolve(parsed, [e for e in session.events if e["type"] in ("model_call", "tool_call")])
@@ -196,6 +219,9 @@ def replay_command(
                 )
         if on_divergence == "stop":
             return report, EXIT_DIVERGENCE, out
+    elif not report.get("reproduced", True):
+        # Ended early, or reached for the network: the run did not reproduce the recording.
+        return report, EXIT_DIVERGENCE, out
     elif specs and not quiet and any(o["applied"] for o in report.get("overrides") or []):
         err.print(
             "the override(s) did not change the agent's path: every later call matched the recording",
@@ -338,6 +364,9 @@ def record(
     help="After a call that matches nothing: stop (exit 3), continue live, or serve the next recorded call (fifo).",
 )
 @click.option("--report", "report_file", metavar="FILE", help="Write the replay report here as JSON.")
+@click.option(
+    "--no-verify", is_flag=True, help="Replay even a session whose hash chain or blobs fail verification."
+)
 @click.argument("cmd", nargs=-1, type=click.UNPROCESSED)
 def replay(
     session: str,
@@ -348,6 +377,7 @@ def replay(
     tools_source: str,
     on_divergence: str,
     report_file: str | None,
+    no_verify: bool,
     cmd: tuple[str, ...],
 ) -> None:
     """Run the recorded command (or CMD) with every model and tool call served from SESSION.
@@ -364,6 +394,7 @@ def replay(
             tools_source=tools_source,
             on_divergence=on_divergence,
             overrides=list(overrides),
+            check=not no_verify,
         )
     except override.OverrideError as exc:
         raise click.BadParameter(str(exc), param_hint="--override") from None
@@ -452,7 +483,7 @@ def verify_cmd(session: str, store: str | None) -> None:
         raise click.ClickException(str(exc)) from None
     v = verify(path)
     for p in v.problems:
-        err.print(f"[red]{p}[/red]", markup=False)
+        err.print(p, style="red", markup=False)
     for n in v.notes:
         err.print(n, markup=False)
     state = "ok" if v.ok else "FAILED"

@@ -373,12 +373,19 @@ class Replayer:
         """Outcome as JSON data: matched/recorded counts, unused seqs, divergence, drift (fifo),
         overrides and whether each was reached, live calls, the child session, blocked connects."""
         used = set(self.used)
+        unused = [e for e in self.recorded if e["seq"] not in used]
+        # Recorded calls of a kind served from the session that the run never asked for: it ended
+        # early, which is as much a failure to reproduce as a divergence. (Live kinds, and anything
+        # after a divergence the policy went live on, are expected to leave recorded calls unused.)
+        unserved = [e["seq"] for e in unused if self.sources[e["type"]] == "replay" and not self.gone_live]
         return {
             "session": self.session.id,
             "session_path": str(self.session.path),
+            "reproduced": self.divergence is None and not unserved and not self.network_blocked,
             "matched": len(self.used),
             "recorded": len(self.recorded),
-            "unused": [e["seq"] for e in self.recorded if e["seq"] not in used],
+            "unused": [e["seq"] for e in unused],
+            "ended_early": bool(unserved) and self.divergence is None,
             "divergence": self.divergence,
             "policy": self.policy,
             "sources": {"models": self.sources["model_call"], "tools": self.sources["tool_call"]},
@@ -393,11 +400,22 @@ class Replayer:
         }
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
 def summary_line(report: dict[str, Any]) -> str:
     """The one-line end-of-replay report."""
-    status = "DIVERGED" if report.get("divergence") else "ok"
+    if report.get("divergence"):
+        status = "DIVERGED"
+    elif report.get("ended_early"):
+        status = "DID NOT REPRODUCE (the run ended before asking for every recorded call)"
+    elif report.get("network_blocked"):
+        status = "DID NOT REPRODUCE (the run tried to reach the network)"
+    else:
+        status = "ok"
     unused = report["unused"]
-    tail = f"{len(unused)} recorded events left unused" + (
+    tail = f"{_count(len(unused), 'recorded event')} left unused" + (
         f" (seq {', '.join(map(str, unused[:10]))}{' …' if len(unused) > 10 else ''})" if unused else ""
     )
     blocked = (

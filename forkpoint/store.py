@@ -89,7 +89,7 @@ def store_dir(spec: str | Path | None = None) -> Path:
     if spec is None or spec == "":
         spec = os.environ.get("FORKPOINT_STORE") or DEFAULT_STORE
     if isinstance(spec, Path):
-        return spec
+        return _directory(spec)
     if is_url(spec):
         parts = urlsplit(spec)
         if parts.scheme.lower() == "file":
@@ -99,7 +99,13 @@ def store_dir(spec: str | Path | None = None) -> Path:
         from .remote import mirror_dir
 
         return mirror_dir(spec)
-    return Path(spec)
+    return _directory(Path(spec))
+
+
+def _directory(path: Path) -> Path:
+    if path.exists() and not path.is_dir():
+        raise SessionError(f"{path}: the store must be a directory, and this is a file")
+    return path
 
 
 def default_store() -> Path:

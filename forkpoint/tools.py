@@ -17,6 +17,7 @@ already sees the wrapper.
 
 from __future__ import annotations
 
+import atexit
 import builtins
 import functools
 import importlib.abc
@@ -319,7 +320,7 @@ class _PatchingLoader(importlib.abc.Loader):
     def exec_module(self, module: ModuleType) -> None:
         self._loader.exec_module(module)
         for q in self._qualnames:
-            wrap_target(module, q)
+            _wrap_or_warn(module, q)
 
     def __getattr__(self, name: str) -> Any:  # get_source, get_code, is_package… of the real loader
         return getattr(self._loader, name)
@@ -344,14 +345,34 @@ class _ToolFinder(importlib.abc.MetaPathFinder):
         return None
 
 
+def _wrap_or_warn(module: ModuleType, qualname: str) -> None:
+    # A typo in --tool must not crash the agent being recorded; say it instead.
+    try:
+        wrap_target(module, qualname)
+    except AttributeError as exc:
+        sys.stderr.write(f"forkpoint: {exc}; its calls are not recorded or replayed\n")
+
+
 def install_import_hook(specs: Sequence[str]) -> None:
-    """Wrap each ``module:qualname`` in ``specs``: now if imported, else when first imported."""
+    """Wrap each ``module:qualname`` in ``specs``: now if imported, else when first imported.
+
+    A target that does not exist is reported on stderr (at import, or at exit for a module the
+    program never imported), never raised into the program.
+    """
     targets: dict[str, list[str]] = {}
     for spec in specs:
         module, qualname = parse_target(spec)
         if module in sys.modules:
-            wrap_target(sys.modules[module], qualname)
+            _wrap_or_warn(sys.modules[module], qualname)
         else:
             targets.setdefault(module, []).append(qualname)
     if targets:
         sys.meta_path.insert(0, _ToolFinder(targets))
+
+        def never_imported() -> None:
+            for module, names in targets.items():
+                if module not in sys.modules:
+                    listed = ", ".join(f"{module}:{n}" for n in names)
+                    sys.stderr.write(f"forkpoint: --tool {listed}: the program never imported {module}\n")
+
+        atexit.register(never_imported)

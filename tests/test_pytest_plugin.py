@@ -182,7 +182,8 @@ def test_unused_recorded_calls_fail(
         [
             "*forkpoint: 1 recorded call(s) of cassette tests/cassettes/test_agent/test_turns-2 went unused*"
             "seq 2 POST /v1/chat/completions (demo-model)",
-            "replay ok: 1/2 events matched, 1 recorded events left unused (seq 2)",
+            "replay DID NOT REPRODUCE (the run ended before asking for every recorded call): "
+            "1/2 events matched, 1 recorded event left unused (seq 2)",
             "FAILED test_agent.py::test_turns[[]2[]] - Failed: forkpoint: 1 recorded call(s)*",
         ]
     )

@@ -464,7 +464,10 @@ def _model_span(event: dict[str, Any], session_id: str, content: bool) -> tuple[
 
 def _common(event: dict[str, Any], content: bool) -> dict[str, Any]:
     attrs: dict[str, Any] = {"forkpoint.seq": int(event["seq"])}
-    _set(attrs, "forkpoint.source", event.get("source"))
+    # A what-if run's "replay"/"override"/"live"; a checkpoint's `source` is its source *state*
+    # (patch included), which is content and never exported here.
+    if isinstance(event.get("source"), str):
+        attrs["forkpoint.source"] = event["source"]
     _set(attrs, "forkpoint.recorded_seq", event.get("recorded_seq"))
     if content:
         _set(attrs, "forkpoint.override", event.get("override"))
