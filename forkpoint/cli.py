@@ -27,10 +27,11 @@ from ._boot import child_env
 from .log import Session, SessionError, SessionWriter, verify
 from .record import end_event, make_header, open_workspace
 from .replay import EXIT_DIVERGENCE, POLICIES, SOURCES, create_child, format_divergence, summary_line
+from .show import terminal
 from .store import info, list_sessions, render_listing, resolve, session_finished, session_started, store_dir
 from .tools import parse_target
 
-err = Console(stderr=True, highlight=False)
+err = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else 120)
 
 
 def _store(value: str | None) -> Path:
@@ -416,7 +417,7 @@ def diff_cmd(a: str, b: str, store: str | None, as_json: bool) -> None:
     if as_json:
         sys.stdout.buffer.write(orjson.dumps(result.to_json(), option=orjson.OPT_INDENT_2) + b"\n")
     else:
-        render_diff(result, Console(highlight=False))
+        render_diff(result, terminal())
     sys.exit(0 if result.equivalent else 1)
 
 
@@ -566,7 +567,7 @@ def checkpoints(session: str, store: str | None) -> None:
             f"session {s.id} has no checkpoints (record with --workspace DIR, or inside a git repository)"
         )
         sys.exit(1)
-    Console(highlight=False).print(table)
+    terminal().print(table)
 
 
 @main.command()
@@ -710,7 +711,7 @@ def fork(
         table.add_column(col)
     for row in rows:
         table.add_row(*row)
-    Console(highlight=False).print(table)
+    terminal().print(table)
     sys.exit(0 if failed == 0 else 1)
 
 

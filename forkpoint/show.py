@@ -67,9 +67,17 @@ def model_call_line(event: dict[str, Any]) -> tuple[str, list[str]]:
     return "  ".join(parts), details
 
 
+def terminal() -> Console:
+    """The console forkpoint prints to: the terminal's width, or 120 columns when piped (rich's
+    default of 80 breaks timelines and tables mid-phrase)."""
+    import sys
+
+    return Console(highlight=False, width=None if sys.stdout.isatty() else 120)
+
+
 def render(session: Session, console: Console | None = None) -> None:
     """Print the session's header and timeline."""
-    console = console or Console(highlight=False)
+    console = console or terminal()
     h = session.header
     git = h.get("git") or {}
     console.print(

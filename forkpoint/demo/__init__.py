@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -20,7 +21,7 @@ from rich.table import Table
 
 from ..cli import record_command, replay_command
 from ..log import Session
-from ..show import render
+from ..show import render, terminal
 
 
 def _agent_cmd(base_url: str, workdir: Path) -> list[str]:
@@ -39,7 +40,7 @@ def run_demo(*, store: Path, turns: int = 2, console: Console | None = None) -> 
     """Run the demo end to end; returns 0 when both replays reproduced the recording exactly."""
     from .server import ModelServer  # imported here so `python -m forkpoint.demo.server` runs cleanly
 
-    console = console or Console(highlight=False)
+    console = console or terminal()
     work = Path(tempfile.mkdtemp(prefix="forkpoint-demo-"))
     rows: list[tuple[str, str, str, str]] = []
 
@@ -87,7 +88,8 @@ def run_demo(*, store: Path, turns: int = 2, console: Console | None = None) -> 
             ("[green]output identical to the recorded run[/green]" if same else "[red]output differs![/red]")
             + "; "
             + (
-                "[green]tool bodies did not run[/green] (test_log.txt unchanged)"
+                "[green]tool bodies did not run[/green] (run_tests appends a line to test_log.txt each time "
+                "its body runs: the file is unchanged)"
                 if untouched
                 else "[red]a tool body ran![/red]"
             )
@@ -140,10 +142,16 @@ def run_demo(*, store: Path, turns: int = 2, console: Console | None = None) -> 
         table.add_row(*row)
     console.print(table)
     console.print(
+        "[dim]each run is a new Python process: most of its time is interpreter start-up and importing the "
+        "openai SDK (benchmarks/ times replays of longer runs)[/dim]"
+    )
+    prog = "forkpoint" if shutil.which("forkpoint") else str(Path(sys.argv[0]))
+    console.print(
         f"\nsession stored in {session.path}\n"
-        f"try:  forkpoint show {session.id[:15]}   ·   forkpoint replay {session.id[:15]}   ·   forkpoint ls"
+        f"try:  {prog} show {session.id[:15]}   ·   {prog} replay {session.id[:15]}   ·   {prog} ls"
         + ("" if store == Path(".forkpoint") else f"   (with --store {store})")
     )
+    shutil.rmtree(work, ignore_errors=True)  # the agent's scratch folders; the session stays in the store
     if not ok:
         console.print("[red]demo FAILED: a replay did not reproduce the recording[/red]")
     return 0 if ok else 1
