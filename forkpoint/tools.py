@@ -18,6 +18,7 @@ already sees the wrapper.
 from __future__ import annotations
 
 import atexit
+import base64
 import builtins
 import functools
 import importlib.abc
@@ -26,6 +27,8 @@ import inspect
 import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from decimal import Decimal
+from pathlib import PurePath
 from types import ModuleType
 from typing import Any, TypeVar, overload
 
@@ -64,6 +67,15 @@ def _default(value: Any) -> Any:
     for cls, encode in _ENCODERS.items():
         if isinstance(value, cls):
             return encode(value)
+    # Built-in conversions for values tools commonly return (documented in docs/format.md).
+    if hasattr(value, "model_dump") and callable(value.model_dump):  # pydantic v2 models
+        return value.model_dump(mode="json")
+    if isinstance(value, set | frozenset):
+        return sorted(value, key=repr)
+    if isinstance(value, PurePath | Decimal):
+        return str(value)
+    if isinstance(value, bytes | bytearray):
+        return base64.b64encode(bytes(value)).decode()
     raise TypeError
 
 
@@ -132,11 +144,11 @@ def rebuild_exception(error: dict[str, Any]) -> BaseException:
 def _encode_result(name: str, value: Any) -> Any:
     try:
         return scrub_json(to_json_value(value))
-    except TypeError:
+    except TypeError as exc:
         raise ToolResultError(
-            f"tool {name!r} returned a {type(value).__module__}.{type(value).__qualname__}, which is not "
-            "JSON data; return JSON data, or register an encoder: "
-            f"forkpoint.register_encoder({type(value).__qualname__}, to_json)"
+            f"tool {name!r} returned a {type(value).__module__}.{type(value).__qualname__} that cannot be "
+            f"stored as JSON ({exc}); return JSON data, or register an encoder for the offending type: "
+            "forkpoint.register_encoder(SomeType, to_json)"
         ) from None
 
 

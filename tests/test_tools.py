@@ -324,3 +324,41 @@ def test_import_hook_on_an_already_imported_module(
     # A typo must not crash the program being recorded: it is reported on stderr instead.
     tools_mod.install_import_hook([f"{pkg}.mod:nope"])
     assert "has no nope" in capsys.readouterr().err
+
+
+def test_common_tool_result_types_are_stored_as_json_and_replayed_as_such(store: Path) -> None:
+    """A tool returning a pydantic model, a path, a Decimal, a set or bytes must not make the agent
+    fail just because it is being recorded: each is stored in a documented JSON form, and replay
+    returns that form (JSON is what a tool result becomes once it is sent to a model anyway)."""
+    import decimal
+    import pathlib
+
+    import pydantic
+
+    class Weather(pydantic.BaseModel):
+        city: str
+        temp_c: float
+
+    @forkpoint.tool
+    def lookup() -> dict[str, Any]:
+        return {
+            "model": Weather(city="Oslo", temp_c=-3.5),
+            "path": pathlib.Path("/tmp/report.txt"),
+            "price": decimal.Decimal("19.99"),
+            "tags": {"b", "a"},
+            "raw": b"\x00\x01",
+        }
+
+    expected = {
+        "model": {"city": "Oslo", "temp_c": -3.5},
+        "path": "/tmp/report.txt",
+        "price": "19.99",
+        "tags": ["a", "b"],
+        "raw": "AAE=",
+    }
+    with forkpoint.record(store=store) as rec:
+        lookup()
+    (call,) = forkpoint.Session.load(rec.session_path).by_type("tool_call")
+    assert call["result"] == expected
+    with forkpoint.replay(rec.session_path):
+        assert lookup() == expected
