@@ -31,7 +31,8 @@ from .show import terminal
 from .store import info, list_sessions, render_listing, resolve, session_finished, session_started, store_dir
 from .tools import parse_target
 
-err = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else 120)
+# Messages name paths and sessions: never hard-wrap them.
+err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def _store(value: str | None) -> Path:

@@ -68,11 +68,12 @@ def model_call_line(event: dict[str, Any]) -> tuple[str, list[str]]:
 
 
 def terminal() -> Console:
-    """The console forkpoint prints to: the terminal's width, or 120 columns when piped (rich's
-    default of 80 breaks timelines and tables mid-phrase)."""
+    """The console forkpoint prints to: the terminal's width; when piped, 200 columns and no hard
+    wrapping of text (rich's default of 80 breaks timelines, tables and paths mid-phrase)."""
     import sys
 
-    return Console(highlight=False, width=None if sys.stdout.isatty() else 120)
+    tty = sys.stdout.isatty()
+    return Console(highlight=False, width=None if tty else 200, soft_wrap=not tty)
 
 
 def render(session: Session, console: Console | None = None) -> None:
