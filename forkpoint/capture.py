@@ -125,7 +125,8 @@ def body_bytes(kind: str, body: Any) -> bytes:
     return b""
 
 
-def _scrub_body(kind: str, body: Any) -> Any:
+def scrub_body(kind: str, body: Any) -> Any:
+    """A parsed body (see :func:`parse_body`) with secrets scrubbed."""
     if kind == "json":
         return scrub_json(body)
     if kind == "text":
@@ -157,7 +158,7 @@ def request_record(request: Any, content: bytes) -> dict[str, Any]:
         "url": scrub_url(str(request.url)),
         "headers": scrub_headers(headers),
         "body_kind": kind,
-        "body": _scrub_body(kind, body),
+        "body": scrub_body(kind, body),
     }
 
 

@@ -666,10 +666,11 @@ def read_header(log_path: Path) -> dict[str, Any]:
         raise SessionError(f"{log_path}: no such session log") from None
     except IsADirectoryError:
         raise SessionError(f"{log_path}: is a directory, not a session log") from None
-    return _check_header(first, log_path)
+    return check_header(first, log_path)
 
 
-def _check_header(first: bytes, log_path: Path) -> dict[str, Any]:
+def check_header(first: bytes, log_path: Path) -> dict[str, Any]:
+    """Parse and check a session log's first line. Raises :class:`SessionError` naming the problem."""
     if not first.endswith(b"\n"):
         raise SessionError(f"{log_path}:1: header line is incomplete")
     try:
@@ -792,7 +793,7 @@ class Session:
         resolved_lists: dict[int, dict[str, list[Any]]] = {}
         for line in _event_lines(log_path, recovered):
             if line.lineno == 1:
-                session = cls(path=path, header=_check_header(line.raw, log_path))
+                session = cls(path=path, header=check_header(line.raw, log_path))
                 continue
             assert session is not None
             if line.error == "truncated":
@@ -974,7 +975,7 @@ def verify(path: Path | str, *, git: bool = True) -> Verification:
                 break
             if lineno == 1:
                 try:
-                    obj = _check_header(raw, log_path)
+                    obj = check_header(raw, log_path)
                 except SessionError as exc:
                     problems.append(str(exc))
                     break

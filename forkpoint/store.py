@@ -32,7 +32,7 @@ from urllib.parse import unquote, urlsplit
 
 import orjson
 
-from .log import FORMAT, FORMAT_VERSION, LOG_NAME, SessionError, now_iso, read_header
+from .log import LOG_NAME, SessionError, check_header, now_iso, read_header
 
 if TYPE_CHECKING:
     from .remote import RemoteStore
@@ -241,19 +241,7 @@ def summarize_log(data: bytes, path: Path) -> SessionInfo:
     """Summarize a session log's bytes (header, counts, end) without resolving blobs."""
     log_path = path / LOG_NAME
     first, nl, rest = data.partition(b"\n")
-    if not nl:
-        raise SessionError(f"{log_path}:1: header line is incomplete")
-    try:
-        header = orjson.loads(first)
-    except orjson.JSONDecodeError as exc:
-        raise SessionError(f"{log_path}:1: header is not valid JSON ({exc})") from None
-    if not isinstance(header, dict) or header.get("format") != FORMAT:
-        raise SessionError(f"{log_path}:1: not a forkpoint session header")
-    if header.get("version") != FORMAT_VERSION:
-        raise SessionError(
-            f"{log_path}:1: session format version {header.get('version')!r} is not supported "
-            f"(this forkpoint reads version {FORMAT_VERSION})"
-        )
+    header = check_header(first + nl, log_path)
     events = models = tools = checkpoints = 0
     exit_code: int | None = None
     complete = False

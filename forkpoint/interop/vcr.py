@@ -32,9 +32,9 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from ..capture import _DROP_RESPONSE_HEADERS, _STREAM_TYPES, _decoder, parse_body
+from ..capture import _DROP_RESPONSE_HEADERS, _STREAM_TYPES, _decoder, parse_body, scrub_body
 from ..record import Recorder
-from ..redact import scrub_bytes, scrub_chunks, scrub_headers, scrub_json, scrub_text, scrub_url
+from ..redact import scrub_chunks, scrub_headers, scrub_json, scrub_url
 from . import Imported, ImportFormatError
 
 #: The ``anthropic-version`` of the Anthropic API's first version, used when no SDK is installed.
@@ -120,16 +120,6 @@ def _as_bytes(value: Any) -> bytes | None:
     return orjson.dumps(value)  # a serializer that kept a parsed JSON body under "body"
 
 
-def _scrub(kind: str, body: Any) -> Any:
-    if kind == "json":
-        return scrub_json(body)
-    if kind == "text":
-        return scrub_text(body)
-    if kind == "bytes":
-        return scrub_bytes(body)
-    return body
-
-
 def split_stream(data: bytes, content_type: str) -> list[bytes]:
     """An event-stream body cut into its events, each with its terminating blank line (SSE), or
     its lines (NDJSON). Joining the pieces gives ``data`` back."""
@@ -180,7 +170,7 @@ def _request(rq: dict[str, Any], n: int, notes: list[str]) -> dict[str, Any]:
         "url": scrub_url(uri),
         "headers": scrub_headers(pairs),
         "body_kind": kind,
-        "body": _scrub(kind, body),
+        "body": scrub_body(kind, body),
     }
 
 
@@ -224,7 +214,7 @@ def _response(rs: dict[str, Any]) -> dict[str, Any]:
     else:
         kind, body = parse_body(data, ctype)
         out["body_kind"] = kind
-        out["body"] = _scrub(kind, body)
+        out["body"] = scrub_body(kind, body)
     out["ended"] = "complete"
     return out
 
