@@ -31,7 +31,7 @@ def start() -> None:
     from .tools import install_import_hook
 
     if env["FORKPOINT_TOOLS"]:
-        install_import_hook([t for t in env["FORKPOINT_TOOLS"].split(",") if t])
+        install_import_hook([t for t in env["FORKPOINT_TOOLS"].split(",") if t], warn_at_exit=True)
 
     if mode == "record":
         from .log import SessionWriter

@@ -365,11 +365,11 @@ def _wrap_or_warn(module: ModuleType, qualname: str) -> None:
         sys.stderr.write(f"forkpoint: {exc}; its calls are not recorded or replayed\n")
 
 
-def install_import_hook(specs: Sequence[str]) -> None:
+def install_import_hook(specs: Sequence[str], *, warn_at_exit: bool = False) -> None:
     """Wrap each ``module:qualname`` in ``specs``: now if imported, else when first imported.
 
-    A target that does not exist is reported on stderr (at import, or at exit for a module the
-    program never imported), never raised into the program.
+    A target that does not exist is reported on stderr, never raised into the program; with
+    ``warn_at_exit`` (the CLI's bootstrap), so is a module the program never imported.
     """
     targets: dict[str, list[str]] = {}
     for spec in specs:
@@ -380,6 +380,7 @@ def install_import_hook(specs: Sequence[str]) -> None:
             targets.setdefault(module, []).append(qualname)
     if targets:
         sys.meta_path.insert(0, _ToolFinder(targets))
+    if targets and warn_at_exit:
 
         def never_imported() -> None:
             for module, names in targets.items():
