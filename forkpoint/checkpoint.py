@@ -1460,6 +1460,20 @@ class Check:
     actual: Any
 
 
+def _tree_changes(root: Path, expected: str, actual: str, tmp: Path) -> list[str] | str:
+    """The tracked paths whose content differs between two trees (for a failed validation's report):
+    the actual tree's new objects are in ``tmp/objects``, the expected one's in the restored repo."""
+    env = {
+        "GIT_OBJECT_DIRECTORY": str(tmp / "objects"),
+        "GIT_ALTERNATE_OBJECT_DIRECTORIES": str(root / ".git" / "objects"),
+    }
+    try:
+        out = git(["diff-tree", "-r", "--name-only", "-z", "--no-renames", expected, actual], root, env)
+    except CheckpointError as exc:
+        return f"(cannot list the differing files: {exc})"
+    return sorted(p for p in out.split("\0") if p)
+
+
 def validate(root: Path) -> list[Check]:
     """Check a restored directory against its checkpoint without any model.
 
@@ -1493,7 +1507,13 @@ def validate(root: Path) -> list[Check]:
                     tracker.close()
             except CheckpointError as exc:
                 actual_tree = f"(cannot compute: {exc})"
-        checks.append(Check("source tree hash", actual_tree == expect["tree"], expect["tree"], actual_tree))
+            actual_source: Any = actual_tree
+            if actual_tree != expect["tree"] and not actual_tree.startswith("("):
+                actual_source = {
+                    "tree": actual_tree,
+                    "files": _tree_changes(root, expect["tree"], actual_tree, Path(tmp)),
+                }
+        checks.append(Check("source tree hash", actual_tree == expect["tree"], expect["tree"], actual_source))
     listing = "git" if expect.get("listing", "git" if expect.get("tree") else "plain") == "git" else "plain"
     paths = untracked_files(root, include_ignored=bool(expect.get("include_ignored")), listing=listing)
     rows = _manifest(root, paths, None, None)
