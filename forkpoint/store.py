@@ -22,6 +22,7 @@ import hashlib
 import os
 import re
 import secrets
+import shlex
 import sys
 import time
 from collections.abc import Iterable
@@ -718,7 +719,8 @@ def render_listing(rows: list[SessionInfo]) -> str:
                 str(r.model_calls),
                 str(r.tool_calls),
                 "—" if not r.complete else str(r.exit_code),
-                " ".join(str(a) for a in r.header.get("argv") or [])[:60],
+                # the last column: shown whole (a cut would hide the arguments), quoted as a shell would
+                shlex.join(str(a) for a in r.header.get("argv") or []),
             )
         )
     widths = [max(len(row[i]) for row in table) for i in range(len(cols) - 1)]

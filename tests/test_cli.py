@@ -286,7 +286,8 @@ def test_ls_lists_sessions_and_honours_forkpoint_store(recorded: Recorded) -> No
     alpha, beta = rows[0].split(), rows[1].split()
     assert alpha[0] == recorded.alpha.name and alpha[1] == "alpha" and alpha[3:6] == ["2", "1", "0"]
     assert beta[0] == recorded.beta.name and beta[1] == "beta" and beta[3:6] == ["2", "1", "7"]
-    assert alpha[-2:] == ["there", "0"]
+    # the command is the last column, whole and quoted as a shell would need it
+    assert rows[0].endswith("agent_script.py 'hello there' 0")
     empty = cli("ls", "--store", str(recorded.workdir / "nowhere"))
     assert "no sessions" in empty.output
 
