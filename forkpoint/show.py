@@ -5,6 +5,7 @@ A *turn* starts at each model call; the tool calls after it, up to the next mode
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
 import orjson
@@ -84,7 +85,7 @@ def render(session: Session, console: Console | None = None) -> None:
     console.print(
         f"[bold]session {h['session_id']}[/bold]" + (f"  “{escape(h['name'])}”" if h.get("name") else "")
     )
-    console.print(f"  command  {escape(' '.join(h.get('argv') or []))}")
+    console.print(f"  command  {escape(shlex.join(str(a) for a in h.get('argv') or []))}")
     console.print(f"  started  {h.get('created')}   cwd {escape(str(h.get('cwd')))}")
     if git:
         console.print(
