@@ -103,22 +103,23 @@ def dump(value: Any) -> Any:
     return value.model_dump(mode="json") if hasattr(value, "model_dump") else value
 
 
+def create_for(url: str, uri: str, *, aio: bool) -> Any:
+    """The real SDK's create method that sends the recorded request to ``uri`` (through ``url``)."""
+    if "anthropic" in uri:
+        an_cls = anthropic.AsyncAnthropic if aio else anthropic.Anthropic
+        client = an_cls(base_url=url, api_key="sk-ant-test-0000000000000000000000", max_retries=0)
+        return client.beta.messages.create if "beta=true" in uri else client.messages.create
+    oa_cls = openai.AsyncOpenAI if aio else openai.OpenAI
+    oa = oa_cls(base_url=url + "/v1", api_key="sk-test-000000000000000000000000", max_retries=0)
+    return oa.responses.create if uri.endswith("/responses") else oa.chat.completions.create
+
+
 def run_sync(url: str, interactions: list[dict[str, Any]]) -> list[Any]:
     """Send each recorded request through the real SDK; return what the SDK parsed."""
     results: list[Any] = []
     for it in interactions:
-        body, uri = dict(it["body"]), it["uri"]
-        if "anthropic" in uri:
-            client = anthropic.Anthropic(
-                base_url=url, api_key="sk-ant-test-0000000000000000000000", max_retries=0
-            )
-            create = client.beta.messages.create if "beta=true" in uri else client.messages.create
-        else:
-            oa = openai.OpenAI(
-                base_url=url + "/v1", api_key="sk-test-000000000000000000000000", max_retries=0
-            )
-            create = oa.responses.create if uri.endswith("/responses") else oa.chat.completions.create
-        out = create(**body)
+        body = dict(it["body"])
+        out = create_for(url, it["uri"], aio=False)(**body)
         results.append([dump(e) for e in out] if body.get("stream") else dump(out))
     return results
 
@@ -126,18 +127,8 @@ def run_sync(url: str, interactions: list[dict[str, Any]]) -> list[Any]:
 async def run_async(url: str, interactions: list[dict[str, Any]]) -> list[Any]:
     results: list[Any] = []
     for it in interactions:
-        body, uri = dict(it["body"]), it["uri"]
-        if "anthropic" in uri:
-            client = anthropic.AsyncAnthropic(
-                base_url=url, api_key="sk-ant-test-0000000000000000000000", max_retries=0
-            )
-            create = client.beta.messages.create if "beta=true" in uri else client.messages.create
-        else:
-            oa = openai.AsyncOpenAI(
-                base_url=url + "/v1", api_key="sk-test-000000000000000000000000", max_retries=0
-            )
-            create = oa.responses.create if uri.endswith("/responses") else oa.chat.completions.create
-        out = await create(**body)
+        body = dict(it["body"])
+        out = await create_for(url, it["uri"], aio=True)(**body)
         results.append([dump(e) async for e in out] if body.get("stream") else dump(out))
     return results
 
