@@ -158,6 +158,13 @@ class Browser:
         assert self.dialogs == []
 
 
+def expect(locator: Any) -> Any:
+    """Playwright's retrying assertions (imported late: the chromium fixture skips without it)."""
+    from playwright.sync_api import expect as playwright_expect
+
+    return playwright_expect(locator)
+
+
 @pytest.fixture(scope="module")
 def chromium() -> Iterator[Any]:
     if not os.path.exists(CHROMIUM):
@@ -205,7 +212,9 @@ def test_every_event_is_shown_and_nothing_is_fetched(pages: Pages, browser: Brow
     assert page.evaluate("window.__pwned") is None
     # Expand everything: every body renders without an error.
     page.click("#expand-all")
-    assert page.locator("details.event[open] > .body").count() == len(events)
+    # Bodies are built in the "toggle" handler, which Chromium fires as a task after the click
+    # returns: wait for them rather than count at once.
+    expect(page.locator("details.event[open] > .body")).to_have_count(len(events))
     # The first model call lists its request messages.
     first = page.locator("details.event.model_call").first
     assert TASK in first.locator(".msgs").inner_text()
@@ -311,7 +320,7 @@ def test_what_if_override_and_divergence_are_highlighted(
     assert page.locator(f"#ev-{live['seq']} .badge.live").count() == 1
     # Following the link opens the diverging call.
     panel.locator("a").first.click()
-    assert page.locator(f"#ev-{live['seq']}[open]").count() == 1
+    expect(page.locator(f"#ev-{live['seq']}[open] > .body")).to_have_count(1)
     page.screenshot(path=str(tmp_path / "viewer.png"), full_page=True)
     assert (tmp_path / "viewer.png").stat().st_size > 10_000
     browser.assert_clean(pages.child_html)
