@@ -14,6 +14,7 @@ import atexit
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 from . import runtime
 
@@ -103,26 +104,53 @@ def child_env(
     return env
 
 
+# Top-level packages between an agent's own code and the HTTP boundary: never the "call site".
+_LIBRARY_PACKAGES = frozenset(
+    {
+        "forkpoint", "openai", "anthropic", "httpx", "httpx2", "httpcore", "h11", "anyio", "asyncio",
+        "google", "pydantic_ai", "agents", "langchain_core", "langchain_openai", "langchain_anthropic",
+        "langgraph", "litellm", "minisweagent", "tenacity", "contextlib", "functools", "runpy",
+        "threading", "concurrent",
+    }
+)  # fmt: skip
+
+
+def agent_call_site(tb: Any) -> str:
+    """Where the agent's own code made the call that raised: ``" at FILE:LINE (FUNC)"``, or ``""``.
+
+    The innermost frame outside the SDKs, HTTP clients, frameworks and forkpoint itself (the bundled
+    demo agent counts as agent code). Frames without a file (``<frozen runpy>`` under ``python -m``)
+    never count. Modules are told apart by name, not path, so an agent installed into
+    site-packages is still found."""
+    import traceback
+
+    site = None
+    for frame, lineno in traceback.walk_tb(tb):
+        name = str(frame.f_globals.get("__name__", ""))
+        filename = frame.f_code.co_filename
+        if filename.startswith("<"):
+            continue
+        if name.split(".")[0] in _LIBRARY_PACKAGES and not name.startswith("forkpoint.demo."):
+            continue
+        site = (filename, lineno, frame.f_code.co_name)
+    return f" at {site[0]}:{site[1]} ({site[2]})" if site else ""
+
+
 def _quiet_divergence_tracebacks() -> None:
     """An uncaught :class:`~forkpoint.replay.Divergence` ends the replayed program with two lines
     naming the agent's own call site, not a 40-frame SDK traceback: the CLI prints the full report."""
     import sys
-    import traceback
 
     from .replay import Divergence
 
     previous = sys.excepthook
-    package = str(Path(__file__).parent)
 
-    def hook(kind: type[BaseException], exc: BaseException, tb: object) -> None:
+    def hook(kind: type[BaseException], exc: BaseException, tb: Any) -> None:
         if not isinstance(exc, Divergence):
-            previous(kind, exc, tb)  # type: ignore[arg-type]
+            previous(kind, exc, tb)
             return
-        frames = [f for f in traceback.extract_tb(tb) if "site-packages" not in f.filename]  # type: ignore[arg-type]
-        user = [f for f in frames if not f.filename.startswith(package) or "/demo/" in f.filename]
-        where = f" at {user[-1].filename}:{user[-1].lineno} ({user[-1].name})" if user else ""
         sys.stderr.write(
-            f"forkpoint: the replay stopped: the call made{where} diverged from the recording.\n"
+            f"forkpoint: the replay stopped: the call made{agent_call_site(tb)} diverged from the recording.\n"
         )
 
     sys.excepthook = hook

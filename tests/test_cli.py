@@ -220,7 +220,8 @@ def test_replay_serves_everything_offline_and_exits_with_the_scripts_code(record
     assert r0.stdout == recorded.alpha_run.stdout
 
 
-def test_replay_divergence_exits_3_with_the_paragraph(recorded: Recorded) -> None:
+@pytest.mark.parametrize("how", [["agent_script.py"], ["-m", "agent_script"]], ids=["script", "module"])
+def test_replay_divergence_exits_3_with_the_paragraph(recorded: Recorded, how: list[str]) -> None:
     env = {**recorded.base_env, "AGENT_RETRIES": "0"}
     r = run(
         [
@@ -231,7 +232,7 @@ def test_replay_divergence_exits_3_with_the_paragraph(recorded: Recorded) -> Non
             str(recorded.store),
             "--",
             sys.executable,
-            "agent_script.py",
+            *how,
             "something else entirely",
             "0",
         ],
@@ -240,6 +241,10 @@ def test_replay_divergence_exits_3_with_the_paragraph(recorded: Recorded) -> Non
     )
     assert r.returncode == 3, (r.stdout, r.stderr)
     err = flat(r.stderr)
+    # The agent's own line is named as the call site (not runpy's frames, not the SDK's).
+    line = 1 + AGENT.splitlines().index(next(x for x in AGENT.splitlines() if x.startswith("first =")))
+    site = f"the call made at {recorded.workdir / 'agent_script.py'}:{line} (<module>) diverged"
+    assert site in err
     assert "replay DIVERGED: 0/3 events matched" in err
     assert "replay diverged at the 1st model call of this run (POST /v1/chat/completions)" in err
     assert "Expected next: recorded event seq 1" in err
@@ -332,3 +337,47 @@ def test_verify_passes_then_fails_after_tampering(recorded: Recorded, tmp_path: 
     assert r.returncode == 1
     assert "verify FAILED" in r.stdout
     assert f"{LOG_NAME}:3:" in flat(r.stderr)
+
+
+def test_call_site_is_the_agents_frame_even_when_installed_in_site_packages() -> None:
+    """Modules are told apart by name: an agent living in site-packages (run with ``python -m``) is
+    named, while runpy's frozen frames, the SDK and forkpoint are not."""
+    from forkpoint._boot import agent_call_site
+
+    def module(name: str, filename: str, source: str, **names: Any) -> dict[str, Any]:
+        scope: dict[str, Any] = {"__name__": name, **names}
+        exec(compile(textwrap.dedent(source), filename, "exec"), scope)
+        return scope
+
+    sdk = module(
+        "openai._base_client",
+        "/venv/site-packages/openai/_base_client.py",
+        """
+        def request():
+            raise RuntimeError("diverged")
+    """,
+    )
+    agent = module(
+        "myagent.run",
+        "/venv/site-packages/myagent/run.py",
+        """
+        def step():
+            return request()
+    """,
+        request=sdk["request"],
+    )
+    runner = module(
+        "runpy",
+        "<frozen runpy>",
+        """
+        def run_module():
+            step()
+    """,
+        step=agent["step"],
+    )
+    with pytest.raises(RuntimeError) as info:
+        runner["run_module"]()
+    assert agent_call_site(info.tb) == " at /venv/site-packages/myagent/run.py:3 (step)"
+    with pytest.raises(RuntimeError) as info:
+        sdk["request"]()
+    assert agent_call_site(info.tb.tb_next) == ""  # nothing but the SDK: no call site to name
