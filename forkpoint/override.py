@@ -12,9 +12,12 @@ TARGET                    which recorded call
 
 A tool NAME may contain dots (``tool:Store.query.result=…``: ``--tool module:Class.method`` names
 its tool so). FIELD for a tool call: ``result`` (default) or ``error`` (value
-``{"type": "TimeoutError", "message": "…"}``). For a model call: ``text`` (the assistant's text), ``tool_calls`` (a list of
-``{"name", "arguments", "id"?}``; arguments as an object or a JSON string), or ``body`` (default: the
-whole response body — for a stream, a list of raw chunk strings).
+``{"type": "TimeoutError", "message": "…"}``). For a model call: ``text`` (the answer becomes this
+text alone, with no tool calls: "what if the model had answered so"), ``tool_calls`` (a list of
+``{"name", "arguments", "id"?}``, arguments as an object or a JSON string; any text the model said
+alongside is kept; a call without an id takes the recorded id of the call in its place if that
+called the same tool, else an id derived from the spec), or ``body`` (default: the whole response
+body — for a stream, a list of raw chunk strings).
 
 VALUE is JSON (quote strings: ``'"hello"'``), or ``@path`` to read the JSON from a file.
 
@@ -25,15 +28,15 @@ Anthropic messages, Gemini generateContent — streamed or not, so the unmodifie
 from __future__ import annotations
 
 import copy
+import hashlib
 import re
-import secrets
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from .providers import detect, parse_sse
+from .providers import detect, parse_sse, recorded_response, response_text, summarize
 from .runtime import ForkpointError
 
 _SPEC = re.compile(
@@ -170,9 +173,16 @@ def apply(event: dict[str, Any], o: Override) -> dict[str, Any]:
         resp["ended"] = "complete"
         new.pop("error", None)
         return new
-    text = o.value if o.field == "text" else None
-    calls = _norm_calls(o) if o.field == "tool_calls" else None
-    _, api = detect(new["request"]["url"], new["request"]["body"])
+    url = new["request"]["url"]
+    recorded = summarize(url, new["request"]["body"], recorded_response(event))
+    if o.field == "text":
+        text, calls = o.value, None
+    else:  # tool_calls: the text said alongside them stays
+        text, calls = (
+            response_text(url, recorded_response(event)),
+            _norm_calls(o, recorded["tool_calls"] or []),
+        )
+    _, api = detect(url, new["request"]["body"])
     stream = resp.get("body_kind") == "stream"
     rewrite = _REWRITERS.get((api, stream))
     if rewrite is None:
@@ -186,20 +196,29 @@ def apply(event: dict[str, Any], o: Override) -> dict[str, Any]:
     return new
 
 
-def _norm_calls(o: Override) -> list[dict[str, Any]]:
+def _norm_calls(o: Override, recorded: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The override's tool calls as ``{"id", "name", "arguments": str}``. A call given without an id
+    takes the id of the recorded call in its place when that called the same tool, so an override
+    equal to the recording replays exactly as the recording; otherwise an id derived from the spec,
+    so the same what-if sends the same requests every time."""
     if not isinstance(o.value, list) or not all(isinstance(c, dict) and "name" in c for c in o.value):
         raise OverrideError(f'override {o.spec!r}: tool_calls is a list of {{"name": …, "arguments": …}}')
     out = []
-    for c in o.value:
+    for i, c in enumerate(o.value):
         args = c.get("arguments", {})
+        same = recorded[i] if i < len(recorded) and recorded[i].get("name") == c["name"] else {}
         out.append(
             {
-                "id": str(c.get("id") or "call_fp_" + secrets.token_hex(6)),
+                "id": str(c.get("id") or same.get("id") or _stable_id("call_fp_", o.spec, i)),
                 "name": str(c["name"]),
                 "arguments": args if isinstance(args, str) else orjson.dumps(args).decode(),
             }
         )
     return out
+
+
+def _stable_id(prefix: str, seed: str, i: int) -> str:
+    return prefix + hashlib.sha256(f"{seed}\0{i}".encode()).hexdigest()[:12]
 
 
 def _args_obj(raw: str) -> Any:
@@ -372,12 +391,17 @@ def _anthropic_stream(resp: dict[str, Any], text: str | None, calls: list[dict[s
 
 def _responses_body(resp: dict[str, Any], text: str | None, calls: list[dict[str, Any]] | None) -> None:
     calls = calls or []
+    # Output items keep the recorded item ids where they stand for the same thing (an agent may
+    # send them back); new items get ids derived from their content, the same on every replay.
+    before = [i for i in resp["body"].get("output") or [] if isinstance(i, dict)]
+    message_id = next((i.get("id") for i in before if i.get("type") == "message"), None)
+    call_ids = {i.get("call_id"): i.get("id") for i in before if i.get("type") == "function_call"}
     output: list[dict[str, Any]] = []
     if text:
         output.append(
             {
                 "type": "message",
-                "id": "msg_fp_" + secrets.token_hex(6),
+                "id": message_id or _stable_id("msg_fp_", text, 0),
                 "role": "assistant",
                 "status": "completed",
                 "content": [{"type": "output_text", "text": text, "annotations": []}],
@@ -387,7 +411,7 @@ def _responses_body(resp: dict[str, Any], text: str | None, calls: list[dict[str
         output.append(
             {
                 "type": "function_call",
-                "id": "fc_fp_" + secrets.token_hex(6),
+                "id": call_ids.get(c["id"]) or _stable_id("fc_fp_", c["id"], 0),
                 "call_id": c["id"],
                 "name": c["name"],
                 "arguments": c["arguments"],

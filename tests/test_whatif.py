@@ -248,6 +248,23 @@ def test_model_override_tool_calls_on_demo_agent(
 
 
 @pytest.mark.parametrize("stream", [True, False], ids=["streamed", "whole"])
+def test_model_override_equal_to_the_recorded_tool_calls_does_not_diverge(
+    recordings: Callable[[Path, bool], Recording], tmp_path: Path, stream: bool
+) -> None:
+    """The override gives no ids: each call takes the recorded id of the call in its place, so the
+    next request (which carries those ids back) matches the recording."""
+    rec = recordings(tmp_path, stream)
+    calls = rec.session.by_type("model_call")[0]["summary"]["tool_calls"]
+    assert calls and all(c["id"] for c in calls)
+    same = [{"name": c["name"], "arguments": json.loads(c["arguments"])} for c in calls]
+    with forkpoint.replay(rec.session, overrides=["model#1.tool_calls=" + json.dumps(same)]) as rp:
+        assert run_agent(DEAD_URL, rec.workdir, stream=stream, echo=None) == rec.answer
+    report = rp.report()
+    assert report["divergence"] is None and report["unused"] == []
+    assert report["matched"] == report["recorded"]
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["streamed", "whole"])
 def test_model_override_text_on_demo_agent(
     recordings: Callable[[Path, bool], Recording], tmp_path: Path, stream: bool
 ) -> None:
@@ -309,9 +326,12 @@ def test_model_override_anthropic_messages(tmp_path: Path, text_on: int) -> None
     text_msg, calls_msg = got[text_on - 1], got[calls_on - 1]
     assert [(b.type, b.text) for b in text_msg.content] == [("text", f"Overridden answer {text_on}.")]
     assert text_msg.stop_reason == "end_turn"
-    assert [(b.type, b.id, b.name, b.input) for b in calls_msg.content] == [
+    assert [(b.type, b.id, b.name, b.input) for b in calls_msg.content if b.type == "tool_use"] == [
         ("tool_use", "toolu_fp_1", "run_tests", {"verbose": True})
     ]
+    # The text the model said alongside its calls is kept.
+    said = "".join(b.text for b in live[calls_on - 1].content if b.type == "text")
+    assert "".join(b.text for b in calls_msg.content if b.type == "text") == said
     assert calls_msg.stop_reason == "tool_use"
     # What was not overridden is kept: the id and usage of the recorded message.
     assert [m.id for m in got] == [m.id for m in live]
@@ -345,6 +365,12 @@ def test_model_override_openai_responses(tmp_path: Path) -> None:
     assert got.output_text == "Responses override."
     assert [o.type for o in got.output] == ["message"]
     assert got.id == live.id
+
+    # The recorded call again, without ids: the response is the recorded one, item ids included.
+    (recorded,) = live.output
+    same = [{"name": recorded.name, "arguments": json.loads(recorded.arguments)}]
+    with forkpoint.replay(rec.session_path, overrides=["model#1.tool_calls=" + json.dumps(same)]):
+        assert call(url).output == live.output
 
     spec = 'model#1.tool_calls=[{"name":"run_tests","arguments":{"k":2},"id":"call_fp_9"}]'
     with forkpoint.replay(rec.session_path, overrides=[spec]):
