@@ -29,7 +29,10 @@ def _args(args: dict[str, Any]) -> str:
 
 
 def _ms(value: Any) -> str:
-    v = float(value or 0)
+    """A duration in ms for people; ``"time unknown"`` when not recorded (imported sessions)."""
+    if value is None:
+        return "[dim]time unknown[/dim]"
+    v = float(value)
     return f"{v / 1000:.2f} s" if v >= 1000 else f"{v:.1f} ms"
 
 
@@ -85,7 +88,13 @@ def render(session: Session, console: Console | None = None) -> None:
     console.print(
         f"[bold]session {h['session_id']}[/bold]" + (f"  “{escape(h['name'])}”" if h.get("name") else "")
     )
-    console.print(f"  command  {escape(shlex.join(str(a) for a in h.get('argv') or []))}")
+    origin = h.get("imported_from")
+    if origin:
+        console.print(
+            f"  imported {escape(str(origin.get('format')))} file {escape(str(origin.get('path')))}"
+        )
+    else:
+        console.print(f"  command  {escape(shlex.join(str(a) for a in h.get('argv') or []))}")
     console.print(f"  started  {h.get('created')}   cwd {escape(str(h.get('cwd')))}")
     if git:
         console.print(
@@ -121,8 +130,12 @@ def render(session: Session, console: Console | None = None) -> None:
         elif kind == "note":
             console.print(f"        [dim]#{e['seq']:<3}[/dim] note    {escape(str(e.get('text')))}")
         elif kind == "end":
+            code = e.get("exit_code")
+            outcome = f"exit code {code}" if code is not None else "exit code unknown"
+            if e.get("reason"):
+                outcome += f" ({escape(str(e['reason']))})"
             console.print(
-                f"[bold]end[/bold]     [dim]#{e['seq']:<3}[/dim] exit code {e.get('exit_code')}  {_ms(e.get('duration_ms'))}"
+                f"[bold]end[/bold]     [dim]#{e['seq']:<3}[/dim] {outcome}  {_ms(e.get('duration_ms'))}"
             )
     if session.truncated:
         console.print("[yellow]log ends in an incomplete line: the recording was cut off[/yellow]")

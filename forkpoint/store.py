@@ -718,8 +718,9 @@ def render_listing(rows: list[SessionInfo]) -> str:
                 str(r.header.get("created") or "")[:19],
                 str(r.model_calls),
                 str(r.tool_calls),
-                "—" if not r.complete else str(r.exit_code),
-                # the last column: shown whole (a cut would hide the arguments), quoted as a shell would
+                "—" if not r.complete else "?" if r.exit_code is None else str(r.exit_code),
+                # the last column: shown whole (a cut would hide the arguments), quoted as a shell
+                # would (an imported session shows the `forkpoint import` that made it)
                 shlex.join(str(a) for a in r.header.get("argv") or []),
             )
         )

@@ -203,8 +203,15 @@ def test_cli_import_then_show_verify_diff(tmp_path: Path) -> None:
     assert Session.load(session).header["name"] == "swe run"
     second = runner.invoke(main, ["import", str(path), "--store", store])
     assert second.exit_code == 0
-    shown = runner.invoke(main, ["show", session, "--store", store])
+    shown = runner.invoke(main, ["show", session, "--store", store], env={"COLUMNS": "250"})
     assert shown.exit_code == 0 and "find_file" in shown.output and "submit" in shown.output
+    # What the file does not hold is shown as unknown, never as a made-up 0 ms or "None".
+    assert f"imported swe-agent file {path}" in shown.output
+    assert "exit code unknown" in shown.output and "time unknown" in shown.output
+    assert "0.0 ms" not in shown.output and "None" not in shown.output
+    listed = runner.invoke(main, ["ls", "--store", store]).output.splitlines()
+    row = next(line for line in listed if line.startswith(Path(session).name))
+    assert "  ?     forkpoint import " in row and "None" not in row
     assert runner.invoke(main, ["verify", session, "--store", store]).exit_code == 0
     other = second.output.strip().splitlines()[-1]
     diffed = runner.invoke(main, ["diff", session, other, "--store", store])
