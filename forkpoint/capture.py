@@ -46,11 +46,9 @@ from __future__ import annotations
 import contextvars
 import datetime
 import importlib
-import itertools
 import sys
 import threading
 import time
-import weakref
 import zlib
 from collections.abc import AsyncIterator, Callable, Iterator
 from types import ModuleType
@@ -286,19 +284,6 @@ def _decoder(encoding: str) -> Callable[[bytes], bytes] | None:
 # --------------------------------------------------------------------------- recording
 
 
-_sent_lock = threading.Lock()
-_sent_counters: weakref.WeakKeyDictionary[Any, Iterator[int]] = weakref.WeakKeyDictionary()
-
-
-def _next_sent(rt: Any) -> int:
-    """1, 2, 3… per runtime: the order in which its model calls were sent."""
-    with _sent_lock:
-        counter = _sent_counters.get(rt)
-        if counter is None:
-            counter = _sent_counters[rt] = itertools.count(1)
-        return next(counter)
-
-
 class _Call:
     """One model call being recorded: filled in while the response streams, written when it ends."""
 
@@ -310,7 +295,7 @@ class _Call:
         self.decoders = decoders
         self.ts = now_iso()
         self.t0 = time.perf_counter()
-        self.sent = _next_sent(rt)
+        self.sent = runtime.next_sent(rt)
         self.span_id = new_span_id()
         self.parent_span_id = runtime.current_span.get() or rt.root_span
         self.response: Any = None

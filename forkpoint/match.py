@@ -82,7 +82,7 @@ def in_send_order(events: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
 
     Events are written when a call *ends*, so concurrent identical requests (best-of-n sampling with
     ``asyncio.gather``) appear in the log in the order they finished, which depends on the server.
-    Each model call records ``sent``, its position among the calls its process sent; when every
+    Each model and tool call records ``sent``, its position among the calls its process started; when every
     event has one (and one process wrote them all) they are ordered by it, otherwise by ``seq``.
     """
     out = list(events)

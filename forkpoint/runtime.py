@@ -8,8 +8,11 @@ but call through while no runtime is active.
 from __future__ import annotations
 
 import contextvars
+import itertools
 import threading
-from typing import TYPE_CHECKING
+import weakref
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .record import Recorder
@@ -20,6 +23,22 @@ _active: Recorder | Replayer | None = None
 
 #: The span the code running now belongs to (a tool call's span while its body runs).
 current_span: contextvars.ContextVar[str | None] = contextvars.ContextVar("forkpoint_span", default=None)
+
+
+_sent_lock = threading.Lock()
+_sent_counters: weakref.WeakKeyDictionary[Any, Iterator[int]] = weakref.WeakKeyDictionary()
+
+
+def next_sent(rt: Recorder | Replayer) -> int:
+    """1, 2, 3… per runtime: the order in which its calls (model and tool) were *started*.
+
+    Events are written when a call ends; this ordinal lets a replay answer identical concurrent
+    calls in the order they began (see :func:`forkpoint.match.in_send_order`)."""
+    with _sent_lock:
+        counter = _sent_counters.get(rt)
+        if counter is None:
+            counter = _sent_counters[rt] = itertools.count(1)
+        return next(counter)
 
 
 class ForkpointError(Exception):

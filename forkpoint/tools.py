@@ -157,6 +157,8 @@ class _ToolCall:
 
     def __init__(self, name: str, args: dict[str, Any]) -> None:
         self.name, self.args = name, args
+        rt = runtime.active()
+        self.sent = runtime.next_sent(rt) if rt is not None else None
         self.ts = now_iso()
         self.t0 = time.perf_counter()
         self.span_id = new_span_id()
@@ -177,6 +179,8 @@ class _ToolCall:
             "tool": self.name,
             "args": scrub_json(self.args),
         }
+        if self.sent is not None:
+            event["sent"] = self.sent
         if error is not None:
             event["error"] = _error_dict(error)
         else:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import itertools
 import json
 import os
 import random
@@ -498,6 +499,32 @@ def test_identical_concurrent_requests_replay_in_the_order_they_were_sent(srv: S
     with forkpoint.replay(rec.session_path):
         assert asyncio.run(best_of_n()) == live
     assert [e.get("sent") for e in events] == [4, 3, 2, 1]
+
+
+def test_identical_concurrent_tool_calls_replay_in_the_order_they_were_started(store: Path) -> None:
+    """The same holds for tools: two identical calls of a polling tool started at once, the first
+    started finishing last. Each caller must get on replay the answer it got live (the log holds
+    them in the order they finished; ``sent`` keeps the order they began)."""
+    started = itertools.count(1)
+
+    @forkpoint.tool
+    async def poll(job: str) -> dict[str, Any]:
+        n = next(started)
+        await asyncio.sleep(0.05 if n == 1 else 0)  # the first call is the slow one
+        return {"job": job, "poll": n}
+
+    async def both() -> list[dict[str, Any]]:
+        return list(await asyncio.gather(poll("j1"), poll("j1")))
+
+    with forkpoint.record(store=store) as rec:
+        live = asyncio.run(both())
+    assert [r["poll"] for r in live] == [1, 2]
+    events = Session.load(rec.session_path).by_type("tool_call")
+    assert [e["result"]["poll"] for e in events] == [2, 1]  # written as they finished
+    assert [e["sent"] for e in events] == [2, 1]
+    with forkpoint.replay(rec.session_path) as rp:
+        assert asyncio.run(both()) == live
+    assert rp.report()["matched"] == 2 and next(started) == 3  # no tool body ran on replay
 
 
 def test_log_stays_valid_with_several_processes_appending(store: Path) -> None:
