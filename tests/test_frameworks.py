@@ -1,7 +1,9 @@
-"""Agent frameworks, unmodified: a pydantic-ai agent and an OpenAI Agents SDK agent, each with two
-tools, recorded against the local model server and replayed with the server stopped.
+"""Agent frameworks, unmodified: a pydantic-ai agent, an OpenAI Agents SDK agent and a LangGraph
+agent, each with two tools, recorded against the local model server and replayed with the server
+stopped.
 
-The tools are declared the framework's way (``@agent.tool_plain``, ``@function_tool``) at import
+The tools are declared the framework's way (``@agent.tool_plain``, ``@function_tool``, LangChain's
+``@tool``) at import
 time, before forkpoint is active, and nothing in them mentions forkpoint: the built-in
 integrations (``forkpoint/integrations/``) patch the frameworks' tool-call entry points. Model
 calls go through the HTTP capture. On replay no tool body runs: the side-effect log they append to
@@ -10,6 +12,7 @@ stays as it was.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import datetime
 import json
@@ -19,16 +22,23 @@ import sys
 import textwrap
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
 
 pytest.importorskip("pydantic_ai")
 pytest.importorskip("agents")
+pytest.importorskip("langgraph")
 
 import agents  # noqa: E402
 from agents import Agent as SdkAgent  # noqa: E402
 from agents import OpenAIChatCompletionsModel, Runner, function_tool, set_tracing_disabled  # noqa: E402
+from langchain_core.messages import ToolMessage  # noqa: E402
+from langchain_core.tools import BaseTool, InjectedToolCallId, ToolException  # noqa: E402
+from langchain_core.tools import tool as langchain_tool  # noqa: E402
+from langchain_openai import ChatOpenAI  # noqa: E402
+from langgraph.graph import START, MessagesState, StateGraph  # noqa: E402
+from langgraph.prebuilt import ToolNode, tools_condition  # noqa: E402
 from openai import AsyncOpenAI  # noqa: E402
 from pydantic_ai import Agent  # noqa: E402
 from pydantic_ai.models.openai import OpenAIChatModel  # noqa: E402
@@ -109,10 +119,49 @@ def run_agents_sdk(base_url: str) -> str:
     return str(Runner.run_sync(agent, TASK).final_output)
 
 
+# --------------------------------------------------------------------------- LangGraph agent
+
+
+@langchain_tool("write_file")
+def lg_write_file(path: str, content: str) -> dict[str, Any]:
+    """Write a UTF-8 file in the working directory."""
+    (_workdir() / path).write_text(content, encoding="utf-8")
+    _side_effect(f"lg_write_file {path}")
+    return {"path": path, "bytes": len(content.encode())}
+
+
+@langchain_tool("run_tests")
+async def lg_run_tests() -> dict[str, int]:
+    """Run the test suite."""
+    _side_effect("lg_run_tests")
+    return {"passed": len(list(_workdir().glob("*.py"))), "failed": 0}
+
+
+def run_langgraph(base_url: str) -> str:
+    """The LangGraph tutorial's agent: a model node and a ``ToolNode``, looping while the model calls
+    tools. Run with ``ainvoke``: the sync tool runs in a worker thread, the async one on the loop."""
+    tools = [lg_write_file, lg_run_tests]
+    model = ChatOpenAI(model="demo-model", base_url=base_url + "/v1", api_key=API_KEY, max_retries=0)
+    model = model.bind_tools(tools)
+
+    async def call_model(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [await model.ainvoke(state["messages"])]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("model", call_model)
+    graph.add_node("tools", ToolNode(tools))
+    graph.add_edge(START, "model")
+    graph.add_conditional_edges("model", tools_condition)
+    graph.add_edge("tools", "model")
+    out = asyncio.run(graph.compile().ainvoke({"messages": [("user", TASK)]}))
+    return str(out["messages"][-1].content)
+
+
 #: framework → (run the agent against a base URL, the Python functions its tools run, in order)
 FRAMEWORKS: dict[str, tuple[Callable[[str], str], list[str]]] = {
     "pydantic-ai": (run_pydantic_ai, ["write_file", "run_tests"]),
     "openai-agents": (run_agents_sdk, ["sdk_write_file", "sdk_run_tests"]),
+    "langgraph": (run_langgraph, ["lg_write_file", "lg_run_tests"]),
 }
 
 
@@ -165,7 +214,9 @@ def test_framework_agent_record_then_replay(framework: str, workdir: Path, tmp_p
     assert "error" not in write and "result" in write
     assert tools[1]["args"] == {} and tools[1]["result"] == {"passed": 1, "failed": 0}
     assert model_calls[-1]["summary"]["stop_reason"] == "stop"
-    assert {"pydantic_ai.toolsets.function", "agents.tool"} <= set(integrations.installed())
+    assert {"pydantic_ai.toolsets.function", "agents.tool", "langchain_core.tools.base"} <= set(
+        integrations.installed()
+    )
 
 
 def test_replay_serves_a_recorded_tool_error(workdir: Path, tmp_path: Path) -> None:
@@ -300,6 +351,70 @@ def test_rich_return_values_replay_as_the_model_saw_them(tmp_path: Path) -> None
         == tools[1]["result"]
         == str(Report(tools[1]["args"]["path"], (1, 2), datetime.date(2026, 1, 2)))
     )
+
+
+def test_langchain_tool_shapes_replay_as_the_model_saw_them(tmp_path: Path) -> None:
+    """LangChain tools return more than JSON: a message, content with an artifact, an error that
+    ``handle_tool_error`` turns into text, a ``BaseTool`` subclass's own ``_run``. Each replays to
+    the same ``ToolMessage`` the model was sent live, with no body running; the tool call id the
+    graph injects is not a recorded argument (it is not the model's choice)."""
+    ran: list[str] = []
+
+    @langchain_tool
+    def reply(text: str, call_id: Annotated[str, InjectedToolCallId]) -> ToolMessage:
+        """Answer with a message of its own."""
+        ran.append("reply")
+        return ToolMessage(f"echo {text}", tool_call_id=call_id, name="reply", artifact={"n": 1})
+
+    @langchain_tool(response_format="content_and_artifact")
+    def search(query: str) -> tuple[str, dict[str, Any]]:
+        """Search, keeping the raw hits as the artifact."""
+        ran.append("search")
+        return f"2 hits for {query}", {"hits": [query, query.upper()]}
+
+    @langchain_tool
+    def broken(path: str) -> str:
+        """Always fails."""
+        ran.append("broken")
+        raise ToolException(f"no such file: {path}")
+
+    broken.handle_tool_error = True
+
+    class Clock(BaseTool):
+        name: str = "clock"
+        description: str = "The time in a city."
+
+        def _run(self, city: str) -> Report:
+            ran.append("clock")
+            return Report(city, (1, 2), datetime.date(2026, 1, 2))  # no JSON form: sent as its text
+
+    calls = [
+        (reply, {"text": "hi"}),
+        (search, {"query": "bug"}),
+        (broken, {"path": "a.py"}),
+        (Clock(), {"city": "Oslo"}),
+    ]
+
+    def run() -> list[Any]:
+        out = []
+        for i, (t, args) in enumerate(calls):
+            msg = t.invoke({"type": "tool_call", "name": t.name, "args": args, "id": f"call_{i}"})
+            out.append((type(msg), msg.content, msg.tool_call_id, msg.status, msg.artifact))
+        return out
+
+    with forkpoint.record(store=tmp_path) as rec:
+        live = run()
+    assert ran == ["reply", "search", "broken", "clock"]
+    assert live[2][1:4] == ("no such file: a.py", "call_2", "error")
+    with forkpoint.replay(rec.session_path) as rp:
+        assert run() == live
+    assert len(ran) == 4  # no body ran on replay
+    assert rp.report()["unused"] == [] and rp.report()["divergence"] is None
+    events = forkpoint.Session.load(rec.session_path).by_type("tool_call")
+    assert [e["args"] for e in events] == [args for _, args in calls]  # no call_id
+    assert events[1]["result"] == {"$content_and_artifact": ["2 hits for bug", {"hits": ["bug", "BUG"]}]}
+    assert events[2]["error"]["type"] == "ToolException"
+    assert events[3]["result"] == str(Report("Oslo", (1, 2), datetime.date(2026, 1, 2)))
 
 
 def test_integrations_call_through_when_inactive(workdir: Path) -> None:

@@ -12,6 +12,9 @@ body never runs), live when the replay says so. What each integration patches:
 * **OpenAI Agents SDK** (:mod:`.openai_agents`): the invoker that ``@function_tool`` builds
   (``_FailureHandlingFunctionToolInvoker.__call__``) — the tool body, below the SDK's failure
   handling, so a recorded exception is turned into the model-visible error text again on replay.
+* **LangChain / LangGraph** (:mod:`.langchain`): ``BaseTool.run`` / ``arun``, which wrap the body
+  (``_run`` / ``_arun``) of each tool class on its first call — every ``@tool`` function and
+  ``BaseTool`` subclass, as ``ToolNode`` and ``create_react_agent`` run them.
 * **google-genai** (:mod:`.google_genai`): its async client prefers aiohttp when aiohttp is
   installed, which forkpoint does not capture; while forkpoint is active it takes its httpx client
   instead (the SDK's own fallback), which forkpoint captures like the sync one. And the Python
@@ -43,6 +46,7 @@ __all__ = [
     "install",
     "installed",
     "is_forkpoint_tool",
+    "is_json",
     "jsonable",
     "run_tool",
     "run_tool_sync",
@@ -55,6 +59,7 @@ INTEGRATIONS: dict[str, str] = {
     "agents.tool": "forkpoint.integrations.openai_agents:patch",
     "google.genai._api_client": "forkpoint.integrations.google_genai:patch_api_client",
     "google.genai._extra_utils": "forkpoint.integrations.google_genai:patch_extra_utils",
+    "langchain_core.tools.base": "forkpoint.integrations.langchain:patch",
 }
 
 _lock = threading.RLock()
@@ -173,6 +178,18 @@ def run_tool_sync(
 ) -> Any:
     """:func:`run_tool` for a tool the framework calls synchronously."""
     return call_tool(name, args, body, encode)
+
+
+def is_json(value: Any) -> bool:
+    """True for plain JSON data (str, bool, int, float, None, and lists and str-keyed dicts of them),
+    exact types only: a subclass (an enum, a named tuple) may not come back as itself."""
+    if value is None or isinstance(value, str | bool | int | float):
+        return type(value) in (str, bool, int, float, type(None))
+    if type(value) is list:
+        return all(is_json(v) for v in value)
+    if type(value) is dict:
+        return all(type(k) is str and is_json(v) for k, v in value.items())
+    return False
 
 
 def is_forkpoint_tool(fn: Any) -> bool:

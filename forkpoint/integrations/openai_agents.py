@@ -29,7 +29,7 @@ from typing import Any
 import orjson
 
 from .. import runtime
-from . import is_forkpoint_tool, jsonable, run_tool
+from . import is_forkpoint_tool, is_json, jsonable, run_tool
 
 
 def parse_arguments(text: str) -> dict[str, Any]:
@@ -43,19 +43,9 @@ def parse_arguments(text: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {"$input": text}
 
 
-def _is_json(value: Any) -> bool:
-    if value is None or isinstance(value, str | bool | int | float):
-        return type(value) in (str, bool, int, float, type(None))
-    if type(value) is list:
-        return all(_is_json(v) for v in value)
-    if type(value) is dict:
-        return all(type(k) is str and _is_json(v) for k, v in value.items())
-    return False
-
-
 def encode_output(tool: Any, output: Any) -> Any:
     """A JSON form of a tool's output from which the SDK builds the same model input on replay."""
-    if _is_json(output):
+    if is_json(output):
         return output
     data = jsonable(output)
     if getattr(tool, "_output_type_adapter", None) is not None or getattr(tool, "output_json_schema", None):

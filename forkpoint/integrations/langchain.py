@@ -1,0 +1,179 @@
+"""LangChain tools, and so LangGraph agents (``ToolNode``, ``create_react_agent``): every tool call
+recorded and replayed, unmodified.
+
+Patched: ``langchain_core.tools.base.BaseTool.run`` and ``arun``, the path every tool invocation
+takes (``tool.invoke``, ``ToolNode``, agents). They are not recorded themselves: on its first call
+a tool's class gets its *body* wrapped, the ``_run`` / ``_arun`` it defines or inherits
+(``StructuredTool``'s for ``@tool`` functions, a ``BaseTool`` subclass's own). So argument
+parsing, callbacks (tracing), error handling (``handle_tool_error``) and building the
+``ToolMessage`` run as usual, live and on replay; only the body is served from the session. A body
+called from inside another (``_arun`` running ``_run`` in a thread) is one call, recorded once.
+
+The event's ``tool`` is the tool's ``name``; ``args`` the arguments the body got, in pydantic's JSON
+form, without the run manager, the ``RunnableConfig`` and injected arguments (``InjectedState``,
+``InjectedToolCallId``, ``ToolRuntime``: supplied by the graph, not chosen by the model); a
+positional string input is ``$args``. ``result`` is what the model is sent, in a form LangChain
+turns into the same ``ToolMessage`` again: JSON data as is; a message
+(``ToolMessage`` and the like) as ``{"$langchain_message": messages_to_dict form}``; content and
+artifact (``response_format="content_and_artifact"``) as ``{"$content_and_artifact": [c, a]}``
+(the artifact, which the model never sees, comes back in its JSON form: a date as its ISO text);
+anything else as the text LangChain would send (its ``json.dumps``, else ``str``). Not supported:
+a LangGraph ``Command`` returned by a tool (it raises :class:`~forkpoint.ToolResultError`; wrap the
+state update by hand or register an encoder), and a tool whose ``func`` is already a
+``@forkpoint.tool`` (it records itself).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import json
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+from .. import runtime
+from ..tools import ToolResultError
+from . import is_forkpoint_tool, is_json, jsonable, run_tool, run_tool_sync
+
+#: Set while a wrapped tool body runs: a body it calls (``_arun`` → ``_run``) is not a second call.
+_inside: contextvars.ContextVar[bool] = contextvars.ContextVar("forkpoint_langchain_tool", default=False)
+_SKIPPED_ARGS = frozenset({"run_manager", "callbacks", "config"})
+_MESSAGE = "$langchain_message"
+_PAIR = "$content_and_artifact"
+
+
+def patch(module: ModuleType) -> None:
+    """Wrap ``BaseTool.run`` / ``arun`` of ``langchain_core.tools.base`` (see the module docstring)."""
+    base = module.BaseTool
+    if getattr(base.run, "__forkpoint_integration__", False):
+        return
+    run, arun = base.run, base.arun
+
+    @functools.wraps(run)
+    def patched_run(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if runtime.active() is not None:
+            _wrap_bodies(type(self))
+        return run(self, *args, **kwargs)
+
+    @functools.wraps(arun)
+    async def patched_arun(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if runtime.active() is not None:
+            _wrap_bodies(type(self))
+        return await arun(self, *args, **kwargs)
+
+    for fn in (patched_run, patched_arun):
+        fn.__forkpoint_integration__ = True  # type: ignore[union-attr]
+    base.run, base.arun = patched_run, patched_arun
+
+
+def _wrap_bodies(cls: type) -> None:
+    """Wrap ``_run`` and ``_arun`` where ``cls`` gets them from (once per defining class)."""
+    for name in ("_run", "_arun"):
+        owner = next((k for k in cls.__mro__ if name in k.__dict__), None)
+        body = owner.__dict__[name] if owner is not None else None
+        if body is None or getattr(body, "__forkpoint_integration__", False):
+            continue
+        wrapper = _async_body(body) if name == "_arun" else _sync_body(body)
+        wrapper.__forkpoint_integration__ = True  # type: ignore[attr-defined]
+        setattr(owner, name, wrapper)
+
+
+def _records(tool: Any) -> bool:
+    fn = getattr(tool, "func", None) or getattr(tool, "coroutine", None)
+    return runtime.active() is not None and not _inside.get() and not is_forkpoint_tool(fn)
+
+
+def _sync_body(body: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(body)
+    def _run(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not _records(self):
+            return body(self, *args, **kwargs)
+        token = _inside.set(True)
+        try:
+            served = run_tool_sync(
+                str(self.name),
+                _arguments(self, args, kwargs),
+                lambda: body(self, *args, **kwargs),
+                lambda out: encode_output(self, out),
+            )
+        finally:
+            _inside.reset(token)
+        return decode_output(served)
+
+    return _run
+
+
+def _async_body(body: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(body)
+    async def _arun(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not _records(self):
+            return await body(self, *args, **kwargs)
+        token = _inside.set(True)
+        try:
+            served = await run_tool(
+                str(self.name),
+                _arguments(self, args, kwargs),
+                lambda: body(self, *args, **kwargs),
+                lambda out: encode_output(self, out),
+            )
+        finally:
+            _inside.reset(token)
+        return decode_output(served)
+
+    return _arun
+
+
+def _arguments(tool: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The model-chosen arguments of one body call, as JSON (see the module docstring)."""
+    try:
+        injected = set(tool._injected_args_keys)
+    except Exception:  # older langchain-core: no injected arguments to leave out
+        injected = set()
+    out = {k: v for k, v in kwargs.items() if k not in _SKIPPED_ARGS and k not in injected}
+    if args:
+        out["$args"] = list(args)
+    return dict(jsonable(out))
+
+
+def encode_output(tool: Any, output: Any) -> Any:
+    """The JSON form of a tool body's return value from which LangChain builds the same model input.
+
+    Raises :class:`~forkpoint.ToolResultError` for a value with no such form (a LangGraph ``Command``)."""
+    if getattr(tool, "response_format", None) == "content_and_artifact" and isinstance(output, tuple):
+        if len(output) == 2:
+            return {_PAIR: [encode_output(None, output[0]), jsonable(output[1])]}
+    if is_json(output):
+        return output
+    from langchain_core.messages import BaseMessage, messages_to_dict
+
+    if isinstance(output, BaseMessage):
+        return {_MESSAGE: messages_to_dict([output])[0]}
+    from langchain_core.tools.base import ToolOutputMixin
+
+    if isinstance(output, ToolOutputMixin):
+        raise ToolResultError(
+            f"tool {getattr(tool, 'name', '?')!r} returned a {type(output).__module__}.{type(output).__qualname__}, "
+            "which forkpoint cannot store as JSON and rebuild on replay; return JSON data or a message, "
+            "or register an encoder for it: forkpoint.register_encoder(SomeType, to_json)"
+        )
+    if isinstance(output, list) and output and all(isinstance(x, BaseMessage) for x in output):
+        return [{_MESSAGE: d} for d in messages_to_dict(output)]
+    try:  # what LangChain sends the model for any other value (tools/base.py: _stringify)
+        return json.dumps(output, ensure_ascii=False)
+    except Exception:
+        return str(output)
+
+
+def decode_output(value: Any) -> Any:
+    """Inverse of :func:`encode_output` for a served result (a live one passes through unchanged)."""
+    if isinstance(value, dict) and len(value) == 1:
+        if _MESSAGE in value and isinstance(value[_MESSAGE], dict):
+            from langchain_core.messages import messages_from_dict
+
+            return messages_from_dict([value[_MESSAGE]])[0]
+        if _PAIR in value and isinstance(value[_PAIR], list) and len(value[_PAIR]) == 2:
+            return decode_output(value[_PAIR][0]), value[_PAIR][1]
+    if isinstance(value, list) and value and all(isinstance(x, dict) and _MESSAGE in x for x in value):
+        return [decode_output(x) for x in value]
+    return value
