@@ -25,10 +25,11 @@ state update by hand or register an encoder), and a tool whose ``func`` is alrea
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import functools
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from types import ModuleType
 from typing import Any
 
@@ -84,22 +85,32 @@ def _records(tool: Any) -> bool:
     return runtime.active() is not None and not _inside.get() and not is_forkpoint_tool(fn)
 
 
+@contextlib.contextmanager
+def _inside_tool() -> Iterator[None]:
+    token = _inside.set(True)
+    try:
+        yield
+    finally:
+        _inside.reset(token)
+
+
+def _call(self: Any, body: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """The arguments of :func:`run_tool` / :func:`run_tool_sync` for one body call."""
+    return (
+        str(self.name),
+        _arguments(self, args, kwargs),
+        lambda: body(self, *args, **kwargs),
+        lambda out: encode_output(self, out),
+    )
+
+
 def _sync_body(body: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(body)
     def _run(self: Any, *args: Any, **kwargs: Any) -> Any:
         if not _records(self):
             return body(self, *args, **kwargs)
-        token = _inside.set(True)
-        try:
-            served = run_tool_sync(
-                str(self.name),
-                _arguments(self, args, kwargs),
-                lambda: body(self, *args, **kwargs),
-                lambda out: encode_output(self, out),
-            )
-        finally:
-            _inside.reset(token)
-        return decode_output(served)
+        with _inside_tool():
+            return decode_output(run_tool_sync(*_call(self, body, args, kwargs)))
 
     return _run
 
@@ -109,17 +120,8 @@ def _async_body(body: Callable[..., Any]) -> Callable[..., Any]:
     async def _arun(self: Any, *args: Any, **kwargs: Any) -> Any:
         if not _records(self):
             return await body(self, *args, **kwargs)
-        token = _inside.set(True)
-        try:
-            served = await run_tool(
-                str(self.name),
-                _arguments(self, args, kwargs),
-                lambda: body(self, *args, **kwargs),
-                lambda out: encode_output(self, out),
-            )
-        finally:
-            _inside.reset(token)
-        return decode_output(served)
+        with _inside_tool():
+            return decode_output(await run_tool(*_call(self, body, args, kwargs)))
 
     return _arun
 
