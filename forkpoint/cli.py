@@ -268,7 +268,12 @@ _cmd_settings = {"ignore_unknown_options": True, "allow_interspersed_args": Fals
 @click.group()
 @click.version_option(__version__, prog_name="forkpoint")
 def main() -> None:
-    """Record AI agent sessions and replay them offline, deterministically."""
+    """Record AI agent sessions and replay them offline, deterministically.
+
+    SESSION is a session directory, an id, an id prefix, `last` (the newest in the store), or a
+    name given with --name (the newest session of that name). The store is --store, else
+    $FORKPOINT_STORE, else .forkpoint/ in the current directory.
+    """
 
 
 @main.command(context_settings=_cmd_settings)

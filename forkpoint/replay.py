@@ -526,7 +526,8 @@ def replay(
 ) -> Iterator[Replayer]:
     """Serve every model call and tool call inside the block from ``session``.
 
-    ``session`` is a :class:`~forkpoint.log.Session`, a path, an id, an id prefix or ``"last"``.
+    ``session`` is a :class:`~forkpoint.log.Session`, a path, an id, an id prefix, ``"last"`` or a
+    session name (see :func:`forkpoint.store.resolve`).
     ``models``, ``tools``, ``on_divergence`` and ``overrides`` (specs or parsed) are those of
     :class:`Replayer`. The run is written to a new child session next to its parent when
     ``record_child`` is true — by default whenever something can make it differ from the recording

@@ -650,7 +650,8 @@ class LocalStore:
         return str(path)
 
     def resolve(self, ref: str | Path, *, refresh: bool = False) -> Path:
-        """The session directory ``ref`` names: a path, a full id, a unique id prefix, or ``last``."""
+        """The session directory ``ref`` names: a path, a full id, a unique id prefix, ``last``, or a
+        session name (``--name``; the newest session of that name)."""
         as_path = Path(ref)
         if (as_path / LOG_NAME).is_file():
             return as_path
@@ -678,15 +679,21 @@ def _pick(text: str, ref: str | Path, rows: list[SessionInfo], where: str) -> Se
     if len(hits) > 1:
         names = ", ".join(r.session_id for r in hits[:5])
         raise SessionError(f"{ref!r} is ambiguous in {where}: {names}{' …' if len(hits) > 5 else ''}")
-    raise SessionError(f"no session {ref!r}: not a session directory, and no id in {where} starts with it")
+    named = [r for r in rows if r.error is None and r.header.get("name") == text]
+    if named:
+        return named[-1]  # a name recorded again (a nightly run): its newest session
+    raise SessionError(
+        f"no session {ref!r}: not a session directory, and no id in {where} starts with it "
+        "and no session there has that name"
+    )
 
 
 # --------------------------------------------------------------------------- module-level API
 
 
 def resolve(ref: str | Path, store: str | Path | None = None, *, refresh: bool = False) -> Path:
-    """The local session directory that ``ref`` names: a path, a full id, a unique id prefix, or
-    ``last``, in ``store`` (a path or URL; default ``$FORKPOINT_STORE`` or ``.forkpoint``).
+    """The local session directory that ``ref`` names: a path, a full id, a unique id prefix,
+    ``last``, or a session name (the newest session recorded with ``--name`` ``ref``), in ``store`` (a path or URL; default ``$FORKPOINT_STORE`` or ``.forkpoint``).
 
     A session of a remote store is downloaded into the local mirror first (once: a complete session
     never changes); ``refresh`` downloads it again (``forkpoint verify`` checks what the store holds).

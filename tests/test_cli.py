@@ -322,6 +322,13 @@ def test_session_resolution(recorded: Recorded, tmp_path: Path) -> None:
     r = CliRunner().invoke(main, ["show", "2099", "--store", str(other)])
     assert r.exit_code == 1 and "no session '2099'" in r.output
     assert shown("20260102", args=["--store", str(other)]) == "20260102-000000-bbb333"
+    # By name: the names given with --name; a name recorded twice means its newest session.
+    assert shown("alpha") == alpha and shown("beta") == beta
+    for sid in ("20260103-000000-ccc444", "20260104-000000-ddd555"):
+        SessionWriter.create(other, {"argv": ["x"], "name": "nightly"}, session_id=sid, fsync="never").close()
+    assert shown("nightly", args=["--store", str(other)]) == "20260104-000000-ddd555"
+    r = CliRunner().invoke(main, ["show", "nightly-2", "--store", str(other)])
+    assert r.exit_code == 1 and "no session there has that name" in r.output
 
 
 def test_verify_passes_then_fails_after_tampering(recorded: Recorded, tmp_path: Path) -> None:
