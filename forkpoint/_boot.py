@@ -3,9 +3,11 @@
 ``FORKPOINT_MODE`` (``record`` or ``replay``), ``FORKPOINT_SESSION`` (session directory),
 ``FORKPOINT_TOOLS`` (comma-separated ``module:qualname`` targets), ``FORKPOINT_WORKSPACE`` (JSON
 ``root`` and ``include_ignored``, for checkpoints while recording) and, for replay,
-``FORKPOINT_REPORT`` (where to write the JSON report at exit) and ``FORKPOINT_REPLAY`` (JSON:
+``FORKPOINT_REPORT`` (a folder: each replaying process writes ``report-<pid>.json`` there at exit,
+and they share which recorded calls they served through its ``ledger``) and ``FORKPOINT_REPLAY`` (JSON:
 ``models``, ``tools``, ``on_divergence``, ``overrides`` and ``child``, the what-if session to write). The variables are removed once read,
-so subprocesses of the agent are not recorded or replayed (documented in docs/format.md).
+so Python subprocesses of the agent are not recorded or replayed (documented in docs/format.md);
+programs the recorded command runs side by side or one after another (a shell script) each are.
 """
 
 from __future__ import annotations
@@ -17,6 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from . import runtime
+
+#: In the ``FORKPOINT_REPORT`` folder: the ledger the replaying processes share (replay.Ledger).
+LEDGER_NAME = "ledger"
 
 #: Variables that carry the activation; see module docstring.
 ENV_VARS = ("FORKPOINT_MODE", "FORKPOINT_SESSION", "FORKPOINT_TOOLS", "FORKPOINT_REPORT", "FORKPOINT_REPLAY")
@@ -52,10 +57,18 @@ def start() -> None:
     elif mode == "replay":
         from . import override
         from .log import Session, SessionWriter
-        from .replay import API_KEY_VARS, PLACEHOLDER_KEY, Replayer, install_network_guard, write_report
+        from .replay import (
+            API_KEY_VARS,
+            PLACEHOLDER_KEY,
+            Replayer,
+            install_network_guard,
+            open_ledger,
+            write_report,
+        )
 
         opts = json.loads(env["FORKPOINT_REPLAY"] or "{}")
         child = SessionWriter.open(Path(opts["child"])) if opts.get("child") else None
+        reports = Path(env["FORKPOINT_REPORT"]) if env["FORKPOINT_REPORT"] else None
         rp = Replayer(
             Session.load(Path(session)),
             models=opts.get("models", "replay"),
@@ -64,21 +77,21 @@ def start() -> None:
             overrides=[override.parse(o) for o in opts.get("overrides", [])],
             child=child,
             live_from=opts.get("live_from"),
+            ledger=open_ledger(reports / LEDGER_NAME) if reports else None,
         )
         install_network_guard()
         for k in API_KEY_VARS:
             os.environ.setdefault(k, PLACEHOLDER_KEY)
         runtime.activate(rp)
         _quiet_divergence_tracebacks()
-        report = env["FORKPOINT_REPORT"]
 
         def finish() -> None:
             for call in list(rp.pending):
                 call.finish(ended="unfinished")
             if child is not None:
                 child.close()
-            if report:
-                write_report(Path(report), rp.report())
+            if reports:
+                write_report(reports / f"report-{os.getpid()}.json", rp.report())
 
         atexit.register(finish)
 

@@ -26,7 +26,15 @@ from . import __version__, override
 from ._boot import child_env
 from .log import Session, SessionError, SessionWriter, verify
 from .record import end_event, make_header, open_workspace
-from .replay import EXIT_DIVERGENCE, POLICIES, SOURCES, create_child, format_divergence, summary_line
+from .replay import (
+    EXIT_DIVERGENCE,
+    POLICIES,
+    SOURCES,
+    create_child,
+    format_divergence,
+    merge_reports,
+    summary_line,
+)
 from .show import terminal
 from .store import info, list_sessions, render_listing, resolve, session_finished, session_started, store_dir
 from .tools import parse_target
@@ -191,10 +199,12 @@ def replay_command(
     }
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="forkpoint-replay-") as tmp:
-        report_path = Path(tmp) / "report.json"
-        env = child_env("replay", session.path, tools=all_tools, report=report_path, replay_options=options)
+        env = child_env("replay", session.path, tools=all_tools, report=Path(tmp), replay_options=options)
         code, out = run_child(command, env, capture=capture, cwd=cwd)
-        report = orjson.loads(report_path.read_bytes()) if report_path.exists() else None
+        # One report per replaying process (a recorded shell script may run several programs).
+        reports = [orjson.loads(p.read_bytes()) for p in Path(tmp).glob("report-*.json")]
+        reports.sort(key=lambda r: r.get("process_started") or 0)
+        report = merge_reports(reports) if reports else None
     if child is not None:
         child.append(end_event(code, started))
         child.close()

@@ -159,6 +159,7 @@ class Replayer:
         overrides: Sequence[Override] = (),
         child: SessionWriter | None = None,
         live_from: int | None = None,
+        ledger: Ledger | None = None,
     ) -> None:
         for name, value, allowed in (
             ("models", models, SOURCES),
@@ -193,6 +194,11 @@ class Replayer:
         # Identical requests are answered in the order they were sent, not finished (match.in_send_order).
         self._queues = {k: deque(in_send_order(q)) for k, q in self._queues.items()}
         self.used: list[int] = []
+        # Served by the other processes of this replay (a recording made by several processes).
+        self.ledger = ledger
+        self.started = time.time()  # orders the reports of a replay's processes (merge_reports)
+        self.others: set[int] = set()
+        self._events = {e["seq"]: e for e in self.recorded}
         self.positions = {"model_call": 0, "tool_call": 0}
         self.live_calls = {"model_call": 0, "tool_call": 0}
         self.divergence: dict[str, Any] | None = None
@@ -236,8 +242,32 @@ class Replayer:
 
     # -- internals
 
+    @contextmanager
+    def _shared(self) -> Iterator[None]:
+        """Hold the ledger while choosing a recorded call: learn what the other processes served
+        since the last look (never served here again), and tell them what this one served."""
+        if self.ledger is None:
+            yield
+            return
+        with self.ledger.exclusive() as served_elsewhere:
+            for seq in served_elsewhere:
+                event = self._events.get(seq)
+                if event is None or seq in self.others:
+                    continue
+                self.others.add(seq)
+                queue = self._queues.get(self._keys[seq], deque())
+                for i, queued in enumerate(queue):
+                    if queued is event:
+                        del queue[i]
+                        break
+            before = len(self.used)
+            try:
+                yield
+            finally:
+                self.ledger.claim(self.used[before:])
+
     def _take(self, kind: str, key: str, norm: dict[str, Any], **what: str) -> dict[str, Any] | None:
-        with self._lock:
+        with self._lock, self._shared():
             self.positions[kind] += 1
             if self.gone_live or self.sources[kind] == "live":
                 self.live_calls[kind] += 1
@@ -245,7 +275,7 @@ class Replayer:
             queue = self._queues.get(key)
             if queue:
                 return self._serve(queue.popleft())
-            if self.live_from is not None and len(self.used) == len(self.recorded):
+            if self.live_from is not None and len(self.used) + len(self.others) == len(self.recorded):
                 self.gone_live = True  # the recorded prefix is done: the fork continues live
                 self.live_calls[kind] += 1
                 return None
@@ -259,11 +289,12 @@ class Replayer:
                 return None
             if self.policy == "fifo":
                 endpoint = what.get("endpoint") or what.get("name")
+                taken = set(self.used) | self.others
                 nxt = next(
                     (
                         e
                         for e in self.recorded
-                        if e["seq"] not in set(self.used) and e["type"] == kind and _endpoint(e) == endpoint
+                        if e["seq"] not in taken and e["type"] == kind and _endpoint(e) == endpoint
                     ),
                     None,
                 )
@@ -382,6 +413,10 @@ class Replayer:
             "session": self.session.id,
             "session_path": str(self.session.path),
             "reproduced": self.divergence is None and not unserved and not self.network_blocked,
+            "processes": 1,
+            "process_started": self.started,
+            "served": sorted(self.used),
+            "unserved": unserved,
             "matched": len(self.used),
             "recorded": len(self.recorded),
             "unused": [e["seq"] for e in unused],
@@ -432,6 +467,8 @@ def summary_line(report: dict[str, Any]) -> str:
         extra += f"; live calls: {live.get('models', 0)} model, {live.get('tools', 0)} tool"
     if report.get("drift"):
         extra += f"; {len(report['drift'])} request(s) drifted (fifo)"
+    if (report.get("processes") or 1) > 1:
+        extra += f"; served to {report['processes']} processes"
     if report.get("child_session"):
         extra += f"; this run was recorded as {Path(report['child_session']).name}"
     return f"replay {status}: {report['matched']}/{report['recorded']} events matched, {tail}{blocked}{extra}"
@@ -617,6 +654,86 @@ def create_child(
     child = SessionWriter.create(parent.path.parent, header)
     session_started(child.path)  # in a remote store's mirror: not uploaded before it ends
     return child
+
+
+class Ledger:
+    """Which recorded calls the processes of one replay have served: a replay of a recording that
+    several processes made (``forkpoint record -- sh -c "python a.py && python b.py"``).
+
+    An append-only file of served seqs, one per line, under an exclusive ``flock`` while a process
+    chooses a call, so no two processes serve the same recorded call and identical calls in
+    different processes get the answers in recorded order. POSIX only: where ``fcntl`` is missing,
+    :func:`open_ledger` returns None and each process replays on its own.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
+        self._offset = 0
+
+    @contextmanager
+    def exclusive(self) -> Iterator[list[int]]:
+        """Hold the ledger; yields the seqs other processes claimed since this one last looked."""
+        import fcntl
+
+        fcntl.flock(self._fd, fcntl.LOCK_EX)
+        try:
+            size = os.fstat(self._fd).st_size
+            new = os.pread(self._fd, size - self._offset, self._offset) if size > self._offset else b""
+            self._offset = size
+            yield [int(line) for line in new.split()]
+        finally:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    def claim(self, seqs: Sequence[int]) -> None:
+        """Record ``seqs`` as served by this process (call inside :meth:`exclusive`)."""
+        if seqs:
+            os.write(self._fd, "".join(f"{s}\n" for s in seqs).encode())
+            self._offset = os.fstat(self._fd).st_size
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
+def open_ledger(path: Path) -> Ledger | None:
+    """A :class:`Ledger` at ``path``, or None where file locks are unavailable (Windows)."""
+    try:
+        import fcntl  # noqa: F401
+    except ImportError:
+        return None
+    return Ledger(path)
+
+
+def merge_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
+    """One report for a replay whose command ran several replaying processes, from theirs (in the
+    order they started): calls served by any, unused by all; the first divergence; counts summed.
+    One report is returned as it is."""
+    if len(reports) == 1:
+        return reports[0]
+    first = reports[0]
+    served = sorted(set().union(*(r["served"] for r in reports)))
+    unused = sorted(set.intersection(*(set(r["unused"]) for r in reports)))
+    unserved = sorted(set.intersection(*(set(r["unserved"]) for r in reports)))
+    divergence = next((r["divergence"] for r in reports if r["divergence"]), None)
+    blocked = [b for r in reports for b in r["network_blocked"]]
+    overrides = []
+    for i, o in enumerate(first["overrides"]):
+        overrides.append({**o, "applied": any(r["overrides"][i]["applied"] for r in reports)})
+    return {
+        **first,
+        "reproduced": divergence is None and not unserved and not blocked,
+        "processes": len(reports),
+        "served": served,
+        "unserved": unserved,
+        "matched": len(served),
+        "unused": unused,
+        "ended_early": bool(unserved) and divergence is None,
+        "divergence": divergence,
+        "drift": [d for r in reports for d in r["drift"]],
+        "overrides": overrides,
+        "live_calls": {k: sum(r["live_calls"][k] for r in reports) for k in ("models", "tools")},
+        "network_blocked": blocked,
+    }
 
 
 def write_report(path: Path, report: dict[str, Any]) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -388,3 +389,48 @@ def test_call_site_is_the_agents_frame_even_when_installed_in_site_packages() ->
     with pytest.raises(RuntimeError) as info:
         sdk["request"]()
     assert agent_call_site(info.tb.tb_next) == ""  # nothing but the SDK: no call site to name
+
+
+QUOTE = """
+import sys
+from pathlib import Path
+
+import forkpoint
+
+COUNTER = Path(sys.argv[1])
+
+
+@forkpoint.tool
+def quote(ticker):
+    # A live price: each call returns the next value, so identical calls get different answers.
+    n = int(COUNTER.read_text()) + 1 if COUNTER.exists() else 1
+    COUNTER.write_text(str(n))
+    return {"ticker": ticker, "price": 100 + n}
+
+
+print(quote("ACME")["price"], quote("ACME")["price"])
+"""
+
+
+def test_replay_of_a_command_that_ran_several_programs(tmp_path: Path) -> None:
+    """A recorded shell script ran the agent twice, one run after the other, with identical tool
+    calls: each program must get back its own answers on replay (the second run the 3rd and 4th
+    recorded calls, not the first two again), and the report counts both programs' calls."""
+    (tmp_path / "quote.py").write_text(QUOTE)
+    counter = tmp_path / "counter"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FORKPOINT_")}
+    script = f"{shlex.quote(sys.executable)} quote.py {counter} && {shlex.quote(sys.executable)} quote.py {counter}"
+    store = str(tmp_path / "store")
+    rec = run([*FORKPOINT, "record", "--store", store, "--", "sh", "-c", script], tmp_path, env)
+    assert rec.returncode == 0, rec.stderr
+    assert rec.stdout.split() == ["101", "102", "103", "104"]
+    counter.unlink()
+
+    report = tmp_path / "report.json"
+    rep = run([*FORKPOINT, "replay", "last", "--store", store, "--report", str(report)], tmp_path, env)
+    assert rep.returncode == 0, rep.stderr
+    assert rep.stdout == rec.stdout
+    assert not counter.exists()  # no tool body ran
+    assert "replay ok: 4/4 events matched, 0 recorded events left unused; served to 2 processes" in rep.stderr
+    got = json.loads(report.read_text())
+    assert (got["processes"], got["served"], got["unused"], got["reproduced"]) == (2, [1, 2, 3, 4], [], True)
