@@ -485,6 +485,8 @@ class SourceTracker:
         self._patch: list[bytes] = []
         self._ensured: set[str] = set()
         self._last_written: str | None = None
+        # Tracked files `add --update` dropped from the private index because they were deleted.
+        self._gone: set[bytes] = set()
 
     def close(self) -> None:
         """Remove the private index."""
@@ -609,10 +611,28 @@ class SourceTracker:
 
     # -- taking the state
 
+    def _add_back(self) -> list[bytes]:
+        """Tracked files that were deleted (so `add --update` dropped them from the private index)
+        and exist again: add them back, since `add --update` only looks at entries still there.
+        Returns their paths."""
+        entries = self._entries or {}
+        self._gone &= set(entries)  # no longer tracked by the user: not ours to bring back
+        back = [
+            p for p in sorted(self._gone) if os.path.lexists(self.repo / p.decode("utf-8", "surrogateescape"))
+        ]
+        if back:
+            # -f: a tracked file may match .gitignore; it is tracked all the same.
+            self._git_w(["add", "-f", "--", *(p.decode("utf-8", "surrogateescape") for p in back)])
+            self._gone -= set(back)
+        return back
+
     def tree(self) -> str:
         """Hash of the tree of the tracked files as they are in the working tree now."""
         self.objects.mkdir(parents=True, exist_ok=True, mode=0o700)
         touched = self.sync()
+        back = self._add_back()
+        if touched is not None:
+            touched.update(back)
         # --verbose names every entry it updates, so only those are read back from the index.
         if self.fresh:
             updated = self._git_w(["add", "--dry-run", "--update", "--verbose"], binary=True)
@@ -623,6 +643,8 @@ class SourceTracker:
             updated = self._git_w(["add", "--update", "--verbose"], binary=True)
         for line in updated.splitlines():
             m = _VERBOSE_ADD.match(line)
+            if m is not None and line.startswith(b"remove "):
+                self._gone.add(m.group(1))
             if m is None or touched is None:
                 touched = None
             else:

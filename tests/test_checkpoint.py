@@ -482,6 +482,43 @@ def test_manual_checkpoint(tmp_path: Path) -> None:
     assert events[inner - 1]["boundary"] == "observable" and events[inner]["type"] == "tool_call"
 
 
+def test_a_tracked_file_deleted_then_written_again_is_in_the_next_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An agent deletes a tracked file, then writes it again (a common edit: remove, regenerate).
+    Each checkpoint holds the file as it is at that moment: gone, back with new content, edited,
+    gone again, back as a symlink. Restoring each checkpoint gives exactly that state."""
+    repo = make_repo(tmp_path / "repo", {"gen.txt": "v0\n", "keep.txt": "k\n"})
+    monkeypatch.chdir(repo)
+    states: list[dict[str, Any]] = []
+    seqs = []
+
+    def step() -> None:
+        seqs.append(forkpoint.checkpoint())
+        states.append(tree_snapshot(repo))
+
+    with forkpoint.record(store=tmp_path / "store", workspace=repo) as rec:
+        (repo / "gen.txt").unlink()
+        step()
+        (repo / "gen.txt").write_text("v1\n")
+        step()
+        (repo / "gen.txt").write_text("v1\nv2\n")
+        step()
+        (repo / "gen.txt").unlink()
+        step()
+        (repo / "gen.txt").symlink_to("keep.txt")
+        step()
+    session = Session.load(rec.session_path)
+    changed = [session.events[seq - 1]["source"]["changed"] for seq in seqs]
+    assert changed == [["gen.txt"], ["gen.txt"], ["gen.txt"], ["gen.txt"], ["gen.txt"]]
+    for i, (seq, state) in enumerate(zip(seqs, states, strict=True)):
+        into = tmp_path / f"at-{i}"
+        restore(session, seq, into)
+        assert tree_snapshot(into) == state, f"checkpoint {i}"
+        assert all(c.ok for c in validate(into))
+    assert "gen.txt" not in states[0] and "gen.txt" not in states[3]
+
+
 @forkpoint.tool
 def cp_checkpoint_inside() -> dict[str, Any]:
     """A tool that takes a checkpoint while it runs."""
