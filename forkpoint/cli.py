@@ -162,9 +162,26 @@ def replay_command(
     ``forkpoint replay`` exits; the command's stdout if ``capture``). Raises
     :class:`~forkpoint.override.OverrideError` for an override that does not fit the session.
     """
+    origin = session.header.get("imported_from")
+    if not cmd and origin:
+        raise click.UsageError(
+            f"session {session.id} was imported from a {origin.get('format')} file ({origin.get('path')}): "
+            f"it has no agent command to run again. Give the command that runs your agent after --, e.g. "
+            f"forkpoint replay {session.id} -- python agent.py"
+        )
     command = list(cmd or session.header.get("argv") or [])
     if not command:
         raise click.UsageError("the session has no recorded command; give one after --")
+    recorded_cwd = session.header.get("cwd")
+    if not cmd and cwd is None and recorded_cwd and Path(recorded_cwd).is_dir():
+        # The recorded command's relative paths (python agent.py) mean what they meant there.
+        cwd = Path(recorded_cwd)
+        if not quiet and cwd.resolve() != Path.cwd().resolve():
+            err.print(
+                f"forkpoint: running the recorded command in its recorded directory {cwd} "
+                "(give a command after -- to run one here)",
+                markup=False,
+            )
     if check:
         v = verify(session.path, git=False)
         if v.problems:

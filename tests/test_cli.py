@@ -219,6 +219,14 @@ def test_replay_serves_everything_offline_and_exits_with_the_scripts_code(record
     r0 = run([*FORKPOINT, "replay", str(recorded.alpha)], recorded.workdir, env)
     assert r0.returncode == 0, r0.stderr
     assert r0.stdout == recorded.alpha_run.stdout
+    assert "recorded directory" not in r0.stderr
+    # From elsewhere: the recorded command (python agent_script.py) runs where it was recorded.
+    elsewhere = run([*FORKPOINT, "replay", str(recorded.alpha)], recorded.workdir.parent, env)
+    assert elsewhere.returncode == 0, elsewhere.stderr
+    assert elsewhere.stdout == recorded.alpha_run.stdout
+    assert f"running the recorded command in its recorded directory {recorded.workdir}" in flat(
+        elsewhere.stderr
+    )
 
 
 @pytest.mark.parametrize("how", [["agent_script.py"], ["-m", "agent_script"]], ids=["script", "module"])

@@ -216,6 +216,12 @@ def test_cli_import_then_show_verify_diff(tmp_path: Path) -> None:
     other = second.output.strip().splitlines()[-1]
     diffed = runner.invoke(main, ["diff", session, other, "--store", store])
     assert diffed.exit_code == 0 and "equivalent" in diffed.output
+    # An imported session has no agent command: replay without one says so, and runs nothing.
+    before = sorted(p.name for p in Path(store).iterdir())
+    replayed = runner.invoke(main, ["replay", session, "--store", store])
+    assert replayed.exit_code == 2
+    assert "was imported from a swe-agent file" in replayed.output and "after --" in replayed.output
+    assert sorted(p.name for p in Path(store).iterdir()) == before
     with pytest.raises(ImportFormatError, match="is a SWE-agent trajectory .*, not an OpenHands event list"):
         import_file(path, store=store, format="openhands")
 
