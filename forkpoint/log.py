@@ -1036,6 +1036,10 @@ def verify(path: Path | str, *, git: bool = True) -> Verification:
                 break
     except SessionError as exc:
         problems.append(str(exc))
+    if not problems and not prev_hash:
+        # Not even a header: nothing here can be trusted or replayed. (A new log is linked into
+        # place whole, so a real session never looks like this, even after a crash.)
+        problems.append(f"{log_path}: empty: a session log starts with its header")
     for r in recovered:
         notes.append(
             f"{log_path}:{r['line']}: {r['bytes']} bytes of a write cut off by a crash, closed and declared "

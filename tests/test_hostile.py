@@ -111,6 +111,11 @@ def test_invalid_utf8_in_the_header_and_unknown_version(tmp_path: Path) -> None:
     log.write_bytes(b"")
     with pytest.raises(SessionError, match="empty session log"):
         Session.load(path)
+    v = verify(path)  # an empty log is not an "incomplete" session: there is nothing to trust
+    assert not v.ok and v.problems == [f"{log}: empty: a session log starts with its header"]
+    log.write_bytes(lines[0][:40])
+    v = verify(path)
+    assert not v.ok and v.problems == [f"{log}:1: header line is incomplete"]
     log.unlink()
     log.mkdir()
     with pytest.raises(SessionError, match="is a directory"):
