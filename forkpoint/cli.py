@@ -51,6 +51,19 @@ def _store(value: str | None) -> Path:
         raise click.ClickException(str(exc)) from None
 
 
+def _output_file(path: str | Path, option: str) -> Path:
+    """``path`` as a file forkpoint may write, or a usage error naming ``option`` and what is wrong
+    (checked before any work is done, so nothing is half-written)."""
+    out = Path(path)
+    folder = out.parent
+    if not folder.is_dir():
+        what = "is not a folder" if folder.exists() else "does not exist"
+        raise click.BadParameter(f"cannot write {out}: the folder {folder} {what}", param_hint=option)
+    if out.is_dir():
+        raise click.BadParameter(f"cannot write {out}: it is a folder", param_hint=option)
+    return out
+
+
 def _load(ref: str, store: str | None) -> Session:
     try:
         return Session.load(resolve(ref, _store(store)))
@@ -419,6 +432,8 @@ def replay(
     Exits with the command's own code, or 3 when the run diverged from the recording (policy stop).
     A what-if run (overrides, live sources, policy live or fifo) is recorded as a new session.
     """
+    if report_file:
+        _output_file(report_file, "--report")
     try:
         report, code, _ = replay_command(
             _load(session, store),
@@ -469,6 +484,8 @@ def show(session: str, store: str | None, as_json: bool, html_file: Path | None)
     """Show a session as a timeline of turns, model calls and tool calls."""
     from . import show as show_mod
 
+    if html_file is not None:
+        _output_file(html_file, "--html")
     s = _load(session, store)
     if html_file is not None:
         from .html import write_html
@@ -797,6 +814,8 @@ def export_cmd(
         if not sep or not k:
             raise click.BadParameter(f"{h!r}: expected KEY=VALUE", param_hint="--header")
         hdrs[k.strip()] = v.strip()
+    if file and file != "-":
+        _output_file(file, "--file")
     s = _load(session, store)
     try:
         n = export(

@@ -442,3 +442,26 @@ def test_replay_of_a_command_that_ran_several_programs(tmp_path: Path) -> None:
     assert "replay ok: 4/4 events matched, 0 recorded events left unused; served to 2 processes" in rep.stderr
     got = json.loads(report.read_text())
     assert (got["processes"], got["served"], got["unused"], got["reproduced"]) == (2, [1, 2, 3, 4], [], True)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["show", "{s}", "--html", "{missing}/x.html"],
+        ["export", "{s}", "--file", "{missing}/x.json"],
+        ["replay", "{s}", "--report", "{missing}/r.json"],
+        ["show", "{s}", "--html", "{folder}"],
+    ],
+    ids=["show-html", "export-file", "replay-report", "a-folder"],
+)
+def test_output_files_in_missing_folders_are_refused_up_front(
+    recorded: Recorded, tmp_path: Path, args: list[str]
+) -> None:
+    missing = tmp_path / "no" / "such"
+    values = {"s": str(recorded.alpha), "missing": str(missing), "folder": str(tmp_path)}
+    r = cli(*(a.format(**values) for a in args))
+    assert r.exit_code == 2, r.output
+    out = flat(r.output)
+    assert "does not exist" in out or "is a directory" in out or "it is a folder" in out
+    assert "Traceback" not in r.output and not missing.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing half-written
