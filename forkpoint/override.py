@@ -141,6 +141,7 @@ def resolve(overrides: list[Override], events: list[dict[str, Any]]) -> dict[int
             )
         if event["seq"] in out:
             raise OverrideError(f"override {o.spec!r}: event {event['seq']} is already overridden")
+        apply(event, o)  # a value that does not fit this call is refused now, not inside the agent
         out[event["seq"]] = o
     return out
 
@@ -176,6 +177,8 @@ def apply(event: dict[str, Any], o: Override) -> dict[str, Any]:
     url = new["request"]["url"]
     recorded = summarize(url, new["request"]["body"], recorded_response(event))
     if o.field == "text":
+        if not isinstance(o.value, str):
+            raise OverrideError(f"override {o.spec!r}: text is a JSON string, e.g. '\"I give up.\"'")
         text, calls = o.value, None
     else:  # tool_calls: the text said alongside them stays
         text, calls = (

@@ -659,6 +659,10 @@ def test_cli_policies(in_store: Recording, policy: str, capfd: pytest.CaptureFix
         ('model#7.text="x"', "the session has 3 model call(s)"),
         ("tool:run_tests.bogus=1", "a tool call's field is one of result, error"),
         ("tool:run_tests.result=@missing.json", "cannot read"),
+        # Values that do not fit the call are refused before the agent starts, not inside it.
+        ('model#1.tool_calls=[{"bad":1}]', 'tool_calls is a list of {"name": …, "arguments": …}'),
+        ("model#1.text=42", "text is a JSON string"),
+        ('model#1.body={"not": "chunks"}', "a streamed body is a list of raw chunk strings"),
     ],
 )
 def test_cli_bad_override_spec(in_store: Recording, spec: str, problem: str) -> None:
