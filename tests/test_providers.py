@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import copy
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,9 +30,7 @@ from forkpoint.providers import (
     response_text,
     summarize,
 )
-
-REALDATA = Path(__file__).resolve().parents[1].parent / "shared" / "realdata"
-CASSETTES = REALDATA / "cassettes"
+from tests.realdata import CASSETTES
 
 needs_realdata = pytest.mark.skipif(
     not CASSETTES.is_dir(),
