@@ -663,7 +663,7 @@ def validate_cmd(directory: Path) -> None:
 @click.option(
     "--into",
     type=click.Path(path_type=Path),
-    help="Parent folder of the arms (default: $TMPDIR/forkpoint-forks/SESSION@SEQ).",
+    help="Parent folder of the arms (default: a new folder $TMPDIR/forkpoint-forks/SESSION@SEQ-XXXX).",
 )
 @click.option(
     "--override",
@@ -716,7 +716,11 @@ def fork(
         )
     # Not under the current directory: that is usually the recorded repository, and arms would
     # become untracked clones inside it.
-    root = into or Path(tempfile.gettempdir()) / "forkpoint-forks" / f"{session.id}@{seq}"
+    if into is None:  # a new folder for every fork, so forking one checkpoint again just works
+        base = Path(tempfile.gettempdir()) / "forkpoint-forks"
+        base.mkdir(parents=True, exist_ok=True)
+        into = Path(tempfile.mkdtemp(prefix=f"{session.id}@{seq}-", dir=base))
+    root = into
     rows = []
     failed = 0
     for i in range(1, arms + 1):

@@ -921,6 +921,24 @@ def test_fork_two_arms_end_to_end(tmp_path: Path) -> None:
              "--", *agent],
             cwd=tmp_path, capture_output=True, text=True, timeout=120,
         )  # fmt: skip
+        # Without --into, every fork gets a folder of its own: forking the same checkpoint again works.
+        tmp = tmp_path / "tmp"
+        tmp.mkdir()
+        again = [
+            subprocess.run(
+                [*fp, "fork", f"{parent.id}@{cp['seq']}", "--arms", "1", "--store", str(store), "--", *agent],
+                cwd=tmp_path,
+                capture_output=True,
+                text=True,
+                timeout=120,
+                env={**os.environ, "TMPDIR": str(tmp)},
+            )  # fmt: skip
+            for _ in range(2)
+        ]
+    assert [r.returncode for r in again] == [0, 0], [r.stderr for r in again]
+    folders = sorted((tmp / "forkpoint-forks").iterdir())
+    assert len(folders) == 2 and all(f.name.startswith(f"{parent.id}@{cp['seq']}-") for f in folders)
+    assert all((f / "arm-1" / scratch[0]).exists() for f in folders)
     assert fork.returncode == 0, fork.stdout + fork.stderr
     assert fork.stderr.count("pass  source tree hash") == 2
     assert fork.stderr.count("pass  referenced files exist") == 2
@@ -928,7 +946,7 @@ def test_fork_two_arms_end_to_end(tmp_path: Path) -> None:
     assert "fork of" in fork.stdout and fork.stdout.count("valid") >= 2
     assert sorted(p.name for p in arms.iterdir()) == ["arm-1", "arm-2"]
     children = [Session.load(d) for d in session_dirs(store) if d != parent_dir]
-    assert len(children) == 2
+    assert len(children) == 4  # two arms, then one arm twice
     for child in children:
         assert child.header["parent"] == {"session_id": parent.id, "seq": cp["seq"]}
         assert (child.end() or {}).get("exit_code") == 0
