@@ -8,6 +8,7 @@ Exit codes: ``record`` and ``replay`` exit with the agent's own code; ``replay``
 
 from __future__ import annotations
 
+import shutil
 import signal
 import subprocess
 import sys
@@ -351,6 +352,11 @@ def record(
     cmd: tuple[str, ...],
 ) -> None:
     """Run CMD and record its model calls and tool calls:  forkpoint record -- python agent.py"""
+    command = _command(cmd)
+    if command and shutil.which(command[0]) is None:
+        # Before a session exists: a typo must not leave an empty session behind as `last`.
+        err.print(f"[red]forkpoint: command not found: {escape(command[0])}[/red]")
+        sys.exit(127)
     if no_workspace:
         workspace = None
     elif workspace is None:
@@ -358,7 +364,7 @@ def record(
 
         workspace = repo_root(Path.cwd())
     _, code, _ = record_command(
-        _command(cmd),
+        command,
         store=_store(store),
         name=name,
         tags=_parse_tags(tags),

@@ -465,3 +465,10 @@ def test_output_files_in_missing_folders_are_refused_up_front(
     assert "does not exist" in out or "is a directory" in out or "it is a folder" in out
     assert "Traceback" not in r.output and not missing.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing half-written
+
+
+def test_record_of_a_command_that_does_not_exist_leaves_no_session(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    r = CliRunner().invoke(main, ["record", "--store", str(store), "--", "no-such-agent-command", "x"])
+    assert r.exit_code == 127 and "command not found: no-such-agent-command" in flat(r.output)
+    assert not store.exists() or not any(store.iterdir())
