@@ -36,6 +36,22 @@ def _ms(value: Any) -> str:
     return f"{v / 1000:.2f} s" if v >= 1000 else f"{v:.1f} ms"
 
 
+_SOURCES = {
+    "replay": "[dim]replayed[/dim]",
+    "override": "[bold magenta]OVERRIDE[/bold magenta]",
+    "live": "[bold yellow]LIVE[/bold yellow]",
+}
+
+
+def _source(event: dict[str, Any]) -> str:
+    """Where a what-if run's call came from (its ``source``); nothing for an ordinary recording."""
+    src = event.get("source")
+    if src is None:
+        return ""
+    seq = f" of #{event['recorded_seq']}" if event.get("recorded_seq") else ""
+    return f"  {_SOURCES.get(str(src), escape(str(src)))}{seq}"
+
+
 def model_call_line(event: dict[str, Any]) -> tuple[str, list[str]]:
     """(headline, detail lines) describing one model call."""
     s = event.get("summary") or {}
@@ -104,8 +120,14 @@ def render(session: Session, console: Console | None = None) -> None:
     if tags:
         console.print("  tags     " + ", ".join(f"{k}={v}" for k, v in tags.items()))
     console.print("  versions " + ", ".join(f"{k} {v}" for k, v in (h.get("versions") or {}).items()))
-    if h.get("parent"):
-        console.print(f"  parent   {h['parent']}")
+    parent = h.get("parent")
+    if parent:
+        at = f" at seq {parent['seq']}" if isinstance(parent, dict) and parent.get("seq") else ""
+        pid = parent.get("session_id") if isinstance(parent, dict) else parent
+        console.print(f"  parent   {pid}{at}")
+    replay = h.get("replay") or {}
+    if replay.get("overrides"):
+        console.print("  what-if  " + escape(", ".join(map(str, replay["overrides"]))))
     console.print()
     turn = 0
     for e in session.events:
@@ -113,7 +135,9 @@ def render(session: Session, console: Console | None = None) -> None:
         if kind == "model_call":
             turn += 1
             head, details = model_call_line(e)
-            console.print(f"[bold cyan]turn {turn:>2}[/bold cyan] [dim]#{e['seq']:<3}[/dim] model   {head}")
+            console.print(
+                f"[bold cyan]turn {turn:>2}[/bold cyan] [dim]#{e['seq']:<3}[/dim] model   {head}{_source(e)}"
+            )
             for d in details:
                 console.print(f"                    {d}")
         elif kind == "tool_call":
@@ -124,7 +148,7 @@ def render(session: Session, console: Console | None = None) -> None:
             )
             console.print(
                 f"        [dim]#{e['seq']:<3}[/dim] tool    [magenta]{escape(e['tool'])}[/magenta]"
-                f"({escape(_args(e.get('args') or {}))})  {_ms(e.get('duration_ms'))}"
+                f"({escape(_args(e.get('args') or {}))})  {_ms(e.get('duration_ms'))}{_source(e)}"
             )
             console.print(f"                    {outcome}")
         elif kind == "note":

@@ -706,3 +706,33 @@ def test_override_a_tool_whose_name_has_a_dot(tmp_path: Path) -> None:
             db_query("select 2")
     assert [(o["seq"], o["applied"]) for o in rp.report()["overrides"]] == [(1, True), (2, True)]
     assert first == [{"sql": "select 1", "rows": 1}]
+
+
+def test_show_of_a_what_if_run_marks_each_calls_source(rec: Recording) -> None:
+    """The text timeline of a what-if session says, per call, whether it was replayed, overridden or
+    live, and names its parent and the overrides (the HTML viewer shows the same)."""
+    from rich.console import Console
+
+    from forkpoint.show import render
+
+    spec = 'tool:run_tests.result={"passed":0,"failed":2,"output":"FAIL"}'
+    with ModelServer(turns=2, seed=11) as srv:
+        with forkpoint.replay(rec.session, overrides=[spec], on_divergence="live") as rp:
+            run_agent(srv.base_url, rec.workdir, echo=None)
+    child = child_of(rp.report())
+    console = Console(record=True, width=250)
+    render(child, console)
+    text = console.export_text()
+    assert f"parent   {rec.session.id}\n" in text and f"what-if  {spec}" in text
+    run_tests = next(e for e in calls_of(child) if e.get("source") == "override")
+    lines = text.splitlines()
+    assert any(
+        f"#{run_tests['seq']}" in ln and f"OVERRIDE of #{run_tests['recorded_seq']}" in ln for ln in lines
+    )
+    assert sum("replayed of #" in ln for ln in lines) == sum(e["source"] == "replay" for e in calls_of(child))
+    assert (
+        sum(ln.rstrip().endswith("LIVE") for ln in lines)
+        == sum(e["source"] == "live" for e in calls_of(child))
+        > 0
+    )
+    assert "{'session_id'" not in text
