@@ -225,6 +225,56 @@ def cassette_parts(item: pytest.Item, name: str | None = None) -> tuple[str, str
     return _safe(module), test
 
 
+# --------------------------------------------------------------------------- what messages show
+
+
+def shown_path(path: Path, base: Path) -> str:
+    """``path`` for a message read in ``base`` (where pytest ran): relative to it when below it,
+    else absolute. (Not the rootdir: ``pytest examples`` from a repository root has its rootdir in
+    ``examples/`` when that folder has an ini file, and the user is not there.)"""
+    for p, b in ((path, base), (path.resolve(), base.resolve())):
+        try:
+            return str(p.relative_to(b))
+        except ValueError:
+            continue
+    return str(path.resolve())
+
+
+def invocation_nodeid(item: pytest.Item, base: Path | None = None) -> str:
+    """The argument that selects ``item`` in a pytest run started in ``base`` (default: where this
+    run started): its file as :func:`shown_path` gives it, plus the ``::`` part of its nodeid. The
+    nodeid itself is relative to the rootdir, which need not be where the user is."""
+    base = base or Path(item.config.invocation_params.dir)
+    nodeid = item.nodeid
+    file = item.getparent(pytest.File)
+    if file is not None and nodeid.startswith(file.nodeid + "::"):
+        return shown_path(file.path, base) + nodeid[len(file.nodeid) :]
+    rest = "::" + nodeid.split("::", 1)[1] if "::" in nodeid else ""
+    return shown_path(item.path, base) + rest
+
+
+def rerun_command(item: pytest.Item, mode: str) -> str:
+    """A shell command that runs ``item`` in ``mode`` when pasted where this pytest run started.
+
+    It repeats the options of this run that decide where the cassette is and what the test may
+    connect to (``-c``, ``--rootdir``, ``-o forkpoint_…``, ``--forkpoint-dir``,
+    ``--forkpoint-allow-host``), as given: they are relative to the same directory."""
+    config = item.config
+    args = ["pytest", f"--forkpoint-mode={mode}"]
+    if getattr(config.option, "inifilename", None):
+        args += ["-c", str(config.option.inifilename)]
+    if getattr(config.option, "rootdir", None):
+        args += ["--rootdir", str(config.option.rootdir)]
+    for override in getattr(config.option, "override_ini", None) or ():
+        if override.startswith("forkpoint_"):
+            args += ["-o", override]
+    if config.getoption("--forkpoint-dir"):
+        args += ["--forkpoint-dir", str(config.getoption("--forkpoint-dir"))]
+    for host in config.getoption("--forkpoint-allow-host") or ():
+        args += ["--forkpoint-allow-host", str(host)]
+    return shlex.join([*args, invocation_nodeid(item)])
+
+
 # --------------------------------------------------------------------------- the cassette
 
 
@@ -282,12 +332,9 @@ class Cassette:
         return (self.path / "session.jsonl").is_file()
 
     def shown(self, path: Path | None = None) -> str:
-        """A path for messages: relative to the rootdir when it is below it."""
-        p = path or self.path
-        try:
-            return str(p.relative_to(self.item.config.rootpath))
-        except ValueError:
-            return str(p)
+        """A path for messages: relative to the directory pytest ran in when below it, else
+        absolute — so ``forkpoint show <it>`` works where the user is."""
+        return shown_path(path or self.path, Path(self.item.config.invocation_params.dir))
 
     def report(self) -> dict[str, Any] | None:
         """The replay report so far (see :meth:`forkpoint.Replayer.report`), None when recording."""
@@ -310,14 +357,14 @@ class Cassette:
                 self.problem = (
                     f"forkpoint: no cassette for this test at {self.shown()}, and mode replay{why} never "
                     f"touches the network. Record it once, against the real model: "
-                    f"pytest --forkpoint-mode=once {shlex.quote(nodeid)}"
+                    f"{rerun_command(self.item, 'once')}"
                 )
                 return
             self.action = "record"
             self._tmp = self.path.parent / f".{self.path.name}.recording-{secrets.token_hex(3)}"
-            self._cm = forkpoint.record(
-                name=nodeid, store=self._tmp, tags={"pytest": nodeid}, argv=["pytest", nodeid]
-            )
+            # The header's cwd is the current directory: the recorded command selects the test there.
+            argv = ["pytest", invocation_nodeid(self.item, Path.cwd())]
+            self._cm = forkpoint.record(name=nodeid, store=self._tmp, tags={"pytest": nodeid}, argv=argv)
         else:
             self.action = "update" if self.mode == "record" else "replay"
             try:
@@ -356,7 +403,7 @@ class Cassette:
 
         report = self.runtime.report()
         where = self.shown()
-        fix = f"If the change is intended, re-record it: pytest --forkpoint-mode=record {self.item.nodeid}"
+        fix = f"If the change is intended, re-record it: {rerun_command(self.item, 'record')}"
         if report.get("divergence"):
             return (
                 f"forkpoint: the run diverged from its cassette {where}\n"
@@ -414,7 +461,9 @@ class Cassette:
 
         nodeid = self.item.nodeid
         assert self._tmp is not None
-        header = make_header(argv=["pytest", nodeid], name=nodeid, tags={"pytest": nodeid})
+        # make_header's cwd is the current directory: the recorded command selects the test there.
+        argv = ["pytest", invocation_nodeid(self.item, Path.cwd())]
+        header = make_header(argv=argv, name=nodeid, tags={"pytest": nodeid})
         writer = SessionWriter.create(self._tmp / "rebuilt", header)
         try:
             for event in Session.load(child).events:

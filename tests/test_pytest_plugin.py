@@ -4,6 +4,8 @@ then replaying them with the server stopped."""
 
 from __future__ import annotations
 
+import re
+import shlex
 import socket
 import threading
 from collections.abc import Iterator
@@ -209,6 +211,110 @@ def test_record_mode_rewrites_a_cassette_the_run_no_longer_matches(
     assert not any("source" in e for e in updated.events)
     server.stop()
     run(pytester, "--forkpoint-mode=replay").assert_outcomes(passed=3)
+
+
+def _commands(result: pytest.RunResult, lead: str) -> list[str]:
+    """The commands a run's failure messages tell the user to run, after ``lead``, in order."""
+    pattern = re.compile(re.escape(lead) + r" (pytest .*)$")
+    found = (pattern.search(line) for line in result.outlines)
+    return list(dict.fromkeys(m.group(1) for m in found if m))
+
+
+def run_command(pytester: pytest.Pytester, command: str) -> pytest.RunResult:
+    """Run a ``pytest …`` command line as printed, in the current directory (like a user pasting it)."""
+    argv = shlex.split(command)
+    assert argv[0] == "pytest"
+    return run(pytester, *argv[1:])
+
+
+def test_printed_commands_and_paths_work_from_where_pytest_ran(
+    pytester: pytest.Pytester, server: ModelServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`pytest proj` from the parent of a project with its own ini file (like `pytest examples` from
+    the repository root): the rootdir, and so the nodeids, are relative to proj/, but every command
+    and path the plugin prints must work from the parent, where the user is."""
+    proj = pytester.mkdir("proj")
+    (proj / "pytest.ini").write_text("[pytest]\ntestpaths = tests\nforkpoint_dir = cassettes\n")
+    (proj / "tests").mkdir()
+    (proj / "tests" / "test_agent.py").write_text(INNER)
+
+    missing = run(pytester, "--forkpoint-mode=replay", "proj")
+    missing.assert_outcomes(failed=3)
+    assert server.requests == []
+    record = _commands(missing, "Record it once, against the real model:")
+    assert record == [
+        "pytest --forkpoint-mode=once proj/tests/test_agent.py::test_agent",
+        "pytest --forkpoint-mode=once 'proj/tests/test_agent.py::test_turns[1]'",
+        "pytest --forkpoint-mode=once 'proj/tests/test_agent.py::test_turns[2]'",
+    ]
+    missing.stdout.fnmatch_lines(["*no cassette for this test at proj/cassettes/test_agent/test_agent, *"])
+    for command in record:  # each one, pasted where pytest ran, records its test (and only it)
+        run_command(pytester, command).assert_outcomes(passed=1)
+    header = Session.load(proj / "cassettes" / "test_agent" / "test_agent").header
+    # The recorded command, too, selects the test in the recorded directory (forkpoint replay).
+    assert header["argv"] == ["pytest", "proj/tests/test_agent.py::test_agent"]
+    assert Path(header["cwd"]) == pytester.path.resolve()
+    assert header["name"] == "tests/test_agent.py::test_agent"  # the name stays the nodeid
+
+    monkeypatch.setenv("PROMPT", "What is the weather in Oslo?")
+    diverged = run(pytester, "--forkpoint-mode=replay", "proj")
+    diverged.assert_outcomes(passed=2, failed=1)
+    diverged.stdout.fnmatch_lines(
+        ["*forkpoint: the run diverged from its cassette proj/cassettes/test_agent/test_agent"]
+    )
+    assert (pytester.path / "proj/cassettes/test_agent/test_agent" / "session.jsonl").is_file()
+    rerecord = _commands(diverged, "If the change is intended, re-record it:")
+    assert rerecord == ["pytest --forkpoint-mode=record proj/tests/test_agent.py::test_agent"]
+    collected = run_command(pytester, rerecord[0] + " --collect-only -q")
+    assert collected.ret == pytest.ExitCode.OK
+    collected.stdout.fnmatch_lines(["*test_agent.py::test_agent", "1 test collected*"])
+
+    updated = run_command(pytester, rerecord[0])
+    updated.assert_outcomes(passed=1)
+    updated.stdout.fnmatch_lines(["*cassettes in */proj/cassettes: 0 replayed, 0 recorded, 1 updated*"])
+    rebuilt = Session.load(proj / "cassettes" / "test_agent" / "test_agent").header
+    assert rebuilt["argv"] == ["pytest", "proj/tests/test_agent.py::test_agent"]
+    server.stop()
+    run(pytester, "--forkpoint-mode=replay", "proj").assert_outcomes(passed=3)
+
+
+def test_printed_commands_outside_the_invocation_dir_are_absolute(
+    pytester: pytest.Pytester, server: ModelServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Tests that are not below the directory pytest ran in are shown by absolute path; the options
+    that decide where the cassette goes are repeated in the command."""
+    proj = pytester.mkdir("proj")
+    (proj / "pytest.ini").write_text("[pytest]\n")
+    (proj / "tests").mkdir()
+    (proj / "tests" / "test_agent.py").write_text(INNER)
+    monkeypatch.chdir(pytester.mkdir("elsewhere"))
+    target = "../proj/tests/test_agent.py::test_agent"
+    missing = run(pytester, "--forkpoint-mode=replay", "--forkpoint-dir", "rec", target)
+    missing.assert_outcomes(failed=1)
+    missing.stdout.fnmatch_lines(["*no cassette for this test at rec/test_agent/test_agent, *"])
+    record = _commands(missing, "Record it once, against the real model:")
+    test_file = (proj / "tests" / "test_agent.py").resolve()
+    assert record == [f"pytest --forkpoint-mode=once --forkpoint-dir rec {test_file}::test_agent"]
+    run_command(pytester, record[0]).assert_outcomes(passed=1)
+    cassette = pytester.path / "elsewhere" / "rec" / "test_agent" / "test_agent"
+    assert Session.load(cassette).header["argv"] == ["pytest", f"{test_file}::test_agent"]
+
+    monkeypatch.setenv("PROMPT", "What is the weather in Oslo?")
+    options = ["-c", "../proj/pytest.ini", "--rootdir", "../proj", "-o", "forkpoint_allow_hosts=::1"]
+    options += ["-o", "console_output_style=classic", "--forkpoint-dir", "rec"]
+    options += ["--forkpoint-allow-host", "127.0.0.1"]
+    diverged = run(pytester, "--forkpoint-mode=replay", *options, target)
+    diverged.assert_outcomes(failed=1)
+    diverged.stdout.fnmatch_lines(
+        ["*forkpoint: the run diverged from its cassette rec/test_agent/test_agent"]
+    )
+    rerecord = _commands(diverged, "If the change is intended, re-record it:")
+    assert rerecord == [  # the options that decide the cassette and the allowed hosts, as given
+        "pytest --forkpoint-mode=record -c ../proj/pytest.ini --rootdir ../proj -o forkpoint_allow_hosts=::1 "
+        f"--forkpoint-dir rec --forkpoint-allow-host 127.0.0.1 {test_file}::test_agent"
+    ]
+    run_command(pytester, rerecord[0]).stdout.fnmatch_lines(["*0 replayed, 0 recorded, 1 updated*"])
+    assert not (proj / "tests" / "cassettes").exists()  # nothing went to the rootdir's default
 
 
 def test_failed_recording_is_kept_aside_not_as_the_cassette(
