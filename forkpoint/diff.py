@@ -5,11 +5,19 @@ a longest-matching-subsequence alignment, so an extra tool call in one run shows
 rather than shifting every later pair. Two aligned calls are *equivalent* when their match keys are
 equal; the first pair that is not (or the first unpaired call) is the first divergence. Sessions are
 equivalent when every call pairs with an equivalent one.
+
+Equivalent calls may still have *answered* differently: a tool call whose result changed (a what-if
+override, a tool that is not deterministic) or a model call whose response changed. The match key
+does not cover the answer, so such a pair stays equivalent (``~`` in the table; the exit code stays
+0), but the text output prints its JSON-path differences under ``$.result``/``$.error`` or
+``$.response``, labelled as outside the match key and counted on the verdict line, at most
+:data:`MAX_LINES_PER_CALL` lines for each of the first :data:`MAX_CALLS_SHOWN` such calls.
 """
 
 from __future__ import annotations
 
 import difflib
+import json
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +29,12 @@ from rich.table import Table
 from .log import Session
 from .match import Change, format_changes, json_diff, model_key, normalize_request, tool_key
 from .providers import recorded_response, response_text
+
+#: Paths of :func:`comparable` covered by the match key; every other difference is in the answer.
+_KEY_ROOTS = ("$.request", "$.args")
+#: Text output bounds for differences outside the match key: lines per call, and calls shown.
+MAX_LINES_PER_CALL = 12
+MAX_CALLS_SHOWN = 20
 
 
 def _calls(session: Session) -> list[dict[str, Any]]:
@@ -38,13 +52,69 @@ def signature(event: dict[str, Any]) -> str:
 
 
 def comparable(event: dict[str, Any]) -> dict[str, Any]:
-    """The part of a call its match key covers, plus its outcome (for the per-event diff)."""
+    """The part of a call its match key covers, plus its outcome (for the per-event diff).
+
+    Tool calls: ``args`` (key) and ``result`` or ``error``. Model calls: ``request`` (key) and
+    ``response``, the answer as the agent reads it (see :func:`_model_outcome`).
+    """
     if event["type"] == "tool_call":
         out: dict[str, Any] = {"args": event.get("args")}
         out["result" if "error" not in event else "error"] = event.get("result", event.get("error"))
         return out
     r = event["request"]
-    return {"request": normalize_request(r["method"], r["url"], r["headers"], r["body"])}
+    return {
+        "request": normalize_request(r["method"], r["url"], r["headers"], r["body"]),
+        "response": _model_outcome(event),
+    }
+
+
+def _maybe_json(text: Any) -> Any:
+    """Tool-call arguments as sent are JSON text: parsed, so a diff names the argument that changed."""
+    if isinstance(text, str):
+        try:
+            value = json.loads(text)
+        except ValueError:
+            return text
+        return value if isinstance(value, dict | list) else text
+    return text
+
+
+def _model_outcome(event: dict[str, Any]) -> dict[str, Any]:
+    """What a model call answered: status, text, tool calls (name and arguments; ids are random per
+    run, so left out), stop reason and error. Response ids, timestamps and usage are left out too:
+    they differ between any two runs (tokens are compared in the summary table)."""
+    summary = event.get("summary") or {}
+    resp = recorded_response(event)
+    calls = summary.get("tool_calls")
+    out: dict[str, Any] = {
+        "status": resp["status"],
+        "text": response_text(event["request"]["url"], resp),
+        "tool_calls": [
+            {"name": c.get("name"), "arguments": _maybe_json(c.get("arguments"))}
+            for c in calls
+            if isinstance(c, dict)
+        ]
+        if isinstance(calls, list)
+        else None,
+        "stop_reason": summary.get("stop_reason"),
+        "error": summary.get("error"),
+    }
+    transport = event.get("error")
+    if isinstance(transport, dict) and not out["error"]:
+        out["error"] = f"{transport.get('type')}: {transport.get('message')}"
+    if out["text"] is None and out["tool_calls"] is None:  # an API the summary cannot read
+        raw = event.get("response") or {}
+        out["body"] = (
+            "".join(recorded_response(event)["stream"] or [])
+            if raw.get("body_kind") == "stream"
+            else raw.get("body")
+        )
+    return out
+
+
+def in_key(change: Change) -> bool:
+    """True when ``change`` (a path of :func:`comparable`) is covered by the match key."""
+    return any(change.path == r or change.path.startswith((r + ".", r + "[")) for r in _KEY_ROOTS)
 
 
 def key(event: dict[str, Any]) -> str:
@@ -58,14 +128,31 @@ def key(event: dict[str, Any]) -> str:
 class Pair:
     """One row of the alignment: ``a`` and/or ``b`` (None where a call exists in one run only).
 
-    ``changes`` lists request differences of non-equivalent pairs, and result differences of tool
-    calls that were asked the same way but answered differently (marked ``~`` in the table).
+    ``changes`` lists the differences of two calls of the same kind: of the request (key) for
+    non-equivalent pairs, and of the answer — tool result or error, model response — for any pair,
+    including calls asked the same way but answered differently (marked ``~`` in the table).
     """
 
     a: dict[str, Any] | None
     b: dict[str, Any] | None
     equivalent: bool
     changes: list[Change] = field(default_factory=list)
+
+    @property
+    def key_changes(self) -> list[Change]:
+        """Differences the match key covers (request, tool arguments)."""
+        return [c for c in self.changes if in_key(c)]
+
+    @property
+    def outcome_changes(self) -> list[Change]:
+        """Differences the match key ignores (tool result or error, model response)."""
+        return [c for c in self.changes if not in_key(c)]
+
+    @property
+    def outcome(self) -> str:
+        """``"result"`` (tool call) or ``"response"`` (model call): what ``outcome_changes`` are of."""
+        e = self.a or self.b
+        return "result" if e is not None and e["type"] == "tool_call" else "response"
 
 
 def _totals(session: Session) -> dict[str, Any]:
@@ -143,48 +230,90 @@ def diff_sessions(a: Session, b: Session) -> SessionDiff:
     for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, sa, sb, autojunk=False).get_opcodes():
         if op == "equal":
             for x, y in zip(ca[i1:i2], cb[j1:j2], strict=True):
-                same = key(x) == key(y)
-                # A tool call asked the same way may still have answered differently (an override):
-                # show that, though the pair stays equivalent under the match key.
-                changes = (
-                    json_diff(comparable(x), comparable(y)) if not same or x["type"] == "tool_call" else []
-                )
-                pairs.append(Pair(x, y, same, changes))
+                # A call asked the same way may still have answered differently (an override): its
+                # diff shows that, though the pair stays equivalent under the match key.
+                pairs.append(Pair(x, y, key(x) == key(y), json_diff(comparable(x), comparable(y))))
         else:
             # Replaced stretches pair up positionally as far as they go; the rest is one-sided.
             xs, ys = ca[i1:i2], cb[j1:j2]
             for k in range(max(len(xs), len(ys))):
-                x = xs[k] if k < len(xs) else None
-                y = ys[k] if k < len(ys) else None
+                xo = xs[k] if k < len(xs) else None
+                yo = ys[k] if k < len(ys) else None
                 changes = (
-                    json_diff(comparable(x), comparable(y)) if x and y and x["type"] == y["type"] else []
+                    json_diff(comparable(xo), comparable(yo))
+                    if xo and yo and xo["type"] == yo["type"]
+                    else []
                 )
-                pairs.append(Pair(x, y, False, changes))
+                pairs.append(Pair(xo, yo, False, changes))
     first = next((i for i, p in enumerate(pairs) if not p.equivalent), None)
     return SessionDiff(a, b, pairs, first, (_totals(a), _totals(b)))
 
 
+def _bounded(changes: list[Change], max_lines: int, indent: str = "") -> list[str]:
+    """:func:`format_changes` lines of ``changes``, at most ``max_lines`` of them (a long text diff
+    is cut), then a line saying how many differences were left out."""
+    lines: list[str] = []
+    shown = 0
+    for c in changes:
+        block = format_changes([c]).splitlines()
+        if len(lines) + len(block) > max_lines:
+            if not lines:  # one long text diff: show its start rather than nothing
+                lines, shown = block[: max_lines - 1] + ["      …"], 1
+            break
+        lines.extend(block)
+        shown += 1
+    if shown < len(changes):
+        n = len(changes) - shown
+        lines.append(f"  … and {n} more difference{'s' if n != 1 else ''} (forkpoint diff --json lists all)")
+    return [indent + line for line in lines]
+
+
+def _count_phrase(pairs: list[Pair]) -> str:
+    """``1 tool result differs``, ``2 model responses differ``, ``1 tool result and 1 model response differ``."""
+    counts = Counter(p.outcome for p in pairs)
+    parts = [
+        f"{n} {noun}{'s' if n != 1 else ''}"
+        for n, noun in ((counts["result"], "tool result"), (counts["response"], "model response"))
+        if n
+    ]
+    plural = len(pairs) != 1
+    return " and ".join(parts) + (" differ" if plural else " differs")
+
+
+def _where(p: Pair) -> str:
+    return " vs ".join(
+        f"{side} seq {e['seq']} ({signature(e)})" for side, e in (("A", p.a), ("B", p.b)) if e is not None
+    )
+
+
 def render_diff(result: SessionDiff, console: Console) -> None:
-    """Print the alignment, the first divergence with its JSON-path diff, and the summary table."""
+    """Print the alignment, the first divergence with its JSON-path diff, the differences the match
+    key ignores (tool results, model responses) of equivalent calls, and the summary table."""
     a, b = result.a, result.b
     console.print(f"[bold]A[/bold] {a.id}  {escape(a.header.get('name') or '')}")
     console.print(f"[bold]B[/bold] {b.id}  {escape(b.header.get('name') or '')}")
+    answered = [(i, p) for i, p in enumerate(result.pairs, start=1) if p.equivalent and p.changes]
     if result.first_divergence is None:
-        console.print(
-            f"[green]equivalent under the match key: {len(result.pairs)} calls pair up one to one[/green]"
-        )
+        n = len(result.pairs)
+        verdict = f"equivalent under the match key: {n} call{'s pair' if n != 1 else ' pairs'} up one to one"
+        if answered:
+            phrase = _count_phrase([p for _, p in answered])
+            console.print(f"[yellow]{verdict}, but {phrase} (not part of the match key; see below)[/yellow]")
+        else:
+            console.print(f"[green]{verdict}[/green]")
     else:
         p = result.pairs[result.first_divergence]
-        where = " vs ".join(
-            f"{side} seq {e['seq']} ({signature(e)})" for side, e in (("A", p.a), ("B", p.b)) if e is not None
-        )
         console.print(
-            f"[yellow]first divergence at call {result.first_divergence + 1}: {escape(where)}[/yellow]"
+            f"[yellow]first divergence at call {result.first_divergence + 1}: {escape(_where(p))}[/yellow]"
         )
-        if p.changes:
-            console.print(escape(format_changes(p.changes, limit=12)), highlight=False)
+        if p.key_changes:
+            console.print(escape(format_changes(p.key_changes, limit=12)), highlight=False)
         elif p.a is None or p.b is None:
             console.print(f"  only in {'B' if p.a is None else 'A'}")
+        if p.outcome_changes:
+            console.print(f"  {p.outcome} differs too (not part of the match key):", highlight=False)
+            lines = _bounded(p.outcome_changes, MAX_LINES_PER_CALL, indent="  ")
+            console.print(escape("\n".join(lines)), highlight=False)
     table = Table(box=None, header_style="bold")
     for col in ("#", "", "A", "B", "differences"):
         table.add_column(col)
@@ -195,10 +324,31 @@ def render_diff(result: SessionDiff, console: Console) -> None:
             else ("+" if p.a is None else "-" if p.b is None else "≠")
         )
         cell = lambda e: f"#{e['seq']} {signature(e)}" if e else "—"  # noqa: E731
-        table.add_row(
-            str(i), mark, escape(cell(p.a)), escape(cell(p.b)), str(len(p.changes)) if p.changes else ""
-        )
+        counts = [
+            f"{n} {what}"
+            for n, what in (
+                (len(p.key_changes), "args" if p.outcome == "result" else "request"),
+                (len(p.outcome_changes), p.outcome),
+            )
+            if n
+        ]
+        table.add_row(str(i), mark, escape(cell(p.a)), escape(cell(p.b)), ", ".join(counts))
     console.print(table)
+    for i, p in answered[:MAX_CALLS_SHOWN]:
+        assert p.a is not None and p.b is not None  # equivalent pairs have both sides
+        console.print(
+            f"~ call {i}: {escape(signature(p.a))} (A seq {p.a['seq']}, B seq {p.b['seq']}): "
+            f"{p.outcome} differs (not part of the match key)",
+            highlight=False,
+        )
+        console.print(escape("\n".join(_bounded(p.changes, MAX_LINES_PER_CALL))), highlight=False)
+    if len(answered) > MAX_CALLS_SHOWN:
+        n = len(answered) - MAX_CALLS_SHOWN
+        console.print(
+            f"… and {n} more equivalent call{'s' if n != 1 else ''} with differences outside the match key"
+            " (forkpoint diff --json lists all)",
+            highlight=False,
+        )
     ta, tb = result.totals
     summary = Table(box=None, header_style="bold", title="summary", title_justify="left")
     for col in ("", "A", "B"):

@@ -128,6 +128,8 @@ def test_a_session_is_equivalent_to_itself(two_live_runs: tuple[Run, Run]) -> No
     assert res.exit_code == 0, res.output
     assert "equivalent under the match key: 5 calls pair up one to one" in res.output
     assert "first divergence" not in res.output
+    assert "differs" not in res.output and "not part of the match key" not in res.output
+    assert set(marks(res.output).values()) == {"="}
     data = json.loads(diff(a.session, a.session, "--json").output)
     assert data["equivalent"] is True and data["first_divergence"] is None
     assert all(p["equivalent"] and p["diff"] == [] for p in data["pairs"])
@@ -219,3 +221,150 @@ def test_last_is_the_newest_session_even_within_one_second(tmp_path: Path) -> No
     res = CliRunner().invoke(main, ["diff", first.session_id, "last", "--store", str(store), "--json"])
     assert res.exit_code == 0, res.output  # two sessions without calls are equivalent
     assert json.loads(res.output)["b"] == "20261129-120000-000000"
+
+
+# --------------------------------------------------------------------------- answers the key ignores
+
+
+def tool_session(store: Path, calls: list[tuple[str, Any, dict[str, Any]]]) -> Session:
+    """A session of tool calls only: ``(tool, args, {"result": …} or {"error": …})`` each."""
+    writer = SessionWriter.create(store, make_header(argv=["tools"]))
+    for tool, args, outcome in calls:
+        writer.append({"type": "tool_call", "tool": tool, "args": args, **outcome})
+    writer.close()
+    return Session.load(writer.path)
+
+
+def marks(output: str) -> dict[int, str]:
+    """The alignment table's ``#`` → mark column."""
+    rows = {}
+    for line in output.splitlines():
+        cells = line.split()
+        if cells and cells[0].isdigit() and len(cells) > 2 and cells[2].startswith("#"):
+            rows[int(cells[0])] = cells[1]
+    return rows
+
+
+def test_changed_tool_results_are_printed_though_equivalent(tmp_path: Path) -> None:
+    """Same tool calls asked the same way, answered differently: equivalent (exit 0), but the text
+    output says so and prints every difference by JSON path, not only ``--json``."""
+    boom = {"type": "ValueError", "module": "builtins", "message": "no such sku"}
+    a = tool_session(
+        tmp_path,
+        [
+            ("price", {"sku": "A1"}, {"result": {"price": 8.2, "currency": "EUR"}}),
+            ("stock", {"sku": "A1"}, {"result": 3}),
+            ("stock", {"sku": "B2"}, {"result": 5}),
+        ],
+    )
+    b = tool_session(
+        tmp_path,
+        [
+            ("price", {"sku": "A1"}, {"result": {"price": 9.9, "currency": "EUR"}}),
+            ("stock", {"sku": "A1"}, {"result": 3}),
+            ("stock", {"sku": "B2"}, {"error": boom}),
+        ],
+    )
+    res = diff(a, b)
+    assert res.exit_code == 0, res.output
+    out = res.output
+    assert (
+        "equivalent under the match key: 3 calls pair up one to one, "
+        "but 2 tool results differ (not part of the match key; see below)" in flat(out)
+    )
+    assert marks(out) == {1: "~", 2: "=", 3: "~"}
+    assert "~ call 1: tool price (A seq 1, B seq 1): result differs (not part of the match key)" in out
+    assert "  ~ $.result.price: 8.2 → 9.9" in out
+    assert "currency" not in out  # only what differs
+    assert "~ call 3: tool stock (A seq 3, B seq 3): result differs (not part of the match key)" in out
+    assert "  - $.result: 5" in out
+    assert '  + $.error: {"message":"no such sku","module":"builtins","type":"ValueError"}' in out
+    assert "call 2:" not in out and "first divergence" not in out
+
+    data = json.loads(diff(a, b, "--json").output)
+    assert data["equivalent"] is True
+    assert data["pairs"][0]["diff"] == [
+        {"op": "changed", "path": "$.result.price", "expected": 8.2, "actual": 9.9}
+    ]
+
+
+def test_overridden_model_response_is_printed_though_equivalent(tmp_path: Path) -> None:
+    """A what-if that only overrides the final answer: every request matches (exit 0), and the text
+    output shows the response that changed."""
+    with ModelServer(turns=2, seed=8) as srv:
+        parent = record(tmp_path / "store", tmp_path / "work", srv)
+    with forkpoint.replay(parent.session, overrides=['model#3.text="I give up."']) as rp:
+        assert run_agent("http://127.0.0.1:9", tmp_path / "work", echo=None) == "I give up."
+    child = Session.load(rp.report()["child_session"])
+    res = diff(parent.session, child)
+    assert res.exit_code == 0, res.output
+    out = res.output
+    assert "but 1 model response differs (not part of the match key; see below)" in out
+    assert marks(out) == {1: "=", 2: "=", 3: "=", 4: "=", 5: "~"}
+    assert (
+        "~ call 5: model POST /v1/chat/completions (A seq 5, B seq 5): response differs "
+        "(not part of the match key)" in out
+    )
+    if len(parent.answer) > 80:  # a long text is shown as a text diff
+        assert (
+            "  ~ $.response.text:" in out and f"      -{parent.answer}" in out and "      +I give up." in out
+        )
+    else:
+        assert f"  ~ $.response.text: {parent.answer} → I give up." in out
+    pair = json.loads(diff(parent.session, child, "--json").output)["pairs"][4]
+    assert pair["equivalent"] is True
+    assert pair["diff"] == [
+        {"op": "changed", "path": "$.response.text", "expected": parent.answer, "actual": "I give up."}
+    ]
+
+
+def test_what_if_override_result_is_printed_in_text(parent_and_child: tuple[Run, Session]) -> None:
+    """The overridden run_tests call (row ``~``) before the divergence it caused: its result diff is
+    printed, not only counted."""
+    parent, child = parent_and_child
+    recorded = parent.session.by_type("tool_call")[1]["result"]
+    out = diff(parent.session, child).output
+    assert "~ call 4: tool run_tests (A seq 4, B seq 4): result differs (not part of the match key)" in out
+    for k in recorded:
+        if recorded[k] != FAILING[k]:
+            assert f"  ~ $.result.{k}: {recorded[k]} → {FAILING[k]}" in out
+    row = next(line for line in out.splitlines() if line.split()[:2] == ["4", "~"])
+    assert row.rstrip().endswith(f"{sum(recorded[k] != FAILING[k] for k in recorded)} result")
+
+
+def test_differences_outside_the_key_are_bounded(tmp_path: Path) -> None:
+    """Many differing fields, a long text and many calls: capped, saying how much was left out."""
+    log = lambda sign: "\n".join(f"line {i} {sign}" for i in range(100))  # noqa: E731
+    calls_a = [
+        ("dump", {}, {"result": {f"k{i}": i for i in range(1, 41)}}),
+        ("log", {}, {"result": log("+")}),
+    ]
+    calls_b = [
+        ("dump", {}, {"result": {f"k{i}": -i for i in range(1, 41)}}),
+        ("log", {}, {"result": log("-")}),
+    ]
+    calls_a += [("n", {"i": i}, {"result": i}) for i in range(25)]
+    calls_b += [("n", {"i": i}, {"result": i + 1}) for i in range(25)]
+    res = diff(tool_session(tmp_path, calls_a), tool_session(tmp_path, calls_b))
+    assert res.exit_code == 0, res.output
+    lines = res.output.splitlines()
+    assert "but 27 tool results differ" in res.output
+
+    def block(call: int) -> list[str]:
+        start = next(i for i, line in enumerate(lines) if line.startswith(f"~ call {call}:"))
+        end = next(i for i in range(start + 1, len(lines)) if not lines[i].startswith(" "))
+        return lines[start + 1 : end]
+
+    dump = block(1)
+    assert (
+        len(dump) == 13 and dump[0] == "  ~ $.result.k1: 1 → -1" and dump[11] == "  ~ $.result.k12: 12 → -12"
+    )
+    assert dump[12] == "  … and 28 more differences (forkpoint diff --json lists all)"
+    text = block(2)  # one change whose text diff is longer than the cap
+    assert text[0] == "  ~ $.result:" and len(text) == 12 and text[-1].strip() == "…"
+    # 20 calls are shown, then a count of the rest.
+    assert sum(line.startswith("~ call ") for line in lines) == 20
+    assert (
+        "… and 7 more equivalent calls with differences outside the match key (forkpoint diff --json lists all)"
+        in res.output
+    )
