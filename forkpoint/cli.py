@@ -32,6 +32,7 @@ from .replay import (
     POLICIES,
     SOURCES,
     create_child,
+    ended_by_override,
     format_divergence,
     merge_reports,
     summary_line,
@@ -262,10 +263,15 @@ def replay_command(
                 )
         if on_divergence == "stop":
             return report, EXIT_DIVERGENCE, out
-    elif not report.get("reproduced", True):
+    elif not report.get("reproduced", True) and not ended_by_override(report):
         # Ended early, or reached for the network: the run did not reproduce the recording.
         return report, EXIT_DIVERGENCE, out
-    elif specs and not quiet and any(o["applied"] for o in report.get("overrides") or []):
+    elif (
+        specs
+        and not quiet
+        and not report.get("ended_early")
+        and any(o["applied"] for o in report.get("overrides") or [])
+    ):
         err.print(
             "the override(s) did not change the agent's path: every later call matched the recording",
             markup=False,

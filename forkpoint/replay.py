@@ -439,10 +439,24 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
+def ended_by_override(report: dict[str, Any]) -> bool:
+    """True when a what-if run stopped asking for recorded calls after an override took effect and
+    without diverging: the agent took the way out the override offered (``model#2.text="I give
+    up."``). That is the experiment's answer, not a failure to reproduce."""
+    return (
+        bool(report.get("ended_early"))
+        and not report.get("divergence")
+        and not report.get("network_blocked")
+        and any(o.get("applied") for o in report.get("overrides") or [])
+    )
+
+
 def summary_line(report: dict[str, Any]) -> str:
     """The one-line end-of-replay report."""
     if report.get("divergence"):
         status = "DIVERGED"
+    elif report.get("ended_early") and ended_by_override(report):
+        status = "ok, ended early after the override (the agent did not ask for every recorded call)"
     elif report.get("ended_early"):
         status = "DID NOT REPRODUCE (the run ended before asking for every recorded call)"
     elif report.get("network_blocked"):

@@ -594,6 +594,24 @@ def test_cli_override_from_file_with_report(cli_rec: tuple[Path, Path]) -> None:
     assert [e["source"] for e in calls_of(child)] == ["replay", "replay", "replay", "override"]
 
 
+def test_cli_override_that_ends_the_run_early_is_the_answer_not_a_failure(cli_rec: tuple[Path, Path]) -> None:
+    """``model#1.text="I give up."``: the agent stops after its first call, as the experiment asked.
+    The run did not diverge (every call it made matched), so the replay exits with the agent's own
+    code and says it ended early after the override, rather than "did not reproduce" and exit 3. A
+    plain replay that ends early is still a failure."""
+    store, work = cli_rec
+    (recorded,) = session_dirs(store)
+    res = CliRunner().invoke(main, ["replay", recorded.name, "--override", 'model#1.text="I give up."'])
+    said = flat(res.output)
+    assert res.exit_code == 0, res.output
+    assert "replay ok, ended early after the override" in said and "4 recorded events left unused" in said
+    assert "did not change the agent's path" not in said
+    assert log_lines(work) == 1
+    plain = CliRunner().invoke(main, ["replay", recorded.name, "--", sys.executable, "-c", "pass"])
+    assert plain.exit_code == EXIT_DIVERGENCE
+    assert "DID NOT REPRODUCE (the run ended before asking for every recorded call)" in flat(plain.output)
+
+
 @pytest.mark.parametrize("policy", ["stop", "live", "fifo"])
 def test_cli_policies(in_store: Recording, policy: str, capfd: pytest.CaptureFixture[str]) -> None:
     work, recorded = in_store.workdir, in_store.session
