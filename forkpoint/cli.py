@@ -37,7 +37,7 @@ from .replay import (
     merge_reports,
     summary_line,
 )
-from .show import terminal
+from .show import plural, terminal
 from .store import info, list_sessions, render_listing, resolve, session_finished, session_started, store_dir
 from .tools import parse_target
 
@@ -148,8 +148,8 @@ def record_command(
     if not quiet:
         i = info(writer.path)
         err.print(
-            f"forkpoint: recorded session {writer.session_id} ({i.model_calls} model calls, "
-            f"{i.tool_calls} tool calls) in {where}"
+            f"forkpoint: recorded session {writer.session_id} ({plural(i.model_calls, 'model call')}, "
+            f"{plural(i.tool_calls, 'tool call')}) in {where}"
         )
     return writer.path, code, out
 
@@ -862,7 +862,7 @@ def import_cmd(path: Path, store: str | None, name: str | None) -> None:
     origin = i.header.get("imported_from") or {}
     err.print(
         f"forkpoint: imported {origin.get('format')} file {path} as session {session_path.name} "
-        f"({i.model_calls} model calls, {i.tool_calls} tool calls) in {session_path.parent}",
+        f"({plural(i.model_calls, 'model call')}, {plural(i.tool_calls, 'tool call')}) in {session_path.parent}",
         markup=False,
     )
     for item in origin.get("missing") or []:

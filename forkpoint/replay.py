@@ -36,6 +36,7 @@ from .match import (
 )
 from .override import Override
 from .record import Recorder, end_event, make_header
+from .show import plural
 from .store import resolve, session_finished, session_started
 
 #: Exit code of ``forkpoint replay`` when the run diverged from the recording.
@@ -435,10 +436,6 @@ class Replayer:
         }
 
 
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}" + ("" if n == 1 else "s")
-
-
 def ended_by_override(report: dict[str, Any]) -> bool:
     """True when a what-if run stopped asking for recorded calls after an override took effect and
     without diverging: the agent took the way out the override offered (``model#2.text="I give
@@ -464,7 +461,7 @@ def summary_line(report: dict[str, Any]) -> str:
     else:
         status = "ok"
     unused = report["unused"]
-    tail = f"{_count(len(unused), 'recorded event')} left unused" + (
+    tail = f"{plural(len(unused), 'recorded event')} left unused" + (
         f" (seq {', '.join(map(str, unused[:10]))}{' …' if len(unused) > 10 else ''})" if unused else ""
     )
     blocked = (

@@ -18,6 +18,11 @@ from .providers import recorded_response, response_text
 _MAX = 100
 
 
+def plural(n: int, noun: str) -> str:
+    """``"1 model call"``, ``"2 model calls"``."""
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
 def _short(value: Any, limit: int = _MAX) -> str:
     text = value if isinstance(value, str) else orjson.dumps(to_json(value)).decode()
     text = " ".join(text.split())

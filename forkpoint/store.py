@@ -669,6 +669,8 @@ def _scan(d: Path) -> SessionInfo:
 
 
 def _pick(text: str, ref: str | Path, rows: list[SessionInfo], where: str) -> SessionInfo:
+    if not text.strip():
+        raise SessionError("no session given: name one by path, id, id prefix, `last` or its --name")
     if text == "last":
         if not rows:
             raise SessionError(f"{where}: no sessions in this store")
@@ -682,9 +684,12 @@ def _pick(text: str, ref: str | Path, rows: list[SessionInfo], where: str) -> Se
     named = [r for r in rows if r.error is None and r.header.get("name") == text]
     if named:
         return named[-1]  # a name recorded again (a nightly run): its newest session
+    hint = ""
+    if "@" in text:
+        hint = f" ({text} looks like a checkpoint, SESSION@SEQ: see forkpoint checkpoints / restore)"
     raise SessionError(
         f"no session {ref!r}: not a session directory, and no id in {where} starts with it "
-        "and no session there has that name"
+        f"and no session there has that name{hint}"
     )
 
 

@@ -155,7 +155,7 @@ def test_record_exit_code_is_the_scripts(recorded: Recorded) -> None:
         assert lines[0].startswith("model: chatcmpl-") and "reply 2 to: hello there" in lines[0]
         assert lines[1] == "tool: {'length': 23, 'head': 'RE'}"  # lookup("reply 2 to: hello there", limit=2)
         assert lines[2].startswith("stream: ") and "reply 4 to: the tool said" in lines[2]
-        assert "forkpoint: recorded session" in r.stderr and "2 model calls, 1 tool calls" in r.stderr
+        assert "forkpoint: recorded session" in r.stderr and "2 model calls, 1 tool call)" in r.stderr
     assert (recorded.workdir / "side_effect.txt").read_text().count("\n") == 2
 
 
@@ -336,6 +336,10 @@ def test_session_resolution(recorded: Recorded, tmp_path: Path) -> None:
     for sid in ("20260103-000000-ccc444", "20260104-000000-ddd555"):
         SessionWriter.create(other, {"argv": ["x"], "name": "nightly"}, session_id=sid, fsync="never").close()
     assert shown("nightly", args=["--store", str(other)]) == "20260104-000000-ddd555"
+    r = CliRunner().invoke(main, ["verify", "", "--store", str(other)])
+    assert r.exit_code == 1 and "no session given" in r.output
+    r = CliRunner().invoke(main, ["show", "last@3", "--store", str(other)])
+    assert r.exit_code == 1 and "looks like a checkpoint, SESSION@SEQ" in flat(r.output)
     r = CliRunner().invoke(main, ["show", "nightly-2", "--store", str(other)])
     assert r.exit_code == 1 and "no session there has that name" in r.output
 

@@ -552,7 +552,7 @@ def convert_openhands(path: Path, doc: Any) -> Imported:
         )
     if ids and len(ids) != max(ids) - min(ids) + 1:
         gone = sorted(set(range(min(ids), max(ids) + 1)) - set(ids))
-        missing.append(f"events with ids {', '.join(map(str, gone))} (not in the file)")
+        missing.append(f"events with ids {', '.join(map(str, gone))} (a gap in the event ids)")
     if synthesized:
         missing.append(f"the raw model response of {synthesized} text answer(s) (rebuilt from the text)")
     adjusted = [f"skipped {n} {what} event(s)" for what, n in sorted(skipped.items())]
