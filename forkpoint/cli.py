@@ -66,11 +66,22 @@ def _output_file(path: str | Path, option: str) -> Path:
     return out
 
 
-def _load(ref: str, store: str | None) -> Session:
+def _load(ref: str, store: str | None, *, check: bool = True) -> Session:
+    """The session ``ref`` names. With ``check``, a log whose hash chain fails (an edited line) is
+    still loaded, with a warning: what it shows may not be what was recorded. (Blobs are checked
+    by ``verify``; ``replay`` refuses a session that fails either.)"""
     try:
-        return Session.load(resolve(ref, _store(store)))
+        session = Session.load(resolve(ref, _store(store)))
     except SessionError as exc:
         raise click.ClickException(str(exc)) from None
+    if check:
+        v = verify(session.path, git=False, deep=False)
+        if v.problems:
+            err.print(
+                f"[yellow]forkpoint: WARNING: session {session.id} fails verification, so what follows may "
+                f"not be what was recorded: {escape(v.problems[0])} (see: forkpoint verify {session.id})[/yellow]"
+            )
+    return session
 
 
 def run_child(
@@ -448,7 +459,7 @@ def replay(
         _output_file(report_file, "--report")
     try:
         report, code, _ = replay_command(
-            _load(session, store),
+            _load(session, store, check=False),  # replay_command verifies, and refuses
             _command(cmd) or None,
             tools=_check_tools(tools),
             models_source=models_source,

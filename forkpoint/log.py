@@ -933,7 +933,7 @@ def _stored_container(obj: dict[str, Any]) -> dict[str, Any] | None:
     return body if isinstance(body, dict) else None
 
 
-def verify(path: Path | str, *, git: bool = True) -> Verification:
+def verify(path: Path | str, *, git: bool = True, deep: bool = True) -> Verification:
     """Check a session without trusting any of it. Reads only; never writes.
 
     * the header (format, version, hash), and every line: valid JSON, its ``hash``, its ``prev``
@@ -944,6 +944,9 @@ def verify(path: Path | str, *, git: bool = True) -> Verification:
       fingerprint, each carried context against its digest;
     * every git object in ``git-objects`` against its name, and (with ``git``, when the recorded
       repository is there) that every checkpoint's source tree is complete.
+
+    With ``deep=False`` only the log is checked (header, lines, chain): what a reader that only
+    shows a session needs, in one pass over the log and no blob read.
 
     Stops reading lines at the first broken one (later lines cannot be trusted once the chain is
     broken). A log cut off mid-write is ``truncated``, not corrupt; one without an ``end`` event is
@@ -1045,6 +1048,9 @@ def verify(path: Path | str, *, git: bool = True) -> Verification:
             f"{log_path}:{r['line']}: {r['bytes']} bytes of a write cut off by a crash, closed and declared "
             f"by event seq {r['declared_by']}"
         )
+    if not deep:
+        refs.clear()
+        checkpoints = []
     for h, lineno in sorted(refs.items(), key=lambda kv: kv[1]):
         problem, _ = blobs.check(h)
         if problem:
@@ -1059,7 +1065,7 @@ def verify(path: Path | str, *, git: bool = True) -> Verification:
             problems.append(
                 f"{blobs.path(h)}: {actual} bytes, but checkpoint seq {seq} ({log_path}:{lineno}) says {size}"
             )
-    git_objects = _verify_git_objects(path / GIT_OBJECTS, problems)
+    git_objects = _verify_git_objects(path / GIT_OBJECTS, problems) if deep else 0
     if git and not problems:
         _verify_trees(path, checkpoints, problems, notes)
     complete = last_type == "end"

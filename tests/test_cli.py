@@ -357,6 +357,18 @@ def test_verify_passes_then_fails_after_tampering(recorded: Recorded, tmp_path: 
     assert r.returncode == 1
     assert "verify FAILED" in r.stdout
     assert f"{LOG_NAME}:3:" in flat(r.stderr)
+    # Reading commands still show it, but say first that it is not what was recorded.
+    for args in (
+        ["show", str(copy)],
+        ["export", str(copy), "--file", "-"],
+        ["diff", str(copy), str(recorded.alpha)],
+    ):
+        shown = run([*FORKPOINT, *args], tmp_path, dict(os.environ, COLUMNS="300"))
+        warning = flat(shown.stderr)
+        assert f"WARNING: session {copy.name} fails verification" in warning, args
+        assert f"{LOG_NAME}:3: event seq 2 was modified" in warning, args
+    clean = run([*FORKPOINT, "show", str(recorded.alpha)], tmp_path, dict(os.environ, COLUMNS="300"))
+    assert clean.returncode == 0 and "WARNING" not in clean.stderr
 
 
 def test_call_site_is_the_agents_frame_even_when_installed_in_site_packages() -> None:
