@@ -223,9 +223,19 @@ class Replayer:
             self._log_served(event, {"request": request})
         return event
 
-    def take_tool_call(self, name: str, args: dict[str, Any]) -> dict[str, Any] | None:
-        """The event of this tool call, or None to run the tool live. Raises :class:`Divergence`."""
-        event = self._take("tool_call", tool_key(name, args), {"tool": name, "args": args}, name=name)
+    def take_tool_call(
+        self, name: str, args: dict[str, Any], *, defaulted: frozenset[str] = frozenset()
+    ) -> dict[str, Any] | None:
+        """The event of this tool call, or None to run the tool live. Raises :class:`Divergence`.
+
+        ``defaulted`` names arguments the caller did not pass (filled in from the signature): when
+        nothing matches the call as it is, the call without them is tried, so a tool that gained
+        an optional parameter since the recording still gets its recorded answers."""
+        alt = ()
+        if defaulted & set(args):
+            alt = (tool_key(name, {k: v for k, v in args.items() if k not in defaulted}),)
+        norm = {"tool": name, "args": args}
+        event = self._take("tool_call", tool_key(name, args), norm, alt_keys=alt, name=name)
         if event is not None and self.child is not None:
             self._log_served(event, {"tool": name, "args": args})
         return event
@@ -267,15 +277,18 @@ class Replayer:
             finally:
                 self.ledger.claim(self.used[before:])
 
-    def _take(self, kind: str, key: str, norm: dict[str, Any], **what: str) -> dict[str, Any] | None:
+    def _take(
+        self, kind: str, key: str, norm: dict[str, Any], *, alt_keys: Sequence[str] = (), **what: str
+    ) -> dict[str, Any] | None:
         with self._lock, self._shared():
             self.positions[kind] += 1
             if self.gone_live or self.sources[kind] == "live":
                 self.live_calls[kind] += 1
                 return None
-            queue = self._queues.get(key)
-            if queue:
-                return self._serve(queue.popleft())
+            for k in (key, *alt_keys):
+                queue = self._queues.get(k)
+                if queue:
+                    return self._serve(queue.popleft())
             if self.live_from is not None and len(self.used) + len(self.others) == len(self.recorded):
                 self.gone_live = True  # the recorded prefix is done: the fork continues live
                 self.live_calls[kind] += 1

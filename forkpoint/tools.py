@@ -106,17 +106,26 @@ def _lenient(value: Any) -> Any:
 
 def bind_arguments(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
     """The call's arguments by parameter name, defaults filled in, ``self``/``cls`` left out."""
+    return bind_call(fn, args, kwargs)[0]
+
+
+def bind_call(
+    fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any]
+) -> tuple[dict[str, Any], frozenset[str]]:
+    """(:func:`bind_arguments`, the names among them whose value came from a default, not the caller)."""
     try:
         sig = inspect.signature(fn)
         bound = sig.bind(*args, **kwargs)
+        given = set(bound.arguments)
         bound.apply_defaults()
         params = dict(bound.arguments)
+        defaulted = frozenset(k for k in params if k not in given)
     except (TypeError, ValueError):
-        params = {"args": list(args), "kwargs": kwargs}
+        params, defaulted = {"args": list(args), "kwargs": kwargs}, frozenset()
     first = next(iter(params), None)
     if first in ("self", "cls"):
         params.pop(first)
-    return {k: _lenient(v) for k, v in params.items()}
+    return {k: _lenient(v) for k, v in params.items()}, defaulted
 
 
 def _error_dict(exc: BaseException) -> dict[str, Any]:
@@ -191,9 +200,9 @@ class _ToolCall:
 _LIVE = object()
 
 
-def _replayed(rt: Any, name: str, args: dict[str, Any]) -> Any:
+def _replayed(rt: Any, name: str, args: dict[str, Any], defaulted: frozenset[str]) -> Any:
     """The served result of a tool call, or ``_LIVE`` when the replayer says to run it for real."""
-    event = rt.take_tool_call(name, args)
+    event = rt.take_tool_call(name, args, defaulted=defaulted)
     if event is None:
         return _LIVE
     if "error" in event:
@@ -202,12 +211,19 @@ def _replayed(rt: Any, name: str, args: dict[str, Any]) -> Any:
 
 
 def call_tool(
-    name: str, args: dict[str, Any], body: Callable[[], Any], encode: Callable[[Any], Any] | None = None
+    name: str,
+    args: dict[str, Any],
+    body: Callable[[], Any],
+    encode: Callable[[Any], Any] | None = None,
+    *,
+    defaulted: frozenset[str] = frozenset(),
 ) -> Any:
     """Run one tool call through forkpoint: the building block of :func:`tool` and of the framework
     integrations (:mod:`forkpoint.integrations`).
 
-    ``args`` are the call's JSON arguments. No runtime active: ``body()``. Replay: the recorded
+    ``args`` are the call's JSON arguments; ``defaulted`` names those the caller did not pass (their
+    default was filled in), so a recording made before such a parameter existed still matches.
+    No runtime active: ``body()``. Replay: the recorded
     result of ``name`` with ``args`` (or its exception raised again) and ``body`` never runs, unless
     the replay runs tools live. Record (or live): ``body()`` runs and a ``tool_call`` event is written
     with its result (``encode(result)`` when given; it must be JSON data) or its exception.
@@ -215,7 +231,7 @@ def call_tool(
     rt = runtime.active()
     if rt is None:
         return body()
-    if rt.mode == "replay" and (served := _replayed(rt, name, args)) is not _LIVE:
+    if rt.mode == "replay" and (served := _replayed(rt, name, args, defaulted)) is not _LIVE:
         return served
     call = _ToolCall(name, args)
     try:
@@ -235,12 +251,14 @@ async def acall_tool(
     args: dict[str, Any],
     body: Callable[[], Awaitable[Any]],
     encode: Callable[[Any], Any] | None = None,
+    *,
+    defaulted: frozenset[str] = frozenset(),
 ) -> Any:
     """:func:`call_tool` for a tool whose body is a coroutine function."""
     rt = runtime.active()
     if rt is None:
         return await body()
-    if rt.mode == "replay" and (served := _replayed(rt, name, args)) is not _LIVE:
+    if rt.mode == "replay" and (served := _replayed(rt, name, args, defaulted)) is not _LIVE:
         return served
     call = _ToolCall(name, args)
     try:
@@ -278,7 +296,8 @@ def tool(fn: Callable[..., Any] | None = None, *, name: str | None = None) -> An
         async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
             if runtime.active() is None:
                 return await fn(*args, **kwargs)
-            return await acall_tool(tool_name, bind_arguments(fn, args, kwargs), lambda: fn(*args, **kwargs))
+            bound, defaulted = bind_call(fn, args, kwargs)
+            return await acall_tool(tool_name, bound, lambda: fn(*args, **kwargs), defaulted=defaulted)
 
         async_wrapper.__forkpoint_tool__ = tool_name  # type: ignore[attr-defined]
         return async_wrapper
@@ -287,7 +306,8 @@ def tool(fn: Callable[..., Any] | None = None, *, name: str | None = None) -> An
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         if runtime.active() is None:
             return fn(*args, **kwargs)
-        return call_tool(tool_name, bind_arguments(fn, args, kwargs), lambda: fn(*args, **kwargs))
+        bound, defaulted = bind_call(fn, args, kwargs)
+        return call_tool(tool_name, bound, lambda: fn(*args, **kwargs), defaulted=defaulted)
 
     wrapper.__forkpoint_tool__ = tool_name  # type: ignore[attr-defined]
     return wrapper

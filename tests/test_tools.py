@@ -213,6 +213,31 @@ def test_tool_called_with_other_arguments_diverges_with_a_diff(tmp_path: Path, s
     assert "$.args.query" in msg and "dogs" in msg and "cats" in msg
 
 
+def test_a_tool_that_gained_an_optional_parameter_still_matches_its_recording(store: Path) -> None:
+    """Agent code evolves: a tool gets a new parameter with a default, the call sites stay as they
+    were. The recordings made before must still replay (a regression suite should not break
+    because a tool grew an option), while a call that passes the new parameter is a different call."""
+
+    @forkpoint.tool(name="quote")
+    def quote_v1(ticker: str) -> float:
+        return 1.0
+
+    @forkpoint.tool(name="quote")
+    def quote_v2(ticker: str, exchange: str = "NYSE") -> float:
+        raise AssertionError("not run on replay")
+
+    with forkpoint.record(store=store) as rec:
+        assert quote_v1("ACME") == 1.0
+    with forkpoint.replay(rec.session_path) as rp:
+        assert quote_v2("ACME") == 1.0  # the default is not part of what the caller asked
+    assert rp.report()["matched"] == 1
+    with forkpoint.replay(rec.session_path), pytest.raises(forkpoint.Divergence) as exc:
+        quote_v2("ACME", exchange="LSE")
+    assert "$.args.exchange" in str(exc.value)
+    with forkpoint.replay(rec.session_path), pytest.raises(forkpoint.Divergence):
+        quote_v2("ACME", "NYSE")  # passed explicitly, even with the default's value: asked for
+
+
 def test_non_json_result_raises_until_an_encoder_is_registered(tmp_path: Path, store: Path) -> None:
     @forkpoint.tool
     def locate(name: str) -> Point:
