@@ -15,6 +15,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -102,7 +103,7 @@ def child_env(
     *,
     tools: list[str],
     report: Path | None = None,
-    replay_options: dict[str, object] | None = None,
+    replay_options: Mapping[str, object] | None = None,
 ) -> dict[str, str]:
     """The environment for a child process that forkpoint should record or replay."""
     env = dict(os.environ)

@@ -681,6 +681,7 @@ class SourceTracker:
                 self._ensure_objects([index_tree] + [c[3] for c in _parse_raw_diff(raw)])
                 self._ensured.add(index_tree)
         finally:
+            head: str | None
             try:
                 head, ref = _git_finish(head_proc, "rev-parse HEAD").decode().split()
             except (CheckpointError, ValueError):

@@ -392,7 +392,7 @@ def view_model(
     events: list[dict[str, Any]] = []
     turn = 0
     pending: list[tuple[int, list[dict[str, Any]]]] = []
-    stats = {
+    stats: dict[str, Any] = {
         "model_calls": 0,
         "tool_calls": 0,
         "checkpoints": 0,

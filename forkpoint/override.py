@@ -30,6 +30,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -176,6 +177,7 @@ def apply(event: dict[str, Any], o: Override) -> dict[str, Any]:
         return new
     url = new["request"]["url"]
     recorded = summarize(url, new["request"]["body"], recorded_response(event))
+    text: str | None
     if o.field == "text":
         if not isinstance(o.value, str):
             raise OverrideError(f"override {o.spec!r}: text is a JSON string, e.g. '\"I give up.\"'")
@@ -199,7 +201,7 @@ def apply(event: dict[str, Any], o: Override) -> dict[str, Any]:
     return new
 
 
-def _norm_calls(o: Override, recorded: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _norm_calls(o: Override, recorded: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """The override's tool calls as ``{"id", "name", "arguments": str}``. A call given without an id
     takes the id of the recorded call in its place when that called the same tool, so an override
     equal to the recording replays exactly as the recording; otherwise an id derived from the spec,

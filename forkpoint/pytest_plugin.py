@@ -246,7 +246,7 @@ def invocation_nodeid(item: pytest.Item, base: Path | None = None) -> str:
     nodeid itself is relative to the rootdir, which need not be where the user is."""
     base = base or Path(item.config.invocation_params.dir)
     nodeid = item.nodeid
-    file = item.getparent(pytest.File)
+    file = item.getparent(pytest.File)  # type: ignore[type-abstract]
     if file is not None and nodeid.startswith(file.nodeid + "::"):
         return shown_path(file.path, base) + nodeid[len(file.nodeid) :]
     rest = "::" + nodeid.split("::", 1)[1] if "::" in nodeid else ""

@@ -231,7 +231,7 @@ class Replayer:
         ``defaulted`` names arguments the caller did not pass (filled in from the signature): when
         nothing matches the call as it is, the call without them is tried, so a tool that gained
         an optional parameter since the recording still gets its recorded answers."""
-        alt = ()
+        alt: tuple[str, ...] = ()
         if defaulted & set(args):
             alt = (tool_key(name, {k: v for k, v in args.items() if k not in defaulted}),)
         norm = {"tool": name, "args": args}
@@ -393,7 +393,7 @@ class Replayer:
             reason = "no recorded request has the same match key"
         endpoint = what.get("endpoint") or what.get("name")
         candidates = [e for e in unused if _endpoint(e) == endpoint]
-        expected = (candidates or unused or [None])[0]
+        expected: dict[str, Any] | None = (candidates or unused or [None])[0]
         nearest, best = None, -1.0
         for e in (candidates or unused)[:50]:
             score = similarity(_normalized(e), norm)

@@ -288,7 +288,7 @@ def tool(fn: Callable[..., Any] | None = None, *, name: str | None = None) -> An
     """
     if fn is None:
         return lambda f: tool(f, name=name)
-    tool_name = name or getattr(fn, "__name__", "tool")
+    tool_name = str(name or getattr(fn, "__name__", "tool"))
 
     if inspect.iscoroutinefunction(fn):
 
