@@ -30,13 +30,13 @@ import time
 import uuid
 import zlib
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
 from forkpoint import runtime
+from tests.httpserver import LoggingHandler
 
 
 def binary_payload(size: int) -> bytes:
@@ -72,48 +72,14 @@ def compress(data: bytes, encoding: str) -> bytes:
     return c.compress(data) + c.flush()
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    disable_nagle_algorithm = True  # no 40 ms delayed-ACK stall between headers and body
-    server: _Server
+class _Handler(LoggingHandler):
     timeout = 20
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
-        pass
-
-    def do_GET(self) -> None:  # noqa: N802 - stdlib name
-        self._handle()
-
-    def do_POST(self) -> None:  # noqa: N802 - stdlib name
-        self._handle()
-
-    # ----------------------------------------------------------------- plumbing
-
-    def _handle(self) -> None:
-        length = int(self.headers.get("content-length") or 0)
-        raw = self.rfile.read(length) if length else b""
-        parts = urlsplit(self.path)
-        query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
-        try:
-            body: Any = json.loads(raw) if raw else None
-        except ValueError:
-            body = None
-        with self.server.lock:
-            self.server.counter += 1
-            self.server.requests.append(
-                {
-                    "method": self.command,
-                    "path": parts.path,
-                    "query": query,
-                    "headers": {k.lower(): v for k, v in self.headers.items()},
-                    "raw": raw,
-                    "body": body,
-                }
-            )
-        if parts.path.endswith("/chat/completions"):
-            self._chat(body or {})
+    def route(self, request: dict[str, Any]) -> None:
+        if request["path"].endswith("/chat/completions"):
+            self._chat(request["body"] or {})
         else:
-            self._generic(parts.path, query, body)
+            self._generic(request["path"], request["query"], request["body"], request["n"])
 
     def _send_body(self, status: int, ctype: str, data: bytes, encoding: str | None = None) -> None:
         if encoding:
@@ -163,7 +129,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     # ----------------------------------------------------------------- routes
 
-    def _generic(self, path: str, query: dict[str, str], body: Any) -> None:
+    def _generic(self, path: str, query: dict[str, str], body: Any, n: int) -> None:
         kind = query.get("kind", "json")
         status = int(query.get("status", "200"))
         encoding = query.get("encoding")
@@ -187,7 +153,7 @@ class _Handler(BaseHTTPRequestHandler):
                 "path": path,
                 "query": query,
                 "echo": body,
-                "count": self.server.counter,
+                "count": n,
                 "note": "ünïcode ✓",
             }
             self._send_body(status, "application/json", json.dumps(reply).encode(), encoding)
@@ -256,7 +222,6 @@ class _Server(ThreadingHTTPServer):
     def __init__(self) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
         self.lock = threading.Lock()
-        self.counter = 0
         self.requests: list[dict[str, Any]] = []
         self.gate = threading.Event()
         self.finished = threading.Event()

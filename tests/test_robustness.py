@@ -25,11 +25,11 @@ import time
 import uuid
 import zlib
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from types import ModuleType
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import urlsplit
 
 import anthropic
 import brotli
@@ -42,6 +42,7 @@ import zstandard
 
 import forkpoint
 from forkpoint.log import LOG_NAME, Session, SessionWriter, verify
+from tests.httpserver import LoggingHandler
 
 LIBS = [pytest.param(httpx, id="httpx"), pytest.param(httpx2, id="httpx2")]
 MODES = [pytest.param(False, id="sync"), pytest.param(True, id="async")]
@@ -72,7 +73,7 @@ def encode(data: bytes, coding: str) -> bytes:
     return data  # an unknown coding: sent as is, under its name
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(LoggingHandler):
     """Routes (headers control behaviour so that they stay out of the match key):
 
     * ``POST …/chat/completions``: an OpenAI chat completion (SSE when ``"stream": true``);
@@ -88,33 +89,12 @@ class _Handler(BaseHTTPRequestHandler):
     * ``POST /v1/sse?n=N&delay=D&drop=K``: N SSE events (a socket closed after K with ``drop``).
     """
 
-    protocol_version = "HTTP/1.1"
-    disable_nagle_algorithm = True
     server: _Server
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
-        pass
-
-    def do_GET(self) -> None:  # noqa: N802 - stdlib name
-        self._handle()
-
-    def do_POST(self) -> None:  # noqa: N802 - stdlib name
-        self._handle()
-
-    def _handle(self) -> None:
-        length = int(self.headers.get("content-length") or 0)
-        raw = self.rfile.read(length) if length else b""
-        parts = urlsplit(self.path)
-        query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
-        headers = {k.lower(): v for k, v in self.headers.items()}
-        try:
-            body: Any = json.loads(raw) if raw and "json" in headers.get("content-type", "") else None
-        except ValueError:
-            body = None
-        with self.server.lock:
-            self.server.requests.append(
-                {"method": self.command, "path": parts.path, "query": query, "headers": headers, "raw": raw}
-            )
+    def route(self, request: dict[str, Any]) -> None:
+        parts, query, headers, raw = urlsplit(self.path), request["query"], request["headers"], request["raw"]
+        # Only a JSON request is read as one (a multipart upload that happens to parse is not).
+        body = request["body"] if "json" in headers.get("content-type", "") else None
         if headers.get("x-delay-ms"):
             time.sleep(int(headers["x-delay-ms"]) / 1000)
         status = self._planned_status(headers)
