@@ -40,7 +40,8 @@ from langchain_openai import ChatOpenAI  # noqa: E402
 from langgraph.graph import START, MessagesState, StateGraph  # noqa: E402
 from langgraph.prebuilt import ToolNode, tools_condition  # noqa: E402
 from openai import AsyncOpenAI  # noqa: E402
-from pydantic_ai import Agent  # noqa: E402
+from pydantic_ai import Agent, ToolReturn  # noqa: E402
+from pydantic_ai.messages import BinaryContent, ToolReturnPart  # noqa: E402
 from pydantic_ai.models.openai import OpenAIChatModel  # noqa: E402
 from pydantic_ai.providers.openai import OpenAIProvider  # noqa: E402
 
@@ -351,6 +352,49 @@ def test_rich_return_values_replay_as_the_model_saw_them(tmp_path: Path) -> None
         == tools[1]["result"]
         == str(Report(tools[1]["args"]["path"], (1, 2), datetime.date(2026, 1, 2)))
     )
+
+
+def test_pydantic_ai_tool_return_and_images_replay_as_the_model_saw_them(tmp_path: Path) -> None:
+    """pydantic-ai tools may return a ``ToolReturn`` (a value for the tool result, extra content for
+    the model, metadata for the application) or multimodal content such as an image. On replay the
+    agent gets the same objects back, so the requests the model would see are the same (an image
+    part in the next request included) and the application reads the same metadata."""
+    png = b"\x89PNG\r\n\x1a\n" + bytes(range(64))
+    ran: list[str] = []
+    agent = Agent(instructions="Use the tool.")
+
+    @agent.tool_plain
+    def screenshot(path: str) -> ToolReturn:
+        """Take a screenshot of a file."""
+        ran.append(path)
+        return ToolReturn(
+            return_value={"path": path, "pixels": 64},
+            content=["Here is the screenshot:", BinaryContent(data=png, media_type="image/png")],
+            metadata={"taken_at": "2026-01-02T03:04:05Z"},
+        )
+
+    def run(url: str) -> tuple[str, list[Any]]:
+        model = OpenAIChatModel("demo-model", provider=OpenAIProvider(base_url=url + "/v1", api_key=API_KEY))
+        result = agent.run_sync("Go.", model=model)
+        returns = [
+            (p.content, p.metadata)
+            for m in result.all_messages()
+            for p in getattr(m, "parts", [])
+            if isinstance(p, ToolReturnPart)
+        ]
+        return str(result.output), returns
+
+    with ModelServer(turns=1) as server, forkpoint.record(store=tmp_path) as rec:
+        live = run(server.base_url)
+        images = [r for r in server.requests if "data:image/png;base64" in json.dumps(r["body"])]
+    assert len(ran) == 1 and images  # the image reached the model as a part of the next request
+    assert live[1] == [({"path": ran[0], "pixels": 64}, {"taken_at": "2026-01-02T03:04:05Z"})]
+    with forkpoint.replay(rec.session_path) as rp:
+        assert run(server.base_url) == live
+    assert len(ran) == 1  # the tool body did not run again
+    assert rp.report()["unused"] == [] and rp.report()["divergence"] is None
+    (event,) = forkpoint.Session.load(rec.session_path).by_type("tool_call")
+    assert event["result"]["$pydantic_ai"]["kind"] == "tool-return"
 
 
 def test_langchain_tool_shapes_replay_as_the_model_saw_them(tmp_path: Path) -> None:

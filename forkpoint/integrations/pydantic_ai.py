@@ -11,8 +11,10 @@ The event's ``tool`` is that name (the function's, unless given another), ``args
 arguments in pydantic's JSON form (the ``RunContext`` is not one of them), ``result`` the return
 value in the JSON form pydantic-ai sends to the model. A ``ModelRetry`` raised by the tool is
 recorded as an error and raised again on replay, so the retry prompt the model sees is the same.
-Known limit: a tool that returns a ``ToolReturn`` or multimodal content gets its JSON form back
-on replay, which pydantic-ai does not treat the same way.
+A ``ToolReturn`` (a return value plus content for the model and metadata for the application) and
+multimodal results (``BinaryContent``, ``ImageUrl``…, alone or in a list) are stored as
+``{"$pydantic_ai": <pydantic-ai's own JSON form>}`` and validated back into those classes on
+replay, so the model gets the same parts (binary data as base64 in the log).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from types import ModuleType
 from typing import Any
 
 from .. import runtime
-from . import is_forkpoint_tool, jsonable, run_tool
+from . import is_forkpoint_tool, is_json, jsonable, run_tool
 
 
 def _function_of(tool: Any) -> Any:
@@ -42,7 +44,48 @@ def patch(module: ModuleType) -> None:
     async def call_tool(self: Any, name: str, tool_args: dict[str, Any], ctx: Any, tool: Any) -> Any:
         if runtime.active() is None or is_forkpoint_tool(_function_of(tool)):
             return await original(self, name, tool_args, ctx, tool)
-        return await run_tool(name, jsonable(tool_args), lambda: original(self, name, tool_args, ctx, tool))
+        served = await run_tool(
+            name, jsonable(tool_args), lambda: original(self, name, tool_args, ctx, tool), encode_result
+        )
+        return decode_result(served)
 
     call_tool.__forkpoint_integration__ = True  # type: ignore[attr-defined]
     cls.call_tool = call_tool
+
+
+_RICH_KEY = "$pydantic_ai"
+
+
+@functools.cache
+def _rich_adapter() -> Any:
+    """pydantic's adapter for what pydantic-ai treats as more than data in a tool's result."""
+    from pydantic import TypeAdapter
+    from pydantic_ai.messages import MultiModalContent, ToolReturn, UserContent
+
+    return TypeAdapter(ToolReturn | MultiModalContent | list[UserContent])  # type: ignore[arg-type]
+
+
+def _is_rich(value: Any) -> bool:
+    try:
+        from pydantic_ai.messages import MULTI_MODAL_CONTENT_TYPES, ToolReturn
+    except ImportError:  # a pydantic-ai without them: nothing to rebuild
+        return False
+
+    if isinstance(value, (ToolReturn, *MULTI_MODAL_CONTENT_TYPES)):
+        return True
+    return isinstance(value, list) and any(isinstance(v, MULTI_MODAL_CONTENT_TYPES) for v in value)
+
+
+def encode_result(value: Any) -> Any:
+    """A tool's return value in the JSON form that :func:`decode_result` turns back into what
+    pydantic-ai would have got from the tool (see the module docstring)."""
+    if not is_json(value) and _is_rich(value):
+        return {_RICH_KEY: _rich_adapter().dump_python(value, mode="json")}
+    return jsonable(value)
+
+
+def decode_result(value: Any) -> Any:
+    """Inverse of :func:`encode_result` for a served result (a live one passes through unchanged)."""
+    if isinstance(value, dict) and len(value) == 1 and _RICH_KEY in value:
+        return _rich_adapter().validate_python(value[_RICH_KEY])
+    return value
