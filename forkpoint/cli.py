@@ -198,16 +198,8 @@ def replay_command(
     command = list(cmd or session.header.get("argv") or [])
     if not command:
         raise click.UsageError("the session has no recorded command; give one after --")
-    recorded_cwd = session.header.get("cwd")
-    if not cmd and cwd is None and recorded_cwd and Path(recorded_cwd).is_dir():
-        # The recorded command's relative paths (python agent.py) mean what they meant there.
-        cwd = Path(recorded_cwd)
-        if not quiet and cwd.resolve() != Path.cwd().resolve():
-            err.print(
-                f"forkpoint: running the recorded command in its recorded directory {cwd} "
-                "(give a command after -- to run one here)",
-                markup=False,
-            )
+    if not cmd:
+        command = _runnable(command)
     if check:
         v = verify(session.path, git=False)
         if v.problems:
@@ -252,12 +244,25 @@ def replay_command(
         child.append(end_event(code, started))
         child.close()
         session_finished(child.path, quiet=quiet)
+    # The recorded command's relative paths meant what they meant where it was recorded. Not run
+    # there on purpose (that may be another checkout); said when the run went wrong.
+    recorded_cwd = session.header.get("cwd")
+    here = (cwd or Path.cwd()).resolve()
+    moved = not cmd and recorded_cwd and Path(recorded_cwd).resolve() != here
+    hint = (
+        f" (the session was recorded in {recorded_cwd}, this replay ran in {here}: replay from there, "
+        "or give the command after --)"
+        if moved
+        else ""
+    )
     if report is None:
         err.print(
             "[red]forkpoint: the replayed process wrote no report: it did not start forkpoint (is forkpoint "
-            "installed in its environment?), or it was killed, or it left through os._exit[/red]"
+            f"installed in its environment?), or it was killed, or it left through os._exit{escape(hint)}[/red]"
         )
         return None, code if code else 1, out
+    if moved and not quiet and (code != 0 or not report.get("matched")):
+        err.print(f"forkpoint: note{hint}", markup=False)
     if not quiet:
         err.print(summary_line(report), markup=False)
         for o in report.get("overrides") or []:
@@ -288,6 +293,20 @@ def replay_command(
             markup=False,
         )
     return report, code, out
+
+
+def _runnable(command: list[str]) -> list[str]:
+    """A recorded command as this replay runs it. A bare ``python``, ``python3`` or ``pytest`` is
+    run with the interpreter forkpoint itself runs in, unless PATH finds it beside that interpreter:
+    the replay needs forkpoint importable in the program, and a PATH without the (not activated)
+    virtualenv would find another Python, or none."""
+    if not command or command[0] not in ("python", "python3", "pytest"):
+        return command
+    found = shutil.which(command[0])
+    if found is not None and Path(found).parent == Path(sys.executable).parent:
+        return command
+    launcher = [sys.executable, "-m", "pytest"] if command[0] == "pytest" else [sys.executable]
+    return [*launcher, *command[1:]]
 
 
 def _command(cmd: tuple[str, ...]) -> list[str]:

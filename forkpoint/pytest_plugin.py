@@ -351,6 +351,11 @@ class Cassette:
         from .log import SessionError
 
         nodeid = self.item.nodeid
+        if forkpoint.active() is not None:
+            # This pytest runs under `forkpoint record` or `forkpoint replay` (a cassette's recorded
+            # command replayed from the CLI): that runtime records or serves the test's calls.
+            self.action = "outer"
+            return
         if self.mode == "rewrite" or not self.exists:
             if self.mode == "replay":
                 why = f" ({self.mode_reason})" if self.mode_reason != "--forkpoint-mode" else ""

@@ -522,3 +522,35 @@ def test_example_suite_replays_green_from_its_committed_cassettes(
     result.stdout.fnmatch_lines(["*cassettes in */examples/cassettes: 4 replayed, 0 recorded, 0 updated*"])
     after = sorted(p.relative_to(EXAMPLES) for p in EXAMPLES.rglob("*") if "__pycache__" not in p.parts)
     assert after == before
+
+
+def test_a_cassette_replays_under_the_cli_too(tmp_path: Path, server: ModelServer) -> None:
+    """A cassette is a session whose command is the test: ``forkpoint replay CASSETTE`` runs that
+    pytest under the CLI's replay, and the plugin steps aside for it (it used to start a second
+    replay in the same process and fail)."""
+    import os
+    import subprocess
+    import sys
+
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "test_agent.py").write_text(INNER)
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_DISABLE_PLUGIN_AUTOLOAD"}
+    env.update(CI="", PYTEST_ADDOPTS="-p no:cacheprovider")
+    test = "test_agent.py::test_agent"
+    rec = subprocess.run(
+        [sys.executable, "-m", "pytest", "--forkpoint-mode=once", test],
+        cwd=project, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert rec.returncode == 0, rec.stdout + rec.stderr
+    server.stop()
+    runs = tool_runs(tmp_path)
+    cassette = project / "tests" / "cassettes" / "test_agent" / "test_agent"
+    rep = subprocess.run(
+        [sys.executable, "-m", "forkpoint.cli", "replay", str(cassette)],
+        cwd=project, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert rep.returncode == 0, rep.stdout + rep.stderr
+    assert "1 passed" in rep.stdout
+    assert "replay ok: 2/2 events matched" in rep.stderr
+    assert tool_runs(tmp_path) == runs  # the tool was served, not run
