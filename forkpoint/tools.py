@@ -129,7 +129,25 @@ def bind_call(
 
 
 def _error_dict(exc: BaseException) -> dict[str, Any]:
-    return {"type": type(exc).__qualname__, "module": type(exc).__module__, "message": scrub_text(str(exc))}
+    """``{"type", "module", "message"}``, plus the exception's ``args`` and instance attributes
+    (``attrs``) when they are JSON and differ from the plain ``Exception(message)`` case, so a
+    custom exception (``MyError(code, msg)`` with ``.code``) comes back whole on replay."""
+    out: dict[str, Any] = {
+        "type": type(exc).__qualname__,
+        "module": type(exc).__module__,
+        "message": scrub_text(str(exc)),
+    }
+    try:
+        args = scrub_json(to_json_value(list(exc.args)))
+        attrs = {k: v for k, v in vars(exc).items() if not k.startswith("__")}
+        attrs = scrub_json(to_json_value(attrs)) if attrs else {}
+    except (TypeError, ValueError):  # not JSON: the message alone is kept
+        return out
+    if args != [out["message"]]:
+        out["args"] = args
+    if attrs:
+        out["attrs"] = attrs
+    return out
 
 
 def rebuild_exception(error: dict[str, Any]) -> BaseException:
@@ -143,10 +161,27 @@ def rebuild_exception(error: dict[str, Any]) -> BaseException:
     for part in name.split("."):
         cls = getattr(cls, part, None)
     if isinstance(cls, type) and issubclass(cls, Exception):
-        try:
-            return cls(message)
-        except Exception:  # constructors with other signatures
-            pass
+        args = error.get("args")
+        exc: BaseException | None = None
+        for attempt in ((*args,) if isinstance(args, list) else None, (message,)):
+            if attempt is None:
+                continue
+            try:
+                exc = cls(*attempt)
+                break
+            except Exception:  # a constructor with another signature
+                continue
+        if exc is None:  # built without calling its constructor, from what was recorded
+            exc = cls.__new__(cls)
+            exc.args = tuple(args) if isinstance(args, list) else (message,)
+        attrs = error.get("attrs")
+        if isinstance(attrs, dict):
+            for key, value in attrs.items():
+                try:
+                    setattr(exc, str(key), value)
+                except Exception:  # a read-only property: the constructor has set it
+                    pass
+        return exc
     return RecordedToolError(name, module, message)
 
 

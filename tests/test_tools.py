@@ -180,6 +180,52 @@ def test_exceptions_are_recorded_and_reraised(tmp_path: Path, store: Path) -> No
     assert side.read_text() == before
 
 
+class ApiError(Exception):
+    """A typical custom exception: its own constructor, attributes the agent reads."""
+
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(f"HTTP {status}: {detail}")
+        self.status, self.detail = status, detail
+
+
+class Refused(Exception):
+    """A constructor the recorded values cannot call: rebuilt without it."""
+
+    def __init__(self, *, reason: str) -> None:
+        super().__init__(f"refused: {reason}")
+        self.reason = reason
+
+
+def test_custom_exceptions_come_back_whole(store: Path) -> None:
+    """``except ApiError as e: if e.status == 429`` must take the same branch on replay: the
+    exception is rebuilt as its own class with its attributes (not a generic RecordedToolError)."""
+
+    @forkpoint.tool
+    def fetch(url: str) -> str:
+        if "limit" in url:
+            raise ApiError(429, "slow down")
+        raise Refused(reason="robots.txt")
+
+    def run() -> list[tuple[type, str, dict[str, Any]]]:
+        out = []
+        for url in ("https://x/limit", "https://x/private"):
+            try:
+                fetch(url)
+            except Exception as exc:  # noqa: BLE001 - what the agent would see
+                out.append((type(exc), str(exc), dict(vars(exc))))
+        return out
+
+    with forkpoint.record(store=store) as rec:
+        live = run()
+    assert live[0] == (ApiError, "HTTP 429: slow down", {"status": 429, "detail": "slow down"})
+    with forkpoint.replay(rec.session_path):
+        assert run() == live
+    errors = [e["error"] for e in Session.load(rec.session_path).by_type("tool_call")]
+    assert "args" not in errors[0]  # the same as the message: not stored twice
+    assert errors[0]["attrs"] == {"status": 429, "detail": "slow down"}
+    assert errors[1]["attrs"] == {"reason": "robots.txt"}
+
+
 def test_replay_serves_results_without_running_bodies(tmp_path: Path, store: Path) -> None:
     side = tmp_path / "side.txt"
     search, next_id, *_ = make_tools(side)
