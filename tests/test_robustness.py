@@ -452,6 +452,44 @@ def test_threads_sharing_one_sync_client(
     assert rp.report()["matched"] == 24
 
 
+@pytest.mark.parametrize("sdk", ["openai", "anthropic"])
+def test_best_of_n_on_a_fresh_async_sdk_client_replays_each_caller_its_answer(
+    sdk: str, srv: Server, store: Path
+) -> None:
+    """The same request gathered 8 times on a *fresh* async client. Each first request of such a
+    client waits on a worker thread (the SDK's platform lookup), so the order in which they reach
+    the HTTP layer was random, run to run: caller k got another caller's answer on replay, and a
+    different one every time. forkpoint takes that hop out while it is active (integrations/stainless)."""
+
+    async def best_of_n() -> list[str]:
+        if sdk == "openai":
+            async with aoai(srv.url) as client:
+                return list(
+                    await asyncio.gather(
+                        *(client.chat.completions.create(model="m", messages=user("same")) for _ in range(8))
+                    )
+                )
+        async with anthropic.AsyncAnthropic(base_url=srv.url, api_key=API_KEY, max_retries=0) as client:
+            return list(
+                await asyncio.gather(
+                    *(
+                        client.messages.create(model="c", max_tokens=5, messages=user("same"))
+                        for _ in range(8)
+                    )
+                )
+            )
+
+    def ids() -> list[str]:
+        return [r.id for r in asyncio.run(best_of_n())]
+
+    with forkpoint.record(store=store) as rec:
+        live = ids()
+    assert len(set(live)) == 8
+    for _ in range(3):
+        with forkpoint.replay(rec.session_path):
+            assert ids() == live
+
+
 def test_identical_concurrent_requests_replay_in_the_order_they_were_sent(srv: Server, store: Path) -> None:
     """Best-of-n: the same request sent 4 times at once. The server answers the last one first, so the
     calls *finish* in reverse order. A user expects the replay to give caller k the answer caller k

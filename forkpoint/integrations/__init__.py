@@ -15,6 +15,9 @@ body never runs), live when the replay says so. What each integration patches:
 * **LangChain / LangGraph** (:mod:`.langchain`): ``BaseTool.run`` / ``arun``, which wrap the body
   (``_run`` / ``_arun``) of each tool class on its first call — every ``@tool`` function and
   ``BaseTool`` subclass, as ``ToolNode`` and ``create_react_agent`` run them.
+* **openai, anthropic** (:mod:`.stainless`): a fresh async client's first requests reach the HTTP
+  layer in the order they were made (not after a worker-thread hop each), so identical requests
+  gathered at once are sent, recorded and replayed in the same order.
 * **google-genai** (:mod:`.google_genai`): its async client prefers aiohttp when aiohttp is
   installed, which forkpoint does not capture; while forkpoint is active it takes its httpx client
   instead (the SDK's own fallback), which forkpoint captures like the sync one. And the Python
@@ -60,6 +63,8 @@ INTEGRATIONS: dict[str, str] = {
     "google.genai._api_client": "forkpoint.integrations.google_genai:patch_api_client",
     "google.genai._extra_utils": "forkpoint.integrations.google_genai:patch_extra_utils",
     "langchain_core.tools.base": "forkpoint.integrations.langchain:patch",
+    "openai._base_client": "forkpoint.integrations.stainless:patch",
+    "anthropic._base_client": "forkpoint.integrations.stainless:patch",
 }
 
 _lock = threading.RLock()
