@@ -655,9 +655,15 @@ def checkpoints(session: str, store: str | None) -> None:
             escape(e.get("reason", "")),
         )
     if not table.row_count:
-        err.print(
-            f"session {s.id} has no checkpoints (record with --workspace DIR, or inside a git repository)"
-        )
+        parent = s.header.get("parent")
+        if parent:
+            # A what-if run or a fork arm: the replayed part has its checkpoints in the parent, and
+            # calls made live during a replay take none.
+            pid = parent.get("session_id") if isinstance(parent, dict) else parent
+            why = f"it is a replay of session {pid}, and calls made live during a replay take none: fork {pid}'s checkpoints instead"
+        else:
+            why = "record with --workspace DIR, or inside a git repository"
+        err.print(f"session {s.id} has no checkpoints ({why})", markup=False)
         sys.exit(1)
     terminal().print(table)
 

@@ -947,6 +947,11 @@ def test_fork_two_arms_end_to_end(tmp_path: Path) -> None:
     assert sorted(p.name for p in arms.iterdir()) == ["arm-1", "arm-2"]
     children = [Session.load(d) for d in session_dirs(store) if d != parent_dir]
     assert len(children) == 4  # two arms, then one arm twice
+    listed = subprocess.run(
+        [*fp, "checkpoints", str(children[0].path)], capture_output=True, text=True, timeout=60
+    )
+    assert listed.returncode == 1
+    assert f"it is a replay of session {parent.id}" in " ".join(listed.stderr.split())
     for child in children:
         assert child.header["parent"] == {"session_id": parent.id, "seq": cp["seq"]}
         assert (child.end() or {}).get("exit_code") == 0
