@@ -606,6 +606,16 @@ def _session_at(ref: str, store: str | None) -> tuple[Session, int]:
     return _load(name, store), int(seq)
 
 
+def _shown(value: Any) -> str:
+    """A check's expected or actual value for people: ``key: value`` pairs and lists as text, not
+    Python reprs."""
+    if isinstance(value, dict):
+        return "; ".join(f"{k}: {_shown(v)}" for k, v in value.items())
+    if isinstance(value, list | tuple | set):
+        return ", ".join(_shown(v) for v in value) or "(none)"
+    return str(value)
+
+
 def _print_checks(checks: list[Any]) -> bool:
     ok = True
     for c in checks:
@@ -614,7 +624,7 @@ def _print_checks(checks: list[Any]) -> bool:
         detail = (
             ""
             if c.ok
-            else f"\n        expected {escape(str(c.expected))}\n        actual   {escape(str(c.actual))}"
+            else f"\n        expected {escape(_shown(c.expected))}\n        actual   {escape(_shown(c.actual))}"
         )
         err.print(f"  {mark}  {c.name}{detail}")
     return ok

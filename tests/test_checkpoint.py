@@ -418,6 +418,11 @@ def test_restore_cli_validates_and_never_writes_into_the_recorded_repo(
     assert status(tmp_path / "r") == status(repo)
     bad = cli("restore", f"{s.path}@999", "--into", str(tmp_path / "x"))
     assert bad.exit_code != 0 and "no checkpoint at seq 999" in bad.output
+    # A failing check says what differs in words, not as Python dicts.
+    (tmp_path / "r" / "repro.py").write_text("changed\n")
+    failed = cli("validate", str(tmp_path / "r"))
+    assert failed.exit_code != 0 and "FAIL" in failed.output
+    assert "repro.py" in failed.output and "{'" not in failed.output
 
 
 # --------------------------------------------------------------------------- (c) observable checkpoints

@@ -439,7 +439,9 @@ def _model_span(event: dict[str, Any], session_id: str, content: bool) -> tuple[
         attrs["gen_ai.request.stream"] = True
         chunks = (event.get("response") or {}).get("chunks") or []
         if chunks:
-            attrs["gen_ai.response.time_to_first_chunk"] = float(chunks[0][0]) / 1000.0
+            attrs["gen_ai.response.time_to_first_chunk"] = round(
+                float(chunks[0][0]) / 1000.0, 6
+            )  # s, to the µs
     _set(attrs, "gen_ai.response.id", response_id(event) if event.get("response") else None)
     _set(attrs, "gen_ai.response.model", summary.get("response_model"))
     if summary.get("stop_reason"):
