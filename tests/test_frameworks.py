@@ -38,6 +38,7 @@ from langchain_core.tools import BaseTool, InjectedToolCallId, ToolException  # 
 from langchain_core.tools import tool as langchain_tool  # noqa: E402
 from langchain_openai import ChatOpenAI  # noqa: E402
 from langgraph.graph import START, MessagesState, StateGraph  # noqa: E402
+from langgraph.types import Command, Send  # noqa: E402
 from langgraph.prebuilt import ToolNode, tools_condition  # noqa: E402
 from openai import AsyncOpenAI  # noqa: E402
 from pydantic_ai import Agent, ToolReturn  # noqa: E402
@@ -432,27 +433,39 @@ def test_langchain_tool_shapes_replay_as_the_model_saw_them(tmp_path: Path) -> N
             ran.append("clock")
             return Report(city, (1, 2), datetime.date(2026, 1, 2))  # no JSON form: sent as its text
 
+    @langchain_tool
+    def handoff(reason: str, call_id: Annotated[str, InjectedToolCallId]) -> Command:
+        """Hand the task to the reviewer (a LangGraph handoff: a Command, not a message)."""
+        ran.append("handoff")
+        done = ToolMessage(f"handing off: {reason}", tool_call_id=call_id)
+        return Command(goto=[Send("reviewer", {"why": reason})], update={"messages": [done], "hops": (1, 2)})
+
     calls = [
         (reply, {"text": "hi"}),
         (search, {"query": "bug"}),
         (broken, {"path": "a.py"}),
         (Clock(), {"city": "Oslo"}),
+        (handoff, {"reason": "needs review"}),
     ]
 
     def run() -> list[Any]:
         out = []
         for i, (t, args) in enumerate(calls):
             msg = t.invoke({"type": "tool_call", "name": t.name, "args": args, "id": f"call_{i}"})
-            out.append((type(msg), msg.content, msg.tool_call_id, msg.status, msg.artifact))
+            if isinstance(msg, ToolMessage):
+                out.append((type(msg), msg.content, msg.tool_call_id, msg.status, msg.artifact))
+            else:
+                out.append(msg)
         return out
 
     with forkpoint.record(store=tmp_path) as rec:
         live = run()
-    assert ran == ["reply", "search", "broken", "clock"]
+    assert ran == ["reply", "search", "broken", "clock", "handoff"]
+    assert isinstance(live[4], Command) and live[4].update["messages"][0].tool_call_id == "call_4"
     assert live[2][1:4] == ("no such file: a.py", "call_2", "error")
     with forkpoint.replay(rec.session_path) as rp:
         assert run() == live
-    assert len(ran) == 4  # no body ran on replay
+    assert len(ran) == 5  # no body ran on replay
     assert rp.report()["unused"] == [] and rp.report()["divergence"] is None
     events = forkpoint.Session.load(rec.session_path).by_type("tool_call")
     assert [e["args"] for e in events] == [args for _, args in calls]  # no call_id

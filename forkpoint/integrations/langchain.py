@@ -17,10 +17,10 @@ turns into the same ``ToolMessage`` again: JSON data as is; a message
 (``ToolMessage`` and the like) as ``{"$langchain_message": messages_to_dict form}``; content and
 artifact (``response_format="content_and_artifact"``) as ``{"$content_and_artifact": [c, a]}``
 (the artifact, which the model never sees, comes back in its JSON form: a date as its ISO text);
-anything else as the text LangChain would send (its ``json.dumps``, else ``str``). Not supported:
-a LangGraph ``Command`` returned by a tool (it raises :class:`~forkpoint.ToolResultError`; wrap the
-state update by hand or register an encoder), and a tool whose ``func`` is already a
-``@forkpoint.tool`` (it records itself).
+a LangGraph ``Command`` (a handoff, a state update; its messages, ``Send`` and tuples inside) as
+``{"$langgraph_command": {graph, update, resume, goto}}``, rebuilt on replay; anything else as the
+text LangChain would send (its ``json.dumps``, else ``str``). A tool whose ``func`` is already a
+``@forkpoint.tool`` records itself.
 """
 
 from __future__ import annotations
@@ -42,6 +42,9 @@ _inside: contextvars.ContextVar[bool] = contextvars.ContextVar("forkpoint_langch
 _SKIPPED_ARGS = frozenset({"run_manager", "callbacks", "config"})
 _MESSAGE = "$langchain_message"
 _PAIR = "$content_and_artifact"
+_TUPLE = "$tuple"
+_COMMAND = "$langgraph_command"
+_SEND = "$langgraph_send"
 
 
 def patch(module: ModuleType) -> None:
@@ -139,18 +142,18 @@ def _arguments(tool: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict
 
 
 def encode_output(tool: Any, output: Any) -> Any:
-    """The JSON form of a tool body's return value from which LangChain builds the same model input.
-
-    Raises :class:`~forkpoint.ToolResultError` for a value with no such form (a LangGraph ``Command``)."""
+    """The JSON form of a tool body's return value from which LangChain builds the same model input
+    (and LangGraph the same state update). Raises :class:`~forkpoint.ToolResultError` for an output
+    object with no such form."""
     if getattr(tool, "response_format", None) == "content_and_artifact" and isinstance(output, tuple):
         if len(output) == 2:
             return {_PAIR: [encode_output(None, output[0]), jsonable(output[1])]}
     if is_json(output):
         return output
-    from langchain_core.messages import BaseMessage, messages_to_dict
-
-    if isinstance(output, BaseMessage):
-        return {_MESSAGE: messages_to_dict([output])[0]}
+    try:
+        return _pack(output)  # messages, LangGraph commands, and containers of them
+    except TypeError:
+        pass
     from langchain_core.tools.base import ToolOutputMixin
 
     if isinstance(output, ToolOutputMixin):
@@ -159,23 +162,65 @@ def encode_output(tool: Any, output: Any) -> Any:
             "which forkpoint cannot store as JSON and rebuild on replay; return JSON data or a message, "
             "or register an encoder for it: forkpoint.register_encoder(SomeType, to_json)"
         )
-    if isinstance(output, list) and output and all(isinstance(x, BaseMessage) for x in output):
-        return [{_MESSAGE: d} for d in messages_to_dict(output)]
     try:  # what LangChain sends the model for any other value (tools/base.py: _stringify)
         return json.dumps(output, ensure_ascii=False)
     except Exception:
         return str(output)
 
 
-def decode_output(value: Any) -> Any:
-    """Inverse of :func:`encode_output` for a served result (a live one passes through unchanged)."""
-    if isinstance(value, dict) and len(value) == 1:
-        if _MESSAGE in value and isinstance(value[_MESSAGE], dict):
+def _pack(value: Any) -> Any:
+    """JSON with markers for what JSON cannot hold: messages (LangChain's own dict form), LangGraph
+    ``Command`` and ``Send``, tuples. Raises TypeError for anything else that is not JSON."""
+    from langchain_core.messages import BaseMessage, messages_to_dict
+
+    if value is None or type(value) in (str, bool, int, float):
+        return value
+    if isinstance(value, BaseMessage):
+        return {_MESSAGE: messages_to_dict([value])[0]}
+    if type(value) is dict:
+        return {str(k): _pack(v) for k, v in value.items()}
+    if type(value) is list:
+        return [_pack(v) for v in value]
+    if type(value) is tuple:
+        return {_TUPLE: [_pack(v) for v in value]}
+    kind = f"{type(value).__module__}.{type(value).__qualname__}"
+    if kind == "langgraph.types.Command":
+        fields = ("graph", "update", "resume", "goto")
+        return {_COMMAND: {f: _pack(getattr(value, f)) for f in fields}}
+    if kind == "langgraph.types.Send":
+        return {_SEND: {"node": value.node, "arg": _pack(value.arg)}}
+    raise TypeError(kind)
+
+
+def _unpack(value: Any) -> Any:
+    """Inverse of :func:`_pack`."""
+    if isinstance(value, list):
+        return [_unpack(v) for v in value]
+    if not isinstance(value, dict):
+        return value
+    if len(value) == 1:
+        ((key, inner),) = value.items()
+        if key == _MESSAGE and isinstance(inner, dict):
             from langchain_core.messages import messages_from_dict
 
-            return messages_from_dict([value[_MESSAGE]])[0]
-        if _PAIR in value and isinstance(value[_PAIR], list) and len(value[_PAIR]) == 2:
-            return decode_output(value[_PAIR][0]), value[_PAIR][1]
-    if isinstance(value, list) and value and all(isinstance(x, dict) and _MESSAGE in x for x in value):
-        return [decode_output(x) for x in value]
-    return value
+            return messages_from_dict([inner])[0]
+        if key == _TUPLE and isinstance(inner, list):
+            return tuple(_unpack(v) for v in inner)
+        if key == _COMMAND and isinstance(inner, dict):
+            from langgraph.types import Command
+
+            return Command(**{k: _unpack(v) for k, v in inner.items()})
+        if key == _SEND and isinstance(inner, dict):
+            from langgraph.types import Send
+
+            return Send(inner["node"], _unpack(inner["arg"]))
+    return {k: _unpack(v) for k, v in value.items()}
+
+
+def decode_output(value: Any) -> Any:
+    """Inverse of :func:`encode_output` for a served result (a live one passes through unchanged)."""
+    if isinstance(value, dict) and len(value) == 1 and _PAIR in value:
+        pair = value[_PAIR]
+        if isinstance(pair, list) and len(pair) == 2:
+            return decode_output(pair[0]), pair[1]
+    return _unpack(value)
