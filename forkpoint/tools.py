@@ -128,61 +128,109 @@ def bind_call(
     return {k: _lenient(v) for k, v in params.items()}, defaulted
 
 
+_BYTES = "$bytes"
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as JSON for an exception's args and attributes: bytes as ``{"$bytes": base64}``
+    (so they come back as bytes); raises TypeError for anything else that is not plain JSON."""
+    if value is None or type(value) in (str, bool, int, float):
+        return value
+    if type(value) is bytes:
+        return {_BYTES: base64.b64encode(value).decode()}
+    if type(value) in (list, tuple):
+        return [_plain(v) for v in value]
+    if type(value) is dict and all(type(k) is str for k in value):
+        return {k: _plain(v) for k, v in value.items()}
+    raise TypeError(type(value).__qualname__)
+
+
+def _unplain(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_unplain(v) for v in value]
+    if isinstance(value, dict):
+        if len(value) == 1 and isinstance(value.get(_BYTES), str):
+            return base64.b64decode(value[_BYTES])
+        return {k: _unplain(v) for k, v in value.items()}
+    return value
+
+
 def _error_dict(exc: BaseException) -> dict[str, Any]:
-    """``{"type", "module", "message"}``, plus the exception's ``args`` and instance attributes
-    (``attrs``) when they are JSON and differ from the plain ``Exception(message)`` case, so a
-    custom exception (``MyError(code, msg)`` with ``.code``) comes back whole on replay."""
+    """``{"type", "module", "message"}``, plus the exception's ``args`` (when they are JSON and not
+    just the message) and its JSON instance attributes (``attrs``, each on its own), so a custom
+    exception (``ApiError(429, "slow down")`` with ``.status``) comes back whole on replay."""
     out: dict[str, Any] = {
         "type": type(exc).__qualname__,
         "module": type(exc).__module__,
         "message": scrub_text(str(exc)),
     }
     try:
-        args = scrub_json(to_json_value(list(exc.args)))
-        attrs = {k: v for k, v in vars(exc).items() if not k.startswith("__")}
-        attrs = scrub_json(to_json_value(attrs)) if attrs else {}
-    except (TypeError, ValueError):  # not JSON: the message alone is kept
-        return out
-    if args != [out["message"]]:
+        args = scrub_json(_plain(list(exc.args)))
+    except TypeError:
+        args = None
+    if args is not None and args != [out["message"]]:
         out["args"] = args
+    attrs = {}
+    for key, value in getattr(exc, "__dict__", {}).items():
+        if key.startswith("__"):
+            continue
+        try:
+            attrs[key] = scrub_json(_plain(value))
+        except TypeError:  # an attribute with no JSON form is left out, the others kept
+            continue
     if attrs:
         out["attrs"] = attrs
     return out
 
 
 def rebuild_exception(error: dict[str, Any]) -> BaseException:
-    """The recorded exception, as its own class when that class is a builtin or already imported.
+    """The recorded exception, as its own class when that class is a builtin or already imported
+    (otherwise :class:`RecordedToolError`). No module is imported to find it: loading a session
+    never runs code.
 
-    No module is imported to find it: loading a session never runs code.
-    """
+    The class is called with the recorded ``args``, else with the message, else the instance is made
+    without its constructor; the recorded attributes are set again. The first of these whose
+    ``str()`` is the recorded message is returned (an agent may send that text to the model), else
+    the first that could be built."""
     name, module, message = str(error.get("type")), str(error.get("module")), str(error.get("message", ""))
     owner: Any = builtins if module == "builtins" else sys.modules.get(module)
     cls: Any = owner
     for part in name.split("."):
         cls = getattr(cls, part, None)
-    if isinstance(cls, type) and issubclass(cls, Exception):
-        args = error.get("args")
-        exc: BaseException | None = None
-        for attempt in ((*args,) if isinstance(args, list) else None, (message,)):
-            if attempt is None:
-                continue
+    if not (isinstance(cls, type) and issubclass(cls, Exception)):
+        return RecordedToolError(name, module, message)
+    args = _unplain(error["args"]) if isinstance(error.get("args"), list) else None
+    attrs = _unplain(error["attrs"]) if isinstance(error.get("attrs"), dict) else {}
+
+    def made(how: Callable[[], BaseException]) -> BaseException | None:
+        try:
+            exc = how()
+        except Exception:  # a constructor with another signature
+            return None
+        for key, value in attrs.items():
             try:
-                exc = cls(*attempt)
-                break
-            except Exception:  # a constructor with another signature
-                continue
-        if exc is None:  # built without calling its constructor, from what was recorded
-            exc = cls.__new__(cls)
-            exc.args = tuple(args) if isinstance(args, list) else (message,)
-        attrs = error.get("attrs")
-        if isinstance(attrs, dict):
-            for key, value in attrs.items():
-                try:
-                    setattr(exc, str(key), value)
-                except Exception:  # a read-only property: the constructor has set it
-                    pass
+                setattr(exc, str(key), value)
+            except Exception:  # a read-only property: the constructor has set it
+                pass
         return exc
-    return RecordedToolError(name, module, message)
+
+    def bare() -> BaseException:
+        exc = cls.__new__(cls)
+        exc.args = tuple(args) if args is not None else (message,)
+        return exc  # type: ignore[no-any-return]
+
+    built: list[BaseException] = []
+    for how in ((lambda: cls(*args)) if args is not None else None, lambda: cls(message), bare):
+        exc = made(how) if how is not None else None
+        if exc is None:
+            continue
+        try:
+            if str(exc) == message:
+                return exc
+        except Exception:  # a __str__ that needs what the constructor did not set
+            pass
+        built.append(exc)
+    return built[0] if built else RecordedToolError(name, module, message)
 
 
 def _encode_result(name: str, value: Any) -> Any:

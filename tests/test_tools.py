@@ -226,6 +226,69 @@ def test_custom_exceptions_come_back_whole(store: Path) -> None:
     assert errors[1]["attrs"] == {"reason": "robots.txt"}
 
 
+class PathErr(Exception):
+    """A constructor with a default: called with the message alone it would mean something else."""
+
+    def __init__(self, path: str, reason: str = "unknown") -> None:
+        super().__init__(path, reason)
+        self.path, self.reason = path, reason
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.reason}"
+
+
+def test_rebuilt_exceptions_say_what_they_said_live(store: Path, tmp_path: Path) -> None:
+    """An agent often sends ``str(exc)`` to the model: the rebuilt exception must say exactly what
+    the live one said — builtins with extra state (an OSError's file name, a decode error's
+    position), constructors with defaults, bytes attributes (a failed subprocess's stderr) — or
+    the replay diverges at the next model call."""
+    import subprocess
+
+    missing = tmp_path / "missing.txt"
+
+    @forkpoint.tool
+    def fail(kind: str) -> str:
+        if kind == "open":
+            return open(missing).read()
+        if kind == "path":
+            raise PathErr("/a", "denied")
+        if kind == "decode":
+            return b"ok \xff".decode("utf-8")
+        if kind == "shell":
+            subprocess.run([sys.executable, "-c", "import sys; sys.stderr.write('bad'); sys.exit(3)"],
+                           check=True, capture_output=True)  # fmt: skip
+        raise ExceptionGroup("several", [ValueError("one"), KeyError("two")])
+
+    kinds = ["open", "path", "decode", "shell", "group"]
+
+    def run() -> list[tuple[type, str, Any]]:
+        out = []
+        for kind in kinds:
+            try:
+                fail(kind)
+            except Exception as exc:  # noqa: BLE001 - what the agent would see
+                out.append((type(exc), str(exc), getattr(exc, "stderr", None)))
+        return out
+
+    with forkpoint.record(store=store) as rec:
+        live = run()
+    assert [t for t, _, _ in live] == [
+        FileNotFoundError,
+        PathErr,
+        UnicodeDecodeError,
+        subprocess.CalledProcessError,
+        ExceptionGroup,
+    ]
+    assert live[3][2] == b"bad"
+    with forkpoint.replay(rec.session_path):
+        again = run()
+    assert again[:4] == live[:4]  # same class, same text, stderr bytes again
+    # An exception group cannot be rebuilt from JSON: it comes back as a RecordedToolError that says so.
+    assert (
+        again[4][0] is tools_mod.RecordedToolError and again[4][1] == f"builtins.ExceptionGroup: {live[4][1]}"
+    )
+
+
 def test_replay_serves_results_without_running_bodies(tmp_path: Path, store: Path) -> None:
     side = tmp_path / "side.txt"
     search, next_id, *_ = make_tools(side)
