@@ -82,17 +82,18 @@ def in_send_order(events: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
 
     Events are written when a call *ends*, so concurrent identical requests (best-of-n sampling with
     ``asyncio.gather``) appear in the log in the order they finished, which depends on the server.
-    Each model and tool call records ``sent``, its position among the calls its process started; when every
-    event has one (and one process wrote them all) they are ordered by it, otherwise by ``seq``.
+    Each model and tool call records ``sent``, its position among the calls its process started, and
+    ``pid``. Calls are ordered process by process (a process before another when its first call
+    here was logged first), and within a process by ``sent``; a call without ``sent`` keeps its
+    place in the log.
     """
     out = list(events)
-    if (
-        len(out) > 1
-        and all(isinstance(e.get("sent"), int) for e in out)
-        and len({e.get("pid") for e in out}) == 1
-    ):
-        out.sort(key=lambda e: e["sent"])
-    return out
+    if len(out) < 2 or not all(isinstance(e.get("sent"), int) for e in out):
+        return out
+    first_seq: dict[Any, int] = {}
+    for e in out:
+        first_seq.setdefault(e.get("pid"), int(e.get("seq") or 0))
+    return sorted(out, key=lambda e: (first_seq[e.get("pid")], e["sent"]))
 
 
 def tool_key(name: str, args: Any) -> str:

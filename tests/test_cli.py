@@ -491,3 +491,48 @@ def test_record_of_a_command_that_does_not_exist_leaves_no_session(tmp_path: Pat
     r = CliRunner().invoke(main, ["record", "--store", str(store), "--", "no-such-agent-command", "x"])
     assert r.exit_code == 127 and "command not found: no-such-agent-command" in flat(r.output)
     assert not store.exists() or not any(store.iterdir())
+
+
+GATHER = """
+import asyncio
+import sys
+from pathlib import Path
+
+import forkpoint
+
+COUNTER = Path(sys.argv[1])
+
+
+@forkpoint.tool
+async def work(item):
+    n = int(COUNTER.read_text()) + 1 if COUNTER.exists() else 1
+    COUNTER.write_text(str(n))
+    await asyncio.sleep(0.05 * (3 - n) if n <= 3 else 0)  # the first started finishes last
+    return n
+
+
+async def main(times):
+    print(*await asyncio.gather(*(work("a") for _ in range(times))))
+
+
+asyncio.run(main(int(sys.argv[2])))
+"""
+
+
+def test_concurrent_identical_calls_keep_their_order_when_another_program_made_the_same_call(
+    tmp_path: Path,
+) -> None:
+    """Start order (``sent``) counts within each process: a second program making the same call
+    must not make the first program's concurrent identical calls fall back to finish order."""
+    (tmp_path / "gather.py").write_text(GATHER)
+    counter = tmp_path / "counter"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FORKPOINT_")}
+    py = shlex.quote(sys.executable)
+    script = f"{py} gather.py {counter} 3 && {py} gather.py {counter} 1"
+    store = str(tmp_path / "store")
+    rec = run([*FORKPOINT, "record", "--store", store, "--", "sh", "-c", script], tmp_path, env)
+    assert rec.returncode == 0, rec.stderr
+    assert rec.stdout.split("\n")[:2] == ["1 2 3", "4"]
+    rep = run([*FORKPOINT, "replay", "last", "--store", store], tmp_path, env)
+    assert rep.returncode == 0, rep.stderr
+    assert rep.stdout == rec.stdout
