@@ -378,7 +378,7 @@ class Replayer:
     def _divergence_report(
         self, kind: str, key: str, norm: dict[str, Any], what: dict[str, str]
     ) -> dict[str, Any]:
-        used = set(self.used)
+        used = set(self.used) | self.others  # served here, or by another process of this replay
         same_kind = [e for e in self.recorded if e["type"] == kind]
         unused = [e for e in same_kind if e["seq"] not in used]
         seen = [e for e in same_kind if self._keys[e["seq"]] == key]

@@ -435,7 +435,8 @@ def quote(ticker):
     return {"ticker": ticker, "price": 100 + n}
 
 
-print(quote("ACME")["price"], quote("ACME")["price"])
+ticker = sys.argv[2] if len(sys.argv) > 2 else "ACME"
+print(quote(ticker)["price"], quote(ticker)["price"])
 """
 
 
@@ -461,6 +462,14 @@ def test_replay_of_a_command_that_ran_several_programs(tmp_path: Path) -> None:
     assert "replay ok: 4/4 events matched, 0 recorded events left unused; served to 2 processes" in rep.stderr
     got = json.loads(report.read_text())
     assert (got["processes"], got["served"], got["unused"], got["reproduced"]) == (2, [1, 2, 3, 4], [], True)
+
+    # The second program asks something else: the report names the call it was expected to make
+    # (seq 3), not one the first program was already served.
+    other = f"{shlex.quote(sys.executable)} quote.py {counter} && {shlex.quote(sys.executable)} quote.py {counter} ZZZ"
+    div = run([*FORKPOINT, "replay", "last", "--store", store, "--", "sh", "-c", other], tmp_path, env)
+    assert div.returncode == 3
+    said = flat(div.stderr)
+    assert "Expected next: recorded event seq 3" in said and "$.args.ticker: ACME → ZZZ" in said
 
 
 @pytest.mark.parametrize(
