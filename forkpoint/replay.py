@@ -36,6 +36,7 @@ from .match import (
 )
 from .override import Override
 from .record import Recorder, end_event, make_header
+from .redact import scrub_json
 from .show import plural
 from .store import resolve, session_finished, session_started
 
@@ -229,11 +230,25 @@ class Replayer:
         """The event of this tool call, or None to run the tool live. Raises :class:`Divergence`.
 
         ``defaulted`` names arguments the caller did not pass (filled in from the signature): when
-        nothing matches the call as it is, the call without them is tried, so a tool that gained
-        an optional parameter since the recording still gets its recorded answers."""
-        alt: tuple[str, ...] = ()
+        nothing matches the call as it is, a recorded call of the tool whose arguments are these
+        less some of the defaulted ones is taken, so a tool that gained optional parameters since
+        the recording still gets its recorded answers."""
+        alt: list[str] = []
         if defaulted & set(args):
-            alt = (tool_key(name, {k: v for k, v in args.items() if k not in defaulted}),)
+            scrubbed = scrub_json(args)
+            for e in self.recorded:
+                rec = e.get("args")
+                if e["type"] != "tool_call" or e["tool"] != name or not isinstance(rec, dict):
+                    continue
+                extra = set(scrubbed) - set(rec)
+                if (
+                    set(rec) <= set(scrubbed)
+                    and extra <= defaulted
+                    and all(scrubbed[k] == v for k, v in rec.items())
+                ):
+                    key = self._keys[e["seq"]]
+                    if key not in alt:
+                        alt.append(key)
         norm = {"tool": name, "args": args}
         event = self._take("tool_call", tool_key(name, args), norm, alt_keys=alt, name=name)
         if event is not None and self.child is not None:

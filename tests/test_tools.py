@@ -346,6 +346,24 @@ def test_a_tool_that_gained_an_optional_parameter_still_matches_its_recording(st
     with forkpoint.replay(rec.session_path), pytest.raises(forkpoint.Divergence):
         quote_v2("ACME", "NYSE")  # passed explicitly, even with the default's value: asked for
 
+    # A tool that already had an optional parameter gains another: the recorded call still matches,
+    # the one it had being recorded (and equal), the new one left out.
+    @forkpoint.tool(name="search")
+    def search_v1(q: str, k: int = 5) -> list[str]:
+        return ["r1"]
+
+    @forkpoint.tool(name="search")
+    def search_v2(q: str, k: int = 5, lang: str = "en") -> list[str]:
+        raise AssertionError("not run on replay")
+
+    with forkpoint.record(store=store) as rec:
+        assert search_v1("x") == ["r1"]
+    with forkpoint.replay(rec.session_path) as rp:
+        assert search_v2("x") == ["r1"]
+    assert rp.report()["matched"] == 1
+    with forkpoint.replay(rec.session_path), pytest.raises(forkpoint.Divergence):
+        search_v2("x", k=9)  # a different k than recorded: another call
+
 
 def test_non_json_result_raises_until_an_encoder_is_registered(tmp_path: Path, store: Path) -> None:
     @forkpoint.tool
