@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
+import orjson
 import pytest
 
 pytest.importorskip("pydantic_ai")
@@ -38,8 +39,8 @@ from langchain_core.tools import BaseTool, InjectedToolCallId, ToolException  # 
 from langchain_core.tools import tool as langchain_tool  # noqa: E402
 from langchain_openai import ChatOpenAI  # noqa: E402
 from langgraph.graph import START, MessagesState, StateGraph  # noqa: E402
-from langgraph.types import Command, Send  # noqa: E402
 from langgraph.prebuilt import ToolNode, tools_condition  # noqa: E402
+from langgraph.types import Command, Send  # noqa: E402
 from openai import AsyncOpenAI  # noqa: E402
 from pydantic_ai import Agent, ToolReturn  # noqa: E402
 from pydantic_ai.messages import BinaryContent, ToolReturnPart  # noqa: E402
@@ -395,7 +396,30 @@ def test_pydantic_ai_tool_return_and_images_replay_as_the_model_saw_them(tmp_pat
     assert len(ran) == 1  # the tool body did not run again
     assert rp.report()["unused"] == [] and rp.report()["divergence"] is None
     (event,) = forkpoint.Session.load(rec.session_path).by_type("tool_call")
-    assert event["result"]["$pydantic_ai"]["kind"] == "tool-return"
+    stored = event["result"]["$pydantic_ai_tool_return"]
+    assert stored["return_value"] == {"path": ran[0], "pixels": 64}
+    assert stored["content"][1]["$pydantic_ai"]["kind"] == "binary"
+
+
+def test_pydantic_ai_mixed_lists_keep_every_item() -> None:
+    """A list with multimodal parts beside plain values: each part is rebuilt as its class and the
+    plain values stay as they were (a dict among images came back as a CachePoint)."""
+    from pydantic_ai.messages import ImageUrl
+
+    from forkpoint.integrations.pydantic_ai import decode_result, encode_result
+
+    value = [
+        "text",
+        ImageUrl(url="https://example.invalid/a.png"),
+        BinaryContent(data=b"%PDF-1.7", media_type="application/pdf"),
+        {"k": 1},
+    ]
+    stored = orjson.loads(orjson.dumps(encode_result(value)))  # what the log holds
+    back = decode_result(stored)
+    assert back[0] == "text" and back[3] == {"k": 1}
+    assert isinstance(back[1], ImageUrl) and back[1].url == value[1].url
+    assert isinstance(back[2], BinaryContent) and back[2].data == b"%PDF-1.7"
+    assert back[2].media_type == "application/pdf"
 
 
 def test_langchain_tool_shapes_replay_as_the_model_saw_them(tmp_path: Path) -> None:

@@ -12,9 +12,11 @@ arguments in pydantic's JSON form (the ``RunContext`` is not one of them), ``res
 value in the JSON form pydantic-ai sends to the model. A ``ModelRetry`` raised by the tool is
 recorded as an error and raised again on replay, so the retry prompt the model sees is the same.
 A ``ToolReturn`` (a return value plus content for the model and metadata for the application) and
-multimodal results (``BinaryContent``, ``ImageUrl``…, alone or in a list) are stored as
-``{"$pydantic_ai": <pydantic-ai's own JSON form>}`` and validated back into those classes on
-replay, so the model gets the same parts (binary data as base64 in the log).
+multimodal parts (``BinaryContent``, ``ImageUrl``…, alone, in a list beside other values, or in
+a ``ToolReturn``) are stored marked — each part as ``{"$pydantic_ai": <pydantic-ai's own JSON
+form>}``, a ``ToolReturn`` as ``{"$pydantic_ai_tool_return": {return_value, content, metadata,
+tools}}`` — and rebuilt on replay, so the model gets the same parts (binary data as base64 in the
+log); the metadata comes back in its JSON form.
 """
 
 from __future__ import annotations
@@ -53,39 +55,65 @@ def patch(module: ModuleType) -> None:
     cls.call_tool = call_tool
 
 
-_RICH_KEY = "$pydantic_ai"
+_PART = "$pydantic_ai"  # one multimodal part (ImageUrl, BinaryContent…) in pydantic-ai's JSON form
+_TOOL_RETURN = "$pydantic_ai_tool_return"
 
 
 @functools.cache
-def _rich_adapter() -> Any:
-    """pydantic's adapter for what pydantic-ai treats as more than data in a tool's result."""
+def _part_adapter() -> Any:
     from pydantic import TypeAdapter
-    from pydantic_ai.messages import MultiModalContent, ToolReturn, UserContent
+    from pydantic_ai.messages import MultiModalContent
 
-    return TypeAdapter(ToolReturn | MultiModalContent | list[UserContent])  # type: ignore[arg-type]
+    return TypeAdapter(MultiModalContent)
 
 
-def _is_rich(value: Any) -> bool:
+def _kinds() -> tuple[type, type] | None:
     try:
         from pydantic_ai.messages import MULTI_MODAL_CONTENT_TYPES, ToolReturn
     except ImportError:  # a pydantic-ai without them: nothing to rebuild
-        return False
-
-    if isinstance(value, (ToolReturn, *MULTI_MODAL_CONTENT_TYPES)):
-        return True
-    return isinstance(value, list) and any(isinstance(v, MULTI_MODAL_CONTENT_TYPES) for v in value)
+        return None
+    return MULTI_MODAL_CONTENT_TYPES, ToolReturn  # type: ignore[return-value]
 
 
 def encode_result(value: Any) -> Any:
     """A tool's return value in the JSON form that :func:`decode_result` turns back into what
-    pydantic-ai would have got from the tool (see the module docstring)."""
-    if not is_json(value) and _is_rich(value):
-        return {_RICH_KEY: _rich_adapter().dump_python(value, mode="json")}
+    pydantic-ai would have got from the tool (see the module docstring): multimodal parts — alone,
+    in a list beside other values, or in a ``ToolReturn`` — and ``ToolReturn`` itself are marked;
+    everything else is pydantic's JSON form."""
+    kinds = None if is_json(value) else _kinds()
+    if kinds is None:
+        return jsonable(value)
+    parts, tool_return = kinds
+    if isinstance(value, parts):
+        return {_PART: _part_adapter().dump_python(value, mode="json")}
+    if isinstance(value, list | tuple):
+        return [encode_result(v) for v in value]
+    if isinstance(value, tool_return):
+        return {
+            _TOOL_RETURN: {
+                "return_value": encode_result(value.return_value),
+                "content": encode_result(value.content),
+                "metadata": jsonable(value.metadata),
+                "tools": jsonable(getattr(value, "tools", None)),
+            }
+        }
     return jsonable(value)
 
 
 def decode_result(value: Any) -> Any:
     """Inverse of :func:`encode_result` for a served result (a live one passes through unchanged)."""
-    if isinstance(value, dict) and len(value) == 1 and _RICH_KEY in value:
-        return _rich_adapter().validate_python(value[_RICH_KEY])
+    if isinstance(value, list):
+        return [decode_result(v) for v in value]
+    if not (isinstance(value, dict) and len(value) == 1):
+        return value
+    if _PART in value:
+        return _part_adapter().validate_python(value[_PART])
+    if isinstance(value.get(_TOOL_RETURN), dict):
+        from pydantic_ai.messages import ToolReturn
+
+        fields = value[_TOOL_RETURN]
+        kw = {"content": decode_result(fields.get("content")), "metadata": fields.get("metadata")}
+        if fields.get("tools") is not None:
+            kw["tools"] = fields["tools"]
+        return ToolReturn(decode_result(fields.get("return_value")), **kw)
     return value
