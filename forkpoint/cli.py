@@ -38,7 +38,16 @@ from .replay import (
     summary_line,
 )
 from .show import plural, terminal
-from .store import info, list_sessions, render_listing, resolve, session_finished, session_started, store_dir
+from .store import (
+    INDEX_DIR,
+    info,
+    list_sessions,
+    render_listing,
+    resolve,
+    session_finished,
+    session_started,
+    store_dir,
+)
 from .tools import parse_target
 
 # Messages name paths and sessions: never hard-wrap them.
@@ -214,6 +223,9 @@ def replay_command(
     what_if = bool(specs) or "live" in (models_source, tools_source) or on_divergence != "stop" or live_from
     child = None
     if what_if:
+        # Beside the parent when it is in a store; a session that is not (a pytest cassette, a copy
+        # kept with the tests) gets its what-if runs in the default store, not among its files.
+        in_store = (session.path.parent / INDEX_DIR).is_dir()
         child = create_child(
             session,
             argv=command,
@@ -223,7 +235,10 @@ def replay_command(
             overrides=specs,
             seq=live_from,
             name=child_name,
+            into=None if in_store else store_dir(None),
         )
+        if not in_store and not quiet:
+            err.print(f"forkpoint: this what-if run is recorded in {child.path.parent}", markup=False)
     options = {
         "models": models_source,
         "tools": tools_source,

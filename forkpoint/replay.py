@@ -674,9 +674,10 @@ def create_child(
     overrides: list[str],
     seq: int | None = None,
     name: str | None = None,
+    into: Path | None = None,
 ) -> SessionWriter:
-    """A new session, in the parent's store, for a what-if run of ``parent`` (header ``parent`` and
-    ``replay`` say how it was made)."""
+    """A new session for a what-if run of ``parent`` (header ``parent`` and ``replay`` say how it was
+    made), in ``into`` (default: the folder the parent is in)."""
     header = make_header(
         argv=argv,
         name=name or f"what-if of {parent.id}",
@@ -690,7 +691,7 @@ def create_child(
         "on_divergence": on_divergence,
         "overrides": overrides,
     }
-    child = SessionWriter.create(parent.path.parent, header)
+    child = SessionWriter.create(into or parent.path.parent, header)
     session_started(child.path)  # in a remote store's mirror: not uploaded before it ends
     return child
 

@@ -554,3 +554,14 @@ def test_a_cassette_replays_under_the_cli_too(tmp_path: Path, server: ModelServe
     assert "1 passed" in rep.stdout
     assert "replay ok: 2/2 events matched" in rep.stderr
     assert tool_runs(tmp_path) == runs  # the tool was served, not run
+    # A what-if of a cassette is recorded in the default store, not among the cassettes.
+    before = sorted(p.relative_to(project) for p in (project / "tests").rglob("*"))
+    what_if = subprocess.run(
+        [sys.executable, "-m", "forkpoint.cli", "replay", str(cassette), "--override", 'model#1.text="Sunny."'],
+        cwd=project, env={k: v for k, v in env.items() if k != "FORKPOINT_STORE"},
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert what_if.returncode == 0, what_if.stdout + what_if.stderr
+    assert sorted(p.relative_to(project) for p in (project / "tests").rglob("*")) == before
+    assert "this what-if run is recorded in .forkpoint" in " ".join(what_if.stderr.split())
+    assert len([d for d in (project / ".forkpoint").iterdir() if (d / "session.jsonl").is_file()]) == 1
