@@ -211,6 +211,21 @@ def _norm_calls(o: Override, recorded: Sequence[Mapping[str, Any]]) -> list[dict
     out = []
     for i, c in enumerate(o.value):
         args = c.get("arguments", {})
+        if isinstance(args, str):
+            try:
+                parsed = orjson.loads(args) if args.strip() else {}
+            except orjson.JSONDecodeError:
+                parsed = None
+            if not isinstance(parsed, dict):
+                raise OverrideError(
+                    f"override {o.spec!r}: the arguments of tool call {i + 1} are a string that is not a JSON "
+                    "object (override the whole .body to send malformed arguments)"
+                )
+        elif not isinstance(args, dict):
+            raise OverrideError(
+                f"override {o.spec!r}: the arguments of tool call {i + 1} are an object or a JSON string, "
+                f"not {type(args).__name__}"
+            )
         same = recorded[i] if i < len(recorded) and recorded[i].get("name") == c["name"] else {}
         out.append(
             {

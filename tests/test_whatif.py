@@ -680,6 +680,14 @@ def test_cli_policies(in_store: Recording, policy: str, capfd: pytest.CaptureFix
         # Values that do not fit the call are refused before the agent starts, not inside it.
         ('model#1.tool_calls=[{"bad":1}]', 'tool_calls is a list of {"name": …, "arguments": …}'),
         ("model#1.text=42", "text is a JSON string"),
+        (
+            'model#1.tool_calls=[{"name":"run_tests","arguments":5}]',
+            "are an object or a JSON string, not int",
+        ),
+        (
+            'model#1.tool_calls=[{"name":"run_tests","arguments":"{oops"}]',
+            "a string that is not a JSON object",
+        ),
         ('model#1.body={"not": "chunks"}', "a streamed body is a list of raw chunk strings"),
     ],
 )
