@@ -88,7 +88,7 @@ def _load(ref: str, store: str | None, *, check: bool = True) -> Session:
         if v.problems:
             err.print(
                 f"[yellow]forkpoint: WARNING: session {session.id} fails verification, so what follows may "
-                f"not be what was recorded: {escape(v.problems[0])} (see: forkpoint verify {session.id})[/yellow]"
+                f"not be what was recorded: {escape(v.problems[0])} (see: forkpoint verify {escape(str(session.path))})[/yellow]"
             )
     return session
 

@@ -678,12 +678,12 @@ def _pick(text: str, ref: str | Path, rows: list[SessionInfo], where: str) -> Se
     hits = [r for r in rows if r.session_id.startswith(text)]
     if len(hits) == 1:
         return hits[0]
+    named = [r for r in rows if r.error is None and r.header.get("name") == text]
+    if named:  # a name given with --name wins over an ambiguous id prefix ("2026")
+        return named[-1]  # a name recorded again (a nightly run): its newest session
     if len(hits) > 1:
         names = ", ".join(r.session_id for r in hits[:5])
         raise SessionError(f"{ref!r} is ambiguous in {where}: {names}{' …' if len(hits) > 5 else ''}")
-    named = [r for r in rows if r.error is None and r.header.get("name") == text]
-    if named:
-        return named[-1]  # a name recorded again (a nightly run): its newest session
     hint = ""
     if "@" in text:
         hint = f" ({text} looks like a checkpoint, SESSION@SEQ: see forkpoint checkpoints / restore)"

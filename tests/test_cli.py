@@ -339,6 +339,10 @@ def test_session_resolution(recorded: Recorded, tmp_path: Path) -> None:
     for sid in ("20260103-000000-ccc444", "20260104-000000-ddd555"):
         SessionWriter.create(other, {"argv": ["x"], "name": "nightly"}, session_id=sid, fsync="never").close()
     assert shown("nightly", args=["--store", str(other)]) == "20260104-000000-ddd555"
+    SessionWriter.create(
+        other, {"argv": ["x"], "name": "2026"}, session_id="20260105-000000-eee666", fsync="never"
+    ).close()
+    assert shown("2026", args=["--store", str(other)]) == "20260105-000000-eee666"  # not "ambiguous"
     r = CliRunner().invoke(main, ["verify", "", "--store", str(other)])
     assert r.exit_code == 1 and "no session given" in r.output
     r = CliRunner().invoke(main, ["show", "last@3", "--store", str(other)])
