@@ -10,6 +10,9 @@ Public API::
 
     @forkpoint.tool
     def search(query: str) -> list[dict]: ...
+
+PYTEST_DONT_REWRITE: under ``forkpoint record/replay -- pytest …`` this package is imported before
+pytest loads its plugin entry point, which would otherwise warn that it cannot rewrite it.
 """
 
 from __future__ import annotations

@@ -553,6 +553,7 @@ def test_a_cassette_replays_under_the_cli_too(tmp_path: Path, server: ModelServe
     assert rep.returncode == 0, rep.stdout + rep.stderr
     assert "1 passed" in rep.stdout
     assert "replay ok: 2/2 events matched" in rep.stderr
+    assert "PytestAssertRewriteWarning" not in rep.stdout + rep.stderr  # forkpoint was imported first
     assert tool_runs(tmp_path) == runs  # the tool was served, not run
     # A what-if of a cassette is recorded in the default store, not among the cassettes.
     before = sorted(p.relative_to(project) for p in (project / "tests").rglob("*"))
