@@ -410,7 +410,7 @@ def test_pydantic_ai_mixed_lists_keep_every_item() -> None:
 
     value = [
         "text",
-        ImageUrl(url="https://example.invalid/a.png"),
+        ImageUrl(url="https://example.com/a.png"),
         BinaryContent(data=b"%PDF-1.7", media_type="application/pdf"),
         {"k": 1},
     ]

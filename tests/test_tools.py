@@ -208,7 +208,7 @@ def test_custom_exceptions_come_back_whole(store: Path) -> None:
 
     def run() -> list[tuple[type, str, dict[str, Any]]]:
         out = []
-        for url in ("https://x/limit", "https://x/private"):
+        for url in ("https://example.com/limit", "https://example.com/private"):
             try:
                 fetch(url)
             except Exception as exc:  # noqa: BLE001 - what the agent would see
