@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -233,24 +233,27 @@ class Replayer:
         nothing matches the call as it is, a recorded call of the tool whose arguments are these
         less some of the defaulted ones is taken, so a tool that gained optional parameters since
         the recording still gets its recorded answers."""
-        alt: list[str] = []
-        if defaulted & set(args):
+
+        def without_defaults() -> list[str]:
+            """Keys of recorded calls of this tool whose arguments are these less some defaulted ones."""
+            alt: list[str] = []
             scrubbed = scrub_json(args)
             for e in self.recorded:
                 rec = e.get("args")
                 if e["type"] != "tool_call" or e["tool"] != name or not isinstance(rec, dict):
                     continue
-                extra = set(scrubbed) - set(rec)
                 if (
                     set(rec) <= set(scrubbed)
-                    and extra <= defaulted
+                    and set(scrubbed) - set(rec) <= defaulted
                     and all(scrubbed[k] == v for k, v in rec.items())
+                    and self._keys[e["seq"]] not in alt
                 ):
-                    key = self._keys[e["seq"]]
-                    if key not in alt:
-                        alt.append(key)
+                    alt.append(self._keys[e["seq"]])
+            return alt
+
         norm = {"tool": name, "args": args}
-        event = self._take("tool_call", tool_key(name, args), norm, alt_keys=alt, name=name)
+        alternatives = without_defaults if defaulted & set(args) else None
+        event = self._take("tool_call", tool_key(name, args), norm, alternatives=alternatives, name=name)
         if event is not None and self.child is not None:
             self._log_served(event, {"tool": name, "args": args})
         return event
@@ -293,15 +296,26 @@ class Replayer:
                 self.ledger.claim(self.used[before:])
 
     def _take(
-        self, kind: str, key: str, norm: dict[str, Any], *, alt_keys: Sequence[str] = (), **what: str
+        self,
+        kind: str,
+        key: str,
+        norm: dict[str, Any],
+        *,
+        alternatives: Callable[[], list[str]] | None = None,
+        **what: str,
     ) -> dict[str, Any] | None:
+        """The recorded call to serve for a call with match ``key`` (``alternatives()``: keys to try
+        when none is left under ``key``), None to go live; raises :class:`Divergence`."""
         with self._lock, self._shared():
             self.positions[kind] += 1
             if self.gone_live or self.sources[kind] == "live":
                 self.live_calls[kind] += 1
                 return None
-            for k in (key, *alt_keys):
-                queue = self._queues.get(k)
+            queue = self._queues.get(key)
+            if queue:
+                return self._serve(queue.popleft())
+            for alt in alternatives() if alternatives else ():
+                queue = self._queues.get(alt)
                 if queue:
                     return self._serve(queue.popleft())
             if self.live_from is not None and len(self.used) + len(self.others) == len(self.recorded):
@@ -480,7 +494,7 @@ def summary_line(report: dict[str, Any]) -> str:
     """The one-line end-of-replay report."""
     if report.get("divergence"):
         status = "DIVERGED"
-    elif report.get("ended_early") and ended_by_override(report):
+    elif ended_by_override(report):
         status = "ok, ended early after the override (the agent did not ask for every recorded call)"
     elif report.get("ended_early"):
         status = "DID NOT REPRODUCE (the run ended before asking for every recorded call)"
