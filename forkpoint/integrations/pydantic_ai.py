@@ -67,12 +67,13 @@ def _part_adapter() -> Any:
     return TypeAdapter(MultiModalContent)
 
 
-def _kinds() -> tuple[type, type] | None:
+def _kinds() -> tuple[tuple[type, ...], Any] | None:
+    """(pydantic-ai's multimodal part classes, ``ToolReturn``), or None in a version without them."""
     try:
         from pydantic_ai.messages import MULTI_MODAL_CONTENT_TYPES, ToolReturn
-    except ImportError:  # a pydantic-ai without them: nothing to rebuild
+    except ImportError:
         return None
-    return MULTI_MODAL_CONTENT_TYPES, ToolReturn  # type: ignore[return-value]
+    return MULTI_MODAL_CONTENT_TYPES, ToolReturn
 
 
 def encode_result(value: Any) -> Any:
