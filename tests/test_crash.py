@@ -31,6 +31,7 @@ from forkpoint.demo.agent import run_agent
 from forkpoint.demo.server import ModelServer
 from forkpoint.log import LOG_NAME, Session, SessionError, SessionWriter, verify
 from forkpoint.replay import Divergence
+from tests.gitutil import git
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses /proc and process groups")
 
@@ -46,25 +47,16 @@ def _children(pid: int) -> list[int]:
         return []
 
 
-def _git(repo: Path, *args: str) -> None:
-    subprocess.run(
-        ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
-        cwd=repo,
-        check=True,
-        capture_output=True,
-    )
-
-
 def _trial(root: Path, base_url: str, i: int, delay: float, mode: str) -> dict[str, Any]:
     """Start a recording, kill it after ``delay`` s (``mode``: the agent only, or the whole group)."""
     store, work = root / "store", root / "work"
     root.mkdir()
     cmd = [*FORKPOINT, "record", "--store", str(store)]
     if i % 3 == 0:  # checkpoints too: blobs and git objects being written when the kill comes
-        _git(root, "init", "-q", "-b", "main")
+        git(root, "init", "-q", "-b", "main")
         (root / "README").write_text("x\n")
-        _git(root, "add", "README")
-        _git(root, "commit", "-q", "-m", "init")
+        git(root, "add", "README")
+        git(root, "commit", "-q", "-m", "init")
         cmd += ["--workspace", str(root)]
     else:
         cmd += ["--no-workspace"]

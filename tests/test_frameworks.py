@@ -160,6 +160,19 @@ def run_langgraph(base_url: str) -> str:
     return str(out["messages"][-1].content)
 
 
+def run_both(url: str, agent: Agent, sdk_tool: Any) -> list[str]:
+    """Ask ``agent`` (pydantic-ai) and an Agents SDK agent with ``sdk_tool`` to "Go."; their answers."""
+    model = OpenAIChatModel("demo-model", provider=OpenAIProvider(base_url=url + "/v1", api_key=API_KEY))
+    client = AsyncOpenAI(base_url=url + "/v1", api_key=API_KEY, max_retries=0)
+    sdk_agent = SdkAgent(
+        name="s", model=OpenAIChatCompletionsModel(model="demo-model", openai_client=client), tools=[sdk_tool]
+    )
+    return [
+        str(agent.run_sync("Go.", model=model).output),
+        str(Runner.run_sync(sdk_agent, "Go.").final_output),
+    ]
+
+
 #: framework → (run the agent against a base URL, the Python functions its tools run, in order)
 FRAMEWORKS: dict[str, tuple[Callable[[str], str], list[str]]] = {
     "pydantic-ai": (run_pydantic_ai, ["write_file", "run_tests"]),
@@ -281,17 +294,7 @@ def test_a_tool_also_wrapped_with_forkpoint_tool_is_recorded_once(tmp_path: Path
         return f"found {query}"
 
     def run(url: str) -> list[str]:
-        model = OpenAIChatModel("demo-model", provider=OpenAIProvider(base_url=url + "/v1", api_key=API_KEY))
-        client = AsyncOpenAI(base_url=url + "/v1", api_key=API_KEY, max_retries=0)
-        sdk_agent = SdkAgent(
-            name="s",
-            model=OpenAIChatCompletionsModel(model="demo-model", openai_client=client),
-            tools=[search],
-        )
-        return [
-            str(agent.run_sync("Go.", model=model).output),
-            str(Runner.run_sync(sdk_agent, "Go.").final_output),
-        ]
+        return run_both(url, agent, search)
 
     with ModelServer(turns=1) as server, forkpoint.record(store=tmp_path) as rec:
         live = run(server.base_url)
@@ -328,17 +331,7 @@ def test_rich_return_values_replay_as_the_model_saw_them(tmp_path: Path) -> None
         return Report(path, (1, 2), datetime.date(2026, 1, 2))
 
     def run(url: str) -> list[str]:
-        model = OpenAIChatModel("demo-model", provider=OpenAIProvider(base_url=url + "/v1", api_key=API_KEY))
-        client = AsyncOpenAI(base_url=url + "/v1", api_key=API_KEY, max_retries=0)
-        sdk_agent = SdkAgent(
-            name="s",
-            model=OpenAIChatCompletionsModel(model="demo-model", openai_client=client),
-            tools=[sdk_inspect_file],
-        )
-        return [
-            str(agent.run_sync("Go.", model=model).output),
-            str(Runner.run_sync(sdk_agent, "Go.").final_output),
-        ]
+        return run_both(url, agent, sdk_inspect_file)
 
     with ModelServer(turns=1) as server, forkpoint.record(store=tmp_path) as rec:
         live = run(server.base_url)

@@ -22,6 +22,7 @@ from forkpoint.canonical import digest
 from forkpoint.checkpoint import CheckpointError, restore
 from forkpoint.log import LOG_NAME, Session, SessionError, SessionWriter, verify
 from forkpoint.tools import RecordedToolError, install_import_hook, rebuild_exception
+from tests.gitutil import git
 
 # ----------------------------------------------------------------------------- helpers
 
@@ -229,16 +230,6 @@ def test_restore_refuses_entries_that_leave_the_target(
     assert not Path("/tmp/abs.txt").exists()
 
 
-def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(
-        ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
-        cwd=repo,
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-
-
 def test_restore_refuses_to_write_through_a_tracked_symlink_pointing_outside(tmp_path: Path) -> None:
     """The repository itself holds ``out -> <outside>``; a manifest entry under ``out/`` must not be
     written through it."""
@@ -246,10 +237,10 @@ def test_restore_refuses_to_write_through_a_tracked_symlink_pointing_outside(tmp
     outside.mkdir()
     repo = tmp_path / "repo"
     repo.mkdir()
-    _git(repo, "init", "-q", "-b", "main")
+    git(repo, "init", "-q", "-b", "main")
     (repo / "out").symlink_to(outside)
-    _git(repo, "add", "out")
-    _git(repo, "commit", "-q", "-m", "a link")
+    git(repo, "add", "out")
+    git(repo, "commit", "-q", "-m", "a link")
     with forkpoint.record(store=tmp_path / "rec", workspace=repo) as rec:
         rec.checkpoint(reason="manual")
     real = Session.load(rec.session_path).by_type("checkpoint")[0]

@@ -7,7 +7,6 @@ import multiprocessing
 import os
 import platform
 import stat
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ import pytest
 import forkpoint
 from forkpoint.canonical import digest
 from forkpoint.log import LOG_NAME, BlobStore, Session, SessionError, SessionWriter, verify
+from tests.gitutil import git
 
 # ----------------------------------------------------------------------------- helpers
 
@@ -66,16 +66,6 @@ def _write_session(store: Path, events: list[dict[str, Any]], **kw: Any) -> Path
     return w.path
 
 
-def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(
-        ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
-        cwd=repo,
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-
-
 # ----------------------------------------------------------------------------- round trip and header
 
 
@@ -99,11 +89,11 @@ def test_create_append_load_round_trip(store: Path) -> None:
 def test_header_fields_in_a_git_repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     repo = tmp_path / "repo"
     repo.mkdir()
-    _git(repo, "init", "-q", "-b", "feature-x")
+    git(repo, "init", "-q", "-b", "feature-x")
     (repo / "a.txt").write_text("one\n")
-    _git(repo, "add", "a.txt")
-    _git(repo, "commit", "-q", "-m", "first")
-    commit = _git(repo, "rev-parse", "HEAD")
+    git(repo, "add", "a.txt")
+    git(repo, "commit", "-q", "-m", "first")
+    commit = git(repo, "rev-parse", "HEAD")
     (repo / "untracked.txt").write_text("untracked files do not make the tree dirty\n")
     monkeypatch.chdir(repo)
 

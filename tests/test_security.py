@@ -40,6 +40,7 @@ from forkpoint.cli import main
 from forkpoint.config import ConfigError, load_rules
 from forkpoint.log import LOG_NAME, Session, SessionWriter, verify
 from forkpoint.scrub import TMP_DIR, ScrubError, recover, scrub_session
+from tests.gitutil import git
 
 # ----------------------------------------------------------------------------- the secrets
 
@@ -286,23 +287,13 @@ def _agent(base_url: str) -> list[str]:
     return out
 
 
-def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(
-        ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
-        cwd=repo,
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-
-
 def _repo(tmp_path: Path) -> Path:
     repo = tmp_path / "repo"
     repo.mkdir()
-    _git(repo, "init", "-q", "-b", "main")
+    git(repo, "init", "-q", "-b", "main")
     (repo / "app.py").write_text("print('hello')\n")
-    _git(repo, "add", "app.py")
-    _git(repo, "commit", "-q", "-m", "init")
+    git(repo, "add", "app.py")
+    git(repo, "commit", "-q", "-m", "init")
     (repo / ".env").write_text(
         f"DB_PASSWORD={SECRETS['env_password']}\n"
         f"OPENAI_API_KEY={SECRETS['env_openai']}\n"
@@ -622,10 +613,10 @@ def test_a_secret_written_into_a_tracked_file_is_scrubbed_in_the_source_state(tm
     secret = "sk-proj-TrackedFileCanary0123456789abcdefXYZ"
     repo = tmp_path / "repo"
     repo.mkdir()
-    _git(repo, "init", "-q", "-b", "main")
+    git(repo, "init", "-q", "-b", "main")
     (repo / "settings.py").write_text("DEBUG = False\n")
-    _git(repo, "add", "settings.py")
-    _git(repo, "commit", "-q", "-m", "init")
+    git(repo, "add", "settings.py")
+    git(repo, "commit", "-q", "-m", "init")
     (repo / "settings.py").write_text(f'DEBUG = False\nOPENAI_KEY = "{secret}"\n')
     with forkpoint.record(store=tmp_path / "store", workspace=repo) as rec:
         seq = rec.checkpoint(reason="manual")

@@ -1,0 +1,17 @@
+"""git for tests that build a small repository: a fixed identity, whatever the user's config says."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+
+def git(repo: Path, *args: str) -> str:
+    """Run ``git ARGS`` in ``repo``; its stdout, stripped. Raises CalledProcessError when git fails."""
+    return subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
+        cwd=repo,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
