@@ -19,8 +19,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from . import runtime
-
 #: In the ``FORKPOINT_REPORT`` folder: the ledger the replaying processes share (replay.Ledger).
 LEDGER_NAME = "ledger"
 
@@ -35,7 +33,8 @@ def start() -> None:
     mode, session = env["FORKPOINT_MODE"], env["FORKPOINT_SESSION"]
     if not mode or not session:
         return
-    from .tools import install_import_hook
+    from . import api
+    from .capture.tools import install_import_hook
 
     if env["FORKPOINT_TOOLS"]:
         install_import_hook([t for t in env["FORKPOINT_TOOLS"].split(",") if t], warn_at_exit=True)
@@ -53,19 +52,12 @@ def start() -> None:
                 writer,
             )
         rec = Recorder(writer, workspace=ws)
-        runtime.activate(rec)
+        api.start(rec)
         atexit.register(rec.close)
     elif mode == "replay":
         from . import override
         from .log import Session, SessionWriter
-        from .replay import (
-            API_KEY_VARS,
-            PLACEHOLDER_KEY,
-            Replayer,
-            install_network_guard,
-            open_ledger,
-            write_report,
-        )
+        from .replay import API_KEY_VARS, PLACEHOLDER_KEY, Replayer, open_ledger, write_report
 
         opts = json.loads(env["FORKPOINT_REPLAY"] or "{}")
         child = SessionWriter.open(Path(opts["child"])) if opts.get("child") else None
@@ -80,15 +72,13 @@ def start() -> None:
             live_from=opts.get("live_from"),
             ledger=open_ledger(reports / LEDGER_NAME) if reports else None,
         )
-        install_network_guard()
         for k in API_KEY_VARS:
             os.environ.setdefault(k, PLACEHOLDER_KEY)
-        runtime.activate(rp)
+        api.start(rp)
         _quiet_divergence_tracebacks()
 
         def finish() -> None:
-            for call in list(rp.pending):
-                call.finish(ended="unfinished")
+            api.finish_pending(rp)
             if child is not None:
                 child.close()
             if reports:
@@ -155,7 +145,7 @@ def _quiet_divergence_tracebacks() -> None:
     naming the agent's own call site, not a 40-frame SDK traceback: the CLI prints the full report."""
     import sys
 
-    from .replay import Divergence
+    from .errors import Divergence
 
     previous = sys.excepthook
 

@@ -9,11 +9,7 @@ Exit codes: ``record`` and ``replay`` exit with the agent's own code; ``replay``
 from __future__ import annotations
 
 import shutil
-import signal
-import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -23,32 +19,16 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from . import __version__, override
-from ._boot import child_env
-from .log import Session, SessionError, SessionWriter, verify
-from .record import end_event, make_header, open_workspace
-from .replay import (
-    EXIT_DIVERGENCE,
-    POLICIES,
-    SOURCES,
-    create_child,
-    ended_by_override,
-    format_divergence,
-    merge_reports,
-    summary_line,
-)
-from .show import plural, terminal
-from .store import (
-    INDEX_DIR,
-    info,
-    list_sessions,
-    render_listing,
-    resolve,
-    session_finished,
-    session_started,
-    store_dir,
-)
-from .tools import parse_target
+from ._version import __version__
+from .capture.tools import parse_target
+from .checkpoint import verify_session
+from .errors import ForkpointError, OverrideError, SessionError, UsageError
+from .log import Session
+from .orchestrate import Arm, fork_arms, record_command, replay_command
+from .replay import POLICIES, SOURCES
+from .show import render_listing, terminal
+from .store import info, list_sessions, resolve, store_dir
+from .text import plural
 
 # Messages name paths and sessions: never hard-wrap them.
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -79,249 +59,15 @@ def _load(ref: str, store: str | None, *, check: bool = True) -> Session:
     """The session ``ref`` names. With ``check``, a log whose hash chain fails (an edited line) is
     still loaded, with a warning: what it shows may not be what was recorded. (Blobs are checked
     by ``verify``; ``replay`` refuses a session that fails either.)"""
-    try:
-        session = Session.load(resolve(ref, _store(store)))
-    except SessionError as exc:
-        raise click.ClickException(str(exc)) from None
+    session = Session.load(resolve(ref, _store(store)))
     if check:
-        v = verify(session.path, git=False, deep=False)
+        v = verify_session(session.path, git=False, deep=False)
         if v.problems:
             err.print(
                 f"[yellow]forkpoint: WARNING: session {session.id} fails verification, so what follows may "
                 f"not be what was recorded: {escape(v.problems[0])} (see: forkpoint verify {escape(str(session.path))})[/yellow]"
             )
     return session
-
-
-def run_child(
-    cmd: list[str], env: dict[str, str], *, capture: bool = False, cwd: Path | None = None
-) -> tuple[int, str | None]:
-    """Run ``cmd`` to completion with ``env``; Ctrl-C, SIGTERM and SIGHUP go to the child.
-
-    Returns (exit code, stdout text if ``capture`` else None). The exit code is 128 + the signal
-    number when the child was killed by a signal, and 127 when the command does not exist.
-    """
-    try:
-        proc = subprocess.Popen(
-            cmd, env=env, cwd=cwd, stdout=subprocess.PIPE if capture else None, text=capture
-        )
-    except FileNotFoundError:
-        err.print(f"[red]forkpoint: command not found: {cmd[0]}[/red]")
-        return 127, None
-
-    # Ctrl-C reaches the child through the terminal's process group; SIGTERM and SIGHUP (a timeout,
-    # a CI cancel, a closed terminal) are sent to this process only, so pass them on. Either way we
-    # wait for the child, so the session still gets its end event.
-    def forward(signum: int, _frame: object) -> None:
-        proc.send_signal(signum)
-
-    old = {
-        sig: signal.signal(sig, handler)
-        for sig, handler in (
-            (signal.SIGINT, signal.SIG_IGN),
-            (signal.SIGTERM, forward),
-            (signal.SIGHUP, forward),
-        )
-    }
-    try:
-        out, _ = proc.communicate()
-    finally:
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
-    code = proc.returncode
-    return (128 - code if code < 0 else code), out
-
-
-def record_command(
-    cmd: list[str],
-    *,
-    store: Path,
-    name: str | None = None,
-    tags: dict[str, str] | None = None,
-    tools: list[str] | None = None,
-    workspace: Path | None = None,
-    include_ignored: bool = False,
-    quiet: bool = False,
-    capture: bool = False,
-) -> tuple[Path, int, str | None]:
-    """Record ``cmd`` into a new session of ``store``; with ``workspace``, take checkpoints of it.
-
-    Returns (session path, exit code, the command's stdout if ``capture``).
-    """
-    tools = list(tools or [])
-    ws = open_workspace(workspace, store, include_ignored)
-    header = make_header(argv=cmd, name=name, tags=tags)
-    header["tools"] = tools
-    header["workspace"] = ws.describe() if ws else None
-    writer = SessionWriter.create(store, header)
-    session_started(writer.path)
-    started = time.perf_counter()
-    env = child_env("record", writer.path, tools=tools)
-    if ws is not None:
-        env["FORKPOINT_WORKSPACE"] = orjson.dumps(
-            {"root": str(ws.root), "include_ignored": include_ignored}
-        ).decode()
-    code, out = run_child(cmd, env, capture=capture)
-    writer.append(end_event(code, started))
-    writer.close()
-    where = session_finished(writer.path, quiet=quiet)  # index entry; upload to a remote store
-    if not quiet:
-        i = info(writer.path)
-        err.print(
-            f"forkpoint: recorded session {writer.session_id} ({plural(i.model_calls, 'model call')}, "
-            f"{plural(i.tool_calls, 'tool call')}) in {where}"
-        )
-    return writer.path, code, out
-
-
-def replay_command(
-    session: Session,
-    cmd: list[str] | None = None,
-    *,
-    tools: list[str] | None = None,
-    models_source: str = "replay",
-    tools_source: str = "replay",
-    on_divergence: str = "stop",
-    overrides: list[str] | None = None,
-    live_from: int | None = None,
-    cwd: Path | None = None,
-    child_name: str | None = None,
-    check: bool = True,
-    quiet: bool = False,
-    capture: bool = False,
-) -> tuple[dict[str, Any] | None, int, str | None]:
-    """Replay ``session`` by running ``cmd`` (default: the recorded command).
-
-    With overrides, a live source or a policy other than ``stop``, the run is recorded as a new
-    session linked to its parent. Returns (report, or None if the process wrote none; exit code as
-    ``forkpoint replay`` exits; the command's stdout if ``capture``). Raises
-    :class:`~forkpoint.override.OverrideError` for an override that does not fit the session.
-    """
-    origin = session.header.get("imported_from")
-    if not cmd and origin:
-        raise click.UsageError(
-            f"session {session.id} was imported from a {origin.get('format')} file ({origin.get('path')}): "
-            f"it has no agent command to run again. Give the command that runs your agent after --, e.g. "
-            f"forkpoint replay {session.id} -- python agent.py"
-        )
-    command = list(cmd or session.header.get("argv") or [])
-    if not command:
-        raise click.UsageError("the session has no recorded command; give one after --")
-    if not cmd:
-        command = _runnable(command)
-    if check:
-        v = verify(session.path, git=False)
-        if v.problems:
-            raise click.ClickException(
-                f"session {session.id} fails verification, so it may not be what was recorded: "
-                f"{v.problems[0]} (see: forkpoint verify {session.id}; replay it anyway with --no-verify)"
-            )
-    specs = list(overrides or [])
-    parsed = [override.parse(o) for o in specs]
-    override.resolve(parsed, [e for e in session.events if e["type"] in ("model_call", "tool_call")])
-    all_tools = list(dict.fromkeys([*(session.header.get("tools") or []), *(tools or [])]))
-    what_if = bool(specs) or "live" in (models_source, tools_source) or on_divergence != "stop" or live_from
-    child = None
-    if what_if:
-        # Beside the parent when it is in a store; a session that is not (a pytest cassette, a copy
-        # kept with the tests) gets its what-if runs in the default store, not among its files.
-        in_store = (session.path.parent / INDEX_DIR).is_dir()
-        child = create_child(
-            session,
-            argv=command,
-            models=models_source,
-            tools=tools_source,
-            on_divergence=on_divergence,
-            overrides=specs,
-            seq=live_from,
-            name=child_name,
-            into=None if in_store else store_dir(None),
-        )
-        if not in_store and not quiet:
-            err.print(f"forkpoint: this what-if run is recorded in {child.path.parent}", markup=False)
-    options = {
-        "models": models_source,
-        "tools": tools_source,
-        "on_divergence": on_divergence,
-        "overrides": specs,
-        "child": str(child.path.resolve()) if child else None,
-        "live_from": live_from,
-    }
-    started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="forkpoint-replay-") as tmp:
-        env = child_env("replay", session.path, tools=all_tools, report=Path(tmp), replay_options=options)
-        code, out = run_child(command, env, capture=capture, cwd=cwd)
-        # One report per replaying process (a recorded shell script may run several programs).
-        reports = [orjson.loads(p.read_bytes()) for p in Path(tmp).glob("report-*.json")]
-        reports.sort(key=lambda r: r.get("process_started") or 0)
-        report = merge_reports(reports) if reports else None
-    if child is not None:
-        child.append(end_event(code, started))
-        child.close()
-        session_finished(child.path, quiet=quiet)
-    # The recorded command's relative paths meant what they meant where it was recorded. Not run
-    # there on purpose (that may be another checkout); said when the run went wrong.
-    recorded_cwd = session.header.get("cwd")
-    here = (cwd or Path.cwd()).resolve()
-    moved = not cmd and recorded_cwd and Path(recorded_cwd).resolve() != here
-    hint = (
-        f" (the session was recorded in {recorded_cwd}, this replay ran in {here}: replay from there, "
-        "or give the command after --)"
-        if moved
-        else ""
-    )
-    if report is None:
-        err.print(
-            "[red]forkpoint: the replayed process wrote no report: it did not start forkpoint (is forkpoint "
-            f"installed in its environment?), or it was killed, or it left through os._exit{escape(hint)}[/red]"
-        )
-        return None, code if code else 1, out
-    if moved and not quiet and (code != 0 or not report.get("matched")):
-        err.print(f"forkpoint: note{hint}", markup=False)
-    if not quiet:
-        err.print(summary_line(report), markup=False)
-        for o in report.get("overrides") or []:
-            state = "applied" if o["applied"] else "never reached (the run went another way first)"
-            err.print(f"  override {o['spec']} → event seq {o['seq']}: {state}", markup=False)
-    if report.get("divergence"):
-        if not quiet:
-            err.print(format_divergence(report["divergence"]), markup=False)
-            for d in (report.get("drift") or [])[1:]:
-                err.print(
-                    f"  drift at {d['kind'].replace('_', ' ')} #{d['position']}: served recorded seq "
-                    f"{d['served_seq']} ({len(d['diff'])} difference(s))",
-                    markup=False,
-                )
-        if on_divergence == "stop":
-            return report, EXIT_DIVERGENCE, out
-    elif not report.get("reproduced", True) and not ended_by_override(report):
-        # Ended early, or reached for the network: the run did not reproduce the recording.
-        return report, EXIT_DIVERGENCE, out
-    elif (
-        specs
-        and not quiet
-        and not report.get("ended_early")
-        and any(o["applied"] for o in report.get("overrides") or [])
-    ):
-        err.print(
-            "the override(s) did not change the agent's path: every later call matched the recording",
-            markup=False,
-        )
-    return report, code, out
-
-
-def _runnable(command: list[str]) -> list[str]:
-    """A recorded command as this replay runs it. A bare ``python``, ``python3`` or ``pytest`` is
-    run with the interpreter forkpoint itself runs in, unless PATH finds it beside that interpreter:
-    the replay needs forkpoint importable in the program, and a PATH without the (not activated)
-    virtualenv would find another Python, or none."""
-    if not command or command[0] not in ("python", "python3", "pytest"):
-        return command
-    found = shutil.which(command[0])
-    if found is not None and Path(found).parent == Path(sys.executable).parent:
-        return command
-    launcher = [sys.executable, "-m", "pytest"] if command[0] == "pytest" else [sys.executable]
-    return [*launcher, *command[1:]]
 
 
 def _command(cmd: tuple[str, ...]) -> list[str]:
@@ -357,7 +103,20 @@ _store_opt = click.option(
 _cmd_settings = {"ignore_unknown_options": True, "allow_interspersed_args": False}
 
 
-@click.group()
+class _Commands(click.Group):
+    """The command group: an error forkpoint raises on purpose is a message, never a traceback
+    (:class:`~forkpoint.errors.UsageError`: exit 2; any other :class:`~forkpoint.errors.ForkpointError`: exit 1)."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except UsageError as exc:
+            raise click.UsageError(str(exc)) from None
+        except ForkpointError as exc:
+            raise click.ClickException(str(exc)) from None
+
+
+@click.group(cls=_Commands)
 @click.version_option(__version__, prog_name="forkpoint")
 def main() -> None:
     """Record AI agent sessions and replay them offline, deterministically.
@@ -502,7 +261,7 @@ def replay(
             overrides=list(overrides),
             check=not no_verify,
         )
-    except override.OverrideError as exc:
+    except OverrideError as exc:
         raise click.BadParameter(str(exc), param_hint="--override") from None
     if report_file and report is not None:
         Path(report_file).write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))
@@ -568,10 +327,7 @@ def ls_cmd(store: str | None, reindex: bool) -> None:
 
     For a remote store, sessions recorded on this machine whose upload did not finish are uploaded first.
     """
-    try:
-        listing = list_sessions(_store(store), reindex=reindex)
-    except SessionError as exc:
-        raise click.ClickException(str(exc)) from None
+    listing = list_sessions(_store(store), reindex=reindex)
     for note in listing.notes:
         err.print(f"forkpoint: {note}", markup=False)
     if not listing.rows:
@@ -585,11 +341,8 @@ def ls_cmd(store: str | None, reindex: bool) -> None:
 @_store_opt
 def verify_cmd(session: str, store: str | None) -> None:
     """Check a session's hash chain and blobs; names the first line that fails."""
-    try:
-        path = resolve(session, _store(store), refresh=True)  # a remote session: download it again
-    except SessionError as exc:
-        raise click.ClickException(str(exc)) from None
-    v = verify(path)
+    path = resolve(session, _store(store), refresh=True)  # a remote session: download it again
+    v = verify_session(path)
     for p in v.problems:
         err.print(p, style="red", markup=False)
     for n in v.notes:
@@ -704,16 +457,13 @@ def checkpoints(session: str, store: str | None) -> None:
 @_store_opt
 def restore(ref: str, into: Path, repo: Path | None, store: str | None) -> None:
     """Rebuild a checkpoint in a fresh directory, then validate it."""
-    from .checkpoint import CheckpointError, validate
     from .checkpoint import restore as do_restore
+    from .checkpoint import validate
 
     session, seq = _session_at(ref, store)
-    try:
-        do_restore(session, seq, into, repo=repo)
-        err.print(f"restored {session.id}@{seq} into {into}; validating:")
-        ok = _print_checks(validate(into))
-    except CheckpointError as exc:
-        raise click.ClickException(str(exc)) from None
+    do_restore(session, seq, into, repo=repo)
+    err.print(f"restored {session.id}@{seq} into {into}; validating:")
+    ok = _print_checks(validate(into))
     sys.exit(0 if ok else 1)
 
 
@@ -721,13 +471,9 @@ def restore(ref: str, into: Path, repo: Path | None, store: str | None) -> None:
 @click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
 def validate_cmd(directory: Path) -> None:
     """Check a restored directory against its checkpoint, without any model."""
-    from .checkpoint import CheckpointError, validate
+    from .checkpoint import validate
 
-    try:
-        ok = _print_checks(validate(directory))
-    except CheckpointError as exc:
-        raise click.ClickException(str(exc)) from None
-    sys.exit(0 if ok else 1)
+    sys.exit(0 if _print_checks(validate(directory)) else 1)
 
 
 @main.command()
@@ -773,71 +519,50 @@ def fork(
     replayed (no model, no tool bodies), every later one is live, and the arm is recorded as a new
     session linked to SESSION@SEQ. CMD must work on its current directory.
     """
-    from .checkpoint import CheckpointError, find, validate
-    from .checkpoint import restore as do_restore
-
     session, seq = _session_at(ref, store)
-    try:
-        cp = find(session, seq)
-    except CheckpointError as exc:
-        raise click.ClickException(str(exc)) from None
-    if cp["boundary"] != "resumable":
-        raise click.ClickException(
-            f"checkpoint {session.id}@{seq} is {cp['boundary']}: it lies between two tool calls of one turn, "
-            "so resuming there would make the agent speak twice. Fork from a resumable checkpoint "
-            "(forkpoint checkpoints lists them)."
-        )
-    # Not under the current directory: that is usually the recorded repository, and arms would
-    # become untracked clones inside it.
-    if into is None:  # a new folder for every fork, so forking one checkpoint again just works
-        base = Path(tempfile.gettempdir()) / "forkpoint-forks"
-        base.mkdir(parents=True, exist_ok=True)
-        into = Path(tempfile.mkdtemp(prefix=f"{session.id}@{seq}-", dir=base))
-    root = into
-    rows = []
-    failed = 0
-    for i in range(1, arms + 1):
-        arm_dir = root / f"arm-{i}"
-        err.rule(f"arm {i}: {arm_dir}")
-        try:
-            do_restore(session, seq, arm_dir, repo=repo)
-            valid = _print_checks(validate(arm_dir))
-        except CheckpointError as exc:
-            err.print(f"[red]{escape(str(exc))}[/red]")
-            rows.append((str(i), str(arm_dir), "[red]restore failed[/red]", "", "", ""))
-            failed += 1
-            continue
-        if not valid:
-            rows.append((str(i), str(arm_dir), "[red]invalid[/red]", "", "", ""))
-            failed += 1
-            continue
-        report, code, _ = replay_command(
-            session,
-            _command(cmd),
-            on_divergence=on_divergence,
-            overrides=list(overrides),
-            live_from=seq,
-            cwd=arm_dir.resolve(),
-            child_name=f"fork {session.id}@{seq} arm {i}",
-        )
-        failed += code != 0
-        live = (report or {}).get("live_calls") or {}
-        rows.append(
-            (
-                str(i),
-                str(arm_dir),
-                "[green]valid[/green]",
-                f"{(report or {}).get('matched', 0)} replayed, "
-                f"{live.get('models', 0)} model + {live.get('tools', 0)} tool live",
-                str(code),
-                Path((report or {}).get("child_session") or "—").name,
-            )
-        )
+
+    def shown(arm: Arm, stage: str) -> None:
+        if stage != "restored":
+            return
+        err.rule(f"arm {arm.index}: {arm.directory}")
+        if arm.error is not None:
+            err.print(f"[red]{escape(arm.error)}[/red]")
+        else:
+            _print_checks(arm.checks)
+
+    root, done = fork_arms(
+        session,
+        seq,
+        _command(cmd),
+        arms=arms,
+        into=into,
+        overrides=list(overrides),
+        on_divergence=on_divergence,
+        repo=repo,
+        on_arm=shown,
+    )
     table = Table(box=None, header_style="bold", title=f"fork of {session.id}@{seq}", title_justify="left")
     for col in ("arm", "directory", "checkpoint", "calls", "exit", "session"):
         table.add_column(col)
-    for row in rows:
-        table.add_row(*row)
+    failed = 0
+    for arm in done:
+        if not arm.valid:
+            failed += 1
+            state = "[red]restore failed[/red]" if arm.error is not None else "[red]invalid[/red]"
+            table.add_row(str(arm.index), str(arm.directory), state, "", "", "")
+            continue
+        report = arm.report or {}
+        live = report.get("live_calls") or {}
+        failed += arm.exit_code != 0
+        table.add_row(
+            str(arm.index),
+            str(arm.directory),
+            "[green]valid[/green]",
+            f"{report.get('matched', 0)} replayed, "
+            f"{live.get('models', 0)} model + {live.get('tools', 0)} tool live",
+            str(arm.exit_code),
+            Path(report.get("child_session") or "—").name,
+        )
     terminal().print(table)
     sys.exit(0 if failed == 0 else 1)
 
@@ -881,7 +606,7 @@ def export_cmd(
     timeout: float,
 ) -> None:
     """Export SESSION as an OpenTelemetry trace (GenAI semantic conventions); see docs/otel.md."""
-    from .interop.otel import ExportError, export
+    from .exporters.otel import export
 
     if not otlp and not file:
         raise click.UsageError("give --otlp URL and/or --file PATH")
@@ -894,12 +619,9 @@ def export_cmd(
     if file and file != "-":
         _output_file(file, "--file")
     s = _load(session, store)
-    try:
-        n = export(
-            s, otlp=otlp, file=file, content=content, headers=hdrs, service_name=service_name, timeout=timeout
-        )
-    except ExportError as exc:
-        raise click.ClickException(str(exc)) from None
+    n = export(
+        s, otlp=otlp, file=file, content=content, headers=hdrs, service_name=service_name, timeout=timeout
+    )
     where = " and ".join(x for x in (otlp, None if file == "-" else file) if x)
     if where:
         err.print(f"forkpoint: exported {n} spans of session {s.id} to {where}", markup=False)
@@ -912,13 +634,9 @@ def export_cmd(
 def import_cmd(path: Path, store: str | None, name: str | None) -> None:
     """Turn a VCR.py cassette or an agent trajectory (SWE-agent, mini-swe-agent, OpenHands) into a
     session. The format is detected from the content; what the file lacks is listed in the session."""
-    from .interop import ImportFormatError, import_file
+    from .importers import import_file
 
-    try:
-        session_path = import_file(path, store=_store(store), name=name)
-        session_finished(session_path, quiet=True)  # index entry; upload to a remote store
-    except ImportFormatError as exc:
-        raise click.ClickException(str(exc)) from None
+    session_path = import_file(path, store=_store(store), name=name)
     i = info(session_path)
     origin = i.header.get("imported_from") or {}
     err.print(
@@ -948,14 +666,10 @@ def scrub(session: str, store: str | None, dry_run: bool, force: bool) -> None:
     Writes a complete scrubbed copy beside it, verifies it, swaps it in atomically and removes the
     old one; killed at any point, the original stays intact. The session keeps its id.
     """
-    from .config import ConfigError
-    from .scrub import ScrubError, scrub_session
+    from .scrub import scrub_session
 
-    try:
-        path = resolve(session, _store(store))
-        report = scrub_session(path, dry_run=dry_run, force=force)
-    except (SessionError, ScrubError, ConfigError) as exc:
-        raise click.ClickException(str(exc)) from None
+    path = resolve(session, _store(store))
+    report = scrub_session(path, dry_run=dry_run, force=force)
     changed = report.events_changed
     what = (
         f"{len(changed)} of {report.events} events"

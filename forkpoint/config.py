@@ -1,4 +1,4 @@
-"""Configuration: the user's redaction rules, from TOML.
+"""Configuration: forkpoint's tables of the user's TOML file (``[redact]`` today).
 
 Where forkpoint looks, first match wins:
 
@@ -32,25 +32,10 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-import click
-
-from .redact import RuleError, Rules, Scrubber
-from .runtime import ForkpointError
+from .errors import ConfigError
 
 #: The configuration file forkpoint reads besides ``pyproject.toml``.
 CONFIG_NAME = "forkpoint.toml"
-_KEYS = ("patterns", "json_paths", "headers", "query_params")
-
-
-class ConfigError(ForkpointError, click.ClickException, ValueError):
-    """The configuration cannot be used; the message names the file and the key. (A
-    ``ClickException`` too, so every ``forkpoint`` command reports it as an error, not a traceback.)"""
-
-    def __init__(self, message: str) -> None:
-        click.ClickException.__init__(self, message)
-
-    def __str__(self) -> str:
-        return self.message
 
 
 def find_config(start: Path | None = None) -> tuple[Path, tuple[str, ...]] | None:
@@ -78,55 +63,14 @@ def find_config(start: Path | None = None) -> tuple[Path, tuple[str, ...]] | Non
     return None
 
 
-def _strings(value: Any, where: str) -> tuple[str, ...]:
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise ConfigError(f"{where}: expected a list of strings")
-    return tuple(value)
-
-
-def rules_from_table(table: Any, where: str) -> Rules:
-    """:class:`~forkpoint.redact.Rules` from a parsed ``redact`` table; ``where`` names it in errors."""
-    if table is None:
-        return Rules(source=where)
-    if not isinstance(table, dict):
-        raise ConfigError(f"{where}: expected a table")
-    unknown = sorted(set(table) - set(_KEYS))
-    if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)} (known: {', '.join(_KEYS)})")
-    patterns: list[tuple[str, str]] = []
-    raw = table.get("patterns", [])
-    if not isinstance(raw, list):
-        raise ConfigError(f"{where}.patterns: expected a list")
-    for i, p in enumerate(raw):
-        if isinstance(p, str):
-            patterns.append(("custom", p))
-        elif isinstance(p, dict) and isinstance(p.get("regex"), str) and set(p) <= {"kind", "regex"}:
-            kind = p.get("kind", "custom")
-            if not isinstance(kind, str):
-                raise ConfigError(f"{where}.patterns[{i}].kind: expected a string")
-            patterns.append((kind, p["regex"]))
-        else:
-            raise ConfigError(f"{where}.patterns[{i}]: expected a regex string or {{kind = …, regex = …}}")
-    rules = Rules(
-        patterns=tuple(patterns),
-        json_paths=_strings(table.get("json_paths", []), f"{where}.json_paths"),
-        headers=_strings(table.get("headers", []), f"{where}.headers"),
-        query_params=_strings(table.get("query_params", []), f"{where}.query_params"),
-        source=where,
-    )
-    try:
-        Scrubber(rules)  # compile now: a bad regex or path is reported with the file that holds it
-    except RuleError as exc:
-        raise ConfigError(f"{where}: {exc}") from None
-    return rules
-
-
-def load_rules(start: Path | None = None) -> Rules:
-    """The user's redaction rules in force for ``start`` (default: the current directory); empty
-    rules when no configuration file applies. Raises :class:`ConfigError`."""
+def load_table(name: str, start: Path | None = None) -> tuple[Any, str]:
+    """forkpoint's table ``name`` (``redact``…) of the configuration in force for ``start`` (default:
+    the current directory), and where it is (``"<file> [tool.forkpoint.redact]"``, for messages).
+    ``(None, "")`` when no configuration file applies; the table is ``None`` when the file has none.
+    Raises :class:`ConfigError` for a file that cannot be read as TOML."""
     found = find_config(start)
     if found is None:
-        return Rules()
+        return None, ""
     path, prefix = found
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
@@ -135,11 +79,10 @@ def load_rules(start: Path | None = None) -> Rules:
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read it as TOML ({exc})") from None
     table: Any = data
-    if not prefix and "redact" not in data and isinstance(data.get("tool"), dict):
+    if not prefix and name not in data and isinstance(data.get("tool"), dict):
         prefix = ("tool", "forkpoint")  # FORKPOINT_CONFIG pointing at a pyproject.toml
     for part in prefix:
         table = table.get(part) if isinstance(table, dict) else None
     if table is not None and not isinstance(table, dict):
         raise ConfigError(f"{path}: [{'.'.join(prefix)}] must be a table")
-    where = f"{path} [{'.'.join((*prefix, 'redact'))}]"
-    return rules_from_table((table or {}).get("redact"), where)
+    return (table or {}).get(name), f"{path} [{'.'.join((*prefix, name))}]"

@@ -26,8 +26,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from .events import endpoint
+from .jsondiff import Change, format_changes, json_diff
 from .log import Session
-from .match import Change, format_changes, json_diff, model_key, normalize_request, tool_key
+from .match import event_key, normalized
 from .providers import recorded_response, response_text
 
 #: Paths of :func:`comparable` covered by the match key; every other difference is in the answer.
@@ -43,12 +45,7 @@ def _calls(session: Session) -> list[dict[str, Any]]:
 
 def signature(event: dict[str, Any]) -> str:
     """``model POST /v1/chat/completions`` or ``tool NAME``: what must agree for two calls to pair up."""
-    if event["type"] == "tool_call":
-        return f"tool {event['tool']}"
-    from urllib.parse import urlsplit
-
-    req = event["request"]
-    return f"model {req['method'].upper()} {urlsplit(req['url']).path}"
+    return f"{'tool' if event['type'] == 'tool_call' else 'model'} {endpoint(event)}"
 
 
 def comparable(event: dict[str, Any]) -> dict[str, Any]:
@@ -61,11 +58,7 @@ def comparable(event: dict[str, Any]) -> dict[str, Any]:
         out: dict[str, Any] = {"args": event.get("args")}
         out["result" if "error" not in event else "error"] = event.get("result", event.get("error"))
         return out
-    r = event["request"]
-    return {
-        "request": normalize_request(r["method"], r["url"], r["headers"], r["body"]),
-        "response": _model_outcome(event),
-    }
+    return {"request": normalized(event), "response": _model_outcome(event)}
 
 
 def _maybe_json(text: Any) -> Any:
@@ -119,9 +112,7 @@ def in_key(change: Change) -> bool:
 
 def key(event: dict[str, Any]) -> str:
     """The match key of a recorded call (recomputed, so sessions of older versions compare fairly)."""
-    if event["type"] == "tool_call":
-        return tool_key(event["tool"], event["args"])
-    return model_key(comparable(event)["request"])
+    return event_key(event)
 
 
 @dataclass

@@ -31,7 +31,7 @@ from typing import Any
 
 import orjson
 
-from . import __version__
+from ._version import __version__
 from .log import Session, SessionError, to_json
 from .providers import parse_sse, recorded_response, request_messages, response_text
 
@@ -200,7 +200,7 @@ def _rich_messages(url: str, api: str, body: Any) -> list[dict[str, Any]]:
     plain = request_messages(url, body)
     out: list[dict[str, Any]] = [{"role": m["role"], "text": m["text"]} for m in plain]
     try:
-        from .interop.otel import _input_messages
+        from .exporters.otel import _input_messages
 
         system, msgs = _input_messages(api, url, body)
     except Exception:  # noqa: BLE001 - enrichment is optional; the plain messages stand

@@ -19,14 +19,12 @@ is the recorded order unless concurrent calls finished in another order than the
 from __future__ import annotations
 
 import base64
-import difflib
 import re
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-from .canonical import canonical_json, digest
+from .canonical import digest
 from .redact import scrub_bytes, scrub_json, scrub_url
 
 #: Request headers that are part of the match key (lower-case). All others are ignored.
@@ -101,121 +99,18 @@ def tool_key(name: str, args: Any) -> str:
     return digest({"tool": name, "args": scrub_json(args)})
 
 
-@dataclass(frozen=True)
-class Change:
-    """One difference between two JSON documents.
-
-    ``op`` is ``"added"`` (only in actual), ``"removed"`` (only in expected) or ``"changed"``;
-    ``path`` is a JSONPath-like string such as ``$.body.messages[3].content``.
-    """
-
-    op: str
-    path: str
-    expected: Any = None
-    actual: Any = None
-
-    def to_json(self) -> dict[str, Any]:
-        """This change as JSON data."""
-        out: dict[str, Any] = {"op": self.op, "path": self.path}
-        if self.op != "added":
-            out["expected"] = self.expected
-        if self.op != "removed":
-            out["actual"] = self.actual
-        return out
+def normalized(event: Mapping[str, Any]) -> dict[str, Any]:
+    """What the match key of a recorded call covers: the normalized request of a model call
+    (:func:`normalize_request`), ``{"tool", "args"}`` of a tool call."""
+    if event.get("type") == "tool_call":
+        return {"tool": event["tool"], "args": event.get("args")}
+    r = event["request"]
+    return normalize_request(r["method"], r["url"], r["headers"], r["body"])
 
 
-def json_diff(expected: Any, actual: Any, path: str = "$") -> list[Change]:
-    """Every difference between two JSON values, by path, in document order.
-
-    Lists are compared item by item (a list that grew shows ``added`` items at the end).
-    """
-    if isinstance(expected, dict) and isinstance(actual, dict):
-        out: list[Change] = []
-        for k in expected:
-            sub = f"{path}.{k}" if k.isidentifier() else f"{path}[{k!r}]"
-            if k not in actual:
-                out.append(Change("removed", sub, expected=expected[k]))
-            else:
-                out.extend(json_diff(expected[k], actual[k], sub))
-        for k in actual:
-            if k not in expected:
-                sub = f"{path}.{k}" if k.isidentifier() else f"{path}[{k!r}]"
-                out.append(Change("added", sub, actual=actual[k]))
-        return out
-    if isinstance(expected, list) and isinstance(actual, list):
-        out = []
-        for i in range(max(len(expected), len(actual))):
-            sub = f"{path}[{i}]"
-            if i >= len(actual):
-                out.append(Change("removed", sub, expected=expected[i]))
-            elif i >= len(expected):
-                out.append(Change("added", sub, actual=actual[i]))
-            else:
-                out.extend(json_diff(expected[i], actual[i], sub))
-        return out
-    if type(expected) is not type(actual) or expected != actual:
-        return [Change("changed", path, expected=expected, actual=actual)]
-    return []
-
-
-def similarity(a: Any, b: Any) -> float:
-    """0..1 closeness of two JSON values (1.0 = same), for picking the nearest recorded request."""
-    if a == b:
-        return 1.0
-    sa, sb = canonical_json(a), canonical_json(b)
-    matcher = difflib.SequenceMatcher(None, sa, sb, autojunk=False)
-    # quick_ratio is an upper bound that is cheap; exact ratio only for short documents.
-    return matcher.ratio() if len(sa) + len(sb) < 20_000 else matcher.quick_ratio()
-
-
-def _short(value: Any, limit: int = 160) -> str:
-    text = value if isinstance(value, str) else canonical_json(value).decode()
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _first_difference(a: str, b: str) -> int:
-    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
-
-
-def _clip_lines(diff: list[str], width: int = 160) -> list[str]:
-    """Unified-diff lines cut to ``width`` characters around the first column where a changed line
-    differs from its counterpart, so a long single-line prompt does not print twice in full."""
-    removed = [d[1:] for d in diff if d.startswith("-")]
-    added = [d[1:] for d in diff if d.startswith("+")]
-    out = []
-    for d in diff:
-        text = d[1:]
-        if len(text) <= width:
-            out.append(d)
-            continue
-        others = added if d[0] == "-" else removed if d[0] == "+" else []
-        col = max((_first_difference(text, o) for o in others), default=0)
-        start = max(0, col - width // 3)
-        clipped = ("…" if start else "") + text[start : start + width]
-        out.append(d[0] + clipped + ("…" if start + width < len(text) else ""))
-    return out
-
-
-def format_changes(changes: list[Change], limit: int = 20) -> str:
-    """Human-readable lines for a diff; long strings are shown as a compact text diff."""
-    lines: list[str] = []
-    for c in changes[:limit]:
-        if c.op == "added":
-            lines.append(f"  + {c.path}: {_short(c.actual)}")
-        elif c.op == "removed":
-            lines.append(f"  - {c.path}: {_short(c.expected)}")
-        elif (
-            isinstance(c.expected, str)
-            and isinstance(c.actual, str)
-            and (len(c.expected) > 80 or len(c.actual) > 80)
-        ):
-            lines.append(f"  ~ {c.path}:")
-            diff = difflib.unified_diff(
-                c.expected.splitlines(), c.actual.splitlines(), "recorded", "actual", n=1, lineterm=""
-            )
-            lines.extend(f"      {d}" for d in _clip_lines(list(diff)[2:14]))
-        else:
-            lines.append(f"  ~ {c.path}: {_short(c.expected)} → {_short(c.actual)}")
-    if len(changes) > limit:
-        lines.append(f"  … and {len(changes) - limit} more differences")
-    return "\n".join(lines)
+def event_key(event: Mapping[str, Any]) -> str:
+    """The match key of a recorded model or tool call, computed from its request or arguments: the
+    one function every reader and writer of ``key`` uses."""
+    if event.get("type") == "tool_call":
+        return tool_key(event["tool"], event.get("args"))
+    return model_key(normalized(event))

@@ -37,18 +37,14 @@ from typing import Any
 
 import orjson
 
+from .errors import OverrideError
 from .providers import detect, parse_sse, recorded_response, response_text, summarize
-from .runtime import ForkpointError
 
 _SPEC = re.compile(
     r"^(?P<target>tool:[^#=]+?(?:#\d+)?|model#\d+|seq:\d+)(?:\.(?P<field>[a-z_]+))?=(?P<value>.*)$", re.S
 )
 _TOOL_FIELDS = ("result", "error")
 _MODEL_FIELDS = ("text", "tool_calls", "body")
-
-
-class OverrideError(ForkpointError, ValueError):
-    """An override spec that cannot be parsed or applied; the message says which and why."""
 
 
 @dataclass(frozen=True)

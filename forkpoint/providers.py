@@ -60,12 +60,14 @@ Public API: :func:`parse_sse`, :func:`detect`, :func:`summarize`, :func:`respons
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple, TypedDict
 from urllib.parse import urlsplit
 
 import orjson
+
+from .log import add_deriver
 
 __all__ = [
     "SUMMARY_KEYS",
@@ -1149,3 +1151,33 @@ def recorded_response(event: dict[str, Any]) -> dict[str, Any]:
         if kind == "stream"
         else None,
     }
+
+
+def summary(event: Mapping[str, Any]) -> Summary:
+    """The provider-aware summary of a recorded model call (:func:`summarize` of its request and
+    response): the one the event carries (derived when it was loaded, or stored by an importer),
+    else derived now (and not kept: an event being recorded is written without it)."""
+    found = event.get("summary")
+    if isinstance(found, dict):
+        return found  # type: ignore[return-value]
+    req = event["request"]
+    return summarize(
+        req["url"], req["body"] if req.get("body_kind") == "json" else None, recorded_response(event)
+    )
+
+
+def _derive_summary(event: dict[str, Any]) -> None:
+    """Add a model call's ``summary`` as a session is loaded (handed to the log: it is derived, not
+    stored; an importer's own is kept)."""
+    if (
+        event.get("type") == "model_call"
+        and "summary" not in event
+        and isinstance(event.get("request"), dict)
+    ):
+        try:
+            event["summary"] = summary(event)
+        except (KeyError, TypeError, AttributeError):  # a hand-made or foreign event: no summary
+            pass
+
+
+add_deriver(_derive_summary)

@@ -474,7 +474,7 @@ class Cassette:
             for event in Session.load(child).events:
                 if event["type"] not in ("model_call", "tool_call", "note", "end"):
                     continue
-                drop = {"seq", "prev", "hash", "source", "recorded_seq", "override"}
+                drop = {"seq", "prev", "hash", "source", "recorded_seq", "override", "summary"}
                 writer.append({k: v for k, v in event.items() if k not in drop})
         finally:
             writer.close()

@@ -1,4 +1,9 @@
-"""Recording: the :class:`Recorder` runtime and the ``forkpoint.record()`` context manager."""
+"""Recording: the :class:`Recorder` runtime, and the header of a new session.
+
+The recorder receives finished calls from the capture hooks (through :class:`forkpoint.runtime.Runtime`)
+and appends them to the log, taking checkpoints at agent boundaries when it has a workspace. Starting
+and finishing a recording (hooks, activation, the session's life cycle) is :func:`forkpoint.api.record`.
+"""
 
 from __future__ import annotations
 
@@ -8,20 +13,18 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from . import __version__, runtime
-from .log import SessionWriter, new_span_id
-from .match import model_key, normalize_request, tool_key
-from .store import session_finished, session_started, store_dir
-
-if TYPE_CHECKING:
-    from .capture import _Call
-    from .checkpoint import Workspace
+from . import runtime
+from ._version import __version__
+from .checkpoint import Workspace, carried_context, checkpoint_event
+from .events import HttpRequest, ModelCallEvent, ToolCallEvent, new_span_id
+from .log import SessionWriter
+from .match import event_key
+from .providers import summary
 
 #: Packages whose versions go into every session header (when installed).
 TRACKED_PACKAGES = (
@@ -33,16 +36,6 @@ TRACKED_PACKAGES = (
     "pydantic-ai-slim",
     "openai-agents",
 )
-
-
-def summary_of(event: dict[str, Any]) -> dict[str, Any]:
-    """The provider-aware summary of a model call event (see :func:`forkpoint.providers.summarize`)."""
-    from .providers import recorded_response, summarize
-
-    req = event["request"]
-    return dict(
-        summarize(req["url"], req["body"] if req["body_kind"] == "json" else None, recorded_response(event))
-    )
 
 
 def package_versions() -> dict[str, str]:
@@ -113,7 +106,7 @@ class Recorder:
         self.writer = writer
         self.workspace = workspace
         self.root_span: str = writer.header.get("span_id") or new_span_id()
-        self.pending: set[_Call] = set()
+        self.pending: set[Any] = set()
         self.counts = {"model_call": 0, "tool_call": 0, "checkpoint": 0}
         self._lock = threading.Lock()
         self._checkpoint_lock = threading.Lock()
@@ -123,13 +116,11 @@ class Recorder:
 
     # -- checkpoints (only with a workspace)
 
-    def before_model_call(self, request: dict[str, Any]) -> None:
+    def before_model_call(self, request: HttpRequest) -> None:
         """Right before a model call is sent: every tool result of the previous turn is in, so this
         is a resumable boundary. Takes a checkpoint whose carried context is this request's messages."""
         if self.workspace is None:
             return
-        from .checkpoint import carried_context
-
         body = request.get("body") if request.get("body_kind") == "json" else None
         # A model call made inside a tool's body is not an agent boundary: that tool is unfinished.
         boundary = "observable" if runtime.current_span.get() else "resumable"
@@ -145,8 +136,6 @@ class Recorder:
         """
         if self.workspace is None:
             return None
-        from .checkpoint import checkpoint_event
-
         with self._checkpoint_lock:
             if boundary is None:
                 outstanding = self._turn_tools_done < self._turn_tools_expected
@@ -171,28 +160,19 @@ class Recorder:
         """The session directory being written."""
         return self.writer.path
 
-    def model_call_done(self, event: dict[str, Any]) -> None:
-        """Append a finished model call (built by the capture layer); adds its key."""
-        self._append(self.enrich_model_call(event))
+    def model_call_done(self, event: ModelCallEvent) -> None:
+        """Append a finished model call (built by the capture layer) with its key and pid. (Its
+        provider-aware ``summary`` is not stored: readers derive it, :func:`forkpoint.providers.summary`.)"""
+        self._append(keyed(event))
         with self._checkpoint_lock:
-            self._turn_tools_expected = len(summary_of(event).get("tool_calls") or [])
+            self._turn_tools_expected = len(summary(event).get("tool_calls") or [])
             self._turn_tools_done = 0
 
-    @staticmethod
-    def enrich_model_call(event: dict[str, Any]) -> dict[str, Any]:
-        """Add ``key`` and ``pid`` to a captured model call. (Its provider-aware ``summary`` is not
-        stored: readers derive it from the request and response, see :func:`summary_of`.)"""
-        req = event["request"]
-        event["key"] = model_key(normalize_request(req["method"], req["url"], req["headers"], req["body"]))
-        event["pid"] = os.getpid()
-        return event
-
-    def tool_call_done(self, event: dict[str, Any]) -> None:
-        """Append a finished tool call (built by the tool wrapper); adds its key. With a workspace, a
-        tool call that is not the last one its turn asked for is followed by an observable checkpoint."""
-        event["key"] = tool_key(event["tool"], event["args"])
-        event["pid"] = os.getpid()
-        self._append(event)
+    def tool_call_done(self, event: ToolCallEvent) -> None:
+        """Append a finished tool call (built by the tool wrapper) with its key and pid. With a
+        workspace, a tool call that is not the last one its turn asked for is followed by an
+        observable checkpoint."""
+        self._append(keyed(event))
         with self._checkpoint_lock:
             self._turn_tools_done += 1
             more = self._turn_tools_done < self._turn_tools_expected
@@ -214,7 +194,7 @@ class Recorder:
             }
         )
 
-    def _append(self, event: dict[str, Any]) -> int:
+    def _append(self, event: Any) -> int:
         with self._lock:
             if event["type"] in self.counts:
                 self.counts[event["type"]] += 1
@@ -230,12 +210,17 @@ class Recorder:
         self.writer.close()
 
 
+def keyed(event: ModelCallEvent | ToolCallEvent) -> Any:
+    """``event`` with its match ``key`` and this process's ``pid`` added (what the log keeps of a call)."""
+    event["key"] = event_key(event)
+    event["pid"] = os.getpid()
+    return event
+
+
 def open_workspace(root: str | Path | None, store: Path, include_ignored: bool = False) -> Workspace | None:
     """The :class:`~forkpoint.checkpoint.Workspace` to checkpoint, or None when ``root`` is None."""
     if root is None:
         return None
-    from .checkpoint import Workspace
-
     return Workspace.open(Path(root), store, include_ignored=include_ignored)
 
 
@@ -254,45 +239,3 @@ def end_event(exit_code: int | None, started: float, *, reason: str | None = Non
         "duration_ms": round((time.perf_counter() - started) * 1000, 3),
         "reason": reason,
     }
-
-
-@contextmanager
-def record(
-    name: str | None = None,
-    *,
-    store: str | Path | None = None,
-    tags: Mapping[str, str] | None = None,
-    argv: Sequence[str] | None = None,
-    workspace: str | Path | None = None,
-    include_ignored: bool = False,
-) -> Iterator[Recorder]:
-    """Record every model call and tool call made inside the block into a new session.
-
-    ``store`` defaults to ``$FORKPOINT_STORE`` or ``.forkpoint/``. With ``workspace`` (a directory;
-    its git repository if it is in one), checkpoints are taken before each model call (resumable) and
-    between the tool calls of one turn (observable); see :mod:`forkpoint.checkpoint`.
-    Yields the :class:`Recorder`; ``recorder.session_path`` is the new session directory. The session
-    ends with an ``end`` event (``exit_code`` 0, or 1 and the exception type if the block raised).
-    """
-    store_path = store_dir(store)  # a path, or an fsspec URL's local mirror (uploaded when the block ends)
-    ws = open_workspace(workspace, store_path, include_ignored)
-    header = make_header(argv=list(argv) if argv is not None else list(sys.argv), name=name, tags=tags)
-    header["workspace"] = ws.describe() if ws else None
-    writer = SessionWriter.create(store_path, header)
-    session_started(writer.path)
-    rec = Recorder(writer, workspace=attach_workspace(ws, writer))
-    runtime.activate(rec)
-    started = time.perf_counter()
-    code, reason = 0, None
-    try:
-        yield rec
-    except BaseException as exc:
-        code, reason = 1, type(exc).__name__
-        raise
-    finally:
-        runtime.deactivate(rec)
-        for call in list(rec.pending):
-            call.finish(ended="unfinished")
-        writer.append(end_event(code, started, reason=reason))
-        rec.close()
-        session_finished(writer.path)

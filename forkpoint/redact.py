@@ -37,10 +37,14 @@ import threading
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
 import orjson
+
+from .config import load_table
+from .errors import ConfigError, RuleError
 
 #: Headers whose values are credentials. Compared lower-case.
 SECRET_HEADERS: frozenset[str] = frozenset(
@@ -309,10 +313,6 @@ class Rules:
         """SHA-256 of the canonical rules, built-in pattern set included: what a header records."""
         data = {"builtin": [list(p) for p in PATTERNS], **self.to_json()}
         return hashlib.sha256(orjson.dumps(data, option=orjson.OPT_SORT_KEYS)).hexdigest()
-
-
-class RuleError(ValueError):
-    """A user rule cannot be used; the message names the rule."""
 
 
 def _compile_user_pattern(kind: str, pattern: str) -> re.Pattern[str]:
@@ -805,8 +805,8 @@ class Scrubber:
     def event(self, event: dict[str, Any]) -> dict[str, Any]:
         """A session event (or header) with every payload scrubbed; ``seq``, ``prev``, ``hash`` kept.
 
-        A checkpoint whose file names or carried context change gets its workspace fingerprint and
-        context digest recomputed, so the event stays consistent with itself.
+        Scrubbing is idempotent: an event built from scrubbed values (a checkpoint computes its
+        fingerprints over its scrubbed manifest) comes back unchanged.
         """
         out: dict[str, Any] = {}
         is_call = event.get("type") == "model_call"
@@ -817,27 +817,66 @@ class Scrubber:
                 out[k] = self.http(v)
             else:
                 out[k] = self.json(v)
-        if event.get("type") == "checkpoint":
-            from .canonical import digest
-
-            ws = out.get("workspace")
-            if isinstance(ws, dict) and ws != event.get("workspace"):
-                try:  # a file name held a secret: the fingerprint is the scrubbed manifest's
-                    if isinstance(ws.get("manifest"), list):
-                        ws["fingerprint"] = digest(ws["manifest"])
-                    elif isinstance(ws.get("manifest_json"), bytes):
-                        ws["fingerprint"] = digest(orjson.loads(ws["manifest_json"]))
-                except (TypeError, orjson.JSONDecodeError):
-                    pass
-            if out.get("context") is not None and out.get("context") != event.get("context"):
-                try:
-                    out["context_digest"] = digest(out["context"])
-                except TypeError:
-                    pass
         return out
 
 
 # --------------------------------------------------------------------------- the rules in force
+
+_TABLE_KEYS = ("patterns", "json_paths", "headers", "query_params")
+
+
+def _strings(value: Any, where: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{where}: expected a list of strings")
+    return tuple(value)
+
+
+def rules_from_table(table: Any, where: str) -> Rules:
+    """:class:`Rules` from a parsed ``redact`` table (see :mod:`forkpoint.config`); ``where`` names
+    it in errors. Raises :class:`~forkpoint.errors.ConfigError` naming the file and the key."""
+    if table is None:
+        return Rules(source=where or None)
+    if not isinstance(table, dict):
+        raise ConfigError(f"{where}: expected a table")
+    unknown = sorted(set(table) - set(_TABLE_KEYS))
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)} (known: {', '.join(_TABLE_KEYS)})")
+    patterns: list[tuple[str, str]] = []
+    raw = table.get("patterns", [])
+    if not isinstance(raw, list):
+        raise ConfigError(f"{where}.patterns: expected a list")
+    for i, p in enumerate(raw):
+        if isinstance(p, str):
+            patterns.append(("custom", p))
+        elif isinstance(p, dict) and isinstance(p.get("regex"), str) and set(p) <= {"kind", "regex"}:
+            kind = p.get("kind", "custom")
+            if not isinstance(kind, str):
+                raise ConfigError(f"{where}.patterns[{i}].kind: expected a string")
+            patterns.append((kind, p["regex"]))
+        else:
+            raise ConfigError(f"{where}.patterns[{i}]: expected a regex string or {{kind = …, regex = …}}")
+    rules = Rules(
+        patterns=tuple(patterns),
+        json_paths=_strings(table.get("json_paths", []), f"{where}.json_paths"),
+        headers=_strings(table.get("headers", []), f"{where}.headers"),
+        query_params=_strings(table.get("query_params", []), f"{where}.query_params"),
+        source=where,
+    )
+    try:
+        Scrubber(rules)  # compile now: a bad regex or path is reported with the file that holds it
+    except RuleError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    return rules
+
+
+def load_rules(start: Path | None = None) -> Rules:
+    """The user's redaction rules in force for ``start`` (default: the current directory); empty
+    rules when no configuration file applies. Raises :class:`~forkpoint.errors.ConfigError`."""
+    table, where = load_table("redact", start)
+    if not where:
+        return Rules()
+    return rules_from_table(table, where)
+
 
 _state_lock = threading.RLock()
 _loaded: Scrubber | None = None
@@ -854,8 +893,6 @@ def current() -> Scrubber:
     if scrubber is None:
         with _state_lock:
             if _loaded is None:
-                from .config import load_rules
-
                 _loaded = Scrubber(load_rules())
             scrubber = _loaded
     return scrubber

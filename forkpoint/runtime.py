@@ -1,8 +1,10 @@
 """The active runtime: which recorder or replayer, if any, the capture hooks report to.
 
-One runtime is active per process at a time (recording and replaying at once is a later feature:
-per-kind sources). The capture hooks (HTTP clients, tool wrappers) are installed once and do nothing
-but call through while no runtime is active.
+One runtime is active per process at a time. The capture hooks (HTTP libraries, tool wrappers,
+framework integrations) are installed once, by :mod:`forkpoint.api` before it activates a runtime,
+and do nothing but call through while no runtime is active. They talk to the runtime only through
+:class:`Runtime` (and, during a replay, :class:`Serving`): this module knows neither the recorder
+nor the replayer.
 """
 
 from __future__ import annotations
@@ -12,24 +14,71 @@ import itertools
 import threading
 import weakref
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Literal, Protocol
 
-if TYPE_CHECKING:
-    from .record import Recorder
-    from .replay import Replayer
+from .errors import Divergence, ForkpointError
+from .events import CallKind, HttpRequest, ModelCallEvent, ToolCallEvent
+
+
+class Runtime(Protocol):
+    """What the capture hooks need of a recorder or a replayer."""
+
+    #: ``record`` or ``replay``.
+    mode: Literal["record", "replay"]
+    #: The span every call belongs to unless a tool call's span is current.
+    root_span: str
+    #: Model calls whose response is still open (written when they end, or when the run ends).
+    pending: set[Any]
+
+    def before_model_call(self, request: HttpRequest) -> None:
+        """A model call is about to be sent for real (a recorder takes a checkpoint here)."""
+
+    def model_call_done(self, event: ModelCallEvent) -> None:
+        """A model call made for real has ended: log it."""
+
+    def tool_call_done(self, event: ToolCallEvent) -> None:
+        """A tool call run for real has ended: log it."""
+
+
+class Serving(Runtime, Protocol):
+    """What the capture hooks need of a replayer: the recorded answers."""
+
+    def take_model_call(self, request: HttpRequest) -> tuple[ModelCallEvent, int] | None:
+        """The recorded call answering ``request`` and its position among this run's model calls,
+        or None to make the call live. Raises :class:`~forkpoint.errors.Divergence`."""
+
+    def take_tool_call(
+        self, name: str, args: dict[str, Any], *, defaulted: frozenset[str] = frozenset()
+    ) -> ToolCallEvent | None:
+        """The recorded tool call, or None to run the tool live. Raises
+        :class:`~forkpoint.errors.Divergence`."""
+
+    def diverged(self, event: ModelCallEvent, kind: CallKind, position: int, reason: str) -> Divergence:
+        """A :class:`~forkpoint.errors.Divergence` about a recorded call that was served (the run
+        went further than the recording reaches), noted as the replay's divergence if it is the first."""
+
+    def network_allowed(self) -> bool:
+        """True when some call may go live, so sockets must not be blocked."""
+
 
 _lock = threading.Lock()
-_active: Recorder | Replayer | None = None
+_active: Runtime | None = None
 
 #: The span the code running now belongs to (a tool call's span while its body runs).
 current_span: contextvars.ContextVar[str | None] = contextvars.ContextVar("forkpoint_span", default=None)
+
+#: True while the last model call made in this context was answered from the recording (an SDK's
+#: retry wait after a served failure is then skipped: :mod:`forkpoint.integrations.stainless`).
+served_from_recording: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "forkpoint_served", default=False
+)
 
 
 _sent_lock = threading.Lock()
 _sent_counters: weakref.WeakKeyDictionary[Any, Iterator[int]] = weakref.WeakKeyDictionary()
 
 
-def next_sent(rt: Recorder | Replayer) -> int:
+def next_sent(rt: Runtime) -> int:
     """1, 2, 3… per runtime: the order in which its calls (model and tool) were *started*.
 
     Events are written when a call ends; this ordinal lets a replay answer identical concurrent
@@ -41,17 +90,14 @@ def next_sent(rt: Recorder | Replayer) -> int:
         return next(counter)
 
 
-class ForkpointError(Exception):
-    """Base class of errors forkpoint raises on purpose."""
-
-
-def active() -> Recorder | Replayer | None:
+def active() -> Runtime | None:
     """The active recorder or replayer, or None."""
     return _active
 
 
-def activate(rt: Recorder | Replayer) -> None:
-    """Make ``rt`` the active runtime. Raises :class:`ForkpointError` if another one is active."""
+def activate(rt: Runtime) -> None:
+    """Make ``rt`` the active runtime. Raises :class:`~forkpoint.errors.ForkpointError` if another
+    one is active. (The capture hooks must be installed already: :func:`forkpoint.api.start`.)"""
     global _active
     with _lock:
         if _active is not None and _active is not rt:
@@ -59,14 +105,10 @@ def activate(rt: Recorder | Replayer) -> None:
                 f"a forkpoint {_active.mode} is already active in this process; "
                 "finish it before starting another"
             )
-        from . import capture, integrations
-
-        capture.install()
-        integrations.install()  # framework tool integrations: pydantic-ai, OpenAI Agents SDK, google-genai
         _active = rt
 
 
-def deactivate(rt: Recorder | Replayer) -> None:
+def deactivate(rt: Runtime) -> None:
     """Clear the active runtime if it is ``rt``."""
     global _active
     with _lock:

@@ -26,11 +26,9 @@ import ctypes
 import ctypes.util
 import errno
 import fcntl
-import hashlib
 import os
 import secrets
 import shutil
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,8 +36,11 @@ from typing import Any
 
 import orjson
 
-from . import __version__, redact
+from . import redact
+from ._version import __version__
 from .canonical import canonical_json, digest
+from .checkpoint import verify_session
+from .errors import ScrubError
 from .log import (
     BLOB_DIR,
     GIT_OBJECTS,
@@ -49,18 +50,14 @@ from .log import (
     SessionError,
     SessionWriter,
     now_iso,
-    verify,
 )
-from .runtime import ForkpointError
+from .match import event_key
+from .store import open_store
 
 #: Folder of a store holding scrubs in progress (and, after a crash, their leftovers).
 TMP_DIR = ".forkpoint-tmp"
 _RENAME_EXCHANGE = 2
 _AT_FDCWD = -100
-
-
-class ScrubError(ForkpointError):
-    """A session cannot be scrubbed; the message says why. The session is left as it was."""
 
 
 @dataclass
@@ -144,55 +141,6 @@ def recover(store: Path) -> list[str]:
     return done
 
 
-_BLOB_MODES = (b"100644", b"100755", b"120000")
-
-
-def scrub_tracked_entries(
-    objects: Path, entries: dict[bytes, tuple[bytes, bytes]], algo: str = "sha1"
-) -> dict[bytes, tuple[bytes, bytes]]:
-    """Tracked files whose content was just stored in the session's git ``objects`` (a loose blob
-    that ``git add`` wrote there: content the repository does not have) and holds a secret: their
-    blob is replaced by a scrubbed one, and the entry (``path -> (mode, raw oid)``) points at it.
-
-    The unscrubbed object is deleted, so the secret is not kept, compressed, in ``git-objects``; the
-    tree built from the entries, its diff and every hash derived from them describe the scrubbed
-    files (a restore writes them with placeholders; validating it scrubs again and agrees).
-    """
-    from . import redact
-
-    scrubber = redact.current()
-    out: dict[bytes, tuple[bytes, bytes]] | None = None
-    for path, (mode, oid) in entries.items():
-        if mode not in _BLOB_MODES:
-            continue
-        hexoid = oid.hex()
-        loose = objects / hexoid[:2] / hexoid[2:]
-        try:
-            raw = zlib.decompress(loose.read_bytes())
-        except (FileNotFoundError, NotADirectoryError, zlib.error):
-            continue  # the repository's own object, or one being written by another process
-        header, _, data = raw.partition(b"\0")
-        if not header.startswith(b"blob "):
-            continue
-        clean = scrubber.file(data)
-        if clean is data or clean == data:
-            continue
-        framed = b"blob %d\0" % len(clean) + clean
-        new = hashlib.new(algo, framed).digest()
-        target = objects / new.hex()[:2] / new.hex()[2:]
-        if not target.exists():
-            target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            tmp = target.with_name(f".tmp-{os.getpid()}-{target.name}")
-            tmp.write_bytes(zlib.compress(framed, 1))
-            os.chmod(tmp, 0o444)
-            os.replace(tmp, target)
-        loose.unlink(missing_ok=True)
-        if out is None:
-            out = dict(entries)
-        out[path] = (mode, new)
-    return entries if out is None else out
-
-
 def rescrubbed(session: Session) -> Session:
     """A copy of ``session`` (in memory) with its header and every event scrubbed by the rules in
     force now: what exporters hand out, so a rule added after a recording applies to exports too."""
@@ -249,16 +197,13 @@ def _scrub_workspace(event: dict[str, Any], old: BlobStore, new: BlobStore, scru
 
 def _rekey(event: dict[str, Any]) -> None:
     """Recompute a call's match key from its (scrubbed) request or arguments."""
-    from .match import model_key, normalize_request, tool_key
-
-    try:
-        if event.get("type") == "model_call" and isinstance(event.get("request"), dict):
-            r = event["request"]
-            event["key"] = model_key(normalize_request(r["method"], r["url"], r["headers"], r["body"]))
-        elif event.get("type") == "tool_call" and "tool" in event:
-            event["key"] = tool_key(event["tool"], event.get("args"))
-    except (KeyError, TypeError, ValueError):
-        pass
+    if (event.get("type") == "model_call" and isinstance(event.get("request"), dict)) or (
+        event.get("type") == "tool_call" and "tool" in event
+    ):
+        try:
+            event["key"] = event_key(event)
+        except (KeyError, TypeError, ValueError):
+            pass
 
 
 def scrub_session(
@@ -286,7 +231,7 @@ def scrub_session(
     lock_fd = os.open(path / LOG_NAME, os.O_RDONLY)
     try:
         fcntl.flock(lock_fd, fcntl.LOCK_EX)  # writers wait; the copy sees the log as it is
-        before = verify(path)
+        before = verify_session(path)
         if not before.ok:
             raise ScrubError(
                 f"{path}: the session does not verify, refusing to copy it: {before.problems[0]}"
@@ -329,7 +274,7 @@ def scrub_session(
                 finally:
                     writer.close()
             step("verify")
-            after = verify(writer.path)
+            after = verify_session(writer.path)
             if not after.ok:
                 raise ScrubError(
                     f"the scrubbed copy does not verify ({after.problems[0]}); the session is unchanged"
@@ -362,11 +307,7 @@ def scrub_session(
         # The store's index keeps header fields (the command line…) of every session: rebuild it from
         # the logs, so no copy of what was just scrubbed stays there.
         try:
-            from .store import open_store
-
-            target = open_store(store)
-            if hasattr(target, "reindex"):
-                target.reindex()
+            open_store(store).reindex()
         except (OSError, SessionError, ValueError) as exc:
             report.notes.append(
                 f"{store}: could not rebuild the store's index ({exc}); run forkpoint ls --reindex"

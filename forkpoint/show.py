@@ -14,13 +14,9 @@ from rich.markup import escape
 
 from .log import Session, to_json
 from .providers import recorded_response, response_text
+from .store import SessionInfo
 
 _MAX = 100
-
-
-def plural(n: int, noun: str) -> str:
-    """``"1 model call"``, ``"2 model calls"``."""
-    return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
 def _short(value: Any, limit: int = _MAX) -> str:
@@ -177,3 +173,32 @@ def render(session: Session, console: Console | None = None) -> None:
 def as_json(session: Session) -> dict[str, Any]:
     """The whole session, resolved, as JSON data: ``{"header", "events", "truncated"}``."""
     return {"header": session.header, "events": to_json(session.events), "truncated": session.truncated}
+
+
+def render_listing(rows: list[SessionInfo]) -> str:
+    """The ``forkpoint ls`` table as plain text (fast for tens of thousands of rows)."""
+    cols = ("session", "name", "created", "model", "tool", "exit", "command")
+    table = [cols]
+    for r in rows:
+        if r.error is not None:
+            table.append((r.session_id, f"unreadable: {r.error}", "", "", "", "", ""))
+            continue
+        table.append(
+            (
+                r.session_id,
+                str(r.header.get("name") or ""),
+                str(r.header.get("created") or "")[:19],
+                str(r.model_calls),
+                str(r.tool_calls),
+                "—" if not r.complete else "?" if r.exit_code is None else str(r.exit_code),
+                # the last column: shown whole (a cut would hide the arguments), quoted as a shell
+                # would (an imported session shows the `forkpoint import` that made it)
+                shlex.join(str(a) for a in r.header.get("argv") or []),
+            )
+        )
+    widths = [max(len(row[i]) for row in table) for i in range(len(cols) - 1)]
+    out = []
+    for row in table:
+        cells = [c.ljust(w) for c, w in zip(row, widths, strict=False)]
+        out.append(("  ".join(cells) + "  " + row[-1]).rstrip())
+    return "\n".join(out)

@@ -19,6 +19,7 @@ from click.testing import CliRunner
 
 from forkpoint.cli import main
 from forkpoint.log import LOG_NAME, Session, SessionWriter
+from forkpoint.store import list_sessions
 
 SECRET = "sk-proj-CLItestKEY" + "x7Yq" * 10
 FORKPOINT = [str(Path(sys.executable).with_name("forkpoint"))]
@@ -135,7 +136,9 @@ def recorded(tmp_path_factory: pytest.TempPathFactory, make_server: Any) -> Reco
         {**rec_env, "FORKPOINT_STORE": str(store)},
     )
     server.stop()  # from here on nothing can answer a real request
-    sessions = sorted(p for p in store.iterdir() if (p / LOG_NAME).is_file())
+    # Ids start with the second they were made in: two recordings within one second are ordered by
+    # their header's creation time (milliseconds), as `forkpoint ls` orders them.
+    sessions = [row.path for row in list_sessions(store).rows]
     assert len(sessions) == 2
     return Recorded(workdir, store, base_env, sessions[0], sessions[1], alpha_run, beta_run)
 

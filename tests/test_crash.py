@@ -27,9 +27,10 @@ import orjson
 import pytest
 
 import forkpoint
+from forkpoint import verify
 from forkpoint.demo.agent import run_agent
 from forkpoint.demo.server import ModelServer
-from forkpoint.log import LOG_NAME, Session, SessionError, SessionWriter, verify
+from forkpoint.log import LOG_NAME, Session, SessionError, SessionWriter
 from forkpoint.replay import Divergence
 from tests.gitutil import git
 
@@ -269,12 +270,12 @@ _BIG_WRITER = """
 import os, sys
 from pathlib import Path
 import orjson
-from forkpoint.log import LOG_NAME, SessionWriter, _line_hash
+from forkpoint.log import LOG_NAME, SessionWriter, line_hash
 w = SessionWriter.open(Path(sys.argv[1]), fsync="never")
 w._sync_tail()
 line = {"seq": w._last_seq + 1, "type": "note", "text": "big", "data": {"pad": ["x" * 60] * 1_000_000}}
 line["prev"] = w._last_hash
-line["hash"] = _line_hash(line)
+line["hash"] = line_hash(line)
 data = orjson.dumps(line) + b"\\n"  # one ~64 MB line, written by one write(2) as the writer does
 fd = os.open(Path(sys.argv[1]) / LOG_NAME, os.O_WRONLY | os.O_APPEND)
 print("ready", flush=True)

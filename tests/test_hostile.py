@@ -18,10 +18,11 @@ import orjson
 import pytest
 
 import forkpoint
+from forkpoint import verify
 from forkpoint.canonical import digest
+from forkpoint.capture.tools import RecordedToolError, install_import_hook, rebuild_exception
 from forkpoint.checkpoint import CheckpointError, restore
-from forkpoint.log import LOG_NAME, Session, SessionError, SessionWriter, verify
-from forkpoint.tools import RecordedToolError, install_import_hook, rebuild_exception
+from forkpoint.log import LOG_NAME, Session, SessionError, SessionWriter
 from tests.gitutil import git
 
 # ----------------------------------------------------------------------------- helpers
@@ -475,7 +476,8 @@ def test_a_huge_line_in_a_hostile_log_gets_a_clear_error(tmp_path: Path) -> None
 
 
 def test_config_file_that_is_not_toml_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from forkpoint.config import ConfigError, load_rules
+    from forkpoint.errors import ConfigError
+    from forkpoint.redact import load_rules
 
     monkeypatch.delenv("FORKPOINT_CONFIG", raising=False)
     (tmp_path / "forkpoint.toml").write_bytes(b"[redact\n\xff")

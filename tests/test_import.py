@@ -23,11 +23,11 @@ from click.testing import CliRunner
 from rich.console import Console
 
 import forkpoint
-from forkpoint import Session
+from forkpoint import Session, verify
 from forkpoint.cli import main
 from forkpoint.diff import diff_sessions
-from forkpoint.interop import ImportFormatError, detect_format, import_file, load_document
-from forkpoint.log import verify
+from forkpoint.errors import ImportFormatError
+from forkpoint.importers import detect_format, import_file, load_document
 from forkpoint.show import render
 from tests.realdata import CASSETTES, TRAJECTORIES
 

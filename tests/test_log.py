@@ -15,8 +15,9 @@ import orjson
 import pytest
 
 import forkpoint
+from forkpoint import verify
 from forkpoint.canonical import digest
-from forkpoint.log import LOG_NAME, BlobStore, Session, SessionError, SessionWriter, verify
+from forkpoint.log import LOG_NAME, BlobStore, Session, SessionError, SessionWriter
 from tests.gitutil import git
 
 # ----------------------------------------------------------------------------- helpers

@@ -9,7 +9,8 @@ import httpx
 import pytest
 
 import forkpoint
-from forkpoint.match import Change, format_changes, json_diff, model_key, normalize_request, tool_key
+from forkpoint.jsondiff import Change, format_changes, json_diff
+from forkpoint.match import model_key, normalize_request, tool_key
 from forkpoint.redact import scrub_json
 
 URL = "https://api.openai.com/v1/chat/completions"

@@ -17,9 +17,9 @@ import pytest
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
-from forkpoint import redact
+from forkpoint import redact, verify
 from forkpoint.canonical import canonical_json, digest
-from forkpoint.log import Session, SessionWriter, verify
+from forkpoint.log import Session, SessionWriter
 from forkpoint.match import model_key, normalize_request, tool_key
 
 SETTINGS = settings(

@@ -41,7 +41,8 @@ import pytest
 import zstandard
 
 import forkpoint
-from forkpoint.log import LOG_NAME, Session, SessionWriter, verify
+from forkpoint import verify
+from forkpoint.log import LOG_NAME, Session, SessionWriter
 from tests.httpserver import LoggingHandler
 
 LIBS = [pytest.param(httpx, id="httpx"), pytest.param(httpx2, id="httpx2")]

@@ -35,10 +35,11 @@ import pytest
 from click.testing import CliRunner
 
 import forkpoint
-from forkpoint import redact
+from forkpoint import redact, verify
 from forkpoint.cli import main
-from forkpoint.config import ConfigError, load_rules
-from forkpoint.log import LOG_NAME, Session, SessionWriter, verify
+from forkpoint.errors import ConfigError
+from forkpoint.log import LOG_NAME, Session, SessionWriter
+from forkpoint.redact import load_rules
 from forkpoint.scrub import TMP_DIR, ScrubError, recover, scrub_session
 from tests.gitutil import git
 

@@ -25,19 +25,14 @@ import pytest
 from click.testing import CliRunner
 
 import forkpoint
-from forkpoint import remote, store
+from forkpoint import store, verify
 from forkpoint.cli import main
 from forkpoint.demo.server import ModelServer
-from forkpoint.log import LOG_NAME, Session, SessionError, SessionWriter, verify
-from forkpoint.store import (
-    ENTRIES,
-    SNAPSHOTS,
-    LocalIO,
-    consolidate,
-    list_sessions,
-    read_index,
-    resolve,
-)
+from forkpoint.log import LOG_NAME, Session, SessionError, SessionWriter
+from forkpoint.store import fsspec as remote
+from forkpoint.store import list_sessions, resolve
+from forkpoint.store.index import ENTRIES, SNAPSHOTS, consolidate, read_index
+from forkpoint.store.local import LocalIO
 
 pytest.importorskip("fsspec")
 
@@ -69,7 +64,7 @@ import sys
 import openai
 
 import forkpoint
-from forkpoint import remote
+from forkpoint.store import fsspec as remote
 
 
 def crash(self, key, data):
@@ -405,7 +400,7 @@ def test_eight_processes_record_into_one_s3_store(
     # A fork server that has imported forkpoint, openai and s3fs once: 8 clean processes, no
     # threads inherited from this one (moto, the model server), and no 8 cold imports on 2 cores.
     ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["forkpoint", "forkpoint.remote", "openai", "s3fs", "tests.test_store"])
+    ctx.set_forkserver_preload(["forkpoint", "forkpoint.store.fsspec", "openai", "s3fs", "tests.test_store"])
     jobs = [(s3_url, model.openai_base_url, i, {**env, "FORKPOINT_CACHE": caches[i % 2]}) for i in range(8)]
     with ctx.Pool(8) as pool:
         sids = pool.starmap(_record_worker, jobs)

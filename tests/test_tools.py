@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 import forkpoint
-from forkpoint import tools as tools_mod
+from forkpoint.capture import tools as tools_mod
 from forkpoint.log import Session
 
 

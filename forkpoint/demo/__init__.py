@@ -19,8 +19,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ..cli import record_command, replay_command
 from ..log import Session
+from ..orchestrate import record_command, replay_command
 from ..show import render, terminal
 
 

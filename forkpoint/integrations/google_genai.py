@@ -26,15 +26,13 @@ from types import ModuleType
 from typing import Any
 
 from .. import runtime
-from . import is_forkpoint_tool, jsonable, run_tool, run_tool_sync
+from .base import Integration, is_forkpoint_tool, jsonable, replace, run_tool, run_tool_sync
 
 
 def patch_api_client(module: ModuleType) -> None:
     """Wrap ``BaseApiClient._use_aiohttp`` of ``google.genai._api_client``."""
     cls = module.BaseApiClient
     original = cls._use_aiohttp
-    if getattr(original, "__forkpoint_integration__", False):
-        return
 
     @functools.wraps(original)
     def _use_aiohttp(self: Any) -> bool:
@@ -50,16 +48,13 @@ def patch_api_client(module: ModuleType) -> None:
             return False
         return use
 
-    _use_aiohttp.__forkpoint_integration__ = True  # type: ignore[attr-defined]
-    cls._use_aiohttp = _use_aiohttp
+    replace(cls, "_use_aiohttp", _use_aiohttp)
 
 
 def patch_extra_utils(module: ModuleType) -> None:
     """Wrap the two functions of ``google.genai._extra_utils`` that run automatic function calls."""
     sync_original = module.invoke_function_from_dict_args
     async_original = module.invoke_function_from_dict_args_async
-    if getattr(sync_original, "__forkpoint_integration__", False):
-        return
 
     def skip(fn: Callable[..., Any]) -> bool:
         return runtime.active() is None or is_forkpoint_tool(fn)
@@ -86,6 +81,11 @@ def patch_extra_utils(module: ModuleType) -> None:
             lambda: async_original(args, function_to_invoke),
         )
 
-    invoke_function_from_dict_args.__forkpoint_integration__ = True  # type: ignore[attr-defined]
-    setattr(module, "invoke_function_from_dict_args", invoke_function_from_dict_args)  # noqa: B010
-    setattr(module, "invoke_function_from_dict_args_async", invoke_function_from_dict_args_async)  # noqa: B010
+    if replace(module, "invoke_function_from_dict_args", invoke_function_from_dict_args):
+        replace(module, "invoke_function_from_dict_args_async", invoke_function_from_dict_args_async)
+
+
+INTEGRATION = Integration(
+    "google-genai",
+    {"google.genai._api_client": patch_api_client, "google.genai._extra_utils": patch_extra_utils},
+)

@@ -34,8 +34,8 @@ from types import ModuleType
 from typing import Any
 
 from .. import runtime
-from ..tools import ToolResultError
-from . import is_forkpoint_tool, is_json, jsonable, run_tool, run_tool_sync
+from ..errors import ToolResultError
+from .base import Integration, is_forkpoint_tool, is_json, jsonable, replace, run_tool, run_tool_sync
 
 #: Set while a wrapped tool body runs: a body it calls (``_arun`` → ``_run``) is not a second call.
 _inside: contextvars.ContextVar[bool] = contextvars.ContextVar("forkpoint_langchain_tool", default=False)
@@ -50,8 +50,6 @@ _SEND = "$langgraph_send"
 def patch(module: ModuleType) -> None:
     """Wrap ``BaseTool.run`` / ``arun`` of ``langchain_core.tools.base`` (see the module docstring)."""
     base = module.BaseTool
-    if getattr(base.run, "__forkpoint_integration__", False):
-        return
     run, arun = base.run, base.arun
 
     @functools.wraps(run)
@@ -66,9 +64,8 @@ def patch(module: ModuleType) -> None:
             _wrap_bodies(type(self))
         return await arun(self, *args, **kwargs)
 
-    for fn in (patched_run, patched_arun):
-        fn.__forkpoint_integration__ = True  # type: ignore[union-attr]
-    base.run, base.arun = patched_run, patched_arun
+    if replace(base, "run", patched_run):
+        replace(base, "arun", patched_arun)
 
 
 def _wrap_bodies(cls: type) -> None:
@@ -78,9 +75,7 @@ def _wrap_bodies(cls: type) -> None:
         body = owner.__dict__[name] if owner is not None else None
         if body is None or getattr(body, "__forkpoint_integration__", False):
             continue
-        wrapper = _async_body(body) if name == "_arun" else _sync_body(body)
-        wrapper.__forkpoint_integration__ = True  # type: ignore[attr-defined]
-        setattr(owner, name, wrapper)
+        replace(owner, name, _async_body(body) if name == "_arun" else _sync_body(body))
 
 
 def _records(tool: Any) -> bool:
@@ -224,3 +219,6 @@ def decode_output(value: Any) -> Any:
         if isinstance(pair, list) and len(pair) == 2:
             return decode_output(pair[0]), pair[1]
     return _unpack(value)
+
+
+INTEGRATION = Integration("langchain", {"langchain_core.tools.base": patch})

@@ -29,7 +29,7 @@ from typing import Any
 import orjson
 
 from .. import runtime
-from . import is_forkpoint_tool, is_json, jsonable, run_tool
+from .base import Integration, is_forkpoint_tool, is_json, jsonable, replace, run_tool
 
 
 def parse_arguments(text: str) -> dict[str, Any]:
@@ -64,8 +64,6 @@ def patch(module: ModuleType) -> None:
     """Wrap ``_FailureHandlingFunctionToolInvoker.__call__`` of ``agents.tool``."""
     cls = module._FailureHandlingFunctionToolInvoker
     original = cls.__call__
-    if getattr(original, "__forkpoint_integration__", False):
-        return
 
     @functools.wraps(original)
     async def __call__(self: Any, ctx: Any, input: str) -> Any:  # noqa: A002 - the SDK's name
@@ -93,5 +91,7 @@ def patch(module: ModuleType) -> None:
         shim._invoke_tool_impl = recorded
         return await original(shim, ctx, input)
 
-    __call__.__forkpoint_integration__ = True  # type: ignore[attr-defined]
-    cls.__call__ = __call__
+    replace(cls, "__call__", __call__)
+
+
+INTEGRATION = Integration("openai-agents", {"agents.tool": patch})

@@ -26,7 +26,7 @@ from types import ModuleType
 from typing import Any
 
 from .. import runtime
-from . import is_forkpoint_tool, is_json, jsonable, run_tool
+from .base import Integration, is_forkpoint_tool, is_json, jsonable, replace, run_tool
 
 
 def _function_of(tool: Any) -> Any:
@@ -39,8 +39,6 @@ def patch(module: ModuleType) -> None:
     """Wrap ``FunctionToolset.call_tool`` of ``pydantic_ai.toolsets.function``."""
     cls = module.FunctionToolset
     original = cls.call_tool
-    if getattr(original, "__forkpoint_integration__", False):
-        return
 
     @functools.wraps(original)
     async def call_tool(self: Any, name: str, tool_args: dict[str, Any], ctx: Any, tool: Any) -> Any:
@@ -51,8 +49,10 @@ def patch(module: ModuleType) -> None:
         )
         return decode_result(served)
 
-    call_tool.__forkpoint_integration__ = True  # type: ignore[attr-defined]
-    cls.call_tool = call_tool
+    replace(cls, "call_tool", call_tool)
+
+
+INTEGRATION = Integration("pydantic-ai", {"pydantic_ai.toolsets.function": patch})
 
 
 _PART = "$pydantic_ai"  # one multimodal part (ImageUrl, BinaryContent…) in pydantic-ai's JSON form

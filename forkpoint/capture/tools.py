@@ -34,28 +34,14 @@ from typing import Any, TypeVar, overload
 
 import orjson
 
-from . import runtime
-from .log import new_span_id, now_iso
-from .redact import scrub_json, scrub_text
+from .. import runtime
+from ..errors import RecordedToolError, ToolResultError
+from ..events import new_span_id, now_iso
+from ..redact import scrub_json, scrub_text
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 _ENCODERS: dict[type, Callable[[Any], Any]] = {}
-
-
-class ToolResultError(runtime.ForkpointError, TypeError):
-    """A tool returned (or was given) a value forkpoint cannot store as JSON."""
-
-
-class RecordedToolError(runtime.ForkpointError):
-    """Raised on replay for a recorded tool exception whose class cannot be rebuilt.
-
-    ``type_name``, ``module`` and ``message`` are those of the original exception.
-    """
-
-    def __init__(self, type_name: str, module: str, message: str) -> None:
-        super().__init__(f"{module}.{type_name}: {message}")
-        self.type_name, self.module, self.message = type_name, module, message
 
 
 def register_encoder(cls: type, encode: Callable[[Any], Any]) -> None:

@@ -1,4 +1,4 @@
-"""Remote stores: any fsspec URL (``s3://bucket/prefix``, ``gs://…``, ``memory://…``) as a session store.
+"""A store at any fsspec URL (``s3://bucket/prefix``, ``gs://…``, ``memory://…``) as a session store.
 
 An object store cannot append to a file or lock it, and a session log is written with ``O_APPEND``
 and ``flock``. So a session of a remote store is recorded into a local **mirror** directory of that
@@ -43,23 +43,11 @@ from typing import Any
 
 import orjson
 
-from .log import LOG_NAME, SessionError, now_iso
-from .store import (
-    ENTRIES,
-    INDEX_DIR,
-    REMOTE_MARKER,
-    Listing,
-    SessionInfo,
-    _order,
-    _pick,
-    _scan,
-    consolidate,
-    entry_bytes,
-    entry_name,
-    max_loose_entries,
-    read_index,
-    summarize_log,
-)
+from ..errors import SessionError
+from ..events import now_iso
+from ..log import LOG_NAME
+from .base import REMOTE_MARKER, Listing, SessionInfo, Store, pick, scan, session_order, summarize_log
+from .index import ENTRIES, INDEX_DIR, consolidate, entry_bytes, entry_name, max_loose_entries, read_index
 
 #: In a mirror, a session directory holding this file is a complete copy of the remote session.
 DONE = ".remote"
@@ -269,7 +257,7 @@ def _basename(p: str) -> str:
 
 
 class FsspecIO:
-    """:class:`~forkpoint.store.IndexIO` on an fsspec filesystem (``<root>/index/…``)."""
+    """:class:`~forkpoint.store.index.IndexIO` on an fsspec filesystem (``<root>/index/…``)."""
 
     def __init__(self, fs: Any, root: str) -> None:
         self.fs = fs
@@ -301,7 +289,7 @@ def _safe_rel(rel: str) -> bool:
 # --------------------------------------------------------------------------- the store
 
 
-class RemoteStore:
+class RemoteStore(Store):
     """A store at an fsspec URL, read and written through its local mirror directory ``path``."""
 
     def __init__(self, url: str, path: Path | None = None) -> None:
@@ -407,6 +395,10 @@ class RemoteStore:
             if (d / LOG_NAME).is_file() and not (d / DONE).exists():
                 out.append(d)
         return out
+
+    def started(self, path: Path) -> None:
+        """Mark the new staged session ``path`` as being recorded by this process."""
+        recording_started(path)
 
     def finished(self, path: Path, *, quiet: bool = False) -> str:
         """Upload the finished staged session ``path`` (then any other staged session that is ready);
@@ -558,10 +550,10 @@ class RemoteStore:
         ]
         for d in self._staged():
             if d.name not in entries:
-                row = _scan(d)
+                row = scan(d)
                 row.staged = True
                 rows.append(row)
-        rows.sort(key=_order)
+        rows.sort(key=session_order)
         return Listing(rows, notes, self.url)
 
     def _has_sessions(self) -> bool:
@@ -615,7 +607,7 @@ class RemoteStore:
                 got = self.fetch(text, refresh=refresh)
                 if got is not None:
                     return got
-        row = _pick(text, ref, self.listing(upload=False).rows, self.url)
+        row = pick(text, ref, self.listing(upload=False).rows, self.url)
         if row.staged:
             return row.path
         got = self.fetch(row.session_id, refresh=refresh)

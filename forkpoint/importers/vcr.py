@@ -32,10 +32,12 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from ..capture import _DROP_RESPONSE_HEADERS, _STREAM_TYPES, _decoder, parse_body, scrub_body
-from ..record import Recorder
+from ..capture.decoding import decoder, parse_body, scrub_body
+from ..capture.exchange import DROP_RESPONSE_HEADERS, STREAM_TYPES
+from ..errors import ImportFormatError
+from ..record import keyed
 from ..redact import scrub_chunks, scrub_headers, scrub_json, scrub_url
-from . import Imported, ImportFormatError
+from .base import Imported, Importer
 
 #: The ``anthropic-version`` of the Anthropic API's first version, used when no SDK is installed.
 ANTHROPIC_VERSION = "2023-06-01"
@@ -52,33 +54,6 @@ def sdk_anthropic_version() -> tuple[str, str]:
 
 
 _EVENT_END = re.compile(r"\r\n\r\n|\n\n|\r\r")
-
-
-def load_yaml(path: Path, text: str) -> Any:
-    """Parse a YAML cassette with a safe loader (no code runs). ``!!python/unicode`` and
-    ``!!python/str`` tags of cassettes written by old VCR.py versions read as strings."""
-    try:
-        import yaml
-    except ImportError:
-        raise ImportFormatError(
-            f"{path}: not JSON, and reading YAML (VCR.py cassettes) needs PyYAML: pip install pyyaml"
-        ) from None
-
-    class Loader(yaml.SafeLoader):
-        pass
-
-    def as_str(loader: Any, node: Any) -> str:
-        return str(loader.construct_scalar(node))
-
-    for tag in ("tag:yaml.org,2002:python/unicode", "tag:yaml.org,2002:python/str"):
-        Loader.add_constructor(tag, as_str)
-    try:
-        return yaml.load(text, Loader=Loader)  # noqa: S506 - a SafeLoader subclass
-    except yaml.YAMLError as exc:
-        from . import _expected
-
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise ImportFormatError(f"{path}: neither JSON nor YAML ({first}); expected {_expected()}") from None
 
 
 def looks_like(doc: Any) -> bool:
@@ -185,7 +160,7 @@ def _status(rs: dict[str, Any]) -> tuple[int, str]:
 
 def _response(rs: dict[str, Any]) -> dict[str, Any]:
     status, reason = _status(rs)
-    pairs = [(k, v) for k, v in _pairs(rs.get("headers")) if k.lower() not in _DROP_RESPONSE_HEADERS]
+    pairs = [(k, v) for k, v in _pairs(rs.get("headers")) if k.lower() not in DROP_RESPONSE_HEADERS]
     ctype = _header(pairs, "content-type")
     out: dict[str, Any] = {"status": status, "reason": reason, "http_version": "HTTP/1.1"}
     if "parsed_body" in rs:
@@ -199,7 +174,7 @@ def _response(rs: dict[str, Any]) -> dict[str, Any]:
     data = _as_bytes(raw_body.get("string") if isinstance(raw_body, dict) else raw_body) or b""
     encoding = _header(pairs, "content-encoding")
     if encoding and data:
-        decode = _decoder(encoding)
+        decode = decoder(encoding)
         if decode is not None:
             try:
                 data = decode(data)
@@ -207,7 +182,7 @@ def _response(rs: dict[str, Any]) -> dict[str, Any]:
             except Exception:  # not actually compressed (VCR.py decode_compressed_response): keep it
                 pass
     out["headers"] = scrub_headers(pairs)
-    if any(t in ctype.lower() for t in _STREAM_TYPES):
+    if any(t in ctype.lower() for t in STREAM_TYPES):
         chunks = scrub_chunks(split_stream(data, ctype.lower()))
         out["body_kind"] = "stream"
         out["chunks"] = [[0.0, _text_or_bytes(c)] for c in chunks if c]
@@ -255,7 +230,7 @@ def convert(path: Path, doc: Any) -> Imported:
         if ts:
             event["ts"] = ts
             dated += 1
-        events.append(Recorder.enrich_model_call(event))
+        events.append(keyed(event))
     missing = ["call durations and stream chunk timing (a cassette stores none; chunks are at 0 ms)"]
     if dated < len(events):
         missing.append(
@@ -272,3 +247,11 @@ def convert(path: Path, doc: Any) -> Imported:
         adjusted=notes,
         details={"dialect": "+".join(sorted(dialects)) or "stock", "interactions": len(events)},
     )
+
+
+IMPORTER = Importer(
+    "vcr",
+    "a VCR.py cassette (YAML or JSON with an `interactions` list of {request, response})",
+    looks_like,
+    convert,
+)

@@ -43,17 +43,14 @@ from urllib.parse import urlsplit, urlunsplit
 
 import orjson
 
-from ..log import Session, SessionError, to_json
+from ..errors import ExportError, SessionError
+from ..log import Session, to_json
 from ..providers import parse_sse, recorded_response, response_text
 
 __all__ = ["ExportError", "SpanEvent", "SpanPlan", "export", "otlp_traces_url", "plan", "trace_id_for"]
 
 #: Instrumentation scope of the exported spans.
 SCOPE = "forkpoint"
-
-
-class ExportError(Exception):
-    """The spans could not be exported (missing extra, endpoint refused or unreachable)."""
 
 
 @dataclass
@@ -724,7 +721,7 @@ def _sdk_spans(session: Session, plans: Sequence[SpanPlan], service_name: str | 
     provider = TracerProvider(resource=Resource.create(attrs), id_generator=ids)
     collect = _Collect()
     provider.add_span_processor(collect)
-    from .. import __version__
+    from .._version import __version__
 
     tracer = provider.get_tracer(SCOPE, __version__)
     kinds = {"internal": SpanKind.INTERNAL, "client": SpanKind.CLIENT}

@@ -1,0 +1,185 @@
+"""Bodies of HTTP exchanges: parsed for storing, and decoded from their content codings.
+
+A response body is stored decoded exactly when the client library decodes it: with the library's
+own decoders when it has them (so the stored bytes are those the caller got, and the same bodies
+fail), with forkpoint's own otherwise. Request bodies sent under a ``Content-Encoding`` are
+stored decoded (gzip embeds a timestamp: the encoded bytes differ at every run).
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+
+from ..redact import scrub_bytes, scrub_json, scrub_text
+
+#: A factory of decoders for one content coding (``decode(chunk)``, ``flush()``), or None.
+DecoderFactory = Callable[[str], Any]
+
+
+def parse_body(data: bytes, content_type: str, *, json_ok: bool = True) -> tuple[str, Any]:
+    """Classify and parse an HTTP body: ``("empty", None)``, ``("json", value)``, ``("text", str)``
+    or ``("bytes", bytes)``. JSON is recognised by content type or by a leading ``{``/``[``;
+    ``json_ok=False`` keeps the body as text or bytes (a body still under a content coding)."""
+    if not data:
+        return "empty", None
+    ctype = content_type.lower()
+    head = data.lstrip()[:1]
+    if json_ok and ("json" in ctype or head in (b"{", b"[")):
+        try:
+            return "json", orjson.loads(data)
+        except orjson.JSONDecodeError:
+            pass
+    try:
+        return "text", data.decode("utf-8")
+    except UnicodeDecodeError:
+        return "bytes", data
+
+
+def body_bytes(kind: str, body: Any) -> bytes:
+    """The bytes of a stored body (inverse of :func:`parse_body`, JSON re-serialized compactly)."""
+    if kind == "json":
+        return orjson.dumps(body)
+    if kind == "text":
+        return str(body).encode("utf-8")
+    if kind == "bytes":
+        return bytes(body)
+    return b""
+
+
+def scrub_body(kind: str, body: Any) -> Any:
+    """A parsed body (see :func:`parse_body`) with secrets scrubbed."""
+    if kind == "json":
+        return scrub_json(body)
+    if kind == "text":
+        return scrub_text(body)
+    if kind == "bytes":
+        return scrub_bytes(body)
+    return body
+
+
+def text_or_bytes(data: bytes) -> str | bytes:
+    """A stream chunk as stored: text when it is valid UTF-8 on its own, else bytes."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return data
+
+
+def codings(values: list[str]) -> list[str]:
+    """The content codings of a ``Content-Encoding`` header, in the order they were applied."""
+    return [v.strip().lower() for v in values if v.strip()]
+
+
+def header_values(headers: list[tuple[str, str]], name: str) -> list[str]:
+    """Every comma-separated value of header ``name`` (any case) in ``headers``."""
+    out: list[str] = []
+    for k, v in headers:
+        if k.lower() == name:
+            out.extend(v.split(","))
+    return out
+
+
+def header(headers: list[tuple[str, str]], name: str) -> str:
+    """The first value of header ``name`` (any case), or ``""``."""
+    return next((v for k, v in headers if k.lower() == name), "")
+
+
+class _Own:
+    """A decoder of one content coding with the interface of httpx's (``decode``, ``flush``)."""
+
+    def __init__(self, fn: Callable[[bytes], bytes]) -> None:
+        self.decode = fn
+
+    def flush(self) -> bytes:
+        return b""
+
+
+def own_decoder(coding: str) -> Any:
+    """forkpoint's own decoder of one coding (used for request bodies, and for responses when the
+    library's decoders cannot be found), or None if unknown/unavailable."""
+    fn = decoder(coding)
+    return None if fn is None else _Own(fn)
+
+
+def _as_bytes(out: Any) -> bytes:
+    """httpx decoders return bytes; httpx2's return an iterator of bytes."""
+    return bytes(out) if isinstance(out, bytes | bytearray) else b"".join(out)
+
+
+def decode_with(
+    make: DecoderFactory, codings: list[str], chunks: list[bytes], *, final: bool
+) -> list[bytes] | None:
+    """``chunks`` decoded chunk by chunk (last-applied coding first, as httpx does), with the
+    decoders' flushed tail added to the last chunk when the body was read to the ``final`` end.
+    None when a coding is not decodable here or the data does not decode: keep it as received."""
+    try:
+        decoders = [make(c) for c in reversed(codings)]
+        if any(d is None for d in decoders):
+            return None
+        out = []
+        for chunk in chunks:
+            for d in decoders:
+                chunk = _as_bytes(d.decode(chunk))
+            out.append(chunk)
+        if final:
+            if len(decoders) == 1:
+                tail = _as_bytes(decoders[0].flush())
+            else:  # httpx's MultiDecoder.flush
+                tail = b""
+                for d in decoders:
+                    tail = _as_bytes(d.decode(tail)) + _as_bytes(d.flush())
+            if tail:
+                out = [*out[:-1], (out[-1] if out else b"") + tail]
+        return out
+    except Exception:  # zlib.error, brotli.error, DecodingError…: the caller got the same failure
+        return None
+
+
+def decoder(encoding: str) -> Callable[[bytes], bytes] | None:
+    """An incremental decoder for one ``Content-Encoding``, or None if unknown/unavailable."""
+    enc = encoding.strip().lower()
+    if enc == "identity":
+        return lambda chunk: chunk
+    if enc == "gzip":
+        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        return d.decompress
+    if enc == "deflate":
+        # RFC 9110 says zlib-wrapped; some servers send raw deflate. Decide on the first bytes.
+        state: dict[str, Any] = {}
+
+        def inflate(chunk: bytes) -> bytes:
+            if "d" not in state:
+                wbits = zlib.MAX_WBITS if chunk[:1] and (chunk[0] & 0x0F) == 8 else -zlib.MAX_WBITS
+                state["d"] = zlib.decompressobj(wbits)
+            out: bytes = state["d"].decompress(chunk)
+            return out
+
+        return inflate
+    if enc == "br":
+        try:
+            import brotli
+        except ImportError:
+            return None
+        return brotli.Decompressor().process  # type: ignore[no-any-return]
+    if enc == "zstd":
+        try:
+            import zstandard
+        except ImportError:
+            return None
+        # A body may hold several zstd frames: start a new one where the last ended.
+        zstate = {"d": zstandard.ZstdDecompressor().decompressobj()}
+
+        def unzstd(chunk: bytes) -> bytes:
+            out: bytes = zstate["d"].decompress(chunk)
+            while zstate["d"].eof and zstate["d"].unused_data:
+                rest = zstate["d"].unused_data
+                zstate["d"] = zstandard.ZstdDecompressor().decompressobj()
+                out += zstate["d"].decompress(rest)
+            return out
+
+        return unzstd
+    return None

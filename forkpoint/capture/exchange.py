@@ -1,0 +1,365 @@
+"""One HTTP exchange, whatever library sent it: recorded as it streams, or answered from a session.
+
+The adapters (one per HTTP library, :mod:`forkpoint.capture.httpx`…) hand this module plain values
+(method, URL, header pairs, body bytes, chunks) and get plain values back, so what a recording
+holds and how a replay behaves is decided here, once:
+
+* **record**: the request is sent for real; the response stream goes through :func:`tee`, which
+  hands every chunk to the caller the moment it arrives and keeps a copy with its time offset.
+  When the stream ends (fully read, closed early by the caller, or failed) the :class:`Exchange`
+  writes one ``model_call`` event with the request and the response.
+* **replay**: nothing is sent; :func:`serve` finds the recorded call, and the adapter builds the
+  library's response from :func:`recorded_chunks` and :func:`replayed` — unless the replayer
+  answers ``None`` (models sourced live, or a divergence handled by going live): then the call is
+  made and recorded as above, into the replay's child session.
+
+What a user can rely on (each is a test in ``tests/capture/``):
+
+* **Bodies as the caller saw them** (:mod:`.decoding`): a response body is stored decoded exactly
+  when the client library decodes it, and the ``Content-Encoding`` header is then removed.
+* **Send order.** Each call carries ``sent``, its position among the calls this runtime sent;
+  identical requests are answered on replay in the order they were *sent*.
+* **Failures are recorded.** A call that got no response is written at once with ``error``; a body
+  that failed mid-way keeps its chunks with ``ended: "error"``; replay raises the same exception
+  class after the same chunks.
+* **Abandoned streams.** A response closed early is written with the chunks read so far and
+  ``ended: "client"``. A replayed caller that reads *past* that point gets a
+  :class:`~forkpoint.errors.Divergence`: the rest was never received. (A stream closed right after
+  its protocol's final event, ``data: [DONE]`` and the like, just ends: nothing was left unread.)
+* **A call the caller cancelled** (its own timeout) is written at once with the cancellation as
+  its ``error``; on replay it waits to be cancelled again, so the caller's timer fires again.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from typing import Any, cast
+
+from .. import runtime
+from ..errors import RecordedError
+from ..events import ErrorRecord, HttpRequest, HttpResponse, ModelCallEvent, new_span_id, now_iso
+from ..redact import scrub_chunks, scrub_headers, scrub_text, scrub_url
+from .decoding import (
+    DecoderFactory,
+    codings,
+    decode_with,
+    header,
+    header_values,
+    own_decoder,
+    parse_body,
+    scrub_body,
+    text_or_bytes,
+)
+
+#: Response headers not stored: hop-by-hop, and length/encoding that the stored body makes stale.
+DROP_RESPONSE_HEADERS = frozenset(
+    {"connection", "keep-alive", "transfer-encoding", "content-length", "proxy-connection"}
+)
+#: Content types kept as chunk lists with timing instead of one body.
+STREAM_TYPES = ("text/event-stream", "application/x-ndjson", "application/jsonl", "application/stream+json")
+
+
+def request_record(method: str, url: str, headers: list[tuple[str, str]], content: bytes) -> HttpRequest:
+    """The stored form of an outgoing request (scrubbed): method, url, headers, body_kind, body.
+
+    ``Content-Length`` is not stored. A body sent under a ``Content-Encoding`` (gzip, deflate, br,
+    zstd) is stored decoded, without that header: readable in the log, and matched on what it says.
+    """
+    # Content-Length says nothing the body does not; without it the headers of an agent's calls are
+    # usually identical, and the log stores them once.
+    pairs = [(k, v) for k, v in headers if k.lower() != "content-length"]
+    applied = codings(header_values(pairs, "content-encoding"))
+    if content and applied:
+        decoded = decode_with(own_decoder, applied, [content], final=True)
+        if decoded is not None:
+            content = b"".join(decoded)
+            pairs = [(k, v) for k, v in pairs if k.lower() != "content-encoding"]
+    kind, body = parse_body(content, header(pairs, "content-type"))
+    return {
+        "method": method,
+        "url": scrub_url(url),
+        "headers": scrub_headers(pairs),
+        "body_kind": cast(Any, kind),
+        "body": scrub_body(kind, body),
+    }
+
+
+def error_record(exc: BaseException) -> ErrorRecord:
+    """How an exception of an exchange is stored: its class, module and (scrubbed) message."""
+    cls = type(exc)
+    return {"type": cls.__name__, "module": cls.__module__, "message": scrub_text(str(exc))}
+
+
+class Exchange:
+    """One model call being recorded: filled in while the response streams, written when it ends.
+
+    The adapter calls :meth:`respond` with the response head, feeds the body through :func:`tee`
+    (or :meth:`whole` when the library read it already), and sets :attr:`error` when it failed.
+    """
+
+    def __init__(self, rt: runtime.Runtime, request: HttpRequest, decoders: DecoderFactory) -> None:
+        self.rt = rt
+        self.request = request
+        self.decoders = decoders
+        self.ts = now_iso()
+        self.t0 = time.perf_counter()
+        self.sent = runtime.next_sent(rt)
+        self.span_id = new_span_id()
+        self.parent_span_id = runtime.current_span.get() or rt.root_span
+        self.head: tuple[int, str, str, list[tuple[str, str]]] | None = None
+        self.raw: list[tuple[float, bytes]] = []
+        self.complete = False
+        self.error: BaseException | None = None
+        self._done = False
+        self._lock = threading.Lock()
+        rt.pending.add(self)
+
+    def respond(self, status: int, reason: str, http_version: str, headers: list[tuple[str, str]]) -> None:
+        """The response head arrived: status, reason phrase, HTTP version, header pairs."""
+        self.head = (status, reason, http_version, headers)
+
+    def chunk(self, data: bytes) -> None:
+        """A piece of the body, as the transport delivered it."""
+        self.raw.append((round((time.perf_counter() - self.t0) * 1000, 3), data))
+
+    def whole(self, data: bytes) -> None:
+        """The whole body at once (the library had read it before handing the response over)."""
+        if data:
+            self.chunk(data)
+        self.complete = True
+        self.finish()
+
+    def finish(self, *, ended: str | None = None) -> None:
+        """Write the event (once). ``ended`` overrides how the stream is said to have ended."""
+        with self._lock:
+            if self._done:
+                return
+            self._done = True
+        self.rt.pending.discard(self)
+        duration = round((time.perf_counter() - self.t0) * 1000, 3)
+        if self.error is not None:
+            how = "error"
+        elif self.complete:
+            how = "complete"
+        else:
+            how = ended or "client"
+        event: ModelCallEvent = {
+            "type": "model_call",
+            "ts": self.ts,
+            "duration_ms": duration,
+            "span_id": self.span_id,
+            "parent_span_id": self.parent_span_id,
+            "sent": self.sent,
+            "request": self.request,
+            "response": self._response_record(how) if self.head is not None else None,
+        }
+        if self.error is not None:
+            event["error"] = error_record(self.error)
+        self.rt.model_call_done(event)
+
+    def _response_record(self, ended: str) -> HttpResponse:
+        assert self.head is not None
+        status, reason, http_version, all_headers = self.head
+        headers = [(k, v) for k, v in all_headers if k.lower() not in DROP_RESPONSE_HEADERS]
+        times = [t for t, _ in self.raw]
+        chunks = [c for _, c in self.raw]
+        applied = codings(header_values(all_headers, "content-encoding"))
+        encoded = False
+        if applied:
+            decoded = decode_with(self.decoders, applied, chunks, final=ended == "complete")
+            if decoded is None:  # not decodable here: keep the body as received, header and all
+                encoded = True
+            else:
+                chunks = decoded
+                headers = [(k, v) for k, v in headers if k.lower() != "content-encoding"]
+        chunks = scrub_chunks(chunks)
+        ctype = header(all_headers, "content-type")
+        out: HttpResponse = {
+            "status": status,
+            "reason": reason,
+            "http_version": http_version,
+            "headers": scrub_headers(headers),
+        }
+        if any(t in ctype.lower() for t in STREAM_TYPES):
+            out["body_kind"] = "stream"
+            out["chunks"] = [[t, text_or_bytes(c)] for t, c in zip(times, chunks, strict=True) if c]
+        else:
+            # A body still under its coding is kept as text or bytes, never re-serialized JSON.
+            kind, body = parse_body(b"".join(chunks), ctype, json_ok=not encoded)
+            out["body_kind"] = cast(Any, kind)
+            out["body"] = body
+        out["ended"] = cast(Any, ended)
+        return out
+
+
+def tee(inner: Iterable[bytes], call: Exchange) -> Iterator[bytes]:
+    """The body of a live response: each chunk to the caller as it arrives, and to ``call``."""
+    try:
+        for chunk in inner:
+            call.chunk(chunk)
+            yield chunk
+    except Exception as exc:
+        call.error = exc
+        call.finish()
+        raise
+    call.complete = True
+
+
+async def atee(inner: Any, call: Exchange) -> AsyncIterator[bytes]:
+    """:func:`tee` for an async body."""
+    try:
+        async for chunk in inner:
+            call.chunk(chunk)
+            yield chunk
+    except Exception as exc:
+        call.error = exc
+        call.finish()
+        raise
+    call.complete = True
+
+
+# --------------------------------------------------------------------------- replay
+
+
+def serve(rt: runtime.Runtime, request: HttpRequest) -> tuple[ModelCallEvent, int] | None:
+    """The recorded call answering ``request`` (and its position in this run) when ``rt`` is a
+    replay that serves it; None when the call is to be made for real (then recorded). Raises
+    :class:`~forkpoint.errors.Divergence`."""
+    if rt.mode != "replay":
+        return None
+    taken = cast(runtime.Serving, rt).take_model_call(request)
+    runtime.served_from_recording.set(taken is not None)
+    return taken
+
+
+def live(rt: runtime.Runtime, request: HttpRequest, decoders: DecoderFactory) -> Exchange:
+    """Start recording a call that is made for real (after :func:`serve` said so)."""
+    runtime.served_from_recording.set(False)
+    rt.before_model_call(request)
+    return Exchange(rt, request, decoders)
+
+
+def recorded_chunks(event: ModelCallEvent) -> list[bytes]:
+    """The body of a recorded response as the chunks to hand back (one chunk for a whole body)."""
+    from .decoding import body_bytes
+
+    resp = event.get("response") or {}
+    if resp.get("body_kind") == "stream":
+        return [c if isinstance(c, bytes) else c.encode("utf-8") for _, c in resp.get("chunks", [])]
+    data = body_bytes(str(resp.get("body_kind", "empty")), resp.get("body"))
+    return [data] if data else []
+
+
+#: The last event of an SSE stream in the providers' protocols: a caller that closes the response
+#: right after it (the openai SDK does) has read everything the server had to say.
+_FINAL_EVENTS = (
+    b"data: [DONE]",
+    b"event: message_stop",
+    b"event: response.completed",
+    b"event: response.incomplete",
+    b"event: response.failed",
+)
+
+
+def _protocol_ended(chunks: list[bytes]) -> bool:
+    """True when a recorded stream ends with its protocol's final event (then reading on ends the
+    stream, as the server did, whatever the client library's habit of draining it)."""
+    tail = b"".join(chunks[-2:])[-4096:]
+    return any(marker in tail for marker in _FINAL_EVENTS)
+
+
+def past_end(
+    rt: runtime.Runtime, event: ModelCallEvent, position: int, chunks: list[bytes]
+) -> Callable[[], BaseException] | None:
+    """What reading past the recorded end of a response raises: a divergence when the recorded
+    caller abandoned the stream before its end; None when the recorded body ended there."""
+    ended = (event.get("response") or {}).get("ended")
+    if event.get("error") or ended not in ("client", "unfinished") or _protocol_ended(chunks):
+        return None
+    reason = (
+        f"the recorded caller stopped reading this response after {len(chunks)} chunk(s) (ended: {ended}); "
+        "this run reads further, and the rest of it was never received"
+    )
+    return lambda: cast(runtime.Serving, rt).diverged(event, "model_call", position, reason)
+
+
+def replayed(
+    chunks: list[bytes], error: BaseException | None, past: Callable[[], BaseException] | None
+) -> Iterator[bytes]:
+    """The recorded chunks, then the end the recording had: normal, the recorded exception, or
+    (past the point where the recorded caller stopped reading) a divergence."""
+    yield from chunks
+    if error is not None:
+        raise error
+    if past is not None:
+        raise past()
+
+
+async def areplayed(
+    chunks: list[bytes], error: BaseException | None, past: Callable[[], BaseException] | None
+) -> AsyncIterator[bytes]:
+    """:func:`replayed` for an async body."""
+    for c in chunks:
+        yield c
+    if error is not None:
+        raise error
+    if past is not None:
+        raise past()
+
+
+def rebuilt_error(
+    error: ErrorRecord | dict[str, Any], library: Callable[[str, str], BaseException | None]
+) -> BaseException:
+    """The recorded exception, raised again as the same class: a transport error of the HTTP library
+    (``library(name, message)`` builds it, or returns None), or any other exception class that is a
+    builtin or whose module is already imported (nothing is imported to find it: reading a session
+    runs no code). Otherwise :class:`~forkpoint.errors.RecordedError`, which names the recorded class."""
+    name, module = str(error.get("type")), str(error.get("module"))
+    message = str(error.get("message", ""))
+    own = library(name, message)
+    if own is not None:
+        return own
+    found = getattr(sys.modules.get(module), name, None)
+    if isinstance(found, type) and issubclass(found, BaseException):
+        try:
+            return found(message) if message else found()
+        except Exception:  # a constructor that wants other arguments
+            pass
+    return RecordedError(dict(error))
+
+
+#: Exception types that say the caller cancelled the call (asyncio, anyio on asyncio, trio).
+_CANCELLED = frozenset({("asyncio.exceptions", "CancelledError"), ("trio", "Cancelled")})
+
+
+def cancelled_by_caller(event: ModelCallEvent) -> bool:
+    """True for a recorded call that its caller cancelled before any answer came."""
+    error = event.get("error") or {}
+    return event.get("response") is None and (error.get("module"), error.get("type")) in _CANCELLED
+
+
+async def await_cancellation(rt: runtime.Runtime, event: ModelCallEvent, position: int) -> None:
+    """Live, the caller gave up on this call before any answer came (its own timeout:
+    ``asyncio.wait_for``, ``anyio.fail_after``…). The replay waits as long as the live call lasted
+    (and a second more), so the caller's own timer fires again and it sees the same timeout; if
+    nothing cancels the call by then, the run went another way: a Divergence."""
+    recorded_ms = float(event.get("duration_ms") or 0)
+    waited = recorded_ms / 1000 + 1.0
+    try:
+        import anyio
+
+        await anyio.sleep(waited)
+    except ImportError:  # pragma: no cover - httpx and httpx2 both depend on anyio
+        import asyncio
+
+        await asyncio.sleep(waited)
+    raise cast(runtime.Serving, rt).diverged(
+        event,
+        "model_call",
+        position,
+        f"the recorded caller cancelled this call after {recorded_ms:.0f} ms, "
+        f"before any answer came; in this run nothing cancelled it within {waited:.1f} s",
+    )

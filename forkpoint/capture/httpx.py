@@ -1,0 +1,283 @@
+"""The httpx and httpx2 adapter: capture at the transport seam.
+
+The openai and anthropic SDKs send every request through an httpx2 client (or an httpx one, for a
+client passed in by the user). A client asks ``_transport_for_url(url)`` for the transport of each
+request; forkpoint wraps what it returns in a transport of its own, once per process, on
+``Client`` and ``AsyncClient`` of both libraries. That wrapper:
+
+* **record**: sends the request through the real transport and tees the response body into an
+  :class:`~forkpoint.capture.exchange.Exchange`;
+* **replay**: answers from the session with a response built from the recorded chunks, and never
+  calls the real transport (so no connection pool, proxy or socket is touched).
+
+Everything after the transport — redirects, auth, cookies, default encoding, ``elapsed``, event
+hooks, logging — is httpx's own code on both paths, so a replayed response goes through exactly
+what a live one does. ``Client._transport_for_url`` is the only private name this adapter touches;
+:data:`PATCHED` lists it with the signature it expects, checked at install (a mismatch is said
+and the library left unpatched) and by a test against the installed versions.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import warnings
+from collections.abc import AsyncIterator, Iterator
+from types import ModuleType
+from typing import Any
+
+from .. import runtime
+from .decoding import DecoderFactory, own_decoder
+from .exchange import (
+    Exchange,
+    areplayed,
+    atee,
+    await_cancellation,
+    cancelled_by_caller,
+    live,
+    past_end,
+    rebuilt_error,
+    recorded_chunks,
+    replayed,
+    request_record,
+    serve,
+    tee,
+)
+
+#: The libraries this adapter captures (whichever are installed).
+LIBRARIES = ("httpx", "httpx2")
+#: (class, method, the parameter names forkpoint relies on) patched in each library.
+PATCHED = (
+    ("Client", "_transport_for_url", ("self", "url")),
+    ("AsyncClient", "_transport_for_url", ("self", "url")),
+)
+
+_installed: dict[str, ModuleType] = {}
+
+
+def install() -> list[str]:
+    """Wrap the transports of httpx and httpx2 clients (whichever are importable). Idempotent.
+    Returns the libraries patched now."""
+    done = []
+    for name in LIBRARIES:
+        if name in _installed:
+            continue
+        try:
+            mod = importlib.import_module(name)
+        except ImportError:
+            continue
+        problem = signature_problem(mod)
+        if problem:
+            warnings.warn(
+                f"forkpoint cannot capture {name} {getattr(mod, '__version__', '?')}: {problem}. Its "
+                "requests are neither recorded nor replayed.",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            continue
+        _patch(mod)
+        _installed[name] = mod
+        done.append(name)
+    return done
+
+
+def installed() -> list[str]:
+    """The libraries patched in this process."""
+    return sorted(_installed)
+
+
+def signature_problem(mod: ModuleType) -> str | None:
+    """What does not match :data:`PATCHED` in the installed ``mod`` (None when all does)."""
+    for cls_name, method, params in PATCHED:
+        fn = getattr(getattr(mod, cls_name, None), method, None)
+        fn = getattr(fn, "__wrapped__", fn)
+        if fn is None:
+            return f"{cls_name}.{method} is missing"
+        found = tuple(inspect.signature(fn).parameters)
+        if found != params:
+            return f"{cls_name}.{method} takes {found}, forkpoint expects {params}"
+    return None
+
+
+def _library_decoders(mod: ModuleType) -> DecoderFactory:
+    """A factory of the library's own content decoders (``None`` for a coding it does not decode),
+    so that what forkpoint stores is byte for byte what the library gave the caller."""
+    try:
+        supported = importlib.import_module(f"{mod.__name__}._decoders").SUPPORTED_DECODERS
+    except (ImportError, AttributeError):
+        return own_decoder
+
+    def make(coding: str) -> Any:
+        cls = supported.get(coding)
+        return cls() if cls is not None else None
+
+    return make
+
+
+def _patch(mod: ModuleType) -> None:
+    decoders = _library_decoders(mod)
+
+    class TeeStream(mod.SyncByteStream):  # type: ignore[name-defined,misc]
+        def __init__(self, inner: Any, call: Exchange) -> None:
+            self._inner, self._call = inner, call
+
+        def __iter__(self) -> Iterator[bytes]:
+            return tee(self._inner, self._call)
+
+        def close(self) -> None:
+            try:
+                self._inner.close()
+            finally:
+                self._call.finish()
+
+    class AsyncTeeStream(mod.AsyncByteStream):  # type: ignore[name-defined,misc]
+        def __init__(self, inner: Any, call: Exchange) -> None:
+            self._inner, self._call = inner, call
+
+        def __aiter__(self) -> AsyncIterator[bytes]:
+            return atee(self._inner, self._call)
+
+        async def aclose(self) -> None:
+            try:
+                await self._inner.aclose()
+            finally:
+                self._call.finish()
+
+    class ReplayStream(mod.SyncByteStream):  # type: ignore[name-defined,misc]
+        def __init__(self, chunks: list[bytes], error: BaseException | None, past: Any) -> None:
+            self._args = (chunks, error, past)
+
+        def __iter__(self) -> Iterator[bytes]:
+            return replayed(*self._args)
+
+    class AsyncReplayStream(mod.AsyncByteStream):  # type: ignore[name-defined,misc]
+        def __init__(self, chunks: list[bytes], error: BaseException | None, past: Any) -> None:
+            self._args = (chunks, error, past)
+
+        def __aiter__(self) -> AsyncIterator[bytes]:
+            return areplayed(*self._args)
+
+    def record(request: Any) -> Any:
+        return request_record(
+            request.method, str(request.url), list(request.headers.multi_items()), request.content
+        )
+
+    def library_error(request: Any) -> Any:
+        def build(name: str, message: str) -> BaseException | None:
+            cls = getattr(mod, name, None)
+            if isinstance(cls, type) and issubclass(cls, mod.TransportError):
+                return cls(message, request=request)  # type: ignore[no-any-return]
+            return None
+
+        return build
+
+    def recorded(rt: runtime.Runtime, request: Any, event: Any, position: int, stream_cls: type) -> Any:
+        """The library's response for a recorded call (or the recorded failure, raised)."""
+        resp = event.get("response")
+        if resp is None:
+            raise rebuilt_error(event.get("error") or {}, library_error(request))
+        chunks = recorded_chunks(event)
+        error = rebuilt_error(event["error"], library_error(request)) if event.get("error") else None
+        return mod.Response(
+            resp["status"],
+            headers=[(k, v) for k, v in resp.get("headers", [])],
+            stream=stream_cls(chunks, error, past_end(rt, event, position, chunks)),
+            extensions={
+                "http_version": str(resp.get("http_version", "HTTP/1.1")).encode(),
+                "reason_phrase": str(resp.get("reason", "")).encode(),
+            },
+        )
+
+    def started(rt: runtime.Runtime, response: Any, call: Exchange, tee_cls: type) -> Any:
+        """A live response: its head recorded, its body teed (or recorded whole when the transport
+        handed over a response it had read already, as ``MockTransport`` handlers do)."""
+        call.respond(
+            response.status_code,
+            response.reason_phrase,
+            response.http_version,
+            list(response.headers.multi_items()),
+        )
+        try:
+            content = response.content  # only there when the body was read already
+        except mod.ResponseNotRead:
+            response.stream = tee_cls(response.stream, call)
+        else:
+            call.whole(content)
+        return response
+
+    class Transport(mod.BaseTransport):  # type: ignore[name-defined,misc]
+        """The transport forkpoint puts in front of a client's own (see the module docstring)."""
+
+        def __init__(self, inner: Any) -> None:
+            self.inner = inner
+
+        def handle_request(self, request: Any) -> Any:
+            rt = runtime.active()
+            if rt is None:
+                return self.inner.handle_request(request)
+            request.read()
+            rec = record(request)
+            taken = serve(rt, rec)
+            if taken is not None:
+                return recorded(rt, request, taken[0], taken[1], ReplayStream)
+            call = live(rt, rec, decoders)
+            try:
+                response = self.inner.handle_request(request)
+            except BaseException as exc:  # also KeyboardInterrupt: the call got no response either way
+                call.error = exc
+                call.finish()
+                raise
+            return started(rt, response, call, TeeStream)
+
+    class AsyncTransport(mod.AsyncBaseTransport):  # type: ignore[name-defined,misc]
+        """:class:`Transport` for async clients."""
+
+        def __init__(self, inner: Any) -> None:
+            self.inner = inner
+
+        async def handle_async_request(self, request: Any) -> Any:
+            rt = runtime.active()
+            if rt is None:
+                return await self.inner.handle_async_request(request)
+            await request.aread()
+            rec = record(request)
+            taken = serve(rt, rec)
+            if taken is not None:
+                event, position = taken
+                if cancelled_by_caller(event):
+                    await await_cancellation(rt, event, position)
+                return recorded(rt, request, event, position, AsyncReplayStream)
+            call = live(rt, rec, decoders)
+            try:
+                response = await self.inner.handle_async_request(request)
+            except BaseException as exc:  # also a cancellation by the caller (its own timeout)
+                call.error = exc
+                call.finish()
+                raise
+            return started(rt, response, call, AsyncTeeStream)
+
+    _wrap_transports(mod.Client, Transport)
+    _wrap_transports(mod.AsyncClient, AsyncTransport)
+
+
+def _wrap_transports(cls: Any, wrapper: type) -> None:
+    """``cls._transport_for_url`` returning the client's transport behind ``wrapper`` while a
+    runtime is active."""
+    original = cls._transport_for_url
+
+    def _transport_for_url(self: Any, url: Any) -> Any:
+        inner = original(self, url)
+        return inner if runtime.active() is None else wrapper(inner)
+
+    _transport_for_url.__wrapped__ = original  # type: ignore[attr-defined]
+    cls._transport_for_url = _transport_for_url
+
+
+def uninstall() -> None:
+    """Restore the original client methods (for tests of the capture layer itself)."""
+    for name, mod in list(_installed.items()):
+        for cls in (mod.Client, mod.AsyncClient):
+            wrapped = getattr(cls._transport_for_url, "__wrapped__", None)
+            if wrapped is not None:
+                cls._transport_for_url = wrapped
+        del _installed[name]

@@ -1,0 +1,278 @@
+"""Restoring a checkpoint into a fresh directory: the recorded repository cloned, the source tree
+checked out from the session's own objects, the untracked files written from the manifest.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import orjson
+
+from ..errors import CheckpointError, SessionError
+from ..log import BlobStore, Session
+from .git import HEX, git, loose_path
+from .source import RAW_DIFF, parse_raw_diff
+from .workspace import META_DIR, manifest_rows
+
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def find(session: Session, seq: int) -> dict[str, Any]:
+    """The checkpoint event with this seq. Raises :class:`CheckpointError` listing the valid seqs."""
+    cps = session.by_type("checkpoint")
+    for e in cps:
+        if e["seq"] == seq:
+            return e
+    listed = ", ".join(str(e["seq"]) for e in cps) or "none"
+    raise CheckpointError(f"session {session.id} has no checkpoint at seq {seq} (checkpoints: {listed})")
+
+
+def _check_rel(rel: Any) -> PurePosixPath:
+    if not isinstance(rel, str) or not rel:
+        raise CheckpointError(f"archive entry {rel!r} is not a relative path; refusing it")
+    p = PurePosixPath(rel)
+    if p.is_absolute() or rel.startswith(("\\", "/")) or ".." in p.parts or "\0" in rel or not p.parts:
+        raise CheckpointError(f"archive entry {rel!r} points outside the target directory; refusing it")
+    if p.parts[0] == META_DIR or ".git" in {q.lower() for q in p.parts} or str(p) != rel:
+        raise CheckpointError(f"archive entry {rel!r} is not a normal workspace path; refusing it")
+    return p
+
+
+def _checked_manifest(rows: Any) -> list[tuple[str, str, int, int, str]]:
+    """The manifest's rows after checking every one (shape, no escaping path, nothing under a symlink
+    of the archive, no duplicates). Raises :class:`CheckpointError` before anything is written."""
+    if not isinstance(rows, list):
+        raise CheckpointError("the checkpoint's workspace manifest is not a list")
+    out = []
+    seen: set[str] = set()
+    for row in rows:
+        if not (isinstance(row, list) and len(row) == 5):
+            raise CheckpointError(f"malformed workspace manifest row {row!r}")
+        rel, kind, mode, size, h = row
+        p = _check_rel(rel)
+        if kind not in ("file", "symlink") or not isinstance(mode, int) or not isinstance(size, int):
+            raise CheckpointError(f"malformed workspace manifest row {row!r}")
+        if not isinstance(h, str) or not _SHA256.match(h):
+            raise CheckpointError(f"workspace manifest row {rel!r} has no valid sha256")
+        if str(p) in seen:
+            raise CheckpointError(f"workspace manifest lists {rel!r} twice")
+        seen.add(str(p))
+        out.append((str(p), kind, mode & 0o777, size, h))
+    links = {r[0] for r in out if r[1] == "symlink"}
+    for rel, *_ in out:
+        parents = PurePosixPath(rel).parents
+        for parent in list(parents)[:-1]:
+            if str(parent) in links or str(parent) in seen:
+                raise CheckpointError(
+                    f"archive entry {rel!r} lies under {str(parent)!r}, which the archive makes a "
+                    f"{'symlink' if str(parent) in links else 'file'}; refusing it"
+                )
+    return out
+
+
+def _safe_target(root: Path, rel: str) -> Path:
+    """``root/rel`` after checking ``rel`` cannot leave ``root`` (absolute, ``..``, through a symlink)."""
+    p = _check_rel(rel)
+    target = root.joinpath(*p.parts)
+    parent = target.parent.resolve()
+    if not parent.is_relative_to(root.resolve()):
+        raise CheckpointError(
+            f"archive entry {rel!r} would be written through a symlink outside the target; refusing it"
+        )
+    return target
+
+
+def _check_source(source: dict[str, Any]) -> None:
+    for key in ("base", "tree"):
+        if not isinstance(source.get(key), str) or not HEX.match(source[key]):
+            raise CheckpointError(f"the checkpoint's source {key} {source.get(key)!r} is not an object id")
+    for key in ("head", "index_tree"):
+        if source.get(key) is not None and (not isinstance(source[key], str) or not HEX.match(source[key])):
+            raise CheckpointError(f"the checkpoint's source {key} {source.get(key)!r} is not an object id")
+    branch = source.get("branch")
+    if branch is not None and (
+        not isinstance(branch, str)
+        or not re.fullmatch(r"[\w./-]+", branch)
+        or ".." in branch
+        or branch.startswith(("-", "/"))
+    ):
+        raise CheckpointError(f"the checkpoint's branch {branch!r} is not a plain branch name")
+
+
+def restore(session: Session, seq: int, into: Path, *, repo: Path | None = None) -> Path:
+    """Rebuild checkpoint ``seq`` of ``session`` in the new directory ``into``.
+
+    The repository is cloned from ``repo`` (default: the one recorded; only read) at the base
+    commit, the tracked state checked out, HEAD, branch and staged state set as they were, the
+    untracked files written from the manifest, and ``META_DIR`` filled with ``checkpoint.json`` (the
+    expectations), ``messages.json`` (the carried context) and ``manifest.json``. Refuses a non-empty
+    ``into``; never writes outside it (every archive path is checked first); on failure removes what
+    it wrote. Returns ``into``. Raises :class:`CheckpointError`.
+    """
+    cp = find(session, seq)
+    if cp.get("error"):
+        raise CheckpointError(
+            f"checkpoint {session.id}@{seq} holds no state: taking it failed ({cp['error'].get('message')})"
+        )
+    source = cp.get("source")
+    if source:
+        _check_source(source)
+    workspace = cp.get("workspace") or {}
+    rows = _checked_manifest(manifest_rows(workspace))
+    into = Path(into).absolute()
+    if into.exists() and (not into.is_dir() or any(into.iterdir())):
+        raise CheckpointError(f"{into} is not empty; restore needs a new or empty directory")
+    created = not into.exists()
+    into.mkdir(parents=True, exist_ok=True)
+    try:
+        _restore_into(session, cp, source, workspace, rows, into, repo)
+    except BaseException:
+        if created:
+            shutil.rmtree(into, ignore_errors=True)
+        else:
+            for child in into.iterdir():
+                if child.is_dir() and not child.is_symlink():
+                    shutil.rmtree(child, ignore_errors=True)
+                else:
+                    child.unlink(missing_ok=True)
+        raise
+    return into
+
+
+def _restore_into(
+    session: Session,
+    cp: dict[str, Any],
+    source: dict[str, Any] | None,
+    workspace: dict[str, Any],
+    rows: list[tuple[str, str, int, int, str]],
+    into: Path,
+    repo: Path | None,
+) -> None:
+    blobs = BlobStore(session.path / "blobs")
+    session_objects = (session.path / "git-objects").resolve()
+    if source:
+        origin = Path(repo or source.get("repo") or "")
+        if not (origin / ".git").exists() and not (origin / "objects").is_dir():
+            raise CheckpointError(
+                f"the recorded repository {origin} is gone; pass --repo with a clone that has {source['base'][:12]}"
+            )
+        origin = origin.resolve()
+        clone = ["clone", "--quiet", "--no-checkout", "--no-hardlinks", "--", str(origin), str(into)]
+        try:
+            git(clone, into.parent)
+        except CheckpointError:  # a `git gc` running in the origin can move objects mid-copy: again
+            shutil.rmtree(into / ".git", ignore_errors=True)
+            git(clone, into.parent)
+        alt = {"GIT_ALTERNATE_OBJECT_DIRECTORIES": str(session_objects)}
+        try:
+            git(["cat-file", "-e", f"{source['base']}^{{commit}}"], into)
+        except CheckpointError:
+            raise CheckpointError(
+                f"{origin} does not have the base commit {source['base'][:12]}; pass --repo with a clone that has it"
+            ) from None
+        git(["read-tree", "-u", "--reset", source["tree"]], into, alt)
+        head = source.get("head") or source["base"]
+        if git(["cat-file", "-t", head], into, check=False).strip() != "commit":
+            head = source["base"]
+        branch = source.get("branch")
+        if branch:
+            git(["update-ref", f"refs/heads/{branch}", head], into)
+            git(["symbolic-ref", "HEAD", f"refs/heads/{branch}"], into)
+        else:
+            git(["update-ref", "--no-deref", "HEAD", head], into)
+        staged = source.get("index_tree") or head
+        git(["read-tree", "-m", staged], into, alt)  # keeps the stat data of entries that match
+        # Paths of the working tree the staged state lacks were intent-to-add entries: say so again.
+        added = git(
+            [
+                "diff-tree",
+                "-r",
+                "-z",
+                "--name-only",
+                "--diff-filter=A",
+                "--no-renames",
+                staged,
+                source["tree"],
+            ],
+            into,
+            alt,
+        )
+        ita = [p for p in added.split("\0") if p]
+        if ita:
+            git(["add", "--intent-to-add", "--", *ita], into, alt)
+        _copy_objects(session_objects, into, source["base"], [source["tree"], staged], alt)
+        common = Path(git(["rev-parse", "--path-format=absolute", "--git-common-dir"], origin).strip())
+        exclude = common / "info" / "exclude"
+        (into / ".git" / "info").mkdir(exist_ok=True)
+        text = exclude.read_text(errors="replace") if exclude.is_file() else ""
+        (into / ".git" / "info" / "exclude").write_text(text.rstrip("\n") + f"\n/{META_DIR}/\n")
+    links = []
+    try:
+        for rel, kind, mode, _size, h in rows:
+            target = _safe_target(into, rel)
+            data = blobs.get(h)
+            if kind == "symlink":
+                links.append((target, data.decode("utf-8", "surrogateescape"), rel))
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            _safe_target(into, rel)  # the folders just made are real ones, inside
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.chmod(target, mode)
+        for target, dest, rel in links:  # last, so no file is ever written through one
+            target.parent.mkdir(parents=True, exist_ok=True)
+            _safe_target(into, rel)
+            os.symlink(dest, target)
+    except SessionError as exc:
+        raise CheckpointError(f"the session's archive is damaged: {exc}") from None
+    except OSError as exc:
+        raise CheckpointError(f"cannot write the archived workspace: {exc}") from None
+    meta = into / META_DIR
+    meta.mkdir()
+    expect = {
+        "session": session.id,
+        "seq": cp["seq"],
+        "turn": cp.get("turn"),
+        "boundary": cp.get("boundary"),
+        "base": (source or {}).get("base"),
+        "head": (source or {}).get("head"),
+        "tree": (source or {}).get("tree"),
+        "index_tree": (source or {}).get("index_tree"),
+        "diff_hash": (source or {}).get("diff_hash"),
+        "workspace_fingerprint": workspace.get("fingerprint"),
+        "listing": "git" if source else "plain",
+        "include_ignored": bool(workspace.get("include_ignored")),
+        "context_digest": cp.get("context_digest"),
+        "referenced": cp.get("referenced", []),
+        "mentioned_absent": cp.get("mentioned_absent", []),
+        "uncaptured": cp.get("uncaptured", []),
+        "root": workspace.get("root"),
+        "cwd": cp.get("cwd"),
+        "forkpoint": cp.get("forkpoint"),
+    }
+    (meta / "checkpoint.json").write_bytes(orjson.dumps(expect, option=orjson.OPT_INDENT_2))
+    (meta / "messages.json").write_bytes(orjson.dumps(cp.get("context"), option=orjson.OPT_INDENT_2))
+    (meta / "manifest.json").write_bytes(orjson.dumps([list(r) for r in rows]))
+
+
+def _copy_objects(
+    session_objects: Path, into: Path, base: str, roots: list[str], alt: dict[str, str]
+) -> None:
+    """Copy the session's objects the restored trees need into the restored repository, so it does
+    not depend on the session (``git diff``, ``git stash`` work there)."""
+    objects = into / ".git" / "objects"
+    shas = []
+    for r in dict.fromkeys(roots):
+        raw = git(RAW_DIFF + [base, r], into, alt, binary=True)
+        shas += [r] + [c[3] for c in parse_raw_diff(raw)]
+    for sha in dict.fromkeys(shas):
+        src = loose_path(session_objects, sha)
+        if src.is_file() and not loose_path(objects, sha).exists():
+            dst = loose_path(objects, sha)
+            dst.parent.mkdir(exist_ok=True)
+            shutil.copyfile(src, dst)

@@ -1,0 +1,182 @@
+"""Taking a checkpoint: the :class:`Workspace` a recorder checkpoints, and the ``checkpoint`` event."""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .._version import __version__
+from ..canonical import canonical_json, digest
+from ..errors import CheckpointError
+from ..log import BlobStore
+from ..redact import scrub_json
+from .context import referenced_paths, resolve_ref
+from .git import git, repo_root
+from .source import SourceTracker
+from .workspace import (
+    MANIFEST_INLINE_MAX,
+    HashCache,
+    finish_listing,
+    manifest_of,
+    manifest_rows,
+    start_listing,
+)
+
+
+@dataclass
+class Workspace:
+    """What the recorder checkpoints: the directory, its repository (if any) and the base commit.
+
+    ``listing`` is ``git`` (a repository with commits: tracked files are the source state),
+    ``git-nocommit`` (a repository without commits: every non-ignored file is workspace) or
+    ``plain`` (a folder). Set ``objects`` to the session's ``git-objects`` folder before capturing.
+    """
+
+    root: Path
+    repo: Path | None
+    base: str | None
+    objects: Path
+    include_ignored: bool = False
+    exclude: tuple[str, ...] = ()
+    listing: str = "plain"
+    _source: SourceTracker | None = field(default=None, repr=False)
+    _hashes: dict[str, HashCache] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def open(cls, root: Path, store: Path, *, include_ignored: bool = False) -> Workspace:
+        """The workspace at ``root`` (widened to its git repository's top, if it is in one), for a
+        session in ``store`` (excluded from the workspace when inside it)."""
+        root = Path(root).resolve()
+        repo = repo_root(root)
+        base = None
+        listing = "plain"
+        if repo is not None:
+            root = repo  # the source state is the whole repository's; so is the workspace
+            listing = "git"
+            try:
+                base = git(["rev-parse", "--verify", "--quiet", "HEAD^{commit}"], repo).strip()
+            except CheckpointError:
+                repo, listing = None, "git-nocommit"  # no commit yet: every file is workspace
+        store = Path(store).resolve()
+        exclude = (os.path.relpath(store, root).replace(os.sep, "/"),) if store.is_relative_to(root) else ()
+        return cls(root, repo, base, Path(), include_ignored, exclude, listing)
+
+    def describe(self) -> dict[str, Any]:
+        """The header's ``workspace`` field: root, repo, base commit, include_ignored."""
+        return {
+            "root": str(self.root),
+            "repo": str(self.repo) if self.repo else None,
+            "base": self.base,
+            "include_ignored": self.include_ignored,
+        }
+
+    def _tracker(self) -> SourceTracker | None:
+        if self.repo is None or self.base is None:
+            return None
+        if self._source is None or self._source.objects != Path(self.objects):
+            self._source = SourceTracker(self.repo, self.base, Path(self.objects))
+        return self._source
+
+    def capture(self, blobs: BlobStore) -> dict[str, Any]:
+        """Source and workspace state now, as the ``source`` / ``workspace`` fields of a checkpoint."""
+        proc = start_listing(self.root, self.listing, self.include_ignored)  # runs while git hashes
+        try:
+            tracker = self._tracker()
+            source = None
+            if tracker is not None:
+                source = {"repo": str(self.repo), **tracker.capture()}
+            paths = finish_listing(self.root, proc, self.exclude)
+        finally:
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        cache = self._hashes.setdefault(str(blobs.root), HashCache())
+        # File names are scrubbed before the fingerprint is taken (the log scrubs every event again;
+        # scrubbing is idempotent, so the fingerprint stays the manifest's).
+        rows = scrub_json(manifest_of(self.root, paths, blobs, cache))
+        ws: dict[str, Any] = {
+            "root": str(self.root),
+            "listing": self.listing,
+            "include_ignored": self.include_ignored,
+            "fingerprint": digest(rows),
+            "files": len(rows),
+            "bytes": sum(r[3] for r in rows),
+        }
+        encoded = canonical_json(rows)
+        if len(encoded) > MANIFEST_INLINE_MAX:
+            ws["manifest_json"] = encoded  # bytes: one content-addressed blob, stored once per state
+        else:
+            ws["manifest"] = rows
+        return {"source": source, "workspace": ws}
+
+    def tracked(self) -> set[bytes]:
+        """Tracked paths as of the last capture (empty outside a repository)."""
+        return self._source.tracked() if self._source is not None else set()
+
+
+def checkpoint_event(
+    workspace: Workspace,
+    blobs: BlobStore,
+    *,
+    boundary: str,
+    turn: int,
+    context: dict[str, Any] | None,
+    reason: str,
+) -> dict[str, Any]:
+    """A ``checkpoint`` event. ``boundary`` is ``resumable`` or ``observable``.
+
+    A checkpoint that cannot be taken (git missing, an unreadable file) never breaks the agent: the
+    event says ``error`` and has no state, and restoring it is refused.
+    """
+    started = time.perf_counter()
+    event: dict[str, Any] = {
+        "type": "checkpoint",
+        "boundary": boundary,
+        "reason": reason,
+        "turn": turn,
+        "forkpoint": __version__,
+    }
+    try:
+        cwd_abs = Path.cwd().resolve()
+    except OSError:
+        cwd_abs = None
+    cwd = (
+        os.path.relpath(cwd_abs, workspace.root).replace(os.sep, "/")
+        if cwd_abs is not None and cwd_abs.is_relative_to(workspace.root)
+        else None
+    )
+    try:
+        state = workspace.capture(blobs)
+    except Exception as exc:  # noqa: BLE001 - a checkpoint must never break the agent it records
+        event.update(
+            source=None,
+            workspace=None,
+            error={"type": type(exc).__name__, "message": str(exc)},
+        )
+        state = None
+    if state is not None:
+        event.update(state)
+    event["cwd"] = None if cwd == "." else cwd
+    context = scrub_json(context) if context is not None else None
+    event["context"] = context
+    event["context_digest"] = digest(context) if context is not None else None
+    if context is not None and state is not None:
+        captured = {r[0] for r in manifest_rows(state["workspace"])}
+        tracked = workspace.tracked()
+        referenced, absent, uncaptured = [], [], []
+        for ref in referenced_paths(context, root=str(workspace.root)):
+            rel = resolve_ref(workspace.root, event["cwd"], ref)
+            if rel is None:
+                absent.append(ref)  # mentioned, but not there then: not required after a restore
+            elif rel in captured or rel.encode("utf-8", "surrogateescape") in tracked:
+                referenced.append(rel)
+            else:
+                uncaptured.append(rel)  # there, but not archived (ignored, or a folder)
+        event["referenced"] = sorted(set(referenced))
+        event["mentioned_absent"] = sorted(set(absent))
+        event["uncaptured"] = sorted(set(uncaptured))
+    event["duration_ms"] = round((time.perf_counter() - started) * 1000, 3)
+    return event

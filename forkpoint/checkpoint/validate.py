@@ -1,0 +1,133 @@
+"""Validating a restored directory without any model: every invariant of the checkpoint it came from."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from ..canonical import digest
+from ..errors import CheckpointError
+from .context import referenced_paths, resolve_ref
+from .git import git
+from .source import SourceTracker
+from .workspace import META_DIR, manifest_of, untracked_files
+
+
+@dataclass
+class Check:
+    """One validation check: ``name``, ``ok``, and the ``expected`` and ``actual`` values."""
+
+    name: str
+    ok: bool
+    expected: Any
+    actual: Any
+
+
+def _tree_changes(root: Path, expected: str, actual: str, tmp: Path) -> list[str] | str:
+    """The tracked paths whose content differs between two trees (for a failed validation's report):
+    the actual tree's new objects are in ``tmp/objects``, the expected one's in the restored repo."""
+    env = {
+        "GIT_OBJECT_DIRECTORY": str(tmp / "objects"),
+        "GIT_ALTERNATE_OBJECT_DIRECTORIES": str(root / ".git" / "objects"),
+    }
+    try:
+        out = git(["diff-tree", "-r", "--name-only", "-z", "--no-renames", expected, actual], root, env)
+    except CheckpointError as exc:
+        return f"(cannot list the differing files: {exc})"
+    return sorted(p for p in out.split("\0") if p)
+
+
+def validate(root: Path) -> list[Check]:
+    """Check a restored directory against its checkpoint without any model.
+
+    Checks: the tracked source tree hash, the workspace fingerprint (naming the files that differ),
+    the carried messages' digest, that the checkpoint is a resumable boundary, and that every file the
+    messages refer to exists. Raises :class:`CheckpointError` when ``root`` holds no restored
+    checkpoint.
+    """
+    root = Path(root).absolute()
+    try:
+        expect = orjson.loads((root / META_DIR / "checkpoint.json").read_bytes())
+        context = orjson.loads((root / META_DIR / "messages.json").read_bytes())
+    except (OSError, orjson.JSONDecodeError) as exc:
+        raise CheckpointError(f"{root}: no restored checkpoint here ({root / META_DIR}: {exc})") from None
+    if not isinstance(expect, dict):
+        raise CheckpointError(f"{root / META_DIR / 'checkpoint.json'} is not a checkpoint description")
+    try:
+        recorded_rows = orjson.loads((root / META_DIR / "manifest.json").read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        recorded_rows = None
+    checks: list[Check] = []
+    if expect.get("tree"):
+        with tempfile.TemporaryDirectory(prefix="forkpoint-validate-") as tmp:
+            try:
+                tracker = SourceTracker(
+                    root, expect["base"], Path(tmp) / "objects", durable=False, fresh=True
+                )
+                try:
+                    actual_tree = tracker.tree()
+                finally:
+                    tracker.close()
+            except CheckpointError as exc:
+                actual_tree = f"(cannot compute: {exc})"
+            actual_source: Any = actual_tree
+            if actual_tree != expect["tree"] and not actual_tree.startswith("("):
+                actual_source = {
+                    "tree": actual_tree,
+                    "files": _tree_changes(root, expect["tree"], actual_tree, Path(tmp)),
+                }
+        checks.append(Check("source tree hash", actual_tree == expect["tree"], expect["tree"], actual_source))
+    listing = "git" if expect.get("listing", "git" if expect.get("tree") else "plain") == "git" else "plain"
+    paths = untracked_files(root, include_ignored=bool(expect.get("include_ignored")), listing=listing)
+    rows = manifest_of(root, paths, None, None)
+    fingerprint = digest(rows)
+    actual: Any = fingerprint
+    if fingerprint != expect.get("workspace_fingerprint") and isinstance(recorded_rows, list):
+        want = {r[0]: r for r in recorded_rows if isinstance(r, list) and r}
+        have = {r[0]: r for r in rows}
+        actual = {
+            "fingerprint": fingerprint,
+            "missing": sorted(set(want) - set(have)),
+            "extra": sorted(set(have) - set(want)),
+            "changed": sorted(p for p in set(want) & set(have) if want[p] != have[p]),
+        }
+    checks.append(
+        Check(
+            "workspace fingerprint",
+            fingerprint == expect.get("workspace_fingerprint"),
+            expect.get("workspace_fingerprint"),
+            actual,
+        )
+    )
+    actual_digest = digest(context) if context is not None else None
+    checks.append(
+        Check(
+            "message digest",
+            actual_digest == expect.get("context_digest"),
+            expect.get("context_digest"),
+            actual_digest,
+        )
+    )
+    checks.append(
+        Check(
+            "resumable boundary", expect.get("boundary") == "resumable", "resumable", expect.get("boundary")
+        )
+    )
+    known_elsewhere = set(expect.get("mentioned_absent") or []) | set(expect.get("uncaptured") or [])
+    wanted = set(expect.get("referenced") or [])
+    cwd = expect.get("cwd")
+    for ref in referenced_paths(context if isinstance(context, dict) else {}, root=expect.get("root")):
+        if ref in known_elsewhere or ref in wanted:
+            continue
+        rel = os.path.normpath(os.path.join(cwd, ref)).replace(os.sep, "/") if cwd else ref
+        if rel in known_elsewhere or rel in wanted:
+            continue
+        wanted.add(resolve_ref(root, cwd, ref) or rel)
+    missing = sorted(p for p in wanted if not os.path.lexists(root / p))
+    checks.append(Check("referenced files exist", not missing, sorted(wanted), {"missing": missing}))
+    return checks

@@ -1,0 +1,236 @@
+"""Checking a session's checkpoints: what the log's own verification cannot judge.
+
+Each workspace manifest against its fingerprint and each of its files against its blob, each
+carried context against its digest, every git object in ``git-objects`` against its name, and (when
+the recorded repository is still there) that every checkpoint's source tree is complete.
+:func:`verify_session` is the whole check of a session: the log's (:func:`forkpoint.log.verify`)
+with this one handed in.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import zlib
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from ..canonical import digest
+from ..errors import SessionError
+from ..log import (
+    BLOB_DIR,
+    GIT_OBJECTS,
+    LOG_NAME,
+    BlobStore,
+    Session,
+    StoredLine,
+    Verification,
+    to_json,
+    verify,
+)
+from ..log.codec import decode
+
+
+def verify_session(path: Path | str, *, git: bool = True, deep: bool = True) -> Verification:
+    """Check a session without trusting any of it; reads only, never writes.
+
+    The log (header, lines, hash chain, deltas, blobs: :func:`forkpoint.log.verify`), then, with
+    ``deep``, every checkpoint (:func:`check_checkpoints`); with ``git`` also that each source tree
+    is complete in the recorded repository.
+    """
+    return verify(path, deep=deep, checks={"checkpoint": partial(check_checkpoints, git=git)})
+
+
+def check_checkpoints(path: Path, lines: list[StoredLine], result: Verification, *, git: bool = True) -> None:
+    """The :data:`forkpoint.log.Check` of checkpoint events: manifests and their files, carried
+    contexts, git objects, and (with ``git``) source trees. Adds to ``result``."""
+    log_path = path / LOG_NAME
+    problems = result.problems
+    checkpoints = [(line.lineno, line.seq, line.event) for line in lines]
+    manifest_refs: dict[str, tuple[int, int, int]] = {}  # blob → (size, lineno, seq)
+    if not problems:
+        _verify_checkpoints(path, log_path, checkpoints, problems, manifest_refs)
+    blobs = BlobStore(path / BLOB_DIR)
+    for h, (size, lineno, seq) in sorted(manifest_refs.items(), key=lambda kv: kv[1][1]):
+        problem, actual = blobs.check(h)
+        if problem:
+            problems.append(f"{problem} (workspace file of checkpoint seq {seq}, {log_path}:{lineno})")
+        elif actual != size:
+            problems.append(
+                f"{blobs.path(h)}: {actual} bytes, but checkpoint seq {seq} ({log_path}:{lineno}) says {size}"
+            )
+    result.blobs += len(manifest_refs)
+    result.checkpoints = len(checkpoints)
+    result.git_objects = _verify_git_objects(path / GIT_OBJECTS, problems)
+    if git and not problems:
+        _verify_trees(path, checkpoints, problems, result.notes)
+
+
+def _manifest_of(ws: dict[str, Any], blobs: BlobStore, where: str) -> Any:
+    """A stored checkpoint workspace's manifest rows (inline, or in a ``manifest_json`` blob)."""
+    if "manifest" in ws:
+        return ws["manifest"]
+    ref = ws.get("manifest_json")
+    data = decode(ref, blobs, where)
+    return orjson.loads(data) if isinstance(data, bytes | str) else None
+
+
+def _verify_checkpoints(
+    path: Path,
+    log_path: Path,
+    checkpoints: list[tuple[int, int, dict[str, Any]]],
+    problems: list[str],
+    manifest_refs: dict[str, tuple[int, int, int]],
+) -> None:
+    """Each manifest against its fingerprint (collecting its files' blobs), each carried context
+    against its digest."""
+    if not checkpoints:
+        return
+    blobs = BlobStore(path / BLOB_DIR)
+    session: Session | None = None
+    for lineno, seq, obj in checkpoints:
+        ws = obj.get("workspace")
+        if isinstance(ws, dict) and ("manifest" in ws or "manifest_json" in ws):
+            try:
+                rows = _manifest_of(ws, blobs, f" (checkpoint seq {seq}, {log_path}:{lineno})")
+                ok = digest(rows) == ws.get("fingerprint")
+            except (SessionError, TypeError, ValueError) as exc:
+                problems.append(
+                    f"{log_path}:{lineno}: checkpoint seq {seq}: cannot read its manifest ({exc})"
+                )
+                return
+            if not ok:
+                problems.append(
+                    f"{log_path}:{lineno}: checkpoint seq {seq}: the workspace manifest does not match its fingerprint"
+                )
+                return
+            for row in rows if isinstance(rows, list) else []:
+                if isinstance(row, list) and len(row) == 5 and isinstance(row[4], str):
+                    manifest_refs.setdefault(row[4], (row[3], lineno, seq))
+        if obj.get("context") is not None and obj.get("context_digest") is not None:
+            if session is None:
+                try:
+                    session = Session.load(path)
+                except SessionError as exc:
+                    problems.append(str(exc))
+                    return
+            event = next((e for e in session.events if e.get("seq") == seq), None)
+            try:
+                ok = event is not None and digest(to_json(event.get("context"))) == obj["context_digest"]
+            except TypeError:
+                ok = False
+            if not ok:
+                problems.append(
+                    f"{log_path}:{lineno}: checkpoint seq {seq}: the carried context does not match its digest"
+                )
+                return
+
+
+def _verify_git_objects(objects: Path, problems: list[str]) -> int:
+    """Every loose object of ``objects`` against its SHA-1 name. Returns how many were checked."""
+    if not objects.is_dir():
+        return 0
+    count = 0
+    for sub in sorted(objects.iterdir()):
+        if not (sub.is_dir() and len(sub.name) == 2 and all(c in "0123456789abcdef" for c in sub.name)):
+            if sub.name not in ("info", "pack"):
+                problems.append(f"{sub}: not a git object folder")
+            continue
+        for obj in sorted(sub.iterdir()):
+            if obj.name.startswith("tmp_"):
+                continue  # a temporary file of a git process that was killed
+            count += 1
+            name = sub.name + obj.name
+            h = hashlib.sha1()
+            try:
+                d = zlib.decompressobj()
+                with open(obj, "rb") as f:
+                    while chunk := f.read(1 << 20):
+                        h.update(d.decompress(chunk))
+                    h.update(d.flush())
+                ok = d.eof and not d.unused_data and h.hexdigest() == name
+            except (OSError, zlib.error):
+                ok = False
+            if not ok:
+                problems.append(
+                    f"{obj}: git object is damaged (its content does not match its name {name[:12]}…)"
+                )
+    pack = objects / "pack"
+    if pack.is_dir() and any(pack.iterdir()):
+        problems.append(f"{pack}: packed objects are not expected in a session (only loose objects)")
+    return count
+
+
+def _verify_trees(
+    path: Path, checkpoints: list[tuple[int, int, dict[str, Any]]], problems: list[str], notes: list[str]
+) -> None:
+    """Every checkpoint's source tree is complete: all its objects are in the session's git-objects
+    or in the recorded repository."""
+    trees: dict[str, tuple[int, str]] = {}
+    for _, seq, obj in checkpoints:
+        src = obj.get("source")
+        if isinstance(src, dict) and isinstance(src.get("tree"), str):
+            trees.setdefault(src["tree"], (seq, str(src.get("repo") or "")))
+    if not trees:
+        return
+    objects = (path / GIT_OBJECTS).resolve()
+    for tree, (seq, repo) in trees.items():
+        if not repo or not Path(repo).is_dir():
+            notes.append(
+                f"checkpoint seq {seq}: the recorded repository {repo or '?'} is gone: the session's own git "
+                "objects were checked, the tree's completeness was not"
+            )
+            continue
+        env = {
+            **os.environ,
+            "GIT_CONFIG_NOSYSTEM": "1",
+            "GIT_CONFIG_GLOBAL": os.devnull,
+            "GIT_OBJECT_DIRECTORY": str(objects),
+            "GIT_ALTERNATE_OBJECT_DIRECTORIES": _repo_objects(Path(repo)),
+            "LC_ALL": "C",
+        }
+        try:
+            listing = subprocess.run(
+                ["git", "ls-tree", "-r", "-t", "-z", "--full-tree", tree],
+                cwd=repo,
+                env=env,
+                capture_output=True,
+                timeout=120,
+            )
+            oids = [entry.split(b"\t", 1)[0].split()[2] for entry in listing.stdout.split(b"\0") if entry]
+            check = subprocess.run(
+                ["git", "cat-file", "--batch-check"],
+                cwd=repo,
+                env=env,
+                input=b"\n".join([tree.encode(), *oids]) + b"\n",
+                capture_output=True,
+                timeout=120,
+            )
+        except (OSError, subprocess.SubprocessError, IndexError) as exc:
+            notes.append(f"checkpoint seq {seq}: git could not check source tree {tree[:12]} ({exc})")
+            continue
+        missing = [ln.split()[0].decode() for ln in check.stdout.splitlines() if ln.endswith(b" missing")]
+        if listing.returncode != 0 or missing:
+            what = ", ".join(m[:12] for m in missing[:5]) or listing.stderr.decode(errors="replace").strip()
+            problems.append(
+                f"{objects}: source tree {tree[:12]} of checkpoint seq {seq} is incomplete (missing: {what})"
+            )
+            return
+
+
+def _repo_objects(repo: Path) -> str:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--path-format=absolute", "--git-common-dir"],
+            cwd=repo,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return str(Path(out) / "objects") if out else ""

@@ -1,0 +1,154 @@
+"""Workspace state: the untracked files of a checkpoint, as a content-addressed manifest."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from ..canonical import sha256_hex
+from ..log import BlobStore
+from ..redact import scrub_file
+from .git import git_finish, git_start, repo_root
+
+#: Folder, inside a restored directory, holding the checkpoint's expectations and carried messages.
+META_DIR = ".forkpoint-checkpoint"
+#: Never part of a workspace (at its top): git's own folder, forkpoint's store and restore metadata.
+ALWAYS_EXCLUDED = (".git", ".forkpoint", META_DIR)
+#: A workspace manifest whose canonical JSON is bigger than this is stored as one content-addressed
+#: blob (``manifest_json``) instead of inline rows, so an unchanged big workspace costs nothing.
+MANIFEST_INLINE_MAX = 8192
+
+
+def _excluded(rel: str, extra: tuple[str, ...]) -> bool:
+    first = rel.split("/", 1)[0]
+    return first in ALWAYS_EXCLUDED or any(rel == e or rel.startswith(e.rstrip("/") + "/") for e in extra)
+
+
+def _walk(root: Path, rel_dir: str = "") -> list[str]:
+    """Files and symlinks under ``root/rel_dir`` (relative to ``root``), never into a ``.git``; a
+    symlink to a directory is listed as the link it is, not followed."""
+    out = []
+    for dirpath, dirnames, filenames in os.walk(root / rel_dir if rel_dir else root):
+        rel = os.path.relpath(dirpath, root)
+        rel = "" if rel == "." else rel.replace(os.sep, "/") + "/"
+        keep = []
+        for d in dirnames:
+            if d == ".git":
+                continue
+            if os.path.islink(os.path.join(dirpath, d)):
+                out.append(rel + d)
+            else:
+                keep.append(d)
+        dirnames[:] = keep
+        out.extend(rel + f for f in filenames if f != ".git")
+    return out
+
+
+def start_listing(root: Path, listing: str, include_ignored: bool) -> subprocess.Popen[bytes] | None:
+    if listing == "plain":
+        return None
+    args = ["ls-files", "-z", "--others"]
+    if listing == "git-nocommit":
+        args.append("--cached")  # no commit to diff against: every file is workspace
+    if not include_ignored:
+        args.append("--exclude-standard")
+    return git_start(args, root)
+
+
+def finish_listing(root: Path, proc: subprocess.Popen[bytes] | None, exclude: tuple[str, ...]) -> list[str]:
+    if proc is None:
+        paths = _walk(root)
+    else:
+        paths = []
+        for p in git_finish(proc, "ls-files --others").decode("utf-8", "surrogateescape").split("\0"):
+            if not p:
+                continue
+            if p.endswith("/"):  # a nested repository: git lists the folder; its files are workspace
+                paths.extend(_walk(root, p.rstrip("/")))
+            else:
+                paths.append(p)
+    return sorted({p for p in paths if not _excluded(p, exclude)})
+
+
+def untracked_files(
+    root: Path, *, include_ignored: bool = False, exclude: tuple[str, ...] = (), listing: str | None = None
+) -> list[str]:
+    """Relative paths of the workspace's untracked files, sorted (every file of a plain folder).
+
+    ``listing``: ``git`` (untracked files of the repository at ``root``), ``git-nocommit`` (every
+    file of a repository without commits), ``plain`` (walk the folder); default: ``git`` when
+    ``root`` is the top of a repository, else ``plain``.
+    """
+    root = Path(root)
+    if listing is None:
+        top = repo_root(root)
+        listing = "git" if top is not None and top.resolve() == root.resolve() else "plain"
+    return finish_listing(root, start_listing(root, listing, include_ignored), exclude)
+
+
+class HashCache:
+    """sha256 of untracked files by their stat, so an unchanged file is not read again. A file whose
+    ctime is less than 2 s old when read is not cached (it may change again within the same tick)."""
+
+    def __init__(self) -> None:
+        self.entries: dict[str, tuple[tuple[int, ...], str]] = {}
+
+    def get(self, rel: str, key: tuple[int, ...]) -> str | None:
+        hit = self.entries.get(rel)
+        return hit[1] if hit is not None and hit[0] == key else None
+
+    def put(self, rel: str, key: tuple[int, ...], h: str, read_at_ns: int) -> None:
+        if key[3] < read_at_ns - 2_000_000_000:
+            self.entries[rel] = (key, h)
+        else:
+            self.entries.pop(rel, None)
+
+
+def manifest_of(
+    root: Path, paths: list[str], blobs: BlobStore | None, cache: HashCache | None
+) -> list[list[Any]]:
+    rows: list[list[Any]] = []
+    for rel in paths:
+        full = os.path.join(root, rel)
+        try:
+            st = os.lstat(full)
+            now = time.time_ns()
+            if stat.S_ISLNK(st.st_mode):
+                data = scrub_file(os.readlink(full).encode("utf-8", "surrogateescape"))
+                rows.append(
+                    [rel, "symlink", 0o777, len(data), blobs.put(data) if blobs else sha256_hex(data)]
+                )
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                continue
+            key = (st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns, st.st_mode)
+            h = cache.get(rel, key) if cache is not None else None
+            if h is None:
+                with open(full, "rb") as f:
+                    data = scrub_file(f.read())  # secrets never reach the blobs (docs/security.md)
+                h = blobs.put(data) if blobs is not None else sha256_hex(data)
+                size = len(data)
+                if cache is not None and size == st.st_size:
+                    cache.put(rel, key, h, now)
+            else:
+                size = st.st_size
+        except (FileNotFoundError, NotADirectoryError):  # deleted while we looked
+            continue
+        rows.append([rel, "file", stat.S_IMODE(st.st_mode) & 0o777, size, h])
+    return rows
+
+
+def manifest_rows(workspace: dict[str, Any] | None) -> list[list[Any]]:
+    """The manifest rows of a checkpoint's ``workspace`` field (inline, or as ``manifest_json``)."""
+    if not workspace:
+        return []
+    if "manifest_json" in workspace:
+        raw = workspace["manifest_json"]
+        return orjson.loads(raw if isinstance(raw, bytes | str) else b"[]")
+    return list(workspace.get("manifest") or [])

@@ -1,0 +1,94 @@
+"""Every error forkpoint raises on purpose, in one hierarchy rooted at :class:`ForkpointError`.
+
+The library never raises a command-line framework's exceptions: the ``forkpoint`` command turns a
+:class:`UsageError` into a usage error (exit 2) and any other :class:`ForkpointError` into an error
+message (exit 1). Each message names what was wrong and where (the file, line, session or option).
+
+This module is the bottom of the package: it imports nothing of forkpoint.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class ForkpointError(Exception):
+    """Base class of errors forkpoint raises on purpose."""
+
+
+class UsageError(ForkpointError, ValueError):
+    """A request that cannot be carried out as asked (a missing command, an option that does not
+    apply to this session); the message says what to do instead."""
+
+
+class ConfigError(ForkpointError, ValueError):
+    """The configuration cannot be used; the message names the file and the key."""
+
+
+class RuleError(ForkpointError, ValueError):
+    """A redaction rule (a regex, a JSON path) that cannot be compiled."""
+
+
+class SessionError(ForkpointError):
+    """A session cannot be read or written; the message names the file and the place."""
+
+
+class CheckpointError(ForkpointError):
+    """A checkpoint cannot be taken, restored or validated; the message says which and why."""
+
+
+class OverrideError(ForkpointError, ValueError):
+    """An override spec that cannot be parsed or does not fit the session."""
+
+
+class ScrubError(ForkpointError):
+    """A session cannot be re-scrubbed (it does not verify, or is still being recorded)."""
+
+
+class ImportFormatError(ForkpointError, ValueError):
+    """A file that is not in a format forkpoint imports, or is damaged; the message says which."""
+
+
+class ExportError(ForkpointError):
+    """An export that cannot be done (the OpenTelemetry extra is missing, the endpoint refused)."""
+
+
+class ToolResultError(ForkpointError, TypeError):
+    """A tool returned (or was given) a value forkpoint cannot store as JSON."""
+
+
+class RecordedToolError(ForkpointError):
+    """Raised on replay for a recorded tool exception whose class cannot be rebuilt.
+
+    ``type_name``, ``module`` and ``message`` are those of the original exception.
+    """
+
+    def __init__(self, type_name: str, module: str, message: str) -> None:
+        super().__init__(f"{module}.{type_name}: {message}")
+        self.type_name, self.module, self.message = type_name, module, message
+
+
+class RecordedError(ForkpointError):
+    """A recorded transport failure whose exception class cannot be rebuilt here."""
+
+    def __init__(self, error: dict[str, Any]) -> None:
+        super().__init__(f"recorded {error.get('module')}.{error.get('type')}: {error.get('message')}")
+        self.error = error
+
+
+class Divergence(ForkpointError):
+    """The replayed run made a call that the recording does not have.
+
+    ``report`` is the structured divergence report (JSON data, :class:`forkpoint.events.DivergenceReport`):
+    ``kind``, ``position``, ``actual``, ``expected`` (the next unused recorded call of that kind),
+    ``nearest``, ``diff`` (list of changes by JSON path, expected → actual) and ``reason``. The
+    message is the report in words (:func:`forkpoint.replay.format_divergence`).
+    """
+
+    def __init__(self, report: Any, message: str) -> None:
+        self.report = report
+        super().__init__(message)
+
+
+class NetworkBlocked(ForkpointError, ConnectionError):
+    """A socket tried to reach the network during a replay."""

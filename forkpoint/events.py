@@ -1,0 +1,311 @@
+"""The shapes of a session: header, events, and the replay report, as typed dictionaries.
+
+A session log line is JSON; these are its shapes in memory, after the log's encodings are resolved
+(``docs/format.md`` is the on-disk reference). They are :class:`~typing.TypedDict`s rather than
+classes so that the hot path (capture → log) builds and writes plain dicts, and readers get the
+same dicts back.
+
+Also here, because every layer needs them and they depend on nothing: new ids and timestamps, and
+the one function that names a call's endpoint (:func:`endpoint`).
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any, Literal, Required, TypedDict, TypeGuard
+from urllib.parse import urlsplit
+
+#: How a stored body is kept: parsed JSON, text, binary, nothing, or (responses) a chunk stream.
+BodyKind = Literal["json", "text", "bytes", "empty", "stream"]
+#: How a response body ended: read to the end, closed early by the caller, failed, still open at exit.
+Ended = Literal["complete", "client", "error", "unfinished"]
+#: Where a replayed call's answer came from in a what-if session.
+Source = Literal["replay", "override", "live"]
+#: A checkpoint's boundary: resumable (an agent boundary) or observable (an environment state only).
+Boundary = Literal["resumable", "observable"]
+
+
+class ErrorRecord(TypedDict, total=False):
+    """An exception as recorded: class name, module, message (scrubbed); a tool's exception also
+    keeps its JSON ``args`` and instance ``attrs`` when it has them."""
+
+    type: Required[str]
+    module: Required[str]
+    message: Required[str]
+    args: list[Any]
+    attrs: dict[str, Any]
+
+
+class HttpRequest(TypedDict):
+    """An outgoing HTTP request as stored (scrubbed): headers as ``[name, value]`` pairs."""
+
+    method: str
+    url: str
+    headers: list[list[str]]
+    body_kind: BodyKind
+    body: Any
+
+
+class HttpResponse(TypedDict, total=False):
+    """A response as stored: ``body`` for whole bodies, ``chunks`` (``[ms, str | bytes]``) for streams."""
+
+    status: Required[int]
+    reason: str
+    http_version: str
+    headers: list[list[str]]
+    body_kind: BodyKind
+    body: Any
+    chunks: list[list[Any]]
+    ended: Ended
+
+
+class ToolCallSummary(TypedDict):
+    """One tool call a model response asks for."""
+
+    id: str | None
+    name: str | None
+    arguments: str | None
+
+
+class Usage(TypedDict, total=False):
+    """Token counts of one model call."""
+
+    input_tokens: int | None
+    output_tokens: int | None
+    cache_read_input_tokens: int | None
+    cache_creation_input_tokens: int | None
+
+
+class Summary(TypedDict):
+    """The provider-aware reading of a model call (:func:`forkpoint.providers.summarize`): always
+    exactly these keys, ``None`` when unknown. Derived when a session is read, never stored."""
+
+    provider: str
+    api: str
+    host: str | None
+    model: str | None
+    response_model: str | None
+    temperature: float | None
+    top_p: float | None
+    seed: int | None
+    max_tokens: int | None
+    stream: bool
+    n_messages: int | None
+    n_tools: int | None
+    tool_calls: list[ToolCallSummary] | None
+    usage: Usage | None
+    stop_reason: str | None
+    error: str | None
+
+
+class _Common(TypedDict, total=False):
+    """Fields the log and the runtimes give every event."""
+
+    seq: int
+    ts: str
+    prev: str
+    hash: str
+    span_id: str
+    parent_span_id: str
+    pid: int
+    duration_ms: float
+    #: What-if sessions: where the answer came from, and the parent's event it answers for.
+    source: Source
+    recorded_seq: int
+
+
+class ModelCallEvent(_Common, total=False):
+    """One HTTP exchange with a model provider (or another HTTP peer)."""
+
+    type: Required[Literal["model_call"]]
+    request: Required[HttpRequest]
+    response: HttpResponse | None
+    error: ErrorRecord
+    #: The order in which this process's runtime started the call (identical calls replay in it).
+    sent: int
+    key: str
+    summary: Summary
+
+
+class ToolCallEvent(_Common, total=False):
+    """One call of a function the agent uses as a tool: arguments in, result or exception out."""
+
+    type: Required[Literal["tool_call"]]
+    tool: Required[str]
+    args: Required[dict[str, Any]]
+    result: Any
+    error: ErrorRecord
+    sent: int
+    key: str
+
+
+class CheckpointEvent(_Common, total=False):
+    """The state a coherent continuation needs (``docs/format.md``, :mod:`forkpoint.checkpoint`)."""
+
+    type: Required[Literal["checkpoint"]]
+    boundary: Boundary
+    reason: str
+    turn: int
+    forkpoint: str
+    cwd: str
+    source: Any
+    workspace: dict[str, Any] | None
+    context: dict[str, Any] | None
+    context_digest: str | None
+    referenced: list[str]
+    mentioned_absent: list[str]
+    uncaptured: list[str]
+    error: str
+
+
+class NoteEvent(_Common, total=False):
+    """Free text plus JSON data (:func:`forkpoint.note`)."""
+
+    type: Required[Literal["note"]]
+    text: str
+    data: dict[str, Any]
+
+
+class EndEvent(_Common, total=False):
+    """How the recorded run ended."""
+
+    type: Required[Literal["end"]]
+    exit_code: int | None
+    reason: str | None
+
+
+#: Any event of a session log.
+Event = ModelCallEvent | ToolCallEvent | CheckpointEvent | NoteEvent | EndEvent
+#: The event types, as they appear in ``type``.
+EVENT_TYPES = ("model_call", "tool_call", "checkpoint", "note", "end")
+#: The kinds of call a replay serves.
+CallKind = Literal["model_call", "tool_call"]
+Call = ModelCallEvent | ToolCallEvent
+
+
+class Header(TypedDict, total=False):
+    """Line 1 of a session log."""
+
+    type: Required[Literal["header"]]
+    format: Required[str]
+    version: Required[int]
+    session_id: Required[str]
+    created: str
+    redaction: dict[str, Any]
+    name: str | None
+    argv: list[str]
+    cwd: str
+    tags: dict[str, str | None]
+    versions: dict[str, str]
+    git: dict[str, Any] | None
+    parent: dict[str, Any] | None
+    span_id: str
+    platform: str
+    tools: list[str]
+    workspace: dict[str, Any] | None
+    replay: dict[str, Any]
+    imported_from: dict[str, Any]
+    scrubbed: list[dict[str, Any]]
+    hash: str
+
+
+class Expected(TypedDict):
+    """The recorded call a divergence report points at."""
+
+    seq: int | None
+    label: str
+
+
+class Nearest(Expected):
+    similarity: float
+
+
+class DivergenceReport(TypedDict, total=False):
+    """Where and how a replay left the recording (:class:`forkpoint.errors.Divergence`)."""
+
+    kind: Required[CallKind]
+    position: Required[int]
+    reason: Required[str]
+    endpoint: str
+    name: str
+    key: str | None
+    actual: Any
+    expected: Expected | None
+    nearest: Nearest | None
+    diff: list[dict[str, Any]]
+    #: fifo drift: the recorded call served anyway.
+    served_seq: int
+
+
+class OverrideState(TypedDict):
+    spec: str
+    target: str
+    field: str
+    value: Any
+    seq: int
+    applied: bool
+
+
+class ReplayReport(TypedDict):
+    """The outcome of a replay (``forkpoint replay --report``, ``Replayer.report()``)."""
+
+    session: str
+    session_path: str
+    reproduced: bool
+    processes: int
+    process_started: float
+    served: list[int]
+    unserved: list[int]
+    matched: int
+    recorded: int
+    unused: list[int]
+    ended_early: bool
+    divergence: DivergenceReport | None
+    policy: str
+    sources: dict[str, str]
+    drift: list[DivergenceReport]
+    overrides: list[OverrideState]
+    live_calls: dict[str, int]
+    child_session: str | None
+    live_from: int | None
+    network_blocked: list[str]
+
+
+def is_model_call(event: Mapping[str, Any]) -> TypeGuard[ModelCallEvent]:
+    """True for a ``model_call`` event (narrows its type)."""
+    return event.get("type") == "model_call"
+
+
+def is_tool_call(event: Mapping[str, Any]) -> TypeGuard[ToolCallEvent]:
+    """True for a ``tool_call`` event (narrows its type)."""
+    return event.get("type") == "tool_call"
+
+
+def endpoint(event: Mapping[str, Any]) -> str:
+    """The endpoint a call went to: ``"POST /v1/chat/completions"`` for a model call (method and URL
+    path; host and query left out, as in the match key), the tool's name for a tool call."""
+    if event.get("type") == "tool_call":
+        return str(event.get("tool"))
+    req = event.get("request") or {}
+    return f"{str(req.get('method', '')).upper()} {urlsplit(str(req.get('url', ''))).path}"
+
+
+def now_iso() -> str:
+    """The current UTC time as ISO 8601 with milliseconds, e.g. ``2026-11-29T18:10:29.123Z``."""
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def new_session_id() -> str:
+    """A new session id: UTC time then 6 random hex digits, e.g. ``20261129-181029-3f9a1c``.
+
+    Ids sort by creation time, and any unique prefix names a session on the command line.
+    """
+    return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
+
+
+def new_span_id() -> str:
+    """A random 64-bit span id as 16 hex digits (the OpenTelemetry span id shape)."""
+    return secrets.token_hex(8)

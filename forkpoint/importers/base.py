@@ -1,0 +1,145 @@
+"""The importer seam: what an importer is, what it makes of a file, and how that is written."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from ..errors import ImportFormatError
+from ..events import new_span_id
+from ..match import event_key
+from ..record import make_header
+from ..redact import scrub_json
+from ..store import open_store
+
+
+@dataclass(frozen=True)
+class Importer:
+    """One file format forkpoint imports: its ``name`` (``forkpoint import --format``), what such a
+    file looks like (``description``, for messages), ``detect(doc)`` (parsed JSON/YAML → is it
+    one?) and ``convert(path, doc)`` (→ :class:`Imported`; raises
+    :class:`~forkpoint.errors.ImportFormatError` naming the file and what is wrong)."""
+
+    name: str
+    description: str
+    detect: Callable[[Any], bool]
+    convert: Callable[[Path, Any], Imported]
+
+
+@dataclass
+class Imported:
+    """What an importer made of a file, before it is written as a session.
+
+    ``events`` are ``model_call`` / ``tool_call`` / ``note`` events in resolved form (no seq, no
+    hashes); ``missing`` says, one item each, what the source does not hold; ``adjusted`` what the
+    importer had to infer or fill in; ``end_reason`` and ``exit_code`` go to the ``end`` event;
+    ``details`` are extra ``imported_from`` header fields.
+    """
+
+    format: str
+    events: list[dict[str, Any]] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    adjusted: list[str] = field(default_factory=list)
+    end_reason: str | None = None
+    exit_code: int | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+def load_document(path: Path, raw: bytes, expected: str) -> Any:
+    """Parse ``raw`` as JSON, else as YAML (VCR.py's default serializer). Raises
+    :class:`~forkpoint.errors.ImportFormatError` when it is neither, saying what was ``expected``."""
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        pass
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ImportFormatError(f"{path}: not a text file; expected {expected}") from None
+    return load_yaml(path, text, expected)
+
+
+def load_yaml(path: Path, text: str, expected: str) -> Any:
+    """Parse a YAML document with a safe loader (no code runs). ``!!python/unicode`` and
+    ``!!python/str`` tags of cassettes written by old VCR.py versions read as strings."""
+    try:
+        import yaml
+    except ImportError:
+        raise ImportFormatError(
+            f"{path}: not JSON, and reading YAML (VCR.py cassettes) needs PyYAML: pip install pyyaml"
+        ) from None
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    def as_str(loader: Any, node: Any) -> str:
+        return str(loader.construct_scalar(node))
+
+    for tag in ("tag:yaml.org,2002:python/unicode", "tag:yaml.org,2002:python/str"):
+        Loader.add_constructor(tag, as_str)
+    try:
+        return yaml.load(text, Loader=Loader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ImportFormatError(f"{path}: neither JSON nor YAML ({first}); expected {expected}") from None
+
+
+def write_session(
+    imported: Imported, *, path: Path, raw: bytes, store: Path, name: str | None = None
+) -> Path:
+    """Write ``imported`` as a new session of ``store`` (indexed, or uploaded to a remote store):
+    header with ``imported_from`` ``{format, path, sha256, missing, adjusted, …}``, a ``note`` saying
+    what is missing, the events, ``end`` (no duration: the import's own time says nothing)."""
+    header = make_header(
+        argv=["forkpoint", "import", str(path)],
+        name=name or f"{imported.format} import of {path.name}",
+        tags={"imported_from": imported.format},
+    )
+    header["git"] = None  # the importing checkout says nothing about the run that was imported
+    header["tools"] = []
+    header["imported_from"] = {
+        "format": imported.format,
+        "path": str(path.resolve()),
+        "sha256": hashlib.sha256(raw).hexdigest(),
+        "missing": list(imported.missing),
+        "adjusted": list(imported.adjusted),
+        **imported.details,
+    }
+    with open_store(store).create(header) as session:
+        session.quiet = True  # the caller says where the session went
+        writer = session.writer
+        root = header["span_id"]
+        text = f"imported from {imported.format} file {path.name}"
+        if imported.missing:
+            text += "; not in that file, so not in this session: " + "; ".join(imported.missing)
+        if imported.adjusted:
+            text += "; inferred while importing: " + "; ".join(imported.adjusted)
+        writer.append(
+            {
+                "type": "note",
+                "span_id": new_span_id(),
+                "parent_span_id": root,
+                "text": text,
+                "data": {
+                    "imported_from": imported.format,
+                    "missing": list(imported.missing),
+                    "adjusted": list(imported.adjusted),
+                },
+            }
+        )
+        for event in imported.events:
+            event.setdefault("span_id", new_span_id())
+            event.setdefault("parent_span_id", root)
+            if event["type"] == "tool_call":
+                event["args"] = scrub_json(event.get("args") or {})
+                if "result" in event:
+                    event["result"] = scrub_json(event["result"])
+                event["key"] = event_key(event)
+            writer.append(event)
+        session.end(imported.exit_code, reason=imported.end_reason, timed=False)
+    return session.path

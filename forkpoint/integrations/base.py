@@ -1,0 +1,238 @@
+"""The framework-integration seam: what an integration is, how it is installed and uninstalled,
+and what the integrations share.
+
+An :class:`Integration` names the framework modules it patches (``targets``: module name, or a
+pattern with ``*``, to the function that patches that module once it has executed). Every patch
+goes through :func:`replace`, which remembers the original so :func:`uninstall` can put it back.
+Integrations are found in :data:`forkpoint.integrations.BUILTIN` and, for third-party packages, in
+the entry-point group ``forkpoint.integrations`` (each entry point names a module with an
+``INTEGRATION`` attribute, or an :class:`Integration` object itself).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import importlib
+import importlib.abc
+import importlib.machinery
+import sys
+import threading
+import warnings
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+from types import ModuleType
+from typing import Any
+
+from ..capture.tools import acall_tool, call_tool
+
+#: The entry-point group third-party integrations register under.
+ENTRY_POINT_GROUP = "forkpoint.integrations"
+
+
+@dataclass(frozen=True)
+class Integration:
+    """One framework's integration: ``targets`` maps a module name (or a ``*`` pattern) to the
+    function that patches it (called with the module, right after it has executed)."""
+
+    name: str
+    targets: Mapping[str, Callable[[ModuleType], None]]
+
+
+_lock = threading.RLock()
+_patched: set[tuple[str, str]] = set()  # (module, patching function)
+_originals: list[tuple[Any, str, Any]] = []
+_finder: _IntegrationFinder | None = None
+_registry: list[Integration] | None = None
+
+
+def replace(owner: Any, name: str, new: Any) -> bool:
+    """Set ``owner.<name>`` to ``new`` (a wrapper of the current value), once: returns False when it
+    is a forkpoint wrapper already. The original is kept for :func:`uninstall`."""
+    current = owner.__dict__.get(name) if isinstance(owner, type) else getattr(owner, name, None)
+    if getattr(current, "__forkpoint_integration__", False):
+        return False
+    try:
+        new.__forkpoint_integration__ = True
+    except AttributeError:  # a staticmethod or similar: its function carries the mark
+        new.__func__.__forkpoint_integration__ = True
+    with _lock:
+        _originals.append((owner, name, current))
+    setattr(owner, name, new)
+    return True
+
+
+def registry(builtin: tuple[str, ...]) -> list[Integration]:
+    """The integrations: those of the ``builtin`` modules (their ``INTEGRATION``), then those
+    registered by installed packages under :data:`ENTRY_POINT_GROUP`. Read once per process."""
+    global _registry
+    with _lock:
+        if _registry is None:
+            found: list[Integration] = [importlib.import_module(m).INTEGRATION for m in builtin]
+            for ep in entry_points(group=ENTRY_POINT_GROUP):
+                try:
+                    obj = ep.load()
+                    found.append(obj if isinstance(obj, Integration) else obj.INTEGRATION)
+                except Exception as exc:  # a broken plugin must not break the agent: say it
+                    warnings.warn(
+                        f"forkpoint: the integration {ep.name!r} ({ep.value}) cannot be loaded: {exc}",
+                        RuntimeWarning,
+                        stacklevel=2,
+                    )
+            _registry = found
+        return _registry
+
+
+def _targets(integrations: list[Integration]) -> list[tuple[str, Callable[[ModuleType], None]]]:
+    return [(pattern, fn) for i in integrations for pattern, fn in i.targets.items()]
+
+
+def _matches(pattern: str, module: str) -> bool:
+    return fnmatch.fnmatchcase(module, pattern) if "*" in pattern else module == pattern
+
+
+def install(integrations: list[Integration]) -> None:
+    """Install ``integrations``: now for frameworks already imported, on import for the others.
+    Idempotent and cheap; safe to call at every activation."""
+    global _finder
+    with _lock:
+        targets = _targets(integrations)
+        for name, module in list(sys.modules.items()):
+            for pattern, fn in targets:
+                if module is not None and _matches(pattern, name):
+                    _patch(name, module, fn)
+        if _finder is None:
+            _finder = _IntegrationFinder(targets)
+            sys.meta_path.insert(0, _finder)
+
+
+def installed() -> list[str]:
+    """The framework modules patched so far in this process."""
+    with _lock:
+        return sorted({module for module, _ in _patched})
+
+
+def uninstall() -> None:
+    """Put back every original that :func:`replace` replaced, and stop patching modules on import."""
+    global _finder
+    with _lock:
+        for owner, name, original in reversed(_originals):
+            setattr(owner, name, original)
+        _originals.clear()
+        _patched.clear()
+        if _finder is not None:
+            sys.meta_path.remove(_finder)
+            _finder = None
+
+
+def _patch(target: str, module: ModuleType, fn: Callable[[ModuleType], None]) -> None:
+    key = (target, f"{getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', '')}")
+    with _lock:
+        if key in _patched:
+            return
+        _patched.add(key)
+        try:
+            fn(module)
+        except Exception as exc:  # a framework version whose internals moved: say so, never break it
+            warnings.warn(
+                f"forkpoint could not patch {target} ({type(exc).__name__}: {exc}): the calls it makes are "
+                "not recorded, and run for real on replay. Wrap such tools with @forkpoint.tool.",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+
+
+class _PatchingLoader(importlib.abc.Loader):
+    """Runs the real loader, then the integrations for the module it has just executed."""
+
+    def __init__(self, loader: Any, patches: list[Callable[[ModuleType], None]]) -> None:
+        self._loader, self._patches = loader, patches
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        return self._loader.create_module(spec)  # type: ignore[no-any-return]
+
+    def exec_module(self, module: ModuleType) -> None:
+        self._loader.exec_module(module)
+        for fn in self._patches:
+            _patch(module.__name__, module, fn)
+
+    def __getattr__(self, name: str) -> Any:  # get_source, get_code, is_package… of the real loader
+        return getattr(self._loader, name)
+
+
+class _IntegrationFinder(importlib.abc.MetaPathFinder):
+    """Finds nothing itself: hands the integration targets to the real finders, wrapping their loader."""
+
+    def __init__(self, targets: list[tuple[str, Callable[[ModuleType], None]]]) -> None:
+        self.targets = targets
+
+    def find_spec(
+        self, fullname: str, path: Any, target: Any = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        patches = [fn for pattern, fn in self.targets if _matches(pattern, fullname)]
+        if not patches:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                    spec.loader = _PatchingLoader(spec.loader, patches)
+                return spec
+        return None
+
+
+# --------------------------------------------------------------------------- shared by the integrations
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` as JSON data the way pydantic serializes it (models, dataclasses, datetimes, tuples…).
+
+    The frameworks send a tool's arguments and results to the model through pydantic, so this is
+    the form the model saw. Parts with no JSON form become ``{"$type": "module.Class"}``.
+    """
+    from pydantic_core import to_jsonable_python
+
+    def fallback(v: Any) -> Any:
+        return {"$type": f"{type(v).__module__}.{type(v).__qualname__}"}
+
+    return to_jsonable_python(value, by_alias=True, fallback=fallback)
+
+
+async def run_tool(
+    name: str,
+    args: dict[str, Any],
+    body: Callable[[], Awaitable[Any]],
+    encode: Callable[[Any], Any] = jsonable,
+) -> Any:
+    """One framework tool call through forkpoint (:func:`forkpoint.capture.tools.acall_tool`), its
+    result stored in the JSON form the framework sends to the model."""
+    return await acall_tool(name, args, body, encode)
+
+
+def run_tool_sync(
+    name: str,
+    args: dict[str, Any],
+    body: Callable[[], Any],
+    encode: Callable[[Any], Any] = jsonable,
+) -> Any:
+    """:func:`run_tool` for a tool the framework calls synchronously."""
+    return call_tool(name, args, body, encode)
+
+
+def is_json(value: Any) -> bool:
+    """True for plain JSON data (str, bool, int, float, None, and lists and str-keyed dicts of them),
+    exact types only: a subclass (an enum, a named tuple) may not come back as itself."""
+    if value is None or isinstance(value, str | bool | int | float):
+        return type(value) in (str, bool, int, float, type(None))
+    if type(value) is list:
+        return all(is_json(v) for v in value)
+    if type(value) is dict:
+        return all(type(k) is str and is_json(v) for k, v in value.items())
+    return False
+
+
+def is_forkpoint_tool(fn: Any) -> bool:
+    """True for a function already wrapped by ``@forkpoint.tool``: it records itself."""
+    return bool(getattr(fn, "__forkpoint_tool__", None))

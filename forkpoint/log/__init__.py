@@ -1,0 +1,67 @@
+"""The session log: an append-only JSONL file with a hash chain, and a content-addressed blob folder.
+
+Layout of a session directory (format 1, documented in ``docs/format.md``)::
+
+    <session-id>/
+        session.jsonl          line 1: header; then one event per line
+        blobs/ab/cdef…         content-addressed payloads, named by the SHA-256 of their bytes
+        git-objects/           git objects of checkpoints' source trees (see forkpoint.checkpoint)
+
+Every line carries ``hash`` = SHA-256 of its own canonical JSON without ``hash``; every event also
+carries ``prev`` = the ``hash`` of the line before it. Changing a byte anywhere breaks the chain.
+
+One concept a module: :mod:`.codec` (the stored form and its encodings), :mod:`.blobs`,
+:mod:`.writer`, :mod:`.reader`, :mod:`.verify`. This package imports only the foundations
+(canonical JSON, errors, events) and the scrubber.
+"""
+
+from ..errors import SessionError
+from ..events import new_session_id, new_span_id, now_iso
+from .blobs import COMPRESS_MIN, ZSTD_SUFFIX, BlobStore
+from .codec import (
+    BLOB_DIR,
+    BLOB_MIN_BINARY,
+    BLOB_MIN_BYTES,
+    FORMAT,
+    FORMAT_VERSION,
+    GIT_OBJECTS,
+    JSON_BLOB_FIELDS,
+    LOG_NAME,
+    delta_container,
+    line_hash,
+    to_json,
+)
+from .reader import Session, add_deriver, check_header, read_header
+from .verify import Check, StoredLine, Verification, verify
+from .writer import FSYNC_POLICIES, SessionWriter
+
+__all__ = [
+    "BLOB_DIR",
+    "BLOB_MIN_BINARY",
+    "BLOB_MIN_BYTES",
+    "COMPRESS_MIN",
+    "FORMAT",
+    "FORMAT_VERSION",
+    "FSYNC_POLICIES",
+    "GIT_OBJECTS",
+    "JSON_BLOB_FIELDS",
+    "LOG_NAME",
+    "ZSTD_SUFFIX",
+    "BlobStore",
+    "Check",
+    "Session",
+    "SessionError",
+    "SessionWriter",
+    "StoredLine",
+    "Verification",
+    "add_deriver",
+    "check_header",
+    "delta_container",
+    "line_hash",
+    "new_session_id",
+    "new_span_id",
+    "now_iso",
+    "read_header",
+    "to_json",
+    "verify",
+]

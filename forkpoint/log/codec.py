@@ -1,0 +1,226 @@
+"""The stored form of a session's lines: constants of the layout, and the encodings that keep a
+log linear in the length of a conversation and let any value round-trip (``docs/format.md``).
+
+* ``{"$blob": "<sha256>", "size": n}`` stands for a string of ``n`` bytes (UTF-8) kept in ``blobs/``;
+  with ``"bytes": true`` for binary data. Equal payloads are stored once.
+* ``{"$json": "<sha256>", "size": n}`` is a part of an event (:data:`JSON_BLOB_FIELDS`) kept as one
+  JSON blob.
+* ``{"$delta": {"base": S, "keep": K, "add": [...]}}`` stands for a list of a model call's request
+  body (or a checkpoint's carried context): the first ``K`` items of the same field of event ``S``,
+  then ``add``.
+* ``{"$b64": "…"}`` is short binary data; ``{"$u": "<base64>"}`` a string that is not valid Unicode
+  (lone surrogates); ``{"$int": "<digits>"}`` an integer outside 64 bits; ``{"$lit": {…}}`` user
+  data that itself has one of these keys.
+
+The in-memory (resolved) form represents binary data as :class:`bytes`.
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from ..canonical import digest
+from ..errors import SessionError
+from .blobs import BlobStore
+
+FORMAT = "forkpoint.session"
+FORMAT_VERSION = 1
+LOG_NAME = "session.jsonl"
+BLOB_DIR = "blobs"
+GIT_OBJECTS = "git-objects"
+#: Strings at least this long (UTF-8 bytes) are stored as blobs.
+BLOB_MIN_BYTES = 1024
+#: Binary payloads at least this long are stored as blobs rather than base64 in the line.
+BLOB_MIN_BINARY = 256
+_RESERVED = frozenset({"$blob", "$b64", "$delta", "$lit", "$u", "$int", "$json"})
+#: Parts of an event stored as a ``$json`` blob once their JSON reaches :data:`JSON_BLOB_MIN` bytes:
+#: a stream's chunks (every SSE frame repeats ids and model names, so they compress ~10x) and the
+#: request headers (the same at every call, so stored once).
+JSON_BLOB_FIELDS: dict[str, tuple[tuple[str, str], ...]] = {
+    "model_call": (("response", "chunks"), ("request", "headers")),
+}
+JSON_BLOB_MIN = 256
+_INT_RANGE = (-(1 << 63), (1 << 64) - 1)  # what orjson writes as a JSON integer
+
+
+def encode(value: Any, blobs: BlobStore | None) -> Any:
+    """Resolved form → stored form: big strings and bytes to blobs, reserved keys escaped.
+    With ``blobs`` None everything stays inline (the content of a ``$json`` blob)."""
+    if isinstance(value, str):
+        if blobs is not None and len(value) >= BLOB_MIN_BYTES // 4:  # cheap pre-check before encoding
+            raw = value.encode("utf-8", "surrogatepass")
+            if len(raw) >= BLOB_MIN_BYTES:
+                return {"$blob": blobs.put(raw), "size": len(raw)}
+        return value
+    if isinstance(value, dict):
+        enc = {k: encode(v, blobs) for k, v in value.items()}
+        return {"$lit": enc} if _RESERVED.intersection(value) else enc
+    if isinstance(value, list | tuple):
+        return [encode(v, blobs) for v in value]
+    if isinstance(value, bytes | bytearray | memoryview):
+        raw = bytes(value)
+        if blobs is not None and len(raw) >= BLOB_MIN_BINARY:
+            return {"$blob": blobs.put(raw), "size": len(raw), "bytes": True}
+        return {"$b64": base64.b64encode(raw).decode()}
+    return value
+
+
+def json_blobs(stored: dict[str, Any], event: dict[str, Any], blobs: BlobStore) -> None:
+    """Move the big, repetitive parts of a model call (see :data:`JSON_BLOB_FIELDS`) into ``$json``
+    blobs: compressed, and stored once when identical (request headers usually are)."""
+    for outer, inner in JSON_BLOB_FIELDS.get(stored["type"], ()):
+        part = event.get(outer)
+        if not isinstance(part, dict) or inner not in part or not isinstance(part[inner], list):
+            continue
+        data = orjson.dumps(encode(part[inner], None))
+        if len(data) >= JSON_BLOB_MIN:
+            stored[outer] = {**stored[outer], inner: {"$json": blobs.put(data), "size": len(data)}}
+
+
+def encode_exotic(value: Any, where: str) -> Any:
+    """Stored form with the values orjson cannot write made writable: strings with lone
+    surrogates as ``$u``, integers outside 64 bits as ``$int``. Only used when a line failed."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+            return value
+        except UnicodeEncodeError:
+            return {"$u": base64.b64encode(value.encode("utf-8", "surrogatepass")).decode()}
+    if isinstance(value, bool) or value is None or isinstance(value, float):
+        return value
+    if isinstance(value, int):
+        return value if _INT_RANGE[0] <= value <= _INT_RANGE[1] else {"$int": str(value)}
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise SessionError(f"{where}: object key {k!r} is not a string")
+            try:
+                k.encode("utf-8")
+            except UnicodeEncodeError:
+                raise SessionError(f"{where}: object key {k!r} is not valid Unicode") from None
+            out[k] = encode_exotic(v, where)
+        return out
+    if isinstance(value, list):
+        return [encode_exotic(v, where) for v in value]
+    raise SessionError(f"{where}: a {type(value).__name__} is not JSON data")
+
+
+def decode(value: Any, blobs: BlobStore, where: str) -> Any:
+    """Stored form → resolved form (the inverse of :func:`encode`; ``$delta`` is handled by the reader)."""
+    if isinstance(value, dict):
+        if "$blob" in value:
+            data = blobs.get(str(value["$blob"]), where=where)
+            if value.get("bytes"):
+                return data
+            return data.decode("utf-8", "surrogatepass")
+        if "$b64" in value:
+            return base64.b64decode(value["$b64"])
+        if "$u" in value and len(value) == 1:
+            return base64.b64decode(value["$u"]).decode("utf-8", "surrogatepass")
+        if "$int" in value and len(value) == 1:
+            return int(value["$int"])
+        if "$json" in value and isinstance(value["$json"], str):
+            try:
+                inner = orjson.loads(blobs.get(value["$json"], where=where))
+            except orjson.JSONDecodeError as exc:
+                raise SessionError(
+                    f"{blobs.path(value['$json'])}: JSON blob is not JSON ({exc}){where}"
+                ) from None
+            return decode(inner, blobs, where)
+        if "$delta" in value:
+            d = value["$delta"]
+            return Delta(int(d["base"]), int(d["keep"]), decode(d.get("add", []), blobs, where))
+        if "$lit" in value and len(value) == 1:
+            return {k: decode(v, blobs, where) for k, v in value["$lit"].items()}
+        return {k: decode(v, blobs, where) for k, v in value.items()}
+    if isinstance(value, list):
+        return [decode(v, blobs, where) for v in value]
+    return value
+
+
+def to_json(value: Any) -> Any:
+    """Resolved form → plain JSON (``bytes`` become ``{"$b64": …}``), e.g. for ``show --json``."""
+    if isinstance(value, bytes):
+        return {"$b64": base64.b64encode(value).decode()}
+    if isinstance(value, dict):
+        return {k: to_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [to_json(v) for v in value]
+    return value
+
+
+def dumps(value: Any) -> bytes:
+    return orjson.dumps(value)
+
+
+def line_hash(obj: dict[str, Any]) -> str:
+    return digest({k: v for k, v in obj.items() if k != "hash"})
+
+
+def valid_line(raw: bytes) -> dict[str, Any] | None:
+    """The parsed line if it is a JSON object whose ``hash`` matches its content, else None."""
+    try:
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(obj, dict) or not isinstance(obj.get("hash"), str):
+        return None
+    try:
+        return obj if obj["hash"] == line_hash(obj) else None
+    except TypeError:
+        return None
+
+
+def delta_container(event: dict[str, Any]) -> dict[str, Any] | None:
+    """The dict whose top-level lists are delta-encoded: a model call's JSON request body, or a
+    checkpoint's carried ``context``. None for other events."""
+    if event.get("type") == "model_call":
+        request = event.get("request") or {}
+        body = request.get("body")
+        return body if request.get("body_kind") == "json" and isinstance(body, dict) else None
+    if event.get("type") == "checkpoint":
+        context = event.get("context")
+        return context if isinstance(context, dict) else None
+    return None
+
+
+def body_lists(event: dict[str, Any]) -> dict[str, list[str]]:
+    body = delta_container(event)
+    if body is None:
+        return {}
+    try:
+        return {k: [digest(to_json(i)) for i in v] for k, v in body.items() if isinstance(v, list) and v}
+    except TypeError:  # values canonical JSON cannot hold: no delta encoding for this event
+        return {}
+
+
+@dataclass(frozen=True)
+class Delta:
+    """A decoded ``$delta``: the first ``keep`` items of field of event ``base``, then ``add``."""
+
+    base: int
+    keep: int
+    add: list[Any]
+
+
+def resolve_deltas(
+    event: dict[str, Any], lists: dict[int, dict[str, list[Any]]], log_path: Path, lineno: int
+) -> None:
+    body = delta_container(event)
+    if body is None:
+        return
+    for name, value in body.items():
+        if isinstance(value, Delta):
+            base = lists.get(value.base, {}).get(name)
+            if base is None or len(base) < value.keep or value.keep < 0:
+                raise SessionError(
+                    f"{log_path}:{lineno}: request field {name!r} refers to event {value.base}, "
+                    "which is missing or shorter than the delta says"
+                )
+            body[name] = base[: value.keep] + value.add

@@ -1,0 +1,192 @@
+"""Reading a session log: the header, then every event in resolved form, torn regions handled."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from ..canonical import sha256_hex
+from ..errors import SessionError
+from .blobs import BlobStore
+from .codec import BLOB_DIR, FORMAT, FORMAT_VERSION, LOG_NAME, decode, delta_container, resolve_deltas
+
+#: Functions that add derived fields to every event as it is loaded. The log knows nothing of
+#: providers: :mod:`forkpoint.providers` hands in the one that adds a model call's ``summary``.
+_DERIVERS: list[Callable[[dict[str, Any]], None]] = []
+
+
+def add_deriver(derive: Callable[[dict[str, Any]], None]) -> None:
+    """Call ``derive(event)`` on every event :meth:`Session.load` reads from now on (once per function;
+    it must not raise for an event it does not understand)."""
+    if derive not in _DERIVERS:
+        _DERIVERS.append(derive)
+
+
+def read_header(log_path: Path) -> dict[str, Any]:
+    """Parse and check line 1 of a session log. Raises :class:`SessionError` naming the problem."""
+    try:
+        with open(log_path, "rb") as f:
+            first = f.readline(1 << 24)
+    except FileNotFoundError:
+        raise SessionError(f"{log_path}: no such session log") from None
+    except IsADirectoryError:
+        raise SessionError(f"{log_path}: is a directory, not a session log") from None
+    return check_header(first, log_path)
+
+
+def check_header(first: bytes, log_path: Path) -> dict[str, Any]:
+    """Parse and check a session log's first line. Raises :class:`SessionError` naming the problem."""
+    if not first.endswith(b"\n"):
+        raise SessionError(f"{log_path}:1: header line is incomplete")
+    try:
+        head = orjson.loads(first)
+    except orjson.JSONDecodeError as exc:
+        raise SessionError(f"{log_path}:1: header is not valid JSON ({exc})") from None
+    if not isinstance(head, dict) or head.get("format") != FORMAT:
+        raise SessionError(f"{log_path}:1: not a forkpoint session header")
+    if head.get("version") != FORMAT_VERSION:
+        raise SessionError(
+            f"{log_path}:1: session format version {head.get('version')!r} is not supported "
+            f"(this forkpoint reads version {FORMAT_VERSION})"
+        )
+    return head
+
+
+@dataclass
+class _Line:
+    lineno: int
+    offset: int
+    raw: bytes
+    obj: dict[str, Any] | None = None
+    error: str | None = None
+
+
+def _iter_lines(log_path: Path) -> Iterator[tuple[int, int, bytes]]:
+    """(line number, byte offset, raw line) of every line, the last one possibly without newline."""
+    try:
+        with open(log_path, "rb") as f:
+            offset = 0
+            for lineno, raw in enumerate(f, start=1):
+                yield lineno, offset, raw
+                offset += len(raw)
+    except FileNotFoundError:
+        raise SessionError(f"{log_path}: no such session log") from None
+    except IsADirectoryError:
+        raise SessionError(f"{log_path}: is a directory, not a session log") from None
+
+
+def _parse_event(raw: bytes) -> tuple[dict[str, Any] | None, str | None]:
+    try:
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        return None, f"not valid JSON ({exc})"
+    if not isinstance(obj, dict) or "type" not in obj or "seq" not in obj or "hash" not in obj:
+        return None, "not an event (needs 'type', 'seq' and 'hash')"
+    return obj, None
+
+
+def event_lines(log_path: Path, recovered: list[dict[str, Any]]) -> Iterator[_Line]:
+    """The header line, then every event line in order, with torn regions handled:
+
+    * lines that are not events are held back; the next event must declare exactly those bytes
+      (``torn``), else the first of them is returned with its ``error`` (the caller reports it);
+    * a last line without newline, and invalid lines before it, are a cut-off write: the last item
+      is then a ``_Line`` with ``obj`` None and ``error`` ``"truncated"``.
+    """
+    held: list[_Line] = []
+    for lineno, offset, raw in _iter_lines(log_path):
+        if lineno == 1:
+            yield _Line(lineno, offset, raw)
+            continue
+        if not raw.endswith(b"\n"):
+            yield _Line(lineno, offset, raw, error="truncated")
+            return
+        obj, error = _parse_event(raw)
+        if obj is None:
+            held.append(_Line(lineno, offset, raw, error=error))
+            continue
+        if held:
+            region = b"".join(h.raw for h in held)
+            declared = obj.get("torn")
+            expected = {"offset": held[0].offset, "bytes": len(region), "sha256": sha256_hex(region)}
+            if declared != expected:
+                yield held[0]
+                return
+            recovered.append({**expected, "line": held[0].lineno, "declared_by": obj.get("seq")})
+            held = []
+        yield _Line(lineno, offset, raw, obj=obj)
+    if held:
+        yield held[0]
+
+
+@dataclass
+class Session:
+    """A loaded session: its header and its events in resolved form, in ``seq`` order.
+
+    ``truncated`` is true when the log ends in an incomplete line (a recording that was killed);
+    ``recovered`` lists torn regions that a later writer closed and declared (see the module doc).
+    """
+
+    path: Path
+    header: dict[str, Any]
+    events: list[dict[str, Any]] = field(default_factory=list)
+    truncated: bool = False
+    recovered: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def id(self) -> str:
+        """The session id."""
+        return str(self.header["session_id"])
+
+    @classmethod
+    def load(cls, path: Path | str) -> Session:
+        """Read and resolve a session directory. Raises :class:`SessionError` on bad input, naming
+        the file and the line (or the blob and the line that refers to it)."""
+        path = Path(path)
+        log_path = path / LOG_NAME
+        if not path.is_dir():
+            raise SessionError(f"{path}: no such session directory")
+        blobs = BlobStore(path / BLOB_DIR)
+        recovered: list[dict[str, Any]] = []
+        session: Session | None = None
+        resolved_lists: dict[int, dict[str, list[Any]]] = {}
+        for line in event_lines(log_path, recovered):
+            if line.lineno == 1:
+                session = cls(path=path, header=check_header(line.raw, log_path))
+                continue
+            assert session is not None
+            if line.error == "truncated":
+                session.truncated = True
+                break
+            if line.obj is None:
+                raise SessionError(f"{log_path}:{line.lineno}: malformed event line: {line.error}")
+            where = f" (referenced from {log_path}:{line.lineno})"
+            try:
+                event = {k: decode(v, blobs, where) for k, v in line.obj.items()}
+            except (ValueError, TypeError, KeyError) as exc:
+                raise SessionError(f"{log_path}:{line.lineno}: cannot decode the event ({exc})") from None
+            event.pop("torn", None)
+            resolve_deltas(event, resolved_lists, log_path, line.lineno)
+            body = delta_container(event)
+            if body is not None:
+                resolved_lists[event["seq"]] = {k: v for k, v in body.items() if isinstance(v, list)}
+            for derive in _DERIVERS:
+                derive(event)
+            session.events.append(event)
+        if session is None:
+            raise SessionError(f"{log_path}: empty session log")
+        session.recovered = recovered
+        return session
+
+    def by_type(self, kind: str) -> list[dict[str, Any]]:
+        """Events of one type (``model_call``, ``tool_call``, ``checkpoint``, ``note``, ``end``)."""
+        return [e for e in self.events if e.get("type") == kind]
+
+    def end(self) -> dict[str, Any] | None:
+        """The ``end`` event, if the recording finished."""
+        ends = self.by_type("end")
+        return ends[-1] if ends else None

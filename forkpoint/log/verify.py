@@ -1,0 +1,246 @@
+"""Checking a session log without trusting any of it: header, lines, hash chain, ``$delta`` links, blobs.
+
+What the log does not know about (a checkpoint's workspace manifest, its git objects) is checked by
+the checks a higher layer hands in (:func:`forkpoint.checkpoint.verify_session` hands in the
+checkpoint's).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import SessionError
+from .blobs import BlobStore
+from .codec import BLOB_DIR, LOG_NAME, line_hash
+from .reader import check_header, event_lines
+
+
+@dataclass
+class Verification:
+    """Result of :func:`verify`.
+
+    ``ok`` unless a check failed; ``problems`` name the file and line (event seq) or blob or git
+    object, the first failure first. ``truncated``: the log ends in a cut-off line. ``complete``:
+    the last event is ``end``. ``notes`` say what is not a failure but worth knowing (recovered torn
+    writes, a session that did not end, checks that could not run). ``blobs`` counts the blobs
+    checked; ``checkpoints`` and ``git_objects`` are filled in by the checkpoint check.
+    """
+
+    events: int = 0
+    blobs: int = 0
+    truncated: bool = False
+    problems: list[str] = field(default_factory=list)
+    complete: bool = False
+    notes: list[str] = field(default_factory=list)
+    checkpoints: int = 0
+    git_objects: int = 0
+
+    @property
+    def ok(self) -> bool:
+        """True when no check failed."""
+        return not self.problems
+
+    @property
+    def status(self) -> str:
+        """``corrupt``, ``truncated`` (cut off mid-write), ``incomplete`` (no ``end`` event) or ``ok``."""
+        if not self.ok:
+            return "corrupt"
+        if self.truncated:
+            return "truncated"
+        return "ok" if self.complete else "incomplete"
+
+
+@dataclass(frozen=True)
+class StoredLine:
+    """One event line of a log as it is stored (its encodings not resolved), for a :data:`Check`."""
+
+    lineno: int
+    seq: int
+    event: dict[str, Any]
+
+
+#: A check of what the log alone cannot judge, handed in by a higher layer: called (on a deep
+#: verification) with the session directory, the lines of the event type it was registered for,
+#: and the result so far, to which it adds problems, notes and counts.
+Check = Callable[[Path, list[StoredLine], Verification], None]
+
+
+def _blob_refs(value: Any, out: dict[str, int], lineno: int) -> None:
+    if isinstance(value, dict):
+        if "$lit" in value and len(value) == 1 and isinstance(value["$lit"], dict):
+            # Escaped user data: its keys are literal ({"$blob": ...} there is no reference).
+            for v in value["$lit"].values():
+                _blob_refs(v, out, lineno)
+            return
+        for ref in ("$blob", "$json"):
+            if ref in value:
+                out.setdefault(str(value[ref]), lineno)
+        for v in value.values():
+            _blob_refs(v, out, lineno)
+    elif isinstance(value, list):
+        for v in value:
+            _blob_refs(v, out, lineno)
+
+
+def _stored_list_len(value: Any) -> int | None:
+    if isinstance(value, list):
+        return len(value)
+    if isinstance(value, dict) and isinstance(value.get("$delta"), dict):
+        d = value["$delta"]
+        if isinstance(d.get("keep"), int) and isinstance(d.get("add"), list):
+            return d["keep"] + len(d["add"])
+    return None
+
+
+def _stored_container(obj: dict[str, Any]) -> dict[str, Any] | None:
+    """The stored (encoded) counterpart of :func:`delta_container`."""
+    if obj.get("type") == "model_call":
+        req = obj.get("request")
+        body = req.get("body") if isinstance(req, dict) and req.get("body_kind") == "json" else None
+    elif obj.get("type") == "checkpoint":
+        body = obj.get("context")
+    else:
+        return None
+    if isinstance(body, dict) and "$lit" in body and len(body) == 1 and isinstance(body["$lit"], dict):
+        body = body["$lit"]
+    return body if isinstance(body, dict) else None
+
+
+def verify(path: Path | str, *, deep: bool = True, checks: Mapping[str, Check] | None = None) -> Verification:
+    """Check a session log without trusting any of it. Reads only; never writes.
+
+    * the header (format, version, hash), and every line: valid JSON, its ``hash``, its ``prev``
+      link, ``seq`` order, ``$delta`` references; torn regions only where a later event declares
+      their exact bytes;
+    * with ``deep`` (the default), every blob a line refers to (content against its name), then
+      each of ``checks`` (event type → :data:`Check`) with the lines of its event type.
+
+    With ``deep=False`` only the log is checked (header, lines, chain): what a reader that only
+    shows a session needs, in one pass over the log and no blob read.
+
+    Stops reading lines at the first broken one (later lines cannot be trusted once the chain is
+    broken). A log cut off mid-write is ``truncated``, not corrupt; one without an ``end`` event is
+    reported in ``notes`` (still running, killed, or its last events removed).
+    """
+    path = Path(path)
+    log_path = path / LOG_NAME
+    blobs = BlobStore(path / BLOB_DIR)
+    result = Verification()
+    problems, notes = result.problems, result.notes
+    checks = dict(checks or {})
+    refs: dict[str, int] = {}
+    checked: dict[str, list[StoredLine]] = {kind: [] for kind in checks}
+    lengths: dict[int, dict[str, int]] = {}
+    prev_hash = ""
+    prev_seq = 0
+    last_type = None
+    last_pid = None
+    recovered: list[dict[str, Any]] = []
+    if not path.is_dir():
+        problems.append(f"{path}: no such session directory")
+        return result
+    try:
+        for line in event_lines(log_path, recovered):
+            lineno, raw = line.lineno, line.raw
+            if line.error == "truncated":
+                result.truncated = True
+                break
+            if lineno == 1:
+                try:
+                    obj = check_header(raw, log_path)
+                except SessionError as exc:
+                    problems.append(str(exc))
+                    break
+                label = "header"
+            else:
+                if line.obj is None:
+                    problems.append(f"{log_path}:{lineno}: {line.error}")
+                    break
+                obj = line.obj
+                label = f"event seq {obj.get('seq')}"
+                if obj.get("prev") != prev_hash:
+                    problems.append(
+                        f"{log_path}:{lineno}: {label} does not link to the line before it (hash chain broken)"
+                    )
+                    break
+                if obj.get("seq") != prev_seq + 1:
+                    problems.append(
+                        f"{log_path}:{lineno}: {label} out of order (expected seq {prev_seq + 1})"
+                    )
+                    break
+            try:
+                hash_ok = obj.get("hash") == line_hash(obj)
+            except TypeError:
+                hash_ok = False
+            if not hash_ok:
+                problems.append(
+                    f"{log_path}:{lineno}: {label} was modified (its hash does not match its content)"
+                )
+                break
+            prev_hash = str(obj["hash"])
+            if lineno == 1:
+                continue
+            result.events += 1
+            seq = prev_seq = int(obj["seq"])
+            last_type, last_pid = obj.get("type"), obj.get("pid")
+            for value in obj.values():
+                _blob_refs(value, refs, lineno)
+            container = _stored_container(obj)
+            if container is not None:
+                mine: dict[str, int] = {}
+                for name, value in container.items():
+                    n = _stored_list_len(value)
+                    if isinstance(value, dict) and "$delta" in value:
+                        d = value["$delta"]
+                        base_len = lengths.get(d.get("base"), {}).get(name) if isinstance(d, dict) else None
+                        if n is None or base_len is None or d["base"] >= seq or d["keep"] > base_len:
+                            problems.append(
+                                f"{log_path}:{lineno}: {label}: field {name!r} refers to event "
+                                f"{d.get('base') if isinstance(d, dict) else '?'}, which is missing, later, "
+                                "or shorter than the delta says"
+                            )
+                    if n is not None:
+                        mine[name] = n
+                lengths[seq] = mine
+            kind = obj.get("type")
+            if kind in checked:
+                checked[kind].append(StoredLine(lineno, seq, obj))
+            if problems:
+                break
+    except SessionError as exc:
+        problems.append(str(exc))
+    if not problems and not prev_hash:
+        # Not even a header: nothing here can be trusted or replayed. (A new log is linked into
+        # place whole, so a real session never looks like this, even after a crash.)
+        problems.append(f"{log_path}: empty: a session log starts with its header")
+    for r in recovered:
+        notes.append(
+            f"{log_path}:{r['line']}: {r['bytes']} bytes of a write cut off by a crash, closed and declared "
+            f"by event seq {r['declared_by']}"
+        )
+    if deep:
+        for h, lineno in sorted(refs.items(), key=lambda kv: kv[1]):
+            problem, _ = blobs.check(h)
+            if problem:
+                problems.append(f"{problem} (referenced from {log_path}:{lineno})")
+        result.blobs = len(refs)
+        for kind, check in checks.items():
+            check(path, checked[kind], result)
+    result.complete = last_type == "end"
+    if not problems and not result.truncated and not result.complete:
+        running = ""
+        if isinstance(last_pid, int) and last_pid > 0:
+            try:
+                os.kill(last_pid, 0)
+                running = f"; process {last_pid}, which wrote the last event, is still running"
+            except (ProcessLookupError, PermissionError, OverflowError):
+                running = ""
+        notes.append(
+            f"{log_path}: no end event: the recording is still running, was killed between two events, "
+            f"or its last events were removed{running}"
+        )
+    return result

@@ -1,0 +1,290 @@
+"""Appending to a session log: one whole line per ``write(2)``, under an exclusive ``flock``.
+
+Several processes can record into one session. Nothing ever truncates or rewrites a log: a process
+killed mid-write leaves at most one incomplete last line (a *torn* line), which readers ignore (and
+report as ``truncated``); the next writer closes it with a newline and declares it in its own event
+(``"torn": {"offset", "bytes", "sha256"}``), so the remnant stays on disk, covered by the chain.
+
+Every event is scrubbed (:meth:`forkpoint.redact.Scrubber.event`) before it is encoded, whoever
+calls :meth:`SessionWriter.append`: the log is the last line of defence against a secret reaching disk.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import secrets
+import threading
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+from ..canonical import sha256_hex
+from ..errors import SessionError
+from ..events import new_session_id, now_iso
+from .blobs import BlobStore, fsync_path
+from .codec import (
+    BLOB_DIR,
+    FORMAT,
+    FORMAT_VERSION,
+    LOG_NAME,
+    body_lists,
+    dumps,
+    encode,
+    encode_exotic,
+    json_blobs,
+    line_hash,
+    valid_line,
+)
+from .reader import read_header
+
+#: How many recent model calls a new request is compared with to find its delta base.
+_DELTA_WINDOW = 16
+#: The fsync policies (``FORKPOINT_FSYNC``).
+FSYNC_POLICIES = ("event", "close", "never")
+
+
+class SessionWriter:
+    """Appends events to a session log. Thread-safe, and safe for several processes at once.
+
+    Use :meth:`create` for a new session and :meth:`open` to append to an existing one (a recorded
+    child process does that). ``fsync`` (default ``$FORKPOINT_FSYNC``, else ``"event"``):
+
+    * ``"event"``: before each line is written, the blobs it may refer to are synced (files and
+      folders), and the line is ``fdatasync``-ed after: every complete event survives a machine crash;
+    * ``"close"``: one sync of everything at :meth:`close`;
+    * ``"never"``: left to the operating system (a killed *process* still loses nothing written).
+
+    Every event (and the header) is scrubbed with the redaction rules in force when the writer was
+    opened (:func:`forkpoint.redact.current`).
+    """
+
+    def __init__(self, path: Path, *, fsync: str | None = None) -> None:
+        from .. import redact
+
+        self.path = Path(path)
+        self.log_path = self.path / LOG_NAME
+        self.fsync = fsync or os.environ.get("FORKPOINT_FSYNC") or "event"
+        if self.fsync not in FSYNC_POLICIES:
+            raise ValueError(f"fsync must be 'event', 'close' or 'never', not {self.fsync!r}")
+        self.scrubber = redact.current()
+        self.blobs = BlobStore(self.path / BLOB_DIR, durable=self.fsync != "never")
+        self._fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND)
+        self._lock = threading.Lock()
+        self._known_size = -1
+        self._last_seq = 0
+        self._last_hash = ""
+        self._torn: dict[str, Any] | None = None
+        self._close_torn = b""
+        # Item digests of request-body lists of this writer's recent model calls, for delta encoding.
+        self._recent: deque[tuple[int, dict[str, list[str]]]] = deque(maxlen=_DELTA_WINDOW)
+        self.header = read_header(self.log_path)
+
+    @classmethod
+    def create(
+        cls, store: Path, header: dict[str, Any], *, session_id: str | None = None, fsync: str | None = None
+    ) -> SessionWriter:
+        """Create ``<store>/<id>/`` (owner-only permissions) with ``header`` as line 1.
+
+        ``header`` gets ``format``, ``version``, ``session_id``, ``created``, ``redaction`` and
+        ``hash`` filled in (a ``created`` given is kept), and is scrubbed. The log appears complete
+        or not at all (written beside, then linked into place). Raises :class:`SessionError` if the
+        directory exists: a session is never overwritten.
+        """
+        from .. import redact
+
+        policy = fsync or os.environ.get("FORKPOINT_FSYNC") or "event"
+        if policy not in FSYNC_POLICIES:
+            raise ValueError(f"fsync must be 'event', 'close' or 'never', not {policy!r}")
+        scrubber = redact.current()
+        sid = session_id or new_session_id()
+        store = Path(store)
+        store.mkdir(parents=True, exist_ok=True, mode=0o700)
+        path = store / sid
+        try:
+            path.mkdir(mode=0o700)
+        except FileExistsError:
+            raise SessionError(f"{path}: a session with this id exists; refusing to overwrite it") from None
+        head: dict[str, Any] = {
+            "type": "header",
+            "format": FORMAT,
+            "version": FORMAT_VERSION,
+            "session_id": sid,
+            "created": now_iso(),
+            "redaction": {"rules": scrubber.rules.digest(), "config": scrubber.rules.source},
+            **{k: v for k, v in header.items() if k != "hash"},
+        }
+        head = scrubber.event(head)
+        head["session_id"], head["format"], head["version"] = sid, FORMAT, FORMAT_VERSION
+        head["hash"] = line_hash(head)
+        tmp = path / f".{LOG_NAME}.{secrets.token_hex(4)}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.write(fd, dumps(head) + b"\n")
+            if policy != "never":
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        try:
+            os.link(tmp, path / LOG_NAME)  # fails if a log appeared meanwhile: never overwrite
+        except FileExistsError:
+            raise SessionError(f"{path}: a session log exists; refusing to overwrite it") from None
+        finally:
+            os.unlink(tmp)
+        if policy != "never":
+            fsync_path(path)
+            fsync_path(store)
+        return cls(path, fsync=policy)
+
+    @classmethod
+    def open(cls, path: Path, *, fsync: str | None = None) -> SessionWriter:
+        """Append to the existing session at ``path``."""
+        if not (Path(path) / LOG_NAME).is_file():
+            raise SessionError(f"{path}: not a session directory (no {LOG_NAME})")
+        return cls(Path(path), fsync=fsync)
+
+    @property
+    def session_id(self) -> str:
+        """This session's id."""
+        return str(self.header["session_id"])
+
+    def _sync_tail(self) -> None:
+        """Under the file lock: learn the last seq and hash if another process has appended, and
+        notice a torn tail (a writer killed mid-write), to close and declare with the next event."""
+        size = os.fstat(self._fd).st_size
+        if size == self._known_size:
+            return
+        obj, end, ends_with_newline = _last_valid_line(self.log_path, size)
+        self._last_seq = int(obj.get("seq", 0))
+        self._last_hash = str(obj["hash"])
+        self._known_size = size
+        self._torn, self._close_torn = None, b""
+        if not ends_with_newline:
+            self._close_torn = b"\n"
+        if end < size:
+            with open(self.log_path, "rb") as f:
+                f.seek(end)
+                region = f.read(size - end) + self._close_torn
+            self._torn = {"offset": end, "bytes": len(region), "sha256": sha256_hex(region)}
+
+    def append(self, event: dict[str, Any]) -> int:
+        """Append one event (resolved form); returns its ``seq``.
+
+        ``event`` needs ``type``; ``ts`` defaults to now. ``seq``, ``prev``, ``hash`` (and ``torn``)
+        are assigned here. The event is scrubbed first. A ``model_call`` request body's top-level
+        lists are delta-encoded against this writer's recent model calls.
+        """
+        with self._lock:
+            if self._fd < 0:
+                raise SessionError(f"{self.log_path}: this writer is closed")
+            stored = {"type": event["type"], "ts": event.get("ts") or now_iso()}
+            stored.update((k, v) for k, v in event.items() if k not in ("seq", "prev", "hash", "torn"))
+            stored = self.scrubber.event(stored)
+            lists = body_lists(stored)
+            # field by field: the line itself is never an encoding, whatever its keys
+            scrubbed = stored
+            stored = {k: encode(v, self.blobs) for k, v in stored.items()}
+            json_blobs(stored, scrubbed, self.blobs)
+            if self.fsync == "event":
+                self.blobs.sync()
+            fcntl.flock(self._fd, fcntl.LOCK_EX)
+            try:
+                self._sync_tail()
+                seq = self._last_seq + 1
+                if lists:
+                    self._delta_encode(stored, lists, seq)
+                line_obj = {"seq": seq, **stored}
+                if self._torn is not None:
+                    line_obj["torn"] = self._torn
+                line_obj["prev"] = self._last_hash
+                try:
+                    line_obj["hash"] = line_hash(line_obj)
+                except TypeError:  # lone surrogates or huge integers: store them in their own way
+                    line_obj = encode_exotic(line_obj, f"{self.log_path}: event seq {seq}")
+                    line_obj["hash"] = line_hash(line_obj)
+                data = self._close_torn + dumps(line_obj) + b"\n"
+                written = os.write(self._fd, data)
+                if written != len(data):
+                    self._known_size = -1  # the next append looks at the tail again
+                    raise SessionError(f"{self.log_path}: short write ({written} of {len(data)} bytes)")
+                if self.fsync == "event":
+                    os.fdatasync(self._fd)
+                self._known_size = os.fstat(self._fd).st_size
+                self._last_seq = seq
+                self._last_hash = line_obj["hash"]
+                self._torn, self._close_torn = None, b""
+            finally:
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+            return seq
+
+    def _delta_encode(self, stored: dict[str, Any], lists: dict[str, list[str]], seq: int) -> None:
+        body = stored["request"]["body"] if stored["type"] == "model_call" else stored["context"]
+        if "$lit" in body and len(body) == 1:  # a body with reserved keys is escaped as {"$lit": {...}}
+            body = body["$lit"]
+        for name, items in lists.items():
+            best_seq, best_keep = 0, 0
+            for base_seq, base_lists in self._recent:
+                base = base_lists.get(name)
+                if not base or len(base) > len(items):
+                    continue
+                keep = 0
+                for a, b in zip(base, items, strict=False):
+                    if a != b:
+                        break
+                    keep += 1
+                if keep > best_keep:
+                    best_seq, best_keep = base_seq, keep
+            if best_keep:
+                body[name] = {"$delta": {"base": best_seq, "keep": best_keep, "add": body[name][best_keep:]}}
+        self._recent.append((seq, lists))
+
+    def close(self) -> None:
+        """Flush to disk (policies ``event`` and ``close``) and close. Safe to call twice."""
+        with self._lock:
+            if self._fd >= 0:
+                if self.fsync != "never":
+                    self.blobs.sync()
+                    os.fsync(self._fd)
+                os.close(self._fd)
+                self._fd = -1
+
+
+def _last_valid_line(path: Path, size: int) -> tuple[dict[str, Any], int, bool]:
+    """The last line within the first ``size`` bytes of ``path`` that is a valid line (JSON object,
+    hash matching), the offset just after it, and whether the file ends with a newline.
+
+    Lines after it are a torn region, allowed only when the file does not end with a newline (a
+    write was cut off). Raises :class:`SessionError` when the log ends in a complete line that is
+    not valid: that is damage, not a crash, and appending would hide it.
+    """
+    block = 1 << 16
+    with open(path, "rb") as f:
+        while True:
+            start = max(0, size - block)
+            f.seek(start)
+            buf = f.read(size - start)
+            ends_with_newline = buf.endswith(b"\n")
+            pos = len(buf) - (1 if ends_with_newline else 0)
+            first = True
+            while True:
+                nl = buf.rfind(b"\n", 0, pos)
+                if nl < 0 and start > 0:
+                    break  # the line may begin before this block: read more
+                line = buf[nl + 1 : pos + 1]
+                complete = line.endswith(b"\n")
+                if complete or first:
+                    # (a whole valid line that only lacks its newline is adopted: closing it makes it
+                    # the event it was meant to be)
+                    obj = valid_line(line)
+                    if obj is not None:
+                        return obj, start + nl + 1 + len(line), ends_with_newline
+                    if first and complete:
+                        raise SessionError(
+                            f"{path}: the last line is complete but not a valid event; refusing to append "
+                            "after it (run forkpoint verify)"
+                        )
+                first = False
+                if nl < 0:
+                    raise SessionError(f"{path}: no valid line to continue the hash chain from")
+                pos = nl
+            block *= 4

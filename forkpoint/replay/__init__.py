@@ -1,0 +1,46 @@
+"""Replay: serving every model and tool call of a run from its session, offline.
+
+:mod:`.replayer` (the runtime and its policies), :mod:`.report` (divergence reports, the verdict and
+its exit code), :mod:`.ledger` (processes that share one replay), :mod:`.guard` (no network),
+:mod:`.whatif` (what-if runs recorded as child sessions). Starting a replay in this process is
+:func:`forkpoint.api.replay`; running a recorded command under replay is
+:func:`forkpoint.orchestrate.replay_command`.
+"""
+
+from ..errors import Divergence, NetworkBlocked, RecordedError
+from .guard import install_network_guard
+from .ledger import Ledger, open_ledger
+from .replayer import API_KEY_VARS, PLACEHOLDER_KEY, POLICIES, SOURCES, Replayer, label
+from .report import (
+    EXIT_DIVERGENCE,
+    divergence,
+    ended_by_override,
+    format_divergence,
+    merge_reports,
+    summary_line,
+    write_report,
+)
+from .whatif import create_child
+
+__all__ = [
+    "API_KEY_VARS",
+    "EXIT_DIVERGENCE",
+    "PLACEHOLDER_KEY",
+    "POLICIES",
+    "SOURCES",
+    "Divergence",
+    "Ledger",
+    "NetworkBlocked",
+    "RecordedError",
+    "Replayer",
+    "create_child",
+    "divergence",
+    "ended_by_override",
+    "format_divergence",
+    "install_network_guard",
+    "label",
+    "merge_reports",
+    "open_ledger",
+    "summary_line",
+    "write_report",
+]

@@ -1,0 +1,83 @@
+"""The network guard of a replay without a kernel sandbox: internet sockets refuse to connect and
+host names refuse to resolve while a replay is active, and each attempt is counted in its report."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from typing import Any
+
+from .. import runtime
+from ..errors import NetworkBlocked
+from .replayer import Replayer
+
+_guard_lock = threading.Lock()
+_guard_installed = False
+
+
+def install_network_guard() -> None:
+    """Make internet sockets refuse to connect, and host names refuse to resolve, while a replay is
+    active: only the replay's ``allow_hosts`` (addresses or names) may be reached. Idempotent."""
+    global _guard_installed
+    with _guard_lock:
+        if _guard_installed:
+            return
+        orig_connect = socket.socket.connect
+        orig_connect_ex = socket.socket.connect_ex
+
+        orig_getaddrinfo = socket.getaddrinfo
+
+        def blocked(rt: Replayer, where: str, what: str) -> NetworkBlocked:
+            with rt._lock:
+                rt.network_blocked.append(where)
+            return NetworkBlocked(
+                f"forkpoint replay blocked {what} {where}: during a replay every model and tool call is "
+                "served from the session, so nothing may reach the network. A call made outside the "
+                "recorded clients or tools (wrap it with @forkpoint.tool) cannot be replayed."
+            )
+
+        def guarding() -> Replayer | None:
+            rt = runtime.active()
+            return rt if isinstance(rt, Replayer) and not rt.network_allowed() else None
+
+        def check(sock: socket.socket, address: Any) -> None:
+            rt = guarding()
+            if rt is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
+                return
+            host = str(address[0]) if isinstance(address, tuple) else str(address)
+            if host in rt.allow_hosts:
+                return
+            where = f"{host}:{address[1]}" if isinstance(address, tuple) and len(address) > 1 else host
+            raise blocked(rt, where, "a network connection to")
+
+        def getaddrinfo(host: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
+            # Name lookups go out to a resolver too: refuse them for any name but an allowed one.
+            rt = guarding()
+            name = host.decode() if isinstance(host, bytes) else str(host)
+            if rt is not None and host is not None and name not in rt.allow_hosts and not _is_literal(name):
+                raise blocked(rt, f"{name}:{port}", "a name lookup of")
+            return orig_getaddrinfo(host, port, *args, **kwargs)
+
+        def connect(self: socket.socket, address: Any) -> None:
+            check(self, address)
+            return orig_connect(self, address)
+
+        def connect_ex(self: socket.socket, address: Any) -> int:
+            check(self, address)
+            return orig_connect_ex(self, address)
+
+        socket.socket.connect = connect  # type: ignore[method-assign]
+        socket.socket.connect_ex = connect_ex  # type: ignore[method-assign]
+        socket.getaddrinfo = getaddrinfo
+        _guard_installed = True
+
+
+def _is_literal(host: str) -> bool:
+    """An IP address (no lookup needed; connecting to it is checked on its own)."""
+    import ipaddress
+
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return False
+    return True

@@ -1,0 +1,409 @@
+"""The replay runtime: every model and tool call served from a session by match key.
+
+Identical keys are served in the order they were sent; a call that matches nothing is a
+divergence, and the policy decides what follows (stop, go live, or serve the next recorded call of
+that endpoint anyway). Several processes of one replay share a :class:`~forkpoint.replay.ledger.Ledger`.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from .. import override, runtime
+from ..errors import Divergence
+from ..events import (
+    CallKind,
+    DivergenceReport,
+    HttpRequest,
+    ModelCallEvent,
+    ToolCallEvent,
+    endpoint,
+    new_span_id,
+)
+from ..jsondiff import json_diff, similarity
+from ..log import Session, SessionWriter
+from ..match import event_key, in_send_order, model_key, normalize_request, normalized, tool_key
+from ..override import Override
+from ..providers import summary
+from ..record import keyed
+from ..redact import scrub_json
+from .ledger import Ledger
+from .report import divergence
+
+#: Environment variables SDKs insist on; set to a placeholder during replay when unset.
+API_KEY_VARS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY")
+PLACEHOLDER_KEY = "forkpoint-replay-no-key"
+
+
+def label(event: Mapping[str, Any]) -> str:
+    """How a report names a recorded call: ``tool NAME``, or ``POST /path, model M``."""
+    if event["type"] == "tool_call":
+        return f"tool {event['tool']}"
+    model = summary(event).get("model")
+    return endpoint(event) + (f", model {model}" if model else "")
+
+
+#: What serves each kind of call during a replay.
+SOURCES = ("replay", "live")
+#: What happens after a divergence: report and stop, continue live, or serve the next recorded call anyway.
+POLICIES = ("stop", "live", "fifo")
+
+
+class Replayer:
+    """The replay runtime: serves recorded model and tool calls of one :class:`~forkpoint.log.Session`.
+
+    ``models`` / ``tools`` say where each kind of call comes from: ``"replay"`` (the session) or
+    ``"live"`` (really made). ``on_divergence`` is the policy after a call that matches nothing:
+    ``"stop"`` raises :class:`Divergence`; ``"live"`` switches every later call to live;
+    ``"fifo"`` serves the next unused recorded call of the same endpoint or tool and notes the drift.
+    ``overrides`` replace single recorded results (see :mod:`forkpoint.override`). With
+    ``live_from`` (a checkpoint's seq) only the calls before it are served; once all of them have
+    been, every later call is live (a fork's continuation).
+
+    When ``child`` is given, every call of this run — served, overridden or live — is written to it:
+    the what-if run as a session of its own, linked to its parent. Thread-safe.
+    """
+
+    mode = "replay"
+
+    def __init__(
+        self,
+        session: Session,
+        *,
+        allow_hosts: Sequence[str] = (),
+        models: str = "replay",
+        tools: str = "replay",
+        on_divergence: str = "stop",
+        overrides: Sequence[Override] = (),
+        child: SessionWriter | None = None,
+        live_from: int | None = None,
+        ledger: Ledger | None = None,
+    ) -> None:
+        for name, value, allowed in (
+            ("models", models, SOURCES),
+            ("tools", tools, SOURCES),
+            ("on_divergence", on_divergence, POLICIES),
+        ):
+            if value not in allowed:
+                raise ValueError(f"{name} must be one of {', '.join(allowed)}, not {value!r}")
+        self.session = session
+        self.root_span: str = (
+            (child.header.get("span_id") if child else None) or session.header.get("span_id") or ""
+        )
+        self.allow_hosts = frozenset(allow_hosts)
+        self.sources = {"model_call": models, "tool_call": tools}
+        self.policy = on_divergence
+        self.child = child
+        # A fork replays the prefix before its checkpoint, then goes live once that prefix is used up.
+        self.live_from = live_from
+        self.recorded = [
+            e
+            for e in session.events
+            if e["type"] in ("model_call", "tool_call") and (live_from is None or e["seq"] < live_from)
+        ]
+        self.overrides = override.resolve(list(overrides), self.recorded)
+        self.applied: dict[int, bool] = dict.fromkeys(self.overrides, False)
+        self._queues: dict[str, deque[dict[str, Any]]] = {}
+        self._keys: dict[int, str] = {}
+        for e in self.recorded:
+            key = event_key(e)
+            self._keys[e["seq"]] = key
+            self._queues.setdefault(key, deque()).append(e)
+        # Identical requests are answered in the order they were sent, not finished (match.in_send_order).
+        self._queues = {k: deque(in_send_order(q)) for k, q in self._queues.items()}
+        self.used: list[int] = []
+        # Served by the other processes of this replay (a recording made by several processes).
+        self.ledger = ledger
+        self.started = time.time()  # orders the reports of a replay's processes (merge_reports)
+        self.others: set[int] = set()
+        self._events = {e["seq"]: e for e in self.recorded}
+        self.positions = {"model_call": 0, "tool_call": 0}
+        self.live_calls = {"model_call": 0, "tool_call": 0}
+        self.divergence: dict[str, Any] | None = None
+        self.drift: list[dict[str, Any]] = []
+        self.gone_live = False
+        self.network_blocked: list[str] = []
+        self.pending: set[Any] = set()
+        self._lock = threading.Lock()
+
+    # -- the capture layer asks these
+
+    def network_allowed(self) -> bool:
+        """True when some call may go live, so sockets must not be blocked."""
+        return self.gone_live or "live" in self.sources.values()
+
+    def take_model_call(self, request: HttpRequest) -> tuple[ModelCallEvent, int] | None:
+        """The event answering ``request`` and this call's position among the run's model calls, or
+        None to make the call live. Raises :class:`~forkpoint.errors.Divergence`."""
+        norm = normalize_request(request["method"], request["url"], request["headers"], request["body"])
+        event = self._take("model_call", model_key(norm), norm, endpoint=f"{norm['method']} {norm['path']}")
+        if event is None:
+            return None
+        if self.child is not None:
+            self._log_served(event, {"request": request})
+        return event, self.positions["model_call"]
+
+    def diverged(self, event: ModelCallEvent, kind: CallKind, position: int, reason: str) -> Divergence:
+        """A divergence about a recorded call that was served (see :class:`forkpoint.runtime.Serving`),
+        noted as this replay's divergence when it is the first."""
+        where = endpoint(event)
+        report: DivergenceReport = {
+            "kind": kind,
+            "endpoint": where,
+            "position": position,
+            "reason": reason,
+            "key": event.get("key"),
+            "actual": None,
+            "expected": {"seq": event.get("seq"), "label": where},
+            "nearest": None,
+            "diff": [],
+        }
+        with self._lock:
+            if self.divergence is None:
+                self.divergence = report
+        return divergence(report)
+
+    def take_tool_call(
+        self, name: str, args: dict[str, Any], *, defaulted: frozenset[str] = frozenset()
+    ) -> dict[str, Any] | None:
+        """The event of this tool call, or None to run the tool live. Raises :class:`Divergence`.
+
+        ``defaulted`` names arguments the caller did not pass (filled in from the signature): when
+        nothing matches the call as it is, a recorded call of the tool whose arguments are these
+        less some of the defaulted ones is taken, so a tool that gained optional parameters since
+        the recording still gets its recorded answers."""
+
+        def without_defaults() -> list[str]:
+            """Keys of recorded calls of this tool whose arguments are these less some defaulted ones."""
+            alt: list[str] = []
+            scrubbed = scrub_json(args)
+            for e in self.recorded:
+                rec = e.get("args")
+                if e["type"] != "tool_call" or e["tool"] != name or not isinstance(rec, dict):
+                    continue
+                if (
+                    set(rec) <= set(scrubbed)
+                    and set(scrubbed) - set(rec) <= defaulted
+                    and all(scrubbed[k] == v for k, v in rec.items())
+                    and self._keys[e["seq"]] not in alt
+                ):
+                    alt.append(self._keys[e["seq"]])
+            return alt
+
+        norm = {"tool": name, "args": args}
+        alternatives = without_defaults if defaulted & set(args) else None
+        event = self._take("tool_call", tool_key(name, args), norm, alternatives=alternatives, name=name)
+        if event is not None and self.child is not None:
+            self._log_served(event, {"tool": name, "args": args})
+        return event
+
+    def before_model_call(self, request: HttpRequest) -> None:
+        """Live calls of a replay take no checkpoints (the recording has them)."""
+
+    def model_call_done(self, event: ModelCallEvent) -> None:
+        """A live model call finished: write it to the child session."""
+        self._log_live(event)
+
+    def tool_call_done(self, event: ToolCallEvent) -> None:
+        """A live tool call finished: write it to the child session."""
+        self._log_live(event)
+
+    # -- internals
+
+    @contextmanager
+    def _shared(self) -> Iterator[None]:
+        """Hold the ledger while choosing a recorded call: learn what the other processes served
+        since the last look (never served here again), and tell them what this one served."""
+        if self.ledger is None:
+            yield
+            return
+        with self.ledger.exclusive() as served_elsewhere:
+            for seq in served_elsewhere:
+                event = self._events.get(seq)
+                if event is None or seq in self.others:
+                    continue
+                self.others.add(seq)
+                queue = self._queues.get(self._keys[seq], deque())
+                for i, queued in enumerate(queue):
+                    if queued is event:
+                        del queue[i]
+                        break
+            before = len(self.used)
+            try:
+                yield
+            finally:
+                self.ledger.claim(self.used[before:])
+
+    def _take(
+        self,
+        kind: str,
+        key: str,
+        norm: dict[str, Any],
+        *,
+        alternatives: Callable[[], list[str]] | None = None,
+        **what: str,
+    ) -> dict[str, Any] | None:
+        """The recorded call to serve for a call with match ``key`` (``alternatives()``: keys to try
+        when none is left under ``key``), None to go live; raises :class:`Divergence`."""
+        with self._lock, self._shared():
+            self.positions[kind] += 1
+            if self.gone_live or self.sources[kind] == "live":
+                self.live_calls[kind] += 1
+                return None
+            queue = self._queues.get(key)
+            if queue:
+                return self._serve(queue.popleft())
+            for alt in alternatives() if alternatives else ():
+                queue = self._queues.get(alt)
+                if queue:
+                    return self._serve(queue.popleft())
+            if self.live_from is not None and len(self.used) + len(self.others) == len(self.recorded):
+                self.gone_live = True  # the recorded prefix is done: the fork continues live
+                self.live_calls[kind] += 1
+                return None
+            report = self._divergence_report(kind, key, norm, what)
+            first = self.divergence is None
+            if first:
+                self.divergence = report
+            if self.policy == "live":
+                self.gone_live = True
+                self.live_calls[kind] += 1
+                return None
+            if self.policy == "fifo":
+                where = what.get("endpoint") or what.get("name")
+                taken = set(self.used) | self.others
+                nxt = next(
+                    (
+                        e
+                        for e in self.recorded
+                        if e["seq"] not in taken and e["type"] == kind and endpoint(e) == where
+                    ),
+                    None,
+                )
+                if nxt is not None:
+                    self._queues[self._keys[nxt["seq"]]].remove(nxt)
+                    drift = {
+                        **report,
+                        "served_seq": nxt["seq"],
+                        "diff": [c.to_json() for c in json_diff(normalized(nxt), norm)],
+                    }
+                    self.drift.append(drift)
+                    if first:
+                        self.divergence = drift
+                    return self._serve(nxt)
+        raise divergence(report)
+
+    def _serve(self, event: dict[str, Any]) -> dict[str, Any]:
+        self.used.append(event["seq"])
+        o = self.overrides.get(event["seq"])
+        if o is None:
+            return event
+        self.applied[event["seq"]] = True
+        return override.apply(event, o)
+
+    def _log_served(self, event: dict[str, Any], actual: dict[str, Any]) -> None:
+        keep = (
+            ("duration_ms", "response", "error", "result")
+            if event["type"] == "model_call"
+            else ("duration_ms", "result", "error")
+        )
+        out = {"type": event["type"], **actual, **{k: event[k] for k in keep if k in event}}
+        seq = event["seq"]
+        out.update(
+            source="override" if seq in self.overrides else "replay",
+            recorded_seq=seq,
+            span_id=new_span_id(),
+            parent_span_id=runtime.current_span.get() or self.root_span,
+            pid=os.getpid(),
+        )
+        if seq in self.overrides:
+            out["override"] = self.overrides[seq].spec
+        out["key"] = event_key(out)
+        assert self.child is not None
+        self.child.append(out)
+
+    def _log_live(self, event: dict[str, Any]) -> None:
+        if self.child is None:
+            return
+        keyed(event)
+        event["source"] = "live"
+        self.child.append(event)
+
+    def _divergence_report(
+        self, kind: str, key: str, norm: dict[str, Any], what: dict[str, str]
+    ) -> dict[str, Any]:
+        used = set(self.used) | self.others  # served here, or by another process of this replay
+        same_kind = [e for e in self.recorded if e["type"] == kind]
+        unused = [e for e in same_kind if e["seq"] not in used]
+        seen = [e for e in same_kind if self._keys[e["seq"]] == key]
+        if seen:
+            reason = (
+                f"the request matches recorded event seq {seen[0]['seq']}, but all {len(seen)} recorded "
+                f"answer(s) to it were already served; the run asked once more than it did when recorded"
+            )
+        elif not unused:
+            reason = f"the recording has no {kind.replace('_', ' ')} left ({len(same_kind)} were recorded)"
+        else:
+            reason = "no recorded request has the same match key"
+        where = what.get("endpoint") or what.get("name")
+        candidates = [e for e in unused if endpoint(e) == where]
+        expected: dict[str, Any] | None = (candidates or unused or [None])[0]
+        nearest, best = None, -1.0
+        for e in (candidates or unused)[:50]:
+            score = similarity(normalized(e), norm)
+            if score > best:
+                best, nearest = score, e
+        base = expected or nearest
+        return {
+            "kind": kind,
+            **what,
+            "position": self.positions[kind],
+            "reason": reason,
+            "key": key,
+            "actual": norm,
+            "expected": {"seq": expected["seq"], "label": label(expected)} if expected else None,
+            "nearest": {"seq": nearest["seq"], "label": label(nearest), "similarity": round(best, 4)}
+            if nearest
+            else None,
+            "diff": [c.to_json() for c in json_diff(normalized(base), norm)] if base else [],
+        }
+
+    def report(self) -> dict[str, Any]:
+        """Outcome as JSON data: matched/recorded counts, unused seqs, divergence, drift (fifo),
+        overrides and whether each was reached, live calls, the child session, blocked connects."""
+        used = set(self.used)
+        unused = [e for e in self.recorded if e["seq"] not in used]
+        # Recorded calls of a kind served from the session that the run never asked for: it ended
+        # early, which is as much a failure to reproduce as a divergence. (Live kinds, and anything
+        # after a divergence the policy went live on, are expected to leave recorded calls unused.)
+        unserved = [e["seq"] for e in unused if self.sources[e["type"]] == "replay" and not self.gone_live]
+        return {
+            "session": self.session.id,
+            "session_path": str(self.session.path),
+            "reproduced": self.divergence is None and not unserved and not self.network_blocked,
+            "processes": 1,
+            "process_started": self.started,
+            "served": sorted(self.used),
+            "unserved": unserved,
+            "matched": len(self.used),
+            "recorded": len(self.recorded),
+            "unused": [e["seq"] for e in unused],
+            "ended_early": bool(unserved) and self.divergence is None,
+            "divergence": self.divergence,
+            "policy": self.policy,
+            "sources": {"models": self.sources["model_call"], "tools": self.sources["tool_call"]},
+            "drift": self.drift,
+            "overrides": [
+                {**o.to_json(), "seq": seq, "applied": self.applied[seq]} for seq, o in self.overrides.items()
+            ],
+            "live_calls": {"models": self.live_calls["model_call"], "tools": self.live_calls["tool_call"]},
+            "child_session": str(self.child.path) if self.child else None,
+            "live_from": self.live_from,
+            "network_blocked": self.network_blocked,
+        }

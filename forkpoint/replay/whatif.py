@@ -1,0 +1,40 @@
+"""What-if runs are sessions: the child session a replay with overrides, live sources or a lenient
+policy records, linked to its parent (``docs/format.md``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..log import Session
+from ..record import make_header
+from ..store import Recording, open_store
+
+
+def create_child(
+    parent: Session,
+    *,
+    argv: list[str],
+    models: str,
+    tools: str,
+    on_divergence: str,
+    overrides: list[str],
+    seq: int | None = None,
+    name: str | None = None,
+    into: Path | None = None,
+) -> Recording:
+    """A new session for a what-if run of ``parent`` (header ``parent`` and ``replay`` say how it was
+    made), in the store ``into`` (default: the folder the parent is in). The caller ends it."""
+    header = make_header(
+        argv=argv,
+        name=name or f"what-if of {parent.id}",
+        tags={k: v for k, v in (parent.header.get("tags") or {}).items() if v is not None},
+        parent={"session_id": parent.id, "seq": seq},
+    )
+    header["tools"] = parent.header.get("tools") or []
+    header["replay"] = {
+        "models": models,
+        "tools": tools,
+        "on_divergence": on_divergence,
+        "overrides": overrides,
+    }
+    return open_store(into or parent.path.parent).create(header)

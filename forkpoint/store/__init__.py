@@ -1,0 +1,147 @@
+"""Where sessions live: a store (a local directory, or any fsspec URL), its index, and finding a
+session by path, id, prefix, name or ``last``.
+
+A store is named by ``--store``, ``$FORKPOINT_STORE`` or defaults to ``./.forkpoint``:
+
+* a directory path (or a ``file://`` URL): sessions are written there directly (``O_APPEND`` +
+  ``flock``, see ``docs/format.md``): :class:`~forkpoint.store.local.LocalStore`;
+* any other fsspec URL (``s3://bucket/prefix``, ``memory://…``): sessions are recorded into a local
+  *mirror* directory (under ``$FORKPOINT_CACHE``, ``$XDG_CACHE_HOME/forkpoint`` or
+  ``~/.cache/forkpoint``) and uploaded when they end; reading one downloads it into the same mirror:
+  :class:`~forkpoint.store.fsspec.RemoteStore`, ``docs/store.md``.
+
+Both implement :class:`~forkpoint.store.base.Store`; every session is written through
+:meth:`Store.create`, which owns its life cycle (:class:`~forkpoint.store.base.Recording`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+from ..errors import SessionError
+from ..log import LOG_NAME
+from .base import REMOTE_MARKER, Listing, Recording, SessionInfo, Store, info, summarize_log
+from .index import ENTRIES, INDEX_DIR, IndexState, consolidate, read_index
+from .local import LocalStore, session_dirs
+
+#: Default store, relative to the current directory, unless ``FORKPOINT_STORE`` is set.
+DEFAULT_STORE = ".forkpoint"
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+__all__ = [
+    "DEFAULT_STORE",
+    "ENTRIES",
+    "INDEX_DIR",
+    "IndexState",
+    "Listing",
+    "LocalStore",
+    "Recording",
+    "SessionInfo",
+    "Store",
+    "consolidate",
+    "default_store",
+    "info",
+    "is_url",
+    "list_sessions",
+    "open_store",
+    "read_index",
+    "resolve",
+    "session_dirs",
+    "session_finished",
+    "store_dir",
+    "store_of",
+    "summarize_log",
+]
+
+
+def is_url(spec: str | Path) -> bool:
+    """True when ``spec`` is a URL (``scheme://…``) rather than a path."""
+    return isinstance(spec, str) and bool(_URL.match(spec))
+
+
+def store_dir(spec: str | Path | None = None) -> Path:
+    """The local directory that sessions of store ``spec`` are written to and read from.
+
+    ``spec`` is a path, a ``file://`` URL (that directory), another fsspec URL (its local mirror,
+    created on first use), or None for ``$FORKPOINT_STORE`` or ``./.forkpoint``. Raises
+    :class:`~forkpoint.errors.SessionError` for a path that is a file or a remote ``file://`` URL.
+    """
+    if spec is None or spec == "":
+        spec = os.environ.get("FORKPOINT_STORE") or DEFAULT_STORE
+    if isinstance(spec, Path):
+        return _directory(spec)
+    if is_url(spec):
+        parts = urlsplit(spec)
+        if parts.scheme.lower() == "file":
+            if parts.netloc not in ("", "localhost"):
+                raise SessionError(f"{spec}: a file:// store must be on this machine (file:///path)")
+            return Path(unquote(parts.path))
+        from .fsspec import mirror_dir
+
+        return mirror_dir(spec)
+    return _directory(Path(spec))
+
+
+def _directory(path: Path) -> Path:
+    if path.exists() and not path.is_dir():
+        raise SessionError(f"{path}: the store must be a directory, and this is a file")
+    return path
+
+
+def default_store() -> Path:
+    """The directory of ``$FORKPOINT_STORE`` (a path or URL, see :func:`store_dir`) or ``./.forkpoint``."""
+    return store_dir(None)
+
+
+def open_store(spec: str | Path | None = None) -> Store:
+    """The store ``spec`` names (see :func:`store_dir`): a :class:`LocalStore`, or a
+    :class:`~forkpoint.store.fsspec.RemoteStore` when ``spec`` is a URL or a remote store's mirror."""
+    path = store_dir(spec)
+    if (path / REMOTE_MARKER).is_file():
+        from .fsspec import RemoteStore
+
+        return RemoteStore.from_mirror(path)
+    return LocalStore(path)
+
+
+def store_of(session: Path) -> Store:
+    """The store the session directory ``session`` is in (the folder that holds it)."""
+    return open_store(Path(session).parent)
+
+
+def session_finished(path: Path, *, quiet: bool = False) -> str:
+    """Hand the complete, closed session ``path`` to the store it is in (see :meth:`Store.finished`);
+    returns where it now lives. For sessions not written through :meth:`Store.create` (a scrubbed
+    copy moved into place). Never raises: a problem is a warning unless ``quiet``."""
+    path = Path(path)
+    try:
+        return store_of(path).finished(path, quiet=quiet)
+    except SessionError as exc:
+        if not quiet:
+            sys.stderr.write(f"forkpoint: {exc}\n")
+        return str(path)
+
+
+def resolve(ref: str | Path, store: str | Path | None = None, *, refresh: bool = False) -> Path:
+    """The local session directory that ``ref`` names: a path, a full id, a unique id prefix,
+    ``last``, or a session name (the newest session recorded with ``--name`` ``ref``), in ``store``
+    (a path or URL; default ``$FORKPOINT_STORE`` or ``.forkpoint``).
+
+    A session of a remote store is downloaded into the local mirror first (once: a complete session
+    never changes); ``refresh`` downloads it again (``forkpoint verify`` checks what the store holds).
+    Raises :class:`~forkpoint.errors.SessionError` saying what was tried when nothing (or more than
+    one) matches.
+    """
+    as_path = Path(ref)
+    if (as_path / LOG_NAME).is_file():
+        return as_path
+    return open_store(store).resolve(ref, refresh=refresh)
+
+
+def list_sessions(store: str | Path | None = None, *, reindex: bool = False) -> Listing:
+    """The sessions of ``store``, oldest first, from its index (see :meth:`Store.listing`)."""
+    return open_store(store).listing(reindex=reindex)

@@ -1,0 +1,329 @@
+"""The store interface: where sessions live, and the life cycle of a session written into one.
+
+A :class:`Store` is a directory of session directories on this machine (for a remote store, the
+local mirror it records into and downloads to) plus an index. Its implementations are
+:class:`~forkpoint.store.local.LocalStore` and :class:`~forkpoint.store.fsspec.RemoteStore`; what
+they share is here: the life cycle (:meth:`Store.create` → :class:`Recording`), the rows of
+``forkpoint ls`` (:class:`SessionInfo`) and how a reference names a session (:func:`pick`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import orjson
+
+from ..errors import SessionError
+from ..events import EndEvent, Header
+from ..log import LOG_NAME, SessionWriter, check_header
+
+#: A mirror directory of a remote store holds this file, naming the store's URL.
+REMOTE_MARKER = ".forkpoint-remote.json"
+#: Header fields kept in an index entry (what ``ls`` shows, and what a filter may want).
+ENTRY_HEADER_FIELDS = (
+    "session_id",
+    "name",
+    "created",
+    "argv",
+    "cwd",
+    "tags",
+    "parent",
+    "replay",
+    "git",
+    "platform",
+)
+
+
+@dataclass
+class SessionInfo:
+    """One row of ``forkpoint ls``: a session's header fields and counts (from the index or a scan).
+
+    ``local`` is where the session is (or, for a remote session not downloaded yet, would be) on
+    this machine; :attr:`path` is the same as a :class:`~pathlib.Path` (made on first use: a listing
+    of 10,000 sessions should not build 10,000 paths it does not show).
+    """
+
+    local: Path | str
+    header: dict[str, Any]
+    events: int
+    model_calls: int
+    tool_calls: int
+    exit_code: int | None
+    complete: bool
+    checkpoints: int = 0
+    truncated: bool = False
+    log_size: int = 0
+    log_sha256: str = ""
+    #: Where the session lives: its directory, or its URL in a remote store.
+    location: str = ""
+    #: Recorded into a remote store's mirror and not uploaded yet.
+    staged: bool = False
+    #: Why the session could not be read (then the counts are 0).
+    error: str | None = None
+
+    @property
+    def path(self) -> Path:
+        """The session's local directory."""
+        if not isinstance(self.local, Path):
+            self.local = Path(self.local)
+        return self.local
+
+    @property
+    def session_id(self) -> str:
+        """The session id."""
+        sid = self.header.get("session_id")
+        return sid if isinstance(sid, str) else self.path.name
+
+    def to_entry(self) -> dict[str, Any]:
+        """This summary as an index entry (JSON data)."""
+        return {
+            "session_id": self.session_id,
+            "header": {k: self.header[k] for k in ENTRY_HEADER_FIELDS if k in self.header},
+            "events": self.events,
+            "model_calls": self.model_calls,
+            "tool_calls": self.tool_calls,
+            "checkpoints": self.checkpoints,
+            "exit_code": self.exit_code,
+            "complete": self.complete,
+            "truncated": self.truncated,
+            "log_size": self.log_size,
+            "log_sha256": self.log_sha256,
+        }
+
+    @classmethod
+    def from_entry(cls, entry: dict[str, Any], *, local: Path | str, location: str = "") -> SessionInfo:
+        """The summary an index entry describes; ``local`` is where the session is (or would be) here."""
+        return cls(
+            local=local,
+            header=entry.get("header") or {"session_id": entry["session_id"]},
+            events=int(entry.get("events") or 0),
+            model_calls=int(entry.get("model_calls") or 0),
+            tool_calls=int(entry.get("tool_calls") or 0),
+            exit_code=entry.get("exit_code"),
+            complete=bool(entry.get("complete")),
+            checkpoints=int(entry.get("checkpoints") or 0),
+            truncated=bool(entry.get("truncated")),
+            log_size=int(entry.get("log_size") or 0),
+            log_sha256=str(entry.get("log_sha256") or ""),
+            location=location or str(local),
+        )
+
+
+def session_order(row: SessionInfo) -> tuple[str, str, str]:
+    # Ids start with the creation time to the second only (then random hex), so sessions made within
+    # one second are ordered by their header's ``created`` time (milliseconds), then by id.
+    sid = row.session_id
+    return sid[:15], str(row.header.get("created") or ""), sid
+
+
+def summarize_log(data: bytes, path: Path) -> SessionInfo:
+    """Summarize a session log's bytes (header, counts, end) without resolving blobs."""
+    log_path = path / LOG_NAME
+    first, nl, rest = data.partition(b"\n")
+    header = check_header(first + nl, log_path)
+    events = models = tools = checkpoints = 0
+    exit_code: int | None = None
+    complete = False
+    lines = rest.split(b"\n")
+    truncated = bool(lines[-1])
+    for raw in lines[:-1]:
+        events += 1
+        # Cheap type sniffing: the type is always the second key of a line.
+        head = raw[:80]
+        if b'"type":"model_call"' in head:
+            models += 1
+        elif b'"type":"tool_call"' in head:
+            tools += 1
+        elif b'"type":"checkpoint"' in head:
+            checkpoints += 1
+        elif b'"type":"end"' in head:
+            complete = True
+            try:
+                exit_code = orjson.loads(raw).get("exit_code")
+            except orjson.JSONDecodeError:
+                pass
+    return SessionInfo(
+        local=path,
+        header=header,
+        events=events,
+        model_calls=models,
+        tool_calls=tools,
+        exit_code=exit_code,
+        complete=complete,
+        checkpoints=checkpoints,
+        truncated=truncated,
+        log_size=len(data),
+        log_sha256=hashlib.sha256(data).hexdigest(),
+        location=str(path),
+    )
+
+
+def info(path: Path) -> SessionInfo:
+    """Summarize the session directory ``path`` by scanning its log, without resolving blobs."""
+    path = Path(path)
+    try:
+        data = (path / LOG_NAME).read_bytes()
+    except FileNotFoundError:
+        raise SessionError(f"{path / LOG_NAME}: no such session log") from None
+    except IsADirectoryError:
+        raise SessionError(f"{path / LOG_NAME}: is a directory, not a session log") from None
+    return summarize_log(data, path)
+
+
+@dataclass
+class Listing:
+    """What ``forkpoint ls`` shows: the sessions oldest first, and notes about the store."""
+
+    rows: list[SessionInfo]
+    notes: list[str] = field(default_factory=list)
+    #: The store, as the user names it (a directory or a URL).
+    store: str = ""
+
+
+def scan(d: Path) -> SessionInfo:
+    try:
+        return info(d)
+    except SessionError as exc:
+        return SessionInfo(d, {"session_id": d.name}, 0, 0, 0, None, False, location=str(d), error=str(exc))
+
+
+def pick(text: str, ref: str | Path, rows: list[SessionInfo], where: str) -> SessionInfo:
+    if not text.strip():
+        raise SessionError("no session given: name one by path, id, id prefix, `last` or its --name")
+    if text == "last":
+        if not rows:
+            raise SessionError(f"{where}: no sessions in this store")
+        return rows[-1]
+    hits = [r for r in rows if r.session_id.startswith(text)]
+    if len(hits) == 1:
+        return hits[0]
+    named = [r for r in rows if r.error is None and r.header.get("name") == text]
+    if named:  # a name given with --name wins over an ambiguous id prefix ("2026")
+        return named[-1]  # a name recorded again (a nightly run): its newest session
+    if len(hits) > 1:
+        names = ", ".join(r.session_id for r in hits[:5])
+        raise SessionError(f"{ref!r} is ambiguous in {where}: {names}{' …' if len(hits) > 5 else ''}")
+    hint = ""
+    if "@" in text:
+        hint = f" ({text} looks like a checkpoint, SESSION@SEQ: see forkpoint checkpoints / restore)"
+    raise SessionError(
+        f"no session {ref!r}: not a session directory, and no id in {where} starts with it "
+        f"and no session there has that name{hint}"
+    )
+
+
+class Recording:
+    """One session being written into a store, from :meth:`Store.create` until it is finished.
+
+    It owns the life cycle every writer of a session follows: the log created (header as line 1),
+    events appended (:attr:`writer`, or by other processes), then exactly one ``end`` event
+    (:meth:`end`), the log closed, and the store told (:meth:`close`: the index entry is written,
+    a remote store uploads the session). As a context manager it ends the session when the block
+    exits: exit code 0, or 1 and the exception's type when the block raised.
+    """
+
+    def __init__(self, store: Store, writer: SessionWriter) -> None:
+        self.store = store
+        self.writer = writer
+        self.started = time.perf_counter()
+        self.location: str | None = None
+        #: Say nothing when handing the session to its store fails (the caller reports it).
+        self.quiet = False
+        self._ended = False
+
+    @property
+    def path(self) -> Path:
+        """The session directory."""
+        return self.writer.path
+
+    @property
+    def session_id(self) -> str:
+        """The session id."""
+        return self.writer.session_id
+
+    def end(self, exit_code: int | None, *, reason: str | None = None, timed: bool = True) -> None:
+        """Append the ``end`` event (once; later calls do nothing): how the run ended and (when
+        ``timed``) its wall time since the session was created, else ``null``."""
+        if self._ended:
+            return
+        self._ended = True
+        event: EndEvent = {
+            "type": "end",
+            "exit_code": exit_code,
+            "duration_ms": round((time.perf_counter() - self.started) * 1000, 3) if timed else None,
+            "reason": reason,
+        }
+        self.writer.append(event)
+
+    def close(self, *, quiet: bool = False) -> str:
+        """Close the log and hand the finished session to its store; returns where it now lives (its
+        directory, or its URL in a remote store). Safe to call twice."""
+        if self.location is None:
+            self.writer.close()
+            self.location = self.store.finished(self.path, quiet=quiet)
+        return self.location
+
+    def __enter__(self) -> Recording:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if kind is None:
+            self.end(0)
+        else:
+            self.end(1, reason=kind.__name__)
+        self.close(quiet=self.quiet)
+
+
+class Store(ABC):
+    """Where sessions live. ``path`` is the local directory sessions are written to and read from;
+    ``url`` the store as the user names it (a directory, or a URL)."""
+
+    path: Path
+    url: str
+
+    def create(
+        self, header: Header | dict[str, Any], *, session_id: str | None = None, fsync: str | None = None
+    ) -> Recording:
+        """A new session in this store with ``header`` as line 1 (see
+        :meth:`~forkpoint.log.SessionWriter.create`); never overwrites one. Raises
+        :class:`~forkpoint.errors.SessionError`."""
+        writer = SessionWriter.create(self.path, dict(header), session_id=session_id, fsync=fsync)
+        self.started(writer.path)
+        return Recording(self, writer)
+
+    def started(self, path: Path) -> None:  # noqa: B027 - a hook with nothing to do by default
+        """Called once session ``path`` is created in this store. Nothing to do for a local store;
+        a remote store marks the staged session as being recorded by this process."""
+
+    @abstractmethod
+    def finished(self, path: Path, *, quiet: bool = False) -> str:
+        """Called once session ``path`` is complete and closed; returns where it now lives. Never
+        raises for an I/O problem (the recording itself is safe on disk): warns unless ``quiet``."""
+
+    @abstractmethod
+    def listing(self, *, reindex: bool = False) -> Listing:
+        """Every session of the store, oldest first."""
+
+    @abstractmethod
+    def reindex(self) -> object:
+        """Rebuild the index from a walk of every session of the store."""
+
+    @abstractmethod
+    def resolve(self, ref: str | Path, *, refresh: bool = False) -> Path:
+        """The local directory of the session ``ref`` names: a path, a full id, a unique id prefix,
+        ``last``, or a session name (the newest session of that ``--name``), fetched first when it is
+        not here (again with ``refresh``). Raises :class:`~forkpoint.errors.SessionError` saying what
+        was tried when nothing (or more than one) matches."""
+
+    @abstractmethod
+    def fetch(self, session_id: str, *, refresh: bool = False) -> Path | None:
+        """The local directory of session ``session_id`` (downloaded first from a remote store), or
+        None when the store has no such session."""
