@@ -507,7 +507,7 @@ def test_mode_precedence_and_helpers() -> None:
         loopback_hosts(["example.com"], "x")
 
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 @pytest.mark.skipif(not (EXAMPLES / "cassettes").is_dir(), reason="examples/cassettes is absent")

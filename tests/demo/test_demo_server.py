@@ -30,7 +30,7 @@ from forkpoint.demo import server as demo_server
 from forkpoint.demo.agent import run_agent
 from forkpoint.demo.server import ModelServer
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 CHAT_TOOLS = demo_agent.TOOL_SPECS
 RESP_TOOLS = [{"type": "function", **spec["function"]} for spec in CHAT_TOOLS]
