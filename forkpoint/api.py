@@ -108,7 +108,7 @@ def replay(
         session = Session.load(resolve(session, store))
     parsed = [o if isinstance(o, Override) else override.parse(o) for o in overrides]
     # Check every override fits the session before a child session is written for the run.
-    override.resolve(parsed, [e for e in session.events if e["type"] in ("model_call", "tool_call")])
+    override.resolve(parsed, session.calls())
     what_if = bool(parsed) or models == "live" or tools == "live" or on_divergence != "stop"
     child = None
     if record_child if record_child is not None else what_if:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import difflib
 import json
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,7 +31,7 @@ from .events import endpoint
 from .jsondiff import Change, format_changes, json_diff
 from .log import Session
 from .match import event_key, normalized
-from .providers import recorded_response, response_text
+from .providers import recorded_response, response_text, summary
 
 #: Paths of :func:`comparable` covered by the match key; every other difference is in the answer.
 _KEY_ROOTS = ("$.request", "$.args")
@@ -40,7 +41,7 @@ MAX_CALLS_SHOWN = 20
 
 
 def _calls(session: Session) -> list[dict[str, Any]]:
-    return [e for e in session.events if e["type"] in ("model_call", "tool_call")]
+    return [dict(e) for e in session.calls()]
 
 
 def signature(event: dict[str, Any]) -> str:
@@ -146,11 +147,16 @@ class Pair:
         return "result" if e is not None and e["type"] == "tool_call" else "response"
 
 
+def _cell(event: dict[str, Any] | None) -> str:
+    return f"#{event['seq']} {signature(event)}" if event else "—"
+
+
 def _totals(session: Session) -> dict[str, Any]:
     models = session.by_type("model_call")
     tools = session.by_type("tool_call")
-    tokens_in = sum(((m.get("summary") or {}).get("usage") or {}).get("input_tokens") or 0 for m in models)
-    tokens_out = sum(((m.get("summary") or {}).get("usage") or {}).get("output_tokens") or 0 for m in models)
+    usages: list[Mapping[str, Any]] = [summary(m).get("usage") or {} for m in models]
+    tokens_in = sum(u.get("input_tokens") or 0 for u in usages)
+    tokens_out = sum(u.get("output_tokens") or 0 for u in usages)
     final = None
     for m in reversed(models):
         final = response_text(m["request"]["url"], recorded_response(m))
@@ -314,7 +320,6 @@ def render_diff(result: SessionDiff, console: Console) -> None:
             if p.equivalent
             else ("+" if p.a is None else "-" if p.b is None else "≠")
         )
-        cell = lambda e: f"#{e['seq']} {signature(e)}" if e else "—"  # noqa: E731
         counts = [
             f"{n} {what}"
             for n, what in (
@@ -323,7 +328,7 @@ def render_diff(result: SessionDiff, console: Console) -> None:
             )
             if n
         ]
-        table.add_row(str(i), mark, escape(cell(p.a)), escape(cell(p.b)), ", ".join(counts))
+        table.add_row(str(i), mark, escape(_cell(p.a)), escape(_cell(p.b)), ", ".join(counts))
     console.print(table)
     for i, p in answered[:MAX_CALLS_SHOWN]:
         assert p.a is not None and p.b is not None  # equivalent pairs have both sides

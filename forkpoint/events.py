@@ -111,7 +111,7 @@ class _Common(TypedDict, total=False):
     span_id: str
     parent_span_id: str
     pid: int
-    duration_ms: float
+    duration_ms: float | None
     #: What-if sessions: where the answer came from, and the parent's event it answers for.
     source: Source
     recorded_seq: int
@@ -158,7 +158,8 @@ class CheckpointEvent(_Common, total=False):
     referenced: list[str]
     mentioned_absent: list[str]
     uncaptured: list[str]
-    error: str
+    #: ``{"type", "message"}`` when the checkpoint could not be taken (it then holds no state).
+    error: dict[str, str]
 
 
 class NoteEvent(_Common, total=False):

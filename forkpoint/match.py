@@ -21,7 +21,7 @@ from __future__ import annotations
 import base64
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlsplit
 
 from .canonical import digest
@@ -75,7 +75,7 @@ def model_key(normalized: dict[str, Any]) -> str:
     return digest(normalized)
 
 
-def in_send_order(events: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+def in_send_order(events: Iterable[_E]) -> list[_E]:
     """Recorded calls that share one match key, in the order they were sent.
 
     Events are written when a call *ends*, so concurrent identical requests (best-of-n sampling with
@@ -92,6 +92,9 @@ def in_send_order(events: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     for e in out:
         first_seq.setdefault(e.get("pid"), int(e.get("seq") or 0))
     return sorted(out, key=lambda e: (first_seq[e.get("pid")], e["sent"]))
+
+
+_E = TypeVar("_E", bound=Mapping[str, Any])
 
 
 def tool_key(name: str, args: Any) -> str:

@@ -171,7 +171,7 @@ def replay_command(
             )
     specs = list(overrides or [])
     parsed = [override.parse(o) for o in specs]
-    override.resolve(parsed, [e for e in session.events if e["type"] in ("model_call", "tool_call")])
+    override.resolve(parsed, session.calls())
     all_tools = list(dict.fromkeys([*(session.header.get("tools") or []), *(tools or [])]))
     what_if = bool(specs) or "live" in (models_source, tools_source) or on_divergence != "stop" or live_from
     child = None

@@ -104,7 +104,7 @@ def parse(spec: str, *, base: Path | None = None) -> Override:
     return Override(spec, kind, name, occurrence, seq, field, value)
 
 
-def resolve(overrides: list[Override], events: list[dict[str, Any]]) -> dict[int, Override]:
+def resolve(overrides: list[Override], events: Sequence[Mapping[str, Any]]) -> dict[int, Override]:
     """Map each override to the seq of the recorded event it replaces. Raises :class:`OverrideError`
     when a target does not exist, or two overrides hit the same event."""
     out: dict[int, Override] = {}
@@ -143,9 +143,9 @@ def resolve(overrides: list[Override], events: list[dict[str, Any]]) -> dict[int
     return out
 
 
-def apply(event: dict[str, Any], o: Override) -> dict[str, Any]:
+def apply(event: Mapping[str, Any], o: Override) -> dict[str, Any]:
     """A copy of the recorded ``event`` with the override applied (the original is not changed)."""
-    new = copy.deepcopy(event)
+    new: dict[str, Any] = copy.deepcopy(dict(event))
     if new["type"] == "tool_call":
         new.pop("result", None)
         new.pop("error", None)

@@ -16,7 +16,7 @@ import time
 from collections.abc import Mapping, Sequence
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 from . import runtime
 from ._version import __version__
@@ -100,7 +100,7 @@ class Recorder:
     writes those that were never closed (``ended: "unfinished"``).
     """
 
-    mode = "record"
+    mode: Literal["record"] = "record"
 
     def __init__(self, writer: SessionWriter, *, workspace: Workspace | None = None) -> None:
         self.writer = writer
@@ -210,7 +210,13 @@ class Recorder:
         self.writer.close()
 
 
-def keyed(event: ModelCallEvent | ToolCallEvent) -> Any:
+@overload
+def keyed(event: ModelCallEvent) -> ModelCallEvent: ...
+@overload
+def keyed(event: ToolCallEvent) -> ToolCallEvent: ...
+@overload
+def keyed(event: dict[str, Any]) -> dict[str, Any]: ...
+def keyed(event: Any) -> Any:
     """``event`` with its match ``key`` and this process's ``pid`` added (what the log keeps of a call)."""
     event["key"] = event_key(event)
     event["pid"] = os.getpid()

@@ -30,11 +30,12 @@ from __future__ import annotations
 
 import base64
 import binascii
+import builtins
 import hashlib
 import heapq
 import re
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -586,7 +587,7 @@ class Scrubber:
             return raw
         return out.encode("utf-8", "surrogateescape")
 
-    def file(self, data: bytes) -> bytes:
+    def file(self, data: builtins.bytes) -> builtins.bytes:
         """:meth:`bytes` for a workspace file, remembered by content hash (files repeat across
         checkpoints): returns ``data`` itself when there is nothing to replace."""
         h = hashlib.sha256(data).digest()
@@ -604,7 +605,7 @@ class Scrubber:
             self._file_cache_bytes += cost
         return data if changed is None else out
 
-    def chunks(self, chunks: Sequence[bytes]) -> list[bytes]:
+    def chunks(self, chunks: Sequence[builtins.bytes]) -> list[builtins.bytes]:
         """Scrub a stream given as chunks, catching secrets split across chunk boundaries.
 
         Returns as many chunks as it was given. A secret is replaced in the chunk where it starts;
@@ -622,7 +623,7 @@ class Scrubber:
             bend = bpos + len(text[start:end].encode("utf-8", "surrogateescape"))
             matches.append((bpos, bend, kind))
             cpos, bpos = end, bend
-        out: list[bytes] = []
+        out: list[builtins.bytes] = []
         cstart = 0
         for c in chunks:
             cend = cstart + len(c)
@@ -653,7 +654,9 @@ class Scrubber:
                 self._key_cache[key] = hit
         return hit
 
-    def _step(self, states: tuple[tuple[int, int], ...], key: Any, length: int) -> tuple[bool, tuple]:
+    def _step(
+        self, states: tuple[tuple[int, int], ...], key: Any, length: int
+    ) -> tuple[bool, tuple[tuple[int, int], ...]]:
         """JSON-path automaton: the states after descending into ``key``; True when a path ends there."""
         out: list[tuple[int, int]] = []
         done = False
@@ -680,7 +683,7 @@ class Scrubber:
                 if _is_placeholder(value)
                 else placeholder(self._context_kind("json-path", value), value)
             )
-        if isinstance(value, bytes):
+        if isinstance(value, builtins.bytes):
             return placeholder("json-path", value)
         return placeholder("json-path", orjson.dumps(value, option=orjson.OPT_SORT_KEYS))
 
@@ -718,7 +721,7 @@ class Scrubber:
                 done, sub = self._step(states, i, len(value))
                 items.append(self._path_value(v) if done else self._json(v, sub))
             return items
-        if isinstance(value, bytes | bytearray | memoryview):
+        if isinstance(value, builtins.bytes | bytearray | memoryview):
             return self.bytes(bytes(value))
         return value
 
@@ -763,11 +766,10 @@ class Scrubber:
     def _chunk_list(self, chunks: list[Any]) -> list[Any]:
         """Stored stream chunks ``[[ms, str | bytes], …]`` scrubbed across chunk boundaries."""
         pairs = [c for c in chunks if isinstance(c, list | tuple) and len(c) == 2]
-        if len(pairs) != len(chunks):
-            return self.json(chunks)
         raw = [c[1].encode("utf-8", "surrogateescape") if isinstance(c[1], str) else c[1] for c in pairs]
-        if not all(isinstance(r, bytes | bytearray) for r in raw):
-            return self.json(chunks)
+        if len(pairs) != len(chunks) or not all(isinstance(r, builtins.bytes | bytearray) for r in raw):
+            scrubbed_json: list[Any] = self.json(chunks)
+            return scrubbed_json
         scrubbed = self.chunks(raw)
         out = []
         for (t, original), new in zip(pairs, scrubbed, strict=True):
@@ -802,7 +804,7 @@ class Scrubber:
                 out[k] = self.json(v)
         return out
 
-    def event(self, event: dict[str, Any]) -> dict[str, Any]:
+    def event(self, event: Mapping[str, Any]) -> dict[str, Any]:
         """A session event (or header) with every payload scrubbed; ``seq``, ``prev``, ``hash`` kept.
 
         Scrubbing is idempotent: an event built from scrubbed values (a checkpoint computes its
@@ -966,6 +968,6 @@ def scrub_url(url: str) -> str:
     return current().url(url)
 
 
-def scrub_event(event: dict[str, Any]) -> dict[str, Any]:
+def scrub_event(event: Mapping[str, Any]) -> dict[str, Any]:
     """A session event or header with every payload scrubbed (see :meth:`Scrubber.event`)."""
     return current().event(event)

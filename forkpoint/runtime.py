@@ -23,8 +23,10 @@ from .events import CallKind, HttpRequest, ModelCallEvent, ToolCallEvent
 class Runtime(Protocol):
     """What the capture hooks need of a recorder or a replayer."""
 
-    #: ``record`` or ``replay``.
-    mode: Literal["record", "replay"]
+    @property
+    def mode(self) -> Literal["record", "replay"]:
+        """``record`` or ``replay``."""
+
     #: The span every call belongs to unless a tool call's span is current.
     root_span: str
     #: Model calls whose response is still open (written when they end, or when the run ends).

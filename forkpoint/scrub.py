@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import dataclasses
 import errno
 import fcntl
 import os
@@ -32,7 +33,7 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
@@ -41,6 +42,7 @@ from ._version import __version__
 from .canonical import canonical_json, digest
 from .checkpoint import verify_session
 from .errors import ScrubError
+from .events import Event, Header
 from .log import (
     BLOB_DIR,
     GIT_OBJECTS,
@@ -144,11 +146,11 @@ def recover(store: Path) -> list[str]:
 def rescrubbed(session: Session) -> Session:
     """A copy of ``session`` (in memory) with its header and every event scrubbed by the rules in
     force now: what exporters hand out, so a rule added after a recording applies to exports too."""
-    import dataclasses
-
     scrubber = redact.current()
     return dataclasses.replace(
-        session, header=scrubber.event(session.header), events=[scrubber.event(e) for e in session.events]
+        session,
+        header=cast(Header, scrubber.event(session.header)),
+        events=[cast(Event, scrubber.event(e)) for e in session.events],
     )
 
 

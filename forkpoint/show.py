@@ -6,6 +6,7 @@ A *turn* starts at each model call; the tool calls after it, up to the next mode
 from __future__ import annotations
 
 import shlex
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
@@ -44,7 +45,7 @@ _SOURCES = {
 }
 
 
-def _source(event: dict[str, Any]) -> str:
+def _source(event: Mapping[str, Any]) -> str:
     """Where a what-if run's call came from (its ``source``); nothing for an ordinary recording."""
     src = event.get("source")
     if src is None:
@@ -53,7 +54,7 @@ def _source(event: dict[str, Any]) -> str:
     return f"  {_SOURCES.get(str(src), escape(str(src)))}{seq}"
 
 
-def model_call_line(event: dict[str, Any]) -> tuple[str, list[str]]:
+def model_call_line(event: Mapping[str, Any]) -> tuple[str, list[str]]:
     """(headline, detail lines) describing one model call."""
     s = event.get("summary") or {}
     resp = event.get("response") or {}
@@ -103,7 +104,7 @@ def render(session: Session, console: Console | None = None) -> None:
     h = session.header
     git = h.get("git") or {}
     console.print(
-        f"[bold]session {h['session_id']}[/bold]" + (f"  “{escape(h['name'])}”" if h.get("name") else "")
+        f"[bold]session {h['session_id']}[/bold]" + (f"  “{escape(str(h['name']))}”" if h.get("name") else "")
     )
     origin = h.get("imported_from")
     if origin:
@@ -132,8 +133,7 @@ def render(session: Session, console: Console | None = None) -> None:
     console.print()
     turn = 0
     for e in session.events:
-        kind = e["type"]
-        if kind == "model_call":
+        if e["type"] == "model_call":
             turn += 1
             head, details = model_call_line(e)
             console.print(
@@ -141,10 +141,11 @@ def render(session: Session, console: Console | None = None) -> None:
             )
             for d in details:
                 console.print(f"                    {d}")
-        elif kind == "tool_call":
+        elif e["type"] == "tool_call":
+            error = e.get("error")
             outcome = (
-                f"[red]raised {e['error']['type']}: {escape(_short(e['error']['message'], 60))}[/red]"
-                if "error" in e
+                f"[red]raised {error['type']}: {escape(_short(error['message'], 60))}[/red]"
+                if error is not None
                 else f"→ {escape(_short(e.get('result'), 80))}"
             )
             console.print(
@@ -152,9 +153,9 @@ def render(session: Session, console: Console | None = None) -> None:
                 f"({escape(_args(e.get('args') or {}))})  {_ms(e.get('duration_ms'))}{_source(e)}"
             )
             console.print(f"                    {outcome}")
-        elif kind == "note":
+        elif e["type"] == "note":
             console.print(f"        [dim]#{e['seq']:<3}[/dim] note    {escape(str(e.get('text')))}")
-        elif kind == "end":
+        elif e["type"] == "end":
             code = e.get("exit_code")
             outcome = f"exit code {code}" if code is not None else "exit code unknown"
             if e.get("reason"):

@@ -44,6 +44,7 @@ from ..events import ErrorRecord, HttpRequest, HttpResponse, ModelCallEvent, new
 from ..redact import scrub_chunks, scrub_headers, scrub_text, scrub_url
 from .decoding import (
     DecoderFactory,
+    body_bytes,
     codings,
     decode_with,
     header,
@@ -244,9 +245,7 @@ def live(rt: runtime.Runtime, request: HttpRequest, decoders: DecoderFactory) ->
 
 def recorded_chunks(event: ModelCallEvent) -> list[bytes]:
     """The body of a recorded response as the chunks to hand back (one chunk for a whole body)."""
-    from .decoding import body_bytes
-
-    resp = event.get("response") or {}
+    resp: HttpResponse | dict[str, Any] = event.get("response") or {}
     if resp.get("body_kind") == "stream":
         return [c if isinstance(c, bytes) else c.encode("utf-8") for _, c in resp.get("chunks", [])]
     data = body_bytes(str(resp.get("body_kind", "empty")), resp.get("body"))
@@ -276,7 +275,8 @@ def past_end(
 ) -> Callable[[], BaseException] | None:
     """What reading past the recorded end of a response raises: a divergence when the recorded
     caller abandoned the stream before its end; None when the recorded body ended there."""
-    ended = (event.get("response") or {}).get("ended")
+    response = event.get("response")
+    ended = response.get("ended") if response else None
     if event.get("error") or ended not in ("client", "unfinished") or _protocol_ended(chunks):
         return None
     reason = (
@@ -337,8 +337,10 @@ _CANCELLED = frozenset({("asyncio.exceptions", "CancelledError"), ("trio", "Canc
 
 def cancelled_by_caller(event: ModelCallEvent) -> bool:
     """True for a recorded call that its caller cancelled before any answer came."""
-    error = event.get("error") or {}
-    return event.get("response") is None and (error.get("module"), error.get("type")) in _CANCELLED
+    error = event.get("error")
+    return (
+        event.get("response") is None and error is not None and (error["module"], error["type"]) in _CANCELLED
+    )
 
 
 async def await_cancellation(rt: runtime.Runtime, event: ModelCallEvent, position: int) -> None:

@@ -36,7 +36,7 @@ import orjson
 
 from .. import runtime
 from ..errors import RecordedToolError, ToolResultError
-from ..events import new_span_id, now_iso
+from ..events import ErrorRecord, ToolCallEvent, new_span_id, now_iso
 from ..redact import scrub_json, scrub_text
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -141,11 +141,11 @@ def _unplain(value: Any) -> Any:
     return value
 
 
-def _error_dict(exc: BaseException) -> dict[str, Any]:
+def _error_dict(exc: BaseException) -> ErrorRecord:
     """``{"type", "module", "message"}``, plus the exception's ``args`` (when they are JSON and not
     just the message) and its JSON instance attributes (``attrs``, each on its own), so a custom
     exception (``ApiError(429, "slow down")`` with ``.status``) comes back whole on replay."""
-    out: dict[str, Any] = {
+    out: ErrorRecord = {
         "type": type(exc).__qualname__,
         "module": type(exc).__module__,
         "message": scrub_text(str(exc)),
@@ -203,9 +203,10 @@ def rebuild_exception(error: dict[str, Any]) -> BaseException:
     def bare() -> BaseException:
         exc = cls.__new__(cls)
         exc.args = tuple(args) if args is not None else (message,)
-        return exc  # type: ignore[no-any-return]
+        built: BaseException = exc
+        return built
 
-    built: list[BaseException] = []
+    candidates: list[BaseException] = []
     for how in ((lambda: cls(*args)) if args is not None else None, lambda: cls(message), bare):
         exc = made(how) if how is not None else None
         if exc is None:
@@ -215,8 +216,8 @@ def rebuild_exception(error: dict[str, Any]) -> BaseException:
                 return exc
         except Exception:  # a __str__ that needs what the constructor did not set
             pass
-        built.append(exc)
-    return built[0] if built else RecordedToolError(name, module, message)
+        candidates.append(exc)
+    return candidates[0] if candidates else RecordedToolError(name, module, message)
 
 
 def _encode_result(name: str, value: Any) -> Any:
@@ -248,7 +249,7 @@ class _ToolCall:
         rt = runtime.active()
         if rt is None:
             return
-        event: dict[str, Any] = {
+        event: ToolCallEvent = {
             "type": "tool_call",
             "ts": self.ts,
             "duration_ms": round((time.perf_counter() - self.t0) * 1000, 3),

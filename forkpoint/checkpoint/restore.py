@@ -7,12 +7,14 @@ from __future__ import annotations
 import os
 import re
 import shutil
+from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 import orjson
 
 from ..errors import CheckpointError, SessionError
+from ..events import CheckpointEvent
 from ..log import BlobStore, Session
 from .git import HEX, git, loose_path
 from .source import RAW_DIFF, parse_raw_diff
@@ -21,7 +23,7 @@ from .workspace import META_DIR, manifest_rows
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
-def find(session: Session, seq: int) -> dict[str, Any]:
+def find(session: Session, seq: int) -> CheckpointEvent:
     """The checkpoint event with this seq. Raises :class:`CheckpointError` listing the valid seqs."""
     cps = session.by_type("checkpoint")
     for e in cps:
@@ -145,7 +147,7 @@ def restore(session: Session, seq: int, into: Path, *, repo: Path | None = None)
 
 def _restore_into(
     session: Session,
-    cp: dict[str, Any],
+    cp: Mapping[str, Any],
     source: dict[str, Any] | None,
     workspace: dict[str, Any],
     rows: list[tuple[str, str, int, int, str]],

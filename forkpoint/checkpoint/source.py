@@ -151,11 +151,11 @@ class _Trees:
                     del self.dirs[d][name]
                 self._mark(d)
         for path in paths:
-            entry = files.get(path)
-            if entry is not None and old.get(path) != entry:
+            new = files.get(path)
+            if new is not None and old.get(path) != new:
                 d, _, name = path.rpartition(b"/")
-                self._folder(d)[name] = entry
-                old[path] = entry
+                self._folder(d)[name] = new
+                old[path] = new
                 self._mark(d)
 
     def root(self, write: Callable[[str, bytes], None]) -> str:

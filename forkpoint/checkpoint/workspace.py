@@ -150,5 +150,6 @@ def manifest_rows(workspace: dict[str, Any] | None) -> list[list[Any]]:
         return []
     if "manifest_json" in workspace:
         raw = workspace["manifest_json"]
-        return orjson.loads(raw if isinstance(raw, bytes | str) else b"[]")
+        rows: list[list[Any]] = orjson.loads(raw if isinstance(raw, bytes | str) else b"[]")
+        return rows
     return list(workspace.get("manifest") or [])

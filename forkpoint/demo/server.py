@@ -283,7 +283,7 @@ def _text_of(content: Any) -> str:
                     out.append(_text_of(part["content"]))
         return "".join(out)
     if isinstance(content, dict) and isinstance(content.get("text"), str):
-        return content["text"]
+        return str(content["text"])
     return str(content)
 
 

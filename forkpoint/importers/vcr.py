@@ -46,7 +46,7 @@ ANTHROPIC_VERSION = "2023-06-01"
 def sdk_anthropic_version() -> tuple[str, str]:
     """(the ``anthropic-version`` the installed anthropic SDK sends, where that value came from)."""
     try:
-        from anthropic._constants import ANTHROPIC_API_VERSION  # type: ignore[import-not-found]
+        from anthropic._constants import ANTHROPIC_API_VERSION
 
         return str(ANTHROPIC_API_VERSION), "the version the installed anthropic SDK sends"
     except Exception:  # not installed, or moved: the API's first (and long its only) version

@@ -149,7 +149,7 @@ def encode_output(tool: Any, output: Any) -> Any:
         return _pack(output)  # messages, LangGraph commands, and containers of them
     except TypeError:
         pass
-    from langchain_core.tools.base import ToolOutputMixin
+    from langchain_core.tools.base import ToolOutputMixin  # type: ignore[attr-defined]
 
     if isinstance(output, ToolOutputMixin):
         raise ToolResultError(

@@ -5,12 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, cast, overload
 
 import orjson
 
 from ..canonical import sha256_hex
 from ..errors import SessionError
+from ..events import Call, CheckpointEvent, EndEvent, Event, Header, ModelCallEvent, NoteEvent, ToolCallEvent
 from .blobs import BlobStore
 from .codec import BLOB_DIR, FORMAT, FORMAT_VERSION, LOG_NAME, decode, delta_container, resolve_deltas
 
@@ -132,8 +133,8 @@ class Session:
     """
 
     path: Path
-    header: dict[str, Any]
-    events: list[dict[str, Any]] = field(default_factory=list)
+    header: Header
+    events: list[Event] = field(default_factory=list)
     truncated: bool = False
     recovered: list[dict[str, Any]] = field(default_factory=list)
 
@@ -156,7 +157,7 @@ class Session:
         resolved_lists: dict[int, dict[str, list[Any]]] = {}
         for line in event_lines(log_path, recovered):
             if line.lineno == 1:
-                session = cls(path=path, header=check_header(line.raw, log_path))
+                session = cls(path=path, header=cast(Header, check_header(line.raw, log_path)))
                 continue
             assert session is not None
             if line.error == "truncated":
@@ -176,17 +177,31 @@ class Session:
                 resolved_lists[event["seq"]] = {k: v for k, v in body.items() if isinstance(v, list)}
             for derive in _DERIVERS:
                 derive(event)
-            session.events.append(event)
+            session.events.append(cast(Event, event))
         if session is None:
             raise SessionError(f"{log_path}: empty session log")
         session.recovered = recovered
         return session
 
-    def by_type(self, kind: str) -> list[dict[str, Any]]:
+    @overload
+    def by_type(self, kind: Literal["model_call"]) -> list[ModelCallEvent]: ...
+    @overload
+    def by_type(self, kind: Literal["tool_call"]) -> list[ToolCallEvent]: ...
+    @overload
+    def by_type(self, kind: Literal["checkpoint"]) -> list[CheckpointEvent]: ...
+    @overload
+    def by_type(self, kind: Literal["note"]) -> list[NoteEvent]: ...
+    @overload
+    def by_type(self, kind: Literal["end"]) -> list[EndEvent]: ...
+    def by_type(self, kind: str) -> list[Any]:
         """Events of one type (``model_call``, ``tool_call``, ``checkpoint``, ``note``, ``end``)."""
         return [e for e in self.events if e.get("type") == kind]
 
-    def end(self) -> dict[str, Any] | None:
+    def calls(self) -> list[Call]:
+        """The model and tool calls, in log order."""
+        return [e for e in self.events if e["type"] == "model_call" or e["type"] == "tool_call"]
+
+    def end(self) -> EndEvent | None:
         """The ``end`` event, if the recording finished."""
         ends = self.by_type("end")
         return ends[-1] if ends else None

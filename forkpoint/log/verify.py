@@ -91,8 +91,9 @@ def _stored_list_len(value: Any) -> int | None:
         return len(value)
     if isinstance(value, dict) and isinstance(value.get("$delta"), dict):
         d = value["$delta"]
-        if isinstance(d.get("keep"), int) and isinstance(d.get("add"), list):
-            return d["keep"] + len(d["add"])
+        keep, add = d.get("keep"), d.get("add")
+        if isinstance(keep, int) and isinstance(add, list):
+            return keep + len(add)
     return None
 
 
@@ -196,8 +197,15 @@ def verify(path: Path | str, *, deep: bool = True, checks: Mapping[str, Check] |
                     n = _stored_list_len(value)
                     if isinstance(value, dict) and "$delta" in value:
                         d = value["$delta"]
-                        base_len = lengths.get(d.get("base"), {}).get(name) if isinstance(d, dict) else None
-                        if n is None or base_len is None or d["base"] >= seq or d["keep"] > base_len:
+                        base = d.get("base") if isinstance(d, dict) else None
+                        base_len = lengths.get(base, {}).get(name) if isinstance(base, int) else None
+                        if (
+                            n is None
+                            or base is None
+                            or base_len is None
+                            or base >= seq
+                            or d["keep"] > base_len
+                        ):
                             problems.append(
                                 f"{log_path}:{lineno}: {label}: field {name!r} refers to event "
                                 f"{d.get('base') if isinstance(d, dict) else '?'}, which is missing, later, "

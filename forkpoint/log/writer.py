@@ -16,6 +16,7 @@ import os
 import secrets
 import threading
 from collections import deque
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -167,7 +168,7 @@ class SessionWriter:
                 region = f.read(size - end) + self._close_torn
             self._torn = {"offset": end, "bytes": len(region), "sha256": sha256_hex(region)}
 
-    def append(self, event: dict[str, Any]) -> int:
+    def append(self, event: Mapping[str, Any]) -> int:
         """Append one event (resolved form); returns its ``seq``.
 
         ``event`` needs ``type``; ``ts`` defaults to now. ``seq``, ``prev``, ``hash`` (and ``torn``)

@@ -66,8 +66,9 @@ def install_network_guard() -> None:
             check(self, address)
             return orig_connect_ex(self, address)
 
-        socket.socket.connect = connect  # type: ignore[method-assign]
-        socket.socket.connect_ex = connect_ex  # type: ignore[method-assign]
+        # (typeshed's socket takes a narrower address type than the wrappers pass through)
+        socket.socket.connect = connect  # type: ignore[method-assign,assignment]
+        socket.socket.connect_ex = connect_ex  # type: ignore[method-assign,assignment]
         socket.getaddrinfo = getaddrinfo
         _guard_installed = True
 

@@ -13,11 +13,12 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Literal, cast
 
 from .. import override, runtime
 from ..errors import Divergence
 from ..events import (
+    Call,
     CallKind,
     DivergenceReport,
     HttpRequest,
@@ -31,7 +32,6 @@ from ..log import Session, SessionWriter
 from ..match import event_key, in_send_order, model_key, normalize_request, normalized, tool_key
 from ..override import Override
 from ..providers import summary
-from ..record import keyed
 from ..redact import scrub_json
 from .ledger import Ledger
 from .report import divergence
@@ -70,7 +70,7 @@ class Replayer:
     the what-if run as a session of its own, linked to its parent. Thread-safe.
     """
 
-    mode = "replay"
+    mode: Literal["replay"] = "replay"
 
     def __init__(
         self,
@@ -102,14 +102,10 @@ class Replayer:
         self.child = child
         # A fork replays the prefix before its checkpoint, then goes live once that prefix is used up.
         self.live_from = live_from
-        self.recorded = [
-            e
-            for e in session.events
-            if e["type"] in ("model_call", "tool_call") and (live_from is None or e["seq"] < live_from)
-        ]
+        self.recorded: list[Call] = [e for e in session.calls() if live_from is None or e["seq"] < live_from]
         self.overrides = override.resolve(list(overrides), self.recorded)
         self.applied: dict[int, bool] = dict.fromkeys(self.overrides, False)
-        self._queues: dict[str, deque[dict[str, Any]]] = {}
+        self._queues: dict[str, deque[Call]] = {}
         self._keys: dict[int, str] = {}
         for e in self.recorded:
             key = event_key(e)
@@ -125,8 +121,8 @@ class Replayer:
         self._events = {e["seq"]: e for e in self.recorded}
         self.positions = {"model_call": 0, "tool_call": 0}
         self.live_calls = {"model_call": 0, "tool_call": 0}
-        self.divergence: dict[str, Any] | None = None
-        self.drift: list[dict[str, Any]] = []
+        self.divergence: DivergenceReport | None = None
+        self.drift: list[DivergenceReport] = []
         self.gone_live = False
         self.network_blocked: list[str] = []
         self.pending: set[Any] = set()
@@ -147,7 +143,7 @@ class Replayer:
             return None
         if self.child is not None:
             self._log_served(event, {"request": request})
-        return event, self.positions["model_call"]
+        return cast(ModelCallEvent, event), self.positions["model_call"]
 
     def diverged(self, event: ModelCallEvent, kind: CallKind, position: int, reason: str) -> Divergence:
         """A divergence about a recorded call that was served (see :class:`forkpoint.runtime.Serving`),
@@ -171,7 +167,7 @@ class Replayer:
 
     def take_tool_call(
         self, name: str, args: dict[str, Any], *, defaulted: frozenset[str] = frozenset()
-    ) -> dict[str, Any] | None:
+    ) -> ToolCallEvent | None:
         """The event of this tool call, or None to run the tool live. Raises :class:`Divergence`.
 
         ``defaulted`` names arguments the caller did not pass (filled in from the signature): when
@@ -201,7 +197,7 @@ class Replayer:
         event = self._take("tool_call", tool_key(name, args), norm, alternatives=alternatives, name=name)
         if event is not None and self.child is not None:
             self._log_served(event, {"tool": name, "args": args})
-        return event
+        return cast(ToolCallEvent | None, event)
 
     def before_model_call(self, request: HttpRequest) -> None:
         """Live calls of a replay take no checkpoints (the recording has them)."""
@@ -242,13 +238,13 @@ class Replayer:
 
     def _take(
         self,
-        kind: str,
+        kind: CallKind,
         key: str,
         norm: dict[str, Any],
         *,
         alternatives: Callable[[], list[str]] | None = None,
         **what: str,
-    ) -> dict[str, Any] | None:
+    ) -> Call | None:
         """The recorded call to serve for a call with match ``key`` (``alternatives()``: keys to try
         when none is left under ``key``), None to go live; raises :class:`Divergence`."""
         with self._lock, self._shared():
@@ -288,7 +284,7 @@ class Replayer:
                 )
                 if nxt is not None:
                     self._queues[self._keys[nxt["seq"]]].remove(nxt)
-                    drift = {
+                    drift: DivergenceReport = {
                         **report,
                         "served_seq": nxt["seq"],
                         "diff": [c.to_json() for c in json_diff(normalized(nxt), norm)],
@@ -299,21 +295,22 @@ class Replayer:
                     return self._serve(nxt)
         raise divergence(report)
 
-    def _serve(self, event: dict[str, Any]) -> dict[str, Any]:
+    def _serve(self, event: Call) -> Call:
         self.used.append(event["seq"])
         o = self.overrides.get(event["seq"])
         if o is None:
             return event
         self.applied[event["seq"]] = True
-        return override.apply(event, o)
+        return cast(Call, override.apply(event, o))
 
-    def _log_served(self, event: dict[str, Any], actual: dict[str, Any]) -> None:
+    def _log_served(self, event: Call, actual: dict[str, Any]) -> None:
         keep = (
             ("duration_ms", "response", "error", "result")
             if event["type"] == "model_call"
             else ("duration_ms", "result", "error")
         )
-        out = {"type": event["type"], **actual, **{k: event[k] for k in keep if k in event}}
+        recorded = cast(Mapping[str, Any], event)
+        out = {"type": event["type"], **actual, **{k: recorded[k] for k in keep if k in recorded}}
         seq = event["seq"]
         out.update(
             source="override" if seq in self.overrides else "replay",
@@ -328,16 +325,17 @@ class Replayer:
         assert self.child is not None
         self.child.append(out)
 
-    def _log_live(self, event: dict[str, Any]) -> None:
+    def _log_live(self, event: ModelCallEvent | ToolCallEvent) -> None:
         if self.child is None:
             return
-        keyed(event)
+        event["key"] = event_key(event)
+        event["pid"] = os.getpid()
         event["source"] = "live"
         self.child.append(event)
 
     def _divergence_report(
-        self, kind: str, key: str, norm: dict[str, Any], what: dict[str, str]
-    ) -> dict[str, Any]:
+        self, kind: CallKind, key: str, norm: dict[str, Any], what: dict[str, str]
+    ) -> DivergenceReport:
         used = set(self.used) | self.others  # served here, or by another process of this replay
         same_kind = [e for e in self.recorded if e["type"] == kind]
         unused = [e for e in same_kind if e["seq"] not in used]
@@ -353,16 +351,15 @@ class Replayer:
             reason = "no recorded request has the same match key"
         where = what.get("endpoint") or what.get("name")
         candidates = [e for e in unused if endpoint(e) == where]
-        expected: dict[str, Any] | None = (candidates or unused or [None])[0]
+        expected: Call | None = next(iter(candidates or unused), None)
         nearest, best = None, -1.0
         for e in (candidates or unused)[:50]:
             score = similarity(normalized(e), norm)
             if score > best:
                 best, nearest = score, e
         base = expected or nearest
-        return {
+        report: DivergenceReport = {
             "kind": kind,
-            **what,
             "position": self.positions[kind],
             "reason": reason,
             "key": key,
@@ -373,6 +370,11 @@ class Replayer:
             else None,
             "diff": [c.to_json() for c in json_diff(normalized(base), norm)] if base else [],
         }
+        if "endpoint" in what:
+            report["endpoint"] = what["endpoint"]
+        if "name" in what:
+            report["name"] = what["name"]
+        return report
 
     def report(self) -> dict[str, Any]:
         """Outcome as JSON data: matched/recorded counts, unused seqs, divergence, drift (fifo),

@@ -131,12 +131,8 @@ class LocalStore(Store):
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
+        self.url = str(self.path)
         self.io = LocalIO(self.path)
-
-    @property
-    def url(self) -> str:
-        """The store as the user would name it."""
-        return str(self.path)
 
     def __repr__(self) -> str:
         return f"LocalStore({str(self.path)!r})"
