@@ -180,8 +180,6 @@ class EndEvent(_Common, total=False):
 
 #: Any event of a session log.
 Event = ModelCallEvent | ToolCallEvent | CheckpointEvent | NoteEvent | EndEvent
-#: The event types, as they appear in ``type``.
-EVENT_TYPES = ("model_call", "tool_call", "checkpoint", "note", "end")
 #: The kinds of call a replay serves.
 CallKind = Literal["model_call", "tool_call"]
 Call = ModelCallEvent | ToolCallEvent

@@ -966,8 +966,3 @@ def scrub_headers(headers: Iterable[tuple[str, str]]) -> list[list[str]]:
 def scrub_url(url: str) -> str:
     """``url`` with credential query parameters and secret-shaped substrings replaced."""
     return current().url(url)
-
-
-def scrub_event(event: Mapping[str, Any]) -> dict[str, Any]:
-    """A session event or header with every payload scrubbed (see :meth:`Scrubber.event`)."""
-    return current().event(event)

@@ -6,7 +6,7 @@ A session is never overwritten or truncated in place. Scrubbing one:
    verify (a copy would launder the damage) or has no ``end`` event (it may still be recording:
    ``force`` overrides that);
 2. writes a complete scrubbed copy, with the **same id**, in ``<store>/.forkpoint-tmp/scrub-…/``:
-   every event through :func:`forkpoint.redact.scrub_event`, match keys recomputed, every workspace
+   every event through :meth:`forkpoint.redact.Scrubber.event`, match keys recomputed, every workspace
    file of every checkpoint scrubbed into new blobs (manifest and fingerprint recomputed), the hash
    chain recomputed from a new header (which records ``scrubbed``: when, with which rules);
 3. verifies the copy;

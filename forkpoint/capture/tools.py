@@ -90,15 +90,11 @@ def _lenient(value: Any) -> Any:
         return {"$type": f"{type(value).__module__}.{type(value).__qualname__}"}
 
 
-def bind_arguments(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
-    """The call's arguments by parameter name, defaults filled in, ``self``/``cls`` left out."""
-    return bind_call(fn, args, kwargs)[0]
-
-
 def bind_call(
     fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any]
 ) -> tuple[dict[str, Any], frozenset[str]]:
-    """(:func:`bind_arguments`, the names among them whose value came from a default, not the caller)."""
+    """The call's arguments by parameter name (defaults filled in, ``self``/``cls`` left out, each in its
+    JSON form), and the names among them whose value came from a default, not the caller."""
     try:
         sig = inspect.signature(fn)
         bound = sig.bind(*args, **kwargs)

@@ -84,7 +84,6 @@ class _Conversation:
     tools: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> JSON schema
     calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # earlier tool calls
     results: list[str] = field(default_factory=list)  # tool results, as text, in order
-    last_user_text: str = ""
     tool_choice_none: bool = False
 
 
@@ -316,8 +315,6 @@ def _read_chat(body: dict[str, Any]) -> _Conversation:
             for call in msg.get("tool_calls") or []:
                 fn = call.get("function") or {}
                 conv.calls.append((fn.get("name", ""), _parse_args(fn.get("arguments"))))
-        elif role == "user":
-            conv.last_user_text = _text_of(msg.get("content"))
     return conv
 
 
@@ -348,8 +345,6 @@ def _read_responses(items: list[Any], body: dict[str, Any]) -> _Conversation:
             conv.calls.append((item.get("name", ""), _parse_args(item.get("arguments"))))
         elif kind == "function_call_output":
             conv.results.append(_text_of(item.get("output")))
-        elif item.get("role") == "user":
-            conv.last_user_text = _text_of(item.get("content"))
     return conv
 
 
@@ -370,16 +365,9 @@ def _read_messages(body: dict[str, Any]) -> _Conversation:
                 if isinstance(block, dict) and block.get("type") == "tool_use":
                     conv.calls.append((block.get("name", ""), _parse_args(block.get("input"))))
         elif msg.get("role") == "user":
-            texts = []
             for block in blocks:
                 if isinstance(block, dict) and block.get("type") == "tool_result":
                     conv.results.append(_text_of(block.get("content")))
-                elif isinstance(block, dict) and block.get("type") == "text":
-                    texts.append(str(block.get("text", "")))
-            if isinstance(content, str):
-                texts.append(content)
-            if texts:
-                conv.last_user_text = "".join(texts)
     return conv
 
 
@@ -786,7 +774,6 @@ def _read_gemini(body: dict[str, Any]) -> _Conversation:
     for content in body.get("contents") or []:
         if not isinstance(content, dict):
             continue
-        texts = []
         for part in content.get("parts") or []:
             if not isinstance(part, dict):
                 continue
@@ -796,10 +783,6 @@ def _read_gemini(body: dict[str, Any]) -> _Conversation:
                 conv.calls.append((str(call.get("name", "")), _parse_args(call.get("args"))))
             elif isinstance(response, dict):
                 conv.results.append(_gemini_result_text(response.get("response")))
-            elif isinstance(part.get("text"), str) and not part.get("thought"):
-                texts.append(part["text"])
-        if content.get("role", "user") == "user" and texts:
-            conv.last_user_text = "".join(texts)
     return conv
 
 
