@@ -14,6 +14,11 @@ mode sees the same conversation, byte for byte):
 * forkpoint replay and vcrpy replay (``record_mode="none"``), both with the server stopped.
 
 The medians over the repetitions are printed as one table per T, with ratios and a verdict.
+
+``--compare REV`` measures this checkout against another commit of forkpoint instead (the redesign
+was held to "no slowdown" this way): forkpoint-only repetitions (live, record, replay) run in fresh
+interpreters, alternating between the two versions (``git archive REV`` on ``PYTHONPATH`` for the
+baseline), and the medians are printed side by side with their ratio.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import os
 import platform
 import pstats
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -34,8 +40,6 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-
-import vcr
 
 import forkpoint
 import forkpoint.demo.agent as demo_agent
@@ -217,6 +221,8 @@ def run_fp_replay(session_path: Path, url: str, work: Path, expected: str) -> fl
 
 
 def run_vcr_record(turns: int, seed: int, work: Path, cassette: Path) -> dict[str, Any]:
+    import vcr
+
     recorder = vcr.VCR(record_mode="all", match_on=MATCH_ON)
     with ModelServer(turns=turns, seed=seed) as server:
         t0 = clock()
@@ -229,6 +235,8 @@ def run_vcr_record(turns: int, seed: int, work: Path, cassette: Path) -> dict[st
 
 def run_vcr_replay(cassette: Path, url: str, work: Path, expected: str) -> tuple[float, float]:
     """Seconds of the replay, and seconds of it spent inside tool bodies (vcrpy runs them)."""
+    import vcr
+
     player = vcr.VCR(record_mode="none", match_on=MATCH_ON)
     with timed_tools() as tool_seconds:
         t0 = clock()
@@ -239,8 +247,88 @@ def run_vcr_replay(cassette: Path, url: str, work: Path, expected: str) -> tuple
     return seconds, tool_seconds[0]
 
 
+def forkpoint_only(turns: int, seed: int) -> dict[str, Any]:
+    """Live, forkpoint record (fsync per event) and replay once, same seed (for ``--compare``)."""
+    with tempfile.TemporaryDirectory(prefix="forkpoint-bench-") as tmp:
+        root = Path(tmp)
+        live_s, live_answer = run_live(turns, seed, root / "w-live")
+        cpu0 = time.process_time()
+        rec = run_fp_record(turns, seed, root / "w-fp-rec", root / "store", "event")
+        cpu1 = time.process_time()
+        fp_replay_s = run_fp_replay(rec["path"], rec["url"], root / "w-fp-replay", rec["answer"])
+        cpu2 = time.process_time()
+        assert live_answer == rec["answer"], "live and forkpoint runs saw different conversations"
+        return {
+            "seed": seed,
+            "live_s": live_s,
+            "fp_record_s": rec["seconds"],
+            "fp_replay_s": fp_replay_s,
+            "fp_record_cpu_s": cpu1 - cpu0,
+            "fp_replay_cpu_s": cpu2 - cpu1,
+            "fp_bytes": rec["bytes"],
+        }
+
+
+def compare(rev: str, turns: int, repeat: int) -> int:
+    """This checkout against commit ``rev``: ``repeat`` forkpoint-only repetitions at ``turns``, each
+    in a fresh interpreter, alternating the two versions; prints medians and their ratio."""
+    here = Path(__file__).resolve()
+    repo = here.parents[1]
+    with tempfile.TemporaryDirectory(prefix="forkpoint-bench-base-") as tmp:
+        base = Path(tmp) / "baseline"
+        base.mkdir()
+        archive = subprocess.run(
+            ["git", "-C", str(repo), "archive", rev, "forkpoint"], capture_output=True, check=True
+        )
+        subprocess.run(["tar", "-x", "-C", str(base)], input=archive.stdout, check=True)
+        versions = {"baseline": base, "this checkout": repo}
+        samples: dict[str, list[dict[str, Any]]] = {name: [] for name in versions}
+        for i in range(repeat):
+            order = list(versions) if i % 2 == 0 else list(reversed(versions))
+            for name in order:
+                out = Path(tmp) / f"{name.replace(' ', '-')}-{i}.json"
+                env = {**os.environ, "PYTHONPATH": str(versions[name])}
+                cmd = [
+                    sys.executable,
+                    str(here),
+                    "--forkpoint-only",
+                    "--turns",
+                    str(turns),
+                    "--seed-offset",
+                    str(i),
+                    "--json",
+                    str(out),
+                ]
+                subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL)
+                samples[name].append(json.loads(out.read_text())["samples"][str(turns)][0])
+    m = {name: summarize(rows) for name, rows in samples.items()}
+    print(
+        f"forkpoint at {turns} turns: this checkout vs {rev}, {repeat} repetitions each, alternating, medians"
+    )
+    print(f"{'':28}{'baseline':>12}{'this checkout':>16}{'ratio':>9}")
+    worst = 0.0
+    for key, what in (
+        ("live_s", "live run (s)"),
+        ("fp_record_s", "record (s)"),
+        ("fp_replay_s", "replay (s)"),
+        ("fp_record_cpu_s", "record CPU (s)"),
+        ("fp_replay_cpu_s", "replay CPU (s)"),
+        ("fp_bytes", "session bytes"),
+    ):
+        a, b = m["baseline"][key], m["this checkout"][key]
+        ratio = b / a if a else float("nan")
+        if key in ("fp_record_s", "fp_replay_s"):
+            worst = max(worst, ratio)
+        print(f"{what:28}{a:12.3f}{b:16.3f}{ratio:9.3f}")
+    verdict = "met" if worst <= 1.05 else "MISSED"
+    print(f"record and replay time within 5% of {rev}: {verdict} (worst ratio {worst:.3f})")
+    return 0
+
+
 def one_repetition(turns: int, seed: int) -> dict[str, Any]:
     """All modes once, same seed; every run in a fresh working directory."""
+    import vcr  # noqa: F401 - only the full comparison needs vcrpy
+
     with tempfile.TemporaryDirectory(prefix="forkpoint-bench-") as tmp:
         root = Path(tmp)
         live_s, live_answer = run_live(turns, seed, root / "w-live")
@@ -433,7 +521,25 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="afterwards, cProfile a forkpoint record and replay at the largest T (top 10 in forkpoint/)",
     )
+    parser.add_argument(
+        "--compare",
+        metavar="REV",
+        help="measure this checkout against commit REV (forkpoint only; default --turns 100, --repeat 5)",
+    )
+    parser.add_argument("--forkpoint-only", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--seed-offset", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.compare:
+        turns = int(args.turns) if args.turns.isdigit() else 100
+        return compare(args.compare, turns, args.repeat if args.repeat != 3 else 5)
+    if args.forkpoint_only:
+        turns = int(args.turns)
+        forkpoint_only(2, BASE_SEED - 1)  # warm up: imports, hooks
+        sample = forkpoint_only(turns, BASE_SEED + args.seed_offset)
+        args.json.write_text(json.dumps({"samples": {str(turns): [sample]}}))
+        return 0
+    import vcr
+
     turns_list = [int(t) for t in args.turns.split(",") if t.strip()]
     if not turns_list or min(turns_list) < 1 or args.repeat < 1 or args.repeat_large < 1:
         parser.error("turns and repeats must be positive")
