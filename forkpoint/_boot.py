@@ -108,11 +108,12 @@ def child_env(
     return env
 
 
-# Top-level packages between an agent's own code and the HTTP boundary: never the "call site".
+# Top-level packages between an agent's own code and the HTTP boundary: never the "call site". The
+# providers' SDKs are added from the providers (forkpoint.providers.sdk_modules) when it is needed.
 _LIBRARY_PACKAGES = frozenset(
     {
-        "forkpoint", "openai", "anthropic", "httpx", "httpx2", "httpcore", "h11", "anyio", "asyncio",
-        "google", "pydantic_ai", "agents", "langchain_core", "langchain_openai", "langchain_anthropic",
+        "forkpoint", "httpx", "httpx2", "httpcore", "h11", "anyio", "asyncio",
+        "pydantic_ai", "agents", "langchain_core", "langchain_openai", "langchain_anthropic",
         "langgraph", "litellm", "minisweagent", "tenacity", "contextlib", "functools", "runpy",
         "threading", "concurrent",
     }
@@ -128,13 +129,16 @@ def agent_call_site(tb: Any) -> str:
     site-packages is still found."""
     import traceback
 
+    from .providers import sdk_modules
+
+    libraries = _LIBRARY_PACKAGES | sdk_modules()
     site = None
     for frame, lineno in traceback.walk_tb(tb):
         name = str(frame.f_globals.get("__name__", ""))
         filename = frame.f_code.co_filename
         if filename.startswith("<"):
             continue
-        if name.split(".")[0] in _LIBRARY_PACKAGES and not name.startswith("forkpoint.demo."):
+        if name.split(".")[0] in libraries and not name.startswith("forkpoint.demo."):
             continue
         site = (filename, lineno, frame.f_code.co_name)
     return f" at {site[0]}:{site[1]} ({site[2]})" if site else ""

@@ -33,14 +33,21 @@ import orjson
 
 from ._version import __version__
 from .log import Session, SessionError, to_json
-from .providers import parse_sse, recorded_response, request_messages, response_text
+from .providers import (
+    context_messages,
+    conversation_fields,
+    genai_input_messages,
+    parse_sse,
+    recorded_response,
+    request_messages,
+    response_text,
+    stream_delta_text,
+)
 
 __all__ = ["render", "view_model", "write_html"]
 
 #: Conversation fields left out of a model call's "parameters" (they are shown as messages).
-_CONVERSATION_FIELDS = frozenset(
-    {"messages", "input", "contents", "system", "instructions", "systemInstruction", "system_instruction"}
-)
+_CONVERSATION_FIELDS = conversation_fields()
 #: Checkpoint patches longer than this are cut in the page (the session keeps them whole).
 _PATCH_MAX = 256 * 1024
 #: At most this many cumulative re-reads when a stream's per-chunk text must be found the slow way.
@@ -96,49 +103,6 @@ class _Strings:
 # --------------------------------------------------------------------------- streams
 
 
-def _delta_text(api: str, data: str) -> str:
-    """The assistant text one stream event adds (provider shapes as in :mod:`forkpoint.providers`)."""
-    try:
-        obj = orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return ""
-    if not isinstance(obj, dict):
-        return ""
-    if api == "chat.completions":
-        out = []
-        for ch in obj.get("choices") or []:
-            if isinstance(ch, dict) and ch.get("index", 0) == 0:
-                content = (ch.get("delta") or {}).get("content")
-                if isinstance(content, str):
-                    out.append(content)
-        return "".join(out)
-    if api == "responses":
-        return (
-            obj["delta"]
-            if obj.get("type") == "response.output_text.delta" and isinstance(obj.get("delta"), str)
-            else ""
-        )
-    if api == "messages":
-        delta = obj.get("delta") if obj.get("type") == "content_block_delta" else None
-        if (
-            isinstance(delta, dict)
-            and delta.get("type") == "text_delta"
-            and isinstance(delta.get("text"), str)
-        ):
-            return delta["text"]
-        return ""
-    if api == "generateContent":
-        cands = obj.get("candidates") or []
-        first = cands[0] if cands and isinstance(cands[0], dict) else {}
-        parts = (first.get("content") or {}).get("parts") or []
-        return "".join(
-            p["text"]
-            for p in parts
-            if isinstance(p, dict) and isinstance(p.get("text"), str) and not p.get("thought")
-        )
-    return ""
-
-
 def _split_complete(buf: str) -> tuple[str, str]:
     """(the complete SSE events at the start of ``buf``, the rest)."""
     end = -1
@@ -165,11 +129,11 @@ def stream_frames(event: dict[str, Any]) -> tuple[list[list[Any]], bool]:
     for ms, chunk in chunks:
         buf += _text(chunk)
         complete, buf = _split_complete(buf)
-        delta = "".join(_delta_text(api, ev.data) for ev in parse_sse(complete)) if complete else ""
+        delta = "".join(stream_delta_text(api, ev.data) for ev in parse_sse(complete)) if complete else ""
         if delta:
             frames.append([float(ms), delta])
     if buf:
-        delta = "".join(_delta_text(api, ev.data) for ev in parse_sse(buf))
+        delta = "".join(stream_delta_text(api, ev.data) for ev in parse_sse(buf))
         if delta:
             frames.append([float(chunks[-1][0]), delta])
     if "".join(d for _, d in frames) == full:
@@ -200,12 +164,10 @@ def _rich_messages(url: str, api: str, body: Any) -> list[dict[str, Any]]:
     plain = request_messages(url, body)
     out: list[dict[str, Any]] = [{"role": m["role"], "text": m["text"]} for m in plain]
     try:
-        from .exporters.otel import _input_messages
-
-        system, msgs = _input_messages(api, url, body)
+        system, msgs = genai_input_messages(api, url, body)
     except Exception:  # noqa: BLE001 - enrichment is optional; the plain messages stand
         return out
-    rich = ([{"role": "system", "parts": system}] if system else []) + msgs
+    rich: list[dict[str, Any]] = ([{"role": "system", "parts": system}] if system else []) + msgs
     if len(rich) != len(out):
         return out
     for view, r in zip(out, rich, strict=True):
@@ -313,7 +275,7 @@ def _checkpoint_view(e: dict[str, Any]) -> dict[str, Any]:
         }
     context = e.get("context")
     if isinstance(context, dict):
-        msgs = context.get("messages") or context.get("input") or context.get("contents")
+        msgs = context_messages(context)
         view["context_messages"] = len(msgs) if isinstance(msgs, list) else (1 if msgs else 0)
     return view
 
@@ -401,7 +363,7 @@ def view_model(
         "output_tokens": 0,
     }
     end_ms = 0.0
-    for e in session.events:
+    for e in session.records():
         kind = e.get("type")
         t = _ms_since(e.get("ts"), t0)
         v: dict[str, Any] = {

@@ -25,12 +25,13 @@ from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlsplit
 
 from .canonical import digest
+from .providers import semantic_headers
 from .redact import scrub_bytes, scrub_json, scrub_url
 
-#: Request headers that are part of the match key (lower-case). All others are ignored.
-SEMANTIC_HEADERS: frozenset[str] = frozenset(
-    {"anthropic-version", "anthropic-beta", "openai-beta", "content-type"}
-)
+#: Request headers that are part of the match key (lower-case). All others are ignored. Content-type
+#: for every request; the rest name a provider's API version or features (``anthropic-version``,
+#: ``anthropic-beta``, ``openai-beta``: :func:`forkpoint.providers.semantic_headers`).
+SEMANTIC_HEADERS: frozenset[str] = frozenset({"content-type"}) | semantic_headers()
 
 
 def normalize_request(

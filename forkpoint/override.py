@@ -21,14 +21,13 @@ body — for a stream, a list of raw chunk strings).
 
 VALUE is JSON (quote strings: ``'"hello"'``), or ``@path`` to read the JSON from a file.
 
-Rewriting a model response keeps its provider's shape — OpenAI chat completions and Responses,
-Anthropic messages, Gemini generateContent — streamed or not, so the unmodified SDK parses it.
+Rewriting a model response keeps its provider's shape, streamed or not, so the unmodified SDK parses
+it: the provider that recognizes the call rewrites it (:func:`forkpoint.providers.rewrite_response`).
 """
 
 from __future__ import annotations
 
 import copy
-import hashlib
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -38,7 +37,8 @@ from typing import Any
 import orjson
 
 from .errors import OverrideError
-from .providers import detect, parse_sse, recorded_response, response_text, summarize
+from .providers import detect, recorded_response, response_text, rewrite_response, summarize
+from .providers.base import stable_id
 
 _SPEC = re.compile(
     r"^(?P<target>tool:[^#=]+?(?:#\d+)?|model#\d+|seq:\d+)(?:\.(?P<field>[a-z_]+))?=(?P<value>.*)$", re.S
@@ -183,21 +183,19 @@ def apply(event: Mapping[str, Any], o: Override) -> dict[str, Any]:
             response_text(url, recorded_response(event)),
             _norm_calls(o, recorded["tool_calls"] or []),
         )
-    _, api = detect(url, new["request"]["body"])
-    stream = resp.get("body_kind") == "stream"
-    rewrite = _REWRITERS.get((api, stream))
-    if rewrite is None:
+    if not rewrite_response(url, new["request"]["body"], resp, text, calls):
+        _, api = detect(url, new["request"]["body"])
+        stream = resp.get("body_kind") == "stream"
         raise OverrideError(
             f"override {o.spec!r}: cannot rewrite the {o.field} of a {'streamed ' if stream else ''}{api} response; "
             "override the whole body instead"
         )
-    rewrite(resp, text, calls)
     resp["ended"] = "complete"
     new.pop("error", None)
     return new
 
 
-def _norm_calls(o: Override, recorded: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def _norm_calls(o: Override, recorded: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
     """The override's tool calls as ``{"id", "name", "arguments": str}``. A call given without an id
     takes the id of the recorded call in its place when that called the same tool, so an override
     equal to the recording replays exactly as the recording; otherwise an id derived from the spec,
@@ -225,246 +223,9 @@ def _norm_calls(o: Override, recorded: Sequence[Mapping[str, Any]]) -> list[dict
         same = recorded[i] if i < len(recorded) and recorded[i].get("name") == c["name"] else {}
         out.append(
             {
-                "id": str(c.get("id") or same.get("id") or _stable_id("call_fp_", o.spec, i)),
+                "id": str(c.get("id") or same.get("id") or stable_id("call_fp_", o.spec, i)),
                 "name": str(c["name"]),
                 "arguments": args if isinstance(args, str) else orjson.dumps(args).decode(),
             }
         )
     return out
-
-
-def _stable_id(prefix: str, seed: str, i: int) -> str:
-    return prefix + hashlib.sha256(f"{seed}\0{i}".encode()).hexdigest()[:12]
-
-
-def _args_obj(raw: str) -> Any:
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return {}
-
-
-def _sse(data: Any, event: str | None = None) -> str:
-    payload = data if isinstance(data, str) else orjson.dumps(data).decode()
-    return (f"event: {event}\n" if event else "") + f"data: {payload}\n\n"
-
-
-def _stream_payloads(resp: dict[str, Any]) -> list[Any]:
-    text = "".join(
-        c if isinstance(c, str) else c.decode("utf-8", "replace") for _, c in resp.get("chunks", [])
-    )
-    out = []
-    for ev in parse_sse(text):
-        try:
-            out.append(orjson.loads(ev.data))
-        except orjson.JSONDecodeError:
-            continue
-    return out
-
-
-# --- OpenAI chat completions
-
-
-def _chat_body(resp: dict[str, Any], text: str | None, calls: list[dict[str, Any]] | None) -> None:
-    body = resp["body"]
-    calls = calls or []
-    choice = (body.get("choices") or [{}])[0]
-    msg: dict[str, Any] = {"role": "assistant", "content": text}
-    if calls:
-        msg["tool_calls"] = [
-            {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
-            for c in calls
-        ]
-    choice.update({"index": 0, "message": msg, "finish_reason": "tool_calls" if calls else "stop"})
-    body["choices"] = [choice]
-
-
-def _chat_stream(resp: dict[str, Any], text: str | None, calls: list[dict[str, Any]] | None) -> None:
-    payloads = [p for p in _stream_payloads(resp) if isinstance(p, dict)]
-    first = payloads[0] if payloads else {}
-    base = {k: first.get(k) for k in ("id", "object", "created", "model") if k in first}
-    base.setdefault("object", "chat.completion.chunk")
-    usage = next((p for p in payloads if p.get("usage") and not p.get("choices")), None)
-    calls = calls or []
-    chunks = [
-        _sse(
-            {
-                **base,
-                "choices": [
-                    {"index": 0, "delta": {"role": "assistant", "content": text or ""}, "finish_reason": None}
-                ],
-            }
-        )
-    ]
-    for i, c in enumerate(calls):
-        delta = {
-            "tool_calls": [
-                {
-                    "index": i,
-                    "id": c["id"],
-                    "type": "function",
-                    "function": {"name": c["name"], "arguments": c["arguments"]},
-                }
-            ]
-        }
-        chunks.append(_sse({**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}))
-    chunks.append(
-        _sse(
-            {
-                **base,
-                "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls" if calls else "stop"}],
-            }
-        )
-    )
-    if usage is not None:
-        chunks.append(_sse(usage))
-    chunks.append(_sse("[DONE]"))
-    resp["chunks"] = [[0.0, c] for c in chunks]
-
-
-# --- Anthropic messages
-
-
-def _anthropic_blocks(text: str | None, calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    blocks: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
-    blocks += [
-        {"type": "tool_use", "id": c["id"], "name": c["name"], "input": _args_obj(c["arguments"])}
-        for c in calls
-    ]
-    return blocks
-
-
-def _anthropic_body(resp: dict[str, Any], text: str | None, calls: list[dict[str, Any]] | None) -> None:
-    calls = calls or []
-    resp["body"]["content"] = _anthropic_blocks(text, calls)
-    resp["body"]["stop_reason"] = "tool_use" if calls else "end_turn"
-
-
-def _anthropic_stream(resp: dict[str, Any], text: str | None, calls: list[dict[str, Any]] | None) -> None:
-    payloads = [p for p in _stream_payloads(resp) if isinstance(p, dict)]
-    start = next(
-        (p for p in payloads if p.get("type") == "message_start"), {"type": "message_start", "message": {}}
-    )
-    delta = next(
-        (p for p in payloads if p.get("type") == "message_delta"), {"type": "message_delta", "usage": {}}
-    )
-    calls = calls or []
-    out = [_sse(start, "message_start")]
-    for i, b in enumerate(_anthropic_blocks(text, calls)):
-        if b["type"] == "text":
-            out.append(
-                _sse(
-                    {
-                        "type": "content_block_start",
-                        "index": i,
-                        "content_block": {"type": "text", "text": ""},
-                    },
-                    "content_block_start",
-                )
-            )
-            out.append(
-                _sse(
-                    {
-                        "type": "content_block_delta",
-                        "index": i,
-                        "delta": {"type": "text_delta", "text": b["text"]},
-                    },
-                    "content_block_delta",
-                )
-            )
-        else:
-            out.append(
-                _sse(
-                    {
-                        "type": "content_block_start",
-                        "index": i,
-                        "content_block": {"type": "tool_use", "id": b["id"], "name": b["name"], "input": {}},
-                    },
-                    "content_block_start",
-                )
-            )
-            out.append(
-                _sse(
-                    {
-                        "type": "content_block_delta",
-                        "index": i,
-                        "delta": {
-                            "type": "input_json_delta",
-                            "partial_json": orjson.dumps(b["input"]).decode(),
-                        },
-                    },
-                    "content_block_delta",
-                )
-            )
-        out.append(_sse({"type": "content_block_stop", "index": i}, "content_block_stop"))
-    delta = {**delta, "delta": {**delta.get("delta", {}), "stop_reason": "tool_use" if calls else "end_turn"}}
-    out += [_sse(delta, "message_delta"), _sse({"type": "message_stop"}, "message_stop")]
-    resp["chunks"] = [[0.0, c] for c in out]
-
-
-# --- OpenAI Responses API (whole bodies)
-
-
-def _responses_body(resp: dict[str, Any], text: str | None, calls: list[dict[str, Any]] | None) -> None:
-    calls = calls or []
-    # Output items keep the recorded item ids where they stand for the same thing (an agent may
-    # send them back); new items get ids derived from their content, the same on every replay.
-    before = [i for i in resp["body"].get("output") or [] if isinstance(i, dict)]
-    message_id = next((i.get("id") for i in before if i.get("type") == "message"), None)
-    call_ids = {i.get("call_id"): i.get("id") for i in before if i.get("type") == "function_call"}
-    output: list[dict[str, Any]] = []
-    if text:
-        output.append(
-            {
-                "type": "message",
-                "id": message_id or _stable_id("msg_fp_", text, 0),
-                "role": "assistant",
-                "status": "completed",
-                "content": [{"type": "output_text", "text": text, "annotations": []}],
-            }
-        )
-    for c in calls:
-        output.append(
-            {
-                "type": "function_call",
-                "id": call_ids.get(c["id"]) or _stable_id("fc_fp_", c["id"], 0),
-                "call_id": c["id"],
-                "name": c["name"],
-                "arguments": c["arguments"],
-                "status": "completed",
-            }
-        )
-    resp["body"]["output"] = output
-
-
-# --- Gemini generateContent
-
-
-def _gemini_candidate(text: str | None, calls: list[dict[str, Any]]) -> dict[str, Any]:
-    parts: list[dict[str, Any]] = [{"text": text}] if text else []
-    parts += [{"functionCall": {"name": c["name"], "args": _args_obj(c["arguments"])}} for c in calls]
-    return {"content": {"role": "model", "parts": parts}, "finishReason": "STOP", "index": 0}
-
-
-def _gemini_body(resp: dict[str, Any], text: str | None, calls: list[dict[str, Any]] | None) -> None:
-    calls = calls or []
-    resp["body"]["candidates"] = [_gemini_candidate(text, calls)]
-
-
-def _gemini_stream(resp: dict[str, Any], text: str | None, calls: list[dict[str, Any]] | None) -> None:
-    payloads = [p for p in _stream_payloads(resp) if isinstance(p, dict)]
-    last = dict(payloads[-1]) if payloads else {}
-    calls = calls or []
-    last["candidates"] = [_gemini_candidate(text, calls)]
-    resp["chunks"] = [[0.0, _sse(last)]]
-
-
-_REWRITERS = {
-    ("chat.completions", False): _chat_body,
-    ("chat.completions", True): _chat_stream,
-    ("messages", False): _anthropic_body,
-    ("messages", True): _anthropic_stream,
-    ("responses", False): _responses_body,
-    ("generateContent", False): _gemini_body,
-    ("generateContent", True): _gemini_stream,
-}

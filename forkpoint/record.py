@@ -24,18 +24,11 @@ from .checkpoint import Workspace, carried_context, checkpoint_event
 from .events import HttpRequest, ModelCallEvent, ToolCallEvent, new_span_id
 from .log import SessionWriter
 from .match import event_key
-from .providers import summary
+from .providers import sdk_packages, summary
 
-#: Packages whose versions go into every session header (when installed).
-TRACKED_PACKAGES = (
-    "openai",
-    "anthropic",
-    "httpx",
-    "httpx2",
-    "google-genai",
-    "pydantic-ai-slim",
-    "openai-agents",
-)
+#: Packages whose versions go into every session header (when installed): the providers' SDKs, the
+#: HTTP clients forkpoint captures, and the agent frameworks it integrates with.
+TRACKED_PACKAGES = (*sdk_packages(), "httpx", "httpx2", "pydantic-ai-slim", "openai-agents")
 
 
 def package_versions() -> dict[str, str]:

@@ -41,6 +41,7 @@ from typing import Any, cast
 from .. import runtime
 from ..errors import RecordedError
 from ..events import ErrorRecord, HttpRequest, HttpResponse, ModelCallEvent, new_span_id, now_iso
+from ..providers import stream_end_markers
 from ..redact import scrub_chunks, scrub_headers, scrub_text, scrub_url
 from .decoding import (
     DecoderFactory,
@@ -254,13 +255,7 @@ def recorded_chunks(event: ModelCallEvent) -> list[bytes]:
 
 #: The last event of an SSE stream in the providers' protocols: a caller that closes the response
 #: right after it (the openai SDK does) has read everything the server had to say.
-_FINAL_EVENTS = (
-    b"data: [DONE]",
-    b"event: message_stop",
-    b"event: response.completed",
-    b"event: response.incomplete",
-    b"event: response.failed",
-)
+_FINAL_EVENTS = stream_end_markers()
 
 
 def _protocol_ended(chunks: list[bytes]) -> bool:

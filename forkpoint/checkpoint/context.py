@@ -9,8 +9,10 @@ from typing import Any
 
 import orjson
 
-#: Request-body fields that make up the carried context, per provider shape.
-CONTEXT_FIELDS = ("system", "instructions", "systemInstruction", "messages", "input", "contents")
+from ..providers import context_fields, is_tool_result, tool_call_arguments
+
+#: Request-body fields that make up the carried context, in every registered provider's format.
+CONTEXT_FIELDS = context_fields()
 
 
 def carried_context(body: Any) -> dict[str, Any]:
@@ -33,10 +35,10 @@ _ABS_TOKEN = re.compile(r"(?<![\w.-])(/(?:[\w.-]+/)*[\w-][\w.-]*\.[A-Za-z][A-Za-
 def referenced_paths(context: dict[str, Any], *, root: str | None = None) -> list[str]:
     """Relative file paths the carried messages mention in tool calls and tool results, sorted.
 
-    Looks at tool-call arguments (OpenAI ``tool_calls``, Anthropic ``tool_use``, Responses
-    ``function_call``, Gemini ``functionCall``) and tool results (``role: tool``, ``tool_result``,
-    ``function_call_output``, ``functionResponse``): path-valued arguments, and path-shaped tokens.
-    Absolute paths under ``root`` (the recorded workspace) count, made relative.
+    Looks at tool-call arguments and tool results, as the providers find them
+    (:func:`forkpoint.providers.tool_call_arguments`, :func:`forkpoint.providers.is_tool_result`):
+    path-valued arguments, and path-shaped tokens. Absolute paths under ``root`` (the recorded
+    workspace) count, made relative.
     """
     found: set[str] = set()
     prefix = root.rstrip("/") + "/" if root else None
@@ -74,23 +76,9 @@ def referenced_paths(context: dict[str, Any], *, root: str | None = None) -> lis
 
     def walk(node: Any, in_tool: bool = False) -> None:
         if isinstance(node, dict):
-            kind = node.get("type")
-            role = node.get("role")
-            if "tool_calls" in node:
-                for c in node.get("tool_calls") or []:
-                    if isinstance(c, dict):
-                        scan_args((c.get("function") or {}).get("arguments"))
-            if kind == "tool_use":
-                scan_args(node.get("input"))
-            if kind == "function_call":
-                scan_args(node.get("arguments"))
-            if isinstance(node.get("functionCall"), dict):
-                scan_args(node["functionCall"].get("args"))
-            tool_result = (
-                role == "tool"
-                or kind in ("tool_result", "function_call_output")
-                or "functionResponse" in node
-            )
+            for args in tool_call_arguments(node):
+                scan_args(args)
+            tool_result = is_tool_result(node)
             for v in node.values():
                 walk(v, in_tool or tool_result)
         elif isinstance(node, list):

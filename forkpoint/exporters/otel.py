@@ -43,9 +43,10 @@ from urllib.parse import urlsplit, urlunsplit
 
 import orjson
 
+from .. import providers
 from ..errors import ExportError, SessionError
 from ..log import Session, to_json
-from ..providers import parse_sse, recorded_response, response_text
+from ..providers import recorded_response, response_text
 
 __all__ = ["ExportError", "SpanEvent", "SpanPlan", "export", "otlp_traces_url", "plan", "trace_id_for"]
 
@@ -135,188 +136,6 @@ def _maybe_parse(text: Any) -> Any:
     return text
 
 
-def _text_of(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    out = []
-    for part in content if isinstance(content, list) else []:
-        if isinstance(part, str):
-            out.append(part)
-        elif isinstance(part, dict) and isinstance(part.get("text"), str):
-            out.append(part["text"])
-    return "".join(out)
-
-
-def _parts(content: Any) -> list[dict[str, Any]]:
-    """Text (and other) parts of a Chat/Responses content value in the conventions' part shapes."""
-    if isinstance(content, str):
-        return [{"type": "text", "content": content}] if content else []
-    parts: list[dict[str, Any]] = []
-    for part in content if isinstance(content, list) else []:
-        if isinstance(part, str):
-            parts.append({"type": "text", "content": part})
-        elif isinstance(part, dict):
-            kind = part.get("type")
-            if isinstance(part.get("text"), str) and kind in (None, "text", "input_text", "output_text"):
-                parts.append({"type": "text", "content": part["text"]})
-            elif kind in ("thinking", "reasoning") and isinstance(part.get("thinking"), str):
-                parts.append({"type": "reasoning", "content": part["thinking"]})
-            elif kind:
-                parts.append({"type": str(kind)})
-    return parts
-
-
-def _input_messages(
-    api: str, url: str, body: Any
-) -> tuple[list[dict[str, Any]] | None, list[dict[str, Any]]]:
-    """(system instructions, input messages) of a request in the conventions' JSON shapes."""
-    if not isinstance(body, dict):
-        return None, []
-    system: list[dict[str, Any]] | None = None
-    msgs: list[dict[str, Any]] = []
-    if api == "chat.completions":
-        for m in body.get("messages") or []:
-            if not isinstance(m, dict):
-                continue
-            role = m.get("role") or "user"
-            if role == "tool":
-                msgs.append(
-                    {
-                        "role": "tool",
-                        "parts": [
-                            {
-                                "type": "tool_call_response",
-                                "id": m.get("tool_call_id"),
-                                "response": _text_of(m.get("content")),
-                            }
-                        ],
-                    }
-                )
-                continue
-            parts = _parts(m.get("content"))
-            for c in m.get("tool_calls") or []:
-                fn = (c or {}).get("function") or {}
-                parts.append(
-                    {
-                        "type": "tool_call",
-                        "id": (c or {}).get("id"),
-                        "name": fn.get("name"),
-                        "arguments": _maybe_parse(fn.get("arguments")),
-                    }
-                )
-            msgs.append({"role": "system" if role == "developer" else role, "parts": parts})
-    elif api == "messages":
-        if body.get("system"):
-            system = _parts(body["system"])
-        for m in body.get("messages") or []:
-            if not isinstance(m, dict):
-                continue
-            content = m.get("content")
-            blocks = content if isinstance(content, list) else [{"type": "text", "text": content or ""}]
-            parts = []
-            for b in blocks:
-                if not isinstance(b, dict):
-                    continue
-                if b.get("type") == "tool_use":
-                    parts.append(
-                        {
-                            "type": "tool_call",
-                            "id": b.get("id"),
-                            "name": b.get("name"),
-                            "arguments": b.get("input"),
-                        }
-                    )
-                elif b.get("type") == "tool_result":
-                    parts.append(
-                        {
-                            "type": "tool_call_response",
-                            "id": b.get("tool_use_id"),
-                            "response": _text_of(b.get("content")),
-                        }
-                    )
-                else:
-                    parts.extend(_parts([b]))
-            role = m.get("role") or "user"
-            if parts and all(p["type"] == "tool_call_response" for p in parts):
-                role = "tool"
-            msgs.append({"role": role, "parts": parts})
-    elif api == "responses":
-        if body.get("instructions"):
-            system = _parts(body["instructions"])
-        inp = body.get("input")
-        if isinstance(inp, str):
-            msgs.append({"role": "user", "parts": [{"type": "text", "content": inp}]})
-        for item in inp if isinstance(inp, list) else []:
-            if not isinstance(item, dict):
-                continue
-            kind = item.get("type")
-            if "role" in item and kind in (None, "message"):
-                role = item.get("role") or "user"
-                msgs.append(
-                    {"role": "system" if role == "developer" else role, "parts": _parts(item.get("content"))}
-                )
-            elif kind == "function_call":
-                part = {
-                    "type": "tool_call",
-                    "id": item.get("call_id"),
-                    "name": item.get("name"),
-                    "arguments": _maybe_parse(item.get("arguments")),
-                }
-                msgs.append({"role": "assistant", "parts": [part]})
-            elif kind == "function_call_output":
-                part = {
-                    "type": "tool_call_response",
-                    "id": item.get("call_id"),
-                    "response": item.get("output"),
-                }
-                msgs.append({"role": "tool", "parts": [part]})
-    elif api == "generateContent":
-        sys_inst = body.get("systemInstruction") or body.get("system_instruction")
-        if sys_inst:
-            system = [
-                {"type": "text", "content": p["text"]}
-                for p in (sys_inst.get("parts") if isinstance(sys_inst, dict) else []) or []
-                if isinstance(p, dict) and isinstance(p.get("text"), str)
-            ]
-        contents = body.get("contents")
-        for c in [contents] if isinstance(contents, dict) else contents or []:
-            if not isinstance(c, dict):
-                continue
-            parts = []
-            for p in c.get("parts") or []:
-                if not isinstance(p, dict):
-                    continue
-                call = p.get("functionCall") or p.get("function_call")
-                resp = p.get("functionResponse") or p.get("function_response")
-                if isinstance(call, dict):
-                    parts.append(
-                        {
-                            "type": "tool_call",
-                            "id": call.get("id"),
-                            "name": call.get("name"),
-                            "arguments": call.get("args"),
-                        }
-                    )
-                elif isinstance(resp, dict):
-                    parts.append(
-                        {"type": "tool_call_response", "id": resp.get("id"), "response": resp.get("response")}
-                    )
-                elif isinstance(p.get("text"), str):
-                    parts.append({"type": "reasoning" if p.get("thought") else "text", "content": p["text"]})
-            role = {"model": "assistant"}.get(c.get("role") or "user", c.get("role") or "user")
-            if parts and all(x["type"] == "tool_call_response" for x in parts):
-                role = "tool"
-            msgs.append({"role": role, "parts": parts})
-    else:
-        from ..providers import request_messages
-
-        msgs = [
-            {"role": m["role"], "parts": [{"type": "text", "content": m["text"]}]}
-            for m in request_messages(url, body)
-        ]
-    return system, msgs
-
-
 def _output_messages(event: dict[str, Any], summary: dict[str, Any]) -> list[dict[str, Any]]:
     if not event.get("response"):
         return []
@@ -336,67 +155,20 @@ def _output_messages(event: dict[str, Any], summary: dict[str, Any]) -> list[dic
     return [{"role": "assistant", "parts": parts, "finish_reason": summary.get("stop_reason") or ""}]
 
 
-def _payload_objects(resp: dict[str, Any]) -> list[dict[str, Any]]:
-    """The JSON objects of a recorded response: its body, or each event of its stream."""
-    if resp.get("body") is not None:
-        return [resp["body"]] if isinstance(resp["body"], dict) else []
-    stream = "".join(resp.get("stream") or [])
-    out = []
-    events = parse_sse(stream)
-    for ev in events:
-        try:
-            obj = orjson.loads(ev.data)
-        except orjson.JSONDecodeError:
-            continue
-        if isinstance(obj, dict):
-            out.append(obj)
-    if not events:  # Gemini without alt=sse: one JSON array of responses
-        try:
-            doc = orjson.loads(stream)
-        except orjson.JSONDecodeError:
-            doc = None
-        out.extend(o for o in (doc if isinstance(doc, list) else [doc]) if isinstance(o, dict))
-    return out
-
-
 def response_id(event: dict[str, Any]) -> str | None:
     """The provider's id of the completion (``chatcmpl-…``, ``msg_…``, ``resp_…``, Gemini
     ``responseId``), from the body or the first stream event that carries one."""
-    for obj in _payload_objects(recorded_response(event)):
-        for candidate in (
-            obj.get("id"),
-            obj.get("responseId"),
-            (obj.get("message") or {}).get("id") if isinstance(obj.get("message"), dict) else None,
-            (obj.get("response") or {}).get("id") if isinstance(obj.get("response"), dict) else None,
-        ):
-            if isinstance(candidate, str) and candidate:
-                return candidate
-    return None
+    return providers.response_id(event)
 
 
 # --------------------------------------------------------------------------- the plan
-
-_OPERATION = {
-    "chat.completions": "chat",
-    "responses": "chat",
-    "messages": "chat",
-    "generateContent": "generate_content",
-}
 
 
 def provider_name(summary: dict[str, Any]) -> str:
     """``gen_ai.provider.name`` for a model call: the conventions' well-known value where one
     applies (``openai``, ``anthropic``, ``azure.ai.openai``, ``gcp.gemini``, ``gcp.vertex_ai``,
     ``gcp.gen_ai``), else the wire shape forkpoint recognised."""
-    provider = summary.get("provider") or "unknown"
-    host = (summary.get("host") or "").split(":", 1)[0]
-    if host.endswith("aiplatform.googleapis.com"):
-        return "gcp.vertex_ai"
-    if provider == "gemini":
-        return "gcp.gemini" if host.endswith("generativelanguage.googleapis.com") else "gcp.gen_ai"
-    if provider == "openai" and host.endswith(".openai.azure.com"):
-        return "azure.ai.openai"
-    return str(provider)
+    return providers.otel_provider_name(summary)
 
 
 def _set(attrs: dict[str, Any], key: str, value: Any) -> None:
@@ -409,7 +181,7 @@ def _model_span(event: dict[str, Any], session_id: str, content: bool) -> tuple[
     request = event.get("request") or {}
     url = request.get("url") or ""
     api = summary.get("api") or "unknown"
-    operation = _OPERATION.get(api, "chat")
+    operation = providers.otel_operation(api)
     model = summary.get("model")
     attrs: dict[str, Any] = {
         "gen_ai.operation.name": operation,
@@ -450,7 +222,7 @@ def _model_span(event: dict[str, Any], session_id: str, content: bool) -> tuple[
     if response.get("status") is not None:
         attrs["http.response.status_code"] = int(response["status"])
     if content:
-        system, messages = _input_messages(api, url, request.get("body"))
+        system, messages = providers.genai_input_messages(api, url, request.get("body"))
         if system:
             attrs["gen_ai.system_instructions"] = _json(system)
         attrs["gen_ai.input.messages"] = _json(messages)
@@ -513,8 +285,8 @@ def plan(session: Session, *, content: bool = False, parent: Session | None = No
     starts: list[int] = [created] if created is not None else []
     ends: list[int] = []
     end_event: dict[str, Any] | None = None
-    providers: set[str] = set()
-    for e in session.events:
+    provider_names: set[str] = set()
+    for e in session.records():
         kind = e.get("type")
         start = _ns(e.get("ts"))
         if kind == "end":
@@ -558,7 +330,7 @@ def plan(session: Session, *, content: bool = False, parent: Session | None = No
         status, message = "unset", None
         if kind == "model_call":
             name, _, attrs = _model_span(e, sid, content)
-            providers.add(attrs["gen_ai.provider.name"])
+            provider_names.add(attrs["gen_ai.provider.name"])
             summary = e.get("summary") or {}
             calls = [dict(tc) for tc in summary.get("tool_calls") or [] if isinstance(tc, dict)]
             if calls:
@@ -616,8 +388,8 @@ def plan(session: Session, *, content: bool = False, parent: Session | None = No
     if end_event is not None and created is not None:
         root_end = max(root_end, created + _dur_ns(end_event.get("duration_ms")))
     root_attrs: dict[str, Any] = {"gen_ai.operation.name": "invoke_agent", "gen_ai.conversation.id": sid}
-    if len(providers) == 1:
-        root_attrs["gen_ai.provider.name"] = next(iter(providers))
+    if len(provider_names) == 1:
+        root_attrs["gen_ai.provider.name"] = next(iter(provider_names))
     tags = header.get("tags") or {}
     _set(root_attrs, "gen_ai.agent.version", tags.get("agent_version"))
     root_attrs["forkpoint.session.id"] = sid
@@ -827,7 +599,7 @@ def export(
         try:
             result = exporter.export(spans)
         finally:
-            exporter.shutdown()
+            exporter.shutdown()  # type: ignore[no-untyped-call]  # (the SDK does not annotate it)
         if result != SpanExportResult.SUCCESS:
             raise ExportError(f"the OTLP endpoint {endpoint} did not accept the spans (see the log above)")
     return len(spans)

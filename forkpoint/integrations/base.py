@@ -104,6 +104,8 @@ def install(integrations: list[Integration]) -> None:
         if _finder is None:
             _finder = _IntegrationFinder(targets)
             sys.meta_path.insert(0, _finder)
+        else:
+            _finder.targets = targets  # the registry may have been read again (a plugin installed)
 
 
 def installed() -> list[str]:

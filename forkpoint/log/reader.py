@@ -197,6 +197,11 @@ class Session:
         """Events of one type (``model_call``, ``tool_call``, ``checkpoint``, ``note``, ``end``)."""
         return [e for e in self.events if e.get("type") == kind]
 
+    def records(self) -> list[dict[str, Any]]:
+        """The events as plain JSON objects (the same dicts as :attr:`events`), for readers that take
+        every field as it comes, defensively: a session may have been edited or made by another tool."""
+        return cast(list[dict[str, Any]], self.events)
+
     def calls(self) -> list[Call]:
         """The model and tool calls, in log order."""
         return [e for e in self.events if e["type"] == "model_call" or e["type"] == "tool_call"]

@@ -31,13 +31,13 @@ from ..jsondiff import json_diff, similarity
 from ..log import Session, SessionWriter
 from ..match import event_key, in_send_order, model_key, normalize_request, normalized, tool_key
 from ..override import Override
-from ..providers import summary
+from ..providers import api_key_vars, summary
 from ..redact import scrub_json
 from .ledger import Ledger
 from .report import divergence
 
 #: Environment variables SDKs insist on; set to a placeholder during replay when unset.
-API_KEY_VARS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY")
+API_KEY_VARS = api_key_vars()
 PLACEHOLDER_KEY = "forkpoint-replay-no-key"
 
 
