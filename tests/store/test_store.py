@@ -400,7 +400,9 @@ def test_eight_processes_record_into_one_s3_store(
     # A fork server that has imported forkpoint, openai and s3fs once: 8 clean processes, no
     # threads inherited from this one (moto, the model server), and no 8 cold imports on 2 cores.
     ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["forkpoint", "forkpoint.store.fsspec", "openai", "s3fs", "tests.store.test_store"])
+    ctx.set_forkserver_preload(
+        ["forkpoint", "forkpoint.store.fsspec", "openai", "s3fs", "tests.store.test_store"]
+    )
     jobs = [(s3_url, model.openai_base_url, i, {**env, "FORKPOINT_CACHE": caches[i % 2]}) for i in range(8)]
     with ctx.Pool(8) as pool:
         sids = pool.starmap(_record_worker, jobs)
