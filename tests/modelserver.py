@@ -83,6 +83,8 @@ from urllib.parse import parse_qs, urlsplit
 __all__ = [
     "LocalServer",
     "Reply",
+    "Request",
+    "Route",
     "Stream",
     "binary_payload",
     "chat_chunks",
@@ -351,7 +353,6 @@ class _Handler(BaseHTTPRequestHandler):
             drop = int(request["headers"]["x-drop-after"])
         comp = _StreamCompressor(reply.encoding) if reply.encoding else None
         self._head(reply.status, reply.reason, reply.ctype, reply.headers)
-        self.send_header("Cache-Control", "no-cache")
         if reply.encoding:
             self.send_header("Content-Encoding", _encoding_header(reply.encoding))
         if reply.chunked:
