@@ -14,6 +14,7 @@ from pathlib import Path
 import openai  # noqa: F401 - imported once here, so the in-process inner runs do not re-import it
 import pytest
 
+import forkpoint
 from forkpoint import Session
 from forkpoint.demo.server import ModelServer
 from forkpoint.pytest_plugin import Settings, cassette_parts, ci_is_set, loopback_hosts
@@ -106,6 +107,16 @@ def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[ModelServer]:
         yield srv
     finally:
         srv.stop()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _capture_layer_loaded(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """An in-process inner run drops the modules it imported when it ends. forkpoint imports its
+    capture layer on first use: a fresh copy of it, in the next inner run, patched the already
+    patched httpx classes again, and every call was recorded once more per earlier run (this module
+    run alone failed; after other tests had loaded the layer, it passed). Load it once, out here."""
+    with forkpoint.record(store=tmp_path_factory.mktemp("warm-up")):
+        pass
 
 
 def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
