@@ -1,15 +1,36 @@
 """Shared fixtures: the tests' local model server (tests/modelserver.py documents what it answers and
-its options), a store directory, and a guard that no test leaves a forkpoint runtime active."""
+its options), a store directory, a guard that no test leaves a forkpoint runtime active, and a small
+trust store for the HTTP clients."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
+import certifi
 import pytest
 
 from forkpoint import runtime
 from tests.modelserver import LocalServer
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _small_trust_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Every httpx and httpx2 client (each SDK client, each ``httpx2.post``) builds an SSL context and
+    loads the whole CA bundle into it, ~15 ms, though the tests only speak plain HTTP to loopback: over
+    a run that was several seconds. ``SSL_CERT_FILE``, which both honour (and so do the tests'
+    subprocesses), names a bundle of one certificate instead, for the whole session."""
+    first = re.search(
+        r"-----BEGIN CERTIFICATE-----.+?-----END CERTIFICATE-----\n", Path(certifi.where()).read_text(), re.S
+    )
+    assert first, certifi.where()
+    bundle = tmp_path_factory.mktemp("trust") / "one-ca.pem"
+    bundle.write_text(first.group(0))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SSL_CERT_FILE", str(bundle))
+        yield
 
 
 @pytest.fixture
