@@ -515,6 +515,7 @@ scrub.scrub_session(Path(sys.argv[1]), scrubber=redact.Scrubber(rules), hook=hoo
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("step", "mode", "scrubbed"),
     [

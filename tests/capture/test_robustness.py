@@ -345,6 +345,7 @@ def test_identical_concurrent_tool_calls_replay_in_the_order_they_were_started(s
     assert rp.report()["matched"] == 2 and next(started) == 3  # no tool body ran on replay
 
 
+@pytest.mark.slow
 def test_log_stays_valid_with_several_processes_appending(store: Path) -> None:
     """Four processes append 25 events each (lines of ~8 KB, more than one pipe buffer) to one
     session at once: every line is whole, the chain is unbroken and seq has no gap."""
@@ -371,6 +372,7 @@ def test_log_stays_valid_with_several_processes_appending(store: Path) -> None:
 # ============================================================================ 2. same request, different answers
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("is_async", MODES)
 def test_sdk_retries_after_429_and_500_replay_in_recorded_order_without_waiting(
     is_async: bool, srv: LocalServer, store: Path
@@ -417,6 +419,7 @@ def test_sdk_retries_after_429_and_500_replay_in_recorded_order_without_waiting(
     assert rp.report()["matched"] == 3
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sdk", ["openai", "anthropic"])
 def test_sdk_retries_exhausted_raise_the_same_error_live_and_replayed(
     sdk: str, srv: LocalServer, store: Path
@@ -447,6 +450,7 @@ def test_sdk_retries_exhausted_raise_the_same_error_live_and_replayed(
     assert rp.report()["matched"] == 3 and len(srv.requests) == 3
 
 
+@pytest.mark.slow
 def test_retry_backoff_after_a_transport_error_is_skipped_on_replay_and_draws_the_same_randomness(
     store: Path,
 ) -> None:
@@ -695,6 +699,7 @@ async def _ask_with_deadline(url: str, deadline: float | None) -> list[str]:
     return out
 
 
+@pytest.mark.slow
 def test_a_call_cancelled_by_its_caller_times_out_again_on_replay(srv: LocalServer, store: Path) -> None:
     """``asyncio.wait_for(call, 0.1)`` around a call the server answers after 0.6 s: live, the caller
     gets TimeoutError and the call never answers. The call is written at once with the
@@ -1012,6 +1017,7 @@ print("child:", r.json()["id"], "mode:", os.environ.get("FORKPOINT_MODE"))
 """
 
 
+@pytest.mark.slow
 def test_python_subprocesses_are_neither_recorded_nor_replayed(
     srv: LocalServer, tmp_path: Path, store: Path
 ) -> None:

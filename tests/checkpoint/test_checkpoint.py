@@ -662,6 +662,7 @@ def test_include_ignored(tmp_path: Path) -> None:
     assert status(into) == status(repo)
 
 
+@pytest.mark.slow
 def test_include_ignored_through_the_cli(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "repo", {".gitignore": "*.log\n", "a.py": "x = 1\n"})
     (repo / "ignored.log").write_text("x\n")
@@ -826,6 +827,7 @@ def test_checkpoints_cost_what_changed_not_the_whole_state(tmp_path: Path) -> No
 # --------------------------------------------------------------------------- fork, end to end
 
 
+@pytest.mark.slow
 def test_fork_two_arms_end_to_end(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "repo", {"calc.py": CALC_BUGGY, ".gitignore": "__pycache__/\n"})
     store = tmp_path / "store"

@@ -152,6 +152,7 @@ def test_tools_directly(tmp_path: Path) -> None:
         demo_agent._workdir.reset(token)
 
 
+@pytest.mark.slow
 def test_cli_server_and_agent(tmp_path: Path) -> None:
     env = _env()
     proc = subprocess.Popen(

@@ -327,6 +327,7 @@ def test_what_if_session_links_to_its_parent(recorded: Recorded, tmp_path: Path)
     assert first["links"][0]["spanId"] == recorded.session.header["span_id"]
 
 
+@pytest.mark.slow
 def test_unreachable_endpoint_fails_cleanly(recorded: Recorded) -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

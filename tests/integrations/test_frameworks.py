@@ -581,6 +581,7 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_cli_record_and_replay_bootstrapped_framework_agents(tmp_path: Path) -> None:
     """``forkpoint record -- python agent.py`` then ``forkpoint replay last``: the integrations
     install themselves in the child as the frameworks are imported; no code change."""

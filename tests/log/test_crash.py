@@ -34,7 +34,10 @@ from forkpoint.log import LOG_NAME, Session, SessionError, SessionWriter
 from forkpoint.replay import Divergence
 from tests.gitutil import git
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses /proc and process groups")
+pytestmark = [
+    pytest.mark.slow,  # every test here kills or crashes a process
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses /proc and process groups"),
+]
 
 TRIALS = 60
 TURNS = 3

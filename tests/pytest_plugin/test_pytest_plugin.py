@@ -199,6 +199,7 @@ def test_unused_recorded_calls_fail(
     )
 
 
+@pytest.mark.slow
 def test_record_mode_rewrites_a_cassette_the_run_no_longer_matches(
     pytester: pytest.Pytester, server: LocalServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -235,6 +236,7 @@ def run_command(pytester: pytest.Pytester, command: str) -> pytest.RunResult:
     return run(pytester, *argv[1:])
 
 
+@pytest.mark.slow
 def test_printed_commands_and_paths_work_from_where_pytest_ran(
     pytester: pytest.Pytester, server: LocalServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -286,6 +288,7 @@ def test_printed_commands_and_paths_work_from_where_pytest_ran(
     run(pytester, "--forkpoint-mode=replay", "proj").assert_outcomes(passed=3)
 
 
+@pytest.mark.slow
 def test_printed_commands_outside_the_invocation_dir_are_absolute(
     pytester: pytest.Pytester, server: LocalServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -325,6 +328,7 @@ def test_printed_commands_outside_the_invocation_dir_are_absolute(
     assert not (proj / "tests" / "cassettes").exists()  # nothing went to the rootdir's default
 
 
+@pytest.mark.slow
 def test_failed_recording_is_kept_aside_not_as_the_cassette(
     pytester: pytest.Pytester, server: LocalServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -458,6 +462,7 @@ def _hash8(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:8]
 
 
+@pytest.mark.slow
 def test_cassette_names_are_stable_and_filesystem_safe(pytester: pytest.Pytester) -> None:
     items = pytester.getitems(
         """
@@ -532,6 +537,7 @@ def test_example_suite_replays_green_from_its_committed_cassettes(
     assert after == before
 
 
+@pytest.mark.slow
 def test_a_cassette_replays_under_the_cli_too(tmp_path: Path, server: LocalServer) -> None:
     """A cassette is a session whose command is the test: ``forkpoint replay CASSETTE`` runs that
     pytest under the CLI's replay, and the plugin steps aside for it (it used to start a second

@@ -283,6 +283,7 @@ def test_memory_store_through_forkpoint_store_variable(
     assert ls_ids(cli("ls").stdout) == [sid, child]
 
 
+@pytest.mark.slow
 def test_memory_store_cli_record_and_replay(
     model: LocalServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -335,6 +336,7 @@ def test_a_session_id_that_exists_remotely_is_never_overwritten(model: LocalServ
 # ----------------------------------------------------------------------------- S3 (moto)
 
 
+@pytest.mark.slow
 def test_s3_cli_record_then_replay_show_ls_verify(
     s3_url: str, model: LocalServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -390,6 +392,7 @@ def _record_worker(url: str, base_url: str, i: int, env: dict[str, str]) -> str:
     return rec.session_path.name
 
 
+@pytest.mark.slow
 def test_eight_processes_record_into_one_s3_store(
     s3_url: str, model: LocalServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -422,6 +425,7 @@ def test_eight_processes_record_into_one_s3_store(
     assert len(after.snapshots) == 1 and not after.loose and set(after.entries) == set(sids)
 
 
+@pytest.mark.slow
 def test_crash_between_blob_upload_and_log_upload(
     s3_url: str, model: LocalServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -453,6 +457,7 @@ def test_crash_between_blob_upload_and_log_upload(
     assert v.exit_code == 0 and "verify ok: 2 events, 2 blobs" in v.stdout, v.output
 
 
+@pytest.mark.slow
 def test_a_killed_recorder_leaves_an_unfinished_session_that_ls_uploads(
     s3_url: str, model: LocalServer
 ) -> None:
@@ -466,6 +471,7 @@ def test_a_killed_recorder_leaves_an_unfinished_session_that_ls_uploads(
     assert row.session_id == sid and not row.staged and not row.complete and row.model_calls == 1
 
 
+@pytest.mark.slow
 def test_s3_index_rebuild_when_missing_or_stale(
     s3_url: str, model: LocalServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

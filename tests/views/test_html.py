@@ -199,6 +199,7 @@ def browser(chromium: Any) -> Iterator[Browser]:
         context.close()
 
 
+@pytest.mark.slow
 def test_every_event_is_shown_and_nothing_is_fetched(pages: Pages, browser: Browser) -> None:
     page = browser.open(pages.session_html)
     events = pages.session.events
@@ -221,6 +222,7 @@ def test_every_event_is_shown_and_nothing_is_fetched(pages: Pages, browser: Brow
     browser.assert_clean(pages.session_html)
 
 
+@pytest.mark.slow
 def test_expanding_a_tool_call_shows_its_arguments(pages: Pages, browser: Browser) -> None:
     page = browser.open(pages.session_html)
     write = pages.session.by_type("tool_call")[0]
@@ -237,6 +239,7 @@ def test_expanding_a_tool_call_shows_its_arguments(pages: Pages, browser: Browse
     browser.assert_clean(pages.session_html)
 
 
+@pytest.mark.slow
 def test_stream_player_renders_the_response_at_recorded_speed(pages: Pages, browser: Browser) -> None:
     page = browser.open(pages.session_html)
     last = pages.session.by_type("model_call")[-1]
@@ -273,6 +276,7 @@ def test_stream_player_renders_the_response_at_recorded_speed(pages: Pages, brow
     browser.assert_clean(pages.session_html)
 
 
+@pytest.mark.slow
 def test_checkpoints_are_shown(pages: Pages, browser: Browser) -> None:
     page = browser.open(pages.session_html)
     cps = pages.session.by_type("checkpoint")
@@ -291,6 +295,7 @@ def test_checkpoints_are_shown(pages: Pages, browser: Browser) -> None:
     browser.assert_clean(pages.session_html)
 
 
+@pytest.mark.slow
 def test_what_if_override_and_divergence_are_highlighted(
     pages: Pages, browser: Browser, tmp_path: Path
 ) -> None:
