@@ -1,8 +1,10 @@
 """The tests' local HTTP server: one configurable fake model provider on 127.0.0.1.
 
 Every test that needs a server talks to this one (fixtures ``server`` and ``make_server`` in
-tests/conftest.py, or ``with LocalServer(...) as srv:``). It runs in a thread of the test process,
-logs every request, and answers in this order:
+tests/conftest.py, or ``with LocalServer(...) as srv:``); only tests that need the demo's scripted
+agent policy (tool calls chosen from the tools offered, in every dialect, Gemini and Responses
+included) use the product's ``forkpoint.demo.server.ModelServer`` instead. This one runs in a thread
+of the test process, logs every request, and answers in this order:
 
 1. **Control headers**, on any path (headers, so that they stay out of forkpoint's match key):
 

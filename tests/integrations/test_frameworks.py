@@ -1,5 +1,5 @@
 """Agent frameworks, unmodified: a pydantic-ai agent, an OpenAI Agents SDK agent and a LangGraph
-agent, each with two tools, recorded against the local model server and replayed with the server
+agent, each with two tools, recorded against the demo model server and replayed with the server
 stopped.
 
 The tools are declared the framework's way (``@agent.tool_plain``, ``@function_tool``, LangChain's

@@ -1,5 +1,5 @@
 """More providers: the real google-genai SDK (Gemini), and OpenAI-compatible servers reached through
-the openai SDK, recorded against local model servers and replayed with the servers stopped.
+the openai SDK, recorded against demo model servers and replayed with the servers stopped.
 
 google-genai sends its requests with httpx2 (sync and async); when aiohttp is installed its async
 client would use aiohttp, which forkpoint does not capture, so the google-genai integration makes it

@@ -1,7 +1,7 @@
 """What-if replay: overrides, per-kind sources (models/tools live or replayed), divergence policies,
 the divergence report, the child session, and the ``forkpoint replay --override`` CLI.
 
-Every scenario records the bundled demo agent (or a real SDK) against the local model server, stops
+Every scenario records the bundled demo agent (or a real SDK) against the demo model server, stops
 the server, and replays. With ``ModelServer(turns=2)`` the demo agent always takes the same path:
 
     seq 1 model call  (system, user)                   -> write_file(scratch_….py)

@@ -1,7 +1,7 @@
 """``forkpoint show SESSION --html FILE``: the self-contained session viewer, checked in a real
 headless Chromium (Debian's ``/usr/bin/chromium``, driven by Playwright).
 
-The demo agent is recorded in-process against the local model server with a workspace (so the
+The demo agent is recorded in-process against the demo model server with a workspace (so the
 session has checkpoints) and a note whose text tries to break out of the embedded JSON; then a
 what-if run overrides the run_tests result and continues live, which gives a child session with
 replayed, overridden and live events and a divergence from its parent.
