@@ -47,7 +47,7 @@ of the test process, logs every request, and answers in this order:
        ``status``    HTTP status of the generic answer (default 200)
        ``sleep``     seconds to wait before answering
 
-Built-in answers carry a random ``x-request-id`` header.
+Every built-in answer, streamed or not, carries a random ``x-request-id`` header.
 
 **Scripted chat** (``LocalServer(chat_script=[...])``): reply ``n``, counted by the assistant
 messages already in the conversation, is ``script[min(n, len(script) - 1)]``: either the final text,
@@ -551,7 +551,7 @@ class LocalServer:
             usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
             completion = chat_completion(f"chatcmpl-{uuid.uuid4().hex[:12]}", model, text=text, usage=usage)
         if body.get("stream"):
-            return Stream(chat_chunks(completion), delay=self.chunk_delay)
+            return Stream(chat_chunks(completion), delay=self.chunk_delay, headers=_rid())
         return json_reply(completion, headers=_rid())
 
     def _message(self, body: dict[str, Any]) -> Reply:
@@ -583,6 +583,7 @@ class LocalServer:
                 gate=query.get("gate") == "1",
                 drop=int(query["drop"]) if "drop" in query else None,
                 encoding=encoding,
+                headers=_rid(),
             )
         if kind == "binary":
             return Reply(

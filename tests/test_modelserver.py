@@ -95,6 +95,7 @@ def test_generic_routes(server: LocalServer) -> None:
             assert body["query"]["encoding"] == encoding
         with c.stream("GET", "/s", params={"kind": "sse", "n": 5, "delay": 0}) as r:
             assert list(r.iter_raw()) == server.sse_events(5)  # one transport chunk per event
+            assert r.headers["x-request-id"].startswith("req_")
         with c.stream("GET", "/s", params={"kind": "sse", "n": 3, "encoding": "gzip"}) as r:
             assert b"".join(r.iter_bytes()) == b"".join(server.sse_events(3))
         with c.stream("GET", "/s", params={"kind": "sse", "n": 6, "delay": 0, "drop": 2}) as r:
