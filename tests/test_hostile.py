@@ -423,6 +423,7 @@ else:
 MB = 1 << 20
 
 
+@pytest.mark.slow
 def test_a_100mb_tool_result_is_recorded_and_loaded_in_a_few_times_its_size(tmp_path: Path) -> None:
     env = dict(os.environ, FORKPOINT_FSYNC="never")
     out = subprocess.run(

@@ -160,6 +160,7 @@ def test_the_match_key_ignores_what_does_not_change_the_question(
     assert model_key(normalize_request("POST", "http://h/v1/other", [], body)) != model_key(base)
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(st.dictionaries(st.text(max_size=8), JSON, max_size=4), st.randoms(use_true_random=False))
 def test_tool_keys_ignore_argument_order(args: dict[str, Any], rng: random.Random) -> None:
@@ -313,6 +314,7 @@ def _payload(e: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in e.items() if k not in ("seq", "prev", "hash", "ts")}
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(
     st.lists(

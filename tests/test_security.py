@@ -20,11 +20,8 @@ import stat
 import subprocess
 import sys
 import textwrap
-import threading
-import time
 import zlib
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -42,6 +39,7 @@ from forkpoint.log import LOG_NAME, Session, SessionWriter
 from forkpoint.redact import load_rules
 from forkpoint.scrub import TMP_DIR, ScrubError, recover, scrub_session
 from tests.gitutil import git
+from tests.modelserver import LocalServer, Reply, Stream, chat_completion, json_reply
 
 # ----------------------------------------------------------------------------- the secrets
 
@@ -143,91 +141,48 @@ def leaks(store: Path, secrets: dict[str, str]) -> list[str]:
 # ----------------------------------------------------------------------------- a server that leaks
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    disable_nagle_algorithm = True
+def _leaky_chat(request: dict[str, Any]) -> Reply | Stream:
+    """A chat provider that leaks: secrets in the answer, in response headers, and (streamed) one
+    secret cut over three transport chunks."""
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
-        pass
-
-    def do_POST(self) -> None:  # noqa: N802 - stdlib name
-        body = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)) or b"{}")
-        self.server.requests.append({"headers": dict(self.headers), "path": self.path, "body": body})  # type: ignore[attr-defined]
-        if body.get("stream"):
-            self._stream()
-        else:
-            self._json()
-
-    def _json(self) -> None:
-        reply = {
+    def chunk(delta: str, finish: str | None = None) -> bytes:
+        c = {
             "id": "chatcmpl-canary",
-            "object": "chat.completion",
+            "object": "chat.completion.chunk",
             "created": 1700000000,
             "model": "canary-model",
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": f"use {SECRETS['slack_token']} to post"},
-                    "finish_reason": "stop",
-                }
-            ],
-            "usage": {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7},
+            "choices": [{"index": 0, "delta": {"content": delta}, "finish_reason": finish}],
         }
-        data = json.dumps(reply).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.send_header("X-Info", f"npm={SECRETS['npm_token']}")
-        self.send_header("X-Upstream-Token", SECRETS["resp_header_secret"])
-        self.end_headers()
-        self.wfile.write(data)
+        return f"data: {json.dumps(c)}\n\n".encode()
 
-    def _stream(self) -> None:
-        def chunk(delta: str, finish: str | None = None) -> bytes:
-            c = {
-                "id": "chatcmpl-canary",
-                "object": "chat.completion.chunk",
-                "created": 1700000000,
-                "model": "canary-model",
-                "choices": [{"index": 0, "delta": {"content": delta}, "finish_reason": finish}],
-            }
-            return f"data: {json.dumps(c)}\n\n".encode()
-
-        event = chunk(f"token {SECRETS['hf_token']} and key {SECRETS['sendgrid_key']}.")
-        a = event.index(SECRETS["hf_token"].encode()) + 10  # cut inside the first secret...
-        b = event.index(SECRETS["hf_token"].encode()) + 25  # ...twice
-        pieces = [
-            chunk("Here you go: "),
-            event[:a],
-            event[a:b],
-            event[b:],
-            chunk("", "stop"),
-            b"data: [DONE]\n\n",
-        ]
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Transfer-Encoding", "chunked")
-        self.end_headers()
-        for piece in pieces:
-            self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
-            self.wfile.flush()
-            time.sleep(0.03)  # each write arrives as a transport chunk of its own
-        self.wfile.write(b"0\r\n\r\n")
-        self.wfile.flush()
+    if not (request["body"] or {}).get("stream"):
+        completion = chat_completion(
+            "chatcmpl-canary",
+            "canary-model",
+            text=f"use {SECRETS['slack_token']} to post",
+            usage={"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7},
+        )
+        headers = {"X-Info": f"npm={SECRETS['npm_token']}", "X-Upstream-Token": SECRETS["resp_header_secret"]}
+        return json_reply(completion, headers=headers)
+    event = chunk(f"token {SECRETS['hf_token']} and key {SECRETS['sendgrid_key']}.")
+    a = event.index(SECRETS["hf_token"].encode()) + 10  # cut inside the first secret...
+    b = event.index(SECRETS["hf_token"].encode()) + 25  # ...twice
+    pieces = [
+        chunk("Here you go: "),
+        event[:a],
+        event[a:b],
+        event[b:],
+        chunk("", "stop"),
+        b"data: [DONE]\n\n",
+    ]
+    return Stream(pieces, delay=0.03)  # each write arrives as a transport chunk of its own
 
 
 @pytest.fixture
-def leaky_server() -> Iterator[str]:
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    srv.daemon_threads = True
-    srv.requests = []  # type: ignore[attr-defined]
-    t = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    t.start()
-    try:
-        yield f"http://127.0.0.1:{srv.server_address[1]}/v1"
-    finally:
-        srv.shutdown()
-        srv.server_close()
+def leaky_server(server: LocalServer) -> str:
+    """The shared local server (tests/modelserver.py) answering chat completions as a leaky provider."""
+    server.route("*/chat/completions", _leaky_chat)
+    return server.openai_base_url
 
 
 # ----------------------------------------------------------------------------- the agent
@@ -560,6 +515,7 @@ scrub.scrub_session(Path(sys.argv[1]), scrubber=redact.Scrubber(rules), hook=hoo
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("step", "mode", "scrubbed"),
     [

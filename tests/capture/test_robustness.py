@@ -23,27 +23,23 @@ import textwrap
 import threading
 import time
 import uuid
-import zlib
-from collections.abc import Callable, Iterator
-from http.server import ThreadingHTTPServer
+from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
-from urllib.parse import urlsplit
 
 import anthropic
-import brotli
 import httpx
 import httpx2
 import openai
 import orjson
 import pytest
-import zstandard
 
 import forkpoint
 from forkpoint import verify
 from forkpoint.log import LOG_NAME, Session, SessionWriter
-from tests.httpserver import LoggingHandler
+from tests.modelserver import LocalServer, Reply, json_reply
 
 LIBS = [pytest.param(httpx, id="httpx"), pytest.param(httpx2, id="httpx2")]
 MODES = [pytest.param(False, id="sync"), pytest.param(True, id="async")]
@@ -59,230 +55,31 @@ if not Path(FORKPOINT_CLI[0]).exists():  # pragma: no cover - forkpoint not inst
 PNG_HEAD = b"\x89PNG\r\n\x1a\n"
 
 
-def encode(data: bytes, coding: str) -> bytes:
-    """``data`` compressed with one content coding, as a server would send it."""
-    if coding == "gzip":
-        return gzip.compress(data)
-    if coding == "deflate":
-        return zlib.compress(data)
-    if coding == "br":
-        return brotli.compress(data)
-    if coding == "zstd":
-        return zstandard.ZstdCompressor().compress(data)
-    if coding == "gzip-corrupt":  # a gzip header, then garbage
-        return gzip.compress(data)[:10] + b"\x00not deflate at all\xff" * 4
-    return data  # an unknown coding: sent as is, under its name
+@pytest.fixture
+def srv(server: LocalServer) -> LocalServer:
+    """The shared local server (tests/modelserver.py: chat completions, Anthropic messages, generic
+    ``kind=…`` routes, and the control headers ``x-delay-ms``, ``x-status``, ``x-scenario`` +
+    ``x-fail`` and ``x-drop-after`` these tests steer it with), plus the endpoints only they need:
 
-
-class _Handler(LoggingHandler):
-    """Routes (headers control behaviour so that they stay out of the match key):
-
-    * ``POST …/chat/completions``: an OpenAI chat completion (SSE when ``"stream": true``);
-      ``x-delay-ms`` sleeps first, ``x-status`` answers that error status, ``x-scenario`` +
-      ``x-fail`` (``429,500``) fail the first attempts of a scenario, ``x-drop-after`` closes the
-      socket after that many SSE events.
-    * ``POST …/messages``: an Anthropic message, with ``x-status``.
     * ``GET /v1/jobs/ID``: a job that is ``running`` for 3 polls and then ``done``.
     * ``POST /v1/audio/transcriptions`` (multipart) and ``POST /v1/audio/speech`` (binary answer).
     * ``GET /v1/image``: a PNG-like binary body, different every time.
-    * ``GET /v1/enc?coding=C``: a JSON body sent with ``Content-Encoding: C``.
-    * ``GET /v1/slow?sleep=S``: answers after S seconds.
-    * ``POST /v1/sse?n=N&delay=D&drop=K``: N SSE events (a socket closed after K with ``drop``).
     """
+    polls: Counter[str] = Counter()
 
-    server: _Server
+    @server.route("/v1/jobs/*")
+    def job(request: dict[str, Any]) -> Reply:
+        job = request["path"].rsplit("/", 1)[1]
+        with server.lock:
+            polls[job] += 1
+            n = polls[job]
+        status = "done" if n >= 4 else "running"
+        return json_reply({"id": job, "poll": n, "nonce": uuid.uuid4().hex, "status": status})
 
-    def route(self, request: dict[str, Any]) -> None:
-        parts, query, headers, raw = urlsplit(self.path), request["query"], request["headers"], request["raw"]
-        # Only a JSON request is read as one (a multipart upload that happens to parse is not).
-        body = request["body"] if "json" in headers.get("content-type", "") else None
-        if headers.get("x-delay-ms"):
-            time.sleep(int(headers["x-delay-ms"]) / 1000)
-        status = self._planned_status(headers)
-        try:
-            if status >= 400:
-                self._error(status, parts.path)
-            elif parts.path.endswith("/chat/completions"):
-                self._chat(body or {}, headers)
-            elif parts.path.endswith("/messages"):
-                self._message(body or {})
-            elif parts.path.startswith("/v1/jobs/"):
-                self._job(parts.path.rsplit("/", 1)[1])
-            elif parts.path == "/v1/audio/transcriptions":
-                self._send(200, "application/json", json.dumps({"text": f"heard {len(raw)} bytes"}).encode())
-            elif parts.path == "/v1/audio/speech":
-                self._send(200, "audio/mpeg", b"ID3\x04\x00" + os.urandom(3000))
-            elif parts.path == "/v1/image":
-                self._send(200, "image/png", PNG_HEAD + os.urandom(5000))
-            elif parts.path == "/v1/enc":
-                coding = query["coding"]
-                reply = json.dumps({"id": uuid.uuid4().hex, "coding": coding, "text": "ünïcode " * 40})
-                name = "gzip" if coding == "gzip-corrupt" else coding
-                self._send(
-                    200, "application/json", encode(reply.encode(), coding), {"Content-Encoding": name}
-                )
-            elif parts.path == "/v1/slow":
-                time.sleep(float(query.get("sleep", "1")))
-                self._send(200, "application/json", b'{"late": true}')
-            elif parts.path == "/v1/sse":
-                n = int(query.get("n", "5"))
-                events = [f'data: {{"i": {i}, "nonce": "{uuid.uuid4().hex}"}}\n\n'.encode() for i in range(n)]
-                drop = int(query["drop"]) if "drop" in query else None
-                self._stream(events, delay=float(query.get("delay", "0")), drop=drop)
-            else:
-                self._send(
-                    200, "application/json", json.dumps({"id": uuid.uuid4().hex, "path": parts.path}).encode()
-                )
-        except (BrokenPipeError, ConnectionResetError):  # the client left (abandoned stream, timeout)
-            self.close_connection = True
-
-    def _planned_status(self, headers: dict[str, str]) -> int:
-        if headers.get("x-status"):
-            return int(headers["x-status"])
-        scenario = headers.get("x-scenario")
-        if scenario and headers.get("x-fail"):
-            plan = [int(s) for s in headers["x-fail"].split(",")]
-            with self.server.lock:
-                attempt = self.server.attempts.get(scenario, 0)
-                self.server.attempts[scenario] = attempt + 1
-            if attempt < len(plan):
-                return plan[attempt]
-        return 200
-
-    # ------------------------------------------------------------------ writers
-
-    def _send(self, status: int, ctype: str, data: bytes, extra: dict[str, str] | None = None) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(data)))
-        self.send_header("X-Request-Id", "req_" + uuid.uuid4().hex)
-        for k, v in (extra or {}).items():
-            self.send_header(k, v)
-        self.end_headers()
-        self.wfile.write(data)
-        self.wfile.flush()
-
-    def _stream(self, events: list[bytes], *, delay: float = 0.0, drop: int | None = None) -> None:
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Transfer-Encoding", "chunked")
-        self.end_headers()
-        for i, event in enumerate(events):
-            if drop is not None and i == drop:  # the server dies mid-stream: no terminating chunk
-                self.wfile.flush()
-                self.connection.shutdown(socket.SHUT_RDWR)
-                self.close_connection = True
-                return
-            self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
-            self.wfile.flush()
-            if delay:
-                time.sleep(delay)
-        self.wfile.write(b"0\r\n\r\n")
-        self.wfile.flush()
-
-    def _error(self, status: int, path: str) -> None:
-        rid = uuid.uuid4().hex
-        if path.endswith("/messages"):
-            kind = "rate_limit_error" if status == 429 else "api_error"
-            reply: Any = {"type": "error", "error": {"type": kind, "message": f"failure {rid}"}}
-        else:
-            reply = {"error": {"message": f"failure {rid}", "type": "server_error", "code": status}}
-        self._send(status, "application/json", json.dumps(reply).encode(), {"Retry-After-Ms": "250"})
-
-    def _chat(self, body: dict[str, Any], headers: dict[str, str]) -> None:
-        last = (body.get("messages") or [{}])[-1].get("content") or ""
-        cid = "chatcmpl-" + uuid.uuid4().hex[:16]
-        text = f"answer to {last}"
-        if not body.get("stream"):
-            reply = {
-                "id": cid,
-                "object": "chat.completion",
-                "created": 1700000000,
-                "model": body.get("model", "m"),
-                "choices": [
-                    {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
-                ],
-                "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8},
-            }
-            self._send(200, "application/json", json.dumps(reply).encode())
-            return
-        words = text.split(" ") + [f"w{i}" for i in range(8)]
-        chunks = [
-            {
-                "id": cid,
-                "object": "chat.completion.chunk",
-                "created": 1700000000,
-                "model": body.get("model", "m"),
-                "choices": [{"index": 0, "delta": {"content": w + " "}, "finish_reason": None}],
-            }
-            for w in words
-        ]
-        events = [f"data: {json.dumps(c)}\n\n".encode() for c in chunks] + [b"data: [DONE]\n\n"]
-        drop = int(headers["x-drop-after"]) if headers.get("x-drop-after") else None
-        self._stream(events, delay=0.002, drop=drop)
-
-    def _message(self, body: dict[str, Any]) -> None:
-        reply = {
-            "id": "msg_" + uuid.uuid4().hex,
-            "type": "message",
-            "role": "assistant",
-            "model": body.get("model", "claude"),
-            "content": [{"type": "text", "text": "hello"}],
-            "stop_reason": "end_turn",
-            "stop_sequence": None,
-            "usage": {"input_tokens": 3, "output_tokens": 1},
-        }
-        self._send(200, "application/json", json.dumps(reply).encode())
-
-    def _job(self, job: str) -> None:
-        with self.server.lock:
-            n = self.server.polls.get(job, 0) + 1
-            self.server.polls[job] = n
-        reply = {"id": job, "poll": n, "nonce": uuid.uuid4().hex, "status": "done" if n >= 4 else "running"}
-        self._send(200, "application/json", json.dumps(reply).encode())
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    block_on_close = False
-    request_queue_size = 128  # 32 concurrent connects must not overflow the backlog
-
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
-        self.lock = threading.Lock()
-        self.requests: list[dict[str, Any]] = []
-        self.attempts: dict[str, int] = {}
-        self.polls: dict[str, int] = {}
-
-
-class Server:
-    """The robustness server running in a thread; ``requests`` lists what it received."""
-
-    def __init__(self) -> None:
-        self._server = _Server()
-        self.port = self._server.server_address[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05})
-        self._thread.daemon = True
-        self._thread.start()
-
-    @property
-    def requests(self) -> list[dict[str, Any]]:
-        return self._server.requests
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(5)
-
-
-@pytest.fixture
-def srv() -> Iterator[Server]:
-    s = Server()
-    try:
-        yield s
-    finally:
-        s.stop()
+    server.route("/v1/audio/transcriptions", lambda r: json_reply({"text": f"heard {len(r['raw'])} bytes"}))
+    server.route("/v1/audio/speech", lambda r: Reply(b"ID3\x04\x00" + os.urandom(3000), ctype="audio/mpeg"))
+    server.route("/v1/image", lambda r: Reply(PNG_HEAD + os.urandom(5000), ctype="image/png"))
+    return server
 
 
 def free_port() -> int:
@@ -362,7 +159,7 @@ async def _gather_openai(url: str, jitter: random.Random) -> list[str]:
 
 @pytest.mark.parametrize("runner", [_gather_httpx2, _gather_openai], ids=["httpx2", "openai"])
 def test_concurrent_async_calls_are_recorded_once_and_each_caller_gets_its_own_answer(
-    runner: Callable[[str, random.Random], Any], srv: Server, store: Path
+    runner: Callable[[str, random.Random], Any], srv: LocalServer, store: Path
 ) -> None:
     with forkpoint.record(store=store) as rec:
         live = asyncio.run(runner(srv.url, random.Random(1)))
@@ -438,7 +235,7 @@ def _run_threads(work: Callable[[int], None]) -> None:
 
 @pytest.mark.parametrize("runner", [_threads_httpx2, _threads_openai], ids=["httpx2", "openai"])
 def test_threads_sharing_one_sync_client(
-    runner: Callable[[str, int], dict[int, str]], srv: Server, store: Path
+    runner: Callable[[str, int], dict[int, str]], srv: LocalServer, store: Path
 ) -> None:
     with forkpoint.record(store=store) as rec:
         live = runner(srv.url, 1)
@@ -455,7 +252,7 @@ def test_threads_sharing_one_sync_client(
 
 @pytest.mark.parametrize("sdk", ["openai", "anthropic"])
 def test_best_of_n_on_a_fresh_async_sdk_client_replays_each_caller_its_answer(
-    sdk: str, srv: Server, store: Path
+    sdk: str, srv: LocalServer, store: Path
 ) -> None:
     """The same request gathered 8 times on a *fresh* async client. Each first request of such a
     client waits on a worker thread (the SDK's platform lookup), so the order in which they reach
@@ -491,7 +288,9 @@ def test_best_of_n_on_a_fresh_async_sdk_client_replays_each_caller_its_answer(
             assert ids() == live
 
 
-def test_identical_concurrent_requests_replay_in_the_order_they_were_sent(srv: Server, store: Path) -> None:
+def test_identical_concurrent_requests_replay_in_the_order_they_were_sent(
+    srv: LocalServer, store: Path
+) -> None:
     """Best-of-n: the same request sent 4 times at once. The server answers the last one first, so the
     calls *finish* in reverse order. A user expects the replay to give caller k the answer caller k
     got: identical requests are answered in the order they were **sent** (each event keeps its
@@ -546,6 +345,7 @@ def test_identical_concurrent_tool_calls_replay_in_the_order_they_were_started(s
     assert rp.report()["matched"] == 2 and next(started) == 3  # no tool body ran on replay
 
 
+@pytest.mark.slow
 def test_log_stays_valid_with_several_processes_appending(store: Path) -> None:
     """Four processes append 25 events each (lines of ~8 KB, more than one pipe buffer) to one
     session at once: every line is whole, the chain is unbroken and seq has no gap."""
@@ -572,9 +372,10 @@ def test_log_stays_valid_with_several_processes_appending(store: Path) -> None:
 # ============================================================================ 2. same request, different answers
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("is_async", MODES)
 def test_sdk_retries_after_429_and_500_replay_in_recorded_order_without_waiting(
-    is_async: bool, srv: Server, store: Path
+    is_async: bool, srv: LocalServer, store: Path
 ) -> None:
     """The openai SDK retries a 429 and a 500 with byte-identical bodies (only the
     ``x-stainless-retry-count`` header differs, and it is not in the match key). Replay answers the
@@ -618,9 +419,10 @@ def test_sdk_retries_after_429_and_500_replay_in_recorded_order_without_waiting(
     assert rp.report()["matched"] == 3
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sdk", ["openai", "anthropic"])
 def test_sdk_retries_exhausted_raise_the_same_error_live_and_replayed(
-    sdk: str, srv: Server, store: Path
+    sdk: str, srv: LocalServer, store: Path
 ) -> None:
     headers = {"x-scenario": "exhausted", "x-fail": "429,500,500"}
 
@@ -648,6 +450,7 @@ def test_sdk_retries_exhausted_raise_the_same_error_live_and_replayed(
     assert rp.report()["matched"] == 3 and len(srv.requests) == 3
 
 
+@pytest.mark.slow
 def test_retry_backoff_after_a_transport_error_is_skipped_on_replay_and_draws_the_same_randomness(
     store: Path,
 ) -> None:
@@ -674,7 +477,7 @@ def test_retry_backoff_after_a_transport_error_is_skipped_on_replay_and_draws_th
 
 
 @pytest.mark.parametrize("lib", LIBS)
-def test_polling_replays_each_poll_in_recorded_order(lib: ModuleType, srv: Server, store: Path) -> None:
+def test_polling_replays_each_poll_in_recorded_order(lib: ModuleType, srv: LocalServer, store: Path) -> None:
     def poll(job: str) -> list[dict[str, Any]]:
         seen = []
         with lib.Client() as c:
@@ -706,7 +509,7 @@ def test_polling_replays_each_poll_in_recorded_order(lib: ModuleType, srv: Serve
     ],
 )
 def test_http_errors_replay_as_the_same_sdk_exception(
-    sdk: str, status: int, cls: type[Exception], srv: Server, store: Path
+    sdk: str, status: int, cls: type[Exception], srv: LocalServer, store: Path
 ) -> None:
     def call() -> Any:
         headers = {"x-status": str(status)}
@@ -769,7 +572,7 @@ def _stream_until_error(lib: ModuleType, is_async: bool, url: str) -> tuple[list
 @pytest.mark.parametrize("is_async", MODES)
 @pytest.mark.parametrize("lib", LIBS)
 def test_read_timeout_is_recorded_and_raised_again(
-    lib: ModuleType, is_async: bool, srv: Server, store: Path
+    lib: ModuleType, is_async: bool, srv: LocalServer, store: Path
 ) -> None:
     url = srv.url + "/v1/slow?sleep=0.6"
     with forkpoint.record(store=store) as rec, pytest.raises(lib.ReadTimeout) as live:
@@ -799,9 +602,9 @@ def test_connection_refused_is_recorded_and_raised_again(
 @pytest.mark.parametrize("is_async", MODES)
 @pytest.mark.parametrize("lib", LIBS)
 def test_server_disconnecting_mid_stream_fails_again_after_the_same_chunks(
-    lib: ModuleType, is_async: bool, srv: Server, store: Path
+    lib: ModuleType, is_async: bool, srv: LocalServer, store: Path
 ) -> None:
-    url = srv.url + "/v1/sse?n=6&drop=3"
+    url = srv.url + "/v1/sse?kind=sse&n=6&delay=0&drop=3"
     with forkpoint.record(store=store) as rec:
         live_chunks, live_exc = _stream_until_error(lib, is_async, url)
     assert len(live_chunks) == 3 and isinstance(live_exc, lib.RemoteProtocolError)
@@ -817,7 +620,7 @@ def test_server_disconnecting_mid_stream_fails_again_after_the_same_chunks(
 
 @pytest.mark.parametrize("failure", ["refused", "timeout", "mid-stream"])
 def test_openai_sdk_wraps_transport_failures_the_same_way_on_replay(
-    failure: str, srv: Server, store: Path
+    failure: str, srv: LocalServer, store: Path
 ) -> None:
     base = f"http://127.0.0.1:{free_port()}" if failure == "refused" else srv.url
 
@@ -896,7 +699,8 @@ async def _ask_with_deadline(url: str, deadline: float | None) -> list[str]:
     return out
 
 
-def test_a_call_cancelled_by_its_caller_times_out_again_on_replay(srv: Server, store: Path) -> None:
+@pytest.mark.slow
+def test_a_call_cancelled_by_its_caller_times_out_again_on_replay(srv: LocalServer, store: Path) -> None:
     """``asyncio.wait_for(call, 0.1)`` around a call the server answers after 0.6 s: live, the caller
     gets TimeoutError and the call never answers. The call is written at once with the
     cancellation as its ``error`` (it does not wait, pending, for the end of the session), and on
@@ -941,13 +745,13 @@ def _abandon(style: str, client: httpx2.Client, url: str) -> bytes:
 
 @pytest.mark.parametrize("style", ["break", "close", "with"])
 def test_abandoned_stream_is_recorded_as_partial_and_replays_the_same(
-    style: str, srv: Server, store: Path
+    style: str, srv: LocalServer, store: Path
 ) -> None:
     """The caller reads one chunk and leaves. The event keeps that chunk with ``ended: "client"``;
     replay serves the same chunk and ends the same way. A replayed caller that reads *past* the
     recorded end gets a Divergence: the rest of the stream was never received, and inventing an
     end (a silently shorter answer) would hide that the run went another way."""
-    url = srv.url + "/v1/sse?n=40&delay=0.005"
+    url = srv.url + "/v1/sse?kind=sse&n=40&delay=0.005"
     with forkpoint.record(store=store) as rec, httpx2.Client() as c:
         live = _abandon(style, c, url)
     (event,) = model_calls(rec.session_path)
@@ -965,7 +769,7 @@ def test_abandoned_stream_is_recorded_as_partial_and_replays_the_same(
     assert rp.report()["divergence"]["expected"]["seq"] == event["seq"]
 
 
-def test_openai_stream_closed_after_the_first_chunk(srv: Server, store: Path) -> None:
+def test_openai_stream_closed_after_the_first_chunk(srv: LocalServer, store: Path) -> None:
     def first_then_close() -> str:
         with oai(srv.url) as c:
             stream = c.chat.completions.create(model="m", messages=user("hi"), stream=True)
@@ -985,7 +789,9 @@ def test_openai_stream_closed_after_the_first_chunk(srv: Server, store: Path) ->
             list(stream)  # reading on, past what the recorded caller read
 
 
-def test_a_stream_closed_right_after_its_final_event_may_be_read_to_the_end(srv: Server, store: Path) -> None:
+def test_a_stream_closed_right_after_its_final_event_may_be_read_to_the_end(
+    srv: LocalServer, store: Path
+) -> None:
     """The sync openai SDK closes an SSE response as soon as it sees ``data: [DONE]``: the event says
     ``ended: "client"`` although nothing was left unread. A replayed caller that reads on (another
     SDK version drains the body, or a raw client reads it all) gets the end of the stream, as it
@@ -1007,11 +813,11 @@ def test_a_stream_closed_right_after_its_final_event_may_be_read_to_the_end(srv:
 
 @pytest.mark.parametrize("is_async", MODES)
 def test_fifty_abandoned_streams_on_one_connection_do_not_leak_or_hang(
-    is_async: bool, srv: Server, store: Path
+    is_async: bool, srv: LocalServer, store: Path
 ) -> None:
     """With a pool of one connection and a 0.5 s pool timeout, a leaked connection would make the
     second call fail with PoolTimeout."""
-    url = srv.url + "/v1/sse?n=40&delay=0.005"
+    url = srv.url + "/v1/sse?kind=sse&n=40&delay=0.005"
     limits = httpx2.Limits(max_connections=1)
     timeout = httpx2.Timeout(5.0, pool=0.5)
 
@@ -1060,12 +866,12 @@ def _get(lib: ModuleType, url: str) -> tuple[Any, bytes | BaseException]:
 @pytest.mark.parametrize("coding", ["gzip", "deflate", "br", "zstd"])
 @pytest.mark.parametrize("lib", LIBS)
 def test_compressed_responses_are_stored_decoded_with_consistent_headers(
-    lib: ModuleType, coding: str, srv: Server, store: Path
+    lib: ModuleType, coding: str, srv: LocalServer, store: Path
 ) -> None:
     """forkpoint stores a body decoded exactly when the client library decodes it (httpx2 on
     Python < 3.14 needs ``backports.zstd`` for zstd; without it the caller gets the compressed bytes,
     and so does the log): the stored body is what the caller saw, and the replay gives it back."""
-    url = srv.url + f"/v1/enc?coding={coding}"
+    url = srv.url + f"/v1/enc?encoding={coding}"
     with forkpoint.record(store=store) as rec:
         live, live_body = _get(lib, url)
     assert live.headers["content-encoding"] == coding
@@ -1095,15 +901,15 @@ def importlib_decoders(lib: ModuleType) -> set[str]:
 @pytest.mark.parametrize("coding", ["gzip-corrupt", "x-custom"])
 @pytest.mark.parametrize("lib", LIBS)
 def test_undecodable_bodies_are_stored_as_received_and_replay_the_same_way(
-    lib: ModuleType, coding: str, srv: Server, store: Path
+    lib: ModuleType, coding: str, srv: LocalServer, store: Path
 ) -> None:
-    url = srv.url + f"/v1/enc?coding={coding}"
+    url = srv.url + f"/v1/enc?encoding={coding}"
     with forkpoint.record(store=store) as rec:
         _, live = _get(lib, url)
     if coding == "gzip-corrupt":
         assert isinstance(live, lib.DecodingError)
     else:
-        assert isinstance(live, bytes) and json.loads(live)["coding"] == "x-custom"
+        assert isinstance(live, bytes) and json.loads(live)["query"]["encoding"] == "x-custom"
     (event,) = model_calls(rec.session_path)
     resp = event["response"]
     stored = {k.lower(): v for k, v in resp["headers"]}
@@ -1116,7 +922,7 @@ def test_undecodable_bodies_are_stored_as_received_and_replay_the_same_way(
 
 
 def test_multipart_audio_upload_is_stored_losslessly_and_matches_despite_a_new_boundary(
-    srv: Server, store: Path
+    srv: LocalServer, store: Path
 ) -> None:
     audio = b"RIFF\x24\x08\x00\x00WAVEfmt " + bytes(range(256)) * 8
 
@@ -1150,7 +956,7 @@ def test_multipart_audio_upload_is_stored_losslessly_and_matches_despite_a_new_b
     assert len(srv.requests) == 1
 
 
-def test_binary_responses_are_stored_losslessly(srv: Server, store: Path) -> None:
+def test_binary_responses_are_stored_losslessly(srv: LocalServer, store: Path) -> None:
     with forkpoint.record(store=store) as rec:
         with oai(srv.url) as c:
             speech = c.audio.speech.create(model="tts-1", voice="alloy", input="hello").content
@@ -1170,7 +976,7 @@ def test_binary_responses_are_stored_losslessly(srv: Server, store: Path) -> Non
 
 @pytest.mark.parametrize("lib", LIBS)
 def test_gzip_compressed_request_body_is_stored_decoded_and_matched(
-    lib: ModuleType, srv: Server, store: Path
+    lib: ModuleType, srv: LocalServer, store: Path
 ) -> None:
     """A request body sent with ``Content-Encoding: gzip`` is stored decoded (header removed), so it
     is readable in the log and matches on replay although gzip embeds a timestamp that differs
@@ -1211,8 +1017,9 @@ print("child:", r.json()["id"], "mode:", os.environ.get("FORKPOINT_MODE"))
 """
 
 
+@pytest.mark.slow
 def test_python_subprocesses_are_neither_recorded_nor_replayed(
-    srv: Server, tmp_path: Path, store: Path
+    srv: LocalServer, tmp_path: Path, store: Path
 ) -> None:
     """The documented rule: ``forkpoint record -- CMD`` activates in the first Python process only.
     The child's call is not in the session (and runs live on replay), the log stays valid, and the

@@ -1,4 +1,4 @@
-"""The real openai and anthropic SDKs, unmodified: recorded against the local model server, then
+"""The real openai and anthropic SDKs, unmodified: recorded against the demo model server, then
 replayed with the server stopped. What the SDK parses on replay must equal what it parsed live."""
 
 from __future__ import annotations

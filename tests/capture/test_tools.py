@@ -237,6 +237,7 @@ class PathErr(Exception):
         return f"{self.path}: {self.reason}"
 
 
+@pytest.mark.slow
 def test_rebuilt_exceptions_say_what_they_said_live(store: Path, tmp_path: Path) -> None:
     """An agent often sends ``str(exc)`` to the model: the rebuilt exception must say exactly what
     the live one said — builtins with extra state (an OSError's file name, a decode error's

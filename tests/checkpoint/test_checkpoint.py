@@ -1,9 +1,9 @@
 """Replayable checkpoints on real git repositories: take, restore, validate, fork.
 
 Agents here are real: a small hand-written tool loop on the ``openai`` SDK (tools decorated with
-``@forkpoint.tool``) against a tiny scripted OpenAI-compatible server defined below (it can ask for
-two tool calls in one response, which the demo server never does), and the bundled demo agent against
-``forkpoint.demo.server.ModelServer`` for the end-to-end fork through the CLI.
+``@forkpoint.tool``) against the tests' local server answering from a script (``chat_script``: it
+can ask for two tool calls in one response, which the demo server never does), and the bundled demo
+agent against ``forkpoint.demo.server.ModelServer`` for the end-to-end fork through the CLI.
 """
 
 from __future__ import annotations
@@ -14,10 +14,8 @@ import random
 import stat
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +40,7 @@ from forkpoint.demo.server import ModelServer
 from forkpoint.log import BlobStore, Session, SessionWriter
 from forkpoint.record import make_header
 from forkpoint.store import session_dirs
+from tests.modelserver import LocalServer
 
 # --------------------------------------------------------------------------- git helpers
 
@@ -139,80 +138,6 @@ def cli(*args: str) -> Any:
     return CliRunner().invoke(main, list(args), catch_exceptions=False)
 
 
-# --------------------------------------------------------------------------- a scripted model server
-
-
-class ScriptServer:
-    """An OpenAI-compatible ``/v1/chat/completions`` endpoint answering from a script.
-
-    Reply ``n`` (counted by the assistant messages already in the request) is either a list of
-    ``(tool_name, arguments)`` tool calls, all in one response, or the final text.
-    """
-
-    def __init__(self, script: list[list[tuple[str, dict[str, Any]]] | str]) -> None:
-        self.script = script
-        owner = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def do_POST(self) -> None:  # noqa: N802 - stdlib naming
-                body = json.loads(self.rfile.read(int(self.headers["content-length"])))
-                n = sum(1 for m in body["messages"] if m.get("role") == "assistant")
-                reply = owner.script[min(n, len(owner.script) - 1)]
-                message: dict[str, Any] = {"role": "assistant", "content": None}
-                if isinstance(reply, str):
-                    message["content"] = reply
-                else:
-                    message["tool_calls"] = [
-                        {
-                            "id": f"call_{n}_{i}",
-                            "type": "function",
-                            "function": {"name": name, "arguments": json.dumps(args)},
-                        }
-                        for i, (name, args) in enumerate(reply)
-                    ]
-                data = json.dumps(
-                    {
-                        "id": f"chatcmpl-{n}",
-                        "object": "chat.completion",
-                        "created": 1_700_000_000,
-                        "model": body["model"],
-                        "choices": [
-                            {
-                                "index": 0,
-                                "message": message,
-                                "finish_reason": "stop" if isinstance(reply, str) else "tool_calls",
-                            }
-                        ],
-                        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
-                    }
-                ).encode()
-                self.send_response(200)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-
-    def __enter__(self) -> ScriptServer:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
 # --------------------------------------------------------------------------- a small coding agent
 
 _WORKDIR: list[Path] = []
@@ -307,8 +232,8 @@ def fix_script(scratch: str) -> list[Any]:
 
 
 def record_agent(store: Path, repo: Path, script: list[Any], **kw: Any) -> Session:
-    with ScriptServer(script) as srv, forkpoint.record(store=store, workspace=repo, **kw) as rec:
-        run_agent(srv.base_url, repo)
+    with LocalServer(chat_script=script) as srv, forkpoint.record(store=store, workspace=repo, **kw) as rec:
+        run_agent(srv.openai_base_url, repo)
     return Session.load(rec.session_path)
 
 
@@ -737,6 +662,7 @@ def test_include_ignored(tmp_path: Path) -> None:
     assert status(into) == status(repo)
 
 
+@pytest.mark.slow
 def test_include_ignored_through_the_cli(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "repo", {".gitignore": "*.log\n", "a.py": "x = 1\n"})
     (repo / "ignored.log").write_text("x\n")
@@ -901,6 +827,7 @@ def test_checkpoints_cost_what_changed_not_the_whole_state(tmp_path: Path) -> No
 # --------------------------------------------------------------------------- fork, end to end
 
 
+@pytest.mark.slow
 def test_fork_two_arms_end_to_end(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "repo", {"calc.py": CALC_BUGGY, ".gitignore": "__pycache__/\n"})
     store = tmp_path / "store"

@@ -193,6 +193,7 @@ def test_api_key_never_reaches_disk(recorded: Recorded) -> None:
 # ----------------------------------------------------------------------------- replay
 
 
+@pytest.mark.slow
 def test_replay_serves_everything_offline_and_exits_with_the_scripts_code(recorded: Recorded) -> None:
     side = recorded.workdir / "side_effect.txt"
     before = side.read_text()
@@ -235,6 +236,7 @@ def test_replay_serves_everything_offline_and_exits_with_the_scripts_code(record
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", [["agent_script.py"], ["-m", "agent_script"]], ids=["script", "module"])
 def test_replay_divergence_exits_3_with_the_paragraph(recorded: Recorded, how: list[str]) -> None:
     env = {**recorded.base_env, "AGENT_RETRIES": "0"}
@@ -354,6 +356,7 @@ def test_session_resolution(recorded: Recorded, tmp_path: Path) -> None:
     assert r.exit_code == 1 and "no session there has that name" in r.output
 
 
+@pytest.mark.slow
 def test_verify_passes_then_fails_after_tampering(recorded: Recorded, tmp_path: Path) -> None:
     copy = tmp_path / recorded.alpha.name
     shutil.copytree(recorded.alpha, copy)
@@ -447,6 +450,7 @@ print(quote(ticker)["price"], quote(ticker)["price"])
 """
 
 
+@pytest.mark.slow
 def test_replay_of_a_command_that_ran_several_programs(tmp_path: Path) -> None:
     """A recorded shell script ran the agent twice, one run after the other, with identical tool
     calls: each program must get back its own answers on replay (the second run the 3rd and 4th
@@ -535,6 +539,7 @@ asyncio.run(main(int(sys.argv[2])))
 """
 
 
+@pytest.mark.slow
 def test_concurrent_identical_calls_keep_their_order_when_another_program_made_the_same_call(
     tmp_path: Path,
 ) -> None:

@@ -152,6 +152,7 @@ def test_tools_directly(tmp_path: Path) -> None:
         demo_agent._workdir.reset(token)
 
 
+@pytest.mark.slow
 def test_cli_server_and_agent(tmp_path: Path) -> None:
     env = _env()
     proc = subprocess.Popen(
@@ -498,6 +499,30 @@ def test_anthropic_error_status(server: ModelServer, status: int, exc: type[Exce
     with pytest.raises(exc):
         with client.messages.stream(model="c", max_tokens=9, messages=USER, extra_headers=headers) as stream:
             stream.get_final_message()
+
+
+GEMINI_MODEL = "gemini-demo-flash"
+
+
+def test_gemini_wire_shapes() -> None:
+    """Without ``alt=sse`` a stream is one JSON array of chunks; other methods are Google-shaped 404s."""
+    with ModelServer(turns=1, seed=1) as server:
+        url = server.base_url + f"/v1beta/models/{GEMINI_MODEL}"
+        body = {"contents": [{"role": "user", "parts": [{"text": "Say hello."}]}]}
+        whole = httpx2.post(url + ":generateContent", json=body).json()
+        chunks = httpx2.post(url + ":streamGenerateContent", json=body).json()
+        sse = httpx2.post(url + ":streamGenerateContent?alt=sse", json=body)
+        missing = httpx2.post(url + ":countTokens", json=body)
+    assert isinstance(chunks, list) and len(chunks) > 1
+    assert all(c["responseId"] == chunks[0]["responseId"] for c in chunks)
+    assert [c["candidates"][0].get("finishReason") for c in chunks] == [None] * (len(chunks) - 1) + ["STOP"]
+    assert chunks[-1]["usageMetadata"]["candidatesTokenCount"] > 0
+    assert whole["modelVersion"] == GEMINI_MODEL and whole["usageMetadata"]["totalTokenCount"] > 0
+    assert whole["candidates"][0]["content"]["role"] == "model"
+    assert sse.headers["content-type"].startswith("text/event-stream")
+    events = [json.loads(line[6:]) for line in sse.text.splitlines() if line.startswith("data: ")]
+    assert len(events) > 1 and events[-1]["candidates"][0]["finishReason"] == "STOP"
+    assert missing.status_code == 404 and missing.json()["error"]["status"] == "NOT_FOUND"
 
 
 def test_unknown_path_is_404_json(server: ModelServer) -> None:

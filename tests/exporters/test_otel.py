@@ -1,8 +1,9 @@
 """``forkpoint export``: a recorded session as an OpenTelemetry trace (GenAI semantic conventions).
 
-The demo agent is recorded in-process against the local model server (with a workspace, so the
-session has checkpoints, and a note); the export goes through the SDK's OTLP/HTTP exporter to a
-tiny OTLP receiver started on 127.0.0.1 by the test, which decodes the protobuf request.
+The demo agent is recorded in-process against the demo model server (with a workspace, so the
+session has checkpoints, and a note); the export goes through the SDK's OTLP/HTTP exporter to an
+OTLP receiver on 127.0.0.1 (the tests' local server with a ``/v1/traces`` route), and the test
+decodes the protobuf request it received.
 
 Recorded shape (``ModelServer(turns=2)``): checkpoint, model call (-> write_file), write_file,
 checkpoint, model call (-> run_tests), run_tests, checkpoint, model call (text answer), end.
@@ -13,12 +14,9 @@ from __future__ import annotations
 import gzip
 import json
 import socket
-import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +42,7 @@ from forkpoint.demo.server import ModelServer  # noqa: E402
 from forkpoint.exporters.otel import otlp_traces_url, plan, trace_id_for  # noqa: E402
 from forkpoint.log import Session  # noqa: E402
 from forkpoint.providers import recorded_response, response_text  # noqa: E402
+from tests.modelserver import LocalServer, Reply  # noqa: E402
 
 CONTENT_KEYS = {
     "gen_ai.input.messages",
@@ -62,49 +61,14 @@ FAILING = 'tool:run_tests.result={"passed":0,"failed":2,"output":"FAIL"}'
 # --------------------------------------------------------------------------- a local OTLP/HTTP receiver
 
 
-class _Receiver(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
-        self.requests: list[tuple[str, dict[str, str], bytes]] = []
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server: _Receiver
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
-        pass
-
-    def do_POST(self) -> None:  # noqa: N802 - stdlib name
-        body = self.rfile.read(int(self.headers.get("content-length") or 0))
-        if self.headers.get("content-encoding") == "gzip":
-            body = gzip.decompress(body)
-        self.server.requests.append((self.path, {k.lower(): v for k, v in self.headers.items()}, body))
-        if self.path != "/v1/traces":
-            self.send_response(404)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-            return
-        out = ExportTraceServiceResponse().SerializeToString()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/x-protobuf")
-        self.send_header("Content-Length", str(len(out)))
-        self.end_headers()
-        self.wfile.write(out)
-
-
 @pytest.fixture
-def receiver() -> Iterator[_Receiver]:
-    srv = _Receiver()
-    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
-        yield srv
-    finally:
-        srv.shutdown()
-        srv.server_close()
-        thread.join(5)
+def receiver(server: LocalServer) -> LocalServer:
+    """The shared local server (tests/modelserver.py) as an OTLP/HTTP receiver: ``POST /v1/traces``
+    is accepted, every other path is a 404."""
+    server.route("*", lambda request: Reply(b"", 404, ctype=None))
+    ok = ExportTraceServiceResponse().SerializeToString()
+    server.route("/v1/traces", lambda request: Reply(ok, ctype="application/x-protobuf"), method="POST")
+    return server
 
 
 # --------------------------------------------------------------------------- recorded sessions
@@ -146,10 +110,12 @@ def attrs(obj: Any) -> dict[str, Any]:
     return {a.key: value(a.value) for a in obj.attributes}
 
 
-def spans_of(receiver: _Receiver) -> tuple[list[Span], bytes]:
-    assert len(receiver.requests) == 1, [r[0] for r in receiver.requests]
-    path, headers, body = receiver.requests[0]
+def spans_of(receiver: LocalServer) -> tuple[list[Span], bytes]:
+    assert len(receiver.requests) == 1, [r["path"] for r in receiver.requests]
+    path, headers, body = (receiver.requests[0][k] for k in ("path", "headers", "raw"))
     assert path == "/v1/traces"
+    if headers.get("content-encoding") == "gzip":
+        body = gzip.decompress(body)
     assert headers["content-type"] == "application/x-protobuf"
     req = ExportTraceServiceRequest.FromString(body)
     spans = [s for rs in req.resource_spans for ss in rs.scope_spans for s in ss.spans]
@@ -174,9 +140,9 @@ def export(store: Path, session: Session, *args: str) -> Any:
 # --------------------------------------------------------------------------- tests
 
 
-def test_export_follows_genai_conventions(recorded: Recorded, receiver: _Receiver) -> None:
+def test_export_follows_genai_conventions(recorded: Recorded, receiver: LocalServer) -> None:
     s = recorded.session
-    export(recorded.store, s, "--otlp", f"http://127.0.0.1:{receiver.server_port}")
+    export(recorded.store, s, "--otlp", receiver.url)
     spans, raw = spans_of(receiver)
     models = s.by_type("model_call")
     tools = s.by_type("tool_call")
@@ -265,9 +231,9 @@ def test_export_follows_genai_conventions(recorded: Recorded, receiver: _Receive
         assert secret.encode() not in raw
 
 
-def test_export_with_content(recorded: Recorded, receiver: _Receiver) -> None:
+def test_export_with_content(recorded: Recorded, receiver: LocalServer) -> None:
     s = recorded.session
-    export(recorded.store, s, "--otlp", f"http://127.0.0.1:{receiver.server_port}/v1/traces", "--content")
+    export(recorded.store, s, "--otlp", f"{receiver.url}/v1/traces", "--content")
     spans, raw = spans_of(receiver)
     by_id = {sp.span_id: sp for sp in spans}
     models = s.by_type("model_call")
@@ -361,6 +327,7 @@ def test_what_if_session_links_to_its_parent(recorded: Recorded, tmp_path: Path)
     assert first["links"][0]["spanId"] == recorded.session.header["span_id"]
 
 
+@pytest.mark.slow
 def test_unreachable_endpoint_fails_cleanly(recorded: Recorded) -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

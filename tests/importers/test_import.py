@@ -8,9 +8,7 @@ import gzip
 import hashlib
 import io
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
@@ -29,6 +27,7 @@ from forkpoint.diff import diff_sessions
 from forkpoint.errors import ImportFormatError
 from forkpoint.importers import detect_format, import_file, load_document
 from forkpoint.show import render
+from tests.modelserver import LocalServer, Reply, Route, Stream
 from tests.realdata import CASSETTES, TRAJECTORIES
 
 needs_cassettes = pytest.mark.skipif(
@@ -266,51 +265,22 @@ def test_cassette_becomes_stored_shapes(name: str, tmp_path: Path) -> None:
         assert s.by_type("model_call")[0]["ts"].endswith("Z")
 
 
-class CassetteServer:
-    """Answers the n-th request with the n-th recorded response of a cassette (SSE event by event)."""
+def play_cassette(interactions: list[dict[str, Any]]) -> Route:
+    """A route for the shared local server: the n-th request gets the n-th recorded response, with
+    its recorded status, reason and headers; an SSE body is written one event at a time."""
 
-    def __init__(self, interactions: list[dict[str, Any]]) -> None:
-        outer = self
-        self.count = 0
+    def answer(request: dict[str, Any]) -> Reply | Stream:
+        rs = interactions[(request["n"] - 1) % len(interactions)]["response"]
+        raw = json.dumps(rs["parsed_body"]).encode() if "parsed_body" in rs else rs["body"]["string"].encode()
+        skip = ("content-length", "transfer-encoding", "content-encoding", "connection")
+        headers = [(k, v) for k, values in rs["headers"].items() for v in values if k.lower() not in skip]
+        status, reason = rs["status"]["code"], rs["status"]["message"]
+        if not raw.startswith((b"data:", b"event:")):
+            return Reply(raw, status, ctype=None, headers=headers, reason=reason)
+        events = [piece + b"\n\n" for piece in raw.split(b"\n\n") if piece]
+        return Stream(events, status=status, ctype=None, headers=headers, reason=reason, chunked=False)
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def do_POST(self) -> None:  # noqa: N802 - stdlib name
-                self.rfile.read(int(self.headers.get("content-length", 0)))
-                rs = interactions[outer.count % len(interactions)]["response"]
-                outer.count += 1
-                raw = (
-                    json.dumps(rs["parsed_body"]).encode()
-                    if "parsed_body" in rs
-                    else rs["body"]["string"].encode()
-                )
-                self.send_response(rs["status"]["code"], rs["status"]["message"])
-                skip = ("content-length", "transfer-encoding", "content-encoding", "connection")
-                for k, values in rs["headers"].items():
-                    for v in values:
-                        if k.lower() not in skip:
-                            self.send_header(k, v)
-                self.send_header("content-length", str(len(raw)))
-                self.end_headers()
-                if not raw.startswith((b"data:", b"event:")):
-                    self.wfile.write(raw)
-                    return
-                for piece in raw.split(b"\n\n"):  # one SSE event per write
-                    if piece:
-                        self.wfile.write(piece + b"\n\n")
-                        self.wfile.flush()
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.httpd.serve_forever, args=(0.02,), daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-
-    def stop(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+    return answer
 
 
 def send_cassette_requests(url: str, interactions: list[dict[str, Any]]) -> list[Any]:
@@ -352,14 +322,12 @@ def send_cassette_requests(url: str, interactions: list[dict[str, Any]]) -> list
 @pytest.mark.parametrize(
     "name", [p.name for p in sorted(CASSETTES.glob("*.yaml"))] if CASSETTES.is_dir() else []
 )
-def test_imported_cassette_replays_with_the_real_sdk(name: str, tmp_path: Path) -> None:
+def test_imported_cassette_replays_with_the_real_sdk(name: str, tmp_path: Path, server: LocalServer) -> None:
     path = CASSETTES / name
     interactions = _interactions(path)
-    server = CassetteServer(interactions)
-    try:
-        live = send_cassette_requests(server.url, interactions)  # the cassette's bytes, parsed live
-    finally:
-        server.stop()
+    server.route("*", play_cassette(interactions))
+    live = send_cassette_requests(server.url, interactions)  # the cassette's bytes, parsed live
+    server.stop()
     session = import_file(path, store=tmp_path)
     with forkpoint.replay(session) as rp:  # no server: only the imported session can answer
         replayed = send_cassette_requests("http://127.0.0.1:9", interactions)

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +20,7 @@ import pytest
 import yaml
 
 import forkpoint
+from tests.modelserver import LocalServer, Reply, Route, Stream
 from tests.realdata import CASSETTES, cassette_files
 
 pytestmark = pytest.mark.skipif(
@@ -53,50 +52,25 @@ def load(path: Path) -> list[dict[str, Any]]:
     return out
 
 
-class CassetteServer:
-    """Answers the n-th request with the n-th recorded response, SSE events flushed one by one."""
+def play(interactions: list[dict[str, Any]]) -> Route:
+    """A route for the shared local server: the n-th request gets the n-th recorded response, SSE
+    events flushed one by one as chunks of their own."""
 
-    def __init__(self, interactions: list[dict[str, Any]]) -> None:
-        self.interactions = interactions
-        self.seen: list[dict[str, Any]] = []
-        outer = self
+    def answer(request: dict[str, Any]) -> Reply | Stream:
+        it = interactions[(request["n"] - 1) % len(interactions)]
+        status, reason, headers, raw = it["status"]["code"], it["status"]["message"], it["headers"], it["raw"]
+        if b"data:" in raw[:200] or raw.startswith(b"event:"):
+            events = [piece + b"\n\n" for piece in raw.split(b"\n\n") if piece]
+            return Stream(events, status=status, reason=reason, ctype=None, headers=headers)
+        return Reply(raw, status, reason=reason, ctype=None, headers=headers)
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
+    return answer
 
-            def do_POST(self) -> None:
-                n = int(self.headers.get("content-length", 0))
-                outer.seen.append(json.loads(self.rfile.read(n)))
-                it = outer.interactions[(len(outer.seen) - 1) % len(outer.interactions)]
-                self.send_response(it["status"]["code"], it["status"]["message"])
-                for k, v in it["headers"]:
-                    self.send_header(k, v)
-                raw: bytes = it["raw"]
-                if b"data:" in raw[:200] or raw.startswith(b"event:"):
-                    self.send_header("transfer-encoding", "chunked")
-                    self.end_headers()
-                    for piece in raw.split(b"\n\n"):
-                        if piece:
-                            data = piece + b"\n\n"
-                            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
-                            self.wfile.flush()
-                    self.wfile.write(b"0\r\n\r\n")
-                else:
-                    self.send_header("content-length", str(len(raw)))
-                    self.end_headers()
-                    self.wfile.write(raw)
 
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.02,), daemon=True)
-        self.thread.start()
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-
-    def stop(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+def cassette_server(interactions: list[dict[str, Any]]) -> LocalServer:
+    server = LocalServer()
+    server.route("*", play(interactions))
+    return server
 
 
 def dump(value: Any) -> Any:
@@ -145,23 +119,16 @@ def test_record_and_replay_real_cassette(
     def call(url: str) -> list[Any]:
         return run_sync(url, cassette) if flavour == "sync" else asyncio.run(run_async(url, cassette))
 
-    live_server = CassetteServer(cassette)
-    try:
+    with cassette_server(cassette) as live_server:
         live = call(live_server.url)
-    finally:
-        live_server.stop()
 
-    server = CassetteServer(cassette)
-    try:
-        with forkpoint.record(store=tmp_path) as rec:
-            recorded = call(server.url)
-    finally:
-        server.stop()
+    with cassette_server(cassette) as server, forkpoint.record(store=tmp_path) as rec:
+        recorded = call(server.url)
     assert recorded == live
     # The SDK sent the cassette's own requests: forkpoint stored them as the rendered prompt.
     session = forkpoint.Session.load(rec.session_path)
     calls = session.by_type("model_call")
-    assert [c["request"]["body"] for c in calls] == server.seen
+    assert [c["request"]["body"] for c in calls] == [r["body"] for r in server.requests]
     streamed = [c for c in calls if c["response"]["body_kind"] == "stream"]
     for c, it in zip(calls, cassette, strict=True):
         if c in streamed:
@@ -182,14 +149,10 @@ def test_replay_keeps_chunk_boundaries_of_real_stream(tmp_path: Path) -> None:
     import httpx2
 
     its = load(CASSETTES / "crewai__anthropic_stream_tool_call.yaml")
-    server = CassetteServer(its)
     body = its[0]["body"]
-    try:
-        with forkpoint.record(store=tmp_path) as rec, httpx2.Client() as client:
-            with client.stream("POST", server.url + "/v1/messages", json=body) as r:
-                live_chunks = list(r.iter_bytes())
-    finally:
-        server.stop()
+    with cassette_server(its) as server, forkpoint.record(store=tmp_path) as rec, httpx2.Client() as client:
+        with client.stream("POST", server.url + "/v1/messages", json=body) as r:
+            live_chunks = list(r.iter_bytes())
     with forkpoint.replay(rec.session_path), httpx2.Client() as client:
         with client.stream("POST", server.url + "/v1/messages", json=body) as r:
             replay_chunks = list(r.iter_bytes())

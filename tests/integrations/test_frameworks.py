@@ -1,5 +1,5 @@
 """Agent frameworks, unmodified: a pydantic-ai agent, an OpenAI Agents SDK agent and a LangGraph
-agent, each with two tools, recorded against the local model server and replayed with the server
+agent, each with two tools, recorded against the demo model server and replayed with the server
 stopped.
 
 The tools are declared the framework's way (``@agent.tool_plain``, ``@function_tool``, LangChain's
@@ -581,6 +581,7 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_cli_record_and_replay_bootstrapped_framework_agents(tmp_path: Path) -> None:
     """``forkpoint record -- python agent.py`` then ``forkpoint replay last``: the integrations
     install themselves in the child as the frameworks are imported; no code change."""

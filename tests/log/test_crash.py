@@ -3,7 +3,7 @@ up to its last complete event, and verifies as truncated or incomplete, never co
 closed and declared by the next writer, and no operation ever truncates or rewrites a log.
 
 The main test records the bundled demo agent (real ``openai`` SDK, streamed answers, two tools,
-checkpoints in a third of the trials) under ``forkpoint record`` against the local model server and
+checkpoints in a third of the trials) under ``forkpoint record`` against the demo model server and
 kills it at random moments over its whole lifetime, 60 times: half the time only the agent process
 (``forkpoint record`` then writes the ``end`` event, exit code 137), half the time the whole process
 group (no ``end`` event at all).
@@ -34,7 +34,10 @@ from forkpoint.log import LOG_NAME, Session, SessionError, SessionWriter
 from forkpoint.replay import Divergence
 from tests.gitutil import git
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses /proc and process groups")
+pytestmark = [
+    pytest.mark.slow,  # every test here kills or crashes a process
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses /proc and process groups"),
+]
 
 TRIALS = 60
 TURNS = 3

@@ -403,6 +403,7 @@ def _append_many(path: str, tag: str, n: int, barrier: Any) -> None:
     w.close()
 
 
+@pytest.mark.slow
 def test_two_processes_append_to_one_session(store: Path) -> None:
     path = _write_session(store, [])
     ctx = multiprocessing.get_context("fork")

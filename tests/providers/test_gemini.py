@@ -1,5 +1,5 @@
 """More providers: the real google-genai SDK (Gemini), and OpenAI-compatible servers reached through
-the openai SDK, recorded against local model servers and replayed with the servers stopped.
+the openai SDK, recorded against demo model servers and replayed with the servers stopped.
 
 google-genai sends its requests with httpx2 (sync and async); when aiohttp is installed its async
 client would use aiohttp, which forkpoint does not capture, so the google-genai integration makes it
@@ -214,27 +214,6 @@ def test_gemini_errors_are_replayed(tmp_path: Path) -> None:
     assert rp.report()["unused"] == []
     (call,) = forkpoint.Session.load(rec.session_path).by_type("model_call")
     assert call["summary"]["provider"] == "gemini" and call["summary"]["error"]
-
-
-def test_demo_server_gemini_wire_shapes() -> None:
-    """Without ``alt=sse`` a stream is one JSON array of chunks; other methods are Google-shaped 404s."""
-    with ModelServer(turns=1, seed=1) as server:
-        url = server.base_url + f"/v1beta/models/{MODEL}"
-        body = {"contents": [{"role": "user", "parts": [{"text": "Say hello."}]}]}
-        whole = httpx2.post(url + ":generateContent", json=body).json()
-        chunks = httpx2.post(url + ":streamGenerateContent", json=body).json()
-        sse = httpx2.post(url + ":streamGenerateContent?alt=sse", json=body)
-        missing = httpx2.post(url + ":countTokens", json=body)
-    assert isinstance(chunks, list) and len(chunks) > 1
-    assert all(c["responseId"] == chunks[0]["responseId"] for c in chunks)
-    assert [c["candidates"][0].get("finishReason") for c in chunks] == [None] * (len(chunks) - 1) + ["STOP"]
-    assert chunks[-1]["usageMetadata"]["candidatesTokenCount"] > 0
-    assert whole["modelVersion"] == MODEL and whole["usageMetadata"]["totalTokenCount"] > 0
-    assert whole["candidates"][0]["content"]["role"] == "model"
-    assert sse.headers["content-type"].startswith("text/event-stream")
-    events = [json.loads(line[6:]) for line in sse.text.splitlines() if line.startswith("data: ")]
-    assert len(events) > 1 and events[-1]["candidates"][0]["finishReason"] == "STOP"
-    assert missing.status_code == 404 and missing.json()["error"]["status"] == "NOT_FOUND"
 
 
 @pytest.mark.skipif(importlib.util.find_spec("aiohttp") is None, reason="aiohttp not installed")

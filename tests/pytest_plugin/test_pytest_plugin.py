@@ -1,5 +1,5 @@
 """The pytest plugin (forkpoint.pytest_plugin), driven through pytester: inner test files run
-in-process against the local demo model server (loopback only), first recording their cassettes,
+in-process against the tests' local model server (loopback only), first recording their cassettes,
 then replaying them with the server stopped."""
 
 from __future__ import annotations
@@ -14,9 +14,10 @@ from pathlib import Path
 import openai  # noqa: F401 - imported once here, so the in-process inner runs do not re-import it
 import pytest
 
+import forkpoint
 from forkpoint import Session
-from forkpoint.demo.server import ModelServer
 from forkpoint.pytest_plugin import Settings, cassette_parts, ci_is_set, loopback_hosts
+from tests.modelserver import LocalServer
 
 pytest_plugins = ["pytester"]
 
@@ -99,13 +100,20 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[ModelServer]:
-    srv = ModelServer(seed=11, turns=0).start()
-    monkeypatch.setenv("MODEL_URL", srv.openai_base_url)
-    try:
-        yield srv
-    finally:
-        srv.stop()
+def server(server: LocalServer, monkeypatch: pytest.MonkeyPatch) -> LocalServer:
+    """The tests' local model server (tests/modelserver.py), named to the inner runs by MODEL_URL."""
+    monkeypatch.setenv("MODEL_URL", server.openai_base_url)
+    return server
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _capture_layer_loaded(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """An in-process inner run drops the modules it imported when it ends. forkpoint imports its
+    capture layer on first use: a fresh copy of it, in the next inner run, patched the already
+    patched httpx classes again, and every call was recorded once more per earlier run (this module
+    run alone failed; after other tests had loaded the layer, it passed). Load it once, out here."""
+    with forkpoint.record(store=tmp_path_factory.mktemp("warm-up")):
+        pass
 
 
 def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
@@ -119,7 +127,7 @@ def tool_runs(tmp_path: Path) -> int:
     return len(log.read_text().splitlines()) if log.exists() else 0
 
 
-def record_inner(pytester: pytest.Pytester, server: ModelServer) -> pytest.RunResult:
+def record_inner(pytester: pytest.Pytester, server: LocalServer) -> pytest.RunResult:
     pytester.makepyfile(test_agent=INNER)
     result = run(pytester)
     result.assert_outcomes(passed=3)
@@ -127,7 +135,7 @@ def record_inner(pytester: pytest.Pytester, server: ModelServer) -> pytest.RunRe
 
 
 def test_record_then_replay_offline(
-    pytester: pytest.Pytester, server: ModelServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    pytester: pytest.Pytester, server: LocalServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     first = record_inner(pytester, server)  # mode once, no cassettes: recorded live
     first.stdout.fnmatch_lines(["*cassettes in *: 0 replayed, 3 recorded, 0 updated*"])
@@ -151,7 +159,7 @@ def test_record_then_replay_offline(
 
 
 def test_changed_prompt_fails_with_the_divergence_report(
-    pytester: pytest.Pytester, server: ModelServer, monkeypatch: pytest.MonkeyPatch
+    pytester: pytest.Pytester, server: LocalServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     record_inner(pytester, server)
     server.stop()
@@ -173,7 +181,7 @@ def test_changed_prompt_fails_with_the_divergence_report(
 
 
 def test_unused_recorded_calls_fail(
-    pytester: pytest.Pytester, server: ModelServer, monkeypatch: pytest.MonkeyPatch
+    pytester: pytest.Pytester, server: LocalServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     record_inner(pytester, server)
     server.stop()
@@ -191,8 +199,9 @@ def test_unused_recorded_calls_fail(
     )
 
 
+@pytest.mark.slow
 def test_record_mode_rewrites_a_cassette_the_run_no_longer_matches(
-    pytester: pytest.Pytester, server: ModelServer, monkeypatch: pytest.MonkeyPatch
+    pytester: pytest.Pytester, server: LocalServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     record_inner(pytester, server)
     root = pytester.path / "tests" / "cassettes" / "test_agent"
@@ -227,8 +236,9 @@ def run_command(pytester: pytest.Pytester, command: str) -> pytest.RunResult:
     return run(pytester, *argv[1:])
 
 
+@pytest.mark.slow
 def test_printed_commands_and_paths_work_from_where_pytest_ran(
-    pytester: pytest.Pytester, server: ModelServer, monkeypatch: pytest.MonkeyPatch
+    pytester: pytest.Pytester, server: LocalServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`pytest proj` from the parent of a project with its own ini file (like `pytest examples` from
     the repository root): the rootdir, and so the nodeids, are relative to proj/, but every command
@@ -278,8 +288,9 @@ def test_printed_commands_and_paths_work_from_where_pytest_ran(
     run(pytester, "--forkpoint-mode=replay", "proj").assert_outcomes(passed=3)
 
 
+@pytest.mark.slow
 def test_printed_commands_outside_the_invocation_dir_are_absolute(
-    pytester: pytest.Pytester, server: ModelServer, monkeypatch: pytest.MonkeyPatch
+    pytester: pytest.Pytester, server: LocalServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Tests that are not below the directory pytest ran in are shown by absolute path; the options
     that decide where the cassette goes are repeated in the command."""
@@ -317,8 +328,9 @@ def test_printed_commands_outside_the_invocation_dir_are_absolute(
     assert not (proj / "tests" / "cassettes").exists()  # nothing went to the rootdir's default
 
 
+@pytest.mark.slow
 def test_failed_recording_is_kept_aside_not_as_the_cassette(
-    pytester: pytest.Pytester, server: ModelServer, monkeypatch: pytest.MonkeyPatch
+    pytester: pytest.Pytester, server: LocalServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pytester.makepyfile(test_agent=INNER)
     pytester.makepyfile(
@@ -345,7 +357,7 @@ def test_failed_recording_is_kept_aside_not_as_the_cassette(
     assert sorted(p.name for p in cassette.parent.iterdir()) == ["test_answer"]
 
 
-def test_skipped_test_leaves_no_recording(pytester: pytest.Pytester, server: ModelServer) -> None:
+def test_skipped_test_leaves_no_recording(pytester: pytest.Pytester, server: LocalServer) -> None:
     pytester.makepyfile(test_agent=INNER)
     pytester.makepyfile(
         test_skip="import pytest\nfrom test_agent import ask\n\n"
@@ -410,7 +422,7 @@ def test_network_is_blocked_in_replay_except_allowed_loopback(
 
 
 def test_ci_defaults_to_replay_and_never_records(
-    pytester: pytest.Pytester, server: ModelServer, monkeypatch: pytest.MonkeyPatch
+    pytester: pytest.Pytester, server: LocalServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("CI", "true")
     pytester.makepyfile(test_agent=INNER)
@@ -429,7 +441,7 @@ def test_ci_defaults_to_replay_and_never_records(
     run(pytester, "--forkpoint-mode=once").assert_outcomes(passed=3)
 
 
-def test_ini_options_and_marker_name(pytester: pytest.Pytester, server: ModelServer) -> None:
+def test_ini_options_and_marker_name(pytester: pytest.Pytester, server: LocalServer) -> None:
     pytester.makeini("[pytest]\nforkpoint_dir = recorded\nforkpoint_mode = once\n")
     pytester.makepyfile(
         test_named="import pytest\nfrom test_agent import ask\n\n"
@@ -450,6 +462,7 @@ def _hash8(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:8]
 
 
+@pytest.mark.slow
 def test_cassette_names_are_stable_and_filesystem_safe(pytester: pytest.Pytester) -> None:
     items = pytester.getitems(
         """
@@ -524,7 +537,8 @@ def test_example_suite_replays_green_from_its_committed_cassettes(
     assert after == before
 
 
-def test_a_cassette_replays_under_the_cli_too(tmp_path: Path, server: ModelServer) -> None:
+@pytest.mark.slow
+def test_a_cassette_replays_under_the_cli_too(tmp_path: Path, server: LocalServer) -> None:
     """A cassette is a session whose command is the test: ``forkpoint replay CASSETTE`` runs that
     pytest under the CLI's replay, and the plugin steps aside for it (it used to start a second
     replay in the same process and fail)."""

@@ -1,7 +1,7 @@
 """What-if replay: overrides, per-kind sources (models/tools live or replayed), divergence policies,
 the divergence report, the child session, and the ``forkpoint replay --override`` CLI.
 
-Every scenario records the bundled demo agent (or a real SDK) against the local model server, stops
+Every scenario records the bundled demo agent (or a real SDK) against the demo model server, stops
 the server, and replays. With ``ModelServer(turns=2)`` the demo agent always takes the same path:
 
     seq 1 model call  (system, user)                   -> write_file(scratch_….py)
@@ -561,6 +561,7 @@ def cli_rec(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path
     return tmp_path / "store", work
 
 
+@pytest.mark.slow
 def test_cli_override_from_file_with_report(cli_rec: tuple[Path, Path]) -> None:
     store, work = cli_rec
     (parent,) = session_dirs(store)
@@ -594,6 +595,7 @@ def test_cli_override_from_file_with_report(cli_rec: tuple[Path, Path]) -> None:
     assert [e["source"] for e in calls_of(child)] == ["replay", "replay", "replay", "override"]
 
 
+@pytest.mark.slow
 def test_cli_override_that_ends_the_run_early_is_the_answer_not_a_failure(cli_rec: tuple[Path, Path]) -> None:
     """``model#1.text="I give up."``: the agent stops after its first call, as the experiment asked.
     The run did not diverge (every call it made matched), so the replay exits with the agent's own
@@ -612,6 +614,7 @@ def test_cli_override_that_ends_the_run_early_is_the_answer_not_a_failure(cli_re
     assert "DID NOT REPRODUCE (the run ended before asking for every recorded call)" in flat(plain.output)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("policy", ["stop", "live", "fifo"])
 def test_cli_policies(in_store: Recording, policy: str, capfd: pytest.CaptureFixture[str]) -> None:
     work, recorded = in_store.workdir, in_store.session

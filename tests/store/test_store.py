@@ -17,7 +17,7 @@ import subprocess
 import sys
 import textwrap
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,12 +27,12 @@ from click.testing import CliRunner
 import forkpoint
 from forkpoint import store, verify
 from forkpoint.cli import main
-from forkpoint.demo.server import ModelServer
 from forkpoint.log import LOG_NAME, Session, SessionError, SessionWriter
 from forkpoint.store import fsspec as remote
 from forkpoint.store import list_sessions, resolve
 from forkpoint.store.index import ENTRIES, SNAPSHOTS, consolidate, read_index
 from forkpoint.store.local import LocalIO
+from tests.modelserver import LocalServer
 
 pytest.importorskip("fsspec")
 
@@ -129,9 +129,9 @@ def loopback_only(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def model() -> Iterator[ModelServer]:
-    with ModelServer(seed=7) as srv:
-        yield srv
+def model(make_server: Callable[..., LocalServer]) -> LocalServer:
+    """The tests' local model server (tests/modelserver.py), shared by the module."""
+    return make_server()
 
 
 @pytest.fixture(scope="module")
@@ -178,7 +178,7 @@ def remote_fs(url: str) -> tuple[Any, str]:
     return rs.fs, rs.root
 
 
-def chat(model: ModelServer, text: str) -> str:
+def chat(model: LocalServer, text: str) -> str:
     import openai
 
     client = openai.OpenAI(base_url=model.openai_base_url, api_key="sk-test-not-a-real-key", max_retries=0)
@@ -189,7 +189,7 @@ def chat(model: ModelServer, text: str) -> str:
     return str(r.choices[0].message.content)
 
 
-def record_one(url: str, model: ModelServer, name: str) -> tuple[str, str]:
+def record_one(url: str, model: LocalServer, name: str) -> tuple[str, str]:
     with forkpoint.record(name, store=url) as rec:
         answer = chat(model, f"question from {name}")
     return rec.session_path.name, answer
@@ -238,7 +238,7 @@ def test_store_names(tmp_path: Path) -> None:
 
 
 def test_memory_store_record_replay_show_ls_verify(
-    model: ModelServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    model: LocalServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     url = f"memory://fp-{secrets.token_hex(4)}/sessions"
     sid, answer = record_one(url, model, "first")
@@ -269,7 +269,7 @@ def test_memory_store_record_replay_show_ls_verify(
 
 
 def test_memory_store_through_forkpoint_store_variable(
-    model: ModelServer, monkeypatch: pytest.MonkeyPatch
+    model: LocalServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     url = f"memory://fp-{secrets.token_hex(4)}"
     monkeypatch.setenv("FORKPOINT_STORE", url)
@@ -283,8 +283,9 @@ def test_memory_store_through_forkpoint_store_variable(
     assert ls_ids(cli("ls").stdout) == [sid, child]
 
 
+@pytest.mark.slow
 def test_memory_store_cli_record_and_replay(
-    model: ModelServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    model: LocalServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     url = f"memory://fp-{secrets.token_hex(4)}/cli"
     agent = tmp_path / "agent.py"
@@ -300,7 +301,7 @@ def test_memory_store_cli_record_and_replay(
     assert rp.exit_code == 0 and "replay ok: 1/1" in rp.stderr, rp.output
 
 
-def test_a_recording_in_progress_is_not_uploaded(model: ModelServer) -> None:
+def test_a_recording_in_progress_is_not_uploaded(model: LocalServer) -> None:
     url = f"memory://fp-{secrets.token_hex(4)}"
     with forkpoint.record("live", store=url) as rec:
         chat(model, "one")
@@ -314,7 +315,7 @@ def test_a_recording_in_progress_is_not_uploaded(model: ModelServer) -> None:
     assert not row.staged and row.complete and row.model_calls == 1
 
 
-def test_a_session_id_that_exists_remotely_is_never_overwritten(model: ModelServer, tmp_path: Path) -> None:
+def test_a_session_id_that_exists_remotely_is_never_overwritten(model: LocalServer, tmp_path: Path) -> None:
     url = f"memory://fp-{secrets.token_hex(4)}"
     sid, _ = record_one(url, model, "original")
     fs, root = remote_fs(url)
@@ -335,8 +336,9 @@ def test_a_session_id_that_exists_remotely_is_never_overwritten(model: ModelServ
 # ----------------------------------------------------------------------------- S3 (moto)
 
 
+@pytest.mark.slow
 def test_s3_cli_record_then_replay_show_ls_verify(
-    s3_url: str, model: ModelServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    s3_url: str, model: LocalServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     workdir = tmp_path / "agent"
     workdir.mkdir()
@@ -390,8 +392,9 @@ def _record_worker(url: str, base_url: str, i: int, env: dict[str, str]) -> str:
     return rec.session_path.name
 
 
+@pytest.mark.slow
 def test_eight_processes_record_into_one_s3_store(
-    s3_url: str, model: ModelServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    s3_url: str, model: LocalServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Every upload consolidates the index (threshold 2): concurrent consolidators, concurrent writers.
     monkeypatch.setenv("FORKPOINT_INDEX_MAX_LOOSE", "2")
@@ -422,8 +425,9 @@ def test_eight_processes_record_into_one_s3_store(
     assert len(after.snapshots) == 1 and not after.loose and set(after.entries) == set(sids)
 
 
+@pytest.mark.slow
 def test_crash_between_blob_upload_and_log_upload(
-    s3_url: str, model: ModelServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    s3_url: str, model: LocalServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     env = {**os.environ, "AGENT_BASE_URL": model.openai_base_url}
     p = subprocess.run(
@@ -453,8 +457,9 @@ def test_crash_between_blob_upload_and_log_upload(
     assert v.exit_code == 0 and "verify ok: 2 events, 2 blobs" in v.stdout, v.output
 
 
+@pytest.mark.slow
 def test_a_killed_recorder_leaves_an_unfinished_session_that_ls_uploads(
-    s3_url: str, model: ModelServer
+    s3_url: str, model: LocalServer
 ) -> None:
     env = {**os.environ, "AGENT_BASE_URL": model.openai_base_url}
     p = subprocess.run(
@@ -466,8 +471,9 @@ def test_a_killed_recorder_leaves_an_unfinished_session_that_ls_uploads(
     assert row.session_id == sid and not row.staged and not row.complete and row.model_calls == 1
 
 
+@pytest.mark.slow
 def test_s3_index_rebuild_when_missing_or_stale(
-    s3_url: str, model: ModelServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    s3_url: str, model: LocalServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sids = [record_one(s3_url, model, f"s{i}")[0] for i in range(3)]
     fs, root = remote_fs(s3_url)
@@ -529,7 +535,7 @@ def test_local_ls_reads_the_index_not_the_logs(tmp_path: Path, monkeypatch: pyte
     assert len(read_index(LocalIO(root)).entries) == 3
 
 
-def test_local_reindex_and_record_writes_entries(model: ModelServer, tmp_path: Path) -> None:
+def test_local_reindex_and_record_writes_entries(model: LocalServer, tmp_path: Path) -> None:
     root = tmp_path / "store"
     sid, _ = record_one(str(root), model, "recorded")
     assert LocalIO(root).names(ENTRIES) == [f"{sid}.json"]  # written when the recording ended

@@ -1,7 +1,7 @@
 """``forkpoint show SESSION --html FILE``: the self-contained session viewer, checked in a real
 headless Chromium (Debian's ``/usr/bin/chromium``, driven by Playwright).
 
-The demo agent is recorded in-process against the local model server with a workspace (so the
+The demo agent is recorded in-process against the demo model server with a workspace (so the
 session has checkpoints) and a note whose text tries to break out of the embedded JSON; then a
 what-if run overrides the run_tests result and continues live, which gives a child session with
 replayed, overridden and live events and a divergence from its parent.
@@ -199,6 +199,7 @@ def browser(chromium: Any) -> Iterator[Browser]:
         context.close()
 
 
+@pytest.mark.slow
 def test_every_event_is_shown_and_nothing_is_fetched(pages: Pages, browser: Browser) -> None:
     page = browser.open(pages.session_html)
     events = pages.session.events
@@ -221,6 +222,7 @@ def test_every_event_is_shown_and_nothing_is_fetched(pages: Pages, browser: Brow
     browser.assert_clean(pages.session_html)
 
 
+@pytest.mark.slow
 def test_expanding_a_tool_call_shows_its_arguments(pages: Pages, browser: Browser) -> None:
     page = browser.open(pages.session_html)
     write = pages.session.by_type("tool_call")[0]
@@ -237,6 +239,7 @@ def test_expanding_a_tool_call_shows_its_arguments(pages: Pages, browser: Browse
     browser.assert_clean(pages.session_html)
 
 
+@pytest.mark.slow
 def test_stream_player_renders_the_response_at_recorded_speed(pages: Pages, browser: Browser) -> None:
     page = browser.open(pages.session_html)
     last = pages.session.by_type("model_call")[-1]
@@ -273,6 +276,7 @@ def test_stream_player_renders_the_response_at_recorded_speed(pages: Pages, brow
     browser.assert_clean(pages.session_html)
 
 
+@pytest.mark.slow
 def test_checkpoints_are_shown(pages: Pages, browser: Browser) -> None:
     page = browser.open(pages.session_html)
     cps = pages.session.by_type("checkpoint")
@@ -291,6 +295,7 @@ def test_checkpoints_are_shown(pages: Pages, browser: Browser) -> None:
     browser.assert_clean(pages.session_html)
 
 
+@pytest.mark.slow
 def test_what_if_override_and_divergence_are_highlighted(
     pages: Pages, browser: Browser, tmp_path: Path
 ) -> None:
