@@ -150,6 +150,12 @@ def main() -> None:
 @click.option(
     "--include-ignored", is_flag=True, help="Checkpoints also archive files that .gitignore ignores."
 )
+@click.option(
+    "--deterministic",
+    is_flag=True,
+    help="Also record what the program's own code reads from the clock, uuid4 and random; a replay "
+    "hands the same values back (docs/matching.md).",
+)
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
 def record(
     store: str | None,
@@ -159,6 +165,7 @@ def record(
     workspace: Path | None,
     no_workspace: bool,
     include_ignored: bool,
+    deterministic: bool,
     cmd: tuple[str, ...],
 ) -> None:
     """Run CMD and record its model calls and tool calls:  forkpoint record -- python agent.py"""
@@ -181,6 +188,7 @@ def record(
         tools=_check_tools(tools),
         workspace=workspace,
         include_ignored=include_ignored,
+        deterministic=deterministic,
     )
     sys.exit(code)
 
