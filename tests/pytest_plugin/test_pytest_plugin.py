@@ -262,7 +262,7 @@ def test_printed_commands_and_paths_work_from_where_pytest_ran(
         run_command(pytester, command).assert_outcomes(passed=1)
     header = Session.load(proj / "cassettes" / "test_agent" / "test_agent").header
     # The recorded command, too, selects the test in the recorded directory (forkpoint replay).
-    assert header["argv"] == ["pytest", "proj/tests/test_agent.py::test_agent"]
+    assert header["argv"] == ["python", "-m", "pytest", "proj/tests/test_agent.py::test_agent"]
     assert Path(header["cwd"]) == pytester.path.resolve()
     assert header["name"] == "tests/test_agent.py::test_agent"  # the name stays the nodeid
 
@@ -283,7 +283,7 @@ def test_printed_commands_and_paths_work_from_where_pytest_ran(
     updated.assert_outcomes(passed=1)
     updated.stdout.fnmatch_lines(["*cassettes in */proj/cassettes: 0 replayed, 0 recorded, 1 updated*"])
     rebuilt = Session.load(proj / "cassettes" / "test_agent" / "test_agent").header
-    assert rebuilt["argv"] == ["pytest", "proj/tests/test_agent.py::test_agent"]
+    assert rebuilt["argv"] == ["python", "-m", "pytest", "proj/tests/test_agent.py::test_agent"]
     server.stop()
     run(pytester, "--forkpoint-mode=replay", "proj").assert_outcomes(passed=3)
 
@@ -308,7 +308,9 @@ def test_printed_commands_outside_the_invocation_dir_are_absolute(
     assert record == [f"pytest --forkpoint-mode=once --forkpoint-dir rec {test_file}::test_agent"]
     run_command(pytester, record[0]).assert_outcomes(passed=1)
     cassette = pytester.path / "elsewhere" / "rec" / "test_agent" / "test_agent"
-    assert Session.load(cassette).header["argv"] == ["pytest", f"{test_file}::test_agent"]
+    assert Session.load(cassette).header["argv"] == [
+        "python", "-m", "pytest", "--forkpoint-dir", "rec", f"{test_file}::test_agent"
+    ]  # fmt: skip
 
     monkeypatch.setenv("PROMPT", "What is the weather in Oslo?")
     options = ["-c", "../proj/pytest.ini", "--rootdir", "../proj", "-o", "forkpoint_allow_hosts=::1"]
