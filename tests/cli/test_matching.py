@@ -97,6 +97,8 @@ def test_the_clock_in_the_prompt_replays_deterministic(
     code, out = fp(project, "replay", "det")  # no rule at all
     assert code == 0, out
     assert "replay ok: 2/2 events matched" in out  # the model call and the time the agent read
+    code, out = fp(project, "show", "det")
+    assert code == 0 and "#1   value   datetime.now → 20" in out, out
     code, out = fp(project, "replay", "det", "--", sys.executable, "clock_agent.py", "Say bye.")
     assert code == 3, out
     assert "~ $.body.messages[1].content: Say hi. → Say bye." in flat(out)
