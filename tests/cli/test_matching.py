@@ -57,12 +57,17 @@ def fp(project: tuple[Path, dict[str, str]], *args: str) -> tuple[int, str]:
     return done.returncode, done.stdout + done.stderr
 
 
+def record_clock(project: tuple[Path, dict[str, str]]) -> None:
+    """Record the clock agent, without --deterministic, as session "clock"."""
+    code, out = fp(project, "record", "--name", "clock", sys.executable, "clock_agent.py")
+    assert code == 0, out
+
+
 def test_the_clock_in_the_prompt_replays_with_a_rule(
     project: tuple[Path, dict[str, str]], server: LocalServer
 ) -> None:
     cwd, _ = project
-    code, out = fp(project, "record", "--name", "clock", sys.executable, "clock_agent.py")
-    assert code == 0, out
+    record_clock(project)
     server.stop()
 
     code, out = fp(project, "replay", "clock")  # no rule: the time differs, and nothing else
@@ -108,8 +113,7 @@ def test_a_bad_rule_is_refused_before_the_program_runs(
     project: tuple[Path, dict[str, str]], server: LocalServer
 ) -> None:
     cwd, _ = project
-    code, out = fp(project, "record", "--name", "clock", sys.executable, "clock_agent.py")
-    assert code == 0, out
+    record_clock(project)
     asked = len(server.requests)
     (cwd / "forkpoint.toml").write_text('[match]\nignore = [ { path = "$.messages[0].content" } ]\n')
     for args in (["replay", "clock"], ["record", sys.executable, "clock_agent.py"]):

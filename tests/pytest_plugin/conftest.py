@@ -11,8 +11,6 @@ import pytest
 import forkpoint
 from tests.modelserver import LocalServer
 
-pytest_plugins = ["pytester"]
-
 
 @pytest.fixture(autouse=True)
 def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

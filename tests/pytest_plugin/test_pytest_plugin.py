@@ -18,6 +18,8 @@ from forkpoint import Session
 from forkpoint.pytest_plugin import Settings, cassette_parts, ci_is_set, loopback_hosts
 from tests.modelserver import LocalServer
 
+pytest_plugins = ["pytester"]
+
 INNER = """
 import os
 import socket

@@ -14,6 +14,8 @@ from forkpoint import Session
 from tests.modelserver import LocalServer
 from tests.pytest_plugin.test_pytest_plugin import run
 
+pytest_plugins = ["pytester"]
+
 HELPERS = """
 import os
 
