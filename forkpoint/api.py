@@ -20,7 +20,7 @@ from .capture import clock
 from .capture.tools import disable_targets, install_import_hook, parse_target
 from .errors import UsageError
 from .log import Session
-from .match import IgnoreRule, ignore_rules
+from .match import IgnoreRule, configured, ignore_rules
 from .override import Override
 from .record import Recorder, attach_workspace, make_header, open_workspace
 from .replay import (
@@ -111,6 +111,7 @@ def record(
     """
     targets = checked_tools(tools, "forkpoint.record(tools=…)")
     rules = _rules(ignore, "forkpoint.record(ignore=…)")
+    configured()  # a bad [match] rule in the configuration: refused before a session exists
     target = open_store(store)  # a directory, or an fsspec URL's local mirror (uploaded when the block ends)
     ws = open_workspace(workspace, target.path, include_ignored)
     header = make_header(

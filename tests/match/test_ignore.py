@@ -244,3 +244,15 @@ def test_a_bad_rule_given_to_the_api_is_refused_before_anything_runs(store: Path
         with forkpoint.record(store=store, ignore=[{"path": "$.messages"}]):
             pass
     assert not store.exists() or not any(store.iterdir())
+
+
+def test_a_bad_rule_in_the_configuration_is_refused_before_a_session_exists(
+    tmp_path: Path, store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("FORKPOINT_CONFIG", raising=False)
+    (tmp_path / "forkpoint.toml").write_text('[match]\nignore = [{ path = "$.body.x", regex = "(" }]\n')
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match=r"forkpoint.toml \[match\]: ignore\[0\] .*not a valid regex"):
+        with forkpoint.record(store=store):
+            pass
+    assert not store.exists()
