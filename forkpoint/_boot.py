@@ -52,6 +52,7 @@ def start() -> None:
                 writer,
             )
         rec = Recorder(writer, workspace=ws)
+        _deterministic(writer.header.get("deterministic"))
         api.start(rec)
         atexit.register(rec.close)
     elif mode == "replay":
@@ -62,8 +63,9 @@ def start() -> None:
         opts = json.loads(env["FORKPOINT_REPLAY"] or "{}")
         child = SessionWriter.open(Path(opts["child"])) if opts.get("child") else None
         reports = Path(env["FORKPOINT_REPORT"]) if env["FORKPOINT_REPORT"] else None
+        recorded = Session.load(Path(session))
         rp = Replayer(
-            Session.load(Path(session)),
+            recorded,
             models=opts.get("models", "replay"),
             tools=opts.get("tools", "replay"),
             on_divergence=opts.get("on_divergence", "stop"),
@@ -74,6 +76,7 @@ def start() -> None:
         )
         for k in API_KEY_VARS:
             os.environ.setdefault(k, PLACEHOLDER_KEY)
+        _deterministic(recorded.header.get("deterministic"))
         api.start(rp)
         _quiet_divergence_tracebacks()
 
@@ -85,6 +88,14 @@ def start() -> None:
                 write_report(reports / f"report-{os.getpid()}.json", rp.report())
 
         atexit.register(finish)
+
+
+def _deterministic(select: Any) -> None:
+    """The agent's own clock and randomness, for the whole process, when the header says so."""
+    if select:
+        from .capture import clock
+
+        clock.install(select)
 
 
 def child_env(

@@ -11,11 +11,16 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
+from typing import Any
 
 from . import capture, integrations, override, runtime
+from .capture import clock
+from .capture.tools import disable_targets, install_import_hook, parse_target
+from .errors import UsageError
 from .log import Session
+from .match import IgnoreRule, configured, ignore_rules
 from .override import Override
 from .record import Recorder, attach_workspace, make_header, open_workspace
 from .replay import (
@@ -45,6 +50,36 @@ def finish_pending(rt: runtime.Runtime) -> None:
         call.finish(ended="unfinished")
 
 
+def checked_tools(tools: Sequence[str], where: str) -> list[str]:
+    """``module:qualname`` tool targets, each checked. Raises :class:`~forkpoint.errors.UsageError`
+    naming ``where`` and the target."""
+    for t in tools:
+        try:
+            parse_target(t)
+        except ValueError as exc:
+            raise UsageError(f"{where}: {exc}") from None
+    return list(dict.fromkeys(tools))
+
+
+@contextmanager
+def agent_hooks(tools: Sequence[str], deterministic: bool | Sequence[str]) -> Iterator[None]:
+    """For the block: record or serve the ``module:qualname`` tool targets, and (``deterministic``:
+    True or module names) the agent's own clock and randomness (:mod:`forkpoint.capture.clock`)."""
+    install_import_hook(tools)
+    if deterministic:
+        clock.install(deterministic)
+    try:
+        yield
+    finally:
+        if deterministic:
+            clock.uninstall()
+        disable_targets(tools)
+
+
+def _rules(ignore: Sequence[IgnoreRule | Mapping[str, Any]], where: str) -> tuple[IgnoreRule, ...]:
+    return ignore_rules(list(ignore), where)
+
+
 @contextmanager
 def record(
     name: str | None = None,
@@ -54,21 +89,41 @@ def record(
     argv: Sequence[str] | None = None,
     workspace: str | Path | None = None,
     include_ignored: bool = False,
+    tools: Sequence[str] = (),
+    deterministic: bool | Sequence[str] = False,
+    ignore: Sequence[IgnoreRule | Mapping[str, Any]] = (),
 ) -> Iterator[Recorder]:
     """Record every model call and tool call made inside the block into a new session.
 
     ``store`` defaults to ``$FORKPOINT_STORE`` or ``.forkpoint/``. With ``workspace`` (a directory;
     its git repository if it is in one), checkpoints are taken before each model call (resumable) and
     between the tool calls of one turn (observable); see :mod:`forkpoint.checkpoint`.
+    ``tools``: functions to record as tools, by ``module:qualname`` (like ``forkpoint record
+    --tool``). ``deterministic``: also record the values the agent's own code reads from the clock,
+    ``uuid`` and ``random`` (True, or the names of the agent's modules; :mod:`forkpoint.capture.clock`).
+    ``ignore``: match rules beyond the configuration's, ``{"path", "regex"?, "tool"?}`` each
+    (``docs/matching.md``). All three are kept in the header, so a replay applies them again.
     Yields the :class:`Recorder`; ``recorder.session_path`` is the new session directory. The session
     ends with an ``end`` event (``exit_code`` 0, or 1 and the exception type if the block raised).
-    Raises :class:`~forkpoint.errors.SessionError` when the store cannot hold a new session.
+    Raises :class:`~forkpoint.errors.SessionError` when the store cannot hold a new session,
+    :class:`~forkpoint.errors.ConfigError` for a bad ignore rule, :class:`~forkpoint.errors.UsageError`
+    for a tool target that is not ``module:qualname``.
     """
+    targets = checked_tools(tools, "forkpoint.record(tools=…)")
+    rules = _rules(ignore, "forkpoint.record(ignore=…)")
+    configured()  # a bad [match] rule in the configuration: refused before a session exists
     target = open_store(store)  # a directory, or an fsspec URL's local mirror (uploaded when the block ends)
     ws = open_workspace(workspace, target.path, include_ignored)
-    header = make_header(argv=list(argv) if argv is not None else list(sys.argv), name=name, tags=tags)
+    header = make_header(
+        argv=list(argv) if argv is not None else list(sys.argv),
+        name=name,
+        tags=tags,
+        tools=targets,
+        deterministic=deterministic,
+        ignore=rules,
+    )
     header["workspace"] = ws.describe() if ws else None
-    with target.create(header) as session:
+    with target.create(header) as session, agent_hooks(targets, deterministic):
         rec = Recorder(session.writer, workspace=attach_workspace(ws, session.writer))
         start(rec)
         try:
@@ -90,26 +145,41 @@ def replay(
     overrides: Sequence[str | Override] = (),
     record_child: bool | None = None,
     report_path: str | Path | None = None,
+    live_tools: Sequence[str] = (),
+    ignore: Sequence[IgnoreRule | Mapping[str, Any]] = (),
+    tool_targets: Sequence[str] = (),
 ) -> Iterator[Replayer]:
     """Serve every model call and tool call inside the block from ``session``.
 
     ``session`` is a :class:`~forkpoint.log.Session`, a path, an id, an id prefix, ``"last"`` or a
     session name (see :func:`forkpoint.store.resolve`).
-    ``models``, ``tools``, ``on_divergence`` and ``overrides`` (specs or parsed) are those of
-    :class:`~forkpoint.replay.Replayer`. The run is written to a new child session next to its parent
-    when ``record_child`` is true — by default whenever something can make it differ from the
-    recording (an override, a live source, or a policy other than ``stop``).
+    ``models``, ``tools``, ``on_divergence``, ``overrides`` (specs or parsed) and ``live_tools``
+    (tool names that run for real) are those of :class:`~forkpoint.replay.Replayer`. ``ignore``:
+    match rules beyond those of the configuration and of the session's header
+    (``docs/matching.md``). ``tool_targets``: functions served as tools by ``module:qualname``,
+    beyond those the session was recorded with. A session recorded with ``deterministic`` has the
+    agent's clock and randomness served too. The run is written to a new child session next to its
+    parent when ``record_child`` is true — by default whenever something can make it differ from the
+    recording (an override, a live source or live tool, or a policy other than ``stop``).
     SDK API-key variables that are unset get a placeholder for the duration. Yields the
     :class:`~forkpoint.replay.Replayer`; ``replayer.report()`` gives the outcome (also written to
     ``report_path``). Raises :class:`~forkpoint.errors.OverrideError` for an override that does not
-    fit the session, :class:`~forkpoint.errors.SessionError` for one that cannot be read.
+    fit the session, :class:`~forkpoint.errors.SessionError` for one that cannot be read,
+    :class:`~forkpoint.errors.ConfigError` for a bad ignore rule.
     """
     if not isinstance(session, Session):
         session = Session.load(resolve(session, store))
     parsed = [o if isinstance(o, Override) else override.parse(o) for o in overrides]
     # Check every override fits the session before a child session is written for the run.
     override.resolve(parsed, session.calls())
-    what_if = bool(parsed) or models == "live" or tools == "live" or on_divergence != "stop"
+    rules = _rules(ignore, "forkpoint.replay(ignore=…)")
+    targets = checked_tools(
+        [*(session.header.get("tools") or []), *tool_targets], "forkpoint.replay(tool_targets=…)"
+    )
+    deterministic: Any = session.header.get("deterministic") or False
+    what_if = (
+        bool(parsed) or models == "live" or tools == "live" or on_divergence != "stop" or bool(live_tools)
+    )
     child = None
     if record_child if record_child is not None else what_if:
         child = create_child(
@@ -119,6 +189,7 @@ def replay(
             tools=tools,
             on_divergence=on_divergence,
             overrides=[o.spec for o in parsed],
+            live_tools=live_tools,
         )
     rt = Replayer(
         session,
@@ -128,11 +199,19 @@ def replay(
         on_divergence=on_divergence,
         overrides=parsed,
         child=child.writer if child else None,
+        live_tools=live_tools,
+        ignore=rules,
     )
     added = [k for k in API_KEY_VARS if not os.environ.get(k)]
     for k in added:
         os.environ[k] = PLACEHOLDER_KEY
-    start(rt)
+    hooks = ExitStack()
+    hooks.enter_context(agent_hooks(targets, deterministic))
+    try:
+        start(rt)
+    except BaseException:
+        hooks.close()
+        raise
     failed: BaseException | None = None
     try:
         yield rt
@@ -141,6 +220,7 @@ def replay(
         raise
     finally:
         runtime.deactivate(rt)
+        hooks.close()
         for k in added:
             if os.environ.get(k) == PLACEHOLDER_KEY:
                 del os.environ[k]

@@ -75,6 +75,36 @@ def _command(cmd: tuple[str, ...]) -> list[str]:
     return list(cmd[1:] if cmd[:1] == ("--",) else cmd)
 
 
+class _RunsProgram(click.Command):
+    """A command that ends with a program to run (``record``, ``replay``, ``fork``): forkpoint's
+    options are read up to the program, with or without ``--`` before it; everything from the
+    program on is the program's (``forkpoint replay last python agent.py --report x`` gives
+    ``--report x`` to the agent)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        takes_value = {
+            name
+            for p in self.params
+            if isinstance(p, click.Option) and not p.is_flag and not p.count
+            for name in p.opts
+        }
+        leading = sum(1 for p in self.params if isinstance(p, click.Argument) and p.name != "cmd")
+        i, seen = 0, 0
+        while i < len(args):
+            arg = args[i]
+            if arg == "--":
+                break
+            if arg.startswith("-") and arg != "-":
+                i += 2 if arg in takes_value else 1
+                continue
+            if seen == leading:  # the program starts here
+                args = [*args[:i], "--", *args[i:]]
+                break
+            seen += 1
+            i += 1
+        return super().parse_args(ctx, args)
+
+
 def _parse_tags(values: tuple[str, ...]) -> dict[str, str]:
     tags = {}
     for v in values:
@@ -100,7 +130,6 @@ _store_opt = click.option(
     help="Session store: a directory or an fsspec URL such as s3://bucket/prefix "
     "(default: $FORKPOINT_STORE or .forkpoint/).",
 )
-_cmd_settings = {"ignore_unknown_options": True, "allow_interspersed_args": False}
 
 
 class _Commands(click.Group):
@@ -127,7 +156,7 @@ def main() -> None:
     """
 
 
-@main.command(context_settings=_cmd_settings)
+@main.command(cls=_RunsProgram)
 @_store_opt
 @click.option("--name", help="A name for the session.")
 @click.option(
@@ -150,6 +179,12 @@ def main() -> None:
 @click.option(
     "--include-ignored", is_flag=True, help="Checkpoints also archive files that .gitignore ignores."
 )
+@click.option(
+    "--deterministic",
+    is_flag=True,
+    help="Also record what the program's own code reads from the clock, uuid4 and random; a replay "
+    "hands the same values back (docs/matching.md).",
+)
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
 def record(
     store: str | None,
@@ -159,6 +194,7 @@ def record(
     workspace: Path | None,
     no_workspace: bool,
     include_ignored: bool,
+    deterministic: bool,
     cmd: tuple[str, ...],
 ) -> None:
     """Run CMD and record its model calls and tool calls:  forkpoint record -- python agent.py"""
@@ -181,11 +217,12 @@ def record(
         tools=_check_tools(tools),
         workspace=workspace,
         include_ignored=include_ignored,
+        deterministic=deterministic,
     )
     sys.exit(code)
 
 
-@main.command()
+@main.command(cls=_RunsProgram)
 @click.argument("session")
 @_store_opt
 @click.option(
@@ -243,7 +280,8 @@ def replay(
     no_verify: bool,
     cmd: tuple[str, ...],
 ) -> None:
-    """Run the recorded command (or CMD) with every model and tool call served from SESSION.
+    """Run the recorded command (or CMD, with or without -- before it) with every model and tool
+    call served from SESSION.
 
     Exits with the command's own code, or 3 when the run diverged from the recording (policy stop).
     A what-if run (overrides, live sources, policy live or fifo) is recorded as a new session.
@@ -476,7 +514,7 @@ def validate_cmd(directory: Path) -> None:
     sys.exit(0 if _print_checks(validate(directory)) else 1)
 
 
-@main.command()
+@main.command(cls=_RunsProgram)
 @click.argument("ref", metavar="SESSION@SEQ")
 @click.option("--arms", default=1, show_default=True, type=click.IntRange(1, 64), help="How many arms.")
 @click.option(

@@ -92,3 +92,9 @@ class Divergence(ForkpointError):
 
 class NetworkBlocked(ForkpointError, ConnectionError):
     """A socket tried to reach the network during a replay."""
+
+
+class ReplayWarning(UserWarning):
+    """A replay went on where the recording did not reach, as the user's policy allowed (the pytest
+    plugin's ``on_divergence="fifo"`` or ``"live"``): the test passes or fails on its own, and this
+    warning says where and how the run left its cassette."""

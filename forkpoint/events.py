@@ -142,6 +142,23 @@ class ToolCallEvent(_Common, total=False):
     key: str
 
 
+class ValueEvent(_Common, total=False):
+    """A value the agent's own code read from the clock, ``uuid`` or ``random`` while recording with
+    ``deterministic`` (:mod:`forkpoint.capture.clock`): served back in the same order on replay.
+
+    ``fn`` names what was read (``"time.time"``, ``"datetime.now"``, ``"datetime.utcnow"``,
+    ``"datetime.today"``, ``"uuid.uuid4"``, ``"random.random"``, ``"random.getrandbits"``); ``args``
+    its arguments when they decide the value (``[k]`` of ``getrandbits``); ``value`` its JSON form
+    (a float, an ISO 8601 string, a uuid string, hex digits)."""
+
+    type: Required[Literal["value"]]
+    fn: Required[str]
+    args: list[Any]
+    value: Any
+    sent: int
+    key: str
+
+
 class CheckpointEvent(_Common, total=False):
     """The state a coherent continuation needs (``docs/format.md``, :mod:`forkpoint.checkpoint`)."""
 
@@ -179,10 +196,12 @@ class EndEvent(_Common, total=False):
 
 
 #: Any event of a session log.
-Event = ModelCallEvent | ToolCallEvent | CheckpointEvent | NoteEvent | EndEvent
-#: The kinds of call a replay serves.
-CallKind = Literal["model_call", "tool_call"]
+Event = ModelCallEvent | ToolCallEvent | ValueEvent | CheckpointEvent | NoteEvent | EndEvent
+#: The kinds of call a replay serves (a value read with ``deterministic`` is served like a call).
+CallKind = Literal["model_call", "tool_call", "value"]
 Call = ModelCallEvent | ToolCallEvent
+#: What a replay serves from a session.
+Served = ModelCallEvent | ToolCallEvent | ValueEvent
 
 
 class Header(TypedDict, total=False):
@@ -204,6 +223,10 @@ class Header(TypedDict, total=False):
     span_id: str
     platform: str
     tools: list[str]
+    #: The agent's own clock and randomness recorded: True, or the modules that count as the agent's.
+    deterministic: bool | list[str]
+    #: Match settings given to the API or the pytest plugin beyond the configuration's: ``{"ignore": [...]}``.
+    match: dict[str, Any]
     workspace: dict[str, Any] | None
     replay: dict[str, Any]
     imported_from: dict[str, Any]
@@ -235,6 +258,8 @@ class DivergenceReport(TypedDict, total=False):
     expected: Expected | None
     nearest: Nearest | None
     diff: list[dict[str, Any]]
+    #: Ignore rules that would make the call match, when every difference looks volatile.
+    suggest: list[dict[str, str]]
     #: fifo drift: the recorded call served anyway.
     served_seq: int
 
@@ -285,9 +310,12 @@ def is_tool_call(event: Mapping[str, Any]) -> TypeGuard[ToolCallEvent]:
 
 def endpoint(event: Mapping[str, Any]) -> str:
     """The endpoint a call went to: ``"POST /v1/chat/completions"`` for a model call (method and URL
-    path; host and query left out, as in the match key), the tool's name for a tool call."""
+    path; host and query left out, as in the match key), the tool's name for a tool call, the
+    function for a value read (``time.time``)."""
     if event.get("type") == "tool_call":
         return str(event.get("tool"))
+    if event.get("type") == "value":
+        return str(event.get("fn"))
     req = event.get("request") or {}
     return f"{str(req.get('method', '')).upper()} {urlsplit(str(req.get('url', ''))).path}"
 

@@ -15,22 +15,33 @@ class Change:
     """One difference between two JSON documents.
 
     ``op`` is ``"added"`` (only in actual), ``"removed"`` (only in expected) or ``"changed"``;
-    ``path`` is a JSONPath-like string such as ``$.body.messages[3].content``.
+    ``path`` is a JSONPath-like string such as ``$.body.messages[3].content``. ``ignored`` marks a
+    difference that the match key does not see (an ignore rule took it out).
     """
 
     op: str
     path: str
     expected: Any = None
     actual: Any = None
+    ignored: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        """This change as JSON data."""
+        """This change as JSON data (``ignored`` only when true)."""
         out: dict[str, Any] = {"op": self.op, "path": self.path}
         if self.op != "added":
             out["expected"] = self.expected
         if self.op != "removed":
             out["actual"] = self.actual
+        if self.ignored:
+            out["ignored"] = True
         return out
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Change:
+        """A change from :meth:`to_json`'s form."""
+        return cls(
+            data["op"], data["path"], data.get("expected"), data.get("actual"), bool(data.get("ignored"))
+        )
 
 
 def json_diff(expected: Any, actual: Any, path: str = "$") -> list[Change]:
@@ -106,25 +117,27 @@ def _clip_lines(diff: list[str], width: int = 160) -> list[str]:
 
 
 def format_changes(changes: list[Change], limit: int = 20) -> str:
-    """Human-readable lines for a diff; long strings are shown as a compact text diff."""
+    """Human-readable lines for a diff; long strings are shown as a compact text diff. A change an
+    ignore rule took out of the match key is marked ``(ignored)``."""
     lines: list[str] = []
     for c in changes[:limit]:
+        mark = "  (ignored)" if c.ignored else ""
         if c.op == "added":
-            lines.append(f"  + {c.path}: {_short(c.actual)}")
+            lines.append(f"  + {c.path}: {_short(c.actual)}{mark}")
         elif c.op == "removed":
-            lines.append(f"  - {c.path}: {_short(c.expected)}")
+            lines.append(f"  - {c.path}: {_short(c.expected)}{mark}")
         elif (
             isinstance(c.expected, str)
             and isinstance(c.actual, str)
             and (len(c.expected) > 80 or len(c.actual) > 80)
         ):
-            lines.append(f"  ~ {c.path}:")
+            lines.append(f"  ~ {c.path}:{mark}")
             diff = difflib.unified_diff(
                 c.expected.splitlines(), c.actual.splitlines(), "recorded", "actual", n=1, lineterm=""
             )
             lines.extend(f"      {d}" for d in _clip_lines(list(diff)[2:14]))
         else:
-            lines.append(f"  ~ {c.path}: {_short(c.expected)} → {_short(c.actual)}")
+            lines.append(f"  ~ {c.path}: {_short(c.expected)} → {_short(c.actual)}{mark}")
     if len(changes) > limit:
         lines.append(f"  … and {len(changes) - limit} more differences")
     return "\n".join(lines)

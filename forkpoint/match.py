@@ -14,17 +14,35 @@ Tool calls are keyed the same way on ``{"tool": name, "args": arguments}``.
 
 Calls with the same key are answered in the order they were **sent** (:func:`in_send_order`), which
 is the recorded order unless concurrent calls finished in another order than they started.
+
+**Ignore rules** (``[match] ignore`` in the configuration, ``ignore=`` of the Python API and the
+pytest plugin; :class:`IgnoreRule`) take parts the user knows to vary out of the key: the text a
+regex matches inside the value a JSON path selects, or that whole value. They are applied by the
+one function that computes a key (:func:`event_key`, :func:`model_key`, :func:`tool_key`), on the
+recorded side and the live side alike, to a copy: what is stored or sent never changes.
+:func:`suggest_ignore` proposes the rule for a divergence whose differences all look volatile
+(timestamps, uuids, request ids).
 """
 
 from __future__ import annotations
 
 import base64
+import os
 import re
-from collections.abc import Iterable, Mapping
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlsplit
 
+import orjson
+
+from . import jsonpath
 from .canonical import digest
+from .config import load_table
+from .errors import ConfigError, RuleError
+from .jsondiff import json_diff
 from .providers import semantic_headers
 from .redact import scrub_bytes, scrub_json, scrub_url
 
@@ -71,9 +89,10 @@ def _stable_body(body: Any, content_type: str) -> Any:
     return body
 
 
-def model_key(normalized: dict[str, Any]) -> str:
-    """Match key (64 hex) of a normalized request from :func:`normalize_request`."""
-    return digest(normalized)
+def model_key(normalized: dict[str, Any], ignore: Ignore | None = None) -> str:
+    """Match key (64 hex) of a normalized request from :func:`normalize_request`, less what the
+    ``ignore`` rules take out (default: those of the configuration in force, :func:`configured`)."""
+    return digest(_in_force(ignore).mask(normalized))
 
 
 def in_send_order(events: Iterable[_E]) -> list[_E]:
@@ -98,23 +117,341 @@ def in_send_order(events: Iterable[_E]) -> list[_E]:
 _E = TypeVar("_E", bound=Mapping[str, Any])
 
 
-def tool_key(name: str, args: Any) -> str:
-    """Match key (64 hex) of a tool call: its name and its (scrubbed, JSON) arguments."""
-    return digest({"tool": name, "args": scrub_json(args)})
+def tool_key(name: str, args: Any, ignore: Ignore | None = None) -> str:
+    """Match key (64 hex) of a tool call: its name and its (scrubbed, JSON) arguments, less what the
+    ``ignore`` rules about this tool take out (default: the configuration's, :func:`configured`)."""
+    return digest(_in_force(ignore).mask({"tool": name, "args": scrub_json(args)}, tool=name))
+
+
+def value_key(fn: str, args: Any = None) -> str:
+    """Match key (64 hex) of a value the agent's own code read (``deterministic``): the function
+    (``"time.time"``, ``"random.getrandbits"``…) and its arguments, if any."""
+    return digest({"value": fn, "args": args})
 
 
 def normalized(event: Mapping[str, Any]) -> dict[str, Any]:
     """What the match key of a recorded call covers: the normalized request of a model call
-    (:func:`normalize_request`), ``{"tool", "args"}`` of a tool call."""
+    (:func:`normalize_request`), ``{"tool", "args"}`` of a tool call, ``{"value", "args"}`` of a
+    value read (before any ignore rule: :meth:`Ignore.mask` takes their parts out)."""
     if event.get("type") == "tool_call":
         return {"tool": event["tool"], "args": event.get("args")}
+    if event.get("type") == "value":
+        return {"value": event["fn"], "args": event.get("args")}
     r = event["request"]
     return normalize_request(r["method"], r["url"], r["headers"], r["body"])
 
 
-def event_key(event: Mapping[str, Any]) -> str:
-    """The match key of a recorded model or tool call, computed from its request or arguments: the
-    one function every reader and writer of ``key`` uses."""
+def event_key(event: Mapping[str, Any], ignore: Ignore | None = None) -> str:
+    """The match key of a recorded model call, tool call or value, computed from its request or
+    arguments: the one function every reader and writer of ``key`` uses. ``ignore``: the rules in
+    force (default: the configuration's, :func:`configured`)."""
     if event.get("type") == "tool_call":
-        return tool_key(event["tool"], event.get("args"))
-    return model_key(normalized(event))
+        return tool_key(event["tool"], event.get("args"), ignore)
+    if event.get("type") == "value":
+        return value_key(event["fn"], event.get("args"))
+    return model_key(normalized(event), ignore)
+
+
+# --------------------------------------------------------------------------- ignore rules
+
+#: What the text a rule's regex matches, or a list item a rule selects whole, becomes in the key.
+IGNORED = "[ignored]"
+#: The members a model call's rule path may start with: the fields of :func:`normalize_request`.
+MODEL_FIELDS = ("method", "path", "query", "headers", "body")
+#: The members a tool call's rule path may start with.
+TOOL_FIELDS = ("tool", "args")
+_RULE_KEYS = ("path", "regex", "tool")
+
+
+@dataclass(frozen=True)
+class IgnoreRule:
+    """One ignore rule (``{ path = "$.body.metadata.request_id" }``, ``docs/matching.md``).
+
+    ``path``: a JSON path (:mod:`forkpoint.jsonpath`) into what the match key covers — the
+    normalized request ``{"method", "path", "query", "headers", "body"}`` of a model call, or
+    ``{"tool", "args"}`` of a tool call. ``regex``: only the text it matches in every string of
+    the selected value does not count; without one, the whole value does not count (a member is
+    left out of the key, present or not; a list item counts as a placeholder, so the items after
+    it keep their places). ``tool``: the rule is about the arguments of this tool (``"*"``: of
+    every tool); without one it is about model calls (every HTTP call, in fact). ``source`` says
+    where the rule was read, for messages; it is not part of the rule.
+    """
+
+    path: str
+    regex: str | None = None
+    tool: str | None = None
+    source: str | None = field(default=None, compare=False)
+
+    def to_json(self) -> dict[str, str]:
+        """The rule as the configuration writes it."""
+        out = {"path": self.path}
+        if self.regex is not None:
+            out["regex"] = self.regex
+        if self.tool is not None:
+            out["tool"] = self.tool
+        return out
+
+    def toml(self) -> str:
+        """The rule as an inline TOML table, ready to paste into ``ignore = [...]``."""
+        return "{ " + ", ".join(f"{k} = {_toml_string(v)}" for k, v in self.to_json().items()) + " }"
+
+
+def _toml_string(text: str) -> str:
+    """A TOML string for ``text``: a literal string (no escapes: regexes stay readable) when it can
+    be one, else a basic string (JSON's escapes are TOML's)."""
+    if "'" not in text and not any(c in text for c in "\n\r\t"):
+        return f"'{text}'"
+    return orjson.dumps(text).decode()
+
+
+def ignore_rules(items: Any, where: str) -> tuple[IgnoreRule, ...]:
+    """Ignore rules from ``items`` (tables ``{path, regex?, tool?}`` as in the configuration, or
+    :class:`IgnoreRule` objects), each checked: known keys, a JSON path that starts at a field of what
+    the key covers, a regex that compiles and cannot match the empty string. Raises
+    :class:`~forkpoint.errors.ConfigError` naming ``where`` (a file and table, or an argument), the
+    rule's place in the list and the rule."""
+    if items is None:
+        return ()
+    if not isinstance(items, list | tuple):
+        raise ConfigError(
+            f'{where}: ignore must be a list of rules like {{ path = "$.body.metadata.request_id" }}'
+        )
+    out = []
+    for i, item in enumerate(items):
+        here = f"{where}: ignore[{i}]"
+        if isinstance(item, IgnoreRule):
+            item = item.to_json()
+        if not isinstance(item, Mapping):
+            raise ConfigError(f"{here} = {item!r}: expected a table {{ path = …, regex = …, tool = … }}")
+        shown = _shown_rule(item)
+        unknown = sorted(set(item) - set(_RULE_KEYS))
+        if unknown:
+            raise ConfigError(
+                f"{here} {shown}: unknown key(s) {', '.join(map(str, unknown))} (known: path, regex, tool)"
+            )
+        if not all(isinstance(item.get(k, ""), str) for k in _RULE_KEYS):
+            raise ConfigError(f"{here} {shown}: path, regex and tool are strings")
+        if not item.get("path"):
+            raise ConfigError(f'{here} {shown}: a rule needs a path, e.g. "$.body.metadata.request_id"')
+        rule = IgnoreRule(str(item["path"]), item.get("regex"), item.get("tool"), source=where)
+        try:
+            _check(rule)
+        except RuleError as exc:
+            raise ConfigError(f"{here} {shown}: {exc}") from None
+        out.append(rule)
+    return tuple(out)
+
+
+def _shown_rule(item: Mapping[str, Any]) -> str:
+    return "{ " + ", ".join(f"{k} = {v!r}" for k, v in item.items()) + " }"
+
+
+def _check(rule: IgnoreRule) -> None:
+    steps = jsonpath.parse(rule.path)
+    fields = TOOL_FIELDS if rule.tool is not None else MODEL_FIELDS
+    mode, first = steps[0]
+    if mode == "child" and first not in fields and first != "*":
+        what = f"tool {rule.tool!r}'s calls" if rule.tool is not None else "a model call"
+        raise RuleError(
+            f"path {rule.path!r} must start at a field of what the match key of {what} covers: "
+            + ", ".join(f"$.{f}" for f in fields)
+            + (
+                ""
+                if rule.tool is not None
+                else ' (the request body is $.body; for tool arguments add tool = "NAME")'
+            )
+        )
+    if rule.regex is not None:
+        try:
+            compiled = re.compile(rule.regex)
+        except re.error as exc:
+            raise RuleError(f"regex {rule.regex!r} is not a valid regex: {exc}") from None
+        if compiled.fullmatch(""):
+            raise RuleError(f"regex {rule.regex!r} matches the empty string")
+    if rule.tool == "":
+        raise RuleError('tool is a tool\'s name, or "*" for every tool')
+
+
+class _Selection:
+    """The compiled paths and regexes of the rules about one kind of call."""
+
+    def __init__(self, rules: Sequence[IgnoreRule]) -> None:
+        self.paths = tuple(jsonpath.parse(r.path) for r in rules)
+        self.regexes = tuple(re.compile(r.regex) if r.regex is not None else None for r in rules)
+
+    def mask(self, value: Any, states: jsonpath.States) -> Any:
+        if not states:
+            return value
+        if isinstance(value, dict):
+            out = {}
+            for k, v in value.items():
+                done, sub = jsonpath.step(self.paths, states, k, 0)
+                if done and any(self.regexes[r] is None for r in done):
+                    continue  # the whole value does not count: the member is left out
+                out[k] = self.mask(self._sub(v, done), sub)
+            return out
+        if isinstance(value, list):
+            items = []
+            for i, v in enumerate(value):
+                done, sub = jsonpath.step(self.paths, states, i, len(value))
+                if done and any(self.regexes[r] is None for r in done):
+                    items.append(IGNORED)
+                    continue
+                items.append(self.mask(self._sub(v, done), sub))
+            return items
+        return value
+
+    def _sub(self, value: Any, done: tuple[int, ...]) -> Any:
+        if not done:
+            return value
+        if isinstance(value, str):
+            for r in done:
+                pattern = self.regexes[r]
+                if pattern is not None:
+                    value = pattern.sub(IGNORED, value)
+            return value
+        if isinstance(value, dict):
+            return {k: self._sub(v, done) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self._sub(v, done) for v in value]
+        return value
+
+
+class Ignore:
+    """A set of :class:`IgnoreRule` objects, compiled: what :meth:`mask` takes out of the normalized
+    form of a call before its key is computed. Rules are kept once each, in order."""
+
+    def __init__(self, rules: Iterable[IgnoreRule] = ()) -> None:
+        self.rules: tuple[IgnoreRule, ...] = tuple(dict.fromkeys(rules))
+        self._model = _Selection([r for r in self.rules if r.tool is None])
+        self._tools: dict[str, _Selection] = {}
+        self._lock = threading.Lock()
+
+    def __bool__(self) -> bool:
+        return bool(self.rules)
+
+    def __add__(self, more: Iterable[IgnoreRule]) -> Ignore:
+        return Ignore((*self.rules, *more))
+
+    def _selection(self, tool: str | None) -> _Selection:
+        if tool is None:
+            return self._model
+        sel = self._tools.get(tool)
+        if sel is None:
+            with self._lock:
+                sel = self._tools[tool] = _Selection([r for r in self.rules if r.tool in (tool, "*")])
+        return sel
+
+    def mask(self, normalized: dict[str, Any], tool: str | None = None) -> dict[str, Any]:
+        """A copy of ``normalized`` (of a model call; of a call of ``tool`` when given) without what
+        the rules ignore; ``normalized`` itself when no rule is about it."""
+        if not self.rules:
+            return normalized
+        sel = self._selection(tool)
+        if not sel.paths:
+            return normalized
+        masked: dict[str, Any] = sel.mask(normalized, jsonpath.roots(sel.paths))
+        return masked
+
+
+def load_ignore(start: Path | None = None) -> tuple[IgnoreRule, ...]:
+    """The ``[match] ignore`` rules of the configuration in force for ``start`` (default: the
+    current directory; :mod:`forkpoint.config` says where it looks). Raises
+    :class:`~forkpoint.errors.ConfigError` naming the file, the table and the rule."""
+    table, where = load_table("match", start)
+    if table is None:
+        return ()
+    if not isinstance(table, dict):
+        raise ConfigError(f"{where}: expected a table")
+    unknown = sorted(set(table) - {"ignore"})
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)} (known: ignore)")
+    return ignore_rules(table.get("ignore"), where)
+
+
+_configured: dict[tuple[str, str], Ignore] = {}
+_configured_lock = threading.Lock()
+
+
+def configured() -> Ignore:
+    """The rules of the configuration in force for the current directory, read once per directory
+    (and ``$FORKPOINT_CONFIG``) in a process. Raises :class:`~forkpoint.errors.ConfigError`."""
+    where = (os.getcwd(), os.environ.get("FORKPOINT_CONFIG", ""))
+    found = _configured.get(where)
+    if found is None:
+        with _configured_lock:
+            found = _configured[where] = Ignore(load_ignore())
+    return found
+
+
+def header_rules(header: Mapping[str, Any]) -> tuple[IgnoreRule, ...]:
+    """The ignore rules a session was recorded with beyond its configuration's (header ``match``:
+    those given to the Python API or the pytest plugin), re-applied when it is replayed."""
+    match = header.get("match")
+    return ignore_rules(
+        match.get("ignore") if isinstance(match, dict) else None, "the session header's match"
+    )
+
+
+def _in_force(ignore: Ignore | None) -> Ignore:
+    return ignore if ignore is not None else configured()
+
+
+# --------------------------------------------------------------------------- suggesting a rule
+
+#: What differs between two runs of the same program without meaning anything: name → regex.
+VOLATILE: dict[str, str] = {
+    "timestamp": r"\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?"
+    r"|\b\d{2}:\d{2}:\d{2}(?:[.,]\d+)?",
+    "epoch": r"(?<![\d.])1\d{9}(?:\d{3})?(?:\.\d+)?(?![\d.])",
+    "uuid": r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}",
+    "id": r"\b(?:req|msg|run|sess|session|trace|span|call|chatcmpl|resp|evt)[-_][A-Za-z0-9]{6,}\b"
+    r"|(?<![0-9A-Za-z])[0-9a-f]{16,}(?![0-9A-Za-z])",
+}
+_VOLATILE_RE = re.compile("|".join(f"(?P<{k}>{v})" for k, v in VOLATILE.items()))
+_ID_KEY = re.compile(r"(?i)(?:^|[_-])(?:request|req|session|trace|span|correlation|idempotency|run)[_-]?id$")
+
+
+def _volatile_kinds(text: str) -> list[str]:
+    return [k for m in _VOLATILE_RE.finditer(text) for k, v in m.groupdict().items() if v is not None]
+
+
+def _epoch(value: Any) -> bool:
+    return type(value) in (int, float) and (1e9 <= value < 1e10 or 1e12 <= value < 1e13)
+
+
+def _volatile_rule(change: Mapping[str, Any], tool: str | None) -> IgnoreRule | None:
+    """The rule that ignores one difference when it looks volatile, else None."""
+    if change.get("op") != "changed":
+        return None
+    path, expected, actual = str(change["path"]), change.get("expected"), change.get("actual")
+    if _epoch(expected) and _epoch(actual):
+        return IgnoreRule(path, tool=tool)
+    if not (isinstance(expected, str) and isinstance(actual, str)):
+        return None
+    last = re.split(r"[.\[\]']+", path.rstrip("]'"))[-1]
+    kinds = _volatile_kinds(expected) + _volatile_kinds(actual)
+    whole = all(_VOLATILE_RE.fullmatch(v) for v in (expected, actual))
+    if whole or (_ID_KEY.search(last) and min(len(expected), len(actual)) >= 6):
+        return IgnoreRule(path, tool=tool)
+    if not kinds or _VOLATILE_RE.sub("", expected) != _VOLATILE_RE.sub("", actual):
+        return None
+    return IgnoreRule(path, "|".join(VOLATILE[k] for k in dict.fromkeys(kinds)), tool)
+
+
+def suggest_ignore(
+    expected: dict[str, Any], actual: dict[str, Any], ignore: Ignore, tool: str | None = None
+) -> list[IgnoreRule]:
+    """The rules that would make two normalized calls (of a model call, or of ``tool``) match, when
+    every difference the rules in force leave looks volatile (a timestamp, a uuid, a request id);
+    else ``[]``. Each suggestion is checked: with it, the two give the same key."""
+    left, right = ignore.mask(expected, tool), ignore.mask(actual, tool)
+    changes = [c.to_json() for c in json_diff(left, right)]
+    if not changes:
+        return []
+    rules = [_volatile_rule(c, tool) for c in changes]
+    if any(r is None for r in rules):
+        return []
+    found = [r for r in dict.fromkeys(rules) if r is not None]
+    both = ignore + found
+    return found if both.mask(expected, tool) == both.mask(actual, tool) else []

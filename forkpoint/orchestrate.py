@@ -26,7 +26,9 @@ from ._boot import child_env
 from .checkpoint import Check, find, restore, validate, verify_session
 from .errors import CheckpointError, SessionError, UsageError
 from .log import Session
+from .match import load_ignore
 from .record import make_header, open_workspace
+from .redact import load_rules
 from .replay import (
     EXIT_DIVERGENCE,
     create_child,
@@ -43,6 +45,14 @@ def say(message: str) -> None:
     """A line for the person running forkpoint (stderr: stdout belongs to the program)."""
     sys.stderr.write(message + "\n")
     sys.stderr.flush()
+
+
+def check_config(cwd: Path | None = None) -> None:
+    """Read the configuration the program will run under (its ``[redact]`` and ``[match]`` rules)
+    before it starts: a bad file or rule is refused here, naming the file and the rule, instead of
+    the program running without forkpoint. Raises :class:`~forkpoint.errors.ConfigError`."""
+    load_rules(cwd)
+    load_ignore(cwd)
 
 
 def run_child(
@@ -93,17 +103,21 @@ def record_command(
     tools: list[str] | None = None,
     workspace: Path | None = None,
     include_ignored: bool = False,
+    deterministic: bool = False,
     quiet: bool = False,
     capture: bool = False,
 ) -> tuple[Path, int, str | None]:
-    """Record ``cmd`` into a new session of ``store``; with ``workspace``, take checkpoints of it.
+    """Record ``cmd`` into a new session of ``store``; with ``workspace``, take checkpoints of it;
+    with ``deterministic``, record the values its own code reads from the clock, ``uuid`` and
+    ``random`` too (:mod:`forkpoint.capture.clock`).
 
     Returns (session path, exit code, the command's stdout if ``capture``).
     """
     tools = list(tools or [])
+    check_config()
     target = open_store(store)
     ws = open_workspace(workspace, target.path, include_ignored)
-    header = make_header(argv=cmd, name=name, tags=tags)
+    header = make_header(argv=cmd, name=name, tags=tags, deterministic=deterministic)
     header["tools"] = tools
     header["workspace"] = ws.describe() if ws else None
     session = target.create(header)
@@ -162,6 +176,7 @@ def replay_command(
         raise UsageError("the session has no recorded command; give one after --")
     if not cmd:
         command = _runnable(command)
+    check_config(cwd)
     if check:
         v = verify_session(session.path, git=False)
         if v.problems:

@@ -27,7 +27,13 @@ the ``forkpoint_mode`` ini option, or the marker's ``mode=``):
 A replayed test fails when the run diverged from the recording (the failure shows forkpoint's
 divergence report), when recorded calls went unused, or when something tried to reach the network.
 A recording replaces the cassette only when the test passed; the recording of a failed test is kept
-beside it as ``<test>.failed/``. See ``docs/pytest.md``.
+beside it as ``<test>.failed/``.
+
+Per test, module or class (the ``forkpoint_config`` fixture, like pytest-recording's ``vcr_config``,
+and the marker's keywords): ``ignore`` rules, ``tools`` to record by ``module:qualname`` (also the
+``forkpoint_tools`` ini option), ``live_tools`` that run for real on replay, ``on_divergence``,
+``allow_hosts`` and ``deterministic``. Under pytest-xdist each cassette is recorded or replayed by
+one worker at a time, and the summary counts every worker's cassettes. See ``docs/pytest.md``.
 """
 
 from __future__ import annotations
@@ -40,7 +46,8 @@ import re
 import secrets
 import shlex
 import shutil
-from collections.abc import Generator, Iterator
+import tempfile
+from collections.abc import Generator, Iterator, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,12 +55,30 @@ from typing import Any
 
 import pytest
 
+from .api import checked_tools
+from .errors import ConfigError, ReplayWarning, UsageError
+from .match import IgnoreRule, ignore_rules
+from .replay import POLICIES
+
 #: The modes, in the order the docs define them.
 MODES = ("replay", "once", "record", "rewrite")
 #: The default cassette folder, relative to the rootdir.
 DEFAULT_DIR = Path("tests") / "cassettes"
-#: Keyword arguments the ``forkpoint`` marker accepts.
-MARKER_KWARGS = ("name", "mode", "allow_hosts", "allow_unused")
+#: Keyword arguments the ``forkpoint`` marker accepts (the ``forkpoint_config`` fixture: all but ``name``).
+MARKER_KWARGS = (
+    "name",
+    "mode",
+    "allow_hosts",
+    "allow_unused",
+    "ignore",
+    "tools",
+    "live_tools",
+    "on_divergence",
+    "deterministic",
+)
+#: Settings that add up over the ``forkpoint_config`` fixture and every marker; for the others the
+#: closest says (the test's marker, then its class's, its module's, then the fixture).
+LIST_SETTINGS = ("allow_hosts", "ignore", "tools", "live_tools")
 
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 _MAX_PART = 80
@@ -71,6 +96,7 @@ class Settings:
     ci: bool
     directory: Path
     allow_hosts: frozenset[str]
+    tools: tuple[str, ...] = ()
     counts: dict[str, int] = field(
         default_factory=lambda: {"replayed": 0, "recorded": 0, "updated": 0, "failed": 0}
     )
@@ -156,13 +182,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini(
         "forkpoint_allow_hosts", "Loopback hosts replayed tests may connect to.", type="linelist", default=[]
     )
+    parser.addini(
+        "forkpoint_tools",
+        "Functions every forkpoint test records (and replays) as tools, one module:qualname a line.",
+        type="linelist",
+        default=[],
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
-        "forkpoint(name=None, *, mode=None, allow_hosts=(), allow_unused=False): record this test's "
-        "model and tool calls into a cassette once and replay them afterwards (docs/pytest.md).",
+        "forkpoint(name=None, *, mode=None, allow_hosts=(), allow_unused=False, ignore=(), tools=(), "
+        "live_tools=(), on_divergence='stop', deterministic=False): record this test's model and tool "
+        "calls into a cassette once and replay them afterwards (docs/pytest.md).",
     )
     ini_mode = config.getini("forkpoint_mode") or None
     if ini_mode is not None and ini_mode not in MODES:
@@ -178,6 +211,7 @@ def pytest_configure(config: pytest.Config) -> None:
     try:
         hosts = loopback_hosts(config.getoption("--forkpoint-allow-host"), "--forkpoint-allow-host")
         hosts |= loopback_hosts(config.getini("forkpoint_allow_hosts"), "forkpoint_allow_hosts")
+        tools = tuple(checked_tools(config.getini("forkpoint_tools"), "forkpoint_tools"))
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
     config.stash[_settings_key] = Settings(
@@ -186,6 +220,7 @@ def pytest_configure(config: pytest.Config) -> None:
         ci=ci_is_set(),
         directory=directory.resolve(),
         allow_hosts=hosts,
+        tools=tools,
     )
 
 
@@ -259,8 +294,21 @@ def rerun_command(item: pytest.Item, mode: str) -> str:
     It repeats the options of this run that decide where the cassette is and what the test may
     connect to (``-c``, ``--rootdir``, ``-o forkpoint_…``, ``--forkpoint-dir``,
     ``--forkpoint-allow-host``), as given: they are relative to the same directory."""
-    config = item.config
-    args = ["pytest", f"--forkpoint-mode={mode}"]
+    return shlex.join(
+        ["pytest", f"--forkpoint-mode={mode}", *_run_options(item.config), invocation_nodeid(item)]
+    )
+
+
+def recorded_command(item: pytest.Item) -> list[str]:
+    """The command a cassette records (what ``forkpoint replay CASSETTE`` runs, from the current
+    directory): ``python -m pytest``, which puts the current directory on ``sys.path`` as the
+    user's ``python -m pytest`` did (a bare ``pytest`` does not, and the agent's modules were not
+    found), with the options that decide the rootdir and the ini file, and the test."""
+    return ["python", "-m", "pytest", *_run_options(item.config), invocation_nodeid(item, Path.cwd())]
+
+
+def _run_options(config: pytest.Config) -> list[str]:
+    args: list[str] = []
     if getattr(config.option, "inifilename", None):
         args += ["-c", str(config.option.inifilename)]
     if getattr(config.option, "rootdir", None):
@@ -272,7 +320,47 @@ def rerun_command(item: pytest.Item, mode: str) -> str:
         args += ["--forkpoint-dir", str(config.getoption("--forkpoint-dir"))]
     for host in config.getoption("--forkpoint-allow-host") or ():
         args += ["--forkpoint-allow-host", str(host)]
-    return shlex.join([*args, invocation_nodeid(item)])
+    return args
+
+
+# --------------------------------------------------------------------------- a test's settings
+
+
+def _listed(value: Any) -> list[Any]:
+    if value is None:
+        return []
+    return [value] if isinstance(value, str | Mapping | IgnoreRule) else list(value)
+
+
+def test_settings(item: pytest.Item, config: Any) -> dict[str, Any]:
+    """The forkpoint settings of one test: the ``forkpoint_config`` fixture's ``config``, then every
+    ``forkpoint`` marker from the farthest (module) to the closest (the test). The settings in
+    :data:`LIST_SETTINGS` add up; for the others the closest says. Raises ``pytest.UsageError``
+    naming the test and the setting that is unknown."""
+    if not isinstance(config, Mapping):
+        raise pytest.UsageError(
+            f"{item.nodeid}: the forkpoint_config fixture returned a {type(config).__name__}; it returns a "
+            "dict of settings (docs/pytest.md)"
+        )
+    layers = [("the forkpoint_config fixture", dict(config), [k for k in MARKER_KWARGS if k != "name"])]
+    for marker in reversed(list(item.iter_markers("forkpoint"))):
+        opts = dict(marker.kwargs)
+        if marker.args:
+            opts.setdefault("name", marker.args[0])
+        layers.append(("@pytest.mark.forkpoint", opts, list(MARKER_KWARGS)))
+    merged: dict[str, Any] = {}
+    for where, opts, known in layers:
+        unknown = sorted(set(opts) - set(known))
+        if unknown:
+            raise pytest.UsageError(
+                f"{item.nodeid}: {where} got unknown setting(s) {', '.join(unknown)}; it takes {', '.join(known)}"
+            )
+        for key, value in opts.items():
+            if key in LIST_SETTINGS:
+                merged.setdefault(key, []).extend(_listed(value))
+            else:
+                merged[key] = value
+    return merged
 
 
 # --------------------------------------------------------------------------- the cassette
@@ -290,30 +378,41 @@ class Cassette:
         runtime: the active :class:`~forkpoint.Recorder` or :class:`~forkpoint.Replayer`.
     """
 
-    def __init__(self, item: pytest.Item, settings: Settings) -> None:
+    def __init__(self, item: pytest.Item, settings: Settings, config: Any = None) -> None:
         self.item = item
         self.settings = settings
-        marker = item.get_closest_marker("forkpoint")
-        opts: dict[str, Any] = dict(marker.kwargs) if marker else {}
-        unknown = sorted(set(opts) - set(MARKER_KWARGS))
-        if unknown:
-            raise pytest.UsageError(
-                f"{item.nodeid}: @pytest.mark.forkpoint got unknown argument(s) {', '.join(unknown)}; "
-                f"it takes {', '.join(MARKER_KWARGS)}"
-            )
-        if marker and marker.args:
-            opts.setdefault("name", marker.args[0])
+        opts = test_settings(item, {} if config is None else config)
+        nodeid = item.nodeid
         marker_mode = opts.get("mode")
         if marker_mode is not None and marker_mode not in MODES:
             raise pytest.UsageError(
-                f"{item.nodeid}: forkpoint mode={marker_mode!r}: expected one of {', '.join(MODES)}"
+                f"{nodeid}: forkpoint mode={marker_mode!r}: expected one of {', '.join(MODES)}"
             )
         self.mode, self.mode_reason = settings.mode_for(marker_mode)
+        self.policy = str(opts.get("on_divergence") or "stop")
+        if self.policy not in POLICIES:
+            raise pytest.UsageError(
+                f"{nodeid}: forkpoint on_divergence={self.policy!r}: expected one of {', '.join(POLICIES)}"
+            )
+        deterministic = opts.get("deterministic", False)
+        if not isinstance(deterministic, bool):
+            deterministic = _listed(deterministic)
+            if not all(isinstance(m, str) for m in deterministic):
+                raise pytest.UsageError(
+                    f"{nodeid}: forkpoint deterministic={opts['deterministic']!r}: True, or the agent's module names"
+                )
+        self.deterministic: bool | list[str] = deterministic
+        live_tools = opts.get("live_tools", [])
+        if not all(isinstance(t, str) for t in live_tools):
+            raise pytest.UsageError(f"{nodeid}: forkpoint live_tools={live_tools!r}: tool names (strings)")
+        self.live_tools: list[str] = list(dict.fromkeys(live_tools))
         try:
             self.allow_hosts = settings.allow_hosts | loopback_hosts(
-                opts.get("allow_hosts"), f"{item.nodeid}: allow_hosts"
+                opts.get("allow_hosts"), f"{nodeid}: allow_hosts"
             )
-        except ValueError as exc:
+            self.tools = checked_tools([*settings.tools, *opts.get("tools", [])], f"{nodeid}: tools")
+            self.ignore: tuple[IgnoreRule, ...] = ignore_rules(opts.get("ignore", []), f"{nodeid}: forkpoint")
+        except (ValueError, UsageError, ConfigError) as exc:
             raise pytest.UsageError(str(exc)) from None
         self.allow_unused = bool(opts.get("allow_unused", False))
         module, test = cassette_parts(item, opts.get("name"))
@@ -323,6 +422,7 @@ class Cassette:
         self.problem: str | None = None  # the test fails with this before it runs
         self._cm: AbstractContextManager[Any] | None = None
         self._tmp: Path | None = None
+        self._lock_fd: int | None = None
 
     # -- helpers
 
@@ -356,7 +456,15 @@ class Cassette:
             # command replayed from the CLI): that runtime records or serves the test's calls.
             self.action = "outer"
             return
-        if self.mode == "rewrite" or not self.exists:
+        self._lock()  # pytest-xdist: one worker at a time records or replays this cassette
+        recorded_as = _header(self.path) if self.exists else None
+        # A cassette recorded with or without the agent's clock cannot be updated into the other.
+        redo = (
+            self.mode == "record"
+            and recorded_as is not None
+            and bool(recorded_as.get("deterministic")) != bool(self.deterministic)
+        )
+        if self.mode == "rewrite" or not self.exists or redo:
             if self.mode == "replay":
                 why = f" ({self.mode_reason})" if self.mode_reason != "--forkpoint-mode" else ""
                 self.problem = (
@@ -368,8 +476,15 @@ class Cassette:
             self.action = "record"
             self._tmp = self.path.parent / f".{self.path.name}.recording-{secrets.token_hex(3)}"
             # The header's cwd is the current directory: the recorded command selects the test there.
-            argv = ["pytest", invocation_nodeid(self.item, Path.cwd())]
-            self._cm = forkpoint.record(name=nodeid, store=self._tmp, tags={"pytest": nodeid}, argv=argv)
+            self._cm = forkpoint.record(
+                name=nodeid,
+                store=self._tmp,
+                tags={"pytest": nodeid},
+                argv=recorded_command(self.item),
+                tools=self.tools,
+                deterministic=self.deterministic,
+                ignore=self.ignore,
+            )
         else:
             self.action = "update" if self.mode == "record" else "replay"
             try:
@@ -385,22 +500,55 @@ class Cassette:
                 self._tmp.mkdir(parents=True, mode=0o700)
                 session = dataclasses.replace(session, path=self._tmp / self.path.name)
                 self._cm = forkpoint.replay(
-                    session, allow_hosts=sorted(self.allow_hosts), on_divergence="live", record_child=True
+                    session, on_divergence="live", record_child=True, **self._replay_settings()
                 )
             else:
-                self._cm = forkpoint.replay(session, allow_hosts=sorted(self.allow_hosts))
+                self._cm = forkpoint.replay(
+                    session, on_divergence=self.policy, record_child=False, **self._replay_settings()
+                )
         try:
             self.runtime = self._cm.__enter__()
+        except ConfigError as exc:  # a bad [match] or [redact] rule in forkpoint.toml / pyproject.toml
+            self._cm = None
+            self.problem = f"forkpoint: {exc}"
         except BaseException:  # e.g. another forkpoint runtime is active in this process
             self._cm = None
             if self._tmp is not None:
                 shutil.rmtree(self._tmp, ignore_errors=True)
             raise
 
+    def _replay_settings(self) -> dict[str, Any]:
+        return {
+            "allow_hosts": sorted(self.allow_hosts),
+            "live_tools": self.live_tools,
+            "ignore": self.ignore,
+            "tool_targets": self.tools,
+        }
+
+    def _lock(self) -> None:
+        """Hold this cassette's lock file (in the temporary folder, never among the cassettes) until
+        :meth:`finish`. POSIX only: without ``fcntl``, nothing is held."""
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover - Windows
+            return
+        folder = Path(tempfile.gettempdir()) / "forkpoint-cassette-locks"
+        folder.mkdir(exist_ok=True)
+        name = hashlib.sha256(str(self.path.resolve()).encode("utf-8", "surrogatepass")).hexdigest()[:24]
+        self._lock_fd = os.open(folder / f"{name}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+
+    def _unlock(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # closing the descriptor releases its lock
+            self._lock_fd = None
+
     def check(self) -> tuple[str | None, str | None]:
         """After the test body: (why the replay makes the test fail, a note on unused events).
 
         Only a replay can fail here; ``update`` and ``record`` runs go live instead of diverging.
+        A divergence the test's ``on_divergence`` policy (``fifo``, ``live``) went on from is a
+        :class:`~forkpoint.errors.ReplayWarning`, not a failure.
         """
         if self.action != "replay" or self.runtime is None:
             return None, None
@@ -409,6 +557,14 @@ class Cassette:
         report = self.runtime.report()
         where = self.shown()
         fix = f"If the change is intended, re-record it: {rerun_command(self.item, 'record')}"
+        if report.get("divergence") and self.policy != "stop":
+            self.item.warn(
+                ReplayWarning(
+                    f"forkpoint: the run left its cassette {where}, and went on (on_divergence="
+                    f"{self.policy!r})\n{format_divergence(report['divergence'])}\n{summary_line(report)}\n{fix}"
+                )
+            )
+            return None, None
         if report.get("divergence"):
             return (
                 f"forkpoint: the run diverged from its cassette {where}\n"
@@ -422,9 +578,9 @@ class Cassette:
                 "@forkpoint.tool, or allow a loopback host (--forkpoint-allow-host 127.0.0.1, or "
                 "@pytest.mark.forkpoint(allow_hosts=['127.0.0.1']))."
             ), None
-        if report.get("unused") and not self.allow_unused:
+        if report.get("unserved") and not self.allow_unused:
             by_seq = {e["seq"]: e for e in self.runtime.recorded}
-            labels = [_label(by_seq[s]) for s in report["unused"]]
+            labels = [_label(by_seq[s]) for s in report["unserved"]]
             shown = "; ".join(labels[:8]) + (" …" if len(labels) > 8 else "")
             return None, (
                 f"forkpoint: {len(labels)} recorded call(s) of cassette {where} went unused — the run made "
@@ -437,6 +593,7 @@ class Cassette:
         """Deactivate. A recording becomes the cassette when the test ``passed``, is kept as
         ``<test>.failed`` when it ``failed``, and is dropped otherwise (skipped, xfailed, not run)."""
         if self._cm is None:
+            self._unlock()
             return
         cm, self._cm = self._cm, None
         cm.__exit__(None, None, None)
@@ -447,8 +604,8 @@ class Cassette:
             elif self.action == "update":
                 report = self.runtime.report()
                 child = Path(report["child_session"]) if report.get("child_session") else None
-                live = report.get("live_calls") or {}
-                changed = bool(report.get("divergence") or report.get("unused") or any(live.values()))
+                # (Live tools run live every time: on their own they change nothing.)
+                changed = bool(report.get("divergence") or report.get("unserved"))
                 if child is not None and changed:
                     self._keep(self._rebuild(child), outcome)
                 else:
@@ -458,6 +615,7 @@ class Cassette:
         finally:
             if self._tmp is not None:
                 shutil.rmtree(self._tmp, ignore_errors=True)
+            self._unlock()
 
     def _rebuild(self, child: Path) -> Path:
         """A cassette made of a what-if child session's events (served and live alike)."""
@@ -467,12 +625,18 @@ class Cassette:
         nodeid = self.item.nodeid
         assert self._tmp is not None
         # make_header's cwd is the current directory: the recorded command selects the test there.
-        argv = ["pytest", invocation_nodeid(self.item, Path.cwd())]
-        header = make_header(argv=argv, name=nodeid, tags={"pytest": nodeid})
+        header = make_header(
+            argv=recorded_command(self.item),
+            name=nodeid,
+            tags={"pytest": nodeid},
+            tools=self.tools,
+            deterministic=self.deterministic,
+            ignore=self.ignore,
+        )
         writer = SessionWriter.create(self._tmp / "rebuilt", header)
         try:
             for event in Session.load(child).events:
-                if event["type"] not in ("model_call", "tool_call", "note", "end"):
+                if event["type"] not in ("model_call", "tool_call", "value", "note", "end"):
                     continue
                 drop = {"seq", "prev", "hash", "source", "recorded_seq", "override", "summary"}
                 writer.append({k: v for k, v in event.items() if k not in drop})
@@ -500,9 +664,21 @@ class Cassette:
             shutil.rmtree(self.path.with_name(self.path.name + ".failed"), ignore_errors=True)
 
 
+def _header(path: Path) -> dict[str, Any] | None:
+    """The header of the cassette at ``path``, or None when it cannot be read (then the replay says why)."""
+    from .log import SessionError, read_header
+
+    try:
+        return read_header(path / "session.jsonl")
+    except (SessionError, OSError):
+        return None
+
+
 def _label(event: dict[str, Any]) -> str:
     if event["type"] == "tool_call":
         return f"seq {event['seq']} tool {event['tool']}"
+    if event["type"] == "value":
+        return f"seq {event['seq']} value {event['fn']}"
     from urllib.parse import urlsplit
 
     req = event["request"]
@@ -516,6 +692,15 @@ def _label(event: dict[str, Any]) -> str:
 
 
 @pytest.fixture
+def forkpoint_config() -> dict[str, Any]:
+    """Settings for the cassettes of the tests that see this fixture: override it in a
+    ``conftest.py``, a module or a class to return a dict with the marker's keywords but ``name``
+    (``ignore``, ``tools``, ``live_tools``, ``on_divergence``, ``allow_hosts``, ``deterministic``,
+    ``mode``, ``allow_unused``). Markers add to its lists and override the rest. Empty here."""
+    return {}
+
+
+@pytest.fixture
 def forkpoint_session(request: pytest.FixtureRequest) -> Iterator[Cassette]:
     """This test's cassette: recorded on the first run, replayed afterwards (see the module doc).
 
@@ -523,7 +708,8 @@ def forkpoint_session(request: pytest.FixtureRequest) -> Iterator[Cassette]:
     active before anything calls a model.
     """
     item = request.node
-    cassette = Cassette(item, item.config.stash[_settings_key])
+    config = request.getfixturevalue("forkpoint_config")
+    cassette = Cassette(item, item.config.stash[_settings_key], config)
     item.stash[_cassette_key] = cassette
     cassette.start()
     try:
@@ -590,6 +776,24 @@ def pytest_runtest_makereport(
     report = yield
     item.stash.setdefault(_reports_key, {})[report.when] = report
     return report
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """A pytest-xdist worker hands its cassette counts to the controller (``workeroutput``)."""
+    settings = session.config.stash.get(_settings_key, None)
+    output = getattr(session.config, "workeroutput", None)
+    if settings is not None and output is not None:
+        output["forkpoint_counts"] = dict(settings.counts)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """The pytest-xdist controller adds up what each worker did, for the summary line."""
+    settings = node.config.stash.get(_settings_key, None)
+    counts = (getattr(node, "workeroutput", None) or {}).get("forkpoint_counts") or {}
+    if settings is not None:
+        for key, n in counts.items():
+            settings.counts[key] = settings.counts.get(key, 0) + int(n)
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:

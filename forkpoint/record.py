@@ -21,9 +21,9 @@ from typing import Any, Literal, overload
 from . import runtime
 from ._version import __version__
 from .checkpoint import Workspace, carried_context, checkpoint_event
-from .events import HttpRequest, ModelCallEvent, ToolCallEvent, new_span_id
+from .events import HttpRequest, ModelCallEvent, ToolCallEvent, ValueEvent, new_span_id
 from .log import SessionWriter
-from .match import event_key
+from .match import Ignore, IgnoreRule, configured, event_key, header_rules
 from .providers import sdk_packages, summary
 
 #: Packages whose versions go into every session header (when installed): the providers' SDKs, the
@@ -69,11 +69,18 @@ def make_header(
     name: str | None = None,
     tags: Mapping[str, str] | None = None,
     parent: dict[str, Any] | None = None,
+    tools: Sequence[str] = (),
+    deterministic: bool | Sequence[str] = False,
+    ignore: Sequence[IgnoreRule] = (),
 ) -> dict[str, Any]:
-    """The header fields of a new session (the log adds format, version, id, creation time)."""
+    """The header fields of a new session (the log adds format, version, id, creation time).
+
+    ``tools`` (``module:qualname`` targets), ``deterministic`` (True or module names) and the
+    ``ignore`` rules given beyond the configuration's are kept so that a replay applies them again;
+    each is written only when given."""
     cwd = Path(cwd or os.getcwd()).resolve()
     all_tags = {"agent_version": None, "prompt_version": None, **dict(tags or {})}
-    return {
+    header: dict[str, Any] = {
         "name": name,
         "argv": list(argv),
         "cwd": str(cwd),
@@ -84,13 +91,22 @@ def make_header(
         "span_id": new_span_id(),
         "platform": sys.platform,
     }
+    if tools:
+        header["tools"] = list(tools)
+    if deterministic:
+        header["deterministic"] = deterministic if isinstance(deterministic, bool) else list(deterministic)
+    if ignore:
+        header["match"] = {"ignore": [r.to_json() for r in ignore]}
+    return header
 
 
 class Recorder:
     """The recording runtime: receives finished model and tool calls and appends them to the log.
 
     Thread-safe. ``pending`` holds model calls whose response stream is still open; :meth:`close`
-    writes those that were never closed (``ended: "unfinished"``).
+    writes those that were never closed (``ended: "unfinished"``). Match keys are computed with the
+    ignore rules of the configuration and of the session's header; the header's ``deterministic``
+    says whether the agent's own clock and randomness are recorded.
     """
 
     mode: Literal["record"] = "record"
@@ -98,6 +114,8 @@ class Recorder:
     def __init__(self, writer: SessionWriter, *, workspace: Workspace | None = None) -> None:
         self.writer = writer
         self.workspace = workspace
+        self.ignore = configured() + header_rules(writer.header)
+        self.deterministic = bool(writer.header.get("deterministic"))
         self.root_span: str = writer.header.get("span_id") or new_span_id()
         self.pending: set[Any] = set()
         self.counts = {"model_call": 0, "tool_call": 0, "checkpoint": 0}
@@ -156,7 +174,7 @@ class Recorder:
     def model_call_done(self, event: ModelCallEvent) -> None:
         """Append a finished model call (built by the capture layer) with its key and pid. (Its
         provider-aware ``summary`` is not stored: readers derive it, :func:`forkpoint.providers.summary`.)"""
-        self._append(keyed(event))
+        self._append(keyed(event, self.ignore))
         with self._checkpoint_lock:
             self._turn_tools_expected = len(summary(event).get("tool_calls") or [])
             self._turn_tools_done = 0
@@ -165,7 +183,7 @@ class Recorder:
         """Append a finished tool call (built by the tool wrapper) with its key and pid. With a
         workspace, a tool call that is not the last one its turn asked for is followed by an
         observable checkpoint."""
-        self._append(keyed(event))
+        self._append(keyed(event, self.ignore))
         with self._checkpoint_lock:
             self._turn_tools_done += 1
             more = self._turn_tools_done < self._turn_tools_expected
@@ -173,6 +191,10 @@ class Recorder:
             self.checkpoint(
                 boundary="observable", reason=f"after tool {event['tool']}, before the rest of its turn"
             )
+
+    def value_done(self, event: ValueEvent) -> None:
+        """Append a value the agent's own code read (``deterministic``) with its key and pid."""
+        self._append(keyed(event))
 
     def note(self, text: str, **data: Any) -> int:
         """Append a ``note`` event with free text and JSON data; returns its seq."""
@@ -204,14 +226,17 @@ class Recorder:
 
 
 @overload
-def keyed(event: ModelCallEvent) -> ModelCallEvent: ...
+def keyed(event: ModelCallEvent, ignore: Ignore | None = None) -> ModelCallEvent: ...
 @overload
-def keyed(event: ToolCallEvent) -> ToolCallEvent: ...
+def keyed(event: ToolCallEvent, ignore: Ignore | None = None) -> ToolCallEvent: ...
 @overload
-def keyed(event: dict[str, Any]) -> dict[str, Any]: ...
-def keyed(event: Any) -> Any:
-    """``event`` with its match ``key`` and this process's ``pid`` added (what the log keeps of a call)."""
-    event["key"] = event_key(event)
+def keyed(event: ValueEvent, ignore: Ignore | None = None) -> ValueEvent: ...
+@overload
+def keyed(event: dict[str, Any], ignore: Ignore | None = None) -> dict[str, Any]: ...
+def keyed(event: Any, ignore: Ignore | None = None) -> Any:
+    """``event`` with its match ``key`` (under the ``ignore`` rules; default: the configuration's)
+    and this process's ``pid`` added (what the log keeps of a call)."""
+    event["key"] = event_key(event, ignore)
     event["pid"] = os.getpid()
     return event
 

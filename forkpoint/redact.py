@@ -44,6 +44,7 @@ from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsp
 
 import orjson
 
+from . import jsonpath
 from .config import load_table
 from .errors import ConfigError, RuleError
 
@@ -329,38 +330,6 @@ def _compile_user_pattern(kind: str, pattern: str) -> re.Pattern[str]:
     return compiled
 
 
-def _parse_json_path(path: str) -> tuple[tuple[str, Any], ...]:
-    """``$.a[0]..b[*]`` → (("child", "a"), ("child", 0), ("desc", "b"), ("child", "*"))."""
-    if not path.startswith("$"):
-        raise RuleError(f"JSON path {path!r} must start with '$'")
-    steps: list[tuple[str, Any]] = []
-    i = 1
-    token = re.compile(
-        r"(\.\.|\.)(?:([A-Za-z_][A-Za-z0-9_\-]*)|(\*))"
-        r"|(\.\.)?\[(?:(-?\d+)|(\*)|'([^']*)'|\"([^\"]*)\")\]"
-    )
-    while i < len(path):
-        m = token.match(path, i)
-        if not m:
-            raise RuleError(f"JSON path {path!r}: cannot read {path[i:]!r}")
-        if m.group(1):
-            mode = "desc" if m.group(1) == ".." else "child"
-            key: Any = m.group(2) if m.group(2) is not None else "*"
-        else:
-            mode = "desc" if m.group(4) else "child"
-            if m.group(5) is not None:
-                key = int(m.group(5))
-            elif m.group(6):
-                key = "*"
-            else:
-                key = m.group(7) if m.group(7) is not None else m.group(8)
-        steps.append((mode, key))
-        i = m.end()
-    if not steps:
-        raise RuleError(f"JSON path {path!r} selects the whole payload; name a part of it")
-    return tuple(steps)
-
-
 # --------------------------------------------------------------------------- the scrubber
 
 
@@ -386,7 +355,7 @@ class Scrubber:
         r = self.rules
         self.drop_headers = SECRET_HEADERS | {h.lower() for h in r.headers}
         self.query_params = SECRET_QUERY_PARAMS | {q.lower() for q in r.query_params}
-        self.paths = tuple(_parse_json_path(p) for p in r.json_paths)
+        self.paths = tuple(jsonpath.parse(p) for p in r.json_paths)
         table: list[tuple[str | None, tuple[str, ...], str]] = [(None, ("[redacted:",), _PLACEHOLDER)]
         table.extend(_BUILTIN)
         names = sorted(self.query_params, key=len, reverse=True)
@@ -654,28 +623,6 @@ class Scrubber:
                 self._key_cache[key] = hit
         return hit
 
-    def _step(
-        self, states: tuple[tuple[int, int], ...], key: Any, length: int
-    ) -> tuple[bool, tuple[tuple[int, int], ...]]:
-        """JSON-path automaton: the states after descending into ``key``; True when a path ends there."""
-        out: list[tuple[int, int]] = []
-        done = False
-        for r, j in states:
-            steps = self.paths[r]
-            mode, want = steps[j]
-            if isinstance(key, int):
-                hit = want == "*" or (isinstance(want, int) and (want == key or want + length == key))
-            else:
-                hit = want == "*" or want == key
-            if mode == "desc":
-                out.append((r, j))
-            if hit:
-                if j + 1 == len(steps):
-                    done = True
-                else:
-                    out.append((r, j + 1))
-        return done, tuple(dict.fromkeys(out))
-
     def _path_value(self, value: Any) -> Any:
         if isinstance(value, str):
             return (
@@ -690,10 +637,9 @@ class Scrubber:
     def json(self, value: Any) -> Any:
         """A copy of JSON data with every string (values and keys) and ``bytes`` scrubbed, values of
         credential-named keys and of the user's JSON paths replaced."""
-        roots = tuple((r, 0) for r in range(len(self.paths)))
-        return self._json(value, roots)
+        return self._json(value, jsonpath.roots(self.paths))
 
-    def _json(self, value: Any, states: tuple[tuple[int, int], ...]) -> Any:
+    def _json(self, value: Any, states: jsonpath.States) -> Any:
         if isinstance(value, str):
             return self.text(value)
         if isinstance(value, dict):
@@ -702,7 +648,7 @@ class Scrubber:
                 key = self.text(k) if isinstance(k, str) else k
                 sub: tuple[tuple[int, int], ...] = ()
                 if states:
-                    done, sub = self._step(states, k, 0)
+                    done, sub = jsonpath.step(self.paths, states, k, 0)
                     if done:
                         out[key] = self._path_value(v)
                         continue
@@ -718,7 +664,7 @@ class Scrubber:
                 return [self._json(v, ()) for v in value]
             items = []
             for i, v in enumerate(value):
-                done, sub = self._step(states, i, len(value))
+                done, sub = jsonpath.step(self.paths, states, i, len(value))
                 items.append(self._path_value(v) if done else self._json(v, sub))
             return items
         if isinstance(value, builtins.bytes | bytearray | memoryview):

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from typing import Any, Literal, Protocol
 
 from .errors import Divergence, ForkpointError
-from .events import CallKind, HttpRequest, ModelCallEvent, ToolCallEvent
+from .events import CallKind, HttpRequest, ModelCallEvent, ToolCallEvent, ValueEvent
 
 
 class Runtime(Protocol):
@@ -31,6 +31,8 @@ class Runtime(Protocol):
     root_span: str
     #: Model calls whose response is still open (written when they end, or when the run ends).
     pending: set[Any]
+    #: True when the agent's own clock and randomness are recorded (or served): ``deterministic``.
+    deterministic: bool
 
     def before_model_call(self, request: HttpRequest) -> None:
         """A model call is about to be sent for real (a recorder takes a checkpoint here)."""
@@ -40,6 +42,9 @@ class Runtime(Protocol):
 
     def tool_call_done(self, event: ToolCallEvent) -> None:
         """A tool call run for real has ended: log it."""
+
+    def value_done(self, event: ValueEvent) -> None:
+        """The agent's own code read a value for real (``deterministic``): log it."""
 
 
 class Serving(Runtime, Protocol):
@@ -55,6 +60,10 @@ class Serving(Runtime, Protocol):
         """The recorded tool call, or None to run the tool live. Raises
         :class:`~forkpoint.errors.Divergence`."""
 
+    def take_value(self, fn: str, args: list[Any] | None = None) -> ValueEvent | None:
+        """The recorded value the agent's own code reads next from ``fn``, or None to read it for
+        real. Raises :class:`~forkpoint.errors.Divergence`."""
+
     def diverged(self, event: ModelCallEvent, kind: CallKind, position: int, reason: str) -> Divergence:
         """A :class:`~forkpoint.errors.Divergence` about a recorded call that was served (the run
         went further than the recording reaches), noted as the replay's divergence if it is the first."""
@@ -68,6 +77,9 @@ _active: Runtime | None = None
 
 #: The span the code running now belongs to (a tool call's span while its body runs).
 current_span: contextvars.ContextVar[str | None] = contextvars.ContextVar("forkpoint_span", default=None)
+
+#: True while the body of a tool that a replay runs live executes (it may reach the network).
+running_live_tool: contextvars.ContextVar[bool] = contextvars.ContextVar("forkpoint_live_tool", default=False)
 
 #: True while the last model call made in this context was answered from the recording (an SDK's
 #: retry wait after a served failure is then skipped: :mod:`forkpoint.integrations.stainless`).

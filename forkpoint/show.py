@@ -155,6 +155,11 @@ def render(session: Session, console: Console | None = None) -> None:
             console.print(f"                    {outcome}")
         elif e["type"] == "note":
             console.print(f"        [dim]#{e['seq']:<3}[/dim] note    {escape(str(e.get('text')))}")
+        elif e["type"] == "value":  # deterministic: the agent's own clock and randomness
+            console.print(
+                f"        [dim]#{e['seq']:<3}[/dim] value   {escape(str(e.get('fn')))} → "
+                f"{escape(_short(e.get('value'), 60))}{_source(e)}"
+            )
         elif e["type"] == "end":
             code = e.get("exit_code")
             outcome = f"exit code {code}" if code is not None else "exit code unknown"

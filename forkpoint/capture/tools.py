@@ -12,7 +12,9 @@ recorded result (a dataclass comes back as a dict). Nothing is ever pickled.
 
 For agents you cannot edit, :func:`install_import_hook` wraps ``module:qualname`` targets (methods as
 ``module:Class.method``) as soon as the module has executed, so ``from module import f`` elsewhere
-already sees the wrapper.
+already sees the wrapper. Such a wrapper records only while its target is enabled
+(:func:`install_import_hook` enables it, :func:`disable_targets` disables it again: the pytest
+plugin's per-test ``tools``); otherwise it calls the function as it is.
 """
 
 from __future__ import annotations
@@ -21,11 +23,11 @@ import atexit
 import base64
 import builtins
 import functools
-import importlib.abc
-import importlib.machinery
 import inspect
 import sys
+import threading
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from decimal import Decimal
 from pathlib import PurePath
@@ -38,6 +40,8 @@ from .. import runtime
 from ..errors import RecordedToolError, ToolResultError
 from ..events import ErrorRecord, ToolCallEvent, new_span_id, now_iso
 from ..redact import scrub_json, scrub_text
+from .imports import ExecHook
+from .imports import install as install_exec_hook
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -300,6 +304,7 @@ def call_tool(
     if rt.mode == "replay" and (served := _replayed(rt, name, args, defaulted)) is not _LIVE:
         return served
     call = _ToolCall(name, args)
+    live = runtime.running_live_tool.set(rt.mode == "replay")
     try:
         result = body()
     except Exception as exc:
@@ -308,6 +313,8 @@ def call_tool(
     except BaseException:  # cancelled or exiting: nothing to record, but leave the span
         runtime.current_span.reset(call.token)
         raise
+    finally:
+        runtime.running_live_tool.reset(live)
     call.done(result=encode(result) if encode else result)
     return result
 
@@ -327,6 +334,7 @@ async def acall_tool(
     if rt.mode == "replay" and (served := _replayed(rt, name, args, defaulted)) is not _LIVE:
         return served
     call = _ToolCall(name, args)
+    live = runtime.running_live_tool.set(rt.mode == "replay")
     try:
         result = await body()
     except Exception as exc:
@@ -335,6 +343,8 @@ async def acall_tool(
     except BaseException:  # cancelled (e.g. a framework timeout): nothing to record, but leave the span
         runtime.current_span.reset(call.token)
         raise
+    finally:
+        runtime.running_live_tool.reset(live)
     call.done(result=encode(result) if encode else result)
     return result
 
@@ -354,13 +364,21 @@ def tool(fn: Callable[..., Any] | None = None, *, name: str | None = None) -> An
     """
     if fn is None:
         return lambda f: tool(f, name=name)
-    tool_name = str(name or getattr(fn, "__name__", "tool"))
+    return _wrapped(fn, str(name or getattr(fn, "__name__", "tool")))
+
+
+def _wrapped(fn: Callable[..., Any], tool_name: str, target: str | None = None) -> Any:
+    """The tool wrapper of ``fn``; with ``target`` (a ``--tool`` spec), it records only while that
+    target is enabled."""
+
+    def off() -> bool:
+        return runtime.active() is None or (target is not None and not _enabled[target])
 
     if inspect.iscoroutinefunction(fn):
 
         @functools.wraps(fn)
         async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-            if runtime.active() is None:
+            if off():
                 return await fn(*args, **kwargs)
             bound, defaulted = bind_call(fn, args, kwargs)
             return await acall_tool(tool_name, bound, lambda: fn(*args, **kwargs), defaulted=defaulted)
@@ -370,7 +388,7 @@ def tool(fn: Callable[..., Any] | None = None, *, name: str | None = None) -> An
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        if runtime.active() is None:
+        if off():
             return fn(*args, **kwargs)
         bound, defaulted = bind_call(fn, args, kwargs)
         return call_tool(tool_name, bound, lambda: fn(*args, **kwargs), defaulted=defaulted)
@@ -390,8 +408,17 @@ def parse_target(spec: str) -> tuple[str, str]:
     return module, qualname
 
 
+#: How many times each ``module:qualname`` target is enabled (its wrapper records while above 0).
+_enabled: Counter[str] = Counter()
+_targets_lock = threading.Lock()
+#: Modules not imported yet → the qualnames to wrap once they are.
+_pending: dict[str, list[str]] = {}
+_hook: ExecHook | None = None
+
+
 def wrap_target(module: ModuleType, qualname: str) -> None:
-    """Replace ``module.<qualname>`` by its :func:`tool` wrapper (named ``qualname``).
+    """Replace ``module.<qualname>`` by its :func:`tool` wrapper (named ``qualname``), which records
+    while the target ``module:qualname`` is enabled (:func:`install_import_hook`).
 
     Raises ``AttributeError`` naming the target when it does not exist.
     """
@@ -406,45 +433,18 @@ def wrap_target(module: ModuleType, qualname: str) -> None:
         getattr(raw, "__func__", None), "__forkpoint_tool__", None
     ):
         return
+    target = f"{module.__name__}:{qualname}"
     if isinstance(raw, staticmethod | classmethod):
-        setattr(owner, attr, type(raw)(tool(raw.__func__, name=qualname)))
+        setattr(owner, attr, type(raw)(_wrapped(raw.__func__, qualname, target)))
     else:
-        setattr(owner, attr, tool(raw, name=qualname))
+        setattr(owner, attr, _wrapped(raw, qualname, target))
 
 
-class _PatchingLoader(importlib.abc.Loader):
-    def __init__(self, loader: Any, qualnames: list[str]) -> None:
-        self._loader, self._qualnames = loader, qualnames
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
-        return self._loader.create_module(spec)  # type: ignore[no-any-return]
-
-    def exec_module(self, module: ModuleType) -> None:
-        self._loader.exec_module(module)
-        for q in self._qualnames:
-            _wrap_or_warn(module, q)
-
-    def __getattr__(self, name: str) -> Any:  # get_source, get_code, is_package… of the real loader
-        return getattr(self._loader, name)
-
-
-class _ToolFinder(importlib.abc.MetaPathFinder):
-    def __init__(self, targets: dict[str, list[str]]) -> None:
-        self.targets = targets
-
-    def find_spec(
-        self, fullname: str, path: Any, target: Any = None
-    ) -> importlib.machinery.ModuleSpec | None:
-        if fullname not in self.targets:
-            return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None and spec.loader is not None:
-                spec.loader = _PatchingLoader(spec.loader, self.targets[fullname])
-                return spec
-        return None
+def _wrap_pending(module: ModuleType) -> None:
+    with _targets_lock:
+        qualnames = _pending.pop(module.__name__, [])
+    for q in qualnames:
+        _wrap_or_warn(module, q)
 
 
 def _wrap_or_warn(module: ModuleType, qualname: str) -> None:
@@ -456,20 +456,30 @@ def _wrap_or_warn(module: ModuleType, qualname: str) -> None:
 
 
 def install_import_hook(specs: Sequence[str], *, warn_at_exit: bool = False) -> None:
-    """Wrap each ``module:qualname`` in ``specs``: now if imported, else when first imported.
+    """Wrap each ``module:qualname`` in ``specs`` (now if imported, else when first imported) and
+    enable it: its calls are recorded or served until :func:`disable_targets`.
 
     A target that does not exist is reported on stderr, never raised into the program; with
     ``warn_at_exit`` (the CLI's bootstrap), so is a module the program never imported.
+    Raises ``ValueError`` for a spec that is not ``module:qualname``.
     """
+    global _hook
     targets: dict[str, list[str]] = {}
-    for spec in specs:
-        module, qualname = parse_target(spec)
+    parsed = [(spec, *parse_target(spec)) for spec in specs]
+    for spec, module, qualname in parsed:
+        with _targets_lock:
+            _enabled[spec] += 1
         if module in sys.modules:
             _wrap_or_warn(sys.modules[module], qualname)
         else:
             targets.setdefault(module, []).append(qualname)
     if targets:
-        sys.meta_path.insert(0, _ToolFinder(targets))
+        with _targets_lock:
+            for module, names in targets.items():
+                _pending.setdefault(module, []).extend(names)
+            if _hook is None:
+                _hook = ExecHook(lambda name: name in _pending, lambda name, spec: (None, _wrap_pending))
+        install_exec_hook(_hook)
     if targets and warn_at_exit:
 
         def never_imported() -> None:
@@ -479,3 +489,12 @@ def install_import_hook(specs: Sequence[str], *, warn_at_exit: bool = False) -> 
                     sys.stderr.write(f"forkpoint: --tool {listed}: the program never imported {module}\n")
 
         atexit.register(never_imported)
+
+
+def disable_targets(specs: Sequence[str]) -> None:
+    """Undo one :func:`install_import_hook` of ``specs``: their wrappers call the functions as they
+    are again (unless enabled elsewhere). Targets not yet imported stay pending, disabled."""
+    with _targets_lock:
+        for spec in specs:
+            if _enabled[spec] > 0:
+                _enabled[spec] -= 1

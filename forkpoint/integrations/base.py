@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import fnmatch
 import importlib
-import importlib.abc
-import importlib.machinery
 import sys
 import threading
 import warnings
@@ -24,6 +22,7 @@ from importlib.metadata import entry_points
 from types import ModuleType
 from typing import Any
 
+from ..capture import imports
 from ..capture.tools import acall_tool, call_tool
 
 #: The entry-point group third-party integrations register under.
@@ -42,7 +41,8 @@ class Integration:
 _lock = threading.RLock()
 _patched: set[tuple[str, str]] = set()  # (module, patching function)
 _originals: list[tuple[Any, str, Any]] = []
-_finder: _IntegrationFinder | None = None
+_targets_now: list[tuple[str, Callable[[ModuleType], None]]] = []
+_finder: imports.ExecHook | None = None
 _registry: list[Integration] | None = None
 
 
@@ -91,21 +91,30 @@ def _matches(pattern: str, module: str) -> bool:
     return fnmatch.fnmatchcase(module, pattern) if "*" in pattern else module == pattern
 
 
+def _patches(module: str) -> list[Callable[[ModuleType], None]]:
+    return [fn for pattern, fn in _targets_now if _matches(pattern, module)]
+
+
+def _patch_all(module: ModuleType) -> None:
+    for fn in _patches(module.__name__):
+        _patch(module.__name__, module, fn)
+
+
 def install(integrations: list[Integration]) -> None:
     """Install ``integrations``: now for frameworks already imported, on import for the others.
     Idempotent and cheap; safe to call at every activation."""
     global _finder
     with _lock:
-        targets = _targets(integrations)
+        # The registry may have been read again (a plugin installed): the hook reads these.
+        _targets_now[:] = _targets(integrations)
         for name, module in list(sys.modules.items()):
-            for pattern, fn in targets:
+            for pattern, fn in _targets_now:
                 if module is not None and _matches(pattern, name):
                     _patch(name, module, fn)
         if _finder is None:
-            _finder = _IntegrationFinder(targets)
-            sys.meta_path.insert(0, _finder)
-        else:
-            _finder.targets = targets  # the registry may have been read again (a plugin installed)
+            _finder = imports.install(
+                imports.ExecHook(lambda name: bool(_patches(name)), lambda name, spec: (None, _patch_all))
+            )
 
 
 def installed() -> list[str]:
@@ -123,7 +132,7 @@ def uninstall() -> None:
         _originals.clear()
         _patched.clear()
         if _finder is not None:
-            sys.meta_path.remove(_finder)
+            imports.uninstall(_finder)
             _finder = None
 
 
@@ -142,47 +151,6 @@ def _patch(target: str, module: ModuleType, fn: Callable[[ModuleType], None]) ->
                 RuntimeWarning,
                 stacklevel=2,
             )
-
-
-class _PatchingLoader(importlib.abc.Loader):
-    """Runs the real loader, then the integrations for the module it has just executed."""
-
-    def __init__(self, loader: Any, patches: list[Callable[[ModuleType], None]]) -> None:
-        self._loader, self._patches = loader, patches
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
-        return self._loader.create_module(spec)  # type: ignore[no-any-return]
-
-    def exec_module(self, module: ModuleType) -> None:
-        self._loader.exec_module(module)
-        for fn in self._patches:
-            _patch(module.__name__, module, fn)
-
-    def __getattr__(self, name: str) -> Any:  # get_source, get_code, is_package… of the real loader
-        return getattr(self._loader, name)
-
-
-class _IntegrationFinder(importlib.abc.MetaPathFinder):
-    """Finds nothing itself: hands the integration targets to the real finders, wrapping their loader."""
-
-    def __init__(self, targets: list[tuple[str, Callable[[ModuleType], None]]]) -> None:
-        self.targets = targets
-
-    def find_spec(
-        self, fullname: str, path: Any, target: Any = None
-    ) -> importlib.machinery.ModuleSpec | None:
-        patches = [fn for pattern, fn in self.targets if _matches(pattern, fullname)]
-        if not patches:
-            return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None:
-                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                    spec.loader = _PatchingLoader(spec.loader, patches)
-                return spec
-        return None
 
 
 # --------------------------------------------------------------------------- shared by the integrations

@@ -37,7 +37,10 @@ def install_network_guard() -> None:
             )
 
         def guarding() -> Replayer | None:
+            # A tool the replay runs live (live_tools) runs as it would without forkpoint.
             rt = runtime.active()
+            if runtime.running_live_tool.get():
+                return None
             return rt if isinstance(rt, Replayer) and not rt.network_allowed() else None
 
         def check(sock: socket.socket, address: Any) -> None:

@@ -18,18 +18,31 @@ from typing import Any, Literal, cast
 from .. import override, runtime
 from ..errors import Divergence
 from ..events import (
-    Call,
     CallKind,
     DivergenceReport,
     HttpRequest,
     ModelCallEvent,
+    Served,
     ToolCallEvent,
+    ValueEvent,
     endpoint,
     new_span_id,
 )
-from ..jsondiff import json_diff, similarity
+from ..jsondiff import Change, json_diff, similarity
 from ..log import Session, SessionWriter
-from ..match import event_key, in_send_order, model_key, normalize_request, normalized, tool_key
+from ..match import (
+    IgnoreRule,
+    configured,
+    event_key,
+    header_rules,
+    in_send_order,
+    model_key,
+    normalize_request,
+    normalized,
+    suggest_ignore,
+    tool_key,
+    value_key,
+)
 from ..override import Override
 from ..providers import api_key_vars, summary
 from ..redact import scrub_json
@@ -42,9 +55,11 @@ PLACEHOLDER_KEY = "forkpoint-replay-no-key"
 
 
 def label(event: Mapping[str, Any]) -> str:
-    """How a report names a recorded call: ``tool NAME``, or ``POST /path, model M``."""
+    """How a report names a recorded call: ``tool NAME``, ``value time.time``, or ``POST /path, model M``."""
     if event["type"] == "tool_call":
         return f"tool {event['tool']}"
+    if event["type"] == "value":
+        return f"value {event['fn']}"
     model = summary(event).get("model")
     return endpoint(event) + (f", model {model}" if model else "")
 
@@ -64,7 +79,12 @@ class Replayer:
     ``"fifo"`` serves the next unused recorded call of the same endpoint or tool and notes the drift.
     ``overrides`` replace single recorded results (see :mod:`forkpoint.override`). With
     ``live_from`` (a checkpoint's seq) only the calls before it are served; once all of them have
-    been, every later call is live (a fork's continuation).
+    been, every later call is live (a fork's continuation). ``live_tools`` names tools that run
+    for real whatever ``tools`` says (a test that asserts on a tool's side effect); their recorded
+    calls are not expected to be served. ``ignore`` adds match rules
+    (:class:`~forkpoint.match.IgnoreRule`) to those of the configuration and of the session's
+    header. A session recorded with ``deterministic`` has its values served too (the agent's own
+    clock and randomness, :mod:`forkpoint.capture.clock`).
 
     When ``child`` is given, every call of this run — served, overridden or live — is written to it:
     the what-if run as a session of its own, linked to its parent. Thread-safe.
@@ -84,6 +104,8 @@ class Replayer:
         child: SessionWriter | None = None,
         live_from: int | None = None,
         ledger: Ledger | None = None,
+        live_tools: Sequence[str] = (),
+        ignore: Sequence[IgnoreRule] = (),
     ) -> None:
         for name, value, allowed in (
             ("models", models, SOURCES),
@@ -97,18 +119,26 @@ class Replayer:
             (child.header.get("span_id") if child else None) or session.header.get("span_id") or ""
         )
         self.allow_hosts = frozenset(allow_hosts)
-        self.sources = {"model_call": models, "tool_call": tools}
+        self.sources: dict[str, str] = {"model_call": models, "tool_call": tools, "value": "replay"}
+        self.live_tools = frozenset(live_tools)
+        self.ignore = configured() + (*header_rules(session.header), *ignore)
+        self.deterministic = bool(session.header.get("deterministic"))
         self.policy = on_divergence
         self.child = child
         # A fork replays the prefix before its checkpoint, then goes live once that prefix is used up.
         self.live_from = live_from
-        self.recorded: list[Call] = [e for e in session.calls() if live_from is None or e["seq"] < live_from]
+        self.recorded: list[Served] = [
+            e
+            for e in session.events
+            if e["type"] in ("model_call", "tool_call", "value")
+            and (live_from is None or e["seq"] < live_from)
+        ]
         self.overrides = override.resolve(list(overrides), self.recorded)
         self.applied: dict[int, bool] = dict.fromkeys(self.overrides, False)
-        self._queues: dict[str, deque[Call]] = {}
+        self._queues: dict[str, deque[Served]] = {}
         self._keys: dict[int, str] = {}
         for e in self.recorded:
-            key = event_key(e)
+            key = event_key(e, self.ignore)
             self._keys[e["seq"]] = key
             self._queues.setdefault(key, deque()).append(e)
         # Identical requests are answered in the order they were sent, not finished (match.in_send_order).
@@ -119,8 +149,8 @@ class Replayer:
         self.started = time.time()  # orders the reports of a replay's processes (merge_reports)
         self.others: set[int] = set()
         self._events = {e["seq"]: e for e in self.recorded}
-        self.positions = {"model_call": 0, "tool_call": 0}
-        self.live_calls = {"model_call": 0, "tool_call": 0}
+        self.positions = {"model_call": 0, "tool_call": 0, "value": 0}
+        self.live_calls = {"model_call": 0, "tool_call": 0, "value": 0}
         self.divergence: DivergenceReport | None = None
         self.drift: list[DivergenceReport] = []
         self.gone_live = False
@@ -138,7 +168,8 @@ class Replayer:
         """The event answering ``request`` and this call's position among the run's model calls, or
         None to make the call live. Raises :class:`~forkpoint.errors.Divergence`."""
         norm = normalize_request(request["method"], request["url"], request["headers"], request["body"])
-        event = self._take("model_call", model_key(norm), norm, endpoint=f"{norm['method']} {norm['path']}")
+        key = model_key(norm, self.ignore)
+        event = self._take("model_call", key, norm, endpoint=f"{norm['method']} {norm['path']}")
         if event is None:
             return None
         if self.child is not None:
@@ -194,10 +225,22 @@ class Replayer:
 
         norm = {"tool": name, "args": args}
         alternatives = without_defaults if defaulted & set(args) else None
-        event = self._take("tool_call", tool_key(name, args), norm, alternatives=alternatives, name=name)
+        key = tool_key(name, args, self.ignore)
+        live = name in self.live_tools
+        event = self._take("tool_call", key, norm, alternatives=alternatives, live=live, name=name)
         if event is not None and self.child is not None:
             self._log_served(event, {"tool": name, "args": args})
         return cast(ToolCallEvent | None, event)
+
+    def take_value(self, fn: str, args: list[Any] | None = None) -> ValueEvent | None:
+        """The recorded value the agent's own code reads next from ``fn`` (``deterministic``), or
+        None to read it for real (after the run went live). Raises :class:`Divergence` when the
+        recording has no more values of ``fn``: the run read it more often than when recorded."""
+        norm = {"value": fn, "args": args}
+        event = self._take("value", value_key(fn, args), norm, name=fn)
+        if event is not None and self.child is not None:
+            self._log_served(event, {"fn": fn, **({"args": args} if args is not None else {})})
+        return cast(ValueEvent | None, event)
 
     def before_model_call(self, request: HttpRequest) -> None:
         """Live calls of a replay take no checkpoints (the recording has them)."""
@@ -208,6 +251,10 @@ class Replayer:
 
     def tool_call_done(self, event: ToolCallEvent) -> None:
         """A live tool call finished: write it to the child session."""
+        self._log_live(event)
+
+    def value_done(self, event: ValueEvent) -> None:
+        """A value read for real (the run went live): write it to the child session."""
         self._log_live(event)
 
     # -- internals
@@ -243,13 +290,15 @@ class Replayer:
         norm: dict[str, Any],
         *,
         alternatives: Callable[[], list[str]] | None = None,
+        live: bool = False,
         **what: str,
-    ) -> Call | None:
+    ) -> Served | None:
         """The recorded call to serve for a call with match ``key`` (``alternatives()``: keys to try
-        when none is left under ``key``), None to go live; raises :class:`Divergence`."""
+        when none is left under ``key``), None to go live (always with ``live``); raises
+        :class:`Divergence`."""
         with self._lock, self._shared():
             self.positions[kind] += 1
-            if self.gone_live or self.sources[kind] == "live":
+            if live or self.gone_live or self.sources[kind] == "live":
                 self.live_calls[kind] += 1
                 return None
             queue = self._queues.get(key)
@@ -287,7 +336,9 @@ class Replayer:
                     drift: DivergenceReport = {
                         **report,
                         "served_seq": nxt["seq"],
-                        "diff": [c.to_json() for c in json_diff(normalized(nxt), norm)],
+                        "diff": self._explained(
+                            normalized(nxt), norm, what.get("name") if kind == "tool_call" else None
+                        ),
                     }
                     self.drift.append(drift)
                     if first:
@@ -295,20 +346,20 @@ class Replayer:
                     return self._serve(nxt)
         raise divergence(report)
 
-    def _serve(self, event: Call) -> Call:
+    def _serve(self, event: Served) -> Served:
         self.used.append(event["seq"])
         o = self.overrides.get(event["seq"])
         if o is None:
             return event
         self.applied[event["seq"]] = True
-        return cast(Call, override.apply(event, o))
+        return cast(Served, override.apply(event, o))
 
-    def _log_served(self, event: Call, actual: dict[str, Any]) -> None:
-        keep = (
-            ("duration_ms", "response", "error", "result")
-            if event["type"] == "model_call"
-            else ("duration_ms", "result", "error")
-        )
+    def _log_served(self, event: Served, actual: dict[str, Any]) -> None:
+        keep = {
+            "model_call": ("duration_ms", "response", "error", "result"),
+            "tool_call": ("duration_ms", "result", "error"),
+            "value": ("value",),
+        }[event["type"]]
         recorded = cast(Mapping[str, Any], event)
         out = {"type": event["type"], **actual, **{k: recorded[k] for k in keep if k in recorded}}
         seq = event["seq"]
@@ -321,14 +372,14 @@ class Replayer:
         )
         if seq in self.overrides:
             out["override"] = self.overrides[seq].spec
-        out["key"] = event_key(out)
+        out["key"] = event_key(out, self.ignore)
         assert self.child is not None
         self.child.append(out)
 
-    def _log_live(self, event: ModelCallEvent | ToolCallEvent) -> None:
+    def _log_live(self, event: ModelCallEvent | ToolCallEvent | ValueEvent) -> None:
         if self.child is None:
             return
-        event["key"] = event_key(event)
+        event["key"] = event_key(event, self.ignore)
         event["pid"] = os.getpid()
         event["source"] = "live"
         self.child.append(event)
@@ -351,13 +402,14 @@ class Replayer:
             reason = "no recorded request has the same match key"
         where = what.get("endpoint") or what.get("name")
         candidates = [e for e in unused if endpoint(e) == where]
-        expected: Call | None = next(iter(candidates or unused), None)
+        expected: Served | None = next(iter(candidates or unused), None)
         nearest, best = None, -1.0
         for e in (candidates or unused)[:50]:
             score = similarity(normalized(e), norm)
             if score > best:
                 best, nearest = score, e
         base = expected or nearest
+        tool = what.get("name") if kind == "tool_call" else None
         report: DivergenceReport = {
             "kind": kind,
             "position": self.positions[kind],
@@ -368,13 +420,30 @@ class Replayer:
             "nearest": {"seq": nearest["seq"], "label": label(nearest), "similarity": round(best, 4)}
             if nearest
             else None,
-            "diff": [c.to_json() for c in json_diff(normalized(base), norm)] if base else [],
+            "diff": self._explained(normalized(base), norm, tool) if base else [],
         }
+        if (
+            base is not None
+            and kind != "value"
+            and (rules := suggest_ignore(normalized(base), norm, self.ignore, tool))
+        ):
+            report["suggest"] = [r.to_json() for r in rules]
         if "endpoint" in what:
             report["endpoint"] = what["endpoint"]
         if "name" in what:
             report["name"] = what["name"]
         return report
+
+    def _explained(
+        self, expected: dict[str, Any], actual: dict[str, Any], tool: str | None
+    ) -> list[dict[str, Any]]:
+        """The differences between a recorded and a live call, each marked ``ignored`` when an
+        ignore rule took it out of the match key (the key then differs for another reason)."""
+        changes = json_diff(expected, actual)
+        if not self.ignore or "value" in actual:
+            return [c.to_json() for c in changes]
+        seen = {c.path for c in json_diff(self.ignore.mask(expected, tool), self.ignore.mask(actual, tool))}
+        return [Change(c.op, c.path, c.expected, c.actual, c.path not in seen).to_json() for c in changes]
 
     def report(self) -> dict[str, Any]:
         """Outcome as JSON data: matched/recorded counts, unused seqs, divergence, drift (fifo),
@@ -384,7 +453,7 @@ class Replayer:
         # Recorded calls of a kind served from the session that the run never asked for: it ended
         # early, which is as much a failure to reproduce as a divergence. (Live kinds, and anything
         # after a divergence the policy went live on, are expected to leave recorded calls unused.)
-        unserved = [e["seq"] for e in unused if self.sources[e["type"]] == "replay" and not self.gone_live]
+        unserved = [e["seq"] for e in unused if self._expected(e) and not self.gone_live]
         return {
             "session": self.session.id,
             "session_path": str(self.session.path),
@@ -404,8 +473,19 @@ class Replayer:
             "overrides": [
                 {**o.to_json(), "seq": seq, "applied": self.applied[seq]} for seq, o in self.overrides.items()
             ],
-            "live_calls": {"models": self.live_calls["model_call"], "tools": self.live_calls["tool_call"]},
+            "live_calls": {
+                "models": self.live_calls["model_call"],
+                "tools": self.live_calls["tool_call"],
+                **({"values": self.live_calls["value"]} if self.deterministic else {}),
+            },
             "child_session": str(self.child.path) if self.child else None,
             "live_from": self.live_from,
             "network_blocked": self.network_blocked,
         }
+
+    def _expected(self, event: Served) -> bool:
+        """True when a recorded call is expected to be served: its kind comes from the session and
+        it is not a call of a tool that runs live."""
+        if event["type"] == "tool_call" and event["tool"] in self.live_tools:
+            return False
+        return self.sources[event["type"]] == "replay"

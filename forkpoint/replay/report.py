@@ -12,6 +12,7 @@ import orjson
 from ..errors import Divergence
 from ..events import DivergenceReport
 from ..jsondiff import Change, format_changes
+from ..match import IgnoreRule
 from ..text import ordinal, plural
 
 #: Exit code of ``forkpoint replay`` when the run diverged from the recording.
@@ -36,12 +37,18 @@ def format_divergence(report: DivergenceReport | dict[str, Any]) -> str:
         )
     if report.get("diff"):
         lines.append("Differences, recorded → actual:")
-        lines.append(format_changes([_change(c) for c in report["diff"]]))
+        lines.append(format_changes([Change.from_json(c) for c in report["diff"]]))
+    suggested = report.get("suggest") or []
+    if suggested:
+        lines.append(
+            "Every difference looks like a timestamp, a uuid or a request id. If it does not matter, "
+            "ignore it with this rule in forkpoint.toml (or [tool.forkpoint.match] in pyproject.toml):"
+        )
+        lines.append("  [match]")
+        lines.append("  ignore = [")
+        lines.extend(f"    {IgnoreRule(**r).toml()}," for r in suggested)
+        lines.append("  ]")
     return "\n".join(lines)
-
-
-def _change(c: dict[str, Any]) -> Change:
-    return Change(c["op"], c["path"], c.get("expected"), c.get("actual"))
 
 
 def divergence(report: DivergenceReport) -> Divergence:

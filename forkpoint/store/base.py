@@ -9,6 +9,7 @@ they share is here: the life cycle (:meth:`Store.create` → :class:`Recording`)
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import time
 from abc import ABC, abstractmethod
@@ -212,6 +213,14 @@ def pick(text: str, ref: str | Path, rows: list[SessionInfo], where: str) -> Ses
     hint = ""
     if "@" in text:
         hint = f" ({text} looks like a checkpoint, SESSION@SEQ: see forkpoint checkpoints / restore)"
+    else:
+        given = [str(r.header["name"]) for r in rows if r.error is None and r.header.get("name")]
+        close = difflib.get_close_matches(text, list(dict.fromkeys(given[::-1])), n=3, cutoff=0.6)
+        close += [
+            i for i in difflib.get_close_matches(text, [r.session_id for r in rows], n=3) if i not in close
+        ]
+        if close:
+            hint = f"; did you mean {', '.join(repr(c) for c in close[:3])}?"
     raise SessionError(
         f"no session {ref!r}: not a session directory, and no id in {where} starts with it "
         f"and no session there has that name{hint}"

@@ -353,7 +353,11 @@ def test_session_resolution(recorded: Recorded, tmp_path: Path) -> None:
     r = CliRunner().invoke(main, ["show", "last@3", "--store", str(other)])
     assert r.exit_code == 1 and "looks like a checkpoint, SESSION@SEQ" in flat(r.output)
     r = CliRunner().invoke(main, ["show", "nightly-2", "--store", str(other)])
-    assert r.exit_code == 1 and "no session there has that name" in r.output
+    assert r.exit_code == 1 and "no session there has that name; did you mean 'nightly'?" in flat(r.output)
+    r = CliRunner().invoke(main, ["show", "nighlty", "--store", str(other)])
+    assert "did you mean 'nightly'?" in flat(r.output)  # a typo in a name
+    r = CliRunner().invoke(main, ["show", "20260104-000000-ddd556", "--store", str(other)])
+    assert "did you mean '20260104-000000-ddd555'" in flat(r.output)  # and in an id
 
 
 @pytest.mark.slow

@@ -14,7 +14,6 @@ from pathlib import Path
 import openai  # noqa: F401 - imported once here, so the in-process inner runs do not re-import it
 import pytest
 
-import forkpoint
 from forkpoint import Session
 from forkpoint.pytest_plugin import Settings, cassette_parts, ci_is_set, loopback_hosts
 from tests.modelserver import LocalServer
@@ -88,32 +87,6 @@ def test_swallows_the_error():
     except ConnectionError:
         pass
 """
-
-
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """The inner runs must not see the outer CI variable, and share one tool log."""
-    for var in ("CI", "PROMPT", "CALLS", "PYTEST_ADDOPTS"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
-    monkeypatch.setenv("TOOL_LOG", str(tmp_path / "tool.log"))
-
-
-@pytest.fixture
-def server(server: LocalServer, monkeypatch: pytest.MonkeyPatch) -> LocalServer:
-    """The tests' local model server (tests/modelserver.py), named to the inner runs by MODEL_URL."""
-    monkeypatch.setenv("MODEL_URL", server.openai_base_url)
-    return server
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _capture_layer_loaded(tmp_path_factory: pytest.TempPathFactory) -> None:
-    """An in-process inner run drops the modules it imported when it ends. forkpoint imports its
-    capture layer on first use: a fresh copy of it, in the next inner run, patched the already
-    patched httpx classes again, and every call was recorded once more per earlier run (this module
-    run alone failed; after other tests had loaded the layer, it passed). Load it once, out here."""
-    with forkpoint.record(store=tmp_path_factory.mktemp("warm-up")):
-        pass
 
 
 def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
@@ -262,7 +235,7 @@ def test_printed_commands_and_paths_work_from_where_pytest_ran(
         run_command(pytester, command).assert_outcomes(passed=1)
     header = Session.load(proj / "cassettes" / "test_agent" / "test_agent").header
     # The recorded command, too, selects the test in the recorded directory (forkpoint replay).
-    assert header["argv"] == ["pytest", "proj/tests/test_agent.py::test_agent"]
+    assert header["argv"] == ["python", "-m", "pytest", "proj/tests/test_agent.py::test_agent"]
     assert Path(header["cwd"]) == pytester.path.resolve()
     assert header["name"] == "tests/test_agent.py::test_agent"  # the name stays the nodeid
 
@@ -283,7 +256,7 @@ def test_printed_commands_and_paths_work_from_where_pytest_ran(
     updated.assert_outcomes(passed=1)
     updated.stdout.fnmatch_lines(["*cassettes in */proj/cassettes: 0 replayed, 0 recorded, 1 updated*"])
     rebuilt = Session.load(proj / "cassettes" / "test_agent" / "test_agent").header
-    assert rebuilt["argv"] == ["pytest", "proj/tests/test_agent.py::test_agent"]
+    assert rebuilt["argv"] == ["python", "-m", "pytest", "proj/tests/test_agent.py::test_agent"]
     server.stop()
     run(pytester, "--forkpoint-mode=replay", "proj").assert_outcomes(passed=3)
 
@@ -308,7 +281,9 @@ def test_printed_commands_outside_the_invocation_dir_are_absolute(
     assert record == [f"pytest --forkpoint-mode=once --forkpoint-dir rec {test_file}::test_agent"]
     run_command(pytester, record[0]).assert_outcomes(passed=1)
     cassette = pytester.path / "elsewhere" / "rec" / "test_agent" / "test_agent"
-    assert Session.load(cassette).header["argv"] == ["pytest", f"{test_file}::test_agent"]
+    assert Session.load(cassette).header["argv"] == [
+        "python", "-m", "pytest", "--forkpoint-dir", "rec", f"{test_file}::test_agent"
+    ]  # fmt: skip
 
     monkeypatch.setenv("PROMPT", "What is the weather in Oslo?")
     options = ["-c", "../proj/pytest.ini", "--rootdir", "../proj", "-o", "forkpoint_allow_hosts=::1"]

@@ -1,0 +1,258 @@
+"""Ignore rules ([match] ignore): what they take out of the match key, how they are read and refused,
+how a divergence report marks what they ignored, and the rule it suggests for volatile values."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+import forkpoint
+from forkpoint.errors import ConfigError
+from forkpoint.match import (
+    IGNORED,
+    Ignore,
+    IgnoreRule,
+    configured,
+    ignore_rules,
+    load_ignore,
+    model_key,
+    normalize_request,
+    suggest_ignore,
+    tool_key,
+)
+from tests.modelserver import LocalServer
+
+URL = "http://127.0.0.1:1/v1/chat/completions"
+HEADERS = {"content-type": "application/json"}
+
+
+def body(system: str = "Be brief. Current time: 2026-12-01 10:15:19.930158", **extra: Any) -> dict[str, Any]:
+    return {
+        "model": "m",
+        "messages": [{"role": "system", "content": system}, {"role": "user", "content": "hi"}],
+        **extra,
+    }
+
+
+def key(b: dict[str, Any], ignore: Ignore) -> str:
+    return model_key(normalize_request("POST", URL, HEADERS, b), ignore)
+
+
+CLOCK = IgnoreRule("$.body.messages[*].content", regex=r"Current time: [^ ]* [^ ]*")
+
+
+def test_a_regex_rule_ignores_only_the_text_it_matches() -> None:
+    rules = Ignore([CLOCK])
+    later = body("Be brief. Current time: 2026-12-01 11:00:00.000001")
+    assert key(body(), rules) == key(later, rules)
+    assert key(body(), Ignore()) != key(later, Ignore())  # without the rule they differ
+    # Text outside the match still counts.
+    assert key(body(), rules) != key(body("Be verbose. Current time: 2026-12-01 10:15:19.930158"), rules)
+    masked = rules.mask(normalize_request("POST", URL, HEADERS, body()))
+    assert masked["body"]["messages"][0]["content"] == f"Be brief. {IGNORED}"
+    assert masked["body"]["messages"][1]["content"] == "hi"
+
+
+def test_a_path_rule_ignores_the_whole_value_present_or_not() -> None:
+    rules = Ignore([IgnoreRule("$.body.metadata.request_id")])
+    a = body(metadata={"request_id": "req_1", "user": "u1"})
+    assert key(a, rules) == key(body(metadata={"request_id": "req_2", "user": "u1"}), rules)
+    assert key(a, rules) == key(body(metadata={"user": "u1"}), rules)
+    assert key(a, rules) != key(body(metadata={"request_id": "req_1", "user": "u2"}), rules)
+    # A list item selected whole keeps its place: the items after it still count where they are.
+    items = Ignore([IgnoreRule("$.body.messages[0]")])
+    assert key(body("anything"), items) == key(body("else"), items)
+    swapped = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    assert key(body(), items) != key(swapped, items)
+
+
+def test_tool_rules_apply_to_their_tool_only() -> None:
+    rules = Ignore([IgnoreRule("$.args.timestamp", tool="search"), IgnoreRule("$.args.nonce", tool="*")])
+    assert tool_key("search", {"q": "x", "timestamp": 1}, rules) == tool_key(
+        "search", {"q": "x", "timestamp": 2}, rules
+    )
+    assert tool_key("fetch", {"timestamp": 1}, rules) != tool_key("fetch", {"timestamp": 2}, rules)
+    assert tool_key("fetch", {"nonce": "a"}, rules) == tool_key("fetch", {"nonce": "b"}, rules)
+    assert tool_key("search", {"q": "x"}, rules) != tool_key("search", {"q": "y"}, rules)
+    # A tool rule never touches model calls, nor a model rule tool calls.
+    assert key(body(), Ignore([IgnoreRule("$.body.messages", tool="*")])) == key(body(), Ignore())
+    assert tool_key("t", {"body": 1}, Ignore([IgnoreRule("$..body")])) == tool_key("t", {"body": 1}, Ignore())
+
+
+def test_without_rules_the_key_is_what_it_was() -> None:
+    norm = normalize_request("POST", URL, HEADERS, body())
+    assert Ignore().mask(norm) is norm
+    assert Ignore([IgnoreRule("$.args.x", tool="t")]).mask(norm) is norm
+
+
+@pytest.mark.parametrize(
+    ("rule", "problem"),
+    [
+        (
+            {"path": "$.messages[0].content"},
+            "must start at a field of what the match key of a model call covers",
+        ),
+        ({"path": "$.body.x", "regex": "("}, "is not a valid regex"),
+        ({"path": "$.body.x", "regex": "a*"}, "matches the empty string"),
+        ({"path": "$.args.x", "tool": "search", "regx": "y"}, "unknown key(s) regx"),
+        ({"regex": "x"}, "a rule needs a path"),
+        ({"path": "body.x"}, "must start with '$'"),
+        ({"path": "$.body[?x]"}, "cannot read"),
+        ({"path": "$.q", "tool": "t"}, "$.tool, $.args"),
+        ("$.body.x", "expected a table"),
+    ],
+)
+def test_a_bad_rule_is_refused_naming_where_and_the_rule(rule: Any, problem: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        ignore_rules([{"path": "$.body.ok"}, rule], "forkpoint.toml [match]")
+    assert str(err.value).startswith("forkpoint.toml [match]: ignore[1]")
+    assert problem in str(err.value)
+
+
+def test_rules_are_read_from_forkpoint_toml_and_pyproject(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("FORKPOINT_CONFIG", raising=False)
+    own = tmp_path / "a"
+    own.mkdir()
+    (own / "forkpoint.toml").write_text(
+        "[match]\nignore = [\n"
+        "  { path = '$.body.messages[*].content', regex = 'Current time: [^ ]*' },\n"
+        "  { tool = 'search', path = '$.args.timestamp' },\n]\n"
+    )
+    rules = load_ignore(own)
+    assert [r.to_json() for r in rules] == [
+        {"path": "$.body.messages[*].content", "regex": "Current time: [^ ]*"},
+        {"path": "$.args.timestamp", "tool": "search"},
+    ]
+    assert rules[0].source == f"{own / 'forkpoint.toml'} [match]"
+    py = tmp_path / "b"
+    py.mkdir()
+    (py / "pyproject.toml").write_text(
+        '[tool.forkpoint.match]\nignore = [{ path = "$.body.metadata.request_id" }]\n'
+    )
+    assert load_ignore(py) == (IgnoreRule("$.body.metadata.request_id"),)
+    (py / "pyproject.toml").write_text(
+        '[tool.forkpoint.match]\nignore = [{ path = "$.body.x", regex = "[" }]\n'
+    )
+    with pytest.raises(
+        ConfigError, match=r"pyproject.toml \[tool.forkpoint.match\]: ignore\[0\] .*not a valid regex"
+    ):
+        load_ignore(py)
+    (py / "pyproject.toml").write_text("[tool.forkpoint.match]\nignored = []\n")
+    with pytest.raises(ConfigError, match=r"unknown key\(s\) ignored \(known: ignore\)"):
+        load_ignore(py)
+    monkeypatch.chdir(own)
+    assert configured().rules == rules  # what recorders and replayers start from, here
+
+
+def test_a_rule_prints_as_toml_that_reads_back() -> None:
+    import tomllib
+
+    for rule in (CLOCK, IgnoreRule("$.args['x-y']", tool="it's"), IgnoreRule("$.body.a", regex="\\d+\\n")):
+        parsed = tomllib.loads(f"r = {rule.toml()}")["r"]
+        assert ignore_rules([parsed], "x") == (rule,)
+
+
+@pytest.mark.parametrize(
+    ("expected", "actual", "rule"),
+    [
+        ("Current time: 2026-12-01 10:15:19.930158", "Current time: 2026-12-01 10:15:21.733099", "regex"),
+        (
+            "run 1f0c2c52-8f7b-4c8e-9d7e-2b1f6a1e9c11 now",
+            "run 5d1a3c0e-1111-4b2b-8c3c-000000000000 now",
+            "regex",
+        ),
+        ("req_8f7b4c8e9d7e", "req_1111aaaa2222", "whole"),
+        (1764584119.93, 1764584121.7, "whole"),
+        ("2026-12-01T10:15:19Z", "2026-12-01T10:16:00Z", "whole"),
+    ],
+)
+def test_volatile_differences_get_a_suggested_rule(expected: Any, actual: Any, rule: str) -> None:
+    a = normalize_request("POST", URL, HEADERS, body(metadata={"v": expected}))
+    b = normalize_request("POST", URL, HEADERS, body(metadata={"v": actual}))
+    [suggested] = suggest_ignore(a, b, Ignore())
+    assert suggested.path == "$.body.metadata.v"
+    assert (suggested.regex is None) == (rule == "whole")
+    assert model_key(a, Ignore([suggested])) == model_key(b, Ignore([suggested]))
+
+
+def test_no_suggestion_when_something_else_changed() -> None:
+    a = normalize_request("POST", URL, HEADERS, body())
+    b = normalize_request("POST", URL, HEADERS, body("Be verbose. Current time: 2026-12-01 11:00:00.1"))
+    assert suggest_ignore(a, b, Ignore()) == []
+    c = normalize_request("POST", URL, HEADERS, body(metadata={"session_id": "abc"}))
+    d = normalize_request("POST", URL, HEADERS, body(metadata={"session_id": "abd", "x": 1}))
+    assert suggest_ignore(c, d, Ignore()) == []  # one difference is not volatile (an added member)
+    # An id-named member with any random value is one.
+    e = normalize_request("POST", URL, HEADERS, body(metadata={"session_id": "k3j4h5g6"}))
+    f = normalize_request("POST", URL, HEADERS, body(metadata={"session_id": "zz99yy88"}))
+    assert suggest_ignore(e, f, Ignore()) == [IgnoreRule("$.body.metadata.session_id")]
+
+
+def ask(prompt: str, system: str, base_url: str) -> str:
+    client = openai.OpenAI(base_url=base_url, api_key="sk-test", max_retries=0)
+    reply = client.chat.completions.create(
+        model="m", messages=[{"role": "system", "content": system}, {"role": "user", "content": prompt}]
+    )
+    return str(reply.choices[0].message.content)
+
+
+def test_replay_with_rules_from_the_api_and_the_header(server: LocalServer, store: Path) -> None:
+    rule = {"path": "$.body.messages[0].content", "regex": r"\d{2}:\d{2}:\d{2}"}
+    with forkpoint.record(store=store, ignore=[rule]) as rec:
+        first = ask("hi", "time 10:00:00", server.openai_base_url)
+    header = forkpoint.Session.load(rec.session_path).header
+    assert header["match"] == {"ignore": [rule]}  # kept, so any replay applies it again
+    server.stop()
+    with forkpoint.replay(rec.session_path) as rp:
+        assert ask("hi", "time 11:22:33", server.openai_base_url) == first
+    assert rp.report()["reproduced"]
+
+    with forkpoint.replay(rec.session_path) as rp:
+        with pytest.raises(forkpoint.Divergence) as div:
+            ask("hello", "time 12:00:00", server.openai_base_url)
+    report = div.value.report
+    marks = {c["path"]: c.get("ignored", False) for c in report["diff"]}
+    assert marks == {"$.body.messages[0].content": True, "$.body.messages[1].content": False}
+    assert "(ignored)" in str(div.value) and "suggest" not in report
+    assert not rp.report()["reproduced"]
+
+
+def test_a_divergence_on_a_timestamp_suggests_the_rule(server: LocalServer, store: Path) -> None:
+    with forkpoint.record(store=store) as rec:
+        ask("hi", "Current time: 2026-12-01 10:15:19.930158", server.openai_base_url)
+    server.stop()
+    with forkpoint.replay(rec.session_path), pytest.raises(forkpoint.Divergence) as div:
+        ask("hi", "Current time: 2026-12-01 10:15:21.733099", server.openai_base_url)
+    [suggested] = div.value.report["suggest"]
+    assert suggested["path"] == "$.body.messages[0].content"
+    text = str(div.value)
+    assert "Every difference looks like a timestamp, a uuid or a request id" in text
+    assert "  [match]\n  ignore = [\n    { path = '$.body.messages[0].content', regex = '" in text
+    # The suggestion, given back, makes the replay match.
+    with forkpoint.replay(rec.session_path, ignore=[suggested]) as rp:
+        ask("hi", "Current time: 2026-12-01 10:15:21.733099", server.openai_base_url)
+    assert rp.report()["reproduced"]
+
+
+def test_a_bad_rule_given_to_the_api_is_refused_before_anything_runs(store: Path) -> None:
+    with pytest.raises(ConfigError, match=r"forkpoint.record\(ignore=…\): ignore\[0\]"):
+        with forkpoint.record(store=store, ignore=[{"path": "$.messages"}]):
+            pass
+    assert not store.exists() or not any(store.iterdir())
+
+
+def test_a_bad_rule_in_the_configuration_is_refused_before_a_session_exists(
+    tmp_path: Path, store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("FORKPOINT_CONFIG", raising=False)
+    (tmp_path / "forkpoint.toml").write_text('[match]\nignore = [{ path = "$.body.x", regex = "(" }]\n')
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match=r"forkpoint.toml \[match\]: ignore\[0\] .*not a valid regex"):
+        with forkpoint.record(store=store):
+            pass
+    assert not store.exists()
