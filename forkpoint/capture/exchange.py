@@ -43,6 +43,7 @@ from ..errors import RecordedError
 from ..events import ErrorRecord, HttpRequest, HttpResponse, ModelCallEvent, new_span_id, now_iso
 from ..providers import stream_end_markers
 from ..redact import scrub_chunks, scrub_headers, scrub_text, scrub_url
+from . import connections
 from .decoding import (
     DecoderFactory,
     body_bytes,
@@ -117,6 +118,7 @@ class Exchange:
         self.error: BaseException | None = None
         self._done = False
         self._lock = threading.Lock()
+        connections.recorded(request["url"])
         rt.pending.add(self)
 
     def respond(self, status: int, reason: str, http_version: str, headers: list[tuple[str, str]]) -> None:
@@ -360,3 +362,57 @@ async def await_cancellation(rt: runtime.Runtime, event: ModelCallEvent, positio
         f"the recorded caller cancelled this call after {recorded_ms:.0f} ms, "
         f"before any answer came; in this run nothing cancelled it within {waited:.1f} s",
     )
+
+
+class ChunkReader:
+    """A recorded body as a file-like object for libraries that read one (urllib3, http.client):
+    ``read(amt)`` and ``read1(amt)`` hand out at most one recorded chunk at a time (as a socket
+    delivers what has arrived), then the end the recording had (see :func:`replayed`): EOF, the
+    recorded exception, or a divergence when the caller reads past where the recorded caller stopped.
+    ``isclosed()`` and ``closed`` are true once the normal end was read."""
+
+    def __init__(self, body: Iterator[bytes]) -> None:
+        self._body = body
+        self._pending = b""
+        self._eof = False
+
+    def _fill(self) -> bool:
+        """Make sure something is pending unless the body ended; False at the end."""
+        while not self._pending and not self._eof:
+            try:
+                self._pending = next(self._body)
+            except StopIteration:
+                self._eof = True
+        return bool(self._pending)
+
+    def read(self, amt: int | None = None) -> bytes:
+        """Up to ``amt`` bytes of the current chunk; everything that is left when ``amt`` is None."""
+        if amt is None or amt < 0:
+            out = [self._pending]
+            self._pending = b""
+            while self._fill():
+                out.append(self._pending)
+                self._pending = b""
+            return b"".join(out)
+        if amt == 0 or not self._fill():
+            return b""
+        data, self._pending = self._pending[:amt], self._pending[amt:]
+        return data
+
+    read1 = read
+
+    def readinto(self, buffer: Any) -> int:
+        """:meth:`read` into ``buffer`` (for :class:`io.RawIOBase` users); returns the count."""
+        data = self.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+    def isclosed(self) -> bool:
+        return self._eof and not self._pending
+
+    @property
+    def closed(self) -> bool:
+        return self.isclosed()
+
+    def close(self) -> None:
+        self._eof, self._pending = True, b""
