@@ -33,7 +33,7 @@ def start() -> None:
     mode, session = env["FORKPOINT_MODE"], env["FORKPOINT_SESSION"]
     if not mode or not session:
         return
-    from . import api
+    from . import api, runtime
     from .capture.tools import install_import_hook
 
     if env["FORKPOINT_TOOLS"]:
@@ -53,7 +53,13 @@ def start() -> None:
             )
         rec = Recorder(writer, workspace=ws)
         api.start(rec)
-        atexit.register(rec.close)
+
+        def finish_recording() -> None:
+            runtime.deactivate(rec)
+            api.finish_recording(rec)
+            rec.close()
+
+        atexit.register(finish_recording)
     elif mode == "replay":
         from . import override
         from .log import Session, SessionWriter

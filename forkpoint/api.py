@@ -33,6 +33,8 @@ def start(rt: runtime.Runtime) -> None:
     """Install every capture hook and integration (once per process), then activate ``rt``.
     Raises :class:`~forkpoint.errors.ForkpointError` when another runtime is active."""
     capture.install()
+    if rt.mode == "record":
+        capture.connections.reset()
     integrations.install()  # framework tool integrations: pydantic-ai, OpenAI Agents SDK, google-genai…
     if isinstance(rt, Replayer):
         install_network_guard()
@@ -43,6 +45,21 @@ def finish_pending(rt: runtime.Runtime) -> None:
     """Write the calls whose response was still open when the run ended (``ended: "unfinished"``)."""
     for call in list(rt.pending):
         call.finish(ended="unfinished")
+
+
+def finish_recording(rec: Recorder) -> list[str]:
+    """End a recording's calls: write those still open, then name each ``host:port`` the run
+    connected to that no recorded exchange accounts for (a client forkpoint does not capture: its
+    calls will not replay). They go into the session as a note and to stderr. Returns them."""
+    finish_pending(rec)
+    missed = capture.connections.unrecorded()
+    if missed:
+        rec.note("connections forkpoint did not record", unrecorded_connections=missed)
+        sys.stderr.write(
+            f"forkpoint: this run connected to {', '.join(missed)} through a client forkpoint does not "
+            "capture: those calls are not in the session and will not be served on replay\n"
+        )
+    return missed
 
 
 @contextmanager
@@ -75,7 +92,7 @@ def record(
             yield rec
         finally:
             runtime.deactivate(rec)
-            finish_pending(rec)
+            finish_recording(rec)
 
 
 @contextmanager

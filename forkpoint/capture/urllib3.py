@@ -139,15 +139,15 @@ def _patch(mod: ModuleType) -> None:
     def library_error(name: str, message: str) -> BaseException | None:
         """A urllib3 exception by name (their constructors want a pool or a connection, which a
         recording does not have: built without them, with the recorded message)."""
-        cls: Any = getattr(exceptions, name, None)
+        cls = getattr(exceptions, name, None)
         if not (isinstance(cls, type) and issubclass(cls, exceptions.HTTPError)):
             return None
         try:
             return cls(message)  # type: ignore[no-any-return]
         except TypeError:
-            exc = cls.__new__(cls)
+            exc: BaseException = BaseException.__new__(cls)
             Exception.__init__(exc, message)
-            return exc  # type: ignore[no-any-return]
+            return exc
 
     def recorded(pool: Any, rt: runtime.Runtime, taken: Any, args: dict[str, Any]) -> Any:
         event, position = taken

@@ -77,11 +77,8 @@ def summary_line(report: dict[str, Any]) -> str:
     tail = f"{plural(len(unused), 'recorded event')} left unused" + (
         f" (seq {', '.join(map(str, unused[:10]))}{' …' if len(unused) > 10 else ''})" if unused else ""
     )
-    blocked = (
-        f"; {len(report['network_blocked'])} network connection(s) blocked"
-        if report.get("network_blocked")
-        else ""
-    )
+    hosts = list(dict.fromkeys(report.get("network_blocked") or []))
+    blocked = f"; network blocked: {', '.join(hosts)}" if hosts else ""
     extra = ""
     if report.get("overrides"):
         applied = sum(1 for o in report["overrides"] if o["applied"])
