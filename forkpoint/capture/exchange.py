@@ -41,8 +41,8 @@ from typing import Any, cast
 from .. import runtime
 from ..errors import RecordedError
 from ..events import ErrorRecord, HttpRequest, HttpResponse, ModelCallEvent, new_span_id, now_iso
-from ..providers import stream_end_markers
-from ..redact import scrub_chunks, scrub_headers, scrub_text, scrub_url
+from ..providers import eventstream, stream_end_markers
+from ..redact import scrub_bytes, scrub_chunks, scrub_headers, scrub_text, scrub_url
 from . import connections
 from .decoding import (
     DecoderFactory,
@@ -61,19 +61,35 @@ from .decoding import (
 DROP_RESPONSE_HEADERS = frozenset(
     {"connection", "keep-alive", "transfer-encoding", "content-length", "proxy-connection"}
 )
-#: Content types kept as chunk lists with timing instead of one body.
-STREAM_TYPES = ("text/event-stream", "application/x-ndjson", "application/jsonl", "application/stream+json")
+#: Content types kept as chunk lists with timing instead of one body (an AWS event stream as one
+#: chunk per message).
+STREAM_TYPES = (
+    "text/event-stream",
+    "application/x-ndjson",
+    "application/jsonl",
+    "application/stream+json",
+    eventstream.CONTENT_TYPE,
+)
 
 
-def request_record(method: str, url: str, headers: list[tuple[str, str]], content: bytes) -> HttpRequest:
-    """The stored form of an outgoing request (scrubbed): method, url, headers, body_kind, body.
+def header_text(value: str | bytes) -> str:
+    """A header name or value as text (botocore and others pass bytes: HTTP headers are Latin-1)."""
+    return value.decode("latin-1") if isinstance(value, bytes | bytearray) else str(value)
+
+
+def request_record(
+    method: str, url: str, headers: list[tuple[str | bytes, str | bytes]], content: bytes
+) -> HttpRequest:
+    """The stored form of an outgoing request (scrubbed): method, url, headers (names and values
+    as text), body_kind, body.
 
     ``Content-Length`` is not stored. A body sent under a ``Content-Encoding`` (gzip, deflate, br,
     zstd) is stored decoded, without that header: readable in the log, and matched on what it says.
     """
     # Content-Length says nothing the body does not; without it the headers of an agent's calls are
     # usually identical, and the log stores them once.
-    pairs = [(k, v) for k, v in headers if k.lower() != "content-length"]
+    pairs = [(header_text(k), header_text(v)) for k, v in headers]
+    pairs = [(k, v) for k, v in pairs if k.lower() != "content-length"]
     applied = codings(header_values(pairs, "content-encoding"))
     if content and applied:
         decoded = decode_with(own_decoder, applied, [content], final=True)
@@ -179,8 +195,11 @@ class Exchange:
             else:
                 chunks = decoded
                 headers = [(k, v) for k, v in headers if k.lower() != "content-encoding"]
-        chunks = scrub_chunks(chunks)
         ctype = header(all_headers, "content-type")
+        if eventstream.is_event_stream(ctype) and not encoded:
+            times, chunks = _messages(times, chunks)
+        else:
+            chunks = scrub_chunks(chunks)
         out: HttpResponse = {
             "status": status,
             "reason": reason,
@@ -197,6 +216,28 @@ class Exchange:
             out["body"] = body
         out["ended"] = cast(Any, ended)
         return out
+
+
+def _messages(times: list[float], chunks: list[bytes]) -> tuple[list[float], list[bytes]]:
+    """An AWS event stream as one chunk per message, each at the time its last byte arrived, with
+    each message's payload scrubbed (and the message framed again when that changed it, so its
+    lengths and checksums stay right)."""
+    out_times: list[float] = []
+    out: list[bytes] = []
+    rest = b""
+    for t, chunk in zip(times, chunks, strict=True):
+        frames, rest = eventstream.split(rest + chunk)
+        out_times.extend(t for _ in frames)
+        out.extend(frames)
+    if rest:  # a message cut off: kept as received
+        out_times.append(times[-1])
+        out.append(scrub_bytes(rest))
+    for n, frame in enumerate(out):
+        decoded = eventstream.decode(frame)
+        if decoded is not None and scrub_bytes(decoded[1]) != decoded[1]:
+            headers = {k: v if isinstance(v, str) else str(v) for k, v in decoded[0].items()}
+            out[n] = eventstream.encode(headers, scrub_bytes(decoded[1]))
+    return out_times, out
 
 
 def tee(inner: Iterable[bytes], call: Exchange) -> Iterator[bytes]:

@@ -93,11 +93,6 @@ def _url(conn: http.client.HTTPConnection, url: str) -> str:
     return f"{scheme}://{host}:{conn.port}{url}"
 
 
-def _headers(headers: Any) -> list[tuple[str, str]]:
-    items = headers.items() if hasattr(headers, "items") else headers or []
-    return [(str(k), v.decode("latin-1") if isinstance(v, bytes) else str(v)) for k, v in items]
-
-
 def _make_request(original: Any) -> Any:
     def request(
         self: http.client.HTTPConnection,
@@ -113,7 +108,7 @@ def _make_request(original: Any) -> Any:
         if rt is None:
             return original(self, method, url, body, headers, encode_chunked=encode_chunked)  # type: ignore[no-any-return]
         content, body = body_content(body)
-        rec = request_record(method, _url(self, url), _headers(headers), content)
+        rec = request_record(method, _url(self, url), list(headers.items()), content)
         taken = serve(rt, rec)
         if taken is not None:
             setattr(self, _STATE, (rt, taken, method))

@@ -13,7 +13,9 @@ the helpers they share), registered in :data:`REGISTRY`:
 * :mod:`.openai_chat` — OpenAI Chat Completions, and every OpenAI-compatible server;
 * :mod:`.openai_responses` — OpenAI Responses;
 * :mod:`.anthropic` — Anthropic Messages (also Claude on Vertex AI);
-* :mod:`.gemini` — Google Gemini ``generateContent`` / ``streamGenerateContent``.
+* :mod:`.gemini` — Google Gemini ``generateContent`` / ``streamGenerateContent``;
+* :mod:`.bedrock` — Amazon Bedrock Converse / ConverseStream and InvokeModel (its streams are AWS
+  event streams, :mod:`.eventstream`, read as server-sent events).
 
 Adding a format is one module plus one line in :data:`REGISTRY`. The functions below are the only
 way the rest of forkpoint reaches provider knowledge: they find the provider that recognizes a call
@@ -38,7 +40,7 @@ from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
 from ..log import add_deriver
-from . import anthropic, gemini, openai_chat, openai_responses
+from . import anthropic, bedrock, eventstream, gemini, openai_chat, openai_responses
 from .base import (
     NOTHING,
     UNRECOGNIZED,
@@ -104,6 +106,8 @@ __all__ = [
 #: body shape (only for unknown hosts at unknown paths) asks them in this order, so a shape that
 #: refines another goes first (an Anthropic body is a Chat-like ``messages`` list with more).
 REGISTRY: tuple[Provider, ...] = (
+    bedrock.CONVERSE,
+    bedrock.INVOKE,
     gemini.PROVIDER,
     anthropic.PROVIDER,
     openai_chat.PROVIDER,
@@ -365,12 +369,18 @@ def recorded_response(event: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "status": resp.get("status"),
         "body": resp.get("body") if kind == "json" else None,
-        "stream": [
-            c if isinstance(c, str) else c.decode("utf-8", "replace") for _, c in resp.get("chunks", [])
-        ]
-        if kind == "stream"
-        else None,
+        "stream": stream_texts(resp) if kind == "stream" else None,
     }
+
+
+def stream_texts(response: Mapping[str, Any]) -> list[str]:
+    """The text chunks of a stored streamed response: an AWS event stream written as server-sent
+    events (:func:`.eventstream.as_sse`, one per message), any other stream's chunks as UTF-8."""
+    chunks = [c for _, c in response.get("chunks", [])]
+    ctype = next((str(v) for k, v in response.get("headers") or [] if str(k).lower() == "content-type"), "")
+    if eventstream.is_event_stream(ctype):
+        return [eventstream.as_sse([c if isinstance(c, bytes) else c.encode("utf-8")]) for c in chunks]
+    return [c if isinstance(c, str) else c.decode("utf-8", "replace") for c in chunks]
 
 
 def summary(event: Mapping[str, Any]) -> Summary:
@@ -481,7 +491,7 @@ def rewrite_response(
     provider = _target(url, coerce_json(request_body)).provider
     calls = calls or []
     if response.get("body_kind") == "stream":
-        stream = sse_objects(join_chunks(c for _, c in response.get("chunks", [])))
+        stream = sse_objects("".join(stream_texts(response)))
         chunks = provider.rewrite_stream(stream, text, calls)
         if chunks is None:
             return False

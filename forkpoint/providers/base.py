@@ -650,9 +650,10 @@ class Provider:
 
     def rewrite_stream(
         self, stream: list[dict[str, Any]], text: str | None, calls: Sequence[NewToolCall]
-    ) -> list[str] | None:
-        """The chunks of a stream that answers ``text`` and ``calls``, built from the JSON objects of
-        the recorded one (ids, model, usage kept); ``None`` when this format cannot."""
+    ) -> Sequence[str | bytes] | None:
+        """The chunks of a stream that answers ``text`` and ``calls`` (text, or bytes for a binary
+        stream), built from the JSON objects of the recorded one (ids, model, usage kept); ``None``
+        when this format cannot."""
         return None
 
     # ---------------------------------------------------------------------------- OpenTelemetry
