@@ -82,6 +82,8 @@ class ResponseFields(NamedTuple):
     stop_reason: str | None
     response_model: str | None
     error: str | None
+    #: Tools the provider ran itself (Anthropic ``server_tool_use``); None when it reports none.
+    server_tool_calls: list[ToolCallSummary] | None = None
 
 
 #: A response with nothing recognizable in it.
