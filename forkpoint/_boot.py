@@ -5,7 +5,7 @@
 ``root`` and ``include_ignored``, for checkpoints while recording) and, for replay,
 ``FORKPOINT_REPORT`` (a folder: each replaying process writes ``report-<pid>.json`` there at exit,
 and they share which recorded calls they served through its ``ledger``) and ``FORKPOINT_REPLAY`` (JSON:
-``models``, ``tools``, ``on_divergence``, ``overrides`` and ``child``, the what-if session to write). The variables are removed once read,
+``models``, ``tools``, ``on_divergence``, ``overrides``, ``strict`` and ``child``, the what-if session to write). The variables are removed once read,
 so Python subprocesses of the agent are not recorded or replayed (documented in docs/format.md);
 programs the recorded command runs side by side or one after another (a shell script) each are.
 """
@@ -76,6 +76,7 @@ def start() -> None:
             overrides=[override.parse(o) for o in opts.get("overrides", [])],
             child=child,
             live_from=opts.get("live_from"),
+            strict=bool(opts.get("strict")),
             ledger=open_ledger(reports / LEDGER_NAME) if reports else None,
         )
         for k in API_KEY_VARS:

@@ -107,13 +107,14 @@ def replay(
     overrides: Sequence[str | Override] = (),
     record_child: bool | None = None,
     report_path: str | Path | None = None,
+    strict: bool = False,
 ) -> Iterator[Replayer]:
     """Serve every model call and tool call inside the block from ``session``.
 
     ``session`` is a :class:`~forkpoint.log.Session`, a path, an id, an id prefix, ``"last"`` or a
     session name (see :func:`forkpoint.store.resolve`).
-    ``models``, ``tools``, ``on_divergence`` and ``overrides`` (specs or parsed) are those of
-    :class:`~forkpoint.replay.Replayer`. The run is written to a new child session next to its parent
+    ``models``, ``tools``, ``on_divergence``, ``overrides`` (specs or parsed) and ``strict`` are
+    those of :class:`~forkpoint.replay.Replayer`. The run is written to a new child session next to its parent
     when ``record_child`` is true — by default whenever something can make it differ from the
     recording (an override, a live source, or a policy other than ``stop``).
     SDK API-key variables that are unset get a placeholder for the duration. Yields the
@@ -145,6 +146,7 @@ def replay(
         on_divergence=on_divergence,
         overrides=parsed,
         child=child.writer if child else None,
+        strict=strict,
     )
     added = [k for k in API_KEY_VARS if not os.environ.get(k)]
     for k in added:

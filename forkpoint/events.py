@@ -276,6 +276,11 @@ class ReplayReport(TypedDict):
     child_session: str | None
     live_from: int | None
     network_blocked: list[str]
+    #: Telemetry and MCP session calls: ``{"recorded", "served", "answered": [endpoint, …]}``.
+    aside: dict[str, Any]
+    #: Plain HTTP calls served a recording that differed only in ids (not with ``strict``).
+    id_drift: list[DivergenceReport]
+    strict: bool
 
 
 def is_model_call(event: Mapping[str, Any]) -> TypeGuard[ModelCallEvent]:

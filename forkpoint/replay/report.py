@@ -88,6 +88,14 @@ def summary_line(report: dict[str, Any]) -> str:
         extra += f"; live calls: {live.get('models', 0)} model, {live.get('tools', 0)} tool"
     if report.get("drift"):
         extra += f"; {len(report['drift'])} request(s) drifted (fifo)"
+    if report.get("id_drift"):
+        extra += f"; {plural(len(report['id_drift']), 'plain HTTP call')} served a recording that differed only in ids"
+    aside = report.get("aside") or {}
+    if aside.get("served") or aside.get("answered"):
+        extra += (
+            f"; telemetry/session calls: {aside.get('served', 0)} served from the recording, "
+            f"{len(aside.get('answered') or [])} answered neutrally"
+        )
     if (report.get("processes") or 1) > 1:
         extra += f"; served to {report['processes']} processes"
     if report.get("child_session"):
@@ -124,6 +132,12 @@ def merge_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
         "overrides": overrides,
         "live_calls": {k: sum(r["live_calls"][k] for r in reports) for k in ("models", "tools")},
         "network_blocked": blocked,
+        "aside": {
+            "recorded": first.get("aside", {}).get("recorded", 0),
+            "served": sum(r.get("aside", {}).get("served", 0) for r in reports),
+            "answered": [a for r in reports for a in r.get("aside", {}).get("answered", [])],
+        },
+        "id_drift": [d for r in reports for d in r.get("id_drift", [])],
     }
 
 
