@@ -197,7 +197,7 @@ class Exchange:
                 headers = [(k, v) for k, v in headers if k.lower() != "content-encoding"]
         ctype = header(all_headers, "content-type")
         if eventstream.is_event_stream(ctype) and not encoded:
-            times, chunks = _messages(times, chunks)
+            times, chunks = aws_messages(times, chunks)
         else:
             chunks = scrub_chunks(chunks)
         out: HttpResponse = {
@@ -218,7 +218,7 @@ class Exchange:
         return out
 
 
-def _messages(times: list[float], chunks: list[bytes]) -> tuple[list[float], list[bytes]]:
+def aws_messages(times: list[float], chunks: list[bytes]) -> tuple[list[float], list[bytes]]:
     """An AWS event stream as one chunk per message, each at the time its last byte arrived, with
     each message's payload scrubbed (and the message framed again when that changed it, so its
     lengths and checksums stay right)."""

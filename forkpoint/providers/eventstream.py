@@ -143,10 +143,3 @@ def as_sse(frames: Iterable[bytes]) -> str:
             + "\n"
         )
     return "".join(out)
-
-
-def frames_of(pieces: Iterable[bytes]) -> list[bytes]:
-    """The whole messages of a stream received in ``pieces`` (any boundaries); a cut-off last
-    message is kept as it is."""
-    frames, rest = split(b"".join(pieces))
-    return [*frames, rest] if rest else frames
