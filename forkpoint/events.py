@@ -37,6 +37,9 @@ class ErrorRecord(TypedDict, total=False):
     message: Required[str]
     args: list[Any]
     attrs: dict[str, Any]
+    #: An HTTP exchange's failure while sending (``send``: connecting, writing the request), when the
+    #: client library raises those elsewhere than failures while waiting for the answer.
+    phase: str
 
 
 class HttpRequest(TypedDict):

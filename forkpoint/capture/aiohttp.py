@@ -33,6 +33,7 @@ from .exchange import (
     Exchange,
     areplayed,
     await_cancellation,
+    built,
     cancelled_by_caller,
     live,
     past_end,
@@ -134,16 +135,21 @@ def _patch(mod: ModuleType) -> None:
         def resume_reading(self, resume_parser: bool = True) -> None:
             pass
 
-    def library_error(name: str, message: str) -> BaseException | None:
-        cls = getattr(mod, name, None)
-        if isinstance(cls, type) and issubclass(cls, mod.ClientError):
-            try:
-                return cls(message)  # type: ignore[no-any-return]
-            except TypeError:
-                exc: BaseException = BaseException.__new__(cls)
-                Exception.__init__(exc, message)
-                return exc
-        return None
+    def library_error(req: Any) -> Callable[[str, str], BaseException | None]:
+        """Builds aiohttp's exceptions by name for ``req``: a connector error with its connection key
+        and the recorded message as its ``OSError``, a response error with its request info."""
+
+        def build(name: str, message: str) -> BaseException | None:
+            cls = getattr(mod, name, None)
+            if not (isinstance(cls, type) and issubclass(cls, mod.ClientError)):
+                return None
+            if issubclass(cls, mod.ClientConnectorError):
+                return cls(req.connection_key, OSError(message))  # type: ignore[no-any-return]
+            if issubclass(cls, mod.ClientResponseError):
+                return cls(req.request_info, (), message=message)  # type: ignore[no-any-return]
+            return built(cls, message)
+
+        return build
 
     def feeder(body: AsyncIterator[bytes]) -> Callable[[], Awaitable[bytes]]:
         async def next_piece() -> bytes:
@@ -154,9 +160,9 @@ def _patch(mod: ModuleType) -> None:
     def recorded(req: Any, rt: runtime.Runtime, event: Any, position: int, sent: int) -> Any:
         resp = event.get("response")
         if resp is None:
-            raise rebuilt_error(event.get("error") or {}, library_error)
+            raise rebuilt_error(event.get("error") or {}, library_error(req))
         chunks = recorded_chunks(event)
-        error = rebuilt_error(event["error"], library_error) if event.get("error") else None
+        error = rebuilt_error(event["error"], library_error(req)) if event.get("error") else None
         body = areplayed(chunks, error, past_end(rt, event, position, chunks))
         response = req.response_class(
             req.method,

@@ -106,6 +106,23 @@ def request_record(
     }
 
 
+def body_content(body: Any) -> tuple[bytes, Any]:
+    """(the bytes of a request body, what to send instead): a file or an iterable of chunks is read
+    once here, and its bytes are sent in its place (the same bytes; a file is not read twice)."""
+    if body is None:
+        return b"", None
+    if isinstance(body, str):
+        return body.encode("utf-8"), body
+    if isinstance(body, bytes | bytearray | memoryview):
+        return bytes(body), body
+    if hasattr(body, "read"):
+        data = body.read()
+    else:
+        data = b"".join(c.encode("utf-8") if isinstance(c, str) else bytes(c) for c in body)
+    data = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+    return data, data
+
+
 def error_record(exc: BaseException) -> ErrorRecord:
     """How an exception of an exchange is stored: its class, module and (scrubbed) message."""
     cls = type(exc)
@@ -132,6 +149,8 @@ class Exchange:
         self.raw: list[tuple[float, bytes]] = []
         self.complete = False
         self.error: BaseException | None = None
+        #: Where the error struck, when the adapter can tell: ``send`` (the request never went out).
+        self.phase: str | None = None
         self._done = False
         self._lock = threading.Lock()
         connections.recorded(request["url"])
@@ -178,6 +197,8 @@ class Exchange:
         }
         if self.error is not None:
             event["error"] = error_record(self.error)
+            if self.phase is not None:
+                event["error"]["phase"] = self.phase
         self.rt.model_call_done(event)
 
     def _response_record(self, ended: str) -> HttpResponse:
@@ -367,6 +388,17 @@ def rebuilt_error(
         except Exception:  # a constructor that wants other arguments
             pass
     return RecordedError(dict(error))
+
+
+def built(cls: type[BaseException], message: str) -> BaseException:
+    """An instance of exception class ``cls`` with ``message``: its constructor called with the
+    message, else (a constructor that wants a pool, a connection, a request…) made without it."""
+    try:
+        return cls(message)
+    except TypeError:
+        exc: BaseException = cast(Any, cls).__new__(cls)
+        BaseException.__init__(exc, message)
+        return exc
 
 
 #: Exception types that say the caller cancelled the call (asyncio, anyio on asyncio, trio).

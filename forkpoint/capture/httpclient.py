@@ -23,7 +23,7 @@ from __future__ import annotations
 import http.client
 import io
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from .. import runtime
@@ -32,6 +32,8 @@ from .decoding import own_decoder
 from .exchange import (
     ChunkReader,
     Exchange,
+    body_content,
+    built,
     live,
     past_end,
     rebuilt_error,
@@ -40,7 +42,6 @@ from .exchange import (
     request_record,
     serve,
 )
-from .urllib3 import body_content
 
 #: The libraries this adapter captures.
 LIBRARIES = ("http.client",)
@@ -111,13 +112,16 @@ def _make_request(original: Any) -> Any:
         rec = request_record(method, _url(self, url), list(headers.items()), content)
         taken = serve(rt, rec)
         if taken is not None:
+            error = taken[0].get("error")
+            if taken[0].get("response") is None and error and error.get("phase") == "send":
+                raise rebuilt_error(error, _library_error)  # where it struck live: urllib wraps it
             setattr(self, _STATE, (rt, taken, method))
             return None
         call = live(rt, rec, own_decoder)
         try:
             original(self, method, url, body, headers, encode_chunked=encode_chunked)
         except BaseException as exc:
-            call.error = exc
+            call.error, call.phase = exc, "send"
             call.finish()
             raise
         setattr(self, _STATE, call)
@@ -140,7 +144,7 @@ def _make_getresponse(original: Any) -> Any:
                 raise
             return _teed(response, state)
         rt, (event, position), method = state
-        return _recorded(self, rt, event, position, method)
+        return recorded_response(rt, event, position, method, _library_error, self.response_class)
 
     return getresponse
 
@@ -149,10 +153,7 @@ def _library_error(name: str, message: str) -> BaseException | None:
     """An ``http.client`` exception by name, with the recorded message."""
     cls = getattr(http.client, name, None)
     if isinstance(cls, type) and issubclass(cls, http.client.HTTPException):
-        try:
-            return cls(message)
-        except TypeError:
-            return None
+        return built(cls, message)
     return None
 
 
@@ -184,20 +185,43 @@ class _Socket:
         return io.BufferedReader(self._raw)
 
 
-def _recorded(
-    conn: http.client.HTTPConnection, rt: runtime.Runtime, event: Any, position: int, method: str
+def _framed(chunks: list[bytes], body: Iterator[bytes], chunked: bool) -> Iterator[bytes]:
+    """The body on the wire: as it is (``Content-Length``), or chunked, one HTTP chunk per recorded
+    chunk and the terminating chunk at a normal end (a recorded failure is raised where the next
+    chunk would have been read, as the live connection failed there)."""
+    if not chunked:
+        yield from body
+        return
+    for chunk in body:
+        yield b"%x\r\n%s\r\n" % (len(chunk), chunk)
+    yield b"0\r\n\r\n"
+
+
+def recorded_response(
+    rt: runtime.Runtime,
+    event: Any,
+    position: int,
+    method: str,
+    library_error: Callable[[str, str], BaseException | None],
+    response_class: type[http.client.HTTPResponse] = http.client.HTTPResponse,
 ) -> http.client.HTTPResponse:
+    """A real ``http.client.HTTPResponse`` that parses a recorded answer from memory: the status line
+    and headers, then the body (``Content-Length`` for a whole body read to its end, else chunked,
+    one HTTP chunk per recorded chunk, ending as the recording did). Raises the recorded exception
+    (``library_error(name, message)`` builds the library's own) when no answer came."""
     resp = event.get("response")
     if resp is None:
-        raise rebuilt_error(event.get("error") or {}, _library_error)
+        raise rebuilt_error(event.get("error") or {}, library_error)
     chunks = recorded_chunks(event)
-    error = rebuilt_error(event["error"], _library_error) if event.get("error") else None
+    error = rebuilt_error(event["error"], library_error) if event.get("error") else None
+    whole = resp.get("body_kind") != "stream" and resp.get("ended") == "complete" and error is None
     version = "HTTP/1.0" if resp.get("http_version") == "HTTP/1.0" else "HTTP/1.1"
     lines = [f"{version} {resp['status']} {resp.get('reason') or ''}".rstrip()]
     lines += [f"{k}: {v}" for k, v in resp.get("headers", [])]
+    lines.append(f"Content-Length: {sum(map(len, chunks))}" if whole else "Transfer-Encoding: chunked")
     head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1", "replace")
-    body = replayed(chunks, error, past_end(rt, event, position, chunks))
-    response = conn.response_class(_Socket(_Replayed(head, body)), method=method)  # type: ignore[arg-type]
+    body = _framed(chunks, replayed(chunks, error, past_end(rt, event, position, chunks)), not whole)
+    response = response_class(_Socket(_Replayed(head, body)), method=method)  # type: ignore[arg-type]
     response.begin()
     return response
 

@@ -31,17 +31,8 @@ from typing import Any
 from .. import runtime
 from . import seam
 from .decoding import own_decoder
-from .exchange import (
-    ChunkReader,
-    Exchange,
-    live,
-    past_end,
-    rebuilt_error,
-    recorded_chunks,
-    replayed,
-    request_record,
-    serve,
-)
+from .exchange import Exchange, body_content, built, live, request_record, serve
+from .httpclient import recorded_response
 
 #: The libraries this adapter captures.
 LIBRARIES = ("urllib3",)
@@ -114,23 +105,6 @@ def full_url(pool: Any, url: str) -> str:
     return f"{pool.scheme}://{host}:{pool.port}{url}" if pool.port else f"{pool.scheme}://{host}{url}"
 
 
-def body_content(body: Any) -> tuple[bytes, Any]:
-    """(the bytes of a request body, what to send instead): a file or an iterable of chunks is read
-    once here, and its bytes are sent in its place (the same bytes; a file is not read twice)."""
-    if body is None:
-        return b"", None
-    if isinstance(body, str):
-        return body.encode("utf-8"), body
-    if isinstance(body, bytes | bytearray | memoryview):
-        return bytes(body), body
-    if hasattr(body, "read"):
-        data = body.read()
-    else:
-        data = b"".join(c.encode("utf-8") if isinstance(c, str) else bytes(c) for c in body)
-    data = data.encode("utf-8") if isinstance(data, str) else bytes(data)
-    return data, data
-
-
 def _patch(mod: ModuleType) -> None:
     pool_cls = seam.find(mod, PATCHED[0][0])
     exceptions = importlib.import_module("urllib3.exceptions")
@@ -142,31 +116,25 @@ def _patch(mod: ModuleType) -> None:
         cls = getattr(exceptions, name, None)
         if not (isinstance(cls, type) and issubclass(cls, exceptions.HTTPError)):
             return None
-        try:
-            return cls(message)  # type: ignore[no-any-return]
-        except TypeError:
-            exc: BaseException = BaseException.__new__(cls)
-            Exception.__init__(exc, message)
-            return exc
+        return built(cls, message)
 
     def recorded(pool: Any, rt: runtime.Runtime, taken: Any, args: dict[str, Any]) -> Any:
+        """urllib3's response to a recorded call, built as urllib3 builds one around the standard
+        library's (which parses the recorded answer from memory: :func:`.httpclient.recorded_response`),
+        so reading it — chunk by chunk with ``stream()``, or whole — takes urllib3's own paths."""
         event, position = taken
-        resp = event.get("response")
-        if resp is None:
-            raise rebuilt_error(event.get("error") or {}, library_error)
-        chunks = recorded_chunks(event)
-        error = rebuilt_error(event["error"], library_error) if event.get("error") else None
-        version = str(resp.get("http_version", "HTTP/1.1"))
+        raw = recorded_response(rt, event, position, args["method"], library_error)
         response = response_cls(
-            body=ChunkReader(replayed(chunks, error, past_end(rt, event, position, chunks))),
-            headers=[(k, v) for k, v in resp.get("headers", [])],
-            status=resp["status"],
-            version=20 if version.startswith("HTTP/2") else 10 if version == "HTTP/1.0" else 11,
-            version_string=version,
-            reason=resp.get("reason") or None,
+            body=raw,
+            headers=list(raw.msg.items()),
+            status=raw.status,
+            version=raw.version,
+            version_string=f"HTTP/{raw.version // 10}.{raw.version % 10}",
+            reason=raw.reason,
             preload_content=args["preload_content"],
             decode_content=args["decode_content"],
-            enforce_content_length=False,
+            original_response=raw,
+            enforce_content_length=args["enforce_content_length"],
             request_method=args["method"],
             request_url=args["url"],
         )
@@ -184,15 +152,24 @@ def _patch(mod: ModuleType) -> None:
         fp_read, handle_chunk = response._fp_read, response._handle_chunk
         update_chunk_length, close = response._update_chunk_length, response.close
 
+        # urllib3 closes the response itself before raising some errors (a cut chunked body): the
+        # error, not the close, is how that read ended.
+        state = {"reading": False, "closed": False}
+
         def guarded(read: Any, *args: Any, **kwargs: Any) -> bytes:
+            state["reading"] = True
             try:
                 data: bytes = read(*args, **kwargs)
             except BaseException as exc:
                 call.error = exc
                 call.finish()
                 raise
+            finally:
+                state["reading"] = False
             if data:
                 call.chunk(data)
+            if state["closed"]:
+                call.finish()
             return data
 
         def _fp_read(amt: int | None = None, *, read1: bool = False) -> bytes:
@@ -211,7 +188,9 @@ def _patch(mod: ModuleType) -> None:
             try:
                 close()
             finally:
-                call.finish()
+                state["closed"] = True
+                if not state["reading"]:
+                    call.finish()
 
         response._fp_read = _fp_read
         response._handle_chunk = lambda amt: guarded(handle_chunk, amt)
