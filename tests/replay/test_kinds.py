@@ -6,7 +6,6 @@ belongs to that tool; a key in the URL is not part of the match key."""
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import socket
 import subprocess
