@@ -422,7 +422,9 @@ class Replayer:
             if e["seq"] in taken or e["type"] != "model_call" or endpoint(e) != where:
                 continue
             changes = json_diff(normalized(e), norm)
-            if changes and all(c.op == "changed" and volatile(c.expected) and volatile(c.actual) for c in changes):
+            if changes and all(
+                c.op == "changed" and volatile(c.expected) and volatile(c.actual) for c in changes
+            ):
                 return e
         return None
 
