@@ -65,19 +65,7 @@ _installed: dict[str, ModuleType] = {}
 
 def install() -> list[str]:
     """Add forkpoint's middleware to aiohttp client requests when aiohttp is importable. Idempotent."""
-    if "aiohttp" in _installed:
-        return []
-    try:
-        mod = importlib.import_module("aiohttp")
-    except ImportError:
-        return []
-    problem = signature_problem(mod)
-    if problem:
-        seam.cannot_capture("aiohttp", mod, problem)
-        return []
-    _patch(mod)
-    _installed["aiohttp"] = mod
-    return ["aiohttp"]
+    return seam.install_library("aiohttp", _installed, signature_problem, _patch)
 
 
 def installed() -> list[str]:

@@ -15,7 +15,7 @@ import threading
 from typing import Any
 from urllib.parse import urlsplit
 
-from .. import runtime
+from .. import runtime, sockets
 
 _lock = threading.Lock()
 _installed = False
@@ -41,9 +41,6 @@ def install() -> None:
     with _lock:
         if _installed:
             return
-        orig_connect = socket.socket.connect
-        orig_connect_ex = socket.socket.connect_ex
-        orig_getaddrinfo = socket.getaddrinfo
 
         def note(sock: socket.socket, address: Any) -> None:
             if (
@@ -54,27 +51,14 @@ def install() -> None:
                 with _lock:
                     _seen.add((str(address[0]), int(address[1])))
 
-        def connect(self: socket.socket, address: Any) -> None:
-            note(self, address)
-            return orig_connect(self, address)
-
-        def connect_ex(self: socket.socket, address: Any) -> int:
-            note(self, address)
-            return orig_connect_ex(self, address)
-
-        def getaddrinfo(host: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
-            found = orig_getaddrinfo(host, port, *args, **kwargs)
+        def names(host: Any, found: list[Any]) -> None:
             if host is not None and _recording():
                 name = host.decode() if isinstance(host, bytes) else str(host)
                 with _lock:
                     for *_, sockaddr in found:
                         _names.setdefault(str(sockaddr[0]), name.lower())
-            return found
 
-        # (typeshed's socket takes a narrower address type than the wrappers pass through)
-        socket.socket.connect = connect  # type: ignore[method-assign,assignment]
-        socket.socket.connect_ex = connect_ex  # type: ignore[method-assign,assignment]
-        socket.getaddrinfo = getaddrinfo
+        sockets.watch(connect=note, resolved=names)
         _installed = True
 
 

@@ -57,22 +57,11 @@ _installed: dict[str, ModuleType] = {}
 def install() -> list[str]:
     """Wrap the transports of httpx and httpx2 clients (whichever are importable). Idempotent.
     Returns the libraries patched now."""
-    done = []
-    for name in LIBRARIES:
-        if name in _installed:
-            continue
-        try:
-            mod = importlib.import_module(name)
-        except ImportError:
-            continue
-        problem = signature_problem(mod)
-        if problem:
-            seam.cannot_capture(name, mod, problem)
-            continue
-        _patch(mod)
-        _installed[name] = mod
-        done.append(name)
-    return done
+    return [
+        done
+        for name in LIBRARIES
+        for done in seam.install_library(name, _installed, signature_problem, _patch)
+    ]
 
 
 def installed() -> list[str]:

@@ -10,6 +10,7 @@ is patched, so a release that renames or reshapes a private method is reported a
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import warnings
 from collections.abc import Callable, Sequence
@@ -47,8 +48,32 @@ def cannot_capture(name: str, mod: ModuleType, problem: str) -> None:
         f"forkpoint cannot capture {name} {getattr(mod, '__version__', '?')}: {problem}. Its "
         "requests are neither recorded nor replayed.",
         RuntimeWarning,
-        stacklevel=3,
+        stacklevel=4,
     )
+
+
+def install_library(
+    name: str,
+    installed: dict[str, ModuleType],
+    problem: Callable[[ModuleType], str | None],
+    patch: Callable[[ModuleType], None],
+) -> list[str]:
+    """Patch library ``name`` once: import it (nothing when it is not installed), check it with
+    ``problem`` (a mismatch is said and the library left alone), ``patch`` it and note it in
+    ``installed``. Returns ``[name]`` when it was patched now, else ``[]``."""
+    if name in installed:
+        return []
+    try:
+        mod = importlib.import_module(name)
+    except ImportError:
+        return []
+    found = problem(mod)
+    if found:
+        cannot_capture(name, mod, found)
+        return []
+    patch(mod)
+    installed[name] = mod
+    return [name]
 
 
 def wrap(cls: Any, method: str, make: Callable[[Any], Any]) -> None:

@@ -64,20 +64,7 @@ _installed: dict[str, ModuleType] = {}
 
 def install() -> list[str]:
     """Wrap urllib3's ``HTTPConnectionPool._make_request`` when urllib3 is importable. Idempotent."""
-    if "urllib3" in _installed:
-        return []
-    try:
-        mod = importlib.import_module("urllib3")
-        importlib.import_module("urllib3.connectionpool")
-    except ImportError:
-        return []
-    problem = signature_problem(mod)
-    if problem:
-        seam.cannot_capture("urllib3", mod, problem)
-        return []
-    _patch(mod)
-    _installed["urllib3"] = mod
-    return ["urllib3"]
+    return seam.install_library("urllib3", _installed, signature_problem, _patch)
 
 
 def installed() -> list[str]:
