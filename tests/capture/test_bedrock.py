@@ -270,3 +270,20 @@ def test_event_stream_framing_round_trips() -> None:
     # A chunk event (InvokeModelWithResponseStream) is read as the model's own event inside it.
     assert eventstream.as_sse([frame]) == 'event: message_stop\ndata: {"type":"message_stop"}\n\n'
     assert eventstream.decode(frame[:-1]) is None and eventstream.decode(b"junk") is None
+
+
+def test_opentelemetry_export_of_converse_calls(recorded: tuple[Path, list[Any], LocalServer]) -> None:
+    from forkpoint.exporters import otel
+
+    path, _, _ = recorded
+    spans = [s for s in otel.plan(forkpoint.Session.load(path), content=True) if s.name.startswith("chat ")]
+    assert [s.name for s in spans] == [f"chat {MODEL}"] * 4
+    first, last = spans[0].attributes, spans[-1].attributes
+    assert first["gen_ai.provider.name"] == "aws.bedrock" and first["gen_ai.response.finish_reasons"] == [
+        "tool_use"
+    ]
+    assert json.loads(first["gen_ai.output.messages"])[0]["parts"][0]["name"] == "add"
+    assert json.loads(last["gen_ai.output.messages"])[0]["parts"] == [
+        {"type": "text", "content": "the sum is 5"}
+    ]
+    assert last["gen_ai.usage.input_tokens"] == 30

@@ -184,12 +184,13 @@ def test_a_refused_connection_is_recorded_and_raised_again_as_the_same_type(
     assert rp.report()["reproduced"], rp.report()
 
 
-@pytest.mark.parametrize("library", ["requests", "urllib"])
+@pytest.mark.parametrize("library", ["requests", "urllib", "aiohttp"])
 def test_a_stream_cut_by_the_server_ends_the_same_way_on_replay(
     library: str, server: LocalServer, store: Path
 ) -> None:
-    """requests raises ``ChunkedEncodingError`` (urllib3's ``ProtocolError``) where the server died;
-    ``urllib.request``'s line iteration just ends there: either way, replay ends as the live run did."""
+    """requests raises ``ChunkedEncodingError`` (urllib3's ``ProtocolError``) where the server died,
+    aiohttp ``ClientPayloadError``; ``urllib.request``'s line iteration just ends there: either way,
+    replay ends as the live run did."""
     url = server.url + "/events?kind=sse&n=6&delay=0.005&drop=3"
 
     def read() -> tuple[list[bytes], str]:
@@ -199,10 +200,18 @@ def test_a_stream_cut_by_the_server_ends_the_same_way_on_replay(
                 with requests.get(url, stream=True, timeout=5) as r:
                     for line in r.iter_lines():
                         got.append(line)
-            else:
+            elif library == "urllib":
                 with urllib.request.urlopen(url, timeout=5) as resp:
                     for line in resp:
                         got.append(line)
+            else:
+
+                async def lines() -> None:
+                    async with aiohttp.ClientSession() as s, s.get(url) as r:
+                        async for line in r.content:
+                            got.append(line)
+
+                asyncio.run(lines())
         except Exception as exc:
             return got, type(exc).__name__
         return got, "no error"
@@ -212,9 +221,9 @@ def test_a_stream_cut_by_the_server_ends_the_same_way_on_replay(
     server.stop()
     assert len([line for line in live[0] if line.strip()]) == 3
     event = forkpoint.Session.load(rec.session_path).by_type("model_call")[0]
-    if library == "requests":
-        assert live[1] == "ChunkedEncodingError"
-        assert event["response"]["ended"] == "error" and event["error"]["type"] == "ProtocolError"
+    if library != "urllib":
+        assert live[1] == {"requests": "ChunkedEncodingError", "aiohttp": "ClientPayloadError"}[library]
+        assert event["response"]["ended"] == "error"
     with forkpoint.replay(rec.session_path):
         assert read() == live
 

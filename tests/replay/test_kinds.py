@@ -312,3 +312,15 @@ def test_the_agents_sdk_with_tracing_on_replays_with_exit_0(tmp_path: Path) -> N
     assert rep.returncode == 0, rep.stderr
     assert rep.stdout.strip() == "the sum is 5"
     assert "replay ok" in rep.stderr and "served from the recording" in rep.stderr
+
+
+def test_only_model_calls_are_genai_spans(server: LocalServer, store: Path) -> None:
+    from forkpoint.exporters import otel
+
+    server.route("/v1/traces/ingest", lambda r: Reply(b"", 204, None))
+    with forkpoint.record(store=store) as rec:
+        _chat(server.url, "one")
+        httpx.post(server.url + "/v1/traces/ingest", json={"data": []})
+    spans = {s.name: s.attributes for s in otel.plan(forkpoint.Session.load(rec.session_path))}
+    assert "chat m" in spans and spans["POST"]["forkpoint.http.kind"] == "telemetry"
+    assert not any(k.startswith("gen_ai.") for k in spans["POST"])
