@@ -131,8 +131,12 @@ class Replayer:
     ``live_from`` (a checkpoint's seq) only the calls before it are served; once all of them have
     been, every later call is live (a fork's continuation).
 
+    ``strict``: a plain HTTP call that differs from an unused recording of its endpoint only in ids is
+    a divergence too (by default it is served that recording and listed in the report's ``id_drift``).
+
     When ``child`` is given, every call of this run — served, overridden or live — is written to it:
-    the what-if run as a session of its own, linked to its parent. Thread-safe.
+    the what-if run as a session of its own, linked to its parent (telemetry and MCP session calls
+    answered aside are not). Thread-safe.
     """
 
     mode: Literal["replay"] = "replay"
