@@ -220,7 +220,8 @@ def vendor(host: str | None, response: Mapping[str, Any] | None = None) -> str |
         return VENDOR_PORTS[int(port)]
     resp = response or {}
     bodies: list[dict[str, Any]] = [resp["body"]] if isinstance(resp.get("body"), dict) else []
-    bodies += [p for _, p in payloads(join_chunks(lst(resp.get("stream"))))[:1]]
+    # A stream says it in its first event: read the first chunks only, not the whole stream again.
+    bodies += [p for _, p in payloads(join_chunks(lst(resp.get("stream"))[:4]))[:1]]
     for body in bodies:
         if body.get("system_fingerprint") == "fp_ollama":
             return "ollama"
