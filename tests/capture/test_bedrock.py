@@ -287,3 +287,63 @@ def test_opentelemetry_export_of_converse_calls(recorded: tuple[Path, list[Any],
         {"type": "text", "content": "the sum is 5"}
     ]
     assert last["gen_ai.usage.input_tokens"] == 30
+
+
+def test_invoke_model_and_its_response_stream_replay_offline(store: Path) -> None:
+    """InvokeModel with a Claude body, and InvokeModelWithResponseStream, whose ``chunk`` events carry
+    the model's own stream events (base64 in ``bytes``), as botocore receives them."""
+    import base64
+
+    from tests.modelserver import Reply, Stream, aws_event
+
+    message = {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude",
+        "content": [{"type": "text", "text": "hello there"}],
+        "stop_reason": "end_turn",
+        "usage": {"input_tokens": 4, "output_tokens": 2},
+    }
+    inner = [
+        {"type": "message_start", "message": {**message, "content": [], "stop_reason": None}},
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "hello"}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": " there"}},
+        {"type": "content_block_stop", "index": 0},
+        {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 2}},
+        {"type": "message_stop"},
+    ]
+    chunks = [aws_event("chunk", {"bytes": base64.b64encode(json.dumps(e).encode()).decode()}) for e in inner]
+    body = {
+        "anthropic_version": "bedrock-2023-05-31",
+        "max_tokens": 20,
+        "messages": [{"role": "user", "content": "hi"}],
+    }
+
+    def run(base: str, key: tuple[str, str]) -> list[Any]:
+        client = _client(base, key)
+        whole = json.loads(client.invoke_model(modelId=MODEL, body=json.dumps(body))["body"].read())
+        stream = client.invoke_model_with_response_stream(modelId=MODEL, body=json.dumps(body))["body"]
+        events = [json.loads(ev["chunk"]["bytes"]) for ev in stream]
+        return [
+            whole["content"][0]["text"],
+            "".join(e["delta"].get("text", "") for e in events if e["type"] == "content_block_delta"),
+        ]
+
+    with LocalServer() as srv:
+        srv.route("/model/*/invoke", lambda r: Reply(json.dumps(message).encode(), ctype="application/json"))
+        srv.route(
+            "/model/*/invoke-with-response-stream",
+            lambda r: Stream(chunks, ctype="application/vnd.amazon.eventstream"),
+        )
+        with forkpoint.record(store=store) as rec:
+            live = run(srv.url, RECORD_KEY)
+    assert live == ["hello there", "hello there"]
+    calls = forkpoint.Session.load(rec.session_path).by_type("model_call")
+    assert [(c["summary"]["api"], c["summary"]["stop_reason"]) for c in calls] == [("invoke", "end_turn")] * 2
+    assert calls[1]["summary"]["usage"] == {"input_tokens": 4, "output_tokens": 2}
+    assert len(calls[1]["response"]["chunks"]) == len(chunks)
+    with forkpoint.replay(rec.session_path) as rp:
+        assert run(srv.url, REPLAY_KEY) == live
+    assert rp.report()["reproduced"]
