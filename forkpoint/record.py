@@ -28,7 +28,16 @@ from .providers import call_kind, classify, sdk_packages, summary
 
 #: Packages whose versions go into every session header (when installed): the providers' SDKs, the
 #: HTTP clients forkpoint captures, and the agent frameworks it integrates with.
-TRACKED_PACKAGES = (*sdk_packages(), "httpx", "httpx2", "pydantic-ai-slim", "openai-agents")
+TRACKED_PACKAGES = (
+    *sdk_packages(),
+    "httpx",
+    "httpx2",
+    "urllib3",
+    "requests",
+    "aiohttp",
+    "pydantic-ai-slim",
+    "openai-agents",
+)
 
 
 def package_versions() -> dict[str, str]:
