@@ -5,7 +5,7 @@
 ``root`` and ``include_ignored``, for checkpoints while recording) and, for replay,
 ``FORKPOINT_REPORT`` (a folder: each replaying process writes ``report-<pid>.json`` there at exit,
 and they share which recorded calls they served through its ``ledger``) and ``FORKPOINT_REPLAY`` (JSON:
-``models``, ``tools``, ``on_divergence``, ``overrides`` and ``child``, the what-if session to write). The variables are removed once read,
+``models``, ``tools``, ``on_divergence``, ``overrides``, ``strict`` and ``child``, the what-if session to write). The variables are removed once read,
 so Python subprocesses of the agent are not recorded or replayed (documented in docs/format.md);
 programs the recorded command runs side by side or one after another (a shell script) each are.
 """
@@ -33,7 +33,7 @@ def start() -> None:
     mode, session = env["FORKPOINT_MODE"], env["FORKPOINT_SESSION"]
     if not mode or not session:
         return
-    from . import api
+    from . import api, runtime
     from .capture.tools import install_import_hook
 
     if env["FORKPOINT_TOOLS"]:
@@ -54,7 +54,13 @@ def start() -> None:
         rec = Recorder(writer, workspace=ws)
         _deterministic(writer.header.get("deterministic"))
         api.start(rec)
-        atexit.register(rec.close)
+
+        def finish_recording() -> None:
+            runtime.deactivate(rec)
+            api.finish_recording(rec)
+            rec.close()
+
+        atexit.register(finish_recording)
     elif mode == "replay":
         from . import override
         from .log import Session, SessionWriter
@@ -72,6 +78,7 @@ def start() -> None:
             overrides=[override.parse(o) for o in opts.get("overrides", [])],
             child=child,
             live_from=opts.get("live_from"),
+            strict=bool(opts.get("strict")),
             ledger=open_ledger(reports / LEDGER_NAME) if reports else None,
         )
         for k in API_KEY_VARS:

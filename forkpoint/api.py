@@ -38,6 +38,8 @@ def start(rt: runtime.Runtime) -> None:
     """Install every capture hook and integration (once per process), then activate ``rt``.
     Raises :class:`~forkpoint.errors.ForkpointError` when another runtime is active."""
     capture.install()
+    if rt.mode == "record":
+        capture.connections.reset()
     integrations.install()  # framework tool integrations: pydantic-ai, OpenAI Agents SDK, google-genai…
     if isinstance(rt, Replayer):
         install_network_guard()
@@ -78,6 +80,21 @@ def agent_hooks(tools: Sequence[str], deterministic: bool | Sequence[str]) -> It
 
 def _rules(ignore: Sequence[IgnoreRule | Mapping[str, Any]], where: str) -> tuple[IgnoreRule, ...]:
     return ignore_rules(list(ignore), where)
+
+
+def finish_recording(rec: Recorder) -> list[str]:
+    """End a recording's calls: write those still open, then name each ``host:port`` the run
+    connected to that no recorded exchange accounts for (a client forkpoint does not capture: its
+    calls will not replay). They go into the session as a note and to stderr. Returns them."""
+    finish_pending(rec)
+    missed = capture.connections.unrecorded()
+    if missed:
+        rec.note("connections forkpoint did not record", unrecorded_connections=missed)
+        sys.stderr.write(
+            f"forkpoint: this run connected to {', '.join(missed)} through a client forkpoint does not "
+            "capture: those calls are not in the session and will not be served on replay\n"
+        )
+    return missed
 
 
 @contextmanager
@@ -130,7 +147,7 @@ def record(
             yield rec
         finally:
             runtime.deactivate(rec)
-            finish_pending(rec)
+            finish_recording(rec)
 
 
 @contextmanager
@@ -148,6 +165,7 @@ def replay(
     live_tools: Sequence[str] = (),
     ignore: Sequence[IgnoreRule | Mapping[str, Any]] = (),
     tool_targets: Sequence[str] = (),
+    strict: bool = False,
 ) -> Iterator[Replayer]:
     """Serve every model call and tool call inside the block from ``session``.
 
@@ -161,6 +179,8 @@ def replay(
     agent's clock and randomness served too. The run is written to a new child session next to its
     parent when ``record_child`` is true — by default whenever something can make it differ from the
     recording (an override, a live source or live tool, or a policy other than ``stop``).
+    ``strict``: plain HTTP that differs from the recording only in ids diverges (see
+    :class:`~forkpoint.replay.Replayer`).
     SDK API-key variables that are unset get a placeholder for the duration. Yields the
     :class:`~forkpoint.replay.Replayer`; ``replayer.report()`` gives the outcome (also written to
     ``report_path``). Raises :class:`~forkpoint.errors.OverrideError` for an override that does not
@@ -201,6 +221,7 @@ def replay(
         child=child.writer if child else None,
         live_tools=live_tools,
         ignore=rules,
+        strict=strict,
     )
     added = [k for k in API_KEY_VARS if not os.environ.get(k)]
     for k in added:

@@ -263,6 +263,12 @@ def record(
     show_default=True,
     help="After a call that matches nothing: stop (exit 3), continue live, or serve the next recorded call (fifo).",
 )
+@click.option(
+    "--strict",
+    is_flag=True,
+    help="A plain HTTP call (no model, MCP or telemetry) that differs from the recording only in ids "
+    "is a divergence too (by default it is served the recorded answer and reported).",
+)
 @click.option("--report", "report_file", metavar="FILE", help="Write the replay report here as JSON.")
 @click.option(
     "--no-verify", is_flag=True, help="Replay even a session whose hash chain or blobs fail verification."
@@ -276,6 +282,7 @@ def replay(
     models_source: str,
     tools_source: str,
     on_divergence: str,
+    strict: bool,
     report_file: str | None,
     no_verify: bool,
     cmd: tuple[str, ...],
@@ -298,6 +305,7 @@ def replay(
             on_divergence=on_divergence,
             overrides=list(overrides),
             check=not no_verify,
+            strict=strict,
         )
     except OverrideError as exc:
         raise click.BadParameter(str(exc), param_hint="--override") from None

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any, Literal, Required, TypedDict, TypeGuard
 from urllib.parse import urlsplit
@@ -37,6 +37,9 @@ class ErrorRecord(TypedDict, total=False):
     message: Required[str]
     args: list[Any]
     attrs: dict[str, Any]
+    #: An HTTP exchange's failure while sending (``send``: connecting, writing the request), when the
+    #: client library raises those elsewhere than failures while waiting for the answer.
+    phase: str
 
 
 class HttpRequest(TypedDict):
@@ -81,8 +84,11 @@ class Usage(TypedDict, total=False):
 
 class Summary(TypedDict):
     """The provider-aware reading of a model call (:func:`forkpoint.providers.summarize`): always
-    exactly these keys, ``None`` when unknown. Derived when a session is read, never stored."""
+    exactly these keys, ``None`` when unknown. Derived when a session is read, never stored.
+    ``kind`` says what the exchange is: ``model`` (a provider recognized it), ``mcp``,
+    ``telemetry`` or plain ``http`` (:mod:`forkpoint.providers.kinds`)."""
 
+    kind: str
     provider: str
     api: str
     host: str | None
@@ -99,6 +105,8 @@ class Summary(TypedDict):
     usage: Usage | None
     stop_reason: str | None
     error: str | None
+    #: Tools the provider ran itself (Anthropic ``server_tool_use``: web search, code execution).
+    server_tool_calls: list[ToolCallSummary] | None
 
 
 class _Common(TypedDict, total=False):
@@ -296,6 +304,11 @@ class ReplayReport(TypedDict):
     child_session: str | None
     live_from: int | None
     network_blocked: list[str]
+    #: Telemetry and MCP session calls: ``{"recorded", "served", "answered": [endpoint, …]}``.
+    aside: dict[str, Any]
+    #: Plain HTTP calls served a recording that differed only in ids (not with ``strict``).
+    id_drift: list[DivergenceReport]
+    strict: bool
 
 
 def is_model_call(event: Mapping[str, Any]) -> TypeGuard[ModelCallEvent]:
@@ -306,6 +319,17 @@ def is_model_call(event: Mapping[str, Any]) -> TypeGuard[ModelCallEvent]:
 def is_tool_call(event: Mapping[str, Any]) -> TypeGuard[ToolCallEvent]:
     """True for a ``tool_call`` event (narrows its type)."""
     return event.get("type") == "tool_call"
+
+
+def tool_spans(events: Iterable[Mapping[str, Any]]) -> frozenset[str]:
+    """The span ids of the tool calls among ``events``."""
+    return frozenset(str(e["span_id"]) for e in events if e.get("type") == "tool_call" and e.get("span_id"))
+
+
+def in_tool(event: Mapping[str, Any], spans: frozenset[str]) -> bool:
+    """Whether ``event`` happened while a recorded tool call ran (its parent span is the tool's):
+    it belongs to that tool call, and a replay, which does not run the tool, does not expect it."""
+    return event.get("parent_span_id") in spans
 
 
 def endpoint(event: Mapping[str, Any]) -> str:

@@ -32,11 +32,14 @@ from typing import Any
 import orjson
 
 from ._version import __version__
+from .events import endpoint, in_tool, tool_spans
 from .log import Session, SessionError, to_json
 from .providers import (
+    call_kind,
     context_messages,
     conversation_fields,
     genai_input_messages,
+    kinds,
     parse_sse,
     recorded_response,
     request_messages,
@@ -363,6 +366,7 @@ def view_model(
         "output_tokens": 0,
     }
     end_ms = 0.0
+    spans = tool_spans(session.records())
     for e in session.records():
         kind = e.get("type")
         t = _ms_since(e.get("ts"), t0)
@@ -378,7 +382,19 @@ def view_model(
         for k in ("source", "recorded_seq", "override"):
             if e.get(k) is not None:
                 v[k] = to_json(e[k])
-        if kind == "model_call":
+        if kind == "model_call" and (call_kind(e) != "model" or in_tool(e, spans)):
+            # Telemetry, MCP, plain HTTP, or a request a tool made: shown as such, never a turn.
+            req = e.get("request") or {}
+            resp = e.get("response") or {}
+            v["type"] = "http_call"
+            v["turn"] = turn
+            v["kind"] = call_kind(e)
+            v["label"] = kinds.mcp_method(req.get("body")) if v["kind"] == "mcp" else None
+            v["label"] = v["label"] or endpoint(e)
+            v["status"] = resp.get("status")
+            if e.get("error"):
+                v["error"] = to_json(e.get("error"))
+        elif kind == "model_call":
             turn += 1
             v["turn"] = turn
             v.update(_model_view(e, strings))

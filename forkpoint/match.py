@@ -6,7 +6,9 @@ varies between two runs of the same program:
 
 * kept: method, URL path, query (sorted, scrubbed), the parsed body (scrubbed), and the few headers
   that change the meaning of a request (:data:`SEMANTIC_HEADERS`, e.g. ``anthropic-version``);
-* dropped: scheme, host and port (a replay may run against another base URL), every other header —
+* dropped: credentials in the query (``?key=``, ``?api_key=``, ``?access_token=``… — the scrubber's
+  credential parameters: a recording made with one key replays with another), scheme, host and port
+  (a replay may run against another base URL), every other header —
   SDK telemetry such as ``x-stainless-*``, ``user-agent``, idempotency keys, request ids, retry
   counts, credentials — since none of them changes what the model sees.
 
@@ -38,7 +40,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 import orjson
 
-from . import jsonpath
+from . import jsonpath, redact
 from .canonical import digest
 from .config import load_table
 from .errors import ConfigError, RuleError
@@ -62,13 +64,18 @@ def normalize_request(
     boundary, random for every request, is replaced by a fixed token.
     """
     parts = urlsplit(scrub_url(url))
+    secret_params = redact.current().query_params
     pairs = list(headers.items() if isinstance(headers, dict) else (headers or []))
     kept = {k.lower(): v.split(";")[0].strip() if k.lower() == "content-type" else v for k, v in pairs}
     ctype = next((v for k, v in pairs if k.lower() == "content-type"), "")
     return {
         "method": method.upper(),
         "path": parts.path,
-        "query": sorted(parse_qsl(parts.query, keep_blank_values=True)),
+        "query": sorted(
+            (k, v)
+            for k, v in parse_qsl(parts.query, keep_blank_values=True)
+            if k.lower() not in secret_params
+        ),
         "headers": {k: v for k, v in sorted(kept.items()) if k in SEMANTIC_HEADERS},
         "body": scrub_json(_stable_body(body, ctype)),
     }

@@ -154,8 +154,10 @@ def replay_command(
     check: bool = True,
     quiet: bool = False,
     capture: bool = False,
+    strict: bool = False,
 ) -> tuple[dict[str, Any] | None, int, str | None]:
-    """Replay ``session`` by running ``cmd`` (default: the recorded command).
+    """Replay ``session`` by running ``cmd`` (default: the recorded command). With ``strict``, plain
+    HTTP that differs from the recording only in ids is a divergence too.
 
     With overrides, a live source or a policy other than ``stop``, the run is recorded as a new
     session linked to its parent. Returns (report, or None if the process wrote none; exit code as
@@ -215,6 +217,7 @@ def replay_command(
         "overrides": specs,
         "child": str(child.path.resolve()) if child else None,
         "live_from": live_from,
+        "strict": strict,
     }
     with tempfile.TemporaryDirectory(prefix="forkpoint-replay-") as tmp:
         env = child_env("replay", session.path, tools=all_tools, report=Path(tmp), replay_options=options)

@@ -6,7 +6,8 @@ An override spec is ``TARGET[.FIELD]=VALUE``:
 TARGET                    which recorded call
 ========================  =====================================================================
 ``tool:NAME``             the first call of tool NAME; ``tool:NAME#K`` its K-th call (1-based)
-``model#K``               the K-th model call of the session (1-based)
+``model#K``               the K-th model call of the session (1-based; telemetry, MCP, plain HTTP
+                          and calls made inside a tool are not model calls here)
 ``seq:N``                 the event with seq N (a model or tool call)
 ========================  =====================================================================
 
@@ -37,7 +38,8 @@ from typing import Any
 import orjson
 
 from .errors import OverrideError
-from .providers import detect, recorded_response, response_text, rewrite_response, summarize
+from .events import in_tool, tool_spans
+from .providers import call_kind, detect, recorded_response, response_text, rewrite_response, summarize
 from .providers.base import stable_id
 
 _SPEC = re.compile(
@@ -122,7 +124,12 @@ def resolve(overrides: list[Override], events: Sequence[Mapping[str, Any]]) -> d
                 )
             event = hits[o.occurrence - 1]
         elif o.kind == "model":
-            hits = [e for e in events if e["type"] == "model_call"]
+            spans = tool_spans(events)
+            hits = [
+                e
+                for e in events
+                if e["type"] == "model_call" and call_kind(e) == "model" and not in_tool(e, spans)
+            ]
             if len(hits) < o.occurrence:
                 raise OverrideError(f"override {o.spec!r}: the session has {len(hits)} model call(s)")
             event = hits[o.occurrence - 1]

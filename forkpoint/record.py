@@ -24,11 +24,20 @@ from .checkpoint import Workspace, carried_context, checkpoint_event
 from .events import HttpRequest, ModelCallEvent, ToolCallEvent, ValueEvent, new_span_id
 from .log import SessionWriter
 from .match import Ignore, IgnoreRule, configured, event_key, header_rules
-from .providers import sdk_packages, summary
+from .providers import call_kind, classify, sdk_packages, summary
 
 #: Packages whose versions go into every session header (when installed): the providers' SDKs, the
 #: HTTP clients forkpoint captures, and the agent frameworks it integrates with.
-TRACKED_PACKAGES = (*sdk_packages(), "httpx", "httpx2", "pydantic-ai-slim", "openai-agents")
+TRACKED_PACKAGES = (
+    *sdk_packages(),
+    "httpx",
+    "httpx2",
+    "urllib3",
+    "requests",
+    "aiohttp",
+    "pydantic-ai-slim",
+    "openai-agents",
+)
 
 
 def package_versions() -> dict[str, str]:
@@ -133,6 +142,8 @@ class Recorder:
         if self.workspace is None:
             return
         body = request.get("body") if request.get("body_kind") == "json" else None
+        if classify(request["method"], request["url"], body, request["headers"]) != "model":
+            return  # telemetry, MCP or plain HTTP: no agent boundary
         # A model call made inside a tool's body is not an agent boundary: that tool is unfinished.
         boundary = "observable" if runtime.current_span.get() else "resumable"
         self.checkpoint(boundary=boundary, context=carried_context(body), reason="before model call")
@@ -175,6 +186,8 @@ class Recorder:
         """Append a finished model call (built by the capture layer) with its key and pid. (Its
         provider-aware ``summary`` is not stored: readers derive it, :func:`forkpoint.providers.summary`.)"""
         self._append(keyed(event, self.ignore))
+        if call_kind(event) != "model" or runtime.current_span.get():
+            return  # not a turn of the agent (telemetry, MCP, plain HTTP, or inside a tool)
         with self._checkpoint_lock:
             self._turn_tools_expected = len(summary(event).get("tool_calls") or [])
             self._turn_tools_done = 0

@@ -65,6 +65,12 @@ SECRET_HEADERS: frozenset[str] = frozenset(
     }
 )
 
+#: Request-signing headers (AWS SigV4 and the SDKs' per-request ids that go into the signature):
+#: not credentials, but derived from them and different at every request; never stored.
+SIGNING_HEADERS: frozenset[str] = frozenset(
+    {"x-amz-date", "x-amz-content-sha256", "amz-sdk-invocation-id", "amz-sdk-request", "x-amz-client-context"}
+)
+
 #: Header names that say their value is a credential (any case): dropped like :data:`SECRET_HEADERS`.
 #: ``x-ratelimit-remaining-tokens`` is not one ("tokens", plural, counts tokens of text).
 SECRET_HEADER_NAME = re.compile(
@@ -353,7 +359,7 @@ class Scrubber:
     def __init__(self, rules: Rules | None = None, *, cache: bool = True) -> None:
         self.rules = rules or Rules()
         r = self.rules
-        self.drop_headers = SECRET_HEADERS | {h.lower() for h in r.headers}
+        self.drop_headers = SECRET_HEADERS | SIGNING_HEADERS | {h.lower() for h in r.headers}
         self.query_params = SECRET_QUERY_PARAMS | {q.lower() for q in r.query_params}
         self.paths = tuple(jsonpath.parse(p) for p in r.json_paths)
         table: list[tuple[str | None, tuple[str, ...], str]] = [(None, ("[redacted:",), _PLACEHOLDER)]

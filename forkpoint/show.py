@@ -13,8 +13,9 @@ import orjson
 from rich.console import Console
 from rich.markup import escape
 
+from .events import endpoint, in_tool, tool_spans
 from .log import Session, to_json
-from .providers import recorded_response, response_text
+from .providers import call_kind, kinds, recorded_response, response_text
 from .store import SessionInfo
 
 _MAX = 100
@@ -86,7 +87,29 @@ def model_call_line(event: Mapping[str, Any]) -> tuple[str, list[str]]:
         details.append(
             f"[yellow]→ {escape(str(tc.get('name')))}({escape(_short(tc.get('arguments') or '', 80))})[/yellow]"
         )
+    for tc in s.get("server_tool_calls") or []:
+        details.append(
+            f"[blue]⚙ server tool {escape(str(tc.get('name')))}({escape(_short(tc.get('arguments') or '', 80))})[/blue]"
+        )
     return "  ".join(parts), details
+
+
+def http_call_line(event: Mapping[str, Any]) -> str:
+    """One line for an exchange that is no model call: its kind (``http``, ``telemetry``, ``mcp``
+    with the JSON-RPC method), endpoint, status or error, and duration."""
+    kind = call_kind(event)
+    req = event.get("request") or {}
+    what = escape(endpoint(event))
+    if kind == "mcp":
+        method = kinds.mcp_method(req.get("body") if req.get("body_kind") == "json" else None)
+        what = escape(method) if method else what
+    resp = event.get("response") or {}
+    outcome = (
+        f"[red]{escape(str(event['error'].get('type')))}[/red]"
+        if event.get("error")
+        else f"→ {resp.get('status', '?')}"
+    )
+    return f"{kind:<7} {what}  {outcome}  {_ms(event.get('duration_ms'))}{_source(event)}"
 
 
 def terminal() -> Console:
@@ -132,8 +155,17 @@ def render(session: Session, console: Console | None = None) -> None:
         console.print("  what-if  " + escape(", ".join(map(str, replay["overrides"]))))
     console.print()
     turn = 0
+    spans = tool_spans(session.events)
+    inside: dict[str, list[Mapping[str, Any]]] = {}
     for e in session.events:
-        if e["type"] == "model_call":
+        if e["type"] == "model_call" and in_tool(e, spans):
+            inside.setdefault(str(e["parent_span_id"]), []).append(e)
+    for e in session.events:
+        if e["type"] == "model_call" and in_tool(e, spans):
+            continue  # shown under the tool call it belongs to
+        if e["type"] == "model_call" and call_kind(e) != "model":
+            console.print(f"        [dim]#{e['seq']:<3}[/dim] {http_call_line(e)}")
+        elif e["type"] == "model_call":
             turn += 1
             head, details = model_call_line(e)
             console.print(
@@ -153,8 +185,15 @@ def render(session: Session, console: Console | None = None) -> None:
                 f"({escape(_args(e.get('args') or {}))})  {_ms(e.get('duration_ms'))}{_source(e)}"
             )
             console.print(f"                    {outcome}")
+            for sub in inside.get(str(e.get("span_id")), []):
+                line = (
+                    http_call_line(sub) if call_kind(sub) != "model" else "model   " + model_call_line(sub)[0]
+                )
+                console.print(f"                    [dim]↳ #{sub['seq']}[/dim] {line}")
         elif e["type"] == "note":
-            console.print(f"        [dim]#{e['seq']:<3}[/dim] note    {escape(str(e.get('text')))}")
+            missed = (e.get("data") or {}).get("unrecorded_connections")
+            tail = f": [yellow]{escape(', '.join(map(str, missed)))}[/yellow]" if missed else ""
+            console.print(f"        [dim]#{e['seq']:<3}[/dim] note    {escape(str(e.get('text')))}{tail}")
         elif e["type"] == "value":  # deterministic: the agent's own clock and randomness
             console.print(
                 f"        [dim]#{e['seq']:<3}[/dim] value   {escape(str(e.get('fn')))} → "

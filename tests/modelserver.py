@@ -32,6 +32,10 @@ of the test process, logs every request, and answers in this order:
        answer cannot come from the live server. With ``chat_script`` the answers follow a script
        instead (below).
    ``POST …/messages``           an Anthropic message (not streamed), text as above.
+   ``POST /model/{id}/converse``  Amazon Bedrock Converse: the same answers (``chat_script`` or the
+       echo) as ``{output{message{content[{text} | {toolUse}]}}, stopReason, usage}``;
+       ``…/converse-stream`` streams them as an AWS event stream (``application/vnd.amazon.eventstream``,
+       one binary message per event, ``chunk_delay`` apart: :func:`aws_event`).
    anything else                 a generic answer controlled by the query string:
 
        ``kind``      ``json`` (default: echoes the request), ``sse``, ``binary``, ``text``
@@ -88,6 +92,7 @@ __all__ = [
     "Request",
     "Route",
     "Stream",
+    "aws_event",
     "binary_payload",
     "chat_chunks",
     "chat_completion",
@@ -277,6 +282,49 @@ def _error_reply(status: int, path: str) -> Reply:
     else:
         body = {"error": {"message": f"failure {rid}", "type": "server_error", "code": status}}
     return json_reply(body, status, {**_rid(), "retry-after-ms": RETRY_AFTER_MS})
+
+
+def aws_event(event_type: str, payload: dict[str, Any]) -> bytes:
+    """One AWS event-stream message (a 12-byte prelude with its CRC32, string headers, the JSON
+    payload, the message CRC32) as Bedrock's ConverseStream sends it, written here independently of
+    forkpoint's own encoder so that botocore checks the framing."""
+    headers = b""
+    for name, value in (
+        (":event-type", event_type),
+        (":content-type", "application/json"),
+        (":message-type", "event"),
+    ):
+        headers += (
+            bytes([len(name)]) + name.encode() + b"\x07" + len(value).to_bytes(2, "big") + value.encode()
+        )
+    body = json.dumps(payload).encode()
+    total = 12 + len(headers) + len(body) + 4
+    prelude = total.to_bytes(4, "big") + len(headers).to_bytes(4, "big")
+    message = prelude + zlib.crc32(prelude).to_bytes(4, "big") + headers + body
+    return message + zlib.crc32(message).to_bytes(4, "big")
+
+
+def converse_events(answer: dict[str, Any]) -> list[bytes]:
+    """The ConverseStream events of a Converse ``answer``: text one word per delta, a tool use as its
+    start and one input delta, then ``messageStop`` and ``metadata``."""
+    events = [aws_event("messageStart", {"role": "assistant"})]
+    for n, block in enumerate(answer["output"]["message"]["content"]):
+        if "toolUse" in block:
+            use = block["toolUse"]
+            start = {"toolUse": {"toolUseId": use["toolUseId"], "name": use["name"]}}
+            events.append(aws_event("contentBlockStart", {"contentBlockIndex": n, "start": start}))
+            delta = {"toolUse": {"input": json.dumps(use["input"])}}
+            events.append(aws_event("contentBlockDelta", {"contentBlockIndex": n, "delta": delta}))
+        else:
+            for i, word in enumerate(block["text"].split(" ")):
+                text = word if i == 0 else " " + word
+                events.append(
+                    aws_event("contentBlockDelta", {"contentBlockIndex": n, "delta": {"text": text}})
+                )
+        events.append(aws_event("contentBlockStop", {"contentBlockIndex": n}))
+    events.append(aws_event("messageStop", {"stopReason": answer["stopReason"]}))
+    events.append(aws_event("metadata", {"usage": answer["usage"], "metrics": {"latencyMs": 12}}))
+    return events
 
 
 # ------------------------------------------------------------------------------ the server
@@ -519,6 +567,8 @@ class LocalServer:
             return self._chat(body)
         if path.endswith("/messages"):
             return self._message(body)
+        if path.startswith("/model/") and path.endswith(("/converse", "/converse-stream")):
+            return self._converse(body, stream=path.endswith("-stream"))
         return self._generic(request)
 
     def _planned_status(self, headers: dict[str, str]) -> int:
@@ -553,6 +603,42 @@ class LocalServer:
         if body.get("stream"):
             return Stream(chat_chunks(completion), delay=self.chunk_delay, headers=_rid())
         return json_reply(completion, headers=_rid())
+
+    def _converse(self, body: dict[str, Any], *, stream: bool) -> Reply | Stream:
+        messages = body.get("messages") or [{}]
+        n = sum(1 for m in messages if m.get("role") == "assistant")
+        step: str | list[tuple[str, dict[str, Any]]]
+        if self.chat_script is not None:
+            step = self.chat_script[min(n, len(self.chat_script) - 1)]
+        else:
+            last = "".join(b.get("text", "") for b in (messages[-1].get("content") or []))
+            step = f"reply {len(messages)} to: {last[-60:]}"
+        if isinstance(step, str):
+            content: list[dict[str, Any]] = [{"text": step}]
+        else:
+            content = [
+                {"toolUse": {"toolUseId": f"tooluse_{n}_{i}", "name": name, "input": args}}
+                for i, (name, args) in enumerate(step)
+            ]
+        answer = {
+            "output": {"message": {"role": "assistant", "content": content}},
+            "stopReason": "end_turn" if isinstance(step, str) else "tool_use",
+            "usage": {
+                "inputTokens": 10 * len(messages),
+                "outputTokens": 5,
+                "totalTokens": 10 * len(messages) + 5,
+            },
+            "metrics": {"latencyMs": 12},
+        }
+        rid = {"x-amzn-requestid": str(uuid.uuid4())}
+        if stream:
+            return Stream(
+                converse_events(answer),
+                delay=self.chunk_delay,
+                ctype="application/vnd.amazon.eventstream",
+                headers=rid,
+            )
+        return json_reply(answer, headers=rid)
 
     def _message(self, body: dict[str, Any]) -> Reply:
         messages = body.get("messages") or [{}]

@@ -41,8 +41,9 @@ from typing import Any, cast
 from .. import runtime
 from ..errors import RecordedError
 from ..events import ErrorRecord, HttpRequest, HttpResponse, ModelCallEvent, new_span_id, now_iso
-from ..providers import stream_end_markers
-from ..redact import scrub_chunks, scrub_headers, scrub_text, scrub_url
+from ..providers import eventstream, stream_end_markers
+from ..redact import scrub_bytes, scrub_chunks, scrub_headers, scrub_text, scrub_url
+from . import connections
 from .decoding import (
     DecoderFactory,
     body_bytes,
@@ -60,19 +61,35 @@ from .decoding import (
 DROP_RESPONSE_HEADERS = frozenset(
     {"connection", "keep-alive", "transfer-encoding", "content-length", "proxy-connection"}
 )
-#: Content types kept as chunk lists with timing instead of one body.
-STREAM_TYPES = ("text/event-stream", "application/x-ndjson", "application/jsonl", "application/stream+json")
+#: Content types kept as chunk lists with timing instead of one body (an AWS event stream as one
+#: chunk per message).
+STREAM_TYPES = (
+    "text/event-stream",
+    "application/x-ndjson",
+    "application/jsonl",
+    "application/stream+json",
+    eventstream.CONTENT_TYPE,
+)
 
 
-def request_record(method: str, url: str, headers: list[tuple[str, str]], content: bytes) -> HttpRequest:
-    """The stored form of an outgoing request (scrubbed): method, url, headers, body_kind, body.
+def header_text(value: str | bytes) -> str:
+    """A header name or value as text (botocore and others pass bytes: HTTP headers are Latin-1)."""
+    return value.decode("latin-1") if isinstance(value, bytes | bytearray) else str(value)
+
+
+def request_record(
+    method: str, url: str, headers: list[tuple[str | bytes, str | bytes]], content: bytes
+) -> HttpRequest:
+    """The stored form of an outgoing request (scrubbed): method, url, headers (names and values
+    as text), body_kind, body.
 
     ``Content-Length`` is not stored. A body sent under a ``Content-Encoding`` (gzip, deflate, br,
     zstd) is stored decoded, without that header: readable in the log, and matched on what it says.
     """
     # Content-Length says nothing the body does not; without it the headers of an agent's calls are
     # usually identical, and the log stores them once.
-    pairs = [(k, v) for k, v in headers if k.lower() != "content-length"]
+    pairs = [(header_text(k), header_text(v)) for k, v in headers]
+    pairs = [(k, v) for k, v in pairs if k.lower() != "content-length"]
     applied = codings(header_values(pairs, "content-encoding"))
     if content and applied:
         decoded = decode_with(own_decoder, applied, [content], final=True)
@@ -87,6 +104,23 @@ def request_record(method: str, url: str, headers: list[tuple[str, str]], conten
         "body_kind": cast(Any, kind),
         "body": scrub_body(kind, body),
     }
+
+
+def body_content(body: Any) -> tuple[bytes, Any]:
+    """(the bytes of a request body, what to send instead): a file or an iterable of chunks is read
+    once here, and its bytes are sent in its place (the same bytes; a file is not read twice)."""
+    if body is None:
+        return b"", None
+    if isinstance(body, str):
+        return body.encode("utf-8"), body
+    if isinstance(body, bytes | bytearray | memoryview):
+        return bytes(body), body
+    if hasattr(body, "read"):
+        data = body.read()
+    else:
+        data = b"".join(c.encode("utf-8") if isinstance(c, str) else bytes(c) for c in body)
+    data = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+    return data, data
 
 
 def error_record(exc: BaseException) -> ErrorRecord:
@@ -115,8 +149,11 @@ class Exchange:
         self.raw: list[tuple[float, bytes]] = []
         self.complete = False
         self.error: BaseException | None = None
+        #: Where the error struck, when the adapter can tell: ``send`` (the request never went out).
+        self.phase: str | None = None
         self._done = False
         self._lock = threading.Lock()
+        connections.recorded(request["url"])
         rt.pending.add(self)
 
     def respond(self, status: int, reason: str, http_version: str, headers: list[tuple[str, str]]) -> None:
@@ -160,6 +197,8 @@ class Exchange:
         }
         if self.error is not None:
             event["error"] = error_record(self.error)
+            if self.phase is not None:
+                event["error"]["phase"] = self.phase
         self.rt.model_call_done(event)
 
     def _response_record(self, ended: str) -> HttpResponse:
@@ -177,8 +216,11 @@ class Exchange:
             else:
                 chunks = decoded
                 headers = [(k, v) for k, v in headers if k.lower() != "content-encoding"]
-        chunks = scrub_chunks(chunks)
         ctype = header(all_headers, "content-type")
+        if eventstream.is_event_stream(ctype) and not encoded:
+            times, chunks = aws_messages(times, chunks)
+        else:
+            chunks = scrub_chunks(chunks)
         out: HttpResponse = {
             "status": status,
             "reason": reason,
@@ -195,6 +237,28 @@ class Exchange:
             out["body"] = body
         out["ended"] = cast(Any, ended)
         return out
+
+
+def aws_messages(times: list[float], chunks: list[bytes]) -> tuple[list[float], list[bytes]]:
+    """An AWS event stream as one chunk per message, each at the time its last byte arrived, with
+    each message's payload scrubbed (and the message framed again when that changed it, so its
+    lengths and checksums stay right)."""
+    out_times: list[float] = []
+    out: list[bytes] = []
+    rest = b""
+    for t, chunk in zip(times, chunks, strict=True):
+        frames, rest = eventstream.split(rest + chunk)
+        out_times.extend(t for _ in frames)
+        out.extend(frames)
+    if rest:  # a message cut off: kept as received
+        out_times.append(times[-1])
+        out.append(scrub_bytes(rest))
+    for n, frame in enumerate(out):
+        decoded = eventstream.decode(frame)
+        if decoded is not None and scrub_bytes(decoded[1]) != decoded[1]:
+            headers = {k: v if isinstance(v, str) else str(v) for k, v in decoded[0].items()}
+            out[n] = eventstream.encode(headers, scrub_bytes(decoded[1]))
+    return out_times, out
 
 
 def tee(inner: Iterable[bytes], call: Exchange) -> Iterator[bytes]:
@@ -326,6 +390,17 @@ def rebuilt_error(
     return RecordedError(dict(error))
 
 
+def built(cls: type[BaseException], message: str) -> BaseException:
+    """An instance of exception class ``cls`` with ``message``: its constructor called with the
+    message, else (a constructor that wants a pool, a connection, a request…) made without it."""
+    try:
+        return cls(message)
+    except TypeError:
+        exc: BaseException = cast(Any, cls).__new__(cls)
+        BaseException.__init__(exc, message)
+        return exc
+
+
 #: Exception types that say the caller cancelled the call (asyncio, anyio on asyncio, trio).
 _CANCELLED = frozenset({("asyncio.exceptions", "CancelledError"), ("trio", "Cancelled")})
 
@@ -360,3 +435,57 @@ async def await_cancellation(rt: runtime.Runtime, event: ModelCallEvent, positio
         f"the recorded caller cancelled this call after {recorded_ms:.0f} ms, "
         f"before any answer came; in this run nothing cancelled it within {waited:.1f} s",
     )
+
+
+class ChunkReader:
+    """A recorded body as a file-like object for libraries that read one (urllib3, http.client):
+    ``read(amt)`` and ``read1(amt)`` hand out at most one recorded chunk at a time (as a socket
+    delivers what has arrived), then the end the recording had (see :func:`replayed`): EOF, the
+    recorded exception, or a divergence when the caller reads past where the recorded caller stopped.
+    ``isclosed()`` and ``closed`` are true once the normal end was read."""
+
+    def __init__(self, body: Iterator[bytes]) -> None:
+        self._body = body
+        self._pending = b""
+        self._eof = False
+
+    def _fill(self) -> bool:
+        """Make sure something is pending unless the body ended; False at the end."""
+        while not self._pending and not self._eof:
+            try:
+                self._pending = next(self._body)
+            except StopIteration:
+                self._eof = True
+        return bool(self._pending)
+
+    def read(self, amt: int | None = None) -> bytes:
+        """Up to ``amt`` bytes of the current chunk; everything that is left when ``amt`` is None."""
+        if amt is None or amt < 0:
+            out = [self._pending]
+            self._pending = b""
+            while self._fill():
+                out.append(self._pending)
+                self._pending = b""
+            return b"".join(out)
+        if amt == 0 or not self._fill():
+            return b""
+        data, self._pending = self._pending[:amt], self._pending[amt:]
+        return data
+
+    read1 = read
+
+    def readinto(self, buffer: Any) -> int:
+        """:meth:`read` into ``buffer`` (for :class:`io.RawIOBase` users); returns the count."""
+        data = self.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+    def isclosed(self) -> bool:
+        return self._eof and not self._pending
+
+    @property
+    def closed(self) -> bool:
+        return self.isclosed()
+
+    def close(self) -> None:
+        self._eof, self._pending = True, b""

@@ -20,13 +20,12 @@ and the library left unpatched) and by a test against the installed versions.
 from __future__ import annotations
 
 import importlib
-import inspect
-import warnings
 from collections.abc import AsyncIterator, Iterator
 from types import ModuleType
 from typing import Any
 
 from .. import runtime
+from . import seam
 from .decoding import DecoderFactory, own_decoder
 from .exchange import (
     Exchange,
@@ -58,27 +57,11 @@ _installed: dict[str, ModuleType] = {}
 def install() -> list[str]:
     """Wrap the transports of httpx and httpx2 clients (whichever are importable). Idempotent.
     Returns the libraries patched now."""
-    done = []
-    for name in LIBRARIES:
-        if name in _installed:
-            continue
-        try:
-            mod = importlib.import_module(name)
-        except ImportError:
-            continue
-        problem = signature_problem(mod)
-        if problem:
-            warnings.warn(
-                f"forkpoint cannot capture {name} {getattr(mod, '__version__', '?')}: {problem}. Its "
-                "requests are neither recorded nor replayed.",
-                RuntimeWarning,
-                stacklevel=2,
-            )
-            continue
-        _patch(mod)
-        _installed[name] = mod
-        done.append(name)
-    return done
+    return [
+        done
+        for name in LIBRARIES
+        for done in seam.install_library(name, _installed, signature_problem, _patch)
+    ]
 
 
 def installed() -> list[str]:
@@ -88,15 +71,7 @@ def installed() -> list[str]:
 
 def signature_problem(mod: ModuleType) -> str | None:
     """What does not match :data:`PATCHED` in the installed ``mod`` (None when all does)."""
-    for cls_name, method, params in PATCHED:
-        fn = getattr(getattr(mod, cls_name, None), method, None)
-        fn = getattr(fn, "__wrapped__", fn)
-        if fn is None:
-            return f"{cls_name}.{method} is missing"
-        found = tuple(inspect.signature(fn).parameters)
-        if found != params:
-            return f"{cls_name}.{method} takes {found}, forkpoint expects {params}"
-    return None
+    return seam.signature_problem(mod, PATCHED)
 
 
 def _library_decoders(mod: ModuleType) -> DecoderFactory:
@@ -263,21 +238,20 @@ def _patch(mod: ModuleType) -> None:
 def _wrap_transports(cls: Any, wrapper: type) -> None:
     """``cls._transport_for_url`` returning the client's transport behind ``wrapper`` while a
     runtime is active."""
-    original = cls._transport_for_url
 
-    def _transport_for_url(self: Any, url: Any) -> Any:
-        inner = original(self, url)
-        return inner if runtime.active() is None else wrapper(inner)
+    def make(original: Any) -> Any:
+        def _transport_for_url(self: Any, url: Any) -> Any:
+            inner = original(self, url)
+            return inner if runtime.active() is None else wrapper(inner)
 
-    _transport_for_url.__wrapped__ = original  # type: ignore[attr-defined]
-    cls._transport_for_url = _transport_for_url
+        return _transport_for_url
+
+    seam.wrap(cls, "_transport_for_url", make)
 
 
 def uninstall() -> None:
     """Restore the original client methods (for tests of the capture layer itself)."""
     for name, mod in list(_installed.items()):
         for cls in (mod.Client, mod.AsyncClient):
-            wrapped = getattr(cls._transport_for_url, "__wrapped__", None)
-            if wrapped is not None:
-                cls._transport_for_url = wrapped
+            seam.unwrap(cls, "_transport_for_url")
         del _installed[name]

@@ -46,7 +46,7 @@ import orjson
 from .. import providers
 from ..errors import ExportError, SessionError
 from ..log import Session, to_json
-from ..providers import recorded_response, response_text
+from ..providers import call_kind, recorded_response, response_text
 
 __all__ = ["ExportError", "SpanEvent", "SpanPlan", "export", "otlp_traces_url", "plan", "trace_id_for"]
 
@@ -328,7 +328,25 @@ def plan(session: Session, *, content: bool = False, parent: Session | None = No
         ends.append(end)
         attrs = {}
         status, message = "unset", None
-        if kind == "model_call":
+        if kind == "model_call" and call_kind(e) != "model":
+            # Not a model call (telemetry, MCP, plain HTTP): an HTTP client span, no GenAI attributes.
+            req = e.get("request") or {}
+            response = e.get("response") or {}
+            name = str(req.get("method") or "HTTP")
+            attrs = {
+                "http.request.method": name,
+                "url.full": str(req.get("url") or ""),
+                "forkpoint.http.kind": call_kind(e),
+            }
+            _set(attrs, "http.response.status_code", response.get("status"))
+            if e.get("error"):
+                status, message = "error", str(e["error"].get("type"))
+                attrs["error.type"] = str(e["error"].get("type") or "_OTHER")
+            elif isinstance(response.get("status"), int) and response["status"] >= 400:
+                status, message = "error", f"HTTP {response['status']}"
+                attrs["error.type"] = str(response["status"])
+            span_kind = "client"
+        elif kind == "model_call":
             name, _, attrs = _model_span(e, sid, content)
             provider_names.add(attrs["gen_ai.provider.name"])
             summary = e.get("summary") or {}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,8 +52,11 @@ class Imported:
 
 
 def load_document(path: Path, raw: bytes, expected: str) -> Any:
-    """Parse ``raw`` as JSON, else as YAML (VCR.py's default serializer). Raises
+    """Parse ``raw`` as JSON, else as YAML (VCR.py's default serializer); a gzip-compressed file
+    (``.yaml.gz``, as langchain's cassette serializer writes) is decompressed first. Raises
     :class:`~forkpoint.errors.ImportFormatError` when it is neither, saying what was ``expected``."""
+    if raw[:2] == b"\x1f\x8b":
+        raw = gunzip(path, raw)
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError:
@@ -62,6 +66,23 @@ def load_document(path: Path, raw: bytes, expected: str) -> Any:
     except UnicodeDecodeError:
         raise ImportFormatError(f"{path}: not a text file; expected {expected}") from None
     return load_yaml(path, text, expected)
+
+
+#: The most a compressed file may expand to (a bigger one is refused, not read into memory).
+MAX_UNCOMPRESSED = 1 << 30
+
+
+def gunzip(path: Path, raw: bytes) -> bytes:
+    """The decompressed content of a gzip file. Raises :class:`~forkpoint.errors.ImportFormatError`
+    for a corrupt one, or one that expands beyond :data:`MAX_UNCOMPRESSED` bytes."""
+    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    try:
+        data = d.decompress(raw, MAX_UNCOMPRESSED)
+    except zlib.error as exc:
+        raise ImportFormatError(f"{path}: a gzip file that does not decompress ({exc})") from None
+    if d.unconsumed_tail:
+        raise ImportFormatError(f"{path}: decompresses to more than {MAX_UNCOMPRESSED} bytes; not read")
+    return data
 
 
 def load_yaml(path: Path, text: str, expected: str) -> Any:

@@ -1,4 +1,11 @@
-"""mini-swe-agent trajectories (``.traj.json``) as sessions; the shared rebuilding is :mod:`.trajectory`."""
+"""mini-swe-agent trajectories (``.traj.json``) as sessions; the shared rebuilding is :mod:`.trajectory`.
+
+Two layouts: the ``.traj.json`` document (``{"messages", "info", "trajectory_format":
+"mini-swe-agent-*"}``), and a bare list of its chat messages (``[{"role", "content"}, …]``, as
+older versions and scripts that keep only ``agent.messages`` save it; it has no model name or
+statistics). An assistant message whose action forkpoint cannot find (no ``extra.actions``, no tool
+calls, no fenced command block) is counted and named in the import note, never silently dropped.
+"""
 
 from __future__ import annotations
 
@@ -19,6 +26,19 @@ from .trajectory import (
     sampling_params,
     tool_call,
 )
+
+#: Roles of mini-swe-agent's messages (``exit`` ends a run).
+_ROLES = frozenset({"system", "user", "assistant", "tool", "exit"})
+
+
+def _bare_messages(doc: Any) -> bool:
+    """A bare list of chat messages with at least one assistant message."""
+    return (
+        isinstance(doc, list)
+        and bool(doc)
+        and all(isinstance(m, dict) and m.get("role") in _ROLES and "content" in m for m in doc)
+        and any(m.get("role") == "assistant" for m in doc)
+    )
 
 
 def _mini_actions(m: dict[str, Any]) -> list[dict[str, Any]]:
@@ -43,6 +63,9 @@ def _mini_actions(m: dict[str, Any]) -> list[dict[str, Any]]:
 
 def convert_mini_swe_agent(path: Path, doc: Any) -> Imported:
     """Model and tool calls of a mini-swe-agent ``.traj.json`` (see the module docstring)."""
+    bare = _bare_messages(doc)
+    if bare:
+        doc = {"messages": doc}
     msgs: list[dict[str, Any]] = [m for m in doc["messages"] if isinstance(m, dict)]
     info = as_dict(doc.get("info"))
     config = as_dict(info.get("config"))
@@ -54,6 +77,7 @@ def convert_mini_swe_agent(path: Path, doc: Any) -> Imported:
     events: list[dict[str, Any]] = []
     adjusted: list[str] = []
     raw_responses = synthesized = unanswered = 0
+    no_action: list[int] = []  # assistant messages (1-based places) whose action was not found
     conversation = [chat_message(m) for m in msgs]
     for idx, m in enumerate(msgs):
         if m.get("role") != "assistant":
@@ -91,7 +115,10 @@ def convert_mini_swe_agent(path: Path, doc: Any) -> Imported:
         by_id = {x.get("tool_call_id"): x for x in later if x.get("role") == "tool" and x.get("tool_call_id")}
         in_order = [x for x in later if x.get("role") in ("tool", "user") and x not in by_id.values()]
         exits = [x for x in later if x.get("role") == "exit"]
-        for action in _mini_actions(m):
+        actions = _mini_actions(m)
+        if not actions and any(x.get("role") in ("tool", "user") for x in later):
+            no_action.append(idx + 1)  # the agent answered something that was not found as an action
+        for action in actions:
             obs = by_id.get(action.get("tool_call_id")) or (in_order.pop(0) if in_order else None)
             args = {k: v for k, v in action.items() if k != "tool_call_id"}
             if obs is not None:
@@ -122,6 +149,17 @@ def convert_mini_swe_agent(path: Path, doc: Any) -> Imported:
         )
     if unanswered:
         missing.append(f"the output of {unanswered} command(s) (no observation follows them; result null)")
+    if no_action:
+        places = ", ".join(map(str, no_action[:10])) + (" …" if len(no_action) > 10 else "")
+        missing.append(
+            f"the action of {len(no_action)} assistant message(s) (messages {places}): forkpoint found no "
+            "`extra.actions`, tool calls or fenced command block in them, so the commands they ran (if any) "
+            "and their observations are not tool calls of the session"
+        )
+    if bare:
+        missing.append(
+            "the model name, its settings and the run's statistics (a bare message list has no `info`)"
+        )
     if stats.get("api_calls") is not None and stats["api_calls"] != n_models:
         adjusted.append(
             f"the file reports {stats['api_calls']} model calls; {n_models} could be rebuilt from it"
@@ -143,7 +181,10 @@ def convert_mini_swe_agent(path: Path, doc: Any) -> Imported:
 
 
 def looks_like(doc: Any) -> bool:
-    """True for a mini-swe-agent trajectory: ``messages`` and a ``trajectory_format`` (or version) of it."""
+    """True for a mini-swe-agent trajectory: ``messages`` and a ``trajectory_format`` (or version) of
+    it, or a bare list of chat messages."""
+    if _bare_messages(doc):
+        return True
     if not isinstance(doc, dict) or not isinstance(doc.get("messages"), list):
         return False
     fmt = str(doc.get("trajectory_format", ""))
@@ -152,7 +193,8 @@ def looks_like(doc: Any) -> bool:
 
 IMPORTER = Importer(
     "mini-swe-agent",
-    "a mini-swe-agent trajectory (.traj.json: JSON with `messages` and `trajectory_format: mini-swe-agent-*`)",
+    "a mini-swe-agent trajectory (.traj.json: JSON with `messages` and `trajectory_format: mini-swe-agent-*`, "
+    "or a bare list of its chat messages)",
     looks_like,
     convert_mini_swe_agent,
 )

@@ -1,4 +1,11 @@
-"""OpenHands event lists as sessions; the shared rebuilding is :mod:`.trajectory`."""
+"""OpenHands event lists as sessions; the shared rebuilding is :mod:`.trajectory`.
+
+One clock: OpenHands timestamps are local times without a zone, while a model response's
+``created`` is UTC epoch seconds. The zone offset is found from an action that has both (rounded to
+a quarter hour), and every event's time is its own timestamp moved by it, so times never run
+backwards and no duration spans two clocks. Without such a pair the timestamps are taken as UTC
+(said in the import note).
+"""
 
 from __future__ import annotations
 
@@ -27,9 +34,28 @@ def _assistant_from(response: dict[str, Any]) -> dict[str, Any]:
     return chat_message(msg) if isinstance(msg, dict) else {"role": "assistant", "content": None}
 
 
+def zone_offset(evs: list[dict[str, Any]]) -> float | None:
+    """Seconds to add to an OpenHands timestamp to get UTC: ``created`` of the first model response
+    less its action's timestamp, rounded to 15 minutes; None when no action has both (or they are
+    more than 14 hours apart, which no zone is)."""
+    for e in evs:
+        created = as_dict(as_dict(e.get("tool_call_metadata")).get("model_response")).get("created")
+        local = naive_seconds(e.get("timestamp"))
+        if isinstance(created, int | float) and created > 0 and local is not None:
+            offset = round((created - local) / 900) * 900
+            return float(offset) if abs(offset) <= 14 * 3600 else None
+    return None
+
+
 def convert_openhands(path: Path, doc: Any) -> Imported:
     """Model and tool calls of an OpenHands event list (see the module docstring)."""
     evs: list[dict[str, Any]] = doc["history"] if isinstance(doc, dict) else doc
+    offset = zone_offset(evs)
+
+    def when(e: dict[str, Any]) -> str | None:
+        local = naive_seconds(e.get("timestamp"))
+        return None if local is None else epoch_iso(local + (offset or 0.0))
+
     messages: list[dict[str, Any]] = []
     events: list[dict[str, Any]] = []
     seen_responses: set[str] = set()
@@ -64,7 +90,7 @@ def convert_openhands(path: Path, doc: Any) -> Imported:
                             "openhands",
                             {"model": model, "messages": list(messages)},
                             response,
-                            ts=epoch_iso(response.get("created")),
+                            ts=when(e),
                         )
                     )
                     messages.append(_assistant_from(response))
@@ -78,6 +104,7 @@ def convert_openhands(path: Path, doc: Any) -> Imported:
                         "openhands",
                         {"model": model, "messages": list(messages)},
                         chat_completion(model, reply),
+                        ts=when(e),
                     )
                 )
                 messages.append(reply)
@@ -89,7 +116,7 @@ def convert_openhands(path: Path, doc: Any) -> Imported:
                 )
                 continue
             finished = finished or kind == "finish"
-            call = tool_call(str(tcm.get("function_name") or kind), dict(args), None)
+            call = tool_call(str(tcm.get("function_name") or kind), dict(args), None, ts=when(e))
             events.append(call)
             pending[e.get("id")] = (call, naive_seconds(e.get("timestamp")))
             call["_tool_call_id"] = tcm.get("tool_call_id")
@@ -116,8 +143,8 @@ def convert_openhands(path: Path, doc: Any) -> Imported:
         "does not keep them)",
         "OpenHands' own rendering of observations into the prompt (requests rebuild it as plain tool "
         "messages)",
-        "the time each tool call started (OpenHands timestamps have no time zone; durations come from "
-        "their differences)",
+        "the duration of model calls (OpenHands keeps when each action was taken, not how long the "
+        "model took)",
         "the workspace (no checkpoints)",
     ]
     if unanswered:
@@ -131,6 +158,12 @@ def convert_openhands(path: Path, doc: Any) -> Imported:
     if synthesized:
         missing.append(f"the raw model response of {synthesized} text answer(s) (rebuilt from the text)")
     adjusted = [f"skipped {n} {what} event(s)" for what, n in sorted(skipped.items())]
+    if offset is None:
+        adjusted.append(
+            "event times are OpenHands' timestamps taken as UTC (no model response gave the zone)"
+        )
+    else:
+        adjusted.append(f"event times are OpenHands' local timestamps moved by {offset / 3600:+g} h to UTC")
     return Imported(
         format="openhands",
         events=events,

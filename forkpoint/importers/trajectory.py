@@ -162,9 +162,10 @@ def epoch_iso(value: Any) -> str | None:
 
 
 def naive_seconds(value: Any) -> float | None:
-    """Seconds of an ISO time without a zone (only differences of two of them mean anything)."""
+    """Seconds of an ISO time without a zone, read as if it were UTC (the same on every machine;
+    only differences of two of them, or a zone offset found elsewhere, make it a time)."""
     try:
-        return datetime.fromisoformat(str(value)).replace(tzinfo=None).timestamp()
+        return datetime.fromisoformat(str(value)).replace(tzinfo=UTC).timestamp()
     except (TypeError, ValueError):
         return None
 

@@ -1,7 +1,10 @@
 """Import VCR.py cassettes as sessions that replay.
 
 A cassette is ``{"version": 1, "interactions": [{"request": {...}, "response": {...}}, ...]}``, in
-YAML (VCR.py's default serializer) or JSON. Two dialects of it exist in the wild:
+YAML (VCR.py's default serializer) or JSON, or VCR.py's in-memory layout ``{"requests": [...],
+"responses": [...]}`` (gzip-compressed YAML, ``.yaml.gz``, as langchain's ``CustomSerializer``
+writes it: the two lists are paired in order). Header names and values stored as bytes
+(``!!binary``, as botocore sends them) are read as text. Two dialects of it exist in the wild:
 
 * **stock VCR.py**: ``request.body`` is the body as a string (or ``!!binary`` bytes, or null);
   ``response.body.string`` likewise; header values are lists of strings (older cassettes: strings);
@@ -33,8 +36,9 @@ from urllib.parse import urlsplit
 import orjson
 
 from ..capture.decoding import decoder, parse_body, scrub_body
-from ..capture.exchange import DROP_RESPONSE_HEADERS, STREAM_TYPES
+from ..capture.exchange import DROP_RESPONSE_HEADERS, STREAM_TYPES, aws_messages, header_text
 from ..errors import ImportFormatError
+from ..providers import eventstream
 from ..record import keyed
 from ..redact import scrub_chunks, scrub_headers, scrub_json, scrub_url
 from .base import Imported, Importer
@@ -56,28 +60,39 @@ def sdk_anthropic_version() -> tuple[str, str]:
 _EVENT_END = re.compile(r"\r\n\r\n|\n\n|\r\r")
 
 
+def interactions(doc: Any) -> list[Any] | None:
+    """The ``{request, response}`` pairs of a cassette in either layout, or None if it has neither."""
+    if not isinstance(doc, dict):
+        return None
+    if isinstance(doc.get("interactions"), list):
+        return list(doc["interactions"])
+    rqs, rss = doc.get("requests"), doc.get("responses")
+    if isinstance(rqs, list) and isinstance(rss, list) and len(rqs) == len(rss) and rqs:
+        return [{"request": rq, "response": rs} for rq, rs in zip(rqs, rss, strict=True)]
+    return None
+
+
 def looks_like(doc: Any) -> bool:
-    """True when ``doc`` has the VCR.py cassette shape."""
-    if not isinstance(doc, dict) or not isinstance(doc.get("interactions"), list):
-        return False
-    its = doc["interactions"]
-    return all(isinstance(i, dict) and "request" in i and "response" in i for i in its)
+    """True when ``doc`` has the VCR.py cassette shape (either layout)."""
+    its = interactions(doc)
+    return its is not None and all(isinstance(i, dict) and "request" in i and "response" in i for i in its)
 
 
 # --------------------------------------------------------------------------- pieces
 
 
 def _pairs(headers: Any) -> list[tuple[str, str]]:
-    """Header pairs from VCR.py's ``{name: [values]}`` (or ``{name: value}``, or a pair list)."""
+    """Header pairs from VCR.py's ``{name: [values]}`` (or ``{name: value}``, or a pair list); names
+    and values stored as bytes are read as text."""
     out: list[tuple[str, str]] = []
     if isinstance(headers, dict):
         for k, values in headers.items():
             for v in values if isinstance(values, list) else [values]:
-                out.append((str(k), "" if v is None else str(v)))
+                out.append((header_text(k), "" if v is None else header_text(v)))
     elif isinstance(headers, list):
         for item in headers:
             if isinstance(item, list | tuple) and len(item) == 2:
-                out.append((str(item[0]), str(item[1])))
+                out.append((header_text(item[0]), header_text(item[1])))
     return out
 
 
@@ -182,7 +197,10 @@ def _response(rs: dict[str, Any]) -> dict[str, Any]:
             except Exception:  # not actually compressed (VCR.py decode_compressed_response): keep it
                 pass
     out["headers"] = scrub_headers(pairs)
-    if any(t in ctype.lower() for t in STREAM_TYPES):
+    if eventstream.is_event_stream(ctype):  # binary messages: one chunk each, never scrubbed apart
+        out["body_kind"] = "stream"
+        out["chunks"] = [[t, _text_or_bytes(c)] for t, c in zip(*aws_messages([0.0], [data]), strict=True)]
+    elif any(t in ctype.lower() for t in STREAM_TYPES):
         chunks = scrub_chunks(split_stream(data, ctype.lower()))
         out["body_kind"] = "stream"
         out["chunks"] = [[0.0, _text_or_bytes(c)] for c in chunks if c]
@@ -215,7 +233,7 @@ def convert(path: Path, doc: Any) -> Imported:
     events: list[dict[str, Any]] = []
     dialects: set[str] = set()
     dated = 0
-    for n, it in enumerate(doc["interactions"], start=1):
+    for n, it in enumerate(interactions(doc) or [], start=1):
         rq, rs = it["request"], it["response"]
         if not isinstance(rq, dict) or not isinstance(rs, dict):
             raise ImportFormatError(f"{path}: interaction {n} has no request/response mapping")

@@ -13,7 +13,9 @@ the helpers they share), registered in :data:`REGISTRY`:
 * :mod:`.openai_chat` — OpenAI Chat Completions, and every OpenAI-compatible server;
 * :mod:`.openai_responses` — OpenAI Responses;
 * :mod:`.anthropic` — Anthropic Messages (also Claude on Vertex AI);
-* :mod:`.gemini` — Google Gemini ``generateContent`` / ``streamGenerateContent``.
+* :mod:`.gemini` — Google Gemini ``generateContent`` / ``streamGenerateContent``;
+* :mod:`.bedrock` — Amazon Bedrock Converse / ConverseStream and InvokeModel (its streams are AWS
+  event streams, :mod:`.eventstream`, read as server-sent events).
 
 Adding a format is one module plus one line in :data:`REGISTRY`. The functions below are the only
 way the rest of forkpoint reaches provider knowledge: they find the provider that recognizes a call
@@ -38,7 +40,7 @@ from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
 from ..log import add_deriver
-from . import anthropic, gemini, openai_chat, openai_responses
+from . import anthropic, bedrock, eventstream, gemini, kinds, openai_chat, openai_responses
 from .base import (
     NOTHING,
     UNRECOGNIZED,
@@ -76,6 +78,8 @@ __all__ = [
     "api_key_vars",
     "by_api",
     "by_name",
+    "call_kind",
+    "classify",
     "context_fields",
     "context_messages",
     "conversation_fields",
@@ -104,6 +108,8 @@ __all__ = [
 #: body shape (only for unknown hosts at unknown paths) asks them in this order, so a shape that
 #: refines another goes first (an Anthropic body is a Chat-like ``messages`` list with more).
 REGISTRY: tuple[Provider, ...] = (
+    bedrock.CONVERSE,
+    bedrock.INVOKE,
     gemini.PROVIDER,
     anthropic.PROVIDER,
     openai_chat.PROVIDER,
@@ -177,6 +183,83 @@ def _target(url: object, body: object) -> _Target:
     return _Target(UNRECOGNIZED, "unknown", "unknown", host, path)
 
 
+#: OpenAI-compatible servers named by their host (lower-case, no port), and by a port only one of
+#: them listens on by default.
+VENDOR_HOSTS: dict[str, str] = {
+    "api.mistral.ai": "mistral",
+    "api.groq.com": "groq",
+    "api.together.xyz": "together",
+    "api.together.ai": "together",
+    "openrouter.ai": "openrouter",
+    "api.deepseek.com": "deepseek",
+    "api.fireworks.ai": "fireworks",
+    "api.perplexity.ai": "perplexity",
+    "api.x.ai": "xai",
+    "api.cerebras.ai": "cerebras",
+    "integrate.api.nvidia.com": "nvidia",
+    "api.deepinfra.com": "deepinfra",
+    "api.sambanova.ai": "sambanova",
+    "dashscope.aliyuncs.com": "qwen",
+    "dashscope-intl.aliyuncs.com": "qwen",
+    "api.moonshot.ai": "moonshot",
+    "generativelanguage.googleapis.com": "gemini",
+}
+VENDOR_PORTS: dict[int, str] = {11434: "ollama"}
+
+
+def vendor(host: str | None, response: Mapping[str, Any] | None = None) -> str | None:
+    """The server an OpenAI-compatible call went to, when it says so: by host (:data:`VENDOR_HOSTS`),
+    by a port only it uses by default (Ollama's 11434), or by what only it answers (Ollama's
+    ``system_fingerprint: "fp_ollama"``; vLLM's ``prompt_logprobs`` field and the ``stop_reason``
+    it adds to every choice). None for OpenAI itself and for servers that do not say."""
+    name, _, port = (host or "").partition(":")
+    for suffix, vendor_name in VENDOR_HOSTS.items():
+        if name == suffix or name.endswith("." + suffix):
+            return vendor_name
+    if port.isdigit() and int(port) in VENDOR_PORTS:
+        return VENDOR_PORTS[int(port)]
+    resp = response or {}
+    bodies: list[dict[str, Any]] = [resp["body"]] if isinstance(resp.get("body"), dict) else []
+    # A stream says it in its first event: read the first chunks only, not the whole stream again.
+    bodies += [p for _, p in payloads(join_chunks(lst(resp.get("stream"))[:4]))[:1]]
+    for body in bodies:
+        if body.get("system_fingerprint") == "fp_ollama":
+            return "ollama"
+        choice = d((lst(body.get("choices")) or [{}])[0])
+        if "prompt_logprobs" in body or "stop_reason" in choice:
+            return "vllm"
+    return None
+
+
+def classify(method: str, url: str, body: object, headers: Any = None) -> kinds.Kind:
+    """What an HTTP exchange is (:mod:`.kinds`): ``telemetry`` at a known telemetry or metadata
+    endpoint, ``mcp`` for MCP over HTTP, ``model`` when a provider recognizes it (its wire format, or
+    a ``POST`` to a provider's host such as an embeddings endpoint), else ``http``."""
+    if kinds.telemetry_endpoint(url) is not None:
+        return "telemetry"
+    parsed = coerce_json(body)
+    if kinds.is_mcp(method, parsed, headers):
+        return "mcp"
+    t = _target(url, parsed)
+    if t.api != "unknown" or (t.name != "unknown" and method.upper() == "POST"):
+        return "model"
+    return "http"
+
+
+def call_kind(event: Mapping[str, Any]) -> kinds.Kind:
+    """What a recorded exchange is (see :func:`classify`): its summary's ``kind`` when it has one."""
+    found = d(event.get("summary")).get("kind")
+    if found in kinds.KINDS:
+        return found  # type: ignore[no-any-return]
+    req = d(event.get("request"))
+    return classify(
+        str(req.get("method") or "POST"),
+        str(req.get("url") or ""),
+        req.get("body") if req.get("body_kind") == "json" else None,
+        req.get("headers"),
+    )
+
+
 def detect(url: str, body: object) -> tuple[str, str]:
     """``(provider, api)`` of a model call.
 
@@ -247,7 +330,9 @@ def _read_response(provider: Provider, response: object) -> ResponseFields:
 # Summaries
 
 
-def summarize(url: str, request_body: object, response: dict[str, Any]) -> Summary:
+def summarize(
+    url: str, request_body: object, response: dict[str, Any], *, method: str = "POST", headers: Any = None
+) -> Summary:
     """The provider-aware summary stored with each recorded model call.
 
     ``request_body`` is the parsed JSON request body (JSON text and ``{"$text": str}`` are parsed
@@ -257,7 +342,11 @@ def summarize(url: str, request_body: object, response: dict[str, Any]) -> Summa
 
     Returns exactly the keys of :data:`SUMMARY_KEYS` (``None`` when unknown or absent):
 
-    * ``provider``, ``api`` — see :func:`detect`; ``host`` — the URL's host (``:port`` if given);
+    * ``kind`` — ``model``, ``mcp``, ``telemetry`` or ``http`` (:func:`classify`, from ``method``
+      and the request ``headers`` too);
+    * ``provider``, ``api`` — see :func:`detect`, except that an OpenAI-compatible server that says
+      who it is is named as itself (``mistral``, ``groq``, ``ollama``, ``vllm``…: :func:`vendor`);
+      ``host`` — the URL's host (``:port`` if given);
     * ``model`` — the request's ``model`` (Gemini and Vertex: ``models/{model}:...`` in the path;
       Azure: the deployment); ``response_model`` — the model the response reports (Gemini:
       ``modelVersion``);
@@ -281,6 +370,8 @@ def summarize(url: str, request_body: object, response: dict[str, Any]) -> Summa
     * ``stop_reason`` — ``finish_reason`` / ``stop_reason`` / Responses ``status`` (the
       ``incomplete_details.reason`` when incomplete) / Gemini ``finishReason`` (or
       ``promptFeedback.blockReason``);
+    * ``server_tool_calls`` — tools the provider ran itself (Anthropic ``server_tool_use`` blocks:
+      web search, code execution), like ``tool_calls``; ``None`` when there are none;
     * ``error`` — for status >= 400 the provider's error message (``"HTTP <status>"`` when the body
       has none). Also set for an error the provider reported with status 200: an ``error`` event in
       a stream (e.g. Anthropic ``overloaded_error`` mid-stream, Responses ``response.failed``) or an
@@ -295,8 +386,11 @@ def summarize(url: str, request_body: object, response: dict[str, Any]) -> Summa
     a = _read_response(t.provider, response)
     resp_stream = d(response).get("stream")
 
+    family = by_name(t.name)
+    named = vendor(t.host, d(response)) if family is not None and family.name == "openai" else None
     out: Summary = {
-        "provider": t.name,
+        "kind": classify(method, url, req, headers),
+        "provider": named or t.name,
         "api": t.api,
         "host": t.host,
         "model": (t.provider.request_model(body) if body is not None else None)
@@ -315,6 +409,7 @@ def summarize(url: str, request_body: object, response: dict[str, Any]) -> Summa
         "usage": a.usage,
         "stop_reason": a.stop_reason,
         "error": a.error,
+        "server_tool_calls": a.server_tool_calls,
     }
     if body is not None:
         sampling = t.provider.sampling(body)
@@ -365,12 +460,18 @@ def recorded_response(event: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "status": resp.get("status"),
         "body": resp.get("body") if kind == "json" else None,
-        "stream": [
-            c if isinstance(c, str) else c.decode("utf-8", "replace") for _, c in resp.get("chunks", [])
-        ]
-        if kind == "stream"
-        else None,
+        "stream": stream_texts(resp) if kind == "stream" else None,
     }
+
+
+def stream_texts(response: Mapping[str, Any]) -> list[str]:
+    """The text chunks of a stored streamed response: an AWS event stream written as server-sent
+    events (:func:`.eventstream.as_sse`, one per message), any other stream's chunks as UTF-8."""
+    chunks = [c for _, c in response.get("chunks", [])]
+    ctype = next((str(v) for k, v in response.get("headers") or [] if str(k).lower() == "content-type"), "")
+    if eventstream.is_event_stream(ctype):
+        return [eventstream.as_sse([c if isinstance(c, bytes) else c.encode("utf-8")]) for c in chunks]
+    return [c if isinstance(c, str) else c.decode("utf-8", "replace") for c in chunks]
 
 
 def summary(event: Mapping[str, Any]) -> Summary:
@@ -382,7 +483,11 @@ def summary(event: Mapping[str, Any]) -> Summary:
         return found  # type: ignore[return-value]
     req = event["request"]
     return summarize(
-        req["url"], req["body"] if req.get("body_kind") == "json" else None, recorded_response(event)
+        req["url"],
+        req["body"] if req.get("body_kind") == "json" else None,
+        recorded_response(event),
+        method=str(req.get("method") or "POST"),
+        headers=req.get("headers"),
     )
 
 
@@ -481,7 +586,7 @@ def rewrite_response(
     provider = _target(url, coerce_json(request_body)).provider
     calls = calls or []
     if response.get("body_kind") == "stream":
-        stream = sse_objects(join_chunks(c for _, c in response.get("chunks", [])))
+        stream = sse_objects("".join(stream_texts(response)))
         chunks = provider.rewrite_stream(stream, text, calls)
         if chunks is None:
             return False
@@ -509,6 +614,10 @@ def otel_operation(api: str) -> str:
     return provider.otel_operation if provider is not None else "chat"
 
 
+#: Vendor names (:func:`vendor`) whose ``gen_ai.provider.name`` the conventions spell otherwise.
+_OTEL_VENDORS = {"mistral": "mistral_ai", "xai": "x_ai", "gemini": "gcp.gemini"}
+
+
 def otel_provider_name(summary: Mapping[str, Any]) -> str:
     """``gen_ai.provider.name`` for a model call: the conventions' well-known value where one
     applies (``openai``, ``anthropic``, ``azure.ai.openai``, ``gcp.gemini``, ``gcp.vertex_ai``,
@@ -517,7 +626,7 @@ def otel_provider_name(summary: Mapping[str, Any]) -> str:
     host = (summary.get("host") or "").split(":", 1)[0]
     provider = by_name(str(name))
     if provider is None:
-        return "gcp.vertex_ai" if on_vertex_ai(host) else str(name)
+        return "gcp.vertex_ai" if on_vertex_ai(host) else _OTEL_VENDORS.get(str(name), str(name))
     return provider.otel_provider_name(host)
 
 

@@ -52,6 +52,10 @@ from .base import (
     sse,
 )
 
+#: Content blocks of tools Anthropic runs itself (web search, code execution, remote MCP servers):
+#: shown, never counted as tool calls the agent must answer.
+SERVER_TOOL_BLOCKS = ("server_tool_use", "mcp_tool_use")
+
 _MODEL_IN_PATH = re.compile(r"/(?:models|tunedModels)/([^/:]+):")
 
 
@@ -137,16 +141,20 @@ class Anthropic(Provider):
             return NOTHING
         text: list[str] | None = None
         calls: list[ToolCallSummary] = []
+        server: list[ToolCallSummary] = []
         for block in lst(body.get("content")):
             block = d(block)
             if block.get("type") == "text" and isinstance(block.get("text"), str):
                 text = text if text is not None else []
                 text.append(block["text"])
-            elif block.get("type") == "tool_use":
+            elif block.get("type") in ("tool_use", *SERVER_TOOL_BLOCKS):
                 inp = block.get("input")
-                calls.append(
-                    {"id": s(block.get("id")), "name": s(block.get("name")), "arguments": dumps(inp)}
-                )
+                call: ToolCallSummary = {
+                    "id": s(block.get("id")),
+                    "name": s(block.get("name")),
+                    "arguments": dumps(inp),
+                }
+                (calls if block["type"] == "tool_use" else server).append(call)
         return ResponseFields(
             join(text),
             calls,
@@ -154,6 +162,7 @@ class Anthropic(Provider):
             s(body.get("stop_reason")),
             s(body.get("model")),
             None,
+            server or None,
         )
 
     def read_stream(self, stream: list[Payload]) -> ResponseFields:
@@ -204,6 +213,7 @@ class Anthropic(Provider):
             return NOTHING._replace(error=error)
         text: list[str] | None = None
         calls: list[ToolCallSummary] = []
+        server: list[ToolCallSummary] = []
         for idx in sorted(blocks):
             block_type, text_parts, acc = blocks[idx]
             if block_type == "text":
@@ -213,6 +223,8 @@ class Anthropic(Provider):
                 # The concatenated partial_json as sent; a tool without arguments may stream none at
                 # all, and then the content_block_start input ({}) is what the model asked for.
                 calls.append(acc.result())
+            elif block_type in SERVER_TOOL_BLOCKS:
+                server.append(acc.result())
         usage: Usage | None = None
         if start_usage is not None or delta_usage is not None:
             # message_delta usage is cumulative, so it wins where it has a count.
@@ -221,7 +233,7 @@ class Anthropic(Provider):
                 "input_tokens": i(first(last.get("input_tokens"), at_start.get("input_tokens"))),
                 "output_tokens": i(first(last.get("output_tokens"), at_start.get("output_tokens"))),
             }
-        return ResponseFields(join(text), calls, usage, stop, model, error)
+        return ResponseFields(join(text), calls, usage, stop, model, error, server or None)
 
     def response_id(self, payload: dict[str, Any]) -> str | None:
         msg = payload.get("message")  # a stream's message_start

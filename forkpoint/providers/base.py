@@ -82,6 +82,8 @@ class ResponseFields(NamedTuple):
     stop_reason: str | None
     response_model: str | None
     error: str | None
+    #: Tools the provider ran itself (Anthropic ``server_tool_use``); None when it reports none.
+    server_tool_calls: list[ToolCallSummary] | None = None
 
 
 #: A response with nothing recognizable in it.
@@ -650,9 +652,10 @@ class Provider:
 
     def rewrite_stream(
         self, stream: list[dict[str, Any]], text: str | None, calls: Sequence[NewToolCall]
-    ) -> list[str] | None:
-        """The chunks of a stream that answers ``text`` and ``calls``, built from the JSON objects of
-        the recorded one (ids, model, usage kept); ``None`` when this format cannot."""
+    ) -> Sequence[str | bytes] | None:
+        """The chunks of a stream that answers ``text`` and ``calls`` (text, or bytes for a binary
+        stream), built from the JSON objects of the recorded one (ids, model, usage kept); ``None``
+        when this format cannot."""
         return None
 
     # ---------------------------------------------------------------------------- OpenTelemetry

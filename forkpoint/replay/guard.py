@@ -7,7 +7,7 @@ import socket
 import threading
 from typing import Any
 
-from .. import runtime
+from .. import runtime, sockets
 from ..errors import NetworkBlocked
 from .replayer import Replayer
 
@@ -22,10 +22,6 @@ def install_network_guard() -> None:
     with _guard_lock:
         if _guard_installed:
             return
-        orig_connect = socket.socket.connect
-        orig_connect_ex = socket.socket.connect_ex
-
-        orig_getaddrinfo = socket.getaddrinfo
 
         def blocked(rt: Replayer, where: str, what: str) -> NetworkBlocked:
             with rt._lock:
@@ -53,26 +49,14 @@ def install_network_guard() -> None:
             where = f"{host}:{address[1]}" if isinstance(address, tuple) and len(address) > 1 else host
             raise blocked(rt, where, "a network connection to")
 
-        def getaddrinfo(host: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
+        def lookup(host: Any, port: Any) -> None:
             # Name lookups go out to a resolver too: refuse them for any name but an allowed one.
             rt = guarding()
             name = host.decode() if isinstance(host, bytes) else str(host)
             if rt is not None and host is not None and name not in rt.allow_hosts and not _is_literal(name):
                 raise blocked(rt, f"{name}:{port}", "a name lookup of")
-            return orig_getaddrinfo(host, port, *args, **kwargs)
 
-        def connect(self: socket.socket, address: Any) -> None:
-            check(self, address)
-            return orig_connect(self, address)
-
-        def connect_ex(self: socket.socket, address: Any) -> int:
-            check(self, address)
-            return orig_connect_ex(self, address)
-
-        # (typeshed's socket takes a narrower address type than the wrappers pass through)
-        socket.socket.connect = connect  # type: ignore[method-assign,assignment]
-        socket.socket.connect_ex = connect_ex  # type: ignore[method-assign,assignment]
-        socket.getaddrinfo = getaddrinfo
+        sockets.watch(connect=check, lookup=lookup)
         _guard_installed = True
 
 

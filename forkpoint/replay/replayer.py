@@ -3,11 +3,23 @@
 Identical keys are served in the order they were sent; a call that matches nothing is a
 divergence, and the policy decides what follows (stop, go live, or serve the next recorded call of
 that endpoint anyway). Several processes of one replay share a :class:`~forkpoint.replay.ledger.Ledger`.
+
+Not every recorded HTTP exchange is expected again (:mod:`forkpoint.providers.kinds`):
+
+* exchanges made while a recorded tool ran belong to that tool: the tool is not run on replay, so
+  they are not asked for (and when tools run live, what they send goes live too);
+* telemetry and metadata (trace uploads, price lists) and MCP session management (the background
+  ``GET``, the closing ``DELETE``) are *aside*: answered from the recording when it has them, else
+  with the neutral answer the client expects, and never a divergence or an unused call;
+* plain HTTP (no provider, no MCP) that matches nothing but differs from an unused recorded request
+  of the same endpoint only in ids, timestamps or nonces is served that recording and reported,
+  unless ``strict``.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 from collections import deque
@@ -26,7 +38,9 @@ from ..events import (
     ToolCallEvent,
     ValueEvent,
     endpoint,
+    in_tool,
     new_span_id,
+    tool_spans,
 )
 from ..jsondiff import Change, json_diff, similarity
 from ..log import Session, SessionWriter
@@ -44,7 +58,7 @@ from ..match import (
     value_key,
 )
 from ..override import Override
-from ..providers import api_key_vars, summary
+from ..providers import api_key_vars, call_kind, classify, kinds, summary
 from ..redact import scrub_json
 from .ledger import Ledger
 from .report import divergence
@@ -62,6 +76,57 @@ def label(event: Mapping[str, Any]) -> str:
         return f"value {event['fn']}"
     model = summary(event).get("model")
     return endpoint(event) + (f", model {model}" if model else "")
+
+
+def _answered_aside(event: ModelCallEvent) -> bool:
+    """A recorded telemetry call or MCP session request (answered aside on replay)."""
+    kind = call_kind(event)
+    return kind == "telemetry" or kinds.is_session_management(event["request"]["method"], kind)
+
+
+#: A value that differs between two runs of the same program without changing what is asked: a
+#: UUID, a long hex or base64-ish token (with an optional ``prefix_``), an ISO timestamp, a number
+#: of 10 digits or more (epoch seconds, ms, ns).
+_VOLATILE = re.compile(
+    r"(?ix)^(?:"
+    r"[a-z]{0,12}[_-]?[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}"
+    r"|[a-z]{0,12}[_-]?[0-9a-f]{16,}"
+    r"|[a-z]{0,12}[_-][A-Za-z0-9]{16,}"
+    r"|\d{4}-\d{2}-\d{2}[t ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(z|[+-]\d{2}:?\d{2})?"
+    r"|\d{10,}(\.\d+)?"
+    r")$"
+)
+
+
+def volatile(value: Any) -> bool:
+    """Whether ``value`` is an id, a timestamp or a nonce (:data:`_VOLATILE`), not content."""
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int | float):
+        return abs(value) >= 1e9
+    return isinstance(value, str) and bool(_VOLATILE.match(value))
+
+
+def neutral_answer(request: HttpRequest, kind: str) -> ModelCallEvent:
+    """The answer a client expects from a telemetry endpoint or an MCP session request the recording
+    does not have (:data:`forkpoint.providers.kinds.TELEMETRY`; MCP: ``405 Method Not Allowed``,
+    which the MCP specification lets a server answer to both)."""
+    found = kinds.telemetry_endpoint(request["url"])
+    answer = found.answer if found is not None and kind == "telemetry" else kinds.Answer(405, None, None)
+    headers = [["content-type", answer.content_type]] if answer.content_type else []
+    return {
+        "type": "model_call",
+        "request": request,
+        "response": {
+            "status": answer.status,
+            "reason": "",
+            "http_version": "HTTP/1.1",
+            "headers": headers,
+            "body_kind": "empty" if answer.body is None else "json",
+            "body": answer.body,
+            "ended": "complete",
+        },
+    }
 
 
 #: What serves each kind of call during a replay.
@@ -86,8 +151,12 @@ class Replayer:
     header. A session recorded with ``deterministic`` has its values served too (the agent's own
     clock and randomness, :mod:`forkpoint.capture.clock`).
 
+    ``strict``: a plain HTTP call that differs from an unused recording of its endpoint only in ids is
+    a divergence too (by default it is served that recording and listed in the report's ``id_drift``).
+
     When ``child`` is given, every call of this run — served, overridden or live — is written to it:
-    the what-if run as a session of its own, linked to its parent. Thread-safe.
+    the what-if run as a session of its own, linked to its parent (telemetry and MCP session calls
+    answered aside are not). Thread-safe.
     """
 
     mode: Literal["replay"] = "replay"
@@ -106,6 +175,7 @@ class Replayer:
         ledger: Ledger | None = None,
         live_tools: Sequence[str] = (),
         ignore: Sequence[IgnoreRule] = (),
+        strict: bool = False,
     ) -> None:
         for name, value, allowed in (
             ("models", models, SOURCES),
@@ -127,12 +197,21 @@ class Replayer:
         self.child = child
         # A fork replays the prefix before its checkpoint, then goes live once that prefix is used up.
         self.live_from = live_from
-        self.recorded: list[Served] = [
-            e
-            for e in session.events
-            if e["type"] in ("model_call", "tool_call", "value")
-            and (live_from is None or e["seq"] < live_from)
+        in_range = [e for e in session.events if live_from is None or e["seq"] < live_from]
+        calls = [e for e in in_range if e["type"] == "model_call" or e["type"] == "tool_call"]
+        spans = tool_spans(calls)
+        #: Recorded exchanges the run is not expected to ask for again (see the module docstring).
+        self.aside: list[ModelCallEvent] = [
+            e for e in calls if e["type"] == "model_call" and (in_tool(e, spans) or _answered_aside(e))
         ]
+        aside = {e["seq"] for e in self.aside}
+        self.recorded: list[Served] = [
+            e for e in in_range if e["type"] in ("model_call", "tool_call", "value") and e["seq"] not in aside
+        ]
+        self.strict = strict
+        self.aside_served: list[int] = []
+        self.aside_answered: list[str] = []
+        self.id_drift: list[DivergenceReport] = []
         self.overrides = override.resolve(list(overrides), self.recorded)
         self.applied: dict[int, bool] = dict.fromkeys(self.overrides, False)
         self._queues: dict[str, deque[Served]] = {}
@@ -169,12 +248,40 @@ class Replayer:
         None to make the call live. Raises :class:`~forkpoint.errors.Divergence`."""
         norm = normalize_request(request["method"], request["url"], request["headers"], request["body"])
         key = model_key(norm, self.ignore)
-        event = self._take("model_call", key, norm, endpoint=f"{norm['method']} {norm['path']}")
+        where = f"{norm['method']} {norm['path']}"
+        kind = classify(request["method"], request["url"], request["body"], request["headers"])
+        if runtime.current_span.get() is not None and self.sources["tool_call"] == "live":
+            with self._lock:  # a tool running live: what it sends is live too
+                self.live_calls["model_call"] += 1
+            return None
+        if kind == "telemetry" or kinds.is_session_management(request["method"], kind):
+            return self._take_aside(request, key, where, kind), self.positions["model_call"]
+        event = self._take("model_call", key, norm, endpoint=where, plain=kind == "http")
         if event is None:
             return None
         if self.child is not None:
             self._log_served(event, {"request": request})
         return cast(ModelCallEvent, event), self.positions["model_call"]
+
+    def _take_aside(self, request: HttpRequest, key: str, where: str, kind: str) -> ModelCallEvent:
+        """The answer to a telemetry call or an MCP session request: the recorded one with the same
+        key, else with the same endpoint, else the neutral answer the client expects. Its recorded
+        stream ends where it was recorded (a background stream the recorded run left open is not a
+        divergence)."""
+        with self._lock, self._shared():
+            unused = [e for e in self.aside if e["seq"] not in set(self.aside_served)]
+            found = next((e for e in unused if event_key(e) == key), None) or next(
+                (e for e in unused if endpoint(e) == where), None
+            )
+            if found is not None:
+                self.aside_served.append(found["seq"])
+                served: ModelCallEvent = {**found}
+                response = found.get("response")
+                if response is not None:
+                    served["response"] = {**response, "ended": "complete"}
+                return served
+            self.aside_answered.append(where)
+        return neutral_answer(request, kind)
 
     def diverged(self, event: ModelCallEvent, kind: CallKind, position: int, reason: str) -> Divergence:
         """A divergence about a recorded call that was served (see :class:`forkpoint.runtime.Serving`),
@@ -291,10 +398,12 @@ class Replayer:
         *,
         alternatives: Callable[[], list[str]] | None = None,
         live: bool = False,
+        plain: bool = False,
         **what: str,
     ) -> Served | None:
         """The recorded call to serve for a call with match ``key`` (``alternatives()``: keys to try
-        when none is left under ``key``), None to go live (always with ``live``); raises
+        when none is left under ``key``; ``plain``: a plain HTTP request, which may be served a
+        recording that differs only in ids), None to go live (always with ``live``); raises
         :class:`Divergence`."""
         with self._lock, self._shared():
             self.positions[kind] += 1
@@ -313,6 +422,18 @@ class Replayer:
                 self.live_calls[kind] += 1
                 return None
             report = self._divergence_report(kind, key, norm, what)
+            if plain and not self.strict:
+                same = self._differing_in_ids(norm, what.get("endpoint"))
+                if same is not None:
+                    self._queues[self._keys[same["seq"]]].remove(same)
+                    self.id_drift.append(
+                        {
+                            **report,
+                            "served_seq": same["seq"],
+                            "diff": [c.to_json() for c in json_diff(normalized(same), norm)],
+                        }
+                    )
+                    return self._serve(same)
             first = self.divergence is None
             if first:
                 self.divergence = report
@@ -345,6 +466,20 @@ class Replayer:
                         self.divergence = drift
                     return self._serve(nxt)
         raise divergence(report)
+
+    def _differing_in_ids(self, norm: dict[str, Any], where: str | None) -> Served | None:
+        """The first unused recorded plain HTTP call of endpoint ``where`` whose request differs from
+        ``norm`` only in values that are ids, timestamps or nonces (:func:`volatile`)."""
+        taken = set(self.used) | self.others
+        for e in self.recorded:
+            if e["seq"] in taken or e["type"] != "model_call" or endpoint(e) != where:
+                continue
+            changes = json_diff(normalized(e), norm)
+            if changes and all(
+                c.op == "changed" and volatile(c.expected) and volatile(c.actual) for c in changes
+            ):
+                return e
+        return None
 
     def _serve(self, event: Served) -> Served:
         self.used.append(event["seq"])
@@ -447,7 +582,9 @@ class Replayer:
 
     def report(self) -> dict[str, Any]:
         """Outcome as JSON data: matched/recorded counts, unused seqs, divergence, drift (fifo),
-        overrides and whether each was reached, live calls, the child session, blocked connects."""
+        overrides and whether each was reached, live calls, the child session, blocked connects,
+        the aside calls served from the recording or answered neutrally, and the plain HTTP calls
+        served a recording that differed only in ids (``id_drift``)."""
         used = set(self.used)
         unused = [e for e in self.recorded if e["seq"] not in used]
         # Recorded calls of a kind served from the session that the run never asked for: it ended
@@ -481,6 +618,13 @@ class Replayer:
             "child_session": str(self.child.path) if self.child else None,
             "live_from": self.live_from,
             "network_blocked": self.network_blocked,
+            "aside": {
+                "recorded": len(self.aside),
+                "served": len(self.aside_served),
+                "answered": self.aside_answered,
+            },
+            "id_drift": self.id_drift,
+            "strict": self.strict,
         }
 
     def _expected(self, event: Served) -> bool:

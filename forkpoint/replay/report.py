@@ -84,11 +84,8 @@ def summary_line(report: dict[str, Any]) -> str:
     tail = f"{plural(len(unused), 'recorded event')} left unused" + (
         f" (seq {', '.join(map(str, unused[:10]))}{' …' if len(unused) > 10 else ''})" if unused else ""
     )
-    blocked = (
-        f"; {len(report['network_blocked'])} network connection(s) blocked"
-        if report.get("network_blocked")
-        else ""
-    )
+    hosts = list(dict.fromkeys(report.get("network_blocked") or []))
+    blocked = f"; network blocked: {', '.join(hosts)}" if hosts else ""
     extra = ""
     if report.get("overrides"):
         applied = sum(1 for o in report["overrides"] if o["applied"])
@@ -98,6 +95,14 @@ def summary_line(report: dict[str, Any]) -> str:
         extra += f"; live calls: {live.get('models', 0)} model, {live.get('tools', 0)} tool"
     if report.get("drift"):
         extra += f"; {len(report['drift'])} request(s) drifted (fifo)"
+    if report.get("id_drift"):
+        extra += f"; {plural(len(report['id_drift']), 'plain HTTP call')} served a recording that differed only in ids"
+    aside = report.get("aside") or {}
+    if aside.get("served") or aside.get("answered"):
+        extra += (
+            f"; telemetry/session calls: {aside.get('served', 0)} served from the recording, "
+            f"{len(aside.get('answered') or [])} answered neutrally"
+        )
     if (report.get("processes") or 1) > 1:
         extra += f"; served to {report['processes']} processes"
     if report.get("child_session"):
@@ -134,6 +139,12 @@ def merge_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
         "overrides": overrides,
         "live_calls": {k: sum(r["live_calls"][k] for r in reports) for k in ("models", "tools")},
         "network_blocked": blocked,
+        "aside": {
+            "recorded": first.get("aside", {}).get("recorded", 0),
+            "served": sum(r.get("aside", {}).get("served", 0) for r in reports),
+            "answered": [a for r in reports for a in r.get("aside", {}).get("answered", [])],
+        },
+        "id_drift": [d for r in reports for d in r.get("id_drift", [])],
     }
 
 

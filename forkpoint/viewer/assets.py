@@ -423,6 +423,7 @@ JS = r"""
   // ------------------------------------------------------------------ event summaries
   function titleText(e) {
     if (e.type === "model_call") return (e.summary && e.summary.model) || "model";
+    if (e.type === "http_call") return e.kind + " " + e.label;
     if (e.type === "tool_call") return e.tool + "(" + argsLine(e.args) + ")";
     if (e.type === "checkpoint") return e.boundary + " · " + (e.reason || "");
     if (e.type === "note") return short(e.text, 80);
@@ -437,7 +438,7 @@ JS = r"""
     if (e.seq === DIV_SEQ) add(badges, h("span", { class: "badge diverged", text: "diverged here" }));
   }
   function summaryRow(e) {
-    var s = h("summary", null, h("span", { class: "seq", text: "#" + e.seq }), h("span", { class: "kind", text: e.type === "model_call" ? "model" : e.type === "tool_call" ? "tool" : e.type }));
+    var s = h("summary", null, h("span", { class: "seq", text: "#" + e.seq }), h("span", { class: "kind", text: e.type === "model_call" ? "model" : e.type === "tool_call" ? "tool" : e.type === "http_call" ? e.kind : e.type }));
     var title = h("span", { class: "title" });
     var when = h("span", { class: "when", title: e.ts || "" }, fmtAt(e.t), e.duration_ms && e.type !== "end" ? " · " + fmtMs(e.duration_ms) : "");
     var badges = h("div", { class: "badges" });
@@ -457,6 +458,12 @@ JS = r"""
       if (r && r.text) sub = h("span", { class: "sub text", text: "“" + short(r.text, 160) + "”" });
       else if (calls.length) sub = h("span", { class: "sub calls", text: calls.map(function (c) { return "→ " + c.name + "(" + argsLine(parseMaybe(c.arguments)) + ")"; }).join("   ") });
       else if (sm.error || e.error) sub = h("span", { class: "sub err", text: sm.error || (e.error.type + ": " + e.error.message) });
+      var server = sm.server_tool_calls || [];
+      if (server.length) add(badges, h("span", { class: "badge", text: "server tools: " + server.map(function (c) { return c.name; }).join(", ") }));
+    } else if (e.type === "http_call") {
+      add(title, [e.label, h("span", { class: "dim", text: e.kind })]);
+      if (e.status) add(badges, h("span", { class: "badge" + (e.status >= 400 ? " error" : ""), text: "HTTP " + e.status }));
+      if (e.error) add(badges, h("span", { class: "badge error", text: e.error.type || "error" }));
     } else if (e.type === "tool_call") {
       add(title, [e.tool, h("span", { class: "dim", text: "(" + argsLine(e.args) + ")" })]);
       if (e.error) { sub = h("span", { class: "sub err", text: "raised " + e.error.type + ": " + short(e.error.message, 140) }); add(badges, h("span", { class: "badge error", text: "raised" })); }
@@ -540,6 +547,9 @@ JS = r"""
     }
     (sm.tool_calls || []).forEach(function (c) {
       add(resp, h("div", { class: "block" }, h("h4", null, "tool call → ", h("code", { class: "name", text: c.name }), c.id ? h("span", { class: "muted", text: "  " + c.id }) : null), valueView(parseMaybe(c.arguments))));
+    });
+    (sm.server_tool_calls || []).forEach(function (c) {
+      add(resp, h("div", { class: "block" }, h("h4", null, "server tool (run by the provider) ", h("code", { class: "name", text: c.name }), c.id ? h("span", { class: "muted", text: "  " + c.id }) : null), valueView(parseMaybe(c.arguments))));
     });
     if (!r && !e.error) add(resp, h("div", { class: "muted", text: "no response was recorded" }));
     add(body, resp);

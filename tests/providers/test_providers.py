@@ -79,9 +79,11 @@ def _load(name: str) -> list[tuple[str, Any, dict[str, Any]]]:
 
 
 def _summary(**fields: Any) -> dict[str, Any]:
-    """An expected summary: every key None unless given."""
+    """An expected summary: every key None unless given; ``kind`` is ``model`` for a call a provider
+    recognized, ``http`` otherwise."""
     unknown = set(fields) - set(SUMMARY_KEYS)
     assert not unknown, unknown
+    fields.setdefault("kind", "model" if fields.get("provider") not in (None, "unknown") else "http")
     return {key: fields.get(key) for key in SUMMARY_KEYS}
 
 
@@ -660,6 +662,7 @@ def test_host_tells_compatible_servers_apart() -> None:
 
 def test_summary_key_set_is_fixed() -> None:
     assert SUMMARY_KEYS == (
+        "kind",
         "provider",
         "api",
         "host",
@@ -676,6 +679,7 @@ def test_summary_key_set_is_fixed() -> None:
         "usage",
         "stop_reason",
         "error",
+        "server_tool_calls",
     )
 
 

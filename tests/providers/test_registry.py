@@ -19,7 +19,7 @@ import forkpoint.providers as providers
 from forkpoint import override
 from forkpoint.checkpoint import CONTEXT_FIELDS
 from forkpoint.match import SEMANTIC_HEADERS
-from forkpoint.providers import anthropic, gemini, openai_chat, openai_responses
+from forkpoint.providers import anthropic, bedrock, gemini, openai_chat, openai_responses
 from forkpoint.providers.base import (
     NOTHING,
     Message,
@@ -195,7 +195,8 @@ def _event(response: dict[str, Any] | None = None, stream: list[str] | None = No
 
 def test_the_builtin_providers_are_one_module_each_and_all_registered() -> None:
     modules = (openai_chat, openai_responses, anthropic, gemini)
-    assert {id(m.PROVIDER) for m in modules} == {id(p) for p in providers.REGISTRY}
+    builtin = {id(m.PROVIDER) for m in modules} | {id(bedrock.CONVERSE), id(bedrock.INVOKE)}
+    assert builtin == {id(p) for p in providers.REGISTRY}
     assert all(isinstance(p, Provider) and p.reference for p in providers.REGISTRY)
     assert len({p.api for p in providers.REGISTRY}) == len(providers.REGISTRY)  # an API has one reader
     assert providers.by_api("messages") is anthropic.PROVIDER
@@ -213,6 +214,7 @@ def test_registered_it_is_recognized_summarized_and_listed(registered: Echo) -> 
     assert providers.detect(URL, REQUEST) == ("echo", "echo")
     assert providers.detect("https://elsewhere.example/proxy", REQUEST) == ("echo", "echo")  # by body shape
     assert providers.summarize(URL, REQUEST, {"status": 200, "body": RESPONSE}) == {
+        "kind": "model",
         "provider": "echo",
         "api": "echo",
         "host": "127.0.0.1:9",
@@ -229,6 +231,7 @@ def test_registered_it_is_recognized_summarized_and_listed(registered: Echo) -> 
         "usage": {"input_tokens": 7, "output_tokens": 2},
         "stop_reason": "asked",
         "error": None,
+        "server_tool_calls": None,
     }
     assert providers.request_messages(URL, REQUEST) == [
         {"role": "user", "text": "say hello"},

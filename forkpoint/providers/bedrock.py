@@ -1,0 +1,379 @@
+"""Amazon Bedrock runtime — Converse / ConverseStream, and InvokeModel / InvokeModelWithResponseStream.
+
+Wire formats (docs.aws.amazon.com/bedrock/latest/APIReference/API_runtime_Converse.html,
+``API_runtime_ConverseStream.html``, ``API_runtime_InvokeModel.html``,
+``API_runtime_InvokeModelWithResponseStream.html``), at
+``https://bedrock-runtime.{region}.amazonaws.com/model/{modelId}/{operation}`` (the model id
+percent-encoded in the path, ``anthropic.claude-3-haiku-20240307-v1%3A0``):
+
+* **Converse** ``POST …/converse``: request ``{messages[{role, content[{text} | {image} |
+  {toolUse{toolUseId, name, input}} | {toolResult{toolUseId, content[{text} | {json}], status}}]}],
+  system?[{text}], inferenceConfig?{maxTokens, temperature, topP, stopSequences}, toolConfig?{tools[
+  {toolSpec{name, description, inputSchema{json}}}], toolChoice}}``; response ``{output{message{role,
+  content[…]}}, stopReason, usage{inputTokens, outputTokens, totalTokens}, metrics{latencyMs}}``.
+* **ConverseStream** ``POST …/converse-stream``: the same request; the answer is an AWS event stream
+  (:mod:`.eventstream`) of ``messageStart{role}``, ``contentBlockStart{contentBlockIndex,
+  start{toolUse{toolUseId, name}}}``, ``contentBlockDelta{contentBlockIndex, delta{text} |
+  {toolUse{input: JSON text fragment}}}``, ``contentBlockStop``, ``messageStop{stopReason}``,
+  ``metadata{usage, metrics}``.
+* **InvokeModel** ``POST …/invoke`` and **InvokeModelWithResponseStream**
+  ``…/invoke-with-response-stream``: the body is the model's own format (Anthropic Messages with
+  ``anthropic_version: "bedrock-2023-05-31"`` for Claude); streamed as ``chunk`` events whose
+  ``bytes`` are the model's own stream events. Read by the provider of that format.
+
+Requests are signed with SigV4 (``authorization``, ``x-amz-date``, ``x-amz-content-sha256``,
+``x-amz-security-token``): :mod:`forkpoint.redact` drops those headers, and none of them is in a
+match key.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+from urllib.parse import unquote
+
+import orjson
+
+from . import anthropic, eventstream
+from .base import (
+    NOTHING,
+    UNRECOGNIZED,
+    CallAcc,
+    GenAIInput,
+    Message,
+    NewToolCall,
+    Payload,
+    Provider,
+    ResponseFields,
+    Sampling,
+    ToolCallSummary,
+    Usage,
+    args_obj,
+    d,
+    dumps,
+    error_of,
+    i,
+    join,
+    lst,
+    num,
+    role,
+    s,
+)
+
+_PATH = re.compile(r"/model/([^/]+)/(converse|converse-stream|invoke|invoke-with-response-stream)$")
+
+
+def _operation(path: str) -> tuple[str, str] | None:
+    m = _PATH.search(path)
+    return (unquote(m.group(1)), m.group(2)) if m else None
+
+
+def is_bedrock_host(host: str) -> bool:
+    """Bedrock runtime endpoints (``bedrock-runtime.us-east-1.amazonaws.com``, FIPS and VPC ones)."""
+    return host.startswith("bedrock-runtime") and host.endswith(".amazonaws.com")
+
+
+def _usage(u: object) -> Usage | None:
+    u = d(u) if isinstance(u, dict) else None
+    if u is None:
+        return None
+    return {
+        "input_tokens": i(u.get("inputTokens")),
+        "output_tokens": i(u.get("outputTokens")),
+        "cache_read_input_tokens": i(u.get("cacheReadInputTokens")),
+        "cache_creation_input_tokens": i(u.get("cacheWriteInputTokens")),
+    }
+
+
+def _block_text(block: dict[str, Any]) -> str:
+    """Display text of one Converse content block (tool results: their text and JSON parts)."""
+    if isinstance(block.get("text"), str):
+        return str(block["text"])
+    result = d(block.get("toolResult"))
+    if result:
+        return "".join(
+            _block_text(d(b)) if "text" in d(b) else dumps(d(b).get("json")) or ""
+            for b in lst(result.get("content"))
+        )
+    return ""
+
+
+class BedrockConverse(Provider):
+    """Amazon Bedrock Converse and ConverseStream."""
+
+    name = "bedrock"
+    api = "converse"
+    reference = "https://docs.aws.amazon.com/bedrock/latest/APIReference/API_runtime_Converse.html"
+    context_fields = ("system", "messages")
+    messages_field = "messages"
+    otel_operation = "chat"
+    api_key_vars = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+    sdk_packages = ("boto3", "botocore")
+    sdk_modules = ("boto3", "botocore")
+
+    # --- recognition
+
+    def claims_path(self, path: str) -> bool:
+        op = _operation(path)
+        return op is not None and op[1].startswith("converse")
+
+    def claims_host(self, host: str) -> bool:
+        return is_bedrock_host(host)
+
+    def path_streams(self, path: str) -> bool:
+        op = _operation(path)
+        return op is not None and op[1].endswith("stream")
+
+    def model_in_path(self, path: str) -> str | None:
+        op = _operation(path)
+        return op[0] if op else None
+
+    # --- request side
+
+    def request_model(self, body: dict[str, Any]) -> str | None:
+        return None  # the model is in the path
+
+    def sampling(self, body: dict[str, Any]) -> Sampling:
+        cfg = d(body.get("inferenceConfig"))
+        return Sampling(num(cfg.get("temperature")), num(cfg.get("topP")), None, i(cfg.get("maxTokens")))
+
+    def count_tools(self, body: dict[str, Any]) -> int:
+        return len(lst(d(body.get("toolConfig")).get("tools")))
+
+    def messages(self, body: dict[str, Any]) -> list[Message]:
+        system = "".join(_block_text(d(b)) for b in lst(body.get("system")))
+        head: list[Message] = [{"role": "system", "text": system}] if system else []
+        return head + [
+            {
+                "role": role(d(m).get("role")),
+                "text": "".join(_block_text(d(b)) for b in lst(d(m).get("content"))),
+            }
+            for m in lst(body.get("messages"))
+        ]
+
+    # --- response side
+
+    def read_body(self, body: object) -> ResponseFields:
+        if not isinstance(body, dict) or not isinstance(body.get("output"), dict):
+            return NOTHING
+        text: list[str] | None = None
+        calls: list[ToolCallSummary] = []
+        for block in lst(d(d(body["output"]).get("message")).get("content")):
+            block = d(block)
+            if isinstance(block.get("text"), str):
+                text = [*(text or []), block["text"]]
+            use = d(block.get("toolUse"))
+            if use:
+                calls.append(
+                    {
+                        "id": s(use.get("toolUseId")),
+                        "name": s(use.get("name")),
+                        "arguments": dumps(use.get("input")),
+                    }
+                )
+        return ResponseFields(
+            join(text), calls, _usage(body.get("usage")), s(body.get("stopReason")), None, None
+        )
+
+    def read_stream(self, stream: list[Payload]) -> ResponseFields:
+        blocks: dict[int, tuple[list[str], CallAcc | None]] = {}
+        usage: Usage | None = None
+        stop = error = None
+        seen = False
+        for event, p in stream:
+            if event == "messageStart":
+                seen = True
+            elif event == "contentBlockStart":
+                use = d(d(p.get("start")).get("toolUse"))
+                acc = CallAcc(s(use.get("toolUseId")), s(use.get("name"))) if use else None
+                blocks[i(p.get("contentBlockIndex")) or 0] = ([], acc)
+            elif event == "contentBlockDelta":
+                seen = True
+                text_parts, acc = blocks.setdefault(i(p.get("contentBlockIndex")) or 0, ([], None))
+                delta = d(p.get("delta"))
+                if isinstance(delta.get("text"), str):
+                    text_parts.append(delta["text"])
+                fragment = d(delta.get("toolUse")).get("input")
+                if isinstance(fragment, str) and acc is not None:
+                    acc.args.append(fragment)
+            elif event == "messageStop":
+                seen = True
+                stop = s(p.get("stopReason")) or stop
+            elif event == "metadata":
+                usage = _usage(p.get("usage")) or usage
+            elif error_of(p):
+                error = error or error_of(p)
+        if not seen:
+            return NOTHING._replace(error=error)
+        text: list[str] | None = None
+        calls: list[ToolCallSummary] = []
+        for idx in sorted(blocks):
+            text_parts, acc = blocks[idx]
+            if acc is not None:
+                calls.append(acc.result())
+            elif text_parts:
+                text = [*(text or []), *text_parts]
+        return ResponseFields(join(text), calls, usage, stop, None, error)
+
+    def stream_delta_text(self, payload: dict[str, Any]) -> str:
+        text = d(payload.get("delta")).get("text")
+        return text if isinstance(text, str) else ""
+
+    # --- carried context
+
+    def tool_call_arguments(self, node: dict[str, Any]) -> list[object]:
+        use = node.get("toolUse")
+        return [d(use).get("input")] if isinstance(use, dict) else []
+
+    def is_tool_result(self, node: dict[str, Any]) -> bool:
+        return isinstance(node.get("toolResult"), dict)
+
+    # --- overrides
+
+    def _content(self, text: str | None, calls: Sequence[NewToolCall]) -> list[dict[str, Any]]:
+        content: list[dict[str, Any]] = [{"text": text}] if text else []
+        return content + [
+            {"toolUse": {"toolUseId": c["id"], "name": c["name"], "input": args_obj(c["arguments"])}}
+            for c in calls
+        ]
+
+    def rewrite_body(self, body: dict[str, Any], text: str | None, calls: Sequence[NewToolCall]) -> bool:
+        output = body.setdefault("output", {})
+        message = output.setdefault("message", {"role": "assistant"})
+        message["content"] = self._content(text, calls)
+        body["stopReason"] = "tool_use" if calls else "end_turn"
+        return True
+
+    def rewrite_stream(
+        self, stream: list[dict[str, Any]], text: str | None, calls: Sequence[NewToolCall]
+    ) -> Sequence[str | bytes] | None:
+        def frame(event: str, payload: dict[str, Any]) -> bytes:
+            headers = {":event-type": event, ":content-type": "application/json", ":message-type": "event"}
+            return eventstream.encode(headers, orjson.dumps(payload))
+
+        metadata = next((p for p in stream if "usage" in p and "metrics" in p), None)
+        out = [frame("messageStart", {"role": "assistant"})]
+        for n, block in enumerate(self._content(text, calls)):
+            if "text" in block:
+                out.append(
+                    frame("contentBlockDelta", {"contentBlockIndex": n, "delta": {"text": block["text"]}})
+                )
+            else:
+                use = block["toolUse"]
+                start = {"toolUse": {"toolUseId": use["toolUseId"], "name": use["name"]}}
+                out.append(frame("contentBlockStart", {"contentBlockIndex": n, "start": start}))
+                delta = {"toolUse": {"input": orjson.dumps(use["input"]).decode()}}
+                out.append(frame("contentBlockDelta", {"contentBlockIndex": n, "delta": delta}))
+            out.append(frame("contentBlockStop", {"contentBlockIndex": n}))
+        out.append(frame("messageStop", {"stopReason": "tool_use" if calls else "end_turn"}))
+        if metadata is not None:
+            out.append(frame("metadata", metadata))
+        return out
+
+    # --- OpenTelemetry
+
+    def otel_provider_name(self, host: str) -> str:
+        return "aws.bedrock"
+
+    def genai_input_messages(self, body: dict[str, Any]) -> GenAIInput:
+        system = [{"type": "text", "content": _block_text(d(b))} for b in lst(body.get("system"))] or None
+        msgs: list[dict[str, Any]] = []
+        for m in lst(body.get("messages")):
+            parts: list[dict[str, Any]] = []
+            for b in lst(d(m).get("content")):
+                b = d(b)
+                use, result = d(b.get("toolUse")), d(b.get("toolResult"))
+                if use:
+                    parts.append(
+                        {
+                            "type": "tool_call",
+                            "id": use.get("toolUseId"),
+                            "name": use.get("name"),
+                            "arguments": use.get("input"),
+                        }
+                    )
+                elif result:
+                    parts.append(
+                        {
+                            "type": "tool_call_response",
+                            "id": result.get("toolUseId"),
+                            "response": _block_text(b),
+                        }
+                    )
+                elif isinstance(b.get("text"), str):
+                    parts.append({"type": "text", "content": b["text"]})
+            tool = bool(parts) and all(p["type"] == "tool_call_response" for p in parts)
+            msgs.append({"role": "tool" if tool else role(d(m).get("role"), "user"), "parts": parts})
+        return system, msgs
+
+
+class BedrockInvoke(Provider):
+    """Amazon Bedrock InvokeModel and InvokeModelWithResponseStream: the body is the model's own
+    format, read by that format's provider (Anthropic Messages for Claude)."""
+
+    name = "bedrock"
+    api = "invoke"
+    reference = "https://docs.aws.amazon.com/bedrock/latest/APIReference/API_runtime_InvokeModel.html"
+    context_fields = ("system", "messages")
+    messages_field = "messages"
+    final_events = ()
+    otel_operation = "chat"
+
+    def claims_path(self, path: str) -> bool:
+        op = _operation(path)
+        return op is not None and op[1].startswith("invoke")
+
+    def path_streams(self, path: str) -> bool:
+        op = _operation(path)
+        return op is not None and op[1] == "invoke-with-response-stream"
+
+    @staticmethod
+    def _inner(body: object) -> Provider:
+        """The provider of the model format a body (request or response) is in."""
+        b = d(body)
+        if "anthropic_version" in b or b.get("type") == "message":
+            return anthropic.PROVIDER
+        return UNRECOGNIZED
+
+    def request_model(self, body: dict[str, Any]) -> str | None:
+        return None
+
+    def sampling(self, body: dict[str, Any]) -> Sampling:
+        return self._inner(body).sampling(body)
+
+    def count_messages(self, body: dict[str, Any]) -> int | None:
+        return self._inner(body).count_messages(body)
+
+    def count_tools(self, body: dict[str, Any]) -> int:
+        return self._inner(body).count_tools(body)
+
+    def messages(self, body: dict[str, Any]) -> list[Message]:
+        return self._inner(body).messages(body)
+
+    def read_body(self, body: object) -> ResponseFields:
+        return self._inner(body).read_body(body)
+
+    def read_stream(self, stream: list[Payload]) -> ResponseFields | None:
+        if any(event == "message_start" for event, _ in stream):
+            return anthropic.PROVIDER.read_stream(stream)
+        return None
+
+    def stream_delta_text(self, payload: dict[str, Any]) -> str:
+        return anthropic.PROVIDER.stream_delta_text(payload)
+
+    def tool_call_arguments(self, node: dict[str, Any]) -> list[object]:
+        return []  # the Anthropic provider reads Claude's blocks already
+
+    def rewrite_body(self, body: dict[str, Any], text: str | None, calls: Sequence[NewToolCall]) -> bool:
+        return self._inner(body).rewrite_body(body, text, calls)
+
+    def otel_provider_name(self, host: str) -> str:
+        return "aws.bedrock"
+
+    def genai_input_messages(self, body: dict[str, Any]) -> GenAIInput:
+        return self._inner(body).genai_input_messages(body)
+
+
+CONVERSE = BedrockConverse()
+INVOKE = BedrockInvoke()

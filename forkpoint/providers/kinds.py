@@ -1,0 +1,125 @@
+"""Kinds of HTTP call: a model call, MCP over HTTP, telemetry (and metadata), or plain HTTP.
+
+forkpoint records every HTTP exchange a captured library makes; only those a provider recognizes
+are *model calls* (numbered ``model#K``, shown as turns, exported as GenAI spans). The others are:
+
+* ``telemetry`` — what frameworks send about a run, or fetch for it, that does not change what the
+  agent does: the OpenAI Agents SDK's trace upload, litellm's model price list, agno's and
+  CrewAI's anonymous telemetry, LangSmith and Langfuse tracing, Logfire, PostHog, Sentry, any OTLP
+  export. A replay answers them from the recording when it has them, else with the neutral answer
+  the client expects (:data:`TELEMETRY`), and they never make a replay diverge or leave calls unused.
+* ``mcp`` — a Model Context Protocol server over streamable HTTP (JSON-RPC 2.0 bodies, or the
+  ``mcp-session-id`` / ``mcp-protocol-version`` headers; spec: modelcontextprotocol.io, "Transports").
+  Its messages are matched like any call; the background ``GET`` (the server's event stream) and the
+  closing ``DELETE`` are session management, answered like telemetry (:func:`is_session_management`).
+* ``http`` — anything else (a search API, a file download): recorded and served as such.
+
+Pure functions over plain data; nothing here raises on malformed input.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal, NamedTuple
+from urllib.parse import urlsplit
+
+Kind = Literal["model", "mcp", "telemetry", "http"]
+KINDS: tuple[Kind, ...] = ("model", "mcp", "telemetry", "http")
+
+
+class Answer(NamedTuple):
+    """A neutral answer to an endpoint forkpoint answers itself on replay: status, content type, body."""
+
+    status: int
+    content_type: str | None
+    body: Any  # JSON value, or None for an empty body
+
+
+class Endpoint(NamedTuple):
+    """A known telemetry or metadata endpoint: the host (a suffix of the request's host, ``""`` for
+    any host), a path pattern (regular expression, searched), and the neutral answer on replay."""
+
+    name: str
+    host: str
+    path: str
+    answer: Answer
+
+
+_ACCEPTED = Answer(200, "application/json", {})
+_EMPTY = Answer(204, None, None)
+
+#: The telemetry and metadata endpoints of the frameworks forkpoint supports (first match wins).
+TELEMETRY: tuple[Endpoint, ...] = (
+    # OpenAI Agents SDK: BackendSpanExporter posts spans; any status below 300 is success.
+    Endpoint("openai-agents traces", "", r"/v1/traces/ingest$", _EMPTY),
+    # litellm fetches its model price list at import; a failed fetch makes it load its bundled copy.
+    Endpoint(
+        "litellm model prices",
+        "raw.githubusercontent.com",
+        r"/BerriAI/litellm/.*model_prices_and_context_window.*\.json$",
+        Answer(503, "text/plain", None),
+    ),
+    Endpoint("agno telemetry", "agno.com", r"", _ACCEPTED),
+    Endpoint("crewai telemetry", "telemetry.crewai.com", r"", _ACCEPTED),
+    Endpoint("langsmith tracing", "smith.langchain.com", r"", _ACCEPTED),
+    Endpoint("langfuse tracing", "langfuse.com", r"/api/public/(ingestion|otel)", _ACCEPTED),
+    Endpoint("logfire", "pydantic.dev", r"^/v1/(traces|metrics|logs)$", _ACCEPTED),
+    Endpoint("posthog", "posthog.com", r"", Answer(200, "application/json", {"status": 1})),
+    Endpoint("sentry", "sentry.io", r"/envelope/?$|/store/?$", _ACCEPTED),
+    Endpoint("huggingface telemetry", "huggingface.co", r"^/api/telemetry", _ACCEPTED),
+    # Any OTLP/HTTP export (opentelemetry.io/docs/specs/otlp/#otlphttp): an empty success.
+    Endpoint("otlp export", "", r"^(/[^/]+)*/v1/(traces|metrics|logs)$", Answer(200, None, None)),
+)
+
+
+def _host(url: object) -> tuple[str, str]:
+    if not isinstance(url, str):
+        return "", ""
+    try:
+        parts = urlsplit(url)
+        return (parts.hostname or "").lower(), parts.path
+    except ValueError:
+        return "", ""
+
+
+def telemetry_endpoint(url: str) -> Endpoint | None:
+    """The known telemetry or metadata endpoint ``url`` is at, or None."""
+    host, path = _host(url)
+    for e in TELEMETRY:
+        if e.host and not (host == e.host or host.endswith("." + e.host)):
+            continue
+        if re.search(e.path, path):
+            return e
+    return None
+
+
+def _header(headers: Iterable[Any] | Mapping[str, str] | None, name: str) -> str | None:
+    pairs = headers.items() if isinstance(headers, Mapping) else headers or []
+    return next((str(p[1]) for p in pairs if str(p[0]).lower() == name), None)
+
+
+def is_jsonrpc(body: object) -> bool:
+    """A JSON-RPC 2.0 message or batch (MCP's messages)."""
+    items = body if isinstance(body, list) and body else [body]
+    return all(isinstance(m, dict) and m.get("jsonrpc") == "2.0" for m in items)
+
+
+def is_mcp(method: str, body: object, headers: Iterable[Any] | Mapping[str, str] | None) -> bool:
+    """Whether a request is MCP over streamable HTTP: a JSON-RPC body, or MCP's own headers."""
+    if _header(headers, "mcp-session-id") or _header(headers, "mcp-protocol-version"):
+        return True
+    return method.upper() == "POST" and is_jsonrpc(body)
+
+
+def is_session_management(method: str, kind: Kind) -> bool:
+    """An MCP request that is no message of the conversation: the background ``GET`` that opens the
+    server's event stream, or the ``DELETE`` that ends the session."""
+    return kind == "mcp" and method.upper() in ("GET", "DELETE")
+
+
+def mcp_method(body: object) -> str | None:
+    """The JSON-RPC method of an MCP request (the first of a batch), or None for a response/none."""
+    first = body[0] if isinstance(body, list) and body else body
+    method = first.get("method") if isinstance(first, dict) else None
+    return method if isinstance(method, str) else None

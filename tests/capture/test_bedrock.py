@@ -1,0 +1,349 @@
+"""Amazon Bedrock through boto3: Converse and ConverseStream (with tool use) against the local server,
+which speaks the AWS event stream; recorded with one set of credentials, replayed offline with another.
+botocore signs every request (SigV4) and parses the event stream itself, so this is the real path."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+
+import forkpoint
+from forkpoint import providers
+from forkpoint.providers import eventstream
+from forkpoint.show import render
+from tests.modelserver import LocalServer
+
+MODEL = "anthropic.claude-3-haiku-20240307-v1:0"
+TOOLS = {
+    "tools": [
+        {
+            "toolSpec": {
+                "name": "add",
+                "description": "add two numbers",
+                "inputSchema": {"json": {"type": "object", "properties": {"a": {"type": "integer"}}}},
+            }
+        }
+    ]
+}
+RECORD_KEY = ("AKIAAAAAAAAAAAAAAAAA", "recording-secret-0123456789abcdefghijklmn")
+REPLAY_KEY = ("AKIABBBBBBBBBBBBBBBB", "replaying-secret-0123456789abcdefghijklmn")
+
+
+def _client(base: str, key: tuple[str, str]) -> Any:
+    return boto3.client(
+        "bedrock-runtime",
+        region_name="us-east-1",
+        endpoint_url=base,
+        aws_access_key_id=key[0],
+        aws_secret_access_key=key[1],
+        aws_session_token="session-token-" + key[0],
+    )
+
+
+def _streamed(response: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """The assistant message and stop reason of a ConverseStream answer, as an agent assembles them."""
+    content: list[dict[str, Any]] = []
+    use: dict[str, Any] | None = None
+    stop = ""
+    for ev in response["stream"]:
+        if "contentBlockStart" in ev:
+            start = ev["contentBlockStart"]["start"]["toolUse"]
+            use = {"toolUseId": start["toolUseId"], "name": start["name"], "input": ""}
+        elif "contentBlockDelta" in ev:
+            delta = ev["contentBlockDelta"]["delta"]
+            if "text" in delta:
+                if not content or "text" not in content[-1]:
+                    content.append({"text": ""})
+                content[-1]["text"] += delta["text"]
+            elif use is not None:
+                use["input"] += delta["toolUse"]["input"]
+        elif "contentBlockStop" in ev and use is not None:
+            content.append({"toolUse": {**use, "input": json.loads(use["input"])}})
+            use = None
+        elif "messageStop" in ev:
+            stop = ev["messageStop"]["stopReason"]
+    return {"role": "assistant", "content": content}, stop
+
+
+def agent(base: str, key: tuple[str, str], *, stream: bool) -> list[Any]:
+    """A tool-using loop: ask, run each ``add`` the model asks for, send the results, until it answers."""
+    client = _client(base, key)
+    messages: list[dict[str, Any]] = [{"role": "user", "content": [{"text": "add 2 and 3"}]}]
+    said: list[Any] = []
+    for _ in range(4):
+        if stream:
+            message, stop = _streamed(
+                client.converse_stream(modelId=MODEL, messages=messages, toolConfig=TOOLS)
+            )
+        else:
+            answer = client.converse(modelId=MODEL, messages=messages, toolConfig=TOOLS)
+            message, stop = answer["output"]["message"], answer["stopReason"]
+        messages.append(message)
+        said.append(message["content"])
+        if stop != "tool_use":
+            return said
+        results = []
+        for block in message["content"]:
+            if "toolUse" in block:
+                total = block["toolUse"]["input"]["a"] + block["toolUse"]["input"]["b"]
+                results.append(
+                    {
+                        "toolResult": {
+                            "toolUseId": block["toolUse"]["toolUseId"],
+                            "content": [{"json": {"sum": total}}],
+                        }
+                    }
+                )
+        messages.append({"role": "user", "content": results})
+    return said
+
+
+@pytest.fixture
+def recorded(store: Path) -> tuple[Path, list[Any], LocalServer]:
+    srv = LocalServer(chat_script=[[("add", {"a": 2, "b": 3})], "the sum is 5"], chunk_delay=0.002)
+    with forkpoint.record(store=store) as rec:
+        live = [agent(srv.url, RECORD_KEY, stream=False), agent(srv.url, RECORD_KEY, stream=True)]
+    srv.stop()
+    return rec.session_path, live, srv
+
+
+def test_converse_and_converse_stream_replay_offline_with_other_credentials(
+    recorded: tuple[Path, list[Any], LocalServer],
+) -> None:
+    path, live, srv = recorded
+    tool_turn = [{"toolUse": {"toolUseId": "tooluse_0_0", "name": "add", "input": {"a": 2, "b": 3}}}]
+    assert live == [[tool_turn, [{"text": "the sum is 5"}]]] * 2
+    with forkpoint.replay(path) as rp:
+        again = [agent(srv.url, REPLAY_KEY, stream=False), agent(srv.url, REPLAY_KEY, stream=True)]
+    report = rp.report()
+    assert again == live
+    assert report["reproduced"] and report["matched"] == 4, report
+
+
+def test_signing_never_reaches_disk(recorded: tuple[Path, list[Any], LocalServer]) -> None:
+    path, _, _ = recorded
+    stored = b"".join(p.read_bytes() for p in path.rglob("*") if p.is_file())
+    for needle in (
+        b"x-amz-date",
+        b"X-Amz-Date",
+        b"AWS4-HMAC-SHA256",
+        b"amz-sdk-invocation-id",
+        RECORD_KEY[1].encode(),
+    ):
+        assert needle not in stored, needle
+    assert b"session-token-" not in stored
+    for event in forkpoint.Session.load(path).by_type("model_call"):
+        names = {k.lower() for k, _ in event["request"]["headers"]}
+        assert not names & {"authorization", "x-amz-date", "x-amz-security-token", "x-amz-content-sha256"}
+
+
+def test_the_event_stream_is_kept_one_message_per_chunk(
+    recorded: tuple[Path, list[Any], LocalServer],
+) -> None:
+    path, _, _ = recorded
+    streamed = forkpoint.Session.load(path).by_type("model_call")[2]["response"]
+    assert streamed["body_kind"] == "stream"
+    frames = [c if isinstance(c, bytes) else c.encode() for _, c in streamed["chunks"]]
+    decoded = [eventstream.decode(f) for f in frames]
+    assert all(d is not None for d in decoded)  # each chunk is exactly one message
+    names = [eventstream.event_name(d[0]) for d in decoded if d is not None]
+    assert names == [
+        "messageStart",
+        "contentBlockStart",
+        "contentBlockDelta",
+        "contentBlockStop",
+        "messageStop",
+        "metadata",
+    ]
+    times = [t for t, _ in streamed["chunks"]]
+    assert times == sorted(times) and times[-1] > 0
+
+
+def test_summary_show_and_genai_reading_understand_converse(
+    recorded: tuple[Path, list[Any], LocalServer], capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, _, _ = recorded
+    session = forkpoint.Session.load(path)
+    calls = session.by_type("model_call")
+    for first in (calls[0], calls[2]):  # Converse, ConverseStream
+        s = first["summary"]
+        assert (s["kind"], s["provider"], s["api"], s["model"]) == ("model", "bedrock", "converse", MODEL)
+        assert s["tool_calls"] == [
+            {"id": "tooluse_0_0", "name": "add", "arguments": s["tool_calls"][0]["arguments"]}
+        ]
+        assert json.loads(s["tool_calls"][0]["arguments"]) == {"a": 2, "b": 3}
+        assert s["usage"]["input_tokens"] == 10 and s["usage"]["output_tokens"] == 5
+        assert s["stop_reason"] == "tool_use" and s["n_tools"] == 1 and s["n_messages"] == 1
+    assert calls[2]["summary"]["stream"] is True
+    last = calls[3]
+    assert (
+        providers.response_text(last["request"]["url"], providers.recorded_response(last)) == "the sum is 5"
+    )
+    system, messages = providers.genai_input_messages(
+        "converse", last["request"]["url"], last["request"]["body"]
+    )
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool"]
+    assert messages[1]["parts"][0] == {
+        "type": "tool_call",
+        "id": "tooluse_0_0",
+        "name": "add",
+        "arguments": {"a": 2, "b": 3},
+    }
+    assert providers.otel_provider_name(last["summary"]) == "aws.bedrock"
+    render(session)
+    out = capsys.readouterr().out
+    assert MODEL in out and "bedrock converse" in out and "→ add(" in out and "the sum is 5" in out
+
+
+@pytest.mark.parametrize("seq_of_answer, stream", [(2, False), (4, True)])
+def test_a_text_override_of_a_converse_answer(
+    recorded: tuple[Path, list[Any], LocalServer], seq_of_answer: int, stream: bool
+) -> None:
+    path, _, srv = recorded
+    with forkpoint.replay(path, overrides=[f'model#{seq_of_answer}.text="forty-two"']) as rp:
+        got = (
+            agent(srv.url, REPLAY_KEY, stream=stream) if stream else agent(srv.url, REPLAY_KEY, stream=False)
+        )
+        if not stream:
+            agent(srv.url, REPLAY_KEY, stream=True)
+    assert got[-1] == [{"text": "forty-two"}]
+    assert rp.report()["overrides"][0]["applied"]
+
+
+def test_a_tool_calls_override_of_a_converse_stream(recorded: tuple[Path, list[Any], LocalServer]) -> None:
+    path, _, srv = recorded
+    spec = 'model#3.tool_calls=[{"name": "add", "arguments": {"a": 40, "b": 2}}]'
+    with forkpoint.replay(path, overrides=[spec], on_divergence="live") as rp:
+        agent(srv.url, REPLAY_KEY, stream=False)
+        client = _client(srv.url, REPLAY_KEY)
+        message, stop = _streamed(
+            client.converse_stream(
+                modelId=MODEL,
+                messages=[{"role": "user", "content": [{"text": "add 2 and 3"}]}],
+                toolConfig=TOOLS,
+            )
+        )
+    assert stop == "tool_use"
+    assert message["content"] == [
+        {"toolUse": {"toolUseId": "tooluse_0_0", "name": "add", "input": {"a": 40, "b": 2}}}
+    ]
+    assert rp.report()["overrides"][0]["applied"]
+
+
+def test_invoke_model_bodies_are_read_as_their_model_format() -> None:
+    url = f"https://bedrock-runtime.us-east-1.amazonaws.com/model/{MODEL.replace(':', '%3A')}/invoke"
+    body = {
+        "anthropic_version": "bedrock-2023-05-31",
+        "max_tokens": 50,
+        "messages": [{"role": "user", "content": "hi"}],
+    }
+    answer = {
+        "type": "message",
+        "role": "assistant",
+        "content": [{"type": "text", "text": "hello"}],
+        "stop_reason": "end_turn",
+        "usage": {"input_tokens": 3, "output_tokens": 1},
+    }
+    s = providers.summarize(url, body, {"status": 200, "body": answer})
+    assert (s["provider"], s["api"], s["model"], s["max_tokens"], s["stop_reason"]) == (
+        "bedrock",
+        "invoke",
+        MODEL,
+        50,
+        "end_turn",
+    )
+    assert providers.response_text(url, {"status": 200, "body": answer}) == "hello"
+
+
+def test_event_stream_framing_round_trips() -> None:
+    frame = eventstream.encode(
+        {":event-type": "chunk", ":message-type": "event"}, b'{"bytes": "eyJ0eXBlIjoibWVzc2FnZV9zdG9wIn0="}'
+    )
+    frames, rest = eventstream.split(frame + frame[:7])
+    assert frames == [frame] and rest == frame[:7]
+    decoded = eventstream.decode(frame)
+    assert decoded is not None and decoded[0][":event-type"] == "chunk"
+    # A chunk event (InvokeModelWithResponseStream) is read as the model's own event inside it.
+    assert eventstream.as_sse([frame]) == 'event: message_stop\ndata: {"type":"message_stop"}\n\n'
+    assert eventstream.decode(frame[:-1]) is None and eventstream.decode(b"junk") is None
+
+
+def test_opentelemetry_export_of_converse_calls(recorded: tuple[Path, list[Any], LocalServer]) -> None:
+    from forkpoint.exporters import otel
+
+    path, _, _ = recorded
+    spans = [s for s in otel.plan(forkpoint.Session.load(path), content=True) if s.name.startswith("chat ")]
+    assert [s.name for s in spans] == [f"chat {MODEL}"] * 4
+    first, last = spans[0].attributes, spans[-1].attributes
+    assert first["gen_ai.provider.name"] == "aws.bedrock" and first["gen_ai.response.finish_reasons"] == [
+        "tool_use"
+    ]
+    assert json.loads(first["gen_ai.output.messages"])[0]["parts"][0]["name"] == "add"
+    assert json.loads(last["gen_ai.output.messages"])[0]["parts"] == [
+        {"type": "text", "content": "the sum is 5"}
+    ]
+    assert last["gen_ai.usage.input_tokens"] == 30
+
+
+def test_invoke_model_and_its_response_stream_replay_offline(store: Path) -> None:
+    """InvokeModel with a Claude body, and InvokeModelWithResponseStream, whose ``chunk`` events carry
+    the model's own stream events (base64 in ``bytes``), as botocore receives them."""
+    import base64
+
+    from tests.modelserver import Reply, Stream, aws_event
+
+    message = {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude",
+        "content": [{"type": "text", "text": "hello there"}],
+        "stop_reason": "end_turn",
+        "usage": {"input_tokens": 4, "output_tokens": 2},
+    }
+    inner = [
+        {"type": "message_start", "message": {**message, "content": [], "stop_reason": None}},
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "hello"}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": " there"}},
+        {"type": "content_block_stop", "index": 0},
+        {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 2}},
+        {"type": "message_stop"},
+    ]
+    chunks = [aws_event("chunk", {"bytes": base64.b64encode(json.dumps(e).encode()).decode()}) for e in inner]
+    body = {
+        "anthropic_version": "bedrock-2023-05-31",
+        "max_tokens": 20,
+        "messages": [{"role": "user", "content": "hi"}],
+    }
+
+    def run(base: str, key: tuple[str, str]) -> list[Any]:
+        client = _client(base, key)
+        whole = json.loads(client.invoke_model(modelId=MODEL, body=json.dumps(body))["body"].read())
+        stream = client.invoke_model_with_response_stream(modelId=MODEL, body=json.dumps(body))["body"]
+        events = [json.loads(ev["chunk"]["bytes"]) for ev in stream]
+        return [
+            whole["content"][0]["text"],
+            "".join(e["delta"].get("text", "") for e in events if e["type"] == "content_block_delta"),
+        ]
+
+    with LocalServer() as srv:
+        srv.route("/model/*/invoke", lambda r: Reply(json.dumps(message).encode(), ctype="application/json"))
+        srv.route(
+            "/model/*/invoke-with-response-stream",
+            lambda r: Stream(chunks, ctype="application/vnd.amazon.eventstream"),
+        )
+        with forkpoint.record(store=store) as rec:
+            live = run(srv.url, RECORD_KEY)
+    assert live == ["hello there", "hello there"]
+    calls = forkpoint.Session.load(rec.session_path).by_type("model_call")
+    assert [(c["summary"]["api"], c["summary"]["stop_reason"]) for c in calls] == [("invoke", "end_turn")] * 2
+    assert calls[1]["summary"]["usage"] == {"input_tokens": 4, "output_tokens": 2}
+    assert len(calls[1]["response"]["chunks"]) == len(chunks)
+    with forkpoint.replay(rec.session_path) as rp:
+        assert run(srv.url, REPLAY_KEY) == live
+    assert rp.report()["reproduced"]

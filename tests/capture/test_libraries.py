@@ -1,0 +1,310 @@
+"""Model calls sent through urllib3 (``requests``), the standard library (``urllib.request``) and aiohttp
+are recorded and replayed like httpx's: a real agent loop against the local server, the server stopped,
+the loop replayed, its outputs compared; streams, failures and cut streams; no socket on replay; and
+a client forkpoint does not capture is named, never silently missing from the session."""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import requests
+import urllib3
+
+import forkpoint
+from forkpoint.replay import summary_line
+from tests.modelserver import LocalServer
+
+SCRIPT: list[str | list[tuple[str, dict[str, Any]]]] = [
+    [("add", {"a": 2, "b": 3})],
+    [("add", {"a": 5, "b": 10})],
+    "the total is 15",
+]
+TOOLS = [{"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}}]
+#: A streamed request late in the script: the server streams its final text, word by word.
+STREAMED = {
+    "model": "m",
+    "stream": True,
+    "messages": [
+        {"role": "user", "content": "stream it"},
+        {"role": "assistant", "content": "one"},
+        {"role": "assistant", "content": "two"},
+    ],
+}
+
+
+def _turns(post: Callable[[dict[str, Any]], dict[str, Any]]) -> list[Any]:
+    """An agent loop over Chat Completions: call the model, run the tools it asks for, until it answers."""
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "add things up"}]
+    outputs: list[Any] = []
+    for _ in range(5):
+        message = post({"model": "m", "messages": messages, "tools": TOOLS})["choices"][0]["message"]
+        messages.append(message)
+        if not message.get("tool_calls"):
+            outputs.append(message["content"])
+            return outputs
+        for call in message["tool_calls"]:
+            args = json.loads(call["function"]["arguments"])
+            outputs.append((call["id"], args["a"] + args["b"]))
+            messages.append(
+                {"role": "tool", "tool_call_id": call["id"], "content": str(args["a"] + args["b"])}
+            )
+    return outputs
+
+
+def _sse_text(lines: list[bytes]) -> str:
+    """The assistant text of a streamed Chat Completions answer, from its ``data:`` lines."""
+    text = []
+    for line in lines:
+        if line.startswith(b"data: {"):
+            text.append(json.loads(line[6:])["choices"][0]["delta"].get("content") or "")
+    return "".join(text)
+
+
+def requests_agent(base: str) -> list[Any]:
+    with requests.Session() as s:
+        out = _turns(lambda body: s.post(base + "/v1/chat/completions", json=body, timeout=10).json())
+        with s.post(base + "/v1/chat/completions", json=STREAMED, stream=True) as r:
+            out.append(_sse_text([line for line in r.iter_lines() if line]))
+    return out
+
+
+def urllib_agent(base: str) -> list[Any]:
+    def post(body: dict[str, Any]) -> dict[str, Any]:
+        req = urllib.request.Request(
+            base + "/v1/chat/completions", json.dumps(body).encode(), {"content-type": "application/json"}
+        )
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return dict(json.loads(resp.read()))
+
+    out = _turns(post)
+    req = urllib.request.Request(
+        base + "/v1/chat/completions", json.dumps(STREAMED).encode(), {"content-type": "application/json"}
+    )
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        out.append(_sse_text([line.strip() for line in resp]))
+    return out
+
+
+def aiohttp_agent(base: str) -> list[Any]:
+    async def run() -> list[Any]:
+        async with aiohttp.ClientSession() as s:
+            messages: list[dict[str, Any]] = [{"role": "user", "content": "add things up"}]
+            out: list[Any] = []
+            for _ in range(5):
+                async with s.post(
+                    base + "/v1/chat/completions", json={"model": "m", "messages": messages}
+                ) as r:
+                    message = (await r.json())["choices"][0]["message"]
+                messages.append(message)
+                if not message.get("tool_calls"):
+                    out.append(message["content"])
+                    break
+                for call in message["tool_calls"]:
+                    args = json.loads(call["function"]["arguments"])
+                    out.append((call["id"], args["a"] + args["b"]))
+                    messages.append(
+                        {"role": "tool", "tool_call_id": call["id"], "content": str(args["a"] + args["b"])}
+                    )
+            async with s.post(base + "/v1/chat/completions", json=STREAMED) as r:
+                out.append(_sse_text([line.strip() async for line in r.content]))
+            return out
+
+    return asyncio.run(run())
+
+
+AGENTS = {"requests": requests_agent, "urllib": urllib_agent, "aiohttp": aiohttp_agent}
+
+
+@pytest.mark.parametrize("library", AGENTS)
+def test_an_agent_loop_replays_offline(library: str, store: Path) -> None:
+    agent = AGENTS[library]
+    srv = LocalServer(chat_script=SCRIPT, chunk_delay=0.002)
+    with forkpoint.record(store=store) as rec:
+        live = agent(srv.url)
+    served = len(srv.requests)
+    srv.stop()  # the provider is gone: only the session can answer
+    assert live == [("call_0_0", 5), ("call_1_0", 15), "the total is 15", "the total is 15"]
+
+    session = forkpoint.Session.load(rec.session_path)
+    calls = session.by_type("model_call")
+    assert len(calls) == served == 4
+    assert all(c["summary"]["kind"] == "model" for c in calls)
+    stream = calls[-1]["response"]
+    assert stream["body_kind"] == "stream" and len(stream["chunks"]) > 3  # teed chunk by chunk
+    assert [t for t, _ in stream["chunks"]] == sorted(t for t, _ in stream["chunks"])  # with timing
+
+    with forkpoint.replay(rec.session_path) as rp:
+        again = agent(srv.url)
+    report = rp.report()
+    assert again == live
+    assert report["reproduced"] and report["matched"] == 4 and not report["network_blocked"]
+
+
+@pytest.mark.parametrize("library", ["requests", "urllib", "aiohttp"])
+def test_a_refused_connection_is_recorded_and_raised_again_as_the_same_type(
+    library: str, store: Path
+) -> None:
+    srv = LocalServer()
+    srv.stop()  # nothing listens there any more
+
+    def call() -> type[BaseException]:
+        try:
+            if library == "requests":
+                requests.post(
+                    srv.url + "/v1/chat/completions", json={"model": "m", "messages": []}, timeout=5
+                )
+            elif library == "urllib":
+                urllib.request.urlopen(srv.url + "/v1/models", timeout=5)
+            else:
+
+                async def get() -> None:
+                    async with aiohttp.ClientSession() as s, s.get(srv.url + "/v1/models") as r:
+                        await r.read()
+
+                asyncio.run(get())
+        except Exception as exc:
+            return type(exc)
+        raise AssertionError("the call went through")
+
+    with forkpoint.record(store=store) as rec:
+        live = call()
+    assert forkpoint.Session.load(rec.session_path).by_type("model_call")[0]["error"]["type"]
+    with forkpoint.replay(rec.session_path) as rp:
+        replayed = call()
+    assert replayed is live
+    assert rp.report()["reproduced"], rp.report()
+
+
+@pytest.mark.parametrize("library", ["requests", "urllib", "aiohttp"])
+def test_a_stream_cut_by_the_server_ends_the_same_way_on_replay(
+    library: str, server: LocalServer, store: Path
+) -> None:
+    """requests raises ``ChunkedEncodingError`` (urllib3's ``ProtocolError``) where the server died,
+    aiohttp ``ClientPayloadError``; ``urllib.request``'s line iteration just ends there: either way,
+    replay ends as the live run did."""
+    url = server.url + "/events?kind=sse&n=6&delay=0.005&drop=3"
+
+    def read() -> tuple[list[bytes], str]:
+        got: list[bytes] = []
+        try:
+            if library == "requests":
+                with requests.get(url, stream=True, timeout=5) as r:
+                    for line in r.iter_lines():
+                        got.append(line)
+            elif library == "urllib":
+                with urllib.request.urlopen(url, timeout=5) as resp:
+                    for line in resp:
+                        got.append(line)
+            else:
+
+                async def lines() -> None:
+                    async with aiohttp.ClientSession() as s, s.get(url) as r:
+                        async for line in r.content:
+                            got.append(line)
+
+                asyncio.run(lines())
+        except Exception as exc:
+            return got, type(exc).__name__
+        return got, "no error"
+
+    with forkpoint.record(store=store) as rec:
+        live = read()
+    server.stop()
+    assert len([line for line in live[0] if line.strip()]) == 3
+    event = forkpoint.Session.load(rec.session_path).by_type("model_call")[0]
+    if library != "urllib":
+        assert live[1] == {"requests": "ChunkedEncodingError", "aiohttp": "ClientPayloadError"}[library]
+        assert event["response"]["ended"] == "error"
+    with forkpoint.replay(rec.session_path):
+        assert read() == live
+
+
+def test_urllib3_directly_preloaded_and_streamed(server: LocalServer, store: Path) -> None:
+    """urllib3's own API: a preloaded body (the default) and ``preload_content=False`` streamed with
+    ``stream()``; also a gzip body, stored decoded."""
+    pool = urllib3.PoolManager()
+
+    def run() -> list[Any]:
+        whole = pool.request("GET", server.url + "/x?kind=json&encoding=gzip").json()["path"]
+        r = pool.request("GET", server.url + "/s?kind=sse&n=3&delay=0.001", preload_content=False)
+        parts = list(r.stream(64))
+        r.release_conn()
+        return [whole, b"".join(parts)]
+
+    with forkpoint.record(store=store) as rec:
+        live = run()
+    server.stop()
+    events = forkpoint.Session.load(rec.session_path).by_type("model_call")
+    assert events[0]["response"]["body"]["path"] == "/x"
+    assert not any(k.lower() == "content-encoding" for k, _ in events[0]["response"]["headers"])
+    with forkpoint.replay(rec.session_path) as rp:
+        assert run() == live
+    assert rp.report()["reproduced"]
+
+
+def test_a_client_forkpoint_does_not_capture_is_named_at_the_end(
+    server: LocalServer, store: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A request sent piece by piece over ``http.client`` is not captured: the recording says which
+    host:port it connected to, in the session (a note) and on stderr."""
+    with forkpoint.record(store=store) as rec:
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
+        conn.putrequest("GET", "/hidden")
+        conn.endheaders()
+        assert conn.getresponse().read()
+        conn.close()
+        requests.get(server.url + "/seen", timeout=5)  # recorded: its host:port is accounted for
+    where = f"127.0.0.1:{server.port}"
+    # The same host:port served a recorded call too, so only a second server shows up as unrecorded.
+    other = LocalServer()
+    try:
+        with forkpoint.record(store=store) as rec:
+            conn = http.client.HTTPConnection("127.0.0.1", other.port, timeout=5)
+            conn.putrequest("GET", "/hidden")
+            conn.endheaders()
+            conn.getresponse().read()
+            conn.close()
+            requests.get(server.url + "/seen", timeout=5)
+    finally:
+        other.stop()
+    notes = forkpoint.Session.load(rec.session_path).by_type("note")  # type: ignore[call-overload]
+    assert notes[-1]["data"]["unrecorded_connections"] == [f"127.0.0.1:{other.port}"]
+    err = capsys.readouterr().err
+    assert f"127.0.0.1:{other.port}" in err and where not in err.split("connected to", 1)[-1]
+
+
+def test_a_replay_that_blocks_a_connection_names_the_host(server: LocalServer, store: Path) -> None:
+    with forkpoint.record(store=store) as rec:
+        requests.get(server.url + "/a", timeout=5)
+    with forkpoint.replay(rec.session_path) as rp:
+        requests.get(server.url + "/a", timeout=5)
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
+        with pytest.raises(forkpoint.NetworkBlocked):
+            conn.connect()  # a raw connection nothing captures
+    report = rp.report()
+    assert report["network_blocked"] == [f"127.0.0.1:{server.port}"]
+    assert f"network blocked: 127.0.0.1:{server.port}" in summary_line(report)
+
+
+def test_an_http_error_status_replays_as_the_same_exception(server: LocalServer, store: Path) -> None:
+    def call() -> tuple[int, str]:
+        try:
+            urllib.request.urlopen(server.url + "/missing?status=404", timeout=5)
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read())["path"]
+        raise AssertionError("no HTTPError")
+
+    with forkpoint.record(store=store) as rec:
+        live = call()
+    server.stop()
+    with forkpoint.replay(rec.session_path):
+        assert call() == live == (404, "/missing")

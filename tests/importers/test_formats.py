@@ -1,0 +1,203 @@
+"""Importers on the files real tools write: VCR cassettes whose header values are bytes (botocore's),
+gzip-compressed cassettes in VCR.py's ``requests``/``responses`` layout (langchain's serializer),
+Bedrock event streams inside a cassette, OpenHands on one clock, bare mini-swe-agent message lists."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+import requests
+import yaml
+
+import forkpoint
+from forkpoint.importers import import_file
+from tests.modelserver import converse_events
+from tests.realdata import TRAJECTORIES
+
+MODEL = "anthropic.claude-3-haiku-20240307-v1:0"
+HOST = "https://bedrock-runtime.us-east-1.amazonaws.com"
+ANSWER = {
+    "output": {"message": {"role": "assistant", "content": [{"text": "the sum is 5"}]}},
+    "stopReason": "end_turn",
+    "usage": {"inputTokens": 10, "outputTokens": 5, "totalTokens": 15},
+    "metrics": {"latencyMs": 12},
+}
+ASKED = {"messages": [{"role": "user", "content": [{"text": "add 2 and 3"}]}]}
+
+
+def _bedrock_interaction(operation: str, body: bytes, ctype: str) -> dict[str, Any]:
+    """One interaction as VCR.py records botocore's: header values as bytes (YAML ``!!binary``)."""
+    return {
+        "request": {
+            "method": "POST",
+            "uri": f"{HOST}/model/{MODEL.replace(':', '%3A')}/{operation}",
+            "body": json.dumps(ASKED).encode(),
+            "headers": {
+                "Content-Type": [b"application/json"],
+                "User-Agent": [b"Boto3/1.40.0 md/Botocore#1.40.0"],
+                "X-Amz-Date": [b"20250101T000000Z"],
+                "Authorization": [
+                    b"AWS4-HMAC-SHA256 Credential=AKIAEXAMPLE/20250101/us-east-1/bedrock/aws4_request"
+                ],
+                "amz-sdk-invocation-id": [b"0b3f0b7e-0000-4000-8000-000000000000"],
+            },
+        },
+        "response": {
+            "status": {"code": 200, "message": "OK"},
+            "headers": {"Content-Type": [ctype.encode()], "x-amzn-RequestId": [b"6d1b-req"]},
+            "body": {"string": body},
+        },
+    }
+
+
+@pytest.fixture
+def bedrock_cassette(tmp_path: Path) -> Path:
+    stream = b"".join(converse_events(ANSWER))
+    doc = {
+        "version": 1,
+        "interactions": [
+            _bedrock_interaction("converse", json.dumps(ANSWER).encode(), "application/json"),
+            _bedrock_interaction("converse-stream", stream, "application/vnd.amazon.eventstream"),
+        ],
+    }
+    path = tmp_path / "bedrock.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    assert "!!binary" in path.read_text()
+    return path
+
+
+def test_a_bedrock_cassette_with_bytes_headers_imports_as_text_and_replays(
+    bedrock_cassette: Path, tmp_path: Path
+) -> None:
+    session = forkpoint.Session.load(import_file(bedrock_cassette, store=tmp_path / "store"))
+    calls = session.by_type("model_call")
+    headers = dict(calls[0]["request"]["headers"])
+    assert headers["Content-Type"] == "application/json"  # not "b'application/json'"
+    assert not {"Authorization", "X-Amz-Date", "amz-sdk-invocation-id"} & set(headers)
+    assert [c["summary"]["api"] for c in calls] == ["converse", "converse"]
+    frames = calls[1]["response"]["chunks"]
+    assert len(frames) == len(converse_events(ANSWER))  # one chunk per event-stream message
+    client = boto3.client(
+        "bedrock-runtime", region_name="us-east-1", aws_access_key_id="AKIAREPLAY", aws_secret_access_key="x"
+    )
+    with forkpoint.replay(session) as rp:
+        whole = client.converse(modelId=MODEL, **ASKED)
+        streamed = client.converse_stream(modelId=MODEL, **ASKED)
+        text = "".join(
+            ev["contentBlockDelta"]["delta"].get("text", "")
+            for ev in streamed["stream"]
+            if "contentBlockDelta" in ev
+        )
+    assert whole["output"]["message"]["content"] == [{"text": "the sum is 5"}]
+    assert text == "the sum is 5"
+    assert rp.report()["reproduced"], rp.report()
+
+
+def test_a_gzip_cassette_in_the_requests_responses_layout(tmp_path: Path) -> None:
+    """langchain's cassette serializer: VCR.py's in-memory layout, YAML, gzip-compressed."""
+    answer = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "model": "gpt-4o-mini",
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": "hi there"}, "finish_reason": "stop"}
+        ],
+    }
+    body = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hello"}]}
+    doc = {
+        "requests": [
+            {
+                "method": "POST",
+                "uri": "https://api.openai.com/v1/chat/completions",
+                "body": json.dumps(body),
+                "headers": {"content-type": ["application/json"], "authorization": ["**REDACTED**"]},
+            }
+        ],
+        "responses": [
+            {
+                "status": {"code": 200, "message": "OK"},
+                "headers": {"content-type": ["application/json"]},
+                "body": {"string": json.dumps(answer)},
+            }
+        ],
+    }
+    path = tmp_path / "test_chat.yaml.gz"
+    path.write_bytes(gzip.compress(yaml.safe_dump(doc).encode()))
+    session = forkpoint.Session.load(import_file(path, store=tmp_path / "store"))
+    (call,) = session.by_type("model_call")
+    assert call["summary"]["model"] == "gpt-4o-mini" and session.header["imported_from"]["format"] == "vcr"
+    with forkpoint.replay(session) as rp:
+        got = requests.post("https://api.openai.com/v1/chat/completions", json=body, timeout=5).json()
+    assert got["choices"][0]["message"]["content"] == "hi there" and rp.report()["reproduced"]
+
+
+def test_a_gzip_file_that_expands_without_end_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from forkpoint.errors import ImportFormatError
+    from forkpoint.importers import base
+
+    monkeypatch.setattr(base, "MAX_UNCOMPRESSED", 1000)
+    path = tmp_path / "big.yaml.gz"
+    path.write_bytes(gzip.compress(b"a: " + b"x" * 5000))
+    with pytest.raises(ImportFormatError, match="decompresses to more than 1000 bytes"):
+        import_file(path, store=tmp_path / "store")
+    (tmp_path / "broken.yaml.gz").write_bytes(b"\x1f\x8b" + b"not gzip")
+    with pytest.raises(ImportFormatError, match="does not decompress"):
+        import_file(tmp_path / "broken.yaml.gz", store=tmp_path / "store")
+
+
+needs_trajectories = pytest.mark.skipif(
+    not TRAJECTORIES.is_dir(),
+    reason=f"real trajectories not found at {TRAJECTORIES} (../shared/realdata is absent)",
+)
+
+
+@needs_trajectories
+def test_openhands_keeps_one_clock(tmp_path: Path) -> None:
+    session = forkpoint.Session.load(
+        import_file(TRAJECTORIES / "openhands__basic.json", store=tmp_path / "store")
+    )
+    calls = [e for e in session.events if e["type"] in ("model_call", "tool_call")]
+    times = [datetime.fromisoformat(e["ts"].replace("Z", "+00:00")) for e in calls]
+    assert times == sorted(times)  # never backwards
+    assert (times[-1] - times[0]).total_seconds() < 3600  # the run took seconds, not years
+    # The first model response was created 2025-01-28T06:45:13Z; its action is stamped 22:45:13 local.
+    assert calls[0]["ts"].startswith("2025-01-28T06:45:13")
+    assert all(e.get("duration_ms") is None or 0 <= e["duration_ms"] < 60_000 for e in calls)
+    assert "moved by +8 h to UTC" in session.header["imported_from"]["adjusted"][-1]
+
+
+@needs_trajectories
+def test_a_bare_mini_swe_agent_message_list(tmp_path: Path) -> None:
+    doc = json.loads((TRAJECTORIES / "mini-swe-agent__sqlfluff-2419.traj.json").read_text())
+    path = tmp_path / "messages.json"
+    path.write_text(json.dumps(doc["messages"]))
+    session = forkpoint.Session.load(import_file(path, store=tmp_path / "store"))
+    assert session.header["imported_from"]["format"] == "mini-swe-agent"
+    assert len(session.by_type("model_call")) == 41 and len(session.by_type("tool_call")) == 41
+    assert any("a bare message list has no `info`" in m for m in session.header["imported_from"]["missing"])
+
+
+def test_a_trajectory_whose_actions_cannot_be_found_says_so(tmp_path: Path) -> None:
+    messages = [
+        {"role": "system", "content": "You are a helpful assistant."},
+        {"role": "user", "content": "Fix the bug."},
+        {"role": "assistant", "content": "THOUGHT: look first.\n\n```bash\nls\n```"},
+        {"role": "user", "content": "<returncode>0</returncode><output>a.py</output>"},
+        {"role": "assistant", "content": "THOUGHT: now edit.\n\n<command>sed -i s/x/y/ a.py</command>"},
+        {"role": "user", "content": "<returncode>0</returncode><output></output>"},
+    ]
+    path = tmp_path / "odd.json"
+    path.write_text(json.dumps(messages))
+    session = forkpoint.Session.load(import_file(path, store=tmp_path / "store"))
+    assert len(session.by_type("model_call")) == 2 and len(session.by_type("tool_call")) == 1
+    missing = session.header["imported_from"]["missing"]
+    assert any("the action of 1 assistant message(s) (messages 5)" in m for m in missing), missing
+    assert "the action of 1 assistant message(s)" in session.events[0]["text"]  # the import note says it

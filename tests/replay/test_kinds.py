@@ -1,0 +1,326 @@
+"""Kinds of HTTP call: only model calls are model calls. Telemetry and metadata are answered aside and
+never make a replay diverge or leave calls unused; MCP over streamable HTTP is recognized and replays;
+plain HTTP that differs only in ids is reported, not fatal, unless strict; HTTP made inside a tool
+belongs to that tool; a key in the URL is not part of the match key."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import requests
+
+import forkpoint
+from forkpoint import Divergence
+from forkpoint.providers import classify, kinds
+from forkpoint.replay import summary_line
+from forkpoint.show import render
+from tests.modelserver import LocalServer, Reply
+
+
+def _chat(base: str, text: str) -> str:
+    body = {"model": "m", "messages": [{"role": "user", "content": text}]}
+    return str(
+        requests.post(base + "/v1/chat/completions", json=body, timeout=5).json()["choices"][0]["message"][
+            "content"
+        ]
+    )
+
+
+def test_classification() -> None:
+    assert classify("POST", "https://api.openai.com/v1/traces/ingest", {"data": []}) == "telemetry"
+    prices = "https://raw.githubusercontent.com/BerriAI/litellm/main/model_prices_and_context_window.json"
+    assert classify("GET", prices, None) == "telemetry"
+    assert classify("POST", "https://os-api.agno.com/telemetry/runs", {}) == "telemetry"
+    assert classify("POST", "http://127.0.0.1:4318/v1/traces", None) == "telemetry"
+    assert (
+        classify("POST", "http://127.0.0.1:9/mcp", {"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+        == "mcp"
+    )
+    assert classify("GET", "http://127.0.0.1:9/mcp", None, [["mcp-session-id", "abc"]]) == "mcp"
+    assert (
+        classify("POST", "http://127.0.0.1:9/v1/chat/completions", {"model": "m", "messages": []}) == "model"
+    )
+    assert classify("POST", "https://api.openai.com/v1/embeddings", {"input": "x"}) == "model"
+    assert classify("GET", "https://api.openai.com/v1/models", None) == "http"
+    assert classify("GET", "http://127.0.0.1:9/search?q=x", None) == "http"
+
+
+def test_telemetry_is_answered_aside_and_never_counts(server: LocalServer, store: Path) -> None:
+    """Trace uploads whose ids differ at every run are served from the recording; one the recording
+    does not have gets the neutral answer; none is a model call, a divergence or an unused call."""
+    server.route("/v1/traces/ingest", lambda r: Reply(b"", 204, None))
+
+    def run(traces: int) -> str:
+        answer = _chat(server.url, "hello")
+        for _ in range(traces):
+            r = httpx.post(
+                server.url + "/v1/traces/ingest", json={"data": [{"id": "trace_" + uuid.uuid4().hex}]}
+            )
+            assert r.status_code == 204
+        return answer
+
+    with forkpoint.record(store=store) as rec:
+        live = run(2)
+    server.stop()
+    session = forkpoint.Session.load(rec.session_path)
+    assert [e["summary"]["kind"] for e in session.by_type("model_call")] == [
+        "model",
+        "telemetry",
+        "telemetry",
+    ]
+    with forkpoint.replay(rec.session_path) as rp:
+        assert run(3) == live  # one upload more than recorded: answered neutrally
+        prices = "https://raw.githubusercontent.com/BerriAI/litellm/main/model_prices_and_context_window.json"
+        assert requests.get(prices, timeout=5).status_code == 503  # litellm then loads its bundled copy
+    report = rp.report()
+    assert (
+        report["reproduced"] and report["matched"] == 1 and report["recorded"] == 1 and not report["unused"]
+    )
+    assert report["aside"]["served"] == 2 and len(report["aside"]["answered"]) == 2
+    assert "2 served from the recording, 2 answered neutrally" in summary_line(report)
+
+
+def test_model_numbering_and_overrides_count_model_calls_only(server: LocalServer, store: Path) -> None:
+    server.route("/v1/traces/ingest", lambda r: Reply(b"", 204, None))
+    with forkpoint.record(store=store) as rec:
+        httpx.post(server.url + "/v1/traces/ingest", json={"data": []})
+        requests.get(server.url + "/lookup?q=1", timeout=5)
+        first = _chat(server.url, "one")
+        _chat(server.url, "two")
+    server.stop()
+    with forkpoint.replay(rec.session_path, overrides=['model#1.text="overridden"']) as rp:
+        httpx.post(server.url + "/v1/traces/ingest", json={"data": []})
+        requests.get(server.url + "/lookup?q=1", timeout=5)
+        assert _chat(server.url, "one") == "overridden" != first
+        _chat(server.url, "two")
+    assert rp.report()["overrides"][0]["seq"] == 3  # the first model call, after telemetry and plain HTTP
+
+
+def test_show_tells_kinds_apart(server: LocalServer, store: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    server.route("/v1/traces/ingest", lambda r: Reply(b"", 204, None))
+    with forkpoint.record(store=store) as rec:
+        _chat(server.url, "one")
+        httpx.post(server.url + "/v1/traces/ingest", json={"data": []})
+        requests.get(server.url + "/lookup?q=1", timeout=5)
+    render(forkpoint.Session.load(rec.session_path))
+    out = capsys.readouterr().out
+    assert "turn  1" in out and "turn  2" not in out
+    assert "telemetry POST /v1/traces/ingest  → 204" in out
+    assert "http    GET /lookup  → 200" in out
+
+
+def test_plain_http_differing_only_in_ids_is_reported_unless_strict(server: LocalServer, store: Path) -> None:
+    def run() -> Any:
+        body = {"request_id": str(uuid.uuid4()), "ts": time.time(), "query": "weather in Paris"}
+        return requests.post(server.url + "/search", json=body, timeout=5).json()["path"]
+
+    with forkpoint.record(store=store) as rec:
+        run()
+    server.stop()
+    with forkpoint.replay(rec.session_path) as rp:
+        assert run() == "/search"
+    report = rp.report()
+    assert report["reproduced"] and len(report["id_drift"]) == 1
+    changed = {c["path"] for c in report["id_drift"][0]["diff"]}
+    assert changed == {"$.body.request_id", "$.body.ts"}
+    assert "1 plain HTTP call served a recording that differed only in ids" in summary_line(report)
+
+    with forkpoint.replay(rec.session_path, strict=True) as rp, pytest.raises(Divergence):
+        run()
+    # What is asked changed: a divergence even without strict.
+    with forkpoint.replay(rec.session_path) as rp, pytest.raises(Divergence):
+        requests.post(server.url + "/search", json={"request_id": "x", "query": "weather in Rome"}, timeout=5)
+    assert rp.report()["divergence"] is not None
+
+
+def test_http_inside_a_tool_belongs_to_the_tool(
+    server: LocalServer, store: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    @forkpoint.tool
+    def fetch(q: str) -> str:
+        return str(requests.get(server.url + "/page", params={"q": q}, timeout=5).json()["query"]["q"])
+
+    with forkpoint.record(store=store) as rec:
+        answer = _chat(server.url, "go")
+        page = fetch("forkpoint")
+    server.stop()
+    session = forkpoint.Session.load(rec.session_path)
+    inner = session.by_type("model_call")[1]
+    tool = session.by_type("tool_call")[0]
+    assert inner["parent_span_id"] == tool["span_id"]
+    with forkpoint.replay(rec.session_path) as rp:  # the tool is not run: its request is not expected
+        assert _chat(server.url, "go") == answer and fetch("forkpoint") == page == "forkpoint"
+    report = rp.report()
+    assert report["reproduced"] and report["recorded"] == 2 and not report["unused"], report
+    render(session)
+    out = capsys.readouterr().out
+    assert f"↳ #{inner['seq']} http    GET /page" in out
+
+
+def test_a_key_in_the_url_is_not_part_of_the_match_key(server: LocalServer, store: Path) -> None:
+    """Gemini clients send ``?key=``: a recording made with one key replays with another, and never
+    stores it; the rest of the query still counts."""
+    with forkpoint.record(store=store) as rec:
+        live = httpx.get(
+            server.url + "/v1beta/models",
+            params={"key": "AIzaRECORDrecordRECORDrecord01234567890", "pageSize": "5"},
+        ).json()
+    server.stop()
+    assert b"AIzaRECORD" not in (rec.session_path / "session.jsonl").read_bytes()
+    with forkpoint.replay(rec.session_path) as rp:
+        again = httpx.get(
+            server.url + "/v1beta/models",
+            params={"key": "AIzaREPLAYreplayREPLAYreplay65432109876", "pageSize": "5"},
+        ).json()
+    # (The server echoes the query: its copy of the key was scrubbed from the recorded answer too.)
+    assert again["id"] == live["id"] and again["query"]["pageSize"] == "5"
+    assert again["query"]["key"].startswith("[REDACTED:google-api-key:") and rp.report()["reproduced"]
+    with forkpoint.replay(rec.session_path), pytest.raises(Divergence):
+        httpx.get(
+            server.url + "/v1beta/models",
+            params={"key": "AIzaREPLAYreplayREPLAYreplay65432109876", "pageSize": "6"},
+        )
+
+
+# ------------------------------------------------------------------------------------------- MCP
+
+
+@pytest.fixture
+def mcp_server() -> Iterator[tuple[str, Any]]:
+    """A real MCP server (the ``mcp`` package's, streamable HTTP) on loopback, served by uvicorn."""
+    import uvicorn
+    from mcp.server.mcpserver import MCPServer
+
+    app_server: Any = MCPServer("calc")
+
+    @app_server.tool()
+    def add(a: int, b: int) -> int:
+        """Add two numbers."""
+        return a + b
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen()
+    web = uvicorn.Server(uvicorn.Config(app_server.streamable_http_app(), log_level="warning"))
+    thread = threading.Thread(target=web.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not web.started and time.monotonic() < deadline:
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}/mcp", web
+    finally:
+        web.should_exit = True
+        thread.join(5)
+
+
+def test_an_mcp_client_over_streamable_http_replays(mcp_server: tuple[str, Any], store: Path) -> None:
+    from mcp.client.session import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+
+    url, web = mcp_server
+
+    async def client() -> tuple[list[str], list[str]]:
+        async with streamable_http_client(url) as streams, ClientSession(*streams[:2]) as session:
+            await session.initialize()
+            listed = await session.list_tools()
+            result = await session.call_tool("add", {"a": 2, "b": 3})
+            return [t.name for t in listed.tools], [c.text for c in result.content]  # type: ignore[union-attr]
+
+    with forkpoint.record(store=store) as rec:
+        live = asyncio.run(client())
+    web.should_exit = True
+    time.sleep(0.3)
+    assert live == (["add"], ["5"])
+    session = forkpoint.Session.load(rec.session_path)
+    calls = session.by_type("model_call")
+    assert calls and all(c["summary"]["kind"] == "mcp" for c in calls)
+    methods = [kinds.mcp_method(c["request"]["body"]) for c in calls if c["request"]["method"] == "POST"]
+    assert {"initialize", "tools/list", "tools/call"} <= set(methods)
+    with forkpoint.replay(rec.session_path) as rp:
+        assert asyncio.run(client()) == live
+    report = rp.report()
+    assert report["reproduced"] and not report["unused"] and report["divergence"] is None, report
+
+
+# --------------------------------------------------------------------- the Agents SDK, tracing on
+
+AGENTS_SCRIPT = textwrap.dedent(
+    '''
+    """The OpenAI Agents SDK as its quick start writes it: tracing left on (its exporter pointed at the
+    local server, as there is no other network here)."""
+    import sys
+
+    from agents import Agent, OpenAIChatCompletionsModel, Runner, function_tool
+    from agents.tracing import get_trace_provider
+    from agents.tracing.processors import default_exporter
+    from openai import AsyncOpenAI
+
+    BASE = sys.argv[1]
+    default_exporter().endpoint = BASE + "/v1/traces/ingest"
+
+
+    @function_tool
+    def add(a: int, b: int) -> int:
+        """Add two numbers."""
+        return a + b
+
+
+    model = OpenAIChatCompletionsModel("m", AsyncOpenAI(base_url=BASE + "/v1", api_key="sk-test"))
+    agent = Agent(name="adder", instructions="Use the tool.", tools=[add], model=model)
+    result = Runner.run_sync(agent, "add 2 and 3")
+    print(result.final_output)
+    get_trace_provider().force_flush()
+    '''
+)
+
+
+@pytest.mark.slow
+def test_the_agents_sdk_with_tracing_on_replays_with_exit_0(tmp_path: Path) -> None:
+    script = tmp_path / "agent.py"
+    script.write_text(AGENTS_SCRIPT)
+    store = tmp_path / "store"
+    srv = LocalServer(chat_script=[[("add", {"a": 2, "b": 3})], "the sum is 5"])
+    srv.route("/v1/traces/ingest", lambda r: Reply(b"", 204, None))
+    env = {**os.environ, "OPENAI_API_KEY": "sk-test", "FORKPOINT_STORE": str(store)}
+    cmd = [sys.executable, "-m", "forkpoint.cli"]
+    rec = subprocess.run(
+        [*cmd, "record", "--", sys.executable, str(script), srv.url],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    traces = [r for r in srv.requests if r["path"] == "/v1/traces/ingest"]
+    srv.stop()
+    assert rec.returncode == 0, rec.stderr
+    assert rec.stdout.strip() == "the sum is 5" and traces  # the SDK did upload its traces
+    rep = subprocess.run([*cmd, "replay", "last"], env=env, capture_output=True, text=True, timeout=120)
+    assert rep.returncode == 0, rep.stderr
+    assert rep.stdout.strip() == "the sum is 5"
+    assert "replay ok" in rep.stderr and "served from the recording" in rep.stderr
+
+
+def test_only_model_calls_are_genai_spans(server: LocalServer, store: Path) -> None:
+    from forkpoint.exporters import otel
+
+    server.route("/v1/traces/ingest", lambda r: Reply(b"", 204, None))
+    with forkpoint.record(store=store) as rec:
+        _chat(server.url, "one")
+        httpx.post(server.url + "/v1/traces/ingest", json={"data": []})
+    spans = {s.name: s.attributes for s in otel.plan(forkpoint.Session.load(rec.session_path))}
+    assert "chat m" in spans and spans["POST"]["forkpoint.http.kind"] == "telemetry"
+    assert not any(k.startswith("gen_ai.") for k in spans["POST"])
