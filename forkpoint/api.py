@@ -15,14 +15,17 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from . import capture, integrations, override, runtime
+from .errors import Divergence, NetworkBlocked
+from .events import error_record
 from .log import Session
 from .override import Override
-from .record import Recorder, attach_workspace, make_header, open_workspace
+from .record import Recorder, attach_workspace, make_header, open_workspace, recording_warnings
 from .replay import (
     API_KEY_VARS,
     PLACEHOLDER_KEY,
     Replayer,
     create_child,
+    end_divergence,
     install_network_guard,
     write_report,
 )
@@ -61,7 +64,9 @@ def record(
     its git repository if it is in one), checkpoints are taken before each model call (resumable) and
     between the tool calls of one turn (observable); see :mod:`forkpoint.checkpoint`.
     Yields the :class:`Recorder`; ``recorder.session_path`` is the new session directory. The session
-    ends with an ``end`` event (``exit_code`` 0, or 1 and the exception type if the block raised).
+    ends with an ``end`` event (``exit_code`` 0, or 1, the exception's type and the exception as
+    ``uncaught`` if the block raised). What the recording lacks (tools the model asked for that
+    were never recorded, results that could not be recorded) is said on stderr at the end.
     Raises :class:`~forkpoint.errors.SessionError` when the store cannot hold a new session.
     """
     target = open_store(store)  # a directory, or an fsspec URL's local mirror (uploaded when the block ends)
@@ -76,6 +81,8 @@ def record(
         finally:
             runtime.deactivate(rec)
             finish_pending(rec)
+            for warning in recording_warnings(session.path):
+                sys.stderr.write(f"forkpoint: WARNING: {warning}\n")
 
 
 @contextmanager
@@ -98,7 +105,9 @@ def replay(
     ``models``, ``tools``, ``on_divergence`` and ``overrides`` (specs or parsed) are those of
     :class:`~forkpoint.replay.Replayer`. The run is written to a new child session next to its parent
     when ``record_child`` is true — by default whenever something can make it differ from the
-    recording (an override, a live source, or a policy other than ``stop``).
+    recording (an override, a live source, or a policy other than ``stop``). The block's end is the
+    run's end: exit code 0, or 1 and the exception as uncaught when it raised; the report (after
+    the block) compares it with the recording's.
     SDK API-key variables that are unset get a placeholder for the duration. Yields the
     :class:`~forkpoint.replay.Replayer`; ``replayer.report()`` gives the outcome (also written to
     ``report_path``). Raises :class:`~forkpoint.errors.OverrideError` for an override that does not
@@ -144,9 +153,16 @@ def replay(
         for k in added:
             if os.environ.get(k) == PLACEHOLDER_KEY:
                 del os.environ[k]
+        own = isinstance(failed, Divergence | NetworkBlocked)  # reported as what they are
+        rt.finish(1 if failed else 0, [error_record(failed)] if failed is not None and not own else [])
         if child is not None:
             finish_pending(rt)
-            child.end(1 if failed else 0, reason=type(failed).__name__ if failed else None)
+            child.end(
+                1 if failed else 0,
+                reason=type(failed).__name__ if failed else None,
+                uncaught=list(rt.uncaught),
+                divergence=end_divergence(rt.report(), child.path),
+            )
             child.close()
         if report_path:
             write_report(Path(report_path), rt.report())

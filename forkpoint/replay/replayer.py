@@ -7,6 +7,7 @@ that endpoint anyway). Several processes of one replay share a :class:`~forkpoin
 
 from __future__ import annotations
 
+import bisect
 import os
 import threading
 import time
@@ -21,10 +22,12 @@ from ..events import (
     Call,
     CallKind,
     DivergenceReport,
+    ErrorRecord,
     HttpRequest,
     ModelCallEvent,
     ToolCallEvent,
     endpoint,
+    is_tool_call,
     new_span_id,
 )
 from ..jsondiff import json_diff, similarity
@@ -34,7 +37,7 @@ from ..override import Override
 from ..providers import api_key_vars, summary
 from ..redact import scrub_json
 from .ledger import Ledger
-from .report import divergence
+from .report import conclude, divergence
 
 #: Environment variables SDKs insist on; set to a placeholder during replay when unset.
 API_KEY_VARS = api_key_vars()
@@ -127,6 +130,21 @@ class Replayer:
         self.network_blocked: list[str] = []
         self.pending: set[Any] = set()
         self._lock = threading.Lock()
+        # Calls made inside a tool's body: served with that tool, never asked for on their own.
+        self._children: dict[str, list[Call]] = {}
+        for e in self.recorded:
+            parent = e.get("parent_span_id")
+            if parent:
+                self._children.setdefault(parent, []).append(e)
+        self.covered: set[int] = set()
+        # Tool results are released in the order they finished live (see release_order).
+        self._after = release_order([e for e in self.recorded if is_tool_call(e)], self._descendants)
+        self._released: set[int] = set()
+        self._turns = threading.Condition()
+        self.out_of_order: list[dict[str, Any]] = []
+        #: How this run ended (:meth:`finish`), and the uncaught exceptions it raised.
+        self.exit_code: int | None = None
+        self.uncaught: list[ErrorRecord] = []
 
     # -- the capture layer asks these
 
@@ -138,14 +156,16 @@ class Replayer:
         """The event answering ``request`` and this call's position among the run's model calls, or
         None to make the call live. Raises :class:`~forkpoint.errors.Divergence`."""
         norm = normalize_request(request["method"], request["url"], request["headers"], request["body"])
-        event = self._take("model_call", model_key(norm), norm, endpoint=f"{norm['method']} {norm['path']}")
+        event, position = self._take(
+            "model_call", model_key(norm), norm, endpoint=f"{norm['method']} {norm['path']}"
+        )
         if event is None:
             return None
         if self.child is not None:
             self._log_served(event, {"request": request})
-        return cast(ModelCallEvent, event), self.positions["model_call"]
+        return cast(ModelCallEvent, event), position
 
-    def diverged(self, event: ModelCallEvent, kind: CallKind, position: int, reason: str) -> Divergence:
+    def diverged(self, event: Call, kind: CallKind, position: int, reason: str) -> Divergence:
         """A divergence about a recorded call that was served (see :class:`forkpoint.runtime.Serving`),
         noted as this replay's divergence when it is the first."""
         where = endpoint(event)
@@ -163,12 +183,14 @@ class Replayer:
         with self._lock:
             if self.divergence is None:
                 self.divergence = report
+                self._wake()
         return divergence(report)
 
     def take_tool_call(
         self, name: str, args: dict[str, Any], *, defaulted: frozenset[str] = frozenset()
-    ) -> ToolCallEvent | None:
-        """The event of this tool call, or None to run the tool live. Raises :class:`Divergence`.
+    ) -> tuple[ToolCallEvent, int] | None:
+        """The event of this tool call and its position among the run's tool calls, or None to run
+        the tool live. Raises :class:`Divergence`.
 
         ``defaulted`` names arguments the caller did not pass (filled in from the signature): when
         nothing matches the call as it is, a recorded call of the tool whose arguments are these
@@ -194,10 +216,14 @@ class Replayer:
 
         norm = {"tool": name, "args": args}
         alternatives = without_defaults if defaulted & set(args) else None
-        event = self._take("tool_call", tool_key(name, args), norm, alternatives=alternatives, name=name)
-        if event is not None and self.child is not None:
+        event, position = self._take(
+            "tool_call", tool_key(name, args), norm, alternatives=alternatives, name=name
+        )
+        if event is None:
+            return None
+        if self.child is not None:
             self._log_served(event, {"tool": name, "args": args})
-        return cast(ToolCallEvent | None, event)
+        return cast(ToolCallEvent, event), position
 
     def before_model_call(self, request: HttpRequest) -> None:
         """Live calls of a replay take no checkpoints (the recording has them)."""
@@ -244,64 +270,137 @@ class Replayer:
         *,
         alternatives: Callable[[], list[str]] | None = None,
         **what: str,
-    ) -> Call | None:
+    ) -> tuple[Call | None, int]:
         """The recorded call to serve for a call with match ``key`` (``alternatives()``: keys to try
-        when none is left under ``key``), None to go live; raises :class:`Divergence`."""
+        when none is left under ``key``) or None to go live, and this call's position among the
+        run's calls of its kind; raises :class:`Divergence`."""
         with self._lock, self._shared():
             self.positions[kind] += 1
-            if self.gone_live or self.sources[kind] == "live":
-                self.live_calls[kind] += 1
-                return None
-            queue = self._queues.get(key)
+            return self._choose(kind, key, norm, alternatives, what), self.positions[kind]
+
+    def _choose(
+        self,
+        kind: CallKind,
+        key: str,
+        norm: dict[str, Any],
+        alternatives: Callable[[], list[str]] | None,
+        what: dict[str, str],
+    ) -> Call | None:
+        if self.gone_live or self.sources[kind] == "live":
+            self.live_calls[kind] += 1
+            return None
+        queue = self._queues.get(key)
+        if queue:
+            return self._serve(queue.popleft())
+        for alt in alternatives() if alternatives else ():
+            queue = self._queues.get(alt)
             if queue:
                 return self._serve(queue.popleft())
-            for alt in alternatives() if alternatives else ():
-                queue = self._queues.get(alt)
-                if queue:
-                    return self._serve(queue.popleft())
-            if self.live_from is not None and len(self.used) + len(self.others) == len(self.recorded):
-                self.gone_live = True  # the recorded prefix is done: the fork continues live
-                self.live_calls[kind] += 1
-                return None
-            report = self._divergence_report(kind, key, norm, what)
-            first = self.divergence is None
-            if first:
-                self.divergence = report
-            if self.policy == "live":
-                self.gone_live = True
-                self.live_calls[kind] += 1
-                return None
-            if self.policy == "fifo":
-                where = what.get("endpoint") or what.get("name")
-                taken = set(self.used) | self.others
-                nxt = next(
-                    (
-                        e
-                        for e in self.recorded
-                        if e["seq"] not in taken and e["type"] == kind and endpoint(e) == where
-                    ),
-                    None,
-                )
-                if nxt is not None:
-                    self._queues[self._keys[nxt["seq"]]].remove(nxt)
-                    drift: DivergenceReport = {
-                        **report,
-                        "served_seq": nxt["seq"],
-                        "diff": [c.to_json() for c in json_diff(normalized(nxt), norm)],
-                    }
-                    self.drift.append(drift)
-                    if first:
-                        self.divergence = drift
-                    return self._serve(nxt)
+        if self.live_from is not None and len(self._taken()) == len(self.recorded):
+            self.gone_live = True  # the recorded prefix is done: the fork continues live
+            self.live_calls[kind] += 1
+            return None
+        report = self._divergence_report(kind, key, norm, what)
+        first = self.divergence is None
+        if first:
+            self.divergence = report
+            self._wake()  # tool results waiting for their turn wait no longer: no order is kept now
+        if self.policy == "live":
+            self.gone_live = True
+            self.live_calls[kind] += 1
+            return None
+        if self.policy == "fifo":
+            where = what.get("endpoint") or what.get("name")
+            taken = self._taken()
+            nxt = next(
+                (
+                    e
+                    for e in self.recorded
+                    if e["seq"] not in taken and e["type"] == kind and endpoint(e) == where
+                ),
+                None,
+            )
+            if nxt is not None:
+                self._queues[self._keys[nxt["seq"]]].remove(nxt)
+                drift: DivergenceReport = {
+                    **report,
+                    "served_seq": nxt["seq"],
+                    "diff": [c.to_json() for c in json_diff(normalized(nxt), norm)],
+                }
+                self.drift.append(drift)
+                if first:
+                    self.divergence = drift
+                return self._serve(nxt)
         raise divergence(report)
+
+    def _taken(self) -> set[int]:
+        """Recorded calls no longer to be served: served here or by another process of this
+        replay, or made inside the body of a tool call that was served."""
+        return set(self.used) | self.others | self.covered
 
     def _serve(self, event: Call) -> Call:
         self.used.append(event["seq"])
+        if event["type"] == "tool_call":
+            # The calls its body made are in its recorded result; the body does not run now.
+            for inner in self._descendants(event):
+                if inner["seq"] in self.covered or inner["seq"] in self.used:
+                    continue
+                self.covered.add(inner["seq"])
+                queue = self._queues.get(self._keys[inner["seq"]], deque())
+                if inner in queue:
+                    queue.remove(inner)
         o = self.overrides.get(event["seq"])
         if o is None:
             return event
         self.applied[event["seq"]] = True
         return cast(Call, override.apply(event, o))
+
+    def _descendants(self, event: Mapping[str, Any]) -> list[Call]:
+        """The recorded calls made inside ``event``'s span (a tool's body), at any depth."""
+        out: list[Call] = []
+        spans = [event.get("span_id")]
+        while spans:
+            span = spans.pop()
+            for inner in self._children.get(span, []) if span else []:
+                out.append(inner)
+                spans.append(inner.get("span_id"))
+        return out
+
+    # -- tool results in the order they finished live
+
+    def turn_of(self, event: ToolCallEvent) -> list[int]:
+        """The recorded tool calls that finished, live, while ``event`` was running and before it
+        (:func:`release_order`): its result is released only after theirs."""
+        return self._after.get(event["seq"], [])
+
+    def ready(self, event: ToolCallEvent) -> bool:
+        """True when every call :meth:`turn_of` names has been released (or the run diverged, after
+        which no order is kept)."""
+        with self._turns:
+            return self.divergence is not None or all(s in self._released for s in self.turn_of(event))
+
+    def wait_turn(self, event: ToolCallEvent, timeout: float) -> None:
+        """Block until :meth:`ready`, at most ``timeout`` seconds (then :meth:`late` is noted)."""
+        with self._turns:
+            if not self._turns.wait_for(lambda: self.ready(event), timeout):
+                self.late(event)
+
+    def late(self, event: ToolCallEvent) -> None:
+        """Note that ``event``'s result is released before calls that finished before it live,
+        because this run did not ask for them in time."""
+        with self._turns:
+            missing = [s for s in self.turn_of(event) if s not in self._released]
+            self.out_of_order.append({"seq": event["seq"], "tool": event["tool"], "before": missing})
+
+    def release(self, event: ToolCallEvent) -> None:
+        """``event``'s result has been handed to the program."""
+        with self._turns:
+            self._released.add(event["seq"])
+            self._turns.notify_all()
+
+    def _wake(self) -> None:
+        with self._turns:
+            self._turns.notify_all()
 
     def _log_served(self, event: Call, actual: dict[str, Any]) -> None:
         keep = (
@@ -376,36 +475,88 @@ class Replayer:
             report["name"] = what["name"]
         return report
 
+    def finish(self, exit_code: int | None, uncaught: Sequence[ErrorRecord] = ()) -> None:
+        """How the replayed run ended: its exit code (None when this process cannot know it: the
+        command line adds it) and the uncaught exceptions it raised. :meth:`report` compares them
+        with the recording's end."""
+        self.exit_code = exit_code
+        self.uncaught.extend(uncaught)
+
     def report(self) -> dict[str, Any]:
         """Outcome as JSON data: matched/recorded counts, unused seqs, divergence, drift (fifo),
-        overrides and whether each was reached, live calls, the child session, blocked connects."""
-        used = set(self.used)
-        unused = [e for e in self.recorded if e["seq"] not in used]
+        overrides and whether each was reached, live calls, the child session, blocked connects,
+        calls served with the tool call whose body made them (``covered``), tool results released
+        out of their recorded order, and how the run ended against how the recording did
+        (:func:`~forkpoint.replay.report.conclude`)."""
+        taken = set(self.used) | self.covered
+        unused = [e for e in self.recorded if e["seq"] not in taken]
         # Recorded calls of a kind served from the session that the run never asked for: it ended
         # early, which is as much a failure to reproduce as a divergence. (Live kinds, and anything
         # after a divergence the policy went live on, are expected to leave recorded calls unused.)
         unserved = [e["seq"] for e in unused if self.sources[e["type"]] == "replay" and not self.gone_live]
-        return {
-            "session": self.session.id,
-            "session_path": str(self.session.path),
-            "reproduced": self.divergence is None and not unserved and not self.network_blocked,
-            "processes": 1,
-            "process_started": self.started,
-            "served": sorted(self.used),
-            "unserved": unserved,
-            "matched": len(self.used),
-            "recorded": len(self.recorded),
-            "unused": [e["seq"] for e in unused],
-            "ended_early": bool(unserved) and self.divergence is None,
-            "divergence": self.divergence,
-            "policy": self.policy,
-            "sources": {"models": self.sources["model_call"], "tools": self.sources["tool_call"]},
-            "drift": self.drift,
-            "overrides": [
-                {**o.to_json(), "seq": seq, "applied": self.applied[seq]} for seq, o in self.overrides.items()
-            ],
-            "live_calls": {"models": self.live_calls["model_call"], "tools": self.live_calls["tool_call"]},
-            "child_session": str(self.child.path) if self.child else None,
-            "live_from": self.live_from,
-            "network_blocked": self.network_blocked,
-        }
+        end = self.session.end()
+        return conclude(
+            {
+                "session": self.session.id,
+                "session_path": str(self.session.path),
+                "reproduced": False,
+                "processes": 1,
+                "process_started": self.started,
+                "served": sorted(self.used),
+                "covered": sorted(self.covered),
+                "unserved": unserved,
+                "matched": len(taken),
+                "recorded": len(self.recorded),
+                "unused": [e["seq"] for e in unused],
+                "ended_early": bool(unserved) and self.divergence is None,
+                "divergence": self.divergence,
+                "policy": self.policy,
+                "sources": {"models": self.sources["model_call"], "tools": self.sources["tool_call"]},
+                "drift": self.drift,
+                "overrides": [
+                    {**o.to_json(), "seq": seq, "applied": self.applied[seq]}
+                    for seq, o in self.overrides.items()
+                ],
+                "live_calls": {
+                    "models": self.live_calls["model_call"],
+                    "tools": self.live_calls["tool_call"],
+                },
+                "child_session": str(self.child.path) if self.child else None,
+                "live_from": self.live_from,
+                "network_blocked": self.network_blocked,
+                "out_of_order": list(self.out_of_order),
+                "exit_code": self.exit_code,
+                "uncaught": list(self.uncaught),
+                "recorded_end": {"exit_code": end.get("exit_code"), "uncaught": end.get("uncaught")}
+                if end is not None and self.live_from is None
+                else None,
+            }
+        )
+
+
+def release_order(
+    tools: Sequence[ToolCallEvent], inside: Callable[[ToolCallEvent], Sequence[Call]]
+) -> dict[int, list[int]]:
+    """For each recorded tool call, the tool calls that finished live while it was running and
+    before it did (same process; ``inside(call)``, the calls made in its own body, left out: they
+    are not asked for when it is served). Its result is released only after theirs, so results
+    gathered in parallel come back in the order they finished live.
+
+    Read from ``sent`` and ``finished``, ordinals of one counter per process (a call's start and
+    its end); sessions recorded without ``finished`` keep no order."""
+    by_pid: dict[Any, list[ToolCallEvent]] = {}
+    for e in tools:
+        if isinstance(e.get("sent"), int) and isinstance(e.get("finished"), int):
+            by_pid.setdefault(e.get("pid"), []).append(e)
+    out: dict[int, list[int]] = {}
+    for group in by_pid.values():
+        group.sort(key=lambda e: e["finished"])
+        ends = [e["finished"] for e in group]
+        for e in group:
+            during = group[bisect.bisect_right(ends, e["sent"]) : bisect.bisect_left(ends, e["finished"])]
+            if during:
+                own = {x["seq"] for x in inside(e)}
+                after = [x["seq"] for x in during if x["seq"] not in own]
+                if after:
+                    out[e["seq"]] = after
+    return out

@@ -1,0 +1,195 @@
+"""``--tool module:qualname``: functions and methods of an agent one cannot edit, recorded as tools.
+
+:func:`install_import_hook` wraps each target with :func:`~forkpoint.capture.tools.tool` (named
+``qualname``) as soon as its module has executed, so ``from module import f`` elsewhere already
+sees the wrapper; a module imported already is patched at once.
+
+**The script itself** (``--tool __main__:save_note``, ``--tool __main__:Notes.add``) is not
+imported: the interpreter runs it as ``__main__`` (``python agent.py``, ``python -m pkg.agent``,
+``python -c``). Its targets are wrapped the moment the script has defined them: a trace function
+(``sys.settrace``) watches the lines of the script's module-level code only, wraps each target
+right after the statement that defined it, and removes itself once every target is wrapped or the
+script's module-level code is done. Until then every Python call pays for a trace callback (the
+imports above the definitions run about 1.5x slower); later code, and the calls that use the tool,
+run untraced. Like any ``--tool`` target, a function that a framework took hold of while it was
+being defined (a decorator that registers it) keeps the unwrapped one: name those with the
+framework's integration or ``@forkpoint.tool``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib.abc
+import importlib.machinery
+import sys
+from collections.abc import Sequence
+from types import FrameType, ModuleType
+from typing import Any
+
+from .tools import tool
+
+#: The module name of the script or module the interpreter runs.
+MAIN = "__main__"
+
+
+def parse_target(spec: str) -> tuple[str, str]:
+    """Split ``module:qualname``; raises ``ValueError`` with the expected shape otherwise."""
+    module, sep, qualname = spec.partition(":")
+    if not sep or not module or not qualname or not all(p.isidentifier() for p in qualname.split(".")):
+        raise ValueError(f"--tool {spec!r}: expected MODULE:FUNCTION or MODULE:CLASS.METHOD")
+    return module, qualname
+
+
+def wrap_target(module: ModuleType, qualname: str) -> None:
+    """Replace ``module.<qualname>`` by its :func:`~forkpoint.capture.tools.tool` wrapper (named
+    ``qualname``).
+
+    Raises ``AttributeError`` naming the target when it does not exist.
+    """
+    *owners, attr = qualname.split(".")
+    owner: Any = module
+    for part in owners:
+        owner = getattr(owner, part)
+    raw = owner.__dict__.get(attr) if isinstance(owner, type) else getattr(owner, attr, None)
+    if raw is None:
+        raise AttributeError(f"--tool {module.__name__}:{qualname}: {module.__name__} has no {qualname}")
+    if getattr(raw, "__forkpoint_tool__", None) or getattr(
+        getattr(raw, "__func__", None), "__forkpoint_tool__", None
+    ):
+        return
+    if isinstance(raw, staticmethod | classmethod):
+        setattr(owner, attr, type(raw)(tool(raw.__func__, name=qualname)))
+    else:
+        setattr(owner, attr, tool(raw, name=qualname))
+
+
+class _PatchingLoader(importlib.abc.Loader):
+    def __init__(self, loader: Any, qualnames: list[str]) -> None:
+        self._loader, self._qualnames = loader, qualnames
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        return self._loader.create_module(spec)  # type: ignore[no-any-return]
+
+    def exec_module(self, module: ModuleType) -> None:
+        self._loader.exec_module(module)
+        for q in self._qualnames:
+            _wrap_or_warn(module, q)
+
+    def __getattr__(self, name: str) -> Any:  # get_source, get_code, is_package… of the real loader
+        return getattr(self._loader, name)
+
+
+class _ToolFinder(importlib.abc.MetaPathFinder):
+    def __init__(self, targets: dict[str, list[str]]) -> None:
+        self.targets = targets
+
+    def find_spec(
+        self, fullname: str, path: Any, target: Any = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname not in self.targets:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None and spec.loader is not None:
+                spec.loader = _PatchingLoader(spec.loader, self.targets[fullname])
+                return spec
+        return None
+
+
+def _wrap_or_warn(module: ModuleType, qualname: str) -> None:
+    # A typo in --tool must not crash the agent being recorded; say it instead.
+    try:
+        wrap_target(module, qualname)
+    except AttributeError as exc:
+        sys.stderr.write(f"forkpoint: {exc}; its calls are not recorded or replayed\n")
+
+
+class _MainWatcher:
+    """Wraps ``__main__`` targets as soon as the script being run defines them (module docstring)."""
+
+    def __init__(self, qualnames: list[str]) -> None:
+        self.pending = qualnames
+        self.done = False
+
+    def start(self) -> None:
+        self.check()
+        if self.done:
+            return
+        # Installed from inside the running script (the Python API): watch its frame from here on.
+        frame: FrameType | None = sys._getframe()
+        while frame is not None and not _is_main(frame):
+            frame = frame.f_back
+        if frame is not None:
+            frame.f_trace = self.local
+        sys.settrace(self.watch)
+
+    def watch(self, frame: FrameType, event: str, arg: Any) -> Any:
+        """The global trace function: only the script's module-level frame is traced."""
+        return self.local if event == "call" and _is_main(frame) else None
+
+    def local(self, frame: FrameType, event: str, arg: Any) -> Any:
+        """The trace function of that frame: before each of its lines, wrap what is defined now."""
+        if event in ("line", "return"):
+            self.check()
+            if self.done or event == "return":
+                self.stop(frame)
+                return None
+        return self.local
+
+    def check(self) -> None:
+        main = sys.modules.get(MAIN)
+        names = vars(main) if main is not None else {}
+        for qualname in [q for q in self.pending if q.split(".")[0] in names]:
+            self.pending.remove(qualname)
+            _wrap_or_warn(main, qualname)  # type: ignore[arg-type]
+        self.done = not self.pending
+
+    def stop(self, frame: FrameType) -> None:
+        frame.f_trace = None
+        if sys.gettrace() == self.watch:
+            sys.settrace(None)
+        self.done = True
+        for qualname in self.pending:
+            sys.stderr.write(
+                f"forkpoint: --tool {MAIN}:{qualname}: the script ran to its end without defining "
+                f"{qualname.split('.')[0]} at module level; its calls are not recorded or replayed\n"
+            )
+        self.pending = []
+
+
+def _is_main(frame: FrameType) -> bool:
+    return frame.f_code.co_name == "<module>" and frame.f_globals.get("__name__") == MAIN
+
+
+def install_import_hook(specs: Sequence[str], *, warn_at_exit: bool = False) -> None:
+    """Wrap each ``module:qualname`` in ``specs``: now if imported, else when first imported, and
+    ``__main__`` targets as soon as the running script defines them.
+
+    A target that does not exist is reported on stderr, never raised into the program; with
+    ``warn_at_exit`` (the CLI's bootstrap), so is a module the program never imported.
+    """
+    targets: dict[str, list[str]] = {}
+    main: list[str] = []
+    for spec in specs:
+        module, qualname = parse_target(spec)
+        if module == MAIN:
+            main.append(qualname)
+        elif module in sys.modules:
+            _wrap_or_warn(sys.modules[module], qualname)
+        else:
+            targets.setdefault(module, []).append(qualname)
+    if main:
+        _MainWatcher(main).start()
+    if targets:
+        sys.meta_path.insert(0, _ToolFinder(targets))
+    if targets and warn_at_exit:
+
+        def never_imported() -> None:
+            for module, names in targets.items():
+                if module not in sys.modules:
+                    listed = ", ".join(f"{module}:{n}" for n in names)
+                    sys.stderr.write(f"forkpoint: --tool {listed}: the program never imported {module}\n")
+
+        atexit.register(never_imported)
