@@ -20,7 +20,8 @@ import pytest
 import forkpoint
 from forkpoint import verify
 from forkpoint.canonical import digest
-from forkpoint.capture.tools import RecordedToolError, install_import_hook, rebuild_exception
+from forkpoint.capture.targets import install_import_hook
+from forkpoint.capture.tools import RecordedToolError, rebuild_exception
 from forkpoint.checkpoint import CheckpointError, restore
 from forkpoint.log import LOG_NAME, Session, SessionError, SessionWriter
 from tests.gitutil import git
