@@ -277,6 +277,7 @@ def replay_command(
         specs
         and not quiet
         and not report.get("ended_early")
+        and report.get("ended_as_recorded") is not False
         and any(o["applied"] for o in report.get("overrides") or [])
     ):
         say("the override(s) did not change the agent's path: every later call matched the recording")

@@ -133,7 +133,10 @@ def summary_line(report: dict[str, Any]) -> str:
     if report.get("divergence"):
         status = "DIVERGED"
     elif ended_by_override(report):
-        status = "ok, ended early after the override (the agent did not ask for every recorded call)"
+        how = "ok, ended early" if not report.get("ending") else "ENDED DIFFERENTLY"
+        status = f"{how} after the override (the agent did not ask for every recorded call)" + "".join(
+            f"; {d}" for d in report.get("ending") or []
+        )
     elif problems(report):
         status = f"DID NOT REPRODUCE ({'; '.join(problems(report))})"
     else:
