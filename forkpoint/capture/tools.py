@@ -33,12 +33,13 @@ from __future__ import annotations
 
 import base64
 import builtins
+import contextlib
 import functools
 import inspect
 import sys
 import time
 import types
-from collections.abc import AsyncGenerator, Awaitable, Callable, Generator, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Generator, Iterator, Sequence
 from decimal import Decimal
 from pathlib import PurePath
 from typing import Any, TypeVar, cast, overload
@@ -262,6 +263,15 @@ class _ToolCall:
         self.span_id = new_span_id()
         self.parent = runtime.current_span.get()
 
+    @contextlib.contextmanager
+    def running(self) -> Iterator[None]:
+        """The tool's span is current inside (its body runs: calls it makes are its children)."""
+        token = runtime.current_span.set(self.span_id)
+        try:
+            yield
+        finally:
+            runtime.current_span.reset(token)
+
     def write(
         self,
         *,
@@ -373,11 +383,8 @@ def _recorded_generator(
     arg: Any = None
     try:
         while True:
-            token = runtime.current_span.set(call.span_id)
-            try:
+            with call.running():
                 item = step(arg)
-            finally:
-                runtime.current_span.reset(token)
             items.add(item)
             try:
                 arg, step = (yield item), gen.send
@@ -403,11 +410,8 @@ async def _recorded_async_generator(
     arg: Any = None
     try:
         while True:
-            token = runtime.current_span.set(call.span_id)
-            try:
+            with call.running():
                 item = await step(arg)
-            finally:
-                runtime.current_span.reset(token)
             items.add(item)
             try:
                 arg, step = (yield item), agen.asend
@@ -572,14 +576,12 @@ def call_tool(
         served.wait()
         return served.value()
     call = _ToolCall(name, args)
-    token = runtime.current_span.set(call.span_id)
     try:
-        result = body()
-    except Exception as exc:
+        with call.running():
+            result = body()
+    except Exception as exc:  # cancelled or exiting (a BaseException) is not recorded
         call.write(error=exc)
         raise
-    finally:  # cancelled or exiting (a BaseException) is not recorded, but the span is left
-        runtime.current_span.reset(token)
     return call.returned(result, encode)
 
 
@@ -599,14 +601,12 @@ async def acall_tool(
         await served.await_turn()
         return served.value()
     call = _ToolCall(name, args)
-    token = runtime.current_span.set(call.span_id)
     try:
-        result = await body()
+        with call.running():
+            result = await body()
     except Exception as exc:
         call.write(error=exc)
         raise
-    finally:
-        runtime.current_span.reset(token)
     return call.returned(result, encode)
 
 
