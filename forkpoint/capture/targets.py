@@ -107,11 +107,15 @@ def _wrap_or_warn(module: ModuleType, qualname: str) -> None:
 
 
 class _MainWatcher:
-    """Wraps ``__main__`` targets as soon as the script being run defines them (module docstring)."""
+    """Wraps ``__main__`` targets as soon as the script being run defines them (module docstring).
+    A trace function already in place (a debugger, coverage) keeps getting every event, and is
+    put back when the watch ends."""
 
     def __init__(self, qualnames: list[str]) -> None:
         self.pending = qualnames
         self.done = False
+        self.previous: Any = sys.gettrace()
+        self.theirs: Any = None  # the previous tracer's trace function for the script's frame
 
     def start(self) -> None:
         self.check()
@@ -122,20 +126,26 @@ class _MainWatcher:
         while frame is not None and not _is_main(frame):
             frame = frame.f_back
         if frame is not None:
-            frame.f_trace = self.local
+            self.theirs, frame.f_trace = frame.f_trace, self.local
         sys.settrace(self.watch)
 
     def watch(self, frame: FrameType, event: str, arg: Any) -> Any:
         """The global trace function: only the script's module-level frame is traced."""
-        return self.local if event == "call" and _is_main(frame) else None
+        theirs = self.previous(frame, event, arg) if self.previous is not None else None
+        if event == "call" and _is_main(frame):
+            self.theirs = theirs
+            return self.local
+        return theirs
 
     def local(self, frame: FrameType, event: str, arg: Any) -> Any:
         """The trace function of that frame: before each of its lines, wrap what is defined now."""
+        if self.theirs is not None:
+            self.theirs = self.theirs(frame, event, arg)
         if event in ("line", "return"):
             self.check()
             if self.done or event == "return":
                 self.stop(frame)
-                return None
+                return self.theirs
         return self.local
 
     def check(self) -> None:
@@ -147,9 +157,9 @@ class _MainWatcher:
         self.done = not self.pending
 
     def stop(self, frame: FrameType) -> None:
-        frame.f_trace = None
+        frame.f_trace = self.theirs
         if sys.gettrace() == self.watch:
-            sys.settrace(None)
+            sys.settrace(self.previous)
         self.done = True
         for qualname in self.pending:
             sys.stderr.write(

@@ -278,9 +278,11 @@ class _ToolCall:
         result: Any = None,
         error: BaseException | None = None,
         unrecorded: UnrecordedResult | None = None,
+        rt: runtime.Runtime | None = None,
     ) -> None:
-        """Write the event: ``result`` (stored form), ``error`` (raised), or ``unrecorded``."""
-        rt = runtime.active()
+        """Write the event: ``result`` (stored form), ``error`` (raised), or ``unrecorded``, to the
+        active runtime (or ``rt``: the one ending the run; nothing when none is active)."""
+        rt = rt or runtime.active()
         if rt is None:
             return
         event: ToolCallEvent = {
@@ -368,10 +370,12 @@ class _Items:
             node["return"] = self._stored(returned)
         if error is not None:
             node["raised"] = _error_dict(error)
+        # Still open when the run ends: its runtime is finishing it (and may be inactive already).
+        rt = self.rt if ended == "unfinished" else None
         if self.unrecorded is not None:
-            self.call.write(unrecorded=self.unrecorded)
+            self.call.write(unrecorded=self.unrecorded, rt=rt)
         else:
-            self.call.write(result=node)
+            self.call.write(result=node, rt=rt)
 
 
 def _recorded_generator(

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -123,3 +124,32 @@ def test_cli_records_and_replays_tools_of_the_script_itself(
     assert "replay ok: 3/3 events matched" in rep.stderr
     assert rep.stdout == rec.stdout
     assert ledger.read_text() == before
+
+
+def test_a_trace_function_already_in_place_keeps_working(script: Path) -> None:
+    """A debugger or coverage that traces the program before the watch starts still sees every
+    line of the script while forkpoint watches it, and is put back afterwards."""
+    lines: list[int] = []
+
+    def tracer(frame: Any, event: str, arg: Any) -> Any:
+        if frame.f_code.co_filename != str(script):
+            return None
+
+        def local(frame: Any, event: str, arg: Any) -> Any:
+            if event == "line":
+                lines.append(frame.f_lineno)
+            return local
+
+        return local
+
+    previous = sys.gettrace()
+    sys.settrace(tracer)
+    try:
+        targets.install_import_hook(["__main__:save_note"])
+        runpy.run_path(str(script), run_name="__main__")
+        assert sys.gettrace() is tracer
+    finally:
+        sys.settrace(previous)
+    module_lines = [n for n, line in enumerate(SCRIPT.splitlines(), 1) if line and not line[0].isspace()]
+    assert set(module_lines) - {1} <= set(lines)  # every top-level statement was seen by the debugger
+    assert len(lines) > len(module_lines)  # and the lines of the functions the script called

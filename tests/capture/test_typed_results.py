@@ -423,6 +423,28 @@ def test_generator_that_fails_or_is_abandoned_replays_the_same_way(store: Path) 
     assert rp.report()["divergence"]["kind"] == "tool_call"
 
 
+def test_a_generator_still_open_when_the_recording_ends_is_recorded_as_unfinished(store: Path) -> None:
+    """The agent read one item and the block ended with the generator open: the item is kept, and
+    a replay that reads past it diverges rather than inventing an end."""
+
+    @forkpoint.tool
+    def feed() -> Iterator[int]:
+        yield from range(5)
+
+    with forkpoint.record(store=store) as rec:
+        gen = feed()
+        assert next(gen) == 0
+    (event,) = Session.load(rec.session_path).by_type("tool_call")
+    assert event["result"]["value"] == [0] and event["result"]["ended"] == "unfinished"
+    gen.close()  # closing it after the recording ended writes nothing more
+    assert len(Session.load(rec.session_path).by_type("tool_call")) == 1
+    with forkpoint.replay(rec.session_path):
+        again = feed()
+        assert next(again) == 0
+        with pytest.raises(forkpoint.Divergence, match="ended: unfinished"):
+            next(again)
+
+
 def test_async_generator_tool_and_a_function_returning_a_generator(store: Path) -> None:
     """An async generator tool stays one (``async for`` and ``asend`` work on it) and replays as
     one; a plain function that returns a generator object is recorded through it as well."""
