@@ -107,9 +107,8 @@ def find_class(ref: str) -> type:
     for part in qualname.split("."):
         owner = getattr(owner, part, None)
     if not isinstance(owner, type):
-        raise UnrebuildableValue(
-            f"the recorded value is a {module}.{qualname}, which {module} does not define"
-        )
+        what = "does not define" if owner is None else "defines, but not as a class"
+        raise UnrebuildableValue(f"the recorded value is a {module}.{qualname}, which {module} {what}")
     return owner
 
 
@@ -190,24 +189,58 @@ class _Encoder:
 
     # -- the parts
 
+    # The containers: leaves are taken as they are without a call (most of a large result), and
+    # where a part sits is worked out only when it fails.
+
     def items(self, owner: Any, values: Any) -> list[Any]:
-        with self.inside(owner):
-            return [self.at(f"[{i}]", x) for i, x in enumerate(values)]
+        self.enter(owner)
+        out: list[Any] = []
+        try:
+            for x in values:
+                out.append(x if type(x) in _LEAVES else self.value(x))
+        except ToolResultError as exc:
+            exc.where = f"[{len(out)}]" + exc.where
+            raise
+        finally:
+            self.open.discard(id(owner))
+        return out
 
     def fields(self, owner: Any, values: dict[str, Any]) -> dict[str, Any]:
-        with self.inside(owner):
-            return {k: self.at(f"[{k!r}]", x) for k, x in values.items()}
+        self.enter(owner)
+        out: dict[str, Any] = {}
+        key = ""
+        try:
+            for key, x in values.items():
+                out[key] = x if type(x) in _LEAVES else self.value(x)
+        except ToolResultError as exc:
+            exc.where = f"[{key!r}]" + exc.where
+            raise
+        finally:
+            self.open.discard(id(owner))
+        return out
 
     def pairs(self, v: dict[Any, Any]) -> list[list[Any]]:
-        with self.inside(v):
-            return [[self.at(f"[{k!r}] (the key)", k), self.at(f"[{k!r}]", x)] for k, x in v.items()]
-
-    def at(self, segment: str, v: Any) -> Any:
+        self.enter(v)
+        out: list[list[Any]] = []
+        where = ""
         try:
-            return self.value(v)
+            for k, x in v.items():
+                where = f"[{k!r}] (the key)"
+                key = self.value(k)
+                where = f"[{k!r}]"
+                out.append([key, self.value(x)])
         except ToolResultError as exc:
-            exc.where = segment + exc.where
+            exc.where = where + exc.where
             raise
+        finally:
+            self.open.discard(id(v))
+        return out
+
+    def enter(self, owner: Any) -> None:
+        """Mark a container as being encoded: one met again inside itself is refused."""
+        if id(owner) in self.open:
+            raise ToolResultError("a value that contains itself", type_name="(cycle)")
+        self.open.add(id(owner))
 
     def dataclass(self, v: Any, t: type) -> dict[str, Any]:
         names = [f.name for f in dataclasses.fields(v)]
@@ -267,25 +300,9 @@ class _Encoder:
     def refused(self, v: Any, what: str) -> ToolResultError:
         return ToolResultError(what, type_name=type_label(v))
 
-    def inside(self, owner: Any) -> _Inside:
-        return _Inside(self, owner)
 
-
-class _Inside:
-    """Marks a container as being encoded, to refuse a value that contains itself."""
-
-    def __init__(self, encoder: _Encoder, owner: Any) -> None:
-        self.encoder, self.key = encoder, id(owner)
-
-    def __enter__(self) -> None:
-        if self.key in self.encoder.open:
-            raise ToolResultError("a value that contains itself", type_name="(cycle)")
-        self.encoder.open.add(self.key)
-
-    def __exit__(self, *exc: object) -> None:
-        self.encoder.open.discard(self.key)
-
-
+#: Types stored as they are, with nothing inside to look at.
+_LEAVES = frozenset({str, int, bool, bytes, type(None)})
 #: Kinds stored as their text form.
 _TEXT_KINDS: tuple[tuple[type, str], ...] = (
     (decimal.Decimal, "decimal"),
