@@ -47,7 +47,7 @@ from typing import Any, TypeVar, cast, overload
 import orjson
 
 from .. import runtime, values
-from ..errors import RecordedToolError, ToolResultError, UnrebuildableValue
+from ..errors import RecordedToolError, SessionError, ToolResultError, UnrebuildableValue
 from ..events import ErrorRecord, ToolCallEvent, UnrecordedResult, error_record, new_span_id, now_iso
 from ..redact import scrub_json, scrub_text
 
@@ -303,7 +303,10 @@ class _ToolCall:
             event["unrecorded"] = unrecorded
         else:
             event["result"] = scrub_json(result)
-        rt.tool_call_done(event)
+        try:
+            rt.tool_call_done(event)
+        except SessionError as exc:  # the log cannot take it (closed at exit, disk full): the call goes on
+            _say(f"the call of tool {self.name!r} could not be written to the session: {exc}")
 
     def returned(self, value: Any, encode: Callable[[Any], Any] | None) -> Any:
         """What the program gets for ``value`` (a generator is wrapped to record its items); a

@@ -296,6 +296,26 @@ def lazy_models(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str
     sys.modules.pop(name, None)
 
 
+def test_a_session_that_cannot_take_the_call_does_not_stop_the_tool(
+    store: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The log refusing the event (a full disk, a log closed at interpreter exit) is said; the
+    tool's result still reaches the agent."""
+
+    @forkpoint.tool
+    def ping() -> str:
+        return "pong"
+
+    def refuse(event: Any) -> None:
+        raise forkpoint.SessionError("session.jsonl: no space left on device")
+
+    with forkpoint.record(store=store) as rec:
+        monkeypatch.setattr(rec, "tool_call_done", refuse)
+        assert ping() == "pong"
+    said = capsys.readouterr().err
+    assert "the call of tool 'ping' could not be written to the session: session.jsonl: no space left" in said
+
+
 def test_a_class_the_replay_has_not_imported_is_never_imported_for_it(lazy_models: str, store: Path) -> None:
     """Reading a session never imports a module: a result whose class this run has not imported
     stops the replay with a divergence naming the module and what to do, and the module stays
