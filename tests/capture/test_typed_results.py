@@ -513,3 +513,29 @@ def test_stored_results_are_json_a_person_can_read(store: Path) -> None:
     render(Session.load(rec.session_path), console)
     assert '→ {"date":"2026-05-01"}' in console.export_text()
     assert json.loads(json.dumps(values.readable(values.encode(Span(1, 2))))) == {"Span": [1, 2]}
+
+
+def test_diff_of_sessions_whose_results_hold_bytes_and_typed_values(store: Path) -> None:
+    """``forkpoint diff`` names what changed inside a typed result, and prints bytes (which the
+    log keeps as bytes) instead of failing on them."""
+    from rich.console import Console
+
+    from forkpoint.diff import diff_sessions, render_diff
+
+    version = [1]
+
+    @forkpoint.tool
+    def fetch() -> dict[str, Any]:
+        return {"when": dt.date(2026, 1, version[0]), "raw": b"\x00" * version[0]}
+
+    sessions = []
+    for v in (1, 2):
+        version[0] = v
+        with forkpoint.record(store=store) as rec:
+            fetch()
+        sessions.append(Session.load(rec.session_path))
+    console = Console(record=True, width=200)
+    render_diff(diff_sessions(*sessions), console)
+    text = console.export_text()
+    assert "~ $.result.when.value: 2026-01-01 → 2026-01-02" in text
+    assert '~ $.result.raw: {"$b64":"AA=="} → {"$b64":"AAA="}' in text
