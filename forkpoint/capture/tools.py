@@ -242,11 +242,15 @@ def _unrecordable(name: str, value: Any, exc: Exception) -> UnrecordedResult:
     else:
         kind, what = values.type_label(value), f"{type(exc).__name__}: {exc}"
     short = kind.rsplit(".", 1)[-1]
+    how = (
+        "To record it, return a value that does not contain itself"
+        if kind == "(cycle)"
+        else f"To record it, register an encoder (with a decoder, a replay gives back a {short} again): "
+        f"forkpoint.register_encoder({short}, to_json, decode=from_json)"
+    )
     _say(
         f"tool {name!r} returned {what}, which forkpoint cannot record: the call ran as usual, but it is "
-        f"not in the session, and a replay stops there. To record it, register an encoder (with a "
-        f"decoder, a replay gives back a {short} again): forkpoint.register_encoder({short}, to_json, "
-        f"decode=from_json)"
+        f"not in the session, and a replay stops there. {how}"
     )
     return {"type": kind, "message": scrub_text(what)}
 
