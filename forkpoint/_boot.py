@@ -2,9 +2,11 @@
 
 ``FORKPOINT_MODE`` (``record`` or ``replay``), ``FORKPOINT_SESSION`` (session directory),
 ``FORKPOINT_TOOLS`` (comma-separated ``module:qualname`` targets), ``FORKPOINT_WORKSPACE`` (JSON
-``root`` and ``include_ignored``, for checkpoints while recording) and, for replay,
-``FORKPOINT_REPORT`` (a folder: each replaying process writes ``report-<pid>.json`` there at exit,
-and they share which recorded calls they served through its ``ledger``) and ``FORKPOINT_REPLAY`` (JSON:
+``root`` and ``include_ignored``, for checkpoints while recording), ``FORKPOINT_REPORT`` (a folder:
+a recording process writes ``ending-<pid>.json`` there at exit, ``{"uncaught": [...]}``, the
+exceptions that ended it, for the session's ``end``; each replaying process writes
+``report-<pid>.json``, and they share which recorded calls they served through its ``ledger``)
+and, for replay, ``FORKPOINT_REPLAY`` (JSON:
 ``models``, ``tools``, ``on_divergence``, ``overrides``, ``strict`` and ``child``, the what-if session to write). The variables are removed once read,
 so Python subprocesses of the agent are not recorded or replayed (documented in docs/format.md);
 programs the recorded command runs side by side or one after another (a shell script) each are.
@@ -15,12 +17,16 @@ from __future__ import annotations
 import atexit
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from .events import ErrorRecord
+
 #: In the ``FORKPOINT_REPORT`` folder: the ledger the replaying processes share (replay.Ledger).
 LEDGER_NAME = "ledger"
+#: In the ``FORKPOINT_REPORT`` folder of a recording: ``ending-<pid>.json`` of each process.
+ENDING_PREFIX = "ending-"
 
 #: Variables that carry the activation; see module docstring.
 ENV_VARS = ("FORKPOINT_MODE", "FORKPOINT_SESSION", "FORKPOINT_TOOLS", "FORKPOINT_REPORT", "FORKPOINT_REPLAY")
@@ -34,7 +40,7 @@ def start() -> None:
     if not mode or not session:
         return
     from . import api, runtime
-    from .capture.tools import install_import_hook
+    from .capture.targets import install_import_hook
 
     if env["FORKPOINT_TOOLS"]:
         install_import_hook([t for t in env["FORKPOINT_TOOLS"].split(",") if t], warn_at_exit=True)
@@ -61,6 +67,11 @@ def start() -> None:
             rec.close()
 
         atexit.register(finish_recording)
+        ended: list[ErrorRecord] = []
+        _watch_uncaught(ended.append)
+        if env["FORKPOINT_REPORT"]:
+            where = Path(env["FORKPOINT_REPORT"]) / f"{ENDING_PREFIX}{os.getpid()}.json"
+            atexit.register(lambda: where.write_text(json.dumps({"uncaught": ended})))
     elif mode == "replay":
         from . import override
         from .log import Session, SessionWriter
@@ -85,6 +96,7 @@ def start() -> None:
             os.environ.setdefault(k, PLACEHOLDER_KEY)
         _deterministic(recorded.header.get("deterministic"))
         api.start(rp)
+        _watch_uncaught(rp.uncaught.append)
         _quiet_divergence_tracebacks()
 
         def finish() -> None:
@@ -160,6 +172,33 @@ def agent_call_site(tb: Any) -> str:
             continue
         site = (filename, lineno, frame.f_code.co_name)
     return f" at {site[0]}:{site[1]} ({site[2]})" if site else ""
+
+
+def _watch_uncaught(note: Callable[[ErrorRecord], None]) -> None:
+    """Call ``note(error record)`` for an exception that ends the program uncaught (the process's
+    main thread: what makes it exit 1 with a traceback), then let the previous hook print it."""
+    import sys
+
+    from .events import error_record
+
+    previous = sys.excepthook
+
+    def hook(kind: type[BaseException], exc: BaseException, tb: Any) -> None:
+        note(error_record(exc))
+        previous(kind, exc, tb)
+
+    sys.excepthook = hook
+
+
+def read_endings(folder: Path) -> list[ErrorRecord]:
+    """The uncaught exceptions the recording processes wrote to ``folder`` (``ending-<pid>.json``)."""
+    out: list[ErrorRecord] = []
+    for path in sorted(folder.glob(f"{ENDING_PREFIX}*.json")):
+        try:
+            out.extend(json.loads(path.read_text()).get("uncaught") or [])
+        except (OSError, ValueError, AttributeError):  # a process killed while writing it
+            continue
+    return out
 
 
 def _quiet_divergence_tracebacks() -> None:

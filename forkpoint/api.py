@@ -17,17 +17,19 @@ from typing import Any
 
 from . import capture, integrations, override, runtime
 from .capture import clock
-from .capture.tools import disable_targets, install_import_hook, parse_target
-from .errors import UsageError
+from .capture.targets import disable_targets, install_import_hook, parse_target
+from .errors import Divergence, NetworkBlocked, UsageError
+from .events import error_record
 from .log import Session
 from .match import IgnoreRule, configured, ignore_rules
 from .override import Override
-from .record import Recorder, attach_workspace, make_header, open_workspace
+from .record import Recorder, attach_workspace, make_header, open_workspace, recording_warnings
 from .replay import (
     API_KEY_VARS,
     PLACEHOLDER_KEY,
     Replayer,
     create_child,
+    end_divergence,
     install_network_guard,
     write_report,
 )
@@ -121,7 +123,10 @@ def record(
     ``ignore``: match rules beyond the configuration's, ``{"path", "regex"?, "tool"?}`` each
     (``docs/matching.md``). All three are kept in the header, so a replay applies them again.
     Yields the :class:`Recorder`; ``recorder.session_path`` is the new session directory. The session
-    ends with an ``end`` event (``exit_code`` 0, or 1 and the exception type if the block raised).
+    ends with an ``end`` event (``exit_code`` 0, or 1, the exception's type and the exception as
+    ``uncaught`` if the block raised). What the recording lacks (tools the model asked for that
+    were never recorded, results that could not be recorded, connections of clients forkpoint does
+    not capture) is said on stderr at the end.
     Raises :class:`~forkpoint.errors.SessionError` when the store cannot hold a new session,
     :class:`~forkpoint.errors.ConfigError` for a bad ignore rule, :class:`~forkpoint.errors.UsageError`
     for a tool target that is not ``module:qualname``.
@@ -148,6 +153,8 @@ def record(
         finally:
             runtime.deactivate(rec)
             finish_recording(rec)
+            for warning in recording_warnings(session.path):
+                sys.stderr.write(f"forkpoint: WARNING: {warning}\n")
 
 
 @contextmanager
@@ -181,6 +188,8 @@ def replay(
     recording (an override, a live source or live tool, or a policy other than ``stop``).
     ``strict``: plain HTTP that differs from the recording only in ids diverges (see
     :class:`~forkpoint.replay.Replayer`).
+    The block's end is the run's end: exit code 0, or 1 and the exception as uncaught when it
+    raised; the report (after the block) compares it with the recording's.
     SDK API-key variables that are unset get a placeholder for the duration. Yields the
     :class:`~forkpoint.replay.Replayer`; ``replayer.report()`` gives the outcome (also written to
     ``report_path``). Raises :class:`~forkpoint.errors.OverrideError` for an override that does not
@@ -245,9 +254,16 @@ def replay(
         for k in added:
             if os.environ.get(k) == PLACEHOLDER_KEY:
                 del os.environ[k]
+        own = isinstance(failed, Divergence | NetworkBlocked)  # reported as what they are
+        rt.finish(1 if failed else 0, [error_record(failed)] if failed is not None and not own else [])
         if child is not None:
             finish_pending(rt)
-            child.end(1 if failed else 0, reason=type(failed).__name__ if failed else None)
+            child.end(
+                1 if failed else 0,
+                reason=type(failed).__name__ if failed else None,
+                uncaught=list(rt.uncaught),
+                divergence=end_divergence(rt.report(), child.path),
+            )
             child.close()
         if report_path:
             write_report(Path(report_path), rt.report())

@@ -2,7 +2,9 @@
 fork, import, export, scrub, demo.
 
 Exit codes: ``record`` and ``replay`` exit with the agent's own code; ``replay`` exits with
-:data:`~forkpoint.replay.EXIT_DIVERGENCE` (3) when the run diverged from the recording;
+:data:`~forkpoint.replay.EXIT_DIVERGENCE` (3) when the run did not reproduce the recording (it
+diverged, left recorded calls unasked, reached for the network, ended otherwise than recorded, or
+drifted under ``--on-divergence fifo`` without ``--accept-drift``);
 2 is a usage error or unreadable session; 127 a command that was not found.
 """
 
@@ -20,7 +22,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ._version import __version__
-from .capture.tools import parse_target
+from .capture.targets import parse_target
 from .checkpoint import verify_session
 from .errors import ForkpointError, OverrideError, SessionError, UsageError
 from .log import Session
@@ -269,6 +271,11 @@ def record(
     help="A plain HTTP call (no model, MCP or telemetry) that differs from the recording only in ids "
     "is a divergence too (by default it is served the recorded answer and reported).",
 )
+@click.option(
+    "--accept-drift",
+    is_flag=True,
+    help="With --on-divergence fifo: exit with the command's own code even when requests drifted.",
+)
 @click.option("--report", "report_file", metavar="FILE", help="Write the replay report here as JSON.")
 @click.option(
     "--no-verify", is_flag=True, help="Replay even a session whose hash chain or blobs fail verification."
@@ -283,6 +290,7 @@ def replay(
     tools_source: str,
     on_divergence: str,
     strict: bool,
+    accept_drift: bool,
     report_file: str | None,
     no_verify: bool,
     cmd: tuple[str, ...],
@@ -290,9 +298,15 @@ def replay(
     """Run the recorded command (or CMD, with or without -- before it) with every model and tool
     call served from SESSION.
 
-    Exits with the command's own code, or 3 when the run diverged from the recording (policy stop).
-    A what-if run (overrides, live sources, policy live or fifo) is recorded as a new session.
+    Exits with the command's own code when the run reproduced the recording, else 3: it diverged
+    (policy stop or fifo), left recorded calls unasked, reached for the network, or ended otherwise
+    than recorded (another exit code, a new uncaught exception). A what-if run (overrides, live
+    sources, policy live or fifo) is recorded as a new session, and exits with the command's code
+    when it went live or took the way an override offered; a fifo run that drifted exits 3 unless
+    --accept-drift.
     """
+    if accept_drift and on_divergence != "fifo":
+        raise click.BadParameter("applies to --on-divergence fifo only", param_hint="--accept-drift")
     if report_file:
         _output_file(report_file, "--report")
     try:
@@ -306,6 +320,7 @@ def replay(
             overrides=list(overrides),
             check=not no_verify,
             strict=strict,
+            accept_drift=accept_drift,
         )
     except OverrideError as exc:
         raise click.BadParameter(str(exc), param_hint="--override") from None

@@ -54,7 +54,20 @@ class ExportError(ForkpointError):
 
 
 class ToolResultError(ForkpointError, TypeError):
-    """A tool returned (or was given) a value forkpoint cannot store as JSON."""
+    """A tool returned (or was given) a value forkpoint cannot store as JSON.
+
+    ``type_name`` is the offending value's type (``module.Qualname``) and ``where`` the place in the
+    result (``result["items"][2]``), when known.
+    """
+
+    def __init__(self, message: str, *, type_name: str = "", where: str = "") -> None:
+        super().__init__(message)
+        self.type_name, self.where = type_name, where
+
+
+class UnrebuildableValue(ForkpointError, ValueError):
+    """A recorded value that cannot be rebuilt as what it was in this process (its class is not
+    imported here, or no longer accepts the recorded fields); the message names the class and why."""
 
 
 class RecordedToolError(ForkpointError):

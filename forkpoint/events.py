@@ -42,6 +42,18 @@ class ErrorRecord(TypedDict, total=False):
     phase: str
 
 
+class UnrecordedResult(TypedDict):
+    """A tool result forkpoint could not record: the type that stopped it, and why in words."""
+
+    type: str
+    message: str
+
+
+def error_record(exc: BaseException) -> ErrorRecord:
+    """An exception as an :class:`ErrorRecord` (class name, module, message; the log scrubs it)."""
+    return {"type": type(exc).__qualname__, "module": type(exc).__module__, "message": str(exc)}
+
+
 class HttpRequest(TypedDict):
     """An outgoing HTTP request as stored (scrubbed): headers as ``[name, value]`` pairs."""
 
@@ -144,9 +156,14 @@ class ToolCallEvent(_Common, total=False):
     type: Required[Literal["tool_call"]]
     tool: Required[str]
     args: Required[dict[str, Any]]
+    #: The return value (:func:`forkpoint.values.encode`); a generator's items, end and return value.
     result: Any
     error: ErrorRecord
+    #: Instead of ``result``: why the result could not be recorded (the call ran, unrecorded).
+    unrecorded: UnrecordedResult
     sent: int
+    #: When the call finished, on the counter of ``sent`` (parallel results replay in this order).
+    finished: int
     key: str
 
 
@@ -201,6 +218,24 @@ class EndEvent(_Common, total=False):
     type: Required[Literal["end"]]
     exit_code: int | None
     reason: str | None
+    #: The exceptions that ended the program (or its processes) uncaught.
+    uncaught: list[ErrorRecord]
+    #: A what-if run: where it first went another way than its parent (:class:`EndDivergence`).
+    divergence: EndDivergence | None
+
+
+class EndDivergence(TypedDict, total=False):
+    """Where a what-if run diverged, as its session's ``end`` keeps it: the call of this run
+    (``kind``, ``position``, and ``seq`` in this session when it was written), the parent's call it
+    was expected to be (``parent_seq``), why, and the first differences (recorded → actual)."""
+
+    kind: Required[str]
+    position: Required[int]
+    seq: int | None
+    parent_seq: int | None
+    label: str
+    reason: str
+    diff: list[dict[str, Any]]
 
 
 #: Any event of a session log.
@@ -342,6 +377,14 @@ def endpoint(event: Mapping[str, Any]) -> str:
         return str(event.get("fn"))
     req = event.get("request") or {}
     return f"{str(req.get('method', '')).upper()} {urlsplit(str(req.get('url', ''))).path}"
+
+
+def tool_matches(recorded: str, requested: Any) -> bool:
+    """True when a recorded tool call's name is the tool a model asked for: the same name, or a
+    ``--tool module:Class.method`` target's last part (``method``)."""
+    if not isinstance(requested, str) or not requested:
+        return False
+    return recorded == requested or recorded.replace(":", ".").rsplit(".", 1)[-1] == requested
 
 
 def now_iso() -> str:

@@ -32,7 +32,7 @@ from typing import Any
 import orjson
 
 from ._version import __version__
-from .events import endpoint, in_tool, tool_spans
+from .events import endpoint, in_tool, tool_matches, tool_spans
 from .log import Session, SessionError, to_json
 from .providers import (
     call_kind,
@@ -286,7 +286,21 @@ def _checkpoint_view(e: dict[str, Any]) -> dict[str, Any]:
 def _divergence(
     session: Session, parent: Session | None, report: dict[str, Any] | None
 ) -> dict[str, Any] | None:
-    """Where a what-if session went a different way than its parent, if that can be told."""
+    """Where a what-if session went a different way than its parent, if that can be told: from a
+    replay report, else from what the session's ``end`` kept, else by comparing it with its parent."""
+    end = session.end()
+    kept = end.get("divergence") if end is not None else None
+    if report is None and kept is not None:
+        what = str(kept.get("kind") or "call").replace("_", " ")
+        return {
+            "from": "session",
+            "seq": kept.get("seq"),
+            "parent_seq": kept.get("parent_seq"),
+            "text": f"the run diverged at the {what} #{kept.get('position')} of the run"
+            + (f" ({kept['label']})" if kept.get("label") else "")
+            + f": {kept.get('reason', '')}",
+            "changes": to_json(kept.get("diff") or []),
+        }
     div = (report or {}).get("divergence")
     if isinstance(div, dict):
         kind = div.get("kind")
@@ -331,12 +345,6 @@ def _divergence(
         "changes": [c.to_json() for c in p.changes][:50],
         "equivalent": False,
     }
-
-
-def _tool_matches(recorded: str, requested: Any) -> bool:
-    if not isinstance(requested, str) or not requested:
-        return False
-    return recorded == requested or recorded.replace(":", ".").rsplit(".", 1)[-1] == requested
 
 
 def view_model(
@@ -411,10 +419,12 @@ def view_model(
             v["args"] = to_json(e.get("args"))
             if "error" in e:
                 v["error"] = to_json(e.get("error"))
+            elif "unrecorded" in e:
+                v["unrecorded"] = to_json(e.get("unrecorded"))
             else:
                 v["result"] = to_json(e.get("result"))
             for model_seq, calls in reversed(pending):
-                hit = next((c for c in calls if _tool_matches(str(e.get("tool")), c.get("name"))), None)
+                hit = next((c for c in calls if tool_matches(str(e.get("tool")), c.get("name"))), None)
                 if hit is not None:
                     calls.remove(hit)
                     v["call_id"] = hit.get("id")
@@ -435,6 +445,9 @@ def view_model(
             v["turn"] = None
             v["exit_code"] = e.get("exit_code")
             v["reason"] = e.get("reason")
+            v["uncaught"] = to_json(e.get("uncaught") or [])
+            if e.get("divergence"):
+                v["divergence"] = to_json(e.get("divergence"))
         else:
             v["turn"] = turn
             v["raw"] = to_json({k: x for k, x in e.items() if k not in ("prev", "hash")})

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .canonical import canonical_json
+from .log import to_json
 
 
 @dataclass(frozen=True)
@@ -89,7 +90,8 @@ def similarity(a: Any, b: Any) -> float:
 
 
 def _short(value: Any, limit: int = 160) -> str:
-    text = value if isinstance(value, str) else canonical_json(value).decode()
+    # Values in their resolved form: a tool result may hold bytes (shown as {"$b64": …}).
+    text = value if isinstance(value, str) else canonical_json(to_json(value)).decode()
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 

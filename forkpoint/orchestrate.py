@@ -22,16 +22,18 @@ from typing import Any
 import orjson
 
 from . import override
-from ._boot import child_env
+from ._boot import child_env, read_endings
 from .checkpoint import Check, find, restore, validate, verify_session
 from .errors import CheckpointError, SessionError, UsageError
 from .log import Session
 from .match import load_ignore
-from .record import make_header, open_workspace
+from .record import make_header, open_workspace, recording_warnings
 from .redact import load_rules
 from .replay import (
     EXIT_DIVERGENCE,
+    conclude,
     create_child,
+    end_divergence,
     ended_by_override,
     format_divergence,
     merge_reports,
@@ -122,13 +124,15 @@ def record_command(
     header["workspace"] = ws.describe() if ws else None
     session = target.create(header)
     session.quiet = quiet
-    env = child_env("record", session.path, tools=tools)
-    if ws is not None:
-        env["FORKPOINT_WORKSPACE"] = orjson.dumps(
-            {"root": str(ws.root), "include_ignored": include_ignored}
-        ).decode()
-    code, out = run_child(cmd, env, capture=capture)
-    session.end(code)
+    with tempfile.TemporaryDirectory(prefix="forkpoint-record-") as tmp:
+        env = child_env("record", session.path, tools=tools, report=Path(tmp))
+        if ws is not None:
+            env["FORKPOINT_WORKSPACE"] = orjson.dumps(
+                {"root": str(ws.root), "include_ignored": include_ignored}
+            ).decode()
+        code, out = run_child(cmd, env, capture=capture)
+        uncaught = read_endings(Path(tmp))
+    session.end(code, uncaught=uncaught)
     where = session.close(quiet=quiet)  # index entry; upload to a remote store
     if not quiet:
         i = info(session.path)
@@ -136,6 +140,8 @@ def record_command(
             f"forkpoint: recorded session {session.session_id} ({plural(i.model_calls, 'model call')}, "
             f"{plural(i.tool_calls, 'tool call')}) in {where}"
         )
+        for warning in recording_warnings(session.path):
+            say(f"forkpoint: WARNING: {warning}")
     return session.path, code, out
 
 
@@ -155,13 +161,18 @@ def replay_command(
     quiet: bool = False,
     capture: bool = False,
     strict: bool = False,
+    accept_drift: bool = False,
 ) -> tuple[dict[str, Any] | None, int, str | None]:
     """Replay ``session`` by running ``cmd`` (default: the recorded command). With ``strict``, plain
     HTTP that differs from the recording only in ids is a divergence too.
 
     With overrides, a live source or a policy other than ``stop``, the run is recorded as a new
-    session linked to its parent. Returns (report, or None if the process wrote none; exit code as
-    ``forkpoint replay`` exits; the command's stdout if ``capture``). Raises
+    session linked to its parent (its ``end`` keeps the exit code the run had and where it
+    diverged). Returns (report, or None if the process wrote none; exit code as ``forkpoint
+    replay`` exits: the command's own when the run reproduced the recording — or, for a what-if
+    run, when it went live, took the way out an override offered, or drifted under ``fifo`` with
+    ``accept_drift`` —, else :data:`~forkpoint.replay.EXIT_DIVERGENCE`; the command's stdout if
+    ``capture``). Raises
     :class:`~forkpoint.errors.OverrideError` for an override that does not fit the session,
     :class:`~forkpoint.errors.UsageError` when there is no command to run, and
     :class:`~forkpoint.errors.SessionError` for a session that fails verification (with ``check``).
@@ -226,8 +237,15 @@ def replay_command(
         reports = [orjson.loads(p.read_bytes()) for p in Path(tmp).glob("report-*.json")]
         reports.sort(key=lambda r: r.get("process_started") or 0)
         report = merge_reports(reports) if reports else None
+    if report is not None:
+        report["exit_code"] = code
+        conclude(report)
     if child is not None:
-        child.end(code)
+        child.end(
+            code,
+            uncaught=list(report.get("uncaught") or []) if report is not None else None,
+            divergence=end_divergence(report, child.path) if report is not None else None,
+        )
         child.close(quiet=quiet)
     # The recorded command's relative paths meant what they meant where it was recorded. Not run
     # there on purpose (that may be another checkout); said when the run went wrong.
@@ -261,19 +279,36 @@ def replay_command(
                     f"  drift at {d['kind'].replace('_', ' ')} #{d['position']}: served recorded seq "
                     f"{d['served_seq']} ({len(d['diff'])} difference(s))"
                 )
-        if on_divergence == "stop":
+        # Going live after a divergence is the what-if the user asked for; serving recorded answers
+        # to other requests (fifo) is not a reproduction, unless the user said to accept that.
+        asked = on_divergence == "live" or (on_divergence == "fifo" and accept_drift)
+        if not asked or (on_divergence == "fifo" and not report.get("drift")):
             return report, EXIT_DIVERGENCE, out
-    elif not report.get("reproduced", True) and not ended_by_override(report):
-        # Ended early, or reached for the network: the run did not reproduce the recording.
+    elif (
+        not report.get("reproduced", True)
+        and not ended_by_override(report)
+        and not _expected_to_differ(report)
+    ):
+        # Ended early, reached for the network, or ended otherwise than recorded.
         return report, EXIT_DIVERGENCE, out
     elif (
         specs
         and not quiet
         and not report.get("ended_early")
+        and report.get("ended_as_recorded") is not False
         and any(o["applied"] for o in report.get("overrides") or [])
     ):
         say("the override(s) did not change the agent's path: every later call matched the recording")
     return report, code, out
+
+
+def _expected_to_differ(report: dict[str, Any]) -> bool:
+    """True for a what-if run whose only difference is how the program ended: an override took
+    effect or a kind of call was live, so another ending is the experiment's answer, not a failed
+    reproduction (the report still says it did not end as recorded)."""
+    sources = report.get("sources") or {}
+    what_if = any(o.get("applied") for o in report.get("overrides") or []) or "live" in sources.values()
+    return what_if and not report.get("unserved") and not report.get("network_blocked")
 
 
 def _runnable(command: list[str]) -> list[str]:

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Literal, overload
@@ -21,10 +21,20 @@ from typing import Any, Literal, overload
 from . import runtime
 from ._version import __version__
 from .checkpoint import Workspace, carried_context, checkpoint_event
-from .events import HttpRequest, ModelCallEvent, ToolCallEvent, ValueEvent, new_span_id
-from .log import SessionWriter
+from .errors import SessionError
+from .events import (
+    HttpRequest,
+    ModelCallEvent,
+    ToolCallEvent,
+    ValueEvent,
+    is_tool_call,
+    new_span_id,
+    tool_matches,
+)
+from .log import Session, SessionWriter
 from .match import Ignore, IgnoreRule, configured, event_key, header_rules
 from .providers import call_kind, classify, sdk_packages, summary
+from .text import plural
 
 #: Packages whose versions go into every session header (when installed): the providers' SDKs, the
 #: HTTP clients forkpoint captures, and the agent frameworks it integrates with.
@@ -276,3 +286,48 @@ def end_event(exit_code: int | None, started: float, *, reason: str | None = Non
         "duration_ms": round((time.perf_counter() - started) * 1000, 3),
         "reason": reason,
     }
+
+
+def unrecorded_tools(events: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """The tools the model asked for (by name, in its responses) of which no call was recorded, and
+    how many times it asked for each: if the agent ran them, a replay runs them for real."""
+    asked: dict[str, int] = {}
+    recorded: set[str] = set()
+    for e in events:
+        if e.get("type") == "model_call":
+            for call in summary(e).get("tool_calls") or []:
+                if call.get("name"):
+                    asked[str(call["name"])] = asked.get(str(call["name"]), 0) + 1
+        elif e.get("type") == "tool_call":
+            recorded.add(str(e.get("tool")))
+    return {n: k for n, k in asked.items() if not any(tool_matches(r, n) for r in recorded)}
+
+
+def recording_warnings(path: Path) -> list[str]:
+    """What the recording in session directory ``path`` lacks, in words for the person who made it:
+    tools the model asked for that were never recorded (and how to name them), and tool calls whose
+    result could not be recorded (a replay stops at the first). None when it cannot be read back
+    (whoever wrote it has said why)."""
+    try:
+        events = Session.load(path).events
+    except SessionError:
+        return []
+    out = []
+    missing = unrecorded_tools(events)
+    if missing:
+        names = ", ".join(f"{n} ({plural(k, 'call')})" for n, k in missing.items())
+        out.append(
+            f"the model asked for tools that were never recorded: {names}. If the agent ran them, a replay "
+            "runs them for real. Name them: @forkpoint.tool on the function, or forkpoint record --tool "
+            "MODULE:FUNCTION (--tool MODULE:CLASS.METHOD; --tool __main__:FUNCTION for one defined in the "
+            "script itself)."
+        )
+    lost = [e for e in events if is_tool_call(e) and "unrecorded" in e]
+    if lost:
+        first = lost[0]
+        out.append(
+            f"{plural(len(lost), 'tool call')} could not be recorded: the result had no stored form (first: seq "
+            f"{first.get('seq')}, tool {first['tool']}: {first['unrecorded']['type']}); a replay stops at "
+            "the first of them."
+        )
+    return out

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from typing import Any, Literal, Protocol
 
 from .errors import Divergence, ForkpointError
-from .events import CallKind, HttpRequest, ModelCallEvent, ToolCallEvent, ValueEvent
+from .events import Call, CallKind, HttpRequest, ModelCallEvent, ToolCallEvent, ValueEvent
 
 
 class Runtime(Protocol):
@@ -56,17 +56,32 @@ class Serving(Runtime, Protocol):
 
     def take_tool_call(
         self, name: str, args: dict[str, Any], *, defaulted: frozenset[str] = frozenset()
-    ) -> ToolCallEvent | None:
-        """The recorded tool call, or None to run the tool live. Raises
-        :class:`~forkpoint.errors.Divergence`."""
+    ) -> tuple[ToolCallEvent, int] | None:
+        """The recorded tool call and its position among this run's tool calls, or None to run the
+        tool live. Raises :class:`~forkpoint.errors.Divergence`."""
 
     def take_value(self, fn: str, args: list[Any] | None = None) -> ValueEvent | None:
         """The recorded value the agent's own code reads next from ``fn``, or None to read it for
         real. Raises :class:`~forkpoint.errors.Divergence`."""
 
-    def diverged(self, event: ModelCallEvent, kind: CallKind, position: int, reason: str) -> Divergence:
-        """A :class:`~forkpoint.errors.Divergence` about a recorded call that was served (the run
-        went further than the recording reaches), noted as the replay's divergence if it is the first."""
+    def diverged(self, event: Call, kind: CallKind, position: int, reason: str) -> Divergence:
+        """A :class:`~forkpoint.errors.Divergence` about a recorded call that was served but cannot
+        be given as recorded (the run went further than the recording reaches, or the result cannot
+        be rebuilt here), noted as the replay's divergence if it is the first."""
+
+    def ready(self, event: ToolCallEvent) -> bool:
+        """True when the tool calls that finished before ``event`` while it ran, live, have had
+        their results released: ``event``'s may go now."""
+
+    def wait_turn(self, event: ToolCallEvent, timeout: float) -> None:
+        """Block until :meth:`ready`, at most ``timeout`` seconds (then :meth:`late`)."""
+
+    def late(self, event: ToolCallEvent) -> None:
+        """Note that ``event``'s result goes before calls that finished before it live (this run
+        did not ask for them in time)."""
+
+    def release(self, event: ToolCallEvent) -> None:
+        """``event``'s result has been handed to the program."""
 
     def network_allowed(self) -> bool:
         """True when some call may go live, so sockets must not be blocked."""

@@ -17,6 +17,8 @@ from .events import endpoint, in_tool, tool_spans
 from .log import Session, to_json
 from .providers import call_kind, kinds, recorded_response, response_text
 from .store import SessionInfo
+from .text import ordinal
+from .values import readable
 
 _MAX = 100
 
@@ -112,6 +114,27 @@ def http_call_line(event: Mapping[str, Any]) -> str:
     return f"{kind:<7} {what}  {outcome}  {_ms(event.get('duration_ms'))}{_source(event)}"
 
 
+def end_lines(event: Mapping[str, Any]) -> list[str]:
+    """Detail lines of an ``end`` event: the uncaught exceptions that ended the run, and where a
+    what-if run diverged from its parent."""
+    out = [
+        f"[red]uncaught {escape(str(u.get('type')))}: {escape(_short(u.get('message', ''), 80))}[/red]"
+        for u in event.get("uncaught") or []
+        if isinstance(u, dict)
+    ]
+    div = event.get("divergence")
+    if isinstance(div, dict):
+        kind = str(div.get("kind", "call")).replace("_", " ")
+        here = f", this run's #{div['seq']}" if div.get("seq") else ""
+        parent = f"; expected the parent's #{div['parent_seq']}" if div.get("parent_seq") else ""
+        label = f" ({escape(str(div['label']))})" if div.get("label") else ""
+        out.append(
+            f"[yellow]diverged at the {ordinal(int(div.get('position') or 0))} {kind}{here}{label}{parent}: "
+            f"{escape(_short(div.get('reason', ''), 160))}[/yellow]"
+        )
+    return out
+
+
 def terminal() -> Console:
     """The console forkpoint prints to: the terminal's width; when piped, 200 columns and no hard
     wrapping of text (rich's default of 80 breaks timelines, tables and paths mid-phrase)."""
@@ -174,12 +197,13 @@ def render(session: Session, console: Console | None = None) -> None:
             for d in details:
                 console.print(f"                    {d}")
         elif e["type"] == "tool_call":
-            error = e.get("error")
-            outcome = (
-                f"[red]raised {error['type']}: {escape(_short(error['message'], 60))}[/red]"
-                if error is not None
-                else f"→ {escape(_short(e.get('result'), 80))}"
-            )
+            error, lost = e.get("error"), e.get("unrecorded")
+            if error is not None:
+                outcome = f"[red]raised {error['type']}: {escape(_short(error['message'], 60))}[/red]"
+            elif lost is not None:
+                outcome = f"[red]result NOT RECORDED ({escape(_short(lost.get('message'), 80))})[/red]"
+            else:
+                outcome = f"→ {escape(_short(readable(e.get('result')), 80))}"
             console.print(
                 f"        [dim]#{e['seq']:<3}[/dim] tool    [magenta]{escape(e['tool'])}[/magenta]"
                 f"({escape(_args(e.get('args') or {}))})  {_ms(e.get('duration_ms'))}{_source(e)}"
@@ -207,6 +231,8 @@ def render(session: Session, console: Console | None = None) -> None:
             console.print(
                 f"[bold]end[/bold]     [dim]#{e['seq']:<3}[/dim] {outcome}  {_ms(e.get('duration_ms'))}"
             )
+            for line in end_lines(e):
+                console.print(f"                    {line}")
     if session.truncated:
         console.print("[yellow]log ends in an incomplete line: the recording was cut off[/yellow]")
     elif session.end() is None:

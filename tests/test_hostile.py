@@ -4,6 +4,7 @@ unpickled; a 100 MB value is recorded and loaded without memory blowing up; no c
 
 from __future__ import annotations
 
+import inspect
 import os
 import re
 import subprocess
@@ -20,7 +21,8 @@ import pytest
 import forkpoint
 from forkpoint import verify
 from forkpoint.canonical import digest
-from forkpoint.capture.tools import RecordedToolError, install_import_hook, rebuild_exception
+from forkpoint.capture.targets import install_import_hook
+from forkpoint.capture.tools import RecordedToolError, rebuild_exception
 from forkpoint.checkpoint import CheckpointError, restore
 from forkpoint.log import LOG_NAME, Session, SessionError, SessionWriter
 from tests.gitutil import git
@@ -321,6 +323,57 @@ def test_a_session_naming_modules_imports_none_of_them(
     assert "evil_forkpoint_mod" not in type(model_exc.value).__module__
     assert rp.report()["matched"] == 2
     assert not marker.exists() and "evil_forkpoint_mod" not in sys.modules
+
+
+@pytest.mark.parametrize(
+    ("result", "said"),
+    [
+        (
+            {"$type": "evil_forkpoint_mod:Boom", "kind": "dataclass", "value": {}},
+            "has not imported evil_forkpoint_mod",
+        ),
+        ({"$type": "os:system", "kind": "scalar", "value": "touch pwned"}, "defines, but not as a class"),
+        (
+            {"$type": "subprocess:Popen", "kind": "scalar", "value": "touch pwned"},
+            "not a str or int or float",
+        ),
+        ({"$type": "subprocess:Popen", "kind": "encoded", "value": ["touch", "pwned"]}, "no decoder"),
+        (
+            {
+                "$type": "builtins:generator",
+                "kind": "generator",
+                "value": [{"$type": "os:popen", "kind": "path", "value": "x"}],
+            },
+            "but not as a class",
+        ),
+    ],
+)
+def test_typed_results_of_a_session_import_and_call_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, result: dict[str, Any], said: str
+) -> None:
+    """A typed result names a class, but a session is data from anywhere: a class is only looked up
+    among the modules already imported, must be of the family its kind says, and an ``encoded``
+    value needs a decoder the program registered. Anything else stops the replay with a divergence
+    naming why; nothing is imported, constructed or called."""
+    marker = tmp_path / "marker"
+    (tmp_path / "evil_forkpoint_mod.py").write_text(EVIL.format(marker=str(marker)))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    sys.modules.pop("evil_forkpoint_mod", None)
+
+    @forkpoint.tool(name="typed")
+    def typed() -> Any:
+        raise AssertionError("a replayed tool body never runs")
+
+    path = _session(
+        tmp_path / "store", [{"type": "tool_call", "tool": "typed", "args": {}, "result": result}]
+    )
+    with forkpoint.replay(path), pytest.raises(forkpoint.Divergence, match=said):
+        out = typed()
+        if inspect.isgenerator(out):
+            list(out)
+    assert not marker.exists() and "evil_forkpoint_mod" not in sys.modules
+    assert not (tmp_path / "pwned").exists()
 
 
 def test_forkpoint_never_unpickles_or_evals() -> None:

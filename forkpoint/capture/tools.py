@@ -1,63 +1,71 @@
 """Tool-call capture at the function boundary.
 
-``@forkpoint.tool`` wraps a sync or async function. While recording, each call runs the function and
-writes a ``tool_call`` event: name, arguments (bound to the signature, defaults filled in), JSON
-result or exception (type, module, message), duration. While replaying, the function body never
-runs: the recorded result is returned, or the recorded exception raised again.
+``@forkpoint.tool`` wraps a function: sync, async, a generator or an async generator. While
+recording, each call runs the function and writes a ``tool_call`` event: name, arguments (bound to
+the signature, defaults filled in, in their JSON form: they are the match key), the result or the
+exception (type, module, message, args, attributes), duration, and when the call started and
+finished (``sent``, ``finished``). While replaying, the function body never runs: the recorded
+result is returned, or the recorded exception raised again.
 
-Results must be JSON data. orjson's conversions apply (dataclasses, datetimes, UUIDs, enums become
-JSON), then any encoder registered with :func:`register_encoder`; anything else raises
-:class:`ToolResultError` naming the tool and the type. On replay a tool returns the JSON form of its
-recorded result (a dataclass comes back as a dict). Nothing is ever pickled.
+**Results come back as what they were.** A result is stored by :func:`forkpoint.values.encode`:
+JSON data as is, and dataclasses, pydantic models, datetimes, decimals, UUIDs, enums, paths, bytes,
+tuples, sets, named tuples… as typed JSON that a replay rebuilds into the same type (only from
+classes the replayed program has imported; nothing is imported or pickled). A result with no
+stored form (and no encoder registered with :func:`register_encoder`) is said on stderr, naming
+the tool, the type and the hook; the call runs on as it would have, and its event records why it
+is missing (``unrecorded``), so a replay stops there with a divergence that says so.
 
-For agents you cannot edit, :func:`install_import_hook` wraps ``module:qualname`` targets (methods as
-``module:Class.method``) as soon as the module has executed, so ``from module import f`` elsewhere
-already sees the wrapper. Such a wrapper records only while its target is enabled
-(:func:`install_import_hook` enables it, :func:`disable_targets` disables it again: the pytest
-plugin's per-test ``tools``); otherwise it calls the function as it is.
+**Generators.** A tool that returns a generator or an async generator (a generator function, or
+a function returning one) hands the program a wrapper that passes every item on as it comes and
+records it; the event is written when the generator ends (exhausted, closed by the program, failed
+or, at the end of the run, still open). On replay the program gets a generator of the same kind
+yielding the recorded items, then ending as it did; reading past the point where the recorded
+program stopped reading is a divergence.
+
+**Parallel calls.** A served result is handed back only after the results of the calls that
+finished before it live while it was running (:func:`forkpoint.replay.release_order`), so results
+gathered in parallel arrive in the order they did live.
+
+Targets named on the command line (``--tool module:qualname``) are :mod:`.targets`.
 """
 
 from __future__ import annotations
 
-import atexit
 import base64
 import builtins
+import contextlib
 import functools
 import inspect
 import sys
-import threading
 import time
-from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+import types
+from collections.abc import AsyncGenerator, Awaitable, Callable, Generator, Iterator, Sequence
 from decimal import Decimal
 from pathlib import PurePath
-from types import ModuleType
-from typing import Any, TypeVar, overload
+from typing import Any, TypeVar, cast, overload
 
 import orjson
 
-from .. import runtime
-from ..errors import RecordedToolError, ToolResultError
-from ..events import ErrorRecord, ToolCallEvent, new_span_id, now_iso
+from .. import runtime, values
+from ..errors import RecordedToolError, SessionError, ToolResultError, UnrebuildableValue
+from ..events import ErrorRecord, ToolCallEvent, UnrecordedResult, error_record, new_span_id, now_iso
 from ..redact import scrub_json, scrub_text
-from .imports import ExecHook
-from .imports import install as install_exec_hook
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-_ENCODERS: dict[type, Callable[[Any], Any]] = {}
+#: Store values of a class as JSON of one's own (and, with a decoder, get them back on replay).
+register_encoder = values.register_encoder
 
-
-def register_encoder(cls: type, encode: Callable[[Any], Any]) -> None:
-    """Store values of ``cls`` (and subclasses) as ``encode(value)``, which must return JSON data."""
-    _ENCODERS[cls] = encode
+#: At least this long (seconds) a served result waits for the calls that finished before it live.
+TURN_WAIT_S = 2.0
 
 
 def _default(value: Any) -> Any:
-    for cls, encode in _ENCODERS.items():
-        if isinstance(value, cls):
-            return encode(value)
-    # Built-in conversions for values tools commonly return (documented in docs/format.md).
+    """orjson's fallback for an *argument*: its JSON form, which is what a call is matched by."""
+    pair = values.registered(type(value))
+    if pair is not None:
+        return pair[0](value)
+    # Built-in conversions for values tools commonly take (documented in docs/format.md).
     if hasattr(value, "model_dump") and callable(value.model_dump):  # pydantic v2 models
         return value.model_dump(mode="json")
     if isinstance(value, set | frozenset):
@@ -70,7 +78,8 @@ def _default(value: Any) -> Any:
 
 
 def to_json_value(value: Any) -> Any:
-    """``value`` converted to plain JSON data via orjson and the registered encoders.
+    """``value`` converted to plain JSON data via orjson and the registered encoders (an argument's
+    form: results keep their types, :func:`forkpoint.values.encode`).
 
     Raises ``TypeError`` when some part of it has no JSON form.
     """
@@ -145,11 +154,8 @@ def _error_dict(exc: BaseException) -> ErrorRecord:
     """``{"type", "module", "message"}``, plus the exception's ``args`` (when they are JSON and not
     just the message) and its JSON instance attributes (``attrs``, each on its own), so a custom
     exception (``ApiError(429, "slow down")`` with ``.status``) comes back whole on replay."""
-    out: ErrorRecord = {
-        "type": type(exc).__qualname__,
-        "module": type(exc).__module__,
-        "message": scrub_text(str(exc)),
-    }
+    out = error_record(exc)
+    out["message"] = scrub_text(out["message"])
     try:
         args = scrub_json(_plain(list(exc.args)))
     except TypeError:
@@ -220,19 +226,37 @@ def rebuild_exception(error: dict[str, Any]) -> BaseException:
     return candidates[0] if candidates else RecordedToolError(name, module, message)
 
 
-def _encode_result(name: str, value: Any) -> Any:
-    try:
-        return scrub_json(to_json_value(value))
-    except TypeError as exc:
-        raise ToolResultError(
-            f"tool {name!r} returned a {type(value).__module__}.{type(value).__qualname__} that cannot be "
-            f"stored as JSON ({exc}); return JSON data, or register an encoder for the offending type: "
-            "forkpoint.register_encoder(SomeType, to_json)"
-        ) from None
+def _say(message: str) -> None:
+    """A line for the person running the agent (stderr: stdout belongs to the program)."""
+    sys.stderr.write(f"forkpoint: {message}\n")
+    sys.stderr.flush()
+
+
+def _unrecordable(name: str, value: Any, exc: Exception) -> UnrecordedResult:
+    """Say (once per call) why a result of tool ``name`` is not recorded, and how to record it;
+    returns what the event keeps of it."""
+    if isinstance(exc, ToolResultError) and exc.type_name:
+        kind = exc.type_name
+        where = f" (at result{exc.where})" if exc.where else ""
+        what = f"{exc}{where}"
+    else:
+        kind, what = values.type_label(value), f"{type(exc).__name__}: {exc}"
+    short = kind.rsplit(".", 1)[-1]
+    how = (
+        "To record it, return a value that does not contain itself"
+        if kind == "(cycle)"
+        else f"To record it, register an encoder (with a decoder, a replay gives back a {short} again): "
+        f"forkpoint.register_encoder({short}, to_json, decode=from_json)"
+    )
+    _say(
+        f"tool {name!r} returned {what}, which forkpoint cannot record: the call ran as usual, but it is "
+        f"not in the session, and a replay stops there. {how}"
+    )
+    return {"type": kind, "message": scrub_text(what)}
 
 
 class _ToolCall:
-    """Bookkeeping of one recorded tool call."""
+    """Bookkeeping of one recorded tool call: started when created, written by :meth:`write`."""
 
     def __init__(self, name: str, args: dict[str, Any]) -> None:
         self.name, self.args = name, args
@@ -242,11 +266,27 @@ class _ToolCall:
         self.t0 = time.perf_counter()
         self.span_id = new_span_id()
         self.parent = runtime.current_span.get()
-        self.token = runtime.current_span.set(self.span_id)
 
-    def done(self, *, result: Any = None, error: BaseException | None = None) -> None:
-        runtime.current_span.reset(self.token)
-        rt = runtime.active()
+    @contextlib.contextmanager
+    def running(self) -> Iterator[None]:
+        """The tool's span is current inside (its body runs: calls it makes are its children)."""
+        token = runtime.current_span.set(self.span_id)
+        try:
+            yield
+        finally:
+            runtime.current_span.reset(token)
+
+    def write(
+        self,
+        *,
+        result: Any = None,
+        error: BaseException | None = None,
+        unrecorded: UnrecordedResult | None = None,
+        rt: runtime.Runtime | None = None,
+    ) -> None:
+        """Write the event: ``result`` (stored form), ``error`` (raised), or ``unrecorded``, to the
+        active runtime (or ``rt``: the one ending the run; nothing when none is active)."""
+        rt = rt or runtime.active()
         if rt is None:
             return
         event: ToolCallEvent = {
@@ -260,24 +300,265 @@ class _ToolCall:
         }
         if self.sent is not None:
             event["sent"] = self.sent
+            event["finished"] = runtime.next_sent(rt)
         if error is not None:
             event["error"] = _error_dict(error)
+        elif unrecorded is not None:
+            event["unrecorded"] = unrecorded
         else:
-            event["result"] = _encode_result(self.name, result)
-        rt.tool_call_done(event)
+            event["result"] = scrub_json(result)
+        try:
+            rt.tool_call_done(event)
+        except SessionError as exc:  # the log cannot take it (closed at exit, disk full): the call goes on
+            _say(f"the call of tool {self.name!r} could not be written to the session: {exc}")
+
+    def returned(self, value: Any, encode: Callable[[Any], Any] | None) -> Any:
+        """What the program gets for ``value`` (a generator is wrapped to record its items); a
+        value that is not a generator is written now. Never raises for a value it cannot store."""
+        if isinstance(value, types.GeneratorType):
+            return _recorded_generator(self, value, _Items(self, "generator", encode))
+        if isinstance(value, types.AsyncGeneratorType):
+            return _recorded_async_generator(self, value, _Items(self, "async_generator", encode))
+        try:
+            stored = values.encode(encode(value) if encode else value)
+        except Exception as exc:  # an integration's encoder too: the call must go on regardless
+            self.write(unrecorded=_unrecordable(self.name, value, exc))
+        else:
+            self.write(result=stored)
+        return value
 
 
-_LIVE = object()
+# --------------------------------------------------------------------------- generators
+
+#: The kinds of a recorded generator's node (``{"$type", "kind", "value": [items], "ended", …}``).
+_ITEM_KINDS = {"generator": "builtins:generator", "async_generator": "builtins:async_generator"}
 
 
-def _replayed(rt: Any, name: str, args: dict[str, Any], defaulted: frozenset[str]) -> Any:
-    """The served result of a tool call, or ``_LIVE`` when the replayer says to run it for real."""
-    event = rt.take_tool_call(name, args, defaulted=defaulted)
-    if event is None:
-        return _LIVE
-    if "error" in event:
-        raise rebuild_exception(event["error"])
-    return event.get("result")
+class _Items:
+    """The items of a generator a tool returned, stored as they come; written as the tool call's
+    result when the generator ends. Held in the runtime's ``pending`` meanwhile, so one still open
+    when the run ends is written then (``ended: "unfinished"``)."""
+
+    def __init__(self, call: _ToolCall, kind: str, encode: Callable[[Any], Any] | None) -> None:
+        self.call, self.kind, self.encode = call, kind, encode
+        self.items: list[Any] = []
+        self.unrecorded: UnrecordedResult | None = None
+        self.rt = runtime.active()
+        self.done = False
+        if self.rt is not None:
+            self.rt.pending.add(self)
+
+    def _stored(self, value: Any) -> Any:
+        try:
+            return values.encode(self.encode(value) if self.encode else value)
+        except Exception as exc:
+            if self.unrecorded is None:
+                self.unrecorded = _unrecordable(self.call.name, value, exc)
+            return None
+
+    def add(self, item: Any) -> None:
+        if self.unrecorded is None:
+            stored = self._stored(item)
+            if self.unrecorded is None:
+                self.items.append(stored)
+
+    def finish(
+        self, *, ended: str = "complete", returned: Any = None, error: BaseException | None = None
+    ) -> None:
+        """Write the call (once): its items and how the generator ended."""
+        if self.done:
+            return
+        self.done = True
+        if self.rt is not None:
+            self.rt.pending.discard(self)
+        node: dict[str, Any] = {values.MARK: _ITEM_KINDS[self.kind], "kind": self.kind, "value": self.items}
+        node["ended"] = ended
+        if returned is not None:
+            node["return"] = self._stored(returned)
+        if error is not None:
+            node["raised"] = _error_dict(error)
+        # Still open when the run ends: its runtime is finishing it (and may be inactive already).
+        rt = self.rt if ended == "unfinished" else None
+        if self.unrecorded is not None:
+            self.call.write(unrecorded=self.unrecorded, rt=rt)
+        else:
+            self.call.write(result=node, rt=rt)
+
+
+def _recorded_generator(
+    call: _ToolCall, gen: Generator[Any, Any, Any], items: _Items
+) -> Generator[Any, Any, Any]:
+    """``gen`` passed on to the program unchanged (sends, throws, close, return value), its items
+    recorded; the tool's span is current while its body runs."""
+    step: Callable[[Any], Any] = gen.send
+    arg: Any = None
+    try:
+        while True:
+            with call.running():
+                item = step(arg)
+            items.add(item)
+            try:
+                arg, step = (yield item), gen.send
+            except GeneratorExit:
+                gen.close()
+                items.finish(ended="closed")
+                raise
+            except BaseException as exc:  # thrown in by the program: the tool's generator decides
+                arg, step = exc, gen.throw
+    except StopIteration as stop:
+        items.finish(returned=stop.value)
+        return stop.value
+    except Exception as exc:
+        items.finish(error=exc)
+        raise
+
+
+async def _recorded_async_generator(
+    call: _ToolCall, agen: AsyncGenerator[Any, Any], items: _Items
+) -> AsyncGenerator[Any, Any]:
+    """:func:`_recorded_generator` for an async generator."""
+    step: Callable[[Any], Awaitable[Any]] = agen.asend
+    arg: Any = None
+    try:
+        while True:
+            with call.running():
+                item = await step(arg)
+            items.add(item)
+            try:
+                arg, step = (yield item), agen.asend
+            except GeneratorExit:
+                await agen.aclose()
+                items.finish(ended="closed")
+                raise
+            except BaseException as exc:
+                arg, step = exc, agen.athrow
+    except StopAsyncIteration:
+        items.finish()
+    except Exception as exc:
+        items.finish(error=exc)
+        raise
+
+
+class _ItemsServed:
+    """A recorded generator's items and end, rebuilt; :meth:`ending` is what follows the last item."""
+
+    def __init__(
+        self, rt: runtime.Serving, event: ToolCallEvent, position: int, node: dict[str, Any]
+    ) -> None:
+        self.rt, self.event, self.position, self.node = rt, event, position, node
+        self.items = values.decode(node.get("value") or [])
+        self.returned = values.decode(node.get("return"))
+
+    def ending(self) -> BaseException | None:
+        """The recorded exception, a divergence when the recorded program stopped reading here
+        (closed the generator, or the run ended with it open), or None for a normal end."""
+        if isinstance(self.node.get("raised"), dict):
+            return rebuild_exception(self.node["raised"])
+        ended = self.node.get("ended")
+        if ended in ("closed", "unfinished"):
+            return self.rt.diverged(
+                self.event,
+                "tool_call",
+                self.position,
+                f"the recorded program stopped reading this generator after {len(self.items)} item(s) "
+                f"(ended: {ended}); this run reads further, and the rest was never produced",
+            )
+        return None
+
+
+def _served_generator(served: _ItemsServed) -> Generator[Any, Any, Any]:
+    """The recorded items of a generator (values sent in are not compared), then its recorded end."""
+    for item in served.items:  # noqa: UP028 - `yield from` would hand the program's sends to a list
+        yield item
+    end = served.ending()
+    if end is not None:
+        raise end
+    return served.returned
+
+
+async def _served_async_generator(served: _ItemsServed) -> AsyncGenerator[Any, Any]:
+    """:func:`_served_generator` for an async generator."""
+    for item in served.items:
+        yield item
+    end = served.ending()
+    if end is not None:
+        raise end
+
+
+# --------------------------------------------------------------------------- replay
+
+
+class _Served:
+    """A recorded tool call being served: waits for its turn (:meth:`wait`, :meth:`await_turn`),
+    then :meth:`value` releases it and gives what the program gets."""
+
+    def __init__(self, rt: runtime.Serving, event: ToolCallEvent, position: int) -> None:
+        self.rt, self.event, self.position = rt, event, position
+        result = event.get("result")
+        #: The recorded result is a generator's items (a node of one of ``_ITEM_KINDS``).
+        self.generator: dict[str, Any] | None = (
+            result
+            if isinstance(result, dict)
+            and result.get("kind") in _ITEM_KINDS
+            and result.get(values.MARK) == _ITEM_KINDS[result["kind"]]
+            else None
+        )
+        # Never longer than the call lasted live (and at least TURN_WAIT_S): the calls it waits for
+        # came within that time then, and a run that does not ask for them went another way.
+        self.timeout = max(TURN_WAIT_S, min(60.0, float(event.get("duration_ms") or 0) / 1000))
+
+    def wait(self) -> None:
+        if self.generator is None:
+            self.rt.wait_turn(self.event, self.timeout)
+
+    async def await_turn(self) -> None:
+        if self.generator is not None or self.rt.ready(self.event):
+            return
+        import anyio  # httpx and httpx2 depend on it: works under asyncio and trio alike
+
+        deadline = time.monotonic() + self.timeout
+        spins = 0
+        while not self.rt.ready(self.event):
+            if time.monotonic() >= deadline:
+                self.rt.late(self.event)
+                return
+            spins += 1
+            await anyio.sleep(0 if spins < 20 else 0.001)  # first let the other tasks ask their calls
+
+    def value(self) -> Any:
+        """The recorded result rebuilt (a generator of the recorded kind for items), or raises the
+        recorded exception, or a divergence when it was not recorded or cannot be rebuilt here."""
+        event = self.event
+        self.rt.release(event)
+        if "error" in event:
+            raise rebuild_exception(dict(event["error"]))
+        if "unrecorded" in event:
+            u = event["unrecorded"]
+            raise self.rt.diverged(
+                event,
+                "tool_call",
+                self.position,
+                f"the result of this call was not recorded ({u.get('message')}): the recording "
+                "cannot serve it; register an encoder for that type and record again",
+            )
+        try:
+            if self.generator is not None:
+                served = _ItemsServed(self.rt, event, self.position, self.generator)
+                if self.generator["kind"] == "async_generator":
+                    return _served_async_generator(served)
+                return _served_generator(served)
+            return values.decode(event.get("result"))
+        except UnrebuildableValue as exc:
+            raise self.rt.diverged(event, "tool_call", self.position, str(exc)) from None
+
+
+def _replayed(
+    rt: runtime.Runtime, name: str, args: dict[str, Any], defaulted: frozenset[str]
+) -> _Served | None:
+    """The recorded call to serve, or None when the replayer says to run it for real."""
+    serving = cast(runtime.Serving, rt)
+    taken = serving.take_tool_call(name, args, defaulted=defaulted)
+    return None if taken is None else _Served(serving, taken[0], taken[1])
 
 
 def call_tool(
@@ -293,30 +574,29 @@ def call_tool(
 
     ``args`` are the call's JSON arguments; ``defaulted`` names those the caller did not pass (their
     default was filled in), so a recording made before such a parameter existed still matches.
-    No runtime active: ``body()``. Replay: the recorded
-    result of ``name`` with ``args`` (or its exception raised again) and ``body`` never runs, unless
-    the replay runs tools live. Record (or live): ``body()`` runs and a ``tool_call`` event is written
-    with its result (``encode(result)`` when given; it must be JSON data) or its exception.
+    No runtime active: ``body()``. Replay: the recorded result of ``name`` with ``args``, rebuilt
+    (or its exception raised again), and ``body`` never runs, unless the replay runs tools live.
+    Record (or live): ``body()`` runs and a ``tool_call`` event is written with its result
+    (``encode(result)`` when given, stored by :func:`forkpoint.values.encode`) or its exception;
+    a generator result is handed on wrapped, its items recorded as they come.
     """
     rt = runtime.active()
     if rt is None:
         return body()
-    if rt.mode == "replay" and (served := _replayed(rt, name, args, defaulted)) is not _LIVE:
-        return served
+    if rt.mode == "replay" and (served := _replayed(rt, name, args, defaulted)) is not None:
+        served.wait()
+        return served.value()
     call = _ToolCall(name, args)
-    live = runtime.running_live_tool.set(rt.mode == "replay")
+    live = runtime.running_live_tool.set(rt.mode == "replay")  # its connections are allowed
     try:
-        result = body()
-    except Exception as exc:
-        call.done(error=exc)
-        raise
-    except BaseException:  # cancelled or exiting: nothing to record, but leave the span
-        runtime.current_span.reset(call.token)
+        with call.running():
+            result = body()
+    except Exception as exc:  # cancelled or exiting (a BaseException) is not recorded
+        call.write(error=exc)
         raise
     finally:
         runtime.running_live_tool.reset(live)
-    call.done(result=encode(result) if encode else result)
-    return result
+    return call.returned(result, encode)
 
 
 async def acall_tool(
@@ -331,22 +611,20 @@ async def acall_tool(
     rt = runtime.active()
     if rt is None:
         return await body()
-    if rt.mode == "replay" and (served := _replayed(rt, name, args, defaulted)) is not _LIVE:
-        return served
+    if rt.mode == "replay" and (served := _replayed(rt, name, args, defaulted)) is not None:
+        await served.await_turn()
+        return served.value()
     call = _ToolCall(name, args)
-    live = runtime.running_live_tool.set(rt.mode == "replay")
+    live = runtime.running_live_tool.set(rt.mode == "replay")  # its connections are allowed
     try:
-        result = await body()
+        with call.running():
+            result = await body()
     except Exception as exc:
-        call.done(error=exc)
-        raise
-    except BaseException:  # cancelled (e.g. a framework timeout): nothing to record, but leave the span
-        runtime.current_span.reset(call.token)
+        call.write(error=exc)
         raise
     finally:
         runtime.running_live_tool.reset(live)
-    call.done(result=encode(result) if encode else result)
-    return result
+    return call.returned(result, encode)
 
 
 @overload
@@ -359,142 +637,74 @@ def tool(fn: Callable[..., Any] | None = None, *, name: str | None = None) -> An
     """Mark a function as a tool: recorded while recording, served from the session on replay.
 
     Usable bare (``@forkpoint.tool``) or with a name (``@forkpoint.tool(name="search")``; default:
-    the function's ``__name__``). Works on sync and async functions and on methods. The wrapper keeps
-    the function's name, docstring and signature, so frameworks that read them still work.
+    the function's ``__name__``). Works on sync and async functions, generator and async generator
+    functions, and methods. The wrapper keeps the function's name, docstring and signature, and is
+    of the same kind (a generator function stays one), so frameworks that inspect them still work.
     """
     if fn is None:
         return lambda f: tool(f, name=name)
-    return _wrapped(fn, str(name or getattr(fn, "__name__", "tool")))
+    return wrapped(fn, str(name or getattr(fn, "__name__", "tool")))
 
 
-def _wrapped(fn: Callable[..., Any], tool_name: str, target: str | None = None) -> Any:
-    """The tool wrapper of ``fn``; with ``target`` (a ``--tool`` spec), it records only while that
-    target is enabled."""
+def wrapped(fn: Callable[..., Any], tool_name: str, on: Callable[[], bool] | None = None) -> Any:
+    """The tool wrapper of ``fn`` (see :func:`tool`); with ``on``, it records only while ``on()`` is
+    true (a ``--tool`` target, enabled per test by the pytest plugin: :mod:`.targets`)."""
 
     def off() -> bool:
-        return runtime.active() is None or (target is not None and not _enabled[target])
+        return runtime.active() is None or (on is not None and not on())
 
+    def through(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        bound, defaulted = bind_call(fn, args, kwargs)
+        return call_tool(tool_name, bound, lambda: fn(*args, **kwargs), defaulted=defaulted)
+
+    wrapper: Any
     if inspect.iscoroutinefunction(fn):
 
         @functools.wraps(fn)
-        async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+        async def wrapper(*args: Any, **kwargs: Any) -> Any:
             if off():
                 return await fn(*args, **kwargs)
             bound, defaulted = bind_call(fn, args, kwargs)
             return await acall_tool(tool_name, bound, lambda: fn(*args, **kwargs), defaulted=defaulted)
 
-        async_wrapper.__forkpoint_tool__ = tool_name  # type: ignore[attr-defined]
-        return async_wrapper
+    elif inspect.isasyncgenfunction(fn):
 
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        if off():
-            return fn(*args, **kwargs)
-        bound, defaulted = bind_call(fn, args, kwargs)
-        return call_tool(tool_name, bound, lambda: fn(*args, **kwargs), defaulted=defaulted)
+        @functools.wraps(fn)
+        async def wrapper(*args: Any, **kwargs: Any) -> AsyncGenerator[Any, Any]:
+            # What `yield from` is for a generator: items out; sends, throws and close in.
+            agen = fn(*args, **kwargs) if off() else through(args, kwargs)
+            try:
+                item = await agen.__anext__()
+            except StopAsyncIteration:
+                return
+            while True:
+                try:
+                    sent = yield item
+                except GeneratorExit:
+                    await agen.aclose()
+                    raise
+                except BaseException as exc:
+                    step = agen.athrow(exc)
+                else:
+                    step = agen.asend(sent)
+                try:
+                    item = await step
+                except StopAsyncIteration:
+                    return
 
-    wrapper.__forkpoint_tool__ = tool_name  # type: ignore[attr-defined]
-    return wrapper
+    elif inspect.isgeneratorfunction(fn):
 
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Generator[Any, Any, Any]:
+            return (yield from (fn(*args, **kwargs) if off() else through(args, kwargs)))
 
-# --------------------------------------------------------------------------- --tool module:qualname
-
-
-def parse_target(spec: str) -> tuple[str, str]:
-    """Split ``module:qualname``; raises ``ValueError`` with the expected shape otherwise."""
-    module, sep, qualname = spec.partition(":")
-    if not sep or not module or not qualname or not all(p.isidentifier() for p in qualname.split(".")):
-        raise ValueError(f"--tool {spec!r}: expected MODULE:FUNCTION or MODULE:CLASS.METHOD")
-    return module, qualname
-
-
-#: How many times each ``module:qualname`` target is enabled (its wrapper records while above 0).
-_enabled: Counter[str] = Counter()
-_targets_lock = threading.Lock()
-#: Modules not imported yet → the qualnames to wrap once they are.
-_pending: dict[str, list[str]] = {}
-_hook: ExecHook | None = None
-
-
-def wrap_target(module: ModuleType, qualname: str) -> None:
-    """Replace ``module.<qualname>`` by its :func:`tool` wrapper (named ``qualname``), which records
-    while the target ``module:qualname`` is enabled (:func:`install_import_hook`).
-
-    Raises ``AttributeError`` naming the target when it does not exist.
-    """
-    *owners, attr = qualname.split(".")
-    owner: Any = module
-    for part in owners:
-        owner = getattr(owner, part)
-    raw = owner.__dict__.get(attr) if isinstance(owner, type) else getattr(owner, attr, None)
-    if raw is None:
-        raise AttributeError(f"--tool {module.__name__}:{qualname}: {module.__name__} has no {qualname}")
-    if getattr(raw, "__forkpoint_tool__", None) or getattr(
-        getattr(raw, "__func__", None), "__forkpoint_tool__", None
-    ):
-        return
-    target = f"{module.__name__}:{qualname}"
-    if isinstance(raw, staticmethod | classmethod):
-        setattr(owner, attr, type(raw)(_wrapped(raw.__func__, qualname, target)))
     else:
-        setattr(owner, attr, _wrapped(raw, qualname, target))
 
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if off():
+                return fn(*args, **kwargs)
+            return through(args, kwargs)
 
-def _wrap_pending(module: ModuleType) -> None:
-    with _targets_lock:
-        qualnames = _pending.pop(module.__name__, [])
-    for q in qualnames:
-        _wrap_or_warn(module, q)
-
-
-def _wrap_or_warn(module: ModuleType, qualname: str) -> None:
-    # A typo in --tool must not crash the agent being recorded; say it instead.
-    try:
-        wrap_target(module, qualname)
-    except AttributeError as exc:
-        sys.stderr.write(f"forkpoint: {exc}; its calls are not recorded or replayed\n")
-
-
-def install_import_hook(specs: Sequence[str], *, warn_at_exit: bool = False) -> None:
-    """Wrap each ``module:qualname`` in ``specs`` (now if imported, else when first imported) and
-    enable it: its calls are recorded or served until :func:`disable_targets`.
-
-    A target that does not exist is reported on stderr, never raised into the program; with
-    ``warn_at_exit`` (the CLI's bootstrap), so is a module the program never imported.
-    Raises ``ValueError`` for a spec that is not ``module:qualname``.
-    """
-    global _hook
-    targets: dict[str, list[str]] = {}
-    parsed = [(spec, *parse_target(spec)) for spec in specs]
-    for spec, module, qualname in parsed:
-        with _targets_lock:
-            _enabled[spec] += 1
-        if module in sys.modules:
-            _wrap_or_warn(sys.modules[module], qualname)
-        else:
-            targets.setdefault(module, []).append(qualname)
-    if targets:
-        with _targets_lock:
-            for module, names in targets.items():
-                _pending.setdefault(module, []).extend(names)
-            if _hook is None:
-                _hook = ExecHook(lambda name: name in _pending, lambda name, spec: (None, _wrap_pending))
-        install_exec_hook(_hook)
-    if targets and warn_at_exit:
-
-        def never_imported() -> None:
-            for module, names in targets.items():
-                if module not in sys.modules:
-                    listed = ", ".join(f"{module}:{n}" for n in names)
-                    sys.stderr.write(f"forkpoint: --tool {listed}: the program never imported {module}\n")
-
-        atexit.register(never_imported)
-
-
-def disable_targets(specs: Sequence[str]) -> None:
-    """Undo one :func:`install_import_hook` of ``specs``: their wrappers call the functions as they
-    are again (unless enabled elsewhere). Targets not yet imported stay pending, disabled."""
-    with _targets_lock:
-        for spec in specs:
-            if _enabled[spec] > 0:
-                _enabled[spec] -= 1
+    wrapper.__forkpoint_tool__ = tool_name
+    return wrapper

@@ -10,17 +10,19 @@ its exit code), :mod:`.ledger` (processes that share one replay), :mod:`.guard` 
 from ..errors import Divergence, NetworkBlocked, RecordedError
 from .guard import install_network_guard
 from .ledger import Ledger, open_ledger
-from .replayer import API_KEY_VARS, PLACEHOLDER_KEY, POLICIES, SOURCES, Replayer, label
+from .replayer import API_KEY_VARS, PLACEHOLDER_KEY, POLICIES, SOURCES, Replayer, label, release_order
 from .report import (
     EXIT_DIVERGENCE,
+    conclude,
     divergence,
     ended_by_override,
     format_divergence,
     merge_reports,
+    problems,
     summary_line,
     write_report,
 )
-from .whatif import create_child
+from .whatif import create_child, end_divergence
 
 __all__ = [
     "API_KEY_VARS",
@@ -33,14 +35,18 @@ __all__ = [
     "NetworkBlocked",
     "RecordedError",
     "Replayer",
+    "conclude",
     "create_child",
     "divergence",
+    "end_divergence",
     "ended_by_override",
     "format_divergence",
     "install_network_guard",
     "label",
     "merge_reports",
     "open_ledger",
+    "problems",
+    "release_order",
     "summary_line",
     "write_report",
 ]

@@ -6,8 +6,9 @@ that endpoint anyway). Several processes of one replay share a :class:`~forkpoin
 
 Not every recorded HTTP exchange is expected again (:mod:`forkpoint.providers.kinds`):
 
-* exchanges made while a recorded tool ran belong to that tool: the tool is not run on replay, so
-  they are not asked for (and when tools run live, what they send goes live too);
+* calls made while a recorded tool ran (HTTP exchanges, nested tool calls) belong to that tool: the
+  tool is not run on replay, so they are not asked for; serving the tool *covers* them (and when
+  tools run live, what they send goes live too);
 * telemetry and metadata (trace uploads, price lists) and MCP session management (the background
   ``GET``, the closing ``DELETE``) are *aside*: answered from the recording when it has them, else
   with the neutral answer the client expects, and never a divergence or an unused call;
@@ -18,6 +19,7 @@ Not every recorded HTTP exchange is expected again (:mod:`forkpoint.providers.ki
 
 from __future__ import annotations
 
+import bisect
 import os
 import re
 import threading
@@ -30,17 +32,18 @@ from typing import Any, Literal, cast
 from .. import override, runtime
 from ..errors import Divergence
 from ..events import (
+    Call,
     CallKind,
     DivergenceReport,
+    ErrorRecord,
     HttpRequest,
     ModelCallEvent,
     Served,
     ToolCallEvent,
     ValueEvent,
     endpoint,
-    in_tool,
+    is_tool_call,
     new_span_id,
-    tool_spans,
 )
 from ..jsondiff import Change, json_diff, similarity
 from ..log import Session, SessionWriter
@@ -61,7 +64,7 @@ from ..override import Override
 from ..providers import api_key_vars, call_kind, classify, kinds, summary
 from ..redact import scrub_json
 from .ledger import Ledger
-from .report import divergence
+from .report import conclude, divergence
 
 #: Environment variables SDKs insist on; set to a placeholder during replay when unset.
 API_KEY_VARS = api_key_vars()
@@ -199,10 +202,9 @@ class Replayer:
         self.live_from = live_from
         in_range = [e for e in session.events if live_from is None or e["seq"] < live_from]
         calls = [e for e in in_range if e["type"] == "model_call" or e["type"] == "tool_call"]
-        spans = tool_spans(calls)
-        #: Recorded exchanges the run is not expected to ask for again (see the module docstring).
+        #: Telemetry and MCP session exchanges: answered aside, never required (module docstring).
         self.aside: list[ModelCallEvent] = [
-            e for e in calls if e["type"] == "model_call" and (in_tool(e, spans) or _answered_aside(e))
+            e for e in calls if e["type"] == "model_call" and _answered_aside(e)
         ]
         aside = {e["seq"] for e in self.aside}
         self.recorded: list[Served] = [
@@ -236,6 +238,21 @@ class Replayer:
         self.network_blocked: list[str] = []
         self.pending: set[Any] = set()
         self._lock = threading.Lock()
+        # Calls made inside a tool's body: served with that tool, never asked for on their own.
+        self._children: dict[str, list[Call]] = {}
+        for e in self.recorded:
+            parent = e.get("parent_span_id")
+            if parent and e["type"] != "value":  # values are read by the agent's code, never a tool's
+                self._children.setdefault(parent, []).append(e)
+        self.covered: set[int] = set()
+        # Tool results are released in the order they finished live (see release_order).
+        self._after = release_order([e for e in self.recorded if is_tool_call(e)], self._descendants)
+        self._released: set[int] = set()
+        self._turns = threading.Condition()
+        self.out_of_order: list[dict[str, Any]] = []
+        #: How this run ended (:meth:`finish`), and the uncaught exceptions it raised.
+        self.exit_code: int | None = None
+        self.uncaught: list[ErrorRecord] = []
 
     # -- the capture layer asks these
 
@@ -256,12 +273,12 @@ class Replayer:
             return None
         if kind == "telemetry" or kinds.is_session_management(request["method"], kind):
             return self._take_aside(request, key, where, kind), self.positions["model_call"]
-        event = self._take("model_call", key, norm, endpoint=where, plain=kind == "http")
+        event, position = self._take("model_call", key, norm, endpoint=where, plain=kind == "http")
         if event is None:
             return None
         if self.child is not None:
             self._log_served(event, {"request": request})
-        return cast(ModelCallEvent, event), self.positions["model_call"]
+        return cast(ModelCallEvent, event), position
 
     def _take_aside(self, request: HttpRequest, key: str, where: str, kind: str) -> ModelCallEvent:
         """The answer to a telemetry call or an MCP session request: the recorded one with the same
@@ -283,7 +300,7 @@ class Replayer:
             self.aside_answered.append(where)
         return neutral_answer(request, kind)
 
-    def diverged(self, event: ModelCallEvent, kind: CallKind, position: int, reason: str) -> Divergence:
+    def diverged(self, event: Call, kind: CallKind, position: int, reason: str) -> Divergence:
         """A divergence about a recorded call that was served (see :class:`forkpoint.runtime.Serving`),
         noted as this replay's divergence when it is the first."""
         where = endpoint(event)
@@ -301,12 +318,14 @@ class Replayer:
         with self._lock:
             if self.divergence is None:
                 self.divergence = report
+                self._wake()
         return divergence(report)
 
     def take_tool_call(
         self, name: str, args: dict[str, Any], *, defaulted: frozenset[str] = frozenset()
-    ) -> ToolCallEvent | None:
-        """The event of this tool call, or None to run the tool live. Raises :class:`Divergence`.
+    ) -> tuple[ToolCallEvent, int] | None:
+        """The event of this tool call and its position among the run's tool calls, or None to run
+        the tool live. Raises :class:`Divergence`.
 
         ``defaulted`` names arguments the caller did not pass (filled in from the signature): when
         nothing matches the call as it is, a recorded call of the tool whose arguments are these
@@ -334,17 +353,19 @@ class Replayer:
         alternatives = without_defaults if defaulted & set(args) else None
         key = tool_key(name, args, self.ignore)
         live = name in self.live_tools
-        event = self._take("tool_call", key, norm, alternatives=alternatives, live=live, name=name)
-        if event is not None and self.child is not None:
+        event, position = self._take("tool_call", key, norm, alternatives=alternatives, live=live, name=name)
+        if event is None:
+            return None
+        if self.child is not None:
             self._log_served(event, {"tool": name, "args": args})
-        return cast(ToolCallEvent | None, event)
+        return cast(ToolCallEvent, event), position
 
     def take_value(self, fn: str, args: list[Any] | None = None) -> ValueEvent | None:
         """The recorded value the agent's own code reads next from ``fn`` (``deterministic``), or
         None to read it for real (after the run went live). Raises :class:`Divergence` when the
         recording has no more values of ``fn``: the run read it more often than when recorded."""
         norm = {"value": fn, "args": args}
-        event = self._take("value", value_key(fn, args), norm, name=fn)
+        event, _ = self._take("value", value_key(fn, args), norm, name=fn)
         if event is not None and self.child is not None:
             self._log_served(event, {"fn": fn, **({"args": args} if args is not None else {})})
         return cast(ValueEvent | None, event)
@@ -400,77 +421,97 @@ class Replayer:
         live: bool = False,
         plain: bool = False,
         **what: str,
-    ) -> Served | None:
+    ) -> tuple[Served | None, int]:
         """The recorded call to serve for a call with match ``key`` (``alternatives()``: keys to try
         when none is left under ``key``; ``plain``: a plain HTTP request, which may be served a
-        recording that differs only in ids), None to go live (always with ``live``); raises
-        :class:`Divergence`."""
+        recording that differs only in ids) or None to go live (always with ``live``), and this call's
+        position among the run's calls of its kind; raises :class:`Divergence`."""
         with self._lock, self._shared():
             self.positions[kind] += 1
-            if live or self.gone_live or self.sources[kind] == "live":
-                self.live_calls[kind] += 1
-                return None
-            queue = self._queues.get(key)
+            chosen = self._choose(kind, key, norm, alternatives, what, live=live, plain=plain)
+            return chosen, self.positions[kind]
+
+    def _choose(
+        self,
+        kind: CallKind,
+        key: str,
+        norm: dict[str, Any],
+        alternatives: Callable[[], list[str]] | None,
+        what: dict[str, str],
+        *,
+        live: bool,
+        plain: bool,
+    ) -> Served | None:
+        if live or self.gone_live or self.sources[kind] == "live":
+            self.live_calls[kind] += 1
+            return None
+        queue = self._queues.get(key)
+        if queue:
+            return self._serve(queue.popleft())
+        for alt in alternatives() if alternatives else ():
+            queue = self._queues.get(alt)
             if queue:
                 return self._serve(queue.popleft())
-            for alt in alternatives() if alternatives else ():
-                queue = self._queues.get(alt)
-                if queue:
-                    return self._serve(queue.popleft())
-            if self.live_from is not None and len(self.used) + len(self.others) == len(self.recorded):
-                self.gone_live = True  # the recorded prefix is done: the fork continues live
-                self.live_calls[kind] += 1
-                return None
-            report = self._divergence_report(kind, key, norm, what)
-            if plain and not self.strict:
-                same = self._differing_in_ids(norm, what.get("endpoint"))
-                if same is not None:
-                    self._queues[self._keys[same["seq"]]].remove(same)
-                    self.id_drift.append(
-                        {
-                            **report,
-                            "served_seq": same["seq"],
-                            "diff": [c.to_json() for c in json_diff(normalized(same), norm)],
-                        }
-                    )
-                    return self._serve(same)
-            first = self.divergence is None
-            if first:
-                self.divergence = report
-            if self.policy == "live":
-                self.gone_live = True
-                self.live_calls[kind] += 1
-                return None
-            if self.policy == "fifo":
-                where = what.get("endpoint") or what.get("name")
-                taken = set(self.used) | self.others
-                nxt = next(
-                    (
-                        e
-                        for e in self.recorded
-                        if e["seq"] not in taken and e["type"] == kind and endpoint(e) == where
-                    ),
-                    None,
-                )
-                if nxt is not None:
-                    self._queues[self._keys[nxt["seq"]]].remove(nxt)
-                    drift: DivergenceReport = {
+        if self.live_from is not None and len(self._taken()) == len(self.recorded):
+            self.gone_live = True  # the recorded prefix is done: the fork continues live
+            self.live_calls[kind] += 1
+            return None
+        report = self._divergence_report(kind, key, norm, what)
+        if plain and not self.strict:
+            same = self._differing_in_ids(norm, what.get("endpoint"))
+            if same is not None:
+                self._queues[self._keys[same["seq"]]].remove(same)
+                self.id_drift.append(
+                    {
                         **report,
-                        "served_seq": nxt["seq"],
-                        "diff": self._explained(
-                            normalized(nxt), norm, what.get("name") if kind == "tool_call" else None
-                        ),
+                        "served_seq": same["seq"],
+                        "diff": [c.to_json() for c in json_diff(normalized(same), norm)],
                     }
-                    self.drift.append(drift)
-                    if first:
-                        self.divergence = drift
-                    return self._serve(nxt)
+                )
+                return self._serve(same)
+        first = self.divergence is None
+        if first:
+            self.divergence = report
+            self._wake()  # tool results waiting for their turn wait no longer: no order is kept now
+        if self.policy == "live":
+            self.gone_live = True
+            self.live_calls[kind] += 1
+            return None
+        if self.policy == "fifo":
+            where = what.get("endpoint") or what.get("name")
+            taken = self._taken()
+            nxt = next(
+                (
+                    e
+                    for e in self.recorded
+                    if e["seq"] not in taken and e["type"] == kind and endpoint(e) == where
+                ),
+                None,
+            )
+            if nxt is not None:
+                self._queues[self._keys[nxt["seq"]]].remove(nxt)
+                drift: DivergenceReport = {
+                    **report,
+                    "served_seq": nxt["seq"],
+                    "diff": self._explained(
+                        normalized(nxt), norm, what.get("name") if kind == "tool_call" else None
+                    ),
+                }
+                self.drift.append(drift)
+                if first:
+                    self.divergence = drift
+                return self._serve(nxt)
         raise divergence(report)
+
+    def _taken(self) -> set[int]:
+        """Recorded calls no longer to be served: served here or by another process of this
+        replay, or made inside the body of a tool call that was served."""
+        return set(self.used) | self.others | self.covered
 
     def _differing_in_ids(self, norm: dict[str, Any], where: str | None) -> Served | None:
         """The first unused recorded plain HTTP call of endpoint ``where`` whose request differs from
         ``norm`` only in values that are ids, timestamps or nonces (:func:`volatile`)."""
-        taken = set(self.used) | self.others
+        taken = self._taken()
         for e in self.recorded:
             if e["seq"] in taken or e["type"] != "model_call" or endpoint(e) != where:
                 continue
@@ -483,11 +524,67 @@ class Replayer:
 
     def _serve(self, event: Served) -> Served:
         self.used.append(event["seq"])
+        if event["type"] == "tool_call":
+            # The calls its body made are in its recorded result; the body does not run now.
+            for inner in self._descendants(event):
+                if inner["seq"] in self.covered or inner["seq"] in self.used:
+                    continue
+                self.covered.add(inner["seq"])
+                queue = self._queues.get(self._keys[inner["seq"]], deque())
+                if inner in queue:
+                    queue.remove(inner)
         o = self.overrides.get(event["seq"])
         if o is None:
             return event
         self.applied[event["seq"]] = True
         return cast(Served, override.apply(event, o))
+
+    def _descendants(self, event: Mapping[str, Any]) -> list[Call]:
+        """The recorded calls made inside ``event``'s span (a tool's body), at any depth."""
+        out: list[Call] = []
+        spans = [event.get("span_id")]
+        while spans:
+            span = spans.pop()
+            for inner in self._children.get(span, []) if span else []:
+                out.append(inner)
+                spans.append(inner.get("span_id"))
+        return out
+
+    # -- tool results in the order they finished live
+
+    def turn_of(self, event: ToolCallEvent) -> list[int]:
+        """The recorded tool calls that finished, live, while ``event`` was running and before it
+        (:func:`release_order`): its result is released only after theirs."""
+        return self._after.get(event["seq"], [])
+
+    def ready(self, event: ToolCallEvent) -> bool:
+        """True when every call :meth:`turn_of` names has been released (or the run diverged, after
+        which no order is kept)."""
+        with self._turns:
+            return self.divergence is not None or all(s in self._released for s in self.turn_of(event))
+
+    def wait_turn(self, event: ToolCallEvent, timeout: float) -> None:
+        """Block until :meth:`ready`, at most ``timeout`` seconds (then :meth:`late` is noted)."""
+        with self._turns:
+            if not self._turns.wait_for(lambda: self.ready(event), timeout):
+                self.late(event)
+
+    def late(self, event: ToolCallEvent) -> None:
+        """Note that ``event``'s result is released before calls that finished before it live,
+        because this run did not ask for them in time."""
+        with self._turns:
+            missing = [s for s in self.turn_of(event) if s not in self._released]
+            self.out_of_order.append({"seq": event["seq"], "tool": event["tool"], "before": missing})
+
+    def release(self, event: ToolCallEvent) -> None:
+        """``event``'s result has been handed to the program."""
+        with self._turns:
+            self._released.add(event["seq"])
+            self._turns.notify_all()
+
+    def _wake(self) -> None:
+        with self._turns:
+            self._turns.notify_all()
 
     def _log_served(self, event: Served, actual: dict[str, Any]) -> None:
         keep = {
@@ -580,52 +677,72 @@ class Replayer:
         seen = {c.path for c in json_diff(self.ignore.mask(expected, tool), self.ignore.mask(actual, tool))}
         return [Change(c.op, c.path, c.expected, c.actual, c.path not in seen).to_json() for c in changes]
 
+    def finish(self, exit_code: int | None, uncaught: Sequence[ErrorRecord] = ()) -> None:
+        """How the replayed run ended: its exit code (None when this process cannot know it: the
+        command line adds it) and the uncaught exceptions it raised. :meth:`report` compares them
+        with the recording's end."""
+        self.exit_code = exit_code
+        self.uncaught.extend(uncaught)
+
     def report(self) -> dict[str, Any]:
         """Outcome as JSON data: matched/recorded counts, unused seqs, divergence, drift (fifo),
         overrides and whether each was reached, live calls, the child session, blocked connects,
-        the aside calls served from the recording or answered neutrally, and the plain HTTP calls
-        served a recording that differed only in ids (``id_drift``)."""
-        used = set(self.used)
-        unused = [e for e in self.recorded if e["seq"] not in used]
+        the aside calls served from the recording or answered neutrally, the plain HTTP calls served a
+        recording that differed only in ids (``id_drift``), calls served with the tool call whose body
+        made them (``covered``), tool results released out of their recorded order, and how the run
+        ended against how the recording did (:func:`~forkpoint.replay.report.conclude`)."""
+        taken = set(self.used) | self.covered
+        unused = [e for e in self.recorded if e["seq"] not in taken]
         # Recorded calls of a kind served from the session that the run never asked for: it ended
         # early, which is as much a failure to reproduce as a divergence. (Live kinds, and anything
         # after a divergence the policy went live on, are expected to leave recorded calls unused.)
         unserved = [e["seq"] for e in unused if self._expected(e) and not self.gone_live]
-        return {
-            "session": self.session.id,
-            "session_path": str(self.session.path),
-            "reproduced": self.divergence is None and not unserved and not self.network_blocked,
-            "processes": 1,
-            "process_started": self.started,
-            "served": sorted(self.used),
-            "unserved": unserved,
-            "matched": len(self.used),
-            "recorded": len(self.recorded),
-            "unused": [e["seq"] for e in unused],
-            "ended_early": bool(unserved) and self.divergence is None,
-            "divergence": self.divergence,
-            "policy": self.policy,
-            "sources": {"models": self.sources["model_call"], "tools": self.sources["tool_call"]},
-            "drift": self.drift,
-            "overrides": [
-                {**o.to_json(), "seq": seq, "applied": self.applied[seq]} for seq, o in self.overrides.items()
-            ],
-            "live_calls": {
-                "models": self.live_calls["model_call"],
-                "tools": self.live_calls["tool_call"],
-                **({"values": self.live_calls["value"]} if self.deterministic else {}),
-            },
-            "child_session": str(self.child.path) if self.child else None,
-            "live_from": self.live_from,
-            "network_blocked": self.network_blocked,
-            "aside": {
-                "recorded": len(self.aside),
-                "served": len(self.aside_served),
-                "answered": self.aside_answered,
-            },
-            "id_drift": self.id_drift,
-            "strict": self.strict,
-        }
+        end = self.session.end()
+        return conclude(
+            {
+                "session": self.session.id,
+                "session_path": str(self.session.path),
+                "reproduced": False,
+                "processes": 1,
+                "process_started": self.started,
+                "served": sorted(self.used),
+                "covered": sorted(self.covered),
+                "unserved": unserved,
+                "matched": len(taken),
+                "recorded": len(self.recorded),
+                "unused": [e["seq"] for e in unused],
+                "ended_early": bool(unserved) and self.divergence is None,
+                "divergence": self.divergence,
+                "policy": self.policy,
+                "sources": {"models": self.sources["model_call"], "tools": self.sources["tool_call"]},
+                "drift": self.drift,
+                "overrides": [
+                    {**o.to_json(), "seq": seq, "applied": self.applied[seq]}
+                    for seq, o in self.overrides.items()
+                ],
+                "live_calls": {
+                    "models": self.live_calls["model_call"],
+                    "tools": self.live_calls["tool_call"],
+                    **({"values": self.live_calls["value"]} if self.deterministic else {}),
+                },
+                "child_session": str(self.child.path) if self.child else None,
+                "live_from": self.live_from,
+                "network_blocked": self.network_blocked,
+                "aside": {
+                    "recorded": len(self.aside),
+                    "served": len(self.aside_served),
+                    "answered": self.aside_answered,
+                },
+                "id_drift": self.id_drift,
+                "strict": self.strict,
+                "out_of_order": list(self.out_of_order),
+                "exit_code": self.exit_code,
+                "uncaught": list(self.uncaught),
+                "recorded_end": {"exit_code": end.get("exit_code"), "uncaught": end.get("uncaught")}
+                if end is not None and self.live_from is None
+                else None,
+            }
+        )
 
     def _expected(self, event: Served) -> bool:
         """True when a recorded call is expected to be served: its kind comes from the session and
@@ -633,3 +750,31 @@ class Replayer:
         if event["type"] == "tool_call" and event["tool"] in self.live_tools:
             return False
         return self.sources[event["type"]] == "replay"
+
+
+def release_order(
+    tools: Sequence[ToolCallEvent], inside: Callable[[ToolCallEvent], Sequence[Call]]
+) -> dict[int, list[int]]:
+    """For each recorded tool call, the tool calls that finished live while it was running and
+    before it did (same process; ``inside(call)``, the calls made in its own body, left out: they
+    are not asked for when it is served). Its result is released only after theirs, so results
+    gathered in parallel come back in the order they finished live.
+
+    Read from ``sent`` and ``finished``, ordinals of one counter per process (a call's start and
+    its end); sessions recorded without ``finished`` keep no order."""
+    by_pid: dict[Any, list[ToolCallEvent]] = {}
+    for e in tools:
+        if isinstance(e.get("sent"), int) and isinstance(e.get("finished"), int):
+            by_pid.setdefault(e.get("pid"), []).append(e)
+    out: dict[int, list[int]] = {}
+    for group in by_pid.values():
+        group.sort(key=lambda e: e["finished"])
+        ends = [e["finished"] for e in group]
+        for e in group:
+            during = group[bisect.bisect_right(ends, e["sent"]) : bisect.bisect_left(ends, e["finished"])]
+            if during:
+                own = {x["seq"] for x in inside(e)}
+                after = [x["seq"] for x in during if x["seq"] not in own]
+                if after:
+                    out[e["seq"]] = after
+    return out

@@ -56,6 +56,63 @@ def divergence(report: DivergenceReport) -> Divergence:
     return Divergence(report, format_divergence(report))
 
 
+#: Exceptions of forkpoint's own that end a replayed program: reported as what they are (a
+#: divergence, a blocked connection), not as an uncaught exception of the program.
+_OWN_ENDINGS = frozenset({("forkpoint.errors", "Divergence"), ("forkpoint.errors", "NetworkBlocked")})
+
+
+def _raised(errors: Any) -> list[str]:
+    """``module.Type`` of each uncaught exception, sorted (forkpoint's own endings left out)."""
+    return sorted(
+        f"{e.get('module')}.{e.get('type')}"
+        for e in errors or []
+        if isinstance(e, dict) and (e.get("module"), e.get("type")) not in _OWN_ENDINGS
+    )
+
+
+def ending(report: dict[str, Any]) -> list[str] | None:
+    """How the replayed program's end differs from the recording's, in words: ``[]`` when it ended
+    as recorded (same exit code, the same uncaught exceptions), None when that cannot be told yet
+    (the exit code is not known, or the recording has no end)."""
+    recorded = report.get("recorded_end")
+    code = report.get("exit_code")
+    if not isinstance(recorded, dict) or code is None or recorded.get("exit_code") is None:
+        return None
+    out = []
+    if code != recorded["exit_code"]:
+        out.append(f"the program exited {code} (recorded: {recorded['exit_code']})")
+    if isinstance(recorded.get("uncaught"), list):  # recordings made before it was kept have none
+        now, then = _raised(report.get("uncaught")), _raised(recorded["uncaught"])
+        new = [n for n in now if n not in then]
+        if new:
+            shown = "; ".join(
+                f"{e.get('type')}: {e.get('message')}"
+                for e in report.get("uncaught") or []
+                if f"{e.get('module')}.{e.get('type')}" in new
+            )
+            out.append(f"it raised an uncaught {shown} (the recording did not)")
+        gone = [n for n in then if n not in now]
+        if gone:
+            out.append(f"the recording ended with an uncaught {', '.join(gone)}, this run did not")
+    return out
+
+
+def conclude(report: dict[str, Any]) -> dict[str, Any]:
+    """``report`` with its verdict (re)computed: ``ending`` (:func:`ending`), ``ended_as_recorded``
+    (None while unknown), and ``reproduced`` — every recorded call served (none unserved), no
+    divergence, no network attempt, and the program ended as recorded. Returns ``report``."""
+    differences = ending(report)
+    report["ending"] = differences or []
+    report["ended_as_recorded"] = None if differences is None else not differences
+    report["reproduced"] = (
+        not report.get("divergence")
+        and not report.get("unserved")
+        and not report.get("network_blocked")
+        and report["ended_as_recorded"] is not False
+    )
+    return report
+
+
 def ended_by_override(report: dict[str, Any]) -> bool:
     """True when a what-if run stopped asking for recorded calls after an override took effect and
     without diverging: the agent took the way out the override offered (``model#2.text="I give
@@ -68,16 +125,27 @@ def ended_by_override(report: dict[str, Any]) -> bool:
     )
 
 
+def problems(report: dict[str, Any]) -> list[str]:
+    """Why a replay that did not diverge still did not reproduce its recording, in words."""
+    out = []
+    if report.get("ended_early"):
+        out.append("the run ended before asking for every recorded call")
+    if report.get("network_blocked"):
+        out.append("the run tried to reach the network")
+    return out + list(report.get("ending") or [])
+
+
 def summary_line(report: dict[str, Any]) -> str:
     """The one-line end-of-replay report."""
     if report.get("divergence"):
         status = "DIVERGED"
     elif ended_by_override(report):
-        status = "ok, ended early after the override (the agent did not ask for every recorded call)"
-    elif report.get("ended_early"):
-        status = "DID NOT REPRODUCE (the run ended before asking for every recorded call)"
-    elif report.get("network_blocked"):
-        status = "DID NOT REPRODUCE (the run tried to reach the network)"
+        how = "ok, ended early" if not report.get("ending") else "ENDED DIFFERENTLY"
+        status = f"{how} after the override (the agent did not ask for every recorded call)" + "".join(
+            f"; {d}" for d in report.get("ending") or []
+        )
+    elif problems(report):
+        status = f"DID NOT REPRODUCE ({'; '.join(problems(report))})"
     else:
         status = "ok"
     unused = report["unused"]
@@ -87,6 +155,8 @@ def summary_line(report: dict[str, Any]) -> str:
     hosts = list(dict.fromkeys(report.get("network_blocked") or []))
     blocked = f"; network blocked: {', '.join(hosts)}" if hosts else ""
     extra = ""
+    if report.get("covered"):
+        extra += f"; {plural(len(report['covered']), 'call')} served inside the tool calls that made them"
     if report.get("overrides"):
         applied = sum(1 for o in report["overrides"] if o["applied"])
         extra += f"; {applied}/{len(report['overrides'])} override(s) applied"
@@ -103,6 +173,11 @@ def summary_line(report: dict[str, Any]) -> str:
             f"; telemetry/session calls: {aside.get('served', 0)} served from the recording, "
             f"{len(aside.get('answered') or [])} answered neutrally"
         )
+    if report.get("out_of_order"):
+        extra += (
+            f"; {plural(len(report['out_of_order']), 'tool result')} released before calls that finished "
+            "first live (this run did not ask for them in time)"
+        )
     if (report.get("processes") or 1) > 1:
         extra += f"; served to {report['processes']} processes"
     if report.get("child_session"):
@@ -112,12 +187,13 @@ def summary_line(report: dict[str, Any]) -> str:
 
 def merge_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
     """One report for a replay whose command ran several replaying processes, from theirs (in the
-    order they started): calls served by any, unused by all; the first divergence; counts summed.
-    One report is returned as it is."""
+    order they started): calls served by any, unused by all; the first divergence; counts summed;
+    every uncaught exception. One report is returned as it is."""
     if len(reports) == 1:
         return reports[0]
     first = reports[0]
     served = sorted(set().union(*(r["served"] for r in reports)))
+    covered = sorted(set().union(*(r.get("covered") or [] for r in reports)) - set(served))
     unused = sorted(set.intersection(*(set(r["unused"]) for r in reports)))
     unserved = sorted(set.intersection(*(set(r["unserved"]) for r in reports)))
     divergence = next((r["divergence"] for r in reports if r["divergence"]), None)
@@ -125,27 +201,31 @@ def merge_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
     overrides = []
     for i, o in enumerate(first["overrides"]):
         overrides.append({**o, "applied": any(r["overrides"][i]["applied"] for r in reports)})
-    return {
-        **first,
-        "reproduced": divergence is None and not unserved and not blocked,
-        "processes": len(reports),
-        "served": served,
-        "unserved": unserved,
-        "matched": len(served),
-        "unused": unused,
-        "ended_early": bool(unserved) and divergence is None,
-        "divergence": divergence,
-        "drift": [d for r in reports for d in r["drift"]],
-        "overrides": overrides,
-        "live_calls": {k: sum(r["live_calls"][k] for r in reports) for k in ("models", "tools")},
-        "network_blocked": blocked,
-        "aside": {
-            "recorded": first.get("aside", {}).get("recorded", 0),
-            "served": sum(r.get("aside", {}).get("served", 0) for r in reports),
-            "answered": [a for r in reports for a in r.get("aside", {}).get("answered", [])],
-        },
-        "id_drift": [d for r in reports for d in r.get("id_drift", [])],
-    }
+    return conclude(
+        {
+            **first,
+            "processes": len(reports),
+            "served": served,
+            "covered": covered,
+            "unserved": unserved,
+            "matched": len(served) + len(covered),
+            "unused": unused,
+            "ended_early": bool(unserved) and divergence is None,
+            "divergence": divergence,
+            "drift": [d for r in reports for d in r["drift"]],
+            "overrides": overrides,
+            "live_calls": {k: sum(r["live_calls"][k] for r in reports) for k in ("models", "tools")},
+            "network_blocked": blocked,
+            "out_of_order": [o for r in reports for o in r.get("out_of_order") or []],
+            "uncaught": [u for r in reports for u in r.get("uncaught") or []],
+            "aside": {
+                "recorded": first.get("aside", {}).get("recorded", 0),
+                "served": sum(r.get("aside", {}).get("served", 0) for r in reports),
+                "answered": [a for r in reports for a in r.get("aside", {}).get("answered", [])],
+            },
+            "id_drift": [d for r in reports for d in r.get("id_drift", [])],
+        }
+    )
 
 
 def write_report(path: Path, report: dict[str, Any]) -> None:

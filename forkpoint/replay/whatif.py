@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-from ..log import Session
+from ..events import EndDivergence
+from ..log import Session, SessionError
 from ..match import header_rules
 from ..record import make_header
 from ..store import Recording, open_store
@@ -46,3 +48,32 @@ def create_child(
     if live_tools:
         header["replay"]["live_tools"] = list(live_tools)
     return open_store(into or parent.path.parent).create(header)
+
+
+def end_divergence(report: dict[str, Any], child: Path | None = None) -> EndDivergence | None:
+    """Where a what-if run first went another way than its parent, as its session's ``end`` keeps
+    it (:class:`~forkpoint.events.EndDivergence`), from the run's replay ``report``: None when it
+    did not diverge. ``seq`` is the call of this run in session ``child`` (the ``position``-th call
+    of its kind there), when that call was written (a call that stopped the run was not)."""
+    div = report.get("divergence")
+    if not isinstance(div, dict):
+        return None
+    kind, position = str(div.get("kind")), int(div.get("position") or 0)
+    expected = div.get("expected") or {}
+    out: EndDivergence = {
+        "kind": kind,
+        "position": position,
+        "seq": None,
+        "parent_seq": div.get("served_seq", expected.get("seq")),
+        "label": str(expected.get("label") or div.get("name") or div.get("endpoint") or ""),
+        "reason": str(div.get("reason") or ""),
+        "diff": list(div.get("diff") or [])[:50],
+    }
+    if child is not None:
+        try:
+            same = [e for e in Session.load(child).calls() if e["type"] == kind]
+        except SessionError:
+            same = []
+        if 0 < position <= len(same):
+            out["seq"] = same[position - 1]["seq"]
+    return out

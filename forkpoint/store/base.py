@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 
 from ..errors import SessionError
-from ..events import EndEvent, Header
+from ..events import EndDivergence, EndEvent, ErrorRecord, Header, error_record
 from ..log import LOG_NAME, SessionWriter, check_header
 
 #: A mirror directory of a remote store holds this file, naming the store's URL.
@@ -256,9 +256,19 @@ class Recording:
         """The session id."""
         return self.writer.session_id
 
-    def end(self, exit_code: int | None, *, reason: str | None = None, timed: bool = True) -> None:
-        """Append the ``end`` event (once; later calls do nothing): how the run ended and (when
-        ``timed``) its wall time since the session was created, else ``null``."""
+    def end(
+        self,
+        exit_code: int | None,
+        *,
+        reason: str | None = None,
+        timed: bool = True,
+        uncaught: list[ErrorRecord] | None = None,
+        divergence: EndDivergence | None = None,
+    ) -> None:
+        """Append the ``end`` event (once; later calls do nothing): how the run ended (exit code,
+        and the exceptions that ended it uncaught, when known: ``[]`` says there were none), where a
+        what-if run diverged from its parent, and (when ``timed``) its wall time since the session
+        was created, else ``null``."""
         if self._ended:
             return
         self._ended = True
@@ -268,6 +278,10 @@ class Recording:
             "duration_ms": round((time.perf_counter() - self.started) * 1000, 3) if timed else None,
             "reason": reason,
         }
+        if uncaught is not None:
+            event["uncaught"] = uncaught
+        if divergence is not None:
+            event["divergence"] = divergence
         self.writer.append(event)
 
     def close(self, *, quiet: bool = False) -> str:
@@ -284,10 +298,10 @@ class Recording:
     def __exit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        if kind is None:
-            self.end(0)
+        if exc is None:
+            self.end(0, uncaught=[])
         else:
-            self.end(1, reason=kind.__name__)
+            self.end(1, reason=type(exc).__name__, uncaught=[error_record(exc)])
         self.close(quiet=self.quiet)
 
 

@@ -377,7 +377,7 @@ JS = r"""
         add(panel, h("div", { class: "divergence", id: "divergence" },
           h("b", { text: "Diverged. " }), DIV.text || "",
           DIV_SEQ !== null ? h("span", null, " — ", seqLink(DIV_SEQ, "go to #" + DIV_SEQ)) : null,
-          DIV.from === "report" ? h("span", { class: "muted", text: " (from the replay report)" }) : h("span", { class: "muted", text: " (compared with the parent)" }),
+          h("span", { class: "muted", text: DIV.from === "report" ? " (from the replay report)" : DIV.from === "session" ? " (as the run recorded it)" : " (compared with the parent)" }),
           changesTable(DIV.changes)));
       }
     }
@@ -644,6 +644,7 @@ JS = r"""
     add(body, facts);
     add(body, block("Arguments", null, h("div", { class: "args" }, valueView(e.args))));
     if (e.error) add(body, block("Raised", null, h("div", { class: "callout bad" }, h("b", { text: e.error.type + ": " }), e.error.message || "", e.error.module ? h("span", { class: "muted", text: "  (" + e.error.module + ")" }) : null)));
+    else if (e.unrecorded) add(body, block("Result", null, h("div", { class: "callout bad" }, h("b", { text: "Not recorded: " }), e.unrecorded.message || e.unrecorded.type || "")));
     else add(body, block("Result", null, h("div", { class: "result" }, valueView(e.result))));
     return body;
   }
@@ -702,10 +703,21 @@ JS = r"""
     return body;
   }
   function endBody(e) {
-    return h("div", { class: "body" }, h("div", { class: "facts" },
+    var body = h("div", { class: "body" }, h("div", { class: "facts" },
       h("span", null, "exit code ", h("b", { text: String(e.exit_code) })),
       h("span", null, "duration ", h("b", { text: fmtMs(e.duration_ms) })),
       e.reason ? h("span", null, "reason ", h("b", { text: e.reason })) : null));
+    (e.uncaught || []).forEach(function (u) {
+      add(body, h("div", { class: "callout bad" }, h("b", { text: "Uncaught " + u.type + ": " }), u.message || ""));
+    });
+    if (e.divergence) {
+      var dv = e.divergence;
+      add(body, h("div", { class: "callout bad" }, h("b", { text: "Diverged " }),
+        "at the " + String(dv.kind || "call").replace("_", " ") + " #" + dv.position + " of the run" + (dv.label ? " (" + dv.label + ")" : "") + ": " + (dv.reason || ""),
+        dv.seq ? h("span", null, " — ", seqLink(dv.seq, "this run's #" + dv.seq)) : null,
+        dv.parent_seq ? h("span", { class: "muted", text: " (the parent's #" + dv.parent_seq + ")" }) : null));
+    }
+    return body;
   }
   function rawBody(e) { return h("div", { class: "body" }, h("pre", { class: "json", text: json(e.raw) })); }
 

@@ -14,19 +14,13 @@ from typing import Any
 import pytest
 
 import forkpoint
+from forkpoint.capture import targets as targets_mod
 from forkpoint.capture import tools as tools_mod
 from forkpoint.log import Session
 
 
 class QuotaExceeded(Exception):
     """A tool's own exception class, defined in the test module."""
-
-
-class Point:
-    """Not JSON data: a tool returning it needs an encoder."""
-
-    def __init__(self, x: int, y: int) -> None:
-        self.x, self.y = x, y
 
 
 @dataclasses.dataclass
@@ -366,36 +360,15 @@ def test_a_tool_that_gained_an_optional_parameter_still_matches_its_recording(st
         search_v2("x", k=9)  # a different k than recorded: another call
 
 
-def test_non_json_result_raises_until_an_encoder_is_registered(tmp_path: Path, store: Path) -> None:
-    @forkpoint.tool
-    def locate(name: str) -> Point:
-        return Point(1, len(name))
-
-    with forkpoint.record(store=store) as rec, pytest.raises(forkpoint.ToolResultError) as exc:
-        locate("home")
-    msg = str(exc.value)
-    assert "'locate'" in msg and "Point" in msg
-    assert isinstance(exc.value, TypeError)
-    assert Session.load(rec.session_path).by_type("tool_call") == []
-
-    tools_mod.register_encoder(Point, lambda p: {"x": p.x, "y": p.y})
-    try:
-        with forkpoint.record(store=store) as rec2:
-            p = locate("home")
-        assert (p.x, p.y) == (1, 4)
-        assert Session.load(rec2.session_path).by_type("tool_call")[0]["result"] == {"x": 1, "y": 4}
-        with forkpoint.replay(rec2.session_path):
-            assert locate("home") == {"x": 1, "y": 4}  # the JSON form comes back
-    finally:
-        tools_mod._ENCODERS.pop(Point, None)
-
-
-def test_dataclass_results_are_stored_as_json(tmp_path: Path, store: Path) -> None:
+def test_dataclass_results_come_back_as_dataclasses(tmp_path: Path, store: Path) -> None:
+    """An agent that reads ``hit.title`` off a tool's dataclass must not get a dict on replay (an
+    AttributeError the live run never had)."""
     best = make_tools(tmp_path / "side.txt")[5]
     with forkpoint.record(store=store) as rec:
         assert best("q") == Hit("q", 0.5)
     with forkpoint.replay(rec.session_path):
-        assert best("q") == {"title": "q", "score": 0.5}
+        again = best("q")
+    assert type(again) is Hit and again == Hit("q", 0.5) and again.title == "q"
 
 
 # ----------------------------------------------------------------------------- import hook
@@ -443,7 +416,7 @@ def hook_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
 def test_import_hook_wraps_before_from_import_sees_it(hook_package: Any, store: Path) -> None:
     pkg, side = hook_package
     assert f"{pkg}.mod" not in sys.modules
-    tools_mod.install_import_hook([f"{pkg}.mod:f", f"{pkg}.mod:C.m"])
+    targets_mod.install_import_hook([f"{pkg}.mod:f", f"{pkg}.mod:C.m"])
     user = __import__(f"{pkg}.user", fromlist=["use"])
     assert getattr(user.f, "__forkpoint_tool__", None) == "f"
     assert getattr(user.C.m, "__forkpoint_tool__", None) == "C.m"
@@ -470,48 +443,10 @@ def test_import_hook_on_an_already_imported_module(
 ) -> None:
     pkg, side = hook_package
     mod = __import__(f"{pkg}.mod", fromlist=["f"])
-    tools_mod.install_import_hook([f"{pkg}.mod:f"])
+    targets_mod.install_import_hook([f"{pkg}.mod:f"])
     assert getattr(mod.f, "__forkpoint_tool__", None) == "f"
     with pytest.raises(ValueError, match="MODULE:FUNCTION"):
-        tools_mod.install_import_hook(["no_colon_here"])
+        targets_mod.install_import_hook(["no_colon_here"])
     # A typo must not crash the program being recorded: it is reported on stderr instead.
-    tools_mod.install_import_hook([f"{pkg}.mod:nope"])
+    targets_mod.install_import_hook([f"{pkg}.mod:nope"])
     assert "has no nope" in capsys.readouterr().err
-
-
-def test_common_tool_result_types_are_stored_as_json_and_replayed_as_such(store: Path) -> None:
-    """A tool returning a pydantic model, a path, a Decimal, a set or bytes must not make the agent
-    fail just because it is being recorded: each is stored in a documented JSON form, and replay
-    returns that form (JSON is what a tool result becomes once it is sent to a model anyway)."""
-    import decimal
-    import pathlib
-
-    import pydantic
-
-    class Weather(pydantic.BaseModel):
-        city: str
-        temp_c: float
-
-    @forkpoint.tool
-    def lookup() -> dict[str, Any]:
-        return {
-            "model": Weather(city="Oslo", temp_c=-3.5),
-            "path": pathlib.Path("/tmp/report.txt"),
-            "price": decimal.Decimal("19.99"),
-            "tags": {"b", "a"},
-            "raw": b"\x00\x01",
-        }
-
-    expected = {
-        "model": {"city": "Oslo", "temp_c": -3.5},
-        "path": "/tmp/report.txt",
-        "price": "19.99",
-        "tags": ["a", "b"],
-        "raw": "AAE=",
-    }
-    with forkpoint.record(store=store) as rec:
-        lookup()
-    (call,) = forkpoint.Session.load(rec.session_path).by_type("tool_call")
-    assert call["result"] == expected
-    with forkpoint.replay(rec.session_path):
-        assert lookup() == expected

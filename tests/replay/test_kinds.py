@@ -164,7 +164,8 @@ def test_http_inside_a_tool_belongs_to_the_tool(
     with forkpoint.replay(rec.session_path) as rp:  # the tool is not run: its request is not expected
         assert _chat(server.url, "go") == answer and fetch("forkpoint") == page == "forkpoint"
     report = rp.report()
-    assert report["reproduced"] and report["recorded"] == 2 and not report["unused"], report
+    # The tool's request is covered by the served tool (neither asked for nor left unused).
+    assert report["reproduced"] and report["covered"] == [inner["seq"]] and not report["unused"], report
     render(session)
     out = capsys.readouterr().out
     assert f"↳ #{inner['seq']} http    GET /page" in out

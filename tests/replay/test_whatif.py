@@ -660,7 +660,9 @@ def test_cli_policies(in_store: Recording, policy: str, capfd: pytest.CaptureFix
         assert "Last run: 0 passed, 2 failed." in final_line(agent_out)
         assert "live calls: 1 model, 0 tool" in said
     else:
-        assert res.exit_code == 0 and asked == 0
+        # The recorded answer was served to a request that drifted: not a reproduction (exit 3);
+        # --accept-drift is the user's way to say that is what they want (tests/replay/test_verdicts.py).
+        assert res.exit_code == EXIT_DIVERGENCE and asked == 0
         assert sources == ["replay", "replay", "replay", "override", "replay"]
         assert report["drift"][0]["served_seq"] == 5
         assert "1 request(s) drifted (fifo)" in said

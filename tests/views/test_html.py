@@ -335,8 +335,13 @@ def test_render_without_the_parent_in_the_store(pages: Pages, tmp_path: Path) ->
     lone = tmp_path / "lone"
     shutil.copytree(pages.child.path, lone / pages.child.id)
     child = Session.load(lone / pages.child.id)
+    # The parent is not there to compare with, but the what-if session kept where it diverged.
     data = view_model(child)
-    assert data["parent"]["found"] is False and data["divergence"] is None
+    assert data["parent"]["found"] is False
+    kept = child.end()["divergence"]  # type: ignore[index]
+    assert data["divergence"]["from"] == "session"
+    assert (data["divergence"]["seq"], data["divergence"]["parent_seq"]) == (kept["seq"], kept["parent_seq"])
+    assert kept["seq"] == child.by_type("model_call")[2]["seq"] and kept["kind"] == "model_call"
     report = {
         "divergence": {
             "kind": "model_call",

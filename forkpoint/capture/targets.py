@@ -1,0 +1,215 @@
+"""``--tool module:qualname``: functions and methods of an agent one cannot edit, recorded as tools.
+
+:func:`install_import_hook` wraps each target with :func:`~forkpoint.capture.tools.tool` (named
+``qualname``) as soon as its module has executed (:mod:`.imports`), so ``from module import f``
+elsewhere already sees the wrapper; a module imported already is patched at once. Such a wrapper
+records only while its target is enabled (:func:`install_import_hook` enables it,
+:func:`disable_targets` disables it again: the pytest plugin's per-test ``tools``); otherwise it
+calls the function as it is.
+
+**The script itself** (``--tool __main__:save_note``, ``--tool __main__:Notes.add``) is not
+imported: the interpreter runs it as ``__main__`` (``python agent.py``, ``python -m pkg.agent``,
+``python -c``). Its targets are wrapped the moment the script has defined them: a trace function
+(``sys.settrace``) watches the lines of the script's module-level code only, wraps each target
+right after the statement that defined it, and removes itself once every target is wrapped or the
+script's module-level code is done. Until then every Python call pays for a trace callback (the
+imports above the definitions run about 1.5x slower); later code, and the calls that use the tool,
+run untraced. Like any ``--tool`` target, a function that a framework took hold of while it was
+being defined (a decorator that registers it) keeps the unwrapped one: name those with the
+framework's integration or ``@forkpoint.tool``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import sys
+import threading
+from collections import Counter
+from collections.abc import Sequence
+from types import FrameType, ModuleType
+from typing import Any
+
+from .imports import ExecHook
+from .imports import install as install_exec_hook
+from .tools import wrapped
+
+#: The module name of the script or module the interpreter runs.
+MAIN = "__main__"
+
+
+def parse_target(spec: str) -> tuple[str, str]:
+    """Split ``module:qualname``; raises ``ValueError`` with the expected shape otherwise."""
+    module, sep, qualname = spec.partition(":")
+    if not sep or not module or not qualname or not all(p.isidentifier() for p in qualname.split(".")):
+        raise ValueError(f"--tool {spec!r}: expected MODULE:FUNCTION or MODULE:CLASS.METHOD")
+    return module, qualname
+
+
+#: How many times each ``module:qualname`` target is enabled (its wrapper records while above 0).
+_enabled: Counter[str] = Counter()
+_targets_lock = threading.Lock()
+#: Modules not imported yet → the qualnames to wrap once they are.
+_pending: dict[str, list[str]] = {}
+_hook: ExecHook | None = None
+
+
+def wrap_target(module: ModuleType, qualname: str) -> None:
+    """Replace ``module.<qualname>`` by its :func:`~forkpoint.capture.tools.tool` wrapper (named
+    ``qualname``), which records while the target ``module:qualname`` is enabled
+    (:func:`install_import_hook`).
+
+    Raises ``AttributeError`` naming the target when it does not exist.
+    """
+    *owners, attr = qualname.split(".")
+    owner: Any = module
+    for part in owners:
+        owner = getattr(owner, part)
+    raw = owner.__dict__.get(attr) if isinstance(owner, type) else getattr(owner, attr, None)
+    if raw is None:
+        raise AttributeError(f"--tool {module.__name__}:{qualname}: {module.__name__} has no {qualname}")
+    if getattr(raw, "__forkpoint_tool__", None) or getattr(
+        getattr(raw, "__func__", None), "__forkpoint_tool__", None
+    ):
+        return
+    target = f"{module.__name__}:{qualname}"
+
+    def on() -> bool:
+        return _enabled[target] > 0
+
+    if isinstance(raw, staticmethod | classmethod):
+        setattr(owner, attr, type(raw)(wrapped(raw.__func__, qualname, on)))
+    else:
+        setattr(owner, attr, wrapped(raw, qualname, on))
+
+
+def _wrap_pending(module: ModuleType) -> None:
+    with _targets_lock:
+        qualnames = _pending.pop(module.__name__, [])
+    for q in qualnames:
+        _wrap_or_warn(module, q)
+
+
+def _wrap_or_warn(module: ModuleType, qualname: str) -> None:
+    # A typo in --tool must not crash the agent being recorded; say it instead.
+    try:
+        wrap_target(module, qualname)
+    except AttributeError as exc:
+        sys.stderr.write(f"forkpoint: {exc}; its calls are not recorded or replayed\n")
+
+
+class _MainWatcher:
+    """Wraps ``__main__`` targets as soon as the script being run defines them (module docstring).
+    A trace function already in place (a debugger, coverage) keeps getting every event, and is
+    put back when the watch ends."""
+
+    def __init__(self, qualnames: list[str]) -> None:
+        self.pending = qualnames
+        self.done = False
+        self.previous: Any = sys.gettrace()
+        self.theirs: Any = None  # the previous tracer's trace function for the script's frame
+
+    def start(self) -> None:
+        self.check()
+        if self.done:
+            return
+        # Installed from inside the running script (the Python API): watch its frame from here on.
+        frame: FrameType | None = sys._getframe()
+        while frame is not None and not _is_main(frame):
+            frame = frame.f_back
+        if frame is not None:
+            self.theirs, frame.f_trace = frame.f_trace, self.local
+        sys.settrace(self.watch)
+
+    def watch(self, frame: FrameType, event: str, arg: Any) -> Any:
+        """The global trace function: only the script's module-level frame is traced."""
+        theirs = self.previous(frame, event, arg) if self.previous is not None else None
+        if event == "call" and _is_main(frame):
+            self.theirs = theirs
+            return self.local
+        return theirs
+
+    def local(self, frame: FrameType, event: str, arg: Any) -> Any:
+        """The trace function of that frame: before each of its lines, wrap what is defined now."""
+        if self.theirs is not None:
+            self.theirs = self.theirs(frame, event, arg)
+        if event in ("line", "return"):
+            self.check()
+            if self.done or event == "return":
+                self.stop(frame)
+                return self.theirs
+        return self.local
+
+    def check(self) -> None:
+        main = sys.modules.get(MAIN)
+        names = vars(main) if main is not None else {}
+        for qualname in [q for q in self.pending if q.split(".")[0] in names]:
+            self.pending.remove(qualname)
+            _wrap_or_warn(main, qualname)  # type: ignore[arg-type]
+        self.done = not self.pending
+
+    def stop(self, frame: FrameType) -> None:
+        frame.f_trace = self.theirs
+        if sys.gettrace() == self.watch:
+            sys.settrace(self.previous)
+        self.done = True
+        for qualname in self.pending:
+            sys.stderr.write(
+                f"forkpoint: --tool {MAIN}:{qualname}: the script ran to its end without defining "
+                f"{qualname.split('.')[0]} at module level; its calls are not recorded or replayed\n"
+            )
+        self.pending = []
+
+
+def _is_main(frame: FrameType) -> bool:
+    return frame.f_code.co_name == "<module>" and frame.f_globals.get("__name__") == MAIN
+
+
+def install_import_hook(specs: Sequence[str], *, warn_at_exit: bool = False) -> None:
+    """Wrap each ``module:qualname`` in ``specs`` (now if imported, else when first imported, and
+    ``__main__`` targets as soon as the running script defines them) and enable it: its calls are
+    recorded or served until :func:`disable_targets`.
+
+    A target that does not exist is reported on stderr, never raised into the program; with
+    ``warn_at_exit`` (the CLI's bootstrap), so is a module the program never imported.
+    Raises ``ValueError`` for a spec that is not ``module:qualname``.
+    """
+    global _hook
+    targets: dict[str, list[str]] = {}
+    main: list[str] = []
+    parsed = [(spec, *parse_target(spec)) for spec in specs]
+    for spec, module, qualname in parsed:
+        with _targets_lock:
+            _enabled[spec] += 1
+        if module == MAIN:
+            main.append(qualname)
+        elif module in sys.modules:
+            _wrap_or_warn(sys.modules[module], qualname)
+        else:
+            targets.setdefault(module, []).append(qualname)
+    if main:
+        _MainWatcher(main).start()
+    if targets:
+        with _targets_lock:
+            for module, names in targets.items():
+                _pending.setdefault(module, []).extend(names)
+            if _hook is None:
+                _hook = ExecHook(lambda name: name in _pending, lambda name, spec: (None, _wrap_pending))
+        install_exec_hook(_hook)
+    if targets and warn_at_exit:
+
+        def never_imported() -> None:
+            for module, names in targets.items():
+                if module not in sys.modules:
+                    listed = ", ".join(f"{module}:{n}" for n in names)
+                    sys.stderr.write(f"forkpoint: --tool {listed}: the program never imported {module}\n")
+
+        atexit.register(never_imported)
+
+
+def disable_targets(specs: Sequence[str]) -> None:
+    """Undo one :func:`install_import_hook` of ``specs``: their wrappers call the functions as they
+    are again (unless enabled elsewhere). Targets not yet imported stay pending, disabled."""
+    with _targets_lock:
+        for spec in specs:
+            if _enabled[spec] > 0:
+                _enabled[spec] -= 1

@@ -1,0 +1,491 @@
+"""Typed values: a tool's result stored as JSON that says what it was, and rebuilt as that on replay.
+
+:func:`encode` turns a value into JSON data (plus ``bytes``, which the log stores itself): JSON
+scalars, lists and str-keyed dicts as they are; everything else as a *typed node*
+``{"$type": "module:Qualname", "kind": K, "value": V, ...}`` naming its class and how it is rebuilt.
+:func:`decode` is the inverse. The kinds (``docs/format.md`` is the reference):
+
+==================  ==================================================================================
+kind                value (and extra keys)
+==================  ==================================================================================
+``float``           ``"nan"``, ``"inf"`` or ``"-inf"`` (JSON has no such numbers)
+``dict``            ``[[key, value], …]``: a dict with keys that are not all strings, or one that has
+                    a ``"$type"`` key of its own (so no user data is ever read as a typed node)
+``tuple``, ``set``,  the items (a set's sorted by their JSON, so equal sets are stored the same)
+``frozenset``,
+``bytearray``
+``mapping``         ``[[key, value], …]`` of an ``OrderedDict``, ``Counter`` or ``defaultdict``
+                    (``factory``: the default factory's class)
+``namedtuple``      the items
+``enum`` /          the member's name / its value (a combination of flags has no name)
+``enum_value``
+``datetime``,       ISO 8601 text; an aware value's zone as ``zone`` (a ``ZoneInfo`` key) or ``tzname``
+``date``, ``time``  (a named fixed offset), and ``fold`` when it is 1
+``timedelta``       ``[days, seconds, microseconds]``
+``decimal``,        the text form
+``uuid``, ``path``
+``dataclass``       the fields by name (every field, ``init=False`` ones too); other instance
+                    attributes as ``attrs``
+``pydantic``        the fields by name, ``fields_set``, and ``extra`` / ``private`` when present
+``scalar``          a subclass of str, int or float (``numpy.float64``): the plain value
+``encoded``         what the encoder registered for the class (:func:`register_encoder`) made of it,
+                    given back to its decoder on replay
+==================  ==================================================================================
+
+Rebuilding never imports a module and never runs code a session names: a class is found only among
+the modules the running program has already imported (``sys.modules``), and must be of the family
+its kind says (a ``dataclass`` node naming something that is not a dataclass is refused).
+Dataclasses are rebuilt without calling their ``__init__`` or ``__post_init__`` (the recorded
+fields are set as they were), pydantic models with ``model_construct`` (no validation), named
+tuples with ``_make``, enums by name or value, the standard types from their text form, and
+``scalar`` subclasses by calling the class with the plain value. Anything else is refused at record
+time (:class:`~forkpoint.errors.ToolResultError` naming the type, where it is, and the encoder hook).
+"""
+
+from __future__ import annotations
+
+import base64
+import builtins
+import collections
+import dataclasses
+import datetime as dt
+import decimal
+import enum
+import math
+import pathlib
+import sys
+import uuid
+import zoneinfo
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+
+from .errors import ToolResultError, UnrebuildableValue
+
+#: The key of a typed node.
+MARK = "$type"
+
+#: ``cls`` → (encode, decode or None), by :func:`register_encoder`.
+_ENCODERS: dict[type, tuple[Callable[[Any], Any], Callable[[Any], Any] | None]] = {}
+
+
+def register_encoder(
+    cls: type, encode: Callable[[Any], Any], decode: Callable[[Any], Any] | None = None
+) -> None:
+    """Record values of ``cls`` (and its subclasses) as ``encode(value)``, which must return data
+    :func:`encode` can store. With ``decode``, a replay gives back ``decode(that data)``; without,
+    the replay gives back the data itself. Register the same pair in the replayed program too."""
+    _ENCODERS[cls] = (encode, decode)
+
+
+def registered(t: type) -> tuple[Callable[[Any], Any], Callable[[Any], Any] | None] | None:
+    """The (encode, decode) pair registered for ``t`` or its nearest base class, or None."""
+    return next((_ENCODERS[k] for k in t.__mro__ if k in _ENCODERS), None)
+
+
+def class_ref(cls: type) -> str:
+    """``module:Qualname`` of ``cls``, the name a typed node gives its class."""
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def type_label(value: Any) -> str:
+    """``module.Qualname`` of ``value``'s type, as messages name it."""
+    return f"{type(value).__module__}.{type(value).__qualname__}"
+
+
+def find_class(ref: str) -> type:
+    """The class ``module:Qualname`` names, looked up in the modules already imported (never
+    importing one). Raises :class:`~forkpoint.errors.UnrebuildableValue` saying why it is not there."""
+    module, _, qualname = ref.partition(":")
+    owner: Any = builtins if module == "builtins" else sys.modules.get(module)
+    if owner is None:
+        raise UnrebuildableValue(
+            f"the recorded value is a {module}.{qualname}, but this run has not imported {module} "
+            "(forkpoint never imports a module a session names): import it in the program before the call"
+        )
+    for part in qualname.split("."):
+        owner = getattr(owner, part, None)
+    if not isinstance(owner, type):
+        what = "does not define" if owner is None else "defines, but not as a class"
+        raise UnrebuildableValue(f"the recorded value is a {module}.{qualname}, which {module} {what}")
+    return owner
+
+
+def _mark(cls: type | str, kind: str, value: Any, **extra: Any) -> dict[str, Any]:
+    return {MARK: cls if isinstance(cls, str) else class_ref(cls), "kind": kind, "value": value, **extra}
+
+
+# --------------------------------------------------------------------------- encode
+
+
+def encode(value: Any) -> Any:
+    """``value`` as stored JSON data (see the module docstring). Raises
+    :class:`~forkpoint.errors.ToolResultError` naming the first part that has no stored form and
+    where it is (``where``: a Python-like path from ``result``)."""
+    return _Encoder().value(value)
+
+
+class _Encoder:
+    def __init__(self) -> None:
+        self.open: set[int] = set()  # containers being encoded: a value that contains itself
+
+    def value(self, v: Any) -> Any:
+        t = type(v)
+        if v is None or t is str or t is bool or t is int or t is bytes:
+            return v
+        if t is float:
+            return v if math.isfinite(v) else _mark(float, "float", repr(v))
+        if t is list:
+            return self.items(v, v)
+        if t is dict:
+            if all(type(k) is str for k in v) and MARK not in v:
+                return self.fields(v, v)
+            return _mark(dict, "dict", self.pairs(v))
+        pair = registered(t)
+        if pair is not None:
+            return self.registered(v, pair)
+        return self.typed(v, t)
+
+    def typed(self, v: Any, t: type) -> Any:
+        if t in (tuple, bytearray):
+            return _mark(t, t.__name__, self.items(v, v) if t is tuple else bytes(v))
+        if t in (set, frozenset):
+            return _mark(t, t.__name__, sorted(self.items(v, list(v)), key=_sort_key))
+        if t in (collections.OrderedDict, collections.Counter, collections.defaultdict):
+            extra = {}
+            if t is collections.defaultdict:
+                factory = v.default_factory
+                if factory is not None and not isinstance(factory, type):
+                    raise self.refused(v, "a defaultdict whose default_factory is not a class")
+                extra["factory"] = None if factory is None else self.ref(factory, v)
+            return _mark(t, "mapping", self.pairs(v), **extra)
+        if isinstance(v, enum.Enum):
+            name, members = v._name_, type(v).__members__
+            if name is not None and members.get(name) is v:
+                return _mark(self.ref(t, v), "enum", name)
+            return _mark(self.ref(t, v), "enum_value", self.value(v._value_))
+        if isinstance(v, tuple) and hasattr(t, "_fields") and hasattr(t, "_make"):
+            return _mark(self.ref(t, v), "namedtuple", self.items(v, v))
+        if isinstance(v, dt.datetime | dt.time):
+            kind = "datetime" if isinstance(v, dt.datetime) else "time"
+            return _mark(self.ref(t, v), kind, v.isoformat(), **self.zone(v))
+        if isinstance(v, dt.date):
+            return _mark(self.ref(t, v), "date", v.isoformat())
+        if isinstance(v, dt.timedelta):
+            return _mark(self.ref(t, v), "timedelta", [v.days, v.seconds, v.microseconds])
+        for base, kind in _TEXT_KINDS:
+            if isinstance(v, base):
+                return _mark(self.ref(t, v), kind, str(v))
+        if dataclasses.is_dataclass(v) and not isinstance(v, type):
+            return self.dataclass(v, t)
+        pydantic = sys.modules.get("pydantic")
+        if pydantic is not None and isinstance(v, pydantic.BaseModel):
+            return self.pydantic(v, t)
+        for base, plain in _PLAIN.items():
+            if isinstance(v, base):
+                return _mark(self.ref(t, v), "scalar", self.value(plain(v)))
+        raise self.refused(v, f"a {type_label(v)}")
+
+    # -- the parts
+
+    # The containers: leaves are taken as they are without a call (most of a large result), and
+    # where a part sits is worked out only when it fails.
+
+    def items(self, owner: Any, values: Any) -> list[Any]:
+        self.enter(owner)
+        out: list[Any] = []
+        try:
+            for x in values:
+                out.append(x if type(x) in _LEAVES else self.value(x))
+        except ToolResultError as exc:
+            exc.where = f"[{len(out)}]" + exc.where
+            raise
+        finally:
+            self.open.discard(id(owner))
+        return out
+
+    def fields(self, owner: Any, values: dict[str, Any]) -> dict[str, Any]:
+        self.enter(owner)
+        out: dict[str, Any] = {}
+        key = ""
+        try:
+            for key, x in values.items():
+                out[key] = x if type(x) in _LEAVES else self.value(x)
+        except ToolResultError as exc:
+            exc.where = f"[{key!r}]" + exc.where
+            raise
+        finally:
+            self.open.discard(id(owner))
+        return out
+
+    def pairs(self, v: dict[Any, Any]) -> list[list[Any]]:
+        self.enter(v)
+        out: list[list[Any]] = []
+        where = ""
+        try:
+            for k, x in v.items():
+                where = f"[{k!r}] (the key)"
+                key = self.value(k)
+                where = f"[{k!r}]"
+                out.append([key, self.value(x)])
+        except ToolResultError as exc:
+            exc.where = where + exc.where
+            raise
+        finally:
+            self.open.discard(id(v))
+        return out
+
+    def enter(self, owner: Any) -> None:
+        """Mark a container as being encoded: one met again inside itself is refused."""
+        if id(owner) in self.open:
+            raise ToolResultError("a value that contains itself", type_name="(cycle)")
+        self.open.add(id(owner))
+
+    def dataclass(self, v: Any, t: type) -> dict[str, Any]:
+        names = [f.name for f in dataclasses.fields(v)]
+        state = {n: getattr(v, n) for n in names if hasattr(v, n)}
+        extra = {k: x for k, x in getattr(v, "__dict__", {}).items() if k not in state}
+        node = _mark(self.ref(t, v), "dataclass", self.fields(v, state))
+        if extra:
+            node["attrs"] = self.fields(v, extra)
+        return node
+
+    def pydantic(self, v: Any, t: type) -> dict[str, Any]:
+        state = {n: v.__dict__[n] for n in t.model_fields if n in v.__dict__}  # type: ignore[attr-defined]
+        node = _mark(self.ref(t, v), "pydantic", self.fields(v, state), fields_set=sorted(v.model_fields_set))
+        for key, attr in (("extra", "__pydantic_extra__"), ("private", "__pydantic_private__")):
+            more = getattr(v, attr, None)
+            if more:
+                node[key] = self.fields(v, dict(more))
+        return node
+
+    def registered(self, v: Any, pair: tuple[Callable[[Any], Any], Callable[[Any], Any] | None]) -> Any:
+        encoder, decoder = pair
+        owner = next(k for k in type(v).__mro__ if _ENCODERS.get(k) is pair)
+        data = self.value(encoder(v))
+        return data if decoder is None else _mark(owner, "encoded", data)
+
+    def zone(self, v: dt.datetime | dt.time) -> dict[str, Any]:
+        """How an aware value's zone is kept beyond the ISO text's offset (module docstring)."""
+        extra: dict[str, Any] = {"fold": 1} if v.fold else {}
+        tz = v.tzinfo
+        if tz is None or tz is dt.UTC:
+            return extra
+        if isinstance(tz, zoneinfo.ZoneInfo) and tz.key:
+            return {**extra, "zone": tz.key}
+        if type(tz) is dt.timezone:
+            offset = tz.utcoffset(None)
+            if tz == dt.timezone(offset) and tz.tzname(None) == dt.timezone(offset).tzname(None):
+                return extra
+            return {**extra, "tzname": tz.tzname(None)}
+        raise self.refused(
+            v, f"a {type_label(v)} whose tzinfo is a {type_label(tz)} (not a ZoneInfo or timezone)"
+        )
+
+    def ref(self, cls: type, v: Any) -> str:
+        """``cls``'s reference, checked to lead back to ``cls`` (not so for a class made inside a
+        function, which a replay could never find)."""
+        ref = class_ref(cls)
+        try:
+            found = find_class(ref)
+        except UnrebuildableValue:
+            found = None
+        if found is not cls:
+            raise self.refused(
+                v, f"a {type_label(v)}, a class a replay cannot find by its name (defined inside a function?)"
+            )
+        return ref
+
+    def refused(self, v: Any, what: str) -> ToolResultError:
+        return ToolResultError(what, type_name=type_label(v))
+
+
+#: Types stored as they are, with nothing inside to look at.
+_LEAVES = frozenset({str, int, bool, bytes, type(None)})
+#: Kinds stored as their text form.
+_TEXT_KINDS: tuple[tuple[type, str], ...] = (
+    (decimal.Decimal, "decimal"),
+    (uuid.UUID, "uuid"),
+    (pathlib.PurePath, "path"),
+)
+#: A subclass of a JSON scalar type (``scalar``) and how its plain value is read (never through the
+#: subclass's own ``__str__``/``__int__``, which may answer something else).
+_PLAIN: dict[type, Callable[[Any], Any]] = {str: str.__str__, int: int.__int__, float: float.__float__}
+
+
+def _sort_key(item: Any) -> bytes:
+    """A set's items in a stable order: by their JSON (bytes as base64), else by repr."""
+    try:
+        return orjson.dumps(
+            item,
+            option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS,
+            default=lambda b: base64.b64encode(b).decode() if isinstance(b, bytes) else repr(b),
+        )
+    except (TypeError, orjson.JSONEncodeError):
+        return repr(item).encode()
+
+
+# --------------------------------------------------------------------------- decode
+
+
+def is_typed(node: Any) -> bool:
+    """True for a typed node (a dict with a ``$type`` class name and a known ``kind``)."""
+    return (
+        isinstance(node, dict)
+        and isinstance(node.get(MARK), str)
+        and node.get("kind") in _REBUILD
+        and "value" in node
+    )
+
+
+def decode(stored: Any) -> Any:
+    """The value :func:`encode` stored, rebuilt (see the module docstring). Plain JSON data comes
+    back as it is. Raises :class:`~forkpoint.errors.UnrebuildableValue` for a class this process
+    has not imported, or one that is not what the node says it is."""
+    if isinstance(stored, list):
+        return [decode(x) for x in stored]
+    if isinstance(stored, dict):
+        if is_typed(stored):
+            return _rebuild(stored)
+        return {k: decode(x) for k, x in stored.items()}
+    return stored
+
+
+def readable(stored: Any) -> Any:
+    """Stored data for people (``forkpoint show``): each typed node as ``{"Class": value}`` (a text
+    kind's text, a container's items, an object's fields), plain JSON as it is. Nothing is rebuilt."""
+    if isinstance(stored, list):
+        return [readable(x) for x in stored]
+    if not isinstance(stored, dict):
+        return stored
+    if not (isinstance(stored.get(MARK), str) and "kind" in stored and "value" in stored):
+        return {k: readable(x) for k, x in stored.items()}
+    name = stored[MARK].rsplit(":", 1)[-1]
+    value = stored["value"]
+    if stored["kind"] in ("dict", "mapping") and isinstance(value, list):
+        value = {str(readable(p[0])): readable(p[1]) for p in value if isinstance(p, list) and len(p) == 2}
+    return {name: readable(value)}
+
+
+def _rebuild(node: dict[str, Any]) -> Any:
+    try:
+        return _REBUILD[node["kind"]](node)
+    except UnrebuildableValue:
+        raise
+    except Exception as exc:  # recorded fields the class no longer takes, a decoder that failed…
+        raise UnrebuildableValue(
+            f"the recorded {node['kind']} {node[MARK]} cannot be rebuilt here: {type(exc).__name__}: {exc}"
+        ) from None
+
+
+def _family(node: dict[str, Any], *bases: type) -> Any:
+    """The node's class, refused unless it is one of ``bases`` or derives from one."""
+    cls = find_class(node[MARK])
+    if not issubclass(cls, bases):
+        want = " or ".join(b.__name__ for b in bases)
+        raise UnrebuildableValue(f"the recorded {node['kind']} names {node[MARK]}, which is not a {want}")
+    return cls
+
+
+def _exact(node: dict[str, Any], *allowed: type) -> Any:
+    cls = find_class(node[MARK])
+    if cls not in allowed:
+        raise UnrebuildableValue(f"the recorded {node['kind']} names {node[MARK]}, which is not one")
+    return cls
+
+
+def _pairs(node: dict[str, Any]) -> list[tuple[Any, Any]]:
+    return [(decode(k), decode(v)) for k, v in node["value"]]
+
+
+def _with_zone(value: Any, node: dict[str, Any]) -> Any:
+    if node.get("zone"):
+        value = value.replace(tzinfo=zoneinfo.ZoneInfo(str(node["zone"])))
+    elif node.get("tzname") is not None:
+        value = value.replace(tzinfo=dt.timezone(value.utcoffset(), str(node["tzname"])))
+    return value.replace(fold=1) if node.get("fold") else value
+
+
+def _dataclass(node: dict[str, Any]) -> Any:
+    cls = find_class(node[MARK])
+    if not dataclasses.is_dataclass(cls):
+        raise UnrebuildableValue(f"the recorded dataclass names {node[MARK]}, which is not a dataclass")
+    obj = cls.__new__(cls)
+    for name, value in {**decode(node.get("attrs") or {}), **decode(node["value"])}.items():
+        object.__setattr__(obj, name, value)  # frozen ones too: this is their recorded state
+    return obj
+
+
+def _pydantic(node: dict[str, Any]) -> Any:
+    pydantic = sys.modules.get("pydantic")
+    cls = find_class(node[MARK])
+    if pydantic is None or not issubclass(cls, pydantic.BaseModel):
+        raise UnrebuildableValue(f"the recorded pydantic model names {node[MARK]}, which is not one")
+    fields = decode(node["value"])
+    fields_set = set(node["fields_set"] if isinstance(node.get("fields_set"), list) else fields)
+    obj = cls.model_construct(_fields_set=fields_set, **fields)  # type: ignore[attr-defined]
+    if node.get("extra"):
+        object.__setattr__(obj, "__pydantic_extra__", decode(node["extra"]))
+    if node.get("private"):
+        object.__setattr__(obj, "__pydantic_private__", decode(node["private"]))
+    return obj
+
+
+def _mapping(node: dict[str, Any]) -> Any:
+    cls = _exact(node, collections.OrderedDict, collections.Counter, collections.defaultdict)
+    pairs = _pairs(node)
+    if cls is collections.defaultdict:
+        factory = node.get("factory")
+        return cls(find_class(factory) if isinstance(factory, str) else None, pairs)
+    return cls(dict(pairs))
+
+
+def _encoded(node: dict[str, Any]) -> Any:
+    decoder = next(
+        (pair[1] for cls, pair in _ENCODERS.items() if class_ref(cls) == node[MARK] and pair[1] is not None),
+        None,
+    )
+    if decoder is None:
+        raise UnrebuildableValue(
+            f"the recorded value was stored by the encoder registered for {node[MARK]}, and this run has "
+            "registered no decoder for it: forkpoint.register_encoder(cls, encode, decode=...) before the call"
+        )
+    return decoder(decode(node["value"]))
+
+
+def _float(node: dict[str, Any]) -> float:
+    text = str(node["value"])
+    if text not in ("nan", "inf", "-inf"):
+        raise UnrebuildableValue(f"the recorded float {text!r} is not nan, inf or -inf")
+    return float(text)
+
+
+def _scalar(node: dict[str, Any]) -> Any:
+    cls = _family(node, str, int, float)
+    return cls(decode(node["value"]))
+
+
+_REBUILD: dict[str, Callable[[dict[str, Any]], Any]] = {
+    "float": _float,
+    "dict": lambda n: dict(_pairs(n)),
+    "tuple": lambda n: tuple(decode(n["value"])),
+    "set": lambda n: set(decode(n["value"])),
+    "frozenset": lambda n: frozenset(decode(n["value"])),
+    "bytearray": lambda n: bytearray(n["value"]),
+    "mapping": _mapping,
+    "namedtuple": lambda n: _family(n, tuple)._make(decode(n["value"])),
+    "enum": lambda n: _family(n, enum.Enum)[str(n["value"])],
+    "enum_value": lambda n: _family(n, enum.Enum)(decode(n["value"])),
+    "datetime": lambda n: _with_zone(_family(n, dt.datetime).fromisoformat(n["value"]), n),
+    "time": lambda n: _with_zone(_family(n, dt.time).fromisoformat(n["value"]), n),
+    "date": lambda n: _family(n, dt.date).fromisoformat(n["value"]),
+    "timedelta": lambda n: _family(n, dt.timedelta)(*n["value"]),
+    "decimal": lambda n: _family(n, decimal.Decimal)(n["value"]),
+    "uuid": lambda n: _family(n, uuid.UUID)(n["value"]),
+    "path": lambda n: _family(n, pathlib.PurePath)(n["value"]),
+    "dataclass": _dataclass,
+    "pydantic": _pydantic,
+    "scalar": _scalar,
+    "encoded": _encoded,
+}

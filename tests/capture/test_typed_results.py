@@ -1,0 +1,541 @@
+"""Tool results come back as what they were: typed values, results forkpoint cannot store, and
+generator tools (``forkpoint.values``, ``forkpoint.capture.tools``)."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import dataclasses
+import datetime as dt
+import decimal
+import enum
+import inspect
+import json
+import pathlib
+import secrets
+import sys
+import textwrap
+import uuid
+import zoneinfo
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import openai
+import pydantic
+import pytest
+
+import forkpoint
+from forkpoint import values
+from forkpoint.capture.tools import call_tool
+from forkpoint.log import Session
+from tests.modelserver import LocalServer
+
+POST_INIT_RUNS: list[str] = []
+
+
+@dataclasses.dataclass(frozen=True)
+class Hit:
+    """A frozen dataclass with a field the constructor does not take and a ``__post_init__`` with
+    a side effect: a replay must rebuild it without running either."""
+
+    title: str
+    when: dt.datetime
+    tags: frozenset[str] = frozenset()
+    rank: int = dataclasses.field(init=False, default=0)
+
+    def __post_init__(self) -> None:
+        POST_INIT_RUNS.append(self.title)
+        object.__setattr__(self, "rank", len(self.title))
+
+
+class Weather(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="allow")
+
+    city: str
+    on: dt.date
+    temp_c: float = 0.0
+    source: str | None = None
+
+
+class Color(enum.Enum):
+    RED = "red"
+    BLUE = "blue"
+
+
+class Perm(enum.Flag):
+    READ = 1
+    WRITE = 2
+
+
+class Level(enum.IntEnum):
+    LOW = 1
+    HIGH = 2
+
+
+class Span(NamedTuple):
+    start: int
+    end: int
+
+
+class Meters(float):
+    """A float subclass (what numpy's float64 is), rebuilt by calling the class with the number."""
+
+
+class Point:
+    """Not storable as it is: needs an encoder (and a decoder, to come back as a Point)."""
+
+    def __init__(self, x: int, y: int) -> None:
+        self.x, self.y = x, y
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Point) and (self.x, self.y) == (other.x, other.y)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def everything() -> dict[str, Any]:
+    """One of each kind of value the issue lists, some nested in others."""
+    oslo = zoneinfo.ZoneInfo("Europe/Oslo")
+    return {
+        "dataclass": Hit("cats", dt.datetime(2026, 3, 29, 1, 30, tzinfo=oslo), frozenset({"b", "a"})),
+        "pydantic": Weather(city="Oslo", on=dt.date(2026, 1, 2), temp_c=-3.5, station="blindern"),
+        "datetime_fold": dt.datetime(2026, 10, 25, 2, 30, tzinfo=oslo, fold=1),
+        "datetime_naive": dt.datetime(2026, 1, 2, 3, 4, 5, 6),
+        "datetime_utc": dt.datetime(2026, 1, 2, tzinfo=dt.UTC),
+        "datetime_named": dt.datetime(2026, 1, 2, tzinfo=dt.timezone(dt.timedelta(hours=1), "CET")),
+        "date": dt.date(2024, 2, 29),
+        "time": dt.time(23, 59, 59, 999999),
+        "timedelta": dt.timedelta(days=-1, seconds=5, microseconds=7),
+        "decimal": decimal.Decimal("19.90"),
+        "uuid": uuid.UUID("12345678-1234-5678-1234-567812345678"),
+        "enum": Color.BLUE,
+        "flags": Perm.READ | Perm.WRITE,
+        "intenum": Level.HIGH,
+        "path": pathlib.Path("/tmp/report.txt"),
+        "pure_windows_path": pathlib.PureWindowsPath(r"C:\\reports\\q1.txt"),
+        "bytes": b"\x00\xff raw",
+        "bytearray": bytearray(b"buf"),
+        "tuple": (1, ("nested", 2.5), None),
+        "set": {3, 1, 2},
+        "frozenset": frozenset({"x"}),
+        "namedtuple": Span(3, 9),
+        "int_keys": {1: "one", (2, 3): "pair"},
+        "own_type_key": {"$type": "not a typed value", "kind": "tuple", "value": [1]},
+        "nan": float("nan"),
+        "counter": collections.Counter("abracadabra"),
+        "ordered": collections.OrderedDict([("z", 1), ("a", 2)]),
+        "defaultdict": collections.defaultdict(list, {"k": [1]}),
+        "float_subclass": Meters(1.5),
+        "big_int": 2**80,
+        "plain": {"list": [1, "two", None, True], "float": 0.5},
+    }
+
+
+def same(a: Any, b: Any, where: str = "result") -> None:
+    """``a`` and ``b`` are equal and of the same types all the way down (nan equals nan)."""
+    assert type(a) is type(b), f"{where}: {type(a).__name__} became {type(b).__name__}"
+    if isinstance(a, float) and a != a:
+        assert b != b, where
+    elif isinstance(a, dict):
+        assert list(a) == list(b), where
+        for k in a:
+            same(a[k], b[k], f"{where}[{k!r}]")
+    elif isinstance(a, list | tuple):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            same(x, y, f"{where}[{i}]")
+    elif isinstance(a, dt.datetime | dt.time):
+        assert (a, a.tzinfo, a.fold, a.tzname()) == (b, b.tzinfo, b.fold, b.tzname()), where
+    elif isinstance(a, pydantic.BaseModel):
+        assert a == b and a.model_fields_set == b.model_fields_set, where
+        assert a.model_extra == b.model_extra, where
+    else:
+        assert a == b, where
+
+
+def test_every_listed_type_replays_as_itself(store: Path) -> None:
+    """A dataclass, a pydantic model, datetimes (a zone, a fold, a named offset), dates, times,
+    timedeltas, decimals, UUIDs, enums, paths, bytes, tuples, sets and named tuples (and the
+    containers around them) reach the agent on replay as the same types with the same values:
+    ``hit.title``, ``weather.on.year`` and ``Color.BLUE is color`` work as they did live."""
+    ledger: list[str] = []
+
+    @forkpoint.tool
+    def lookup(q: str) -> dict[str, Any]:
+        ledger.append(q)
+        return everything()
+
+    with forkpoint.record(store=store) as rec:
+        live = lookup("all")
+    POST_INIT_RUNS.clear()
+    with forkpoint.replay(rec.session_path) as rp:
+        again = lookup("all")
+    assert ledger == ["all"]  # the body ran once, live
+    same(live, again)
+    assert again["enum"] is Color.BLUE and again["dataclass"].rank == 4
+    assert POST_INIT_RUNS == []  # the recorded fields were set back; __post_init__ did not run
+    assert rp.report()["reproduced"] is True
+
+
+def test_the_log_says_what_each_value_was(store: Path) -> None:
+    """The stored form is JSON a person (and another tool) can read: the class by name, its kind,
+    the value; user data with a ``$type`` key of its own is escaped, never taken for a typed value."""
+    by_key = values.encode(everything())
+    assert by_key["date"] == {"$type": "datetime:date", "kind": "date", "value": "2024-02-29"}
+    assert by_key["dataclass"]["$type"] == f"{__name__}:Hit" and by_key["dataclass"]["value"]["rank"] == 4
+    assert by_key["datetime_fold"]["zone"] == "Europe/Oslo" and by_key["datetime_fold"]["fold"] == 1
+    assert by_key["set"]["value"] == [1, 2, 3]  # sorted: equal sets are stored the same way
+    escaped = by_key["own_type_key"]
+    assert escaped["kind"] == "dict" and escaped["value"][0] == ["$type", "not a typed value"]
+    assert values.decode(escaped) == {"$type": "not a typed value", "kind": "tuple", "value": [1]}
+
+
+def test_a_datetime_result_gives_the_model_the_same_prompt_on_replay(make_server: Any, store: Path) -> None:
+    """The agent puts ``str(result)`` into the next message. Live, that is ``2026-01-02 03:04:05``;
+    a replay that returned the datetime's JSON text (``2026-01-02T03:04:05``) would send another
+    prompt and diverge at the next model call."""
+    srv: LocalServer = make_server(chat_script=[[("now", {})], "done"])
+
+    @forkpoint.tool
+    def now() -> dt.datetime:
+        return dt.datetime(2026, 1, 2, 3, 4, 5)
+
+    def agent(base_url: str) -> str:
+        client = openai.OpenAI(base_url=base_url, api_key="sk-test", max_retries=0)
+        messages: list[Any] = [{"role": "user", "content": "what time is it?"}]
+        for _ in range(3):
+            out = client.chat.completions.create(model="m", messages=messages)
+            msg = out.choices[0].message
+            if not msg.tool_calls:
+                return str(msg.content)
+            messages.append(msg.model_dump(exclude_none=True))
+            for call in msg.tool_calls:
+                messages.append({"role": "tool", "tool_call_id": call.id, "content": str(now())})
+        raise AssertionError("no final answer")
+
+    with forkpoint.record(store=store) as rec:
+        live = agent(srv.openai_base_url)
+    srv.stop()
+    with forkpoint.replay(rec.session_path) as rp:
+        assert agent(srv.openai_base_url) == live
+    report = rp.report()
+    assert report["reproduced"] is True and report["divergence"] is None
+
+
+def test_a_result_forkpoint_cannot_store_is_said_and_the_run_goes_on(
+    store: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Recording never changes what the live run does: the agent gets its Point, and forkpoint says
+    on stderr which tool, which type, and which hook records it. The event says the result is
+    missing, and a replay stops there with a divergence that says why (not a wrong value)."""
+
+    @forkpoint.tool
+    def locate(name: str) -> dict[str, Any]:
+        return {"name": name, "at": [Point(1, len(name))]}
+
+    with forkpoint.record(store=store) as rec:
+        got = locate("home")
+    assert got == {"name": "home", "at": [Point(1, 4)]}
+    said = capsys.readouterr().err
+    assert "tool 'locate'" in said and f"{__name__}.Point" in said and "result['at'][0]" in said
+    assert "forkpoint.register_encoder(Point, to_json, decode=from_json)" in said
+    assert "WARNING: 1 tool call could not be recorded" in said  # said again at the end
+    (event,) = Session.load(rec.session_path).by_type("tool_call")
+    assert "result" not in event and event["unrecorded"]["type"] == f"{__name__}.Point"
+
+    with forkpoint.replay(rec.session_path) as rp, pytest.raises(forkpoint.Divergence) as exc:
+        locate("home")
+    assert "the result of this call was not recorded" in str(exc.value)
+    assert rp.report()["reproduced"] is False
+
+    # An encoder alone: the replay gives back what it stored. With a decoder: a Point again.
+    for decode, expected in ((None, {"x": 1, "y": 4}), (lambda d: Point(**d), Point(1, 4))):
+        forkpoint.register_encoder(Point, lambda p: {"x": p.x, "y": p.y}, decode=decode)
+        try:
+            with forkpoint.record(store=store) as rec:
+                assert locate("home")["at"][0] == Point(1, 4)
+            with forkpoint.replay(rec.session_path):
+                assert locate("home")["at"][0] == expected
+        finally:
+            values._ENCODERS.pop(Point, None)
+
+
+def test_an_integration_encoder_that_fails_does_not_change_the_live_run(
+    store: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A framework integration's own encoder (``call_tool(..., encode)``) that cannot store a
+    result must not raise into the framework either: the tool's result is returned, and said."""
+
+    def refuse(value: Any) -> Any:
+        raise forkpoint.ToolResultError("a Widget", type_name="fw.Widget")
+
+    with forkpoint.record(store=store):
+        assert call_tool("widget", {}, lambda: "the live value", refuse) == "the live value"
+    assert "tool 'widget' returned a Widget" in capsys.readouterr().err
+
+
+@pytest.fixture
+def lazy_models(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A module ``<name>`` defining a dataclass, imported only inside a tool's body (as agents do
+    to keep start-up fast): on replay the body does not run, so the module is not imported."""
+    name = f"fp_models_{secrets.token_hex(4)}"
+    (tmp_path / f"{name}.py").write_text(
+        textwrap.dedent(
+            """
+            import dataclasses
+
+            @dataclasses.dataclass
+            class Row:
+                id: int
+            """
+        )
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield name
+    sys.modules.pop(name, None)
+
+
+def test_a_session_that_cannot_take_the_call_does_not_stop_the_tool(
+    store: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The log refusing the event (a full disk, a log closed at interpreter exit) is said; the
+    tool's result still reaches the agent."""
+
+    @forkpoint.tool
+    def ping() -> str:
+        return "pong"
+
+    def refuse(event: Any) -> None:
+        raise forkpoint.SessionError("session.jsonl: no space left on device")
+
+    with forkpoint.record(store=store) as rec:
+        monkeypatch.setattr(rec, "tool_call_done", refuse)
+        assert ping() == "pong"
+    said = capsys.readouterr().err
+    assert "the call of tool 'ping' could not be written to the session: session.jsonl: no space left" in said
+
+
+def test_a_class_the_replay_has_not_imported_is_never_imported_for_it(lazy_models: str, store: Path) -> None:
+    """Reading a session never imports a module: a result whose class this run has not imported
+    stops the replay with a divergence naming the module and what to do, and the module stays
+    unimported."""
+
+    @forkpoint.tool
+    def fetch() -> Any:
+        module = __import__(lazy_models)
+        return module.Row(7)
+
+    with forkpoint.record(store=store) as rec:
+        assert fetch().id == 7
+    del sys.modules[lazy_models]
+    with forkpoint.replay(rec.session_path), pytest.raises(forkpoint.Divergence) as exc:
+        fetch()
+    said = str(exc.value)
+    assert f"{lazy_models}.Row" in said and f"this run has not imported {lazy_models}" in said
+    assert lazy_models not in sys.modules
+    # Once the program has imported it, the same session replays.
+    __import__(lazy_models)
+    with forkpoint.replay(rec.session_path):
+        assert fetch() == sys.modules[lazy_models].Row(7)
+
+
+def test_a_class_made_inside_a_function_is_refused_at_record_time(
+    store: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A replay could never find such a class by its name, so it is said while recording."""
+
+    @dataclasses.dataclass
+    class Local:
+        a: int
+
+    @forkpoint.tool
+    def make() -> Local:
+        return Local(1)
+
+    with forkpoint.record(store=store):
+        assert make() == Local(1)
+    assert "defined inside a function?" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- generator tools
+
+
+def test_generator_tool_streams_live_and_replays_as_a_generator(store: Path) -> None:
+    """A generator tool (a search yielding hits as it finds them) reaches the agent item by item
+    while recording — the body runs as the agent reads, as without forkpoint — and its return
+    value too; on replay the agent gets a generator again, with the same items and return value,
+    and no body runs."""
+    ledger: list[str] = []
+
+    @forkpoint.tool
+    def search(q: str) -> Iterator[dict[str, Any]]:
+        for i in range(3):
+            ledger.append(f"found {i}")
+            yield {"hit": i, "at": dt.date(2026, 1, i + 1)}
+        return "3 hits"  # noqa: B901 - a generator's return value is part of what it gives
+
+    assert inspect.isgeneratorfunction(search)  # frameworks that look still see a generator
+
+    def consume() -> tuple[list[Any], Any]:
+        gen = search("q")
+        assert inspect.isgenerator(gen)
+        got = []
+        while True:
+            try:
+                item = next(gen)
+            except StopIteration as stop:
+                return got, stop.value
+            ledger.append(f"read {item['hit']}")
+            got.append(item)
+
+    with forkpoint.record(store=store) as rec:
+        live = consume()
+    assert ledger == ["found 0", "read 0", "found 1", "read 1", "found 2", "read 2"]
+    (event,) = Session.load(rec.session_path).by_type("tool_call")
+    assert event["result"]["kind"] == "generator" and event["result"]["ended"] == "complete"
+    ledger.clear()
+    with forkpoint.replay(rec.session_path) as rp:
+        again = consume()
+    assert again == live and type(again[0][0]["at"]) is dt.date and again[1] == "3 hits"
+    assert ledger == ["read 0", "read 1", "read 2"]
+    assert rp.report()["reproduced"] is True
+
+
+def test_generator_that_fails_or_is_abandoned_replays_the_same_way(store: Path) -> None:
+    """A generator that raises after two items raises the same after two items on replay; one the
+    agent stopped reading after one item replays that item, and reading further is a divergence
+    (the recording never saw the rest)."""
+
+    @forkpoint.tool
+    def rows(n: int) -> Iterator[int]:
+        yield 1
+        yield 2
+        if n == 2:
+            raise ConnectionError("the database went away")
+        yield 3
+
+    def run(read_on: bool = False) -> tuple[list[int], str, int]:
+        got = []
+        try:
+            for r in rows(2):
+                got.append(r)
+        except ConnectionError as exc:
+            failure = str(exc)
+        gen = rows(3)
+        first = next(gen)
+        if read_on:
+            next(gen)
+        gen.close()
+        return got, failure, first
+
+    with forkpoint.record(store=store) as rec:
+        live = run()
+    assert live == ([1, 2], "the database went away", 1)
+    ended = [e["result"]["ended"] for e in Session.load(rec.session_path).by_type("tool_call")]
+    assert ended == ["complete", "closed"]
+    with forkpoint.replay(rec.session_path) as rp:
+        assert run() == live
+    assert rp.report()["reproduced"] is True
+    with forkpoint.replay(rec.session_path) as rp:
+        with pytest.raises(forkpoint.Divergence, match="stopped reading this generator after 1 item"):
+            run(read_on=True)
+    assert rp.report()["divergence"]["kind"] == "tool_call"
+
+
+def test_a_generator_still_open_when_the_recording_ends_is_recorded_as_unfinished(store: Path) -> None:
+    """The agent read one item and the block ended with the generator open: the item is kept, and
+    a replay that reads past it diverges rather than inventing an end."""
+
+    @forkpoint.tool
+    def feed() -> Iterator[int]:
+        yield from range(5)
+
+    with forkpoint.record(store=store) as rec:
+        gen = feed()
+        assert next(gen) == 0
+    (event,) = Session.load(rec.session_path).by_type("tool_call")
+    assert event["result"]["value"] == [0] and event["result"]["ended"] == "unfinished"
+    gen.close()  # closing it after the recording ended writes nothing more
+    assert len(Session.load(rec.session_path).by_type("tool_call")) == 1
+    with forkpoint.replay(rec.session_path):
+        again = feed()
+        assert next(again) == 0
+        with pytest.raises(forkpoint.Divergence, match="ended: unfinished"):
+            next(again)
+
+
+def test_async_generator_tool_and_a_function_returning_a_generator(store: Path) -> None:
+    """An async generator tool stays one (``async for`` and ``asend`` work on it) and replays as
+    one; a plain function that returns a generator object is recorded through it as well."""
+    produced: list[int] = []
+
+    @forkpoint.tool
+    async def ticks(n: int) -> AsyncIterator[int]:
+        for i in range(n):
+            produced.append(i)
+            await asyncio.sleep(0)
+            yield i * 10
+
+    @forkpoint.tool
+    def lines(text: str) -> Iterator[str]:
+        return (w for w in text.split())
+
+    assert inspect.isasyncgenfunction(ticks)
+
+    async def run() -> tuple[list[int], list[str]]:
+        got = [t async for t in ticks(3)]
+        return got, list(lines("a b c"))
+
+    with forkpoint.record(store=store) as rec:
+        live = asyncio.run(run())
+    assert live == ([0, 10, 20], ["a", "b", "c"]) and produced == [0, 1, 2]
+    kinds = [e["result"]["kind"] for e in Session.load(rec.session_path).by_type("tool_call")]
+    assert kinds == ["async_generator", "generator"]
+    with forkpoint.replay(rec.session_path) as rp:
+        assert asyncio.run(run()) == live
+    assert produced == [0, 1, 2] and rp.report()["reproduced"] is True
+
+
+def test_stored_results_are_json_a_person_can_read(store: Path) -> None:
+    """``forkpoint show`` prints typed results by class name, not as nested marker dicts."""
+    from rich.console import Console
+
+    from forkpoint.show import render
+
+    @forkpoint.tool
+    def when() -> dt.date:
+        return dt.date(2026, 5, 1)
+
+    with forkpoint.record(store=store) as rec:
+        when()
+    console = Console(record=True, width=200)
+    render(Session.load(rec.session_path), console)
+    assert '→ {"date":"2026-05-01"}' in console.export_text()
+    assert json.loads(json.dumps(values.readable(values.encode(Span(1, 2))))) == {"Span": [1, 2]}
+
+
+def test_diff_of_sessions_whose_results_hold_bytes_and_typed_values(store: Path) -> None:
+    """``forkpoint diff`` names what changed inside a typed result, and prints bytes (which the
+    log keeps as bytes) instead of failing on them."""
+    from rich.console import Console
+
+    from forkpoint.diff import diff_sessions, render_diff
+
+    version = [1]
+
+    @forkpoint.tool
+    def fetch() -> dict[str, Any]:
+        return {"when": dt.date(2026, 1, version[0]), "raw": b"\x00" * version[0]}
+
+    sessions = []
+    for v in (1, 2):
+        version[0] = v
+        with forkpoint.record(store=store) as rec:
+            fetch()
+        sessions.append(Session.load(rec.session_path))
+    console = Console(record=True, width=200)
+    render_diff(diff_sessions(*sessions), console)
+    text = console.export_text()
+    assert "~ $.result.when.value: 2026-01-01 → 2026-01-02" in text
+    assert '~ $.result.raw: {"$b64":"AA=="} → {"$b64":"AAA="}' in text

@@ -1,0 +1,398 @@
+"""Honest verdicts: "reproduced" only when every recorded call was served, none was missing and the
+program ended as recorded; parallel tool results in the order they finished live; calls made inside
+a served tool; tools the model asked for that were never recorded; what a what-if session keeps
+about its own end."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import textwrap
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+from rich.console import Console
+
+import forkpoint
+from forkpoint.capture import tools as tools_mod
+from forkpoint.html import view_model
+from forkpoint.log import Session
+from forkpoint.replay import EXIT_DIVERGENCE, summary_line
+from forkpoint.show import render
+from tests.modelserver import LocalServer
+
+
+def chat_agent(base_url: str, tool: Any) -> str:
+    """A minimal tool-calling loop on the openai SDK: every tool call the model asks for is run
+    with ``tool(name, arguments)`` and its ``str()`` sent back."""
+    client = openai.OpenAI(base_url=base_url, api_key="sk-test", max_retries=0)
+    messages: list[Any] = [{"role": "user", "content": "go"}]
+    for _ in range(4):
+        msg = client.chat.completions.create(model="m", messages=messages).choices[0].message
+        if not msg.tool_calls:
+            return str(msg.content)
+        messages.append(msg.model_dump(exclude_none=True))
+        for call in msg.tool_calls:
+            result = tool(call.function.name, call.function.arguments)
+            messages.append({"role": "tool", "tool_call_id": call.id, "content": str(result)})
+    raise AssertionError("no final answer")
+
+
+# --------------------------------------------------------------------------- how the program ended
+
+
+def test_a_replay_that_raises_where_the_recording_did_not_is_not_reproduced(store: Path) -> None:
+    """Every call matched, but the program crashed afterwards: before, that printed "replay ok".
+    The report now says the run did not end as recorded, and why."""
+
+    @forkpoint.tool
+    def step() -> int:
+        return 1
+
+    with forkpoint.record(store=store) as rec:
+        step()
+    with pytest.raises(ValueError), forkpoint.replay(rec.session_path) as rp:
+        step()
+        raise ValueError("a bug the replay hit")
+    report = rp.report()
+    assert report["divergence"] is None and report["unserved"] == []
+    assert report["reproduced"] is False and report["ended_as_recorded"] is False
+    assert report["ending"] == [
+        "the program exited 1 (recorded: 0)",
+        "it raised an uncaught ValueError: a bug the replay hit (the recording did not)",
+    ]
+    assert summary_line(report).startswith("replay DID NOT REPRODUCE (the program exited 1 (recorded: 0);")
+    with forkpoint.replay(rec.session_path) as rp:
+        step()
+    assert rp.report()["reproduced"] is True and rp.report()["ended_as_recorded"] is True
+
+
+AGENT = textwrap.dedent(
+    """
+    import os
+    import sys
+
+    import forkpoint
+
+
+    @forkpoint.tool
+    def save(text):
+        with open(os.environ["LEDGER"], "a") as f:
+            f.write(text + "\\n")
+        return len(text)
+
+
+    save("one")
+    save("two")
+    if os.environ.get("CRASH"):
+        raise RuntimeError("the agent crashed")
+    sys.exit(int(os.environ.get("EXIT", "0")))
+    """
+)
+
+
+@pytest.mark.slow
+def test_cli_verdict_compares_how_the_program_ended(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``forkpoint replay`` exits 3 and says which check failed when the program ends otherwise than
+    recorded: another exit code, or a new uncaught exception (even with the same exit code). A
+    replay that ends as its recording did — a crash included — reproduces it and exits with the
+    program's own code. A what-if run keeps its real exit code and its uncaught exception."""
+    (tmp_path / "agent.py").write_text(AGENT)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("LEDGER", str(tmp_path / "ledger.txt"))
+    fp = [sys.executable, "-m", "forkpoint.cli"]
+    agent = [sys.executable, "agent.py"]
+
+    def run(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*fp, *args], capture_output=True, text=True, timeout=120, env={**_env(), **env}
+        )
+
+    def record(store: str, **env: str) -> None:
+        r = run("record", "--no-workspace", "--store", store, "--", *agent, **env)
+        assert "2 tool calls" in r.stderr, r.stderr
+
+    record("clean")
+    ok = run("replay", "last", "--store", "clean")
+    assert ok.returncode == 0 and "replay ok: 2/2 events matched" in ok.stderr, ok.stderr
+    crashed = run("replay", "last", "--store", "clean", CRASH="1")
+    assert crashed.returncode == EXIT_DIVERGENCE
+    assert (
+        "replay DID NOT REPRODUCE (the program exited 1 (recorded: 0); it raised an uncaught "
+        "RuntimeError: the agent crashed (the recording did not))" in crashed.stderr
+    )
+    exited = run("replay", "last", "--store", "clean", EXIT="1")
+    assert exited.returncode == EXIT_DIVERGENCE
+    assert "DID NOT REPRODUCE (the program exited 1 (recorded: 0))" in exited.stderr
+
+    record("crash", CRASH="1")
+    end = Session.load(next((tmp_path / "crash").glob("2*"))).end()
+    assert end is not None and end["exit_code"] == 1
+    assert [(u["type"], u["message"]) for u in end["uncaught"]] == [("RuntimeError", "the agent crashed")]
+    same = run("replay", "last", "--store", "crash", CRASH="1")
+    assert same.returncode == 1 and "replay ok: 2/2 events matched" in same.stderr, same.stderr
+    # Exit code 1 both times, but not the same ending: the recording crashed, this run exited.
+    quiet = run("replay", "last", "--store", "crash", EXIT="1")
+    assert quiet.returncode == EXIT_DIVERGENCE
+    assert "the recording ended with an uncaught builtins.RuntimeError, this run did not" in quiet.stderr
+
+    record("exit1", EXIT="1")
+    new = run("replay", "last", "--store", "exit1", CRASH="1")
+    assert new.returncode == EXIT_DIVERGENCE
+    assert "it raised an uncaught RuntimeError: the agent crashed (the recording did not)" in new.stderr
+
+    # A what-if whose override makes the agent crash: the experiment's answer, with the real exit code.
+    whatif = run(
+        "replay",
+        "last",
+        "--store",
+        "clean",
+        "--override",
+        'tool:save#2.error={"type": "OSError", "message": "disk full"}',
+    )
+    assert whatif.returncode == 1, whatif.stderr
+    assert (
+        "replay DID NOT REPRODUCE (the program exited 1 (recorded: 0); it raised an uncaught OSError"
+        in whatif.stderr
+    )
+    assert "did not change the agent's path" not in whatif.stderr
+    child = max((tmp_path / "clean").glob("2*"), key=lambda p: p.name)
+    end = Session.load(child).end()
+    assert end is not None and end["exit_code"] == 1 and end["uncaught"][0]["type"] == "OSError"
+
+
+def _env() -> dict[str, str]:
+    import os
+
+    return {k: v for k, v in os.environ.items() if k not in ("CRASH", "EXIT")}
+
+
+# --------------------------------------------------------------------------- fifo drift
+
+
+@pytest.mark.slow
+def test_fifo_drift_exits_3_unless_accepted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--on-divergence fifo`` serves the next recorded answer to a request that drifted; that is
+    not a reproduction, so the replay exits 3 — unless the user says that is what they want."""
+    script = tmp_path / "drift.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import os
+            import forkpoint
+
+            @forkpoint.tool
+            def ask(q):
+                return q.upper()
+
+            print(ask(os.environ.get("Q", "same")))
+            """
+        )
+    )
+    monkeypatch.chdir(tmp_path)
+    fp = [sys.executable, "-m", "forkpoint.cli"]
+    r = subprocess.run(
+        [*fp, "record", "--no-workspace", "--", sys.executable, "drift.py"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr
+    env = {**_env(), "Q": "other"}
+    drifted = subprocess.run(
+        [*fp, "replay", "last", "--on-divergence", "fifo"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert drifted.returncode == EXIT_DIVERGENCE and "1 request(s) drifted (fifo)" in drifted.stderr
+    assert drifted.stdout == "SAME\n"  # the recorded answer, served to another question
+    accepted = subprocess.run(
+        [*fp, "replay", "last", "--on-divergence", "fifo", "--accept-drift"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert accepted.returncode == 0, accepted.stderr
+    misuse = subprocess.run(
+        [*fp, "replay", "last", "--accept-drift"], capture_output=True, text=True, timeout=120
+    )
+    assert misuse.returncode == 2 and "applies to --on-divergence fifo only" in misuse.stderr
+
+
+# --------------------------------------------------------------------------- parallel tool results
+
+
+@forkpoint.tool
+async def fetch(name: str, delay: float) -> str:
+    await asyncio.sleep(delay)
+    return name
+
+
+@forkpoint.tool
+def work(name: str, delay: float) -> str:
+    time.sleep(delay)
+    return name
+
+
+async def gathered() -> list[str]:
+    """Three calls at once; the agent takes each result as it comes (as_completed)."""
+    tasks = [asyncio.ensure_future(fetch(n, d)) for n, d in (("slow", 0.12), ("fast", 0.01), ("mid", 0.06))]
+    return [await t for t in asyncio.as_completed(tasks)]
+
+
+def threaded() -> list[str]:
+    with ThreadPoolExecutor(3) as pool:
+        futures = [pool.submit(work, n, d) for n, d in (("slow", 0.12), ("fast", 0.01), ("mid", 0.06))]
+        return [f.result() for f in as_completed(futures)]
+
+
+@pytest.mark.parametrize("agent", [lambda: asyncio.run(gathered()), threaded], ids=["asyncio", "threads"])
+def test_parallel_tool_results_come_back_in_the_order_they_finished_live(store: Path, agent: Any) -> None:
+    """Live, the fast call's result came first. Served at once on replay, the first call asked
+    would come first instead, and the agent would send the results to the model in another order."""
+    with forkpoint.record(store=store) as rec:
+        live = agent()
+    assert live == ["fast", "mid", "slow"]
+    for _ in range(3):
+        with forkpoint.replay(rec.session_path) as rp:
+            assert agent() == live
+        assert rp.report()["reproduced"] is True and rp.report()["out_of_order"] == []
+
+
+def test_a_result_whose_turn_never_comes_is_released_and_said(
+    store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When the run does not ask for a call that finished first live, the result waiting for it
+    is released after a bounded wait (never a hang), and the report says so."""
+    with forkpoint.record(store=store) as rec:
+        asyncio.run(gathered())
+    monkeypatch.setattr(tools_mod, "TURN_WAIT_S", 0.2)
+
+    async def only_slow() -> str:
+        return await fetch("slow", 0.12)
+
+    with forkpoint.replay(rec.session_path) as rp:
+        started = time.monotonic()
+        assert asyncio.run(only_slow()) == "slow"
+        assert time.monotonic() - started < 2
+    report = rp.report()
+    assert [o["tool"] for o in report["out_of_order"]] == ["fetch"]
+    assert report["reproduced"] is False  # the other two were never asked for
+    assert "released before calls that finished first live" in summary_line(report)
+
+
+# --------------------------------------------------------------------------- calls inside a tool's body
+
+
+def test_calls_made_inside_a_served_tool_are_served_with_it(server: LocalServer, store: Path) -> None:
+    """A tool whose body calls another tool and a model: on replay the outer tool is served and
+    its body does not run, so the calls it made are not asked for. They are covered by it, not
+    "left unused" (which made every such replay fail to reproduce)."""
+
+    @forkpoint.tool
+    def inner(x: int) -> int:
+        return x + 1
+
+    @forkpoint.tool
+    def outer(x: int) -> str:
+        client = openai.OpenAI(base_url=server.openai_base_url, api_key="sk-test", max_retries=0)
+        reply = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "sub"}])
+        return f"{inner(x)} {reply.choices[0].message.content}"
+
+    with forkpoint.record(store=store) as rec:
+        live = outer(1)
+    server.stop()
+    with forkpoint.replay(rec.session_path) as rp:
+        assert outer(1) == live
+    report = rp.report()
+    assert report["reproduced"] is True and report["unused"] == []
+    assert len(report["covered"]) == 2 and report["matched"] == report["recorded"] == 3
+
+
+# --------------------------------------------------------------------------- tools never recorded
+
+
+def test_recording_warns_of_tools_the_model_asked_for_that_were_never_recorded(
+    make_server: Any, store: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The model asked for get_weather and save_note; only save_note is a recorded tool. On
+    replay get_weather's body would run for real: the recording says so, and how to name it."""
+    srv: LocalServer = make_server(
+        chat_script=[[("get_weather", {"city": "Oslo"}), ("save_note", {"text": "x"})], "ok"]
+    )
+
+    @forkpoint.tool
+    def save_note(text: str) -> str:
+        return "saved"
+
+    def get_weather(city: str) -> str:
+        return "sunny"
+
+    def run(name: str, arguments: str) -> str:
+        import json
+
+        return {"get_weather": get_weather, "save_note": save_note}[name](**json.loads(arguments))
+
+    with forkpoint.record(store=store):
+        chat_agent(srv.openai_base_url, run)
+    said = " ".join(capsys.readouterr().err.split())
+    assert "the model asked for tools that were never recorded: get_weather (1 call)." in said
+    assert "save_note" not in said.split("never recorded:")[1].split(".")[0]
+    assert "--tool __main__:FUNCTION" in said and "@forkpoint.tool" in said
+
+
+# --------------------------------------------------------------------------- what-if sessions
+
+
+def test_a_what_if_session_keeps_its_exit_code_and_where_it_diverged(make_server: Any, store: Path) -> None:
+    """The child session's end says how the what-if run ended and at which request it left its
+    parent (this run's call, the parent's call it was expected to be, why); ``show`` and the HTML
+    page display both, without the replay report at hand."""
+    srv: LocalServer = make_server(chat_script=[[("lookup", {"q": "x"})], "final"])
+
+    @forkpoint.tool
+    def lookup(q: str) -> str:
+        return "recorded answer"
+
+    def run(name: str, arguments: str) -> str:
+        return lookup("x")
+
+    with forkpoint.record(store=store) as rec:
+        chat_agent(srv.openai_base_url, run)
+    parent = Session.load(rec.session_path)
+    with forkpoint.replay(
+        parent, overrides=['tool:lookup.result="another answer"'], on_divergence="live"
+    ) as rp:
+        chat_agent(srv.openai_base_url, run)
+    child = Session.load(rp.report()["child_session"])
+    end = child.end()
+    assert end is not None and end["exit_code"] == 0 and end["uncaught"] == []
+    div = end["divergence"]
+    assert div is not None
+    live_call = child.by_type("model_call")[1]
+    assert (div["kind"], div["position"], div["seq"]) == ("model_call", 2, live_call["seq"])
+    assert div["parent_seq"] == parent.by_type("model_call")[1]["seq"]
+    assert div["diff"] and div["reason"] == "no recorded request has the same match key"
+
+    console = Console(record=True, width=300)
+    render(child, console)
+    text = console.export_text()
+    assert "exit code 0" in text
+    assert (
+        f"diverged at the 2nd model call, this run's #{live_call['seq']} (POST /v1/chat/completions, model m); "
+        f"expected the parent's #{div['parent_seq']}: no recorded request has the same match key" in text
+    )
+    page = view_model(child)
+    assert page["divergence"]["from"] == "session" and page["divergence"]["seq"] == live_call["seq"]
+    assert page["stats"]["exit_code"] == 0
+    assert (
+        next(e for e in page["events"] if e["type"] == "end")["divergence"]["parent_seq"] == div["parent_seq"]
+    )
