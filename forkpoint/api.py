@@ -16,6 +16,7 @@ from pathlib import Path
 
 from . import capture, integrations, override, runtime
 from .log import Session
+from .otel import LiveExport
 from .override import Override
 from .record import Recorder, attach_workspace, make_header, open_workspace
 from .replay import (
@@ -54,21 +55,33 @@ def record(
     argv: Sequence[str] | None = None,
     workspace: str | Path | None = None,
     include_ignored: bool = False,
+    otlp: str | None = None,
+    otlp_content: bool = False,
+    otlp_headers: Mapping[str, str] | None = None,
 ) -> Iterator[Recorder]:
     """Record every model call and tool call made inside the block into a new session.
 
     ``store`` defaults to ``$FORKPOINT_STORE`` or ``.forkpoint/``. With ``workspace`` (a directory;
     its git repository if it is in one), checkpoints are taken before each model call (resumable) and
     between the tool calls of one turn (observable); see :mod:`forkpoint.checkpoint`.
+    With ``otlp`` (an OTLP/HTTP endpoint), the session's spans are also sent there while it is
+    recorded, each call's span as the call ends (:class:`~forkpoint.otel.LiveExport`;
+    ``otlp_content`` and ``otlp_headers`` are ``forkpoint export``'s ``--content`` and ``--header``).
     Yields the :class:`Recorder`; ``recorder.session_path`` is the new session directory. The session
     ends with an ``end`` event (``exit_code`` 0, or 1 and the exception type if the block raised).
-    Raises :class:`~forkpoint.errors.SessionError` when the store cannot hold a new session.
+    Raises :class:`~forkpoint.errors.SessionError` when the store cannot hold a new session, and
+    :class:`~forkpoint.errors.ExportError` for an ``otlp`` that is no http(s) URL or a missing
+    ``otel`` extra (before anything is recorded).
     """
+    live = LiveExport(otlp, content=otlp_content, headers=otlp_headers) if otlp else None
     target = open_store(store)  # a directory, or an fsspec URL's local mirror (uploaded when the block ends)
     ws = open_workspace(workspace, target.path, include_ignored)
     header = make_header(argv=list(argv) if argv is not None else list(sys.argv), name=name, tags=tags)
     header["workspace"] = ws.describe() if ws else None
     with target.create(header) as session:
+        if live is not None:
+            live.start(session.path)
+            session.on_close.append(live.finish)
         rec = Recorder(session.writer, workspace=attach_workspace(ws, session.writer))
         start(rec)
         try:

@@ -26,6 +26,7 @@ from ._boot import child_env
 from .checkpoint import Check, find, restore, validate, verify_session
 from .errors import CheckpointError, SessionError, UsageError
 from .log import Session
+from .otel import LiveExport
 from .record import make_header, open_workspace
 from .replay import (
     EXIT_DIVERGENCE,
@@ -95,8 +96,10 @@ def record_command(
     include_ignored: bool = False,
     quiet: bool = False,
     capture: bool = False,
+    live: LiveExport | None = None,
 ) -> tuple[Path, int, str | None]:
-    """Record ``cmd`` into a new session of ``store``; with ``workspace``, take checkpoints of it.
+    """Record ``cmd`` into a new session of ``store``; with ``workspace``, take checkpoints of it;
+    with ``live``, send its spans while it runs (this process follows the log the program writes).
 
     Returns (session path, exit code, the command's stdout if ``capture``).
     """
@@ -108,6 +111,9 @@ def record_command(
     header["workspace"] = ws.describe() if ws else None
     session = target.create(header)
     session.quiet = quiet
+    if live is not None:
+        live.start(session.path)
+        session.on_close.append(live.finish)
     env = child_env("record", session.path, tools=tools)
     if ws is not None:
         env["FORKPOINT_WORKSPACE"] = orjson.dumps(
@@ -122,6 +128,11 @@ def record_command(
             f"forkpoint: recorded session {session.session_id} ({plural(i.model_calls, 'model call')}, "
             f"{plural(i.tool_calls, 'tool call')}) in {where}"
         )
+        done = live.finish() if live is not None else None  # (finished as the session closed: its report)
+        if done is not None and done.complete:
+            say(
+                f"forkpoint: sent {plural(done.sent, 'span')} live to {done.endpoint} as trace {done.trace_id}"
+            )
     return session.path, code, out
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -235,6 +236,9 @@ class Recording:
         self.location: str | None = None
         #: Say nothing when handing the session to its store fails (the caller reports it).
         self.quiet = False
+        #: Called once the session has ended, before its log is closed and handed to the store (a
+        #: live export sends the last spans); what they raise does not keep the session from closing.
+        self.on_close: list[Callable[[], object]] = []
         self._ended = False
 
     @property
@@ -265,7 +269,11 @@ class Recording:
         """Close the log and hand the finished session to its store; returns where it now lives (its
         directory, or its URL in a remote store). Safe to call twice."""
         if self.location is None:
-            self.writer.close()
+            try:
+                for hook in self.on_close:
+                    hook()
+            finally:
+                self.writer.close()
             self.location = self.store.finished(self.path, quiet=quiet)
         return self.location
 

@@ -39,7 +39,7 @@ import forkpoint  # noqa: E402
 from forkpoint.cli import main  # noqa: E402
 from forkpoint.demo.agent import SYSTEM_PROMPT, TASK, run_agent  # noqa: E402
 from forkpoint.demo.server import ModelServer  # noqa: E402
-from forkpoint.exporters.otel import otlp_traces_url, plan, trace_id_for  # noqa: E402
+from forkpoint.otel import otlp_traces_url, plan, trace_id_for  # noqa: E402
 from forkpoint.log import Session  # noqa: E402
 from forkpoint.providers import recorded_response, response_text  # noqa: E402
 from tests.modelserver import LocalServer, Reply  # noqa: E402

@@ -550,7 +550,8 @@ def test_a_cassette_replays_under_the_cli_too(tmp_path: Path, server: LocalServe
     project.mkdir()
     (project / "test_agent.py").write_text(INNER)
     env = {k: v for k, v in os.environ.items() if k != "PYTEST_DISABLE_PLUGIN_AUTOLOAD"}
-    env.update(CI="", PYTEST_ADDOPTS="-p no:cacheprovider")
+    # (-p no:phoenix: the pytest plugin of the arize-phoenix test dependency takes seconds to import)
+    env.update(CI="", PYTEST_ADDOPTS="-p no:cacheprovider -p no:phoenix")
     test = "test_agent.py::test_agent"
     rec = subprocess.run(
         [sys.executable, "-m", "pytest", "--forkpoint-mode=once", test],
