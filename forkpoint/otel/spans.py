@@ -11,11 +11,11 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 from .. import providers
 from ..errors import SessionError
+from ..events import parse_time
 from ..log import Session
 from . import attributes
 
@@ -93,11 +93,8 @@ def span_id_for(value: Any, fallback: str, variant: str = "") -> int:
 
 def _ns(ts: Any) -> int | None:
     """ISO 8601 (``…Z``) to nanoseconds since the epoch; None if unreadable."""
-    if not isinstance(ts, str):
-        return None
-    try:
-        dt = datetime.fromisoformat(ts.replace("Z", "+00:00"))
-    except ValueError:
+    dt = parse_time(ts)
+    if dt is None:
         return None
     # Exact integer arithmetic: timestamp() as a float would lose sub-microsecond precision.
     return int(dt.timestamp()) * 1_000_000_000 + dt.microsecond * 1000

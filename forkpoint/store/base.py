@@ -251,9 +251,12 @@ class Recording:
         """The session id."""
         return self.writer.session_id
 
-    def end(self, exit_code: int | None, *, reason: str | None = None, timed: bool = True) -> None:
+    def end(
+        self, exit_code: int | None, *, reason: str | None = None, timed: bool = True, ts: str | None = None
+    ) -> None:
         """Append the ``end`` event (once; later calls do nothing): how the run ended and (when
-        ``timed``) its wall time since the session was created, else ``null``."""
+        ``timed``) its wall time since the session was created, else ``null``; ``ts`` is its time
+        (default now: an import gives the time the imported run ended)."""
         if self._ended:
             return
         self._ended = True
@@ -263,6 +266,8 @@ class Recording:
             "duration_ms": round((time.perf_counter() - self.started) * 1000, 3) if timed else None,
             "reason": reason,
         }
+        if ts is not None:
+            event["ts"] = ts
         self.writer.append(event)
 
     def close(self, *, quiet: bool = False) -> str:

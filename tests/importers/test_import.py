@@ -131,7 +131,8 @@ def test_mini_swe_agent_calls_rebuilt_from_the_trajectory(tmp_path: Path) -> Non
     assert all("extra" not in m for m in models[-1]["request"]["body"]["messages"])
     # The raw completion is in the file: its id, usage and finish reason come through.
     assert models[0]["response"]["body"]["id"] == doc["messages"][2]["extra"]["response"]["id"]
-    assert models[0]["summary"]["usage"] == {"input_tokens": 1540, "output_tokens": 85}
+    # (prompt_tokens_details.cached_tokens: the part of the prompt read from the cache)
+    assert models[0]["summary"]["usage"] == {"input_tokens": 1540, "output_tokens": 85, "cache_read_input_tokens": 320}
     assert models[0]["summary"]["model"] == "deepseek/deepseek-chat"
     assert models[0]["ts"].startswith("2026-04-11T")
     assert s.end()["reason"] == "Submitted"

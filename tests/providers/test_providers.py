@@ -89,8 +89,10 @@ def _call(id: str | None, name: str, arguments: str) -> dict[str, Any]:
     return {"id": id, "name": name, "arguments": arguments}
 
 
-def _usage(inp: int | None, out: int | None) -> dict[str, Any]:
-    return {"input_tokens": inp, "output_tokens": out}
+def _usage(inp: int | None, out: int | None, **cache: int) -> dict[str, Any]:
+    """A summary's usage; ``cache`` holds the prompt-cache counts the response reports
+    (``cache_read_input_tokens``, ``cache_creation_input_tokens``)."""
+    return {"input_tokens": inp, "output_tokens": out, **cache}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -113,7 +115,7 @@ EXPECTED: dict[str, list[tuple[dict[str, Any], str | None, list[dict[str, str]]]
                 n_tools=1,
                 # six chunks: "" + '{"' + 'country' + '":"' + 'UK' + '"}'
                 tool_calls=[_call("call_ZR5UUuTt3pf61kjwAJIYdVMj", "get_capital", '{"country":"UK"}')],
-                usage=_usage(53, 15),  # the final chunk with "choices": []
+                usage=_usage(53, 15, cache_read_input_tokens=0),  # the final chunk with "choices": []
                 stop_reason="tool_calls",
             ),
             None,  # delta.content is null: no text at all
@@ -129,7 +131,7 @@ EXPECTED: dict[str, list[tuple[dict[str, Any], str | None, list[dict[str, str]]]
                 n_messages=3,
                 n_tools=1,
                 tool_calls=[],
-                usage=_usage(78, 9),
+                usage=_usage(78, 9, cache_read_input_tokens=0),
                 stop_reason="stop",
             ),
             "The capital of the UK is London.",
@@ -154,7 +156,7 @@ EXPECTED: dict[str, list[tuple[dict[str, Any], str | None, list[dict[str, str]]]
                 n_messages=1,
                 n_tools=1,
                 tool_calls=[_call("toolu_01WN4AuToBnJyXNQXwQBBebj", "get_weather", '{"city":"Paris"}')],
-                usage=_usage(572, 53),
+                usage=_usage(572, 53, cache_read_input_tokens=0, cache_creation_input_tokens=0),
                 stop_reason="tool_use",
             ),
             None,
@@ -170,7 +172,7 @@ EXPECTED: dict[str, list[tuple[dict[str, Any], str | None, list[dict[str, str]]]
                 n_messages=3,
                 n_tools=1,
                 tool_calls=[],
-                usage=_usage(646, 31),
+                usage=_usage(646, 31, cache_read_input_tokens=0, cache_creation_input_tokens=0),
                 stop_reason="end_turn",
             ),
             "The weather in Paris is currently sunny with a temperature of 22°C"
@@ -194,7 +196,7 @@ EXPECTED: dict[str, list[tuple[dict[str, Any], str | None, list[dict[str, str]]]
                 n_tools=1,
                 # the call_id (what function_call_output refers to), not the fc_... item id
                 tool_calls=[_call("call_kL0PCQV7M2WMoVX8V8OtYSAL", "get_capital", '{"country":"France"}')],
-                usage=_usage(255, 16),
+                usage=_usage(255, 16, cache_read_input_tokens=0),
                 stop_reason="completed",
             ),
             None,
@@ -211,7 +213,7 @@ EXPECTED: dict[str, list[tuple[dict[str, Any], str | None, list[dict[str, str]]]
                 n_messages=3,  # user message, function_call, function_call_output
                 n_tools=1,
                 tool_calls=[],
-                usage=_usage(278, 9),
+                usage=_usage(278, 9, cache_read_input_tokens=0),
                 stop_reason="completed",
             ),
             "The capital of France is Paris.",
@@ -241,7 +243,7 @@ EXPECTED: dict[str, list[tuple[dict[str, Any], str | None, list[dict[str, str]]]
                     )
                 ],
                 # input from message_start (351), output from message_delta (85, not the start's 1)
-                usage=_usage(351, 85),
+                usage=_usage(351, 85, cache_read_input_tokens=0, cache_creation_input_tokens=0),
                 stop_reason="tool_use",
             ),
             "I'll help you find out the current temperature in San Francisco. I'll use the"
@@ -258,7 +260,9 @@ EXPECTED: dict[str, list[tuple[dict[str, Any], str | None, list[dict[str, str]]]
                 n_messages=3,
                 n_tools=1,
                 tool_calls=[],
-                usage=_usage(457, 33),  # message_start says output_tokens 2
+                usage=_usage(
+                    457, 33, cache_read_input_tokens=0, cache_creation_input_tokens=0
+                ),  # message_start says output_tokens 2
                 stop_reason="end_turn",
             ),
             "The current temperature in San Francisco is 72°F. It sounds like a pleasant day! Is"
@@ -291,7 +295,7 @@ EXPECTED: dict[str, list[tuple[dict[str, Any], str | None, list[dict[str, str]]]
                         '{"location":"Tokyo, Japan"}',
                     )
                 ],
-                usage=_usage(620, 55),
+                usage=_usage(620, 55, cache_read_input_tokens=0, cache_creation_input_tokens=0),
                 stop_reason="tool_use",
             ),
             None,
@@ -307,7 +311,7 @@ EXPECTED: dict[str, list[tuple[dict[str, Any], str | None, list[dict[str, str]]]
                 n_messages=3,
                 n_tools=1,
                 tool_calls=[],
-                usage=_usage(701, 22),
+                usage=_usage(701, 22, cache_read_input_tokens=0, cache_creation_input_tokens=0),
                 stop_reason="end_turn",
             ),
             "The weather in Tokyo is currently sunny and 72°F (approximately 22°C).",
@@ -335,7 +339,7 @@ EXPECTED: dict[str, list[tuple[dict[str, Any], str | None, list[dict[str, str]]]
                         '{"city":"San Francisco"}',
                     )
                 ],
-                usage=_usage(66, 16),
+                usage=_usage(66, 16, cache_read_input_tokens=0),
                 stop_reason="tool_calls",
             ),
             None,
