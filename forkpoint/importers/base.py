@@ -109,7 +109,8 @@ def one_clock(events: list[dict[str, Any]]) -> tuple[str, str, str | None]:
     for e in events:
         at = parse_time(e.get("ts"))
         if at is None:
-            at = cursor
+            # to the next whole millisecond (the log's precision): never before the event before ends
+            at = cursor + timedelta(microseconds=-cursor.microsecond % 1000)
             e["ts"] = iso_time(at)
             placed += 1
         ms = e.get("duration_ms")

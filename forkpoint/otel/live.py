@@ -66,10 +66,13 @@ class _OwnRecords(logging.Filter):
         super().__init__()
         self.thread: int | None = None
         self.last: str | None = None
+        #: The request being sent has failed at least once (the exporter retries it, or gave up).
+        self.troubled = False
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.thread is not None and record.thread == self.thread:
             self.last = record.getMessage()
+            self.troubled = True
             return False
         return True
 
@@ -161,6 +164,7 @@ class LiveExport:
         self.dropped += len(spans) - len(spans[:room])
 
     def _deliver(self, pending: list[Any]) -> bool:
+        self._filter.troubled = False
         accepted = self._sender.send(pending)
         self.sent += accepted
         del pending[:accepted]
@@ -180,15 +184,15 @@ class LiveExport:
 
     def finish(self) -> LiveReport:
         """The session has ended: send what is left (the root span last) and stop. Waits at most
-        ``timeout`` seconds (not at all while the endpoint is failing), then says what did not
-        arrive. A second call returns the same report."""
+        ``timeout`` seconds (not at all while the endpoint is failing, or a request is being
+        retried), then says what did not arrive. A second call returns the same report."""
         if self._report is not None:
             return self._report
         thread = self._thread
         if thread is not None:
             self._stop.set()
-            if self._failing:
-                self._sender.close()  # no more waiting on retries: what is left is reported below
+            if self._failing or self._filter.troubled:
+                self._sender.close()  # no waiting on retries: what is left is reported below
             thread.join(self.timeout + self.poll + 1.0)
             if thread.is_alive():
                 self._sender.close()
