@@ -454,3 +454,32 @@ def test_otlp_url() -> None:
     assert otlp_traces_url("http://localhost:4318") == "http://localhost:4318/v1/traces"
     assert otlp_traces_url("http://localhost:4318/") == "http://localhost:4318/v1/traces"
     assert otlp_traces_url("https://otel.example/custom/path") == "https://otel.example/custom/path"
+
+
+def test_ids_follow_the_options(recorded: Recorded, tmp_path: Path) -> None:
+    """The same export twice sends the same trace (a backend keeps one copy); another option, or
+    --new-trace, sends another one, so a backend that keeps the first copy of an id still takes it."""
+    s = recorded.session
+
+    def trace(*args: str) -> tuple[str, set[str]]:
+        out = tmp_path / f"t{len(list(tmp_path.iterdir()))}.json"
+        result = export(recorded.store, s, "--file", str(out), *args)
+        doc = json.loads(out.read_text())
+        spans = [sp for rs in doc["resourceSpans"] for ss in rs["scopeSpans"] for sp in ss["spans"]]
+        (trace_id,) = {sp["traceId"] for sp in spans}
+        assert f"as trace {trace_id} to {out}" in result.output  # the message names the trace
+        return trace_id, {sp["spanId"] for sp in spans}
+
+    plain, plain_spans = trace()
+    assert trace() == (plain, plain_spans)
+    assert plain == format(trace_id_for(s.id), "032x") and s.header["span_id"] in plain_spans
+    content, content_spans = trace("--content")
+    assert content == format(trace_id_for(s.id, variant_for(content=True)), "032x")
+    assert trace("--content") == (content, content_spans)
+    named, named_spans = trace("--service-name", "agents")
+    fresh, fresh_spans = trace("--new-trace")
+    again, again_spans = trace("--new-trace")
+    traces = [plain, content, named, fresh, again]
+    assert len(set(traces)) == 5
+    spans = [plain_spans, content_spans, named_spans, fresh_spans, again_spans]
+    assert all(not (a & b) for i, a in enumerate(spans) for b in spans[i + 1 :])
