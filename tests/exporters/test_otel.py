@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import socket
 import time
 from dataclasses import dataclass
@@ -483,3 +484,39 @@ def test_ids_follow_the_options(recorded: Recorded, tmp_path: Path) -> None:
     assert len(set(traces)) == 5
     spans = [plain_spans, content_spans, named_spans, fresh_spans, again_spans]
     assert all(not (a & b) for i, a in enumerate(spans) for b in spans[i + 1 :])
+
+
+def test_openinference_names_are_the_conventions_own(recorded: Recorded) -> None:
+    """Every attribute outside the GenAI, forkpoint and general OpenTelemetry names is one the
+    OpenInference conventions define (their package, installed with Phoenix, lists them)."""
+    semconv = pytest.importorskip("openinference.semconv.trace")
+
+    def names(*classes: Any) -> set[str]:
+        return {v for c in classes for k, v in vars(c).items() if k.isupper() and isinstance(v, str)}
+
+    span_names = names(semconv.SpanAttributes, semconv.ToolAttributes)
+    inner = names(semconv.MessageAttributes, semconv.ToolCallAttributes, semconv.ToolAttributes)
+    ours = ("gen_ai.", "forkpoint.", "server.", "http.", "error.", "process.")
+    seen: set[str] = set()
+    for p in plan(recorded.session, content=True):
+        for key in p.attributes:
+            if key.startswith(ours):
+                continue
+            first, *rest = re.split(r"\.\d+\.", key)
+            assert first in span_names, key
+            assert all(part in inner for part in rest), key
+            seen.add(first)
+    assert {
+        "openinference.span.kind",
+        "session.id",
+        "input.value",
+        "output.value",
+        "llm.input_messages",
+    } <= seen
+    assert {
+        "llm.output_messages",
+        "llm.tools",
+        "llm.token_count.prompt",
+        "tool.name",
+        "tool.parameters",
+    } <= seen

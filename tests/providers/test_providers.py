@@ -25,6 +25,8 @@ from forkpoint.providers import (
     SUMMARY_KEYS,
     SSEEvent,
     detect,
+    genai_tool_definitions,
+    genai_usage,
     parse_sse,
     request_messages,
     response_text,
@@ -1638,3 +1640,95 @@ def test_mutated_stream_events_never_raise(
             for (name, _), p in zip(events, bad, strict=False)
         )
         _check_all(url, {}, {"status": 200, "body": None, "stream": [text]})
+
+
+# --------------------------------------------------------------------------------------------------
+# The OpenTelemetry readings: tool definitions and token counts as the GenAI conventions count them
+
+_SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}}
+_WEATHER = {"type": "function", "name": "weather", "description": "Weather now.", "parameters": _SCHEMA}
+
+
+@pytest.mark.parametrize(
+    ("api", "body", "expected"),
+    [
+        (
+            "chat.completions",
+            {
+                "tools": [
+                    {"type": "function", "function": {k: v for k, v in _WEATHER.items() if k != "type"}}
+                ],
+                "functions": [{"name": "legacy", "parameters": _SCHEMA}],
+            },
+            [_WEATHER, {"type": "function", "name": "legacy", "parameters": _SCHEMA}],
+        ),
+        (
+            "responses",
+            {"tools": [_WEATHER, {"type": "web_search_preview"}]},
+            [_WEATHER, {"type": "web_search_preview"}],
+        ),
+        (
+            "messages",
+            {
+                "tools": [
+                    {"name": "weather", "description": "Weather now.", "input_schema": _SCHEMA},
+                    {"type": "web_search_20250305", "name": "web_search"},
+                ]
+            },
+            [_WEATHER, {"type": "web_search_20250305", "name": "web_search"}],
+        ),
+        (
+            "generateContent",
+            {
+                "tools": [
+                    {
+                        "functionDeclarations": [
+                            {"name": "weather", "description": "Weather now.", "parameters": _SCHEMA}
+                        ]
+                    },
+                    {"googleSearch": {}},
+                ]
+            },
+            [_WEATHER, {"type": "googleSearch"}],
+        ),
+        ("chat.completions", {"messages": []}, []),
+    ],
+)
+def test_tool_definitions_in_the_conventions_shape(
+    api: str, body: dict[str, Any], expected: list[Any]
+) -> None:
+    assert genai_tool_definitions(api, body) == expected
+
+
+def test_input_tokens_include_the_cache_as_the_conventions_count_them() -> None:
+    # Anthropic's input_tokens leave out what the cache read and wrote; OpenAI's prompt_tokens do not.
+    anthropic_usage = {
+        "input_tokens": 10,
+        "output_tokens": 5,
+        "cache_read_input_tokens": 100,
+        "cache_creation_input_tokens": 7,
+    }
+    assert genai_usage({"api": "messages", "usage": anthropic_usage}) == {
+        **anthropic_usage,
+        "input_tokens": 117,
+    }
+    openai_usage = {"input_tokens": 110, "output_tokens": 5, "cache_read_input_tokens": 100}
+    assert genai_usage({"api": "chat.completions", "usage": openai_usage}) == openai_usage
+    assert genai_usage({"api": "messages", "usage": None}) == {}
+    # Every spelling of the cache counts reads the same.
+    url = "https://api.openai.com/v1/chat/completions"
+    body = {
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "x"}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 9, "completion_tokens": 1, "prompt_tokens_details": {"cached_tokens": 4}},
+    }
+    assert summarize(url, {"model": "m"}, {"status": 200, "body": body})["usage"] == {
+        "input_tokens": 9,
+        "output_tokens": 1,
+        "cache_read_input_tokens": 4,
+    }
+    gemini = {
+        "usageMetadata": {"promptTokenCount": 9, "candidatesTokenCount": 1, "cachedContentTokenCount": 3},
+        "candidates": [],
+    }
+    url = "https://generativelanguage.googleapis.com/v1beta/models/g:generateContent"
+    assert summarize(url, {}, {"status": 200, "body": gemini})["usage"]["cache_read_input_tokens"] == 3
