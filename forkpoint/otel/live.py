@@ -151,9 +151,9 @@ class LiveExport:
                 if stopping:
                     return
                 self._stop.wait(self.poll)
-        except ForkpointError as exc:  # the log cannot be read: stop exporting, never the recording
-            self._error = str(exc)
-            self.say(f"forkpoint: live export stopped: {exc}")
+        except Exception as exc:  # whatever goes wrong here stops the export, never the recording
+            self._error = str(exc) if isinstance(exc, ForkpointError) else f"{type(exc).__name__}: {exc}"
+            self.say(f"forkpoint: live export stopped: {self._error}")
         finally:
             factory.shutdown()
 
@@ -191,9 +191,13 @@ class LiveExport:
         thread = self._thread
         if thread is not None:
             self._stop.set()
-            if self._failing or self._filter.troubled:
-                self._sender.close()  # no waiting on retries: what is left is reported below
-            thread.join(self.timeout + self.poll + 1.0)
+            deadline = time.monotonic() + self.timeout + self.poll + 1.0
+            closed = False
+            while thread.is_alive() and time.monotonic() < deadline:
+                if not closed and (self._failing or self._filter.troubled):
+                    self._sender.close()  # no waiting on retries: what is left is reported below
+                    closed = True
+                thread.join(0.05)
             if thread.is_alive():
                 self._sender.close()
                 thread.join(1.0)
