@@ -121,10 +121,12 @@ class Phoenix:
             time.sleep(0.3)
 
     def roots(self, project: str) -> list[dict[str, Any]]:
-        """The trace list: every trace's root span with its input and output, as the UI asks."""
+        """The trace list: every trace's root span with its input and output, as the UI asks for
+        them (the filter on the root spans is spelled so that Phoenix 14 and 20 both take it)."""
         data = self.graphql(
-            "{ projects { edges { node { name spans(first: 100, rootSpansOnly: true) { edges { node {"
-            " name spanKind trace { traceId } input { value mimeType } output { value mimeType } } } } } } } }"
+            '{ projects { edges { node { name spans(first: 100, filterCondition: "parent_id is None") {'
+            " edges { node { name spanKind trace { traceId } input { value mimeType } output { value mimeType }"
+            " } } } } } } }"
         )
         for edge in data["projects"]["edges"]:
             if edge["node"]["name"] == project:
