@@ -22,6 +22,7 @@ from .errors import Divergence, NetworkBlocked, UsageError
 from .events import error_record
 from .log import Session
 from .match import IgnoreRule, configured, ignore_rules
+from .otel import LiveExport
 from .override import Override
 from .record import Recorder, attach_workspace, make_header, open_workspace, recording_warnings
 from .replay import (
@@ -111,6 +112,9 @@ def record(
     tools: Sequence[str] = (),
     deterministic: bool | Sequence[str] = False,
     ignore: Sequence[IgnoreRule | Mapping[str, Any]] = (),
+    otlp: str | None = None,
+    otlp_content: bool = False,
+    otlp_headers: Mapping[str, str] | None = None,
 ) -> Iterator[Recorder]:
     """Record every model call and tool call made inside the block into a new session.
 
@@ -122,6 +126,9 @@ def record(
     ``uuid`` and ``random`` (True, or the names of the agent's modules; :mod:`forkpoint.capture.clock`).
     ``ignore``: match rules beyond the configuration's, ``{"path", "regex"?, "tool"?}`` each
     (``docs/matching.md``). All three are kept in the header, so a replay applies them again.
+    With ``otlp`` (an OTLP/HTTP endpoint), the session's spans are also sent there while it is
+    recorded, each call's span as the call ends (:class:`~forkpoint.otel.LiveExport`;
+    ``otlp_content`` and ``otlp_headers`` are ``forkpoint export``'s ``--content`` and ``--header``).
     Yields the :class:`Recorder`; ``recorder.session_path`` is the new session directory. The session
     ends with an ``end`` event (``exit_code`` 0, or 1, the exception's type and the exception as
     ``uncaught`` if the block raised). What the recording lacks (tools the model asked for that
@@ -129,11 +136,13 @@ def record(
     not capture) is said on stderr at the end.
     Raises :class:`~forkpoint.errors.SessionError` when the store cannot hold a new session,
     :class:`~forkpoint.errors.ConfigError` for a bad ignore rule, :class:`~forkpoint.errors.UsageError`
-    for a tool target that is not ``module:qualname``.
+    for a tool target that is not ``module:qualname``, :class:`~forkpoint.errors.ExportError` for an
+    ``otlp`` that is no http(s) URL or a missing ``otel`` extra (before anything is recorded).
     """
     targets = checked_tools(tools, "forkpoint.record(tools=…)")
     rules = _rules(ignore, "forkpoint.record(ignore=…)")
     configured()  # a bad [match] rule in the configuration: refused before a session exists
+    live = LiveExport(otlp, content=otlp_content, headers=otlp_headers) if otlp else None
     target = open_store(store)  # a directory, or an fsspec URL's local mirror (uploaded when the block ends)
     ws = open_workspace(workspace, target.path, include_ignored)
     header = make_header(
@@ -146,6 +155,9 @@ def record(
     )
     header["workspace"] = ws.describe() if ws else None
     with target.create(header) as session, agent_hooks(targets, deterministic):
+        if live is not None:
+            live.start(session.path)
+            session.on_close.append(live.finish)
         rec = Recorder(session.writer, workspace=attach_workspace(ws, session.writer))
         start(rec)
         try:

@@ -117,6 +117,16 @@ def _parse_tags(values: tuple[str, ...]) -> dict[str, str]:
     return tags
 
 
+def _parse_headers(values: tuple[str, ...], option: str) -> dict[str, str]:
+    hdrs = {}
+    for h in values:
+        k, sep, v = h.partition("=")
+        if not sep or not k:
+            raise click.BadParameter(f"{h!r}: expected KEY=VALUE", param_hint=option)
+        hdrs[k.strip()] = v.strip()
+    return hdrs
+
+
 def _check_tools(values: tuple[str, ...]) -> list[str]:
     for v in values:
         try:
@@ -187,6 +197,21 @@ def main() -> None:
     help="Also record what the program's own code reads from the clock, uuid4 and random; a replay "
     "hands the same values back (docs/matching.md).",
 )
+@click.option(
+    "--otlp",
+    metavar="URL",
+    help="Also send the spans to this OTLP/HTTP endpoint while recording (as `forkpoint export` would).",
+)
+@click.option(
+    "--otlp-content", is_flag=True, help="With --otlp: include message content (export's --content)."
+)
+@click.option(
+    "--otlp-header",
+    "otlp_headers",
+    multiple=True,
+    metavar="K=V",
+    help="With --otlp: an HTTP header (repeatable).",
+)
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
 def record(
     store: str | None,
@@ -197,6 +222,9 @@ def record(
     no_workspace: bool,
     include_ignored: bool,
     deterministic: bool,
+    otlp: str | None,
+    otlp_content: bool,
+    otlp_headers: tuple[str, ...],
     cmd: tuple[str, ...],
 ) -> None:
     """Run CMD and record its model calls and tool calls:  forkpoint record -- python agent.py"""
@@ -205,6 +233,13 @@ def record(
         # Before a session exists: a typo must not leave an empty session behind as `last`.
         err.print(f"[red]forkpoint: command not found: {escape(command[0])}[/red]")
         sys.exit(127)
+    live = None
+    if otlp:
+        from .otel import LiveExport
+
+        live = LiveExport(otlp, content=otlp_content, headers=_parse_headers(otlp_headers, "--otlp-header"))
+    elif otlp_content or otlp_headers:
+        raise click.UsageError("--otlp-content and --otlp-header go with --otlp URL")
     if no_workspace:
         workspace = None
     elif workspace is None:
@@ -220,6 +255,7 @@ def record(
         workspace=workspace,
         include_ignored=include_ignored,
         deterministic=deterministic,
+        live=live,
     )
     sys.exit(code)
 
@@ -656,6 +692,11 @@ def fork(
     "--service-name", metavar="NAME", help="service.name of the exported resource (default: forkpoint)."
 )
 @click.option("--timeout", default=10.0, show_default=True, help="Seconds to wait for the OTLP endpoint.")
+@click.option(
+    "--new-trace",
+    is_flag=True,
+    help="Fresh trace and span ids, so a backend that keeps the first copy of an id takes this export too.",
+)
 def export_cmd(
     session: str,
     store: str | None,
@@ -665,27 +706,34 @@ def export_cmd(
     headers: tuple[str, ...],
     service_name: str | None,
     timeout: float,
+    new_trace: bool,
 ) -> None:
-    """Export SESSION as an OpenTelemetry trace (GenAI semantic conventions); see docs/otel.md."""
+    """Export SESSION as an OpenTelemetry trace (GenAI semantic conventions, OpenInference); see
+    docs/otel.md."""
     from .exporters.otel import export
 
     if not otlp and not file:
         raise click.UsageError("give --otlp URL and/or --file PATH")
-    hdrs = {}
-    for h in headers:
-        k, sep, v = h.partition("=")
-        if not sep or not k:
-            raise click.BadParameter(f"{h!r}: expected KEY=VALUE", param_hint="--header")
-        hdrs[k.strip()] = v.strip()
+    hdrs = _parse_headers(headers, "--header")
     if file and file != "-":
         _output_file(file, "--file")
     s = _load(session, store)
-    n = export(
-        s, otlp=otlp, file=file, content=content, headers=hdrs, service_name=service_name, timeout=timeout
+    done = export(
+        s,
+        otlp=otlp,
+        file=file,
+        content=content,
+        headers=hdrs,
+        service_name=service_name,
+        timeout=timeout,
+        new_trace=new_trace,
     )
     where = " and ".join(x for x in (otlp, None if file == "-" else file) if x)
     if where:
-        err.print(f"forkpoint: exported {n} spans of session {s.id} to {where}", markup=False)
+        err.print(
+            f"forkpoint: exported {done.spans} spans of session {s.id} as trace {done.trace_id} to {where}",
+            markup=False,
+        )
 
 
 @main.command(name="import")

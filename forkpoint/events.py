@@ -387,9 +387,27 @@ def tool_matches(recorded: str, requested: Any) -> bool:
     return recorded == requested or recorded.replace(":", ".").rsplit(".", 1)[-1] == requested
 
 
+def iso_time(dt: datetime) -> str:
+    """An aware time as the log writes times: UTC, ISO 8601 with milliseconds, e.g.
+    ``2026-11-29T18:10:29.123Z``."""
+    return dt.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def parse_time(ts: object) -> datetime | None:
+    """A time the log holds (ISO 8601 with ``Z`` or an offset) as an aware datetime; None when it is
+    not one (a time without a zone is not one)."""
+    if not isinstance(ts, str):
+        return None
+    try:
+        dt = datetime.fromisoformat(ts.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return dt if dt.tzinfo is not None else None
+
+
 def now_iso() -> str:
     """The current UTC time as ISO 8601 with milliseconds, e.g. ``2026-11-29T18:10:29.123Z``."""
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return iso_time(datetime.now(UTC))
 
 
 def new_session_id() -> str:

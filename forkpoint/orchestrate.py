@@ -27,6 +27,7 @@ from .checkpoint import Check, find, restore, validate, verify_session
 from .errors import CheckpointError, SessionError, UsageError
 from .log import Session
 from .match import load_ignore
+from .otel import LiveExport
 from .record import make_header, open_workspace, recording_warnings
 from .redact import load_rules
 from .replay import (
@@ -108,10 +109,12 @@ def record_command(
     deterministic: bool = False,
     quiet: bool = False,
     capture: bool = False,
+    live: LiveExport | None = None,
 ) -> tuple[Path, int, str | None]:
     """Record ``cmd`` into a new session of ``store``; with ``workspace``, take checkpoints of it;
     with ``deterministic``, record the values its own code reads from the clock, ``uuid`` and
     ``random`` too (:mod:`forkpoint.capture.clock`).
+    with ``live``, send its spans while it runs (this process follows the log the program writes).
 
     Returns (session path, exit code, the command's stdout if ``capture``).
     """
@@ -124,6 +127,9 @@ def record_command(
     header["workspace"] = ws.describe() if ws else None
     session = target.create(header)
     session.quiet = quiet
+    if live is not None:
+        live.start(session.path)
+        session.on_close.append(live.finish)
     with tempfile.TemporaryDirectory(prefix="forkpoint-record-") as tmp:
         env = child_env("record", session.path, tools=tools, report=Path(tmp))
         if ws is not None:
@@ -142,6 +148,11 @@ def record_command(
         )
         for warning in recording_warnings(session.path):
             say(f"forkpoint: WARNING: {warning}")
+        done = live.finish() if live is not None else None  # (finished as the session closed: its report)
+        if done is not None and done.complete:
+            say(
+                f"forkpoint: sent {plural(done.sent, 'span')} live to {done.endpoint} as trace {done.trace_id}"
+            )
     return session.path, code, out
 
 

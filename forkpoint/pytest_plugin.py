@@ -97,6 +97,9 @@ class Settings:
     directory: Path
     allow_hosts: frozenset[str]
     tools: tuple[str, ...] = ()
+    #: ``--forkpoint-otlp``: where a test that records also sends its spans, live.
+    otlp: str | None = None
+    otlp_content: bool = False
     counts: dict[str, int] = field(
         default_factory=lambda: {"replayed": 0, "recorded": 0, "updated": 0, "failed": 0}
     )
@@ -173,7 +176,23 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="HOST",
         help="A loopback host that replayed tests may still connect to (repeatable), e.g. 127.0.0.1.",
     )
+    group.addoption(
+        "--forkpoint-otlp",
+        metavar="URL",
+        default=None,
+        help="A test that records also sends its spans to this OTLP/HTTP endpoint while it runs "
+        "(as `forkpoint record --otlp`; docs/otel.md).",
+    )
+    group.addoption(
+        "--forkpoint-otlp-content",
+        action="store_true",
+        default=False,
+        help="With --forkpoint-otlp: include message content, tool arguments and results.",
+    )
     parser.addini("forkpoint_mode", "Default forkpoint mode: replay, once, record or rewrite.", default=None)
+    parser.addini(
+        "forkpoint_otlp", "OTLP/HTTP endpoint that recording tests send their spans to.", default=None
+    )
     parser.addini(
         "forkpoint_dir",
         f"Cassette folder, relative to the ini file (default {DEFAULT_DIR.as_posix()}).",
@@ -214,6 +233,15 @@ def pytest_configure(config: pytest.Config) -> None:
         tools = tuple(checked_tools(config.getini("forkpoint_tools"), "forkpoint_tools"))
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
+    otlp = config.getoption("--forkpoint-otlp") or config.getini("forkpoint_otlp") or None
+    if otlp:
+        from .errors import ForkpointError
+        from .otel import otlp_traces_url
+
+        try:
+            otlp_traces_url(otlp)
+        except ForkpointError as exc:
+            raise pytest.UsageError(f"--forkpoint-otlp: {exc}") from None
     config.stash[_settings_key] = Settings(
         cli_mode=config.getoption("--forkpoint-mode"),
         ini_mode=ini_mode,
@@ -221,6 +249,8 @@ def pytest_configure(config: pytest.Config) -> None:
         directory=directory.resolve(),
         allow_hosts=hosts,
         tools=tools,
+        otlp=otlp,
+        otlp_content=bool(config.getoption("--forkpoint-otlp-content")),
     )
 
 
@@ -484,6 +514,8 @@ class Cassette:
                 tools=self.tools,
                 deterministic=self.deterministic,
                 ignore=self.ignore,
+                otlp=self.settings.otlp,
+                otlp_content=self.settings.otlp_content,
             )
         else:
             self.action = "update" if self.mode == "record" else "replay"

@@ -119,9 +119,21 @@ def next_sent(rt: Runtime) -> int:
         return next(counter)
 
 
+#: Threads of forkpoint's own that must not be recorded or served (the live OTLP export sends
+#: over HTTP clients forkpoint captures).
+_unseen = threading.local()
+
+
 def active() -> Runtime | None:
-    """The active recorder or replayer, or None."""
-    return _active
+    """The active recorder or replayer, or None (always None in a thread of forkpoint's own work,
+    see :func:`unseen`)."""
+    return None if getattr(_unseen, "on", False) else _active
+
+
+def unseen() -> None:
+    """Mark the calling thread as forkpoint's own: the capture hooks call straight through in it,
+    so what it sends is neither recorded nor served."""
+    _unseen.on = True
 
 
 def activate(rt: Runtime) -> None:

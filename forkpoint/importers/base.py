@@ -6,13 +6,14 @@ import hashlib
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import orjson
 
 from ..errors import ImportFormatError
-from ..events import new_span_id
+from ..events import iso_time, new_span_id, now_iso, parse_time
 from ..match import event_key
 from ..record import make_header
 from ..redact import scrub_json
@@ -110,18 +111,60 @@ def load_yaml(path: Path, text: str, expected: str) -> Any:
         raise ImportFormatError(f"{path}: neither JSON nor YAML ({first}); expected {expected}") from None
 
 
+def one_clock(events: list[dict[str, Any]]) -> tuple[str, str, str | None]:
+    """Put every event of an import on one clock, the source's; returns (the start, the end, what
+    was inferred to do it, or None).
+
+    An event keeps the time the file gives it (``ts``). An event without one is placed right after
+    the event before it (its ``ts`` plus its duration, when known): at the first dated event when
+    none came before, or, in a file with no time at all, one after another from the time of the
+    import. Durations are never invented: a call whose file gives none has ``duration_ms`` null
+    (an export marks its span's duration unknown). The start is the earliest event, the end the
+    latest end of one, so nothing spans the time between the recorded run and its import.
+    """
+    dated = [t for e in events if (t := parse_time(e.get("ts"))) is not None]
+    cursor = min(dated) if dated else parse_time(now_iso())
+    assert cursor is not None
+    start = end = cursor
+    placed = 0
+    for e in events:
+        at = parse_time(e.get("ts"))
+        if at is None:
+            # to the next whole millisecond (the log's precision): never before the event before ends
+            at = cursor + timedelta(microseconds=-cursor.microsecond % 1000)
+            e["ts"] = iso_time(at)
+            placed += 1
+        ms = e.get("duration_ms")
+        cursor = at + timedelta(milliseconds=ms if isinstance(ms, int | float) and ms > 0 else 0)
+        start, end = min(start, at), max(end, cursor)
+    note = None
+    if placed and dated:
+        note = f"the time of {placed} event(s) the file gives none for: right after the event before each"
+    elif placed:
+        note = (
+            "no times in the file: the events follow one another from the time of the import, each "
+            "lasting the duration the file gives it (none where it gives none)"
+        )
+    return iso_time(start), iso_time(end), note
+
+
 def write_session(
     imported: Imported, *, path: Path, raw: bytes, store: Path, name: str | None = None
 ) -> Path:
     """Write ``imported`` as a new session of ``store`` (indexed, or uploaded to a remote store):
     header with ``imported_from`` ``{format, path, sha256, missing, adjusted, …}``, a ``note`` saying
-    what is missing, the events, ``end`` (no duration: the import's own time says nothing)."""
+    what is missing, the events, ``end`` (no duration: the import's own time says nothing). The
+    header's ``created``, the note and ``end`` sit on the events' clock (:func:`one_clock`)."""
+    start, end, placed = one_clock(imported.events)
+    if placed:
+        imported.adjusted.append(placed)
     header = make_header(
         argv=["forkpoint", "import", str(path)],
         name=name or f"{imported.format} import of {path.name}",
         tags={"imported_from": imported.format},
     )
     header["git"] = None  # the importing checkout says nothing about the run that was imported
+    header["created"] = start
     header["tools"] = []
     header["imported_from"] = {
         "format": imported.format,
@@ -143,6 +186,7 @@ def write_session(
         writer.append(
             {
                 "type": "note",
+                "ts": start,
                 "span_id": new_span_id(),
                 "parent_span_id": root,
                 "text": text,
@@ -162,5 +206,5 @@ def write_session(
                     event["result"] = scrub_json(event["result"])
                 event["key"] = event_key(event)
             writer.append(event)
-        session.end(imported.exit_code, reason=imported.end_reason, timed=False)
+        session.end(imported.exit_code, reason=imported.end_reason, timed=False, ts=end)
     return session.path

@@ -38,6 +38,7 @@ from typing import Any
 
 import orjson
 
+from ..events import iso_time
 from ..record import keyed
 from ..redact import scrub_json
 
@@ -158,7 +159,7 @@ def epoch_iso(value: Any) -> str | None:
         return None
     if t <= 0:
         return None
-    return datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return iso_time(datetime.fromtimestamp(t, UTC))
 
 
 def naive_seconds(value: Any) -> float | None:

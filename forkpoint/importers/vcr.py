@@ -38,6 +38,7 @@ import orjson
 from ..capture.decoding import decoder, parse_body, scrub_body
 from ..capture.exchange import DROP_RESPONSE_HEADERS, STREAM_TYPES, aws_messages, header_text
 from ..errors import ImportFormatError
+from ..events import iso_time
 from ..providers import eventstream
 from ..record import keyed
 from ..redact import scrub_chunks, scrub_headers, scrub_json, scrub_url
@@ -222,7 +223,7 @@ def _date(pairs: list[tuple[str, str]]) -> str | None:
         return None
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=UTC)
-    return dt.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return iso_time(dt)
 
 
 def convert(path: Path, doc: Any) -> Imported:
@@ -251,9 +252,7 @@ def convert(path: Path, doc: Any) -> Imported:
         events.append(keyed(event))
     missing = ["call durations and stream chunk timing (a cassette stores none; chunks are at 0 ms)"]
     if dated < len(events):
-        missing.append(
-            "the time of calls without a Date response header (their ts is the time of the import)"
-        )
+        missing.append("the time of calls without a Date response header")
     if "parsed_body" in dialects:
         missing.append("request and response headers the cassette's serializer dropped as volatile")
     missing.append("credentials (a cassette holds placeholders, and forkpoint drops credential headers)")

@@ -31,7 +31,7 @@ from .codec import (
     line_hash,
     to_json,
 )
-from .reader import Session, add_deriver, check_header, read_header
+from .reader import LogTail, Session, add_deriver, check_header, read_header
 from .verify import Check, StoredLine, Verification, verify
 from .writer import FSYNC_POLICIES, SessionWriter
 
@@ -49,6 +49,7 @@ __all__ = [
     "ZSTD_SUFFIX",
     "BlobStore",
     "Check",
+    "LogTail",
     "Session",
     "SessionError",
     "SessionWriter",

@@ -124,6 +124,75 @@ def event_lines(log_path: Path, recovered: list[dict[str, Any]]) -> Iterator[_Li
         yield held[0]
 
 
+class _Resolver:
+    """Turns the stored lines of one session log, in order, into events in resolved form: blobs
+    read, ``$delta`` lists rebuilt (from the earlier lines it saw), derived fields added."""
+
+    def __init__(self, path: Path) -> None:
+        self.log_path = path / LOG_NAME
+        self.blobs = BlobStore(path / BLOB_DIR)
+        self.lists: dict[int, dict[str, list[Any]]] = {}
+
+    def event(self, obj: dict[str, Any], lineno: int) -> dict[str, Any]:
+        """The resolved event of the stored line ``obj`` (line ``lineno``). Raises
+        :class:`SessionError` naming the line when a blob or a delta base cannot be read."""
+        where = f" (referenced from {self.log_path}:{lineno})"
+        try:
+            event = {k: decode(v, self.blobs, where) for k, v in obj.items()}
+        except (ValueError, TypeError, KeyError) as exc:
+            raise SessionError(f"{self.log_path}:{lineno}: cannot decode the event ({exc})") from None
+        event.pop("torn", None)
+        resolve_deltas(event, self.lists, self.log_path, lineno)
+        body = delta_container(event)
+        if body is not None:
+            self.lists[event["seq"]] = {k: v for k, v in body.items() if isinstance(v, list)}
+        for derive in _DERIVERS:
+            derive(event)
+        return event
+
+
+class LogTail:
+    """Follows a session log while it is being written (by this process or others).
+
+    Each :meth:`read` returns the events whose lines were completed since the last call, in
+    resolved form (as :meth:`Session.load` gives them). A line still being written is left for the
+    next call; a complete line that is no event (the remnant of a writer killed mid-line, which the
+    next writer declares as ``torn``) is skipped and counted in :attr:`skipped`.
+    """
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        self.log_path = self.path / LOG_NAME
+        self.header: dict[str, Any] = read_header(self.log_path)
+        self.skipped = 0
+        self._resolver = _Resolver(self.path)
+        self._offset = 0
+        self._lineno = 0
+
+    def read(self) -> list[dict[str, Any]]:
+        """The events completed since the last call, in ``seq`` order. Raises
+        :class:`SessionError` when the log is gone or a completed event cannot be decoded."""
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(self._offset)
+                data = f.read()
+        except OSError as exc:
+            raise SessionError(f"{self.log_path}: cannot read it ({exc.strerror or exc})") from None
+        end = data.rfind(b"\n") + 1
+        events: list[dict[str, Any]] = []
+        for raw in data[:end].splitlines(keepends=True):
+            self._lineno += 1
+            if self._lineno == 1:
+                continue  # the header, read when the tail was opened
+            obj, _ = _parse_event(raw)
+            if obj is None:
+                self.skipped += 1
+                continue
+            events.append(self._resolver.event(obj, self._lineno))
+        self._offset += end
+        return events
+
+
 @dataclass
 class Session:
     """A loaded session: its header and its events in resolved form, in ``seq`` order.
@@ -151,10 +220,9 @@ class Session:
         log_path = path / LOG_NAME
         if not path.is_dir():
             raise SessionError(f"{path}: no such session directory")
-        blobs = BlobStore(path / BLOB_DIR)
+        resolver = _Resolver(path)
         recovered: list[dict[str, Any]] = []
         session: Session | None = None
-        resolved_lists: dict[int, dict[str, list[Any]]] = {}
         for line in event_lines(log_path, recovered):
             if line.lineno == 1:
                 session = cls(path=path, header=cast(Header, check_header(line.raw, log_path)))
@@ -165,19 +233,7 @@ class Session:
                 break
             if line.obj is None:
                 raise SessionError(f"{log_path}:{line.lineno}: malformed event line: {line.error}")
-            where = f" (referenced from {log_path}:{line.lineno})"
-            try:
-                event = {k: decode(v, blobs, where) for k, v in line.obj.items()}
-            except (ValueError, TypeError, KeyError) as exc:
-                raise SessionError(f"{log_path}:{line.lineno}: cannot decode the event ({exc})") from None
-            event.pop("torn", None)
-            resolve_deltas(event, resolved_lists, log_path, line.lineno)
-            body = delta_container(event)
-            if body is not None:
-                resolved_lists[event["seq"]] = {k: v for k, v in body.items() if isinstance(v, list)}
-            for derive in _DERIVERS:
-                derive(event)
-            session.events.append(cast(Event, event))
+            session.events.append(cast(Event, resolver.event(line.obj, line.lineno)))
         if session is None:
             raise SessionError(f"{log_path}: empty session log")
         session.recovered = recovered

@@ -28,7 +28,7 @@ Public API: :func:`parse_sse`, :func:`detect`, :func:`summarize`, :func:`respons
 :func:`tool_call_arguments`, :func:`is_tool_result`, :func:`stream_end_markers`,
 :func:`stream_delta_text`, :func:`rewrite_response`, :func:`semantic_headers`,
 :func:`otel_operation`, :func:`otel_provider_name`, :func:`genai_input_messages`,
-:func:`response_id`, :func:`api_key_vars`, :func:`sdk_packages`, :func:`sdk_modules`. The response
+:func:`genai_tool_definitions`, :func:`genai_usage`, :func:`response_id`, :func:`api_key_vars`, :func:`sdk_packages`, :func:`sdk_modules`. The response
 side of :func:`summarize` and :func:`response_text` goes through one reader (``_read_response``), so
 the summary and the timeline text can never disagree.
 """
@@ -85,6 +85,8 @@ __all__ = [
     "conversation_fields",
     "detect",
     "genai_input_messages",
+    "genai_tool_definitions",
+    "genai_usage",
     "is_tool_result",
     "otel_operation",
     "otel_provider_name",
@@ -641,6 +643,35 @@ def genai_input_messages(api: str, url: str, body: Any) -> GenAIInput:
             for m in request_messages(url, body)
         ]
     return provider.genai_input_messages(body)
+
+
+def genai_tool_definitions(api: str, body: Any) -> list[dict[str, Any]]:
+    """The tools a request offers in the conventions' shape (``gen_ai.tool.definitions``):
+    ``[{"type": "function", "name", "description"?, "parameters"?} | {"type", "name"?}]``."""
+    if not isinstance(body, dict):
+        return []
+    return (by_api(api) or UNRECOGNIZED).genai_tool_definitions(body)
+
+
+def genai_usage(summary: Mapping[str, Any]) -> Usage:
+    """A model call's token counts as the conventions count them: ``input_tokens`` includes the
+    tokens read from and written to the prompt cache (added for a format whose own count leaves
+    them out, :attr:`Provider.cache_outside_input`), and the cache counts are given separately;
+    only the counts the response reported."""
+    usage = d(summary.get("usage"))
+    out: Usage = {}
+    for key in ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"):
+        count = i(usage.get(key))
+        if count is not None:
+            out[key] = count
+    provider = by_api(str(summary.get("api") or ""))
+    if provider is not None and provider.cache_outside_input and out.get("input_tokens") is not None:
+        out["input_tokens"] = (
+            (out.get("input_tokens") or 0)
+            + (out.get("cache_read_input_tokens") or 0)
+            + (out.get("cache_creation_input_tokens") or 0)
+        )
+    return out
 
 
 def _payload_objects(resp: Mapping[str, Any]) -> list[dict[str, Any]]:

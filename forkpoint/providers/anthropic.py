@@ -39,6 +39,7 @@ from .base import (
     dumps,
     error_of,
     first,
+    genai_function,
     genai_parts,
     i,
     join,
@@ -79,6 +80,9 @@ class Anthropic(Provider):
     final_events = (b"event: message_stop",)
     semantic_headers = frozenset({"anthropic-version", "anthropic-beta"})
     otel_operation = "chat"
+    # usage.input_tokens counts the tokens after the last cache breakpoint only
+    # (docs.anthropic.com/en/docs/build-with-claude/prompt-caching).
+    cache_outside_input = True
     api_key_vars = ("ANTHROPIC_API_KEY",)
     sdk_packages = ("anthropic",)
     sdk_modules = ("anthropic",)
@@ -233,6 +237,10 @@ class Anthropic(Provider):
                 "input_tokens": i(first(last.get("input_tokens"), at_start.get("input_tokens"))),
                 "output_tokens": i(first(last.get("output_tokens"), at_start.get("output_tokens"))),
             }
+            for cache in ("cache_read_input_tokens", "cache_creation_input_tokens"):
+                count = i(first(last.get(cache), at_start.get(cache)))
+                if count is not None:
+                    usage[cache] = count
         return ResponseFields(join(text), calls, usage, stop, model, error, server or None)
 
     def response_id(self, payload: dict[str, Any]) -> str | None:
@@ -374,6 +382,20 @@ class Anthropic(Provider):
                 role = "tool"
             msgs.append({"role": role, "parts": parts})
         return system, msgs
+
+    def genai_tool_definitions(self, body: dict[str, Any]) -> list[dict[str, Any]]:
+        """Client tools ``{name, description, input_schema}`` (``type`` absent or ``custom``) as
+        function tools; server tools (``{type: "web_search_20250305", name}``, …) as ``{type, name}``."""
+        out: list[dict[str, Any]] = []
+        for tool in lst(body.get("tools")):
+            tool = d(tool)
+            if tool.get("type") in (None, "custom"):
+                out.append(
+                    genai_function(tool.get("name"), tool.get("description"), tool.get("input_schema"))
+                )
+            elif tool:
+                out.append({"type": str(tool.get("type")), "name": s(tool.get("name")) or ""})
+        return out
 
 
 PROVIDER = Anthropic()

@@ -306,15 +306,32 @@ def sse(data: Any, event: str | None = None) -> str:
 def read_usage(u: object) -> Usage | None:
     """Token counts from a usage object in any of the built-in spellings (OpenAI-compatible servers
     mix them): ``prompt_tokens``/``completion_tokens``, ``input_tokens``/``output_tokens``,
-    ``promptTokenCount``/``candidatesTokenCount``. ``None`` if ``u`` is not an object."""
+    ``promptTokenCount``/``candidatesTokenCount``; and, when reported, the prompt-cache counts:
+    ``cache_read_input_tokens`` from Anthropic's field of that name, OpenAI's
+    ``prompt_tokens_details.cached_tokens`` / ``input_tokens_details.cached_tokens`` or Gemini's
+    ``cachedContentTokenCount``; ``cache_creation_input_tokens`` from Anthropic's field of that name
+    or ``input_tokens_details.cache_write_tokens``. ``None`` if ``u`` is not an object."""
     if not isinstance(u, dict):
         return None
-    return {
+    usage: Usage = {
         "input_tokens": i(first(u.get("prompt_tokens"), u.get("input_tokens"), u.get("promptTokenCount"))),
         "output_tokens": i(
             first(u.get("completion_tokens"), u.get("output_tokens"), u.get("candidatesTokenCount"))
         ),
     }
+    details = d(first(u.get("prompt_tokens_details"), u.get("input_tokens_details")))
+    cache_read = i(
+        first(
+            u.get("cache_read_input_tokens"), details.get("cached_tokens"), u.get("cachedContentTokenCount")
+        )
+    )
+    cache_creation = i(first(u.get("cache_creation_input_tokens"), details.get("cache_write_tokens")))
+    # Only the counts the provider reported: a usage without cache fields reads as before.
+    if cache_read is not None:
+        usage["cache_read_input_tokens"] = cache_read
+    if cache_creation is not None:
+        usage["cache_creation_input_tokens"] = cache_creation
+    return usage
 
 
 def read_sampling(src: Mapping[Any, Any]) -> Sampling:
@@ -491,6 +508,17 @@ def genai_parts(content: Any) -> list[dict[str, Any]]:
 GenAIInput = tuple[list[dict[str, Any]] | None, list[dict[str, Any]]]
 
 
+def genai_function(name: object, description: object, parameters: object) -> dict[str, Any]:
+    """A function tool definition in the conventions' shape (``gen_ai.tool.definitions``):
+    ``{"type": "function", "name", "description"?, "parameters"?}``."""
+    out: dict[str, Any] = {"type": "function", "name": s(name) or ""}
+    if isinstance(description, str) and description:
+        out["description"] = description
+    if parameters is not None:
+        out["parameters"] = parameters
+    return out
+
+
 def on_vertex_ai(host: str) -> bool:
     """Whether ``host`` is Google Vertex AI, which serves models of several wire formats."""
     return host.endswith("aiplatform.googleapis.com")
@@ -515,7 +543,9 @@ class Provider:
     * ``final_events`` — byte strings that only the last event of a complete stream contains;
     * ``semantic_headers`` — request headers (lower-case) that change what the request means, and
       so belong to its match key;
-    * ``otel_operation`` — the GenAI ``gen_ai.operation.name`` of a call;
+    * ``otel_operation`` — the GenAI ``gen_ai.operation.name`` of a call; ``cache_outside_input`` —
+      whether the format's input-token count leaves out the tokens read from and written to the
+      prompt cache (the conventions' ``gen_ai.usage.input_tokens`` includes them);
     * ``api_key_vars`` — environment variables its SDKs refuse to start without; ``sdk_packages``
       — the SDKs' distribution names (their versions go into a session header); ``sdk_modules`` —
       their top-level module names (never an agent's own code).
@@ -534,6 +564,7 @@ class Provider:
     final_events: tuple[bytes, ...] = ()
     semantic_headers: frozenset[str] = frozenset()
     otel_operation: str = "chat"
+    cache_outside_input: bool = False
     api_key_vars: tuple[str, ...] = ()
     sdk_packages: tuple[str, ...] = ()
     sdk_modules: tuple[str, ...] = ()
@@ -671,6 +702,28 @@ class Provider:
             {"role": m["role"], "parts": [{"type": "text", "content": m["text"]}]}
             for m in self.messages(body)
         ]
+
+    def genai_tool_definitions(self, body: dict[str, Any]) -> list[dict[str, Any]]:
+        """The tools a request offers, in the conventions' shape (``gen_ai.tool.definitions``):
+        function tools as :func:`genai_function`, any other tool as ``{"type", "name"?}``.
+        Default: a ``tools`` list of Chat Completions ``{type: "function", function: {name,
+        description, parameters}}`` or Responses ``{type: "function", name, description,
+        parameters}`` items, plus a legacy ``functions`` list."""
+        out: list[dict[str, Any]] = []
+        for tool in lst(body.get("tools")):
+            tool = d(tool)
+            fn = d(tool.get("function")) or tool
+            if tool.get("type") in ("function", None) and fn.get("name"):
+                out.append(genai_function(fn.get("name"), fn.get("description"), fn.get("parameters")))
+            elif tool:
+                other = {"type": s(tool.get("type")) or "unknown"}
+                if s(tool.get("name")):
+                    other["name"] = str(tool["name"])
+                out.append(other)
+        for fn in lst(body.get("functions")):
+            fn = d(fn)
+            out.append(genai_function(fn.get("name"), fn.get("description"), fn.get("parameters")))
+        return out
 
 
 #: What a request that no provider recognizes is read with.

@@ -34,6 +34,7 @@ from .base import (
     dumps,
     error_of,
     first,
+    genai_function,
     i,
     join,
     lst,
@@ -253,6 +254,24 @@ class Gemini(Provider):
                 role = "tool"
             msgs.append({"role": role, "parts": parts})
         return system, msgs
+
+    def genai_tool_definitions(self, body: dict[str, Any]) -> list[dict[str, Any]]:
+        """Each function declaration ``{name, description, parameters | parametersJsonSchema}`` as a
+        function tool; any other tool (``{"googleSearch": {}}``, …) as ``{"type": its key}``."""
+        out: list[dict[str, Any]] = []
+        for tool in lst(body.get("tools")):
+            tool = d(tool)
+            decls = first(tool.get("functionDeclarations"), tool.get("function_declarations"))
+            if isinstance(decls, list):
+                for fn in decls:
+                    fn = d(fn)
+                    params = first(
+                        fn.get("parameters"), fn.get("parametersJsonSchema"), fn.get("parameters_json_schema")
+                    )
+                    out.append(genai_function(fn.get("name"), fn.get("description"), params))
+            else:
+                out.extend({"type": str(key)} for key in tool)
+        return out
 
 
 PROVIDER = Gemini()

@@ -13,6 +13,7 @@ import difflib
 import hashlib
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -244,6 +245,9 @@ class Recording:
         self.location: str | None = None
         #: Say nothing when handing the session to its store fails (the caller reports it).
         self.quiet = False
+        #: Called once the session has ended, before its log is closed and handed to the store (a
+        #: live export sends the last spans); what they raise does not keep the session from closing.
+        self.on_close: list[Callable[[], object]] = []
         self._ended = False
 
     @property
@@ -262,13 +266,15 @@ class Recording:
         *,
         reason: str | None = None,
         timed: bool = True,
+        ts: str | None = None,
         uncaught: list[ErrorRecord] | None = None,
         divergence: EndDivergence | None = None,
     ) -> None:
         """Append the ``end`` event (once; later calls do nothing): how the run ended (exit code,
         and the exceptions that ended it uncaught, when known: ``[]`` says there were none), where a
         what-if run diverged from its parent, and (when ``timed``) its wall time since the session
-        was created, else ``null``."""
+        was created, else ``null``; ``ts`` is its time (default now: an import gives the time the
+        imported run ended)."""
         if self._ended:
             return
         self._ended = True
@@ -282,13 +288,19 @@ class Recording:
             event["uncaught"] = uncaught
         if divergence is not None:
             event["divergence"] = divergence
+        if ts is not None:
+            event["ts"] = ts
         self.writer.append(event)
 
     def close(self, *, quiet: bool = False) -> str:
         """Close the log and hand the finished session to its store; returns where it now lives (its
         directory, or its URL in a remote store). Safe to call twice."""
         if self.location is None:
-            self.writer.close()
+            try:
+                for hook in self.on_close:
+                    hook()
+            finally:
+                self.writer.close()
             self.location = self.store.finished(self.path, quiet=quiet)
         return self.location
 

@@ -213,5 +213,9 @@ def test_summary_of_a_tool_call_turn(tmp_path: Path) -> None:
     assert s["stream"] is False and s["n_messages"] == 1 and s["n_tools"] == 1
     tc = r.choices[0].message.tool_calls[0]
     assert s["tool_calls"] == [{"id": tc.id, "name": "write_file", "arguments": tc.function.arguments}]
-    assert s["usage"] == {"input_tokens": r.usage.prompt_tokens, "output_tokens": r.usage.completion_tokens}
+    assert s["usage"] == {
+        "input_tokens": r.usage.prompt_tokens,
+        "output_tokens": r.usage.completion_tokens,
+        "cache_read_input_tokens": r.usage.prompt_tokens_details.cached_tokens,
+    }
     assert s["stop_reason"] == "tool_calls"

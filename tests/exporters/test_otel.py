@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import socket
 import time
 from dataclasses import dataclass
@@ -39,8 +40,8 @@ import forkpoint  # noqa: E402
 from forkpoint.cli import main  # noqa: E402
 from forkpoint.demo.agent import SYSTEM_PROMPT, TASK, run_agent  # noqa: E402
 from forkpoint.demo.server import ModelServer  # noqa: E402
-from forkpoint.exporters.otel import otlp_traces_url, plan, trace_id_for  # noqa: E402
 from forkpoint.log import Session  # noqa: E402
+from forkpoint.otel import otlp_traces_url, plan, span_id_for, trace_id_for, variant_for  # noqa: E402
 from forkpoint.providers import recorded_response, response_text  # noqa: E402
 from tests.modelserver import LocalServer, Reply  # noqa: E402
 
@@ -50,10 +51,18 @@ CONTENT_KEYS = {
     "gen_ai.system_instructions",
     "gen_ai.tool.call.arguments",
     "gen_ai.tool.call.result",
+    "gen_ai.tool.definitions",
+    "gen_ai.tool.description",
+    "input.value",
+    "output.value",
+    "tool.parameters",
+    "tool.description",
     "process.command_args",
     "forkpoint.note.text",
     "forkpoint.override",
 }
+#: OpenInference attributes whose names carry a message or tool index.
+CONTENT_PREFIXES = ("llm.input_messages.", "llm.output_messages.", "llm.tools.")
 NOTE = "exporting this session"
 FAILING = 'tool:run_tests.result={"passed":0,"failed":2,"output":"FAIL"}'
 
@@ -137,6 +146,15 @@ def export(store: Path, session: Session, *args: str) -> Any:
     return result
 
 
+def content_keys(a: dict[str, Any]) -> set[str]:
+    return (CONTENT_KEYS & set(a)) | {k for k in a if k.startswith(CONTENT_PREFIXES)}
+
+
+def span_of(by_id: dict[bytes, Span], recorded: str, variant: str = "") -> Span:
+    """The exported span of the recorded span id ``recorded`` (ids derived for ``variant``)."""
+    return by_id[span_id_for(recorded, "", variant).to_bytes(8, "big")]
+
+
 # --------------------------------------------------------------------------- tests
 
 
@@ -162,6 +180,8 @@ def test_export_follows_genai_conventions(recorded: Recorded, receiver: LocalSer
     assert ra["gen_ai.conversation.id"] == s.id
     assert ra["gen_ai.provider.name"] == "openai"
     assert ra["forkpoint.exit_code"] == 0
+    # What Phoenix (OpenInference) and Langfuse read.
+    assert ra["openinference.span.kind"] == "AGENT" and ra["session.id"] == s.id
 
     # Model calls: "chat demo-model", CLIENT, children of the root, gen_ai.* request/response/usage.
     for e in models:
@@ -186,6 +206,16 @@ def test_export_follows_genai_conventions(recorded: Recorded, receiver: LocalSer
         assert a["forkpoint.seq"] == e["seq"]
         # Parameters the request did not set are not invented.
         assert not {"gen_ai.request.temperature", "gen_ai.request.top_p", "gen_ai.request.seed"} & set(a)
+        # The prompt-cache count the response reports (the demo's prompt_tokens_details.cached_tokens).
+        assert a["gen_ai.usage.cache_read.input_tokens"] == summary["usage"]["cache_read_input_tokens"] == 0
+        # OpenInference: kind, session, model, parameters, token counts.
+        assert a["openinference.span.kind"] == "LLM" and a["session.id"] == s.id
+        assert (a["llm.model_name"], a["llm.provider"], a["llm.system"]) == ("demo-model", "openai", "openai")
+        assert json.loads(a["llm.invocation_parameters"]) == {"stream": True}
+        assert a["llm.token_count.prompt"] == summary["usage"]["input_tokens"]
+        assert a["llm.token_count.completion"] == summary["usage"]["output_tokens"]
+        assert a["llm.token_count.total"] == a["llm.token_count.prompt"] + a["llm.token_count.completion"]
+        assert a["llm.token_count.prompt_details.cache_read"] == 0
     assert [attrs(by_id[sid(e["span_id"])])["gen_ai.response.finish_reasons"] for e in models] == [
         ["tool_calls"],
         ["tool_calls"],
@@ -203,6 +233,12 @@ def test_export_follows_genai_conventions(recorded: Recorded, receiver: LocalSer
         assert a["gen_ai.operation.name"] == "execute_tool"
         assert a["gen_ai.tool.name"] == e["tool"] == asked["name"]
         assert a["gen_ai.tool.call.id"] == asked["id"]
+        assert (a["openinference.span.kind"], a["tool.name"], a["tool.id"]) == (
+            "TOOL",
+            e["tool"],
+            asked["id"],
+        )
+        assert a["session.id"] == s.id
 
     # Timing: the recorded ts and duration_ms; every span inside the recorded window.
     window = (ns(s.header["created"]), ns(s.end()["ts"]) + 1_000_000)
@@ -224,9 +260,9 @@ def test_export_follows_genai_conventions(recorded: Recorded, receiver: LocalSer
 
     # No content by default: no content attribute, and no prompt, tool argument or note text anywhere.
     for sp in spans:
-        assert not CONTENT_KEYS & set(attrs(sp)), sp.name
+        assert not content_keys(attrs(sp)), sp.name
         for ev in sp.events:
-            assert not CONTENT_KEYS & set(attrs(ev))
+            assert not content_keys(attrs(ev))
     for secret in (TASK, SYSTEM_PROMPT[:40], NOTE, "Scratch test reproducing"):
         assert secret.encode() not in raw
 
@@ -238,8 +274,10 @@ def test_export_with_content(recorded: Recorded, receiver: LocalServer) -> None:
     by_id = {sp.span_id: sp for sp in spans}
     models = s.by_type("model_call")
     tools = s.by_type("tool_call")
+    variant = variant_for(content=True)  # another option, other ids (see test_ids_follow_the_options)
+    assert {sp.trace_id for sp in spans} == {trace_id_for(s.id, variant).to_bytes(16, "big")}
 
-    first = attrs(by_id[sid(models[0]["span_id"])])
+    first = attrs(span_of(by_id, models[0]["span_id"], variant))
     inp = json.loads(first["gen_ai.input.messages"])
     assert [m["role"] for m in inp] == ["system", "user"]
     assert inp[1]["parts"] == [{"type": "text", "content": TASK}]
@@ -248,30 +286,86 @@ def test_export_with_content(recorded: Recorded, receiver: LocalServer) -> None:
     assert call["type"] == "tool_call" and call["name"] == "write_file"
     assert call["arguments"] == tools[0]["args"]  # deserialized to an object, as the conventions ask
     assert out[0]["finish_reason"] == "tool_calls"
+    # The tools the request offered, in the conventions' shape and as OpenInference's llm.tools.
+    body_tools = models[0]["request"]["body"]["tools"]
+    defs = json.loads(first["gen_ai.tool.definitions"])
+    assert defs == [
+        {"type": "function", **{k: t["function"][k] for k in ("name", "description", "parameters")}}
+        for t in body_tools
+    ]
+    assert [json.loads(first[f"llm.tools.{i}.tool.json_schema"]) for i in range(len(defs))] == body_tools
+    # OpenInference messages, flattened: the system prompt, the task; out: the tool call.
+    assert (first["llm.input_messages.0.message.role"], first["llm.input_messages.1.message.role"]) == (
+        "system",
+        "user",
+    )
+    assert first["llm.input_messages.1.message.content"] == TASK
+    prefix = "llm.output_messages.0.message.tool_calls.0.tool_call"
+    assert first[f"{prefix}.function.name"] == "write_file" and first[f"{prefix}.id"] == call["id"]
+    assert json.loads(first[f"{prefix}.function.arguments"]) == tools[0]["args"]
+    # input.value: the messages in; output.value: the answer (here the tool call, as JSON).
+    assert first["input.mime_type"] == "application/json"
+    assert json.loads(first["input.value"])[1]["parts"][0]["content"] == TASK
+    assert first["output.mime_type"] == "application/json"
+    assert json.loads(first["output.value"])[0]["name"] == "write_file"
 
-    second = json.loads(attrs(by_id[sid(models[1]["span_id"])])["gen_ai.input.messages"])
-    assert [m["role"] for m in second] == ["system", "user", "assistant", "tool"]
-    assert second[2]["parts"][0]["type"] == "tool_call"
-    response_part = second[3]["parts"][0]
+    second = attrs(span_of(by_id, models[1]["span_id"], variant))
+    msgs = json.loads(second["gen_ai.input.messages"])
+    assert [m["role"] for m in msgs] == ["system", "user", "assistant", "tool"]
+    assert msgs[2]["parts"][0]["type"] == "tool_call"
+    response_part = msgs[3]["parts"][0]
     assert response_part["type"] == "tool_call_response"
     assert response_part["id"] == models[0]["summary"]["tool_calls"][0]["id"]
+    assert second["llm.input_messages.3.message.role"] == "tool"
+    assert second["llm.input_messages.3.message.tool_call_id"] == response_part["id"]
 
     last = models[-1]
-    final = json.loads(attrs(by_id[sid(last["span_id"])])["gen_ai.output.messages"])
+    final_attrs = attrs(span_of(by_id, last["span_id"], variant))
     text = response_text(last["request"]["url"], recorded_response(last))
-    assert final == [
+    assert text
+    assert json.loads(final_attrs["gen_ai.output.messages"]) == [
         {"role": "assistant", "parts": [{"type": "text", "content": text}], "finish_reason": "stop"}
     ]
+    assert (final_attrs["output.value"], final_attrs["output.mime_type"]) == (text, "text/plain")
+    assert final_attrs["llm.output_messages.0.message.content"] == text
 
-    for e in tools:
-        a = attrs(by_id[sid(e["span_id"])])
+    for e, model in zip(tools, models, strict=False):
+        a = attrs(span_of(by_id, e["span_id"], variant))
         assert json.loads(a["gen_ai.tool.call.arguments"]) == e["args"]
         assert json.loads(a["gen_ai.tool.call.result"]) == e["result"]
+        assert (json.loads(a["input.value"]), a["input.mime_type"]) == (e["args"], "application/json")
+        assert (json.loads(a["output.value"]), a["output.mime_type"]) == (e["result"], "application/json")
+        # The tool's definition in the request that asked for it.
+        (offered,) = [
+            t["function"] for t in model["request"]["body"]["tools"] if t["function"]["name"] == e["tool"]
+        ]
+        assert a["tool.description"] == offered["description"]
+        assert json.loads(a["tool.parameters"]) == offered["parameters"]
     root = next(sp for sp in spans if not sp.parent_span_id)
-    assert "process.command_args" in attrs(root)
+    ra = attrs(root)
+    assert "process.command_args" in ra
+    # The task in, the final answer out: what a trace list shows.
+    assert (ra["input.value"], ra["input.mime_type"]) == (TASK, "text/plain")
+    assert (ra["output.value"], ra["output.mime_type"]) == (text, "text/plain")
     note = next(ev for ev in root.events if ev.name == "forkpoint.note")
     assert attrs(note)["forkpoint.note.text"] == NOTE
     assert TASK.encode() in raw
+
+
+def test_text_tool_results_are_text(tmp_path: Path) -> None:
+    """A tool that returns text is exported as that text (not JSON-quoted), marked text/plain."""
+
+    @forkpoint.tool
+    def read_file(path: str) -> str:
+        return "[File: a.py]\r\nline 1"
+
+    with forkpoint.record(store=tmp_path) as rec:
+        read_file("a.py")
+    (_, tool) = plan(Session.load(rec.session_path), content=True)
+    a = tool.attributes
+    assert a["gen_ai.tool.call.result"] == a["output.value"] == "[File: a.py]\r\nline 1"
+    assert a["output.mime_type"] == "text/plain"
+    assert json.loads(a["gen_ai.tool.call.arguments"]) == json.loads(a["input.value"]) == {"path": "a.py"}
 
 
 def test_file_export_is_otlp_json_and_deterministic(recorded: Recorded, tmp_path: Path) -> None:
@@ -361,3 +455,68 @@ def test_otlp_url() -> None:
     assert otlp_traces_url("http://localhost:4318") == "http://localhost:4318/v1/traces"
     assert otlp_traces_url("http://localhost:4318/") == "http://localhost:4318/v1/traces"
     assert otlp_traces_url("https://otel.example/custom/path") == "https://otel.example/custom/path"
+
+
+def test_ids_follow_the_options(recorded: Recorded, tmp_path: Path) -> None:
+    """The same export twice sends the same trace (a backend keeps one copy); another option, or
+    --new-trace, sends another one, so a backend that keeps the first copy of an id still takes it."""
+    s = recorded.session
+
+    def trace(*args: str) -> tuple[str, set[str]]:
+        out = tmp_path / f"t{len(list(tmp_path.iterdir()))}.json"
+        result = export(recorded.store, s, "--file", str(out), *args)
+        doc = json.loads(out.read_text())
+        spans = [sp for rs in doc["resourceSpans"] for ss in rs["scopeSpans"] for sp in ss["spans"]]
+        (trace_id,) = {sp["traceId"] for sp in spans}
+        assert f"as trace {trace_id} to {out}" in result.output  # the message names the trace
+        return trace_id, {sp["spanId"] for sp in spans}
+
+    plain, plain_spans = trace()
+    assert trace() == (plain, plain_spans)
+    assert plain == format(trace_id_for(s.id), "032x") and s.header["span_id"] in plain_spans
+    content, content_spans = trace("--content")
+    assert content == format(trace_id_for(s.id, variant_for(content=True)), "032x")
+    assert trace("--content") == (content, content_spans)
+    named, named_spans = trace("--service-name", "agents")
+    fresh, fresh_spans = trace("--new-trace")
+    again, again_spans = trace("--new-trace")
+    traces = [plain, content, named, fresh, again]
+    assert len(set(traces)) == 5
+    spans = [plain_spans, content_spans, named_spans, fresh_spans, again_spans]
+    assert all(not (a & b) for i, a in enumerate(spans) for b in spans[i + 1 :])
+
+
+def test_openinference_names_are_the_conventions_own(recorded: Recorded) -> None:
+    """Every attribute outside the GenAI, forkpoint and general OpenTelemetry names is one the
+    OpenInference conventions define (their package, installed with Phoenix, lists them)."""
+    semconv = pytest.importorskip("openinference.semconv.trace")
+
+    def names(*classes: Any) -> set[str]:
+        return {v for c in classes for k, v in vars(c).items() if k.isupper() and isinstance(v, str)}
+
+    span_names = names(semconv.SpanAttributes, semconv.ToolAttributes)
+    inner = names(semconv.MessageAttributes, semconv.ToolCallAttributes, semconv.ToolAttributes)
+    ours = ("gen_ai.", "forkpoint.", "server.", "http.", "error.", "process.")
+    seen: set[str] = set()
+    for p in plan(recorded.session, content=True):
+        for key in p.attributes:
+            if key.startswith(ours):
+                continue
+            first, *rest = re.split(r"\.\d+\.", key)
+            assert first in span_names, key
+            assert all(part in inner for part in rest), key
+            seen.add(first)
+    assert {
+        "openinference.span.kind",
+        "session.id",
+        "input.value",
+        "output.value",
+        "llm.input_messages",
+    } <= seen
+    assert {
+        "llm.output_messages",
+        "llm.tools",
+        "llm.token_count.prompt",
+        "tool.name",
+        "tool.parameters",
+    } <= seen

@@ -9,6 +9,7 @@ import hashlib
 import io
 import json
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
@@ -25,7 +26,9 @@ from forkpoint import Session, verify
 from forkpoint.cli import main
 from forkpoint.diff import diff_sessions
 from forkpoint.errors import ImportFormatError
+from forkpoint.events import iso_time, parse_time
 from forkpoint.importers import detect_format, import_file, load_document
+from forkpoint.otel import plan
 from forkpoint.show import render
 from tests.modelserver import LocalServer, Reply, Route, Stream
 from tests.realdata import CASSETTES, TRAJECTORIES
@@ -94,6 +97,43 @@ def test_real_file_imports_verifies_shows_and_diffs_equal(
     assert result.equivalent and len(result.pairs) == n_models + n_tools
 
 
+@pytest.mark.parametrize(("path", "fmt", "n_models", "n_tools"), list(_cases()))
+def test_real_file_import_keeps_one_clock(
+    path: Path, fmt: str, n_models: int, n_tools: int, tmp_path: Path
+) -> None:
+    """The session sits on the clock of the file: the header, the note and the end on it, every
+    exported span inside the root, nothing spanning the time between the run and its import."""
+    s = Session.load(import_file(path, store=tmp_path))
+    calls = s.calls()
+    starts = [parse_time(e["ts"]) for e in calls]
+    ends = [a + timedelta(milliseconds=e.get("duration_ms") or 0) for a, e in zip(starts, calls, strict=True)]
+    assert s.header["created"] == s.events[0]["ts"] == iso_time(min(starts))
+    assert s.events[-1]["ts"] == iso_time(max(ends))
+    root, *spans = plan(s)
+    assert root.start_ns == ns(s.header["created"])
+    assert 0 <= root.end_ns - ns(s.events[-1]["ts"]) < 10**6  # (the log's times are to the ms)
+    assert root.end_ns - root.start_ns < 3600 * 10**9  # each of these runs took minutes, not months
+    for span in spans:
+        assert root.start_ns <= span.start_ns <= span.end_ns <= root.end_ns
+        event = calls[span.seq - 2] if span.seq else None
+        assert event is not None and event["seq"] == span.seq
+        # A duration the file does not give is not invented: the span says it is unknown.
+        assert span.attributes.get("forkpoint.duration_unknown", False) is (event.get("duration_ms") is None)
+    # Calls follow one another: none starts before the one before it began (the SWE-agent
+    # trajectory, which has no times, is laid out call after call with the tools' real durations).
+    assert starts == sorted(starts)
+    if fmt == "swe-agent":
+        for (a, e), b in zip(zip(ends, calls, strict=True), starts[1:], strict=False):
+            assert a <= b, f"seq {e['seq']} ends after the next call starts"
+        assert any(e.get("duration_ms") for e in calls)
+
+
+def ns(ts: str) -> int:
+    dt = parse_time(ts)
+    assert dt is not None
+    return int(dt.timestamp()) * 10**9 + dt.microsecond * 1000
+
+
 @needs_trajectories
 def test_swe_agent_calls_rebuilt_from_the_trajectory(tmp_path: Path) -> None:
     path = TRAJECTORIES / "swe-agent__sweagenttestrepo-1c2844.traj"
@@ -131,7 +171,12 @@ def test_mini_swe_agent_calls_rebuilt_from_the_trajectory(tmp_path: Path) -> Non
     assert all("extra" not in m for m in models[-1]["request"]["body"]["messages"])
     # The raw completion is in the file: its id, usage and finish reason come through.
     assert models[0]["response"]["body"]["id"] == doc["messages"][2]["extra"]["response"]["id"]
-    assert models[0]["summary"]["usage"] == {"input_tokens": 1540, "output_tokens": 85}
+    # (prompt_tokens_details.cached_tokens: the part of the prompt read from the cache)
+    assert models[0]["summary"]["usage"] == {
+        "input_tokens": 1540,
+        "output_tokens": 85,
+        "cache_read_input_tokens": 320,
+    }
     assert models[0]["summary"]["model"] == "deepseek/deepseek-chat"
     assert models[0]["ts"].startswith("2026-04-11T")
     assert s.end()["reason"] == "Submitted"
@@ -152,9 +197,20 @@ def test_openhands_calls_rebuilt_from_the_events(tmp_path: Path) -> None:
     assert any("ids 1, 2" in m for m in missing)
     roles = [[m["role"] for m in c["request"]["body"]["messages"]] for c in models]
     assert roles == [["user"], ["user", "assistant", "tool"]]
+    # (litellm's OpenAI-shaped usage of a Claude call: prompt_tokens includes what the cache wrote and read)
     assert [c["summary"]["usage"] for c in models] == [
-        {"input_tokens": 3486, "output_tokens": 1135},
-        {"input_tokens": 4646, "output_tokens": 177},
+        {
+            "input_tokens": 3486,
+            "output_tokens": 1135,
+            "cache_read_input_tokens": 0,
+            "cache_creation_input_tokens": 3482,
+        },
+        {
+            "input_tokens": 4646,
+            "output_tokens": 177,
+            "cache_read_input_tokens": 3482,
+            "cache_creation_input_tokens": 1158,
+        },
     ]
     assert s.end()["reason"] == "finish"
 
@@ -343,8 +399,9 @@ def test_dropped_anthropic_version_is_filled_in_and_said(tmp_path: Path) -> None
     version = anthropic.Anthropic(api_key="x").default_headers["anthropic-version"]
     for call in s.by_type("model_call"):
         assert ["anthropic-version", version] in call["request"]["headers"]
-    adjusted = s.header["imported_from"]["adjusted"]
+    *adjusted, clock = s.header["imported_from"]["adjusted"]
     assert len(adjusted) == 2 and all("anthropic-version" in a for a in adjusted)
+    assert clock.startswith("no times in the file")  # the cassette's serializer dropped the Date headers
     assert s.header["imported_from"]["dialect"] == "parsed_body"
 
 

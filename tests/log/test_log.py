@@ -17,7 +17,7 @@ import pytest
 import forkpoint
 from forkpoint import verify
 from forkpoint.canonical import digest
-from forkpoint.log import LOG_NAME, BlobStore, Session, SessionError, SessionWriter
+from forkpoint.log import LOG_NAME, BlobStore, LogTail, Session, SessionError, SessionWriter
 from tests.gitutil import git
 
 # ----------------------------------------------------------------------------- helpers
@@ -85,6 +85,30 @@ def test_create_append_load_round_trip(store: Path) -> None:
     assert s.end() is not None and s.end()["exit_code"] == 0
     assert [e["seq"] for e in s.by_type("model_call")] == [1, 4]
     assert verify(w.path).ok
+
+
+def test_tail_reads_what_was_appended_since_last_time(store: Path) -> None:
+    """LogTail (live export) gives each completed event once, resolved as Session.load gives it
+    (blobs read, $delta lists rebuilt, the summary derived), and leaves a line being written for later."""
+    events = _sample_events()
+    w = SessionWriter.create(store, {"argv": ["x"]}, fsync="never")
+    tail = LogTail(w.path)
+    assert tail.header["session_id"] == w.session_id and tail.read() == []
+    w.append(events[0])
+    w.append(events[1])
+    first = tail.read()
+    assert [e["seq"] for e in first] == [1, 2] and tail.read() == []
+    for e in events[2:]:
+        w.append(e)
+    with open(w.path / LOG_NAME, "ab") as f:  # a line still being written: not an event yet
+        f.write(b'{"seq": 99, "type": "no')
+    rest = tail.read()
+    w.close()
+    loaded = Session.load(w.path)
+    assert loaded.truncated
+    assert first + rest == loaded.records()  # same values: blobs, deltas, summaries
+    assert all("summary" in e for e in first + rest if e["type"] == "model_call")
+    assert tail.skipped == 0
 
 
 def test_header_fields_in_a_git_repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -25,6 +25,8 @@ from forkpoint.providers import (
     SUMMARY_KEYS,
     SSEEvent,
     detect,
+    genai_tool_definitions,
+    genai_usage,
     parse_sse,
     request_messages,
     response_text,
@@ -91,8 +93,10 @@ def _call(id: str | None, name: str, arguments: str) -> dict[str, Any]:
     return {"id": id, "name": name, "arguments": arguments}
 
 
-def _usage(inp: int | None, out: int | None) -> dict[str, Any]:
-    return {"input_tokens": inp, "output_tokens": out}
+def _usage(inp: int | None, out: int | None, **cache: int) -> dict[str, Any]:
+    """A summary's usage; ``cache`` holds the prompt-cache counts the response reports
+    (``cache_read_input_tokens``, ``cache_creation_input_tokens``)."""
+    return {"input_tokens": inp, "output_tokens": out, **cache}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -115,7 +119,7 @@ EXPECTED: dict[str, list[tuple[dict[str, Any], str | None, list[dict[str, str]]]
                 n_tools=1,
                 # six chunks: "" + '{"' + 'country' + '":"' + 'UK' + '"}'
                 tool_calls=[_call("call_ZR5UUuTt3pf61kjwAJIYdVMj", "get_capital", '{"country":"UK"}')],
-                usage=_usage(53, 15),  # the final chunk with "choices": []
+                usage=_usage(53, 15, cache_read_input_tokens=0),  # the final chunk with "choices": []
                 stop_reason="tool_calls",
             ),
             None,  # delta.content is null: no text at all
@@ -131,7 +135,7 @@ EXPECTED: dict[str, list[tuple[dict[str, Any], str | None, list[dict[str, str]]]
                 n_messages=3,
                 n_tools=1,
                 tool_calls=[],
-                usage=_usage(78, 9),
+                usage=_usage(78, 9, cache_read_input_tokens=0),
                 stop_reason="stop",
             ),
             "The capital of the UK is London.",
@@ -156,7 +160,7 @@ EXPECTED: dict[str, list[tuple[dict[str, Any], str | None, list[dict[str, str]]]
                 n_messages=1,
                 n_tools=1,
                 tool_calls=[_call("toolu_01WN4AuToBnJyXNQXwQBBebj", "get_weather", '{"city":"Paris"}')],
-                usage=_usage(572, 53),
+                usage=_usage(572, 53, cache_read_input_tokens=0, cache_creation_input_tokens=0),
                 stop_reason="tool_use",
             ),
             None,
@@ -172,7 +176,7 @@ EXPECTED: dict[str, list[tuple[dict[str, Any], str | None, list[dict[str, str]]]
                 n_messages=3,
                 n_tools=1,
                 tool_calls=[],
-                usage=_usage(646, 31),
+                usage=_usage(646, 31, cache_read_input_tokens=0, cache_creation_input_tokens=0),
                 stop_reason="end_turn",
             ),
             "The weather in Paris is currently sunny with a temperature of 22°C"
@@ -196,7 +200,7 @@ EXPECTED: dict[str, list[tuple[dict[str, Any], str | None, list[dict[str, str]]]
                 n_tools=1,
                 # the call_id (what function_call_output refers to), not the fc_... item id
                 tool_calls=[_call("call_kL0PCQV7M2WMoVX8V8OtYSAL", "get_capital", '{"country":"France"}')],
-                usage=_usage(255, 16),
+                usage=_usage(255, 16, cache_read_input_tokens=0),
                 stop_reason="completed",
             ),
             None,
@@ -213,7 +217,7 @@ EXPECTED: dict[str, list[tuple[dict[str, Any], str | None, list[dict[str, str]]]
                 n_messages=3,  # user message, function_call, function_call_output
                 n_tools=1,
                 tool_calls=[],
-                usage=_usage(278, 9),
+                usage=_usage(278, 9, cache_read_input_tokens=0),
                 stop_reason="completed",
             ),
             "The capital of France is Paris.",
@@ -243,7 +247,7 @@ EXPECTED: dict[str, list[tuple[dict[str, Any], str | None, list[dict[str, str]]]
                     )
                 ],
                 # input from message_start (351), output from message_delta (85, not the start's 1)
-                usage=_usage(351, 85),
+                usage=_usage(351, 85, cache_read_input_tokens=0, cache_creation_input_tokens=0),
                 stop_reason="tool_use",
             ),
             "I'll help you find out the current temperature in San Francisco. I'll use the"
@@ -260,7 +264,9 @@ EXPECTED: dict[str, list[tuple[dict[str, Any], str | None, list[dict[str, str]]]
                 n_messages=3,
                 n_tools=1,
                 tool_calls=[],
-                usage=_usage(457, 33),  # message_start says output_tokens 2
+                usage=_usage(
+                    457, 33, cache_read_input_tokens=0, cache_creation_input_tokens=0
+                ),  # message_start says output_tokens 2
                 stop_reason="end_turn",
             ),
             "The current temperature in San Francisco is 72°F. It sounds like a pleasant day! Is"
@@ -293,7 +299,7 @@ EXPECTED: dict[str, list[tuple[dict[str, Any], str | None, list[dict[str, str]]]
                         '{"location":"Tokyo, Japan"}',
                     )
                 ],
-                usage=_usage(620, 55),
+                usage=_usage(620, 55, cache_read_input_tokens=0, cache_creation_input_tokens=0),
                 stop_reason="tool_use",
             ),
             None,
@@ -309,7 +315,7 @@ EXPECTED: dict[str, list[tuple[dict[str, Any], str | None, list[dict[str, str]]]
                 n_messages=3,
                 n_tools=1,
                 tool_calls=[],
-                usage=_usage(701, 22),
+                usage=_usage(701, 22, cache_read_input_tokens=0, cache_creation_input_tokens=0),
                 stop_reason="end_turn",
             ),
             "The weather in Tokyo is currently sunny and 72°F (approximately 22°C).",
@@ -337,7 +343,7 @@ EXPECTED: dict[str, list[tuple[dict[str, Any], str | None, list[dict[str, str]]]
                         '{"city":"San Francisco"}',
                     )
                 ],
-                usage=_usage(66, 16),
+                usage=_usage(66, 16, cache_read_input_tokens=0),
                 stop_reason="tool_calls",
             ),
             None,
@@ -458,7 +464,8 @@ def test_cassette_truncated_anthropic_stream() -> None:
     (text,) = response["stream"]
     cut = {**response, "stream": [text[: text.index("event: message_delta")]]}
     s = summarize(url, request_body, cut)
-    assert s["usage"] == _usage(351, 1)  # only message_start's usage was received
+    # only message_start's usage was received (with its cache counts)
+    assert s["usage"] == _usage(351, 1, cache_read_input_tokens=0, cache_creation_input_tokens=0)
     assert s["stop_reason"] is None
     assert s["tool_calls"] == EXPECTED["crewai__anthropic_stream_tool_call.yaml"][0][0]["tool_calls"]
 
@@ -1638,3 +1645,95 @@ def test_mutated_stream_events_never_raise(
             for (name, _), p in zip(events, bad, strict=False)
         )
         _check_all(url, {}, {"status": 200, "body": None, "stream": [text]})
+
+
+# --------------------------------------------------------------------------------------------------
+# The OpenTelemetry readings: tool definitions and token counts as the GenAI conventions count them
+
+_SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}}
+_WEATHER = {"type": "function", "name": "weather", "description": "Weather now.", "parameters": _SCHEMA}
+
+
+@pytest.mark.parametrize(
+    ("api", "body", "expected"),
+    [
+        (
+            "chat.completions",
+            {
+                "tools": [
+                    {"type": "function", "function": {k: v for k, v in _WEATHER.items() if k != "type"}}
+                ],
+                "functions": [{"name": "legacy", "parameters": _SCHEMA}],
+            },
+            [_WEATHER, {"type": "function", "name": "legacy", "parameters": _SCHEMA}],
+        ),
+        (
+            "responses",
+            {"tools": [_WEATHER, {"type": "web_search_preview"}]},
+            [_WEATHER, {"type": "web_search_preview"}],
+        ),
+        (
+            "messages",
+            {
+                "tools": [
+                    {"name": "weather", "description": "Weather now.", "input_schema": _SCHEMA},
+                    {"type": "web_search_20250305", "name": "web_search"},
+                ]
+            },
+            [_WEATHER, {"type": "web_search_20250305", "name": "web_search"}],
+        ),
+        (
+            "generateContent",
+            {
+                "tools": [
+                    {
+                        "functionDeclarations": [
+                            {"name": "weather", "description": "Weather now.", "parameters": _SCHEMA}
+                        ]
+                    },
+                    {"googleSearch": {}},
+                ]
+            },
+            [_WEATHER, {"type": "googleSearch"}],
+        ),
+        ("chat.completions", {"messages": []}, []),
+    ],
+)
+def test_tool_definitions_in_the_conventions_shape(
+    api: str, body: dict[str, Any], expected: list[Any]
+) -> None:
+    assert genai_tool_definitions(api, body) == expected
+
+
+def test_input_tokens_include_the_cache_as_the_conventions_count_them() -> None:
+    # Anthropic's input_tokens leave out what the cache read and wrote; OpenAI's prompt_tokens do not.
+    anthropic_usage = {
+        "input_tokens": 10,
+        "output_tokens": 5,
+        "cache_read_input_tokens": 100,
+        "cache_creation_input_tokens": 7,
+    }
+    assert genai_usage({"api": "messages", "usage": anthropic_usage}) == {
+        **anthropic_usage,
+        "input_tokens": 117,
+    }
+    openai_usage = {"input_tokens": 110, "output_tokens": 5, "cache_read_input_tokens": 100}
+    assert genai_usage({"api": "chat.completions", "usage": openai_usage}) == openai_usage
+    assert genai_usage({"api": "messages", "usage": None}) == {}
+    # Every spelling of the cache counts reads the same.
+    url = "https://api.openai.com/v1/chat/completions"
+    body = {
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "x"}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 9, "completion_tokens": 1, "prompt_tokens_details": {"cached_tokens": 4}},
+    }
+    assert summarize(url, {"model": "m"}, {"status": 200, "body": body})["usage"] == {
+        "input_tokens": 9,
+        "output_tokens": 1,
+        "cache_read_input_tokens": 4,
+    }
+    gemini = {
+        "usageMetadata": {"promptTokenCount": 9, "candidatesTokenCount": 1, "cachedContentTokenCount": 3},
+        "candidates": [],
+    }
+    url = "https://generativelanguage.googleapis.com/v1beta/models/g:generateContent"
+    assert summarize(url, {}, {"status": 200, "body": gemini})["usage"]["cache_read_input_tokens"] == 3

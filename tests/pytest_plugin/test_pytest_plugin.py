@@ -8,7 +8,7 @@ import re
 import shlex
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import openai  # noqa: F401 - imported once here, so the in-process inner runs do not re-import it
@@ -16,7 +16,7 @@ import pytest
 
 from forkpoint import Session
 from forkpoint.pytest_plugin import Settings, cassette_parts, ci_is_set, loopback_hosts
-from tests.modelserver import LocalServer
+from tests.modelserver import LocalServer, Reply
 
 pytest_plugins = ["pytester"]
 
@@ -525,7 +525,8 @@ def test_a_cassette_replays_under_the_cli_too(tmp_path: Path, server: LocalServe
     project.mkdir()
     (project / "test_agent.py").write_text(INNER)
     env = {k: v for k, v in os.environ.items() if k != "PYTEST_DISABLE_PLUGIN_AUTOLOAD"}
-    env.update(CI="", PYTEST_ADDOPTS="-p no:cacheprovider")
+    # (-p no:phoenix: the pytest plugin of the arize-phoenix test dependency takes seconds to import)
+    env.update(CI="", PYTEST_ADDOPTS="-p no:cacheprovider -p no:phoenix")
     test = "test_agent.py::test_agent"
     rec = subprocess.run(
         [sys.executable, "-m", "pytest", "--forkpoint-mode=once", test],
@@ -555,3 +556,33 @@ def test_a_cassette_replays_under_the_cli_too(tmp_path: Path, server: LocalServe
     assert sorted(p.relative_to(project) for p in (project / "tests").rglob("*")) == before
     assert "this what-if run is recorded in .forkpoint" in " ".join(what_if.stderr.split())
     assert len([d for d in (project / ".forkpoint").iterdir() if (d / "session.jsonl").is_file()]) == 1
+
+
+def test_forkpoint_otlp_sends_a_recording_tests_spans_live(
+    pytester: pytest.Pytester, server: LocalServer, make_server: Callable[..., LocalServer]
+) -> None:
+    pytest.importorskip("opentelemetry.exporter.otlp.proto.http", reason="needs the otel extra")
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+        ExportTraceServiceResponse,
+    )
+
+    receiver = make_server()
+    ok = ExportTraceServiceResponse().SerializeToString()
+    receiver.route("/v1/traces", lambda request: Reply(ok, ctype="application/x-protobuf"), method="POST")
+
+    def names() -> list[str]:
+        spans = []
+        for r in receiver.requests:
+            req = ExportTraceServiceRequest.FromString(r["raw"])
+            spans += [s.name for rs in req.resource_spans for ss in rs.scope_spans for s in ss.spans]
+        return spans
+
+    pytester.makepyfile(test_agent=INNER)
+    run(pytester, "test_agent.py::test_agent", "--forkpoint-otlp", receiver.url).assert_outcomes(passed=1)
+    assert names() == ["chat demo-model", "execute_tool lookup", "invoke_agent"]
+    # A replayed test sends nothing: it is not a run of the agent.
+    run(pytester, "test_agent.py::test_agent", "--forkpoint-otlp", receiver.url).assert_outcomes(passed=1)
+    assert len(names()) == 3
+    bad = run(pytester, "--forkpoint-otlp", "localhost:4318")
+    assert "--forkpoint-otlp" in bad.stderr.str() and "http" in bad.stderr.str()

@@ -1,0 +1,175 @@
+"""Span plans through the OpenTelemetry SDK, and OTLP/HTTP delivery.
+
+Needs the ``otel`` extra (``opentelemetry-sdk``, ``opentelemetry-exporter-otlp-proto-http``); the
+imports are made when a :class:`SpanFactory` or :class:`Sender` is built, and their absence is an
+:class:`~forkpoint.errors.ExportError` saying what to install.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from .._version import __version__
+from ..errors import ExportError
+from .spans import SpanPlan
+
+#: Instrumentation scope of the exported spans.
+SCOPE = "forkpoint"
+#: Spans per OTLP request: a long session's spans carry the whole conversation each (with content),
+#: and one request for all of them could pass a backend's size limit.
+BATCH = 64
+
+
+def _missing(exc: ImportError) -> ExportError:
+    return ExportError(f"OpenTelemetry export needs the otel extra: pip install 'forkpoint[otel]' ({exc})")
+
+
+def otlp_traces_url(url: str) -> str:
+    """An OTLP/HTTP endpoint: ``http://host:4318`` (no path) becomes ``http://host:4318/v1/traces``;
+    a URL with a path is used as given. Raises :class:`ExportError` for anything but http(s)."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ExportError(f"{url!r}: expected an http:// or https:// URL of an OTLP/HTTP endpoint")
+    if parts.path in ("", "/"):
+        parts = parts._replace(path="/v1/traces")
+    return urlunsplit(parts)
+
+
+class SpanFactory:
+    """Turns the :class:`SpanPlan` s of one trace into the SDK's ended spans (``ReadableSpan``),
+    with the planned ids, times, parents and links, no attribute dropped (the SDK's default limit is
+    128 per span; a span with content carries a whole conversation)."""
+
+    def __init__(self, trace_id: int, service_name: str | None = None) -> None:
+        try:
+            from opentelemetry.sdk.resources import Resource
+            from opentelemetry.sdk.trace import ReadableSpan, SpanLimits, SpanProcessor, TracerProvider
+            from opentelemetry.sdk.trace.id_generator import IdGenerator
+        except ImportError as exc:
+            raise _missing(exc) from None
+
+        class Ids(IdGenerator):
+            """Hands the SDK the planned ids: the session's trace id, the next planned span id."""
+
+            next_span_id = 0
+
+            def generate_span_id(self) -> int:
+                return self.next_span_id
+
+            def generate_trace_id(self) -> int:
+                return trace_id
+
+        class Collect(SpanProcessor):
+            def __init__(self) -> None:
+                self.spans: list[ReadableSpan] = []
+
+            def on_end(self, span: ReadableSpan) -> None:
+                self.spans.append(span)
+
+        attrs: dict[str, Any] = {}
+        if service_name or not os.environ.get("OTEL_SERVICE_NAME"):
+            attrs["service.name"] = service_name or "forkpoint"
+        unset = SpanLimits.UNSET
+        limits = SpanLimits(
+            max_attributes=unset,
+            max_events=unset,
+            max_links=unset,
+            max_span_attributes=unset,
+            max_event_attributes=unset,
+            max_link_attributes=unset,
+            max_attribute_length=unset,
+            max_span_attribute_length=unset,
+        )
+        self.trace_id = trace_id
+        self._ids = Ids()
+        self._collect = Collect()
+        self._provider = TracerProvider(
+            resource=Resource.create(attrs), id_generator=self._ids, span_limits=limits
+        )
+        self._provider.add_span_processor(self._collect)
+        self._tracer = self._provider.get_tracer(SCOPE, __version__)
+
+    def spans(self, plans: Sequence[SpanPlan]) -> list[Any]:
+        """The ended SDK spans of ``plans``, in order."""
+        from opentelemetry import trace
+        from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
+
+        kinds = {"internal": SpanKind.INTERNAL, "client": SpanKind.CLIENT}
+        sampled = TraceFlags(TraceFlags.SAMPLED)
+        self._collect.spans = []
+        for p in plans:
+            self._ids.next_span_id = p.span_id
+            if p.parent_id is None:
+                ctx = trace.set_span_in_context(trace.INVALID_SPAN)
+            else:
+                parent = SpanContext(self.trace_id, p.parent_id, is_remote=False, trace_flags=sampled)
+                ctx = trace.set_span_in_context(trace.NonRecordingSpan(parent))
+            links = [
+                Link(
+                    SpanContext(t, s, is_remote=True, trace_flags=sampled),
+                    {"forkpoint.link": "parent_session"},
+                )
+                for t, s in p.links
+            ]
+            span = self._tracer.start_span(
+                p.name,
+                context=ctx,
+                kind=kinds[p.kind],
+                attributes=p.attributes,
+                links=links,
+                start_time=p.start_ns,
+                record_exception=False,
+                set_status_on_exception=False,
+            )
+            for ev in p.events:
+                span.add_event(ev.name, ev.attributes, timestamp=ev.time_ns)
+            if p.status == "error":
+                span.set_status(Status(StatusCode.ERROR, p.status_message))
+            span.end(end_time=max(p.end_ns, p.start_ns))
+        return list(self._collect.spans)
+
+    def shutdown(self) -> None:
+        """Release the SDK's tracer provider."""
+        self._provider.shutdown()
+
+
+class Sender:
+    """Delivers SDK spans to an OTLP/HTTP endpoint (protobuf), :data:`BATCH` spans a request.
+
+    ``timeout`` (seconds) bounds one request with the exporter's own retries of transient failures
+    (``OTEL_EXPORTER_OTLP_*`` variables for headers, certificates and compression apply).
+    """
+
+    def __init__(
+        self, endpoint: str, headers: Mapping[str, str] | None = None, timeout: float = 10.0
+    ) -> None:
+        try:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        except ImportError as exc:
+            raise _missing(exc) from None
+        self.endpoint = otlp_traces_url(endpoint)
+        self._exporter = OTLPSpanExporter(
+            endpoint=self.endpoint, headers=dict(headers or {}) or None, timeout=timeout
+        )
+        #: The logger the exporter reports its failures to (forkpoint reports them itself).
+        self.logger_name = OTLPSpanExporter.__module__
+
+    def send(self, spans: Sequence[Any]) -> int:
+        """Send ``spans``; returns how many the endpoint accepted (a batch is accepted whole or not at
+        all, and sending stops at the first batch refused)."""
+        from opentelemetry.sdk.trace.export import SpanExportResult
+
+        done = 0
+        for i in range(0, len(spans), BATCH):
+            batch = spans[i : i + BATCH]
+            if self._exporter.export(batch) != SpanExportResult.SUCCESS:
+                break
+            done += len(batch)
+        return done
+
+    def close(self) -> None:
+        """Stop: a request waiting to retry gives up, later ones fail at once."""
+        self._exporter.shutdown()  # type: ignore[no-untyped-call]  # (the SDK does not annotate it)

@@ -1,0 +1,211 @@
+"""Live export: a recording's spans sent while it runs (``forkpoint.record(otlp=…)``, ``forkpoint
+record --otlp``, the pytest plugin's ``--forkpoint-otlp``), to an OTLP receiver on 127.0.0.1 (the
+tests' local server with a ``/v1/traces`` route).
+
+What must hold: each call's span arrives while the agent still runs; the trace sent live equals
+what ``forkpoint export`` sends afterwards with the same options; a dead or hanging endpoint never
+blocks or fails the run, and what did not arrive is said, with the command that sends it again.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+from click.testing import CliRunner
+
+pytest.importorskip("opentelemetry.sdk.trace", reason="needs the otel extra: pip install 'forkpoint[otel]'")
+pytest.importorskip(
+    "opentelemetry.exporter.otlp.proto.http", reason="needs opentelemetry-exporter-otlp-proto-http"
+)
+
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (  # noqa: E402
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+from opentelemetry.proto.trace.v1.trace_pb2 import Span  # noqa: E402
+
+import forkpoint  # noqa: E402
+from forkpoint.cli import main  # noqa: E402
+from forkpoint.demo.agent import run_agent  # noqa: E402
+from forkpoint.demo.server import ModelServer  # noqa: E402
+from forkpoint.log import Session  # noqa: E402
+from forkpoint.otel import LiveExport, trace_id_for, variant_for  # noqa: E402
+from tests.modelserver import LocalServer, Reply  # noqa: E402
+
+
+def as_receiver(server: LocalServer, delay: float = 0.0) -> LocalServer:
+    """``server`` answering ``POST /v1/traces`` as an OTLP/HTTP receiver (after ``delay`` seconds)."""
+    ok = ExportTraceServiceResponse().SerializeToString()
+
+    def accept(request: Any) -> Reply:
+        time.sleep(delay)
+        return Reply(ok, ctype="application/x-protobuf")
+
+    server.route("/v1/traces", accept, method="POST")
+    return server
+
+
+@pytest.fixture
+def receiver(server: LocalServer) -> LocalServer:
+    return as_receiver(server)
+
+
+def received(receiver: LocalServer) -> list[Span]:
+    """Every span the receiver got, in the order they arrived."""
+    spans = []
+    for r in receiver.requests:
+        if r["path"] != "/v1/traces":
+            continue
+        body = gzip.decompress(r["raw"]) if r["headers"].get("content-encoding") == "gzip" else r["raw"]
+        req = ExportTraceServiceRequest.FromString(body)
+        spans += [s for rs in req.resource_spans for ss in rs.scope_spans for s in ss.spans]
+    return spans
+
+
+def by_id(spans: list[Span]) -> dict[bytes, bytes]:
+    """Span id → the span's serialized protobuf (ids, parent, name, kind, times, attributes, events,
+    status, links: everything a backend stores)."""
+    out = {s.span_id: s.SerializeToString(deterministic=True) for s in spans}
+    assert len(out) == len(spans), "a span was sent twice"
+    return out
+
+
+def dead_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def record_demo(store: Path, work: Path, **options: Any) -> Session:
+    with ModelServer(turns=2, seed=5) as srv, forkpoint.record(store=store, workspace=work, **options) as rec:
+        run_agent(srv.base_url, work, echo=None)
+    return Session.load(rec.session_path)
+
+
+def test_live_trace_equals_the_export_afterwards(receiver: LocalServer, tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    session = record_demo(store, tmp_path / "work", otlp=receiver.url, otlp_content=True)
+    live = received(receiver)
+    assert len(live) == 1 + len(session.calls())
+    assert {s.trace_id for s in live} == {
+        trace_id_for(session.id, variant_for(content=True)).to_bytes(16, "big")
+    }
+    assert live[-1].name == "invoke_agent" and not live[-1].parent_span_id  # the root goes last
+
+    receiver.requests.clear()
+    result = CliRunner().invoke(
+        main, ["export", session.id, "--store", str(store), "--otlp", receiver.url, "--content"]
+    )
+    assert result.exit_code == 0, result.output
+    assert by_id(live) == by_id(received(receiver))
+
+
+def test_each_span_arrives_while_the_agent_runs(receiver: LocalServer, tmp_path: Path) -> None:
+    with LocalServer(chat_script=[[("lookup", {"city": "Oslo"})], "It is cold."]) as model:
+
+        @forkpoint.tool
+        def lookup(city: str) -> dict[str, Any]:
+            return {"city": city, "temp": -3}
+
+        client = openai.OpenAI(base_url=model.openai_base_url, api_key="sk-test", max_retries=0)
+        with forkpoint.record(store=tmp_path, otlp=receiver.url) as rec:
+            messages: list[Any] = [{"role": "user", "content": "Weather in Oslo?"}]
+            first = client.chat.completions.create(model="m", messages=messages)
+            call = first.choices[0].message.tool_calls[0]
+            lookup("Oslo")
+            # The agent is still running: the model call's span and the tool's reach the receiver.
+            deadline = time.monotonic() + 10
+            while len(received(receiver)) < 2 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            arrived = [s.name for s in received(receiver)]
+            messages += [first.choices[0].message, {"role": "tool", "tool_call_id": call.id, "content": "-3"}]
+            client.chat.completions.create(model="m", messages=messages)
+    assert arrived == ["chat m", "execute_tool lookup"]
+    names = [s.name for s in received(receiver)]
+    assert names == ["chat m", "execute_tool lookup", "chat m", "invoke_agent"]
+    assert rec.session_path.is_dir()
+
+
+@pytest.mark.slow
+def test_a_dead_endpoint_never_blocks_or_fails_the_run(
+    tmp_path: Path, receiver: LocalServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = f"http://127.0.0.1:{dead_port()}"
+    baseline = time.monotonic()
+    record_demo(tmp_path / "base", tmp_path / "w0")
+    baseline = time.monotonic() - baseline
+    started = time.monotonic()
+    session = record_demo(tmp_path / "store", tmp_path / "w1", otlp=url)
+    took = time.monotonic() - started
+    assert session.end() is not None and session.end()["exit_code"] == 0  # the run went on as ever
+    assert took < baseline + 3, (took, baseline)
+    err = capsys.readouterr().err
+    n = 1 + len(session.calls())
+    assert f"live export to {url}/v1/traces failed" in err
+    assert f"{n} of {n} spans did not arrive" in err
+    assert f"forkpoint export {session.id} --otlp {url}/v1/traces" in err
+    # The exporter's own log lines stay out of the program's output: forkpoint says what happened.
+    assert all(line.startswith("forkpoint: ") for line in err.splitlines()), err
+    # What the message says to do sends the same trace.
+    result = CliRunner().invoke(
+        main, ["export", session.id, "--store", str(tmp_path / "store"), "--otlp", receiver.url]
+    )
+    assert result.exit_code == 0, result.output
+    assert {s.trace_id for s in received(receiver)} == {trace_id_for(session.id).to_bytes(16, "big")}
+
+
+@pytest.mark.slow
+def test_a_hanging_endpoint_costs_at_most_the_timeout(tmp_path: Path, server: LocalServer) -> None:
+    as_receiver(server, delay=20)
+    said: list[str] = []
+    live = LiveExport(server.url, timeout=1.0, say=said.append)
+    with ModelServer(turns=1, seed=1) as srv:
+        with forkpoint.record(store=tmp_path) as rec:
+            live.start(rec.session_path)
+            run_agent(srv.base_url, tmp_path / "w", echo=None)
+    started = time.monotonic()
+    report = live.finish()
+    assert time.monotonic() - started < 5
+    assert not report.complete and report.sent == 0
+    assert any("did not arrive" in m for m in said)
+
+
+@pytest.mark.slow
+def test_cli_record_otlp_sends_the_trace_live(receiver: LocalServer, tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    env = {**os.environ, "FORKPOINT_STORE": str(store)}
+    with ModelServer(turns=2, seed=5) as srv:
+        cmd = [sys.executable, "-m", "forkpoint.cli", "record", "--no-workspace", "--otlp", receiver.url]
+        cmd += ["--otlp-content", "--", sys.executable, "-m", "forkpoint.demo.agent"]
+        cmd += ["--base-url", srv.base_url, "--workdir", str(tmp_path / "w")]
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    live = received(receiver)
+    session = Session.load(next(p for p in store.iterdir() if (p / "session.jsonl").exists()))
+    trace = format(trace_id_for(session.id, variant_for(content=True)), "032x")
+    assert f"sent {len(live)} spans live to {receiver.url}/v1/traces as trace {trace}" in done.stderr
+    assert len(live) == 1 + len(session.calls()) == 6
+    receiver.requests.clear()
+    result = CliRunner().invoke(
+        main, ["export", session.id, "--store", str(store), "--otlp", receiver.url, "--content"]
+    )
+    assert result.exit_code == 0, result.output
+    assert by_id(live) == by_id(received(receiver))
+
+
+def test_bad_endpoint_is_refused_before_anything_is_recorded(tmp_path: Path) -> None:
+    with (
+        pytest.raises(forkpoint.ForkpointError, match="expected an http"),
+        forkpoint.record(store=tmp_path, otlp="localhost:4318"),
+    ):
+        pass
+    assert not any(tmp_path.iterdir())
