@@ -53,7 +53,7 @@ MODES = ("replay", "once", "record", "rewrite")
 #: The default cassette folder, relative to the rootdir.
 DEFAULT_DIR = Path("tests") / "cassettes"
 #: Keyword arguments the ``forkpoint`` marker accepts.
-MARKER_KWARGS = ("name", "mode", "allow_hosts", "allow_unused")
+MARKER_KWARGS = ("name", "mode", "allow_hosts", "allow_unused", "cassette")
 
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 _MAX_PART = 80
@@ -161,8 +161,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
-        "forkpoint(name=None, *, mode=None, allow_hosts=(), allow_unused=False): record this test's "
-        "model and tool calls into a cassette once and replay them afterwards (docs/pytest.md).",
+        "forkpoint(name=None, *, mode=None, allow_hosts=(), allow_unused=False, cassette=None): record "
+        "this test's model and tool calls into a cassette once and replay them afterwards (docs/pytest.md).",
     )
     ini_mode = config.getini("forkpoint_mode") or None
     if ini_mode is not None and ini_mode not in MODES:
@@ -318,6 +318,8 @@ class Cassette:
         self.allow_unused = bool(opts.get("allow_unused", False))
         module, test = cassette_parts(item, opts.get("name"))
         self.path: Path = settings.directory / module / test
+        if opts.get("cassette"):  # a place of its own, relative to the test's file (forkpoint make-test)
+            self.path = Path(item.path).parent / str(opts["cassette"])
         self.action: str | None = None
         self.runtime: Any = None
         self.problem: str | None = None  # the test fails with this before it runs

@@ -155,6 +155,13 @@ def render(session: Session, console: Console | None = None) -> None:
             console.print(f"                    {outcome}")
         elif e["type"] == "note":
             console.print(f"        [dim]#{e['seq']:<3}[/dim] note    {escape(str(e.get('text')))}")
+        elif e["type"] == "outcome":
+            state = "[green]pass[/green]" if e.get("passed") else "[red]fail[/red]"
+            why = f" ({escape(str(e['reason']))})" if e.get("reason") else f" (exit {e.get('exit_code')})"
+            console.print(
+                f"        [dim]#{e['seq']:<3}[/dim] outcome {state}{why}  {escape(str(e.get('command')))}  "
+                f"{_ms(e.get('duration_ms'))}"
+            )
         elif e["type"] == "end":
             code = e.get("exit_code")
             outcome = f"exit code {code}" if code is not None else "exit code unknown"

@@ -298,7 +298,7 @@ def plan(session: Session, *, content: bool = False, parent: Session | None = No
             continue
         parent_hex = e.get("parent_span_id")
         parent_id = known.get(parent_hex, root_id) if isinstance(parent_hex, str) else root_id
-        if kind in ("checkpoint", "note"):
+        if kind in ("checkpoint", "note", "outcome"):
             attrs = _common(e, content)
             if kind == "checkpoint":
                 src = e.get("source") or {}
@@ -311,6 +311,11 @@ def plan(session: Session, *, content: bool = False, parent: Session | None = No
                 _set(attrs, "forkpoint.checkpoint.workspace_fingerprint", ws.get("fingerprint"))
                 attrs["forkpoint.checkpoint.workspace_files"] = len(ws.get("manifest") or [])
                 _set(attrs, "forkpoint.checkpoint.context_digest", e.get("context_digest"))
+            elif kind == "outcome":
+                attrs["forkpoint.outcome.passed"] = bool(e.get("passed"))
+                _set(attrs, "forkpoint.outcome.exit_code", e.get("exit_code"))
+                if content:
+                    _set(attrs, "forkpoint.outcome.command", e.get("command"))
             elif content:
                 _set(attrs, "forkpoint.note.text", e.get("text"))
                 if e.get("data") is not None:

@@ -18,6 +18,7 @@ from .report import (
     format_divergence,
     merge_reports,
     summary_line,
+    verdict,
     write_report,
 )
 from .whatif import create_child
@@ -42,5 +43,6 @@ __all__ = [
     "merge_reports",
     "open_ledger",
     "summary_line",
+    "verdict",
     "write_report",
 ]
