@@ -119,7 +119,9 @@ def make_test(
         f"#: Where the command runs: the recorded run's directory, {_line(session.header.get('cwd'))}, maps here.",
         f"ROOT = {_root_expr(into, root)}",
         "#: The recorded command.",
-        f"COMMAND = {command!r}",
+        f"COMMAND = {command!r}"
+        if len(repr(command)) < 90
+        else "COMMAND = [\n" + "".join(f"    {a!r},\n" for a in command) + "]",
     ]
     if tools:
         lines += ["#: Functions recorded as tools by name (forkpoint record --tool).", f"TOOLS = {tools!r}"]

@@ -83,7 +83,7 @@ button, select { font: inherit; color: inherit; }
 .sweep-col.unmeasured .sweep-bar { background: var(--note); min-height: 2px; }
 .sweep-ci { position: absolute; left: 50%; width: 0; border-left: 2px solid var(--end); }
 .sweep-col .lbl { font-size: 11.5px; white-space: nowrap; }
-.sweep-col.turning .lbl.seq { color: var(--bad); font-weight: 650; }
+.sweep-col.turning .lbl.cp { color: var(--bad); font-weight: 650; }
 .section-title { display: flex; align-items: baseline; gap: 10px; margin: 22px 0 8px; font-size: 15px; font-weight: 650; }
 .section-title .muted { font-weight: 400; font-size: 12.5px; }
 .overview { background: var(--panel); border: 1px solid var(--line); border-radius: var(--radius); padding: 12px 16px 6px; }
@@ -421,7 +421,7 @@ JS = r"""
       }
       add(chart, h("button", { class: cls, type: "button", title: tip, "aria-label": tip, "data-seq": String(p.seq), onclick: function () { openEvent(p.seq); } },
         h("span", { class: "lbl", text: measured ? Math.round(100 * p.rate) + " %" : "—" }), plot,
-        h("span", { class: "lbl seq", text: "#" + p.seq }), h("span", { class: "lbl muted", text: measured ? p.passed + "/" + p.ran : "not run" })));
+        h("span", { class: "lbl cp", text: "#" + p.seq }), h("span", { class: "lbl muted", text: measured ? p.passed + "/" + p.ran : "not run" })));
     });
     return h("section", { class: "sweep-panel", id: "sweep" },
       h("h2", { text: "Outcome by checkpoint" }),
