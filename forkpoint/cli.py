@@ -603,6 +603,7 @@ def fork(
                 err.print(f"[red]{escape(arm.error)}[/red]")
 
     with _executor(executor, jobs) as ex:
+        err.print(f"forkpoint: {plural(arms, 'arm')} on {executor} ({ex.workers} at a time)", markup=False)
         _, done = fork_arms(
             session,
             seq,
@@ -700,6 +701,9 @@ def sweep(
         err.print(f"forkpoint: @{arm.seq} arm {arm.index}: {escape(state)}")
 
     with _executor(executor, jobs) as ex:
+        err.print(
+            f"forkpoint: {arms} arm(s) per checkpoint on {executor} ({ex.workers} at a time)", markup=False
+        )
         result = do_sweep(
             s,
             _command(cmd),

@@ -2,7 +2,8 @@
 
 ``ray:ADDRESS`` connects to a running cluster (``auto``, ``HOST:PORT`` of its head, or a
 ``ray://HOST:PORT`` client address); plain ``ray`` connects to ``$RAY_ADDRESS`` when it is set, else
-starts a Ray instance on this machine (``jobs`` CPUs, default all) and stops it when done. Each task
+starts a Ray instance on this machine, on loopback (``jobs`` CPUs, default all), and stops it
+when done. Each task
 asks for one CPU. Every worker needs forkpoint and the agent's code installed, and access to the
 store the tasks read and write (``docs/scale.md``). Ray is the optional extra ``forkpoint[ray]``.
 Usage statistics are not sent unless ``RAY_USAGE_STATS_ENABLED`` says otherwise.
@@ -44,6 +45,9 @@ class RayExecutor(Executor):
                 elif os.environ.get("RAY_ADDRESS"):
                     ray.init(**options)
                 else:
+                    # A Ray for this process alone: on loopback, where no other machine can join it
+                    # (Ray's own switch: with it off, Ray takes 127.0.0.1 as this node's address).
+                    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
                     ray.init(num_cpus=jobs or os.cpu_count() or 1, **options)
             except (ConnectionError, RuntimeError, ValueError) as exc:
                 where = f"the Ray cluster at {address}" if address else "Ray"

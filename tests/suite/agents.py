@@ -102,9 +102,11 @@ class keeper_model:  # noqa: N801 - a route function with state
         elif turn == 1:
             with self.lock:
                 keep, self.decisions = self.decisions % 2 == 1, self.decisions + 1
-            calls = [("write_file", {"path": "notes.txt", "content": "kept"})] if keep else [
-                ("delete_file", {"path": "answer.txt"})
-            ]
+            calls = (
+                [("write_file", {"path": "notes.txt", "content": "kept"})]
+                if keep
+                else [("delete_file", {"path": "answer.txt"})]
+            )
         else:
             return json_reply(chat_completion(f"chatcmpl-{turn}", model, text="Done."))
         ids = [f"call_{turn}"]

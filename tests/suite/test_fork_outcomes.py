@@ -111,7 +111,10 @@ def test_sweep_shows_where_the_run_became_unrecoverable(keeper: Keeper, tmp_path
         (f"@{cps[2]}", "0/2", "0%"),
     ]
     assert "← last recoverable" in out.stdout and "← unrecoverable from here" in out.stdout
-    assert f"the run became unrecoverable between @{cps[1]} (turn 2, 1/2 passed) and @{cps[2]} (turn 3)" in out.stdout
+    assert (
+        f"the run became unrecoverable between @{cps[1]} (turn 2, 1/2 passed) and @{cps[2]} (turn 3)"
+        in out.stdout
+    )
     assert len(arms_of_store(keeper)) == 6
     # The viewer draws it: from the sweep just run, and from the arms in the store.
     assert 'id="forkpoint-data"' in page.read_text()

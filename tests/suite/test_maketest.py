@@ -86,7 +86,11 @@ def support_model(request: dict[str, Any]) -> Reply:
         calls = [("lookup_order", {"order_id": order})]
         return json_reply(chat_completion("chatcmpl-1", body["model"], tool_calls=calls, call_ids=["call_1"]))
     content = tool[-1]["content"]
-    text = f"Order {json.loads(content)['order_id']} has shipped." if "order_id" in content else "It has shipped."
+    text = (
+        f"Order {json.loads(content)['order_id']} has shipped."
+        if "order_id" in content
+        else "It has shipped."
+    )
     return json_reply(chat_completion("chatcmpl-2", body["model"], text=text))
 
 
@@ -173,7 +177,11 @@ def test_an_incident_start_to_finish(tmp_path: Path, server: LocalServer) -> Non
 
 
 def test_make_test_refuses_what_it_cannot_run(tmp_path: Path) -> None:
-    assert parse_command(["python3", "-u", "-X", "dev", "-m", "pkg.agent", "--x"]) == ("module", "pkg.agent", ["--x"])
+    assert parse_command(["python3", "-u", "-X", "dev", "-m", "pkg.agent", "--x"]) == (
+        "module",
+        "pkg.agent",
+        ["--x"],
+    )
     assert parse_command(["/venv/bin/python3.12", "agent.py", "1"]) == ("file", "agent.py", ["1"])
     assert parse_command(["./agent.py", "1"]) == ("file", "./agent.py", ["1"])
     for argv in (["bash", "run.sh"], ["python", "-c", "print(1)"], ["python"], []):
