@@ -149,7 +149,7 @@ class Rate:
         return wilson(self.passed, self.ran)
 
     def text(self) -> str:
-        """``3/4 passed (75 %, 95% CI 30–95 %)``, or ``no run measured``."""
+        """``3/4 passed (75%, 95% CI 30%–95%)``, or ``no run measured``."""
         if not self.ran:
             return "no run measured"
         low, high = self.interval

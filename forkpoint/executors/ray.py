@@ -48,7 +48,8 @@ class RayExecutor(Executor):
                     # A Ray for this process alone: on loopback, where no other machine can join it
                     # (Ray's own switch: with it off, Ray takes 127.0.0.1 as this node's address).
                     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-                    ray.init(num_cpus=jobs or os.cpu_count() or 1, **options)
+                    # "local": a new instance, never a cluster some earlier `ray start` left behind.
+                    ray.init(address="local", num_cpus=jobs or os.cpu_count() or 1, **options)
             except (ConnectionError, RuntimeError, ValueError) as exc:
                 where = f"the Ray cluster at {address}" if address else "Ray"
                 raise UsageError(f"--executor ray: cannot connect to {where}: {exc}") from None

@@ -176,7 +176,7 @@ def fork_table(arms: list[Arm], title: str | None = None) -> Table:
 
 
 def pass_rate_line(arms: list[Arm]) -> str:
-    """``outcome: 3/4 passed (75 %, 95% CI 30–95 %); 1 arm not run (invalid)``."""
+    """``outcome: 3/4 passed (75%, 95% CI 30%–95%); 1 arm(s) not run (restore or validation failed)``."""
     rate = rate_of(a.passed for a in arms)
     invalid = sum(1 for a in arms if not a.valid)
     tail = f"; {invalid} arm(s) not run (restore or validation failed)" if invalid else ""

@@ -6,10 +6,12 @@ sessions and outcomes in the shared store."""
 from __future__ import annotations
 
 import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -55,13 +57,16 @@ def cluster(keeper: Keeper, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     server's URL, this interpreter's ``python``), as a real cluster's workers get the agent's."""
     port = free_port()
     log = tmp_path_factory.mktemp("ray") / "ray.log"
+    # Its own short temp dir (Ray's sockets live there): no trace in /tmp/ray of this cluster, whose
+    # address a later plain ray.init() of anyone on this machine would otherwise try.
+    temp = Path(tempfile.mkdtemp(prefix="fpray-", dir="/tmp"))
     env = keeper.env | RAY_ENV
     env.pop("RAY_ADDRESS", None)
     ray_bin = str(Path(sys.executable).parent / "ray")
     with open(log, "wb") as out:
         head = subprocess.Popen(
             [ray_bin, "start", "--head", f"--port={port}", "--node-ip-address=127.0.0.1", "--num-cpus=2",
-             "--include-dashboard=false", "--disable-usage-stats", "--block"],
+             "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={temp}", "--block"],
             env=env, stdout=out, stderr=subprocess.STDOUT,
         )  # fmt: skip
     address = f"127.0.0.1:{port}"
@@ -77,6 +82,7 @@ def cluster(keeper: Keeper, tmp_path_factory: pytest.TempPathFactory) -> Iterato
             head.wait(30)
         except subprocess.TimeoutExpired:
             head.kill()
+        shutil.rmtree(temp, ignore_errors=True)
 
 
 def forkpoint_cli(*args: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
