@@ -39,7 +39,7 @@ from .replay import (
     merge_reports,
     summary_line,
 )
-from .store import INDEX_DIR, info, is_url, open_store, resolve, store_dir
+from .store import info, is_store, is_url, open_store, resolve, store_dir
 from .text import plural
 
 
@@ -239,9 +239,10 @@ def replay_run(
     what_if = bool(specs) or "live" in (models_source, tools_source) or on_divergence != "stop" or live_from
     child = None
     if what_if:
-        # Beside the parent when it is in a store; a session that is not (a pytest cassette, a copy
-        # kept with the tests) gets its what-if runs in the default store, not among its files.
-        in_store = (session.path.parent / INDEX_DIR).is_dir()
+        # Beside the parent when it is in a store (a remote one: its mirror, uploaded when the run
+        # ends); a session that is not (a pytest cassette, a copy kept with the tests) gets its
+        # what-if runs in the default store, not among its files.
+        in_store = is_store(session.path.parent)
         child = create_child(
             session,
             argv=command,
@@ -409,7 +410,7 @@ def session_ref(session: Session) -> dict[str, str | None]:
     it into its own mirror)."""
     path = session.path.resolve()
     store = None
-    if (path.parent / INDEX_DIR).is_dir() or is_url(str(path.parent)):
+    if is_store(path.parent):
         found = open_store(path.parent)
         store = found.url if is_url(found.url) else None
     return {"path": str(path), "store": store, "id": session.id}

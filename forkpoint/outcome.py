@@ -28,7 +28,7 @@ from typing import Any
 
 from .events import OutcomeEvent
 from .log import Session, SessionError
-from .store import INDEX_DIR, open_store
+from .store import is_store, open_store
 
 #: Characters of the outcome command's output kept in its event (the end, where test runners sum up).
 OUTPUT_KEPT = 2000
@@ -203,7 +203,7 @@ def arms_of(session: Session) -> list[tuple[int, bool | None]]:
     (sessions whose header names it as parent, with a checkpoint seq); passed is None for an arm
     without an outcome. None at all for a session that is not in a store (a cassette)."""
     out: list[tuple[int, bool | None]] = []
-    if not (session.path.parent / INDEX_DIR).is_dir():
+    if not is_store(session.path.parent):
         return out
     try:
         rows = open_store(session.path.parent).listing().rows

@@ -18,8 +18,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..log import LOG_NAME
-from ..store import INDEX_DIR, SessionInfo, info, is_url, open_store, resolve, store_dir
-from ..store.base import REMOTE_MARKER
+from ..store import INDEX_DIR, SessionInfo, info, is_store, is_url, open_store, resolve, store_dir
 from ..text import plural
 
 #: Folders of a session directory (or of a cassette folder) that never hold sessions of their own.
@@ -122,9 +121,7 @@ def select(
         path = Path(arg) if arg else store_dir(None)
         if arg and (path / LOG_NAME).is_file():
             chosen.append((info(path), None, True))
-        elif is_url(arg) or (
-            path.is_dir() and ((path / INDEX_DIR).is_dir() or (path / REMOTE_MARKER).is_file())
-        ):
+        elif is_url(arg) or is_store(path):
             found = open_store(arg or path)
             url = found.url if is_url(found.url) else None
             chosen.extend((row, url, False) for row in found.listing().rows)

@@ -158,7 +158,7 @@ def record_keeper(tmp: Path, server: LocalServer) -> Keeper:
     return Keeper(repo, store, forkpoint.Session.load(path), agent, env, model)
 
 
-def record_demo_sessions(store: Path, n: int, base_url: str, work: Path) -> list[str]:
+def record_demo_sessions(store: Path | str, n: int, base_url: str, work: Path) -> list[str]:
     """Record ``n`` runs of the demo agent into ``store`` in this process, each with the command that
     runs it again (``python -m forkpoint.demo.agent --base-url … --workdir …``), named ``demo-I`` and
     tagged ``batch=even|odd``. Returns their ids."""

@@ -22,6 +22,7 @@ from forkpoint.executors import LocalExecutor, open_executor
 from forkpoint.log import Session, SessionWriter
 from forkpoint.orchestrate import map_command
 from forkpoint.record import make_header
+from forkpoint.store import list_sessions
 from forkpoint.suite import check_sessions, parse_since, select, write_junit
 from tests.modelserver import LocalServer
 from tests.suite.agents import cli_env, record_demo_sessions
@@ -342,3 +343,23 @@ def test_ab_run_against_each_sessions_recorded_tool_world(tmp_path: Path) -> Non
     assert {r["status"] for r in rows} == {"stopped"}
     assert {r["call"] for r in rows} == {"tool call #1 (write_file)"}
     assert all(r["path"].startswith("$.args.") for r in rows)
+
+
+@pytest.mark.slow
+def test_check_a_remote_store(s3_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sessions of an S3 store (moto on loopback) are found by id and URL, downloaded by the task
+    that replays them, and what an A/B run writes is uploaded to the same store."""
+    monkeypatch.setenv("FORKPOINT_CACHE", str(tmp_path / "cache"))
+    env = cli_env(FORKPOINT_CACHE=str(tmp_path / "worker-cache"))  # the tasks' own mirror, empty
+    with ModelServer(turns=1) as srv:
+        ids = record_demo_sessions(s3_url, 2, srv.openai_base_url, tmp_path / "work")
+        plain = forkpoint_cli("check", s3_url, "--json", str(tmp_path / "plain.json"), cwd=tmp_path, env=env)
+        ab = forkpoint_cli("check", s3_url, "--models", "live", "--on-divergence", "live", cwd=tmp_path, env=env)
+    assert plain.returncode == 0, plain.stdout + plain.stderr
+    rows = orjson.loads((tmp_path / "plain.json").read_bytes())["rows"]
+    assert [(r["session_id"], r["status"]) for r in rows] == [(i, "reproduced") for i in ids]
+    assert all(r["location"].startswith(s3_url) for r in rows)
+    assert ab.returncode == 0, ab.stdout + ab.stderr
+    listed = list_sessions(s3_url).rows
+    children = [r for r in listed if r.header.get("parent")]
+    assert sorted(r.header["parent"]["session_id"] for r in children) == sorted(ids)
