@@ -156,6 +156,30 @@ def _outcome_options(f: Any) -> Any:
     )(f)
 
 
+def _arm_options(f: Any) -> Any:
+    """What fork and sweep share: ``--override``, ``--on-divergence``, ``--repo``, the outcome and
+    executor options, ``--store``, and the agent's command (``CMD``, required)."""
+    f = click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)(f)
+    f = _store_opt(_executor_options(_outcome_options(f)))
+    f = click.option(
+        "--repo", type=click.Path(exists=True, file_okay=False, path_type=Path), help="See restore --repo."
+    )(f)
+    f = click.option(
+        "--on-divergence",
+        type=click.Choice(POLICIES),
+        default="stop",
+        show_default=True,
+        help="If an arm's replayed prefix diverges.",
+    )(f)
+    return click.option(
+        "--override",
+        "overrides",
+        multiple=True,
+        metavar="SPEC",
+        help="Applied in every arm (see replay --override).",
+    )(f)
+
+
 def _outcome(command: str | None, timeout: float) -> Any:
     from .outcome import Outcome
 
@@ -547,27 +571,7 @@ def validate_cmd(directory: Path) -> None:
     type=click.Path(path_type=Path),
     help="Parent folder of the arms (default: a new folder $TMPDIR/forkpoint-forks/SESSION@SEQ-XXXX).",
 )
-@click.option(
-    "--override",
-    "overrides",
-    multiple=True,
-    metavar="SPEC",
-    help="Applied in every arm (see replay --override).",
-)
-@click.option(
-    "--on-divergence",
-    type=click.Choice(POLICIES),
-    default="stop",
-    show_default=True,
-    help="If an arm's replayed prefix diverges.",
-)
-@click.option(
-    "--repo", type=click.Path(exists=True, file_okay=False, path_type=Path), help="See restore --repo."
-)
-@_outcome_options
-@_executor_options
-@_store_opt
-@click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
+@_arm_options
 def fork(
     ref: str,
     arms: int,
@@ -646,20 +650,7 @@ def fork(
     type=click.Path(dir_okay=False, path_type=Path),
     help="Also write the session's HTML viewer, with the pass rate by checkpoint drawn.",
 )
-@click.option(
-    "--on-divergence",
-    type=click.Choice(POLICIES),
-    default="stop",
-    show_default=True,
-    help="If an arm's replayed prefix diverges.",
-)
-@click.option(
-    "--repo", type=click.Path(exists=True, file_okay=False, path_type=Path), help="See restore --repo."
-)
-@_outcome_options
-@_executor_options
-@_store_opt
-@click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
+@_arm_options
 def sweep(
     session: str,
     arms: int,
@@ -667,6 +658,7 @@ def sweep(
     last: int | None,
     into: Path | None,
     html_file: Path | None,
+    overrides: tuple[str, ...],
     on_divergence: str,
     repo: Path | None,
     outcome_cmd: str | None,
@@ -712,6 +704,7 @@ def sweep(
             first=first,
             last=last,
             into=into,
+            overrides=list(overrides),
             on_divergence=on_divergence,
             repo=repo,
             executor=ex,
