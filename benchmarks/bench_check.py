@@ -11,8 +11,10 @@ with the command that runs the agent again; then the server is stopped. Each che
 ``forkpoint.suite.check_sessions`` — what ``forkpoint check`` runs, without the CLI's own start-up —
 over the whole store, every session replayed by a fresh ``python -m forkpoint.demo.agent`` child,
 and must report every session reproduced. Measured for each size and executor: wall time, sessions
-per second, seconds per session, and the CPU the machine spent meanwhile (busy time of all cores
-from ``/proc/stat`` over wall time × cores: other work on the machine counts too). Executors:
+per second, seconds per session, the CPU the machine spent meanwhile (busy time of all cores from
+``/proc/stat`` over wall time × cores: other work on the machine counts too), how many replays
+were running at once on average (their summed times over the wall time), the 1-minute load average
+before the run, and for the local executor the CPU seconds its replays took each. Executors:
 ``local`` with ``--jobs 1`` (the smallest two sizes only, for the speed-up), ``local`` with one job
 per core, and ``ray`` (a Ray instance this script starts on loopback with one CPU per core, usage
 statistics and token authentication off; its start-up is timed apart, once).
@@ -24,6 +26,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import shutil
 import statistics
 import sys
@@ -50,18 +53,35 @@ def record_library(store: Path, n: int, work: Path) -> None:
     with ModelServer(turns=2, seed=7) as srv:
         for i in range(n):
             workdir = work / f"w{i}"
-            argv = ["python", "-m", "forkpoint.demo.agent", "--base-url", srv.openai_base_url, "--workdir", str(workdir)]
+            argv = [
+                "python",
+                "-m",
+                "forkpoint.demo.agent",
+                "--base-url",
+                srv.openai_base_url,
+                "--workdir",
+                str(workdir),
+            ]
             with forkpoint.record(name=f"demo-{i}", store=store, argv=argv):
                 run_agent(srv.openai_base_url, workdir, echo=None)
 
 
+def children_cpu() -> float:
+    """CPU seconds (user + system) of this process's finished children: the local executor's replays."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def timed_check(store: Path, executor: Executor, cwd: Path) -> dict[str, Any]:
     selection = select([str(store)])
+    load = os.getloadavg()[0]
     busy0, total0 = cpu_busy()
+    cpu0 = children_cpu()
     t0 = time.perf_counter()
     rows = check_sessions(selection, executor=executor, cwd=cwd)
     wall = time.perf_counter() - t0
     busy1, total1 = cpu_busy()
+    cpu = children_cpu() - cpu0
     found = counts(rows)
     if found != {"reproduced": len(rows)}:
         bad = next(r for r in rows if r["status"] != "reproduced")
@@ -72,12 +92,19 @@ def timed_check(store: Path, executor: Executor, cwd: Path) -> dict[str, Any]:
         "sessions_per_second": round(len(rows) / wall, 3),
         "seconds_per_session": round(wall / len(rows), 4),
         "cpu_busy": round((busy1 - busy0) / max(1e-9, total1 - total0), 3),
+        # Replays running at once, on average: their summed times over the wall time.
+        "in_flight": round(sum(r["seconds"] for r in rows) / wall, 2),
+        # Ray's workers are not this process's children: only the local executor's CPU is counted.
+        "child_cpu_per_session": round(cpu / len(rows), 4) if executor.name == "local" else None,
+        "load_before": round(load, 2),
         "workers": executor.workers,
     }
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--sizes", default="25,50,100,200", help="library sizes (comma-separated)")
     parser.add_argument("--skip-ray", action="store_true", help="measure the local executor only")
     parser.add_argument("--json", metavar="FILE", help="write every measurement as JSON")
@@ -95,7 +122,10 @@ def main() -> int:
         for n in sizes:
             stores[n] = tmp / f"store-{n}"
             record_library(stores[n], n, tmp / f"work-{n}")
-        print(f"recorded {sum(sizes)} demo sessions in {time.perf_counter() - t0:.1f} s ({cores} cores)")
+        print(
+            f"recorded {sum(sizes)} demo sessions in {time.perf_counter() - t0:.1f} s ({cores} cores)",
+            flush=True,
+        )
         plans: list[tuple[str, int | None, list[int]]] = [("local", 1, sizes[:2]), ("local", None, sizes)]
         if not args.skip_ray:
             plans.append(("ray", None, sizes))
@@ -110,16 +140,23 @@ def main() -> int:
                 for n in todo:
                     r = {"executor": label, **timed_check(stores[n], ex, tmp)}
                     results.append(r)
+                    cpu = r["child_cpu_per_session"]
                     print(
                         f"{label:>18}: {n:>4} sessions in {r['seconds']:7.1f} s = {r['sessions_per_second']:5.2f}/s, "
-                        f"{r['seconds_per_session']:.3f} s each, CPU busy {r['cpu_busy']:.0%}"
+                        f"{r['seconds_per_session']:.3f} s each, {r['in_flight']:.2f} at once, "
+                        f"CPU busy {r['cpu_busy']:.0%}"
+                        + (f", {cpu:.2f} CPU s per replay" if cpu is not None else "")
+                        + f" (load average before: {r['load_before']})",
+                        flush=True,
                     )
         print()
         for label in dict.fromkeys(r["executor"] for r in results):
             mine = [r for r in results if r["executor"] == label]
             per = [r["seconds_per_session"] for r in mine]
             spread = (max(per) - min(per)) / statistics.mean(per) if len(per) > 1 else 0.0
-            print(f"{label:>18}: seconds per session {min(per):.3f}–{max(per):.3f} over {len(mine)} sizes (spread {spread:.0%})")
+            print(
+                f"{label:>18}: seconds per session {min(per):.3f}–{max(per):.3f} over {len(mine)} sizes (spread {spread:.0%})"
+            )
         one = {r["sessions"]: r["seconds"] for r in results if r["executor"].endswith("--jobs 1")}
         full = {r["sessions"]: r["seconds"] for r in results if r["executor"] == f"local --jobs {cores}"}
         for n in sorted(set(one) & set(full)):
