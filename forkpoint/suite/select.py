@@ -121,7 +121,7 @@ def select(
         path = Path(arg) if arg else store_dir(None)
         if arg and (path / LOG_NAME).is_file():
             chosen.append((info(path), None, True))
-        elif is_url(arg) or is_store(path):
+        elif is_url(arg) or is_store(path) or (not arg and path.is_dir()):
             found = open_store(arg or path)
             url = found.url if is_url(found.url) else None
             chosen.extend((row, url, False) for row in found.listing().rows)

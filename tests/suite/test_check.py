@@ -36,7 +36,7 @@ def recorded(store: Path, name: str, **tags: str) -> Path:
     return rec.session_path
 
 
-def test_select_a_store_with_tags_and_since(tmp_path: Path) -> None:
+def test_select_a_store_with_tags_and_since(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     store = tmp_path / "store"
     a = recorded(store, "a", team="x")
     b = recorded(store, "b", team="y")
@@ -49,6 +49,10 @@ def test_select_a_store_with_tags_and_since(tmp_path: Path) -> None:
 
     everything = select([str(store)])
     assert [s.name for s in everything.sessions] == ["a", "b", "c", "running"]
+    monkeypatch.setenv("FORKPOINT_STORE", str(store))  # no target: the store
+    assert [s.name for s in select([]).sessions] == ["a", "b", "c", "running"]
+    monkeypatch.setenv("FORKPOINT_STORE", str(tmp_path / "nothing-yet"))
+    assert select([]).sessions == []
     assert everything.notes == [
         "left out 1 session that are what-if runs or fork arms (name one to check it)"
     ]
