@@ -358,7 +358,9 @@ def test_check_a_remote_store(s3_url: str, tmp_path: Path, monkeypatch: pytest.M
     with ModelServer(turns=1) as srv:
         ids = record_demo_sessions(s3_url, 2, srv.openai_base_url, tmp_path / "work")
         plain = forkpoint_cli("check", s3_url, "--json", str(tmp_path / "plain.json"), cwd=tmp_path, env=env)
-        ab = forkpoint_cli("check", s3_url, "--models", "live", "--on-divergence", "live", cwd=tmp_path, env=env)
+        ab = forkpoint_cli(
+            "check", s3_url, "--models", "live", "--on-divergence", "live", cwd=tmp_path, env=env
+        )
     assert plain.returncode == 0, plain.stdout + plain.stderr
     rows = orjson.loads((tmp_path / "plain.json").read_bytes())["rows"]
     assert [(r["session_id"], r["status"]) for r in rows] == [(i, "reproduced") for i in ids]

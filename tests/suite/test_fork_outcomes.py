@@ -9,6 +9,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,6 +17,7 @@ from forkpoint.html import view_model
 from forkpoint.log import Session
 from forkpoint.outcome import Rate, by_checkpoint, outcome_of, wilson
 from forkpoint.store import session_dirs
+from forkpoint.suite.tables import sweep_verdict
 from tests.modelserver import LocalServer
 from tests.suite.agents import KEEPER_OUTCOME, Keeper, record_keeper
 
@@ -140,3 +142,19 @@ def test_an_arm_that_cannot_be_restored_is_reported_and_never_run(keeper: Keeper
     assert "no arm ran: nothing was measured" in out.stdout
     assert keeper.model.decisions == decisions  # no arm reached the model
     assert arms_of_store(keeper) == []
+
+
+def test_sweep_verdict_in_words() -> None:
+    def result(arms: list[tuple[int, bool | None]]) -> dict[str, Any]:
+        return {"session": "s", **by_checkpoint(arms, {1: 1, 4: 2, 7: 3})}
+
+    assert sweep_verdict(result([(1, None), (4, None)])) == "no arm ran: nothing was measured"
+    assert sweep_verdict(result([(1, False), (4, False)])) == (
+        "no arm passed from any checkpoint: the run was unrecoverable from @1 (turn 1) on"
+    )
+    assert sweep_verdict(result([(1, True), (4, True)])) == (
+        "arms passed from every checkpoint up to the last (@4): the run was still recoverable there"
+    )
+    assert sweep_verdict(result([(1, True), (4, True), (4, False), (7, False)])) == (
+        "the run became unrecoverable between @4 (turn 2, 1/2 passed) and @7 (turn 3): no arm from there on passed"
+    )
