@@ -96,9 +96,16 @@ def _arm(session: Session, outcome: dict[str, Any] | None, exit_code: int | None
 def _ab(
     session: Session, cmd: list[str] | None, spec: dict[str, Any], common: dict[str, Any]
 ) -> dict[str, Any]:
-    """Both arms of one session: ``recorded`` (the session as recorded; with an outcome command, a
-    plain replay of it is measured the same way as the new run) and ``new`` (models live, tools from
-    the recording, the tool policy for calls whose arguments changed), and where they first differ."""
+    """Both arms of one session, as the row fields they set: the new run's verdict fields, and
+    ``ab`` = ``{"recorded", "new"}`` (each ``{"session", "tokens_in", "tokens_out", "model_ms",
+    "wall_ms", "exit_code", "outcome", "final_answer"}``; ``new`` None when the run made no report),
+    ``recorded_replay`` (status and detail of the plain replay an outcome command was measured on,
+    else None), ``first_change`` (``{"where", "path"}``, :meth:`~forkpoint.diff.SessionDiff.describe`,
+    or None) and ``child`` (the new run's session). ``recorded`` is the session as recorded; with an
+    outcome command, a plain replay of it is measured the same way as the new run. ``new`` has its
+    models live and its tools from the recording, ``spec["on_divergence"]`` deciding about a tool
+    call whose arguments changed; ``status`` is ``stopped`` when that policy stopped it, else
+    ``changed`` or ``same``."""
     outcome = Outcome(**spec["outcome"]) if spec.get("outcome") else None
     end: dict[str, Any] = dict(session.end() or {})
     recorded_exit = end.get("exit_code")
