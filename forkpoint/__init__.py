@@ -8,6 +8,8 @@ Public API::
         run_agent()
     print(rp.report())
 
+    run = forkpoint.run_command(["python", "agent.py"])  # a Python command, in this process
+
     @forkpoint.tool
     def search(query: str) -> list[dict]: ...
 
@@ -33,6 +35,7 @@ from .errors import (
     ToolResultError,
 )
 from .log import Session
+from .program import ProgramRun, run_command
 from .record import Recorder
 from .replay import Replayer
 from .runtime import active
@@ -41,6 +44,7 @@ __all__ = [
     "Divergence",
     "ForkpointError",
     "NetworkBlocked",
+    "ProgramRun",
     "RecordedToolError",
     "Recorder",
     "Replayer",
@@ -54,6 +58,7 @@ __all__ = [
     "record",
     "register_encoder",
     "replay",
+    "run_command",
     "tool",
     "verify",
 ]

@@ -1,11 +1,11 @@
 """The ``forkpoint`` command line: record, replay, show, ls, verify, diff, checkpoints, restore, validate,
-fork, import, export, scrub, demo.
+fork, sweep, check, make-test, import, export, scrub, demo.
 
 Exit codes: ``record`` and ``replay`` exit with the agent's own code; ``replay`` exits with
 :data:`~forkpoint.replay.EXIT_DIVERGENCE` (3) when the run did not reproduce the recording (it
 diverged, left recorded calls unasked, reached for the network, ended otherwise than recorded, or
-drifted under ``--on-divergence fifo`` without ``--accept-drift``);
-2 is a usage error or unreadable session; 127 a command that was not found.
+drifted under ``--on-divergence fifo`` without ``--accept-drift``), and ``check`` when any session
+did not reproduce; 2 is a usage error or unreadable session; 127 a command that was not found.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from ._version import __version__
 from .capture.targets import parse_target
 from .checkpoint import verify_session
 from .errors import ForkpointError, OverrideError, SessionError, UsageError
+from .executors import Executor, open_executor
 from .log import Session
 from .orchestrate import Arm, fork_arms, record_command, replay_command
 from .replay import POLICIES, SOURCES
@@ -142,6 +143,91 @@ _store_opt = click.option(
     help="Session store: a directory or an fsspec URL such as s3://bucket/prefix "
     "(default: $FORKPOINT_STORE or .forkpoint/).",
 )
+
+
+class _DashCommand(click.Command):
+    """A command whose arguments after ``--`` are a program to run (``ctx.meta["forkpoint.cmd"]``),
+    while options may stand anywhere before it (``check [OPTIONS] [TARGET…] [-- CMD…]``)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        cut = args.index("--") if "--" in args else len(args)
+        ctx.meta["forkpoint.cmd"] = args[cut + 1 :]
+        return super().parse_args(ctx, args[:cut])
+
+
+def _executor_options(f: Any) -> Any:
+    """``--executor`` and ``--jobs``, shared by check, fork and sweep."""
+    f = click.option(
+        "--jobs",
+        "-j",
+        type=click.IntRange(1, 1024),
+        metavar="N",
+        help="With --executor local: run N at once (default: one per core). "
+        "With plain --executor ray: the CPUs of the Ray instance started here.",
+    )(f)
+    return click.option(
+        "--executor",
+        default="local",
+        show_default=True,
+        metavar="local|ray[:ADDRESS]",
+        help="Where the runs go: processes on this machine, or Ray tasks (ray: a Ray started here, or "
+        "$RAY_ADDRESS; ray:ADDRESS: that cluster). See docs/scale.md.",
+    )(f)
+
+
+def _outcome_options(f: Any) -> Any:
+    """``--outcome`` and ``--outcome-timeout``, shared by check, fork and sweep."""
+    from .outcome import DEFAULT_TIMEOUT
+
+    f = click.option(
+        "--outcome-timeout",
+        type=click.FloatRange(min=0.001),
+        default=DEFAULT_TIMEOUT,
+        show_default=True,
+        metavar="SECONDS",
+        help="Stop an outcome command after this long (it then counts as a failure).",
+    )(f)
+    return click.option(
+        "--outcome",
+        "outcome_cmd",
+        metavar="CMD",
+        help="A shell command run in each run's directory when the run has ended; exit 0 is a pass "
+        "(it sees $FORKPOINT_OUTCOME_SESSION, $FORKPOINT_OUTCOME_OUTPUT, $FORKPOINT_OUTCOME_EXIT).",
+    )(f)
+
+
+def _arm_options(f: Any) -> Any:
+    """What fork and sweep share: ``--override``, ``--on-divergence``, ``--repo``, the outcome and
+    executor options, ``--store``, and the agent's command (``CMD``, required)."""
+    f = click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)(f)
+    f = _store_opt(_executor_options(_outcome_options(f)))
+    f = click.option(
+        "--repo", type=click.Path(exists=True, file_okay=False, path_type=Path), help="See restore --repo."
+    )(f)
+    f = click.option(
+        "--on-divergence",
+        type=click.Choice(POLICIES),
+        default="stop",
+        show_default=True,
+        help="If an arm's replayed prefix diverges.",
+    )(f)
+    return click.option(
+        "--override",
+        "overrides",
+        multiple=True,
+        metavar="SPEC",
+        help="Applied in every arm (see replay --override).",
+    )(f)
+
+
+def _outcome(command: str | None, timeout: float) -> Any:
+    from .outcome import Outcome
+
+    return Outcome(command, timeout) if command else None
+
+
+def _executor(spec: str, jobs: int | None) -> Executor:
+    return open_executor(spec, jobs=jobs)
 
 
 class _Commands(click.Group):
@@ -575,31 +661,13 @@ def validate_cmd(directory: Path) -> None:
 
 @main.command(cls=_RunsProgram)
 @click.argument("ref", metavar="SESSION@SEQ")
-@click.option("--arms", default=1, show_default=True, type=click.IntRange(1, 64), help="How many arms.")
+@click.option("--arms", default=1, show_default=True, type=click.IntRange(1, 1024), help="How many arms.")
 @click.option(
     "--into",
     type=click.Path(path_type=Path),
     help="Parent folder of the arms (default: a new folder $TMPDIR/forkpoint-forks/SESSION@SEQ-XXXX).",
 )
-@click.option(
-    "--override",
-    "overrides",
-    multiple=True,
-    metavar="SPEC",
-    help="Applied in every arm (see replay --override).",
-)
-@click.option(
-    "--on-divergence",
-    type=click.Choice(POLICIES),
-    default="stop",
-    show_default=True,
-    help="If an arm's replayed prefix diverges.",
-)
-@click.option(
-    "--repo", type=click.Path(exists=True, file_okay=False, path_type=Path), help="See restore --repo."
-)
-@_store_opt
-@click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
+@_arm_options
 def fork(
     ref: str,
     arms: int,
@@ -607,6 +675,10 @@ def fork(
     overrides: tuple[str, ...],
     on_divergence: str,
     repo: Path | None,
+    outcome_cmd: str | None,
+    outcome_timeout: float,
+    executor: str,
+    jobs: int | None,
     store: str | None,
     cmd: tuple[str, ...],
 ) -> None:
@@ -614,54 +686,296 @@ def fork(
 
     In each arm, CMD runs in the restored directory: the calls recorded before the checkpoint are
     replayed (no model, no tool bodies), every later one is live, and the arm is recorded as a new
-    session linked to SESSION@SEQ. CMD must work on its current directory.
+    session linked to SESSION@SEQ. CMD must work on its current directory; what it prints goes to
+    arm-N.log beside the arm. Every arm is validated without a model first, and one that fails
+    validation is never run. With --outcome, CMD's result is measured in each arm and the pass rate
+    shown with its 95% interval.
     """
     session, seq = _session_at(ref, store)
 
-    def shown(arm: Arm, stage: str) -> None:
-        if stage != "restored":
-            return
+    def shown(arm: Arm) -> None:
         err.rule(f"arm {arm.index}: {arm.directory}")
-        if arm.error is not None:
+        if arm.error is not None and not arm.checks:
             err.print(f"[red]{escape(arm.error)}[/red]")
         else:
             _print_checks(arm.checks)
+            if arm.error is not None:
+                err.print(f"[red]{escape(arm.error)}[/red]")
 
-    root, done = fork_arms(
-        session,
-        seq,
-        _command(cmd),
-        arms=arms,
-        into=into,
-        overrides=list(overrides),
-        on_divergence=on_divergence,
-        repo=repo,
-        on_arm=shown,
-    )
-    table = Table(box=None, header_style="bold", title=f"fork of {session.id}@{seq}", title_justify="left")
-    for col in ("arm", "directory", "checkpoint", "calls", "exit", "session"):
-        table.add_column(col)
-    failed = 0
-    for arm in done:
-        if not arm.valid:
-            failed += 1
-            state = "[red]restore failed[/red]" if arm.error is not None else "[red]invalid[/red]"
-            table.add_row(str(arm.index), str(arm.directory), state, "", "", "")
-            continue
-        report = arm.report or {}
-        live = report.get("live_calls") or {}
-        failed += arm.exit_code != 0
-        table.add_row(
-            str(arm.index),
-            str(arm.directory),
-            "[green]valid[/green]",
-            f"{report.get('matched', 0)} replayed, "
-            f"{live.get('models', 0)} model + {live.get('tools', 0)} tool live",
-            str(arm.exit_code),
-            Path(report.get("child_session") or "—").name,
+    with _executor(executor, jobs) as ex:
+        err.print(f"forkpoint: {plural(arms, 'arm')} on {executor} ({ex.workers} at a time)", markup=False)
+        _, done = fork_arms(
+            session,
+            seq,
+            _command(cmd),
+            arms=arms,
+            into=into,
+            overrides=list(overrides),
+            on_divergence=on_divergence,
+            repo=repo,
+            outcome=_outcome(outcome_cmd, outcome_timeout),
+            executor=ex,
+            on_arm=shown,
         )
-    terminal().print(table)
+    from .suite.tables import fork_table, pass_rate_line
+
+    terminal().print(fork_table(done, title=f"fork of {session.id}@{seq}"))
+    if outcome_cmd:
+        click.echo(pass_rate_line(done))
+    failed = sum(1 for arm in done if not arm.valid or arm.exit_code != 0)
     sys.exit(0 if failed == 0 else 1)
+
+
+@main.command()
+@click.argument("session")
+@click.option(
+    "--arms", default=4, show_default=True, type=click.IntRange(1, 1024), help="Arms per checkpoint."
+)
+@click.option("--from", "first", type=int, metavar="SEQ", help="Sweep checkpoints from this seq on.")
+@click.option("--to", "last", type=int, metavar="SEQ", help="Sweep checkpoints up to this seq.")
+@click.option(
+    "--into",
+    type=click.Path(path_type=Path),
+    help="Parent folder of the arms, one folder per checkpoint (default: a new folder under "
+    "$TMPDIR/forkpoint-forks).",
+)
+@click.option(
+    "--html",
+    "html_file",
+    metavar="FILE",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Also write the session's HTML viewer, with the pass rate by checkpoint drawn.",
+)
+@_arm_options
+def sweep(
+    session: str,
+    arms: int,
+    first: int | None,
+    last: int | None,
+    into: Path | None,
+    html_file: Path | None,
+    overrides: tuple[str, ...],
+    on_divergence: str,
+    repo: Path | None,
+    outcome_cmd: str | None,
+    outcome_timeout: float,
+    executor: str,
+    jobs: int | None,
+    store: str | None,
+    cmd: tuple[str, ...],
+) -> None:
+    """Fork N arms from every resumable checkpoint of SESSION (or those from --from to --to), run
+    CMD live in each, measure --outcome, and show the pass rate by checkpoint: where the run
+    became unrecoverable.
+
+    Every arm is validated without a model before it runs; one that fails validation is reported
+    and never run. Exits 1 when some arm could not run.
+    """
+    from .suite import sweep as do_sweep
+    from .suite.tables import sweep_table, sweep_verdict
+
+    if not outcome_cmd:
+        raise click.UsageError("sweep measures an outcome: give --outcome CMD")
+    if html_file is not None:
+        _output_file(html_file, "--html")
+    s = _load(session, store)
+
+    def shown(arm: Arm) -> None:
+        state = (
+            "not run: " + (arm.error or "validation failed")
+            if not arm.valid
+            else ("pass" if arm.passed else "fail")
+        )
+        err.print(f"forkpoint: @{arm.seq} arm {arm.index}: {escape(state)}")
+
+    with _executor(executor, jobs) as ex:
+        err.print(
+            f"forkpoint: {arms} arm(s) per checkpoint on {executor} ({ex.workers} at a time)", markup=False
+        )
+        result = do_sweep(
+            s,
+            _command(cmd),
+            arms=arms,
+            outcome=_outcome(outcome_cmd, outcome_timeout),
+            first=first,
+            last=last,
+            into=into,
+            overrides=list(overrides),
+            on_divergence=on_divergence,
+            repo=repo,
+            executor=ex,
+            on_arm=shown,
+        )
+    terminal().print(sweep_table(result))
+    click.echo(sweep_verdict(result))
+    click.echo(f"arms in {result['into']}")
+    if html_file is not None:
+        from .html import write_html
+
+        write_html(s, html_file, sweep={k: v for k, v in result.items() if k != "arms"})
+        err.print(f"forkpoint: wrote {html_file} (session {s.id}, pass rate by checkpoint)", markup=False)
+    sys.exit(0 if all(a.valid and a.report is not None for a in result["arms"]) else 1)
+
+
+@main.command(cls=_DashCommand)
+@click.argument("targets", nargs=-1, metavar="[SESSION|STORE|DIR]...")
+@_store_opt
+@click.option("--tag", "tags", multiple=True, metavar="K=V", help="Only sessions with this tag (repeatable).")
+@click.option(
+    "--since", metavar="DATE", help="Only sessions recorded on or after DATE (2026-11-01, or with a time)."
+)
+@click.option(
+    "--models",
+    "models_source",
+    type=click.Choice(SOURCES),
+    default="replay",
+    show_default=True,
+    help="replay: the library as a suite. live: an A/B run of today's prompt or model against each "
+    "session's recorded tool world.",
+)
+@click.option(
+    "--on-divergence",
+    type=click.Choice(POLICIES),
+    default="stop",
+    show_default=True,
+    help="With --models live, the tool policy for a tool call whose arguments changed: stop, serve "
+    "the next recorded call of that tool anyway (fifo), or run the tool (live).",
+)
+@_outcome_options
+@click.option("--junit-xml", "junit_file", metavar="FILE", help="Write the result as JUnit XML (for CI).")
+@click.option("--json", "json_file", metavar="FILE", help="Write every row (and the summary) as JSON.")
+@click.option(
+    "--no-verify", is_flag=True, help="Replay even sessions whose hash chain or blobs fail verification."
+)
+@_executor_options
+def check(
+    targets: tuple[str, ...],
+    store: str | None,
+    tags: tuple[str, ...],
+    since: str | None,
+    models_source: str,
+    on_divergence: str,
+    outcome_cmd: str | None,
+    outcome_timeout: float,
+    junit_file: str | None,
+    json_file: str | None,
+    no_verify: bool,
+    executor: str,
+    jobs: int | None,
+) -> None:
+    """Replay every selected session against today's code, several at once, and print a table:
+    session, name, tags, verdict, time.
+
+    forkpoint check [SESSION|STORE|DIR]... [--tag K=V] [--since DATE] [-- CMD]
+
+    TARGETS are sessions (path, id, prefix, name, last), stores (a directory or URL) or folders of
+    sessions such as tests/cassettes; none means the store. Each session's recorded command runs
+    in the current directory (absolute paths under the directory it was recorded in are mapped
+    here), or CMD when given. Exits 3 when any session did not reproduce.
+
+    With --models live, every model call is made live (a new prompt or model) while tool calls are
+    served from the recording, and the table shows where behaviour first changed and the outcome,
+    tokens and model time of the recorded run next to the new one.
+    """
+    import time
+
+    from .suite import ab_summary, check_sessions, counts, parse_since, select, write_junit
+    from .suite import exit_code as check_exit
+    from .suite.tables import ab_summary_table, ab_table, check_table
+
+    for f, option in ((junit_file, "--junit-xml"), (json_file, "--json")):
+        if f:
+            _output_file(f, option)
+    ctx = click.get_current_context()
+    cmd = list(ctx.meta.get("forkpoint.cmd") or [])
+    ab = models_source == "live"
+    selection = select(
+        list(targets), store=store, tags=_parse_tags(tags), since=parse_since(since) if since else None
+    )
+    for note in selection.notes:
+        err.print(f"forkpoint: {note}", markup=False)
+    if not selection.sessions:
+        err.print("forkpoint: no session to check", markup=False)
+        sys.exit(0)
+    started = time.perf_counter()
+    total = len(selection.sessions)
+    finished = 0
+
+    def progress(row: dict[str, Any]) -> None:
+        nonlocal finished
+        finished += 1
+        if err.is_terminal:
+            err.print(f"forkpoint: {finished}/{total} {row['session_id']} {row['status']}", markup=False)
+
+    with _executor(executor, jobs) as ex:
+        workers = ex.workers
+        rows = check_sessions(
+            selection,
+            executor=ex,
+            cwd=Path.cwd(),
+            cmd=cmd or None,
+            models=models_source,
+            on_divergence=on_divergence,
+            outcome=_outcome(outcome_cmd, outcome_timeout),
+            verify=not no_verify,
+            on_row=progress,
+        )
+    seconds = time.perf_counter() - started
+    out = terminal()
+    if ab:
+        summary = ab_summary(rows)
+        out.print(ab_table(rows))
+        out.print(ab_summary_table(summary))
+    else:
+        summary = counts(rows)
+        out.print(check_table(rows))
+        parts = ", ".join(f"{n} {k}" for k, n in sorted(summary.items()))
+        click.echo(
+            f"{plural(len(rows), 'session')} checked in {seconds:.1f} s on {executor} "
+            f"({workers} at a time): {parts}"
+        )
+    for r in rows:
+        if r["status"] not in ("reproduced", "same", "changed") and r.get("divergence"):
+            err.rule(f"{r['session_id']} {escape(r.get('name') or '')}")
+            err.print(r["divergence"], markup=False)
+    if junit_file:
+        write_junit(rows, Path(junit_file), seconds=seconds, ab=ab)
+    if json_file:
+        data = {"rows": rows, "summary": summary, "seconds": round(seconds, 3), "executor": executor}
+        Path(json_file).write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2))
+    sys.exit(check_exit(rows, ab=ab))
+
+
+@main.command(name="make-test")
+@click.argument("session")
+@_store_opt
+@click.option(
+    "--into",
+    default=Path("tests") / "incidents",
+    show_default=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="The folder of the test file (its cassette goes to cassettes/NAME beside it).",
+)
+@click.option("--name", help="The test's name (default: the session's name, else its id).")
+@click.option("--force", is_flag=True, help="Replace a test and cassette of that name.")
+def make_test_cmd(session: str, store: str | None, into: Path, name: str | None, force: bool) -> None:
+    """Turn a recorded session (an incident) into a test of your pytest suite.
+
+    The session becomes the test's cassette, and a test is written that runs the recorded command
+    in this directory (the recorded one maps here) and asserts how the recorded run ended, with a
+    comment where the assertion the fix must satisfy goes. After the fix:
+    pytest --forkpoint-mode=record TEST re-records from the first call that changed.
+    """
+    from .suite import make_test
+
+    s = _load(session, store, check=False)  # make_test verifies, and refuses
+    test_file, cassette = make_test(s, into=into, root=Path.cwd(), name=name, force=force)
+    err.print(
+        f"forkpoint: wrote {test_file} and its cassette {cassette} (session {s.id}); run it with: "
+        f"pytest {test_file}",
+        markup=False,
+    )
+    click.echo(str(test_file))
 
 
 @main.command(name="export")

@@ -151,7 +151,10 @@ def _cell(event: dict[str, Any] | None) -> str:
     return f"#{event['seq']} {signature(event)}" if event else "—"
 
 
-def _totals(session: Session) -> dict[str, Any]:
+def totals(session: Session) -> dict[str, Any]:
+    """What a run amounts to: ``turns`` (model calls), ``tools`` (calls by name), ``tool_errors``,
+    ``tokens`` (``input``/``output``, summed over the model calls' usage), ``model_ms`` (the model
+    calls' summed wall time, ms), ``final_answer`` (the last model text) and ``exit_code``."""
     models = session.by_type("model_call")
     tools = session.by_type("tool_call")
     usages: list[Mapping[str, Any]] = [summary(m).get("usage") or {} for m in models]
@@ -168,6 +171,7 @@ def _totals(session: Session) -> dict[str, Any]:
         "tools": dict(Counter(t["tool"] for t in tools)),
         "tool_errors": sum(1 for t in tools if "error" in t),
         "tokens": {"input": tokens_in, "output": tokens_out},
+        "model_ms": round(sum(float(m.get("duration_ms") or 0) for m in models), 3),
         "final_answer": final,
         "exit_code": end.get("exit_code") if end else None,
     }
@@ -187,6 +191,21 @@ class SessionDiff:
     def equivalent(self) -> bool:
         """True when every call pairs with an equivalent call."""
         return self.first_divergence is None
+
+    @property
+    def first_change(self) -> int | None:
+        """Where behaviour first changed (index into pairs): the first pair that is not equivalent
+        or whose calls were answered differently; None when the runs asked and got the same."""
+        return next((i for i, p in enumerate(self.pairs) if not p.equivalent or p.changes), None)
+
+    def describe(self, index: int) -> tuple[str, str | None]:
+        """(where, first JSON path that differs) for pair ``index``: ``"seq 3 ↔ seq 3 (model POST
+        /v1/chat/completions)"``, ``"$.response.text"``."""
+        p = self.pairs[index]
+        e = p.a or p.b
+        assert e is not None
+        sides = " ↔ ".join(f"seq {x['seq']}" if x is not None else "—" for x in (p.a, p.b))
+        return f"{sides} ({signature(e)})", p.changes[0].path if p.changes else None
 
     def to_json(self) -> dict[str, Any]:
         """JSON form (``forkpoint diff --json``)."""
@@ -243,7 +262,7 @@ def diff_sessions(a: Session, b: Session) -> SessionDiff:
                 )
                 pairs.append(Pair(xo, yo, False, changes))
     first = next((i for i, p in enumerate(pairs) if not p.equivalent), None)
-    return SessionDiff(a, b, pairs, first, (_totals(a), _totals(b)))
+    return SessionDiff(a, b, pairs, first, (totals(a), totals(b)))
 
 
 def _bounded(changes: list[Change], max_lines: int, indent: str = "") -> list[str]:

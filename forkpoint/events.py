@@ -238,8 +238,22 @@ class EndDivergence(TypedDict, total=False):
     diff: list[dict[str, Any]]
 
 
+class OutcomeEvent(_Common, total=False):
+    """What the run achieved, measured after it ended by a command the user names (``--outcome CMD``):
+    run in the run's directory, ``passed`` when it exited 0. ``exit_code`` is None when it could not
+    start or timed out, and ``reason`` says which; ``output`` is the end of what it printed (stdout
+    and stderr, at most :data:`forkpoint.outcome.OUTPUT_KEPT` characters). Written before ``end``."""
+
+    type: Required[Literal["outcome"]]
+    command: Required[str]
+    passed: Required[bool]
+    exit_code: int | None
+    reason: str | None
+    output: str
+
+
 #: Any event of a session log.
-Event = ModelCallEvent | ToolCallEvent | ValueEvent | CheckpointEvent | NoteEvent | EndEvent
+Event = ModelCallEvent | ToolCallEvent | ValueEvent | CheckpointEvent | NoteEvent | OutcomeEvent | EndEvent
 #: The kinds of call a replay serves (a value read with ``deterministic`` is served like a call).
 CallKind = Literal["model_call", "tool_call", "value"]
 Call = ModelCallEvent | ToolCallEvent
@@ -314,6 +328,20 @@ class OverrideState(TypedDict):
     value: Any
     seq: int
     applied: bool
+
+
+#: How a replay of a recorded run compares with it (:func:`forkpoint.replay.verdict`).
+VerdictStatus = Literal["reproduced", "diverged", "ended differently", "error"]
+
+
+class Verdict(TypedDict):
+    """A replay's verdict: ``status``; ``detail`` in words; for a divergence, the ``call`` where it
+    happened (``model call #2 (POST /v1/chat/completions)``) and the first JSON ``path`` that differs."""
+
+    status: VerdictStatus
+    detail: str
+    call: str | None
+    path: str | None
 
 
 class ReplayReport(TypedDict):

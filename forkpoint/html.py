@@ -11,8 +11,9 @@ call, the request messages (:func:`forkpoint.providers.request_messages`, enrich
 calls and tool-call ids of the request), parameters, the response text and tool calls, usage,
 HTTP details and the raw stream chunks; a stream player that re-renders the assistant text chunk by
 chunk with the recorded timing (speed adjustable); tool calls with arguments and result or error;
-checkpoints (boundary, source tree and changed files, workspace files, carried context); notes; the
-end. For a what-if session: the parent, the replay options, each event's source (replay, override,
+checkpoints (boundary, source tree and changed files, workspace files, carried context); notes;
+outcomes; the end; and, when fork arms of the session measured an outcome (``forkpoint sweep``),
+the pass rate by checkpoint with its 95 % intervals and where the run became unrecoverable. For a what-if session: the parent, the replay options, each event's source (replay, override,
 live), and where the run diverged from its parent (from a replay report when given, else from
 :func:`forkpoint.diff.diff_sessions` against the parent when it is in the same store).
 
@@ -34,6 +35,7 @@ import orjson
 from ._version import __version__
 from .events import endpoint, in_tool, tool_matches, tool_spans
 from .log import Session, SessionError, to_json
+from .outcome import arms_of, by_checkpoint
 from .providers import (
     call_kind,
     context_messages,
@@ -348,10 +350,16 @@ def _divergence(
 
 
 def view_model(
-    session: Session, *, parent: Session | None = None, report: dict[str, Any] | None = None
+    session: Session,
+    *,
+    parent: Session | None = None,
+    report: dict[str, Any] | None = None,
+    sweep: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The JSON data the page renders. ``parent`` (default: the header's parent, when it is in the
-    same store) and ``report`` (a replay report) tell where a what-if session diverged."""
+    same store) and ``report`` (a replay report) tell where a what-if session diverged. ``sweep``
+    (:func:`forkpoint.outcome.by_checkpoint`; default: computed from the session's fork arms with
+    outcomes in its store) is drawn as the pass rate by checkpoint."""
     h = session.header
     parent_ref = h.get("parent") if isinstance(h.get("parent"), dict) else None
     if parent is None and parent_ref and parent_ref.get("session_id"):
@@ -441,6 +449,11 @@ def view_model(
             if e.get("data") is not None:
                 v["data"] = to_json(e.get("data"))
             stats["notes"] += 1
+        elif kind == "outcome":
+            v["turn"] = turn
+            v["command"] = e.get("command")
+            v["passed"] = e.get("passed")
+            v["raw"] = to_json({k: x for k, x in e.items() if k not in ("prev", "hash")})
         elif kind == "end":
             v["turn"] = None
             v["exit_code"] = e.get("exit_code")
@@ -481,7 +494,17 @@ def view_model(
         if parent_ref
         else None,
         "divergence": _divergence(session, parent, report) if parent_ref or report else None,
+        "sweep": sweep if sweep is not None else _sweep(session),
     }
+
+
+def _sweep(session: Session) -> dict[str, Any] | None:
+    """The pass rate by checkpoint of the session's fork arms that measured an outcome, if any."""
+    arms = [(seq, passed) for seq, passed in arms_of(session) if passed is not None]
+    if not arms:
+        return None
+    turns = {c["seq"]: c.get("turn") for c in session.by_type("checkpoint")}
+    return by_checkpoint(arms, turns)
 
 
 # --------------------------------------------------------------------------- the page
@@ -508,13 +531,19 @@ def _esc(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
 
 
-def render(session: Session, *, parent: Session | None = None, report: dict[str, Any] | None = None) -> str:
+def render(
+    session: Session,
+    *,
+    parent: Session | None = None,
+    report: dict[str, Any] | None = None,
+    sweep: dict[str, Any] | None = None,
+) -> str:
     """The whole page as a string (see the module docstring)."""
     from .scrub import rescrubbed
     from .viewer.assets import CSS, JS
 
     session = rescrubbed(session)  # the rules in force now apply to what leaves (docs/security.md)
-    data = view_model(session, parent=parent, report=report)
+    data = view_model(session, parent=parent, report=report, sweep=sweep)
     csp = (
         f"default-src 'none'; style-src {_csp_hash(CSS)}; script-src {_csp_hash(JS)}; "
         "img-src data:; base-uri 'none'; form-action 'none'"
@@ -545,10 +574,11 @@ def write_html(
     *,
     parent: Session | None = None,
     report: dict[str, Any] | None = None,
+    sweep: dict[str, Any] | None = None,
 ) -> Path:
     """Write the page to ``path`` (owner-only permissions, like the session it shows)."""
     path = Path(path)
-    page = render(session, parent=parent, report=report).encode()
+    page = render(session, parent=parent, report=report, sweep=sweep).encode()
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as f:
         f.write(page)

@@ -14,20 +14,24 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
 from . import override
 from ._boot import child_env, read_endings
 from .checkpoint import Check, find, restore, validate, verify_session
-from .errors import CheckpointError, SessionError, UsageError
-from .log import Session
+from .errors import CheckpointError, ForkpointError, SessionError, UsageError
+from .executors import Executor, LocalExecutor
+from .log import Session, to_json
 from .match import load_ignore
 from .otel import LiveExport
+from .outcome import Outcome, measure
 from .record import make_header, open_workspace, recording_warnings
 from .redact import load_rules
 from .replay import (
@@ -40,7 +44,7 @@ from .replay import (
     merge_reports,
     summary_line,
 )
-from .store import INDEX_DIR, info, open_store, store_dir
+from .store import info, is_store, is_url, open_store, resolve, store_dir
 from .text import plural
 
 
@@ -58,21 +62,45 @@ def check_config(cwd: Path | None = None) -> None:
     load_ignore(cwd)
 
 
+class Ran(NamedTuple):
+    """How a child process ended: its exit code, and its stdout / stderr text when captured."""
+
+    code: int
+    out: str | None
+    err: str | None
+
+
 def run_child(
-    cmd: list[str], env: dict[str, str], *, capture: bool = False, cwd: Path | None = None
-) -> tuple[int, str | None]:
+    cmd: list[str],
+    env: dict[str, str],
+    *,
+    capture: bool = False,
+    capture_stderr: bool = False,
+    cwd: Path | None = None,
+) -> Ran:
     """Run ``cmd`` to completion with ``env``; Ctrl-C, SIGTERM and SIGHUP go to the child.
 
-    Returns (exit code, stdout text if ``capture`` else None). The exit code is 128 + the signal
-    number when the child was killed by a signal, and 127 when the command does not exist.
+    Returns its exit code — 128 + the signal number when the child was killed by a signal, 127 when
+    the command does not exist — and its stdout (``capture``) and stderr (``capture_stderr``) text.
+    Called from another thread than the main one (an executor's), signals are left alone: only
+    the main thread may handle them, and the terminal's Ctrl-C reaches the child directly anyway.
     """
     try:
         proc = subprocess.Popen(
-            cmd, env=env, cwd=cwd, stdout=subprocess.PIPE if capture else None, text=capture
+            cmd,
+            env=env,
+            cwd=cwd,
+            stdout=subprocess.PIPE if capture else None,
+            stderr=subprocess.PIPE if capture_stderr else None,
+            text=capture or capture_stderr,
+            errors="replace" if capture or capture_stderr else None,
         )
     except FileNotFoundError:
-        say(f"forkpoint: command not found: {cmd[0]}")
-        return 127, None
+        message = f"forkpoint: command not found: {cmd[0]}"
+        if capture_stderr:
+            return Ran(127, "" if capture else None, message + "\n")
+        say(message)
+        return Ran(127, None, None)
 
     # Ctrl-C reaches the child through the terminal's process group; SIGTERM and SIGHUP (a timeout,
     # a CI cancel, a closed terminal) are sent to this process only, so pass them on. Either way we
@@ -80,21 +108,23 @@ def run_child(
     def forward(signum: int, _frame: object) -> None:
         proc.send_signal(signum)
 
-    old = {
-        sig: signal.signal(sig, handler)
-        for sig, handler in (
-            (signal.SIGINT, signal.SIG_IGN),
-            (signal.SIGTERM, forward),
-            (signal.SIGHUP, forward),
-        )
-    }
+    old = {}
+    if threading.current_thread() is threading.main_thread():
+        old = {
+            sig: signal.signal(sig, handler)
+            for sig, handler in (
+                (signal.SIGINT, signal.SIG_IGN),
+                (signal.SIGTERM, forward),
+                (signal.SIGHUP, forward),
+            )
+        }
     try:
-        out, _ = proc.communicate()
+        out, err = proc.communicate()
     finally:
         for sig, handler in old.items():
             signal.signal(sig, handler)
     code = proc.returncode
-    return (128 - code if code < 0 else code), out
+    return Ran(128 - code if code < 0 else code, out, err)
 
 
 def record_command(
@@ -136,7 +166,7 @@ def record_command(
             env["FORKPOINT_WORKSPACE"] = orjson.dumps(
                 {"root": str(ws.root), "include_ignored": include_ignored}
             ).decode()
-        code, out = run_child(cmd, env, capture=capture)
+        code, out, _ = run_child(cmd, env, capture=capture)
         uncaught = read_endings(Path(tmp))
     session.end(code, uncaught=uncaught)
     where = session.close(quiet=quiet)  # index entry; upload to a remote store
@@ -156,7 +186,28 @@ def record_command(
     return session.path, code, out
 
 
-def replay_command(
+@dataclass
+class Replayed:
+    """What one replay of a session did (:func:`replay_run`)."""
+
+    #: The replay report (merged over the replaying processes), None when no process wrote one.
+    report: dict[str, Any] | None
+    #: The program's own exit code (128 + N when a signal killed it, 127 when it was not found).
+    exit_code: int
+    #: Its stdout and stderr text, when captured.
+    out: str | None
+    err: str | None
+    #: The what-if session this run was recorded as, if it was.
+    child: Path | None
+    #: The outcome measured after the run, when an outcome command was given.
+    outcome: dict[str, Any] | None
+    #: Why there is no report, or a note on the run (in words); None when there is nothing to say.
+    problem: str | None
+    #: Wall time of the run, outcome command included, in seconds.
+    seconds: float
+
+
+def replay_run(
     session: Session,
     cmd: list[str] | None = None,
     *,
@@ -167,27 +218,34 @@ def replay_command(
     overrides: list[str] | None = None,
     live_from: int | None = None,
     cwd: Path | None = None,
+    map_cwd: bool = False,
     child_name: str | None = None,
     check: bool = True,
     quiet: bool = False,
     capture: bool = False,
+    capture_stderr: bool = False,
+    outcome: Outcome | None = None,
     strict: bool = False,
-    accept_drift: bool = False,
-) -> tuple[dict[str, Any] | None, int, str | None]:
-    """Replay ``session`` by running ``cmd`` (default: the recorded command). With ``strict``, plain
-    HTTP that differs from the recording only in ids is a divergence too.
+) -> Replayed:
+    """Replay ``session`` by running ``cmd`` (default: the recorded command) in ``cwd`` (default:
+    the current directory), and say what happened; :func:`replay_command` is this plus the words
+    and exit code of ``forkpoint replay``. With ``strict``, plain HTTP that differs from the
+    recording only in ids is a divergence too.
 
     With overrides, a live source or a policy other than ``stop``, the run is recorded as a new
     session linked to its parent (its ``end`` keeps the exit code the run had and where it
-    diverged). Returns (report, or None if the process wrote none; exit code as ``forkpoint
-    replay`` exits: the command's own when the run reproduced the recording — or, for a what-if
-    run, when it went live, took the way out an override offered, or drifted under ``fifo`` with
-    ``accept_drift`` —, else :data:`~forkpoint.replay.EXIT_DIVERGENCE`; the command's stdout if
-    ``capture``). Raises
-    :class:`~forkpoint.errors.OverrideError` for an override that does not fit the session,
-    :class:`~forkpoint.errors.UsageError` when there is no command to run, and
+    diverged). With ``map_cwd``, absolute paths of the recorded command that lie under the
+    directory it was recorded in are made relative, so that it runs in ``cwd`` (another checkout)
+    as it ran there (:func:`map_command`). With ``outcome``, its command runs in ``cwd`` once the
+    program ended (:func:`forkpoint.outcome.measure`), and its event goes into the what-if session
+    before the end. ``capture`` implies capturing stdout (an outcome command reads it). The report
+    carries the program's exit code and the verdict (:func:`~forkpoint.replay.report.conclude`).
+    Raises :class:`~forkpoint.errors.OverrideError` for an override that does not fit the session,
+    :class:`~forkpoint.errors.UsageError` when there is no command to run,
+    :class:`~forkpoint.errors.ConfigError` for a bad rule in the configuration, and
     :class:`~forkpoint.errors.SessionError` for a session that fails verification (with ``check``).
     """
+    started = time.perf_counter()
     origin = session.header.get("imported_from")
     if not cmd and origin:
         raise UsageError(
@@ -198,7 +256,10 @@ def replay_command(
     command = list(cmd or session.header.get("argv") or [])
     if not command:
         raise UsageError("the session has no recorded command; give one after --")
+    here = (cwd or Path.cwd()).resolve()
     if not cmd:
+        if map_cwd:
+            command = map_command(command, session.header.get("cwd"), here)
         command = _runnable(command)
     check_config(cwd)
     if check:
@@ -215,9 +276,10 @@ def replay_command(
     what_if = bool(specs) or "live" in (models_source, tools_source) or on_divergence != "stop" or live_from
     child = None
     if what_if:
-        # Beside the parent when it is in a store; a session that is not (a pytest cassette, a copy
-        # kept with the tests) gets its what-if runs in the default store, not among its files.
-        in_store = (session.path.parent / INDEX_DIR).is_dir()
+        # Beside the parent when it is in a store (a remote one: its mirror, uploaded when the run
+        # ends); a session that is not (a pytest cassette, a copy kept with the tests) gets its
+        # what-if runs in the default store, not among its files.
+        in_store = is_store(session.path.parent)
         child = create_child(
             session,
             argv=command,
@@ -241,9 +303,10 @@ def replay_command(
         "live_from": live_from,
         "strict": strict,
     }
+    capture = capture or outcome is not None
     with tempfile.TemporaryDirectory(prefix="forkpoint-replay-") as tmp:
         env = child_env("replay", session.path, tools=all_tools, report=Path(tmp), replay_options=options)
-        code, out = run_child(command, env, capture=capture, cwd=cwd)
+        code, out, err = run_child(command, env, capture=capture, capture_stderr=capture_stderr, cwd=cwd)
         # One report per replaying process (a recorded shell script may run several programs).
         reports = [orjson.loads(p.read_bytes()) for p in Path(tmp).glob("report-*.json")]
         reports.sort(key=lambda r: r.get("process_started") or 0)
@@ -251,6 +314,13 @@ def replay_command(
     if report is not None:
         report["exit_code"] = code
         conclude(report)
+    measured = None
+    if outcome is not None:
+        measured = measure(
+            outcome, cwd=here, session=child.path if child else session.path, output=out, exit_code=code
+        )
+        if child is not None:
+            child.writer.append(dict(measured))
     if child is not None:
         child.end(
             code,
@@ -261,22 +331,60 @@ def replay_command(
     # The recorded command's relative paths meant what they meant where it was recorded. Not run
     # there on purpose (that may be another checkout); said when the run went wrong.
     recorded_cwd = session.header.get("cwd")
-    here = (cwd or Path.cwd()).resolve()
-    moved = not cmd and recorded_cwd and Path(recorded_cwd).resolve() != here
+    moved = not cmd and not map_cwd and recorded_cwd and Path(recorded_cwd).resolve() != here
     hint = (
         f" (the session was recorded in {recorded_cwd}, this replay ran in {here}: replay from there, "
         "or give the command after --)"
         if moved
         else ""
     )
+    problem = None
     if report is None:
-        say(
+        problem = (
             "forkpoint: the replayed process wrote no report: it did not start forkpoint (is forkpoint "
             f"installed in its environment?), or it was killed, or it left through os._exit{hint}"
         )
+    elif moved and (code != 0 or not report.get("matched")):
+        problem = f"forkpoint: note{hint}"
+    return Replayed(
+        report=report,
+        exit_code=code,
+        out=out,
+        err=err,
+        child=child.path if child else None,
+        outcome=dict(measured) if measured is not None else None,
+        problem=problem,
+        seconds=time.perf_counter() - started,
+    )
+
+
+def replay_command(
+    session: Session,
+    cmd: list[str] | None = None,
+    *,
+    on_divergence: str = "stop",
+    overrides: list[str] | None = None,
+    quiet: bool = False,
+    accept_drift: bool = False,
+    **options: Any,
+) -> tuple[dict[str, Any] | None, int, str | None]:
+    """Replay ``session`` as ``forkpoint replay`` does: :func:`replay_run` (whose options it takes),
+    then the summary and the divergence report on stderr unless ``quiet``.
+
+    Returns (report, or None if the process wrote none; exit code as ``forkpoint replay`` exits:
+    the command's own when the run reproduced the recording — or, for a what-if run, when it went
+    live, took the way out an override offered, or drifted under ``fifo`` with ``accept_drift`` —,
+    else :data:`~forkpoint.replay.EXIT_DIVERGENCE`; the command's stdout if ``capture``). Raises
+    what :func:`replay_run` raises.
+    """
+    run = replay_run(session, cmd, on_divergence=on_divergence, overrides=overrides, quiet=quiet, **options)
+    report, code, out = run.report, run.exit_code, run.out
+    if report is None:
+        say(run.problem or "")
         return None, code if code else 1, out
-    if moved and not quiet and (code != 0 or not report.get("matched")):
-        say(f"forkpoint: note{hint}")
+    if run.problem and not quiet:
+        say(run.problem)
+    specs = list(overrides or [])
     if not quiet:
         say(summary_line(report))
         for o in report.get("overrides") or []:
@@ -322,6 +430,31 @@ def _expected_to_differ(report: dict[str, Any]) -> bool:
     return what_if and not report.get("unserved") and not report.get("network_blocked")
 
 
+def map_command(argv: list[str], recorded_cwd: str | None, here: Path) -> list[str]:
+    """``argv`` as it runs in ``here`` when it was recorded in ``recorded_cwd``: each argument that
+    is an absolute path under ``recorded_cwd`` (or ``--option=PATH`` with such a path) becomes
+    relative to it, so it names the same file of this checkout. Other arguments are kept."""
+    if not recorded_cwd:
+        return list(argv)
+    base = Path(recorded_cwd)
+    if base == here:
+        return list(argv)
+
+    def mapped(arg: str) -> str:
+        if not arg.startswith("/"):
+            return arg
+        p = Path(arg)
+        if p == base:
+            return "."
+        return str(p.relative_to(base)) if p.is_relative_to(base) else arg
+
+    out = []
+    for arg in argv:
+        name, sep, value = arg.partition("=")
+        out.append(name + sep + mapped(value) if sep and name.startswith("-") else mapped(arg))
+    return out
+
+
 def _runnable(command: list[str]) -> list[str]:
     """A recorded command as this replay runs it. A bare ``python``, ``python3`` or ``pytest`` is
     run with the interpreter forkpoint itself runs in, unless PATH finds it beside that interpreter:
@@ -336,22 +469,201 @@ def _runnable(command: list[str]) -> list[str]:
     return [*launcher, *command[1:]]
 
 
+def session_ref(session: Session) -> dict[str, str | None]:
+    """How a task on another process or machine finds ``session`` (:func:`load_ref`): its directory,
+    and for a session of a remote store, the store's URL and the session's id (the task downloads
+    it into its own mirror)."""
+    path = session.path.resolve()
+    store = None
+    if is_store(path.parent):
+        found = open_store(path.parent)
+        store = found.url if is_url(found.url) else None
+    return {"path": str(path), "store": store, "id": session.id}
+
+
+def load_ref(ref: dict[str, Any]) -> Session:
+    """The session a :func:`session_ref` names, downloaded from its remote store when it has one.
+    Raises :class:`~forkpoint.errors.SessionError`."""
+    if ref.get("store"):
+        return Session.load(resolve(str(ref["id"]), str(ref["store"])))
+    return Session.load(Path(str(ref["path"])))
+
+
 @dataclass
 class Arm:
     """One arm of a fork: where it was restored, whether the checkpoint validated there, and how its
-    continuation went (``report`` and ``exit_code`` of its replay; ``error`` when it could not start)."""
+    continuation went (``report`` and ``exit_code`` of its replay, the ``outcome`` measured after it,
+    the arm's ``session``; ``error`` when it could not be restored or run)."""
 
     index: int
     directory: Path
+    seq: int = 0
     checks: list[Check] = field(default_factory=list)
     error: str | None = None
     report: dict[str, Any] | None = None
     exit_code: int | None = None
+    outcome: dict[str, Any] | None = None
+    session: str | None = None
+    seconds: float = 0.0
 
     @property
     def valid(self) -> bool:
         """Restored, and every check of the checkpoint passed: only then does the arm run."""
         return self.error is None and all(c.ok for c in self.checks)
+
+    @property
+    def passed(self) -> bool | None:
+        """The arm's outcome: True (pass), False (fail), None (not run, or no outcome command)."""
+        return bool(self.outcome["passed"]) if self.outcome is not None else None
+
+    def to_json(self) -> dict[str, Any]:
+        """This arm as JSON data (what an arm task returns)."""
+        return {
+            "index": self.index,
+            "directory": str(self.directory),
+            "seq": self.seq,
+            "checks": [to_json(vars(c)) for c in self.checks],
+            "error": self.error,
+            "report": self.report,
+            "exit_code": self.exit_code,
+            "outcome": self.outcome,
+            "session": self.session,
+            "seconds": self.seconds,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Arm:
+        """The arm :meth:`to_json` describes."""
+        return cls(
+            index=int(data["index"]),
+            directory=Path(data["directory"]),
+            seq=int(data.get("seq") or 0),
+            checks=[Check(**c) for c in data.get("checks") or []],
+            error=data.get("error"),
+            report=data.get("report"),
+            exit_code=data.get("exit_code"),
+            outcome=data.get("outcome"),
+            session=data.get("session"),
+            seconds=float(data.get("seconds") or 0.0),
+        )
+
+
+def arm_task(spec: dict[str, Any]) -> dict[str, Any]:
+    """One fork arm, as an executor task (JSON in, JSON out; see :func:`fork_arms`): restore the
+    checkpoint into the arm's directory, validate it without a model, and only when every check
+    passed, continue it live there and measure its outcome. The arm's session goes to the parent's
+    store; what the agent printed goes to ``arm-N.log`` beside the arm's directory."""
+    started = time.perf_counter()
+    directory = Path(spec["directory"])
+    arm = Arm(int(spec["index"]), directory, seq=int(spec["seq"]))
+    session = None
+    try:
+        session = load_ref(spec["session"])
+        restore(session, arm.seq, directory, repo=Path(spec["repo"]) if spec.get("repo") else None)
+        arm.checks = validate(directory)
+    except (CheckpointError, SessionError) as exc:
+        arm.error = str(exc)
+    if session is not None and arm.valid:
+        outcome = Outcome(**spec["outcome"]) if spec.get("outcome") else None
+        try:
+            run = replay_run(
+                session,
+                list(spec["cmd"]),
+                on_divergence=spec.get("on_divergence", "stop"),
+                overrides=list(spec.get("overrides") or []),
+                live_from=arm.seq,
+                cwd=directory,
+                child_name=spec.get("name"),
+                quiet=True,
+                capture=True,
+                capture_stderr=True,
+                outcome=outcome,
+            )
+        except ForkpointError as exc:
+            arm.error = str(exc)
+        else:
+            log = directory.with_name(directory.name + ".log")
+            log.write_text((run.out or "") + (run.err or ""), errors="replace")
+            arm.report, arm.exit_code, arm.outcome = run.report, run.exit_code, run.outcome
+            arm.session = str(run.child) if run.child else None
+            if run.report is None:
+                arm.error = run.problem
+    arm.seconds = round(time.perf_counter() - started, 3)
+    return arm.to_json()
+
+
+def fork_into(session: Session, seq: int) -> Path:
+    """A new folder for the arms of a fork of ``session@seq``: ``$TMPDIR/forkpoint-forks/ID@SEQ-XXXX``.
+    Not under the current directory: that is usually the recorded repository, and arms would become
+    untracked clones inside it. A new folder every time, so forking one checkpoint again just works."""
+    base = Path(tempfile.gettempdir()) / "forkpoint-forks"
+    base.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=f"{session.id}@{seq}-", dir=base))
+
+
+def resumable(session: Session, seq: int) -> None:
+    """Raise :class:`~forkpoint.errors.CheckpointError` unless ``seq`` is a resumable checkpoint of
+    ``session`` (resuming anywhere else would make the agent speak twice)."""
+    cp = find(session, seq)
+    if cp["boundary"] != "resumable":
+        raise CheckpointError(
+            f"checkpoint {session.id}@{seq} is {cp['boundary']}: it lies between two tool calls of one turn, "
+            "so resuming there would make the agent speak twice. Fork from a resumable checkpoint "
+            "(forkpoint checkpoints lists them)."
+        )
+
+
+def arm_specs(
+    session: Session,
+    seq: int,
+    cmd: list[str],
+    *,
+    arms: int,
+    into: Path,
+    overrides: list[str] | None = None,
+    on_divergence: str = "stop",
+    repo: Path | None = None,
+    outcome: Outcome | None = None,
+    first: int = 1,
+) -> list[dict[str, Any]]:
+    """The task specs of ``arms`` arms of ``session@seq`` (numbered from ``first``), in ``into``."""
+    ref = session_ref(session)
+    return [
+        {
+            "session": ref,
+            "seq": seq,
+            "index": i,
+            "directory": str((into / f"arm-{i}").absolute()),
+            "cmd": list(cmd),
+            "overrides": list(overrides or []),
+            "on_divergence": on_divergence,
+            "repo": str(repo.absolute()) if repo else None,
+            "outcome": vars(outcome) if outcome else None,
+            "name": f"fork {session.id}@{seq} arm {i}",
+        }
+        for i in range(first, first + arms)
+    ]
+
+
+def run_arms(
+    specs: list[dict[str, Any]],
+    *,
+    executor: Executor | None = None,
+    on_arm: Callable[[Arm], None] | None = None,
+) -> list[Arm]:
+    """Run the arm tasks ``specs`` (:func:`arm_specs`) on ``executor`` (default: this machine, one
+    at a time); ``on_arm`` is called with each arm as it finishes. Returns the arms in spec order."""
+    done: dict[int, Arm] = {}
+    with executor or LocalExecutor(jobs=1) as ex:
+        for i, result in ex.map(arm_task, specs):
+            if "index" not in result:  # the task itself failed (an exception, a lost worker)
+                spec = specs[i]
+                result = {k: spec[k] for k in ("index", "directory", "seq")} | {"error": result.get("error")}
+            arm = Arm.from_json(result)
+            done[i] = arm
+            if on_arm is not None:
+                on_arm(arm)
+    return [done[i] for i in sorted(done)]
 
 
 def fork_arms(
@@ -364,52 +676,32 @@ def fork_arms(
     overrides: list[str] | None = None,
     on_divergence: str = "stop",
     repo: Path | None = None,
-    on_arm: Callable[[Arm, str], None] | None = None,
+    outcome: Outcome | None = None,
+    executor: Executor | None = None,
+    on_arm: Callable[[Arm], None] | None = None,
 ) -> tuple[Path, list[Arm]]:
     """Restore the resumable checkpoint ``seq`` of ``session`` into ``arms`` fresh directories,
     validate each without a model, and continue each valid one with ``cmd`` run in it: the calls
     recorded before the checkpoint replayed, every later one live, the arm recorded as a session
-    linked to its parent. ``on_arm(arm, stage)`` is called at ``"restored"`` and ``"done"``.
+    linked to its parent, and ``outcome`` measured in the arm's directory when it ends. An arm
+    whose validation fails is reported and never run. The arms run on ``executor`` (default: here,
+    one after the other); ``on_arm(arm)`` is called as each one finishes.
 
-    Returns (the folder of the arms, the arms). Raises :class:`~forkpoint.errors.CheckpointError`
-    for a checkpoint that does not exist or is not resumable (resuming there would make the agent
-    speak twice).
+    Returns (the folder of the arms, the arms, in order). Raises
+    :class:`~forkpoint.errors.CheckpointError` for a checkpoint that does not exist or is not
+    resumable.
     """
-    cp = find(session, seq)
-    if cp["boundary"] != "resumable":
-        raise CheckpointError(
-            f"checkpoint {session.id}@{seq} is {cp['boundary']}: it lies between two tool calls of one turn, "
-            "so resuming there would make the agent speak twice. Fork from a resumable checkpoint "
-            "(forkpoint checkpoints lists them)."
-        )
-    # Not under the current directory: that is usually the recorded repository, and arms would
-    # become untracked clones inside it.
-    if into is None:  # a new folder for every fork, so forking one checkpoint again just works
-        base = Path(tempfile.gettempdir()) / "forkpoint-forks"
-        base.mkdir(parents=True, exist_ok=True)
-        into = Path(tempfile.mkdtemp(prefix=f"{session.id}@{seq}-", dir=base))
-    done: list[Arm] = []
-    for i in range(1, arms + 1):
-        arm = Arm(i, into / f"arm-{i}")
-        done.append(arm)
-        try:
-            restore(session, seq, arm.directory, repo=repo)
-            arm.checks = validate(arm.directory)
-        except CheckpointError as exc:
-            arm.error = str(exc)
-        if on_arm is not None:
-            on_arm(arm, "restored")
-        if not arm.valid:
-            continue
-        arm.report, arm.exit_code, _ = replay_command(
-            session,
-            cmd,
-            on_divergence=on_divergence,
-            overrides=list(overrides or []),
-            live_from=seq,
-            cwd=arm.directory.resolve(),
-            child_name=f"fork {session.id}@{seq} arm {i}",
-        )
-        if on_arm is not None:
-            on_arm(arm, "done")
-    return into, done
+    resumable(session, seq)
+    into = into if into is not None else fork_into(session, seq)
+    specs = arm_specs(
+        session,
+        seq,
+        cmd,
+        arms=arms,
+        into=into,
+        overrides=overrides,
+        on_divergence=on_divergence,
+        repo=repo,
+        outcome=outcome,
+    )
+    return into, run_arms(specs, executor=executor, on_arm=on_arm)

@@ -64,7 +64,8 @@ from .replay import POLICIES
 MODES = ("replay", "once", "record", "rewrite")
 #: The default cassette folder, relative to the rootdir.
 DEFAULT_DIR = Path("tests") / "cassettes"
-#: Keyword arguments the ``forkpoint`` marker accepts (the ``forkpoint_config`` fixture: all but ``name``).
+#: Keyword arguments the ``forkpoint`` marker accepts (the ``forkpoint_config`` fixture: all but
+#: ``name`` and ``cassette``, which name one test's cassette).
 MARKER_KWARGS = (
     "name",
     "mode",
@@ -75,6 +76,7 @@ MARKER_KWARGS = (
     "live_tools",
     "on_divergence",
     "deterministic",
+    "cassette",
 )
 #: Settings that add up over the ``forkpoint_config`` fixture and every marker; for the others the
 #: closest says (the test's marker, then its class's, its module's, then the fixture).
@@ -213,8 +215,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "forkpoint(name=None, *, mode=None, allow_hosts=(), allow_unused=False, ignore=(), tools=(), "
-        "live_tools=(), on_divergence='stop', deterministic=False): record this test's model and tool "
-        "calls into a cassette once and replay them afterwards (docs/pytest.md).",
+        "live_tools=(), on_divergence='stop', deterministic=False, cassette=None): record this test's "
+        "model and tool calls into a cassette once and replay them afterwards (docs/pytest.md).",
     )
     ini_mode = config.getini("forkpoint_mode") or None
     if ini_mode is not None and ini_mode not in MODES:
@@ -372,7 +374,13 @@ def test_settings(item: pytest.Item, config: Any) -> dict[str, Any]:
             f"{item.nodeid}: the forkpoint_config fixture returned a {type(config).__name__}; it returns a "
             "dict of settings (docs/pytest.md)"
         )
-    layers = [("the forkpoint_config fixture", dict(config), [k for k in MARKER_KWARGS if k != "name"])]
+    layers = [
+        (
+            "the forkpoint_config fixture",
+            dict(config),
+            [k for k in MARKER_KWARGS if k not in ("name", "cassette")],
+        )
+    ]
     for marker in reversed(list(item.iter_markers("forkpoint"))):
         opts = dict(marker.kwargs)
         if marker.args:
@@ -447,6 +455,8 @@ class Cassette:
         self.allow_unused = bool(opts.get("allow_unused", False))
         module, test = cassette_parts(item, opts.get("name"))
         self.path: Path = settings.directory / module / test
+        if opts.get("cassette"):  # a place of its own, relative to the test's file (forkpoint make-test)
+            self.path = Path(item.path).parent / str(opts["cassette"])
         self.action: str | None = None
         self.runtime: Any = None
         self.problem: str | None = None  # the test fails with this before it runs

@@ -223,6 +223,13 @@ def render(session: Session, console: Console | None = None) -> None:
                 f"        [dim]#{e['seq']:<3}[/dim] value   {escape(str(e.get('fn')))} → "
                 f"{escape(_short(e.get('value'), 60))}{_source(e)}"
             )
+        elif e["type"] == "outcome":
+            state = "[green]pass[/green]" if e.get("passed") else "[red]fail[/red]"
+            why = f" ({escape(str(e['reason']))})" if e.get("reason") else f" (exit {e.get('exit_code')})"
+            console.print(
+                f"        [dim]#{e['seq']:<3}[/dim] outcome {state}{why}  {escape(str(e.get('command')))}  "
+                f"{_ms(e.get('duration_ms'))}"
+            )
         elif e["type"] == "end":
             code = e.get("exit_code")
             outcome = f"exit code {code}" if code is not None else "exit code unknown"

@@ -1,10 +1,14 @@
 """Shared fixtures: the tests' local model server (tests/modelserver.py documents what it answers and
-its options), a store directory, a guard that no test leaves a forkpoint runtime active, and a small
-trust store for the HTTP clients."""
+its options), a store directory, an S3 server on loopback (moto) for remote stores, a guard that no
+test leaves a forkpoint runtime active, and a small trust store for the HTTP clients."""
 
 from __future__ import annotations
 
+import json
+import logging
+import os
 import re
+import secrets
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -58,6 +62,45 @@ def make_server() -> Iterator[Callable[..., LocalServer]]:
     yield make
     for srv in started:
         srv.stop()
+
+
+@pytest.fixture(scope="module")
+def s3_endpoint() -> Iterator[str]:
+    """A moto S3 server on 127.0.0.1, and an environment in which botocore can only reach it."""
+    pytest.importorskip("s3fs")
+    server_mod = pytest.importorskip("moto.server")
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    with pytest.MonkeyPatch.context() as mp:
+        for k in list(os.environ):
+            if k.startswith("AWS_"):
+                mp.delenv(k)
+        server = server_mod.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+        server.start()
+        host, port = server.get_host_and_port()
+        endpoint = f"http://{host}:{port}"
+        mp.setenv("AWS_ACCESS_KEY_ID", "forkpoint-test")
+        mp.setenv("AWS_SECRET_ACCESS_KEY", "forkpoint-test")
+        mp.setenv("AWS_DEFAULT_REGION", "us-east-1")
+        mp.setenv("AWS_ENDPOINT_URL", endpoint)
+        mp.setenv("AWS_ENDPOINT_URL_S3", endpoint)
+        mp.setenv("AWS_CONFIG_FILE", os.devnull)
+        mp.setenv("AWS_SHARED_CREDENTIALS_FILE", os.devnull)
+        mp.setenv("AWS_EC2_METADATA_DISABLED", "true")
+        mp.setenv("FORKPOINT_STORE_OPTIONS", json.dumps({"client_kwargs": {"endpoint_url": endpoint}}))
+        try:
+            yield endpoint
+        finally:
+            server.stop()
+
+
+@pytest.fixture
+def s3_url(s3_endpoint: str) -> str:
+    """A fresh bucket on the moto server; the store is a prefix in it."""
+    import s3fs
+
+    bucket = f"fp-{secrets.token_hex(4)}"
+    s3fs.S3FileSystem(client_kwargs={"endpoint_url": s3_endpoint}, use_listings_cache=False).mkdir(bucket)
+    return f"s3://{bucket}/team/sessions"
 
 
 @pytest.fixture

@@ -15,3 +15,15 @@ def git(repo: Path, *args: str) -> str:
         capture_output=True,
         text=True,
     ).stdout.strip()
+
+
+def make_repo(path: Path, files: dict[str, str]) -> Path:
+    """A new repository at ``path`` (branch ``main``) with ``files`` committed as its base commit."""
+    path.mkdir(parents=True)
+    git(path, "init", "-q", "-b", "main")
+    for rel, text in files.items():
+        (path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (path / rel).write_text(text)
+    git(path, "add", "-A")
+    git(path, "commit", "-q", "-m", "base")
+    return path

@@ -11,7 +11,17 @@ import orjson
 
 from ..canonical import sha256_hex
 from ..errors import SessionError
-from ..events import Call, CheckpointEvent, EndEvent, Event, Header, ModelCallEvent, NoteEvent, ToolCallEvent
+from ..events import (
+    Call,
+    CheckpointEvent,
+    EndEvent,
+    Event,
+    Header,
+    ModelCallEvent,
+    NoteEvent,
+    OutcomeEvent,
+    ToolCallEvent,
+)
 from .blobs import BlobStore
 from .codec import BLOB_DIR, FORMAT, FORMAT_VERSION, LOG_NAME, decode, delta_container, resolve_deltas
 
@@ -248,9 +258,12 @@ class Session:
     @overload
     def by_type(self, kind: Literal["note"]) -> list[NoteEvent]: ...
     @overload
+    def by_type(self, kind: Literal["outcome"]) -> list[OutcomeEvent]: ...
+    @overload
     def by_type(self, kind: Literal["end"]) -> list[EndEvent]: ...
     def by_type(self, kind: str) -> list[Any]:
-        """Events of one type (``model_call``, ``tool_call``, ``checkpoint``, ``note``, ``end``)."""
+        """Events of one type (``model_call``, ``tool_call``, ``checkpoint``, ``note``, ``outcome``,
+        ``end``)."""
         return [e for e in self.events if e.get("type") == kind]
 
     def records(self) -> list[dict[str, Any]]:

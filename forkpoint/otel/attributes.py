@@ -314,8 +314,8 @@ def common(event: Mapping[str, Any], content: bool) -> dict[str, Any]:
 
 
 def span_event(event: Mapping[str, Any], content: bool) -> dict[str, Any]:
-    """The attributes of the span event (``forkpoint.checkpoint`` / ``forkpoint.note``) of a
-    checkpoint or a note."""
+    """The attributes of the span event (``forkpoint.checkpoint`` / ``forkpoint.note`` /
+    ``forkpoint.outcome``) of a checkpoint, a note or an outcome."""
     attrs = common(event, content)
     if event.get("type") == "checkpoint":
         src = event.get("source") or {}
@@ -328,6 +328,11 @@ def span_event(event: Mapping[str, Any], content: bool) -> dict[str, Any]:
         put(attrs, "forkpoint.checkpoint.workspace_fingerprint", ws.get("fingerprint"))
         attrs["forkpoint.checkpoint.workspace_files"] = len(ws.get("manifest") or [])
         put(attrs, "forkpoint.checkpoint.context_digest", event.get("context_digest"))
+    elif event.get("type") == "outcome":
+        attrs["forkpoint.outcome.passed"] = bool(event.get("passed"))
+        put(attrs, "forkpoint.outcome.exit_code", event.get("exit_code"))
+        if content:
+            put(attrs, "forkpoint.outcome.command", event.get("command"))
     elif content:
         put(attrs, "forkpoint.note.text", event.get("text"))
         if event.get("data") is not None:

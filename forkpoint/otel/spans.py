@@ -192,7 +192,7 @@ class TraceBuilder:
         if start is None:
             return []
         parent_id = self._parent(event.get("parent_span_id"))
-        if kind in ("checkpoint", "note"):
+        if kind in ("checkpoint", "note", "outcome"):
             target = self.root_id if parent_id in self._emitted else parent_id
             self._held.setdefault(target, []).append(
                 SpanEvent(f"forkpoint.{kind}", start, attributes.span_event(event, self.content))

@@ -20,6 +20,7 @@ from .report import (
     merge_reports,
     problems,
     summary_line,
+    verdict,
     write_report,
 )
 from .whatif import create_child, end_divergence
@@ -48,5 +49,6 @@ __all__ = [
     "problems",
     "release_order",
     "summary_line",
+    "verdict",
     "write_report",
 ]

@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 
 from ..errors import Divergence
-from ..events import DivergenceReport
+from ..events import DivergenceReport, Verdict
 from ..jsondiff import Change, format_changes
 from ..match import IgnoreRule
 from ..text import ordinal, plural
@@ -81,19 +81,28 @@ def ending(report: dict[str, Any]) -> list[str] | None:
     out = []
     if code != recorded["exit_code"]:
         out.append(f"the program exited {code} (recorded: {recorded['exit_code']})")
-    if isinstance(recorded.get("uncaught"), list):  # recordings made before it was kept have none
-        now, then = _raised(report.get("uncaught")), _raised(recorded["uncaught"])
-        new = [n for n in now if n not in then]
-        if new:
-            shown = "; ".join(
-                f"{e.get('type')}: {e.get('message')}"
-                for e in report.get("uncaught") or []
-                if f"{e.get('module')}.{e.get('type')}" in new
-            )
-            out.append(f"it raised an uncaught {shown} (the recording did not)")
-        gone = [n for n in then if n not in now]
-        if gone:
-            out.append(f"the recording ended with an uncaught {', '.join(gone)}, this run did not")
+    return out + uncaught_differences(report)
+
+
+def uncaught_differences(report: dict[str, Any]) -> list[str]:
+    """The uncaught exceptions the replayed run raised that the recording did not, and the other
+    way round, in words (nothing when the recording did not keep them)."""
+    recorded = report.get("recorded_end")
+    if not isinstance(recorded, dict) or not isinstance(recorded.get("uncaught"), list):
+        return []  # recordings made before it was kept have none
+    out = []
+    now, then = _raised(report.get("uncaught")), _raised(recorded["uncaught"])
+    new = [n for n in now if n not in then]
+    if new:
+        shown = "; ".join(
+            f"{e.get('type')}: {e.get('message')}"
+            for e in report.get("uncaught") or []
+            if f"{e.get('module')}.{e.get('type')}" in new
+        )
+        out.append(f"it raised an uncaught {shown} (the recording did not)")
+    gone = [n for n in then if n not in now]
+    if gone:
+        out.append(f"the recording ended with an uncaught {', '.join(gone)}, this run did not")
     return out
 
 
@@ -183,6 +192,55 @@ def summary_line(report: dict[str, Any]) -> str:
     if report.get("child_session"):
         extra += f"; this run was recorded as {Path(report['child_session']).name}"
     return f"replay {status}: {report['matched']}/{report['recorded']} events matched, {tail}{blocked}{extra}"
+
+
+def verdict(report: dict[str, Any] | None, exit_code: int | None, recorded_exit: int | None) -> Verdict:
+    """How a replay compares with the recorded run: the one place that reads a report's outcome
+    fields (``divergence``, ``reproduced``, ``ended_early``, ``network_blocked``) together with the
+    exit codes, for ``forkpoint check`` and whatever else needs a verdict.
+
+    ``exit_code`` is the replayed program's own exit code, ``recorded_exit`` the one its ``end``
+    event holds (either None when unknown). In order: no report is an ``error`` (the program did not
+    start forkpoint, or was killed); a divergence is ``diverged``, with the call and the first JSON
+    path that differs; another exit code, an early end (recorded calls never asked for), a reach
+    for the network or any other reason the report gives for not reproducing is
+    ``ended differently``; else ``reproduced``.
+    """
+    if report is None:
+        code = f" (exit code {exit_code})" if exit_code is not None else ""
+        return {
+            "status": "error",
+            "detail": "the program wrote no replay report: it did not start forkpoint, or it was killed"
+            + code,
+            "call": None,
+            "path": None,
+        }
+    div = report.get("divergence")
+    if div:
+        what = div.get("name") or div.get("endpoint") or ""
+        call = f"{div['kind'].replace('_', ' ')} #{div['position']}" + (f" ({what})" if what else "")
+        changes = div.get("diff") or []
+        return {
+            "status": "diverged",
+            "detail": div.get("reason") or "",
+            "call": call,
+            "path": changes[0]["path"] if changes else None,
+        }
+    reasons = []
+    if exit_code is not None and recorded_exit is not None and exit_code != recorded_exit:
+        reasons.append(f"exit code {exit_code}, recorded {recorded_exit}")
+    if report.get("ended_early"):
+        unserved = report.get("unserved") or []
+        reasons.append(f"ended before asking for {plural(len(unserved), 'recorded call')}")
+    if report.get("network_blocked"):
+        hosts = ", ".join(dict.fromkeys(report["network_blocked"]))
+        reasons.append(f"tried to reach the network ({hosts})")
+    reasons.extend(uncaught_differences(report))
+    if not reasons and not report.get("reproduced", True):
+        reasons.append("the replay report says it did not reproduce")
+    if reasons:
+        return {"status": "ended differently", "detail": "; ".join(reasons), "call": None, "path": None}
+    return {"status": "reproduced", "detail": "", "call": None, "path": None}
 
 
 def merge_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:

@@ -45,6 +45,7 @@ __all__ = [
     "consolidate",
     "default_store",
     "info",
+    "is_store",
     "is_url",
     "list_sessions",
     "open_store",
@@ -106,6 +107,12 @@ def open_store(spec: str | Path | None = None) -> Store:
 
         return RemoteStore.from_mirror(path)
     return LocalStore(path)
+
+
+def is_store(path: Path) -> bool:
+    """True when the directory ``path`` is a store: it has an index, or it is a remote store's
+    mirror. (A folder of sessions that is neither, such as pytest cassettes, is not made one.)"""
+    return (path / INDEX_DIR).is_dir() or (path / REMOTE_MARKER).is_file()
 
 
 def store_of(session: Path) -> Store:

@@ -73,6 +73,17 @@ button, select { font: inherit; color: inherit; }
 .changes .act { color: var(--good); }
 
 /* overview */
+.sweep-panel { margin-top: 16px; border: 1px solid var(--line, #d0d7de); border-radius: var(--radius); padding: 14px 18px; }
+.sweep-panel h2 { margin: 0 0 6px; font-size: 15px; }
+.sweep-chart { display: flex; align-items: flex-end; gap: 10px; height: 170px; margin-top: 10px; padding-bottom: 2px; border-bottom: 1px solid var(--end); overflow-x: auto; }
+.sweep-col { display: flex; flex-direction: column; align-items: center; justify-content: flex-end; min-width: 54px; height: 100%; cursor: pointer; background: none; border: 0; padding: 0; color: inherit; font: inherit; }
+.sweep-plot { position: relative; width: 26px; height: 120px; }
+.sweep-bar { position: absolute; bottom: 0; left: 0; right: 0; background: var(--good); border-radius: 3px 3px 0 0; }
+.sweep-col.dead .sweep-bar { background: var(--bad); min-height: 2px; }
+.sweep-col.unmeasured .sweep-bar { background: var(--note); min-height: 2px; }
+.sweep-ci { position: absolute; left: 50%; width: 0; border-left: 2px solid var(--end); }
+.sweep-col .lbl { font-size: 11.5px; white-space: nowrap; }
+.sweep-col.turning .lbl.cp { color: var(--bad); font-weight: 650; }
 .section-title { display: flex; align-items: baseline; gap: 10px; margin: 22px 0 8px; font-size: 15px; font-weight: 650; }
 .section-title .muted { font-weight: 400; font-size: 12.5px; }
 .overview { background: var(--panel); border: 1px solid var(--line); border-radius: var(--radius); padding: 12px 16px 6px; }
@@ -384,6 +395,41 @@ JS = r"""
     return panel;
   }
 
+  // ------------------------------------------------------------------ sweep: pass rate by checkpoint
+  function sweepPanel() {
+    var sw = DATA.sweep;
+    if (!sw || !sw.points || !sw.points.length) return null;
+    var verdict = sw.unrecoverable_from === null || sw.unrecoverable_from === undefined
+      ? (sw.last_recoverable === null || sw.last_recoverable === undefined ? "No arm ran." : "Arms passed from every checkpoint: still recoverable at #" + sw.last_recoverable + ".")
+      : (sw.last_recoverable === null || sw.last_recoverable === undefined
+        ? "No arm passed from any checkpoint: unrecoverable from #" + sw.unrecoverable_from + " on."
+        : "The run became unrecoverable between #" + sw.last_recoverable + " and #" + sw.unrecoverable_from + ": no arm from there on passed.");
+    var chart = h("div", { class: "sweep-chart", id: "sweep-chart" });
+    sw.points.forEach(function (p) {
+      var measured = p.ran > 0;
+      var cls = "sweep-col" + (!measured ? " unmeasured" : p.passed === 0 ? " dead" : "") + (p.seq === sw.unrecoverable_from ? " turning" : "");
+      var tip = "checkpoint #" + p.seq + " (turn " + p.turn + "): " + (measured ? p.passed + "/" + p.ran + " arms passed, 95% CI " + Math.round(100 * p.low) + "–" + Math.round(100 * p.high) + " %" : "no arm ran");
+      var plot = h("div", { class: "sweep-plot" });
+      var bar = h("div", { class: "sweep-bar" });
+      bar.style.height = (measured ? 100 * p.rate : 0) + "%";
+      add(plot, bar);
+      if (measured) {
+        var ci = h("div", { class: "sweep-ci" });
+        ci.style.bottom = (100 * p.low) + "%";
+        ci.style.height = (100 * (p.high - p.low)) + "%";
+        add(plot, ci);
+      }
+      add(chart, h("button", { class: cls, type: "button", title: tip, "aria-label": tip, "data-seq": String(p.seq), onclick: function () { openEvent(p.seq); } },
+        h("span", { class: "lbl", text: measured ? Math.round(100 * p.rate) + " %" : "—" }), plot,
+        h("span", { class: "lbl cp", text: "#" + p.seq }), h("span", { class: "lbl muted", text: measured ? p.passed + "/" + p.ran : "not run" })));
+    });
+    return h("section", { class: "sweep-panel", id: "sweep" },
+      h("h2", { text: "Outcome by checkpoint" }),
+      h("div", { class: "small", id: "sweep-verdict", text: verdict }),
+      h("div", { class: "small muted", text: "Arms forked from each resumable checkpoint and continued live; bar: pass rate of the arms that ran, whisker: its 95% interval." }),
+      chart);
+  }
+
   // ------------------------------------------------------------------ overview strip
   function overview() {
     var total = Math.max(1, Number((DATA.stats || {}).duration_ms) || 0);
@@ -428,6 +474,7 @@ JS = r"""
     if (e.type === "checkpoint") return e.boundary + " · " + (e.reason || "");
     if (e.type === "note") return short(e.text, 80);
     if (e.type === "end") return "exit code " + e.exit_code;
+    if (e.type === "outcome") return (e.passed ? "pass" : "fail") + " · " + short(e.command || "", 60);
     return e.type;
   }
   function sourceBadges(e, badges) {
@@ -803,7 +850,7 @@ JS = r"""
   // ------------------------------------------------------------------ page
   var app = document.getElementById("app");
   var wrap = h("div", { class: "wrap" });
-  add(wrap, [header(), whatIfPanel(),
+  add(wrap, [header(), whatIfPanel(), sweepPanel(),
     h("div", { class: "section-title" }, "Timeline", h("span", { class: "muted", text: "calls on the session's clock · click one to open it" })),
     overview(), toolbar(), timeline(),
     h("div", { class: "footer", text: "forkpoint " + DATA.forkpoint + " · self-contained page: no network, the session is embedded" })]);

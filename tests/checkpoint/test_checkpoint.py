@@ -876,7 +876,9 @@ def test_fork_two_arms_end_to_end(tmp_path: Path) -> None:
     assert fork.stderr.count("pass  referenced files exist") == 2
     assert "FAIL" not in fork.stderr
     assert "fork of" in fork.stdout and fork.stdout.count("valid") >= 2
-    assert sorted(p.name for p in arms.iterdir()) == ["arm-1", "arm-2"]
+    # Each arm's directory, and beside it what its agent printed.
+    assert sorted(p.name for p in arms.iterdir()) == ["arm-1", "arm-1.log", "arm-2", "arm-2.log"]
+    assert all("final:" in (arms / f"arm-{i}.log").read_text() for i in (1, 2))
     children = [Session.load(d) for d in session_dirs(store) if d != parent_dir]
     assert len(children) == 4  # two arms, then one arm twice
     listed = subprocess.run(

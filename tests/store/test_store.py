@@ -8,7 +8,6 @@ this process name resolution of anything but loopback raises, so nothing can rea
 from __future__ import annotations
 
 import json
-import logging
 import multiprocessing
 import os
 import secrets
@@ -17,7 +16,7 @@ import subprocess
 import sys
 import textwrap
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -132,45 +131,6 @@ def loopback_only(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 def model(make_server: Callable[..., LocalServer]) -> LocalServer:
     """The tests' local model server (tests/modelserver.py), shared by the module."""
     return make_server()
-
-
-@pytest.fixture(scope="module")
-def s3_endpoint() -> Iterator[str]:
-    """A moto S3 server on 127.0.0.1, and an environment in which botocore can only reach it."""
-    pytest.importorskip("s3fs")
-    server_mod = pytest.importorskip("moto.server")
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    with pytest.MonkeyPatch.context() as mp:
-        for k in list(os.environ):
-            if k.startswith("AWS_"):
-                mp.delenv(k)
-        server = server_mod.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-        server.start()
-        host, port = server.get_host_and_port()
-        endpoint = f"http://{host}:{port}"
-        mp.setenv("AWS_ACCESS_KEY_ID", "forkpoint-test")
-        mp.setenv("AWS_SECRET_ACCESS_KEY", "forkpoint-test")
-        mp.setenv("AWS_DEFAULT_REGION", "us-east-1")
-        mp.setenv("AWS_ENDPOINT_URL", endpoint)
-        mp.setenv("AWS_ENDPOINT_URL_S3", endpoint)
-        mp.setenv("AWS_CONFIG_FILE", os.devnull)
-        mp.setenv("AWS_SHARED_CREDENTIALS_FILE", os.devnull)
-        mp.setenv("AWS_EC2_METADATA_DISABLED", "true")
-        mp.setenv("FORKPOINT_STORE_OPTIONS", json.dumps({"client_kwargs": {"endpoint_url": endpoint}}))
-        try:
-            yield endpoint
-        finally:
-            server.stop()
-
-
-@pytest.fixture
-def s3_url(s3_endpoint: str) -> str:
-    """A fresh bucket on the moto server; the store is a prefix in it."""
-    import s3fs
-
-    bucket = f"fp-{secrets.token_hex(4)}"
-    s3fs.S3FileSystem(client_kwargs={"endpoint_url": s3_endpoint}, use_listings_cache=False).mkdir(bucket)
-    return f"s3://{bucket}/team/sessions"
 
 
 def remote_fs(url: str) -> tuple[Any, str]:

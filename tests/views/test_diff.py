@@ -193,6 +193,7 @@ def test_json_structure(two_live_runs: tuple[Run, Run]) -> None:
             "tools": {"write_file": 1, "run_tests": 1},
             "tool_errors": 0,
             "tokens": usage(run.session),
+            "model_ms": round(sum(m.get("duration_ms") or 0 for m in run.session.by_type("model_call")), 3),
             "final_answer": run.answer,
             "exit_code": 0,
         }

@@ -1,0 +1,224 @@
+"""Outcomes: what a run achieved, measured by a command the user names, and pass rates over many runs.
+
+An *outcome command* (``--outcome CMD`` of ``check``, ``fork`` and ``sweep``) runs through
+``/bin/sh -c`` in the run's directory once the run has ended; exit status 0 is a pass. It sees three
+variables besides the caller's environment: ``FORKPOINT_OUTCOME_SESSION`` (the run's session
+directory), ``FORKPOINT_OUTCOME_OUTPUT`` (a file holding what the run printed on stdout) and
+``FORKPOINT_OUTCOME_EXIT`` (the run's exit code). What it found is an ``outcome`` event
+(:class:`~forkpoint.events.OutcomeEvent`) in the run's session, written before the ``end`` event.
+
+A pass rate over ``n`` runs is given with its 95 % Wilson score interval (Wilson 1927; the interval
+that stays inside [0, 1] and behaves at 0/n and n/n, where the normal approximation collapses).
+A *sweep* forks arms from many checkpoints of one run; :func:`by_checkpoint` turns their outcomes
+into the pass rate at each checkpoint and the point after which no arm recovered.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .events import OutcomeEvent
+from .log import Session, SessionError
+from .store import is_store, open_store
+
+#: Characters of the outcome command's output kept in its event (the end, where test runners sum up).
+OUTPUT_KEPT = 2000
+#: Seconds an outcome command may run before it is stopped and counted as a failure.
+DEFAULT_TIMEOUT = 600.0
+#: z for a two-sided 95% interval.
+Z95 = 1.959963984540054
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """An outcome measure: the shell ``command`` and how many seconds it may take."""
+
+    command: str
+    timeout: float = DEFAULT_TIMEOUT
+
+
+def measure(
+    outcome: Outcome,
+    *,
+    cwd: Path,
+    session: Path | None,
+    output: str | None,
+    exit_code: int | None,
+) -> OutcomeEvent:
+    """Run ``outcome.command`` in ``cwd`` for a run that ended with ``exit_code``, printed
+    ``output`` and was recorded as ``session``; returns its ``outcome`` event (not yet written).
+
+    Never raises for the command itself: one that cannot start or times out (its whole process
+    group is killed) is a failure whose ``reason`` says so.
+    """
+    env = dict(os.environ)
+    env["FORKPOINT_OUTCOME_EXIT"] = "" if exit_code is None else str(exit_code)
+    env["FORKPOINT_OUTCOME_SESSION"] = str(session.resolve()) if session is not None else ""
+    started = time.perf_counter()
+    with tempfile.NamedTemporaryFile("w", prefix="forkpoint-output-", suffix=".txt") as out_file:
+        out_file.write(output or "")
+        out_file.flush()
+        env["FORKPOINT_OUTCOME_OUTPUT"] = out_file.name
+        code, text, reason = _run_shell(outcome, cwd, env)
+    event: OutcomeEvent = {
+        "type": "outcome",
+        "command": outcome.command,
+        "passed": code == 0,
+        "exit_code": code,
+        "reason": reason,
+        "output": text[-OUTPUT_KEPT:],
+        "duration_ms": round((time.perf_counter() - started) * 1000, 3),
+    }
+    return event
+
+
+def _run_shell(outcome: Outcome, cwd: Path, env: dict[str, str]) -> tuple[int | None, str, str | None]:
+    """(exit code or None, output, why there is no exit code)."""
+    try:
+        # A session of its own, so a timeout can stop everything the command started (a test runner's
+        # workers included), not only the shell.
+        proc = subprocess.Popen(
+            ["/bin/sh", "-c", outcome.command],
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+            start_new_session=True,
+        )
+    except OSError as exc:
+        return None, "", f"cannot run the outcome command in {cwd}: {exc}"
+    try:
+        text, _ = proc.communicate(timeout=outcome.timeout)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        text, _ = proc.communicate()
+        return None, text or "", f"timed out after {outcome.timeout:g} s"
+    return proc.returncode, text or "", None
+
+
+def outcome_of(session: Session) -> OutcomeEvent | None:
+    """The session's outcome (its last ``outcome`` event), or None when none was measured."""
+    found = session.by_type("outcome")
+    return found[-1] if found else None
+
+
+# --------------------------------------------------------------------------- rates
+
+
+def wilson(passed: int, n: int, z: float = Z95) -> tuple[float, float]:
+    """The Wilson score interval (low, high) of the pass rate ``passed``/``n``; (0, 1) when n is 0."""
+    if n <= 0:
+        return 0.0, 1.0
+    p = passed / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+@dataclass
+class Rate:
+    """``passed`` of ``ran`` runs passed; ``low``/``high`` bound the pass rate (95 % Wilson)."""
+
+    passed: int
+    ran: int
+
+    @property
+    def rate(self) -> float | None:
+        """The pass rate, None when nothing ran."""
+        return self.passed / self.ran if self.ran else None
+
+    @property
+    def interval(self) -> tuple[float, float]:
+        """The 95% interval of the pass rate."""
+        return wilson(self.passed, self.ran)
+
+    def text(self) -> str:
+        """``3/4 passed (75%, 95% CI 30%–95%)``, or ``no run measured``."""
+        if not self.ran:
+            return "no run measured"
+        low, high = self.interval
+        return f"{self.passed}/{self.ran} passed ({self.passed / self.ran:.0%}, 95% CI {low:.0%}–{high:.0%})"
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"passed", "ran", "rate", "low", "high"}`` (rates as fractions, rounded to 4 places)."""
+        low, high = self.interval
+        rate = self.rate
+        return {
+            "passed": self.passed,
+            "ran": self.ran,
+            "rate": round(rate, 4) if rate is not None else None,
+            "low": round(low, 4),
+            "high": round(high, 4),
+        }
+
+
+def rate_of(passes: Iterable[bool | None]) -> Rate:
+    """The pass rate of runs whose outcome is True (pass), False (fail) or None (not measured: the
+    arm never ran, or ran without an outcome command); the last are left out."""
+    measured = [p for p in passes if p is not None]
+    return Rate(sum(1 for p in measured if p), len(measured))
+
+
+def by_checkpoint(arms: Iterable[tuple[int, bool | None]], turns: dict[int, Any]) -> dict[str, Any]:
+    """The pass rate by checkpoint of a sweep, from ``(checkpoint seq, passed)`` per arm (None: the
+    arm did not run, e.g. its checkpoint did not validate) and the checkpoints' ``turns`` by seq.
+
+    Returns ``{"points": [{"seq", "turn", "arms", **Rate.to_json()}...] (by seq),
+    "unrecoverable_from": seq | None, "last_recoverable": seq | None}``: the run became
+    unrecoverable at the first measured checkpoint from which no arm, of that checkpoint or any
+    later one, passed; the last recoverable checkpoint is the latest one where an arm passed.
+    """
+    grouped: dict[int, list[bool | None]] = {}
+    for seq, passed in arms:
+        grouped.setdefault(seq, []).append(passed)
+    points = []
+    for seq in sorted(grouped):
+        rate = rate_of(grouped[seq])
+        points.append({"seq": seq, "turn": turns.get(seq), "arms": len(grouped[seq]), **rate.to_json()})
+    measured = [p for p in points if p["ran"]]
+    passing = [p["seq"] for p in measured if p["passed"]]
+    last = passing[-1] if passing else None
+    after = [p["seq"] for p in measured if last is None or p["seq"] > last]
+    return {"points": points, "last_recoverable": last, "unrecoverable_from": after[0] if after else None}
+
+
+def arms_of(session: Session) -> list[tuple[int, bool | None]]:
+    """``(checkpoint seq, passed)`` of every fork arm of ``session`` found beside it in its store
+    (sessions whose header names it as parent, with a checkpoint seq); passed is None for an arm
+    without an outcome. None at all for a session that is not in a store (a cassette)."""
+    out: list[tuple[int, bool | None]] = []
+    if not is_store(session.path.parent):
+        return out
+    try:
+        rows = open_store(session.path.parent).listing().rows
+    except SessionError:
+        return out
+    for row in rows:
+        parent = row.header.get("parent")
+        if not isinstance(parent, dict) or parent.get("session_id") != session.id:
+            continue
+        seq = parent.get("seq")
+        if not isinstance(seq, int):
+            continue
+        try:
+            found = outcome_of(Session.load(row.path))
+        except SessionError:
+            continue
+        out.append((seq, found["passed"] if found is not None else None))
+    return out

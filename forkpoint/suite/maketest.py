@@ -1,0 +1,154 @@
+"""``forkpoint make-test``: turn a recorded session — an incident — into a permanent test.
+
+The session is copied as the test's cassette (``<into>/cassettes/<name>/``) and a test module
+``<into>/test_<name>.py`` is written: its test runs the recorded Python command in the test's
+process (:func:`forkpoint.run_command`) under ``@pytest.mark.forkpoint(cassette=…)``, so the pytest
+plugin serves every model and tool call from the cassette, and asserts the exit code the recorded
+run ended with. A comment marks where the assertion the fix must satisfy goes, and how to re-record
+once the agent is fixed (``pytest --forkpoint-mode=record``: replayed up to the first call that
+changed, live after; ``docs/pytest.md``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+
+from ..checkpoint import verify_session
+from ..diff import totals
+from ..errors import SessionError, UsageError
+from ..log import Session
+from ..orchestrate import map_command
+from ..program import parse_command
+
+_NOT_IDENT = re.compile(r"[^0-9a-zA-Z_]+")
+
+
+def ident_for(session: Session, name: str | None = None) -> str:
+    """A Python identifier for the test and its cassette, from ``name``, else the session's name,
+    else its id: ``incident-42`` → ``incident_42``."""
+    text = name or session.header.get("name") or f"session_{session.id}"
+    ident = _NOT_IDENT.sub("_", str(text)).strip("_").lower() or "session"
+    return ident if not ident[0].isdigit() else f"session_{ident}"
+
+
+def _line(text: object, limit: int = 160) -> str:
+    """``text`` as one line safe inside a docstring or comment of the generated module."""
+    flat = " ".join(str(text).split()).replace("\\", "/").replace('"""', "'''")
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def _root_expr(test_dir: Path, root: Path) -> str:
+    """Python for ``root`` as seen from a module in ``test_dir``: relative to the module's file when
+    ``root`` holds it (the checkout moves with the test), else the absolute path."""
+    try:
+        depth = len(test_dir.resolve().relative_to(root.resolve()).parts)
+    except ValueError:
+        return f"Path({str(root.resolve())!r})"
+    return f"Path(__file__).resolve().parents[{depth}]"
+
+
+def make_test(
+    session: Session, *, into: Path, root: Path, name: str | None = None, force: bool = False
+) -> tuple[Path, Path]:
+    """Write the test of ``session`` into the folder ``into`` and copy the session beside it as its
+    cassette; the test runs the recorded command in ``root`` (the recorded directory maps to it,
+    see :func:`~forkpoint.orchestrate.map_command`). Returns (test file, cassette directory).
+
+    Raises :class:`~forkpoint.errors.UsageError` for a session without an end event or whose
+    command is not a Python program, or when the test or cassette exists (unless ``force``), and
+    :class:`~forkpoint.errors.SessionError` for a session that fails verification.
+    """
+    end = session.end()
+    if end is None:
+        raise UsageError(
+            f"session {session.id} has no end event (still being recorded, or killed): "
+            "there is no ending for the test to assert"
+        )
+    argv = session.header.get("argv") or []
+    if not argv or session.header.get("imported_from"):
+        raise UsageError(f"session {session.id} has no recorded command to run (an imported session)")
+    command = map_command(list(argv), session.header.get("cwd"), root.resolve())
+    kind, _, _ = parse_command(command)
+    if kind != "file" or not command[0].endswith(".py"):
+        command = ["python", *command[1:]]  # this interpreter, whatever the recording's was
+    v = verify_session(session.path, git=False)
+    if v.problems:
+        raise SessionError(
+            f"session {session.id} fails verification, so it may not be what was recorded: {v.problems[0]}"
+        )
+    ident = ident_for(session, name)
+    test_file = into / f"test_{ident}.py"
+    cassette = into / "cassettes" / ident
+    for existing in (test_file, cassette):
+        if existing.exists() and not force:
+            raise UsageError(f"{existing} exists; choose another --name, or replace it with --force")
+    into.mkdir(parents=True, exist_ok=True)
+    if cassette.exists():
+        shutil.rmtree(cassette)
+    shutil.copytree(session.path, cassette)
+    tools = list(session.header.get("tools") or [])
+    tags = ", ".join(f"{k}={v}" for k, v in (session.header.get("tags") or {}).items() if v is not None)
+    code = end.get("exit_code")
+    reason = f" ({end['reason']})" if end.get("reason") else ""
+    final = totals(session)["final_answer"]
+    try:
+        shown = test_file.resolve().relative_to(root.resolve())
+    except ValueError:
+        shown = test_file.resolve()
+    lines = [
+        f'"""{_line(session.header.get("name") or session.id)}: a test made by `forkpoint make-test` from '
+        f"session {session.id}.",
+        "",
+        f"Recorded {_line(session.header.get('created'))} in {_line(session.header.get('cwd'))}"
+        + (f" ({_line(tags)})" if tags else "")
+        + ".",
+        f"The session is this test's cassette, cassettes/{ident}/: the test runs the recorded command in",
+        "this process and the forkpoint pytest plugin serves every model and tool call from the",
+        "cassette, offline (docs/pytest.md in forkpoint).",
+        '"""',
+        "",
+        "from pathlib import Path",
+        "",
+        "import pytest",
+        "",
+        "import forkpoint",
+        "",
+        f"#: Where the command runs: the recorded run's directory, {_line(session.header.get('cwd'))}, maps here.",
+        f"ROOT = {_root_expr(into, root)}",
+        "#: The recorded command.",
+        f"COMMAND = {command!r}"
+        if len(repr(command)) < 90
+        else "COMMAND = [\n" + "".join(f"    {a!r},\n" for a in command) + "]",
+    ]
+    if tools:
+        lines += ["#: Functions recorded as tools by name (forkpoint record --tool).", f"TOOLS = {tools!r}"]
+    lines += [
+        "",
+        "",
+        f"@pytest.mark.forkpoint(cassette={f'cassettes/{ident}'!r})",
+        f"def test_{ident}(monkeypatch: pytest.MonkeyPatch) -> None:",
+        "    monkeypatch.chdir(ROOT)",
+        f"    run = forkpoint.run_command(COMMAND{', tools=TOOLS' if tools else ''})",
+        f"    # How the recorded run ended: exit code {code}{_line(reason)}."
+        + (" Its last model answer:" if final else ""),
+    ]
+    if final:
+        lines.append(f"    #     {_line(final, 100)}")
+    lines.append(f"    assert run.exit_code == {code!r}")
+    lines += [
+        "    # TODO: the assertion the fix must satisfy goes here, on run.exit_code or on run.output (what",
+        "    # the program printed), e.g.",
+        '    #     assert "…" in run.output',
+        "    # It fails against this recording, which reproduces the incident. Fix the agent, then",
+        "    # re-record from the first call that changed (replayed before it, live after):",
+        f"    #     pytest --forkpoint-mode=record {shown}",
+        "    # From then on the test replays the new recording offline.",
+        "",
+    ]
+    tmp = test_file.with_name(f".{test_file.name}.{os.getpid()}.tmp")
+    tmp.write_text("\n".join(lines), encoding="utf-8")
+    os.replace(tmp, test_file)
+    return test_file, cassette

@@ -1,0 +1,83 @@
+"""``forkpoint sweep``: fork arms from every resumable checkpoint of a run (or a chosen range) and
+measure their outcome, to see where the run became unrecoverable.
+
+Every arm is a fork arm (:func:`forkpoint.orchestrate.arm_task`): restored into a fresh directory,
+validated without a model (an arm that fails validation is reported and never run), continued live,
+its outcome measured and written into its session. Arms of all checkpoints run together on one
+executor. The result is the pass rate at each checkpoint (:func:`forkpoint.outcome.by_checkpoint`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..errors import UsageError
+from ..executors import Executor
+from ..log import Session
+from ..orchestrate import Arm, arm_specs, fork_into, run_arms
+from ..outcome import Outcome, by_checkpoint
+
+
+def sweep_checkpoints(
+    session: Session, first: int | None = None, last: int | None = None
+) -> list[dict[str, Any]]:
+    """The resumable checkpoints of ``session`` with ``first <= seq <= last`` (either bound optional),
+    by seq. Raises :class:`~forkpoint.errors.UsageError` when there is none."""
+    cps = [
+        c
+        for c in session.by_type("checkpoint")
+        if c.get("boundary") == "resumable"
+        and not c.get("error")
+        and (first is None or c["seq"] >= first)
+        and (last is None or c["seq"] <= last)
+    ]
+    if not cps:
+        where = (
+            "" if first is None and last is None else f" between seq {first or 'start'} and {last or 'end'}"
+        )
+        raise UsageError(
+            f"session {session.id} has no resumable checkpoint{where} to sweep "
+            f"(forkpoint checkpoints {session.id} lists them)"
+        )
+    return [dict(c) for c in cps]
+
+
+def sweep(
+    session: Session,
+    cmd: list[str],
+    *,
+    arms: int,
+    outcome: Outcome,
+    first: int | None = None,
+    last: int | None = None,
+    into: Path | None = None,
+    overrides: list[str] | None = None,
+    on_divergence: str = "stop",
+    repo: Path | None = None,
+    executor: Executor | None = None,
+    on_arm: Callable[[Arm], None] | None = None,
+) -> dict[str, Any]:
+    """Fork ``arms`` arms from each resumable checkpoint in ``[first, last]`` and measure ``outcome``
+    in each. Returns ``{"session", "into", "arms": [Arm...], **by_checkpoint(...)}`` (the pass rate
+    at each checkpoint and where the run became unrecoverable). Raises
+    :class:`~forkpoint.errors.UsageError` when there is no checkpoint to fork from."""
+    cps = sweep_checkpoints(session, first, last)
+    into = into if into is not None else fork_into(session, cps[0]["seq"])
+    specs: list[dict[str, Any]] = []
+    for cp in cps:
+        specs += arm_specs(
+            session,
+            cp["seq"],
+            cmd,
+            arms=arms,
+            into=into / f"seq-{cp['seq']}",
+            overrides=overrides,
+            on_divergence=on_divergence,
+            repo=repo,
+            outcome=outcome,
+        )
+    done = run_arms(specs, executor=executor, on_arm=on_arm)
+    rates = by_checkpoint(((a.seq, a.passed) for a in done), {c["seq"]: c.get("turn") for c in cps})
+    return {"session": session.id, "into": str(into), "arms": done, **rates}

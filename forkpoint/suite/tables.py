@@ -1,0 +1,243 @@
+"""The tables ``check``, ``fork`` and ``sweep`` print: built from their result rows alone, so the
+same rows give the same table whichever executor produced them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rich.markup import escape
+from rich.table import Table
+
+from ..orchestrate import Arm
+from ..outcome import Rate, rate_of
+from .check import verdict_text
+
+_STYLE = {
+    "reproduced": "green",
+    "same": "green",
+    "diverged": "red",
+    "changed": "yellow",
+    "stopped": "yellow",
+    "ended differently": "yellow",
+    "error": "red",
+}
+_BAR = 20
+
+
+def _table(title: str | None, *columns: str) -> Table:
+    table = Table(box=None, header_style="bold", title=title, title_justify="left", pad_edge=False)
+    for col in columns:
+        table.add_column(col, overflow="fold")
+    return table
+
+
+def _tags(tags: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in tags.items())
+
+
+def _seconds(value: Any) -> str:
+    return f"{float(value or 0):.2f} s"
+
+
+def _passed(outcome: dict[str, Any] | None) -> str:
+    if not outcome:
+        return "—"
+    if outcome.get("passed"):
+        return "[green]pass[/green]"
+    why = outcome.get("reason") or f"exit {outcome.get('exit_code')}"
+    return f"[red]fail[/red] ({escape(str(why))})"
+
+
+def _verdict(row: dict[str, Any]) -> str:
+    style = _STYLE.get(row["status"], "")
+    return f"[{style}]{escape(verdict_text(row))}[/{style}]" if style else escape(verdict_text(row))
+
+
+def check_table(rows: list[dict[str, Any]], title: str | None = None) -> Table:
+    """session, name, tags, verdict, time (plus outcome, when one was measured)."""
+    with_outcome = any(r.get("outcome") for r in rows)
+    cols = ["session", "name", "tags", "verdict", *(["outcome"] if with_outcome else []), "time"]
+    table = _table(title, *cols)
+    for r in rows:
+        cells = [
+            r["session_id"],
+            escape(r.get("name") or ""),
+            escape(_tags(r.get("tags") or {})),
+            _verdict(r),
+        ]
+        if with_outcome:
+            cells.append(_passed(r.get("outcome")))
+        table.add_row(*cells, _seconds(r.get("seconds")))
+    return table
+
+
+def _pair(row: dict[str, Any], key: str, unit: str = "") -> str:
+    ab = row.get("ab") or {}
+    old, new = (ab.get("recorded") or {}).get(key), (ab.get("new") or {}).get(key)
+
+    def shown(v: Any) -> str:
+        if v is None:
+            return "—"
+        return f"{v:.0f}{unit}" if isinstance(v, float) else f"{v}{unit}"
+
+    return f"{shown(old)} → {shown(new)}"
+
+
+def ab_table(rows: list[dict[str, Any]], title: str | None = None) -> Table:
+    """One row per session of an A/B check: where behaviour first changed, and the outcome, tokens
+    in and out and model time of the recorded run → the new one."""
+    table = _table(
+        title, "session", "name", "first change", "outcome", "tokens in", "tokens out", "model time", "time"
+    )
+    for r in rows:
+        ab = r.get("ab") or {}
+        outcome = f"{_passed((ab.get('recorded') or {}).get('outcome'))} → {_passed((ab.get('new') or {}).get('outcome'))}"
+        table.add_row(
+            r["session_id"],
+            escape(r.get("name") or ""),
+            _verdict(r),
+            outcome,
+            _pair(r, "tokens_in"),
+            _pair(r, "tokens_out"),
+            _pair(r, "model_ms", " ms"),
+            _seconds(r.get("seconds")),
+        )
+    return table
+
+
+def ab_summary_table(summary: dict[str, Any]) -> Table:
+    """The two arms side by side (:func:`forkpoint.suite.check.ab_summary`)."""
+    title = (
+        f"{summary['compared']} of {summary['sessions']} sessions compared: "
+        f"{summary.get('changed', 0)} changed, {summary.get('same', 0)} same, "
+        f"{summary.get('stopped', 0)} stopped by the tool policy, {summary.get('error', 0)} errors"
+    )
+    table = _table(
+        title, "arm", "outcome", "tokens in", "tokens out", "model time (total)", "model time (median)"
+    )
+    for arm in ("recorded", "new"):
+        a = summary[arm]
+        o = a["outcome"]
+        median = a["median_model_ms"]
+        table.add_row(
+            arm,
+            Rate(o["passed"], o["ran"]).text(),
+            str(a["tokens_in"]),
+            str(a["tokens_out"]),
+            f"{a['model_ms']:.0f} ms",
+            f"{median:.0f} ms" if median is not None else "—",
+        )
+    return table
+
+
+def fork_table(arms: list[Arm], title: str | None = None) -> Table:
+    """One row per arm: directory, checkpoint validation, calls replayed and live, exit code,
+    outcome, session."""
+    with_outcome = any(a.outcome for a in arms)
+    cols = [
+        "arm",
+        "directory",
+        "checkpoint",
+        "calls",
+        "exit",
+        *(["outcome"] if with_outcome else []),
+        "session",
+    ]
+    table = _table(title, *cols)
+    for arm in arms:
+        if not arm.valid:
+            state = (
+                "[red]restore failed[/red]"
+                if arm.error is not None and not arm.checks
+                else "[red]invalid[/red]"
+            )
+            table.add_row(
+                str(arm.index), str(arm.directory), state, "not run", "", *([""] if with_outcome else []), ""
+            )
+            continue
+        report = arm.report or {}
+        live = report.get("live_calls") or {}
+        calls = (
+            f"{report.get('matched', 0)} replayed, {live.get('models', 0)} model + {live.get('tools', 0)} tool live"
+            if arm.report is not None
+            else f"[red]{escape(arm.error or 'no report')}[/red]"
+        )
+        table.add_row(
+            str(arm.index),
+            str(arm.directory),
+            "[green]valid[/green]",
+            calls,
+            str(arm.exit_code),
+            *([_passed(arm.outcome)] if with_outcome else []),
+            Path(arm.session or "—").name,
+        )
+    return table
+
+
+def pass_rate_line(arms: list[Arm]) -> str:
+    """``outcome: 3/4 passed (75%, 95% CI 30%–95%); 1 arm(s) not run (restore or validation failed)``."""
+    rate = rate_of(a.passed for a in arms)
+    invalid = sum(1 for a in arms if not a.valid)
+    tail = f"; {invalid} arm(s) not run (restore or validation failed)" if invalid else ""
+    return f"outcome: {rate.text()}{tail}"
+
+
+def sweep_table(result: dict[str, Any]) -> Table:
+    """One row per checkpoint: arms, how many ran and passed, the pass rate with its 95% interval and
+    a bar; the last recoverable checkpoint and the first unrecoverable one are marked."""
+    table = _table(
+        f"pass rate by checkpoint of {result['session']}",
+        "checkpoint",
+        "turn",
+        "arms",
+        "passed",
+        "pass rate",
+        "95% CI",
+        "",
+    )
+    invalid: dict[int, int] = {}
+    for a in result["arms"]:
+        invalid[a.seq] = invalid.get(a.seq, 0) + (not a.valid)
+    for p in result["points"]:
+        rate = p["rate"]
+        bar = (
+            "█" * round((rate or 0) * _BAR) + "·" * (_BAR - round((rate or 0) * _BAR))
+            if rate is not None
+            else ""
+        )
+        mark = ""
+        if p["seq"] == result["last_recoverable"]:
+            mark = "  ← last recoverable"
+        elif p["seq"] == result["unrecoverable_from"]:
+            mark = "  ← unrecoverable from here"
+        bad = invalid.get(p["seq"], 0)
+        table.add_row(
+            f"@{p['seq']}",
+            str(p["turn"]),
+            str(p["arms"]) + (f" ({bad} not run)" if bad else ""),
+            f"{p['passed']}/{p['ran']}",
+            f"{rate:.0%}" if rate is not None else "—",
+            f"{p['low']:.0%}–{p['high']:.0%}" if p["ran"] else "—",
+            bar + mark,
+        )
+    return table
+
+
+def sweep_verdict(result: dict[str, Any]) -> str:
+    """Where the run became unrecoverable, in one sentence."""
+    last, first_bad = result["last_recoverable"], result["unrecoverable_from"]
+    points = {p["seq"]: p for p in result["points"]}
+    if last is None and first_bad is None:
+        return "no arm ran: nothing was measured"
+    if last is None:
+        return f"no arm passed from any checkpoint: the run was unrecoverable from @{first_bad} (turn {points[first_bad]['turn']}) on"
+    if first_bad is None:
+        return (
+            f"arms passed from every checkpoint up to the last (@{last}): the run was still recoverable there"
+        )
+    return (
+        f"the run became unrecoverable between @{last} (turn {points[last]['turn']}, "
+        f"{points[last]['passed']}/{points[last]['ran']} passed) and @{first_bad} (turn {points[first_bad]['turn']}): "
+        "no arm from there on passed"
+    )

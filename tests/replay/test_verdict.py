@@ -1,0 +1,69 @@
+"""``forkpoint.replay.verdict``: the one place a replay report's outcome fields and the exit codes
+become a verdict (reproduced, diverged, ended differently, error)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from forkpoint.replay import verdict
+
+
+def report(**fields: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "reproduced": True,
+        "divergence": None,
+        "ended_early": False,
+        "unserved": [],
+        "network_blocked": [],
+    }
+    return base | fields
+
+
+def test_reproduced_only_when_the_report_and_the_exit_code_agree() -> None:
+    assert verdict(report(), 0, 0) == {"status": "reproduced", "detail": "", "call": None, "path": None}
+    assert verdict(report(), 2, 2)["status"] == "reproduced"
+    assert verdict(report(), 0, None)["status"] == "reproduced"  # the recording's exit code is unknown
+
+
+def test_a_divergence_names_the_call_and_the_first_differing_path() -> None:
+    div = {
+        "kind": "model_call",
+        "position": 2,
+        "endpoint": "POST /v1/chat/completions",
+        "reason": "no recorded request has the same match key",
+        "diff": [{"op": "changed", "path": "$.body.messages[1].content", "expected": "a", "actual": "b"}],
+    }
+    v = verdict(report(reproduced=False, divergence=div), 1, 0)
+    assert v == {
+        "status": "diverged",
+        "detail": "no recorded request has the same match key",
+        "call": "model call #2 (POST /v1/chat/completions)",
+        "path": "$.body.messages[1].content",
+    }
+    tool = {"kind": "tool_call", "position": 1, "name": "search", "reason": "r", "diff": []}
+    assert verdict(report(divergence=tool), 0, 0)["call"] == "tool call #1 (search)"
+    assert verdict(report(divergence=tool), 0, 0)["path"] is None
+
+
+def test_every_way_of_ending_differently_is_named() -> None:
+    assert verdict(report(), 1, 0)["detail"] == "exit code 1, recorded 0"
+    early = verdict(report(reproduced=False, ended_early=True, unserved=[4, 5]), 0, 0)
+    assert early == {
+        "status": "ended differently",
+        "detail": "ended before asking for 2 recorded calls",
+        "call": None,
+        "path": None,
+    }
+    net = verdict(report(reproduced=False, network_blocked=["10.0.0.1:443", "10.0.0.1:443"]), 0, 0)
+    assert net["detail"] == "tried to reach the network (10.0.0.1:443)"
+    both = verdict(report(reproduced=False, ended_early=True, unserved=[3]), 137, 0)
+    assert both["detail"] == "exit code 137, recorded 0; ended before asking for 1 recorded call"
+    # A report that says it did not reproduce, for a reason this function does not know yet.
+    assert verdict(report(reproduced=False), 0, 0)["status"] == "ended differently"
+
+
+def test_no_report_is_an_error() -> None:
+    v = verdict(None, 1, 0)
+    assert (
+        v["status"] == "error" and "wrote no replay report" in v["detail"] and "(exit code 1)" in v["detail"]
+    )

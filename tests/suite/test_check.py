@@ -1,0 +1,371 @@
+"""``forkpoint check``: choosing sessions, the verdict of each, the table, JUnit XML, the exit code,
+the recorded directory mapped to this checkout, and ``--models live`` as an A/B run against a
+local stochastic model server."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+import forkpoint
+from forkpoint.demo.server import ModelServer
+from forkpoint.errors import UsageError
+from forkpoint.executors import LocalExecutor, open_executor
+from forkpoint.log import Session, SessionWriter
+from forkpoint.orchestrate import map_command
+from forkpoint.record import make_header
+from forkpoint.store import list_sessions
+from forkpoint.suite import check_sessions, parse_since, select, write_junit
+from tests.modelserver import LocalServer
+from tests.suite.agents import cli_env, record_demo_sessions
+
+# ----------------------------------------------------------------------------- choosing sessions
+
+
+def recorded(store: Path, name: str, **tags: str) -> Path:
+    with forkpoint.record(name=name, store=store, tags=tags, argv=["python", "agent.py"]) as rec:
+        pass
+    return rec.session_path
+
+
+def test_select_a_store_with_tags_and_since(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = tmp_path / "store"
+    a = recorded(store, "a", team="x")
+    b = recorded(store, "b", team="y")
+    c = recorded(store, "c", team="x")
+    child = SessionWriter.create(store, make_header(argv=["python"], parent={"session_id": a.name, "seq": 1}))
+    child.append({"type": "end", "exit_code": 0})
+    child.close()
+    unfinished = SessionWriter.create(store, make_header(argv=["python"], name="running"))
+    unfinished.close()
+
+    everything = select([str(store)])
+    assert [s.name for s in everything.sessions] == ["a", "b", "c", "running"]
+    monkeypatch.setenv("FORKPOINT_STORE", str(store))  # no target: the store
+    assert [s.name for s in select([]).sessions] == ["a", "b", "c", "running"]
+    monkeypatch.setenv("FORKPOINT_STORE", str(tmp_path / "nothing-yet"))
+    assert select([]).sessions == []
+    assert everything.notes == [
+        "left out 1 session that are what-if runs or fork arms (name one to check it)"
+    ]
+    assert everything.sessions[-1].problem and "no end event" in everything.sessions[-1].problem
+    assert [s.name for s in select([], store=str(store), tags={"team": "x"}).sessions] == ["a", "c"]
+    assert (
+        select([], store=str(store), tags={"team": "x"}).notes[-1]
+        == "left out 2 sessions that --tag/--since exclude"
+    )
+    later = datetime.now(UTC) + timedelta(days=1)
+    assert select([str(store)], since=later).sessions == []
+    assert len(select([str(store)], since=parse_since("2020-01-01")).sessions) == 4
+    # Named one by one (a path, a name): taken as they are, a what-if run included.
+    named = select([str(child.path), "b"], store=str(store))
+    assert [s.session_id for s in named.sessions] == [child.path.name, b.name]
+    assert named.sessions[0].ref == {"path": str(child.path.absolute()), "store": None, "id": child.path.name}
+    assert c.exists()
+
+
+def test_select_a_folder_of_cassettes(tmp_path: Path) -> None:
+    cassettes = tmp_path / "cassettes"
+    for where in (
+        "mod_a/test_one",
+        "mod_a/test_two",
+        "mod_b/test_three.failed",
+        "mod_b/.test_x.recording-1a2b3c",
+    ):
+        (cassettes / where).parent.mkdir(parents=True, exist_ok=True)
+        with forkpoint.record(store=tmp_path / "tmp", argv=["pytest"]) as rec:
+            pass
+        shutil.move(rec.session_path, cassettes / where)
+    found = select([str(cassettes)])
+    assert sorted(Path(s.location).name for s in found.sessions) == ["test_one", "test_two"]
+    assert not (cassettes / "index").exists()  # a folder of cassettes is read, never made a store
+
+
+def test_parse_since() -> None:
+    assert parse_since("2026-11-01") == datetime(2026, 11, 1, tzinfo=UTC)
+    assert parse_since("2026-11-01T12:30:00Z") == datetime(2026, 11, 1, 12, 30, tzinfo=UTC)
+    with pytest.raises(UsageError, match="--since 'yesterday'"):
+        parse_since("yesterday")
+
+
+def test_map_command_maps_the_recorded_directory_here(tmp_path: Path) -> None:
+    here = tmp_path / "checkout"
+    argv = ["python", "/srv/app/agent.py", "--out=/srv/app/out/x.json", "/srv/other/f", "/srv/app", "-v"]
+    assert map_command(argv, "/srv/app", here) == [
+        "python",
+        "agent.py",
+        "--out=out/x.json",
+        "/srv/other/f",
+        ".",
+        "-v",
+    ]
+    assert map_command(argv, None, here) == argv
+    assert map_command(argv, str(here), here) == argv
+
+
+# ----------------------------------------------------------------------------- executors
+
+
+def double(spec: dict[str, Any]) -> dict[str, Any]:
+    if spec["n"] == 3:
+        raise ValueError("three is bad")
+    return {"n": spec["n"] * 2}
+
+
+def test_local_executor_runs_every_task_and_reports_failures_as_results() -> None:
+    with LocalExecutor(jobs=3) as ex:
+        assert ex.workers == 3
+        results = dict(ex.map(double, [{"n": n} for n in range(6)]))
+    assert results == {
+        0: {"n": 0},
+        1: {"n": 2},
+        2: {"n": 4},
+        3: {"error": "ValueError: three is bad"},
+        4: {"n": 8},
+        5: {"n": 10},
+    }
+    with pytest.raises(UsageError, match="expected one of local, ray"):
+        open_executor("dask")
+    with pytest.raises(UsageError, match="takes no address"):
+        open_executor("local:somewhere")
+
+
+def test_a_session_that_cannot_be_checked_is_an_error_row_and_runs_nothing(tmp_path: Path) -> None:
+    writer = SessionWriter.create(tmp_path / "store", make_header(argv=["false"], name="killed"))
+    writer.close()
+    rows = check_sessions(select([str(tmp_path / "store")]), executor=LocalExecutor(), cwd=tmp_path)
+    assert [(r["name"], r["status"]) for r in rows] == [("killed", "error")]
+    assert "no end event" in rows[0]["detail"]
+
+
+# ----------------------------------------------------------------------------- JUnit XML
+
+
+def test_junit_xml(tmp_path: Path) -> None:
+    base = {
+        "name": "n",
+        "tags": {},
+        "location": "/s",
+        "call": None,
+        "path": None,
+        "divergence": None,
+        "stderr": "",
+    }
+    rows = [
+        {**base, "session_id": "s1", "status": "reproduced", "detail": "", "seconds": 1.5},
+        {
+            **base,
+            "session_id": "s2",
+            "status": "diverged",
+            "detail": "no recorded request has the same match key",
+            "call": "model call #1 (POST /v1/chat/completions)",
+            "path": "$.body.messages[0].content",
+            "divergence": "replay diverged at …",
+            "stderr": "Traceback \x1b[31m\x00 …",
+            "seconds": 0.5,
+        },
+        {**base, "session_id": "s3", "status": "error", "detail": "cannot read", "seconds": 0.0},
+    ]
+    out = write_junit(rows, tmp_path / "check.xml", seconds=2.0)
+    suite = ET.parse(out).getroot().find("testsuite")
+    assert suite is not None
+    assert (suite.get("tests"), suite.get("failures"), suite.get("errors"), suite.get("time")) == (
+        "3",
+        "1",
+        "1",
+        "2.000",
+    )
+    cases = suite.findall("testcase")
+    assert [c.get("name") for c in cases] == ["s1", "s2", "s3"]
+    assert cases[0].find("failure") is None and cases[0].get("time") == "1.500"
+    failure = cases[1].find("failure")
+    assert failure is not None
+    assert (
+        failure.get("message")
+        == "diverged at model call #1 (POST /v1/chat/completions): $.body.messages[0].content"
+    )
+    assert failure.text == "/s\nreplay diverged at …"
+    assert cases[1].findtext("system-err") == "Traceback \ufffd[31m\ufffd …"
+    error = cases[2].find("error")
+    assert error is not None and error.get("message") == "error: cannot read"
+
+
+# ----------------------------------------------------------------------------- end to end
+
+ASK = """import os
+import sys
+
+import openai
+
+PROMPTS = {}
+EXIT = {}
+client = openai.OpenAI(base_url=os.environ["AGENT_BASE_URL"], api_key="sk-test", max_retries=0)
+prompt = PROMPTS.get(sys.argv[1], sys.argv[1])
+reply = client.chat.completions.create(model="m", messages=[{"role": "user", "content": prompt}])
+print(reply.choices[0].message.content)
+sys.exit(EXIT.get(sys.argv[1], 0))
+"""
+
+
+def forkpoint_cli(*args: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "forkpoint.cli", *args],
+        cwd=cwd, env=env | {"COLUMNS": "250"}, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+
+
+@pytest.mark.slow
+def test_check_a_library_recorded_elsewhere_against_this_checkout(tmp_path: Path) -> None:
+    prod = tmp_path / "prod"
+    prod.mkdir()
+    (prod / "ask.py").write_text(ASK)
+    store = tmp_path / "store"
+    with LocalServer() as srv:
+        env = cli_env(AGENT_BASE_URL=srv.openai_base_url)
+        for prompt, team in (("same", "a"), ("changed", "a"), ("exits", "a"), ("other team", "b")):
+            rec = forkpoint_cli(
+                "record", "--store", str(store), "--name", prompt, "--tag", f"team={team}", "--no-workspace",
+                "--", "python", str(prod / "ask.py"), prompt, cwd=prod, env=env,
+            )  # fmt: skip
+            assert rec.returncode == 0, rec.stderr
+    killed = SessionWriter.create(
+        store, make_header(argv=["python", "ask.py", "x"], name="killed", tags={"team": "a"})
+    )
+    killed.close()
+    # Today's checkout: the prompt of one session changed, another now exits 1.
+    here = tmp_path / "checkout"
+    here.mkdir()
+    (here / "ask.py").write_text(
+        ASK.replace("PROMPTS = {}", "PROMPTS = {'changed': 'a new prompt'}").replace(
+            "EXIT = {}", "EXIT = {'exits': 1}"
+        )
+    )
+    junit = tmp_path / "out" / "check.xml"
+    junit.parent.mkdir()
+    out = forkpoint_cli(
+        "check", str(store), "--tag", "team=a", "--junit-xml", str(junit), "--json", str(tmp_path / "out" / "c.json"),
+        cwd=here, env=env,
+    )  # fmt: skip
+    assert out.returncode == 3, out.stdout + out.stderr
+    data = orjson.loads((tmp_path / "out" / "c.json").read_bytes())
+    verdicts = {r["name"]: (r["status"], r["call"], r["path"], r["detail"]) for r in data["rows"]}
+    assert verdicts == {
+        "same": ("reproduced", None, None, ""),
+        "changed": (
+            "diverged",
+            "model call #1 (POST /v1/chat/completions)",
+            "$.body.messages[0].content",
+            "no recorded request has the same match key",
+        ),
+        "exits": ("ended differently", None, None, "exit code 1, recorded 0"),
+        "killed": (
+            "error",
+            None,
+            None,
+            "the session has no end event: it is still being recorded, or its recorder was killed",
+        ),
+    }
+    table = out.stdout
+    assert "diverged at model call #1 (POST /v1/chat/completions): $.body.messages[0].content" in table
+    assert "ended differently: exit code 1, recorded 0" in table
+    assert (
+        "4 sessions checked in" in table and "1 diverged, 1 ended differently, 1 error, 1 reproduced" in table
+    )
+    assert "other team" not in table and "left out 1 session that --tag/--since exclude" in out.stderr
+    assert "~ $.body.messages[0].content: changed → a new prompt" in out.stderr  # the divergence in full
+    suite = ET.parse(junit).getroot().find("testsuite")
+    assert suite is not None and (suite.get("tests"), suite.get("failures"), suite.get("errors")) == (
+        "4",
+        "2",
+        "1",
+    )
+
+    # The same library passes against the checkout it was recorded in.
+    ok = forkpoint_cli("check", "--store", str(store), "--tag", "team=b", cwd=prod, env=env)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "1 session checked" in ok.stdout and ": 1 reproduced" in ok.stdout
+
+
+@pytest.mark.slow
+def test_ab_run_against_each_sessions_recorded_tool_world(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    env = cli_env()
+    with ModelServer(turns=2) as srv:
+        record_demo_sessions(store, 3, srv.openai_base_url, tmp_path / "work")
+        outcome = 'grep -q "^final:" "$FORKPOINT_OUTCOME_OUTPUT"'
+        ab = forkpoint_cli(
+            "check", str(store), "--models", "live", "--on-divergence", "fifo", "--outcome", outcome,
+            "--json", str(tmp_path / "ab.json"), "--junit-xml", str(tmp_path / "ab.xml"), cwd=tmp_path, env=env,
+        )  # fmt: skip
+        stopped = forkpoint_cli(
+            "check",
+            str(store),
+            "--models",
+            "live",
+            "--json",
+            str(tmp_path / "stop.json"),
+            cwd=tmp_path,
+            env=env,
+        )
+    assert ab.returncode == 0, ab.stdout + ab.stderr
+    data = orjson.loads((tmp_path / "ab.json").read_bytes())
+    for r in data["rows"]:
+        # The stochastic model wrote another scratch file than the recorded one: behaviour changed at
+        # its first answer.
+        assert r["status"] == "changed", r
+        assert r["ab"]["first_change"]["where"] == "seq 1 ↔ seq 1 (model POST /v1/chat/completions)"
+        assert r["ab"]["first_change"]["path"].startswith("$.response.tool_calls[0].arguments")
+        for arm in ("recorded", "new"):
+            a = r["ab"][arm]
+            assert a["tokens_in"] > 0 and a["tokens_out"] > 0 and a["model_ms"] > 0
+            assert a["outcome"]["passed"] is True and a["outcome"]["command"] == outcome
+        child = Session.load(Path(r["ab"]["child"]))
+        assert (
+            child.header["replay"]["models"] == "live" and child.header["replay"]["on_divergence"] == "fifo"
+        )
+        assert [e["type"] for e in child.events][-2:] == ["outcome", "end"]
+        assert all(e.get("source") == "live" for e in child.by_type("model_call"))
+    summary = data["summary"]
+    assert summary["sessions"] == summary["compared"] == 3 and summary["changed"] == 3
+    assert summary["recorded"]["outcome"] == {"passed": 3, "ran": 3, "rate": 1.0, "low": 0.4385, "high": 1.0}
+    assert summary["new"]["outcome"]["passed"] == 3
+    assert summary["new"]["tokens_in"] > 0 and summary["recorded"]["tokens_in"] > 0
+    assert "recorded  3/3 passed (100%, 95% CI 44%–100%)" in ab.stdout
+    assert "changed at seq 1 ↔ seq 1" in ab.stdout
+    assert 'tests="3" failures="0" errors="0"' in (tmp_path / "ab.xml").read_text()
+    # With the tool policy stop, the new arm stops at the first tool call whose arguments changed.
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+    rows = orjson.loads((tmp_path / "stop.json").read_bytes())["rows"]
+    assert {r["status"] for r in rows} == {"stopped"}
+    assert {r["call"] for r in rows} == {"tool call #1 (write_file)"}
+    assert all(r["path"].startswith("$.args.") for r in rows)
+
+
+@pytest.mark.slow
+def test_check_a_remote_store(s3_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sessions of an S3 store (moto on loopback) are found by id and URL, downloaded by the task
+    that replays them, and what an A/B run writes is uploaded to the same store."""
+    monkeypatch.setenv("FORKPOINT_CACHE", str(tmp_path / "cache"))
+    env = cli_env(FORKPOINT_CACHE=str(tmp_path / "worker-cache"))  # the tasks' own mirror, empty
+    with ModelServer(turns=1) as srv:
+        ids = record_demo_sessions(s3_url, 2, srv.openai_base_url, tmp_path / "work")
+        plain = forkpoint_cli("check", s3_url, "--json", str(tmp_path / "plain.json"), cwd=tmp_path, env=env)
+        ab = forkpoint_cli(
+            "check", s3_url, "--models", "live", "--on-divergence", "live", cwd=tmp_path, env=env
+        )
+    assert plain.returncode == 0, plain.stdout + plain.stderr
+    rows = orjson.loads((tmp_path / "plain.json").read_bytes())["rows"]
+    assert [(r["session_id"], r["status"]) for r in rows] == [(i, "reproduced") for i in ids]
+    assert all(r["location"].startswith(s3_url) for r in rows)
+    assert ab.returncode == 0, ab.stdout + ab.stderr
+    listed = list_sessions(s3_url).rows
+    children = [r for r in listed if r.header.get("parent")]
+    assert sorted(r.header["parent"]["session_id"] for r in children) == sorted(ids)

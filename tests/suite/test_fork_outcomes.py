@@ -1,0 +1,160 @@
+"""``fork --outcome`` and ``forkpoint sweep``: outcomes measured in every arm, written into the arm's
+session, summed up as a pass rate with its 95 % interval, and by checkpoint: where the run became
+unrecoverable. The agent is the keeper (tests/suite/agents.py), run through the CLI."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from forkpoint.html import view_model
+from forkpoint.log import Session
+from forkpoint.outcome import Rate, by_checkpoint, outcome_of, wilson
+from forkpoint.store import session_dirs
+from forkpoint.suite.tables import sweep_verdict
+from tests.modelserver import LocalServer
+from tests.suite.agents import KEEPER_OUTCOME, Keeper, record_keeper
+
+
+def forkpoint_cli(keeper: Keeper, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "forkpoint.cli", *args],
+        cwd=cwd, env=keeper.env | {"COLUMNS": "200"}, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+
+
+@pytest.fixture
+def keeper(tmp_path: Path) -> Iterator[Keeper]:
+    with LocalServer() as srv:
+        yield record_keeper(tmp_path, srv)
+
+
+def arms_of_store(keeper: Keeper) -> list[Session]:
+    return [Session.load(d) for d in session_dirs(keeper.store) if d.name != keeper.session.id]
+
+
+def test_wilson_interval_and_rates() -> None:
+    # Reference values of the 95 % Wilson score interval (z = 1.96).
+    low, high = wilson(2, 4)
+    assert (round(low, 4), round(high, 4)) == (0.1500, 0.8500)
+    assert wilson(0, 4)[0] == 0.0 and round(wilson(0, 4)[1], 4) == 0.4899
+    assert round(wilson(4, 4)[0], 4) == 0.5101 and wilson(4, 4)[1] == 1.0
+    assert wilson(0, 0) == (0.0, 1.0)
+    assert Rate(2, 4).text() == "2/4 passed (50%, 95% CI 15%–85%)"
+    assert Rate(0, 0).text() == "no run measured"
+
+
+def test_unrecoverable_point_from_outcomes_by_checkpoint() -> None:
+    arms = [(3, True), (3, False), (7, False), (7, True), (7, None), (11, False), (11, False), (15, False)]
+    result = by_checkpoint(arms, {3: 1, 7: 2, 11: 3, 15: 4})
+    assert [(p["seq"], p["passed"], p["ran"], p["arms"]) for p in result["points"]] == [
+        (3, 1, 2, 2),
+        (7, 1, 2, 3),  # an arm that did not run is not in the rate
+        (11, 0, 2, 2),
+        (15, 0, 1, 1),
+    ]
+    assert (result["last_recoverable"], result["unrecoverable_from"]) == (7, 11)
+    # Recovered again later: the point is after the last passing checkpoint.
+    again = by_checkpoint([(1, False), (2, True), (3, False)], {})
+    assert (again["last_recoverable"], again["unrecoverable_from"]) == (2, 3)
+    assert by_checkpoint([(1, False)], {})["last_recoverable"] is None
+
+
+@pytest.mark.slow
+def test_fork_measures_the_outcome_of_every_arm(keeper: Keeper, tmp_path: Path) -> None:
+    before = keeper.resumable()[1]  # after answer.txt was written, before the keep-or-delete turn
+    arms = tmp_path / "arms"
+    fork = forkpoint_cli(
+        keeper, "fork", f"{keeper.session.id}@{before}", "--arms", "4", "--into", str(arms),
+        "--store", str(keeper.store), "--outcome", KEEPER_OUTCOME, "--jobs", "2", "--", *keeper.agent,
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert fork.returncode == 0, fork.stdout + fork.stderr
+    # The model alternates keep and delete over its life (the recording took the first "delete"):
+    # whatever order the arms ran in, two kept the answer.
+    assert "outcome: 2/4 passed (50%, 95% CI 15%–85%)" in fork.stdout
+    assert fork.stdout.count("pass") >= 2 and fork.stdout.count("fail (exit 1)") == 2
+    assert fork.stderr.count("pass  source tree hash") == 4
+    children = arms_of_store(keeper)
+    assert len(children) == 4
+    outcomes = [outcome_of(c) for c in children]
+    assert all(o is not None and o["command"] == KEEPER_OUTCOME for o in outcomes)
+    assert sorted(bool(o and o["passed"]) for o in outcomes) == [False, False, True, True]
+    for child in children:
+        types = [e["type"] for e in child.events]
+        assert types[-2:] == ["outcome", "end"]  # measured before the session ended
+        assert child.header["parent"] == {"session_id": keeper.session.id, "seq": before}
+    for i in range(1, 5):
+        assert (arms / f"arm-{i}.log").read_text().startswith("final: Done.")
+
+
+@pytest.mark.slow
+def test_sweep_shows_where_the_run_became_unrecoverable(keeper: Keeper, tmp_path: Path) -> None:
+    cps = keeper.resumable()
+    assert len(cps) == 3  # before each of the three model calls
+    page = tmp_path / "sweep.html"
+    out = forkpoint_cli(
+        keeper, "sweep", keeper.session.id, "--store", str(keeper.store), "--arms", "2", "--jobs", "1",
+        "--outcome", KEEPER_OUTCOME, "--html", str(page), "--into", str(tmp_path / "sweep"),
+        "--", *keeper.agent, cwd=tmp_path,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    # One arm at a time: from each checkpoint before the decision, one arm keeps, one deletes.
+    rows = [line.split() for line in out.stdout.splitlines() if line.startswith("@")]
+    assert [(r[0], r[3], r[4]) for r in rows] == [
+        (f"@{cps[0]}", "1/2", "50%"),
+        (f"@{cps[1]}", "1/2", "50%"),
+        (f"@{cps[2]}", "0/2", "0%"),
+    ]
+    assert "← last recoverable" in out.stdout and "← unrecoverable from here" in out.stdout
+    assert (
+        f"the run became unrecoverable between @{cps[1]} (turn 2, 1/2 passed) and @{cps[2]} (turn 3)"
+        in out.stdout
+    )
+    assert len(arms_of_store(keeper)) == 6
+    # The viewer draws it: from the sweep just run, and from the arms in the store.
+    assert 'id="forkpoint-data"' in page.read_text()
+    drawn = view_model(keeper.session)["sweep"]
+    assert [(p["seq"], p["passed"], p["ran"]) for p in drawn["points"]] == [
+        (cps[0], 1, 2),
+        (cps[1], 1, 2),
+        (cps[2], 0, 2),
+    ]
+    assert (drawn["last_recoverable"], drawn["unrecoverable_from"]) == (cps[1], cps[2])
+
+
+@pytest.mark.slow
+def test_an_arm_that_cannot_be_restored_is_reported_and_never_run(keeper: Keeper, tmp_path: Path) -> None:
+    shutil.rmtree(keeper.repo)  # the recorded repository is gone, and no --repo is given
+    decisions = keeper.model.decisions
+    out = forkpoint_cli(
+        keeper, "sweep", keeper.session.id, "--store", str(keeper.store), "--arms", "1",
+        "--outcome", KEEPER_OUTCOME, "--", *keeper.agent, cwd=tmp_path,
+    )  # fmt: skip
+    assert out.returncode == 1
+    assert out.stderr.count("not run:") == 3
+    assert "no arm ran: nothing was measured" in out.stdout
+    assert keeper.model.decisions == decisions  # no arm reached the model
+    assert arms_of_store(keeper) == []
+
+
+def test_sweep_verdict_in_words() -> None:
+    def result(arms: list[tuple[int, bool | None]]) -> dict[str, Any]:
+        return {"session": "s", **by_checkpoint(arms, {1: 1, 4: 2, 7: 3})}
+
+    assert sweep_verdict(result([(1, None), (4, None)])) == "no arm ran: nothing was measured"
+    assert sweep_verdict(result([(1, False), (4, False)])) == (
+        "no arm passed from any checkpoint: the run was unrecoverable from @1 (turn 1) on"
+    )
+    assert sweep_verdict(result([(1, True), (4, True)])) == (
+        "arms passed from every checkpoint up to the last (@4): the run was still recoverable there"
+    )
+    assert sweep_verdict(result([(1, True), (4, True), (4, False), (7, False)])) == (
+        "the run became unrecoverable between @4 (turn 2, 1/2 passed) and @7 (turn 3): no arm from there on passed"
+    )

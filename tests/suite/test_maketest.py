@@ -1,0 +1,201 @@
+"""``forkpoint make-test``: an incident recorded in one checkout becomes a test of another, which
+replays it offline, fails on the assertion the fix must satisfy, is re-recorded from the first call
+that changed once the agent is fixed, and replays offline from then on.
+
+The agent is a small support bot on the real openai SDK with one ``@forkpoint.tool``; the tests'
+local model server answers it (a route: a tool call first, then an answer that quotes the order
+number only when the tool result the agent sends back contains it). Everything runs as the user
+would run it: the ``forkpoint`` CLI and pytest in subprocesses.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from forkpoint.errors import UsageError
+from forkpoint.log import Session
+from forkpoint.program import parse_command, run_command
+from tests.modelserver import LocalServer, Reply, chat_completion, json_reply
+
+AGENT = '''"""Answers "where is my order N?" with the order tool."""
+import json
+import os
+import sys
+
+import openai
+
+import forkpoint
+
+TOOLS = [{"type": "function", "function": {"name": "lookup_order", "parameters": {
+    "type": "object", "properties": {"order_id": {"type": "string"}}}}}]
+
+
+@forkpoint.tool
+def lookup_order(order_id: str) -> dict:
+    return {"order_id": order_id, "status": "shipped"}
+
+
+def tool_message(result: dict) -> str:
+    return TOOL_RESULT
+
+
+def main() -> int:
+    client = openai.OpenAI(base_url=os.environ["AGENT_BASE_URL"], api_key="sk-test", max_retries=0)
+    messages = [
+        {"role": "system", "content": "You answer questions about orders."},
+        {"role": "user", "content": f"Where is my order {sys.argv[1]}?"},
+    ]
+    for _ in range(4):
+        msg = client.chat.completions.create(model="m", messages=messages, tools=TOOLS).choices[0].message
+        if not msg.tool_calls:
+            print("answer:", msg.content)
+            return 0
+        call = msg.tool_calls[0]
+        messages.append({"role": "assistant", "content": None, "tool_calls": [
+            {"id": call.id, "type": "function",
+             "function": {"name": call.function.name, "arguments": call.function.arguments}}]})
+        result = lookup_order(**json.loads(call.function.arguments))
+        messages.append({"role": "tool", "tool_call_id": call.id, "content": tool_message(result)})
+    return 4
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+'''
+#: The bug: only the status goes back to the model, so it cannot name the order.
+BUGGY = AGENT.replace("TOOL_RESULT", 'result["status"]')
+#: The fix: the whole tool result goes back.
+FIXED = AGENT.replace("TOOL_RESULT", "json.dumps(result)")
+
+
+def support_model(request: dict[str, Any]) -> Reply:
+    """A tool call while no tool result is in; then an answer that names the order only if the
+    tool result shows its id."""
+    body = request["body"]
+    messages = body["messages"]
+    tool = [m for m in messages if m.get("role") == "tool"]
+    if not tool:
+        order = messages[-1]["content"].rstrip("?").split()[-1]
+        calls = [("lookup_order", {"order_id": order})]
+        return json_reply(chat_completion("chatcmpl-1", body["model"], tool_calls=calls, call_ids=["call_1"]))
+    content = tool[-1]["content"]
+    text = (
+        f"Order {json.loads(content)['order_id']} has shipped."
+        if "order_id" in content
+        else "It has shipped."
+    )
+    return json_reply(chat_completion("chatcmpl-2", body["model"], text=text))
+
+
+def sh(*args: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(list(args), cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+
+
+def pytest_in(project: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return sh(sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args, cwd=project, env=env)
+
+
+@pytest.mark.slow
+def test_an_incident_start_to_finish(tmp_path: Path, server: LocalServer) -> None:
+    server.route("/v1/chat/completions", support_model)
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", "PYTEST_ADDOPTS", "FORKPOINT_STORE")}
+    env |= {"AGENT_BASE_URL": server.openai_base_url, "PYTHONDONTWRITEBYTECODE": "1"}
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])  # `python` is ours
+    fp = [sys.executable, "-m", "forkpoint.cli"]
+    # Production: the agent runs in its own checkout and gives a vague answer.
+    prod = tmp_path / "prod"
+    prod.mkdir()
+    (prod / "agent.py").write_text(BUGGY)
+    store = tmp_path / "store"
+    rec = sh(*fp, "record", "--store", str(store), "--name", "incident-42", "--no-workspace", "--",
+             "python", str(prod / "agent.py"), "42", cwd=prod, env=env)  # fmt: skip
+    assert rec.returncode == 0, rec.stderr
+    assert "answer: It has shipped." in rec.stdout
+
+    # The developer's checkout: the incident becomes a test.
+    project = tmp_path / "app"
+    project.mkdir()
+    (project / "agent.py").write_text(BUGGY)
+    made = sh(*fp, "make-test", "incident-42", "--store", str(store), cwd=project, env=env)
+    assert made.returncode == 0, made.stderr
+    test_file = project / "tests" / "incidents" / "test_incident_42.py"
+    assert made.stdout.strip() == str(Path("tests") / "incidents" / "test_incident_42.py")
+    source = test_file.read_text()
+    assert "COMMAND = ['python', 'agent.py', '42']" in source  # the recorded cwd maps to the checkout
+    assert "@pytest.mark.forkpoint(cassette='cassettes/incident_42')" in source
+    assert "assert run.exit_code == 0" in source
+    assert "# TODO: the assertion the fix must satisfy goes here" in source
+    assert "#     It has shipped." in source  # the recorded run's last answer, for the reader
+    assert "pytest --forkpoint-mode=record tests/incidents/test_incident_42.py" in source
+    cassette = test_file.parent / "cassettes" / "incident_42"
+    assert Session.load(cassette).id == Session.load(next(p for p in store.iterdir() if p.name != "index")).id
+
+    served_before = len(server.requests)
+    ci = {**env, "CI": "1"}
+    # It reproduces the incident, offline: no request reaches the model.
+    first = pytest_in(project, ci)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "1 passed" in first.stdout
+    assert len(server.requests) == served_before
+
+    # The assertion the fix must satisfy fails against the recording.
+    test_file.write_text(
+        source.replace('    #     assert "…" in run.output\n', '    assert "Order 42" in run.output\n')
+    )
+    wanted = pytest_in(project, ci)
+    assert wanted.returncode == 1 and "assert 'Order 42' in 'answer: It has shipped.\\n'" in wanted.stdout
+
+    # The fix changes what the agent sends back after the tool call: a replay now diverges there.
+    (project / "agent.py").write_text(FIXED)
+    diverged = pytest_in(project, ci)
+    assert diverged.returncode == 1
+    assert "replay diverged at the 2nd model call of this run" in diverged.stdout
+    assert "$.body.messages[3].content: shipped" in diverged.stdout
+
+    # Re-recorded from the first call that changed: the first model call and the tool call are
+    # replayed, the second model call is live.
+    updated = pytest_in(project, env, "--forkpoint-mode=record")
+    assert updated.returncode == 0, updated.stdout + updated.stderr
+    assert "1 updated" in updated.stdout
+    assert len(server.requests) == served_before + 1
+    assert "order_id" in server.requests[-1]["body"]["messages"][-1]["content"]
+    calls = Session.load(cassette).calls()
+    assert [c["type"] for c in calls] == ["model_call", "tool_call", "model_call"]
+
+    # From then on it replays offline.
+    server.stop()
+    again = pytest_in(project, ci)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "1 passed" in again.stdout
+
+
+def test_make_test_refuses_what_it_cannot_run(tmp_path: Path) -> None:
+    assert parse_command(["python3", "-u", "-X", "dev", "-m", "pkg.agent", "--x"]) == (
+        "module",
+        "pkg.agent",
+        ["--x"],
+    )
+    assert parse_command(["/venv/bin/python3.12", "agent.py", "1"]) == ("file", "agent.py", ["1"])
+    assert parse_command(["./agent.py", "1"]) == ("file", "./agent.py", ["1"])
+    for argv in (["bash", "run.sh"], ["python", "-c", "print(1)"], ["python"], []):
+        with pytest.raises(UsageError):
+            parse_command(argv)
+
+
+def test_run_command_runs_a_file_in_this_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    script = tmp_path / "prog.py"
+    script.write_text("import sys\nprint('args', sys.argv[1:])\nsys.exit(int(sys.argv[1]))\n")
+    monkeypatch.chdir(tmp_path)
+    argv = list(sys.argv)
+    run = run_command(["python", "prog.py", "5"])
+    assert (run.exit_code, run.output) == (5, "args ['5']\n")
+    assert sys.argv == argv
+    script.write_text("raise RuntimeError('boom')\n")
+    assert run_command(["prog.py"]).exit_code == 1

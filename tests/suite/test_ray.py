@@ -1,0 +1,147 @@
+"""The Ray executor, on a Ray cluster these tests start on this machine (``ray start --head`` on
+127.0.0.1, two CPUs, token authentication and usage statistics off): a 10-session ``check`` gives
+the same table as the local executor, and a 4-arm ``fork`` runs its arms as Ray tasks, their
+sessions and outcomes in the shared store."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from forkpoint.demo.server import ModelServer
+from forkpoint.log import Session
+from forkpoint.outcome import outcome_of
+from forkpoint.store import session_dirs
+from tests.modelserver import LocalServer
+from tests.suite.agents import KEEPER_OUTCOME, Keeper, cli_env, record_demo_sessions, record_keeper
+
+ray = pytest.importorskip("ray", reason="Ray is not installed (pip install -e '.[test]' installs it)")
+
+pytestmark = pytest.mark.slow
+
+#: Ray on loopback only, no token, no usage statistics: for the cluster and every client of it.
+RAY_ENV = {
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+    "RAY_AUTH_MODE": "disabled",
+    "RAY_USAGE_STATS_ENABLED": "0",
+}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def keeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Keeper]:
+    with LocalServer() as srv:
+        yield record_keeper(tmp_path_factory.mktemp("keeper"), srv)
+
+
+@pytest.fixture(scope="module")
+def cluster(keeper: Keeper, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``HOST:PORT`` of a Ray head started here; its workers get the keeper's environment (its model
+    server's URL, this interpreter's ``python``), as a real cluster's workers get the agent's."""
+    port = free_port()
+    log = tmp_path_factory.mktemp("ray") / "ray.log"
+    # Its own short temp dir (Ray's sockets live there): no trace in /tmp/ray of this cluster, whose
+    # address a later plain ray.init() of anyone on this machine would otherwise try.
+    temp = Path(tempfile.mkdtemp(prefix="fpray-", dir="/tmp"))
+    env = keeper.env | RAY_ENV
+    env.pop("RAY_ADDRESS", None)
+    ray_bin = str(Path(sys.executable).parent / "ray")
+    with open(log, "wb") as out:
+        head = subprocess.Popen(
+            [ray_bin, "start", "--head", f"--port={port}", "--node-ip-address=127.0.0.1", "--num-cpus=2",
+             "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={temp}", "--block"],
+            env=env, stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    address = f"127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while b"will now block" not in log.read_bytes():
+            assert head.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.2)
+        yield address
+    finally:
+        head.send_signal(signal.SIGTERM)  # `ray start --block` stops what it started
+        try:
+            head.wait(30)
+        except subprocess.TimeoutExpired:
+            head.kill()
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def forkpoint_cli(*args: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "forkpoint.cli", *args],
+        cwd=cwd, env=env | RAY_ENV | {"COLUMNS": "220"}, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+
+
+def without_times(text: str) -> list[str]:
+    """The table's lines without the time column (and the summary line's total)."""
+    return [
+        re.sub(r"\d+\.\d\d s\s*$", "", line).rstrip()
+        for line in text.splitlines()
+        if "checked in" not in line
+    ]
+
+
+def rows_without_times(path: Path) -> list[dict[str, Any]]:
+    return [{k: v for k, v in r.items() if k != "seconds"} for r in orjson.loads(path.read_bytes())["rows"]]
+
+
+def test_check_of_ten_sessions_on_ray_gives_the_local_table(cluster: str, tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    with ModelServer(turns=2) as srv:
+        ids = record_demo_sessions(store, 10, srv.openai_base_url, tmp_path / "work")
+    env = cli_env()
+    local = forkpoint_cli("check", str(store), "--json", str(tmp_path / "local.json"), cwd=tmp_path, env=env)
+    on_ray = forkpoint_cli(
+        "check", str(store), "--executor", f"ray:{cluster}", "--json", str(tmp_path / "ray.json"),
+        "--junit-xml", str(tmp_path / "ray.xml"), cwd=tmp_path, env=env,
+    )  # fmt: skip
+    assert local.returncode == 0, local.stdout + local.stderr
+    assert on_ray.returncode == 0, on_ray.stdout + on_ray.stderr
+    assert (
+        "10 sessions checked" in on_ray.stdout
+        and "on ray:" in on_ray.stdout
+        and ": 10 reproduced" in on_ray.stdout
+    )
+    assert without_times(on_ray.stdout) == without_times(local.stdout)
+    assert rows_without_times(tmp_path / "ray.json") == rows_without_times(tmp_path / "local.json")
+    assert [r["session_id"] for r in rows_without_times(tmp_path / "ray.json")] == ids
+    assert 'tests="10" failures="0" errors="0"' in (tmp_path / "ray.xml").read_text()
+
+
+def test_fork_of_four_arms_on_ray(cluster: str, keeper: Keeper, tmp_path: Path) -> None:
+    before = keeper.resumable()[1]  # before the keep-or-delete turn
+    decisions = keeper.model.decisions
+    fork = forkpoint_cli(
+        "fork", f"{keeper.session.id}@{before}", "--arms", "4", "--into", str(tmp_path / "arms"),
+        "--store", str(keeper.store), "--outcome", KEEPER_OUTCOME, "--executor", f"ray:{cluster}",
+        "--", *keeper.agent, cwd=tmp_path, env=keeper.env,
+    )  # fmt: skip
+    assert fork.returncode == 0, fork.stdout + fork.stderr
+    assert f"forkpoint: 4 arms on ray:{cluster} (2 at a time)" in fork.stderr
+    assert keeper.model.decisions == decisions + 4  # each arm asked the model once
+    assert "outcome: 2/4 passed (50%, 95% CI 15%–85%)" in fork.stdout
+    arms = [Session.load(d) for d in session_dirs(keeper.store) if d.name != keeper.session.id]
+    mine = [a for a in arms if a.header["parent"] == {"session_id": keeper.session.id, "seq": before}]
+    assert len(mine) >= 4
+    found = [outcome_of(a) for a in mine[-4:]]
+    assert sorted(bool(o and o["passed"]) for o in found) == [False, False, True, True]
