@@ -29,6 +29,7 @@ from .checkpoint import verify_session as verify
 from .errors import (
     Divergence,
     ForkpointError,
+    McpServerNotStarted,
     NetworkBlocked,
     RecordedToolError,
     SessionError,
@@ -43,6 +44,7 @@ from .runtime import active
 __all__ = [
     "Divergence",
     "ForkpointError",
+    "McpServerNotStarted",
     "NetworkBlocked",
     "ProgramRun",
     "RecordedToolError",

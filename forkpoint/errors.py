@@ -111,3 +111,9 @@ class ReplayWarning(UserWarning):
     """A replay went on where the recording did not reach, as the user's policy allowed (the pytest
     plugin's ``on_divergence="fifo"`` or ``"live"``): the test passes or fails on its own, and this
     warning says where and how the run left its cassette."""
+
+
+class McpServerNotStarted(ForkpointError, ConnectionError):
+    """A replay had to make a call to an MCP server live, but the server was not started: the
+    replay served that session from the recording (its transport was never opened). Replay with
+    ``--tools live`` to start MCP servers and call them for real."""

@@ -150,8 +150,18 @@ class ModelCallEvent(_Common, total=False):
     summary: Summary
 
 
+class McpCall(TypedDict):
+    """Where an MCP request went (:mod:`forkpoint.integrations.mcp`): the server's own name (from
+    its ``initialize`` answer; None before it) and the JSON-RPC method (``tools/call``,
+    ``initialize``, ``tools/list``…)."""
+
+    server: str | None
+    method: str
+
+
 class ToolCallEvent(_Common, total=False):
-    """One call of a function the agent uses as a tool: arguments in, result or exception out."""
+    """One call of a function the agent uses as a tool: arguments in, result or exception out.
+    ``mcp`` is there for a request to an MCP server."""
 
     type: Required[Literal["tool_call"]]
     tool: Required[str]
@@ -182,6 +192,7 @@ class ValueEvent(_Common, total=False):
     value: Any
     sent: int
     key: str
+    mcp: McpCall
 
 
 class CheckpointEvent(_Common, total=False):

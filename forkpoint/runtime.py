@@ -86,6 +86,10 @@ class Serving(Runtime, Protocol):
     def network_allowed(self) -> bool:
         """True when some call may go live, so sockets must not be blocked."""
 
+    def runs_live(self, kind: CallKind) -> bool:
+        """True when the next call of ``kind`` is made live (its source is live, or the replay went
+        live after a divergence), so whatever serves it (an MCP server) must really be there."""
+
 
 _lock = threading.Lock()
 _active: Runtime | None = None
@@ -100,6 +104,14 @@ running_live_tool: contextvars.ContextVar[bool] = contextvars.ContextVar("forkpo
 #: retry wait after a served failure is then skipped: :mod:`forkpoint.integrations.stainless`).
 served_from_recording: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "forkpoint_served", default=False
+)
+
+
+#: True in code whose HTTP requests belong to a call recorded at a higher level (an MCP session's
+#: transport, whose requests are recorded as MCP calls): the HTTP capture passes them through, so
+#: they are neither recorded twice nor served from the session.
+http_recorded_above: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "forkpoint_http_recorded_above", default=False
 )
 
 

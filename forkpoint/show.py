@@ -204,9 +204,18 @@ def render(session: Session, console: Console | None = None) -> None:
                 outcome = f"[red]result NOT RECORDED ({escape(_short(lost.get('message'), 80))})[/red]"
             else:
                 outcome = f"→ {escape(_short(readable(e.get('result')), 80))}"
+            mcp = e.get("mcp")
+            name = mcp.get("server") if mcp else None
+            server = (
+                f" [dim](MCP server {escape(str(name))})[/dim]"
+                if name
+                else " [dim](MCP)[/dim]"
+                if mcp
+                else ""
+            )
             console.print(
                 f"        [dim]#{e['seq']:<3}[/dim] tool    [magenta]{escape(e['tool'])}[/magenta]"
-                f"({escape(_args(e.get('args') or {}))})  {_ms(e.get('duration_ms'))}{_source(e)}"
+                f"({escape(_args(e.get('args') or {}))}){server}  {_ms(e.get('duration_ms'))}{_source(e)}"
             )
             console.print(f"                    {outcome}")
             for sub in inside.get(str(e.get("span_id")), []):

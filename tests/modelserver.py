@@ -31,7 +31,10 @@ of the test process, logs every request, and answers in this order:
        (N messages, the end of the last one); every answer has a fresh random id, so a replayed
        answer cannot come from the live server. With ``chat_script`` the answers follow a script
        instead (below).
-   ``POST …/messages``           an Anthropic message (not streamed), text as above.
+   ``POST …/messages``           an Anthropic message (not streamed), text as above; with
+                                 ``chat_script``, the script's answer (tool calls as
+                                 ``tool_use`` blocks, ids ``toolu_N_I``; a
+                                 ``thread`` continuing ``msg_N`` counts N + 1 turns before).
    ``POST /model/{id}/converse``  Amazon Bedrock Converse: the same answers (``chat_script`` or the
        echo) as ``{output{message{content[{text} | {toolUse}]}}, stopReason, usage}``;
        ``…/converse-stream`` streams them as an AWS event stream (``application/vnd.amazon.eventstream``,
@@ -53,7 +56,7 @@ of the test process, logs every request, and answers in this order:
 
 Every built-in answer, streamed or not, carries a random ``x-request-id`` header.
 
-**Scripted chat** (``LocalServer(chat_script=[...])``): reply ``n``, counted by the assistant
+**Scripted chat** (``LocalServer(chat_script=[...])``, chat completions and Anthropic messages): reply ``n``, counted by the assistant
 messages already in the conversation, is ``script[min(n, len(script) - 1)]``: either the final text,
 or a list of ``(tool_name, arguments)`` tool calls, all in one response. A scripted answer is a pure
 function of the conversation (ids ``chatcmpl-N`` and ``call_N_I``), so an agent loop replays the same.
@@ -643,13 +646,31 @@ class LocalServer:
     def _message(self, body: dict[str, Any]) -> Reply:
         messages = body.get("messages") or [{}]
         text = f"reply {len(messages)} to: {_last_text(messages)[-60:]}"
+        content: list[dict[str, Any]] = [{"type": "text", "text": text}]
+        msg_id, stop = "msg_" + uuid.uuid4().hex, "end_turn"
+        if self.chat_script is not None:
+            n = sum(1 for m in messages if m.get("role") == "assistant")
+            # The SDK's tool runner continues a server-side thread: only the new messages are sent.
+            previous = str((body.get("thread") or {}).get("previous_message_id") or "")
+            if previous.startswith("msg_") and previous[4:].isdigit():
+                n += int(previous[4:]) + 1
+            step = self.chat_script[min(n, len(self.chat_script) - 1)]
+            msg_id = f"msg_{n}"
+            if isinstance(step, str):
+                content = [{"type": "text", "text": step}]
+            else:
+                content = [
+                    {"type": "tool_use", "id": f"toolu_{n}_{i}", "name": name, "input": args}
+                    for i, (name, args) in enumerate(step)
+                ]
+                stop = "tool_use"
         reply = {
-            "id": "msg_" + uuid.uuid4().hex,
+            "id": msg_id,
             "type": "message",
             "role": "assistant",
             "model": body.get("model", "claude-test"),
-            "content": [{"type": "text", "text": text}],
-            "stop_reason": "end_turn",
+            "content": content,
+            "stop_reason": stop,
             "stop_sequence": None,
             "usage": {"input_tokens": 10 * len(messages), "output_tokens": len(text.split())},
         }

@@ -10,6 +10,9 @@ request; forkpoint wraps what it returns in a transport of its own, once per pro
 * **replay**: answers from the session with a response built from the recorded chunks, and never
   calls the real transport (so no connection pool, proxy or socket is touched).
 
+Requests made where :data:`forkpoint.runtime.http_recorded_above` is set (an MCP transport, whose
+requests the MCP integration records) pass straight through.
+
 Everything after the transport — redirects, auth, cookies, default encoding, ``elapsed``, event
 hooks, logging — is httpx's own code on both paths, so a replayed response goes through exactly
 what a live one does. ``Client._transport_for_url`` is the only private name this adapter touches;
@@ -242,7 +245,9 @@ def _wrap_transports(cls: Any, wrapper: type) -> None:
     def make(original: Any) -> Any:
         def _transport_for_url(self: Any, url: Any) -> Any:
             inner = original(self, url)
-            return inner if runtime.active() is None else wrapper(inner)
+            if runtime.active() is None or runtime.http_recorded_above.get():
+                return inner
+            return wrapper(inner)
 
         return _transport_for_url
 

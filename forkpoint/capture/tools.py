@@ -48,7 +48,7 @@ import orjson
 
 from .. import runtime, values
 from ..errors import RecordedToolError, SessionError, ToolResultError, UnrebuildableValue
-from ..events import ErrorRecord, ToolCallEvent, UnrecordedResult, error_record, new_span_id, now_iso
+from ..events import ErrorRecord, McpCall, ToolCallEvent, UnrecordedResult, error_record, new_span_id, now_iso
 from ..redact import scrub_json, scrub_text
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -258,8 +258,8 @@ def _unrecordable(name: str, value: Any, exc: Exception) -> UnrecordedResult:
 class _ToolCall:
     """Bookkeeping of one recorded tool call: started when created, written by :meth:`write`."""
 
-    def __init__(self, name: str, args: dict[str, Any]) -> None:
-        self.name, self.args = name, args
+    def __init__(self, name: str, args: dict[str, Any], mcp: McpCall | None = None) -> None:
+        self.name, self.args, self.mcp = name, args, mcp
         rt = runtime.active()
         self.sent = runtime.next_sent(rt) if rt is not None else None
         self.ts = now_iso()
@@ -301,6 +301,8 @@ class _ToolCall:
         if self.sent is not None:
             event["sent"] = self.sent
             event["finished"] = runtime.next_sent(rt)
+        if self.mcp is not None:
+            event["mcp"] = self.mcp
         if error is not None:
             event["error"] = _error_dict(error)
         elif unrecorded is not None:
@@ -568,6 +570,7 @@ def call_tool(
     encode: Callable[[Any], Any] | None = None,
     *,
     defaulted: frozenset[str] = frozenset(),
+    mcp: McpCall | None = None,
 ) -> Any:
     """Run one tool call through forkpoint: the building block of :func:`tool` and of the framework
     integrations (:mod:`forkpoint.integrations`).
@@ -578,7 +581,8 @@ def call_tool(
     (or its exception raised again), and ``body`` never runs, unless the replay runs tools live.
     Record (or live): ``body()`` runs and a ``tool_call`` event is written with its result
     (``encode(result)`` when given, stored by :func:`forkpoint.values.encode`) or its exception;
-    a generator result is handed on wrapped, its items recorded as they come.
+    a generator result is handed on wrapped, its items recorded as they come; ``mcp`` (the server
+    and method of an MCP request) is written with the event when given.
     """
     rt = runtime.active()
     if rt is None:
@@ -586,7 +590,7 @@ def call_tool(
     if rt.mode == "replay" and (served := _replayed(rt, name, args, defaulted)) is not None:
         served.wait()
         return served.value()
-    call = _ToolCall(name, args)
+    call = _ToolCall(name, args, mcp)
     live = runtime.running_live_tool.set(rt.mode == "replay")  # its connections are allowed
     try:
         with call.running():
@@ -606,6 +610,7 @@ async def acall_tool(
     encode: Callable[[Any], Any] | None = None,
     *,
     defaulted: frozenset[str] = frozenset(),
+    mcp: McpCall | None = None,
 ) -> Any:
     """:func:`call_tool` for a tool whose body is a coroutine function."""
     rt = runtime.active()
@@ -614,7 +619,7 @@ async def acall_tool(
     if rt.mode == "replay" and (served := _replayed(rt, name, args, defaulted)) is not None:
         await served.await_turn()
         return served.value()
-    call = _ToolCall(name, args)
+    call = _ToolCall(name, args, mcp)
     live = runtime.running_live_tool.set(rt.mode == "replay")  # its connections are allowed
     try:
         with call.running():

@@ -18,6 +18,18 @@ body never runs), live when the replay says so. What each integration patches:
 * **openai, anthropic** (:mod:`.stainless`): a fresh async client's first requests reach the HTTP
   layer in the order they were made (not after a worker-thread hop each), so identical requests
   gathered at once are sent, recorded and replayed in the same order.
+* **MCP** (:mod:`.mcp`): every request of the mcp SDK's ``ClientSession`` (``tools/call`` under
+  the MCP tool's name), and its transports, which a replay replaces by in-memory streams so the
+  server is neither started nor contacted.
+* **smolagents** (:mod:`.smolagents`): ``Tool.__call__``, recording the tool's ``forward``.
+* **anthropic tools** (:mod:`.anthropic_tools`): ``BetaFunctionTool.call`` /
+  ``BetaAsyncFunctionTool.call``, as the SDK's tool runners call them.
+* **strands-agents** (:mod:`.strands`): ``DecoratedFunctionTool.stream``, recording the function
+  (a streaming tool's items too).
+* **agno** (:mod:`.agno`): ``FunctionCall._execute`` / ``_aexecute``, recording the entrypoint.
+* **DSPy** (:mod:`.dspy`): ``Tool.__call__`` / ``acall``, as ``ReAct`` calls them.
+* **CrewAI** (:mod:`.crewai`): the body (``_run`` / ``_arun``) of every ``BaseTool``, wrapped
+  before ``run``, ``arun`` or ``to_structured_tool`` first reach it.
 * **google-genai** (:mod:`.google_genai`): its async client prefers aiohttp when aiohttp is
   installed, which forkpoint does not capture; while forkpoint is active it takes its httpx client
   instead (the SDK's own fallback), which forkpoint captures like the sync one. And the Python
@@ -38,10 +50,13 @@ from __future__ import annotations
 
 from .base import (
     ENTRY_POINT_GROUP,
+    MCP_ADAPTERS,
     Integration,
+    calls_mcp,
     installed,
     is_forkpoint_tool,
     is_json,
+    json_args,
     jsonable,
     registry,
     replace,
@@ -58,16 +73,26 @@ BUILTIN = (
     "forkpoint.integrations.google_genai",
     "forkpoint.integrations.langchain",
     "forkpoint.integrations.stainless",
+    "forkpoint.integrations.mcp",
+    "forkpoint.integrations.smolagents",
+    "forkpoint.integrations.anthropic_tools",
+    "forkpoint.integrations.strands",
+    "forkpoint.integrations.agno",
+    "forkpoint.integrations.dspy",
+    "forkpoint.integrations.crewai",
 )
 
 __all__ = [
     "BUILTIN",
     "ENTRY_POINT_GROUP",
     "Integration",
+    "MCP_ADAPTERS",
+    "calls_mcp",
     "install",
     "installed",
     "is_forkpoint_tool",
     "is_json",
+    "json_args",
     "jsonable",
     "registry",
     "replace",

@@ -11,17 +11,21 @@ the entry-point group ``forkpoint.integrations`` (each entry point names a modul
 
 from __future__ import annotations
 
+import asyncio
 import fnmatch
+import functools
 import importlib
+import inspect
 import sys
 import threading
 import warnings
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from types import ModuleType
 from typing import Any
 
+from .. import runtime
 from ..capture import imports
 from ..capture.tools import acall_tool, call_tool
 
@@ -39,6 +43,7 @@ class Integration:
 
 
 _lock = threading.RLock()
+_INHERITED = object()  # what replace() keeps for a method a class inherited rather than defined
 _patched: set[tuple[str, str]] = set()  # (module, patching function)
 _originals: list[tuple[Any, str, Any]] = []
 _targets_now: list[tuple[str, Callable[[ModuleType], None]]] = []
@@ -49,7 +54,7 @@ _registry: list[Integration] | None = None
 def replace(owner: Any, name: str, new: Any) -> bool:
     """Set ``owner.<name>`` to ``new`` (a wrapper of the current value), once: returns False when it
     is a forkpoint wrapper already. The original is kept for :func:`uninstall`."""
-    current = owner.__dict__.get(name) if isinstance(owner, type) else getattr(owner, name, None)
+    current = owner.__dict__.get(name, _INHERITED) if isinstance(owner, type) else getattr(owner, name, None)
     if getattr(current, "__forkpoint_integration__", False):
         return False
     try:
@@ -60,6 +65,16 @@ def replace(owner: Any, name: str, new: Any) -> bool:
         _originals.append((owner, name, current))
     setattr(owner, name, new)
     return True
+
+
+def wrap_where_defined(cls: type, name: str, wrap: Callable[[Any], Any]) -> None:
+    """Replace the method ``name`` in the class of ``cls``'s MRO that defines it by
+    ``wrap(method)``, once per defining class (so every subclass that inherits it is covered)."""
+    owner = next((k for k in cls.__mro__ if name in k.__dict__), None)
+    method = owner.__dict__[name] if owner is not None else None
+    if owner is None or method is None or getattr(method, "__forkpoint_integration__", False):
+        return
+    replace(owner, name, wrap(method))
 
 
 def registry(builtin: tuple[str, ...]) -> list[Integration]:
@@ -128,7 +143,10 @@ def uninstall() -> None:
     global _finder
     with _lock:
         for owner, name, original in reversed(_originals):
-            setattr(owner, name, original)
+            if original is _INHERITED:
+                delattr(owner, name)  # the class had it from a base class: that one shows again
+            else:
+                setattr(owner, name, original)
         _originals.clear()
         _patched.clear()
         if _finder is not None:
@@ -170,6 +188,13 @@ def jsonable(value: Any) -> Any:
     return to_jsonable_python(value, by_alias=True, fallback=fallback)
 
 
+def json_args(value: Any) -> dict[str, Any]:
+    """A tool call's arguments as recorded: the JSON form (:func:`jsonable`) of the model's
+    arguments when they are an object, else ``{"$input": <that form>}``."""
+    data = jsonable(value)
+    return dict(data) if isinstance(data, dict) else {"$input": data}
+
+
 async def run_tool(
     name: str,
     args: dict[str, Any],
@@ -179,6 +204,51 @@ async def run_tool(
     """One framework tool call through forkpoint (:func:`forkpoint.capture.tools.acall_tool`), its
     result stored in the JSON form the framework sends to the model."""
     return await acall_tool(name, args, body, encode)
+
+
+async def stream_tool(
+    name: str,
+    args: dict[str, Any],
+    items: Callable[[], AsyncIterator[Any]],
+    encode: Callable[[Any], Any] = jsonable,
+) -> AsyncIterator[Any]:
+    """One call of a tool that streams (an async generator), through forkpoint: live, each item is
+    passed on the moment the tool yields it, and the call is recorded with the list of the items'
+    JSON forms (``encode`` of each) as its result; on replay the recorded items are yielded and
+    the tool does not run. An exception the tool raised is recorded and raised again (the items
+    before it are not replayed)."""
+    if runtime.active() is None:
+        async for item in items():
+            yield item
+        return
+    queue: asyncio.Queue[Any] = asyncio.Queue()
+    ran = False
+
+    async def body() -> list[Any]:
+        nonlocal ran
+        ran, got = True, []
+        async for item in items():
+            got.append(item)
+            await queue.put(item)
+        return got
+
+    call = asyncio.ensure_future(run_tool(name, args, body, lambda got: [encode(i) for i in got]))
+    try:
+        while not call.done():
+            getter = asyncio.ensure_future(queue.get())
+            await asyncio.wait({getter, call}, return_when=asyncio.FIRST_COMPLETED)
+            if getter.done():
+                yield getter.result()
+            else:
+                getter.cancel()
+        while not queue.empty():
+            yield queue.get_nowait()
+        result = call.result()
+        if not ran:  # served from the recording
+            for item in result:
+                yield item
+    finally:
+        call.cancel()
 
 
 def run_tool_sync(
@@ -191,6 +261,32 @@ def run_tool_sync(
     return call_tool(name, args, body, encode)
 
 
+def recorded_function(name: str, args: dict[str, Any], fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` (sync, async or an async generator function) wrapped so that its call is recorded as
+    tool ``name`` with ``args``; a wrapper of the same kind, as strands chooses by the kind."""
+    if inspect.isasyncgenfunction(fn):
+
+        @functools.wraps(fn)
+        async def streamed(*a: Any, **kw: Any) -> AsyncIterator[Any]:
+            async for item in stream_tool(name, args, lambda: fn(*a, **kw)):
+                yield item
+
+        return streamed
+    if inspect.iscoroutinefunction(fn):
+
+        @functools.wraps(fn)
+        async def awaited(*a: Any, **kw: Any) -> Any:
+            return await run_tool(name, args, lambda: fn(*a, **kw))
+
+        return awaited
+
+    @functools.wraps(fn)
+    def called(*a: Any, **kw: Any) -> Any:
+        return run_tool_sync(name, args, lambda: fn(*a, **kw))
+
+    return called
+
+
 def is_json(value: Any) -> bool:
     """True for plain JSON data (str, bool, int, float, None, and lists and str-keyed dicts of them),
     exact types only: a subclass (an enum, a named tuple) may not come back as itself."""
@@ -201,6 +297,42 @@ def is_json(value: Any) -> bool:
     if type(value) is dict:
         return all(type(k) is str and is_json(v) for k, v in value.items())
     return False
+
+
+#: Modules whose tool functions reach an MCP server through the mcp SDK's ``ClientSession``, whose
+#: requests :mod:`forkpoint.integrations.mcp` records: a framework integration leaves their tools
+#: alone, so each MCP call is recorded once, with its full result.
+MCP_ADAPTERS = (
+    "langchain_mcp_adapters",
+    "agents.mcp",
+    "anthropic.lib.tools.mcp",
+    "mcpadapt",
+    "smolagents.mcp_client",
+    "strands.tools.mcp",
+    "agno.tools.mcp",
+    "agno.utils.mcp",
+    "dspy.utils.mcp",
+    "crewai.mcp",
+    "crewai.tools.mcp_native_tool",
+    "crewai.tools.mcp_tool_wrapper",
+    "crewai_tools.adapters",
+)
+
+
+def calls_mcp(fn: Any) -> bool:
+    """True for a tool function (or a ``functools.partial`` of one) defined in one of the
+    :data:`MCP_ADAPTERS`."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    module = str(getattr(fn, "__module__", "") or "")
+    return any(module == m or module.startswith(m + ".") for m in MCP_ADAPTERS)
+
+
+def records(fn: Any) -> bool:
+    """True when a framework's call of the tool function ``fn`` is to be recorded by its
+    integration: a runtime is active, ``fn`` is there, and it neither records itself
+    (``@forkpoint.tool``) nor reaches MCP (:func:`calls_mcp`, recorded by the MCP integration)."""
+    return runtime.active() is not None and fn is not None and not is_forkpoint_tool(fn) and not calls_mcp(fn)
 
 
 def is_forkpoint_tool(fn: Any) -> bool:

@@ -20,7 +20,8 @@ artifact (``response_format="content_and_artifact"``) as ``{"$content_and_artifa
 a LangGraph ``Command`` (a handoff, a state update; its messages, ``Send`` and tuples inside) as
 ``{"$langgraph_command": {graph, update, resume, goto}}``, rebuilt on replay; anything else as the
 text LangChain would send (its ``json.dumps``, else ``str``). A tool whose ``func`` is already a
-``@forkpoint.tool`` records itself.
+``@forkpoint.tool`` records itself, and so does a tool of langchain-mcp-adapters (its MCP request,
+by :mod:`.mcp`).
 """
 
 from __future__ import annotations
@@ -35,7 +36,17 @@ from typing import Any
 
 from .. import runtime
 from ..errors import ToolResultError
-from .base import Integration, is_forkpoint_tool, is_json, jsonable, replace, run_tool, run_tool_sync
+from .base import (
+    Integration,
+    calls_mcp,
+    is_forkpoint_tool,
+    is_json,
+    jsonable,
+    replace,
+    run_tool,
+    run_tool_sync,
+    wrap_where_defined,
+)
 
 #: Set while a wrapped tool body runs: a body it calls (``_arun`` → ``_run``) is not a second call.
 _inside: contextvars.ContextVar[bool] = contextvars.ContextVar("forkpoint_langchain_tool", default=False)
@@ -70,17 +81,15 @@ def patch(module: ModuleType) -> None:
 
 def _wrap_bodies(cls: type) -> None:
     """Wrap ``_run`` and ``_arun`` where ``cls`` gets them from (once per defining class)."""
-    for name in ("_run", "_arun"):
-        owner = next((k for k in cls.__mro__ if name in k.__dict__), None)
-        body = owner.__dict__[name] if owner is not None else None
-        if body is None or getattr(body, "__forkpoint_integration__", False):
-            continue
-        replace(owner, name, _async_body(body) if name == "_arun" else _sync_body(body))
+    wrap_where_defined(cls, "_run", _sync_body)
+    wrap_where_defined(cls, "_arun", _async_body)
 
 
 def _records(tool: Any) -> bool:
     fn = getattr(tool, "func", None) or getattr(tool, "coroutine", None)
-    return runtime.active() is not None and not _inside.get() and not is_forkpoint_tool(fn)
+    return (
+        runtime.active() is not None and not _inside.get() and not is_forkpoint_tool(fn) and not calls_mcp(fn)
+    )
 
 
 @contextlib.contextmanager

@@ -11,7 +11,8 @@ function body) — the SDK's failure handling stays outside, so on replay a reco
 raised again and turned into the same model-visible error text by the same handler, and the
 SDK's bookkeeping of handled errors is unchanged. Not recorded: agents used as tools
 (``agent.as_tool()``: their model and tool calls are recorded one by one instead), and
-``FunctionTool(on_invoke_tool=...)`` built by hand (wrap that function with ``@forkpoint.tool``).
+``FunctionTool(on_invoke_tool=...)`` built by hand (wrap that function with ``@forkpoint.tool``);
+the tools of MCP servers (``mcp_servers=[...]``) are recorded by :mod:`.mcp`, once.
 
 The event's ``tool`` is the tool's name as the model sees it, ``args`` the model's JSON arguments
 (parsed), ``result`` the value in a JSON form that the SDK turns into the same model input again:
@@ -29,7 +30,7 @@ from typing import Any
 import orjson
 
 from .. import runtime
-from .base import Integration, is_forkpoint_tool, is_json, jsonable, replace, run_tool
+from .base import Integration, calls_mcp, is_forkpoint_tool, is_json, jsonable, replace, run_tool
 
 
 def parse_arguments(text: str) -> dict[str, Any]:
@@ -72,6 +73,7 @@ def patch(module: ModuleType) -> None:
             runtime.active() is None
             or tool is None
             or getattr(tool, "_is_agent_tool", False)
+            or calls_mcp(self._invoke_tool_impl)
             or is_forkpoint_tool(self._get_wrapped_callable())
         ):
             return await original(self, ctx, input)

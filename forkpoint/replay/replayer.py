@@ -260,6 +260,10 @@ class Replayer:
         """True when some call may go live, so sockets must not be blocked."""
         return self.gone_live or "live" in self.sources.values()
 
+    def runs_live(self, kind: CallKind) -> bool:
+        """True when the next call of ``kind`` is made live (see :class:`forkpoint.runtime.Serving`)."""
+        return self.gone_live or self.sources[kind] == "live"
+
     def take_model_call(self, request: HttpRequest) -> tuple[ModelCallEvent, int] | None:
         """The event answering ``request`` and this call's position among the run's model calls, or
         None to make the call live. Raises :class:`~forkpoint.errors.Divergence`."""

@@ -1,0 +1,49 @@
+"""The anthropic SDK's own tools: every ``@beta_tool`` / ``@beta_async_tool`` call that the tool
+runner (``client.beta.messages.tool_runner``, sync and async) makes, recorded and replayed.
+
+Patched: ``anthropic.lib.tools._beta_functions.BetaFunctionTool.call`` and
+``BetaAsyncFunctionTool.call``, which the runners call with the model's ``tool_use`` input for
+every function tool (and which a program may call itself). The event's ``tool`` is the tool's
+``name`` (the name the model sees), ``args`` the model's input, ``result`` what the function
+returned (a string, or content blocks) in its JSON form — what the runner sends back as the
+``tool_result`` content. A ``ToolError`` (or any exception) is recorded and raised again on
+replay, so the runner builds the same error result. Tools made from MCP tools
+(``anthropic.lib.tools.mcp.mcp_tool``) are recorded as MCP requests by :mod:`.mcp`, and
+``@forkpoint.tool`` functions record themselves.
+"""
+
+from __future__ import annotations
+
+import functools
+from types import ModuleType
+from typing import Any
+
+from .base import Integration, json_args, records, replace, run_tool, run_tool_sync
+
+
+def _skip(tool: Any) -> bool:
+    return not records(getattr(tool, "func", None))
+
+
+def patch(module: ModuleType) -> None:
+    """Wrap ``call`` of ``BetaFunctionTool`` and ``BetaAsyncFunctionTool``."""
+    sync_cls, async_cls = module.BetaFunctionTool, module.BetaAsyncFunctionTool
+    sync_call, async_call = sync_cls.call, async_cls.call
+
+    @functools.wraps(sync_call)
+    def call(self: Any, input: Any) -> Any:  # noqa: A002
+        if _skip(self):
+            return sync_call(self, input)
+        return run_tool_sync(str(self.name), json_args(input), lambda: sync_call(self, input))
+
+    @functools.wraps(async_call)
+    async def acall(self: Any, input: Any) -> Any:  # noqa: A002
+        if _skip(self):
+            return await async_call(self, input)
+        return await run_tool(str(self.name), json_args(input), lambda: async_call(self, input))
+
+    if replace(sync_cls, "call", call):
+        replace(async_cls, "call", acall)
+
+
+INTEGRATION = Integration("anthropic-tools", {"anthropic.lib.tools._beta_functions": patch})

@@ -1,0 +1,59 @@
+"""DSPy: every call of a ``dspy.Tool`` (``dspy.ReAct``'s tools, and tools a program calls itself),
+recorded and replayed under the tool's own name.
+
+Patched: ``dspy.adapters.types.tool.Tool.__call__`` and ``acall``, through which ``ReAct`` (sync
+and async) runs each tool the model picks — plain functions it was given are wrapped in a
+``Tool`` — with the model's arguments as keywords. The whole call is recorded, the validation of
+the arguments against the tool's schema included; DSPy's callbacks stay outside, so they run on
+replay too. The event's ``tool`` is the tool's ``name``, ``args`` the model's arguments,
+``result`` the return value's JSON form; an exception is recorded and raised again, so ReAct
+writes the same "Execution error" observation. ``ReAct``'s own ``finish`` tool is a tool like the
+others. Tools made from MCP tools (``Tool.from_mcp_tool``) are recorded as MCP requests by
+:mod:`.mcp`.
+
+Model calls: DSPy 3.4's default engine (``lm15``) sends its requests over sockets of its own,
+which forkpoint does not capture (a replay then refuses them as network access); with
+``dspy.LM(..., engine="litellm")`` they go through the openai SDK and are recorded. And DSPy
+caches language-model answers (in memory and on disk) by default: a replayed run that finds its
+answers in that cache does not ask for the recorded model calls, and the replay says so (unused
+calls). Record and replay with the cache off (``dspy.LM(..., cache=False)``).
+"""
+
+from __future__ import annotations
+
+import functools
+from types import ModuleType
+from typing import Any
+
+from .base import Integration, jsonable, records, replace, run_tool, run_tool_sync
+
+
+def _skip(tool: Any) -> bool:
+    return not records(getattr(tool, "func", None))
+
+
+def patch(module: ModuleType) -> None:
+    """Wrap ``Tool.__call__`` and ``Tool.acall`` of ``dspy.adapters.types.tool`` inside DSPy's
+    ``with_callbacks`` (the decorator is applied again around the recording wrapper)."""
+    cls = module.Tool
+    callbacks = getattr(module, "with_callbacks", lambda fn: fn)
+    sync_call = getattr(cls.__call__, "__wrapped__", cls.__call__)
+    async_call = getattr(cls.acall, "__wrapped__", cls.acall)
+
+    @functools.wraps(sync_call)
+    def __call__(self: Any, **kwargs: Any) -> Any:
+        if _skip(self):
+            return sync_call(self, **kwargs)
+        return run_tool_sync(str(self.name), dict(jsonable(kwargs)), lambda: sync_call(self, **kwargs))
+
+    @functools.wraps(async_call)
+    async def acall(self: Any, **kwargs: Any) -> Any:
+        if _skip(self):
+            return await async_call(self, **kwargs)
+        return await run_tool(str(self.name), dict(jsonable(kwargs)), lambda: async_call(self, **kwargs))
+
+    if replace(cls, "__call__", callbacks(__call__)):
+        replace(cls, "acall", callbacks(acall))
+
+
+INTEGRATION = Integration("dspy", {"dspy.adapters.types.tool": patch})

@@ -1,0 +1,361 @@
+"""MCP (the ``mcp`` SDK, 1.x and 2.x): every request an agent makes to an MCP server through a
+``ClientSession`` recorded, and served on replay with the server neither started nor contacted.
+
+**Requests.** Patched: ``mcp.client.session.ClientSession.send_request`` (and ``send_notification``, only to
+mark its HTTP as recorded here), which every request of
+the client goes through — ``initialize``, ``list_tools``, ``call_tool``, ``list_resources``,
+``read_resource``, ``get_prompt``, ``complete``…, and those the SDK makes by itself (the
+``list_tools`` with which ``call_tool`` validates structured content). Each is a ``tool_call``
+event: a ``tools/call`` under the MCP tool's own name with its arguments, any other request as
+``mcp:<method>`` (``mcp:initialize``, ``mcp:tools/list``) with its params. Both carry ``mcp``:
+``{"server": <the name in the server's initialize answer>, "method": <JSON-RPC method>}``.
+mcp 2.x's ``send_discover`` (the ``server/discover`` probe with which a client may negotiate
+instead of ``initialize``; it does not go through ``send_request``) is patched too, and
+recorded as ``mcp:server/discover`` with its raw answer. The
+``result`` is the server's result in the protocol's JSON form (``content`` blocks,
+``structuredContent``, ``isError``…), validated into the SDK's own type again on replay
+(``CallToolResult``, ``InitializeResult``…). An error answer (``McpError``, ``MCPError`` in 2.x)
+is stored as ``{"$mcp_error": {"type", "error": {code, message, data}}}`` and raised again as
+that class. The progress token the SDK adds to a request (its JSON-RPC id) is not an argument.
+``ping`` is not recorded: its answer is empty and when a client pings depends on the clock; a
+replay answers it at once. The server's name is not part of the match key: two servers' tools
+with the same name and arguments are served in the order they were called.
+
+**Transports.** Patched: ``stdio_client``, ``sse_client``, ``streamable_http_client``
+(``streamablehttp_client``) and ``websocket_client`` of ``mcp.client.*``, in their module and in
+every module that had imported them already. While recording they are the SDK's own, and the
+HTTP requests of the SSE and streamable-HTTP transports are left to this integration (not recorded
+a second time as plain HTTP calls). On replay they start no process and open no connection: the
+session gets in-memory streams that nothing answers, as every request is served from the
+recording. What the server would have sent by itself (log messages, progress, sampling or
+elicitation requests) does not come on replay; notifications the client sends are dropped. A
+replay whose tool calls are live from the start (``--tools live``, or after a divergence under
+``--on-divergence live``) opens the real transport; a call that must go live on a session whose
+server was not started raises :class:`~forkpoint.errors.McpServerNotStarted`.
+
+Frameworks that reach MCP through a ``ClientSession`` (langchain-mcp-adapters, the OpenAI Agents
+SDK's MCP servers, pydantic-ai's MCP toolsets) are recorded here, once: their integrations leave
+MCP tools alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+import sys
+from collections.abc import Awaitable, Callable, Iterator
+from importlib.metadata import PackageNotFoundError, version
+from types import ModuleType
+from typing import Any, cast
+
+from .. import runtime
+from ..capture.tools import acall_tool
+from ..errors import McpServerNotStarted
+from ..events import McpCall
+from .base import Integration, replace
+
+_ERROR = "$mcp_error"
+_DISCOVERED_INFO = "io.modelcontextprotocol/serverInfo"  # where a server/discover answer names it
+#: The transports of ``mcp.client.*``, and what they hand the session.
+TRANSPORTS = (
+    "stdio_client",
+    "sse_client",
+    "streamable_http_client",
+    "streamablehttp_client",
+    "websocket_client",
+)
+#: Requests whose answers are not recorded (see the module docstring).
+UNRECORDED = frozenset({"ping"})
+_SERVER = "_forkpoint_mcp_server"  # set on a ClientSession by its initialize answer
+#: Set on the write stream a replay hands a session instead of a transport's, and on that session.
+_FAKE = "_forkpoint_mcp_fake"
+
+
+def call_name(method: str, params: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The event's ``tool`` and ``args`` for a request: ``tools/call`` → (the tool's name, its
+    arguments); any other → (``mcp:<method>``, its params); the progress token left out."""
+    params = dict(params)
+    meta = params.get("_meta")
+    if isinstance(meta, dict) and "progressToken" in meta:
+        meta = {k: v for k, v in meta.items() if k != "progressToken"}
+        if meta:
+            params["_meta"] = meta
+        else:
+            params.pop("_meta")
+    if method == "tools/call" and isinstance(params.get("name"), str):
+        arguments = params.get("arguments") or {}
+        return params["name"], dict(arguments) if isinstance(arguments, dict) else {"$arguments": arguments}
+    return f"mcp:{method}", params
+
+
+def _error_class() -> Any:
+    mod = sys.modules.get("mcp.shared.exceptions")
+    return getattr(mod, "McpError", None) or getattr(mod, "MCPError", None)
+
+
+def encode_error(exc: BaseException) -> dict[str, Any]:
+    """An MCP error answer as ``{"$mcp_error": {"type", "error"}}`` (the JSON-RPC error object)."""
+    error = exc.error  # type: ignore[attr-defined]
+    return {
+        _ERROR: {
+            "type": type(exc).__qualname__,
+            "error": error.model_dump(by_alias=True, mode="json", exclude_none=True),
+        }
+    }
+
+
+def rebuild_error(stored: dict[str, Any]) -> BaseException:
+    """The MCP error class (the recorded subclass when it is built the same way) for a stored
+    ``{"type", "error"}``."""
+    base = _error_class()
+    module = sys.modules[base.__module__]
+    data = module.ErrorData.model_validate(stored.get("error") or {})
+    recorded = getattr(module, str(stored.get("type")), None)
+    for cls in (recorded, base):
+        if not (isinstance(cls, type) and issubclass(cls, base)):
+            continue
+        try:  # 2.x builds from the error's fields, 1.x from the ErrorData itself
+            exc = cls.from_error_data(data) if hasattr(cls, "from_error_data") else cls(data)
+        except Exception:  # a subclass with a constructor of its own
+            continue
+        return exc  # type: ignore[no-any-return]
+    raise AssertionError("unreachable: the base class builds")
+
+
+def _result_of(result_type: Any, value: Any) -> Any:
+    if hasattr(result_type, "validate_python"):  # 2.x: a TypeAdapter for union results
+        return result_type.validate_python(value)
+    return result_type.model_validate(value)
+
+
+async def _request(
+    session: Any,
+    method: str,
+    params: dict[str, Any],
+    send: Callable[[], Awaitable[Any]],
+    encode: Callable[[Any], Any],
+    decode: Callable[[Any], Any],
+) -> Any:
+    """One request of ``session`` through forkpoint (see the module docstring): ``send()`` makes it
+    live; ``encode`` turns its answer into JSON, ``decode`` turns the recorded JSON back."""
+    name, arguments = call_name(method, params)
+    fake = getattr(session, _FAKE, False)
+    failed: list[BaseException] = []
+
+    async def body() -> Any:
+        if fake:
+            raise McpServerNotStarted(
+                f"the replay must make MCP request {method} ({name}) to server "
+                f"{getattr(session, _SERVER, None)!r} live, but that server was not started: the "
+                "replay served its session from the recording. Replay with --tools live to start "
+                "MCP servers and call them for real."
+            )
+        try:
+            with _http_above():
+                return await send()
+        except Exception as exc:
+            error_class = _error_class()
+            if error_class is None or not isinstance(exc, error_class):
+                raise
+            failed.append(exc)  # recorded as the error answer; raised to the caller as it was
+            return encode_error(exc)
+
+    info: McpCall = {"server": getattr(session, _SERVER, None), "method": method}
+    live: list[Any] = []
+
+    def keep(value: Any) -> Any:
+        live.append(value)
+        return value if failed else encode(value)
+
+    served = await acall_tool(name, arguments, body, keep, mcp=info)
+    if failed:
+        raise failed[0]
+    if live and served is live[0]:  # made live: the caller gets the SDK's own object
+        return served
+    if isinstance(served, dict) and isinstance(served.get(_ERROR), dict) and len(served) == 1:
+        raise rebuild_error(served[_ERROR])
+    return decode(served)
+
+
+def _learn_server(session: Any, result: Any) -> None:
+    """Note the server's name from an ``initialize`` (or 2.x ``server/discover``) answer."""
+    info = None
+    if isinstance(result, dict):  # a raw discover answer carries it in _meta
+        meta = result.get("_meta")
+        info = result.get("serverInfo") or (meta.get(_DISCOVERED_INFO) if isinstance(meta, dict) else None)
+    if info is None:
+        info = getattr(result, "serverInfo", None) or getattr(result, "server_info", None)
+    name = info.get("name") if isinstance(info, dict) else getattr(info, "name", None)
+    setattr(session, _SERVER, name)
+
+
+def _dump(value: Any) -> Any:
+    return value.model_dump(by_alias=True, mode="json", exclude_none=True)
+
+
+def patch_session(module: ModuleType) -> None:
+    """Wrap ``ClientSession.send_request`` of ``mcp.client.session`` (and 2.x's
+    ``send_discover``, which bypasses it); see the module docstring."""
+    cls = module.ClientSession
+    original = cls.send_request
+
+    @functools.wraps(original)
+    async def send_request(self: Any, request: Any, result_type: Any, *args: Any, **kwargs: Any) -> Any:
+        rt = runtime.active()
+        if rt is None:
+            return await original(self, request, result_type, *args, **kwargs)
+        data = request.model_dump(by_alias=True, mode="json", exclude_none=True)
+        method = str(data.get("method"))
+        if method in UNRECORDED:
+            if rt.mode == "replay" and getattr(self, _FAKE, False):
+                return _result_of(result_type, {})
+            with _http_above():
+                return await original(self, request, result_type, *args, **kwargs)
+        result = await _request(
+            self,
+            method,
+            data.get("params") or {},
+            lambda: original(self, request, result_type, *args, **kwargs),
+            _dump,
+            lambda value: _result_of(result_type, value),
+        )
+        if method == "initialize":
+            _learn_server(self, result)
+        return result
+
+    init, notify = cls.__init__, cls.send_notification
+
+    @functools.wraps(init)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        if any(getattr(v, _FAKE, False) for v in (*args, *kwargs.values())):
+            setattr(self, _FAKE, True)  # its server was not started: nothing can go live
+
+    @functools.wraps(notify)
+    async def send_notification(self: Any, *args: Any, **kwargs: Any) -> Any:
+        with _http_above():
+            return await notify(self, *args, **kwargs)
+
+    if replace(cls, "send_request", send_request):
+        replace(cls, "send_notification", send_notification)
+        replace(cls, "__init__", __init__)
+    discover = cls.__dict__.get("send_discover")
+    if discover is not None:
+
+        @functools.wraps(discover)
+        async def send_discover(self: Any, version: str) -> Any:
+            if runtime.active() is None:
+                return await discover(self, version)
+            send = functools.partial(discover, self, version)
+            raw = await _request(self, "server/discover", {"version": version}, send, dict, dict)
+            _learn_server(self, raw)
+            return raw
+
+        replace(cls, "send_discover", send_discover)
+
+
+@contextlib.contextmanager
+def _http_above() -> Iterator[None]:
+    """Marks the HTTP requests made in this context as recorded here (not by the HTTP capture).
+    The transports of mcp 1.x send from tasks they started, marked when the transport was
+    entered; those of 2.x send in the context of the caller (``ClientSession`` hands its context
+    along with each message), which is marked around each request and notification."""
+    token = runtime.http_recorded_above.set(True)
+    try:
+        yield
+    finally:
+        runtime.http_recorded_above.reset(token)
+
+
+class _ReplayStreams:
+    """What a replay hands an MCP session instead of a transport's streams: a read stream that
+    nothing writes to (closed when the transport is left) and a write stream that drops what it is
+    sent. Marked so the session knows its server was not started."""
+
+    def __init__(self, width: int) -> None:
+        import anyio
+
+        self._read_writer, self.read = anyio.create_memory_object_stream[Any](0)
+        self.write, self._write_reader = anyio.create_memory_object_stream[Any](math.inf)
+        setattr(self.write, _FAKE, True)
+        self.width = width
+
+    def streams(self) -> tuple[Any, ...]:
+        extra = (lambda: None,) * (self.width - 2)  # 1.x streamable HTTP: get_session_id
+        return (self.read, self.write, *extra)
+
+    async def aclose(self) -> None:
+        for stream in (self._read_writer, self.read, self.write, self._write_reader):
+            await stream.aclose()
+
+
+class _Transport:
+    """A patched transport's async context manager (see the module docstring)."""
+
+    def __init__(self, original: Any, width: int, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        self._original, self._width, self._args, self._kwargs = original, width, args, kwargs
+        self._inner: Any = None
+        self._fake: _ReplayStreams | None = None
+
+    async def __aenter__(self) -> Any:
+        rt = runtime.active()
+        if rt is not None and rt.mode == "replay" and not cast(runtime.Serving, rt).runs_live("tool_call"):
+            self._fake = _ReplayStreams(self._width)
+            return self._fake.streams()
+        self._inner = self._original(*self._args, **self._kwargs)
+        with _http_above():
+            return await self._inner.__aenter__()
+
+    async def __aexit__(self, *exc_info: Any) -> Any:
+        if self._fake is not None:
+            await self._fake.aclose()
+            return None
+        with _http_above():  # a closing DELETE of streamable HTTP
+            return await self._inner.__aexit__(*exc_info)
+
+
+def _width(name: str) -> int:
+    """How many values the transport yields: 1.x's streamable HTTP adds ``get_session_id``."""
+    if name not in ("streamable_http_client", "streamablehttp_client"):
+        return 2
+    try:
+        return 3 if int(version("mcp").split(".")[0]) < 2 else 2
+    except (PackageNotFoundError, ValueError):
+        return 2
+
+
+def _wrapped_transport(original: Any, width: int) -> Any:
+    @functools.wraps(original)
+    def transport(*args: Any, **kwargs: Any) -> Any:
+        if runtime.active() is None:
+            return original(*args, **kwargs)
+        return _Transport(original, width, args, kwargs)
+
+    return transport
+
+
+def patch_transports(module: ModuleType) -> None:
+    """Wrap the transports defined in ``module`` (one of ``mcp.client.*``), there and in every
+    module that imported them already (``from mcp.client.stdio import stdio_client`` in a framework
+    imported before forkpoint started)."""
+    for name in TRANSPORTS:
+        original = module.__dict__.get(name)
+        if original is None or getattr(original, "__forkpoint_integration__", False):
+            continue
+        transport = _wrapped_transport(original, _width(name))
+        for holder in list(sys.modules.values()):
+            if getattr(holder, "__dict__", {}).get(name) is original:
+                replace(holder, name, transport)
+
+
+INTEGRATION = Integration(
+    "mcp",
+    {
+        "mcp.client.session": patch_session,
+        "mcp.client.stdio": patch_transports,
+        "mcp.client.sse": patch_transports,
+        "mcp.client.streamable_http": patch_transports,
+        "mcp.client.websocket": patch_transports,
+    },
+)

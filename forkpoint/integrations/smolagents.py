@@ -1,0 +1,60 @@
+"""smolagents: every tool call of a ``ToolCallingAgent`` or ``CodeAgent`` recorded and replayed under
+the tool's own name.
+
+Patched: ``smolagents.tools.Tool.__call__``, the way agents (``execute_tool_call``, and the Python
+executor of a ``CodeAgent``) call every tool, ``@tool`` functions (``SimpleTool``) and ``Tool``
+subclasses alike. What is recorded is the tool's ``forward`` — after smolagents has turned agent
+types into plain inputs and before it wraps the output in an agent type again — so that
+conversion runs as usual, live and on replay: for one call, ``__call__`` runs on a copy of the
+tool whose ``forward`` is wrapped. The event's ``tool`` is the tool's ``name``, ``args``
+the arguments ``forward`` got (positional ones named after the tool's ``inputs``, in pydantic's
+JSON form), ``result`` the
+output's JSON form. Tools that reach an MCP server (``ToolCollection.from_mcp``, ``MCPClient``)
+are recorded as MCP requests by :mod:`.mcp` instead.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+from .base import Integration, jsonable, records, replace, run_tool_sync
+
+
+def patch(module: ModuleType) -> None:
+    """Wrap ``Tool.__call__`` of ``smolagents.tools`` (see the module docstring)."""
+    cls = module.Tool
+    original = cls.__call__
+
+    @functools.wraps(original)
+    def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
+        forward: Any = getattr(self, "forward", None)
+        if not records(forward):
+            return original(self, *args, **kwargs)
+        if not self.is_initialized:
+            self.setup()  # as the original would, on the tool itself rather than on the copy below
+        shim = copy.copy(self)  # this call only: the tool object is shared by every call
+        shim.forward = _recorded_forward(str(self.name), list(getattr(self, "inputs", None) or ()), forward)
+        return original(shim, *args, **kwargs)
+
+    replace(cls, "__call__", __call__)
+
+
+def _recorded_forward(name: str, inputs: list[str], forward: Callable[..., Any]) -> Callable[..., Any]:
+    """``forward`` recording its calls as tool ``name``, positional arguments named after the tool's
+    declared ``inputs`` (a ``@tool``'s ``forward`` takes ``*args, **kwargs``)."""
+
+    @functools.wraps(forward)
+    def recorded(*args: Any, **kwargs: Any) -> Any:
+        named = {**dict(zip(inputs, args, strict=False)), **kwargs}
+        if len(args) > len(inputs):
+            named["$args"] = list(args[len(inputs) :])
+        return run_tool_sync(name, dict(jsonable(named)), lambda: forward(*args, **kwargs))
+
+    return recorded
+
+
+INTEGRATION = Integration("smolagents", {"smolagents.tools": patch})

@@ -1,0 +1,48 @@
+"""strands-agents: every call of a ``@tool`` function recorded and replayed under the tool's name,
+streaming tools (async generators) included.
+
+Patched: ``strands.tools.decorator.DecoratedFunctionTool.stream``, the async generator through
+which the agent's tool executors (sequential and concurrent) run every ``@tool`` function. For
+one call it runs on a copy of the tool whose function is wrapped, so strands' own work — input
+validation, injecting ``agent`` / ``tool_context``, turning the return value or an exception into
+a ``ToolResult`` — happens as usual, live and on replay; only the function's work is served from
+the session. The event's ``tool`` is the tool's ``tool_name``, ``args`` the model's input,
+``result`` the function's return value in its JSON form. A streaming tool's items are passed on
+live as it yields them and recorded as the list of their JSON forms; on replay they are yielded
+again, so the agent sees the same stream events and the same result (the last item). An
+exception is recorded and raised again, so strands builds the same error result. MCP tools
+(``MCPClient``) are another class and are recorded as MCP requests by :mod:`.mcp`.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+from collections.abc import AsyncIterator
+from types import ModuleType
+from typing import Any
+
+from .base import Integration, json_args, recorded_function, records, replace
+
+
+def patch(module: ModuleType) -> None:
+    """Wrap ``DecoratedFunctionTool.stream`` of ``strands.tools.decorator``."""
+    cls = module.DecoratedFunctionTool
+    original = cls.stream
+
+    @functools.wraps(original)
+    async def stream(self: Any, tool_use: Any, invocation_state: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        fn: Any = getattr(self, "_tool_func", None)
+        tool = self
+        if records(fn):
+            tool = copy.copy(self)  # this call only: the tool object is shared by concurrent calls
+            tool._tool_func = recorded_function(
+                str(self.tool_name), json_args(tool_use.get("input") or {}), fn
+            )
+        async for event in original(tool, tool_use, invocation_state, **kwargs):
+            yield event
+
+    replace(cls, "stream", stream)
+
+
+INTEGRATION = Integration("strands", {"strands.tools.decorator": patch})

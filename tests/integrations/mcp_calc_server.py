@@ -1,0 +1,66 @@
+"""An MCP server for the tests, built with the mcp SDK's own server (FastMCP in 1.x, MCPServer in
+2.x): two tools, a resource and a prompt. Everything it does is appended to a ledger file, its
+start included, so a test sees whether the server ran at all.
+
+Run: ``python mcp_calc_server.py LEDGER [stdio | sse PORT | streamable-http PORT]`` (HTTP on
+127.0.0.1 only).
+"""
+
+from __future__ import annotations
+
+import sys
+
+try:
+    from mcp.server.fastmcp import FastMCP as Server
+except ImportError:  # mcp 2.x
+    from mcp.server.mcpserver import MCPServer as Server  # type: ignore[no-redef]
+
+LEDGER = sys.argv[1]
+TRANSPORT = sys.argv[2] if len(sys.argv) > 2 else "stdio"
+PORT = int(sys.argv[3]) if len(sys.argv) > 3 else 0
+
+
+def note(line: str) -> None:
+    with open(LEDGER, "a", encoding="utf-8") as f:
+        f.write(line + "\n")
+
+
+note(f"started {TRANSPORT}")
+options = {"host": "127.0.0.1", "port": PORT} if TRANSPORT != "stdio" and Server.__name__ == "FastMCP" else {}
+server = Server("calc", **options)
+
+
+@server.tool()
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    note(f"add {a} {b}")
+    return a + b
+
+
+@server.tool()
+def divide(a: float, b: float) -> float:
+    """Divide a by b."""
+    note(f"divide {a} {b}")
+    if b == 0:
+        raise ValueError("division by zero")
+    return a / b
+
+
+@server.resource("notes://today")
+def today() -> str:
+    """Today's note."""
+    note("read notes://today")
+    return "buy milk"
+
+
+@server.prompt()
+def review(code: str) -> str:
+    """Ask for a code review."""
+    note("prompt review")
+    return f"Review this code:\n{code}"
+
+
+if TRANSPORT == "stdio" or Server.__name__ == "FastMCP":
+    server.run(transport=TRANSPORT)  # type: ignore[arg-type]
+else:
+    server.run(transport=TRANSPORT, host="127.0.0.1", port=PORT)  # type: ignore[call-overload]

@@ -1,0 +1,375 @@
+"""MCP, built in: an agent that gets its tools from an MCP server through the mcp SDK's
+``ClientSession`` is recorded with each request (``initialize``, ``tools/list``, ``tools/call``,
+``resources/read``, ``prompts/get``…) as a tool call, and replayed with the server neither started
+nor contacted: the server appends every start and every call to a ledger, which a replay must
+leave as it was.
+
+The servers are the SDK's own (``mcp_calc_server.py``), on stdio or on 127.0.0.1 (SSE, streamable
+HTTP), started by the tests. The mcp modules are imported here before forkpoint is active, as in an
+agent that imports them at the top: the integration reaches the names bound already.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("mcp")
+
+from mcp import ClientSession, StdioServerParameters, types  # noqa: E402
+from mcp.client.sse import sse_client  # noqa: E402
+from mcp.client.stdio import stdio_client  # noqa: E402
+from mcp.client.streamable_http import streamable_http_client  # noqa: E402
+from mcp.shared.exceptions import McpError  # noqa: E402
+from openai import AsyncOpenAI  # noqa: E402
+from rich.console import Console  # noqa: E402
+
+import forkpoint  # noqa: E402
+from forkpoint.show import render  # noqa: E402
+from tests.modelserver import LocalServer  # noqa: E402
+
+SERVER_SCRIPT = Path(__file__).with_name("mcp_calc_server.py")
+API_KEY = "sk-proj-" + "m" * 40
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def mcp_server(transport: str, ledger: Path) -> Iterator[str | None]:
+    """The test server on ``transport``: for stdio nothing is started here (the client spawns it)
+    and None is yielded; for SSE and streamable HTTP a process listening on 127.0.0.1, and its URL.
+    Stopped on leaving."""
+    if transport == "stdio":
+        yield None
+        return
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, str(SERVER_SCRIPT), str(ledger), transport, str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                break
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the MCP test server ({transport}) did not start")
+            time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}" + ("/sse" if transport == "sse" else "/mcp")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+@contextlib.asynccontextmanager
+async def connect(transport: str, ledger: Path, url: str | None) -> Any:
+    """A ClientSession to the test server, as an agent opens one (not initialized yet)."""
+    if transport == "stdio":
+        params = StdioServerParameters(command=sys.executable, args=[str(SERVER_SCRIPT), str(ledger)])
+        opened = stdio_client(params)
+    elif transport == "sse":
+        opened = sse_client(str(url))
+    else:
+        opened = streamable_http_client(str(url))
+    async with opened as streams, ClientSession(streams[0], streams[1]) as session:
+        yield session
+
+
+def dump(value: Any) -> Any:
+    return value.model_dump(mode="json", by_alias=True)
+
+
+async def use_everything(transport: str, ledger: Path, url: str | None) -> list[Any]:
+    """Every kind of request an agent makes; what it got back, each with the class it came as."""
+    out: list[Any] = []
+    async with connect(transport, ledger, url) as session:
+        init = await session.initialize()
+        out.append((type(init).__name__, init.serverInfo.name))
+        tools = await session.list_tools()
+        out.append((type(tools).__name__, sorted(t.name for t in tools.tools)))
+        added = await session.call_tool("add", {"a": 2, "b": 3})
+        out.append((type(added).__name__, dump(added)))
+        failed = await session.call_tool("divide", {"a": 1, "b": 0})
+        out.append((type(failed).__name__, failed.isError, dump(failed)))
+        resources = await session.list_resources()
+        out.append([str(r.uri) for r in resources.resources])
+        note = await session.read_resource("notes://today")  # type: ignore[arg-type]
+        out.append((type(note).__name__, dump(note)))
+        prompt = await session.get_prompt("review", {"code": "print(1)"})
+        out.append((type(prompt).__name__, dump(prompt)))
+        try:
+            await session.read_resource("notes://nowhere")  # type: ignore[arg-type]
+        except McpError as exc:
+            out.append(("McpError", exc.error.code, exc.error.message))
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("transport", ["stdio", "sse", "streamable-http"])
+def test_an_mcp_session_replays_without_its_server(transport: str, tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger.log"
+    with mcp_server(transport, ledger) as url:
+        with forkpoint.record(store=tmp_path / "store") as rec:
+            live = asyncio.run(use_everything(transport, ledger, url))
+    ran = ledger.read_text()
+    assert ran.splitlines() == [
+        f"started {transport}",
+        "add 2 3",
+        "divide 1.0 0.0",
+        "read notes://today",
+        "prompt review",
+    ]
+    assert live[0] == ("InitializeResult", "calc")
+    assert live[2][1]["structuredContent"] == {"result": 5} and live[3][1] is True
+    assert live[-1][0] == "McpError"
+
+    # The server is gone (stdio: it would have to be spawned again).
+    with forkpoint.replay(rec.session_path) as rp:
+        again = asyncio.run(use_everything(transport, ledger, url))
+    assert again == live  # the same classes with the same contents, the error included
+    assert ledger.read_text() == ran  # not started, no tool ran
+    report = rp.report()
+    assert report["reproduced"], report
+    assert report["network_blocked"] == []
+
+    session = forkpoint.Session.load(rec.session_path)
+    assert session.by_type("model_call") == []  # the HTTP transports' requests are not recorded twice
+    events = session.by_type("tool_call")
+    assert [e["tool"] for e in events] == [
+        "mcp:initialize",
+        "mcp:tools/list",
+        "add",
+        "divide",
+        "mcp:resources/list",
+        "mcp:resources/read",
+        "mcp:prompts/get",
+        "mcp:resources/read",
+    ]
+    assert events[0]["mcp"] == {"server": None, "method": "initialize"}
+    add = events[2]
+    assert add["mcp"] == {"server": "calc", "method": "tools/call"}
+    assert add["args"] == {"a": 2, "b": 3}
+    assert add["result"]["structuredContent"] == {"result": 5}
+    assert add["result"]["content"] == [{"type": "text", "text": "5"}]
+    assert events[3]["result"]["isError"] is True
+    assert events[6]["args"] == {"name": "review", "arguments": {"code": "print(1)"}}
+    assert events[7]["result"]["$mcp_error"]["type"] == "McpError"
+
+
+async def agent(base_url: str, ledger: Path) -> str:
+    """A hand-written agent loop: the model's tools are the MCP server's, its tool calls are made
+    with ``session.call_tool``, and their text goes back to the model."""
+    client = AsyncOpenAI(base_url=base_url, api_key=API_KEY, max_retries=0)
+    params = StdioServerParameters(command=sys.executable, args=[str(SERVER_SCRIPT), str(ledger)])
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        listed = await session.list_tools()
+        tools: Any = [
+            {"type": "function", "function": {"name": t.name, "parameters": t.inputSchema}}
+            for t in listed.tools
+        ]
+        messages: list[Any] = [{"role": "user", "content": "What is 2 + 3?"}]
+        while True:
+            reply = await client.chat.completions.create(model="m", messages=messages, tools=tools)
+            message = reply.choices[0].message
+            if not message.tool_calls:
+                return str(message.content)
+            messages.append(message.model_dump(exclude_none=True))
+            for call in message.tool_calls:
+                result = await session.call_tool(call.function.name, json.loads(call.function.arguments))
+                text = "".join(b.text for b in result.content if isinstance(b, types.TextContent))
+                messages.append({"role": "tool", "tool_call_id": call.id, "content": text})
+
+
+@pytest.mark.slow
+def test_an_agent_with_mcp_tools_replays_offline(tmp_path: Path) -> None:
+    """The issue's case: recorded, this agent showed "0 tool calls" and its replay started the MCP
+    server again and ran the tool live. Now the tool call is in the session under the MCP tool's
+    name, and the replay, with the model server stopped too, gets the same answer offline."""
+    ledger = tmp_path / "ledger.log"
+    script = [[("add", {"a": 2, "b": 3})], "2 + 3 = 5"]
+    with LocalServer(chat_script=script) as server:
+        with forkpoint.record(store=tmp_path / "store") as rec:
+            live = asyncio.run(agent(server.openai_base_url, ledger))
+        sent = [m for r in server.requests for m in r["body"]["messages"] if m["role"] == "tool"]
+    assert live == "2 + 3 = 5" and sent[0]["content"] == "5"
+    ran = ledger.read_text()
+    with forkpoint.replay(rec.session_path) as rp:
+        assert asyncio.run(agent(server.openai_base_url, ledger)) == live
+    assert ledger.read_text() == ran == "started stdio\nadd 2 3\n"
+    assert rp.report()["reproduced"], rp.report()
+    session = forkpoint.Session.load(rec.session_path)
+    calls = [e["tool"] for e in session.by_type("tool_call") if e["mcp"]["method"] == "tools/call"]
+    assert calls == ["add"]
+    assert len(session.by_type("model_call")) == 2
+    shown = io.StringIO()
+    render(session, Console(file=shown, width=200))
+    assert "add(a=2, b=3) (MCP server calc)" in shown.getvalue()
+
+
+@pytest.mark.slow
+def test_a_call_that_must_go_live_on_a_replayed_session_says_the_server_was_not_started(
+    tmp_path: Path,
+) -> None:
+    """After a divergence under ``--on-divergence live`` every later call is live, but the MCP
+    session of this replay has no server behind it: the call fails with an error that says so and
+    how to replay with the servers started, instead of waiting forever for an answer."""
+    ledger = tmp_path / "ledger.log"
+
+    async def run(b: int) -> Any:
+        async with connect("stdio", ledger, None) as session:
+            await session.initialize()
+            return dump(await session.call_tool("add", {"a": 2, "b": b}))
+
+    with forkpoint.record(store=tmp_path / "store") as rec:
+        asyncio.run(run(3))
+    with forkpoint.replay(rec.session_path, on_divergence="live") as rp:
+        with pytest.raises(ExceptionGroup) as raised:  # through the session's task group
+            asyncio.run(run(4))
+    assert raised.group_contains(forkpoint.McpServerNotStarted, match=r"server 'calc'.*--tools live")
+    assert rp.report()["divergence"]["name"] == "add"
+    assert ledger.read_text() == "started stdio\nadd 2 3\n"
+
+
+AGENT_SCRIPT = """
+import asyncio, sys
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+
+async def main():
+    params = StdioServerParameters(command=sys.executable, args=sys.argv[1:])
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        result = await session.call_tool("add", {"a": 2, "b": 3})
+        print(type(result).__name__, result.structuredContent)
+
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.slow
+def test_forkpoint_record_and_replay_an_mcp_agent_from_the_command_line(tmp_path: Path) -> None:
+    """``forkpoint record -- python agent.py`` and ``forkpoint replay last``, no change to the agent:
+    the integration patches the mcp modules as the agent imports them."""
+    script, ledger = tmp_path / "agent.py", tmp_path / "ledger.log"
+    script.write_text(AGENT_SCRIPT)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FORKPOINT_")}
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-c", "from forkpoint.cli import main; main()", *args]
+        return subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+
+    rec = cli(
+        "record", "--store", "store", "--", sys.executable, str(script), str(SERVER_SCRIPT), str(ledger)
+    )
+    assert rec.returncode == 0, rec.stderr
+    assert rec.stdout == "CallToolResult {'result': 5}\n" and "3 tool calls" in rec.stderr
+    ran = ledger.read_text()
+    rep = cli("replay", "last", "--store", "store")
+    assert rep.returncode == 0, rep.stderr
+    assert rep.stdout == rec.stdout and "replay ok" in rep.stderr
+    assert ledger.read_text() == ran == "started stdio\nadd 2 3\n"
+
+
+# --------------------------------------------------------------------------- frameworks over MCP
+
+
+def stdio_params(ledger: Path) -> dict[str, Any]:
+    return {"command": sys.executable, "args": [str(SERVER_SCRIPT), str(ledger)]}
+
+
+async def langgraph_agent(base_url: str, ledger: Path) -> str:
+    """LangGraph's prebuilt agent with the MCP server's tools from langchain-mcp-adapters."""
+    from langchain_mcp_adapters.client import MultiServerMCPClient
+    from langchain_openai import ChatOpenAI
+    from langgraph.prebuilt import create_react_agent
+
+    client = MultiServerMCPClient({"calc": {**stdio_params(ledger), "transport": "stdio"}})
+    tools = await client.get_tools()
+    model = ChatOpenAI(model="m", base_url=base_url, api_key=API_KEY, max_retries=0)  # type: ignore[arg-type]
+    out = await create_react_agent(model, tools).ainvoke({"messages": [("user", "What is 2 + 3?")]})
+    return str(out["messages"][-1].content)
+
+
+async def agents_sdk_agent(base_url: str, ledger: Path) -> str:
+    """An OpenAI Agents SDK agent with ``mcp_servers=[MCPServerStdio(...)]``."""
+    from agents import Agent, OpenAIChatCompletionsModel, Runner, set_tracing_disabled
+    from agents.mcp import MCPServerStdio
+
+    set_tracing_disabled(True)
+    client = AsyncOpenAI(base_url=base_url, api_key=API_KEY, max_retries=0)
+    async with MCPServerStdio(params=stdio_params(ledger)) as server:  # type: ignore[arg-type]
+        sdk_agent = Agent(
+            name="calc",
+            model=OpenAIChatCompletionsModel(model="m", openai_client=client),
+            mcp_servers=[server],
+        )
+        return str((await Runner.run(sdk_agent, "What is 2 + 3?")).final_output)
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:create_react_agent has been moved")
+@pytest.mark.parametrize("framework", ["langgraph", "openai-agents"])
+def test_frameworks_reaching_mcp_through_the_session_are_recorded_once(
+    framework: str, tmp_path: Path
+) -> None:
+    """langchain-mcp-adapters and the Agents SDK's MCP servers call the MCP tool through
+    ``ClientSession.call_tool``; their own integrations record framework tools too. Each MCP tool
+    call must be one event (the MCP request, with its full result), or the replay, which serves
+    the outer one and never makes the inner one, would leave a recorded call unused."""
+    pytest.importorskip("langchain_mcp_adapters" if framework == "langgraph" else "agents")
+    run = langgraph_agent if framework == "langgraph" else agents_sdk_agent
+    ledger = tmp_path / "ledger.log"
+    with LocalServer(chat_script=[[("add", {"a": 2, "b": 3})], "2 + 3 = 5"]) as server:
+        with forkpoint.record(store=tmp_path / "store") as rec:
+            live = asyncio.run(run(server.openai_base_url, ledger))
+    assert live == "2 + 3 = 5"
+    ran = ledger.read_text()
+    assert ran.count("add 2 3") == 1
+    with forkpoint.replay(rec.session_path) as rp:
+        assert asyncio.run(run(server.openai_base_url, ledger)) == live
+    assert ledger.read_text() == ran
+    assert rp.report()["reproduced"], rp.report()
+    events = forkpoint.Session.load(rec.session_path).by_type("tool_call")
+    adds = [e for e in events if e["tool"] == "add"]
+    assert len(adds) == 1 and adds[0]["mcp"] == {"server": "calc", "method": "tools/call"}
+    assert all("mcp" in e for e in events)  # nothing recorded by the framework's integration
+
+
+def test_uninstalling_gives_the_session_back_the_methods_it_inherits() -> None:
+    """mcp 1.x's ClientSession inherits ``send_request`` from BaseSession: uninstalling the
+    integrations must show the inherited one again (it set the attribute to None)."""
+    from mcp.shared.session import BaseSession
+
+    from forkpoint import integrations
+
+    inherited = vars(BaseSession).get("send_request")
+    own = vars(ClientSession).get("send_request")  # absent, or the integration's wrapper of it
+    if inherited is None or (own is not None and getattr(own, "__wrapped__", None) is not inherited):
+        pytest.skip("this mcp version's ClientSession defines send_request itself")
+    integrations.install()
+    try:
+        assert ClientSession.send_request is not inherited  # the integration's wrapper
+        integrations.uninstall()
+        assert ClientSession.send_request is inherited
+    finally:
+        integrations.install()
