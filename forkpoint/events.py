@@ -175,6 +175,7 @@ class ToolCallEvent(_Common, total=False):
     #: When the call finished, on the counter of ``sent`` (parallel results replay in this order).
     finished: int
     key: str
+    mcp: McpCall
 
 
 class ValueEvent(_Common, total=False):
@@ -192,7 +193,6 @@ class ValueEvent(_Common, total=False):
     value: Any
     sent: int
     key: str
-    mcp: McpCall
 
 
 class CheckpointEvent(_Common, total=False):

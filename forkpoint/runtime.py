@@ -142,6 +142,13 @@ def active() -> Runtime | None:
     return None if getattr(_unseen, "on", False) else _active
 
 
+def active_for_http() -> Runtime | None:
+    """:func:`active` for the HTTP capture adapters: None also where the request belongs to a call
+    recorded at a higher level (:data:`http_recorded_above`), so it is neither recorded twice nor
+    served from the session."""
+    return None if http_recorded_above.get() else active()
+
+
 def unseen() -> None:
     """Mark the calling thread as forkpoint's own: the capture hooks call straight through in it,
     so what it sends is neither recorded nor served."""

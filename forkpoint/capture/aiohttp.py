@@ -214,7 +214,7 @@ def _patch(mod: ModuleType) -> None:
         return response
 
     async def middleware(req: Any, handler: Callable[[Any], Awaitable[Any]]) -> Any:
-        rt = runtime.active()
+        rt = runtime.active_for_http()
         if rt is None:
             return await handler(req)
         payload = req.body

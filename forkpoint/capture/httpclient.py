@@ -105,7 +105,7 @@ def _make_request(original: Any) -> Any:
         encode_chunked: bool = False,
     ) -> None:
         headers = {} if headers is None else headers
-        rt = runtime.active()
+        rt = runtime.active_for_http()
         if rt is None:
             return original(self, method, url, body, headers, encode_chunked=encode_chunked)  # type: ignore[no-any-return]
         content, body = body_content(body)

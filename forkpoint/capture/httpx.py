@@ -245,7 +245,7 @@ def _wrap_transports(cls: Any, wrapper: type) -> None:
     def make(original: Any) -> Any:
         def _transport_for_url(self: Any, url: Any) -> Any:
             inner = original(self, url)
-            if runtime.active() is None or runtime.http_recorded_above.get():
+            if runtime.active_for_http() is None:
                 return inner
             return wrapper(inner)
 

@@ -191,7 +191,7 @@ def _patch(mod: ModuleType) -> None:
         sig = inspect.signature(original)
 
         def _make_request(self: Any, *args: Any, **kwargs: Any) -> Any:
-            rt = runtime.active()
+            rt = runtime.active_for_http()
             if rt is None:
                 return original(self, *args, **kwargs)
             bound = sig.bind(self, *args, **kwargs)

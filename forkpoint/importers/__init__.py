@@ -20,13 +20,11 @@ The seam is :class:`~.base.Importer` (one per module, each registered by one lin
 
 from __future__ import annotations
 
-import importlib
 import threading
-import warnings
-from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
+from .. import plugins
 from ..errors import ImportFormatError
 from ..store import default_store
 from . import base
@@ -65,17 +63,7 @@ def importers() -> list[Importer]:
     global _registry
     with _lock:
         if _registry is None:
-            found = [importlib.import_module(m).IMPORTER for m in BUILTIN]
-            for ep in entry_points(group=ENTRY_POINT_GROUP):
-                try:
-                    obj = ep.load()
-                    found.append(obj if isinstance(obj, Importer) else obj.IMPORTER)
-                except Exception as exc:  # a broken plugin must not hide the others: say it
-                    warnings.warn(
-                        f"forkpoint: the importer {ep.name!r} ({ep.value}) cannot be loaded: {exc}",
-                        RuntimeWarning,
-                        stacklevel=2,
-                    )
+            found = plugins.load(BUILTIN, "IMPORTER", ENTRY_POINT_GROUP, Importer, "importer")
             _registry = found
         return _registry
 

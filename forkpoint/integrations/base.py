@@ -14,18 +14,16 @@ from __future__ import annotations
 import asyncio
 import fnmatch
 import functools
-import importlib
 import inspect
 import sys
 import threading
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from importlib.metadata import entry_points
 from types import ModuleType
 from typing import Any
 
-from .. import runtime
+from .. import plugins, runtime
 from ..capture import imports
 from ..capture.tools import acall_tool, call_tool
 
@@ -83,17 +81,7 @@ def registry(builtin: tuple[str, ...]) -> list[Integration]:
     global _registry
     with _lock:
         if _registry is None:
-            found: list[Integration] = [importlib.import_module(m).INTEGRATION for m in builtin]
-            for ep in entry_points(group=ENTRY_POINT_GROUP):
-                try:
-                    obj = ep.load()
-                    found.append(obj if isinstance(obj, Integration) else obj.INTEGRATION)
-                except Exception as exc:  # a broken plugin must not break the agent: say it
-                    warnings.warn(
-                        f"forkpoint: the integration {ep.name!r} ({ep.value}) cannot be loaded: {exc}",
-                        RuntimeWarning,
-                        stacklevel=2,
-                    )
+            found = plugins.load(builtin, "INTEGRATION", ENTRY_POINT_GROUP, Integration, "integration")
             _registry = found
         return _registry
 
