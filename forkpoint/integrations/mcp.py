@@ -23,13 +23,16 @@ with the same name and arguments are served in the order they were called.
 
 **Transports.** Patched: ``stdio_client``, ``sse_client``, ``streamable_http_client``
 (``streamablehttp_client``) and ``websocket_client`` of ``mcp.client.*``, in their module and in
-every module that had imported them already. While recording they are the SDK's own, and the
+every module that had imported them already (a name bound elsewhere before forkpoint started, in
+a function's locals, is out of reach: its transport runs as the SDK's own, and on replay connects
+for real). While recording they are the SDK's own, and the
 HTTP requests of the SSE and streamable-HTTP transports are left to this integration (not recorded
-a second time as plain HTTP calls). On replay they start no process and open no connection: the
-session gets in-memory streams that nothing answers, as every request is served from the
-recording. What the server would have sent by itself (log messages, progress, sampling or
-elicitation requests) does not come on replay; notifications the client sends are dropped. A
-replay whose tool calls are live from the start (``--tools live``, or after a divergence under
+a second time as plain HTTP calls, and their server's ``host:port`` not named as a connection
+forkpoint did not record). On replay they start no process and open no connection: the session
+gets in-memory streams that nothing answers, as every request is served from the recording.
+What the server would have sent by itself (log messages, progress, sampling or elicitation
+requests) does not come on replay; notifications the client sends are dropped. A replay whose
+tool calls are live from the start (``--tools live``, or after a divergence under
 ``--on-divergence live``) opens the real transport; a call that must go live on a session whose
 server was not started raises :class:`~forkpoint.errors.McpServerNotStarted`.
 
@@ -50,6 +53,7 @@ from types import ModuleType
 from typing import Any, cast
 
 from .. import runtime
+from ..capture import connections
 from ..capture.tools import acall_tool
 from ..errors import McpServerNotStarted
 from ..events import McpCall
@@ -304,6 +308,10 @@ class _Transport:
             self._fake = _ReplayStreams(self._width)
             return self._fake.streams()
         self._inner = self._original(*self._args, **self._kwargs)
+        url = self._args[0] if self._args else self._kwargs.get("url")
+        if rt is not None and rt.mode == "record" and isinstance(url, str):
+            # Its requests are recorded here, as MCP calls: the connection is accounted for.
+            connections.recorded(url)
         with _http_above():
             return await self._inner.__aenter__()
 

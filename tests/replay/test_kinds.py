@@ -1,11 +1,13 @@
 """Kinds of HTTP call: only model calls are model calls. Telemetry and metadata are answered aside and
-never make a replay diverge or leave calls unused; MCP over streamable HTTP is recognized and replays;
+never make a replay diverge or leave calls unused; MCP over streamable HTTP is recognized and replays
+(the SDK's session as MCP calls, a client of its own as HTTP of kind ``mcp``);
 plain HTTP that differs only in ids is reported, not fatal, unless strict; HTTP made inside a tool
 belongs to that tool; a key in the URL is not part of the match key."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import socket
 import subprocess
@@ -200,8 +202,9 @@ def test_a_key_in_the_url_is_not_part_of_the_match_key(server: LocalServer, stor
 
 
 @pytest.fixture
-def mcp_server() -> Iterator[tuple[str, Any]]:
-    """A real MCP server (the ``mcp`` package's, streamable HTTP) on loopback, served by uvicorn."""
+def mcp_server(request: pytest.FixtureRequest) -> Iterator[tuple[str, Any]]:
+    """A real MCP server (the ``mcp`` package's, streamable HTTP) on loopback, served by uvicorn;
+    an indirect parameter is passed to ``streamable_http_app`` (``{"stateless_http": True}``)."""
     import uvicorn
     from mcp.server.mcpserver import MCPServer
 
@@ -215,7 +218,9 @@ def mcp_server() -> Iterator[tuple[str, Any]]:
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     sock.listen()
-    web = uvicorn.Server(uvicorn.Config(app_server.streamable_http_app(), log_level="warning"))
+    web = uvicorn.Server(
+        uvicorn.Config(app_server.streamable_http_app(**getattr(request, "param", {})), log_level="warning")
+    )
     thread = threading.Thread(target=web.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 10
@@ -228,13 +233,19 @@ def mcp_server() -> Iterator[tuple[str, Any]]:
         thread.join(5)
 
 
-def test_an_mcp_client_over_streamable_http_replays(mcp_server: tuple[str, Any], store: Path) -> None:
-    from mcp.client.session import ClientSession
-    from mcp.client.streamable_http import streamable_http_client
-
+def test_the_mcp_sdk_over_streamable_http_is_recorded_as_mcp_calls_and_replays(
+    mcp_server: tuple[str, Any], store: Path
+) -> None:
+    """The SDK's ``ClientSession`` is recorded at the session (``forkpoint.integrations.mcp``): its
+    transport's HTTP is neither a second record nor a connection forkpoint did not record."""
     url, web = mcp_server
 
     async def client() -> tuple[list[str], list[str]]:
+        # Imported where forkpoint is active, as an agent run by ``forkpoint record`` does: a name
+        # bound in a function before forkpoint started is out of the integration's reach.
+        from mcp.client.session import ClientSession
+        from mcp.client.streamable_http import streamable_http_client
+
         async with streamable_http_client(url) as streams, ClientSession(*streams[:2]) as session:
             await session.initialize()
             listed = await session.list_tools()
@@ -247,12 +258,69 @@ def test_an_mcp_client_over_streamable_http_replays(mcp_server: tuple[str, Any],
     time.sleep(0.3)
     assert live == (["add"], ["5"])
     session = forkpoint.Session.load(rec.session_path)
+    assert session.by_type("model_call") == []
+    notes = session.by_type("note")  # type: ignore[call-overload]
+    assert [n for n in notes if "unrecorded_connections" in n["data"]] == []
+    calls = session.by_type("tool_call")
+    assert {"mcp:initialize", "mcp:tools/list", "add"} <= {c["tool"] for c in calls}
+    assert all(c["mcp"] for c in calls)
+    with forkpoint.replay(rec.session_path) as rp:
+        assert asyncio.run(client()) == live
+    report = rp.report()
+    assert report["reproduced"] and not report["unused"] and report["divergence"] is None, report
+
+
+def _rpc(http: httpx.Client, url: str, headers: dict[str, str], message: dict[str, Any]) -> Any:
+    """One JSON-RPC message POSTed as the streamable HTTP transport sends it: the answer's
+    ``result`` (read from the event stream the server answers with), None for a notification."""
+    reply = http.post(url, headers=headers, json=message)
+    reply.raise_for_status()
+    if "id" not in message:
+        return None
+    data = [line.removeprefix("data:") for line in reply.text.splitlines() if line.startswith("data:")]
+    return json.loads(data[-1])["result"]
+
+
+# Stateless: a stateful server's ``mcp-session-id`` answer header is not recorded (its name says it is
+# a session id, dropped as a credential by forkpoint.redact), so a client that sends it back could
+# not be replayed.
+@pytest.mark.parametrize("mcp_server", [{"stateless_http": True}], indirect=True)
+def test_an_mcp_client_of_its_own_over_streamable_http_is_recognized_and_replays(
+    mcp_server: tuple[str, Any], store: Path
+) -> None:
+    """A client that speaks MCP over plain HTTP (not through the SDK's session): its requests are
+    recorded as HTTP calls of kind ``mcp`` and served on replay with the server stopped."""
+    url, web = mcp_server
+    version = "2025-06-18"
+    accept = {"accept": "application/json, text/event-stream"}
+    hello = {"protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "own", "version": "1"}}
+
+    def client() -> tuple[Any, Any]:
+        with httpx.Client(timeout=10) as http:
+            init = _rpc(
+                http, url, accept, {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": hello}
+            )
+            headers = {**accept, "mcp-protocol-version": version}
+            _rpc(http, url, headers, {"jsonrpc": "2.0", "method": "notifications/initialized"})
+            call = {"name": "add", "arguments": {"a": 2, "b": 3}}
+            added = _rpc(
+                http, url, headers, {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call}
+            )
+            return init["serverInfo"]["name"], added["structuredContent"]
+
+    with forkpoint.record(store=store) as rec:
+        live = client()
+    web.should_exit = True
+    time.sleep(0.3)
+    assert live == ("calc", {"result": 5})
+    session = forkpoint.Session.load(rec.session_path)
     calls = session.by_type("model_call")
     assert calls and all(c["summary"]["kind"] == "mcp" for c in calls)
     methods = [kinds.mcp_method(c["request"]["body"]) for c in calls if c["request"]["method"] == "POST"]
-    assert {"initialize", "tools/list", "tools/call"} <= set(methods)
+    assert methods == ["initialize", "notifications/initialized", "tools/call"]
+    assert session.by_type("tool_call") == []
     with forkpoint.replay(rec.session_path) as rp:
-        assert asyncio.run(client()) == live
+        assert client() == live
     report = rp.report()
     assert report["reproduced"] and not report["unused"] and report["divergence"] is None, report
 
