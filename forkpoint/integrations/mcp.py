@@ -1,10 +1,11 @@
 """MCP (the ``mcp`` SDK, 1.x and 2.x): every request an agent makes to an MCP server through a
 ``ClientSession`` recorded, and served on replay with the server neither started nor contacted.
 
-**Requests.** Patched: ``mcp.client.session.ClientSession.send_request`` (and ``send_notification``, only to
-mark its HTTP as recorded here), which every request of
-the client goes through — ``initialize``, ``list_tools``, ``call_tool``, ``list_resources``,
-``read_resource``, ``get_prompt``, ``complete``…, and those the SDK makes by itself (the
+**Requests.** Patched: ``mcp.client.session.ClientSession.send_request`` (and
+``send_notification``, only to mark its HTTP as recorded here), which every request of the client
+goes through (mcp 2.x's ``Client`` included: it drives a ``ClientSession``) — ``initialize``,
+``list_tools``, ``call_tool``, ``list_resources``, ``read_resource``, ``get_prompt``,
+``complete``…, and those the SDK makes by itself (the
 ``list_tools`` with which ``call_tool`` validates structured content). Each is a ``tool_call``
 event: a ``tools/call`` under the MCP tool's own name with its arguments, any other request as
 ``mcp:<method>`` (``mcp:initialize``, ``mcp:tools/list``) with its params. Both carry ``mcp``:
@@ -233,7 +234,12 @@ def patch_session(module: ModuleType) -> None:
     @functools.wraps(init)
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         init(self, *args, **kwargs)
-        if any(getattr(v, _FAKE, False) for v in (*args, *kwargs.values())):
+        # The write stream, or (2.x's mcp.Client) the JSON-RPC dispatcher built over it.
+        given = (*args, *kwargs.values())
+        if any(
+            getattr(v, _FAKE, False) or getattr(getattr(v, "_write_stream", None), _FAKE, False)
+            for v in given
+        ):
             setattr(self, _FAKE, True)  # its server was not started: nothing can go live
 
     @functools.wraps(notify)

@@ -28,7 +28,7 @@ import pytest
 
 pytest.importorskip("mcp")
 
-from mcp import ClientSession, StdioServerParameters, types  # noqa: E402
+from mcp import Client, ClientSession, StdioServerParameters, types  # noqa: E402
 from mcp.client.sse import sse_client  # noqa: E402
 from mcp.client.stdio import stdio_client  # noqa: E402
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402
@@ -227,24 +227,34 @@ def test_an_agent_with_mcp_tools_replays_offline(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("api", ["ClientSession", "Client"])
 def test_a_call_that_must_go_live_on_a_replayed_session_says_the_server_was_not_started(
-    tmp_path: Path,
+    api: str, tmp_path: Path
 ) -> None:
     """After a divergence under ``--on-divergence live`` every later call is live, but the MCP
     session of this replay has no server behind it: the call fails with an error that says so and
-    how to replay with the servers started, instead of waiting forever for an answer."""
+    how to replay with the servers started, instead of waiting forever for an answer. The same
+    through mcp 2.x's ``Client``, which hands its session a dispatcher instead of the streams (and
+    negotiates with ``server/discover``)."""
     ledger = tmp_path / "ledger.log"
 
     async def run(b: int) -> Any:
+        if api == "Client":
+            params = StdioServerParameters(command=sys.executable, args=[str(SERVER_SCRIPT), str(ledger)])
+            async with Client(params) as client:
+                return dump(await client.call_tool("add", {"a": 2, "b": b}))
         async with connect("stdio", ledger, None) as session:
             await session.initialize()
             return dump(await session.call_tool("add", {"a": 2, "b": b}))
 
     with forkpoint.record(store=tmp_path / "store") as rec:
-        asyncio.run(run(3))
+        live = asyncio.run(run(3))
+    with forkpoint.replay(rec.session_path) as rp:
+        assert asyncio.run(run(3)) == live
+    assert rp.report()["reproduced"], rp.report()
     with forkpoint.replay(rec.session_path, on_divergence="live") as rp:
         with pytest.raises(ExceptionGroup) as raised:  # through the session's task group
-            asyncio.run(run(4))
+            asyncio.run(asyncio.wait_for(run(4), 120))  # a hang fails as a TimeoutError
     assert raised.group_contains(forkpoint.McpServerNotStarted, match=r"server 'calc'.*--tools live")
     assert rp.report()["divergence"]["name"] == "add"
     assert ledger.read_text() == "started stdio\nadd 2 3\n"
