@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from . import override
+from . import netns, override
 from ._boot import child_env, read_endings
 from .checkpoint import Check, find, restore, validate, verify_session
 from .errors import CheckpointError, ForkpointError, SessionError, UsageError
@@ -304,15 +304,28 @@ def replay_run(
         "strict": strict,
     }
     capture = capture or outcome is not None
+    # Nothing live: the kernel keeps the whole process tree offline where it can.
+    live = "live" in (models_source, tools_source) or on_divergence == "live" or live_from is not None
+    refused = netns.refused() if not live else None
+    if refused is not None:
+        _fallback_said(refused)
+    sandbox = "none (live calls)" if live else ("python guard" if refused else "network namespace")
     with tempfile.TemporaryDirectory(prefix="forkpoint-replay-") as tmp:
         env = child_env("replay", session.path, tools=all_tools, report=Path(tmp), replay_options=options)
-        code, out, err = run_child(command, env, capture=capture, capture_stderr=capture_stderr, cwd=cwd)
+        run = netns.command(command, Path(tmp)) if sandbox == "network namespace" else command
+        code, out, err = run_child(run, env, capture=capture, capture_stderr=capture_stderr, cwd=cwd)
         # One report per replaying process (a recorded shell script may run several programs).
         reports = [orjson.loads(p.read_bytes()) for p in Path(tmp).glob("report-*.json")]
         reports.sort(key=lambda r: r.get("process_started") or 0)
         report = merge_reports(reports) if reports else None
+        left, unseen = netns.results(Path(tmp))
     if report is not None:
         report["exit_code"] = code
+        # What the kernel stopped (subprocesses, other programs) beside what the guard refused.
+        report["network_blocked"] = [*report["network_blocked"], *left]
+        report["sandbox"] = sandbox
+        if unseen:
+            report["sandbox"] += f" ({plural(unseen, 'packet')} dropped before it was looked at)"
         conclude(report)
     measured = None
     if outcome is not None:
@@ -340,9 +353,10 @@ def replay_run(
     )
     problem = None
     if report is None:
+        tried = f" (the kernel blocked: {', '.join(left)})" if left else ""
         problem = (
             "forkpoint: the replayed process wrote no report: it did not start forkpoint (is forkpoint "
-            f"installed in its environment?), or it was killed, or it left through os._exit{hint}"
+            f"installed in its environment?), or it was killed, or it left through os._exit{hint}{tried}"
         )
     elif moved and (code != 0 or not report.get("matched")):
         problem = f"forkpoint: note{hint}"
@@ -355,6 +369,22 @@ def replay_run(
         outcome=dict(measured) if measured is not None else None,
         problem=problem,
         seconds=time.perf_counter() - started,
+    )
+
+
+_fallback_lock = threading.Lock()
+_fallback_told: list[str] = []
+
+
+def _fallback_said(reason: str) -> None:
+    """Say once per process that replays run without the kernel's network namespace, and why."""
+    with _fallback_lock:
+        if _fallback_told:
+            return
+        _fallback_told.append(reason)
+    say(
+        f"forkpoint: replays here run without a network namespace ({reason}): the Python guard keeps the "
+        "replayed Python process offline, but not the programs it starts (curl, os.system, another Python)"
     )
 
 
