@@ -15,7 +15,7 @@ import secrets
 import time
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
-from typing import Any, Literal, Required, TypedDict, TypeGuard
+from typing import Any, Literal, NotRequired, Required, TypedDict, TypeGuard
 from urllib.parse import urlsplit
 
 #: How a stored body is kept: parsed JSON, text, binary, nothing, or (responses) a chunk stream.

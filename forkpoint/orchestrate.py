@@ -34,6 +34,7 @@ from .otel import LiveExport
 from .outcome import Outcome, measure
 from .record import make_header, open_workspace, recording_warnings
 from .redact import load_rules
+from .signing import require_trusted
 from .replay import (
     EXIT_DIVERGENCE,
     conclude,
@@ -226,6 +227,7 @@ def replay_run(
     capture_stderr: bool = False,
     outcome: Outcome | None = None,
     strict: bool = False,
+    trust: bool = False,
 ) -> Replayed:
     """Replay ``session`` by running ``cmd`` (default: the recorded command) in ``cwd`` (default:
     the current directory), and say what happened; :func:`replay_command` is this plus the words
@@ -240,10 +242,18 @@ def replay_run(
     program ended (:func:`forkpoint.outcome.measure`), and its event goes into the what-if session
     before the end. ``capture`` implies capturing stdout (an outcome command reads it). The report
     carries the program's exit code and the verdict (:func:`~forkpoint.replay.report.conclude`).
+
+    The recorded command runs only when the session is signed by a key this user trusts
+    (:mod:`forkpoint.signing`; the own key is), or with ``trust``; a ``cmd`` given is run as it is.
+    Without live calls the program runs in a network namespace with only loopback where the kernel
+    allows it (:mod:`forkpoint.netns`; said once where it does not), and what it tried to reach is
+    in the report's ``network_blocked``, its ``sandbox`` saying what kept it offline.
     Raises :class:`~forkpoint.errors.OverrideError` for an override that does not fit the session,
     :class:`~forkpoint.errors.UsageError` when there is no command to run,
-    :class:`~forkpoint.errors.ConfigError` for a bad rule in the configuration, and
-    :class:`~forkpoint.errors.SessionError` for a session that fails verification (with ``check``).
+    :class:`~forkpoint.errors.ConfigError` for a bad rule in the configuration,
+    :class:`~forkpoint.errors.SessionError` for a session that fails verification (with ``check``),
+    and :class:`~forkpoint.errors.UntrustedSession` for a recorded command of a session no trusted
+    key signed (without ``trust``).
     """
     started = time.perf_counter()
     origin = session.header.get("imported_from")
@@ -269,6 +279,8 @@ def replay_run(
                 f"session {session.id} fails verification, so it may not be what was recorded: "
                 f"{v.problems[0]} (see: forkpoint verify {session.id}; replay it anyway with --no-verify)"
             )
+    if not cmd and not trust:
+        require_trusted(session.path, session.id, command)
     specs = list(overrides or [])
     parsed = [override.parse(o) for o in specs]
     override.resolve(parsed, session.calls())
