@@ -557,7 +557,9 @@ def verify_cmd(session: str, store: str | None) -> None:
         trunc = " (no end event: incomplete, not corrupt)"
     click.echo(f"verify {state}: {v.events} events, {v.blobs} blobs checked{trunc}")
     if signed is not None and signed.state != "bad":
-        trusted = "trusted" if signed.trusted else "NOT trusted (its recorded command replays only with --trust)"
+        trusted = (
+            "trusted" if signed.trusted else "NOT trusted (its recorded command replays only with --trust)"
+        )
         click.echo(f"signature: {signed.describe()}; {trusted}")
     sys.exit(0 if v.ok else 1)
 

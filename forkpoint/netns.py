@@ -116,7 +116,9 @@ def _enter() -> None:
 
 def _local_default_route(family: int, ifindex: int) -> None:
     """``ip route add local default dev lo table local`` for ``family``, over rtnetlink."""
-    rtmsg = struct.pack("BBBBBBBBI", family, 0, 0, 0, _RT_TABLE_LOCAL, _RTPROT_BOOT, _RT_SCOPE_HOST, _RTN_LOCAL, 0)
+    rtmsg = struct.pack(
+        "BBBBBBBBI", family, 0, 0, 0, _RT_TABLE_LOCAL, _RTPROT_BOOT, _RT_SCOPE_HOST, _RTN_LOCAL, 0
+    )
     attr = struct.pack("HHI", 8, _RTA_OIF, ifindex)
     body = rtmsg + attr
     flags = _NLM_F_REQUEST | _NLM_F_ACK | _NLM_F_CREATE | _NLM_F_EXCL

@@ -34,7 +34,6 @@ from .otel import LiveExport
 from .outcome import Outcome, measure
 from .record import make_header, open_workspace, recording_warnings
 from .redact import load_rules
-from .signing import require_trusted
 from .replay import (
     EXIT_DIVERGENCE,
     conclude,
@@ -45,6 +44,7 @@ from .replay import (
     merge_reports,
     summary_line,
 )
+from .signing import require_trusted
 from .store import info, is_store, is_url, open_store, resolve, store_dir
 from .text import plural
 

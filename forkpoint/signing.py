@@ -32,8 +32,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from .errors import SigningError, UntrustedSession
-from .log import LOG_NAME
 from .events import now_iso
+from .log import LOG_NAME
 
 #: Beside a session's log.
 SIGNATURE_NAME = "signature.json"
@@ -126,7 +126,9 @@ def parse_key(text: str) -> Ed25519PublicKey:
         raw = base64.b64decode(text[len(KEY_PREFIX) :], validate=True)
         return Ed25519PublicKey.from_public_bytes(raw)
     except ValueError as exc:
-        raise SigningError(f"{text!r} is not an Ed25519 public key (ed25519:BASE64 of 32 bytes): {exc}") from None
+        raise SigningError(
+            f"{text!r} is not an Ed25519 public key (ed25519:BASE64 of 32 bytes): {exc}"
+        ) from None
 
 
 def trusted_keys() -> dict[str, str]:

@@ -59,7 +59,9 @@ def env() -> dict[str, str]:
 def record(tmp_path: Path, env: dict[str, str], name: str = "quote") -> Path:
     (tmp_path / "agent.py").write_text(AGENT)
     store = tmp_path / "store"
-    rec = run(["record", "--store", str(store), "--name", name, "--", sys.executable, "agent.py"], tmp_path, env)
+    rec = run(
+        ["record", "--store", str(store), "--name", name, "--", sys.executable, "agent.py"], tmp_path, env
+    )
     assert rec.returncode == 0, rec.stderr
     return [r.path for r in list_sessions(store).rows if r.header.get("name") == name][-1]
 

@@ -88,7 +88,11 @@ def test_the_kernel_keeps_every_process_of_a_replay_offline(recorded: tuple[Path
     where, env = recorded
     if netns.refused() is not None:
         pytest.skip(f"the kernel refuses a network namespace here: {netns.refused()}")
-    rep = run(["replay", "last", "--store", "store", "--report", "r.json", "--", sys.executable, "leak.py"], where, env)
+    rep = run(
+        ["replay", "last", "--store", "store", "--report", "r.json", "--", sys.executable, "leak.py"],
+        where,
+        env,
+    )
     report = json.loads((where / "r.json").read_text())
     assert report["sandbox"] == "network namespace"
     blocked = report["network_blocked"]
@@ -108,7 +112,11 @@ def test_where_there_is_no_namespace_it_says_so_once_and_the_guard_refuses_udp(
 ) -> None:
     where, env = recorded
     env = {**env, netns.DISABLE_VAR: "0"}
-    rep = run(["replay", "last", "--store", "store", "--report", "r.json", "--", sys.executable, "leak.py"], where, env)
+    rep = run(
+        ["replay", "last", "--store", "store", "--report", "r.json", "--", sys.executable, "leak.py"],
+        where,
+        env,
+    )
     assert rep.stderr.count("without a network namespace (FORKPOINT_NETNS=0 is set)") == 1
     report = json.loads((where / "r.json").read_text())
     assert report["sandbox"] == "python guard"
