@@ -137,7 +137,8 @@ def _dns_name(payload: bytes) -> str | None:
     """The first question's name of a DNS query, or None when ``payload`` is not one."""
     if len(payload) < 13 or payload[2] & 0x80:  # too short, or a response
         return None
-    labels, i = [], 12
+    labels: list[str] = []
+    i = 12
     while i < len(payload) and payload[i] and len(labels) < 128:
         n = payload[i]
         if n & 0xC0:

@@ -15,10 +15,13 @@ from pathlib import Path
 import orjson
 import pytest
 
-from forkpoint.log import LOG_NAME
+import forkpoint
+from forkpoint.errors import SessionError, UntrustedSession
+from forkpoint.log import LOG_NAME, Session
 from forkpoint.log.codec import line_hash
-from forkpoint.signing import KEY_NAME, SIGNATURE_NAME
-from forkpoint.store import list_sessions
+from forkpoint.orchestrate import replay_run
+from forkpoint.signing import KEY_NAME, SIGNATURE_NAME, signature
+from forkpoint.store import list_sessions, resolve
 
 FORKPOINT = [sys.executable, "-m", "forkpoint.cli"]
 
@@ -80,6 +83,7 @@ def forge_argv(session: Path, argv: list[str]) -> None:
     (session / LOG_NAME).write_bytes(b"".join(orjson.dumps(o) + b"\n" for o in lines))
 
 
+@pytest.mark.slow
 def test_a_recorded_session_is_signed_with_an_owner_only_key_and_replays_as_today(
     tmp_path: Path, env: dict[str, str]
 ) -> None:
@@ -99,6 +103,7 @@ def test_a_recorded_session_is_signed_with_an_owner_only_key_and_replays_as_toda
     assert rep.stdout == "101\n"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signature", ["kept", "removed"])
 def test_a_forged_command_is_shown_and_refused_unless_trusted_or_named(
     tmp_path: Path, env: dict[str, str], signature: str
@@ -134,6 +139,7 @@ def test_a_forged_command_is_shown_and_refused_unless_trusted_or_named(
     assert mark.read_text() == "the forged command ran", trusted.stderr
 
 
+@pytest.mark.slow
 def test_a_teammates_key_is_trusted_by_name(tmp_path: Path, env: dict[str, str]) -> None:
     alice = {**env, "FORKPOINT_KEYS_DIR": str(tmp_path / "alice-keys")}
     session = record(tmp_path, alice)
@@ -154,6 +160,7 @@ def test_a_teammates_key_is_trusted_by_name(tmp_path: Path, env: dict[str, str])
     assert rep.returncode == 0 and rep.stdout == "101\n", rep.stderr
 
 
+@pytest.mark.slow
 def test_a_forged_index_entry_is_detected(tmp_path: Path, env: dict[str, str]) -> None:
     """A name resolves through the store's index; an entry that renames another session must not
     change which session ``replay nightly`` runs."""
@@ -172,3 +179,45 @@ def test_a_forged_index_entry_is_detected(tmp_path: Path, env: dict[str, str]) -
     v = run(["verify", str(other)], tmp_path, env)
     assert v.returncode == 1
     assert f"the index entry of session {other.name} does not describe its log" in flat(v.stderr)
+
+
+# ----------------------------------------------------------------------------- in this process
+
+
+def test_replay_refuses_a_forged_recorded_command_before_anything_runs(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    mark = tmp_path / "mark"
+    with forkpoint.record(store=store, argv=[sys.executable, "-c", "print(1)"]):
+        pass
+    path = resolve("last", store)
+    sid = Session.load(path).id
+    assert signature(path, sid).trusted
+    evil = [sys.executable, "-c", f"open({str(mark)!r}, 'w')"]
+    forge_argv(path, evil)
+    forged = signature(path, sid)
+    assert forged.state == "bad" and not forged.trusted
+    assert "the log changed after it was signed" in str(forged.problem)
+    with pytest.raises(UntrustedSession, match="will not run the command it recorded") as refused:
+        replay_run(Session.load(path), quiet=True)
+    assert str(mark) in str(refused.value)
+    (path / SIGNATURE_NAME).unlink()
+    assert signature(path, sid).state == "unsigned"
+    with pytest.raises(UntrustedSession, match="is not signed"):
+        replay_run(Session.load(path), quiet=True)
+    assert not mark.exists()
+
+
+def test_a_name_resolved_through_a_forged_index_entry_is_refused(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    with forkpoint.record("nightly", store=store):
+        pass
+    with forkpoint.record("other", store=store):
+        pass
+    other = resolve("other", store)
+    assert resolve("nightly", store) != other
+    entry_file = next((store / "index" / "entries").glob(f"{other.name}*"))
+    entry = json.loads(entry_file.read_text())
+    entry["header"]["name"] = "nightly"
+    entry_file.write_text(json.dumps(entry))
+    with pytest.raises(SessionError, match="its name is 'nightly', the log's is 'other'"):
+        resolve("nightly", store)

@@ -61,12 +61,12 @@ except OSError as exc:
     print("udp:", type(exc).__name__)
 if shutil.which("curl"):
     os.system("curl -s -m 5 -o /dev/null http://198.51.100.7:8080/")
-child = "import socket; s = socket.socket(); s.settimeout(5); print('child:', s.connect_ex(('192.0.2.1', 443)))"
+child = (
+    "import socket; s = socket.socket(); s.settimeout(5); print('child:', s.connect_ex(('192.0.2.1', 443)));"
+    "srv = socket.socket(); srv.bind(('127.0.0.1', 0)); srv.listen();"
+    "print('loopback:', socket.create_connection(srv.getsockname()).getpeername()[0])"
+)
 subprocess.run([sys.executable, "-c", child])
-srv = socket.socket()
-srv.bind(("127.0.0.1", 0))
-srv.listen()
-print("loopback:", socket.create_connection(srv.getsockname()).getpeername()[0])
 """
 
 
@@ -84,6 +84,7 @@ def recorded(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     return tmp_path, env
 
 
+@pytest.mark.slow
 def test_the_kernel_keeps_every_process_of_a_replay_offline(recorded: tuple[Path, dict[str, str]]) -> None:
     where, env = recorded
     if netns.refused() is not None:
@@ -101,12 +102,13 @@ def test_the_kernel_keeps_every_process_of_a_replay_offline(recorded: tuple[Path
     assert "child: 111" in rep.stdout  # refused at once (ECONNREFUSED), not hanging
     if shutil.which("curl"):
         assert "198.51.100.7:8080" in blocked
-    assert "loopback: 127.0.0.1" in rep.stdout  # the namespace's own loopback works
+    assert "loopback: 127.0.0.1" in rep.stdout  # the namespace's own loopback works (in the child)
     assert rep.returncode == 3  # reaching for the network is not a reproduction
     assert f"network blocked ({len(blocked)}): " in rep.stderr
     assert "without a network namespace" not in rep.stderr
 
 
+@pytest.mark.slow
 def test_where_there_is_no_namespace_it_says_so_once_and_the_guard_refuses_udp(
     recorded: tuple[Path, dict[str, str]],
 ) -> None:
