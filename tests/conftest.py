@@ -41,9 +41,12 @@ def _small_trust_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Non
 @pytest.fixture(scope="session", autouse=True)
 def _signing_keys(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """The sessions tests record are signed (forkpoint.signing) with a key made for this test run,
-    never the user's own ``~/.config/forkpoint`` one; subprocesses inherit the variable."""
+    never the user's own ``~/.config/forkpoint`` one; subprocesses inherit the variables (and a test
+    that drops the ``FORKPOINT_`` ones still finds the same folder through ``XDG_CONFIG_HOME``)."""
+    config = tmp_path_factory.mktemp("config")
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("FORKPOINT_KEYS_DIR", str(tmp_path_factory.mktemp("keys")))
+        mp.setenv("XDG_CONFIG_HOME", str(config))
+        mp.setenv("FORKPOINT_KEYS_DIR", str(config / "forkpoint"))
         yield
 
 
