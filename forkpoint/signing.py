@@ -164,11 +164,14 @@ def trust(key: str, name: str) -> str:
     if not name:
         raise SigningError("a trusted key needs a name (--name), to say who signed a session")
     d = keys_dir()
-    _private_folder(d)
     path = d / TRUSTED_NAME
-    lines = _read_private(path).decode().splitlines() if path.exists() else []
-    kept = [line for line in lines if line.strip().partition(" ")[0] != kid]
-    _write_private(path, ("\n".join([*kept, f"{kid} {name}"]) + "\n").encode(), exclusive=False)
+    try:
+        _private_folder(d)
+        lines = _read_private(path).decode().splitlines() if path.exists() else []
+        kept = [line for line in lines if line.strip().partition(" ")[0] != kid]
+        _write_private(path, ("\n".join([*kept, f"{kid} {name}"]) + "\n").encode(), exclusive=False)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SigningError(f"{path}: the trusted keys cannot be written: {exc}") from None
     return kid
 
 
