@@ -24,13 +24,14 @@ from rich.table import Table
 from ._version import __version__
 from .capture.targets import parse_target
 from .checkpoint import verify_session
-from .errors import ForkpointError, OverrideError, SessionError, UsageError
+from .errors import ForkpointError, OverrideError, SessionError, SigningError, UsageError
 from .executors import Executor, open_executor
 from .log import Session
 from .orchestrate import Arm, fork_arms, record_command, replay_command
 from .replay import POLICIES, SOURCES
 from .show import render_listing, terminal
-from .store import info, list_sessions, resolve, store_dir
+from .signing import signature
+from .store import index_problem, info, list_sessions, resolve, store_dir
 from .text import plural
 
 # Messages name paths and sessions: never hard-wrap them.
@@ -142,6 +143,12 @@ _store_opt = click.option(
     metavar="DIR|URL",
     help="Session store: a directory or an fsspec URL such as s3://bucket/prefix "
     "(default: $FORKPOINT_STORE or .forkpoint/).",
+)
+_trust_opt = click.option(
+    "--trust",
+    is_flag=True,
+    help="Run the recorded command even when no key you trust signed the session (read it first: "
+    "anyone who can edit a session can change its command).",
 )
 
 
@@ -402,6 +409,7 @@ def record(
 @click.option(
     "--no-verify", is_flag=True, help="Replay even a session whose hash chain or blobs fail verification."
 )
+@_trust_opt
 @click.argument("cmd", nargs=-1, type=click.UNPROCESSED)
 def replay(
     session: str,
@@ -415,10 +423,15 @@ def replay(
     accept_drift: bool,
     report_file: str | None,
     no_verify: bool,
+    trust: bool,
     cmd: tuple[str, ...],
 ) -> None:
     """Run the recorded command (or CMD, with or without -- before it) with every model and tool
-    call served from SESSION.
+    call served from SESSION. The recorded command runs only when a trusted key signed SESSION
+    (yours is trusted), or with --trust; else it is shown and refused (exit 1).
+
+    Without live calls, the command runs in a network namespace with only loopback where the
+    kernel allows it: nothing it starts reaches the network, and every attempt is named.
 
     Exits with the command's own code when the run reproduced the recording, else 3: it diverged
     (policy stop or fifo), left recorded calls unasked, reached for the network, or ended otherwise
@@ -443,6 +456,7 @@ def replay(
             check=not no_verify,
             strict=strict,
             accept_drift=accept_drift,
+            trust=trust,
         )
     except OverrideError as exc:
         raise click.BadParameter(str(exc), param_hint="--override") from None
@@ -523,9 +537,16 @@ def ls_cmd(store: str | None, reindex: bool) -> None:
 @click.argument("session")
 @_store_opt
 def verify_cmd(session: str, store: str | None) -> None:
-    """Check a session's hash chain and blobs; names the first line that fails."""
+    """Check a session's hash chain and blobs, its store's index entry, and its signature; names the
+    first line that fails, and who signed the session (whether you trust them)."""
     path = resolve(session, _store(store), refresh=True)  # a remote session: download it again
     v = verify_session(path)
+    indexed = index_problem(path) if v.ok else None
+    if indexed:
+        v.problems.append(indexed)
+    signed = signature(path, info(path).session_id) if v.ok else None
+    if signed is not None and signed.state == "bad":
+        v.problems.append(f"signature: {signed.describe()}")
     for p in v.problems:
         err.print(p, style="red", markup=False)
     for n in v.notes:
@@ -535,7 +556,52 @@ def verify_cmd(session: str, store: str | None) -> None:
     if v.ok and not v.truncated and not v.complete:
         trunc = " (no end event: incomplete, not corrupt)"
     click.echo(f"verify {state}: {v.events} events, {v.blobs} blobs checked{trunc}")
+    if signed is not None and signed.state != "bad":
+        trusted = (
+            "trusted" if signed.trusted else "NOT trusted (its recorded command replays only with --trust)"
+        )
+        click.echo(f"signature: {signed.describe()}; {trusted}")
     sys.exit(0 if v.ok else 1)
+
+
+@main.group(invoke_without_command=True)
+@click.pass_context
+def keys(ctx: click.Context) -> None:
+    """Your signing key (created on first use) and the keys you trust.
+
+    Every session you record is signed with your key; replay, check and fork run a session's
+    recorded command only when a trusted key signed it. Give your public key to teammates, and
+    trust theirs with: forkpoint keys trust KEY --name NAME.
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    from .signing import key_id, keys_dir, own_key, trusted_keys
+
+    try:
+        mine = key_id(own_key().public_key())
+        others = {k: n for k, n in trusted_keys().items() if k != mine}
+    except SigningError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"your public key: {mine}")
+    click.echo(f"keys folder: {keys_dir()}")
+    if not others:
+        click.echo("trusted keys: none besides yours (forkpoint keys trust KEY --name NAME)")
+    for k, n in others.items():
+        click.echo(f"trusted: {k} {n}")
+
+
+@keys.command(name="trust")
+@click.argument("key")
+@click.option("--name", required=True, help="Who the key belongs to (shown by verify).")
+def keys_trust(key: str, name: str) -> None:
+    """Trust the public key KEY (ed25519:BASE64, as `forkpoint keys` prints it) as NAME."""
+    from .signing import trust
+
+    try:
+        kid = trust(key, name)
+    except SigningError as exc:
+        raise click.BadParameter(str(exc), param_hint="KEY") from None
+    click.echo(f"trusted {kid} as {' '.join(name.split())}")
 
 
 @main.command()
@@ -847,6 +913,7 @@ def sweep(
 @click.option(
     "--no-verify", is_flag=True, help="Replay even sessions whose hash chain or blobs fail verification."
 )
+@_trust_opt
 @_executor_options
 def check(
     targets: tuple[str, ...],
@@ -860,6 +927,7 @@ def check(
     junit_file: str | None,
     json_file: str | None,
     no_verify: bool,
+    trust: bool,
     executor: str,
     jobs: int | None,
 ) -> None:
@@ -871,7 +939,9 @@ def check(
     TARGETS are sessions (path, id, prefix, name, last), stores (a directory or URL) or folders of
     sessions such as tests/cassettes; none means the store. Each session's recorded command runs
     in the current directory (absolute paths under the directory it was recorded in are mapped
-    here), or CMD when given. Exits 3 when any session did not reproduce.
+    here), or CMD when given; a recorded command only when a trusted key signed its session, or
+    with --trust (else the row is an error showing the command). Exits 3 when any session did not
+    reproduce.
 
     With --models live, every model call is made live (a new prompt or model) while tool calls are
     served from the recording, and the table shows where behaviour first changed and the outcome,
@@ -918,6 +988,7 @@ def check(
             on_divergence=on_divergence,
             outcome=_outcome(outcome_cmd, outcome_timeout),
             verify=not no_verify,
+            trust=trust,
             on_row=progress,
         )
     seconds = time.perf_counter() - started

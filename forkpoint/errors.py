@@ -103,6 +103,16 @@ class Divergence(ForkpointError):
         super().__init__(message)
 
 
+class SigningError(ForkpointError):
+    """A signing key or the trusted list cannot be used, or a session cannot be signed; the message
+    names the file."""
+
+
+class UntrustedSession(ForkpointError):
+    """A session's recorded command would run, but the session is not signed by a trusted key; the
+    message shows the command and how to run it anyway."""
+
+
 class NetworkBlocked(ForkpointError, ConnectionError):
     """A socket tried to reach the network during a replay."""
 

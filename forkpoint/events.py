@@ -15,7 +15,7 @@ import secrets
 import time
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
-from typing import Any, Literal, Required, TypedDict, TypeGuard
+from typing import Any, Literal, NotRequired, Required, TypedDict, TypeGuard
 from urllib.parse import urlsplit
 
 #: How a stored body is kept: parsed JSON, text, binary, nothing, or (responses) a chunk stream.
@@ -377,7 +377,12 @@ class ReplayReport(TypedDict):
     live_calls: dict[str, int]
     child_session: str | None
     live_from: int | None
+    #: Every attempt to reach the network the replay stopped, named (``host:port``, ``… (udp)``,
+    #: ``name (name lookup)``): the Python guard's refusals and what the kernel's namespace saw.
     network_blocked: list[str]
+    #: What kept the run offline (set by the command line's replay): ``network namespace``,
+    #: ``python guard`` (the kernel refused a namespace), or ``none (live calls)``.
+    sandbox: NotRequired[str]
     #: Telemetry and MCP session calls: ``{"recorded", "served", "answered": [endpoint, …]}``.
     aside: dict[str, Any]
     #: Plain HTTP calls served a recording that differed only in ids (not with ``strict``).

@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from . import override
+from . import netns, override
 from ._boot import child_env, read_endings
 from .checkpoint import Check, find, restore, validate, verify_session
 from .errors import CheckpointError, ForkpointError, SessionError, UsageError
@@ -44,6 +44,7 @@ from .replay import (
     merge_reports,
     summary_line,
 )
+from .signing import require_trusted
 from .store import info, is_store, is_url, open_store, resolve, store_dir
 from .text import plural
 
@@ -226,6 +227,7 @@ def replay_run(
     capture_stderr: bool = False,
     outcome: Outcome | None = None,
     strict: bool = False,
+    trust: bool = False,
 ) -> Replayed:
     """Replay ``session`` by running ``cmd`` (default: the recorded command) in ``cwd`` (default:
     the current directory), and say what happened; :func:`replay_command` is this plus the words
@@ -240,10 +242,18 @@ def replay_run(
     program ended (:func:`forkpoint.outcome.measure`), and its event goes into the what-if session
     before the end. ``capture`` implies capturing stdout (an outcome command reads it). The report
     carries the program's exit code and the verdict (:func:`~forkpoint.replay.report.conclude`).
+
+    The recorded command runs only when the session is signed by a key this user trusts
+    (:mod:`forkpoint.signing`; the own key is), or with ``trust``; a ``cmd`` given is run as it is.
+    Without live calls the program runs in a network namespace with only loopback where the kernel
+    allows it (:mod:`forkpoint.netns`; said once where it does not), and what it tried to reach is
+    in the report's ``network_blocked``, its ``sandbox`` saying what kept it offline.
     Raises :class:`~forkpoint.errors.OverrideError` for an override that does not fit the session,
     :class:`~forkpoint.errors.UsageError` when there is no command to run,
-    :class:`~forkpoint.errors.ConfigError` for a bad rule in the configuration, and
-    :class:`~forkpoint.errors.SessionError` for a session that fails verification (with ``check``).
+    :class:`~forkpoint.errors.ConfigError` for a bad rule in the configuration,
+    :class:`~forkpoint.errors.SessionError` for a session that fails verification (with ``check``),
+    and :class:`~forkpoint.errors.UntrustedSession` for a recorded command of a session no trusted
+    key signed (without ``trust``).
     """
     started = time.perf_counter()
     origin = session.header.get("imported_from")
@@ -269,6 +279,8 @@ def replay_run(
                 f"session {session.id} fails verification, so it may not be what was recorded: "
                 f"{v.problems[0]} (see: forkpoint verify {session.id}; replay it anyway with --no-verify)"
             )
+    if not cmd and not trust:
+        require_trusted(session.path, session.id, command)
     specs = list(overrides or [])
     parsed = [override.parse(o) for o in specs]
     override.resolve(parsed, session.calls())
@@ -304,15 +316,28 @@ def replay_run(
         "strict": strict,
     }
     capture = capture or outcome is not None
+    # Nothing live: the kernel keeps the whole process tree offline where it can.
+    live = "live" in (models_source, tools_source) or on_divergence == "live" or live_from is not None
+    refused = netns.refused() if not live else None
+    if refused is not None:
+        _fallback_said(refused)
+    sandbox = "none (live calls)" if live else ("python guard" if refused else "network namespace")
     with tempfile.TemporaryDirectory(prefix="forkpoint-replay-") as tmp:
         env = child_env("replay", session.path, tools=all_tools, report=Path(tmp), replay_options=options)
-        code, out, err = run_child(command, env, capture=capture, capture_stderr=capture_stderr, cwd=cwd)
+        run = netns.command(command, Path(tmp)) if sandbox == "network namespace" else command
+        code, out, err = run_child(run, env, capture=capture, capture_stderr=capture_stderr, cwd=cwd)
         # One report per replaying process (a recorded shell script may run several programs).
         reports = [orjson.loads(p.read_bytes()) for p in Path(tmp).glob("report-*.json")]
         reports.sort(key=lambda r: r.get("process_started") or 0)
         report = merge_reports(reports) if reports else None
+        left, unseen = netns.results(Path(tmp))
     if report is not None:
         report["exit_code"] = code
+        # What the kernel stopped (subprocesses, other programs) beside what the guard refused.
+        report["network_blocked"] = [*report["network_blocked"], *left]
+        report["sandbox"] = sandbox
+        if unseen:
+            report["sandbox"] += f" ({plural(unseen, 'packet')} dropped before it was looked at)"
         conclude(report)
     measured = None
     if outcome is not None:
@@ -340,9 +365,10 @@ def replay_run(
     )
     problem = None
     if report is None:
+        tried = f" (the kernel blocked: {', '.join(left)})" if left else ""
         problem = (
             "forkpoint: the replayed process wrote no report: it did not start forkpoint (is forkpoint "
-            f"installed in its environment?), or it was killed, or it left through os._exit{hint}"
+            f"installed in its environment?), or it was killed, or it left through os._exit{hint}{tried}"
         )
     elif moved and (code != 0 or not report.get("matched")):
         problem = f"forkpoint: note{hint}"
@@ -355,6 +381,22 @@ def replay_run(
         outcome=dict(measured) if measured is not None else None,
         problem=problem,
         seconds=time.perf_counter() - started,
+    )
+
+
+_fallback_lock = threading.Lock()
+_fallback_told: list[str] = []
+
+
+def _fallback_said(reason: str) -> None:
+    """Say once per process that replays run without the kernel's network namespace, and why."""
+    with _fallback_lock:
+        if _fallback_told:
+            return
+        _fallback_told.append(reason)
+    say(
+        f"forkpoint: replays here run without a network namespace ({reason}): the Python guard keeps the "
+        "replayed Python process offline, but not the programs it starts (curl, os.system, another Python)"
     )
 
 

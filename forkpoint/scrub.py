@@ -41,7 +41,7 @@ from . import redact
 from ._version import __version__
 from .canonical import canonical_json, digest
 from .checkpoint import verify_session
-from .errors import ScrubError
+from .errors import ScrubError, SigningError
 from .events import Event, Header
 from .log import (
     BLOB_DIR,
@@ -54,6 +54,7 @@ from .log import (
     now_iso,
 )
 from .match import event_key
+from .signing import sign_session
 from .store import open_store
 
 #: Folder of a store holding scrubs in progress (and, after a crash, their leftovers).
@@ -293,6 +294,10 @@ def scrub_session(
                 os.rename(writer.path, path)
                 _fsync_dir(store)
             report.swapped = True
+            try:  # the old signature was over the old log: the scrubbed one is signed anew, by this user
+                sign_session(path, sid)
+            except SigningError as exc:
+                report.notes.append(f"the scrubbed session is not signed: {exc}")
             step("remove")
         finally:
             os.close(work_lock)

@@ -1,6 +1,7 @@
 """Shared fixtures: the tests' local model server (tests/modelserver.py documents what it answers and
 its options), a store directory, an S3 server on loopback (moto) for remote stores, a guard that no
-test leaves a forkpoint runtime active, and a small trust store for the HTTP clients."""
+test leaves a forkpoint runtime active, a small trust store for the HTTP clients, and a signing key
+of the test run's own."""
 
 from __future__ import annotations
 
@@ -34,6 +35,18 @@ def _small_trust_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Non
     bundle.write_text(first.group(0))
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("SSL_CERT_FILE", str(bundle))
+        yield
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _signing_keys(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The sessions tests record are signed (forkpoint.signing) with a key made for this test run,
+    never the user's own ``~/.config/forkpoint`` one; subprocesses inherit the variables (and a test
+    that drops the ``FORKPOINT_`` ones still finds the same folder through ``XDG_CONFIG_HOME``)."""
+    config = tmp_path_factory.mktemp("config")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("XDG_CONFIG_HOME", str(config))
+        mp.setenv("FORKPOINT_KEYS_DIR", str(config / "forkpoint"))
         yield
 
 

@@ -1,5 +1,7 @@
-"""The network guard of a replay without a kernel sandbox: internet sockets refuse to connect and
-host names refuse to resolve while a replay is active, and each attempt is counted in its report."""
+"""The network guard of a replay in Python: internet sockets refuse to connect or send a datagram,
+and host names refuse to resolve, while a replay is active; each attempt is counted in its report.
+It runs in every replaying process, inside the kernel's network namespace when the replay has one
+(:mod:`forkpoint.netns`) and alone where the system refuses one."""
 
 from __future__ import annotations
 
@@ -16,8 +18,9 @@ _guard_installed = False
 
 
 def install_network_guard() -> None:
-    """Make internet sockets refuse to connect, and host names refuse to resolve, while a replay is
-    active: only the replay's ``allow_hosts`` (addresses or names) may be reached. Idempotent."""
+    """Make internet sockets refuse to connect or to send a datagram to an address (UDP ``sendto``,
+    ``sendmsg``), and host names refuse to resolve, while a replay is active: only the replay's
+    ``allow_hosts`` (addresses or names) may be reached. Idempotent."""
     global _guard_installed
     with _guard_lock:
         if _guard_installed:
@@ -39,7 +42,7 @@ def install_network_guard() -> None:
                 return None
             return rt if isinstance(rt, Replayer) and not rt.network_allowed() else None
 
-        def check(sock: socket.socket, address: Any) -> None:
+        def refuse(sock: socket.socket, address: Any, what: str, suffix: str) -> None:
             rt = guarding()
             if rt is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
                 return
@@ -47,7 +50,13 @@ def install_network_guard() -> None:
             if host in rt.allow_hosts:
                 return
             where = f"{host}:{address[1]}" if isinstance(address, tuple) and len(address) > 1 else host
-            raise blocked(rt, where, "a network connection to")
+            raise blocked(rt, where + suffix, what)
+
+        def check(sock: socket.socket, address: Any) -> None:
+            refuse(sock, address, "a network connection to", "")
+
+        def send(sock: socket.socket, address: Any) -> None:
+            refuse(sock, address, "a datagram to", " (udp)")
 
         def lookup(host: Any, port: Any) -> None:
             # Name lookups go out to a resolver too: refuse them for any name but an allowed one.
@@ -56,7 +65,7 @@ def install_network_guard() -> None:
             if rt is not None and host is not None and name not in rt.allow_hosts and not _is_literal(name):
                 raise blocked(rt, f"{name}:{port}", "a name lookup of")
 
-        sockets.watch(connect=check, lookup=lookup)
+        sockets.watch(connect=check, send=send, lookup=lookup)
         _guard_installed = True
 
 

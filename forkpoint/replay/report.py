@@ -161,8 +161,9 @@ def summary_line(report: dict[str, Any]) -> str:
     tail = f"{plural(len(unused), 'recorded event')} left unused" + (
         f" (seq {', '.join(map(str, unused[:10]))}{' …' if len(unused) > 10 else ''})" if unused else ""
     )
-    hosts = list(dict.fromkeys(report.get("network_blocked") or []))
-    blocked = f"; network blocked: {', '.join(hosts)}" if hosts else ""
+    attempts = report.get("network_blocked") or []
+    hosts = list(dict.fromkeys(attempts))
+    blocked = f"; network blocked ({len(attempts)}): {', '.join(hosts)}" if hosts else ""
     extra = ""
     if report.get("covered"):
         extra += f"; {plural(len(report['covered']), 'call')} served inside the tool calls that made them"

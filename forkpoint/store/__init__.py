@@ -24,7 +24,7 @@ from urllib.parse import unquote, urlsplit
 
 from ..errors import SessionError
 from ..log import LOG_NAME
-from .base import REMOTE_MARKER, Listing, Recording, SessionInfo, Store, info, summarize_log
+from .base import REMOTE_MARKER, Listing, Recording, SessionInfo, Store, entry_mismatch, info, summarize_log
 from .index import ENTRIES, INDEX_DIR, IndexState, consolidate, read_index
 from .local import LocalStore, session_dirs
 
@@ -44,6 +44,7 @@ __all__ = [
     "Store",
     "consolidate",
     "default_store",
+    "index_problem",
     "info",
     "is_store",
     "is_url",
@@ -152,3 +153,25 @@ def resolve(ref: str | Path, store: str | Path | None = None, *, refresh: bool =
 def list_sessions(store: str | Path | None = None, *, reindex: bool = False) -> Listing:
     """The sessions of ``store``, oldest first, from its index (see :meth:`Store.listing`)."""
     return open_store(store).listing(reindex=reindex)
+
+
+def index_problem(session: Path) -> str | None:
+    """How the index entry of the session directory ``session`` misdescribes its log (a forged or
+    damaged entry, which would change what a name resolves to), or None when the session is in no
+    store, has no entry, or its entry describes it."""
+    session = Path(session)
+    if not is_store(session.parent):
+        return None
+    store = open_store(session.parent)
+    state = read_index(store.io)  # type: ignore[attr-defined]  # (both stores keep their index in .io)
+    real = info(session)
+    entry = state.entries.get(session.name) or state.entries.get(real.session_id)
+    if entry is None:
+        return None
+    problem = entry_mismatch(SessionInfo.from_entry(entry, local=session), real)
+    if problem is None:
+        return None
+    return (
+        f"{store.url}: the index entry of session {real.session_id} does not describe its log ({problem}): "
+        "the index was changed or damaged; forkpoint ls --reindex rebuilds it"
+    )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import sys
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -21,9 +22,10 @@ from typing import Any
 
 import orjson
 
-from ..errors import SessionError
+from ..errors import SessionError, SigningError
 from ..events import EndDivergence, EndEvent, ErrorRecord, Header, error_record
 from ..log import LOG_NAME, SessionWriter, check_header
+from ..signing import sign_session
 
 #: A mirror directory of a remote store holds this file, naming the store's URL.
 REMOTE_MARKER = ".forkpoint-remote.json"
@@ -195,7 +197,45 @@ def scan(d: Path) -> SessionInfo:
         return SessionInfo(d, {"session_id": d.name}, 0, 0, 0, None, False, location=str(d), error=str(exc))
 
 
+def entry_mismatch(row: SessionInfo, real: SessionInfo) -> str | None:
+    """How the index row ``row`` misdescribes the session log it names (``real``, a scan of it),
+    or None when it describes it (or describes an older, shorter state of it: a stale entry)."""
+    if row.log_size != real.log_size:
+        return None
+    for k in ENTRY_HEADER_FIELDS:
+        if row.header.get(k) != real.header.get(k):
+            return f"its {k} is {row.header.get(k)!r}, the log's is {real.header.get(k)!r}"
+    if row.log_sha256 != real.log_sha256:
+        return "its log_sha256 is not the log's"
+    return None
+
+
+def _confirmed(row: SessionInfo, where: str) -> SessionInfo:
+    """``row`` once the log it names says the same: an index entry is a cache anyone who can write
+    the store can forge, and a forged one would change what a name resolves to. A session not on
+    this machine yet (a remote one) is checked when it is read."""
+    if row.error is not None or not row.log_sha256:
+        return row
+    try:
+        real = info(row.path)
+    except SessionError:
+        return row
+    problem = entry_mismatch(row, real)
+    if problem is not None:
+        raise SessionError(
+            f"the index of {where} does not describe session {real.session_id} as its log does ({problem}): "
+            "the index was changed or damaged; forkpoint ls --reindex rebuilds it from the logs"
+        )
+    return row
+
+
 def pick(text: str, ref: str | Path, rows: list[SessionInfo], where: str) -> SessionInfo:
+    """The row ``text`` names among ``rows`` (a full id, an id prefix, ``last`` or a ``--name``),
+    checked against its log (:func:`_confirmed`). Raises :class:`~forkpoint.errors.SessionError`."""
+    return _confirmed(_pick(text, ref, rows, where), where)
+
+
+def _pick(text: str, ref: str | Path, rows: list[SessionInfo], where: str) -> SessionInfo:
     if not text.strip():
         raise SessionError("no session given: name one by path, id, id prefix, `last` or its --name")
     if text == "last":
@@ -301,8 +341,22 @@ class Recording:
                     hook()
             finally:
                 self.writer.close()
+            self._sign(quiet)
             self.location = self.store.finished(self.path, quiet=quiet)
         return self.location
+
+    def _sign(self, quiet: bool) -> None:
+        """Sign the closed session with this user's key (:mod:`forkpoint.signing`). A key that cannot
+        be used leaves the session unsigned, said unless ``quiet``: its recorded command then replays
+        only with ``--trust`` or when named."""
+        try:
+            sign_session(self.path, self.session_id)
+        except SigningError as exc:
+            if not quiet:
+                sys.stderr.write(
+                    f"forkpoint: WARNING: session {self.session_id} is not signed ({exc}): its recorded "
+                    "command will replay only with --trust or when named after --\n"
+                )
 
     def __enter__(self) -> Recording:
         return self

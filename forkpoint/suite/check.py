@@ -170,7 +170,8 @@ def check_task(spec: dict[str, Any]) -> dict[str, Any]:
     """Check one session, as an executor task (JSON in, JSON out): ``spec`` has ``session`` (a
     :func:`~forkpoint.orchestrate.session_ref`), ``candidate`` (what the row shows), ``cmd`` (None:
     the recorded command), ``cwd``, ``models`` (``replay``, or ``live`` for an A/B run),
-    ``on_divergence``, ``outcome`` (``{"command", "timeout"}`` or None) and ``verify``. Returns
+    ``on_divergence``, ``outcome`` (``{"command", "timeout"}`` or None), ``verify`` and ``trust``
+    (run a recorded command no trusted key signed). Returns
     the session's row (module docstring); a session that cannot be replayed is an ``error`` row."""
     started = time.perf_counter()
     row = _row(spec["candidate"])
@@ -181,6 +182,7 @@ def check_task(spec: dict[str, Any]) -> dict[str, Any]:
         "capture": True,
         "capture_stderr": True,
         "check": bool(spec.get("verify", True)),
+        "trust": bool(spec.get("trust")),
     }
     cmd = list(spec["cmd"]) if spec.get("cmd") else None
     try:
@@ -207,10 +209,12 @@ def check_sessions(
     on_divergence: str = "stop",
     outcome: Outcome | None = None,
     verify: bool = True,
+    trust: bool = False,
     on_row: Callable[[dict[str, Any]], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Check every selected session on ``executor``; returns the rows in selection order (whatever
-    order they finished in), calling ``on_row`` with each as it comes."""
+    order they finished in), calling ``on_row`` with each as it comes. Without ``cmd``, a session
+    no trusted key signed is an ``error`` row showing its command, unless ``trust``."""
     rows: list[dict[str, Any] | None] = [None] * len(selection.sessions)
     specs: list[dict[str, Any]] = []
     where: list[int] = []
@@ -231,6 +235,7 @@ def check_sessions(
                 "on_divergence": on_divergence,
                 "outcome": vars(outcome) if outcome else None,
                 "verify": verify,
+                "trust": trust,
             }
         )
     for j, result in executor.map(check_task, specs):

@@ -292,7 +292,7 @@ def test_a_replay_that_blocks_a_connection_names_the_host(server: LocalServer, s
             conn.connect()  # a raw connection nothing captures
     report = rp.report()
     assert report["network_blocked"] == [f"127.0.0.1:{server.port}"]
-    assert f"network blocked: 127.0.0.1:{server.port}" in summary_line(report)
+    assert f"network blocked (1): 127.0.0.1:{server.port}" in summary_line(report)
 
 
 def test_an_http_error_status_replays_as_the_same_exception(server: LocalServer, store: Path) -> None:

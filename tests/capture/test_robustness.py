@@ -37,7 +37,7 @@ import orjson
 import pytest
 
 import forkpoint
-from forkpoint import verify
+from forkpoint import netns, verify
 from forkpoint.log import LOG_NAME, Session, SessionWriter
 from tests.modelserver import LocalServer, Reply, json_reply
 
@@ -1022,8 +1022,9 @@ def test_python_subprocesses_are_neither_recorded_nor_replayed(
     srv: LocalServer, tmp_path: Path, store: Path
 ) -> None:
     """The documented rule: ``forkpoint record -- CMD`` activates in the first Python process only.
-    The child's call is not in the session (and runs live on replay), the log stays valid, and the
-    parent replays from the session."""
+    The child's call is not in the session (and runs live on a replay without a network namespace,
+    which has none where the kernel gives one), the log stays valid, and the parent replays from
+    the session."""
     (tmp_path / "agent.py").write_text(AGENT)
     (tmp_path / "child.py").write_text(CHILD)
     env = {**os.environ, "FORKPOINT_STORE": str(store)}
@@ -1043,10 +1044,20 @@ def test_python_subprocesses_are_neither_recorded_nor_replayed(
     assert "mode: None" in rec.stdout
     assert [json.loads(r["raw"])["messages"][0]["content"] for r in srv.requests] == ["parent", "child"]
 
+    if netns.refused() is None:  # in the namespace the child cannot reach the server
+        kept = subprocess.run(
+            [*FORKPOINT_CLI, "replay", str(session_dir)],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        assert kept.returncode == 3 and "CalledProcessError" in kept.stderr, kept.stderr
+        assert len(srv.requests) == 2
     rep = subprocess.run(
         [*FORKPOINT_CLI, "replay", str(session_dir)],
         cwd=tmp_path,
-        env=env,
+        env={**env, netns.DISABLE_VAR: "0"},
         capture_output=True,
         text=True,
         timeout=60,

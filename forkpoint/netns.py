@@ -1,0 +1,267 @@
+"""The kernel's part of an offline replay (Linux): the replayed program runs in a network namespace
+of its own whose only interface is loopback, so nothing it starts — a ``curl``, ``os.system``, a
+Python subprocess forkpoint does not run in — has a route out.
+
+This file is also the launcher that sets the namespace up, run as a script with the standard
+library only (``python -I netns.py REPORT_DIR -- CMD...``): it enters a new user and network
+namespace (``unshare(CLONE_NEWUSER | CLONE_NEWNET)``, the current user mapped to itself), brings
+``lo`` up, and routes every other address to loopback as local (``local 0.0.0.0/0`` and
+``local ::/0`` in the local table), so that an attempt to leave ends at once (refused) instead of
+hanging, and passes a packet socket on ``lo``: the launcher names each attempt (a TCP SYN or a
+datagram to a non-loopback address, a DNS query) and writes them to ``REPORT_DIR/netns-PID.json``
+(``{"blocked": [...], "unseen": N}``) when the program ends. It exits with the program's exit code
+(128 + N when a signal killed it, 127 when it does not exist). Loopback inside the namespace works
+as usual (a program's own local servers); the host's loopback is out of reach, which replay does
+not need: the parent and the replaying processes talk through files only.
+
+Where the kernel refuses (no user namespaces, a seccomp or AppArmor policy, another OS),
+:func:`refused` says why, and replay keeps only the Python guard (:mod:`forkpoint.replay.guard`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ipaddress
+import json
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWNET = 0x40000000
+#: Results of the launcher, one file per launcher in the report folder.
+RESULT_PREFIX = "netns-"
+#: Set to ``0`` to keep replays out of a namespace (the Python guard alone), e.g. to compare.
+DISABLE_VAR = "FORKPOINT_NETNS"
+
+_SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 0x1
+_RTM_NEWROUTE, _NLMSG_ERROR = 24, 2
+_NLM_F_REQUEST, _NLM_F_ACK, _NLM_F_EXCL, _NLM_F_CREATE = 0x1, 0x4, 0x200, 0x400
+_RT_TABLE_LOCAL, _RTPROT_BOOT, _RT_SCOPE_HOST, _RTN_LOCAL, _RTA_OIF = 255, 3, 254, 2, 4
+_ETH_P_ALL, _ETH_P_IP, _ETH_P_IPV6, _PACKET_OUTGOING = 0x0003, 0x0800, 0x86DD, 4
+_SOL_PACKET, _PACKET_STATISTICS = 263, 6
+
+_probe_lock = threading.Lock()
+_probed: list[str | None] = []
+
+
+def refused() -> str | None:
+    """Why replays cannot run in a network namespace here (in words), or None when they can.
+    Probed once per process (a short child process tries it)."""
+    with _probe_lock:
+        if not _probed:
+            _probed.append(_probe())
+        return _probed[0]
+
+
+def _probe() -> str | None:
+    if os.environ.get(DISABLE_VAR) == "0":
+        return f"{DISABLE_VAR}=0 is set"
+    if not sys.platform.startswith("linux"):
+        return f"network namespaces are a Linux feature (this is {sys.platform})"
+    try:
+        done = subprocess.run(
+            [sys.executable, "-I", __file__, "--probe"], capture_output=True, text=True, timeout=30
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"the namespace probe did not run: {exc}"
+    return None if done.returncode == 0 else (done.stderr.strip() or f"probe exit code {done.returncode}")
+
+
+def command(cmd: list[str], report_dir: Path) -> list[str]:
+    """``cmd`` as it runs in a namespace of its own, the launcher writing to ``report_dir``."""
+    return [sys.executable, "-I", __file__, str(report_dir), "--", *cmd]
+
+
+def results(report_dir: Path) -> tuple[list[str], int]:
+    """What the launchers that wrote to ``report_dir`` saw: the attempts to leave, named
+    (``"93.184.216.34:443"``, ``"203.0.113.9:9999 (udp)"``, ``"example.com (name lookup)"``), and
+    how many packets the kernel dropped before the launcher could look at them."""
+    blocked: list[str] = []
+    unseen = 0
+    for path in sorted(report_dir.glob(f"{RESULT_PREFIX}*.json")):
+        data = json.loads(path.read_text())
+        blocked += [str(b) for b in data.get("blocked") or []]
+        unseen += int(data.get("unseen") or 0)
+    return blocked, unseen
+
+
+def _enter() -> None:
+    """Enter a new user and network namespace with only ``lo``, up, and every address local to it."""
+    uid, gid = os.getuid(), os.getgid()
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(CLONE_NEWUSER | CLONE_NEWNET) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"unshare(CLONE_NEWUSER|CLONE_NEWNET): {os.strerror(err)}")
+    # The user is itself inside (files it writes keep their owner); it loses these capabilities
+    # when it execs the program, so the program cannot change the namespace's network.
+    Path("/proc/self/setgroups").write_text("deny")
+    Path("/proc/self/uid_map").write_text(f"{uid} {uid} 1")
+    Path("/proc/self/gid_map").write_text(f"{gid} {gid} 1")
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        import fcntl
+
+        ifreq = struct.pack("16sH14x", b"lo", 0)
+        flags = struct.unpack("16sH14x", fcntl.ioctl(s, _SIOCGIFFLAGS, ifreq))[1]
+        fcntl.ioctl(s, _SIOCSIFFLAGS, struct.pack("16sH14x", b"lo", flags | _IFF_UP))
+    index = socket.if_nametoindex("lo")
+    for family in (socket.AF_INET, socket.AF_INET6):
+        _local_default_route(family, index)
+
+
+def _local_default_route(family: int, ifindex: int) -> None:
+    """``ip route add local default dev lo table local`` for ``family``, over rtnetlink."""
+    rtmsg = struct.pack(
+        "BBBBBBBBI", family, 0, 0, 0, _RT_TABLE_LOCAL, _RTPROT_BOOT, _RT_SCOPE_HOST, _RTN_LOCAL, 0
+    )
+    attr = struct.pack("HHI", 8, _RTA_OIF, ifindex)
+    body = rtmsg + attr
+    flags = _NLM_F_REQUEST | _NLM_F_ACK | _NLM_F_CREATE | _NLM_F_EXCL
+    msg = struct.pack("IHHII", 16 + len(body), _RTM_NEWROUTE, flags, 1, 0) + body
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE) as nl:
+        nl.bind((0, 0))
+        nl.send(msg)
+        reply = nl.recv(4096)
+    kind = struct.unpack_from("H", reply, 4)[0]
+    error = struct.unpack_from("i", reply, 16)[0] if kind == _NLMSG_ERROR else 0
+    if error:
+        raise OSError(-error, f"adding the local default route: {os.strerror(-error)}")
+
+
+def _dns_name(payload: bytes) -> str | None:
+    """The first question's name of a DNS query, or None when ``payload`` is not one."""
+    if len(payload) < 13 or payload[2] & 0x80:  # too short, or a response
+        return None
+    labels: list[str] = []
+    i = 12
+    while i < len(payload) and payload[i] and len(labels) < 128:
+        n = payload[i]
+        if n & 0xC0:
+            return None
+        labels.append(payload[i + 1 : i + 1 + n].decode("ascii", "replace"))
+        i += 1 + n
+    return ".".join(labels) or None
+
+
+def _attempt(packet: bytes, proto: int) -> tuple[object, str] | None:
+    """(a key that is the same for the packets of one attempt, its name) for a packet that tries to
+    leave: a TCP SYN, a datagram or a ping to a non-loopback address, or a DNS query to any address
+    (one per name: a resolver asks for A and AAAA, and again)."""
+    if proto == _ETH_P_IP and len(packet) >= 20:
+        start, kind = (packet[0] & 0xF) * 4, packet[9]
+        dst = ipaddress.ip_address(packet[16:20])
+    elif proto == _ETH_P_IPV6 and len(packet) >= 40:
+        start, kind = 40, packet[6]
+        dst = ipaddress.ip_address(packet[24:40])
+    else:
+        return None
+    host = f"[{dst}]" if dst.version == 6 else str(dst)
+    if kind in (6, 17) and len(packet) >= start + 8:
+        sport, dport = struct.unpack_from("!HH", packet, start)
+        if kind == 17 and dport == 53:
+            name = _dns_name(packet[start + 8 :])
+            if name is not None:
+                return ("dns", name), f"{name} (name lookup)"
+        if dst.is_loopback:
+            return None
+        if kind == 6:
+            syn, ack = packet[start + 13] & 0x02, packet[start + 13] & 0x10
+            return (("tcp", sport, host, dport), f"{host}:{dport}") if syn and not ack else None
+        return ("udp", sport, host, dport), f"{host}:{dport} (udp)"
+    # ICMP: only a ping is an attempt (the rest are the namespace's own replies, "port unreachable")
+    if dst.is_loopback or (kind, packet[start : start + 1]) not in ((1, b"\x08"), (58, b"\x80")):
+        return None
+    return ("ping", host), f"{host} (ping)"
+
+
+def _watch(sniffer: socket.socket, seen: dict[object, str], stop: threading.Event) -> None:
+    """Name each attempt to leave that passes ``lo`` until ``stop`` is set and nothing is queued."""
+    while True:
+        try:
+            packet, address = sniffer.recvfrom(512)  # headers and a DNS question fit
+        except TimeoutError:
+            if stop.is_set():
+                return
+            continue
+        if address[2] != _PACKET_OUTGOING:  # each packet passes lo twice: out, then in
+            continue
+        found = _attempt(packet, address[1])
+        if found is not None and found[0] not in seen:
+            seen[found[0]] = found[1]
+
+
+def _launch(report_dir: Path, cmd: list[str]) -> int:
+    """Run ``cmd`` in a new namespace, name its attempts to leave, and return its exit code."""
+    _enter()
+    sniffer = socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM, socket.htons(_ETH_P_ALL))
+    sniffer.bind(("lo", 0))
+    sniffer.settimeout(0.05)
+    pid = os.fork()
+    if pid == 0:  # the program: default signal handling, as subprocess gives it
+        sniffer.close()
+        for sig in (signal.SIGINT, signal.SIGPIPE, signal.SIGXFSZ):
+            signal.signal(sig, signal.SIG_DFL)
+        try:
+            os.execvp(cmd[0], cmd)
+        except FileNotFoundError:
+            sys.stderr.write(f"forkpoint: command not found: {cmd[0]}\n")
+            os._exit(127)
+        except OSError as exc:
+            sys.stderr.write(f"forkpoint: cannot run {cmd[0]}: {exc.strerror}\n")
+            os._exit(126)
+    # Ctrl-C reaches the program through the terminal's process group; SIGTERM and SIGHUP sent to
+    # this launcher are passed on.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, lambda signum, _frame: os.kill(pid, signum))
+    seen: dict[object, str] = {}
+    stop = threading.Event()
+    watcher = threading.Thread(target=_watch, args=(sniffer, seen, stop), daemon=True)
+    watcher.start()
+    while True:
+        try:
+            _, status = os.waitpid(pid, 0)
+            break
+        except InterruptedError:
+            continue
+    stop.set()
+    watcher.join()
+    stats = sniffer.getsockopt(_SOL_PACKET, _PACKET_STATISTICS, 8)
+    unseen = struct.unpack("II", stats)[1]
+    sniffer.close()
+    out = report_dir / f"{RESULT_PREFIX}{os.getpid()}.json"
+    tmp = out.with_name(out.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump({"blocked": list(seen.values()), "unseen": unseen}, f)
+    os.replace(tmp, out)
+    code = os.waitstatus_to_exitcode(status)
+    return 128 - code if code < 0 else code
+
+
+def main(argv: list[str]) -> int:
+    """The launcher's command line: ``--probe``, or ``REPORT_DIR -- CMD...``."""
+    if argv == ["--probe"]:
+        try:
+            _enter()
+        except OSError as exc:
+            sys.stderr.write(f"{exc.strerror or exc}\n")
+            return 1
+        return 0
+    if len(argv) < 3 or argv[1] != "--":
+        sys.stderr.write("usage: netns.py REPORT_DIR -- CMD...\n")
+        return 2
+    try:
+        return _launch(Path(argv[0]), argv[2:])
+    except OSError as exc:  # refused after the probe said yes: say so, never run unconfined
+        sys.stderr.write(f"forkpoint: could not set up the replay's network namespace: {exc}\n")
+        return 125
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,280 @@
+"""Signed sessions: who closed a session, and whether this machine trusts them.
+
+The hash chain (:mod:`forkpoint.log.verify`) has no key: anyone who can edit a session can
+recompute it. A signature has one. When a session is closed, forkpoint signs the SHA-256 of its log
+(which names every blob and event it holds) with an Ed25519 key of this user, created on first use
+(:func:`own_key`), and writes ``signature.json`` beside the log::
+
+    {"format": 1, "session_id": "...", "log_size": N, "log_sha256": "hex", "key": "ed25519:BASE64",
+     "signed_at": "2026-12-01T23:50:00Z", "signature": "BASE64"}
+
+``signature`` is Ed25519 (RFC 8032, through the ``cryptography`` package) over the canonical JSON
+(sorted keys, no spaces) of the other fields. Keys are written ``ed25519:`` + the standard base64 of
+the 32 raw public key bytes.
+
+Keys live in forkpoint's configuration folder: ``$FORKPOINT_KEYS_DIR``, else
+``$XDG_CONFIG_HOME/forkpoint``, else ``~/.config/forkpoint`` (0700): ``signing-key.pem`` (PKCS#8,
+0600) and ``trusted-keys`` (one ``ed25519:… NAME`` a line, 0600). The own key is always trusted.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from .errors import SigningError, UntrustedSession
+from .events import now_iso
+from .log import LOG_NAME
+
+#: Beside a session's log.
+SIGNATURE_NAME = "signature.json"
+KEY_NAME = "signing-key.pem"
+TRUSTED_NAME = "trusted-keys"
+KEY_PREFIX = "ed25519:"
+#: The name the own key goes by in ``verify`` and ``keys``.
+OWN_NAME = "this user (own key)"
+
+
+def keys_dir() -> Path:
+    """The folder of the own key and the trusted list (module docstring)."""
+    if os.environ.get("FORKPOINT_KEYS_DIR"):
+        return Path(os.environ["FORKPOINT_KEYS_DIR"])
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "forkpoint"
+
+
+def _private_folder(d: Path) -> None:
+    d.mkdir(parents=True, exist_ok=True, mode=0o700)
+    st = os.stat(d, follow_symlinks=False)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+        raise SigningError(f"{d}: the key folder must be a directory owned by this user")
+    os.chmod(d, 0o700)
+
+
+def _write_private(path: Path, data: bytes, *, exclusive: bool) -> None:
+    """Write ``data`` to ``path`` as a 0600 file, whole or not at all (never through a symlink)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        if exclusive:
+            os.link(tmp, path)  # two first uses at once: one key wins, the other reads it
+        else:
+            os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _read_private(path: Path) -> bytes:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+            raise SigningError(f"{path}: must be a regular file of this user, readable by no one else (0600)")
+        return f.read()
+
+
+def own_key() -> Ed25519PrivateKey:
+    """This user's signing key, created on first use. Raises :class:`~forkpoint.errors.SigningError`
+    for a key file that cannot be written or read, or is open to others."""
+    d = keys_dir()
+    path = d / KEY_NAME
+    try:
+        _private_folder(d)
+        if not path.exists():
+            pem = Ed25519PrivateKey.generate().private_bytes(
+                serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+            )
+            try:
+                _write_private(path, pem, exclusive=True)
+            except FileExistsError:
+                pass
+        key = serialization.load_pem_private_key(_read_private(path), password=None)
+    except OSError as exc:
+        raise SigningError(f"{path}: the signing key cannot be used: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise SigningError(f"{path}: not a PEM private key: {exc}") from None
+    if not isinstance(key, Ed25519PrivateKey):
+        raise SigningError(f"{path}: not an Ed25519 key")
+    return key
+
+
+def key_id(key: Ed25519PublicKey) -> str:
+    """``ed25519:`` + the base64 of the raw public key."""
+    raw = key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return KEY_PREFIX + base64.b64encode(raw).decode()
+
+
+def parse_key(text: str) -> Ed25519PublicKey:
+    """The public key ``text`` (``ed25519:BASE64``) names. Raises :class:`SigningError`."""
+    text = text.strip()
+    try:
+        if not text.startswith(KEY_PREFIX):
+            raise ValueError("it does not start with ed25519:")
+        raw = base64.b64decode(text[len(KEY_PREFIX) :], validate=True)
+        return Ed25519PublicKey.from_public_bytes(raw)
+    except ValueError as exc:
+        raise SigningError(
+            f"{text!r} is not an Ed25519 public key (ed25519:BASE64 of 32 bytes): {exc}"
+        ) from None
+
+
+def trusted_keys() -> dict[str, str]:
+    """The keys this user trusts: key id → name. The own key, when it exists, is one of them."""
+    d = keys_dir()
+    out: dict[str, str] = {}
+    if (d / KEY_NAME).exists():
+        out[key_id(own_key().public_key())] = OWN_NAME
+    path = d / TRUSTED_NAME
+    if not path.exists():
+        return out
+    try:
+        text = _read_private(path).decode()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SigningError(f"{path}: cannot be read: {exc}") from None
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip() or line.startswith("#"):
+            continue
+        key, _, name = line.strip().partition(" ")
+        try:
+            parse_key(key)
+        except SigningError as exc:
+            raise SigningError(f"{path}:{lineno}: {exc}") from None
+        out.setdefault(key, name.strip() or key)
+    return out
+
+
+def trust(key: str, name: str) -> str:
+    """Add the public key ``key`` to this user's trusted list under ``name`` (a key already there
+    gets the new name). Returns the key id. Raises :class:`SigningError`."""
+    kid = key_id(parse_key(key))
+    name = " ".join(name.split())
+    if not name:
+        raise SigningError("a trusted key needs a name (--name), to say who signed a session")
+    d = keys_dir()
+    path = d / TRUSTED_NAME
+    try:
+        _private_folder(d)
+        lines = _read_private(path).decode().splitlines() if path.exists() else []
+        kept = [line for line in lines if line.strip().partition(" ")[0] != kid]
+        _write_private(path, ("\n".join([*kept, f"{kid} {name}"]) + "\n").encode(), exclusive=False)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SigningError(f"{path}: the trusted keys cannot be written: {exc}") from None
+    return kid
+
+
+def _payload_bytes(payload: dict[str, object]) -> bytes:
+    return orjson.dumps({k: v for k, v in payload.items() if k != "signature"}, option=orjson.OPT_SORT_KEYS)
+
+
+def _log_digest(path: Path) -> tuple[int, str]:
+    h = hashlib.sha256()
+    size = 0
+    with open(path / LOG_NAME, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+            size += len(chunk)
+    return size, h.hexdigest()
+
+
+def sign_session(path: Path, session_id: str) -> str:
+    """Sign the closed session at ``path`` with the own key (``signature.json``, replacing an older
+    one). Returns the key id. Raises :class:`SigningError`."""
+    key = own_key()
+    try:
+        size, digest = _log_digest(path)
+        payload: dict[str, object] = {
+            "format": 1,
+            "session_id": session_id,
+            "log_size": size,
+            "log_sha256": digest,
+            "key": key_id(key.public_key()),
+            "signed_at": now_iso(),
+        }
+        payload["signature"] = base64.b64encode(key.sign(_payload_bytes(payload))).decode()
+        _write_private(path / SIGNATURE_NAME, orjson.dumps(payload), exclusive=False)
+    except OSError as exc:
+        raise SigningError(f"{path}: the session could not be signed: {exc.strerror or exc}") from None
+    return str(payload["key"])
+
+
+@dataclass(frozen=True)
+class Signed:
+    """Who signed a session: ``state`` is ``signed`` (the signature is good for the log as it is),
+    ``unsigned`` (no signature) or ``bad`` (a signature that does not match the log or its key:
+    ``problem`` says how). ``key`` is the signer's key id, ``name`` the name this user trusts it
+    under (None: not trusted)."""
+
+    state: str
+    key: str | None = None
+    name: str | None = None
+    problem: str | None = None
+
+    @property
+    def trusted(self) -> bool:
+        """Signed, the signature good, by a key this user trusts."""
+        return self.state == "signed" and self.name is not None
+
+    def describe(self) -> str:
+        """In words, for ``verify`` and the refusal of an untrusted command."""
+        if self.state == "unsigned":
+            return "not signed"
+        if self.state == "bad":
+            return f"its signature is not valid: {self.problem}"
+        who = f"{self.name} ({self.key})" if self.name else f"{self.key}, a key this user does not trust"
+        return f"signed by {who}"
+
+
+def signature(path: Path, session_id: str) -> Signed:
+    """Check the signature of the session at ``path`` against its log as it is now, and its signer
+    against the trusted keys. Raises :class:`SigningError` only for an unreadable trusted list."""
+    sig_path = path / SIGNATURE_NAME
+    if not sig_path.exists():
+        return Signed("unsigned")
+    try:
+        fd = os.open(sig_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                return Signed("bad", problem=f"{sig_path} is not a regular file")
+            payload = orjson.loads(f.read(1 << 16))
+        key = parse_key(str(payload["key"]))
+        key.verify(base64.b64decode(str(payload["signature"])), _payload_bytes(payload))
+        size, digest = _log_digest(path)
+    except (OSError, ValueError, KeyError, TypeError, SigningError, InvalidSignature) as exc:
+        kind = "the signature does not match its content" if isinstance(exc, InvalidSignature) else str(exc)
+        return Signed("bad", problem=f"{sig_path}: {kind}")
+    kid = str(payload["key"])
+    if payload.get("session_id") != session_id:
+        return Signed("bad", kid, problem=f"{sig_path} is for session {payload.get('session_id')}")
+    if (payload.get("log_size"), payload.get("log_sha256")) != (size, digest):
+        return Signed("bad", kid, problem=f"the log changed after it was signed ({sig_path})")
+    return Signed("signed", kid, trusted_keys().get(kid))
+
+
+def require_trusted(path: Path, session_id: str, argv: list[str]) -> Signed:
+    """Return the session's :class:`Signed` when its recorded command ``argv`` may run here: signed
+    by a trusted key. Otherwise raise :class:`~forkpoint.errors.UntrustedSession`, showing the
+    command and the ways to run it anyway."""
+    signed = signature(path, session_id)
+    if signed.trusted:
+        return signed
+    import shlex
+
+    raise UntrustedSession(
+        f"session {session_id} is {signed.describe()}, so forkpoint will not run the command it "
+        f"recorded:\n    {shlex.join(argv)}\nRead it; run it anyway with --trust, or give the command to run "
+        f"after -- (forkpoint replay {session_id} -- CMD). A teammate's key is trusted with: forkpoint keys "
+        "trust KEY --name NAME"
+    )

@@ -1,0 +1,143 @@
+"""Offline replay enforced by the kernel (docs/security.md, "Offline replay"): without live calls the
+replayed command runs in a network namespace with only loopback, so a UDP datagram, a ``curl`` and
+a Python subprocess forkpoint does not run in have no route out; each attempt is named in the
+report's ``network_blocked`` and counted in the summary line. Where the kernel refuses a namespace
+the tests that need one skip, saying why; the Python guard's part (UDP ``sendto`` refused) is
+tested in both."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import forkpoint
+from forkpoint import netns
+from forkpoint.errors import NetworkBlocked
+
+FORKPOINT = [sys.executable, "-m", "forkpoint.cli"]
+
+AGENT = """
+import forkpoint
+
+
+@forkpoint.tool
+def quote(ticker):
+    return {"ticker": ticker, "price": 101}
+
+
+print(quote("ACME")["price"])
+"""
+
+# Replayed instead of the agent (a named command): it reaches out in every way it can. The
+# addresses are documentation ranges (RFC 5737), which lead nowhere even where there is a network.
+LEAK = """
+import os
+import shutil
+import socket
+import subprocess
+import sys
+
+import forkpoint
+
+
+@forkpoint.tool
+def quote(ticker):
+    raise AssertionError("a tool body ran on replay")
+
+
+print(quote("ACME")["price"])
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+try:
+    s.sendto(b"leak", ("203.0.113.9", 9999))
+    print("udp: sent")
+except OSError as exc:
+    print("udp:", type(exc).__name__)
+if shutil.which("curl"):
+    os.system("curl -s -m 5 -o /dev/null http://198.51.100.7:8080/")
+child = (
+    "import socket; s = socket.socket(); s.settimeout(5); print('child:', s.connect_ex(('192.0.2.1', 443)));"
+    "srv = socket.socket(); srv.bind(('127.0.0.1', 0)); srv.listen();"
+    "print('loopback:', socket.create_connection(srv.getsockname()).getpeername()[0])"
+)
+subprocess.run([sys.executable, "-c", child])
+"""
+
+
+def run(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*FORKPOINT, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=90)
+
+
+@pytest.fixture
+def recorded(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    env = {k: v for k, v in os.environ.items() if k not in ("FORKPOINT_STORE", "FORKPOINT_NETNS")}
+    (tmp_path / "agent.py").write_text(AGENT)
+    (tmp_path / "leak.py").write_text(LEAK)
+    rec = run(["record", "--store", "store", "--", sys.executable, "agent.py"], tmp_path, env)
+    assert rec.returncode == 0, rec.stderr
+    return tmp_path, env
+
+
+@pytest.mark.slow
+def test_the_kernel_keeps_every_process_of_a_replay_offline(recorded: tuple[Path, dict[str, str]]) -> None:
+    where, env = recorded
+    if netns.refused() is not None:
+        pytest.skip(f"the kernel refuses a network namespace here: {netns.refused()}")
+    rep = run(
+        ["replay", "last", "--store", "store", "--report", "r.json", "--", sys.executable, "leak.py"],
+        where,
+        env,
+    )
+    report = json.loads((where / "r.json").read_text())
+    assert report["sandbox"] == "network namespace"
+    blocked = report["network_blocked"]
+    assert "203.0.113.9:9999 (udp)" in blocked  # refused by the guard in the replayed process
+    assert "192.0.2.1:443" in blocked  # a Python subprocess forkpoint does not run in: the kernel
+    assert "child: 111" in rep.stdout  # refused at once (ECONNREFUSED), not hanging
+    if shutil.which("curl"):
+        assert "198.51.100.7:8080" in blocked
+    assert "loopback: 127.0.0.1" in rep.stdout  # the namespace's own loopback works (in the child)
+    assert rep.returncode == 3  # reaching for the network is not a reproduction
+    assert f"network blocked ({len(blocked)}): " in rep.stderr
+    assert "without a network namespace" not in rep.stderr
+
+
+@pytest.mark.slow
+def test_where_there_is_no_namespace_it_says_so_once_and_the_guard_refuses_udp(
+    recorded: tuple[Path, dict[str, str]],
+) -> None:
+    where, env = recorded
+    env = {**env, netns.DISABLE_VAR: "0"}
+    rep = run(
+        ["replay", "last", "--store", "store", "--report", "r.json", "--", sys.executable, "leak.py"],
+        where,
+        env,
+    )
+    assert rep.stderr.count("without a network namespace (FORKPOINT_NETNS=0 is set)") == 1
+    report = json.loads((where / "r.json").read_text())
+    assert report["sandbox"] == "python guard"
+    assert "udp: NetworkBlocked" in rep.stdout
+    assert report["network_blocked"][0] == "203.0.113.9:9999 (udp)"
+    assert rep.returncode == 3
+
+
+def test_the_guard_refuses_udp_sendto_and_sendmsg_in_process(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    with forkpoint.record(store=store):
+        pass
+    with forkpoint.replay("last", store=store) as rp:
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        with pytest.raises(NetworkBlocked, match="a datagram to 203.0.113.9:53"):
+            s.sendto(b"x", ("203.0.113.9", 53))
+        with pytest.raises(NetworkBlocked):
+            s.sendto(b"x", 0, ("203.0.113.9", 54))
+        with pytest.raises(NetworkBlocked):
+            s.sendmsg([b"x"], [], 0, ("203.0.113.9", 55))
+        s.close()
+    assert rp.network_blocked == ["203.0.113.9:53 (udp)", "203.0.113.9:54 (udp)", "203.0.113.9:55 (udp)"]

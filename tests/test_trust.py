@@ -1,0 +1,223 @@
+"""Signed sessions and trusted replay (docs/security.md, "Signed sessions"): a session is signed
+when it closes; ``replay`` and ``check`` run a recorded command only when a trusted key signed the
+session, the user named the command, or passed ``--trust``; ``verify`` says who signed and checks
+the store's index entry; ``keys`` shows and trusts keys."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+
+import forkpoint
+from forkpoint.errors import SessionError, UntrustedSession
+from forkpoint.log import LOG_NAME, Session
+from forkpoint.log.codec import line_hash
+from forkpoint.orchestrate import replay_run
+from forkpoint.signing import KEY_NAME, SIGNATURE_NAME, signature
+from forkpoint.store import list_sessions, resolve
+
+FORKPOINT = [sys.executable, "-m", "forkpoint.cli"]
+
+AGENT = """
+import forkpoint
+
+
+@forkpoint.tool
+def quote(ticker):
+    return {"ticker": ticker, "price": 101}
+
+
+print(quote("ACME")["price"])
+"""
+
+# What a forged header runs instead: it leaves a mark, so a test sees whether it ran.
+EVIL = """
+import sys
+from pathlib import Path
+
+Path(sys.argv[1]).write_text("the forged command ran")
+"""
+
+
+def run(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*FORKPOINT, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=60)
+
+
+def flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+@pytest.fixture
+def env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k != "FORKPOINT_STORE" and not k.startswith("FORKPOINT_M")}
+
+
+def record(tmp_path: Path, env: dict[str, str], name: str = "quote") -> Path:
+    (tmp_path / "agent.py").write_text(AGENT)
+    store = tmp_path / "store"
+    rec = run(
+        ["record", "--store", str(store), "--name", name, "--", sys.executable, "agent.py"], tmp_path, env
+    )
+    assert rec.returncode == 0, rec.stderr
+    return [r.path for r in list_sessions(store).rows if r.header.get("name") == name][-1]
+
+
+def forge_argv(session: Path, argv: list[str]) -> None:
+    """What anyone who can edit a session can do: change the header's command and recompute the
+    whole hash chain, so that the log verifies again."""
+    lines = [orjson.loads(raw) for raw in (session / LOG_NAME).read_bytes().splitlines()]
+    lines[0]["argv"] = argv
+    prev = ""
+    for i, obj in enumerate(lines):
+        if i:
+            obj["prev"] = prev
+        obj["hash"] = line_hash(obj)
+        prev = obj["hash"]
+    (session / LOG_NAME).write_bytes(b"".join(orjson.dumps(o) + b"\n" for o in lines))
+
+
+@pytest.mark.slow
+def test_a_recorded_session_is_signed_with_an_owner_only_key_and_replays_as_today(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    session = record(tmp_path, env)
+    keys = Path(os.environ["FORKPOINT_KEYS_DIR"])
+    assert stat.S_IMODE(os.stat(keys / KEY_NAME).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(keys).st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(session / SIGNATURE_NAME).st_mode) == 0o600
+    shown = run(["keys"], tmp_path, env)
+    mine = shown.stdout.split("your public key: ")[1].split()[0]
+    assert mine.startswith("ed25519:")
+    v = run(["verify", str(session)], tmp_path, env)
+    assert v.returncode == 0, v.stderr
+    assert f"signature: signed by this user (own key) ({mine}); trusted" in v.stdout
+    rep = run(["replay", str(session)], tmp_path, env)  # no --trust needed: the own key is trusted
+    assert rep.returncode == 0, rep.stderr
+    assert rep.stdout == "101\n"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signature", ["kept", "removed"])
+def test_a_forged_command_is_shown_and_refused_unless_trusted_or_named(
+    tmp_path: Path, env: dict[str, str], signature: str
+) -> None:
+    session = record(tmp_path, env)
+    (tmp_path / "evil.py").write_text(EVIL)
+    mark = tmp_path / "mark"
+    forge_argv(session, [sys.executable, "evil.py", str(mark)])
+    if signature == "removed":
+        (session / SIGNATURE_NAME).unlink()
+
+    v = run(["verify", str(session)], tmp_path, env)
+    if signature == "kept":  # the chain verifies, the signature does not
+        assert v.returncode == 1 and "the log changed after it was signed" in flat(v.stderr)
+    else:
+        assert v.returncode == 0 and "signature: not signed; NOT trusted" in flat(v.stdout)
+
+    refused = run(["replay", str(session)], tmp_path, env)
+    assert refused.returncode == 1
+    said = flat(refused.stderr)
+    assert f"{sys.executable} evil.py {mark}" in said  # the command is shown
+    assert "will not run the command it recorded" in said and "--trust" in said
+    assert not mark.exists()
+
+    checked = run(["check", str(session)], tmp_path, env)
+    assert checked.returncode != 0 and not mark.exists()
+
+    named = run(["replay", str(session), "--", sys.executable, "agent.py"], tmp_path, env)
+    assert named.returncode == 0, named.stderr
+    assert named.stdout == "101\n" and not mark.exists()
+
+    trusted = run(["replay", str(session), "--trust"], tmp_path, env)
+    assert mark.read_text() == "the forged command ran", trusted.stderr
+
+
+@pytest.mark.slow
+def test_a_teammates_key_is_trusted_by_name(tmp_path: Path, env: dict[str, str]) -> None:
+    alice = {**env, "FORKPOINT_KEYS_DIR": str(tmp_path / "alice-keys")}
+    session = record(tmp_path, alice)
+    her_key = run(["keys"], tmp_path, alice).stdout.split("your public key: ")[1].split()[0]
+
+    refused = run(["replay", str(session)], tmp_path, env)
+    assert refused.returncode == 1
+    assert f"signed by {her_key}, a key this user does not trust" in flat(refused.stderr)
+
+    bad = run(["keys", "trust", "ed25519:bm90IGEga2V5", "--name", "alice"], tmp_path, env)
+    assert bad.returncode == 2 and "is not an Ed25519 public key" in flat(bad.stderr)
+    ok = run(["keys", "trust", her_key, "--name", "Alice Example"], tmp_path, env)
+    assert ok.returncode == 0, ok.stderr
+    assert f"trusted: {her_key} Alice Example" in run(["keys"], tmp_path, env).stdout
+    v = run(["verify", str(session)], tmp_path, env)
+    assert f"signature: signed by Alice Example ({her_key}); trusted" in v.stdout
+    rep = run(["replay", str(session)], tmp_path, env)
+    assert rep.returncode == 0 and rep.stdout == "101\n", rep.stderr
+
+
+@pytest.mark.slow
+def test_a_forged_index_entry_is_detected(tmp_path: Path, env: dict[str, str]) -> None:
+    """A name resolves through the store's index; an entry that renames another session must not
+    change which session ``replay nightly`` runs."""
+    record(tmp_path, env, name="nightly")
+    other = record(tmp_path, env, name="other")
+    entry_file = next((tmp_path / "store" / "index" / "entries").glob(f"{other.name}*"))
+    entry = json.loads(entry_file.read_text())
+    entry["header"]["name"] = "nightly"
+    entry_file.write_text(json.dumps(entry))
+
+    resolved = run(["replay", "nightly", "--store", str(tmp_path / "store")], tmp_path, env)
+    assert resolved.returncode == 1
+    assert f"does not describe session {other.name} as its log does (its name is 'nightly'" in flat(
+        resolved.stderr
+    )
+    v = run(["verify", str(other)], tmp_path, env)
+    assert v.returncode == 1
+    assert f"the index entry of session {other.name} does not describe its log" in flat(v.stderr)
+
+
+# ----------------------------------------------------------------------------- in this process
+
+
+def test_replay_refuses_a_forged_recorded_command_before_anything_runs(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    mark = tmp_path / "mark"
+    with forkpoint.record(store=store, argv=[sys.executable, "-c", "print(1)"]):
+        pass
+    path = resolve("last", store)
+    sid = Session.load(path).id
+    assert signature(path, sid).trusted
+    evil = [sys.executable, "-c", f"open({str(mark)!r}, 'w')"]
+    forge_argv(path, evil)
+    forged = signature(path, sid)
+    assert forged.state == "bad" and not forged.trusted
+    assert "the log changed after it was signed" in str(forged.problem)
+    with pytest.raises(UntrustedSession, match="will not run the command it recorded") as refused:
+        replay_run(Session.load(path), quiet=True)
+    assert str(mark) in str(refused.value)
+    (path / SIGNATURE_NAME).unlink()
+    assert signature(path, sid).state == "unsigned"
+    with pytest.raises(UntrustedSession, match="is not signed"):
+        replay_run(Session.load(path), quiet=True)
+    assert not mark.exists()
+
+
+def test_a_name_resolved_through_a_forged_index_entry_is_refused(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    with forkpoint.record("nightly", store=store):
+        pass
+    with forkpoint.record("other", store=store):
+        pass
+    other = resolve("other", store)
+    assert resolve("nightly", store) != other
+    entry_file = next((store / "index" / "entries").glob(f"{other.name}*"))
+    entry = json.loads(entry_file.read_text())
+    entry["header"]["name"] = "nightly"
+    entry_file.write_text(json.dumps(entry))
+    with pytest.raises(SessionError, match="its name is 'nightly', the log's is 'other'"):
+        resolve("nightly", store)
