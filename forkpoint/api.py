@@ -115,6 +115,7 @@ def record(
     otlp: str | None = None,
     otlp_content: bool = False,
     otlp_headers: Mapping[str, str] | None = None,
+    encrypt_to: Sequence[str] | None = None,
 ) -> Iterator[Recorder]:
     """Record every model call and tool call made inside the block into a new session.
 
@@ -129,6 +130,9 @@ def record(
     With ``otlp`` (an OTLP/HTTP endpoint), the session's spans are also sent there while it is
     recorded, each call's span as the call ends (:class:`~forkpoint.otel.LiveExport`;
     ``otlp_content`` and ``otlp_headers`` are ``forkpoint export``'s ``--content`` and ``--header``).
+    ``encrypt_to``: age recipients (``age1…`` public keys, or files of them) to encrypt the session
+    for (default: ``[store] encrypt_to`` of the configuration; ``[]``: not encrypted); reading it
+    back then needs an identity of one of them (``$FORKPOINT_IDENTITY``), see ``docs/security.md``.
     Yields the :class:`Recorder`; ``recorder.session_path`` is the new session directory. The session
     ends with an ``end`` event (``exit_code`` 0, or 1, the exception's type and the exception as
     ``uncaught`` if the block raised). What the recording lacks (tools the model asked for that
@@ -136,7 +140,8 @@ def record(
     not capture) is said on stderr at the end.
     Raises :class:`~forkpoint.errors.SessionError` when the store cannot hold a new session,
     :class:`~forkpoint.errors.ConfigError` for a bad ignore rule, :class:`~forkpoint.errors.UsageError`
-    for a tool target that is not ``module:qualname``, :class:`~forkpoint.errors.ExportError` for an
+    for a tool target that is not ``module:qualname`` or a bad recipient in ``encrypt_to``,
+    :class:`~forkpoint.errors.ExportError` for an
     ``otlp`` that is no http(s) URL or a missing ``otel`` extra (before anything is recorded).
     """
     targets = checked_tools(tools, "forkpoint.record(tools=…)")
@@ -152,6 +157,7 @@ def record(
         tools=targets,
         deterministic=deterministic,
         ignore=rules,
+        encrypt_to=encrypt_to,
     )
     header["workspace"] = ws.describe() if ws else None
     with target.create(header) as session, agent_hooks(targets, deterministic):

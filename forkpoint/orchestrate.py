@@ -140,11 +140,13 @@ def record_command(
     quiet: bool = False,
     capture: bool = False,
     live: LiveExport | None = None,
+    encrypt_to: list[str] | None = None,
 ) -> tuple[Path, int, str | None]:
     """Record ``cmd`` into a new session of ``store``; with ``workspace``, take checkpoints of it;
     with ``deterministic``, record the values its own code reads from the clock, ``uuid`` and
     ``random`` too (:mod:`forkpoint.capture.clock`).
-    with ``live``, send its spans while it runs (this process follows the log the program writes).
+    with ``live``, send its spans while it runs (this process follows the log the program writes);
+    ``encrypt_to``: the age recipients to encrypt the session for (None: the configuration's).
 
     Returns (session path, exit code, the command's stdout if ``capture``).
     """
@@ -152,7 +154,7 @@ def record_command(
     check_config()
     target = open_store(store)
     ws = open_workspace(workspace, target.path, include_ignored)
-    header = make_header(argv=cmd, name=name, tags=tags, deterministic=deterministic)
+    header = make_header(argv=cmd, name=name, tags=tags, deterministic=deterministic, encrypt_to=encrypt_to)
     header["tools"] = tools
     header["workspace"] = ws.describe() if ws else None
     session = target.create(header)
