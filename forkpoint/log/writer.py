@@ -198,6 +198,8 @@ class SessionWriter:
             scrubbed = stored
             stored = {k: encode(v, self.blobs) for k, v in stored.items()}
             json_blobs(stored, scrubbed, self.blobs)
+            # (taken before the sync: every blob file a line lists is durable before the line)
+            written = self.blobs.take_written() if self.cipher is not None else {}
             if self.fsync == "event":
                 self.blobs.sync()
             fcntl.flock(self._fd, fcntl.LOCK_EX)
@@ -207,7 +209,8 @@ class SessionWriter:
                 if lists:
                     self._delta_encode(stored, lists, seq)
                 if self.cipher is not None:
-                    stored = _seal_event(stored, self.blobs, self.cipher, f"{self.log_path}: event seq {seq}")
+                    where = f"{self.log_path}: event seq {seq}"
+                    stored = _seal_event(stored, written, self.blobs, self.cipher, where)
                 line_obj = {"seq": seq, **stored}
                 if self._torn is not None:
                     line_obj["torn"] = self._torn
@@ -264,15 +267,17 @@ class SessionWriter:
                 self._fd = -1
 
 
-def _seal_event(stored: dict[str, Any], blobs: BlobStore, cipher: Cipher, where: str) -> dict[str, Any]:
+def _seal_event(
+    stored: dict[str, Any], written: dict[str, str], blobs: BlobStore, cipher: Cipher, where: str
+) -> dict[str, Any]:
     """An encrypted session's line: the envelope (:data:`~.crypto.CLEAR_EVENT`), the names of the
     blob files it accounts for (``blobs``: so that ``verify`` checks them without the identity), and
     ``$enc``: the other fields sealed, with ``$files`` (blob name → file name) of the blobs they
-    refer to and of those written since the last line (a checkpoint's workspace files)."""
+    refer to and of those ``written`` since the last line (a checkpoint's workspace files)."""
     payload = {k: v for k, v in stored.items() if k not in CLEAR_EVENT}
     refs: dict[str, int] = {}
     blob_refs(payload, refs, 0)
-    files = blobs.take_written()
+    files = dict(written)
     for h in refs:
         name = blobs.file_of(h)
         if name is not None:
