@@ -24,7 +24,14 @@ from .log import Session
 from .match import IgnoreRule, configured, ignore_rules
 from .otel import LiveExport
 from .override import Override
-from .record import Recorder, attach_workspace, make_header, open_workspace, recording_warnings
+from .record import (
+    Recorder,
+    attach_workspace,
+    check_live_export,
+    make_header,
+    open_workspace,
+    recording_warnings,
+)
 from .replay import (
     API_KEY_VARS,
     PLACEHOLDER_KEY,
@@ -160,6 +167,7 @@ def record(
         encrypt_to=encrypt_to,
     )
     header["workspace"] = ws.describe() if ws else None
+    check_live_export(header, live)
     with target.create(header) as session, agent_hooks(targets, deterministic):
         if live is not None:
             live.start(session.path)

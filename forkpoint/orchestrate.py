@@ -32,7 +32,7 @@ from .log import Session, to_json
 from .match import load_ignore
 from .otel import LiveExport
 from .outcome import Outcome, measure
-from .record import make_header, open_workspace, recording_warnings
+from .record import check_live_export, make_header, open_workspace, recording_warnings
 from .redact import load_rules
 from .replay import (
     EXIT_DIVERGENCE,
@@ -157,6 +157,7 @@ def record_command(
     header = make_header(argv=cmd, name=name, tags=tags, deterministic=deterministic, encrypt_to=encrypt_to)
     header["tools"] = tools
     header["workspace"] = ws.describe() if ws else None
+    check_live_export(header, live)
     session = target.create(header)
     session.quiet = quiet
     if live is not None:

@@ -21,7 +21,7 @@ from typing import Any, Literal, overload
 from . import runtime
 from ._version import __version__
 from .checkpoint import Workspace, carried_context, checkpoint_event
-from .errors import IdentityError, SessionError
+from .errors import IdentityError, SessionError, UsageError
 from .events import (
     HttpRequest,
     ModelCallEvent,
@@ -31,7 +31,15 @@ from .events import (
     new_span_id,
     tool_matches,
 )
-from .log import Session, SessionWriter, configured_recipients, encryption_table, parse_recipients
+from .log import (
+    IDENTITY_ENV,
+    Session,
+    SessionWriter,
+    configured_recipients,
+    encryption_table,
+    identity_path,
+    parse_recipients,
+)
 from .match import Ignore, IgnoreRule, configured, event_key, header_rules
 from .providers import call_kind, classify, sdk_packages, summary
 from .text import plural
@@ -127,6 +135,17 @@ def make_header(
     if recipients:
         header["encryption"] = encryption_table(recipients)
     return header
+
+
+def check_live_export(header: Mapping[str, Any], live: object | None) -> None:
+    """Refuse, before a session exists, a live export of an encrypted session without an identity
+    at hand: the export follows the log as it is written, so it must open it. Raises
+    :class:`~forkpoint.errors.UsageError`."""
+    if live is not None and header.get("encryption") is not None and identity_path() is None:
+        raise UsageError(
+            "a live OTLP export reads the session as it is written, and this session is encrypted: set "
+            f"{IDENTITY_ENV} (or --identity FILE) to an age identity of one of its recipients"
+        )
 
 
 class Recorder:

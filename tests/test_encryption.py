@@ -230,3 +230,16 @@ def test_recipients_from_files_config_and_the_command_line(
     with pytest.raises(UsageError, match="neither an age recipient"):
         with forkpoint.record(store=tmp_path / "s2", encrypt_to=["no-such-file"]):
             pass
+
+
+def test_a_live_export_of_an_encrypted_session_needs_the_identity_first(
+    tmp_path: Path, keys: tuple[str, Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    recipient, _, _ = keys
+    monkeypatch.delenv(IDENTITY_ENV, raising=False)
+    with pytest.raises(UsageError, match="this session is encrypted: set FORKPOINT_IDENTITY"):
+        with forkpoint.record(
+            store=tmp_path / "s", encrypt_to=[recipient], otlp="http://127.0.0.1:9/v1/traces"
+        ):
+            pass
+    assert not list((tmp_path / "s").glob("2*"))  # refused before a session existed
