@@ -199,7 +199,7 @@ class SessionWriter:
             stored = {k: encode(v, self.blobs) for k, v in stored.items()}
             json_blobs(stored, scrubbed, self.blobs)
             # (taken before the sync: every blob file a line lists is durable before the line)
-            written = self.blobs.take_written() if self.cipher is not None else {}
+            new_files = self.blobs.take_written() if self.cipher is not None else {}
             if self.fsync == "event":
                 self.blobs.sync()
             fcntl.flock(self._fd, fcntl.LOCK_EX)
@@ -210,7 +210,7 @@ class SessionWriter:
                     self._delta_encode(stored, lists, seq)
                 if self.cipher is not None:
                     where = f"{self.log_path}: event seq {seq}"
-                    stored = _seal_event(stored, written, self.blobs, self.cipher, where)
+                    stored = _seal_event(stored, new_files, self.blobs, self.cipher, where)
                 line_obj = {"seq": seq, **stored}
                 if self._torn is not None:
                     line_obj["torn"] = self._torn
