@@ -175,7 +175,7 @@ def test_recipients_from_files_config_and_the_command_line(
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv(IDENTITY_ENV, raising=False)
     (tmp_path / "team.txt").write_text(f"# the team\n\n{recipient}\n")
-    (tmp_path / "forkpoint.toml").write_text(f'[store]\nencrypt_to = ["{tmp_path / "team.txt"}"]\n')
+    (tmp_path / "forkpoint.toml").write_text('[store]\nencrypt_to = ["team.txt"]\n')  # beside the file
     agent = tmp_path / "agent.py"
     agent.write_text(
         textwrap.dedent(

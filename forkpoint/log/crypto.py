@@ -29,7 +29,7 @@ from typing import Any
 
 import orjson
 
-from ..config import load_table
+from ..config import find_config, load_table
 from ..errors import ConfigError, IdentityError, SessionError, UsageError
 
 #: The ``scheme`` of a header's ``encryption`` table.
@@ -75,7 +75,8 @@ def encryption_table(recipients: list[str]) -> dict[str, Any]:
 
 def configured_recipients(start: Path | None = None) -> list[str]:
     """The recipients of ``[store] encrypt_to`` in the configuration in force (:mod:`forkpoint.config`),
-    each an ``age1…`` key or a file of them; ``[]`` when none. Raises :class:`ConfigError` naming
+    each an ``age1…`` key or a file of them (a relative path: from the configuration file's folder);
+    ``[]`` when none. Raises :class:`ConfigError` naming
     the file for a value that is not a list of strings, :class:`UsageError` for a bad recipient."""
     table, where = load_table("store", start)
     if table is None:
@@ -87,6 +88,10 @@ def configured_recipients(start: Path | None = None) -> list[str]:
         values = [values]
     if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
         raise ConfigError(f"{where}: encrypt_to must be a list of age recipients (age1…) or files of them")
+    found = find_config(start)
+    base = found[0].parent if found is not None else Path.cwd()
+    # a file named by a relative path is found beside the configuration that names it
+    values = [v if v.strip().startswith("age1") else str(base / v.strip()) for v in values]
     return parse_recipients(values, f"{where} encrypt_to") if values else []
 
 
