@@ -6,7 +6,7 @@ Run with ``python benchmarks/bench_encrypt.py`` (see ``benchmarks/README.md``). 
 (``forkpoint.demo.agent.run_agent``) talking to it with the real ``openai`` SDK over loopback.
 
 For each repetition (one seed per repetition, so both modes see the same conversation byte for
-byte), in alternating order: ``forkpoint.record`` of T turns plain, and encrypted for one age
+byte), after an untimed warm-up of both, in alternating order: ``forkpoint.record`` of T turns plain, and encrypted for one age
 recipient (``encrypt_to``); then ``forkpoint.replay`` of each (the encrypted one with the identity
 in ``$FORKPOINT_IDENTITY``), checking the replay reproduced the answer. Prints the medians, the
 session sizes and the encrypted/plain ratios. ``FORKPOINT_FSYNC`` is ``never`` by default, so that
@@ -39,23 +39,23 @@ def dir_bytes(path: Path) -> int:
 
 def record(turns: int, seed: int, work: Path, store: Path, encrypt_to: list[str]) -> dict[str, Any]:
     with ModelServer(turns=turns, seed=seed) as server:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         with forkpoint.record(store=store, encrypt_to=encrypt_to) as rec:
             answer = demo_agent.run_agent(server.base_url, work, echo=None)
-        seconds = time.perf_counter() - t0
+        seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
         url = server.base_url
-    return {"seconds": seconds, "answer": answer, "path": rec.session_path, "url": url}
+    return {"seconds": seconds, "cpu": cpu, "answer": answer, "path": rec.session_path, "url": url}
 
 
-def replay(rec: dict[str, Any], work: Path) -> float:
-    t0 = time.perf_counter()
+def replay(rec: dict[str, Any], work: Path) -> tuple[float, float]:
+    t0, c0 = time.perf_counter(), time.process_time()
     with forkpoint.replay(rec["path"]) as rp:
         answer = demo_agent.run_agent(rec["url"], work, echo=None)
-    seconds = time.perf_counter() - t0
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
     report = rp.report()
     assert answer == rec["answer"], "the replay did not reproduce the recorded answer"
     assert report["divergence"] is None and report["matched"] == report["recorded"], report
-    return seconds
+    return seconds, cpu
 
 
 def main() -> None:
@@ -66,15 +66,16 @@ def main() -> None:
     args = parser.parse_args()
     os.environ["FORKPOINT_FSYNC"] = args.fsync
     me = x25519.Identity.generate()
-    times: dict[str, list[float]] = {
-        k: [] for k in ("record plain", "record enc", "replay plain", "replay enc")
-    }
+    keys = [f"{w} {m} {c}" for w in ("record", "replay") for m in ("plain", "enc") for c in ("wall", "cpu")]
+    times: dict[str, list[float]] = {k: [] for k in keys}
     sizes: dict[str, int] = {}
     with tempfile.TemporaryDirectory(prefix="forkpoint-bench-enc-") as tmp:
         root = Path(tmp)
         ident = root / "me.key"
         ident.write_text(f"{me}\n")
         os.environ[IDENTITY_ENV] = str(ident)
+        for to in ([], [str(me.to_public())]):  # warm up (imports, first connections), untimed
+            replay(record(3, 1, root / "warm", root / "warm-store", to), root / "warm-replay")
         for rep in range(args.reps):
             seed = 1000 + rep
             modes = [("plain", []), ("enc", [str(me.to_public())])]
@@ -83,23 +84,27 @@ def main() -> None:
             recs = {}
             for mode, to in modes:
                 r = record(args.turns, seed, root / f"w-{mode}-{rep}", root / "store", to)
-                times[f"record {mode}"].append(r["seconds"])
+                times[f"record {mode} wall"].append(r["seconds"])
+                times[f"record {mode} cpu"].append(r["cpu"])
                 sizes[mode] = dir_bytes(r["path"])
                 recs[mode] = r
             assert recs["plain"]["answer"] == recs["enc"]["answer"]
             for mode, _ in modes:
-                times[f"replay {mode}"].append(replay(recs[mode], root / f"r-{mode}-{rep}"))
+                wall, cpu = replay(recs[mode], root / f"r-{mode}-{rep}")
+                times[f"replay {mode} wall"].append(wall)
+                times[f"replay {mode} cpu"].append(cpu)
     med = {k: statistics.median(v) for k, v in times.items()}
     print(
         f"forkpoint encryption at rest: {args.turns} turns, {args.reps} reps, FORKPOINT_FSYNC={args.fsync}, "
         f"python {platform.python_version()}, {platform.machine()}, {os.cpu_count()} CPUs"
     )
-    print(f"{'':14}{'plain':>10}{'encrypted':>12}{'ratio':>8}")
+    print(f"{'':20}{'plain':>10}{'encrypted':>12}{'ratio':>8}")
     for what in ("record", "replay"):
-        p, e = med[f"{what} plain"], med[f"{what} enc"]
-        print(f"{what + ' (s)':14}{p:>10.3f}{e:>12.3f}{e / p:>8.2f}")
+        for clock in ("wall", "cpu"):
+            p, e = med[f"{what} plain {clock}"], med[f"{what} enc {clock}"]
+            print(f"{f'{what} {clock} (s)':20}{p:>10.3f}{e:>12.3f}{e / p:>8.2f}")
     print(
-        f"{'session (KB)':14}{sizes['plain'] / 1024:>10.1f}{sizes['enc'] / 1024:>12.1f}{sizes['enc'] / sizes['plain']:>8.2f}"
+        f"{'session (KB)':20}{sizes['plain'] / 1024:>10.1f}{sizes['enc'] / 1024:>12.1f}{sizes['enc'] / sizes['plain']:>8.2f}"
     )
     sys.stdout.flush()
 
