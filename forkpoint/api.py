@@ -24,7 +24,14 @@ from .log import Session
 from .match import IgnoreRule, configured, ignore_rules
 from .otel import LiveExport
 from .override import Override
-from .record import Recorder, attach_workspace, make_header, open_workspace, recording_warnings
+from .record import (
+    Recorder,
+    attach_workspace,
+    check_live_export,
+    make_header,
+    open_workspace,
+    recording_warnings,
+)
 from .replay import (
     API_KEY_VARS,
     PLACEHOLDER_KEY,
@@ -115,6 +122,7 @@ def record(
     otlp: str | None = None,
     otlp_content: bool = False,
     otlp_headers: Mapping[str, str] | None = None,
+    encrypt_to: Sequence[str] | None = None,
 ) -> Iterator[Recorder]:
     """Record every model call and tool call made inside the block into a new session.
 
@@ -129,6 +137,9 @@ def record(
     With ``otlp`` (an OTLP/HTTP endpoint), the session's spans are also sent there while it is
     recorded, each call's span as the call ends (:class:`~forkpoint.otel.LiveExport`;
     ``otlp_content`` and ``otlp_headers`` are ``forkpoint export``'s ``--content`` and ``--header``).
+    ``encrypt_to``: age recipients (``age1…`` public keys, or files of them) to encrypt the session
+    for (default: ``[store] encrypt_to`` of the configuration; ``[]``: not encrypted); reading it
+    back then needs an identity of one of them (``$FORKPOINT_IDENTITY``), see ``docs/security.md``.
     Yields the :class:`Recorder`; ``recorder.session_path`` is the new session directory. The session
     ends with an ``end`` event (``exit_code`` 0, or 1, the exception's type and the exception as
     ``uncaught`` if the block raised). What the recording lacks (tools the model asked for that
@@ -136,7 +147,8 @@ def record(
     not capture) is said on stderr at the end.
     Raises :class:`~forkpoint.errors.SessionError` when the store cannot hold a new session,
     :class:`~forkpoint.errors.ConfigError` for a bad ignore rule, :class:`~forkpoint.errors.UsageError`
-    for a tool target that is not ``module:qualname``, :class:`~forkpoint.errors.ExportError` for an
+    for a tool target that is not ``module:qualname`` or a bad recipient in ``encrypt_to``,
+    :class:`~forkpoint.errors.ExportError` for an
     ``otlp`` that is no http(s) URL or a missing ``otel`` extra (before anything is recorded).
     """
     targets = checked_tools(tools, "forkpoint.record(tools=…)")
@@ -152,8 +164,10 @@ def record(
         tools=targets,
         deterministic=deterministic,
         ignore=rules,
+        encrypt_to=encrypt_to,
     )
     header["workspace"] = ws.describe() if ws else None
+    check_live_export(header, live)
     with target.create(header) as session, agent_hooks(targets, deterministic):
         if live is not None:
             live.start(session.path)

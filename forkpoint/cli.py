@@ -26,7 +26,7 @@ from .capture.targets import parse_target
 from .checkpoint import verify_session
 from .errors import ForkpointError, OverrideError, SessionError, SigningError, UsageError
 from .executors import Executor, open_executor
-from .log import Session
+from .log import Session, use_identity
 from .orchestrate import Arm, fork_arms, record_command, replay_command
 from .replay import POLICIES, SOURCES
 from .show import render_listing, terminal
@@ -138,12 +138,27 @@ def _check_tools(values: tuple[str, ...]) -> list[str]:
     return list(values)
 
 
-_store_opt = click.option(
-    "--store",
-    metavar="DIR|URL",
-    help="Session store: a directory or an fsspec URL such as s3://bucket/prefix "
-    "(default: $FORKPOINT_STORE or .forkpoint/).",
-)
+def _use_identity(ctx: click.Context, param: click.Parameter, value: Path | None) -> None:
+    if value is not None:
+        use_identity(value)  # $FORKPOINT_IDENTITY: the programs a replay runs read the session too
+
+
+def _store_opt(f: Any) -> Any:
+    """``--store``, and ``--identity`` for the encrypted sessions of the store."""
+    f = click.option(
+        "--identity",
+        metavar="FILE",
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        expose_value=False,
+        callback=_use_identity,
+        help="An age identity file that opens encrypted sessions (default: $FORKPOINT_IDENTITY).",
+    )(f)
+    return click.option(
+        "--store",
+        metavar="DIR|URL",
+        help="Session store: a directory or an fsspec URL such as s3://bucket/prefix "
+        "(default: $FORKPOINT_STORE or .forkpoint/).",
+    )(f)
 _trust_opt = click.option(
     "--trust",
     is_flag=True,
@@ -305,6 +320,14 @@ def main() -> None:
     metavar="K=V",
     help="With --otlp: an HTTP header (repeatable).",
 )
+@click.option(
+    "--encrypt-to",
+    "encrypt_to",
+    multiple=True,
+    metavar="RECIPIENT",
+    help="Encrypt the session for this age recipient (age1…), or the recipients of this file "
+    "(repeatable; default: [store] encrypt_to of the configuration). docs/security.md.",
+)
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
 def record(
     store: str | None,
@@ -318,6 +341,7 @@ def record(
     otlp: str | None,
     otlp_content: bool,
     otlp_headers: tuple[str, ...],
+    encrypt_to: tuple[str, ...],
     cmd: tuple[str, ...],
 ) -> None:
     """Run CMD and record its model calls and tool calls:  forkpoint record -- python agent.py"""
@@ -349,6 +373,7 @@ def record(
         include_ignored=include_ignored,
         deterministic=deterministic,
         live=live,
+        encrypt_to=list(encrypt_to) or None,
     )
     sys.exit(code)
 

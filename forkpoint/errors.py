@@ -33,6 +33,11 @@ class SessionError(ForkpointError):
     """A session cannot be read or written; the message names the file and the place."""
 
 
+class IdentityError(SessionError):
+    """An encrypted session cannot be read: no identity is at hand, or the one given is not one of
+    the session's recipients; the message names the session and where the identity came from."""
+
+
 class CheckpointError(ForkpointError):
     """A checkpoint cannot be taken, restored or validated; the message says which and why."""
 

@@ -299,6 +299,8 @@ class Header(TypedDict, total=False):
     replay: dict[str, Any]
     imported_from: dict[str, Any]
     scrubbed: list[dict[str, Any]]
+    #: An encrypted session's ``{"scheme": "age", "recipients": ["age1…", …]}`` (docs/security.md).
+    encryption: dict[str, Any]
     hash: str
 
 

@@ -32,7 +32,7 @@ from .log import Session, to_json
 from .match import load_ignore
 from .otel import LiveExport
 from .outcome import Outcome, measure
-from .record import make_header, open_workspace, recording_warnings
+from .record import check_live_export, make_header, open_workspace, recording_warnings
 from .redact import load_rules
 from .replay import (
     EXIT_DIVERGENCE,
@@ -141,11 +141,13 @@ def record_command(
     quiet: bool = False,
     capture: bool = False,
     live: LiveExport | None = None,
+    encrypt_to: list[str] | None = None,
 ) -> tuple[Path, int, str | None]:
     """Record ``cmd`` into a new session of ``store``; with ``workspace``, take checkpoints of it;
     with ``deterministic``, record the values its own code reads from the clock, ``uuid`` and
     ``random`` too (:mod:`forkpoint.capture.clock`).
-    with ``live``, send its spans while it runs (this process follows the log the program writes).
+    with ``live``, send its spans while it runs (this process follows the log the program writes);
+    ``encrypt_to``: the age recipients to encrypt the session for (None: the configuration's).
 
     Returns (session path, exit code, the command's stdout if ``capture``).
     """
@@ -153,9 +155,10 @@ def record_command(
     check_config()
     target = open_store(store)
     ws = open_workspace(workspace, target.path, include_ignored)
-    header = make_header(argv=cmd, name=name, tags=tags, deterministic=deterministic)
+    header = make_header(argv=cmd, name=name, tags=tags, deterministic=deterministic, encrypt_to=encrypt_to)
     header["tools"] = tools
     header["workspace"] = ws.describe() if ws else None
+    check_live_export(header, live)
     session = target.create(header)
     session.quiet = quiet
     if live is not None:

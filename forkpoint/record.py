@@ -21,7 +21,7 @@ from typing import Any, Literal, overload
 from . import runtime
 from ._version import __version__
 from .checkpoint import Workspace, carried_context, checkpoint_event
-from .errors import SessionError
+from .errors import IdentityError, SessionError, UsageError
 from .events import (
     HttpRequest,
     ModelCallEvent,
@@ -31,7 +31,15 @@ from .events import (
     new_span_id,
     tool_matches,
 )
-from .log import Session, SessionWriter
+from .log import (
+    IDENTITY_ENV,
+    Session,
+    SessionWriter,
+    configured_recipients,
+    encryption_table,
+    identity_path,
+    parse_recipients,
+)
 from .match import Ignore, IgnoreRule, configured, event_key, header_rules
 from .providers import call_kind, classify, sdk_packages, summary
 from .text import plural
@@ -91,12 +99,17 @@ def make_header(
     tools: Sequence[str] = (),
     deterministic: bool | Sequence[str] = False,
     ignore: Sequence[IgnoreRule] = (),
+    encrypt_to: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """The header fields of a new session (the log adds format, version, id, creation time).
 
     ``tools`` (``module:qualname`` targets), ``deterministic`` (True or module names) and the
     ``ignore`` rules given beyond the configuration's are kept so that a replay applies them again;
-    each is written only when given."""
+    each is written only when given. ``encrypt_to``: age recipients (``age1…``, or files of them)
+    the session is encrypted for (``encryption``, :mod:`forkpoint.log.crypto`); None: those of
+    ``[store] encrypt_to`` in the configuration, if any. Raises
+    :class:`~forkpoint.errors.UsageError` for a bad recipient, :class:`~forkpoint.errors.ConfigError`
+    for a bad ``[store]`` table."""
     cwd = Path(cwd or os.getcwd()).resolve()
     all_tags = {"agent_version": None, "prompt_version": None, **dict(tags or {})}
     header: dict[str, Any] = {
@@ -116,7 +129,23 @@ def make_header(
         header["deterministic"] = deterministic if isinstance(deterministic, bool) else list(deterministic)
     if ignore:
         header["match"] = {"ignore": [r.to_json() for r in ignore]}
+    recipients = (
+        configured_recipients(cwd) if encrypt_to is None else parse_recipients(encrypt_to, "encrypt_to")
+    )
+    if recipients:
+        header["encryption"] = encryption_table(recipients)
     return header
+
+
+def check_live_export(header: Mapping[str, Any], live: object | None) -> None:
+    """Refuse, before a session exists, a live export of an encrypted session without an identity
+    at hand: the export follows the log as it is written, so it must open it. Raises
+    :class:`~forkpoint.errors.UsageError`."""
+    if live is not None and header.get("encryption") is not None and identity_path() is None:
+        raise UsageError(
+            "a live OTLP export reads the session as it is written, and this session is encrypted: set "
+            f"{IDENTITY_ENV} (or --identity FILE) to an age identity of one of its recipients"
+        )
 
 
 class Recorder:
@@ -272,9 +301,13 @@ def open_workspace(root: str | Path | None, store: Path, include_ignored: bool =
 
 
 def attach_workspace(ws: Workspace | None, writer: SessionWriter) -> Workspace | None:
-    """Point the workspace's new git objects at the session's ``git-objects`` folder."""
+    """Point the workspace's new git objects at the session's ``git-objects`` folder; for an
+    encrypted session, at a private scratch folder whose objects each checkpoint seals."""
     if ws is not None:
-        ws.objects = writer.path / "git-objects"
+        if writer.cipher is not None:
+            ws.use_scratch()
+        else:
+            ws.objects = writer.path / "git-objects"
     return ws
 
 
@@ -307,9 +340,12 @@ def recording_warnings(path: Path) -> list[str]:
     """What the recording in session directory ``path`` lacks, in words for the person who made it:
     tools the model asked for that were never recorded (and how to name them), and tool calls whose
     result could not be recorded (a replay stops at the first). None when it cannot be read back
-    (whoever wrote it has said why)."""
+    (whoever wrote it has said why); for an encrypted session without an identity at hand, that
+    the checks were skipped, and why."""
     try:
         events = Session.load(path).events
+    except IdentityError as exc:  # an encrypted session, and no identity here to read it back
+        return [f"the checks of what the recording lacks were skipped: {exc}"]
     except SessionError:
         return []
     out = []

@@ -44,7 +44,6 @@ from .checkpoint import verify_session
 from .errors import ScrubError, SigningError
 from .events import Event, Header
 from .log import (
-    BLOB_DIR,
     GIT_OBJECTS,
     LOG_NAME,
     BlobStore,
@@ -263,7 +262,7 @@ def scrub_session(
                 writer = SessionWriter.create(work, header, session_id=sid, fsync="close")
                 if (path / GIT_OBJECTS).is_dir():
                     shutil.copytree(path / GIT_OBJECTS, writer.path / GIT_OBJECTS, symlinks=True)
-                old_blobs = BlobStore(path / BLOB_DIR)
+                old_blobs = session.blob_store()
                 try:
                     for event in session.events:
                         step("event")

@@ -9,13 +9,13 @@ import re
 import shutil
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
 from ..errors import CheckpointError, SessionError
 from ..events import CheckpointEvent
-from ..log import BlobStore, Session
+from ..log import Session
 from .git import HEX, git, loose_path
 from .source import RAW_DIFF, parse_raw_diff
 from .workspace import META_DIR, manifest_rows
@@ -154,7 +154,7 @@ def _restore_into(
     into: Path,
     repo: Path | None,
 ) -> None:
-    blobs = BlobStore(session.path / "blobs")
+    blobs = session.blob_store()
     session_objects = (session.path / "git-objects").resolve()
     if source:
         origin = Path(repo or source.get("repo") or "")
@@ -169,6 +169,8 @@ def _restore_into(
         except CheckpointError:  # a `git gc` running in the origin can move objects mid-copy: again
             shutil.rmtree(into / ".git", ignore_errors=True)
             git(clone, into.parent)
+        if session.cipher is not None:  # an encrypted session's objects are sealed blobs of its checkpoints
+            session_objects = _unseal_objects(session, int(cp["seq"]), into / ".git" / "objects")
         alt = {"GIT_ALTERNATE_OBJECT_DIRECTORIES": str(session_objects)}
         try:
             git(["cat-file", "-e", f"{source['base']}^{{commit}}"], into)
@@ -260,6 +262,26 @@ def _restore_into(
     (meta / "checkpoint.json").write_bytes(orjson.dumps(expect, option=orjson.OPT_INDENT_2))
     (meta / "messages.json").write_bytes(orjson.dumps(cp.get("context"), option=orjson.OPT_INDENT_2))
     (meta / "manifest.json").write_bytes(orjson.dumps([list(r) for r in rows]))
+
+
+def _unseal_objects(session: Session, seq: int, objects: Path) -> Path:
+    """Write the git objects an encrypted session's checkpoints up to ``seq`` sealed
+    (``git_objects``) into ``objects`` (the restored repository's); returns ``objects``."""
+    for cp in session.by_type("checkpoint"):
+        if int(cp["seq"]) > seq:
+            break
+        sealed = cast(dict[str, Any], cp).get("git_objects") or {}
+        for oid, data in sealed.items() if isinstance(sealed, dict) else ():
+            if not (isinstance(oid, str) and HEX.match(oid) and isinstance(data, bytes)):
+                raise CheckpointError(f"checkpoint seq {cp['seq']}: a sealed git object {oid!r} is malformed")
+            target = loose_path(objects, oid)
+            if not target.exists():
+                target.parent.mkdir(exist_ok=True)
+                tmp = target.with_name(f".tmp-{os.getpid()}-{target.name}")
+                tmp.write_bytes(data)
+                os.chmod(tmp, 0o444)
+                os.replace(tmp, target)
+    return objects
 
 
 def _copy_objects(

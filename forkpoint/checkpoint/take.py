@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import time
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,7 +17,7 @@ from ..errors import CheckpointError
 from ..log import BlobStore
 from ..redact import scrub_json
 from .context import referenced_paths, resolve_ref
-from .git import git, repo_root
+from .git import HEX, git, repo_root
 from .source import SourceTracker
 from .workspace import (
     MANIFEST_INLINE_MAX,
@@ -32,7 +35,8 @@ class Workspace:
 
     ``listing`` is ``git`` (a repository with commits: tracked files are the source state),
     ``git-nocommit`` (a repository without commits: every non-ignored file is workspace) or
-    ``plain`` (a folder). Set ``objects`` to the session's ``git-objects`` folder before capturing.
+    ``plain`` (a folder). Set ``objects`` to the session's ``git-objects`` folder before capturing
+    (for an encrypted session, a private scratch folder: see :meth:`use_scratch`).
     """
 
     root: Path
@@ -44,6 +48,40 @@ class Workspace:
     listing: str = "plain"
     _source: SourceTracker | None = field(default=None, repr=False)
     _hashes: dict[str, HashCache] = field(default_factory=dict, repr=False)
+    #: git objects of the scratch folder already handed to a checkpoint (an encrypted session)
+    _sealed: set[str] | None = field(default=None, repr=False)
+
+    def use_scratch(self) -> None:
+        """Write new git objects into a private folder (0700; in memory, ``/dev/shm``, where there is
+        one), removed when this object is collected or the process exits: an encrypted session
+        keeps them as sealed blobs of its checkpoints (``git_objects``), never as files in the clear."""
+        shm = Path("/dev/shm")
+        where = str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
+        tmp = tempfile.mkdtemp(prefix="forkpoint-objects-", dir=where)
+        weakref.finalize(self, shutil.rmtree, tmp, True)
+        self.objects = Path(tmp)
+        self._sealed = set()
+
+    def new_objects(self) -> dict[str, bytes] | None:
+        """The loose git objects (object id → the file's bytes) written into the scratch folder since
+        the last call; None when the workspace writes into the session's ``git-objects``."""
+        if self._sealed is None:
+            return None
+        out: dict[str, bytes] = {}
+        root = Path(self.objects)
+        for sub in sorted(root.iterdir()) if root.is_dir() else []:
+            if len(sub.name) != 2 or not sub.is_dir():
+                continue
+            for obj in sorted(sub.iterdir()):
+                oid = sub.name + obj.name
+                if oid in self._sealed or not HEX.fullmatch(oid):
+                    continue  # sealed already, or a temporary file of a write under way
+                try:
+                    out[oid] = obj.read_bytes()
+                except FileNotFoundError:  # deleted meanwhile (a scrubbed object)
+                    continue
+                self._sealed.add(oid)
+        return out
 
     @classmethod
     def open(cls, root: Path, store: Path, *, include_ignored: bool = False) -> Workspace:
@@ -159,6 +197,9 @@ def checkpoint_event(
         state = None
     if state is not None:
         event.update(state)
+        sealed = workspace.new_objects()
+        if sealed:  # bytes: each a blob of the session, sealed like every other
+            event["git_objects"] = sealed
     event["cwd"] = None if cwd == "." else cwd
     context = scrub_json(context) if context is not None else None
     event["context"] = context

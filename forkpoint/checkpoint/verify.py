@@ -29,6 +29,7 @@ from ..log import (
     Session,
     StoredLine,
     Verification,
+    read_header,
     to_json,
     verify,
 )
@@ -52,10 +53,11 @@ def check_checkpoints(path: Path, lines: list[StoredLine], result: Verification,
     problems = result.problems
     checkpoints = [(line.lineno, line.seq, line.event) for line in lines]
     manifest_refs: dict[str, tuple[int, int, int]] = {}  # blob → (size, lineno, seq)
-    if not problems:
-        _verify_checkpoints(path, log_path, checkpoints, problems, manifest_refs)
-    blobs = BlobStore(path / BLOB_DIR)
+    blobs = None if problems else _blobs(path, checkpoints, problems)
+    if blobs is not None:
+        _verify_checkpoints(path, log_path, blobs, checkpoints, problems, manifest_refs)
     for h, (size, lineno, seq) in sorted(manifest_refs.items(), key=lambda kv: kv[1][1]):
+        assert blobs is not None
         problem, actual = blobs.check(h)
         if problem:
             problems.append(f"{problem} (workspace file of checkpoint seq {seq}, {log_path}:{lineno})")
@@ -66,8 +68,31 @@ def check_checkpoints(path: Path, lines: list[StoredLine], result: Verification,
     result.blobs += len(manifest_refs)
     result.checkpoints = len(checkpoints)
     result.git_objects = _verify_git_objects(path / GIT_OBJECTS, problems)
-    if git and not problems:
+    sealed = [seq for _, seq, obj in checkpoints if "git_objects" in obj]
+    if git and not problems and sealed:
+        result.notes.append(
+            f"the git objects of {len(sealed)} checkpoint(s) are sealed blobs (an encrypted session): checked "
+            "as blobs; the source trees' completeness was not checked"
+        )
+    elif git and not problems:
         _verify_trees(path, checkpoints, problems, result.notes)
+
+
+def _blobs(
+    path: Path, checkpoints: list[tuple[int, int, dict[str, Any]]], problems: list[str]
+) -> BlobStore | None:
+    """The session's blobs for the checks of its checkpoints. An encrypted session's only when its
+    lines were opened (the log's check did that, with the identity; else it said what it skipped)."""
+    head = read_header(path / LOG_NAME)
+    if head.get("encryption") is None:
+        return BlobStore(path / BLOB_DIR)
+    if not any("workspace" in obj or "context" in obj for _, _, obj in checkpoints):
+        return None  # sealed lines: nothing of theirs to check
+    try:
+        return Session.blobs_of(path)
+    except SessionError as exc:
+        problems.append(str(exc))
+        return None
 
 
 def _manifest_of(ws: dict[str, Any], blobs: BlobStore, where: str) -> Any:
@@ -82,6 +107,7 @@ def _manifest_of(ws: dict[str, Any], blobs: BlobStore, where: str) -> Any:
 def _verify_checkpoints(
     path: Path,
     log_path: Path,
+    blobs: BlobStore,
     checkpoints: list[tuple[int, int, dict[str, Any]]],
     problems: list[str],
     manifest_refs: dict[str, tuple[int, int, int]],
@@ -90,7 +116,6 @@ def _verify_checkpoints(
     against its digest."""
     if not checkpoints:
         return
-    blobs = BlobStore(path / BLOB_DIR)
     session: Session | None = None
     for lineno, seq, obj in checkpoints:
         ws = obj.get("workspace")

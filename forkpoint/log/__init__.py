@@ -31,7 +31,15 @@ from .codec import (
     line_hash,
     to_json,
 )
-from .reader import LogTail, Session, add_deriver, check_header, read_header
+from .crypto import (
+    IDENTITY_ENV,
+    configured_recipients,
+    encryption_table,
+    identity_path,
+    parse_recipients,
+    use_identity,
+)
+from .reader import LogTail, Session, add_deriver, check_header, open_session_header, read_header
 from .verify import Check, StoredLine, Verification, verify
 from .writer import FSYNC_POLICIES, SessionWriter
 
@@ -43,6 +51,7 @@ __all__ = [
     "FORMAT",
     "FORMAT_VERSION",
     "FSYNC_POLICIES",
+    "IDENTITY_ENV",
     "GIT_OBJECTS",
     "JSON_BLOB_FIELDS",
     "LOG_NAME",
@@ -57,6 +66,12 @@ __all__ = [
     "Verification",
     "add_deriver",
     "check_header",
+    "configured_recipients",
+    "encryption_table",
+    "identity_path",
+    "parse_recipients",
+    "use_identity",
+    "open_session_header",
     "delta_container",
     "line_hash",
     "new_session_id",

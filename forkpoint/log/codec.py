@@ -159,6 +159,25 @@ def dumps(value: Any) -> bytes:
     return orjson.dumps(value)
 
 
+def blob_refs(value: Any, out: dict[str, int], lineno: int) -> None:
+    """Add the names of the blobs the stored value ``value`` refers to (``$blob``, ``$json``) to
+    ``out``, each with the first line (``lineno``) that refers to it."""
+    if isinstance(value, dict):
+        if "$lit" in value and len(value) == 1 and isinstance(value["$lit"], dict):
+            # Escaped user data: its keys are literal ({"$blob": ...} there is no reference).
+            for v in value["$lit"].values():
+                blob_refs(v, out, lineno)
+            return
+        for ref in ("$blob", "$json"):
+            if ref in value:
+                out.setdefault(str(value[ref]), lineno)
+        for v in value.values():
+            blob_refs(v, out, lineno)
+    elif isinstance(value, list):
+        for v in value:
+            blob_refs(v, out, lineno)
+
+
 def line_hash(obj: dict[str, Any]) -> str:
     return digest({k: v for k, v in obj.items() if k != "hash"})
 

@@ -24,6 +24,7 @@ from ..events import (
 )
 from .blobs import BlobStore
 from .codec import BLOB_DIR, FORMAT, FORMAT_VERSION, LOG_NAME, decode, delta_container, resolve_deltas
+from .crypto import FILES, Cipher, header_cipher, open_event, open_header
 
 #: Functions that add derived fields to every event as it is loaded. The log knows nothing of
 #: providers: :mod:`forkpoint.providers` hands in the one that adds a model call's ``summary``.
@@ -38,7 +39,8 @@ def add_deriver(derive: Callable[[dict[str, Any]], None]) -> None:
 
 
 def read_header(log_path: Path) -> dict[str, Any]:
-    """Parse and check line 1 of a session log. Raises :class:`SessionError` naming the problem."""
+    """Parse and check line 1 of a session log, as stored: an encrypted session's sealed fields are
+    not opened (:func:`open_session_header`). Raises :class:`SessionError` naming the problem."""
     try:
         with open(log_path, "rb") as f:
             first = f.readline(1 << 24)
@@ -65,6 +67,14 @@ def check_header(first: bytes, log_path: Path) -> dict[str, Any]:
             f"(this forkpoint reads version {FORMAT_VERSION})"
         )
     return head
+
+
+def open_session_header(log_path: Path) -> dict[str, Any]:
+    """The whole header of the session log ``log_path``, an encrypted one's sealed fields opened
+    with the identity of ``$FORKPOINT_IDENTITY``. Raises :class:`SessionError` (an
+    :class:`~forkpoint.errors.IdentityError` when an encrypted session cannot be opened)."""
+    head = read_header(log_path)
+    return open_header(head, header_cipher(head, log_path), log_path)
 
 
 @dataclass
@@ -138,15 +148,20 @@ class _Resolver:
     """Turns the stored lines of one session log, in order, into events in resolved form: blobs
     read, ``$delta`` lists rebuilt (from the earlier lines it saw), derived fields added."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, cipher: Cipher | None) -> None:
         self.log_path = path / LOG_NAME
-        self.blobs = BlobStore(path / BLOB_DIR)
+        self.cipher = cipher
+        self.blobs = BlobStore(path / BLOB_DIR, cipher=cipher)
         self.lists: dict[int, dict[str, list[Any]]] = {}
 
     def event(self, obj: dict[str, Any], lineno: int) -> dict[str, Any]:
         """The resolved event of the stored line ``obj`` (line ``lineno``). Raises
-        :class:`SessionError` naming the line when a blob or a delta base cannot be read."""
+        :class:`SessionError` naming the line when a blob or a delta base cannot be read (or
+        decrypted: :class:`~forkpoint.errors.IdentityError` without a usable identity)."""
         where = f" (referenced from {self.log_path}:{lineno})"
+        obj = open_event(obj, self.cipher, f"{self.log_path}:{lineno}")
+        if FILES in obj:
+            self.blobs.learn(obj.pop(FILES), f"{self.log_path}:{lineno}")
         try:
             event = {k: decode(v, self.blobs, where) for k, v in obj.items()}
         except (ValueError, TypeError, KeyError) as exc:
@@ -173,9 +188,11 @@ class LogTail:
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
         self.log_path = self.path / LOG_NAME
-        self.header: dict[str, Any] = read_header(self.log_path)
+        stored = read_header(self.log_path)
+        cipher = header_cipher(stored, self.log_path)
+        self.header: dict[str, Any] = open_header(stored, cipher, self.log_path)
         self.skipped = 0
-        self._resolver = _Resolver(self.path)
+        self._resolver = _Resolver(self.path, cipher)
         self._offset = 0
         self._lineno = 0
 
@@ -209,6 +226,7 @@ class Session:
 
     ``truncated`` is true when the log ends in an incomplete line (a recording that was killed);
     ``recovered`` lists torn regions that a later writer closed and declared (see the module doc).
+    ``cipher`` is an encrypted session's (None otherwise): :meth:`blob_store` reads its blobs.
     """
 
     path: Path
@@ -216,6 +234,8 @@ class Session:
     events: list[Event] = field(default_factory=list)
     truncated: bool = False
     recovered: list[dict[str, Any]] = field(default_factory=list)
+    cipher: Cipher | None = None
+    _blobs: BlobStore | None = field(default=None, repr=False, compare=False)
 
     @property
     def id(self) -> str:
@@ -230,14 +250,18 @@ class Session:
         log_path = path / LOG_NAME
         if not path.is_dir():
             raise SessionError(f"{path}: no such session directory")
-        resolver = _Resolver(path)
+        resolver: _Resolver | None = None
         recovered: list[dict[str, Any]] = []
         session: Session | None = None
         for line in event_lines(log_path, recovered):
             if line.lineno == 1:
-                session = cls(path=path, header=cast(Header, check_header(line.raw, log_path)))
+                stored = check_header(line.raw, log_path)
+                cipher = header_cipher(stored, log_path)
+                header = open_header(stored, cipher, log_path)
+                resolver = _Resolver(path, cipher)
+                session = cls(path=path, header=cast(Header, header), cipher=cipher, _blobs=resolver.blobs)
                 continue
-            assert session is not None
+            assert session is not None and resolver is not None
             if line.error == "truncated":
                 session.truncated = True
                 break
@@ -248,6 +272,23 @@ class Session:
             raise SessionError(f"{log_path}: empty session log")
         session.recovered = recovered
         return session
+
+    def blob_store(self) -> BlobStore:
+        """The session's blobs (an encrypted session's: with its cipher, and which file holds each
+        blob, as its lines said)."""
+        return self._blobs if self._blobs is not None else BlobStore(self.path / BLOB_DIR, cipher=self.cipher)
+
+    @classmethod
+    def blobs_of(cls, path: Path | str) -> BlobStore:
+        """The blobs of session directory ``path``; an encrypted session is loaded for them (its
+        lines say which file holds which blob), which needs its identity. Raises
+        :class:`SessionError` (:class:`~forkpoint.errors.IdentityError`)."""
+        path = Path(path)
+        log_path = path / LOG_NAME
+        head = read_header(log_path)
+        if head.get("encryption") is None:
+            return BlobStore(path / BLOB_DIR)
+        return cls.load(path).blob_store()
 
     @overload
     def by_type(self, kind: Literal["model_call"]) -> list[ModelCallEvent]: ...

@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import SessionError
+from ..errors import IdentityError, SessionError
 from .blobs import BlobStore
-from .codec import BLOB_DIR, LOG_NAME, line_hash
+from .codec import BLOB_DIR, LOG_NAME, blob_refs, line_hash
+from .crypto import ENC, FILES, Cipher, header_cipher, open_event
 from .reader import check_header, event_lines
 
 
@@ -69,23 +70,6 @@ class StoredLine:
 Check = Callable[[Path, list[StoredLine], Verification], None]
 
 
-def _blob_refs(value: Any, out: dict[str, int], lineno: int) -> None:
-    if isinstance(value, dict):
-        if "$lit" in value and len(value) == 1 and isinstance(value["$lit"], dict):
-            # Escaped user data: its keys are literal ({"$blob": ...} there is no reference).
-            for v in value["$lit"].values():
-                _blob_refs(v, out, lineno)
-            return
-        for ref in ("$blob", "$json"):
-            if ref in value:
-                out.setdefault(str(value[ref]), lineno)
-        for v in value.values():
-            _blob_refs(v, out, lineno)
-    elif isinstance(value, list):
-        for v in value:
-            _blob_refs(v, out, lineno)
-
-
 def _stored_list_len(value: Any) -> int | None:
     if isinstance(value, list):
         return len(value)
@@ -111,6 +95,13 @@ def _stored_container(obj: dict[str, Any]) -> dict[str, Any] | None:
     return body if isinstance(body, dict) else None
 
 
+def _sealed_note(cipher: Cipher, why: str) -> str:
+    return (
+        f"session {cipher.session} is encrypted and {why}: its chain, lines and every blob's ciphertext "
+        "were checked; what is inside them (deltas, checkpoints' manifests, contexts) was not"
+    )
+
+
 def verify(path: Path | str, *, deep: bool = True, checks: Mapping[str, Check] | None = None) -> Verification:
     """Check a session log without trusting any of it. Reads only; never writes.
 
@@ -126,6 +117,11 @@ def verify(path: Path | str, *, deep: bool = True, checks: Mapping[str, Check] |
     Stops reading lines at the first broken one (later lines cannot be trusted once the chain is
     broken). A log cut off mid-write is ``truncated``, not corrupt; one without an ``end`` event is
     reported in ``notes`` (still running, killed, or its last events removed).
+
+    An encrypted session (:mod:`.crypto`) is checked the same way on its stored form, without any
+    identity: header, lines, chain, and every blob file against its name. With an identity at hand
+    (``$FORKPOINT_IDENTITY``) its lines are opened too, and their deltas and the ``checks`` run on
+    them; without one, ``notes`` say what was not checked.
     """
     path = Path(path)
     log_path = path / LOG_NAME
@@ -136,6 +132,8 @@ def verify(path: Path | str, *, deep: bool = True, checks: Mapping[str, Check] |
     refs: dict[str, int] = {}
     checked: dict[str, list[StoredLine]] = {kind: [] for kind in checks}
     lengths: dict[int, dict[str, int]] = {}
+    cipher: Cipher | None = None
+    opened = False
     prev_hash = ""
     prev_seq = 0
     last_type = None
@@ -153,9 +151,15 @@ def verify(path: Path | str, *, deep: bool = True, checks: Mapping[str, Check] |
             if lineno == 1:
                 try:
                     obj = check_header(raw, log_path)
+                    cipher = header_cipher(obj, log_path)
                 except SessionError as exc:
                     problems.append(str(exc))
                     break
+                if cipher is not None:
+                    blobs = BlobStore(path / BLOB_DIR, cipher=cipher)
+                    opened = cipher.can_open()
+                    if not opened:
+                        notes.append(_sealed_note(cipher, "no identity is at hand ($FORKPOINT_IDENTITY)"))
                 label = "header"
             else:
                 if line.obj is None:
@@ -187,9 +191,49 @@ def verify(path: Path | str, *, deep: bool = True, checks: Mapping[str, Check] |
                 continue
             result.events += 1
             seq = prev_seq = int(obj["seq"])
+            if ENC in obj:
+                sealed_refs = obj.get("blobs")
+                if not isinstance(sealed_refs, list) or not all(isinstance(h, str) for h in sealed_refs):
+                    problems.append(
+                        f"{log_path}:{lineno}: {label}: encrypted, but its 'blobs' is not a list of names"
+                    )
+                    break
+                for h in sealed_refs:
+                    refs.setdefault(h, lineno)
+                if opened and cipher is not None:
+                    try:
+                        obj = open_event(obj, cipher, f"{log_path}:{lineno}")
+                    except IdentityError as exc:
+                        opened = False
+                        notes.append(_sealed_note(cipher, str(exc)))
+                    except SessionError as exc:
+                        problems.append(str(exc))
+                        break
+                    else:
+                        files = obj.pop(FILES, {})
+                        try:
+                            blobs.learn(files, f"{log_path}:{lineno}")
+                        except SessionError as exc:
+                            problems.append(str(exc))
+                            break
+                        if not set(files.values()) <= set(sealed_refs):
+                            problems.append(
+                                f"{log_path}:{lineno}: {label}: names blob files its line does not list"
+                            )
+                            break
+                        inner: dict[str, int] = {}
+                        for value in obj.values():
+                            blob_refs(value, inner, lineno)
+                        unknown = [h for h in inner if blobs.file_of(h) is None]
+                        if unknown:
+                            problems.append(
+                                f"{log_path}:{lineno}: {label}: refers to blob {unknown[0][:12]}…, which no line lists"
+                            )
+                            break
             last_type, last_pid = obj.get("type"), obj.get("pid")
-            for value in obj.values():
-                _blob_refs(value, refs, lineno)
+            if cipher is None:  # (an encrypted line's blobs are its files, listed above)
+                for value in obj.values():
+                    blob_refs(value, refs, lineno)
             container = _stored_container(obj)
             if container is not None:
                 mine: dict[str, int] = {}

@@ -29,6 +29,7 @@ from .codec import (
     FORMAT,
     FORMAT_VERSION,
     LOG_NAME,
+    blob_refs,
     body_lists,
     dumps,
     encode,
@@ -37,6 +38,7 @@ from .codec import (
     line_hash,
     valid_line,
 )
+from .crypto import CLEAR_EVENT, ENC, FILES, Cipher, header_cipher, seal_header
 from .reader import read_header
 
 #: How many recent model calls a new request is compared with to find its delta base.
@@ -57,7 +59,8 @@ class SessionWriter:
     * ``"never"``: left to the operating system (a killed *process* still loses nothing written).
 
     Every event (and the header) is scrubbed with the redaction rules in force when the writer was
-    opened (:func:`forkpoint.redact.current`).
+    opened (:func:`forkpoint.redact.current`). When the header has an ``encryption`` table, every
+    line's content and every blob is sealed for its recipients (:mod:`.crypto`); no identity is needed.
     """
 
     def __init__(self, path: Path, *, fsync: str | None = None) -> None:
@@ -69,7 +72,10 @@ class SessionWriter:
         if self.fsync not in FSYNC_POLICIES:
             raise ValueError(f"fsync must be 'event', 'close' or 'never', not {self.fsync!r}")
         self.scrubber = redact.current()
-        self.blobs = BlobStore(self.path / BLOB_DIR, durable=self.fsync != "never")
+        #: The stored header (an encrypted session's sealed fields are not opened).
+        self.header = read_header(self.log_path)
+        self.cipher = header_cipher(self.header, self.log_path)
+        self.blobs = BlobStore(self.path / BLOB_DIR, durable=self.fsync != "never", cipher=self.cipher)
         self._fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND)
         self._lock = threading.Lock()
         self._known_size = -1
@@ -79,7 +85,6 @@ class SessionWriter:
         self._close_torn = b""
         # Item digests of request-body lists of this writer's recent model calls, for delta encoding.
         self._recent: deque[tuple[int, dict[str, list[str]]]] = deque(maxlen=_DELTA_WINDOW)
-        self.header = read_header(self.log_path)
 
     @classmethod
     def create(
@@ -88,7 +93,9 @@ class SessionWriter:
         """Create ``<store>/<id>/`` (owner-only permissions) with ``header`` as line 1.
 
         ``header`` gets ``format``, ``version``, ``session_id``, ``created``, ``redaction`` and
-        ``hash`` filled in (a ``created`` given is kept), and is scrubbed. The log appears complete
+        ``hash`` filled in (a ``created`` given is kept), and is scrubbed. With ``encryption``
+        (``{"scheme": "age", "recipients": ["age1…", …]}``) the session is encrypted: the header
+        keeps only :data:`~.crypto.CLEAR_HEADER` readable, and so every line. The log appears complete
         or not at all (written beside, then linked into place). Raises :class:`SessionError` if the
         directory exists: a session is never overwritten.
         """
@@ -117,6 +124,11 @@ class SessionWriter:
         }
         head = scrubber.event(head)
         head["session_id"], head["format"], head["version"] = sid, FORMAT, FORMAT_VERSION
+        if header.get("encryption") is not None:
+            head["encryption"] = header["encryption"]  # public keys: not for the scrubber to rewrite
+            cipher = header_cipher(head, path / LOG_NAME)
+            if cipher is not None:
+                head = seal_header(head, cipher)
         head["hash"] = line_hash(head)
         tmp = path / f".{LOG_NAME}.{secrets.token_hex(4)}.tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -186,6 +198,8 @@ class SessionWriter:
             scrubbed = stored
             stored = {k: encode(v, self.blobs) for k, v in stored.items()}
             json_blobs(stored, scrubbed, self.blobs)
+            # (taken before the sync: every blob file a line lists is durable before the line)
+            new_files = self.blobs.take_written() if self.cipher is not None else {}
             if self.fsync == "event":
                 self.blobs.sync()
             fcntl.flock(self._fd, fcntl.LOCK_EX)
@@ -194,6 +208,9 @@ class SessionWriter:
                 seq = self._last_seq + 1
                 if lists:
                     self._delta_encode(stored, lists, seq)
+                if self.cipher is not None:
+                    where = f"{self.log_path}: event seq {seq}"
+                    stored = _seal_event(stored, new_files, self.blobs, self.cipher, where)
                 line_obj = {"seq": seq, **stored}
                 if self._torn is not None:
                     line_obj["torn"] = self._torn
@@ -248,6 +265,32 @@ class SessionWriter:
                     os.fsync(self._fd)
                 os.close(self._fd)
                 self._fd = -1
+
+
+def _seal_event(
+    stored: dict[str, Any], written: dict[str, str], blobs: BlobStore, cipher: Cipher, where: str
+) -> dict[str, Any]:
+    """An encrypted session's line: the envelope (:data:`~.crypto.CLEAR_EVENT`), the names of the
+    blob files it accounts for (``blobs``: so that ``verify`` checks them without the identity), and
+    ``$enc``: the other fields sealed, with ``$files`` (blob name → file name) of the blobs they
+    refer to and of those ``written`` since the last line (a checkpoint's workspace files)."""
+    payload = {k: v for k, v in stored.items() if k not in CLEAR_EVENT}
+    refs: dict[str, int] = {}
+    blob_refs(payload, refs, 0)
+    files = dict(written)
+    for h in refs:
+        name = blobs.file_of(h)
+        if name is not None:
+            files[h] = name
+    payload[FILES] = files
+    try:
+        sealed = cipher.seal_json(payload)
+    except TypeError:  # lone surrogates or huge integers: store them in their own way
+        sealed = cipher.seal_json(encode_exotic(payload, where))
+    out = {k: v for k, v in stored.items() if k in CLEAR_EVENT}
+    out[ENC] = sealed
+    out["blobs"] = sorted(set(files.values()))
+    return out
 
 
 def _last_valid_line(path: Path, size: int) -> tuple[dict[str, Any], int, bool]:

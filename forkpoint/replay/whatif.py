@@ -29,7 +29,7 @@ def create_child(
 ) -> Recording:
     """A new session for a what-if run of ``parent`` (header ``parent`` and ``replay`` say how it was
     made), in the store ``into`` (default: the folder the parent is in). It keeps the parent's tool
-    targets, ``deterministic`` and ignore rules. The caller ends it."""
+    targets, ``deterministic``, ignore rules and encryption. The caller ends it."""
     header = make_header(
         argv=argv,
         name=name or f"what-if of {parent.id}",
@@ -47,6 +47,8 @@ def create_child(
     }
     if live_tools:
         header["replay"]["live_tools"] = list(live_tools)
+    if parent.header.get("encryption") is not None:  # what the parent hid, its children hide too
+        header["encryption"] = parent.header["encryption"]
     return open_store(into or parent.path.parent).create(header)
 
 

@@ -1,0 +1,245 @@
+"""Encryption at rest (docs/security.md, "Encryption at rest").
+
+An agent recorded through the real ``openai`` SDK against the local leaky server of
+``tests/test_security.py`` (its planted secrets, tool calls, an exception, a note, a checkpointed
+git repository with a modified tracked file and an untracked ``.env``), into a session encrypted for
+an age recipient. Every file written under the store is searched for the planted secrets *and* for
+plain content (the prompt, the answer, file contents, the command line), raw and in every encoding
+the canary searches: nothing may be found. Without the identity, ``verify`` still checks the chain
+and every blob, and finds tampering; reading is a clear error naming the session. With the
+identity, the session replays and its checkpoint restores.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from pyrage import x25519
+
+import forkpoint
+from forkpoint import redact, verify
+from forkpoint.checkpoint import restore, validate
+from forkpoint.cli import main
+from forkpoint.errors import IdentityError, UsageError
+from forkpoint.log import IDENTITY_ENV, LOG_NAME, Session, SessionWriter, encryption_table, read_header
+from forkpoint.redact import load_rules
+from tests.cli.test_cli import FORKPOINT
+from tests.modelserver import LocalServer
+from tests.test_security import CONFIG, SECRETS, _agent, _leaky_chat, _repo, leaks
+
+#: Plain content the run sees and sends: with encryption none of it may be on disk either.
+PLAIN = {
+    "system_prompt": "You are a careful agent.",
+    "user_prompt": "Deploy with AWS key",
+    "answer": " to post",  # the model's answer "use <slack token> to post", around the placeholder
+    "tool_result_key": "password_len",
+    "note": "rotated temp key",
+    "notes_file": "nothing secret here",
+    "dotenv_plain": "DEBUG=true",
+    "tracked_change": "print('PLAINTEXT-TRACKED-CHANGE-7731')",
+    "argv": "--flag-PLAINTEXT-ARGV-5519",
+    "tool_name": "mysql://root:",
+}
+
+
+@pytest.fixture
+def leaky(server: LocalServer) -> str:
+    """The local server answering as test_security's leaky provider."""
+    server.route("*/chat/completions", _leaky_chat)
+    return server.openai_base_url
+
+
+@pytest.fixture
+def keys(tmp_path: Path) -> tuple[str, Path, Path]:
+    """(recipient, identity file of it, identity file of someone else)."""
+    mine, other = x25519.Identity.generate(), x25519.Identity.generate()
+    ident = tmp_path / "me.key"
+    ident.write_text(f"# created: for the test\n{mine}\n")
+    wrong = tmp_path / "other.key"
+    wrong.write_text(f"{other}\n")
+    return str(mine.to_public()), ident, wrong
+
+
+def _record_encrypted(tmp_path: Path, base_url: str, recipient: str) -> tuple[Path, Path, redact.Rules]:
+    (tmp_path / "forkpoint.toml").write_text(CONFIG)
+    rules = load_rules(tmp_path)
+    repo = _repo(tmp_path)
+    (repo / "app.py").write_text(PLAIN["tracked_change"] + "\n")  # a modified tracked file: git objects
+    store = tmp_path / "store"
+    with redact.use_rules(rules):
+        with forkpoint.record(
+            store=store,
+            workspace=repo,
+            argv=["agent.py", PLAIN["argv"], f"--groq-key={SECRETS['argv_key']}"],
+            encrypt_to=[recipient],
+        ) as rec:
+            out = _agent(base_url)
+    assert SECRETS["slack_token"] in out[0] and out[1] == "ConnectionError"  # the run saw everything
+    return rec.session_path, repo, rules
+
+
+def test_nothing_recorded_is_on_disk_in_the_clear(
+    tmp_path: Path, leaky: str, keys: tuple[str, Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    recipient, ident, wrong = keys
+    monkeypatch.delenv(IDENTITY_ENV, raising=False)
+    path, repo, rules = _record_encrypted(tmp_path, leaky, recipient)
+    store = tmp_path / "store"
+
+    # Not one planted secret, nor any plain content, in any form, in any file under the store.
+    assert leaks(store, {**SECRETS, **PLAIN}) == []
+    assert not any((path / "git-objects").rglob("*")), "git objects must be sealed, not loose"
+    # The header keeps the envelope only.
+    head = (path / LOG_NAME).read_bytes().split(b"\n", 1)[0]
+    assert b'"argv"' not in head and b'"cwd"' not in head and b'"$enc"' in head
+
+    # verify without the identity: the chain, the lines and every blob file are checked.
+    v = verify(path)
+    assert v.ok and v.complete, v.problems
+    assert v.blobs > 0 and any("encrypted" in n and "no identity" in n for n in v.notes), v.notes
+
+    # Reading without the identity, or with someone else's: a clear error naming the session.
+    with pytest.raises(IdentityError, match=f"session {path.name} is encrypted: set {IDENTITY_ENV}"):
+        Session.load(path)
+    monkeypatch.setenv(IDENTITY_ENV, str(wrong))
+    with pytest.raises(IdentityError, match=f"session {path.name}: the identity in .* is not one of its"):
+        Session.load(path)
+    monkeypatch.delenv(IDENTITY_ENV)
+    r = CliRunner().invoke(main, ["show", str(path)])
+    assert r.exit_code == 1 and f"session {path.name} is encrypted" in r.output, r.output
+    assert "Traceback" not in r.output
+
+    # With the identity (--identity on the command line, or the variable): readable and replayable.
+    r = CliRunner().invoke(main, ["show", str(path), "--identity", str(ident), "--json"])
+    assert r.exit_code == 0, r.output
+    assert PLAIN["system_prompt"] in r.output
+    monkeypatch.setenv(IDENTITY_ENV, str(ident))
+    s = Session.load(path)
+    assert s.header["argv"][1] == PLAIN["argv"]
+    kinds = [e["type"] for e in s.events]
+    assert kinds.count("model_call") == 2 and kinds.count("tool_call") == 2 and kinds.count("checkpoint") >= 2
+    assert verify(path).ok and not any("no identity" in n for n in verify(path).notes)
+    with redact.use_rules(rules), forkpoint.replay(path) as rp:
+        replayed = _agent(leaky)
+    report = rp.report()
+    assert report["divergence"] is None and report["matched"] == report["recorded"] == 4, report
+    assert replayed[1] == "ConnectionError"
+
+    # The checkpoint restores from the sealed blobs and git objects, and validates.
+    cp = s.by_type("checkpoint")[-1]
+    into = restore(s, cp["seq"], tmp_path / "restored")
+    assert (into / "app.py").read_text() == PLAIN["tracked_change"] + "\n"
+    assert "DEBUG=true" in (into / ".env").read_text()
+    failed = [c for c in validate(into) if not c.ok]
+    assert not failed, failed
+
+
+def test_verify_without_identity_finds_tampering(
+    tmp_path: Path, keys: tuple[str, Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    recipient, _, _ = keys
+    monkeypatch.delenv(IDENTITY_ENV, raising=False)
+    w = SessionWriter.create(tmp_path / "s", {"argv": ["x"], "encryption": encryption_table([recipient])})
+    w.append({"type": "note", "text": "hello " * 400})  # a blob
+    w.append({"type": "end", "exit_code": 0})
+    w.close()
+    path = w.path
+    assert verify(path).ok
+    blob = next(p for p in (path / "blobs").rglob("*") if p.is_file())
+    good = blob.read_bytes()
+    blob.write_bytes(good[:-1] + bytes([good[-1] ^ 1]))
+    v = verify(path)
+    assert not v.ok and "does not match its hash" in v.problems[0], v.problems
+    blob.write_bytes(good)
+    log = path / LOG_NAME
+    lines = log.read_bytes().split(b"\n")
+    i = lines[1].index(b'"$enc":"') + 20
+    lines[1] = lines[1][:i] + (b"A" if lines[1][i : i + 1] != b"A" else b"B") + lines[1][i + 1 :]
+    log.write_bytes(b"\n".join(lines))
+    v = verify(path)
+    assert not v.ok and "was modified" in v.problems[0], v.problems
+
+
+@pytest.mark.slow
+def test_recipients_from_files_config_and_the_command_line(
+    tmp_path: Path, server: LocalServer, keys: tuple[str, Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    recipient, ident, _ = keys
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv(IDENTITY_ENV, raising=False)
+    (tmp_path / "team.txt").write_text(f"# the team\n\n{recipient}\n")
+    (tmp_path / "forkpoint.toml").write_text('[store]\nencrypt_to = ["team.txt"]\n')  # beside the file
+    agent = tmp_path / "agent.py"
+    agent.write_text(
+        textwrap.dedent(
+            f"""
+            import openai
+            c = openai.OpenAI(base_url={server.openai_base_url!r}, api_key="sk-test", max_retries=0)
+            r = c.chat.completions.create(model="m", messages=[{{"role": "user", "content": "PLAIN-PROMPT-4417"}}])
+            print(r.choices[0].message.content)
+            """
+        )
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    # [store] encrypt_to of the configuration applies to `forkpoint record`.
+    run = subprocess.run(
+        [*FORKPOINT, "record", "--store", "s", "--no-workspace", "--", sys.executable, "agent.py"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 0, run.stderr
+    assert "the checks of what the recording lacks were skipped" in run.stderr  # said, not silent
+    path = next((tmp_path / "s").glob("2*"))
+    assert leaks(tmp_path / "s", {"prompt": "PLAIN-PROMPT-4417"}) == []
+    assert read_header(path / LOG_NAME)["encryption"] == {"scheme": "age", "recipients": [recipient]}
+    # replay needs the identity; with --identity it reproduces (the replayed program reads it too).
+    run = subprocess.run(
+        [*FORKPOINT, "replay", "--store", "s", "last"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 1 and "is encrypted: set FORKPOINT_IDENTITY" in run.stderr, run.stderr
+    assert "Traceback" not in run.stderr
+    run = subprocess.run(
+        [*FORKPOINT, "replay", "--store", "s", "--identity", str(ident), "last"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 0, run.stderr
+    # A bad recipient on the command line is a usage error naming it, before anything is recorded.
+    shutil.rmtree(tmp_path / "s")
+    r = CliRunner().invoke(main, ["record", "--store", "s", "--encrypt-to", "age1nope", "--", "true"])
+    assert r.exit_code == 2 and "'age1nope' is not an age recipient" in r.output, r.output
+    assert not (tmp_path / "s").exists() or not any((tmp_path / "s").glob("2*"))
+    with pytest.raises(UsageError, match="neither an age recipient"):
+        with forkpoint.record(store=tmp_path / "s2", encrypt_to=["no-such-file"]):
+            pass
+
+
+def test_a_live_export_of_an_encrypted_session_needs_the_identity_first(
+    tmp_path: Path, keys: tuple[str, Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    recipient, _, _ = keys
+    monkeypatch.delenv(IDENTITY_ENV, raising=False)
+    with pytest.raises(UsageError, match="this session is encrypted: set FORKPOINT_IDENTITY"):
+        with forkpoint.record(
+            store=tmp_path / "s", encrypt_to=[recipient], otlp="http://127.0.0.1:9/v1/traces"
+        ):
+            pass
+    assert not list((tmp_path / "s").glob("2*"))  # refused before a session existed
