@@ -128,7 +128,8 @@ _VALUE_END = r"(?=[\s\"'#;&,)\]}]|$)"
 
 #: Built-in secret shapes: (kind, anchors, pattern). Every match starts at an occurrence of one of
 #: its anchors (lower-case literals, found case-insensitively), which is what makes scanning long
-#: text fast: the patterns only run where an anchor occurs. Where several match at one position, the
+#: text fast: the patterns only run where an anchor occurs. A pattern without anchors is searched
+#: over the whole text instead (for a shape whose only literal is too common to anchor on). Where several match at one position, the
 #: first in this list wins, so the more specific shapes come first. Group ``s``, where present, is
 #: the part that is replaced.
 _BUILTIN: tuple[tuple[str, tuple[str, ...], str], ...] = (
@@ -160,6 +161,9 @@ _BUILTIN: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("npm-token", ("npm_",), r"\bnpm_[A-Za-z0-9]{36,}\b"),
     ("sendgrid-key", ("sg.",), r"\bSG\.[A-Za-z0-9_\-]{16,}\.[A-Za-z0-9_\-]{16,}"),
     ("provider-key", ("gsk_", "xai-", "pplx-", "r8_"), r"\b(?:gsk_|xai-|pplx-|r8_)[A-Za-z0-9]{20,}"),
+    # Twilio: account SIDs (AC…) and API key SIDs (SK…), 32 lower-case hex digits after the prefix.
+    # No anchor: "ac" and "sk" are everywhere in prose, and one regex search is faster.
+    ("twilio-sid", (), r"(?:AC|SK)(?<![A-Za-z0-9][A-Z]{2})[0-9a-f]{32}(?![A-Za-z0-9])"),
     ("jwt", ("eyj",), r"\beyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}"),
     ("bearer", ("bearer",), r"(?<![A-Za-z0-9_])(?i:bearer)\s+(?P<s>[A-Za-z0-9\-._~+/]{8,}=*)"),
     (
@@ -185,6 +189,37 @@ _BUILTIN: tuple[tuple[str, tuple[str, ...], str], ...] = (
         r"(?P<s>(?![0-9]+(?:[\s\"'#;&]|$))(?!(?:None|null|true|false|True|False|undefined|nil)(?:[\s\"'#;&]|$))"
         r"[^\s\"'#;&(){}\[\]<>,]{4,})" + _VALUE_END,
     ),
+    # ~/.aws/credentials and ~/.aws/config (INI, names in lower case, values unquoted).
+    (
+        "aws-secret",
+        ("aws_",),
+        r"(?:aws_secret_access_key|aws_session_token|aws_security_token)[\"']?\s*[=:]\s*[\"']?"
+        r"(?P<s>[A-Za-z0-9/+=]{16,})",
+    ),
+    # Azure connection strings: AccountKey=… (storage), SharedAccessKey=… (Service Bus, Event Hubs).
+    (
+        "azure-key",
+        ("accountkey", "sharedaccesskey"),
+        r"(?i:AccountKey|SharedAccessKey)\s*=\s*(?P<s>[A-Za-z0-9+/]{16,}={0,2})",
+    ),
+    # .netrc: "machine HOST login USER password SECRET" (over one line or several; with \\n escapes
+    # inside a JSON string too).
+    (
+        "netrc-password",
+        ("machine", "login"),
+        r"(?<![A-Za-z0-9_])(?:machine|login)(?:\s|\\[nrt])+[^\s\\\"']+(?:\s|\\[nrt])+"
+        r"(?:(?:login|account)(?:\s|\\[nrt])+[^\s\\\"']+(?:\s|\\[nrt])+)?"
+        r"(?:password|passwd)(?:\s|\\[nrt])+(?P<s>[^\s\\\"']+)",
+    ),
+    # Code: a name that says it holds a credential, assigned a quoted literal (password = "…",
+    # self.auth_token = '…', apiKey: "…"). Not any "…token" (a tokenizer's eos_token = "</s>").
+    (
+        "secret-assignment",
+        ("pass", "secret", "api", "access", "auth", "refresh", "session", "private", "bearer"),
+        r"(?i:password|passwd|passphrase|secret(?:_?key)?|(?:auth|access|api|bearer|refresh|session|secret)_?token"
+        r"|api_?key|access_?key|private_?key)(?![A-Za-z0-9_])"
+        r"\s*[=:]\s*(?P<q>[\"'])(?P<s>[^\s\"'\\]{6,})(?P=q)",
+    ),
     (
         "header-credential",
         ("api", "token"),
@@ -209,6 +244,9 @@ _CONTEXT_KINDS = frozenset(
         "header-credential",
         "cookie",
         "json-path",
+        "aws-secret",
+        "azure-key",
+        "netrc-password",
     }
 )
 
@@ -346,7 +384,7 @@ class Scrubber:
     ``-----begin``, ``password``, ``://``…); the text is searched for the anchors (lower-cased, with
     ``str.find``, which runs at memory speed), each pattern is tried only where one of its anchors
     occurs, and of the matches the leftmost wins (at one position, the earliest pattern), then
-    scanning goes on after it. User regexes have no anchors: each is searched over the whole text.
+    scanning goes on after it. User regexes (and the few built-in shapes without anchors) are searched over the whole text.
 
     Strings are remembered with their scrubbed form in bounded caches (short ones, under
     :data:`SHORT_CHARS`, by count; longer ones up to :data:`CACHE_MAX_CHARS` by total size), so an
@@ -391,12 +429,18 @@ class Scrubber:
         self._pats: list[re.Pattern[str]] = []
         anchors: dict[str, list[int]] = {}
         for kind, lits, pattern in table:
-            for lit in lits:
-                anchors.setdefault(lit, []).append(len(self._pats))
-            self._kinds.append(kind)
-            self._pats.append(re.compile(pattern, re.ASCII))
+            if lits:
+                for lit in lits:
+                    anchors.setdefault(lit, []).append(len(self._pats))
+                self._kinds.append(kind)
+                self._pats.append(re.compile(pattern, re.ASCII))
         self._anchors = [(lit, tuple(ids)) for lit, ids in anchors.items()]
-        self._scan: list[int] = []
+        self._scan: list[int] = []  # searched over the whole text: these come last (see find)
+        for kind, lits, pattern in table:
+            if not lits:
+                self._scan.append(len(self._pats))
+                self._kinds.append(kind)
+                self._pats.append(re.compile(pattern, re.ASCII))
         for kind, pattern in r.patterns:
             self._scan.append(len(self._pats))
             self._kinds.append(kind)
@@ -468,7 +512,7 @@ class Scrubber:
             start, i, _, m = heapq.heappop(heap)
             scan = i >= first_scan
             if start < pos:
-                if scan:  # a user pattern may still match after what was taken
+                if scan:  # a searched pattern may still match after what was taken
                     nxt = self._pats[i].search(text, pos)
                     if nxt is not None:
                         heapq.heappush(heap, (nxt.start(), i, tie, nxt))
@@ -703,11 +747,10 @@ class Scrubber:
             def secret(k: str, v: str) -> bool:  # a placeholder is left alone: scrubbing is idempotent
                 return k.lower() in self.query_params and bool(v) and not _is_placeholder(v)
 
-            if any(secret(k, v) for k, v in pairs):
-                query = urlencode(
-                    [(k, placeholder("query-credential", v) if secret(k, v) else v) for k, v in pairs]
-                )
-                parts = parts._replace(query=query)
+            # Values are scrubbed decoded too: "a+b%3Dc" hides "a b=c" from a scan of the raw URL.
+            clean = [(k, placeholder("query-credential", v) if secret(k, v) else self.text(v)) for k, v in pairs]
+            if clean != pairs:
+                parts = parts._replace(query=urlencode(clean))
         userinfo, _, host = parts.netloc.rpartition("@")
         if (username or password) and not _is_placeholder(unquote(userinfo)):
             # Percent-encoded: a bare "[...]" in the authority would read as an IPv6 host.
