@@ -26,9 +26,11 @@ from .capture.targets import parse_target
 from .checkpoint import verify_session
 from .errors import ForkpointError, OverrideError, SessionError, UsageError
 from .executors import Executor, open_executor
+from .files import write_private
 from .log import Session
 from .orchestrate import Arm, fork_arms, record_command, replay_command
-from .replay import POLICIES, SOURCES
+from .redact import scrub_json
+from .replay import POLICIES, SOURCES, write_report
 from .show import render_listing, terminal
 from .store import info, list_sessions, resolve, store_dir
 from .text import plural
@@ -447,7 +449,7 @@ def replay(
     except OverrideError as exc:
         raise click.BadParameter(str(exc), param_hint="--override") from None
     if report_file and report is not None:
-        Path(report_file).write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))
+        write_report(Path(report_file), report)
     sys.exit(code)
 
 
@@ -942,7 +944,7 @@ def check(
         write_junit(rows, Path(junit_file), seconds=seconds, ab=ab)
     if json_file:
         data = {"rows": rows, "summary": summary, "seconds": round(seconds, 3), "executor": executor}
-        Path(json_file).write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2))
+        write_private(json_file, orjson.dumps(scrub_json(data), option=orjson.OPT_INDENT_2))
     sys.exit(check_exit(rows, ab=ab))
 
 

@@ -44,7 +44,7 @@ from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsp
 
 import orjson
 
-from . import jsonpath
+from . import jsonpath, streamscrub
 from .config import load_table
 from .errors import ConfigError, RuleError
 
@@ -635,32 +635,14 @@ class Scrubber:
         spans = self.find(text)
         if not spans:
             return [bytes(c) for c in chunks]
-        matches: list[tuple[int, int, str]] = []
+        edits: list[streamscrub.Edit] = []
         cpos = bpos = 0
         for start, end, kind in spans:  # character offsets → byte offsets
             bpos += len(text[cpos:start].encode("utf-8", "surrogateescape"))
             bend = bpos + len(text[start:end].encode("utf-8", "surrogateescape"))
-            matches.append((bpos, bend, kind))
+            edits.append((bpos, bend, placeholder(kind, joined[bpos:bend]).encode()))
             cpos, bpos = end, bend
-        out: list[builtins.bytes] = []
-        cstart = 0
-        for c in chunks:
-            cend = cstart + len(c)
-            piece = bytearray()
-            p = cstart
-            for start, end, kind in matches:
-                if end <= cstart or start >= cend:
-                    continue
-                if start > p:
-                    piece += joined[p:start]
-                if cstart <= start < cend:
-                    piece += placeholder(kind, joined[start:end]).encode()
-                p = max(p, min(end, cend))
-            if p < cend:
-                piece += joined[p:cend]
-            out.append(bytes(piece))
-            cstart = cend
-        return out
+        return streamscrub.spread(chunks, edits)
 
     # -- structured data
 
@@ -748,7 +730,9 @@ class Scrubber:
                 return k.lower() in self.query_params and bool(v) and not _is_placeholder(v)
 
             # Values are scrubbed decoded too: "a+b%3Dc" hides "a b=c" from a scan of the raw URL.
-            clean = [(k, placeholder("query-credential", v) if secret(k, v) else self.text(v)) for k, v in pairs]
+            clean = [
+                (k, placeholder("query-credential", v) if secret(k, v) else self.text(v)) for k, v in pairs
+            ]
             if clean != pairs:
                 parts = parts._replace(query=urlencode(clean))
         userinfo, _, host = parts.netloc.rpartition("@")
@@ -758,14 +742,16 @@ class Scrubber:
             parts = parts._replace(netloc=f"{ph}@{host}")
         return self.text(urlunsplit(parts))
 
-    def _chunk_list(self, chunks: list[Any]) -> list[Any]:
-        """Stored stream chunks ``[[ms, str | bytes], …]`` scrubbed across chunk boundaries."""
+    def _chunk_list(self, chunks: list[Any], content_type: str = "") -> list[Any]:
+        """Stored stream chunks ``[[ms, str | bytes], …]`` scrubbed across chunk boundaries, and
+        across the stream's events (:func:`forkpoint.streamscrub.scrub_events`; ``content_type``
+        says how they are framed)."""
         pairs = [c for c in chunks if isinstance(c, list | tuple) and len(c) == 2]
         raw = [c[1].encode("utf-8", "surrogateescape") if isinstance(c[1], str) else c[1] for c in pairs]
         if len(pairs) != len(chunks) or not all(isinstance(r, builtins.bytes | bytearray) for r in raw):
             scrubbed_json: list[Any] = self.json(chunks)
             return scrubbed_json
-        scrubbed = self.chunks(raw)
+        scrubbed = streamscrub.scrub_events(self.chunks(raw), content_type, self.chunks)
         out = []
         for (t, original), new in zip(pairs, scrubbed, strict=True):
             if isinstance(original, str):
@@ -794,7 +780,12 @@ class Scrubber:
             elif k == "body" and kind == "text" and isinstance(v, str):
                 out[k] = self.text(v)
             elif k == "chunks" and isinstance(v, list):
-                out[k] = self._chunk_list(v)
+                pairs = record.get("headers")
+                ctype = next(
+                    (str(p[1]) for p in pairs or () if len(p) == 2 and str(p[0]).lower() == "content-type"),
+                    "",
+                )
+                out[k] = self._chunk_list(v, ctype)
             else:
                 out[k] = self.json(v)
         return out

@@ -38,10 +38,10 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from typing import Any, cast
 
-from .. import runtime
+from .. import eventstream, runtime
 from ..errors import RecordedError
 from ..events import ErrorRecord, HttpRequest, HttpResponse, ModelCallEvent, new_span_id, now_iso
-from ..providers import eventstream, stream_end_markers
+from ..providers import stream_end_markers
 from ..redact import scrub_bytes, scrub_chunks, scrub_headers, scrub_text, scrub_url
 from . import connections
 from .decoding import (

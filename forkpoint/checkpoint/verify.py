@@ -177,7 +177,9 @@ def _verify_git_objects(objects: Path, problems: list[str], notes: list[str]) ->
                 )
             elif size <= SCAN_LIMIT:
                 head, _, content = b"".join(kept).partition(b"\0")
-                found = head.startswith(b"blob ") and scrubber.find(content.decode("utf-8", "surrogateescape"))
+                found = head.startswith(b"blob ") and scrubber.find(
+                    content.decode("utf-8", "surrogateescape")
+                )
                 if found:
                     kinds = ", ".join(sorted({kind for _, _, kind in found}))
                     notes.append(f"{obj}: git object {name[:12]}… holds what looks like a secret ({kinds})")

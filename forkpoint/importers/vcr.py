@@ -35,11 +35,11 @@ from urllib.parse import urlsplit
 
 import orjson
 
+from .. import eventstream
 from ..capture.decoding import decoder, parse_body, scrub_body
 from ..capture.exchange import DROP_RESPONSE_HEADERS, STREAM_TYPES, aws_messages, header_text
 from ..errors import ImportFormatError
 from ..events import iso_time
-from ..providers import eventstream
 from ..record import keyed
 from ..redact import scrub_chunks, scrub_headers, scrub_json, scrub_url
 from .base import Imported, Importer
