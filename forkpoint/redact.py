@@ -124,7 +124,7 @@ _FIELD_WORDS = (
     r"(?i:password|passwd|passphrase|secret|api[_\-]?key|apikey|access[_\-]?key|private[_\-]?key"
     r"|credentials?|authorization|(?<=[A-Za-z0-9_.\-])token)"
 )
-_VALUE_END = r"(?=[\s\"'#;&,)\]}]|$)"
+_VALUE_END = r"(?=[\s\"'#;&,)\]}\\]|$)"  # a backslash: "\n" in JSON-escaped text ends a line
 
 #: Built-in secret shapes: (kind, anchors, pattern). Every match starts at an occurrence of one of
 #: its anchors (lower-case literals, found case-insensitively), which is what makes scanning long
@@ -187,7 +187,7 @@ _BUILTIN: tuple[tuple[str, tuple[str, ...], str], ...] = (
         r"(?<![a-z])(?:PASSWORD|PASSWD|PASSPHRASE|SECRET|TOKEN|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|_KEY"
         r"|CREDENTIALS?)(?![A-Za-z0-9])\s*[=:]\s*[\"']?"
         r"(?P<s>(?![0-9]+(?:[\s\"'#;&]|$))(?!(?:None|null|true|false|True|False|undefined|nil)(?:[\s\"'#;&]|$))"
-        r"[^\s\"'#;&(){}\[\]<>,]{4,})" + _VALUE_END,
+        r"[^\s\"'#;&(){}\[\]<>,\\]{4,})" + _VALUE_END,
     ),
     # ~/.aws/credentials and ~/.aws/config (INI, names in lower case, values unquoted).
     (
@@ -218,7 +218,7 @@ _BUILTIN: tuple[tuple[str, tuple[str, ...], str], ...] = (
         ("pass", "secret", "api", "access", "auth", "refresh", "session", "private", "bearer"),
         r"(?i:password|passwd|passphrase|secret(?:_?key)?|(?:auth|access|api|bearer|refresh|session|secret)_?token"
         r"|api_?key|access_?key|private_?key)(?![A-Za-z0-9_])"
-        r"\s*[=:]\s*(?P<q>[\"'])(?P<s>[^\s\"'\\]{6,})(?P=q)",
+        r"\s*[=:]\s*\\?(?P<q>[\"'])(?P<s>[^\s\"'\\]{6,})\\?(?P=q)",
     ),
     (
         "header-credential",
@@ -644,6 +644,13 @@ class Scrubber:
             cpos, bpos = end, bend
         return streamscrub.spread(chunks, edits)
 
+    def stream(self, chunks: Sequence[builtins.bytes], content_type: str = "") -> list[builtins.bytes]:
+        """A stored stream's chunks scrubbed across its events first (a secret the model streams a
+        few characters per event: :func:`forkpoint.streamscrub.scrub_events`; ``content_type``
+        says how the events are framed), then across chunk boundaries (:meth:`chunks`). In that
+        order: a piece of a secret found on its own would hide the rest of it from the first."""
+        return self.chunks(streamscrub.scrub_events(chunks, content_type, self.chunks))
+
     # -- structured data
 
     def _secret_key(self, key: str) -> bool:
@@ -751,7 +758,7 @@ class Scrubber:
         if len(pairs) != len(chunks) or not all(isinstance(r, builtins.bytes | bytearray) for r in raw):
             scrubbed_json: list[Any] = self.json(chunks)
             return scrubbed_json
-        scrubbed = streamscrub.scrub_events(self.chunks(raw), content_type, self.chunks)
+        scrubbed = self.stream(raw, content_type)
         out = []
         for (t, original), new in zip(pairs, scrubbed, strict=True):
             if isinstance(original, str):
@@ -936,6 +943,12 @@ def scrub_chunks(chunks: Sequence[bytes]) -> list[bytes]:
     """Scrub a stream given as chunks, catching secrets split across chunk boundaries (see
     :meth:`Scrubber.chunks`)."""
     return current().chunks(chunks)
+
+
+def scrub_stream(chunks: Sequence[bytes], content_type: str = "") -> list[bytes]:
+    """Scrub a stream's chunks across its events and its chunk boundaries (see
+    :meth:`Scrubber.stream`)."""
+    return current().stream(chunks, content_type)
 
 
 def scrub_json(value: Any) -> Any:
