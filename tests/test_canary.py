@@ -330,7 +330,6 @@ def test_every_kind_of_secret_in_every_place_reaches_no_file(tmp_path: Path, ser
             "restore", f"{session}@{seq}", "--into", str(out / f"restored-{seq}"), cwd=tmp_path, env=env
         )
         assert done.returncode == 0, done.stdout + done.stderr
-    assert "SECRET" not in (out / f"restored-{seqs[-1]}" / "secrets.txt").read_text() or True
 
     searched, found = scan([store, out])
     assert searched > 50
