@@ -154,7 +154,9 @@ def scrub_events(chunks: Sequence[bytes], content_type: str, scrub: Scrub) -> li
     for leaves in channels.values():
         frags = [c[k].encode("utf-8", "surrogatepass") for _, c, k in leaves]
         if len(frags) == 1 and leaves[0][0].frame is None:
-            continue  # one SSE event: its bytes were scrubbed as they are
+            continue  # one SSE event: its bytes are scrubbed as they are
+        if frags.count(frags[0]) == len(frags) and scrub(frags[:1]) == frags[:1]:
+            continue  # the same clean value in every event (an id, the model): no piece of anything
         new = scrub(frags)
         for (event, container, key), old, fresh in zip(leaves, frags, new, strict=True):
             if fresh != old:
