@@ -7,7 +7,8 @@ the deltas (``show``, ``show --html``, ``export``) would show it whole. Here, ea
 read, the string values at one JSON path in successive events (``choices.0.delta.content``,
 ``delta.text``, ``delta.partial_json``…) are joined and scrubbed as one text, and a secret found is
 replaced in the event where it starts and removed from the events it spilled into; only the events
-that change are written again (as compact JSON). Two stream framings are read:
+that change are written again (as compact JSON). A secret whole in one server-sent event is left to
+the scan of the stream's bytes, which keeps every other byte in its transport chunk. Two stream framings are read:
 
 * server-sent events (``data:`` lines holding JSON: OpenAI, Anthropic, Gemini, Responses);
 * the AWS event stream (:mod:`forkpoint.eventstream`: Bedrock), each message's JSON payload, and
@@ -159,8 +160,9 @@ def scrub_events(chunks: Sequence[bytes], content_type: str, scrub: Scrub) -> li
             continue  # the same clean value in every event (an id, the model): no piece of anything
         new = scrub(frags)
         for (event, container, key), old, fresh in zip(leaves, frags, new, strict=True):
-            if fresh != old:
-                container[key] = fresh.decode("utf-8", "surrogatepass")
-                event.changed = True
+            if fresh == old or (event.frame is None and scrub([old]) == [fresh]):
+                continue  # nothing here, or a secret whole in this SSE event: the bytes pass takes it
+            container[key] = fresh.decode("utf-8", "surrogatepass")
+            event.changed = True
     edits = [(e.start, e.end, e.encoded()) for e in events if e.changed]
     return spread(chunks, edits) if edits else list(chunks)
