@@ -26,9 +26,11 @@ from .capture.targets import parse_target
 from .checkpoint import verify_session
 from .errors import ForkpointError, OverrideError, SessionError, SigningError, UsageError
 from .executors import Executor, open_executor
+from .files import write_private
 from .log import Session, use_identity
 from .orchestrate import Arm, fork_arms, record_command, replay_command
-from .replay import POLICIES, SOURCES
+from .redact import scrub_json
+from .replay import POLICIES, SOURCES, write_report
 from .show import render_listing, terminal
 from .signing import signature
 from .store import index_problem, info, list_sessions, resolve, store_dir
@@ -159,6 +161,8 @@ def _store_opt(f: Any) -> Any:
         help="Session store: a directory or an fsspec URL such as s3://bucket/prefix "
         "(default: $FORKPOINT_STORE or .forkpoint/).",
     )(f)
+
+
 _trust_opt = click.option(
     "--trust",
     is_flag=True,
@@ -486,7 +490,7 @@ def replay(
     except OverrideError as exc:
         raise click.BadParameter(str(exc), param_hint="--override") from None
     if report_file and report is not None:
-        Path(report_file).write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))
+        write_report(Path(report_file), report)
     sys.exit(code)
 
 
@@ -1038,7 +1042,7 @@ def check(
         write_junit(rows, Path(junit_file), seconds=seconds, ab=ab)
     if json_file:
         data = {"rows": rows, "summary": summary, "seconds": round(seconds, 3), "executor": executor}
-        Path(json_file).write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2))
+        write_private(json_file, orjson.dumps(scrub_json(data), option=orjson.OPT_INDENT_2))
     sys.exit(check_exit(rows, ab=ab))
 
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import os
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -34,6 +33,7 @@ import orjson
 
 from ._version import __version__
 from .events import endpoint, in_tool, tool_matches, tool_spans
+from .files import write_private
 from .log import Session, SessionError, to_json
 from .outcome import arms_of, by_checkpoint
 from .providers import (
@@ -48,6 +48,7 @@ from .providers import (
     response_text,
     stream_delta_text,
 )
+from .redact import scrub_json
 
 __all__ = ["render", "view_model", "write_html"]
 
@@ -543,6 +544,7 @@ def render(
     from .viewer.assets import CSS, JS
 
     session = rescrubbed(session)  # the rules in force now apply to what leaves (docs/security.md)
+    report, sweep = scrub_json(report), scrub_json(sweep)  # an override's value is the user's
     data = view_model(session, parent=parent, report=report, sweep=sweep)
     csp = (
         f"default-src 'none'; style-src {_csp_hash(CSS)}; script-src {_csp_hash(JS)}; "
@@ -579,8 +581,4 @@ def write_html(
     """Write the page to ``path`` (owner-only permissions, like the session it shows)."""
     path = Path(path)
     page = render(session, parent=parent, report=report, sweep=sweep).encode()
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as f:
-        f.write(page)
-    os.replace(tmp, path)
-    return path
+    return write_private(path, page)

@@ -44,7 +44,7 @@ from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsp
 
 import orjson
 
-from . import jsonpath
+from . import jsonpath, streamscrub
 from .config import load_table
 from .errors import ConfigError, RuleError
 
@@ -124,11 +124,12 @@ _FIELD_WORDS = (
     r"(?i:password|passwd|passphrase|secret|api[_\-]?key|apikey|access[_\-]?key|private[_\-]?key"
     r"|credentials?|authorization|(?<=[A-Za-z0-9_.\-])token)"
 )
-_VALUE_END = r"(?=[\s\"'#;&,)\]}]|$)"
+_VALUE_END = r"(?=[\s\"'#;&,)\]}\\]|$)"  # a backslash: "\n" in JSON-escaped text ends a line
 
 #: Built-in secret shapes: (kind, anchors, pattern). Every match starts at an occurrence of one of
 #: its anchors (lower-case literals, found case-insensitively), which is what makes scanning long
-#: text fast: the patterns only run where an anchor occurs. Where several match at one position, the
+#: text fast: the patterns only run where an anchor occurs. A pattern without anchors is searched
+#: over the whole text instead (for a shape whose only literal is too common to anchor on). Where several match at one position, the
 #: first in this list wins, so the more specific shapes come first. Group ``s``, where present, is
 #: the part that is replaced.
 _BUILTIN: tuple[tuple[str, tuple[str, ...], str], ...] = (
@@ -160,6 +161,9 @@ _BUILTIN: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("npm-token", ("npm_",), r"\bnpm_[A-Za-z0-9]{36,}\b"),
     ("sendgrid-key", ("sg.",), r"\bSG\.[A-Za-z0-9_\-]{16,}\.[A-Za-z0-9_\-]{16,}"),
     ("provider-key", ("gsk_", "xai-", "pplx-", "r8_"), r"\b(?:gsk_|xai-|pplx-|r8_)[A-Za-z0-9]{20,}"),
+    # Twilio: account SIDs (AC…) and API key SIDs (SK…), 32 lower-case hex digits after the prefix.
+    # No anchor: "ac" and "sk" are everywhere in prose, and one regex search is faster.
+    ("twilio-sid", (), r"(?:AC|SK)(?<![A-Za-z0-9][A-Z]{2})[0-9a-f]{32}(?![A-Za-z0-9])"),
     ("jwt", ("eyj",), r"\beyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}"),
     ("bearer", ("bearer",), r"(?<![A-Za-z0-9_])(?i:bearer)\s+(?P<s>[A-Za-z0-9\-._~+/]{8,}=*)"),
     (
@@ -183,7 +187,38 @@ _BUILTIN: tuple[tuple[str, tuple[str, ...], str], ...] = (
         r"(?<![a-z])(?:PASSWORD|PASSWD|PASSPHRASE|SECRET|TOKEN|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|_KEY"
         r"|CREDENTIALS?)(?![A-Za-z0-9])\s*[=:]\s*[\"']?"
         r"(?P<s>(?![0-9]+(?:[\s\"'#;&]|$))(?!(?:None|null|true|false|True|False|undefined|nil)(?:[\s\"'#;&]|$))"
-        r"[^\s\"'#;&(){}\[\]<>,]{4,})" + _VALUE_END,
+        r"[^\s\"'#;&(){}\[\]<>,\\]{4,})" + _VALUE_END,
+    ),
+    # ~/.aws/credentials and ~/.aws/config (INI, names in lower case, values unquoted).
+    (
+        "aws-secret",
+        ("aws_",),
+        r"(?:aws_secret_access_key|aws_session_token|aws_security_token)[\"']?\s*[=:]\s*[\"']?"
+        r"(?P<s>[A-Za-z0-9/+=]{16,})",
+    ),
+    # Azure connection strings: AccountKey=… (storage), SharedAccessKey=… (Service Bus, Event Hubs).
+    (
+        "azure-key",
+        ("accountkey", "sharedaccesskey"),
+        r"(?i:AccountKey|SharedAccessKey)\s*=\s*(?P<s>[A-Za-z0-9+/]{16,}={0,2})",
+    ),
+    # .netrc: "machine HOST login USER password SECRET" (over one line or several; with \\n escapes
+    # inside a JSON string too).
+    (
+        "netrc-password",
+        ("machine", "login"),
+        r"(?<![A-Za-z0-9_])(?:machine|login)(?:\s|\\[nrt])+[^\s\\\"']+(?:\s|\\[nrt])+"
+        r"(?:(?:login|account)(?:\s|\\[nrt])+[^\s\\\"']+(?:\s|\\[nrt])+)?"
+        r"(?:password|passwd)(?:\s|\\[nrt])+(?P<s>[^\s\\\"']+)",
+    ),
+    # Code: a name that says it holds a credential, assigned a quoted literal (password = "…",
+    # self.auth_token = '…', apiKey: "…"). Not any "…token" (a tokenizer's eos_token = "</s>").
+    (
+        "secret-assignment",
+        ("pass", "secret", "api", "access", "auth", "refresh", "session", "private", "bearer"),
+        r"(?i:password|passwd|passphrase|secret(?:_?key)?|(?:auth|access|api|bearer|refresh|session|secret)_?token"
+        r"|api_?key|access_?key|private_?key)(?![A-Za-z0-9_])"
+        r"\s*[=:]\s*\\?(?P<q>[\"'])(?P<s>[^\s\"'\\]{6,})\\?(?P=q)",
     ),
     (
         "header-credential",
@@ -209,6 +244,9 @@ _CONTEXT_KINDS = frozenset(
         "header-credential",
         "cookie",
         "json-path",
+        "aws-secret",
+        "azure-key",
+        "netrc-password",
     }
 )
 
@@ -346,7 +384,7 @@ class Scrubber:
     ``-----begin``, ``password``, ``://``…); the text is searched for the anchors (lower-cased, with
     ``str.find``, which runs at memory speed), each pattern is tried only where one of its anchors
     occurs, and of the matches the leftmost wins (at one position, the earliest pattern), then
-    scanning goes on after it. User regexes have no anchors: each is searched over the whole text.
+    scanning goes on after it. User regexes (and the few built-in shapes without anchors) are searched over the whole text.
 
     Strings are remembered with their scrubbed form in bounded caches (short ones, under
     :data:`SHORT_CHARS`, by count; longer ones up to :data:`CACHE_MAX_CHARS` by total size), so an
@@ -391,12 +429,18 @@ class Scrubber:
         self._pats: list[re.Pattern[str]] = []
         anchors: dict[str, list[int]] = {}
         for kind, lits, pattern in table:
-            for lit in lits:
-                anchors.setdefault(lit, []).append(len(self._pats))
-            self._kinds.append(kind)
-            self._pats.append(re.compile(pattern, re.ASCII))
+            if lits:
+                for lit in lits:
+                    anchors.setdefault(lit, []).append(len(self._pats))
+                self._kinds.append(kind)
+                self._pats.append(re.compile(pattern, re.ASCII))
         self._anchors = [(lit, tuple(ids)) for lit, ids in anchors.items()]
-        self._scan: list[int] = []
+        self._scan: list[int] = []  # searched over the whole text: these come last (see find)
+        for kind, lits, pattern in table:
+            if not lits:
+                self._scan.append(len(self._pats))
+                self._kinds.append(kind)
+                self._pats.append(re.compile(pattern, re.ASCII))
         for kind, pattern in r.patterns:
             self._scan.append(len(self._pats))
             self._kinds.append(kind)
@@ -468,7 +512,7 @@ class Scrubber:
             start, i, _, m = heapq.heappop(heap)
             scan = i >= first_scan
             if start < pos:
-                if scan:  # a user pattern may still match after what was taken
+                if scan:  # a searched pattern may still match after what was taken
                     nxt = self._pats[i].search(text, pos)
                     if nxt is not None:
                         heapq.heappush(heap, (nxt.start(), i, tie, nxt))
@@ -591,32 +635,21 @@ class Scrubber:
         spans = self.find(text)
         if not spans:
             return [bytes(c) for c in chunks]
-        matches: list[tuple[int, int, str]] = []
+        edits: list[streamscrub.Edit] = []
         cpos = bpos = 0
         for start, end, kind in spans:  # character offsets → byte offsets
             bpos += len(text[cpos:start].encode("utf-8", "surrogateescape"))
             bend = bpos + len(text[start:end].encode("utf-8", "surrogateescape"))
-            matches.append((bpos, bend, kind))
+            edits.append((bpos, bend, placeholder(kind, joined[bpos:bend]).encode()))
             cpos, bpos = end, bend
-        out: list[builtins.bytes] = []
-        cstart = 0
-        for c in chunks:
-            cend = cstart + len(c)
-            piece = bytearray()
-            p = cstart
-            for start, end, kind in matches:
-                if end <= cstart or start >= cend:
-                    continue
-                if start > p:
-                    piece += joined[p:start]
-                if cstart <= start < cend:
-                    piece += placeholder(kind, joined[start:end]).encode()
-                p = max(p, min(end, cend))
-            if p < cend:
-                piece += joined[p:cend]
-            out.append(bytes(piece))
-            cstart = cend
-        return out
+        return streamscrub.spread(chunks, edits)
+
+    def stream(self, chunks: Sequence[builtins.bytes], content_type: str = "") -> list[builtins.bytes]:
+        """A stored stream's chunks scrubbed across its events first (a secret the model streams a
+        few characters per event: :func:`forkpoint.streamscrub.scrub_events`; ``content_type``
+        says how the events are framed), then across chunk boundaries (:meth:`chunks`). In that
+        order: a piece of a secret found on its own would hide the rest of it from the first."""
+        return self.chunks(streamscrub.scrub_events(chunks, content_type, self.chunks))
 
     # -- structured data
 
@@ -703,11 +736,12 @@ class Scrubber:
             def secret(k: str, v: str) -> bool:  # a placeholder is left alone: scrubbing is idempotent
                 return k.lower() in self.query_params and bool(v) and not _is_placeholder(v)
 
-            if any(secret(k, v) for k, v in pairs):
-                query = urlencode(
-                    [(k, placeholder("query-credential", v) if secret(k, v) else v) for k, v in pairs]
-                )
-                parts = parts._replace(query=query)
+            # Values are scrubbed decoded too: "a+b%3Dc" hides "a b=c" from a scan of the raw URL.
+            clean = [
+                (k, placeholder("query-credential", v) if secret(k, v) else self.text(v)) for k, v in pairs
+            ]
+            if clean != pairs:
+                parts = parts._replace(query=urlencode(clean))
         userinfo, _, host = parts.netloc.rpartition("@")
         if (username or password) and not _is_placeholder(unquote(userinfo)):
             # Percent-encoded: a bare "[...]" in the authority would read as an IPv6 host.
@@ -715,14 +749,16 @@ class Scrubber:
             parts = parts._replace(netloc=f"{ph}@{host}")
         return self.text(urlunsplit(parts))
 
-    def _chunk_list(self, chunks: list[Any]) -> list[Any]:
-        """Stored stream chunks ``[[ms, str | bytes], …]`` scrubbed across chunk boundaries."""
+    def _chunk_list(self, chunks: list[Any], content_type: str = "") -> list[Any]:
+        """Stored stream chunks ``[[ms, str | bytes], …]`` scrubbed across chunk boundaries, and
+        across the stream's events (:func:`forkpoint.streamscrub.scrub_events`; ``content_type``
+        says how they are framed)."""
         pairs = [c for c in chunks if isinstance(c, list | tuple) and len(c) == 2]
         raw = [c[1].encode("utf-8", "surrogateescape") if isinstance(c[1], str) else c[1] for c in pairs]
         if len(pairs) != len(chunks) or not all(isinstance(r, builtins.bytes | bytearray) for r in raw):
             scrubbed_json: list[Any] = self.json(chunks)
             return scrubbed_json
-        scrubbed = self.chunks(raw)
+        scrubbed = self.stream(raw, content_type)
         out = []
         for (t, original), new in zip(pairs, scrubbed, strict=True):
             if isinstance(original, str):
@@ -751,7 +787,12 @@ class Scrubber:
             elif k == "body" and kind == "text" and isinstance(v, str):
                 out[k] = self.text(v)
             elif k == "chunks" and isinstance(v, list):
-                out[k] = self._chunk_list(v)
+                pairs = record.get("headers")
+                ctype = next(
+                    (str(p[1]) for p in pairs or () if len(p) == 2 and str(p[0]).lower() == "content-type"),
+                    "",
+                )
+                out[k] = self._chunk_list(v, ctype)
             else:
                 out[k] = self.json(v)
         return out
@@ -902,6 +943,12 @@ def scrub_chunks(chunks: Sequence[bytes]) -> list[bytes]:
     """Scrub a stream given as chunks, catching secrets split across chunk boundaries (see
     :meth:`Scrubber.chunks`)."""
     return current().chunks(chunks)
+
+
+def scrub_stream(chunks: Sequence[bytes], content_type: str = "") -> list[bytes]:
+    """Scrub a stream's chunks across its events and its chunk boundaries (see
+    :meth:`Scrubber.stream`)."""
+    return current().stream(chunks, content_type)
 
 
 def scrub_json(value: Any) -> Any:

@@ -13,6 +13,7 @@ base64-encoded (all three alignments), and for a 12-character fragment of each.
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
 import signal
@@ -590,3 +591,74 @@ def test_a_secret_written_into_a_tracked_file_is_scrubbed_in_the_source_state(tm
     assert redact.placeholder("openai-key", secret) in text and secret not in text
     checks = validate(into)
     assert all(c.ok for c in checks), [(c.name, c.expected, c.actual) for c in checks if not c.ok]
+
+
+def test_a_tracked_file_secret_stays_scrubbed_over_many_checkpoints(tmp_path: Path) -> None:
+    """git rewrites the object of a file it re-hashes (racily clean after a `git status`) without
+    naming it: the unscrubbed object removed at the first checkpoint must not come back."""
+    secret = "sk-proj-TrackedRacyCanary0123456789abcdefXYZ"
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    (repo / "settings.py").write_text("DEBUG = False\n")
+    (repo / "other.py").write_text("x = 1\n")
+    git(repo, "add", ".")
+    git(repo, "commit", "-q", "-m", "init")
+    with forkpoint.record(store=tmp_path / "store", workspace=repo) as rec:
+        rec.checkpoint(reason="clean")
+        (repo / "settings.py").write_text(f'OPENAI_KEY = "{secret}"\n')
+        rec.checkpoint(reason="secret written")
+        git(repo, "status", "--short")  # refreshes the user's index
+        (repo / "other.py").write_text("x = 2\n")
+        rec.checkpoint(reason="another file")
+        rec.checkpoint(reason="nothing new")
+    assert leaks(tmp_path / "store", {"tracked": secret}) == []
+    v = verify(rec.session_path)
+    assert v.ok and not v.notes, (v.problems, v.notes)
+    s = Session.load(rec.session_path)
+    last = s.by_type("checkpoint")[-1]
+    from forkpoint.checkpoint import restore
+
+    into = restore(s, last["seq"], tmp_path / "restored")
+    assert (
+        into / "settings.py"
+    ).read_text() == f'OPENAI_KEY = "{redact.placeholder("openai-key", secret)}"\n'
+    assert (into / "other.py").read_text() == "x = 2\n"
+
+
+def test_verify_names_a_git_object_holding_a_secret(tmp_path: Path) -> None:
+    from forkpoint.checkpoint.git import write_loose
+
+    path = _session_with_secret(tmp_path / "store", "nothing-secret-here")
+    content = b'PASSWORD = "x"\nSTRIPE = "sk_live_51HcanaryStripeKey0123456789abcdef"\n'
+    oid = hashlib.sha1(b"blob %d\0" % len(content) + content).hexdigest()
+    write_loose(path / "git-objects", oid, b"blob", content, False)
+    v = verify(path)
+    assert v.ok  # damage it is not: the object is what its name says
+    assert [n for n in v.notes if oid[:12] in n and "stripe-key" in n], v.notes
+
+
+def test_reports_exports_and_pages_are_owner_only_and_scrubbed(tmp_path: Path) -> None:
+    from forkpoint.replay import write_report
+
+    secret = "sk_live_51HcanaryReportKey0123456789abcdef"
+    path = _session_with_secret(tmp_path / "store", secret)
+    old = os.umask(0o022)
+    try:
+        report = {"overrides": [{"target": "tool:t", "value": {"key": secret, "password": "pw-canary-77"}}]}
+        write_report(tmp_path / "report.json", report)
+        runner = CliRunner()
+        for args in (
+            ["export", str(path), "--file", str(tmp_path / "spans.jsonl"), "--content"],
+            ["show", str(path), "--html", str(tmp_path / "page.html")],
+        ):
+            result = runner.invoke(main, args)
+            assert result.exit_code == 0, result.output
+    finally:
+        os.umask(old)
+    for name in ("report.json", "spans.jsonl", "page.html"):
+        f = tmp_path / name
+        assert stat.S_IMODE(f.stat().st_mode) == 0o600, name
+        assert secret.encode() not in f.read_bytes() and b"pw-canary-77" not in f.read_bytes(), name
+    assert redact.placeholder("stripe-key", secret) in (tmp_path / "report.json").read_text()
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]

@@ -38,11 +38,12 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from typing import Any, cast
 
-from .. import runtime
+from .. import eventstream, runtime
 from ..errors import RecordedError
 from ..events import ErrorRecord, HttpRequest, HttpResponse, ModelCallEvent, new_span_id, now_iso
-from ..providers import eventstream, stream_end_markers
-from ..redact import scrub_bytes, scrub_chunks, scrub_headers, scrub_text, scrub_url
+from ..providers import stream_end_markers
+from ..redact import scrub_bytes, scrub_chunks, scrub_headers, scrub_stream, scrub_text, scrub_url
+from ..streamscrub import scrub_events
 from . import connections
 from .decoding import (
     DecoderFactory,
@@ -220,7 +221,7 @@ class Exchange:
         if eventstream.is_event_stream(ctype) and not encoded:
             times, chunks = aws_messages(times, chunks)
         else:
-            chunks = scrub_chunks(chunks)
+            chunks = scrub_stream(chunks, ctype)
         out: HttpResponse = {
             "status": status,
             "reason": reason,
@@ -253,6 +254,8 @@ def aws_messages(times: list[float], chunks: list[bytes]) -> tuple[list[float], 
     if rest:  # a message cut off: kept as received
         out_times.append(times[-1])
         out.append(scrub_bytes(rest))
+    # Secrets split over messages (or base64 in them) first; then each message's own payload.
+    out = scrub_events(out, eventstream.CONTENT_TYPE, scrub_chunks)
     for n, frame in enumerate(out):
         decoded = eventstream.decode(frame)
         if decoded is not None and scrub_bytes(decoded[1]) != decoded[1]:

@@ -250,6 +250,8 @@ class SourceTracker:
         self._last_written: str | None = None
         # Tracked files `add --update` dropped from the private index because they were deleted.
         self._gone: set[bytes] = set()
+        # Raw object id of a tracked file's content that held a secret -> its scrubbed object's id.
+        self._scrubbed: dict[bytes, bytes] = {}
 
     def close(self) -> None:
         """Remove the private index."""
@@ -404,6 +406,10 @@ class SourceTracker:
                 self._git_w(["add", "--update", "--", *(p.decode("utf-8", "surrogateescape") for p in named)])
         else:
             updated = self._git_w(["add", "--update", "--verbose"], binary=True)
+        # git writes the object of a file it re-hashes (a racily clean entry) even when the content is
+        # the one indexed, and names it nowhere: an unscrubbed object removed before comes back.
+        for raw in self._scrubbed:
+            loose_path(self.objects, raw.hex()).unlink(missing_ok=True)
         for line in updated.splitlines():
             m = _VERBOSE_ADD.match(line)
             if m is not None and line.startswith(b"remove "):
@@ -424,7 +430,7 @@ class SourceTracker:
             self._work_built = False
             self._last_written = self._git_w(["write-tree", "--missing-ok"]).strip()
             return self._last_written
-        entries = scrub_tracked_entries(self.objects, entries, self.algo)  # docs/security.md
+        entries = scrub_tracked_entries(self.objects, entries, self.algo, self._scrubbed)  # docs/security.md
         self._work.update(entries, only)
         self._work_built = True
         self._last_written = self._work.root(self._write_tree)
@@ -539,7 +545,10 @@ _BLOB_MODES = (b"100644", b"100755", b"120000")
 
 
 def scrub_tracked_entries(
-    objects: Path, entries: dict[bytes, tuple[bytes, bytes]], algo: str = "sha1"
+    objects: Path,
+    entries: dict[bytes, tuple[bytes, bytes]],
+    algo: str = "sha1",
+    scrubbed: dict[bytes, bytes] | None = None,
 ) -> dict[bytes, tuple[bytes, bytes]]:
     """Tracked files whose content was just stored in the session's git ``objects`` (a loose blob
     that ``git add`` wrote there: content the repository does not have) and holds a secret: their
@@ -548,13 +557,23 @@ def scrub_tracked_entries(
     The unscrubbed object is deleted, so the secret is not kept, compressed, in ``git-objects``; the
     tree built from the entries, its diff and every hash derived from them describe the scrubbed
     files (a restore writes them with placeholders; validating it scrubs again and agrees).
+    ``scrubbed`` (raw object id -> scrubbed object id) remembers the replacements across calls: an
+    entry naming a raw object deleted before (the private index keeps it) gets its scrubbed object.
     """
     scrubber = redact.current()
+    memo: dict[bytes, bytes] = {} if scrubbed is None else scrubbed
     out: dict[bytes, tuple[bytes, bytes]] | None = None
     for path, (mode, oid) in entries.items():
         if mode not in _BLOB_MODES:
             continue
         hexoid = oid.hex()
+        known = memo.get(oid)
+        if known is not None:
+            loose_path(objects, hexoid).unlink(missing_ok=True)
+            if out is None:
+                out = dict(entries)
+            out[path] = (mode, known)
+            continue
         loose = objects / hexoid[:2] / hexoid[2:]
         try:
             raw = zlib.decompress(loose.read_bytes())
@@ -576,6 +595,7 @@ def scrub_tracked_entries(
             os.chmod(tmp, 0o444)
             os.replace(tmp, target)
         loose.unlink(missing_ok=True)
+        memo[oid] = new
         if out is None:
             out = dict(entries)
         out[path] = (mode, new)

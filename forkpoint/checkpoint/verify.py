@@ -19,6 +19,7 @@ from typing import Any
 
 import orjson
 
+from .. import redact
 from ..canonical import digest
 from ..errors import SessionError
 from ..log import (
@@ -67,7 +68,7 @@ def check_checkpoints(path: Path, lines: list[StoredLine], result: Verification,
             )
     result.blobs += len(manifest_refs)
     result.checkpoints = len(checkpoints)
-    result.git_objects = _verify_git_objects(path / GIT_OBJECTS, problems)
+    result.git_objects = _verify_git_objects(path / GIT_OBJECTS, problems, result.notes)
     sealed = [seq for _, seq, obj in checkpoints if "git_objects" in obj]
     if git and not problems and sealed:
         result.notes.append(
@@ -155,8 +156,15 @@ def _verify_checkpoints(
                 return
 
 
-def _verify_git_objects(objects: Path, problems: list[str]) -> int:
-    """Every loose object of ``objects`` against its SHA-1 name. Returns how many were checked."""
+#: File contents (git blobs) larger than this are not searched for secrets by verify.
+SCAN_LIMIT = 16 << 20
+
+
+def _verify_git_objects(objects: Path, problems: list[str], notes: list[str]) -> int:
+    """Every loose object of ``objects`` against its SHA-1 name, and every file content (blob) of up
+    to :data:`SCAN_LIMIT` bytes searched for secrets with the rules in force (a note names each
+    one that holds some: the promise is that none does). Returns how many objects were checked."""
+    scrubber = redact.current()
     if not objects.is_dir():
         return 0
     count = 0
@@ -171,12 +179,20 @@ def _verify_git_objects(objects: Path, problems: list[str]) -> int:
             count += 1
             name = sub.name + obj.name
             h = hashlib.sha1()
+            kept: list[bytes] = []
+            size = 0
             try:
                 d = zlib.decompressobj()
                 with open(obj, "rb") as f:
                     while chunk := f.read(1 << 20):
-                        h.update(d.decompress(chunk))
-                    h.update(d.flush())
+                        part = d.decompress(chunk)
+                        h.update(part)
+                        size += len(part)
+                        if size <= SCAN_LIMIT:
+                            kept.append(part)
+                    part = d.flush()
+                    h.update(part)
+                    kept.append(part)
                 ok = d.eof and not d.unused_data and h.hexdigest() == name
             except (OSError, zlib.error):
                 ok = False
@@ -184,6 +200,14 @@ def _verify_git_objects(objects: Path, problems: list[str]) -> int:
                 problems.append(
                     f"{obj}: git object is damaged (its content does not match its name {name[:12]}…)"
                 )
+            elif size <= SCAN_LIMIT:
+                head, _, content = b"".join(kept).partition(b"\0")
+                found = head.startswith(b"blob ") and scrubber.find(
+                    content.decode("utf-8", "surrogateescape")
+                )
+                if found:
+                    kinds = ", ".join(sorted({kind for _, _, kind in found}))
+                    notes.append(f"{obj}: git object {name[:12]}… holds what looks like a secret ({kinds})")
     pack = objects / "pack"
     if pack.is_dir() and any(pack.iterdir()):
         problems.append(f"{pack}: packed objects are not expected in a session (only loose objects)")

@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 
 from ..errors import ExportError
+from ..files import write_private
 from ..log import Session
 from ..otel import Sender, SpanFactory, parent_link, plan, trace_id_for, variant_for
 from ..scrub import rescrubbed
@@ -89,7 +90,7 @@ def export(
             sys.stdout.buffer.write(data)
             sys.stdout.buffer.flush()
         else:
-            Path(file).write_bytes(data)
+            write_private(file, data)
     if sender is not None:
         try:
             sent = sender.send(spans)

@@ -35,13 +35,13 @@ from urllib.parse import urlsplit
 
 import orjson
 
+from .. import eventstream
 from ..capture.decoding import decoder, parse_body, scrub_body
 from ..capture.exchange import DROP_RESPONSE_HEADERS, STREAM_TYPES, aws_messages, header_text
 from ..errors import ImportFormatError
 from ..events import iso_time
-from ..providers import eventstream
 from ..record import keyed
-from ..redact import scrub_chunks, scrub_headers, scrub_json, scrub_url
+from ..redact import scrub_headers, scrub_json, scrub_stream, scrub_url
 from .base import Imported, Importer
 
 #: The ``anthropic-version`` of the Anthropic API's first version, used when no SDK is installed.
@@ -202,7 +202,7 @@ def _response(rs: dict[str, Any]) -> dict[str, Any]:
         out["body_kind"] = "stream"
         out["chunks"] = [[t, _text_or_bytes(c)] for t, c in zip(*aws_messages([0.0], [data]), strict=True)]
     elif any(t in ctype.lower() for t in STREAM_TYPES):
-        chunks = scrub_chunks(split_stream(data, ctype.lower()))
+        chunks = scrub_stream(split_stream(data, ctype.lower()), ctype)
         out["body_kind"] = "stream"
         out["chunks"] = [[0.0, _text_or_bytes(c)] for c in chunks if c]
     else:

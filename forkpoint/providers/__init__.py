@@ -15,7 +15,7 @@ the helpers they share), registered in :data:`REGISTRY`:
 * :mod:`.anthropic` — Anthropic Messages (also Claude on Vertex AI);
 * :mod:`.gemini` — Google Gemini ``generateContent`` / ``streamGenerateContent``;
 * :mod:`.bedrock` — Amazon Bedrock Converse / ConverseStream and InvokeModel (its streams are AWS
-  event streams, :mod:`.eventstream`, read as server-sent events).
+  event streams, :mod:`forkpoint.eventstream`, read as server-sent events).
 
 Adding a format is one module plus one line in :data:`REGISTRY`. The functions below are the only
 way the rest of forkpoint reaches provider knowledge: they find the provider that recognizes a call
@@ -39,8 +39,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
+from .. import eventstream
 from ..log import add_deriver
-from . import anthropic, bedrock, eventstream, gemini, kinds, openai_chat, openai_responses
+from . import anthropic, bedrock, gemini, kinds, openai_chat, openai_responses
 from .base import (
     NOTHING,
     UNRECOGNIZED,

@@ -12,7 +12,7 @@ percent-encoded in the path, ``anthropic.claude-3-haiku-20240307-v1%3A0``):
   {toolSpec{name, description, inputSchema{json}}}], toolChoice}}``; response ``{output{message{role,
   content[…]}}, stopReason, usage{inputTokens, outputTokens, totalTokens}, metrics{latencyMs}}``.
 * **ConverseStream** ``POST …/converse-stream``: the same request; the answer is an AWS event stream
-  (:mod:`.eventstream`) of ``messageStart{role}``, ``contentBlockStart{contentBlockIndex,
+  (:mod:`forkpoint.eventstream`) of ``messageStart{role}``, ``contentBlockStart{contentBlockIndex,
   start{toolUse{toolUseId, name}}}``, ``contentBlockDelta{contentBlockIndex, delta{text} |
   {toolUse{input: JSON text fragment}}}``, ``contentBlockStop``, ``messageStop{stopReason}``,
   ``metadata{usage, metrics}``.
@@ -35,7 +35,8 @@ from urllib.parse import unquote
 
 import orjson
 
-from . import anthropic, eventstream
+from .. import eventstream
+from . import anthropic
 from .base import (
     NOTHING,
     UNRECOGNIZED,

@@ -3,7 +3,6 @@ reports of several processes merged, and the exit code that says the run did not
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -11,8 +10,10 @@ import orjson
 
 from ..errors import Divergence
 from ..events import DivergenceReport, Verdict
+from ..files import write_private
 from ..jsondiff import Change, format_changes
 from ..match import IgnoreRule
+from ..redact import scrub_json
 from ..text import ordinal, plural
 
 #: Exit code of ``forkpoint replay`` when the run diverged from the recording.
@@ -288,7 +289,6 @@ def merge_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def write_report(path: Path, report: dict[str, Any]) -> None:
-    """Write a replay report atomically (temp file, then rename)."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))
-    os.replace(tmp, path)
+    """Write a replay report as JSON, scrubbed (an override's value, a live request may hold a
+    secret), owner-only (0600) and atomically (:func:`forkpoint.files.write_private`)."""
+    write_private(path, orjson.dumps(scrub_json(report), option=orjson.OPT_INDENT_2))

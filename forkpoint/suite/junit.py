@@ -10,13 +10,13 @@ that diverged or ended differently has a ``<failure message type>``, one that co
 
 from __future__ import annotations
 
-import os
 import re
 import xml.etree.ElementTree as ET
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from ..files import write_private
 from .check import AB_STATUSES, verdict_text
 
 # Characters outside XML 1.0's Char production (control characters but tab, LF and CR; surrogates;
@@ -61,7 +61,4 @@ def write_junit(rows: list[dict[str, Any]], path: Path, *, seconds: float, ab: b
             element.text = _text("\n".join(str(d) for d in details if d))
         if r.get("stderr"):
             ET.SubElement(case, "system-err").text = _text(r["stderr"])
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    ET.ElementTree(suites).write(tmp, encoding="utf-8", xml_declaration=True)
-    os.replace(tmp, path)
-    return path
+    return write_private(path, ET.tostring(suites, encoding="utf-8", xml_declaration=True))

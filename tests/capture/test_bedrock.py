@@ -12,8 +12,7 @@ import boto3
 import pytest
 
 import forkpoint
-from forkpoint import providers
-from forkpoint.providers import eventstream
+from forkpoint import eventstream, providers
 from forkpoint.show import render
 from tests.modelserver import LocalServer
 

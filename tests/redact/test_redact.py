@@ -71,6 +71,26 @@ SECRETS: list[tuple[str, str, str]] = [
     ("github-token", "gho_" + _rand(36), "oauth {} ok"),
     ("github-token", "github_pat_11" + _rand(20) + "_" + _rand(59), "fine-grained token {} here"),
     ("google-api-key", "AIza" + _rand(35, _ALNUM + "-_"), "GOOGLE_API_KEY={}"),
+    # Formats that once passed (issue 14): ~/.aws/credentials in lower case, .netrc, Azure connection
+    # strings, Twilio SIDs and auth tokens, credentials assigned in code.
+    ("aws-secret", _rand(40, _ALNUM + "/+"), "[default]\naws_secret_access_key = {}\nregion = x"),
+    ("aws-secret", _rand(200, _ALNUM + "/+") + "=", "aws_session_token={}"),
+    ("netrc-password", _rand(20, _ALNUM + "-_!"), "machine api.example.com login bob password {}\n"),
+    ("netrc-password", _rand(16), "machine example.org\n  login me@example.org\n  password {}\n"),
+    (
+        "azure-key",
+        _rand(86, _ALNUM + "+/") + "==",
+        "DefaultEndpointsProtocol=https;AccountName=acct;AccountKey={};EndpointSuffix=core.windows.net",
+    ),
+    (
+        "azure-key",
+        _rand(43, _ALNUM + "+/") + "=",
+        "Endpoint=sb://n.servicebus.windows.net/;SharedAccessKey={}",
+    ),
+    ("twilio-sid", "AC" + _rand(32, "0123456789abcdef"), "account {} sends"),
+    ("twilio-sid", "SK" + _rand(32, "0123456789abcdef"), "TWILIO_API_KEY_SID={}"),
+    ("secret-assignment", _rand(32, "0123456789abcdef"), 'client = Client(sid, auth_token="{}")'),
+    ("secret-assignment", _rand(14), "    password = '{}'"),
 ]
 
 _IDS = [f"{kind}-{i}" for i, (kind, _, _) in enumerate(SECRETS)]
@@ -118,7 +138,9 @@ def test_all_secrets_in_one_document() -> None:
 def test_ordinary_text_is_untouched() -> None:
     text = (
         "The sky is blue. skeleton-key-is-not-a-secret, AKIA is a prefix, Bearer of news, "
-        "ghp_short, eyJ alone, sk-short, -----BEGIN CERTIFICATE----- is public."
+        "ghp_short, eyJ alone, sk-short, -----BEGIN CERTIFICATE----- is public. Ask the task at "
+        "the desk; ACCESS denied; eos_token = '</s>'; the password field; machine learning; "
+        "SKIP AC adapter; max_tokens = 5; tokenizer = 'bert-base'; log in with your password."
     )
     assert scrub_text(text) == text
     data = {"messages": [{"role": "user", "content": text}], "n": 1, "ok": True, "x": None}
@@ -218,6 +240,18 @@ def test_url_userinfo_and_secret_in_path_scrubbed() -> None:
     parts = urlsplit(out)
     assert parts.hostname == "example.com" and parts.port == 8443
     assert parts.query == "q=1"
+    assert scrub_url(out) == out
+
+
+def test_url_query_values_are_scrubbed_decoded() -> None:
+    """A value percent- or plus-encoded hides its context from a scan of the raw URL."""
+    pw = _rand(18)
+    out = scrub_url(f"https://x.test/a?note=machine+h+login+u+password+{pw}&q=1")
+    assert pw not in out
+    assert parse_qs(urlsplit(out).query) == {
+        "note": [f"machine h login u password {expected_placeholder('netrc-password', pw)}"],
+        "q": ["1"],
+    }
     assert scrub_url(out) == out
 
 

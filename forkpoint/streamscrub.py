@@ -1,0 +1,168 @@
+"""Secrets split over a stream's events: found in the text the events make together, removed from each.
+
+A model streams its answer a few characters per event, so a secret it repeats arrives in fragments:
+``data: {"choices":[{"delta":{"content":"sk-proj-Q7p"}}]}`` then ``…"content":"VbX2mK9…"…``. No
+event holds the secret, so scrubbing the stream's bytes finds nothing, but every reader that joins
+the deltas (``show``, ``show --html``, ``export``) would show it whole. Here, each event's JSON is
+read, the string values at one JSON path in successive events (``choices.0.delta.content``,
+``delta.text``, ``delta.partial_json``…) are joined and scrubbed as one text, and a secret found is
+replaced in the event where it starts and removed from the events it spilled into; only the events
+that change are written again (as compact JSON). A secret whole in one server-sent event is left to
+the scan of the stream's bytes, which keeps every other byte in its transport chunk. Two stream framings are read:
+
+* server-sent events (``data:`` lines holding JSON: OpenAI, Anthropic, Gemini, Responses);
+* the AWS event stream (:mod:`forkpoint.eventstream`: Bedrock), each message's JSON payload, and
+  inside an InvokeModelWithResponseStream ``chunk`` the model's own event, base64-encoded in its
+  ``bytes`` field; a changed message is framed again (lengths and checksums right).
+
+The scrubbing itself is handed in (``scrub``: fragments in, fragments out, as
+:meth:`forkpoint.redact.Scrubber.chunks` does), so this module knows no rules.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import orjson
+
+from . import eventstream
+
+#: A change to a stream: (start, end) byte offsets in the joined stream, and what replaces them.
+Edit = tuple[int, int, bytes]
+#: How fragments are scrubbed as one text: as many fragments back, each scrubbed in place.
+Scrub = Callable[[list[bytes]], list[bytes]]
+
+_DATA_LINE = re.compile(rb"^data: ?([^\r\n]*)", re.M)
+
+
+def spread(chunks: Sequence[bytes], edits: Sequence[Edit]) -> list[bytes]:
+    """``chunks`` with ``edits`` (in order, not overlapping) applied, as many chunks as given: an
+    edit's replacement goes into the chunk where it starts, and what it replaces is removed from the
+    chunks it spans, so every other byte keeps its chunk."""
+    joined = b"".join(chunks)
+    out: list[bytes] = []
+    cstart = 0
+    for c in chunks:
+        cend = cstart + len(c)
+        piece = bytearray()
+        p = cstart
+        for start, end, replacement in edits:
+            if end <= cstart or start >= cend:
+                continue
+            if start > p:
+                piece += joined[p:start]
+            if cstart <= start < cend:
+                piece += replacement
+            p = max(p, min(end, cend))
+        if p < cend:
+            piece += joined[p:cend]
+        out.append(bytes(piece))
+        cstart = cend
+    return out
+
+
+class _Event:
+    """One event of a stream: where its JSON sits, the parsed JSON, and how to write it again."""
+
+    def __init__(self, start: int, end: int, value: Any, frame: tuple[dict[str, str], Any] | None) -> None:
+        self.start, self.end, self.value, self.frame = start, end, value, frame
+        self.changed = False
+
+    def encoded(self) -> bytes:
+        data = orjson.dumps(self.value)
+        if self.frame is None:
+            return data
+        headers, outer = self.frame
+        if outer is not None:  # a chunk event: the model's event is base64 in "bytes"
+            outer["bytes"] = base64.b64encode(data).decode()
+            data = orjson.dumps(outer)
+        return eventstream.encode(headers, data)
+
+
+def _sse_events(joined: bytes) -> list[_Event]:
+    out = []
+    for m in _DATA_LINE.finditer(joined):
+        body = m.group(1)
+        if body[:1] not in (b"{", b"["):
+            continue
+        try:
+            value = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            continue
+        out.append(_Event(m.start(1), m.end(1), value, None))
+    return out
+
+
+def _aws_events(joined: bytes) -> list[_Event]:
+    out = []
+    frames, _ = eventstream.split(joined)
+    pos = 0
+    for frame in frames:
+        start, pos = pos, pos + len(frame)
+        decoded = eventstream.decode(frame)
+        if decoded is None:
+            continue
+        raw_headers, payload = decoded
+        headers = {k: v if isinstance(v, str) else str(v) for k, v in raw_headers.items()}
+        try:
+            value = orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            continue
+        outer = None
+        if isinstance(value, dict) and isinstance(value.get("bytes"), str):
+            try:
+                inner = orjson.loads(base64.b64decode(value["bytes"], validate=True))
+            except (binascii.Error, ValueError, orjson.JSONDecodeError):
+                inner = None
+            if inner is not None:
+                value, outer = inner, value
+        out.append(_Event(start, pos, value, (headers, outer)))
+    return out
+
+
+def _leaves(value: Any, path: tuple[Any, ...], out: list[tuple[tuple[Any, ...], Any, Any]]) -> None:
+    """(path, container, key) of every string in ``value``."""
+    items = value.items() if isinstance(value, dict) else enumerate(value)
+    for k, v in items:
+        if isinstance(v, str):
+            out.append(((*path, k), value, k))
+        elif isinstance(v, dict | list):
+            _leaves(v, (*path, k), out)
+
+
+def scrub_events(chunks: Sequence[bytes], content_type: str, scrub: Scrub) -> list[bytes]:
+    """The chunks of a stored stream (``content_type`` says its framing) with every secret split
+    over its events (or hidden in a base64 event) replaced; the chunks themselves when there is none.
+    Never raises on malformed input: what cannot be read is left as it is."""
+    joined = b"".join(chunks)
+    if eventstream.is_event_stream(content_type):
+        events = _aws_events(joined)
+    elif b"data:" in joined:
+        events = _sse_events(joined)
+    else:
+        return list(chunks)
+    channels: dict[tuple[Any, ...], list[tuple[_Event, Any, Any]]] = {}
+    for event in events:
+        if isinstance(event.value, dict | list):
+            found: list[tuple[tuple[Any, ...], Any, Any]] = []
+            _leaves(event.value, (), found)
+            for path, container, key in found:
+                channels.setdefault(path, []).append((event, container, key))
+    for leaves in channels.values():
+        frags = [c[k].encode("utf-8", "surrogatepass") for _, c, k in leaves]
+        if len(frags) == 1 and leaves[0][0].frame is None:
+            continue  # one SSE event: its bytes are scrubbed as they are
+        if frags.count(frags[0]) == len(frags) and scrub(frags[:1]) == frags[:1]:
+            continue  # the same clean value in every event (an id, the model): no piece of anything
+        new = scrub(frags)
+        for (event, container, key), old, fresh in zip(leaves, frags, new, strict=True):
+            if fresh == old or (event.frame is None and scrub([old]) == [fresh]):
+                continue  # nothing here, or a secret whole in this SSE event: the bytes pass takes it
+            container[key] = fresh.decode("utf-8", "surrogatepass")
+            event.changed = True
+    edits = [(e.start, e.end, e.encoded()) for e in events if e.changed]
+    return spread(chunks, edits) if edits else list(chunks)
