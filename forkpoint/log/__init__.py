@@ -30,6 +30,7 @@ from .codec import (
     delta_container,
     line_hash,
     to_json,
+    with_deltas,
 )
 from .reader import LogTail, Session, add_deriver, check_header, read_header
 from .verify import Check, StoredLine, Verification, verify
@@ -65,4 +66,5 @@ __all__ = [
     "read_header",
     "to_json",
     "verify",
+    "with_deltas",
 ]

@@ -23,7 +23,16 @@ from ..events import (
     ToolCallEvent,
 )
 from .blobs import BlobStore
-from .codec import BLOB_DIR, FORMAT, FORMAT_VERSION, LOG_NAME, decode, delta_container, resolve_deltas
+from .codec import (
+    BLOB_DIR,
+    FORMAT,
+    FORMAT_VERSION,
+    LOG_NAME,
+    Deltas,
+    decode,
+    delta_container,
+    resolve_deltas,
+)
 
 #: Functions that add derived fields to every event as it is loaded. The log knows nothing of
 #: providers: :mod:`forkpoint.providers` hands in the one that adds a model call's ``summary``.
@@ -142,6 +151,8 @@ class _Resolver:
         self.log_path = path / LOG_NAME
         self.blobs = BlobStore(path / BLOB_DIR)
         self.lists: dict[int, dict[str, list[Any]]] = {}
+        #: By seq, the lists of each event that were stored as a ``$delta`` (:func:`.codec.resolve_deltas`).
+        self.deltas: dict[int, Deltas] = {}
 
     def event(self, obj: dict[str, Any], lineno: int) -> dict[str, Any]:
         """The resolved event of the stored line ``obj`` (line ``lineno``). Raises
@@ -152,7 +163,9 @@ class _Resolver:
         except (ValueError, TypeError, KeyError) as exc:
             raise SessionError(f"{self.log_path}:{lineno}: cannot decode the event ({exc})") from None
         event.pop("torn", None)
-        resolve_deltas(event, self.lists, self.log_path, lineno)
+        deltas = resolve_deltas(event, self.lists, self.log_path, lineno)
+        if deltas:
+            self.deltas[event["seq"]] = deltas
         body = delta_container(event)
         if body is not None:
             self.lists[event["seq"]] = {k: v for k, v in body.items() if isinstance(v, list)}
@@ -216,6 +229,9 @@ class Session:
     events: list[Event] = field(default_factory=list)
     truncated: bool = False
     recovered: list[dict[str, Any]] = field(default_factory=list)
+    #: By seq, the lists of an event that the log stored as a ``$delta`` of an earlier event's:
+    #: field name → (base seq, keep). ``events`` holds them rebuilt whole (sharing their items).
+    deltas: dict[int, Deltas] = field(default_factory=dict)
 
     @property
     def id(self) -> str:
@@ -247,6 +263,7 @@ class Session:
         if session is None:
             raise SessionError(f"{log_path}: empty session log")
         session.recovered = recovered
+        session.deltas = resolver.deltas
         return session
 
     @overload

@@ -297,6 +297,49 @@ def test_show_json_has_every_event(recorded: Recorded) -> None:
     assert data["truncated"] is False
 
 
+def test_show_json_keeps_resent_conversations_as_deltas(tmp_path: Path) -> None:
+    """An agent resends its whole conversation at every turn; ``show --json`` keeps each request's
+    messages as the ``$delta`` the log stores (the new messages only), so its output grows linearly
+    with the turns, and every request can be rebuilt from it exactly as ``Session.load`` gives it."""
+    import httpx2
+
+    import forkpoint
+
+    def answer(request: httpx2.Request) -> httpx2.Response:
+        n = len(json.loads(request.content)["messages"])
+        return httpx2.Response(
+            200, json={"id": f"c{n}", "choices": [{"message": {"role": "assistant", "content": f"a{n}"}}]}
+        )
+
+    with forkpoint.record(store=tmp_path) as rec:
+        messages: list[Any] = [{"role": "user", "content": "go " + "x" * 2000}]  # a blob
+        with httpx2.Client(transport=httpx2.MockTransport(answer)) as c:
+            for i in range(6):
+                reply = c.post(
+                    "https://api.openai.com/v1/chat/completions", json={"model": "m", "messages": messages}
+                )
+                messages += [
+                    reply.json()["choices"][0]["message"],
+                    {"role": "user", "content": f"result {i}"},
+                ]
+    r = cli("show", str(rec.session_path), "--json")
+    assert r.exit_code == 0, r.output
+    shown = {e["seq"]: e for e in json.loads(r.stdout)["events"]}
+    loaded = Session.load(rec.session_path).by_type("model_call")
+    assert len(loaded) == 6
+    rebuilt: dict[int, list[Any]] = {}
+    for i, event in enumerate(loaded):
+        stored = shown[event["seq"]]["request"]["body"]["messages"]
+        if i == 0:
+            assert stored == event["request"]["body"]["messages"]  # the first request, whole
+            rebuilt[event["seq"]] = stored
+            continue
+        delta = stored["$delta"]
+        assert len(delta["add"]) == 2  # the reply and the next result: nothing resent
+        rebuilt[event["seq"]] = rebuilt[delta["base"]][: delta["keep"]] + delta["add"]
+        assert rebuilt[event["seq"]] == event["request"]["body"]["messages"]
+
+
 def test_ls_lists_sessions_and_honours_forkpoint_store(recorded: Recorded) -> None:
     r = cli("ls", env={"FORKPOINT_STORE": str(recorded.store)})
     assert r.exit_code == 0
