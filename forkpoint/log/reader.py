@@ -266,6 +266,16 @@ class Session:
         session.deltas = resolver.deltas
         return session
 
+    @classmethod
+    def header_only(cls, path: Path | str) -> Session:
+        """The session with its header read and checked but no events: for a caller that only hands
+        the session on (to a process that loads it itself). Raises :class:`SessionError` as
+        :meth:`load` does for a missing directory or a bad header."""
+        path = Path(path)
+        if not path.is_dir():
+            raise SessionError(f"{path}: no such session directory")
+        return cls(path=path, header=cast(Header, read_header(path / LOG_NAME)))
+
     @overload
     def by_type(self, kind: Literal["model_call"]) -> list[ModelCallEvent]: ...
     @overload

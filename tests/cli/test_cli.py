@@ -237,6 +237,29 @@ def test_replay_serves_everything_offline_and_exits_with_the_scripts_code(record
 
 
 @pytest.mark.slow
+def test_replay_leaves_loading_the_session_to_the_replaying_process(
+    recorded: Recorded, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``forkpoint replay`` verifies the session (reading it once) and the replaying process loads
+    it: the command line does not load and decode every event a third time."""
+    loaded: list[Path] = []
+    load = Session.load.__func__  # type: ignore[attr-defined]
+
+    def counted(cls: type[Session], path: Path | str) -> Session:
+        loaded.append(Path(path))
+        return load(cls, path)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(Session, "load", classmethod(counted))
+    monkeypatch.chdir(recorded.workdir)
+    r = cli("replay", str(recorded.alpha), env=recorded.base_env)
+    assert r.exit_code == 0, r.output
+    assert "replay ok" in r.output
+    assert loaded == []
+    r = cli("replay", str(recorded.alpha), "--override", "tool:lookup.result=1", env=recorded.base_env)
+    assert loaded[:1] == [recorded.alpha]  # overrides are checked against the recorded calls here
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("how", [["agent_script.py"], ["-m", "agent_script"]], ids=["script", "module"])
 def test_replay_divergence_exits_3_with_the_paragraph(recorded: Recorded, how: list[str]) -> None:
     env = {**recorded.base_env, "AGENT_RETRIES": "0"}
