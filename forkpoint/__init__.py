@@ -14,7 +14,9 @@ Public API::
     def search(query: str) -> list[dict]: ...
 
 The package is built in layers (``docs/design.md``); this module only re-exports the names above
-from the layers that define them.
+from the layers that define them. It imports them when they are first used (PEP 562): ``import
+forkpoint`` costs next to nothing, so a process that is not recorded or replayed (every Python
+subprocess of a recorded command starts forkpoint's bootstrap) pays nothing for it.
 
 PYTEST_DONT_REWRITE: under ``forkpoint record/replay -- pytest …`` this package is imported before
 pytest loads its plugin entry point, which would otherwise warn that it cannot rewrite it.
@@ -22,24 +24,57 @@ pytest loads its plugin entry point, which would otherwise warn that it cannot r
 
 from __future__ import annotations
 
+import sys
+
 from ._version import __version__
-from .api import checkpoint, note, record, replay
-from .capture.tools import register_encoder, tool
-from .checkpoint import verify_session as verify
-from .errors import (
-    Divergence,
-    ForkpointError,
-    McpServerNotStarted,
-    NetworkBlocked,
-    RecordedToolError,
-    SessionError,
-    ToolResultError,
-)
-from .log import Session
-from .program import ProgramRun, run_command
-from .record import Recorder
-from .replay import Replayer
-from .runtime import active
+
+# Not typing.TYPE_CHECKING: typing alone would double what importing the package costs (mypy
+# treats any constant of this name the same way).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from .api import checkpoint, note, record, replay
+    from .capture.tools import register_encoder, tool
+    from .checkpoint import verify_session as verify
+    from .errors import (
+        Divergence,
+        ForkpointError,
+        McpServerNotStarted,
+        NetworkBlocked,
+        RecordedToolError,
+        SessionError,
+        ToolResultError,
+    )
+    from .log import Session
+    from .program import ProgramRun, run_command
+    from .record import Recorder
+    from .replay import Replayer
+    from .runtime import active
+
+#: Each public name: (the module that defines it, its name there).
+_PUBLIC: dict[str, tuple[str, str]] = {
+    "checkpoint": ("forkpoint.api", "checkpoint"),
+    "note": ("forkpoint.api", "note"),
+    "record": ("forkpoint.api", "record"),
+    "replay": ("forkpoint.api", "replay"),
+    "register_encoder": ("forkpoint.capture.tools", "register_encoder"),
+    "tool": ("forkpoint.capture.tools", "tool"),
+    "verify": ("forkpoint.checkpoint", "verify_session"),
+    "Divergence": ("forkpoint.errors", "Divergence"),
+    "ForkpointError": ("forkpoint.errors", "ForkpointError"),
+    "McpServerNotStarted": ("forkpoint.errors", "McpServerNotStarted"),
+    "NetworkBlocked": ("forkpoint.errors", "NetworkBlocked"),
+    "RecordedToolError": ("forkpoint.errors", "RecordedToolError"),
+    "SessionError": ("forkpoint.errors", "SessionError"),
+    "ToolResultError": ("forkpoint.errors", "ToolResultError"),
+    "Session": ("forkpoint.log", "Session"),
+    "ProgramRun": ("forkpoint.program", "ProgramRun"),
+    "run_command": ("forkpoint.program", "run_command"),
+    "Recorder": ("forkpoint.record", "Recorder"),
+    "Replayer": ("forkpoint.replay", "Replayer"),
+    "active": ("forkpoint.runtime", "active"),
+}
 
 __all__ = [
     "Divergence",
@@ -64,3 +99,55 @@ __all__ = [
     "tool",
     "verify",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """A public name, imported from its module on first use (then kept in the package)."""
+    try:
+        module, attr = _PUBLIC[name]
+    except KeyError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    import importlib
+
+    value = getattr(importlib.import_module(module), attr)
+    if name not in _SHADOWED:
+        globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+#: Public functions named like a submodule (``forkpoint/record.py``, ``replay/``, ``checkpoint/``):
+#: importing the submodule binds it as an attribute of the package, which would hide the function.
+_SHADOWED = ("record", "replay", "checkpoint")
+
+
+if TYPE_CHECKING:
+    from types import ModuleType as _Module
+else:
+    _Module = type(sys)  # types.ModuleType, without importing types
+
+
+class _Package(_Module):
+    """The package's module type: a data descriptor on the type wins over the package's own
+    attributes, so ``forkpoint.record`` stays the function once ``forkpoint.record`` the module is
+    imported. The import system's binding of the submodule is ignored (it stays in ``sys.modules``);
+    any other assignment is refused, naming where the function lives."""
+
+
+def _public_function(name: str) -> property:
+    def get(_self: object) -> Any:
+        return __getattr__(name)
+
+    def put(_self: object, value: object) -> None:
+        if not isinstance(value, _Module):
+            raise AttributeError(f"forkpoint.{name} cannot be replaced: it is forkpoint.api.{name}")
+
+    return property(get, put)
+
+
+for _name in _SHADOWED:
+    setattr(_Package, _name, _public_function(_name))
+sys.modules[__name__].__class__ = _Package

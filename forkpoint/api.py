@@ -13,7 +13,7 @@ import sys
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import capture, integrations, override, runtime
 from .capture import clock
@@ -22,7 +22,6 @@ from .errors import Divergence, NetworkBlocked, UsageError
 from .events import error_record
 from .log import Session
 from .match import IgnoreRule, configured, ignore_rules
-from .otel import LiveExport
 from .override import Override
 from .record import (
     Recorder,
@@ -32,16 +31,11 @@ from .record import (
     open_workspace,
     recording_warnings,
 )
-from .replay import (
-    API_KEY_VARS,
-    PLACEHOLDER_KEY,
-    Replayer,
-    create_child,
-    end_divergence,
-    install_network_guard,
-    write_report,
-)
-from .store import open_store, resolve
+
+# The replayer, the stores and OpenTelemetry are imported where they are used: a process that
+# `forkpoint record` starts (every Python process of the recorded command) needs none of them.
+if TYPE_CHECKING:
+    from .replay import Replayer
 
 
 def start(rt: runtime.Runtime) -> None:
@@ -51,7 +45,9 @@ def start(rt: runtime.Runtime) -> None:
     if rt.mode == "record":
         capture.connections.reset()
     integrations.install()  # framework tool integrations: pydantic-ai, OpenAI Agents SDK, google-genai…
-    if isinstance(rt, Replayer):
+    if rt.mode == "replay":
+        from .replay import install_network_guard
+
         install_network_guard()
     runtime.activate(rt)
 
@@ -151,6 +147,9 @@ def record(
     :class:`~forkpoint.errors.ExportError` for an
     ``otlp`` that is no http(s) URL or a missing ``otel`` extra (before anything is recorded).
     """
+    from .otel import LiveExport
+    from .store import open_store
+
     targets = checked_tools(tools, "forkpoint.record(tools=…)")
     rules = _rules(ignore, "forkpoint.record(ignore=…)")
     configured()  # a bad [match] rule in the configuration: refused before a session exists
@@ -222,6 +221,9 @@ def replay(
     fit the session, :class:`~forkpoint.errors.SessionError` for one that cannot be read,
     :class:`~forkpoint.errors.ConfigError` for a bad ignore rule.
     """
+    from .replay import API_KEY_VARS, PLACEHOLDER_KEY, Replayer, create_child, end_divergence, write_report
+    from .store import resolve
+
     if not isinstance(session, Session):
         session = Session.load(resolve(session, store))
     parsed = [o if isinstance(o, Override) else override.parse(o) for o in overrides]

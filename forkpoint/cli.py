@@ -474,8 +474,15 @@ def replay(
     if report_file:
         _output_file(report_file, "--report")
     try:
+        # replay_command verifies the session, and refuses; the replaying process loads it. Its
+        # events are read here only when overrides need them (or, unverified, to say what is wrong).
+        recorded = (
+            _load(session, store, check=False)
+            if overrides or no_verify
+            else Session.header_only(resolve(session, _store(store)))
+        )
         report, code, _ = replay_command(
-            _load(session, store, check=False),  # replay_command verifies, and refuses
+            recorded,
             _command(cmd) or None,
             tools=_check_tools(tools),
             models_source=models_source,

@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from .events import endpoint, in_tool, tool_spans
-from .log import Session, to_json
+from .log import Session, to_json, with_deltas
 from .providers import call_kind, kinds, recorded_response, response_text
 from .store import SessionInfo
 from .text import ordinal
@@ -258,8 +258,15 @@ def render(session: Session, console: Console | None = None) -> None:
 
 
 def as_json(session: Session) -> dict[str, Any]:
-    """The whole session, resolved, as JSON data: ``{"header", "events", "truncated"}``."""
-    return {"header": session.header, "events": to_json(session.events), "truncated": session.truncated}
+    """The whole session, resolved, as JSON data: ``{"header", "events", "truncated"}``.
+
+    Blobs are read and binary data is ``{"$b64": …}``, but a list the log stored as a delta of an
+    earlier event's (a model call's request ``messages``, a checkpoint's carried context) stays
+    one, ``{"$delta": {"base": S, "keep": K, "add": [...]}}``: the first K items of the same field
+    of event S, then ``add`` (docs/format.md). Written out whole, every request of an agent
+    that resends its conversation would make the output grow with the square of its length."""
+    events = [to_json(with_deltas(e, session.deltas.get(e["seq"], {}))) for e in session.records()]
+    return {"header": session.header, "events": events, "truncated": session.truncated}
 
 
 def render_listing(rows: list[SessionInfo]) -> str:

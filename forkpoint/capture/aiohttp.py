@@ -64,7 +64,8 @@ _installed: dict[str, ModuleType] = {}
 
 
 def install() -> list[str]:
-    """Add forkpoint's middleware to aiohttp client requests when aiohttp is importable. Idempotent."""
+    """Add forkpoint's middleware to aiohttp client requests (now, or when the
+    program imports aiohttp). Idempotent."""
     return seam.install_library("aiohttp", _installed, signature_problem, _patch)
 
 
@@ -75,6 +76,7 @@ def installed() -> list[str]:
 
 def uninstall() -> None:
     """Restore the original method (for tests of the capture layer itself)."""
+    seam.stop_waiting(("aiohttp",))
     for name, mod in list(_installed.items()):
         seam.unwrap(mod.ClientSession, "_request")
         del _installed[name]

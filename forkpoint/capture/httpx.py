@@ -58,7 +58,8 @@ _installed: dict[str, ModuleType] = {}
 
 
 def install() -> list[str]:
-    """Wrap the transports of httpx and httpx2 clients (whichever are importable). Idempotent.
+    """Wrap the transports of httpx and httpx2 clients (now, or when the program imports them:
+    :func:`.seam.install_library`). Idempotent.
     Returns the libraries patched now."""
     return [
         done
@@ -256,6 +257,7 @@ def _wrap_transports(cls: Any, wrapper: type) -> None:
 
 def uninstall() -> None:
     """Restore the original client methods (for tests of the capture layer itself)."""
+    seam.stop_waiting(LIBRARIES)
     for name, mod in list(_installed.items()):
         for cls in (mod.Client, mod.AsyncClient):
             seam.unwrap(cls, "_transport_for_url")

@@ -10,12 +10,15 @@ is patched, so a release that renames or reshapes a private method is reported a
 
 from __future__ import annotations
 
-import importlib
 import inspect
+import sys
+import threading
 import warnings
 from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
+
+from . import imports
 
 #: What an adapter patches: (dotted class path inside the module, method name, parameter names).
 Patched = Sequence[tuple[str, str, tuple[str, ...]]]
@@ -58,15 +61,29 @@ def install_library(
     problem: Callable[[ModuleType], str | None],
     patch: Callable[[ModuleType], None],
 ) -> list[str]:
-    """Patch library ``name`` once: import it (nothing when it is not installed), check it with
-    ``problem`` (a mismatch is said and the library left alone), ``patch`` it and note it in
-    ``installed``. Returns ``[name]`` when it was patched now, else ``[]``."""
+    """Patch library ``name`` once: check it with ``problem`` (a mismatch is said and the library
+    left alone), ``patch`` it and note it in ``installed``. A library not imported yet is patched
+    right after its own code runs, when (if ever) the program imports it (:mod:`.imports`): it is
+    not imported here, so a program that never uses it does not pay for importing it (an HTTP
+    library costs more than the rest of a short program's start). Returns ``[name]`` when it was
+    patched now, else ``[]``."""
     if name in installed:
         return []
-    try:
-        mod = importlib.import_module(name)
-    except ImportError:
+    mod = sys.modules.get(name)
+    if mod is None:
+        _wait_for(name, lambda mod: _patch_library(name, mod, installed, problem, patch))
         return []
+    return _patch_library(name, mod, installed, problem, patch)
+
+
+def _patch_library(
+    name: str,
+    mod: ModuleType,
+    installed: dict[str, ModuleType],
+    problem: Callable[[ModuleType], str | None],
+    patch: Callable[[ModuleType], None],
+) -> list[str]:
+    _waiting.pop(name, None)
     found = problem(mod)
     if found:
         cannot_capture(name, mod, found)
@@ -74,6 +91,44 @@ def install_library(
     patch(mod)
     installed[name] = mod
     return [name]
+
+
+#: Libraries whose adapter is installed but that are not imported yet: what to do once they are.
+_waiting: dict[str, Callable[[ModuleType], object]] = {}
+_hook: imports.ExecHook | None = None
+_lock = threading.Lock()
+
+
+def _wait_for(name: str, then: Callable[[ModuleType], object]) -> None:
+    global _hook
+    with _lock:
+        _waiting[name] = then
+        if _hook is None:
+            _hook = imports.ExecHook(
+                lambda fullname: fullname in _waiting, lambda fullname, spec: (None, _imported)
+            )
+        imports.install(_hook)
+
+
+def _imported(mod: ModuleType) -> None:
+    """A library we wait for has just run its own code: patch it. A failure is said, never raised
+    into the program's import (recording must not change what the live run does)."""
+    then = _waiting.pop(mod.__name__, None)
+    if then is None:
+        return
+    try:
+        then(mod)
+    except Exception as exc:  # an internal of this version we did not foresee
+        cannot_capture(mod.__name__, mod, f"patching it failed ({type(exc).__name__}: {exc})")
+
+
+def stop_waiting(names: Sequence[str]) -> None:
+    """Patch none of ``names`` when they are imported later (an adapter's ``uninstall``)."""
+    with _lock:
+        for name in names:
+            _waiting.pop(name, None)
+        if not _waiting and _hook is not None:
+            imports.uninstall(_hook)
 
 
 def wrap(cls: Any, method: str, make: Callable[[Any], Any]) -> None:

@@ -63,7 +63,8 @@ _installed: dict[str, ModuleType] = {}
 
 
 def install() -> list[str]:
-    """Wrap urllib3's ``HTTPConnectionPool._make_request`` when urllib3 is importable. Idempotent."""
+    """Wrap urllib3's ``HTTPConnectionPool._make_request`` (now, or when the program
+    imports urllib3). Idempotent."""
     return seam.install_library("urllib3", _installed, signature_problem, _patch)
 
 
@@ -74,6 +75,7 @@ def installed() -> list[str]:
 
 def uninstall() -> None:
     """Restore the original method (for tests of the capture layer itself)."""
+    seam.stop_waiting(("urllib3",))
     for name, mod in list(_installed.items()):
         seam.unwrap(seam.find(mod, PATCHED[0][0]), "_make_request")
         del _installed[name]

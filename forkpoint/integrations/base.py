@@ -11,7 +11,6 @@ the entry-point group ``forkpoint.integrations`` (each entry point names a modul
 
 from __future__ import annotations
 
-import asyncio
 import fnmatch
 import functools
 import inspect
@@ -209,6 +208,8 @@ async def stream_tool(
         async for item in items():
             yield item
         return
+    import asyncio  # here: a process that streams no tool does not pay for importing it
+
     queue: asyncio.Queue[Any] = asyncio.Queue()
     ran = False
 

@@ -30,6 +30,7 @@ from .codec import (
     delta_container,
     line_hash,
     to_json,
+    with_deltas,
 )
 from .crypto import (
     IDENTITY_ENV,
@@ -80,4 +81,5 @@ __all__ = [
     "read_header",
     "to_json",
     "verify",
+    "with_deltas",
 ]

@@ -228,12 +228,20 @@ class Delta:
     add: list[Any]
 
 
+#: Of one event, the lists that were stored as a ``$delta``: field name → (base seq, keep).
+Deltas = dict[str, tuple[int, int]]
+
+
 def resolve_deltas(
     event: dict[str, Any], lists: dict[int, dict[str, list[Any]]], log_path: Path, lineno: int
-) -> None:
+) -> Deltas:
+    """Rebuild the ``$delta`` lists of ``event`` in place from ``lists`` (the lists of the earlier
+    events, by seq); returns which they were. Raises :class:`SessionError` naming the line when a
+    base is missing or too short."""
     body = delta_container(event)
+    found: Deltas = {}
     if body is None:
-        return
+        return found
     for name, value in body.items():
         if isinstance(value, Delta):
             base = lists.get(value.base, {}).get(name)
@@ -243,3 +251,24 @@ def resolve_deltas(
                     "which is missing or shorter than the delta says"
                 )
             body[name] = base[: value.keep] + value.add
+            found[name] = (value.base, value.keep)
+    return found
+
+
+def with_deltas(event: dict[str, Any], deltas: Deltas) -> dict[str, Any]:
+    """``event`` (resolved) with the lists ``deltas`` names in their ``$delta`` form again —
+    ``{"$delta": {"base": S, "keep": K, "add": [...]}}``, the items resolved — so that a whole
+    session written out grows linearly with the conversation, as the log does. A shallow copy;
+    ``event`` itself when ``deltas`` is empty."""
+    body = delta_container(event)
+    if body is None or not deltas:
+        return event
+    stored = {
+        k: {"$delta": {"base": deltas[k][0], "keep": deltas[k][1], "add": v[deltas[k][1] :]}}
+        if k in deltas
+        else v
+        for k, v in body.items()
+    }
+    if event.get("type") == "model_call":
+        return {**event, "request": {**event["request"], "body": stored}}
+    return {**event, "context": stored}

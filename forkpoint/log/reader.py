@@ -23,7 +23,16 @@ from ..events import (
     ToolCallEvent,
 )
 from .blobs import BlobStore
-from .codec import BLOB_DIR, FORMAT, FORMAT_VERSION, LOG_NAME, decode, delta_container, resolve_deltas
+from .codec import (
+    BLOB_DIR,
+    FORMAT,
+    FORMAT_VERSION,
+    LOG_NAME,
+    Deltas,
+    decode,
+    delta_container,
+    resolve_deltas,
+)
 from .crypto import FILES, Cipher, header_cipher, open_event, open_header
 
 #: Functions that add derived fields to every event as it is loaded. The log knows nothing of
@@ -153,6 +162,8 @@ class _Resolver:
         self.cipher = cipher
         self.blobs = BlobStore(path / BLOB_DIR, cipher=cipher)
         self.lists: dict[int, dict[str, list[Any]]] = {}
+        #: By seq, the lists of each event that were stored as a ``$delta`` (:func:`.codec.resolve_deltas`).
+        self.deltas: dict[int, Deltas] = {}
 
     def event(self, obj: dict[str, Any], lineno: int) -> dict[str, Any]:
         """The resolved event of the stored line ``obj`` (line ``lineno``). Raises
@@ -167,7 +178,9 @@ class _Resolver:
         except (ValueError, TypeError, KeyError) as exc:
             raise SessionError(f"{self.log_path}:{lineno}: cannot decode the event ({exc})") from None
         event.pop("torn", None)
-        resolve_deltas(event, self.lists, self.log_path, lineno)
+        deltas = resolve_deltas(event, self.lists, self.log_path, lineno)
+        if deltas:
+            self.deltas[event["seq"]] = deltas
         body = delta_container(event)
         if body is not None:
             self.lists[event["seq"]] = {k: v for k, v in body.items() if isinstance(v, list)}
@@ -236,6 +249,9 @@ class Session:
     recovered: list[dict[str, Any]] = field(default_factory=list)
     cipher: Cipher | None = None
     _blobs: BlobStore | None = field(default=None, repr=False, compare=False)
+    #: By seq, the lists of an event that the log stored as a ``$delta`` of an earlier event's:
+    #: field name → (base seq, keep). ``events`` holds them rebuilt whole (sharing their items).
+    deltas: dict[int, Deltas] = field(default_factory=dict)
 
     @property
     def id(self) -> str:
@@ -268,9 +284,10 @@ class Session:
             if line.obj is None:
                 raise SessionError(f"{log_path}:{line.lineno}: malformed event line: {line.error}")
             session.events.append(cast(Event, resolver.event(line.obj, line.lineno)))
-        if session is None:
+        if session is None or resolver is None:
             raise SessionError(f"{log_path}: empty session log")
         session.recovered = recovered
+        session.deltas = resolver.deltas
         return session
 
     def blob_store(self) -> BlobStore:
@@ -289,6 +306,17 @@ class Session:
         if head.get("encryption") is None:
             return BlobStore(path / BLOB_DIR)
         return cls.load(path).blob_store()
+
+    @classmethod
+    def header_only(cls, path: Path | str) -> Session:
+        """The session with its header read and checked but no events: for a caller that only hands
+        the session on (to a process that loads it itself); an encrypted session's header is opened
+        (its command is shown before a replay runs it). Raises :class:`SessionError` as
+        :meth:`load` does for a missing directory, a bad header or a missing identity."""
+        path = Path(path)
+        if not path.is_dir():
+            raise SessionError(f"{path}: no such session directory")
+        return cls(path=path, header=cast(Header, open_session_header(path / LOG_NAME)))
 
     @overload
     def by_type(self, kind: Literal["model_call"]) -> list[ModelCallEvent]: ...

@@ -69,6 +69,7 @@ def _patched() -> dict[tuple[str, str], object]:
 
 
 def test_install_and_uninstall_restore_the_originals() -> None:
+    _patched()  # the libraries imported: install patches them now, not once they are imported
     capture.install()
     assert capture.installed() == ALL
     patched = _patched()

@@ -428,3 +428,60 @@ def test_transport_error_is_recorded_and_raised_again(lib: ModuleType, is_async:
     with forkpoint.replay(rec.session_path) as rp, pytest.raises(lib.ConnectError):
         send(lib, is_async, "POST", url, json={"q": 1})
     assert rp.report()["matched"] == 1 and rp.report()["network_blocked"] == []
+
+
+@pytest.mark.parametrize("lib", LIBS)
+@pytest.mark.parametrize("is_async", MODES)
+@pytest.mark.parametrize("streamed", [pytest.param(False, id="read"), pytest.param(True, id="streamed")])
+def test_a_response_built_already_read_is_recorded_whole_and_replays(
+    store: Path, lib: ModuleType, is_async: bool, streamed: bool
+) -> None:
+    """A ``MockTransport`` handler (or respx) returns ``Response(json=...)``, which the library read
+    while building it: its body never streams through the transport. It is recorded whole, as one
+    complete response, and replays."""
+    turns: list[str] = []
+
+    def answer(request: Any) -> Any:
+        turns.append(json.loads(request.content)["messages"][-1]["content"])
+        reply = {"role": "assistant", "content": f"echo {turns[-1]} #{len(turns)}"}
+        return lib.Response(200, json={"id": f"c{len(turns)}", "model": "m", "choices": [{"message": reply}]})
+
+    async def answer_async(request: Any) -> Any:
+        return answer(request)
+
+    url = "https://api.openai.com/v1/chat/completions"
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+
+    def run() -> list[Any]:
+        if is_async:
+
+            async def go() -> list[Any]:
+                async with lib.AsyncClient(transport=lib.MockTransport(answer_async)) as c:
+                    if not streamed:
+                        return [(await c.post(url, json=body)).json() for _ in range(2)]
+                    out = []
+                    for _ in range(2):
+                        async with c.stream("POST", url, json=body) as r:
+                            out.append(json.loads(b"".join([b async for b in r.aiter_bytes()])))
+                    return out
+
+            return asyncio.run(go())
+        with lib.Client(transport=lib.MockTransport(answer)) as c:
+            if not streamed:
+                return [c.post(url, json=body).json() for _ in range(2)]
+            out = []
+            for _ in range(2):
+                with c.stream("POST", url, json=body) as r:
+                    out.append(json.loads(r.read()))
+            return out
+
+    with forkpoint.record(store=store) as rec:
+        live = run()
+    calls = Session.load(rec.session_path).by_type("model_call")
+    assert [c["response"]["ended"] for c in calls] == ["complete", "complete"]  # type: ignore[index]
+    assert [c["response"]["body"] for c in calls] == live  # type: ignore[index]
+    turns.clear()
+    with forkpoint.replay(rec.session_path) as rp:
+        again = run()
+    assert again == live and turns == []  # served from the session: the handler never ran
+    assert rp.report()["reproduced"]

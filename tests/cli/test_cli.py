@@ -237,6 +237,29 @@ def test_replay_serves_everything_offline_and_exits_with_the_scripts_code(record
 
 
 @pytest.mark.slow
+def test_replay_leaves_loading_the_session_to_the_replaying_process(
+    recorded: Recorded, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``forkpoint replay`` verifies the session (reading it once) and the replaying process loads
+    it: the command line does not load and decode every event a third time."""
+    loaded: list[Path] = []
+    load = Session.load.__func__  # type: ignore[attr-defined]
+
+    def counted(cls: type[Session], path: Path | str) -> Session:
+        loaded.append(Path(path))
+        return load(cls, path)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(Session, "load", classmethod(counted))
+    monkeypatch.chdir(recorded.workdir)
+    r = cli("replay", str(recorded.alpha), env=recorded.base_env)
+    assert r.exit_code == 0, r.output
+    assert "replay ok" in r.output
+    assert loaded == []
+    r = cli("replay", str(recorded.alpha), "--override", "tool:lookup.result=1", env=recorded.base_env)
+    assert loaded[:1] == [recorded.alpha]  # overrides are checked against the recorded calls here
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("how", [["agent_script.py"], ["-m", "agent_script"]], ids=["script", "module"])
 def test_replay_divergence_exits_3_with_the_paragraph(recorded: Recorded, how: list[str]) -> None:
     env = {**recorded.base_env, "AGENT_RETRIES": "0"}
@@ -295,6 +318,49 @@ def test_show_json_has_every_event(recorded: Recorded) -> None:
     assert [e["type"] for e in data["events"]] == ["model_call", "tool_call", "model_call", "end"]
     assert data["events"][0]["request"]["body"] == loaded.events[0]["request"]["body"]
     assert data["truncated"] is False
+
+
+def test_show_json_keeps_resent_conversations_as_deltas(tmp_path: Path) -> None:
+    """An agent resends its whole conversation at every turn; ``show --json`` keeps each request's
+    messages as the ``$delta`` the log stores (the new messages only), so its output grows linearly
+    with the turns, and every request can be rebuilt from it exactly as ``Session.load`` gives it."""
+    import httpx2
+
+    import forkpoint
+
+    def answer(request: httpx2.Request) -> httpx2.Response:
+        n = len(json.loads(request.content)["messages"])
+        return httpx2.Response(
+            200, json={"id": f"c{n}", "choices": [{"message": {"role": "assistant", "content": f"a{n}"}}]}
+        )
+
+    with forkpoint.record(store=tmp_path) as rec:
+        messages: list[Any] = [{"role": "user", "content": "go " + "x" * 2000}]  # a blob
+        with httpx2.Client(transport=httpx2.MockTransport(answer)) as c:
+            for i in range(6):
+                reply = c.post(
+                    "https://api.openai.com/v1/chat/completions", json={"model": "m", "messages": messages}
+                )
+                messages += [
+                    reply.json()["choices"][0]["message"],
+                    {"role": "user", "content": f"result {i}"},
+                ]
+    r = cli("show", str(rec.session_path), "--json")
+    assert r.exit_code == 0, r.output
+    shown = {e["seq"]: e for e in json.loads(r.stdout)["events"]}
+    loaded = Session.load(rec.session_path).by_type("model_call")
+    assert len(loaded) == 6
+    rebuilt: dict[int, list[Any]] = {}
+    for i, event in enumerate(loaded):
+        stored = shown[event["seq"]]["request"]["body"]["messages"]
+        if i == 0:
+            assert stored == event["request"]["body"]["messages"]  # the first request, whole
+            rebuilt[event["seq"]] = stored
+            continue
+        delta = stored["$delta"]
+        assert len(delta["add"]) == 2  # the reply and the next result: nothing resent
+        rebuilt[event["seq"]] = rebuilt[delta["base"]][: delta["keep"]] + delta["add"]
+        assert rebuilt[event["seq"]] == event["request"]["body"]["messages"]
 
 
 def test_ls_lists_sessions_and_honours_forkpoint_store(recorded: Recorded) -> None:

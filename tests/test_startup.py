@@ -1,0 +1,93 @@
+"""What importing forkpoint costs a process: nothing is imported before it is needed (``import
+forkpoint`` loads none of the layers, no CLI or terminal library and no HTTP library), and the
+HTTP adapters still capture a library the program imports only after recording started."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+HEAVY = ("rich", "pygments", "click", "httpx", "httpx2", "aiohttp", "urllib3", "orjson")
+
+
+def _modules_after(code: str, *, env: dict[str, str] | None = None) -> set[str]:
+    """The modules loaded in a fresh interpreter once ``code`` ran (it must print nothing)."""
+    out = subprocess.run(
+        [sys.executable, "-c", f"{code}\nimport sys, json; print(json.dumps(sorted(sys.modules)))"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+    ).stdout
+    return set(json.loads(out))
+
+
+def test_import_forkpoint_loads_no_layer_and_no_heavy_library() -> None:
+    loaded = _modules_after("import forkpoint")
+    assert sorted(m for m in loaded if m.startswith("forkpoint")) == ["forkpoint", "forkpoint._version"]
+    assert not loaded & set(HEAVY)
+    assert "typing" not in loaded
+
+
+def test_the_public_names_resolve_on_first_use() -> None:
+    import forkpoint
+    from forkpoint import api, errors, log, program, runtime
+    from forkpoint.capture import tools
+    from forkpoint.checkpoint import verify_session
+    from forkpoint.record import Recorder
+    from forkpoint.replay import Replayer
+
+    assert forkpoint.record is api.record and forkpoint.replay is api.replay
+    assert forkpoint.checkpoint is api.checkpoint and forkpoint.note is api.note
+    assert forkpoint.tool is tools.tool and forkpoint.verify is verify_session
+    assert forkpoint.Session is log.Session and forkpoint.run_command is program.run_command
+    assert forkpoint.Divergence is errors.Divergence and forkpoint.active is runtime.active
+    assert forkpoint.Recorder is Recorder and forkpoint.Replayer is Replayer
+    for name in forkpoint.__all__:
+        assert getattr(forkpoint, name) is not None, name
+    assert set(forkpoint.__all__) <= set(dir(forkpoint))
+
+
+def test_a_function_named_like_a_submodule_stays_the_function() -> None:
+    """``forkpoint.record``/``replay``/``checkpoint`` are both functions and submodules: importing
+    the submodule first (as the CLI's child boot does) must not make the package name the module."""
+    code = (
+        "import forkpoint.record, forkpoint.replay, forkpoint.checkpoint, forkpoint\n"
+        "import forkpoint.api as api\n"
+        "assert forkpoint.record is api.record, forkpoint.record\n"
+        "assert forkpoint.replay is api.replay, forkpoint.replay\n"
+        "assert forkpoint.checkpoint is api.checkpoint, forkpoint.checkpoint\n"
+        "from forkpoint import record; assert record is api.record"
+    )
+    _modules_after(code)
+
+
+def test_unknown_names_are_attribute_errors() -> None:
+    import forkpoint
+
+    try:
+        forkpoint.nothing_here  # type: ignore[attr-defined]  # noqa: B018
+    except AttributeError as exc:
+        assert "nothing_here" in str(exc)
+    else:
+        raise AssertionError("no AttributeError")
+
+
+def test_recording_imports_no_http_library_the_program_does_not(tmp_path: Path) -> None:
+    """Starting a recording leaves the HTTP libraries unimported; one the program imports later is
+    captured all the same (its adapter patches it as soon as its own code ran)."""
+    code = (
+        "import sys, forkpoint\n"
+        f"with forkpoint.record(store={str(tmp_path)!r}):\n"
+        "    before = {m for m in ('httpx', 'httpx2', 'aiohttp', 'urllib3', 'rich', 'click') if m in sys.modules}\n"
+        "    assert not before, before\n"
+        "    import httpx2\n"
+        "    from forkpoint import capture\n"
+        "    assert 'httpx2' in capture.installed(), capture.installed()\n"
+        "    assert hasattr(httpx2.Client._transport_for_url, '__wrapped__')\n"
+    )
+    _modules_after(code)
