@@ -496,7 +496,10 @@ def show(session: str, store: str | None, as_json: bool, html_file: Path | None)
     s = _load(session, store)
     from .store.retention import held
 
-    on_hold = held(store_of(s.path), s.id)
+    try:
+        on_hold = held(store_of(s.path), s.id)
+    except SessionError:  # a folder of sessions that is no store forkpoint may use: no holds there
+        on_hold = None
     if html_file is not None:
         from .html import write_html
 
