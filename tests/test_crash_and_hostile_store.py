@@ -165,6 +165,7 @@ sys.exit(5)
 """
 
 
+@pytest.mark.slow
 def test_cli_record_on_a_full_disk_exits_as_the_agent_would(store: Path, tmp_path: Path) -> None:
     script = tmp_path / "agent.py"
     script.write_text(AGENT)

@@ -172,6 +172,7 @@ print(subprocess.run([sys.executable, "-c", "import os; print('child', os.enviro
 """
 
 
+@pytest.mark.slow
 def test_every_recorded_process_gets_its_session_id(
     store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -209,6 +210,7 @@ def test_every_recorded_process_gets_its_session_id(
 # ----------------------------------------------------------------------------- S3 Object Lock (moto)
 
 
+@pytest.mark.slow
 def test_hold_sets_the_s3_object_legal_hold_on_a_bucket_with_object_lock(
     s3_endpoint: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
