@@ -72,8 +72,12 @@ def start() -> None:
         _watch_uncaught(ended.append)
         if env["FORKPOINT_REPORT"]:
             where = Path(env["FORKPOINT_REPORT"]) / f"{ENDING_PREFIX}{os.getpid()}.json"
+            from .log.blobs import write_private
+
             atexit.register(
-                lambda: where.write_text(json.dumps({"uncaught": ended, "incomplete": rec.failure}))
+                lambda: write_private(
+                    where, json.dumps({"uncaught": ended, "incomplete": rec.failure}).encode()
+                )
             )
     elif mode == "replay":
         from . import override

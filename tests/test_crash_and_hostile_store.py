@@ -311,6 +311,8 @@ def test_a_store_others_may_write_or_own_is_refused_unless_allowed(store: Path, 
 
 def test_everything_forkpoint_creates_is_owner_only_under_umask_000(store: Path, tmp_path: Path) -> None:
     repo = repo_with_change(tmp_path)
+    # a secret in a modified tracked file: its git object is rewritten scrubbed in git-objects
+    (repo / "app.py").write_text('TOKEN = "ghp_' + "A1b2" * 9 + '"\n')
     old = os.umask(0)
     try:
         with forkpoint.record("umask", store=store, workspace=repo) as rec:

@@ -89,6 +89,19 @@ def _kind(mode: int) -> str:
     return "special file"
 
 
+def write_private(target: Path, data: bytes) -> None:
+    """Write ``data`` to ``target`` owner-only (``0600`` whatever the umask) and atomically: a temp
+    file beside it (created exclusively, a planted symlink is not followed), then renamed over it."""
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    try:
+        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600), "wb") as f:
+            f.write(data)
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
 def fsync_path(path: Path) -> None:
     """fsync a file or a directory by path (a directory's entries become durable)."""
     fd = os.open(path, os.O_RDONLY)

@@ -3,7 +3,6 @@ reports of several processes merged, and the exit code that says the run did not
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +11,7 @@ import orjson
 from ..errors import Divergence
 from ..events import DivergenceReport, Verdict
 from ..jsondiff import Change, format_changes
+from ..log.blobs import write_private
 from ..match import IgnoreRule
 from ..text import ordinal, plural
 
@@ -287,7 +287,5 @@ def merge_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def write_report(path: Path, report: dict[str, Any]) -> None:
-    """Write a replay report atomically (temp file, then rename)."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))
-    os.replace(tmp, path)
+    """Write a replay report atomically (temp file, then rename), owner-only."""
+    write_private(path, orjson.dumps(report, option=orjson.OPT_INDENT_2))
