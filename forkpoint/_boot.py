@@ -3,8 +3,9 @@
 ``FORKPOINT_MODE`` (``record`` or ``replay``), ``FORKPOINT_SESSION`` (session directory),
 ``FORKPOINT_TOOLS`` (comma-separated ``module:qualname`` targets), ``FORKPOINT_WORKSPACE`` (JSON
 ``root`` and ``include_ignored``, for checkpoints while recording), ``FORKPOINT_REPORT`` (a folder:
-a recording process writes ``ending-<pid>.json`` there at exit, ``{"uncaught": [...]}``, the
-exceptions that ended it, for the session's ``end``; each replaying process writes
+a recording process writes ``ending-<pid>.json`` there at exit, ``{"uncaught": [...],
+"incomplete": why-or-null}``, the exceptions that ended it and why its recording stopped early, for
+the session's ``end``; each replaying process writes
 ``report-<pid>.json``, and they share which recorded calls they served through its ``ledger``)
 and, for replay, ``FORKPOINT_REPLAY`` (JSON:
 ``models``, ``tools``, ``on_divergence``, ``overrides``, ``strict`` and ``child``, the what-if session to write). The variables are removed once read,
@@ -21,7 +22,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from .events import ErrorRecord
+from .events import SESSION_ID_VAR, ErrorRecord
 
 #: In the ``FORKPOINT_REPORT`` folder: the ledger the replaying processes share (replay.Ledger).
 LEDGER_NAME = "ledger"
@@ -71,7 +72,13 @@ def start() -> None:
         _watch_uncaught(ended.append)
         if env["FORKPOINT_REPORT"]:
             where = Path(env["FORKPOINT_REPORT"]) / f"{ENDING_PREFIX}{os.getpid()}.json"
-            atexit.register(lambda: where.write_text(json.dumps({"uncaught": ended})))
+            from .files import write_private
+
+            atexit.register(
+                lambda: write_private(
+                    where, json.dumps({"uncaught": ended, "incomplete": rec.failure}).encode()
+                )
+            )
     elif mode == "replay":
         from . import override
         from .log import Session, SessionWriter
@@ -130,6 +137,9 @@ def child_env(
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(BOOTSTRAP_DIR), env.get("PYTHONPATH", "")) if p)
     env["FORKPOINT_MODE"] = mode
     env["FORKPOINT_SESSION"] = str(Path(session).resolve())
+    # Left in the environment (unlike the variables above) for the program and everything it
+    # starts to log or link: the recorded session's id, the same on replay as when it was recorded.
+    env[SESSION_ID_VAR] = Path(session).resolve().name
     env["FORKPOINT_TOOLS"] = ",".join(tools)
     if report is not None:
         env["FORKPOINT_REPORT"] = str(report)
@@ -190,15 +200,21 @@ def _watch_uncaught(note: Callable[[ErrorRecord], None]) -> None:
     sys.excepthook = hook
 
 
-def read_endings(folder: Path) -> list[ErrorRecord]:
-    """The uncaught exceptions the recording processes wrote to ``folder`` (``ending-<pid>.json``)."""
+def read_endings(folder: Path) -> tuple[list[ErrorRecord], str | None]:
+    """What the recording processes wrote to ``folder`` (``ending-<pid>.json``): the uncaught
+    exceptions that ended them, and why recording stopped early in any of them (a failed write:
+    :attr:`forkpoint.record.Recorder.failure`), or None."""
     out: list[ErrorRecord] = []
+    failures: list[str] = []
     for path in sorted(folder.glob(f"{ENDING_PREFIX}*.json")):
         try:
-            out.extend(json.loads(path.read_text()).get("uncaught") or [])
+            doc = json.loads(path.read_text())
+            out.extend(doc.get("uncaught") or [])
+            if doc.get("incomplete"):
+                failures.append(f"process {path.stem[len(ENDING_PREFIX) :]}: {doc['incomplete']}")
         except (OSError, ValueError, AttributeError):  # a process killed while writing it
             continue
-    return out
+    return out, "; ".join(failures) or None
 
 
 def _quiet_divergence_tracebacks() -> None:

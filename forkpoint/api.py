@@ -19,7 +19,7 @@ from . import capture, integrations, override, runtime
 from .capture import clock
 from .capture.targets import disable_targets, install_import_hook, parse_target
 from .errors import Divergence, NetworkBlocked, UsageError
-from .events import error_record
+from .events import SESSION_ID_VAR, error_record
 from .log import Session
 from .match import IgnoreRule, configured, ignore_rules
 from .override import Override
@@ -136,7 +136,8 @@ def record(
     ``encrypt_to``: age recipients (``age1…`` public keys, or files of them) to encrypt the session
     for (default: ``[store] encrypt_to`` of the configuration; ``[]``: not encrypted); reading it
     back then needs an identity of one of them (``$FORKPOINT_IDENTITY``), see ``docs/security.md``.
-    Yields the :class:`Recorder`; ``recorder.session_path`` is the new session directory. The session
+        Yields the :class:`Recorder`; ``recorder.session_path`` is the new session directory, and the
+    session id is in ``$FORKPOINT_SESSION_ID`` inside the block (restored after it). The session
     ends with an ``end`` event (``exit_code`` 0, or 1, the exception's type and the exception as
     ``uncaught`` if the block raised). What the recording lacks (tools the model asked for that
     were never recorded, results that could not be recorded, connections of clients forkpoint does
@@ -173,11 +174,18 @@ def record(
             session.on_close.append(live.finish)
         rec = Recorder(session.writer, workspace=attach_workspace(ws, session.writer))
         start(rec)
+        before = os.environ.get(SESSION_ID_VAR)
+        os.environ[SESSION_ID_VAR] = session.session_id  # for the block and the processes it starts
         try:
             yield rec
         finally:
+            if before is None:
+                os.environ.pop(SESSION_ID_VAR, None)
+            else:
+                os.environ[SESSION_ID_VAR] = before
             runtime.deactivate(rec)
             finish_recording(rec)
+            session.incomplete = rec.failure
             for warning in recording_warnings(session.path):
                 sys.stderr.write(f"forkpoint: WARNING: {warning}\n")
 

@@ -1,5 +1,5 @@
 """The ``forkpoint`` command line: record, replay, show, ls, verify, diff, checkpoints, restore, validate,
-fork, sweep, check, make-test, import, export, scrub, demo.
+fork, sweep, check, make-test, import, export, scrub, rm, prune, hold, release, demo.
 
 Exit codes: ``record`` and ``replay`` exit with the agent's own code; ``replay`` exits with
 :data:`~forkpoint.replay.EXIT_DIVERGENCE` (3) when the run did not reproduce the recording (it
@@ -10,6 +10,7 @@ did not reproduce; 2 is a usage error or unreadable session; 127 a command that 
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -33,7 +34,17 @@ from .redact import scrub_json
 from .replay import POLICIES, SOURCES, write_report
 from .show import render_listing, terminal
 from .signing import signature
-from .store import index_problem, info, list_sessions, resolve, store_dir
+from .store import (
+    ALLOW_SHARED_VAR,
+    Store,
+    index_problem,
+    info,
+    list_sessions,
+    open_store,
+    resolve,
+    store_dir,
+    store_of,
+)
 from .text import plural
 
 # Messages name paths and sessions: never hard-wrap them.
@@ -271,13 +282,20 @@ class _Commands(click.Group):
 
 @click.group(cls=_Commands)
 @click.version_option(__version__, prog_name="forkpoint")
-def main() -> None:
+@click.option(
+    "--allow-shared-store",
+    is_flag=True,
+    help="Use a store another user owns or every user may write (refused by default).",
+)
+def main(allow_shared_store: bool) -> None:
     """Record AI agent sessions and replay them offline, deterministically.
 
     SESSION is a session directory, an id, an id prefix, `last` (the newest in the store), or a
     name given with --name (the newest session of that name). The store is --store, else
     $FORKPOINT_STORE, else .forkpoint/ in the current directory.
     """
+    if allow_shared_store:
+        os.environ[ALLOW_SHARED_VAR] = "1"  # also for the programs record and replay run
 
 
 @main.command(cls=_RunsProgram)
@@ -536,6 +554,12 @@ def show(session: str, store: str | None, as_json: bool, html_file: Path | None)
     if html_file is not None:
         _output_file(html_file, "--html")
     s = _load(session, store)
+    from .store.retention import held
+
+    try:
+        on_hold = held(store_of(s.path), s.id)
+    except SessionError:  # a folder of sessions that is no store forkpoint may use: no holds there
+        on_hold = None
     if html_file is not None:
         from .html import write_html
 
@@ -543,9 +567,12 @@ def show(session: str, store: str | None, as_json: bool, html_file: Path | None)
         err.print(f"forkpoint: wrote {html_file} (session {s.id}, {len(s.events)} events)", markup=False)
         return
     if as_json:
-        sys.stdout.buffer.write(orjson.dumps(show_mod.as_json(s), option=orjson.OPT_INDENT_2) + b"\n")
+        data = show_mod.as_json(s)
+        if on_hold is not None:
+            data["hold"] = on_hold
+        sys.stdout.buffer.write(orjson.dumps(data, option=orjson.OPT_INDENT_2) + b"\n")
     else:
-        show_mod.render(s)
+        show_mod.render(s, hold=on_hold)
 
 
 @main.command(name="ls")
@@ -566,7 +593,9 @@ def ls_cmd(store: str | None, reindex: bool) -> None:
     if not listing.rows:
         err.print(f"no sessions in {listing.store}", markup=False)
         return
-    click.echo(render_listing(listing.rows))
+    from .store.retention import holds
+
+    click.echo(render_listing(listing.rows, held=set(holds(_open_store(store)))))
 
 
 @main.command(name="verify")
@@ -1216,6 +1245,116 @@ def scrub(session: str, store: str | None, dry_run: bool, force: bool) -> None:
         click.echo(
             f"scrubbed {report.session_id}: {what} changed; the copy verified and replaced the original"
         )
+
+
+def _open_store(value: str | None) -> Store:
+    return open_store(_store(value))
+
+
+@main.command(name="rm")
+@click.argument("sessions", nargs=-1, required=True, metavar="SESSION...")
+@_store_opt
+@click.option(
+    "--force", is_flag=True, help="Also remove a session without an end event (one that was killed)."
+)
+def rm_cmd(sessions: tuple[str, ...], store: str | None, force: bool) -> None:
+    """Remove sessions from the store (files and index entries). A session under legal hold is
+    refused (exit 1); so is one without an end event (it may still be recording) unless --force."""
+    from .store.retention import find, remove
+
+    target = _open_store(store)
+    rows = find(target, sessions)
+    for r in rows:
+        if not r.complete and not force:
+            raise click.ClickException(
+                f"session {r.session_id} has no end event: it may still be recording; "
+                "pass --force if it was killed"
+            )
+    done = remove(target, rows)
+    for sid in done.removed:
+        click.echo(f"removed {sid}")
+    for sid, why in done.kept.items():
+        err.print(f"forkpoint: refused to remove {sid}: {why}", markup=False)
+    sys.exit(1 if done.kept else 0)
+
+
+@main.command()
+@_store_opt
+@click.option(
+    "--older-than",
+    metavar="AGE",
+    help='Remove sessions created longer ago than AGE (30d, 12h, 2w; default: [store] retention, e.g. "90d").',
+)
+@click.option("--keep-failed", is_flag=True, help="Keep sessions that ended with a non-zero exit code.")
+@click.option("--dry-run", is_flag=True, help="Say what would be removed; remove nothing.")
+def prune(store: str | None, older_than: str | None, keep_failed: bool, dry_run: bool) -> None:
+    """Remove the sessions older than --older-than (or the configured retention). Sessions under legal
+    hold and sessions without an end event are kept, and listed."""
+    from .config import store_retention
+    from .store.retention import holds, parse_age, prune_candidates, remove
+
+    where = "--older-than"
+    if older_than is None:
+        older_than, where = store_retention()
+        if older_than is None:
+            raise click.UsageError(
+                'give --older-than AGE, or set [store] retention = "90d" in forkpoint.toml'
+            )
+    try:
+        age = parse_age(older_than, where)
+    except SessionError as exc:
+        raise click.UsageError(str(exc)) from None
+    target = _open_store(store)
+    todo, kept = prune_candidates(target.listing().rows, age, keep_failed=keep_failed)
+    on_hold = holds(target)
+    for r in [r for r in todo if r.session_id in on_hold]:
+        kept[r.session_id] = f"under legal hold ({on_hold[r.session_id].get('reason')!s})"
+    todo = [r for r in todo if r.session_id not in on_hold]
+    if dry_run:
+        for r in todo:
+            click.echo(f"would remove {r.session_id}")
+    else:
+        done = remove(target, todo)
+        kept.update(done.kept)
+        for sid in done.removed:
+            click.echo(f"removed {sid}")
+    for sid, why in kept.items():
+        err.print(f"forkpoint: kept {sid}: {why}", markup=False)
+    verb = "would remove" if dry_run else "removed"
+    err.print(
+        f"forkpoint: prune {verb} {plural(len(todo), 'session')} older than {older_than} "
+        f"from {target.url}; kept {len(kept)}",
+        markup=False,
+    )
+
+
+@main.command(name="hold")
+@click.argument("session")
+@click.option("--reason", required=True, help="Why the session is held (an incident, a ticket).")
+@_store_opt
+def hold_cmd(session: str, reason: str, store: str | None) -> None:
+    """Put SESSION under legal hold: rm, prune and scrub refuse it until `forkpoint release`. On an
+    S3 store whose bucket has Object Lock, each of its objects also gets the S3 legal hold."""
+    from .store.retention import find, hold
+
+    target = _open_store(store)
+    (row,) = find(target, [session])
+    h = hold(target, row.session_id, reason)
+    click.echo(f"held {row.session_id}: {h.get('reason')} (since {h.get('since')}, by {h.get('by')})")
+
+
+@main.command(name="release")
+@click.argument("session")
+@_store_opt
+def release_cmd(session: str, store: str | None) -> None:
+    """Lift the legal hold on SESSION (and the S3 object legal holds, on a bucket with Object Lock)."""
+    from .store.retention import find, release
+
+    target = _open_store(store)
+    (row,) = find(target, [session])
+    if not release(target, row.session_id):
+        raise click.ClickException(f"session {row.session_id} is not under legal hold")
+    click.echo(f"released {row.session_id}")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -86,3 +86,18 @@ def load_table(name: str, start: Path | None = None) -> tuple[Any, str]:
     if table is not None and not isinstance(table, dict):
         raise ConfigError(f"{path}: [{'.'.join(prefix)}] must be a table")
     return (table or {}).get(name), f"{path} [{'.'.join((*prefix, name))}]"
+
+
+def store_retention(start: Path | None = None) -> tuple[str | None, str]:
+    """The default retention of ``forkpoint prune`` (``[store] retention = "90d"``) in the
+    configuration in force for ``start``, and where it is set (for messages); ``(None, …)`` when
+    none is. Raises :class:`ConfigError` when ``[store]`` is not a table or ``retention`` not a string."""
+    table, where = load_table("store", start)
+    if table is None:
+        return None, where
+    if not isinstance(table, dict):
+        raise ConfigError(f"{where} must be a table")
+    value = table.get("retention")
+    if value is not None and not isinstance(value, str):
+        raise ConfigError(f'{where}: retention must be a duration string such as "90d", not {value!r}')
+    return value, where

@@ -233,6 +233,9 @@ class EndEvent(_Common, total=False):
     uncaught: list[ErrorRecord]
     #: A what-if run: where it first went another way than its parent (:class:`EndDivergence`).
     divergence: EndDivergence | None
+    #: Why the recording stopped before the run ended (a write failed, e.g. a full disk): events
+    #: after that point are missing, although the run went on.
+    incomplete: str
 
 
 class EndDivergence(TypedDict, total=False):
@@ -449,6 +452,11 @@ def parse_time(ts: object) -> datetime | None:
     except ValueError:
         return None
     return dt if dt.tzinfo is not None else None
+
+
+#: The id of the session being recorded (or replayed) in the environment of every process of it
+#: (``forkpoint record`` and ``forkpoint.record()``): to log it, or link it from a PR or a deploy.
+SESSION_ID_VAR = "FORKPOINT_SESSION_ID"
 
 
 def now_iso() -> str:

@@ -171,7 +171,7 @@ def record_command(
                 {"root": str(ws.root), "include_ignored": include_ignored}
             ).decode()
         code, out, _ = run_child(cmd, env, capture=capture)
-        uncaught = read_endings(Path(tmp))
+        uncaught, session.incomplete = read_endings(Path(tmp))
     session.end(code, uncaught=uncaught)
     where = session.close(quiet=quiet)  # index entry; upload to a remote store
     if not quiet:

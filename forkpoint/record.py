@@ -7,13 +7,14 @@ and finishing a recording (hooks, activation, the session's life cycle) is :func
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Literal, overload
@@ -172,6 +173,9 @@ class Recorder:
         self._turn_tools_expected = 0  # tool calls the last model response asked for
         self._turn_tools_done = 0
         self._closed = False
+        #: Why recording stopped early (a write failed: a full disk, a store gone), or None. From
+        #: then on nothing more is written, and the session's ``end`` says it is incomplete.
+        self.failure: str | None = None
 
     # -- checkpoints (only with a workspace)
 
@@ -195,9 +199,9 @@ class Recorder:
         ``boundary`` defaults to ``resumable`` unless tool calls the last model response asked for are
         still outstanding (then ``observable``).
         """
-        if self.workspace is None:
+        if self.workspace is None or self.failure is not None:
             return None
-        with self._checkpoint_lock:
+        with self._checkpoint_lock, self._guarded():
             if boundary is None:
                 outstanding = self._turn_tools_done < self._turn_tools_expected
                 boundary = "observable" if outstanding or runtime.current_span.get() else "resumable"
@@ -215,6 +219,7 @@ class Recorder:
                 pid=os.getpid(),
             )
             return self._append(event)
+        return None
 
     @property
     def session_path(self) -> Path:
@@ -248,8 +253,9 @@ class Recorder:
         """Append a value the agent's own code read (``deterministic``) with its key and pid."""
         self._append(keyed(event))
 
-    def note(self, text: str, **data: Any) -> int:
-        """Append a ``note`` event with free text and JSON data; returns its seq."""
+    def note(self, text: str, **data: Any) -> int | None:
+        """Append a ``note`` event with free text and JSON data; returns its seq (None once
+        recording has stopped on a failed write, :attr:`failure`)."""
         return self._append(
             {
                 "type": "note",
@@ -261,20 +267,49 @@ class Recorder:
             }
         )
 
-    def _append(self, event: Any) -> int:
+    def _append(self, event: Any) -> int | None:
+        if self.failure is not None:
+            return None
         with self._lock:
             if event["type"] in self.counts:
                 self.counts[event["type"]] += 1
-        return self.writer.append(event)
+        with self._guarded():
+            return self.writer.append(event)
+        return None
+
+    @contextlib.contextmanager
+    def _guarded(self) -> Iterator[None]:
+        """A write of the session that fails (a full disk, a store that went away) never raises into
+        the agent, whose SDK call or tool is on the stack: recording stops, once, with a warning."""
+        try:
+            yield
+        except (OSError, SessionError) as exc:
+            self.stop(f"{type(exc).__name__}: {exc}")
+
+    def stop(self, why: str) -> None:
+        """Stop recording because a write failed (``why``): nothing more is written, a warning goes to
+        stderr (once), and the ``end`` event, if it can still be written, says the session is
+        incomplete (:attr:`failure`)."""
+        with self._lock:
+            if self.failure is not None:
+                return
+            self.failure = why
+        with contextlib.suppress(OSError, ValueError):  # stderr closed: nothing more to say
+            sys.stderr.write(
+                f"forkpoint: WARNING: recording of session {self.writer.session_id} stopped: a write "
+                f"failed ({why}); the program goes on unrecorded, and the session is incomplete\n"
+            )
 
     def close(self) -> None:
-        """Write unfinished calls and close the log. Safe to call twice."""
+        """Write unfinished calls and close the log. Safe to call twice; never raises for a failed
+        write (see :meth:`stop`)."""
         if self._closed:
             return
         self._closed = True
         for call in list(self.pending):
             call.finish(ended="unfinished")
-        self.writer.close()
+        with self._guarded():
+            self.writer.close()
 
 
 @overload

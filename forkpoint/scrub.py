@@ -55,6 +55,7 @@ from .log import (
 from .match import event_key
 from .signing import sign_session
 from .store import open_store
+from .store.retention import refuse_if_held
 
 #: Folder of a store holding scrubs in progress (and, after a crash, their leftovers).
 TMP_DIR = ".forkpoint-tmp"
@@ -221,12 +222,15 @@ def scrub_session(
     what would change and leave everything as it is. ``hook`` is called with a step name before each
     step (``"copy"``, ``"event"``, ``"verify"``, ``"swap"``, ``"between-renames"`` (only without an
     atomic exchange), ``"remove"``): tests use it to interrupt.
-    Raises :class:`ScrubError` (or :class:`~forkpoint.log.SessionError` for an unreadable session).
+    Raises :class:`ScrubError` (or :class:`~forkpoint.log.SessionError` for an unreadable session,
+    :class:`~forkpoint.store.retention.HeldError` for a session under legal hold, unless ``dry_run``).
     """
     path = Path(path).absolute()
     if not (path / LOG_NAME).is_file():
         raise ScrubError(f"{path}: not a session directory (no {LOG_NAME})")
     store, sid = path.parent, path.name
+    if not dry_run:  # a session under legal hold is kept as it was recorded
+        refuse_if_held(open_store(store), sid, "scrub")
     step = hook or (lambda _name: None)
     recover(store)
     scrubber = scrubber or redact.current()

@@ -144,10 +144,19 @@ def terminal() -> Console:
     return Console(highlight=False, width=None if tty else 200, soft_wrap=not tty)
 
 
-def render(session: Session, console: Console | None = None) -> None:
-    """Print the session's header and timeline."""
+def render(
+    session: Session, console: Console | None = None, *, hold: Mapping[str, Any] | None = None
+) -> None:
+    """Print the session's header and timeline; ``hold``, the session's legal hold if it has one
+    (:func:`forkpoint.store.retention.held`), is shown first."""
     console = console or terminal()
     h = session.header
+    if hold is not None:
+        console.print(
+            f"[bold red]LEGAL HOLD[/bold red] {escape(str(hold.get('reason')))} "
+            f"(since {escape(str(hold.get('since')))}, by {escape(str(hold.get('by')))}): "
+            "rm, prune and scrub refuse this session"
+        )
     git = h.get("git") or {}
     console.print(
         f"[bold]session {h['session_id']}[/bold]" + (f"  “{escape(str(h['name']))}”" if h.get("name") else "")
@@ -269,8 +278,9 @@ def as_json(session: Session) -> dict[str, Any]:
     return {"header": session.header, "events": events, "truncated": session.truncated}
 
 
-def render_listing(rows: list[SessionInfo]) -> str:
-    """The ``forkpoint ls`` table as plain text (fast for tens of thousands of rows)."""
+def render_listing(rows: list[SessionInfo], *, held: set[str] | frozenset[str] = frozenset()) -> str:
+    """The ``forkpoint ls`` table as plain text (fast for tens of thousands of rows); the sessions
+    ``held`` (ids) are under legal hold, marked ``HELD`` after their id."""
     cols = ("session", "name", "created", "model", "tool", "exit", "command")
     table = [cols]
     for r in rows:
@@ -279,7 +289,7 @@ def render_listing(rows: list[SessionInfo]) -> str:
             continue
         table.append(
             (
-                r.session_id,
+                r.session_id + (" HELD" if r.session_id in held else ""),
                 str(r.header.get("name") or ""),
                 str(r.header.get("created") or "")[:19],
                 str(r.model_calls),

@@ -86,7 +86,13 @@ def git(
     """
     try:
         proc = subprocess.run(
-            _git_cmd(args, config), cwd=cwd, env=_git_env(env), input=input, capture_output=True, timeout=600
+            _git_cmd(args, config),
+            cwd=cwd,
+            env=_git_env(env),
+            input=input,
+            capture_output=True,
+            timeout=600,
+            umask=_umask(env),
         )
     except (OSError, subprocess.SubprocessError) as exc:
         raise CheckpointError(f"git {' '.join(args[:2])} could not run in {cwd}: {exc}") from None
@@ -109,9 +115,16 @@ def git_start(
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
+            umask=_umask(env),
         )
     except OSError as exc:
         raise CheckpointError(f"git {' '.join(args[:2])} could not run in {cwd}: {exc}") from None
+
+
+def _umask(env: dict[str, str] | None) -> int:
+    # git writing into a session's git-objects (or its private index) makes owner-only folders and
+    # files whatever the user's umask; git working on a user's tree keeps the user's umask (-1).
+    return 0o077 if env and "GIT_OBJECT_DIRECTORY" in env else -1
 
 
 def git_finish(proc: subprocess.Popen[bytes], what: str) -> bytes:
@@ -196,12 +209,19 @@ def write_loose(objects: Path, sha: str, kind: bytes, data: bytes, durable: bool
     target = loose_path(objects, sha)
     if target.exists():
         return
-    target.parent.mkdir(parents=True, exist_ok=True)
+    # mkdir(parents=True) gives parents the umask's mode: make git-objects/ itself owner-only too.
+    objects.mkdir(parents=True, exist_ok=True, mode=0o700)
+    target.parent.mkdir(exist_ok=True, mode=0o700)
     tmp = target.with_name(f".tmp-{os.getpid()}-{threading.get_ident()}-{target.name}")
-    with open(tmp, "wb") as f:
-        f.write(zlib.compress(kind + b" %d\0" % len(data) + data, 1))
-        if durable:
-            f.flush()
-            os.fsync(f.fileno())
-    os.chmod(tmp, 0o444)
-    os.replace(tmp, target)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    try:
+        with open(fd, "wb") as f:
+            f.write(zlib.compress(kind + b" %d\0" % len(data) + data, 1))
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
+        os.chmod(tmp, 0o400)  # read-only, like git's own objects, and owner-only
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a failed write (a full disk) leaves no temp file behind
+        raise

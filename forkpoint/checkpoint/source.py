@@ -587,13 +587,7 @@ def scrub_tracked_entries(
             continue
         framed = b"blob %d\0" % len(clean) + clean
         new = hashlib.new(algo, framed).digest()
-        target = objects / new.hex()[:2] / new.hex()[2:]
-        if not target.exists():
-            target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            tmp = target.with_name(f".tmp-{os.getpid()}-{target.name}")
-            tmp.write_bytes(zlib.compress(framed, 1))
-            os.chmod(tmp, 0o444)
-            os.replace(tmp, target)
+        write_loose(objects, new.hex(), b"blob", clean, fsync_wanted())
         loose.unlink(missing_ok=True)
         memo[oid] = new
         if out is None:

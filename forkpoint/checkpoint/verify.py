@@ -34,6 +34,7 @@ from ..log import (
     to_json,
     verify,
 )
+from ..log.blobs import is_leftover, open_regular
 from ..log.codec import decode
 
 
@@ -169,13 +170,15 @@ def _verify_git_objects(objects: Path, problems: list[str], notes: list[str]) ->
         return 0
     count = 0
     for sub in sorted(objects.iterdir()):
+        if is_leftover(sub.name):
+            continue  # an interrupted write's temp file: verify notes it (forkpoint.log.leftovers)
         if not (sub.is_dir() and len(sub.name) == 2 and all(c in "0123456789abcdef" for c in sub.name)):
             if sub.name not in ("info", "pack"):
                 problems.append(f"{sub}: not a git object folder")
             continue
         for obj in sorted(sub.iterdir()):
-            if obj.name.startswith("tmp_"):
-                continue  # a temporary file of a git process that was killed
+            if is_leftover(obj.name):
+                continue  # the temp file of a write (forkpoint's or git's) that was killed
             count += 1
             name = sub.name + obj.name
             h = hashlib.sha1()
@@ -183,7 +186,7 @@ def _verify_git_objects(objects: Path, problems: list[str], notes: list[str]) ->
             size = 0
             try:
                 d = zlib.decompressobj()
-                with open(obj, "rb") as f:
+                with open_regular(obj) as f:
                     while chunk := f.read(1 << 20):
                         part = d.decompress(chunk)
                         h.update(part)
@@ -194,6 +197,9 @@ def _verify_git_objects(objects: Path, problems: list[str], notes: list[str]) ->
                     h.update(part)
                     kept.append(part)
                 ok = d.eof and not d.unused_data and h.hexdigest() == name
+            except SessionError as exc:  # a FIFO or a device in an object's place: never opened blocking
+                problems.append(str(exc))
+                continue
             except (OSError, zlib.error):
                 ok = False
             if not ok:

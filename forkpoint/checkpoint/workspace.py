@@ -12,7 +12,9 @@ from typing import Any
 import orjson
 
 from ..canonical import sha256_hex
+from ..errors import SessionError
 from ..log import BlobStore
+from ..log.blobs import open_regular
 from ..redact import scrub_file
 from .git import git_finish, git_start, repo_root
 
@@ -130,8 +132,12 @@ def manifest_of(
             key = (st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns, st.st_mode)
             h = cache.get(rel, key) if cache is not None else None
             if h is None:
-                with open(full, "rb") as f:
-                    data = scrub_file(f.read())  # secrets never reach the blobs (docs/security.md)
+                try:
+                    # (swapped for a FIFO or a device since the lstat: refused, never waited on)
+                    with open_regular(full) as f:
+                        data = scrub_file(f.read())  # secrets never reach the blobs (docs/security.md)
+                except SessionError:
+                    continue
                 h = blobs.put(data) if blobs is not None else sha256_hex(data)
                 size = len(data)
                 if cache is not None and size == st.st_size:

@@ -20,12 +20,14 @@ The seam is :class:`~.base.Importer` (one per module, each registered by one lin
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 from typing import Any
 
 from .. import plugins
-from ..errors import ImportFormatError
+from ..errors import ImportFormatError, SessionError
+from ..log.blobs import open_regular
 from ..store import default_store
 from . import base
 from .base import Imported, Importer, write_session
@@ -105,9 +107,17 @@ def import_file(
     """
     path = Path(path)
     try:
-        raw = path.read_bytes()
+        with open_regular(path) as f:  # a FIFO or a device is refused, never read (or waited on)
+            size = os.fstat(f.fileno()).st_size
+            if size > base.MAX_UNCOMPRESSED:
+                raise ImportFormatError(
+                    f"{path}: {size:,} bytes; forkpoint imports files of at most {base.MAX_UNCOMPRESSED:,}"
+                )
+            raw = f.read()
     except OSError as exc:
         raise ImportFormatError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    except SessionError as exc:
+        raise ImportFormatError(str(exc)) from None
     known = formats()
     if format is not None and format not in known:
         raise ImportFormatError(f"unknown format {format!r}; known: {', '.join(known)}")
@@ -120,6 +130,7 @@ def import_file(
         )
     if format is not None and fmt != format:
         raise ImportFormatError(f"{path}: is {known[fmt]}, not {known[format]}")
+    base.check_items(path, doc)
     importer = next(i for i in importers() if i.name == fmt)
     try:
         imported = importer.convert(path, doc)

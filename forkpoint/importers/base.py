@@ -86,9 +86,77 @@ def gunzip(path: Path, raw: bytes) -> bytes:
     return data
 
 
+#: The most characters of YAML forkpoint parses (PyYAML's safe loader reads ~1 MB/s).
+MAX_YAML_CHARS = 64 << 20
+#: The most nodes a YAML document may have once its aliases are expanded: a "billion laughs"
+#: document (aliases of aliases, a few hundred bytes naming 10**9 strings) is refused before any
+#: of it is built, instead of growing every later walk of the document without bound.
+MAX_YAML_NODES = 2_000_000
+#: The most items (steps, messages, interactions) a list of an imported document may have. A
+#: trajectory's n-th model request carries the n-1 messages before it, so an import does work in
+#: the square of the steps: 10,000 steps import in seconds, a million would take days.
+MAX_ITEMS = 10_000
+
+
+def check_items(path: Path, doc: Any) -> None:
+    """Refuse a document with a top-level list (or a list under a top-level key) longer than
+    :data:`MAX_ITEMS`, before it is converted. Raises :class:`~forkpoint.errors.ImportFormatError`."""
+    lists = (
+        [doc]
+        if isinstance(doc, list)
+        else [v for v in doc.values() if isinstance(v, list)]
+        if isinstance(doc, dict)
+        else []
+    )
+    longest = max((len(v) for v in lists), default=0)
+    if longest > MAX_ITEMS:
+        raise ImportFormatError(
+            f"{path}: has a list of {longest:,} steps/messages; forkpoint imports at most {MAX_ITEMS:,} "
+            "(each step's request carries the conversation before it: split the file)"
+        )
+
+
+def _bounded(root: Any, yaml: Any, path: Path) -> None:
+    """Count the nodes of a composed YAML document as if its aliases were expanded (each node once,
+    memoized: linear in the document), and refuse one above :data:`MAX_YAML_NODES` or with an alias
+    inside itself."""
+    sizes: dict[int, int] = {}
+    entered: set[int] = set()
+    stack: list[tuple[Any, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        key = id(node)
+        if isinstance(node, yaml.MappingNode):
+            children = [x for pair in node.value for x in pair]
+        elif isinstance(node, yaml.SequenceNode):
+            children = list(node.value)
+        else:
+            children = []
+        if done:
+            sizes[key] = min(MAX_YAML_NODES + 1, 1 + sum(sizes[id(c)] for c in children))
+            if sizes[key] > MAX_YAML_NODES:
+                raise ImportFormatError(
+                    f'{path}: YAML aliases expand to more than {MAX_YAML_NODES:,} nodes (a "billion '
+                    f'laughs" document, near line {node.start_mark.line + 1}); refused'
+                )
+            continue
+        if key in sizes:
+            continue
+        if key in entered:
+            raise ImportFormatError(
+                f"{path}: a YAML alias refers to a node that contains it (near line "
+                f"{node.start_mark.line + 1}); refused"
+            )
+        entered.add(key)
+        stack.append((node, True))
+        stack.extend((c, False) for c in children if id(c) not in sizes)
+
+
 def load_yaml(path: Path, text: str, expected: str) -> Any:
     """Parse a YAML document with a safe loader (no code runs). ``!!python/unicode`` and
-    ``!!python/str`` tags of cassettes written by old VCR.py versions read as strings."""
+    ``!!python/str`` tags of cassettes written by old VCR.py versions read as strings. Raises
+    :class:`~forkpoint.errors.ImportFormatError` for text beyond :data:`MAX_YAML_CHARS`, a document
+    whose aliases expand beyond :data:`MAX_YAML_NODES` nodes, or one that is not YAML."""
     try:
         import yaml
     except ImportError:
@@ -96,8 +164,17 @@ def load_yaml(path: Path, text: str, expected: str) -> Any:
             f"{path}: not JSON, and reading YAML (VCR.py cassettes) needs PyYAML: pip install pyyaml"
         ) from None
 
+    if len(text) > MAX_YAML_CHARS:
+        raise ImportFormatError(
+            f"{path}: {len(text):,} characters of YAML; forkpoint reads at most {MAX_YAML_CHARS:,} "
+            "(convert it to JSON to import a bigger file)"
+        )
+
     class Loader(yaml.SafeLoader):
-        pass
+        def compose_document(self) -> Any:
+            node = super().compose_document()
+            _bounded(node, yaml, path)  # before any of it is built: aliases expanded are bounded
+            return node
 
     def as_str(loader: Any, node: Any) -> str:
         return str(loader.construct_scalar(node))

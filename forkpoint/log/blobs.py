@@ -2,22 +2,92 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
 import os
-import secrets
+import re
+import stat
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from ..canonical import sha256_hex
 from ..errors import SessionError
+from ..files import write_private
 from .crypto import Cipher
 
 #: Blobs of at least this many bytes are stored zstd-compressed (when that saves a tenth).
 COMPRESS_MIN = 512
 ZSTD_SUFFIX = ".zst"
+
+
+#: Names of temporary files an interrupted write may leave in a session's folders: forkpoint's own
+#: blob and git-object temps (``.<name>.<pid>.<hex>.tmp``, ``.tmp-<pid>-…``) and git's (``tmp_obj_…``).
+_LEFTOVER = re.compile(r"^(\.tmp-.*|\..*\.tmp|tmp_.*)$")
+
+
+def is_leftover(name: str) -> bool:
+    """True when a file named ``name`` in ``blobs/`` or ``git-objects/`` is the temp file of a write
+    that was interrupted (never part of a session: a write renames its temp into place as its last step)."""
+    return bool(_LEFTOVER.match(name))
+
+
+def leftovers(session: Path, folders: tuple[str, ...]) -> list[Path]:
+    """The temp files interrupted writes left in the ``folders`` of the session directory
+    ``session`` (one level of subfolders deep, as blobs and git objects are stored), sorted."""
+    found: list[Path] = []
+    for folder in folders:
+        top = session / folder
+        try:
+            subs = [top, *(e for e in top.iterdir() if e.is_dir() and not e.is_symlink())]
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        for d in subs:
+            try:
+                found += [e for e in d.iterdir() if is_leftover(e.name) and not e.is_dir()]
+            except OSError:
+                continue
+    return sorted(found)
+
+
+def open_regular(path: Path | str) -> BinaryIO:
+    """Open ``path`` for reading if it is a regular file (binary, blocking reads).
+
+    Opened with ``O_NONBLOCK`` so a FIFO or a device put in its place never blocks the open, and
+    ``O_NOFOLLOW`` so a planted symlink is not followed; then checked with ``fstat`` (no race with a
+    swap between a check and the open). Raises :class:`FileNotFoundError` and
+    :class:`IsADirectoryError` as :func:`open` would, and :class:`SessionError` for a symlink, a
+    FIFO, a socket or a device.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise SessionError(f"{path}: is a symbolic link; refusing to follow it") from None
+        raise
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(errno.EISDIR, "Is a directory", str(path))
+        if not stat.S_ISREG(mode):
+            raise SessionError(f"{path}: is a {_kind(mode)}, not a regular file; refusing to read it")
+        os.set_blocking(fd, True)
+        return open(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "FIFO (named pipe)"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "device"
+    if stat.S_ISSOCK(mode):
+        return "socket"
+    return "special file"
 
 
 def fsync_path(path: Path) -> None:
@@ -110,10 +180,7 @@ class BlobStore:
         self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
         new_dir = not target.parent.exists()
         target.parent.mkdir(exist_ok=True, mode=0o700)
-        tmp = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
-            f.write(data)
-        os.replace(tmp, target)
+        write_private(target, data)  # a failed write (a full disk) leaves no temp file behind
         if self.durable:
             with self._lock:
                 self._pending.add(target)
@@ -138,7 +205,8 @@ class BlobStore:
         """The bytes of blob ``h``; raises :class:`SessionError` if missing or not matching its name."""
         target = self.path(h)
         try:
-            data = target.read_bytes()
+            with open_regular(target) as f:
+                data = f.read()
         except FileNotFoundError:
             raise SessionError(f"{target}: blob {h[:12]}… is missing{where}") from None
         except OSError as exc:
@@ -176,7 +244,7 @@ class BlobStore:
         hasher = hashlib.sha256()
         size = 0
         try:
-            with open(target, "rb") as f:
+            with open_regular(target) as f:
                 pieces = (
                     zstd_chunks(f)
                     if target.name.endswith(ZSTD_SUFFIX) and self.cipher is None
@@ -189,6 +257,8 @@ class BlobStore:
             return f"{target}: blob {h[:12]}… is missing", 0
         except OSError as exc:
             return f"{target}: blob {h[:12]}… cannot be read ({exc})", 0
+        except SessionError as exc:  # a FIFO, a device or a symlink in its place
+            return str(exc), 0
         except Exception as exc:  # a damaged zstd frame
             return f"{target}: compressed blob cannot be decompressed ({exc})", size
         if hasher.hexdigest() != h:

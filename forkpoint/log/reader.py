@@ -22,7 +22,7 @@ from ..events import (
     OutcomeEvent,
     ToolCallEvent,
 )
-from .blobs import BlobStore
+from .blobs import BlobStore, open_regular
 from .codec import (
     BLOB_DIR,
     FORMAT,
@@ -51,7 +51,7 @@ def read_header(log_path: Path) -> dict[str, Any]:
     """Parse and check line 1 of a session log, as stored: an encrypted session's sealed fields are
     not opened (:func:`open_session_header`). Raises :class:`SessionError` naming the problem."""
     try:
-        with open(log_path, "rb") as f:
+        with open_regular(log_path) as f:
             first = f.readline(1 << 24)
     except FileNotFoundError:
         raise SessionError(f"{log_path}: no such session log") from None
@@ -98,7 +98,7 @@ class _Line:
 def _iter_lines(log_path: Path) -> Iterator[tuple[int, int, bytes]]:
     """(line number, byte offset, raw line) of every line, the last one possibly without newline."""
     try:
-        with open(log_path, "rb") as f:
+        with open_regular(log_path) as f:
             offset = 0
             for lineno, raw in enumerate(f, start=1):
                 yield lineno, offset, raw
@@ -213,7 +213,7 @@ class LogTail:
         """The events completed since the last call, in ``seq`` order. Raises
         :class:`SessionError` when the log is gone or a completed event cannot be decoded."""
         try:
-            with open(self.log_path, "rb") as f:
+            with open_regular(self.log_path) as f:
                 f.seek(self._offset)
                 data = f.read()
         except OSError as exc:

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import IdentityError, SessionError
-from .blobs import BlobStore
-from .codec import BLOB_DIR, LOG_NAME, blob_refs, line_hash
+from .blobs import BlobStore, leftovers
+from .codec import BLOB_DIR, GIT_OBJECTS, LOG_NAME, blob_refs, line_hash
 from .crypto import ENC, FILES, Cipher, header_cipher, open_event
 from .reader import check_header, event_lines
 
@@ -231,6 +231,11 @@ def verify(path: Path | str, *, deep: bool = True, checks: Mapping[str, Check] |
                             )
                             break
             last_type, last_pid = obj.get("type"), obj.get("pid")
+            if last_type == "end" and obj.get("incomplete"):
+                notes.append(
+                    f"{log_path}:{lineno}: the recording stopped before the run ended ({obj['incomplete']}): "
+                    "what the run did after that is not in the session"
+                )
             if cipher is None:  # (an encrypted line's blobs are its files, listed above)
                 for value in obj.values():
                     blob_refs(value, refs, lineno)
@@ -282,6 +287,11 @@ def verify(path: Path | str, *, deep: bool = True, checks: Mapping[str, Check] |
         result.blobs = len(refs)
         for kind, check in checks.items():
             check(path, checked[kind], result)
+        left = leftovers(path, (BLOB_DIR, GIT_OBJECTS))
+        for p in left[:5]:
+            notes.append(f"{p}: left over by an interrupted write: not part of the session (safe to delete)")
+        if len(left) > 5:
+            notes.append(f"… and {len(left) - 5} more files left over by interrupted writes")
     result.complete = last_type == "end"
     if not problems and not result.truncated and not result.complete:
         running = ""

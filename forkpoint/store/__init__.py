@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import sys
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
@@ -30,9 +31,12 @@ from .local import LocalStore, session_dirs
 
 #: Default store, relative to the current directory, unless ``FORKPOINT_STORE`` is set.
 DEFAULT_STORE = ".forkpoint"
+#: Set (to anything but 0) to accept a store another user owns or may write (``--allow-shared-store``).
+ALLOW_SHARED_VAR = "FORKPOINT_ALLOW_SHARED_STORE"
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
 __all__ = [
+    "ALLOW_SHARED_VAR",
     "DEFAULT_STORE",
     "ENTRIES",
     "INDEX_DIR",
@@ -42,6 +46,7 @@ __all__ = [
     "Recording",
     "SessionInfo",
     "Store",
+    "check_private",
     "consolidate",
     "default_store",
     "index_problem",
@@ -101,13 +106,43 @@ def default_store() -> Path:
 
 def open_store(spec: str | Path | None = None) -> Store:
     """The store ``spec`` names (see :func:`store_dir`): a :class:`LocalStore`, or a
-    :class:`~forkpoint.store.fsspec.RemoteStore` when ``spec`` is a URL or a remote store's mirror."""
+    :class:`~forkpoint.store.fsspec.RemoteStore` when ``spec`` is a URL or a remote store's mirror.
+    Raises :class:`~forkpoint.errors.SessionError` for a store directory another user could tamper
+    with (:func:`check_private`)."""
     path = store_dir(spec)
+    check_private(path)
     if (path / REMOTE_MARKER).is_file():
         from .fsspec import RemoteStore
 
         return RemoteStore.from_mirror(path)
     return LocalStore(path)
+
+
+def check_private(path: Path) -> None:
+    """Refuse the store directory ``path`` when another user could plant sessions or an index in
+    it, or read what it holds: it is not owned by this user, it is writable by every user, or its
+    ``index`` is a symbolic link (which forkpoint would follow). ``$FORKPOINT_ALLOW_SHARED_STORE=1``
+    (``forkpoint --allow-shared-store``) accepts such a store. A store that does not exist yet is
+    fine (forkpoint creates it owner-only). Raises :class:`~forkpoint.errors.SessionError`."""
+    if os.environ.get(ALLOW_SHARED_VAR, "") not in ("", "0"):
+        return
+    try:
+        st = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    why = []
+    if st.st_uid != os.getuid():
+        why.append(f"it is owned by user id {st.st_uid}, not by you ({os.getuid()})")
+    if st.st_mode & stat.S_IWOTH:
+        why.append("every user may write into it")
+    if os.path.islink(path / INDEX_DIR):
+        why.append("its index is a symbolic link")
+    if why:
+        raise SessionError(
+            f"{path}: refusing this store: {'; '.join(why)}; another user could plant sessions or an "
+            "index there, or read what it holds. If it is meant to be shared, pass "
+            f"--allow-shared-store (or set {ALLOW_SHARED_VAR}=1)"
+        )
 
 
 def is_store(path: Path) -> bool:

@@ -9,6 +9,7 @@ they share is here: the life cycle (:meth:`Store.create` → :class:`Recording`)
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import hashlib
 import sys
@@ -25,6 +26,7 @@ import orjson
 from ..errors import SessionError, SigningError
 from ..events import EndDivergence, EndEvent, ErrorRecord, Header, error_record
 from ..log import LOG_NAME, SessionWriter, check_header
+from ..log.blobs import open_regular
 from ..signing import sign_session
 
 #: A mirror directory of a remote store holds this file, naming the store's URL.
@@ -172,7 +174,8 @@ def info(path: Path) -> SessionInfo:
     """Summarize the session directory ``path`` by scanning its log, without resolving blobs."""
     path = Path(path)
     try:
-        data = (path / LOG_NAME).read_bytes()
+        with open_regular(path / LOG_NAME) as f:
+            data = f.read()
     except FileNotFoundError:
         raise SessionError(f"{path / LOG_NAME}: no such session log") from None
     except IsADirectoryError:
@@ -288,6 +291,8 @@ class Recording:
         #: Called once the session has ended, before its log is closed and handed to the store (a
         #: live export sends the last spans); what they raise does not keep the session from closing.
         self.on_close: list[Callable[[], object]] = []
+        #: Why the recording stopped early (a process's write failed), for the ``end`` event.
+        self.incomplete: str | None = None
         self._ended = False
 
     @property
@@ -314,7 +319,9 @@ class Recording:
         and the exceptions that ended it uncaught, when known: ``[]`` says there were none), where a
         what-if run diverged from its parent, and (when ``timed``) its wall time since the session
         was created, else ``null``; ``ts`` is its time (default now: an import gives the time the
-        imported run ended)."""
+        imported run ended). When :attr:`incomplete` says why the recording stopped early, the event
+        says so too. A failed write (a full disk) is a warning on stderr, never an exception: the
+        session then stays without an ``end`` (incomplete)."""
         if self._ended:
             return
         self._ended = True
@@ -330,7 +337,12 @@ class Recording:
             event["divergence"] = divergence
         if ts is not None:
             event["ts"] = ts
-        self.writer.append(event)
+        if self.incomplete is not None:
+            event["incomplete"] = self.incomplete
+        try:
+            self.writer.append(event)
+        except (OSError, SessionError) as exc:
+            _warn(f"could not write the end of session {self.session_id} ({exc}): it stays incomplete")
 
     def close(self, *, quiet: bool = False) -> str:
         """Close the log and hand the finished session to its store; returns where it now lives (its
@@ -340,7 +352,10 @@ class Recording:
                 for hook in self.on_close:
                     hook()
             finally:
-                self.writer.close()
+                try:
+                    self.writer.close()
+                except OSError as exc:  # the final sync on a full disk: what is written stays readable
+                    _warn(f"could not sync session {self.session_id} to disk ({exc})")
             self._sign(quiet)
             self.location = self.store.finished(self.path, quiet=quiet)
         return self.location
@@ -369,6 +384,11 @@ class Recording:
         else:
             self.end(1, reason=type(exc).__name__, uncaught=[error_record(exc)])
         self.close(quiet=self.quiet)
+
+
+def _warn(text: str) -> None:
+    with contextlib.suppress(OSError, ValueError):  # stderr closed
+        sys.stderr.write(f"forkpoint: WARNING: {text}\n")
 
 
 class Store(ABC):

@@ -45,6 +45,7 @@ import orjson
 
 from ..errors import SessionError
 from ..events import now_iso
+from ..files import write_private
 from ..log import LOG_NAME
 from .base import REMOTE_MARKER, Listing, SessionInfo, Store, pick, scan, session_order, summarize_log
 from .index import ENTRIES, INDEX_DIR, consolidate, entry_bytes, entry_name, max_loose_entries, read_index
@@ -108,18 +109,11 @@ def mirror_dir(url: str) -> Path:
             return d
         try:
             d.mkdir(parents=True, exist_ok=True, mode=0o700)
-            _write_atomic(marker, orjson.dumps({"format": "forkpoint.mirror", "url": url}))
+            write_private(marker, orjson.dumps({"format": "forkpoint.mirror", "url": url}))
             return d
         except PermissionError:
             continue
     raise SessionError(f"no writable cache directory for {url} (set FORKPOINT_CACHE)")
-
-
-def _write_atomic(target: Path, data: bytes) -> None:
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
-        f.write(data)
-    os.replace(tmp, target)
 
 
 # --------------------------------------------------------------------------- local locks
@@ -450,7 +444,7 @@ class RemoteStore(Store):
                         f"{self.location(sid)}: the uploaded log does not read back as written"
                     )
                 self.io.create(ENTRIES, entry_name(sid), entry_bytes(row))
-            _write_atomic(
+            write_private(
                 path / DONE,
                 orjson.dumps(
                     {"url": self.location(sid), "log_sha256": row.log_sha256, "uploaded": now_iso()}
@@ -646,7 +640,7 @@ class RemoteStore(Store):
                     f.write(data)
             with open(os.open(tmp / LOG_NAME, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
                 f.write(log)
-            (tmp / DONE).write_bytes(orjson.dumps({"url": self.location(sid), "downloaded": now_iso()}))
+            write_private(tmp / DONE, orjson.dumps({"url": self.location(sid), "downloaded": now_iso()}))
             if local.exists():
                 old = self.path / f".old-{sid}-{secrets.token_hex(4)}"
                 os.rename(local, old)

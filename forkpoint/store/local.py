@@ -11,10 +11,12 @@ import os
 import secrets
 import sys
 from pathlib import Path
+from typing import Any
 
 from ..errors import SessionError
+from ..events import Header
 from ..log import LOG_NAME, read_header
-from .base import Listing, SessionInfo, Store, info, pick, scan, session_order
+from .base import Listing, Recording, SessionInfo, Store, info, pick, scan, session_order
 from .index import (
     ENTRIES,
     INDEX_DIR,
@@ -25,6 +27,9 @@ from .index import (
     max_loose_entries,
     read_index,
 )
+
+#: Written into a new local store: its sessions are not for version control unless the user says so.
+GITIGNORE = ".gitignore"
 
 
 def session_dirs(store: Path) -> list[Path]:
@@ -136,6 +141,24 @@ class LocalStore(Store):
 
     def __repr__(self) -> str:
         return f"LocalStore({str(self.path)!r})"
+
+    def create(
+        self, header: Header | dict[str, Any], *, session_id: str | None = None, fsync: str | None = None
+    ) -> Recording:
+        """A new session (see :meth:`Store.create`); a store created now gets a ``.gitignore`` of
+        ``*`` first, so its sessions are not committed by accident (a store that exists is left as
+        it is: its owner may want it committed)."""
+        try:
+            self.path.mkdir(parents=True, mode=0o700)
+        except FileExistsError:
+            pass
+        else:
+            fd = os.open(self.path / GITIGNORE, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            with open(fd, "wb") as f:
+                f.write(
+                    b"# forkpoint sessions hold what the model and the tools saw: never committed by default\n*\n"
+                )
+        return super().create(header, session_id=session_id, fsync=fsync)
 
     def _names(self) -> list[str]:
         try:

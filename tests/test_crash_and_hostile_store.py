@@ -1,0 +1,345 @@
+"""Crash and hostile input (issue 14, item 6): leftovers of an interrupted write are not damage; a
+failed write (a full disk) never raises into the agent; YAML aliases and import sizes are bounded;
+FIFOs in a session are refused, never opened blocking; a store another user could tamper with is
+refused; everything forkpoint creates is owner-only whatever the umask."""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from click.testing import CliRunner
+
+import forkpoint
+from forkpoint.checkpoint import verify_session
+from forkpoint.cli import main
+from forkpoint.errors import ImportFormatError
+from forkpoint.importers import base as import_base
+from forkpoint.importers import import_file
+from forkpoint.log import LOG_NAME, Session, SessionError
+from forkpoint.store import info, open_store
+from forkpoint.store.retention import hold
+from tests.gitutil import git
+
+
+def cli(*args: str) -> Any:
+    return CliRunner().invoke(main, list(args), env={"COLUMNS": "250"}, catch_exceptions=False)
+
+
+def within(seconds: float, fn: Callable[[], Any]) -> Any:
+    """``fn()``'s result, or a test failure if it has not returned after ``seconds`` (a blocked open
+    of a FIFO would hang the test otherwise: the thread is a daemon, left behind)."""
+    out: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            out["value"] = fn()
+        except BaseException as exc:  # handed to the test
+            out["error"] = exc
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(seconds)
+    if t.is_alive():
+        pytest.fail(f"still blocked after {seconds} s")
+    if "error" in out:
+        raise out["error"]
+    return out["value"]
+
+
+def repo_with_change(tmp_path: Path) -> Path:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    (repo / "app.py").write_text("x = 1\n")
+    git(repo, "add", "app.py")
+    git(repo, "commit", "-q", "-m", "base")
+    (repo / "app.py").write_text("x = 2\n")  # a modified tracked file: its objects go to git-objects
+    (repo / "notes.txt").write_text("untracked\n" * 100)
+    return repo
+
+
+@forkpoint.tool
+def lookup(q: str) -> dict[str, Any]:
+    return {"q": q, "answer": 42}
+
+
+# ----------------------------------------------------------------------------- leftovers
+
+
+def test_leftovers_of_an_interrupted_write_are_reported_not_corrupt(store: Path, tmp_path: Path) -> None:
+    repo = repo_with_change(tmp_path)
+    with forkpoint.record("leftovers", store=store, workspace=repo) as rec:
+        forkpoint.checkpoint()
+        lookup("a" * 2000)  # a blob
+    path = rec.session_path
+    objects = next(p for p in (path / "git-objects").iterdir() if len(p.name) == 2)
+    (objects / ".tmp-4242-140001-0123456789abcdef0123456789abcdef012345").write_bytes(b"x\x9c half")
+    blobs = next(p for p in (path / "blobs").iterdir() if p.is_dir())
+    (blobs / ".deadbeef.4242.0a0b0c0d.tmp").write_bytes(b"half a blob")
+
+    v = verify_session(path)
+    assert v.ok and v.status == "ok", v.problems
+    assert sum("left over by an interrupted write" in n for n in v.notes) == 2, v.notes
+    r = cli("verify", str(path))
+    assert r.exit_code == 0 and "left over by an interrupted write" in r.output
+    with forkpoint.replay(path):  # replay proceeds (it refuses a session that fails verification)
+        assert lookup("a" * 2000) == {"q": "a" * 2000, "answer": 42}
+
+
+# ----------------------------------------------------------------------------- a full disk
+
+
+def _fail_log_writes(monkeypatch: pytest.MonkeyPatch, armed: list[bool]) -> None:
+    real = os.write
+
+    def write(fd: int, data: Any) -> int:
+        if armed[0] and os.readlink(f"/proc/self/fd/{fd}").endswith(LOG_NAME):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(fd, data)
+
+    monkeypatch.setattr(os, "write", write)
+
+
+def test_a_full_disk_stops_recording_and_the_agent_goes_on(
+    store: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    armed = [False]
+    _fail_log_writes(monkeypatch, armed)
+    with forkpoint.record("full", store=store) as rec:
+        assert lookup("before") == {"q": "before", "answer": 42}
+        armed[0] = True
+        assert lookup("during") == {"q": "during", "answer": 42}  # no OSError raised into the agent
+        assert lookup("again") == {"q": "again", "answer": 42}
+        assert forkpoint.note("more") is None
+        armed[0] = False  # the disk has room again: the end is written, and says so
+    err = capsys.readouterr().err
+    assert err.count("recording of session") == 1 and "No space left on device" in err
+    s = Session.load(rec.session_path)
+    assert [e.get("args", {}).get("q") for e in s.events if e["type"] == "tool_call"] == ["before"]
+    end = s.events[-1]
+    assert end["type"] == "end" and "No space left on device" in end["incomplete"]
+    v = verify_session(rec.session_path)
+    assert v.ok and any("the recording stopped before the run ended" in n for n in v.notes)
+
+
+def test_a_full_disk_until_the_end_leaves_the_session_without_end(
+    store: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    armed = [False]
+    _fail_log_writes(monkeypatch, armed)
+    with forkpoint.record("full", store=store) as rec:
+        armed[0] = True
+        assert lookup("x") == {"q": "x", "answer": 42}
+    armed[0] = False
+    assert "could not write the end of session" in capsys.readouterr().err
+    assert verify_session(rec.session_path).status == "incomplete"
+
+
+AGENT = """
+import errno, os, sys
+import forkpoint
+
+real = os.write
+def write(fd, data):
+    if os.readlink(f"/proc/self/fd/{fd}").endswith("session.jsonl"):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    return real(fd, data)
+
+@forkpoint.tool
+def lookup(q):
+    return q.upper()
+
+print(lookup("one"))
+os.write = write  # the disk is full from here on
+print(lookup("two"))
+sys.exit(5)
+"""
+
+
+@pytest.mark.slow
+def test_cli_record_on_a_full_disk_exits_as_the_agent_would(store: Path, tmp_path: Path) -> None:
+    script = tmp_path / "agent.py"
+    script.write_text(AGENT)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "forkpoint.cli",
+            "record",
+            "--store",
+            str(store),
+            "--no-workspace",
+            "--",
+            sys.executable,
+            str(script),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    assert out.returncode == 5, out.stderr
+    assert out.stdout.split() == ["ONE", "TWO"]
+    assert "recording of session" in out.stderr and "No space left on device" in out.stderr
+    assert "Traceback" not in out.stderr
+    (path,) = [p for p in store.iterdir() if (p / LOG_NAME).is_file()]
+    end = Session.load(path).events[-1]
+    assert end["type"] == "end" and end["exit_code"] == 5 and "No space left" in end["incomplete"]
+
+
+# ----------------------------------------------------------------------------- YAML and import sizes
+
+
+def laughs(levels: int) -> str:
+    lines = ["interactions: []", 'lol0: &l0 "lol"']
+    for i in range(1, levels + 1):
+        lines.append(f"lol{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 10) + "]")
+    return "\n".join(lines) + "\n"
+
+
+def test_a_billion_laughs_cassette_is_refused(tmp_path: Path, store: Path) -> None:
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text(laughs(9))  # 10**9 strings from ~1 KB
+    assert bomb.stat().st_size < 1500
+    with pytest.raises(ImportFormatError, match="billion laughs"):
+        import_file(bomb, store=store)
+    r = cli("import", str(bomb), "--store", str(store))
+    assert r.exit_code == 1 and "YAML aliases expand to more than" in r.output and "Traceback" not in r.output
+    assert not store.exists() or not any((p / LOG_NAME).exists() for p in store.iterdir())
+
+
+def test_yaml_aliases_of_a_normal_size_still_load(tmp_path: Path) -> None:
+    doc = import_base.load_yaml(tmp_path / "x.yaml", laughs(4), "a cassette")  # 10**4 strings
+    assert len(doc["lol4"]) == 10 and doc["lol4"][0][0][0][0] == "lol"
+    with pytest.raises(ImportFormatError, match="refers to a node that contains it"):
+        import_base.load_yaml(tmp_path / "x.yaml", "a: &a [1, *a]\n", "a cassette")
+
+
+def test_a_trajectory_beyond_the_step_limit_is_refused_before_converting(tmp_path: Path, store: Path) -> None:
+    steps = import_base.MAX_ITEMS + 1
+    messages = [{"role": "system", "content": "s"}] + [
+        {"role": "assistant" if i % 2 else "user", "content": f"step {i}"} for i in range(steps)
+    ]
+    doc = {"trajectory_format": "mini-swe-agent-1", "messages": messages, "info": {}}
+    traj = tmp_path / "big.traj.json"
+    traj.write_bytes(orjson.dumps(doc))
+    with pytest.raises(ImportFormatError, match=f"{steps + 1:,} steps/messages"):
+        import_file(traj, store=store)
+
+
+# ----------------------------------------------------------------------------- special files
+
+
+def _session_with_blob(store: Path) -> Path:
+    with forkpoint.record("fifo", store=store) as rec:
+        lookup("b" * 3000)
+    return rec.session_path
+
+
+def test_a_fifo_in_place_of_a_blob_is_refused_not_waited_on(store: Path) -> None:
+    path = _session_with_blob(store)
+    blob = next(p for p in (path / "blobs").rglob("*") if p.is_file())
+    blob.unlink()
+    os.mkfifo(blob)
+    v = within(10, lambda: verify_session(path))
+    assert not v.ok and "FIFO" in v.problems[0], v.problems
+    with pytest.raises(SessionError, match="FIFO"):
+        within(10, lambda: Session.load(path))
+    r = within(20, lambda: cli("show", str(path)))
+    assert r.exit_code == 1 and "FIFO" in r.output
+
+
+def test_a_fifo_in_place_of_the_log_or_an_imported_file_is_refused(store: Path, tmp_path: Path) -> None:
+    path = _session_with_blob(store)
+    (path / LOG_NAME).unlink()
+    os.mkfifo(path / LOG_NAME)
+    with pytest.raises(SessionError, match="FIFO"):
+        within(10, lambda: info(path))
+    with pytest.raises(SessionError, match="FIFO"):
+        within(10, lambda: Session.load(path))
+    v = within(10, lambda: verify_session(path))
+    assert not v.ok and "FIFO" in v.problems[0]
+    fifo = tmp_path / "cassette.yaml"
+    os.mkfifo(fifo)
+    with pytest.raises(ImportFormatError, match="FIFO"):
+        within(10, lambda: import_file(fifo, store=store))
+
+
+# ----------------------------------------------------------------------------- shared stores
+
+
+def test_a_store_others_may_write_or_own_is_refused_unless_allowed(store: Path, tmp_path: Path) -> None:
+    _session_with_blob(store)
+    os.chmod(store, 0o777)
+    r = cli("ls", "--store", str(store))
+    assert (
+        r.exit_code == 1 and "every user may write into it" in r.output and "--allow-shared-store" in r.output
+    )
+    with pytest.raises(SessionError, match="every user may write"):
+        open_store(store)
+    r = cli("--allow-shared-store", "ls", "--store", str(store))
+    assert r.exit_code == 0 and "fifo" in r.stdout
+    os.environ.pop("FORKPOINT_ALLOW_SHARED_STORE", None)  # the flag set it for this process
+    os.chmod(store, 0o700)
+
+    planted = tmp_path / "planted"
+    planted.mkdir()
+    (store / "index").rename(tmp_path / "real-index")
+    (store / "index").symlink_to(planted)
+    r = cli("ls", "--store", str(store))
+    assert r.exit_code == 1 and "its index is a symbolic link" in r.output
+    assert not any(planted.iterdir())
+    (store / "index").unlink()
+
+    if os.getuid() == 0:  # root can give the store to another user; others cannot make one
+        os.chown(store, 4242, 4242)
+        r = cli("ls", "--store", str(store))
+        assert r.exit_code == 1 and "owned by user id 4242" in r.output
+
+
+# ----------------------------------------------------------------------------- permissions
+
+
+def test_everything_forkpoint_creates_is_owner_only_under_umask_000(store: Path, tmp_path: Path) -> None:
+    repo = repo_with_change(tmp_path)
+    # a secret in a modified tracked file: its git object is rewritten scrubbed in git-objects
+    (repo / "app.py").write_text('TOKEN = "ghp_' + "A1b2" * 9 + '"\n')
+    old = os.umask(0)
+    try:
+        with forkpoint.record("umask", store=store, workspace=repo) as rec:
+            forkpoint.checkpoint()
+            lookup("c" * 3000)
+        hold(open_store(store), rec.session_path.name, "audit")
+        assert cli("ls", "--store", str(store)).exit_code == 0  # index entries, snapshots
+    finally:
+        os.umask(old)
+    assert (store / rec.session_path.name / "git-objects").is_dir()
+    loose = [
+        (str(p.relative_to(store)), oct(p.lstat().st_mode & 0o777))
+        for p in [store, *store.rglob("*")]
+        if p.lstat().st_mode & 0o077
+    ]
+    assert loose == []
+
+
+@pytest.mark.parametrize("text", ["30d", "12h", "2w", "90m", "45s", "1.5d"])
+def test_durations(text: str) -> None:
+    from forkpoint.store.retention import parse_age
+
+    assert parse_age(text).total_seconds() > 0
+
+
+def test_a_bad_duration_is_named() -> None:
+    from forkpoint.store.retention import parse_age
+
+    with pytest.raises(SessionError, match="--older-than: '30 days' is not a duration"):
+        parse_age("30 days")
