@@ -224,3 +224,29 @@ def test_url_userinfo_and_secret_in_path_scrubbed() -> None:
 def test_url_without_credentials_is_unchanged() -> None:
     url = "https://api.openai.com/v1/chat/completions?api-version=2024-10-21&stream=true"
     assert scrub_url(url) == url
+
+
+def test_a_resent_history_is_scrubbed_once_and_exactly() -> None:
+    # An agent resends its history at every call: list items seen before are not walked again
+    # (the same scrubbed object comes back, and an item the scrubber returned is taken as it is),
+    # while every secret is still replaced and equal-but-different JSON (1 / 1.0 / true) is kept.
+    from forkpoint.redact import Scrubber
+
+    s = Scrubber()
+    key = "sk-proj-" + _rand(40)
+    history = [{"role": "user", "content": f"use {key}"}, {"role": "assistant", "content": "ok", "n": 1}]
+    first = s.json({"model": "m", "messages": history})
+    assert key not in str(first) and first["messages"][0]["content"] == "use " + expected_placeholder(
+        "openai-key", key
+    )
+    resent = [{**m} for m in history] + [{"role": "user", "content": f"again {key}"}]
+    second = s.json({"model": "m", "messages": resent})
+    assert second["messages"][0] is first["messages"][0]  # seen before: not scrubbed again
+    assert second["messages"][1] is first["messages"][1]
+    assert key not in str(second)
+    assert s.json(second) == second and s.json(second)["messages"][2] is second["messages"][2]
+    other = s.json({"messages": [{"role": "assistant", "content": "ok", "n": True}]})
+    assert other["messages"][0]["n"] is True
+    assert s.json([{"password": "hunter22"}]) == [
+        {"password": expected_placeholder("secret-field", "hunter22")}
+    ]
