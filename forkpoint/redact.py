@@ -424,6 +424,11 @@ class Scrubber:
             self._kinds.append(kind)
             self._pats.append(re.compile(pattern, re.ASCII))
         self._anchors = [(lit, tuple(ids)) for lit, ids in anchors.items()]
+        # One pass over a short text says whether any anchor occurs in it at all (cheaper, there,
+        # than looking for each anchor in turn; on long texts it is the other way round).
+        self._any_anchor = re.compile(
+            "|".join(re.escape(lit) for lit in sorted(anchors, key=len, reverse=True))
+        )
         self._scan: list[int] = []
         for kind, pattern in r.patterns:
             self._scan.append(len(self._pats))
@@ -471,6 +476,8 @@ class Scrubber:
         """Every match of every pattern at an occurrence of one of its anchors: (start, pattern, m)."""
         low = text.lower() if text.isascii() or "\u0130" not in text else text.replace("\u0130", "\0").lower()
         out: list[tuple[int, int, int, re.Match[str]]] = []
+        if len(low) < SHORT_CHARS and self._any_anchor.search(low) is None:
+            return out
         pats = self._pats
         find = low.find
         for lit, ids in self._anchors:
