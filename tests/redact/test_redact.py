@@ -250,3 +250,15 @@ def test_a_resent_history_is_scrubbed_once_and_exactly() -> None:
     assert s.json([{"password": "hunter22"}]) == [
         {"password": expected_placeholder("secret-field", "hunter22")}
     ]
+
+
+def test_nan_and_none_are_not_taken_for_one_another() -> None:
+    # orjson writes NaN (and infinities) as null, like None: what the scrubber remembers by JSON
+    # must not hand one back for the other.
+    from forkpoint.redact import Scrubber
+
+    s = Scrubber()
+    nan = s.json({"data": [{"x": float("nan")}, [float("inf")]]})
+    assert nan["data"][0]["x"] != nan["data"][0]["x"] and nan["data"][1] == [float("inf")]
+    none = s.json({"data": [{"x": None}, [None]]})
+    assert none == {"data": [{"x": None}, [None]]}
