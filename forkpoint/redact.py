@@ -446,10 +446,10 @@ class Scrubber:
         # Items of JSON lists by their JSON, and the items this scrubber returned (by id, held);
         # the last lists scrubbed (their JSON, where each item ends in it, their scrubbed items);
         # the last results of json() and their lists (by id, held): see json().
-        self._items: dict[builtins.bytes, tuple[Any, Any]] = {}
+        self._items: dict[builtins.bytes, Any] = {}
         self._items_bytes = 0
         self._returned: dict[int, Any] = {}
-        self._lists: deque[tuple[builtins.bytes, list[int], list[Any], list[Any]]] = deque(maxlen=LISTS_KEPT)
+        self._lists: deque[tuple[builtins.bytes, list[int], list[Any]]] = deque(maxlen=LISTS_KEPT)
         self._results: dict[int, Any] = {}
         self._lock = threading.Lock()
 
@@ -736,12 +736,13 @@ class Scrubber:
         except (TypeError, orjson.JSONEncodeError):  # bytes, lone surrogates: item by item
             return [self._item(v) for v in items]
         keep, ends, done = 0, [], []
-        for old, old_ends, old_out, old_items in list(self._lists):
+        for old, old_ends, old_out in list(self._lists):
             if len(old_ends) <= keep:
                 continue
             n = _shared_items(data, old, old_ends)
-            # (and equal: orjson writes NaN and infinities as null, like None)
-            if n > keep and items[:n] == old_items[:n]:
+            # orjson writes NaN and infinities as null, like None: where a null is, the items must be
+            # equal to the scrubbed ones too (an item a secret was taken out of is then scrubbed again).
+            if n > keep and (b"null" not in old[: old_ends[n - 1]] or items[:n] == old_out[:n]):
                 keep, ends, done = n, old_ends, old_out
         out = done[:keep] + [self._item(v) for v in items[keep:]]
         new_ends = ends[:keep]
@@ -750,7 +751,7 @@ class Scrubber:
             pos += len(orjson.dumps(v)) + (1 if new_ends else 0)
             new_ends.append(pos)
         with self._lock:
-            self._lists.appendleft((data, new_ends, out, items))
+            self._lists.appendleft((data, new_ends, out))
         self._result(out)
         return out
 
@@ -766,15 +767,15 @@ class Scrubber:
         except (TypeError, orjson.JSONEncodeError):  # bytes, lone surrogates: walked every time
             return self._json(value, ())
         hit = self._items.get(raw)
-        if hit is not None and hit[0] == value:  # (equal too: orjson writes NaN as null, like None)
-            return hit[1]
+        if hit is not None and (b"null" not in raw or hit == value):  # NaN is written as null too
+            return hit
         out = self._json(value, ())
         with self._lock:
             while self._items and self._items_bytes + len(raw) > CACHE_BUDGET_CHARS:
                 old = next(iter(self._items))
-                self._returned.pop(id(self._items.pop(old)[1]), None)
+                self._returned.pop(id(self._items.pop(old)), None)
                 self._items_bytes -= len(old)
-            self._items[raw] = (value, out)
+            self._items[raw] = out
             self._items_bytes += len(raw)
             self._returned[id(out)] = out
         return out
