@@ -135,6 +135,9 @@ class _Common(TypedDict, total=False):
     #: What-if sessions: where the answer came from, and the parent's event it answers for.
     source: Source
     recorded_seq: int
+    #: The spec a call's ``key`` was computed under, when the header's ``keys`` is another
+    #: (:func:`forkpoint.match.key_spec`; None: unknown).
+    keys: str | None
 
 
 class ModelCallEvent(_Common, total=False):

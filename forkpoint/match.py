@@ -148,6 +148,32 @@ def normalized(event: Mapping[str, Any]) -> dict[str, Any]:
     return normalize_request(r["method"], r["url"], r["headers"], r["body"])
 
 
+#: The version of what the key functions compute (:func:`normalize_request`, :func:`model_key`,
+#: :func:`tool_key`, :func:`value_key`). Raise it whenever a key of the same call would change:
+#: a replay then recomputes the keys a session stored instead of trusting them (:func:`key_spec`).
+KEY_VERSION = 1
+
+
+def key_spec(ignore: Ignore | None = None) -> str:
+    """What a match key depends on besides the call, as 16 hex digits: :data:`KEY_VERSION`, the
+    redaction rules in force (keys cover the scrubbed request) and the ``ignore`` rules (default:
+    the configuration's). A key stored under the same spec equals the one computed now, so a replay
+    uses it as it is (a session header's ``keys``, or an event's own when it differs)."""
+    rules = [r.to_json() for r in _in_force(ignore).rules]
+    return digest({"version": KEY_VERSION, "redaction": redact.current().rules.digest(), "ignore": rules})[
+        :16
+    ]
+
+
+def stored_key(event: Mapping[str, Any], spec: str, header_spec: Any) -> str | None:
+    """The ``key`` stored in a recorded ``event`` when it was computed under ``spec`` (the event's
+    own ``keys``, else its session header's ``header_spec``), else None (compute it again)."""
+    key = event.get("key")
+    if isinstance(key, str) and event.get("keys", header_spec) == spec:
+        return key
+    return None
+
+
 def event_key(event: Mapping[str, Any], ignore: Ignore | None = None) -> str:
     """The match key of a recorded model call, tool call or value, computed from its request or
     arguments: the one function every reader and writer of ``key`` uses. ``ignore``: the rules in

@@ -677,11 +677,16 @@ class Cassette:
         )
         writer = SessionWriter.create(self._tmp / "rebuilt", header)
         try:
-            for event in Session.load(child).events:
+            loaded = Session.load(child)
+            for event in loaded.events:
                 if event["type"] not in ("model_call", "tool_call", "value", "note", "end"):
                     continue
                 drop = {"seq", "prev", "hash", "source", "recorded_seq", "override", "summary"}
-                writer.append({k: v for k, v in event.items() if k not in drop})
+                kept = {k: v for k, v in event.items() if k not in drop}
+                spec = kept.get("keys", loaded.header.get("keys"))
+                if "key" in kept and spec != writer.header.get("keys"):
+                    kept["keys"] = spec  # the key was computed under the child's spec (null: unknown)
+                writer.append(kept)
         finally:
             writer.close()
         return writer.path

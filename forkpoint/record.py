@@ -41,7 +41,7 @@ from .log import (
     identity_path,
     parse_recipients,
 )
-from .match import Ignore, IgnoreRule, configured, event_key, header_rules
+from .match import Ignore, IgnoreRule, configured, event_key, header_rules, key_spec
 from .providers import call_kind, classify, sdk_packages, summary
 from .text import plural
 
@@ -110,7 +110,8 @@ def make_header(
     the session is encrypted for (``encryption``, :mod:`forkpoint.log.crypto`); None: those of
     ``[store] encrypt_to`` in the configuration, if any. Raises
     :class:`~forkpoint.errors.UsageError` for a bad recipient, :class:`~forkpoint.errors.ConfigError`
-    for a bad ``[store]`` table."""
+    for a bad ``[store]`` table. ``keys`` is the :func:`~forkpoint.match.key_spec` the
+    recorder's keys are computed under (a replay under the same spec uses them as they are)."""
     cwd = Path(cwd or os.getcwd()).resolve()
     all_tags = {"agent_version": None, "prompt_version": None, **dict(tags or {})}
     header: dict[str, Any] = {
@@ -135,6 +136,7 @@ def make_header(
     )
     if recipients:
         header["encryption"] = encryption_table(recipients)
+    header["keys"] = key_spec(configured() + ignore)
     return header
 
 
@@ -164,6 +166,9 @@ class Recorder:
         self.writer = writer
         self.workspace = workspace
         self.ignore = configured() + header_rules(writer.header)
+        spec = key_spec(self.ignore)
+        # An event says what its key was computed under only when the header does not.
+        self.keys = None if spec == writer.header.get("keys") else spec
         self.deterministic = bool(writer.header.get("deterministic"))
         self.root_span: str = writer.header.get("span_id") or new_span_id()
         self.pending: set[Any] = set()
@@ -229,7 +234,7 @@ class Recorder:
     def model_call_done(self, event: ModelCallEvent) -> None:
         """Append a finished model call (built by the capture layer) with its key and pid. (Its
         provider-aware ``summary`` is not stored: readers derive it, :func:`forkpoint.providers.summary`.)"""
-        self._append(keyed(event, self.ignore))
+        self._append(keyed(event, self.ignore, self.keys))
         if call_kind(event) != "model" or runtime.current_span.get():
             return  # not a turn of the agent (telemetry, MCP, plain HTTP, or inside a tool)
         with self._checkpoint_lock:
@@ -240,7 +245,7 @@ class Recorder:
         """Append a finished tool call (built by the tool wrapper) with its key and pid. With a
         workspace, a tool call that is not the last one its turn asked for is followed by an
         observable checkpoint."""
-        self._append(keyed(event, self.ignore))
+        self._append(keyed(event, self.ignore, self.keys))
         with self._checkpoint_lock:
             self._turn_tools_done += 1
             more = self._turn_tools_done < self._turn_tools_expected
@@ -251,7 +256,7 @@ class Recorder:
 
     def value_done(self, event: ValueEvent) -> None:
         """Append a value the agent's own code read (``deterministic``) with its key and pid."""
-        self._append(keyed(event))
+        self._append(keyed(event, self.ignore, self.keys))
 
     def note(self, text: str, **data: Any) -> int | None:
         """Append a ``note`` event with free text and JSON data; returns its seq (None once
@@ -313,17 +318,20 @@ class Recorder:
 
 
 @overload
-def keyed(event: ModelCallEvent, ignore: Ignore | None = None) -> ModelCallEvent: ...
+def keyed(event: ModelCallEvent, ignore: Ignore | None = None, keys: str | None = None) -> ModelCallEvent: ...
 @overload
-def keyed(event: ToolCallEvent, ignore: Ignore | None = None) -> ToolCallEvent: ...
+def keyed(event: ToolCallEvent, ignore: Ignore | None = None, keys: str | None = None) -> ToolCallEvent: ...
 @overload
-def keyed(event: ValueEvent, ignore: Ignore | None = None) -> ValueEvent: ...
+def keyed(event: ValueEvent, ignore: Ignore | None = None, keys: str | None = None) -> ValueEvent: ...
 @overload
-def keyed(event: dict[str, Any], ignore: Ignore | None = None) -> dict[str, Any]: ...
-def keyed(event: Any, ignore: Ignore | None = None) -> Any:
+def keyed(event: dict[str, Any], ignore: Ignore | None = None, keys: str | None = None) -> dict[str, Any]: ...
+def keyed(event: Any, ignore: Ignore | None = None, keys: str | None = None) -> Any:
     """``event`` with its match ``key`` (under the ``ignore`` rules; default: the configuration's)
-    and this process's ``pid`` added (what the log keeps of a call)."""
+    and this process's ``pid`` added (what the log keeps of a call); ``keys``, when given, is the
+    :func:`~forkpoint.match.key_spec` of that key, for a session whose header says another."""
     event["key"] = event_key(event, ignore)
+    if keys is not None:
+        event["keys"] = keys
     event["pid"] = os.getpid()
     return event
 

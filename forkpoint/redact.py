@@ -35,6 +35,7 @@ import hashlib
 import heapq
 import re
 import threading
+from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -269,6 +270,33 @@ CACHE_MAX_CHARS = 4 << 20
 CACHE_BUDGET_CHARS = 64 << 20
 #: Strings longer than CACHE_MAX_CHARS: how many of the last ones are remembered (held alive).
 BIG_ENTRIES = 2
+#: How many of the last JSON lists scrubbed are kept to compare a new list with (see Scrubber.json).
+LISTS_KEPT = 8
+#: How many of the last results of Scrubber.json (and their lists) are known as already scrubbed.
+RESULTS_KEPT = 64
+
+
+def _shared_items(data: bytes, old: bytes, ends: list[int]) -> int:
+    """How many leading items two JSON lists written by orjson (``data``, ``old``) have in common,
+    by their exact JSON; ``ends[i]`` is where item ``i`` of ``old`` ends (the offset of the ``,``
+    or ``]`` after it)."""
+
+    def same(i: int) -> bool:
+        e = ends[i]
+        return len(data) > e and data[e] in b",]" and data.startswith(old[:e])
+
+    if not ends or same(len(ends) - 1):
+        return len(ends)
+    lo, hi = 0, len(ends) - 1  # same(hi) is false; find the first i with same(i) false
+    if not same(0):
+        return 0
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if same(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo + 1
 
 
 def _unescaped(secret: str) -> str:
@@ -435,6 +463,11 @@ class Scrubber:
                 self._kinds.append(kind)
                 self._pats.append(re.compile(pattern, re.ASCII))
         self._anchors = [(lit, tuple(ids)) for lit, ids in anchors.items()]
+        # One pass over a short text says whether any anchor occurs in it at all (cheaper, there,
+        # than looking for each anchor in turn; on long texts it is the other way round).
+        self._any_anchor = re.compile(
+            "|".join(re.escape(lit) for lit in sorted(anchors, key=len, reverse=True))
+        )
         self._scan: list[int] = []  # searched over the whole text: these come last (see find)
         for kind, lits, pattern in table:
             if not lits:
@@ -454,6 +487,14 @@ class Scrubber:
         self._file_cache: dict[bytes, bytes | None] = {}
         self._file_cache_bytes = 0
         self._key_cache: dict[str, bool] = {}
+        # Items of JSON lists by their JSON, and the items this scrubber returned (by id, held);
+        # the last lists scrubbed (their JSON, where each item ends in it, their scrubbed items);
+        # the last results of json() and their lists (by id, held): see json().
+        self._items: dict[builtins.bytes, Any] = {}
+        self._items_bytes = 0
+        self._returned: dict[int, Any] = {}
+        self._lists: deque[tuple[builtins.bytes, list[int], list[Any]]] = deque(maxlen=LISTS_KEPT)
+        self._results: dict[int, Any] = {}
         self._lock = threading.Lock()
 
     # -- finding
@@ -479,6 +520,8 @@ class Scrubber:
         """Every match of every pattern at an occurrence of one of its anchors: (start, pattern, m)."""
         low = text.lower() if text.isascii() or "\u0130" not in text else text.replace("\u0130", "\0").lower()
         out: list[tuple[int, int, int, re.Match[str]]] = []
+        if len(low) < SHORT_CHARS and self._any_anchor.search(low) is None:
+            return out
         pats = self._pats
         find = low.find
         for lit, ids in self._anchors:
@@ -675,8 +718,100 @@ class Scrubber:
 
     def json(self, value: Any) -> Any:
         """A copy of JSON data with every string (values and keys) and ``bytes`` scrubbed, values of
-        credential-named keys and of the user's JSON paths replaced."""
-        return self._json(value, jsonpath.roots(self.paths))
+        credential-named keys and of the user's JSON paths replaced.
+
+        An agent resends its whole conversation at every call, and one request is scrubbed when it
+        is captured, when it is matched and when it is logged. So, when no JSON path is in force:
+        a result of this scrubber (or one of its lists) given again comes back as it is (scrubbing
+        is idempotent); a list (``value``, or a member of it) that begins with the items of one of
+        the last :data:`LISTS_KEPT` lists, by their exact JSON, keeps their scrubbed items and
+        scrubs only the rest; and items are remembered by their JSON (within
+        :data:`CACHE_BUDGET_CHARS` bytes). Parts of the result may therefore be shared with
+        earlier results: treat it as read-only.
+        """
+        states = jsonpath.roots(self.paths)
+        if states or not self._cache_on:
+            return self._json(value, states)
+        if self._known(value):
+            return value
+        if isinstance(value, list | tuple):
+            out: Any = self._list(list(value))
+        elif isinstance(value, dict):
+            out = {}
+            for k, v in value.items():
+                if isinstance(v, list):
+                    out[self.text(k) if isinstance(k, str) else k] = self._list(v)
+                else:
+                    out.update(self._json({k: v}, ()))
+        else:
+            return self._json(value, ())
+        self._result(out)
+        return out
+
+    def _known(self, value: Any) -> bool:
+        """Whether ``value`` is one of the last results of :meth:`json` (or one of their lists)."""
+        return self._results.get(id(value)) is value
+
+    def _result(self, value: Any) -> None:
+        """Remember ``value`` as a result of :meth:`json` (see there)."""
+        with self._lock:
+            while len(self._results) >= RESULTS_KEPT:
+                self._results.pop(next(iter(self._results)))
+            self._results[id(value)] = value
+
+    def _list(self, items: list[Any]) -> list[Any]:
+        """A list no JSON path reaches, scrubbed: the items it shares with a recent list by their
+        exact JSON are taken from there, the others scrubbed one by one (see :meth:`json`)."""
+        if self._known(items):
+            return items
+        try:
+            data = orjson.dumps(items)
+        except (TypeError, orjson.JSONEncodeError):  # bytes, lone surrogates: item by item
+            return [self._item(v) for v in items]
+        keep, ends, done = 0, [], []
+        for old, old_ends, old_out in list(self._lists):
+            if len(old_ends) <= keep:
+                continue
+            n = _shared_items(data, old, old_ends)
+            # orjson writes NaN and infinities as null, like None: where a null is, the items must be
+            # equal to the scrubbed ones too (an item a secret was taken out of is then scrubbed again).
+            if n > keep and (b"null" not in old[: old_ends[n - 1]] or items[:n] == old_out[:n]):
+                keep, ends, done = n, old_ends, old_out
+        out = done[:keep] + [self._item(v) for v in items[keep:]]
+        new_ends = ends[:keep]
+        pos = new_ends[-1] if new_ends else 1
+        for v in items[keep:]:
+            pos += len(orjson.dumps(v)) + (1 if new_ends else 0)
+            new_ends.append(pos)
+        with self._lock:
+            self._lists.appendleft((data, new_ends, out))
+        self._result(out)
+        return out
+
+    def _item(self, value: Any) -> Any:
+        """One list item scrubbed (no JSON path reaching it), remembered (see :meth:`json`)."""
+        if not isinstance(value, dict | list):
+            return self._json(value, ())
+        mine = self._returned.get(id(value))
+        if mine is value:
+            return value  # scrubbed by this scrubber, which is idempotent
+        try:
+            raw = orjson.dumps(value)  # strict: 1, 1.0 and true are three different items
+        except (TypeError, orjson.JSONEncodeError):  # bytes, lone surrogates: walked every time
+            return self._json(value, ())
+        hit = self._items.get(raw)
+        if hit is not None and (b"null" not in raw or hit == value):  # NaN is written as null too
+            return hit
+        out = self._json(value, ())
+        with self._lock:
+            while self._items and self._items_bytes + len(raw) > CACHE_BUDGET_CHARS:
+                old = next(iter(self._items))
+                self._returned.pop(id(self._items.pop(old)), None)
+                self._items_bytes -= len(old)
+            self._items[raw] = out
+            self._items_bytes += len(raw)
+            self._returned[id(out)] = out
+        return out
 
     def _json(self, value: Any, states: jsonpath.States) -> Any:
         if isinstance(value, str):

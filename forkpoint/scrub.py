@@ -258,7 +258,8 @@ def scrub_session(
         try:
             step("copy")
             with redact.use_rules(scrubber):
-                header = {k: v for k, v in session.header.items() if k not in ("hash", "redaction")}
+                # (without ``keys``: the keys are computed again here, under other rules)
+                header = {k: v for k, v in session.header.items() if k not in ("hash", "redaction", "keys")}
                 header["scrubbed"] = [
                     *(session.header.get("scrubbed") or []),
                     {"at": now_iso(), "rules": scrubber.rules.digest(), "forkpoint": __version__},

@@ -209,14 +209,15 @@ def delta_container(event: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def body_lists(event: dict[str, Any]) -> dict[str, list[str]]:
-    body = delta_container(event)
-    if body is None:
-        return {}
+def same_item(a: Any, b: Any) -> bool:
+    """Whether two items (resolved form) are the same JSON: the same object, or equal with the
+    same exact JSON (``==`` alone takes ``1``, ``1.0`` and ``true`` for one another)."""
+    if a is b:
+        return True
     try:
-        return {k: [digest(to_json(i)) for i in v] for k, v in body.items() if isinstance(v, list) and v}
-    except TypeError:  # values canonical JSON cannot hold: no delta encoding for this event
-        return {}
+        return bool(a == b) and orjson.dumps(a, default=to_json) == orjson.dumps(b, default=to_json)
+    except (TypeError, orjson.JSONEncodeError):  # not JSON data: never taken for another item
+        return False
 
 
 @dataclass(frozen=True)

@@ -12,13 +12,14 @@ calls :meth:`SessionWriter.append`: the log is the last line of defence against 
 from __future__ import annotations
 
 import fcntl
+import operator
 import os
 import secrets
 import threading
 from collections import deque
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ..canonical import sha256_hex
 from ..errors import SessionError
@@ -30,12 +31,13 @@ from .codec import (
     FORMAT_VERSION,
     LOG_NAME,
     blob_refs,
-    body_lists,
+    delta_container,
     dumps,
     encode,
     encode_exotic,
     json_blobs,
     line_hash,
+    same_item,
     valid_line,
 )
 from .crypto import CLEAR_EVENT, ENC, FILES, Cipher, header_cipher, seal_header
@@ -83,8 +85,9 @@ class SessionWriter:
         self._last_hash = ""
         self._torn: dict[str, Any] | None = None
         self._close_torn = b""
-        # Item digests of request-body lists of this writer's recent model calls, for delta encoding.
-        self._recent: deque[tuple[int, dict[str, list[str]]]] = deque(maxlen=_DELTA_WINDOW)
+        # The request-body lists (scrubbed, resolved) of this writer's recent model calls, for delta
+        # encoding; newest first.
+        self._recent: deque[tuple[int, dict[str, list[Any]]]] = deque(maxlen=_DELTA_WINDOW)
 
     @classmethod
     def create(
@@ -185,7 +188,8 @@ class SessionWriter:
 
         ``event`` needs ``type``; ``ts`` defaults to now. ``seq``, ``prev``, ``hash`` (and ``torn``)
         are assigned here. The event is scrubbed first. A ``model_call`` request body's top-level
-        lists are delta-encoded against this writer's recent model calls.
+        lists are delta-encoded against this writer's recent model calls (before anything is
+        encoded: only the new items are).
         """
         with self._lock:
             if self._fd < 0:
@@ -193,9 +197,13 @@ class SessionWriter:
             stored = {"type": event["type"], "ts": event.get("ts") or now_iso()}
             stored.update((k, v) for k, v in event.items() if k not in ("seq", "prev", "hash", "torn"))
             stored = self.scrubber.event(stored)
-            lists = body_lists(stored)
-            # field by field: the line itself is never an encoding, whatever its keys
             scrubbed = stored
+            body = delta_container(stored)
+            lists = {k: v for k, v in body.items() if isinstance(v, list) and v} if body else {}
+            deltas = self._delta_bases(lists)
+            if deltas:
+                stored = _trimmed(stored, {k: keep for k, (_, keep) in deltas.items()})
+            # field by field: the line itself is never an encoding, whatever its keys
             stored = {k: encode(v, self.blobs) for k, v in stored.items()}
             json_blobs(stored, scrubbed, self.blobs)
             # (taken before the sync: every blob file a line lists is durable before the line)
@@ -206,8 +214,10 @@ class SessionWriter:
             try:
                 self._sync_tail()
                 seq = self._last_seq + 1
+                if deltas:
+                    _delta_encode(stored, deltas)
                 if lists:
-                    self._delta_encode(stored, lists, seq)
+                    self._recent.appendleft((seq, lists))
                 if self.cipher is not None:
                     where = f"{self.log_path}: event seq {seq}"
                     stored = _seal_event(stored, new_files, self.blobs, self.cipher, where)
@@ -235,26 +245,31 @@ class SessionWriter:
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
             return seq
 
-    def _delta_encode(self, stored: dict[str, Any], lists: dict[str, list[str]], seq: int) -> None:
-        body = stored["request"]["body"] if stored["type"] == "model_call" else stored["context"]
-        if "$lit" in body and len(body) == 1:  # a body with reserved keys is escaped as {"$lit": {...}}
-            body = body["$lit"]
+    def _delta_bases(self, lists: dict[str, list[Any]]) -> dict[str, tuple[int, int]]:
+        """For each list of a new request body: (base seq, items kept) of the recent call whose
+        same list shares the longest prefix with it, when one does. The scrubber hands back an
+        item it has seen as the same object (:meth:`~forkpoint.redact.Scrubber.json`), so a
+        resent history is compared by identity; other items by their exact JSON."""
+        out: dict[str, tuple[int, int]] = {}
         for name, items in lists.items():
             best_seq, best_keep = 0, 0
             for base_seq, base_lists in self._recent:
                 base = base_lists.get(name)
-                if not base or len(base) > len(items):
+                if not base or len(base) > len(items) or len(base) <= best_keep:
                     continue
-                keep = 0
-                for a, b in zip(base, items, strict=False):
-                    if a != b:
-                        break
-                    keep += 1
+                if all(map(operator.is_, base, items)):  # the common case, at C speed
+                    keep = len(base)
+                else:
+                    keep = 0
+                    for a, b in zip(base, items, strict=False):
+                        if not same_item(a, b):
+                            break
+                        keep += 1
                 if keep > best_keep:
                     best_seq, best_keep = base_seq, keep
             if best_keep:
-                body[name] = {"$delta": {"base": best_seq, "keep": best_keep, "add": body[name][best_keep:]}}
-        self._recent.append((seq, lists))
+                out[name] = (best_seq, best_keep)
+        return out
 
     def close(self) -> None:
         """Flush to disk (policies ``event`` and ``close``) and close. Safe to call twice."""
@@ -291,6 +306,26 @@ def _seal_event(
     out[ENC] = sealed
     out["blobs"] = sorted(set(files.values()))
     return out
+
+
+def _trimmed(event: dict[str, Any], keep: dict[str, int]) -> dict[str, Any]:
+    """``event`` with its delta container's lists less their first ``keep[name]`` items (copies
+    of the dicts on the way: the scrubbed event may share them with others)."""
+    body = dict(cast(dict[str, Any], delta_container(event)))
+    for name, n in keep.items():
+        body[name] = body[name][n:]
+    if event["type"] == "model_call":
+        return {**event, "request": {**event["request"], "body": body}}
+    return {**event, "context": body}
+
+
+def _delta_encode(stored: dict[str, Any], deltas: dict[str, tuple[int, int]]) -> None:
+    """Wrap the trimmed, encoded lists of ``stored``'s delta container as ``$delta``."""
+    body = stored["request"]["body"] if stored["type"] == "model_call" else stored["context"]
+    if "$lit" in body and len(body) == 1:  # a body with reserved keys is escaped as {"$lit": {...}}
+        body = body["$lit"]
+    for name, (base, keep) in deltas.items():
+        body[name] = {"$delta": {"base": base, "keep": keep, "add": body[name]}}
 
 
 def _last_valid_line(path: Path, size: int) -> tuple[dict[str, Any], int, bool]:

@@ -53,9 +53,11 @@ from ..match import (
     event_key,
     header_rules,
     in_send_order,
+    key_spec,
     model_key,
     normalize_request,
     normalized,
+    stored_key,
     suggest_ignore,
     tool_key,
     value_key,
@@ -216,14 +218,21 @@ class Replayer:
         self.id_drift: list[DivergenceReport] = []
         self.overrides = override.resolve(list(overrides), self.recorded)
         self.applied: dict[int, bool] = dict.fromkeys(self.overrides, False)
-        self._queues: dict[str, deque[Served]] = {}
+        # A key stored under the spec in force now is the key computed now (match.key_spec): used as
+        # it is; the others are computed again. Should a call match nothing, the stored keys are
+        # checked before that is called a divergence (_verify_keys).
+        spec = key_spec(self.ignore)
+        self._child_keys = None if child is None or spec == child.header.get("keys") else spec
+        self._unverified: set[int] = set()
         self._keys: dict[int, str] = {}
         for e in self.recorded:
-            key = event_key(e, self.ignore)
+            key = stored_key(e, spec, session.header.get("keys"))
+            if key is None:
+                key = event_key(e, self.ignore)
+            else:
+                self._unverified.add(e["seq"])
             self._keys[e["seq"]] = key
-            self._queues.setdefault(key, deque()).append(e)
-        # Identical requests are answered in the order they were sent, not finished (match.in_send_order).
-        self._queues = {k: deque(in_send_order(q)) for k, q in self._queues.items()}
+        self._queues = self._queued(self.recorded)
         self.used: list[int] = []
         # Served by the other processes of this replay (a recording made by several processes).
         self.ledger = ledger
@@ -456,6 +465,8 @@ class Replayer:
             queue = self._queues.get(alt)
             if queue:
                 return self._serve(queue.popleft())
+        if self._verify_keys():
+            return self._choose(kind, key, norm, alternatives, what, live=live, plain=plain)
         if self.live_from is not None and len(self._taken()) == len(self.recorded):
             self.gone_live = True  # the recorded prefix is done: the fork continues live
             self.live_calls[kind] += 1
@@ -506,6 +517,30 @@ class Replayer:
                     self.divergence = drift
                 return self._serve(nxt)
         raise divergence(report)
+
+    def _queued(self, events: Sequence[Served]) -> dict[str, deque[Served]]:
+        """``events`` by match key, identical requests in the order they were sent, not finished
+        (:func:`~forkpoint.match.in_send_order`)."""
+        queues: dict[str, list[Served]] = {}
+        for e in events:
+            queues.setdefault(self._keys[e["seq"]], []).append(e)
+        return {k: deque(in_send_order(q)) for k, q in queues.items()}
+
+    def _verify_keys(self) -> bool:
+        """Compute again every key that was taken as stored (once); True when one differed, and the
+        calls not served yet are queued under the keys computed now."""
+        if not self._unverified:
+            return False
+        changed = False
+        for seq in self._unverified:
+            key = event_key(self._events[seq], self.ignore)
+            changed = changed or key != self._keys[seq]
+            self._keys[seq] = key
+        self._unverified = set()
+        if changed:
+            left = sorted((e for q in self._queues.values() for e in q), key=lambda e: e["seq"])
+            self._queues = self._queued(left)
+        return changed
 
     def _taken(self) -> set[int]:
         """Recorded calls no longer to be served: served here or by another process of this
@@ -609,6 +644,8 @@ class Replayer:
         if seq in self.overrides:
             out["override"] = self.overrides[seq].spec
         out["key"] = event_key(out, self.ignore)
+        if self._child_keys is not None:
+            out["keys"] = self._child_keys
         assert self.child is not None
         self.child.append(out)
 
@@ -616,6 +653,8 @@ class Replayer:
         if self.child is None:
             return
         event["key"] = event_key(event, self.ignore)
+        if self._child_keys is not None:
+            event["keys"] = self._child_keys
         event["pid"] = os.getpid()
         event["source"] = "live"
         self.child.append(event)

@@ -413,6 +413,39 @@ def test_delta_encoding_round_trips_exactly(store: Path) -> None:
     assert verify(path).ok
 
 
+def test_delta_keeps_values_that_are_equal_but_not_the_same_json(store: Path) -> None:
+    # Python's == takes 1, 1.0 and True for one another; the log must give back each as it was.
+    first = [{"role": "user", "content": "x", "n": 1}, {"role": "user", "content": "y", "flag": False}]
+    second = [{"role": "user", "content": "x", "n": 1.0}, {"role": "user", "content": "y", "flag": 0}]
+    path = _write_session(store, [_model_call({"messages": first}), _model_call({"messages": second})])
+    bodies = [e["request"]["body"]["messages"] for e in Session.load(path).events]
+    assert [orjson.dumps(b) for b in bodies] == [orjson.dumps(first), orjson.dumps(second)]
+
+
+def test_only_the_new_items_of_a_resent_history_are_encoded(
+    store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The items a delta keeps are never encoded again (their strings never hashed into blobs).
+    old = [{"role": "user", "content": f"message {i}: " + "words " * 300} for i in range(3)]
+    new = {"role": "user", "content": "the new one: " + "words " * 300}
+    w = SessionWriter.create(store, {"argv": ["a"], "tags": {}}, fsync="never")
+    w.append(_model_call({"model": "m", "messages": old}))
+    put: list[bytes] = []
+    original = BlobStore.put
+
+    def counting(self: BlobStore, data: bytes) -> str:
+        put.append(data)
+        return original(self, data)
+
+    monkeypatch.setattr(BlobStore, "put", counting)
+    w.append(_model_call({"model": "m", "messages": [*old, new]}))
+    w.close()
+    assert put == [new["content"].encode()]
+    raw = (w.path / LOG_NAME).read_bytes().splitlines()[-1]
+    assert orjson.loads(raw)["request"]["body"]["messages"]["$delta"]["keep"] == 3
+    assert [e["request"]["body"]["messages"] for e in Session.load(w.path).events] == [old, [*old, new]]
+
+
 # ----------------------------------------------------------------------------- concurrency
 
 

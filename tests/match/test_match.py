@@ -221,3 +221,70 @@ def test_replay_matches_despite_volatile_headers_and_another_port(server: Any, s
         ).json()
     assert again == first
     assert rp.report()["matched"] == 1 and rp.report()["divergence"] is None
+
+
+def _two_calls(server: Any, store: Any) -> tuple[Any, list[Any]]:
+    bodies = [{"model": "m", "messages": [{"role": "user", "content": f"question {i}"}]} for i in range(2)]
+    with forkpoint.record(store=store) as rec, httpx.Client() as client:
+        answers = [client.post(server.url + "/v1/chat/completions", json=b).json() for b in bodies]
+    return rec.session_path, answers
+
+
+def _replay_both(path: Any, server_url: str, **kw: Any) -> tuple[list[Any], Any]:
+    bodies = [{"model": "m", "messages": [{"role": "user", "content": f"question {i}"}]} for i in range(2)]
+    with forkpoint.replay(path, **kw) as rp, httpx.Client() as client:
+        got = [client.post(server_url + "/v1/chat/completions", json=b).json() for b in bodies]
+    return got, rp.report()
+
+
+def test_replay_uses_the_stored_keys_when_their_spec_is_the_same(
+    server: Any, store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from forkpoint.log import Session
+    from forkpoint.match import key_spec
+    from forkpoint.replay import replayer
+
+    path, answers = _two_calls(server, store)
+    session = Session.load(path)
+    assert session.header["keys"] == key_spec() and all("keys" not in e for e in session.events)
+    computed: list[Any] = []
+    real = replayer.event_key
+
+    def counting(event: Any, ignore: Any = None) -> str:
+        computed.append(event.get("seq"))
+        return real(event, ignore)
+
+    monkeypatch.setattr(replayer, "event_key", counting)
+    got, report = _replay_both(session, server.url)
+    assert got == answers and report["matched"] == 2 and report["divergence"] is None
+    assert computed == []  # nothing recomputed: the stored keys were used
+
+    # Another version of the key functions: every key is computed again, and still matches.
+    monkeypatch.setattr("forkpoint.match.KEY_VERSION", 2)
+    got, report = _replay_both(Session.load(path), server.url)
+    assert got == answers and report["matched"] == 2
+    assert sorted(computed) == [e["seq"] for e in session.by_type("model_call")]
+
+
+def test_a_wrong_stored_key_is_checked_before_a_divergence(server: Any, store: Any) -> None:
+    from forkpoint.log import Session
+
+    path, answers = _two_calls(server, store)
+    session = Session.load(path)
+    for e in session.by_type("model_call"):
+        e["key"] = "0" * 64  # as if computed by a buggy recorder under the same spec
+    got, report = _replay_both(session, server.url)
+    assert got == answers and report["matched"] == 2 and report["divergence"] is None
+
+
+def test_ignore_rules_given_to_a_replay_change_the_spec(server: Any, store: Any) -> None:
+    with forkpoint.record(store=store) as rec, httpx.Client() as client:
+        answer = client.post(
+            server.url + "/v1/chat/completions", json={"model": "m", "metadata": {"request_id": "r-1"}}
+        ).json()
+    with forkpoint.replay(rec.session_path, ignore=[{"path": "$.body.metadata.request_id"}]) as rp:
+        with httpx.Client() as client:
+            again = client.post(
+                server.url + "/v1/chat/completions", json={"model": "m", "metadata": {"request_id": "r-2"}}
+            ).json()
+    assert again == answer and rp.report()["divergence"] is None

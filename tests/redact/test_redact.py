@@ -258,3 +258,41 @@ def test_url_query_values_are_scrubbed_decoded() -> None:
 def test_url_without_credentials_is_unchanged() -> None:
     url = "https://api.openai.com/v1/chat/completions?api-version=2024-10-21&stream=true"
     assert scrub_url(url) == url
+
+
+def test_a_resent_history_is_scrubbed_once_and_exactly() -> None:
+    # An agent resends its history at every call: list items seen before are not walked again
+    # (the same scrubbed object comes back, and an item the scrubber returned is taken as it is),
+    # while every secret is still replaced and equal-but-different JSON (1 / 1.0 / true) is kept.
+    from forkpoint.redact import Scrubber
+
+    s = Scrubber()
+    key = "sk-proj-" + _rand(40)
+    history = [{"role": "user", "content": f"use {key}"}, {"role": "assistant", "content": "ok", "n": 1}]
+    first = s.json({"model": "m", "messages": history})
+    assert key not in str(first) and first["messages"][0]["content"] == "use " + expected_placeholder(
+        "openai-key", key
+    )
+    resent = [{**m} for m in history] + [{"role": "user", "content": f"again {key}"}]
+    second = s.json({"model": "m", "messages": resent})
+    assert second["messages"][0] is first["messages"][0]  # seen before: not scrubbed again
+    assert second["messages"][1] is first["messages"][1]
+    assert key not in str(second)
+    assert s.json(second) == second and s.json(second)["messages"][2] is second["messages"][2]
+    other = s.json({"messages": [{"role": "assistant", "content": "ok", "n": True}]})
+    assert other["messages"][0]["n"] is True
+    assert s.json([{"password": "hunter22"}]) == [
+        {"password": expected_placeholder("secret-field", "hunter22")}
+    ]
+
+
+def test_nan_and_none_are_not_taken_for_one_another() -> None:
+    # orjson writes NaN (and infinities) as null, like None: what the scrubber remembers by JSON
+    # must not hand one back for the other.
+    from forkpoint.redact import Scrubber
+
+    s = Scrubber()
+    nan = s.json({"data": [{"x": float("nan")}, [float("inf")]]})
+    assert nan["data"][0]["x"] != nan["data"][0]["x"] and nan["data"][1] == [float("inf")]
+    none = s.json({"data": [{"x": None}, [None]]})
+    assert none == {"data": [{"x": None}, [None]]}
