@@ -142,13 +142,14 @@ class _Resolver:
         self.log_path = path / LOG_NAME
         self.blobs = BlobStore(path / BLOB_DIR)
         self.lists: dict[int, dict[str, list[Any]]] = {}
+        self.tools: dict[int, dict[str, Any]] = {}  # tool calls by seq, for ``$dumps``
 
     def event(self, obj: dict[str, Any], lineno: int) -> dict[str, Any]:
         """The resolved event of the stored line ``obj`` (line ``lineno``). Raises
         :class:`SessionError` naming the line when a blob or a delta base cannot be read."""
         where = f" (referenced from {self.log_path}:{lineno})"
         try:
-            event = {k: decode(v, self.blobs, where) for k, v in obj.items()}
+            event = {k: decode(v, self.blobs, where, self.tools) for k, v in obj.items()}
         except (ValueError, TypeError, KeyError) as exc:
             raise SessionError(f"{self.log_path}:{lineno}: cannot decode the event ({exc})") from None
         event.pop("torn", None)
@@ -158,6 +159,8 @@ class _Resolver:
             self.lists[event["seq"]] = {k: v for k, v in body.items() if isinstance(v, list)}
         for derive in _DERIVERS:
             derive(event)
+        if event.get("type") == "tool_call":
+            self.tools[event["seq"]] = event
         return event
 
 
