@@ -24,6 +24,8 @@ the ratio against its yardstick and whether the issue's target is met:
 * ``bytes``: bytes on disk of forkpoint's session, vcrpy's cassette and cassetter's cassette for
   the demo agent at 10 and 100 turns, and at 10 turns recorded inside a git repository with 29
   untracked files (so forkpoint takes a checkpoint before every model call).
+* ``bytes-sdkless``: the same for the SDK-less loop (tool arguments ~700 B a turn) at 10 and 100
+  turns, recorded by each tool in turn in this process.
 * ``checkpoints``: 100 checkpoints of a repository with 1,000 untracked files: bytes the session
   holds beyond the files' own blobs.
 
@@ -798,6 +800,45 @@ def row_bytes(turns_list: list[int], tmp: Path) -> None:
             )
 
 
+def row_bytes_sdkless(turns_list: list[int], tmp: Path) -> None:
+    import vcr
+
+    import forkpoint
+
+    print("\n== bytes on disk: SDK-less loop (tool arguments ~700 B a turn, whole JSON answers) ==")
+    peers = ["vcrpy"] + (["cassetter"] if cassetter_available() else [])
+    head = f"  {'':26}{'forkpoint':>12}" + "".join(f"{p:>12}" for p in peers) + f"{'fp/vcrpy':>10}"
+    print(head + ("  fp/cassetter" if len(peers) > 1 else ""))
+    tool = sdkless_tool()
+    for turns in turns_list:
+        work = tmp / f"bytes-sdkless-{turns}"
+        sizes: dict[str, int] = {}
+        with forkpoint.record(store=work / "store") as rec:
+            answer = sdkless_loop(turns, tool)
+        sizes["forkpoint"] = dir_bytes(rec.session_path)
+        with vcr.VCR(record_mode="all", match_on=["method", "uri", "body"]).use_cassette(
+            str(work / "vcr.yaml")
+        ):
+            assert sdkless_loop(turns, tool) == answer
+        sizes["vcrpy"] = dir_bytes(work / "vcr.yaml")
+        if "cassetter" in peers:
+            import cassetter
+
+            with cassetter.use_cassette(str(work / "cassetter.yaml"), record_mode="all"):
+                assert sdkless_loop(turns, tool) == answer
+            sizes["cassetter"] = dir_bytes(work / "cassetter.yaml")
+        ratio = sizes["forkpoint"] / sizes["vcrpy"]
+        line = f"  {turns:>3} turns{'':17}{sizes['forkpoint']:12,}" + "".join(
+            f"{sizes[p]:12,}" for p in peers
+        )
+        line += f"{ratio:10.3f}" + (
+            f"{sizes['forkpoint'] / sizes['cassetter']:14.3f}" if "cassetter" in sizes else ""
+        )
+        print(line)
+        target = T_BYTES.get(turns, T_BYTES[100])
+        print("  " + verdict(f"bytes forkpoint / vcrpy, SDK-less loop at {turns} turns", ratio, target))
+
+
 def row_checkpoints(tmp: Path, files: int = 1000, count: int = 100) -> None:
     import forkpoint
     from forkpoint.checkpoint import manifest_rows
@@ -840,7 +881,7 @@ def row_checkpoints(tmp: Path, files: int = 1000, count: int = 100) -> None:
 # Main
 # --------------------------------------------------------------------------------------------
 
-ROWS = ("startup", "floor", "sdkless", "growth", "large", "bytes", "checkpoints")
+ROWS = ("startup", "floor", "sdkless", "growth", "large", "bytes", "bytes-sdkless", "checkpoints")
 
 
 def machine() -> str:
@@ -900,6 +941,8 @@ def main(argv: list[str] | None = None) -> int:
                 row_large(args.repeat, tmp)
             elif row == "bytes":
                 row_bytes([int(t) for t in args.bytes_turns.split(",")], tmp)
+            elif row == "bytes-sdkless":
+                row_bytes_sdkless([int(t) for t in args.bytes_turns.split(",")], tmp)
             elif row == "checkpoints":
                 row_checkpoints(tmp)
             print(f"  ({row}: {time.perf_counter() - t0:.1f} s)")
