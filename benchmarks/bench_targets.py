@@ -466,7 +466,7 @@ def row_floor(turns_list: list[int], repeat_small: int, tmp: Path, repeat_large:
                 [PY, "-m", "forkpoint.cli", "record", "--store", str(store), "--", PY, str(HERE), "--child", "agent",
                  url, str(tmp / f"w-rec0-{turns}")], env=env,
             )  # fmt: skip
-        session = next(p for p in store.iterdir() if p.is_dir())
+        session = next(p.parent for p in store.glob("*/session.jsonl"))
         rows: dict[str, list[float]] = {
             k: [] for k in ("floor_p", "replay_p", "floor_i", "replay_i", "live_p", "record_p")
         }
