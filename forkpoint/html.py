@@ -32,6 +32,7 @@ from typing import Any
 import orjson
 
 from ._version import __version__
+from .checkpoint import manifest_rows
 from .events import endpoint, in_tool, tool_matches, tool_spans
 from .files import write_private
 from .log import Session, SessionError, to_json
@@ -265,7 +266,7 @@ def _checkpoint_view(e: dict[str, Any]) -> dict[str, Any]:
             "root": ws.get("root"),
             "fingerprint": ws.get("fingerprint"),
             "fields": _scalars(ws, frozenset({"root", "fingerprint"})),
-            "manifest": to_json(ws.get("manifest") or []),
+            "manifest": to_json(manifest_rows(ws)),
         },
     }
     if isinstance(src, dict):

@@ -34,6 +34,7 @@ from click.testing import CliRunner
 
 import forkpoint
 from forkpoint import redact, verify
+from forkpoint.checkpoint import manifest_rows
 from forkpoint.cli import main
 from forkpoint.errors import ConfigError
 from forkpoint.log import LOG_NAME, Session, SessionWriter
@@ -307,7 +308,7 @@ def test_no_planted_secret_reaches_the_store(tmp_path: Path, leaky_server: str) 
     ph = redact.placeholder("aws-access-key", SECRETS["aws_key"])
     assert ph in json.dumps(s.by_type("model_call")[0]["request"]["body"])
     cp = s.by_type("checkpoint")[0]
-    env_row = next(r for r in cp["workspace"]["manifest"] if r[0] == ".env")
+    env_row = next(r for r in manifest_rows(cp["workspace"]) if r[0] == ".env")
     env = (path / "blobs" / env_row[4][:2] / env_row[4][2:]).read_text()
     assert "DB_PASSWORD=[REDACTED:" in env and "DEBUG=true" in env
     assert redact.placeholder("openai-key", SECRETS["env_openai"]) in env

@@ -13,7 +13,7 @@ import orjson
 
 from ..canonical import sha256_hex
 from ..errors import SessionError
-from ..log import BlobStore
+from ..log import BLOB_MIN_BINARY, BlobStore
 from ..log.blobs import open_regular
 from ..redact import scrub_file
 from .git import git_finish, git_start, repo_root
@@ -23,8 +23,10 @@ META_DIR = ".forkpoint-checkpoint"
 #: Never part of a workspace (at its top): git's own folder, forkpoint's store and restore metadata.
 ALWAYS_EXCLUDED = (".git", ".forkpoint", META_DIR)
 #: A workspace manifest whose canonical JSON is bigger than this is stored as one content-addressed
-#: blob (``manifest_json``) instead of inline rows, so an unchanged big workspace costs nothing.
-MANIFEST_INLINE_MAX = 8192
+#: blob (``manifest_json``) instead of inline rows, so an unchanged manifest costs a reference (about
+#: 100 bytes) at every checkpoint, not its rows again. Below it (a file or two) rows are cheaper than
+#: a reference, and binary data that short would be inlined as base64 anyway (``BLOB_MIN_BINARY``).
+MANIFEST_INLINE_MAX = BLOB_MIN_BINARY
 
 
 def _excluded(rel: str, extra: tuple[str, ...]) -> bool:

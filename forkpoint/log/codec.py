@@ -8,6 +8,9 @@ log linear in the length of a conversation and let any value round-trip (``docs/
 * ``{"$delta": {"base": S, "keep": K, "add": [...]}}`` stands for a list of a model call's request
   body (or a checkpoint's carried context): the first ``K`` items of the same field of event ``S``,
   then ``add``.
+* ``{"$dumps": {"seq": S, "of": "args"|"result", "style": "…"}}`` stands for a string that is the JSON
+  text (Python's ``json.dumps`` in that style) of the arguments or result of tool call ``S``: what
+  an agent sends back to the model is stored once, with the tool call.
 * ``{"$b64": "…"}`` is short binary data; ``{"$u": "<base64>"}`` a string that is not valid Unicode
   (lone surrogates); ``{"$int": "<digits>"}`` an integer outside 64 bits; ``{"$lit": {…}}`` user
   data that itself has one of these keys.
@@ -18,6 +21,8 @@ The in-memory (resolved) form represents binary data as :class:`bytes`.
 from __future__ import annotations
 
 import base64
+import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,7 +42,7 @@ GIT_OBJECTS = "git-objects"
 BLOB_MIN_BYTES = 1024
 #: Binary payloads at least this long are stored as blobs rather than base64 in the line.
 BLOB_MIN_BINARY = 256
-_RESERVED = frozenset({"$blob", "$b64", "$delta", "$lit", "$u", "$int", "$json"})
+_RESERVED = frozenset({"$blob", "$b64", "$delta", "$lit", "$u", "$int", "$json", "$dumps"})
 #: Parts of an event stored as a ``$json`` blob once their JSON reaches :data:`JSON_BLOB_MIN` bytes:
 #: a stream's chunks (every SSE frame repeats ids and model names, so they compress ~10x) and the
 #: request headers (the same at every call, so stored once).
@@ -46,22 +51,62 @@ JSON_BLOB_FIELDS: dict[str, tuple[tuple[str, str], ...]] = {
 }
 JSON_BLOB_MIN = 256
 _INT_RANGE = (-(1 << 63), (1 << 64) - 1)  # what orjson writes as a JSON integer
+#: ``$dumps`` styles: the ways ``json.dumps`` is commonly called to send a tool call's arguments or
+#: result back to a model. ``c``: compact separators; ``s``: keys sorted; ``u``: not ASCII-escaped.
+DUMPS_STYLES = ("", "s", "c", "cs", "u", "su", "cu", "csu")
+#: Tool values whose JSON is shorter than this cost less inline than a ``$dumps`` reference; longer
+#: than :data:`DUMPS_MAX`, serializing them in every style at record time costs more than it saves.
+DUMPS_MIN = 64
+DUMPS_MAX = 1 << 16
 
 
-def encode(value: Any, blobs: BlobStore | None) -> Any:
+def dumps_style(value: Any, style: str) -> str:
+    """``json.dumps(value)`` in a ``$dumps`` style (see :data:`DUMPS_STYLES`). Raises ValueError
+    for a style it does not know."""
+    if style not in DUMPS_STYLES:
+        raise ValueError(f"unknown $dumps style {style!r}")
+    return json.dumps(
+        value,
+        sort_keys="s" in style,
+        ensure_ascii="u" not in style,
+        separators=(",", ":") if "c" in style else None,
+    )
+
+
+def dumps_texts(value: Any) -> list[tuple[str, str]]:
+    """``(style, text)`` for every :data:`DUMPS_STYLES` of a tool call's ``args`` or ``result`` as a
+    reader will get it back (NaN as null, tuples as lists); empty when it is not plain JSON (bytes,
+    lone surrogates, huge integers, non-string keys) or its size is outside
+    [:data:`DUMPS_MIN`, :data:`DUMPS_MAX`]."""
+    try:
+        data = orjson.dumps(value)
+    except (TypeError, orjson.JSONEncodeError):
+        return []
+    if not DUMPS_MIN <= len(data) <= DUMPS_MAX:
+        return []
+    loaded = orjson.loads(data)
+    return [(style, dumps_style(loaded, style)) for style in DUMPS_STYLES]
+
+
+def encode(value: Any, blobs: BlobStore | None, texts: Mapping[str, dict[str, Any]] | None = None) -> Any:
     """Resolved form → stored form: big strings and bytes to blobs, reserved keys escaped.
-    With ``blobs`` None everything stays inline (the content of a ``$json`` blob)."""
+    With ``blobs`` None everything stays inline (the content of a ``$json`` blob). ``texts`` maps
+    the JSON texts of recent tool calls' values to their ``$dumps`` reference."""
     if isinstance(value, str):
+        if texts and len(value) >= DUMPS_MIN:
+            ref = texts.get(value)
+            if ref is not None:
+                return {"$dumps": ref}
         if blobs is not None and len(value) >= BLOB_MIN_BYTES // 4:  # cheap pre-check before encoding
             raw = value.encode("utf-8", "surrogatepass")
             if len(raw) >= BLOB_MIN_BYTES:
                 return {"$blob": blobs.put(raw), "size": len(raw)}
         return value
     if isinstance(value, dict):
-        enc = {k: encode(v, blobs) for k, v in value.items()}
+        enc = {k: encode(v, blobs, texts) for k, v in value.items()}
         return {"$lit": enc} if _RESERVED.intersection(value) else enc
     if isinstance(value, list | tuple):
-        return [encode(v, blobs) for v in value]
+        return [encode(v, blobs, texts) for v in value]
     if isinstance(value, bytes | bytearray | memoryview):
         raw = bytes(value)
         if blobs is not None and len(raw) >= BLOB_MIN_BINARY:
@@ -111,8 +156,12 @@ def encode_exotic(value: Any, where: str) -> Any:
     raise SessionError(f"{where}: a {type(value).__name__} is not JSON data")
 
 
-def decode(value: Any, blobs: BlobStore, where: str) -> Any:
-    """Stored form → resolved form (the inverse of :func:`encode`; ``$delta`` is handled by the reader)."""
+def decode(
+    value: Any, blobs: BlobStore, where: str, tools: Mapping[int, Mapping[str, Any]] | None = None
+) -> Any:
+    """Stored form → resolved form (the inverse of :func:`encode`; ``$delta`` is handled by the reader).
+    ``tools``: the resolved tool calls read so far, by seq, for ``$dumps``. Raises
+    :class:`SessionError` for a ``$dumps`` naming no earlier tool call, ValueError for its unknown style."""
     if isinstance(value, dict):
         if "$blob" in value:
             data = blobs.get(str(value["$blob"]), where=where)
@@ -132,15 +181,23 @@ def decode(value: Any, blobs: BlobStore, where: str) -> Any:
                 raise SessionError(
                     f"{blobs.path(value['$json'])}: JSON blob is not JSON ({exc}){where}"
                 ) from None
-            return decode(inner, blobs, where)
+            return decode(inner, blobs, where, tools)
+        if "$dumps" in value and len(value) == 1:
+            ref = value["$dumps"]
+            source = (tools or {}).get(int(ref["seq"]))
+            if source is None or ref["of"] not in ("args", "result") or ref["of"] not in source:
+                raise SessionError(
+                    f"a $dumps refers to the {ref['of']!r} of event {ref['seq']}, which is no earlier tool call{where}"
+                )
+            return dumps_style(source[ref["of"]], str(ref["style"]))
         if "$delta" in value:
             d = value["$delta"]
-            return Delta(int(d["base"]), int(d["keep"]), decode(d.get("add", []), blobs, where))
+            return Delta(int(d["base"]), int(d["keep"]), decode(d.get("add", []), blobs, where, tools))
         if "$lit" in value and len(value) == 1:
-            return {k: decode(v, blobs, where) for k, v in value["$lit"].items()}
-        return {k: decode(v, blobs, where) for k, v in value.items()}
+            return {k: decode(v, blobs, where, tools) for k, v in value["$lit"].items()}
+        return {k: decode(v, blobs, where, tools) for k, v in value.items()}
     if isinstance(value, list):
-        return [decode(v, blobs, where) for v in value]
+        return [decode(v, blobs, where, tools) for v in value]
     return value
 
 

@@ -164,6 +164,7 @@ class _Resolver:
         self.lists: dict[int, dict[str, list[Any]]] = {}
         #: By seq, the lists of each event that were stored as a ``$delta`` (:func:`.codec.resolve_deltas`).
         self.deltas: dict[int, Deltas] = {}
+        self.tools: dict[int, dict[str, Any]] = {}  # tool calls by seq, for ``$dumps``
 
     def event(self, obj: dict[str, Any], lineno: int) -> dict[str, Any]:
         """The resolved event of the stored line ``obj`` (line ``lineno``). Raises
@@ -174,7 +175,7 @@ class _Resolver:
         if FILES in obj:
             self.blobs.learn(obj.pop(FILES), f"{self.log_path}:{lineno}")
         try:
-            event = {k: decode(v, self.blobs, where) for k, v in obj.items()}
+            event = {k: decode(v, self.blobs, where, self.tools) for k, v in obj.items()}
         except (ValueError, TypeError, KeyError) as exc:
             raise SessionError(f"{self.log_path}:{lineno}: cannot decode the event ({exc})") from None
         event.pop("torn", None)
@@ -186,6 +187,8 @@ class _Resolver:
             self.lists[event["seq"]] = {k: v for k, v in body.items() if isinstance(v, list)}
         for derive in _DERIVERS:
             derive(event)
+        if event.get("type") == "tool_call":
+            self.tools[event["seq"]] = event
         return event
 
 

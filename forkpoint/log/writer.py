@@ -33,6 +33,7 @@ from .codec import (
     blob_refs,
     delta_container,
     dumps,
+    dumps_texts,
     encode,
     encode_exotic,
     json_blobs,
@@ -45,6 +46,11 @@ from .reader import read_header
 
 #: How many recent model calls a new request is compared with to find its delta base.
 _DELTA_WINDOW = 16
+#: How many recent tool calls' JSON texts a new request's strings are looked up among (``$dumps``).
+_DUMPS_WINDOW = 64
+#: The fields of an event whose strings may be stored as ``$dumps`` of an earlier tool call: what
+#: an agent sends the model (a request) or carries (a checkpoint's context).
+_DUMPS_FIELDS = frozenset({"request", "context"})
 #: The fsync policies (``FORKPOINT_FSYNC``).
 FSYNC_POLICIES = ("event", "close", "never")
 
@@ -88,6 +94,9 @@ class SessionWriter:
         # The request-body lists (scrubbed, resolved) of this writer's recent model calls, for delta
         # encoding; newest first.
         self._recent: deque[tuple[int, dict[str, list[Any]]]] = deque(maxlen=_DELTA_WINDOW)
+        # JSON texts of this writer's recent tool calls' args and results → their ``$dumps``.
+        self._texts: dict[str, dict[str, Any]] = {}
+        self._text_window: deque[tuple[int, list[str]]] = deque()
 
     @classmethod
     def create(
@@ -204,7 +213,10 @@ class SessionWriter:
             if deltas:
                 stored = _trimmed(stored, {k: keep for k, (_, keep) in deltas.items()})
             # field by field: the line itself is never an encoding, whatever its keys
-            stored = {k: encode(v, self.blobs) for k, v in stored.items()}
+            texts = self._texts if event["type"] in ("model_call", "checkpoint") else None
+            stored = {
+                k: encode(v, self.blobs, texts if k in _DUMPS_FIELDS else None) for k, v in stored.items()
+            }
             json_blobs(stored, scrubbed, self.blobs)
             # (taken before the sync: every blob file a line lists is durable before the line)
             new_files = self.blobs.take_written() if self.cipher is not None else {}
@@ -240,10 +252,28 @@ class SessionWriter:
                 self._known_size = os.fstat(self._fd).st_size
                 self._last_seq = seq
                 self._last_hash = line_obj["hash"]
+                if scrubbed["type"] == "tool_call":
+                    self._remember_texts(seq, scrubbed)
                 self._torn, self._close_torn = None, b""
             finally:
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
             return seq
+
+    def _remember_texts(self, seq: int, event: dict[str, Any]) -> None:
+        """Keep the JSON texts of tool call ``seq``'s args and result (scrubbed, as stored), so a
+        later request that sends one of them back refers to it (``$dumps``) instead of storing it again."""
+        texts = []
+        for field in ("args", "result"):
+            if field in event:
+                for style, text in dumps_texts(event[field]):
+                    self._texts.setdefault(text, {"seq": seq, "of": field, "style": style})
+                    texts.append(text)
+        self._text_window.append((seq, texts))
+        if len(self._text_window) > _DUMPS_WINDOW:
+            old_seq, old_texts = self._text_window.popleft()
+            for text in old_texts:
+                if self._texts.get(text, {}).get("seq") == old_seq:
+                    del self._texts[text]
 
     def _delta_bases(self, lists: dict[str, list[Any]]) -> dict[str, tuple[int, int]]:
         """For each list of a new request body: (base seq, items kept) of the recent call whose

@@ -326,7 +326,7 @@ def span_event(event: Mapping[str, Any], content: bool) -> dict[str, Any]:
         put(attrs, "forkpoint.checkpoint.source_tree", src.get("tree"))
         attrs["forkpoint.checkpoint.changed_files"] = len(src.get("changed") or [])
         put(attrs, "forkpoint.checkpoint.workspace_fingerprint", ws.get("fingerprint"))
-        attrs["forkpoint.checkpoint.workspace_files"] = len(ws.get("manifest") or [])
+        attrs["forkpoint.checkpoint.workspace_files"] = ws.get("files", len(ws.get("manifest") or []))
         put(attrs, "forkpoint.checkpoint.context_digest", event.get("context_digest"))
     elif event.get("type") == "outcome":
         attrs["forkpoint.outcome.passed"] = bool(event.get("passed"))

@@ -824,6 +824,41 @@ def test_checkpoints_cost_what_changed_not_the_whole_state(tmp_path: Path) -> No
     assert all(c.ok for c in validate(tmp_path / "r4"))
 
 
+def test_an_unchanged_workspace_manifest_costs_a_reference(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo = make_repo(tmp_path / "repo", {"a.txt": "a\n"})
+    for i in range(29):  # the untracked files of a real agent's repository (5.5 KB of manifest)
+        (repo / "notes" / f"n{i % 3}").mkdir(parents=True, exist_ok=True)
+        (repo / "notes" / f"n{i % 3}" / f"scratch_note_{i:02d}.md").write_text(f"note {i}\n" * 20)
+    with forkpoint.record(store=tmp_path / "store", workspace=repo) as rec:
+        for _ in range(10):
+            rec.checkpoint()
+    lines = [orjson.loads(x) for x in (rec.session_path / "session.jsonl").read_bytes().splitlines()]
+    stored = [x["workspace"] for x in lines if x.get("type") == "checkpoint"]
+    assert len(stored) == 10
+    # Every checkpoint refers to one manifest blob; no line carries the rows (nor a file name).
+    assert all("manifest" not in ws for ws in stored)
+    assert len({ws["manifest_json"]["$blob"] for ws in stored}) == 1
+    assert not any("scratch_note" in orjson.dumps(x).decode() for x in lines)
+    cps = Session.load(rec.session_path).by_type("checkpoint")
+    assert len(manifest_rows(cps[-1]["workspace"])) == 29
+    # The same state taken with the manifest inline (as sessions recorded before this kept it)
+    # restores to exactly the same files.
+    monkeypatch.setattr(sys.modules["forkpoint.checkpoint.take"], "MANIFEST_INLINE_MAX", 1 << 20)
+    with forkpoint.record(store=tmp_path / "store", workspace=repo) as old:
+        old.checkpoint()
+    inline = Session.load(old.session_path).by_type("checkpoint")[0]
+    assert inline["workspace"]["manifest"] == manifest_rows(cps[-1]["workspace"])
+    assert inline["workspace"]["fingerprint"] == cps[-1]["workspace"]["fingerprint"]
+    restore(Session.load(rec.session_path), cps[-1]["seq"], tmp_path / "by-ref")
+    restore(Session.load(old.session_path), inline["seq"], tmp_path / "inline")
+    assert tree_snapshot(tmp_path / "by-ref") == tree_snapshot(tmp_path / "inline")
+    assert tree_snapshot(tmp_path / "by-ref")["notes/n1/scratch_note_28.md"][2] == b"note 28\n" * 20
+    assert all(c.ok for c in validate(tmp_path / "by-ref"))
+    assert all(c.ok for c in validate(tmp_path / "inline"))
+
+
 # --------------------------------------------------------------------------- fork, end to end
 
 

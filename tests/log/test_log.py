@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import multiprocessing
 import os
 import platform
@@ -444,6 +445,55 @@ def test_only_the_new_items_of_a_resent_history_are_encoded(
     raw = (w.path / LOG_NAME).read_bytes().splitlines()[-1]
     assert orjson.loads(raw)["request"]["body"]["messages"]["$delta"]["keep"] == 3
     assert [e["request"]["body"]["messages"] for e in Session.load(w.path).events] == [old, [*old, new]]
+
+
+def test_tool_values_sent_back_to_the_model_are_stored_once(store: Path) -> None:
+    """What an agent sends back (a tool call's arguments and result as ``json.dumps`` text) refers
+    to the tool call (``$dumps``); text that would not come back byte for byte stays literal."""
+    code = "def add(a, b):\n    return a + b  # ✓ fixed\n" * 8
+    args = {"path": "calc.py", "content": code}
+    result = {"passed": 3, "failed": 0, "output": "PASS test_calc.py\n" * 4}
+    odd = {"path": "x.py", "content": code, "ratio": float("nan")}  # NaN is stored as null
+    events: list[dict[str, Any]] = [
+        {"type": "tool_call", "tool": "write_file", "args": args, "result": result},
+        {"type": "tool_call", "tool": "write_file", "args": odd, "result": {"ok": True}},
+    ]
+    sent = [
+        json.dumps(args, separators=(",", ":")),  # as a model would send its arguments
+        json.dumps(result, sort_keys=True),  # as the agent sends the result back
+        json.dumps(args, ensure_ascii=False),
+        json.dumps(args, indent=1),  # a style that is not referenced
+        json.dumps(odd),  # "NaN": a reader would rebuild "null"
+        json.dumps(args) + " ",  # almost the same text
+        {"$dumps": {"seq": 1, "of": "args", "style": ""}},  # user data that looks like the encoding
+    ]
+    messages = [{"role": "tool", "content": text} for text in sent]
+    events.append(_model_call({"model": "m", "messages": messages}))
+    path = _write_session(store, events)
+    lines = [orjson.loads(x) for x in (path / LOG_NAME).read_bytes().splitlines()]
+    stored = lines[3]["request"]["body"]["messages"]
+    assert [m["content"] for m in stored[:3]] == [
+        {"$dumps": {"seq": 1, "of": "args", "style": "c"}},
+        {"$dumps": {"seq": 1, "of": "result", "style": "s"}},
+        {"$dumps": {"seq": 1, "of": "args", "style": "u"}},
+    ]
+    assert [m["content"] for m in stored[3:6]] == sent[3:6]  # literal
+    assert "$lit" in stored[6]["content"]
+    assert code.encode() not in (path / LOG_NAME).read_bytes().split(b"\n", 3)[3]
+    s = Session.load(path)
+    assert [m["content"] for m in s.events[2]["request"]["body"]["messages"]] == sent
+    assert verify(path).ok
+    # A reference to no earlier tool call is refused, naming the line.
+    forged = dict(lines[3])
+    forged["request"]["body"]["messages"][0]["content"] = {"$dumps": {"seq": 3, "of": "args", "style": "c"}}
+    forged.pop("hash")
+    from forkpoint.log.codec import line_hash
+
+    forged["hash"] = line_hash(forged)
+    log = b"\n".join(orjson.dumps(x) for x in [*lines[:3], forged]) + b"\n"
+    (path / LOG_NAME).write_bytes(log)
+    with pytest.raises(SessionError, match=r"no earlier tool call.*session.jsonl:4"):
+        Session.load(path)
 
 
 # ----------------------------------------------------------------------------- concurrency

@@ -22,6 +22,7 @@ import pytest
 from click.testing import CliRunner
 
 import forkpoint
+from forkpoint.checkpoint import manifest_rows
 from forkpoint.cli import main
 from forkpoint.demo.agent import TASK, run_agent
 from forkpoint.demo.server import ModelServer
@@ -289,7 +290,7 @@ def test_checkpoints_are_shown(pages: Pages, browser: Browser) -> None:
     card.locator("summary").click()
     table = card.locator("table.files")
     table.wait_for()
-    for row in last["workspace"]["manifest"]:
+    for row in manifest_rows(last["workspace"]):
         assert row[0] in table.inner_text()
     assert f"{pages.session.id}@{last['seq']}" in card.inner_text()  # how to restore it
     browser.assert_clean(pages.session_html)
