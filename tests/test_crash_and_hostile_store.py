@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import errno
 import os
-import subprocess
-import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -27,6 +25,7 @@ from forkpoint.importers import import_file
 from forkpoint.log import LOG_NAME, Session, SessionError
 from forkpoint.store import info, open_store
 from forkpoint.store.retention import hold
+from tests.cliutil import record_script
 from tests.gitutil import git
 
 
@@ -169,24 +168,7 @@ sys.exit(5)
 def test_cli_record_on_a_full_disk_exits_as_the_agent_would(store: Path, tmp_path: Path) -> None:
     script = tmp_path / "agent.py"
     script.write_text(AGENT)
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "forkpoint.cli",
-            "record",
-            "--store",
-            str(store),
-            "--no-workspace",
-            "--",
-            sys.executable,
-            str(script),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
-    )
+    out = record_script(store, script)
     assert out.returncode == 5, out.stderr
     assert out.stdout.split() == ["ONE", "TWO"]
     assert "recording of session" in out.stderr and "No space left on device" in out.stderr

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -30,7 +29,7 @@ from forkpoint.cli import main
 from forkpoint.errors import IdentityError, UsageError
 from forkpoint.log import IDENTITY_ENV, LOG_NAME, Session, SessionWriter, encryption_table, read_header
 from forkpoint.redact import load_rules
-from tests.cli.test_cli import FORKPOINT
+from tests.cliutil import forkpoint_cli
 from tests.modelserver import LocalServer
 from tests.test_security import CONFIG, SECRETS, _agent, _leaky_chat, _repo, leaks
 
@@ -189,12 +188,10 @@ def test_recipients_from_files_config_and_the_command_line(
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     # [store] encrypt_to of the configuration applies to `forkpoint record`.
-    run = subprocess.run(
-        [*FORKPOINT, "record", "--store", "s", "--no-workspace", "--", sys.executable, "agent.py"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
+    run = forkpoint_cli(
+        ["record", "--store", "s", "--no-workspace", "--", sys.executable, "agent.py"],
+        tmp_path,
+        env,
         timeout=60,
     )
     assert run.returncode == 0, run.stderr
@@ -203,23 +200,11 @@ def test_recipients_from_files_config_and_the_command_line(
     assert leaks(tmp_path / "s", {"prompt": "PLAIN-PROMPT-4417"}) == []
     assert read_header(path / LOG_NAME)["encryption"] == {"scheme": "age", "recipients": [recipient]}
     # replay needs the identity; with --identity it reproduces (the replayed program reads it too).
-    run = subprocess.run(
-        [*FORKPOINT, "replay", "--store", "s", "last"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    run = forkpoint_cli(["replay", "--store", "s", "last"], tmp_path, env, timeout=60)
     assert run.returncode == 1 and "is encrypted: set FORKPOINT_IDENTITY" in run.stderr, run.stderr
     assert "Traceback" not in run.stderr
-    run = subprocess.run(
-        [*FORKPOINT, "replay", "--store", "s", "--identity", str(ident), "last"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
+    run = forkpoint_cli(
+        ["replay", "--store", "s", "--identity", str(ident), "last"], tmp_path, env, timeout=60
     )
     assert run.returncode == 0, run.stderr
     # A bad recipient on the command line is a usage error naming it, before anything is recorded.

@@ -22,20 +22,9 @@ from forkpoint.log.codec import line_hash
 from forkpoint.orchestrate import replay_run
 from forkpoint.signing import KEY_NAME, SIGNATURE_NAME, signature
 from forkpoint.store import list_sessions, resolve
+from tests.cliutil import QUOTE_AGENT, forkpoint_cli
 
-FORKPOINT = [sys.executable, "-m", "forkpoint.cli"]
-
-AGENT = """
-import forkpoint
-
-
-@forkpoint.tool
-def quote(ticker):
-    return {"ticker": ticker, "price": 101}
-
-
-print(quote("ACME")["price"])
-"""
+AGENT = QUOTE_AGENT
 
 # What a forged header runs instead: it leaves a mark, so a test sees whether it ran.
 EVIL = """
@@ -47,7 +36,7 @@ Path(sys.argv[1]).write_text("the forged command ran")
 
 
 def run(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*FORKPOINT, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=60)
+    return forkpoint_cli(args, cwd, env, timeout=60)
 
 
 def flat(text: str) -> str:

@@ -20,20 +20,9 @@ import pytest
 import forkpoint
 from forkpoint import netns
 from forkpoint.errors import NetworkBlocked
+from tests.cliutil import QUOTE_AGENT, forkpoint_cli
 
-FORKPOINT = [sys.executable, "-m", "forkpoint.cli"]
-
-AGENT = """
-import forkpoint
-
-
-@forkpoint.tool
-def quote(ticker):
-    return {"ticker": ticker, "price": 101}
-
-
-print(quote("ACME")["price"])
-"""
+AGENT = QUOTE_AGENT
 
 # Replayed instead of the agent (a named command): it reaches out in every way it can. The
 # addresses are documentation ranges (RFC 5737), which lead nowhere even where there is a network.
@@ -71,7 +60,7 @@ subprocess.run([sys.executable, "-c", child])
 
 
 def run(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*FORKPOINT, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=90)
+    return forkpoint_cli(args, cwd, env, timeout=90)
 
 
 @pytest.fixture

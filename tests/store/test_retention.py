@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ from forkpoint.log import LOG_NAME
 from forkpoint.scrub import scrub_session
 from forkpoint.store import open_store
 from forkpoint.store.retention import HeldError, hold
+from tests.cliutil import record_script
 
 OLD = "2020-01-01T00:00:00.000Z"
 
@@ -179,25 +179,7 @@ def test_every_recorded_process_gets_its_session_id(
     monkeypatch.delenv("FORKPOINT_SESSION_ID", raising=False)
     script = tmp_path / "agent.py"
     script.write_text(CHILD)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "forkpoint.cli",
-            "record",
-            "--store",
-            str(store),
-            "--no-workspace",
-            "--",
-            sys.executable,
-            str(script),
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-    )
+    out = record_script(store, script)
     assert out.returncode == 0, out.stderr
     (sid,) = [p.name for p in store.iterdir() if (p / LOG_NAME).is_file()]
     assert out.stdout.split() == ["agent", sid, "child", sid]

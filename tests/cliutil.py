@@ -1,0 +1,52 @@
+"""Running the forkpoint command line as a user would (a fresh interpreter), and a small agent to
+record with it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+#: ``forkpoint`` as this test run's interpreter runs it.
+FORKPOINT = [sys.executable, "-m", "forkpoint.cli"]
+
+#: An agent with one recorded tool; it prints 101.
+QUOTE_AGENT = """
+import forkpoint
+
+
+@forkpoint.tool
+def quote(ticker):
+    return {"ticker": ticker, "price": 101}
+
+
+print(quote("ACME")["price"])
+"""
+
+
+def with_this_path(env: dict[str, str] | None = None) -> dict[str, str]:
+    """``env`` (default: this process's environment) with ``PYTHONPATH`` set to this ``sys.path``,
+    so the child imports the forkpoint under test."""
+    return {**(os.environ if env is None else env), "PYTHONPATH": os.pathsep.join(sys.path)}
+
+
+def forkpoint_cli(
+    args: list[str], cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 90
+) -> subprocess.CompletedProcess[str]:
+    """Run ``forkpoint ARGS`` and return what it did (output as text); raises
+    ``subprocess.TimeoutExpired`` after ``timeout`` seconds."""
+    return subprocess.run(
+        [*FORKPOINT, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def record_script(
+    store: Path, script: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``forkpoint record --store STORE --no-workspace -- python SCRIPT``."""
+    return forkpoint_cli(
+        ["record", "--store", str(store), "--no-workspace", "--", sys.executable, str(script)],
+        env=with_this_path(env),
+        timeout=60,
+    )
