@@ -47,6 +47,7 @@ import secrets
 import shlex
 import shutil
 import tempfile
+import warnings
 from collections.abc import Generator, Iterator, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -105,6 +106,8 @@ class Settings:
     counts: dict[str, int] = field(
         default_factory=lambda: {"replayed": 0, "recorded": 0, "updated": 0, "failed": 0}
     )
+    #: The folders the cassettes of this run are in (``directory``, or a marker's ``cassette=``'s).
+    places: set[str] = field(default_factory=set)
 
     def mode_for(self, marker_mode: str | None) -> tuple[str, str]:
         """(mode, why) for a test: ``--forkpoint-mode`` wins, then ``CI`` (replay), then the marker's
@@ -455,8 +458,11 @@ class Cassette:
         self.allow_unused = bool(opts.get("allow_unused", False))
         module, test = cassette_parts(item, opts.get("name"))
         self.path: Path = settings.directory / module / test
+        place = settings.directory
         if opts.get("cassette"):  # a place of its own, relative to the test's file (forkpoint make-test)
             self.path = Path(item.path).parent / str(opts["cassette"])
+            place = self.path.parent
+        settings.places.add(str(place))
         self.action: str | None = None
         self.runtime: Any = None
         self.problem: str | None = None  # the test fails with this before it runs
@@ -661,8 +667,10 @@ class Cassette:
 
     def _rebuild(self, child: Path) -> Path:
         """A cassette made of a what-if child session's events (served and live alike)."""
+        from .errors import SigningError
         from .log import Session, SessionWriter
         from .record import make_header
+        from .signing import sign_session
 
         nodeid = self.item.nodeid
         assert self._tmp is not None
@@ -689,6 +697,12 @@ class Cassette:
                 writer.append(kept)
         finally:
             writer.close()
+        try:  # signed like any recording, so `forkpoint check` of the cassettes runs it as today
+            sign_session(writer.path, writer.session_id)
+        except SigningError as exc:
+            warnings.warn(
+                f"forkpoint: the re-recorded cassette {self.path} is not signed: {exc}", stacklevel=1
+            )
         return writer.path
 
     def _keep(self, session: Path, outcome: str | None) -> None:
@@ -831,14 +845,17 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     output = getattr(session.config, "workeroutput", None)
     if settings is not None and output is not None:
         output["forkpoint_counts"] = dict(settings.counts)
+        output["forkpoint_places"] = sorted(settings.places)
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node: Any, error: Any) -> None:
     """The pytest-xdist controller adds up what each worker did, for the summary line."""
     settings = node.config.stash.get(_settings_key, None)
-    counts = (getattr(node, "workeroutput", None) or {}).get("forkpoint_counts") or {}
+    output = getattr(node, "workeroutput", None) or {}
+    counts = output.get("forkpoint_counts") or {}
     if settings is not None:
+        settings.places.update(output.get("forkpoint_places") or ())
         for key, n in counts.items():
             settings.counts[key] = settings.counts.get(key, 0) + int(n)
 
@@ -852,4 +869,5 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     if c["failed"]:
         parts.append(f"{c['failed']} recording(s) of failed tests kept as <test>.failed")
     terminalreporter.write_sep("-", "forkpoint")
-    terminalreporter.write_line(f"cassettes in {settings.directory}: " + ", ".join(parts))
+    places = ", ".join(sorted(settings.places)) or str(settings.directory)
+    terminalreporter.write_line(f"cassettes in {places}: " + ", ".join(parts))

@@ -154,7 +154,7 @@ def select(
         selection.sessions.append(_candidate(row, url))
     if children:
         selection.notes.append(
-            f"left out {plural(children, 'session')} that are what-if runs or fork arms (name one to check it)"
+            f"left out {plural(children, 'session')} made by what-if runs or fork arms (name one to check it)"
         )
     if filtered:
         selection.notes.append(f"left out {plural(filtered, 'session')} that --tag/--since exclude")

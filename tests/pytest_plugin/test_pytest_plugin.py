@@ -16,6 +16,7 @@ import pytest
 
 from forkpoint import Session
 from forkpoint.pytest_plugin import Settings, cassette_parts, ci_is_set, loopback_hosts
+from forkpoint.signing import signature
 from tests.modelserver import LocalServer, Reply
 
 pytest_plugins = ["pytester"]
@@ -257,6 +258,9 @@ def test_printed_commands_and_paths_work_from_where_pytest_ran(
     updated.stdout.fnmatch_lines(["*cassettes in */proj/cassettes: 0 replayed, 0 recorded, 1 updated*"])
     rebuilt = Session.load(proj / "cassettes" / "test_agent" / "test_agent").header
     assert rebuilt["argv"] == ["python", "-m", "pytest", "proj/tests/test_agent.py::test_agent"]
+    # Signed like a recording, so `forkpoint check` of the cassettes runs its command as it would.
+    signed = signature(proj / "cassettes" / "test_agent" / "test_agent", rebuilt["session_id"])
+    assert signed.trusted, signed.describe()
     server.stop()
     run(pytester, "--forkpoint-mode=replay", "proj").assert_outcomes(passed=3)
 

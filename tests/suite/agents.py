@@ -154,7 +154,7 @@ def record_keeper(tmp: Path, server: LocalServer) -> Keeper:
     )  # fmt: skip
     assert rec.returncode == 0, rec.stderr
     assert not (repo / "answer.txt").exists()  # the recorded run deleted it
-    (path,) = [p for p in store.iterdir() if p.name != "index"]
+    (path,) = [p for p in store.iterdir() if p.is_dir() and p.name != "index"]
     return Keeper(repo, store, forkpoint.Session.load(path), agent, env, model)
 
 

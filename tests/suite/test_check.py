@@ -53,9 +53,7 @@ def test_select_a_store_with_tags_and_since(tmp_path: Path, monkeypatch: pytest.
     assert [s.name for s in select([]).sessions] == ["a", "b", "c", "running"]
     monkeypatch.setenv("FORKPOINT_STORE", str(tmp_path / "nothing-yet"))
     assert select([]).sessions == []
-    assert everything.notes == [
-        "left out 1 session that are what-if runs or fork arms (name one to check it)"
-    ]
+    assert everything.notes == ["left out 1 session made by what-if runs or fork arms (name one to check it)"]
     assert everything.sessions[-1].problem and "no end event" in everything.sessions[-1].problem
     assert [s.name for s in select([], store=str(store), tags={"team": "x"}).sessions] == ["a", "c"]
     assert (
