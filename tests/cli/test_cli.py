@@ -238,10 +238,14 @@ def test_replay_serves_everything_offline_and_exits_with_the_scripts_code(record
 
 @pytest.mark.slow
 def test_replay_leaves_loading_the_session_to_the_replaying_process(
-    recorded: Recorded, monkeypatch: pytest.MonkeyPatch
+    recorded: Recorded, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """``forkpoint replay`` verifies the session (reading it once) and the replaying process loads
     it: the command line does not load and decode every event a third time."""
+    # A copy in a store of its own: the what-if run below adds a session beside the one it replays,
+    # and the module's store must keep its two sessions for the tests after this one.
+    alpha = tmp_path / "store" / recorded.alpha.name
+    shutil.copytree(recorded.alpha, alpha)
     loaded: list[Path] = []
     load = Session.load.__func__  # type: ignore[attr-defined]
 
@@ -251,12 +255,12 @@ def test_replay_leaves_loading_the_session_to_the_replaying_process(
 
     monkeypatch.setattr(Session, "load", classmethod(counted))
     monkeypatch.chdir(recorded.workdir)
-    r = cli("replay", str(recorded.alpha), env=recorded.base_env)
+    r = cli("replay", str(alpha), env=recorded.base_env)
     assert r.exit_code == 0, r.output
     assert "replay ok" in r.output
     assert loaded == []
-    r = cli("replay", str(recorded.alpha), "--override", "tool:lookup.result=1", env=recorded.base_env)
-    assert loaded[:1] == [recorded.alpha]  # overrides are checked against the recorded calls here
+    r = cli("replay", str(alpha), "--override", "tool:lookup.result=1", env=recorded.base_env)
+    assert loaded[:1] == [alpha]  # overrides are checked against the recorded calls here
 
 
 @pytest.mark.slow
