@@ -251,9 +251,11 @@ def ledger_file(tmp_path: Path) -> Iterator[Path]:
 def test_framework_tools_record_and_replay_offline(framework: str, ledger_file: Path, tmp_path: Path) -> None:
     pytest.importorskip(
         IMPORTS[framework],
-        # CrewAI pins openai<3 and mcp<2; the Agents SDK of the test extra needs openai>=3: it cannot
-        # be installed beside them, and is tested in an environment of its own.
-        reason="crewai is not installed" if framework == "crewai" else None,
+        # CrewAI pins openai<3 and mcp<2; the test extra needs openai>=3 (the Agents SDK) and mcp>=2:
+        # it cannot be installed beside them, so this suite does not test its integration.
+        reason="crewai is not installed: it pins openai<3 and mcp<2, which the test extra cannot take"
+        if framework == "crewai"
+        else None,
     )
     run, script, route, expected = FRAMEWORKS[framework]
     with LocalServer(chat_script=script) as server:
