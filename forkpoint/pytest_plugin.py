@@ -46,6 +46,7 @@ import re
 import secrets
 import shlex
 import shutil
+import stat
 import tempfile
 import warnings
 from collections.abc import Generator, Iterator, Mapping
@@ -580,10 +581,9 @@ class Cassette:
             import fcntl
         except ImportError:  # pragma: no cover - Windows
             return
-        folder = Path(tempfile.gettempdir()) / "forkpoint-cassette-locks"
-        folder.mkdir(exist_ok=True)
+        folder = lock_folder()
         name = hashlib.sha256(str(self.path.resolve()).encode("utf-8", "surrogatepass")).hexdigest()[:24]
-        self._lock_fd = os.open(folder / f"{name}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        self._lock_fd = os.open(folder / f"{name}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
 
     def _unlock(self) -> None:
@@ -723,6 +723,25 @@ class Cassette:
             counts["recorded"] += 1
         if passed:  # an older failed recording of this test is now stale
             shutil.rmtree(self.path.with_name(self.path.name + ".failed"), ignore_errors=True)
+
+
+def lock_folder() -> Path:
+    """This user's folder of cassette locks in the temporary folder: ``0700``, owned by the user and
+    not a symlink (the temporary folder is shared: another user's folder or link is refused).
+    Raises :class:`pytest.UsageError` naming the folder otherwise."""
+    folder = Path(tempfile.gettempdir()) / f"forkpoint-cassette-locks-{os.getuid()}"
+    try:
+        folder.mkdir(mode=0o700, exist_ok=True)
+        st = os.lstat(folder)
+    except OSError as exc:
+        raise pytest.UsageError(f"forkpoint: cannot make the cassette lock folder {folder}: {exc}") from None
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+        raise pytest.UsageError(
+            f"forkpoint: {folder} is not a folder of this user's: refusing to keep locks there"
+        )
+    if st.st_mode & 0o077:
+        os.chmod(folder, 0o700)  # made before under a looser umask
+    return folder
 
 
 def _header(path: Path) -> dict[str, Any] | None:

@@ -4,6 +4,7 @@ then replaying them with the server stopped."""
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import socket
@@ -15,7 +16,7 @@ import openai  # noqa: F401 - imported once here, so the in-process inner runs d
 import pytest
 
 from forkpoint import Session
-from forkpoint.pytest_plugin import Settings, cassette_parts, ci_is_set, loopback_hosts
+from forkpoint.pytest_plugin import Settings, cassette_parts, ci_is_set, lock_folder, loopback_hosts
 from forkpoint.signing import signature
 from tests.modelserver import LocalServer, Reply
 
@@ -258,6 +259,10 @@ def test_printed_commands_and_paths_work_from_where_pytest_ran(
     updated.stdout.fnmatch_lines(["*cassettes in */proj/cassettes: 0 replayed, 0 recorded, 1 updated*"])
     rebuilt = Session.load(proj / "cassettes" / "test_agent" / "test_agent").header
     assert rebuilt["argv"] == ["python", "-m", "pytest", "proj/tests/test_agent.py::test_agent"]
+    # The cassette locks are this user's alone (the temporary folder is shared).
+    locks = lock_folder()
+    assert locks.stat().st_mode & 0o777 == 0o700 and locks.stat().st_uid == os.getuid()
+    assert all(p.stat().st_mode & 0o777 == 0o600 for p in locks.iterdir())
     # Signed like a recording, so `forkpoint check` of the cassettes runs its command as it would.
     signed = signature(proj / "cassettes" / "test_agent" / "test_agent", rebuilt["session_id"])
     assert signed.trusted, signed.describe()
