@@ -28,7 +28,7 @@ from typing import Any
 import orjson
 
 from ..errors import SessionError
-from ..events import now_iso
+from ..events import now_iso, parse_time
 from ..log import LOG_NAME
 from .base import SessionInfo, Store, pick
 from .fsspec import RemoteStore
@@ -266,7 +266,7 @@ def prune_candidates(
     out: list[SessionInfo] = []
     kept: dict[str, str] = {}
     for row in rows:
-        created = _created(row)
+        created = parse_time(row.header.get("created"))
         if created is None:
             if row.error is None:
                 kept[row.session_id] = "its creation time cannot be read"
@@ -280,14 +280,3 @@ def prune_candidates(
         else:
             out.append(row)
     return out, kept
-
-
-def _created(row: SessionInfo) -> datetime | None:
-    text = row.header.get("created")
-    if not isinstance(text, str):
-        return None
-    try:
-        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return when if when.tzinfo else when.replace(tzinfo=UTC)
