@@ -34,6 +34,7 @@ import orjson
 import pytest
 import zstandard
 
+from tests.cliutil import forkpoint_cli
 from tests.gitutil import git
 from tests.modelserver import LocalServer, Reply, Stream, chat_completion, json_reply
 from tests.test_security import needles
@@ -256,14 +257,7 @@ def scan(roots: list[Path]) -> tuple[int, list[str]]:
 
 
 def _forkpoint(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", "from forkpoint.cli import main; main()", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
+    return forkpoint_cli(list(args), cwd, env, timeout=240)
 
 
 @pytest.mark.slow

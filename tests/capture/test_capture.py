@@ -449,7 +449,7 @@ def test_a_response_built_already_read_is_recorded_whole_and_replays(
     async def answer_async(request: Any) -> Any:
         return answer(request)
 
-    url = "https://api.openai.com/v1/chat/completions"
+    url = "http://127.0.0.1:9/v1/chat/completions"  # answered by the MockTransport
     body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 
     def run() -> list[Any]:

@@ -343,7 +343,7 @@ def test_show_json_keeps_resent_conversations_as_deltas(tmp_path: Path) -> None:
         with httpx2.Client(transport=httpx2.MockTransport(answer)) as c:
             for i in range(6):
                 reply = c.post(
-                    "https://api.openai.com/v1/chat/completions", json={"model": "m", "messages": messages}
+                    "http://127.0.0.1:9/v1/chat/completions", json={"model": "m", "messages": messages}
                 )
                 messages += [
                     reply.json()["choices"][0]["message"],

@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 
+# mcp is in the test extra; this only keeps the rest of the suite running where it is not installed.
 pytest.importorskip("mcp")
 
 from mcp import Client, ClientSession, StdioServerParameters, types  # noqa: E402
@@ -348,6 +349,7 @@ def test_frameworks_reaching_mcp_through_the_session_are_recorded_once(
     ``ClientSession.call_tool``; their own integrations record framework tools too. Each MCP tool
     call must be one event (the MCP request, with its full result), or the replay, which serves
     the outer one and never makes the inner one, would leave a recorded call unused."""
+    # The Agents SDK is in the test extra; langchain-mcp-adapters cannot be (it requires mcp<2).
     pytest.importorskip(
         "langchain_mcp_adapters" if framework == "langgraph" else "agents",
         reason="langchain-mcp-adapters is not installed: it requires mcp<2, and the test extra installs mcp>=2"

@@ -24,9 +24,10 @@ from tests.cliutil import QUOTE_AGENT, forkpoint_cli
 
 AGENT = QUOTE_AGENT
 
-# Replayed instead of the agent (a named command): it reaches out in every way it can. The
-# addresses are documentation ranges (RFC 5737), which lead nowhere even where there is a network.
-LEAK = """
+# Replayed instead of the agent (a named command). It sends a datagram from the replayed process,
+# which the guard refuses before anything is sent. The addresses are documentation ranges (RFC 5737),
+# which lead nowhere even where there is a network.
+UDP_LEAK = """
 import os
 import shutil
 import socket
@@ -48,6 +49,13 @@ try:
     print("udp: sent")
 except OSError as exc:
     print("udp:", type(exc).__name__)
+"""
+
+# ...then reaches out from processes forkpoint does not run in. Only ever replayed inside the network
+# namespace, where these packets have no route: nothing leaves the machine.
+LEAK = (
+    UDP_LEAK
+    + """
 if shutil.which("curl"):
     os.system("curl -s -m 5 -o /dev/null http://198.51.100.7:8080/")
 child = (
@@ -57,6 +65,7 @@ child = (
 )
 subprocess.run([sys.executable, "-c", child])
 """
+)
 
 
 def run(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -68,6 +77,7 @@ def recorded(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     env = {k: v for k, v in os.environ.items() if k not in ("FORKPOINT_STORE", "FORKPOINT_NETNS")}
     (tmp_path / "agent.py").write_text(AGENT)
     (tmp_path / "leak.py").write_text(LEAK)
+    (tmp_path / "udp_leak.py").write_text(UDP_LEAK)
     rec = run(["record", "--store", "store", "--", sys.executable, "agent.py"], tmp_path, env)
     assert rec.returncode == 0, rec.stderr
     return tmp_path, env
@@ -77,6 +87,8 @@ def recorded(tmp_path: Path) -> tuple[Path, dict[str, str]]:
 def test_the_kernel_keeps_every_process_of_a_replay_offline(recorded: tuple[Path, dict[str, str]]) -> None:
     where, env = recorded
     if netns.refused() is not None:
+        # Without a namespace, leak.py's subprocesses would really send packets off this machine;
+        # the fallback (the guard) is tested by the next test, with the datagram only.
         pytest.skip(f"the kernel refuses a network namespace here: {netns.refused()}")
     rep = run(
         ["replay", "last", "--store", "store", "--report", "r.json", "--", sys.executable, "leak.py"],
@@ -104,7 +116,7 @@ def test_where_there_is_no_namespace_it_says_so_once_and_the_guard_refuses_udp(
     where, env = recorded
     env = {**env, netns.DISABLE_VAR: "0"}
     rep = run(
-        ["replay", "last", "--store", "store", "--report", "r.json", "--", sys.executable, "leak.py"],
+        ["replay", "last", "--store", "store", "--report", "r.json", "--", sys.executable, "udp_leak.py"],
         where,
         env,
     )
