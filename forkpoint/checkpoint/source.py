@@ -217,7 +217,8 @@ class SourceTracker:
         # fresh: the working tree was written just now (a restore), so git sees every file as racily
         # clean and `add` would store each again; a dry run first names the really changed ones.
         self.fresh = fresh
-        self.objects = Path(objects)
+        # Absolute: git runs in the repository, and a store given relative to here would miss.
+        self.objects = Path(objects).absolute()
         try:
             git_dir, common, self.base_tree = git(
                 ["rev-parse", "--path-format=absolute", "--git-dir", "--git-common-dir", f"{base}^{{tree}}"],

@@ -412,6 +412,20 @@ def test_manual_checkpoint(tmp_path: Path) -> None:
     assert events[inner - 1]["boundary"] == "observable" and events[inner]["type"] == "tool_call"
 
 
+def test_a_store_and_workspace_given_as_relative_paths_take_checkpoints(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`record(store="st", workspace="repo")` from the folder holding both: git runs inside the
+    repository, so a relative object folder would point nowhere and every checkpoint fail."""
+    make_repo(tmp_path / "repo", {"a.txt": "a\n"})
+    monkeypatch.chdir(tmp_path)
+    with forkpoint.record(store="st", workspace="repo") as rec:
+        Path("repo/a.txt").write_text("b\n")
+        seq = forkpoint.checkpoint("after edit")
+    cp = Session.load(rec.session_path).events[seq - 1]
+    assert cp.get("error") is None and cp["source"]["changed"] == ["a.txt"]
+
+
 def test_a_tracked_file_deleted_then_written_again_is_in_the_next_checkpoint(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
