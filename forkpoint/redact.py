@@ -405,6 +405,10 @@ def _compile_user_pattern(kind: str, pattern: str) -> re.Pattern[str]:
 # --------------------------------------------------------------------------- the scrubber
 
 
+#: Stands in :attr:`Scrubber._pats` for a pattern not compiled yet (see ``Scrubber._pattern``).
+_UNCOMPILED = re.compile("(?!)")
+
+
 class Scrubber:
     """Built-in rules plus ``rules``, compiled. Thread-safe.
 
@@ -454,14 +458,18 @@ class Scrubber:
                     )
                 )
         self._kinds: list[str | None] = []
+        # An anchored pattern is compiled when its anchor first occurs (_pattern): most never do in
+        # a process, and compiling them all costs more than the rest of a short recording's start.
         self._pats: list[re.Pattern[str]] = []
+        self._sources: list[str] = []
         anchors: dict[str, list[int]] = {}
         for kind, lits, pattern in table:
             if lits:
                 for lit in lits:
                     anchors.setdefault(lit, []).append(len(self._pats))
                 self._kinds.append(kind)
-                self._pats.append(re.compile(pattern, re.ASCII))
+                self._pats.append(_UNCOMPILED)
+                self._sources.append(pattern)
         self._anchors = [(lit, tuple(ids)) for lit, ids in anchors.items()]
         # One pass over a short text says whether any anchor occurs in it at all (cheaper, there,
         # than looking for each anchor in turn; on long texts it is the other way round).
@@ -474,11 +482,16 @@ class Scrubber:
                 self._scan.append(len(self._pats))
                 self._kinds.append(kind)
                 self._pats.append(re.compile(pattern, re.ASCII))
+                self._sources.append(pattern)
         for kind, pattern in r.patterns:
             self._scan.append(len(self._pats))
             self._kinds.append(kind)
             self._pats.append(_compile_user_pattern(kind, pattern))
-        self._has_s = [p.groupindex.get("s") is not None for p in self._pats]
+            self._sources.append(pattern)
+        self._has_s = [
+            p.groupindex.get("s") is not None if p is not _UNCOMPILED else "(?P<s>" in source
+            for p, source in zip(self._pats, self._sources, strict=True)
+        ]
         self._cache_on = cache
         self._cache: dict[str, str] = {}
         self._cache_chars = 0
@@ -516,6 +529,10 @@ class Scrubber:
             return start, m.end(), PATTERNS[int(m.lastgroup[1:])][0]
         return start, end, kind
 
+    def _pattern(self, i: int) -> re.Pattern[str]:
+        pat = self._pats[i] = re.compile(self._sources[i], re.ASCII)
+        return pat
+
     def _candidates(self, text: str) -> list[tuple[int, int, int, re.Match[str]]]:
         """Every match of every pattern at an occurrence of one of its anchors: (start, pattern, m)."""
         low = text.lower() if text.isascii() or "\u0130" not in text else text.replace("\u0130", "\0").lower()
@@ -528,7 +545,10 @@ class Scrubber:
             p = find(lit)
             while p >= 0:
                 for i in ids:
-                    m = pats[i].match(text, p)
+                    pat = pats[i]
+                    if pat is _UNCOMPILED:
+                        pat = self._pattern(i)
+                    m = pat.match(text, p)
                     if m is not None:
                         out.append((p, i, len(out), m))
                 p = find(lit, p + 1)
