@@ -2,7 +2,8 @@
 
 ``FORKPOINT_MODE`` (``record`` or ``replay``), ``FORKPOINT_SESSION`` (session directory),
 ``FORKPOINT_TOOLS`` (comma-separated ``module:qualname`` targets), ``FORKPOINT_WORKSPACE`` (JSON
-``root`` and ``include_ignored``, for checkpoints while recording), ``FORKPOINT_REPORT`` (a folder:
+``root`` and ``include_ignored``, for checkpoints while recording), ``FORKPOINT_DETERMINISTIC``
+(JSON: the header's ``deterministic``, so a recording reads no session before the first call), ``FORKPOINT_REPORT`` (a folder:
 a recording process writes ``ending-<pid>.json`` there at exit, ``{"uncaught": [...],
 "incomplete": why-or-null}``, the exceptions that ended it and why its recording stopped early, for
 the session's ``end``; each replaying process writes
@@ -18,11 +19,15 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from .events import SESSION_ID_VAR, ErrorRecord
+TYPE_CHECKING = False  # not typing's: this module is imported at every bootstrapped start
+if TYPE_CHECKING:
+    from .events import ErrorRecord
+    from .record import Recorder
 
 #: In the ``FORKPOINT_REPORT`` folder: the ledger the replaying processes share (replay.Ledger).
 LEDGER_NAME = "ledger"
@@ -40,47 +45,57 @@ def start() -> None:
     mode, session = env["FORKPOINT_MODE"], env["FORKPOINT_SESSION"]
     if not mode or not session:
         return
-    from . import api, runtime
-    from .capture.targets import install_import_hook
-
     if env["FORKPOINT_TOOLS"]:
+        from .capture.targets import install_import_hook
+
         install_import_hook([t for t in env["FORKPOINT_TOOLS"].split(",") if t], warn_at_exit=True)
 
     if mode == "record":
-        from .log import SessionWriter
-        from .record import Recorder, attach_workspace, open_workspace
+        from . import hooks, runtime
 
-        writer = SessionWriter.open(Path(session))
+        made: list[Recorder] = []
+        failed: list[str] = []
         ws_opts = json.loads(os.environ.pop("FORKPOINT_WORKSPACE", "") or "null")
-        ws = None
-        if ws_opts:
-            ws = attach_workspace(
-                open_workspace(ws_opts["root"], writer.path.parent, bool(ws_opts.get("include_ignored"))),
-                writer,
-            )
-        rec = Recorder(writer, workspace=ws)
-        _deterministic(writer.header.get("deterministic"))
-        api.start(rec)
+
+        def make() -> Recorder | None:
+            # On the first call the program makes: a program that makes none loads no recorder.
+            try:
+                rec = _recorder(Path(session), ws_opts)
+            except Exception as exc:  # recording must not change the live run: say it, go on
+                failed.append(f"the recording could not start: {type(exc).__name__}: {exc}")
+                sys.stderr.write(f"forkpoint: {failed[-1]}; this process goes on unrecorded\n")
+                return None
+            made.append(rec)
+            return rec
+
+        _deterministic(json.loads(os.environ.pop("FORKPOINT_DETERMINISTIC", "") or "null"))
+        hooks.install("record")
+        runtime.activate_later(make)
 
         def finish_recording() -> None:
-            runtime.deactivate(rec)
-            api.finish_recording(rec)
-            rec.close()
+            runtime.cancel_pending()
+            for rec in made:
+                from . import api
+
+                runtime.deactivate(rec)
+                api.finish_recording(rec)
+                rec.close()
 
         atexit.register(finish_recording)
         ended: list[ErrorRecord] = []
         _watch_uncaught(ended.append)
         if env["FORKPOINT_REPORT"]:
             where = Path(env["FORKPOINT_REPORT"]) / f"{ENDING_PREFIX}{os.getpid()}.json"
-            from .files import write_private
 
-            atexit.register(
-                lambda: write_private(
-                    where, json.dumps({"uncaught": ended, "incomplete": rec.failure}).encode()
-                )
-            )
+            def write_ending() -> None:
+                from .files import write_private
+
+                incomplete = made[0].failure if made else (failed[0] if failed else None)
+                write_private(where, json.dumps({"uncaught": ended, "incomplete": incomplete}).encode())
+
+            atexit.register(write_ending)
     elif mode == "replay":
-        from . import override
+        from . import api, override
         from .log import Session, SessionWriter
         from .replay import API_KEY_VARS, PLACEHOLDER_KEY, Replayer, open_ledger, write_report
 
@@ -116,6 +131,19 @@ def start() -> None:
         atexit.register(finish)
 
 
+def _recorder(session: Path, ws_opts: dict[str, Any] | None) -> Recorder:
+    """The recorder of ``session``, checkpointing the workspace ``ws_opts`` names, if any."""
+    from .log import SessionWriter
+    from .record import Recorder, attach_workspace, open_workspace
+
+    writer = SessionWriter.open(session)
+    ws = None
+    if ws_opts:
+        root, include_ignored = ws_opts["root"], bool(ws_opts.get("include_ignored"))
+        ws = attach_workspace(open_workspace(root, writer.path.parent, include_ignored), writer)
+    return Recorder(writer, workspace=ws)
+
+
 def _deterministic(select: Any) -> None:
     """The agent's own clock and randomness, for the whole process, when the header says so."""
     if select:
@@ -139,6 +167,8 @@ def child_env(
     env["FORKPOINT_SESSION"] = str(Path(session).resolve())
     # Left in the environment (unlike the variables above) for the program and everything it
     # starts to log or link: the recorded session's id, the same on replay as when it was recorded.
+    from .events import SESSION_ID_VAR
+
     env[SESSION_ID_VAR] = Path(session).resolve().name
     env["FORKPOINT_TOOLS"] = ",".join(tools)
     if report is not None:
@@ -187,13 +217,11 @@ def agent_call_site(tb: Any) -> str:
 def _watch_uncaught(note: Callable[[ErrorRecord], None]) -> None:
     """Call ``note(error record)`` for an exception that ends the program uncaught (the process's
     main thread: what makes it exit 1 with a traceback), then let the previous hook print it."""
-    import sys
-
-    from .events import error_record
-
     previous = sys.excepthook
 
     def hook(kind: type[BaseException], exc: BaseException, tb: Any) -> None:
+        from .events import error_record
+
         note(error_record(exc))
         previous(kind, exc, tb)
 

@@ -15,8 +15,8 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import capture, integrations, override, runtime
-from .capture import clock
+from . import hooks, override, runtime
+from .capture import clock, connections
 from .capture.targets import disable_targets, install_import_hook, parse_target
 from .errors import Divergence, NetworkBlocked, UsageError
 from .events import SESSION_ID_VAR, error_record
@@ -41,14 +41,7 @@ if TYPE_CHECKING:
 def start(rt: runtime.Runtime) -> None:
     """Install every capture hook and integration (once per process), then activate ``rt``.
     Raises :class:`~forkpoint.errors.ForkpointError` when another runtime is active."""
-    capture.install()
-    if rt.mode == "record":
-        capture.connections.reset()
-    integrations.install()  # framework tool integrations: pydantic-ai, OpenAI Agents SDK, google-genai…
-    if rt.mode == "replay":
-        from .replay import install_network_guard
-
-        install_network_guard()
+    hooks.install(rt.mode)
     runtime.activate(rt)
 
 
@@ -93,7 +86,7 @@ def finish_recording(rec: Recorder) -> list[str]:
     connected to that no recorded exchange accounts for (a client forkpoint does not capture: its
     calls will not replay). They go into the session as a note and to stderr. Returns them."""
     finish_pending(rec)
-    missed = capture.connections.unrecorded()
+    missed = connections.unrecorded()
     if missed:
         rec.note("connections forkpoint did not record", unrecorded_connections=missed)
         sys.stderr.write(

@@ -10,49 +10,50 @@ did not reproduce; 2 is a usage error or unreadable session; 127 a command that 
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-import orjson
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
 from ._version import __version__
-from .capture.targets import parse_target
-from .checkpoint import verify_session
 from .errors import ForkpointError, OverrideError, SessionError, SigningError, UsageError
-from .executors import Executor, open_executor
-from .files import write_private
-from .log import Session, use_identity
-from .orchestrate import Arm, fork_arms, record_command, replay_command
-from .redact import scrub_json
-from .replay import POLICIES, SOURCES, write_report
-from .show import render_listing, terminal
-from .signing import signature
-from .store import (
-    ALLOW_SHARED_VAR,
-    Store,
-    index_problem,
-    info,
-    list_sessions,
-    open_store,
-    resolve,
-    store_dir,
-    store_of,
-)
+from .runtime import POLICIES, SOURCES
 from .text import plural
 
-# Messages name paths and sessions: never hard-wrap them.
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+# Each command imports the layers it uses: `forkpoint record` must start its program without
+# loading replay, views or rich (issue 15: start-up). Names for annotations only:
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from .executors import Executor
+    from .log import Session
+    from .store import Store
+
+
+@functools.cache
+def _err() -> Console:
+    """The console for forkpoint's own messages (stderr). Messages name paths and sessions: never
+    hard-wrap them."""
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def escape(text: str) -> str:
+    """``text`` with rich's markup characters escaped (rich.markup.escape)."""
+    from rich.markup import escape as rich_escape
+
+    return rich_escape(text)
 
 
 def _store(value: str | None) -> Path:
     # A path, or any fsspec URL (s3://…): its local mirror, which forkpoint.store uploads from.
+    from .store import store_dir
+
     try:
         return store_dir(value)
     except SessionError as exc:
@@ -76,11 +77,15 @@ def _load(ref: str, store: str | None, *, check: bool = True) -> Session:
     """The session ``ref`` names. With ``check``, a log whose hash chain fails (an edited line) is
     still loaded, with a warning: what it shows may not be what was recorded. (Blobs are checked
     by ``verify``; ``replay`` refuses a session that fails either.)"""
+    from .checkpoint import verify_session
+    from .log import Session
+    from .store import resolve
+
     session = Session.load(resolve(ref, _store(store)))
     if check:
         v = verify_session(session.path, git=False, deep=False)
         if v.problems:
-            err.print(
+            _err().print(
                 f"[yellow]forkpoint: WARNING: session {session.id} fails verification, so what follows may "
                 f"not be what was recorded: {escape(v.problems[0])} (see: forkpoint verify {escape(str(session.path))})[/yellow]"
             )
@@ -144,6 +149,8 @@ def _parse_headers(values: tuple[str, ...], option: str) -> dict[str, str]:
 
 def _check_tools(values: tuple[str, ...]) -> list[str]:
     for v in values:
+        from .capture.targets import parse_target
+
         try:
             parse_target(v)
         except ValueError as exc:
@@ -152,6 +159,8 @@ def _check_tools(values: tuple[str, ...]) -> list[str]:
 
 
 def _use_identity(ctx: click.Context, param: click.Parameter, value: Path | None) -> None:
+    from .log import use_identity
+
     if value is not None:
         use_identity(value)  # $FORKPOINT_IDENTITY: the programs a replay runs read the session too
 
@@ -264,6 +273,8 @@ def _outcome(command: str | None, timeout: float) -> Any:
 
 
 def _executor(spec: str, jobs: int | None) -> Executor:
+    from .executors import open_executor
+
     return open_executor(spec, jobs=jobs)
 
 
@@ -294,6 +305,8 @@ def main(allow_shared_store: bool) -> None:
     name given with --name (the newest session of that name). The store is --store, else
     $FORKPOINT_STORE, else .forkpoint/ in the current directory.
     """
+    from .store import ALLOW_SHARED_VAR
+
     if allow_shared_store:
         os.environ[ALLOW_SHARED_VAR] = "1"  # also for the programs record and replay run
 
@@ -367,10 +380,12 @@ def record(
     cmd: tuple[str, ...],
 ) -> None:
     """Run CMD and record its model calls and tool calls:  forkpoint record -- python agent.py"""
+    from .orchestrate import record_command
+
     command = _command(cmd)
     if command and shutil.which(command[0]) is None:
         # Before a session exists: a typo must not leave an empty session behind as `last`.
-        err.print(f"[red]forkpoint: command not found: {escape(command[0])}[/red]")
+        _err().print(f"[red]forkpoint: command not found: {escape(command[0])}[/red]")
         sys.exit(127)
     live = None
     if otlp:
@@ -487,6 +502,10 @@ def replay(
     when it went live or took the way an override offered; a fifo run that drifted exits 3 unless
     --accept-drift.
     """
+    from .log import Session
+    from .orchestrate import replay_command
+    from .store import resolve
+
     if accept_drift and on_divergence != "fifo":
         raise click.BadParameter("applies to --on-divergence fifo only", param_hint="--accept-drift")
     if report_file:
@@ -515,6 +534,8 @@ def replay(
     except OverrideError as exc:
         raise click.BadParameter(str(exc), param_hint="--override") from None
     if report_file and report is not None:
+        from .replay import write_report
+
         write_report(Path(report_file), report)
     sys.exit(code)
 
@@ -526,7 +547,10 @@ def replay(
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
 def diff_cmd(a: str, b: str, store: str | None, as_json: bool) -> None:
     """Align two sessions call by call; name the first divergence. Exit 0 when equivalent."""
+    import orjson
+
     from .diff import diff_sessions, render_diff
+    from .show import terminal
 
     result = diff_sessions(_load(a, store), _load(b, store))
     if as_json:
@@ -549,7 +573,10 @@ def diff_cmd(a: str, b: str, store: str | None, as_json: bool) -> None:
 )
 def show(session: str, store: str | None, as_json: bool, html_file: Path | None) -> None:
     """Show a session as a timeline of turns, model calls and tool calls."""
+    import orjson
+
     from . import show as show_mod
+    from .store import store_of
 
     if html_file is not None:
         _output_file(html_file, "--html")
@@ -564,7 +591,7 @@ def show(session: str, store: str | None, as_json: bool, html_file: Path | None)
         from .html import write_html
 
         write_html(s, html_file)
-        err.print(f"forkpoint: wrote {html_file} (session {s.id}, {len(s.events)} events)", markup=False)
+        _err().print(f"forkpoint: wrote {html_file} (session {s.id}, {len(s.events)} events)", markup=False)
         return
     if as_json:
         data = show_mod.as_json(s)
@@ -587,11 +614,14 @@ def ls_cmd(store: str | None, reindex: bool) -> None:
 
     For a remote store, sessions recorded on this machine whose upload did not finish are uploaded first.
     """
+    from .show import render_listing
+    from .store import list_sessions
+
     listing = list_sessions(_store(store), reindex=reindex)
     for note in listing.notes:
-        err.print(f"forkpoint: {note}", markup=False)
+        _err().print(f"forkpoint: {note}", markup=False)
     if not listing.rows:
-        err.print(f"no sessions in {listing.store}", markup=False)
+        _err().print(f"no sessions in {listing.store}", markup=False)
         return
     from .store.retention import holds
 
@@ -604,6 +634,10 @@ def ls_cmd(store: str | None, reindex: bool) -> None:
 def verify_cmd(session: str, store: str | None) -> None:
     """Check a session's hash chain and blobs, its store's index entry, and its signature; names the
     first line that fails, and who signed the session (whether you trust them)."""
+    from .checkpoint import verify_session
+    from .signing import signature
+    from .store import index_problem, info, resolve
+
     path = resolve(session, _store(store), refresh=True)  # a remote session: download it again
     v = verify_session(path)
     indexed = index_problem(path) if v.ok else None
@@ -613,9 +647,9 @@ def verify_cmd(session: str, store: str | None) -> None:
     if signed is not None and signed.state == "bad":
         v.problems.append(f"signature: {signed.describe()}")
     for p in v.problems:
-        err.print(p, style="red", markup=False)
+        _err().print(p, style="red", markup=False)
     for n in v.notes:
-        err.print(n, markup=False)
+        _err().print(n, markup=False)
     state = "ok" if v.ok else "FAILED"
     trunc = " (log ends in an incomplete line: truncated, not corrupt)" if v.truncated else ""
     if v.ok and not v.truncated and not v.complete:
@@ -708,7 +742,7 @@ def _print_checks(checks: list[Any]) -> bool:
             if c.ok
             else f"\n        expected {escape(_shown(c.expected))}\n        actual   {escape(_shown(c.actual))}"
         )
-        err.print(f"  {mark}  {c.name}{detail}")
+        _err().print(f"  {mark}  {c.name}{detail}")
     return ok
 
 
@@ -717,6 +751,10 @@ def _print_checks(checks: list[Any]) -> bool:
 @_store_opt
 def checkpoints(session: str, store: str | None) -> None:
     """List the checkpoints of SESSION (restore one with: forkpoint restore SESSION@SEQ --into DIR)."""
+    from rich.table import Table
+
+    from .show import terminal
+
     s = _load(session, store)
     table = Table(box=None, header_style="bold")
     for col in (
@@ -755,7 +793,7 @@ def checkpoints(session: str, store: str | None) -> None:
             why = f"it is a replay of session {pid}, and calls made live during a replay take none: fork {pid}'s checkpoints instead"
         else:
             why = "record with --workspace DIR, or inside a git repository"
-        err.print(f"session {s.id} has no checkpoints ({why})", markup=False)
+        _err().print(f"session {s.id} has no checkpoints ({why})", markup=False)
         sys.exit(1)
     terminal().print(table)
 
@@ -776,7 +814,7 @@ def restore(ref: str, into: Path, repo: Path | None, store: str | None) -> None:
 
     session, seq = _session_at(ref, store)
     do_restore(session, seq, into, repo=repo)
-    err.print(f"restored {session.id}@{seq} into {into}; validating:")
+    _err().print(f"restored {session.id}@{seq} into {into}; validating:")
     ok = _print_checks(validate(into))
     sys.exit(0 if ok else 1)
 
@@ -822,19 +860,22 @@ def fork(
     validation is never run. With --outcome, CMD's result is measured in each arm and the pass rate
     shown with its 95% interval.
     """
+    from .orchestrate import Arm, fork_arms
+    from .show import terminal
+
     session, seq = _session_at(ref, store)
 
     def shown(arm: Arm) -> None:
-        err.rule(f"arm {arm.index}: {arm.directory}")
+        _err().rule(f"arm {arm.index}: {arm.directory}")
         if arm.error is not None and not arm.checks:
-            err.print(f"[red]{escape(arm.error)}[/red]")
+            _err().print(f"[red]{escape(arm.error)}[/red]")
         else:
             _print_checks(arm.checks)
             if arm.error is not None:
-                err.print(f"[red]{escape(arm.error)}[/red]")
+                _err().print(f"[red]{escape(arm.error)}[/red]")
 
     with _executor(executor, jobs) as ex:
-        err.print(f"forkpoint: {plural(arms, 'arm')} on {executor} ({ex.workers} at a time)", markup=False)
+        _err().print(f"forkpoint: {plural(arms, 'arm')} on {executor} ({ex.workers} at a time)", markup=False)
         _, done = fork_arms(
             session,
             seq,
@@ -902,6 +943,8 @@ def sweep(
     Every arm is validated without a model before it runs; one that fails validation is reported
     and never run. Exits 1 when some arm could not run.
     """
+    from .orchestrate import Arm
+    from .show import terminal
     from .suite import sweep as do_sweep
     from .suite.tables import sweep_table, sweep_verdict
 
@@ -917,10 +960,10 @@ def sweep(
             if not arm.valid
             else ("pass" if arm.passed else "fail")
         )
-        err.print(f"forkpoint: @{arm.seq} arm {arm.index}: {escape(state)}")
+        _err().print(f"forkpoint: @{arm.seq} arm {arm.index}: {escape(state)}")
 
     with _executor(executor, jobs) as ex:
-        err.print(
+        _err().print(
             f"forkpoint: {arms} arm(s) per checkpoint on {executor} ({ex.workers} at a time)", markup=False
         )
         result = do_sweep(
@@ -944,7 +987,7 @@ def sweep(
         from .html import write_html
 
         write_html(s, html_file, sweep={k: v for k, v in result.items() if k != "arms"})
-        err.print(f"forkpoint: wrote {html_file} (session {s.id}, pass rate by checkpoint)", markup=False)
+        _err().print(f"forkpoint: wrote {html_file} (session {s.id}, pass rate by checkpoint)", markup=False)
     sys.exit(0 if all(a.valid and a.report is not None for a in result["arms"]) else 1)
 
 
@@ -1014,6 +1057,11 @@ def check(
     """
     import time
 
+    import orjson
+
+    from .files import write_private
+    from .redact import scrub_json
+    from .show import terminal
     from .suite import ab_summary, check_sessions, counts, parse_since, select, write_junit
     from .suite import exit_code as check_exit
     from .suite.tables import ab_summary_table, ab_table, check_table
@@ -1028,9 +1076,9 @@ def check(
         list(targets), store=store, tags=_parse_tags(tags), since=parse_since(since) if since else None
     )
     for note in selection.notes:
-        err.print(f"forkpoint: {note}", markup=False)
+        _err().print(f"forkpoint: {note}", markup=False)
     if not selection.sessions:
-        err.print("forkpoint: no session to check", markup=False)
+        _err().print("forkpoint: no session to check", markup=False)
         sys.exit(0)
     started = time.perf_counter()
     total = len(selection.sessions)
@@ -1039,8 +1087,8 @@ def check(
     def progress(row: dict[str, Any]) -> None:
         nonlocal finished
         finished += 1
-        if err.is_terminal:
-            err.print(f"forkpoint: {finished}/{total} {row['session_id']} {row['status']}", markup=False)
+        if _err().is_terminal:
+            _err().print(f"forkpoint: {finished}/{total} {row['session_id']} {row['status']}", markup=False)
 
     with _executor(executor, jobs) as ex:
         workers = ex.workers
@@ -1072,8 +1120,8 @@ def check(
         )
     for r in rows:
         if r["status"] not in ("reproduced", "same", "changed") and r.get("divergence"):
-            err.rule(f"{r['session_id']} {escape(r.get('name') or '')}")
-            err.print(r["divergence"], markup=False)
+            _err().rule(f"{r['session_id']} {escape(r.get('name') or '')}")
+            _err().print(r["divergence"], markup=False)
     if junit_file:
         write_junit(rows, Path(junit_file), seconds=seconds, ab=ab)
     if json_file:
@@ -1106,7 +1154,7 @@ def make_test_cmd(session: str, store: str | None, into: Path, name: str | None,
 
     s = _load(session, store, check=False)  # make_test verifies, and refuses
     test_file, cassette = make_test(s, into=into, root=Path.cwd(), name=name, force=force)
-    err.print(
+    _err().print(
         f"forkpoint: wrote {test_file} and its cassette {cassette} (session {s.id}); run it with: "
         f"pytest {test_file}",
         markup=False,
@@ -1180,7 +1228,7 @@ def export_cmd(
     )
     where = " and ".join(x for x in (otlp, None if file == "-" else file) if x)
     if where:
-        err.print(
+        _err().print(
             f"forkpoint: exported {done.spans} spans of session {s.id} as trace {done.trace_id} to {where}",
             markup=False,
         )
@@ -1194,19 +1242,20 @@ def import_cmd(path: Path, store: str | None, name: str | None) -> None:
     """Turn a VCR.py cassette or an agent trajectory (SWE-agent, mini-swe-agent, OpenHands) into a
     session. The format is detected from the content; what the file lacks is listed in the session."""
     from .importers import import_file
+    from .store import info
 
     session_path = import_file(path, store=_store(store), name=name)
     i = info(session_path)
     origin = i.header.get("imported_from") or {}
-    err.print(
+    _err().print(
         f"forkpoint: imported {origin.get('format')} file {path} as session {session_path.name} "
         f"({plural(i.model_calls, 'model call')}, {plural(i.tool_calls, 'tool call')}) in {session_path.parent}",
         markup=False,
     )
     for item in origin.get("missing") or []:
-        err.print(f"  not in the file: {item}", markup=False)
+        _err().print(f"  not in the file: {item}", markup=False)
     for item in origin.get("adjusted") or []:
-        err.print(f"  inferred: {item}", markup=False)
+        _err().print(f"  inferred: {item}", markup=False)
     click.echo(str(session_path))
 
 
@@ -1226,6 +1275,7 @@ def scrub(session: str, store: str | None, dry_run: bool, force: bool) -> None:
     old one; killed at any point, the original stays intact. The session keeps its id.
     """
     from .scrub import scrub_session
+    from .store import resolve
 
     path = resolve(session, _store(store))
     report = scrub_session(path, dry_run=dry_run, force=force)
@@ -1248,6 +1298,8 @@ def scrub(session: str, store: str | None, dry_run: bool, force: bool) -> None:
 
 
 def _open_store(value: str | None) -> Store:
+    from .store import open_store
+
     return open_store(_store(value))
 
 
@@ -1274,7 +1326,7 @@ def rm_cmd(sessions: tuple[str, ...], store: str | None, force: bool) -> None:
     for sid in done.removed:
         click.echo(f"removed {sid}")
     for sid, why in done.kept.items():
-        err.print(f"forkpoint: refused to remove {sid}: {why}", markup=False)
+        _err().print(f"forkpoint: refused to remove {sid}: {why}", markup=False)
     sys.exit(1 if done.kept else 0)
 
 
@@ -1319,9 +1371,9 @@ def prune(store: str | None, older_than: str | None, keep_failed: bool, dry_run:
         for sid in done.removed:
             click.echo(f"removed {sid}")
     for sid, why in kept.items():
-        err.print(f"forkpoint: kept {sid}: {why}", markup=False)
+        _err().print(f"forkpoint: kept {sid}: {why}", markup=False)
     verb = "would remove" if dry_run else "removed"
-    err.print(
+    _err().print(
         f"forkpoint: prune {verb} {plural(len(todo), 'session')} older than {older_than} "
         f"from {target.url}; kept {len(kept)}",
         markup=False,

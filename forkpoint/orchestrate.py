@@ -19,34 +19,23 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
 
-from . import netns, override
 from ._boot import child_env, read_endings
-from .checkpoint import Check, find, restore, validate, verify_session
 from .errors import CheckpointError, ForkpointError, SessionError, UsageError
-from .executors import Executor, LocalExecutor
 from .log import Session, to_json
-from .match import load_ignore
-from .otel import LiveExport
-from .outcome import Outcome, measure
 from .record import check_live_export, make_header, open_workspace, recording_warnings
-from .redact import load_rules
-from .replay import (
-    EXIT_DIVERGENCE,
-    conclude,
-    create_child,
-    end_divergence,
-    ended_by_override,
-    format_divergence,
-    merge_reports,
-    summary_line,
-)
-from .signing import require_trusted
-from .store import info, is_store, is_url, open_store, resolve, store_dir
 from .text import plural
+
+# Each function imports the layers it uses: `forkpoint record` starts its program without loading
+# replay, checkpoints, executors or OpenTelemetry (issue 15: start-up). Names for annotations only:
+if TYPE_CHECKING:
+    from .checkpoint import Check
+    from .executors import Executor
+    from .otel import LiveExport
+    from .outcome import Outcome
 
 
 def say(message: str) -> None:
@@ -59,6 +48,9 @@ def check_config(cwd: Path | None = None) -> None:
     """Read the configuration the program will run under (its ``[redact]`` and ``[match]`` rules)
     before it starts: a bad file or rule is refused here, naming the file and the rule, instead of
     the program running without forkpoint. Raises :class:`~forkpoint.errors.ConfigError`."""
+    from .match import load_ignore
+    from .redact import load_rules
+
     load_rules(cwd)
     load_ignore(cwd)
 
@@ -151,6 +143,8 @@ def record_command(
 
     Returns (session path, exit code, the command's stdout if ``capture``).
     """
+    from .store import info, open_store
+
     tools = list(tools or [])
     check_config()
     target = open_store(store)
@@ -166,6 +160,8 @@ def record_command(
         session.on_close.append(live.finish)
     with tempfile.TemporaryDirectory(prefix="forkpoint-record-") as tmp:
         env = child_env("record", session.path, tools=tools, report=Path(tmp))
+        if deterministic:
+            env["FORKPOINT_DETERMINISTIC"] = orjson.dumps(header["deterministic"]).decode()
         if ws is not None:
             env["FORKPOINT_WORKSPACE"] = orjson.dumps(
                 {"root": str(ws.root), "include_ignored": include_ignored}
@@ -258,6 +254,13 @@ def replay_run(
     and :class:`~forkpoint.errors.UntrustedSession` for a recorded command of a session no trusted
     key signed (without ``trust``).
     """
+    from . import netns, override
+    from .checkpoint import verify_session
+    from .outcome import measure
+    from .replay import conclude, create_child, end_divergence, merge_reports
+    from .signing import require_trusted
+    from .store import is_store, store_dir
+
     started = time.perf_counter()
     origin = session.header.get("imported_from")
     if not cmd and origin:
@@ -422,6 +425,8 @@ def replay_command(
     else :data:`~forkpoint.replay.EXIT_DIVERGENCE`; the command's stdout if ``capture``). Raises
     what :func:`replay_run` raises.
     """
+    from .replay import EXIT_DIVERGENCE, ended_by_override, format_divergence, summary_line
+
     run = replay_run(session, cmd, on_divergence=on_divergence, overrides=overrides, quiet=quiet, **options)
     report, code, out = run.report, run.exit_code, run.out
     if report is None:
@@ -518,6 +523,8 @@ def session_ref(session: Session) -> dict[str, str | None]:
     """How a task on another process or machine finds ``session`` (:func:`load_ref`): its directory,
     and for a session of a remote store, the store's URL and the session's id (the task downloads
     it into its own mirror)."""
+    from .store import is_store, is_url, open_store
+
     path = session.path.resolve()
     store = None
     if is_store(path.parent):
@@ -529,6 +536,8 @@ def session_ref(session: Session) -> dict[str, str | None]:
 def load_ref(ref: dict[str, Any]) -> Session:
     """The session a :func:`session_ref` names, downloaded from its remote store when it has one.
     Raises :class:`~forkpoint.errors.SessionError`."""
+    from .store import resolve
+
     if ref.get("store"):
         return Session.load(resolve(str(ref["id"]), str(ref["store"])))
     return Session.load(Path(str(ref["path"])))
@@ -579,6 +588,8 @@ class Arm:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Arm:
         """The arm :meth:`to_json` describes."""
+        from .checkpoint import Check
+
         return cls(
             index=int(data["index"]),
             directory=Path(data["directory"]),
@@ -598,6 +609,9 @@ def arm_task(spec: dict[str, Any]) -> dict[str, Any]:
     checkpoint into the arm's directory, validate it without a model, and only when every check
     passed, continue it live there and measure its outcome. The arm's session goes to the parent's
     store; what the agent printed goes to ``arm-N.log`` beside the arm's directory."""
+    from .checkpoint import restore, validate
+    from .outcome import Outcome
+
     started = time.perf_counter()
     directory = Path(spec["directory"])
     arm = Arm(int(spec["index"]), directory, seq=int(spec["seq"]))
@@ -649,6 +663,8 @@ def fork_into(session: Session, seq: int) -> Path:
 def resumable(session: Session, seq: int) -> None:
     """Raise :class:`~forkpoint.errors.CheckpointError` unless ``seq`` is a resumable checkpoint of
     ``session`` (resuming anywhere else would make the agent speak twice)."""
+    from .checkpoint import find
+
     cp = find(session, seq)
     if cp["boundary"] != "resumable":
         raise CheckpointError(
@@ -672,6 +688,7 @@ def arm_specs(
     first: int = 1,
 ) -> list[dict[str, Any]]:
     """The task specs of ``arms`` arms of ``session@seq`` (numbered from ``first``), in ``into``."""
+
     ref = session_ref(session)
     return [
         {
@@ -698,6 +715,8 @@ def run_arms(
 ) -> list[Arm]:
     """Run the arm tasks ``specs`` (:func:`arm_specs`) on ``executor`` (default: this machine, one
     at a time); ``on_arm`` is called with each arm as it finishes. Returns the arms in spec order."""
+    from .executors import LocalExecutor
+
     done: dict[int, Arm] = {}
     with executor or LocalExecutor(jobs=1) as ex:
         for i, result in ex.map(arm_task, specs):
@@ -736,6 +755,7 @@ def fork_arms(
     :class:`~forkpoint.errors.CheckpointError` for a checkpoint that does not exist or is not
     resumable.
     """
+
     resumable(session, seq)
     into = into if into is not None else fork_into(session, seq)
     specs = arm_specs(

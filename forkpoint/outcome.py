@@ -24,11 +24,13 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .events import OutcomeEvent
-from .log import Session, SessionError
-from .store import is_store, open_store
+from .errors import SessionError
+
+if TYPE_CHECKING:  # the CLI reads DEFAULT_TIMEOUT while it starts: keep this module light
+    from .events import OutcomeEvent
+    from .log import Session
 
 #: Characters of the outcome command's output kept in its event (the end, where test runners sum up).
 OUTPUT_KEPT = 2000
@@ -202,6 +204,9 @@ def arms_of(session: Session) -> list[tuple[int, bool | None]]:
     """``(checkpoint seq, passed)`` of every fork arm of ``session`` found beside it in its store
     (sessions whose header names it as parent, with a checkpoint seq); passed is None for an arm
     without an outcome. None at all for a session that is not in a store (a cassette)."""
+    from .log import Session
+    from .store import is_store, open_store
+
     out: list[tuple[int, bool | None]] = []
     if not is_store(session.path.parent):
         return out

@@ -15,11 +15,10 @@ import sys
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from importlib import metadata
 from pathlib import Path
 from typing import Any, Literal, overload
 
-from . import runtime
+from . import plugins, runtime
 from ._version import __version__
 from .checkpoint import Workspace, carried_context, checkpoint_event
 from .errors import IdentityError, SessionError, UsageError
@@ -61,13 +60,11 @@ TRACKED_PACKAGES = (
 
 def package_versions() -> dict[str, str]:
     """Versions of python, forkpoint and the tracked SDK/HTTP packages that are installed."""
-    out = {"python": platform.python_version(), "forkpoint": __version__}
-    for name in TRACKED_PACKAGES:
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            pass
-    return out
+    return {
+        "python": platform.python_version(),
+        "forkpoint": __version__,
+        **plugins.versions(TRACKED_PACKAGES),
+    }
 
 
 def git_state(cwd: Path) -> dict[str, Any] | None:

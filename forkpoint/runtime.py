@@ -13,11 +13,18 @@ import contextvars
 import itertools
 import threading
 import weakref
-from collections.abc import Iterator
-from typing import Any, Literal, Protocol
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from .errors import Divergence, ForkpointError
-from .events import Call, CallKind, HttpRequest, ModelCallEvent, ToolCallEvent, ValueEvent
+
+if TYPE_CHECKING:  # annotations only: this module is imported at every bootstrapped start
+    from .events import Call, CallKind, HttpRequest, ModelCallEvent, ToolCallEvent, ValueEvent
+
+#: What serves each kind of call during a replay.
+SOURCES = ("replay", "live")
+#: What happens after a divergence: report and stop, continue live, or serve the next recorded call anyway.
+POLICIES = ("stop", "live", "fifo")
 
 
 class Runtime(Protocol):
@@ -138,8 +145,12 @@ _unseen = threading.local()
 
 def active() -> Runtime | None:
     """The active recorder or replayer, or None (always None in a thread of forkpoint's own work,
-    see :func:`unseen`)."""
-    return None if getattr(_unseen, "on", False) else _active
+    see :func:`unseen`). A runtime given to :func:`activate_later` is made here, on first ask."""
+    if getattr(_unseen, "on", False):
+        return None
+    if _active is None and _pending is not None:
+        return _make_pending()
+    return _active
 
 
 def active_for_http() -> Runtime | None:
@@ -159,6 +170,8 @@ def activate(rt: Runtime) -> None:
     """Make ``rt`` the active runtime. Raises :class:`~forkpoint.errors.ForkpointError` if another
     one is active. (The capture hooks must be installed already: :func:`forkpoint.api.start`.)"""
     global _active
+    if _pending is not None:
+        _make_pending()
     with _lock:
         if _active is not None and _active is not rt:
             raise ForkpointError(
@@ -166,6 +179,51 @@ def activate(rt: Runtime) -> None:
                 "finish it before starting another"
             )
         _active = rt
+
+
+#: What :func:`activate_later` was given and :func:`active` has not made yet.
+_pending: Callable[[], Runtime | None] | None = None
+_making = threading.RLock()
+_making_here = threading.local()
+
+
+def activate_later(make: Callable[[], Runtime | None]) -> None:
+    """Activate the runtime ``make()`` returns when one is first asked for (:func:`active`), not
+    now: a bootstrapped program that never makes a call (``python -c pass``, a build step of a
+    recorded script) never loads the recorder (issue 15: start-up). ``make`` runs once, in the
+    thread that asks first; it returns None when it cannot make one (it says why itself), and the
+    program then goes on unrecorded."""
+    global _pending
+    with _lock:
+        if _active is not None or _pending is not None:
+            raise ForkpointError("a forkpoint runtime is already active in this process")
+        _pending = make
+
+
+def cancel_pending() -> None:
+    """Forget a runtime :func:`activate_later` was given and nothing asked for (the program ends)."""
+    global _pending
+    with _making:
+        _pending = None
+
+
+def _make_pending() -> Runtime | None:
+    global _pending, _active
+    with _making:  # other threads wait here until the runtime exists
+        make = _pending
+        if make is None:
+            return _active
+        if getattr(_making_here, "on", False):  # make() itself asks: there is none yet
+            return None
+        _making_here.on = True
+        try:
+            rt = make()
+        finally:
+            _making_here.on = False
+            _pending = None
+        with _lock:
+            _active = rt
+    return rt
 
 
 def deactivate(rt: Runtime) -> None:

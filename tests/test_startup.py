@@ -91,3 +91,23 @@ def test_recording_imports_no_http_library_the_program_does_not(tmp_path: Path) 
         "    assert hasattr(httpx2.Client._transport_for_url, '__wrapped__')\n"
     )
     _modules_after(code)
+
+
+def test_a_bootstrapped_program_that_makes_no_call_loads_no_recorder(tmp_path: Path) -> None:
+    """`forkpoint record -- python -c pass`: the recording process installs its hooks and loads
+    nothing else of forkpoint's (no recorder, log, provider, adapter or integration, no orjson, no
+    importlib.metadata) until the program makes a call (issue 15: start-up). The same program
+    making a request is recorded all the same (tests/capture)."""
+    from tests.cliutil import forkpoint_cli
+
+    probe = (
+        "import sys, json; print(json.dumps(sorted(m for m in sys.modules if m.startswith(('forkpoint', "
+        "'orjson', 'zstandard', 'rich', 'click', 'importlib.metadata', 'importlib.abc')))))"
+    )
+    store = str(tmp_path / "st")
+    done = forkpoint_cli(["record", "--store", store, "--no-workspace", "--", sys.executable, "-c", probe])
+    assert done.returncode == 0, done.stderr
+    boot = {"capture", "capture.connections", "capture.imports", "errors", "hooks", "integrations"}
+    boot |= {"_boot", "_version", "integrations.base", "plugins", "runtime", "sockets"}
+    assert set(json.loads(done.stdout)) == {"forkpoint"} | {f"forkpoint.{m}" for m in boot}
+    assert "recorded session" in done.stderr

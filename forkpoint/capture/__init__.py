@@ -18,29 +18,54 @@ Framework tool integrations (:mod:`forkpoint.integrations`) sit beside this pack
 from __future__ import annotations
 
 import importlib
+import sys
 import threading
+import warnings
+from types import ModuleType
 
-from . import connections
+from . import connections, imports
 
-#: The HTTP library adapters, by module.
-HTTP_ADAPTERS = (
-    "forkpoint.capture.httpx",
-    "forkpoint.capture.urllib3",
-    "forkpoint.capture.httpclient",
-    "forkpoint.capture.aiohttp",
-)
+#: The HTTP library adapters, by module, with the libraries each patches (its ``LIBRARIES``).
+HTTP_ADAPTERS = {
+    "forkpoint.capture.httpx": ("httpx", "httpx2"),
+    "forkpoint.capture.urllib3": ("urllib3",),
+    "forkpoint.capture.httpclient": ("http.client",),
+    "forkpoint.capture.aiohttp": ("aiohttp",),
+}
 
 _lock = threading.Lock()
 
 
 def install() -> list[str]:
-    """Install every HTTP adapter (idempotent); returns the libraries patched now."""
+    """Install every HTTP adapter (idempotent); returns the libraries patched now.
+
+    An adapter whose libraries are not imported yet is itself imported only when one of them is
+    (:func:`.imports.when_imported`): a program that makes no HTTP request does not pay for
+    forkpoint's capture layer (issue 15: start-up)."""
     done: list[str] = []
     connections.install()
     with _lock:
-        for name in HTTP_ADAPTERS:
-            done.extend(importlib.import_module(name).install())
+        for name, libraries in HTTP_ADAPTERS.items():
+            if name in sys.modules or any(lib in sys.modules for lib in libraries):
+                done.extend(importlib.import_module(name).install())
+            else:
+                for lib in libraries:
+                    imports.when_imported(lib, _adapter_installer(name))
     return done
+
+
+def _adapter_installer(adapter: str) -> imports.ModuleHook:
+    def install_adapter(library: ModuleType) -> None:
+        try:
+            importlib.import_module(adapter).install()  # patches the library just imported
+        except Exception as exc:  # never into the program's import: it goes on, unrecorded
+            warnings.warn(
+                f"forkpoint cannot capture {library.__name__}: {adapter} failed ({type(exc).__name__}: {exc})",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+
+    return install_adapter
 
 
 def installed() -> list[str]:

@@ -11,11 +11,10 @@ for the module it is looking up steps aside.
 
 from __future__ import annotations
 
-import importlib.abc
 import importlib.machinery
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
@@ -25,7 +24,9 @@ ModuleHook = Callable[[ModuleType], None]
 Around = tuple[ModuleHook | None, ModuleHook | None]
 
 
-class _Loader(importlib.abc.Loader):
+# Neither class derives from importlib.abc: importing it costs more than the rest of this layer at a
+# bootstrapped start, and the import system only calls the methods.
+class _Loader:
     """Runs ``before``, the real loader, then ``after``."""
 
     def __init__(self, loader: Any, before: ModuleHook | None, after: ModuleHook | None) -> None:
@@ -45,7 +46,7 @@ class _Loader(importlib.abc.Loader):
         return getattr(self._loader, name)
 
 
-class ExecHook(importlib.abc.MetaPathFinder):
+class ExecHook:
     """A finder that wraps the loader of the modules it is about (see the module docstring).
 
     ``candidate(fullname)`` says cheaply whether a module may be of interest; ``around(fullname,
@@ -71,7 +72,7 @@ class ExecHook(importlib.abc.MetaPathFinder):
                     continue
                 hooks = self.around(fullname, spec)
                 if hooks is not None and spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                    spec.loader = _Loader(spec.loader, *hooks)
+                    spec.loader = _Loader(spec.loader, *hooks)  # type: ignore[assignment]  # duck-typed (above)
                 return spec
             return None
         finally:
@@ -89,3 +90,37 @@ def uninstall(hook: ExecHook) -> None:
     """Take ``hook`` off ``sys.meta_path``."""
     while hook in sys.meta_path:
         sys.meta_path.remove(hook)
+
+
+#: Modules waited for (:func:`when_imported`) and not imported yet: what to do once they are.
+_waiting: dict[str, ModuleHook] = {}
+_hook: ExecHook | None = None
+_lock = threading.Lock()
+
+
+def when_imported(name: str, then: ModuleHook) -> None:
+    """Call ``then(module)`` right after module ``name`` has executed, when (if ever) the program
+    imports it; one callback per name (the last one given). ``then`` must not raise: an error in it
+    would surface in the program's import."""
+    global _hook
+    with _lock:
+        _waiting[name] = then
+        if _hook is None:
+            _hook = ExecHook(lambda fullname: fullname in _waiting, lambda fullname, spec: (None, _imported))
+        install(_hook)
+
+
+def stop_waiting(names: Sequence[str]) -> None:
+    """Forget the callbacks of ``names`` (:func:`when_imported`)."""
+    with _lock:
+        for name in names:
+            _waiting.pop(name, None)
+        if not _waiting and _hook is not None:
+            uninstall(_hook)
+
+
+def _imported(mod: ModuleType) -> None:
+    with _lock:
+        then = _waiting.pop(mod.__name__, None)
+    if then is not None:
+        then(mod)

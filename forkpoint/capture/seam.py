@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import inspect
 import sys
-import threading
 import warnings
 from collections.abc import Callable, Sequence
 from types import ModuleType
@@ -83,7 +82,7 @@ def _patch_library(
     problem: Callable[[ModuleType], str | None],
     patch: Callable[[ModuleType], None],
 ) -> list[str]:
-    _waiting.pop(name, None)
+    imports.stop_waiting((name,))
     found = problem(mod)
     if found:
         cannot_capture(name, mod, found)
@@ -93,42 +92,19 @@ def _patch_library(
     return [name]
 
 
-#: Libraries whose adapter is installed but that are not imported yet: what to do once they are.
-_waiting: dict[str, Callable[[ModuleType], object]] = {}
-_hook: imports.ExecHook | None = None
-_lock = threading.Lock()
-
-
 def _wait_for(name: str, then: Callable[[ModuleType], object]) -> None:
-    global _hook
-    with _lock:
-        _waiting[name] = then
-        if _hook is None:
-            _hook = imports.ExecHook(
-                lambda fullname: fullname in _waiting, lambda fullname, spec: (None, _imported)
-            )
-        imports.install(_hook)
+    def patch(mod: ModuleType) -> None:
+        try:
+            then(mod)
+        except Exception as exc:  # an internal of this version we did not foresee
+            cannot_capture(mod.__name__, mod, f"patching it failed ({type(exc).__name__}: {exc})")
 
-
-def _imported(mod: ModuleType) -> None:
-    """A library we wait for has just run its own code: patch it. A failure is said, never raised
-    into the program's import (recording must not change what the live run does)."""
-    then = _waiting.pop(mod.__name__, None)
-    if then is None:
-        return
-    try:
-        then(mod)
-    except Exception as exc:  # an internal of this version we did not foresee
-        cannot_capture(mod.__name__, mod, f"patching it failed ({type(exc).__name__}: {exc})")
+    imports.when_imported(name, patch)
 
 
 def stop_waiting(names: Sequence[str]) -> None:
     """Patch none of ``names`` when they are imported later (an adapter's ``uninstall``)."""
-    with _lock:
-        for name in names:
-            _waiting.pop(name, None)
-        if not _waiting and _hook is not None:
-            imports.uninstall(_hook)
+    imports.stop_waiting(names)
 
 
 def wrap(cls: Any, method: str, make: Callable[[Any], Any]) -> None:

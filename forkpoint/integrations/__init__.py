@@ -66,21 +66,30 @@ from .base import (
 )
 from .base import install as _install
 
-#: The integrations forkpoint ships, by module (each has an ``INTEGRATION``).
-BUILTIN = (
-    "forkpoint.integrations.pydantic_ai",
-    "forkpoint.integrations.openai_agents",
-    "forkpoint.integrations.google_genai",
-    "forkpoint.integrations.langchain",
-    "forkpoint.integrations.stainless",
-    "forkpoint.integrations.mcp",
-    "forkpoint.integrations.smolagents",
-    "forkpoint.integrations.anthropic_tools",
-    "forkpoint.integrations.strands",
-    "forkpoint.integrations.agno",
-    "forkpoint.integrations.dspy",
-    "forkpoint.integrations.crewai",
-)
+#: The integrations forkpoint ships, by module (each has an ``INTEGRATION``), with the framework
+#: modules each patches (the keys of its ``INTEGRATION.targets``, which a test holds equal): an
+#: integration module is imported only once a module it patches has executed, so a program that
+#: uses no framework does not pay for them (issue 15: start-up).
+BUILTIN: dict[str, tuple[str, ...]] = {
+    "forkpoint.integrations.pydantic_ai": ("pydantic_ai.toolsets.function",),
+    "forkpoint.integrations.openai_agents": ("agents.tool",),
+    "forkpoint.integrations.google_genai": ("google.genai._api_client", "google.genai._extra_utils"),
+    "forkpoint.integrations.langchain": ("langchain_core.tools.base",),
+    "forkpoint.integrations.stainless": ("openai._base_client", "anthropic._base_client", "*._base_client"),
+    "forkpoint.integrations.mcp": (
+        "mcp.client.session",
+        "mcp.client.stdio",
+        "mcp.client.sse",
+        "mcp.client.streamable_http",
+        "mcp.client.websocket",
+    ),
+    "forkpoint.integrations.smolagents": ("smolagents.tools",),
+    "forkpoint.integrations.anthropic_tools": ("anthropic.lib.tools._beta_functions",),
+    "forkpoint.integrations.strands": ("strands.tools.decorator",),
+    "forkpoint.integrations.agno": ("agno.tools.function",),
+    "forkpoint.integrations.dspy": ("dspy.adapters.types.tool",),
+    "forkpoint.integrations.crewai": ("crewai.tools.base_tool",),
+}
 
 __all__ = [
     "BUILTIN",

@@ -13,25 +13,22 @@ from __future__ import annotations
 
 import fnmatch
 import functools
-import inspect
+import importlib
 import sys
 import threading
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
+from typing import Any, NamedTuple
 
 from .. import plugins, runtime
 from ..capture import imports
-from ..capture.tools import acall_tool, call_tool
 
 #: The entry-point group third-party integrations register under.
 ENTRY_POINT_GROUP = "forkpoint.integrations"
 
 
-@dataclass(frozen=True)
-class Integration:
+class Integration(NamedTuple):
     """One framework's integration: ``targets`` maps a module name (or a ``*`` pattern) to the
     function that patches it (called with the module, right after it has executed)."""
 
@@ -74,15 +71,36 @@ def wrap_where_defined(cls: type, name: str, wrap: Callable[[Any], Any]) -> None
     replace(owner, name, wrap(method))
 
 
-def registry(builtin: tuple[str, ...]) -> list[Integration]:
-    """The integrations: those of the ``builtin`` modules (their ``INTEGRATION``), then those
-    registered by installed packages under :data:`ENTRY_POINT_GROUP`. Read once per process."""
+def registry(builtin: Mapping[str, tuple[str, ...]]) -> list[Integration]:
+    """The integrations: those of the ``builtin`` modules (module -> the targets of its
+    ``INTEGRATION``, which is imported when one of them is first patched: :func:`deferred`), then
+    those registered by installed packages under :data:`ENTRY_POINT_GROUP`. Read once per process."""
     global _registry
     with _lock:
         if _registry is None:
-            found = plugins.load(builtin, "INTEGRATION", ENTRY_POINT_GROUP, Integration, "integration")
+            found = [
+                Integration(builtin_name(m), {t: deferred(m, t) for t in targets})
+                for m, targets in builtin.items()
+            ]
+            found += plugins.load((), "INTEGRATION", ENTRY_POINT_GROUP, Integration, "integration")
             _registry = found
         return _registry
+
+
+def builtin_name(module: str) -> str:
+    """The name of a built-in integration: its module's, with dashes (``pydantic_ai``: ``pydantic-ai``)."""
+    return module.rsplit(".", 1)[-1].replace("_", "-")
+
+
+def deferred(module: str, target: str) -> Callable[[ModuleType], None]:
+    """The patch of ``target`` in integration ``module``'s ``INTEGRATION``, imported on first call."""
+
+    def patch(framework: ModuleType) -> None:
+        importlib.import_module(module).INTEGRATION.targets[target](framework)
+
+    # What _patch tells patches apart by: one per integration and target.
+    patch.__module__, patch.__qualname__ = module, f"INTEGRATION.targets[{target!r}]"
+    return patch
 
 
 def _targets(integrations: list[Integration]) -> list[tuple[str, Callable[[ModuleType], None]]]:
@@ -190,6 +208,8 @@ async def run_tool(
 ) -> Any:
     """One framework tool call through forkpoint (:func:`forkpoint.capture.tools.acall_tool`), its
     result stored in the JSON form the framework sends to the model."""
+    from ..capture.tools import acall_tool  # here: the seam is imported at every bootstrapped start
+
     return await acall_tool(name, args, body, encode)
 
 
@@ -247,12 +267,16 @@ def run_tool_sync(
     encode: Callable[[Any], Any] = jsonable,
 ) -> Any:
     """:func:`run_tool` for a tool the framework calls synchronously."""
+    from ..capture.tools import call_tool
+
     return call_tool(name, args, body, encode)
 
 
 def recorded_function(name: str, args: dict[str, Any], fn: Callable[..., Any]) -> Callable[..., Any]:
     """``fn`` (sync, async or an async generator function) wrapped so that its call is recorded as
     tool ``name`` with ``args``; a wrapper of the same kind, as strands chooses by the kind."""
+    import inspect  # here: the seam is imported at every bootstrapped start
+
     if inspect.isasyncgenfunction(fn):
 
         @functools.wraps(fn)

@@ -8,9 +8,10 @@ its exit code), :mod:`.ledger` (processes that share one replay), :mod:`.guard` 
 """
 
 from ..errors import Divergence, NetworkBlocked, RecordedError
+from ..runtime import POLICIES, SOURCES
 from .guard import install_network_guard
 from .ledger import Ledger, open_ledger
-from .replayer import API_KEY_VARS, PLACEHOLDER_KEY, POLICIES, SOURCES, Replayer, label, release_order
+from .replayer import API_KEY_VARS, PLACEHOLDER_KEY, Replayer, label, release_order
 from .report import (
     EXIT_DIVERGENCE,
     conclude,

@@ -65,6 +65,7 @@ from ..match import (
 from ..override import Override
 from ..providers import api_key_vars, call_kind, classify, kinds, summary
 from ..redact import scrub_json
+from ..runtime import POLICIES, SOURCES
 from .ledger import Ledger
 from .report import conclude, divergence
 
@@ -132,12 +133,6 @@ def neutral_answer(request: HttpRequest, kind: str) -> ModelCallEvent:
             "ended": "complete",
         },
     }
-
-
-#: What serves each kind of call during a replay.
-SOURCES = ("replay", "live")
-#: What happens after a divergence: report and stop, continue live, or serve the next recorded call anyway.
-POLICIES = ("stop", "live", "fifo")
 
 
 class Replayer:

@@ -91,6 +91,26 @@ def test_uninstall_puts_the_originals_back(toy_plugin: None, tmp_path: Path) -> 
     assert toyframework.run_tool is not original
 
 
+def test_the_builtin_table_names_what_each_integration_patches() -> None:
+    """forkpoint imports an integration only once a module it patches has run, from the static
+    table BUILTIN: the table must say exactly what each module's INTEGRATION patches, and its name."""
+    import importlib
+
+    for module, targets in integrations.BUILTIN.items():
+        declared = importlib.import_module(module).INTEGRATION
+        assert tuple(declared.targets) == targets, module
+        assert declared.name == base.builtin_name(module), module
+
+
+def test_the_adapter_table_names_the_libraries_each_adapter_patches() -> None:
+    import importlib
+
+    from forkpoint import capture
+
+    for adapter, libraries in capture.HTTP_ADAPTERS.items():
+        assert importlib.import_module(adapter).LIBRARIES == libraries, adapter
+
+
 def test_a_broken_plugin_is_reported_and_the_others_still_load(tmp_path: Path) -> None:
     with installed_plugin(
         tmp_path / "site", "forkpoint-broken", {}, "[forkpoint.integrations]\nbad = no_such_module\n"

@@ -1,0 +1,23 @@
+"""Installing the hooks a run is captured through: the HTTP library adapters
+(:mod:`forkpoint.capture`), the framework integrations (:mod:`forkpoint.integrations`), the
+connection watch of a recording and the network guard of a replay. Each is installed once per
+process and calls straight through while no runtime is active (:mod:`forkpoint.runtime`)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+
+def install(mode: Literal["record", "replay"]) -> None:
+    """Install every hook for a ``mode`` run (idempotent). Cheap: adapters and integrations are
+    imported only when the library or framework they patch is."""
+    from . import capture, integrations
+
+    capture.install()
+    if mode == "record":
+        capture.connections.reset()
+    integrations.install()
+    if mode == "replay":
+        from .replay import install_network_guard
+
+        install_network_guard()
