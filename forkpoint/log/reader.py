@@ -166,18 +166,16 @@ class _Resolver:
         self.deltas: dict[int, Deltas] = {}
         self.tools: dict[int, dict[str, Any]] = {}  # tool calls by seq, for ``$dumps``
 
-    def event(self, obj: dict[str, Any], lineno: int) -> dict[str, Any]:
-        """The resolved event of the stored line ``obj`` (line ``lineno``). Raises
-        :class:`SessionError` naming the line when a blob or a delta base cannot be read (or
-        decrypted: :class:`~forkpoint.errors.IdentityError` without a usable identity)."""
-        where = f" (referenced from {self.log_path}:{lineno})"
-        obj = open_event(obj, self.cipher, f"{self.log_path}:{lineno}")
-        if FILES in obj:
-            self.blobs.learn(obj.pop(FILES), f"{self.log_path}:{lineno}")
-        try:
-            event = {k: decode(v, self.blobs, where, self.tools) for k, v in obj.items()}
-        except (ValueError, TypeError, KeyError) as exc:
-            raise SessionError(f"{self.log_path}:{lineno}: cannot decode the event ({exc})") from None
+    def event(self, obj: dict[str, Any], lineno: int, raw: bytes | None = None) -> dict[str, Any]:
+        """The resolved event of the stored line ``obj`` (line ``lineno``, whose bytes are ``raw``
+        when known). Raises :class:`SessionError` naming the line when a blob or a delta base cannot
+        be read (or decrypted: :class:`~forkpoint.errors.IdentityError` without a usable identity)."""
+        if raw is not None and b'"$' not in raw:
+            # Every stored form (blob, delta, escape, sealed field) is an object key that starts
+            # with "$": a line without one is its resolved event already, however large it is.
+            event = obj
+        else:
+            event = self._decoded(obj, lineno)
         event.pop("torn", None)
         deltas = resolve_deltas(event, self.lists, self.log_path, lineno)
         if deltas:
@@ -190,6 +188,16 @@ class _Resolver:
         if event.get("type") == "tool_call":
             self.tools[event["seq"]] = event
         return event
+
+    def _decoded(self, obj: dict[str, Any], lineno: int) -> dict[str, Any]:
+        where = f" (referenced from {self.log_path}:{lineno})"
+        obj = open_event(obj, self.cipher, f"{self.log_path}:{lineno}")
+        if FILES in obj:
+            self.blobs.learn(obj.pop(FILES), f"{self.log_path}:{lineno}")
+        try:
+            return {k: decode(v, self.blobs, where, self.tools) for k, v in obj.items()}
+        except (ValueError, TypeError, KeyError) as exc:
+            raise SessionError(f"{self.log_path}:{lineno}: cannot decode the event ({exc})") from None
 
 
 class LogTail:
@@ -231,7 +239,7 @@ class LogTail:
             if obj is None:
                 self.skipped += 1
                 continue
-            events.append(self._resolver.event(obj, self._lineno))
+            events.append(self._resolver.event(obj, self._lineno, raw))
         self._offset += end
         return events
 
@@ -286,7 +294,7 @@ class Session:
                 break
             if line.obj is None:
                 raise SessionError(f"{log_path}:{line.lineno}: malformed event line: {line.error}")
-            session.events.append(cast(Event, resolver.event(line.obj, line.lineno)))
+            session.events.append(cast(Event, resolver.event(line.obj, line.lineno, line.raw)))
         if session is None or resolver is None:
             raise SessionError(f"{log_path}: empty session log")
         session.recovered = recovered

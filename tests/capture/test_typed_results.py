@@ -539,3 +539,31 @@ def test_diff_of_sessions_whose_results_hold_bytes_and_typed_values(store: Path)
     text = console.export_text()
     assert "~ $.result.when.value: 2026-01-01 → 2026-01-02" in text
     assert '~ $.result.raw: {"$b64":"AA=="} → {"$b64":"AAA="}' in text
+
+
+def test_a_large_result_replays_as_a_fresh_copy_and_a_typed_value_deep_inside_is_rebuilt(
+    tmp_path: Path,
+) -> None:
+    """A large plain result is copied in C on replay (no walk) and comes back equal; one typed node
+    anywhere inside (here a datetime in the last row) sends it through the walk that rebuilds it."""
+    rows = [{"id": i, "text": "row text " * 4, "score": i / 3} for i in range(5000)]
+    when = dt.datetime(2026, 12, 2, 3, 0, tzinfo=dt.UTC)
+
+    @forkpoint.tool
+    def plain() -> dict[str, Any]:
+        return {"rows": rows}
+
+    @forkpoint.tool
+    def typed() -> dict[str, Any]:
+        return {"rows": [*rows, {"id": -1, "at": when}]}
+
+    with forkpoint.record(store=tmp_path) as rec:
+        plain()
+        typed()
+    with forkpoint.replay(rec.session_path):
+        got = plain()
+        again = typed()
+    assert got == {"rows": rows}
+    assert again["rows"][-1]["at"] == when and isinstance(again["rows"][-1]["at"], dt.datetime)
+    assert again["rows"][:-1] == rows
+    assert values.decode({"rows": rows}) == {"rows": rows}
