@@ -708,7 +708,7 @@ def keys_trust(key: str, name: str) -> None:
 @click.option("--turns", default=2, show_default=True, help="Tool-using turns the demo model asks for.")
 def demo(store: str | None, turns: int) -> None:
     """Record the bundled agent against the bundled local model, replay it offline twice, show it."""
-    from .demo import run_demo
+    from .demo.run import run_demo
 
     sys.exit(run_demo(store=_store(store), turns=turns))
 
