@@ -16,11 +16,10 @@ import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal, overload
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from . import plugins, runtime
 from ._version import __version__
-from .checkpoint import Workspace, carried_context, checkpoint_event
 from .errors import IdentityError, SessionError, UsageError
 from .events import (
     HttpRequest,
@@ -43,6 +42,9 @@ from .log import (
 from .match import Ignore, IgnoreRule, configured, event_key, header_rules, key_spec
 from .providers import call_kind, classify, sdk_packages, summary
 from .text import plural
+
+if TYPE_CHECKING:  # checkpoints are imported where a workspace is taken: most recordings take none
+    from .checkpoint import Workspace
 
 #: Packages whose versions go into every session header (when installed): the providers' SDKs, the
 #: HTTP clients forkpoint captures, and the agent frameworks it integrates with.
@@ -191,6 +193,8 @@ class Recorder:
             return  # telemetry, MCP or plain HTTP: no agent boundary
         # A model call made inside a tool's body is not an agent boundary: that tool is unfinished.
         boundary = "observable" if runtime.current_span.get() else "resumable"
+        from .checkpoint import carried_context
+
         self.checkpoint(boundary=boundary, context=carried_context(body), reason="before model call")
 
     def checkpoint(
@@ -203,6 +207,8 @@ class Recorder:
         """
         if self.workspace is None or self.failure is not None:
             return None
+        from .checkpoint import checkpoint_event
+
         with self._checkpoint_lock, self._guarded():
             if boundary is None:
                 outstanding = self._turn_tools_done < self._turn_tools_expected
@@ -337,6 +343,8 @@ def open_workspace(root: str | Path | None, store: Path, include_ignored: bool =
     """The :class:`~forkpoint.checkpoint.Workspace` to checkpoint, or None when ``root`` is None."""
     if root is None:
         return None
+    from .checkpoint import Workspace
+
     return Workspace.open(Path(root), store, include_ignored=include_ignored)
 
 
