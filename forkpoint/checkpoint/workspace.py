@@ -23,9 +23,9 @@ META_DIR = ".forkpoint-checkpoint"
 #: Never part of a workspace (at its top): git's own folder, forkpoint's store and restore metadata.
 ALWAYS_EXCLUDED = (".git", ".forkpoint", META_DIR)
 #: A workspace manifest whose canonical JSON is bigger than this is stored as one content-addressed
-#: blob (``manifest_json``) instead of inline rows, so an unchanged manifest costs a reference (about
-#: 100 bytes) at every checkpoint, not its rows again. Below it (a file or two) rows are cheaper than
-#: a reference, and binary data that short would be inlined as base64 anyway (``BLOB_MIN_BINARY``).
+#: blob (``manifest_json``) instead of inline rows, so each state's rows are stored once and a line
+#: refers to them (about 100 bytes). Below it (a file or two) rows are cheaper than a reference, and
+#: binary data that short would be inlined as base64 anyway (``BLOB_MIN_BINARY``).
 MANIFEST_INLINE_MAX = BLOB_MIN_BINARY
 
 

@@ -11,6 +11,8 @@ log linear in the length of a conversation and let any value round-trip (``docs/
 * ``{"$dumps": {"seq": S, "of": "args"|"result", "style": "…"}}`` stands for a string that is the JSON
   text (Python's ``json.dumps`` in that style) of the arguments or result of tool call ``S``: what
   an agent sends back to the model is stored once, with the tool call.
+* ``{"$same": S}`` stands for a checkpoint's field (:data:`SAME_FIELDS`) as stored in checkpoint
+  ``S``; ``{"$same": S, "k": v, …}`` for that dict with the keys given replaced (or added).
 * ``{"$b64": "…"}`` is short binary data; ``{"$u": "<base64>"}`` a string that is not valid Unicode
   (lone surrogates); ``{"$int": "<digits>"}`` an integer outside 64 bits; ``{"$lit": {…}}`` user
   data that itself has one of these keys.
@@ -42,7 +44,7 @@ GIT_OBJECTS = "git-objects"
 BLOB_MIN_BYTES = 1024
 #: Binary payloads at least this long are stored as blobs rather than base64 in the line.
 BLOB_MIN_BINARY = 256
-_RESERVED = frozenset({"$blob", "$b64", "$delta", "$lit", "$u", "$int", "$json", "$dumps"})
+_RESERVED = frozenset({"$blob", "$b64", "$delta", "$lit", "$u", "$int", "$json", "$dumps", "$same"})
 #: Parts of an event stored as a ``$json`` blob once their JSON reaches :data:`JSON_BLOB_MIN` bytes:
 #: a stream's chunks (every SSE frame repeats ids and model names, so they compress ~10x) and the
 #: request headers (the same at every call, so stored once).
@@ -50,6 +52,12 @@ JSON_BLOB_FIELDS: dict[str, tuple[tuple[str, str], ...]] = {
     "model_call": (("response", "chunks"), ("request", "headers")),
 }
 JSON_BLOB_MIN = 256
+#: Fields of an event that the writer stores as ``{"$same": S}`` when they repeat those of the last
+#: event of that type it wrote (seq ``S``): between two model calls the repository, the untracked
+#: files and the files the messages mention rarely change, and each costs hundreds of bytes.
+SAME_FIELDS: dict[str, tuple[str, ...]] = {
+    "checkpoint": ("source", "workspace", "referenced", "mentioned_absent", "uncaptured"),
+}
 _INT_RANGE = (-(1 << 63), (1 << 64) - 1)  # what orjson writes as a JSON integer
 #: ``$dumps`` styles: the ways ``json.dumps`` is commonly called to send a tool call's arguments or
 #: result back to a model. ``c``: compact separators; ``s``: keys sorted; ``u``: not ASCII-escaped.
@@ -125,6 +133,79 @@ def json_blobs(stored: dict[str, Any], event: dict[str, Any], blobs: BlobStore) 
         data = orjson.dumps(encode(part[inner], None))
         if len(data) >= JSON_BLOB_MIN:
             stored[outer] = {**stored[outer], inner: {"$json": blobs.put(data), "size": len(data)}}
+
+
+def same_refs(
+    stored: dict[str, Any], bases: Mapping[str, tuple[int, Any]]
+) -> tuple[dict[str, Any], set[str]]:
+    """``stored`` (a line's fields, stored form) with each of its :data:`SAME_FIELDS` that repeats
+    its base (``bases``: field → the seq of the line that holds it, and its stored value, references
+    resolved) as a ``$same`` reference: ``{"$same": S}`` when equal, ``{"$same": S, <changed
+    keys>}`` when a dict kept every key of the base's — whichever is shorter than the value itself.
+    Also returns the names of the fields that became a whole reference (``{"$same": S}``)."""
+    out = dict(stored)
+    referred = set()
+    for name in SAME_FIELDS.get(stored["type"], ()):
+        if name in stored and name in bases:
+            seq, base = bases[name]
+            ref = _same_ref(stored[name], base, seq)
+            if ref is not None:
+                out[name] = ref
+                if len(ref) == 1:
+                    referred.add(name)
+    return out, referred
+
+
+def _same_ref(value: Any, base: Any, base_seq: int) -> dict[str, Any] | None:
+    try:
+        data = dumps(value)
+        if data == dumps(base):
+            ref: dict[str, Any] = {"$same": base_seq}
+        elif isinstance(value, dict) and isinstance(base, dict) and base.keys() <= value.keys():
+            changed = {k: v for k, v in value.items() if k not in base or dumps(v) != dumps(base[k])}
+            ref = {"$same": base_seq, **changed}
+        else:
+            return None
+        return ref if len(dumps(ref)) < len(data) else None
+    except TypeError:  # lone surrogates or huge integers: stored in full, in their own way
+        return None
+
+
+class Repeats:
+    """The :data:`SAME_FIELDS` of the lines of one log seen so far (stored form, by seq), to
+    resolve the ``$same`` references of the next lines: every reader of stored lines goes through
+    :meth:`resolve`, so they all see each field whole."""
+
+    def __init__(self) -> None:
+        self.fields: dict[int, dict[str, Any]] = {}
+
+    def resolve(self, obj: dict[str, Any], where: str) -> dict[str, Any]:
+        """``obj`` (an opened stored line) with its ``$same`` references replaced by the values
+        they name, remembered for the lines after it. Raises :class:`SessionError` naming ``where``
+        and the event when a reference names no earlier event of its type that has the field."""
+        names = SAME_FIELDS.get(str(obj.get("type")), ())
+        if not names:
+            return obj
+        out = dict(obj)
+        for name in names:
+            value = obj.get(name)
+            if not (isinstance(value, dict) and "$same" in value):
+                continue
+            seq = value["$same"]
+            base = self.fields.get(seq) if type(seq) is int else None
+            if base is None or name not in base or (len(value) > 1 and not isinstance(base[name], dict)):
+                raise SessionError(
+                    f"{where}: event seq {obj.get('seq')}: field {name!r} refers to event {seq!r}, "
+                    f"which is no earlier {obj['type']} with that field"
+                )
+            out[name] = (
+                base[name]
+                if len(value) == 1
+                else {**base[name], **{k: v for k, v in value.items() if k != "$same"}}
+            )
+        if isinstance(out.get("seq"), int):
+            self.fields[out["seq"]] = {k: out[k] for k in names if k in out}
+        return out
 
 
 def encode_exotic(value: Any, where: str) -> Any:

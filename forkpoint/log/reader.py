@@ -29,6 +29,7 @@ from .codec import (
     FORMAT_VERSION,
     LOG_NAME,
     Deltas,
+    Repeats,
     decode,
     delta_container,
     resolve_deltas,
@@ -155,7 +156,8 @@ def event_lines(log_path: Path, recovered: list[dict[str, Any]]) -> Iterator[_Li
 
 class _Resolver:
     """Turns the stored lines of one session log, in order, into events in resolved form: blobs
-    read, ``$delta`` lists rebuilt (from the earlier lines it saw), derived fields added."""
+    read, ``$same`` fields and ``$delta`` lists rebuilt (from the earlier lines it saw), derived
+    fields added."""
 
     def __init__(self, path: Path, cipher: Cipher | None) -> None:
         self.log_path = path / LOG_NAME
@@ -165,15 +167,18 @@ class _Resolver:
         #: By seq, the lists of each event that were stored as a ``$delta`` (:func:`.codec.resolve_deltas`).
         self.deltas: dict[int, Deltas] = {}
         self.tools: dict[int, dict[str, Any]] = {}  # tool calls by seq, for ``$dumps``
+        self.repeats = Repeats()
 
     def event(self, obj: dict[str, Any], lineno: int, raw: bytes | None = None) -> dict[str, Any]:
         """The resolved event of the stored line ``obj`` (line ``lineno``, whose bytes are ``raw``
-        when known). Raises :class:`SessionError` naming the line when a blob or a delta base cannot
-        be read (or decrypted: :class:`~forkpoint.errors.IdentityError` without a usable identity)."""
+        when known). Raises :class:`SessionError` naming the line when a blob, a delta base or a
+        ``$same`` field cannot be read (or decrypted: :class:`~forkpoint.errors.IdentityError`
+        without a usable identity)."""
         if raw is not None and b'"$' not in raw:
             # Every stored form (blob, delta, escape, sealed field) is an object key that starts
-            # with "$": a line without one is its resolved event already, however large it is.
-            event = obj
+            # with "$": a line without one is its resolved event already, however large it is
+            # (its checkpoint fields are still what later lines may refer to as ``$same``).
+            event = self.repeats.resolve(obj, f"{self.log_path}:{lineno}")
         else:
             event = self._decoded(obj, lineno)
         event.pop("torn", None)
@@ -194,6 +199,7 @@ class _Resolver:
         obj = open_event(obj, self.cipher, f"{self.log_path}:{lineno}")
         if FILES in obj:
             self.blobs.learn(obj.pop(FILES), f"{self.log_path}:{lineno}")
+        obj = self.repeats.resolve(obj, f"{self.log_path}:{lineno}")
         try:
             return {k: decode(v, self.blobs, where, self.tools) for k, v in obj.items()}
         except (ValueError, TypeError, KeyError) as exc:

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..errors import IdentityError, SessionError
 from .blobs import BlobStore, leftovers
-from .codec import BLOB_DIR, GIT_OBJECTS, LOG_NAME, blob_refs, line_hash
+from .codec import BLOB_DIR, GIT_OBJECTS, LOG_NAME, Repeats, blob_refs, line_hash
 from .crypto import ENC, FILES, Cipher, header_cipher, open_event
 from .reader import check_header, event_lines
 
@@ -57,7 +57,8 @@ class Verification:
 
 @dataclass(frozen=True)
 class StoredLine:
-    """One event line of a log as it is stored (its encodings not resolved), for a :data:`Check`."""
+    """One event line of a log as it is stored, for a :data:`Check`: its encodings not resolved,
+    except that its ``$same`` fields are whole (as stored in the line they refer to)."""
 
     lineno: int
     seq: int
@@ -106,7 +107,7 @@ def verify(path: Path | str, *, deep: bool = True, checks: Mapping[str, Check] |
     """Check a session log without trusting any of it. Reads only; never writes.
 
     * the header (format, version, hash), and every line: valid JSON, its ``hash``, its ``prev``
-      link, ``seq`` order, ``$delta`` references; torn regions only where a later event declares
+      link, ``seq`` order, ``$same`` and ``$delta`` references; torn regions only where a later event declares
       their exact bytes;
     * with ``deep`` (the default), every blob a line refers to (content against its name), then
       each of ``checks`` (event type → :data:`Check`) with the lines of its event type.
@@ -132,6 +133,7 @@ def verify(path: Path | str, *, deep: bool = True, checks: Mapping[str, Check] |
     refs: dict[str, int] = {}
     checked: dict[str, list[StoredLine]] = {kind: [] for kind in checks}
     lengths: dict[int, dict[str, int]] = {}
+    repeats = Repeats()
     cipher: Cipher | None = None
     opened = False
     prev_hash = ""
@@ -230,6 +232,11 @@ def verify(path: Path | str, *, deep: bool = True, checks: Mapping[str, Check] |
                                 f"{log_path}:{lineno}: {label}: refers to blob {unknown[0][:12]}…, which no line lists"
                             )
                             break
+            try:
+                obj = repeats.resolve(obj, f"{log_path}:{lineno}")
+            except SessionError as exc:
+                problems.append(str(exc))
+                break
             last_type, last_pid = obj.get("type"), obj.get("pid")
             if last_type == "end" and obj.get("incomplete"):
                 notes.append(

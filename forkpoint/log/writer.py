@@ -30,6 +30,7 @@ from .codec import (
     FORMAT,
     FORMAT_VERSION,
     LOG_NAME,
+    SAME_FIELDS,
     blob_refs,
     delta_container,
     dumps,
@@ -39,6 +40,7 @@ from .codec import (
     json_blobs,
     line_hash,
     same_item,
+    same_refs,
     valid_line,
 )
 from .crypto import CLEAR_EVENT, ENC, FILES, Cipher, header_cipher, seal_header
@@ -97,6 +99,10 @@ class SessionWriter:
         # JSON texts of this writer's recent tool calls' args and results → their ``$dumps``.
         self._texts: dict[str, dict[str, Any]] = {}
         self._text_window: deque[tuple[int, list[str]]] = deque()
+        # By event type, the :data:`~.codec.SAME_FIELDS` of the last event of that type this writer
+        # wrote (stored form) with the seq of the line that holds each: what the next one refers to
+        # as ``$same`` (the line a reference names holds the value, not another reference to it).
+        self._same: dict[str, dict[str, tuple[int, Any]]] = {}
 
     @classmethod
     def create(
@@ -198,7 +204,8 @@ class SessionWriter:
         ``event`` needs ``type``; ``ts`` defaults to now. ``seq``, ``prev``, ``hash`` (and ``torn``)
         are assigned here. The event is scrubbed first. A ``model_call`` request body's top-level
         lists are delta-encoded against this writer's recent model calls (before anything is
-        encoded: only the new items are).
+        encoded: only the new items are); a checkpoint's fields that repeat this writer's last
+        checkpoint's are ``$same`` references (:func:`~.codec.same_refs`).
         """
         with self._lock:
             if self._fd < 0:
@@ -218,6 +225,10 @@ class SessionWriter:
                 k: encode(v, self.blobs, texts if k in _DUMPS_FIELDS else None) for k, v in stored.items()
             }
             json_blobs(stored, scrubbed, self.blobs)
+            names = SAME_FIELDS.get(stored["type"], ())
+            whole = {k: stored[k] for k in names if k in stored}
+            bases = self._same.get(stored["type"], {})
+            stored, referred = same_refs(stored, bases)
             # (taken before the sync: every blob file a line lists is durable before the line)
             new_files = self.blobs.take_written() if self.cipher is not None else {}
             if self.fsync == "event":
@@ -254,6 +265,10 @@ class SessionWriter:
                 self._last_hash = line_obj["hash"]
                 if scrubbed["type"] == "tool_call":
                     self._remember_texts(seq, scrubbed)
+                if names:
+                    self._same[scrubbed["type"]] = {
+                        k: bases[k] if k in referred else (seq, v) for k, v in whole.items()
+                    }
                 self._torn, self._close_torn = None, b""
             finally:
                 fcntl.flock(self._fd, fcntl.LOCK_UN)

@@ -34,6 +34,7 @@ from forkpoint.checkpoint import (
     patch_bytes,
     restore,
     validate,
+    verify_session,
 )
 from forkpoint.cli import main
 from forkpoint.demo.server import ModelServer
@@ -838,9 +839,7 @@ def test_checkpoints_cost_what_changed_not_the_whole_state(tmp_path: Path) -> No
     assert all(c.ok for c in validate(tmp_path / "r4"))
 
 
-def test_an_unchanged_workspace_manifest_costs_a_reference(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_an_unchanged_checkpoint_costs_references(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     repo = make_repo(tmp_path / "repo", {"a.txt": "a\n"})
     for i in range(29):  # the untracked files of a real agent's repository (5.5 KB of manifest)
         (repo / "notes" / f"n{i % 3}").mkdir(parents=True, exist_ok=True)
@@ -848,23 +847,35 @@ def test_an_unchanged_workspace_manifest_costs_a_reference(
     with forkpoint.record(store=tmp_path / "store", workspace=repo) as rec:
         for _ in range(10):
             rec.checkpoint()
-    lines = [orjson.loads(x) for x in (rec.session_path / "session.jsonl").read_bytes().splitlines()]
-    stored = [x["workspace"] for x in lines if x.get("type") == "checkpoint"]
+    raw = (rec.session_path / "session.jsonl").read_bytes().splitlines()
+    lines = [orjson.loads(x) for x in raw]
+    stored = [(x, len(r)) for x, r in zip(lines, raw, strict=True) if x.get("type") == "checkpoint"]
     assert len(stored) == 10
-    # Every checkpoint refers to one manifest blob; no line carries the rows (nor a file name).
-    assert all("manifest" not in ws for ws in stored)
-    assert len({ws["manifest_json"]["$blob"] for ws in stored}) == 1
+    (first, first_size), rest = stored[0], stored[1:]
+    # The first checkpoint refers to the manifest's blob; no line carries the rows (nor a file name).
+    assert "manifest" not in first["workspace"] and "$blob" in first["workspace"]["manifest_json"]
     assert not any("scratch_note" in orjson.dumps(x).decode() for x in lines)
-    cps = Session.load(rec.session_path).by_type("checkpoint")
+    # Each unchanged one refers to the line that holds its state: the envelope and two references.
+    for line, size in rest:
+        assert line["source"] == line["workspace"] == {"$same": first["seq"]}
+        assert size < 550 < first_size - 500, (size, first_size)
+    session = Session.load(rec.session_path)
+    cps = session.by_type("checkpoint")
+    assert all(c["source"] == cps[0]["source"] and c["workspace"] == cps[0]["workspace"] for c in cps)
     assert len(manifest_rows(cps[-1]["workspace"])) == 29
-    # The same state taken with the manifest inline (as sessions recorded before this kept it)
-    # restores to exactly the same files.
+    assert verify_session(rec.session_path).ok
+    # The same state as sessions recorded before kept it (whole fields in every line, the
+    # manifest inline) restores to exactly the same files.
+    monkeypatch.setattr(sys.modules["forkpoint.log.writer"], "SAME_FIELDS", {})
     monkeypatch.setattr(sys.modules["forkpoint.checkpoint.take"], "MANIFEST_INLINE_MAX", 1 << 20)
     with forkpoint.record(store=tmp_path / "store", workspace=repo) as old:
         old.checkpoint()
-    inline = Session.load(old.session_path).by_type("checkpoint")[0]
+        old.checkpoint()
+    assert b"$same" not in (old.session_path / "session.jsonl").read_bytes()
+    inline = Session.load(old.session_path).by_type("checkpoint")[-1]
     assert inline["workspace"]["manifest"] == manifest_rows(cps[-1]["workspace"])
     assert inline["workspace"]["fingerprint"] == cps[-1]["workspace"]["fingerprint"]
+    assert verify_session(old.session_path).ok
     restore(Session.load(rec.session_path), cps[-1]["seq"], tmp_path / "by-ref")
     restore(Session.load(old.session_path), inline["seq"], tmp_path / "inline")
     assert tree_snapshot(tmp_path / "by-ref") == tree_snapshot(tmp_path / "inline")

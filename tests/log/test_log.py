@@ -7,6 +7,7 @@ import json
 import multiprocessing
 import os
 import platform
+import re
 import stat
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,8 @@ import pytest
 import forkpoint
 from forkpoint import verify
 from forkpoint.canonical import digest
-from forkpoint.log import LOG_NAME, BlobStore, LogTail, Session, SessionError, SessionWriter
+from forkpoint.log import LOG_NAME, BlobStore, LogTail, Session, SessionError, SessionWriter, line_hash
+from forkpoint.log import verify as verify_log
 from tests.gitutil import git
 
 # ----------------------------------------------------------------------------- helpers
@@ -494,6 +496,91 @@ def test_tool_values_sent_back_to_the_model_are_stored_once(store: Path) -> None
     (path / LOG_NAME).write_bytes(log)
     with pytest.raises(SessionError, match=r"no earlier tool call.*session.jsonl:4"):
         Session.load(path)
+
+
+def _checkpoint(tree: str, files: list[str], **extra: Any) -> dict[str, Any]:
+    """A checkpoint event as the checkpoint layer writes one (the log knows its fields only by name;
+    what they mean is checked by the checkpoint layer's tests)."""
+    return {
+        "type": "checkpoint",
+        "boundary": "resumable",
+        "reason": "before model call",
+        "source": {
+            "repo": "/home/me/agent",
+            "base": "a" * 40,
+            "head": "a" * 40,
+            "branch": "main",
+            "tree": tree,
+            "index_tree": "b" * 40,
+            "changed": [],
+            "patch": [],
+            "diff_hash": "c" * 64,
+        },
+        "workspace": {
+            "root": "/home/me/agent",
+            "listing": "git",
+            "include_ignored": False,
+            "fingerprint": digest(files),
+            "files": len(files),
+            "manifest": [[f, "file", 0o644, 10, "d" * 64] for f in files],
+        },
+        "context": {"messages": [{"role": "user", "content": tree}]},
+        "mentioned_absent": files,
+        "span_id": "0123456789abcdef",
+        **extra,
+    }
+
+
+def test_unchanged_checkpoint_fields_are_references_to_the_line_that_holds_them(store: Path) -> None:
+    notes = [f"notes/n{i}.md" for i in range(8)]
+    events = [
+        _checkpoint("1" * 40, notes),
+        _checkpoint("1" * 40, notes),  # nothing changed
+        {"type": "note", "text": "between"},
+        _checkpoint("2" * 40, notes),  # one key of the source changed
+        _checkpoint("2" * 40, [*notes, "new.md"], error=None),  # the workspace changed
+        {**_checkpoint("2" * 40, notes), "workspace": {"root": "/home/me/agent", "files": 0}},  # keys gone
+        _checkpoint("2" * 40, notes),
+    ]
+    path = _write_session(store, events)
+    lines = [orjson.loads(x) for x in (path / LOG_NAME).read_bytes().splitlines()[1:]]
+    assert b'"$' not in orjson.dumps(lines[0])  # read as it is, without a decode (and remembered)
+    assert lines[1]["source"] == {"$same": 1} and lines[1]["workspace"] == {"$same": 1}
+    assert lines[1]["mentioned_absent"] == {"$same": 1}
+    assert len(orjson.dumps(lines[1])) < 550  # the envelope, the context and three references
+    assert len(orjson.dumps(lines[0])) > 1000
+    assert lines[3]["source"] == {"$same": 1, "tree": "2" * 40}
+    assert lines[3]["workspace"] == {"$same": 1}  # the line that holds it, not the one that referred to it
+    assert lines[4]["source"] == {"$same": 4}
+    assert set(lines[4]["workspace"]) == {"$same", "fingerprint", "files", "manifest"}
+    assert isinstance(lines[4]["mentioned_absent"], list)  # a list is the same, or whole
+    assert lines[5]["workspace"] == {"root": "/home/me/agent", "files": 0}  # a key removed: whole
+    assert lines[6]["workspace"]["$same"] == 6 and "root" not in lines[6]["workspace"]
+    s = Session.load(path)
+    assert [_payload(e) for e in s.events] == events
+    assert verify_log(path).ok
+    tail = LogTail(path)
+    assert [_payload(e) for e in tail.read()] == events
+
+
+def test_a_checkpoint_field_that_refers_to_no_earlier_checkpoint_is_refused(store: Path) -> None:
+    path = _write_session(
+        store, [_checkpoint("1" * 40, ["a"]), {"type": "note"}, _checkpoint("1" * 40, ["a"])]
+    )
+    lines = [orjson.loads(x) for x in (path / LOG_NAME).read_bytes().splitlines()]
+    assert lines[3]["source"] == {"$same": 1}
+    for target in (2, 3, 9, "1"):  # a note, the line itself, a line after it, not a seq
+        lines[3]["source"] = {"$same": target}
+        prev = lines[2]["hash"]
+        lines[3]["prev"] = prev
+        lines[3].pop("hash")
+        lines[3]["hash"] = line_hash(lines[3])  # forged with the chain intact: only the reference is wrong
+        (path / LOG_NAME).write_bytes(b"".join(orjson.dumps(x) + b"\n" for x in lines))
+        expected = rf"session.jsonl:4: event seq 3: field 'source' refers to event {target!r}, which is no earlier checkpoint"
+        with pytest.raises(SessionError, match=expected):
+            Session.load(path)
+        problems = verify_log(path).problems
+        assert len(problems) == 1 and re.search(expected, problems[0]), problems
 
 
 # ----------------------------------------------------------------------------- concurrency
