@@ -35,12 +35,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
-import orjson
-
 from . import redact
 from ._version import __version__
 from .canonical import canonical_json, digest
-from .checkpoint import verify_session
+from .checkpoint import MANIFEST_FIELDS, manifest_rows, verify_session
 from .errors import ScrubError, SigningError
 from .events import Event, Header
 from .log import (
@@ -155,24 +153,14 @@ def rescrubbed(session: Session) -> Session:
     )
 
 
-def _rows(ws: dict[str, Any]) -> tuple[list[list[Any]], bool] | None:
-    if isinstance(ws.get("manifest"), list):
-        return ws["manifest"], False
-    raw = ws.get("manifest_json")
-    if isinstance(raw, bytes | str):
-        return orjson.loads(raw), True
-    return None
-
-
 def _scrub_workspace(event: dict[str, Any], old: BlobStore, new: BlobStore, scrubber: redact.Scrubber) -> int:
-    """Scrub the files of a checkpoint's workspace into ``new``; returns how many changed."""
+    """Scrub the files of a checkpoint's workspace into ``new``; returns how many changed. A
+    manifest that changed is written whole (inline, or as ``manifest_json``), as the checkpoint
+    layer writes a first one."""
     ws = event.get("workspace")
-    if not isinstance(ws, dict):
+    if not isinstance(ws, dict) or ws.keys().isdisjoint(MANIFEST_FIELDS):
         return 0
-    found = _rows(ws)
-    if found is None:
-        return 0
-    rows, as_json = found
+    rows = manifest_rows(ws)
     changed = 0
     out = []
     for row in rows:
@@ -186,12 +174,15 @@ def _scrub_workspace(event: dict[str, Any], old: BlobStore, new: BlobStore, scru
         out.append(
             [scrubber.text(rel) if isinstance(rel, str) else rel, kind, mode, len(clean), new.put(clean)]
         )
-    ws = dict(ws)
+    if out == rows:
+        return 0
+    inline = "manifest" in ws
+    ws = {k: v for k, v in ws.items() if k not in MANIFEST_FIELDS}
     ws["fingerprint"] = digest(out)
-    if as_json:
-        ws["manifest_json"] = canonical_json(out)
-    else:
+    if inline:
         ws["manifest"] = out
+    else:
+        ws["manifest_json"] = canonical_json(out)
     if "bytes" in ws:
         ws["bytes"] = sum(r[3] for r in out if isinstance(r, list) and len(r) == 5)
     event["workspace"] = ws

@@ -484,6 +484,47 @@ def test_scrub_refuses_a_session_without_end_or_that_does_not_verify(tmp_path: P
         scrub_session(path, scrubber=redact.Scrubber(rules), force=True)
 
 
+def test_scrub_rescrubs_the_untracked_files_of_checkpoints(tmp_path: Path) -> None:
+    """A secret of a shape the recording did not know, in an untracked file, is scrubbed from every
+    checkpoint that archived it (they stored their manifests as changes to an earlier one), and
+    the scrubbed copy verifies and restores."""
+    from forkpoint.checkpoint import restore, validate
+
+    secret = "itk_Zq8Wm3Xv7Ln2Pk5Rt9Ys4Bh6"
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    (repo / "a.txt").write_text("a\n")
+    git(repo, "add", "a.txt")
+    git(repo, "commit", "-q", "-m", "init")
+    for i in range(10):
+        (repo / f"note_{i}.md").write_text(f"note {i}\n")
+    store = tmp_path / "store"
+    with forkpoint.record(store=store, workspace=repo) as rec:
+        rec.checkpoint()
+        (repo / "config.txt").write_text(f"token = {secret}\n")
+        rec.checkpoint()
+        (repo / "note_0.md").write_text("edited\n")
+        rec.checkpoint()
+    assert leaks(store, {"s": secret})
+    lines = [orjson.loads(x) for x in (rec.session_path / LOG_NAME).read_bytes().splitlines()]
+    seqs = [x["seq"] for x in lines if x.get("type") == "checkpoint"]
+    assert ["manifest_changes" in x["workspace"] for x in lines if x.get("type") == "checkpoint"] == [
+        False,
+        True,
+        True,
+    ]
+    rules = redact.Rules(patterns=(("x", r"itk_[A-Za-z0-9]{24}"),))
+    report = scrub_session(rec.session_path, scrubber=redact.Scrubber(rules))
+    assert report.files_changed == 2 and report.events_changed == seqs[1:]
+    assert leaks(store, {"s": secret}) == []
+    assert verify(rec.session_path).ok
+    s = Session.load(rec.session_path)
+    into = restore(s, seqs[-1], tmp_path / "restored")
+    assert secret not in (into / "config.txt").read_text() and (into / "note_0.md").read_text() == "edited\n"
+    assert all(c.ok for c in validate(into))
+
+
 @pytest.mark.parametrize("step", ["copy", "event", "verify", "swap"])
 def test_an_interrupted_scrub_leaves_the_original_intact(tmp_path: Path, step: str) -> None:
     secret = "itk_Zq8Wm3Xv7Ln2Pk5Rt9Ys4Bh6"

@@ -54,11 +54,12 @@ from .source import SourceTracker, patch_bytes
 from .take import Workspace, checkpoint_event
 from .validate import Check, validate
 from .verify import check_checkpoints, verify_session
-from .workspace import ALWAYS_EXCLUDED, META_DIR, manifest_rows, untracked_files
+from .workspace import ALWAYS_EXCLUDED, MANIFEST_FIELDS, META_DIR, manifest_rows, untracked_files
 
 __all__ = [
     "ALWAYS_EXCLUDED",
     "CONTEXT_FIELDS",
+    "MANIFEST_FIELDS",
     "META_DIR",
     "Check",
     "CheckpointError",

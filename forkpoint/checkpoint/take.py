@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from .._version import __version__
-from ..canonical import canonical_json, digest
+from ..canonical import digest
 from ..errors import CheckpointError
 from ..log import BlobStore
 from ..redact import scrub_json
@@ -20,8 +20,8 @@ from .context import referenced_paths, resolve_ref
 from .git import HEX, git, repo_root
 from .source import SourceTracker
 from .workspace import (
-    MANIFEST_INLINE_MAX,
     HashCache,
+    Manifests,
     finish_listing,
     manifest_of,
     manifest_rows,
@@ -48,6 +48,7 @@ class Workspace:
     listing: str = "plain"
     _source: SourceTracker | None = field(default=None, repr=False)
     _hashes: dict[str, HashCache] = field(default_factory=dict, repr=False)
+    _manifests: dict[str, Manifests] = field(default_factory=dict, repr=False)
     #: git objects of the scratch folder already handed to a checkpoint (an encrypted session)
     _sealed: set[str] | None = field(default=None, repr=False)
 
@@ -143,11 +144,7 @@ class Workspace:
             "files": len(rows),
             "bytes": sum(r[3] for r in rows),
         }
-        encoded = canonical_json(rows)
-        if len(encoded) > MANIFEST_INLINE_MAX:
-            ws["manifest_json"] = encoded  # bytes: one content-addressed blob, stored once per state
-        else:
-            ws["manifest"] = rows
+        ws.update(self._manifests.setdefault(str(blobs.root), Manifests()).fields(rows))
         return {"source": source, "workspace": ws}
 
     def tracked(self) -> set[bytes]:

@@ -17,8 +17,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from .. import redact
 from ..canonical import digest
 from ..errors import SessionError
@@ -36,6 +34,7 @@ from ..log import (
 )
 from ..log.blobs import is_leftover, open_regular
 from ..log.codec import decode
+from .workspace import MANIFEST_FIELDS, manifest_rows
 
 
 def verify_session(path: Path | str, *, git: bool = True, deep: bool = True) -> Verification:
@@ -97,15 +96,6 @@ def _blobs(
         return None
 
 
-def _manifest_of(ws: dict[str, Any], blobs: BlobStore, where: str) -> Any:
-    """A stored checkpoint workspace's manifest rows (inline, or in a ``manifest_json`` blob)."""
-    if "manifest" in ws:
-        return ws["manifest"]
-    ref = ws.get("manifest_json")
-    data = decode(ref, blobs, where)
-    return orjson.loads(data) if isinstance(data, bytes | str) else None
-
-
 def _verify_checkpoints(
     path: Path,
     log_path: Path,
@@ -121,9 +111,9 @@ def _verify_checkpoints(
     session: Session | None = None
     for lineno, seq, obj in checkpoints:
         ws = obj.get("workspace")
-        if isinstance(ws, dict) and ("manifest" in ws or "manifest_json" in ws):
+        if isinstance(ws, dict) and not ws.keys().isdisjoint(MANIFEST_FIELDS):
             try:
-                rows = _manifest_of(ws, blobs, f" (checkpoint seq {seq}, {log_path}:{lineno})")
+                rows = manifest_rows(decode(ws, blobs, f" (checkpoint seq {seq}, {log_path}:{lineno})"))
                 ok = digest(rows) == ws.get("fingerprint")
             except (SessionError, TypeError, ValueError) as exc:
                 problems.append(

@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 
-from ..canonical import sha256_hex
+from ..canonical import canonical_json, sha256_hex
 from ..errors import SessionError
 from ..log import BLOB_MIN_BINARY, BlobStore
 from ..log.blobs import open_regular
@@ -27,6 +27,8 @@ ALWAYS_EXCLUDED = (".git", ".forkpoint", META_DIR)
 #: refers to them (about 100 bytes). Below it (a file or two) rows are cheaper than a reference, and
 #: binary data that short would be inlined as base64 anyway (``BLOB_MIN_BINARY``).
 MANIFEST_INLINE_MAX = BLOB_MIN_BINARY
+#: The fields a checkpoint's ``workspace`` may hold its manifest in (see :class:`Manifests`).
+MANIFEST_FIELDS = ("manifest", "manifest_json", "manifest_base", "manifest_changes")
 
 
 def _excluded(rel: str, extra: tuple[str, ...]) -> bool:
@@ -152,12 +154,85 @@ def manifest_of(
     return rows
 
 
+def manifest_changes(base: list[list[Any]], rows: list[list[Any]]) -> dict[str, list[Any]]:
+    """What turns the manifest ``base`` into ``rows``: ``drop``, the paths gone, and ``put``, the
+    rows added or changed."""
+    before = {r[0]: r for r in base}
+    paths = {r[0] for r in rows}
+    return {"drop": [p for p in before if p not in paths], "put": [r for r in rows if before.get(r[0]) != r]}
+
+
+def apply_changes(base: list[list[Any]], changes: Any) -> list[list[Any]]:
+    """The manifest ``base`` with ``changes`` (of :func:`manifest_changes`) made: its rows by path,
+    sorted. Raises :class:`SessionError` for changes of another shape."""
+    drop, put = (changes.get(k) if isinstance(changes, dict) else None for k in ("drop", "put"))
+    if not (
+        isinstance(drop, list)
+        and isinstance(put, list)
+        and all(isinstance(p, str) for p in drop)
+        and all(isinstance(r, list) and r and isinstance(r[0], str) for r in [*base, *put])
+    ):
+        raise SessionError("the workspace's manifest_changes (or its manifest_base) are malformed")
+    rows = {r[0]: r for r in base}
+    for path in drop:
+        rows.pop(path, None)
+    rows.update((r[0], r) for r in put)
+    return [rows[p] for p in sorted(rows)]
+
+
+class Manifests:
+    """How the manifests of one session's checkpoints are stored: inline rows when short, else
+    the canonical JSON as a blob (``manifest_json``) — or, while that pays, as the changes
+    (``manifest_changes``) to the last manifest stored whole (``manifest_base``, the same blob).
+
+    A manifest where one file of a thousand changed costs that row, not a new blob of all of them.
+    The changes to one base grow with every checkpoint, so a manifest is stored whole again (the new
+    base) once the changes written since the base add up to half its JSON: about what a whole one
+    costs compressed, past which a new base is cheaper than changes that keep growing.
+    """
+
+    def __init__(self) -> None:
+        self.base: tuple[bytes, list[list[Any]]] | None = None
+        self.spent = 0
+        self.last: tuple[bytes, dict[str, Any]] | None = None
+
+    def fields(self, rows: list[list[Any]]) -> dict[str, Any]:
+        """The ``workspace`` fields that store the manifest ``rows``."""
+        encoded = canonical_json(rows)
+        if len(encoded) <= MANIFEST_INLINE_MAX:
+            return {"manifest": rows}
+        if self.last is not None and self.last[0] == encoded:
+            return self.last[1]  # unchanged: the log stores the same fields as a reference
+        out: dict[str, Any] = {"manifest_json": encoded}  # bytes: one content-addressed blob
+        if self.base is not None:
+            changes = manifest_changes(self.base[1], rows)
+            cost = len(canonical_json(changes))
+            # (the rows rebuilt exactly, their order included: else the fingerprint would not hold)
+            if (
+                self.spent + cost < len(self.base[0]) // 2
+                and canonical_json(apply_changes(self.base[1], changes)) == encoded
+            ):
+                self.spent += cost
+                out = {"manifest_base": self.base[0], "manifest_changes": changes}
+        if "manifest_json" in out:
+            self.base, self.spent = (encoded, rows), 0
+        self.last = (encoded, out)
+        return out
+
+
 def manifest_rows(workspace: dict[str, Any] | None) -> list[list[Any]]:
-    """The manifest rows of a checkpoint's ``workspace`` field (inline, or as ``manifest_json``)."""
+    """The manifest rows of a checkpoint's ``workspace`` field (resolved form: inline, as
+    ``manifest_json``, or as ``manifest_changes`` to ``manifest_base``). Raises
+    :class:`SessionError` for changes of another shape."""
     if not workspace:
         return []
     if "manifest_json" in workspace:
-        raw = workspace["manifest_json"]
-        rows: list[list[Any]] = orjson.loads(raw if isinstance(raw, bytes | str) else b"[]")
-        return rows
+        return _parsed(workspace["manifest_json"])
+    if "manifest_base" in workspace:
+        return apply_changes(_parsed(workspace["manifest_base"]), workspace.get("manifest_changes"))
     return list(workspace.get("manifest") or [])
+
+
+def _parsed(raw: Any) -> list[list[Any]]:
+    rows: list[list[Any]] = orjson.loads(raw if isinstance(raw, bytes | str) else b"[]")
+    return rows

@@ -25,6 +25,7 @@ import pytest
 from click.testing import CliRunner
 
 import forkpoint
+from forkpoint.canonical import digest, sha256_hex
 from forkpoint.checkpoint import (
     META_DIR,
     CheckpointError,
@@ -33,12 +34,13 @@ from forkpoint.checkpoint import (
     manifest_rows,
     patch_bytes,
     restore,
+    untracked_files,
     validate,
     verify_session,
 )
 from forkpoint.cli import main
 from forkpoint.demo.server import ModelServer
-from forkpoint.log import BlobStore, Session, SessionWriter
+from forkpoint.log import BlobStore, Session, SessionWriter, line_hash
 from forkpoint.record import make_header
 from forkpoint.store import session_dirs
 from tests.modelserver import LocalServer
@@ -864,24 +866,97 @@ def test_an_unchanged_checkpoint_costs_references(tmp_path: Path, monkeypatch: p
     assert all(c["source"] == cps[0]["source"] and c["workspace"] == cps[0]["workspace"] for c in cps)
     assert len(manifest_rows(cps[-1]["workspace"])) == 29
     assert verify_session(rec.session_path).ok
-    # The same state as sessions recorded before kept it (whole fields in every line, the
-    # manifest inline) restores to exactly the same files.
-    monkeypatch.setattr(sys.modules["forkpoint.log.writer"], "SAME_FIELDS", {})
-    monkeypatch.setattr(sys.modules["forkpoint.checkpoint.take"], "MANIFEST_INLINE_MAX", 1 << 20)
-    with forkpoint.record(store=tmp_path / "store", workspace=repo) as old:
-        old.checkpoint()
-        old.checkpoint()
-    assert b"$same" not in (old.session_path / "session.jsonl").read_bytes()
-    inline = Session.load(old.session_path).by_type("checkpoint")[-1]
-    assert inline["workspace"]["manifest"] == manifest_rows(cps[-1]["workspace"])
-    assert inline["workspace"]["fingerprint"] == cps[-1]["workspace"]["fingerprint"]
-    assert verify_session(old.session_path).ok
     restore(Session.load(rec.session_path), cps[-1]["seq"], tmp_path / "by-ref")
-    restore(Session.load(old.session_path), inline["seq"], tmp_path / "inline")
-    assert tree_snapshot(tmp_path / "by-ref") == tree_snapshot(tmp_path / "inline")
     assert tree_snapshot(tmp_path / "by-ref")["notes/n1/scratch_note_28.md"][2] == b"note 28\n" * 20
     assert all(c.ok for c in validate(tmp_path / "by-ref"))
-    assert all(c.ok for c in validate(tmp_path / "inline"))
+    # The same state as sessions recorded before kept it (whole fields in every line, the manifest
+    # as a blob or inline) loads, verifies and restores to exactly the same files.
+    monkeypatch.setattr(sys.modules["forkpoint.log.writer"], "SAME_FIELDS", {})
+    for form in ("manifest_json", "manifest"):
+        if form == "manifest":
+            monkeypatch.setattr(sys.modules["forkpoint.checkpoint.workspace"], "MANIFEST_INLINE_MAX", 1 << 20)
+        with forkpoint.record(store=tmp_path / "store", workspace=repo) as old:
+            old.checkpoint()
+            old.checkpoint()
+        stored = [orjson.loads(x) for x in (old.session_path / "session.jsonl").read_bytes().splitlines()]
+        cp_lines = [x for x in stored if x.get("type") == "checkpoint"]
+        assert len(cp_lines) == 2 and all(form in x["workspace"] and "repo" in x["source"] for x in cp_lines)
+        cp = Session.load(old.session_path).by_type("checkpoint")[-1]
+        assert manifest_rows(cp["workspace"]) == manifest_rows(cps[-1]["workspace"])
+        assert cp["workspace"]["fingerprint"] == cps[-1]["workspace"]["fingerprint"]
+        assert verify_session(old.session_path).ok
+        restore(Session.load(old.session_path), cp["seq"], tmp_path / form)
+        assert tree_snapshot(tmp_path / "by-ref") == tree_snapshot(tmp_path / form)
+        assert all(c.ok for c in validate(tmp_path / form))
+
+
+def test_a_changed_manifest_costs_its_changed_rows(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo", {"a.txt": "a\n"})
+    notes = repo / "notes"
+    notes.mkdir()
+    for i in range(300):  # 30 KB of manifest
+        (notes / f"n{i:03d}.md").write_text(f"note {i}\n")
+    states: list[dict[str, bytes]] = []
+    with forkpoint.record(store=tmp_path / "store", workspace=repo) as rec:
+        for turn in range(30):  # an agent's turn: one file written, one edited, one removed
+            (repo / f"scratch_{turn:02d}.py").write_text(f"print({turn})\n")
+            (notes / f"n{turn:03d}.md").write_text(f"note {turn}, edited\n")
+            (notes / f"n{299 - turn:03d}.md").unlink()
+            rec.checkpoint()
+            states.append({p: (repo / p).read_bytes() for p in untracked_files(repo)})
+    raw = [x for x in (rec.session_path / "session.jsonl").read_bytes().splitlines() if b'"checkpoint"' in x]
+    lines = [orjson.loads(x) for x in raw]
+    cps = Session.load(rec.session_path).by_type("checkpoint")
+    assert len(lines) == len(cps) == 30
+    for cp, state in zip(cps, states, strict=True):
+        rows = manifest_rows(cp["workspace"])
+        assert {r[0]: r[4] for r in rows} == {p: sha256_hex(data) for p, data in state.items()}
+        assert digest(rows) == cp["workspace"]["fingerprint"]
+    # The second checkpoint holds what changed since the first (three rows), and the first's blob.
+    first, second = lines[0]["workspace"], lines[1]["workspace"]
+    assert "manifest_json" in first
+    assert second["manifest_base"] == first["manifest_json"]
+    assert [len(second["manifest_changes"][k]) for k in ("drop", "put")] == [1, 2]
+    assert len(raw[1]) < 1_500 and first["manifest_json"]["size"] > 25_000
+    # Changes pile up on one base until they cost about what the whole manifest does: then whole again.
+    rebased = [i for i, line in enumerate(lines) if "manifest_json" in line["workspace"]]
+    assert rebased[0] == 0 and 1 < len(rebased) < 6, rebased
+    manifests = sum(len(x) for x in raw if b'"manifest_changes"' in x or b'"manifest_json"' in x) + sum(
+        f.stat().st_size for f in (rec.session_path / "blobs").rglob("*") if f.name.endswith(".zst")
+    )
+    assert manifests < 150_000  # whole at each of them: 30 x 12 KB, compressed
+    assert verify_session(rec.session_path).ok
+    restore(Session.load(rec.session_path), cps[-2]["seq"], tmp_path / "restored")
+    restored = tree_snapshot(tmp_path / "restored")
+    assert {p: restored[p][2] for p in states[-2]} == states[-2]
+    assert all(c.ok for c in validate(tmp_path / "restored"))
+
+
+def test_a_forged_manifest_change_fails_verify_naming_the_checkpoint(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo", {"a.txt": "a\n"})
+    for i in range(20):
+        (repo / f"n{i:02d}.md").write_text(f"note {i}\n")
+    with forkpoint.record(store=tmp_path / "store", workspace=repo) as rec:
+        rec.checkpoint()
+        (repo / "n00.md").write_text("edited\n")
+        rec.checkpoint()
+    log = rec.session_path / "session.jsonl"
+    lines = [orjson.loads(x) for x in log.read_bytes().splitlines()]
+    (forged,) = [x for x in lines if "manifest_changes" in x.get("workspace", {})]
+    forged["workspace"]["manifest_changes"]["put"][0][4] = sha256_hex(b"note 0\n")  # the file as it was
+    prev = ""
+    for obj in lines:  # the chain made whole again: only what the checkpoint layer checks is wrong
+        if "seq" in obj:
+            obj["prev"] = prev
+        obj.pop("hash")
+        obj["hash"] = line_hash(obj)
+        prev = obj["hash"]
+    log.write_bytes(b"".join(orjson.dumps(x) + b"\n" for x in lines))
+    v = verify_session(rec.session_path)
+    assert v.problems == [
+        f"{log}:{lines.index(forged) + 1}: checkpoint seq {forged['seq']}: "
+        "the workspace manifest does not match its fingerprint"
+    ]
 
 
 # --------------------------------------------------------------------------- fork, end to end
