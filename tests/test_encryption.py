@@ -166,6 +166,35 @@ def test_verify_without_identity_finds_tampering(
     assert not v.ok and "was modified" in v.problems[0], v.problems
 
 
+def test_checkpoints_that_refer_to_earlier_ones_are_sealed_and_restore(
+    tmp_path: Path, keys: tuple[str, Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Unchanged fields (``$same``) and manifests stored as their changes to an earlier one are
+    inside the sealed lines, and read back whole with the identity."""
+    recipient, ident, _ = keys
+    monkeypatch.delenv(IDENTITY_ENV, raising=False)
+    repo = _repo(tmp_path)
+    for i in range(20):
+        (repo / f"note_{i:02d}.md").write_text(f"{PLAIN['system_prompt']} {i}\n")
+    with forkpoint.record(store=tmp_path / "store", workspace=repo, encrypt_to=[recipient]) as rec:
+        rec.checkpoint()
+        rec.checkpoint()
+        (repo / "note_00.md").write_text("edited\n")
+        rec.checkpoint()
+    assert leaks(tmp_path / "store", PLAIN) == []
+    assert verify(rec.session_path).ok
+    monkeypatch.setenv(IDENTITY_ENV, str(ident))
+    v = verify(rec.session_path)
+    assert v.ok and v.checkpoints == 3 and not any("no identity" in n for n in v.notes), (v.problems, v.notes)
+    cps = Session.load(rec.session_path).by_type("checkpoint")
+    assert cps[0]["workspace"] == cps[1]["workspace"] and cps[0]["source"] == cps[2]["source"]
+    assert "manifest_changes" in cps[2]["workspace"]
+    into = restore(Session.load(rec.session_path), cps[2]["seq"], tmp_path / "restored")
+    assert (into / "note_00.md").read_text() == "edited\n"
+    assert (into / "note_19.md").read_text() == f"{PLAIN['system_prompt']} 19\n"
+    assert all(c.ok for c in validate(into))
+
+
 @pytest.mark.slow
 def test_recipients_from_files_config_and_the_command_line(
     tmp_path: Path, server: LocalServer, keys: tuple[str, Path, Path], monkeypatch: pytest.MonkeyPatch
