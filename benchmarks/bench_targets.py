@@ -419,6 +419,9 @@ def child_mem(step: str, turns: int, path: Path) -> int:
 def row_startup(repeat: int, tmp: Path) -> None:
     print(f"\n== start-up (wall time, median of {repeat} fresh interpreters, interleaved) ==")
     env = env_with_repo()
+    # An installed package has its bytecode (pip compiles it); with PYTHONDONTWRITEBYTECODE set, as
+    # in some CI images, the warm-up below would not write it and every run would compile forkpoint.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     cmds = {
         "python -c pass": [PY, "-c", "pass"],
         "python -c 'import forkpoint'": [PY, "-c", "import forkpoint"],

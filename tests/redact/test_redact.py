@@ -5,12 +5,16 @@ from __future__ import annotations
 import hashlib
 import random
 import string
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+import orjson
 import pytest
 
 from forkpoint.redact import (
+    Scrubber,
     find_secrets,
+    rules_from_table,
     scrub_bytes,
     scrub_chunks,
     scrub_headers,
@@ -296,3 +300,59 @@ def test_nan_and_none_are_not_taken_for_one_another() -> None:
     assert nan["data"][0]["x"] != nan["data"][0]["x"] and nan["data"][1] == [float("inf")]
     none = s.json({"data": [{"x": None}, [None]]})
     assert none == {"data": [{"x": None}, [None]]}
+
+
+# --------------------------------------------------------------------------- large lists, checked in their JSON text
+
+_BIG = [
+    {"id": i, "path": f"src/file_{i}.py", "text": "plain words; nothing here " * 3} for i in range(20_000)
+]
+
+
+def _big_with(item: Any) -> list[Any]:
+    rows: list[Any] = list(_BIG)
+    rows[len(rows) // 2] = item
+    return rows
+
+
+def test_a_large_clean_list_is_checked_in_its_text_and_not_rebuilt() -> None:
+    from forkpoint.redact import CLEAN_IN_TEXT_MIN
+
+    assert len(orjson.dumps(_BIG)) >= CLEAN_IN_TEXT_MIN
+    out = Scrubber().json(_BIG)
+    assert out == _BIG and out[0] is _BIG[0]  # items shared: the walk would have copied them
+
+
+@pytest.mark.parametrize("form", ["value", "key", "quoted value", "value with newlines"])
+def test_every_secret_kind_in_a_large_list_is_scrubbed(form: str) -> None:
+    """Each kind of the canary test, inside a list too large to walk first: found by the text check
+    (split on quotes, or the regex when the list holds an escaped quote), then scrubbed by the walk."""
+    from tests.test_canary import CONTEXTS, SECRETS
+    from tests.test_security import needles
+
+    scrubber = Scrubber(
+        rules_from_table({"patterns": [{"kind": "internal-token", "regex": "itk_[A-Za-z0-9]{24}"}]}, "test")
+    )
+    for kind, context in CONTEXTS.items():
+        if kind == "json_path":  # a JSON path rule: such lists are walked (tests above)
+            continue
+        item = {
+            "value": {"id": -1, "note": context},
+            "key": {context: 1},
+            "quoted value": {"note": f'he said "{context}" twice'},
+            "value with newlines": {"note": f"line one\n{context}\nline three"},
+        }[form]
+        out = orjson.dumps(scrubber.json(_big_with(item)))
+        leaked = [n for n in needles(SECRETS[kind]) if n in out]
+        assert not leaked, (kind, form, leaked[:1])
+
+
+@pytest.mark.parametrize("escaped_quote", [False, True])
+def test_a_credential_named_key_in_a_large_list_is_found_however_the_text_is_split(
+    escaped_quote: bool,
+) -> None:
+    """A key whose name says credential replaces its value, in a large list too; a crafted key that
+    begins with ':' after a string ending in an escaped quote does not hide it."""
+    item = {"x": 'a"' if escaped_quote else "a", ":password": "hunter2hunter2", "api_key": "plainvalue123"}
+    out = Scrubber().json(_big_with(item))[len(_BIG) // 2]
+    assert out[":password"].startswith("[REDACTED:") and out["api_key"].startswith("[REDACTED:")
