@@ -66,6 +66,8 @@ DUMPS_STYLES = ("", "s", "c", "cs", "u", "su", "cu", "csu")
 #: than :data:`DUMPS_MAX`, serializing them in every style at record time costs more than it saves.
 DUMPS_MIN = 64
 DUMPS_MAX = 1 << 16
+#: From this size on (bytes of JSON), :func:`encode_field` looks at a container's JSON text first.
+PLAIN_MIN = 1 << 20
 
 
 def dumps_style(value: Any, style: str) -> str:
@@ -121,6 +123,24 @@ def encode(value: Any, blobs: BlobStore | None, texts: Mapping[str, dict[str, An
             return {"$blob": blobs.put(raw), "size": len(raw), "bytes": True}
         return {"$b64": base64.b64encode(raw).decode()}
     return value
+
+
+def encode_field(
+    value: Any, blobs: BlobStore | None, texts: Mapping[str, dict[str, Any]] | None = None
+) -> Any:
+    """:func:`encode` of one field of an event. A container of :data:`PLAIN_MIN` bytes of JSON or
+    more that has no reserved key and no string long enough for a blob is stored as it is, checked
+    in its JSON text instead of walked (a 20 MB tool result). A string it holds that equals a recent
+    tool call's JSON text then stays inline rather than a ``$dumps``: that only costs bytes."""
+    if isinstance(value, dict | list):
+        try:
+            data = orjson.dumps(value)
+        except (TypeError, orjson.JSONEncodeError):  # bytes, lone surrogates, huge integers
+            data = b""
+        if len(data) >= PLAIN_MIN and b'"$' not in data:
+            if max(map(len, data.split(b'"'))) < BLOB_MIN_BYTES // 4:
+                return value
+    return encode(value, blobs, texts)
 
 
 def json_blobs(stored: dict[str, Any], event: dict[str, Any], blobs: BlobStore) -> None:

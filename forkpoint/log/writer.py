@@ -37,6 +37,7 @@ from .codec import (
     dumps_texts,
     encode,
     encode_exotic,
+    encode_field,
     json_blobs,
     line_hash,
     same_item,
@@ -221,9 +222,10 @@ class SessionWriter:
                 stored = _trimmed(stored, {k: keep for k, (_, keep) in deltas.items()})
             # field by field: the line itself is never an encoding, whatever its keys
             texts = self._texts if event["type"] in ("model_call", "checkpoint") else None
-            stored = {
-                k: encode(v, self.blobs, texts if k in _DUMPS_FIELDS else None) for k, v in stored.items()
-            }
+            # A tool call's fields may be stored as they are (codec.encode_field); a model call's
+            # request is encoded into new containers, which the delta encoding below changes.
+            enc = encode_field if event["type"] == "tool_call" else encode
+            stored = {k: enc(v, self.blobs, texts if k in _DUMPS_FIELDS else None) for k, v in stored.items()}
             json_blobs(stored, scrubbed, self.blobs)
             names = SAME_FIELDS.get(stored["type"], ())
             whole = {k: stored[k] for k in names if k in stored}

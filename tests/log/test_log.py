@@ -621,3 +621,31 @@ def test_two_processes_append_to_one_session(store: Path) -> None:
         assert mine == list(range(200))
     v = verify(path)
     assert v.ok and v.events == 400, v.problems
+
+
+@pytest.mark.parametrize("twist", ["plain", "reserved key", "long string", "bytes"])
+def test_a_large_tool_result_is_stored_as_it_is_only_when_nothing_in_it_needs_a_stored_form(
+    tmp_path: Path, twist: str
+) -> None:
+    """A tool result of more than a megabyte of JSON is checked in its JSON text: stored as it is
+    when plain, and encoded as any value when one part needs it (a reserved key, a string long
+    enough for a blob, binary data). Each comes back whole from the session."""
+    rows: list[Any] = [{"id": i, "name": f"row {i}", "tags": ["a", "b"]} for i in range(30_000)]
+    if twist == "reserved key":
+        rows[123] = {"$blob": "not a reference", "$same": 4}
+    elif twist == "long string":
+        rows[123] = {"text": "x" * 5000}
+    elif twist == "bytes":
+        rows[123] = {"data": b"\x00\x01" * 10}
+
+    @forkpoint.tool
+    def fetch() -> list[Any]:
+        return rows
+
+    with forkpoint.record(store=tmp_path) as rec:
+        fetch()
+    line = (rec.session_path / LOG_NAME).read_bytes().splitlines()[1]
+    assert (b'"$' in line) == (twist != "plain")
+    assert Session.load(rec.session_path).events[0]["result"] == rows
+    with forkpoint.replay(rec.session_path):
+        assert fetch() == rows
