@@ -40,6 +40,11 @@ class _Loader:
             self._before(module)
         self._loader.exec_module(module)
         if self._after is not None:
+            # The import system binds a submodule to its package only once this returns; bind it
+            # now, so that code run after it may say ``http.client`` as the program will.
+            parent, _, child = module.__name__.rpartition(".")
+            if parent and parent in sys.modules:
+                setattr(sys.modules[parent], child, module)
             self._after(module)
 
     def __getattr__(self, name: str) -> Any:  # get_source, get_code, is_package… of the real loader

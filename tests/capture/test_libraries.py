@@ -308,3 +308,39 @@ def test_an_http_error_status_replays_as_the_same_exception(server: LocalServer,
     server.stop()
     with forkpoint.replay(rec.session_path):
         assert call() == live == (404, "/missing")
+
+
+_FRESH_CALL = {
+    "urllib": "import urllib.request\nreq = urllib.request.Request(URL, BODY, HEADERS)\n"
+    "print(urllib.request.urlopen(req, timeout=10).status)",
+    "requests": "import requests\nprint(requests.post(URL, data=BODY, headers=HEADERS, timeout=10).status_code)",
+    "httpx": "import httpx\nprint(httpx.post(URL, content=BODY, headers=HEADERS).status_code)",
+    "httpx2": "import httpx2\nprint(httpx2.post(URL, content=BODY, headers=HEADERS).status_code)",
+    "aiohttp": "import asyncio, aiohttp\nasync def go():\n    async with aiohttp.ClientSession() as s:\n"
+    "        async with s.post(URL, data=BODY, headers=HEADERS) as r:\n            return r.status\n"
+    "print(asyncio.run(go()))",
+}
+
+
+@pytest.mark.parametrize("library", sorted(_FRESH_CALL))
+def test_a_library_first_imported_by_a_recorded_program_is_captured(library: str, tmp_path: Path) -> None:
+    """Under `forkpoint record`, an adapter is imported when its library is (issue 15: start-up):
+    a program that imports the library only after forkpoint started (a fresh process, nothing
+    preloaded) is recorded all the same, with nothing said about a library it could not capture."""
+    import sys
+
+    from tests.cliutil import forkpoint_cli, with_this_path
+
+    with LocalServer() as srv:
+        script = tmp_path / "agent.py"
+        script.write_text(
+            f"URL = {srv.openai_base_url + '/chat/completions'!r}\n"
+            'BODY = b\'{"model": "m", "messages": [{"role": "user", "content": "hi"}]}\'\n'
+            "HEADERS = {'content-type': 'application/json'}\n" + _FRESH_CALL[library] + "\n"
+        )
+        done = forkpoint_cli(
+            ["record", "--store", str(tmp_path / "st"), "--no-workspace", "--", sys.executable, str(script)],
+            env=with_this_path(None),
+        )
+    assert done.returncode == 0 and done.stdout.strip() == "200", done.stderr
+    assert "cannot capture" not in done.stderr and "(1 model call," in done.stderr, done.stderr
