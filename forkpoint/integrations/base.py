@@ -14,10 +14,11 @@ from __future__ import annotations
 import fnmatch
 import functools
 import importlib
+import re
 import sys
 import threading
 import warnings
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from types import ModuleType
 from typing import Any, NamedTuple
 
@@ -40,7 +41,6 @@ _lock = threading.RLock()
 _INHERITED = object()  # what replace() keeps for a method a class inherited rather than defined
 _patched: set[tuple[str, str]] = set()  # (module, patching function)
 _originals: list[tuple[Any, str, Any]] = []
-_targets_now: list[tuple[str, Callable[[ModuleType], None]]] = []
 _finder: imports.ExecHook | None = None
 _registry: list[Integration] | None = None
 
@@ -103,37 +103,54 @@ def deferred(module: str, target: str) -> Callable[[ModuleType], None]:
     return patch
 
 
-def _targets(integrations: list[Integration]) -> list[tuple[str, Callable[[ModuleType], None]]]:
-    return [(pattern, fn) for i in integrations for pattern, fn in i.targets.items()]
+class _Targets:
+    """The modules the installed integrations patch, looked up as the import hook is asked about
+    every module the program imports: names by dict, ``*`` patterns by one compiled regex each."""
+
+    def __init__(self, integrations: Sequence[Integration] = ()) -> None:
+        self.exact: dict[str, list[Callable[[ModuleType], None]]] = {}
+        self.wild: list[tuple[re.Pattern[str], Callable[[ModuleType], None]]] = []
+        for i in integrations:
+            for pattern, fn in i.targets.items():
+                if "*" in pattern:
+                    self.wild.append((re.compile(fnmatch.translate(pattern)), fn))
+                else:
+                    self.exact.setdefault(pattern, []).append(fn)
+
+    def patches(self, module: str) -> list[Callable[[ModuleType], None]]:
+        found = self.exact.get(module, [])
+        return [*found, *(fn for rx, fn in self.wild if rx.match(module))] if self.wild else found
 
 
-def _matches(pattern: str, module: str) -> bool:
-    return fnmatch.fnmatchcase(module, pattern) if "*" in pattern else module == pattern
-
-
-def _patches(module: str) -> list[Callable[[ModuleType], None]]:
-    return [fn for pattern, fn in _targets_now if _matches(pattern, module)]
+_targets_now = _Targets()
 
 
 def _patch_all(module: ModuleType) -> None:
-    for fn in _patches(module.__name__):
+    for fn in _targets_now.patches(module.__name__):
         _patch(module.__name__, module, fn)
 
 
 def install(integrations: list[Integration]) -> None:
     """Install ``integrations``: now for frameworks already imported, on import for the others.
     Idempotent and cheap; safe to call at every activation."""
-    global _finder
+    global _finder, _targets_now
     with _lock:
         # The registry may have been read again (a plugin installed): the hook reads these.
-        _targets_now[:] = _targets(integrations)
-        for name, module in list(sys.modules.items()):
-            for pattern, fn in _targets_now:
-                if module is not None and _matches(pattern, name):
+        _targets_now = targets = _Targets(integrations)
+        for name, fns in targets.exact.items():
+            module = sys.modules.get(name)
+            if module is not None:
+                for fn in fns:
+                    _patch(name, module, fn)
+        for name, module in list(sys.modules.items()) if targets.wild else ():
+            for rx, fn in targets.wild:
+                if module is not None and rx.match(name):
                     _patch(name, module, fn)
         if _finder is None:
             _finder = imports.install(
-                imports.ExecHook(lambda name: bool(_patches(name)), lambda name, spec: (None, _patch_all))
+                imports.ExecHook(
+                    lambda name: bool(_targets_now.patches(name)), lambda name, spec: (None, _patch_all)
+                )
             )
 
 
