@@ -64,13 +64,36 @@ def _probe() -> str | None:
         return f"{DISABLE_VAR}=0 is set"
     if not sys.platform.startswith("linux"):
         return f"network namespaces are a Linux feature (this is {sys.platform})"
-    try:
+    if threading.active_count() == 1:
+        return _probe_in_fork()
+    try:  # forking a process with threads may copy a lock another thread holds: a new interpreter
         done = subprocess.run(
             [sys.executable, "-I", __file__, "--probe"], capture_output=True, text=True, timeout=30
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"the namespace probe did not run: {exc}"
     return None if done.returncode == 0 else (done.stderr.strip() or f"probe exit code {done.returncode}")
+
+
+def _probe_in_fork() -> str | None:
+    """The probe in a forked child (a millisecond, where a new interpreter takes tens of them): the
+    child enters the namespaces exactly as the launcher would, says why it could not, and exits."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns
+        code = 0
+        try:
+            os.close(read)
+            _enter()
+        except BaseException as exc:  # anything that stops it is the answer
+            os.write(write, str(getattr(exc, "strerror", None) or exc).encode()[:4096])
+            code = 1
+        os._exit(code)
+    os.close(write)
+    with os.fdopen(read, "rb") as f:
+        why = f.read().decode(errors="replace").strip()
+    code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    return None if code == 0 else (why or f"probe exit code {code}")
 
 
 def command(cmd: list[str], report_dir: Path) -> list[str]:

@@ -142,3 +142,13 @@ def test_the_guard_refuses_udp_sendto_and_sendmsg_in_process(tmp_path: Path) -> 
             s.sendmsg([b"x"], [], 0, ("203.0.113.9", 55))
         s.close()
     assert rp.network_blocked == ["203.0.113.9:53 (udp)", "203.0.113.9:54 (udp)", "203.0.113.9:55 (udp)"]
+
+
+def test_the_probe_in_a_forked_child_answers_as_the_launcher_does() -> None:
+    """A replay asks once per process whether the kernel gives it a namespace; in a process without
+    other threads it asks a forked child (no new interpreter). Both probes give the same answer."""
+    launcher = subprocess.run(
+        [sys.executable, "-I", netns.__file__, "--probe"], capture_output=True, text=True
+    )
+    forked = netns._probe_in_fork()
+    assert (forked is None) == (launcher.returncode == 0), (forked, launcher.stderr)
