@@ -36,6 +36,7 @@ import zstandard
 
 from tests.cliutil import forkpoint_cli
 from tests.gitutil import git
+from tests.logutil import searchable
 from tests.modelserver import LocalServer, Reply, Stream, chat_completion, json_reply
 from tests.test_security import needles
 
@@ -248,7 +249,7 @@ def _decoded(data: bytes) -> list[bytes]:
 def scan(roots: list[Path]) -> tuple[int, list[str]]:
     """(files searched, every secret found: name, form, file) under ``roots``."""
     files = [p for root in roots for p in sorted(root.rglob("*")) if p.is_file() and not p.is_symlink()]
-    contents = [(p, form) for p in files for form in _decoded(p.read_bytes())]
+    contents = [(p, form) for p in files for data in searchable(p, p.read_bytes()) for form in _decoded(data)]
     found = []
     for name, secret in SECRETS.items():
         for needle in needles(secret):

@@ -99,7 +99,7 @@ def test_invalid_utf8_in_the_header_and_unknown_version(tmp_path: Path) -> None:
     log = path / LOG_NAME
     lines = log.read_bytes().splitlines(keepends=True)
     head = orjson.loads(lines[0])
-    for version, match in ((2, "version 2 is not supported"), ("1", "version '1' is not supported")):
+    for version, match in ((3, "version 3 is not supported"), ("1", "version '1' is not supported")):
         head["version"] = version
         head.pop("hash")
         head["hash"] = digest(head)

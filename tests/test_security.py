@@ -30,6 +30,7 @@ from urllib.parse import quote
 import openai
 import orjson
 import pytest
+import zstandard
 from click.testing import CliRunner
 
 import forkpoint
@@ -37,10 +38,11 @@ from forkpoint import redact, verify
 from forkpoint.checkpoint import manifest_rows
 from forkpoint.cli import main
 from forkpoint.errors import ConfigError
-from forkpoint.log import LOG_NAME, Session, SessionWriter
+from forkpoint.log import LOG_NAME, ZSTD_SUFFIX, Session, SessionWriter
 from forkpoint.redact import load_rules
 from forkpoint.scrub import TMP_DIR, ScrubError, recover, scrub_session
 from tests.gitutil import git
+from tests.logutil import searchable, stored_lines
 from tests.modelserver import LocalServer, Reply, Stream, chat_completion, json_reply
 
 # ----------------------------------------------------------------------------- the secrets
@@ -116,7 +118,8 @@ def needles(secret: str) -> list[bytes]:
 
 
 def store_contents(store: Path) -> Iterator[tuple[Path, bytes]]:
-    """(path, bytes) of every file under ``store``; git loose objects decompressed."""
+    """(path, bytes) of every file under ``store``; git loose objects and zstd blobs decompressed,
+    a session log's packed lines opened."""
     for p in sorted(store.rglob("*")):
         if p.is_file():
             data = p.read_bytes()
@@ -125,7 +128,13 @@ def store_contents(store: Path) -> Iterator[tuple[Path, bytes]]:
                     data = zlib.decompress(data)
                 except zlib.error:
                     pass
-            yield p, data
+            elif p.suffix == ZSTD_SUFFIX:
+                try:
+                    data = zstandard.ZstdDecompressor().decompress(data, max_output_size=1 << 28)
+                except zstandard.ZstdError:  # an encrypted session's blob: an age file
+                    pass
+            for form in searchable(p, data):
+                yield p, form
 
 
 def leaks(store: Path, secrets: dict[str, str]) -> list[str]:
@@ -479,7 +488,7 @@ def test_scrub_refuses_a_session_without_end_or_that_does_not_verify(tmp_path: P
     report = scrub_session(path, scrubber=redact.Scrubber(rules), force=True)
     assert report.swapped and verify(path).ok
     lines = (path / LOG_NAME).read_bytes().splitlines(keepends=True)
-    (path / LOG_NAME).write_bytes(lines[0] + lines[1].replace(b'"POST"', b'"PUT"') + b"".join(lines[2:]))
+    (path / LOG_NAME).write_bytes(lines[0] + lines[1].replace(b'"ts":"2', b'"ts":"3') + b"".join(lines[2:]))
     with pytest.raises(ScrubError, match="does not verify"):
         scrub_session(path, scrubber=redact.Scrubber(rules), force=True)
 
@@ -507,7 +516,7 @@ def test_scrub_rescrubs_the_untracked_files_of_checkpoints(tmp_path: Path) -> No
         (repo / "note_0.md").write_text("edited\n")
         rec.checkpoint()
     assert leaks(store, {"s": secret})
-    lines = [orjson.loads(x) for x in (rec.session_path / LOG_NAME).read_bytes().splitlines()]
+    lines = stored_lines(rec.session_path)
     seqs = [x["seq"] for x in lines if x.get("type") == "checkpoint"]
     assert ["manifest_changes" in x["workspace"] for x in lines if x.get("type") == "checkpoint"] == [
         False,

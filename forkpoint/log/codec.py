@@ -36,7 +36,9 @@ from ..errors import SessionError
 from .blobs import BlobStore
 
 FORMAT = "forkpoint.session"
-FORMAT_VERSION = 1
+#: The version this forkpoint writes (2: packed lines, :mod:`.packing`), and those it reads.
+FORMAT_VERSION = 2
+READ_VERSIONS = (1, 2)
 LOG_NAME = "session.jsonl"
 BLOB_DIR = "blobs"
 GIT_OBJECTS = "git-objects"

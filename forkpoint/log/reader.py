@@ -26,8 +26,8 @@ from .blobs import BlobStore, open_regular
 from .codec import (
     BLOB_DIR,
     FORMAT,
-    FORMAT_VERSION,
     LOG_NAME,
+    READ_VERSIONS,
     Deltas,
     Repeats,
     decode,
@@ -35,6 +35,7 @@ from .codec import (
     resolve_deltas,
 )
 from .crypto import FILES, Cipher, header_cipher, open_event, open_header
+from .packing import Unpacker
 
 #: Functions that add derived fields to every event as it is loaded. The log knows nothing of
 #: providers: :mod:`forkpoint.providers` hands in the one that adds a model call's ``summary``.
@@ -71,10 +72,10 @@ def check_header(first: bytes, log_path: Path) -> dict[str, Any]:
         raise SessionError(f"{log_path}:1: header is not valid JSON ({exc})") from None
     if not isinstance(head, dict) or head.get("format") != FORMAT:
         raise SessionError(f"{log_path}:1: not a forkpoint session header")
-    if head.get("version") != FORMAT_VERSION:
+    if head.get("version") not in READ_VERSIONS:
         raise SessionError(
             f"{log_path}:1: session format version {head.get('version')!r} is not supported "
-            f"(this forkpoint reads version {FORMAT_VERSION})"
+            f"(this forkpoint reads versions {', '.join(map(str, READ_VERSIONS))})"
         )
     return head
 
@@ -155,9 +156,9 @@ def event_lines(log_path: Path, recovered: list[dict[str, Any]]) -> Iterator[_Li
 
 
 class _Resolver:
-    """Turns the stored lines of one session log, in order, into events in resolved form: blobs
-    read, ``$same`` fields and ``$delta`` lists rebuilt (from the earlier lines it saw), derived
-    fields added."""
+    """Turns the stored lines of one session log, in order, into events in resolved form: packed
+    lines unpacked, blobs read, ``$same`` fields and ``$delta`` lists rebuilt (from the earlier
+    lines it saw), derived fields added."""
 
     def __init__(self, path: Path, cipher: Cipher | None) -> None:
         self.log_path = path / LOG_NAME
@@ -168,16 +169,20 @@ class _Resolver:
         self.deltas: dict[int, Deltas] = {}
         self.tools: dict[int, dict[str, Any]] = {}  # tool calls by seq, for ``$dumps``
         self.repeats = Repeats()
+        self.unpacker = Unpacker()
 
     def event(self, obj: dict[str, Any], lineno: int, raw: bytes | None = None) -> dict[str, Any]:
         """The resolved event of the stored line ``obj`` (line ``lineno``, whose bytes are ``raw``
-        when known). Raises :class:`SessionError` naming the line when a blob, a delta base or a
-        ``$same`` field cannot be read (or decrypted: :class:`~forkpoint.errors.IdentityError`
-        without a usable identity)."""
-        if raw is not None and b'"$' not in raw:
+        when known). Raises :class:`SessionError` naming the line when it cannot be unpacked, or a
+        blob, a delta base or a ``$same`` field cannot be read (or decrypted:
+        :class:`~forkpoint.errors.IdentityError` without a usable identity)."""
+        obj, payload = self.unpacker.open(obj, f"{self.log_path}:{lineno}")
+        text = raw if payload is None else payload
+        if text is not None and b'"$' not in text:
             # Every stored form (blob, delta, escape, sealed field) is an object key that starts
-            # with "$": a line without one is its resolved event already, however large it is
-            # (its checkpoint fields are still what later lines may refer to as ``$same``).
+            # with "$": a line (a packed line's payload) without one is its resolved event already,
+            # however large it is (its checkpoint fields are still what later lines may refer to as
+            # ``$same``).
             event = self.repeats.resolve(obj, f"{self.log_path}:{lineno}")
         else:
             event = self._decoded(obj, lineno)

@@ -17,6 +17,7 @@ from ..errors import IdentityError, SessionError
 from .blobs import BlobStore, leftovers
 from .codec import BLOB_DIR, GIT_OBJECTS, LOG_NAME, Repeats, blob_refs, line_hash
 from .crypto import ENC, FILES, Cipher, header_cipher, open_event
+from .packing import Unpacker
 from .reader import check_header, event_lines
 
 
@@ -107,8 +108,8 @@ def verify(path: Path | str, *, deep: bool = True, checks: Mapping[str, Check] |
     """Check a session log without trusting any of it. Reads only; never writes.
 
     * the header (format, version, hash), and every line: valid JSON, its ``hash``, its ``prev``
-      link, ``seq`` order, ``$same`` and ``$delta`` references; torn regions only where a later event declares
-      their exact bytes;
+      link, ``seq`` order, its packed fields (:mod:`.packing`), ``$same`` and ``$delta``
+      references; torn regions only where a later event declares their exact bytes;
     * with ``deep`` (the default), every blob a line refers to (content against its name), then
       each of ``checks`` (event type → :data:`Check`) with the lines of its event type.
 
@@ -141,6 +142,7 @@ def verify(path: Path | str, *, deep: bool = True, checks: Mapping[str, Check] |
     last_type = None
     last_pid = None
     recovered: list[dict[str, Any]] = []
+    unpacker = Unpacker()
     if not path.is_dir():
         problems.append(f"{path}: no such session directory")
         return result
@@ -193,6 +195,11 @@ def verify(path: Path | str, *, deep: bool = True, checks: Mapping[str, Check] |
                 continue
             result.events += 1
             seq = prev_seq = int(obj["seq"])
+            try:
+                obj = unpacker.open(obj, f"{log_path}:{lineno}")[0]
+            except SessionError as exc:
+                problems.append(str(exc))
+                break
             if ENC in obj:
                 sealed_refs = obj.get("blobs")
                 if not isinstance(sealed_refs, list) or not all(isinstance(h, str) for h in sealed_refs):

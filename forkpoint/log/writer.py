@@ -45,6 +45,7 @@ from .codec import (
     valid_line,
 )
 from .crypto import CLEAR_EVENT, ENC, FILES, Cipher, header_cipher, seal_header
+from .packing import PACK_DICT, PACKED, Packer
 from .reader import read_header
 
 #: How many recent model calls a new request is compared with to find its delta base.
@@ -54,6 +55,8 @@ _DUMPS_WINDOW = 64
 #: The fields of an event whose strings may be stored as ``$dumps`` of an earlier tool call: what
 #: an agent sends the model (a request) or carries (a checkpoint's context).
 _DUMPS_FIELDS = frozenset({"request", "context"})
+#: The log's own fields of a line: whatever an event passes for them is not taken.
+_LOG_FIELDS = frozenset({"seq", "prev", "hash", "torn", ENC, PACKED, PACK_DICT})
 #: The fsync policies (``FORKPOINT_FSYNC``).
 FSYNC_POLICIES = ("event", "close", "never")
 
@@ -104,6 +107,11 @@ class SessionWriter:
         # wrote (stored form) with the seq of the line that holds each: what the next one refers to
         # as ``$same`` (the line a reference names holds the value, not another reference to it).
         self._same: dict[str, dict[str, tuple[int, Any]]] = {}
+        # Lines are packed in sessions of the format that has packed lines (an older session keeps
+        # its format whoever appends to it), and not sealed: compressed against other lines, a sealed
+        # line's length would tell how much it shares with them.
+        packs = self.cipher is None and self.header.get("version") == FORMAT_VERSION
+        self._packer = Packer() if packs else None
 
     @classmethod
     def create(
@@ -212,7 +220,7 @@ class SessionWriter:
             if self._fd < 0:
                 raise SessionError(f"{self.log_path}: this writer is closed")
             stored = {"type": event["type"], "ts": event.get("ts") or now_iso()}
-            stored.update((k, v) for k, v in event.items() if k not in ("seq", "prev", "hash", "torn"))
+            stored.update((k, v) for k, v in event.items() if k not in _LOG_FIELDS)
             stored = self.scrubber.event(stored)
             scrubbed = stored
             body = delta_container(stored)
@@ -226,7 +234,8 @@ class SessionWriter:
             # request is encoded into new containers, which the delta encoding below changes.
             enc = encode_field if event["type"] == "tool_call" else encode
             stored = {k: enc(v, self.blobs, texts if k in _DUMPS_FIELDS else None) for k, v in stored.items()}
-            json_blobs(stored, scrubbed, self.blobs)
+            if self._packer is None:  # (a packed line compresses these better than a blob of their own)
+                json_blobs(stored, scrubbed, self.blobs)
             names = SAME_FIELDS.get(stored["type"], ())
             whole = {k: stored[k] for k in names if k in stored}
             bases = self._same.get(stored["type"], {})
@@ -243,17 +252,20 @@ class SessionWriter:
                     _delta_encode(stored, deltas)
                 if lists:
                     self._recent.appendleft((seq, lists))
+                where = f"{self.log_path}: event seq {seq}"
+                packed = None
                 if self.cipher is not None:
-                    where = f"{self.log_path}: event seq {seq}"
                     stored = _seal_event(stored, new_files, self.blobs, self.cipher, where)
-                line_obj = {"seq": seq, **stored}
+                elif self._packer is not None:
+                    packed = self._packer.pack(seq, stored, where)
+                line_obj = {"seq": seq, **(packed[0] if packed else stored)}
                 if self._torn is not None:
                     line_obj["torn"] = self._torn
                 line_obj["prev"] = self._last_hash
                 try:
                     line_obj["hash"] = line_hash(line_obj)
                 except TypeError:  # lone surrogates or huge integers: store them in their own way
-                    line_obj = encode_exotic(line_obj, f"{self.log_path}: event seq {seq}")
+                    line_obj = encode_exotic(line_obj, where)
                     line_obj["hash"] = line_hash(line_obj)
                 data = self._close_torn + dumps(line_obj) + b"\n"
                 written = os.write(self._fd, data)
@@ -265,6 +277,8 @@ class SessionWriter:
                 self._known_size = os.fstat(self._fd).st_size
                 self._last_seq = seq
                 self._last_hash = line_obj["hash"]
+                if packed and self._packer is not None:  # (written: later lines may unpack against it)
+                    self._packer.keep(seq, scrubbed["type"], packed[1])
                 if scrubbed["type"] == "tool_call":
                     self._remember_texts(seq, scrubbed)
                 if names:

@@ -39,6 +39,7 @@ import pytest
 import forkpoint
 from forkpoint import netns, verify
 from forkpoint.log import LOG_NAME, Session, SessionWriter
+from tests.logutil import stored_lines
 from tests.modelserver import LocalServer, Reply, json_reply
 
 LIBS = [pytest.param(httpx, id="httpx"), pytest.param(httpx2, id="httpx2")]
@@ -939,7 +940,7 @@ def test_multipart_audio_upload_is_stored_losslessly_and_matches_despite_a_new_b
     req = event["request"]
     assert dict((k.lower(), v) for k, v in req["headers"])["content-type"].startswith("multipart/form-data")
     assert req["body_kind"] == "bytes" and req["body"] == sent["raw"]  # byte for byte
-    raw_line = orjson.loads((rec.session_path / LOG_NAME).read_bytes().split(b"\n")[1])
+    raw_line = stored_lines(rec.session_path)[1]
     assert raw_line["request"]["body"]["bytes"] is True  # a binary blob, named by its hash
     assert (rec.session_path / "blobs" / raw_line["request"]["body"]["$blob"][:2]).is_dir()
 

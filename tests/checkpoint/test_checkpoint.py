@@ -43,6 +43,7 @@ from forkpoint.demo.server import ModelServer
 from forkpoint.log import BlobStore, Session, SessionWriter, line_hash
 from forkpoint.record import make_header
 from forkpoint.store import session_dirs
+from tests.logutil import stored_lines
 from tests.modelserver import LocalServer
 
 # --------------------------------------------------------------------------- git helpers
@@ -643,11 +644,11 @@ def test_a_tracked_symlink_pointing_outside_cannot_be_written_through(tmp_path: 
     # Tamper: add a row under the tracked symlink (the log is rewritten by hand, hash chain aside).
     log = rec.session_path / "session.jsonl"
     lines = log.read_bytes().splitlines()
-    event = orjson.loads(lines[seq])
+    event = stored_lines(rec.session_path)[seq]
     evil = b"pwned\n"
     BlobStore(rec.session_path / "blobs").put(evil)
     event["workspace"]["manifest"] = [["out/evil.txt", "file", 0o644, len(evil), sha256_hex(evil)]]
-    lines[seq] = orjson.dumps(event)
+    lines[seq] = orjson.dumps(event)  # (a plain line: it was packed, maybe)
     log.write_bytes(b"\n".join(lines) + b"\n")
     with pytest.raises(CheckpointError, match="symlink outside"):
         restore(Session.load(rec.session_path), seq, tmp_path / "into")
@@ -849,9 +850,9 @@ def test_an_unchanged_checkpoint_costs_references(tmp_path: Path, monkeypatch: p
     with forkpoint.record(store=tmp_path / "store", workspace=repo) as rec:
         for _ in range(10):
             rec.checkpoint()
-    raw = (rec.session_path / "session.jsonl").read_bytes().splitlines()
-    lines = [orjson.loads(x) for x in raw]
-    stored = [(x, len(r)) for x, r in zip(lines, raw, strict=True) if x.get("type") == "checkpoint"]
+    lines = stored_lines(rec.session_path)
+    # (each line's size as stored, packed or not: what the encodings leave, before packing)
+    stored = [(x, len(orjson.dumps(x))) for x in lines if x.get("type") == "checkpoint"]
     assert len(stored) == 10
     (first, first_size), rest = stored[0], stored[1:]
     # The first checkpoint refers to the manifest's blob; no line carries the rows (nor a file name).
@@ -878,8 +879,7 @@ def test_an_unchanged_checkpoint_costs_references(tmp_path: Path, monkeypatch: p
         with forkpoint.record(store=tmp_path / "store", workspace=repo) as old:
             old.checkpoint()
             old.checkpoint()
-        stored = [orjson.loads(x) for x in (old.session_path / "session.jsonl").read_bytes().splitlines()]
-        cp_lines = [x for x in stored if x.get("type") == "checkpoint"]
+        cp_lines = [x for x in stored_lines(old.session_path) if x.get("type") == "checkpoint"]
         assert len(cp_lines) == 2 and all(form in x["workspace"] and "repo" in x["source"] for x in cp_lines)
         cp = Session.load(old.session_path).by_type("checkpoint")[-1]
         assert manifest_rows(cp["workspace"]) == manifest_rows(cps[-1]["workspace"])
@@ -904,8 +904,8 @@ def test_a_changed_manifest_costs_its_changed_rows(tmp_path: Path) -> None:
             (notes / f"n{299 - turn:03d}.md").unlink()
             rec.checkpoint()
             states.append({p: (repo / p).read_bytes() for p in untracked_files(repo)})
-    raw = [x for x in (rec.session_path / "session.jsonl").read_bytes().splitlines() if b'"checkpoint"' in x]
-    lines = [orjson.loads(x) for x in raw]
+    lines = [x for x in stored_lines(rec.session_path) if x.get("type") == "checkpoint"]
+    raw = [orjson.dumps(x) for x in lines]  # (as stored, packed or not: what the encodings leave)
     cps = Session.load(rec.session_path).by_type("checkpoint")
     assert len(lines) == len(cps) == 30
     for cp, state in zip(cps, states, strict=True):
@@ -941,7 +941,7 @@ def test_a_forged_manifest_change_fails_verify_naming_the_checkpoint(tmp_path: P
         (repo / "n00.md").write_text("edited\n")
         rec.checkpoint()
     log = rec.session_path / "session.jsonl"
-    lines = [orjson.loads(x) for x in log.read_bytes().splitlines()]
+    lines = stored_lines(rec.session_path)  # (written back as plain lines)
     (forged,) = [x for x in lines if "manifest_changes" in x.get("workspace", {})]
     forged["workspace"]["manifest_changes"]["put"][0][4] = sha256_hex(b"note 0\n")  # the file as it was
     prev = ""

@@ -259,7 +259,7 @@ def test_a_writer_refuses_to_append_after_a_damaged_last_line(tmp_path: Path) ->
     path = _write(tmp_path / "store", _events(3))
     log = path / LOG_NAME
     lines = log.read_bytes().splitlines(keepends=True)
-    lines[-1] = lines[-1].replace(b"note 2", b"note X")  # complete, but its hash no longer matches
+    lines[-1] = lines[-1].replace(b'"type":"note"', b'"type":"nope"')  # complete, its hash no longer matching
     log.write_bytes(b"".join(lines))
     before = log.read_bytes()
     w = SessionWriter.open(path, fsync="never")

@@ -22,6 +22,7 @@ from forkpoint.canonical import digest
 from forkpoint.log import LOG_NAME, BlobStore, LogTail, Session, SessionError, SessionWriter, line_hash
 from forkpoint.log import verify as verify_log
 from tests.gitutil import git
+from tests.logutil import stored_lines
 
 # ----------------------------------------------------------------------------- helpers
 
@@ -132,7 +133,7 @@ def test_header_fields_in_a_git_repo(tmp_path: Path, monkeypatch: pytest.MonkeyP
         pass
     h = Session.load(rec.session_path).header
     assert h["format"] == "forkpoint.session"
-    assert h["version"] == 1
+    assert h["version"] == 2
     assert h["session_id"] == rec.session_path.name
     assert h["name"] == "hdr"
     assert h["argv"] == argv
@@ -407,8 +408,8 @@ def test_delta_encoding_round_trips_exactly(store: Path) -> None:
         for i, body in enumerate(bodies)
     ]
     path = _write_session(store, events)
-    raw = (path / LOG_NAME).read_bytes()
-    assert raw.count(b'"$delta":{"base"') >= 4  # the delta encoding really was used
+    stored = orjson.dumps(stored_lines(path))
+    assert stored.count(b'"$delta":{"base"') >= 4  # the delta encoding really was used
 
     s = Session.load(path)
     assert [e["request"]["body"] for e in s.events] == bodies
@@ -444,8 +445,7 @@ def test_only_the_new_items_of_a_resent_history_are_encoded(
     w.append(_model_call({"model": "m", "messages": [*old, new]}))
     w.close()
     assert put == [new["content"].encode()]
-    raw = (w.path / LOG_NAME).read_bytes().splitlines()[-1]
-    assert orjson.loads(raw)["request"]["body"]["messages"]["$delta"]["keep"] == 3
+    assert stored_lines(w.path)[-1]["request"]["body"]["messages"]["$delta"]["keep"] == 3
     assert [e["request"]["body"]["messages"] for e in Session.load(w.path).events] == [old, [*old, new]]
 
 
@@ -472,7 +472,7 @@ def test_tool_values_sent_back_to_the_model_are_stored_once(store: Path) -> None
     messages = [{"role": "tool", "content": text} for text in sent]
     events.append(_model_call({"model": "m", "messages": messages}))
     path = _write_session(store, events)
-    lines = [orjson.loads(x) for x in (path / LOG_NAME).read_bytes().splitlines()]
+    lines = stored_lines(path)
     stored = lines[3]["request"]["body"]["messages"]
     assert [m["content"] for m in stored[:3]] == [
         {"$dumps": {"seq": 1, "of": "args", "style": "c"}},
@@ -481,7 +481,7 @@ def test_tool_values_sent_back_to_the_model_are_stored_once(store: Path) -> None
     ]
     assert [m["content"] for m in stored[3:6]] == sent[3:6]  # literal
     assert "$lit" in stored[6]["content"]
-    assert code.encode() not in (path / LOG_NAME).read_bytes().split(b"\n", 3)[3]
+    assert code.encode() not in orjson.dumps(lines[3])
     s = Session.load(path)
     assert [m["content"] for m in s.events[2]["request"]["body"]["messages"]] == sent
     assert verify(path).ok
@@ -492,8 +492,8 @@ def test_tool_values_sent_back_to_the_model_are_stored_once(store: Path) -> None
     from forkpoint.log.codec import line_hash
 
     forged["hash"] = line_hash(forged)
-    log = b"\n".join(orjson.dumps(x) for x in [*lines[:3], forged]) + b"\n"
-    (path / LOG_NAME).write_bytes(log)
+    raw = (path / LOG_NAME).read_bytes().splitlines(keepends=True)
+    (path / LOG_NAME).write_bytes(b"".join(raw[:3]) + orjson.dumps(forged) + b"\n")  # a plain line
     with pytest.raises(SessionError, match=r"no earlier tool call.*session.jsonl:4"):
         Session.load(path)
 
@@ -543,7 +543,7 @@ def test_unchanged_checkpoint_fields_are_references_to_the_line_that_holds_them(
         _checkpoint("2" * 40, notes),
     ]
     path = _write_session(store, events)
-    lines = [orjson.loads(x) for x in (path / LOG_NAME).read_bytes().splitlines()[1:]]
+    lines = stored_lines(path)[1:]
     assert b'"$' not in orjson.dumps(lines[0])  # read as it is, without a decode (and remembered)
     assert lines[1]["source"] == {"$same": 1} and lines[1]["workspace"] == {"$same": 1}
     assert lines[1]["mentioned_absent"] == {"$same": 1}
@@ -567,7 +567,8 @@ def test_a_checkpoint_field_that_refers_to_no_earlier_checkpoint_is_refused(stor
     path = _write_session(
         store, [_checkpoint("1" * 40, ["a"]), {"type": "note"}, _checkpoint("1" * 40, ["a"])]
     )
-    lines = [orjson.loads(x) for x in (path / LOG_NAME).read_bytes().splitlines()]
+    raw = (path / LOG_NAME).read_bytes().splitlines(keepends=True)
+    lines = stored_lines(path)
     assert lines[3]["source"] == {"$same": 1}
     for target in (2, 3, 9, "1"):  # a note, the line itself, a line after it, not a seq
         lines[3]["source"] = {"$same": target}
@@ -575,7 +576,7 @@ def test_a_checkpoint_field_that_refers_to_no_earlier_checkpoint_is_refused(stor
         lines[3]["prev"] = prev
         lines[3].pop("hash")
         lines[3]["hash"] = line_hash(lines[3])  # forged with the chain intact: only the reference is wrong
-        (path / LOG_NAME).write_bytes(b"".join(orjson.dumps(x) + b"\n" for x in lines))
+        (path / LOG_NAME).write_bytes(b"".join(raw[:3]) + orjson.dumps(lines[3]) + b"\n")  # (a plain line)
         expected = rf"session.jsonl:4: event seq 3: field 'source' refers to event {target!r}, which is no earlier checkpoint"
         with pytest.raises(SessionError, match=expected):
             Session.load(path)
@@ -644,7 +645,7 @@ def test_a_large_tool_result_is_stored_as_it_is_only_when_nothing_in_it_needs_a_
 
     with forkpoint.record(store=tmp_path) as rec:
         fetch()
-    line = (rec.session_path / LOG_NAME).read_bytes().splitlines()[1]
+    line = orjson.dumps(stored_lines(rec.session_path)[1])  # (as stored, packed or not)
     assert (b'"$' in line) == (twist != "plain")
     assert Session.load(rec.session_path).events[0]["result"] == rows
     with forkpoint.replay(rec.session_path):

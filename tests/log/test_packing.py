@@ -1,0 +1,245 @@
+"""Packed lines (format 2): what an agent's turn costs on disk, sessions of format 1 still read and
+replayed, and packed lines that are damaged or forged are refused, naming the line."""
+
+from __future__ import annotations
+
+import base64
+import json
+import random
+import shutil
+from pathlib import Path
+from typing import Any
+
+import openai
+import orjson
+import pytest
+import zstandard
+
+import forkpoint
+from forkpoint import verify
+from forkpoint.demo.agent import run_agent
+from forkpoint.log import LOG_NAME, Session, SessionError, SessionWriter, line_hash
+from forkpoint.log.packing import PACK_DICT, PACK_MAX, PACKED
+from tests.modelserver import LocalServer, Stream
+
+#: A session the demo agent recorded (4 turns, streamed) with the forkpoint of format 1: chunks and
+#: request headers as ``$json`` blobs, ``$delta`` and ``$dumps``, no packed line.
+FORMAT_1 = Path(__file__).parent / "format1" / "20261202-031047-a1c00a"
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "save",
+            "parameters": {"type": "object", "properties": {"path": {}, "content": {}}},
+        },
+    }
+]
+
+
+def _noise(turn: int) -> str:
+    """~700 characters no compressor can shrink much: each turn's arguments are new to the log."""
+    return random.Random(turn).randbytes(525).hex()[:700]
+
+
+def _streamed_tool_calls(server: LocalServer, turns: int) -> None:
+    """``…/chat/completions`` streams, until ``turns`` tool results, a ``save`` call whose arguments
+    come in 32-character pieces, one SSE event each (as OpenAI streams them); then a text answer."""
+
+    def chat(request: dict[str, Any]) -> Stream:
+        turn = sum(1 for m in request["body"]["messages"] if m["role"] == "assistant")
+        head = {"id": f"chatcmpl-{turn}", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+
+        def event(delta: dict[str, Any], finish: str | None = None) -> bytes:
+            body = {**head, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+            return f"data: {json.dumps(body)}\n\n".encode()
+
+        if turn >= turns:
+            events = [event({"role": "assistant", "content": "done"}), event({}, "stop")]
+        else:
+            args = json.dumps({"path": f"notes/{turn}.txt", "content": _noise(turn)})
+            call = {"index": 0, "id": f"call_{turn}", "type": "function"}
+            events = [event({"role": "assistant", "tool_calls": [{**call, "function": {"name": "save"}}]})]
+            for i in range(0, len(args), 32):
+                events.append(
+                    event({"tool_calls": [{"index": 0, "function": {"arguments": args[i : i + 32]}}]})
+                )
+            events.append(event({}, "tool_calls"))
+        return Stream([*events, b"data: [DONE]\n\n"])
+
+    server.route("*/chat/completions", chat)
+
+
+def _agent(base_url: str) -> str:
+    """A plain tool loop on the openai SDK, streamed: every turn's whole conversation is sent again."""
+
+    @forkpoint.tool
+    def save(path: str, content: str) -> dict[str, Any]:
+        return {"path": path, "saved": len(content)}
+
+    client = openai.OpenAI(base_url=base_url, api_key="sk-test", max_retries=0)
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "Save the notes."}]
+    while True:
+        calls: dict[int, dict[str, Any]] = {}
+        text = ""
+        for chunk in client.chat.completions.create(model="m", messages=messages, tools=TOOLS, stream=True):  # type: ignore[arg-type]
+            delta = chunk.choices[0].delta
+            text += delta.content or ""
+            for tc in delta.tool_calls or []:
+                call = calls.setdefault(tc.index, {"id": tc.id, "name": "", "arguments": ""})
+                call["name"] += (tc.function and tc.function.name) or ""
+                call["arguments"] += (tc.function and tc.function.arguments) or ""
+        if not calls:
+            return text
+        messages.append(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": c["id"],
+                        "type": "function",
+                        "function": {"name": c["name"], "arguments": c["arguments"]},
+                    }
+                    for c in calls.values()
+                ],
+            }
+        )
+        for c in calls.values():
+            result = save(**json.loads(c["arguments"]))
+            messages.append({"role": "tool", "tool_call_id": c["id"], "content": json.dumps(result)})
+
+
+def test_a_streamed_turn_costs_its_tool_arguments_about_once(tmp_path: Path, server: LocalServer) -> None:
+    """The ~700 characters of arguments a model streams each turn (no compressor makes them smaller
+    than ~390 bytes) reach the log three times: in the stream's chunks, as the tool call's ``args``,
+    in the next request. A turn costs ~1.8 KB, the chain and ids of its two lines included (3.5 KB
+    in sessions of format 1, which stored them about three times)."""
+    turns = 30
+    _streamed_tool_calls(server, turns)
+    with forkpoint.record(store=tmp_path / "store") as rec:
+        assert _agent(server.openai_base_url) == "done"
+    assert len(Session.load(rec.session_path).by_type("tool_call")) == turns
+    assert verify(rec.session_path).ok
+    size = sum(f.stat().st_size for f in rec.session_path.rglob("*") if f.is_file())
+    assert size < turns * 2400, size
+    with forkpoint.replay(rec.session_path) as rp:
+        assert _agent(server.openai_base_url) == "done"
+    assert rp.report()["matched"] == 2 * turns + 1
+
+
+def test_packed_lines_open_to_the_same_events_and_are_checked_like_any_line(tmp_path: Path) -> None:
+    big = "def f(x):\n    return x * 2  # the same text in every line\n" * 10
+    w = SessionWriter.create(tmp_path / "store", {"argv": ["a"]}, fsync="never")
+    for i in range(6):
+        w.append({"type": "tool_call", "tool": "t", "args": {"i": i, "code": big}, "result": {"ok": i}})
+    w.append({"type": "end", "exit_code": 0})
+    w.close()
+    raw = [orjson.loads(line) for line in (w.path / LOG_NAME).read_bytes().splitlines()]
+    assert raw[0]["version"] == 2
+    assert all(PACKED in line for line in raw[1:-1]) and PACKED not in raw[-1]  # `end` is never packed
+    assert raw[1].get(PACK_DICT) is None and raw[2][PACK_DICT] == [1] and raw[6][PACK_DICT] == [3, 4, 5]
+    assert max(len(x) for x in (w.path / LOG_NAME).read_bytes().splitlines()[2:-1]) < len(big) // 2
+    events = Session.load(w.path).events
+    assert [e["args"] for e in events[:-1]] == [{"i": i, "code": big} for i in range(6)]
+    assert verify(w.path).ok
+
+    log = w.path / LOG_NAME
+    lines = log.read_bytes().splitlines(keepends=True)
+
+    def forged(lineno: int, **change: Any) -> None:
+        """Line ``lineno`` changed, its hash made to match (a forgery, not damage)."""
+        obj = {**raw[lineno - 1], **change}
+        obj.pop("hash")
+        obj["hash"] = line_hash(obj)
+        log.write_bytes(b"".join(lines[: lineno - 1]) + orjson.dumps(obj) + b"\n" + b"".join(lines[lineno:]))
+
+    frame = base64.b64decode(raw[3][PACKED])  # line 4: seq 3, packed against seqs 1 and 2
+    cases = [
+        ({PACK_DICT: [1]}, "cannot be decompressed|not JSON"),  # packed against another line
+        ({PACK_DICT: [2, 9]}, "packed against line seq 9, which is no packed line"),
+        ({PACKED: "not base64!"}, r"\$zstd is not base64"),
+        ({PACKED: base64.b64encode(frame[:-3]).decode()}, "cannot be decompressed"),
+        (
+            {PACKED: base64.b64encode(zstandard.ZstdCompressor().compress(b'{"seq":1}')).decode()},
+            "not an object",
+        ),
+    ]
+    for change, problem in cases:
+        forged(4, **{PACK_DICT: raw[3][PACK_DICT], **change})
+        with pytest.raises(SessionError, match=rf"{LOG_NAME}:4: .*({problem})"):
+            Session.load(w.path)
+        v = verify(w.path)
+        assert not v.ok and f"{LOG_NAME}:4:" in v.problems[0], (change, v.problems)
+    # A frame that says it unpacks to more than a line may hold is not even opened.
+    bomb = zstandard.ZstdCompressor().compress(b" " * (PACK_MAX + 1))
+    forged(4, **{PACKED: base64.b64encode(bomb).decode()})
+    with pytest.raises(SessionError, match=f"at most {PACK_MAX} bytes"):
+        Session.load(w.path)
+
+
+def test_lines_are_packed_only_against_their_own_writers_lines(tmp_path: Path) -> None:
+    """Two writers append to one session in turn: each packs against its own earlier lines."""
+    first = SessionWriter.create(tmp_path / "store", {"argv": ["a"]}, fsync="never")
+    second = SessionWriter.open(first.path, fsync="never")
+    for i in range(4):
+        for name, w in (("first", first), ("second", second)):
+            w.append({"type": "note", "text": f"{name} {i}", "data": {"pad": f"{name} padding " * 40}})
+    first.close()
+    second.close()
+    raw = [orjson.loads(line) for line in (first.path / LOG_NAME).read_bytes().splitlines()[1:]]
+    assert [line.get(PACK_DICT) for line in raw] == [
+        None,
+        None,
+        [1],
+        [2],
+        [1, 3],
+        [2, 4],
+        [1, 3, 5],
+        [2, 4, 6],
+    ]
+    s = Session.load(first.path)
+    assert [e["text"] for e in s.events] == [f"{n} {i}" for i in range(4) for n in ("first", "second")]
+    assert verify(first.path).ok
+
+
+def test_a_session_of_format_1_loads_verifies_replays_and_stays_format_1(tmp_path: Path) -> None:
+    path = tmp_path / FORMAT_1.name
+    shutil.copytree(FORMAT_1, path)
+    before = (path / LOG_NAME).read_bytes()
+    assert orjson.loads(before.split(b"\n", 1)[0])["version"] == 1 and b'"$json"' in before
+    s = Session.load(path)
+    calls = s.by_type("model_call")
+    assert [e["type"] for e in s.events].count("tool_call") == 4 and len(calls) == 5
+    for call in calls:  # $json blobs, $delta and $dumps resolved as ever
+        assert call["response"]["chunks"][-1][1] == "data: [DONE]\n\n"
+        assert ["content-type", "application/json"] in call["request"]["headers"]
+        assert call["request"]["body"]["messages"][0]["role"] == "system"
+    sent_back = calls[1]["request"]["body"]["messages"][2]["tool_calls"][0]["function"]["arguments"]
+    assert json.loads(sent_back) == s.by_type("tool_call")[0]["args"]
+    assert verify(path).ok
+    with forkpoint.replay(s) as rp:
+        answer = run_agent("http://127.0.0.1:9", tmp_path / "work", echo=None)
+    assert answer.startswith("Here is what I did.") and rp.report()["matched"] == 9
+
+    w = SessionWriter.open(path, fsync="never")  # a new writer keeps the session's format
+    w.append({"type": "note", "text": "appended", "data": {"pad": "padding " * 60}})
+    w.close()
+    added = (path / LOG_NAME).read_bytes()[len(before) :]
+    assert PACKED.encode() not in added and b"padding padding" in added
+    assert Session.load(path).events[-1]["text"] == "appended" and verify(path).ok
+
+
+def test_an_encrypted_session_seals_its_lines_unpacked(tmp_path: Path) -> None:
+    pyrage = pytest.importorskip("pyrage")
+    identity = pyrage.x25519.Identity.generate()
+    w = SessionWriter.create(
+        tmp_path / "store",
+        {"argv": ["a"], "encryption": {"scheme": "age", "recipients": [str(identity.to_public())]}},
+        fsync="never",
+    )
+    w.append({"type": "note", "text": "secret plans", "data": {"pad": "padding " * 60}})
+    w.close()
+    line = orjson.loads((w.path / LOG_NAME).read_bytes().splitlines()[1])
+    assert "$enc" in line and PACKED not in line
+    assert verify(w.path).ok
