@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import base64
 import json
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,7 +66,7 @@ _INT_RANGE = (-(1 << 63), (1 << 64) - 1)  # what orjson writes as a JSON integer
 #: result back to a model. ``c``: compact separators; ``s``: keys sorted; ``u``: not ASCII-escaped.
 DUMPS_STYLES = ("", "s", "c", "cs", "u", "su", "cu", "csu")
 #: Tool values whose JSON is shorter than this cost less inline than a ``$dumps`` reference; longer
-#: than :data:`DUMPS_MAX`, serializing them in every style at record time costs more than it saves.
+#: than :data:`DUMPS_MAX`, comparing texts with them costs more than it saves.
 DUMPS_MIN = 64
 DUMPS_MAX = 1 << 16
 #: From this size on (bytes of JSON), :func:`encode_field` looks at a container's JSON text first.
@@ -85,28 +86,75 @@ def dumps_style(value: Any, style: str) -> str:
     )
 
 
-def dumps_texts(value: Any) -> list[tuple[str, str]]:
-    """``(style, text)`` for every :data:`DUMPS_STYLES` of a tool call's ``args`` or ``result`` as a
-    reader will get it back (NaN as null, tuples as lists); empty when it is not plain JSON (bytes,
-    lone surrogates, huge integers, non-string keys) or its size is outside
-    [:data:`DUMPS_MIN`, :data:`DUMPS_MAX`]."""
-    try:
-        data = orjson.dumps(value)
-    except (TypeError, orjson.JSONEncodeError):
-        return []
-    if not DUMPS_MIN <= len(data) <= DUMPS_MAX:
-        return []
-    loaded = orjson.loads(data)
-    return [(style, dumps_style(loaded, style)) for style in DUMPS_STYLES]
+class SentBack:
+    """The ``args`` and ``result`` of a writer's last ``window`` tool calls, to find them again as the
+    JSON text an agent sends back to the model (``$dumps``).
+
+    Each is kept as a reader will get it back (NaN as null, tuples as lists), under its canonical
+    JSON: a string is parsed once and looked up, and only a value it parses to is serialized, in the
+    styles the text can be in, to compare byte for byte (serializing every value in all eight styles
+    when it is recorded cost more than the rest of its line's encoding)."""
+
+    def __init__(self, window: int) -> None:
+        self.window = window
+        self._values: dict[bytes, list[tuple[int, str, Any]]] = {}
+        self._recent: deque[tuple[int, list[bytes]]] = deque()
+
+    def __bool__(self) -> bool:
+        return bool(self._values)
+
+    def remember(self, seq: int, event: Mapping[str, Any]) -> None:
+        """Keep tool call ``seq``'s ``args`` and ``result`` when they are plain JSON (not bytes, lone
+        surrogates, huge integers, non-string keys) of :data:`DUMPS_MIN` to :data:`DUMPS_MAX` bytes;
+        forget those of the tool call that leaves the window."""
+        keys = []
+        for field in ("args", "result"):
+            try:
+                data = orjson.dumps(event[field]) if field in event else b""
+            except (TypeError, orjson.JSONEncodeError):
+                continue
+            if DUMPS_MIN <= len(data) <= DUMPS_MAX:
+                loaded = orjson.loads(data)
+                key = orjson.dumps(loaded, option=orjson.OPT_SORT_KEYS)
+                self._values.setdefault(key, []).append((seq, field, loaded))
+                keys.append(key)
+        self._recent.append((seq, keys))
+        if len(self._recent) > self.window:
+            old, old_keys = self._recent.popleft()
+            for key in old_keys:
+                kept = [v for v in self._values.get(key, ()) if v[0] != old]
+                if kept:
+                    self._values[key] = kept
+                else:
+                    self._values.pop(key, None)
+
+    def ref(self, text: str) -> dict[str, Any] | None:
+        """The ``$dumps`` reference of ``text`` when it is exactly ``json.dumps`` of a kept value, in
+        one of :data:`DUMPS_STYLES` (the oldest value, the first style, when several are)."""
+        # (a value's text starts so; in any style it is at most three times its compact JSON)
+        if not text.startswith(("{", "[", '"')) or len(text) > 3 * DUMPS_MAX:
+            return None
+        try:
+            key = orjson.dumps(orjson.loads(text), option=orjson.OPT_SORT_KEYS)
+        except (orjson.JSONDecodeError, orjson.JSONEncodeError):
+            return None
+        # Not ASCII-escaped (``u``) is the only way to non-ASCII text, and gives ASCII text only
+        # where the escaped style, tried first, gives the same.
+        styles = [s for s in DUMPS_STYLES if ("u" in s) != text.isascii()]
+        for seq, field, value in self._values.get(key, ()):
+            for style in styles:
+                if dumps_style(value, style) == text:
+                    return {"seq": seq, "of": field, "style": style}
+        return None
 
 
-def encode(value: Any, blobs: BlobStore | None, texts: Mapping[str, dict[str, Any]] | None = None) -> Any:
+def encode(value: Any, blobs: BlobStore | None, sent_back: SentBack | None = None) -> Any:
     """Resolved form → stored form: big strings and bytes to blobs, reserved keys escaped.
-    With ``blobs`` None everything stays inline (the content of a ``$json`` blob). ``texts`` maps
-    the JSON texts of recent tool calls' values to their ``$dumps`` reference."""
+    With ``blobs`` None everything stays inline (the content of a ``$json`` blob). A string that is
+    the JSON text of a value ``sent_back`` keeps becomes its ``$dumps`` reference."""
     if isinstance(value, str):
-        if texts and len(value) >= DUMPS_MIN:
-            ref = texts.get(value)
+        if sent_back and len(value) >= DUMPS_MIN:
+            ref = sent_back.ref(value)
             if ref is not None:
                 return {"$dumps": ref}
         if blobs is not None and len(value) >= BLOB_MIN_BYTES // 4:  # cheap pre-check before encoding
@@ -115,10 +163,10 @@ def encode(value: Any, blobs: BlobStore | None, texts: Mapping[str, dict[str, An
                 return {"$blob": blobs.put(raw), "size": len(raw)}
         return value
     if isinstance(value, dict):
-        enc = {k: encode(v, blobs, texts) for k, v in value.items()}
+        enc = {k: encode(v, blobs, sent_back) for k, v in value.items()}
         return {"$lit": enc} if _RESERVED.intersection(value) else enc
     if isinstance(value, list | tuple):
-        return [encode(v, blobs, texts) for v in value]
+        return [encode(v, blobs, sent_back) for v in value]
     if isinstance(value, bytes | bytearray | memoryview):
         raw = bytes(value)
         if blobs is not None and len(raw) >= BLOB_MIN_BINARY:
@@ -127,9 +175,7 @@ def encode(value: Any, blobs: BlobStore | None, texts: Mapping[str, dict[str, An
     return value
 
 
-def encode_field(
-    value: Any, blobs: BlobStore | None, texts: Mapping[str, dict[str, Any]] | None = None
-) -> Any:
+def encode_field(value: Any, blobs: BlobStore | None, sent_back: SentBack | None = None) -> Any:
     """:func:`encode` of one field of an event. A container of :data:`PLAIN_MIN` bytes of JSON or
     more that has no reserved key and no string long enough for a blob is stored as it is, checked
     in its JSON text instead of walked (a 20 MB tool result). A string it holds that equals a recent
@@ -142,7 +188,7 @@ def encode_field(
         if len(data) >= PLAIN_MIN and b'"$' not in data:
             if max(map(len, data.split(b'"'))) < BLOB_MIN_BYTES // 4:
                 return value
-    return encode(value, blobs, texts)
+    return encode(value, blobs, sent_back)
 
 
 def json_blobs(stored: dict[str, Any], event: dict[str, Any], blobs: BlobStore) -> None:

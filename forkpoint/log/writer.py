@@ -31,10 +31,10 @@ from .codec import (
     FORMAT_VERSION,
     LOG_NAME,
     SAME_FIELDS,
+    SentBack,
     blob_refs,
     delta_container,
     dumps,
-    dumps_texts,
     encode,
     encode_exotic,
     encode_field,
@@ -50,7 +50,7 @@ from .reader import read_header
 
 #: How many recent model calls a new request is compared with to find its delta base.
 _DELTA_WINDOW = 16
-#: How many recent tool calls' JSON texts a new request's strings are looked up among (``$dumps``).
+#: Among how many recent tool calls a new request's strings are looked up (``$dumps``).
 _DUMPS_WINDOW = 64
 #: The fields of an event whose strings may be stored as ``$dumps`` of an earlier tool call: what
 #: an agent sends the model (a request) or carries (a checkpoint's context).
@@ -100,9 +100,8 @@ class SessionWriter:
         # The request-body lists (scrubbed, resolved) of this writer's recent model calls, for delta
         # encoding; newest first.
         self._recent: deque[tuple[int, dict[str, list[Any]]]] = deque(maxlen=_DELTA_WINDOW)
-        # JSON texts of this writer's recent tool calls' args and results → their ``$dumps``.
-        self._texts: dict[str, dict[str, Any]] = {}
-        self._text_window: deque[tuple[int, list[str]]] = deque()
+        # This writer's recent tool calls' args and results, for ``$dumps``.
+        self._sent_back = SentBack(_DUMPS_WINDOW)
         # By event type, the :data:`~.codec.SAME_FIELDS` of the last event of that type this writer
         # wrote (stored form) with the seq of the line that holds each: what the next one refers to
         # as ``$same`` (the line a reference names holds the value, not another reference to it).
@@ -229,11 +228,13 @@ class SessionWriter:
             if deltas:
                 stored = _trimmed(stored, {k: keep for k, (_, keep) in deltas.items()})
             # field by field: the line itself is never an encoding, whatever its keys
-            texts = self._texts if event["type"] in ("model_call", "checkpoint") else None
+            sent_back = self._sent_back if event["type"] in ("model_call", "checkpoint") else None
             # A tool call's fields may be stored as they are (codec.encode_field); a model call's
             # request is encoded into new containers, which the delta encoding below changes.
             enc = encode_field if event["type"] == "tool_call" else encode
-            stored = {k: enc(v, self.blobs, texts if k in _DUMPS_FIELDS else None) for k, v in stored.items()}
+            stored = {
+                k: enc(v, self.blobs, sent_back if k in _DUMPS_FIELDS else None) for k, v in stored.items()
+            }
             if self._packer is None:  # (a packed line compresses these better than a blob of their own)
                 json_blobs(stored, scrubbed, self.blobs)
             names = SAME_FIELDS.get(stored["type"], ())
@@ -280,7 +281,7 @@ class SessionWriter:
                 if packed and self._packer is not None:  # (written: later lines may unpack against it)
                     self._packer.keep(seq, scrubbed["type"], packed[1])
                 if scrubbed["type"] == "tool_call":
-                    self._remember_texts(seq, scrubbed)
+                    self._sent_back.remember(seq, scrubbed)
                 if names:
                     self._same[scrubbed["type"]] = {
                         k: bases[k] if k in referred else (seq, v) for k, v in whole.items()
@@ -289,22 +290,6 @@ class SessionWriter:
             finally:
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
             return seq
-
-    def _remember_texts(self, seq: int, event: dict[str, Any]) -> None:
-        """Keep the JSON texts of tool call ``seq``'s args and result (scrubbed, as stored), so a
-        later request that sends one of them back refers to it (``$dumps``) instead of storing it again."""
-        texts = []
-        for field in ("args", "result"):
-            if field in event:
-                for style, text in dumps_texts(event[field]):
-                    self._texts.setdefault(text, {"seq": seq, "of": field, "style": style})
-                    texts.append(text)
-        self._text_window.append((seq, texts))
-        if len(self._text_window) > _DUMPS_WINDOW:
-            old_seq, old_texts = self._text_window.popleft()
-            for text in old_texts:
-                if self._texts.get(text, {}).get("seq") == old_seq:
-                    del self._texts[text]
 
     def _delta_bases(self, lists: dict[str, list[Any]]) -> dict[str, tuple[int, int]]:
         """For each list of a new request body: (base seq, items kept) of the recent call whose
