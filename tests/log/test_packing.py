@@ -1,5 +1,6 @@
-"""Packed lines (format 2): what an agent's turn costs on disk, sessions of format 1 still read and
-replayed, and packed lines that are damaged or forged are refused, naming the line."""
+"""Packed lines (format 2): what an agent's turn costs on disk, packed lines read as the same events
+as plain ones (a torn line closed by one included), sessions of format 1 still read and replay, and
+packed lines that are damaged or forged are refused, naming the line."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ import zstandard
 import forkpoint
 from forkpoint import verify
 from forkpoint.demo.agent import run_agent
-from forkpoint.log import LOG_NAME, Session, SessionError, SessionWriter, line_hash
+from forkpoint.demo.server import ModelServer
+from forkpoint.log import LOG_NAME, Session, SessionError, SessionWriter, line_hash, to_json, writer
 from forkpoint.log.packing import PACK_DICT, PACK_MAX, PACKED
 from tests.modelserver import LocalServer, Stream
 
@@ -176,6 +178,51 @@ def test_packed_lines_open_to_the_same_events_and_are_checked_like_any_line(tmp_
     forged(4, **{PACKED: base64.b64encode(bomb).decode()})
     with pytest.raises(SessionError, match=f"at most {PACK_MAX} bytes"):
         Session.load(w.path)
+
+
+def test_packed_lines_read_as_the_same_events_as_plain_ones(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Unpacking happens where lines are read: every reader (replay, show, the exporters) gets the
+    events, field for field and in the same order, that lines written unpacked give."""
+    with ModelServer(turns=3, seed=3) as server:
+        with forkpoint.record(store=tmp_path / "store") as rec:
+            run_agent(server.base_url, tmp_path / "work", echo=None)
+    recorded = Session.load(rec.session_path).events
+    monkeypatch.setattr(writer, "Packer", lambda: None)  # the same writer, packing nothing
+    w = SessionWriter.create(tmp_path / "plain", {"argv": ["a"]}, fsync="never")
+    for e in recorded:
+        w.append({k: v for k, v in e.items() if k not in ("seq", "prev", "hash", "summary")})
+    w.close()
+    packed_log, plain_log = (rec.session_path / LOG_NAME).read_bytes(), (w.path / LOG_NAME).read_bytes()
+    assert packed_log.count(PACKED.encode()) == len(recorded) - 1  # all but `end`
+    assert PACKED.encode() not in plain_log and b'"$json"' in plain_log
+
+    def events(path: Path) -> list[bytes]:
+        return [
+            orjson.dumps({k: v for k, v in e.items() if k not in ("prev", "hash")}, default=to_json)
+            for e in Session.load(path).events
+        ]
+
+    assert events(rec.session_path) == events(w.path)
+
+
+def test_a_packed_line_that_closes_a_torn_one_declares_it(tmp_path: Path) -> None:
+    w = SessionWriter.create(tmp_path / "store", {"argv": ["a"]}, fsync="never")
+    w.append({"type": "note", "text": "before", "data": {"pad": "padding " * 60}})
+    w.close()
+    log = w.path / LOG_NAME
+    size = log.stat().st_size
+    with open(log, "ab") as f:
+        f.write(b'{"seq":2,"type":"note","ts":"2026-')  # a writer killed mid-line
+    w = SessionWriter.open(w.path, fsync="never")
+    w.append({"type": "note", "text": "after", "data": {"pad": "padding " * 60}})
+    w.close()
+    line = orjson.loads(log.read_bytes().splitlines()[-1])
+    assert PACKED in line and line["torn"]["offset"] == size
+    s = Session.load(w.path)
+    assert [e["text"] for e in s.events] == ["before", "after"] and s.recovered[0]["offset"] == size
+    assert "torn" not in s.events[1] and verify(w.path).ok
 
 
 def test_lines_are_packed_only_against_their_own_writers_lines(tmp_path: Path) -> None:
