@@ -12,7 +12,7 @@ with checkpoints before and after a ``git status``. Then the test exports the se
 --file --content``), writes its page (``show --html``), replays it with an override holding every
 secret and a ``--report``, restores every checkpoint, and searches every file under the store, the
 outputs and the restored folders — raw, and decoded (git objects inflated, zstd blobs and gzip
-files decompressed) — for each secret raw, JSON-escaped, percent-encoded, base64-encoded at every
+files decompressed, the log's packed lines unpacked) — for each secret raw, JSON-escaped, percent-encoded, base64-encoded at every
 alignment, and a 12-byte piece of its middle: 0 found.
 """
 

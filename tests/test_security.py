@@ -6,8 +6,9 @@ transport chunks), tool arguments and results, an exception message, a note, the
 line and an untracked ``.env`` captured by the workspace checkpoints. They are recorded through the
 real ``openai`` SDK against a local server and ``@forkpoint.tool`` functions, with
 ``forkpoint.record(workspace=repo)`` on a git repository. Then every byte of every file of the store
-(blobs, git objects decompressed) is searched for each secret, raw, JSON-escaped, percent-encoded and
-base64-encoded (all three alignments), and for a 12-character fragment of each.
+(zstd blobs, git objects decompressed, the log's packed lines unpacked) is searched for each secret,
+raw, JSON-escaped, percent-encoded and base64-encoded (all three alignments), and for a
+12-character fragment of each.
 """
 
 from __future__ import annotations
