@@ -1,5 +1,5 @@
 """Packed lines: an event's fields, all but its envelope, as one zstd frame compressed against the
-same writer's recent lines of the same type (``docs/format.md``, format version 2).
+same writer's recent lines (``docs/format.md``, format version 2).
 
 An agent's calls repeat one another: the same headers, ids and model names in every SSE frame, a
 test run's output that grows by a line a turn, the arguments of a tool the model just streamed. Each
