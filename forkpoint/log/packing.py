@@ -26,6 +26,7 @@ from typing import Any
 import orjson
 
 from ..errors import SessionError
+from .blobs import HUGE_BLOB
 from .codec import encode_exotic
 from .crypto import CLEAR_EVENT
 
@@ -42,11 +43,10 @@ PACK_WINDOW = 128
 #: Payloads longer than this serve as no dictionary (the readers' memory stays bounded).
 DICT_MAX = 1 << 16
 #: Payloads longer than this are not packed, and a reader refuses a frame that says it is longer
-#: (a few hostile bytes must not unpack to gigabytes).
-PACK_MAX = 1 << 24
+#: (a few hostile bytes must not unpack to more than a gigabyte).
+PACK_MAX = 1 << 30
 #: Lines never packed: ``end``, whose exit code the store's listings read without a reader.
 UNPACKED_TYPES = frozenset({"end"})
-_LEVEL = 3
 
 
 class Packer:
@@ -75,7 +75,7 @@ class Packer:
         if others:
             refs.append(max(others))
         refs = sorted(r for r in refs if r[0] >= seq - PACK_WINDOW)
-        frame = _compressor(b"".join(p for _, p in refs)).compress(payload)
+        frame = _compressor(b"".join(p for _, p in refs), len(payload)).compress(payload)
         text = base64.b64encode(frame).decode()
         if len(text) + 8 * len(refs) + 12 >= len(payload):  # 12: the keys' own cost
             return None
@@ -141,13 +141,16 @@ class Unpacker:
         return out, payload
 
 
-def _compressor(dictionary: bytes) -> Any:
+def _compressor(dictionary: bytes, size: int) -> Any:
     import zstandard  # (imported on first use: a session that packs nothing never loads it)
 
+    # A line of megabytes (a big tool result) is packed fast rather than small, as blobs are: still
+    # cheaper than hashing and writing it whole.
+    level = 3 if size < HUGE_BLOB else 1
     if not dictionary:
-        return zstandard.ZstdCompressor(level=_LEVEL, write_checksum=False)
+        return zstandard.ZstdCompressor(level=level, write_checksum=False)
     raw = zstandard.ZstdCompressionDict(dictionary, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
-    return zstandard.ZstdCompressor(level=_LEVEL, dict_data=raw, write_checksum=False)
+    return zstandard.ZstdCompressor(level=level, dict_data=raw, write_checksum=False)
 
 
 def _unpack(frame: bytes, dictionary: bytes, where: str) -> bytes:
