@@ -42,7 +42,7 @@ from forkpoint.errors import ConfigError
 from forkpoint.log import LOG_NAME, ZSTD_SUFFIX, Session, SessionWriter
 from forkpoint.redact import load_rules
 from forkpoint.scrub import TMP_DIR, ScrubError, recover, scrub_session
-from tests.gitutil import git
+from tests.gitutil import git, make_repo
 from tests.logutil import searchable, stored_lines
 from tests.modelserver import LocalServer, Reply, Stream, chat_completion, json_reply
 
@@ -501,12 +501,7 @@ def test_scrub_rescrubs_the_untracked_files_of_checkpoints(tmp_path: Path) -> No
     from forkpoint.checkpoint import restore, validate
 
     secret = "itk_Zq8Wm3Xv7Ln2Pk5Rt9Ys4Bh6"
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    git(repo, "init", "-q", "-b", "main")
-    (repo / "a.txt").write_text("a\n")
-    git(repo, "add", "a.txt")
-    git(repo, "commit", "-q", "-m", "init")
+    repo = make_repo(tmp_path / "repo", {"a.txt": "a\n"})
     for i in range(10):
         (repo / f"note_{i}.md").write_text(f"note {i}\n")
     store = tmp_path / "store"
