@@ -74,9 +74,11 @@ def start() -> None:
 
         def finish_recording() -> None:
             runtime.cancel_pending()
-            for rec in made:
-                from . import api
+            if not made:  # the program made no call: nothing was recorded, nothing to finish
+                return
+            from . import api
 
+            for rec in made:
                 runtime.deactivate(rec)
                 api.finish_recording(rec)
                 rec.close()

@@ -279,7 +279,8 @@ def test_a_session_of_format_1_loads_verifies_replays_and_stays_format_1(tmp_pat
 
 
 def test_an_encrypted_session_seals_its_lines_unpacked(tmp_path: Path) -> None:
-    pyrage = pytest.importorskip("pyrage")
+    import pyrage  # in the test extra, like every encryption test's
+
     identity = pyrage.x25519.Identity.generate()
     w = SessionWriter.create(
         tmp_path / "store",

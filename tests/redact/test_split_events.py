@@ -38,6 +38,7 @@ def _stored(chunks: list[bytes], ctype: str) -> dict[str, object]:
 
 
 def _event(response: dict[str, object]) -> dict[str, object]:
+    # The URL only names the provider (its wire format) to the summary: nothing is sent to it.
     return {"request": {"url": "https://api.openai.com/v1/chat/completions"}, "response": response}
 
 
