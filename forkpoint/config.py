@@ -28,7 +28,6 @@ silently do not work.
 from __future__ import annotations
 
 import os
-import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -53,9 +52,16 @@ def find_config(start: Path | None = None) -> tuple[Path, tuple[str, ...]] | Non
         if pyproject.is_file():
             try:
                 raw = pyproject.read_bytes()
+            except OSError:
+                continue  # an unreadable pyproject.toml: not ours to judge
+            if b"forkpoint" not in raw:
+                continue  # no forkpoint table can be in it: not parsed (start-up of every command)
+            import tomllib
+
+            try:
                 data = tomllib.loads(raw.decode("utf-8"))
-            except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-                if b"tool.forkpoint" not in locals().get("raw", b""):
+            except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+                if b"tool.forkpoint" not in raw:
                     continue  # a broken pyproject.toml that is not about forkpoint: not ours to judge
                 raise ConfigError(f"{pyproject}: cannot read it as TOML ({exc})") from None
             if isinstance(data.get("tool"), dict) and "forkpoint" in data["tool"]:
@@ -72,6 +78,8 @@ def load_table(name: str, start: Path | None = None) -> tuple[Any, str]:
     if found is None:
         return None, ""
     path, prefix = found
+    import tomllib
+
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:

@@ -11,7 +11,7 @@ the one function that names a call's endpoint (:func:`endpoint`).
 
 from __future__ import annotations
 
-import secrets
+import os
 import time
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
@@ -472,9 +472,9 @@ def new_session_id() -> str:
 
     Ids sort by creation time, and any unique prefix names a session on the command line.
     """
-    return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
+    return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + os.urandom(3).hex()
 
 
 def new_span_id() -> str:
     """A random 64-bit span id as 16 hex digits (the OpenTelemetry span id shape)."""
-    return secrets.token_hex(8)
+    return os.urandom(8).hex()

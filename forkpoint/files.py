@@ -4,7 +4,6 @@ whole or not at all."""
 from __future__ import annotations
 
 import os
-import secrets
 from pathlib import Path
 
 
@@ -14,7 +13,7 @@ def write_private(path: str | Path, data: bytes) -> Path:
     symlink there is replaced, not followed). Returns ``path``. Raises ``OSError``; the temporary
     file is removed and ``path`` left as it was."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     try:
         with open(fd, "wb") as f:

@@ -10,11 +10,11 @@ No filters, slices or unions.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import Any
 
 from .errors import RuleError
+from .patterns import compiled_later
 
 #: One parsed step: ``("child" | "desc", key)``, key a member name, an item index or ``"*"``.
 Step = tuple[str, Any]
@@ -23,7 +23,7 @@ Path = tuple[Step, ...]
 #: Where a walk is: ``(path index, step index)`` pairs, the steps still to match.
 States = tuple[tuple[int, int], ...]
 
-_TOKEN = re.compile(
+_TOKEN = compiled_later(
     r"(\.\.|\.)(?:([A-Za-z_][A-Za-z0-9_\-]*)|(\*))"
     r"|(\.\.)?\[(?:(-?\d+)|(\*)|'([^']*)'|\"([^\"]*)\")\]"
 )

@@ -45,6 +45,7 @@ from .canonical import digest
 from .config import load_table
 from .errors import ConfigError, RuleError
 from .jsondiff import json_diff
+from .patterns import compiled_later
 from .providers import semantic_headers
 from .redact import scrub_bytes, scrub_json, scrub_url
 
@@ -441,8 +442,10 @@ VOLATILE: dict[str, str] = {
     "id": r"\b(?:req|msg|run|sess|session|trace|span|call|chatcmpl|resp|evt)[-_][A-Za-z0-9]{6,}\b"
     r"|(?<![0-9A-Za-z])[0-9a-f]{16,}(?![0-9A-Za-z])",
 }
-_VOLATILE_RE = re.compile("|".join(f"(?P<{k}>{v})" for k, v in VOLATILE.items()))
-_ID_KEY = re.compile(r"(?i)(?:^|[_-])(?:request|req|session|trace|span|correlation|idempotency|run)[_-]?id$")
+_VOLATILE_RE = compiled_later("|".join(f"(?P<{k}>{v})" for k, v in VOLATILE.items()))
+_ID_KEY = compiled_later(
+    r"(?i)(?:^|[_-])(?:request|req|session|trace|span|correlation|idempotency|run)[_-]?id$"
+)
 
 
 def _volatile_kinds(text: str) -> list[str]:

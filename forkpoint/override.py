@@ -39,10 +39,11 @@ import orjson
 
 from .errors import OverrideError
 from .events import in_tool, tool_spans
+from .patterns import compiled_later
 from .providers import call_kind, detect, recorded_response, response_text, rewrite_response, summarize
 from .providers.base import stable_id
 
-_SPEC = re.compile(
+_SPEC = compiled_later(
     r"^(?P<target>tool:[^#=]+?(?:#\d+)?|model#\d+|seq:\d+)(?:\.(?P<field>[a-z_]+))?=(?P<value>.*)$", re.S
 )
 _TOOL_FIELDS = ("result", "error")

@@ -48,6 +48,7 @@ import orjson
 from . import jsonpath, streamscrub
 from .config import load_table
 from .errors import ConfigError, RuleError
+from .patterns import compiled_later, compiled_later_bytes
 
 #: Headers whose values are credentials. Compared lower-case.
 SECRET_HEADERS: frozenset[str] = frozenset(
@@ -74,7 +75,7 @@ SIGNING_HEADERS: frozenset[str] = frozenset(
 
 #: Header names that say their value is a credential (any case): dropped like :data:`SECRET_HEADERS`.
 #: ``x-ratelimit-remaining-tokens`` is not one ("tokens", plural, counts tokens of text).
-SECRET_HEADER_NAME = re.compile(
+SECRET_HEADER_NAME = compiled_later(
     r"(?i)(?:^|[-_])(?:token|secret|password|passwd|api[-_]?key|apikey|access[-_]?key|credentials?"
     r"|signature|session[-_]?id)(?:$|[-_])"
 )
@@ -252,9 +253,9 @@ _CONTEXT_KINDS = frozenset(
 )
 
 _PLACEHOLDER = r"\[REDACTED:[a-z0-9-]+:[0-9a-f]{8}\]"
-_PLACEHOLDER_RE = re.compile(_PLACEHOLDER)
-_TRAILING = re.compile(r"[.,;:!?)\]}>]*")
-_SPECIFIC_RE = re.compile(
+_PLACEHOLDER_RE = compiled_later(_PLACEHOLDER)
+_TRAILING = compiled_later(r"[.,;:!?)\]}>]*")
+_SPECIFIC_RE = compiled_later(
     "|".join(f"(?P<k{i}>{p})" for i, (kind, p) in enumerate(PATTERNS) if kind not in _CONTEXT_KINDS),
     re.ASCII,
 )
@@ -409,7 +410,7 @@ def _compile_user_pattern(kind: str, pattern: str) -> re.Pattern[str]:
 #: (``Scrubber._clean``) before it is walked.
 CLEAN_IN_TEXT_MIN = 1 << 20
 #: One JSON string in orjson's output (the text between its quotes), and ``:`` after a key.
-_STRING_TOKEN = re.compile(rb'"([^"\\]*+(?:\\.[^"\\]*+)*+)"(:?)')
+_STRING_TOKEN = compiled_later_bytes(rb'"([^"\\]*+(?:\\.[^"\\]*+)*+)"(:?)')
 
 #: Stands in :attr:`Scrubber._pats` for a pattern not compiled yet (see ``Scrubber._pattern``).
 _UNCOMPILED = re.compile("(?!)")

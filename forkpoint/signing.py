@@ -27,8 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
+
+# Only the Ed25519 module: ``cryptography.hazmat.primitives.serialization`` costs ~25 ms to import,
+# paid by every ``forkpoint record``; the key file is read and written below in its fixed PKCS#8 form.
 from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from .errors import SigningError, UntrustedSession
@@ -86,6 +88,33 @@ def _read_private(path: Path) -> bytes:
         return f.read()
 
 
+#: PKCS#8 DER of an Ed25519 private key, before its 32 raw bytes (RFC 8410, section 7: the form
+#: ``openssl genpkey -algorithm ed25519`` and ``cryptography`` write, without a public key).
+_PKCS8_ED25519 = bytes.fromhex("302e020100300506032b657004220420")
+_PEM_BEGIN, _PEM_END = b"-----BEGIN PRIVATE KEY-----", b"-----END PRIVATE KEY-----"
+
+
+def _to_pem(key: Ed25519PrivateKey) -> bytes:
+    body = base64.encodebytes(_PKCS8_ED25519 + key.private_bytes_raw())
+    return _PEM_BEGIN + b"\n" + body + _PEM_END + b"\n"
+
+
+def _from_pem(pem: bytes) -> Ed25519PrivateKey:
+    """The key of a PEM ``PRIVATE KEY`` file; any other form (a key with its public key, another
+    algorithm) through ``cryptography``'s PEM loader. Raises ValueError or :class:`SigningError`."""
+    text = pem.strip()
+    if text.startswith(_PEM_BEGIN) and text.endswith(_PEM_END):
+        der = base64.b64decode(b"".join(text[len(_PEM_BEGIN) : -len(_PEM_END)].split()), validate=True)
+        if len(der) == len(_PKCS8_ED25519) + 32 and der.startswith(_PKCS8_ED25519):
+            return Ed25519PrivateKey.from_private_bytes(der[len(_PKCS8_ED25519) :])
+    from cryptography.hazmat.primitives import serialization
+
+    key = serialization.load_pem_private_key(pem, password=None)
+    if not isinstance(key, Ed25519PrivateKey):
+        raise SigningError("not an Ed25519 key")
+    return key
+
+
 def own_key() -> Ed25519PrivateKey:
     """This user's signing key, created on first use. Raises :class:`~forkpoint.errors.SigningError`
     for a key file that cannot be written or read, or is open to others."""
@@ -94,27 +123,22 @@ def own_key() -> Ed25519PrivateKey:
     try:
         _private_folder(d)
         if not path.exists():
-            pem = Ed25519PrivateKey.generate().private_bytes(
-                serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-            )
             try:
-                _write_private(path, pem, exclusive=True)
+                _write_private(path, _to_pem(Ed25519PrivateKey.generate()), exclusive=True)
             except FileExistsError:
                 pass
-        key = serialization.load_pem_private_key(_read_private(path), password=None)
+        return _from_pem(_read_private(path))
     except OSError as exc:
         raise SigningError(f"{path}: the signing key cannot be used: {exc.strerror or exc}") from None
     except ValueError as exc:
         raise SigningError(f"{path}: not a PEM private key: {exc}") from None
-    if not isinstance(key, Ed25519PrivateKey):
-        raise SigningError(f"{path}: not an Ed25519 key")
-    return key
+    except SigningError as exc:
+        raise SigningError(f"{path}: {exc}") from None
 
 
 def key_id(key: Ed25519PublicKey) -> str:
     """``ed25519:`` + the base64 of the raw public key."""
-    raw = key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-    return KEY_PREFIX + base64.b64encode(raw).decode()
+    return KEY_PREFIX + base64.b64encode(key.public_bytes_raw()).decode()
 
 
 def parse_key(text: str) -> Ed25519PublicKey:

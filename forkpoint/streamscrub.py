@@ -30,13 +30,14 @@ from typing import Any
 import orjson
 
 from . import eventstream
+from .patterns import compiled_later_bytes
 
 #: A change to a stream: (start, end) byte offsets in the joined stream, and what replaces them.
 Edit = tuple[int, int, bytes]
 #: How fragments are scrubbed as one text: as many fragments back, each scrubbed in place.
 Scrub = Callable[[list[bytes]], list[bytes]]
 
-_DATA_LINE = re.compile(rb"^data: ?([^\r\n]*)", re.M)
+_DATA_LINE = compiled_later_bytes(rb"^data: ?([^\r\n]*)", re.M)
 
 
 def spread(chunks: Sequence[bytes], edits: Sequence[Edit]) -> list[bytes]:

@@ -111,3 +111,52 @@ def test_a_bootstrapped_program_that_makes_no_call_loads_no_recorder(tmp_path: P
     boot |= {"_boot", "_version", "integrations.base", "plugins", "runtime", "sockets"}
     assert set(json.loads(done.stdout)) == {"forkpoint"} | {f"forkpoint.{m}" for m in boot}
     assert "recorded session" in done.stderr
+
+
+def test_a_recording_parent_imports_no_key_serialization_and_compiles_no_pattern_of_ours(
+    tmp_path: Path,
+) -> None:
+    """`forkpoint record`'s own process signs the session with the Ed25519 module alone (not
+    cryptography's ~25 ms PEM/SSH serialization module) and compiles none of forkpoint's module-level
+    patterns it does not use (forkpoint.patterns)."""
+    code = (
+        "import re, sys\n"
+        "compiled = []\n"
+        "real = re._compile\n"
+        "def spy(pattern, flags):\n"
+        "    caller = sys._getframe(2).f_globals.get('__name__', '')\n"
+        "    if caller.startswith('forkpoint') and (type(pattern), pattern, flags) not in re._cache:\n"
+        "        compiled.append((caller, str(pattern)[:40]))\n"
+        "    return real(pattern, flags)\n"
+        "re._compile = spy\n"
+        "from forkpoint.cli import main\n"
+        f"try: main(['record', '--store', {str(tmp_path / 'st')!r}, '--no-workspace', '--', 'true'])\n"
+        "except SystemExit as exc: assert exc.code == 0, exc.code\n"
+        "assert 'cryptography.hazmat.primitives.serialization' not in sys.modules\n"
+        "assert 'cryptography.hazmat.primitives.asymmetric.ed25519' in sys.modules  # it did sign\n"
+        "at_import = [c for c in compiled if c[0] in ('forkpoint.match', 'forkpoint.providers.base', "
+        "'forkpoint.jsonpath', 'forkpoint.log.blobs', 'forkpoint.store')]\n"
+        "assert not at_import, at_import\n"
+    )
+    _modules_after(code)
+
+
+def test_a_pattern_compiled_later_behaves_as_the_compiled_one() -> None:
+    import re
+
+    from forkpoint.patterns import compiled_later, compiled_later_bytes
+
+    later, now = compiled_later(r"(?P<word>[a-z]+)(\d*)", re.I), re.compile(r"(?P<word>[a-z]+)(\d*)", re.I)
+    text = "Abc12 de fG3"
+    assert later.match(text, 6) is not None and later.match(text, 6).group() == now.match(text, 6).group()  # type: ignore[union-attr]
+    assert [m.span() for m in later.finditer(text)] == [m.span() for m in now.finditer(text)]
+    assert later.sub("-", text) == now.sub("-", text) and later.split(text) == now.split(text)
+    assert later.fullmatch("x9") and later.groupindex == now.groupindex and later.pattern == now.pattern
+    assert compiled_later_bytes(rb"\d+").findall(b"a1b22") == [b"1", b"22"]
+    broken = compiled_later("(")
+    try:
+        broken.search("x")
+    except re.error:
+        pass
+    else:
+        raise AssertionError("a bad pattern must fail where it is first used")

@@ -210,3 +210,42 @@ def test_a_name_resolved_through_a_forged_index_entry_is_refused(tmp_path: Path)
     entry_file.write_text(json.dumps(entry))
     with pytest.raises(SessionError, match="its name is 'nightly', the log's is 'other'"):
         resolve("nightly", store)
+
+
+def test_the_signing_key_file_is_standard_pkcs8_both_ways(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # forkpoint reads and writes its key without cryptography's (slow to import) PEM module: the
+    # file it writes must load with that module, and any PEM it writes must load in forkpoint.
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    from cryptography.hazmat.primitives.asymmetric.rsa import generate_private_key
+
+    from forkpoint.errors import SigningError
+    from forkpoint.signing import key_id, own_key
+
+    monkeypatch.setenv("FORKPOINT_KEYS_DIR", str(tmp_path / "keys"))
+    mine = own_key()
+    loaded = serialization.load_pem_private_key((tmp_path / "keys" / KEY_NAME).read_bytes(), password=None)
+    assert isinstance(loaded, Ed25519PrivateKey)
+    assert loaded.private_bytes_raw() == mine.private_bytes_raw()
+    assert key_id(own_key().public_key()) == key_id(mine.public_key())  # read back the same
+
+    theirs = Ed25519PrivateKey.generate()
+    pem = theirs.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    (tmp_path / "keys" / KEY_NAME).write_bytes(pem)
+    assert own_key().private_bytes_raw() == theirs.private_bytes_raw()
+
+    rsa = generate_private_key(public_exponent=65537, key_size=1024).private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    (tmp_path / "keys" / KEY_NAME).write_bytes(rsa)
+    with pytest.raises(SigningError, match=f"{KEY_NAME}: not an Ed25519 key"):
+        own_key()
+    (tmp_path / "keys" / KEY_NAME).write_bytes(
+        b"-----BEGIN PRIVATE KEY-----\n!!\n-----END PRIVATE KEY-----\n"
+    )
+    with pytest.raises(SigningError, match="not a PEM private key"):
+        own_key()

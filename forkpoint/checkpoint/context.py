@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 import orjson
 
+from ..patterns import compiled_later
 from ..providers import context_fields, is_tool_result, tool_call_arguments
 
 #: Request-body fields that make up the carried context, in every registered provider's format.
@@ -22,14 +22,14 @@ def carried_context(body: Any) -> dict[str, Any]:
     return {k: body[k] for k in CONTEXT_FIELDS if k in body}
 
 
-_PATH_KEYS = re.compile(
+_PATH_KEYS = compiled_later(
     r"(?i)^(path|file|filename|file_path|filepath|target|dest|destination|src|source_file|name)$"
 )
 
 
 # A relative path with an extension that starts with a letter ("calc.py", "src/a.test.ts"; not "3.11").
-_PATH_TOKEN = re.compile(r"(?<![\w/.-])((?:[\w.-]+/)*[\w-][\w.-]*\.[A-Za-z][A-Za-z0-9]{0,7})(?![\w/-])")
-_ABS_TOKEN = re.compile(r"(?<![\w.-])(/(?:[\w.-]+/)*[\w-][\w.-]*\.[A-Za-z][A-Za-z0-9]{0,7})(?![\w/-])")
+_PATH_TOKEN = compiled_later(r"(?<![\w/.-])((?:[\w.-]+/)*[\w-][\w.-]*\.[A-Za-z][A-Za-z0-9]{0,7})(?![\w/-])")
+_ABS_TOKEN = compiled_later(r"(?<![\w.-])(/(?:[\w.-]+/)*[\w-][\w.-]*\.[A-Za-z][A-Za-z0-9]{0,7})(?![\w/-])")
 
 
 def referenced_paths(context: dict[str, Any], *, root: str | None = None) -> list[str]:

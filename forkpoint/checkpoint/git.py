@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import threading
 import zlib
@@ -14,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import CheckpointError
+from ..patterns import compiled_later
 
 # git settings that could change what a tree, a diff or a checkout looks like, or make git write
 # where it should not; pinned so the user's config cannot.
@@ -43,7 +43,7 @@ _GIT_CONFIG = (
     "maintenance.auto=false",
     "advice.detachedHead=false",
 )
-HEX = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
+HEX = compiled_later(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
 
 
 def _git_env(extra: dict[str, str] | None = None) -> dict[str, str]:

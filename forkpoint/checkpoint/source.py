@@ -7,7 +7,6 @@ from __future__ import annotations
 import binascii
 import hashlib
 import os
-import re
 import shutil
 import tempfile
 import weakref
@@ -19,6 +18,7 @@ from typing import Any
 from .. import redact
 from ..canonical import sha256_hex
 from ..errors import CheckpointError
+from ..patterns import compiled_later_bytes
 from .git import HEX, fsync_wanted, git, git_finish, git_start, loose_path, user_settings, write_loose
 
 RAW_DIFF = ["diff-tree", "-r", "-t", "-z", "--no-renames", "--no-abbrev"]
@@ -191,7 +191,7 @@ def _entries_of(listing: bytes) -> dict[bytes, tuple[bytes, bytes]] | None:
     return out
 
 
-_VERBOSE_ADD = re.compile(rb"^(?:add|remove) '(.*)'$")
+_VERBOSE_ADD = compiled_later_bytes(rb"^(?:add|remove) '(.*)'$")
 
 
 class SourceTracker:

@@ -6,7 +6,6 @@ import errno
 import hashlib
 import io
 import os
-import re
 import stat
 import threading
 from collections.abc import Iterator
@@ -16,6 +15,7 @@ from typing import Any, BinaryIO
 from ..canonical import sha256_hex
 from ..errors import SessionError
 from ..files import write_private
+from ..patterns import compiled_later
 from .crypto import Cipher
 
 #: Blobs of at least this many bytes are stored zstd-compressed (when that saves a tenth).
@@ -25,7 +25,7 @@ ZSTD_SUFFIX = ".zst"
 
 #: Names of temporary files an interrupted write may leave in a session's folders: forkpoint's own
 #: blob and git-object temps (``.<name>.<pid>.<hex>.tmp``, ``.tmp-<pid>-…``) and git's (``tmp_obj_…``).
-_LEFTOVER = re.compile(r"^(\.tmp-.*|\..*\.tmp|tmp_.*)$")
+_LEFTOVER = compiled_later(r"^(\.tmp-.*|\..*\.tmp|tmp_.*)$")
 
 
 def is_leftover(name: str) -> bool:

@@ -17,12 +17,12 @@ features. Also reached through Vertex AI as
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import Any
 
 import orjson
 
+from ..patterns import compiled_later
 from .base import (
     NOTHING,
     CallAcc,
@@ -57,7 +57,7 @@ from .base import (
 #: shown, never counted as tool calls the agent must answer.
 SERVER_TOOL_BLOCKS = ("server_tool_use", "mcp_tool_use")
 
-_MODEL_IN_PATH = re.compile(r"/(?:models|tunedModels)/([^/:]+):")
+_MODEL_IN_PATH = compiled_later(r"/(?:models|tunedModels)/([^/:]+):")
 
 
 def _blocks(text: str | None, calls: Sequence[NewToolCall]) -> list[dict[str, Any]]:

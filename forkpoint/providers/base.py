@@ -17,7 +17,6 @@ malformed input: what cannot be read is ``None`` (or empty).
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, TypedDict
@@ -25,6 +24,7 @@ from typing import Any, NamedTuple, TypedDict
 import orjson
 
 from ..events import Summary, ToolCallSummary, Usage
+from ..patterns import compiled_later
 
 __all__ = [
     "NOTHING",
@@ -178,7 +178,7 @@ def join(parts: list[str] | None) -> str | None:
 # --------------------------------------------------------------------------------------------------
 # Server-sent events
 
-_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+_LINE_BREAK = compiled_later(r"\r\n|\r|\n")
 
 
 def parse_sse(text: str) -> list[SSEEvent]:

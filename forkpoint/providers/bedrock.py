@@ -28,7 +28,6 @@ match key.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import Any
 from urllib.parse import unquote
@@ -36,6 +35,7 @@ from urllib.parse import unquote
 import orjson
 
 from .. import eventstream
+from ..patterns import compiled_later
 from . import anthropic
 from .base import (
     NOTHING,
@@ -62,7 +62,7 @@ from .base import (
     s,
 )
 
-_PATH = re.compile(r"/model/([^/]+)/(converse|converse-stream|invoke|invoke-with-response-stream)$")
+_PATH = compiled_later(r"/model/([^/]+)/(converse|converse-stream|invoke|invoke-with-response-stream)$")
 
 
 def _operation(path: str) -> tuple[str, str] | None:

@@ -14,10 +14,10 @@ promptFeedback?{blockReason}}``. Streamed with ``?alt=sse`` as one ``data:
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import Any
 
+from ..patterns import compiled_later
 from .base import (
     NOTHING,
     GenAIInput,
@@ -47,7 +47,7 @@ from .base import (
     sse,
 )
 
-_MODEL_IN_PATH = re.compile(r"/(?:models|tunedModels)/([^/:]+):")
+_MODEL_IN_PATH = compiled_later(r"/(?:models|tunedModels)/([^/:]+):")
 
 
 def _chunks(chunks: list[dict[str, Any]]) -> ResponseFields:

@@ -17,10 +17,10 @@ Any server with that path (Groq, Together, vLLM, Ollama, OpenRouter, Azure ...) 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import Any
 
+from ..patterns import compiled_later
 from .base import (
     NOTHING,
     CallAcc,
@@ -48,7 +48,7 @@ from .base import (
     text_of_content,
 )
 
-_AZURE_DEPLOYMENT = re.compile(r"/deployments/([^/]+)/")
+_AZURE_DEPLOYMENT = compiled_later(r"/deployments/([^/]+)/")
 
 
 def is_openai_host(host: str) -> bool:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import bisect
 import os
-import re
 import threading
 import time
 from collections import deque
@@ -63,6 +62,7 @@ from ..match import (
     value_key,
 )
 from ..override import Override
+from ..patterns import compiled_later
 from ..providers import api_key_vars, call_kind, classify, kinds, summary
 from ..redact import scrub_json
 from ..runtime import POLICIES, SOURCES
@@ -93,7 +93,7 @@ def _answered_aside(event: ModelCallEvent) -> bool:
 #: A value that differs between two runs of the same program without changing what is asked: a
 #: UUID, a long hex or base64-ish token (with an optional ``prefix_``), an ISO timestamp, a number
 #: of 10 digits or more (epoch seconds, ms, ns).
-_VOLATILE = re.compile(
+_VOLATILE = compiled_later(
     r"(?ix)^(?:"
     r"[a-z]{0,12}[_-]?[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}"
     r"|[a-z]{0,12}[_-]?[0-9a-f]{16,}"

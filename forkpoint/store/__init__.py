@@ -17,7 +17,6 @@ Both implement :class:`~forkpoint.store.base.Store`; every session is written th
 from __future__ import annotations
 
 import os
-import re
 import stat
 import sys
 from pathlib import Path
@@ -25,6 +24,7 @@ from urllib.parse import unquote, urlsplit
 
 from ..errors import SessionError
 from ..log import LOG_NAME
+from ..patterns import compiled_later
 from .base import REMOTE_MARKER, Listing, Recording, SessionInfo, Store, entry_mismatch, info, summarize_log
 from .index import ENTRIES, INDEX_DIR, IndexState, consolidate, read_index
 from .local import LocalStore, session_dirs
@@ -33,7 +33,7 @@ from .local import LocalStore, session_dirs
 DEFAULT_STORE = ".forkpoint"
 #: Set (to anything but 0) to accept a store another user owns or may write (``--allow-shared-store``).
 ALLOW_SHARED_VAR = "FORKPOINT_ALLOW_SHARED_STORE"
-_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+_URL = compiled_later(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
 __all__ = [
     "ALLOW_SHARED_VAR",

@@ -27,7 +27,6 @@ from ..errors import SessionError, SigningError
 from ..events import EndDivergence, EndEvent, ErrorRecord, Header, error_record
 from ..log import LOG_NAME, SessionWriter, check_header
 from ..log.blobs import open_regular
-from ..signing import sign_session
 
 #: A mirror directory of a remote store holds this file, naming the store's URL.
 REMOTE_MARKER = ".forkpoint-remote.json"
@@ -364,6 +363,8 @@ class Recording:
         """Sign the closed session with this user's key (:mod:`forkpoint.signing`). A key that cannot
         be used leaves the session unsigned, said unless ``quiet``: its recorded command then replays
         only with ``--trust`` or when named."""
+        from ..signing import sign_session  # cryptography: imported where a session closes
+
         try:
             sign_session(self.path, self.session_id)
         except SigningError as exc:
