@@ -160,3 +160,30 @@ def test_a_pattern_compiled_later_behaves_as_the_compiled_one() -> None:
         pass
     else:
         raise AssertionError("a bad pattern must fail where it is first used")
+
+
+def test_the_agents_python_subprocesses_get_the_users_pythonpath_and_load_no_forkpoint(
+    tmp_path: Path,
+) -> None:
+    """The recorded program's own Python subprocesses are not recorded (docs/format.md), so they do
+    not start forkpoint either: the bootstrap folder leaves PYTHONPATH, the user's entries stay in
+    their order, and a subprocess's interpreter loads no forkpoint module."""
+    from tests.cliutil import forkpoint_cli
+
+    mine = tmp_path / "lib"
+    mine.mkdir()
+    program = (
+        "import os, subprocess, sys, json\n"
+        'probe = \'import sys, json, os; print(json.dumps([os.environ.get("PYTHONPATH"), '
+        'sorted(m for m in sys.modules if m.startswith("forkpoint"))]))\'\n'
+        "print(subprocess.run([sys.executable, '-c', probe], capture_output=True, text=True, check=True).stdout)\n"
+    )
+    user_path = os.pathsep.join([str(ROOT), str(mine)])
+    done = forkpoint_cli(
+        ["record", "--store", str(tmp_path / "st"), "--no-workspace", "--", sys.executable, "-c", program],
+        env={**os.environ, "PYTHONPATH": user_path},
+    )
+    assert done.returncode == 0, done.stderr
+    seen_path, modules = json.loads(done.stdout.strip())
+    assert seen_path == user_path
+    assert modules == []
