@@ -215,12 +215,16 @@ def capture_answers(base_url: str, workdir: Path) -> dict[str, Any]:
 
 
 def run_floor(module: types.ModuleType, answers: dict[str, Any], workdir: Path) -> str:
-    """The agent with every answer from memory: model at the transport, tools by arguments."""
+    """The agent with every answer from memory: model at the transport, tools by arguments.
+
+    The agent builds its client as it always does (the SDK's default HTTP client and transport,
+    whose set-up loads the system's CA certificates, ~33 ms here), exactly as under replay; only
+    the transport's ``handle_request`` answers from memory instead of the network."""
     import httpx2
 
     model = answers["model"]
 
-    def handler(request: httpx2.Request) -> httpx2.Response:
+    def handler(_transport: httpx2.HTTPTransport, request: httpx2.Request) -> httpx2.Response:
         got = model[hashlib.sha256(request.read()).hexdigest()]
         return httpx2.Response(got["status"], headers=got["headers"], content=got["body"].encode("latin-1"))
 
@@ -237,8 +241,12 @@ def run_floor(module: types.ModuleType, answers: dict[str, Any], workdir: Path) 
         return result
 
     module.TOOLS.update({n: served(n) for n in list(module.TOOLS)})
-    with httpx2.Client(transport=httpx2.MockTransport(handler)) as client:
-        answer: str = module.run_agent(answers["base_url"], workdir, echo=None, http_client=client)
+    real = httpx2.HTTPTransport.handle_request
+    httpx2.HTTPTransport.handle_request = handler  # type: ignore[method-assign,assignment]
+    try:
+        answer: str = module.run_agent(answers["base_url"], workdir, echo=None)
+    finally:
+        httpx2.HTTPTransport.handle_request = real  # type: ignore[method-assign]
     return answer
 
 

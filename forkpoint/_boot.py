@@ -105,7 +105,7 @@ def start() -> None:
         opts = json.loads(env["FORKPOINT_REPLAY"] or "{}")
         child = SessionWriter.open(Path(opts["child"])) if opts.get("child") else None
         reports = Path(env["FORKPOINT_REPORT"]) if env["FORKPOINT_REPORT"] else None
-        recorded = Session.load(Path(session))
+        recorded = Session.load(Path(session), derived=False)
         rp = Replayer(
             recorded,
             models=opts.get("models", "replay"),

@@ -226,7 +226,7 @@ def replay(
     from .store import resolve
 
     if not isinstance(session, Session):
-        session = Session.load(resolve(session, store))
+        session = Session.load(resolve(session, store), derived=False)
     parsed = [o if isinstance(o, Override) else override.parse(o) for o in overrides]
     # Check every override fits the session before a child session is written for the run.
     override.resolve(parsed, session.calls())

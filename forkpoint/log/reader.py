@@ -160,8 +160,9 @@ class _Resolver:
     lines unpacked, blobs read, ``$same`` fields and ``$delta`` lists rebuilt (from the earlier
     lines it saw), derived fields added."""
 
-    def __init__(self, path: Path, cipher: Cipher | None) -> None:
+    def __init__(self, path: Path, cipher: Cipher | None, *, derived: bool = True) -> None:
         self.log_path = path / LOG_NAME
+        self.derivers = _DERIVERS if derived else []
         self.cipher = cipher
         self.blobs = BlobStore(path / BLOB_DIR, cipher=cipher)
         self.lists: dict[int, dict[str, list[Any]]] = {}
@@ -193,7 +194,7 @@ class _Resolver:
         body = delta_container(event)
         if body is not None:
             self.lists[event["seq"]] = {k: v for k, v in body.items() if isinstance(v, list)}
-        for derive in _DERIVERS:
+        for derive in self.derivers:
             derive(event)
         if event.get("type") == "tool_call":
             self.tools[event["seq"]] = event
@@ -281,9 +282,11 @@ class Session:
         return str(self.header["session_id"])
 
     @classmethod
-    def load(cls, path: Path | str) -> Session:
+    def load(cls, path: Path | str, *, derived: bool = True) -> Session:
         """Read and resolve a session directory. Raises :class:`SessionError` on bad input, naming
-        the file and the line (or the blob and the line that refers to it)."""
+        the file and the line (or the blob and the line that refers to it). ``derived=False`` leaves
+        out the derived fields (a model call's ``summary``: :func:`forkpoint.providers.summary`
+        derives it where it is asked for), which a replay mostly never reads."""
         path = Path(path)
         log_path = path / LOG_NAME
         if not path.is_dir():
@@ -296,7 +299,7 @@ class Session:
                 stored = check_header(line.raw, log_path)
                 cipher = header_cipher(stored, log_path)
                 header = open_header(stored, cipher, log_path)
-                resolver = _Resolver(path, cipher)
+                resolver = _Resolver(path, cipher, derived=derived)
                 session = cls(path=path, header=cast(Header, header), cipher=cipher, _blobs=resolver.blobs)
                 continue
             assert session is not None and resolver is not None

@@ -91,6 +91,20 @@ def test_create_append_load_round_trip(store: Path) -> None:
     assert verify(w.path).ok
 
 
+def test_a_load_without_derived_fields_is_the_same_but_the_summaries_asked_for_later(store: Path) -> None:
+    """``Session.load(path, derived=False)`` (a replay's: it rarely reads a summary) gives the same
+    events without ``summary``, and :func:`forkpoint.providers.summary` derives the same one on demand."""
+    from forkpoint.providers import summary
+
+    path = _write_session(store, _sample_events())
+    whole, bare = Session.load(path), Session.load(path, derived=False)
+    calls = [e for e in whole.events if e["type"] == "model_call"]
+    assert len(calls) == 2 and all("summary" in e for e in calls)
+    assert not any("summary" in e for e in bare.events)
+    assert [{k: v for k, v in e.items() if k != "summary"} for e in whole.events] == bare.events
+    assert [summary(e) for e in bare.events if e["type"] == "model_call"] == [e["summary"] for e in calls]
+
+
 def test_tail_reads_what_was_appended_since_last_time(store: Path) -> None:
     """LogTail (live export) gives each completed event once, resolved as Session.load gives it
     (blobs read, $delta lists rebuilt, the summary derived), and leaves a line being written for later."""
