@@ -29,7 +29,6 @@ from .record import (
     check_live_export,
     make_header,
     open_workspace,
-    recording_warnings,
 )
 
 # The replayer, the stores and OpenTelemetry are imported where they are used: a process that
@@ -179,7 +178,7 @@ def record(
             runtime.deactivate(rec)
             finish_recording(rec)
             session.incomplete = rec.failure
-            for warning in recording_warnings(session.path):
+            for warning in rec.lacks.warnings():  # this process wrote the whole session
                 sys.stderr.write(f"forkpoint: WARNING: {warning}\n")
 
 

@@ -40,7 +40,7 @@ from .log import (
     parse_recipients,
 )
 from .match import Ignore, IgnoreRule, configured, event_key, header_rules, key_spec
-from .providers import call_kind, classify, sdk_packages, summary
+from .providers import classify, sdk_packages, summary
 from .text import plural
 
 if TYPE_CHECKING:  # checkpoints are imported where a workspace is taken: most recordings take none
@@ -177,6 +177,8 @@ class Recorder:
         self._turn_tools_expected = 0  # tool calls the last model response asked for
         self._turn_tools_done = 0
         self._closed = False
+        #: What :meth:`warnings` says, kept as the calls are recorded (no reading back at the end).
+        self.lacks = Lacks()
         #: Why recording stopped early (a write failed: a full disk, a store gone), or None. From
         #: then on nothing more is written, and the session's ``end`` says it is incomplete.
         self.failure: str | None = None
@@ -238,17 +240,23 @@ class Recorder:
         """Append a finished model call (built by the capture layer) with its key and pid. (Its
         provider-aware ``summary`` is not stored: readers derive it, :func:`forkpoint.providers.summary`.)"""
         self._append(keyed(event, self.ignore, self.keys))
-        if call_kind(event) != "model" or runtime.current_span.get():
+        found = summary(event)
+        asked = [str(c["name"]) for c in found.get("tool_calls") or [] if c.get("name")]
+        with self._lock:
+            self.lacks.asked(asked)
+        if found.get("kind") != "model" or runtime.current_span.get():
             return  # not a turn of the agent (telemetry, MCP, plain HTTP, or inside a tool)
         with self._checkpoint_lock:
-            self._turn_tools_expected = len(summary(event).get("tool_calls") or [])
+            self._turn_tools_expected = len(found.get("tool_calls") or [])
             self._turn_tools_done = 0
 
     def tool_call_done(self, event: ToolCallEvent) -> None:
         """Append a finished tool call (built by the tool wrapper) with its key and pid. With a
         workspace, a tool call that is not the last one its turn asked for is followed by an
         observable checkpoint."""
-        self._append(keyed(event, self.ignore, self.keys))
+        seq = self._append(keyed(event, self.ignore, self.keys))
+        with self._lock:
+            self.lacks.recorded(event, seq)
         with self._checkpoint_lock:
             self._turn_tools_done += 1
             more = self._turn_tools_done < self._turn_tools_expected
@@ -369,49 +377,75 @@ def end_event(exit_code: int | None, started: float, *, reason: str | None = Non
     }
 
 
-def unrecorded_tools(events: Iterable[Mapping[str, Any]]) -> dict[str, int]:
-    """The tools the model asked for (by name, in its responses) of which no call was recorded, and
-    how many times it asked for each: if the agent ran them, a replay runs them for real."""
-    asked: dict[str, int] = {}
-    recorded: set[str] = set()
-    for e in events:
-        if e.get("type") == "model_call":
-            for call in summary(e).get("tool_calls") or []:
-                if call.get("name"):
-                    asked[str(call["name"])] = asked.get(str(call["name"]), 0) + 1
-        elif e.get("type") == "tool_call":
-            recorded.add(str(e.get("tool")))
-    return {n: k for n, k in asked.items() if not any(tool_matches(r, n) for r in recorded)}
+class Lacks:
+    """What a recording lacks, tallied call by call: the tools the model asked for (by name, in its
+    responses, with how many times), the tools recorded, and the tool calls whose result had no
+    stored form. :meth:`warnings` says it in words."""
+
+    def __init__(self) -> None:
+        self.asked_for: dict[str, int] = {}
+        self.tools: set[str] = set()
+        self.lost: list[tuple[int | None, str, str]] = []  # (seq, tool, type of the result)
+
+    def asked(self, names: Iterable[str]) -> None:
+        """A model response asked for the tools ``names``."""
+        for n in names:
+            self.asked_for[n] = self.asked_for.get(n, 0) + 1
+
+    def recorded(self, event: Mapping[str, Any], seq: int | None) -> None:
+        """A tool call was recorded (as ``seq``)."""
+        self.tools.add(str(event.get("tool")))
+        if "unrecorded" in event:
+            self.lost.append((seq, str(event["tool"]), str(event["unrecorded"]["type"])))
+
+    @classmethod
+    def of(cls, events: Iterable[Mapping[str, Any]]) -> Lacks:
+        """The tally of recorded ``events`` (read back)."""
+        lacks = cls()
+        for e in events:
+            if e.get("type") == "model_call":
+                lacks.asked(str(c["name"]) for c in summary(e).get("tool_calls") or [] if c.get("name"))
+            elif is_tool_call(e):
+                lacks.recorded(e, e.get("seq"))
+        return lacks
+
+    def unrecorded_tools(self) -> dict[str, int]:
+        """The tools the model asked for of which no call was recorded, and how many times it asked
+        for each: if the agent ran them, a replay runs them for real."""
+        return {n: k for n, k in self.asked_for.items() if not any(tool_matches(r, n) for r in self.tools)}
+
+    def warnings(self) -> list[str]:
+        """In words, for the person who made the recording (empty when it lacks nothing)."""
+        out = []
+        missing = self.unrecorded_tools()
+        if missing:
+            names = ", ".join(f"{n} ({plural(k, 'call')})" for n, k in missing.items())
+            out.append(
+                f"the model asked for tools that were never recorded: {names}. If the agent ran them, a replay "
+                "runs them for real. Name them: @forkpoint.tool on the function, or forkpoint record --tool "
+                "MODULE:FUNCTION (--tool MODULE:CLASS.METHOD; --tool __main__:FUNCTION for one defined in the "
+                "script itself)."
+            )
+        if self.lost:
+            seq, tool, kind = self.lost[0]
+            out.append(
+                f"{plural(len(self.lost), 'tool call')} could not be recorded: the result had no stored form "
+                f"(first: seq {seq}, tool {tool}: {kind}); a replay stops at the first of them."
+            )
+        return out
 
 
 def recording_warnings(path: Path) -> list[str]:
-    """What the recording in session directory ``path`` lacks, in words for the person who made it:
+    """What the recording in session directory ``path`` lacks, read back (the processes of
+    ``forkpoint record -- CMD`` each wrote part of it), in words for the person who made it:
     tools the model asked for that were never recorded (and how to name them), and tool calls whose
     result could not be recorded (a replay stops at the first). None when it cannot be read back
     (whoever wrote it has said why); for an encrypted session without an identity at hand, that
     the checks were skipped, and why."""
     try:
-        events = Session.load(path).events
+        events = Session.load(path, derived=False).events
     except IdentityError as exc:  # an encrypted session, and no identity here to read it back
         return [f"the checks of what the recording lacks were skipped: {exc}"]
     except SessionError:
         return []
-    out = []
-    missing = unrecorded_tools(events)
-    if missing:
-        names = ", ".join(f"{n} ({plural(k, 'call')})" for n, k in missing.items())
-        out.append(
-            f"the model asked for tools that were never recorded: {names}. If the agent ran them, a replay "
-            "runs them for real. Name them: @forkpoint.tool on the function, or forkpoint record --tool "
-            "MODULE:FUNCTION (--tool MODULE:CLASS.METHOD; --tool __main__:FUNCTION for one defined in the "
-            "script itself)."
-        )
-    lost = [e for e in events if is_tool_call(e) and "unrecorded" in e]
-    if lost:
-        first = lost[0]
-        out.append(
-            f"{plural(len(lost), 'tool call')} could not be recorded: the result had no stored form (first: seq "
-            f"{first.get('seq')}, tool {first['tool']}: {first['unrecorded']['type']}); a replay stops at "
-            "the first of them."
-        )
-    return out
+    return Lacks.of(events).warnings()

@@ -341,10 +341,14 @@ def test_recording_warns_of_tools_the_model_asked_for_that_were_never_recorded(
 
         return {"get_weather": get_weather, "save_note": save_note}[name](**json.loads(arguments))
 
-    with forkpoint.record(store=store):
+    with forkpoint.record(store=store) as rec:
         chat_agent(srv.openai_base_url, run)
     said = " ".join(capsys.readouterr().err.split())
     assert "the model asked for tools that were never recorded: get_weather (1 call)." in said
+    # `forkpoint record -- CMD` reads the session back (its processes each wrote part): the same words.
+    from forkpoint.record import recording_warnings
+
+    assert recording_warnings(rec.session_path) == rec.lacks.warnings() != []
     assert "save_note" not in said.split("never recorded:")[1].split(".")[0]
     assert "--tool __main__:FUNCTION" in said and "@forkpoint.tool" in said
 
