@@ -8,7 +8,8 @@ the ratio against its yardstick and whether the issue's target is met:
   over ``python -c pass`` (wall time, median of ``--repeat-startup`` fresh interpreters).
 * ``floor``: the demo agent (real ``openai`` SDK, streamed Chat Completions, two tools) replayed by
   forkpoint against **the floor**: the same agent with every model answer served from an in-memory
-  dict at the transport (an ``httpx2.MockTransport``) and every tool result from a dict, without
+  dict at the transport (the SDK's default client and transport, built as the agent builds them,
+  whose ``handle_request`` answers from the dict) and every tool result from a dict, without
   forkpoint. Whole-process (each its own ``python``, CPU time of the process tree) and in-process
   (CPU time). Also record over the live run (whole-process CPU time, the model server in a process
   of its own, so its work is not counted).
@@ -458,6 +459,9 @@ def row_startup(repeat: int, tmp: Path) -> None:
 def row_floor(turns_list: list[int], repeat_small: int, tmp: Path, repeat_large: int) -> None:
     import forkpoint
 
+    # Every process runs in the temporary folder: run from a checkout (as the README says), `forkpoint
+    # record` would take the checkout's repository as its workspace and checkpoint it at every model
+    # call, which is not the agent's (it works in its own folder) and differs from machine to machine.
     env = env_with_repo()
     module = floor_agent()
     for turns in turns_list:
@@ -475,7 +479,7 @@ def row_floor(turns_list: list[int], repeat_small: int, tmp: Path, repeat_large:
         with server_process(turns, seed) as url:
             cpu, proc = child_cpu(
                 [PY, "-m", "forkpoint.cli", "record", "--store", str(store), "--", PY, str(HERE), "--child", "agent",
-                 url, str(tmp / f"w-rec0-{turns}")], env=env,
+                 url, str(tmp / f"w-rec0-{turns}")], env=env, cwd=tmp,
             )  # fmt: skip
         session = next(p.parent for p in store.glob("*/session.jsonl"))
         rows: dict[str, list[float]] = {
@@ -483,12 +487,12 @@ def row_floor(turns_list: list[int], repeat_small: int, tmp: Path, repeat_large:
         }
         for i in range(repeat):
             w = tmp / f"w-{turns}-{i}"
-            cpu, proc = child_cpu([PY, str(HERE), "--child", "floor", str(data), str(w / "fl")], env=env)
+            cpu, proc = child_cpu([PY, str(HERE), "--child", "floor", str(data), str(w / "fl")], env=env, cwd=tmp)
             assert proc.stdout.strip() == answers["answer"], proc.stdout
             rows["floor_p"].append(cpu)
             cpu, proc = child_cpu(
                 [PY, "-m", "forkpoint.cli", "replay", str(session), "--", PY, str(HERE), "--child", "agent",
-                 answers["base_url"], str(w / "rp")], env=env,
+                 answers["base_url"], str(w / "rp")], env=env, cwd=tmp,
             )  # fmt: skip
             assert answers["answer"] in proc.stdout, proc.stdout
             rows["replay_p"].append(cpu)
@@ -506,12 +510,12 @@ def row_floor(turns_list: list[int], repeat_small: int, tmp: Path, repeat_large:
             report = rp.report()
             assert got == answers["answer"] and report["matched"] == report["recorded"], report
             with server_process(turns, seed) as url:
-                cpu, proc = child_cpu([PY, str(HERE), "--child", "agent", url, str(w / "live")], env=env)
+                cpu, proc = child_cpu([PY, str(HERE), "--child", "agent", url, str(w / "live")], env=env, cwd=tmp)
                 rows["live_p"].append(cpu)
             with server_process(turns, seed) as url:
                 cpu, proc = child_cpu(
                     [PY, "-m", "forkpoint.cli", "record", "--store", str(tmp / f"s-{turns}-{i}"), "--", PY,
-                     str(HERE), "--child", "agent", url, str(w / "rec")], env=env,
+                     str(HERE), "--child", "agent", url, str(w / "rec")], env=env, cwd=tmp,
                 )  # fmt: skip
                 rows["record_p"].append(cpu)
         m = {k: median(v) for k, v in rows.items()}
