@@ -487,7 +487,9 @@ def row_floor(turns_list: list[int], repeat_small: int, tmp: Path, repeat_large:
         }
         for i in range(repeat):
             w = tmp / f"w-{turns}-{i}"
-            cpu, proc = child_cpu([PY, str(HERE), "--child", "floor", str(data), str(w / "fl")], env=env, cwd=tmp)
+            cpu, proc = child_cpu(
+                [PY, str(HERE), "--child", "floor", str(data), str(w / "fl")], env=env, cwd=tmp
+            )
             assert proc.stdout.strip() == answers["answer"], proc.stdout
             rows["floor_p"].append(cpu)
             cpu, proc = child_cpu(
@@ -510,7 +512,9 @@ def row_floor(turns_list: list[int], repeat_small: int, tmp: Path, repeat_large:
             report = rp.report()
             assert got == answers["answer"] and report["matched"] == report["recorded"], report
             with server_process(turns, seed) as url:
-                cpu, proc = child_cpu([PY, str(HERE), "--child", "agent", url, str(w / "live")], env=env, cwd=tmp)
+                cpu, proc = child_cpu(
+                    [PY, str(HERE), "--child", "agent", url, str(w / "live")], env=env, cwd=tmp
+                )
                 rows["live_p"].append(cpu)
             with server_process(turns, seed) as url:
                 cpu, proc = child_cpu(
