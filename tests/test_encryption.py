@@ -257,3 +257,29 @@ def test_a_live_export_of_an_encrypted_session_needs_the_identity_first(
         ):
             pass
     assert not list((tmp_path / "s").glob("2*"))  # refused before a session existed
+
+
+def test_an_in_process_recording_says_what_it_lacks_without_an_identity(
+    tmp_path: Path,
+    keys: tuple[str, Path, Path],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """forkpoint.record() tallies what the recording lacks as it records (record.Lacks): an encrypted
+    session needs no identity for the end-of-recording warnings, which `forkpoint record -- CMD`
+    has to read back (docs/security.md)."""
+    recipient, _, _ = keys
+    monkeypatch.delenv("FORKPOINT_IDENTITY", raising=False)
+
+    class Opaque:  # no stored form: the call is written without its result
+        pass
+
+    @forkpoint.tool
+    def make() -> Opaque:
+        return Opaque()
+
+    with forkpoint.record(store=tmp_path / "s", encrypt_to=[recipient]):
+        make()
+    said = " ".join(capsys.readouterr().err.split())
+    assert "WARNING: 1 tool call could not be recorded" in said and "tool make" in said
+    assert "skipped" not in said
