@@ -239,11 +239,11 @@ class Recorder:
     def model_call_done(self, event: ModelCallEvent) -> None:
         """Append a finished model call (built by the capture layer) with its key and pid. (Its
         provider-aware ``summary`` is not stored: readers derive it, :func:`forkpoint.providers.summary`.)"""
-        self._append(keyed(event, self.ignore, self.keys))
+        written = self._append(keyed(event, self.ignore, self.keys)) is not None
         found = summary(event)
-        asked = [str(c["name"]) for c in found.get("tool_calls") or [] if c.get("name")]
-        with self._lock:
-            self.lacks.asked(asked)
+        if written:  # what the session holds, as a reader of it would tally
+            with self._lock:
+                self.lacks.asked(str(c["name"]) for c in found.get("tool_calls") or [] if c.get("name"))
         if found.get("kind") != "model" or runtime.current_span.get():
             return  # not a turn of the agent (telemetry, MCP, plain HTTP, or inside a tool)
         with self._checkpoint_lock:
@@ -255,8 +255,9 @@ class Recorder:
         workspace, a tool call that is not the last one its turn asked for is followed by an
         observable checkpoint."""
         seq = self._append(keyed(event, self.ignore, self.keys))
-        with self._lock:
-            self.lacks.recorded(event, seq)
+        if seq is not None:
+            with self._lock:
+                self.lacks.recorded(event, seq)
         with self._checkpoint_lock:
             self._turn_tools_done += 1
             more = self._turn_tools_done < self._turn_tools_expected

@@ -567,3 +567,23 @@ def test_a_large_result_replays_as_a_fresh_copy_and_a_typed_value_deep_inside_is
     assert again["rows"][-1]["at"] == when and isinstance(again["rows"][-1]["at"], dt.datetime)
     assert again["rows"][:-1] == rows
     assert values.decode({"rows": rows}) == {"rows": rows}
+
+
+def test_what_a_recording_lacks_counts_only_what_it_wrote(
+    store: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Once recording stopped (a write failed), a call is not in the session: the end-of-recording
+    warnings tally what a reader of the session would find, not what the program did after."""
+
+    @forkpoint.tool
+    def locate(name: str) -> dict[str, Any]:
+        return {"name": name, "at": [Point(1, len(name))]}
+
+    with forkpoint.record(store=store) as rec:
+        locate("kept")
+        rec.stop("the disk is full")  # what a failed write does
+        assert locate("home") == {"name": "home", "at": [Point(1, 4)]}  # the run goes on
+    assert [seq for seq, *_ in rec.lacks.lost] == [
+        e["seq"] for e in Session.load(rec.session_path).by_type("tool_call")
+    ]
+    assert "WARNING: 1 tool call could not be recorded" in capsys.readouterr().err
