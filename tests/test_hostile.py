@@ -147,6 +147,25 @@ def test_missing_blob_and_blob_not_matching_its_hash(tmp_path: Path) -> None:
     assert "is missing" in verify(path).problems[0]
 
 
+def test_a_compressed_blob_that_holds_more_than_its_reference_says_is_refused_early(tmp_path: Path) -> None:
+    """A hostile session's compression bomb: a .zst blob that inflates to 64 MiB where its
+    reference says a few KB. Loading it stops at the size the reference gives, with an error naming
+    the blob and the line, instead of inflating it whole in memory (and then finding the hash wrong)."""
+    import zstandard
+
+    path = _session(tmp_path / "store", _events())
+    packed = sorted(p for p in (path / "blobs").rglob("*.zst") if p.is_file())
+    assert packed, "the test needs a compressed blob"
+    with open(packed[0], "wb") as f, zstandard.ZstdCompressor().stream_writer(f) as w:
+        for _ in range(64):
+            w.write(bytes(1 << 20))
+    assert packed[0].stat().st_size < 1 << 16
+    with pytest.raises(SessionError) as exc:
+        Session.load(path)
+    assert str(packed[0]) in str(exc.value) and "holds more than the" in str(exc.value)
+    assert "bytes its reference says (referenced from" in str(exc.value)
+
+
 def test_delta_pointing_nowhere_and_bad_reserved_values(tmp_path: Path) -> None:
     body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
     call = {

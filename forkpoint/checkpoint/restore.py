@@ -216,9 +216,9 @@ def _restore_into(
         (into / ".git" / "info" / "exclude").write_text(text.rstrip("\n") + f"\n/{META_DIR}/\n")
     links = []
     try:
-        for rel, kind, mode, _size, h in rows:
+        for rel, kind, mode, size, h in rows:
             target = _safe_target(into, rel)
-            data = blobs.get(h)
+            data = blobs.get(h, size=size)
             if kind == "symlink":
                 links.append((target, data.decode("utf-8", "surrogateescape"), rel))
                 continue

@@ -201,11 +201,20 @@ class BlobStore:
         for d in sorted(dirs, key=lambda d: len(d.parts), reverse=True):
             fsync_path(d)
 
-    def get(self, h: str, *, where: str = "") -> bytes:
-        """The bytes of blob ``h``; raises :class:`SessionError` if missing or not matching its name."""
+    def get(self, h: str, *, where: str = "", size: int | None = None) -> bytes:
+        """The bytes of blob ``h``; raises :class:`SessionError` if missing or not matching its name.
+        ``size``, the length its reference gives, bounds what is read and decompressed: a blob that
+        holds more (a hostile session's compression bomb) is refused before it fills the memory."""
         target = self.path(h)
+        if size is not None and (not isinstance(size, int) or size < 0):
+            raise SessionError(f"{target}: the reference to blob {h[:12]}… gives no valid size{where}")
         try:
             with open_regular(target) as f:
+                if size is not None and not target.name.endswith(ZSTD_SUFFIX) and self.cipher is None:
+                    if os.fstat(f.fileno()).st_size > size:
+                        raise SessionError(
+                            f"{target}: blob {h[:12]}… holds more than the {size} bytes its reference says{where}"
+                        )
                 data = f.read()
         except FileNotFoundError:
             raise SessionError(f"{target}: blob {h[:12]}… is missing{where}") from None
@@ -220,11 +229,15 @@ class BlobStore:
             data = self.cipher.open(data, f"{target}{where}")
         if target.name.endswith(ZSTD_SUFFIX):
             try:
-                data = b"".join(zstd_chunks(io.BytesIO(data)))
+                data = _decompressed(data, None if size is None else size + 1)
             except Exception as exc:  # zstandard.ZstdError and friends: a damaged frame
                 raise SessionError(
                     f"{target}: compressed blob cannot be decompressed ({exc}){where}"
                 ) from None
+        if size is not None and len(data) > size:
+            raise SessionError(
+                f"{target}: blob {h[:12]}… holds more than the {size} bytes its reference says{where}"
+            )
         if sha256_hex(data) != h:
             raise SessionError(f"{target}: blob content does not match its hash{where}")
         return data
@@ -275,6 +288,19 @@ def zstd_compress(data: bytes) -> bytes:
     import zstandard
 
     return zstandard.ZstdCompressor(level=10 if len(data) < HUGE_BLOB else 1).compress(data)
+
+
+def _decompressed(data: bytes, limit: int | None) -> bytes:
+    """The zstd stream ``data`` decompressed, its first ``limit`` bytes at most (None: all)."""
+    out: list[bytes] = []
+    n = 0
+    for chunk in zstd_chunks(io.BytesIO(data)):
+        out.append(chunk)
+        n += len(chunk)
+        if limit is not None and n >= limit:
+            break
+    joined = b"".join(out)
+    return joined if limit is None else joined[:limit]
 
 
 def zstd_chunks(f: Any) -> Iterator[bytes]:
