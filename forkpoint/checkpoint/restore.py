@@ -13,6 +13,7 @@ from typing import Any, cast
 
 import orjson
 
+from ..canonical import digest
 from ..errors import CheckpointError, SessionError
 from ..events import CheckpointEvent
 from ..log import Session
@@ -124,7 +125,14 @@ def restore(session: Session, seq: int, into: Path, *, repo: Path | None = None)
     if source:
         _check_source(source)
     workspace = cp.get("workspace") or {}
-    rows = _checked_manifest(manifest_rows(workspace))
+    listed = manifest_rows(workspace)
+    if workspace.get("fingerprint") is not None and digest(listed) != workspace["fingerprint"]:
+        # Rebuilt from an earlier manifest and its changes, or edited: not the state that was taken.
+        raise CheckpointError(
+            f"checkpoint {session.id}@{seq}: its workspace manifest does not match its fingerprint, so "
+            f"it is not the state that was taken (see: forkpoint verify {session.path})"
+        )
+    rows = _checked_manifest(listed)
     into = Path(into).absolute()
     if into.exists() and (not into.is_dir() or any(into.iterdir())):
         raise CheckpointError(f"{into} is not empty; restore needs a new or empty directory")

@@ -585,7 +585,8 @@ def crafted_session(store: Path, rows: list[list[Any]], blobs: dict[str, bytes])
             "reason": "crafted",
             "turn": 1,
             "source": None,
-            "workspace": {"root": "/nowhere", "fingerprint": "0" * 64, "manifest": rows},
+            # its true fingerprint, as an attacker would write it (restore checks it)
+            "workspace": {"root": "/nowhere", "fingerprint": digest(rows), "manifest": rows},
             "context": None,
             "context_digest": None,
         }
@@ -593,6 +594,24 @@ def crafted_session(store: Path, rows: list[list[Any]], blobs: dict[str, bytes])
     writer.close()
     assert seq == 1
     return Session.load(writer.path)
+
+
+def test_a_manifest_that_does_not_match_its_fingerprint_restores_nothing(tmp_path: Path) -> None:
+    """What restore would write must be the state that was taken: a manifest whose rows do not hash
+    to the checkpoint's fingerprint (damaged, or rebuilt wrong from an earlier one) is refused,
+    naming the checkpoint, before anything is written."""
+    data = b"print('hi')\n"
+    rows = [["a.py", "file", 0o644, len(data), sha256_hex(data)]]
+    session = crafted_session(tmp_path / "store", rows, {"a": data})
+    event = session.by_type("checkpoint")[0]
+    event["workspace"]["fingerprint"] = digest([["b.py", *rows[0][1:]]])  # taken of another state
+    into = tmp_path / "into"
+    with pytest.raises(CheckpointError, match=r"@1: its workspace manifest does not match its fingerprint"):
+        restore(session, 1, into)
+    assert not into.exists()
+    event["workspace"]["fingerprint"] = digest(rows)
+    restore(session, 1, into)
+    assert (into / "a.py").read_bytes() == data
 
 
 @pytest.mark.parametrize("case", ["dotdot", "absolute", "under-symlink", "through-dotgit", "nested-dotdot"])
@@ -648,6 +667,7 @@ def test_a_tracked_symlink_pointing_outside_cannot_be_written_through(tmp_path: 
     evil = b"pwned\n"
     BlobStore(rec.session_path / "blobs").put(evil)
     event["workspace"]["manifest"] = [["out/evil.txt", "file", 0o644, len(evil), sha256_hex(evil)]]
+    event["workspace"]["fingerprint"] = digest(event["workspace"]["manifest"])  # as an attacker would
     lines[seq] = orjson.dumps(event)  # (a plain line: it was packed, maybe)
     log.write_bytes(b"\n".join(lines) + b"\n")
     with pytest.raises(CheckpointError, match="symlink outside"):
