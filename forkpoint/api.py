@@ -178,7 +178,7 @@ def record(
             runtime.deactivate(rec)
             finish_recording(rec)
             session.incomplete = rec.failure
-            for warning in rec.lacks.warnings():  # this process wrote the whole session
+            for warning in rec.warnings():
                 sys.stderr.write(f"forkpoint: WARNING: {warning}\n")
 
 

@@ -179,6 +179,7 @@ class Recorder:
         self._closed = False
         #: What :meth:`warnings` says, kept as the calls are recorded (no reading back at the end).
         self.lacks = Lacks()
+        self.appended = 0  # events this recorder wrote
         #: Why recording stopped early (a write failed: a full disk, a store gone), or None. From
         #: then on nothing more is written, and the session's ``end`` says it is incomplete.
         self.failure: str | None = None
@@ -291,8 +292,19 @@ class Recorder:
             if event["type"] in self.counts:
                 self.counts[event["type"]] += 1
         with self._guarded():
-            return self.writer.append(event)
+            seq = self.writer.append(event)
+            with self._lock:
+                self.appended += 1
+            return seq
         return None
+
+    def warnings(self) -> list[str]:
+        """What the recording lacks, in words (:class:`Lacks`): from this recorder's tally when it
+        wrote every event of its session, else read back (a forked child of the program appended
+        to it too, or a line reached the file though its write failed)."""
+        if self.writer.last_seq() == self.appended:
+            return self.lacks.warnings()
+        return recording_warnings(self.writer.path)
 
     @contextlib.contextmanager
     def _guarded(self) -> Iterator[None]:
@@ -428,7 +440,7 @@ class Lacks:
                 "script itself)."
             )
         if self.lost:
-            seq, tool, kind = self.lost[0]
+            seq, tool, kind = min(self.lost, key=lambda lost: (lost[0] is None, lost[0] or 0))
             out.append(
                 f"{plural(len(self.lost), 'tool call')} could not be recorded: the result had no stored form "
                 f"(first: seq {seq}, tool {tool}: {kind}); a replay stops at the first of them."

@@ -206,6 +206,19 @@ class SessionWriter:
                 region = f.read(size - end) + self._close_torn
             self._torn = {"offset": end, "bytes": len(region), "sha256": sha256_hex(region)}
 
+    def last_seq(self) -> int:
+        """The ``seq`` of the last event in the log now, whoever appended it (this writer, another
+        process, or a line whose sync failed here after it reached the file). 0 for none."""
+        with self._lock:
+            if self._fd < 0:
+                return self._last_seq
+            fcntl.flock(self._fd, fcntl.LOCK_EX)
+            try:
+                self._sync_tail()
+            finally:
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+            return self._last_seq
+
     def append(self, event: Mapping[str, Any]) -> int:
         """Append one event (resolved form); returns its ``seq``.
 

@@ -6,6 +6,7 @@ about its own end."""
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import sys
 import textwrap
@@ -400,3 +401,39 @@ def test_a_what_if_session_keeps_its_exit_code_and_where_it_diverged(make_server
     assert (
         next(e for e in page["events"] if e["type"] == "end")["divergence"]["parent_seq"] == div["parent_seq"]
     )
+
+
+def test_tools_recorded_by_a_forked_worker_are_not_said_to_be_missing(
+    make_server: Any, store: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A worker forked inside forkpoint.record() (multiprocessing's default start method on Linux)
+    keeps the recorder and writes its tool calls into the session: the end-of-recording check sees
+    the session holds events this process did not write, and reads it back instead of trusting its
+    own tally (which never saw them)."""
+    srv: LocalServer = make_server(chat_script=[[("save_note", {"text": "x"})], "ok"])
+
+    @forkpoint.tool
+    def save_note(text: str) -> str:
+        return "saved"
+
+    def in_a_forked_worker(name: str, arguments: str) -> str:
+        import json
+
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the worker: runs the tool, hands back its result, leaves at once
+            os.close(read)
+            os.write(write, save_note(**json.loads(arguments)).encode())
+            os._exit(0)
+        os.close(write)
+        with os.fdopen(read, "rb") as r:
+            got = r.read().decode()
+        os.waitpid(pid, 0)
+        return got
+
+    with forkpoint.record(store=store) as rec:
+        chat_agent(srv.openai_base_url, in_a_forked_worker)
+    said = " ".join(capsys.readouterr().err.split())
+    assert [e["tool"] for e in Session.load(rec.session_path).by_type("tool_call")] == ["save_note"]
+    assert rec.lacks.unrecorded_tools() == {"save_note": 1}  # this process's own tally
+    assert "never recorded" not in said
