@@ -99,25 +99,39 @@ def _to_pem(key: Ed25519PrivateKey) -> bytes:
     return _PEM_BEGIN + b"\n" + body + _PEM_END + b"\n"
 
 
+class _NotEd25519(ValueError):
+    """A private key of another algorithm."""
+
+
 def _from_pem(pem: bytes) -> Ed25519PrivateKey:
-    """The key of a PEM ``PRIVATE KEY`` file; any other form (a key with its public key, another
-    algorithm) through ``cryptography``'s PEM loader. Raises ValueError or :class:`SigningError`."""
+    """The key of a PEM ``PRIVATE KEY`` file. The form forkpoint writes (one block, RFC 8410's
+    PKCS#8) is read here; anything else (several blocks, headers, a key with its public key,
+    another algorithm, an encrypted key) goes through ``cryptography``'s PEM loader. Raises
+    ValueError (:class:`_NotEd25519` for another algorithm) or TypeError (an encrypted key)."""
     text = pem.strip()
-    if text.startswith(_PEM_BEGIN) and text.endswith(_PEM_END):
-        der = base64.b64decode(b"".join(text[len(_PEM_BEGIN) : -len(_PEM_END)].split()), validate=True)
+    body = text[len(_PEM_BEGIN) : -len(_PEM_END)]
+    if text.startswith(_PEM_BEGIN) and text.endswith(_PEM_END) and b"-" not in body and b":" not in body:
+        try:
+            der = base64.b64decode(b"".join(body.split()), validate=True)
+        except ValueError:
+            der = b""  # not plain base64: the loader below says what it is
         if len(der) == len(_PKCS8_ED25519) + 32 and der.startswith(_PKCS8_ED25519):
             return Ed25519PrivateKey.from_private_bytes(der[len(_PKCS8_ED25519) :])
+    from cryptography.exceptions import UnsupportedAlgorithm
     from cryptography.hazmat.primitives import serialization
 
-    key = serialization.load_pem_private_key(pem, password=None)
+    try:
+        key = serialization.load_pem_private_key(pem, password=None)
+    except UnsupportedAlgorithm as exc:
+        raise _NotEd25519(f"a key of an algorithm cryptography does not support ({exc})") from None
     if not isinstance(key, Ed25519PrivateKey):
-        raise SigningError("not an Ed25519 key")
+        raise _NotEd25519("not an Ed25519 key")
     return key
 
 
 def own_key() -> Ed25519PrivateKey:
     """This user's signing key, created on first use. Raises :class:`~forkpoint.errors.SigningError`
-    for a key file that cannot be written or read, or is open to others."""
+    for a key file that cannot be written or read, is open to others, or holds no usable key."""
     d = keys_dir()
     path = d / KEY_NAME
     try:
@@ -130,10 +144,14 @@ def own_key() -> Ed25519PrivateKey:
         return _from_pem(_read_private(path))
     except OSError as exc:
         raise SigningError(f"{path}: the signing key cannot be used: {exc.strerror or exc}") from None
+    except _NotEd25519 as exc:
+        raise SigningError(f"{path}: {exc}") from None
     except ValueError as exc:
         raise SigningError(f"{path}: not a PEM private key: {exc}") from None
-    except SigningError as exc:
-        raise SigningError(f"{path}: {exc}") from None
+    except TypeError as exc:  # cryptography: "Password was not given but private key is encrypted"
+        raise SigningError(
+            f"{path}: the signing key is encrypted; forkpoint needs it unencrypted ({exc})"
+        ) from None
 
 
 def key_id(key: Ed25519PublicKey) -> str:

@@ -249,3 +249,30 @@ def test_the_signing_key_file_is_standard_pkcs8_both_ways(
     )
     with pytest.raises(SigningError, match="not a PEM private key"):
         own_key()
+
+    # Forms the shortcut does not take still load, through cryptography's loader, as they always did.
+    other = Ed25519PrivateKey.generate().private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    lines = pem.decode().splitlines()
+    for variant in (
+        pem + other,  # two blocks: the first is the key
+        "\n".join([lines[0], "Comment: my key", "", *lines[1:]]).encode(),  # a header
+        pem.replace(b"\n", b"\xc2\xa0\n", 1),  # a non-ASCII space
+    ):
+        (tmp_path / "keys" / KEY_NAME).write_bytes(variant)
+        assert own_key().private_bytes_raw() == theirs.private_bytes_raw(), variant
+
+    locked = theirs.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.BestAvailableEncryption(b"secret"),
+    )
+    (tmp_path / "keys" / KEY_NAME).write_bytes(locked)
+    with pytest.raises(SigningError, match="the signing key is encrypted") as exc:
+        own_key()
+    assert str(exc.value).count(KEY_NAME) == 1
+    (tmp_path / "keys" / KEY_NAME).chmod(0o644)
+    with pytest.raises(SigningError, match="readable by no one else") as exc:
+        own_key()
+    assert str(exc.value).count(KEY_NAME) == 1  # the path said once
