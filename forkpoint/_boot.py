@@ -141,8 +141,14 @@ def _leave_pythonpath() -> None:
     path = os.environ.get("PYTHONPATH")
     if path is None:
         return
-    here = os.path.abspath(BOOTSTRAP_DIR)
-    kept = [p for p in path.split(os.pathsep) if os.path.abspath(p or ".") != here]
+    # The folder on PYTHONPATH is the one of the forkpoint that started this process, which may not
+    # be the one this process imports (a CLI run from a checkout, an agent with its own install):
+    # the folder of the sitecustomize that is running says which.
+    ours = {os.path.abspath(BOOTSTRAP_DIR)}
+    running = getattr(sys.modules.get("sitecustomize"), "__file__", None)
+    if running and os.path.basename(os.path.dirname(os.path.abspath(running))) == BOOTSTRAP_DIR.name:
+        ours.add(os.path.dirname(os.path.abspath(running)))
+    kept = [p for p in path.split(os.pathsep) if os.path.abspath(p or ".") not in ours]
     if len(kept) == len(path.split(os.pathsep)):
         return
     if kept:

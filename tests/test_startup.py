@@ -187,3 +187,28 @@ def test_the_agents_python_subprocesses_get_the_users_pythonpath_and_load_no_for
     seen_path, modules = json.loads(done.stdout.strip())
     assert seen_path == user_path
     assert modules == []
+
+
+def test_the_bootstrap_folder_leaves_pythonpath_when_it_is_another_forkpoints(tmp_path: Path) -> None:
+    """`forkpoint record` run from one forkpoint (a checkout, a pipx install) and an agent that
+    imports another: the folder on PYTHONPATH is the first one's, and it still leaves."""
+    import shutil
+
+    other = tmp_path / "elsewhere" / "_bootstrap"
+    other.mkdir(parents=True)
+    shutil.copy(ROOT / "forkpoint" / "_bootstrap" / "sitecustomize.py", other)
+    mine = tmp_path / "lib"
+    mine.mkdir()
+    user_path = os.pathsep.join([str(ROOT), str(mine)])
+    probe = "import os; print(os.environ.get('PYTHONPATH'))"
+    program = f"import subprocess, sys; print(subprocess.run([sys.executable, '-c', {probe!r}], capture_output=True, text=True).stdout)"
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(other), user_path]),
+        "FORKPOINT_MODE": "record",
+        "FORKPOINT_SESSION": str(tmp_path / "never-written"),  # the program makes no call
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", program], env=env, capture_output=True, text=True, check=True
+    )
+    assert done.stdout.strip() == user_path, done.stderr
