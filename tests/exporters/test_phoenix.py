@@ -248,7 +248,9 @@ def test_live_recording(phoenix: Phoenix, project: str, tmp_path: Path) -> None:
     check_demo_trace(phoenix, project, session, variant_for(content=True))
 
 
-@pytest.mark.skipif(not CASSETTES.is_dir(), reason=f"real cassettes not found at {CASSETTES}")
+@pytest.mark.skipif(
+    not CASSETTES.is_dir(), reason=f"real cassettes not found at {CASSETTES} (../shared/realdata is absent)"
+)
 def test_imported_cassette(phoenix: Phoenix, project: str, tmp_path: Path) -> None:
     session = Session.load(import_file(CASSETTES / "crewai__anthropic_tool_call.yaml", store=tmp_path))
     export(tmp_path, session, phoenix.url, "--content")
