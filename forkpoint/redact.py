@@ -75,7 +75,7 @@ SIGNING_HEADERS: frozenset[str] = frozenset(
 
 #: Header names that say their value is a credential (any case): dropped like :data:`SECRET_HEADERS`.
 #: ``x-ratelimit-remaining-tokens`` is not one ("tokens", plural, counts tokens of text).
-SECRET_HEADER_NAME = compiled_later(
+SECRET_HEADER_NAME = re.compile(  # public: a real pattern (re.search(SECRET_HEADER_NAME, …) works)
     r"(?i)(?:^|[-_])(?:token|secret|password|passwd|api[-_]?key|apikey|access[-_]?key|credentials?"
     r"|signature|session[-_]?id)(?:$|[-_])"
 )
