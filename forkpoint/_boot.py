@@ -132,6 +132,14 @@ def start() -> None:
                 write_report(reports / f"report-{os.getpid()}.json", rp.report())
 
         atexit.register(finish)
+        if reports:
+            # A child forked without exec (a multiprocessing worker) replays with its copy, and
+            # reports as it goes: it may leave through os._exit, past every exit handler.
+            os.register_at_fork(
+                after_in_child=lambda: rp.forked(
+                    lambda: write_report(reports / f"report-{os.getpid()}.json", rp.report())
+                )
+            )
 
 
 def _leave_pythonpath() -> None:

@@ -257,6 +257,32 @@ class Replayer:
         #: How this run ended (:meth:`finish`), and the uncaught exceptions it raised.
         self.exit_code: int | None = None
         self.uncaught: list[ErrorRecord] = []
+        # Called after each call this process is asked for (a forked child's report: see forked).
+        self._after_call: Callable[[], None] | None = None
+
+    def forked(self, report: Callable[[], None]) -> None:
+        """In a child made by ``fork()`` without ``exec`` (a ``multiprocessing`` worker): from now on
+        this copy reports what the child does, and only that (what the parent served before the fork
+        counts as served elsewhere), and ``report()`` is called after each call the child is asked
+        for and at a divergence: the child may leave through ``os._exit``, which runs no exit
+        handler, so its report could not wait for the end."""
+        # The child has one thread: a lock another thread held at the fork would never be released.
+        self._lock = threading.Lock()
+        self._turns = threading.Condition()
+        self.others |= set(self.used)
+        self.used = []
+        self.covered = set()
+        self.started = time.time()
+        self.live_calls = dict.fromkeys(self.live_calls, 0)
+        self.divergence = None
+        self.drift, self.id_drift, self.out_of_order, self.uncaught = [], [], [], []
+        self.aside_served, self.aside_answered, self.network_blocked = [], [], []
+        self.applied = dict.fromkeys(self.applied, False)
+        self._after_call = report
+
+    def _reported(self) -> None:
+        if self._after_call is not None:
+            self._after_call()
 
     # -- the capture layer asks these
 
@@ -327,6 +353,7 @@ class Replayer:
             if self.divergence is None:
                 self.divergence = report
                 self._wake()
+        self._reported()
         return divergence(report)
 
     def take_tool_call(
@@ -434,10 +461,13 @@ class Replayer:
         when none is left under ``key``; ``plain``: a plain HTTP request, which may be served a
         recording that differs only in ids) or None to go live (always with ``live``), and this call's
         position among the run's calls of its kind; raises :class:`Divergence`."""
-        with self._lock, self._shared():
-            self.positions[kind] += 1
-            chosen = self._choose(kind, key, norm, alternatives, what, live=live, plain=plain)
-            return chosen, self.positions[kind]
+        try:
+            with self._lock, self._shared():
+                self.positions[kind] += 1
+                chosen = self._choose(kind, key, norm, alternatives, what, live=live, plain=plain)
+                return chosen, self.positions[kind]
+        finally:
+            self._reported()
 
     def _choose(
         self,

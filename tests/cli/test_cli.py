@@ -557,6 +557,52 @@ def test_replay_of_a_command_that_ran_several_programs(tmp_path: Path) -> None:
     assert "Expected next: recorded event seq 3" in said and "$.args.ticker: ACME → ZZZ" in said
 
 
+FORKED_QUOTE = QUOTE.replace(
+    'print(quote(ticker)["price"], quote(ticker)["price"])',
+    """first = quote("ACME")["price"]
+read, write = os.pipe()
+pid = os.fork()
+if pid == 0:  # a worker forked without exec, leaving as a multiprocessing worker does
+    os.close(read)
+    os.write(write, str(quote(ticker)["price"]).encode())
+    os._exit(0)
+os.close(write)
+got = os.read(read, 100).decode()
+os.waitpid(pid, 0)
+print(first, got)""",
+).replace("import sys\n", "import os\nimport sys\n")
+
+
+@pytest.mark.slow
+def test_replay_of_a_program_whose_forked_worker_makes_calls(tmp_path: Path) -> None:
+    """A worker forked without exec keeps the recorder, and on replay it is served from the
+    recording. It leaves through os._exit, past every exit handler: it reports as it goes, so its
+    calls count as served, and a divergence in it is the replay's (docs/format.md)."""
+    (tmp_path / "fq.py").write_text(FORKED_QUOTE)
+    counter = tmp_path / "counter"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FORKPOINT_")}
+    store = str(tmp_path / "store")
+    rec = run(
+        [*FORKPOINT, "record", "--store", store, "--", sys.executable, "fq.py", str(counter)], tmp_path, env
+    )
+    assert rec.returncode == 0, rec.stderr
+    assert rec.stdout.split() == ["101", "102"]
+    counter.unlink()
+
+    rep = run([*FORKPOINT, "replay", "last", "--store", store], tmp_path, env)
+    assert rep.returncode == 0, rep.stderr
+    assert rep.stdout == rec.stdout and not counter.exists()
+    assert "replay ok: 2/2 events matched, 0 recorded events left unused; served to 2 processes" in rep.stderr
+
+    div = run(
+        [*FORKPOINT, "replay", "last", "--store", store, "--", sys.executable, "fq.py", str(counter), "ZZZ"],
+        tmp_path,
+        env,
+    )
+    assert div.returncode == 3, div.stderr
+    assert "$.args.ticker: ACME → ZZZ" in flat(div.stderr)
+
+
 @pytest.mark.parametrize(
     "args",
     [
