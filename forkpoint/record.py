@@ -244,7 +244,7 @@ class Recorder:
         found = summary(event)
         if written:  # what the session holds, as a reader of it would tally
             with self._lock:
-                self.lacks.asked(str(c["name"]) for c in found.get("tool_calls") or [] if c.get("name"))
+                self.lacks.answered(found)
         if found.get("kind") != "model" or runtime.current_span.get():
             return  # not a turn of the agent (telemetry, MCP, plain HTTP, or inside a tool)
         with self._checkpoint_lock:
@@ -400,10 +400,12 @@ class Lacks:
         self.tools: set[str] = set()
         self.lost: list[tuple[int | None, str, str]] = []  # (seq, tool, type of the result)
 
-    def asked(self, names: Iterable[str]) -> None:
-        """A model response asked for the tools ``names``."""
-        for n in names:
-            self.asked_for[n] = self.asked_for.get(n, 0) + 1
+    def answered(self, found: Mapping[str, Any]) -> None:
+        """A model call was recorded; ``found`` is its summary (the tools its response asked for)."""
+        for call in found.get("tool_calls") or []:
+            if call.get("name"):
+                name = str(call["name"])
+                self.asked_for[name] = self.asked_for.get(name, 0) + 1
 
     def recorded(self, event: Mapping[str, Any], seq: int | None) -> None:
         """A tool call was recorded (as ``seq``)."""
@@ -417,7 +419,7 @@ class Lacks:
         lacks = cls()
         for e in events:
             if e.get("type") == "model_call":
-                lacks.asked(str(c["name"]) for c in summary(e).get("tool_calls") or [] if c.get("name"))
+                lacks.answered(summary(e))
             elif is_tool_call(e):
                 lacks.recorded(e, e.get("seq"))
         return lacks

@@ -206,7 +206,7 @@ class BlobStore:
         ``size``, the length its reference gives, bounds what is read and decompressed: a blob that
         holds more (a hostile session's compression bomb) is refused before it fills the memory."""
         target = self.path(h)
-        if size is not None and (not isinstance(size, int) or size < 0):
+        if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size < 0):
             raise SessionError(f"{target}: the reference to blob {h[:12]}… gives no valid size{where}")
         try:
             with open_regular(target) as f:

@@ -305,17 +305,6 @@ def encode_exotic(value: Any, where: str) -> Any:
     raise SessionError(f"{where}: a {type(value).__name__} is not JSON data")
 
 
-def _size(ref: dict[str, Any], where: str) -> int | None:
-    """The ``size`` a blob reference gives (None when it gives none). Raises :class:`SessionError`
-    for one that is no byte count."""
-    size = ref.get("size")
-    if size is None:
-        return None
-    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
-        raise SessionError(f"a blob reference gives {size!r} as its size, which is no byte count{where}")
-    return size
-
-
 def decode(
     value: Any, blobs: BlobStore, where: str, tools: Mapping[int, Mapping[str, Any]] | None = None
 ) -> Any:
@@ -324,7 +313,7 @@ def decode(
     :class:`SessionError` for a ``$dumps`` naming no earlier tool call, ValueError for its unknown style."""
     if isinstance(value, dict):
         if "$blob" in value:
-            data = blobs.get(str(value["$blob"]), where=where, size=_size(value, where))
+            data = blobs.get(str(value["$blob"]), where=where, size=value.get("size"))
             if value.get("bytes"):
                 return data
             return data.decode("utf-8", "surrogatepass")
@@ -336,7 +325,7 @@ def decode(
             return int(value["$int"])
         if "$json" in value and isinstance(value["$json"], str):
             try:
-                inner = orjson.loads(blobs.get(value["$json"], where=where, size=_size(value, where)))
+                inner = orjson.loads(blobs.get(value["$json"], where=where, size=value.get("size")))
             except orjson.JSONDecodeError as exc:
                 raise SessionError(
                     f"{blobs.path(value['$json'])}: JSON blob is not JSON ({exc}){where}"

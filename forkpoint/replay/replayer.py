@@ -269,7 +269,7 @@ class Replayer:
         # The child has one thread: a lock another thread held at the fork would never be released.
         self._lock = threading.Lock()
         self._turns = threading.Condition()
-        self.others |= set(self.used)
+        self.others |= set(self.used) | self.covered
         self.used = []
         self.covered = set()
         self.started = time.time()
