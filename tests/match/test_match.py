@@ -9,6 +9,7 @@ import httpx
 import pytest
 
 import forkpoint
+from forkpoint import match
 from forkpoint.jsondiff import Change, format_changes, json_diff
 from forkpoint.match import model_key, normalize_request, tool_key
 from forkpoint.redact import scrub_json
@@ -100,6 +101,55 @@ def test_a_live_secret_matches_its_recorded_placeholder() -> None:
     recorded = scrub_json(live)
     assert secret not in json.dumps(recorded)
     assert key(body=live) == key(body=recorded)
+
+
+def _conversation(turns: int) -> dict[str, Any]:
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "You edit files."}]
+    for t in range(turns):
+        messages.append({"role": "assistant", "content": None, "tool_calls": [{"id": f"c{t}"}]})
+        messages.append({"role": "tool", "tool_call_id": f"c{t}", "content": f"edited {t}"})
+    return {"model": "m", "messages": messages, "tools": [{"type": "function", "name": "edit"}]}
+
+
+def test_a_resent_conversation_hashes_only_its_new_items(monkeypatch: pytest.MonkeyPatch) -> None:
+    hashed: list[int] = []
+    real = match.canonical_json
+
+    def counting(value: Any) -> bytes:
+        data = real(value)
+        hashed.append(len(data))
+        return data
+
+    monkeypatch.setattr(match, "canonical_json", counting)
+    body = scrub_json(_conversation(200))  # the scrubber's items, as a recorder hands them on
+    first = model_key(normalize_request("POST", URL, HEADERS, body))
+    assert len(hashed) == 401 + 1  # every message, and the tool list's one item
+    grown = scrub_json({**body, "messages": [*body["messages"], {"role": "user", "content": "and?"}]})
+    hashed.clear()
+    second = model_key(normalize_request("POST", URL, HEADERS, grown))
+    assert hashed == [len(b'{"content":"and?","role":"user"}')]
+    assert first != second
+    # the same keys as from fresh objects, hashed whole
+    for conversation, k in ((body, first), (grown, second)):
+        assert model_key(normalize_request("POST", URL, HEADERS, json.loads(json.dumps(conversation)))) == k
+
+
+def test_item_digests_kept_within_their_budget_give_the_same_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    body = scrub_json(_conversation(50))
+    want = model_key(normalize_request("POST", URL, HEADERS, body))
+    monkeypatch.setattr(match, "ITEM_DIGESTS_BUDGET", 300)  # a few items: most are hashed again
+    match._item_digests.clear()
+    monkeypatch.setattr(match, "_item_digests_bytes", 0)
+    for _ in range(2):
+        assert model_key(normalize_request("POST", URL, HEADERS, body)) == want
+        assert 0 < match._item_digests_bytes <= 300
+        assert match._item_digests_bytes == sum(size for _, _, size in match._item_digests.values())
+
+
+def test_the_key_tells_lists_of_items_from_lists_of_their_digests() -> None:
+    items = [{"role": "user", "content": "hi"}]
+    digests = [match.digest(items[0])]
+    assert key(body={"messages": items}) != key(body={"messages": digests})
 
 
 def test_tool_key() -> None:
@@ -260,7 +310,7 @@ def test_replay_uses_the_stored_keys_when_their_spec_is_the_same(
     assert computed == []  # nothing recomputed: the stored keys were used
 
     # Another version of the key functions: every key is computed again, and still matches.
-    monkeypatch.setattr("forkpoint.match.KEY_VERSION", 2)
+    monkeypatch.setattr("forkpoint.match.KEY_VERSION", match.KEY_VERSION + 1)
     got, report = _replay_both(Session.load(path), server.url)
     assert got == answers and report["matched"] == 2
     assert sorted(computed) == [e["seq"] for e in session.by_type("model_call")]
