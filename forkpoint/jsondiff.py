@@ -3,7 +3,6 @@ report, ``forkpoint diff`` and a fifo replay's drift show."""
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,6 +82,8 @@ def similarity(a: Any, b: Any) -> float:
     """0..1 closeness of two JSON values (1.0 = same), for picking the nearest recorded request."""
     if a == b:
         return 1.0
+    import difflib  # (only when a divergence is explained: not at start-up)
+
     sa, sb = canonical_json(a), canonical_json(b)
     matcher = difflib.SequenceMatcher(None, sa, sb, autojunk=False)
     # quick_ratio is an upper bound that is cheap; exact ratio only for short documents.
@@ -134,6 +135,8 @@ def format_changes(changes: list[Change], limit: int = 20) -> str:
             and (len(c.expected) > 80 or len(c.actual) > 80)
         ):
             lines.append(f"  ~ {c.path}:{mark}")
+            import difflib
+
             diff = difflib.unified_diff(
                 c.expected.splitlines(), c.actual.splitlines(), "recorded", "actual", n=1, lineterm=""
             )

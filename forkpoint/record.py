@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import platform
 import subprocess
 import sys
 import threading
@@ -63,7 +62,7 @@ TRACKED_PACKAGES = (
 def package_versions() -> dict[str, str]:
     """Versions of python, forkpoint and the tracked SDK/HTTP packages that are installed."""
     return {
-        "python": platform.python_version(),
+        "python": sys.version.split()[0],  # what platform.python_version() says, without importing platform
         "forkpoint": __version__,
         **plugins.versions(TRACKED_PACKAGES),
     }

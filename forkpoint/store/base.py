@@ -10,7 +10,6 @@ they share is here: the life cycle (:meth:`Store.create` → :class:`Recording`)
 from __future__ import annotations
 
 import contextlib
-import difflib
 import hashlib
 import sys
 import time
@@ -257,6 +256,8 @@ def _pick(text: str, ref: str | Path, rows: list[SessionInfo], where: str) -> Se
     if "@" in text:
         hint = f" ({text} looks like a checkpoint, SESSION@SEQ: see forkpoint checkpoints / restore)"
     else:
+        import difflib  # (only when a session is not found: not at start-up)
+
         given = [str(r.header["name"]) for r in rows if r.error is None and r.header.get("name")]
         close = difflib.get_close_matches(text, list(dict.fromkeys(given[::-1])), n=3, cutoff=0.6)
         close += [
