@@ -1,7 +1,8 @@
 """Match keys, and the structured diff that explains a divergence.
 
 A recorded model call is found again at replay by its **match key**: the SHA-256 of the canonical
-JSON of the *normalized* request. Normalizing keeps what decides the model's answer and drops what
+JSON of the *normalized* request, each item of its body's top-level lists replaced by its own digest
+(:func:`model_key`). Normalizing keeps what decides the model's answer and drops what
 varies between two runs of the same program:
 
 * kept: method, URL path, query (sorted, scrubbed), the parsed body (scrubbed), and the few headers
