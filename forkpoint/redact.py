@@ -275,6 +275,11 @@ BIG_ENTRIES = 2
 LISTS_KEPT = 8
 #: How many of the last results of Scrubber.json (and their lists) are known as already scrubbed.
 RESULTS_KEPT = 64
+#: How many HTTP records built by the capture layer (:meth:`Scrubber.http_record`) are known as
+#: scrubbed until they are logged: more calls in flight at once than this are scrubbed again.
+RECORDS_KEPT = 256
+#: The fields of an HTTP record that :meth:`Scrubber.http_record` is handed already scrubbed.
+_SCRUBBED_PARTS = frozenset({"url", "headers", "body", "chunks"})
 
 
 def _shared_items(data: bytes, old: bytes, ends: list[int]) -> int:
@@ -515,6 +520,7 @@ class Scrubber:
         self._returned: dict[int, Any] = {}
         self._lists: deque[tuple[builtins.bytes, list[int], list[Any]]] = deque(maxlen=LISTS_KEPT)
         self._results: dict[int, Any] = {}
+        self._records: dict[int, dict[str, Any]] = {}
         self._lock = threading.Lock()
 
     # -- finding
@@ -954,8 +960,25 @@ class Scrubber:
             out.append([t, value])
         return out
 
+    def http_record(self, record: dict[str, Any]) -> dict[str, Any]:
+        """A request or response record as the capture layer builds it, whose ``url``, ``headers``,
+        ``body`` (by its kind) and ``chunks`` this scrubber scrubbed already: its other fields
+        scrubbed too, and the result remembered, so that :meth:`http` hands it back as it is when
+        the call is logged instead of scrubbing it all again. Treat it as read-only."""
+        out = {k: v if k in _SCRUBBED_PARTS else self.json(v) for k, v in record.items()}
+        with self._lock:
+            while len(self._records) >= RECORDS_KEPT:
+                self._records.pop(next(iter(self._records)))
+            self._records[id(out)] = out
+        return out
+
     def http(self, record: dict[str, Any]) -> dict[str, Any]:
-        """A stored request or response record scrubbed: URL, headers, body by its kind, chunks."""
+        """A stored request or response record scrubbed: URL, headers, body by its kind, chunks
+        (a record of :meth:`http_record` comes back as it is, once)."""
+        with self._lock:
+            mine = self._records.pop(id(record), None)
+        if mine is record:
+            return record
         out: dict[str, Any] = {}
         kind = record.get("body_kind")
         for k, v in record.items():

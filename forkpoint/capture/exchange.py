@@ -42,6 +42,7 @@ from .. import eventstream, runtime
 from ..errors import RecordedError
 from ..events import ErrorRecord, HttpRequest, HttpResponse, ModelCallEvent, new_span_id, now_iso
 from ..providers import stream_end_markers
+from ..redact import current as current_scrubber
 from ..redact import scrub_bytes, scrub_chunks, scrub_headers, scrub_stream, scrub_text, scrub_url
 from ..streamscrub import scrub_events
 from . import connections
@@ -98,13 +99,14 @@ def request_record(
             content = b"".join(decoded)
             pairs = [(k, v) for k, v in pairs if k.lower() != "content-encoding"]
     kind, body = parse_body(content, header(pairs, "content-type"))
-    return {
+    record = {
         "method": method,
         "url": scrub_url(url),
         "headers": scrub_headers(pairs),
-        "body_kind": cast(Any, kind),
+        "body_kind": kind,
         "body": scrub_body(kind, body),
     }
+    return cast(HttpRequest, current_scrubber().http_record(record))
 
 
 def body_content(body: Any) -> tuple[bytes, Any]:
@@ -235,9 +237,9 @@ class Exchange:
             # A body still under its coding is kept as text or bytes, never re-serialized JSON.
             kind, body = parse_body(b"".join(chunks), ctype, json_ok=not encoded)
             out["body_kind"] = cast(Any, kind)
-            out["body"] = body
+            out["body"] = scrub_body(kind, body)
         out["ended"] = cast(Any, ended)
-        return out
+        return cast(HttpResponse, current_scrubber().http_record(dict(out)))
 
 
 def aws_messages(times: list[float], chunks: list[bytes]) -> tuple[list[float], list[bytes]]:

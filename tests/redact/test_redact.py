@@ -356,3 +356,26 @@ def test_a_credential_named_key_in_a_large_list_is_found_however_the_text_is_spl
     item = {"x": 'a"' if escaped_quote else "a", ":password": "hunter2hunter2", "api_key": "plainvalue123"}
     out = Scrubber().json(_big_with(item))[len(_BIG) // 2]
     assert out[":password"].startswith("[REDACTED:") and out["api_key"].startswith("[REDACTED:")
+
+
+def test_a_captured_http_record_is_scrubbed_once_and_logged_as_it_is() -> None:
+    secret = "sk-proj-" + "R" * 48
+    s = Scrubber()
+    record = s.http_record(
+        {
+            "status": 200,
+            "reason": f"OK {secret}",  # a field the capture layer hands over unscrubbed
+            "headers": s.headers([("x-note", f"key {secret}")]),
+            "body_kind": "json",
+            "body": s.json({"answer": f"key {secret}"}),
+        }
+    )
+    assert secret not in orjson.dumps(record).decode()
+    assert s.http(record) is record  # logged as it is: nothing scrubbed twice
+    again = s.http(record)  # once: a record logged twice is scrubbed the second time
+    assert again is not record and again == record
+    # another scrubber's record, or one built without http_record, is scrubbed when logged
+    raw = {"status": 200, "reason": f"OK {secret}", "body_kind": "text", "body": f"key {secret}"}
+    for given in (Scrubber().http_record(dict(raw)), raw):
+        out = s.http(given)
+        assert out is not given and secret not in orjson.dumps(out).decode()
