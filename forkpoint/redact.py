@@ -836,11 +836,22 @@ class Scrubber:
             parts = data.split(b'"')
             strings = set(parts[1::2])
             keys = {parts[i] for i in range(1, len(parts) - 1, 2) if parts[i + 1][:1] == b":"}
-        for raw in strings:
-            text = orjson.loads(b'"' + raw + b'"') if b"\\" in raw else raw.decode()
-            if self.text(text) != text or (raw in keys and self._secret_key(text)):
+        if self.rules.patterns:  # a user's regex may anchor at a string's ends: each string alone
+            for raw in strings:
+                text = orjson.loads(b'"' + raw + b'"') if b"\\" in raw else raw.decode()
+                if self.text(text) != text or (raw in keys and self._secret_key(text)):
+                    return False
+            return True
+        for raw in keys:
+            if self._secret_key(orjson.loads(b'"' + raw + b'"') if b"\\" in raw else raw.decode()):
                 return False
-        return True
+        # Scanned as one text, a line each: every built-in pattern ends a secret at whitespace as it
+        # does at the end of a text, and starts one after a newline as at its start (a match across
+        # two lines only makes the check fail, and the walk decides), so a string holds a secret
+        # alone exactly when it does on its line.
+        plain = b"\n".join(raw for raw in strings if b"\\" not in raw).decode()
+        escaped = [orjson.loads(b'"' + raw + b'"') for raw in strings if b"\\" in raw]
+        return not self.find("\n".join([plain, *escaped]))
 
     def _item(self, value: Any) -> Any:
         """One list item scrubbed (no JSON path reaching it), remembered (see :meth:`json`)."""

@@ -323,28 +323,33 @@ def test_a_large_clean_list_is_checked_in_its_text_and_not_rebuilt() -> None:
     assert out == _BIG and out[0] is _BIG[0]  # items shared: the walk would have copied them
 
 
-@pytest.mark.parametrize("form", ["value", "key", "quoted value", "value with newlines"])
-def test_every_secret_kind_in_a_large_list_is_scrubbed(form: str) -> None:
+@pytest.mark.parametrize("user_pattern", [True, False], ids=["with a user pattern", "built-in patterns"])
+@pytest.mark.parametrize("form", ["value", "key", "quoted value", "value with newlines", "alone"])
+def test_every_secret_kind_in_a_large_list_is_scrubbed(form: str, user_pattern: bool) -> None:
     """Each kind of the canary test, inside a list too large to walk first: found by the text check
-    (split on quotes, or the regex when the list holds an escaped quote), then scrubbed by the walk."""
+    (split on quotes, or the regex when the list holds an escaped quote; with the built-in patterns
+    only, every string scanned as one line of one text), then scrubbed by the walk, as it is in a
+    small list (the secret alone as a string too: what ends a text ends a line)."""
     from tests.test_canary import CONTEXTS, SECRETS
     from tests.test_security import needles
 
-    scrubber = Scrubber(
-        rules_from_table({"patterns": [{"kind": "internal-token", "regex": "itk_[A-Za-z0-9]{24}"}]}, "test")
-    )
+    table = {"patterns": [{"kind": "internal-token", "regex": "itk_[A-Za-z0-9]{24}"}]} if user_pattern else {}
+    scrubber = Scrubber(rules_from_table(table, "test"))
     for kind, context in CONTEXTS.items():
-        if kind == "json_path":  # a JSON path rule: such lists are walked (tests above)
+        if kind == "json_path" or (kind == "user_rule" and not user_pattern):  # rules these tests lack
             continue
         item = {
             "value": {"id": -1, "note": context},
             "key": {context: 1},
             "quoted value": {"note": f'he said "{context}" twice'},
             "value with newlines": {"note": f"line one\n{context}\nline three"},
+            "alone": {"note": SECRETS[kind]},
         }[form]
-        out = orjson.dumps(scrubber.json(_big_with(item)))
-        leaked = [n for n in needles(SECRETS[kind]) if n in out]
-        assert not leaked, (kind, form, leaked[:1])
+        got = scrubber.json(_big_with(item))
+        assert got[len(_BIG) // 2] == Scrubber(rules_from_table(table, "test")).json([item])[0], (kind, form)
+        if form != "alone":  # (some kinds are secrets only in their context)
+            leaked = [n for n in needles(SECRETS[kind]) if n in orjson.dumps(got)]
+            assert not leaked, (kind, form, leaked[:1])
 
 
 @pytest.mark.parametrize("escaped_quote", [False, True])
