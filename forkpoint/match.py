@@ -42,7 +42,7 @@ from urllib.parse import parse_qsl, urlsplit
 import orjson
 
 from . import jsonpath, redact
-from .canonical import canonical_json, digest, sha256_hex
+from .canonical import digest
 from .config import load_table
 from .errors import ConfigError, RuleError
 from .jsondiff import json_diff
@@ -104,49 +104,18 @@ def model_key(normalized: dict[str, Any], ignore: Ignore | None = None) -> str:
 
     The digest of the masked request with each item of the body's top-level lists (the
     conversation, the tools) replaced by the item's own digest: an agent resends its whole
-    conversation at every call, and an item seen again (the same object: the scrubber hands back
-    the items it has scrubbed, a loaded ``$delta`` list shares its base's) is not hashed again
-    (:func:`_item_digest`), so a call costs its new items, not its whole history. As collision-proof
-    as the digest of the request itself, since every such list is replaced whatever it holds.
+    conversation at every call, and the scrubber hands back the items it has scrubbed before as
+    the same objects, with their digests (:meth:`~forkpoint.redact.Scrubber.item_digest`), so a
+    call costs its new items, not its whole history. As collision-proof as the digest of the
+    request itself, since every such list is replaced whatever it holds.
     """
     masked = _in_force(ignore).mask(normalized)
     body = masked.get("body")
     if isinstance(body, dict) and any(isinstance(v, list) for v in body.values()):
-        lists = {k: [_item_digest(x) for x in v] for k, v in body.items() if isinstance(v, list)}
+        item_digest = redact.current().item_digest
+        lists = {k: [item_digest(x) for x in v] for k, v in body.items() if isinstance(v, list)}
         masked = {**masked, "body": {**body, **lists}}
     return digest(masked)
-
-
-#: Digests of recent list items by identity: ``id(item)`` → ``(item, digest, canonical size)``. Holding the item
-#: keeps its id from being reused. Kept within :data:`ITEM_DIGESTS_BUDGET` bytes of canonical JSON.
-_item_digests: dict[int, tuple[Any, str, int]] = {}
-_item_digests_bytes = 0
-_item_digests_lock = threading.Lock()
-#: How much canonical JSON the items of :data:`_item_digests` may add up to (bytes): a conversation
-#: larger than this is hashed whole at every call again, as without the cache.
-ITEM_DIGESTS_BUDGET = 64 << 20
-
-
-def _item_digest(item: Any) -> str:
-    """``digest(item)``, remembered for a dict or list item (treated as read-only, as the
-    scrubber's results and loaded events are)."""
-    global _item_digests_bytes
-    if not isinstance(item, dict | list):
-        return digest(item)
-    hit = _item_digests.get(id(item))
-    if hit is not None and hit[0] is item:
-        return hit[1]
-    data = canonical_json(item)
-    found = sha256_hex(data)
-    if len(data) <= ITEM_DIGESTS_BUDGET:
-        with _item_digests_lock:
-            old = _item_digests.pop(id(item), None)
-            _item_digests_bytes -= old[2] if old else 0
-            while _item_digests and _item_digests_bytes + len(data) > ITEM_DIGESTS_BUDGET:
-                _item_digests_bytes -= _item_digests.pop(next(iter(_item_digests)))[2]
-            _item_digests[id(item)] = (item, found, len(data))
-            _item_digests_bytes += len(data)
-    return found
 
 
 def in_send_order(events: Iterable[_E]) -> list[_E]:

@@ -46,6 +46,7 @@ from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsp
 import orjson
 
 from . import jsonpath, streamscrub
+from .canonical import digest
 from .config import load_table
 from .errors import ConfigError, RuleError
 from .patterns import compiled_later, compiled_later_bytes
@@ -280,6 +281,33 @@ RESULTS_KEPT = 64
 RECORDS_KEPT = 256
 #: The fields of an HTTP record that :meth:`Scrubber.http_record` is handed already scrubbed.
 _SCRUBBED_PARTS = frozenset({"url", "headers", "body", "chunks"})
+
+
+def _item_ends(items: Sequence[Any], keep: int = 0, known: list[int] | None = None) -> list[int]:
+    """Where each item of ``items`` ends in their JSON list as orjson writes it (the offset of the
+    ``,`` or ``]`` after it), the first ``keep`` given as ``known``."""
+    ends = list(known or [])
+    pos = ends[-1] if ends else 1
+    for v in items[keep:]:
+        pos += len(orjson.dumps(v)) + (1 if ends else 0)
+        ends.append(pos)
+    return ends
+
+
+class _Scrubbed:
+    """A list the scrubber scrubbed lately: its JSON (``data``), its scrubbed items (``out``: the
+    scrubber's own, or, ``owned`` false, the caller's items of a list that was clean as given), and
+    where each item ends in ``data`` (:meth:`ends`: worked out when first needed)."""
+
+    __slots__ = ("data", "_ends", "out", "owned")
+
+    def __init__(self, data: bytes, ends: list[int] | None, out: list[Any], *, owned: bool) -> None:
+        self.data, self._ends, self.out, self.owned = data, ends, out, owned
+
+    def ends(self) -> list[int]:
+        if self._ends is None:
+            self._ends = _item_ends(self.out)
+        return self._ends
 
 
 def _shared_items(data: bytes, old: bytes, ends: list[int]) -> int:
@@ -518,7 +546,8 @@ class Scrubber:
         self._items: dict[builtins.bytes, Any] = {}
         self._items_bytes = 0
         self._returned: dict[int, Any] = {}
-        self._lists: deque[tuple[builtins.bytes, list[int], list[Any]]] = deque(maxlen=LISTS_KEPT)
+        self._digests: dict[int, str] = {}  # of items in _returned: see item_digest()
+        self._lists: deque[_Scrubbed] = deque(maxlen=LISTS_KEPT)
         self._results: dict[int, Any] = {}
         self._records: dict[int, dict[str, Any]] = {}
         self._lock = threading.Lock()
@@ -801,25 +830,27 @@ class Scrubber:
             data = orjson.dumps(items)
         except (TypeError, orjson.JSONEncodeError):  # bytes, lone surrogates: item by item
             return [self._item(v) for v in items]
-        if len(data) >= CLEAN_IN_TEXT_MIN and self._clean(data):
-            return items  # nothing in it to scrub: the walk below would build an equal copy
         keep, ends, done = 0, [], []
-        for old, old_ends, old_out in list(self._lists):
-            if len(old_ends) <= keep:
+        for old in list(self._lists):
+            if len(old.out) <= keep:
                 continue
-            n = _shared_items(data, old, old_ends)
+            n = _shared_items(data, old.data, old.ends())
             # orjson writes NaN and infinities as null, like None: where a null is, the items must be
             # equal to the scrubbed ones too (an item a secret was taken out of is then scrubbed again).
-            if n > keep and (b"null" not in old[: old_ends[n - 1]] or items[:n] == old_out[:n]):
-                keep, ends, done = n, old_ends, old_out
+            if n > keep and (b"null" not in old.data[: old.ends()[n - 1]] or items[:n] == old.out[:n]):
+                # A list kept as it was given is the caller's, who may have changed it since.
+                if old.owned or orjson.dumps(old.out[:n]) == old.data[: old.ends()[n - 1]] + b"]":
+                    keep, ends, done = n, old.ends(), old.out
+        # A large list met for the first time (a 20 MB tool result) may be clean as it is; a list
+        # that goes on a recent one (a long conversation) is not checked whole again: its known
+        # items are shared, as below, and not held twice by the caches.
+        if not keep and len(data) >= CLEAN_IN_TEXT_MIN and self._clean(data):
+            with self._lock:  # (where its items end is worked out if a longer list comes)
+                self._lists.appendleft(_Scrubbed(data, None, items, owned=False))
+            return items  # nothing in it to scrub: the walk below would build an equal copy
         out = done[:keep] + [self._item(v) for v in items[keep:]]
-        new_ends = ends[:keep]
-        pos = new_ends[-1] if new_ends else 1
-        for v in items[keep:]:
-            pos += len(orjson.dumps(v)) + (1 if new_ends else 0)
-            new_ends.append(pos)
         with self._lock:
-            self._lists.appendleft((data, new_ends, out))
+            self._lists.appendleft(_Scrubbed(data, _item_ends(items, keep, ends[:keep]), out, owned=True))
         self._result(out)
         return out
 
@@ -871,12 +902,30 @@ class Scrubber:
         with self._lock:
             while self._items and self._items_bytes + len(raw) > CACHE_BUDGET_CHARS:
                 old = next(iter(self._items))
-                self._returned.pop(id(self._items.pop(old)), None)
+                gone = id(self._items.pop(old))
+                self._returned.pop(gone, None)
+                self._digests.pop(gone, None)
                 self._items_bytes -= len(old)
             self._items[raw] = out
             self._items_bytes += len(raw)
             self._returned[id(out)] = out
         return out
+
+    def item_digest(self, item: Any) -> str:
+        """``digest(item)`` (:func:`forkpoint.canonical.digest`), remembered for a dict or list this
+        scrubber returned as a list item and still holds: a conversation resent at every call comes
+        back as the same items (see :meth:`json`), each hashed once (:func:`forkpoint.match.model_key`).
+        Forgotten with the item, so it holds no memory of its own."""
+        key = id(item)
+        if self._returned.get(key) is not item:
+            return digest(item)
+        found = self._digests.get(key)
+        if found is None:
+            found = digest(item)
+            with self._lock:
+                if self._returned.get(key) is item:
+                    self._digests[key] = found
+        return found
 
     def _json(self, value: Any, states: jsonpath.States) -> Any:
         if isinstance(value, str):

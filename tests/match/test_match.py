@@ -112,38 +112,42 @@ def _conversation(turns: int) -> dict[str, Any]:
 
 
 def test_a_resent_conversation_hashes_only_its_new_items(monkeypatch: pytest.MonkeyPatch) -> None:
+    from forkpoint import canonical
+
     hashed: list[int] = []
-    real = match.canonical_json
+    real = canonical.canonical_json
 
     def counting(value: Any) -> bytes:
         data = real(value)
         hashed.append(len(data))
         return data
 
-    monkeypatch.setattr(match, "canonical_json", counting)
+    monkeypatch.setattr(canonical, "canonical_json", counting)
     body = scrub_json(_conversation(200))  # the scrubber's items, as a recorder hands them on
     first = model_key(normalize_request("POST", URL, HEADERS, body))
-    assert len(hashed) == 401 + 1  # every message, and the tool list's one item
+    assert len(hashed) == 401 + 1 + 1  # every message, the tool list's one item, the request
     grown = scrub_json({**body, "messages": [*body["messages"], {"role": "user", "content": "and?"}]})
     hashed.clear()
     second = model_key(normalize_request("POST", URL, HEADERS, grown))
-    assert hashed == [len(b'{"content":"and?","role":"user"}')]
+    assert hashed[0] == len(b'{"content":"and?","role":"user"}') and len(hashed) == 2
     assert first != second
     # the same keys as from fresh objects, hashed whole
     for conversation, k in ((body, first), (grown, second)):
         assert model_key(normalize_request("POST", URL, HEADERS, json.loads(json.dumps(conversation)))) == k
 
 
-def test_item_digests_kept_within_their_budget_give_the_same_keys(monkeypatch: pytest.MonkeyPatch) -> None:
-    body = scrub_json(_conversation(50))
-    want = model_key(normalize_request("POST", URL, HEADERS, body))
-    monkeypatch.setattr(match, "ITEM_DIGESTS_BUDGET", 300)  # a few items: most are hashed again
-    match._item_digests.clear()
-    monkeypatch.setattr(match, "_item_digests_bytes", 0)
+def test_the_digests_of_items_go_with_the_scrubbers_items(monkeypatch: pytest.MonkeyPatch) -> None:
+    from forkpoint import redact
+
+    scrubber = redact.Scrubber()
+    monkeypatch.setattr(redact, "current", lambda: scrubber)
+    monkeypatch.setattr(redact, "CACHE_BUDGET_CHARS", 2_000)  # a few items: most are hashed again
+    body = scrubber.json(_conversation(50))
+    want = model_key(normalize_request("POST", URL, HEADERS, json.loads(json.dumps(body))))
     for _ in range(2):
         assert model_key(normalize_request("POST", URL, HEADERS, body)) == want
-        assert 0 < match._item_digests_bytes <= 300
-        assert match._item_digests_bytes == sum(size for _, _, size in match._item_digests.values())
+        assert 0 < len(scrubber._digests) <= len(scrubber._returned) < 50
+        assert all(scrubber._returned.get(k) is not None for k in scrubber._digests)
 
 
 def test_the_key_tells_lists_of_items_from_lists_of_their_digests() -> None:

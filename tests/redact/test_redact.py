@@ -384,3 +384,29 @@ def test_a_captured_http_record_is_scrubbed_once_and_logged_as_it_is() -> None:
     for given in (Scrubber().http_record(dict(raw)), raw):
         out = s.http(given)
         assert out is not given and secret not in orjson.dumps(out).decode()
+
+
+def test_a_large_conversation_resent_longer_shares_its_scrubbed_items() -> None:
+    """A list past CLEAN_IN_TEXT_MIN that goes on a recent one (a long conversation, resent at every
+    call) is not checked whole and handed back as given: its known items are the ones scrubbed
+    before, so the caches hold one copy of the conversation, not one per call."""
+    s = Scrubber()
+    first = s.json(orjson.loads(orjson.dumps(_BIG)))
+    grown = orjson.loads(orjson.dumps([*_BIG, {"id": -1, "text": "one more"}]))
+    out = s.json(grown)
+    assert out == grown and out is not grown
+    assert all(a is b for a, b in zip(out, first, strict=False))  # the same items, not copies
+
+
+def test_a_clean_large_list_changed_by_its_owner_afterwards_is_not_reused() -> None:
+    """A list clean as given is kept as the caller's: if the caller puts a secret in it afterwards,
+    a longer list that began like it is scrubbed, not served the changed items."""
+    secret = "sk-proj-" + "M" * 48
+    s = Scrubber()
+    rows = orjson.loads(orjson.dumps(_BIG))
+    assert s.json(rows)[0] is rows[0]  # clean as given: its items are handed back
+    grown = orjson.loads(orjson.dumps([*rows, {"id": -1}]))  # begins like the first, by its JSON
+    # the owner changes the first list afterwards (its JSON keeps its length)
+    rows[0]["text"] = f"key {secret}".ljust(len(rows[0]["text"]))
+    out = s.json(grown)
+    assert out == grown and secret not in orjson.dumps(out).decode()
