@@ -1,0 +1,158 @@
+"""Instructions, not seconds: forkpoint's record and replay paths counted by valgrind's callgrind.
+
+On a shared 2-CPU machine the CPU time of one run moves by 10-30 % from run to run, more than most
+changes to the record path are worth. Callgrind counts the instructions a process executes, the
+same for the same program and input whatever else the machine does, so two versions of forkpoint
+can be told apart by a few percent. Each figure is one interpreter under callgrind (fsync off: a
+sync is waiting, not instructions), less an interpreter that only imports and warms up the same
+code, so start-up is left out.
+
+    python benchmarks/bench_instructions.py                       # this checkout, 100 turns
+    python benchmarks/bench_instructions.py --compare a2b5d19     # and forkpoint at a revision
+
+Workloads: the SDK-less loop of ``bench_targets.py`` (httpx2 ``MockTransport``, one tool call a
+turn) plain, recorded and replayed; and the bundled demo agent (the real ``openai`` SDK, streamed,
+against the bundled model server in a thread of the same process) live, recorded and replayed. ``--compare
+REV`` checks REV out in a temporary git worktree and runs the same workloads (this checkout's
+definition of them) with that forkpoint first on ``PYTHONPATH``. Needs ``valgrind``; about 10 s a
+figure (callgrind runs Python some 50 times slower).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve()
+REPO = HERE.parents[1]
+
+#: (workload, mode): what each figure runs after the warm-up; "none" is the warm-up alone.
+FIGURES = {
+    "sdkless": ("none", "plain", "record", "replay"),
+    "agent": ("none", "live", "record", "replay"),
+}
+
+
+def child(workload: str, mode: str, turns: int) -> None:
+    """Warm up (imports, first use), then run ``mode`` of ``workload`` once."""
+    sys.path.insert(0, str(HERE.parent))
+    import forkpoint
+
+    os.chdir(tempfile.mkdtemp())
+    if workload == "sdkless":
+        import bench_targets as bt
+
+        tool = bt.sdkless_tool()
+        with forkpoint.record(store="warm") as rec:
+            bt.sdkless_loop(2, tool)
+        with forkpoint.replay(rec.session_path):
+            bt.sdkless_loop(2, tool)
+        if mode == "plain":
+            bt.sdkless_loop(turns, tool)
+        elif mode in ("record", "replay"):
+            with forkpoint.record(store="store") as rec:
+                bt.sdkless_loop(turns, tool)
+            if mode == "replay":
+                with forkpoint.replay(rec.session_path):
+                    bt.sdkless_loop(turns, tool)
+        return
+    import forkpoint.demo.agent as agent
+    from forkpoint.demo.server import ModelServer
+
+    with forkpoint.record(store="warm"), ModelServer(turns=2, seed=1) as server:
+        agent.run_agent(server.base_url, Path("warm-work"), echo=None)
+    if mode == "none":
+        return
+    with ModelServer(turns=turns, seed=5) as server:
+        if mode == "live":
+            agent.run_agent(server.base_url, Path("work"), echo=None)
+            return
+        with forkpoint.record(store="store") as rec:
+            agent.run_agent(server.base_url, Path("work"), echo=None)
+    if mode == "replay":
+        with forkpoint.replay(rec.session_path):
+            agent.run_agent(server.base_url, Path("replay-work"), echo=None)
+
+
+def instructions(tree: Path, workload: str, mode: str, turns: int) -> int:
+    """Instructions executed by one child interpreter (forkpoint from ``tree``)."""
+    env = {**os.environ, "PYTHONPATH": str(tree), "FORKPOINT_FSYNC": "never"}
+    cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, str(HERE)]
+    done = subprocess.run(
+        [*cmd, "--child", workload, mode, str(turns)], env=env, capture_output=True, text=True, check=False
+    )
+    found = re.search(r"Collected : (\d+)", done.stderr)
+    if done.returncode != 0 or found is None:
+        raise SystemExit(f"{workload} {mode} under callgrind failed:\n{done.stderr[-2000:]}")
+    return int(found.group(1))
+
+
+def measure(tree: Path, turns: int) -> dict[str, dict[str, float]]:
+    """Millions of instructions of each mode, less the warm-up alone (replay: less the record)."""
+    out: dict[str, dict[str, float]] = {}
+    for workload, modes in FIGURES.items():
+        raw = {mode: instructions(tree, workload, mode, turns) for mode in modes}
+        got = {m: (raw[m] - raw["none"]) / 1e6 for m in modes if m != "none"}
+        if "replay" in got:
+            got["replay"] = (raw["replay"] - raw["record"]) / 1e6
+        out[workload] = got
+    return out
+
+
+def report(label: str, m: dict[str, dict[str, float]]) -> None:
+    s, a = m["sdkless"], m["agent"]
+    print(f"  {label}")
+    print(
+        f"    SDK-less loop: plain {s['plain']:,.0f} M, record {s['record']:,.0f} M "
+        f"({s['record'] / s['plain']:.3f}x), replay {s['replay']:,.0f} M ({s['replay'] / s['plain']:.3f}x)"
+    )
+    print(
+        f"    demo agent: live {a['live']:,.0f} M, record {a['record']:,.0f} M "
+        f"(overhead {a['record'] / a['live'] - 1:+.1%}; the model server's thread counts in both), "
+        f"replay {a['replay']:,.0f} M"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--turns", type=int, default=100)
+    p.add_argument("--compare", metavar="REV", help="also measure forkpoint at this git revision")
+    p.add_argument("--child", nargs=3, metavar=("WORKLOAD", "MODE", "TURNS"), help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.child:
+        child(args.child[0], args.child[1], int(args.child[2]))
+        return 0
+    if shutil.which("valgrind") is None:
+        raise SystemExit("valgrind is not installed: this benchmark counts instructions with callgrind")
+    print(
+        f"instructions (millions, callgrind), {args.turns} turns, fsync off; python {sys.version.split()[0]}"
+    )
+    here = measure(REPO, args.turns)
+    if not args.compare:
+        report("this checkout", here)
+        return 0
+    with tempfile.TemporaryDirectory() as tmp:
+        tree = Path(tmp) / "tree"
+        subprocess.run(
+            ["git", "-C", str(REPO), "worktree", "add", "-q", "--detach", str(tree), args.compare], check=True
+        )
+        try:
+            there = measure(tree, args.turns)
+        finally:
+            subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(tree)], check=False)
+    report(f"at {args.compare}", there)
+    report("this checkout", here)
+    for workload, modes in here.items():
+        for mode, value in modes.items():
+            print(f"  {workload} {mode}: {value / there[workload][mode] - 1:+.1%} instructions")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
