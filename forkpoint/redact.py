@@ -1032,6 +1032,13 @@ class Scrubber:
             self._records[id(out)] = out
         return out
 
+    def forget_record(self, record: Mapping[str, Any]) -> None:
+        """Stop remembering a record of :meth:`http_record` that will not be logged (a replay
+        served the call): it would otherwise be held until :data:`RECORDS_KEPT` more came."""
+        with self._lock:
+            if self._records.get(id(record)) is record:
+                del self._records[id(record)]
+
     def http(self, record: dict[str, Any]) -> dict[str, Any]:
         """A stored request or response record scrubbed: URL, headers, body by its kind, chunks
         (a record of :meth:`http_record` comes back as it is, once)."""

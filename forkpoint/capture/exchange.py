@@ -303,6 +303,8 @@ def serve(rt: runtime.Runtime, request: HttpRequest) -> tuple[ModelCallEvent, in
         return None
     taken = cast(runtime.Serving, rt).take_model_call(request)
     runtime.served_from_recording.set(taken is not None)
+    if taken is not None:  # answered from the recording: this record is not logged here
+        current_scrubber().forget_record(request)
     return taken
 
 

@@ -410,3 +410,27 @@ def test_a_clean_large_list_changed_by_its_owner_afterwards_is_not_reused() -> N
     rows[0]["text"] = f"key {secret}".ljust(len(rows[0]["text"]))
     out = s.json(grown)
     assert out == grown and secret not in orjson.dumps(out).decode()
+
+
+def test_a_replay_holds_no_record_of_the_calls_it_served(tmp_path: Any) -> None:
+    """The request records a replay builds to match its calls are not logged: the scrubber lets go
+    of them when the call is served (it holds the records of calls to be logged)."""
+    import httpx2
+
+    import forkpoint
+    from forkpoint import redact
+
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(200, json={"ok": True})
+
+    def calls() -> None:
+        with httpx2.Client(transport=httpx2.MockTransport(handler)) as client:
+            for i in range(3):
+                client.post("http://127.0.0.1:9/v1/chat/completions", json={"model": "m", "n": i})
+
+    with forkpoint.record(store=tmp_path) as rec:
+        calls()
+    with forkpoint.replay(rec.session_path) as rp:
+        calls()
+    assert rp.report()["matched"] == 3
+    assert not redact.current()._records
