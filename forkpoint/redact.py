@@ -830,7 +830,7 @@ class Scrubber:
             data = orjson.dumps(items)
         except (TypeError, orjson.JSONEncodeError):  # bytes, lone surrogates: item by item
             return [self._item(v) for v in items]
-        keep, ends, done = 0, [], []
+        keep, ends, done, owned = 0, [], [], True
         for old in list(self._lists):
             if len(old.out) <= keep:
                 continue
@@ -840,7 +840,7 @@ class Scrubber:
             if n > keep and (b"null" not in old.data[: old.ends()[n - 1]] or items[:n] == old.out[:n]):
                 # A list kept as it was given is the caller's, who may have changed it since.
                 if old.owned or orjson.dumps(old.out[:n]) == old.data[: old.ends()[n - 1]] + b"]":
-                    keep, ends, done = n, old.ends(), old.out
+                    keep, ends, done, owned = n, old.ends(), old.out, old.owned
         # A large list met for the first time (a 20 MB tool result) may be clean as it is; a list
         # that goes on a recent one (a long conversation) is not checked whole again: its known
         # items are shared, as below, and not held twice by the caches.
@@ -850,7 +850,8 @@ class Scrubber:
             return items  # nothing in it to scrub: the walk below would build an equal copy
         out = done[:keep] + [self._item(v) for v in items[keep:]]
         with self._lock:
-            self._lists.appendleft(_Scrubbed(data, _item_ends(items, keep, ends[:keep]), out, owned=True))
+            # (the caller's items, taken over from a list kept as given, are still the caller's)
+            self._lists.appendleft(_Scrubbed(data, _item_ends(items, keep, ends[:keep]), out, owned=owned))
         self._result(out)
         return out
 

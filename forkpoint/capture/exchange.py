@@ -239,6 +239,10 @@ class Exchange:
             out["body_kind"] = cast(Any, kind)
             out["body"] = scrub_body(kind, body)
         out["ended"] = cast(Any, ended)
+        if eventstream.is_event_stream(ctype) and not encoded:
+            # Only each message's payload was scrubbed here (its headers were not): the writer's
+            # pass over the whole stream is the one that reads them.
+            return out
         return cast(HttpResponse, current_scrubber().http_record(dict(out)))
 
 

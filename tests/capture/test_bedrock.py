@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import boto3
+import httpx
 import pytest
 
 import forkpoint
@@ -346,3 +347,27 @@ def test_invoke_model_and_its_response_stream_replay_offline(store: Path) -> Non
     with forkpoint.replay(rec.session_path) as rp:
         assert run(srv.url, REPLAY_KEY) == live
     assert rp.report()["reproduced"]
+
+
+def test_a_secret_in_an_event_streams_message_headers_never_reaches_disk(store: Path) -> None:
+    """The capture layer scrubs each message's payload; a message's headers (here a debug header a
+    server echoes) are left to the log writer's pass over the whole stream, which must still run."""
+    from tests.modelserver import Stream
+    from tests.test_security import leaks
+
+    secret = "AKIA" + "QWERTYUIOPASDFGH"
+    frames = [
+        eventstream.encode(
+            {":event-type": "messageStart", ":message-type": "event"}, b'{"role":"assistant"}'
+        ),
+        eventstream.encode(
+            {":event-type": "contentBlockDelta", ":message-type": "event", "x-debug": f"creds {secret}"},
+            b'{"delta":{"text":"hi"}}',
+        ),
+    ]
+    with LocalServer() as server:
+        server.route("/model/*/converse-stream", lambda _r: Stream(frames, ctype=eventstream.CONTENT_TYPE))
+        with forkpoint.record(store=store):
+            got = httpx.post(server.url + "/model/m1/converse-stream", json={"messages": []})
+    assert secret.encode() in got.content  # the live run saw it
+    assert leaks(store, {"aws-key": secret}) == []

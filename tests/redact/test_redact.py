@@ -435,3 +435,16 @@ def test_a_replay_holds_no_record_of_the_calls_it_served(tmp_path: Any) -> None:
         calls()
     assert rp.report()["matched"] == 3
     assert redact.current()._records == before
+
+
+def test_items_taken_over_from_a_list_kept_as_given_stay_the_callers() -> None:
+    """A conversation that began as a large clean list keeps the caller's items in every later
+    list made from it: a later change by the caller to one of them is not served as scrubbed."""
+    secret = "sk-proj-" + "N" * 48
+    s = Scrubber()
+    first = orjson.loads(orjson.dumps(_BIG))
+    s.json(first)
+    s.json(orjson.loads(orjson.dumps([*_BIG, {"id": -1}])))  # takes over first's items
+    first[0]["text"] = f"key {secret}".ljust(len(first[0]["text"]))  # the caller changes its own
+    out = s.json(orjson.loads(orjson.dumps([*_BIG, {"id": -1}, {"id": -2}])))
+    assert secret not in orjson.dumps(out).decode()
