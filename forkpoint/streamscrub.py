@@ -8,7 +8,9 @@ read, the string values at one JSON path in successive events (``choices.0.delta
 ``delta.text``, ``delta.partial_json``…) are joined and scrubbed as one text, and a secret found is
 replaced in the event where it starts and removed from the events it spilled into; only the events
 that change are written again (as compact JSON). A secret whole in one server-sent event is left to
-the scan of the stream's bytes, which keeps every other byte in its transport chunk. Two stream framings are read:
+the scan of the stream's bytes, which keeps every other byte in its transport chunk, unless that
+scan, which sees the event JSON-escaped, misses it (an escape such as ``\\n`` before a key hides
+where it starts): then that event is written again too. Two stream framings are read:
 
 * server-sent events (``data:`` lines holding JSON: OpenAI, Anthropic, Gemini, Responses);
 * the AWS event stream (:mod:`forkpoint.eventstream`: Bedrock), each message's JSON payload, and
@@ -135,6 +137,19 @@ def _leaves(value: Any, path: tuple[Any, ...], out: list[tuple[tuple[Any, ...], 
             _leaves(v, (*path, k), out)
 
 
+def _bytes_take(joined: bytes, event: _Event, path: tuple[Any, ...], fresh: bytes, scrub: Scrub) -> bool:
+    """Whether scrubbing the bytes of ``event`` (its JSON as sent) turns the value at ``path`` into
+    ``fresh``. Not when an escape hides where a secret starts (``…:\\nsk-proj-…``, the escape's
+    letter before the key): then only the decoded value shows it, and the event is written again."""
+    try:
+        value = orjson.loads(scrub([joined[event.start : event.end]])[0])
+        for step in path:
+            value = value[step]
+    except (orjson.JSONDecodeError, LookupError, TypeError):
+        return False
+    return isinstance(value, str) and value.encode("utf-8", "surrogatepass") == fresh
+
+
 def scrub_events(chunks: Sequence[bytes], content_type: str, scrub: Scrub) -> list[bytes]:
     """The chunks of a stored stream (``content_type`` says its framing) with every secret split
     over its events (or hidden in a base64 event) replaced; the chunks themselves when there is none.
@@ -153,16 +168,20 @@ def scrub_events(chunks: Sequence[bytes], content_type: str, scrub: Scrub) -> li
             _leaves(event.value, (), found)
             for path, container, key in found:
                 channels.setdefault(path, []).append((event, container, key))
-    for leaves in channels.values():
+    for path, leaves in channels.items():
         frags = [c[k].encode("utf-8", "surrogatepass") for _, c, k in leaves]
-        if len(frags) == 1 and leaves[0][0].frame is None:
-            continue  # one SSE event: its bytes are scrubbed as they are
         if frags.count(frags[0]) == len(frags) and scrub(frags[:1]) == frags[:1]:
             continue  # the same clean value in every event (an id, the model): no piece of anything
         new = scrub(frags)
         for (event, container, key), old, fresh in zip(leaves, frags, new, strict=True):
-            if fresh == old or (event.frame is None and scrub([old]) == [fresh]):
-                continue  # nothing here, or a secret whole in this SSE event: the bytes pass takes it
+            if fresh == old:
+                continue
+            if (
+                event.frame is None
+                and scrub([old]) == [fresh]
+                and _bytes_take(joined, event, path, fresh, scrub)
+            ):
+                continue  # a secret whole in this SSE event, which the scan of the bytes takes
             container[key] = fresh.decode("utf-8", "surrogatepass")
             event.changed = True
     edits = [(e.start, e.end, e.encoded()) for e in events if e.changed]

@@ -56,6 +56,24 @@ def test_a_secret_split_over_sse_events_is_replaced_where_it_starts(cut: int) ->
     assert redact.Scrubber().http(stored) == stored  # idempotent
 
 
+@pytest.mark.parametrize("escape", ["\n", "\t", "\r"])
+@pytest.mark.parametrize("events", [1, 2])
+def test_a_secret_after_an_escape_in_one_sse_event_is_scrubbed(escape: str, events: int) -> None:
+    """Whole in one event, but after a newline: the stream's bytes hold it JSON-escaped, where the
+    escape's letter (``\\nsk-proj-…``) hides where the key starts from a scan of the bytes."""
+    chunks = (
+        [_chat(f"Your key:{escape}{SECRET}")] + [_chat(" keep it")] * (events - 1) + [b"data: [DONE]\n\n"]
+    )
+    assert redact.scrub_chunks(chunks) == chunks  # what the bytes scan alone would store
+    stored = redact.Scrubber().http(_stored(chunks, "text/event-stream"))
+    joined = b"".join(c[1] for c in stored["chunks"])  # type: ignore[index,union-attr]
+    assert SECRET[8:20].encode() not in joined
+    text = response_text("https://api.openai.com/v1/chat/completions", recorded_response(_event(stored)))
+    tail = " keep it" * (events - 1)
+    assert text == f"Your key:{escape}{redact.placeholder('openai-key', SECRET)}{tail}"
+    assert len(stored["chunks"]) == len(chunks)  # type: ignore[arg-type]
+
+
 def test_tool_call_arguments_streamed_in_pieces_are_scrubbed_as_one_text() -> None:
     args = json.dumps({"user": "ada", "password": PASSWORD})
     pieces = [args[:12], args[12:31], args[31:]]
