@@ -283,12 +283,17 @@ RECORDS_KEPT = 256
 _SCRUBBED_PARTS = frozenset({"url", "headers", "body", "chunks"})
 
 
-def _item_ends(items: Sequence[Any], keep: int = 0, known: list[int] | None = None) -> list[int]:
+def _json_string(raw: bytes) -> str:
+    """The text of a JSON string token's inside, as orjson writes it (escapes only where needed)."""
+    return orjson.loads(b'"' + raw + b'"') if b"\\" in raw else raw.decode()
+
+
+def _item_ends(items: Sequence[Any], known: Sequence[int] = ()) -> list[int]:
     """Where each item of ``items`` ends in their JSON list as orjson writes it (the offset of the
-    ``,`` or ``]`` after it), the first ``keep`` given as ``known``."""
-    ends = list(known or [])
+    ``,`` or ``]`` after it), those of the first ``len(known)`` given."""
+    ends = list(known)
     pos = ends[-1] if ends else 1
-    for v in items[keep:]:
+    for v in items[len(ends) :]:
         pos += len(orjson.dumps(v)) + (1 if ends else 0)
         ends.append(pos)
     return ends
@@ -851,7 +856,7 @@ class Scrubber:
         out = done[:keep] + [self._item(v) for v in items[keep:]]
         with self._lock:
             # (the caller's items, taken over from a list kept as given, are still the caller's)
-            self._lists.appendleft(_Scrubbed(data, _item_ends(items, keep, ends[:keep]), out, owned=owned))
+            self._lists.appendleft(_Scrubbed(data, _item_ends(items, ends[:keep]), out, owned=owned))
         self._result(out)
         return out
 
@@ -868,21 +873,16 @@ class Scrubber:
             parts = data.split(b'"')
             strings = set(parts[1::2])
             keys = {parts[i] for i in range(1, len(parts) - 1, 2) if parts[i + 1][:1] == b":"}
+        if any(self._secret_key(_json_string(raw)) for raw in keys):
+            return False
         if self.rules.patterns:  # a user's regex may anchor at a string's ends: each string alone
-            for raw in strings:
-                text = orjson.loads(b'"' + raw + b'"') if b"\\" in raw else raw.decode()
-                if self.text(text) != text or (raw in keys and self._secret_key(text)):
-                    return False
-            return True
-        for raw in keys:
-            if self._secret_key(orjson.loads(b'"' + raw + b'"') if b"\\" in raw else raw.decode()):
-                return False
+            return all(self.text(t) == t for t in map(_json_string, strings))
         # Scanned as one text, a line each: every built-in pattern ends a secret at whitespace as it
         # does at the end of a text, and starts one after a newline as at its start (a match across
         # two lines only makes the check fail, and the walk decides), so a string holds a secret
         # alone exactly when it does on its line.
         plain = b"\n".join(raw for raw in strings if b"\\" not in raw).decode()
-        escaped = [orjson.loads(b'"' + raw + b'"') for raw in strings if b"\\" in raw]
+        escaped = [_json_string(raw) for raw in strings if b"\\" in raw]
         return not self.find("\n".join([plain, *escaped]))
 
     def _item(self, value: Any) -> Any:

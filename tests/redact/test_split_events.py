@@ -56,7 +56,7 @@ def test_a_secret_split_over_sse_events_is_replaced_where_it_starts(cut: int) ->
     assert redact.Scrubber().http(stored) == stored  # idempotent
 
 
-@pytest.mark.parametrize("escape", ["\n", "\t", "\r"])
+@pytest.mark.parametrize("escape", ["\n", "\t", "\r", "é"])  # é: the stream writes \u00e9
 @pytest.mark.parametrize("events", [1, 2])
 def test_a_secret_after_an_escape_in_one_sse_event_is_scrubbed(escape: str, events: int) -> None:
     """Whole in one event, but after a newline: the stream's bytes hold it JSON-escaped, where the
