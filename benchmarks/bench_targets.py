@@ -18,7 +18,8 @@ the ratio against its yardstick and whether the issue's target is met:
   CPU time.
 * ``growth``: the same loop at two lengths (500 and 2,000 turns): peak memory over the baseline
   (``VmHWM`` - ``VmRSS`` before the step, each step in a fresh interpreter) and CPU time of record,
-  replay, ``Session.load``, ``forkpoint verify`` and ``forkpoint show --json``; prints the growth
+  replay, ``Session.load`` (with each call's lists its own, and ``share_lists=True`` as forkpoint's
+  own readers load), ``forkpoint verify`` and ``forkpoint show --json``; prints the growth
   exponent ``log(m2/m1) / log(n2/n1)`` (1: linear, 2: quadratic).
 * ``large``: a 20 MB tool result: recording it against ``json.dumps`` + write + ``fsync``,
   replaying it against reading the file + ``json.loads`` (wall time).
@@ -404,6 +405,8 @@ def child_mem(step: str, turns: int, path: Path) -> int:
         assert report["matched"] == report["recorded"] and report["divergence"] is None, report
     elif step == "load":
         forkpoint.Session.load(path)
+    elif step == "load-shared":
+        forkpoint.Session.load(path, share_lists=True)
     elif step in ("verify", "show"):
         argv = ["verify", str(path)] if step == "verify" else ["show", "--json", str(path)]
         with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink):
@@ -617,22 +620,22 @@ def row_growth(small: int, large: int, tmp: Path, limit_gib: float) -> None:
         if rec is None:
             continue
         session = Path(rec["session"])
-        for name in ("replay", "load", "verify", "show"):
+        for name in ("replay", "load", "load-shared", "verify", "show"):
             got.setdefault(name, {})[turns] = step(name, turns, session)
         print(f"  session at {turns} turns: {dir_bytes(session):,} bytes")
     k = math.log(large / small)
     print(
-        f"  {'step':10}{'MiB ' + str(small):>12}{'MiB ' + str(large):>12}{'exp':>6}{'CPU s ' + str(small):>13}{'CPU s ' + str(large):>13}{'exp':>6}"
+        f"  {'step':12}{'MiB ' + str(small):>12}{'MiB ' + str(large):>12}{'exp':>6}{'CPU s ' + str(small):>13}{'CPU s ' + str(large):>13}{'exp':>6}"
     )
     for name, by in got.items():
         a, b = by.get(small), by.get(large)
         if a is None or b is None:
-            print(f"  {name:10} (not measured)")
+            print(f"  {name:12} (not measured)")
             continue
         mem_exp = math.log(max(b["peak_mib"], 0.1) / max(a["peak_mib"], 0.1)) / k
         cpu_exp = math.log(b["cpu_s"] / a["cpu_s"]) / k
         print(
-            f"  {name:10}{a['peak_mib']:12.1f}{b['peak_mib']:12.1f}{mem_exp:6.2f}"
+            f"  {name:12}{a['peak_mib']:12.1f}{b['peak_mib']:12.1f}{mem_exp:6.2f}"
             f"{a['cpu_s']:13.3f}{b['cpu_s']:13.3f}{cpu_exp:6.2f}"
         )
         verdict(

@@ -105,7 +105,7 @@ def start() -> None:
         opts = json.loads(env["FORKPOINT_REPLAY"] or "{}")
         child = SessionWriter.open(Path(opts["child"])) if opts.get("child") else None
         reports = Path(env["FORKPOINT_REPORT"]) if env["FORKPOINT_REPORT"] else None
-        recorded = Session.load(Path(session), derived=False)
+        recorded = Session.load(Path(session), derived=False, share_lists=True)
         rp = Replayer(
             recorded,
             models=opts.get("models", "replay"),

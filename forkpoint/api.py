@@ -225,7 +225,7 @@ def replay(
     from .store import resolve
 
     if not isinstance(session, Session):
-        session = Session.load(resolve(session, store), derived=False)
+        session = Session.load(resolve(session, store), derived=False, share_lists=True)
     parsed = [o if isinstance(o, Override) else override.parse(o) for o in overrides]
     # Check every override fits the session before a child session is written for the run.
     override.resolve(parsed, session.calls())

@@ -13,17 +13,19 @@ from typing import Any
 
 import orjson
 
+from .deltalist import json_default
+
 _OPTS = orjson.OPT_SORT_KEYS
 
 
 def canonical_json(value: Any) -> bytes:
     """Return the canonical JSON encoding of ``value`` (bytes, UTF-8).
 
-    ``value`` must be plain JSON data (dict with str keys, list, str, int, float, bool, None).
-    Raises ``TypeError`` for anything else, and for integers outside the signed/unsigned 64-bit range.
+    ``value`` must be plain JSON data (dict with str keys, list, str, int, float, bool, None; a
+    loaded request's :class:`~forkpoint.deltalist.DeltaList` counts as a list). Raises ``TypeError`` for anything else, and for integers outside the signed/unsigned 64-bit range.
     """
     try:
-        return orjson.dumps(value, option=_OPTS)
+        return orjson.dumps(value, default=json_default, option=_OPTS)
     except orjson.JSONEncodeError as exc:
         raise TypeError(f"not canonical JSON data: {exc}") from exc
 

@@ -81,7 +81,7 @@ def _load(ref: str, store: str | None, *, check: bool = True) -> Session:
     from .log import Session
     from .store import resolve
 
-    session = Session.load(resolve(ref, _store(store)))
+    session = Session.load(resolve(ref, _store(store)), share_lists=True)
     if check:
         v = verify_session(session.path, git=False, deep=False)
         if v.problems:

@@ -33,6 +33,7 @@ import orjson
 
 from ._version import __version__
 from .checkpoint import manifest_rows
+from .deltalist import json_default
 from .events import endpoint, in_tool, tool_matches, tool_spans
 from .files import write_private
 from .log import Session, SessionError, to_json
@@ -99,7 +100,7 @@ class _Strings:
         self._index: dict[bytes, int] = {}
 
     def add(self, value: Any) -> int:
-        key = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+        key = orjson.dumps(value, default=json_default, option=orjson.OPT_SORT_KEYS)
         i = self._index.get(key)
         if i is None:
             i = self._index[key] = len(self.items)
@@ -366,7 +367,7 @@ def view_model(
     parent_ref = h.get("parent") if isinstance(h.get("parent"), dict) else None
     if parent is None and parent_ref and parent_ref.get("session_id"):
         try:
-            parent = Session.load(session.path.parent / str(parent_ref["session_id"]))
+            parent = Session.load(session.path.parent / str(parent_ref["session_id"]), share_lists=True)
         except SessionError:
             parent = None
     times = [t for t in [_parse_ts(h.get("created")), *(_parse_ts(e.get("ts")) for e in session.events)] if t]
@@ -515,7 +516,7 @@ def _sweep(session: Session) -> dict[str, Any] | None:
 def _script_json(data: Any) -> str:
     """JSON safe inside ``<script type="application/json">``: ``<``, ``>`` and ``&`` (so no ``</script>``
     or ``<!--`` can close or confuse the element) and U+2028/U+2029 are written as ``\\u`` escapes."""
-    text = orjson.dumps(data).decode()
+    text = orjson.dumps(data, default=json_default).decode()
     return (
         text.replace("<", "\\u003c")
         .replace(">", "\\u003e")

@@ -539,8 +539,8 @@ def load_ref(ref: dict[str, Any]) -> Session:
     from .store import resolve
 
     if ref.get("store"):
-        return Session.load(resolve(str(ref["id"]), str(ref["store"])))
-    return Session.load(Path(str(ref["path"])))
+        return Session.load(resolve(str(ref["id"]), str(ref["store"])), share_lists=True)
+    return Session.load(Path(str(ref["path"])), share_lists=True)
 
 
 @dataclass

@@ -222,7 +222,7 @@ def arms_of(session: Session) -> list[tuple[int, bool | None]]:
         if not isinstance(seq, int):
             continue
         try:
-            found = outcome_of(Session.load(row.path))
+            found = outcome_of(Session.load(row.path, share_lists=True))
         except SessionError:
             continue
         out.append((seq, found["passed"] if found is not None else None))

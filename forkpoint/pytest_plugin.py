@@ -537,7 +537,7 @@ class Cassette:
         else:
             self.action = "update" if self.mode == "record" else "replay"
             try:
-                session = forkpoint.Session.load(self.path)
+                session = forkpoint.Session.load(self.path, share_lists=True)
             except SessionError as exc:
                 self.problem = f"forkpoint: cannot read the cassette of this test: {exc}"
                 return
@@ -685,7 +685,7 @@ class Cassette:
         )
         writer = SessionWriter.create(self._tmp / "rebuilt", header)
         try:
-            loaded = Session.load(child)
+            loaded = Session.load(child, share_lists=True)
             for event in loaded.events:
                 if event["type"] not in ("model_call", "tool_call", "value", "note", "end"):
                     continue

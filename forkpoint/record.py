@@ -457,7 +457,7 @@ def recording_warnings(path: Path) -> list[str]:
     (whoever wrote it has said why); for an encrypted session without an identity at hand, that
     the checks were skipped, and why."""
     try:
-        events = Session.load(path, derived=False).events
+        events = Session.load(path, derived=False, share_lists=True).events
     except IdentityError as exc:  # an encrypted session, and no identity here to read it back
         return [f"the checks of what the recording lacks were skipped: {exc}"]
     except SessionError:

@@ -48,6 +48,7 @@ import orjson
 from . import jsonpath, streamscrub
 from .canonical import digest
 from .config import load_table
+from .deltalist import json_default
 from .errors import ConfigError, RuleError
 from .patterns import compiled_later, compiled_later_bytes
 
@@ -781,7 +782,9 @@ class Scrubber:
             )
         if isinstance(value, builtins.bytes):
             return placeholder("json-path", value)
-        return placeholder("json-path", orjson.dumps(value, option=orjson.OPT_SORT_KEYS))
+        return placeholder(
+            "json-path", orjson.dumps(value, default=json_default, option=orjson.OPT_SORT_KEYS)
+        )
 
     def json(self, value: Any) -> Any:
         """A copy of JSON data with every string (values and keys) and ``bytes`` scrubbed, values of
@@ -832,7 +835,7 @@ class Scrubber:
         if self._known(items):
             return items
         try:
-            data = orjson.dumps(items)
+            data = orjson.dumps(items, default=json_default)
         except (TypeError, orjson.JSONEncodeError):  # bytes, lone surrogates: item by item
             return [self._item(v) for v in items]
         keep, ends, done, owned = 0, [], [], True

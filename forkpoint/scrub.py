@@ -238,7 +238,7 @@ def scrub_session(
                 f"{path}: the session has no end event: it may still be recording (scrubbing it now would "
                 "lose what it writes next). Wait for it to end, or pass --force if it was killed."
             )
-        session = Session.load(path)
+        session = Session.load(path, share_lists=True)
         report = ScrubReport(sid, path, len(session.events), rules=scrubber.rules.digest(), dry_run=dry_run)
         report.notes += before.notes
         work = store / TMP_DIR / f"scrub-{sid}-{secrets.token_hex(4)}"

@@ -14,6 +14,7 @@ from typing import Any, cast
 import orjson
 
 from ..canonical import digest
+from ..deltalist import json_default
 from ..errors import CheckpointError, SessionError
 from ..events import CheckpointEvent
 from ..log import Session
@@ -268,7 +269,9 @@ def _restore_into(
         "forkpoint": cp.get("forkpoint"),
     }
     (meta / "checkpoint.json").write_bytes(orjson.dumps(expect, option=orjson.OPT_INDENT_2))
-    (meta / "messages.json").write_bytes(orjson.dumps(cp.get("context"), option=orjson.OPT_INDENT_2))
+    (meta / "messages.json").write_bytes(
+        orjson.dumps(cp.get("context"), default=json_default, option=orjson.OPT_INDENT_2)
+    )
     (meta / "manifest.json").write_bytes(orjson.dumps([list(r) for r in rows]))
 
 

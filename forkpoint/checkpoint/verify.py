@@ -131,7 +131,7 @@ def _verify_checkpoints(
         if obj.get("context") is not None and obj.get("context_digest") is not None:
             if session is None:
                 try:
-                    session = Session.load(path)
+                    session = Session.load(path, share_lists=True)
                 except SessionError as exc:
                     problems.append(str(exc))
                     return

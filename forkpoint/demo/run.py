@@ -57,7 +57,7 @@ def run_demo(*, store: Path, turns: int = 2, console: Console | None = None) -> 
         record_s = time.perf_counter() - t0
         port = server.port
     console.print(_indent(recorded_out))
-    session = Session.load(path)
+    session = Session.load(path, share_lists=True)
     n_model, n_tool = len(session.by_type("model_call")), len(session.by_type("tool_call"))
     console.print(
         f"recorded session [bold]{session.id}[/bold]: {n_model} model calls, {n_tool} tool calls, exit code {code}"

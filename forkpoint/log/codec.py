@@ -25,7 +25,7 @@ from __future__ import annotations
 import base64
 import json
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +33,7 @@ from typing import Any
 import orjson
 
 from ..canonical import digest
+from ..deltalist import DeltaList
 from ..errors import SessionError
 from .blobs import BlobStore
 
@@ -440,10 +441,16 @@ Deltas = dict[str, tuple[int, int]]
 
 
 def resolve_deltas(
-    event: dict[str, Any], lists: dict[int, dict[str, list[Any]]], log_path: Path, lineno: int
+    event: dict[str, Any],
+    lists: dict[int, dict[str, Sequence[Any]]],
+    log_path: Path,
+    lineno: int,
+    *,
+    share: bool = False,
 ) -> Deltas:
     """Rebuild the ``$delta`` lists of ``event`` in place from ``lists`` (the lists of the earlier
-    events, by seq); returns which they were. Raises :class:`SessionError` naming the line when a
+    events, by seq): as lists of their own, or with ``share`` as :class:`~forkpoint.deltalist.DeltaList`
+    views that share their items' slots along the conversation. Returns which they were. Raises :class:`SessionError` naming the line when a
     base is missing or too short."""
     body = delta_container(event)
     found: Deltas = {}
@@ -457,7 +464,9 @@ def resolve_deltas(
                     f"{log_path}:{lineno}: request field {name!r} refers to event {value.base}, "
                     "which is missing or shorter than the delta says"
                 )
-            body[name] = base[: value.keep] + value.add
+            body[name] = (
+                DeltaList.extend(base, value.keep, value.add) if share else [*base[: value.keep], *value.add]
+            )
             found[name] = (value.base, value.keep)
     return found
 

@@ -327,7 +327,7 @@ def parent_link(session: Session, variant: str = "", parent: Session | None = No
     psid = str(ref["session_id"])
     if parent is None:
         try:
-            parent = Session.load(session.path.parent / psid)
+            parent = Session.load(session.path.parent / psid, share_lists=True)
         except SessionError:
             return []
     if not parent.header.get("span_id"):

@@ -23,6 +23,7 @@ from typing import Any, NamedTuple, TypedDict
 
 import orjson
 
+from ..deltalist import json_default
 from ..events import Summary, ToolCallSummary, Usage
 from ..patterns import compiled_later
 
@@ -146,7 +147,7 @@ def dumps(x: object) -> str | None:
     """Compact JSON text of ``x`` (orjson: no whitespace, key order kept), ``None`` if not JSON
     data."""
     try:
-        return orjson.dumps(x).decode()
+        return orjson.dumps(x, default=json_default).decode()
     except (TypeError, orjson.JSONEncodeError):
         return None
 
@@ -295,7 +296,7 @@ def sse_objects(stream_text: str) -> list[dict[str, Any]]:
 
 def sse(data: Any, event: str | None = None) -> str:
     """One SSE event as text: ``event: …`` (when given) and ``data: <JSON>`` (a string as is)."""
-    payload = data if isinstance(data, str) else orjson.dumps(data).decode()
+    payload = data if isinstance(data, str) else orjson.dumps(data, default=json_default).decode()
     return (f"event: {event}\n" if event else "") + f"data: {payload}\n\n"
 
 

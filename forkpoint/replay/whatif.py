@@ -73,7 +73,7 @@ def end_divergence(report: dict[str, Any], child: Path | None = None) -> EndDive
     }
     if child is not None:
         try:
-            same = [e for e in Session.load(child).calls() if e["type"] == kind]
+            same = [e for e in Session.load(child, share_lists=True).calls() if e["type"] == kind]
         except SessionError:
             same = []
         if 0 < position <= len(same):

@@ -134,7 +134,7 @@ def _ab(
     }
     if run.report is None or run.child is None:
         return {**fields, "ab": ab}
-    child = Session.load(run.child)
+    child = Session.load(run.child, share_lists=True)
     ab["new"] = _arm(child, run.outcome, run.exit_code)
     compared = diff_sessions(session, child)
     first = compared.first_change

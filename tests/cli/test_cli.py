@@ -249,9 +249,9 @@ def test_replay_leaves_loading_the_session_to_the_replaying_process(
     loaded: list[Path] = []
     load = Session.load.__func__  # type: ignore[attr-defined]
 
-    def counted(cls: type[Session], path: Path | str) -> Session:
+    def counted(cls: type[Session], path: Path | str, **kw: Any) -> Session:
         loaded.append(Path(path))
-        return load(cls, path)  # type: ignore[no-any-return]
+        return load(cls, path, **kw)  # type: ignore[no-any-return]
 
     monkeypatch.setattr(Session, "load", classmethod(counted))
     monkeypatch.chdir(recorded.workdir)

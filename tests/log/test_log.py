@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import copy
 import importlib.metadata
 import json
 import multiprocessing
 import os
+import pickle
 import platform
 import re
 import stat
@@ -17,8 +19,9 @@ import orjson
 import pytest
 
 import forkpoint
-from forkpoint import verify
+from forkpoint import providers, redact, verify
 from forkpoint.canonical import digest
+from forkpoint.deltalist import DeltaList, json_default
 from forkpoint.log import LOG_NAME, BlobStore, LogTail, Session, SessionError, SessionWriter, line_hash
 from forkpoint.log import verify as verify_log
 from tests.gitutil import git
@@ -391,7 +394,8 @@ def test_storage_grows_linearly_with_the_conversation(
     assert verify(p100).ok
 
 
-def test_delta_encoding_round_trips_exactly(store: Path) -> None:
+@pytest.mark.parametrize("share_lists", [False, True], ids=["own-lists", "shared-lists"])
+def test_delta_encoding_round_trips_exactly(store: Path, share_lists: bool) -> None:
     big = "long tool output line\n" * 100
     a = {"role": "system", "content": big}
     b = {"role": "user", "content": "question"}
@@ -425,10 +429,95 @@ def test_delta_encoding_round_trips_exactly(store: Path) -> None:
     stored = orjson.dumps(stored_lines(path))
     assert stored.count(b'"$delta":{"base"') >= 4  # the delta encoding really was used
 
-    s = Session.load(path)
+    s = Session.load(path, share_lists=share_lists)
     assert [e["request"]["body"] for e in s.events] == bodies
     assert [_payload(e) for e in s.events] == events
+    # Every list is what was sent, as JSON too (the shared form through json_default).
+    assert [orjson.dumps(e["request"]["body"], default=json_default) for e in s.events] == [
+        orjson.dumps(b) for b in bodies
+    ]
+    assert any(type(e["request"]["body"]["messages"]) is DeltaList for e in s.events[:7]) == share_lists
     assert verify(path).ok
+
+
+def test_shared_lists_of_a_growing_conversation_hold_one_slot_per_item(store: Path) -> None:
+    """Loaded with ``share_lists``, a conversation that only grows keeps one backing list for all
+    its calls (memory linear in its length); a conversation that changes an earlier item gets its
+    own, and the calls before it still read what they sent."""
+    items = [{"role": "user", "content": f"turn {i}"} for i in range(60)]
+    bodies = [{"model": "m", "messages": items[: 2 * i + 1]} for i in range(30)]
+    edited = [{"role": "user", "content": "rewritten"}, *items[1:59]]
+    bodies += [{"model": "m", "messages": edited}, {"model": "m", "messages": [*edited, items[59]]}]
+    bodies.append({"model": "m", "messages": items[:59]})  # a retry of call 29: its base is extended already
+    path = _write_session(store, [_model_call(b) for b in bodies])
+
+    shared = [e["request"]["body"]["messages"] for e in Session.load(path, share_lists=True).events]
+    assert shared == [b["messages"] for b in bodies]
+    stores = {id(m._store): len(m._store) for m in shared if type(m) is DeltaList}
+    slots = sum(stores.values())
+    # The growth's list, and the edited conversation's (stored whole: its successor copies it once);
+    # the retry of call 29 asks for nothing beyond call 29's list, so it shares it.
+    assert sorted(stores.values()) == [59, 60], stores
+    assert shared[-1]._store is shared[29]._store and shared[29]._store is shared[1]._store
+    own = [e["request"]["body"]["messages"] for e in Session.load(path).events]
+    assert all(type(m) is list for m in own) and own == shared
+    assert sum(len(m) for m in own) > 8 * slots  # 1,078 slots: what each call holding its own list costs
+
+
+def test_a_shared_list_reads_as_a_list_and_cannot_be_changed() -> None:
+    base = ["a", {"b": 1}, 2.0]
+    view = DeltaList.extend(base, 2, [None, True])
+    assert (
+        isinstance(view, list) and view == ["a", {"b": 1}, None, True] and ["a", {"b": 1}, None, True] == view
+    )
+    assert view != ["a", {"b": 1}, None] and view != ("a", {"b": 1}, None, True)
+    assert (len(view), view[0], view[-1], view[1:3], list(reversed(view))) == (
+        4,
+        "a",
+        True,
+        [{"b": 1}, None],
+        [True, None, {"b": 1}, "a"],
+    )
+    with pytest.raises(IndexError):
+        view[4]
+    with pytest.raises(IndexError):
+        view[-5]
+    assert view + [1] == ["a", {"b": 1}, None, True, 1] and [0] + view == [0, "a", {"b": 1}, None, True]
+    with pytest.raises(AttributeError):
+        view.append(1)  # type: ignore[attr-defined]
+    with pytest.raises(TypeError):
+        view[0] = "x"  # type: ignore[index]
+    assert type(copy.deepcopy(view)) is list and copy.deepcopy(view) == view
+    assert type(pickle.loads(pickle.dumps(view))) is list and pickle.loads(pickle.dumps(view)) == view
+    # C encoders see no list: loud without the default, exact with it (and the content hash too).
+    with pytest.raises(TypeError):
+        orjson.dumps(view)
+    with pytest.raises(TypeError):
+        json.dumps(view)
+    assert json.dumps(view, default=json_default) == json.dumps(view[:])
+    assert digest({"m": view}) == digest({"m": view[:]})
+    assert base == ["a", {"b": 1}, 2.0]  # the list it was taken from is untouched
+
+
+@pytest.mark.parametrize(
+    "paths", [(), ("$.messages",), ("$.messages[*].name",)], ids=["no-path", "list", "items"]
+)
+def test_shared_lists_scrub_and_summarize_as_their_own_lists_do(store: Path, paths: tuple[str, ...]) -> None:
+    """What forkpoint's readers do with a loaded request (scrub it again for an export, summarize
+    it, serialize it) gives the same answer for shared lists as for lists of their own."""
+    key = "sk-proj-" + "Ab3xY9" * 8
+    items = [{"role": "user", "content": f"turn {i}", "name": "ann"} for i in range(6)]
+    items[3]["content"] = f"use {key} here"
+    bodies = [{"model": "m", "messages": items[: i + 1], "tools": [{"type": "function"}]} for i in range(6)]
+    path = _write_session(store, [_model_call(b) for b in bodies])
+    loaded = {share: Session.load(path, share_lists=share).by_type("model_call") for share in (False, True)}
+    assert type(loaded[True][-1]["request"]["body"]["messages"]) is DeltaList
+    rules = redact.Rules(json_paths=paths)
+    for own, shared in zip(loaded[False], loaded[True], strict=True):
+        for scrubber in (redact.Scrubber(rules), redact.Scrubber(rules, cache=False)):
+            out = orjson.dumps(scrubber.json(shared["request"]["body"]), default=json_default)
+            assert out == orjson.dumps(redact.Scrubber(rules).json(own["request"]["body"]))
+        assert providers.summary(shared) == providers.summary(own)
 
 
 def test_delta_keeps_values_that_are_equal_but_not_the_same_json(store: Path) -> None:

@@ -1,0 +1,111 @@
+"""The resolved form of a ``$delta`` list: a read-only view that shares its items' slots with the
+other calls of the same conversation.
+
+Each model call of an agent loop resends the whole conversation, and the log stores each list as
+the previous call's first ``keep`` items plus what was added (:mod:`.codec`). Rebuilding every call's
+list as a ``list`` of its own costs a pointer per item per call — quadratic in the conversation's
+length (31 of 53 MiB when loading a 2,000-turn session). Calls that only append share one growing
+backing list instead; a call whose list drops or changes earlier items gets a backing list of its
+own (one copy, at that point of the conversation).
+
+A :class:`DeltaList` is a :class:`~collections.abc.Sequence` that answers ``list`` to
+``isinstance``, as :mod:`unittest.mock` objects answer their spec: every reader that asks
+``isinstance(x, list)`` of a request (providers' parsers, the scrubber, the divergence diff, the
+exporters) takes it for the list it stands for. It has ``len``, indexing, slicing (a slice is a new
+``list``), iteration, ``==`` with lists, ``+`` with lists, copies and pickling (as a ``list``). What
+only a real list does fails loudly rather than reading it wrong: it cannot be changed in place
+(``append`` and item assignment raise; writing into a list other calls share would change them
+too), and C encoders that look at the type (orjson, ``json``'s) raise ``TypeError`` unless given a
+``default`` such as :func:`json_default`, as :func:`forkpoint.canonical.canonical_json` gives
+(:func:`forkpoint.log.codec.to_json` takes it as a list).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator, Sequence
+from itertools import islice
+from typing import Any, overload
+
+
+class DeltaList(Sequence[Any]):
+    """The first ``n`` items of the append-only list ``store`` (shared with other views)."""
+
+    __slots__ = ("_store", "_n")
+    __hash__ = None  # type: ignore[assignment]  # like a list: equal to it, so not hashable
+
+    def __init__(self, store: list[Any], n: int) -> None:
+        self._store = store
+        self._n = n
+
+    @classmethod
+    def extend(cls, base: Sequence[Any], keep: int, add: list[Any]) -> DeltaList:
+        """The list ``base[:keep] + add``, appending to ``base``'s backing list when ``base`` is
+        a view of all of it (the conversation only grew), else on a backing list of its own."""
+        if isinstance(base, DeltaList) and keep == base._n == len(base._store):
+            base._store.extend(add)
+            return cls(base._store, keep + len(add))
+        store = list(islice(base, keep))
+        store.extend(add)
+        return cls(store, len(store))
+
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:  # the answer isinstance() asks for; type() still says DeltaList
+        return list
+
+    def __len__(self) -> int:
+        return self._n
+
+    @overload
+    def __getitem__(self, index: int) -> Any: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Any]: ...
+    def __getitem__(self, index: int | slice) -> Any:
+        if isinstance(index, slice):
+            return self._store[: self._n][index]
+        if index < 0:
+            index += self._n
+        if not 0 <= index < self._n:
+            raise IndexError("DeltaList index out of range")
+        return self._store[index]
+
+    def __iter__(self) -> Iterator[Any]:
+        return islice(self._store, self._n)
+
+    def __reversed__(self) -> Iterator[Any]:
+        return (self._store[i] for i in range(self._n - 1, -1, -1))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, DeltaList):
+            if other._store is self._store:
+                return other._n == self._n
+            return self._n == other._n and self[:] == other[:]
+        if isinstance(other, list):
+            return self._n == len(other) and self[:] == other
+        return NotImplemented
+
+    def __add__(self, other: list[Any]) -> list[Any]:
+        return self[:] + list(other)
+
+    def __radd__(self, other: list[Any]) -> list[Any]:
+        return list(other) + self[:]
+
+    def __repr__(self) -> str:
+        return repr(self[:])
+
+    def __copy__(self) -> list[Any]:
+        return self[:]
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> list[Any]:
+        return copy.deepcopy(self[:], memo)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (list, (self[:],))
+
+
+def json_default(value: Any) -> list[Any]:
+    """A ``default=`` for ``json.dumps`` and ``orjson.dumps``: a :class:`DeltaList` as a ``list``.
+    Raises ``TypeError`` for anything else, as the encoders do without one."""
+    if isinstance(value, DeltaList):
+        return value[:]
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
