@@ -123,12 +123,22 @@ def encode(value: Any) -> Any:
     """``value`` as stored JSON data (see the module docstring). Raises
     :class:`~forkpoint.errors.ToolResultError` naming the first part that has no stored form and
     where it is (``where``: a Python-like path from ``result``)."""
-    return _Encoder().value(value)
+    try:
+        return _Encoder(checking=False).value(value)
+    except RecursionError:
+        # Containers met again inside themselves are looked for only now: a value that contains
+        # itself is refused saying where; one nested deeper than the stack allows raises again.
+        return _Encoder(checking=True).value(value)
+
+
+class _KeyNotStr(Exception):
+    """A dict with a key that is not a string: stored as a ``dict`` node of pairs."""
 
 
 class _Encoder:
-    def __init__(self) -> None:
-        self.open: set[int] = set()  # containers being encoded: a value that contains itself
+    def __init__(self, *, checking: bool) -> None:
+        self.checking = checking
+        self.open: set[int] = set()  # (checking) containers being encoded, to find one inside itself
 
     def value(self, v: Any) -> Any:
         t = type(v)
@@ -139,8 +149,11 @@ class _Encoder:
         if t is list:
             return self.items(v, v)
         if t is dict:
-            if all(type(k) is str for k in v) and MARK not in v:
-                return self.fields(v, v)
+            if MARK not in v:
+                try:
+                    return self.fields(v, v)
+                except _KeyNotStr:
+                    pass
             return _mark(dict, "dict", self.pairs(v))
         pair = registered(t)
         if pair is not None:
@@ -189,38 +202,49 @@ class _Encoder:
 
     # -- the parts
 
-    # The containers: leaves are taken as they are without a call (most of a large result), and
-    # where a part sits is worked out only when it fails.
+    # The containers: leaves (and finite floats: ``x - x`` is 0.0 for them alone) are taken as
+    # they are without a call (most of a large result), and where a part sits is worked out only
+    # when it fails.
 
     def items(self, owner: Any, values: Any) -> list[Any]:
-        self.enter(owner)
+        if self.checking:
+            self.enter(owner)
         out: list[Any] = []
         try:
             for x in values:
-                out.append(x if type(x) in _LEAVES else self.value(x))
+                t = type(x)
+                out.append(x if t in _LEAVES or (t is float and x - x == 0.0) else self.value(x))
         except ToolResultError as exc:
             exc.where = f"[{len(out)}]" + exc.where
             raise
         finally:
-            self.open.discard(id(owner))
+            if self.checking:
+                self.open.discard(id(owner))
         return out
 
     def fields(self, owner: Any, values: dict[str, Any]) -> dict[str, Any]:
-        self.enter(owner)
+        """Raises :class:`_KeyNotStr` for a key that is not a string."""
+        if self.checking:
+            self.enter(owner)
         out: dict[str, Any] = {}
         key = ""
         try:
             for key, x in values.items():
-                out[key] = x if type(x) in _LEAVES else self.value(x)
+                if type(key) is not str:
+                    raise _KeyNotStr
+                t = type(x)
+                out[key] = x if t in _LEAVES or (t is float and x - x == 0.0) else self.value(x)
         except ToolResultError as exc:
             exc.where = f"[{key!r}]" + exc.where
             raise
         finally:
-            self.open.discard(id(owner))
+            if self.checking:
+                self.open.discard(id(owner))
         return out
 
     def pairs(self, v: dict[Any, Any]) -> list[list[Any]]:
-        self.enter(v)
+        if self.checking:
+            self.enter(v)
         out: list[list[Any]] = []
         where = ""
         try:
@@ -233,7 +257,8 @@ class _Encoder:
             exc.where = where + exc.where
             raise
         finally:
-            self.open.discard(id(v))
+            if self.checking:
+                self.open.discard(id(v))
         return out
 
     def enter(self, owner: Any) -> None:

@@ -176,6 +176,10 @@ def encode(value: Any, blobs: BlobStore | None, sent_back: SentBack | None = Non
     return value
 
 
+_QUOTES_ONLY = bytes(c if c == ord('"') else ord("a") for c in range(256))
+_LONG_RUN = b"a" * (BLOB_MIN_BYTES // 4)
+
+
 def encode_field(value: Any, blobs: BlobStore | None, sent_back: SentBack | None = None) -> Any:
     """:func:`encode` of one field of an event. A container of :data:`PLAIN_MIN` bytes of JSON or
     more that has no reserved key and no string long enough for a blob is stored as it is, checked
@@ -187,7 +191,10 @@ def encode_field(value: Any, blobs: BlobStore | None, sent_back: SentBack | None
         except (TypeError, orjson.JSONEncodeError):  # bytes, lone surrogates, huge integers
             data = b""
         if len(data) >= PLAIN_MIN and b'"$' not in data:
-            if max(map(len, data.split(b'"'))) < BLOB_MIN_BYTES // 4:
+            # No run of BLOB_MIN_BYTES // 4 bytes between two quotes: no string near a blob's size.
+            # (Mapping every other byte to one letter and searching for the run is ~6x faster on
+            # 20 MB than splitting at the quotes.)
+            if _LONG_RUN not in data.translate(_QUOTES_ONLY):
                 return value
     return encode(value, blobs, sent_back)
 

@@ -587,3 +587,50 @@ def test_what_a_recording_lacks_counts_only_what_it_wrote(
         e["seq"] for e in Session.load(rec.session_path).by_type("tool_call")
     ]
     assert "WARNING: 1 tool call could not be recorded" in capsys.readouterr().err
+
+
+def test_a_value_that_contains_itself_is_refused_saying_where_and_a_shared_part_is_not() -> None:
+    """The walk looks for containers met inside themselves only after the stack runs out (a
+    RecursionError), and then says where the cycle closes; a part met twice side by side is no
+    cycle, and a value nested deeper than the stack allows is refused, not mistaken for one."""
+    looped: dict[str, Any] = {"a": [1, {"b": None}]}
+    looped["a"][1]["b"] = looped
+    with pytest.raises(forkpoint.ToolResultError, match="contains itself") as exc:
+        values.encode(looped)
+    assert exc.value.where == "['a'][1]['b']"
+    listed: list[Any] = [0]
+    listed.append({"k": listed})
+    with pytest.raises(forkpoint.ToolResultError) as exc:
+        values.encode({1: listed})  # a dict of pairs (its key is no string) around it
+    assert "contains itself" in str(exc.value) and "[1]['k']" in exc.value.where
+
+    shared = {"x": [1.5, float("inf")]}
+    assert values.decode(values.encode([shared, shared, {"y": shared}])) == [shared, shared, {"y": shared}]
+    deep: list[Any] = []
+    for _ in range(sys.getrecursionlimit() * 2):
+        deep = [deep]
+    with pytest.raises(RecursionError):
+        values.encode(deep)
+
+
+def test_plain_results_come_back_as_fresh_equal_copies() -> None:
+    """A stored result with no typed node inside is copied whole (in C); each replay of it is a new
+    value the program may change without changing what the next replay gets."""
+    value = {
+        "rows": [{"id": i, "score": i / 7, "neg": -0.0} for i in range(50)],
+        "raw": b"\x00\xff" * 10,
+        "big": 2**80,
+        "text": 'the "$type" key of a typed node, in words',
+        "$type": "a user's own key",  # stored as a dict node of pairs: rebuilt as this dict
+        "pairs": {1: "one", (2, 3): "tuple key"},
+        "nan": [float("nan")],
+    }
+    stored = values.encode(value)
+    first, second = values.decode(stored), values.decode(stored)
+    assert first is not second and first["rows"] is not second["rows"]
+    assert repr(first) == repr(value) and repr(second) == repr(value)
+    first["rows"][0]["id"] = "changed"
+    plain = {k: v for k, v in value.items() if k not in ("$type", "pairs", "nan")}
+    copied = values.decode(values.encode(plain))
+    assert copied == plain and copied["rows"] is not plain["rows"]
+    assert values.decode(stored)["rows"][0]["id"] == 0
