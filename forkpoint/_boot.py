@@ -116,6 +116,7 @@ def start() -> None:
             live_from=opts.get("live_from"),
             strict=bool(opts.get("strict")),
             ledger=open_ledger(reports / LEDGER_NAME) if reports else None,
+            hand_over=True,
         )
         for k in API_KEY_VARS:
             os.environ.setdefault(k, PLACEHOLDER_KEY)

@@ -224,6 +224,7 @@ def replay(
     from .replay import API_KEY_VARS, PLACEHOLDER_KEY, Replayer, create_child, end_divergence, write_report
     from .store import resolve
 
+    loaded_here = not isinstance(session, Session)  # (a Session given in is never changed)
     if not isinstance(session, Session):
         session = Session.load(resolve(session, store), derived=False, share_lists=True)
     parsed = [o if isinstance(o, Override) else override.parse(o) for o in overrides]
@@ -259,6 +260,7 @@ def replay(
         live_tools=live_tools,
         ignore=rules,
         strict=strict,
+        hand_over=loaded_here,
     )
     added = [k for k in API_KEY_VARS if not os.environ.get(k)]
     for k in added:

@@ -156,7 +156,9 @@ class Replayer:
 
     When ``child`` is given, every call of this run — served, overridden or live — is written to it:
     the what-if run as a session of its own, linked to its parent (telemetry and MCP session calls
-    answered aside are not). Thread-safe.
+    answered aside are not). ``hand_over``: ``session`` was loaded for this replay alone, so a tool
+    result served as recorded is the loaded value itself, not a copy (:meth:`hands_over`).
+    Thread-safe.
     """
 
     mode: Literal["replay"] = "replay"
@@ -176,6 +178,7 @@ class Replayer:
         live_tools: Sequence[str] = (),
         ignore: Sequence[IgnoreRule] = (),
         strict: bool = False,
+        hand_over: bool = False,
     ) -> None:
         for name, value, allowed in (
             ("models", models, SOURCES),
@@ -195,6 +198,7 @@ class Replayer:
         self.deterministic = bool(session.header.get("deterministic"))
         self.policy = on_divergence
         self.child = child
+        self.hand_over = hand_over
         # A fork replays the prefix before its checkpoint, then goes live once that prefix is used up.
         self.live_from = live_from
         in_range = [e for e in session.events if live_from is None or e["seq"] < live_from]
@@ -639,6 +643,11 @@ class Replayer:
         with self._turns:
             missing = [s for s in self.turn_of(event) if s not in self._released]
             self.out_of_order.append({"seq": event["seq"], "tool": event["tool"], "before": missing})
+
+    def hands_over(self, event: ToolCallEvent) -> bool:
+        """See :meth:`forkpoint.runtime.Serving.hands_over`: ``hand_over`` was given, no child
+        session is written, and ``event`` was served as recorded (each recorded call is served once)."""
+        return self.hand_over and self.child is None and event["seq"] not in self.overrides
 
     def release(self, event: ToolCallEvent) -> None:
         """``event``'s result has been handed to the program."""

@@ -634,3 +634,52 @@ def test_plain_results_come_back_as_fresh_equal_copies() -> None:
     copied = values.decode(values.encode(plain))
     assert copied == plain and copied["rows"] is not plain["rows"]
     assert values.decode(stored)["rows"][0]["id"] == 0
+
+
+def test_a_replay_hands_over_results_of_a_session_it_loaded_and_copies_any_other(tmp_path: Path) -> None:
+    """A session ``replay`` loaded itself serves a plain result as loaded (no 20 MB copy): nothing
+    reads it after. A Session given in, a run written to a child session, and an override's value
+    are read again (by the caller, the child's log, the next replay): they get copies, so what the
+    program does to its result changes none of them."""
+    rows = [{"id": i, "tags": ["a", "b"]} for i in range(100)]
+
+    @forkpoint.tool
+    def fetch(n: int) -> dict[str, Any]:
+        return {"n": n, "rows": rows}
+
+    def changed_by_the_program() -> dict[str, Any]:
+        got = fetch(1)
+        got["rows"][0]["tags"].append("mutated")
+        got["n"] = -1
+        return got
+
+    with forkpoint.record(store=tmp_path) as rec:
+        fetch(1)
+        fetch(2)
+    recorded = Session.load(rec.session_path).by_type("tool_call")[0]["result"]
+
+    with forkpoint.replay(rec.session_path) as rp:
+        got = fetch(1)
+        fetch(2)
+    assert got is rp.session.by_type("tool_call")[0]["result"]  # handed over
+
+    given = Session.load(rec.session_path)
+    with forkpoint.replay(given):
+        changed_by_the_program()
+        fetch(2)
+    assert given.by_type("tool_call")[0]["result"] == recorded
+
+    with forkpoint.replay(rec.session_path, record_child=True) as rp:
+        changed_by_the_program()
+        fetch(2)
+    assert rp.report()["reproduced"]
+    assert rp.child is not None
+    assert Session.load(rp.child.path).by_type("tool_call")[0]["result"] == recorded
+
+    spec = forkpoint.override.parse('tool:fetch#2.result={"n": 2, "rows": [{"id": 0, "tags": []}]}')
+    for _ in range(2):
+        with forkpoint.replay(rec.session_path, overrides=[spec], record_child=False):
+            fetch(1)
+            second = fetch(2)
+        assert second == {"n": 2, "rows": [{"id": 0, "tags": []}]}
+        second["rows"][0]["tags"].append("mutated")
