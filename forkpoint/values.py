@@ -123,22 +123,16 @@ def encode(value: Any) -> Any:
     """``value`` as stored JSON data (see the module docstring). Raises
     :class:`~forkpoint.errors.ToolResultError` naming the first part that has no stored form and
     where it is (``where``: a Python-like path from ``result``)."""
-    try:
-        return _Encoder(checking=False).value(value)
-    except RecursionError:
-        # Containers met again inside themselves are looked for only now: a value that contains
-        # itself is refused saying where; one nested deeper than the stack allows raises again.
-        return _Encoder(checking=True).value(value)
+    return _Encoder().value(value)
 
 
-class _KeyNotStr(Exception):
-    """A dict with a key that is not a string: stored as a ``dict`` node of pairs."""
+#: What a dict's keys must all be for it to be stored as it is (a JSON object).
+_STR_ONLY = frozenset({str})
 
 
 class _Encoder:
-    def __init__(self, *, checking: bool) -> None:
-        self.checking = checking
-        self.open: set[int] = set()  # (checking) containers being encoded, to find one inside itself
+    def __init__(self) -> None:
+        self.open: set[int] = set()  # containers being encoded: a value that contains itself
 
     def value(self, v: Any) -> Any:
         t = type(v)
@@ -149,11 +143,9 @@ class _Encoder:
         if t is list:
             return self.items(v, v)
         if t is dict:
-            if MARK not in v:
-                try:
-                    return self.fields(v, v)
-                except _KeyNotStr:
-                    pass
+            # (keys before values: a registered encoder inside must run once, on the one walk)
+            if MARK not in v and _STR_ONLY.issuperset(map(type, v)):
+                return self.fields(v, v)
             return _mark(dict, "dict", self.pairs(v))
         pair = registered(t)
         if pair is not None:
@@ -207,8 +199,7 @@ class _Encoder:
     # when it fails.
 
     def items(self, owner: Any, values: Any) -> list[Any]:
-        if self.checking:
-            self.enter(owner)
+        self.enter(owner)
         out: list[Any] = []
         try:
             for x in values:
@@ -218,33 +209,26 @@ class _Encoder:
             exc.where = f"[{len(out)}]" + exc.where
             raise
         finally:
-            if self.checking:
-                self.open.discard(id(owner))
+            self.open.discard(id(owner))
         return out
 
     def fields(self, owner: Any, values: dict[str, Any]) -> dict[str, Any]:
-        """Raises :class:`_KeyNotStr` for a key that is not a string."""
-        if self.checking:
-            self.enter(owner)
+        self.enter(owner)
         out: dict[str, Any] = {}
         key = ""
         try:
             for key, x in values.items():
-                if type(key) is not str:
-                    raise _KeyNotStr
                 t = type(x)
                 out[key] = x if t in _LEAVES or (t is float and x - x == 0.0) else self.value(x)
         except ToolResultError as exc:
             exc.where = f"[{key!r}]" + exc.where
             raise
         finally:
-            if self.checking:
-                self.open.discard(id(owner))
+            self.open.discard(id(owner))
         return out
 
     def pairs(self, v: dict[Any, Any]) -> list[list[Any]]:
-        if self.checking:
-            self.enter(v)
+        self.enter(v)
         out: list[list[Any]] = []
         where = ""
         try:
@@ -257,8 +241,7 @@ class _Encoder:
             exc.where = where + exc.where
             raise
         finally:
-            if self.checking:
-                self.open.discard(id(v))
+            self.open.discard(id(v))
         return out
 
     def enter(self, owner: Any) -> None:
@@ -273,7 +256,7 @@ class _Encoder:
         extra = {k: x for k, x in getattr(v, "__dict__", {}).items() if k not in state}
         node = _mark(self.ref(t, v), "dataclass", self.fields(v, state))
         if extra:
-            node["attrs"] = self.fields(v, extra)
+            node["attrs"] = self.named(v, extra)
         return node
 
     def pydantic(self, v: Any, t: type) -> dict[str, Any]:
@@ -282,8 +265,15 @@ class _Encoder:
         for key, attr in (("extra", "__pydantic_extra__"), ("private", "__pydantic_private__")):
             more = getattr(v, attr, None)
             if more:
-                node[key] = self.fields(v, dict(more))
+                node[key] = self.named(v, dict(more))
         return node
+
+    def named(self, v: Any, values: dict[Any, Any]) -> dict[str, Any]:
+        """An object's attributes by name (refused when one's name is not a string: set through
+        ``__dict__``, it has no place in a JSON object)."""
+        if not _STR_ONLY.issuperset(map(type, values)):
+            raise self.refused(v, f"a {type_label(v)} with an attribute whose name is not a string")
+        return self.fields(v, values)
 
     def registered(self, v: Any, pair: tuple[Callable[[Any], Any], Callable[[Any], Any] | None]) -> Any:
         encoder, decoder = pair

@@ -590,9 +590,8 @@ def test_what_a_recording_lacks_counts_only_what_it_wrote(
 
 
 def test_a_value_that_contains_itself_is_refused_saying_where_and_a_shared_part_is_not() -> None:
-    """The walk looks for containers met inside themselves only after the stack runs out (a
-    RecursionError), and then says where the cycle closes; a part met twice side by side is no
-    cycle, and a value nested deeper than the stack allows is refused, not mistaken for one."""
+    """A container met again inside itself is refused naming where the cycle closes; a part met
+    twice side by side is no cycle."""
     looped: dict[str, Any] = {"a": [1, {"b": None}]}
     looped["a"][1]["b"] = looped
     with pytest.raises(forkpoint.ToolResultError, match="contains itself") as exc:
@@ -606,11 +605,39 @@ def test_a_value_that_contains_itself_is_refused_saying_where_and_a_shared_part_
 
     shared = {"x": [1.5, float("inf")]}
     assert values.decode(values.encode([shared, shared, {"y": shared}])) == [shared, shared, {"y": shared}]
-    deep: list[Any] = []
-    for _ in range(sys.getrecursionlimit() * 2):
-        deep = [deep]
-    with pytest.raises(RecursionError):
-        values.encode(deep)
+
+
+def test_a_registered_encoder_runs_once_whatever_the_keys_around_it() -> None:
+    """A dict with a key that is no string is stored as pairs; the value beside (or inside) it is
+    encoded once, on the one walk: an encoder that reads its object (a StringIO) gives what it read
+    the first time, and nesting such dicts costs no walk per level."""
+    import io
+
+    calls: list[int] = []
+
+    def read(f: io.StringIO) -> str:
+        calls.append(1)
+        return f.read()
+
+    forkpoint.register_encoder(io.StringIO, read, decode=io.StringIO)
+    try:
+        stored = values.encode({"log": io.StringIO("3 passed\n"), 404: "missing"})
+        assert values.decode(stored)["log"].getvalue() == "3 passed\n" and len(calls) == 1
+        nested: dict[Any, Any] = {"leaf": io.StringIO("x")}
+        for _ in range(24):
+            nested = {"child": nested, 0: "int key"}
+        values.encode(nested)
+        assert len(calls) == 2
+    finally:
+        values._ENCODERS.pop(io.StringIO, None)
+
+
+def test_an_attribute_whose_name_is_no_string_is_refused_saying_so() -> None:
+    box = Hit("t", dt.datetime(2026, 12, 2, tzinfo=dt.UTC))
+    box.__dict__[7] = "set through __dict__"
+    with pytest.raises(forkpoint.ToolResultError, match="an attribute whose name is not a string") as exc:
+        values.encode({"box": box})
+    assert exc.value.where == "['box']"
 
 
 def test_plain_results_come_back_as_fresh_equal_copies() -> None:
