@@ -549,12 +549,14 @@ def diff_cmd(a: str, b: str, store: str | None, as_json: bool) -> None:
     """Align two sessions call by call; name the first divergence. Exit 0 when equivalent."""
     import orjson
 
+    from .deltalist import json_default
     from .diff import diff_sessions, render_diff
     from .show import terminal
 
     result = diff_sessions(_load(a, store), _load(b, store))
     if as_json:
-        sys.stdout.buffer.write(orjson.dumps(result.to_json(), option=orjson.OPT_INDENT_2) + b"\n")
+        out = orjson.dumps(result.to_json(), default=json_default, option=orjson.OPT_INDENT_2)
+        sys.stdout.buffer.write(out + b"\n")
     else:
         render_diff(result, terminal())
     sys.exit(0 if result.equivalent else 1)

@@ -39,7 +39,7 @@ class DeltaList(Sequence[Any]):
         self._n = n
 
     @classmethod
-    def extend(cls, base: Sequence[Any], keep: int, add: list[Any]) -> DeltaList:
+    def from_delta(cls, base: Sequence[Any], keep: int, add: list[Any]) -> DeltaList:
         """The list ``base[:keep] + add``, appending to ``base``'s backing list when ``base`` is
         a view of all of it (the conversation only grew), else on a backing list of its own."""
         if isinstance(base, DeltaList) and keep == base._n == len(base._store):
@@ -84,11 +84,19 @@ class DeltaList(Sequence[Any]):
             return self._n == len(other) and self[:] == other
         return NotImplemented
 
-    def __add__(self, other: list[Any]) -> list[Any]:
+    def __add__(self, other: object) -> list[Any]:
+        if not isinstance(other, list):  # (a DeltaList is one too)
+            return NotImplemented
         return self[:] + list(other)
 
-    def __radd__(self, other: list[Any]) -> list[Any]:
+    def __radd__(self, other: object) -> list[Any]:
+        if not isinstance(other, list):
+            return NotImplemented
         return list(other) + self[:]
+
+    def copy(self) -> list[Any]:
+        """A ``list`` of the items (as ``list.copy`` gives)."""
+        return self[:]
 
     def __repr__(self) -> str:
         return repr(self[:])

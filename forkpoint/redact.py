@@ -810,7 +810,10 @@ class Scrubber:
             out = {}
             for k, v in value.items():
                 if isinstance(v, list):
-                    out[self.text(k) if isinstance(k, str) else k] = self._list(v)
+                    # (a loaded request's DeltaList as a list: the scrubber returns plain JSON)
+                    out[self.text(k) if isinstance(k, str) else k] = self._list(
+                        v if type(v) is list else list(v)
+                    )
                 else:
                     out.update(self._json({k: v}, ()))
         else:

@@ -472,7 +472,9 @@ def resolve_deltas(
                     "which is missing or shorter than the delta says"
                 )
             body[name] = (
-                DeltaList.extend(base, value.keep, value.add) if share else [*base[: value.keep], *value.add]
+                DeltaList.from_delta(base, value.keep, value.add)
+                if share
+                else [*base[: value.keep], *value.add]
             )
             found[name] = (value.base, value.keep)
     return found

@@ -466,7 +466,7 @@ def test_shared_lists_of_a_growing_conversation_hold_one_slot_per_item(store: Pa
 
 def test_a_shared_list_reads_as_a_list_and_cannot_be_changed() -> None:
     base = ["a", {"b": 1}, 2.0]
-    view = DeltaList.extend(base, 2, [None, True])
+    view = DeltaList.from_delta(base, 2, [None, True])
     assert (
         isinstance(view, list) and view == ["a", {"b": 1}, None, True] and ["a", {"b": 1}, None, True] == view
     )
@@ -483,6 +483,11 @@ def test_a_shared_list_reads_as_a_list_and_cannot_be_changed() -> None:
     with pytest.raises(IndexError):
         view[-5]
     assert view + [1] == ["a", {"b": 1}, None, True, 1] and [0] + view == [0, "a", {"b": 1}, None, True]
+    assert type(view.copy()) is list and view.copy() == view and view + view == view[:] * 2
+    with pytest.raises(TypeError):
+        view + "cd"  # as a list: only a list adds to it
+    with pytest.raises(TypeError):
+        ("x",) + view  # type: ignore[operator]
     with pytest.raises(AttributeError):
         view.append(1)  # type: ignore[attr-defined]
     with pytest.raises(TypeError):
@@ -504,9 +509,11 @@ def test_a_shared_list_reads_as_a_list_and_cannot_be_changed() -> None:
 )
 def test_shared_lists_scrub_and_summarize_as_their_own_lists_do(store: Path, paths: tuple[str, ...]) -> None:
     """What forkpoint's readers do with a loaded request (scrub it again for an export, summarize
-    it, serialize it) gives the same answer for shared lists as for lists of their own."""
+    it, serialize it) gives the same answer for shared lists as for lists of their own, and what
+    the scrubber returns is plain JSON (a clean list past 1 MiB, which it may return as given, too)."""
     key = "sk-proj-" + "Ab3xY9" * 8
     items = [{"role": "user", "content": f"turn {i}", "name": "ann"} for i in range(6)]
+    items[0]["content"] = "clean words " * 100_000  # 1.2 MB
     items[3]["content"] = f"use {key} here"
     bodies = [{"model": "m", "messages": items[: i + 1], "tools": [{"type": "function"}]} for i in range(6)]
     path = _write_session(store, [_model_call(b) for b in bodies])
@@ -515,7 +522,7 @@ def test_shared_lists_scrub_and_summarize_as_their_own_lists_do(store: Path, pat
     rules = redact.Rules(json_paths=paths)
     for own, shared in zip(loaded[False], loaded[True], strict=True):
         for scrubber in (redact.Scrubber(rules), redact.Scrubber(rules, cache=False)):
-            out = orjson.dumps(scrubber.json(shared["request"]["body"]), default=json_default)
+            out = orjson.dumps(scrubber.json(shared["request"]["body"]))
             assert out == orjson.dumps(redact.Scrubber(rules).json(own["request"]["body"]))
         assert providers.summary(shared) == providers.summary(own)
 
