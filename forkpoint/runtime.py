@@ -90,10 +90,9 @@ class Serving(Runtime, Protocol):
     def release(self, event: ToolCallEvent) -> None:
         """``event``'s result has been handed to the program."""
 
-    def hands_over(self, event: ToolCallEvent) -> bool:
-        """True when ``event``'s result may be given to the program as it was loaded, not a copy:
-        nothing reads it after (the session was loaded for this replay alone, which writes no child
-        session, and the event is the recording's own, not an override's)."""
+    def served_result(self, event: ToolCallEvent) -> Any:
+        """``event``'s recorded result rebuilt for the program (:func:`forkpoint.values.decode`).
+        Raises :class:`~forkpoint.errors.UnrebuildableValue`."""
 
     def network_allowed(self) -> bool:
         """True when some call may go live, so sockets must not be blocked."""

@@ -354,21 +354,26 @@ def is_typed(node: Any) -> bool:
     )
 
 
-def decode(stored: Any, *, copy: bool = True) -> Any:
+def plain_json(stored: Any) -> bytes | None:
+    """The JSON of a stored list or dict that holds no typed node (:func:`decode` gives it back as
+    a plain copy), else None."""
+    if not isinstance(stored, list | dict):
+        return None
+    try:
+        text = orjson.dumps(stored)
+    except (TypeError, orjson.JSONEncodeError):  # a big int, a lone surrogate: walked below
+        return None
+    return text if f'"{MARK}"'.encode() not in text else None
+
+
+def decode(stored: Any) -> Any:
     """The value :func:`encode` stored, rebuilt (see the module docstring): a new value each time.
-    Plain JSON data comes back as it is: a copy, or with ``copy=False`` ``stored`` itself (for a
-    caller that owns it and gives it away: a 20 MB result is then not copied). Raises :class:`~forkpoint.errors.UnrebuildableValue` for
+    Plain JSON data comes back as it is. Raises :class:`~forkpoint.errors.UnrebuildableValue` for
     a class this process has not imported, or one that is not what the node says it is."""
-    if isinstance(stored, list | dict):
-        # Typed nodes are rare: look for one in the value's JSON first (a 20 MB tool result is
-        # then copied in C in tens of milliseconds, not walked in Python in a second).
-        try:
-            text = orjson.dumps(stored)
-        except (TypeError, orjson.JSONEncodeError):  # a big int, a lone surrogate: walked below
-            text = None
-        if text is not None and f'"{MARK}"'.encode() not in text:
-            return orjson.loads(text) if copy else stored  # no typed node inside: a copy, made in C
-    return _decode(stored)
+    # Typed nodes are rare: look for one in the value's JSON first (a 20 MB tool result is then
+    # copied in C in tens of milliseconds, not walked in Python in a second).
+    text = plain_json(stored)
+    return orjson.loads(text) if text is not None else _decode(stored)
 
 
 def _decode(stored: Any) -> Any:

@@ -549,7 +549,7 @@ class _Served:
                 if self.generator["kind"] == "async_generator":
                     return _served_async_generator(served)
                 return _served_generator(served)
-            return values.decode(event.get("result"), copy=not self.rt.hands_over(event))
+            return self.rt.served_result(event)
         except UnrebuildableValue as exc:
             raise self.rt.diverged(event, "tool_call", self.position, str(exc)) from None
 

@@ -28,7 +28,9 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, Literal, cast
 
-from .. import override, runtime
+import orjson
+
+from .. import override, runtime, values
 from ..errors import Divergence
 from ..events import (
     Call,
@@ -157,7 +159,7 @@ class Replayer:
     When ``child`` is given, every call of this run — served, overridden or live — is written to it:
     the what-if run as a session of its own, linked to its parent (telemetry and MCP session calls
     answered aside are not). ``hand_over``: ``session`` was loaded for this replay alone, so a tool
-    result served as recorded is the loaded value itself, not a copy (:meth:`hands_over`).
+    result served as recorded is the loaded value itself, not a copy (:meth:`served_result`).
     Thread-safe.
     """
 
@@ -187,7 +189,7 @@ class Replayer:
         ):
             if value not in allowed:
                 raise ValueError(f"{name} must be one of {', '.join(allowed)}, not {value!r}")
-        self.session = session
+        self._session = session
         self.root_span: str = (
             (child.header.get("span_id") if child else None) or session.header.get("span_id") or ""
         )
@@ -199,6 +201,8 @@ class Replayer:
         self.policy = on_divergence
         self.child = child
         self.hand_over = hand_over
+        #: By seq, the tool calls whose result was handed over as loaded, with its JSON.
+        self._handed: dict[int, tuple[ToolCallEvent, bytes]] = {}
         # A fork replays the prefix before its checkpoint, then goes live once that prefix is used up.
         self.live_from = live_from
         in_range = [e for e in session.events if live_from is None or e["seq"] < live_from]
@@ -644,10 +648,30 @@ class Replayer:
             missing = [s for s in self.turn_of(event) if s not in self._released]
             self.out_of_order.append({"seq": event["seq"], "tool": event["tool"], "before": missing})
 
-    def hands_over(self, event: ToolCallEvent) -> bool:
-        """See :meth:`forkpoint.runtime.Serving.hands_over`: ``hand_over`` was given, no child
-        session is written, and ``event`` was served as recorded (each recorded call is served once)."""
-        return self.hand_over and self.child is None and event["seq"] not in self.overrides
+    def served_result(self, event: ToolCallEvent) -> Any:
+        """:meth:`forkpoint.runtime.Serving.served_result`. With ``hand_over``, a plain result
+        served as recorded (not overridden) to a run that writes no child session is the loaded
+        value itself: each recorded call is served once, and nothing here reads its result after;
+        its JSON is kept so that :attr:`session` can give it back as recorded."""
+        stored = event.get("result")
+        if self.child is None and event["seq"] not in self.overrides:
+            with self._turns:
+                text = values.plain_json(stored) if self.hand_over else None
+                if text is not None:
+                    self._handed[event["seq"]] = (event, text)
+                    return stored
+        return values.decode(stored)
+
+    @property
+    def session(self) -> Session:
+        """The session being replayed, as recorded: the results handed over so far are put back
+        (rebuilt from their JSON), and later ones are served as copies."""
+        with self._turns:
+            self.hand_over = False
+            handed, self._handed = self._handed, {}
+        for event, text in handed.values():
+            event["result"] = orjson.loads(text)
+        return self._session
 
     def release(self, event: ToolCallEvent) -> None:
         """``event``'s result has been handed to the program."""
@@ -774,11 +798,11 @@ class Replayer:
         # early, which is as much a failure to reproduce as a divergence. (Live kinds, and anything
         # after a divergence the policy went live on, are expected to leave recorded calls unused.)
         unserved = [e["seq"] for e in unused if self._expected(e) and not self.gone_live]
-        end = self.session.end()
+        end = self._session.end()
         return conclude(
             {
-                "session": self.session.id,
-                "session_path": str(self.session.path),
+                "session": self._session.id,
+                "session_path": str(self._session.path),
                 "reproduced": False,
                 "processes": 1,
                 "process_started": self.started,

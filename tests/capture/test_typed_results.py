@@ -664,10 +664,11 @@ def test_plain_results_come_back_as_fresh_equal_copies() -> None:
 
 
 def test_a_replay_hands_over_results_of_a_session_it_loaded_and_copies_any_other(tmp_path: Path) -> None:
-    """A session ``replay`` loaded itself serves a plain result as loaded (no 20 MB copy): nothing
-    reads it after. A Session given in, a run written to a child session, and an override's value
-    are read again (by the caller, the child's log, the next replay): they get copies, so what the
-    program does to its result changes none of them."""
+    """A session ``replay`` loaded itself serves a plain result as loaded (no 20 MB copy), and
+    gives it back as recorded to whoever reads the session (``rp.session``, ``forkpoint.active()``).
+    A Session given in, a run written to a child session, and an override's value are read again
+    (by the caller, the child's log, the next replay): they get copies. What the program does to
+    its result changes none of them."""
     rows = [{"id": i, "tags": ["a", "b"]} for i in range(100)]
 
     @forkpoint.tool
@@ -686,9 +687,19 @@ def test_a_replay_hands_over_results_of_a_session_it_loaded_and_copies_any_other
     recorded = Session.load(rec.session_path).by_type("tool_call")[0]["result"]
 
     with forkpoint.replay(rec.session_path) as rp:
-        got = fetch(1)
+        got = changed_by_the_program()
         fetch(2)
-    assert got is rp.session.by_type("tool_call")[0]["result"]  # handed over
+    assert got is rp._session.by_type("tool_call")[0]["result"]  # handed over, not copied
+    # ...and given back as recorded to whoever reads the session after, or replays it again.
+    assert rp.session.by_type("tool_call")[0]["result"] == recorded
+    with forkpoint.replay(rp.session) as again:
+        assert fetch(1) == recorded
+        fetch(2)
+    assert again.report()["reproduced"]
+    with forkpoint.replay(rec.session_path) as rp:
+        changed_by_the_program()
+        seen = forkpoint.active().session.by_type("tool_call")[0]["result"]  # type: ignore[union-attr]
+        assert seen == recorded and fetch(2) == {"n": 2, "rows": rows}
 
     given = Session.load(rec.session_path)
     with forkpoint.replay(given):
