@@ -654,12 +654,14 @@ class Replayer:
         value itself: each recorded call is served once, and nothing here reads its result after;
         its JSON is kept so that :attr:`session` can give it back as recorded."""
         stored = event.get("result")
-        if self.child is None and event["seq"] not in self.overrides:
-            with self._turns:
-                text = values.plain_json(stored) if self.hand_over else None
-                if text is not None:
-                    self._handed[event["seq"]] = (event, text)
-                    return stored
+        if self.hand_over and self.child is None and event["seq"] not in self.overrides:
+            text = values.plain_json(stored)
+            if text is not None:
+                with self._turns:  # (unless the session was read meanwhile)
+                    if self.hand_over:
+                        self._handed[event["seq"]] = (event, text)
+                        return stored
+                return orjson.loads(text)
         return values.decode(stored)
 
     @property
