@@ -22,7 +22,8 @@ def canonical_json(value: Any) -> bytes:
     """Return the canonical JSON encoding of ``value`` (bytes, UTF-8).
 
     ``value`` must be plain JSON data (dict with str keys, list, str, int, float, bool, None; a
-    loaded request's :class:`~forkpoint.deltalist.DeltaList` counts as a list). Raises ``TypeError`` for anything else, and for integers outside the signed/unsigned 64-bit range.
+    loaded request's :class:`~forkpoint.deltalist.DeltaList` counts as a list). Raises
+    ``TypeError`` for anything else, and for integers outside the signed/unsigned 64-bit range.
     """
     try:
         return orjson.dumps(value, default=json_default, option=_OPTS)

@@ -12,7 +12,7 @@ A :class:`DeltaList` is a :class:`~collections.abc.Sequence` that answers ``list
 ``isinstance``, as :mod:`unittest.mock` objects answer their spec: every reader that asks
 ``isinstance(x, list)`` of a request (providers' parsers, the scrubber, the divergence diff, the
 exporters) takes it for the list it stands for. It has ``len``, indexing, slicing (a slice is a new
-``list``), iteration, ``==`` with lists, ``+`` with lists, copies and pickling (as a ``list``). What
+``list``), iteration, ``==`` with lists, ``+`` with lists, and copies (as a ``list``). What
 only a real list does fails loudly rather than reading it wrong: it cannot be changed in place
 (``append`` and item assignment raise; writing into a list other calls share would change them
 too), and C encoders that look at the type (orjson, ``json``'s) raise ``TypeError`` unless given a
@@ -106,9 +106,6 @@ class DeltaList(Sequence[Any]):
 
     def __deepcopy__(self, memo: dict[int, Any]) -> list[Any]:
         return copy.deepcopy(self[:], memo)
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (list, (self[:],))
 
 
 def json_default(value: Any) -> list[Any]:

@@ -361,7 +361,7 @@ def plain_json(stored: Any) -> bytes | None:
         return None
     try:
         text = orjson.dumps(stored)
-    except (TypeError, orjson.JSONEncodeError):  # a big int, a lone surrogate: walked below
+    except (TypeError, orjson.JSONEncodeError):  # a big int, a lone surrogate: decode walks it
         return None
     return text if f'"{MARK}"'.encode() not in text else None
 

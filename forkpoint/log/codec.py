@@ -456,9 +456,10 @@ def resolve_deltas(
     share: bool = False,
 ) -> Deltas:
     """Rebuild the ``$delta`` lists of ``event`` in place from ``lists`` (the lists of the earlier
-    events, by seq): as lists of their own, or with ``share`` as :class:`~forkpoint.deltalist.DeltaList`
-    views that share their items' slots along the conversation. Returns which they were. Raises :class:`SessionError` naming the line when a
-    base is missing or too short."""
+    events, by seq): as lists of their own, or with ``share`` as
+    :class:`~forkpoint.deltalist.DeltaList` views that share their items' slots along the
+    conversation. Returns which they were. Raises :class:`SessionError` naming the line when a base
+    is missing or too short."""
     body = delta_container(event)
     found: Deltas = {}
     if body is None:

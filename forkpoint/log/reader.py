@@ -294,8 +294,8 @@ class Session:
         ``share_lists=True`` gives each model call's request lists that the log stored as a
         ``$delta`` as a read-only :class:`~forkpoint.deltalist.DeltaList` that shares its items'
         slots with the other calls of the conversation: memory linear in the conversation's length
-        instead of quadratic (53 → 23 MiB at 2,000 turns of the SDK-less benchmark loop). Such a
-        list passes ``isinstance(x, list)`` but is not one to C encoders: ``json.dumps`` and
+        instead of quadratic (traced: 53 → 23 MiB at 2,000 turns of the SDK-less benchmark loop).
+        Such a list passes ``isinstance(x, list)`` but is not one to C encoders: ``json.dumps`` and
         ``orjson.dumps`` need ``default=forkpoint.deltalist.json_default``. forkpoint's own
         readers (replay, ``show``, ``diff``, ``export``, forks) load this way."""
         path = Path(path)
