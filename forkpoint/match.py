@@ -105,15 +105,15 @@ def model_key(normalized: dict[str, Any], ignore: Ignore | None = None) -> str:
     The digest of the masked request with each item of the body's top-level lists (the
     conversation, the tools) replaced by the item's own digest: an agent resends its whole
     conversation at every call, and the scrubber hands back the items it has scrubbed before as
-    the same objects, with their digests (:meth:`~forkpoint.redact.Scrubber.item_digest`), so a
+    the same objects, with their digests (:meth:`~forkpoint.redact.Scrubber.list_digests`), so a
     call costs its new items, not its whole history. As collision-proof as the digest of the
     request itself, since every such list is replaced whatever it holds.
     """
     masked = _in_force(ignore).mask(normalized)
     body = masked.get("body")
     if isinstance(body, dict) and any(isinstance(v, list) for v in body.values()):
-        item_digest = redact.current().item_digest
-        lists = {k: [item_digest(x) for x in v] for k, v in body.items() if isinstance(v, list)}
+        list_digests = redact.current().list_digests
+        lists = {k: list_digests(v) for k, v in body.items() if isinstance(v, list)}
         masked = {**masked, "body": {**body, **lists}}
     return digest(masked)
 

@@ -303,12 +303,26 @@ def _item_ends(items: Sequence[Any], known: Sequence[int] = ()) -> list[int]:
 class _Scrubbed:
     """A list the scrubber scrubbed lately: its JSON (``data``), its scrubbed items (``out``: the
     scrubber's own, or, ``owned`` false, the caller's items of a list that was clean as given), and
-    where each item ends in ``data`` (:meth:`ends`: worked out when first needed)."""
+    where each item ends in ``data`` (:meth:`ends`: worked out when first needed). ``finite``: its
+    items hold no NaN or infinite float. ``digests``: each item's digest, once asked for
+    (:meth:`Scrubber.list_digests`); ``base``: the digests of the list its first items were taken
+    from and how many, when that list's were known."""
 
-    __slots__ = ("data", "_ends", "out", "owned")
+    __slots__ = ("data", "_ends", "out", "owned", "finite", "digests", "base")
 
-    def __init__(self, data: bytes, ends: list[int] | None, out: list[Any], *, owned: bool) -> None:
+    def __init__(
+        self,
+        data: bytes,
+        ends: list[int] | None,
+        out: list[Any],
+        *,
+        owned: bool,
+        finite: bool,
+        base: tuple[list[str], int] | None = None,
+    ) -> None:
         self.data, self._ends, self.out, self.owned = data, ends, out, owned
+        self.finite, self.base = finite, base
+        self.digests: list[str] | None = None
 
     def ends(self) -> list[int]:
         if self._ends is None:
@@ -786,9 +800,11 @@ class Scrubber:
             "json-path", orjson.dumps(value, default=json_default, option=orjson.OPT_SORT_KEYS)
         )
 
-    def json(self, value: Any) -> Any:
+    def json(self, value: Any, *, finite: bool = False) -> Any:
         """A copy of JSON data with every string (values and keys) and ``bytes`` scrubbed, values of
-        credential-named keys and of the user's JSON paths replaced.
+        credential-named keys and of the user's JSON paths replaced. ``finite``: the caller vouches
+        that ``value`` holds no NaN or infinite float (data just parsed by ``orjson.loads``, which
+        refuses them), which spares comparing a shared list's items where its JSON has a ``null``.
 
         An agent resends its whole conversation at every call, and one request is scrubbed when it
         is captured, when it is matched and when it is logged. So, when no JSON path is in force:
@@ -805,14 +821,14 @@ class Scrubber:
         if self._known(value):
             return value
         if isinstance(value, list | tuple):
-            out: Any = self._list(list(value))
+            out: Any = self._list(list(value), finite)
         elif isinstance(value, dict):
             out = {}
             for k, v in value.items():
                 if isinstance(v, list):
                     # (a loaded request's DeltaList as a list: the scrubber returns plain JSON)
                     out[self.text(k) if isinstance(k, str) else k] = self._list(
-                        v if type(v) is list else list(v)
+                        v if type(v) is list else list(v), finite
                     )
                 else:
                     out.update(self._json({k: v}, ()))
@@ -832,7 +848,7 @@ class Scrubber:
                 self._results.pop(next(iter(self._results)))
             self._results[id(value)] = value
 
-    def _list(self, items: list[Any]) -> list[Any]:
+    def _list(self, items: list[Any], finite: bool) -> list[Any]:
         """A list no JSON path reaches, scrubbed: the items it shares with a recent list by their
         exact JSON are taken from there, the others scrubbed one by one (see :meth:`json`)."""
         if self._known(items):
@@ -841,28 +857,37 @@ class Scrubber:
             data = orjson.dumps(items, default=json_default)
         except (TypeError, orjson.JSONEncodeError):  # bytes, lone surrogates: item by item
             return [self._item(v) for v in items]
-        keep, ends, done, owned = 0, [], [], True
+        keep, ends, base, owned, shared = 0, [], None, True, None
         for old in list(self._lists):
             if len(old.out) <= keep:
                 continue
             n = _shared_items(data, old.data, old.ends())
             # orjson writes NaN and infinities as null, like None: where a null is, the items must be
-            # equal to the scrubbed ones too (an item a secret was taken out of is then scrubbed again).
-            if n > keep and (b"null" not in old.data[: old.ends()[n - 1]] or items[:n] == old.out[:n]):
+            # equal to the scrubbed ones too (an item a secret was taken out of is then scrubbed
+            # again), unless neither list can hold one.
+            if n > keep and (
+                (finite and old.finite)
+                or b"null" not in old.data[: old.ends()[n - 1]]
+                or items[:n] == old.out[:n]
+            ):
                 # A list kept as it was given is the caller's, who may have changed it since.
                 if old.owned or orjson.dumps(old.out[:n]) == old.data[: old.ends()[n - 1]] + b"]":
-                    keep, ends, done, owned = n, old.ends(), old.out, old.owned
+                    keep, ends, owned, shared = n, old.ends(), old.owned, old
         # A large list met for the first time (a 20 MB tool result) may be clean as it is; a list
         # that goes on a recent one (a long conversation) is not checked whole again: its known
         # items are shared, as below, and not held twice by the caches.
         if not keep and len(data) >= CLEAN_IN_TEXT_MIN and self._clean(data):
             with self._lock:  # (where its items end is worked out if a longer list comes)
-                self._lists.appendleft(_Scrubbed(data, None, items, owned=False))
+                self._lists.appendleft(_Scrubbed(data, None, items, owned=False, finite=finite))
             return items  # nothing in it to scrub: the walk below would build an equal copy
-        out = done[:keep] + [self._item(v) for v in items[keep:]]
+        out = (shared.out[:keep] if shared else []) + [self._item(v) for v in items[keep:]]
+        if shared is not None and owned and shared.digests is not None:
+            base = (shared.digests, keep)
         with self._lock:
             # (the caller's items, taken over from a list kept as given, are still the caller's)
-            self._lists.appendleft(_Scrubbed(data, _item_ends(items, ends[:keep]), out, owned=owned))
+            self._lists.appendleft(
+                _Scrubbed(data, _item_ends(items, ends[:keep]), out, owned=owned, finite=finite, base=base)
+            )
         self._result(out)
         return out
 
@@ -917,6 +942,20 @@ class Scrubber:
             self._items_bytes += len(raw)
             self._returned[id(out)] = out
         return out
+
+    def list_digests(self, items: list[Any]) -> list[str]:
+        """``[item_digest(x) for x in items]``, the digests of a list's items. For a list this
+        scrubber returned lately (and owns), the digests of the items it took from an earlier list
+        are that list's, computed once: a conversation resent at every call costs the digests of
+        its new items, not a lookup for each of its items."""
+        for s in list(self._lists):
+            if s.out is items and s.owned:
+                if s.digests is None or len(s.digests) != len(items):
+                    done, keep = s.base or ([], 0)
+                    s.digests = done[:keep] + [self.item_digest(x) for x in items[keep:]]
+                    s.base = None  # (held no longer than needed)
+                return s.digests
+        return [self.item_digest(x) for x in items]
 
     def item_digest(self, item: Any) -> str:
         """``digest(item)`` (:func:`forkpoint.canonical.digest`), remembered for a dict or list this
@@ -1231,10 +1270,11 @@ def scrub_stream(chunks: Sequence[bytes], content_type: str = "") -> list[bytes]
     return current().stream(chunks, content_type)
 
 
-def scrub_json(value: Any) -> Any:
+def scrub_json(value: Any, *, finite: bool = False) -> Any:
     """A copy of JSON data with every string (values and keys) scrubbed, credential-named keys'
-    values and the user's JSON paths (rooted at ``value``) replaced."""
-    return current().json(value)
+    values and the user's JSON paths (rooted at ``value``) replaced (``finite``: see
+    :meth:`Scrubber.json`)."""
+    return current().json(value, finite=finite)
 
 
 def scrub_headers(headers: Iterable[tuple[str, str]]) -> list[list[str]]:

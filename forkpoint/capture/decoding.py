@@ -50,10 +50,11 @@ def body_bytes(kind: str, body: Any) -> bytes:
     return b""
 
 
-def scrub_body(kind: str, body: Any) -> Any:
-    """A parsed body (see :func:`parse_body`) with secrets scrubbed."""
+def scrub_body(kind: str, body: Any, *, parsed: bool = False) -> Any:
+    """A parsed body with secrets scrubbed. ``parsed``: it is :func:`parse_body`'s own result,
+    whose JSON holds no NaN or infinite float (orjson refuses them)."""
     if kind == "json":
-        return scrub_json(body)
+        return scrub_json(body, finite=parsed)
     if kind == "text":
         return scrub_text(body)
     if kind == "bytes":

@@ -104,7 +104,7 @@ def request_record(
         "url": scrub_url(url),
         "headers": scrub_headers(pairs),
         "body_kind": kind,
-        "body": scrub_body(kind, body),
+        "body": scrub_body(kind, body, parsed=True),
     }
     return cast(HttpRequest, current_scrubber().http_record(record))
 
@@ -237,7 +237,7 @@ class Exchange:
             # A body still under its coding is kept as text or bytes, never re-serialized JSON.
             kind, body = parse_body(b"".join(chunks), ctype, json_ok=not encoded)
             out["body_kind"] = cast(Any, kind)
-            out["body"] = scrub_body(kind, body)
+            out["body"] = scrub_body(kind, body, parsed=True)
         out["ended"] = cast(Any, ended)
         if eventstream.is_event_stream(ctype) and not encoded:
             # Only each message's payload was scrubbed here (its headers were not): the writer's

@@ -208,7 +208,7 @@ def _response(rs: dict[str, Any]) -> dict[str, Any]:
     else:
         kind, body = parse_body(data, ctype)
         out["body_kind"] = kind
-        out["body"] = scrub_body(kind, body)
+        out["body"] = scrub_body(kind, body, parsed=True)
     out["ended"] = "complete"
     return out
 

@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 
 import forkpoint
@@ -148,6 +149,36 @@ def test_the_digests_of_items_go_with_the_scrubbers_items(monkeypatch: pytest.Mo
         assert model_key(normalize_request("POST", URL, HEADERS, body)) == want
         assert 0 < len(scrubber._digests) <= len(scrubber._returned) < 50
         assert all(scrubber._returned.get(k) is not None for k in scrubber._digests)
+
+
+def test_a_resent_conversation_costs_its_new_items_as_a_recorder_parses_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """As capture does: each request arrives as bytes, parsed afresh (no item is the same object
+    as before), scrubbed and keyed. Each call's key asks for the digests of its new items only, and
+    equals the key of the same request hashed whole, also when an earlier item was changed."""
+    from forkpoint import redact
+    from forkpoint.capture.decoding import parse_body, scrub_body
+
+    scrubber = redact.Scrubber()
+    monkeypatch.setattr(redact, "current", lambda: scrubber)
+    asked: list[Any] = []
+    real = scrubber.item_digest
+    monkeypatch.setattr(scrubber, "item_digest", lambda item: asked.append(item) or real(item))
+    conversation = _conversation(0)
+    for turn in range(60):
+        conversation["messages"].append({"role": "user", "content": f"step {turn}"})
+        if turn == 40:  # an earlier item edited (a compacted history): its list starts over
+            conversation["messages"][3] = {"role": "user", "content": "summary of steps 0-1"}
+        kind, parsed = parse_body(orjson.dumps(conversation), "application/json")
+        body = scrub_body(kind, parsed, parsed=True)
+        asked.clear()
+        got = model_key(normalize_request("POST", URL, HEADERS, body))
+        fresh = json.loads(json.dumps(conversation))
+        assert got == model_key(normalize_request("POST", URL, HEADERS, fresh))
+        # the new messages (at turn 40, all after the three it still shares), the tool at first
+        new = {0: len(conversation["messages"]) + 1, 40: len(conversation["messages"]) - 3}
+        assert len(asked) == new.get(turn, 1), turn
 
 
 def test_the_key_tells_lists_of_items_from_lists_of_their_digests() -> None:

@@ -302,6 +302,23 @@ def test_nan_and_none_are_not_taken_for_one_another() -> None:
     assert none == {"data": [{"x": None}, [None]]}
 
 
+def test_a_parsed_list_shares_items_with_parsed_lists_only_where_none_means_none() -> None:
+    # A list just parsed by orjson (``finite``) holds no NaN: its nulls are None, and it takes the
+    # items of an earlier parsed list by their JSON alone. A list given by the caller may hold NaN
+    # where the parsed one has None, and is compared item by item, in either order.
+    from forkpoint.redact import Scrubber
+
+    s = Scrubber()
+    parsed = s.json({"m": [{"x": None, "k": 1}, {"y": 2}]}, finite=True)
+    grown = s.json(orjson.loads(b'{"m": [{"x": null, "k": 1}, {"y": 2}, {"z": 3}]}'), finite=True)
+    assert grown["m"][0] is parsed["m"][0] and grown["m"][1] is parsed["m"][1]
+    given = s.json({"m": [{"x": float("nan"), "k": 1}, {"y": 2}, {"z": 3}, {"w": 4}]})
+    assert given["m"][0]["x"] != given["m"][0]["x"]  # NaN, not the parsed None
+    again = s.json({"m": [{"x": None, "k": 1}, {"y": 2}, {"z": 3}, {"w": 4}, {"v": 5}]}, finite=True)
+    assert again["m"][0]["x"] is None  # None, not the given NaN
+    assert again["m"] == [{"x": None, "k": 1}, {"y": 2}, {"z": 3}, {"w": 4}, {"v": 5}]
+
+
 # --------------------------------------------------------------------------- large lists, checked in their JSON text
 
 _BIG = [
