@@ -284,6 +284,10 @@ RECORDS_KEPT = 256
 _SCRUBBED_PARTS = frozenset({"url", "headers", "body", "chunks"})
 
 
+#: Types :meth:`Scrubber.json` hands back as they are (a ``bool`` is an ``int``, but not its type).
+_SCALARS = frozenset({int, float, bool})
+
+
 def _json_string(raw: bytes) -> str:
     """The text of a JSON string token's inside, as orjson writes it (escapes only where needed)."""
     return orjson.loads(b'"' + raw + b'"') if b"\\" in raw else raw.decode()
@@ -815,6 +819,10 @@ class Scrubber:
         :data:`CACHE_BUDGET_CHARS` bytes). Parts of the result may therefore be shared with
         earlier results: treat it as read-only.
         """
+        if type(value) is str:  # (a scalar: no JSON path selects a whole payload)
+            return self.text(value)
+        if value is None or type(value) in _SCALARS:
+            return value
         states = jsonpath.roots(self.paths)
         if states or not self._cache_on:
             return self._json(value, states)

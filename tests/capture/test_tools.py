@@ -107,6 +107,22 @@ def test_sync_tool_records_name_args_result_duration(tmp_path: Path, store: Path
     assert calls[1]["args"] == {"prefix": "run"} and calls[1]["result"] == "run-1"
 
 
+def test_a_tool_without_a_signature_records_its_args_as_given(store: Path) -> None:
+    # A builtin such as max has no signature to bind against: its arguments are stored as given,
+    # at every call (the signature a tool has is looked up once), and replay serves them back.
+    top = forkpoint.tool(max, name="max")
+    with forkpoint.record(store=store) as rec:
+        assert (top(3, 4), top(3, 9, key=abs)) == (4, 9)
+    calls = Session.load(rec.session_path).by_type("tool_call")
+    assert [c["args"] for c in calls] == [
+        {"args": [3, 4], "kwargs": {}},
+        {"args": [3, 9], "kwargs": {"key": {"$type": "builtins.builtin_function_or_method"}}},
+    ]
+    with forkpoint.replay(rec.session_path) as rp:
+        assert (top(3, 4), top(3, 9, key=abs)) == (4, 9)
+    assert rp.report()["matched"] == 2 and rp.report()["divergence"] is None
+
+
 def test_async_tool_records_and_replays(tmp_path: Path, store: Path) -> None:
     side = tmp_path / "side.txt"
     _, _, _, fetch, afail, _ = make_tools(side)
