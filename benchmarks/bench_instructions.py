@@ -9,6 +9,7 @@ code, so start-up is left out.
 
     python benchmarks/bench_instructions.py                       # this checkout, 100 turns
     python benchmarks/bench_instructions.py --compare a2b5d19     # and forkpoint at a revision
+    python benchmarks/bench_instructions.py --workloads sdkless --turns 500   # one workload, longer
 
 Workloads: the SDK-less loop of ``bench_targets.py`` (httpx2 ``MockTransport``, one tool call a
 turn) plain, recorded and replayed; and the bundled demo agent (the real ``openai`` SDK, streamed,
@@ -93,10 +94,11 @@ def instructions(tree: Path, workload: str, mode: str, turns: int) -> int:
     return int(found.group(1))
 
 
-def measure(tree: Path, turns: int) -> dict[str, dict[str, float]]:
+def measure(tree: Path, turns: int, workloads: list[str]) -> dict[str, dict[str, float]]:
     """Millions of instructions of each mode, less the warm-up alone (replay: less the record)."""
     out: dict[str, dict[str, float]] = {}
-    for workload, modes in FIGURES.items():
+    for workload in workloads:
+        modes = FIGURES[workload]
         raw = {mode: instructions(tree, workload, mode, turns) for mode in modes}
         got = {m: (raw[m] - raw["none"]) / 1e6 for m in modes if m != "none"}
         if "replay" in got:
@@ -106,34 +108,45 @@ def measure(tree: Path, turns: int) -> dict[str, dict[str, float]]:
 
 
 def report(label: str, m: dict[str, dict[str, float]]) -> None:
-    s, a = m["sdkless"], m["agent"]
     print(f"  {label}")
-    print(
-        f"    SDK-less loop: plain {s['plain']:,.0f} M, record {s['record']:,.0f} M "
-        f"({s['record'] / s['plain']:.3f}x), replay {s['replay']:,.0f} M ({s['replay'] / s['plain']:.3f}x)"
-    )
-    print(
-        f"    demo agent: live {a['live']:,.0f} M, record {a['record']:,.0f} M "
-        f"(overhead {a['record'] / a['live'] - 1:+.1%}; the model server's thread counts in both), "
-        f"replay {a['replay']:,.0f} M"
-    )
+    if "sdkless" in m:
+        s = m["sdkless"]
+        print(
+            f"    SDK-less loop: plain {s['plain']:,.0f} M, record {s['record']:,.0f} M "
+            f"({s['record'] / s['plain']:.3f}x), replay {s['replay']:,.0f} M ({s['replay'] / s['plain']:.3f}x)"
+        )
+    if "agent" in m:
+        a = m["agent"]
+        print(
+            f"    demo agent: live {a['live']:,.0f} M, record {a['record']:,.0f} M "
+            f"(overhead {a['record'] / a['live'] - 1:+.1%}; the model server's thread counts in both), "
+            f"replay {a['replay']:,.0f} M"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--turns", type=int, default=100)
     p.add_argument("--compare", metavar="REV", help="also measure forkpoint at this git revision")
+    p.add_argument(
+        "--workloads",
+        default=",".join(FIGURES),
+        help=f"comma-separated, of: {', '.join(FIGURES)} (the SDK-less loop alone reaches 500 turns in minutes)",
+    )
     p.add_argument("--child", nargs=3, metavar=("WORKLOAD", "MODE", "TURNS"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
         child(args.child[0], args.child[1], int(args.child[2]))
         return 0
+    workloads = [w for w in args.workloads.split(",") if w]
+    if not workloads or set(workloads) - set(FIGURES):
+        raise SystemExit(f"--workloads: expected some of {', '.join(FIGURES)}, got {args.workloads!r}")
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed: this benchmark counts instructions with callgrind")
     print(
         f"instructions (millions, callgrind), {args.turns} turns, fsync off; python {sys.version.split()[0]}"
     )
-    here = measure(REPO, args.turns)
+    here = measure(REPO, args.turns, workloads)
     if not args.compare:
         report("this checkout", here)
         return 0
@@ -143,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
             ["git", "-C", str(REPO), "worktree", "add", "-q", "--detach", str(tree), args.compare], check=True
         )
         try:
-            there = measure(tree, args.turns)
+            there = measure(tree, args.turns, workloads)
         finally:
             subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(tree)], check=False)
     report(f"at {args.compare}", there)
