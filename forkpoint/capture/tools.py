@@ -104,16 +104,12 @@ def _lenient(value: Any) -> Any:
 
 
 def bind_call(
-    fn: Callable[..., Any],
-    args: Sequence[Any],
-    kwargs: dict[str, Any],
-    signature: inspect.Signature | None = None,
+    fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any]
 ) -> tuple[dict[str, Any], frozenset[str]]:
     """The call's arguments by parameter name (defaults filled in, ``self``/``cls`` left out, each in its
-    JSON form), and the names among them whose value came from a default, not the caller.
-    ``signature``: ``fn``'s, when the caller has it already (it is looked up otherwise)."""
+    JSON form), and the names among them whose value came from a default, not the caller."""
     try:
-        sig = signature or inspect.signature(fn)
+        sig = inspect.signature(fn)
         bound = sig.bind(*args, **kwargs)
         given = set(bound.arguments)
         bound.apply_defaults()
@@ -662,18 +658,8 @@ def wrapped(fn: Callable[..., Any], tool_name: str, on: Callable[[], bool] | Non
     def off() -> bool:
         return runtime.active() is None or (on is not None and not on())
 
-    signature: list[inspect.Signature] = []  # looked up at the first call, not at every call
-
-    def bind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[dict[str, Any], frozenset[str]]:
-        if not signature:
-            try:
-                signature.append(inspect.signature(fn))
-            except (TypeError, ValueError):  # (bind_call says what such a call is stored as)
-                return bind_call(fn, args, kwargs)
-        return bind_call(fn, args, kwargs, signature[0])
-
     def through(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        bound, defaulted = bind(args, kwargs)
+        bound, defaulted = bind_call(fn, args, kwargs)
         return call_tool(tool_name, bound, lambda: fn(*args, **kwargs), defaulted=defaulted)
 
     wrapper: Any
@@ -683,7 +669,7 @@ def wrapped(fn: Callable[..., Any], tool_name: str, on: Callable[[], bool] | Non
         async def wrapper(*args: Any, **kwargs: Any) -> Any:
             if off():
                 return await fn(*args, **kwargs)
-            bound, defaulted = bind(args, kwargs)
+            bound, defaulted = bind_call(fn, args, kwargs)
             return await acall_tool(tool_name, bound, lambda: fn(*args, **kwargs), defaulted=defaulted)
 
     elif inspect.isasyncgenfunction(fn):

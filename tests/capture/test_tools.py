@@ -109,7 +109,7 @@ def test_sync_tool_records_name_args_result_duration(tmp_path: Path, store: Path
 
 def test_a_tool_without_a_signature_records_its_args_as_given(store: Path) -> None:
     # A builtin such as max has no signature to bind against: its arguments are stored as given,
-    # at every call (the signature a tool has is looked up once), and replay serves them back.
+    # and replay serves them back.
     top = forkpoint.tool(max, name="max")
     with forkpoint.record(store=store) as rec:
         assert (top(3, 4), top(3, 9, key=abs)) == (4, 9)
@@ -121,6 +121,21 @@ def test_a_tool_without_a_signature_records_its_args_as_given(store: Path) -> No
     with forkpoint.replay(rec.session_path) as rp:
         assert (top(3, 4), top(3, 9, key=abs)) == (4, 9)
     assert rp.report()["matched"] == 2 and rp.report()["divergence"] is None
+
+
+def test_a_tools_arguments_are_bound_to_its_signature_as_it_is_at_each_call(store: Path) -> None:
+    # A test that patches a tool's defaults (or its class's __call__) after a first call: each call
+    # is recorded with the defaults it ran with.
+    @forkpoint.tool
+    def search(q: str, limit: int = 10) -> str:
+        return f"{q}:{limit}"
+
+    with forkpoint.record(store=store) as rec:
+        assert search("a") == "a:10"
+        search.__wrapped__.__defaults__ = (20,)
+        assert search("b") == "b:20"
+    calls = Session.load(rec.session_path).by_type("tool_call")
+    assert [c["args"] for c in calls] == [{"q": "a", "limit": 10}, {"q": "b", "limit": 20}]
 
 
 def test_async_tool_records_and_replays(tmp_path: Path, store: Path) -> None:
