@@ -33,6 +33,7 @@ import binascii
 import builtins
 import hashlib
 import heapq
+import operator
 import re
 import threading
 from collections import deque
@@ -304,13 +305,21 @@ def _item_ends(items: Sequence[Any], known: Sequence[int] = ()) -> list[int]:
     return ends
 
 
+#: Items of a list, as the objects they were, and their digests (see :meth:`Scrubber.list_digests`).
+_Digests = tuple[tuple[Any, ...], list[str]]
+
+
+def _same_objects(a: Sequence[Any], b: Sequence[Any]) -> bool:
+    return len(a) == len(b) and all(map(operator.is_, a, b))
+
+
 class _Scrubbed:
     """A list the scrubber scrubbed lately: its JSON (``data``), its scrubbed items (``out``: the
     scrubber's own, or, ``owned`` false, the caller's items of a list that was clean as given), and
     where each item ends in ``data`` (:meth:`ends`: worked out when first needed). ``finite``: its
-    items hold no NaN or infinite float. ``digests``: each item's digest, once asked for
-    (:meth:`Scrubber.list_digests`); ``base``: the digests of the list its first items were taken
-    from and how many, when that list's were known."""
+    items hold no NaN or infinite float. ``digests``: the items ``out`` held (as objects) when their
+    digests were asked for, and those digests (:meth:`Scrubber.list_digests`); ``base``: the
+    ``digests`` of the list its first items were taken from and how many, when those were known."""
 
     __slots__ = ("data", "_ends", "out", "owned", "finite", "digests", "base")
 
@@ -322,11 +331,11 @@ class _Scrubbed:
         *,
         owned: bool,
         finite: bool,
-        base: tuple[list[str], int] | None = None,
+        base: tuple[_Digests, int] | None = None,
     ) -> None:
         self.data, self._ends, self.out, self.owned = data, ends, out, owned
         self.finite, self.base = finite, base
-        self.digests: list[str] | None = None
+        self.digests: _Digests | None = None
 
     def ends(self) -> list[int]:
         if self._ends is None:
@@ -955,14 +964,22 @@ class Scrubber:
         """``[item_digest(x) for x in items]``, the digests of a list's items. For a list this
         scrubber returned lately (and owns), the digests of the items it took from an earlier list
         are that list's, computed once: a conversation resent at every call costs the digests of
-        its new items, not a lookup for each of its items."""
+        its new items, not a lookup for each of its items. Items are known by identity, so a list
+        whose slots were filled with other objects since is hashed again where it changed."""
         for s in list(self._lists):
             if s.out is items and s.owned:
-                if s.digests is None or len(s.digests) != len(items):
-                    done, keep = s.base or ([], 0)
-                    s.digests = done[:keep] + [self.item_digest(x) for x in items[keep:]]
+                known = s.digests
+                if known is not None and _same_objects(known[0], items):
+                    return known[1]
+                done: list[str] = []
+                if s.base is not None:
+                    (seen, digests), keep = s.base
+                    if keep <= len(items) and _same_objects(seen[:keep], items[:keep]):
+                        done = digests[:keep]
                     s.base = None  # (held no longer than needed)
-                return s.digests
+                out = done + [self.item_digest(x) for x in items[len(done) :]]
+                s.digests = (tuple(items), out)
+                return out
         return [self.item_digest(x) for x in items]
 
     def item_digest(self, item: Any) -> str:

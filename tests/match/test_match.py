@@ -181,6 +181,29 @@ def test_a_resent_conversation_costs_its_new_items_as_a_recorder_parses_it(
         assert len(asked) == new.get(turn, 1), turn
 
 
+def test_a_list_whose_slots_were_refilled_is_keyed_as_it_is_now(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The scrubber's result is read-only by contract, but model_key is public: a caller that puts
+    # other items in a keyed list's slots (or reorders them) gets the key of the list as it is now,
+    # also for a later list that takes its first items from it.
+    from forkpoint import redact
+
+    scrubber = redact.Scrubber()
+    monkeypatch.setattr(redact, "current", lambda: scrubber)
+
+    def fresh(body: dict[str, Any]) -> str:
+        return model_key(normalize_request("POST", URL, HEADERS, json.loads(json.dumps(body))))
+
+    body = scrubber.json(_conversation(5), finite=True)
+    assert model_key(normalize_request("POST", URL, HEADERS, body)) == fresh(body)
+    body["messages"][1] = {"role": "user", "content": "put in its place"}
+    assert model_key(normalize_request("POST", URL, HEADERS, body)) == fresh(body)
+    body["messages"].reverse()
+    assert model_key(normalize_request("POST", URL, HEADERS, body)) == fresh(body)
+    grown = scrubber.json({**body, "messages": [*body["messages"], {"role": "user", "content": "next"}]})
+    assert grown["messages"][0] is body["messages"][0]  # its first items taken from the list above
+    assert model_key(normalize_request("POST", URL, HEADERS, grown)) == fresh(grown)
+
+
 def test_the_key_tells_lists_of_items_from_lists_of_their_digests() -> None:
     items = [{"role": "user", "content": "hi"}]
     digests = [match.digest(items[0])]
