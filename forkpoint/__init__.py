@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import sys
 
+from ._lazy import exports
 from ._version import __version__
 
 # Not typing.TYPE_CHECKING: typing alone would double what importing the package costs (mypy
@@ -101,20 +102,6 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    """A public name, imported from its module on first use (then kept in the package)."""
-    try:
-        module, attr = _PUBLIC[name]
-    except KeyError:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
-    import importlib
-
-    value = getattr(importlib.import_module(module), attr)
-    if name not in _SHADOWED:
-        globals()[name] = value
-    return value
-
-
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
 
@@ -122,6 +109,9 @@ def __dir__() -> list[str]:
 #: Public functions named like a submodule (``forkpoint/record.py``, ``replay/``, ``checkpoint/``):
 #: importing the submodule binds it as an attribute of the package, which would hide the function.
 _SHADOWED = ("record", "replay", "checkpoint")
+
+#: A public name, imported from its module on first use (then kept in the package).
+__getattr__ = exports(__name__, _PUBLIC, unkept=_SHADOWED)
 
 
 if TYPE_CHECKING:

@@ -2,15 +2,17 @@
 of its own whose only interface is loopback, so nothing it starts — a ``curl``, ``os.system``, a
 Python subprocess forkpoint does not run in — has a route out.
 
-This file is also the launcher that sets the namespace up, run as a script with the standard
-library only (``python -I netns.py REPORT_DIR -- CMD...``): it enters a new user and network
-namespace (``unshare(CLONE_NEWUSER | CLONE_NEWNET)``, the current user mapped to itself), brings
+A process with one thread starts the program in the namespace itself (:class:`Namespace`: the
+forked child enters it before it execs the program and hands its packet socket back). A process
+with other threads uses the launcher, this file run as a script with the standard library only
+(``python -I netns.py REPORT_DIR -- CMD...``), since forking it could copy a lock another thread
+holds. Either way the program's process enters a new user and network namespace (``unshare(CLONE_NEWUSER | CLONE_NEWNET)``, the current user mapped to itself), brings
 ``lo`` up, and routes every other address to loopback as local (``local 0.0.0.0/0`` and
 ``local ::/0`` in the local table), so that an attempt to leave ends at once (refused) instead of
 hanging, and passes a packet socket on ``lo``: the launcher names each attempt (a TCP SYN or a
-datagram to a non-loopback address, a DNS query) and writes them to ``REPORT_DIR/netns-PID.json``
-(``{"blocked": [...], "unseen": N}``) when the program ends. It exits with the program's exit code
-(128 + N when a signal killed it, 127 when it does not exist). Loopback inside the namespace works
+datagram to a non-loopback address, a DNS query). The launcher writes them to
+``REPORT_DIR/netns-PID.json`` (``{"blocked": [...], "unseen": N}``) when the program ends and exits
+with the program's exit code (128 + N when a signal killed it, 127 when it does not exist). Loopback inside the namespace works
 as usual (a program's own local servers); the host's loopback is out of reach, which replay does
 not need: the parent and the replaying processes talk through files only.
 
@@ -21,6 +23,7 @@ Where the kernel refuses (no user namespaces, a seccomp or AppArmor policy, anot
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import ipaddress
 import json
 import os
@@ -48,6 +51,7 @@ _SOL_PACKET, _PACKET_STATISTICS = 263, 6
 
 _probe_lock = threading.Lock()
 _probed: list[str | None] = []
+_libc: list[ctypes.CDLL] = []
 
 
 def refused() -> str | None:
@@ -117,7 +121,9 @@ def results(report_dir: Path) -> tuple[list[str], int]:
 def _enter() -> None:
     """Enter a new user and network namespace with only ``lo``, up, and every address local to it."""
     uid, gid = os.getuid(), os.getgid()
-    libc = ctypes.CDLL(None, use_errno=True)
+    if not _libc:
+        _libc.append(ctypes.CDLL(None, use_errno=True))
+    libc = _libc[0]
     if libc.unshare(CLONE_NEWUSER | CLONE_NEWNET) != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"unshare(CLONE_NEWUSER|CLONE_NEWNET): {os.strerror(err)}")
@@ -127,8 +133,6 @@ def _enter() -> None:
     Path("/proc/self/uid_map").write_text(f"{uid} {uid} 1")
     Path("/proc/self/gid_map").write_text(f"{gid} {gid} 1")
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        import fcntl
-
         ifreq = struct.pack("16sH14x", b"lo", 0)
         flags = struct.unpack("16sH14x", fcntl.ioctl(s, _SIOCGIFFLAGS, ifreq))[1]
         fcntl.ioctl(s, _SIOCSIFFLAGS, struct.pack("16sH14x", b"lo", flags | _IFF_UP))
@@ -218,12 +222,86 @@ def _watch(sniffer: socket.socket, seen: dict[object, str], stop: threading.Even
             seen[found[0]] = found[1]
 
 
+def _sniffer() -> socket.socket:
+    """A packet socket on the namespace's ``lo``, which it keeps watching wherever it is passed."""
+    sniffer = socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM, socket.htons(_ETH_P_ALL))
+    sniffer.bind(("lo", 0))
+    return sniffer
+
+
+class _Watcher:
+    """A thread naming each attempt to leave that passes ``sniffer`` (:func:`_watch`)."""
+
+    def __init__(self, sniffer: socket.socket) -> None:
+        sniffer.settimeout(0.05)
+        self.sniffer, self.seen, self.stop = sniffer, dict[object, str](), threading.Event()
+        self.thread = threading.Thread(target=_watch, args=(sniffer, self.seen, self.stop), daemon=True)
+        self.thread.start()
+
+    def finish(self) -> tuple[list[str], int]:
+        """Stop once nothing is queued: (the attempts named, packets the kernel dropped unseen)."""
+        self.stop.set()
+        self.thread.join()
+        stats = self.sniffer.getsockopt(_SOL_PACKET, _PACKET_STATISTICS, 8)
+        self.sniffer.close()
+        return list(self.seen.values()), struct.unpack("II", stats)[1]
+
+
+class Namespace:
+    """Starts a program in a namespace of its own from this process, without a launcher: give
+    :meth:`preexec` as ``subprocess.Popen``'s ``preexec_fn``, call :meth:`started` once ``Popen``
+    returned and :meth:`finished` once the program ended. Only for a process with one thread
+    (:func:`confine` decides): the forked child runs Python code before it execs the program.
+
+    The child enters the namespace, opens the packet socket on its ``lo`` and passes it back over a
+    socket pair (``SCM_RIGHTS``); this process watches it while the program runs. Where entering
+    fails the child says why on its stderr and exits with 125, and the program does not run."""
+
+    def __init__(self) -> None:
+        self._mine, self._theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        if not _libc:  # loaded here: the forked child should not load libraries
+            _libc.append(ctypes.CDLL(None, use_errno=True))
+        self._watcher: _Watcher | None = None
+
+    def preexec(self) -> None:
+        """Run in the forked child before it execs the program: enter, hand the socket back."""
+        try:
+            _enter()
+            sniffer = _sniffer()
+        except OSError as exc:  # never run unconfined
+            os.write(2, f"forkpoint: could not set up the replay's network namespace: {exc}\n".encode())
+            os._exit(125)
+        socket.send_fds(self._theirs, [b"s"], [sniffer.fileno()])
+        sniffer.close()
+
+    def started(self) -> None:
+        """Take the packet socket the child passed (none when it could not enter) and watch it."""
+        self._theirs.close()
+        _, fds, _, _ = socket.recv_fds(self._mine, 1, 1)
+        self._mine.close()
+        if fds:
+            self._watcher = _Watcher(socket.socket(fileno=fds[0]))
+
+    def finished(self) -> tuple[list[str], int]:
+        """The attempts to leave, named as :func:`results` names them, and the packets unseen."""
+        for s in (self._mine, self._theirs):
+            s.close()
+        return self._watcher.finish() if self._watcher is not None else ([], 0)
+
+
+def confine(cmd: list[str], report_dir: Path) -> tuple[list[str], Namespace | None]:
+    """How to start ``cmd`` in a namespace of its own: as it is, with a :class:`Namespace` to start
+    it, where this process has one thread; else through the launcher (:func:`command`), which
+    writes what it saw to ``report_dir`` (:func:`results`), and None."""
+    if threading.active_count() == 1:
+        return cmd, Namespace()
+    return command(cmd, report_dir), None
+
+
 def _launch(report_dir: Path, cmd: list[str]) -> int:
     """Run ``cmd`` in a new namespace, name its attempts to leave, and return its exit code."""
     _enter()
-    sniffer = socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM, socket.htons(_ETH_P_ALL))
-    sniffer.bind(("lo", 0))
-    sniffer.settimeout(0.05)
+    sniffer = _sniffer()
     pid = os.fork()
     if pid == 0:  # the program: default signal handling, as subprocess gives it
         sniffer.close()
@@ -242,26 +320,19 @@ def _launch(report_dir: Path, cmd: list[str]) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, lambda signum, _frame: os.kill(pid, signum))
-    seen: dict[object, str] = {}
-    stop = threading.Event()
-    watcher = threading.Thread(target=_watch, args=(sniffer, seen, stop), daemon=True)
-    watcher.start()
+    watcher = _Watcher(sniffer)
     while True:
         try:
             _, status = os.waitpid(pid, 0)
             break
         except InterruptedError:
             continue
-    stop.set()
-    watcher.join()
-    stats = sniffer.getsockopt(_SOL_PACKET, _PACKET_STATISTICS, 8)
-    unseen = struct.unpack("II", stats)[1]
-    sniffer.close()
+    seen, unseen = watcher.finish()
     out = report_dir / f"{RESULT_PREFIX}{os.getpid()}.json"
     tmp = out.with_name(out.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "w") as f:
-        json.dump({"blocked": list(seen.values()), "unseen": unseen}, f)
+        json.dump({"blocked": seen, "unseen": unseen}, f)
     os.replace(tmp, out)
     code = os.waitstatus_to_exitcode(status)
     return 128 - code if code < 0 else code

@@ -26,14 +26,16 @@ import orjson
 from ._boot import child_env, read_endings
 from .errors import CheckpointError, ForkpointError, SessionError, UsageError
 from .log import Session, to_json
-from .record import check_live_export, make_header, open_workspace, recording_warnings
 from .text import plural
 
 # Each function imports the layers it uses: `forkpoint record` starts its program without loading
-# replay, checkpoints, executors or OpenTelemetry (issue 15: start-up). Names for annotations only:
+# replay, checkpoints, executors or OpenTelemetry, and `forkpoint replay` without loading capture,
+# matching or the replayer, which run in the replayed process (issue 15: start-up). Names for
+# annotations only:
 if TYPE_CHECKING:
     from .checkpoint import Check
     from .executors import Executor
+    from .netns import Namespace
     from .otel import LiveExport
     from .outcome import Outcome
 
@@ -70,8 +72,10 @@ def run_child(
     capture: bool = False,
     capture_stderr: bool = False,
     cwd: Path | None = None,
+    namespace: Namespace | None = None,
 ) -> Ran:
-    """Run ``cmd`` to completion with ``env``; Ctrl-C, SIGTERM and SIGHUP go to the child.
+    """Run ``cmd`` to completion with ``env``; Ctrl-C, SIGTERM and SIGHUP go to the child. With
+    ``namespace`` (:func:`forkpoint.netns.confine`) the child enters it before it execs ``cmd``.
 
     Returns its exit code — 128 + the signal number when the child was killed by a signal, 127 when
     the command does not exist — and its stdout (``capture``) and stderr (``capture_stderr``) text.
@@ -87,6 +91,7 @@ def run_child(
             stderr=subprocess.PIPE if capture_stderr else None,
             text=capture or capture_stderr,
             errors="replace" if capture or capture_stderr else None,
+            preexec_fn=namespace.preexec if namespace is not None else None,
         )
     except FileNotFoundError:
         message = f"forkpoint: command not found: {cmd[0]}"
@@ -94,6 +99,8 @@ def run_child(
             return Ran(127, "" if capture else None, message + "\n")
         say(message)
         return Ran(127, None, None)
+    if namespace is not None:
+        namespace.started()
 
     # Ctrl-C reaches the child through the terminal's process group; SIGTERM and SIGHUP (a timeout,
     # a CI cancel, a closed terminal) are sent to this process only, so pass them on. Either way we
@@ -143,6 +150,7 @@ def record_command(
 
     Returns (session path, exit code, the command's stdout if ``capture``).
     """
+    from .record import check_live_export, make_header, open_workspace, recording_warnings
     from .store import info, open_store
 
     tools = list(tools or [])
@@ -254,12 +262,8 @@ def replay_run(
     and :class:`~forkpoint.errors.UntrustedSession` for a recorded command of a session no trusted
     key signed (without ``trust``).
     """
-    from . import netns, override
-    from .checkpoint import verify_session
-    from .outcome import measure
-    from .replay import conclude, create_child, end_divergence, merge_reports
-    from .signing import require_trusted
-    from .store import is_store, store_dir
+    from . import netns
+    from .replay.report import conclude, merge_reports
 
     started = time.perf_counter()
     origin = session.header.get("imported_from")
@@ -279,6 +283,8 @@ def replay_run(
         command = _runnable(command)
     check_config(cwd)
     if check:
+        from .checkpoint.verify import verify_session
+
         v = verify_session(session.path, git=False)
         if v.problems:
             raise SessionError(
@@ -286,14 +292,21 @@ def replay_run(
                 f"{v.problems[0]} (see: forkpoint verify {session.id}; replay it anyway with --no-verify)"
             )
     if not cmd and not trust:
+        from .signing import require_trusted
+
         require_trusted(session.path, session.id, command)
     specs = list(overrides or [])
-    parsed = [override.parse(o) for o in specs]
-    override.resolve(parsed, session.calls())
+    if specs:
+        from . import override
+
+        override.resolve([override.parse(o) for o in specs], session.calls())
     all_tools = list(dict.fromkeys([*(session.header.get("tools") or []), *(tools or [])]))
     what_if = bool(specs) or "live" in (models_source, tools_source) or on_divergence != "stop" or live_from
     child = None
     if what_if:
+        from .replay.whatif import create_child
+        from .store import is_store, store_dir
+
         # Beside the parent when it is in a store (a remote one: its mirror, uploaded when the run
         # ends); a session that is not (a pytest cassette, a copy kept with the tests) gets its
         # what-if runs in the default store, not among its files.
@@ -330,13 +343,21 @@ def replay_run(
     sandbox = "none (live calls)" if live else ("python guard" if refused else "network namespace")
     with tempfile.TemporaryDirectory(prefix="forkpoint-replay-") as tmp:
         env = child_env("replay", session.path, tools=all_tools, report=Path(tmp), replay_options=options)
-        run = netns.command(command, Path(tmp)) if sandbox == "network namespace" else command
-        code, out, err = run_child(run, env, capture=capture, capture_stderr=capture_stderr, cwd=cwd)
+        run, namespace = (
+            netns.confine(command, Path(tmp)) if sandbox == "network namespace" else (command, None)
+        )
+        try:
+            code, out, err = run_child(
+                run, env, capture=capture, capture_stderr=capture_stderr, cwd=cwd, namespace=namespace
+            )
+        finally:
+            seen = namespace.finished() if namespace is not None else ([], 0)
         # One report per replaying process (a recorded shell script may run several programs).
         reports = [orjson.loads(p.read_bytes()) for p in Path(tmp).glob("report-*.json")]
         reports.sort(key=lambda r: r.get("process_started") or 0)
         report = merge_reports(reports) if reports else None
         left, unseen = netns.results(Path(tmp))
+        left, unseen = [*seen[0], *left], seen[1] + unseen
     if report is not None:
         report["exit_code"] = code
         # What the kernel stopped (subprocesses, other programs) beside what the guard refused.
@@ -347,12 +368,16 @@ def replay_run(
         conclude(report)
     measured = None
     if outcome is not None:
+        from .outcome import measure
+
         measured = measure(
             outcome, cwd=here, session=child.path if child else session.path, output=out, exit_code=code
         )
         if child is not None:
             child.writer.append(dict(measured))
     if child is not None:
+        from .replay.whatif import end_divergence
+
         child.end(
             code,
             uncaught=list(report.get("uncaught") or []) if report is not None else None,

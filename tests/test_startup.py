@@ -28,7 +28,11 @@ def _modules_after(code: str, *, env: dict[str, str] | None = None) -> set[str]:
 
 def test_import_forkpoint_loads_no_layer_and_no_heavy_library() -> None:
     loaded = _modules_after("import forkpoint")
-    assert sorted(m for m in loaded if m.startswith("forkpoint")) == ["forkpoint", "forkpoint._version"]
+    assert sorted(m for m in loaded if m.startswith("forkpoint")) == [
+        "forkpoint",
+        "forkpoint._lazy",
+        "forkpoint._version",
+    ]
     assert not loaded & set(HEAVY)
     assert "typing" not in loaded
 
@@ -108,7 +112,7 @@ def test_a_bootstrapped_program_that_makes_no_call_loads_no_recorder(tmp_path: P
     done = forkpoint_cli(["record", "--store", store, "--no-workspace", "--", sys.executable, "-c", probe])
     assert done.returncode == 0, done.stderr
     boot = {"capture", "capture.connections", "capture.imports", "errors", "hooks", "integrations"}
-    boot |= {"_boot", "_version", "integrations.base", "plugins", "runtime", "sockets"}
+    boot |= {"_boot", "_lazy", "_version", "integrations.base", "plugins", "runtime", "sockets"}
     assert set(json.loads(done.stdout)) == {"forkpoint"} | {f"forkpoint.{m}" for m in boot}
     assert "recorded session" in done.stderr
 
@@ -212,3 +216,28 @@ def test_the_bootstrap_folder_leaves_pythonpath_when_it_is_another_forkpoints(tm
         [sys.executable, "-c", program], env=env, capture_output=True, text=True, check=True
     )
     assert done.stdout.strip() == user_path, done.stderr
+
+
+def test_a_replaying_parent_loads_the_verdict_not_the_replayer(tmp_path: Path) -> None:
+    """`forkpoint replay`'s own process verifies the session, starts the program and reads the
+    verdict: matching, capture, the replayer and the guard run in the replayed process only, so the
+    parent does not import them; given the command to run, it checks no signature either (issue 15:
+    start-up)."""
+    from tests.cliutil import forkpoint_cli
+
+    store = tmp_path / "st"
+    rec = forkpoint_cli(
+        ["record", "--store", str(store), "--no-workspace", "--", sys.executable, "-c", "pass"]
+    )
+    assert rec.returncode == 0, rec.stderr
+    code = (
+        "import sys\n"
+        "from forkpoint.cli import main\n"
+        f"try: main(['replay', 'last', '--store', {str(store)!r}, '--', sys.executable, '-c', 'pass'])\n"
+        "except SystemExit as exc: assert exc.code == 0, exc.code\n"
+    )
+    loaded = _modules_after(code)
+    assert "forkpoint.replay.report" in loaded and "forkpoint.log" in loaded  # it did replay
+    heavy = ("replay.replayer", "replay.guard", "replay.whatif", "record", "capture", "override", "signing")
+    assert not {f"forkpoint.{m}" for m in heavy} & loaded, sorted(loaded)
+    assert not {m for m in loaded if m.startswith("cryptography")}

@@ -7,24 +7,51 @@ its exit code), :mod:`.ledger` (processes that share one replay), :mod:`.guard` 
 :func:`forkpoint.orchestrate.replay_command`.
 """
 
+from typing import TYPE_CHECKING
+
+from .._lazy import exports
 from ..errors import Divergence, NetworkBlocked, RecordedError
 from ..runtime import POLICIES, SOURCES
-from .guard import install_network_guard
-from .ledger import Ledger, open_ledger
-from .replayer import API_KEY_VARS, PLACEHOLDER_KEY, Replayer, label, release_order
-from .report import (
-    EXIT_DIVERGENCE,
-    conclude,
-    divergence,
-    ended_by_override,
-    format_divergence,
-    merge_reports,
-    problems,
-    summary_line,
-    verdict,
-    write_report,
-)
-from .whatif import create_child, end_divergence
+
+if TYPE_CHECKING:
+    from .guard import install_network_guard
+    from .ledger import Ledger, open_ledger
+    from .replayer import API_KEY_VARS, PLACEHOLDER_KEY, Replayer, label, release_order
+    from .report import (
+        EXIT_DIVERGENCE,
+        conclude,
+        divergence,
+        ended_by_override,
+        format_divergence,
+        merge_reports,
+        problems,
+        summary_line,
+        verdict,
+        write_report,
+    )
+    from .whatif import create_child, end_divergence
+
+# Imported when first used: the parent of `forkpoint replay` reads the verdict (.report) and never
+# loads the replayer, the guard or what-if runs.
+_SUBMODULES = {
+    ".guard": ["install_network_guard"],
+    ".ledger": ["Ledger", "open_ledger"],
+    ".replayer": ["API_KEY_VARS", "PLACEHOLDER_KEY", "Replayer", "label", "release_order"],
+    ".report": [
+        "EXIT_DIVERGENCE",
+        "conclude",
+        "divergence",
+        "ended_by_override",
+        "format_divergence",
+        "merge_reports",
+        "problems",
+        "summary_line",
+        "verdict",
+        "write_report",
+    ],
+    ".whatif": ["create_child", "end_divergence"],
+}
+__getattr__ = exports(__name__, {name: (m, name) for m, names in _SUBMODULES.items() for name in names})
 
 __all__ = [
     "API_KEY_VARS",

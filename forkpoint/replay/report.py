@@ -12,8 +12,6 @@ from ..errors import Divergence
 from ..events import DivergenceReport, Verdict
 from ..files import write_private
 from ..jsondiff import Change, format_changes
-from ..match import IgnoreRule
-from ..redact import scrub_json
 from ..text import ordinal, plural
 
 #: Exit code of ``forkpoint replay`` when the run diverged from the recording.
@@ -41,6 +39,8 @@ def format_divergence(report: DivergenceReport | dict[str, Any]) -> str:
         lines.append(format_changes([Change.from_json(c) for c in report["diff"]]))
     suggested = report.get("suggest") or []
     if suggested:
+        from ..match import IgnoreRule  # here: the verdict alone does not load matching
+
         lines.append(
             "Every difference looks like a timestamp, a uuid or a request id. If it does not matter, "
             "ignore it with this rule in forkpoint.toml (or [tool.forkpoint.match] in pyproject.toml):"
@@ -291,4 +291,6 @@ def merge_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
 def write_report(path: Path, report: dict[str, Any]) -> None:
     """Write a replay report as JSON, scrubbed (an override's value, a live request may hold a
     secret), owner-only (0600) and atomically (:func:`forkpoint.files.write_private`)."""
+    from ..redact import scrub_json
+
     write_private(path, orjson.dumps(scrub_json(report), option=orjson.OPT_INDENT_2))

@@ -13,6 +13,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 
 import forkpoint
 
@@ -152,3 +154,90 @@ def test_the_probe_in_a_forked_child_answers_as_the_launcher_does() -> None:
     )
     forked = netns._probe_in_fork()
     assert (forked is None) == (launcher.returncode == 0), (forked, launcher.stderr)
+
+
+# Run as a script of its own, so that the process has one thread (pytest's may have more): starts a
+# program through `netns.confine` as `forkpoint replay` does and prints what came back, as JSON.
+CONFINED = """
+import json, subprocess, sys
+from pathlib import Path
+from forkpoint import netns
+
+if sys.argv[1] == "refuse":
+    def refuse():
+        raise PermissionError(1, "refused for the test")
+    netns._enter = refuse
+cmd = [sys.executable, "-c", sys.argv[2]]
+run, namespace = netns.confine(cmd, Path(sys.argv[3]))
+proc = subprocess.Popen(run, preexec_fn=namespace.preexec, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+namespace.started()
+out, err = proc.communicate()
+blocked, unseen = namespace.finished()
+print(json.dumps({"same": run == cmd, "code": proc.returncode, "out": out, "err": err, "blocked": blocked}))
+"""
+
+# The program: reaches out by TCP and UDP, and lists its network interfaces.
+REACHES_OUT = (
+    "import os, socket; s = socket.socket(); s.settimeout(5); print('tcp', s.connect_ex(('192.0.2.1', 443)));"
+    "socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'x', ('203.0.113.9', 9999));"
+    "print('interfaces', [name for _, name in socket.if_nameindex()]);"
+    "open(os.environ.get('MARK', os.devnull), 'w').write('ran')"
+)
+
+
+def confined(tmp_path: Path, mode: str) -> dict[str, object]:
+    if netns.refused() is not None:
+        pytest.skip(f"the kernel refuses a network namespace here: {netns.refused()}")
+    done = subprocess.run(
+        [sys.executable, "-c", CONFINED, mode, REACHES_OUT, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "MARK": str(tmp_path / "ran")},
+    )
+    assert done.returncode == 0, done.stderr
+    result: dict[str, object] = json.loads(done.stdout)
+    return result
+
+
+def test_a_process_with_one_thread_starts_the_program_in_the_namespace_itself(tmp_path: Path) -> None:
+    """No launcher interpreter: the forked child enters the namespace before it execs the program,
+    and hands its packet socket back, so this process names what the program tried."""
+    result = confined(tmp_path, "enter")
+    assert result["same"] is True  # the program itself, not the launcher script
+    assert result["code"] == 0, result["err"]
+    assert "tcp 111" in str(result["out"])  # refused at once
+    assert "interfaces ['lo']" in str(result["out"])
+    assert result["blocked"] == ["192.0.2.1:443", "203.0.113.9:9999 (udp)"]
+    assert not list(tmp_path.glob(f"{netns.RESULT_PREFIX}*"))  # nothing went through files
+
+
+def test_where_the_child_cannot_enter_the_namespace_the_program_never_runs(tmp_path: Path) -> None:
+    result = confined(tmp_path, "refuse")
+    assert result["code"] == 125
+    assert "could not set up the replay's network namespace: [Errno 1] refused for the test" in str(
+        result["err"]
+    )
+    assert result["out"] == "" and result["blocked"] == []
+    assert not (tmp_path / "ran").exists()  # never unconfined
+
+
+def test_a_process_with_threads_starts_the_program_through_the_launcher(tmp_path: Path) -> None:
+    """Forking a process with other threads may copy a lock one of them holds: the launcher runs the
+    program instead, and writes what it saw to the report folder."""
+    if netns.refused() is not None:
+        pytest.skip(f"the kernel refuses a network namespace here: {netns.refused()}")
+    release = threading.Event()
+    other = threading.Thread(target=release.wait)
+    other.start()
+    try:
+        cmd = [sys.executable, "-c", REACHES_OUT]
+        run, namespace = netns.confine(cmd, tmp_path)
+    finally:
+        release.set()
+        other.join()
+    assert namespace is None and run == [sys.executable, "-I", netns.__file__, str(tmp_path), "--", *cmd]
+    done = subprocess.run(run, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "tcp 111" in done.stdout and "interfaces ['lo']" in done.stdout
+    assert netns.results(tmp_path) == (["192.0.2.1:443", "203.0.113.9:9999 (udp)"], 0)
