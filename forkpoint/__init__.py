@@ -24,8 +24,6 @@ pytest loads its plugin entry point, which would otherwise warn that it cannot r
 
 from __future__ import annotations
 
-import sys
-
 from ._lazy import exports
 from ._version import __version__
 
@@ -33,8 +31,6 @@ from ._version import __version__
 # treats any constant of this name the same way).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
-
     from .api import checkpoint, note, record, replay
     from .capture.tools import register_encoder, tool
     from .checkpoint import verify_session as verify
@@ -111,33 +107,4 @@ def __dir__() -> list[str]:
 _SHADOWED = ("record", "replay", "checkpoint")
 
 #: A public name, imported from its module on first use (then kept in the package).
-__getattr__ = exports(__name__, _PUBLIC, unkept=_SHADOWED)
-
-
-if TYPE_CHECKING:
-    from types import ModuleType as _Module
-else:
-    _Module = type(sys)  # types.ModuleType, without importing types
-
-
-class _Package(_Module):
-    """The package's module type: a data descriptor on the type wins over the package's own
-    attributes, so ``forkpoint.record`` stays the function once ``forkpoint.record`` the module is
-    imported. The import system's binding of the submodule is ignored (it stays in ``sys.modules``);
-    any other assignment is refused, naming where the function lives."""
-
-
-def _public_function(name: str) -> property:
-    def get(_self: object) -> Any:
-        return __getattr__(name)
-
-    def put(_self: object, value: object) -> None:
-        if not isinstance(value, _Module):
-            raise AttributeError(f"forkpoint.{name} cannot be replaced: it is forkpoint.api.{name}")
-
-    return property(get, put)
-
-
-for _name in _SHADOWED:
-    setattr(_Package, _name, _public_function(_name))
-sys.modules[__name__].__class__ = _Package
+__getattr__ = exports(__name__, _PUBLIC, shadowed=_SHADOWED)

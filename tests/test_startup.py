@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 HEAVY = ("rich", "pygments", "click", "httpx", "httpx2", "aiohttp", "urllib3", "orjson")
 
@@ -241,3 +243,23 @@ def test_a_replaying_parent_loads_the_verdict_not_the_replayer(tmp_path: Path) -
     heavy = ("replay.replayer", "replay.guard", "replay.whatif", "record", "capture", "override", "signing")
     assert not {f"forkpoint.{m}" for m in heavy} & loaded, sorted(loaded)
     assert not {m for m in loaded if m.startswith("cryptography")}
+
+
+@pytest.mark.parametrize("package", ["forkpoint.checkpoint", "forkpoint.replay"])
+def test_a_lazily_exported_name_stays_itself_once_every_submodule_is_imported(package: str) -> None:
+    """The import system binds each submodule in its package: a function exported under its
+    submodule's name (``checkpoint.restore``) must stay the function, as it did when the package
+    imported it eagerly."""
+    import importlib
+    import pkgutil
+    import types
+
+    pkg = importlib.import_module(package)
+    for sub in pkgutil.iter_modules(pkg.__path__):
+        importlib.import_module(f"{package}.{sub.name}")
+    for name in pkg.__all__:
+        value = getattr(pkg, name)
+        assert not isinstance(value, types.ModuleType), f"{package}.{name} is a module"
+        assert value is getattr(importlib.import_module(package), name)
+    with pytest.raises(AttributeError, match="nothing_here"):
+        pkg.nothing_here  # noqa: B018

@@ -46,15 +46,35 @@ tracked state: trees and the canonical diff), :mod:`.workspace` (the untracked f
 :mod:`.restore`, :mod:`.validate` and :mod:`.verify`.
 """
 
+from typing import TYPE_CHECKING
+
+from .._lazy import exports, from_submodules
 from ..errors import CheckpointError
-from .context import CONTEXT_FIELDS, carried_context, referenced_paths
-from .git import git, repo_root
-from .restore import find, restore
-from .source import SourceTracker, patch_bytes
-from .take import Workspace, checkpoint_event
-from .validate import Check, validate
-from .verify import check_checkpoints, verify_session
-from .workspace import ALWAYS_EXCLUDED, MANIFEST_FIELDS, META_DIR, manifest_rows, untracked_files
+
+if TYPE_CHECKING:
+    from .context import CONTEXT_FIELDS, carried_context, referenced_paths
+    from .git import git, repo_root
+    from .restore import find, restore
+    from .source import SourceTracker, patch_bytes
+    from .take import Workspace, checkpoint_event
+    from .validate import Check, validate
+    from .verify import check_checkpoints, verify_session
+    from .workspace import ALWAYS_EXCLUDED, MANIFEST_FIELDS, META_DIR, manifest_rows, untracked_files
+
+# Imported when first used: `forkpoint record` finds the repository (.git) and `forkpoint replay`
+# verifies the session (.verify) without loading what takes, restores or validates checkpoints.
+_SUBMODULES = {
+    ".context": ["CONTEXT_FIELDS", "carried_context", "referenced_paths"],
+    ".git": ["git", "repo_root"],
+    ".restore": ["find", "restore"],
+    ".source": ["SourceTracker", "patch_bytes"],
+    ".take": ["Workspace", "checkpoint_event"],
+    ".validate": ["Check", "validate"],
+    ".verify": ["check_checkpoints", "verify_session"],
+    ".workspace": ["ALWAYS_EXCLUDED", "MANIFEST_FIELDS", "META_DIR", "manifest_rows", "untracked_files"],
+}
+# Functions named like their submodules (the submodule, once imported, would hide them).
+__getattr__ = exports(__name__, from_submodules(_SUBMODULES), shadowed=("git", "restore", "validate"))
 
 __all__ = [
     "ALWAYS_EXCLUDED",

@@ -9,7 +9,7 @@ its exit code), :mod:`.ledger` (processes that share one replay), :mod:`.guard` 
 
 from typing import TYPE_CHECKING
 
-from .._lazy import exports
+from .._lazy import exports, from_submodules
 from ..errors import Divergence, NetworkBlocked, RecordedError
 from ..runtime import POLICIES, SOURCES
 
@@ -51,7 +51,7 @@ _SUBMODULES = {
     ],
     ".whatif": ["create_child", "end_divergence"],
 }
-__getattr__ = exports(__name__, {name: (m, name) for m, names in _SUBMODULES.items() for name in names})
+__getattr__ = exports(__name__, from_submodules(_SUBMODULES))
 
 __all__ = [
     "API_KEY_VARS",
