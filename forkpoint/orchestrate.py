@@ -50,11 +50,18 @@ def check_config(cwd: Path | None = None) -> None:
     """Read the configuration the program will run under (its ``[redact]`` and ``[match]`` rules)
     before it starts: a bad file or rule is refused here, naming the file and the rule, instead of
     the program running without forkpoint. Raises :class:`~forkpoint.errors.ConfigError`."""
-    from .match import load_ignore
-    from .redact import load_rules
+    from .config import load_table
 
-    load_rules(cwd)
-    load_ignore(cwd)
+    # Matching and redaction are loaded only to check tables that are there (the replaying parent
+    # needs neither otherwise).
+    if load_table("redact", cwd)[0] is not None:
+        from .redact import load_rules
+
+        load_rules(cwd)
+    if load_table("match", cwd)[0] is not None:
+        from .match import load_ignore
+
+        load_ignore(cwd)
 
 
 class Ran(NamedTuple):

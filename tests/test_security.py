@@ -17,6 +17,7 @@ import base64
 import hashlib
 import json
 import os
+import re
 import signal
 import stat
 import subprocess
@@ -709,3 +710,36 @@ def test_reports_exports_and_pages_are_owner_only_and_scrubbed(tmp_path: Path) -
         assert secret.encode() not in f.read_bytes() and b"pw-canary-77" not in f.read_bytes(), name
     assert redact.placeholder("stripe-key", secret) in (tmp_path / "report.json").read_text()
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ('[redact]\npatterns = ["("]\n', r"forkpoint\.toml \[redact\].*not a valid regex"),
+        (
+            '[match]\nignore = [{ path = "$.body.x", regex = "(" }]\n',
+            r"forkpoint\.toml \[match\]: ignore\[0\]",
+        ),
+        ("[redact\n", "cannot read it as TOML"),
+    ],
+)
+def test_a_bad_configuration_is_refused_before_the_command_runs(
+    tmp_path: Path, config: str, message: str
+) -> None:
+    """`forkpoint record` and `forkpoint replay` check the configuration the program will run under
+    before starting it (the replaying parent loads matching and redaction only to check tables
+    that are there): a bad rule is named, and the program never runs."""
+    from tests.cliutil import forkpoint_cli
+
+    env = {k: v for k, v in os.environ.items() if k != "FORKPOINT_CONFIG"}
+    store = str(tmp_path / "st")
+    rec = forkpoint_cli(
+        ["record", "--store", store, "--no-workspace", "--", sys.executable, "-c", "pass"], tmp_path, env
+    )
+    assert rec.returncode == 0, rec.stderr
+    (tmp_path / "forkpoint.toml").write_text(config)
+    marker = "import pathlib; pathlib.Path('ran').write_text('x')"
+    for args in (["record", "--store", store, "--no-workspace"], ["replay", "last", "--store", store]):
+        done = forkpoint_cli([*args, "--", sys.executable, "-c", marker], tmp_path, env)
+        assert done.returncode != 0 and re.search(message, done.stderr), (args, done.stderr)
+        assert not (tmp_path / "ran").exists(), args
