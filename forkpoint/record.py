@@ -69,23 +69,30 @@ def package_versions() -> dict[str, str]:
 
 
 def git_state(cwd: Path) -> dict[str, Any] | None:
-    """``{"commit", "branch", "dirty"}`` of the git repository containing ``cwd``, or None."""
-
-    def git(*args: str) -> str:
-        return subprocess.run(
-            ["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10, check=True
-        ).stdout.strip()
-
+    """``{"commit", "branch", "dirty"}`` of the git repository containing ``cwd`` (``branch`` None
+    when ``HEAD`` is detached; ``dirty``: a tracked file differs from ``HEAD``), or None outside a
+    repository or before its first commit. One git process: ``status --porcelain=v2 --branch``
+    (git-status(1), "Porcelain Format Version 2": ``# branch.oid``, ``# branch.head``, then one line
+    per changed path)."""
     try:
-        commit = git("rev-parse", "HEAD")
+        out = subprocess.run(
+            ["git", "--no-optional-locks", "status", "--porcelain=v2", "--branch", "--untracked-files=no"],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         return None
-    try:
-        branch: str | None = git("rev-parse", "--abbrev-ref", "HEAD")
-        dirty = bool(git("--no-optional-locks", "status", "--porcelain", "--untracked-files=no"))
-    except (OSError, subprocess.SubprocessError):
-        branch, dirty = None, False
-    return {"commit": commit, "branch": None if branch == "HEAD" else branch, "dirty": dirty}
+    heads = dict(
+        line[2:].split(" ", 1) for line in out.splitlines() if line.startswith("# ") and " " in line[2:]
+    )
+    commit, branch = heads.get("branch.oid"), heads.get("branch.head")
+    if not commit or commit == "(initial)":
+        return None
+    dirty = any(line and not line.startswith("#") for line in out.splitlines())
+    return {"commit": commit, "branch": None if branch in (None, "(detached)") else branch, "dirty": dirty}
 
 
 def make_header(

@@ -195,6 +195,23 @@ def repo_root(path: Path) -> Path | None:
     return Path(out.strip()) if out.strip() else None
 
 
+def repo_head(path: Path) -> tuple[Path, str | None] | None:
+    """``(top, commit)`` of the git work tree containing ``path``: its top folder and the commit its
+    ``HEAD`` names (None when it has no commit yet); None when ``path`` is in no work tree. One git
+    process (``rev-parse`` prints the top, then fails on a ``HEAD`` without a commit)."""
+    try:
+        out = git(
+            ["rev-parse", "--show-toplevel", "--verify", "--quiet", "HEAD^{commit}"], Path(path), check=False
+        )
+    except (CheckpointError, OSError):
+        return None
+    lines = out.splitlines()
+    if not lines or not lines[0].strip():
+        return None
+    commit = lines[1].strip() if len(lines) > 1 else ""
+    return Path(lines[0].strip()), commit if HEX.fullmatch(commit) else None
+
+
 def loose_path(objects: Path, sha: str) -> Path:
     return objects / sha[:2] / sha[2:]
 

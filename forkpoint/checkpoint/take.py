@@ -13,11 +13,10 @@ from typing import Any
 
 from .._version import __version__
 from ..canonical import digest
-from ..errors import CheckpointError
 from ..log import BlobStore
 from ..redact import scrub_json
 from .context import referenced_paths, resolve_ref
-from .git import HEX, git, repo_root
+from .git import HEX, repo_head
 from .source import SourceTracker
 from .workspace import (
     HashCache,
@@ -89,16 +88,14 @@ class Workspace:
         """The workspace at ``root`` (widened to its git repository's top, if it is in one), for a
         session in ``store`` (excluded from the workspace when inside it)."""
         root = Path(root).resolve()
-        repo = repo_root(root)
+        repo: Path | None = None
         base = None
         listing = "plain"
-        if repo is not None:
-            root = repo  # the source state is the whole repository's; so is the workspace
-            listing = "git"
-            try:
-                base = git(["rev-parse", "--verify", "--quiet", "HEAD^{commit}"], repo).strip()
-            except CheckpointError:
-                repo, listing = None, "git-nocommit"  # no commit yet: every file is workspace
+        found = repo_head(root)
+        if found is not None:
+            # the source state is the whole repository's; so is the workspace
+            root, base = found
+            repo, listing = (root, "git") if base else (None, "git-nocommit")  # no commit: all is workspace
         store = Path(store).resolve()
         exclude = (os.path.relpath(store, root).replace(os.sep, "/"),) if store.is_relative_to(root) else ()
         return cls(root, repo, base, Path(), include_ignored, exclude, listing)

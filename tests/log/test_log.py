@@ -172,6 +172,27 @@ def test_header_fields_in_a_git_repo(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert h2["tags"] == {"agent_version": None, "prompt_version": "p7"}
 
 
+def test_header_git_state_of_a_detached_head_and_of_a_repository_without_commits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    monkeypatch.chdir(repo)
+    with forkpoint.record(store=tmp_path / "store") as rec:  # no commit yet: no state to name
+        pass
+    assert Session.load(rec.session_path).header["git"] is None
+    (repo / "a.txt").write_text("one\n")
+    git(repo, "add", "a.txt")
+    git(repo, "commit", "-q", "-m", "first")
+    commit = git(repo, "rev-parse", "HEAD")
+    git(repo, "checkout", "-q", "--detach")
+    (repo / "a.txt").write_text("two\n")
+    with forkpoint.record(store=tmp_path / "store") as rec:
+        pass
+    assert Session.load(rec.session_path).header["git"] == {"commit": commit, "branch": None, "dirty": True}
+
+
 def test_header_outside_git_has_no_git_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     plain = tmp_path / "plain"
     plain.mkdir()
