@@ -5,8 +5,9 @@
 ``root`` and ``include_ignored``, for checkpoints while recording), ``FORKPOINT_DETERMINISTIC``
 (JSON: the header's ``deterministic``, so a recording reads no session before the first call), ``FORKPOINT_REPORT`` (a folder:
 a recording process writes ``ending-<pid>.json`` there at exit, ``{"uncaught": [...],
-"incomplete": why-or-null}``, the exceptions that ended it and why its recording stopped early, for
-the session's ``end``; each replaying process writes
+"incomplete": why-or-null, "lacks": [...]}``, the exceptions that ended it and why its recording
+stopped early, for the session's ``end``, and its tally of what the recording lacks
+(:class:`forkpoint.record.Lacks`), for the warnings; each replaying process writes
 ``report-<pid>.json``, and they share which recorded calls they served through its ``ledger``)
 and, for replay, ``FORKPOINT_REPLAY`` (JSON:
 ``models``, ``tools``, ``on_divergence``, ``overrides``, ``strict`` and ``child``, the what-if session to write). The variables are removed once read,
@@ -22,7 +23,7 @@ import os
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 TYPE_CHECKING = False  # not typing's: this module is imported at every bootstrapped start
 if TYPE_CHECKING:
@@ -94,7 +95,9 @@ def start() -> None:
                 from .files import write_private
 
                 incomplete = made[0].failure if made else (failed[0] if failed else None)
-                write_private(where, json.dumps({"uncaught": ended, "incomplete": incomplete}).encode())
+                lacks = [rec.lacks.to_json() for rec in made]
+                doc = {"uncaught": ended, "incomplete": incomplete, "lacks": lacks}
+                write_private(where, json.dumps(doc).encode())
 
             atexit.register(write_ending)
     elif mode == "replay":
@@ -263,21 +266,33 @@ def _watch_uncaught(note: Callable[[ErrorRecord], None]) -> None:
     sys.excepthook = hook
 
 
-def read_endings(folder: Path) -> tuple[list[ErrorRecord], str | None]:
-    """What the recording processes wrote to ``folder`` (``ending-<pid>.json``): the uncaught
-    exceptions that ended them, and why recording stopped early in any of them (a failed write:
-    :attr:`forkpoint.record.Recorder.failure`), or None."""
+class Endings(NamedTuple):
+    """What the recording processes wrote to the ``FORKPOINT_REPORT`` folder (:func:`read_endings`)."""
+
+    #: The uncaught exceptions that ended them.
+    uncaught: list[ErrorRecord]
+    #: Why recording stopped early in any of them (a failed write:
+    #: :attr:`forkpoint.record.Recorder.failure`), or None.
+    incomplete: str | None
+    #: Each recorder's tally of what the recording lacks (:meth:`forkpoint.record.Lacks.to_json`).
+    lacks: list[dict[str, Any]]
+
+
+def read_endings(folder: Path) -> Endings:
+    """What the recording processes wrote to ``folder`` (``ending-<pid>.json``) as they exited."""
     out: list[ErrorRecord] = []
     failures: list[str] = []
+    lacks: list[dict[str, Any]] = []
     for path in sorted(folder.glob(f"{ENDING_PREFIX}*.json")):
         try:
             doc = json.loads(path.read_text())
             out.extend(doc.get("uncaught") or [])
+            lacks.extend(doc.get("lacks") or [])
             if doc.get("incomplete"):
                 failures.append(f"process {path.stem[len(ENDING_PREFIX) :]}: {doc['incomplete']}")
         except (OSError, ValueError, AttributeError):  # a process killed while writing it
             continue
-    return out, "; ".join(failures) or None
+    return Endings(out, "; ".join(failures) or None, lacks)
 
 
 def _quiet_divergence_tracebacks() -> None:

@@ -246,11 +246,11 @@ class Recorder:
     def model_call_done(self, event: ModelCallEvent) -> None:
         """Append a finished model call (built by the capture layer) with its key and pid. (Its
         provider-aware ``summary`` is not stored: readers derive it, :func:`forkpoint.providers.summary`.)"""
-        written = self._append(keyed(event, self.ignore, self.keys)) is not None
+        seq = self._append(keyed(event, self.ignore, self.keys))
         found = summary(event)
-        if written:  # what the session holds, as a reader of it would tally
+        if seq is not None:  # what the session holds, as a reader of it would tally
             with self._lock:
-                self.lacks.answered(found)
+                self.lacks.answered(found, seq)
         if found.get("kind") != "model" or runtime.current_span.get():
             return  # not a turn of the agent (telemetry, MCP, plain HTTP, or inside a tool)
         with self._checkpoint_lock:
@@ -399,15 +399,19 @@ def end_event(exit_code: int | None, started: float, *, reason: str | None = Non
 class Lacks:
     """What a recording lacks, tallied call by call: the tools the model asked for (by name, in its
     responses, with how many times), the tools recorded, and the tool calls whose result had no
-    stored form. :meth:`warnings` says it in words."""
+    stored form. :meth:`warnings` says it in words. ``seqs``: the model and tool calls tallied, so
+    tallies of several processes can be told complete against the session (:meth:`merged`)."""
 
     def __init__(self) -> None:
         self.asked_for: dict[str, int] = {}
         self.tools: set[str] = set()
         self.lost: list[tuple[int | None, str, str]] = []  # (seq, tool, type of the result)
+        self.seqs: list[int | None] = []
 
-    def answered(self, found: Mapping[str, Any]) -> None:
-        """A model call was recorded; ``found`` is its summary (the tools its response asked for)."""
+    def answered(self, found: Mapping[str, Any], seq: int | None) -> None:
+        """A model call was recorded (as ``seq``); ``found`` is its summary (the tools its response
+        asked for)."""
+        self.seqs.append(seq)
         for call in found.get("tool_calls") or []:
             if call.get("name"):
                 name = str(call["name"])
@@ -415,6 +419,7 @@ class Lacks:
 
     def recorded(self, event: Mapping[str, Any], seq: int | None) -> None:
         """A tool call was recorded (as ``seq``)."""
+        self.seqs.append(seq)
         self.tools.add(str(event.get("tool")))
         if "unrecorded" in event:
             self.lost.append((seq, str(event["tool"]), str(event["unrecorded"]["type"])))
@@ -425,10 +430,39 @@ class Lacks:
         lacks = cls()
         for e in events:
             if e.get("type") == "model_call":
-                lacks.answered(summary(e))
+                lacks.answered(summary(e), e.get("seq"))
             elif is_tool_call(e):
                 lacks.recorded(e, e.get("seq"))
         return lacks
+
+    def to_json(self) -> dict[str, Any]:
+        """This tally as JSON (a recording process hands it to ``forkpoint record`` at its exit)."""
+        return {
+            "asked_for": self.asked_for,
+            "tools": sorted(self.tools),
+            "lost": self.lost,
+            "seqs": self.seqs,
+        }
+
+    @classmethod
+    def merged(cls, tallies: Iterable[Mapping[str, Any]], calls: int) -> Lacks | None:
+        """The tallies (:meth:`to_json`) of the processes that recorded one session, as one; None
+        unless they tally each of its ``calls`` model and tool calls exactly once (a process that
+        left without handing its tally over, or a forked one that handed over its parent's too:
+        then only reading the session back tells). Raises nothing: a malformed tally gives None."""
+        out = cls()
+        try:
+            for t in tallies:
+                for name, k in t["asked_for"].items():
+                    out.asked_for[str(name)] = out.asked_for.get(str(name), 0) + int(k)
+                out.tools.update(str(n) for n in t["tools"])
+                out.lost.extend((seq, str(tool), str(kind)) for seq, tool, kind in t["lost"])
+                out.seqs.extend(t["seqs"])
+        except (KeyError, TypeError, ValueError, AttributeError):
+            return None
+        if None in out.seqs or len(out.seqs) != calls or len(set(out.seqs)) != calls:
+            return None
+        return out
 
     def unrecorded_tools(self) -> dict[str, int]:
         """The tools the model asked for of which no call was recorded, and how many times it asked
@@ -456,13 +490,24 @@ class Lacks:
         return out
 
 
-def recording_warnings(path: Path) -> list[str]:
-    """What the recording in session directory ``path`` lacks, read back (the processes of
-    ``forkpoint record -- CMD`` each wrote part of it), in words for the person who made it:
-    tools the model asked for that were never recorded (and how to name them), and tool calls whose
-    result could not be recorded (a replay stops at the first). None when it cannot be read back
-    (whoever wrote it has said why); for an encrypted session without an identity at hand, that
-    the checks were skipped, and why."""
+def recording_warnings(path: Path, tallies: Sequence[Mapping[str, Any]] | None = None) -> list[str]:
+    """What the recording in session directory ``path`` lacks, in words for the person who made it
+    (the processes of ``forkpoint record -- CMD`` each wrote part of it): tools the model asked for
+    that were never recorded (and how to name them), and tool calls whose result could not be
+    recorded (a replay stops at the first). From the processes' ``tallies`` (:meth:`Lacks.to_json`)
+    when they account for every call the session holds, else read back: then None when it cannot be
+    read (whoever wrote it has said why), and for an encrypted session without an identity at hand,
+    that the checks were skipped, and why."""
+    if tallies is not None:
+        from .store import info
+
+        try:
+            found = info(path)
+        except SessionError:
+            return []
+        merged = Lacks.merged(tallies, found.model_calls + found.tool_calls)
+        if merged is not None:
+            return merged.warnings()
     try:
         events = Session.load(path, derived=False, share_lists=True).events
     except IdentityError as exc:  # an encrypted session, and no identity here to read it back

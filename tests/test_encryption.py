@@ -224,7 +224,8 @@ def test_recipients_from_files_config_and_the_command_line(
         timeout=60,
     )
     assert run.returncode == 0, run.stderr
-    assert "the checks of what the recording lacks were skipped" in run.stderr  # said, not silent
+    # What the recording lacks comes from its processes' own tallies: no identity is needed.
+    assert "skipped" not in run.stderr and "WARNING" not in run.stderr, run.stderr
     path = next((tmp_path / "s").glob("2*"))
     assert leaks(tmp_path / "s", {"prompt": "PLAIN-PROMPT-4417"}) == []
     assert read_header(path / LOG_NAME)["encryption"] == {"scheme": "age", "recipients": [recipient]}
@@ -244,6 +245,52 @@ def test_recipients_from_files_config_and_the_command_line(
     with pytest.raises(UsageError, match="neither an age recipient"):
         with forkpoint.record(store=tmp_path / "s2", encrypt_to=["no-such-file"]):
             pass
+
+
+@pytest.mark.slow
+def test_forkpoint_record_says_when_it_could_not_check_an_encrypted_session(
+    tmp_path: Path, server: LocalServer, keys: tuple[str, Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A forked worker that records a tool call and leaves through os._exit hands no tally over:
+    only reading the session back would tell what it lacks, and that needs the identity. Said."""
+    recipient, _, _ = keys
+    monkeypatch.delenv(IDENTITY_ENV, raising=False)
+    (tmp_path / "agent.py").write_text(
+        textwrap.dedent(
+            """
+            import os
+            import forkpoint
+
+            @forkpoint.tool
+            def save(text):
+                return len(text)
+
+            if os.fork() == 0:
+                save("from a worker")
+                os._exit(0)
+            os.wait()
+            """
+        )
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    run = forkpoint_cli(
+        [
+            "record",
+            "--store",
+            "s",
+            "--no-workspace",
+            "--encrypt-to",
+            recipient,
+            "--",
+            sys.executable,
+            "agent.py",
+        ],
+        tmp_path,
+        env,
+        timeout=60,
+    )
+    assert run.returncode == 0 and "1 tool call" in run.stderr, run.stderr
+    assert "the checks of what the recording lacks were skipped" in run.stderr  # said, not silent
 
 
 def test_a_live_export_of_an_encrypted_session_needs_the_identity_first(

@@ -437,3 +437,66 @@ def test_tools_recorded_by_a_forked_worker_are_not_said_to_be_missing(
     assert [e["tool"] for e in Session.load(rec.session_path).by_type("tool_call")] == ["save_note"]
     assert rec.lacks.unrecorded_tools() == {"save_note": 1}  # this process's own tally
     assert "never recorded" not in said
+
+
+LACKING_AGENT = textwrap.dedent(
+    """
+    import json
+    import os
+
+    import forkpoint
+    from tests.replay.test_verdicts import chat_agent
+
+
+    @forkpoint.tool
+    def save_note(text):
+        return "saved"
+
+
+    def in_a_forked_worker(text):
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # records its tool call, leaves at once: no exit handler hands its tally over
+            os.write(write, save_note(text).encode())
+            os._exit(0)
+        os.close(write)
+        with os.fdopen(read, "rb") as r:
+            got = r.read().decode()
+        os.waitpid(pid, 0)
+        return got
+
+
+    def run(name, arguments):
+        if name == "get_weather":
+            return "sunny"
+        return (in_a_forked_worker if os.environ.get("FORK") else save_note)(**json.loads(arguments))
+
+
+    chat_agent(os.environ["BASE_URL"], run)
+    """
+)
+
+
+@pytest.mark.slow
+def test_forkpoint_record_says_what_its_processes_lacked(make_server: Any, tmp_path: Path) -> None:
+    """``forkpoint record -- CMD`` adds up the tallies its processes hand over as they exit; where
+    they do not account for every call in the session (a forked worker left through os._exit),
+    it reads the session back: either way, the same words."""
+    (tmp_path / "agent.py").write_text(LACKING_AGENT)
+    for fork in ("", "1"):
+        srv: LocalServer = make_server(
+            chat_script=[[("get_weather", {"city": "Oslo"}), ("save_note", {"text": "x"})], "ok"]
+        )
+        env = {
+            **os.environ,
+            "BASE_URL": srv.openai_base_url,
+            "FORK": fork,
+            "PYTHONPATH": os.pathsep.join(sys.path),
+        }
+        r = subprocess.run(
+            [sys.executable, "-m", "forkpoint.cli", "record", "--no-workspace", "--store", "s", "--", sys.executable,
+             "agent.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        said = " ".join(r.stderr.split())
+        assert r.returncode == 0 and "(2 model calls, 1 tool call)" in said, r.stderr
+        assert "the model asked for tools that were never recorded: get_weather (1 call)." in said, said
