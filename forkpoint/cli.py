@@ -223,13 +223,17 @@ def _executor_options(f: Any) -> Any:
 
 def _outcome_options(f: Any) -> Any:
     """``--outcome`` and ``--outcome-timeout``, shared by check, fork and sweep."""
-    from .outcome import DEFAULT_TIMEOUT
+
+    def default_timeout() -> float:  # called by the commands that take it: the CLI starts without outcome
+        from .outcome import DEFAULT_TIMEOUT
+
+        return DEFAULT_TIMEOUT
 
     f = click.option(
         "--outcome-timeout",
         type=click.FloatRange(min=0.001),
-        default=DEFAULT_TIMEOUT,
-        show_default=True,
+        default=default_timeout,
+        show_default="600 s",
         metavar="SECONDS",
         help="Stop an outcome command after this long (it then counts as a failure).",
     )(f)

@@ -147,6 +147,24 @@ def test_a_recording_parent_imports_no_key_serialization_and_compiles_no_pattern
     _modules_after(code)
 
 
+def test_the_cli_starts_without_the_outcome_module_and_its_help_shows_the_outcome_default() -> None:
+    """Only check, fork and sweep measure outcomes: the CLI's other commands do not load them (their
+    subprocess, signal and tempfile) to build ``--outcome-timeout``; its help still shows the default."""
+    from click.testing import CliRunner
+
+    from forkpoint.cli import main
+    from forkpoint.outcome import DEFAULT_TIMEOUT
+
+    code = (
+        "import contextlib, io, sys\nfrom forkpoint.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    try: main(['record', '--help'])\n    except SystemExit: pass\n"
+    )
+    assert "forkpoint.outcome" not in _modules_after(code)
+    shown = " ".join(CliRunner().invoke(main, ["fork", "--help"]).output.split())
+    assert f"[default: ({DEFAULT_TIMEOUT:g} s);" in shown, shown
+
+
 def test_a_pattern_compiled_later_behaves_as_the_compiled_one() -> None:
     import re
 
