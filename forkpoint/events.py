@@ -9,8 +9,9 @@ Also here, because every layer needs them and they depend on nothing: new ids an
 the one function that names a call's endpoint (:func:`endpoint`).
 """
 
-from __future__ import annotations
-
+# No ``from __future__ import annotations``: a TypedDict compiles each string annotation into a
+# ForwardRef as its class is made (half of this module's import time, paid by every recording
+# process); evaluated at once, the annotations cost nothing more.
 import os
 import time
 from collections.abc import Iterable, Mapping
@@ -226,6 +227,20 @@ class NoteEvent(_Common, total=False):
     data: dict[str, Any]
 
 
+class EndDivergence(TypedDict, total=False):
+    """Where a what-if run diverged, as its session's ``end`` keeps it: the call of this run
+    (``kind``, ``position``, and ``seq`` in this session when it was written), the parent's call it
+    was expected to be (``parent_seq``), why, and the first differences (recorded → actual)."""
+
+    kind: Required[str]
+    position: Required[int]
+    seq: int | None
+    parent_seq: int | None
+    label: str
+    reason: str
+    diff: list[dict[str, Any]]
+
+
 class EndEvent(_Common, total=False):
     """How the recorded run ended."""
 
@@ -239,20 +254,6 @@ class EndEvent(_Common, total=False):
     #: Why the recording stopped before the run ended (a write failed, e.g. a full disk): events
     #: after that point are missing, although the run went on.
     incomplete: str
-
-
-class EndDivergence(TypedDict, total=False):
-    """Where a what-if run diverged, as its session's ``end`` keeps it: the call of this run
-    (``kind``, ``position``, and ``seq`` in this session when it was written), the parent's call it
-    was expected to be (``parent_seq``), why, and the first differences (recorded → actual)."""
-
-    kind: Required[str]
-    position: Required[int]
-    seq: int | None
-    parent_seq: int | None
-    label: str
-    reason: str
-    diff: list[dict[str, Any]]
 
 
 class OutcomeEvent(_Common, total=False):
