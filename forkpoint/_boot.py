@@ -23,7 +23,7 @@ import os
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 TYPE_CHECKING = False  # not typing's: this module is imported at every bootstrapped start
 if TYPE_CHECKING:
@@ -266,20 +266,12 @@ def _watch_uncaught(note: Callable[[ErrorRecord], None]) -> None:
     sys.excepthook = hook
 
 
-class Endings(NamedTuple):
-    """What the recording processes wrote to the ``FORKPOINT_REPORT`` folder (:func:`read_endings`)."""
-
-    #: The uncaught exceptions that ended them.
-    uncaught: list[ErrorRecord]
-    #: Why recording stopped early in any of them (a failed write:
-    #: :attr:`forkpoint.record.Recorder.failure`), or None.
-    incomplete: str | None
-    #: Each recorder's tally of what the recording lacks (:meth:`forkpoint.record.Lacks.to_json`).
-    lacks: list[dict[str, Any]]
-
-
-def read_endings(folder: Path) -> Endings:
-    """What the recording processes wrote to ``folder`` (``ending-<pid>.json``) as they exited."""
+def read_endings(folder: Path) -> tuple[list[ErrorRecord], str | None, list[dict[str, Any]]]:
+    """What the recording processes wrote to ``folder`` (``ending-<pid>.json``) as they exited: the
+    uncaught exceptions that ended them; why recording stopped early in any of them (a failed write:
+    :attr:`forkpoint.record.Recorder.failure`), or None; and each recorder's tally of what the
+    recording lacks (:meth:`forkpoint.record.Lacks.to_json`). (A tuple, not a NamedTuple: this
+    module is imported at every bootstrapped start, and making one costs a millisecond.)"""
     out: list[ErrorRecord] = []
     failures: list[str] = []
     lacks: list[dict[str, Any]] = []
@@ -292,7 +284,7 @@ def read_endings(folder: Path) -> Endings:
                 failures.append(f"process {path.stem[len(ENDING_PREFIX) :]}: {doc['incomplete']}")
         except (OSError, ValueError, AttributeError):  # a process killed while writing it
             continue
-    return Endings(out, "; ".join(failures) or None, lacks)
+    return out, "; ".join(failures) or None, lacks
 
 
 def _quiet_divergence_tracebacks() -> None:

@@ -182,9 +182,8 @@ def record_command(
                 {"root": str(ws.root), "include_ignored": include_ignored}
             ).decode()
         code, out, _ = run_child(cmd, env, capture=capture)
-        endings = read_endings(Path(tmp))
-        session.incomplete = endings.incomplete
-    session.end(code, uncaught=endings.uncaught)
+        uncaught, session.incomplete, lacks = read_endings(Path(tmp))
+    session.end(code, uncaught=uncaught)
     where = session.close(quiet=quiet)  # index entry; upload to a remote store
     if not quiet:
         i = info(session.path)
@@ -192,7 +191,7 @@ def record_command(
             f"forkpoint: recorded session {session.session_id} ({plural(i.model_calls, 'model call')}, "
             f"{plural(i.tool_calls, 'tool call')}) in {where}"
         )
-        for warning in recording_warnings(session.path, endings.lacks):
+        for warning in recording_warnings(session.path, lacks):
             say(f"forkpoint: WARNING: {warning}")
         done = live.finish() if live is not None else None  # (finished as the session closed: its report)
         if done is not None and done.complete:
