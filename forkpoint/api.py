@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import hooks, override, runtime
-from .capture import clock, connections
+from .capture import connections
 from .capture.targets import disable_targets, install_import_hook, parse_target
 from .errors import Divergence, NetworkBlocked, UsageError
 from .events import SESSION_ID_VAR, error_record
@@ -66,12 +66,16 @@ def agent_hooks(tools: Sequence[str], deterministic: bool | Sequence[str]) -> It
     """For the block: record or serve the ``module:qualname`` tool targets, and (``deterministic``:
     True or module names) the agent's own clock and randomness (:mod:`forkpoint.capture.clock`)."""
     install_import_hook(tools)
-    if deterministic:
+    if deterministic:  # (only then: the module reads the interpreter's library folders as it loads)
+        from .capture import clock
+
         clock.install(deterministic)
     try:
         yield
     finally:
         if deterministic:
+            from .capture import clock
+
             clock.uninstall()
         disable_targets(tools)
 

@@ -264,6 +264,24 @@ def test_a_replaying_parent_loads_the_verdict_not_the_replayer(tmp_path: Path) -
     assert not {m for m in loaded if m.startswith("cryptography")}
 
 
+def test_a_replayed_program_loads_the_clock_stand_ins_only_when_deterministic(tmp_path: Path) -> None:
+    """The clock and randomness stand-ins (forkpoint.capture.clock, which reads the interpreter's
+    library folders through sysconfig as it loads) are for sessions recorded with --deterministic."""
+    from tests.cliutil import forkpoint_cli
+
+    probe = "import sys; print(' '.join(sorted(sys.modules)))"
+    for flags, expected in (([], False), (["--deterministic"], True)):
+        store = str(tmp_path / f"st{len(flags)}")
+        cmd = [sys.executable, "-c", probe]
+        rec = forkpoint_cli(["record", "--store", store, "--no-workspace", *flags, "--", *cmd])
+        assert rec.returncode == 0, rec.stderr
+        done = forkpoint_cli(["replay", "last", "--store", store, "--", *cmd])
+        assert done.returncode == 0, done.stderr
+        loaded = set(done.stdout.split())
+        assert "forkpoint.replay.replayer" in loaded  # the replayer did start
+        assert ("forkpoint.capture.clock" in loaded) is expected, flags
+
+
 @pytest.mark.parametrize("package", ["forkpoint.checkpoint", "forkpoint.replay"])
 def test_a_lazily_exported_name_stays_itself_once_every_submodule_is_imported(package: str) -> None:
     """The import system binds each submodule in its package: a function exported under its
