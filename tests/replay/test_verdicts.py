@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,22 @@ def chat_agent(base_url: str, tool: Any) -> str:
             result = tool(call.function.name, call.function.arguments)
             messages.append({"role": "tool", "tool_call_id": call.id, "content": str(result)})
     raise AssertionError("no final answer")
+
+
+def in_a_forked_worker(work: Callable[[], str]) -> str:
+    """``work()`` run in a forked worker (as multiprocessing's default start method on Linux does),
+    which hands its result back through a pipe and leaves at once, through ``os._exit``."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read)
+        os.write(write, work().encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as r:
+        got = r.read().decode()
+    os.waitpid(pid, 0)
+    return got
 
 
 # --------------------------------------------------------------------------- how the program ended
@@ -416,23 +433,13 @@ def test_tools_recorded_by_a_forked_worker_are_not_said_to_be_missing(
     def save_note(text: str) -> str:
         return "saved"
 
-    def in_a_forked_worker(name: str, arguments: str) -> str:
+    def tool(name: str, arguments: str) -> str:
         import json
 
-        read, write = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # the worker: runs the tool, hands back its result, leaves at once
-            os.close(read)
-            os.write(write, save_note(**json.loads(arguments)).encode())
-            os._exit(0)
-        os.close(write)
-        with os.fdopen(read, "rb") as r:
-            got = r.read().decode()
-        os.waitpid(pid, 0)
-        return got
+        return in_a_forked_worker(lambda: save_note(**json.loads(arguments)))
 
     with forkpoint.record(store=store) as rec:
-        chat_agent(srv.openai_base_url, in_a_forked_worker)
+        chat_agent(srv.openai_base_url, tool)
     said = " ".join(capsys.readouterr().err.split())
     assert [e["tool"] for e in Session.load(rec.session_path).by_type("tool_call")] == ["save_note"]
     assert rec.lacks.unrecorded_tools() == {"save_note": 1}  # this process's own tally
@@ -445,7 +452,7 @@ LACKING_AGENT = textwrap.dedent(
     import os
 
     import forkpoint
-    from tests.replay.test_verdicts import chat_agent
+    from tests.replay.test_verdicts import chat_agent, in_a_forked_worker
 
 
     @forkpoint.tool
@@ -453,23 +460,12 @@ LACKING_AGENT = textwrap.dedent(
         return "saved"
 
 
-    def in_a_forked_worker(text):
-        read, write = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # records its tool call, leaves at once: no exit handler hands its tally over
-            os.write(write, save_note(text).encode())
-            os._exit(0)
-        os.close(write)
-        with os.fdopen(read, "rb") as r:
-            got = r.read().decode()
-        os.waitpid(pid, 0)
-        return got
-
-
     def run(name, arguments):
         if name == "get_weather":
             return "sunny"
-        return (in_a_forked_worker if os.environ.get("FORK") else save_note)(**json.loads(arguments))
+        if os.environ.get("FORK"):  # no exit handler of the worker hands its tally over
+            return in_a_forked_worker(lambda: save_note(**json.loads(arguments)))
+        return save_note(**json.loads(arguments))
 
 
     chat_agent(os.environ["BASE_URL"], run)
