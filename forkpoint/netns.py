@@ -27,6 +27,7 @@ import fcntl
 import ipaddress
 import json
 import os
+import select
 import signal
 import socket
 import struct
@@ -206,20 +207,23 @@ def _attempt(packet: bytes, proto: int) -> tuple[object, str] | None:
     return ("ping", host), f"{host} (ping)"
 
 
-def _watch(sniffer: socket.socket, seen: dict[object, str], stop: threading.Event) -> None:
-    """Name each attempt to leave that passes ``lo`` until ``stop`` is set and nothing is queued."""
+def _watch(sniffer: socket.socket, seen: dict[object, str], wake: int) -> None:
+    """Name each attempt to leave that passes ``lo``, until the file ``wake`` is readable (the
+    program has ended: nothing new can be sent), then what is still queued, and return."""
     while True:
-        try:
-            packet, address = sniffer.recvfrom(512)  # headers and a DNS question fit
-        except TimeoutError:
-            if stop.is_set():
-                return
-            continue
-        if address[2] != _PACKET_OUTGOING:  # each packet passes lo twice: out, then in
-            continue
-        found = _attempt(packet, address[1])
-        if found is not None and found[0] not in seen:
-            seen[found[0]] = found[1]
+        ready, _, _ = select.select([sniffer.fileno(), wake], [], [])
+        while True:  # every packet queued now (the socket does not block)
+            try:
+                packet, address = sniffer.recvfrom(512)  # headers and a DNS question fit
+            except BlockingIOError:
+                break
+            if address[2] != _PACKET_OUTGOING:  # each packet passes lo twice: out, then in
+                continue
+            found = _attempt(packet, address[1])
+            if found is not None and found[0] not in seen:
+                seen[found[0]] = found[1]
+        if wake in ready:
+            return
 
 
 def _sniffer() -> socket.socket:
@@ -233,15 +237,19 @@ class _Watcher:
     """A thread naming each attempt to leave that passes ``sniffer`` (:func:`_watch`)."""
 
     def __init__(self, sniffer: socket.socket) -> None:
-        sniffer.settimeout(0.05)
-        self.sniffer, self.seen, self.stop = sniffer, dict[object, str](), threading.Event()
-        self.thread = threading.Thread(target=_watch, args=(sniffer, self.seen, self.stop), daemon=True)
+        sniffer.setblocking(False)
+        # Woken by a byte, not a timeout: the program's end is not waited on by up to one period.
+        self._wake, self._woken = os.pipe()
+        self.sniffer, self.seen = sniffer, dict[object, str]()
+        self.thread = threading.Thread(target=_watch, args=(sniffer, self.seen, self._wake), daemon=True)
         self.thread.start()
 
     def finish(self) -> tuple[list[str], int]:
         """Stop once nothing is queued: (the attempts named, packets the kernel dropped unseen)."""
-        self.stop.set()
+        os.write(self._woken, b"x")
         self.thread.join()
+        for fd in (self._wake, self._woken):
+            os.close(fd)
         stats = self.sniffer.getsockopt(_SOL_PACKET, _PACKET_STATISTICS, 8)
         self.sniffer.close()
         return list(self.seen.values()), struct.unpack("II", stats)[1]
