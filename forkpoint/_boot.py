@@ -85,11 +85,10 @@ def start() -> None:
                 api.finish_recording(rec)
                 rec.close()
 
-        atexit.register(finish_recording)
         ended: list[ErrorRecord] = []
         _watch_uncaught(ended.append)
         if env["FORKPOINT_REPORT"]:
-            where = Path(env["FORKPOINT_REPORT"]) / f"{ENDING_PREFIX}{os.getpid()}.json"
+            report = Path(env["FORKPOINT_REPORT"])
 
             def write_ending() -> None:
                 from .files import write_private
@@ -97,9 +96,11 @@ def start() -> None:
                 incomplete = made[0].failure if made else (failed[0] if failed else None)
                 lacks = [rec.lacks.to_json() for rec in made]
                 doc = {"uncaught": ended, "incomplete": incomplete, "lacks": lacks}
-                write_private(where, json.dumps(doc).encode())
+                # (this process's own: a forked child that exits normally writes one of its own)
+                write_private(report / f"{ENDING_PREFIX}{os.getpid()}.json", json.dumps(doc).encode())
 
-            atexit.register(write_ending)
+            atexit.register(write_ending)  # registered first, run last: after the calls written at exit
+        atexit.register(finish_recording)
     elif mode == "replay":
         from . import api, override
         from .log import Session, SessionWriter

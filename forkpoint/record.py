@@ -246,11 +246,12 @@ class Recorder:
     def model_call_done(self, event: ModelCallEvent) -> None:
         """Append a finished model call (built by the capture layer) with its key and pid. (Its
         provider-aware ``summary`` is not stored: readers derive it, :func:`forkpoint.providers.summary`.)"""
-        seq = self._append(keyed(event, self.ignore, self.keys))
-        found = summary(event)
-        if seq is not None:  # what the session holds, as a reader of it would tally
+        written = self._write(keyed(event, self.ignore, self.keys))
+        # What the session holds (scrubbed), as a reader of it would tally it.
+        found = summary(written[1] if written is not None else event)
+        if written is not None:
             with self._lock:
-                self.lacks.answered(found, seq)
+                self.lacks.answered(found, written[0])
         if found.get("kind") != "model" or runtime.current_span.get():
             return  # not a turn of the agent (telemetry, MCP, plain HTTP, or inside a tool)
         with self._checkpoint_lock:
@@ -261,10 +262,10 @@ class Recorder:
         """Append a finished tool call (built by the tool wrapper) with its key and pid. With a
         workspace, a tool call that is not the last one its turn asked for is followed by an
         observable checkpoint."""
-        seq = self._append(keyed(event, self.ignore, self.keys))
-        if seq is not None:
+        written = self._write(keyed(event, self.ignore, self.keys))
+        if written is not None:
             with self._lock:
-                self.lacks.recorded(event, seq)
+                self.lacks.recorded(written[1], written[0])
         with self._checkpoint_lock:
             self._turn_tools_done += 1
             more = self._turn_tools_done < self._turn_tools_expected
@@ -292,16 +293,21 @@ class Recorder:
         )
 
     def _append(self, event: Any) -> int | None:
+        written = self._write(event)
+        return written[0] if written is not None else None
+
+    def _write(self, event: Any) -> tuple[int, dict[str, Any]] | None:
+        """Append ``event``: its seq and stored (scrubbed) form, None once recording has stopped."""
         if self.failure is not None:
             return None
         with self._lock:
             if event["type"] in self.counts:
                 self.counts[event["type"]] += 1
         with self._guarded():
-            seq = self.writer.append(event)
+            written = self.writer.write(event)
             with self._lock:
                 self.appended += 1
-            return seq
+            return written
         return None
 
     def warnings(self) -> list[str]:
@@ -400,10 +406,13 @@ class Lacks:
     """What a recording lacks, tallied call by call: the tools the model asked for (by name, in its
     responses, with how many times), the tools recorded, and the tool calls whose result had no
     stored form. :meth:`warnings` says it in words. ``seqs``: the model and tool calls tallied, so
-    tallies of several processes can be told complete against the session (:meth:`merged`)."""
+    tallies of several processes can be told complete against the session (:meth:`merged`);
+    ``first``: the first call whose response asked for each tool (the order the warnings name them
+    in, whichever process or thread tallied it first)."""
 
     def __init__(self) -> None:
         self.asked_for: dict[str, int] = {}
+        self.first: dict[str, int] = {}
         self.tools: set[str] = set()
         self.lost: list[tuple[int | None, str, str]] = []  # (seq, tool, type of the result)
         self.seqs: list[int | None] = []
@@ -416,6 +425,8 @@ class Lacks:
             if call.get("name"):
                 name = str(call["name"])
                 self.asked_for[name] = self.asked_for.get(name, 0) + 1
+                if seq is not None:
+                    self.first[name] = min(self.first.get(name, seq), seq)
 
     def recorded(self, event: Mapping[str, Any], seq: int | None) -> None:
         """A tool call was recorded (as ``seq``)."""
@@ -439,6 +450,7 @@ class Lacks:
         """This tally as JSON (a recording process hands it to ``forkpoint record`` at its exit)."""
         return {
             "asked_for": self.asked_for,
+            "first": self.first,
             "tools": sorted(self.tools),
             "lost": self.lost,
             "seqs": self.seqs,
@@ -455,6 +467,8 @@ class Lacks:
             for t in tallies:
                 for name, k in t["asked_for"].items():
                     out.asked_for[str(name)] = out.asked_for.get(str(name), 0) + int(k)
+                for name, seq in t["first"].items():
+                    out.first[str(name)] = min(out.first.get(str(name), int(seq)), int(seq))
                 out.tools.update(str(n) for n in t["tools"])
                 out.lost.extend((seq, str(tool), str(kind)) for seq, tool, kind in t["lost"])
                 out.seqs.extend(t["seqs"])
@@ -466,8 +480,10 @@ class Lacks:
 
     def unrecorded_tools(self) -> dict[str, int]:
         """The tools the model asked for of which no call was recorded, and how many times it asked
-        for each: if the agent ran them, a replay runs them for real."""
-        return {n: k for n, k in self.asked_for.items() if not any(tool_matches(r, n) for r in self.tools)}
+        for each: if the agent ran them, a replay runs them for real. In the order the model first
+        asked for them."""
+        names = sorted(self.asked_for, key=lambda n: self.first.get(n, -1))  # stable: as tallied
+        return {n: self.asked_for[n] for n in names if not any(tool_matches(r, n) for r in self.tools)}
 
     def warnings(self) -> list[str]:
         """In words, for the person who made the recording (empty when it lacks nothing)."""
@@ -495,16 +511,18 @@ def recording_warnings(path: Path, tallies: Sequence[Mapping[str, Any]] | None =
     (the processes of ``forkpoint record -- CMD`` each wrote part of it): tools the model asked for
     that were never recorded (and how to name them), and tool calls whose result could not be
     recorded (a replay stops at the first). From the processes' ``tallies`` (:meth:`Lacks.to_json`)
-    when they account for every call the session holds, else read back: then None when it cannot be
-    read (whoever wrote it has said why), and for an encrypted session without an identity at hand,
-    that the checks were skipped, and why."""
+    when they account for every call the session holds, else read back: where it cannot be (an
+    encrypted session without an identity at hand, a log that does not read), that the checks were
+    skipped, and why."""
     if tallies is not None:
         from .store import info
 
         try:
             found = info(path)
-        except SessionError:
-            return []
+        except SessionError as exc:
+            return [
+                f"the checks of what the recording lacks were skipped: the session cannot be read back: {exc}"
+            ]
         merged = Lacks.merged(tallies, found.model_calls + found.tool_calls)
         if merged is not None:
             return merged.warnings()
@@ -512,6 +530,8 @@ def recording_warnings(path: Path, tallies: Sequence[Mapping[str, Any]] | None =
         events = Session.load(path, derived=False, share_lists=True).events
     except IdentityError as exc:  # an encrypted session, and no identity here to read it back
         return [f"the checks of what the recording lacks were skipped: {exc}"]
-    except SessionError:
-        return []
+    except SessionError as exc:
+        return [
+            f"the checks of what the recording lacks were skipped: the session cannot be read back: {exc}"
+        ]
     return Lacks.of(events).warnings()

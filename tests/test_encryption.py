@@ -293,6 +293,47 @@ def test_forkpoint_record_says_when_it_could_not_check_an_encrypted_session(
     assert "the checks of what the recording lacks were skipped" in run.stderr  # said, not silent
 
 
+@pytest.mark.slow
+def test_a_call_written_as_the_program_exits_is_in_its_tally(
+    tmp_path: Path, server: LocalServer, keys: tuple[str, Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stream the program never finished is written as it exits: its process hands its tally
+    over after that, so the checks need neither the identity nor a reading back."""
+    recipient, _, _ = keys
+    monkeypatch.delenv(IDENTITY_ENV, raising=False)
+    server.chat_script = [[("get_weather", {"city": "Oslo"})]]
+    (tmp_path / "agent.py").write_text(
+        textwrap.dedent(
+            f"""
+            import openai
+            c = openai.OpenAI(base_url={server.openai_base_url!r}, api_key="sk-test", max_retries=0)
+            stream = c.chat.completions.create(model="m", messages=[{{"role": "user", "content": "x"}}], stream=True)
+            next(iter(stream))  # and never read to its end
+            """
+        )
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    run = forkpoint_cli(
+        [
+            "record",
+            "--store",
+            "s",
+            "--no-workspace",
+            "--encrypt-to",
+            recipient,
+            "--",
+            sys.executable,
+            "agent.py",
+        ],
+        tmp_path,
+        env,
+        timeout=60,
+    )
+    said = " ".join(run.stderr.split())
+    assert run.returncode == 0 and "(1 model call, 0 tool calls)" in said, run.stderr
+    assert "skipped" not in said and "never recorded: get_weather (1 call)." in said, said
+
+
 def test_a_live_export_of_an_encrypted_session_needs_the_identity_first(
     tmp_path: Path, keys: tuple[str, Path, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:

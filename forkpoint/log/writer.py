@@ -228,6 +228,11 @@ class SessionWriter:
         encoded: only the new items are); a checkpoint's fields that repeat this writer's last
         checkpoint's are ``$same`` references (:func:`~.codec.same_refs`).
         """
+        return self.write(event)[0]
+
+    def write(self, event: Mapping[str, Any]) -> tuple[int, dict[str, Any]]:
+        """:meth:`append`, returning the ``seq`` and the event as the session holds it: scrubbed,
+        in resolved form (what a reader gets back, without ``seq``, ``prev`` and ``hash``)."""
         with self._lock:
             if self._fd < 0:
                 raise SessionError(f"{self.log_path}: this writer is closed")
@@ -302,7 +307,7 @@ class SessionWriter:
                 self._torn, self._close_torn = None, b""
             finally:
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
-            return seq
+            return seq, scrubbed
 
     def _delta_bases(self, lists: dict[str, list[Any]]) -> dict[str, tuple[int, int]]:
         """For each list of a new request body: (base seq, items kept) of the recent call whose

@@ -371,6 +371,22 @@ def test_recording_warns_of_tools_the_model_asked_for_that_were_never_recorded(
     assert "--tool __main__:FUNCTION" in said and "@forkpoint.tool" in said
 
 
+def test_tallies_merged_name_the_tools_in_the_order_the_model_asked_for_them() -> None:
+    """Processes hand their tallies over in any order, and threads tally after they write: the
+    warning names the tools as reading the session back does, by the first call that asked."""
+    from forkpoint.record import Lacks
+
+    late, early = Lacks(), Lacks()
+    late.answered({"tool_calls": [{"name": "beta_tool"}, {"name": "alpha_tool"}]}, 5)
+    early.answered({"tool_calls": [{"name": "alpha_tool"}]}, 2)
+    early.answered({"tool_calls": [{"name": "gamma_tool"}]}, 3)
+    merged = Lacks.merged([late.to_json(), early.to_json()], 3)
+    assert merged is not None
+    assert list(merged.unrecorded_tools().items()) == [("alpha_tool", 2), ("gamma_tool", 1), ("beta_tool", 1)]
+    assert Lacks.merged([late.to_json(), early.to_json()], 4) is None  # a call no tally accounts for
+    assert Lacks.merged([late.to_json(), late.to_json(), early.to_json()], 4) is None  # one tallied twice
+
+
 # --------------------------------------------------------------------------- what-if sessions
 
 
@@ -479,7 +495,10 @@ def test_forkpoint_record_says_what_its_processes_lacked(make_server: Any, tmp_p
     they do not account for every call in the session (a forked worker left through os._exit),
     it reads the session back: either way, the same words."""
     (tmp_path / "agent.py").write_text(LACKING_AGENT)
-    for fork in ("", "1"):
+    # Third: a rule that scrubs the recorded tool's name, in the session and in the model's answer.
+    for fork, rules in (("", None), ("1", None), ("", 'patterns = ["save_note"]')):
+        if rules:
+            (tmp_path / "forkpoint.toml").write_text(f"[redact]\n{rules}\n")
         srv: LocalServer = make_server(
             chat_script=[[("get_weather", {"city": "Oslo"}), ("save_note", {"text": "x"})], "ok"]
         )
@@ -496,3 +515,4 @@ def test_forkpoint_record_says_what_its_processes_lacked(make_server: Any, tmp_p
         said = " ".join(r.stderr.split())
         assert r.returncode == 0 and "(2 model calls, 1 tool call)" in said, r.stderr
         assert "the model asked for tools that were never recorded: get_weather (1 call)." in said, said
+        assert "REDACTED" not in said, said
