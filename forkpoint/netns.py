@@ -34,6 +34,7 @@ import struct
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 CLONE_NEWUSER = 0x10000000
@@ -207,12 +208,26 @@ def _attempt(packet: bytes, proto: int) -> tuple[object, str] | None:
     return ("ping", host), f"{host} (ping)"
 
 
-def _watch(sniffer: socket.socket, seen: dict[object, str], wake: int) -> None:
-    """Name each attempt to leave that passes ``lo``, until the file ``wake`` is readable (the
-    program has ended: nothing new can be sent), then what is still queued, and return."""
+#: Once the program has ended, how long the watcher still reads what is queued (processes the
+#: program left behind may go on sending: the replay does not wait for them).
+_DRAIN_SECONDS = 1.0
+
+
+def _watch(sniffer: socket.socket, seen: dict[object, str], stop: threading.Event, wake: int) -> None:
+    """Name each attempt to leave that passes ``lo`` until ``stop`` is set (then the file ``wake``
+    is readable: the program has ended), then what is still queued, for at most
+    :data:`_DRAIN_SECONDS`, and return. (``poll``, not ``select``: a descriptor may be past 1023.)"""
+    poller = select.poll()
+    for fd in (sniffer.fileno(), wake):
+        poller.register(fd, select.POLLIN)
+    stop_at: float | None = None
     while True:
-        ready, _, _ = select.select([sniffer.fileno(), wake], [], [])
+        poller.poll()
         while True:  # every packet queued now (the socket does not block)
+            if stop_at is None and stop.is_set():
+                stop_at = time.monotonic() + _DRAIN_SECONDS
+            if stop_at is not None and time.monotonic() >= stop_at:
+                return
             try:
                 packet, address = sniffer.recvfrom(512)  # headers and a DNS question fit
             except BlockingIOError:
@@ -222,7 +237,7 @@ def _watch(sniffer: socket.socket, seen: dict[object, str], wake: int) -> None:
             found = _attempt(packet, address[1])
             if found is not None and found[0] not in seen:
                 seen[found[0]] = found[1]
-        if wake in ready:
+        if stop_at is not None:
             return
 
 
@@ -240,12 +255,14 @@ class _Watcher:
         sniffer.setblocking(False)
         # Woken by a byte, not a timeout: the program's end is not waited on by up to one period.
         self._wake, self._woken = os.pipe()
-        self.sniffer, self.seen = sniffer, dict[object, str]()
-        self.thread = threading.Thread(target=_watch, args=(sniffer, self.seen, self._wake), daemon=True)
+        self.sniffer, self.seen, self.stop = sniffer, dict[object, str](), threading.Event()
+        args = (sniffer, self.seen, self.stop, self._wake)
+        self.thread = threading.Thread(target=_watch, args=args, daemon=True)
         self.thread.start()
 
     def finish(self) -> tuple[list[str], int]:
         """Stop once nothing is queued: (the attempts named, packets the kernel dropped unseen)."""
+        self.stop.set()
         os.write(self._woken, b"x")
         self.thread.join()
         for fd in (self._wake, self._woken):

@@ -7,9 +7,11 @@ tested in both."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -167,6 +169,11 @@ if sys.argv[1] == "refuse":
     def refuse():
         raise PermissionError(1, "refused for the test")
     netns._enter = refuse
+if sys.argv[1] == "many-fds":  # the packet socket and its wake-up pipe land past 1023 (select's limit)
+    import os, resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(4096, hard), hard))
+    kept = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
 cmd = [sys.executable, "-c", sys.argv[2]]
 run, namespace = netns.confine(cmd, Path(sys.argv[3]))
 proc = subprocess.Popen(run, preexec_fn=namespace.preexec, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -210,6 +217,51 @@ def test_a_process_with_one_thread_starts_the_program_in_the_namespace_itself(tm
     assert "interfaces ['lo']" in str(result["out"])
     assert result["blocked"] == ["192.0.2.1:443", "203.0.113.9:9999 (udp)"]
     assert not list(tmp_path.glob(f"{netns.RESULT_PREFIX}*"))  # nothing went through files
+
+
+def test_a_process_with_many_files_open_still_names_what_the_program_tried(tmp_path: Path) -> None:
+    import resource
+
+    if resource.getrlimit(resource.RLIMIT_NOFILE)[1] < 1200:
+        pytest.skip("the hard limit on open files is too low to open 1,100 of them")
+    result = confined(tmp_path, "many-fds")
+    assert result["code"] == 0, result["err"]
+    assert result["blocked"] == ["192.0.2.1:443", "203.0.113.9:9999 (udp)"]
+
+
+# The program tries to leave once, then leaves a process behind, in a session of its own and without
+# the program's files, that goes on sending on lo for a minute; it writes its pid down so the test can
+# stop it.
+LEAVES_A_SENDER = (
+    "import os, socket, sys, time\n"
+    "socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'x', ('203.0.113.9', 7))\n"
+    "if os.fork() == 0:\n"
+    "    os.setsid()\n"
+    "    open(sys.argv[1], 'w').write(str(os.getpid()))\n"
+    "    for fd in (0, 1, 2): os.close(fd)\n"
+    "    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+    "    end = time.monotonic() + 60\n"
+    "    while time.monotonic() < end: s.sendto(b'x', ('127.0.0.1', 9))\n"
+    "    os._exit(0)\n"
+    "while not os.path.exists(sys.argv[1]): time.sleep(0.01)\n"
+)
+
+
+def test_the_replay_ends_with_its_program_not_with_what_the_program_left_behind(tmp_path: Path) -> None:
+    """Once the program has ended, what is still queued on lo is read for at most a second: a
+    process it left behind that keeps sending does not hold the replay open."""
+    if netns.refused() is not None:
+        pytest.skip(f"the kernel refuses a network namespace here: {netns.refused()}")
+    pid_file = tmp_path / "sender.pid"
+    cmd = [sys.executable, "-I", netns.__file__, str(tmp_path), "--", sys.executable, "-c", LEAVES_A_SENDER]
+    try:
+        done = subprocess.run([*cmd, str(pid_file)], capture_output=True, text=True, timeout=30)
+        assert done.returncode == 0, done.stderr
+        assert netns.results(tmp_path)[0] == ["203.0.113.9:7 (udp)"]
+    finally:
+        if pid_file.exists():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid_file.read_text()), signal.SIGKILL)
 
 
 def test_where_the_child_cannot_enter_the_namespace_the_program_never_runs(tmp_path: Path) -> None:
