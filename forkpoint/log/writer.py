@@ -16,6 +16,7 @@ import operator
 import os
 import secrets
 import threading
+import weakref
 from collections import deque
 from collections.abc import Mapping
 from pathlib import Path
@@ -92,6 +93,8 @@ class SessionWriter:
         self.blobs = BlobStore(self.path / BLOB_DIR, durable=self.fsync != "never", cipher=self.cipher)
         self._fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND)
         self._lock = threading.Lock()
+        self._closed_why = "this writer is closed"
+        _OPEN.add(self)
         self._known_size = -1
         self._last_seq = 0
         self._last_hash = ""
@@ -235,7 +238,7 @@ class SessionWriter:
         in resolved form (what a reader gets back, without ``seq``, ``prev`` and ``hash``)."""
         with self._lock:
             if self._fd < 0:
-                raise SessionError(f"{self.log_path}: this writer is closed")
+                raise SessionError(f"{self.log_path}: {self._closed_why}")
             stored = {"type": event["type"], "ts": event.get("ts") or now_iso()}
             stored.update((k, v) for k, v in event.items() if k not in _LOG_FIELDS)
             stored = self.scrubber.event(stored)
@@ -344,6 +347,34 @@ class SessionWriter:
                     os.fsync(self._fd)
                 os.close(self._fd)
                 self._fd = -1
+        _OPEN.discard(self)
+
+    def _forked(self) -> None:
+        """In a child forked while this writer was open: a file description of its own. The lock
+        ``append`` takes (``flock``) belongs to the open file description, which fork shares, so
+        without one parent and child would append at once, with the same seqs."""
+        self._lock = threading.Lock()  # (a thread of the parent may have held it as it forked)
+        if self._fd < 0:
+            return
+        try:
+            fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND)
+        except OSError as exc:  # appending through the shared one could break the log: stop, loudly
+            fd = -1
+            self._closed_why = f"a forked process could not open the log for itself ({exc})"
+        os.close(self._fd)
+        self._fd, self._known_size = fd, -1
+
+
+#: The writers open in this process, given their own file description in a forked child.
+_OPEN: weakref.WeakSet[SessionWriter] = weakref.WeakSet()
+
+
+def _after_fork() -> None:
+    for writer in list(_OPEN):
+        writer._forked()
+
+
+os.register_at_fork(after_in_child=_after_fork)
 
 
 def _seal_event(

@@ -203,6 +203,41 @@ def test_header_outside_git_has_no_git_state(tmp_path: Path, monkeypatch: pytest
     assert Session.load(rec.session_path).header["git"] is None
 
 
+def test_forked_processes_appending_at_once_keep_the_log_whole(tmp_path: Path) -> None:
+    """A process forked inside a recording (a worker) appends through the writer it inherited. The
+    file lock belongs to the open file description, which fork shares: each process needs one of
+    its own, or parent and children append with the same seqs and the log cannot be read."""
+
+    @forkpoint.tool
+    def save(text: str) -> int:
+        return len(text)
+
+    with forkpoint.record(store=tmp_path / "store") as rec:
+        pids = []
+        for k in range(3):
+            pid = os.fork()
+            if pid == 0:  # a worker: records its calls, leaves at once
+                code = 0
+                try:
+                    for i in range(60):
+                        save(f"{k}-{i}")
+                except BaseException:
+                    code = 1
+                os._exit(code)
+            pids.append(pid)
+        for i in range(60):
+            save(f"parent-{i}")
+        assert all(os.waitpid(pid, 0)[1] == 0 for pid in pids)
+    events = Session.load(rec.session_path).events
+    calls = [e for e in events if e["type"] == "tool_call"]
+    assert len(calls) == 240
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    assert sorted(e["args"]["text"] for e in calls) == sorted(
+        [f"parent-{i}" for i in range(60)] + [f"{k}-{i}" for k in range(3) for i in range(60)]
+    )
+    assert verify_log(rec.session_path).ok
+
+
 def test_create_refuses_an_existing_session(store: Path) -> None:
     path = _write_session(store, _sample_events()[:2], session_id="20260101-000000-abcdef")
     before = (path / LOG_NAME).read_bytes()
