@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -247,6 +248,23 @@ def test_recipients_from_files_config_and_the_command_line(
             pass
 
 
+def record_encrypted(cwd: Path, recipient: str) -> subprocess.CompletedProcess[str]:
+    """``forkpoint record`` of ``cwd/agent.py`` into an encrypted session of ``cwd/s``."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    cmd = [
+        "record",
+        "--store",
+        "s",
+        "--no-workspace",
+        "--encrypt-to",
+        recipient,
+        "--",
+        sys.executable,
+        "agent.py",
+    ]
+    return forkpoint_cli(cmd, cwd, env, timeout=60)
+
+
 @pytest.mark.slow
 def test_forkpoint_record_says_when_it_could_not_check_an_encrypted_session(
     tmp_path: Path, server: LocalServer, keys: tuple[str, Path, Path], monkeypatch: pytest.MonkeyPatch
@@ -272,23 +290,7 @@ def test_forkpoint_record_says_when_it_could_not_check_an_encrypted_session(
             """
         )
     )
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    run = forkpoint_cli(
-        [
-            "record",
-            "--store",
-            "s",
-            "--no-workspace",
-            "--encrypt-to",
-            recipient,
-            "--",
-            sys.executable,
-            "agent.py",
-        ],
-        tmp_path,
-        env,
-        timeout=60,
-    )
+    run = record_encrypted(tmp_path, recipient)
     assert run.returncode == 0 and "1 tool call" in run.stderr, run.stderr
     assert "the checks of what the recording lacks were skipped" in run.stderr  # said, not silent
 
@@ -312,23 +314,7 @@ def test_a_call_written_as_the_program_exits_is_in_its_tally(
             """
         )
     )
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    run = forkpoint_cli(
-        [
-            "record",
-            "--store",
-            "s",
-            "--no-workspace",
-            "--encrypt-to",
-            recipient,
-            "--",
-            sys.executable,
-            "agent.py",
-        ],
-        tmp_path,
-        env,
-        timeout=60,
-    )
+    run = record_encrypted(tmp_path, recipient)
     said = " ".join(run.stderr.split())
     assert run.returncode == 0 and "(1 model call, 0 tool calls)" in said, run.stderr
     assert "skipped" not in said and "never recorded: get_weather (1 call)." in said, said
