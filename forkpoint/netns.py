@@ -261,7 +261,8 @@ class _Watcher:
         self.thread.start()
 
     def finish(self) -> tuple[list[str], int]:
-        """Stop once nothing is queued: (the attempts named, packets the kernel dropped unseen)."""
+        """Stop once nothing is queued, or a second later (:data:`_DRAIN_SECONDS`): (the attempts
+        named, packets the kernel dropped unseen)."""
         self.stop.set()
         os.write(self._woken, b"x")
         self.thread.join()

@@ -157,7 +157,7 @@ def record_command(
 
     Returns (session path, exit code, the command's stdout if ``capture``).
     """
-    from .record import check_live_export, make_header, open_workspace, recording_warnings
+    from .record import Lacks, check_live_export, make_header, open_workspace, recording_warnings
     from .store import info, open_store
 
     tools = list(tools or [])
@@ -191,7 +191,9 @@ def record_command(
             f"forkpoint: recorded session {session.session_id} ({plural(i.model_calls, 'model call')}, "
             f"{plural(i.tool_calls, 'tool call')}) in {where}"
         )
-        for warning in recording_warnings(session.path, lacks):
+        # Each process's own tally, unless they do not account for every call (then read back).
+        merged = Lacks.merged(lacks, i.model_calls + i.tool_calls)
+        for warning in merged.warnings() if merged is not None else recording_warnings(session.path):
             say(f"forkpoint: WARNING: {warning}")
         done = live.finish() if live is not None else None  # (finished as the session closed: its report)
         if done is not None and done.complete:

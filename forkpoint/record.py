@@ -85,13 +85,12 @@ def git_state(cwd: Path) -> dict[str, Any] | None:
         ).stdout
     except (OSError, subprocess.SubprocessError):
         return None
-    heads = dict(
-        line[2:].split(" ", 1) for line in out.splitlines() if line.startswith("# ") and " " in line[2:]
-    )
+    lines = out.splitlines()
+    heads = dict(line[2:].split(" ", 1) for line in lines if line.startswith("# ") and " " in line[2:])
     commit, branch = heads.get("branch.oid"), heads.get("branch.head")
     if not commit or commit == "(initial)":
         return None
-    dirty = any(line and not line.startswith("#") for line in out.splitlines())
+    dirty = any(line and not line.startswith("#") for line in lines)
     return {"commit": commit, "branch": None if branch in (None, "(detached)") else branch, "dirty": dirty}
 
 
@@ -506,26 +505,13 @@ class Lacks:
         return out
 
 
-def recording_warnings(path: Path, tallies: Sequence[Mapping[str, Any]] | None = None) -> list[str]:
-    """What the recording in session directory ``path`` lacks, in words for the person who made it
-    (the processes of ``forkpoint record -- CMD`` each wrote part of it): tools the model asked for
-    that were never recorded (and how to name them), and tool calls whose result could not be
-    recorded (a replay stops at the first). From the processes' ``tallies`` (:meth:`Lacks.to_json`)
-    when they account for every call the session holds, else read back: where it cannot be (an
-    encrypted session without an identity at hand, a log that does not read), that the checks were
-    skipped, and why."""
-    if tallies is not None:
-        from .store import info
-
-        try:
-            found = info(path)
-        except SessionError as exc:
-            return [
-                f"the checks of what the recording lacks were skipped: the session cannot be read back: {exc}"
-            ]
-        merged = Lacks.merged(tallies, found.model_calls + found.tool_calls)
-        if merged is not None:
-            return merged.warnings()
+def recording_warnings(path: Path) -> list[str]:
+    """What the recording in session directory ``path`` lacks, read back, in words for the person
+    who made it: tools the model asked for that were never recorded (and how to name them), and tool
+    calls whose result could not be recorded (a replay stops at the first). Where it cannot be read
+    back (an encrypted session without an identity at hand, a log that does not read), that the
+    checks were skipped, and why. (``forkpoint record`` first tries its processes' tallies:
+    :meth:`Lacks.merged`.)"""
     try:
         events = Session.load(path, derived=False, share_lists=True).events
     except IdentityError as exc:  # an encrypted session, and no identity here to read it back

@@ -222,6 +222,7 @@ def test_a_process_with_one_thread_starts_the_program_in_the_namespace_itself(tm
 def test_a_process_with_many_files_open_still_names_what_the_program_tried(tmp_path: Path) -> None:
     import resource
 
+    # The case needs descriptors past 1023; where the hard limit forbids them it cannot arise either.
     if resource.getrlimit(resource.RLIMIT_NOFILE)[1] < 1200:
         pytest.skip("the hard limit on open files is too low to open 1,100 of them")
     result = confined(tmp_path, "many-fds")
@@ -250,6 +251,7 @@ LEAVES_A_SENDER = (
 def test_the_replay_ends_with_its_program_not_with_what_the_program_left_behind(tmp_path: Path) -> None:
     """Once the program has ended, what is still queued on lo is read for at most a second: a
     process it left behind that keeps sending does not hold the replay open."""
+    # Only a replay in a namespace watches lo (elsewhere the in-process guard refuses, tested above).
     if netns.refused() is not None:
         pytest.skip(f"the kernel refuses a network namespace here: {netns.refused()}")
     pid_file = tmp_path / "sender.pid"
