@@ -20,9 +20,16 @@ from ..redact import scrub_bytes, scrub_json, scrub_text
 DecoderFactory = Callable[[str], Any]
 
 
-def parse_body(data: bytes, content_type: str, *, json_ok: bool = True) -> tuple[str, Any]:
+def parse_body(
+    data: bytes,
+    content_type: str,
+    *,
+    json_ok: bool = True,
+    loads: Callable[[bytes], Any] = orjson.loads,
+) -> tuple[str, Any]:
     """Classify and parse an HTTP body: ``("empty", None)``, ``("json", value)``, ``("text", str)``
-    or ``("bytes", bytes)``. JSON is recognised by content type or by a leading ``{``/``[``;
+    or ``("bytes", bytes)``. JSON is recognised by content type or by a leading ``{``/``[`` and
+    parsed by ``loads`` (raising :class:`orjson.JSONDecodeError` where it is not JSON);
     ``json_ok=False`` keeps the body as text or bytes (a body still under a content coding)."""
     if not data:
         return "empty", None
@@ -30,7 +37,7 @@ def parse_body(data: bytes, content_type: str, *, json_ok: bool = True) -> tuple
     head = data.lstrip()[:1]
     if json_ok and ("json" in ctype or head in (b"{", b"[")):
         try:
-            return "json", orjson.loads(data)
+            return "json", loads(data)
         except orjson.JSONDecodeError:
             pass
     try:

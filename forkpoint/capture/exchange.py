@@ -45,7 +45,7 @@ from ..providers import stream_end_markers
 from ..redact import current as current_scrubber
 from ..redact import scrub_bytes, scrub_chunks, scrub_headers, scrub_stream, scrub_text, scrub_url
 from ..streamscrub import scrub_events
-from . import connections
+from . import connections, resent
 from .decoding import (
     DecoderFactory,
     body_bytes,
@@ -98,7 +98,13 @@ def request_record(
         if decoded is not None:
             content = b"".join(decoded)
             pairs = [(k, v) for k, v in pairs if k.lower() != "content-encoding"]
-    kind, body = parse_body(content, header(pairs, "content-type"))
+    # (an agent resends its conversation: the body is parsed by what it adds to the last one)
+    endpoint = f"{method} {url}"
+    kind, body = parse_body(
+        content,
+        header(pairs, "content-type"),
+        loads=lambda data: resent.loads(data, endpoint, runtime.active()),
+    )
     record = {
         "method": method,
         "url": scrub_url(url),

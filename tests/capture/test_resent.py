@@ -1,0 +1,123 @@
+"""Request bodies parsed by what they add to the last one (forkpoint.capture.resent): always the
+value a whole parse gives, and only the added items parsed where the body resends the last one."""
+
+from __future__ import annotations
+
+import gc
+import json
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from forkpoint.capture import resent
+from tests.test_properties import JSON, SETTINGS
+
+
+class Owner:
+    """Stands for a recording: what is kept of its bodies lives as long as it does."""
+
+
+SERIALIZERS = {
+    "json": lambda v: json.dumps(v).encode(),
+    "compact": lambda v: json.dumps(v, separators=(",", ":"), ensure_ascii=False).encode(),
+    "indented": lambda v: json.dumps(v, indent=1).encode(),
+    "orjson": orjson.dumps,
+}
+
+# A string that looks like the structure around it: a marker or a splice inside it must not pass.
+TRICKY = st.sampled_from(['"]', "],", '\\",', "}]", '"},{"role":"tool"}]', "\\\\", "\u2028", ""])
+ITEM = JSON | st.fixed_dictionaries(
+    {"role": st.sampled_from(["user", "tool"]), "content": TRICKY | st.text()}
+)
+
+STEP = st.one_of(
+    st.tuples(st.just("append"), st.lists(ITEM, min_size=1, max_size=3)),
+    st.tuples(st.just("edit-last"), TRICKY | st.text(max_size=5)),
+    st.tuples(st.just("other"), JSON),
+    st.tuples(st.just("replace"), st.lists(ITEM, max_size=3)),
+    st.tuples(st.just("same"), st.none()),
+)
+
+
+def strict(value: Any) -> bytes:
+    """The value as orjson writes it: 1, 1.0 and true differ, and so does the order of keys."""
+    return orjson.dumps(value)
+
+
+@SETTINGS
+@given(
+    st.lists(ITEM, max_size=3),
+    JSON,
+    st.booleans(),
+    st.sampled_from(sorted(SERIALIZERS)),
+    st.lists(STEP, max_size=8),
+)
+def test_every_body_reads_as_a_whole_parse_does(
+    messages: list[Any], tools: Any, messages_first: bool, serializer: str, steps: list[tuple[str, Any]]
+) -> None:
+    owner = Owner()
+    dump = SERIALIZERS[serializer]
+    doc: dict[str, Any] = {"messages": messages, "tools": tools} if messages_first else {"model": "m"}
+    doc.update({"messages": messages, "tools": tools})
+    for op, arg in [("same", None), *steps]:
+        if op == "append":
+            doc["messages"] = [*doc["messages"], *arg]
+        elif op == "edit-last" and doc["messages"]:
+            last = doc["messages"][-1]
+            doc["messages"] = [*doc["messages"][:-1], {"edited": arg, "was": last}]
+        elif op == "other":
+            doc["tools"] = arg
+        elif op == "replace":
+            doc["messages"] = arg
+        body = dump(doc)
+        assert strict(resent.loads(body, "POST http://127.0.0.1/v1", owner)) == strict(orjson.loads(body))
+
+
+def conversation(turns: int) -> list[bytes]:
+    """The bodies an agent loop posts: its whole conversation at every call, tools after it."""
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "You edit files."}]
+    tools = [{"type": "function", "function": {"name": "edit", "parameters": {"type": "object"}}}]
+    bodies = []
+    for turn in range(turns):
+        messages.append({"role": "user", "content": f'turn {turn}: fix ] and ", then go on'})
+        bodies.append(json.dumps({"model": "m", "messages": messages, "tools": tools}).encode())
+    return bodies
+
+
+def test_a_resent_conversation_is_parsed_by_what_it_adds() -> None:
+    owner = Owner()
+    values = [resent.loads(body, "POST /v1", owner) for body in conversation(6)]
+    assert [strict(v) for v in values] == [strict(orjson.loads(b)) for b in conversation(6)]
+    # From the second body on (where the growing list is found), the items already read are the
+    # last value's own: not parsed again.
+    for before, after in zip(values, values[1:], strict=False):
+        assert all(a is b for a, b in zip(before["messages"], after["messages"], strict=False))
+        assert after["tools"] is before["tools"] and after["messages"] is not before["messages"]
+
+
+def test_bodies_are_kept_per_endpoint_and_owner_and_go_with_the_owner() -> None:
+    bodies = conversation(3)
+    first, second = Owner(), Owner()
+    a = [resent.loads(b, "POST /v1", first) for b in bodies]
+    # another endpoint, another owner, no owner: each starts from a whole parse
+    other = resent.loads(bodies[2], "POST /v2", first)
+    theirs = resent.loads(bodies[2], "POST /v1", second)
+    unowned = resent.loads(bodies[2], "POST /v1", None)
+    for v in (other, theirs, unowned):
+        assert strict(v) == strict(a[2]) and v["messages"][0] is not a[2]["messages"][0]
+    del first, second
+    gc.collect()
+    assert len(resent._kept) == 0
+
+
+def test_a_body_that_is_not_json_raises_as_a_whole_parse_does() -> None:
+    owner = Owner()
+    bodies = conversation(3)
+    for b in bodies:
+        resent.loads(b, "POST /v1", owner)
+    broken = bodies[2][:-1] + b',{"role": "user"' + bodies[2][-1:]
+    with pytest.raises(orjson.JSONDecodeError):
+        resent.loads(broken, "POST /v1", owner)
