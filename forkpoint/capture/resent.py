@@ -37,9 +37,12 @@ import orjson
 
 #: Endpoints whose last body is kept (each holds that body's bytes and value).
 ENDPOINTS_KEPT = 8
-#: Failed attempts to find the growing list of an endpoint's bodies before giving up on it (each
-#: costs one whole parse of a body; bodies that are not resent conversations stop paying it).
+#: Failed attempts to find the growing list of an endpoint's bodies before backing off (each costs
+#: one whole parse of a body): after that, one attempt every 2, 4, ... up to :data:`BACKOFF_MAX`
+#: bodies, so bodies that are not a resent conversation stop paying it, and a conversation that
+#: begins after some that were not is still found.
 PROBES_KEPT = 3
+BACKOFF_MAX = 64
 
 _WHITESPACE = b" \t\r\n"
 
@@ -47,17 +50,20 @@ _WHITESPACE = b" \t\r\n"
 class _Body:
     """The last JSON object body sent to an endpoint, and what is known of its growing list."""
 
-    __slots__ = ("data", "value", "key", "end", "failed")
+    __slots__ = ("data", "value", "key", "end", "failed", "waited")
 
-    def __init__(self, data: bytes, value: dict[str, Any], key: str | None, end: int, failed: int) -> None:
+    def __init__(
+        self, data: bytes, value: dict[str, Any], key: str | None, end: int, failed: int, waited: int
+    ) -> None:
         self.data = data
         self.value = value
         #: The top-level key whose list grows, and the offset right after its last item (``end`` is
         #: -1 while unknown).
         self.key = key
         self.end = end
-        #: Attempts to find them that failed.
+        #: Attempts to find them that failed in a row, and bodies since the last attempt.
         self.failed = failed
+        self.waited = waited
 
 
 _lock = threading.Lock()
@@ -79,13 +85,15 @@ def loads(data: bytes, endpoint: str, owner: object | None) -> Any:
         last = bodies.get(endpoint)
     got = _appended(last, data) if last is not None else None
     if got is not None:
-        value, key, end, failed = got
+        value, key, end = got
+        failed = waited = 0
     else:
         value = orjson.loads(data)
-        key, end, failed = None, -1, last.failed if last is not None else 0
+        key, end = None, -1
+        failed, waited = (last.failed, last.waited) if last is not None else (0, 0)
     with _lock:
         if isinstance(value, dict):
-            bodies[endpoint] = _Body(data, value, key, end, failed)
+            bodies[endpoint] = _Body(data, value, key, end, failed, waited)
             bodies.move_to_end(endpoint)
             while len(bodies) > ENDPOINTS_KEPT:
                 bodies.popitem(last=False)
@@ -94,27 +102,31 @@ def loads(data: bytes, endpoint: str, owner: object | None) -> Any:
     return value
 
 
-def _appended(last: _Body, data: bytes) -> tuple[dict[str, Any], str, int, int] | None:
-    """(``data``'s value, the growing key, the offset after its last item, failed probes) when
-    ``data`` is ``last`` with items appended to a top-level list; else None."""
+def _appended(last: _Body, data: bytes) -> tuple[dict[str, Any], str, int] | None:
+    """(``data``'s value, the growing key, the offset after its last item) when ``data`` is
+    ``last`` with items appended to a top-level list; else None. (Counts, in ``last``, the attempts
+    to find that list that failed, and the bodies that waited; a race between threads loses a
+    count: harmless.)"""
     old = last.data
     if len(data) < len(old):
         return None
     key, end = last.key, last.end
     if key is None:
-        if last.failed >= PROBES_KEPT:
+        if last.failed >= PROBES_KEPT and last.waited + 1 < min(2 ** (last.failed - 2), BACKOFF_MAX):
+            last.waited += 1
             return None
+        last.waited = 0
         at = _common_prefix(old, data)
         # (the probe parses the last body whole: only where the new one also ends as it does)
         found = _list_end(old, last.value, at) if data.endswith(memoryview(old)[at:]) else None
         spliced = _spliced(last, data, *found) if found is not None else None
         if spliced is None:
-            last.failed += 1  # (a race with another thread loses a count: harmless)
+            last.failed += 1
         return spliced
     return _spliced(last, data, key, end)
 
 
-def _spliced(last: _Body, data: bytes, key: str, end: int) -> tuple[dict[str, Any], str, int, int] | None:
+def _spliced(last: _Body, data: bytes, key: str, end: int) -> tuple[dict[str, Any], str, int] | None:
     """:func:`_appended` once the growing list's key and end are known."""
     old = last.data
     view = memoryview(old)
@@ -125,7 +137,7 @@ def _spliced(last: _Body, data: bytes, key: str, end: int) -> tuple[dict[str, An
     if items is None:
         return None
     value = {k: v + items if k == key else v for k, v in last.value.items()}
-    return value, key, len(data) - tail, 0
+    return value, key, len(data) - tail
 
 
 def _items(added: bytes, *, first: bool) -> list[Any] | None:
@@ -138,8 +150,8 @@ def _items(added: bytes, *, first: bool) -> list[Any] | None:
         if body[:1] != b",":
             return None
         body = body[1:]
-    try:
-        items = orjson.loads(b"[" + body + b"]")
+    try:  # (at the depth they have in the body, inside its object and list: orjson limits depth)
+        items = orjson.loads(b"[[" + body + b"]]")[0]
     except orjson.JSONDecodeError:
         return None
     return items if items else None  # "[ ]" from a lone comma is not an item
@@ -179,8 +191,11 @@ def _list_end(data: bytes, value: dict[str, Any], at: int) -> tuple[str, int] | 
             continue
         if not isinstance(probed, dict) or probed.keys() != value.keys():
             continue
-        grown = [k for k in lists if probed[k] == [*value[k], marker]]
-        if len(grown) == 1 and all(probed[k] == value[k] for k in value if k != grown[0]):
-            if bool(value[grown[0]]) == bool(sep):
-                return grown[0], at
+        try:
+            grown = [k for k in lists if probed[k] == [*value[k], marker]]
+            same = len(grown) == 1 and all(probed[k] == value[k] for k in value if k != grown[0])
+        except RecursionError:  # (values nested deeper than Python compares: parsed whole)
+            return None
+        if same and bool(value[grown[0]]) == bool(sep):
+            return grown[0], at
     return None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import json
+import sys
 from typing import Any
 
 import orjson
@@ -121,3 +122,43 @@ def test_a_body_that_is_not_json_raises_as_a_whole_parse_does() -> None:
     broken = bodies[2][:-1] + b',{"role": "user"' + bodies[2][-1:]
     with pytest.raises(orjson.JSONDecodeError):
         resent.loads(broken, "POST /v1", owner)
+
+
+def test_bodies_nested_deep_read_as_a_whole_parse_does() -> None:
+    # Items nested as deep as orjson allows at the top of a list, one level short of it in the body;
+    # and a value nested deeper than Python compares at its default limit, beside the growing list.
+    # (Found by a helper: the first body was read although orjson refuses it, the second raised
+    # RecursionError.)
+    deep = b"[" * 1023 + b"]" * 1023
+    deeper = b"[" * 992 + b"]" * 992
+    cases = [
+        [b'{"m":[1]}', b'{"m":[1,' + deep + b"]}"],
+        [b'{"x":' + deeper + b',"m":[1]}', b'{"x":' + deeper + b',"m":[1,2]}'],
+    ]
+    for bodies in cases:
+        owner = Owner()
+        resent.loads(bodies[0], "POST /v1", owner)
+        try:
+            expected = orjson.loads(bodies[1])
+        except orjson.JSONDecodeError:
+            with pytest.raises(orjson.JSONDecodeError):
+                resent.loads(bodies[1], "POST /v1", owner)
+            continue
+        got = resent.loads(bodies[1], "POST /v1", owner)
+        limit = sys.getrecursionlimit()
+        sys.setrecursionlimit(10_000)  # (to compare the values here)
+        try:
+            assert got == expected
+        finally:
+            sys.setrecursionlimit(limit)
+
+
+def test_a_conversation_after_other_bodies_is_still_found() -> None:
+    # Bodies that are not a resent conversation first (each probe fails), then one that is: probes
+    # back off but go on, so the conversation's items are soon taken from the last value again.
+    owner = Owner()
+    for i in range(12):
+        resent.loads(b'{"system":"prompt %d","m":[1]}' % i + b" " * i, "POST /v1", owner)
+    values = [resent.loads(body, "POST /v1", owner) for body in conversation(40)]
+    assert [strict(v) for v in values] == [strict(orjson.loads(b)) for b in conversation(40)]
+    assert values[-1]["messages"][0] is values[-2]["messages"][0]
