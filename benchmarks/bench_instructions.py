@@ -10,10 +10,14 @@ code, so start-up is left out.
     python benchmarks/bench_instructions.py                       # this checkout, 100 turns
     python benchmarks/bench_instructions.py --compare a2b5d19     # and forkpoint at a revision
     python benchmarks/bench_instructions.py --workloads sdkless --turns 500   # one workload, longer
+    python benchmarks/bench_instructions.py --workloads floor --turns 10     # replay against the floor
 
 Workloads: the SDK-less loop of ``bench_targets.py`` (httpx2 ``MockTransport``, one tool call a
 turn) plain, recorded and replayed; and the bundled demo agent (the real ``openai`` SDK, streamed,
-against the bundled model server in a thread of the same process) live, recorded and replayed. ``--compare
+against the bundled model server in a thread of the same process) live, recorded and replayed; and
+``floor``: that agent answered from memory at the transport, without forkpoint (``bench_targets.py``'s
+floor), against it replayed by forkpoint, both in-process: issue 15's in-process floor target, in
+instructions, which do not move from run to run as CPU time does here. ``--compare
 REV`` checks REV out in a temporary git worktree and runs the same workloads (this checkout's
 definition of them) with that forkpoint first on ``PYTHONPATH``. Needs ``valgrind``; about 10 s a
 figure (callgrind runs Python some 50 times slower).
@@ -37,7 +41,10 @@ REPO = HERE.parents[1]
 FIGURES = {
     "sdkless": ("none", "plain", "record", "replay"),
     "agent": ("none", "live", "record", "replay"),
+    "floor": ("none", "floor", "replay"),
 }
+#: Issue 15's in-process target for replay against the floor (``bench_targets.py``'s ``floor`` row).
+T_REPLAY_FLOOR_INPROC = 1.05
 
 
 def child(workload: str, mode: str, turns: int) -> None:
@@ -66,6 +73,9 @@ def child(workload: str, mode: str, turns: int) -> None:
     import forkpoint.demo.agent as agent
     from forkpoint.demo.server import ModelServer
 
+    if workload == "floor":
+        floor(mode, turns)
+        return
     with forkpoint.record(store="warm"), ModelServer(turns=2, seed=1) as server:
         agent.run_agent(server.base_url, Path("warm-work"), echo=None)
     if mode == "none":
@@ -79,6 +89,38 @@ def child(workload: str, mode: str, turns: int) -> None:
     if mode == "replay":
         with forkpoint.replay(rec.session_path):
             agent.run_agent(server.base_url, Path("replay-work"), echo=None)
+
+
+def floor(mode: str, turns: int) -> None:
+    """The demo agent answered from memory at the transport (``bench_targets.py``'s floor: the same
+    agent code without forkpoint), or replayed by forkpoint, after a warm-up that captures the
+    answers, records the session and runs both once."""
+    import bench_targets as bt
+
+    import forkpoint
+    import forkpoint.demo.agent as agent
+    from forkpoint.demo.server import ModelServer
+
+    module = bt.floor_agent()
+    # (a fresh server for each: the same seed then gives the same conversation)
+    with ModelServer(turns=turns, seed=5) as server:
+        answers = bt.capture_answers(server.base_url, Path("capture"))
+    with ModelServer(turns=turns, seed=5) as server, forkpoint.record(store="store") as rec:
+        agent.run_agent(server.base_url, Path("work"), echo=None)
+        recorded_url = server.base_url
+
+    def replay(work: str) -> str:
+        with forkpoint.replay(rec.session_path) as rp:
+            got = agent.run_agent(recorded_url, Path(work), echo=None)
+        report = rp.report()
+        assert report["matched"] == report["recorded"] and report["divergence"] is None, report
+        return got
+
+    assert bt.run_floor(module, answers, Path("warm-floor")) == replay("warm-replay") == answers["answer"]
+    if mode == "floor":
+        bt.run_floor(module, answers, Path("floor-work"))
+    elif mode == "replay":
+        replay("replay-work")
 
 
 def instructions(tree: Path, workload: str, mode: str, turns: int) -> int:
@@ -101,7 +143,7 @@ def measure(tree: Path, turns: int, workloads: list[str]) -> dict[str, dict[str,
         modes = FIGURES[workload]
         raw = {mode: instructions(tree, workload, mode, turns) for mode in modes}
         got = {m: (raw[m] - raw["none"]) / 1e6 for m in modes if m != "none"}
-        if "replay" in got:
+        if "replay" in got and "record" in got:
             got["replay"] = (raw["replay"] - raw["record"]) / 1e6
         out[workload] = got
     return out
@@ -121,6 +163,14 @@ def report(label: str, m: dict[str, dict[str, float]]) -> None:
             f"    demo agent: live {a['live']:,.0f} M, record {a['record']:,.0f} M "
             f"(overhead {a['record'] / a['live'] - 1:+.1%}; the model server's thread counts in both), "
             f"replay {a['replay']:,.0f} M"
+        )
+    if "floor" in m:
+        f = m["floor"]
+        ratio = f["replay"] / f["floor"]
+        met = "MET" if ratio <= T_REPLAY_FLOOR_INPROC else "MISSED"
+        print(
+            f"    demo agent against the floor, in-process: floor {f['floor']:,.0f} M, replay "
+            f"{f['replay']:,.0f} M ({ratio:.3f}x; target <= {T_REPLAY_FLOOR_INPROC:.2f}) {met}"
         )
 
 
