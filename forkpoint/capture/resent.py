@@ -73,7 +73,7 @@ _kept: weakref.WeakKeyDictionary[Any, OrderedDict[str, _Body]] = weakref.WeakKey
 
 def loads(data: bytes, endpoint: str, owner: object | None) -> Any:
     """``orjson.loads(data)``, for a request body sent to ``endpoint`` (any string naming where
-    it goes, such as ``"POST https://host/path"``) by ``owner`` (the active recording or replay;
+    it goes: the capture layer gives the method and the URL) by ``owner`` (the active recording or replay;
     None parses whole): equal value, same errors (:class:`orjson.JSONDecodeError`). See the module
     docstring for what is parsed."""
     if owner is None:
