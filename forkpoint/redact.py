@@ -317,11 +317,12 @@ class _Scrubbed:
     """A list the scrubber scrubbed lately: its JSON (``data``), its scrubbed items (``out``: the
     scrubber's own, or, ``owned`` false, the caller's items of a list that was clean as given), and
     where each item ends in ``data`` (:meth:`ends`: worked out when first needed). ``finite``: its
-    items hold no NaN or infinite float. ``digests``: the items ``out`` held (as objects) when their
+    items hold no NaN or infinite float. ``given``: the caller's list, kept where it was parsed data
+    (which nobody changes: see :meth:`Scrubber.json`). ``digests``: the items ``out`` held (as objects) when their
     digests were asked for, and those digests (:meth:`Scrubber.list_digests`); ``base``: the
     ``digests`` of the list its first items were taken from and how many, when those were known."""
 
-    __slots__ = ("data", "_ends", "out", "owned", "finite", "digests", "base")
+    __slots__ = ("data", "_ends", "out", "owned", "finite", "given", "digests", "base")
 
     def __init__(
         self,
@@ -331,10 +332,11 @@ class _Scrubbed:
         *,
         owned: bool,
         finite: bool,
+        given: list[Any] | None = None,
         base: tuple[_Digests, int] | None = None,
     ) -> None:
         self.data, self._ends, self.out, self.owned = data, ends, out, owned
-        self.finite, self.base = finite, base
+        self.finite, self.given, self.base = finite, given, base
         self.digests: _Digests | None = None
 
     def ends(self) -> list[int]:
@@ -813,11 +815,14 @@ class Scrubber:
             "json-path", orjson.dumps(value, default=json_default, option=orjson.OPT_SORT_KEYS)
         )
 
-    def json(self, value: Any, *, finite: bool = False) -> Any:
+    def json(self, value: Any, *, parsed: bool = False) -> Any:
         """A copy of JSON data with every string (values and keys) and ``bytes`` scrubbed, values of
-        credential-named keys and of the user's JSON paths replaced. ``finite``: the caller vouches
-        that ``value`` holds no NaN or infinite float (data just parsed by ``orjson.loads``, which
-        refuses them), which spares comparing a shared list's items where its JSON has a ``null``.
+        credential-named keys and of the user's JSON paths replaced. ``parsed``: the caller vouches
+        that ``value`` is JSON it parsed and keeps to itself, so it holds no NaN or infinite float
+        (``orjson.loads`` refuses them), which spares comparing a shared list's items where its JSON
+        has a ``null``, and no list or dict of it is ever changed, so a list that begins with the
+        very items of a recent parsed list (a resent conversation parsed by what it adds: see
+        :mod:`forkpoint.capture.resent`) shares their scrubbed items without its JSON being written.
 
         An agent resends its whole conversation at every call, and one request is scrubbed when it
         is captured, when it is matched and when it is logged. So, when no JSON path is in force:
@@ -838,14 +843,14 @@ class Scrubber:
         if self._known(value):
             return value
         if isinstance(value, list | tuple):
-            out: Any = self._list(list(value), finite)
+            out: Any = self._list(list(value), parsed)
         elif isinstance(value, dict):
             out = {}
             for k, v in value.items():
                 if isinstance(v, list):
                     # (a loaded request's DeltaList as a list: the scrubber returns plain JSON)
                     out[self.text(k) if isinstance(k, str) else k] = self._list(
-                        v if type(v) is list else list(v), finite
+                        v if type(v) is list else list(v), parsed
                     )
                 else:
                     out.update(self._json({k: v}, ()))
@@ -865,11 +870,17 @@ class Scrubber:
                 self._results.pop(next(iter(self._results)))
             self._results[id(value)] = value
 
-    def _list(self, items: list[Any], finite: bool) -> list[Any]:
+    def _list(self, items: list[Any], parsed: bool) -> list[Any]:
         """A list no JSON path reaches, scrubbed: the items it shares with a recent list by their
-        exact JSON are taken from there, the others scrubbed one by one (see :meth:`json`)."""
+        exact JSON (or, ``parsed``, as the same objects) are taken from there, the others scrubbed
+        one by one (see :meth:`json`)."""
         if self._known(items):
             return items
+        if parsed:
+            out = self._resent(items)
+            if out is not None:
+                return out
+        finite, given = parsed, items if parsed else None
         try:
             data = orjson.dumps(items, default=json_default)
         except (TypeError, orjson.JSONEncodeError):  # bytes, lone surrogates: item by item
@@ -895,7 +906,7 @@ class Scrubber:
         # items are shared, as below, and not held twice by the caches.
         if not keep and len(data) >= CLEAN_IN_TEXT_MIN and self._clean(data):
             with self._lock:  # (where its items end is worked out if a longer list comes)
-                self._lists.appendleft(_Scrubbed(data, None, items, owned=False, finite=finite))
+                self._lists.appendleft(_Scrubbed(data, None, items, owned=False, finite=finite, given=given))
             return items  # nothing in it to scrub: the walk below would build an equal copy
         out = (shared.out[:keep] if shared else []) + [self._item(v) for v in items[keep:]]
         if shared is not None and owned and shared.digests is not None:
@@ -903,10 +914,47 @@ class Scrubber:
         with self._lock:
             # (the caller's items, taken over from a list kept as given, are still the caller's)
             self._lists.appendleft(
-                _Scrubbed(data, _item_ends(items, ends[:keep]), out, owned=owned, finite=finite, base=base)
+                _Scrubbed(
+                    data,
+                    _item_ends(items, ends[:keep]),
+                    out,
+                    owned=owned,
+                    finite=finite,
+                    given=given,
+                    base=base,
+                )
             )
         self._result(out)
         return out
+
+    def _resent(self, items: list[Any]) -> list[Any] | None:
+        """Parsed ``items`` scrubbed, where they begin with all the items of a recent parsed list,
+        as the same objects: those items are that list's, unchanged (see :meth:`json`), so their
+        scrubbed items are taken over and only the items after them are written and scrubbed. None
+        where no recent list is so."""
+        for old in list(self._lists):
+            given = old.given
+            if not given or len(given) > len(items) or not _same_objects(given, items[: len(given)]):
+                continue
+            n = len(given)
+            try:
+                added = [orjson.dumps(v, default=json_default) for v in items[n:]]
+            except (TypeError, orjson.JSONEncodeError):  # bytes, lone surrogates: the usual way
+                return None
+            ends = list(old.ends())
+            for raw in added:
+                ends.append(ends[-1] + 1 + len(raw))
+            # (the JSON orjson writes for the whole list, as the other path would)
+            data = old.data[:-1] + b"," + b",".join(added) + b"]" if added else old.data
+            out = old.out[:n] + [self._item(v) for v in items[n:]]
+            base = (old.digests, n) if old.owned and old.digests is not None else None
+            with self._lock:
+                self._lists.appendleft(
+                    _Scrubbed(data, ends, out, owned=old.owned, finite=True, given=items, base=base)
+                )
+            self._result(out)
+            return out
+        return None
 
     def _clean(self, data: builtins.bytes) -> bool:
         """Whether the walk would change nothing in the JSON data written as ``data`` (orjson's
@@ -1295,11 +1343,11 @@ def scrub_stream(chunks: Sequence[bytes], content_type: str = "") -> list[bytes]
     return current().stream(chunks, content_type)
 
 
-def scrub_json(value: Any, *, finite: bool = False) -> Any:
+def scrub_json(value: Any, *, parsed: bool = False) -> Any:
     """A copy of JSON data with every string (values and keys) scrubbed, credential-named keys'
-    values and the user's JSON paths (rooted at ``value``) replaced (``finite``: see
+    values and the user's JSON paths (rooted at ``value``) replaced (``parsed``: see
     :meth:`Scrubber.json`)."""
-    return current().json(value, finite=finite)
+    return current().json(value, parsed=parsed)
 
 
 def scrub_headers(headers: Iterable[tuple[str, str]]) -> list[list[str]]:

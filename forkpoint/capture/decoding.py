@@ -59,9 +59,9 @@ def body_bytes(kind: str, body: Any) -> bytes:
 
 def scrub_body(kind: str, body: Any, *, parsed: bool = False) -> Any:
     """A parsed body with secrets scrubbed. ``parsed``: it is :func:`parse_body`'s own result,
-    whose JSON holds no NaN or infinite float (orjson refuses them)."""
+    which the caller keeps to itself (see :meth:`forkpoint.redact.Scrubber.json`)."""
     if kind == "json":
-        return scrub_json(body, finite=parsed)
+        return scrub_json(body, parsed=parsed)
     if kind == "text":
         return scrub_text(body)
     if kind == "bytes":

@@ -14,6 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from forkpoint.capture import resent
+from forkpoint.redact import Scrubber
 from tests.test_properties import JSON, SETTINGS
 
 
@@ -28,8 +29,10 @@ SERIALIZERS = {
     "orjson": orjson.dumps,
 }
 
-# A string that looks like the structure around it: a marker or a splice inside it must not pass.
-TRICKY = st.sampled_from(['"]', "],", '\\",', "}]", '"},{"role":"tool"}]', "\\\\", "\u2028", ""])
+# A string that looks like the structure around it: a marker or a splice inside it must not pass;
+# and a secret, which the scrubber must take out of whatever it shares between bodies.
+SECRET = "sk-proj-" + "Q7vT2xLm9RkP4wZs" * 3
+TRICKY = st.sampled_from(['"]', "],", '\\",', "}]", '"},{"role":"tool"}]', "\\\\", "\u2028", "", SECRET])
 ITEM = JSON | st.fixed_dictionaries(
     {"role": st.sampled_from(["user", "tool"]), "content": TRICKY | st.text()}
 )
@@ -56,10 +59,12 @@ def strict(value: Any) -> bytes:
     st.sampled_from(sorted(SERIALIZERS)),
     st.lists(STEP, max_size=8),
 )
-def test_every_body_reads_as_a_whole_parse_does(
+def test_every_body_reads_and_scrubs_as_a_whole_parse_does(
     messages: list[Any], tools: Any, messages_first: bool, serializer: str, steps: list[tuple[str, Any]]
 ) -> None:
-    owner = Owner()
+    # ... and scrubbed as parsed data (items shared by identity with the last body's) as a whole
+    # parse is scrubbed afresh.
+    owner, scrubber, fresh = Owner(), Scrubber(), Scrubber(cache=False)
     dump = SERIALIZERS[serializer]
     doc: dict[str, Any] = {"messages": messages, "tools": tools} if messages_first else {"model": "m"}
     doc.update({"messages": messages, "tools": tools})
@@ -74,7 +79,10 @@ def test_every_body_reads_as_a_whole_parse_does(
         elif op == "replace":
             doc["messages"] = arg
         body = dump(doc)
-        assert strict(resent.loads(body, "POST http://127.0.0.1/v1", owner)) == strict(orjson.loads(body))
+        value = resent.loads(body, "POST http://127.0.0.1/v1", owner)
+        assert strict(value) == strict(orjson.loads(body))
+        scrubbed = strict(scrubber.json(value, parsed=True))
+        assert scrubbed == strict(fresh.json(orjson.loads(body))) and SECRET.encode() not in scrubbed
 
 
 def conversation(turns: int) -> list[bytes]:

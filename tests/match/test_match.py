@@ -193,7 +193,7 @@ def test_a_list_whose_slots_were_refilled_is_keyed_as_it_is_now(monkeypatch: pyt
     def fresh(body: dict[str, Any]) -> str:
         return model_key(normalize_request("POST", URL, HEADERS, json.loads(json.dumps(body))))
 
-    body = scrubber.json(_conversation(5), finite=True)
+    body = scrubber.json(_conversation(5), parsed=True)
     assert model_key(normalize_request("POST", URL, HEADERS, body)) == fresh(body)
     body["messages"][1] = {"role": "user", "content": "put in its place"}
     assert model_key(normalize_request("POST", URL, HEADERS, body)) == fresh(body)

@@ -303,20 +303,60 @@ def test_nan_and_none_are_not_taken_for_one_another() -> None:
 
 
 def test_a_parsed_list_shares_items_with_parsed_lists_only_where_none_means_none() -> None:
-    # A list just parsed by orjson (``finite``) holds no NaN: its nulls are None, and it takes the
+    # A list just parsed by orjson (``parsed``) holds no NaN: its nulls are None, and it takes the
     # items of an earlier parsed list by their JSON alone. A list given by the caller may hold NaN
     # where the parsed one has None, and is compared item by item, in either order.
     from forkpoint.redact import Scrubber
 
     s = Scrubber()
-    parsed = s.json({"m": [{"x": None, "k": 1}, {"y": 2}]}, finite=True)
-    grown = s.json(orjson.loads(b'{"m": [{"x": null, "k": 1}, {"y": 2}, {"z": 3}]}'), finite=True)
+    parsed = s.json({"m": [{"x": None, "k": 1}, {"y": 2}]}, parsed=True)
+    grown = s.json(orjson.loads(b'{"m": [{"x": null, "k": 1}, {"y": 2}, {"z": 3}]}'), parsed=True)
     assert grown["m"][0] is parsed["m"][0] and grown["m"][1] is parsed["m"][1]
     given = s.json({"m": [{"x": float("nan"), "k": 1}, {"y": 2}, {"z": 3}, {"w": 4}]})
     assert given["m"][0]["x"] != given["m"][0]["x"]  # NaN, not the parsed None
-    again = s.json({"m": [{"x": None, "k": 1}, {"y": 2}, {"z": 3}, {"w": 4}, {"v": 5}]}, finite=True)
+    again = s.json({"m": [{"x": None, "k": 1}, {"y": 2}, {"z": 3}, {"w": 4}, {"v": 5}]}, parsed=True)
     assert again["m"][0]["x"] is None  # None, not the given NaN
     assert again["m"] == [{"x": None, "k": 1}, {"y": 2}, {"z": 3}, {"w": 4}, {"v": 5}]
+
+
+def test_a_resent_parsed_conversation_shares_its_scrubbed_items_without_writing_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A conversation parsed by what it adds (capture.resent) comes back as the last body's own items
+    # plus new ones: the scrubber takes those items' scrubbed forms over by identity and writes only
+    # the new items' JSON, and what it keeps of the list still serves a list equal only by its JSON.
+    from forkpoint import redact
+    from forkpoint.capture import resent
+
+    class Owner:  # (stands for a recording)
+        pass
+
+    secret = "sk-proj-" + _rand(48)
+    owner, s, fresh = Owner(), Scrubber(), Scrubber(cache=False)
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "You edit files. " * 40}]
+    tools = [{"type": "function", "function": {"name": "edit", "parameters": {"type": "object"}}}]
+    written: list[int] = []
+    dumps = orjson.dumps
+    monkeypatch.setattr(redact.orjson, "dumps", lambda *a, **k: written.append(len(r := dumps(*a, **k))) or r)
+    outs = []
+    for turn in range(30):
+        messages.append(
+            {"role": "user", "content": f"turn {turn}: key {secret if turn % 7 == 3 else 'none'}"}
+        )
+        body = dumps({"model": "m", "messages": messages, "tools": tools})
+        value = resent.loads(body, "POST /v1", owner)
+        written.clear()
+        outs.append(s.json(value, parsed=True))
+        scrubbing_wrote = sum(written)
+        assert outs[-1] == fresh.json(orjson.loads(body)) and secret not in dumps(outs[-1]).decode()
+    # The last call wrote its one new message (twice: the list's JSON, the item cache's key), not the
+    # 30 before it.
+    assert scrubbing_wrote <= 2 * len(dumps(messages[-1])) < len(body) // 10
+    assert all(a is b for a, b in zip(outs[-2]["messages"], outs[-1]["messages"], strict=False))
+    # Equal by JSON alone (fresh objects, not parsed): shares the items all the same.
+    copy = orjson.loads(dumps({"model": "m", "messages": [*messages, {"role": "user", "content": "x"}]}))
+    again = s.json(copy)
+    assert again == fresh.json(copy) and again["messages"][-2] is outs[-1]["messages"][-1]
 
 
 # --------------------------------------------------------------------------- large lists, checked in their JSON text
