@@ -314,19 +314,20 @@ def _same_objects(a: Sequence[Any], b: Sequence[Any]) -> bool:
 
 
 class _Scrubbed:
-    """A list the scrubber scrubbed lately: its JSON (``data``), its scrubbed items (``out``: the
-    scrubber's own, or, ``owned`` false, the caller's items of a list that was clean as given), and
-    where each item ends in ``data`` (:meth:`ends`: worked out when first needed). ``finite``: its
-    items hold no NaN or infinite float. ``given``: the caller's list, kept where it was parsed data
-    (which nobody changes: see :meth:`Scrubber.json`). ``digests``: the items ``out`` held (as objects) when their
+    """A list the scrubber scrubbed lately: its JSON (:meth:`data`), its scrubbed items (``out``:
+    the scrubber's own, or, ``owned`` false, the caller's items of a list that was clean as given),
+    and where each item ends in its JSON (:meth:`ends`). ``given``: the caller's list, kept where it
+    was parsed data (which nobody changes: see :meth:`Scrubber.json`); the JSON and the ends of a
+    list taken over by identity are worked out from it when first needed. ``finite``: its items hold
+    no NaN or infinite float. ``digests``: the items ``out`` held (as objects) when their
     digests were asked for, and those digests (:meth:`Scrubber.list_digests`); ``base``: the
     ``digests`` of the list its first items were taken from and how many, when those were known."""
 
-    __slots__ = ("data", "_ends", "out", "owned", "finite", "given", "digests", "base")
+    __slots__ = ("_data", "_ends", "first", "out", "owned", "finite", "given", "digests", "base")
 
     def __init__(
         self,
-        data: bytes,
+        data: bytes | None,
         ends: list[int] | None,
         out: list[Any],
         *,
@@ -335,13 +336,27 @@ class _Scrubbed:
         given: list[Any] | None = None,
         base: tuple[_Digests, int] | None = None,
     ) -> None:
-        self.data, self._ends, self.out, self.owned = data, ends, out, owned
+        self._data, self._ends, self.out, self.owned = data, ends, out, owned
+        #: The JSON of the first item, where the list's own is not written (see :meth:`may_share`).
+        self.first: bytes | None = None
         self.finite, self.given, self.base = finite, given, base
         self.digests: _Digests | None = None
 
+    def data(self) -> bytes:
+        if self._data is None:
+            self._data = orjson.dumps(self.given, default=json_default)
+        return self._data
+
+    def may_share(self, data: bytes) -> bool:
+        """Whether the list written as ``data`` may begin with items of this one: false where
+        their first items differ, told without writing this list's JSON where it is not yet."""
+        if self._data is not None or self.first is None:
+            return True
+        return data.startswith(self.first, 1)
+
     def ends(self) -> list[int]:
         if self._ends is None:
-            self._ends = _item_ends(self.out)
+            self._ends = _item_ends(self.given if self.given is not None else self.out)
         return self._ends
 
 
@@ -887,19 +902,19 @@ class Scrubber:
             return [self._item(v) for v in items]
         keep, ends, base, owned, shared = 0, [], None, True, None
         for old in list(self._lists):
-            if len(old.out) <= keep:
+            if len(old.out) <= keep or not old.may_share(data):
                 continue
-            n = _shared_items(data, old.data, old.ends())
+            n = _shared_items(data, old.data(), old.ends())
             # orjson writes NaN and infinities as null, like None: where a null is, the items must be
             # equal to the scrubbed ones too (an item a secret was taken out of is then scrubbed
             # again), unless neither list can hold one.
             if n > keep and (
                 (finite and old.finite)
-                or b"null" not in old.data[: old.ends()[n - 1]]
+                or b"null" not in old.data()[: old.ends()[n - 1]]
                 or items[:n] == old.out[:n]
             ):
                 # A list kept as it was given is the caller's, who may have changed it since.
-                if old.owned or orjson.dumps(old.out[:n]) == old.data[: old.ends()[n - 1]] + b"]":
+                if old.owned or orjson.dumps(old.out[:n]) == old.data()[: old.ends()[n - 1]] + b"]":
                     keep, ends, owned, shared = n, old.ends(), old.owned, old
         # A large list met for the first time (a 20 MB tool result) may be clean as it is; a list
         # that goes on a recent one (a long conversation) is not checked whole again: its known
@@ -930,28 +945,25 @@ class Scrubber:
     def _resent(self, items: list[Any]) -> list[Any] | None:
         """Parsed ``items`` scrubbed, where they begin with all the items of a recent parsed list,
         as the same objects: those items are that list's, unchanged (see :meth:`json`), so their
-        scrubbed items are taken over and only the items after them are written and scrubbed. None
-        where no recent list is so."""
+        scrubbed items are taken over and only the items after them are scrubbed (the list's JSON
+        is written only if a list equal by JSON alone comes). None where no recent list is so."""
         for old in list(self._lists):
             given = old.given
-            if not given or len(given) > len(items) or not _same_objects(given, items[: len(given)]):
+            if (
+                not given
+                or len(given) > len(items)
+                or given[-1] is not items[len(given) - 1]  # (most lists are not: told apart at once)
+                or not all(map(operator.is_, given, items))
+            ):
                 continue
             n = len(given)
-            try:
-                added = [orjson.dumps(v, default=json_default) for v in items[n:]]
-            except (TypeError, orjson.JSONEncodeError):  # bytes, lone surrogates: the usual way
-                return None
-            ends = list(old.ends())
-            for raw in added:
-                ends.append(ends[-1] + 1 + len(raw))
-            # (the JSON orjson writes for the whole list, as the other path would)
-            data = old.data[:-1] + b"," + b",".join(added) + b"]" if added else old.data
             out = old.out[:n] + [self._item(v) for v in items[n:]]
             base = (old.digests, n) if old.owned and old.digests is not None else None
+            taken = _Scrubbed(None, None, out, owned=old.owned, finite=True, given=items, base=base)
+            # (the same first item as the list's it goes on, whose JSON is written once)
+            taken.first = old.first or orjson.dumps(given[0], default=json_default)
             with self._lock:
-                self._lists.appendleft(
-                    _Scrubbed(data, ends, out, owned=old.owned, finite=True, given=items, base=base)
-                )
+                self._lists.appendleft(taken)
             self._result(out)
             return out
         return None
