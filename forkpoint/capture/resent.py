@@ -1,13 +1,13 @@
-"""Request bodies that resend the previous one with items appended: parsed by what they add.
+"""Request bodies that resend an earlier one with items appended: parsed by what they add.
 
 An agent posts its whole conversation at every call, so parsing each request body whole
 (``orjson.loads``) is quadratic in the conversation's length, and for a long one every parse also
 takes a fresh body-sized buffer from the system (page faults at every call). :func:`loads` parses a
-body whole only where it cannot show that the body is the last body of the same endpoint with
-items appended to one top-level list; then it parses just those items.
+body whole only where it cannot show that the body is a body kept for the same endpoint (the last
+of its conversation) with items appended to one top-level list; then it parses just those items.
 
 Why that is exact. JSON is read left to right, and what a byte means depends only on the bytes
-before it. Let ``end`` be the offset, in the last body ``P``, right after the last item of the
+before it. Let ``end`` be the offset, in a kept body ``P``, right after the last item of the
 top-level list ``key`` (before its ``]``), and ``rest = P[end:]``. A new body ``B`` that begins with
 ``P[:end]``, ends with ``rest`` and holds ``M`` between them is read, up to ``end``, exactly as ``P``
 is: inside that list, after its last item. If ``[`` + ``M`` without its leading comma + ``]`` is a
@@ -16,10 +16,13 @@ which the reader is again right after an item of that list, where ``rest`` reads
 So ``B`` is ``P``'s value with those values appended to ``key``. Everything else falls back to the
 whole parse.
 
-``end`` is found once per endpoint, on its second body, from where the two bodies first differ, and
-proven by parsing ``P`` once with a marker inserted there (:func:`_list_end`): the offset is right
-after the last item of a top-level list exactly when the parse is ``P``'s value with the marker
-appended to that list. A marker inserted in a string, or anywhere else, changes something else.
+``end`` is found once per conversation, on its second body, from where that body first differs from
+the kept body it shares the longest prefix with, and proven by parsing ``P`` once with a marker
+inserted there (:func:`_list_end`): the offset is right after the last item of a top-level list
+exactly when the parse is ``P``'s value with the marker appended to that list. A marker inserted in
+a string, or anywhere else, changes something else. The last body of each of a few conversations is
+kept per endpoint (:data:`BODIES_KEPT`), so conversations interleaved on one endpoint each go on
+from their own.
 
 Values returned share their unchanged parts with the last body's value: treat them as read-only
 (as the scrubber's results already are).
@@ -35,40 +38,57 @@ from typing import Any
 
 import orjson
 
-#: Endpoints whose last body is kept (each holds that body's bytes and value).
+#: Endpoints whose bodies are kept.
 ENDPOINTS_KEPT = 8
+#: Bodies kept per endpoint (each its bytes and value), the last of each conversation sent there:
+#: an agent that interleaves conversations on one endpoint (a planner and its workers, a one-off
+#: title request between two turns) goes on from each one's own last body.
+BODIES_KEPT = 4
+#: A body parsed whole takes the place of the kept body it shares the longest prefix with when that
+#: prefix is at least this fraction of the kept body (the same conversation, which could not be
+#: spliced: the kept body would never begin a later one again); else it is kept beside the others.
+SAME_CONVERSATION = 0.5
 #: Failed attempts to find the growing list of an endpoint's bodies before backing off (each costs
 #: one whole parse of a body): after that, one attempt every 2, 4, ... up to :data:`BACKOFF_MAX`
 #: bodies, so bodies that are not a resent conversation stop paying it, and a conversation that
 #: begins after some that were not is still found.
 PROBES_KEPT = 3
 BACKOFF_MAX = 64
+#: :func:`_common_prefix` compares this many bytes at a time.
+_CHUNK = 1 << 16
 
 _WHITESPACE = b" \t\r\n"
 
 
 class _Body:
-    """The last JSON object body sent to an endpoint, and what is known of its growing list."""
+    """A JSON object body sent to an endpoint, and what is known of its growing list."""
 
-    __slots__ = ("data", "value", "key", "end", "failed", "waited")
+    __slots__ = ("data", "value", "key", "end")
 
-    def __init__(
-        self, data: bytes, value: dict[str, Any], key: str | None, end: int, failed: int, waited: int
-    ) -> None:
+    def __init__(self, data: bytes, value: dict[str, Any], key: str | None, end: int) -> None:
         self.data = data
         self.value = value
         #: The top-level key whose list grows, and the offset right after its last item (``end`` is
         #: -1 while unknown).
         self.key = key
         self.end = end
-        #: Attempts to find them that failed in a row, and bodies since the last attempt.
-        self.failed = failed
-        self.waited = waited
+
+
+class _Endpoint:
+    """The bodies kept for one endpoint, the latest first, and the probes' back-off: attempts to
+    find a growing list that failed in a row, and bodies since the last attempt."""
+
+    __slots__ = ("bodies", "failed", "waited")
+
+    def __init__(self) -> None:
+        self.bodies: list[_Body] = []
+        self.failed = 0
+        self.waited = 0
 
 
 _lock = threading.Lock()
-#: The last body of each endpoint, by the recording or replay that sent it (held no longer).
-_kept: weakref.WeakKeyDictionary[Any, OrderedDict[str, _Body]] = weakref.WeakKeyDictionary()
+#: The kept bodies of each endpoint, by the recording or replay that sent them (held no longer).
+_kept: weakref.WeakKeyDictionary[Any, OrderedDict[str, _Endpoint]] = weakref.WeakKeyDictionary()
 
 
 def loads(data: bytes, endpoint: str, owner: object | None) -> Any:
@@ -79,51 +99,79 @@ def loads(data: bytes, endpoint: str, owner: object | None) -> Any:
     if owner is None:
         return orjson.loads(data)
     with _lock:
-        bodies = _kept.get(owner)
-        if bodies is None:
-            bodies = _kept[owner] = OrderedDict()
-        last = bodies.get(endpoint)
-    got = _appended(last, data) if last is not None else None
+        endpoints = _kept.get(owner)
+        if endpoints is None:
+            endpoints = _kept[owner] = OrderedDict()
+        kept = endpoints.get(endpoint)
+        if kept is None:
+            kept = endpoints[endpoint] = _Endpoint()
+        endpoints.move_to_end(endpoint)
+        while len(endpoints) > ENDPOINTS_KEPT:
+            endpoints.popitem(last=False)
+        bodies = list(kept.bodies)
+    prefixes: dict[int, int] = {}  # (by index in bodies, where worked out)
+    got = _appended(kept, bodies, data, prefixes)
+    source: _Body | None
     if got is not None:
-        value, key, end = got
-        failed = waited = 0
+        value, key, end, source = got
+        kept.failed = kept.waited = 0
     else:
         value = orjson.loads(data)
-        key, end = None, -1
-        failed, waited = (last.failed, last.waited) if last is not None else (0, 0)
-    with _lock:
-        if isinstance(value, dict):
-            bodies[endpoint] = _Body(data, value, key, end, failed, waited)
-            bodies.move_to_end(endpoint)
-            while len(bodies) > ENDPOINTS_KEPT:
-                bodies.popitem(last=False)
-        else:
-            bodies.pop(endpoint, None)
+        key, end, source = None, -1, _continued(bodies, data, prefixes)
+    if isinstance(value, dict):
+        with _lock:
+            if source is not None and source in kept.bodies:
+                kept.bodies.remove(source)
+            kept.bodies.insert(0, _Body(data, value, key, end))
+            del kept.bodies[BODIES_KEPT:]
     return value
 
 
-def _appended(last: _Body, data: bytes) -> tuple[dict[str, Any], str, int] | None:
-    """(``data``'s value, the growing key, the offset after its last item) when ``data`` is
-    ``last`` with items appended to a top-level list; else None. (Counts, in ``last``, the attempts
-    to find that list that failed, and the bodies that waited; a race between threads loses a
-    count: harmless.)"""
-    old = last.data
-    if len(data) < len(old):
+def _appended(
+    kept: _Endpoint, bodies: list[_Body], data: bytes, prefixes: dict[int, int]
+) -> tuple[dict[str, Any], str, int, _Body] | None:
+    """(``data``'s value, the growing key, the offset after its last item, the kept body it goes on
+    from) when ``data`` is one of ``bodies`` with items appended to a top-level list; else None.
+    Where it looks for that list, the common prefixes it worked out are left in ``prefixes``.
+    (Counts, in ``kept``, the attempts to find a list that failed, and the bodies that waited; a
+    race between threads loses a count: harmless.)"""
+    for body in bodies:  # (the latest first: an agent usually goes on with its last conversation)
+        if body.key is not None:
+            spliced = _spliced(body, data, body.key, body.end)
+            if spliced is not None:
+                return (*spliced, body)
+    if not bodies:
         return None
-    key, end = last.key, last.end
-    if key is None:
-        if last.failed >= PROBES_KEPT and last.waited + 1 < min(2 ** (last.failed - 2), BACKOFF_MAX):
-            last.waited += 1
-            return None
-        last.waited = 0
-        at = _common_prefix(old, data)
-        # (the probe parses the last body whole: only where the new one also ends as it does)
-        found = _list_end(old, last.value, at) if data.endswith(memoryview(old)[at:]) else None
-        spliced = _spliced(last, data, *found) if found is not None else None
-        if spliced is None:
-            last.failed += 1
-        return spliced
-    return _spliced(last, data, key, end)
+    if kept.failed >= PROBES_KEPT and kept.waited + 1 < min(2 ** (kept.failed - 2), BACKOFF_MAX):
+        kept.waited += 1
+        return None
+    kept.waited = 0
+    for i, body in enumerate(bodies):
+        if len(data) >= len(body.data):
+            prefixes[i] = _common_prefix(body.data, data)
+    # (the probe parses a kept body whole: only the one the new body shares most with, and only
+    # where the new one also ends as it does)
+    best = max(prefixes, key=prefixes.__getitem__, default=None)
+    if best is not None:
+        body, at = bodies[best], prefixes[best]
+        found = _list_end(body.data, body.value, at) if data.endswith(memoryview(body.data)[at:]) else None
+        spliced = _spliced(body, data, *found) if found is not None else None
+        if spliced is not None:
+            return (*spliced, body)
+    kept.failed += 1
+    return None
+
+
+def _continued(bodies: list[_Body], data: bytes, prefixes: dict[int, int]) -> _Body | None:
+    """The kept body that ``data``, parsed whole, takes the place of (see :data:`SAME_CONVERSATION`),
+    if any; common prefixes not in ``prefixes`` are worked out."""
+    best, longest = None, 0.0
+    for i, body in enumerate(bodies):
+        at = prefixes[i] if i in prefixes else _common_prefix(body.data, data)
+        share = at / len(body.data) if body.data else 0.0
+        if share >= SAME_CONVERSATION and share > longest:
+            best, longest = body, share
+    return best
 
 
 def _spliced(last: _Body, data: bytes, key: str, end: int) -> tuple[dict[str, Any], str, int] | None:
@@ -158,13 +206,20 @@ def _items(added: bytes, *, first: bool) -> list[Any] | None:
 
 
 def _common_prefix(a: bytes, b: bytes) -> int:
-    """The length of the longest common prefix of ``a`` and ``b`` (a binary search of C
-    comparisons: ``startswith`` on a view copies nothing)."""
+    """The length of the longest common prefix of ``a`` and ``b``: compared :data:`_CHUNK` bytes
+    at a time, then a binary search in the chunk that differs (``startswith`` on a view compares
+    in C and copies nothing), so it costs about the prefix's length."""
     view = memoryview(a)
-    lo, hi = 0, min(len(a), len(b))
+    n = min(len(a), len(b))
+    base = 0
+    while base < n and b.startswith(view[base : min(base + _CHUNK, n)], base):
+        base += _CHUNK
+    if base >= n:
+        return n
+    lo, hi = base, min(base + _CHUNK, n) - 1  # equal up to base; the prefix ends in [lo, hi]
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if b.startswith(view[:mid]):
+        if b.startswith(view[base:mid], base):
             lo = mid
         else:
             hi = mid - 1

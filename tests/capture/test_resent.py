@@ -43,6 +43,10 @@ STEP = st.one_of(
     st.tuples(st.just("other"), JSON),
     st.tuples(st.just("replace"), st.lists(ITEM, max_size=3)),
     st.tuples(st.just("same"), st.none()),
+    # another conversation on the same endpoint from here on (each goes on from its own last body),
+    # or one body of none between two
+    st.tuples(st.just("switch"), st.none()),
+    st.tuples(st.just("one-off"), JSON),
 )
 
 
@@ -68,7 +72,10 @@ def test_every_body_reads_and_scrubs_as_a_whole_parse_does(
     dump = SERIALIZERS[serializer]
     doc: dict[str, Any] = {"messages": messages, "tools": tools} if messages_first else {"model": "m"}
     doc.update({"messages": messages, "tools": tools})
+    other: dict[str, Any] = {"model": "other", "messages": [{"role": "user", "content": "title?"}]}
     for op, arg in [("same", None), *steps]:
+        if op == "switch":
+            doc, other = other, doc
         if op == "append":
             doc["messages"] = [*doc["messages"], *arg]
         elif op == "edit-last" and doc["messages"]:
@@ -78,7 +85,7 @@ def test_every_body_reads_and_scrubs_as_a_whole_parse_does(
             doc["tools"] = arg
         elif op == "replace":
             doc["messages"] = arg
-        body = dump(doc)
+        body = dump({"title": arg} if op == "one-off" else doc)
         value = resent.loads(body, "POST http://127.0.0.1/v1", owner)
         assert strict(value) == strict(orjson.loads(body))
         scrubbed = strict(scrubber.json(value, parsed=True))
@@ -170,3 +177,46 @@ def test_a_conversation_after_other_bodies_is_still_found() -> None:
     values = [resent.loads(body, "POST /v1", owner) for body in conversation(40)]
     assert [strict(v) for v in values] == [strict(orjson.loads(b)) for b in conversation(40)]
     assert values[-1]["messages"][0] is values[-2]["messages"][0]
+
+
+def test_conversations_interleaved_on_one_endpoint_each_go_on_from_their_own() -> None:
+    # A planner and a worker posting to one endpoint in turn, and a one-off title request now and
+    # then: each conversation's items are taken from its own last value, not parsed again.
+    owner = Owner()
+    planner, worker = conversation(20), conversation(20)
+    worker = [b.replace(b"You edit files.", b"You plan the work.") for b in worker]
+    last: dict[str, Any] = {}
+    for turn in range(20):
+        for name, bodies in (("planner", planner), ("worker", worker)):
+            value = resent.loads(bodies[turn], "POST /v1", owner)
+            assert strict(value) == strict(orjson.loads(bodies[turn]))
+            if turn >= 2:
+                assert all(a is b for a, b in zip(last[name]["messages"], value["messages"], strict=False))
+            last[name] = value
+        if turn % 3 == 0:
+            resent.loads(
+                b'{"model":"small","messages":[{"role":"user","content":"a title"}]}', "POST /v1", owner
+            )
+
+
+def test_a_conversation_that_cannot_be_spliced_keeps_one_body() -> None:
+    # Its last item changes at every call (a cache marker that moves on): each body is parsed whole
+    # and takes the place of the last, rather than filling the endpoint's kept bodies.
+    owner = Owner()
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "You edit files. " * 20}]
+    for turn in range(8):
+        messages = [{k: v for k, v in m.items() if k != "cache"} for m in messages]
+        messages.append({"role": "user", "content": f"turn {turn}", "cache": True})
+        body = json.dumps({"model": "m", "messages": messages}).encode()
+        assert strict(resent.loads(body, "POST /v1", owner)) == strict(orjson.loads(body))
+    assert len(resent._kept[owner]["POST /v1"].bodies) == 1
+
+
+@pytest.mark.parametrize(
+    "shared", [0, 1, 7, resent._CHUNK - 1, resent._CHUNK, resent._CHUNK + 1, 3 * resent._CHUNK + 5]
+)
+def test_the_common_prefix_is_found_across_chunks(shared: int) -> None:
+    a = bytes(range(256)) * (4 * resent._CHUNK // 256)
+    b = a[:shared] + bytes([a[shared] ^ 1]) + a[shared + 1 :]
+    assert resent._common_prefix(a, b) == resent._common_prefix(b, a) == shared
+    assert resent._common_prefix(a, a[:shared]) == resent._common_prefix(a[:shared], a) == shared
