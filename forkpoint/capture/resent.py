@@ -24,16 +24,29 @@ a string, or anywhere else, changes something else. The last body of each of a f
 kept per endpoint (:data:`BODIES_KEPT`), so conversations interleaved on one endpoint each go on
 from their own.
 
+A body may also change some of the list's last items before it appends (a cache marker that moves
+on to the newest message, as coding agents use Anthropic's prompt caching): it then begins as ``P``
+up to an earlier item end ``e`` of the list, and the argument above holds from ``e``, the items from
+there on parsed. Item ends are known for the items a body added: those bytes are cut at the commas a
+scan finds outside strings and brackets, and each piece is parsed alone. Pieces that each parse as
+one value are what the whole reads as (JSON has one reading), whatever the scan found: the scan
+proposes, the parse proves. Where the change comes before every known end, the list around it is
+found and cut by a scan of the whole body, once, its start proven by a probe as an end is
+(:func:`_scanned`).
+
 Values returned share their unchanged parts with the last body's value: treat them as read-only
 (as the scrubber's results already are).
 """
 
 from __future__ import annotations
 
+import bisect
 import os
+import re
 import threading
 import weakref
 from collections import OrderedDict
+from collections.abc import Iterator
 from typing import Any
 
 import orjson
@@ -44,34 +57,45 @@ ENDPOINTS_KEPT = 8
 #: an agent that interleaves conversations on one endpoint (a planner and its workers, a one-off
 #: title request between two turns) goes on from each one's own last body.
 BODIES_KEPT = 4
-#: A body parsed whole takes the place of the kept body it shares the longest prefix with when that
-#: prefix is at least this fraction of the kept body (the same conversation, which could not be
-#: spliced: the kept body would never begin a later one again); else it is kept beside the others.
-SAME_CONVERSATION = 0.5
 #: Failed attempts to find the growing list of an endpoint's bodies before backing off (each costs
 #: one whole parse of a body): after that, one attempt every 2, 4, ... up to :data:`BACKOFF_MAX`
 #: bodies, so bodies that are not a resent conversation stop paying it, and a conversation that
 #: begins after some that were not is still found.
 PROBES_KEPT = 3
 BACKOFF_MAX = 64
+#: Item ends kept per body (see :class:`_Body`): a body that changes an item further back than
+#: these is parsed whole.
+ENDS_KEPT = 64
+#: Added bytes up to this size are cut into their items by a scan (so that a later body may change
+#: one of them: a cache marker that moves to the last message); more are parsed as one.
+SCAN_MAX = 1 << 20
 #: :func:`_common_prefix` compares this many bytes at a time.
 _CHUNK = 1 << 16
+#: A JSON string (escapes skipped whole) or a bracket, brace or comma: what :func:`_items` scans.
+_TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{},]')
 
 _WHITESPACE = b" \t\r\n"
 
 
 class _Body:
-    """A JSON object body sent to an endpoint, and what is known of its growing list."""
+    """A JSON object body sent to an endpoint, and what is known of its growing list: its key
+    (None while unknown), and offsets in ``data`` each proven to be right after an item of it
+    (``ends[i]`` after its first ``counts[i]`` items; the last after all of them)."""
 
-    __slots__ = ("data", "value", "key", "end")
+    __slots__ = ("data", "value", "key", "ends", "counts", "scanned")
 
-    def __init__(self, data: bytes, value: dict[str, Any], key: str | None, end: int) -> None:
-        self.data = data
-        self.value = value
-        #: The top-level key whose list grows, and the offset right after its last item (``end`` is
-        #: -1 while unknown).
-        self.key = key
-        self.end = end
+    def __init__(
+        self,
+        data: bytes,
+        value: dict[str, Any],
+        key: str | None = None,
+        ends: list[int] | None = None,
+        counts: list[int] | None = None,
+    ) -> None:
+        self.data, self.value, self.key = data, value, key
+        self.ends, self.counts = ends or [], counts or []
+        #: Whether all its list's item ends were looked for (:func:`_scanned`).
+        self.scanned = False
 
 
 class _Endpoint:
@@ -109,100 +133,274 @@ def loads(data: bytes, endpoint: str, owner: object | None) -> Any:
         while len(endpoints) > ENDPOINTS_KEPT:
             endpoints.popitem(last=False)
         bodies = list(kept.bodies)
-    prefixes: dict[int, int] = {}  # (by index in bodies, where worked out)
-    got = _appended(kept, bodies, data, prefixes)
+    got = _appended(kept, bodies, data)
     source: _Body | None
     if got is not None:
-        value, key, end, source = got
+        new, source, shared = got
         kept.failed = kept.waited = 0
+        if not _same_conversation(source, new, shared):
+            source = None  # (another conversation that begins as that one did: kept beside it)
     else:
-        value = orjson.loads(data)
-        key, end, source = None, -1, _continued(bodies, data, prefixes)
-    if isinstance(value, dict):
+        new = _Body(data, orjson.loads(data))
+        source = next((b for b in bodies if _same_conversation(b, new)), None)
+    if isinstance(new.value, dict):
         with _lock:
             if source is not None and source in kept.bodies:
                 kept.bodies.remove(source)
-            kept.bodies.insert(0, _Body(data, value, key, end))
+            kept.bodies.insert(0, new)
             del kept.bodies[BODIES_KEPT:]
-    return value
+    return new.value
 
 
-def _appended(
-    kept: _Endpoint, bodies: list[_Body], data: bytes, prefixes: dict[int, int]
-) -> tuple[dict[str, Any], str, int, _Body] | None:
-    """(``data``'s value, the growing key, the offset after its last item, the kept body it goes on
-    from) when ``data`` is one of ``bodies`` with items appended to a top-level list; else None.
-    Where it looks for that list, the common prefixes it worked out are left in ``prefixes``.
-    (Counts, in ``kept``, the attempts to find a list that failed, and the bodies that waited; a
-    race between threads loses a count: harmless.)"""
-    for body in bodies:  # (the latest first: an agent usually goes on with its last conversation)
-        if body.key is not None:
-            spliced = _spliced(body, data, body.key, body.end)
+def _appended(kept: _Endpoint, bodies: list[_Body], data: bytes) -> tuple[_Body, _Body, int] | None:
+    """(``data`` as a kept body, the kept body it goes on from, the bytes they share) when ``data``
+    is one of ``bodies`` with items appended to a top-level list, after some of its last items were
+    changed or dropped (see :func:`_spliced`); else None. (Counts, in ``kept``, the attempts to find
+    a list that failed, and the bodies that waited; a race between threads loses a count: harmless.)"""
+    known = [b for b in bodies if b.key is not None]  # (the latest first: usually the one)
+    for body in known:  # appended to as it was sent: the common case, told by two comparisons
+        if _ends_as(body, data) and data.startswith(memoryview(body.data)[: body.ends[-1]]):
+            spliced = _spliced(body, len(body.ends) - 1, data)
             if spliced is not None:
-                return (*spliced, body)
+                return spliced
+    # Some of its last items changed (a cache marker that moved on): the body that keeps the most
+    # items, and only where it keeps one (else it is no more than a whole parse).
+    most, best = 0, None
+    for body in known:
+        i = _last_end_before(body, data) if _ends_as(body, data) else -1
+        if i >= 0 and body.counts[i] > most:
+            most, best = body.counts[i], (body, i)
+    if best is not None:
+        spliced = _spliced(*best, data=data)
+        if spliced is not None:
+            return spliced
     if not bodies:
         return None
     if kept.failed >= PROBES_KEPT and kept.waited + 1 < min(2 ** (kept.failed - 2), BACKOFF_MAX):
         kept.waited += 1
         return None
     kept.waited = 0
-    for i, body in enumerate(bodies):
-        if len(data) >= len(body.data):
-            prefixes[i] = _common_prefix(body.data, data)
+    prefixes = {i: _common_prefix(b.data, data) for i, b in enumerate(bodies) if len(data) >= len(b.data)}
     # (the probe parses a kept body whole: only the one the new body shares most with, and only
     # where the new one also ends as it does)
-    best = max(prefixes, key=prefixes.__getitem__, default=None)
-    if best is not None:
-        body, at = bodies[best], prefixes[best]
-        found = _list_end(body.data, body.value, at) if data.endswith(memoryview(body.data)[at:]) else None
-        spliced = _spliced(body, data, *found) if found is not None else None
-        if spliced is not None:
-            return (*spliced, body)
+    first = max(prefixes, key=prefixes.__getitem__, default=None)
+    if first is not None:
+        body, at = bodies[first], prefixes[first]
+        if data.endswith(memoryview(body.data)[at:]):  # (items appended: the end of a list?)
+            found = _list_end(body.data, body.value, at)
+            if found is not None:
+                key, end = found
+                probed = _Body(body.data, body.value, key, [end], [len(body.value[key])])
+                spliced = _spliced(probed, 0, data)
+                if spliced is not None:
+                    return (spliced[0], body, spliced[2])
+        if not body.scanned:  # (or an item changed first: the list around it, item by item)
+            body.scanned = True
+            around = _scanned(body, None, at)
+            if around is not None:
+                body.key, body.ends, body.counts = around
+                i = _last_end_before(body, data) if _ends_as(body, data) else -1
+                spliced = _spliced(body, i, data) if i >= 0 and body.counts[i] > 0 else None
+                if spliced is not None:
+                    return spliced
     kept.failed += 1
     return None
 
 
-def _continued(bodies: list[_Body], data: bytes, prefixes: dict[int, int]) -> _Body | None:
-    """The kept body that ``data``, parsed whole, takes the place of (see :data:`SAME_CONVERSATION`),
-    if any; common prefixes not in ``prefixes`` are worked out."""
-    best, longest = None, 0.0
-    for i, body in enumerate(bodies):
-        at = prefixes[i] if i in prefixes else _common_prefix(body.data, data)
-        share = at / len(body.data) if body.data else 0.0
-        if share >= SAME_CONVERSATION and share > longest:
-            best, longest = body, share
-    return best
+def _ends_as(body: _Body, data: bytes) -> bool:
+    """Whether ``data`` ends as ``body`` does after its growing list's last item."""
+    end = body.ends[-1]
+    return len(data) >= len(body.data) - end and data.endswith(memoryview(body.data)[end:])
 
 
-def _spliced(last: _Body, data: bytes, key: str, end: int) -> tuple[dict[str, Any], str, int] | None:
-    """:func:`_appended` once the growing list's key and end are known."""
-    old = last.data
-    view = memoryview(old)
-    if not (data.startswith(view[:end]) and data.endswith(view[end:])):
+def _last_end_before(body: _Body, data: bytes) -> int:
+    """The index in ``body.ends`` of the last known item end before ``data`` and ``body`` first
+    differ, or -1. Where all are past it, ``body``'s list is scanned once for all its item ends
+    (:func:`_scanned`)."""
+    shared = _common_prefix(body.data, data)
+    i = bisect.bisect_right(body.ends, shared) - 1
+    if i < 0 and not body.scanned and body.key is not None:
+        body.scanned = True
+        found = _scanned(body, body.key, shared)
+        if found is not None:
+            _, body.ends, body.counts = found
+            i = bisect.bisect_right(body.ends, shared) - 1
+    return i
+
+
+def _same_conversation(old: _Body, new: _Body, shared: int = 0) -> bool:
+    """Whether ``new`` goes on the conversation ``old`` was the last body of, so takes its place
+    (``old`` would never begin a later body again) rather than being kept beside it: they share
+    (``shared`` bytes of prefix, where known) at least half of ``old``; or a top-level list of
+    ``old`` grew in ``new`` and the item in its middle is the same (its first, or its last few, may
+    change at every call: a prompt stamped with the time, a cache marker)."""
+    if 2 * shared >= len(old.data):
+        return True
+    if not isinstance(new.value, dict):
+        return False
+    for key, items in old.value.items():
+        grown = new.value.get(key)
+        if isinstance(items, list) and isinstance(grown, list) and len(grown) > len(items) >= 2:
+            try:
+                if grown[(len(items) - 1) // 2] == items[(len(items) - 1) // 2]:
+                    return True
+            except RecursionError:  # (nested deeper than Python compares)
+                pass
+    return False
+
+
+def _spliced(body: _Body, i: int, data: bytes) -> tuple[_Body, _Body, int] | None:
+    """``data`` as a kept body, when it begins as ``body`` does up to its ``i``-th known item end
+    and ends as it does after its last (the caller checked both), with values between (parsed
+    here): ``body``'s list up to that item, and those values after it. Returns it with ``body``
+    and that item end's offset; None where what lies between is not values."""
+    key, ends, counts = body.key, body.ends, body.counts
+    if key is None:
         return None
-    tail = len(old) - end
-    items = _items(data[end : len(data) - tail], first=not last.value[key])
-    if items is None:
+    at, stop = ends[i], len(data) - (len(body.data) - ends[-1])
+    got = _items(data, at, stop, first=counts[i] == 0) if stop >= at else None
+    if got is None:
         return None
-    value = {k: v + items if k == key else v for k, v in last.value.items()}
-    return value, key, len(data) - tail
+    items, item_ends = got
+    kept = body.value[key][: counts[i]]
+    value = {k: kept + items if k == key else v for k, v in body.value.items()}
+    new_ends = ends[: i + 1] + [at + e for e in item_ends]
+    if len(item_ends) == len(items):
+        new_counts = counts[: i + 1] + list(range(counts[i] + 1, counts[i] + len(items) + 1))
+    else:  # (parsed as one: only the end of the last is known)
+        new_counts = [*counts[: i + 1], counts[i] + len(items)]
+    return _Body(data, value, key, new_ends[-ENDS_KEPT:], new_counts[-ENDS_KEPT:]), body, at
 
 
-def _items(added: bytes, *, first: bool) -> list[Any] | None:
-    """The values ``added`` appends to a list: after an item (``first`` false) a comma and values,
-    in an empty list values alone; None when it is not that."""
-    body = added.strip(_WHITESPACE)
-    if not body:
-        return []
-    if not first:
-        if body[:1] != b",":
+def _items(
+    data: bytes, at: int, stop: int, *, first: bool, scan_max: int = SCAN_MAX
+) -> tuple[list[Any], list[int]] | None:
+    """The values ``data[at:stop]`` appends to a list (after an item, ``first`` false: a comma and
+    values; in an empty list: values alone), and where each ends, as offsets from ``at``; None when
+    it is not that. Up to :data:`SCAN_MAX` bytes, a scan cuts them at the commas outside strings and
+    brackets and each piece is parsed alone: whatever the scan found, pieces that each parse as one
+    value are exactly what the whole reads as (JSON has one reading), so the scan need not be
+    trusted. Beyond that, they are parsed as one and only the last one's end is given."""
+    added = data[at:stop]
+    if not added.strip(_WHITESPACE):
+        return [], []
+    cuts = _commas(added) if len(added) <= scan_max else None
+    if cuts is None:  # (one parse: the items, and where the last ends)
+        body = added.strip(_WHITESPACE)
+        if not first:
+            if body[:1] != b",":
+                return None
+            body = body[1:]
+        try:  # (at the depth they have in the body, inside its object and list: orjson limits depth)
+            items = orjson.loads(b"[[" + body + b"]]")[0]
+        except orjson.JSONDecodeError:
             return None
-        body = body[1:]
-    try:  # (at the depth they have in the body, inside its object and list: orjson limits depth)
-        items = orjson.loads(b"[[" + body + b"]]")[0]
-    except orjson.JSONDecodeError:
+        return (items, [len(added)]) if items else None  # "[ ]" from a lone comma is not an item
+    if first:
+        starts, stops = [0, *(c + 1 for c in cuts)], [*cuts, len(added)]
+    else:  # (a comma, then an item after each cut)
+        if not cuts or added[: cuts[0]].strip(_WHITESPACE):
+            return None
+        starts, stops = [c + 1 for c in cuts], [*cuts[1:], len(added)]
+    items = []
+    for start, end in zip(starts, stops, strict=True):
+        try:
+            one = orjson.loads(b"[[" + added[start:end] + b"]]")[0]
+        except orjson.JSONDecodeError:
+            return None
+        if len(one) != 1:
+            return None
+        items.append(one[0])
+    return items, stops
+
+
+def _scanned(body: _Body, key: str | None, at: int) -> tuple[str, list[int], list[int]] | None:
+    """The list ``key`` of ``body`` (None: the top-level list around offset ``at``), and where its
+    start and each of its items end (as ``ends`` and ``counts``), from a scan of the whole body:
+    the start the scan finds is proven by a probe (:func:`_list_start`), and the items from there
+    as :func:`_items` proves them (so the end of the last is proven too). None where it fails."""
+    data = body.data
+    found = next(
+        (
+            (name, start, stop)
+            for name, start, stop in _top_lists(data)
+            if (name == key if key is not None else start <= at <= stop)
+        ),
+        None,
+    )
+    if found is None:
         return None
-    return items if items else None  # "[ ]" from a lone comma is not an item
+    name, start, stop = found
+    items = body.value.get(name)
+    if not isinstance(items, list) or not _list_start(data, body.value, name, start):
+        return None
+    got = _items(data, start, stop if key is None else body.ends[-1], first=True, scan_max=len(data))
+    if got is None or len(got[0]) != len(items) or len(got[1]) != len(items):
+        return None
+    ends = [start, *(start + e for e in got[1])]
+    return name, ends[-ENDS_KEPT:], list(range(len(ends)))[-ENDS_KEPT:]
+
+
+def _top_lists(data: bytes) -> Iterator[tuple[str, int, int]]:
+    """The lists of the top-level object in ``data``, as a scan (not proven) finds them: (key, the
+    offset right after its ``[``, the offset of its ``]``)."""
+    depth, name, after_key, start = 0, None, False, -1
+    for token in _TOKEN.finditer(data):
+        char = data[token.start()]
+        if char == 0x22:  # a string: a key where it follows "{" or "," in the top-level object
+            if depth == 1 and not after_key:
+                try:
+                    name = orjson.loads(token.group())
+                except orjson.JSONDecodeError:
+                    return
+                after_key = True
+            continue
+        if char in b"[{":
+            if char == 0x5B and depth == 1 and after_key and isinstance(name, str):
+                start = token.end()
+            depth += 1
+        elif char in b"]}":
+            depth -= 1
+            if char == 0x5D and depth == 1 and start >= 0 and isinstance(name, str):
+                yield name, start, token.start()
+            if depth == 1:
+                start = -1
+        elif depth == 1:  # a comma between members
+            after_key = False
+
+
+def _list_start(data: bytes, value: dict[str, Any], key: str, at: int) -> bool:
+    """Whether offset ``at`` of ``data`` (whose value is ``value``) is at the start of the top-level
+    list ``key``, right after its ``[``: proven as :func:`_list_end` proves an end, by parsing
+    ``data`` with a marker inserted there, which must come out first in that list and nowhere else."""
+    marker = "forkpoint-marker-" + os.urandom(8).hex()
+    sep = b"," if value[key] else b""
+    try:
+        probed = orjson.loads(data[:at] + b'"' + marker.encode() + b'"' + sep + data[at:])
+        return (
+            isinstance(probed, dict)
+            and probed.keys() == value.keys()
+            and probed[key] == [marker, *value[key]]
+            and all(probed[k] == value[k] for k in value if k != key)
+        )
+    except (orjson.JSONDecodeError, RecursionError):
+        return False
+
+
+def _commas(added: bytes) -> list[int]:
+    """The offsets of the commas in ``added`` outside its strings, brackets and braces."""
+    depth, out = 0, []
+    for token in _TOKEN.finditer(added):
+        char = added[token.start()]
+        if char == 0x22:  # a string
+            continue
+        if char in b"[{":
+            depth += 1
+        elif char in b"]}":
+            depth -= 1
+        elif depth == 0:
+            out.append(token.start())
+    return out
 
 
 def _common_prefix(a: bytes, b: bytes) -> int:

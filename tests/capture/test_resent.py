@@ -40,6 +40,9 @@ ITEM = JSON | st.fixed_dictionaries(
 STEP = st.one_of(
     st.tuples(st.just("append"), st.lists(ITEM, min_size=1, max_size=3)),
     st.tuples(st.just("edit-last"), TRICKY | st.text(max_size=5)),
+    # an item a few back changed (a cache marker that moves on), or dropped with those after it
+    st.tuples(st.just("edit-back"), st.tuples(st.integers(1, 4), TRICKY | st.text(max_size=5))),
+    st.tuples(st.just("drop-back"), st.integers(1, 3)),
     st.tuples(st.just("other"), JSON),
     st.tuples(st.just("replace"), st.lists(ITEM, max_size=3)),
     st.tuples(st.just("same"), st.none()),
@@ -81,6 +84,13 @@ def test_every_body_reads_and_scrubs_as_a_whole_parse_does(
         elif op == "edit-last" and doc["messages"]:
             last = doc["messages"][-1]
             doc["messages"] = [*doc["messages"][:-1], {"edited": arg, "was": last}]
+        elif op == "edit-back" and len(doc["messages"]) >= arg[0]:
+            n, text = arg
+            messages = list(doc["messages"])
+            messages[-n] = {"edited": text, "was": messages[-n]}
+            doc["messages"] = messages
+        elif op == "drop-back":
+            doc["messages"] = doc["messages"][: -arg or None]
         elif op == "other":
             doc["tools"] = arg
         elif op == "replace":
@@ -184,7 +194,7 @@ def test_conversations_interleaved_on_one_endpoint_each_go_on_from_their_own() -
     # then: each conversation's items are taken from its own last value, not parsed again.
     owner = Owner()
     planner, worker = conversation(20), conversation(20)
-    worker = [b.replace(b"You edit files.", b"You plan the work.") for b in worker]
+    worker = [b.replace(b"You edit files.", b"You plan.").replace(b"turn", b"task") for b in worker]
     last: dict[str, Any] = {}
     for turn in range(20):
         for name, bodies in (("planner", planner), ("worker", worker)):
@@ -200,16 +210,40 @@ def test_conversations_interleaved_on_one_endpoint_each_go_on_from_their_own() -
 
 
 def test_a_conversation_that_cannot_be_spliced_keeps_one_body() -> None:
-    # Its last item changes at every call (a cache marker that moves on): each body is parsed whole
-    # and takes the place of the last, rather than filling the endpoint's kept bodies.
+    # Its first item changes at every call (a prompt stamped with the time): each body is parsed
+    # whole and takes the place of the last, rather than filling the endpoint's kept bodies.
     owner = Owner()
-    messages: list[dict[str, Any]] = [{"role": "system", "content": "You edit files. " * 20}]
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "Refactor. " * 20}]
     for turn in range(8):
-        messages = [{k: v for k, v in m.items() if k != "cache"} for m in messages]
-        messages.append({"role": "user", "content": f"turn {turn}", "cache": True})
-        body = json.dumps({"model": "m", "messages": messages}).encode()
+        messages.append({"role": "assistant", "content": f"turn {turn}"})
+        system = {"role": "system", "content": f"It is 12:{turn:02d}."}
+        body = json.dumps({"model": "m", "messages": [system, *messages]}).encode()
         assert strict(resent.loads(body, "POST /v1", owner)) == strict(orjson.loads(body))
     assert len(resent._kept[owner]["POST /v1"].bodies) == 1
+
+
+def test_a_cache_marker_that_moves_on_is_parsed_from_where_it_was(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Anthropic's prompt caching, as coding agents use it: the last two tool results carry a cache
+    # marker, so each body changes the message that had it, then appends. Only the items from that
+    # message on are parsed; those before are the last value's own.
+    owner, parsed = Owner(), []
+    loads = orjson.loads
+    monkeypatch.setattr(resent.orjson, "loads", lambda data: parsed.append(len(data)) or loads(data))
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "You edit files. " * 50}]
+    values = []
+    for turn in range(30):
+        messages.append({"role": "assistant", "content": f"step {turn}: " + "edit ] and }, " * 10})
+        messages.append({"role": "tool", "content": f"result {turn} " * 20})
+        marked = [dict(m) for m in messages]
+        for m in [m for m in marked if m["role"] == "tool"][-2:]:
+            m["cache_control"] = {"type": "ephemeral"}
+        body = json.dumps({"model": "m", "messages": marked, "system": "s"}).encode()
+        parsed.clear()
+        values.append(resent.loads(body, "POST /v1", owner))
+        assert strict(values[-1]) == strict(loads(body))
+    # the last body: from its changed message on (the last five), a small part of the whole
+    assert sum(parsed) < len(json.dumps(marked[-5:])) + 100 < len(body) // 10
+    assert all(a is b for a, b in zip(values[-2]["messages"][:-4], values[-1]["messages"], strict=False))
 
 
 @pytest.mark.parametrize(
