@@ -309,6 +309,25 @@ def _item_ends(items: Sequence[Any], known: Sequence[int] = ()) -> list[int]:
 _Digests = tuple[tuple[Any, ...], list[str]]
 
 
+def _same_prefix(a: Sequence[Any], b: Sequence[Any]) -> int:
+    """How many leading items ``a`` and ``b`` have in common as the same objects, where those are
+    a run from the start (lists that share items this way share a prefix: a resent conversation,
+    with its last items changed or not); 0 where they are not."""
+    n = shortest = min(len(a), len(b))
+    if not n or a[0] is not b[0]:
+        return 0
+    if a[n - 1] is not b[n - 1]:  # (the last shared item is found by bisection, then checked)
+        lo, hi = 1, n - 1  # a[lo - 1] is b[lo - 1]; a[hi] is not b[hi]
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if a[mid - 1] is b[mid - 1]:
+                lo = mid
+            else:
+                hi = mid - 1
+        n = lo
+    return n if all(map(operator.is_, a if n == shortest else a[:n], b)) else 0
+
+
 def _same_objects(a: Sequence[Any], b: Sequence[Any]) -> bool:
     return len(a) == len(b) and all(map(operator.is_, a, b))
 
@@ -943,30 +962,30 @@ class Scrubber:
         return out
 
     def _resent(self, items: list[Any]) -> list[Any] | None:
-        """Parsed ``items`` scrubbed, where they begin with all the items of a recent parsed list,
-        as the same objects: those items are that list's, unchanged (see :meth:`json`), so their
-        scrubbed items are taken over and only the items after them are scrubbed (the list's JSON
-        is written only if a list equal by JSON alone comes). None where no recent list is so."""
+        """Parsed ``items`` scrubbed, where they begin with items of a recent parsed list, as the
+        same objects: those items are that list's, unchanged (see :meth:`json`), so their scrubbed
+        items are taken over and only the items after them are scrubbed (the list's JSON is written
+        only if a list equal by JSON alone comes). The list that shares the most wins; None where
+        none shares any."""
+        most, best = 0, None
         for old in list(self._lists):
-            given = old.given
-            if (
-                not given
-                or len(given) > len(items)
-                or given[-1] is not items[len(given) - 1]  # (most lists are not: told apart at once)
-                or not all(map(operator.is_, given, items))
-            ):
-                continue
-            n = len(given)
-            out = old.out[:n] + [self._item(v) for v in items[n:]]
-            base = (old.digests, n) if old.owned and old.digests is not None else None
-            taken = _Scrubbed(None, None, out, owned=old.owned, finite=True, given=items, base=base)
-            # (the same first item as the list's it goes on, whose JSON is written once)
-            taken.first = old.first or orjson.dumps(given[0], default=json_default)
-            with self._lock:
-                self._lists.appendleft(taken)
-            self._result(out)
-            return out
-        return None
+            n = _same_prefix(old.given, items) if old.given else 0
+            if n > most:
+                most, best = n, old
+                if n == len(old.given or ()):  # (all its items: an append, the common case)
+                    break
+        if best is None:
+            return None
+        given = best.given or []
+        out = best.out[:most] + [self._item(v) for v in items[most:]]
+        base = (best.digests, most) if best.owned and best.digests is not None else None
+        taken = _Scrubbed(None, None, out, owned=best.owned, finite=True, given=items, base=base)
+        # (the same first item as the list's it goes on, whose JSON is written once)
+        taken.first = best.first or orjson.dumps(given[0], default=json_default)
+        with self._lock:
+            self._lists.appendleft(taken)
+        self._result(out)
+        return out
 
     def _clean(self, data: builtins.bytes) -> bool:
         """Whether the walk would change nothing in the JSON data written as ``data`` (orjson's

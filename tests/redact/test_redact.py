@@ -362,6 +362,53 @@ def test_a_resent_parsed_conversation_shares_its_scrubbed_items_without_writing_
     assert again == fresh.json(copy) and again["messages"][-2] is outs[-1]["messages"][-1]
 
 
+def test_a_resent_conversation_whose_last_items_changed_shares_the_items_before(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A cache marker that moves on (Anthropic's prompt caching): each body changes one of the last
+    # messages, then appends. The items before it are still the last body's own objects, and their
+    # scrubbed forms are taken over by identity; nothing of them is written.
+    from forkpoint import redact
+    from forkpoint.capture import resent
+
+    class Owner:  # (stands for a recording)
+        pass
+
+    owner, s, fresh = Owner(), Scrubber(), Scrubber(cache=False)
+    secret = "sk-proj-" + _rand(48)
+    messages: list[dict[str, Any]] = [{"role": "system", "content": f"You edit files. {secret} " * 10}]
+    written: list[int] = []
+    dumps = orjson.dumps
+    monkeypatch.setattr(redact.orjson, "dumps", lambda *a, **k: written.append(len(r := dumps(*a, **k))) or r)
+    outs = []
+    for turn in range(20):
+        messages.append({"role": "tool", "content": f"result {turn} " * 10})
+        marked = [dict(m) for m in messages]
+        marked[-1]["cache_control"] = {"type": "ephemeral"}
+        body = dumps({"model": "m", "messages": marked})
+        value = resent.loads(body, "POST /v1", owner)
+        written.clear()
+        outs.append(s.json(value, parsed=True))
+        scrubbing_wrote = sum(written)
+        assert outs[-1] == fresh.json(orjson.loads(body)) and secret not in dumps(outs[-1]).decode()
+    assert outs[-1]["messages"][:-2] == outs[-2]["messages"][:-1]
+    assert all(a is b for a, b in zip(outs[-2]["messages"][:-1], outs[-1]["messages"][:-2], strict=True))
+    assert scrubbing_wrote < len(dumps(marked[-2:])) + 100 < len(body) // 5
+
+
+def test_the_same_prefix_is_counted_by_identity() -> None:
+    from forkpoint.redact import _same_prefix
+
+    items = [{"i": i} for i in range(10)]
+    for n in range(11):
+        other = items[:n] + [{"i": i} for i in range(n, 12)]
+        assert _same_prefix(items, other) == _same_prefix(other, items) == n
+        assert _same_prefix(items[:n], other) == n
+    # an item shared further on, but not a run from the start: not taken for a prefix
+    assert _same_prefix(items, [{"i": 0}, *items[1:]]) == 0
+    assert _same_prefix(items, [*items[:3], {"i": 3}, *items[4:6], {"i": 6}]) == 3
+
+
 # --------------------------------------------------------------------------- large lists, checked in their JSON text
 
 _BIG = [
