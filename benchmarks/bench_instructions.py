@@ -13,7 +13,8 @@ code, so start-up is left out.
     python benchmarks/bench_instructions.py --workloads floor --turns 10     # replay against the floor
 
 Workloads: the SDK-less loop of ``bench_targets.py`` (httpx2 ``MockTransport``, one tool call a
-turn) plain, recorded and replayed; and the bundled demo agent (the real ``openai`` SDK, streamed,
+turn) plain, recorded and replayed; ``sdkless-cache``, the same loop with a cache marker on its last
+two tool messages, moving on at every call (Anthropic's prompt caching); and the bundled demo agent (the real ``openai`` SDK, streamed,
 against the bundled model server in a thread of the same process) live, recorded and replayed; and
 ``floor``: that agent answered from memory at the transport, without forkpoint (``bench_targets.py``'s
 floor), against it replayed by forkpoint, both in-process: issue 15's in-process floor target, in
@@ -26,6 +27,7 @@ figure (callgrind runs Python some 50 times slower).
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import re
 import shutil
@@ -40,6 +42,7 @@ REPO = HERE.parents[1]
 #: (workload, mode): what each figure runs after the warm-up; "none" is the warm-up alone.
 FIGURES = {
     "sdkless": ("none", "plain", "record", "replay"),
+    "sdkless-cache": ("none", "plain", "record", "replay"),
     "agent": ("none", "live", "record", "replay"),
     "floor": ("none", "floor", "replay"),
 }
@@ -53,22 +56,23 @@ def child(workload: str, mode: str, turns: int) -> None:
     import forkpoint
 
     os.chdir(tempfile.mkdtemp())
-    if workload == "sdkless":
+    if workload.startswith("sdkless"):
         import bench_targets as bt
 
         tool = bt.sdkless_tool()
+        loop = functools.partial(bt.sdkless_loop, cache_marker=workload == "sdkless-cache")
         with forkpoint.record(store="warm") as rec:
-            bt.sdkless_loop(2, tool)
+            loop(2, tool)
         with forkpoint.replay(rec.session_path):
-            bt.sdkless_loop(2, tool)
+            loop(2, tool)
         if mode == "plain":
-            bt.sdkless_loop(turns, tool)
+            loop(turns, tool)
         elif mode in ("record", "replay"):
             with forkpoint.record(store="store") as rec:
-                bt.sdkless_loop(turns, tool)
+                loop(turns, tool)
             if mode == "replay":
                 with forkpoint.replay(rec.session_path):
-                    bt.sdkless_loop(turns, tool)
+                    loop(turns, tool)
         return
     import forkpoint.demo.agent as agent
     from forkpoint.demo.server import ModelServer
@@ -151,12 +155,13 @@ def measure(tree: Path, turns: int, workloads: list[str]) -> dict[str, dict[str,
 
 def report(label: str, m: dict[str, dict[str, float]]) -> None:
     print(f"  {label}")
-    if "sdkless" in m:
-        s = m["sdkless"]
-        print(
-            f"    SDK-less loop: plain {s['plain']:,.0f} M, record {s['record']:,.0f} M "
-            f"({s['record'] / s['plain']:.3f}x), replay {s['replay']:,.0f} M ({s['replay'] / s['plain']:.3f}x)"
-        )
+    for workload, name in (("sdkless", "SDK-less loop"), ("sdkless-cache", "with a moving cache marker")):
+        if workload in m:
+            s = m[workload]
+            print(
+                f"    {name}: plain {s['plain']:,.0f} M, record {s['record']:,.0f} M "
+                f"({s['record'] / s['plain']:.3f}x), replay {s['replay']:,.0f} M ({s['replay'] / s['plain']:.3f}x)"
+            )
     if "agent" in m:
         a = m["agent"]
         print(

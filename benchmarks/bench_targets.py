@@ -16,6 +16,9 @@ the ratio against its yardstick and whether the issue's target is met:
 * ``sdkless``: an agent loop without an SDK (``httpx2`` and a ``MockTransport`` model, ~700 B of
   tool arguments a turn, one ``@forkpoint.tool`` tool): plain loop, record, replay, in-process
   CPU time.
+* ``sdkless-cache``: the same loop marking its last two tool messages with a ``cache_control``
+  marker that moves on at every call (Anthropic's prompt caching, as coding agents use it), against
+  its own plain run and the same targets.
 * ``growth``: the same loop at two lengths (500 and 2,000 turns): peak memory over the baseline
   (``VmHWM`` - ``VmRSS`` before the step, each step in a fresh interpreter) and CPU time of record,
   replay, ``Session.load`` (with each call's lists its own, and ``share_lists=True`` as forkpoint's
@@ -38,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import gc
 import hashlib
 import importlib.util
@@ -334,8 +338,17 @@ def sdkless_tool() -> Callable[..., dict[str, Any]]:
     return forkpoint.tool(edit_file)
 
 
-def sdkless_loop(turns: int, tool: Callable[..., dict[str, Any]]) -> str:
-    """The loop: post the whole conversation, run the tool calls, append, until a text answer."""
+def with_cache_marker(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The messages as sent with a cache marker on the last two tool messages (copies of those)."""
+    marked = list(messages)
+    for i in [i for i, m in enumerate(marked) if m["role"] == "tool"][-2:]:
+        marked[i] = {**marked[i], "cache_control": {"type": "ephemeral"}}
+    return marked
+
+
+def sdkless_loop(turns: int, tool: Callable[..., dict[str, Any]], *, cache_marker: bool = False) -> str:
+    """The loop: post the whole conversation, run the tool calls, append, until a text answer.
+    ``cache_marker``: the last two tool messages are sent marked (:func:`with_cache_marker`)."""
     import httpx2
 
     messages: list[dict[str, Any]] = [
@@ -344,9 +357,8 @@ def sdkless_loop(turns: int, tool: Callable[..., dict[str, Any]]) -> str:
     ]
     with httpx2.Client(transport=httpx2.MockTransport(sdkless_model(turns))) as client:
         while True:
-            response = client.post(
-                SDKLESS_URL, json={"model": "m", "messages": messages, "tools": SDKLESS_TOOLS}
-            )
+            sent = with_cache_marker(messages) if cache_marker else messages
+            response = client.post(SDKLESS_URL, json={"model": "m", "messages": sent, "tools": SDKLESS_TOOLS})
             response.raise_for_status()
             message = response.json()["choices"][0]["message"]
             messages.append(message)
@@ -552,28 +564,29 @@ def row_floor(turns_list: list[int], repeat_small: int, tmp: Path, repeat_large:
         print("  " + verdict(f"T={turns} record overhead over live (fraction)", over, target))
 
 
-def row_sdkless(turns: int, repeat: int, tmp: Path) -> None:
+def row_sdkless(turns: int, repeat: int, tmp: Path, *, cache_marker: bool = False) -> None:
     import forkpoint
 
-    print(
-        f"\n== SDK-less loop (httpx2 MockTransport), {turns} turns; in-process CPU s, median of {repeat} =="
-    )
+    kind = "SDK-less loop with a moving cache marker" if cache_marker else "SDK-less loop"
+    print(f"\n== {kind} (httpx2 MockTransport), {turns} turns; in-process CPU s, median of {repeat} ==")
     tool = sdkless_tool()
+    loop = functools.partial(sdkless_loop, cache_marker=cache_marker)
+    label = "SDK-less (cache marker)" if cache_marker else "SDK-less"
     rows: dict[str, list[float]] = {"plain": [], "record": [], "replay": []}
     for i in range(repeat):
         gc.collect()
         c0 = time.process_time()
-        answer = sdkless_loop(turns, tool)
+        answer = loop(turns, tool)
         rows["plain"].append(time.process_time() - c0)
         gc.collect()
         c0 = time.process_time()
-        with forkpoint.record(store=tmp / f"sdkless-{turns}-{i}") as rec:
-            assert sdkless_loop(turns, tool) == answer
+        with forkpoint.record(store=tmp / f"{label.replace(' ', '-')}-{turns}-{i}") as rec:
+            assert loop(turns, tool) == answer
         rows["record"].append(time.process_time() - c0)
         gc.collect()
         c0 = time.process_time()
         with forkpoint.replay(rec.session_path) as rp:
-            assert sdkless_loop(turns, tool) == answer
+            assert loop(turns, tool) == answer
         rows["replay"].append(time.process_time() - c0)
         report = rp.report()
         assert report["matched"] == report["recorded"] and report["divergence"] is None, report
@@ -581,15 +594,11 @@ def row_sdkless(turns: int, repeat: int, tmp: Path) -> None:
     print(f"  plain loop {m['plain']:.3f} s, record {m['record']:.3f} s, replay {m['replay']:.3f} s")
     print(
         "  "
-        + verdict(
-            f"SDK-less replay / plain loop at {turns} turns", m["replay"] / m["plain"], T_SDKLESS_REPLAY
-        )
+        + verdict(f"{label} replay / plain loop at {turns} turns", m["replay"] / m["plain"], T_SDKLESS_REPLAY)
     )
     print(
         "  "
-        + verdict(
-            f"SDK-less record / plain loop at {turns} turns", m["record"] / m["plain"], T_SDKLESS_RECORD
-        )
+        + verdict(f"{label} record / plain loop at {turns} turns", m["record"] / m["plain"], T_SDKLESS_RECORD)
     )
 
 
@@ -903,7 +912,17 @@ def row_checkpoints(tmp: Path, files: int = 1000, count: int = 100) -> None:
 # Main
 # --------------------------------------------------------------------------------------------
 
-ROWS = ("startup", "floor", "sdkless", "growth", "large", "bytes", "bytes-sdkless", "checkpoints")
+ROWS = (
+    "startup",
+    "floor",
+    "sdkless",
+    "sdkless-cache",
+    "growth",
+    "large",
+    "bytes",
+    "bytes-sdkless",
+    "checkpoints",
+)
 
 
 def machine() -> str:
@@ -954,8 +973,8 @@ def main(argv: list[str] | None = None) -> int:
                 row_startup(args.repeat_startup, tmp)
             elif row == "floor":
                 row_floor([int(t) for t in args.turns.split(",")], args.repeat, tmp, args.repeat_large)
-            elif row == "sdkless":
-                row_sdkless(args.sdkless_turns, args.repeat, tmp)
+            elif row in ("sdkless", "sdkless-cache"):
+                row_sdkless(args.sdkless_turns, args.repeat, tmp, cache_marker=row == "sdkless-cache")
             elif row == "growth":
                 small, large = (int(t) for t in args.growth.split(","))
                 row_growth(small, large, tmp, args.growth_limit_gib)
