@@ -77,24 +77,20 @@ _TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{},]')
 _WHITESPACE = b" \t\r\n"
 
 
+#: What is known of a body's growing list: its key, and offsets in the body each proven to be right
+#: after an item of it (``ends[i]`` after its first ``counts[i]`` items; the last after all of
+#: them). One tuple, replaced whole, so a thread never reads the ends of one and the counts of another.
+_Grown = tuple[str, list[int], list[int]]
+
+
 class _Body:
-    """A JSON object body sent to an endpoint, and what is known of its growing list: its key
-    (None while unknown), and offsets in ``data`` each proven to be right after an item of it
-    (``ends[i]`` after its first ``counts[i]`` items; the last after all of them)."""
+    """A JSON object body sent to an endpoint, and its growing list (None while unknown)."""
 
-    __slots__ = ("data", "value", "key", "ends", "counts", "scanned")
+    __slots__ = ("data", "value", "grown", "scanned")
 
-    def __init__(
-        self,
-        data: bytes,
-        value: dict[str, Any],
-        key: str | None = None,
-        ends: list[int] | None = None,
-        counts: list[int] | None = None,
-    ) -> None:
-        self.data, self.value, self.key = data, value, key
-        self.ends, self.counts = ends or [], counts or []
-        #: Whether all its list's item ends were looked for (:func:`_scanned`).
+    def __init__(self, data: bytes, value: dict[str, Any], grown: _Grown | None = None) -> None:
+        self.data, self.value, self.grown = data, value, grown
+        #: Whether its list's item ends were all looked for (:func:`_scanned`).
         self.scanned = False
 
 
@@ -157,19 +153,21 @@ def _appended(kept: _Endpoint, bodies: list[_Body], data: bytes) -> tuple[_Body,
     is one of ``bodies`` with items appended to a top-level list, after some of its last items were
     changed or dropped (see :func:`_spliced`); else None. (Counts, in ``kept``, the attempts to find
     a list that failed, and the bodies that waited; a race between threads loses a count: harmless.)"""
-    known = [b for b in bodies if b.key is not None]  # (the latest first: usually the one)
-    for body in known:  # appended to as it was sent: the common case, told by two comparisons
-        if _ends_as(body, data) and data.startswith(memoryview(body.data)[: body.ends[-1]]):
-            spliced = _spliced(body, len(body.ends) - 1, data)
+    known = [(b, b.grown) for b in bodies if b.grown is not None]  # (latest first: usually the one)
+    for body, grown in known:  # appended to as it was sent: the common case, told by two comparisons
+        end = grown[1][-1]
+        if _ends_as(body, end, data) and data.startswith(memoryview(body.data)[:end]):
+            spliced = _spliced(body, grown, len(grown[1]) - 1, data)
             if spliced is not None:
                 return spliced
     # Some of its last items changed (a cache marker that moved on): the body that keeps the most
     # items, and only where it keeps one (else it is no more than a whole parse).
     most, best = 0, None
-    for body in known:
-        i = _last_end_before(body, data) if _ends_as(body, data) else -1
-        if i >= 0 and body.counts[i] > most:
-            most, best = body.counts[i], (body, i)
+    for body, grown in known:
+        if _ends_as(body, grown[1][-1], data):
+            grown, i = _last_end_before(body, grown, data)
+            if i >= 0 and grown[2][i] > most:
+                most, best = grown[2][i], (body, grown, i)
     if best is not None:
         spliced = _spliced(*best, data=data)
         if spliced is not None:
@@ -190,42 +188,40 @@ def _appended(kept: _Endpoint, bodies: list[_Body], data: bytes) -> tuple[_Body,
             found = _list_end(body.data, body.value, at)
             if found is not None:
                 key, end = found
-                probed = _Body(body.data, body.value, key, [end], [len(body.value[key])])
-                spliced = _spliced(probed, 0, data)
+                spliced = _spliced(body, (key, [end], [len(body.value[key])]), 0, data)
                 if spliced is not None:
-                    return (spliced[0], body, spliced[2])
+                    return spliced
         if not body.scanned:  # (or an item changed first: the list around it, item by item)
             body.scanned = True
-            around = _scanned(body, None, at)
+            around = _scanned(body, None, at, -1)
             if around is not None:
-                body.key, body.ends, body.counts = around
-                i = _last_end_before(body, data) if _ends_as(body, data) else -1
-                spliced = _spliced(body, i, data) if i >= 0 and body.counts[i] > 0 else None
+                body.grown = around
+                i = bisect.bisect_right(around[1], at) - 1 if _ends_as(body, around[1][-1], data) else -1
+                spliced = _spliced(body, around, i, data) if i >= 0 and around[2][i] > 0 else None
                 if spliced is not None:
                     return spliced
     kept.failed += 1
     return None
 
 
-def _ends_as(body: _Body, data: bytes) -> bool:
-    """Whether ``data`` ends as ``body`` does after its growing list's last item."""
-    end = body.ends[-1]
+def _ends_as(body: _Body, end: int, data: bytes) -> bool:
+    """Whether ``data`` ends as ``body`` does from offset ``end`` on."""
     return len(data) >= len(body.data) - end and data.endswith(memoryview(body.data)[end:])
 
 
-def _last_end_before(body: _Body, data: bytes) -> int:
-    """The index in ``body.ends`` of the last known item end before ``data`` and ``body`` first
-    differ, or -1. Where all are past it, ``body``'s list is scanned once for all its item ends
-    (:func:`_scanned`)."""
+def _last_end_before(body: _Body, grown: _Grown, data: bytes) -> tuple[_Grown, int]:
+    """``grown`` (``body``'s list) and the index in its ends of the last one before ``data`` and
+    ``body`` first differ, or -1. Where all are past that, the list is scanned once for all its
+    item ends (:func:`_scanned`), and those are returned (and kept)."""
     shared = _common_prefix(body.data, data)
-    i = bisect.bisect_right(body.ends, shared) - 1
-    if i < 0 and not body.scanned and body.key is not None:
+    i = bisect.bisect_right(grown[1], shared) - 1
+    if i < 0 and not body.scanned:
         body.scanned = True
-        found = _scanned(body, body.key, shared)
+        found = _scanned(body, grown[0], shared, grown[1][-1])
         if found is not None:
-            _, body.ends, body.counts = found
-            i = bisect.bisect_right(body.ends, shared) - 1
-    return i
+            body.grown = grown = found
+            i = bisect.bisect_right(grown[1], shared) - 1
+    return grown, i
 
 
 def _same_conversation(old: _Body, new: _Body, shared: int = 0) -> bool:
@@ -249,14 +245,12 @@ def _same_conversation(old: _Body, new: _Body, shared: int = 0) -> bool:
     return False
 
 
-def _spliced(body: _Body, i: int, data: bytes) -> tuple[_Body, _Body, int] | None:
-    """``data`` as a kept body, when it begins as ``body`` does up to its ``i``-th known item end
-    and ends as it does after its last (the caller checked both), with values between (parsed
-    here): ``body``'s list up to that item, and those values after it. Returns it with ``body``
-    and that item end's offset; None where what lies between is not values."""
-    key, ends, counts = body.key, body.ends, body.counts
-    if key is None:
-        return None
+def _spliced(body: _Body, grown: _Grown, i: int, data: bytes) -> tuple[_Body, _Body, int] | None:
+    """``data`` as a kept body, when it begins as ``body`` does up to the ``i``-th item end of its
+    list ``grown`` and ends as it does after its last (the caller checked both), with values
+    between (parsed here): ``body``'s list up to that item, and those values after it. Returns it
+    with ``body`` and that item end's offset; None where what lies between is not values."""
+    key, ends, counts = grown
     at, stop = ends[i], len(data) - (len(body.data) - ends[-1])
     got = _items(data, at, stop, first=counts[i] == 0) if stop >= at else None
     if got is None:
@@ -269,7 +263,7 @@ def _spliced(body: _Body, i: int, data: bytes) -> tuple[_Body, _Body, int] | Non
         new_counts = counts[: i + 1] + list(range(counts[i] + 1, counts[i] + len(items) + 1))
     else:  # (parsed as one: only the end of the last is known)
         new_counts = [*counts[: i + 1], counts[i] + len(items)]
-    return _Body(data, value, key, new_ends[-ENDS_KEPT:], new_counts[-ENDS_KEPT:]), body, at
+    return _Body(data, value, (key, new_ends[-ENDS_KEPT:], new_counts[-ENDS_KEPT:])), body, at
 
 
 def _items(
@@ -314,11 +308,12 @@ def _items(
     return items, stops
 
 
-def _scanned(body: _Body, key: str | None, at: int) -> tuple[str, list[int], list[int]] | None:
-    """The list ``key`` of ``body`` (None: the top-level list around offset ``at``), and where its
-    start and each of its items end (as ``ends`` and ``counts``), from a scan of the whole body:
-    the start the scan finds is proven by a probe (:func:`_list_start`), and the items from there
-    as :func:`_items` proves them (so the end of the last is proven too). None where it fails."""
+def _scanned(body: _Body, key: str | None, at: int, end: int) -> _Grown | None:
+    """The list ``key`` of ``body`` whose last item ends at ``end`` (``key`` None: the top-level
+    list around offset ``at``), with its start and the end of each of its items, from a scan of the
+    whole body: the start the scan finds is proven by a probe (:func:`_list_start`), and the items
+    from there as :func:`_items` proves them; their number must be the list's, so the end of the
+    last is proven too. None where it fails."""
     data = body.data
     found = next(
         (
@@ -334,7 +329,7 @@ def _scanned(body: _Body, key: str | None, at: int) -> tuple[str, list[int], lis
     items = body.value.get(name)
     if not isinstance(items, list) or not _list_start(data, body.value, name, start):
         return None
-    got = _items(data, start, stop if key is None else body.ends[-1], first=True, scan_max=len(data))
+    got = _items(data, start, stop if key is None else end, first=True, scan_max=len(data))
     if got is None or len(got[0]) != len(items) or len(got[1]) != len(items):
         return None
     ends = [start, *(start + e for e in got[1])]

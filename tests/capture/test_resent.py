@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 import json
 import sys
+import threading
 from typing import Any
 
 import orjson
@@ -254,3 +255,34 @@ def test_the_common_prefix_is_found_across_chunks(shared: int) -> None:
     b = a[:shared] + bytes([a[shared] ^ 1]) + a[shared + 1 :]
     assert resent._common_prefix(a, b) == resent._common_prefix(b, a) == shared
     assert resent._common_prefix(a, a[:shared]) == resent._common_prefix(a[:shared], a) == shared
+
+
+def test_threads_on_one_endpoint_read_as_a_whole_parse_does() -> None:
+    # Four agents in threads of one recording, each its own conversation (two with a moving cache
+    # marker) on one endpoint: what a thread reads never mixes in what another changed.
+    owner = Owner()
+    failures: list[str] = []
+
+    def agent(n: int) -> None:
+        messages: list[dict[str, Any]] = [{"role": "system", "content": f"agent {n} " * 30}]
+        for turn in range(60):
+            messages.append({"role": "tool", "content": f"agent {n} result {turn} ], " * 5})
+            sent = [dict(m) for m in messages]
+            if n % 2:
+                for m in sent[-2:]:
+                    m["cache_control"] = {"type": "ephemeral"}
+            body = json.dumps({"model": "m", "messages": sent}).encode()
+            if strict(resent.loads(body, "POST /v1", owner)) != strict(orjson.loads(body)):
+                failures.append(f"agent {n} turn {turn}")
+
+    threads = [threading.Thread(target=agent, args=(n,)) for n in range(4)]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # (threads switch often: a race shows)
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert failures == []
