@@ -66,12 +66,9 @@ BACKOFF_MAX = 64
 #: Item ends kept per body (see :class:`_Body`): a body that changes an item further back than
 #: these is parsed whole.
 ENDS_KEPT = 64
-#: Added bytes up to this size are cut into their items by a scan (so that a later body may change
-#: one of them: a cache marker that moves to the last message); more are parsed as one.
-SCAN_MAX = 1 << 20
 #: :func:`_common_prefix` compares this many bytes at a time.
 _CHUNK = 1 << 16
-#: A JSON string (escapes skipped whole) or a bracket, brace or comma: what :func:`_items` scans.
+#: A JSON string (escapes skipped whole) or a bracket, brace or comma: what the scans look for.
 _TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{},]')
 
 _WHITESPACE = b" \t\r\n"
@@ -191,15 +188,16 @@ def _appended(kept: _Endpoint, bodies: list[_Body], data: bytes) -> tuple[_Body,
                 spliced = _spliced(body, (key, [end], [len(body.value[key])]), 0, data)
                 if spliced is not None:
                     return spliced
-        if not body.scanned:  # (or an item changed first: the list around it, item by item)
+        if not body.scanned:  # (or an item changed first: the list around it)
             body.scanned = True
-            around = _scanned(body, None, at, -1)
+            around = _scanned(body, None, at)
             if around is not None:
                 body.grown = around
-                i = bisect.bisect_right(around[1], at) - 1 if _ends_as(body, around[1][-1], data) else -1
-                spliced = _spliced(body, around, i, data) if i >= 0 and around[2][i] > 0 else None
-                if spliced is not None:
-                    return spliced
+                if _ends_as(body, around[1][-1], data):
+                    around, i = _last_end_before(body, around, data)
+                    spliced = _spliced(body, around, i, data) if i >= 0 and around[2][i] > 0 else None
+                    if spliced is not None:
+                        return spliced
     kept.failed += 1
     return None
 
@@ -211,17 +209,39 @@ def _ends_as(body: _Body, end: int, data: bytes) -> bool:
 
 def _last_end_before(body: _Body, grown: _Grown, data: bytes) -> tuple[_Grown, int]:
     """``grown`` (``body``'s list) and the index in its ends of the last one before ``data`` and
-    ``body`` first differ, or -1. Where all are past that, the list is scanned once for all its
-    item ends (:func:`_scanned`), and those are returned (and kept)."""
+    ``body`` first differ, or -1; with what was learnt on the way (kept in ``body`` too): where the
+    change comes before every known end, the list's start (:func:`_scanned`, once), and where it
+    comes within items whose ends are not known, theirs (:func:`_cut`)."""
     shared = _common_prefix(body.data, data)
     i = bisect.bisect_right(grown[1], shared) - 1
     if i < 0 and not body.scanned:
         body.scanned = True
-        found = _scanned(body, grown[0], shared, grown[1][-1])
+        found = _scanned(body, grown, shared)
         if found is not None:
             body.grown = grown = found
             i = bisect.bisect_right(grown[1], shared) - 1
+    if 0 <= i < len(grown[1]) - 1 and grown[2][i + 1] - grown[2][i] > 1:
+        cut = _cut(body, grown, i)
+        if cut is not None:
+            body.grown = grown = cut
+            i = bisect.bisect_right(grown[1], shared) - 1
     return grown, i
+
+
+def _cut(body: _Body, grown: _Grown, i: int) -> _Grown | None:
+    """``grown`` with the ends of the items between its ``i``-th and next known end, which a
+    splice parsed as one: the bytes between are cut where a scan finds commas and each piece is
+    parsed alone (:func:`_items`), and must come to as many items as lie there. None where not."""
+    key, ends, counts = grown
+    got = _items(body.data, ends[i], ends[i + 1], first=counts[i] == 0, cut=True)
+    if got is None or len(got[1]) != counts[i + 1] - counts[i]:
+        return None
+    inner = [ends[i] + e for e in got[1][:-1]]
+    return (
+        key,
+        [*ends[: i + 1], *inner, *ends[i + 1 :]],
+        [*counts[: i + 1], *range(counts[i] + 1, counts[i + 1]), *counts[i + 1 :]],
+    )
 
 
 def _same_conversation(old: _Body, new: _Body, shared: int = 0) -> bool:
@@ -255,30 +275,29 @@ def _spliced(body: _Body, grown: _Grown, i: int, data: bytes) -> tuple[_Body, _B
     got = _items(data, at, stop, first=counts[i] == 0) if stop >= at else None
     if got is None:
         return None
-    items, item_ends = got
+    items = got[0]
     kept = body.value[key][: counts[i]]
     value = {k: kept + items if k == key else v for k, v in body.value.items()}
-    new_ends = ends[: i + 1] + [at + e for e in item_ends]
-    if len(item_ends) == len(items):
-        new_counts = counts[: i + 1] + list(range(counts[i] + 1, counts[i] + len(items) + 1))
-    else:  # (parsed as one: only the end of the last is known)
-        new_counts = [*counts[: i + 1], counts[i] + len(items)]
+    # (parsed as one: the end of the last item is known, those of the others when needed: _cut)
+    new_ends, new_counts = ends[: i + 1], counts[: i + 1]
+    if items:
+        new_ends, new_counts = [*new_ends, stop], [*new_counts, counts[i] + len(items)]
     return _Body(data, value, (key, new_ends[-ENDS_KEPT:], new_counts[-ENDS_KEPT:])), body, at
 
 
 def _items(
-    data: bytes, at: int, stop: int, *, first: bool, scan_max: int = SCAN_MAX
+    data: bytes, at: int, stop: int, *, first: bool, cut: bool = False
 ) -> tuple[list[Any], list[int]] | None:
     """The values ``data[at:stop]`` appends to a list (after an item, ``first`` false: a comma and
-    values; in an empty list: values alone), and where each ends, as offsets from ``at``; None when
-    it is not that. Up to :data:`SCAN_MAX` bytes, a scan cuts them at the commas outside strings and
-    brackets and each piece is parsed alone: whatever the scan found, pieces that each parse as one
-    value are exactly what the whole reads as (JSON has one reading), so the scan need not be
-    trusted. Beyond that, they are parsed as one and only the last one's end is given."""
+    values; in an empty list: values alone), and where they end, as offsets from ``at``: the last
+    one's, or, ``cut``, each one's; None when it is not that. To cut, a scan finds the commas
+    outside strings and brackets and each piece between is parsed alone: whatever the scan found,
+    pieces that each parse as one value are exactly what the whole reads as (JSON has one reading),
+    so the scan need not be trusted."""
     added = data[at:stop]
     if not added.strip(_WHITESPACE):
         return [], []
-    cuts = _commas(added) if len(added) <= scan_max else None
+    cuts = _commas(added) if cut else None
     if cuts is None:  # (one parse: the items, and where the last ends)
         body = added.strip(_WHITESPACE)
         if not first:
@@ -308,32 +327,31 @@ def _items(
     return items, stops
 
 
-def _scanned(body: _Body, key: str | None, at: int, end: int) -> _Grown | None:
-    """The list ``key`` of ``body`` whose last item ends at ``end`` (``key`` None: the top-level
-    list around offset ``at``), with its start and the end of each of its items, from a scan of the
-    whole body: the start the scan finds is proven by a probe (:func:`_list_start`), and the items
-    from there as :func:`_items` proves them; their number must be the list's, so the end of the
-    last is proven too. None where it fails."""
-    data = body.data
+def _scanned(body: _Body, grown: _Grown | None, at: int) -> _Grown | None:
+    """``body``'s list ``grown`` with its start, or where ``grown`` is None, the top-level list
+    around offset ``at`` with its start and its end (:func:`_cut` finds the ends between when
+    needed). The scan of the body that finds them is not trusted: the start is proven by a probe
+    (:func:`_list_start`), and so is the end (:func:`_list_end`). None where it fails."""
+    data, value = body.data, body.value
     found = next(
         (
             (name, start, stop)
             for name, start, stop in _top_lists(data)
-            if (name == key if key is not None else start <= at <= stop)
+            if (name == grown[0] if grown is not None else start <= at <= stop)
         ),
         None,
     )
     if found is None:
         return None
     name, start, stop = found
-    items = body.value.get(name)
-    if not isinstance(items, list) or not _list_start(data, body.value, name, start):
+    items = value.get(name)
+    if not isinstance(items, list) or not _list_start(data, value, name, start):
         return None
-    got = _items(data, start, stop if key is None else end, first=True, scan_max=len(data))
-    if got is None or len(got[0]) != len(items) or len(got[1]) != len(items):
+    if grown is not None:
+        return name, [start, *grown[1]], [0, *grown[2]]
+    if _list_end(data, value, stop) != (name, stop):
         return None
-    ends = [start, *(start + e for e in got[1])]
-    return name, ends[-ENDS_KEPT:], list(range(len(ends)))[-ENDS_KEPT:]
+    return name, [start, stop], [0, len(items)]
 
 
 def _top_lists(data: bytes) -> Iterator[tuple[str, int, int]]:

@@ -242,8 +242,9 @@ def test_a_cache_marker_that_moves_on_is_parsed_from_where_it_was(monkeypatch: p
         parsed.clear()
         values.append(resent.loads(body, "POST /v1", owner))
         assert strict(values[-1]) == strict(loads(body))
-    # the last body: from its changed message on (the last five), a small part of the whole
-    assert sum(parsed) < len(json.dumps(marked[-5:])) + 100 < len(body) // 10
+    # the last body: from its changed message on (the last five), and the last body's added items
+    # once more, alone, to find where the changed one ends: a small part of the whole
+    assert sum(parsed) < 2 * len(json.dumps(marked[-5:])) + 100 < len(body) // 5
     assert all(a is b for a, b in zip(values[-2]["messages"][:-4], values[-1]["messages"], strict=False))
 
 
