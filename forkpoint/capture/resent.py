@@ -27,12 +27,12 @@ from their own.
 A body may also change some of the list's last items before it appends (a cache marker that moves
 on to the newest message, as coding agents use Anthropic's prompt caching): it then begins as ``P``
 up to an earlier item end ``e`` of the list, and the argument above holds from ``e``, the items from
-there on parsed. Item ends are known for the items a body added: those bytes are cut at the commas a
-scan finds outside strings and brackets, and each piece is parsed alone. Pieces that each parse as
-one value are what the whole reads as (JSON has one reading), whatever the scan found: the scan
+there on parsed. A body keeps the end of the last item each splice added; where a later body changes
+an item among the ones a splice added, those bytes are cut at the commas a scan finds outside
+strings and brackets, and each piece is parsed alone (:func:`_cut`). Pieces that each parse as one
+value are what the whole reads as (JSON has one reading), whatever the scan found: the scan
 proposes, the parse proves. Where the change comes before every known end, the list around it is
-found and cut by a scan of the whole body, once, its start proven by a probe as an end is
-(:func:`_scanned`).
+found by a scan of the whole body, once, its start (and end) proven by a probe (:func:`_scanned`).
 
 Values returned share their unchanged parts with the last body's value: treat them as read-only
 (as the scrubber's results already are).
