@@ -113,7 +113,7 @@ def loads(data: bytes, endpoint: str, owner: object | None) -> Any:
     it goes: the capture layer gives the method and the URL) by ``owner`` (the active recording or replay;
     None parses whole): equal value, same errors (:class:`orjson.JSONDecodeError`). See the module
     docstring for what is parsed."""
-    if owner is None:
+    if owner is None or not isinstance(data, bytes):
         return orjson.loads(data)
     with _lock:
         endpoints = _kept.get(owner)
@@ -304,10 +304,7 @@ def _items(
             if body[:1] != b",":
                 return None
             body = body[1:]
-        try:  # (at the depth they have in the body, inside its object and list: orjson limits depth)
-            items = orjson.loads(b"[[" + body + b"]]")[0]
-        except orjson.JSONDecodeError:
-            return None
+        items = _values(body)
         return (items, [len(added)]) if items else None  # "[ ]" from a lone comma is not an item
     if first:
         starts, stops = [0, *(c + 1 for c in cuts)], [*cuts, len(added)]
@@ -317,14 +314,23 @@ def _items(
         starts, stops = [c + 1 for c in cuts], [*cuts[1:], len(added)]
     items = []
     for start, end in zip(starts, stops, strict=True):
-        try:
-            one = orjson.loads(b"[[" + added[start:end] + b"]]")[0]
-        except orjson.JSONDecodeError:
-            return None
-        if len(one) != 1:
+        one = _values(added[start:end])
+        if one is None or len(one) != 1:
             return None
         items.append(one[0])
     return items, stops
+
+
+def _values(text: bytes) -> list[Any] | None:
+    """The values ``text`` holds as the inside of a JSON array (``1, "a"``), or None where it is
+    not one. Parsed as ``[[text]]``, at the depth the items have in a body (inside its object and
+    list: orjson limits depth); the outer array must hold one array alone, so ``text`` cannot close
+    the inner one early and go on (``1],[2``)."""
+    try:
+        outer = orjson.loads(b"[[" + text + b"]]")
+    except orjson.JSONDecodeError:
+        return None
+    return outer[0] if len(outer) == 1 else None
 
 
 def _scanned(body: _Body, grown: _Grown | None, at: int) -> _Grown | None:

@@ -287,3 +287,30 @@ def test_threads_on_one_endpoint_read_as_a_whole_parse_does() -> None:
     finally:
         sys.setswitchinterval(interval)
     assert failures == []
+
+
+@pytest.mark.parametrize(
+    "bodies",
+    [
+        [b'{"m":[1]}', b'{"m":[1,2],[3]}'],
+        [b'{"m":[]}', b'{"m":[2],[3]}'],
+        [b'{"m":[1]}', b'{"m":[1,2]}', b'{"m":[1,2,3],4,[5]}'],
+    ],
+)
+def test_added_bytes_that_close_the_list_early_raise_as_a_whole_parse_does(bodies: list[bytes]) -> None:
+    # (Found by a helper: "2],[3" reads as values inside "[[...]]", where it closes the inner list
+    # and opens another; in the body it closes the list and leaves a list where a key must be.)
+    owner = Owner()
+    for body in bodies[:-1]:
+        assert strict(resent.loads(body, "POST /v1", owner)) == strict(orjson.loads(body))
+    with pytest.raises(orjson.JSONDecodeError):
+        orjson.loads(bodies[-1])
+    with pytest.raises(orjson.JSONDecodeError):
+        resent.loads(bodies[-1], "POST /v1", owner)
+
+
+def test_a_body_given_as_a_view_or_text_reads_as_a_whole_parse_does() -> None:
+    owner = Owner()
+    resent.loads(b'{"m":[1]}', "POST /v1", owner)
+    for body in (memoryview(b'{"m":[1,2]}'), '{"m":[1,2]}', bytearray(b'{"m":[1,2]}')):
+        assert resent.loads(body, "POST /v1", owner) == {"m": [1, 2]}  # type: ignore[arg-type]
