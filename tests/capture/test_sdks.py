@@ -6,11 +6,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import anthropic
 import httpx
 import openai
+import orjson
 import pytest
 
 import forkpoint
@@ -219,3 +221,67 @@ def test_summary_of_a_tool_call_turn(tmp_path: Path) -> None:
         "cache_read_input_tokens": r.usage.prompt_tokens_details.cached_tokens,
     }
     assert s["stop_reason"] == "tool_calls"
+
+
+def test_anthropic_prompt_caching_agent_is_parsed_by_what_each_call_adds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A coding agent on Anthropic's prompt caching, as users write one: the real SDK, a tool loop,
+    # and a cache_control marker on the last two user messages, which moves on at every call. Each
+    # request body changes a message it sent before, then appends; forkpoint parses it from the
+    # changed message on (capture.resent), and the run replays exactly.
+    from forkpoint.capture import resent
+
+    parsed: list[tuple[int, int]] = []  # (bytes parsed, body size) of each request
+
+    def loop(url: str) -> list[Any]:
+        client, messages, out = an(url), [dict(MSG[0])], []
+        while True:
+            marked = [dict(m) for m in messages]
+            for m in [m for m in marked if m["role"] == "user"][-2:]:
+                blocks = (
+                    m["content"]
+                    if isinstance(m["content"], list)
+                    else [{"type": "text", "text": m["content"]}]
+                )
+                m["content"] = [*blocks[:-1], {**blocks[-1], "cache_control": {"type": "ephemeral"}}]
+            reply = client.messages.create(
+                model="claude-demo", max_tokens=256, messages=marked, tools=TOOLS_ANTHROPIC
+            )
+            out.append(dump(reply))
+            messages.append({"role": "assistant", "content": [dump(b) for b in reply.content]})
+            uses = [b for b in reply.content if b.type == "tool_use"]
+            if not uses:
+                return out
+            results = [{"type": "tool_result", "tool_use_id": u.id, "content": "written"} for u in uses]
+            messages.append({"role": "user", "content": results})
+
+    def counting(data: Any) -> Any:
+        parsed[-1] = (parsed[-1][0] + len(data), parsed[-1][1])
+        return orjson.loads(data)
+
+    real = resent.loads
+
+    def each(data: bytes, endpoint: str, owner: object | None) -> Any:
+        parsed.append((0, len(data)))
+        return real(data, endpoint, owner)
+
+    # (resent's own orjson: the SDK and the rest of forkpoint parse as they do)
+    monkeypatch.setattr(
+        resent, "orjson", SimpleNamespace(loads=counting, JSONDecodeError=orjson.JSONDecodeError)
+    )
+    monkeypatch.setattr(resent, "loads", each)
+    with ModelServer(turns=30) as server:
+        url = server.base_url
+        with forkpoint.record(store=tmp_path) as rec:
+            live = loop(url)
+        assert len(server.requests) == 31
+    recorded = list(parsed)
+    with forkpoint.replay(rec.session_path) as rp:
+        assert loop(url) == live
+    report = rp.report()
+    assert report["matched"] == report["recorded"] == 31 and report["divergence"] is None
+    # Each body was read from where it changed (and the items before it, which the last call added,
+    # cut to find where it is): about the same bytes at every call, while the bodies grow.
+    steady = [n for n, _ in recorded[4:]]
+    assert max(steady) < 2 * min(steady) and recorded[-1][0] < recorded[-1][1] / 5, recorded
