@@ -14,8 +14,9 @@ code, so start-up is left out.
 
 Workloads: the SDK-less loop of ``bench_targets.py`` (httpx2 ``MockTransport``, one tool call a
 turn) plain, recorded and replayed; ``sdkless-cache``, the same loop with a cache marker on its last
-two tool messages, moving on at every call (Anthropic's prompt caching); and the bundled demo agent (the real ``openai`` SDK, streamed,
-against the bundled model server in a thread of the same process) live, recorded and replayed; and
+two tool messages, moving on at every call (Anthropic's prompt caching); the bundled demo agent
+(the real ``openai`` SDK, streamed, against the bundled model server in a thread of the same
+process) live, recorded and replayed; and
 ``floor``: that agent answered from memory at the transport, without forkpoint (``bench_targets.py``'s
 floor), against it replayed by forkpoint, both in-process: issue 15's in-process floor target, in
 instructions, which do not move from run to run as CPU time does here. ``--compare

@@ -567,6 +567,7 @@ def row_floor(turns_list: list[int], repeat_small: int, tmp: Path, repeat_large:
 def row_sdkless(turns: int, repeat: int, tmp: Path, *, cache_marker: bool = False) -> None:
     import forkpoint
 
+    row = "sdkless-cache" if cache_marker else "sdkless"
     kind = "SDK-less loop with a moving cache marker" if cache_marker else "SDK-less loop"
     print(f"\n== {kind} (httpx2 MockTransport), {turns} turns; in-process CPU s, median of {repeat} ==")
     tool = sdkless_tool()
@@ -580,7 +581,7 @@ def row_sdkless(turns: int, repeat: int, tmp: Path, *, cache_marker: bool = Fals
         rows["plain"].append(time.process_time() - c0)
         gc.collect()
         c0 = time.process_time()
-        with forkpoint.record(store=tmp / f"{label.replace(' ', '-')}-{turns}-{i}") as rec:
+        with forkpoint.record(store=tmp / f"{row}-{turns}-{i}") as rec:
             assert loop(turns, tool) == answer
         rows["record"].append(time.process_time() - c0)
         gc.collect()

@@ -354,11 +354,12 @@ class _Scrubbed:
         finite: bool,
         given: list[Any] | None = None,
         base: tuple[_Digests, int] | None = None,
+        first: bytes | None = None,
     ) -> None:
         self._data, self._ends, self.out, self.owned = data, ends, out, owned
-        #: The JSON of the first item, where the list's own is not written (see :meth:`may_share`).
-        self.first: bytes | None = None
         self.finite, self.given, self.base = finite, given, base
+        #: The JSON of the first item, where the list's own is not written (see :meth:`may_share`).
+        self.first = first
         self.digests: _Digests | None = None
 
     def data(self) -> bytes:
@@ -976,12 +977,11 @@ class Scrubber:
                     break
         if best is None:
             return None
-        given = best.given or []
         out = best.out[:most] + [self._item(v) for v in items[most:]]
         base = (best.digests, most) if best.owned and best.digests is not None else None
-        taken = _Scrubbed(None, None, out, owned=best.owned, finite=True, given=items, base=base)
         # (the same first item as the list's it goes on, whose JSON is written once)
-        taken.first = best.first or orjson.dumps(given[0], default=json_default)
+        first = best.first or orjson.dumps(items[0], default=json_default)
+        taken = _Scrubbed(None, None, out, owned=best.owned, finite=True, given=items, base=base, first=first)
         with self._lock:
             self._lists.appendleft(taken)
         self._result(out)

@@ -150,10 +150,10 @@ def _appended(kept: _Endpoint, bodies: list[_Body], data: bytes) -> tuple[_Body,
     is one of ``bodies`` with items appended to a top-level list, after some of its last items were
     changed or dropped (see :func:`_spliced`); else None. (Counts, in ``kept``, the attempts to find
     a list that failed, and the bodies that waited; a race between threads loses a count: harmless.)"""
-    known = [(b, b.grown) for b in bodies if b.grown is not None]  # (latest first: usually the one)
-    for body, grown in known:  # appended to as it was sent: the common case, told by two comparisons
-        end = grown[1][-1]
-        if _ends_as(body, end, data) and data.startswith(memoryview(body.data)[:end]):
+    # (the latest first: usually the one; only those that end as the new body does can be spliced)
+    known = [(b, grown) for b in bodies if (grown := b.grown) is not None and _ends_as(b, grown[1][-1], data)]
+    for body, grown in known:  # appended to as it was sent: the common case
+        if data.startswith(memoryview(body.data)[: grown[1][-1]]):
             spliced = _spliced(body, grown, len(grown[1]) - 1, data)
             if spliced is not None:
                 return spliced
@@ -161,10 +161,9 @@ def _appended(kept: _Endpoint, bodies: list[_Body], data: bytes) -> tuple[_Body,
     # items, and only where it keeps one (else it is no more than a whole parse).
     most, best = 0, None
     for body, grown in known:
-        if _ends_as(body, grown[1][-1], data):
-            grown, i = _last_end_before(body, grown, data)
-            if i >= 0 and grown[2][i] > most:
-                most, best = grown[2][i], (body, grown, i)
+        grown, i = _last_end_before(body, grown, _common_prefix(body.data, data))
+        if i >= 0 and grown[2][i] > most:
+            most, best = grown[2][i], (body, grown, i)
     if best is not None:
         spliced = _spliced(*best, data=data)
         if spliced is not None:
@@ -194,7 +193,7 @@ def _appended(kept: _Endpoint, bodies: list[_Body], data: bytes) -> tuple[_Body,
             if around is not None:
                 body.grown = around
                 if _ends_as(body, around[1][-1], data):
-                    around, i = _last_end_before(body, around, data)
+                    around, i = _last_end_before(body, around, at)
                     spliced = _spliced(body, around, i, data) if i >= 0 and around[2][i] > 0 else None
                     if spliced is not None:
                         return spliced
@@ -207,12 +206,12 @@ def _ends_as(body: _Body, end: int, data: bytes) -> bool:
     return len(data) >= len(body.data) - end and data.endswith(memoryview(body.data)[end:])
 
 
-def _last_end_before(body: _Body, grown: _Grown, data: bytes) -> tuple[_Grown, int]:
-    """``grown`` (``body``'s list) and the index in its ends of the last one before ``data`` and
-    ``body`` first differ, or -1; with what was learnt on the way (kept in ``body`` too): where the
-    change comes before every known end, the list's start (:func:`_scanned`, once), and where it
-    comes within items whose ends are not known, theirs (:func:`_cut`)."""
-    shared = _common_prefix(body.data, data)
+def _last_end_before(body: _Body, grown: _Grown, shared: int) -> tuple[_Grown, int]:
+    """``grown`` (``body``'s list) and the index in its ends of the last one at most ``shared``
+    (the bytes a new body shares with ``body``), or -1; with what was learnt on the way (kept in
+    ``body`` too): where the change comes before every known end, the list's start
+    (:func:`_scanned`, once), and where it comes within items whose ends are not known, theirs
+    (:func:`_cut`)."""
     i = bisect.bisect_right(grown[1], shared) - 1
     if i < 0 and not body.scanned:
         body.scanned = True
@@ -363,28 +362,27 @@ def _scanned(body: _Body, grown: _Grown | None, at: int) -> _Grown | None:
 def _top_lists(data: bytes) -> Iterator[tuple[str, int, int]]:
     """The lists of the top-level object in ``data``, as a scan (not proven) finds them: (key, the
     offset right after its ``[``, the offset of its ``]``)."""
-    depth, name, after_key, start = 0, None, False, -1
-    for token in _TOKEN.finditer(data):
-        char = data[token.start()]
-        if char == 0x22:  # a string: a key where it follows "{" or "," in the top-level object
-            if depth == 1 and not after_key:
+    name, after_key, start = None, False, -1
+    for token, char, depth in _structure(data):
+        if depth != 1:  # (the top-level object's members only)
+            continue
+        if char == 0x22:  # a string: a key where it follows "{" or ","
+            if not after_key:
                 try:
                     name = orjson.loads(token.group())
                 except orjson.JSONDecodeError:
                     return
                 after_key = True
-            continue
-        if char in b"[{":
-            if char == 0x5B and depth == 1 and after_key and isinstance(name, str):
+        elif char == 0x5B:
+            if after_key and isinstance(name, str):
                 start = token.end()
-            depth += 1
-        elif char in b"]}":
-            depth -= 1
-            if char == 0x5D and depth == 1 and start >= 0 and isinstance(name, str):
+        elif char == 0x5D:
+            if start >= 0 and isinstance(name, str):
                 yield name, start, token.start()
-            if depth == 1:
-                start = -1
-        elif depth == 1:  # a comma between members
+            start = -1
+        elif char == 0x7D:
+            start = -1
+        else:  # a comma between members
             after_key = False
 
 
@@ -392,34 +390,31 @@ def _list_start(data: bytes, value: dict[str, Any], key: str, at: int) -> bool:
     """Whether offset ``at`` of ``data`` (whose value is ``value``) is at the start of the top-level
     list ``key``, right after its ``[``: proven as :func:`_list_end` proves an end, by parsing
     ``data`` with a marker inserted there, which must come out first in that list and nowhere else."""
-    marker = "forkpoint-marker-" + os.urandom(8).hex()
-    sep = b"," if value[key] else b""
+    marker = _marker()
+    probed = _probe(data, value, at, b'"' + marker.encode() + b'"' + (b"," if value[key] else b""))
     try:
-        probed = orjson.loads(data[:at] + b'"' + marker.encode() + b'"' + sep + data[at:])
-        return (
-            isinstance(probed, dict)
-            and probed.keys() == value.keys()
-            and probed[key] == [marker, *value[key]]
-            and all(probed[k] == value[k] for k in value if k != key)
-        )
-    except (orjson.JSONDecodeError, RecursionError):
+        return probed is not None and probed[key] == [marker, *value[key]] and _same_but(probed, value, key)
+    except RecursionError:  # (values nested deeper than Python compares)
         return False
 
 
 def _commas(added: bytes) -> list[int]:
     """The offsets of the commas in ``added`` outside its strings, brackets and braces."""
-    depth, out = 0, []
-    for token in _TOKEN.finditer(added):
-        char = added[token.start()]
-        if char == 0x22:  # a string
-            continue
+    return [token.start() for token, char, depth in _structure(added) if char == 0x2C and depth == 0]
+
+
+def _structure(data: bytes) -> Iterator[tuple[re.Match[bytes], int, int]]:
+    """Each string, bracket, brace and comma of ``data`` (escapes in strings skipped whole), with
+    its first byte and the depth it is at: inside how many brackets and braces (an opening one
+    counts itself out, a closing one too)."""
+    depth = 0
+    for token in _TOKEN.finditer(data):
+        char = data[token.start()]
+        if char in b"]}":
+            depth -= 1
+        yield token, char, depth
         if char in b"[{":
             depth += 1
-        elif char in b"]}":
-            depth -= 1
-        elif depth == 0:
-            out.append(token.start())
-    return out
 
 
 def _common_prefix(a: bytes, b: bytes) -> int:
@@ -450,24 +445,42 @@ def _list_end(data: bytes, value: dict[str, Any], at: int) -> tuple[str, int] | 
     lists = [k for k, v in value.items() if isinstance(v, list)]
     if not lists:
         return None
-    marker = "forkpoint-marker-" + os.urandom(8).hex()
+    marker = _marker()
     items = value[lists[0]] if len(lists) == 1 else None
     insert = b'"' + marker.encode() + b'"'
     # An item before the marker needs a comma; an empty list does not. Which one: try both forms.
     for sep in (b",", b""):
         if items is not None and bool(items) != bool(sep):
             continue
-        try:
-            probed = orjson.loads(data[:at] + sep + insert + data[at:])
-        except orjson.JSONDecodeError:
-            continue
-        if not isinstance(probed, dict) or probed.keys() != value.keys():
+        probed = _probe(data, value, at, sep + insert)
+        if probed is None:
             continue
         try:
             grown = [k for k in lists if probed[k] == [*value[k], marker]]
-            same = len(grown) == 1 and all(probed[k] == value[k] for k in value if k != grown[0])
+            same = len(grown) == 1 and _same_but(probed, value, grown[0])
         except RecursionError:  # (values nested deeper than Python compares: parsed whole)
             return None
         if same and bool(value[grown[0]]) == bool(sep):
             return grown[0], at
     return None
+
+
+def _marker() -> str:
+    """A string no body holds by chance, to insert where a probe looks."""
+    return "forkpoint-marker-" + os.urandom(8).hex()
+
+
+def _probe(data: bytes, value: dict[str, Any], at: int, text: bytes) -> dict[str, Any] | None:
+    """``data`` (whose value is ``value``) parsed with ``text`` inserted at offset ``at``, where
+    that is an object with the same keys; else None."""
+    try:
+        probed = orjson.loads(data[:at] + text + data[at:])
+    except orjson.JSONDecodeError:
+        return None
+    return probed if isinstance(probed, dict) and probed.keys() == value.keys() else None
+
+
+def _same_but(probed: dict[str, Any], value: dict[str, Any], key: str) -> bool:
+    """Whether ``probed`` holds what ``value`` does under every key but ``key`` (raises
+    RecursionError for values nested deeper than Python compares)."""
+    return all(probed[k] == value[k] for k in value if k != key)
