@@ -272,7 +272,8 @@ def as_json(session: Session) -> dict[str, Any]:
     Blobs are read and binary data is ``{"$b64": …}``, but a list the log stored as a delta of an
     earlier event's (a model call's request ``messages``, a checkpoint's carried context) stays
     one, ``{"$delta": {"base": S, "keep": K, "add": [...]}}``: the first K items of the same field
-    of event S, then ``add`` (docs/format.md). Written out whole, every request of an agent
+    of event S (those at the indices of its ``set`` pairs, if any, replaced), then ``add``
+    (docs/format.md). Written out whole, every request of an agent
     that resends its conversation would make the output grow with the square of its length."""
     events = [to_json(with_deltas(e, session.deltas.get(e["seq"], {}))) for e in session.records()]
     return {"header": session.header, "events": events, "truncated": session.truncated}

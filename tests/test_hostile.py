@@ -99,7 +99,7 @@ def test_invalid_utf8_in_the_header_and_unknown_version(tmp_path: Path) -> None:
     log = path / LOG_NAME
     lines = log.read_bytes().splitlines(keepends=True)
     head = orjson.loads(lines[0])
-    for version, match in ((3, "version 3 is not supported"), ("1", "version '1' is not supported")):
+    for version, match in ((4, "version 4 is not supported"), ("1", "version '1' is not supported")):
         head["version"] = version
         head.pop("hash")
         head["hash"] = digest(head)
@@ -192,6 +192,25 @@ def test_delta_pointing_nowhere_and_bad_reserved_values(tmp_path: Path) -> None:
         Session.load(path)
     v = verify(path)
     assert not v.ok and f"{LOG_NAME}:3:" in v.problems[0] and "refers to event 7" in v.problems[0]
+    # Items replaced past those kept, twice, or in no [index, item] form.
+    item = {"role": "user", "content": "x"}
+    for replaced, loading in (
+        ([[1, item]], "replaces items \\[1\\]: the indices must ascend, each below the 1 kept"),
+        ([[0, item], [0, item]], "replaces items \\[0, 0\\]"),
+        ("x", "cannot decode the event"),
+    ):
+        obj["request"]["body"]["messages"]["$delta"] = {"base": 1, "keep": 1, "set": replaced, "add": []}
+        obj.pop("hash")
+        obj["hash"] = digest(obj)
+        log.write_bytes(lines[0] + lines[1] + orjson.dumps(obj) + b"\n")
+        with pytest.raises(SessionError, match=rf"{LOG_NAME}:3: .*{loading}"):
+            Session.load(path)
+        v = verify(path)
+        assert (
+            not v.ok
+            and f"{LOG_NAME}:3:" in v.problems[0]
+            and '"set" is not [index, item] pairs' in v.problems[0]
+        )
     obj["request"]["body"] = {"$b64": "not base64!!"}
     obj.pop("hash")
     obj["hash"] = digest(obj)

@@ -7,7 +7,9 @@ log linear in the length of a conversation and let any value round-trip (``docs/
   JSON blob.
 * ``{"$delta": {"base": S, "keep": K, "add": [...]}}`` stands for a list of a model call's request
   body (or a checkpoint's carried context): the first ``K`` items of the same field of event ``S``,
-  then ``add``.
+  then ``add``. With ``"set": [[I, item], ...]`` (format 3), item ``I`` of those ``K`` is replaced
+  by ``item`` (indices ascending): a conversation whose first message changes at every call (a
+  prompt stamped with the time) still costs only what each call adds.
 * ``{"$dumps": {"seq": S, "of": "args"|"result", "style": "…"}}`` stands for a string that is the JSON
   text (Python's ``json.dumps`` in that style) of the arguments or result of tool call ``S``: what
   an agent sends back to the model is stored once, with the tool call.
@@ -25,7 +27,7 @@ from __future__ import annotations
 import base64
 import json
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,9 +40,14 @@ from ..errors import SessionError
 from .blobs import BlobStore
 
 FORMAT = "forkpoint.session"
-#: The version this forkpoint writes (2: packed lines, :mod:`.packing`), and those it reads.
-FORMAT_VERSION = 2
-READ_VERSIONS = (1, 2)
+#: The version this forkpoint writes, and those it reads. 2: packed lines (:mod:`.packing`); 3: a
+#: ``$delta`` may replace items (``set``), which a reader of 2 would silently leave out.
+FORMAT_VERSION = 3
+READ_VERSIONS = (1, 2, 3)
+#: The first versions with packed lines and with ``set`` in a ``$delta``: a writer appending to an
+#: older session keeps to what its version has.
+PACKED_FROM = 2
+DELTA_SET_FROM = 3
 LOG_NAME = "session.jsonl"
 BLOB_DIR = "blobs"
 GIT_OBJECTS = "git-objects"
@@ -349,7 +356,10 @@ def decode(
             return dumps_style(source[ref["of"]], str(ref["style"]))
         if "$delta" in value:
             d = value["$delta"]
-            return Delta(int(d["base"]), int(d["keep"]), decode(d.get("add", []), blobs, where, tools))
+            replace = tuple((int(i), decode(v, blobs, where, tools)) for i, v in d.get("set", ()))
+            return Delta(
+                int(d["base"]), int(d["keep"]), decode(d.get("add", []), blobs, where, tools), replace
+            )
         if "$lit" in value and len(value) == 1:
             return {k: decode(v, blobs, where, tools) for k, v in value["$lit"].items()}
         return {k: decode(v, blobs, where, tools) for k, v in value.items()}
@@ -436,15 +446,18 @@ def same_item(a: Any, b: Any) -> bool:
 
 @dataclass(frozen=True)
 class Delta:
-    """A decoded ``$delta``: the first ``keep`` items of field of event ``base``, then ``add``."""
+    """A decoded ``$delta``: the first ``keep`` items of field of event ``base``, with item ``i``
+    replaced by ``v`` for each ``(i, v)`` of ``replace``, then ``add``."""
 
     base: int
     keep: int
     add: list[Any]
+    replace: tuple[tuple[int, Any], ...] = ()
 
 
-#: Of one event, the lists that were stored as a ``$delta``: field name → (base seq, keep).
-Deltas = dict[str, tuple[int, int]]
+#: Of one event, the lists that were stored as a ``$delta``: field name → (base seq, keep, the
+#: indices of the items it replaces).
+Deltas = dict[str, tuple[int, int, tuple[int, ...]]]
 
 
 def resolve_deltas(
@@ -459,7 +472,7 @@ def resolve_deltas(
     events, by seq): as lists of their own, or with ``share`` as
     :class:`~forkpoint.deltalist.DeltaList` views that share their items' slots along the
     conversation. Returns which they were. Raises :class:`SessionError` naming the line when a base
-    is missing or too short."""
+    is missing or too short, or the items replaced are not at ascending indices below ``keep``."""
     body = delta_container(event)
     found: Deltas = {}
     if body is None:
@@ -472,25 +485,49 @@ def resolve_deltas(
                     f"{log_path}:{lineno}: request field {name!r} refers to event {value.base}, "
                     "which is missing or shorter than the delta says"
                 )
-            body[name] = (
-                DeltaList.from_delta(base, value.keep, value.add)
-                if share
-                else [*base[: value.keep], *value.add]
-            )
-            found[name] = (value.base, value.keep)
+            at = tuple(i for i, _ in value.replace)
+            if any(not 0 <= i < value.keep for i in at) or list(at) != sorted(set(at)):
+                raise SessionError(
+                    f"{log_path}:{lineno}: request field {name!r} replaces items {list(at)}: the "
+                    f"indices must ascend, each below the {value.keep} kept"
+                )
+            if share:
+                body[name] = DeltaList.from_delta(base, value.keep, value.add, value.replace)
+            else:
+                items = [*base[: value.keep], *value.add]
+                for i, v in value.replace:
+                    items[i] = v
+                body[name] = items
+            found[name] = (value.base, value.keep, at)
     return found
+
+
+def delta_form(base: int, keep: int, replace: Iterable[tuple[int, Any]], add: list[Any]) -> dict[str, Any]:
+    """What ``{"$delta": ...}`` holds: the first ``keep`` items of the same field of event ``base``,
+    item ``i`` replaced by ``v`` for each ``(i, v)`` of ``replace`` (``set``, left out when none),
+    then ``add``."""
+    form: dict[str, Any] = {"base": base, "keep": keep}
+    replaced = [[i, v] for i, v in replace]
+    if replaced:
+        form["set"] = replaced
+    form["add"] = add
+    return form
 
 
 def with_deltas(event: dict[str, Any], deltas: Deltas) -> dict[str, Any]:
     """``event`` (resolved) with the lists ``deltas`` names in their ``$delta`` form again —
-    ``{"$delta": {"base": S, "keep": K, "add": [...]}}``, the items resolved — so that a whole
+    ``{"$delta": {"base": S, "keep": K, "add": [...]}}`` (and ``set``), the items resolved — so that a whole
     session written out grows linearly with the conversation, as the log does. A shallow copy;
     ``event`` itself when ``deltas`` is empty."""
     body = delta_container(event)
     if body is None or not deltas:
         return event
     stored = {
-        k: {"$delta": {"base": deltas[k][0], "keep": deltas[k][1], "add": v[deltas[k][1] :]}}
+        k: {
+            "$delta": delta_form(
+                deltas[k][0], deltas[k][1], ((i, v[i]) for i in deltas[k][2]), v[deltas[k][1] :]
+            )
+        }
         if k in deltas
         else v
         for k, v in body.items()

@@ -83,6 +83,14 @@ def _stored_list_len(value: Any) -> int | None:
     return None
 
 
+def _valid_set(replaced: Any, keep: int) -> bool:
+    """Whether a ``$delta``'s ``set`` is ``[index, item]`` pairs at ascending indices below ``keep``."""
+    if not isinstance(replaced, list) or not all(isinstance(p, list) and len(p) == 2 for p in replaced):
+        return False
+    at = [p[0] for p in replaced]
+    return all(type(i) is int and 0 <= i < keep for i in at) and at == sorted(set(at))
+
+
 def _stored_container(obj: dict[str, Any]) -> dict[str, Any] | None:
     """The stored (encoded) counterpart of :func:`delta_container`."""
     if obj.get("type") == "model_call":
@@ -273,6 +281,11 @@ def verify(path: Path | str, *, deep: bool = True, checks: Mapping[str, Check] |
                                 f"{log_path}:{lineno}: {label}: field {name!r} refers to event "
                                 f"{d.get('base') if isinstance(d, dict) else '?'}, which is missing, later, "
                                 "or shorter than the delta says"
+                            )
+                        elif not _valid_set(d.get("set", []), d["keep"]):
+                            problems.append(
+                                f'{log_path}:{lineno}: {label}: field {name!r}: the delta\'s "set" is not '
+                                f"[index, item] pairs at ascending indices below its keep ({d['keep']})"
                             )
                     if n is not None:
                         mine[name] = n

@@ -28,13 +28,17 @@ from ..events import new_session_id, now_iso
 from .blobs import BlobStore, fsync_path
 from .codec import (
     BLOB_DIR,
+    DELTA_SET_FROM,
     FORMAT,
     FORMAT_VERSION,
     LOG_NAME,
+    PACKED_FROM,
     SAME_FIELDS,
+    Deltas,
     SentBack,
     blob_refs,
     delta_container,
+    delta_form,
     dumps,
     encode,
     encode_exotic,
@@ -51,6 +55,11 @@ from .reader import read_header
 
 #: How many recent model calls a new request is compared with to find its delta base.
 _DELTA_WINDOW = 16
+#: At most this many items a ``$delta`` replaces (``set``). It replaces any only when that spares
+#: more items than it replaces: a message stamped with the time at the start, not a cache marker
+#: moving along the last few (each replaced item stays beside a loaded list's shared slots,
+#: :class:`~forkpoint.deltalist.DeltaList`, and costs a lookup there).
+_DELTA_SET_MAX = 4
 #: Among how many recent tool calls a new request's strings are looked up (``$dumps``).
 _DUMPS_WINDOW = 64
 #: The fields of an event whose strings may be stored as ``$dumps`` of an earlier tool call: what
@@ -112,8 +121,9 @@ class SessionWriter:
         # Lines are packed in sessions of the format that has packed lines (an older session keeps
         # its format whoever appends to it), and not sealed: compressed against other lines, a sealed
         # line's length would tell how much it shares with them.
-        packs = self.cipher is None and self.header.get("version") == FORMAT_VERSION
-        self._packer = Packer() if packs else None
+        version = self.header.get("version", 1)
+        self._packer = Packer() if self.cipher is None and version >= PACKED_FROM else None
+        self._sets = version >= DELTA_SET_FROM
 
     @classmethod
     def create(
@@ -247,7 +257,7 @@ class SessionWriter:
             lists = {k: v for k, v in body.items() if isinstance(v, list) and v} if body else {}
             deltas = self._delta_bases(lists)
             if deltas:
-                stored = _trimmed(stored, {k: keep for k, (_, keep) in deltas.items()})
+                stored = _trimmed(stored, deltas)
             # field by field: the line itself is never an encoding, whatever its keys
             sent_back = self._sent_back if event["type"] in ("model_call", "checkpoint") else None
             # A tool call's fields may be stored as they are (codec.encode_field); a model call's
@@ -312,31 +322,55 @@ class SessionWriter:
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
             return seq, scrubbed
 
-    def _delta_bases(self, lists: dict[str, list[Any]]) -> dict[str, tuple[int, int]]:
-        """For each list of a new request body: (base seq, items kept) of the recent call whose
-        same list shares the longest prefix with it, when one does. The scrubber hands back an
-        item it has seen as the same object (:meth:`~forkpoint.redact.Scrubber.json`), so a
-        resent history is compared by identity; other items by their exact JSON."""
-        out: dict[str, tuple[int, int]] = {}
+    def _delta_bases(self, lists: dict[str, list[Any]]) -> Deltas:
+        """For each list of a new request body: (base seq, items kept, indices of the kept items
+        replaced) against the recent call whose same list leaves the fewest items to store, when
+        one leaves fewer than all. The scrubber hands back an item it has seen as the same object
+        (:meth:`~forkpoint.redact.Scrubber.json`), so a resent history is compared by identity;
+        other items by their exact JSON."""
+        out: Deltas = {}
         for name, items in lists.items():
-            best_seq, best_keep = 0, 0
+            best: tuple[int, int, tuple[int, ...]] | None = None
+            cost = len(items)  # items stored: those added, and those replaced
             for base_seq, base_lists in self._recent:
                 base = base_lists.get(name)
-                if not base or len(base) > len(items) or len(base) <= best_keep:
+                if not base or len(base) > len(items) or len(items) - len(base) >= cost:
                     continue
-                if all(map(operator.is_, base, items)):  # the common case, at C speed
-                    keep = len(base)
-                else:
-                    keep = 0
-                    for a, b in zip(base, items, strict=False):
-                        if not same_item(a, b):
-                            break
-                        keep += 1
-                if keep > best_keep:
-                    best_seq, best_keep = base_seq, keep
-            if best_keep:
-                out[name] = (best_seq, best_keep)
+                keep, at = self._kept(base, items)
+                if keep and len(items) - keep + len(at) < cost:
+                    best, cost = (base_seq, keep, at), len(items) - keep + len(at)
+            if best is not None:
+                out[name] = best
         return out
+
+    def _kept(self, base: list[Any], items: list[Any]) -> tuple[int, tuple[int, ...]]:
+        """How many of ``base``'s items ``items`` keeps, and the indices of those it replaces: its
+        common prefix, or (format 3) all of ``base`` with up to :data:`_DELTA_SET_MAX` replaced."""
+        n = len(base)
+        if all(map(operator.is_, base, items)):  # the common case, at C speed
+            return n, ()
+        keep = 0
+        for a, b in zip(base, items, strict=False):
+            if not same_item(a, b):
+                break
+            keep += 1
+        if not self._sets or n - keep < 3:  # (one replaced, one spared: not worth it)
+            return keep, ()
+        at = [keep]
+        start = keep + 1
+        same = list(map(operator.is_, base[start:], items[start:n]))
+        k = 0
+        while len(at) <= _DELTA_SET_MAX:
+            try:
+                k = same.index(False, k)
+            except ValueError:
+                break
+            if not same_item(base[start + k], items[start + k]):
+                at.append(start + k)
+            k += 1
+        if len(at) > _DELTA_SET_MAX or n - keep - len(at) <= len(at):
+            return keep, ()
+        return n, tuple(at)
 
     def close(self) -> None:
         """Flush to disk (policies ``event`` and ``close``) and close. Safe to call twice."""
@@ -403,24 +437,28 @@ def _seal_event(
     return out
 
 
-def _trimmed(event: dict[str, Any], keep: dict[str, int]) -> dict[str, Any]:
-    """``event`` with its delta container's lists less their first ``keep[name]`` items (copies
-    of the dicts on the way: the scrubbed event may share them with others)."""
+def _trimmed(event: dict[str, Any], deltas: Deltas) -> dict[str, Any]:
+    """``event`` with each list of its delta container that ``deltas`` names cut to what its delta
+    stores: the items it replaces, then those after the ones it keeps (copies of the dicts on the
+    way: the scrubbed event may share them with others)."""
     body = dict(cast(dict[str, Any], delta_container(event)))
-    for name, n in keep.items():
-        body[name] = body[name][n:]
+    for name, (_, keep, at) in deltas.items():
+        items = body[name]
+        body[name] = [items[i] for i in at] + items[keep:]
     if event["type"] == "model_call":
         return {**event, "request": {**event["request"], "body": body}}
     return {**event, "context": body}
 
 
-def _delta_encode(stored: dict[str, Any], deltas: dict[str, tuple[int, int]]) -> None:
-    """Wrap the trimmed, encoded lists of ``stored``'s delta container as ``$delta``."""
+def _delta_encode(stored: dict[str, Any], deltas: Deltas) -> None:
+    """Wrap the trimmed (:func:`_trimmed`), encoded lists of ``stored``'s delta container as
+    ``$delta``."""
     body = stored["request"]["body"] if stored["type"] == "model_call" else stored["context"]
     if "$lit" in body and len(body) == 1:  # a body with reserved keys is escaped as {"$lit": {...}}
         body = body["$lit"]
-    for name, (base, keep) in deltas.items():
-        body[name] = {"$delta": {"base": base, "keep": keep, "add": body[name]}}
+    for name, (base, keep, at) in deltas.items():
+        trimmed = body[name]  # (the items replaced first, then those added)
+        body[name] = {"$delta": delta_form(base, keep, zip(at, trimmed, strict=False), trimmed[len(at) :])}
 
 
 def _last_valid_line(path: Path, size: int) -> tuple[dict[str, Any], int, bool]:

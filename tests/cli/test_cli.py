@@ -324,10 +324,14 @@ def test_show_json_has_every_event(recorded: Recorded) -> None:
     assert data["truncated"] is False
 
 
-def test_show_json_keeps_resent_conversations_as_deltas(tmp_path: Path) -> None:
+@pytest.mark.parametrize("stamped", [False, True], ids=["plain", "time-stamped"])
+def test_show_json_keeps_resent_conversations_as_deltas(tmp_path: Path, stamped: bool) -> None:
     """An agent resends its whole conversation at every turn; ``show --json`` keeps each request's
     messages as the ``$delta`` the log stores (the new messages only), so its output grows linearly
-    with the turns, and every request can be rebuilt from it exactly as ``Session.load`` gives it."""
+    with the turns, and every request can be rebuilt from it exactly as ``Session.load`` gives it.
+    A system prompt stamped with the time at every call is the one message a delta replaces."""
+    import datetime
+
     import httpx2
 
     import forkpoint
@@ -342,8 +346,12 @@ def test_show_json_keeps_resent_conversations_as_deltas(tmp_path: Path) -> None:
         messages: list[Any] = [{"role": "user", "content": "go " + "x" * 2000}]  # a blob
         with httpx2.Client(transport=httpx2.MockTransport(answer)) as c:
             for i in range(6):
+                now = datetime.datetime.now(datetime.UTC).isoformat()
+                sent = (
+                    [{"role": "system", "content": f"The time is {now}."}, *messages] if stamped else messages
+                )
                 reply = c.post(
-                    "http://127.0.0.1:9/v1/chat/completions", json={"model": "m", "messages": messages}
+                    "http://127.0.0.1:9/v1/chat/completions", json={"model": "m", "messages": sent}
                 )
                 messages += [
                     reply.json()["choices"][0]["message"],
@@ -357,13 +365,18 @@ def test_show_json_keeps_resent_conversations_as_deltas(tmp_path: Path) -> None:
     rebuilt: dict[int, list[Any]] = {}
     for i, event in enumerate(loaded):
         stored = shown[event["seq"]]["request"]["body"]["messages"]
-        if i == 0:
-            assert stored == event["request"]["body"]["messages"]  # the first request, whole
+        if i == 0 or (stamped and i == 1):
+            # The first request, whole; stamped, the second too: it would keep one message of two.
+            assert stored == event["request"]["body"]["messages"]
             rebuilt[event["seq"]] = stored
             continue
         delta = stored["$delta"]
         assert len(delta["add"]) == 2  # the reply and the next result: nothing resent
-        rebuilt[event["seq"]] = rebuilt[delta["base"]][: delta["keep"]] + delta["add"]
+        items = rebuilt[delta["base"]][: delta["keep"]]
+        assert [i for i, _ in delta.get("set", [])] == ([0] if stamped else [])  # the new time only
+        for at, item in delta.get("set", []):
+            items[at] = item
+        rebuilt[event["seq"]] = items + delta["add"]
         assert rebuilt[event["seq"]] == event["request"]["body"]["messages"]
 
 

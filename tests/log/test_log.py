@@ -20,7 +20,7 @@ import pytest
 import forkpoint
 from forkpoint import providers, redact, verify
 from forkpoint.canonical import digest
-from forkpoint.deltalist import DeltaList, json_default
+from forkpoint.deltalist import MAX_OVERLAY, DeltaList, json_default
 from forkpoint.log import LOG_NAME, BlobStore, LogTail, Session, SessionError, SessionWriter, line_hash
 from forkpoint.log import verify as verify_log
 from tests.gitutil import git
@@ -149,7 +149,7 @@ def test_header_fields_in_a_git_repo(tmp_path: Path, monkeypatch: pytest.MonkeyP
         pass
     h = Session.load(rec.session_path).header
     assert h["format"] == "forkpoint.session"
-    assert h["version"] == 2
+    assert h["version"] == 3
     assert h["session_id"] == rec.session_path.name
     assert h["name"] == "hdr"
     assert h["argv"] == argv
@@ -497,26 +497,125 @@ def test_delta_encoding_round_trips_exactly(store: Path, share_lists: bool) -> N
 
 def test_shared_lists_of_a_growing_conversation_hold_one_slot_per_item(store: Path) -> None:
     """Loaded with ``share_lists``, a conversation that only grows keeps one backing list for all
-    its calls (memory linear in its length); a conversation that changes an earlier item gets its
-    own, and the calls before it still read what they sent."""
+    its calls (memory linear in its length), and so does one that rewrites its first message (its
+    calls hold the rewritten one beside it); a conversation that drops earlier items gets its own,
+    and the calls before it still read what they sent."""
     items = [{"role": "user", "content": f"turn {i}"} for i in range(60)]
     bodies = [{"model": "m", "messages": items[: 2 * i + 1]} for i in range(30)]
     edited = [{"role": "user", "content": "rewritten"}, *items[1:59]]
     bodies += [{"model": "m", "messages": edited}, {"model": "m", "messages": [*edited, items[59]]}]
     bodies.append({"model": "m", "messages": items[:59]})  # a retry of call 29: its base is extended already
+    window = items[20:50]  # the oldest turns dropped, then the window grows
+    bodies += [{"model": "m", "messages": window}, {"model": "m", "messages": [*window, items[50]]}]
     path = _write_session(store, [_model_call(b) for b in bodies])
+    stored = stored_lines(path)
+    # (line 31 is call 30: the rewritten message replaces call 29's first; call 31 only appends)
+    assert stored[31]["request"]["body"]["messages"]["$delta"] == {
+        "base": 30,
+        "keep": 59,
+        "set": [[0, edited[0]]],
+        "add": [],
+    }
+    assert stored[32]["request"]["body"]["messages"]["$delta"] == {"base": 31, "keep": 59, "add": [items[59]]}
 
     shared = [e["request"]["body"]["messages"] for e in Session.load(path, share_lists=True).events]
     assert shared == [b["messages"] for b in bodies]
     stores = {id(m._store): len(m._store) for m in shared if type(m) is DeltaList}
     slots = sum(stores.values())
-    # The growth's list, and the edited conversation's (stored whole: its successor copies it once);
-    # the retry of call 29 asks for nothing beyond call 29's list, so it shares it.
-    assert sorted(stores.values()) == [59, 60], stores
-    assert shared[-1]._store is shared[29]._store and shared[29]._store is shared[1]._store
+    # The growth's list, the rewritten conversation's on it (the retry of call 29 asks for nothing
+    # beyond call 29's list, so it shares it too), and the window's (stored whole, its successor
+    # copies it once).
+    assert sorted(stores.values()) == [31, 60], stores
+    assert shared[32]._store is shared[29]._store is shared[30]._store is shared[1]._store
+    assert (shared[30][0], shared[31][0], shared[32][0], shared[29][0]) == (
+        edited[0],
+        edited[0],
+        items[0],
+        items[0],
+    )
+    assert shared[31][1:] == items[1:60] and list(reversed(shared[31]))[-1] == edited[0]
     own = [e["request"]["body"]["messages"] for e in Session.load(path).events]
     assert all(type(m) is list for m in own) and own == shared
-    assert sum(len(m) for m in own) > 8 * slots  # 1,078 slots: what each call holding its own list costs
+    assert sum(len(m) for m in own) > 10 * slots  # 1,166 slots: what each call holding its own list costs
+
+
+def _stamped_conversation(turns: int, *, stamped: bool = True) -> list[dict[str, Any]]:
+    """The request bodies of an agent that puts the time in its system prompt at every call."""
+    history: list[dict[str, Any]] = [{"role": "user", "content": "Refactor the package."}]
+    bodies = []
+    for i in range(turns):
+        now = f"2026-12-03T10:{i // 60:02d}:{i % 60:02d}Z" if stamped else "today"
+        system = {"role": "system", "content": f"It is {now}. " + "You edit files. " * 20}
+        bodies.append({"model": "m", "messages": [system, *history]})
+        history = [
+            *history,
+            {"role": "assistant", "content": f"step {i}"},
+            {"role": "tool", "content": f"ok {i} " * 40},
+        ]
+    return bodies
+
+
+def test_a_prompt_stamped_with_the_time_at_every_call_costs_only_what_each_call_adds(tmp_path: Path) -> None:
+    """A system prompt that changes at every call is stored as the one item a ``$delta`` replaces:
+    the log stays linear in the conversation (it was stored whole at every call, quadratic), and
+    every request reads back exactly, as lists of its own and as shared lists."""
+    sizes = {}
+    for turns, stamped in ((40, True), (80, True), (80, False)):
+        bodies = _stamped_conversation(turns, stamped=stamped)
+        path = _write_session(tmp_path / f"{turns}-{stamped}", [_model_call(b) for b in bodies])
+        sizes[turns, stamped] = (path / LOG_NAME).stat().st_size
+        if stamped:
+            deltas = [x["request"]["body"]["messages"]["$delta"] for x in stored_lines(path)[3:]]
+            assert all(d["keep"] == len(b["messages"]) - 2 for d, b in zip(deltas, bodies[2:], strict=True))
+            assert all(d["set"][0][0] == 0 and len(d["set"]) == 1 for d in deltas)
+        for share in (False, True):
+            loaded = [e["request"]["body"] for e in Session.load(path, share_lists=share).events]
+            assert [orjson.dumps(b, default=json_default) for b in loaded] == [
+                orjson.dumps(b) for b in bodies
+            ]
+        assert verify(path).ok
+    assert sizes[80, True] / sizes[40, True] < 2.2, sizes
+    assert sizes[80, True] < 1.2 * sizes[80, False], sizes
+
+
+def test_a_moving_cache_marker_keeps_the_prefix_form(store: Path) -> None:
+    """Items changed at the end of a resent list (a cache marker moving on) are stored as the
+    prefix before them plus the rest, as before ``set``: replacing them would spare nothing."""
+    items = [{"role": "user", "content": f"turn {i}"} for i in range(12)]
+    marked = {"type": "ephemeral"}
+    bodies = [
+        {"messages": [*items[: n - 2], *({**m, "cache_control": marked} for m in items[n - 2 : n])]}
+        for n in range(4, 13, 2)
+    ]
+    path = _write_session(store, [_model_call(b) for b in bodies])
+    deltas = [x["request"]["body"]["messages"]["$delta"] for x in stored_lines(path)[2:]]
+    assert [(d["keep"], len(d["add"]), "set" in d) for d in deltas] == [
+        (n - 4, 4, False) for n in range(6, 13, 2)
+    ]
+    assert [e["request"]["body"] for e in Session.load(path, share_lists=True).events] == bodies
+
+
+def test_a_session_of_format_2_is_appended_to_without_set(store: Path) -> None:
+    """A forkpoint that appends to a session an older one created (a CLI and an agent with
+    different installs) writes only what that session's format has: a reader of format 2 would
+    leave a ``set`` out without a word."""
+    w = SessionWriter.create(store, {"argv": ["a"], "tags": {}}, fsync="never")
+    w.close()
+    log = w.path / LOG_NAME
+    head = orjson.loads(log.read_bytes())
+    head["version"] = 2
+    head.pop("hash")
+    head["hash"] = line_hash(head)
+    log.write_bytes(orjson.dumps(head) + b"\n")
+    bodies = _stamped_conversation(12)
+    w = SessionWriter.open(w.path, fsync="never")
+    for b in bodies:
+        w.append(_model_call(b))
+    w.close()
+    stored = stored_lines(w.path)
+    assert stored[0]["version"] == 2 and b'"set"' not in orjson.dumps(stored)
+    assert [e["request"]["body"] for e in Session.load(w.path).events] == bodies
+    assert verify(w.path).ok
 
 
 def test_a_shared_list_reads_as_a_list_and_cannot_be_changed() -> None:
@@ -556,6 +655,37 @@ def test_a_shared_list_reads_as_a_list_and_cannot_be_changed() -> None:
     assert json.dumps(view, default=json_default) == json.dumps(view[:])
     assert digest({"m": view}) == digest({"m": view[:]})
     assert base == ["a", {"b": 1}, 2.0]  # the list it was taken from is untouched
+
+
+def test_a_shared_list_reads_the_items_it_replaces_and_copies_past_its_overlay_limit() -> None:
+    base = DeltaList.from_delta([], 0, ["a", "b", "c"])
+    v1 = DeltaList.from_delta(base, 3, ["d"], [(0, "A")])
+    assert v1._store is base._store and base == ["a", "b", "c"] and v1 == ["A", "b", "c", "d"]
+    assert (v1[0], v1[-4], v1[1], v1[:2], list(reversed(v1)), [*v1], v1.copy()) == (
+        "A",
+        "A",
+        "b",
+        ["A", "b"],
+        ["d", "c", "b", "A"],
+        ["A", "b", "c", "d"],
+        ["A", "b", "c", "d"],
+    )
+    v2 = DeltaList.from_delta(v1, 4, ["e"], [(1, "B")])
+    assert v2 == ["A", "B", "c", "d", "e"] and v1 == ["A", "b", "c", "d"] and v2._store is base._store
+    retry = DeltaList.from_delta(v1, 4, [])  # asks for nothing beyond v1: shares its slots
+    assert retry == v1 and retry._store is base._store and retry != v2[:4]
+    assert json.dumps(v2, default=json_default) == json.dumps(["A", "B", "c", "d", "e"])
+    # Each call replacing another item: past MAX_OVERLAY replaced items, a backing list of its own.
+    items = [f"m{i}" for i in range(40)]
+    view = DeltaList.from_delta([], 0, items[:20])
+    first = view._store
+    expected = items[:20]
+    for i in range(20):
+        expected = [*expected[:i], f"r{i}", *expected[i + 1 :], items[20 + i]]
+        view = DeltaList.from_delta(view, len(view), [items[20 + i]], [(i, f"r{i}")])
+        assert view == expected
+        assert len(view._overlay or ()) <= MAX_OVERLAY
+    assert view._store is not first and len(view._store) == len(view) == 40
 
 
 @pytest.mark.parametrize(

@@ -138,7 +138,7 @@ def test_packed_lines_open_to_the_same_events_and_are_checked_like_any_line(tmp_
     w.append({"type": "end", "exit_code": 0})
     w.close()
     raw = [orjson.loads(line) for line in (w.path / LOG_NAME).read_bytes().splitlines()]
-    assert raw[0]["version"] == 2
+    assert raw[0]["version"] == 3
     assert all(PACKED in line for line in raw[1:-1]) and PACKED not in raw[-1]  # `end` is never packed
     assert raw[1].get(PACK_DICT) is None and raw[2][PACK_DICT] == [1] and raw[6][PACK_DICT] == [3, 4, 5]
     assert max(len(x) for x in (w.path / LOG_NAME).read_bytes().splitlines()[2:-1]) < len(big) // 2
