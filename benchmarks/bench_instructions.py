@@ -44,6 +44,7 @@ REPO = HERE.parents[1]
 FIGURES = {
     "sdkless": ("none", "plain", "record", "replay"),
     "sdkless-cache": ("none", "plain", "record", "replay"),
+    "sdkless-stamp": ("none", "plain", "record", "replay"),
     "agent": ("none", "live", "record", "replay"),
     "floor": ("none", "floor", "replay"),
 }
@@ -61,7 +62,7 @@ def child(workload: str, mode: str, turns: int) -> None:
         import bench_targets as bt
 
         tool = bt.sdkless_tool()
-        loop = functools.partial(bt.sdkless_loop, cache_marker=workload == "sdkless-cache")
+        loop = functools.partial(bt.sdkless_loop, sent=bt.SDKLESS_ROWS[workload][0])
         with forkpoint.record(store="warm") as rec:
             loop(2, tool)
         with forkpoint.replay(rec.session_path):
@@ -156,7 +157,11 @@ def measure(tree: Path, turns: int, workloads: list[str]) -> dict[str, dict[str,
 
 def report(label: str, m: dict[str, dict[str, float]]) -> None:
     print(f"  {label}")
-    for workload, name in (("sdkless", "SDK-less loop"), ("sdkless-cache", "with a moving cache marker")):
+    for workload, name in (
+        ("sdkless", "SDK-less loop"),
+        ("sdkless-cache", "with a moving cache marker"),
+        ("sdkless-stamp", "with the time in its prompt"),
+    ):
         if workload in m:
             s = m[workload]
             print(

@@ -19,6 +19,10 @@ the ratio against its yardstick and whether the issue's target is met:
 * ``sdkless-cache``: the same loop marking its last two tool messages with a ``cache_control``
   marker that moves on at every call (Anthropic's prompt caching, as coding agents use it), against
   its own plain run and the same targets.
+* ``sdkless-stamp``: the same loop with the time in its system prompt, a new one at every call
+  (from a clock the loop advances a second a call, so that a replay sends what was recorded, as
+  ``forkpoint record --deterministic`` gives a program that reads the real clock), against its own
+  plain run and the same targets.
 * ``growth``: the same loop at two lengths (500 and 2,000 turns): peak memory over the baseline
   (``VmHWM`` - ``VmRSS`` before the step, each step in a fresh interpreter) and CPU time of record,
   replay, ``Session.load`` (with each call's lists its own, and ``share_lists=True`` as forkpoint's
@@ -338,7 +342,7 @@ def sdkless_tool() -> Callable[..., dict[str, Any]]:
     return forkpoint.tool(edit_file)
 
 
-def with_cache_marker(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def with_cache_marker(messages: list[dict[str, Any]], call: int) -> list[dict[str, Any]]:
     """The messages as sent with a cache marker on the last two tool messages (copies of those)."""
     marked = list(messages)
     for i in [i for i, m in enumerate(marked) if m["role"] == "tool"][-2:]:
@@ -346,9 +350,36 @@ def with_cache_marker(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return marked
 
 
-def sdkless_loop(turns: int, tool: Callable[..., dict[str, Any]], *, cache_marker: bool = False) -> str:
+def with_time_stamp(messages: list[dict[str, Any]], call: int) -> list[dict[str, Any]]:
+    """The messages as sent at the ``call``-th call with the time at the start of the system prompt
+    (a copy of it): 10:00:00 UTC plus a second a call."""
+    now = datetime(2026, 12, 3, 10, tzinfo=UTC).timestamp() + call
+    stamp = datetime.fromtimestamp(now, UTC).isoformat()
+    return [{**messages[0], "content": f"The time is {stamp}. {messages[0]['content']}"}, *messages[1:]]
+
+
+#: The SDK-less rows: how each sends its messages at a call (None: as they are), and its names.
+SDKLESS_ROWS: dict[
+    str, tuple[Callable[[list[dict[str, Any]], int], list[dict[str, Any]]] | None, str, str]
+] = {
+    "sdkless": (None, "SDK-less loop", "SDK-less"),
+    "sdkless-cache": (
+        with_cache_marker,
+        "SDK-less loop with a moving cache marker",
+        "SDK-less (cache marker)",
+    ),
+    "sdkless-stamp": (with_time_stamp, "SDK-less loop with the time in its prompt", "SDK-less (time stamp)"),
+}
+
+
+def sdkless_loop(
+    turns: int,
+    tool: Callable[..., dict[str, Any]],
+    *,
+    sent: Callable[[list[dict[str, Any]], int], list[dict[str, Any]]] | None = None,
+) -> str:
     """The loop: post the whole conversation, run the tool calls, append, until a text answer.
-    ``cache_marker``: the last two tool messages are sent marked (:func:`with_cache_marker`)."""
+    ``sent``: the messages as sent at a call (:data:`SDKLESS_ROWS`), else as they are."""
     import httpx2
 
     messages: list[dict[str, Any]] = [
@@ -356,9 +387,15 @@ def sdkless_loop(turns: int, tool: Callable[..., dict[str, Any]], *, cache_marke
         {"role": "user", "content": "Refactor the package, one module at a time."},
     ]
     with httpx2.Client(transport=httpx2.MockTransport(sdkless_model(turns))) as client:
+        posted = 0
         while True:
-            sent = with_cache_marker(messages) if cache_marker else messages
-            response = client.post(SDKLESS_URL, json={"model": "m", "messages": sent, "tools": SDKLESS_TOOLS})
+            body = {
+                "model": "m",
+                "messages": sent(messages, posted) if sent else messages,
+                "tools": SDKLESS_TOOLS,
+            }
+            posted += 1
+            response = client.post(SDKLESS_URL, json=body)
             response.raise_for_status()
             message = response.json()["choices"][0]["message"]
             messages.append(message)
@@ -564,15 +601,13 @@ def row_floor(turns_list: list[int], repeat_small: int, tmp: Path, repeat_large:
         print("  " + verdict(f"T={turns} record overhead over live (fraction)", over, target))
 
 
-def row_sdkless(turns: int, repeat: int, tmp: Path, *, cache_marker: bool = False) -> None:
+def row_sdkless(turns: int, repeat: int, tmp: Path, row: str = "sdkless") -> None:
     import forkpoint
 
-    row = "sdkless-cache" if cache_marker else "sdkless"
-    kind = "SDK-less loop with a moving cache marker" if cache_marker else "SDK-less loop"
+    sent, kind, label = SDKLESS_ROWS[row]
     print(f"\n== {kind} (httpx2 MockTransport), {turns} turns; in-process CPU s, median of {repeat} ==")
     tool = sdkless_tool()
-    loop = functools.partial(sdkless_loop, cache_marker=cache_marker)
-    label = "SDK-less (cache marker)" if cache_marker else "SDK-less"
+    loop = functools.partial(sdkless_loop, sent=sent)
     rows: dict[str, list[float]] = {"plain": [], "record": [], "replay": []}
     for i in range(repeat):
         gc.collect()
@@ -918,6 +953,7 @@ ROWS = (
     "floor",
     "sdkless",
     "sdkless-cache",
+    "sdkless-stamp",
     "growth",
     "large",
     "bytes",
@@ -974,8 +1010,8 @@ def main(argv: list[str] | None = None) -> int:
                 row_startup(args.repeat_startup, tmp)
             elif row == "floor":
                 row_floor([int(t) for t in args.turns.split(",")], args.repeat, tmp, args.repeat_large)
-            elif row in ("sdkless", "sdkless-cache"):
-                row_sdkless(args.sdkless_turns, args.repeat, tmp, cache_marker=row == "sdkless-cache")
+            elif row in SDKLESS_ROWS:
+                row_sdkless(args.sdkless_turns, args.repeat, tmp, row)
             elif row == "growth":
                 small, large = (int(t) for t in args.growth.split(","))
                 row_growth(small, large, tmp, args.growth_limit_gib)
