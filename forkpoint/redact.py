@@ -939,6 +939,10 @@ class Scrubber:
         # A large list met for the first time (a 20 MB tool result) may be clean as it is; a list
         # that goes on a recent one (a long conversation) is not checked whole again: its known
         # items are shared, as below, and not held twice by the caches.
+        if not keep:
+            out = self._after_first(items, data, finite, given)
+            if out is not None:
+                return out
         if not keep and len(data) >= CLEAN_IN_TEXT_MIN and self._clean(data):
             with self._lock:  # (where its items end is worked out if a longer list comes)
                 self._lists.appendleft(_Scrubbed(data, None, items, owned=False, finite=finite, given=given))
@@ -961,6 +965,42 @@ class Scrubber:
             )
         self._result(out)
         return out
+
+    def _after_first(
+        self, items: list[Any], data: builtins.bytes, finite: bool, given: list[Any] | None
+    ) -> list[Any] | None:
+        """``items`` (written as ``data``) scrubbed where, after their first item, they begin with
+        all the items after the first of a recent list of the scrubber's own, by their exact JSON:
+        a conversation whose system prompt is stamped with the time at every call. Those items'
+        scrubbed forms are taken over (one comparison of bytes, where scrubbing them one by one
+        costs their JSON each); the first item and the items after them are scrubbed. None where no
+        recent list whose JSON is written already shares them (a list taken over by identity is
+        not written for this: an unrelated list would cost every recent list's JSON)."""
+        if len(items) < 3:
+            return None
+        first_end = 1 + len(orjson.dumps(items[0], default=json_default))  # (its "," in data)
+        for old in list(self._lists):
+            if old._data is None or not old.owned or len(old.out) < 2 or len(old.out) > len(items):
+                continue
+            ends = old.ends()
+            span = old._data[ends[0] : ends[-1]]  # from the "," after its first item to its end
+            after = first_end + len(span)
+            if not data.startswith(span, first_end) or data[after : after + 1] not in (b",", b"]"):
+                continue
+            # (where a null is, a NaN may have been written: only finite lists are taken by JSON)
+            if not (finite and old.finite) and b"null" in span:
+                continue
+            n = len(ends)
+            out = [self._item(items[0]), *old.out[1:n], *(self._item(v) for v in items[n:])]
+            shift = first_end - ends[0]
+            known = [first_end, *(e + shift for e in ends[1:])]
+            with self._lock:
+                self._lists.appendleft(
+                    _Scrubbed(data, _item_ends(items, known), out, owned=True, finite=finite, given=given)
+                )
+            self._result(out)
+            return out
+        return None
 
     def _resent(self, items: list[Any]) -> list[Any] | None:
         """Parsed ``items`` scrubbed, where they begin with items of a recent parsed list, as the

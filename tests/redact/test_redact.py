@@ -396,6 +396,52 @@ def test_a_resent_conversation_whose_last_items_changed_shares_the_items_before(
     assert scrubbing_wrote < len(dumps(marked[-2:])) + 100 < len(body) // 5
 
 
+def test_a_conversation_whose_first_message_is_stamped_at_every_call_shares_the_items_after_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A system prompt with the time in it changes at every call: the body is parsed whole, its items
+    # are new objects, and its first item is not the last list's. The items after it are taken
+    # over by one comparison of the list's JSON with the last list's, not scrubbed one by one (each
+    # item's JSON written for the cache), and every secret is still replaced.
+    from forkpoint import redact
+    from forkpoint.capture import resent
+
+    class Owner:  # (stands for a recording)
+        pass
+
+    owner, s, fresh = Owner(), Scrubber(), Scrubber(cache=False)
+    secret = "sk-proj-" + _rand(48)
+    history: list[dict[str, Any]] = [{"role": "user", "content": f"Fix it. {secret}"}]
+    written: list[int] = []
+    dumps = orjson.dumps
+    monkeypatch.setattr(redact.orjson, "dumps", lambda *a, **k: written.append(len(r := dumps(*a, **k))) or r)
+    outs = []
+    for turn in range(25):
+        system = {"role": "system", "content": f"It is 10:{turn:02d}. {secret if turn % 5 == 2 else ''}"}
+        body = dumps({"model": "m", "messages": [system, *history]})
+        value = resent.loads(body, "POST /v1", owner)
+        written.clear()
+        outs.append(s.json(value, parsed=True))
+        scrubbing_wrote = sum(written)
+        assert outs[-1] == fresh.json(orjson.loads(body)) and secret not in dumps(outs[-1]).decode()
+        history.append({"role": "tool", "content": f"result {turn} {secret if turn % 3 == 0 else ''} " * 10})
+    # The last call wrote the list once (to compare it), and the new first item and the new message
+    # (each twice: the item cache's key, and where it ends), not every item of the list again.
+    items = outs[-1]["messages"]
+    assert scrubbing_wrote <= len(dumps(value["messages"])) + 2 * (
+        len(dumps(system)) + len(dumps(history[-2]))
+    )
+    assert all(a is b for a, b in zip(outs[-2]["messages"][1:], items[1:-1], strict=True))
+    assert items[0] is not outs[-2]["messages"][0] and "10:24" in items[0]["content"]
+    # A list that shares nothing after its first item either is scrubbed item by item.
+    other = [
+        {"role": "system", "content": "x"},
+        {"role": "user", "content": "y"},
+        {"role": "user", "content": secret},
+    ]
+    assert s.json(other, parsed=True) == fresh.json(other)
+
+
 def test_the_same_prefix_is_counted_by_identity() -> None:
     from forkpoint.redact import _same_prefix
 
