@@ -340,7 +340,8 @@ class _Scrubbed:
     list taken over by identity are worked out from it when first needed. ``finite``: its items hold
     no NaN or infinite float. ``digests``: the items ``out`` held (as objects) when their
     digests were asked for, and those digests (:meth:`Scrubber.list_digests`); ``base``: the
-    ``digests`` of the list its first items were taken from and how many, when those were known."""
+    ``digests`` of the list some of its items were taken from, when those were known, and which:
+    ``(digests, start, stop)``, items ``start`` to ``stop`` (a prefix, or all after the first)."""
 
     __slots__ = ("_data", "_ends", "first", "out", "owned", "finite", "given", "digests", "base")
 
@@ -353,7 +354,7 @@ class _Scrubbed:
         owned: bool,
         finite: bool,
         given: list[Any] | None = None,
-        base: tuple[_Digests, int] | None = None,
+        base: tuple[_Digests, int, int] | None = None,
         first: bytes | None = None,
     ) -> None:
         self._data, self._ends, self.out, self.owned = data, ends, out, owned
@@ -949,7 +950,7 @@ class Scrubber:
             return items  # nothing in it to scrub: the walk below would build an equal copy
         out = (shared.out[:keep] if shared else []) + [self._item(v) for v in items[keep:]]
         if shared is not None and owned and shared.digests is not None:
-            base = (shared.digests, keep)
+            base = (shared.digests, 0, keep)
         with self._lock:
             # (the caller's items, taken over from a list kept as given, are still the caller's)
             self._lists.appendleft(
@@ -994,9 +995,12 @@ class Scrubber:
             out = [self._item(items[0]), *old.out[1:n], *(self._item(v) for v in items[n:])]
             shift = first_end - ends[0]
             known = [first_end, *(e + shift for e in ends[1:])]
+            base = (old.digests, 1, n) if old.digests is not None else None
             with self._lock:
                 self._lists.appendleft(
-                    _Scrubbed(data, _item_ends(items, known), out, owned=True, finite=finite, given=given)
+                    _Scrubbed(
+                        data, _item_ends(items, known), out, owned=True, finite=finite, given=given, base=base
+                    )
                 )
             self._result(out)
             return out
@@ -1018,7 +1022,7 @@ class Scrubber:
         if best is None:
             return None
         out = best.out[:most] + [self._item(v) for v in items[most:]]
-        base = (best.digests, most) if best.owned and best.digests is not None else None
+        base = (best.digests, 0, most) if best.owned and best.digests is not None else None
         # (the same first item as the list's it goes on, whose JSON is written once)
         first = best.first or orjson.dumps(items[0], default=json_default)
         taken = _Scrubbed(None, None, out, owned=best.owned, finite=True, given=items, base=base, first=first)
@@ -1092,9 +1096,9 @@ class Scrubber:
                     return known[1]
                 done: list[str] = []
                 if s.base is not None:
-                    (seen, digests), keep = s.base
-                    if keep <= len(items) and _same_objects(seen[:keep], items[:keep]):
-                        done = digests[:keep]
+                    (seen, digests), start, stop = s.base
+                    if stop <= len(items) and _same_objects(seen[start:stop], items[start:stop]):
+                        done = [self.item_digest(x) for x in items[:start]] + digests[start:stop]
                     s.base = None  # (held no longer than needed)
                 out = done + [self.item_digest(x) for x in items[len(done) :]]
                 s.digests = (tuple(items), out)

@@ -151,12 +151,14 @@ def test_the_digests_of_items_go_with_the_scrubbers_items(monkeypatch: pytest.Mo
         assert all(scrubber._returned.get(k) is not None for k in scrubber._digests)
 
 
+@pytest.mark.parametrize("stamped", [False, True], ids=["plain", "time-stamped"])
 def test_a_resent_conversation_costs_its_new_items_as_a_recorder_parses_it(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, stamped: bool
 ) -> None:
     """As capture does: each request arrives as bytes, parsed afresh (no item is the same object
     as before), scrubbed and keyed. Each call's key asks for the digests of its new items only, and
-    equals the key of the same request hashed whole, also when an earlier item was changed."""
+    equals the key of the same request hashed whole, also when an earlier item was changed, and
+    when the system prompt is stamped with the time at every call (that item is new each time)."""
     from forkpoint import redact
     from forkpoint.capture.decoding import parse_body, scrub_body
 
@@ -170,15 +172,21 @@ def test_a_resent_conversation_costs_its_new_items_as_a_recorder_parses_it(
         conversation["messages"].append({"role": "user", "content": f"step {turn}"})
         if turn == 40:  # an earlier item edited (a compacted history): its list starts over
             conversation["messages"][3] = {"role": "user", "content": "summary of steps 0-1"}
+        if stamped:
+            conversation["messages"][0] = {
+                "role": "system",
+                "content": f"It is 10:{turn:02d}. You edit files.",
+            }
         kind, parsed = parse_body(orjson.dumps(conversation), "application/json")
         body = scrub_body(kind, parsed, parsed=True)
         asked.clear()
         got = model_key(normalize_request("POST", URL, HEADERS, body))
         fresh = json.loads(json.dumps(conversation))
         assert got == model_key(normalize_request("POST", URL, HEADERS, fresh))
-        # the new messages (at turn 40, all after the three it still shares), the tool at first
-        new = {0: len(conversation["messages"]) + 1, 40: len(conversation["messages"]) - 3}
-        assert len(asked) == new.get(turn, 1), turn
+        # the new messages (at turn 40, all after the three it still shares), the tool at first;
+        # stamped, the system prompt too (and at turn 40 all but the tool: none is shared)
+        new = {0: len(conversation["messages"]) + 1, 40: len(conversation["messages"]) - 3 + 3 * stamped}
+        assert len(asked) == new.get(turn, 1 + stamped), turn
 
 
 def test_a_list_whose_slots_were_refilled_is_keyed_as_it_is_now(monkeypatch: pytest.MonkeyPatch) -> None:
