@@ -28,6 +28,8 @@ the ratio against its yardstick and whether the issue's target is met:
   replay, ``Session.load`` (with each call's lists its own, and ``share_lists=True`` as forkpoint's
   own readers load), ``forkpoint verify`` and ``forkpoint show --json``; prints the growth
   exponent ``log(m2/m1) / log(n2/n1)`` (1: linear, 2: quadratic).
+* ``growth-stamp``: the same on the ``sdkless-stamp`` loop (its system prompt stamped with the time
+  at every call).
 * ``large``: a 20 MB tool result: recording it against ``json.dumps`` + write + ``fsync``,
   replaying it against reading the file + ``json.loads`` (wall time).
 * ``bytes``: bytes on disk of forkpoint's session, vcrpy's cassette and cassetter's cassette for
@@ -423,21 +425,23 @@ def child_main(kind: str, args: list[str]) -> int:
         print(run_floor(module, answers, Path(args[1])))
         return 0
     if kind == "mem":
-        return child_mem(args[0], int(args[1]), Path(args[2]))
+        return child_mem(args[0], int(args[1]), Path(args[2]), *args[3:4])
     raise SystemExit(f"unknown child {kind!r}")
 
 
-def child_mem(step: str, turns: int, path: Path) -> int:
-    """One step of the growth row in this fresh interpreter; prints ``{"peak_mib", "cpu_s"}``."""
+def child_mem(step: str, turns: int, path: Path, row: str = "sdkless") -> int:
+    """One step of the growth row in this fresh interpreter, on the loop of SDK-less row ``row``;
+    prints ``{"peak_mib", "cpu_s"}``."""
     import forkpoint
     import forkpoint.cli
 
     tool = sdkless_tool()
+    loop = functools.partial(sdkless_loop, sent=SDKLESS_ROWS[row][0])
     with tempfile.TemporaryDirectory() as warm:  # imports and first-use set-up are not the step's
         with forkpoint.record(store=warm) as rec:
-            sdkless_loop(1, tool)
+            loop(1, tool)
         with forkpoint.replay(rec.session_path):
-            sdkless_loop(1, tool)
+            loop(1, tool)
     gc.collect()
     reset_peak()
     base = rss_kib("VmRSS")
@@ -445,11 +449,11 @@ def child_mem(step: str, turns: int, path: Path) -> int:
     out: dict[str, Any] = {}
     if step == "record":
         with forkpoint.record(store=path, name=f"sdkless-{turns}") as rec:
-            sdkless_loop(turns, tool)
+            loop(turns, tool)
         out["session"] = str(rec.session_path)
     elif step == "replay":
         with forkpoint.replay(path) as rp:
-            sdkless_loop(turns, tool)
+            loop(turns, tool)
         report = rp.report()
         assert report["matched"] == report["recorded"] and report["divergence"] is None, report
     elif step == "load":
@@ -638,8 +642,10 @@ def row_sdkless(turns: int, repeat: int, tmp: Path, row: str = "sdkless") -> Non
     )
 
 
-def row_growth(small: int, large: int, tmp: Path, limit_gib: float) -> None:
-    print(f"\n== growth: SDK-less loop at {small} and {large} turns; each step in a fresh interpreter ==")
+def row_growth(small: int, large: int, tmp: Path, limit_gib: float, row: str = "sdkless") -> None:
+    _, kind, label = SDKLESS_ROWS[row]
+    print(f"\n== growth: {kind} at {small} and {large} turns; each step in a fresh interpreter ==")
+    prefix = "" if row == "sdkless" else f"{label}: "
     env = env_with_repo()
 
     def limit() -> None:
@@ -648,7 +654,7 @@ def row_growth(small: int, large: int, tmp: Path, limit_gib: float) -> None:
 
     def step(name: str, turns: int, path: Path) -> dict[str, Any] | None:
         proc = subprocess.run(
-            [PY, str(HERE), "--child", "mem", name, str(turns), str(path)],
+            [PY, str(HERE), "--child", "mem", name, str(turns), str(path), row],
             capture_output=True, text=True, env=env, preexec_fn=limit,
         )  # fmt: skip
         if proc.returncode != 0:
@@ -660,7 +666,7 @@ def row_growth(small: int, large: int, tmp: Path, limit_gib: float) -> None:
 
     got: dict[str, dict[int, dict[str, Any] | None]] = {}
     for turns in (small, large):
-        rec = step("record", turns, tmp / f"growth-{turns}")
+        rec = step("record", turns, tmp / f"growth-{row}-{turns}")
         got.setdefault("record", {})[turns] = rec
         if rec is None:
             continue
@@ -684,14 +690,17 @@ def row_growth(small: int, large: int, tmp: Path, limit_gib: float) -> None:
             f"{a['cpu_s']:13.3f}{b['cpu_s']:13.3f}{cpu_exp:6.2f}"
         )
         verdict(
-            f"growth exponent of {name} memory ({small}->{large} turns)", mem_exp, T_LINEAR_EXPONENT, "{:.2f}"
+            f"{prefix}growth exponent of {name} memory ({small}->{large} turns)",
+            mem_exp,
+            T_LINEAR_EXPONENT,
+            "{:.2f}",
         )
     show = got.get("show", {}).get(large)
     if large == 2000 and show is not None:
         print(
             "  "
             + verdict(
-                "show --json peak memory at 2,000 turns (MiB)",
+                f"{prefix}show --json peak memory at 2,000 turns (MiB)",
                 show["peak_mib"],
                 T_SHOW_JSON_MIB_2000,
                 "{:.0f}",
@@ -955,6 +964,7 @@ ROWS = (
     "sdkless-cache",
     "sdkless-stamp",
     "growth",
+    "growth-stamp",
     "large",
     "bytes",
     "bytes-sdkless",
@@ -1012,9 +1022,15 @@ def main(argv: list[str] | None = None) -> int:
                 row_floor([int(t) for t in args.turns.split(",")], args.repeat, tmp, args.repeat_large)
             elif row in SDKLESS_ROWS:
                 row_sdkless(args.sdkless_turns, args.repeat, tmp, row)
-            elif row == "growth":
+            elif row in ("growth", "growth-stamp"):
                 small, large = (int(t) for t in args.growth.split(","))
-                row_growth(small, large, tmp, args.growth_limit_gib)
+                row_growth(
+                    small,
+                    large,
+                    tmp,
+                    args.growth_limit_gib,
+                    "sdkless-stamp" if row.endswith("stamp") else "sdkless",
+                )
             elif row == "large":
                 row_large(args.repeat, tmp)
             elif row == "bytes":
