@@ -595,68 +595,6 @@ def test_a_moving_cache_marker_keeps_the_prefix_form(store: Path) -> None:
     assert [e["request"]["body"] for e in Session.load(path, share_lists=True).events] == bodies
 
 
-def test_a_session_of_format_2_is_appended_to_without_set(store: Path) -> None:
-    """A forkpoint that appends to a session an older one created (a CLI and an agent with
-    different installs) writes only what that session's format has: a reader of format 2 would
-    leave a ``set`` out without a word."""
-    w = SessionWriter.create(store, {"argv": ["a"], "tags": {}}, fsync="never")
-    w.close()
-    log = w.path / LOG_NAME
-    head = orjson.loads(log.read_bytes())
-    head["version"] = 2
-    head.pop("hash")
-    head["hash"] = line_hash(head)
-    log.write_bytes(orjson.dumps(head) + b"\n")
-    bodies = _stamped_conversation(12)
-    w = SessionWriter.open(w.path, fsync="never")
-    for b in bodies:
-        w.append(_model_call(b))
-    w.close()
-    stored = stored_lines(w.path)
-    assert stored[0]["version"] == 2 and b'"set"' not in orjson.dumps(stored)
-    assert [e["request"]["body"] for e in Session.load(w.path).events] == bodies
-    assert verify(w.path).ok
-
-
-def test_a_shared_list_reads_as_a_list_and_cannot_be_changed() -> None:
-    base = ["a", {"b": 1}, 2.0]
-    view = DeltaList.from_delta(base, 2, [None, True])
-    assert (
-        isinstance(view, list) and view == ["a", {"b": 1}, None, True] and ["a", {"b": 1}, None, True] == view
-    )
-    assert view != ["a", {"b": 1}, None] and view != ("a", {"b": 1}, None, True)
-    assert (len(view), view[0], view[-1], view[1:3], list(reversed(view))) == (
-        4,
-        "a",
-        True,
-        [{"b": 1}, None],
-        [True, None, {"b": 1}, "a"],
-    )
-    with pytest.raises(IndexError):
-        view[4]
-    with pytest.raises(IndexError):
-        view[-5]
-    assert view + [1] == ["a", {"b": 1}, None, True, 1] and [0] + view == [0, "a", {"b": 1}, None, True]
-    assert type(view.copy()) is list and view.copy() == view and view + view == view[:] * 2
-    with pytest.raises(TypeError):
-        view + "cd"  # as a list: only a list adds to it
-    with pytest.raises(TypeError):
-        ("x",) + view  # type: ignore[operator]
-    with pytest.raises(AttributeError):
-        view.append(1)  # type: ignore[attr-defined]
-    with pytest.raises(TypeError):
-        view[0] = "x"  # type: ignore[index]
-    assert type(copy.deepcopy(view)) is list and copy.deepcopy(view) == view
-    # C encoders see no list: loud without the default, exact with it (and the content hash too).
-    with pytest.raises(TypeError):
-        orjson.dumps(view)
-    with pytest.raises(TypeError):
-        json.dumps(view)
-    assert json.dumps(view, default=json_default) == json.dumps(view[:])
-    assert digest({"m": view}) == digest({"m": view[:]})
-    assert base == ["a", {"b": 1}, 2.0]  # the list it was taken from is untouched
-
-
 def test_a_shared_list_reads_the_items_it_replaces_and_copies_past_its_overlay_limit() -> None:
     base = DeltaList.from_delta([], 0, ["a", "b", "c"])
     v1 = DeltaList.from_delta(base, 3, ["d"], [(0, "A")])

@@ -18,15 +18,20 @@ import zstandard
 
 import forkpoint
 from forkpoint import verify
+from forkpoint.deltalist import json_default
 from forkpoint.demo.agent import run_agent
 from forkpoint.demo.server import ModelServer
 from forkpoint.log import LOG_NAME, Session, SessionError, SessionWriter, line_hash, to_json, writer
 from forkpoint.log.packing import PACK_DICT, PACK_MAX, PACKED
+from tests.logutil import stored_lines
 from tests.modelserver import LocalServer, Stream
 
 #: A session the demo agent recorded (4 turns, streamed) with the forkpoint of format 1: chunks and
 #: request headers as ``$json`` blobs, ``$delta`` and ``$dumps``, no packed line.
 FORMAT_1 = Path(__file__).parent / "format1" / "20261202-031047-a1c00a"
+#: Recorded by forkpoint at f1fb80b (format 2): the SDK-less loop of benchmarks/bench_targets.py with
+#: the time in its system prompt (``sdkless-stamp``), 5 turns; its signature left out.
+FORMAT_2 = Path(__file__).parent / "format2" / "20261203-164417-d4850d"
 
 TOOLS = [
     {
@@ -276,6 +281,42 @@ def test_a_session_of_format_1_loads_verifies_replays_and_stays_format_1(tmp_pat
     added = (path / LOG_NAME).read_bytes()[len(before) :]
     assert PACKED.encode() not in added and b"padding padding" in added
     assert Session.load(path).events[-1]["text"] == "appended" and verify(path).ok
+
+
+def test_a_format_2_session_reads_as_written_and_is_appended_to_in_format_2(tmp_path: Path) -> None:
+    """A session a forkpoint of format 2 recorded (each stamped request stored whole) reads as it
+    was sent, and a new writer appends to it in its format: packed, and a stamped request stored
+    without ``set``, which that forkpoint would read as the list without its new first message."""
+    path = tmp_path / FORMAT_2.name
+    shutil.copytree(FORMAT_2, path)
+    before = (path / LOG_NAME).read_bytes()
+    assert orjson.loads(before.split(b"\n", 1)[0])["version"] == 2 and PACKED.encode() in before
+    own, shared = Session.load(path), Session.load(path, share_lists=True)
+    calls = own.by_type("model_call")
+    assert len(calls) == 6 and len(own.by_type("tool_call")) == 5
+    for i, call in enumerate(calls):
+        messages = call["request"]["body"]["messages"]
+        assert len(messages) == 2 + 2 * i
+        assert messages[0]["content"].startswith(f"The time is 2026-12-03T10:00:0{i}+00:00. You edit files.")
+    assert [orjson.dumps(e, default=json_default) for e in shared.events] == [
+        orjson.dumps(e, default=json_default) for e in own.events
+    ]
+    assert verify(path).ok
+
+    last = calls[-1]["request"]
+    messages = last["body"]["messages"]
+    bodies = [
+        {**last["body"], "messages": [{**messages[0], "content": f"The time is {t}."}, *messages[1:], *more]}
+        for t, more in (("later", []), ("later still", [{"role": "user", "content": "go on"}]))
+    ]
+    w = SessionWriter.open(path, fsync="never")
+    for body in bodies:
+        w.append({"type": "model_call", "request": {**last, "body": body}, "response": calls[-1]["response"]})
+    w.close()
+    added = stored_lines(path)[-1]  # (the first of the two is its base: a format-3 writer would set)
+    assert PACKED.encode() in (path / LOG_NAME).read_bytes()[len(before) :]
+    assert isinstance(added["request"]["body"]["messages"], list)  # whole, as format 2 stores it
+    assert [e["request"]["body"] for e in Session.load(path).events[-2:]] == bodies and verify(path).ok
 
 
 def test_an_encrypted_session_seals_its_lines_unpacked(tmp_path: Path) -> None:
