@@ -300,7 +300,7 @@ def _item_ends(items: Sequence[Any], known: Sequence[int] = ()) -> list[int]:
     ends = list(known)
     pos = ends[-1] if ends else 1
     for v in items[len(ends) :]:
-        pos += len(orjson.dumps(v)) + (1 if ends else 0)
+        pos += len(orjson.dumps(v, default=json_default)) + (1 if ends else 0)
         ends.append(pos)
     return ends
 

@@ -198,6 +198,10 @@ def test_delta_pointing_nowhere_and_bad_reserved_values(tmp_path: Path) -> None:
         ([[1, item]], "replaces items \\[1\\]: the indices must ascend, each below the 1 kept"),
         ([[0, item], [0, item]], "replaces items \\[0, 0\\]"),
         ("x", "cannot decode the event"),
+        ([[0.5, item]], "cannot decode the event"),  # (an index read with int() would be 0)
+        ([["0", item]], "cannot decode the event"),
+        ({"0x": item}, "cannot decode the event"),  # (a dict's keys read as pairs: item 0 "x")
+        (["0x"], "cannot decode the event"),
     ):
         obj["request"]["body"]["messages"]["$delta"] = {"base": 1, "keep": 1, "set": replaced, "add": []}
         obj.pop("hash")

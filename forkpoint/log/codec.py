@@ -356,10 +356,21 @@ def decode(
             return dumps_style(source[ref["of"]], str(ref["style"]))
         if "$delta" in value:
             d = value["$delta"]
-            replace = tuple((int(i), decode(v, blobs, where, tools)) for i, v in d.get("set", ()))
-            return Delta(
-                int(d["base"]), int(d["keep"]), decode(d.get("add", []), blobs, where, tools), replace
-            )
+            replaced = d.get("set", [])
+            # (what a writer writes, exactly: a float, a string or a dict read as an index would
+            # load a list other than the one verify checked)
+            if not (
+                type(d["base"]) is int
+                and type(d["keep"]) is int
+                and isinstance(d.get("add", []), list)
+                and isinstance(replaced, list)
+                and all(isinstance(p, list) and len(p) == 2 and type(p[0]) is int for p in replaced)
+            ):
+                raise ValueError(
+                    'a $delta needs integers "base" and "keep", "add" a list, and "set" [index, item] pairs'
+                )
+            replace = tuple((i, decode(v, blobs, where, tools)) for i, v in replaced)
+            return Delta(d["base"], d["keep"], decode(d.get("add", []), blobs, where, tools), replace)
         if "$lit" in value and len(value) == 1:
             return {k: decode(v, blobs, where, tools) for k, v in value["$lit"].items()}
         return {k: decode(v, blobs, where, tools) for k, v in value.items()}

@@ -282,8 +282,6 @@ class SessionWriter:
                 seq = self._last_seq + 1
                 if deltas:
                     _delta_encode(stored, deltas)
-                if lists:
-                    self._recent.appendleft((seq, lists))
                 where = f"{self.log_path}: event seq {seq}"
                 packed = None
                 if self.cipher is not None:
@@ -309,6 +307,8 @@ class SessionWriter:
                 self._known_size = os.fstat(self._fd).st_size
                 self._last_seq = seq
                 self._last_hash = line_obj["hash"]
+                if lists:  # (only once written: a refused event's seq is the next one's)
+                    self._recent.appendleft((seq, lists))
                 if packed and self._packer is not None:  # (written: later lines may unpack against it)
                     self._packer.keep(seq, scrubbed["type"], packed[1])
                 if scrubbed["type"] == "tool_call":

@@ -595,6 +595,45 @@ def test_a_moving_cache_marker_keeps_the_prefix_form(store: Path) -> None:
     assert [e["request"]["body"] for e in Session.load(path, share_lists=True).events] == bodies
 
 
+def test_a_shared_list_reads_as_a_list_and_cannot_be_changed() -> None:
+    base = ["a", {"b": 1}, 2.0]
+    view = DeltaList.from_delta(base, 2, [None, True])
+    assert (
+        isinstance(view, list) and view == ["a", {"b": 1}, None, True] and ["a", {"b": 1}, None, True] == view
+    )
+    assert view != ["a", {"b": 1}, None] and view != ("a", {"b": 1}, None, True)
+    assert (len(view), view[0], view[-1], view[1:3], list(reversed(view))) == (
+        4,
+        "a",
+        True,
+        [{"b": 1}, None],
+        [True, None, {"b": 1}, "a"],
+    )
+    with pytest.raises(IndexError):
+        view[4]
+    with pytest.raises(IndexError):
+        view[-5]
+    assert view + [1] == ["a", {"b": 1}, None, True, 1] and [0] + view == [0, "a", {"b": 1}, None, True]
+    assert type(view.copy()) is list and view.copy() == view and view + view == view[:] * 2
+    with pytest.raises(TypeError):
+        view + "cd"  # as a list: only a list adds to it
+    with pytest.raises(TypeError):
+        ("x",) + view  # type: ignore[operator]
+    with pytest.raises(AttributeError):
+        view.append(1)  # type: ignore[attr-defined]
+    with pytest.raises(TypeError):
+        view[0] = "x"  # type: ignore[index]
+    assert type(copy.deepcopy(view)) is list and copy.deepcopy(view) == view
+    # C encoders see no list: loud without the default, exact with it (and the content hash too).
+    with pytest.raises(TypeError):
+        orjson.dumps(view)
+    with pytest.raises(TypeError):
+        json.dumps(view)
+    assert json.dumps(view, default=json_default) == json.dumps(view[:])
+    assert digest({"m": view}) == digest({"m": view[:]})
+    assert base == ["a", {"b": 1}, 2.0]  # the list it was taken from is untouched
+
+
 def test_a_shared_list_reads_the_items_it_replaces_and_copies_past_its_overlay_limit() -> None:
     base = DeltaList.from_delta([], 0, ["a", "b", "c"])
     v1 = DeltaList.from_delta(base, 3, ["d"], [(0, "A")])
@@ -656,6 +695,24 @@ def test_delta_keeps_values_that_are_equal_but_not_the_same_json(store: Path) ->
     path = _write_session(store, [_model_call({"messages": first}), _model_call({"messages": second})])
     bodies = [e["request"]["body"]["messages"] for e in Session.load(path).events]
     assert [orjson.dumps(b) for b in bodies] == [orjson.dumps(first), orjson.dumps(second)]
+
+
+def test_an_event_the_writer_refuses_is_no_base_for_later_deltas(store: Path) -> None:
+    """A refused event (a key that is not a string) takes no seq: the next event takes the seq it
+    would have had, so its lists must not stand in the delta bases under that seq, or a later
+    request of the first conversation would be rebuilt from the other conversation's list."""
+    a = [{"role": "user", "content": "conversation A"}]
+    b = [*a, {"role": "assistant", "content": "B reply"}]
+    w = SessionWriter.create(store, {"argv": ["a"], "tags": {}}, fsync="never")
+    w.append(_model_call({"messages": a}))
+    with pytest.raises(SessionError):
+        w.append(_model_call({"messages": [*b, {"role": "user", 7: "x"}]}))
+    other = [{"role": "user", "content": f"another conversation {i}"} for i in range(3)]
+    w.append(_model_call({"messages": other}))
+    w.append(_model_call({"messages": [*b, {"role": "user", "content": "D"}]}))
+    w.close()
+    loaded = [e["request"]["body"]["messages"] for e in Session.load(w.path).events]
+    assert loaded == [a, other, [*b, {"role": "user", "content": "D"}]]
 
 
 def test_only_the_new_items_of_a_resent_history_are_encoded(

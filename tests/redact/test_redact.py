@@ -442,6 +442,24 @@ def test_a_conversation_whose_first_message_is_stamped_at_every_call_shares_the_
     assert s.json(other, parsed=True) == fresh.json(other)
 
 
+def test_a_shared_list_inside_a_lists_items_scrubs_as_a_list() -> None:
+    # A loaded session's shared lists (DeltaList) may sit inside a list a reader scrubs again (an
+    # export): the scrubber writes their JSON as a list's, as the uncached scrubber does.
+    from forkpoint.deltalist import DeltaList
+
+    key = "sk-proj-" + _rand(48)
+    value = [DeltaList.from_delta([1], 1, [key]), "x", {"k": DeltaList.from_delta([3], 1, [])}]
+    assert (
+        Scrubber().json(value)
+        == Scrubber(cache=False).json(value)
+        == [
+            [1, expected_placeholder("openai-key", key)],
+            "x",
+            {"k": [3]},
+        ]
+    )
+
+
 def test_the_same_prefix_is_counted_by_identity() -> None:
     from forkpoint.redact import _same_prefix
 
