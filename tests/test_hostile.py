@@ -183,11 +183,15 @@ def test_delta_pointing_nowhere_and_bad_reserved_values(tmp_path: Path) -> None:
     log = path / LOG_NAME
     lines = log.read_bytes().splitlines(keepends=True)
     obj = orjson.loads(lines[2])
+
+    def rewrite(line: dict[str, Any]) -> None:  # (as the last line, hashed again)
+        line.pop("hash")
+        line["hash"] = digest(line)
+        log.write_bytes(lines[0] + lines[1] + orjson.dumps(line) + b"\n")
+
     assert "$delta" in obj["request"]["body"]["messages"]
     obj["request"]["body"]["messages"]["$delta"]["base"] = 7  # refers to a later, missing event
-    obj.pop("hash")
-    obj["hash"] = digest(obj)
-    log.write_bytes(lines[0] + lines[1] + orjson.dumps(obj) + b"\n")
+    rewrite(obj)
     with pytest.raises(SessionError, match=rf"{LOG_NAME}:3: request field 'messages' refers to event 7"):
         Session.load(path)
     v = verify(path)
@@ -204,9 +208,7 @@ def test_delta_pointing_nowhere_and_bad_reserved_values(tmp_path: Path) -> None:
         (["0x"], "cannot decode the event"),
     ):
         obj["request"]["body"]["messages"]["$delta"] = {"base": 1, "keep": 1, "set": replaced, "add": []}
-        obj.pop("hash")
-        obj["hash"] = digest(obj)
-        log.write_bytes(lines[0] + lines[1] + orjson.dumps(obj) + b"\n")
+        rewrite(obj)
         with pytest.raises(SessionError, match=rf"{LOG_NAME}:3: .*{loading}"):
             Session.load(path)
         v = verify(path)
@@ -216,9 +218,7 @@ def test_delta_pointing_nowhere_and_bad_reserved_values(tmp_path: Path) -> None:
             and '"set" is not [index, item] pairs' in v.problems[0]
         )
     obj["request"]["body"] = {"$b64": "not base64!!"}
-    obj.pop("hash")
-    obj["hash"] = digest(obj)
-    log.write_bytes(lines[0] + lines[1] + orjson.dumps(obj) + b"\n")
+    rewrite(obj)
     with pytest.raises(SessionError, match=rf"{LOG_NAME}:3: cannot decode the event"):
         Session.load(path)
 

@@ -319,25 +319,34 @@ def test_a_parsed_list_shares_items_with_parsed_lists_only_where_none_means_none
     assert again["m"] == [{"x": None, "k": 1}, {"y": 2}, {"z": 3}, {"w": 4}, {"v": 5}]
 
 
+class Owner:
+    """Stands for a recording: what ``capture.resent`` keeps bodies by."""
+
+
+def _count_written(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The lengths of the JSON the scrubber writes from now on, one a call, as they are written."""
+    from forkpoint import redact
+
+    written: list[int] = []
+    dumps = orjson.dumps
+    monkeypatch.setattr(redact.orjson, "dumps", lambda *a, **k: written.append(len(r := dumps(*a, **k))) or r)
+    return written
+
+
 def test_a_resent_parsed_conversation_shares_its_scrubbed_items_without_writing_them(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # A conversation parsed by what it adds (capture.resent) comes back as the last body's own items
     # plus new ones: the scrubber takes those items' scrubbed forms over by identity and writes only
     # the new items' JSON, and what it keeps of the list still serves a list equal only by its JSON.
-    from forkpoint import redact
     from forkpoint.capture import resent
-
-    class Owner:  # (stands for a recording)
-        pass
 
     secret = "sk-proj-" + _rand(48)
     owner, s, fresh = Owner(), Scrubber(), Scrubber(cache=False)
     messages: list[dict[str, Any]] = [{"role": "system", "content": "You edit files. " * 40}]
     tools = [{"type": "function", "function": {"name": "edit", "parameters": {"type": "object"}}}]
-    written: list[int] = []
+    written = _count_written(monkeypatch)
     dumps = orjson.dumps
-    monkeypatch.setattr(redact.orjson, "dumps", lambda *a, **k: written.append(len(r := dumps(*a, **k))) or r)
     outs = []
     for turn in range(30):
         messages.append(
@@ -368,18 +377,13 @@ def test_a_resent_conversation_whose_last_items_changed_shares_the_items_before(
     # A cache marker that moves on (Anthropic's prompt caching): each body changes one of the last
     # messages, then appends. The items before it are still the last body's own objects, and their
     # scrubbed forms are taken over by identity; nothing of them is written.
-    from forkpoint import redact
     from forkpoint.capture import resent
-
-    class Owner:  # (stands for a recording)
-        pass
 
     owner, s, fresh = Owner(), Scrubber(), Scrubber(cache=False)
     secret = "sk-proj-" + _rand(48)
     messages: list[dict[str, Any]] = [{"role": "system", "content": f"You edit files. {secret} " * 10}]
-    written: list[int] = []
+    written = _count_written(monkeypatch)
     dumps = orjson.dumps
-    monkeypatch.setattr(redact.orjson, "dumps", lambda *a, **k: written.append(len(r := dumps(*a, **k))) or r)
     outs = []
     for turn in range(20):
         messages.append({"role": "tool", "content": f"result {turn} " * 10})
@@ -403,18 +407,13 @@ def test_a_conversation_whose_first_message_is_stamped_at_every_call_shares_the_
     # are new objects, and its first item is not the last list's. The items after it are taken
     # over by one comparison of the list's JSON with the last list's, not scrubbed one by one (each
     # item's JSON written for the cache), and every secret is still replaced.
-    from forkpoint import redact
     from forkpoint.capture import resent
-
-    class Owner:  # (stands for a recording)
-        pass
 
     owner, s, fresh = Owner(), Scrubber(), Scrubber(cache=False)
     secret = "sk-proj-" + _rand(48)
     history: list[dict[str, Any]] = [{"role": "user", "content": f"Fix it. {secret}"}]
-    written: list[int] = []
+    written = _count_written(monkeypatch)
     dumps = orjson.dumps
-    monkeypatch.setattr(redact.orjson, "dumps", lambda *a, **k: written.append(len(r := dumps(*a, **k))) or r)
     outs = []
     for turn in range(25):
         system = {"role": "system", "content": f"It is 10:{turn:02d}. {secret if turn % 5 == 2 else ''}"}
