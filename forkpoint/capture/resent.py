@@ -34,6 +34,13 @@ value are what the whole reads as (JSON has one reading), whatever the scan foun
 proposes, the parse proves. Where the change comes before every known end, the list around it is
 found by a scan of the whole body, once, its start (and end) proven by a probe (:func:`_scanned`).
 
+A body may instead replace the list's first item and append (a prompt stamped with the time at
+every call): it reads as ``P`` up to the list's start; the bytes up to the first comma a scan finds
+there must parse as one value, after which the reader is right after the list's first item, as in
+``P`` at that item's end; ``P``'s other items follow byte for byte, then the values appended, then
+``P`` after the list (:func:`_first_replaced`). The new first item and the appended values are
+parsed; the items between are ``P``'s own.
+
 Values returned share their unchanged parts with the last body's value: treat them as read-only
 (as the scrubber's results already are).
 """
@@ -168,6 +175,10 @@ def _appended(kept: _Endpoint, bodies: list[_Body], data: bytes) -> tuple[_Body,
         spliced = _spliced(*best, data=data)
         if spliced is not None:
             return spliced
+    for body, grown in known:  # its first item changed (a prompt stamped with the time)
+        spliced = _first_replaced(body, grown, data)
+        if spliced is not None:
+            return spliced
     if not bodies:
         return None
     if kept.failed >= PROBES_KEPT and kept.waited + 1 < min(2 ** (kept.failed - 2), BACKOFF_MAX):
@@ -195,6 +206,8 @@ def _appended(kept: _Endpoint, bodies: list[_Body], data: bytes) -> tuple[_Body,
                 if _ends_as(body, around[1][-1], data):
                     around, i = _last_end_before(body, around, at)
                     spliced = _spliced(body, around, i, data) if i >= 0 and around[2][i] > 0 else None
+                    if spliced is None and i == 0:
+                        spliced = _first_replaced(body, around, data)
                     if spliced is not None:
                         return spliced
     kept.failed += 1
@@ -282,6 +295,54 @@ def _spliced(body: _Body, grown: _Grown, i: int, data: bytes) -> tuple[_Body, _B
     if items:
         new_ends, new_counts = [*new_ends, stop], [*new_counts, counts[i] + len(items)]
     return _Body(data, value, (key, new_ends[-ENDS_KEPT:], new_counts[-ENDS_KEPT:])), body, at
+
+
+def _first_replaced(body: _Body, grown: _Grown, data: bytes) -> tuple[_Body, _Body, int] | None:
+    """``data`` as a kept body, when it is ``body`` with the first item of its list ``grown``
+    replaced and values appended after its last (a prompt stamped with the time at every call);
+    returned with ``body`` and the offset of the list's start. None where not, or where ``grown``
+    does not know where the list starts and its first item ends.
+
+    Exact as a splice is (module docstring): ``data`` reads as ``body.data`` up to the list's
+    start; the bytes up to the first comma a scan finds there must parse as one value, after which
+    the reader is right after the list's first item, as in ``body.data`` at that item's end; the
+    rest of ``body``'s items follow byte for byte, then values appended (:func:`_items`), then
+    ``body.data`` after the list's last item."""
+    key, ends, counts = grown
+    if counts[:2] != [0, 1]:
+        return None
+    start, first_end, last_end = ends[0], ends[1], ends[-1]
+    if not data.startswith(memoryview(body.data)[:start]) or not _ends_as(body, last_end, data):
+        return None
+    comma = -1  # (the first item's end, as a scan finds it: the parse below proves it)
+    for token, char, depth in _structure(data, start):
+        if depth < 0:  # the list's "]": it holds one item, none to keep
+            return None
+        if depth == 0 and char == 0x2C:
+            comma = token.start()
+            break
+    if comma < 0:
+        return None
+    kept = memoryview(body.data)[first_end:last_end]  # the items after the first, each with its comma
+    if not data.startswith(kept, comma):
+        return None
+    item = _values(data[start:comma])
+    after = comma + len(kept)
+    stop = len(data) - (len(body.data) - last_end)
+    added = _items(data, after, stop, first=False) if stop >= after else None
+    if item is None or len(item) != 1 or added is None:
+        return None
+    old = body.value[key]
+    value = {k: [item[0], *old[1 : counts[-1]], *added[0]] if k == key else v for k, v in body.value.items()}
+    shift = comma - first_end
+    new_ends = [start, comma, *(e + shift for e, c in zip(ends, counts, strict=True) if c > 1)]
+    new_counts = [0, 1, *(c for c in counts if c > 1)]
+    if added[0]:
+        new_ends, new_counts = [*new_ends, stop], [*new_counts, counts[-1] + len(added[0])]
+    # (the list's start and its first item's end kept, for the next call's)
+    new_ends = [*new_ends[:2], *new_ends[2:][-(ENDS_KEPT - 2) :]]
+    new_counts = [*new_counts[:2], *new_counts[2:][-(ENDS_KEPT - 2) :]]
+    return _Body(data, value, (key, new_ends, new_counts)), body, start
 
 
 def _items(
@@ -403,12 +464,12 @@ def _commas(added: bytes) -> list[int]:
     return [token.start() for token, char, depth in _structure(added) if char == 0x2C and depth == 0]
 
 
-def _structure(data: bytes) -> Iterator[tuple[re.Match[bytes], int, int]]:
-    """Each string, bracket, brace and comma of ``data`` (escapes in strings skipped whole), with
-    its first byte and the depth it is at: inside how many brackets and braces (an opening one
-    counts itself out, a closing one too)."""
+def _structure(data: bytes, start: int = 0) -> Iterator[tuple[re.Match[bytes], int, int]]:
+    """Each string, bracket, brace and comma of ``data`` from offset ``start`` on (escapes in
+    strings skipped whole), with its first byte and the depth it is at: inside how many brackets and
+    braces from there (an opening one counts itself out, a closing one too)."""
     depth = 0
-    for token in _TOKEN.finditer(data):
+    for token in _TOKEN.finditer(data, start):
         char = data[token.start()]
         if char in b"]}":
             depth -= 1

@@ -44,6 +44,8 @@ STEP = st.one_of(
     # an item a few back changed (a cache marker that moves on), or dropped with those after it
     st.tuples(st.just("edit-back"), st.tuples(st.integers(1, 4), TRICKY | st.text(max_size=5))),
     st.tuples(st.just("drop-back"), st.integers(1, 3)),
+    # the first item changed (a prompt stamped with the time), then maybe items appended
+    st.tuples(st.just("edit-first"), st.tuples(TRICKY | st.text(max_size=5), st.lists(ITEM, max_size=2))),
     st.tuples(st.just("other"), JSON),
     st.tuples(st.just("replace"), st.lists(ITEM, max_size=3)),
     st.tuples(st.just("same"), st.none()),
@@ -90,6 +92,9 @@ def test_every_body_reads_and_scrubs_as_a_whole_parse_does(
             messages = list(doc["messages"])
             messages[-n] = {"edited": text, "was": messages[-n]}
             doc["messages"] = messages
+        elif op == "edit-first" and doc["messages"]:
+            text, more = arg
+            doc["messages"] = [{"edited": text, "was": doc["messages"][0]}, *doc["messages"][1:], *more]
         elif op == "drop-back":
             doc["messages"] = doc["messages"][: -arg or None]
         elif op == "other":
@@ -210,16 +215,29 @@ def test_conversations_interleaved_on_one_endpoint_each_go_on_from_their_own() -
             )
 
 
-def test_a_conversation_that_cannot_be_spliced_keeps_one_body() -> None:
-    # Its first item changes at every call (a prompt stamped with the time): each body is parsed
-    # whole and takes the place of the last, rather than filling the endpoint's kept bodies.
-    owner = Owner()
+def test_a_conversation_whose_first_message_changes_at_every_call_is_parsed_by_what_changed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A prompt stamped with the time (of another length now and then: 9:59 to 10:00): each body
+    # after the first few parses its new first message and what it appends, the items between are
+    # the last value's own, and it takes the place of the last body.
+    owner, parsed = Owner(), []
+    loads = orjson.loads
+    monkeypatch.setattr(resent.orjson, "loads", lambda data: parsed.append(len(data)) or loads(data))
     messages: list[dict[str, Any]] = [{"role": "user", "content": "Refactor. " * 20}]
-    for turn in range(8):
-        messages.append({"role": "assistant", "content": f"turn {turn}"})
-        system = {"role": "system", "content": f"It is 12:{turn:02d}."}
-        body = json.dumps({"model": "m", "messages": [system, *messages]}).encode()
-        assert strict(resent.loads(body, "POST /v1", owner)) == strict(orjson.loads(body))
+    values = []
+    for turn in range(40):
+        messages.append({"role": "assistant", "content": f"turn {turn}: " + "edit ] and }, " * 10})
+        system = {
+            "role": "system",
+            "content": f"It is {9 + turn // 30}:{(turn * 2) % 60:02d}. You edit files.",
+        }
+        body = json.dumps({"model": "m", "messages": [system, *messages], "tools": []}).encode()
+        parsed.clear()
+        values.append(resent.loads(body, "POST /v1", owner))
+        assert strict(values[-1]) == strict(loads(body))
+    assert sum(parsed) < 2 * len(json.dumps([system, messages[-1]])) + 100 < len(body) // 10
+    assert all(a is b for a, b in zip(values[-2]["messages"][1:], values[-1]["messages"][1:-1], strict=True))
     assert len(resent._kept[owner]["POST /v1"].bodies) == 1
 
 
