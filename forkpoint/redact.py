@@ -1010,22 +1010,40 @@ class Scrubber:
         """Parsed ``items`` scrubbed, where they begin with items of a recent parsed list, as the
         same objects: those items are that list's, unchanged (see :meth:`json`), so their scrubbed
         items are taken over and only the items after them are scrubbed (the list's JSON is written
-        only if a list equal by JSON alone comes). The list that shares the most wins; None where
-        none shares any."""
-        most, best = 0, None
+        only if a list equal by JSON alone comes). The list that shares the most wins; where none
+        shares a prefix, one whose items after the first are ``items``' (a prompt stamped with the
+        time at every call); None where none shares any."""
+        most, best, after_first = 0, None, None
         for old in list(self._lists):
-            n = _same_prefix(old.given, items) if old.given else 0
+            given = old.given
+            n = _same_prefix(given, items) if given else 0
             if n > most:
                 most, best = n, old
-                if n == len(old.given or ()):  # (all its items: an append, the common case)
+                if n == len(given or ()):  # (all its items: an append, the common case)
                     break
-        if best is None:
+            elif (  # the same items but the first (a prompt stamped with the time, capture.resent)
+                not n
+                and after_first is None
+                and given
+                and old.owned
+                and 2 <= len(given) <= len(items)
+                and given[1] is items[1]
+                and _same_objects(given[1:], items[1 : len(given)])
+            ):
+                after_first = old
+        if best is not None:
+            out = best.out[:most] + [self._item(v) for v in items[most:]]
+            base = (best.digests, 0, most) if best.owned and best.digests is not None else None
+            # (the same first item as the list's it goes on, whose JSON is written once)
+            first, owned = best.first or orjson.dumps(items[0], default=json_default), best.owned
+        elif after_first is not None:
+            n = len(after_first.out)
+            out = [self._item(items[0]), *after_first.out[1:], *(self._item(v) for v in items[n:])]
+            base = (after_first.digests, 1, n) if after_first.digests is not None else None
+            first, owned = orjson.dumps(items[0], default=json_default), True
+        else:
             return None
-        out = best.out[:most] + [self._item(v) for v in items[most:]]
-        base = (best.digests, 0, most) if best.owned and best.digests is not None else None
-        # (the same first item as the list's it goes on, whose JSON is written once)
-        first = best.first or orjson.dumps(items[0], default=json_default)
-        taken = _Scrubbed(None, None, out, owned=best.owned, finite=True, given=items, base=base, first=first)
+        taken = _Scrubbed(None, None, out, owned=owned, finite=True, given=items, base=base, first=first)
         with self._lock:
             self._lists.appendleft(taken)
         self._result(out)

@@ -400,13 +400,16 @@ def test_a_resent_conversation_whose_last_items_changed_shares_the_items_before(
     assert scrubbing_wrote < len(dumps(marked[-2:])) + 100 < len(body) // 5
 
 
+@pytest.mark.parametrize("parse", ["resent", "whole"])
 def test_a_conversation_whose_first_message_is_stamped_at_every_call_shares_the_items_after_it(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, parse: str
 ) -> None:
-    # A system prompt with the time in it changes at every call: the body is parsed whole, its items
-    # are new objects, and its first item is not the last list's. The items after it are taken
-    # over by one comparison of the list's JSON with the last list's, not scrubbed one by one (each
-    # item's JSON written for the cache), and every secret is still replaced.
+    # A system prompt with the time in it changes at every call, so the list's first item is not
+    # the last list's. Parsed by capture.resent, the items after it are the last body's own objects
+    # and their scrubbed forms are taken over by identity, nothing of them written. Parsed whole,
+    # they are new objects, taken over by one comparison of the list's JSON with the last list's.
+    # Neither scrubs them one by one (each item's JSON written for the cache), and every secret is
+    # still replaced.
     from forkpoint.capture import resent
 
     owner, s, fresh = Owner(), Scrubber(), Scrubber(cache=False)
@@ -418,18 +421,18 @@ def test_a_conversation_whose_first_message_is_stamped_at_every_call_shares_the_
     for turn in range(25):
         system = {"role": "system", "content": f"It is 10:{turn:02d}. {secret if turn % 5 == 2 else ''}"}
         body = dumps({"model": "m", "messages": [system, *history]})
-        value = resent.loads(body, "POST /v1", owner)
+        value = resent.loads(body, "POST /v1", owner) if parse == "resent" else orjson.loads(body)
         written.clear()
         outs.append(s.json(value, parsed=True))
         scrubbing_wrote = sum(written)
         assert outs[-1] == fresh.json(orjson.loads(body)) and secret not in dumps(outs[-1]).decode()
         history.append({"role": "tool", "content": f"result {turn} {secret if turn % 3 == 0 else ''} " * 10})
-    # The last call wrote the list once (to compare it), and the new first item and the new message
-    # (each twice: the item cache's key, and where it ends), not every item of the list again.
+    # The last call wrote the new first item and the new message (each twice: the item cache's key,
+    # and the first item's or where the message ends), and parsed whole, the list once to compare
+    # it; not every item of the list again.
     items = outs[-1]["messages"]
-    assert scrubbing_wrote <= len(dumps(value["messages"])) + 2 * (
-        len(dumps(system)) + len(dumps(history[-2]))
-    )
+    new = 2 * (len(dumps(system)) + len(dumps(history[-2])))
+    assert scrubbing_wrote <= new + (len(dumps(value["messages"])) if parse == "whole" else 0)
     assert all(a is b for a, b in zip(outs[-2]["messages"][1:], items[1:-1], strict=True))
     assert items[0] is not outs[-2]["messages"][0] and "10:24" in items[0]["content"]
     # A list that shares nothing after its first item either is scrubbed item by item.
