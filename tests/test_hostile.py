@@ -217,6 +217,28 @@ def test_delta_pointing_nowhere_and_bad_reserved_values(tmp_path: Path) -> None:
             and f"{LOG_NAME}:3:" in v.problems[0]
             and '"set" is not [index, item] pairs' in v.problems[0]
         )
+    # A well-formed "set" in a session whose header says version 2, whose readers would leave it out.
+    obj["request"]["body"]["messages"]["$delta"] = {"base": 1, "keep": 1, "set": [[0, item]], "add": []}
+    rewrite(obj)
+    assert Session.load(path).events[1]["request"]["body"]["messages"] == [item]
+    head = orjson.loads(lines[0])
+    head["version"] = 2
+    head.pop("hash")
+    head["hash"] = digest(head)
+    lines[0] = orjson.dumps(head) + b"\n"
+    for i in (1, 2):  # (chained again from the new header)
+        line = orjson.loads(lines[i]) if i == 1 else obj
+        line["prev"] = orjson.loads(lines[i - 1])["hash"]
+        line.pop("hash")
+        line["hash"] = digest(line)
+        lines[i] = orjson.dumps(line) + b"\n"
+    log.write_bytes(b"".join(lines))
+    assert verify(path, deep=False).problems == [
+        f"{log}:3: event seq 2: field 'messages': the delta has a \"set\", which came with "
+        "format version 3, in a version-2 session"
+    ]
+    with pytest.raises(SessionError, match=rf"{LOG_NAME}:3: .*replaces items \[0\] in a version-2 session"):
+        Session.load(path)
     obj["request"]["body"] = {"$b64": "not base64!!"}
     rewrite(obj)
     with pytest.raises(SessionError, match=rf"{LOG_NAME}:3: cannot decode the event"):

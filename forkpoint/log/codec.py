@@ -478,12 +478,15 @@ def resolve_deltas(
     lineno: int,
     *,
     share: bool = False,
+    version: int = FORMAT_VERSION,
 ) -> Deltas:
     """Rebuild the ``$delta`` lists of ``event`` in place from ``lists`` (the lists of the earlier
     events, by seq): as lists of their own, or with ``share`` as
     :class:`~forkpoint.deltalist.DeltaList` views that share their items' slots along the
     conversation. Returns which they were. Raises :class:`SessionError` naming the line when a base
-    is missing or too short, or the items replaced are not at ascending indices below ``keep``."""
+    is missing or too short, or the items replaced are not at ascending indices below ``keep``, or
+    replaced at all in a session of format ``version`` before :data:`DELTA_SET_FROM` (whose readers
+    would leave them out)."""
     body = delta_container(event)
     found: Deltas = {}
     if body is None:
@@ -497,6 +500,11 @@ def resolve_deltas(
                     "which is missing or shorter than the delta says"
                 )
             at = tuple(i for i, _ in value.replace)
+            if at and version < DELTA_SET_FROM:
+                raise SessionError(
+                    f"{log_path}:{lineno}: request field {name!r} replaces items {list(at)} in a "
+                    f'version-{version} session: a delta\'s "set" came with version {DELTA_SET_FROM}'
+                )
             if any(not 0 <= i < value.keep for i in at) or list(at) != sorted(set(at)):
                 raise SessionError(
                     f"{log_path}:{lineno}: request field {name!r} replaces items {list(at)}: the "

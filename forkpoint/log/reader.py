@@ -161,9 +161,10 @@ class _Resolver:
     lines it saw), derived fields added."""
 
     def __init__(
-        self, path: Path, cipher: Cipher | None, *, derived: bool = True, share: bool = False
+        self, path: Path, cipher: Cipher | None, version: int, *, derived: bool = True, share: bool = False
     ) -> None:
         self.log_path = path / LOG_NAME
+        self.version = version  # (the header's: what its lines may hold)
         self.share = share
         self.derivers = _DERIVERS if derived else []
         self.cipher = cipher
@@ -191,7 +192,9 @@ class _Resolver:
         else:
             event = self._decoded(obj, lineno)
         event.pop("torn", None)
-        deltas = resolve_deltas(event, self.lists, self.log_path, lineno, share=self.share)
+        deltas = resolve_deltas(
+            event, self.lists, self.log_path, lineno, share=self.share, version=self.version
+        )
         if deltas:
             self.deltas[event["seq"]] = deltas
         body = delta_container(event)
@@ -231,7 +234,7 @@ class LogTail:
         cipher = header_cipher(stored, self.log_path)
         self.header: dict[str, Any] = open_header(stored, cipher, self.log_path)
         self.skipped = 0
-        self._resolver = _Resolver(self.path, cipher)
+        self._resolver = _Resolver(self.path, cipher, stored["version"])
         self._offset = 0
         self._lineno = 0
 
@@ -310,7 +313,7 @@ class Session:
                 stored = check_header(line.raw, log_path)
                 cipher = header_cipher(stored, log_path)
                 header = open_header(stored, cipher, log_path)
-                resolver = _Resolver(path, cipher, derived=derived, share=share_lists)
+                resolver = _Resolver(path, cipher, stored["version"], derived=derived, share=share_lists)
                 session = cls(path=path, header=cast(Header, header), cipher=cipher, _blobs=resolver.blobs)
                 continue
             assert session is not None and resolver is not None

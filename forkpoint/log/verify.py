@@ -15,7 +15,16 @@ from typing import Any
 
 from ..errors import IdentityError, SessionError
 from .blobs import BlobStore, leftovers
-from .codec import BLOB_DIR, GIT_OBJECTS, LOG_NAME, Repeats, blob_refs, line_hash
+from .codec import (
+    BLOB_DIR,
+    DELTA_SET_FROM,
+    FORMAT_VERSION,
+    GIT_OBJECTS,
+    LOG_NAME,
+    Repeats,
+    blob_refs,
+    line_hash,
+)
 from .crypto import ENC, FILES, Cipher, header_cipher, open_event
 from .packing import Unpacker
 from .reader import check_header, event_lines
@@ -151,6 +160,7 @@ def verify(path: Path | str, *, deep: bool = True, checks: Mapping[str, Check] |
     last_pid = None
     recovered: list[dict[str, Any]] = []
     unpacker = Unpacker()
+    version = FORMAT_VERSION  # (the header's, once read)
     if not path.is_dir():
         problems.append(f"{path}: no such session directory")
         return result
@@ -164,6 +174,7 @@ def verify(path: Path | str, *, deep: bool = True, checks: Mapping[str, Check] |
                 try:
                     obj = check_header(raw, log_path)
                     cipher = header_cipher(obj, log_path)
+                    version = obj["version"]
                 except SessionError as exc:
                     problems.append(str(exc))
                     break
@@ -281,6 +292,11 @@ def verify(path: Path | str, *, deep: bool = True, checks: Mapping[str, Check] |
                                 f"{log_path}:{lineno}: {label}: field {name!r} refers to event "
                                 f"{d.get('base') if isinstance(d, dict) else '?'}, which is missing, later, "
                                 "or shorter than the delta says"
+                            )
+                        elif "set" in d and version < DELTA_SET_FROM:
+                            problems.append(
+                                f'{log_path}:{lineno}: {label}: field {name!r}: the delta has a "set", which '
+                                f"came with format version {DELTA_SET_FROM}, in a version-{version} session"
                             )
                         elif not _valid_set(d.get("set", []), d["keep"]):
                             problems.append(
