@@ -579,9 +579,8 @@ def diff_cmd(a: str, b: str, store: str | None, as_json: bool) -> None:
 )
 def show(session: str, store: str | None, as_json: bool, html_file: Path | None) -> None:
     """Show a session as a timeline of turns, model calls and tool calls."""
-    import orjson
-
     from . import show as show_mod
+    from .log import json_text
     from .store import store_of
 
     if html_file is not None:
@@ -603,7 +602,7 @@ def show(session: str, store: str | None, as_json: bool, html_file: Path | None)
         data = show_mod.as_json(s)
         if on_hold is not None:
             data["hold"] = on_hold
-        sys.stdout.buffer.write(orjson.dumps(data, option=orjson.OPT_INDENT_2) + b"\n")
+        sys.stdout.buffer.write(json_text(data, indent=True) + b"\n")
     else:
         show_mod.render(s, hold=on_hold)
 

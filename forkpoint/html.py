@@ -29,14 +29,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from ._version import __version__
 from .checkpoint import manifest_rows
-from .deltalist import json_default
 from .events import endpoint, in_tool, tool_matches, tool_spans
 from .files import write_private
-from .log import Session, SessionError, to_json
+from .log import Session, SessionError, json_text, to_json
 from .outcome import arms_of, by_checkpoint
 from .providers import (
     call_kind,
@@ -100,7 +97,7 @@ class _Strings:
         self._index: dict[bytes, int] = {}
 
     def add(self, value: Any) -> int:
-        key = orjson.dumps(value, default=json_default, option=orjson.OPT_SORT_KEYS)
+        key = json_text(value, sort_keys=True)
         i = self._index.get(key)
         if i is None:
             i = self._index[key] = len(self.items)
@@ -516,7 +513,7 @@ def _sweep(session: Session) -> dict[str, Any] | None:
 def _script_json(data: Any) -> str:
     """JSON safe inside ``<script type="application/json">``: ``<``, ``>`` and ``&`` (so no ``</script>``
     or ``<!--`` can close or confuse the element) and U+2028/U+2029 are written as ``\\u`` escapes."""
-    text = orjson.dumps(data, default=json_default).decode()
+    text = json_text(data).decode()
     return (
         text.replace("<", "\\u003c")
         .replace(">", "\\u003e")

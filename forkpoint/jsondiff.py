@@ -84,7 +84,7 @@ def similarity(a: Any, b: Any) -> float:
         return 1.0
     import difflib  # (only when a divergence is explained: not at start-up)
 
-    sa, sb = canonical_json(a), canonical_json(b)
+    sa, sb = canonical_json(a, exotic=True), canonical_json(b, exotic=True)
     matcher = difflib.SequenceMatcher(None, sa, sb, autojunk=False)
     # quick_ratio is an upper bound that is cheap; exact ratio only for short documents.
     return matcher.ratio() if len(sa) + len(sb) < 20_000 else matcher.quick_ratio()
@@ -92,7 +92,11 @@ def similarity(a: Any, b: Any) -> float:
 
 def _short(value: Any, limit: int = 160) -> str:
     # Values in their resolved form: a tool result may hold bytes (shown as {"$b64": …}).
-    text = value if isinstance(value, str) else canonical_json(to_json(value)).decode()
+    text = (
+        value
+        if isinstance(value, str)
+        else canonical_json(to_json(value), exotic=True).decode("utf-8", "surrogatepass")
+    )
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 

@@ -143,7 +143,8 @@ _E = TypeVar("_E", bound=Mapping[str, Any])
 def tool_key(name: str, args: Any, ignore: Ignore | None = None) -> str:
     """Match key (64 hex) of a tool call: its name and its (scrubbed, JSON) arguments, less what the
     ``ignore`` rules about this tool take out (default: the configuration's, :func:`configured`)."""
-    return digest(_in_force(ignore).mask({"tool": name, "args": scrub_json(args)}, tool=name))
+    keyed = _in_force(ignore).mask({"tool": name, "args": scrub_json(args)}, tool=name)
+    return digest(keyed, exotic=True)  # (arguments may be any int, any str: a file name's surrogates)
 
 
 def value_key(fn: str, args: Any = None) -> str:

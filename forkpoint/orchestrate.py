@@ -25,7 +25,7 @@ import orjson
 
 from ._boot import child_env, read_endings
 from .errors import CheckpointError, ForkpointError, SessionError, UsageError
-from .log import Session, to_json
+from .log import Session, read_json_text, to_json
 from .text import plural
 
 # Each function imports the layers it uses: `forkpoint record` starts its program without loading
@@ -362,7 +362,7 @@ def replay_run(
         finally:
             seen = namespace.finished() if namespace is not None else ([], 0)
         # One report per replaying process (a recorded shell script may run several programs).
-        reports = [orjson.loads(p.read_bytes()) for p in Path(tmp).glob("report-*.json")]
+        reports = [read_json_text(p.read_bytes()) for p in Path(tmp).glob("report-*.json")]
         reports.sort(key=lambda r: r.get("process_started") or 0)
         report = merge_reports(reports) if reports else None
         left, unseen = netns.results(Path(tmp))

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TextIO, cast
 
-import orjson
 from rich.console import Console
 from rich.markup import escape
 
 from .events import endpoint, in_tool, tool_spans
-from .log import Session, to_json, with_deltas
+from .log import Session, json_text, to_json, with_deltas
 from .providers import call_kind, kinds, recorded_response, response_text
 from .store import SessionInfo
 from .text import ordinal
@@ -24,7 +23,7 @@ _MAX = 100
 
 
 def _short(value: Any, limit: int = _MAX) -> str:
-    text = value if isinstance(value, str) else orjson.dumps(to_json(value)).decode()
+    text = value if isinstance(value, str) else json_text(to_json(value)).decode()
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
@@ -135,13 +134,37 @@ def end_lines(event: Mapping[str, Any]) -> list[str]:
     return out
 
 
+class _Escaping:
+    """A text stream that writes what its encoding cannot hold (a lone surrogate, from a file name
+    decoded with ``surrogateescape``, in a session's strings) as backslash escapes, as Python's
+    ``stderr`` does, where ``stdout`` would raise ``UnicodeEncodeError`` mid-timeline."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except UnicodeEncodeError:  # (raised before anything is written: the text is encoded first)
+            encoding = self._stream.encoding or "utf-8"
+            return self._stream.write(text.encode(encoding, "backslashreplace").decode(encoding))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
 def terminal() -> Console:
     """The console forkpoint prints to: the terminal's width; when piped, 200 columns and no hard
     wrapping of text (rich's default of 80 breaks timelines, tables and paths mid-phrase)."""
     import sys
 
     tty = sys.stdout.isatty()
-    return Console(highlight=False, width=None if tty else 200, soft_wrap=not tty)
+    return Console(
+        file=cast(TextIO, _Escaping(sys.stdout)),
+        highlight=False,
+        width=None if tty else 200,
+        soft_wrap=not tty,
+    )
 
 
 def render(

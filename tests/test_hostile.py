@@ -5,6 +5,7 @@ unpickled; a 100 MB value is recorded and loaded without memory blowing up; no c
 from __future__ import annotations
 
 import inspect
+import json
 import os
 import re
 import subprocess
@@ -17,6 +18,7 @@ from typing import Any
 import httpx
 import orjson
 import pytest
+from click.testing import CliRunner
 
 import forkpoint
 from forkpoint import verify
@@ -24,6 +26,7 @@ from forkpoint.canonical import digest
 from forkpoint.capture.targets import install_import_hook
 from forkpoint.capture.tools import RecordedToolError, rebuild_exception
 from forkpoint.checkpoint import CheckpointError, restore
+from forkpoint.cli import main
 from forkpoint.log import LOG_NAME, Session, SessionError, SessionWriter
 from tests.gitutil import git
 
@@ -500,13 +503,26 @@ def test_invalid_utf8_response_bodies_and_chunks_round_trip(server: Any, tmp_pat
     assert last == [[1.0, "data: é"], [2.0, b"\xc3"], [3.0, b"\xa9\xff\xfe data: x\n\n"]]
 
 
-def test_strings_json_cannot_hold_survive_the_log(tmp_path: Path) -> None:
-    """Lone surrogates (file names decoded with surrogateescape) and integers beyond 64 bits."""
+def test_strings_json_cannot_hold_survive_the_log_and_show(tmp_path: Path) -> None:
+    """Lone surrogates (file names decoded with surrogateescape) and integers beyond 64 bits: kept,
+    and shown by ``show``, ``show --json`` (Python's JSON text) and ``show --html``."""
     data = {"name": "caf\udce9.txt", "big": 2**80, "neg": -(2**70), "nested": ["\ud800", {"k": 2**65}]}
-    path = _session(tmp_path / "store", [{"type": "note", "text": "odd \udcff", "data": data}])
+    tool = {"type": "tool_call", "tool": "stat", "args": {"path": "caf\udce9.txt"}, "result": data}
+    path = _session(tmp_path / "store", [{"type": "note", "text": "odd \udcff", "data": data}, tool])
     note = Session.load(path).events[0]
     assert note["data"] == data and note["text"] == "odd \udcff"
     assert verify(path).ok
+    runner = CliRunner()
+    shown = runner.invoke(main, ["show", str(path)], env={"COLUMNS": "250"}, catch_exceptions=False)
+    assert shown.exit_code == 0 and '"big":1208925819614629174706176' in shown.output
+    as_json = runner.invoke(main, ["show", str(path), "--json"], catch_exceptions=False)
+    assert as_json.exit_code == 0 and "\\udce9" in as_json.output
+    assert [e["result"] for e in json.loads(as_json.output)["events"] if e["type"] == "tool_call"] == [data]
+    page = tmp_path / "page.html"
+    assert (
+        runner.invoke(main, ["show", str(path), "--html", str(page)], catch_exceptions=False).exit_code == 0
+    )
+    assert "1208925819614629174706176" in page.read_text()
 
 
 # ----------------------------------------------------------------------------- 100 MB

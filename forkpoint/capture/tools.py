@@ -96,6 +96,8 @@ def _lenient(value: Any) -> Any:
     try:
         return to_json_value(value)
     except TypeError:
+        if type(value) in (str, int):  # JSON data orjson cannot write (a lone surrogate, beyond 64 bits)
+            return value
         if isinstance(value, dict):
             return {str(k): _lenient(v) for k, v in value.items()}
         if isinstance(value, list | tuple):

@@ -6,12 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from ..errors import Divergence
 from ..events import DivergenceReport, Verdict
 from ..files import write_private
 from ..jsondiff import Change, format_changes
+from ..log import json_text
 from ..text import ordinal, plural
 
 #: Exit code of ``forkpoint replay`` when the run diverged from the recording.
@@ -293,4 +292,4 @@ def write_report(path: Path, report: dict[str, Any]) -> None:
     secret), owner-only (0600) and atomically (:func:`forkpoint.files.write_private`)."""
     from ..redact import scrub_json
 
-    write_private(path, orjson.dumps(scrub_json(report), option=orjson.OPT_INDENT_2))
+    write_private(path, json_text(scrub_json(report), indent=True))

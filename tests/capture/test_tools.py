@@ -348,6 +348,29 @@ def test_tool_called_with_other_arguments_diverges_with_a_diff(tmp_path: Path, s
     assert "$.args.query" in msg and "dogs" in msg and "cats" in msg
 
 
+def test_arguments_json_has_but_orjson_refuses_are_recorded_and_matched(store: Path) -> None:
+    """A file name decoded with surrogateescape, an integer beyond 64 bits: recorded as given (they
+    were stored as their type, so any other such argument matched them at replay), served at
+    replay, and another one diverges with a diff that names both."""
+
+    @forkpoint.tool
+    def stat(path: str, inode: int) -> dict[str, Any]:
+        return {"path": path, "inode": inode}
+
+    with forkpoint.record(store=store) as rec:
+        live = stat("caf\udce9.txt", 2**70)
+    event = Session.load(rec.session_path).by_type("tool_call")[0]
+    assert event["args"] == {"path": "caf\udce9.txt", "inode": 2**70}
+    with forkpoint.replay(rec.session_path) as rp:
+        assert stat("caf\udce9.txt", 2**70) == live
+    assert rp.report()["matched"] == 1
+    with forkpoint.replay(rec.session_path), pytest.raises(forkpoint.Divergence) as exc:
+        stat("caf\udce8.txt", 2**70 + 1)
+    msg = str(exc.value)
+    assert "$.args.path: caf\\udce9.txt → caf\\udce8.txt" in msg.encode("utf-8", "backslashreplace").decode()
+    assert f"$.args.inode: {2**70} → {2**70 + 1}" in msg
+
+
 def test_a_tool_that_gained_an_optional_parameter_still_matches_its_recording(store: Path) -> None:
     """Agent code evolves: a tool gets a new parameter with a default, the call sites stay as they
     were. The recordings made before must still replay (a regression suite should not break

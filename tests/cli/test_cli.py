@@ -537,6 +537,42 @@ print(quote(ticker)["price"], quote(ticker)["price"])
 """
 
 
+STAT = """
+import sys
+import forkpoint
+
+@forkpoint.tool
+def stat(path: str, inode: int) -> dict:
+    return {"path": path, "inode": inode}
+
+other = len(sys.argv) > 1
+print(stat("caf\\udce8.txt" if other else "caf\\udce9.txt", 2**70 + other)["inode"])
+"""
+
+
+def test_a_divergence_in_arguments_orjson_refuses_is_reported_by_the_cli(tmp_path: Path) -> None:
+    """A lone surrogate and an integer beyond 64 bits in a tool's arguments: the replayed process's
+    report carries them to the verdict (it was lost: "the replayed process wrote no report"), and
+    ``show`` prints the timeline."""
+    (tmp_path / "stat.py").write_text(STAT)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FORKPOINT_")}
+    store = str(tmp_path / "store")
+    rec = run([*FORKPOINT, "record", "--store", store, "--", sys.executable, "stat.py"], tmp_path, env)
+    assert rec.returncode == 0 and rec.stdout == f"{2**70}\n", rec.stderr
+    report = tmp_path / "report.json"
+    args = ["replay", "last", "--store", store, "--report", str(report), "--", sys.executable, "stat.py", "x"]
+    rep = run([*FORKPOINT, *args], tmp_path, env)
+    assert rep.returncode != 0 and "replay DIVERGED: 0/1 events matched" in rep.stderr, rep.stderr
+    assert f"$.args.inode: {2**70} → {2**70 + 1}" in rep.stderr
+    assert "$.args.path: caf\\udce9.txt → caf\\udce8.txt" in rep.stderr
+    assert json.loads(report.read_text())["divergence"]["kind"] == "tool_call"
+    # (bytes: where Python's stdout escapes surrogates, it writes the file name's own bytes back)
+    shown = subprocess.run(
+        [*FORKPOINT, "show", "last", "--store", store], cwd=tmp_path, env=env, capture_output=True
+    )
+    assert shown.returncode == 0 and f"inode={2**70}".encode() in shown.stdout, shown.stderr
+
+
 @pytest.mark.slow
 def test_replay_of_a_command_that_ran_several_programs(tmp_path: Path) -> None:
     """A recorded shell script ran the agent twice, one run after the other, with identical tool
