@@ -65,8 +65,10 @@ _DUMPS_WINDOW = 64
 #: The fields of an event whose strings may be stored as ``$dumps`` of an earlier tool call: what
 #: an agent sends the model (a request) or carries (a checkpoint's context).
 _DUMPS_FIELDS = frozenset({"request", "context"})
-#: The log's own fields of a line: whatever an event passes for them is not taken.
+#: The log's own fields of a line: whatever an event passes for them is not taken (a loaded event
+#: has the first four); an event that has one of the markers of a sealed or packed line is refused.
 _LOG_FIELDS = frozenset({"seq", "prev", "hash", "torn", ENC, PACKED, PACK_DICT})
+_LINE_MARKERS = (ENC, PACKED, PACK_DICT)
 #: The fsync policies (``FORKPOINT_FSYNC``).
 FSYNC_POLICIES = ("event", "close", "never")
 
@@ -236,7 +238,8 @@ class SessionWriter:
         """Append one event (resolved form); returns its ``seq``.
 
         ``event`` needs ``type``; ``ts`` defaults to now. ``seq``, ``prev``, ``hash`` (and ``torn``)
-        are assigned here. The event is scrubbed first. A ``model_call`` request body's top-level
+        are assigned here; a field named as a sealed or packed line's marker (``$enc``, ``$zstd``,
+        ``$dict``) raises ``ValueError``, as it could not be read back. The event is scrubbed first. A ``model_call`` request body's top-level
         lists are delta-encoded against this writer's recent model calls (before anything is
         encoded: only the new items are); a checkpoint's fields that repeat this writer's last
         checkpoint's are ``$same`` references (:func:`~.codec.same_refs`).
@@ -246,6 +249,11 @@ class SessionWriter:
     def write(self, event: Mapping[str, Any]) -> tuple[int, dict[str, Any]]:
         """:meth:`append`, returning the ``seq`` and the event as the session holds it: scrubbed,
         in resolved form (what a reader gets back, without ``seq``, ``prev`` and ``hash``)."""
+        marker = next((k for k in _LINE_MARKERS if k in event), None)
+        if marker is not None:
+            raise ValueError(
+                f"{self.log_path}: an event cannot have a field {marker!r}: it marks a line of the log"
+            )
         with self._lock:
             if self._fd < 0:
                 raise SessionError(f"{self.log_path}: {self._closed_why}")

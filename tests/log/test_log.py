@@ -93,6 +93,18 @@ def test_create_append_load_round_trip(store: Path) -> None:
     assert verify(w.path).ok
 
 
+@pytest.mark.parametrize("marker", ["$enc", "$zstd", "$dict"])
+def test_an_event_with_a_line_marker_for_a_field_is_refused_not_dropped(store: Path, marker: str) -> None:
+    """It was dropped without a word (a property test found ``{"$enc": None}`` loaded as nothing)."""
+    w = SessionWriter.create(store, {"argv": ["x"]}, fsync="never")
+    w.append({"type": "note", "text": "kept"})
+    with pytest.raises(ValueError, match=rf"an event cannot have a field '\{marker}': it marks a line"):
+        w.append({"type": "note", "text": "x", marker: None})
+    assert w.append({"type": "note", "text": "next"}) == 2
+    w.close()
+    assert [e["text"] for e in Session.load(w.path).events] == ["kept", "next"]
+
+
 def test_a_load_without_derived_fields_is_the_same_but_the_summaries_asked_for_later(store: Path) -> None:
     """``Session.load(path, derived=False)`` (a replay's: it rarely reads a summary) gives the same
     events without ``summary``, and :func:`forkpoint.providers.summary` derives the same one on demand."""
