@@ -551,16 +551,13 @@ def replay(
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
 def diff_cmd(a: str, b: str, store: str | None, as_json: bool) -> None:
     """Align two sessions call by call; name the first divergence. Exit 0 when equivalent."""
-    import orjson
-
-    from .deltalist import json_default
     from .diff import diff_sessions, render_diff
+    from .log import json_text
     from .show import terminal
 
     result = diff_sessions(_load(a, store), _load(b, store))
     if as_json:
-        out = orjson.dumps(result.to_json(), default=json_default, option=orjson.OPT_INDENT_2)
-        sys.stdout.buffer.write(out + b"\n")
+        sys.stdout.buffer.write(json_text(result.to_json(), indent=True) + b"\n")
     else:
         render_diff(result, terminal())
     sys.exit(0 if result.equivalent else 1)

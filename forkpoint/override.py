@@ -39,6 +39,7 @@ import orjson
 
 from .errors import OverrideError
 from .events import in_tool, tool_spans
+from .log import read_json_text
 from .patterns import compiled_later
 from .providers import call_kind, detect, recorded_response, response_text, rewrite_response, summarize
 from .providers.base import stable_id
@@ -84,8 +85,8 @@ def parse(spec: str, *, base: Path | None = None) -> Override:
         except OSError as exc:
             raise OverrideError(f"override {spec!r}: cannot read {path}: {exc.strerror}") from None
     try:
-        value = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
+        value = read_json_text(raw)
+    except ValueError as exc:
         raise OverrideError(
             f"override {spec!r}: value is not JSON ({exc}); quote strings, e.g. '\"text\"', or use @file.json"
         ) from None

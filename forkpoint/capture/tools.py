@@ -36,6 +36,7 @@ import builtins
 import contextlib
 import functools
 import inspect
+import json
 import sys
 import time
 import types
@@ -88,7 +89,10 @@ def to_json_value(value: Any) -> Any:
             orjson.dumps(value, default=_default, option=orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY)
         )
     except orjson.JSONEncodeError as exc:
-        raise TypeError(str(exc)) from None
+        try:  # lone surrogates (a file name's, a Path's) or integers beyond 64 bits are JSON: Python's
+            return json.loads(json.dumps(value, default=_default, allow_nan=False))
+        except (TypeError, ValueError):
+            raise TypeError(str(exc)) from None
 
 
 def _lenient(value: Any) -> Any:
@@ -96,8 +100,6 @@ def _lenient(value: Any) -> Any:
     try:
         return to_json_value(value)
     except TypeError:
-        if type(value) in (str, int):  # JSON data orjson cannot write (a lone surrogate, beyond 64 bits)
-            return value
         if isinstance(value, dict):
             return {str(k): _lenient(v) for k, v in value.items()}
         if isinstance(value, list | tuple):

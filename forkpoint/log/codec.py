@@ -411,13 +411,11 @@ def json_text(value: Any, *, indent: bool = False, sort_keys: bool = False) -> b
         return text.encode("ascii")
 
 
-def read_json_text(data: bytes) -> Any:
-    """The value of JSON text :func:`json_text` wrote: orjson's reading, else (a lone surrogate's
-    escape, which orjson refuses) Python's. Raises ``ValueError`` for what is not JSON text."""
-    try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError:  # (a ValueError: Python's reading raises its own for bad text)
-        return json.loads(data)
+def read_json_text(data: bytes | str) -> Any:
+    """The value of JSON text (as :func:`json_text` writes it), by Python's reading: orjson's reads
+    an integer beyond 64 bits as a float and refuses a lone surrogate's escape. Raises
+    ``ValueError`` (``json.JSONDecodeError``) naming where the text is not JSON."""
+    return json.loads(data)
 
 
 def dumps(value: Any) -> bytes:

@@ -21,9 +21,8 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
-import orjson
-
 from .. import providers
+from ..log import json_text as log_json_text
 from ..log import to_json
 from ..providers import recorded_response, response_text
 from ..providers.base import maybe_json
@@ -44,7 +43,7 @@ _OI_PROVIDER: dict[str, tuple[str, str | None]] = {
 
 def json_text(value: Any) -> str:
     """``value`` as compact JSON text (forkpoint's encoded values made plain JSON first)."""
-    return orjson.dumps(to_json(value)).decode()
+    return log_json_text(to_json(value)).decode()
 
 
 def as_value(value: Any) -> tuple[str, str]:

@@ -31,6 +31,7 @@ from typing import Any, Literal, cast
 import orjson
 
 from .. import override, runtime, values
+from ..canonical import canonical_json
 from ..errors import Divergence
 from ..events import (
     Call,
@@ -135,6 +136,15 @@ def neutral_answer(request: HttpRequest, kind: str) -> ModelCallEvent:
             "ended": "complete",
         },
     }
+
+
+def _same_json(a: Any, b: Any) -> bool:
+    """Whether two argument values are the same JSON, as their match keys see them (``==`` takes
+    ``1``, ``1.0`` and ``True``, and ``10**20`` and ``1e20``, for one another)."""
+    try:
+        return canonical_json(a, exotic=True) == canonical_json(b, exotic=True)
+    except TypeError:  # (not JSON data: an edited session's; never taken for another value)
+        return False
 
 
 class Replayer:
@@ -386,7 +396,7 @@ class Replayer:
                 if (
                     set(rec) <= set(scrubbed)
                     and set(scrubbed) - set(rec) <= defaulted
-                    and all(scrubbed[k] == v for k, v in rec.items())
+                    and all(_same_json(scrubbed[k], v) for k, v in rec.items())
                     and self._keys[e["seq"]] not in alt
                 ):
                     alt.append(self._keys[e["seq"]])

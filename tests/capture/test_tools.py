@@ -371,6 +371,47 @@ def test_arguments_json_has_but_orjson_refuses_are_recorded_and_matched(store: P
     assert f"$.args.inode: {2**70} → {2**70 + 1}" in msg
 
 
+@pytest.mark.parametrize(
+    ("recorded", "other"),
+    [
+        (Path("caf\udce9.txt"), Path("caf\udce8.txt")),  # (a Path was stored as its type)
+        ({2**70}, {2**70 + 1}),
+        (frozenset({"caf\udce9.txt"}), frozenset({"other\udcff"})),
+        ([2**70, {"k": "caf\udce9"}], [2**70, {"k": "caf\udce8"}]),
+    ],
+)
+def test_a_value_converted_for_json_that_holds_such_values_is_matched_too(
+    store: Path, recorded: Any, other: Any
+) -> None:
+    @forkpoint.tool
+    def read(p: Any) -> str:
+        return f"content of {p!s}"
+
+    with forkpoint.record(store=store) as rec:
+        live = read(recorded)
+    with forkpoint.replay(rec.session_path):
+        assert read(recorded) == live
+    with forkpoint.replay(rec.session_path), pytest.raises(forkpoint.Divergence):
+        read(other)
+
+
+@pytest.mark.parametrize(("recorded", "other"), [(10**20, 1e20), (2**70, float(2**70)), (1, True), (1, 1.0)])
+def test_a_call_with_defaults_left_out_matches_by_json_not_by_python_equality(
+    store: Path, recorded: Any, other: Any
+) -> None:
+    """The fallback for a tool that gained a parameter compared values with ``==``, which takes
+    ``10**20`` for ``1e20`` and ``1`` for ``True``: the match key tells them apart, and now so does it."""
+
+    @forkpoint.tool
+    def f(x: Any, unit: str = "b") -> str:
+        return repr(x)
+
+    with forkpoint.record(store=store) as rec:
+        f(recorded)
+    with forkpoint.replay(rec.session_path), pytest.raises(forkpoint.Divergence):
+        f(other)
+
+
 def test_a_tool_that_gained_an_optional_parameter_still_matches_its_recording(store: Path) -> None:
     """Agent code evolves: a tool gets a new parameter with a default, the call sites stay as they
     were. The recordings made before must still replay (a regression suite should not break

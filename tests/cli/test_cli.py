@@ -566,6 +566,22 @@ def test_a_divergence_in_arguments_orjson_refuses_is_reported_by_the_cli(tmp_pat
     assert f"$.args.inode: {2**70} → {2**70 + 1}" in rep.stderr
     assert "$.args.path: caf\\udce9.txt → caf\\udce8.txt" in rep.stderr
     assert json.loads(report.read_text())["divergence"]["kind"] == "tool_call"
+    assert str(2**70) in report.read_text() and "e+21" not in report.read_text()  # (not read as a float)
+    override = f'tool:stat.result={{"path": "x", "inode": {2**71}}}'
+    served = run([*FORKPOINT, "replay", "last", "--store", store, "--override", override], tmp_path, env)
+    assert served.stdout == f"{2**71}\n", served.stderr  # (orjson read it as a float: 2.3611832414348226e+21)
+    exported = tmp_path / "trace.json"
+    assert (
+        run(
+            [*FORKPOINT, "export", "last", "--store", store, "--content", "--file", str(exported)],
+            tmp_path,
+            env,
+        ).returncode
+        == 0
+    )
+    assert str(2**70) in exported.read_text() and "\\udce9" in exported.read_text()
+    compared = run([*FORKPOINT, "diff", "last", "last", "--store", store, "--json"], tmp_path, env)
+    assert compared.returncode == 0 and json.loads(compared.stdout), compared.stderr
     # (bytes: where Python's stdout escapes surrogates, it writes the file name's own bytes back)
     shown = subprocess.run(
         [*FORKPOINT, "show", "last", "--store", store], cwd=tmp_path, env=env, capture_output=True
