@@ -26,21 +26,30 @@ def canonical_json(value: Any, *, exotic: bool = False) -> bytes:
     loaded request's :class:`~forkpoint.deltalist.DeltaList` counts as a list). Raises
     ``TypeError`` for anything else, and for integers outside the signed/unsigned 64-bit range and
     strings with lone surrogates, unless ``exotic``: then a value holding those is written by
-    Python's ``json`` in the same style (its lone surrogates as UTF-8 would write them, were they
-    allowed), which gives equal values equal bytes but is no canonical form to verify a line by.
+    :func:`python_json` with sorted keys, which gives equal values equal bytes but is no canonical
+    form to verify a line by.
     """
     try:
         return orjson.dumps(value, default=json_default, option=_OPTS)
     except orjson.JSONEncodeError as exc:
         if exotic:
             try:
-                text = json.dumps(
-                    value, default=json_default, sort_keys=True, separators=(",", ":"), ensure_ascii=False
-                )
-                return text.encode("utf-8", "surrogatepass")
+                return python_json(value, sort_keys=True)
             except (TypeError, ValueError):  # (not JSON data after all)
                 pass
         raise TypeError(f"not canonical JSON data: {exc}") from exc
+
+
+def python_json(value: Any, *, indent: bool = False, sort_keys: bool = False) -> bytes:
+    """``value`` as JSON text (RFC 8259) by Python's ``json``, for what orjson refuses but JSON
+    holds: integers beyond 64 bits, and strings with lone surrogates (escaped as ``\\udXXX``, as all
+    that is not ASCII). Compact, or ``indent`` by two spaces. Raises ``TypeError`` for what is not
+    JSON data (``ValueError`` for a list that holds itself)."""
+    separators = None if indent else (",", ":")
+    text = json.dumps(
+        value, default=json_default, indent=2 if indent else None, separators=separators, sort_keys=sort_keys
+    )
+    return text.encode("ascii")
 
 
 def sha256_hex(data: bytes) -> str:

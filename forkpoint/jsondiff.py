@@ -92,11 +92,7 @@ def similarity(a: Any, b: Any) -> float:
 
 def _short(value: Any, limit: int = 160) -> str:
     # Values in their resolved form: a tool result may hold bytes (shown as {"$b64": …}).
-    text = (
-        value
-        if isinstance(value, str)
-        else canonical_json(to_json(value), exotic=True).decode("utf-8", "surrogatepass")
-    )
+    text = value if isinstance(value, str) else canonical_json(to_json(value), exotic=True).decode()
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 

@@ -34,7 +34,7 @@ from typing import Any
 
 import orjson
 
-from ..canonical import digest
+from ..canonical import digest, python_json
 from ..deltalist import DeltaList, json_default
 from ..errors import SessionError
 from .blobs import BlobStore
@@ -393,22 +393,13 @@ def to_json(value: Any) -> Any:
 def json_text(value: Any, *, indent: bool = False, sort_keys: bool = False) -> bytes:
     """``value`` (plain JSON data, :class:`DeltaList` views as lists) as JSON text (RFC 8259) for
     people and pages, ``indent`` by two spaces: orjson's, else, for what orjson refuses and a
-    session may hold (integers beyond 64 bits, strings with lone surrogates; :func:`encode_exotic`),
-    Python's, which writes any integer and escapes a lone surrogate as ``\\udXXX``. Raises
+    session may hold (:func:`encode_exotic`), :func:`~forkpoint.canonical.python_json`'s. Raises
     ``TypeError`` for what is not JSON data."""
     options = (orjson.OPT_INDENT_2 if indent else 0) | (orjson.OPT_SORT_KEYS if sort_keys else 0)
     try:
         return orjson.dumps(value, default=json_default, option=options)
     except TypeError:  # (orjson's JSONEncodeError: what is not JSON data is refused again below)
-        separators = None if indent else (",", ":")
-        text = json.dumps(
-            value,
-            default=json_default,
-            indent=2 if indent else None,
-            separators=separators,
-            sort_keys=sort_keys,
-        )
-        return text.encode("ascii")
+        return python_json(value, indent=indent, sort_keys=sort_keys)
 
 
 def read_json_text(data: bytes | str) -> Any:

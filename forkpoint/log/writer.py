@@ -239,10 +239,11 @@ class SessionWriter:
 
         ``event`` needs ``type``; ``ts`` defaults to now. ``seq``, ``prev``, ``hash`` (and ``torn``)
         are assigned here; a field named as a sealed or packed line's marker (``$enc``, ``$zstd``,
-        ``$dict``) raises ``ValueError``, as it could not be read back. The event is scrubbed first. A ``model_call`` request body's top-level
-        lists are delta-encoded against this writer's recent model calls (before anything is
-        encoded: only the new items are); a checkpoint's fields that repeat this writer's last
-        checkpoint's are ``$same`` references (:func:`~.codec.same_refs`).
+        ``$dict``) raises ``ValueError``, as it could not be read back. The event is scrubbed first.
+        A ``model_call`` request body's top-level lists are delta-encoded against this writer's
+        recent model calls (before anything is encoded: only the new items are); a checkpoint's
+        fields that repeat this writer's last checkpoint's are ``$same`` references
+        (:func:`~.codec.same_refs`).
         """
         return self.write(event)[0]
 
