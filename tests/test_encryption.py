@@ -167,6 +167,21 @@ def test_verify_without_identity_finds_tampering(
     assert not v.ok and "was modified" in v.problems[0], v.problems
 
 
+def test_values_json_cannot_hold_are_sealed_and_opened(
+    tmp_path: Path, keys: tuple[str, Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lone surrogate as a value and as a key, an integer beyond 64 bits: sealed in their own
+    forms and opened as they were."""
+    recipient, ident, _ = keys
+    monkeypatch.setenv(IDENTITY_ENV, str(ident))
+    data = {"name": "caf\udce9.txt", "sizes": {"caf\udce9.txt": 2**70, "ok": 1}}
+    w = SessionWriter.create(tmp_path / "s", {"argv": ["x"], "encryption": encryption_table([recipient])})
+    w.append({"type": "tool_call", "tool": "ls", "args": {"dir": "caf\udce9"}, "result": data})
+    w.close()
+    assert Session.load(w.path).events[0]["result"] == data
+    assert verify(w.path).ok
+
+
 def test_checkpoints_that_refer_to_earlier_ones_are_sealed_and_restore(
     tmp_path: Path, keys: tuple[str, Path, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:

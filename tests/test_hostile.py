@@ -504,9 +504,15 @@ def test_invalid_utf8_response_bodies_and_chunks_round_trip(server: Any, tmp_pat
 
 
 def test_strings_json_cannot_hold_survive_the_log_and_show(tmp_path: Path) -> None:
-    """Lone surrogates (file names decoded with surrogateescape) and integers beyond 64 bits: kept,
-    and shown by ``show``, ``show --json`` (Python's JSON text) and ``show --html``."""
-    data = {"name": "caf\udce9.txt", "big": 2**80, "neg": -(2**70), "nested": ["\ud800", {"k": 2**65}]}
+    """Lone surrogates (file names decoded with surrogateescape, as values and as keys) and integers
+    beyond 64 bits: kept, and shown by ``show``, ``show --json`` (Python's JSON text) and ``show --html``."""
+    data = {
+        "name": "caf\udce9.txt",
+        "big": 2**80,
+        "neg": -(2**70),
+        "nested": ["\ud800", {"k": 2**65}],
+        "sizes": {"caf\udce9.txt": 3, "ok": 1},  # such a name as a key
+    }
     tool = {"type": "tool_call", "tool": "stat", "args": {"path": "caf\udce9.txt"}, "result": data}
     path = _session(tmp_path / "store", [{"type": "note", "text": "odd \udcff", "data": data}, tool])
     note = Session.load(path).events[0]

@@ -281,8 +281,9 @@ def test_scrubbed_json_is_idempotent(value: Any) -> None:
 
 # ----------------------------------------------------------------------------- log round trips
 
-RESERVED = st.sampled_from(["$blob", "$b64", "$delta", "$lit", "$u", "$int", "type", "size", "bytes"])
+RESERVED = st.sampled_from(["$blob", "$b64", "$delta", "$lit", "$u", "$int", "$kv", "type", "size", "bytes"])
 KEYS = st.text(max_size=10) | RESERVED
+ODD_KEYS = KEYS | st.text(max_size=3).map(lambda t: t + "\udcff")  # an object keyed by bad file names
 LEAVES = (
     st.none()
     | st.booleans()
@@ -296,7 +297,7 @@ LEAVES = (
 )
 EVENT_DATA = st.recursive(
     LEAVES,
-    lambda children: st.lists(children, max_size=4) | st.dictionaries(KEYS, children, max_size=4),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(ODD_KEYS, children, max_size=4),
     max_leaves=20,
 )
 

@@ -16,8 +16,9 @@ log linear in the length of a conversation and let any value round-trip (``docs/
 * ``{"$same": S}`` stands for a checkpoint's field (:data:`SAME_FIELDS`) as stored in checkpoint
   ``S``; ``{"$same": S, "k": v, …}`` for that dict with the keys given replaced (or added).
 * ``{"$b64": "…"}`` is short binary data; ``{"$u": "<base64>"}`` a string that is not valid Unicode
-  (lone surrogates); ``{"$int": "<digits>"}`` an integer outside 64 bits; ``{"$lit": {…}}`` user
-  data that itself has one of these keys.
+  (lone surrogates); ``{"$int": "<digits>"}`` an integer outside 64 bits; ``{"$kv": [[key, value], …]}``
+  an object with a key that is not valid Unicode (keys literal: a string or a ``$u``); ``{"$lit": {…}}``
+  user data that itself has one of these keys.
 
 The in-memory (resolved) form represents binary data as :class:`bytes`.
 """
@@ -55,7 +56,7 @@ GIT_OBJECTS = "git-objects"
 BLOB_MIN_BYTES = 1024
 #: Binary payloads at least this long are stored as blobs rather than base64 in the line.
 BLOB_MIN_BINARY = 256
-_RESERVED = frozenset({"$blob", "$b64", "$delta", "$lit", "$u", "$int", "$json", "$dumps", "$same"})
+_RESERVED = frozenset({"$blob", "$b64", "$delta", "$lit", "$u", "$int", "$kv", "$json", "$dumps", "$same"})
 #: Parts of an event stored as a ``$json`` blob once their JSON reaches :data:`JSON_BLOB_MIN` bytes:
 #: a stream's chunks (every SSE frame repeats ids and model names, so they compress ~10x) and the
 #: request headers (the same at every call, so stored once).
@@ -291,9 +292,19 @@ class Repeats:
         return out
 
 
-def encode_exotic(value: Any, where: str) -> Any:
-    """Stored form with the values orjson cannot write made writable: strings with lone
-    surrogates as ``$u``, integers outside 64 bits as ``$int``. Only used when a line failed."""
+def encode_exotic(fields: dict[str, Any], where: str) -> dict[str, Any]:
+    """A line's ``fields`` (stored form) with the values orjson cannot write made writable: strings
+    with lone surrogates as ``$u``, integers outside 64 bits as ``$int``, an object with such a
+    string as a key as ``$kv`` pairs. Only used when a line failed. Raises :class:`SessionError`,
+    naming ``where``, for a field name that is not valid Unicode (a line's fields are never pairs),
+    an object key that is not a string, or a value that is not JSON data."""
+    for name in fields:
+        if not isinstance(name, str) or not _unicode_keys({name: None}):
+            raise SessionError(f"{where}: field name {name!r} is not valid Unicode")
+    return {k: _exotic(v, where) for k, v in fields.items()}
+
+
+def _exotic(value: Any, where: str) -> Any:
     if isinstance(value, str):
         try:
             value.encode("utf-8")
@@ -305,19 +316,27 @@ def encode_exotic(value: Any, where: str) -> Any:
     if isinstance(value, int):
         return value if _INT_RANGE[0] <= value <= _INT_RANGE[1] else {"$int": str(value)}
     if isinstance(value, dict):
-        out = {}
-        for k, v in value.items():
+        for k in value:
             if not isinstance(k, str):
                 raise SessionError(f"{where}: object key {k!r} is not a string")
-            try:
-                k.encode("utf-8")
-            except UnicodeEncodeError:
-                raise SessionError(f"{where}: object key {k!r} is not valid Unicode") from None
-            out[k] = encode_exotic(v, where)
-        return out
+        inner = value["$lit"] if len(value) == 1 and isinstance(value.get("$lit"), dict) else None
+        if inner is not None and not _unicode_keys(inner):
+            value = inner  # escaped user data: $kv's keys are literal already
+        if not _unicode_keys(value):  # a file name as os.listdir gives it, as a key
+            return {"$kv": [[_exotic(k, where), _exotic(v, where)] for k, v in value.items()]}
+        return {k: _exotic(v, where) for k, v in value.items()}
     if isinstance(value, list):
-        return [encode_exotic(v, where) for v in value]
+        return [_exotic(v, where) for v in value]
     raise SessionError(f"{where}: a {type(value).__name__} is not JSON data")
+
+
+def _unicode_keys(value: dict[str, Any]) -> bool:
+    try:
+        for k in value:
+            k.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def decode(
@@ -338,6 +357,8 @@ def decode(
             return base64.b64decode(value["$u"]).decode("utf-8", "surrogatepass")
         if "$int" in value and len(value) == 1:
             return int(value["$int"])
+        if "$kv" in value and len(value) == 1:
+            return _pairs(value["$kv"], blobs, where, tools)
         if "$json" in value and isinstance(value["$json"], str):
             try:
                 inner = orjson.loads(blobs.get(value["$json"], where=where, size=value.get("size")))
@@ -377,6 +398,21 @@ def decode(
     if isinstance(value, list):
         return [decode(v, blobs, where, tools) for v in value]
     return value
+
+
+def _pairs(
+    pairs: Any, blobs: BlobStore, where: str, tools: Mapping[int, Mapping[str, Any]] | None
+) -> dict[str, Any]:
+    """A ``$kv``'s dict: its keys literal (a string, or a ``$u``), its values decoded."""
+    if not isinstance(pairs, list):
+        raise SessionError(f"a $kv holds {pairs!r}, not a list of [key, value] pairs{where}")
+    out = {}
+    for pair in pairs:
+        key = decode(pair[0], blobs, where, tools) if isinstance(pair, list) and len(pair) == 2 else None
+        if not isinstance(key, str):
+            raise SessionError(f"a $kv holds {pair!r}, not a [key, value] pair with a string key{where}")
+        out[key] = decode(pair[1], blobs, where, tools)
+    return out
 
 
 def to_json(value: Any) -> Any:

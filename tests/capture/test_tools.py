@@ -371,6 +371,29 @@ def test_arguments_json_has_but_orjson_refuses_are_recorded_and_matched(store: P
     assert f"$.args.inode: {2**70} → {2**70 + 1}" in msg
 
 
+def test_objects_keyed_by_names_json_cannot_hold_are_recorded_and_matched(store: Path) -> None:
+    """``{file name: size}`` with a name decoded with surrogateescape, in the arguments and the result:
+    the recording stopped there (the log had no form for such a key); now it is recorded, served at
+    replay, and another name diverges with a diff naming both."""
+
+    @forkpoint.tool
+    def sizes(names: dict[str, int]) -> dict[str, int]:
+        return {name + ".bak": size * 2 for name, size in names.items()}
+
+    with forkpoint.record(store=store) as rec:
+        live = sizes({"caf\udce9.txt": 1, "ok": 2})
+        after = sizes({"ok": 3})
+    assert [e["result"] for e in Session.load(rec.session_path).by_type("tool_call")] == [live, after]
+    with forkpoint.replay(rec.session_path) as rp:
+        assert sizes({"caf\udce9.txt": 1, "ok": 2}) == live == {"caf\udce9.txt.bak": 2, "ok.bak": 4}
+        assert sizes({"ok": 3}) == after
+    assert rp.report()["matched"] == 2
+    with forkpoint.replay(rec.session_path), pytest.raises(forkpoint.Divergence) as exc:
+        sizes({"caf\udce8.txt": 1, "ok": 2})
+    msg = str(exc.value).encode("utf-8", "backslashreplace").decode()
+    assert "$.args.names['caf\\udce9.txt']" in msg and "$.args.names['caf\\udce8.txt']" in msg
+
+
 @pytest.mark.parametrize(
     ("recorded", "other"),
     [

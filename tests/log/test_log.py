@@ -105,6 +105,31 @@ def test_an_event_with_a_line_marker_for_a_field_is_refused_not_dropped(store: P
     assert [e["text"] for e in Session.load(w.path).events] == ["kept", "next"]
 
 
+def test_an_object_whose_key_is_not_valid_unicode_is_kept(store: Path) -> None:
+    """A file name decoded with surrogateescape as a key (``{name: size}`` from ``os.listdir``) stopped
+    the recording: the log had no form for it. Beside it, keys that are encodings' names (escaped
+    user data) and a user object that is literally ``{"$kv": ...}`` must keep their meaning."""
+    odd = "caf\udce9.txt"
+    values: list[Any] = [
+        {odd: 1, "ok": [2, {"\ud800": 2**70}]},
+        {odd: {"$blob": "x"}, "$b64": "aGVsbG8="},  # escaped ($lit) user data holding such a key
+        {"$kv": [["a", 1]]},  # user data that looks like the new form
+        {"$kv": [[odd, 1]], odd: None},
+        [{odd: {odd: odd}}],
+    ]
+    # each one small (a plain line) and beside a long field (a packed line)
+    events = [
+        {"type": "tool_call", "tool": "ls", "args": {"dir": odd, **pad}, "result": v}
+        for v in values
+        for pad in ({}, {"pad": "listing " * 400})
+    ]
+    path = _write_session(store, events)
+    assert [e["result"] for e in Session.load(path).events] == [v for v in values for _ in (0, 1)]
+    assert verify(path).ok
+    raw = (path / LOG_NAME).read_bytes()
+    assert b'"$zstd"' in raw and b'"$kv"' in raw  # both kinds of line, the new form in plain ones
+
+
 def test_a_load_without_derived_fields_is_the_same_but_the_summaries_asked_for_later(store: Path) -> None:
     """``Session.load(path, derived=False)`` (a replay's: it rarely reads a summary) gives the same
     events without ``summary``, and :func:`forkpoint.providers.summary` derives the same one on demand."""
