@@ -9,6 +9,7 @@ session it appends to, and, for a replay, one report per replaying process.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import signal
 import subprocess
@@ -80,9 +81,12 @@ def run_child(
     capture_stderr: bool = False,
     cwd: Path | None = None,
     namespace: Namespace | None = None,
+    meanwhile: Callable[[], object] | None = None,
 ) -> Ran:
     """Run ``cmd`` to completion with ``env``; Ctrl-C, SIGTERM and SIGHUP go to the child. With
     ``namespace`` (:func:`forkpoint.netns.confine`) the child enters it before it execs ``cmd``.
+    ``meanwhile`` is called once the child runs (work of this process that need not wait for it,
+    such as importing what its end needs, overlaps the child's own start-up on another CPU).
 
     Returns its exit code — 128 + the signal number when the child was killed by a signal, 127 when
     the command does not exist — and its stdout (``capture``) and stderr (``capture_stderr``) text.
@@ -126,7 +130,11 @@ def run_child(
             )
         }
     try:
-        out, err = proc.communicate()
+        try:
+            if meanwhile is not None:
+                meanwhile()
+        finally:
+            out, err = proc.communicate()
     finally:
         for sig, handler in old.items():
             signal.signal(sig, handler)
@@ -181,7 +189,7 @@ def record_command(
             env["FORKPOINT_WORKSPACE"] = orjson.dumps(
                 {"root": str(ws.root), "include_ignored": include_ignored}
             ).decode()
-        code, out, _ = run_child(cmd, env, capture=capture)
+        code, out, _ = run_child(cmd, env, capture=capture, meanwhile=_ready_to_close)
         uncaught, session.incomplete, lacks = read_endings(Path(tmp))
     session.end(code, uncaught=uncaught)
     where = session.close(quiet=quiet)  # index entry; upload to a remote store
@@ -201,6 +209,12 @@ def record_command(
                 f"forkpoint: sent {plural(done.sent, 'span')} live to {done.endpoint} as trace {done.trace_id}"
             )
     return session.path, code, out
+
+
+def _ready_to_close() -> None:
+    """Import what closing a recording needs (signing loads cryptography: ~15 ms)."""
+    with contextlib.suppress(ImportError):  # said where the session is signed, if it cannot be
+        from . import signing  # noqa: F401
 
 
 @dataclass

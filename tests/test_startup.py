@@ -300,3 +300,35 @@ def test_a_lazily_exported_name_stays_itself_once_every_submodule_is_imported(pa
         assert value is getattr(importlib.import_module(package), name)
     with pytest.raises(AttributeError, match="nothing_here"):
         pkg.nothing_here  # noqa: B018
+
+
+def test_work_that_need_not_wait_runs_while_the_program_runs_and_the_program_is_waited_for(
+    tmp_path: Path,
+) -> None:
+    """`run_child`'s ``meanwhile`` (what `forkpoint record` does while its program starts: import what
+    closing the session needs) runs while the program runs, not after it; and if it fails, the
+    program is still waited for before the error goes on."""
+    from forkpoint.orchestrate import run_child
+
+    flag, done = tmp_path / "flag", tmp_path / "done"
+    waits = (  # the program ends 0 once it saw the flag, 1 after 20 s without it
+        "import pathlib, sys, time\n"
+        f"flag, done = pathlib.Path({str(flag)!r}), pathlib.Path({str(done)!r})\n"
+        "end = time.monotonic() + 20\n"
+        "while not flag.exists() and time.monotonic() < end: time.sleep(0.01)\n"
+        "done.write_text('x')\n"
+        "sys.exit(0 if flag.exists() else 1)\n"
+    )
+    assert run_child([sys.executable, "-c", waits], dict(os.environ), meanwhile=flag.touch).code == 0
+    assert done.exists()
+
+    flag.unlink()
+    done.unlink()
+
+    def fails() -> None:
+        flag.touch()
+        raise RuntimeError("meanwhile failed")
+
+    with pytest.raises(RuntimeError, match="meanwhile failed"):
+        run_child([sys.executable, "-c", waits], dict(os.environ), meanwhile=fails)
+    assert done.exists()  # the program had ended when the error came back
