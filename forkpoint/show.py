@@ -297,8 +297,11 @@ def as_json(session: Session) -> dict[str, Any]:
     one, ``{"$delta": {"base": S, "keep": K, "add": [...]}}``: the first K items of the same field
     of event S (those at the indices of its ``set`` pairs, if any, replaced), then ``add``
     (docs/format.md). Written out whole, every request of an agent
-    that resends its conversation would make the output grow with the square of its length."""
-    events = [to_json(with_deltas(e, session.deltas.get(e["seq"], {}))) for e in session.records()]
+    that resends its conversation would make the output grow with the square of its length.
+    Data that itself has a key ``$b64``, ``$delta`` or ``$lit`` is ``{"$lit": {…}}``."""
+    events = [
+        to_json(with_deltas(e, session.deltas.get(e["seq"], {})), escape=True) for e in session.records()
+    ]
     return {"header": session.header, "events": events, "truncated": session.truncated}
 
 

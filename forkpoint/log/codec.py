@@ -415,14 +415,26 @@ def _pairs(
     return out
 
 
-def to_json(value: Any) -> Any:
-    """Resolved form → plain JSON (``bytes`` become ``{"$b64": …}``), e.g. for ``show --json``."""
+#: The encodings ``show --json`` writes (the rest are resolved): user data with one of these keys
+#: is written ``{"$lit": {…}}`` there, as in the log.
+SHOWN = frozenset({"$b64", "$delta", "$lit"})
+
+
+class Encoded(dict[str, Any]):
+    """A dict that is one of forkpoint's encodings (:func:`with_deltas`' ``$delta``), never user data."""
+
+
+def to_json(value: Any, *, escape: bool = False) -> Any:
+    """Resolved form → plain JSON (``bytes`` become ``{"$b64": …}``), e.g. for ``show --json``.
+    With ``escape``, a dict of the data with a key in :data:`SHOWN` becomes ``{"$lit": {…}}``,
+    so that nothing the data holds reads as an encoding."""
     if isinstance(value, bytes):
         return {"$b64": base64.b64encode(value).decode()}
     if isinstance(value, dict):
-        return {k: to_json(v) for k, v in value.items()}
+        out = {k: to_json(v, escape=escape) for k, v in value.items()}
+        return {"$lit": out} if escape and type(value) is dict and SHOWN.intersection(value) else out
     if isinstance(value, list):
-        return [to_json(v) for v in value]
+        return [to_json(v, escape=escape) for v in value]
     return value
 
 
@@ -597,11 +609,13 @@ def with_deltas(event: dict[str, Any], deltas: Deltas) -> dict[str, Any]:
     if body is None or not deltas:
         return event
     stored = {
-        k: {
-            "$delta": delta_form(
-                deltas[k][0], deltas[k][1], ((i, v[i]) for i in deltas[k][2]), v[deltas[k][1] :]
-            )
-        }
+        k: Encoded(
+            {
+                "$delta": delta_form(
+                    deltas[k][0], deltas[k][1], ((i, v[i]) for i in deltas[k][2]), v[deltas[k][1] :]
+                )
+            }
+        )
         if k in deltas
         else v
         for k, v in body.items()

@@ -380,6 +380,32 @@ def test_show_json_keeps_resent_conversations_as_deltas(tmp_path: Path, stamped:
         assert rebuilt[event["seq"]] == event["request"]["body"]["messages"]
 
 
+def test_show_json_never_reads_data_as_an_encoding(tmp_path: Path) -> None:
+    """``show --json`` writes bytes as ``{"$b64": …}`` and resent lists as ``{"$delta": …}``: data
+    that itself has such a key (a tool returning ``{"$b64": …}``, a message with a ``$delta`` field)
+    read the same as those (bytes ``b"hi"`` and the dict ``{"$b64": "aGk="}`` were one output)."""
+    messages: list[Any] = [{"role": "user", "content": "go " + "x" * 2000}]
+    looks_encoded = [{"$b64": "aGk="}, {"$delta": {"base": 1, "keep": 0}}, {"$lit": 1}]
+    w = SessionWriter.create(tmp_path, {"argv": ["x"]}, fsync="never")
+    w.append({"type": "tool_call", "tool": "t", "args": {}, "result": [b"hi", *looks_encoded]})
+    for i in range(3):
+        messages = [*messages, {"role": "tool", "content": f"r{i}", "meta": looks_encoded[i]}]
+        request = {"method": "POST", "url": "http://127.0.0.1:9/v1/chat/completions", "headers": []}
+        body = {"model": "m", "messages": messages}
+        w.append({"type": "model_call", "request": {**request, "body_kind": "json", "body": body}})
+    w.close()
+    r = cli("show", str(w.path), "--json")
+    assert r.exit_code == 0, r.output
+    events = json.loads(r.stdout)["events"]
+    assert events[0]["result"] == [{"$b64": "aGk="}, *({"$lit": v} for v in looks_encoded)]
+    first, *later = (e["request"]["body"]["messages"] for e in events[1:])
+    assert first[-1]["meta"] == {"$lit": looks_encoded[0]}
+    for n, shown in enumerate(later, start=1):  # each a real delta, its new item's data escaped
+        assert shown["$delta"]["keep"] == n + 1 and shown["$delta"]["add"][0]["meta"] == {
+            "$lit": looks_encoded[n]
+        }
+
+
 def test_ls_lists_sessions_and_honours_forkpoint_store(recorded: Recorded) -> None:
     r = cli("ls", env={"FORKPOINT_STORE": str(recorded.store)})
     assert r.exit_code == 0
