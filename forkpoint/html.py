@@ -510,10 +510,32 @@ def _sweep(session: Session) -> dict[str, Any] | None:
 # --------------------------------------------------------------------------- the page
 
 
+#: JavaScript's JSON.parse rounds an integer beyond 2**53 - 1 (a 64-bit id, a snowflake): the page
+#: holds one as the string ``"\\u0000int:<digits>"``, and a string that begins like that or like
+#: ``"\\u0000str:"`` as ``"\\u0000str:"`` + itself; the script shows each as it was recorded.
+_BIG_INT, _ESCAPED = "\x00int:", "\x00str:"
+_EXACT_IN_JS = 2**53 - 1
+
+
+def _exact_in_js(value: Any) -> Any:
+    """``value`` (plain JSON data) with the integers JavaScript would round, and the strings that would
+    read as one of them, in the page's own forms (:data:`_BIG_INT`)."""
+    if isinstance(value, dict):
+        return {k: _exact_in_js(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_exact_in_js(v) for v in value]
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > _EXACT_IN_JS:
+        return f"{_BIG_INT}{value}"
+    if isinstance(value, str) and value.startswith((_BIG_INT, _ESCAPED)):
+        return _ESCAPED + value
+    return value
+
+
 def _script_json(data: Any) -> str:
     """JSON safe inside ``<script type="application/json">``: ``<``, ``>`` and ``&`` (so no ``</script>``
-    or ``<!--`` can close or confuse the element) and U+2028/U+2029 are written as ``\\u`` escapes."""
-    text = json_text(data).decode()
+    or ``<!--`` can close or confuse the element) and U+2028/U+2029 are written as ``\\u`` escapes;
+    integers beyond JavaScript's exact range as :data:`_BIG_INT` strings."""
+    text = json_text(_exact_in_js(data)).decode()
     return (
         text.replace("<", "\\u003c")
         .replace(">", "\\u003e")

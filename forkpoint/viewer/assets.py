@@ -256,14 +256,25 @@ JS = r"""
     s = String(s === null || s === undefined ? "" : s).replace(/\s+/g, " ").trim();
     return s.length > n ? s.slice(0, n - 1) + "…" : s;
   }
+  // An integer JSON.parse would round comes as "\u0000int:<digits>", and a string that began like
+  // that or like "\u0000str:" as "\u0000str:" + itself (forkpoint/html.py): shown as recorded.
+  function bigInt(v) { return typeof v === "string" && v.slice(0, 5) === "\u0000int:"; }
+  function shown(v) {
+    return typeof v === "string" && (bigInt(v) || v.slice(0, 5) === "\u0000str:") ? v.slice(5) : v;
+  }
   function json(v, indent) {
-    try { return JSON.stringify(v, null, indent === undefined ? 2 : indent); } catch (err) { return String(v); }
+    var text;
+    try { text = JSON.stringify(v, null, indent === undefined ? 2 : indent); } catch (err) { return String(v); }
+    if (typeof text !== "string") return String(v);
+    // (a quote after a backslash is inside a string: only an opening quote starts such a value)
+    return text.replace(/(^|[^\\])"\\u0000int:(-?\d+)"/g, "$1$2").replace(/(^|[^\\])"\\u0000str:/g, '$1"');
   }
   function parseMaybe(s) {
     if (typeof s !== "string") return s;
+    if (/\d{16}/.test(s)) return s;  // JSON text with a number JSON.parse may round: shown as it is
     try { return JSON.parse(s); } catch (err) { return s; }
   }
-  function compact(v) { return typeof v === "string" ? v : json(v, 0); }
+  function compact(v) { return typeof v === "string" ? shown(v) : json(v, 0); }
   function argsLine(args) {
     if (args && typeof args === "object" && !Array.isArray(args)) {
       return Object.keys(args).map(function (k) { return k + "=" + short(compact(args[k]), 40); }).join(", ");
@@ -282,6 +293,8 @@ JS = r"""
     return cell(v);
   }
   function cell(v) {
+    if (bigInt(v)) return h("span", { class: "lit", text: shown(v) });
+    v = shown(v);
     if (typeof v === "string") {
       if (v.indexOf("\n") >= 0 || v.length > 100) return h("pre", { text: v });
       return h("span", { class: "str", text: v });

@@ -355,3 +355,53 @@ def test_render_without_the_parent_in_the_store(pages: Pages, tmp_path: Path) ->
     data = view_model(child, report=report)
     assert data["divergence"]["seq"] == child.by_type("model_call")[2]["seq"]
     assert "<!doctype html>" in render(child, report=report)
+
+
+@pytest.mark.slow
+def test_integers_beyond_javascripts_exact_range_are_shown_as_recorded(
+    tmp_path: Path, browser: Browser
+) -> None:
+    """JSON.parse rounds integers beyond 2**53 - 1: a 64-bit id showed as 1234567890123456800. They
+    are shown digit for digit, in a tool's result and in a model's tool-call arguments (JSON text);
+    a string that looks like the page's own form of one stays the string."""
+    big, neg, huge = 1234567890123456789, -(2**60) - 1, 2**70
+    odd = "\x00int:7"
+
+    @forkpoint.tool
+    def lookup(user: str) -> dict[str, Any]:
+        return {"id": big, "neg": neg, "ids": [huge, 3], "label": odd}
+
+    import httpx2
+
+    def model(request: httpx2.Request) -> httpx2.Response:
+        call = {
+            "id": "c1",
+            "type": "function",
+            "function": {"name": "lookup", "arguments": f'{{"id": {big}}}'},
+        }
+        message = {"role": "assistant", "content": None, "tool_calls": [call]}
+        return httpx2.Response(
+            200, json={"id": "r1", "choices": [{"message": message, "finish_reason": "tool_calls"}]}
+        )
+
+    with forkpoint.record(store=tmp_path / "store") as rec:
+        with httpx2.Client(transport=httpx2.MockTransport(model)) as client:
+            client.post("http://127.0.0.1:9/v1/chat/completions", json={"model": "m", "messages": []})
+        lookup("ann")
+    page_file = write_html(Session.load(rec.session_path), tmp_path / "big.html")
+    page = browser.open(page_file)
+    assert str(big) in page.locator("details.event.model_call summary").inner_text()  # the call it asked for
+    card = page.locator("details.event.tool_call").first
+    summary_text = card.locator("summary").inner_text()
+    assert str(big) in summary_text  # the one-line result
+    card.locator("summary").click()
+    result = card.locator(".result")
+    result.wait_for()
+    shown = result.inner_text()
+    for number in (big, neg, huge):
+        assert str(number) in shown, shown
+    assert "1234567890123456800" not in shown and "e+21" not in shown
+    assert (
+        page.evaluate("document.querySelector('details.event.tool_call .result').textContent").count(odd) == 1
+    )
+    browser.assert_clean(page_file)
