@@ -319,9 +319,13 @@ def _exotic(value: Any, where: str) -> Any:
         for k in value:
             if not isinstance(k, str):
                 raise SessionError(f"{where}: object key {k!r} is not a string")
-        inner = value["$lit"] if len(value) == 1 and isinstance(value.get("$lit"), dict) else None
-        if inner is not None and not _unicode_keys(inner):
-            value = inner  # escaped user data: $kv's keys are literal already
+        if len(value) == 1 and isinstance(value.get("$lit"), dict):
+            # Escaped user data: its keys are the data's own, never encodings (nor is its dict an
+            # escape itself); a $kv's keys are literal already.
+            inner = value["$lit"]
+            if not _unicode_keys(inner):
+                return {"$kv": [[_exotic(k, where), _exotic(v, where)] for k, v in inner.items()]}
+            return {"$lit": {k: _exotic(v, where) for k, v in inner.items()}}
         if not _unicode_keys(value):  # a file name as os.listdir gives it, as a key
             return {"$kv": [[_exotic(k, where), _exotic(v, where)] for k, v in value.items()]}
         return {k: _exotic(v, where) for k, v in value.items()}
@@ -354,11 +358,11 @@ def decode(
         if "$b64" in value:
             return base64.b64decode(value["$b64"])
         if "$u" in value and len(value) == 1:
-            return base64.b64decode(value["$u"]).decode("utf-8", "surrogatepass")
+            return _unicode_of(value["$u"], where)
         if "$int" in value and len(value) == 1:
             return int(value["$int"])
-        if "$kv" in value and len(value) == 1:
-            return _pairs(value["$kv"], blobs, where, tools)
+        if "$kv" in value and (pairs := _kv_pairs(value)) is not None:
+            return _pairs(pairs, blobs, where, tools)
         if "$json" in value and isinstance(value["$json"], str):
             try:
                 inner = orjson.loads(blobs.get(value["$json"], where=where, size=value.get("size")))
@@ -400,18 +404,44 @@ def decode(
     return value
 
 
-def _pairs(
-    pairs: Any, blobs: BlobStore, where: str, tools: Mapping[int, Mapping[str, Any]] | None
-) -> dict[str, Any]:
-    """A ``$kv``'s dict: its keys literal (a string, or a ``$u``), its values decoded."""
-    if not isinstance(pairs, list):
-        raise SessionError(f"a $kv holds {pairs!r}, not a list of [key, value] pairs{where}")
-    out = {}
+def _unicode_of(text: Any, where: str) -> str:
+    """The string a ``$u`` holds (base64 of its UTF-8, surrogates passed)."""
+    try:
+        return base64.b64decode(text, validate=True).decode("utf-8", "surrogatepass")
+    except (TypeError, ValueError):  # (binascii.Error and UnicodeDecodeError are ValueErrors)
+        raise SessionError(f"a $u holds {text!r}, not base64 of a string{where}") from None
+
+
+def _kv_pairs(value: dict[str, Any]) -> list[list[Any]] | None:
+    """The pairs of a ``$kv`` as a writer writes one: a list of ``[key, value]``, each key a string
+    or a ``$u``, one at least a ``$u`` (it is written only for such a key); else None, and the dict
+    is data (a forkpoint from before ``$kv`` wrote user data with that key as it was)."""
+    pairs = value["$kv"]
+    if len(value) != 1 or not isinstance(pairs, list):
+        return None
+    odd = False
     for pair in pairs:
-        key = decode(pair[0], blobs, where, tools) if isinstance(pair, list) and len(pair) == 2 else None
-        if not isinstance(key, str):
-            raise SessionError(f"a $kv holds {pair!r}, not a [key, value] pair with a string key{where}")
-        out[key] = decode(pair[1], blobs, where, tools)
+        if not isinstance(pair, list) or len(pair) != 2:
+            return None
+        key = pair[0]
+        if isinstance(key, dict) and len(key) == 1 and "$u" in key:
+            odd = True
+        elif not isinstance(key, str):
+            return None
+    return pairs if odd else None
+
+
+def _pairs(
+    pairs: list[list[Any]], blobs: BlobStore, where: str, tools: Mapping[int, Mapping[str, Any]] | None
+) -> dict[str, Any]:
+    """A ``$kv``'s dict (:func:`_kv_pairs`): its keys literal, its values decoded. Raises
+    :class:`SessionError` for a key given twice."""
+    out = {}
+    for key, item in pairs:
+        name = key if isinstance(key, str) else _unicode_of(key["$u"], where)
+        if name in out:
+            raise SessionError(f"a $kv gives the key {name!r} twice{where}")
+        out[name] = decode(item, blobs, where, tools)
     return out
 
 

@@ -116,6 +116,10 @@ def test_an_object_whose_key_is_not_valid_unicode_is_kept(store: Path) -> None:
         {"$kv": [["a", 1]]},  # user data that looks like the new form
         {"$kv": [[odd, 1]], odd: None},
         [{odd: {odd: odd}}],
+        {"$lit": {odd: 1}},  # user data that looks like an escape, holding such a key
+        {"$lit": {"$lit": {odd: 1}}},
+        [{"$lit": {odd: {"$lit": {odd: 2}}}}],
+        {"$kv": [[{"$u": "YQ=="}, 1]], "x": {odd: 0}},
     ]
     # each one small (a plain line) and beside a long field (a packed line)
     events = [
@@ -128,6 +132,25 @@ def test_an_object_whose_key_is_not_valid_unicode_is_kept(store: Path) -> None:
     assert verify(path).ok
     raw = (path / LOG_NAME).read_bytes()
     assert b'"$zstd"' in raw and b'"$kv"' in raw  # both kinds of line, the new form in plain ones
+
+
+def test_kv_is_read_only_as_a_writer_writes_it(tmp_path: Path) -> None:
+    """A ``$kv`` is written only for a key that is not valid Unicode, so it holds a ``$u`` key: anything
+    else under ``$kv`` is data (a forkpoint from before ``$kv`` wrote such user data unescaped), and
+    a forged one that does hold a ``$u`` must be right or refused, naming where."""
+    from forkpoint.log.codec import decode
+
+    blobs = BlobStore(tmp_path)
+    for data in ({"$kv": [["a", 1], ["b", 2]]}, {"$kv": "text"}, {"$kv": [["a"]]}, {"$kv": [[1, 2]]}):
+        assert decode(data, blobs, " (line 2)") == data
+    assert decode({"$kv": [[{"$u": "YVx4"}, 1], ["b", {"$int": "1" * 30}]]}, blobs, "") == {
+        "a\\x": 1,
+        "b": int("1" * 30),
+    }
+    with pytest.raises(SessionError, match=r"a \$kv gives the key 'a' twice \(line 2\)"):
+        decode({"$kv": [[{"$u": "YQ=="}, 1], ["a", 2]]}, blobs, " (line 2)")
+    with pytest.raises(SessionError, match=r"a \$u holds '!!!', not base64 of a string \(line 2\)"):
+        decode({"$kv": [[{"$u": "!!!"}, 1]]}, blobs, " (line 2)")
 
 
 def test_a_load_without_derived_fields_is_the_same_but_the_summaries_asked_for_later(store: Path) -> None:
