@@ -212,8 +212,10 @@ def record_command(
 
 
 def _ready_to_close() -> None:
-    """Import what closing a recording needs (signing loads cryptography: ~15 ms)."""
-    with contextlib.suppress(ImportError):  # said where the session is signed, if it cannot be
+    """Import what closing a recording needs (signing loads cryptography: ~15 ms). Whatever goes
+    wrong is said where the session is signed (the import runs again there): never here, before
+    the session has its end."""
+    with contextlib.suppress(Exception):
         from . import signing  # noqa: F401
 
 

@@ -276,3 +276,25 @@ def test_the_signing_key_file_is_standard_pkcs8_both_ways(
     with pytest.raises(SigningError, match="readable by no one else") as exc:
         own_key()
     assert str(exc.value).count(KEY_NAME) == 1  # the path said once
+
+
+def test_a_cryptography_that_cannot_load_leaves_the_session_ended_and_unsigned(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """Signing loads cryptography while the program runs; a package that fails to load (a broken
+    native extension) cost the session its end (the exit code 7 was lost, `verify` said "no end
+    event") and the command ended in a traceback. The session ends as it should, and says it is
+    not signed and why."""
+    broken = tmp_path / "broken"
+    (broken / "cryptography").mkdir(parents=True)
+    (broken / "cryptography" / "__init__.py").write_text("raise RuntimeError('a broken native extension')\n")
+    (tmp_path / "exit7.py").write_text("raise SystemExit(7)\n")
+    env = {**env, "PYTHONPATH": os.pathsep.join([str(broken), *sys.path])}
+    store = tmp_path / "store"
+    rec = run(["record", "--store", str(store), "--", sys.executable, "exit7.py"], tmp_path, env)
+    assert rec.returncode == 7, rec.stderr
+    assert "Traceback" not in rec.stderr
+    assert "is not signed (RuntimeError: a broken native extension)" in flat(rec.stderr)
+    session = list_sessions(store).rows[-1].path
+    assert Session.load(session).end()["exit_code"] == 7  # type: ignore[index]
+    assert not (session / SIGNATURE_NAME).exists()

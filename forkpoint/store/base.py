@@ -362,16 +362,17 @@ class Recording:
 
     def _sign(self, quiet: bool) -> None:
         """Sign the closed session with this user's key (:mod:`forkpoint.signing`). A key that cannot
-        be used leaves the session unsigned, said unless ``quiet``: its recorded command then replays
-        only with ``--trust`` or when named."""
-        from ..signing import sign_session  # cryptography: imported where a session closes
-
+        be used, or a cryptography package that cannot load, leaves the session unsigned, said unless
+        ``quiet``: its recorded command then replays only with ``--trust`` or when named."""
         try:
+            from ..signing import sign_session  # cryptography: imported where a session closes
+
             sign_session(self.path, self.session_id)
-        except SigningError as exc:
+        except Exception as exc:  # (the session is written and ended: only its signature is missing)
+            why = str(exc) if isinstance(exc, SigningError) else f"{type(exc).__name__}: {exc}"
             if not quiet:
                 sys.stderr.write(
-                    f"forkpoint: WARNING: session {self.session_id} is not signed ({exc}): its recorded "
+                    f"forkpoint: WARNING: session {self.session_id} is not signed ({why}): its recorded "
                     "command will replay only with --trust or when named after --\n"
                 )
 
