@@ -47,7 +47,7 @@ from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsp
 import orjson
 
 from . import jsonpath, streamscrub
-from .canonical import digest
+from .canonical import canonical_json, digest
 from .config import load_table
 from .deltalist import json_default
 from .errors import ConfigError, RuleError
@@ -847,9 +847,8 @@ class Scrubber:
             )
         if isinstance(value, builtins.bytes):
             return placeholder("json-path", value)
-        return placeholder(
-            "json-path", orjson.dumps(value, default=json_default, option=orjson.OPT_SORT_KEYS)
-        )
+        # (a file name's lone surrogates, an integer beyond 64 bits: redacted as any other value)
+        return placeholder("json-path", canonical_json(value, exotic=True))
 
     def json(self, value: Any, *, parsed: bool = False) -> Any:
         """A copy of JSON data with every string (values and keys) and ``bytes`` scrubbed, values of

@@ -743,3 +743,30 @@ def test_a_bad_configuration_is_refused_before_the_command_runs(
         done = forkpoint_cli([*args, "--", sys.executable, "-c", marker], tmp_path, env)
         assert done.returncode != 0 and re.search(message, done.stderr), (args, done.stderr)
         assert not (tmp_path / "ran").exists(), args
+
+
+@pytest.mark.parametrize(
+    "value",
+    [{"caf\udce9.txt": 1, "ok": 2}, 2**70, ["caf\udce9"], "caf\udce9"],
+    ids=["key", "int", "list", "str"],
+)
+def test_a_json_path_over_a_value_orjson_refuses_redacts_it_and_the_run_goes_on(
+    store: Path, value: Any
+) -> None:
+    """A ``[redact] json_paths`` rule that matched a value holding a file name decoded with
+    surrogateescape or an integer beyond 64 bits raised TypeError inside the agent's own tool call
+    (recording changed the live run: the program died). The value is redacted as any other."""
+
+    @forkpoint.tool
+    def listing(folder: str) -> dict[str, Any]:
+        return {"folder": folder, "files": value}
+
+    with redact.use_rules(redact.Scrubber(redact.Rules(json_paths=("$..files",)))):
+        with forkpoint.record(store=store) as rec:
+            live = listing("docs")
+        assert live == {"folder": "docs", "files": value}
+        stored = Session.load(rec.session_path).by_type("tool_call")[0]["result"]
+        assert stored["folder"] == "docs" and stored["files"].startswith("[REDACTED:json-path:")
+        with forkpoint.replay(rec.session_path) as rp:
+            listing("docs")
+        assert rp.report()["matched"] == 1
