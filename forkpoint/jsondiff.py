@@ -90,10 +90,23 @@ def similarity(a: Any, b: Any) -> float:
     return matcher.ratio() if len(sa) + len(sb) < 20_000 else matcher.quick_ratio()
 
 
-def _short(value: Any, limit: int = 160) -> str:
-    # Values in their resolved form: a tool result may hold bytes (shown as {"$b64": …}).
-    text = value if isinstance(value, str) else canonical_json(to_json(value), exotic=True).decode()
+def _short(value: Any, limit: int = 160, *, quoted: bool = False) -> str:
+    # Values in their resolved form: a tool result may hold bytes (shown as {"$b64": …}). A string
+    # is shown as it is, unless ``quoted`` or it is not valid Unicode (a file name's lone surrogate,
+    # which a terminal shows as the text "\udce9"): then as JSON, escaped and in quotes.
+    if isinstance(value, str) and not quoted and _unicode(value):
+        text = value
+    else:
+        text = canonical_json(to_json(value), exotic=True).decode()
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _unicode(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _first_difference(a: str, b: str) -> int:
@@ -142,7 +155,11 @@ def format_changes(changes: list[Change], limit: int = 20) -> str:
             )
             lines.extend(f"      {d}" for d in _clip_lines(list(diff)[2:14]))
         else:
-            lines.append(f"  ~ {c.path}: {_short(c.expected)} → {_short(c.actual)}{mark}")
+            # (both sides quoted when one must be: a lone surrogate vs the text "\udce9" read the same)
+            quoted = any(isinstance(v, str) and not _unicode(v) for v in (c.expected, c.actual))
+            lines.append(
+                f"  ~ {c.path}: {_short(c.expected, quoted=quoted)} → {_short(c.actual, quoted=quoted)}{mark}"
+            )
     if len(changes) > limit:
         lines.append(f"  … and {len(changes) - limit} more differences")
     return "\n".join(lines)

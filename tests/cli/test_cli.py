@@ -590,7 +590,7 @@ def test_a_divergence_in_arguments_orjson_refuses_is_reported_by_the_cli(tmp_pat
     rep = run([*FORKPOINT, *args], tmp_path, env)
     assert rep.returncode != 0 and "replay DIVERGED: 0/1 events matched" in rep.stderr, rep.stderr
     assert f"$.args.inode: {2**70} → {2**70 + 1}" in rep.stderr
-    assert "$.args.path: caf\\udce9.txt → caf\\udce8.txt" in rep.stderr
+    assert '$.args.path: "caf\\udce9.txt" → "caf\\udce8.txt"' in rep.stderr
     assert json.loads(report.read_text())["divergence"]["kind"] == "tool_call"
     assert str(2**70) in report.read_text() and "e+21" not in report.read_text()  # (not read as a float)
     override = f'tool:stat.result={{"path": "x", "inode": {2**71}}}'

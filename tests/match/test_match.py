@@ -276,6 +276,24 @@ def test_format_changes_short_values() -> None:
     assert lines[2] == "  - $.body.top_p: 1"
 
 
+def test_format_changes_tells_a_lone_surrogate_from_its_escape_as_text() -> None:
+    """A file name decoded with surrogateescape and the text "caf\\udce9.txt" printed alike (the
+    terminal escapes the surrogate): a string that is not valid Unicode is shown as JSON, and so is
+    the other side of its change."""
+    text = format_changes(
+        [
+            Change("changed", "$.args.path", "caf\udce9.txt", "caf\\udce9.txt"),
+            Change("added", "$.args.other", actual="x\udcff"),
+            Change("changed", "$.args.plain", "caf\\udce9.txt", "café"),
+        ]
+    )
+    assert text.splitlines() == [
+        '  ~ $.args.path: "caf\\udce9.txt" → "caf\\\\udce9.txt"',
+        '  + $.args.other: "x\\udcff"',
+        "  ~ $.args.plain: caf\\udce9.txt → café",
+    ]
+
+
 def test_format_changes_long_multiline_strings_as_a_compact_diff() -> None:
     old = "\n".join(f"line {i}: some system prompt text that goes on" for i in range(60))
     new = old.replace("line 30: some", "line 30: SOME")
