@@ -177,8 +177,13 @@ def test_values_json_cannot_hold_are_sealed_and_opened(
     data = {"name": "caf\udce9.txt", "sizes": {"caf\udce9.txt": 2**70, "ok": 1}}
     w = SessionWriter.create(tmp_path / "s", {"argv": ["x"], "encryption": encryption_table([recipient])})
     w.append({"type": "tool_call", "tool": "ls", "args": {"dir": "caf\udce9"}, "result": data})
+    # (a model call's headers go to a JSON blob of their own in an encrypted session: this one cannot)
+    headers = [["x-file", "caf\udce9" + "x" * 300]]
+    request = {"method": "POST", "url": "http://127.0.0.1:9/v1/x", "headers": headers}
+    w.append({"type": "model_call", "request": {**request, "body_kind": "json", "body": {}}})
     w.close()
-    assert Session.load(w.path).events[0]["result"] == data
+    loaded = Session.load(w.path).events
+    assert loaded[0]["result"] == data and loaded[1]["request"]["headers"] == headers
     assert verify(w.path).ok
 
 

@@ -214,7 +214,10 @@ def json_blobs(stored: dict[str, Any], event: dict[str, Any], blobs: BlobStore) 
         part = event.get(outer)
         if not isinstance(part, dict) or inner not in part or not isinstance(part[inner], list):
             continue
-        data = orjson.dumps(encode(part[inner], None))
+        try:
+            data = orjson.dumps(encode(part[inner], None))
+        except TypeError:  # lone surrogates or huge integers: left in the line, stored in their own way
+            continue
         if len(data) >= JSON_BLOB_MIN:
             stored[outer] = {**stored[outer], inner: {"$json": blobs.put(data), "size": len(data)}}
 
