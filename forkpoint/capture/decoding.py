@@ -8,16 +8,36 @@ stored decoded (gzip embeds a timestamp: the encoded bytes differ at every run).
 
 from __future__ import annotations
 
+import json
 import zlib
 from collections.abc import Callable
 from typing import Any
 
 import orjson
 
+from ..canonical import python_json
 from ..redact import scrub_bytes, scrub_json, scrub_text
 
 #: A factory of decoders for one content coding (``decode(chunk)``, ``flush()``), or None.
 DecoderFactory = Callable[[str], Any]
+
+
+#: Digits to "0", every other byte to a space: a run of :data:`_LONG` in a body's translation is a
+#: number of 19 digits or more (or such a run inside a string), as long as or longer than 2**63.
+_DIGITS = bytes(48 if 48 <= b <= 57 else 32 for b in range(256))
+_LONG = b"0" * 19
+
+
+def loads_exact(data: bytes) -> Any:
+    """``orjson.loads(data)``, but with an integer beyond 64 bits as the integer it is: orjson reads
+    one as a float (an id of 2**70 became 1.1805916207174113e+21, and a replay handed that float to
+    the agent). A body with a run of 19 digits or more is read again by Python's json, which reads
+    every other value as orjson does once orjson has read the body; finding the run costs about what
+    orjson's parse does. Raises :class:`orjson.JSONDecodeError` where ``data`` is not JSON."""
+    value = orjson.loads(data)
+    if _LONG in data.translate(_DIGITS):
+        return json.loads(data)
+    return value
 
 
 def parse_body(
@@ -25,7 +45,7 @@ def parse_body(
     content_type: str,
     *,
     json_ok: bool = True,
-    loads: Callable[[bytes], Any] = orjson.loads,
+    loads: Callable[[bytes], Any] = loads_exact,
 ) -> tuple[str, Any]:
     """Classify and parse an HTTP body: ``("empty", None)``, ``("json", value)``, ``("text", str)``
     or ``("bytes", bytes)``. JSON is recognised by content type or by a leading ``{``/``[`` and
@@ -49,7 +69,10 @@ def parse_body(
 def body_bytes(kind: str, body: Any) -> bytes:
     """The bytes of a stored body (inverse of :func:`parse_body`, JSON re-serialized compactly)."""
     if kind == "json":
-        return orjson.dumps(body)
+        try:
+            return orjson.dumps(body)
+        except TypeError:  # an integer beyond 64 bits (loads_exact), a lone surrogate
+            return python_json(body)
     if kind == "text":
         return str(body).encode("utf-8")
     if kind == "bytes":

@@ -1086,3 +1086,26 @@ def test_python_subprocesses_are_neither_recorded_nor_replayed(
         "child",
         "child",
     ]
+
+
+def test_a_response_with_integers_beyond_64_bits_replays_them_as_integers(store: Path) -> None:
+    """orjson reads an integer beyond 64 bits as a float: an id of 2**70 in a model's answer was
+    stored as 1.1805916207174113e+21 and a replay handed the agent that float ("replay ok")."""
+    sent = (
+        b'{"id": 1180591620717411303424, "neg": -9223372036854775809, "max": 18446744073709551615, "t": 0.5}'
+    )
+
+    def run() -> Any:
+        answer = httpx2.Response(200, content=sent, headers={"content-type": "application/json"})
+        with httpx2.Client(transport=httpx2.MockTransport(lambda _: answer)) as client:
+            return client.post("http://127.0.0.1:9/v1/chat/completions", json={"model": "m"}).json()
+
+    with forkpoint.record(store=store) as rec:
+        live = run()
+    assert live == json.loads(sent)
+    stored = Session.load(rec.session_path).by_type("model_call")[0]["response"]["body"]
+    assert stored == live and type(stored["id"]) is int
+    with forkpoint.replay(rec.session_path) as rp:
+        again = run()
+    assert again == live and type(again["id"]) is int and type(again["neg"]) is int
+    assert rp.report()["matched"] == 1
