@@ -847,8 +847,11 @@ class Scrubber:
             )
         if isinstance(value, builtins.bytes):
             return placeholder("json-path", value)
-        # (a file name's lone surrogates, an integer beyond 64 bits: redacted as any other value)
-        return placeholder("json-path", canonical_json(value, exotic=True))
+        try:  # (a file name's lone surrogates, an integer beyond 64 bits: as any other value)
+            data = canonical_json(value, exotic=True)
+        except (TypeError, ValueError):  # bytes inside, as a tool's raw result holds them
+            data = repr(value).encode("utf-8", "backslashreplace")
+        return placeholder("json-path", data)
 
     def json(self, value: Any, *, parsed: bool = False) -> Any:
         """A copy of JSON data with every string (values and keys) and ``bytes`` scrubbed, values of

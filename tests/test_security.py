@@ -747,15 +747,15 @@ def test_a_bad_configuration_is_refused_before_the_command_runs(
 
 @pytest.mark.parametrize(
     "value",
-    [{"caf\udce9.txt": 1, "ok": 2}, 2**70, ["caf\udce9"], "caf\udce9"],
-    ids=["key", "int", "list", "str"],
+    [{"caf\udce9.txt": 1, "ok": 2}, 2**70, ["caf\udce9"], "caf\udce9", [b"abc"], {"blob": b"\x00\xff"}],
+    ids=["key", "int", "list", "str", "bytes-in-list", "bytes-in-dict"],
 )
 def test_a_json_path_over_a_value_orjson_refuses_redacts_it_and_the_run_goes_on(
     store: Path, value: Any
 ) -> None:
     """A ``[redact] json_paths`` rule that matched a value holding a file name decoded with
-    surrogateescape or an integer beyond 64 bits raised TypeError inside the agent's own tool call
-    (recording changed the live run: the program died). The value is redacted as any other."""
+    surrogateescape, an integer beyond 64 bits or bytes raised TypeError inside the agent's own tool
+    call (recording changed the live run: the program died). The value is redacted as any other."""
 
     @forkpoint.tool
     def listing(folder: str) -> dict[str, Any]:
