@@ -319,11 +319,12 @@ class Recorder:
 
     @contextlib.contextmanager
     def _guarded(self) -> Iterator[None]:
-        """A write of the session that fails (a full disk, a store that went away) never raises into
-        the agent, whose SDK call or tool is on the stack: recording stops, once, with a warning."""
+        """A write of the session that fails (a full disk, a store that went away, a value the log
+        cannot hold) never raises into the agent, whose SDK call or tool is on the stack: recording
+        stops, once, with a warning."""
         try:
             yield
-        except (OSError, SessionError) as exc:
+        except Exception as exc:  # (an integer of more than 4,300 digits raised ValueError in the agent)
             self.stop(f"{type(exc).__name__}: {exc}")
 
     def stop(self, why: str) -> None:

@@ -325,3 +325,25 @@ def test_a_bad_duration_is_named() -> None:
 
     with pytest.raises(SessionError, match="--older-than: '30 days' is not a duration"):
         parse_age("30 days")
+
+
+def test_a_value_the_log_cannot_hold_stops_recording_and_the_agent_goes_on(
+    store: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An integer of more than 4,300 digits (Python will not write one in decimal) raised ValueError
+    from the writer into the agent's own tool call: recording changed the live run."""
+    import math
+
+    @forkpoint.tool
+    def factorial(n: int) -> int:
+        return math.factorial(n)
+
+    with forkpoint.record("huge", store=store) as rec:
+        assert factorial(5) == 120
+        assert factorial(2000) == math.factorial(2000)  # no ValueError raised into the agent
+        assert factorial(6) == 720
+    err = capsys.readouterr().err
+    assert err.count("recording of session") == 1 and "ValueError" in err
+    s = Session.load(rec.session_path)
+    assert [e["args"]["n"] for e in s.by_type("tool_call")] == [5]
+    assert "ValueError" in s.events[-1]["incomplete"]
