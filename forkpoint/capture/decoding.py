@@ -22,10 +22,11 @@ from ..redact import scrub_bytes, scrub_json, scrub_text
 DecoderFactory = Callable[[str], Any]
 
 
-#: Digits to "0", every other byte to a space: a run of :data:`_LONG` in a body's translation is a
-#: number of 19 digits or more (or such a run inside a string), as long as or longer than 2**63.
-_DIGITS = bytes(48 if 48 <= b <= 57 else 32 for b in range(256))
-_LONG = b"0" * 19
+#: Digits to "0", "." kept, every other byte to a space: :data:`_LONG` in a body's translation is
+#: a run of 19 digits or more not after a "." (an integer as long as 2**63, or such a run in a
+#: string), while a float's fraction (an embedding's -0.0069456464052200317) is not one.
+_DIGITS = bytes(48 if 48 <= b <= 57 else 46 if b == 46 else 32 for b in range(256))
+_LONG = b" " + b"0" * 19
 
 
 def loads_exact(data: bytes) -> Any:
@@ -35,7 +36,8 @@ def loads_exact(data: bytes) -> Any:
     every other value as orjson does once orjson has read the body; finding the run costs about what
     orjson's parse does. Raises :class:`orjson.JSONDecodeError` where ``data`` is not JSON."""
     value = orjson.loads(data)
-    if _LONG in data.translate(_DIGITS):
+    digits = data.lstrip(b" \t\r\n-").translate(_DIGITS)
+    if _LONG in digits or digits.startswith(_LONG[1:]):  # (a body that is one number)
         return json.loads(data)
     return value
 

@@ -1109,3 +1109,22 @@ def test_a_response_with_integers_beyond_64_bits_replays_them_as_integers(store:
         again = run()
     assert again == live and type(again["id"]) is int and type(again["neg"]) is int
     assert rp.report()["matched"] == 1
+
+
+def test_loads_exact_reads_integers_beyond_64_bits_exactly_and_all_else_as_orjson() -> None:
+    from forkpoint.capture.decoding import loads_exact
+
+    for text in (
+        b"18446744073709551616",
+        b" -9223372036854775809",
+        b'{"a": [1, {"b": 123456789012345678901234}]}',
+    ):
+        # (by repr: the float 2.0**64 == 2**64)
+        assert repr(loads_exact(text)) == repr(json.loads(text)) != repr(orjson.loads(text))
+    for text in (
+        b'{"e": [-0.0069456464052200317, 1e300, 0.5]}',
+        b'{"s": "caf\\u00e9", "n": 9223372036854775807}',
+    ):
+        assert repr(loads_exact(text)) == repr(orjson.loads(text))
+    with pytest.raises(orjson.JSONDecodeError):
+        loads_exact(b'{"a": 1')
