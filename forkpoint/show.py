@@ -302,7 +302,7 @@ def as_json(session: Session) -> dict[str, Any]:
     events = [
         to_json(with_deltas(e, session.deltas.get(e["seq"], {})), escape=True) for e in session.records()
     ]
-    return {"header": session.header, "events": events, "truncated": session.truncated}
+    return {"header": to_json(session.header, escape=True), "events": events, "truncated": session.truncated}
 
 
 def render_listing(rows: list[SessionInfo], *, held: set[str] | frozenset[str] = frozenset()) -> str:

@@ -386,7 +386,7 @@ def test_show_json_never_reads_data_as_an_encoding(tmp_path: Path) -> None:
     read the same as those (bytes ``b"hi"`` and the dict ``{"$b64": "aGk="}`` were one output)."""
     messages: list[Any] = [{"role": "user", "content": "go " + "x" * 2000}]
     looks_encoded = [{"$b64": "aGk="}, {"$delta": {"base": 1, "keep": 0}}, {"$lit": 1}]
-    w = SessionWriter.create(tmp_path, {"argv": ["x"]}, fsync="never")
+    w = SessionWriter.create(tmp_path, {"argv": ["x"], "tags": {"$b64": "aGk="}}, fsync="never")
     w.append({"type": "tool_call", "tool": "t", "args": {}, "result": [b"hi", *looks_encoded]})
     for i in range(3):
         messages = [*messages, {"role": "tool", "content": f"r{i}", "meta": looks_encoded[i]}]
@@ -396,7 +396,9 @@ def test_show_json_never_reads_data_as_an_encoding(tmp_path: Path) -> None:
     w.close()
     r = cli("show", str(w.path), "--json")
     assert r.exit_code == 0, r.output
-    events = json.loads(r.stdout)["events"]
+    shown = json.loads(r.stdout)
+    assert shown["header"]["tags"] == {"$lit": {"$b64": "aGk="}}  # a tag, not bytes
+    events = shown["events"]
     assert events[0]["result"] == [{"$b64": "aGk="}, *({"$lit": v} for v in looks_encoded)]
     first, *later = (e["request"]["body"]["messages"] for e in events[1:])
     assert first[-1]["meta"] == {"$lit": looks_encoded[0]}
