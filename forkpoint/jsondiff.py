@@ -146,6 +146,8 @@ def format_changes(changes: list[Change], limit: int = 20) -> str:
             isinstance(c.expected, str)
             and isinstance(c.actual, str)
             and (len(c.expected) > 80 or len(c.actual) > 80)
+            and _unicode(c.expected)
+            and _unicode(c.actual)  # (else quoted as JSON below: no lone surrogate is printed)
         ):
             lines.append(f"  ~ {c.path}:{mark}")
             import difflib

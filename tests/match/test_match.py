@@ -285,12 +285,14 @@ def test_format_changes_tells_a_lone_surrogate_from_its_escape_as_text() -> None
             Change("changed", "$.args.path", "caf\udce9.txt", "caf\\udce9.txt"),
             Change("added", "$.args.other", actual="x\udcff"),
             Change("changed", "$.args.plain", "caf\\udce9.txt", "café"),
+            Change("changed", "$.args.long", "x" * 90 + "caf\udce9.txt", "x" * 90 + "caf\\udce9.txt"),
         ]
     )
     assert text.splitlines() == [
         '  ~ $.args.path: "caf\\udce9.txt" → "caf\\\\udce9.txt"',
         '  + $.args.other: "x\\udcff"',
         "  ~ $.args.plain: caf\\udce9.txt → café",
+        f'  ~ $.args.long: "{"x" * 90}caf\\udce9.txt" → "{"x" * 90}caf\\\\udce9.txt"',
     ]
 
 
