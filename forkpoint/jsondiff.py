@@ -3,10 +3,11 @@ report, ``forkpoint diff`` and a fifo replay's drift show."""
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import Any
 
-from .canonical import canonical_json
+from .canonical import canonical_json, python_json
 from .log import to_json
 
 
@@ -96,6 +97,8 @@ def _short(value: Any, limit: int = 160, *, quoted: bool = False) -> str:
     # which a terminal shows as the text "\udce9"): then as JSON, escaped and in quotes.
     if isinstance(value, str) and not quoted and _unicode(value):
         text = value
+    elif isinstance(value, str):  # ASCII: a line or paragraph separator, a control character shows
+        text = python_json(value).decode()
     else:
         text = canonical_json(to_json(value), exotic=True).decode()
     return text if len(text) <= limit else text[: limit - 1] + "…"
@@ -146,16 +149,20 @@ def format_changes(changes: list[Change], limit: int = 20) -> str:
             isinstance(c.expected, str)
             and isinstance(c.actual, str)
             and (len(c.expected) > 80 or len(c.actual) > 80)
-            and _unicode(c.expected)
-            and _unicode(c.actual)  # (else quoted as JSON below: no lone surrogate is printed)
         ):
-            lines.append(f"  ~ {c.path}:{mark}")
             import difflib
 
-            diff = difflib.unified_diff(
-                c.expected.splitlines(), c.actual.splitlines(), "recorded", "actual", n=1, lineterm=""
-            )
-            lines.extend(f"      {d}" for d in _clip_lines(list(diff)[2:14]))
+            diff: list[str] = []
+            if _unicode(c.expected) and _unicode(c.actual):  # (a lone surrogate is never printed raw)
+                split = c.expected.splitlines(), c.actual.splitlines()
+                diff = list(difflib.unified_diff(*split, "recorded", "actual", n=1, lineterm=""))[2:14]
+            if not diff:  # or only line endings differ (a final "\n", CRLF): each as one line of JSON
+                diff = [
+                    f"{sign}{_short(v, sys.maxsize, quoted=True)}"
+                    for sign, v in (("-", c.expected), ("+", c.actual))
+                ]
+            lines.append(f"  ~ {c.path}:{mark}")
+            lines.extend(f"      {d}" for d in _clip_lines(diff))
         else:
             # (both sides quoted when one must be: a lone surrogate vs the text "\udce9" read the same)
             quoted = any(isinstance(v, str) and not _unicode(v) for v in (c.expected, c.actual))

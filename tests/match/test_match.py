@@ -292,8 +292,21 @@ def test_format_changes_tells_a_lone_surrogate_from_its_escape_as_text() -> None
         '  ~ $.args.path: "caf\\udce9.txt" → "caf\\\\udce9.txt"',
         '  + $.args.other: "x\\udcff"',
         "  ~ $.args.plain: caf\\udce9.txt → café",
-        f'  ~ $.args.long: "{"x" * 90}caf\\udce9.txt" → "{"x" * 90}caf\\\\udce9.txt"',
+        "  ~ $.args.long:",
+        f'      -"{"x" * 90}caf\\udce9.txt"',
+        f'      +"{"x" * 90}caf\\\\udce9.txt"',
     ]
+
+
+def test_format_changes_shows_long_texts_that_differ_only_in_line_endings() -> None:
+    """A line-by-line diff of two texts that differ only in line endings has no lines: the change
+    printed as "~ $.out:" and nothing under it."""
+    old = "\n".join(f"line {i} of a long tool output" for i in range(10))
+    for new in (old + "\n", old.replace("\n", "\r\n"), old.replace("\n", "\u2028")):
+        lines = format_changes([Change("changed", "$.out", old, new)]).splitlines()
+        assert lines[0] == "  ~ $.out:" and len(lines) == 3, lines
+        assert lines[1].startswith("      -") and lines[2].startswith("      +")
+        assert lines[1] != lines[2].replace("+", "-", 1)  # where they differ is in what is shown
 
 
 def test_format_changes_long_multiline_strings_as_a_compact_diff() -> None:
