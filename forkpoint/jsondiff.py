@@ -95,7 +95,7 @@ def _short(value: Any, limit: int = 160, *, quoted: bool = False) -> str:
     # Values in their resolved form: a tool result may hold bytes (shown as {"$b64": …}). A string
     # is shown as it is, unless ``quoted`` or it is not valid Unicode (a file name's lone surrogate,
     # which a terminal shows as the text "\udce9"): then as JSON, escaped and in quotes.
-    if isinstance(value, str) and not quoted and _unicode(value):
+    if isinstance(value, str) and not quoted and _printable(value):
         text = value
     elif isinstance(value, str):  # ASCII: a line or paragraph separator, a control character shows
         text = python_json(value).decode()
@@ -104,12 +104,11 @@ def _short(value: Any, limit: int = 160, *, quoted: bool = False) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _unicode(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
+def _printable(text: str) -> bool:
+    """Whether ``text`` prints as itself: no lone surrogate (a file name's, which a terminal shows
+    as the text "\\udce9"), no control character (an escape sequence the terminal would obey) and
+    no line or paragraph separator; tabs are fine."""
+    return text.replace("\t", " ").isprintable()
 
 
 def _first_difference(a: str, b: str) -> int:
@@ -153,8 +152,8 @@ def format_changes(changes: list[Change], limit: int = 20) -> str:
             import difflib
 
             diff: list[str] = []
-            if _unicode(c.expected) and _unicode(c.actual):  # (a lone surrogate is never printed raw)
-                split = c.expected.splitlines(), c.actual.splitlines()
+            split = c.expected.splitlines(), c.actual.splitlines()
+            if all(_printable(line) for lines_of in split for line in lines_of):
                 diff = list(difflib.unified_diff(*split, "recorded", "actual", n=1, lineterm=""))[2:14]
             if not diff:  # or only line endings differ (a final "\n", CRLF): each as one line of JSON
                 diff = [
@@ -164,8 +163,12 @@ def format_changes(changes: list[Change], limit: int = 20) -> str:
             lines.append(f"  ~ {c.path}:{mark}")
             lines.extend(f"      {d}" for d in _clip_lines(diff))
         else:
-            # (both sides quoted when one must be: a lone surrogate vs the text "\udce9" read the same)
-            quoted = any(isinstance(v, str) and not _unicode(v) for v in (c.expected, c.actual))
+            # Both sides quoted when one must be (a lone surrogate and the text "\udce9" read the
+            # same), and a string beside another type ("5" and 5, "null" and None).
+            sides = (c.expected, c.actual)
+            quoted = any(isinstance(v, str) and not _printable(v) for v in sides) or (
+                isinstance(c.expected, str) != isinstance(c.actual, str)
+            )
             lines.append(
                 f"  ~ {c.path}: {_short(c.expected, quoted=quoted)} → {_short(c.actual, quoted=quoted)}{mark}"
             )

@@ -298,6 +298,26 @@ def test_format_changes_tells_a_lone_surrogate_from_its_escape_as_text() -> None
     ]
 
 
+def test_format_changes_quotes_what_would_print_alike_or_steer_the_terminal() -> None:
+    text = format_changes(
+        [
+            Change("changed", "$.args.f", "5", 5),
+            Change("changed", "$.args.g", None, "null"),
+            Change("changed", "$.out", "\x1b[31mRED\x1b[0m", "RED"),
+            Change("added", "$.bell", actual="\x07"),
+        ]
+    )
+    assert text.splitlines() == [
+        '  ~ $.args.f: "5" → 5',
+        '  ~ $.args.g: null → "null"',
+        '  ~ $.out: "\\u001b[31mRED\\u001b[0m" → "RED"',
+        '  + $.bell: "\\u0007"',
+    ]
+    long_text = "\n".join(["a tool's output"] * 9)
+    shown = format_changes([Change("changed", "$.out", long_text, long_text + "\x1b]0;title\x07")])
+    assert "\x1b" not in shown and "\x07" not in shown and "\\u001b" in shown
+
+
 def test_format_changes_shows_long_texts_that_differ_only_in_line_endings() -> None:
     """A line-by-line diff of two texts that differ only in line endings has no lines: the change
     printed as "~ $.out:" and nothing under it."""
