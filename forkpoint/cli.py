@@ -22,7 +22,7 @@ import click
 from ._version import __version__
 from .errors import ForkpointError, OverrideError, SessionError, SigningError, UsageError
 from .runtime import POLICIES, SOURCES
-from .text import plural
+from .text import escape, plural
 
 # Each command imports the layers it uses: `forkpoint record` must start its program without
 # loading replay, views or rich (issue 15: start-up). Names for annotations only:
@@ -41,13 +41,6 @@ def _err() -> Console:
     from rich.console import Console
 
     return Console(stderr=True, highlight=False, soft_wrap=True)
-
-
-def escape(text: str) -> str:
-    """``text`` with rich's markup characters escaped (rich.markup.escape)."""
-    from rich.markup import escape as rich_escape
-
-    return rich_escape(text)
 
 
 def _store(value: str | None) -> Path:

@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from .events import endpoint
@@ -32,6 +31,7 @@ from .jsondiff import Change, format_changes, json_diff
 from .log import Session
 from .match import event_key, normalized
 from .providers import recorded_response, response_text, summary
+from .text import escape
 
 #: Paths of :func:`comparable` covered by the match key; every other difference is in the answer.
 _KEY_ROOTS = ("$.request", "$.args")

@@ -10,13 +10,12 @@ from collections.abc import Mapping
 from typing import Any, TextIO, cast
 
 from rich.console import Console
-from rich.markup import escape
 
 from .events import endpoint, in_tool, tool_spans
 from .log import Session, json_text, to_json, with_deltas
 from .providers import call_kind, kinds, recorded_response, response_text
 from .store import SessionInfo
-from .text import ordinal
+from .text import escape, ordinal
 from .values import readable
 
 _MAX = 100

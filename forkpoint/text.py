@@ -1,6 +1,12 @@
-"""Words in messages: counts with their noun, ordinals. (A foundation: it imports nothing.)"""
+"""Words in messages: counts with their noun, ordinals, and recorded text made safe to print. (A
+foundation: it imports only :mod:`forkpoint.patterns`.)"""
 
 from __future__ import annotations
+
+from .patterns import compiled_later
+
+#: Control characters but tab and newline, and the line and paragraph separators.
+_CONTROL = compiled_later("[\\x00-\\x08\\x0b-\\x1f\\x7f-\\x9f\\u2028\\u2029]")
 
 
 def plural(n: int, noun: str) -> str:
@@ -12,3 +18,12 @@ def ordinal(n: int) -> str:
     """``1st``, ``2nd``, ``3rd``, ``4th``, ``11th``, ``21st``…"""
     suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
     return f"{n}{suffix}"
+
+
+def escape(text: str) -> str:
+    """``text`` for a rich console: its markup escaped (rich.markup.escape), and its control
+    characters written as ``\\x1b``-style escapes (a recorded output holding an escape sequence or a
+    carriage return would otherwise move, recolour or clear the terminal of whoever reads it)."""
+    from rich.markup import escape as escape_markup  # (rich: imported where text is printed)
+
+    return escape_markup(_CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode(), text))

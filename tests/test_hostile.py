@@ -531,6 +531,22 @@ def test_strings_json_cannot_hold_survive_the_log_and_show(tmp_path: Path) -> No
     assert "1208925819614629174706176" in page.read_text()
 
 
+def test_escape_sequences_in_what_was_recorded_do_not_reach_the_terminal(tmp_path: Path) -> None:
+    """A model's or a tool's output holding an escape sequence (clear the screen, set the window
+    title, recolour) or a carriage return was printed raw by ``show`` and ``diff``: whoever read the
+    session had their terminal steered by it. It is printed as ``\\x1b``-style escapes."""
+    nasty = "\x1b[2J\x1b]0;pwned\x07\rover\x9b31m"
+    tool = {"type": "tool_call", "tool": "out", "args": {"x": nasty}, "result": "red " + nasty}
+    a = _session(tmp_path / "store", [{"type": "note", "text": "note " + nasty}, tool])
+    b = _session(tmp_path / "store", [{"type": "note", "text": "note"}, {**tool, "result": "plain"}])
+    runner = CliRunner()
+    for args in (["show", str(a)], ["diff", str(a), str(b)]):
+        shown = runner.invoke(main, args, env={"COLUMNS": "250"}, catch_exceptions=False)
+        assert shown.exit_code == 0, shown.output
+        assert not any(c in shown.output for c in "\x1b\x07\r\x9b"), ascii(shown.output)
+    assert "\\x1b[2J\\x1b]0;pwned\\x07\\rover" in runner.invoke(main, ["show", str(a)]).output
+
+
 # ----------------------------------------------------------------------------- 100 MB
 
 

@@ -16,12 +16,12 @@ import time
 from pathlib import Path
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from ..log import Session
 from ..orchestrate import record_command, replay_command
 from ..show import render, terminal
+from ..text import escape
 
 
 def _agent_cmd(base_url: str, workdir: Path) -> list[str]:

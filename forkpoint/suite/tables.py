@@ -6,11 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rich.markup import escape
 from rich.table import Table
 
 from ..orchestrate import Arm
 from ..outcome import Rate, rate_of
+from ..text import escape
 from .check import verdict_text
 
 _STYLE = {
