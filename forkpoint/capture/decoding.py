@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from ..canonical import python_json
+from ..log import json_text
 from ..redact import scrub_bytes, scrub_json, scrub_text
 
 #: A factory of decoders for one content coding (``decode(chunk)``, ``flush()``), or None.
@@ -71,10 +71,7 @@ def parse_body(
 def body_bytes(kind: str, body: Any) -> bytes:
     """The bytes of a stored body (inverse of :func:`parse_body`, JSON re-serialized compactly)."""
     if kind == "json":
-        try:
-            return orjson.dumps(body)
-        except TypeError:  # an integer beyond 64 bits (loads_exact), a lone surrogate
-            return python_json(body)
+        return json_text(body)  # (an integer beyond 64 bits, as loads_exact reads one, too)
     if kind == "text":
         return str(body).encode("utf-8")
     if kind == "bytes":

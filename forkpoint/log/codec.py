@@ -302,45 +302,40 @@ def encode_exotic(fields: dict[str, Any], where: str) -> dict[str, Any]:
     naming ``where``, for a field name that is not valid Unicode (a line's fields are never pairs),
     an object key that is not a string, or a value that is not JSON data."""
     for name in fields:
-        if not isinstance(name, str) or not _unicode_keys({name: None}):
+        if not (isinstance(name, str) and _unicode(name)):
             raise SessionError(f"{where}: field name {name!r} is not valid Unicode")
     return {k: _exotic(v, where) for k, v in fields.items()}
 
 
 def _exotic(value: Any, where: str) -> Any:
     if isinstance(value, str):
-        try:
-            value.encode("utf-8")
+        if _unicode(value):
             return value
-        except UnicodeEncodeError:
-            return {"$u": base64.b64encode(value.encode("utf-8", "surrogatepass")).decode()}
+        return {"$u": base64.b64encode(value.encode("utf-8", "surrogatepass")).decode()}
     if isinstance(value, bool) or value is None or isinstance(value, float):
         return value
     if isinstance(value, int):
         return value if _INT_RANGE[0] <= value <= _INT_RANGE[1] else {"$int": str(value)}
     if isinstance(value, dict):
-        for k in value:
+        # Escaped user data: its keys are the data's own, never encodings (nor is its dict an escape).
+        escaped = len(value) == 1 and isinstance(value.get("$lit"), dict)
+        data = value["$lit"] if escaped else value
+        for k in data:
             if not isinstance(k, str):
                 raise SessionError(f"{where}: object key {k!r} is not a string")
-        if len(value) == 1 and isinstance(value.get("$lit"), dict):
-            # Escaped user data: its keys are the data's own, never encodings (nor is its dict an
-            # escape itself); a $kv's keys are literal already.
-            inner = value["$lit"]
-            if not _unicode_keys(inner):
-                return {"$kv": [[_exotic(k, where), _exotic(v, where)] for k, v in inner.items()]}
-            return {"$lit": {k: _exotic(v, where) for k, v in inner.items()}}
-        if not _unicode_keys(value):  # a file name as os.listdir gives it, as a key
-            return {"$kv": [[_exotic(k, where), _exotic(v, where)] for k, v in value.items()]}
-        return {k: _exotic(v, where) for k, v in value.items()}
+        if not all(_unicode(k) for k in data):  # a file name as os.listdir gives it, as a key
+            return {"$kv": [[_exotic(k, where), _exotic(v, where)] for k, v in data.items()]}  # (literal)
+        out = {k: _exotic(v, where) for k, v in data.items()}
+        return {"$lit": out} if escaped else out
     if isinstance(value, list):
         return [_exotic(v, where) for v in value]
     raise SessionError(f"{where}: a {type(value).__name__} is not JSON data")
 
 
-def _unicode_keys(value: dict[str, Any]) -> bool:
+def _unicode(text: str) -> bool:
+    """Whether ``text`` is valid Unicode (no lone surrogate), as orjson and UTF-8 need it."""
     try:
-        for k in value:
-            k.encode("utf-8")
+        text.encode("utf-8")
     except UnicodeEncodeError:
         return False
     return True
