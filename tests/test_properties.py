@@ -321,7 +321,9 @@ def _payload(e: dict[str, Any]) -> dict[str, Any]:
     st.lists(
         st.dictionaries(
             KEYS.filter(
-                lambda k: k not in ("type", "seq", "prev", "hash", "torn", "ts", "$enc", "$zstd", "$dict")
+                lambda k: (
+                    k not in ("type", "seq", "prev", "hash", "torn", "ts", "$enc", "$files", "$zstd", "$dict")
+                )
             ),
             EVENT_DATA,
             max_size=4,

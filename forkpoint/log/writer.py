@@ -66,9 +66,10 @@ _DUMPS_WINDOW = 64
 #: an agent sends the model (a request) or carries (a checkpoint's context).
 _DUMPS_FIELDS = frozenset({"request", "context"})
 #: The log's own fields of a line: whatever an event passes for them is not taken (a loaded event
-#: has the first four); an event that has one of the markers of a sealed or packed line is refused.
-_LOG_FIELDS = frozenset({"seq", "prev", "hash", "torn", ENC, PACKED, PACK_DICT})
-_LINE_MARKERS = (ENC, PACKED, PACK_DICT)
+#: has the first four); an event that has one of the markers of a sealed or packed line (or of a
+#: sealed line's payload: ``$files``, which a reader takes as the payload's blob map) is refused.
+_LOG_FIELDS = frozenset({"seq", "prev", "hash", "torn", ENC, FILES, PACKED, PACK_DICT})
+_LINE_MARKERS = (ENC, FILES, PACKED, PACK_DICT)
 #: The fsync policies (``FORKPOINT_FSYNC``).
 FSYNC_POLICIES = ("event", "close", "never")
 
@@ -238,8 +239,8 @@ class SessionWriter:
         """Append one event (resolved form); returns its ``seq``.
 
         ``event`` needs ``type``; ``ts`` defaults to now. ``seq``, ``prev``, ``hash`` (and ``torn``)
-        are assigned here; a field named as a sealed or packed line's marker (``$enc``, ``$zstd``,
-        ``$dict``) raises ``ValueError``, as it could not be read back. The event is scrubbed first.
+        are assigned here; a field named as a sealed or packed line's marker (``$enc``, ``$files``,
+        ``$zstd``, ``$dict``) raises ``ValueError``, as it could not be read back. The event is scrubbed first.
         A ``model_call`` request body's top-level lists are delta-encoded against this writer's
         recent model calls (before anything is encoded: only the new items are); a checkpoint's
         fields that repeat this writer's last checkpoint's are ``$same`` references

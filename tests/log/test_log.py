@@ -93,9 +93,10 @@ def test_create_append_load_round_trip(store: Path) -> None:
     assert verify(w.path).ok
 
 
-@pytest.mark.parametrize("marker", ["$enc", "$zstd", "$dict"])
+@pytest.mark.parametrize("marker", ["$enc", "$files", "$zstd", "$dict"])
 def test_an_event_with_a_line_marker_for_a_field_is_refused_not_dropped(store: Path, marker: str) -> None:
-    """It was dropped without a word (a property test found ``{"$enc": None}`` loaded as nothing)."""
+    """It was dropped without a word (a property test found ``{"$enc": None}`` loaded as nothing;
+    ``{"$files": {}}`` too, taken for a sealed line's blob map)."""
     w = SessionWriter.create(store, {"argv": ["x"]}, fsync="never")
     w.append({"type": "note", "text": "kept"})
     with pytest.raises(ValueError, match=rf"an event cannot have a field '\{marker}': it marks a line"):
