@@ -248,6 +248,11 @@ def test_fifo_drift_exits_3_unless_accepted(tmp_path: Path, monkeypatch: pytest.
 # --------------------------------------------------------------------------- parallel tool results
 
 
+#: Far enough apart that the order they finish in live holds on a loaded machine (a slow fsync of the
+#: fast call's event must not let the next one overtake it).
+DELAYS = (("slow", 0.5), ("fast", 0.01), ("mid", 0.25))
+
+
 @forkpoint.tool
 async def fetch(name: str, delay: float) -> str:
     await asyncio.sleep(delay)
@@ -262,13 +267,13 @@ def work(name: str, delay: float) -> str:
 
 async def gathered() -> list[str]:
     """Three calls at once; the agent takes each result as it comes (as_completed)."""
-    tasks = [asyncio.ensure_future(fetch(n, d)) for n, d in (("slow", 0.12), ("fast", 0.01), ("mid", 0.06))]
+    tasks = [asyncio.ensure_future(fetch(n, d)) for n, d in DELAYS]
     return [await t for t in asyncio.as_completed(tasks)]
 
 
 def threaded() -> list[str]:
     with ThreadPoolExecutor(3) as pool:
-        futures = [pool.submit(work, n, d) for n, d in (("slow", 0.12), ("fast", 0.01), ("mid", 0.06))]
+        futures = [pool.submit(work, n, d) for n, d in DELAYS]
         return [f.result() for f in as_completed(futures)]
 
 
@@ -295,7 +300,7 @@ def test_a_result_whose_turn_never_comes_is_released_and_said(
     monkeypatch.setattr(tools_mod, "TURN_WAIT_S", 0.2)
 
     async def only_slow() -> str:
-        return await fetch("slow", 0.12)
+        return await fetch(*DELAYS[0])
 
     with forkpoint.replay(rec.session_path) as rp:
         started = time.monotonic()
