@@ -152,6 +152,8 @@ def test_verify_without_identity_finds_tampering(
     w.close()
     path = w.path
     assert verify(path).ok
+    cli = CliRunner().invoke(main, ["verify", str(path)])  # (which loads the session too, where it can)
+    assert cli.exit_code == 0 and "verify ok: 2 events" in cli.stdout, cli.output
     blob = next(p for p in (path / "blobs").rglob("*") if p.is_file())
     good = blob.read_bytes()
     blob.write_bytes(good[:-1] + bytes([good[-1] ^ 1]))

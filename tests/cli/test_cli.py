@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from click.testing import CliRunner
 
@@ -497,6 +498,36 @@ def test_verify_passes_then_fails_after_tampering(recorded: Recorded, tmp_path: 
         assert f"{LOG_NAME}:3: event seq 2 was modified" in warning, args
     clean = run([*FORKPOINT, "show", str(recorded.alpha)], tmp_path, dict(os.environ, COLUMNS="300"))
     assert clean.returncode == 0 and "WARNING" not in clean.stderr
+
+
+@pytest.mark.parametrize(
+    ("stored", "forged", "said", "problem"),
+    [
+        (2**70, b'{"$int":"1180591620717411303424"}', b'{"$int":"12x"}', "cannot decode the event"),
+        ("caf\udce9", b'{"$u":"Y2Fm7bOp"}', b'{"$u":"Y2Fm7bOp!"}', "a $u holds 'Y2Fm7bOp!', not base64"),
+    ],
+)
+def test_verify_fails_a_value_that_does_not_decode(
+    tmp_path: Path, stored: Any, forged: bytes, said: bytes, problem: str
+) -> None:
+    """Its hash and links were all verify read: an ``$int`` that is no integer (a ``$u`` that is
+    no base64), hashed again, passed "verify ok" and then failed the replay that loaded it."""
+    from forkpoint.log import line_hash
+    from forkpoint.log.codec import read_json_text
+
+    w = SessionWriter.create(tmp_path / "store", {"argv": ["x"]}, fsync="never")
+    w.append({"type": "note", "text": "n", "data": {"v": stored}})
+    w.close()
+    assert cli("verify", str(w.path)).exit_code == 0
+    log = w.path / LOG_NAME
+    lines = log.read_bytes().splitlines(keepends=True)
+    assert forged in lines[1], lines[1]  # (a line this small is stored plain, not packed)
+    obj = read_json_text(lines[1].replace(forged, said))
+    obj["hash"] = line_hash(obj)
+    log.write_bytes(lines[0] + orjson.dumps(obj) + b"\n")
+    r = cli("verify", str(w.path))
+    assert r.exit_code == 1 and "verify FAILED" in r.stdout
+    assert problem in flat(r.stderr) and f"{LOG_NAME}:2" in flat(r.stderr)
 
 
 def test_call_site_is_the_agents_frame_even_when_installed_in_site_packages() -> None:
