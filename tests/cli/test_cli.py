@@ -19,7 +19,7 @@ import pytest
 from click.testing import CliRunner
 
 from forkpoint.cli import main
-from forkpoint.log import LOG_NAME, Session, SessionWriter
+from forkpoint.log import LOG_NAME, Session, SessionWriter, line_hash
 from forkpoint.store import list_sessions
 
 SECRET = "sk-proj-CLItestKEY" + "x7Yq" * 10
@@ -512,9 +512,6 @@ def test_verify_fails_a_value_that_does_not_decode(
 ) -> None:
     """Its hash and links were all verify read: an ``$int`` that is no integer (a ``$u`` that is
     no base64), hashed again, passed "verify ok" and then failed the replay that loaded it."""
-    from forkpoint.log import line_hash
-    from forkpoint.log.codec import read_json_text
-
     w = SessionWriter.create(tmp_path / "store", {"argv": ["x"]}, fsync="never")
     w.append({"type": "note", "text": "n", "data": {"v": stored}})
     w.close()
@@ -522,7 +519,7 @@ def test_verify_fails_a_value_that_does_not_decode(
     log = w.path / LOG_NAME
     lines = log.read_bytes().splitlines(keepends=True)
     assert forged in lines[1], lines[1]  # (a line this small is stored plain, not packed)
-    obj = read_json_text(lines[1].replace(forged, said))
+    obj = orjson.loads(lines[1].replace(forged, said))
     obj["hash"] = line_hash(obj)
     log.write_bytes(lines[0] + orjson.dumps(obj) + b"\n")
     r = cli("verify", str(w.path))
