@@ -109,17 +109,22 @@ class _Targets:
 
     def __init__(self, integrations: Sequence[Integration] = ()) -> None:
         self.exact: dict[str, list[Callable[[ModuleType], None]]] = {}
-        self.wild: list[tuple[re.Pattern[str], Callable[[ModuleType], None]]] = []
+        #: (the pattern's literal ending, its regex, the patch): a name that does not end so is
+        #: passed over without the regex (thousands of modules are looked at per activation).
+        self.wild: list[tuple[str, re.Pattern[str], Callable[[ModuleType], None]]] = []
         for i in integrations:
             for pattern, fn in i.targets.items():
                 if "*" in pattern:
-                    self.wild.append((re.compile(fnmatch.translate(pattern)), fn))
+                    tail = re.split(r"[*?\[\]]", pattern)[-1]
+                    self.wild.append((tail, re.compile(fnmatch.translate(pattern)), fn))
                 else:
                     self.exact.setdefault(pattern, []).append(fn)
 
     def patches(self, module: str) -> list[Callable[[ModuleType], None]]:
         found = self.exact.get(module, [])
-        return [*found, *(fn for rx, fn in self.wild if rx.match(module))] if self.wild else found
+        if not self.wild:
+            return found
+        return [*found, *(fn for tail, rx, fn in self.wild if module.endswith(tail) and rx.match(module))]
 
 
 _targets_now = _Targets()
@@ -142,8 +147,10 @@ def install(integrations: list[Integration]) -> None:
             if module is not None:
                 for fn in fns:
                     _patch(name, module, fn)
-        for name, module in list(sys.modules.items()) if targets.wild else ():
-            for rx, fn in targets.wild:
+        names = list(sys.modules) if targets.wild else []
+        for tail, rx, fn in targets.wild:
+            for name in [n for n in names if n.endswith(tail)]:
+                module = sys.modules.get(name)
                 if module is not None and rx.match(name):
                     _patch(name, module, fn)
         if _finder is None:

@@ -4,6 +4,7 @@ built-in one, and uninstalling puts every original back."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -122,3 +123,57 @@ def test_a_broken_plugin_is_reported_and_the_others_still_load(tmp_path: Path) -
         finally:
             base._registry = None
     assert "pydantic-ai" in names and "langchain" in names
+
+
+STAINLESS_CLIENT = """
+class BaseClient:
+    def _calculate_retry_timeout(self, *args):
+        return 7.0
+
+
+class AsyncAPIClient(BaseClient):
+    async def request(self, *args, **kwargs):
+        return "sent"
+
+
+def get_platform():
+    return "linux"
+"""
+
+
+def test_any_stainless_sdk_is_patched_whether_imported_before_or_after(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``*._base_client`` (an SDK built by Stainless, as openai and anthropic are): one imported
+    before forkpoint starts is patched as it starts, one imported after as it is imported; a module
+    named only alike (``._base_clients``) or without Stainless's classes is left alone."""
+    files = {
+        "acme_before/_base_client.py": STAINLESS_CLIENT,
+        "acme_after/_base_client.py": STAINLESS_CLIENT,
+        "acme_near/_base_clients.py": STAINLESS_CLIENT,
+        "acme_plain/_base_client.py": "class BaseClient:\n    def _calculate_retry_timeout(self):\n        return 1.0\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).parent.joinpath("__init__.py").write_text("")
+        (tmp_path / name).write_text(text)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import acme_before._base_client as before
+    import acme_near._base_clients as near
+
+    try:
+        integrations.install()
+        import acme_after._base_client as after
+        import acme_plain._base_client as plain
+
+        for module in (before, after):
+            assert getattr(module.BaseClient._calculate_retry_timeout, "__forkpoint_integration__", None)
+            assert getattr(module.AsyncAPIClient.request, "__forkpoint_integration__", None)
+        for module in (near, plain):
+            assert not hasattr(module.BaseClient._calculate_retry_timeout, "__forkpoint_integration__")
+    finally:
+        integrations.uninstall()
+        for name in list(sys.modules):
+            if name.startswith("acme_"):
+                del sys.modules[name]
+    assert not hasattr(before.BaseClient._calculate_retry_timeout, "__forkpoint_integration__")
