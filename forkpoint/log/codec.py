@@ -57,6 +57,9 @@ BLOB_MIN_BYTES = 1024
 #: Binary payloads at least this long are stored as blobs rather than base64 in the line.
 BLOB_MIN_BINARY = 256
 _RESERVED = frozenset({"$blob", "$b64", "$delta", "$lit", "$u", "$int", "$kv", "$json", "$dumps", "$same"})
+#: The types a parsed line holds that :func:`decode` returns as they are (taken without a call: a
+#: streamed response is mostly such leaves).
+_LEAVES = frozenset({str, int, float, bool, type(None)})
 #: Parts of an event stored as a ``$json`` blob once their JSON reaches :data:`JSON_BLOB_MIN` bytes:
 #: a stream's chunks (every SSE frame repeats ids and model names, so they compress ~10x) and the
 #: request headers (the same at every call, so stored once).
@@ -395,10 +398,10 @@ def decode(
             replace = tuple((i, decode(v, blobs, where, tools)) for i, v in replaced)
             return Delta(d["base"], d["keep"], decode(d.get("add", []), blobs, where, tools), replace)
         if "$lit" in value and len(value) == 1:
-            return {k: decode(v, blobs, where, tools) for k, v in value["$lit"].items()}
-        return {k: decode(v, blobs, where, tools) for k, v in value.items()}
+            value = value["$lit"]
+        return {k: v if type(v) in _LEAVES else decode(v, blobs, where, tools) for k, v in value.items()}
     if isinstance(value, list):
-        return [decode(v, blobs, where, tools) for v in value]
+        return [v if type(v) in _LEAVES else decode(v, blobs, where, tools) for v in value]
     return value
 
 
