@@ -18,7 +18,7 @@ import re
 import sys
 import threading
 import warnings
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from types import ModuleType
 from typing import Any, NamedTuple
 
@@ -122,9 +122,14 @@ class _Targets:
 
     def patches(self, module: str) -> list[Callable[[ModuleType], None]]:
         found = self.exact.get(module, [])
-        if not self.wild:
-            return found
-        return [*found, *(fn for tail, rx, fn in self.wild if module.endswith(tail) and rx.match(module))]
+        return [*found, *(fn for _, fn in self.wild_matches((module,)))] if self.wild else found
+
+    def wild_matches(self, names: Sequence[str]) -> Iterator[tuple[str, Callable[[ModuleType], None]]]:
+        """(name, patch) for each of ``names`` a wildcard target matches."""
+        for tail, rx, fn in self.wild:
+            for name in [n for n in names if n.endswith(tail)]:
+                if rx.match(name):
+                    yield name, fn
 
 
 _targets_now = _Targets()
@@ -147,12 +152,10 @@ def install(integrations: list[Integration]) -> None:
             if module is not None:
                 for fn in fns:
                     _patch(name, module, fn)
-        names = list(sys.modules) if targets.wild else []
-        for tail, rx, fn in targets.wild:
-            for name in [n for n in names if n.endswith(tail)]:
-                module = sys.modules.get(name)
-                if module is not None and rx.match(name):
-                    _patch(name, module, fn)
+        for name, fn in targets.wild_matches(list(sys.modules)):
+            module = sys.modules.get(name)
+            if module is not None:
+                _patch(name, module, fn)
         if _finder is None:
             _finder = imports.install(
                 imports.ExecHook(
