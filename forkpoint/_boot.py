@@ -8,7 +8,9 @@ a recording process writes ``ending-<pid>.json`` there at exit, ``{"uncaught": [
 "incomplete": why-or-null, "lacks": [...]}``, the exceptions that ended it and why its recording
 stopped early, for the session's ``end``, and its tally of what the recording lacks
 (:class:`forkpoint.record.Lacks`), for the warnings; each replaying process writes
-``report-<pid>.json``, and they share which recorded calls they served through its ``ledger``)
+``report-<pid>.json``, and they share which recorded calls they served through its ``ledger``;
+one whose replay cannot start writes why to ``not-started-<pid>.txt`` and exits, not running the
+program)
 and, for replay, ``FORKPOINT_REPLAY`` (JSON:
 ``models``, ``tools``, ``on_divergence``, ``overrides``, ``strict`` and ``child``, the what-if session to write). The variables are removed once read,
 so Python subprocesses of the agent are not recorded or replayed (documented in docs/format.md);
@@ -34,6 +36,10 @@ if TYPE_CHECKING:
 LEDGER_NAME = "ledger"
 #: In the ``FORKPOINT_REPORT`` folder of a recording: ``ending-<pid>.json`` of each process.
 ENDING_PREFIX = "ending-"
+#: In the ``FORKPOINT_REPORT`` folder of a replay: ``not-started-<pid>.txt`` of each process whose
+#: replay could not start (why, in words), which then exits with :data:`NOT_STARTED_EXIT`.
+NOT_STARTED_PREFIX = "not-started-"
+NOT_STARTED_EXIT = 1  # (as forkpoint replay exits when it refuses a session)
 
 #: Variables that carry the activation; see module docstring.
 ENV_VARS = ("FORKPOINT_MODE", "FORKPOINT_SESSION", "FORKPOINT_TOOLS", "FORKPOINT_REPORT", "FORKPOINT_REPLAY")
@@ -102,49 +108,77 @@ def start() -> None:
             atexit.register(write_ending)  # registered first, run last: after the calls written at exit
         atexit.register(finish_recording)
     elif mode == "replay":
-        from . import api, override
-        from .log import Session, SessionWriter
-        from .replay import API_KEY_VARS, PLACEHOLDER_KEY, Replayer, open_ledger, write_report
+        try:
+            _start_replay(session, env)
+        except Exception as exc:
+            # A program whose replay cannot start would run live, unreplayed: it does not run at all.
+            _refuse_to_run(env["FORKPOINT_REPORT"], f"{type(exc).__name__}: {exc}")
 
-        opts = json.loads(env["FORKPOINT_REPLAY"] or "{}")
-        child = SessionWriter.open(Path(opts["child"])) if opts.get("child") else None
-        reports = Path(env["FORKPOINT_REPORT"]) if env["FORKPOINT_REPORT"] else None
-        recorded = Session.load(Path(session), derived=False, share_lists=True)
-        rp = Replayer(
-            recorded,
-            models=opts.get("models", "replay"),
-            tools=opts.get("tools", "replay"),
-            on_divergence=opts.get("on_divergence", "stop"),
-            overrides=[override.parse(o) for o in opts.get("overrides", [])],
-            child=child,
-            live_from=opts.get("live_from"),
-            strict=bool(opts.get("strict")),
-            ledger=open_ledger(reports / LEDGER_NAME) if reports else None,
-            hand_over=True,
-        )
-        for k in API_KEY_VARS:
-            os.environ.setdefault(k, PLACEHOLDER_KEY)
-        _deterministic(recorded.header.get("deterministic"))
-        api.start(rp)
-        _watch_uncaught(rp.uncaught.append)
-        _quiet_divergence_tracebacks()
 
-        def finish() -> None:
-            api.finish_pending(rp)
-            if child is not None:
-                child.close()
-            if reports:
-                write_report(reports / f"report-{os.getpid()}.json", rp.report())
+def _start_replay(session: str, env: Mapping[str, str]) -> None:
+    """Replay ``session`` in this process with the options of ``env`` (``FORKPOINT_REPLAY``,
+    ``FORKPOINT_REPORT``). Raises what loading the session and building the replayer raise."""
+    from . import api, override
+    from .log import Session, SessionWriter
+    from .replay import API_KEY_VARS, PLACEHOLDER_KEY, Replayer, open_ledger, write_report
 
-        atexit.register(finish)
+    opts = json.loads(env["FORKPOINT_REPLAY"] or "{}")
+    child = SessionWriter.open(Path(opts["child"])) if opts.get("child") else None
+    reports = Path(env["FORKPOINT_REPORT"]) if env["FORKPOINT_REPORT"] else None
+    recorded = Session.load(Path(session), derived=False, share_lists=True)
+    rp = Replayer(
+        recorded,
+        models=opts.get("models", "replay"),
+        tools=opts.get("tools", "replay"),
+        on_divergence=opts.get("on_divergence", "stop"),
+        overrides=[override.parse(o) for o in opts.get("overrides", [])],
+        child=child,
+        live_from=opts.get("live_from"),
+        strict=bool(opts.get("strict")),
+        ledger=open_ledger(reports / LEDGER_NAME) if reports else None,
+        hand_over=True,
+    )
+    for k in API_KEY_VARS:
+        os.environ.setdefault(k, PLACEHOLDER_KEY)
+    _deterministic(recorded.header.get("deterministic"))
+    api.start(rp)
+    _watch_uncaught(rp.uncaught.append)
+    _quiet_divergence_tracebacks()
+
+    def finish() -> None:
+        api.finish_pending(rp)
+        if child is not None:
+            child.close()
         if reports:
-            # A child forked without exec (a multiprocessing worker) replays with its copy, and
-            # reports as it goes: it may leave through os._exit, past every exit handler.
-            os.register_at_fork(
-                after_in_child=lambda: rp.forked(
-                    lambda: write_report(reports / f"report-{os.getpid()}.json", rp.report())
-                )
+            write_report(reports / f"report-{os.getpid()}.json", rp.report())
+
+    atexit.register(finish)
+    if reports:
+        # A child forked without exec (a multiprocessing worker) replays with its copy, and
+        # reports as it goes: it may leave through os._exit, past every exit handler.
+        os.register_at_fork(
+            after_in_child=lambda: rp.forked(
+                lambda: write_report(reports / f"report-{os.getpid()}.json", rp.report())
             )
+        )
+
+
+def _refuse_to_run(report: str, why: str) -> None:
+    """End this process before the program's own code runs, with :data:`NOT_STARTED_EXIT`: the
+    replay it was started for cannot start (a session value that does not decode, a session it
+    cannot open). Why goes to ``report``'s ``not-started-<pid>.txt``, for the replaying parent to
+    say in its verdict, or to stderr when there is no such folder (or it cannot be written)."""
+    message = f"process {os.getpid()}: the replay could not start ({why}); the program was not run"
+    try:
+        if not report:
+            raise OSError
+        from .files import write_private
+
+        write_private(Path(report) / f"{NOT_STARTED_PREFIX}{os.getpid()}.txt", message.encode())
+    except OSError:
+        sys.stderr.write(f"forkpoint: {message}\n")
+        sys.stderr.flush()
+    os._exit(NOT_STARTED_EXIT)
 
 
 def _leave_pythonpath() -> None:

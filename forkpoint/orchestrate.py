@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
 
-from ._boot import child_env, read_endings
+from ._boot import NOT_STARTED_PREFIX, child_env, read_endings
 from .errors import CheckpointError, ForkpointError, SessionError, UsageError
 from .log import Session, read_json_text, to_json
 from .text import plural
@@ -238,6 +238,8 @@ class Replayed:
     problem: str | None
     #: Wall time of the run, outcome command included, in seconds.
     seconds: float
+    #: Why each process whose replay could not start did not run (then there is no report).
+    not_started: list[str] = field(default_factory=list)
 
 
 def replay_run(
@@ -310,7 +312,8 @@ def replay_run(
     if check:
         from .checkpoint.verify import verify_session
 
-        v = verify_session(session.path, git=False)
+        # (its values are read where it replays: a process whose replay cannot start does not run)
+        v = verify_session(session.path, git=False, values=False)
         if v.problems:
             raise SessionError(
                 f"session {session.id} fails verification, so it may not be what was recorded: "
@@ -380,7 +383,9 @@ def replay_run(
         # One report per replaying process (a recorded shell script may run several programs).
         reports = [read_json_text(p.read_bytes()) for p in Path(tmp).glob("report-*.json")]
         reports.sort(key=lambda r: r.get("process_started") or 0)
-        report = merge_reports(reports) if reports else None
+        not_started = sorted(p.read_text(errors="replace") for p in Path(tmp).glob(f"{NOT_STARTED_PREFIX}*"))
+        # (a program that was not run reproduced nothing, whatever the other processes reported)
+        report = merge_reports(reports) if reports and not not_started else None
         left, unseen = netns.results(Path(tmp))
         left, unseen = [*seen[0], *left], seen[1] + unseen
     if report is not None:
@@ -420,7 +425,9 @@ def replay_run(
         else ""
     )
     problem = None
-    if report is None:
+    if not_started:
+        problem = "forkpoint: " + "; ".join(not_started)
+    elif report is None:
         tried = f" (the kernel blocked: {', '.join(left)})" if left else ""
         problem = (
             "forkpoint: the replayed process wrote no report: it did not start forkpoint (is forkpoint "
@@ -437,6 +444,7 @@ def replay_run(
         outcome=dict(measured) if measured is not None else None,
         problem=problem,
         seconds=time.perf_counter() - started,
+        not_started=not_started,
     )
 
 
@@ -481,7 +489,7 @@ def replay_command(
     report, code, out = run.report, run.exit_code, run.out
     if report is None:
         say(run.problem or "")
-        return None, code if code else 1, out
+        return None, code if code and not run.not_started else 1, out
     if run.problem and not quiet:
         say(run.problem)
     specs = list(overrides or [])

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..canonical import digest
-from ..errors import SessionError
+from ..errors import IdentityError, SessionError
 from ..log import (
     BLOB_DIR,
     GIT_OBJECTS,
@@ -36,14 +36,26 @@ from ..log.codec import decode
 from .workspace import MANIFEST_FIELDS, manifest_rows
 
 
-def verify_session(path: Path | str, *, git: bool = True, deep: bool = True) -> Verification:
+def verify_session(
+    path: Path | str, *, git: bool = True, deep: bool = True, values: bool = True
+) -> Verification:
     """Check a session without trusting any of it; reads only, never writes.
 
     The log (header, lines, hash chain, deltas, blobs: :func:`forkpoint.log.verify`), then, with
     ``deep``, every checkpoint (:func:`check_checkpoints`); with ``git`` also that each source tree
-    is complete in the recorded repository.
+    is complete in the recorded repository; with ``values``, when all that holds, that every stored
+    value decodes (``$int``, ``$u``, ``$kv``…) as a replay reads it (an encrypted session's only
+    with its identity at hand: the log's check notes what it could not open).
     """
-    return verify(path, deep=deep, checks={"checkpoint": partial(check_checkpoints, git=git)})
+    v = verify(path, deep=deep, checks={"checkpoint": partial(check_checkpoints, git=git)})
+    if values and v.ok:
+        try:
+            Session.load(Path(path), derived=False, share_lists=True)
+        except IdentityError:
+            pass
+        except SessionError as exc:
+            v.problems.append(str(exc))
+    return v
 
 
 def check_checkpoints(path: Path, lines: list[StoredLine], result: Verification, *, git: bool = True) -> None:

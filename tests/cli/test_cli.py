@@ -18,6 +18,8 @@ import orjson
 import pytest
 from click.testing import CliRunner
 
+import forkpoint
+from forkpoint._boot import BOOTSTRAP_DIR
 from forkpoint.cli import main
 from forkpoint.log import LOG_NAME, Session, SessionWriter, line_hash
 from forkpoint.store import list_sessions
@@ -525,6 +527,30 @@ def test_verify_fails_a_value_that_does_not_decode(
     r = cli("verify", str(w.path))
     assert r.exit_code == 1 and "verify FAILED" in r.stdout
     assert problem in flat(r.stderr) and f"{LOG_NAME}:2" in flat(r.stderr)
+    # The library's verify says the same as the command's.
+    v = forkpoint.verify(w.path)
+    assert not v.ok and problem in v.problems[0] and f"{LOG_NAME}:2" in v.problems[0]
+    # A replay does not run the program unreplayed (it used to run live after Python's "Error in
+    # sitecustomize", and the verdict blamed a missing install).
+    ran = tmp_path / "ran"
+    program = [sys.executable, "-c", f"open({str(ran)!r}, 'w')"]
+    for checked in ([], ["--no-verify"]):
+        r2 = run([*FORKPOINT, "replay", *checked, str(w.path), "--", *program], tmp_path, dict(os.environ))
+        assert r2.returncode == 1 and not ran.exists(), r2.stderr
+        said = flat(r2.stderr)
+        assert problem in said and "Error in sitecustomize" not in said, said
+        assert "is forkpoint installed" not in said, said
+    # Checked or not by the replaying parent, the replaying process refuses to run the program.
+    env = dict(
+        os.environ, PYTHONPATH=str(BOOTSTRAP_DIR), FORKPOINT_MODE="replay", FORKPOINT_SESSION=str(w.path)
+    )
+    env["FORKPOINT_REPORT"] = str(tmp_path / "reports")
+    (tmp_path / "reports").mkdir()
+    r3 = run(program, tmp_path, env)
+    assert r3.returncode == 1 and not ran.exists(), r3.stderr
+    (why,) = [p.read_text() for p in (tmp_path / "reports").glob("not-started-*.txt")]
+    assert "the replay could not start (SessionError:" in why and problem in why, why
+    assert why.endswith("the program was not run"), why
 
 
 def test_call_site_is_the_agents_frame_even_when_installed_in_site_packages() -> None:
