@@ -245,7 +245,7 @@ class Recorder:
     def model_call_done(self, event: ModelCallEvent) -> None:
         """Append a finished model call (built by the capture layer) with its key and pid. (Its
         provider-aware ``summary`` is not stored: readers derive it, :func:`forkpoint.providers.summary`.)"""
-        written = self._write(keyed(event, self.ignore, self.keys))
+        written = self._write(event, key=True)
         # What the session holds (scrubbed), as a reader of it would tally it.
         found = summary(written[1] if written is not None else event)
         if written is not None:
@@ -261,7 +261,7 @@ class Recorder:
         """Append a finished tool call (built by the tool wrapper) with its key and pid. With a
         workspace, a tool call that is not the last one its turn asked for is followed by an
         observable checkpoint."""
-        written = self._write(keyed(event, self.ignore, self.keys))
+        written = self._write(event, key=True)
         if written is not None:
             with self._lock:
                 self.lacks.recorded(written[1], written[0])
@@ -275,7 +275,7 @@ class Recorder:
 
     def value_done(self, event: ValueEvent) -> None:
         """Append a value the agent's own code read (``deterministic``) with its key and pid."""
-        self._append(keyed(event, self.ignore, self.keys))
+        self._write(event, key=True)
 
     def note(self, text: str, **data: Any) -> int | None:
         """Append a ``note`` event with free text and JSON data; returns its seq (None once
@@ -295,15 +295,16 @@ class Recorder:
         written = self._write(event)
         return written[0] if written is not None else None
 
-    def _write(self, event: Any) -> tuple[int, dict[str, Any]] | None:
-        """Append ``event``: its seq and stored (scrubbed) form, None once recording has stopped."""
+    def _write(self, event: Any, *, key: bool = False) -> tuple[int, dict[str, Any]] | None:
+        """Append ``event`` (``key``: :func:`keyed` first): its seq and stored (scrubbed) form,
+        None once recording has stopped."""
         if self.failure is not None:
             return None
         with self._lock:
             if event["type"] in self.counts:
                 self.counts[event["type"]] += 1
         with self._guarded():
-            written = self.writer.write(event)
+            written = self.writer.write(keyed(event, self.ignore, self.keys) if key else event)
             with self._lock:
                 self.appended += 1
             return written
@@ -320,7 +321,7 @@ class Recorder:
     @contextlib.contextmanager
     def _guarded(self) -> Iterator[None]:
         """A write of the session that fails (a full disk, a store that went away, a value the log
-        cannot hold) never raises into the agent, whose SDK call or tool is on the stack: recording
+        or the match key cannot hold) never raises into the agent, whose SDK call or tool is on the stack: recording
         stops, once, with a warning."""
         try:
             yield

@@ -381,6 +381,15 @@ class _Scrubbed:
         return self._ends
 
 
+def _first_json(items: list[Any]) -> bytes | None:
+    """The JSON of a list's first item (:attr:`_Scrubbed.first`), None where orjson cannot write it
+    (an integer beyond 64 bits, which a parsed body may hold: :func:`~forkpoint.capture.decoding.loads_exact`)."""
+    try:
+        return orjson.dumps(items[0], default=json_default)
+    except TypeError:
+        return None
+
+
 def _shared_items(data: bytes, old: bytes, ends: list[int]) -> int:
     """How many leading items two JSON lists written by orjson (``data``, ``old``) have in common,
     by their exact JSON; ``ends[i]`` is where item ``i`` of ``old`` ends (the offset of the ``,``
@@ -927,7 +936,10 @@ class Scrubber:
         for old in list(self._lists):
             if len(old.out) <= keep or not old.may_share(data):
                 continue
-            n = _shared_items(data, old.data(), old.ends())
+            try:
+                n = _shared_items(data, old.data(), old.ends())
+            except TypeError:  # (parsed, it holds what orjson cannot write: an int beyond 64 bits)
+                continue
             # orjson writes NaN and infinities as null, like None: where a null is, the items must be
             # equal to the scrubbed ones too (an item a secret was taken out of is then scrubbed
             # again), unless neither list can hold one.
@@ -1037,12 +1049,12 @@ class Scrubber:
             out = best.out[:most] + [self._item(v) for v in items[most:]]
             base = (best.digests, 0, most) if best.owned and best.digests is not None else None
             # (the same first item as the list's it goes on, whose JSON is written once)
-            first, owned = best.first or orjson.dumps(items[0], default=json_default), best.owned
+            first, owned = best.first or _first_json(items), best.owned
         elif after_first is not None:
             n = len(after_first.out)
             out = [self._item(items[0]), *after_first.out[1:], *(self._item(v) for v in items[n:])]
             base = (after_first.digests, 1, n) if after_first.digests is not None else None
-            first, owned = orjson.dumps(items[0], default=json_default), True
+            first, owned = _first_json(items), True
         else:
             return None
         taken = _Scrubbed(None, None, out, owned=owned, finite=True, given=items, base=base, first=first)
@@ -1126,16 +1138,16 @@ class Scrubber:
         return [self.item_digest(x) for x in items]
 
     def item_digest(self, item: Any) -> str:
-        """``digest(item)`` (:func:`forkpoint.canonical.digest`), remembered for a dict or list this
+        """``digest(item, exotic=True)`` (:func:`forkpoint.canonical.digest`), remembered for a dict or list this
         scrubber returned as a list item and still holds: a conversation resent at every call comes
         back as the same items (see :meth:`json`), each hashed once (:func:`forkpoint.match.model_key`).
         Forgotten with the item, so it holds no memory of its own."""
         key = id(item)
         if self._returned.get(key) is not item:
-            return digest(item)
+            return digest(item, exotic=True)
         found = self._digests.get(key)
         if found is None:
-            found = digest(item)
+            found = digest(item, exotic=True)
             with self._lock:
                 if self._returned.get(key) is item:
                     self._digests[key] = found

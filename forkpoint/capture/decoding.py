@@ -29,16 +29,17 @@ _DIGITS = bytes(48 if 48 <= b <= 57 else 46 if b == 46 else 32 for b in range(25
 _LONG = b" " + b"0" * 19
 
 
-def loads_exact(data: bytes) -> Any:
+def loads_exact(data: bytes | bytearray | memoryview | str) -> Any:
     """``orjson.loads(data)``, but with an integer beyond 64 bits as the integer it is: orjson reads
     one as a float (an id of 2**70 became 1.1805916207174113e+21, and a replay handed that float to
     the agent). A body with a run of 19 digits or more is read again by Python's json, which reads
     every other value as orjson does once orjson has read the body; finding the run costs about what
     orjson's parse does. Raises :class:`orjson.JSONDecodeError` where ``data`` is not JSON."""
-    value = orjson.loads(data)
-    digits = data.lstrip(b" \t\r\n-").translate(_DIGITS)
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else bytes(data)
+    value = orjson.loads(data if isinstance(data, str) else raw)
+    digits = raw.lstrip(b" \t\r\n-").translate(_DIGITS)
     if _LONG in digits or digits.startswith(_LONG[1:]):  # (a body that is one number)
-        return json.loads(data)
+        return json.loads(raw)
     return value
 
 

@@ -58,6 +58,8 @@ from typing import Any
 
 import orjson
 
+from .decoding import loads_exact
+
 #: Endpoints whose bodies are kept.
 ENDPOINTS_KEPT = 8
 #: Bodies kept per endpoint (each its bytes and value), the last of each conversation sent there:
@@ -116,12 +118,13 @@ _kept: weakref.WeakKeyDictionary[Any, OrderedDict[str, _Endpoint]] = weakref.Wea
 
 
 def loads(data: bytes, endpoint: str, owner: object | None) -> Any:
-    """``orjson.loads(data)``, for a request body sent to ``endpoint`` (any string naming where
-    it goes: the capture layer gives the method and the URL) by ``owner`` (the active recording or replay;
-    None parses whole): equal value, same errors (:class:`orjson.JSONDecodeError`). See the module
-    docstring for what is parsed."""
+    """:func:`~.decoding.loads_exact` of ``data`` (orjson's, with an integer beyond 64 bits exact),
+    for a request body sent to ``endpoint`` (any string naming where it goes: the capture layer
+    gives the method and the URL) by ``owner`` (the active recording or replay; None parses whole):
+    equal value, same errors (:class:`orjson.JSONDecodeError`). See the module docstring for what
+    is parsed."""
     if owner is None or not isinstance(data, bytes):
-        return orjson.loads(data)
+        return loads_exact(data)
     with _lock:
         endpoints = _kept.get(owner)
         if endpoints is None:
@@ -141,7 +144,7 @@ def loads(data: bytes, endpoint: str, owner: object | None) -> Any:
         if not _same_conversation(source, new, shared):
             source = None  # (another conversation that begins as that one did: kept beside it)
     else:
-        new = _Body(data, orjson.loads(data))
+        new = _Body(data, loads_exact(data))
         source = next((b for b in bodies if _same_conversation(b, new)), None)
     if isinstance(new.value, dict):
         with _lock:
@@ -387,7 +390,7 @@ def _values(text: bytes) -> list[Any] | None:
     list: orjson limits depth); the outer array must hold one array alone, so ``text`` cannot close
     the inner one early and go on (``1],[2``)."""
     try:
-        outer = orjson.loads(b"[[" + text + b"]]")
+        outer = loads_exact(b"[[" + text + b"]]")
     except orjson.JSONDecodeError:
         return None
     return outer[0] if len(outer) == 1 else None

@@ -1111,6 +1111,70 @@ def test_a_response_with_integers_beyond_64_bits_replays_them_as_integers(store:
     assert rp.report()["matched"] == 1
 
 
+def test_a_request_with_integers_beyond_64_bits_matches_them_exactly(store: Path) -> None:
+    """orjson reads an integer beyond 64 bits as a float, and request bodies were parsed by it
+    (whole, or the items a resent conversation appends): a replay sending a seed of 2**70 + 1 was
+    served the call recorded with 2**70, "replay ok". Keys, stored bodies and diffs now hold the
+    integers as sent."""
+    big = 2**70
+
+    def answer(request: httpx2.Request) -> httpx2.Response:
+        turn = len(json.loads(request.read())["messages"])
+        return httpx2.Response(
+            200, json={"choices": [{"message": {"role": "assistant", "content": f"t{turn}"}}]}
+        )
+
+    def run(seed: int, noted: int) -> list[str]:
+        messages: list[dict[str, Any]] = [{"role": "user", "content": "go"}]
+        out = []
+        with httpx2.Client(transport=httpx2.MockTransport(answer)) as client:
+            for _ in range(3):
+                body = {"model": "m", "seed": seed, "messages": messages}
+                got = client.post("http://127.0.0.1:9/v1/chat/completions", json=body).json()
+                out.append(got["choices"][0]["message"]["content"])
+                # (appended to the resent conversation: parsed alone, as the items it adds)
+                messages = [
+                    *messages,
+                    got["choices"][0]["message"],
+                    {"role": "user", "content": "on", "n": noted},
+                ]
+        return out
+
+    with forkpoint.record(store=store) as rec:
+        live = run(big, big)
+    bodies = [e["request"]["body"] for e in Session.load(rec.session_path).by_type("model_call")]
+    assert [b["seed"] for b in bodies] == [big] * 3 and bodies[2]["messages"][2]["n"] == big
+    with forkpoint.replay(rec.session_path) as rp:
+        assert run(big, big) == live
+    assert rp.report()["matched"] == 3 and rp.report()["divergence"] is None
+    for seed, noted, path in ((big + 1, big, "$.body.seed"), (big, big + 1, "$.body.messages[2].n")):
+        with pytest.raises(forkpoint.Divergence) as exc, forkpoint.replay(rec.session_path):
+            run(seed, noted)
+        assert f"{path}: {big} → {big + 1}" in str(exc.value), str(exc.value)
+
+
+def test_a_match_key_that_cannot_be_computed_stops_the_recording_not_the_agent(
+    store: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """The key was computed outside the guard that keeps a failed write from raising into the
+    agent: a body the key could not hold (an integer beyond 64 bits) raised TypeError from the
+    agent's own HTTP call."""
+    import importlib
+
+    def broken(event: Any, ignore: Any = None) -> str:
+        raise TypeError("a key this test cannot compute")
+
+    monkeypatch.setattr(importlib.import_module("forkpoint.record"), "event_key", broken)
+    reply = httpx2.Response(200, json={"ok": True})
+    with forkpoint.record(store=store) as rec:
+        with httpx2.Client(transport=httpx2.MockTransport(lambda _: reply)) as client:
+            got = client.post("http://127.0.0.1:9/v1/chat/completions", json={"model": "m"}).json()
+    assert got == {"ok": True}
+    assert "recording of session" in capfd.readouterr().err
+    end = Session.load(rec.session_path).end()
+    assert end is not None and "a key this test cannot compute" in str(end.get("incomplete")), end
+
+
 def test_loads_exact_reads_integers_beyond_64_bits_exactly_and_all_else_as_orjson() -> None:
     from forkpoint.capture.decoding import loads_exact
 

@@ -4,6 +4,7 @@ replayed with the server stopped. What the SDK parses on replay must equal what 
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
@@ -256,9 +257,9 @@ def test_anthropic_prompt_caching_agent_is_parsed_by_what_each_call_adds(
             results = [{"type": "tool_result", "tool_use_id": u.id, "content": "written"} for u in uses]
             messages.append({"role": "user", "content": results})
 
-    def counting(data: Any) -> Any:
+    def counting(data: Any, loads: Callable[[Any], Any] = orjson.loads) -> Any:
         parsed[-1] = (parsed[-1][0] + len(data), parsed[-1][1])
-        return orjson.loads(data)
+        return loads(data)
 
     real = resent.loads
 
@@ -266,10 +267,11 @@ def test_anthropic_prompt_caching_agent_is_parsed_by_what_each_call_adds(
         parsed.append((0, len(data)))
         return real(data, endpoint, owner)
 
-    # (resent's own orjson: the SDK and the rest of forkpoint parse as they do)
+    # (resent's own parsers: the SDK and the rest of forkpoint parse as they do)
     monkeypatch.setattr(
         resent, "orjson", SimpleNamespace(loads=counting, JSONDecodeError=orjson.JSONDecodeError)
     )
+    monkeypatch.setattr(resent, "loads_exact", functools.partial(counting, loads=resent.loads_exact))
     monkeypatch.setattr(resent, "loads", each)
     with ModelServer(turns=30) as server:
         url = server.base_url
