@@ -80,6 +80,14 @@ def agent_hooks(tools: Sequence[str], deterministic: bool | Sequence[str]) -> It
         disable_targets(tools)
 
 
+def command_line() -> list[str]:
+    """The command that started this process, as given (``python agent.py``, ``python -m pkg``,
+    ``python -c …``): what a replay of a session recorded here runs again. ``sys.argv`` alone
+    lacks the interpreter (a session recorded by ``python p.py`` held ``["p.py"]``, which no replay
+    could run)."""
+    return list(getattr(sys, "orig_argv", None) or sys.argv)
+
+
 def _rules(ignore: Sequence[IgnoreRule | Mapping[str, Any]], where: str) -> tuple[IgnoreRule, ...]:
     return ignore_rules(list(ignore), where)
 
@@ -138,7 +146,10 @@ def record(
     ``uncaught`` if the block raised). What the recording lacks (tools the model asked for that
     were never recorded, results that could not be recorded, connections of clients forkpoint does
     not capture) is said on stderr at the end.
-    Raises :class:`~forkpoint.errors.SessionError` when the store cannot hold a new session,
+    ``argv``: the command a replay runs (default: this process's, :func:`command_line`).
+    Raises :class:`~forkpoint.errors.ForkpointError` when a recording or replay is already active
+    in this process (before anything is written), :class:`~forkpoint.errors.SessionError` when
+    the store cannot hold a new session,
     :class:`~forkpoint.errors.ConfigError` for a bad ignore rule, :class:`~forkpoint.errors.UsageError`
     for a tool target that is not ``module:qualname`` or a bad recipient in ``encrypt_to``,
     :class:`~forkpoint.errors.ExportError` for an
@@ -147,6 +158,7 @@ def record(
     from .otel import LiveExport
     from .store import open_store
 
+    runtime.check_free("record")  # (inside a replay: refused before its session exists)
     targets = checked_tools(tools, "forkpoint.record(tools=…)")
     rules = _rules(ignore, "forkpoint.record(ignore=…)")
     configured()  # a bad [match] rule in the configuration: refused before a session exists
@@ -154,7 +166,7 @@ def record(
     target = open_store(store)  # a directory, or an fsspec URL's local mirror (uploaded when the block ends)
     ws = open_workspace(workspace, target.path, include_ignored)
     header = make_header(
-        argv=list(argv) if argv is not None else list(sys.argv),
+        argv=list(argv) if argv is not None else command_line(),
         name=name,
         tags=tags,
         tools=targets,
@@ -221,13 +233,16 @@ def replay(
     raised; the report (after the block) compares it with the recording's.
     SDK API-key variables that are unset get a placeholder for the duration. Yields the
     :class:`~forkpoint.replay.Replayer`; ``replayer.report()`` gives the outcome (also written to
-    ``report_path``). Raises :class:`~forkpoint.errors.OverrideError` for an override that does not
+    ``report_path``). Raises :class:`~forkpoint.errors.ForkpointError` when a recording or replay
+    is already active in this process (before anything is written or set),
+    :class:`~forkpoint.errors.OverrideError` for an override that does not
     fit the session, :class:`~forkpoint.errors.SessionError` for one that cannot be read,
     :class:`~forkpoint.errors.ConfigError` for a bad ignore rule.
     """
     from .replay import API_KEY_VARS, PLACEHOLDER_KEY, Replayer, create_child, end_divergence, write_report
     from .store import resolve
 
+    runtime.check_free("replay")  # (before a child session or the API-key placeholders)
     loaded_here = not isinstance(session, Session)  # (a Session given in is never changed)
     if not isinstance(session, Session):
         session = Session.load(resolve(session, store), derived=False, share_lists=True)
@@ -246,7 +261,7 @@ def replay(
     if record_child if record_child is not None else what_if:
         child = create_child(
             session,
-            argv=list(sys.argv),
+            argv=command_line(),
             models=models,
             tools=tools,
             on_divergence=on_divergence,

@@ -177,12 +177,32 @@ def activate(rt: Runtime) -> None:
     if _pending is not None:
         _make_pending()
     with _lock:
-        if _active is not None and _active is not rt:
-            raise ForkpointError(
-                f"a forkpoint {_active.mode} is already active in this process; "
-                "finish it before starting another"
-            )
+        _refuse_another(rt)
         _active = rt
+
+
+def check_free(mode: str) -> None:
+    """Raise :class:`~forkpoint.errors.ForkpointError` where :func:`activate` would for a new
+    runtime of ``mode`` (``record``, ``replay``): before it writes a session or changes the
+    environment."""
+    if _pending is not None:
+        _make_pending()
+    with _lock:
+        _refuse_another(None, mode)
+
+
+def _refuse_another(rt: Runtime | None, mode: str | None = None) -> None:
+    if _active is None or _active is rt:
+        return
+    hint = (
+        ": a program that records itself with forkpoint.record() cannot be replayed by `forkpoint replay`, "
+        "`check` or `make-test`; replay its session in Python, with forkpoint.replay()"
+        if _active.mode == "replay" and mode == "record"
+        else ""
+    )
+    raise ForkpointError(
+        f"a forkpoint {_active.mode} is already active in this process; finish it before starting another{hint}"
+    )
 
 
 #: What :func:`activate_later` was given and :func:`active` has not made yet.

@@ -553,6 +553,53 @@ def test_verify_fails_a_value_that_does_not_decode(
     assert why.endswith("the program was not run"), why
 
 
+def test_a_session_recorded_in_python_keeps_the_command_that_ran_and_its_replay_says_what_to_do(
+    tmp_path: Path,
+) -> None:
+    """``forkpoint.record()`` stored ``sys.argv`` (``["p.py"]``), which no replay could run
+    ("command not found: p.py", then "is forkpoint installed?"). It keeps the whole command; and
+    the program, recording itself again under ``forkpoint replay``, is refused with what to do."""
+    (tmp_path / "p.py").write_text(
+        "import forkpoint\nwith forkpoint.record(name='inproc', store='store'):\n    print('hi')\n"
+    )
+    made = run([sys.executable, "p.py"], tmp_path, dict(os.environ))
+    assert made.returncode == 0, made.stderr
+    (session,) = list_sessions(tmp_path / "store").rows
+    assert Session.load(session.path).header["argv"] == [sys.executable, "p.py"]
+    r = run([*FORKPOINT, "replay", "--store", "store", "inproc"], tmp_path, dict(os.environ))
+    said = flat(r.stderr)
+    assert r.returncode == 3, said
+    assert "command not found" not in said and "is forkpoint installed" not in said, said
+    assert "records itself with forkpoint.record()" in said and "forkpoint.replay()" in said, said
+    assert [s.session_id for s in list_sessions(tmp_path / "store").rows] == [session.session_id]
+
+
+@pytest.mark.parametrize("inner", ["record", "replay"])
+def test_a_refused_record_or_replay_writes_no_session_and_leaves_no_placeholder_key(
+    tmp_path: Path, inner: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ``forkpoint.record()`` inside a replay wrote a session (exit 1, no calls) before it was
+    refused, which then took over its name; a refused ``forkpoint.replay()`` left its what-if
+    session and the SDKs' API-key placeholders behind."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with forkpoint.record(store=tmp_path, name="first") as rec:
+        pass
+    outer = forkpoint.replay(rec.session_path) if inner == "record" else forkpoint.record(store=tmp_path)
+    with outer:
+        before = sorted(p.name for p in tmp_path.iterdir())
+        env = dict(os.environ)
+        with pytest.raises(forkpoint.ForkpointError, match="already active in this process") as exc:
+            if inner == "record":
+                with forkpoint.record(store=tmp_path, name="second"):
+                    pass
+            else:
+                with forkpoint.replay(rec.session_path, models="live"):
+                    pass
+        assert sorted(p.name for p in tmp_path.iterdir()) == before
+        assert dict(os.environ) == env
+        assert ("forkpoint.replay()" in str(exc.value)) == (inner == "record")
+
+
 def test_call_site_is_the_agents_frame_even_when_installed_in_site_packages() -> None:
     """Modules are told apart by name: an agent living in site-packages (run with ``python -m``) is
     named, while runpy's frozen frames, the SDK and forkpoint are not."""
