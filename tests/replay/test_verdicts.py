@@ -6,6 +6,7 @@ about its own end."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -88,6 +89,35 @@ def test_a_replay_that_raises_where_the_recording_did_not_is_not_reproduced(stor
     with forkpoint.replay(rec.session_path) as rp:
         step()
     assert rp.report()["reproduced"] is True and rp.report()["ended_as_recorded"] is True
+
+
+def test_a_what_if_run_that_went_as_asked_is_not_called_ok(server: LocalServer, store: Path) -> None:
+    """``--models live`` printed "replay ok: 1/3 events matched, 2 recorded events left unused", and
+    a run that diverged and then went live (as asked) "replay DIVERGED" with exit 0."""
+    server.chat_script = [[("lookup", {"q": "a"})], "the answer"]
+
+    @forkpoint.tool
+    def lookup(q: str) -> str:
+        return q.upper()
+
+    def tool(name: str, arguments: str) -> Any:
+        return lookup(**json.loads(arguments))
+
+    with forkpoint.record(store=store) as rec:
+        assert chat_agent(server.openai_base_url, tool) == "the answer"
+    with forkpoint.replay(rec.session_path) as rp:
+        chat_agent(server.openai_base_url, tool)
+    assert summary_line(rp.report()).startswith("replay ok: 3/3 events matched")
+    server.chat_script = [[("lookup", {"q": "a"})], "the answer"]
+    with forkpoint.replay(rec.session_path, models="live") as rp:
+        chat_agent(server.openai_base_url, tool)
+    line = summary_line(rp.report())
+    assert line.startswith("replay finished with models live (a what-if run, not a reproduction): 1/3"), line
+    server.chat_script = ["another answer"]
+    with forkpoint.replay(rec.session_path, on_divergence="live", overrides=['tool:lookup.result="B"']) as rp:
+        chat_agent(server.openai_base_url, tool)
+    line = summary_line(rp.report())
+    assert line.startswith("replay DIVERGED, then went live as asked:"), line
 
 
 AGENT = textwrap.dedent(
