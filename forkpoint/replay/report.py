@@ -148,7 +148,7 @@ def summary_line(report: dict[str, Any]) -> str:
     """The one-line end-of-replay report. A what-if run that went as asked is no reproduction, and
     says so rather than "ok": its live calls were answered anew, or (fifo) recorded answers were
     served to requests that differed from the recording."""
-    live = [kind for kind, source in (report.get("sources") or {}).items() if source == "live"]
+    live_kinds = [kind for kind, source in (report.get("sources") or {}).items() if source == "live"]
     if report.get("divergence"):
         status = "DIVERGED" + (", then went live as asked" if report.get("policy") == "live" else "")
     elif ended_by_override(report):
@@ -158,8 +158,8 @@ def summary_line(report: dict[str, Any]) -> str:
         )
     elif problems(report):
         status = f"DID NOT REPRODUCE ({'; '.join(problems(report))})"
-    elif live:
-        status = f"finished with {' and '.join(live)} live (a what-if run, not a reproduction)"
+    elif live_kinds:
+        status = f"finished with {' and '.join(live_kinds)} live (a what-if run, not a reproduction)"
     elif report.get("drift"):
         status = (
             "finished with drift (fifo served recorded answers to requests that differed: not a reproduction)"
