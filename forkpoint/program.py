@@ -29,11 +29,13 @@ _FLAGS = frozenset("bBdEhiIOqsSuvVxR")
 @dataclass
 class ProgramRun:
     """How a program run by :func:`run_command` ended: its ``exit_code`` (as the interpreter would
-    exit: 0, ``sys.exit``'s code, or 1 for an uncaught exception) and what it printed to
-    ``sys.stdout`` (``output``; it was also printed as usual)."""
+    exit: 0, ``sys.exit``'s code, or 1 for an uncaught exception), what it printed to
+    ``sys.stdout`` (``output``; it was also printed as usual), and the exception that ended it
+    uncaught (``uncaught``), if one did."""
 
     exit_code: int
     output: str
+    uncaught: BaseException | None = None
 
 
 class _Tee(io.TextIOBase):
@@ -115,13 +117,13 @@ def run_command(argv: Sequence[str], *, tools: Sequence[str] = ()) -> ProgramRun
                 sys.argv = [target, *args]
                 sys.path.insert(0, str(Path(target).resolve().parent))
                 runpy.run_path(target, run_name="__main__")
-        code = 0
+        code, uncaught = 0, None
     except SystemExit as exc:
-        code = _code(exc)
-    except Exception:
+        code, uncaught = _code(exc), None
+    except Exception as exc:
         traceback.print_exc()
-        code = 1
+        code, uncaught = 1, exc
     finally:
         sys.argv = saved_argv
         sys.path[:] = saved_path
-    return ProgramRun(code, tee.buffer_.getvalue())
+    return ProgramRun(code, tee.buffer_.getvalue(), uncaught)

@@ -3,8 +3,8 @@
 The session is copied as the test's cassette (``<into>/cassettes/<name>/``) and a test module
 ``<into>/test_<name>.py`` is written: its test runs the recorded Python command in the test's
 process (:func:`forkpoint.run_command`) under ``@pytest.mark.forkpoint(cassette=…)``, so the pytest
-plugin serves every model and tool call from the cassette, and asserts the exit code the recorded
-run ended with. A comment marks where the assertion the fix must satisfy goes, and how to re-record
+plugin serves every model and tool call from the cassette, and asserts how the recorded run ended:
+its exit code, and the type of the exception that ended it uncaught (or that none did). A comment marks where the assertion the fix must satisfy goes, and how to re-record
 once the agent is fixed (``pytest --forkpoint-mode=record``: replayed up to the first call that
 changed, live after; ``docs/pytest.md``).
 """
@@ -138,6 +138,15 @@ def make_test(
     if final:
         lines.append(f"    #     {_line(final, 100)}")
     lines.append(f"    assert run.exit_code == {code!r}")
+    # (and how: another exception with the same exit code is another ending)
+    raised = next(iter(end.get("uncaught") or []), None)
+    if raised:
+        lines.append(
+            f"    # It raised an uncaught {_line(raised.get('type'))}: {_line(raised.get('message'), 80)}"
+        )
+        lines.append(f"    assert type(run.uncaught).__qualname__ == {raised.get('type')!r}")
+    else:
+        lines.append("    assert run.uncaught is None")
     lines += [
         "    # TODO: the assertion the fix must satisfy goes here, on run.exit_code or on run.output (what",
         "    # the program printed), e.g.",

@@ -204,5 +204,32 @@ def test_run_command_runs_a_file_in_this_process(tmp_path: Path, monkeypatch: py
     run = run_command(["python", "prog.py", "5"])
     assert (run.exit_code, run.output) == (5, "args ['5']\n")
     assert sys.argv == argv
+    assert run.uncaught is None
     script.write_text("raise RuntimeError('boom')\n")
-    assert run_command(["prog.py"]).exit_code == 1
+    run = run_command(["prog.py"])
+    assert run.exit_code == 1 and isinstance(run.uncaught, RuntimeError) and str(run.uncaught) == "boom"
+
+
+def test_a_made_test_fails_when_the_run_ends_with_another_exception(tmp_path: Path) -> None:
+    """The made test asserted the exit code alone: a replay that raised a KeyError where the
+    recording raised a ValueError (exit 1 both) passed it, while `forkpoint replay` said the run
+    did not reproduce."""
+    (tmp_path / "agent.py").write_text(
+        "import os\nraise (KeyError if os.environ.get('MODE') == 'key' else ValueError)('boom')\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "MODE"}
+    env["FORKPOINT_STORE"] = str(tmp_path / "store")
+    forkpoint = [sys.executable, "-m", "forkpoint.cli"]
+    made = sh(
+        *forkpoint, "record", "--name", "raises", "--", sys.executable, "agent.py", cwd=tmp_path, env=env
+    )
+    assert made.returncode == 1, made.stderr
+    test = sh(*forkpoint, "make-test", "raises", cwd=tmp_path, env=env)
+    assert test.returncode == 0, test.stderr
+    written = (tmp_path / "tests" / "incidents" / "test_raises.py").read_text()
+    assert "assert type(run.uncaught).__qualname__ == 'ValueError'" in written, written
+    same = pytest_in(tmp_path, env, "tests/incidents")
+    assert same.returncode == 0 and "1 passed" in same.stdout, same.stdout + same.stderr
+    other = pytest_in(tmp_path, {**env, "MODE": "key"}, "tests/incidents")
+    assert other.returncode == 1 and "1 failed" in other.stdout, other.stdout + other.stderr
+    assert "KeyError" in other.stdout
