@@ -417,6 +417,8 @@ class Lacks:
         self.tools: set[str] = set()
         self.lost: list[tuple[int | None, str, str]] = []  # (seq, tool, type of the result)
         self.seqs: list[int | None] = []
+        #: Tools asked for that a recording process had wrappers for (:data:`runtime.wrapped_tools`).
+        self.wrapped: set[str] = set()
 
     def answered(self, found: Mapping[str, Any], seq: int | None) -> None:
         """A model call was recorded (as ``seq``); ``found`` is its summary (the tools its response
@@ -455,7 +457,11 @@ class Lacks:
             "tools": sorted(self.tools),
             "lost": self.lost,
             "seqs": self.seqs,
+            "wrapped": sorted(self._wrapped()),
         }
+
+    def _wrapped(self) -> set[str]:
+        return self.wrapped | {n for n in self.asked_for if n in runtime.wrapped_tools}
 
     @classmethod
     def merged(cls, tallies: Iterable[Mapping[str, Any]], calls: int) -> Lacks | None:
@@ -473,6 +479,7 @@ class Lacks:
                 out.tools.update(str(n) for n in t["tools"])
                 out.lost.extend((seq, str(tool), str(kind)) for seq, tool, kind in t["lost"])
                 out.seqs.extend(t["seqs"])
+                out.wrapped.update(str(n) for n in t.get("wrapped") or ())
         except (KeyError, TypeError, ValueError, AttributeError):
             return None
         if None in out.seqs or len(out.seqs) != calls or len(set(out.seqs)) != calls:
@@ -490,6 +497,13 @@ class Lacks:
         """In words, for the person who made the recording (empty when it lacks nothing)."""
         out = []
         missing = self.unrecorded_tools()
+        wrapped = self._wrapped()
+        idle = ", ".join(f"{n} ({plural(k, 'call')})" for n, k in missing.items() if n in wrapped)
+        if idle:
+            out.append(
+                f"the model asked for tools the program never called: {idle} (a replay has none to serve)"
+            )
+        missing = {n: k for n, k in missing.items() if n not in wrapped}
         if missing:
             names = ", ".join(f"{n} ({plural(k, 'call')})" for n, k in missing.items())
             out.append(

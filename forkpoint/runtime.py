@@ -126,6 +126,11 @@ http_recorded_above: contextvars.ContextVar[bool] = contextvars.ContextVar(
 )
 
 
+#: The names of the tools this process has wrappers for (``@forkpoint.tool``, ``--tool`` targets),
+#: called or not: a recording's warnings tell a tool the program never called from one forkpoint
+#: never saw.
+wrapped_tools: set[str] = set()
+
 _sent_lock = threading.Lock()
 _sent_counters: weakref.WeakKeyDictionary[Any, Iterator[int]] = weakref.WeakKeyDictionary()
 

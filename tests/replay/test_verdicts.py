@@ -406,6 +406,39 @@ def test_recording_warns_of_tools_the_model_asked_for_that_were_never_recorded(
     assert "--tool __main__:FUNCTION" in said and "@forkpoint.tool" in said
 
 
+def test_a_tool_the_program_never_called_is_not_said_to_need_naming(
+    make_server: Any, store: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The model asked for save_note, an ``@forkpoint.tool`` the program then did not call: the
+    warning told the user to put ``@forkpoint.tool`` on it. It now says the program never called it,
+    in this process and from the tallies ``forkpoint record`` merges."""
+    srv: LocalServer = make_server(
+        chat_script=[[("get_weather", {"city": "Oslo"}), ("save_note", {"text": "x"})], "ok"]
+    )
+
+    @forkpoint.tool
+    def save_note(text: str) -> str:
+        return "saved"
+
+    def run(name: str, arguments: str) -> str:
+        return "sunny" if name == "get_weather" else "not now"  # (save_note is never called)
+
+    with forkpoint.record(store=store) as rec:
+        chat_agent(srv.openai_base_url, run)
+    said = " ".join(capsys.readouterr().err.split())
+    assert "the model asked for tools the program never called: save_note (1 call)" in said, said
+    assert (
+        "never recorded: get_weather (1 call)." in said and "save_note" not in said.split("never recorded")[1]
+    )
+    from forkpoint import runtime
+    from forkpoint.record import Lacks
+
+    tally, expected = rec.lacks.to_json(), rec.lacks.warnings()
+    monkeypatch.setattr(runtime, "wrapped_tools", set())  # (as in forkpoint record's own process)
+    merged = Lacks.merged([tally], 2)
+    assert merged is not None and merged.warnings() == expected
+
+
 def test_tallies_merged_name_the_tools_in_the_order_the_model_asked_for_them() -> None:
     """Processes hand their tallies over in any order, and threads tally after they write: the
     warning names the tools as reading the session back does, by the first call that asked."""
