@@ -1137,18 +1137,24 @@ def check(
 )
 @click.option("--name", help="The test's name (default: the session's name, else its id).")
 @click.option("--force", is_flag=True, help="Replace a test and cassette of that name.")
-def make_test_cmd(session: str, store: str | None, into: Path, name: str | None, force: bool) -> None:
+@click.argument("cmd", nargs=-1, type=click.UNPROCESSED)
+def make_test_cmd(
+    session: str, store: str | None, into: Path, name: str | None, force: bool, cmd: tuple[str, ...]
+) -> None:
     """Turn a recorded session (an incident) into a test of your pytest suite.
 
     The session becomes the test's cassette, and a test is written that runs the recorded command
-    in this directory (the recorded one maps here) and asserts how the recorded run ended, with a
-    comment where the assertion the fix must satisfy goes. After the fix:
+    (or CMD, with or without -- before it: a Python command, for a session recorded through a shell
+    script) in this directory (the recorded one maps here) and asserts how the recorded run ended,
+    with a comment where the assertion the fix must satisfy goes. After the fix:
     pytest --forkpoint-mode=record TEST re-records from the first call that changed.
     """
     from .suite import make_test
 
     s = _load(session, store, check=False)  # make_test verifies, and refuses
-    test_file, cassette = make_test(s, into=into, root=Path.cwd(), name=name, force=force)
+    test_file, cassette = make_test(
+        s, into=into, root=Path.cwd(), name=name, force=force, command=_command(cmd) or None
+    )
     _err().print(
         f"forkpoint: wrote {test_file} and its cassette {cassette} (session {s.id}); run it with: "
         f"pytest {test_file}",

@@ -51,15 +51,23 @@ def _root_expr(test_dir: Path, root: Path) -> str:
 
 
 def make_test(
-    session: Session, *, into: Path, root: Path, name: str | None = None, force: bool = False
+    session: Session,
+    *,
+    into: Path,
+    root: Path,
+    name: str | None = None,
+    force: bool = False,
+    command: list[str] | None = None,
 ) -> tuple[Path, Path]:
     """Write the test of ``session`` into the folder ``into`` and copy the session beside it as its
-    cassette; the test runs the recorded command in ``root`` (the recorded directory maps to it,
-    see :func:`~forkpoint.orchestrate.map_command`). Returns (test file, cassette directory).
+    cassette; the test runs ``command`` (default: the recorded one, whose recorded directory maps to
+    ``root``, see :func:`~forkpoint.orchestrate.map_command`) in ``root``. Returns (test file,
+    cassette directory).
 
-    Raises :class:`~forkpoint.errors.UsageError` for a session without an end event or whose
-    command is not a Python program, or when the test or cassette exists (unless ``force``), and
-    :class:`~forkpoint.errors.SessionError` for a session that fails verification.
+    Raises :class:`~forkpoint.errors.UsageError` for a session without an end event, a command that
+    is not a Python program (a recorded shell script: give the Python command it runs), or when the
+    test or cassette exists (unless ``force``), and :class:`~forkpoint.errors.SessionError` for a
+    session that fails verification.
     """
     end = session.end()
     if end is None:
@@ -68,10 +76,19 @@ def make_test(
             "there is no ending for the test to assert"
         )
     argv = session.header.get("argv") or []
-    if not argv or session.header.get("imported_from"):
-        raise UsageError(f"session {session.id} has no recorded command to run (an imported session)")
-    command = map_command(list(argv), session.header.get("cwd"), root.resolve())
-    kind, _, _ = parse_command(command)
+    if command:
+        command = list(command)
+    elif not argv or session.header.get("imported_from"):
+        raise UsageError(
+            f"session {session.id} has no recorded command to run (an imported session): give the Python "
+            f"command that runs the agent, forkpoint make-test {session.id} -- python agent.py …"
+        )
+    else:
+        command = map_command(list(argv), session.header.get("cwd"), root.resolve())
+    try:
+        kind, _, _ = parse_command(command)
+    except UsageError as exc:
+        raise UsageError(f"{exc} (forkpoint make-test {session.id} -- python agent.py …)") from None
     if kind != "file" or not command[0].endswith(".py"):
         command = ["python", *command[1:]]  # this interpreter, whatever the recording's was
     v = verify_session(session.path, git=False)

@@ -233,3 +233,25 @@ def test_a_made_test_fails_when_the_run_ends_with_another_exception(tmp_path: Pa
     other = pytest_in(tmp_path, {**env, "MODE": "key"}, "tests/incidents")
     assert other.returncode == 1 and "1 failed" in other.stdout, other.stdout + other.stderr
     assert "KeyError" in other.stdout
+
+
+def test_a_session_recorded_through_a_shell_script_is_made_a_test_of_the_python_command(
+    tmp_path: Path,
+) -> None:
+    """make-test refused a recorded shell script and said to give the Python command, which it had
+    no way to take."""
+    (tmp_path / "agent.py").write_text("print('answer: 42')\n")
+    (tmp_path / "run.sh").write_text(f'#!/bin/sh\nexec "{sys.executable}" agent.py "$@"\n')
+    (tmp_path / "run.sh").chmod(0o755)
+    env = {**os.environ, "FORKPOINT_STORE": str(tmp_path / "store")}
+    forkpoint = [sys.executable, "-m", "forkpoint.cli"]
+    made = sh(*forkpoint, "record", "--name", "sh", "--", "./run.sh", cwd=tmp_path, env=env)
+    assert made.returncode == 0, made.stderr
+    refused = sh(*forkpoint, "make-test", "sh", cwd=tmp_path, env=env)
+    assert refused.returncode != 0 and "forkpoint make-test" in refused.stderr, refused.stderr
+    assert "-- python agent.py" in " ".join(refused.stderr.split()), refused.stderr
+    test = sh(*forkpoint, "make-test", "sh", "--", "python", "agent.py", cwd=tmp_path, env=env)
+    assert test.returncode == 0, test.stderr
+    assert "COMMAND = ['python', 'agent.py']" in (tmp_path / "tests" / "incidents" / "test_sh.py").read_text()
+    ran = pytest_in(tmp_path, env, "tests/incidents")
+    assert ran.returncode == 0 and "1 passed" in ran.stdout, ran.stdout + ran.stderr
