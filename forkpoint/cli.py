@@ -543,7 +543,8 @@ def replay(
 @_store_opt
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
 def diff_cmd(a: str, b: str, store: str | None, as_json: bool) -> None:
-    """Align two sessions call by call; name the first divergence. Exit 0 when equivalent."""
+    """Align two sessions call by call; name the first divergence. Exit 0 when equivalent, 1 when
+    they differ."""
     from .diff import diff_sessions, render_diff
     from .log import json_text
     from .show import terminal

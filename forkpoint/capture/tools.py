@@ -249,7 +249,7 @@ def _unrecordable(name: str, value: Any, exc: Exception) -> UnrecordedResult:
     how = (
         "To record it, return a value that does not contain itself"
         if kind == "(cycle)"
-        else f"To record it, register an encoder (with a decoder, a replay gives back a {short} again): "
+        else f"To record it, register an encoder (with a decoder, a replay gives back {short} objects again): "
         f"forkpoint.register_encoder({short}, to_json, decode=from_json)"
     )
     _say(
