@@ -417,7 +417,7 @@ class Lacks:
         self.tools: set[str] = set()
         self.lost: list[tuple[int | None, str, str]] = []  # (seq, tool, type of the result)
         self.seqs: list[int | None] = []
-        #: Tools asked for that a recording process had wrappers for (:data:`runtime.wrapped_tools`).
+        #: Tools asked for that a recording process had wrappers for (:func:`runtime.wrapped_tools`).
         self.wrapped: set[str] = set()
 
     def answered(self, found: Mapping[str, Any], seq: int | None) -> None:
@@ -461,7 +461,7 @@ class Lacks:
         }
 
     def _wrapped(self) -> set[str]:
-        return self.wrapped | {n for n in self.asked_for if n in runtime.wrapped_tools}
+        return self.wrapped | (self.asked_for.keys() & runtime.wrapped_tools())
 
     @classmethod
     def merged(cls, tallies: Iterable[Mapping[str, Any]], calls: int) -> Lacks | None:

@@ -126,10 +126,16 @@ http_recorded_above: contextvars.ContextVar[bool] = contextvars.ContextVar(
 )
 
 
-#: The names of the tools this process has wrappers for (``@forkpoint.tool``, ``--tool`` targets),
-#: called or not: a recording's warnings tell a tool the program never called from one forkpoint
-#: never saw.
-wrapped_tools: set[str] = set()
+#: The tool wrappers of this process (``@forkpoint.tool``, ``--tool`` targets), held weakly: what
+#: :func:`wrapped_tools` names.
+tool_wrappers: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def wrapped_tools() -> set[str]:
+    """The names of the tools this process has wrappers for, called or not: a recording's warnings
+    tell a tool the program never called from one forkpoint never saw."""
+    return {str(getattr(w, "__forkpoint_tool__", "")) for w in list(tool_wrappers)}
+
 
 _sent_lock = threading.Lock()
 _sent_counters: weakref.WeakKeyDictionary[Any, Iterator[int]] = weakref.WeakKeyDictionary()

@@ -658,7 +658,6 @@ def tool(fn: Callable[..., Any] | None = None, *, name: str | None = None) -> An
 def wrapped(fn: Callable[..., Any], tool_name: str, on: Callable[[], bool] | None = None) -> Any:
     """The tool wrapper of ``fn`` (see :func:`tool`); with ``on``, it records only while ``on()`` is
     true (a ``--tool`` target, enabled per test by the pytest plugin: :mod:`.targets`)."""
-    runtime.wrapped_tools.add(tool_name)
 
     def off() -> bool:
         return runtime.active() is None or (on is not None and not on())
@@ -717,4 +716,5 @@ def wrapped(fn: Callable[..., Any], tool_name: str, on: Callable[[], bool] | Non
             return through(args, kwargs)
 
     wrapper.__forkpoint_tool__ = tool_name
+    runtime.tool_wrappers.add(wrapper)
     return wrapper

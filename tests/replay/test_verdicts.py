@@ -434,7 +434,7 @@ def test_a_tool_the_program_never_called_is_not_said_to_need_naming(
     from forkpoint.record import Lacks
 
     tally, expected = rec.lacks.to_json(), rec.lacks.warnings()
-    monkeypatch.setattr(runtime, "wrapped_tools", set())  # (as in forkpoint record's own process)
+    monkeypatch.setattr(runtime, "wrapped_tools", set)  # (as in forkpoint record's own process)
     merged = Lacks.merged([tally], 2)
     assert merged is not None and merged.warnings() == expected
 
