@@ -38,12 +38,15 @@ class Answer(NamedTuple):
 
 class Endpoint(NamedTuple):
     """A known telemetry or metadata endpoint: the host (a suffix of the request's host, ``""`` for
-    any host), a path pattern (regular expression, searched), and the neutral answer on replay."""
+    any host), a path pattern (regular expression, searched), the neutral answer on replay, and the
+    one method it takes (None: any; an endpoint of any host is taken for telemetry only when its
+    method is the exporter's, so that an application's ``GET /api/v1/logs`` is not)."""
 
     name: str
     host: str
     path: str
     answer: Answer
+    method: str | None = None
 
 
 _ACCEPTED = Answer(200, "application/json", {})
@@ -52,7 +55,7 @@ _EMPTY = Answer(204, None, None)
 #: The telemetry and metadata endpoints of the frameworks forkpoint supports (first match wins).
 TELEMETRY: tuple[Endpoint, ...] = (
     # OpenAI Agents SDK: BackendSpanExporter posts spans; any status below 300 is success.
-    Endpoint("openai-agents traces", "", r"/v1/traces/ingest$", _EMPTY),
+    Endpoint("openai-agents traces", "", r"/v1/traces/ingest$", _EMPTY, "POST"),
     # litellm fetches its model price list at import; a failed fetch makes it load its bundled copy.
     Endpoint(
         "litellm model prices",
@@ -68,8 +71,8 @@ TELEMETRY: tuple[Endpoint, ...] = (
     Endpoint("posthog", "posthog.com", r"", Answer(200, "application/json", {"status": 1})),
     Endpoint("sentry", "sentry.io", r"/envelope/?$|/store/?$", _ACCEPTED),
     Endpoint("huggingface telemetry", "huggingface.co", r"^/api/telemetry", _ACCEPTED),
-    # Any OTLP/HTTP export (opentelemetry.io/docs/specs/otlp/#otlphttp): an empty success.
-    Endpoint("otlp export", "", r"^(/[^/]+)*/v1/(traces|metrics|logs)$", Answer(200, None, None)),
+    # Any OTLP/HTTP export (opentelemetry.io/docs/specs/otlp/#otlphttp: always a POST): an empty success.
+    Endpoint("otlp export", "", r"^(/[^/]+)*/v1/(traces|metrics|logs)$", Answer(200, None, None), "POST"),
 )
 
 
@@ -83,11 +86,13 @@ def _host(url: object) -> tuple[str, str]:
         return "", ""
 
 
-def telemetry_endpoint(url: str) -> Endpoint | None:
-    """The known telemetry or metadata endpoint ``url`` is at, or None."""
+def telemetry_endpoint(method: str, url: str) -> Endpoint | None:
+    """The known telemetry or metadata endpoint a ``method`` request to ``url`` is at, or None."""
     host, path = _host(url)
     for e in TELEMETRY:
         if e.host and not (host == e.host or host.endswith("." + e.host)):
+            continue
+        if e.method is not None and method.upper() != e.method:
             continue
         if re.search(e.path, path):
             return e

@@ -29,7 +29,7 @@ from forkpoint import Divergence
 from forkpoint.providers import classify, kinds
 from forkpoint.replay import summary_line
 from forkpoint.show import render
-from tests.modelserver import LocalServer, Reply
+from tests.modelserver import LocalServer, Reply, json_reply
 
 
 def _chat(base: str, text: str) -> str:
@@ -47,6 +47,9 @@ def test_classification() -> None:
     assert classify("GET", prices, None) == "telemetry"
     assert classify("POST", "https://os-api.agno.com/telemetry/runs", {}) == "telemetry"
     assert classify("POST", "http://127.0.0.1:4318/v1/traces", None) == "telemetry"
+    # An application's own API with such a path is no exporter (OTLP/HTTP only ever POSTs).
+    assert classify("GET", "http://127.0.0.1:9/api/v1/logs?service=checkout", None) == "http"
+    assert classify("GET", "http://127.0.0.1:9/v1/traces/ingest", None) == "http"
     assert (
         classify("POST", "http://127.0.0.1:9/mcp", {"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
         == "mcp"
@@ -93,6 +96,25 @@ def test_telemetry_is_answered_aside_and_never_counts(server: LocalServer, store
     )
     assert report["aside"]["served"] == 2 and len(report["aside"]["answered"]) == 2
     assert "2 served from the recording, 2 answered neutrally" in summary_line(report)
+
+
+def test_an_applications_logs_api_is_replayed_as_http_not_answered_as_telemetry(
+    server: LocalServer, store: Path
+) -> None:
+    """``GET /api/v1/logs`` on any host was taken for an OTLP export: a search the recording did not
+    have got an invented empty 200, and the replay said "replay ok"."""
+    server.route("/api/v1/logs", lambda r: json_reply({"lines": [f"ERROR in {r['query']}"]}))
+
+    def search(service: str) -> Any:
+        return httpx.get(server.url + "/api/v1/logs", params={"service": service}).json()
+
+    with forkpoint.record(store=store) as rec:
+        live = search("checkout")
+    with forkpoint.replay(rec.session_path) as rp:
+        assert search("checkout") == live
+    assert rp.report()["matched"] == 1 and rp.report()["reproduced"]
+    with pytest.raises(forkpoint.Divergence), forkpoint.replay(rec.session_path):
+        search("payments")
 
 
 def test_model_numbering_and_overrides_count_model_calls_only(server: LocalServer, store: Path) -> None:
