@@ -61,12 +61,27 @@ def parse_body(
     if json_ok and ("json" in ctype or head in (b"{", b"[")):
         try:
             return "json", loads(data)
-        except orjson.JSONDecodeError:
+        except (orjson.JSONDecodeError, RecursionError):  # (Python's json, on a deep body of long ints)
             pass
     try:
         return "text", data.decode("utf-8")
     except UnicodeDecodeError:
         return "bytes", data
+
+
+def scrubbed_body(
+    data: bytes, content_type: str, *, json_ok: bool = True, loads: Callable[[bytes], Any] = loads_exact
+) -> tuple[str, Any]:
+    """:func:`parse_body`, then :func:`scrub_body` of what it parsed: ``(kind, scrubbed body)``. A JSON
+    body nested deeper than the scrubber's walk can go (``[`` * 500) is kept as text, as it came:
+    recording it must not raise into the program that received it."""
+    kind, body = parse_body(data, content_type, json_ok=json_ok, loads=loads)
+    if kind == "json":
+        try:
+            return kind, scrub_body(kind, body, parsed=True)
+        except RecursionError:
+            kind, body = parse_body(data, content_type, json_ok=False)
+    return kind, scrub_body(kind, body, parsed=True)
 
 
 def body_bytes(kind: str, body: Any) -> bytes:

@@ -54,8 +54,7 @@ from .decoding import (
     header,
     header_values,
     own_decoder,
-    parse_body,
-    scrub_body,
+    scrubbed_body,
     text_or_bytes,
 )
 
@@ -100,7 +99,7 @@ def request_record(
             pairs = [(k, v) for k, v in pairs if k.lower() != "content-encoding"]
     # (an agent resends its conversation: the body is parsed by what it adds to the last one)
     endpoint = f"{method} {url}"
-    kind, body = parse_body(
+    kind, body = scrubbed_body(
         content,
         header(pairs, "content-type"),
         loads=lambda data: resent.loads(data, endpoint, runtime.active()),
@@ -110,7 +109,7 @@ def request_record(
         "url": scrub_url(url),
         "headers": scrub_headers(pairs),
         "body_kind": kind,
-        "body": scrub_body(kind, body, parsed=True),
+        "body": body,
     }
     return cast(HttpRequest, current_scrubber().http_record(record))
 
@@ -241,9 +240,8 @@ class Exchange:
             out["chunks"] = [[t, text_or_bytes(c)] for t, c in zip(times, chunks, strict=True) if c]
         else:
             # A body still under its coding is kept as text or bytes, never re-serialized JSON.
-            kind, body = parse_body(b"".join(chunks), ctype, json_ok=not encoded)
+            kind, out["body"] = scrubbed_body(b"".join(chunks), ctype, json_ok=not encoded)
             out["body_kind"] = cast(Any, kind)
-            out["body"] = scrub_body(kind, body, parsed=True)
         out["ended"] = cast(Any, ended)
         if eventstream.is_event_stream(ctype) and not encoded:
             # Only each message's payload was scrubbed here (its headers were not): the writer's

@@ -293,26 +293,33 @@ class _ToolCall:
         rt = rt or runtime.active()
         if rt is None:
             return
-        event: ToolCallEvent = {
-            "type": "tool_call",
-            "ts": self.ts,
-            "duration_ms": round((time.perf_counter() - self.t0) * 1000, 3),
-            "span_id": self.span_id,
-            "parent_span_id": self.parent or rt.root_span,
-            "tool": self.name,
-            "args": scrub_json(self.args),
-        }
-        if self.sent is not None:
-            event["sent"] = self.sent
-            event["finished"] = runtime.next_sent(rt)
-        if self.mcp is not None:
-            event["mcp"] = self.mcp
-        if error is not None:
-            event["error"] = _error_dict(error)
-        elif unrecorded is not None:
-            event["unrecorded"] = unrecorded
-        else:
-            event["result"] = scrub_json(result)
+        try:
+            event: ToolCallEvent = {
+                "type": "tool_call",
+                "ts": self.ts,
+                "duration_ms": round((time.perf_counter() - self.t0) * 1000, 3),
+                "span_id": self.span_id,
+                "parent_span_id": self.parent or rt.root_span,
+                "tool": self.name,
+                "args": scrub_json(self.args),
+            }
+            if self.sent is not None:
+                event["sent"] = self.sent
+                event["finished"] = runtime.next_sent(rt)
+            if self.mcp is not None:
+                event["mcp"] = self.mcp
+            if error is not None:
+                event["error"] = _error_dict(error)
+            elif unrecorded is not None:
+                event["unrecorded"] = unrecorded
+            else:
+                event["result"] = scrub_json(result)
+        except RecursionError:  # (the scrubber's walk, on arguments or a result nested ~500 deep)
+            _say(
+                f"the call of tool {self.name!r} could not be recorded: its arguments or result are nested "
+                "too deeply to store; it ran as usual, and a replay will stop at it"
+            )
+            return
         try:
             rt.tool_call_done(event)
         except SessionError as exc:  # the log cannot take it (closed at exit, disk full): the call goes on

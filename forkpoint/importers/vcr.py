@@ -36,7 +36,7 @@ from urllib.parse import urlsplit
 import orjson
 
 from .. import eventstream
-from ..capture.decoding import decoder, parse_body, scrub_body
+from ..capture.decoding import decoder, parse_body, scrub_body, scrubbed_body
 from ..capture.exchange import DROP_RESPONSE_HEADERS, STREAM_TYPES, aws_messages, header_text
 from ..errors import ImportFormatError
 from ..events import iso_time
@@ -206,9 +206,8 @@ def _response(rs: dict[str, Any]) -> dict[str, Any]:
         out["body_kind"] = "stream"
         out["chunks"] = [[0.0, _text_or_bytes(c)] for c in chunks if c]
     else:
-        kind, body = parse_body(data, ctype)
+        kind, out["body"] = scrubbed_body(data, ctype)
         out["body_kind"] = kind
-        out["body"] = scrub_body(kind, body, parsed=True)
     out["ended"] = "complete"
     return out
 

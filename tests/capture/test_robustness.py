@@ -1175,6 +1175,40 @@ def test_a_match_key_that_cannot_be_computed_stops_the_recording_not_the_agent(
     assert end is not None and "a key this test cannot compute" in str(end.get("incomplete")), end
 
 
+def test_json_nested_too_deep_to_scrub_is_recorded_as_text_not_raised_into_the_program(
+    store: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A body nested 500 deep (which Python's json reads) made the scrubber's walk raise
+    RecursionError from the program's own HTTP call, and a tool called with such a list raised
+    from the call: recording changed the live run."""
+    deep = b"[" * 500 + b"]" * 500
+
+    def fetch() -> bytes:
+        answer = httpx2.Response(200, content=deep, headers={"content-type": "application/json"})
+        with httpx2.Client(transport=httpx2.MockTransport(lambda _: answer)) as client:
+            got = client.post(
+                "http://127.0.0.1:9/deep", content=deep, headers={"content-type": "application/json"}
+            )
+            return got.content
+
+    @forkpoint.tool
+    def summarize(tree: Any) -> str:
+        return "ok"
+
+    tree: list[Any] = []
+    for _ in range(500):
+        tree = [tree]
+    with forkpoint.record(store=store) as rec:
+        assert fetch() == deep
+        assert summarize(tree) == "ok"
+    assert "could not be recorded: its arguments or result are nested too deeply" in capfd.readouterr().err
+    (call,) = Session.load(rec.session_path).by_type("model_call")
+    assert call["request"]["body_kind"] == call["response"]["body_kind"] == "text"
+    with forkpoint.replay(rec.session_path) as rp:
+        assert fetch() == deep
+    assert rp.report()["matched"] == 1
+
+
 def test_loads_exact_reads_integers_beyond_64_bits_exactly_and_all_else_as_orjson() -> None:
     from forkpoint.capture.decoding import loads_exact
 
