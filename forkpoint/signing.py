@@ -315,7 +315,7 @@ def require_trusted(path: Path, session_id: str, argv: list[str]) -> Signed:
     import shlex
 
     raise UntrustedSession(
-        f"session {session_id} is {signed.describe()}, so forkpoint will not run the command it "
+        f"session {session_id}: {signed.describe()}, so forkpoint will not run the command it "
         f"recorded:\n    {shlex.join(argv)}\nRead it; run it anyway with --trust, or give the command to run "
         f"after --. A teammate's key is trusted with: forkpoint keys "
         "trust KEY --name NAME"

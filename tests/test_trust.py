@@ -191,7 +191,7 @@ def test_replay_refuses_a_forged_recorded_command_before_anything_runs(tmp_path:
     assert str(mark) in str(refused.value)
     (path / SIGNATURE_NAME).unlink()
     assert signature(path, sid).state == "unsigned"
-    with pytest.raises(UntrustedSession, match="is not signed"):
+    with pytest.raises(UntrustedSession, match=": not signed, so forkpoint will not run"):
         replay_run(Session.load(path), quiet=True)
     assert not mark.exists()
 

@@ -742,7 +742,10 @@ class Replayer:
                 f"answer(s) to it were already served; the run asked once more than it did when recorded"
             )
         elif not unused:
-            reason = f"the recording has no {kind.replace('_', ' ')} left ({len(same_kind)} were recorded)"
+            reason = (
+                f"the recording has no {kind.replace('_', ' ')} left "
+                f"({len(same_kind)} {'was' if len(same_kind) == 1 else 'were'} recorded)"
+            )
         else:
             reason = "no recorded request has the same match key"
         where = what.get("endpoint") or what.get("name")
