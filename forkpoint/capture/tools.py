@@ -154,10 +154,12 @@ def _unplain(value: Any) -> Any:
     return value
 
 
-def _error_dict(exc: BaseException) -> ErrorRecord:
+def _error_dict(exc: BaseException, tool: str) -> ErrorRecord:
     """``{"type", "module", "message"}``, plus the exception's ``args`` (when they are JSON and not
-    just the message) and its JSON instance attributes (``attrs``, each on its own), so a custom
-    exception (``ApiError(429, "slow down")`` with ``.status``) comes back whole on replay."""
+    just the message) and its JSON instance attributes (``attrs``, each on its own; an ``OSError``'s
+    ``filename`` and ``filename2`` too), so a custom exception (``ApiError(429, "slow down")`` with
+    ``.status``) or a ``FileNotFoundError`` (its ``errno`` and ``filename``) comes back whole on
+    replay. An attribute with no JSON form is left out, and said (naming ``tool``)."""
     out = error_record(exc)
     out["message"] = scrub_text(out["message"])
     try:
@@ -167,15 +169,24 @@ def _error_dict(exc: BaseException) -> ErrorRecord:
     if args is not None and args != [out["message"]]:
         out["args"] = args
     attrs = {}
-    for key, value in getattr(exc, "__dict__", {}).items():
+    fields = dict(getattr(exc, "__dict__", {}))
+    if isinstance(exc, OSError):  # (attributes of the C type, not in __dict__)
+        fields.update((k, v) for k in ("filename", "filename2") if (v := getattr(exc, k, None)) is not None)
+    left: list[str] = []
+    for key, value in fields.items():
         if key.startswith("__"):
             continue
         try:
             attrs[key] = scrub_json(_plain(value))
         except TypeError:  # an attribute with no JSON form is left out, the others kept
-            continue
+            left.append(f"{key} ({type(value).__qualname__})")
     if attrs:
         out["attrs"] = attrs
+    if left:
+        _say(
+            f"tool {tool!r} raised {type(exc).__qualname__} with attributes forkpoint cannot store: "
+            f"{', '.join(left)}; a replay rebuilds it from its args and message only"
+        )
     return out
 
 
@@ -309,7 +320,7 @@ class _ToolCall:
             if self.mcp is not None:
                 event["mcp"] = self.mcp
             if error is not None:
-                event["error"] = _error_dict(error)
+                event["error"] = _error_dict(error, self.name)
             elif unrecorded is not None:
                 event["unrecorded"] = unrecorded
             else:
@@ -389,7 +400,7 @@ class _Items:
         if returned is not None:
             node["return"] = self._stored(returned)
         if error is not None:
-            node["raised"] = _error_dict(error)
+            node["raised"] = _error_dict(error, self.call.name)
         # Still open when the run ends: its runtime is finishing it (and may be inactive already).
         rt = self.rt if ended == "unfinished" else None
         if self.unrecorded is not None:

@@ -251,6 +251,50 @@ def test_custom_exceptions_come_back_whole(store: Path) -> None:
     assert errors[1]["attrs"] == {"reason": "robots.txt"}
 
 
+class RateLimited(Exception):
+    def __init__(self, retry_at: Any) -> None:
+        super().__init__("rate limited")
+        self.retry_at = retry_at
+
+
+def test_an_os_error_comes_back_with_its_errno_and_filename_and_a_lost_attribute_is_said(
+    tmp_path: Path, store: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A tool's ``open()`` of a missing file came back as a FileNotFoundError with errno and
+    filename None (an OSError keeps filename outside ``__dict__``), and an attribute with no JSON
+    form (a datetime) was left out without a word, "replay ok"."""
+    missing = str(tmp_path / "nonexistent" / "app.toml")
+
+    @forkpoint.tool
+    def read_config(path: str) -> str:
+        return Path(path).read_text()
+
+    @forkpoint.tool
+    def search(q: str) -> str:
+        raise RateLimited(time.gmtime(0))
+
+    def run() -> tuple[Any, ...]:
+        try:
+            read_config(missing)
+        except FileNotFoundError as exc:
+            got: tuple[Any, ...] = (exc.errno, exc.filename, str(exc))
+        with pytest.raises(RateLimited):
+            search("cats")
+        return got
+
+    with forkpoint.record(store=store) as rec:
+        live = run()
+    assert live[:2] == (2, missing)
+    said = " ".join(capfd.readouterr().err.split())
+    assert (
+        "tool 'search' raised RateLimited with attributes forkpoint cannot store: retry_at (struct_time)"
+        in said
+    )
+    assert "read_config" not in said
+    with forkpoint.replay(rec.session_path):
+        assert run() == live
+
+
 class PathErr(Exception):
     """A constructor with a default: called with the message alone it would mean something else."""
 
