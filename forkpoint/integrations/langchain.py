@@ -16,7 +16,9 @@ positional string input is ``$args``. ``result`` is what the model is sent, in a
 turns into the same ``ToolMessage`` again: JSON data as is; a message
 (``ToolMessage`` and the like) as ``{"$langchain_message": messages_to_dict form}``; content and
 artifact (``response_format="content_and_artifact"``) as ``{"$content_and_artifact": [c, a]}``
-(the artifact, which the model never sees, comes back in its JSON form: a date as its ISO text);
+(the artifact, which the model never sees, typed where it has typed parts, else in its JSON form);
+a value with typed parts (a date, a tuple, a ``Decimal``, a set) in forkpoint's typed form
+(:mod:`forkpoint.values`), so ``invoke`` returns the same value on replay;
 a LangGraph ``Command`` (a handoff, a state update; its messages, ``Send`` and tuples inside) as
 ``{"$langgraph_command": {graph, update, resume, goto}}``, rebuilt on replay; anything else as the
 text LangChain would send (its ``json.dumps``, else ``str``). A tool whose ``func`` is already a
@@ -34,7 +36,7 @@ from collections.abc import Callable, Iterator
 from types import ModuleType
 from typing import Any
 
-from .. import runtime
+from .. import runtime, values
 from ..errors import ToolResultError
 from .base import (
     Integration,
@@ -147,17 +149,22 @@ def _arguments(tool: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict
 
 def encode_output(tool: Any, output: Any) -> Any:
     """The JSON form of a tool body's return value from which LangChain builds the same model input
-    (and LangGraph the same state update). Raises :class:`~forkpoint.ToolResultError` for an output
-    object with no such form."""
+    (and LangGraph the same state update), and a caller of ``invoke`` gets the same value: a value
+    with typed parts (a date, a tuple, a ``Decimal``), an artifact too, is handed on as it is, for
+    the tool wrapper to store typed (:func:`forkpoint.values.encode`). Raises
+    :class:`~forkpoint.ToolResultError` for an output object with no such form."""
     if getattr(tool, "response_format", None) == "content_and_artifact" and isinstance(output, tuple):
         if len(output) == 2:
-            return {_PAIR: [encode_output(None, output[0]), jsonable(output[1])]}
+            return {_PAIR: [encode_output(None, output[0]), _typed(output[1], jsonable)]}
     if is_json(output):
         return output
     try:
         return _pack(output)  # messages, LangGraph commands, and containers of them
     except TypeError:
         pass
+    typed = _typed(output, None)
+    if typed is not None:
+        return typed
     from langchain_core.tools.base import ToolOutputMixin  # type: ignore[attr-defined]
 
     if isinstance(output, ToolOutputMixin):
@@ -170,6 +177,19 @@ def encode_output(tool: Any, output: Any) -> Any:
         return json.dumps(output, ensure_ascii=False)
     except Exception:
         return str(output)
+
+
+def _typed(value: Any, otherwise: Callable[[Any], Any] | None) -> Any:
+    """``value`` itself where forkpoint stores it typed (the tool wrapper stores what this module
+    hands it with :func:`forkpoint.values.encode`, and a replay rebuilds it), else
+    ``otherwise(value)`` (None without it)."""
+    if is_json(value):
+        return value
+    try:
+        values.encode(value)
+    except Exception:  # (no stored form: a type with no encoder)
+        return otherwise(value) if otherwise is not None else None
+    return value
 
 
 def _pack(value: Any) -> Any:
@@ -226,7 +246,7 @@ def decode_output(value: Any) -> Any:
     if isinstance(value, dict) and len(value) == 1 and _PAIR in value:
         pair = value[_PAIR]
         if isinstance(pair, list) and len(pair) == 2:
-            return decode_output(pair[0]), pair[1]
+            return decode_output(pair[0]), _unpack(pair[1])
     return _unpack(value)
 
 

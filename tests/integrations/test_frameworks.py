@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime
+import decimal
 import json
 import os
 import subprocess
@@ -48,7 +49,7 @@ from pydantic_ai.models.openai import OpenAIChatModel  # noqa: E402
 from pydantic_ai.providers.openai import OpenAIProvider  # noqa: E402
 
 import forkpoint  # noqa: E402
-from forkpoint import integrations  # noqa: E402
+from forkpoint import integrations, values  # noqa: E402
 from forkpoint.demo.server import ModelServer  # noqa: E402
 
 set_tracing_disabled(True)  # the Agents SDK would otherwise export traces over the network
@@ -488,7 +489,39 @@ def test_langchain_tool_shapes_replay_as_the_model_saw_them(tmp_path: Path) -> N
     assert [e["args"] for e in events] == [args for _, args in calls]  # no call_id
     assert events[1]["result"] == {"$content_and_artifact": ["2 hits for bug", {"hits": ["bug", "BUG"]}]}
     assert events[2]["error"]["type"] == "ToolException"
-    assert events[3]["result"] == str(Report("Oslo", (1, 2), datetime.date(2026, 1, 2)))
+    # (typed, so that a direct invoke gets the same value back, not the text the model was sent)
+    assert values.decode(events[3]["result"]) == Report("Oslo", (1, 2), datetime.date(2026, 1, 2))
+
+
+def test_a_langchain_tool_invoked_directly_returns_the_same_typed_value_on_replay(tmp_path: Path) -> None:
+    """A body's value with no JSON form was stored as the text LangChain sends the model: a direct
+    ``invoke`` got a dict with a date live and that dict's ``str`` on replay, and an artifact's date
+    came back as its ISO text, "replay ok"."""
+
+    @langchain_tool
+    def plain(sym: str) -> dict[str, Any]:
+        """A result with a date and a tuple."""
+        return {"at": datetime.date(2024, 1, 2), "px": (1, 2)}
+
+    @langchain_tool(response_format="content_and_artifact")
+    def quote(sym: str) -> tuple[str, dict[str, Any]]:
+        """A quote, its raw data as the artifact."""
+        return f"{sym} quoted", {
+            "at": datetime.datetime(2024, 1, 1, 9, 30),
+            "price": decimal.Decimal("101.25"),
+        }
+
+    def run() -> list[Any]:
+        msg = quote.invoke({"type": "tool_call", "name": "quote", "args": {"sym": "ACME"}, "id": "c1"})
+        return [plain.invoke({"sym": "X"}), msg.content, msg.artifact]
+
+    with forkpoint.record(store=tmp_path) as rec:
+        live = run()
+    assert live[0] == {"at": datetime.date(2024, 1, 2), "px": (1, 2)}
+    with forkpoint.replay(rec.session_path) as rp:
+        again = run()
+    assert again == live and type(again[0]["px"]) is tuple and type(again[2]["price"]) is decimal.Decimal
+    assert rp.report()["reproduced"]
 
 
 def test_integrations_call_through_when_inactive(workdir: Path) -> None:
