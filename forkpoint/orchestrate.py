@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
 
-from ._boot import NOT_STARTED_PREFIX, child_env, read_endings
+from ._boot import ENDING_PREFIX, NOT_STARTED_PREFIX, child_env, read_endings
 from .errors import CheckpointError, ForkpointError, SessionError, UsageError
 from .log import Session, read_json_text, to_json
 from .text import plural
@@ -191,6 +191,7 @@ def record_command(
             ).decode()
         code, out, _ = run_child(cmd, env, capture=capture, meanwhile=_ready_to_close)
         uncaught, session.incomplete, lacks = read_endings(Path(tmp))
+        reported = any(Path(tmp).glob(f"{ENDING_PREFIX}*"))
     session.end(code, uncaught=uncaught)
     where = session.close(quiet=quiet)  # index entry; upload to a remote store
     if not quiet:
@@ -199,6 +200,12 @@ def record_command(
             f"forkpoint: recorded session {session.session_id} ({plural(i.model_calls, 'model call')}, "
             f"{plural(i.tool_calls, 'tool call')}) in {where}"
         )
+        if not reported and not i.model_calls + i.tool_calls:
+            say(
+                "forkpoint: WARNING: no process of the command recorded anything or reported back: it ran no "
+                "Python that started forkpoint (python -I and -E ignore the PYTHONPATH that starts it; a "
+                "program that is not Python is not recorded), or each was killed before it could"
+            )
         # Each process's own tally, unless they do not account for every call (then read back).
         merged = Lacks.merged(lacks, i.model_calls + i.tool_calls)
         for warning in merged.warnings() if merged is not None else recording_warnings(session.path):

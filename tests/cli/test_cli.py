@@ -600,6 +600,25 @@ def test_a_refused_record_or_replay_writes_no_session_and_leaves_no_placeholder_
         assert ("forkpoint.replay()" in str(exc.value)) == (inner == "record")
 
 
+def test_a_recording_no_process_reported_back_to_says_so(tmp_path: Path) -> None:
+    """``python -I`` (or ``-E``) ignores the PYTHONPATH that starts forkpoint in the program: the
+    recording held nothing, and said nothing about it."""
+    store = str(tmp_path / "store")
+    for flags, warned in (["-I"], True), (["-E"], True), ([], False):
+        r = run(
+            [*FORKPOINT, "record", "--store", store, "--", sys.executable, *flags, "-c", "pass"],
+            tmp_path,
+            dict(os.environ),
+        )
+        assert r.returncode == 0, r.stderr
+        said = flat(r.stderr)
+        assert ("no process of the command recorded anything or reported back" in said) == warned, (
+            flags,
+            said,
+        )
+        assert ("python -I and -E ignore the PYTHONPATH" in said) == warned, said
+
+
 def test_call_site_is_the_agents_frame_even_when_installed_in_site_packages() -> None:
     """Modules are told apart by name: an agent living in site-packages (run with ``python -m``) is
     named, while runpy's frozen frames, the SDK and forkpoint are not."""
