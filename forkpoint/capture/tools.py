@@ -95,23 +95,47 @@ def to_json_value(value: Any) -> Any:
             raise TypeError(str(exc)) from None
 
 
-def _lenient(value: Any) -> Any:
-    """JSON form of an argument; values with none (a framework's context object) become their type."""
+def _lenient(value: Any, typed_only: list[type] | None = None) -> Any:
+    """JSON form of an argument; values with none (a framework's context object) become their type
+    (added to ``typed_only``)."""
     try:
         return to_json_value(value)
     except TypeError:
         if isinstance(value, dict):
-            return {str(k): _lenient(v) for k, v in value.items()}
+            return {str(k): _lenient(v, typed_only) for k, v in value.items()}
         if isinstance(value, list | tuple):
-            return [_lenient(v) for v in value]
+            return [_lenient(v, typed_only) for v in value]
+        if typed_only is not None:
+            typed_only.append(type(value))
         return {"$type": f"{type(value).__module__}.{type(value).__qualname__}"}
 
 
+#: (tool, parameter, class) already said to be kept as its type only (once per process).
+_said_typed: set[tuple[str, str, str]] = set()
+
+
+def _own_class(cls: type) -> bool:
+    """Whether ``cls`` is the program's own (``__main__``, or a module outside the interpreter's
+    library folders): a framework's or the standard library's context object is not."""
+    if cls.__module__ == "__main__":
+        return True
+    where = getattr(sys.modules.get(cls.__module__), "__file__", None)
+    if not where:
+        return False
+    import os
+    import sysconfig
+
+    libraries = {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    return not any(os.path.abspath(where).startswith(os.path.abspath(d) + os.sep) for d in libraries)
+
+
 def bind_call(
-    fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any]
+    fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any], tool: str | None = None
 ) -> tuple[dict[str, Any], frozenset[str]]:
     """The call's arguments by parameter name (defaults filled in, ``self``/``cls`` left out, each in its
-    JSON form), and the names among them whose value came from a default, not the caller."""
+    JSON form), and the names among them whose value came from a default, not the caller. With
+    ``tool`` (its name), an argument of the program's own class with no JSON form, kept as its type
+    only, is said once: calls that differ only in it are taken for the same call on replay."""
     try:
         sig = inspect.signature(fn)
         bound = sig.bind(*args, **kwargs)
@@ -124,7 +148,20 @@ def bind_call(
     first = next(iter(params), None)
     if first in ("self", "cls"):
         params.pop(first)
-    return {k: _lenient(v) for k, v in params.items()}, defaulted
+    out = {}
+    for k, v in params.items():
+        typed_only: list[type] = []
+        out[k] = _lenient(v, typed_only)
+        for cls in typed_only:
+            said = (str(tool), k, f"{cls.__module__}.{cls.__qualname__}")
+            if tool is not None and said not in _said_typed and _own_class(cls):
+                _said_typed.add(said)
+                _say(
+                    f"tool {tool!r}: argument {k!r} is a {said[2]}, which has no JSON form and is kept as its "
+                    "type only: on replay, calls that differ only in it are taken for the same call. To match "
+                    f"on it, register an encoder: forkpoint.register_encoder({cls.__qualname__}, to_json)"
+                )
+    return out, defaulted
 
 
 _BYTES = "$bytes"
@@ -681,7 +718,7 @@ def wrapped(fn: Callable[..., Any], tool_name: str, on: Callable[[], bool] | Non
         return runtime.active() is None or (on is not None and not on())
 
     def through(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        bound, defaulted = bind_call(fn, args, kwargs)
+        bound, defaulted = bind_call(fn, args, kwargs, tool_name)
         return call_tool(tool_name, bound, lambda: fn(*args, **kwargs), defaulted=defaulted)
 
     wrapper: Any
@@ -691,7 +728,7 @@ def wrapped(fn: Callable[..., Any], tool_name: str, on: Callable[[], bool] | Non
         async def wrapper(*args: Any, **kwargs: Any) -> Any:
             if off():
                 return await fn(*args, **kwargs)
-            bound, defaulted = bind_call(fn, args, kwargs)
+            bound, defaulted = bind_call(fn, args, kwargs, tool_name)
             return await acall_tool(tool_name, bound, lambda: fn(*args, **kwargs), defaulted=defaulted)
 
     elif inspect.isasyncgenfunction(fn):

@@ -612,3 +612,29 @@ def test_import_hook_on_an_already_imported_module(
     # A typo must not crash the program being recorded: it is reported on stderr instead.
     targets_mod.install_import_hook([f"{pkg}.mod:nope"])
     assert "has no nope" in capsys.readouterr().err
+
+
+class Query:
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+def test_an_argument_of_the_programs_own_class_kept_as_its_type_only_is_said_once(
+    store: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """An argument with no JSON form is kept as its type: ``search(Query("cats"))`` recorded and
+    ``search(Query("dogs"))`` replayed was served the cats' result, and nothing was said. A class
+    of the program's own is now said once, with how to match on it; a library's object (a lock,
+    a framework's context) is not."""
+    import threading
+
+    @forkpoint.tool
+    def search(q: Query, lock: Any = None) -> str:
+        return f"results for {q.text}"
+
+    with forkpoint.record(store=store):
+        search(Query("cats"), threading.Lock())
+        search(Query("birds"), threading.Lock())
+    said = " ".join(capfd.readouterr().err.split())
+    assert said.count("argument 'q' is a tests.capture.test_tools.Query, which has no JSON form") == 1, said
+    assert "forkpoint.register_encoder(Query, to_json)" in said and "'lock'" not in said, said
