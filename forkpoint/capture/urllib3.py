@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import re
 from types import ModuleType
 from typing import Any
 
@@ -94,6 +95,10 @@ def full_url(pool: Any, url: str) -> str:
     return f"{pool.scheme}://{host}:{pool.port}{url}" if pool.port else f"{pool.scheme}://{host}{url}"
 
 
+#: How urllib3's IncompleteRead says its counts (``str()`` and ``repr()`` alike).
+_INCOMPLETE = re.compile(r"IncompleteRead\((\d+) bytes read, (\d+) more expected\)")
+
+
 def _patch(mod: ModuleType) -> None:
     pool_cls = seam.find(mod, PATCHED[0][0])
     exceptions = importlib.import_module("urllib3.exceptions")
@@ -105,6 +110,9 @@ def _patch(mod: ModuleType) -> None:
         cls = getattr(exceptions, name, None)
         if not (isinstance(cls, type) and issubclass(cls, exceptions.HTTPError)):
             return None
+        counts = _INCOMPLETE.fullmatch(message) if cls is exceptions.IncompleteRead else None
+        if counts:  # (its str() reads its two counts, which a bare instance lacks)
+            return cls(int(counts[1]), int(counts[2]))
         return built(cls, message)
 
     def recorded(pool: Any, rt: runtime.Runtime, taken: Any, args: dict[str, Any]) -> Any:
@@ -165,7 +173,15 @@ def _patch(mod: ModuleType) -> None:
             data = guarded(fp_read, amt, read1=read1)
             fp = response._fp
             if (amt is None and not read1) or (amt != 0 and not data) or fp is None or fp.isclosed():
-                call.whole(b"")  # read to the end: written now
+                # Shorter than its Content-Length: urllib3 raises IncompleteRead once this read is
+                # counted, outside these hooks (requests: ChunkedEncodingError). That is the ending.
+                left = response.length_remaining
+                if response.enforce_content_length and left is not None and left - len(data) > 0:
+                    done = response._fp_bytes_read + len(data)
+                    call.error = exceptions.IncompleteRead(done, left - len(data))
+                    call.finish()
+                else:
+                    call.whole(b"")  # read to the end: written now
             return data
 
         def _update_chunk_length() -> None:

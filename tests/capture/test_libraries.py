@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import http.client
 import json
+import socket
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -226,6 +228,51 @@ def test_a_stream_cut_by_the_server_ends_the_same_way_on_replay(
         assert event["response"]["ended"] == "error"
     with forkpoint.replay(rec.session_path):
         assert read() == live
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_body_shorter_than_its_content_length_fails_on_replay_as_it_did_live(
+    stream: bool, store: Path
+) -> None:
+    """10 bytes of a Content-Length of 100, then the connection closed: requests raised
+    ChunkedEncodingError live (urllib3's IncompleteRead, raised after the last read), but the call
+    was recorded as a complete 200 and the replay handed over the 10 bytes, "replay ok"."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn:
+                conn.recv(65536)
+                conn.sendall(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 100\r\n\r\nonly ten b"
+                )
+                conn.shutdown(socket.SHUT_RDWR)
+
+    threading.Thread(target=serve, daemon=True).start()
+
+    def fetch() -> str:
+        try:
+            r = requests.get(f"http://127.0.0.1:{port}/file", stream=stream, timeout=5)
+            return repr(b"".join(r.iter_content(4)) if stream else r.content)
+        except requests.RequestException as exc:
+            return type(exc).__name__
+
+    try:
+        with forkpoint.record(store=store) as rec:
+            live = fetch()
+    finally:
+        listener.close()
+    assert live == "ChunkedEncodingError"
+    (event,) = forkpoint.Session.load(rec.session_path).by_type("model_call")
+    assert event["error"]["type"] == "IncompleteRead" and event["response"]["ended"] == "error"
+    with forkpoint.replay(rec.session_path) as rp:
+        assert fetch() == live
+    assert rp.report()["reproduced"]
 
 
 def test_urllib3_directly_preloaded_and_streamed(server: LocalServer, store: Path) -> None:
