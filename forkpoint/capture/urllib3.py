@@ -112,7 +112,8 @@ def _patch(mod: ModuleType) -> None:
             return None
         counts = _INCOMPLETE.fullmatch(message) if cls is exceptions.IncompleteRead else None
         if counts:  # (its str() reads its two counts, which a bare instance lacks)
-            return cls(int(counts[1]), int(counts[2]))
+            incomplete: BaseException = cls(int(counts[1]), int(counts[2]))
+            return incomplete
         return built(cls, message)
 
     def recorded(pool: Any, rt: runtime.Runtime, taken: Any, args: dict[str, Any]) -> Any:
