@@ -76,6 +76,8 @@ class HttpResponse(TypedDict, total=False):
     body: Any
     chunks: list[list[Any]]
     ended: Ended
+    #: The ``Content-Encoding`` codings the stored body was decoded from (its header removed).
+    decoded_from: list[str]
 
 
 class ToolCallSummary(TypedDict):

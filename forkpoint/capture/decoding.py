@@ -8,6 +8,7 @@ stored decoded (gzip embeds a timestamp: the encoded bytes differ at every run).
 
 from __future__ import annotations
 
+import gzip
 import json
 import zlib
 from collections.abc import Callable
@@ -183,6 +184,32 @@ def decode_with(
         return out
     except Exception:  # zlib.error, brotli.error, DecodingError…: the caller got the same failure
         return None
+
+
+def encoded(data: bytes, codings: list[str]) -> bytes | None:
+    """``data`` under the content ``codings``, in the order they were applied (a recorded body that
+    was decoded, served again to a client that decodes it itself: :mod:`.httpclient`), or None when
+    one of them cannot be applied here. The bytes need not be those received: they decode to them."""
+    for coding in codings:
+        if coding == "gzip":
+            data = gzip.compress(data, mtime=0)
+        elif coding == "deflate":
+            data = zlib.compress(data)
+        elif coding == "zstd":
+            try:
+                import zstandard
+            except ImportError:
+                return None
+            data = zstandard.ZstdCompressor().compress(data)
+        elif coding == "br":
+            try:
+                import brotli
+            except ImportError:
+                return None
+            data = brotli.compress(data)
+        elif coding != "identity":
+            return None
+    return data
 
 
 def decoder(encoding: str) -> Callable[[bytes], bytes] | None:

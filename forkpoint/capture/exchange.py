@@ -217,6 +217,7 @@ class Exchange:
         chunks = [c for _, c in self.raw]
         applied = codings(header_values(all_headers, "content-encoding"))
         encoded = False
+        decoded_from: list[str] = []
         if applied:
             decoded = decode_with(self.decoders, applied, chunks, final=ended == "complete")
             if decoded is None:  # not decodable here: keep the body as received, header and all
@@ -224,6 +225,7 @@ class Exchange:
             else:
                 chunks = decoded
                 headers = [(k, v) for k, v in headers if k.lower() != "content-encoding"]
+                decoded_from = applied
         ctype = header(all_headers, "content-type")
         if eventstream.is_event_stream(ctype) and not encoded:
             times, chunks = aws_messages(times, chunks)
@@ -243,6 +245,8 @@ class Exchange:
             kind, out["body"] = scrubbed_body(b"".join(chunks), ctype, json_ok=not encoded)
             out["body_kind"] = cast(Any, kind)
         out["ended"] = cast(Any, ended)
+        if decoded_from:  # (a client that decodes for itself gets it encoded again on replay)
+            out["decoded_from"] = decoded_from
         if eventstream.is_event_stream(ctype) and not encoded:
             # Only each message's payload was scrubbed here (its headers were not): the writer's
             # pass over the whole stream is the one that reads them.

@@ -28,7 +28,7 @@ from typing import Any
 
 from .. import runtime
 from . import seam
-from .decoding import own_decoder
+from .decoding import encoded, own_decoder
 from .exchange import (
     ChunkReader,
     Exchange,
@@ -218,6 +218,11 @@ def recorded_response(
     version = "HTTP/1.0" if resp.get("http_version") == "HTTP/1.0" else "HTTP/1.1"
     lines = [f"{version} {resp['status']} {resp.get('reason') or ''}".rstrip()]
     lines += [f"{k}: {v}" for k, v in resp.get("headers", [])]
+    # A body stored decoded goes to this client as it came, encoded (it decodes, or not, itself).
+    again = encoded(b"".join(chunks), list(resp.get("decoded_from") or [])) if whole else None
+    if again is not None and resp.get("decoded_from"):
+        chunks = [again]
+        lines.append(f"Content-Encoding: {', '.join(resp['decoded_from'])}")
     lines.append(f"Content-Length: {sum(map(len, chunks))}" if whole else "Transfer-Encoding: chunked")
     head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1", "replace")
     body = _framed(chunks, replayed(chunks, error, past_end(rt, event, position, chunks)), not whole)

@@ -6,6 +6,7 @@ a client forkpoint does not capture is named, never silently missing from the se
 from __future__ import annotations
 
 import asyncio
+import gzip
 import http.client
 import json
 import socket
@@ -272,6 +273,34 @@ def test_a_body_shorter_than_its_content_length_fails_on_replay_as_it_did_live(
     assert event["error"]["type"] == "IncompleteRead" and event["response"]["ended"] == "error"
     with forkpoint.replay(rec.session_path) as rp:
         assert fetch() == live
+    assert rp.report()["reproduced"]
+
+
+def test_a_gzip_body_the_client_does_not_decode_replays_encoded(server: LocalServer, store: Path) -> None:
+    """urllib (http.client) never decodes, nor urllib3 with ``decode_content=False``: the body is
+    stored decoded (readable, scrubbed), and a replay handed those clients the decoded bytes
+    without the header, so the program's own ``gzip.decompress`` failed. They get it encoded
+    again (bytes that decode to the same), with its Content-Encoding."""
+    url = server.url + "/x?kind=json&encoding=gzip"
+    pool = urllib3.PoolManager()
+
+    def run() -> list[Any]:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            plain = (r.headers["Content-Encoding"], json.loads(gzip.decompress(r.read()))["path"])
+        raw = pool.request("GET", url, decode_content=False)
+        decoded = pool.request("GET", url).json()["path"]
+        return [plain, json.loads(gzip.decompress(raw.data))["path"], decoded]
+
+    with forkpoint.record(store=store) as rec:
+        live = run()
+    server.stop()
+    assert live == [("gzip", "/x"), "/x", "/x"]
+    events = forkpoint.Session.load(rec.session_path).by_type("model_call")
+    assert all(
+        e["response"]["decoded_from"] == ["gzip"] and e["response"]["body"]["path"] == "/x" for e in events
+    )
+    with forkpoint.replay(rec.session_path) as rp:
+        assert run() == live
     assert rp.report()["reproduced"]
 
 
