@@ -112,6 +112,7 @@ class SessionWriter:
         self._last_hash = ""
         self._torn: dict[str, Any] | None = None
         self._close_torn = b""
+        self._ended = self._seen_open = False
         # The request-body lists (scrubbed, resolved) of this writer's recent model calls, for delta
         # encoding; newest first.
         self._recent: deque[tuple[int, dict[str, list[Any]]]] = deque(maxlen=_DELTA_WINDOW)
@@ -210,6 +211,11 @@ class SessionWriter:
         if size == self._known_size:
             return
         obj, end, ends_with_newline = _last_valid_line(self.log_path, size)
+        # Another process ended the session this writer saw open (a forked child that outlived the
+        # recording). A writer opened on an ended session may add to it, as before.
+        ended = obj.get("type") == "end"
+        self._ended = ended and self._seen_open
+        self._seen_open = self._seen_open or not ended
         self._last_seq = int(obj.get("seq", 0))
         self._last_hash = str(obj["hash"])
         self._known_size = size
@@ -289,6 +295,11 @@ class SessionWriter:
             fcntl.flock(self._fd, fcntl.LOCK_EX)
             try:
                 self._sync_tail()
+                if self._ended:
+                    raise SessionError(
+                        f"{self.log_path}: the session has ended (event seq {self._last_seq} is its end, written "
+                        "by another process): a process that outlived the recording cannot add to it"
+                    )
                 seq = self._last_seq + 1
                 if deltas:
                     _delta_encode(stored, deltas)
@@ -315,6 +326,7 @@ class SessionWriter:
                 if self.fsync == "event":
                     os.fdatasync(self._fd)
                 self._known_size = os.fstat(self._fd).st_size
+                self._seen_open = True
                 self._last_seq = seq
                 self._last_hash = line_obj["hash"]
                 if lists:  # (only once written: a refused event's seq is the next one's)

@@ -619,6 +619,49 @@ def test_a_recording_no_process_reported_back_to_says_so(tmp_path: Path) -> None
         assert ("python -I and -E ignore the PYTHONPATH" in said) == warned, said
 
 
+def test_a_forked_child_that_outlives_the_recording_does_not_append_after_its_end(tmp_path: Path) -> None:
+    """A child forked without exec that called a tool after ``forkpoint record`` had ended and signed
+    the session appended to it: ``verify`` then failed (the signature, and "no end event"), and a
+    replay refused the session. Its write is now refused, and said; the session stays whole."""
+    (tmp_path / "forkafter.py").write_text(
+        textwrap.dedent(
+            """
+            import os, time, forkpoint
+            from pathlib import Path
+
+            @forkpoint.tool
+            def t(x):
+                return x * 2
+
+            print("parent", t(1), flush=True)
+            if os.fork() == 0:
+                log = Path(os.environ["FORKPOINT_SESSION_LOG"])
+                for _ in range(200):  # until forkpoint record has ended the session
+                    if b'"type":"end"' in log.read_bytes():
+                        break
+                    time.sleep(0.05)
+                print("child", t(2), flush=True)
+                os._exit(0)
+            """
+        )
+    )
+    store = tmp_path / "store"
+    env = dict(os.environ)
+    r = run([*FORKPOINT, "record", "--store", str(store), "--name", "outlived", "--", sys.executable, "-c",
+             "import os, glob, runpy; os.environ['FORKPOINT_SESSION_LOG'] = glob.glob("
+             f"{str(store)!r} + '/' + os.environ['FORKPOINT_SESSION_ID'] + '/session.jsonl')[0]; "
+             "runpy.run_path('forkafter.py')"], tmp_path, env)  # fmt: skip
+    assert r.returncode == 0 and "parent 2" in r.stdout and "child 4" in r.stdout, r.stdout + r.stderr
+    said = flat(r.stderr)
+    assert (
+        "the session has ended" in said and "a process that outlived the recording cannot add to it" in said
+    )
+    v = run([*FORKPOINT, "verify", "--store", str(store), "outlived"], tmp_path, env)
+    assert v.returncode == 0 and "verify ok: 2 events" in v.stdout and "trusted" in v.stdout, (
+        v.stdout + v.stderr
+    )
+
+
 def test_call_site_is_the_agents_frame_even_when_installed_in_site_packages() -> None:
     """Modules are told apart by name: an agent living in site-packages (run with ``python -m``) is
     named, while runpy's frozen frames, the SDK and forkpoint are not."""
