@@ -107,12 +107,19 @@ _VOLATILE = compiled_later(
 )
 
 
+#: 2015-01-01 and 2050-01-01 in seconds since the epoch: a number between them, read as seconds,
+#: milliseconds, microseconds or nanoseconds, is taken for a clock reading.
+_CLOCK_FROM, _CLOCK_TO = 1_420_070_400, 2_524_608_000
+
+
 def volatile(value: Any) -> bool:
-    """Whether ``value`` is an id, a timestamp or a nonce (:data:`_VOLATILE`), not content."""
+    """Whether ``value`` is an id, a timestamp or a nonce (:data:`_VOLATILE`), not content. A
+    number is one only where it reads as a clock of these years (:data:`_CLOCK_FROM`): an amount of
+    1,000,000,000 or 9,999,999,999 is content, which any number of ten digits or more once was."""
     if isinstance(value, bool):
         return False
     if isinstance(value, int | float):
-        return abs(value) >= 1e9
+        return any(_CLOCK_FROM <= abs(value) / unit < _CLOCK_TO for unit in (1, 1e3, 1e6, 1e9))
     return isinstance(value, str) and bool(_VOLATILE.match(value))
 
 

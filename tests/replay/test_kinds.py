@@ -146,6 +146,30 @@ def test_show_tells_kinds_apart(server: LocalServer, store: Path, capsys: pytest
     assert "http    GET /lookup  → 200" in out
 
 
+def test_an_amount_is_no_id_however_many_digits_it_has(server: LocalServer, store: Path) -> None:
+    """Any number of ten digits or more was taken for an id: a transfer of 9,999,999,999 cents was
+    served the recorded transfer of 1,000,000,000 ("replay ok"). A number is one only where it reads
+    as a clock of these years (seconds, milliseconds, microseconds or nanoseconds)."""
+    from forkpoint.replay.replayer import volatile
+
+    assert volatile(time.time()) and volatile(time.time_ns()) and volatile(int(time.time() * 1000))
+    assert not volatile(1_000_000_000) and not volatile(9_999_999_999) and not volatile(True)
+
+    def pay(cents: int) -> Any:
+        body = {"cents": cents, "ts": time.time()}
+        return requests.post(server.url + "/pay", json=body, timeout=5).json()["path"]
+
+    with forkpoint.record(store=store) as rec:
+        pay(1_000_000_000)
+    server.stop()
+    with forkpoint.replay(rec.session_path) as rp:
+        assert pay(1_000_000_000) == "/pay"  # (the clock reading still differs only as an id)
+    assert rp.report()["reproduced"] and len(rp.report()["id_drift"]) == 1
+    with pytest.raises(Divergence) as exc, forkpoint.replay(rec.session_path):
+        pay(9_999_999_999)
+    assert "$.body.cents: 1000000000 → 9999999999" in str(exc.value), str(exc.value)
+
+
 def test_plain_http_differing_only_in_ids_is_reported_unless_strict(server: LocalServer, store: Path) -> None:
     def run() -> Any:
         body = {"request_id": str(uuid.uuid4()), "ts": time.time(), "query": "weather in Paris"}
