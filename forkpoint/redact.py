@@ -107,8 +107,17 @@ SECRET_QUERY_PARAMS: frozenset[str] = frozenset(
     }
 )
 
+#: Keys ending in ``token`` that name no credential: a tokenizer's special tokens (``eos_token``:
+#: ``"</s>"``) and pagination cursors (``next_page_token``, ``nextPageToken``). Scrubbed, a replay
+#: handed the program placeholders for them.
+NOT_SECRET_TOKENS: tuple[str, ...] = (
+    "eos_token", "bos_token", "pad_token", "unk_token", "sep_token", "cls_token", "mask_token",
+    "page_token", "pagetoken",
+)  # fmt: skip
+
 #: JSON object keys (compared lower-case, ``-`` read as ``_``) whose string values are credentials:
-#: keys ending in one of these. A key that is just ``token`` is not one (logprobs have ``token``).
+#: keys ending in one of these. A key that is just ``token`` is not one (logprobs have ``token``),
+#: nor one of :data:`NOT_SECRET_TOKENS`.
 SECRET_KEY_SUFFIXES: tuple[str, ...] = (
     "password",
     "passwd",
@@ -127,8 +136,10 @@ SECRET_KEY_SUFFIXES: tuple[str, ...] = (
 
 _FIELD_WORDS = (
     r"(?i:password|passwd|passphrase|secret|api[_\-]?key|apikey|access[_\-]?key|private[_\-]?key"
-    r"|credentials?|authorization|(?<=[A-Za-z0-9_.\-])token)"
-)
+    r"|credentials?|authorization|(?<=[A-Za-z0-9_.\-])"
+    + "".join(f"(?<!{w})" for w in ("eos_", "bos_", "pad_", "unk_", "sep_", "cls_", "mask_", "page_", "page"))
+    + r"token)"
+)  # fmt: skip (NOT_SECRET_TOKENS as the text pattern says it)
 _VALUE_END = r"(?=[\s\"'#;&,)\]}\\]|$)"  # a backslash: "\n" in JSON-escaped text ends a line
 
 #: Built-in secret shapes: (kind, anchors, pattern). Every match starts at an occurrence of one of
@@ -842,7 +853,9 @@ class Scrubber:
         hit = self._key_cache.get(key)
         if hit is None:
             k = key.lower().replace("-", "_")
-            hit = k.endswith(SECRET_KEY_SUFFIXES) or (k.endswith("token") and len(k) > 5)
+            hit = k.endswith(SECRET_KEY_SUFFIXES) or (
+                k.endswith("token") and len(k) > 5 and not k.endswith(NOT_SECRET_TOKENS)
+            )
             if len(self._key_cache) < 10_000:
                 self._key_cache[key] = hit
         return hit

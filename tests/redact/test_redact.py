@@ -621,3 +621,22 @@ def test_items_taken_over_from_a_list_kept_as_given_stay_the_callers() -> None:
     first[0]["text"] = f"key {secret}".ljust(len(first[0]["text"]))  # the caller changes its own
     out = s.json(orjson.loads(orjson.dumps([*_BIG, {"id": -1}, {"id": -2}])))
     assert secret not in orjson.dumps(out).decode()
+
+
+def test_a_tokenizers_special_tokens_and_pagination_cursors_are_not_credentials() -> None:
+    """Every key ending in ``token`` was taken for a credential: a tool's ``{"eos_token": "</s>"}``
+    or an API's ``nextPageToken`` came back on replay as placeholders, "replay ok"."""
+    data = {
+        "eos_token": "</s>", "pad_token": "<pad>", "next_page_token": "p2-abc123", "nextPageToken": "CAoQAA",
+        "refresh_token": "abcdefgh12345678", "id_token": "eyJabc.def.ghi", "access_token": "zzzzzzzzzz",
+    }  # fmt: skip
+    out = scrub_json(data)
+    assert {k: out[k] for k in ("eos_token", "pad_token", "next_page_token", "nextPageToken")} == {
+        k: data[k] for k in ("eos_token", "pad_token", "next_page_token", "nextPageToken")
+    }
+    assert all(
+        out[k].startswith("[REDACTED:secret-field:") for k in ("refresh_token", "id_token", "access_token")
+    )
+    text = scrub_text('{"eos_token": "</s>", "nextPageToken": "p2-abc123", "refresh_token": "abcdefgh1234"}')
+    assert '"eos_token": "</s>"' in text and '"nextPageToken": "p2-abc123"' in text
+    assert '"refresh_token": "[REDACTED:secret-field:' in text
