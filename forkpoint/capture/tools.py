@@ -707,6 +707,9 @@ def tool(fn: Callable[..., Any] | None = None, *, name: str | None = None) -> An
     """
     if fn is None:
         return lambda f: tool(f, name=name)
+    if isinstance(fn, staticmethod | classmethod):  # (written above @staticmethod: wrap what it holds)
+        inner = fn.__func__
+        return type(fn)(wrapped(inner, str(name or getattr(inner, "__name__", "tool"))))
     return wrapped(fn, str(name or getattr(fn, "__name__", "tool")))
 
 

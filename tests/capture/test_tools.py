@@ -638,3 +638,31 @@ def test_an_argument_of_the_programs_own_class_kept_as_its_type_only_is_said_onc
     said = " ".join(capfd.readouterr().err.split())
     assert said.count("argument 'q' is a tests.capture.test_tools.Query, which has no JSON form") == 1, said
     assert "forkpoint.register_encoder(Query, to_json)" in said and "'lock'" not in said, said
+
+
+def test_a_tool_written_above_staticmethod_or_classmethod_records_and_replays(store: Path) -> None:
+    """``@forkpoint.tool`` over ``@staticmethod`` or ``@classmethod`` raised a raw TypeError."""
+    ran: list[str] = []
+
+    class Shell:
+        @forkpoint.tool
+        @staticmethod
+        def ls(path: str) -> str:
+            ran.append(path)
+            return "listing " + path
+
+        @forkpoint.tool
+        @classmethod
+        def kind(cls, x: int) -> str:
+            ran.append(str(x))
+            return f"{cls.__name__}{x}"
+
+    def run() -> list[str]:
+        return [Shell.ls("/etc"), Shell().ls("/usr"), Shell.kind(1)]
+
+    with forkpoint.record(store=store) as rec:
+        live = run()
+    assert live == ["listing /etc", "listing /usr", "Shell1"] and len(ran) == 3
+    with forkpoint.replay(rec.session_path) as rp:
+        assert run() == live
+    assert len(ran) == 3 and rp.report()["matched"] == 3
