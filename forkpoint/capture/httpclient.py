@@ -219,10 +219,11 @@ def recorded_response(
     lines = [f"{version} {resp['status']} {resp.get('reason') or ''}".rstrip()]
     lines += [f"{k}: {v}" for k, v in resp.get("headers", [])]
     # A body stored decoded goes to this client as it came, encoded (it decodes, or not, itself).
-    again = encoded(b"".join(chunks), list(resp.get("decoded_from") or [])) if whole else None
-    if again is not None and resp.get("decoded_from"):
+    codings = list(resp.get("decoded_from") or []) if whole else []
+    again = encoded(b"".join(chunks), codings) if codings else None
+    if again is not None:
         chunks = [again]
-        lines.append(f"Content-Encoding: {', '.join(resp['decoded_from'])}")
+        lines.append(f"Content-Encoding: {', '.join(codings)}")
     lines.append(f"Content-Length: {sum(map(len, chunks))}" if whole else "Transfer-Encoding: chunked")
     head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1", "replace")
     body = _framed(chunks, replayed(chunks, error, past_end(rt, event, position, chunks)), not whole)
