@@ -254,7 +254,8 @@ def test_a_body_shorter_than_its_content_length_fails_on_replay_as_it_did_live(
                 )
                 conn.shutdown(socket.SHUT_RDWR)
 
-    threading.Thread(target=serve, daemon=True).start()
+    serving = threading.Thread(target=serve, daemon=True)
+    serving.start()
 
     def fetch() -> str:
         try:
@@ -267,7 +268,9 @@ def test_a_body_shorter_than_its_content_length_fails_on_replay_as_it_did_live(
         with forkpoint.record(store=store) as rec:
             live = fetch()
     finally:
+        listener.shutdown(socket.SHUT_RDWR)  # (wakes the accept: close alone leaves it blocked)
         listener.close()
+        serving.join(5)
     assert live == "ChunkedEncodingError"
     (event,) = forkpoint.Session.load(rec.session_path).by_type("model_call")
     assert event["error"]["type"] == "IncompleteRead" and event["response"]["ended"] == "error"
