@@ -301,16 +301,18 @@ def _watch_uncaught(note: Callable[[ErrorRecord], None]) -> None:
     sys.excepthook = hook
 
 
-def read_endings(folder: Path) -> tuple[list[ErrorRecord], str | None, list[dict[str, Any]]]:
+def read_endings(folder: Path) -> tuple[list[ErrorRecord], str | None, list[dict[str, Any]], int]:
     """What the recording processes wrote to ``folder`` (``ending-<pid>.json``) as they exited: the
     uncaught exceptions that ended them; why recording stopped early in any of them (a failed write:
-    :attr:`forkpoint.record.Recorder.failure`), or None; and each recorder's tally of what the
-    recording lacks (:meth:`forkpoint.record.Lacks.to_json`). (A tuple, not a NamedTuple: this
-    module is imported at every bootstrapped start, and making one costs a millisecond.)"""
+    :attr:`forkpoint.record.Recorder.failure`), or None; each recorder's tally of what the
+    recording lacks (:meth:`forkpoint.record.Lacks.to_json`); and how many processes reported. (A
+    tuple, not a NamedTuple: this module is imported at every bootstrapped start, and making one
+    costs a millisecond.)"""
     out: list[ErrorRecord] = []
     failures: list[str] = []
     lacks: list[dict[str, Any]] = []
-    for path in sorted(folder.glob(f"{ENDING_PREFIX}*.json")):
+    endings = sorted(folder.glob(f"{ENDING_PREFIX}*.json"))
+    for path in endings:
         try:
             doc = json.loads(path.read_text())
             out.extend(doc.get("uncaught") or [])
@@ -319,7 +321,7 @@ def read_endings(folder: Path) -> tuple[list[ErrorRecord], str | None, list[dict
                 failures.append(f"process {path.stem[len(ENDING_PREFIX) :]}: {doc['incomplete']}")
         except (OSError, ValueError, AttributeError):  # a process killed while writing it
             continue
-    return out, "; ".join(failures) or None, lacks
+    return out, "; ".join(failures) or None, lacks, len(endings)
 
 
 def _quiet_divergence_tracebacks() -> None:

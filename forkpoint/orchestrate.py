@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
 
-from ._boot import ENDING_PREFIX, NOT_STARTED_PREFIX, child_env, read_endings
+from ._boot import NOT_STARTED_PREFIX, child_env, read_endings
 from .errors import CheckpointError, ForkpointError, SessionError, UsageError
 from .log import Session, read_json_text, to_json
 from .text import plural
@@ -190,8 +190,7 @@ def record_command(
                 {"root": str(ws.root), "include_ignored": include_ignored}
             ).decode()
         code, out, _ = run_child(cmd, env, capture=capture, meanwhile=_ready_to_close)
-        uncaught, session.incomplete, lacks = read_endings(Path(tmp))
-        reported = any(Path(tmp).glob(f"{ENDING_PREFIX}*"))
+        uncaught, session.incomplete, lacks, reported = read_endings(Path(tmp))
     session.end(code, uncaught=uncaught)
     where = session.close(quiet=quiet)  # index entry; upload to a remote store
     if not quiet:

@@ -321,8 +321,8 @@ class Recorder:
     @contextlib.contextmanager
     def _guarded(self) -> Iterator[None]:
         """A write of the session that fails (a full disk, a store that went away, a value the log
-        or the match key cannot hold) never raises into the agent, whose SDK call or tool is on the stack: recording
-        stops, once, with a warning."""
+        or the match key cannot hold) never raises into the agent, whose SDK call or tool is on the
+        stack: recording stops, once, with a warning."""
         try:
             yield
         except Exception as exc:  # (an integer of more than 4,300 digits raised ValueError in the agent)

@@ -137,9 +137,9 @@ SECRET_KEY_SUFFIXES: tuple[str, ...] = (
 _FIELD_WORDS = (
     r"(?i:password|passwd|passphrase|secret|api[_\-]?key|apikey|access[_\-]?key|private[_\-]?key"
     r"|credentials?|authorization|(?<=[A-Za-z0-9_.\-])"
-    + "".join(f"(?<!{w})" for w in ("eos_", "bos_", "pad_", "unk_", "sep_", "cls_", "mask_", "page_", "page"))
+    + "".join(f"(?<!{w.removesuffix('token')})" for w in NOT_SECRET_TOKENS)  # (case-insensitive too)
     + r"token)"
-)  # fmt: skip (NOT_SECRET_TOKENS as the text pattern says it)
+)
 _VALUE_END = r"(?=[\s\"'#;&,)\]}\\]|$)"  # a backslash: "\n" in JSON-escaped text ends a line
 
 #: Built-in secret shapes: (kind, anchors, pattern). Every match starts at an occurrence of one of

@@ -110,8 +110,8 @@ def _lenient(value: Any, typed_only: list[type] | None = None) -> Any:
         return {"$type": f"{type(value).__module__}.{type(value).__qualname__}"}
 
 
-#: (tool, parameter, class) already said to be kept as its type only (once per process).
-_said_typed: set[tuple[str, str, str]] = set()
+#: (tool, parameter, class) of arguments kept as their type only, already looked at (once per process).
+_typed_seen: set[tuple[str, str, str]] = set()
 
 
 def _own_class(cls: type) -> bool:
@@ -149,15 +149,20 @@ def bind_call(
     if first in ("self", "cls"):
         params.pop(first)
     out = {}
+    typed_only: list[type] = []
     for k, v in params.items():
-        typed_only: list[type] = []
+        n = len(typed_only)
         out[k] = _lenient(v, typed_only)
-        for cls in typed_only:
-            said = (str(tool), k, f"{cls.__module__}.{cls.__qualname__}")
-            if tool is not None and said not in _said_typed and _own_class(cls):
-                _said_typed.add(said)
+        if tool is None:
+            continue
+        for cls in typed_only[n:]:
+            seen = (tool, k, f"{cls.__module__}.{cls.__qualname__}")
+            if seen in _typed_seen:
+                continue
+            _typed_seen.add(seen)
+            if _own_class(cls):
                 _say(
-                    f"tool {tool!r}: argument {k!r} is a {said[2]}, which has no JSON form and is kept as its "
+                    f"tool {tool!r}: argument {k!r} is a {seen[2]}, which has no JSON form and is kept as its "
                     "type only: on replay, calls that differ only in it are taken for the same call. To match "
                     f"on it, register an encoder: forkpoint.register_encoder({cls.__qualname__}, to_json)"
                 )

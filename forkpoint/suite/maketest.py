@@ -4,9 +4,10 @@ The session is copied as the test's cassette (``<into>/cassettes/<name>/``) and 
 ``<into>/test_<name>.py`` is written: its test runs the recorded Python command in the test's
 process (:func:`forkpoint.run_command`) under ``@pytest.mark.forkpoint(cassette=…)``, so the pytest
 plugin serves every model and tool call from the cassette, and asserts how the recorded run ended:
-its exit code, and the type of the exception that ended it uncaught (or that none did). A comment marks where the assertion the fix must satisfy goes, and how to re-record
-once the agent is fixed (``pytest --forkpoint-mode=record``: replayed up to the first call that
-changed, live after; ``docs/pytest.md``).
+its exit code, and the type of the exception that ended it uncaught (or that none did). A comment
+marks where the assertion the fix must satisfy goes, and how to re-record once the agent is fixed
+(``pytest --forkpoint-mode=record``: replayed up to the first call that changed, live after;
+``docs/pytest.md``).
 """
 
 from __future__ import annotations
@@ -91,7 +92,7 @@ def make_test(
         raise UsageError(f"{exc} (forkpoint make-test {session.id} -- python agent.py …)") from None
     if kind != "file" or not command[0].endswith(".py"):
         command = ["python", *command[1:]]  # this interpreter, whatever the recording's was
-    v = verify_session(session.path, git=False)
+    v = verify_session(session.path, git=False, values=False)  # (``session`` is loaded: its values read)
     if v.problems:
         raise SessionError(
             f"session {session.id} fails verification, so it may not be what was recorded: {v.problems[0]}"
