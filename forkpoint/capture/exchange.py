@@ -40,7 +40,15 @@ from typing import Any, cast
 
 from .. import eventstream, runtime
 from ..errors import RecordedError
-from ..events import ErrorRecord, HttpRequest, HttpResponse, ModelCallEvent, new_span_id, now_iso
+from ..events import (
+    ErrorRecord,
+    HttpRequest,
+    HttpResponse,
+    ModelCallEvent,
+    ToolCallEvent,
+    new_span_id,
+    now_iso,
+)
 from ..providers import stream_end_markers
 from ..redact import current as current_scrubber
 from ..redact import scrub_bytes, scrub_chunks, scrub_headers, scrub_stream, scrub_text, scrub_url
@@ -424,19 +432,27 @@ def built(cls: type[BaseException], message: str) -> BaseException:
 _CANCELLED = frozenset({("asyncio.exceptions", "CancelledError"), ("trio", "Cancelled")})
 
 
+def cancelled(error: ErrorRecord | None) -> bool:
+    """True for a recorded error that says the caller cancelled the call."""
+    return error is not None and (error["module"], error["type"]) in _CANCELLED
+
+
 def cancelled_by_caller(event: ModelCallEvent) -> bool:
-    """True for a recorded call that its caller cancelled before any answer came."""
-    error = event.get("error")
-    return (
-        event.get("response") is None and error is not None and (error["module"], error["type"]) in _CANCELLED
-    )
+    """True for a recorded model call that its caller cancelled before any answer came."""
+    return event.get("response") is None and cancelled(event.get("error"))
 
 
-async def await_cancellation(rt: runtime.Runtime, event: ModelCallEvent, position: int) -> None:
-    """Live, the caller gave up on this call before any answer came (its own timeout:
-    ``asyncio.wait_for``, ``anyio.fail_after``…). The replay waits as long as the live call lasted
-    (and a second more), so the caller's own timer fires again and it sees the same timeout; if
-    nothing cancels the call by then, the run went another way: a Divergence."""
+async def await_cancellation(
+    rt: runtime.Runtime,
+    event: ModelCallEvent | ToolCallEvent,
+    position: int,
+    *,
+    until: str = "any answer came",
+) -> None:
+    """Live, the caller gave up on this call (a model call or a tool's) before ``until`` (its own
+    timeout: ``asyncio.wait_for``, ``anyio.fail_after``…). The replay waits as long as the live
+    call lasted (and a second more), so the caller's own timer fires again and it sees the same
+    timeout; if nothing cancels the call by then, the run went another way: a Divergence."""
     recorded_ms = float(event.get("duration_ms") or 0)
     waited = recorded_ms / 1000 + 1.0
     try:
@@ -449,10 +465,10 @@ async def await_cancellation(rt: runtime.Runtime, event: ModelCallEvent, positio
         await asyncio.sleep(waited)
     raise cast(runtime.Serving, rt).diverged(
         event,
-        "model_call",
+        event["type"],
         position,
         f"the recorded caller cancelled this call after {recorded_ms:.0f} ms, "
-        f"before any answer came; in this run nothing cancelled it within {waited:.1f} s",
+        f"before {until}; in this run nothing cancelled it within {waited:.1f} s",
     )
 
 

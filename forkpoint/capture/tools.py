@@ -5,7 +5,8 @@ recording, each call runs the function and writes a ``tool_call`` event: name, a
 the signature, defaults filled in, in their JSON form: they are the match key), the result or the
 exception (type, module, message, args, attributes), duration, and when the call started and
 finished (``sent``, ``finished``). While replaying, the function body never runs: the recorded
-result is returned, or the recorded exception raised again.
+result is returned, or the recorded exception raised again: an exit (``sys.exit``, Ctrl-C) too, and
+a call the program cancelled (its own timeout) waits on replay to be cancelled again.
 
 **Results come back as what they were.** A result is stored by :func:`forkpoint.values.encode`:
 JSON data as is, and dataclasses, pydantic models, datetimes, decimals, UUIDs, enums, paths, bytes,
@@ -51,6 +52,7 @@ from .. import runtime, values
 from ..errors import RecordedToolError, SessionError, ToolResultError, UnrebuildableValue
 from ..events import ErrorRecord, McpCall, ToolCallEvent, UnrecordedResult, error_record, new_span_id, now_iso
 from ..redact import scrub_json, scrub_text
+from .exchange import await_cancellation, cancelled
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -246,7 +248,7 @@ def rebuild_exception(error: dict[str, Any]) -> BaseException:
     cls: Any = owner
     for part in name.split("."):
         cls = getattr(cls, part, None)
-    if not (isinstance(cls, type) and issubclass(cls, Exception)):
+    if not (isinstance(cls, type) and issubclass(cls, Exception | SystemExit | KeyboardInterrupt)):
         return RecordedToolError(name, module, message)
     args = _unplain(error["args"]) if isinstance(error.get("args"), list) else None
     attrs = _unplain(error["attrs"]) if isinstance(error.get("attrs"), dict) else {}
@@ -377,6 +379,21 @@ class _ToolCall:
             rt.tool_call_done(event)
         except SessionError as exc:  # the log cannot take it (closed at exit, disk full): the call goes on
             _say(f"the call of tool {self.name!r} could not be written to the session: {exc}")
+
+    def raised(self, exc: BaseException) -> None:
+        """Write the call that raised ``exc``: an exception, an exit (``sys.exit``, Ctrl-C) or the
+        task's cancellation (a timeout of the program's), each of which a replay gives back as it
+        came; anything else that is not an ``Exception`` is said not to be recorded."""
+        kind = type(exc)
+        if isinstance(exc, Exception | SystemExit | KeyboardInterrupt) or cancelled(
+            {"type": kind.__qualname__, "module": kind.__module__, "message": ""}
+        ):
+            self.write(error=exc)
+        else:
+            _say(
+                f"the call of tool {self.name!r} was interrupted by {kind.__module__}.{kind.__qualname__}: "
+                "it is not recorded, and a replay will stop at it"
+            )
 
     def returned(self, value: Any, encode: Callable[[Any], Any] | None) -> Any:
         """What the program gets for ``value`` (a generator is wrapped to record its items); a
@@ -573,6 +590,13 @@ class _Served:
         # came within that time then, and a run that does not ask for them went another way.
         self.timeout = max(TURN_WAIT_S, min(60.0, float(event.get("duration_ms") or 0) / 1000))
 
+    async def until_cancelled(self) -> None:
+        """Wait for the program to cancel the call, as it did live (:func:`.exchange.await_cancellation`)."""
+        try:
+            await await_cancellation(self.rt, self.event, self.position, until="it returned")
+        finally:  # (the calls that finished after it live are handed back after it is cancelled)
+            self.rt.release(self.event)
+
     def wait(self) -> None:
         if self.generator is None:
             self.rt.wait_turn(self.event, self.timeout)
@@ -659,8 +683,8 @@ def call_tool(
     try:
         with call.running():
             result = body()
-    except Exception as exc:  # cancelled or exiting (a BaseException) is not recorded
-        call.write(error=exc)
+    except BaseException as exc:
+        call.raised(exc)
         raise
     finally:
         runtime.running_live_tool.reset(live)
@@ -682,14 +706,16 @@ async def acall_tool(
         return await body()
     if rt.mode == "replay" and (served := _replayed(rt, name, args, defaulted)) is not None:
         await served.await_turn()
+        if cancelled(served.event.get("error")):
+            await served.until_cancelled()
         return served.value()
     call = _ToolCall(name, args, mcp)
     live = runtime.running_live_tool.set(rt.mode == "replay")  # its connections are allowed
     try:
         with call.running():
             result = await body()
-    except Exception as exc:
-        call.write(error=exc)
+    except BaseException as exc:
+        call.raised(exc)
         raise
     finally:
         runtime.running_live_tool.reset(live)

@@ -666,3 +666,106 @@ def test_a_tool_written_above_staticmethod_or_classmethod_records_and_replays(st
     with forkpoint.replay(rec.session_path) as rp:
         assert run() == live
     assert len(ran) == 3 and rp.report()["matched"] == 3
+
+
+class Halt(BaseException):
+    """A program's own BaseException: not an error, an exit or a cancellation forkpoint knows."""
+
+
+def test_a_tool_that_exits_or_is_interrupted_is_recorded_and_does_so_again_on_replay(
+    store: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A ``finish`` tool that calls ``sys.exit`` ended the recorded run, unrecorded and unsaid; the
+    replay then diverged there. An exit and a Ctrl-C inside a tool are recorded and raised again."""
+    ran: list[str] = []
+
+    @forkpoint.tool
+    def finish(code: int) -> None:
+        ran.append("finish")
+        sys.exit(code)
+
+    @forkpoint.tool
+    def slow() -> None:
+        ran.append("slow")
+        raise KeyboardInterrupt
+
+    @forkpoint.tool
+    def halt() -> None:
+        ran.append("halt")
+        raise Halt
+
+    def run() -> list[Any]:
+        out: list[Any] = []
+        with pytest.raises(SystemExit) as exited:
+            finish(3)
+        out.append(exited.value.code)
+        with pytest.raises(KeyboardInterrupt):
+            slow()
+        return out
+
+    with forkpoint.record(store=store) as rec:
+        live = run()
+        with pytest.raises(Halt):
+            halt()
+    assert live == [3] and ran == ["finish", "slow", "halt"]
+    said = " ".join(capfd.readouterr().err.split())
+    assert f"the call of tool 'halt' was interrupted by {__name__}.Halt: it is not recorded" in said
+    errors = [c["error"] for c in Session.load(rec.session_path).by_type("tool_call")]
+    assert [(e["type"], e["module"]) for e in errors] == [
+        ("SystemExit", "builtins"),
+        ("KeyboardInterrupt", "builtins"),
+    ]
+    with forkpoint.replay(rec.session_path) as rp:
+        assert run() == live
+    assert ran == ["finish", "slow", "halt"]  # no body ran
+    assert rp.report()["matched"] == 2 and rp.report()["divergence"] is None
+
+
+def test_a_tool_call_cancelled_by_the_programs_timeout_times_out_again_on_replay(store: Path) -> None:
+    """An async tool cancelled by ``asyncio.wait_for`` was not recorded, so a replay of the run that
+    went on after the timeout diverged at it. It is recorded as cancelled, and on replay the call
+    waits until the program's own timeout cancels it again."""
+    ran: list[str] = []
+
+    @forkpoint.tool
+    async def crawl(url: str) -> str:
+        ran.append(url)
+        await asyncio.sleep(30)
+        return "never"
+
+    @forkpoint.tool
+    async def summarize(text: str) -> str:
+        ran.append("summarize")
+        return text.upper()
+
+    async def agent(timeout: float | None) -> str:
+        try:
+            page = await asyncio.wait_for(crawl("https://example.com/slow"), timeout)
+        except TimeoutError:
+            page = "timed out"
+        return await summarize(page)
+
+    with forkpoint.record(store=store) as rec:
+        assert asyncio.run(agent(0.2)) == "TIMED OUT"
+    (cancelled, _) = Session.load(rec.session_path).by_type("tool_call")
+    assert (
+        cancelled["error"]["type"] == "CancelledError"
+        and cancelled["error"]["module"] == "asyncio.exceptions"
+    )
+    assert 200 <= cancelled["duration_ms"] < 5000
+
+    with forkpoint.replay(rec.session_path) as rp:
+        t0 = time.monotonic()
+        assert asyncio.run(agent(0.2)) == "TIMED OUT"
+        took = time.monotonic() - t0
+    assert ran == ["https://example.com/slow", "summarize"]  # no body ran
+    assert rp.report()["matched"] == 2 and rp.report()["divergence"] is None
+    assert took < 5  # the program's own timeout, not the tool's 30 s
+
+    # A run that no longer times out is told so, in a bounded time, not left waiting.
+    with forkpoint.replay(rec.session_path):
+        with pytest.raises(
+            forkpoint.Divergence, match=r"cancelled this call after 2\d\d ms, before it returned"
+        ):
+            asyncio.run(agent(None))
+    assert ran == ["https://example.com/slow", "summarize"]
