@@ -28,7 +28,9 @@ Their globals that hold ``time``, ``time.time``, ``datetime``, ``datetime.dateti
 (it knows the importer by the globals every ``import`` passes it), so ``from datetime import
 datetime`` run later — in a function, in a module imported later, or in the script itself when
 ``forkpoint record`` starts it — binds them too. The stand-in ``datetime`` class makes real
-``datetime`` objects (``isinstance`` and ``type`` checks see no difference). Without an active
+``datetime`` objects: ``isinstance``, ``issubclass``, ``type(value) == datetime`` and a dict keyed
+by the class see no difference (``type(value) is datetime`` does), and a pydantic model field
+annotated with it is a ``datetime`` field. Without an active
 deterministic recording or replay, every stand-in does exactly what the original does.
 
 **Limits.** Reads inside a tool's body are not recorded (the tool call is, and its result is what
@@ -147,6 +149,13 @@ class _DatetimeMeta(type):
     def __subclasscheck__(cls, sub: type) -> bool:
         return issubclass(sub, _REAL_DATETIME)
 
+    # ``type(value) == datetime`` and a dict keyed by the class find the real one (``is`` does not).
+    def __eq__(cls, other: object) -> bool:
+        return other is cls or other is _REAL_DATETIME
+
+    def __hash__(cls) -> int:
+        return hash(_REAL_DATETIME)
+
 
 class _Datetime(_REAL_DATETIME, metaclass=_DatetimeMeta):
     """``datetime.datetime`` for the agent's own code: ``now``, ``utcnow`` and ``today`` are
@@ -166,6 +175,12 @@ class _Datetime(_REAL_DATETIME, metaclass=_DatetimeMeta):
     @classmethod
     def today(cls) -> Any:
         return read("datetime.today", _REAL_DATETIME.today, _iso, _from_iso(None))
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> Any:
+        # pydantic knows datetime by identity: a model field annotated with the stand-in (a model
+        # the agent's code defines while recording) is validated, serialized and described as one.
+        return handler.generate_schema(_REAL_DATETIME)
 
 
 _Datetime.__name__ = _Datetime.__qualname__ = "datetime"

@@ -142,3 +142,52 @@ def openai_file() -> str:
     import openai
 
     return str(openai.__file__)
+
+
+MODELS = """
+from datetime import date, datetime
+
+import pydantic
+
+
+class Meeting(pydantic.BaseModel):
+    at: datetime
+    day: date
+
+
+def plan():
+    meeting = Meeting(at=datetime.now(), day=date(2026, 1, 2))
+    back = Meeting.model_validate_json(meeting.model_dump_json())
+    now = datetime.now()
+    return {
+        "at": back.at.isoformat(),
+        "schema": Meeting.model_json_schema()["properties"]["at"],
+        "same type": type(now) == datetime,
+        "by class": {datetime: "a datetime"}.get(type(now)),
+    }
+"""
+
+
+def test_the_agents_pydantic_models_with_datetime_fields_work_while_deterministic(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, store: Path
+) -> None:
+    """A pydantic model with a ``datetime`` field, defined by the agent's code while a deterministic
+    recording ran (``forkpoint record --deterministic -- python agent.py``), failed to build: its
+    field's class was forkpoint's stand-in, which pydantic did not know. Recording changed the run."""
+    name = f"clock_models_{tmp_path.name.replace('-', '_')}"
+    (tmp_path / f"{name}.py").write_text(MODELS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    def run() -> dict[str, object]:
+        try:
+            return dict(importlib.import_module(name).plan())
+        finally:
+            sys.modules.pop(name, None)
+
+    with forkpoint.record(store=store, deterministic=True) as rec:
+        live = run()
+    assert live["schema"] == {"format": "date-time", "title": "At", "type": "string"}
+    assert live["same type"] is True and live["by class"] == "a datetime"
+    with forkpoint.replay(rec.session_path) as rp:
+        assert run() == live
+    assert rp.report()["matched"] == 2 and rp.report()["divergence"] is None
