@@ -23,7 +23,7 @@ import atexit
 import json
 import os
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -44,15 +44,26 @@ NOT_STARTED_EXIT = 1  # (as forkpoint replay exits when it refuses a session)
 #: Variables that carry the activation; see module docstring.
 ENV_VARS = ("FORKPOINT_MODE", "FORKPOINT_SESSION", "FORKPOINT_TOOLS", "FORKPOINT_REPORT", "FORKPOINT_REPLAY")
 BOOTSTRAP_DIR = Path(__file__).parent / "_bootstrap"
+#: Set in the activation of a worker that ``multiprocessing`` starts with ``spawn`` (:func:`spawned`).
+SPAWNED_VAR = "FORKPOINT_SPAWNED"
+
+#: This process's activation (the variables it was started with), for the workers it spawns.
+_activation: dict[str, str] | None = None
 
 
-def start() -> None:
-    """Activate recording or replay as the environment says; do nothing when it says nothing."""
-    env = {k: os.environ.pop(k, "") for k in ENV_VARS}
+def start(environ: MutableMapping[str, str] = os.environ) -> None:
+    """Activate recording or replay as ``environ`` says (the process's environment, or a spawned
+    worker's activation: :func:`spawned`); do nothing when it says nothing. The variables are
+    taken out of ``environ``."""
+    global _activation
+    env = {k: environ.pop(k, "") for k in (*ENV_VARS, SPAWNED_VAR)}
     _leave_pythonpath()
     mode, session = env["FORKPOINT_MODE"], env["FORKPOINT_SESSION"]
     if not mode or not session:
         return
+    _activation = {k: v for k, v in env.items() if v and k != SPAWNED_VAR}
+    if mode == "record" and environ.get("FORKPOINT_DETERMINISTIC"):
+        _activation["FORKPOINT_DETERMINISTIC"] = environ["FORKPOINT_DETERMINISTIC"]
     if env["FORKPOINT_TOOLS"]:
         from .capture.targets import install_import_hook
 
@@ -63,7 +74,7 @@ def start() -> None:
 
         made: list[Recorder] = []
         failed: list[str] = []
-        ws_opts = json.loads(os.environ.pop("FORKPOINT_WORKSPACE", "") or "null")
+        ws_opts = json.loads(environ.pop("FORKPOINT_WORKSPACE", "") or "null")
 
         def make() -> Recorder | None:
             # On the first call the program makes: a program that makes none loads no recorder.
@@ -76,7 +87,7 @@ def start() -> None:
             made.append(rec)
             return rec
 
-        _deterministic(json.loads(os.environ.pop("FORKPOINT_DETERMINISTIC", "") or "null"))
+        _deterministic(json.loads(environ.pop("FORKPOINT_DETERMINISTIC", "") or "null"))
         hooks.install("record")
         runtime.activate_later(make)
 
@@ -109,15 +120,24 @@ def start() -> None:
         atexit.register(finish_recording)
     elif mode == "replay":
         try:
-            _start_replay(session, env)
+            _start_replay(session, env, spawned=bool(env[SPAWNED_VAR]))
         except Exception as exc:
             # A program whose replay cannot start would run live, unreplayed: it does not run at all.
             _refuse_to_run(env["FORKPOINT_REPORT"], f"{type(exc).__name__}: {exc}")
 
 
-def _start_replay(session: str, env: Mapping[str, str]) -> None:
+def spawned() -> dict[str, str] | None:
+    """The activation of a worker this process starts with ``multiprocessing``'s ``spawn``: the
+    same recording or replay as this process's (without its workspace: a worker takes no
+    checkpoints); None when this process was not started by ``forkpoint record`` or ``replay``."""
+    return None if _activation is None else {**_activation, SPAWNED_VAR: "1"}
+
+
+def _start_replay(session: str, env: Mapping[str, str], *, spawned: bool = False) -> None:
     """Replay ``session`` in this process with the options of ``env`` (``FORKPOINT_REPLAY``,
-    ``FORKPOINT_REPORT``). Raises what loading the session and building the replayer raise."""
+    ``FORKPOINT_REPORT``); ``spawned``: in a worker ``multiprocessing`` spawned, which reports as
+    it goes (its pool may end it with SIGTERM). Raises what loading the session and building the
+    replayer raise."""
     from . import api, override
     from .log import Session, SessionWriter
     from .replay import API_KEY_VARS, PLACEHOLDER_KEY, Replayer, open_ledger, write_report
@@ -154,13 +174,15 @@ def _start_replay(session: str, env: Mapping[str, str]) -> None:
 
     atexit.register(finish)
     if reports:
+
+        def report() -> None:
+            write_report(reports / f"report-{os.getpid()}.json", rp.report())
+
         # A child forked without exec (a multiprocessing worker) replays with its copy, and
         # reports as it goes: it may leave through os._exit, past every exit handler.
-        os.register_at_fork(
-            after_in_child=lambda: rp.forked(
-                lambda: write_report(reports / f"report-{os.getpid()}.json", rp.report())
-            )
-        )
+        os.register_at_fork(after_in_child=lambda: rp.forked(report))
+        if spawned:
+            rp.report_each_call(report)
 
 
 def _refuse_to_run(report: str, why: str) -> None:
@@ -337,8 +359,11 @@ def _quiet_divergence_tracebacks() -> None:
         if not isinstance(exc, Divergence):
             previous(kind, exc, tb)
             return
+        # (raised again here from a multiprocessing worker's: where the call was made is its own)
+        remote = type(exc.__cause__).__name__ == "RemoteTraceback"
+        where = " in a multiprocessing worker" if remote else agent_call_site(tb)
         sys.stderr.write(
-            f"forkpoint: the replay stopped: the call made{agent_call_site(tb)} diverged from the recording.\n"
+            f"forkpoint: the replay stopped: the call made{where} diverged from the recording.\n"
         )
 
     sys.excepthook = hook

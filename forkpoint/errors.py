@@ -4,6 +4,9 @@ The library never raises a command-line framework's exceptions: the ``forkpoint`
 :class:`UsageError` into a usage error (exit 2) and any other :class:`ForkpointError` into an error
 message (exit 1). Each message names what was wrong and where (the file, line, session or option).
 
+Each can be pickled, as ``multiprocessing`` sends a worker's exception to the process that waits
+for it (a pool whose result cannot be unpickled waits for ever).
+
 This module is the bottom of the package: it imports nothing of forkpoint.
 """
 
@@ -69,6 +72,9 @@ class ToolResultError(ForkpointError, TypeError):
         super().__init__(message)
         self.type_name, self.where = type_name, where
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (str(self),), {"type_name": self.type_name, "where": self.where}
+
 
 class UnrebuildableValue(ForkpointError, ValueError):
     """A recorded value that cannot be rebuilt as what it was in this process (its class is not
@@ -85,6 +91,9 @@ class RecordedToolError(ForkpointError):
         super().__init__(f"{module}.{type_name}: {message}")
         self.type_name, self.module, self.message = type_name, module, message
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.type_name, self.module, self.message)
+
 
 class RecordedError(ForkpointError):
     """A recorded transport failure whose exception class cannot be rebuilt here."""
@@ -92,6 +101,9 @@ class RecordedError(ForkpointError):
     def __init__(self, error: dict[str, Any]) -> None:
         super().__init__(f"recorded {error.get('module')}.{error.get('type')}: {error.get('message')}")
         self.error = error
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.error,)
 
 
 class Divergence(ForkpointError):
@@ -106,6 +118,9 @@ class Divergence(ForkpointError):
     def __init__(self, report: Any, message: str) -> None:
         self.report = report
         super().__init__(message)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.report, str(self))
 
 
 class SigningError(ForkpointError):

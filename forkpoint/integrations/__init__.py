@@ -35,6 +35,9 @@ body never runs), live when the replay says so. What each integration patches:
   instead (the SDK's own fallback), which forkpoint captures like the sync one. And the Python
   functions that automatic function calling runs (``config=GenerateContentConfig(tools=[fn])``)
   are recorded and replayed as tool calls.
+* **multiprocessing** (:mod:`.multiprocessing`): a worker started with ``spawn`` (or the fork server
+  of ``forkserver``) starts forkpoint first, with the recording or replay of the process that
+  starts it.
 
 :func:`install` is called when a recording or replay is activated (:mod:`forkpoint.api`). It patches the frameworks that
 are already imported, and registers an import hook that patches the others the moment their module
@@ -89,6 +92,7 @@ BUILTIN: dict[str, tuple[str, ...]] = {
     "forkpoint.integrations.agno": ("agno.tools.function",),
     "forkpoint.integrations.dspy": ("dspy.adapters.types.tool",),
     "forkpoint.integrations.crewai": ("crewai.tools.base_tool",),
+    "forkpoint.integrations.multiprocessing": ("multiprocessing.util",),
 }
 
 __all__ = [

@@ -303,6 +303,11 @@ class Replayer:
         self.drift, self.id_drift, self.out_of_order, self.uncaught = [], [], [], []
         self.aside_served, self.aside_answered, self.network_blocked = [], [], []
         self.applied = dict.fromkeys(self.applied, False)
+        self.report_each_call(report)
+
+    def report_each_call(self, report: Callable[[], None]) -> None:
+        """Call ``report()`` after each call this process is asked for and at a divergence (a
+        process that may end without running its exit handlers: see :meth:`forked`)."""
         self._after_call = report
 
     def _reported(self) -> None:

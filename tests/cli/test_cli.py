@@ -859,6 +859,74 @@ def test_replay_of_a_program_whose_forked_worker_makes_calls(tmp_path: Path) -> 
     assert "$.args.ticker: ACME → ZZZ" in flat(div.stderr)
 
 
+POOL_AGENT = """
+import multiprocessing
+import sys
+
+import forkpoint
+
+
+@forkpoint.tool
+def square(x: int) -> int:
+    with open(sys.argv[2], "a") as ran:
+        ran.write(f"{x}\\n")
+    return x * x
+
+
+def work(x: int) -> int:
+    return square(x + int(sys.argv[3]))
+
+
+if __name__ == "__main__":
+    with multiprocessing.get_context(sys.argv[1]).Pool(2) as pool:
+        print(sorted(pool.map(work, [1, 2, 3])), square(10))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_a_programs_spawned_workers_are_recorded_and_replayed(tmp_path: Path, method: str) -> None:
+    """A worker started with spawn (forkserver: forked from a server that is spawned) is a fresh
+    interpreter: its tool calls were missing from the recording, unsaid, and ran live on replay,
+    which said "replay ok". Such workers now start forkpoint with the process that starts them."""
+    (tmp_path / "pool.py").write_text(POOL_AGENT)
+    ran = tmp_path / "ran.txt"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FORKPOINT_")}
+    store = str(tmp_path / "store")
+    program = [sys.executable, "pool.py", method, str(ran)]
+    rec = run([*FORKPOINT, "record", "--store", store, "--no-workspace", "--", *program, "0"], tmp_path, env)
+    assert rec.returncode == 0, rec.stderr
+    assert rec.stdout.split() == ["[1,", "4,", "9]", "100"]
+    assert sorted(ran.read_text().split()) == ["1", "10", "2", "3"]
+    calls = Session.load(next(p for p in (tmp_path / "store").iterdir() if p.is_dir())).by_type("tool_call")
+    assert sorted(c["args"]["x"] for c in calls) == [1, 2, 3, 10]
+    ran.unlink()
+
+    rep = run([*FORKPOINT, "replay", "last", "--store", store, "--", *program, "0"], tmp_path, env)
+    assert rep.returncode == 0, rep.stderr
+    assert rep.stdout == rec.stdout and not ran.exists()  # no tool body ran, in any process
+    assert "replay ok: 4/4 events matched, 0 recorded events left unused" in rep.stderr
+
+    div = run([*FORKPOINT, "replay", "last", "--store", store, "--", *program, "1"], tmp_path, env)
+    assert div.returncode == 3, div.stderr
+    assert "DIVERGED" in div.stderr and not ran.exists()  # (the pool unpickled the worker's Divergence)
+    assert "the call made in a multiprocessing worker diverged" in div.stderr
+
+
+def test_a_spawned_worker_of_a_program_that_records_itself_is_said_not_to_be_recorded(
+    store: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    import multiprocessing
+    import time
+
+    with forkpoint.record(store=store):
+        worker = multiprocessing.get_context("spawn").Process(target=time.sleep, args=(0,))
+        worker.start()
+        worker.join()
+    said = " ".join(capfd.readouterr().err.split())
+    assert "a multiprocessing worker started with 'spawn' or 'forkserver' is not recorded or replayed" in said
+
+
 @pytest.mark.parametrize(
     "args",
     [
