@@ -1138,23 +1138,35 @@ def check(
 )
 @click.option("--name", help="The test's name (default: the session's name, else its id).")
 @click.option("--force", is_flag=True, help="Replace a test and cassette of that name.")
+@click.option(
+    "--trust",
+    is_flag=True,
+    help="Write a test that runs the recorded command although no key you trust signed the session.",
+)
 @click.argument("cmd", nargs=-1, type=click.UNPROCESSED)
 def make_test_cmd(
-    session: str, store: str | None, into: Path, name: str | None, force: bool, cmd: tuple[str, ...]
+    session: str,
+    store: str | None,
+    into: Path,
+    name: str | None,
+    force: bool,
+    trust: bool,
+    cmd: tuple[str, ...],
 ) -> None:
     """Turn a recorded session (an incident) into a test of your pytest suite.
 
     The session becomes the test's cassette, and a test is written that runs the recorded command
     (or CMD, with or without -- before it: a Python command, for a session recorded through a shell
     script) in this directory (the recorded one maps here) and asserts how the recorded run ended,
-    with a comment where the assertion the fix must satisfy goes. After the fix:
+    with a comment where the assertion the fix must satisfy goes. The recorded command is written
+    into the test only when a key you trust signed the session (or with --trust). After the fix:
     pytest --forkpoint-mode=record TEST re-records from the first call that changed.
     """
     from .suite import make_test
 
     s = _load(session, store, check=False)  # make_test verifies, and refuses
     test_file, cassette = make_test(
-        s, into=into, root=Path.cwd(), name=name, force=force, command=_command(cmd) or None
+        s, into=into, root=Path.cwd(), name=name, force=force, command=_command(cmd) or None, trust=trust
     )
     _err().print(
         f"forkpoint: wrote {test_file} and its cassette {cassette} (session {s.id}); run it with: "

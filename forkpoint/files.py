@@ -4,6 +4,7 @@ whole or not at all."""
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 
@@ -24,3 +25,29 @@ def write_private(path: str | Path, data: bytes) -> Path:
         tmp.unlink(missing_ok=True)
         raise
     return path
+
+
+def copy_dir_into_place(source: Path, target: Path) -> Path:
+    """Copy the directory ``source`` to ``target``, replacing a directory there whole or not at all:
+    the copy is made beside ``target`` first, the old one moved aside, the copy renamed into place,
+    and only then the old one removed. Returns ``target``. Raises ``OSError`` (``ValueError`` when
+    ``source`` is ``target``, or inside it); ``target`` is then left as it was."""
+    source, target = Path(source), Path(target)
+    if target.exists() and source.resolve().is_relative_to(target.resolve()):
+        raise ValueError(f"{target}: cannot be replaced by a copy of {source}, which is inside it")
+    tag = f"{os.getpid()}.{os.urandom(4).hex()}"
+    new, aside = target.with_name(f".{target.name}.new-{tag}"), target.with_name(f".{target.name}.old-{tag}")
+    try:
+        shutil.copytree(source, new, symlinks=True)
+        if target.exists():
+            os.rename(target, aside)
+        try:
+            os.rename(new, target)
+        except BaseException:
+            if aside.exists():
+                os.rename(aside, target)
+            raise
+    finally:
+        shutil.rmtree(new, ignore_errors=True)
+    shutil.rmtree(aside, ignore_errors=True)
+    return target

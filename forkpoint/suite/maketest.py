@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 from pathlib import Path
 
 from ..checkpoint import verify_session
 from ..diff import totals
 from ..errors import SessionError, UsageError
+from ..files import copy_dir_into_place
 from ..log import Session
 from ..orchestrate import map_command
 from ..program import parse_command
@@ -59,6 +59,7 @@ def make_test(
     name: str | None = None,
     force: bool = False,
     command: list[str] | None = None,
+    trust: bool = False,
 ) -> tuple[Path, Path]:
     """Write the test of ``session`` into the folder ``into`` and copy the session beside it as its
     cassette; the test runs ``command`` (default: the recorded one, whose recorded directory maps to
@@ -67,8 +68,10 @@ def make_test(
 
     Raises :class:`~forkpoint.errors.UsageError` for a session without an end event, a command that
     is not a Python program (a recorded shell script: give the Python command it runs), or when the
-    test or cassette exists (unless ``force``), and :class:`~forkpoint.errors.SessionError` for a
-    session that fails verification.
+    test or cassette exists (unless ``force``), :class:`~forkpoint.errors.SessionError` for a
+    session that fails verification, and :class:`~forkpoint.errors.UntrustedSession` for a recorded
+    command that no trusted key signed (unless ``trust``, or ``command`` is given), as the test
+    would run it. A cassette that exists is replaced whole or not at all.
     """
     end = session.end()
     if end is None:
@@ -85,6 +88,10 @@ def make_test(
             f"command that runs the agent, forkpoint make-test {session.id} -- python agent.py …"
         )
     else:
+        if not trust:  # the test would run it: as forkpoint replay would
+            from ..signing import require_trusted
+
+            require_trusted(session.path, session.id, [str(a) for a in argv])
         command = map_command(list(argv), session.header.get("cwd"), root.resolve())
     try:
         kind, _, _ = parse_command(command)
@@ -104,9 +111,8 @@ def make_test(
         if existing.exists() and not force:
             raise UsageError(f"{existing} exists; choose another --name, or replace it with --force")
     into.mkdir(parents=True, exist_ok=True)
-    if cassette.exists():
-        shutil.rmtree(cassette)
-    shutil.copytree(session.path, cassette)
+    if cassette.resolve() != session.path.resolve():  # (made from its own cassette: it is in place)
+        copy_dir_into_place(session.path, cassette)
     tools = list(session.header.get("tools") or [])
     tags = ", ".join(f"{k}={v}" for k, v in (session.header.get("tags") or {}).items() if v is not None)
     code = end.get("exit_code")

@@ -255,3 +255,54 @@ def test_a_session_recorded_through_a_shell_script_is_made_a_test_of_the_python_
     assert "COMMAND = ['python', 'agent.py']" in (tmp_path / "tests" / "incidents" / "test_sh.py").read_text()
     ran = pytest_in(tmp_path, env, "tests/incidents")
     assert ran.returncode == 0 and "1 passed" in ran.stdout, ran.stdout + ran.stderr
+
+
+def test_make_test_runs_no_command_an_untrusted_session_recorded_and_replaces_cassettes_whole(
+    tmp_path: Path,
+) -> None:
+    """make-test wrote the recorded command of a session nobody trusted into a test, which pytest
+    then ran (replay refuses to); and --force on the test's own cassette deleted it (rmtree, then a
+    copy of what was just removed)."""
+    (tmp_path / "agent.py").write_text("print('answer: 42')\n")
+    env = {**os.environ, "FORKPOINT_STORE": str(tmp_path / "store")}
+    forkpoint = [sys.executable, "-m", "forkpoint.cli"]
+    assert (
+        sh(
+            *forkpoint, "record", "--name", "a", "--", sys.executable, "agent.py", cwd=tmp_path, env=env
+        ).returncode
+        == 0
+    )
+    session = next(p for p in (tmp_path / "store").iterdir() if (p / "signature.json").exists())
+    (session / "signature.json").unlink()  # as a session from elsewhere, or edited, would be
+
+    refused = sh(*forkpoint, "make-test", "a", cwd=tmp_path, env=env)
+    assert refused.returncode == 1, refused.stderr
+    said = " ".join(refused.stderr.split())
+    assert "not signed" in said and "will not run the command it recorded" in said and "agent.py" in said
+    assert not (tmp_path / "tests").exists()
+    given = sh(*forkpoint, "make-test", "a", "--", "python", "agent.py", cwd=tmp_path, env=env)
+    assert given.returncode == 0, given.stderr
+    trusted = sh(*forkpoint, "make-test", "a", "--name", "t", "--trust", cwd=tmp_path, env=env)
+    assert trusted.returncode == 0, trusted.stderr
+
+    cassette = tmp_path / "tests" / "incidents" / "cassettes" / "a"
+    before = sorted(p.name for p in cassette.iterdir())
+    again = sh(
+        *forkpoint,
+        "make-test",
+        str(cassette),
+        "--name",
+        "a",
+        "--force",
+        "--",
+        "python",
+        "agent.py",
+        cwd=tmp_path,
+        env=env,
+    )
+    assert again.returncode == 0, again.stderr
+    assert sorted(p.name for p in cassette.iterdir()) == before
+    assert Session.load(cassette).end() is not None
+    ran = pytest_in(tmp_path, env, "tests/incidents")
+    assert ran.returncode == 0 and "2 passed" in ran.stdout, ran.stdout + ran.stderr
+    assert [p.name for p in cassette.parent.iterdir() if p.name.startswith(".")] == []  # nothing left beside
