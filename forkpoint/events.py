@@ -51,8 +51,13 @@ class UnrecordedResult(TypedDict):
 
 
 def error_record(exc: BaseException) -> ErrorRecord:
-    """An exception as an :class:`ErrorRecord` (class name, module, message; the log scrubs it)."""
-    return {"type": type(exc).__qualname__, "module": type(exc).__module__, "message": str(exc)}
+    """An exception as an :class:`ErrorRecord` (class name, module, message; the log scrubs it). An
+    exception whose ``str()`` itself fails has that said as its message."""
+    try:
+        message = str(exc)
+    except Exception as failed:  # (a __str__ reading an attribute its __init__ never set)
+        message = f"<str() of this {type(exc).__qualname__} raised {type(failed).__name__}: {failed}>"
+    return {"type": type(exc).__qualname__, "module": type(exc).__module__, "message": message}
 
 
 class HttpRequest(TypedDict):

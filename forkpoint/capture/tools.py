@@ -69,7 +69,8 @@ def _default(value: Any) -> Any:
     if pair is not None:
         return pair[0](value)
     # Built-in conversions for values tools commonly take (documented in docs/format.md).
-    if hasattr(value, "model_dump") and callable(value.model_dump):  # pydantic v2 models
+    # pydantic v2 models: the class's own method (a mock answers any attribute, with another mock)
+    if callable(getattr(type(value), "model_dump", None)):
         return value.model_dump(mode="json")
     if isinstance(value, set | frozenset):
         return sorted(value, key=repr)
@@ -102,7 +103,7 @@ def _lenient(value: Any, typed_only: list[type] | None = None) -> Any:
     (added to ``typed_only``)."""
     try:
         return to_json_value(value)
-    except TypeError:
+    except (TypeError, ValueError, RecursionError):  # (any error of a converter of the program's)
         if isinstance(value, dict):
             return {str(k): _lenient(v, typed_only) for k, v in value.items()}
         if isinstance(value, list | tuple):
@@ -373,6 +374,12 @@ class _ToolCall:
             _say(
                 f"the call of tool {self.name!r} could not be recorded: its arguments or result are nested "
                 "too deeply to store; it ran as usual, and a replay will stop at it"
+            )
+            return
+        except Exception as exc:  # (the program's own code: an exception's attribute, a converter)
+            _say(
+                f"the call of tool {self.name!r} could not be recorded ({type(exc).__name__}: {exc}); it ran "
+                "as usual, and a replay will stop at it"
             )
             return
         try:

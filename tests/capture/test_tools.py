@@ -769,3 +769,58 @@ def test_a_tool_call_cancelled_by_the_programs_timeout_times_out_again_on_replay
         ):
             asyncio.run(agent(None))
     assert ran == ["https://example.com/slow", "summarize"]
+
+
+class FlakyError(Exception):
+    """A custom exception whose ``__str__`` needs what its subclass's ``__init__`` never set."""
+
+    def __init__(self, response: dict[str, Any]) -> None:
+        self.response = response
+
+    def __str__(self) -> str:
+        return f"API error {self.response['status']}"
+
+
+class QuotaError(FlakyError):
+    def __init__(self) -> None:  # forgets super().__init__: str() of it raises AttributeError
+        pass
+
+
+def test_a_tool_exception_that_cannot_be_printed_or_a_mock_argument_leave_the_run_as_it_was(
+    store: Path,
+) -> None:
+    """Recording an exception whose str() raised replaced it by that AttributeError, so the
+    program's own ``except FlakyError`` no longer caught it; a MagicMock argument (it answers
+    model_dump with another mock) recursed for half a minute, then raised RecursionError."""
+    from unittest import mock
+
+    @forkpoint.tool
+    def fetch(url: str) -> str:
+        raise QuotaError
+
+    @forkpoint.tool
+    def search(client: Any, query: str) -> str:
+        return f"{len(client.search(query))} hits"
+
+    def run() -> list[str]:
+        out = []
+        try:
+            fetch("https://example.com")
+        except FlakyError as exc:
+            out.append(type(exc).__name__)
+        client = mock.MagicMock()
+        client.search.return_value = [1, 2, 3]
+        out.append(search(client, "cats"))
+        return out
+
+    with forkpoint.record(store=store) as rec:
+        t0 = time.monotonic()
+        live = run()
+        assert time.monotonic() - t0 < 5
+    assert live == ["QuotaError", "3 hits"]
+    error, searched = Session.load(rec.session_path).by_type("tool_call")
+    assert error["error"]["message"].startswith("<str() of this QuotaError raised AttributeError")
+    assert searched["args"] == {"client": {"$type": "unittest.mock.MagicMock"}, "query": "cats"}
+    with forkpoint.replay(rec.session_path) as rp:
+        assert run() == live
+    assert rp.report()["matched"] == 2
