@@ -162,19 +162,24 @@ class _Datetime(_REAL_DATETIME, metaclass=_DatetimeMeta):
     recorded; everything it makes is a real ``datetime``."""
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
-        return _REAL_DATETIME(*args, **kwargs)
+        # The agent's own subclass (class Stamp(datetime)) makes its own instances.
+        return (
+            _REAL_DATETIME(*args, **kwargs)
+            if cls is _Datetime
+            else _REAL_DATETIME.__new__(cls, *args, **kwargs)
+        )
 
     @classmethod
     def now(cls, tz: datetime.tzinfo | None = None) -> Any:
-        return read("datetime.now", lambda: _REAL_DATETIME.now(tz), _iso, _from_iso(tz))
+        return _as(cls, read("datetime.now", lambda: _REAL_DATETIME.now(tz), _iso, _from_iso(tz)))
 
     @classmethod
     def utcnow(cls) -> Any:
-        return read("datetime.utcnow", _REAL_DATETIME.utcnow, _iso, _from_iso(None))
+        return _as(cls, read("datetime.utcnow", _REAL_DATETIME.utcnow, _iso, _from_iso(None)))
 
     @classmethod
     def today(cls) -> Any:
-        return read("datetime.today", _REAL_DATETIME.today, _iso, _from_iso(None))
+        return _as(cls, read("datetime.today", _REAL_DATETIME.today, _iso, _from_iso(None)))
 
     @classmethod
     def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> Any:
@@ -184,12 +189,32 @@ class _Datetime(_REAL_DATETIME, metaclass=_DatetimeMeta):
 
 
 _Datetime.__name__ = _Datetime.__qualname__ = "datetime"
+
+
+def _as(cls: type, value: datetime.datetime) -> Any:
+    """``value`` as an instance of ``cls``: a real ``datetime`` for the stand-in itself, else the
+    agent's own subclass (as ``now()`` on that subclass gives live)."""
+    return value if cls is _Datetime else cls.combine(value.date(), value.timetz())  # type: ignore[attr-defined]
+
+
 _Datetime.__module__ = "datetime"
 
 
 class _AgentRandom(random.Random):
     """The agent's view of the shared generator: every draw goes through its two primitives, which
     read the shared generator (so the program draws what it would have) and are recorded."""
+
+    def __init__(self) -> None:
+        pass  # (random.Random's would seed it, and clear the shared generator's gauss_next below)
+
+    # gauss() keeps its second value for the next call: the shared generator's, which seed() clears.
+    @property
+    def gauss_next(self) -> float | None:
+        return _SHARED.gauss_next  # type: ignore[attr-defined,no-any-return]
+
+    @gauss_next.setter
+    def gauss_next(self, value: float | None) -> None:
+        _SHARED.gauss_next = value  # type: ignore[attr-defined]
 
     def random(self) -> float:
         return read("random.random", _SHARED.random, float, float)

@@ -191,3 +191,52 @@ def test_the_agents_pydantic_models_with_datetime_fields_work_while_deterministi
     with forkpoint.replay(rec.session_path) as rp:
         assert run() == live
     assert rp.report()["matched"] == 2 and rp.report()["divergence"] is None
+
+
+SUBCLASS = """
+import random
+from datetime import datetime
+
+
+class Stamp(datetime):
+    def label(self):
+        return "stamp " + self.strftime("%Y")
+
+
+def run():
+    made, now = Stamp(2020, 1, 2), Stamp.now()
+    random.seed(1)
+    first = random.gauss(0, 1)
+    random.seed(1)
+    return {
+        "made": (type(made).__name__, made.label()),
+        "now": (type(now).__name__, now.label()[:6], now.isoformat()),
+        "gauss again after seed": random.gauss(0, 1) == first,
+    }
+"""
+
+
+def test_the_agents_datetime_subclass_and_a_seeded_gauss_are_as_live_while_deterministic(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, store: Path
+) -> None:
+    """A datetime subclass defined by the agent's code while deterministic made plain datetimes
+    (no .label()), and random.gauss after random.seed gave another value than live: its cached
+    second value was the stand-in generator's, which seed() did not clear."""
+    name = f"clock_subclass_{tmp_path.name.replace('-', '_')}"
+    (tmp_path / f"{name}.py").write_text(SUBCLASS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    def run() -> dict[str, object]:
+        try:
+            return dict(importlib.import_module(name).run())
+        finally:
+            sys.modules.pop(name, None)
+
+    plain = run()
+    with forkpoint.record(store=store, deterministic=True) as rec:
+        live = run()
+    assert live["made"] == plain["made"] == ("Stamp", "stamp 2020")
+    assert live["now"][:2] == ("Stamp", "stamp ") and live["gauss again after seed"] is True
+    with forkpoint.replay(rec.session_path) as rp:
+        assert run() == live
+    assert rp.report()["divergence"] is None
