@@ -238,9 +238,9 @@ def classify(method: str, url: str, body: object, headers: Any = None) -> kinds.
     """What an HTTP exchange is (:mod:`.kinds`): ``telemetry`` at a known telemetry or metadata
     endpoint, ``mcp`` for MCP over HTTP, ``model`` when a provider recognizes it (its wire format, or
     a ``POST`` to a provider's host such as an embeddings endpoint), else ``http``."""
-    if kinds.telemetry_endpoint(method, url) is not None:
-        return "telemetry"
     parsed = coerce_json(body)
+    if kinds.telemetry_endpoint(method, url, parsed, headers) is not None:
+        return "telemetry"
     if kinds.is_mcp(method, parsed, headers):
         return "mcp"
     t = _target(url, parsed)

@@ -20,7 +20,7 @@ Pure functions over plain data; nothing here raises on malformed input.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal, NamedTuple
 from urllib.parse import urlsplit
 
@@ -38,24 +38,42 @@ class Answer(NamedTuple):
 
 class Endpoint(NamedTuple):
     """A known telemetry or metadata endpoint: the host (a suffix of the request's host, ``""`` for
-    any host), a path pattern (regular expression, searched), the neutral answer on replay, and the
-    one method it takes (None: any; an endpoint of any host is taken for telemetry only when its
-    method is the exporter's, so that an application's ``GET /api/v1/logs`` is not)."""
+    any host), a path pattern (regular expression, searched), the neutral answer on replay, the
+    one method it takes (None: any), and what its requests look like (``looks(parsed JSON body or
+    None, headers)``; None: anything). An endpoint of any host has both, so that an application's
+    own ``GET`` or ``POST /api/v1/logs`` is not taken for an exporter's."""
 
     name: str
     host: str
     path: str
     answer: Answer
     method: str | None = None
+    looks: Callable[[object, Iterable[Any] | Mapping[str, str] | None], bool] | None = None
 
 
 _ACCEPTED = Answer(200, "application/json", {})
 _EMPTY = Answer(204, None, None)
 
+#: The top-level field of an OTLP/HTTP export in JSON (opentelemetry-proto's Export*ServiceRequest).
+_OTLP_FIELDS = frozenset({"resourceSpans", "resourceMetrics", "resourceLogs", "resource_spans"})
+
+
+def _otlp_export(body: object, headers: Iterable[Any] | Mapping[str, str] | None) -> bool:
+    """An OTLP/HTTP export: protobuf (its only binary encoding), or JSON holding one."""
+    if "protobuf" in (_header(headers, "content-type") or ""):
+        return True
+    return isinstance(body, dict) and not _OTLP_FIELDS.isdisjoint(body)
+
+
+def _agents_trace_upload(body: object, headers: Iterable[Any] | Mapping[str, str] | None) -> bool:
+    """The OpenAI Agents SDK's span upload: ``{"data": [spans and traces]}``."""
+    return isinstance(body, dict) and isinstance(body.get("data"), list)
+
+
 #: The telemetry and metadata endpoints of the frameworks forkpoint supports (first match wins).
 TELEMETRY: tuple[Endpoint, ...] = (
     # OpenAI Agents SDK: BackendSpanExporter posts spans; any status below 300 is success.
-    Endpoint("openai-agents traces", "", r"/v1/traces/ingest$", _EMPTY, "POST"),
+    Endpoint("openai-agents traces", "", r"/v1/traces/ingest$", _EMPTY, "POST", _agents_trace_upload),
     # litellm fetches its model price list at import; a failed fetch makes it load its bundled copy.
     Endpoint(
         "litellm model prices",
@@ -72,7 +90,14 @@ TELEMETRY: tuple[Endpoint, ...] = (
     Endpoint("sentry", "sentry.io", r"/envelope/?$|/store/?$", _ACCEPTED),
     Endpoint("huggingface telemetry", "huggingface.co", r"^/api/telemetry", _ACCEPTED),
     # Any OTLP/HTTP export (opentelemetry.io/docs/specs/otlp/#otlphttp: always a POST): an empty success.
-    Endpoint("otlp export", "", r"^(/[^/]+)*/v1/(traces|metrics|logs)$", Answer(200, None, None), "POST"),
+    Endpoint(
+        "otlp export",
+        "",
+        r"^(/[^/]+)*/v1/(traces|metrics|logs)$",
+        Answer(200, None, None),
+        "POST",
+        _otlp_export,
+    ),
 )
 
 
@@ -86,15 +111,19 @@ def _host(url: object) -> tuple[str, str]:
         return "", ""
 
 
-def telemetry_endpoint(method: str, url: str) -> Endpoint | None:
-    """The known telemetry or metadata endpoint a ``method`` request to ``url`` is at, or None."""
+def telemetry_endpoint(
+    method: str, url: str, body: object = None, headers: Iterable[Any] | Mapping[str, str] | None = None
+) -> Endpoint | None:
+    """The known telemetry or metadata endpoint a ``method`` request to ``url`` is at, or None; at an
+    endpoint of any host, only a request that looks like its exporter's (its parsed JSON ``body``,
+    its ``headers``: :class:`Endpoint`)."""
     host, path = _host(url)
     for e in TELEMETRY:
         if e.host and not (host == e.host or host.endswith("." + e.host)):
             continue
         if e.method is not None and method.upper() != e.method:
             continue
-        if re.search(e.path, path):
+        if re.search(e.path, path) and (e.looks is None or e.looks(body, headers)):
             return e
     return None
 

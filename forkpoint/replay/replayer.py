@@ -127,7 +127,8 @@ def neutral_answer(request: HttpRequest, kind: str) -> ModelCallEvent:
     """The answer a client expects from a telemetry endpoint or an MCP session request the recording
     does not have (:data:`forkpoint.providers.kinds.TELEMETRY`; MCP: ``405 Method Not Allowed``,
     which the MCP specification lets a server answer to both)."""
-    found = kinds.telemetry_endpoint(request["method"], request["url"])
+    body = request["body"] if request.get("body_kind") == "json" else None
+    found = kinds.telemetry_endpoint(request["method"], request["url"], body, request.get("headers"))
     answer = found.answer if found is not None and kind == "telemetry" else kinds.Answer(405, None, None)
     headers = [["content-type", answer.content_type]] if answer.content_type else []
     return {

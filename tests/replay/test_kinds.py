@@ -46,10 +46,16 @@ def test_classification() -> None:
     prices = "https://raw.githubusercontent.com/BerriAI/litellm/main/model_prices_and_context_window.json"
     assert classify("GET", prices, None) == "telemetry"
     assert classify("POST", "https://os-api.agno.com/telemetry/runs", {}) == "telemetry"
-    assert classify("POST", "http://127.0.0.1:4318/v1/traces", None) == "telemetry"
-    # An application's own API with such a path is no exporter (OTLP/HTTP only ever POSTs).
+    protobuf = [["content-type", "application/x-protobuf"]]
+    assert classify("POST", "http://127.0.0.1:4318/v1/traces", None, protobuf) == "telemetry"
+    assert classify("POST", "http://127.0.0.1:4318/v1/logs", {"resourceLogs": []}) == "telemetry"
+    assert classify("POST", "http://127.0.0.1:9/v1/traces/ingest", {"data": []}) == "telemetry"
+    # An application's own API with such a path is no exporter (OTLP/HTTP only ever POSTs, protobuf
+    # or JSON of resourceSpans/Metrics/Logs; the Agents SDK posts {"data": [...]}).
     assert classify("GET", "http://127.0.0.1:9/api/v1/logs?service=checkout", None) == "http"
     assert classify("GET", "http://127.0.0.1:9/v1/traces/ingest", None) == "http"
+    assert classify("POST", "http://127.0.0.1:9/api/v1/logs", {"query": "level:error", "limit": 5}) == "http"
+    assert classify("POST", "http://127.0.0.1:9/v1/traces/ingest", {"trace": "t1"}) == "http"
     assert (
         classify("POST", "http://127.0.0.1:9/mcp", {"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
         == "mcp"
@@ -115,6 +121,31 @@ def test_an_applications_logs_api_is_replayed_as_http_not_answered_as_telemetry(
     assert rp.report()["matched"] == 1 and rp.report()["reproduced"]
     with pytest.raises(forkpoint.Divergence), forkpoint.replay(rec.session_path):
         search("payments")
+
+
+def test_an_applications_logs_query_by_post_is_replayed_as_http_not_answered_as_telemetry(
+    server: LocalServer, store: Path
+) -> None:
+    """A ``POST /api/v1/logs`` with a JSON query was taken for an OTLP export (any host): another
+    query was served the recorded answer, and a run that made no query at all said "replay ok"."""
+    server.route(
+        "/api/v1/logs", lambda r: json_reply({"lines": [f"ERROR in {r['body']['query']}"]}), method="POST"
+    )
+
+    def search(query: str) -> Any:
+        return httpx.post(server.url + "/api/v1/logs", json={"query": query, "limit": 5}).json()
+
+    with forkpoint.record(store=store) as rec:
+        live = search("level:error")
+    assert forkpoint.Session.load(rec.session_path).by_type("model_call")[0]["summary"]["kind"] == "http"
+    with forkpoint.replay(rec.session_path) as rp:
+        assert search("level:error") == live
+    assert rp.report()["matched"] == 1 and rp.report()["reproduced"]
+    with pytest.raises(forkpoint.Divergence), forkpoint.replay(rec.session_path):
+        search("level:warning")
+    with forkpoint.replay(rec.session_path) as rp:
+        pass
+    assert rp.report()["unused"] and not rp.report()["reproduced"]
 
 
 def test_model_numbering_and_overrides_count_model_calls_only(server: LocalServer, store: Path) -> None:
