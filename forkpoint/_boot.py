@@ -25,7 +25,7 @@ import os
 import sys
 from collections.abc import Callable, Mapping, MutableMapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 TYPE_CHECKING = False  # not typing's: this module is imported at every bootstrapped start
 if TYPE_CHECKING:
@@ -177,6 +177,18 @@ def _start_replay(session: str, env: Mapping[str, str], *, spawned: bool = False
 
         def report() -> None:
             write_report(reports / f"report-{os.getpid()}.json", rp.report())
+
+        # A program that ends through os._exit runs no exit handler: its report is written first.
+        started, leave = os.getpid(), os._exit
+
+        def _exit(status: int) -> NoReturn:
+            try:
+                finish() if os.getpid() == started else report()
+            except Exception as exc:  # (leaving regardless, as asked; the verdict says no report)
+                sys.stderr.write(f"forkpoint: the replay report could not be written: {exc}\n")
+            leave(status)
+
+        os._exit = _exit
 
         # A child forked without exec (a multiprocessing worker) replays with its copy, and
         # reports as it goes: it may leave through os._exit, past every exit handler.

@@ -23,6 +23,7 @@ from forkpoint._boot import BOOTSTRAP_DIR
 from forkpoint.cli import main
 from forkpoint.log import LOG_NAME, Session, SessionWriter, line_hash
 from forkpoint.store import list_sessions
+from tests.cliutil import QUOTE_AGENT
 
 SECRET = "sk-proj-CLItestKEY" + "x7Yq" * 10
 FORKPOINT = [str(Path(sys.executable).with_name("forkpoint"))]
@@ -857,6 +858,28 @@ def test_replay_of_a_program_whose_forked_worker_makes_calls(tmp_path: Path) -> 
     )
     assert div.returncode == 3, div.stderr
     assert "$.args.ticker: ACME → ZZZ" in flat(div.stderr)
+
+
+def test_a_program_that_ends_through_os_exit_replays_ok(tmp_path: Path) -> None:
+    """A program that ended with os._exit(0) recorded fine, but its replay ran no exit handler, wrote
+    no report, and forkpoint replay failed it (exit 1, "wrote no report")."""
+    (tmp_path / "ox.py").write_text(
+        QUOTE_AGENT.replace(
+            'print(quote("ACME")["price"])',
+            'print(quote("ACME")["price"], flush=True)\nimport os\nos._exit(0)',
+        )
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FORKPOINT_")}
+    store = str(tmp_path / "store")
+    rec = run(
+        [*FORKPOINT, "record", "--store", store, "--no-workspace", "--", sys.executable, "ox.py"],
+        tmp_path,
+        env,
+    )
+    assert rec.returncode == 0 and rec.stdout == "101\n", rec.stderr
+    rep = run([*FORKPOINT, "replay", "last", "--store", store], tmp_path, env)
+    assert rep.returncode == 0, rep.stderr
+    assert rep.stdout == "101\n" and "replay ok: 1/1 events matched" in rep.stderr
 
 
 POOL_AGENT = """
