@@ -80,6 +80,9 @@ def start(environ: MutableMapping[str, str] = os.environ) -> None:
             # On the first call the program makes: a program that makes none loads no recorder.
             try:
                 rec = _recorder(Path(session), ws_opts)
+                # What finishing at exit needs, imported now: an import in an exit handler clears
+                # CPython's note of an uncaught KeyboardInterrupt (exit 130 would become 1).
+                from . import api, files  # noqa: F401
             except Exception as exc:  # recording must not change the live run: say it, go on
                 failed.append(f"the recording could not start: {type(exc).__name__}: {exc}")
                 sys.stderr.write(f"forkpoint: {failed[-1]}; this process goes on unrecorded\n")

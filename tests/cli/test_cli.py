@@ -882,6 +882,24 @@ def test_a_program_that_ends_through_os_exit_replays_ok(tmp_path: Path) -> None:
     assert rep.stdout == "101\n" and "replay ok: 1/1 events matched" in rep.stderr
 
 
+def test_a_program_ended_by_ctrl_c_exits_130_recorded_and_replayed(tmp_path: Path) -> None:
+    """An uncaught KeyboardInterrupt exits 130 (killed by SIGINT, as the shell says); recorded, it
+    exited 1: the recording's imports at exit cleared CPython's note of the interrupt."""
+    (tmp_path / "ki.py").write_text(QUOTE_AGENT + "raise KeyboardInterrupt\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FORKPOINT_")}
+    store = str(tmp_path / "store")
+    plain = run([sys.executable, "ki.py"], tmp_path, env)
+    assert plain.returncode in (130, -2), plain.stderr
+    rec = run(
+        [*FORKPOINT, "record", "--store", store, "--no-workspace", "--", sys.executable, "ki.py"],
+        tmp_path,
+        env,
+    )
+    assert rec.returncode == 130, rec.stderr
+    rep = run([*FORKPOINT, "replay", "last", "--store", store], tmp_path, env)
+    assert rep.returncode == 130 and "replay ok: 1/1 events matched" in rep.stderr, rep.stderr
+
+
 POOL_AGENT = """
 import multiprocessing
 import sys
