@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import bisect
 import os
+import re
 import threading
 import time
 from collections import deque
@@ -93,18 +94,23 @@ def _answered_aside(event: ModelCallEvent) -> bool:
     return kind == "telemetry" or kinds.is_session_management(event["request"]["method"], kind)
 
 
-#: A value that differs between two runs of the same program without changing what is asked: a
-#: UUID, a long hex or base64-ish token (with an optional ``prefix_``), an ISO timestamp, a number
-#: of 10 digits or more (epoch seconds, ms, ns).
+#: A value that differs between two runs of the same program without changing what is asked,
+#: whatever its key: a UUID, a token with a ``prefix_`` (``req_…``, ``chatcmpl-…``), an ISO timestamp.
 _VOLATILE = compiled_later(
     r"(?ix)^(?:"
     r"[a-z]{0,12}[_-]?[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}"
-    r"|[a-z]{0,12}[_-]?[0-9a-f]{16,}"
-    r"|[a-z]{0,12}[_-][A-Za-z0-9]{16,}"
+    r"|[a-z]{1,12}[_-][A-Za-z0-9]{16,}"
     r"|\d{4}-\d{2}-\d{2}[t ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(z|[+-]\d{2}:?\d{2})?"
-    r"|\d{10,}(\.\d+)?"
     r")$"
 )
+#: Bare hex of 16 digits or more: an id only under a key that names a per-run id (a trace, a
+#: request, a nonce), as a git commit or a content hash is content.
+_HEX = compiled_later(r"(?i)^[0-9a-f]{16,}$")
+_RUN_ID_KEY = compiled_later(
+    r"(?i)(?:^|[_-])(?:(?:request|req|session|trace|span|correlation|idempotency|run|client[_-]?msg)[_-]?id"
+    r"|nonce|idempotency[_-]?key|traceparent)$"
+)
+_DIGITS = compiled_later(r"^\d{10,}(?:\.\d+)?$")
 
 
 #: 2015-01-01 and 2050-01-01 in seconds since the epoch: a number between them, read as seconds,
@@ -112,15 +118,38 @@ _VOLATILE = compiled_later(
 _CLOCK_FROM, _CLOCK_TO = 1_420_070_400, 2_524_608_000
 
 
-def volatile(value: Any) -> bool:
-    """Whether ``value`` is an id, a timestamp or a nonce (:data:`_VOLATILE`), not content. A
-    number is one only where it reads as a clock of these years (:data:`_CLOCK_FROM`): an amount of
-    1,000,000,000 or 9,999,999,999 is content, which any number of ten digits or more once was."""
+def volatile(value: Any, key: str = "") -> bool:
+    """Whether ``value`` (under the object key ``key``) is an id, a timestamp or a nonce
+    (:data:`_VOLATILE`), not content. A number, or a string of digits, is one only where it reads
+    as a clock of these years (:data:`_CLOCK_FROM`): an amount of 9,999,999,999 or a card number is
+    content, which any ten digits or more once were; bare hex only under a key of a per-run id
+    (:data:`_RUN_ID_KEY`): a git commit is content."""
     if isinstance(value, bool):
         return False
+    if isinstance(value, str) and _DIGITS.match(value):
+        value = float(value)
     if isinstance(value, int | float):
         return any(_CLOCK_FROM <= abs(value) / unit < _CLOCK_TO for unit in (1, 1e3, 1e6, 1e9))
-    return isinstance(value, str) and bool(_VOLATILE.match(value))
+    if not isinstance(value, str):
+        return False
+    return bool(_VOLATILE.match(value)) or bool(_HEX.match(value) and _RUN_ID_KEY.search(key))
+
+
+def _volatile_change(change: Change) -> bool:
+    """Both sides of ``change`` are ids (:func:`volatile`), under the key its path ends with; a
+    query parameter (a ``[name, value]`` pair) under its name."""
+    before, after = change.expected, change.actual
+    if (
+        isinstance(before, list | tuple)
+        and isinstance(after, list | tuple)
+        and len(before) == len(after) == 2
+    ):
+        if before[0] != after[0]:
+            return False
+        key, before, after = str(before[0]), before[1], after[1]
+    else:
+        key = re.split(r"[.\[\]'\"]+", change.path.rstrip("]'\""))[-1]
+    return volatile(before, key) and volatile(after, key)
 
 
 def neutral_answer(request: HttpRequest, kind: str) -> ModelCallEvent:
@@ -611,9 +640,7 @@ class Replayer:
             if e["seq"] in taken or e["type"] != "model_call" or endpoint(e) != where:
                 continue
             changes = json_diff(normalized(e), norm)
-            if changes and all(
-                c.op == "changed" and volatile(c.expected) and volatile(c.actual) for c in changes
-            ):
+            if changes and all(c.op == "changed" and _volatile_change(c) for c in changes):
                 return e
         return None
 

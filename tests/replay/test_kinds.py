@@ -201,6 +201,41 @@ def test_an_amount_is_no_id_however_many_digits_it_has(server: LocalServer, stor
     assert "$.body.cents: 1000000000 → 9999999999" in str(exc.value), str(exc.value)
 
 
+@pytest.mark.parametrize(
+    ("field", "recorded", "replayed"),
+    [
+        ("card", "4111111111111111", "5555555555554444"),
+        ("phone", "+14155550100"[1:], "14155550199"),
+        ("commit", "3f786850e387550fdab836ed7e6dc881de23001b", "89e6c98d92887913cadf06b2adb97f26cde4849b"),
+    ],
+)
+def test_a_card_number_a_phone_number_or_a_commit_is_content_not_an_id(
+    server: LocalServer, store: Path, field: str, recorded: str, replayed: str
+) -> None:
+    """A string of ten digits or more, or of 16 hex digits or more, was taken for an id: a charge
+    to another card, or a checkout of another commit, was served the recorded answer ("replay ok").
+    Digits are an id only as a clock reading, bare hex only under a key of a per-run id."""
+    from forkpoint.replay.replayer import volatile
+
+    assert volatile(str(int(time.time()))) and not volatile("4111111111111111", "card")
+    assert volatile("3f786850e387550fdab836ed7e6dc881de23001b", "trace_id") and volatile("f" * 32, "nonce")
+    assert not volatile("3f786850e387550fdab836ed7e6dc881de23001b", "commit")
+
+    def post(value: str) -> Any:
+        body = {field: value, "request_id": uuid.uuid4().hex}
+        return requests.post(server.url + "/api/charge", json=body, timeout=5).json()["path"]
+
+    with forkpoint.record(store=store) as rec:
+        post(recorded)
+    server.stop()
+    with forkpoint.replay(rec.session_path) as rp:
+        assert post(recorded) == "/api/charge"  # (its request_id, a fresh uuid4 hex, still is an id)
+    assert rp.report()["reproduced"] and len(rp.report()["id_drift"]) == 1
+    with pytest.raises(Divergence) as exc, forkpoint.replay(rec.session_path):
+        post(replayed)
+    assert f"$.body.{field}: {recorded} → {replayed}" in str(exc.value), str(exc.value)
+
+
 def test_plain_http_differing_only_in_ids_is_reported_unless_strict(server: LocalServer, store: Path) -> None:
     def run() -> Any:
         body = {"request_id": str(uuid.uuid4()), "ts": time.time(), "query": "weather in Paris"}
