@@ -41,6 +41,8 @@ class ErrorRecord(TypedDict, total=False):
     #: An HTTP exchange's failure while sending (``send``: connecting, writing the request), when the
     #: client library raises those elsewhere than failures while waiting for the answer.
     phase: str
+    #: A tool's exception raised ``from`` another (its ``__cause__``), recorded the same way.
+    cause: "ErrorRecord"
 
 
 class UnrecordedResult(TypedDict):

@@ -199,12 +199,17 @@ def _unplain(value: Any) -> Any:
     return value
 
 
-def _error_dict(exc: BaseException, tool: str) -> ErrorRecord:
+#: How many exceptions of a ``raise … from …`` chain a tool call's error keeps.
+_CAUSES = 5
+
+
+def _error_dict(exc: BaseException, tool: str, depth: int = 0) -> ErrorRecord:
     """``{"type", "module", "message"}``, plus the exception's ``args`` (when they are JSON and not
     just the message) and its JSON instance attributes (``attrs``, each on its own; an ``OSError``'s
-    ``filename`` and ``filename2`` too), so a custom exception (``ApiError(429, "slow down")`` with
-    ``.status``) or a ``FileNotFoundError`` (its ``errno`` and ``filename``) comes back whole on
-    replay. An attribute with no JSON form is left out, and said (naming ``tool``)."""
+    ``filename`` and ``filename2`` too), and the exception it was raised ``from`` (``cause``, up to
+    :data:`_CAUSES` deep), so a custom exception (``ApiError(429, "slow down")`` with ``.status``)
+    or a ``FileNotFoundError`` (its ``errno`` and ``filename``) comes back whole on replay. An
+    attribute with no JSON form is left out, and said (naming ``tool``)."""
     out = error_record(exc)
     out["message"] = scrub_text(out["message"])
     try:
@@ -227,6 +232,8 @@ def _error_dict(exc: BaseException, tool: str) -> ErrorRecord:
             left.append(f"{key} ({type(value).__qualname__})")
     if attrs:
         out["attrs"] = attrs
+    if exc.__cause__ is not None and depth < _CAUSES:  # (retry logic reads it: raise ApiError from exc)
+        out["cause"] = _error_dict(exc.__cause__, tool, depth + 1)
     if left:
         _say(
             f"tool {tool!r} raised {type(exc).__qualname__} with attributes forkpoint cannot store: "
@@ -237,13 +244,20 @@ def _error_dict(exc: BaseException, tool: str) -> ErrorRecord:
 
 def rebuild_exception(error: dict[str, Any]) -> BaseException:
     """The recorded exception, as its own class when that class is a builtin or already imported
-    (otherwise :class:`RecordedToolError`). No module is imported to find it: loading a session
-    never runs code.
+    (otherwise :class:`RecordedToolError`), raised ``from`` its recorded ``cause`` again. No module
+    is imported to find it: loading a session never runs code.
 
     The class is called with the recorded ``args``, else with the message, else the instance is made
     without its constructor; the recorded attributes are set again. The first of these whose
     ``str()`` is the recorded message is returned (an agent may send that text to the model), else
     the first that could be built."""
+    exc = _rebuilt(error)
+    if isinstance(error.get("cause"), dict):
+        exc.__cause__ = rebuild_exception(error["cause"])
+    return exc
+
+
+def _rebuilt(error: dict[str, Any]) -> BaseException:
     name, module, message = str(error.get("type")), str(error.get("module")), str(error.get("message", ""))
     owner: Any = builtins if module == "builtins" else sys.modules.get(module)
     cls: Any = owner

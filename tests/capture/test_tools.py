@@ -824,3 +824,36 @@ def test_a_tool_exception_that_cannot_be_printed_or_a_mock_argument_leave_the_ru
     with forkpoint.replay(rec.session_path) as rp:
         assert run() == live
     assert rp.report()["matched"] == 2
+
+
+def test_a_tool_exception_comes_back_raised_from_its_cause(store: Path) -> None:
+    """``raise ValueError("wrapped") from exc``: retry logic reads ``__cause__``, which was None on
+    replay."""
+
+    @forkpoint.tool
+    def lookup(key: str) -> str:
+        try:
+            return {}[key]
+        except KeyError as exc:
+            raise ApiError(404, f"no {key}") from exc
+
+    def run() -> tuple[Any, ...]:
+        try:
+            lookup("k")
+        except ApiError as exc:
+            cause = exc.__cause__
+            return type(exc), exc.status, type(cause), str(cause), exc.__suppress_context__
+        raise AssertionError("lookup did not raise")
+
+    with forkpoint.record(store=store) as rec:
+        live = run()
+    assert live == (ApiError, 404, KeyError, "'k'", True)
+    (event,) = Session.load(rec.session_path).by_type("tool_call")
+    assert event["error"]["cause"] == {
+        "type": "KeyError",
+        "module": "builtins",
+        "message": "'k'",
+        "args": ["k"],
+    }
+    with forkpoint.replay(rec.session_path):
+        assert run() == live
