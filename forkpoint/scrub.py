@@ -7,7 +7,8 @@ A session is never overwritten or truncated in place. Scrubbing one:
    ``force`` overrides that);
 2. writes a complete scrubbed copy, with the **same id**, in ``<store>/.forkpoint-tmp/scrub-…/``:
    every event through :meth:`forkpoint.redact.Scrubber.event`, match keys recomputed, every workspace
-   file of every checkpoint scrubbed into new blobs (manifest and fingerprint recomputed), the hash
+   file of every checkpoint scrubbed into new blobs (manifest and fingerprint recomputed), the digest
+   of a checkpoint's carried messages recomputed where they changed, the hash
    chain recomputed from a new header (which records ``scrubbed``: when, with which rules);
 3. verifies the copy;
 4. swaps the two directories in one atomic step (``renameat2(RENAME_EXCHANGE)`` on Linux; elsewhere
@@ -49,6 +50,7 @@ from .log import (
     SessionError,
     SessionWriter,
     now_iso,
+    to_json,
 )
 from .match import event_key
 from .signing import sign_session
@@ -265,6 +267,8 @@ def scrub_session(
                         clean = scrubber.event(event)
                         if clean.get("type") == "checkpoint":
                             report.files_changed += _scrub_workspace(clean, old_blobs, writer.blobs, scrubber)
+                            if clean.get("context") != event.get("context"):  # (the messages it carries)
+                                clean["context_digest"] = digest(to_json(clean["context"]))
                         _rekey(clean)
                         if clean != event:
                             report.events_changed.append(int(event["seq"]))

@@ -531,6 +531,34 @@ def test_scrub_rescrubs_the_untracked_files_of_checkpoints(tmp_path: Path) -> No
     assert all(c.ok for c in validate(into))
 
 
+def test_scrub_rescrubs_the_conversation_checkpoints_carry(tmp_path: Path, leaky_server: str) -> None:
+    """A secret in the conversation of a session with checkpoints could not be scrubbed: each
+    checkpoint carries the messages with their digest, which the scrubbed copy no longer matched,
+    so it did not verify and scrub refused. The digest of a carried context that changed is
+    computed again, and the copy verifies and restores."""
+    from forkpoint.checkpoint import restore, validate
+
+    secret = "itk_Zq8Wm3Xv7Ln2Pk5Rt9Ys4Bh6"
+    repo = make_repo(tmp_path / "repo", {"a.txt": "a\n"})
+    store = tmp_path / "store"
+    with forkpoint.record(store=store, workspace=repo) as rec:
+        client = openai.OpenAI(base_url=leaky_server, api_key="sk-test", max_retries=0)
+        messages = [{"role": "user", "content": f"deploy with the internal token {secret}"}]
+        client.chat.completions.create(model="m", messages=messages)
+        client.chat.completions.create(model="m", messages=[*messages, {"role": "user", "content": "again"}])
+        client.close()
+    checkpoints = [x for x in stored_lines(rec.session_path) if x.get("type") == "checkpoint"]
+    assert checkpoints and leaks(store, {"s": secret})
+
+    rules = redact.Rules(patterns=(("x", r"itk_[A-Za-z0-9]{24}"),))
+    report = scrub_session(rec.session_path, scrubber=redact.Scrubber(rules))
+    assert report.swapped and leaks(store, {"s": secret}) == []
+    assert verify(rec.session_path).ok
+    s = Session.load(rec.session_path)
+    into = restore(s, checkpoints[-1]["seq"], tmp_path / "restored")
+    assert all(c.ok for c in validate(into))
+
+
 @pytest.mark.parametrize("step", ["copy", "event", "verify", "swap"])
 def test_an_interrupted_scrub_leaves_the_original_intact(tmp_path: Path, step: str) -> None:
     secret = "itk_Zq8Wm3Xv7Ln2Pk5Rt9Ys4Bh6"
