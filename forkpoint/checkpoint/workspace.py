@@ -116,9 +116,14 @@ class HashCache:
 
 
 def manifest_of(
-    root: Path, paths: list[str], blobs: BlobStore | None, cache: HashCache | None
+    root: Path, paths: list[str], blobs: BlobStore | None, cache: HashCache | None, *, scrub: bool = True
 ) -> list[list[Any]]:
-    from ..redact import scrub_file  # here: verifying a session reads manifests, and never scrubs
+    """The manifest rows of ``paths`` under ``root`` (``[path, kind, mode, size, sha256]``), their
+    contents scrubbed first (secrets never reach the blobs), unless ``scrub`` is False: a restored
+    workspace holds the stored bytes, scrubbed already, and the rules in force now may differ."""
+    from ..redact import scrub_file as scrubbed  # here: verifying a session reads manifests, and never scrubs
+
+    scrub_file = scrubbed if scrub else bytes
 
     rows: list[list[Any]] = []
     for rel in paths:

@@ -1050,3 +1050,21 @@ def test_fork_two_arms_end_to_end(tmp_path: Path) -> None:
         assert (d / "test_log.txt").exists()  # the live continuation ran the tests there
         assert (d / META_DIR / "checkpoint.json").exists()
     assert tree_snapshot(repo) == original  # the arms ran in their own directories
+
+
+def test_a_restored_workspace_validates_under_other_redaction_rules(tmp_path: Path) -> None:
+    """Validation scrubbed the restored files again under the rules in force where it ran (a
+    forkpoint.toml in the current directory): a file a new rule matched "changed", and a faithful
+    restore was reported FAIL. The restored files are the stored bytes, hashed as they are."""
+    from forkpoint import redact
+
+    repo = make_repo(tmp_path / "repo", {"a.py": "x = 1\n"})
+    (repo / "notes.txt").write_text("turn 1: ask for the order\n")
+    with forkpoint.record(store=tmp_path / "store", workspace=repo) as rec:
+        seq = forkpoint.checkpoint()
+    into = tmp_path / "restored"
+    restore(Session.load(rec.session_path), seq, into)
+    with redact.use_rules(redact.Rules(patterns=(("turnword", r"turn [0-9]"),))):
+        checks = validate(into)
+    assert all(c.ok for c in checks), checks
+    assert (into / "notes.txt").read_text() == "turn 1: ask for the order\n"
