@@ -457,3 +457,26 @@ def test_ignore_rules_given_to_a_replay_change_the_spec(server: Any, store: Any)
                 server.url + "/v1/chat/completions", json={"model": "m", "metadata": {"request_id": "r-2"}}
             ).json()
     assert again == answer and rp.report()["divergence"] is None
+
+
+def test_two_servers_asked_the_same_thing_are_told_apart(server: Any, store: Any) -> None:
+    """Host and port are not in the match key (a test's server gets another port each run), so two
+    servers asked the same thing shared one queue: a run that asked them in the other order got
+    each one's answer from the other, and "replay ok"."""
+    from tests.modelserver import LocalServer, json_reply
+
+    other = LocalServer()
+    try:
+        for s in (server, other):
+            s.route("/v1/lookup", lambda r, port=s.port: json_reply({"port": port}), method="POST")
+
+        def ask(order: list[Any]) -> list[int]:
+            return [httpx.post(s.url + "/v1/lookup", json={"q": "x"}).json()["port"] for s in order]
+
+        with forkpoint.record(store=store) as rec:
+            live = ask([server, other])
+        with forkpoint.replay(rec.session_path) as rp:
+            assert ask([other, server]) == live[::-1]
+        assert rp.report()["reproduced"]
+    finally:
+        other.stop()
