@@ -20,12 +20,13 @@ Not every recorded HTTP exchange is expected again (:mod:`forkpoint.providers.ki
 from __future__ import annotations
 
 import bisect
+import itertools
 import os
 import re
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, Literal, cast
 from urllib.parse import urlsplit
@@ -151,6 +152,30 @@ def _volatile_change(change: Change) -> bool:
     else:
         key = re.split(r"[.\[\]'\"]+", change.path.rstrip("]'\""))[-1]
     return volatile(before, key) and volatile(after, key)
+
+
+def _alike(queues: Iterable[Sequence[Served]]) -> dict[int, int]:
+    """Seq → group (its first seq) of the recorded calls that were asked the same (one match key)
+    and answered differently: served to several threads or processes, which got which cannot be
+    told from the recording (:func:`~forkpoint.replay.report.conclude` says so)."""
+    out: dict[int, int] = {}
+    for queue in queues:
+        if len(queue) < 2:
+            continue
+        answers = {_answer(e) for e in queue}
+        if len(answers) > 1:
+            first = min(e["seq"] for e in queue)
+            out.update((e["seq"], first) for e in queue)
+    return out
+
+
+def _answer(event: Mapping[str, Any]) -> bytes:
+    """What a recorded call answered, as bytes to compare."""
+    answer = {k: event.get(k) for k in ("result", "error", "unrecorded", "response", "value")}
+    try:
+        return canonical_json(answer)
+    except TypeError:  # (bytes of a binary body, a huge integer)
+        return repr(answer).encode()
 
 
 def _origin(url: str) -> str:
@@ -309,6 +334,13 @@ class Replayer:
                 self._unverified.add(e["seq"])
             self._keys[e["seq"]] = key
         self._queues = self._queued(self.recorded)
+        #: Seq → its group (first seq): identical calls whose recorded answers differ (_alike).
+        self._alike = _alike(self._queues.values())
+        #: [group, seq, consumer] for each such call served: by which process and thread.
+        self.alike_served: list[list[Any]] = []
+        # Which thread asked: a number of its own per thread (an ident is reused once one ends).
+        self._thread = threading.local()
+        self._threads = itertools.count()
         self.used: list[int] = []
         # Served by the other processes of this replay (a recording made by several processes).
         self.ledger = ledger
@@ -357,6 +389,7 @@ class Replayer:
         self.live_calls = dict.fromkeys(self.live_calls, 0)
         self.divergence = None
         self.drift, self.id_drift, self.out_of_order, self.uncaught = [], [], [], []
+        self.alike_served = []
         self.aside_served, self.aside_answered, self.network_blocked = [], [], []
         self.applied = dict.fromkeys(self.applied, False)
         self.report_each_call(report)
@@ -675,6 +708,11 @@ class Replayer:
 
     def _serve(self, event: Served) -> Served:
         self.used.append(event["seq"])
+        group = self._alike.get(event["seq"])
+        if group is not None:
+            if not hasattr(self._thread, "n"):
+                self._thread.n = next(self._threads)
+            self.alike_served.append([group, event["seq"], f"{os.getpid()}:{self._thread.n}"])
         if event["type"] == "tool_call":
             # The calls its body made are in its recorded result; the body does not run now.
             for inner in self._descendants(event):
@@ -919,6 +957,7 @@ class Replayer:
                     "answered": self.aside_answered,
                 },
                 "id_drift": self.id_drift,
+                "alike_served": list(self.alike_served),
                 "strict": self.strict,
                 "out_of_order": list(self.out_of_order),
                 "exit_code": self.exit_code,

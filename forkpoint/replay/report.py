@@ -111,6 +111,7 @@ def conclude(report: dict[str, Any]) -> dict[str, Any]:
     (None while unknown), and ``reproduced`` — every recorded call served (none unserved), no
     divergence, no network attempt, and the program ended as recorded. Returns ``report``."""
     differences = ending(report)
+    report["ambiguous"] = ambiguous(report.get("alike_served") or [])
     report["ending"] = differences or []
     report["ended_as_recorded"] = None if differences is None else not differences
     report["reproduced"] = (
@@ -120,6 +121,19 @@ def conclude(report: dict[str, Any]) -> dict[str, Any]:
         and report["ended_as_recorded"] is not False
     )
     return report
+
+
+def ambiguous(alike_served: list[list[Any]]) -> list[list[int]]:
+    """The groups of identical calls (one match key) whose recorded answers differ and that were
+    served to more than one thread or process (``alike_served``: ``[group, seq, consumer]``), as
+    their served seqs: which caller got which answer depends on the order they happened to ask in,
+    which the recording cannot tell, so the run may not have reproduced exactly."""
+    groups: dict[int, tuple[list[int], set[str]]] = {}
+    for group, seq, consumer in alike_served:
+        seqs, consumers = groups.setdefault(group, ([], set()))
+        seqs.append(seq)
+        consumers.add(consumer)
+    return [sorted(seqs) for seqs, consumers in groups.values() if len(consumers) > 1]
 
 
 def ended_by_override(report: dict[str, Any]) -> bool:
@@ -163,6 +177,13 @@ def summary_line(report: dict[str, Any]) -> str:
     elif report.get("drift"):
         status = (
             "finished with drift (fifo served recorded answers to requests that differed: not a reproduction)"
+        )
+    elif report.get("ambiguous"):
+        n = sum(len(g) for g in report["ambiguous"])
+        status = (
+            f"ok, but not certain: {n} identical calls that were answered differently when recorded were "
+            "served to several threads or processes, and which got which answer cannot be told from the "
+            f"recording (seq {'; '.join(', '.join(map(str, g)) for g in report['ambiguous'])})"
         )
     else:
         status = "ok"
@@ -292,6 +313,7 @@ def merge_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
                 "answered": [a for r in reports for a in r.get("aside", {}).get("answered", [])],
             },
             "id_drift": [d for r in reports for d in r.get("id_drift", [])],
+            "alike_served": [a for r in reports for a in r.get("alike_served") or []],
         }
     )
 

@@ -584,3 +584,48 @@ def test_forkpoint_record_says_what_its_processes_lacked(make_server: Any, tmp_p
         assert r.returncode == 0 and "(2 model calls, 1 tool call)" in said, r.stderr
         assert "the model asked for tools that were never recorded: get_weather (1 call)." in said, said
         assert "REDACTED" not in said, said
+
+
+def test_identical_calls_answered_differently_and_served_to_several_threads_are_not_called_certain(
+    store: Path,
+) -> None:
+    """Threads each calling a tool with the same arguments got the recorded results in the order
+    they happened to ask, which the recording cannot tell; when those results differed, a replay
+    that handed them to the wrong threads still said "replay ok"."""
+    import itertools
+    import threading
+
+    counter = itertools.count()
+
+    @forkpoint.tool
+    def fetch(url: str) -> int:
+        return next(counter)
+
+    @forkpoint.tool
+    def same(url: str) -> str:
+        return "always this"
+
+    def run(threads: bool) -> None:
+        calls = [lambda: fetch("https://example.com/x"), lambda: same("https://example.com/y")] * 3
+        if not threads:
+            for call in calls:
+                call()
+            return
+        workers = [threading.Thread(target=call) for call in calls]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+
+    with forkpoint.record(store=store) as rec:
+        run(threads=True)
+    fetches = [e["seq"] for e in Session.load(rec.session_path).by_type("tool_call") if e["tool"] == "fetch"]
+    with forkpoint.replay(rec.session_path) as rp:
+        run(threads=True)
+    report = rp.report()
+    assert report["ambiguous"] == [sorted(fetches)]  # `same` answered alike every time: no doubt
+    assert summary_line(report).startswith("replay ok, but not certain: 3 identical calls that were answered")
+
+    with forkpoint.replay(rec.session_path) as rp:
+        run(threads=False)  # one thread asking in turn: the order it asks in is the recorded order
+    assert rp.report()["ambiguous"] == [] and summary_line(rp.report()).startswith("replay ok: 6/6")
