@@ -44,6 +44,13 @@ class Ledger:
             os.write(self._fd, "".join(f"{s}\n" for s in seqs).encode())
             self._offset = os.fstat(self._fd).st_size
 
+    def reopen(self) -> None:
+        """In a child made by ``fork()``: a file description of its own. A ``flock`` belongs to the
+        open file description, which fork shares: the parent's and the child's holds would not
+        exclude each other, and two processes could serve one recorded call."""
+        old, self._fd = self._fd, os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
+        os.close(old)
+
     def close(self) -> None:
         os.close(self._fd)
 

@@ -381,6 +381,8 @@ class Replayer:
         handler, so its report could not wait for the end."""
         # The child has one thread: a lock another thread held at the fork would never be released.
         self._lock = threading.Lock()
+        if self.ledger is not None:
+            self.ledger.reopen()
         self._turns = threading.Condition()
         self.others |= set(self.used) | self.covered
         self.used = []
