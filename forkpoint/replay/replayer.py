@@ -336,7 +336,7 @@ class Replayer:
         self._queues = self._queued(self.recorded)
         #: Seq → its group (first seq): identical calls whose recorded answers differ (_alike).
         self._alike = _alike(self._queues.values())
-        #: [group, seq, consumer] for each such call served: by which process and thread.
+        #: [group, seq, pid, thread, when served, when the process started] for each such call served.
         self.alike_served: list[list[Any]] = []
         # Which thread asked: a number of its own per thread (an ident is reused once one ends).
         self._thread = threading.local()
@@ -714,7 +714,8 @@ class Replayer:
         if group is not None:
             if not hasattr(self._thread, "n"):
                 self._thread.n = next(self._threads)
-            self.alike_served.append([group, event["seq"], f"{os.getpid()}:{self._thread.n}"])
+            served = [group, event["seq"], os.getpid(), self._thread.n, time.time(), self.started]
+            self.alike_served.append(served)
         if event["type"] == "tool_call":
             # The calls its body made are in its recorded result; the body does not run now.
             for inner in self._descendants(event):

@@ -125,15 +125,26 @@ def conclude(report: dict[str, Any]) -> dict[str, Any]:
 
 def ambiguous(alike_served: list[list[Any]]) -> list[list[int]]:
     """The groups of identical calls (one match key) whose recorded answers differ and that were
-    served to more than one thread or process (``alike_served``: ``[group, seq, consumer]``), as
-    their served seqs: which caller got which answer depends on the order they happened to ask in,
-    which the recording cannot tell, so the run may not have reproduced exactly."""
-    groups: dict[int, tuple[list[int], set[str]]] = {}
-    for group, seq, consumer in alike_served:
-        seqs, consumers = groups.setdefault(group, ([], set()))
-        seqs.append(seq)
-        consumers.add(consumer)
-    return [sorted(seqs) for seqs, consumers in groups.values() if len(consumers) > 1]
+    served to callers racing each other, as their served seqs: which caller got which answer
+    depends on the order they happened to ask in, which the recording cannot tell, so the run may
+    not have reproduced exactly. ``alike_served``: ``[group, seq, pid, thread, when served, when
+    its process started]``. Two threads of a process race; two processes do when the later one had
+    started when the earlier one was served (not a program a shell script runs after another, nor a
+    child forked after its parent's call)."""
+    groups: dict[int, list[list[Any]]] = {}
+    for entry in alike_served:
+        groups.setdefault(entry[0], []).append(entry)
+    out = []
+    for entries in groups.values():
+        entries.sort(key=lambda e: e[4])
+        racing = any(
+            (a[2], a[3]) != (b[2], b[3]) and (a[2] == b[2] or b[5] < a[4])
+            for i, a in enumerate(entries)
+            for b in entries[i + 1 :]
+        )
+        if racing:
+            out.append(sorted(e[1] for e in entries))
+    return out
 
 
 def ended_by_override(report: dict[str, Any]) -> bool:

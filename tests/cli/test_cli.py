@@ -939,7 +939,9 @@ def test_a_programs_spawned_workers_are_recorded_and_replayed(tmp_path: Path, me
     assert rec.returncode == 0, rec.stderr
     assert rec.stdout.split() == ["[1,", "4,", "9]", "100"]
     assert sorted(ran.read_text().split()) == ["1", "10", "2", "3"]
-    calls = Session.load(next(p for p in (tmp_path / "store").iterdir() if p.is_dir())).by_type("tool_call")
+    calls = Session.load(next(p for p in (tmp_path / "store").iterdir() if (p / LOG_NAME).exists())).by_type(
+        "tool_call"
+    )
     assert sorted(c["args"]["x"] for c in calls) == [1, 2, 3, 10]
     ran.unlink()
 
