@@ -540,6 +540,39 @@ _STRING_TOKEN = compiled_later_bytes(rb'"([^"\\]*+(?:\\.[^"\\]*+)*+)"(:?)')
 _UNCOMPILED = re.compile("(?!)")
 
 
+def _as_text(data: bytes) -> tuple[str, bool]:
+    """``data`` as the text the rules read, and whether it is UTF-8: data that is not (binary, or
+    text with a stray byte) is read as Latin-1, a character a byte, whose spans are byte offsets. A
+    secret is ASCII, and reads the same either way; UTF-8 with escapes would take 2 to 4 bytes a
+    character (a 50 MB binary download took 860 MB to record)."""
+    try:
+        return data.decode("utf-8"), True
+    except UnicodeDecodeError:
+        return data.decode("latin-1"), False
+
+
+#: Characters lowercased at a time in non-ASCII text (:func:`_anchor_text`).
+_LOWER_SLICE = 1 << 18
+
+
+def _anchor_text(text: str) -> str:
+    """``text`` lowercased character for character, to look for the (ASCII) anchors in. Latin-1
+    text goes through bytes, and other non-ASCII text is lowercased a slice at a time: ``str.lower``
+    sets aside 12 bytes a character while it works (a 50 MB binary download, read as UTF-8 with
+    escapes, took 860 MB to record). U+0130 lowercases to two characters: it is kept out of the way."""
+    if text.isascii():
+        return text.lower()
+    try:
+        return text.encode("latin-1").lower().decode("latin-1")
+    except UnicodeEncodeError:
+        pass
+    if "\u0130" in text:
+        text = text.replace("\u0130", "\0")
+    if len(text) <= _LOWER_SLICE:
+        return text.lower()
+    return "".join([text[i : i + _LOWER_SLICE].lower() for i in range(0, len(text), _LOWER_SLICE)])
+
+
 class Scrubber:
     """Built-in rules plus ``rules``, compiled. Thread-safe.
 
@@ -668,7 +701,7 @@ class Scrubber:
 
     def _candidates(self, text: str) -> list[tuple[int, int, int, re.Match[str]]]:
         """Every match of every pattern at an occurrence of one of its anchors: (start, pattern, m)."""
-        low = text.lower() if text.isascii() or "\u0130" not in text else text.replace("\u0130", "\0").lower()
+        low = _anchor_text(text)
         out: list[tuple[int, int, int, re.Match[str]]] = []
         if len(low) < SHORT_CHARS and self._any_anchor.search(low) is None:
             return out
@@ -794,13 +827,22 @@ class Scrubber:
             self._cache_chars += cost
 
     def bytes(self, data: bytes) -> bytes:
-        """``data`` scrubbed as UTF-8 text; bytes that are not UTF-8 are kept as they are."""
+        """``data`` scrubbed as UTF-8 text; data that is not UTF-8 (binary) as bytes (:func:`_as_text`)."""
         raw = bytes(data)
-        text = raw.decode("utf-8", "surrogateescape")
-        out = self.text(text)
-        if out is text:
+        text, utf8 = _as_text(raw)
+        if utf8:
+            out = self.text(text)
+            return raw if out is text else out.encode("utf-8")
+        spans = self.find(text)  # (a character a byte: its spans are byte offsets)
+        if not spans:
             return raw
-        return out.encode("utf-8", "surrogateescape")
+        parts: list[builtins.bytes] = []
+        pos = 0
+        for start, end, kind in spans:
+            parts += [raw[pos:start], placeholder(kind, raw[start:end]).encode()]
+            pos = end
+        parts.append(raw[pos:])
+        return b"".join(parts)
 
     def file(self, data: builtins.bytes) -> builtins.bytes:
         """:meth:`bytes` for a workspace file, remembered by content hash (files repeat across
@@ -827,15 +869,15 @@ class Scrubber:
         the rest of it is removed from the chunks it spilled into, so every other byte keeps its chunk.
         """
         joined = b"".join(chunks)
-        text = joined.decode("utf-8", "surrogateescape")
+        text, utf8 = _as_text(joined)
         spans = self.find(text)
         if not spans:
             return [bytes(c) for c in chunks]
         edits: list[streamscrub.Edit] = []
         cpos = bpos = 0
         for start, end, kind in spans:  # character offsets → byte offsets
-            bpos += len(text[cpos:start].encode("utf-8", "surrogateescape"))
-            bend = bpos + len(text[start:end].encode("utf-8", "surrogateescape"))
+            bpos += len(text[cpos:start].encode("utf-8")) if utf8 else start - cpos
+            bend = bpos + (len(text[start:end].encode("utf-8")) if utf8 else end - start)
             edits.append((bpos, bend, placeholder(kind, joined[bpos:bend]).encode()))
             cpos, bpos = end, bend
         return streamscrub.spread(chunks, edits)

@@ -235,9 +235,10 @@ class Exchange:
                 headers = [(k, v) for k, v in headers if k.lower() != "content-encoding"]
                 decoded_from = applied
         ctype = header(all_headers, "content-type")
+        streamed = any(t in ctype.lower() for t in STREAM_TYPES)
         if eventstream.is_event_stream(ctype) and not encoded:
             times, chunks = aws_messages(times, chunks)
-        else:
+        elif streamed:  # (a whole body is scrubbed whole, once, below)
             chunks = scrub_stream(chunks, ctype)
         out: HttpResponse = {
             "status": status,
@@ -245,7 +246,7 @@ class Exchange:
             "http_version": http_version,
             "headers": scrub_headers(headers),
         }
-        if any(t in ctype.lower() for t in STREAM_TYPES):
+        if streamed:
             out["body_kind"] = "stream"
             out["chunks"] = [[t, text_or_bytes(c)] for t, c in zip(times, chunks, strict=True) if c]
         else:

@@ -1226,3 +1226,31 @@ def test_loads_exact_reads_integers_beyond_64_bits_exactly_and_all_else_as_orjso
         assert repr(loads_exact(text)) == repr(orjson.loads(text))
     with pytest.raises(orjson.JSONDecodeError):
         loads_exact(b'{"a": 1')
+
+
+def test_a_whole_response_body_is_scrubbed_once(store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every response body went through the stream scrubber chunk by chunk and then, joined, through
+    the body scrubber: twice the work for every download. A body that is not a stream is scrubbed
+    whole, once."""
+    import httpx
+
+    from forkpoint import redact
+
+    body = os.urandom(1 << 20)
+    scanned: list[int] = []
+    find = redact.Scrubber.find
+
+    def counting(self: Any, text: str) -> Any:
+        scanned.append(len(text))
+        return find(self, text)
+
+    monkeypatch.setattr(redact.Scrubber, "find", counting)
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=body, headers={"content-type": "application/octet-stream"})
+
+    with forkpoint.record(store=store) as rec, httpx.Client(transport=httpx.MockTransport(handler)) as client:
+        assert client.get("https://files.example.com/data.bin").content == body
+    assert len([n for n in scanned if n >= len(body) // 2]) == 1, scanned
+    with forkpoint.replay(rec.session_path), httpx.Client(transport=httpx.MockTransport(handler)) as client:
+        assert client.get("https://files.example.com/data.bin").content == body

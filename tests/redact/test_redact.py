@@ -640,3 +640,28 @@ def test_a_tokenizers_special_tokens_and_pagination_cursors_are_not_credentials(
     text = scrub_text('{"eos_token": "</s>", "nextPageToken": "p2-abc123", "refresh_token": "abcdefgh1234"}')
     assert '"eos_token": "</s>"' in text and '"nextPageToken": "p2-abc123"' in text
     assert '"refresh_token": "[REDACTED:secret-field:' in text
+
+
+def test_a_binary_body_is_scrubbed_byte_for_byte_in_little_memory() -> None:
+    """A 50 MB binary download took 860 MB and 7 s to record: bytes that are not UTF-8 were read
+    as UTF-8 with escapes (2 to 4 bytes a character, and 12 a character again to lowercase them),
+    and the body was scrubbed twice. Binary data is now read a byte a character: a secret in it is
+    still replaced, by the placeholder it gets as text, and every other byte is kept."""
+    import os
+    import tracemalloc
+
+    secret = "sk-proj-" + _rand(48)
+    blob = os.urandom(4_000_000)
+    data = blob[:1000] + b" " + secret.encode() + b" " + blob[1000:]
+    scrubber = Scrubber()
+    scrubber.bytes(b"\xff warm-up")
+    tracemalloc.start()
+    try:
+        out = scrubber.bytes(data)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    replaced = b" " + expected_placeholder("openai-key", secret).encode() + b" "
+    assert out == blob[:1000] + replaced + blob[1000:]
+    assert peak < 5 * len(data), peak / len(data)  # (23 times the data before)
+    assert scrub_text(f"key {secret}") == f"key {expected_placeholder('openai-key', secret)}"
