@@ -556,21 +556,20 @@ _LOWER_SLICE = 1 << 18
 
 
 def _anchor_text(text: str) -> str:
-    """``text`` lowercased character for character, to look for the (ASCII) anchors in. Latin-1
-    text goes through bytes, and other non-ASCII text is lowercased a slice at a time: ``str.lower``
-    sets aside 12 bytes a character while it works (a 50 MB binary download, read as UTF-8 with
-    escapes, took 860 MB to record). U+0130 lowercases to two characters: it is kept out of the way."""
+    """``text`` lowercased character for character, to look for the (ASCII) anchors in. A long
+    non-ASCII text is lowercased through bytes when it is Latin-1 (binary data read a byte a
+    character), else a slice at a time: ``str.lower`` sets aside 12 bytes a character while it
+    works. U+0130 lowercases to two characters: it is kept out of the way."""
     if text.isascii():
         return text.lower()
-    try:
-        return text.encode("latin-1").lower().decode("latin-1")
-    except UnicodeEncodeError:
-        pass
     if "\u0130" in text:
         text = text.replace("\u0130", "\0")
     if len(text) <= _LOWER_SLICE:
         return text.lower()
-    return "".join([text[i : i + _LOWER_SLICE].lower() for i in range(0, len(text), _LOWER_SLICE)])
+    try:
+        return text.encode("latin-1").lower().decode("latin-1")
+    except UnicodeEncodeError:
+        return "".join([text[i : i + _LOWER_SLICE].lower() for i in range(0, len(text), _LOWER_SLICE)])
 
 
 class Scrubber:
