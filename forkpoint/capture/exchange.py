@@ -357,11 +357,33 @@ def _protocol_ended(chunks: list[bytes]) -> bool:
     return any(marker in tail for marker in _FINAL_EVENTS)
 
 
+class Abandoned:
+    """A recorded response whose caller stopped reading before its end: what reading past that
+    point raises (calling it gives the divergence), and the pace its chunks are handed out at, as
+    they came live (seconds after the request was sent: ``times``), so that the caller's own timer
+    (``asyncio.wait_for`` around the reading, a deadline) cuts the stream where it did live."""
+
+    def __init__(self, diverged: Callable[[], BaseException], times: list[float], gave_up: float) -> None:
+        self.diverged, self.times, self.gave_up = diverged, times, gave_up
+        self.start = time.monotonic()
+
+    def __call__(self) -> BaseException:
+        return self.diverged()
+
+    def wait(self, index: int) -> float:
+        """Seconds until chunk ``index`` came live (0 or less: hand it over now); past the last
+        one, until a second after the caller gave up live (``gave_up``): a caller whose own timer
+        cut it off is waiting for more, and its timer fires again before the divergence."""
+        at = self.times[index] if index < len(self.times) else (self.gave_up + 1.0 if self.times else 0.0)
+        return self.start + at - time.monotonic()
+
+
 def past_end(
     rt: runtime.Runtime, event: ModelCallEvent, position: int, chunks: list[bytes]
-) -> Callable[[], BaseException] | None:
-    """What reading past the recorded end of a response raises: a divergence when the recorded
-    caller abandoned the stream before its end; None when the recorded body ended there."""
+) -> Abandoned | None:
+    """What reading past the recorded end of a response raises (and how its chunks are paced): a
+    divergence when the recorded caller abandoned the stream before its end; None when the
+    recorded body ended there."""
     response = event.get("response")
     ended = response.get("ended") if response else None
     if event.get("error") or ended not in ("client", "unfinished") or _protocol_ended(chunks):
@@ -370,30 +392,43 @@ def past_end(
         f"the recorded caller stopped reading this response after {len(chunks)} chunk(s) (ended: {ended}); "
         "this run reads further, and the rest of it was never received"
     )
-    return lambda: cast(runtime.Serving, rt).diverged(event, "model_call", position, reason)
+    stored = response.get("chunks") if response and response.get("body_kind") == "stream" else None
+    times = [float(t) / 1000 for t, _ in stored] if stored and len(stored) == len(chunks) else []
+    gave_up = float(event.get("duration_ms") or 0) / 1000
+    return Abandoned(
+        lambda: cast(runtime.Serving, rt).diverged(event, "model_call", position, reason), times, gave_up
+    )
 
 
-def replayed(
-    chunks: list[bytes], error: BaseException | None, past: Callable[[], BaseException] | None
-) -> Iterator[bytes]:
-    """The recorded chunks, then the end the recording had: normal, the recorded exception, or
-    (past the point where the recorded caller stopped reading) a divergence."""
-    yield from chunks
-    if error is not None:
-        raise error
-    if past is not None:
-        raise past()
-
-
-async def areplayed(
-    chunks: list[bytes], error: BaseException | None, past: Callable[[], BaseException] | None
-) -> AsyncIterator[bytes]:
-    """:func:`replayed` for an async body."""
-    for c in chunks:
+def replayed(chunks: list[bytes], error: BaseException | None, past: Abandoned | None) -> Iterator[bytes]:
+    """The recorded chunks (paced as they came, when the recorded caller abandoned them), then the
+    end the recording had: normal, the recorded exception, or (past the point where the recorded
+    caller stopped reading) a divergence."""
+    for i, c in enumerate(chunks):
+        if past is not None and (wait := past.wait(i)) > 0:
+            time.sleep(wait)
         yield c
     if error is not None:
         raise error
     if past is not None:
+        if (wait := past.wait(len(chunks))) > 0:
+            time.sleep(wait)
+        raise past()
+
+
+async def areplayed(
+    chunks: list[bytes], error: BaseException | None, past: Abandoned | None
+) -> AsyncIterator[bytes]:
+    """:func:`replayed` for an async body."""
+    for i, c in enumerate(chunks):
+        if past is not None and (wait := past.wait(i)) > 0:
+            await _sleep(wait)
+        yield c
+    if error is not None:
+        raise error
+    if past is not None:
+        if (wait := past.wait(len(chunks))) > 0:
+            await _sleep(wait)
         raise past()
 
 
@@ -443,6 +478,18 @@ def cancelled_by_caller(event: ModelCallEvent) -> bool:
     return event.get("response") is None and cancelled(event.get("error"))
 
 
+async def _sleep(seconds: float) -> None:
+    """Sleep under whichever event loop runs (anyio: asyncio and trio alike)."""
+    try:
+        import anyio
+    except ImportError:  # pragma: no cover - httpx and httpx2 both depend on anyio
+        import asyncio
+
+        await asyncio.sleep(seconds)
+    else:
+        await anyio.sleep(seconds)
+
+
 async def await_cancellation(
     rt: runtime.Runtime,
     event: ModelCallEvent | ToolCallEvent,
@@ -456,14 +503,7 @@ async def await_cancellation(
     timeout; if nothing cancels the call by then, the run went another way: a Divergence."""
     recorded_ms = float(event.get("duration_ms") or 0)
     waited = recorded_ms / 1000 + 1.0
-    try:
-        import anyio
-
-        await anyio.sleep(waited)
-    except ImportError:  # pragma: no cover - httpx and httpx2 both depend on anyio
-        import asyncio
-
-        await asyncio.sleep(waited)
+    await _sleep(waited)
     raise cast(runtime.Serving, rt).diverged(
         event,
         event["type"],

@@ -1254,3 +1254,47 @@ def test_a_whole_response_body_is_scrubbed_once(store: Path, monkeypatch: pytest
     assert len([n for n in scanned if n >= len(body) // 2]) == 1, scanned
     with forkpoint.replay(rec.session_path), httpx.Client(transport=httpx.MockTransport(handler)) as client:
         assert client.get("https://files.example.com/data.bin").content == body
+
+
+def test_a_stream_the_caller_cut_off_with_its_own_timeout_is_cut_off_there_again() -> None:
+    """An agent reading a streamed answer under ``asyncio.wait_for`` was cut off live after a few
+    chunks; on replay every chunk came at once, the agent read past where it had stopped, and the
+    replay diverged (3 runs of 3). A stream its caller abandoned is handed out at the pace it came."""
+    import httpx
+
+    from tests.modelserver import LocalServer
+
+    srv = LocalServer(chunk_delay=0.2)
+
+    async def agent(store: Path, mode: str) -> tuple[int, str]:
+        got: list[bytes] = []
+        body = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "count " * 12}]}
+
+        async def read() -> None:
+            async with httpx.AsyncClient() as client:
+                async with client.stream("POST", srv.openai_base_url + "/chat/completions", json=body) as r:
+                    async for chunk in r.aiter_raw():
+                        got.append(chunk)
+                        await asyncio.sleep(0.01)
+
+        try:
+            await asyncio.wait_for(read(), 0.5)  # the chunks come every 0.2 s: cut after two or three
+            return len(got), "read it all"
+        except TimeoutError:
+            return len(got), "timed out"
+
+    try:
+        import tempfile
+
+        store = Path(tempfile.mkdtemp())
+        with forkpoint.record(store=store) as rec:
+            live = asyncio.run(agent(store, "record"))
+        assert live[1] == "timed out" and live[0] >= 1
+        srv.stop()
+        t0 = time.monotonic()
+        with forkpoint.replay(rec.session_path) as rp:
+            assert asyncio.run(agent(store, "replay")) == live
+        assert time.monotonic() - t0 < 3
+        assert rp.report()["divergence"] is None and rp.report()["reproduced"], rp.report()
+    finally:
+        srv.stop()
