@@ -67,7 +67,8 @@ def start(environ: MutableMapping[str, str] = os.environ) -> None:
     if env["FORKPOINT_TOOLS"]:
         from .capture.targets import install_import_hook
 
-        install_import_hook([t for t in env["FORKPOINT_TOOLS"].split(",") if t], warn_at_exit=True)
+        targets = [t for t in env["FORKPOINT_TOOLS"].split(",") if t]
+        install_import_hook(targets, warn_at_exit=True, spawned=bool(env[SPAWNED_VAR]))
 
     if mode == "record":
         from . import hooks, runtime

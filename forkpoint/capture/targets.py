@@ -71,7 +71,8 @@ def wrap_target(module: ModuleType, qualname: str) -> None:
         getattr(raw, "__func__", None), "__forkpoint_tool__", None
     ):
         return
-    target = f"{module.__name__}:{qualname}"
+    # (a spawned worker runs the script as __mp_main__: the target is the user's __main__ one)
+    target = f"{MAIN if module.__name__ == '__mp_main__' else module.__name__}:{qualname}"
 
     def on() -> bool:
         return _enabled[target] > 0
@@ -108,9 +109,12 @@ class _MainWatcher:
         self.previous: Any = sys.gettrace()
         self.theirs: Any = None  # the previous tracer's trace function for the script's frame
 
-    def start(self) -> None:
+    def start(self, *, spawned: bool = False) -> None:
         self.check()
         if self.done:
+            return
+        if spawned:  # the script runs later, as __mp_main__: wrapped then (main_prepared), untraced
+            _spawned_main.append(self)
             return
         # Installed from inside the running script (the Python API): watch its frame from here on.
         frame: FrameType | None = sys._getframe()
@@ -144,7 +148,13 @@ class _MainWatcher:
         names = vars(main) if main is not None else {}
         for qualname in [q for q in self.pending if q.split(".")[0] in names]:
             self.pending.remove(qualname)
+            top = qualname.split(".")[0]
+            script = getattr(names[top], "__globals__", None)
             _wrap_or_warn(main, qualname)  # type: ignore[arg-type]
+            # multiprocessing's spawn copies the script's globals into __main__: the functions
+            # of the script look names up in the first, which gets the wrapper too.
+            if "." not in qualname and isinstance(script, dict) and script is not names and top in script:
+                script[top] = names[top]
         self.done = not self.pending
 
     def stop(self, frame: FrameType) -> None:
@@ -160,14 +170,28 @@ class _MainWatcher:
         self.pending = []
 
 
+#: The ``__main__`` watchers of a worker ``multiprocessing`` spawned, waiting for its script.
+_spawned_main: list[_MainWatcher] = []
+
+
+def main_prepared() -> None:
+    """In a worker ``multiprocessing`` spawned: its ``prepare`` has run the script as
+    ``__mp_main__`` (now ``__main__`` too), so its ``--tool __main__:…`` targets are wrapped now."""
+    for watcher in list(_spawned_main):
+        watcher.check()
+        if watcher.done:
+            _spawned_main.remove(watcher)
+
+
 def _is_main(frame: FrameType) -> bool:
     return frame.f_code.co_name == "<module>" and frame.f_globals.get("__name__") == MAIN
 
 
-def install_import_hook(specs: Sequence[str], *, warn_at_exit: bool = False) -> None:
+def install_import_hook(specs: Sequence[str], *, warn_at_exit: bool = False, spawned: bool = False) -> None:
     """Wrap each ``module:qualname`` in ``specs`` (now if imported, else when first imported, and
-    ``__main__`` targets as soon as the running script defines them) and enable it: its calls are
-    recorded or served until :func:`disable_targets`.
+    ``__main__`` targets as soon as the running script defines them; in a worker ``multiprocessing``
+    spawned (``spawned``), once its ``prepare`` has run the script: :func:`main_prepared`) and
+    enable it: its calls are recorded or served until :func:`disable_targets`.
 
     A target that does not exist is reported on stderr, never raised into the program; with
     ``warn_at_exit`` (the CLI's bootstrap), so is a module the program never imported.
@@ -187,7 +211,7 @@ def install_import_hook(specs: Sequence[str], *, warn_at_exit: bool = False) -> 
         else:
             targets.setdefault(module, []).append(qualname)
     if main:
-        _MainWatcher(main).start()
+        _MainWatcher(main).start(spawned=spawned)
     if targets:
         with _targets_lock:
             for module, names in targets.items():

@@ -92,7 +92,7 @@ BUILTIN: dict[str, tuple[str, ...]] = {
     "forkpoint.integrations.agno": ("agno.tools.function",),
     "forkpoint.integrations.dspy": ("dspy.adapters.types.tool",),
     "forkpoint.integrations.crewai": ("crewai.tools.base_tool",),
-    "forkpoint.integrations.multiprocessing": ("multiprocessing.util",),
+    "forkpoint.integrations.multiprocessing": ("multiprocessing.util", "multiprocessing.spawn"),
 }
 
 __all__ = [

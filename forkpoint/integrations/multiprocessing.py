@@ -69,4 +69,22 @@ def patch(module: ModuleType) -> None:
     replace(module, "spawnv_passfds", spawnv_passfds)
 
 
-INTEGRATION = Integration("multiprocessing", {"multiprocessing.util": patch})
+def patch_prepare(module: ModuleType) -> None:
+    """In a spawned worker, ``prepare`` runs the parent's script as ``__mp_main__``: its
+    ``--tool __main__:…`` targets are wrapped right after (:func:`~forkpoint.capture.targets.main_prepared`)."""
+    original = module.prepare
+
+    @functools.wraps(original)
+    def prepare(*args: Any, **kwargs: Any) -> Any:
+        out = original(*args, **kwargs)
+        from ..capture.targets import main_prepared
+
+        main_prepared()
+        return out
+
+    replace(module, "prepare", prepare)
+
+
+INTEGRATION = Integration(
+    "multiprocessing", {"multiprocessing.util": patch, "multiprocessing.spawn": patch_prepare}
+)

@@ -956,6 +956,27 @@ def test_a_programs_spawned_workers_are_recorded_and_replayed(tmp_path: Path, me
     assert "the call made in a multiprocessing worker diverged" in div.stderr
 
 
+@pytest.mark.slow
+def test_a_tool_named_on_the_command_line_is_recorded_in_spawned_workers(tmp_path: Path) -> None:
+    """--tool __main__:square was not applied in a spawned worker (its script runs as __mp_main__,
+    its functions looking names up in a copy of __main__'s globals): the workers' calls were not
+    recorded, ran live on replay, and the replay said "replay ok"."""
+    (tmp_path / "pool.py").write_text(POOL_AGENT.replace("@forkpoint.tool\n", ""))
+    ran = tmp_path / "ran.txt"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FORKPOINT_")}
+    store = str(tmp_path / "store")
+    program = [sys.executable, "pool.py", "spawn", str(ran), "0"]
+    tool = ["--tool", "__main__:square"]
+    rec = run(
+        [*FORKPOINT, "record", "--store", store, "--no-workspace", *tool, "--", *program], tmp_path, env
+    )
+    assert rec.returncode == 0 and "(0 model calls, 4 tool calls)" in rec.stderr, rec.stderr
+    ran.unlink()
+    rep = run([*FORKPOINT, "replay", "last", "--store", store], tmp_path, env)
+    assert rep.returncode == 0 and "replay ok: 4/4 events matched" in rep.stderr, rep.stderr
+    assert rep.stdout == rec.stdout and not ran.exists()
+
+
 def test_a_spawned_worker_of_a_program_that_records_itself_is_said_not_to_be_recorded(
     store: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
