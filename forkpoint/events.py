@@ -43,6 +43,8 @@ class ErrorRecord(TypedDict, total=False):
     phase: str
     #: A tool's exception raised ``from`` another (its ``__cause__``), recorded the same way.
     cause: "ErrorRecord"
+    #: A tool's cancellation that came from inside it (its own subtask), not from its caller.
+    inside: bool
 
 
 class UnrecordedResult(TypedDict):

@@ -263,7 +263,10 @@ def _rebuilt(error: dict[str, Any]) -> BaseException:
     cls: Any = owner
     for part in name.split("."):
         cls = getattr(cls, part, None)
-    if not (isinstance(cls, type) and issubclass(cls, Exception | SystemExit | KeyboardInterrupt)):
+    raisable = isinstance(cls, type) and (
+        issubclass(cls, Exception | SystemExit | KeyboardInterrupt) or cancelled(cast(ErrorRecord, error))
+    )
+    if not raisable:
         return RecordedToolError(name, module, message)
     args = _unplain(error["args"]) if isinstance(error.get("args"), list) else None
     attrs = _unplain(error["attrs"]) if isinstance(error.get("attrs"), dict) else {}
@@ -298,6 +301,20 @@ def _rebuilt(error: dict[str, Any]) -> BaseException:
             pass
         candidates.append(exc)
     return candidates[0] if candidates else RecordedToolError(name, module, message)
+
+
+def _caller_cancelled(exc: BaseException) -> bool:
+    """Whether the task running the tool was asked to cancel (its caller's timeout, a task group):
+    not when the cancellation came out of the tool's own subtask. (Only asyncio tells; trio's
+    cancellations always come from a scope around the call.)"""
+    asyncio = sys.modules.get("asyncio")
+    if asyncio is None or not isinstance(exc, asyncio.CancelledError):
+        return True
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:  # (no running loop)
+        return True
+    return task is None or not hasattr(task, "cancelling") or task.cancelling() > 0
 
 
 def _say(message: str) -> None:
@@ -357,6 +374,7 @@ class _ToolCall:
         error: BaseException | None = None,
         unrecorded: UnrecordedResult | None = None,
         rt: runtime.Runtime | None = None,
+        inside: bool = False,
     ) -> None:
         """Write the event: ``result`` (stored form), ``error`` (raised), or ``unrecorded``, to the
         active runtime (or ``rt``: the one ending the run; nothing when none is active)."""
@@ -380,6 +398,8 @@ class _ToolCall:
                 event["mcp"] = self.mcp
             if error is not None:
                 event["error"] = _error_dict(error, self.name)
+                if inside:
+                    event["error"]["inside"] = True
             elif unrecorded is not None:
                 event["unrecorded"] = unrecorded
             else:
@@ -404,11 +424,13 @@ class _ToolCall:
     def raised(self, exc: BaseException) -> None:
         """Write the call that raised ``exc``: an exception, an exit (``sys.exit``, Ctrl-C) or the
         task's cancellation (a timeout of the program's), each of which a replay gives back as it
-        came; anything else that is not an ``Exception`` is said not to be recorded."""
+        came; anything else that is not an ``Exception`` is said not to be recorded. A cancellation
+        that did not come from the caller (the tool's own subtask, cancelled inside it) is marked
+        ``inside``: a replay raises it at once, as it does an exception."""
         kind = type(exc)
-        if isinstance(exc, Exception | SystemExit | KeyboardInterrupt) or cancelled(
-            {"type": kind.__qualname__, "module": kind.__module__, "message": ""}
-        ):
+        if cancelled({"type": kind.__qualname__, "module": kind.__module__, "message": ""}):
+            self.write(error=exc, inside=not _caller_cancelled(exc))
+        elif isinstance(exc, Exception | SystemExit | KeyboardInterrupt):
             self.write(error=exc)
         else:
             _say(
@@ -727,7 +749,8 @@ async def acall_tool(
         return await body()
     if rt.mode == "replay" and (served := _replayed(rt, name, args, defaulted)) is not None:
         await served.await_turn()
-        if cancelled(served.event.get("error")):
+        error = served.event.get("error")
+        if cancelled(error) and not (error is not None and error.get("inside")):
             await served.until_cancelled()
         return served.value()
     call = _ToolCall(name, args, mcp)

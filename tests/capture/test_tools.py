@@ -857,3 +857,32 @@ def test_a_tool_exception_comes_back_raised_from_its_cause(store: Path) -> None:
     }
     with forkpoint.replay(rec.session_path):
         assert run() == live
+
+
+def test_a_cancellation_from_inside_a_tool_is_raised_again_at_once(store: Path) -> None:
+    """A tool that cancelled its own subtask let the CancelledError out, and its caller caught it;
+    nobody had cancelled the caller. The replay waited to be cancelled, as for a timeout, and
+    diverged a second later."""
+
+    @forkpoint.tool
+    async def fetch(url: str) -> str:
+        sub = asyncio.ensure_future(asyncio.sleep(10))
+        await asyncio.sleep(0)
+        sub.cancel()
+        await sub  # raises CancelledError out of the tool
+        return "never"
+
+    async def agent() -> str:
+        try:
+            return await fetch("https://example.com")
+        except asyncio.CancelledError:
+            return "the fetch was cancelled"
+
+    with forkpoint.record(store=store) as rec:
+        assert asyncio.run(agent()) == "the fetch was cancelled"
+    (event,) = Session.load(rec.session_path).by_type("tool_call")
+    assert event["error"]["type"] == "CancelledError" and event["error"]["inside"] is True
+    t0 = time.monotonic()
+    with forkpoint.replay(rec.session_path) as rp:
+        assert asyncio.run(agent()) == "the fetch was cancelled"
+    assert time.monotonic() - t0 < 0.9 and rp.report()["divergence"] is None
