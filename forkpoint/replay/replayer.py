@@ -97,22 +97,26 @@ def _answered_aside(event: ModelCallEvent) -> bool:
 
 
 #: A value that differs between two runs of the same program without changing what is asked,
-#: whatever its key: a UUID, a token with a ``prefix_`` (``req_…``, ``chatcmpl-…``), an ISO timestamp.
+#: whatever its key: a UUID, a token with a per-run prefix (``req_…``, ``chatcmpl-…``), an ISO
+#: timestamp.
 _VOLATILE = compiled_later(
     r"(?ix)^(?:"
     r"[a-z]{0,12}[_-]?[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}"
-    r"|[a-z]{1,12}[_-][A-Za-z0-9]{16,}"
+    r"|(?:req|request|msg|run|sess|session|trace|span|call|chatcmpl|resp|evt|idem|nonce)[_-][A-Za-z0-9]{16,}"
     r"|\d{4}-\d{2}-\d{2}[t ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(z|[+-]\d{2}:?\d{2})?"
     r")$"
 )
-#: Bare hex of 16 digits or more: an id only under a key that names a per-run id (a trace, a
-#: request, a nonce), as a git commit or a content hash is content.
-_HEX = compiled_later(r"(?i)^[0-9a-f]{16,}$")
+#: Bare hex of 16 digits or more, or any token of 16 letters and digits with a prefix: an id only
+#: under a key that names a per-run id (a trace, a request, a nonce), as a git commit, a customer
+#: id (``cus_…``) or a branch name is content.
+_TOKEN = compiled_later(r"(?i)^(?:[0-9a-f]{16,}|[a-z]{1,12}[_-][A-Za-z0-9]{16,})$")
 _RUN_ID_KEY = compiled_later(
     r"(?i)(?:^|[_-])(?:(?:request|req|session|trace|span|correlation|idempotency|run|client[_-]?msg)[_-]?id"
     r"|nonce|idempotency[_-]?key|traceparent)$"
 )
 _DIGITS = compiled_later(r"^\d{10,}(?:\.\d+)?$")
+#: A key whose string of digits is a clock reading (a phone or a card number is not).
+_TIME_KEY = compiled_later(r"(?i)(?:^|[_-])(?:ts|time|timestamp|date|at|since|until|expires?|nonce|t)$")
 
 
 #: 2015-01-01 and 2050-01-01 in seconds since the epoch: a number between them, read as seconds,
@@ -122,19 +126,22 @@ _CLOCK_FROM, _CLOCK_TO = 1_420_070_400, 2_524_608_000
 
 def volatile(value: Any, key: str = "") -> bool:
     """Whether ``value`` (under the object key ``key``) is an id, a timestamp or a nonce
-    (:data:`_VOLATILE`), not content. A number, or a string of digits, is one only where it reads
-    as a clock of these years (:data:`_CLOCK_FROM`): an amount of 9,999,999,999 or a card number is
-    content, which any ten digits or more once were; bare hex only under a key of a per-run id
-    (:data:`_RUN_ID_KEY`): a git commit is content."""
+    (:data:`_VOLATILE`), not content. A number is one only where it reads as a clock of these years
+    (:data:`_CLOCK_FROM`): an amount of 9,999,999,999 is content, which any ten digits or more once
+    were; a string of digits only so, and under a key of a time (:data:`_TIME_KEY`): a phone or a
+    card number is content; bare hex, or a prefixed token, only under a key of a per-run id
+    (:data:`_RUN_ID_KEY`): a git commit, a customer id or a branch name is content."""
     if isinstance(value, bool):
         return False
     if isinstance(value, str) and _DIGITS.match(value):
+        if not _TIME_KEY.search(key):
+            return False
         value = float(value)
     if isinstance(value, int | float):
         return any(_CLOCK_FROM <= abs(value) / unit < _CLOCK_TO for unit in (1, 1e3, 1e6, 1e9))
     if not isinstance(value, str):
         return False
-    return bool(_VOLATILE.match(value)) or bool(_HEX.match(value) and _RUN_ID_KEY.search(key))
+    return bool(_VOLATILE.match(value)) or bool(_TOKEN.match(value) and _RUN_ID_KEY.search(key))
 
 
 def _volatile_change(change: Change) -> bool:
@@ -622,7 +629,7 @@ class Replayer:
             return None
         report = self._divergence_report(kind, key, norm, what)
         if plain and not self.strict:
-            same = self._differing_in_ids(norm, what.get("endpoint"))
+            same = self._differing_in_ids(norm, what.get("endpoint"), what.get("origin"))
             if same is not None:
                 self._queues[self._keys[same["seq"]]].remove(same)
                 self.id_drift.append(
@@ -696,17 +703,23 @@ class Replayer:
         replay, or made inside the body of a tool call that was served."""
         return set(self.used) | self.others | self.covered
 
-    def _differing_in_ids(self, norm: dict[str, Any], where: str | None) -> Served | None:
+    def _differing_in_ids(self, norm: dict[str, Any], where: str | None, origin: str | None) -> Served | None:
         """The first unused recorded plain HTTP call of endpoint ``where`` whose request differs from
-        ``norm`` only in values that are ids, timestamps or nonces (:func:`volatile`)."""
+        ``norm`` only in values that are ids, timestamps or nonces (:func:`volatile`), the first
+        sent to ``origin`` (host and port) when there is one."""
         taken = self._taken()
+        found: list[Served] = []
         for e in self.recorded:
             if e["seq"] in taken or e["type"] != "model_call" or endpoint(e) != where:
                 continue
             changes = json_diff(normalized(e), norm)
             if changes and all(c.op == "changed" and _volatile_change(c) for c in changes):
+                found.append(e)
+        # (the one sent to the same host and port first: two servers asked alike are told apart)
+        for e in found:
+            if e["type"] == "model_call" and _origin(e["request"]["url"]) == origin:
                 return e
-        return None
+        return found[0] if found else None
 
     def _serve(self, event: Served) -> Served:
         self.used.append(event["seq"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import uuid
 from typing import Any
 
 import httpx
@@ -459,7 +460,8 @@ def test_ignore_rules_given_to_a_replay_change_the_spec(server: Any, store: Any)
     assert again == answer and rp.report()["divergence"] is None
 
 
-def test_two_servers_asked_the_same_thing_are_told_apart(server: Any, store: Any) -> None:
+@pytest.mark.parametrize("with_id", [False, True], ids=["same-request", "with-a-request-id"])
+def test_two_servers_asked_the_same_thing_are_told_apart(server: Any, store: Any, with_id: bool) -> None:
     """Host and port are not in the match key (a test's server gets another port each run), so two
     servers asked the same thing shared one queue: a run that asked them in the other order got
     each one's answer from the other, and "replay ok"."""
@@ -471,7 +473,10 @@ def test_two_servers_asked_the_same_thing_are_told_apart(server: Any, store: Any
             s.route("/v1/lookup", lambda r, port=s.port: json_reply({"port": port}), method="POST")
 
         def ask(order: list[Any]) -> list[int]:
-            return [httpx.post(s.url + "/v1/lookup", json={"q": "x"}).json()["port"] for s in order]
+            def body() -> dict[str, Any]:  # (with a fresh request id: served by id drift)
+                return {"q": "x", **({"request_id": str(uuid.uuid4())} if with_id else {})}
+
+            return [httpx.post(s.url + "/v1/lookup", json=body()).json()["port"] for s in order]
 
         with forkpoint.record(store=store) as rec:
             live = ask([server, other])

@@ -205,8 +205,12 @@ def test_an_amount_is_no_id_however_many_digits_it_has(server: LocalServer, stor
     ("field", "recorded", "replayed"),
     [
         ("card", "4111111111111111", "5555555555554444"),
+        ("card", "2223003122003222", "2223000048400011"),  # (µs of 2040, read as a clock)
         ("phone", "+14155550100"[1:], "14155550199"),
+        ("phone", "2125551234", "2065550199"),  # (seconds of 2037)
         ("commit", "3f786850e387550fdab836ed7e6dc881de23001b", "89e6c98d92887913cadf06b2adb97f26cde4849b"),
+        ("customer", "cus_Q1w2E3r4T5y6U7i8", "cus_ZZZZE3r4T5y6U7i8"),
+        ("branch", "feature-AddLoginPageFlow", "feature-AddLogoutPageFlow"),
     ],
 )
 def test_a_card_number_a_phone_number_or_a_commit_is_content_not_an_id(
@@ -217,7 +221,8 @@ def test_a_card_number_a_phone_number_or_a_commit_is_content_not_an_id(
     Digits are an id only as a clock reading, bare hex only under a key of a per-run id."""
     from forkpoint.replay.replayer import volatile
 
-    assert volatile(str(int(time.time()))) and not volatile("4111111111111111", "card")
+    assert volatile(str(int(time.time())), "ts") and not volatile(str(int(time.time())), "phone")
+    assert not volatile("4111111111111111", "card") and volatile("req_" + "Q1w2E3r4T5y6U7i8", "q")
     assert volatile("3f786850e387550fdab836ed7e6dc881de23001b", "trace_id") and volatile("f" * 32, "nonce")
     assert not volatile("3f786850e387550fdab836ed7e6dc881de23001b", "commit")
 
