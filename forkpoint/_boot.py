@@ -197,8 +197,9 @@ def _start_replay(session: str, env: Mapping[str, str], *, spawned: bool = False
         # A child forked without exec (a multiprocessing worker) replays with its copy, and
         # reports as it goes: it may leave through os._exit, past every exit handler.
         os.register_at_fork(after_in_child=lambda: rp.forked(report))
-        if spawned:
-            rp.report_each_call(report)
+        # A worker reports after each call; this process once it diverged (so that a program that
+        # waits on for ever after it is seen to have diverged: orchestrate._Stuck).
+        rp.report_each_call(report if spawned else lambda: report() if rp.divergence is not None else None)
 
 
 def _refuse_to_run(report: str, why: str) -> None:

@@ -82,11 +82,15 @@ def run_child(
     cwd: Path | None = None,
     namespace: Namespace | None = None,
     meanwhile: Callable[[], object] | None = None,
+    watch: Callable[[], str | None] | None = None,
 ) -> Ran:
     """Run ``cmd`` to completion with ``env``; Ctrl-C, SIGTERM and SIGHUP go to the child. With
     ``namespace`` (:func:`forkpoint.netns.confine`) the child enters it before it execs ``cmd``.
     ``meanwhile`` is called once the child runs (work of this process that need not wait for it,
     such as importing what its end needs, overlaps the child's own start-up on another CPU).
+
+    ``watch`` is asked every half second while the child runs: a reason (text) to stop it, which is
+    said, and the child is sent SIGTERM (SIGKILL 3 s later), or None.
 
     Returns its exit code — 128 + the signal number when the child was killed by a signal, 127 when
     the command does not exist — and its stdout (``capture``) and stderr (``capture_stderr``) text.
@@ -134,12 +138,61 @@ def run_child(
             if meanwhile is not None:
                 meanwhile()
         finally:
-            out, err = proc.communicate()
+            out, err = _wait(proc, watch)
     finally:
         for sig, handler in old.items():
             signal.signal(sig, handler)
     code = proc.returncode
     return Ran(128 - code if code < 0 else code, out, err)
+
+
+def _wait(proc: subprocess.Popen[Any], watch: Callable[[], str | None] | None) -> tuple[Any, Any]:
+    """``proc.communicate()``, stopping ``proc`` when ``watch`` gives a reason (:func:`run_child`)."""
+    if watch is None:
+        return proc.communicate()
+    stop_at: float | None = None
+    while True:
+        try:
+            return proc.communicate(timeout=0.5)
+        except subprocess.TimeoutExpired:
+            pass
+        if stop_at is None:
+            why = watch()
+            if why is not None:
+                say(f"forkpoint: {why}: stopping it")
+                proc.send_signal(signal.SIGTERM)
+                stop_at = time.monotonic() + 3
+        elif time.monotonic() > stop_at:
+            proc.kill()
+
+
+class _Stuck:
+    """Whether a replay that diverged hangs: a process's report holds a divergence and the program
+    has not ended :data:`STUCK_AFTER_S` seconds later (a worker diverged, and the program waits for
+    a result it will never send)."""
+
+    def __init__(self, reports: Path) -> None:
+        self.reports = reports
+        self.since: float | None = None
+
+    def __call__(self) -> str | None:
+        if self.since is None:
+            for path in self.reports.glob("report-*.json"):
+                try:
+                    diverged = read_json_text(path.read_bytes()).get("divergence")
+                except (OSError, ValueError):
+                    continue
+                if diverged:
+                    self.since = time.monotonic()
+                    break
+            return None
+        if time.monotonic() - self.since < STUCK_AFTER_S:
+            return None
+        return f"the replay diverged, and the program has not ended {STUCK_AFTER_S:.0f} s later (waiting for a worker that stopped?)"
+
+
+#: How long a program may run on after its replay diverged before forkpoint replay stops it.
+STUCK_AFTER_S = 5.0
 
 
 def record_command(
@@ -382,7 +435,13 @@ def replay_run(
         )
         try:
             code, out, err = run_child(
-                run, env, capture=capture, capture_stderr=capture_stderr, cwd=cwd, namespace=namespace
+                run,
+                env,
+                capture=capture,
+                capture_stderr=capture_stderr,
+                cwd=cwd,
+                namespace=namespace,
+                watch=_Stuck(Path(tmp)) if on_divergence == "stop" else None,
             )
         finally:
             seen = namespace.finished() if namespace is not None else ([], 0)

@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -975,6 +976,53 @@ def test_a_tool_named_on_the_command_line_is_recorded_in_spawned_workers(tmp_pat
     rep = run([*FORKPOINT, "replay", "last", "--store", store], tmp_path, env)
     assert rep.returncode == 0 and "replay ok: 4/4 events matched" in rep.stderr, rep.stderr
     assert rep.stdout == rec.stdout and not ran.exists()
+
+
+WAITS_FOR_A_WORKER = """
+import queue
+import sys
+import threading
+
+import forkpoint
+
+
+@forkpoint.tool
+def square(x: int) -> int:
+    return x * x
+
+
+results: queue.Queue = queue.Queue()
+threading.Thread(target=lambda: results.put(square(int(sys.argv[1]))), daemon=True).start()
+print(results.get())
+"""
+
+
+@pytest.mark.slow
+def test_a_program_that_waits_for_ever_on_a_worker_that_diverged_is_stopped(tmp_path: Path) -> None:
+    """A worker (a thread, a process) diverged, and the program waited for its result for ever:
+    the replay printed the divergence and never ended. It is stopped a few seconds after."""
+    (tmp_path / "waits.py").write_text(WAITS_FOR_A_WORKER)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FORKPOINT_")}
+    store = str(tmp_path / "store")
+    rec = run(
+        [*FORKPOINT, "record", "--store", store, "--no-workspace", "--", sys.executable, "waits.py", "3"],
+        tmp_path,
+        env,
+    )
+    assert rec.returncode == 0 and rec.stdout == "9\n", rec.stderr
+    t0 = time.monotonic()
+    rep = run(
+        [*FORKPOINT, "replay", "last", "--store", store, "--", sys.executable, "waits.py", "4"],
+        tmp_path,
+        env,
+        30,
+    )
+    assert time.monotonic() - t0 < 30
+    assert rep.returncode == 3, rep.stderr
+    said = flat(rep.stderr)
+    assert (
+        "the replay diverged, and the program has not ended 5 s later" in said and "replay DIVERGED" in said
+    )
 
 
 def test_a_spawned_worker_of_a_program_that_records_itself_is_said_not_to_be_recorded(
