@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -144,6 +145,22 @@ def openai_file() -> str:
     return str(openai.__file__)
 
 
+def importer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, prefix: str, source: str) -> Any:
+    """A function that imports ``source`` as a module of the agent's own code (afresh each time: the
+    import runs inside the recording or replay of the moment) and returns what its ``run()`` does."""
+    name = f"{prefix}_{tmp_path.name.replace('-', '_')}"
+    (tmp_path / f"{name}.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    def run() -> dict[str, object]:
+        try:
+            return dict(importlib.import_module(name).run())
+        finally:
+            sys.modules.pop(name, None)
+
+    return run
+
+
 MODELS = """
 from datetime import date, datetime
 
@@ -155,7 +172,7 @@ class Meeting(pydantic.BaseModel):
     day: date
 
 
-def plan():
+def run():
     meeting = Meeting(at=datetime.now(), day=date(2026, 1, 2))
     back = Meeting.model_validate_json(meeting.model_dump_json())
     now = datetime.now()
@@ -174,15 +191,7 @@ def test_the_agents_pydantic_models_with_datetime_fields_work_while_deterministi
     """A pydantic model with a ``datetime`` field, defined by the agent's code while a deterministic
     recording ran (``forkpoint record --deterministic -- python agent.py``), failed to build: its
     field's class was forkpoint's stand-in, which pydantic did not know. Recording changed the run."""
-    name = f"clock_models_{tmp_path.name.replace('-', '_')}"
-    (tmp_path / f"{name}.py").write_text(MODELS)
-    monkeypatch.syspath_prepend(str(tmp_path))
-
-    def run() -> dict[str, object]:
-        try:
-            return dict(importlib.import_module(name).plan())
-        finally:
-            sys.modules.pop(name, None)
+    run = importer(tmp_path, monkeypatch, "clock_models", MODELS)
 
     with forkpoint.record(store=store, deterministic=True) as rec:
         live = run()
@@ -222,15 +231,7 @@ def test_the_agents_datetime_subclass_and_a_seeded_gauss_are_as_live_while_deter
     """A datetime subclass defined by the agent's code while deterministic made plain datetimes
     (no .label()), and random.gauss after random.seed gave another value than live: its cached
     second value was the stand-in generator's, which seed() did not clear."""
-    name = f"clock_subclass_{tmp_path.name.replace('-', '_')}"
-    (tmp_path / f"{name}.py").write_text(SUBCLASS)
-    monkeypatch.syspath_prepend(str(tmp_path))
-
-    def run() -> dict[str, object]:
-        try:
-            return dict(importlib.import_module(name).run())
-        finally:
-            sys.modules.pop(name, None)
+    run = importer(tmp_path, monkeypatch, "clock_subclass", SUBCLASS)
 
     plain = run()
     with forkpoint.record(store=store, deterministic=True) as rec:
