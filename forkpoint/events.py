@@ -64,6 +64,15 @@ def error_record(exc: BaseException) -> ErrorRecord:
     return {"type": type(exc).__qualname__, "module": type(exc).__module__, "message": message}
 
 
+#: Exception types that say the caller cancelled the call (asyncio, anyio on asyncio, trio).
+_CANCELLED = frozenset({("asyncio.exceptions", "CancelledError"), ("trio", "Cancelled")})
+
+
+def cancelled(error: ErrorRecord | None) -> bool:
+    """True for a recorded error that says the call was cancelled (asyncio's or trio's)."""
+    return error is not None and (error["module"], error["type"]) in _CANCELLED
+
+
 class HttpRequest(TypedDict):
     """An outgoing HTTP request as stored (scrubbed): headers as ``[name, value]`` pairs."""
 

@@ -4,7 +4,6 @@ whole or not at all."""
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
 
@@ -32,6 +31,8 @@ def copy_dir_into_place(source: Path, target: Path) -> Path:
     the copy is made beside ``target`` first, the old one moved aside, the copy renamed into place,
     and only then the old one removed. Returns ``target``. Raises ``OSError`` (``ValueError`` when
     ``source`` is ``target``, or inside it); ``target`` is then left as it was."""
+    import shutil  # (here: every recording process imports this module, and shutil costs 1 ms)
+
     source, target = Path(source), Path(target)
     if target.exists() and source.resolve().is_relative_to(target.resolve()):
         raise ValueError(f"{target}: cannot be replaced by a copy of {source}, which is inside it")

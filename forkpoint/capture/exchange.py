@@ -46,6 +46,7 @@ from ..events import (
     HttpResponse,
     ModelCallEvent,
     ToolCallEvent,
+    cancelled,
     new_span_id,
     now_iso,
 )
@@ -462,15 +463,6 @@ def built(cls: type[BaseException], message: str) -> BaseException:
         exc: BaseException = cast(Any, cls).__new__(cls)
         BaseException.__init__(exc, message)
         return exc
-
-
-#: Exception types that say the caller cancelled the call (asyncio, anyio on asyncio, trio).
-_CANCELLED = frozenset({("asyncio.exceptions", "CancelledError"), ("trio", "Cancelled")})
-
-
-def cancelled(error: ErrorRecord | None) -> bool:
-    """True for a recorded error that says the caller cancelled the call."""
-    return error is not None and (error["module"], error["type"]) in _CANCELLED
 
 
 def cancelled_by_caller(event: ModelCallEvent) -> bool:

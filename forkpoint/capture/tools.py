@@ -50,9 +50,17 @@ import orjson
 
 from .. import runtime, values
 from ..errors import RecordedToolError, SessionError, ToolResultError, UnrebuildableValue
-from ..events import ErrorRecord, McpCall, ToolCallEvent, UnrecordedResult, error_record, new_span_id, now_iso
+from ..events import (
+    ErrorRecord,
+    McpCall,
+    ToolCallEvent,
+    UnrecordedResult,
+    cancelled,
+    error_record,
+    new_span_id,
+    now_iso,
+)
 from ..redact import scrub_json, scrub_text
-from .exchange import await_cancellation, cancelled
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -635,6 +643,8 @@ class _Served:
 
     async def until_cancelled(self) -> None:
         """Wait for the program to cancel the call, as it did live (:func:`.exchange.await_cancellation`)."""
+        from .exchange import await_cancellation  # (here: a tool call alone loads no HTTP capture)
+
         try:
             await await_cancellation(self.rt, self.event, self.position, until="it returned")
         finally:  # (the calls that finished after it live are handed back after it is cancelled)
