@@ -740,7 +740,7 @@ def test_a_tool_call_cancelled_by_the_programs_timeout_times_out_again_on_replay
 
     async def agent(timeout: float | None) -> str:
         try:
-            page = await asyncio.wait_for(crawl("https://example.com/slow"), timeout)
+            page = await asyncio.wait_for(crawl("http://127.0.0.1:9/slow"), timeout)
         except TimeoutError:
             page = "timed out"
         return await summarize(page)
@@ -758,7 +758,7 @@ def test_a_tool_call_cancelled_by_the_programs_timeout_times_out_again_on_replay
         t0 = time.monotonic()
         assert asyncio.run(agent(0.2)) == "TIMED OUT"
         took = time.monotonic() - t0
-    assert ran == ["https://example.com/slow", "summarize"]  # no body ran
+    assert ran == ["http://127.0.0.1:9/slow", "summarize"]  # no body ran
     assert rp.report()["matched"] == 2 and rp.report()["divergence"] is None
     assert took < 5  # the program's own timeout, not the tool's 30 s
 
@@ -768,7 +768,7 @@ def test_a_tool_call_cancelled_by_the_programs_timeout_times_out_again_on_replay
             forkpoint.Divergence, match=r"cancelled this call after 2\d\d ms, before it returned"
         ):
             asyncio.run(agent(None))
-    assert ran == ["https://example.com/slow", "summarize"]
+    assert ran == ["http://127.0.0.1:9/slow", "summarize"]
 
 
 class FlakyError(Exception):
@@ -805,7 +805,7 @@ def test_a_tool_exception_that_cannot_be_printed_or_a_mock_argument_leave_the_ru
     def run() -> list[str]:
         out = []
         try:
-            fetch("https://example.com")
+            fetch("http://127.0.0.1:9/")
         except FlakyError as exc:
             out.append(type(exc).__name__)
         client = mock.MagicMock()
@@ -874,7 +874,7 @@ def test_a_cancellation_from_inside_a_tool_is_raised_again_at_once(store: Path) 
 
     async def agent() -> str:
         try:
-            return await fetch("https://example.com")
+            return await fetch("http://127.0.0.1:9/")
         except asyncio.CancelledError:
             return "the fetch was cancelled"
 

@@ -606,7 +606,7 @@ def test_identical_calls_answered_differently_and_served_to_several_threads_are_
         return "always this"
 
     def run(threads: bool) -> None:
-        calls = [lambda: fetch("https://example.com/x"), lambda: same("https://example.com/y")] * 3
+        calls = [lambda: fetch("http://127.0.0.1:9/x"), lambda: same("http://127.0.0.1:9/y")] * 3
         if not threads:
             for call in calls:
                 call()
