@@ -17,6 +17,7 @@ started so, and that is said on stderr, once.
 from __future__ import annotations
 
 import functools
+import json
 import sys
 from types import ModuleType
 from typing import Any
@@ -26,18 +27,22 @@ from .base import Integration, replace
 
 _warned: list[bool] = []
 
-#: Run before ``spawn_main`` in the worker (its ``-c`` program): forkpoint's activation, or why not.
+#: Run before ``spawn_main`` in the worker (its ``-c`` program): forkpoint's activation, handed over
+#: as JSON in the last argument (taken off ``sys.argv`` again), or why it cannot start. A constant
+#: program: the activation (paths, options) is data, never made into code.
 _PRELUDE = """\
+import sys as _forkpoint_sys
+_forkpoint_activation = _forkpoint_sys.argv.pop()
 try:
     from forkpoint import _boot as _forkpoint_boot
 except ImportError as _forkpoint_exc:
-    import sys as _forkpoint_sys
     _forkpoint_sys.stderr.write(
         f"forkpoint: cannot import forkpoint in a multiprocessing worker ({_forkpoint_exc}); "
         "it is not recorded or replayed\\n"
     )
 else:
-    _forkpoint_boot.start(%r)
+    import json as _forkpoint_json
+    _forkpoint_boot.start(_forkpoint_json.loads(_forkpoint_activation))
 """
 
 
@@ -56,7 +61,8 @@ def patch(module: ModuleType) -> None:
         if at is not None and str(args[at]).startswith(_PROGRAMS):
             activation = _boot.spawned()
             if activation is not None:
-                args[at] = _PRELUDE % activation + args[at]
+                args[at] = _PRELUDE + args[at]
+                args.append(json.dumps(activation))
             elif runtime.active() is not None and not _warned:
                 _warned.append(True)
                 sys.stderr.write(
