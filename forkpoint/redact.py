@@ -829,19 +829,10 @@ class Scrubber:
         """``data`` scrubbed as UTF-8 text; data that is not UTF-8 (binary) as bytes (:func:`_as_text`)."""
         raw = bytes(data)
         text, utf8 = _as_text(raw)
-        if utf8:
-            out = self.text(text)
-            return raw if out is text else out.encode("utf-8")
-        spans = self.find(text)  # (a character a byte: its spans are byte offsets)
-        if not spans:
-            return raw
-        parts: list[builtins.bytes] = []
-        pos = 0
-        for start, end, kind in spans:
-            parts += [raw[pos:start], placeholder(kind, raw[start:end]).encode()]
-            pos = end
-        parts.append(raw[pos:])
-        return b"".join(parts)
+        if not utf8:  # (one chunk: the same spans and placeholders as a stream of it)
+            return self._spread([raw], raw, text, utf8)[0]
+        out = self.text(text)
+        return raw if out is text else out.encode("utf-8")
 
     def file(self, data: builtins.bytes) -> builtins.bytes:
         """:meth:`bytes` for a workspace file, remembered by content hash (files repeat across
@@ -868,7 +859,12 @@ class Scrubber:
         the rest of it is removed from the chunks it spilled into, so every other byte keeps its chunk.
         """
         joined = b"".join(chunks)
-        text, utf8 = _as_text(joined)
+        return self._spread(chunks, joined, *_as_text(joined))
+
+    def _spread(
+        self, chunks: Sequence[builtins.bytes], joined: builtins.bytes, text: str, utf8: bool
+    ) -> list[builtins.bytes]:
+        """:meth:`chunks` of ``joined``, read as ``text`` (``utf8``, else a character a byte)."""
         spans = self.find(text)
         if not spans:
             return [bytes(c) for c in chunks]

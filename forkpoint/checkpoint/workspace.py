@@ -6,6 +6,7 @@ import os
 import stat
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -123,7 +124,7 @@ def manifest_of(
     workspace holds the stored bytes, scrubbed already, and the rules in force now may differ."""
     from ..redact import scrub_file as scrubbed  # here: verifying a session reads manifests, and never scrubs
 
-    scrub_file = scrubbed if scrub else bytes
+    scrub_file: Callable[[bytes], bytes] = scrubbed if scrub else (lambda data: data)
 
     rows: list[list[Any]] = []
     for rel in paths:

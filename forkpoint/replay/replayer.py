@@ -193,21 +193,30 @@ def _origin(url: str) -> str:
         return ""
 
 
+def _sent_to(event: Mapping[str, Any]) -> str:
+    """The ``host:port`` a recorded call's request went to, ``""`` for a tool call or a value."""
+    request = event.get("request")
+    return _origin(str(request.get("url") or "")) if isinstance(request, Mapping) else ""
+
+
+def _first_for(events: Sequence[Any], origin: str | None) -> Any:
+    """The first of ``events`` (recorded calls in the order to serve them; not empty), or the first
+    sent to ``origin`` when the first was sent elsewhere. Host and port are not in the match key (a
+    test's server has another port each run); two servers asked the same thing are still told
+    apart when both were recorded."""
+    if origin and len(events) > 1 and _sent_to(events[0]) != origin:
+        return next((e for e in events if _sent_to(e) == origin), events[0])
+    return events[0]
+
+
 def _next_in(queue: deque[Any], origin: str | None) -> Any:
-    """The next of the recorded calls with one match key to serve (taken out of ``queue``): the
-    first sent, but the first sent to ``origin`` when some other was. Host and port are not in the
-    key (a test's server has another port each run); two servers asked the same thing are still
-    told apart when both were recorded."""
-
-    def origin_of(event: Mapping[str, Any]) -> str:
-        return _origin(str((event.get("request") or {}).get("url") or ""))
-
-    if origin and len(queue) > 1 and origin_of(queue[0]) != origin:
-        same = next((e for e in queue if origin_of(e) == origin), None)
-        if same is not None:
-            queue.remove(same)
-            return same
-    return queue.popleft()
+    """The next of the recorded calls with one match key to serve, taken out of ``queue``
+    (:func:`_first_for`)."""
+    chosen = _first_for(queue, origin)
+    if chosen is queue[0]:
+        return queue.popleft()
+    queue.remove(chosen)
+    return chosen
 
 
 def neutral_answer(request: HttpRequest, kind: str) -> ModelCallEvent:
@@ -715,11 +724,7 @@ class Replayer:
             changes = json_diff(normalized(e), norm)
             if changes and all(c.op == "changed" and _volatile_change(c) for c in changes):
                 found.append(e)
-        # (the one sent to the same host and port first: two servers asked alike are told apart)
-        for e in found:
-            if e["type"] == "model_call" and _origin(e["request"]["url"]) == origin:
-                return e
-        return found[0] if found else None
+        return _first_for(found, origin) if found else None
 
     def _serve(self, event: Served) -> Served:
         self.used.append(event["seq"])
