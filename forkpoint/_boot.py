@@ -122,6 +122,17 @@ def start(environ: MutableMapping[str, str] = os.environ) -> None:
 
             atexit.register(write_ending)  # registered first, run last: after the calls written at exit
         atexit.register(finish_recording)
+
+        def leaving(status: int, main: bool) -> None:
+            tools = sys.modules.get("forkpoint.capture.tools")
+            if tools is not None:  # (a tool body calling os._exit: its call ends here)
+                tools.exiting(status)
+            if main:  # (a forked child's copy of the recording is its parent's to finish)
+                finish_recording()
+                if env["FORKPOINT_REPORT"]:
+                    write_ending()
+
+        _before_os_exit(leaving, "the recording")
     elif mode == "replay":
         try:
             _start_replay(session, env, spawned=bool(env[SPAWNED_VAR]))
@@ -183,16 +194,7 @@ def _start_replay(session: str, env: Mapping[str, str], *, spawned: bool = False
             write_report(reports / f"report-{os.getpid()}.json", rp.report())
 
         # A program that ends through os._exit runs no exit handler: its report is written first.
-        started, leave = os.getpid(), os._exit
-
-        def _exit(status: int) -> NoReturn:
-            try:
-                finish() if os.getpid() == started else report()
-            except Exception as exc:  # (leaving regardless, as asked; the verdict says no report)
-                sys.stderr.write(f"forkpoint: the replay report could not be written: {exc}\n")
-            leave(status)
-
-        os._exit = _exit
+        _before_os_exit(lambda _status, main: finish() if main else report(), "the replay report")
 
         # A child forked without exec (a multiprocessing worker) replays with its copy, and
         # reports as it goes: it may leave through os._exit, past every exit handler.
@@ -200,6 +202,22 @@ def _start_replay(session: str, env: Mapping[str, str], *, spawned: bool = False
         # A worker reports after each call; this process once it diverged (so that a program that
         # waits on for ever after it is seen to have diverged: orchestrate._Stuck).
         rp.report_each_call(report if spawned else lambda: report() if rp.divergence is not None else None)
+
+
+def _before_os_exit(run: Callable[[int, bool], None], what: str) -> None:
+    """Make ``os._exit(status)`` call ``run(status, main)`` before it leaves (``main``: this process,
+    not a child forked from it): a program that leaves through it runs no exit handler. What ``run``
+    raises is said, naming ``what`` it was finishing; the process leaves regardless, as asked."""
+    started, leave = os.getpid(), os._exit
+
+    def _exit(status: int) -> NoReturn:
+        try:
+            run(status, os.getpid() == started)
+        except Exception as exc:
+            sys.stderr.write(f"forkpoint: {what} could not be finished as the program left: {exc}\n")
+        leave(status)
+
+    os._exit = _exit
 
 
 def _refuse_to_run(report: str, why: str) -> None:

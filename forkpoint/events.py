@@ -45,6 +45,9 @@ class ErrorRecord(TypedDict, total=False):
     cause: "ErrorRecord"
     #: A tool's cancellation that came from inside it (its own subtask), not from its caller.
     inside: bool
+    #: A tool that left the process through ``os._exit(status)`` (type ``_exit``, module ``os``):
+    #: the status; a replay leaves the same way.
+    exit_status: int
 
 
 class UnrecordedResult(TypedDict):

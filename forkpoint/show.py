@@ -229,7 +229,9 @@ def render(
                 console.print(f"                    {d}")
         elif e["type"] == "tool_call":
             error, lost = e.get("error"), e.get("unrecorded")
-            if error is not None:
+            if error is not None and "exit_status" in error:
+                outcome = f"[red]left the process: {escape(str(error['message']))}[/red]"
+            elif error is not None:
                 outcome = f"[red]raised {error['type']}: {escape(_short(error['message'], 60))}[/red]"
             elif lost is not None:
                 outcome = f"[red]result NOT RECORDED ({escape(_short(lost.get('message'), 80))})[/red]"

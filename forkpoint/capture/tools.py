@@ -35,9 +35,11 @@ from __future__ import annotations
 import base64
 import builtins
 import contextlib
+import contextvars
 import functools
 import inspect
 import json
+import os
 import sys
 import time
 import types
@@ -354,6 +356,26 @@ def _unrecordable(name: str, value: Any, exc: Exception) -> UnrecordedResult:
     return {"type": kind, "message": scrub_text(what)}
 
 
+#: The tool call whose body runs in this context (innermost), for :func:`exiting`.
+_running: contextvars.ContextVar[_ToolCall | None] = contextvars.ContextVar("forkpoint_tool", default=None)
+
+
+def exiting(status: int) -> None:
+    """Write the tool calls running in this context, innermost first, as ended by ``os._exit(status)``:
+    the process leaves without unwinding them, so no ``except`` or ``finally`` of theirs would
+    (the recording process's ``os._exit`` calls this first: :mod:`forkpoint._boot`)."""
+    call = _running.get()
+    while call is not None:
+        ended: ErrorRecord = {
+            "type": "_exit",
+            "module": "os",
+            "message": f"os._exit({status})",
+            "exit_status": status,
+        }
+        call.write(ended=ended)
+        call = call.outer
+
+
 class _ToolCall:
     """Bookkeeping of one recorded tool call: started when created, written by :meth:`write`."""
 
@@ -365,14 +387,19 @@ class _ToolCall:
         self.t0 = time.perf_counter()
         self.span_id = new_span_id()
         self.parent = runtime.current_span.get()
+        #: The tool call whose body made this one, when one did (:func:`exiting`).
+        self.outer: _ToolCall | None = None
 
     @contextlib.contextmanager
     def running(self) -> Iterator[None]:
         """The tool's span is current inside (its body runs: calls it makes are its children)."""
         token = runtime.current_span.set(self.span_id)
+        self.outer = _running.get()
+        running = _running.set(self)
         try:
             yield
         finally:
+            _running.reset(running)
             runtime.current_span.reset(token)
 
     def write(
@@ -383,9 +410,11 @@ class _ToolCall:
         unrecorded: UnrecordedResult | None = None,
         rt: runtime.Runtime | None = None,
         inside: bool = False,
+        ended: ErrorRecord | None = None,
     ) -> None:
-        """Write the event: ``result`` (stored form), ``error`` (raised), or ``unrecorded``, to the
-        active runtime (or ``rt``: the one ending the run; nothing when none is active)."""
+        """Write the event: ``result`` (stored form), ``error`` (raised), ``ended`` (how it ended
+        without raising: :func:`exiting`) or ``unrecorded``, to the active runtime (or ``rt``: the
+        one ending the run; nothing when none is active)."""
         rt = rt or runtime.active()
         if rt is None:
             return
@@ -408,6 +437,8 @@ class _ToolCall:
                 event["error"] = _error_dict(error, self.name)
                 if inside:
                     event["error"]["inside"] = True
+            elif ended is not None:
+                event["error"] = ended
             elif unrecorded is not None:
                 event["unrecorded"] = unrecorded
             else:
@@ -674,6 +705,9 @@ class _Served:
         event = self.event
         self.rt.release(event)
         if "error" in event:
+            status = event["error"].get("exit_status")
+            if isinstance(status, int) and not isinstance(status, bool):
+                os._exit(status)  # as it left live (a replaying process writes its report first)
             raise rebuild_exception(dict(event["error"]))
         if "unrecorded" in event:
             u = event["unrecorded"]

@@ -883,6 +883,53 @@ def test_a_program_that_ends_through_os_exit_replays_ok(tmp_path: Path) -> None:
     assert rep.stdout == "101\n" and "replay ok: 1/1 events matched" in rep.stderr
 
 
+def test_a_tool_that_leaves_through_os_exit_is_recorded_and_leaves_again_on_replay(tmp_path: Path) -> None:
+    """A ``finish`` tool calling os._exit(4) was lost from the recording without a word (no event,
+    no warning), and the replay diverged there. Its call, and the one of the tool that called it,
+    are recorded as ended by os._exit; the replay leaves the same way, running neither body."""
+    (tmp_path / "ox.py").write_text(
+        textwrap.dedent(
+            """
+            import os, sys
+            import forkpoint
+
+            @forkpoint.tool
+            def finish(code):
+                open("ran", "a").write("finish\\n")
+                os._exit(code)
+
+            @forkpoint.tool
+            def wrap_up(code):
+                open("ran", "a").write("wrap_up\\n")
+                finish(code)
+
+            print("start", flush=True)
+            wrap_up(int(sys.argv[1]))
+            print("never")
+            """
+        )
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FORKPOINT_")}
+    store = str(tmp_path / "store")
+    rec = run(
+        [*FORKPOINT, "record", "--store", store, "--no-workspace", "--", sys.executable, "ox.py", "4"],
+        tmp_path,
+        env,
+    )
+    assert rec.returncode == 4 and rec.stdout == "start\n", rec.stderr
+    assert "2 tool calls" in rec.stderr and "WARNING" not in rec.stderr, rec.stderr
+    (session,) = [p for p in Path(store).iterdir() if (p / LOG_NAME).exists()]
+    calls = Session.load(session).by_type("tool_call")
+    assert [(c["tool"], c["error"].get("exit_status")) for c in calls] == [("finish", 4), ("wrap_up", 4)]
+    assert Session.load(session).by_type("end")[0]["exit_code"] == 4
+    (tmp_path / "ran").unlink()
+
+    rep = run([*FORKPOINT, "replay", "last", "--store", store], tmp_path, env)
+    assert rep.returncode == 4 and rep.stdout == "start\n", rep.stderr
+    assert "replay ok: 2/2 events matched" in rep.stderr
+    assert not (tmp_path / "ran").exists()  # no body ran
+
+
 def test_a_program_ended_by_ctrl_c_exits_130_recorded_and_replayed(tmp_path: Path) -> None:
     """An uncaught KeyboardInterrupt exits 130 (killed by SIGINT, as the shell says); recorded, it
     exited 1: the recording's imports at exit cleared CPython's note of the interrupt."""
