@@ -6,7 +6,7 @@ JSON of the *normalized* request, each item of its body's top-level lists replac
 varies between two runs of the same program:
 
 * kept: method, URL path, query (sorted, scrubbed), the parsed body (scrubbed), and the few headers
-  that change the meaning of a request (:data:`SEMANTIC_HEADERS`, e.g. ``anthropic-version``);
+  that change the meaning of a request (:data:`SEMANTIC_HEADERS`, e.g. ``anthropic-version``, ``range``);
 * dropped: credentials in the query (``?key=``, ``?api_key=``, ``?access_token=``… — the scrubber's
   credential parameters: a recording made with one key replays with another), scheme, host and port
   (a replay may run against another base URL), every other header —
@@ -50,10 +50,11 @@ from .patterns import compiled_later
 from .providers import semantic_headers
 from .redact import scrub_bytes, scrub_json, scrub_url
 
-#: Request headers that are part of the match key (lower-case). All others are ignored. Content-type
-#: for every request; the rest name a provider's API version or features (``anthropic-version``,
-#: ``anthropic-beta``, ``openai-beta``: :func:`forkpoint.providers.semantic_headers`).
-SEMANTIC_HEADERS: frozenset[str] = frozenset({"content-type"}) | semantic_headers()
+#: Request headers that are part of the match key (lower-case). All others are ignored. For every
+#: request: content-type, and range and if-range (which part of a file a download asks for: the
+#: same URL answers other bytes); the rest name a provider's API version or features
+#: (``anthropic-version``, ``anthropic-beta``, ``openai-beta``: :func:`forkpoint.providers.semantic_headers`).
+SEMANTIC_HEADERS: frozenset[str] = frozenset({"content-type", "range", "if-range"}) | semantic_headers()
 
 
 def normalize_request(
@@ -168,7 +169,7 @@ def normalized(event: Mapping[str, Any]) -> dict[str, Any]:
 #: The version of what the key functions compute (:func:`normalize_request`, :func:`model_key`,
 #: :func:`tool_key`, :func:`value_key`). Raise it whenever a key of the same call would change:
 #: a replay then recomputes the keys a session stored instead of trusting them (:func:`key_spec`).
-KEY_VERSION = 2
+KEY_VERSION = 3  # 3: range and if-range are in the key
 
 
 def key_spec(ignore: Ignore | None = None) -> str:

@@ -321,7 +321,7 @@ def test_registration_order_decides_only_between_body_shapes(monkeypatch: pytest
 
 
 def test_what_other_layers_hold_is_derived_from_the_registry() -> None:
-    assert frozenset({"content-type"}) | providers.semantic_headers() == SEMANTIC_HEADERS
+    assert frozenset({"content-type", "range", "if-range"}) | providers.semantic_headers() == SEMANTIC_HEADERS
     assert providers.context_fields() == CONTEXT_FIELDS
     assert providers.api_key_vars() == API_KEY_VARS
     assert TRACKED_PACKAGES[: len(providers.sdk_packages())] == providers.sdk_packages()
