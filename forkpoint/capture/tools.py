@@ -363,9 +363,10 @@ _running: contextvars.ContextVar[_ToolCall | None] = contextvars.ContextVar("for
 def exiting(status: int) -> None:
     """Write the tool calls running in this context, innermost first, as ended by ``os._exit(status)``:
     the process leaves without unwinding them, so no ``except`` or ``finally`` of theirs would
-    (the recording process's ``os._exit`` calls this first: :mod:`forkpoint._boot`)."""
+    (the recording process's ``os._exit`` calls this first: :mod:`forkpoint._boot`). Not those of
+    the process this one was forked from (a tool's worker leaving): they go on there."""
     call = _running.get()
-    while call is not None:
+    while call is not None and call.pid == os.getpid():
         ended: ErrorRecord = {
             "type": "_exit",
             "module": "os",
@@ -387,8 +388,9 @@ class _ToolCall:
         self.t0 = time.perf_counter()
         self.span_id = new_span_id()
         self.parent = runtime.current_span.get()
-        #: The tool call whose body made this one, when one did (:func:`exiting`).
+        #: The tool call whose body made this one, when one did, and the process making it (:func:`exiting`).
         self.outer: _ToolCall | None = None
+        self.pid = os.getpid()
 
     @contextlib.contextmanager
     def running(self) -> Iterator[None]:

@@ -930,6 +930,42 @@ def test_a_tool_that_leaves_through_os_exit_is_recorded_and_leaves_again_on_repl
     assert not (tmp_path / "ran").exists()  # no body ran
 
 
+def test_a_worker_a_tool_forks_leaves_through_os_exit_without_ending_the_tools_call(tmp_path: Path) -> None:
+    """A child forked inside a tool (a fork pool's worker) leaves through os._exit: the tool's
+    call goes on in the parent, so the child must not write it as ended by os._exit."""
+    (tmp_path / "fk.py").write_text(
+        textwrap.dedent(
+            """
+            import os
+            import forkpoint
+
+            @forkpoint.tool
+            def crunch(n):
+                pid = os.fork()
+                if pid == 0:
+                    os._exit(0)
+                os.waitpid(pid, 0)
+                return n * 2
+
+            print(crunch(21))
+            """
+        )
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FORKPOINT_")}
+    store = str(tmp_path / "store")
+    rec = run(
+        [*FORKPOINT, "record", "--store", store, "--no-workspace", "--", sys.executable, "fk.py"],
+        tmp_path,
+        env,
+    )
+    assert rec.returncode == 0 and rec.stdout == "42\n", rec.stderr
+    (session,) = [p for p in Path(store).iterdir() if (p / LOG_NAME).exists()]
+    calls = Session.load(session).by_type("tool_call")
+    assert [(c["tool"], c.get("result"), c.get("error")) for c in calls] == [("crunch", 42, None)]
+    rep = run([*FORKPOINT, "replay", "last", "--store", store], tmp_path, env)
+    assert rep.returncode == 0 and rep.stdout == "42\n" and "replay ok: 1/1" in rep.stderr, rep.stderr
+
+
 def test_a_program_ended_by_ctrl_c_exits_130_recorded_and_replayed(tmp_path: Path) -> None:
     """An uncaught KeyboardInterrupt exits 130 (killed by SIGINT, as the shell says); recorded, it
     exited 1: the recording's imports at exit cleared CPython's note of the interrupt."""
