@@ -65,6 +65,8 @@ from .base import (
     replace,
     run_tool,
     run_tool_sync,
+    storable,
+    stored_form,
     uninstall,
 )
 from .base import install as _install
@@ -111,6 +113,8 @@ __all__ = [
     "replace",
     "run_tool",
     "run_tool_sync",
+    "storable",
+    "stored_form",
     "uninstall",
 ]
 

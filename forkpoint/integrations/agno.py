@@ -6,8 +6,9 @@ methods) inside agno's own handling: argument injection (``agent``, ``run_contex
 the result cache, turning an exception into the error the model is sent. For one call the
 ``FunctionCall`` runs on a copy of its ``Function`` whose ``entrypoint`` is wrapped, so all of
 that runs as usual, live and on replay, and only the function's work is served from the session.
-The event's ``tool`` is the function's ``name``, ``args`` the model's arguments, ``result`` the
-return value's JSON form; an async-generator tool's items are recorded and yielded again.
+The event's ``tool`` is the function's ``name``, ``args`` the model's arguments, ``result``
+the return value, typed where forkpoint rebuilds it (:func:`.base.stored_form`: a dataclass comes
+back a dataclass, so agno sends the model the same ``str()`` of it); an async-generator tool's items are recorded and yielded again.
 A sync generator tool is not recorded (forkpoint says so when it is called, and it runs live on
 replay). MCP tools (``MCPTools``) are recorded as MCP requests by :mod:`.mcp`.
 """

@@ -5,8 +5,8 @@ Patched: ``anthropic.lib.tools._beta_functions.BetaFunctionTool.call`` and
 ``BetaAsyncFunctionTool.call``, which the runners call with the model's ``tool_use`` input for
 every function tool (and which a program may call itself). The event's ``tool`` is the tool's
 ``name`` (the name the model sees), ``args`` the model's input, ``result`` what the function
-returned (a string, or content blocks) in its JSON form — what the runner sends back as the
-``tool_result`` content. A ``ToolError`` (or any exception) is recorded and raised again on
+returned (a string, or content blocks), typed where forkpoint rebuilds it (:func:`.base.stored_form`)
+— what the runner sends back as the ``tool_result`` content. A ``ToolError`` (or any exception) is recorded and raised again on
 replay, so the runner builds the same error result. Tools made from MCP tools
 (``anthropic.lib.tools.mcp.mcp_tool``) are recorded as MCP requests by :mod:`.mcp`, and
 ``@forkpoint.tool`` functions record themselves.

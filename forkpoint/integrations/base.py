@@ -209,8 +209,8 @@ def _patch(target: str, module: ModuleType, fn: Callable[[ModuleType], None]) ->
 def jsonable(value: Any) -> Any:
     """``value`` as JSON data the way pydantic serializes it (models, dataclasses, datetimes, tuples…).
 
-    The frameworks send a tool's arguments and results to the model through pydantic, so this is
-    the form the model saw. Parts with no JSON form become ``{"$type": "module.Class"}``.
+    The frameworks get a tool's arguments from the model as JSON and validate them through pydantic,
+    so this is the form the model sent. Parts with no JSON form become ``{"$type": "module.Class"}``.
     """
     from pydantic_core import to_jsonable_python
 
@@ -218,6 +218,28 @@ def jsonable(value: Any) -> Any:
         return {"$type": f"{type(v).__module__}.{type(v).__qualname__}"}
 
     return to_jsonable_python(value, by_alias=True, fallback=fallback)
+
+
+def storable(value: Any) -> bool:
+    """Whether forkpoint stores ``value`` as it is: JSON data, or a typed value (a dataclass, a
+    pydantic model, a datetime…: :func:`forkpoint.values.encode`) that a replay rebuilds as itself."""
+    if is_json(value):
+        return True
+    from .. import values  # here: the seam is imported at every bootstrapped start
+
+    try:
+        values.encode(value)
+    except Exception:  # (no stored form: a type with no encoder)
+        return False
+    return True
+
+
+def stored_form(value: Any) -> Any:
+    """What a framework tool's result is recorded as: the value itself where it is :func:`storable`,
+    so that a replay hands the framework the same type back, and it makes the same model input of
+    it (many send ``str(result)``) and the program gets what it got live; else its JSON form
+    (:func:`jsonable`)."""
+    return value if storable(value) else jsonable(value)
 
 
 def json_args(value: Any) -> dict[str, Any]:
@@ -231,10 +253,10 @@ async def run_tool(
     name: str,
     args: dict[str, Any],
     body: Callable[[], Awaitable[Any]],
-    encode: Callable[[Any], Any] = jsonable,
+    encode: Callable[[Any], Any] = stored_form,
 ) -> Any:
     """One framework tool call through forkpoint (:func:`forkpoint.capture.tools.acall_tool`), its
-    result stored in the JSON form the framework sends to the model."""
+    result stored as ``encode`` of it (default: :func:`stored_form`)."""
     from ..capture.tools import acall_tool  # here: the seam is imported at every bootstrapped start
 
     return await acall_tool(name, args, body, encode)
@@ -244,11 +266,11 @@ async def stream_tool(
     name: str,
     args: dict[str, Any],
     items: Callable[[], AsyncIterator[Any]],
-    encode: Callable[[Any], Any] = jsonable,
+    encode: Callable[[Any], Any] = stored_form,
 ) -> AsyncIterator[Any]:
     """One call of a tool that streams (an async generator), through forkpoint: live, each item is
     passed on the moment the tool yields it, and the call is recorded with the list of the items'
-    JSON forms (``encode`` of each) as its result; on replay the recorded items are yielded and
+    stored forms (``encode`` of each) as its result; on replay the recorded items are yielded and
     the tool does not run. An exception the tool raised is recorded and raised again (the items
     before it are not replayed)."""
     if runtime.active() is None:
@@ -291,7 +313,7 @@ def run_tool_sync(
     name: str,
     args: dict[str, Any],
     body: Callable[[], Any],
-    encode: Callable[[Any], Any] = jsonable,
+    encode: Callable[[Any], Any] = stored_form,
 ) -> Any:
     """:func:`run_tool` for a tool the framework calls synchronously."""
     from ..capture.tools import call_tool

@@ -10,7 +10,7 @@ is defined, once, so CrewAI's own work — argument validation, usage limits, ca
 formatting the output for the agent — runs as usual, live and on replay. A body called from
 inside another (``_arun`` running ``_run``) is one call. The event's ``tool`` is the tool's
 ``name``, ``args`` the arguments in pydantic's JSON form (positional ones as ``$args``),
-``result`` the return value's JSON form. MCP tools (``mcps=[...]``) are recorded as MCP
+``result`` the return value, typed where forkpoint rebuilds it (:func:`.base.stored_form`). MCP tools (``mcps=[...]``) are recorded as MCP
 requests by :mod:`.mcp`.
 """
 

@@ -6,7 +6,7 @@ and async) runs each tool the model picks — plain functions it was given are w
 ``Tool`` — with the model's arguments as keywords. The whole call is recorded, the validation of
 the arguments against the tool's schema included; DSPy's callbacks stay outside, so they run on
 replay too. The event's ``tool`` is the tool's ``name``, ``args`` the model's arguments,
-``result`` the return value's JSON form; an exception is recorded and raised again, so ReAct
+``result`` the return value, typed where forkpoint rebuilds it (:func:`.base.stored_form`); an exception is recorded and raised again, so ReAct
 writes the same "Execution error" observation. ``ReAct``'s own ``finish`` tool is a tool like the
 others. Tools made from MCP tools (``Tool.from_mcp_tool``) are recorded as MCP requests by
 :mod:`.mcp`.

@@ -14,7 +14,7 @@ Patched: ``google.genai._extra_utils.invoke_function_from_dict_args`` and
 ``invoke_function_from_dict_args_async``, through which the SDK runs each one (looked up as module
 globals at call time, so patching the module suffices). The event's ``tool`` is the function's
 ``__name__`` (the name the SDK declares to the model), ``args`` the model's arguments, ``result``
-the return value's JSON form; on replay the function does not run. Functions already wrapped with
+the return value, typed where forkpoint rebuilds it (:func:`.base.stored_form`); on replay the function does not run. Functions already wrapped with
 ``@forkpoint.tool`` record themselves and are left alone.
 """
 

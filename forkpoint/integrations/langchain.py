@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterator
 from types import ModuleType
 from typing import Any
 
-from .. import runtime, values
+from .. import runtime
 from ..errors import ToolResultError
 from .base import (
     Integration,
@@ -47,6 +47,8 @@ from .base import (
     replace,
     run_tool,
     run_tool_sync,
+    storable,
+    stored_form,
     wrap_where_defined,
 )
 
@@ -155,16 +157,15 @@ def encode_output(tool: Any, output: Any) -> Any:
     :class:`~forkpoint.ToolResultError` for an output object with no such form."""
     if getattr(tool, "response_format", None) == "content_and_artifact" and isinstance(output, tuple):
         if len(output) == 2:
-            return {_PAIR: [encode_output(None, output[0]), _typed(output[1], jsonable)]}
+            return {_PAIR: [encode_output(None, output[0]), stored_form(output[1])]}
     if is_json(output):
         return output
     try:
         return _pack(output)  # messages, LangGraph commands, and containers of them
     except TypeError:
         pass
-    typed = _typed(output, None)
-    if typed is not None:
-        return typed
+    if storable(output):
+        return output
     from langchain_core.tools.base import ToolOutputMixin  # type: ignore[attr-defined]
 
     if isinstance(output, ToolOutputMixin):
@@ -177,19 +178,6 @@ def encode_output(tool: Any, output: Any) -> Any:
         return json.dumps(output, ensure_ascii=False)
     except Exception:
         return str(output)
-
-
-def _typed(value: Any, otherwise: Callable[[Any], Any] | None) -> Any:
-    """``value`` itself where forkpoint stores it typed (the tool wrapper stores what this module
-    hands it with :func:`forkpoint.values.encode`, and a replay rebuilds it), else
-    ``otherwise(value)`` (None without it)."""
-    if is_json(value):
-        return value
-    try:
-        values.encode(value)
-    except Exception:  # (no stored form: a type with no encoder)
-        return otherwise(value) if otherwise is not None else None
-    return value
 
 
 def _pack(value: Any) -> Any:

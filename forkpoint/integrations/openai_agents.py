@@ -15,9 +15,10 @@ SDK's bookkeeping of handled errors is unchanged. Not recorded: agents used as t
 the tools of MCP servers (``mcp_servers=[...]``) are recorded by :mod:`.mcp`, once.
 
 The event's ``tool`` is the tool's name as the model sees it, ``args`` the model's JSON arguments
-(parsed), ``result`` the value in a JSON form that the SDK turns into the same model input again:
-JSON data as is, structured outputs and typed outputs in pydantic's JSON form, and anything else
-whose text form (``str(value)``, what the SDK sends) would change as that text.
+(parsed), ``result`` the value in a form that the SDK turns into the same model input again: JSON data
+as is, structured outputs in pydantic's JSON form, a value forkpoint stores typed (a dataclass, a
+pydantic model: :func:`.base.stored_form`) as itself, so that the program gets the same value back,
+and anything else whose text form (``str(value)``, what the SDK sends) would change as that text.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from typing import Any
 import orjson
 
 from .. import runtime
-from .base import Integration, calls_mcp, is_forkpoint_tool, is_json, jsonable, replace, run_tool
+from .base import Integration, calls_mcp, is_forkpoint_tool, is_json, jsonable, replace, run_tool, storable
 
 
 def parse_arguments(text: str) -> dict[str, Any]:
@@ -58,6 +59,8 @@ def encode_output(tool: Any, output: Any) -> Any:
             return data  # ToolOutputText / Image / FileContent: their dicts carry "type" and validate back
     except Exception:
         pass
+    if storable(output):
+        return output  # stored typed: the SDK gets the same value back, and sends the model its str()
     return data if str(data) == str(output) else str(output)
 
 

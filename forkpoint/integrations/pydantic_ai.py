@@ -9,7 +9,8 @@ Output tools (structured output) and MCP tools are other toolsets and are not to
 
 The event's ``tool`` is that name (the function's, unless given another), ``args`` the validated
 arguments in pydantic's JSON form (the ``RunContext`` is not one of them), ``result`` the return
-value in the JSON form pydantic-ai sends to the model. A ``ModelRetry`` raised by the tool is
+value, typed where forkpoint rebuilds it (:func:`.base.stored_form`), else in the JSON form
+pydantic-ai sends to the model. A ``ModelRetry`` raised by the tool is
 recorded as an error and raised again on replay, so the retry prompt the model sees is the same.
 A ``ToolReturn`` (a return value plus content for the model and metadata for the application) and
 multimodal parts (``BinaryContent``, ``ImageUrl``…, alone, in a list beside other values, or in
@@ -26,7 +27,7 @@ from types import ModuleType
 from typing import Any
 
 from .. import runtime
-from .base import Integration, is_forkpoint_tool, is_json, jsonable, replace, run_tool
+from .base import Integration, is_forkpoint_tool, is_json, jsonable, replace, run_tool, stored_form
 
 
 def _function_of(tool: Any) -> Any:
@@ -80,10 +81,10 @@ def encode_result(value: Any) -> Any:
     """A tool's return value in the JSON form that :func:`decode_result` turns back into what
     pydantic-ai would have got from the tool (see the module docstring): multimodal parts — alone,
     in a list beside other values, or in a ``ToolReturn`` — and ``ToolReturn`` itself are marked;
-    everything else is pydantic's JSON form."""
+    everything else as :func:`~.base.stored_form` has it (typed where forkpoint can rebuild it)."""
     kinds = None if is_json(value) else _kinds()
     if kinds is None:
-        return jsonable(value)
+        return stored_form(value)
     parts, tool_return = kinds
     if isinstance(value, parts):
         return {_PART: _part_adapter().dump_python(value, mode="json")}
@@ -98,7 +99,7 @@ def encode_result(value: Any) -> Any:
                 "tools": jsonable(getattr(value, "tools", None)),
             }
         }
-    return jsonable(value)
+    return stored_form(value)
 
 
 def decode_result(value: Any) -> Any:

@@ -9,7 +9,7 @@ conversion runs as usual, live and on replay: for one call, ``__call__`` runs on
 tool whose ``forward`` is wrapped. The event's ``tool`` is the tool's ``name``, ``args``
 the arguments ``forward`` got (positional ones named after the tool's ``inputs``, in pydantic's
 JSON form), ``result`` the
-output's JSON form. Tools that reach an MCP server (``ToolCollection.from_mcp``, ``MCPClient``)
+output, typed where forkpoint rebuilds it (:func:`.base.stored_form`). Tools that reach an MCP server (``ToolCollection.from_mcp``, ``MCPClient``)
 are recorded as MCP requests by :mod:`.mcp` instead.
 """
 

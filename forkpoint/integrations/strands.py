@@ -7,8 +7,8 @@ one call it runs on a copy of the tool whose function is wrapped, so strands' ow
 validation, injecting ``agent`` / ``tool_context``, turning the return value or an exception into
 a ``ToolResult`` — happens as usual, live and on replay; only the function's work is served from
 the session. The event's ``tool`` is the tool's ``tool_name``, ``args`` the model's input,
-``result`` the function's return value in its JSON form. A streaming tool's items are passed on
-live as it yields them and recorded as the list of their JSON forms; on replay they are yielded
+``result`` the function's return value, typed where forkpoint rebuilds it (:func:`.base.stored_form`).
+A streaming tool's items are passed on live as it yields them and recorded as the list of them; on replay they are yielded
 again, so the agent sees the same stream events and the same result (the last item). An
 exception is recorded and raised again, so strands builds the same error result. MCP tools
 (``MCPClient``) are another class and are recorded as MCP requests by :mod:`.mcp`.

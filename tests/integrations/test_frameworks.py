@@ -315,10 +315,12 @@ class Report:
     when: datetime.date
 
 
-def test_rich_return_values_replay_as_the_model_saw_them(tmp_path: Path) -> None:
+def test_rich_return_values_replay_as_themselves(tmp_path: Path) -> None:
     """Tools returning a dataclass with a tuple and a date: pydantic-ai sends the model their
-    pydantic JSON, the Agents SDK their ``str()``. What is recorded makes the same request again
-    on replay (a different tool-result message would be a divergence)."""
+    pydantic JSON, the Agents SDK their ``str()``. They were stored as that JSON or text, so on
+    replay the application got a ``dict`` or a ``str`` where it had got a ``Report``, and the replay
+    said ok. They are stored typed: the application gets a ``Report`` again, and the model the same
+    tool-result message (a different one would be a divergence)."""
     agent = Agent(instructions="Use the tool.")
 
     @agent.tool_plain
@@ -331,23 +333,33 @@ def test_rich_return_values_replay_as_the_model_saw_them(tmp_path: Path) -> None
         """Inspect a file."""
         return Report(path, (1, 2), datetime.date(2026, 1, 2))
 
-    def run(url: str) -> list[str]:
-        return run_both(url, agent, sdk_inspect_file)
+    def run(url: str) -> list[Any]:
+        model = OpenAIChatModel("demo-model", provider=OpenAIProvider(base_url=url + "/v1", api_key=API_KEY))
+        client = AsyncOpenAI(base_url=url + "/v1", api_key=API_KEY, max_retries=0)
+        sdk_agent = SdkAgent(
+            name="s",
+            model=OpenAIChatCompletionsModel(model="demo-model", openai_client=client),
+            tools=[sdk_inspect_file],
+        )
+        got = agent.run_sync("Go.", model=model)
+        parts = [p for m in got.all_messages() for p in m.parts if p.part_kind == "tool-return"]
+        sdk = Runner.run_sync(sdk_agent, "Go.")
+        outputs = [i.output for i in sdk.new_items if i.type == "tool_call_output_item"]
+        return [str(got.output), str(sdk.final_output), [p.content for p in parts], outputs]
 
     with ModelServer(turns=1) as server, forkpoint.record(store=tmp_path) as rec:
         live = run(server.base_url)
         sent = [m["content"] for r in server.requests for m in r["body"]["messages"] if m["role"] == "tool"]
     with forkpoint.replay(rec.session_path) as rp:
-        assert run(server.base_url) == live
+        replayed = run(server.base_url)
+    assert replayed == live
+    assert [type(v) for v in replayed[2] + replayed[3]] == [Report, Report]
     assert rp.report()["unused"] == [] and rp.report()["divergence"] is None
     tools = forkpoint.Session.load(rec.session_path).by_type("tool_call")
     path = tools[0]["args"]["path"]
-    assert json.loads(sent[0]) == tools[0]["result"] == {"path": path, "lines": [1, 2], "when": "2026-01-02"}
-    assert (
-        sent[1]
-        == tools[1]["result"]
-        == str(Report(tools[1]["args"]["path"], (1, 2), datetime.date(2026, 1, 2)))
-    )
+    assert json.loads(sent[0]) == {"path": path, "lines": [1, 2], "when": "2026-01-02"}
+    assert sent[1] == str(Report(tools[1]["args"]["path"], (1, 2), datetime.date(2026, 1, 2)))
+    assert [t["result"]["kind"] for t in tools] == ["dataclass", "dataclass"]
 
 
 def test_pydantic_ai_tool_return_and_images_replay_as_the_model_saw_them(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ text, so a run's path does not depend on chance.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 from collections.abc import Callable, Iterator
@@ -32,6 +33,14 @@ def ledger(line: str) -> None:
         f.write(line + "\n")
 
 
+@dataclasses.dataclass
+class Total:
+    """What some tools return, as users write them: the frameworks send the model its ``str()``, so
+    a replay must hand them a ``Total`` again (its JSON form would print as another message)."""
+
+    value: int
+
+
 # --------------------------------------------------------------------------- smolagents
 
 
@@ -39,7 +48,7 @@ def run_smolagents(url: str) -> str:
     from smolagents import OpenAIServerModel, ToolCallingAgent, tool
 
     @tool
-    def add(a: int, b: int) -> int:
+    def add(a: int, b: int) -> dict:  # type: ignore[type-arg]
         """Add two integers.
 
         Args:
@@ -47,7 +56,7 @@ def run_smolagents(url: str) -> str:
             b: The second integer.
         """
         ledger(f"smolagents add {a} {b}")
-        return a + b
+        return {"total": Total(a + b)}
 
     model = OpenAIServerModel(
         model_id="m", api_base=url + "/v1", api_key=API_KEY, client_kwargs={"max_retries": 0}
@@ -103,10 +112,10 @@ def run_strands(url: str) -> str:
     from strands.models.openai import OpenAIModel
 
     @tool
-    def add(a: int, b: int) -> int:
+    def add(a: int, b: int) -> Total:
         """Add two integers."""
         ledger(f"strands add {a} {b}")
-        return a + b
+        return Total(a + b)
 
     @tool
     async def count(n: int) -> Any:
@@ -138,10 +147,10 @@ def run_agno(url: str) -> str:
     from agno.agent import Agent
     from agno.models.openai import OpenAIChat
 
-    def add(a: int, b: int) -> int:
+    def add(a: int, b: int) -> Total:
         """Add two integers."""
         ledger(f"agno add {a} {b}")
-        return a + b
+        return Total(a + b)
 
     model = OpenAIChat(id="m", base_url=url + "/v1", api_key=API_KEY, max_retries=0)
     agent = Agent(model=model, tools=[add], telemetry=False)
