@@ -218,7 +218,7 @@ def record_command(
 
     Returns (session path, exit code, the command's stdout if ``capture``).
     """
-    from .record import Lacks, check_live_export, make_header, open_workspace, recording_warnings
+    from .record import Lacks, check_live_export, make_header, open_workspace, read_back
     from .store import info, open_store
 
     tools = list(tools or [])
@@ -248,19 +248,22 @@ def record_command(
     where = session.close(quiet=quiet)  # index entry; upload to a remote store
     if not quiet:
         i = info(session.path)
-        say(
-            f"forkpoint: recorded session {session.session_id} ({plural(i.model_calls, 'model call')}, "
-            f"{plural(i.tool_calls, 'tool call')}) in {where}"
-        )
+        # Each process's own tally, unless they do not account for every call (then read back).
+        tally, skipped = Lacks.merged(lacks, i.model_calls + i.tool_calls), None
+        if tally is None and i.model_calls + i.tool_calls:
+            tally, skipped = read_back(session.path)
+        other = tally.other if tally is not None else 0
+        counts = [plural(i.model_calls - other, "model call"), plural(i.tool_calls, "tool call")]
+        if other:
+            counts.append(f"{plural(other, 'other HTTP call')}: telemetry, MCP, plain HTTP")
+        say(f"forkpoint: recorded session {session.session_id} ({', '.join(counts)}) in {where}")
         if not reported and not i.model_calls + i.tool_calls:
             say(
                 "forkpoint: WARNING: no process of the command recorded anything or reported back: it ran no "
                 "Python that started forkpoint (python -I and -E ignore the PYTHONPATH that starts it; a "
                 "program that is not Python is not recorded), or each was killed before it could"
             )
-        # Each process's own tally, unless they do not account for every call (then read back).
-        merged = Lacks.merged(lacks, i.model_calls + i.tool_calls)
-        for warning in merged.warnings() if merged is not None else recording_warnings(session.path):
+        for warning in tally.warnings() if tally is not None else [skipped] if skipped else []:
             say(f"forkpoint: WARNING: {warning}")
         done = live.finish() if live is not None else None  # (finished as the session closed: its report)
         if done is not None and done.complete:

@@ -419,11 +419,15 @@ class Lacks:
         self.seqs: list[int | None] = []
         #: Tools asked for that a recording process had wrappers for (:func:`runtime.wrapped_tools`).
         self.wrapped: set[str] = set()
+        #: Recorded exchanges that are no model call: telemetry, MCP over HTTP, plain HTTP.
+        self.other = 0
 
     def answered(self, found: Mapping[str, Any], seq: int | None) -> None:
         """A model call was recorded (as ``seq``); ``found`` is its summary (the tools its response
         asked for)."""
         self.seqs.append(seq)
+        if found.get("kind") != "model":
+            self.other += 1
         for call in found.get("tool_calls") or []:
             if call.get("name"):
                 name = str(call["name"])
@@ -458,6 +462,7 @@ class Lacks:
             "lost": self.lost,
             "seqs": self.seqs,
             "wrapped": sorted(self._wrapped()),
+            "other": self.other,
         }
 
     def _wrapped(self) -> set[str]:
@@ -480,6 +485,7 @@ class Lacks:
                 out.lost.extend((seq, str(tool), str(kind)) for seq, tool, kind in t["lost"])
                 out.seqs.extend(t["seqs"])
                 out.wrapped.update(str(n) for n in t.get("wrapped") or ())
+                out.other += int(t.get("other") or 0)
         except (KeyError, TypeError, ValueError, AttributeError):
             return None
         if None in out.seqs or len(out.seqs) != calls or len(set(out.seqs)) != calls:
@@ -528,12 +534,21 @@ def recording_warnings(path: Path) -> list[str]:
     back (an encrypted session without an identity at hand, a log that does not read), that the
     checks were skipped, and why. (``forkpoint record`` first tries its processes' tallies:
     :meth:`Lacks.merged`.)"""
+    lacks, skipped = read_back(path)
+    return lacks.warnings() if lacks is not None else [skipped or ""]
+
+
+def read_back(path: Path) -> tuple[Lacks | None, str | None]:
+    """The tally (:class:`Lacks`) of the recording in session directory ``path``, read back; or
+    None and why the checks that need it were skipped (an encrypted session without an identity at
+    hand, a log that does not read)."""
     try:
         events = Session.load(path, derived=False, share_lists=True).events
     except IdentityError as exc:  # an encrypted session, and no identity here to read it back
-        return [f"the checks of what the recording lacks were skipped: {exc}"]
+        return None, f"the checks of what the recording lacks were skipped: {exc}"
     except SessionError as exc:
-        return [
-            f"the checks of what the recording lacks were skipped: the session cannot be read back: {exc}"
-        ]
-    return Lacks.of(events).warnings()
+        return (
+            None,
+            f"the checks of what the recording lacks were skipped: the session cannot be read back: {exc}",
+        )
+    return Lacks.of(events), None

@@ -1196,3 +1196,40 @@ def test_concurrent_identical_calls_keep_their_order_when_another_program_made_t
     rep = run([*FORKPOINT, "replay", "last", "--store", store], tmp_path, env)
     assert rep.returncode == 0, rep.stderr
     assert rep.stdout == rec.stdout
+
+
+def test_the_summary_line_tells_model_calls_from_other_http_calls(tmp_path: Path, server: Any) -> None:
+    """Telemetry uploads and plain HTTP calls were counted as model calls ("5 model calls" for 2)."""
+    from tests.modelserver import json_reply
+
+    server.route("/api/status", lambda r: json_reply({"ok": True}), method="GET")
+    (tmp_path / "mix.py").write_text(
+        textwrap.dedent(
+            f"""
+            import httpx, openai
+            client = openai.OpenAI(base_url="{server.url}/v1", api_key="sk-proj-" + "a" * 40, max_retries=0)
+            client.chat.completions.create(model="m", messages=[{{"role": "user", "content": "hi"}}])
+            httpx.get("{server.url}/api/status")
+            httpx.get("{server.url}/api/status")
+            """
+        )
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FORKPOINT_")}
+    rec = run(
+        [
+            *FORKPOINT,
+            "record",
+            "--store",
+            str(tmp_path / "s"),
+            "--no-workspace",
+            "--",
+            sys.executable,
+            "mix.py",
+        ],
+        tmp_path,
+        env,
+    )
+    assert rec.returncode == 0, rec.stderr
+    assert "(1 model call, 0 tool calls, 2 other HTTP calls: telemetry, MCP, plain HTTP)" in rec.stderr, (
+        rec.stderr
+    )
