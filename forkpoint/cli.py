@@ -1045,7 +1045,7 @@ def check(
     in the current directory (absolute paths under the directory it was recorded in are mapped
     here), or CMD when given; a recorded command only when a trusted key signed its session, or
     with --trust (else the row is an error showing the command). Exits 3 when any session did not
-    reproduce.
+    reproduce, 1 when none was selected.
 
     With --models live, every model call is made live (a new prompt or model) while tool calls are
     served from the recording, and the table shows where behaviour first changed and the outcome,
@@ -1073,9 +1073,8 @@ def check(
     )
     for note in selection.notes:
         _err().print(f"forkpoint: {note}", markup=False)
-    if not selection.sessions:
-        _err().print("forkpoint: no session to check", markup=False)
-        sys.exit(0)
+    if not selection.sessions:  # (a typo in a CI job's filter or store must not pass as green)
+        raise click.ClickException("no session to check: nothing was selected, so nothing was checked")
     started = time.perf_counter()
     total = len(selection.sessions)
     finished = 0

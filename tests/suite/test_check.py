@@ -144,6 +144,30 @@ def test_a_session_that_cannot_be_checked_is_an_error_row_and_runs_nothing(tmp_p
     assert "no end event" in rows[0]["detail"]
 
 
+def test_check_that_selects_no_session_fails(tmp_path: Path) -> None:
+    """``forkpoint check --tag nosuch=1`` said "no session to check" and exited 0: a typo in a CI
+    job's filter passed as green."""
+    writer = SessionWriter.create(tmp_path / "store", make_header(argv=["true"], name="one"))
+    writer.close()
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "forkpoint.cli",
+            "check",
+            "--store",
+            str(tmp_path / "store"),
+            "--tag",
+            "nosuch=1",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=60,
+    )
+    assert r.returncode == 1 and "no session to check" in r.stderr, r.stderr
+
+
 # ----------------------------------------------------------------------------- JUnit XML
 
 
