@@ -235,7 +235,8 @@ def _outcome_options(f: Any) -> Any:
         "outcome_cmd",
         metavar="CMD",
         help="A shell command run in each run's directory when the run has ended; exit 0 is a pass "
-        "(it sees $FORKPOINT_OUTCOME_SESSION, $FORKPOINT_OUTCOME_OUTPUT, $FORKPOINT_OUTCOME_EXIT).",
+        "(it sees $FORKPOINT_OUTCOME_SESSION, $FORKPOINT_OUTCOME_OUTPUT: a file of what the run printed, "
+        "and $FORKPOINT_OUTCOME_EXIT).",
     )(f)
 
 

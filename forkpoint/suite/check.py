@@ -100,7 +100,8 @@ def _ab(
     ``ab`` = ``{"recorded", "new"}`` (each ``{"session", "tokens_in", "tokens_out", "model_ms",
     "wall_ms", "exit_code", "outcome", "final_answer"}``; ``new`` None when the run made no report),
     ``recorded_replay`` (status and detail of the plain replay an outcome command was measured on,
-    else None), ``first_change`` (``{"where", "path"}``, :meth:`~forkpoint.diff.SessionDiff.describe`,
+    else None: when that replay did not reproduce, the recorded outcome is not measured, ``passed``
+    None with the reason), ``first_change`` (``{"where", "path"}``, :meth:`~forkpoint.diff.SessionDiff.describe`,
     or None) and ``child`` (the new run's session). ``recorded`` is the session as recorded; with an
     outcome command, a plain replay of it is measured the same way as the new run. ``new`` has its
     models live and its tools from the recording, ``spec["on_divergence"]`` deciding about a tool
@@ -115,6 +116,11 @@ def _ab(
         base = replay_run(session, cmd, outcome=outcome, **common)
         baseline = _replayed(base, recorded_exit)
         recorded_outcome = base.outcome
+        if baseline["status"] != "reproduced":  # (the changed code made another run: not the recorded one's)
+            recorded_outcome = {
+                "passed": None,
+                "reason": f"not measured: the recorded run does not replay with this code ({verdict_text(baseline)})",
+            }
     run = replay_run(
         session,
         cmd,

@@ -43,6 +43,8 @@ def _seconds(value: Any) -> str:
 def _passed(outcome: dict[str, Any] | None) -> str:
     if not outcome:
         return "—"
+    if outcome.get("passed") is None:
+        return f"[yellow]unknown[/yellow] ({escape(str(outcome.get('reason') or 'not measured'))})"
     if outcome.get("passed"):
         return "[green]pass[/green]"
     why = outcome.get("reason") or f"exit {outcome.get('exit_code')}"

@@ -372,6 +372,40 @@ def test_ab_run_against_each_sessions_recorded_tool_world(tmp_path: Path) -> Non
 
 
 @pytest.mark.slow
+def test_ab_run_does_not_judge_a_recorded_run_it_cannot_replay(tmp_path: Path) -> None:
+    """The recorded arm's outcome is measured on a replay of the session with today's code. With a
+    changed prompt that replay diverges at the first call, and the recorded run, which exited 0, was
+    judged a failure: the new prompt seemed to fix a failure that never happened. It is unknown."""
+    (tmp_path / "ask.py").write_text(ASK)
+    store = tmp_path / "store"
+    with LocalServer() as srv:
+        env = cli_env(AGENT_BASE_URL=srv.openai_base_url)
+        for prompt in ("kept", "reworded"):
+            rec = forkpoint_cli(
+                "record", "--store", str(store), "--name", prompt, "--no-workspace",
+                "--", "python", "ask.py", prompt, cwd=tmp_path, env=env,
+            )  # fmt: skip
+            assert rec.returncode == 0, rec.stderr
+        (tmp_path / "ask.py").write_text(ASK.replace("PROMPTS = {}", "PROMPTS = {'reworded': 'Be brief.'}"))
+        ab = forkpoint_cli(
+            "check", str(store), "--trust", "--models", "live", "--outcome", 'test "$FORKPOINT_OUTCOME_EXIT" = 0',
+            "--json", str(tmp_path / "ab.json"), cwd=tmp_path, env=env,
+        )  # fmt: skip
+    assert ab.returncode == 0, ab.stdout + ab.stderr
+    data = orjson.loads((tmp_path / "ab.json").read_bytes())
+    recorded = {r["name"]: r["ab"]["recorded"]["outcome"] for r in data["rows"]}
+    assert recorded["kept"]["passed"] is True
+    assert recorded["reworded"]["passed"] is None
+    assert "does not replay with this code (diverged at model call #1" in recorded["reworded"]["reason"]
+    assert {r["name"]: r["ab"]["new"]["outcome"]["passed"] for r in data["rows"]} == {
+        "kept": True,
+        "reworded": True,
+    }
+    assert data["summary"]["recorded"]["outcome"]["ran"] == 1  # the unknown one is left out
+    assert "unknown (not measured" in ab.stdout
+
+
+@pytest.mark.slow
 def test_check_a_remote_store(s3_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Sessions of an S3 store (moto on loopback) are found by id and URL, downloaded by the task
     that replays them, and what an A/B run writes is uploaded to the same store."""
