@@ -175,6 +175,8 @@ def record(
         encrypt_to=encrypt_to,
     )
     header["workspace"] = ws.describe() if ws else None
+    if argv is None:  # (the program that ran records itself again when it runs: runtime.check_free)
+        header["records_itself"] = True
     check_live_export(header, live)
     with target.create(header) as session, agent_hooks(targets, deterministic):
         if live is not None:

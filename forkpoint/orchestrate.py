@@ -362,6 +362,10 @@ def replay_run(
             f"it has no agent command to run again. Give the command that runs your agent after --, e.g. "
             f"forkpoint replay {session.id} -- python agent.py"
         )
+    if not cmd:
+        from .record import refuse_self_recording
+
+        refuse_self_recording(session.header, session.id, f"forkpoint replay {session.id} -- python agent.py")
     command = list(cmd or session.header.get("argv") or [])
     if not command:
         raise UsageError("the session has no recorded command; give one after --")

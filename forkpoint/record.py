@@ -144,6 +144,20 @@ def make_header(
     return header
 
 
+def refuse_self_recording(header: Mapping[str, Any], session_id: str, how: str) -> None:
+    """Refuse to run the recorded command of a session its own program recorded with
+    ``forkpoint.record()`` (header ``records_itself``): run again, it would record itself inside the
+    replay, which refuses it, and end with a traceback. ``how``: the command line that gives
+    another command (``forkpoint replay ID -- python agent.py``). Raises :class:`UsageError`."""
+    if header.get("records_itself"):
+        argv = " ".join(str(a) for a in header.get("argv") or [])
+        raise UsageError(
+            f"session {session_id} was recorded by forkpoint.record() inside its own program ({argv}), which "
+            "records itself again when it runs: replay it in Python with forkpoint.replay(), give a command "
+            f"that does not record itself ({how}), or record it with forkpoint record -- {argv}"
+        )
+
+
 def check_live_export(header: Mapping[str, Any], live: object | None) -> None:
     """Refuse, before a session exists, a live export of an encrypted session without an identity
     at hand: the export follows the log as it is written, so it must open it. Raises

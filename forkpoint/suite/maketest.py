@@ -88,6 +88,11 @@ def make_test(
             f"command that runs the agent, forkpoint make-test {session.id} -- python agent.py …"
         )
     else:
+        from ..record import refuse_self_recording
+
+        refuse_self_recording(
+            session.header, session.id, f"forkpoint make-test {session.id} -- python agent.py"
+        )
         if not trust:  # the test would run it: as forkpoint replay would
             from ..signing import require_trusted
 

@@ -559,21 +559,35 @@ def test_a_session_recorded_in_python_keeps_the_command_that_ran_and_its_replay_
     tmp_path: Path,
 ) -> None:
     """``forkpoint.record()`` stored ``sys.argv`` (``["p.py"]``), which no replay could run
-    ("command not found: p.py", then "is forkpoint installed?"). It keeps the whole command; and
-    the program, recording itself again under ``forkpoint replay``, is refused with what to do."""
+    ("command not found: p.py", then "is forkpoint installed?"). It keeps the whole command. Run
+    again, the program recorded itself inside the replay, which refused it with a traceback, and
+    ``make-test`` wrote a test that failed so: replay and make-test refuse it before it runs."""
     (tmp_path / "p.py").write_text(
-        "import forkpoint\nwith forkpoint.record(name='inproc', store='store'):\n    print('hi')\n"
+        "import forkpoint\nopen('ran', 'a').write('x')\n"
+        "with forkpoint.record(name='inproc', store='store'):\n    print('hi')\n"
     )
     made = run([sys.executable, "p.py"], tmp_path, dict(os.environ))
     assert made.returncode == 0, made.stderr
     (session,) = list_sessions(tmp_path / "store").rows
     assert Session.load(session.path).header["argv"] == [sys.executable, "p.py"]
-    r = run([*FORKPOINT, "replay", "--store", "store", "inproc"], tmp_path, dict(os.environ))
-    said = flat(r.stderr)
-    assert r.returncode == 3, said
-    assert "command not found" not in said and "is forkpoint installed" not in said, said
-    assert "records itself with forkpoint.record()" in said and "forkpoint.replay()" in said, said
+    (tmp_path / "ran").unlink()
+    for args in (["replay"], ["make-test", "--trust"]):
+        r = run([*FORKPOINT, *args, "--store", "store", "inproc"], tmp_path, dict(os.environ))
+        said = flat(r.stderr)
+        assert r.returncode == 2, said
+        assert "Traceback" not in said and "command not found" not in said, said
+        assert "was recorded by forkpoint.record() inside its own program" in said, said
+        assert "forkpoint.replay()" in said and f"forkpoint record -- {sys.executable} p.py" in said, said
+    assert not (tmp_path / "ran").exists() and not (tmp_path / "tests").exists()  # nothing ran or was written
     assert [s.session_id for s in list_sessions(tmp_path / "store").rows] == [session.session_id]
+    # Another command, which does not record itself, replays it.
+    (tmp_path / "q.py").write_text("import forkpoint\nprint('hi')\n")
+    r = run(
+        [*FORKPOINT, "replay", "--store", "store", "inproc", "--", sys.executable, "q.py"],
+        tmp_path,
+        dict(os.environ),
+    )
+    assert r.returncode == 0 and r.stdout == "hi\n", r.stderr
 
 
 @pytest.mark.parametrize("inner", ["record", "replay"])
