@@ -170,6 +170,28 @@ def test_a_forged_index_entry_is_detected(tmp_path: Path, env: dict[str, str]) -
     assert f"the index entry of session {other.name} does not describe its log" in flat(v.stderr)
 
 
+@pytest.mark.slow
+def test_a_changed_log_is_blamed_on_the_log_not_the_index(tmp_path: Path, env: dict[str, str]) -> None:
+    """An event's time changed in place (the log's size kept) was reported as "the index ... was
+    changed or damaged; forkpoint ls --reindex rebuilds it", which did not help: the log was."""
+    session = record(tmp_path, env, name="nightly")
+    log = session / LOG_NAME
+    data = log.read_bytes()
+    first_event = data.index(b"\n") + 1
+    at = data.index(b'"ts":"', first_event) + len(b'"ts":"')
+    year = data[at : at + 4]
+    log.write_bytes(data[:at] + (b"1999" if year != b"1999" else b"2000") + data[at + 4 :])
+    for cmd in (["show", "nightly"], ["replay", "nightly", "--trust"]):
+        r = run([*cmd, "--store", str(tmp_path / "store")], tmp_path, env)
+        said = flat(r.stderr)
+        assert r.returncode == 1, said
+        assert (
+            f"session {session.name} in" in said
+            and "has been changed or damaged since it was recorded" in said
+        )
+        assert "event seq 1" in said and "--reindex" not in said, said
+
+
 # ----------------------------------------------------------------------------- in this process
 
 

@@ -223,6 +223,14 @@ def _confirmed(row: SessionInfo, where: str) -> SessionInfo:
         return row
     problem = entry_mismatch(row, real)
     if problem is not None:
+        from ..log import verify  # (here: only a store whose index disagrees reads a log whole)
+
+        damaged = verify(row.path, deep=False).problems
+        if damaged:  # the log itself was changed, not (only) its index entry
+            raise SessionError(
+                f"session {real.session_id} in {where} has been changed or damaged since it was recorded: "
+                f"{damaged[0]}"
+            )
         raise SessionError(
             f"the index of {where} does not describe session {real.session_id} as its log does ({problem}): "
             "the index was changed or damaged; forkpoint ls --reindex rebuilds it from the logs"
