@@ -196,7 +196,9 @@ def record(
             runtime.deactivate(rec)
             finish_recording(rec)
             session.incomplete = rec.failure
-            for warning in rec.warnings():
+            lacks, skipped = rec.tally()
+            session.unrecorded_tools = lacks.unrecorded_tools() if lacks is not None else {}
+            for warning in lacks.warnings() if lacks is not None else [skipped or ""]:
                 sys.stderr.write(f"forkpoint: WARNING: {warning}\n")
 
 

@@ -277,6 +277,9 @@ class EndEvent(_Common, total=False):
     #: Why the recording stopped before the run ended (a write failed, e.g. a full disk): events
     #: after that point are missing, although the run went on.
     incomplete: str
+    #: The tools the model asked for of which no call was recorded, and how many times it asked for
+    #: each: if the program ran them, a replay runs them for real (and says so).
+    unrecorded_tools: dict[str, int]
 
 
 class OutcomeEvent(_Common, total=False):

@@ -244,14 +244,15 @@ def record_command(
             ).decode()
         code, out, _ = run_child(cmd, env, capture=capture, meanwhile=_ready_to_close)
         uncaught, session.incomplete, lacks, reported = read_endings(Path(tmp))
+    i = info(session.path)
+    # Each process's own tally, unless they do not account for every call (then read back).
+    tally, skipped = Lacks.merged(lacks, i.model_calls + i.tool_calls), None
+    if tally is None and i.model_calls + i.tool_calls:
+        tally, skipped = read_back(session.path)
+    session.unrecorded_tools = tally.unrecorded_tools() if tally is not None else {}
     session.end(code, uncaught=uncaught)
     where = session.close(quiet=quiet)  # index entry; upload to a remote store
     if not quiet:
-        i = info(session.path)
-        # Each process's own tally, unless they do not account for every call (then read back).
-        tally, skipped = Lacks.merged(lacks, i.model_calls + i.tool_calls), None
-        if tally is None and i.model_calls + i.tool_calls:
-            tally, skipped = read_back(session.path)
         other = tally.other if tally is not None else 0
         counts = [plural(i.model_calls - other, "model call"), plural(i.tool_calls, "tool call")]
         if other:
@@ -362,10 +363,6 @@ def replay_run(
             f"it has no agent command to run again. Give the command that runs your agent after --, e.g. "
             f"forkpoint replay {session.id} -- python agent.py"
         )
-    if not cmd:
-        from .record import refuse_self_recording
-
-        refuse_self_recording(session.header, session.id, f"forkpoint replay {session.id} -- python agent.py")
     command = list(cmd or session.header.get("argv") or [])
     if not command:
         raise UsageError("the session has no recorded command; give one after --")
@@ -394,6 +391,10 @@ def replay_run(
         from . import override
 
         override.resolve([override.parse(o) for o in specs], session.calls())
+    if not cmd:
+        from .record import refuse_self_recording
+
+        refuse_self_recording(session.header, session.id, f"forkpoint replay {session.id} -- python agent.py")
     all_tools = list(dict.fromkeys([*(session.header.get("tools") or []), *(tools or [])]))
     what_if = bool(specs) or "live" in (models_source, tools_source) or on_divergence != "stop" or live_from
     child = None
@@ -570,6 +571,13 @@ def replay_command(
         for o in report.get("overrides") or []:
             state = "applied" if o["applied"] else "never reached (the run went another way first)"
             say(f"  override {o['spec']} → event seq {o['seq']}: {state}")
+        missing = (report.get("recorded_end") or {}).get("unrecorded_tools")
+        if missing and options.get("tools_source", "replay") != "live":
+            names = ", ".join(f"{n} ({plural(k, 'call')})" for n, k in missing.items())
+            say(
+                f"forkpoint: WARNING: the model asked for tools the recording has no calls of: {names}; if the "
+                "program ran them, they ran for real in this replay, as they did when recorded"
+            )
     if report.get("divergence"):
         if not quiet:
             say(format_divergence(report["divergence"]))

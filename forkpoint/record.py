@@ -324,13 +324,13 @@ class Recorder:
             return written
         return None
 
-    def warnings(self) -> list[str]:
-        """What the recording lacks, in words (:class:`Lacks`): from this recorder's tally when it
-        wrote every event of its session, else read back (a forked child of the program appended
-        to it too, or a line reached the file though its write failed)."""
+    def tally(self) -> tuple[Lacks | None, str | None]:
+        """What the recording lacks (:class:`Lacks`): this recorder's tally when it wrote every event
+        of its session, else read back (a forked child of the program appended to it too, or a line
+        reached the file though its write failed); or None and why it could not be read back."""
         if self.writer.last_seq() == self.appended:
-            return self.lacks.warnings()
-        return recording_warnings(self.writer.path)
+            return self.lacks, None
+        return read_back(self.writer.path)
 
     @contextlib.contextmanager
     def _guarded(self) -> Iterator[None]:

@@ -983,7 +983,11 @@ class Replayer:
                 "out_of_order": list(self.out_of_order),
                 "exit_code": self.exit_code,
                 "uncaught": list(self.uncaught),
-                "recorded_end": {"exit_code": end.get("exit_code"), "uncaught": end.get("uncaught")}
+                "recorded_end": {
+                    "exit_code": end.get("exit_code"),
+                    "uncaught": end.get("uncaught"),
+                    "unrecorded_tools": end.get("unrecorded_tools") or {},
+                }
                 if end is not None and self.live_from is None
                 else None,
             }

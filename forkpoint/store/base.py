@@ -301,6 +301,8 @@ class Recording:
         self.on_close: list[Callable[[], object]] = []
         #: Why the recording stopped early (a process's write failed), for the ``end`` event.
         self.incomplete: str | None = None
+        #: The tools the model asked for that were never recorded (:meth:`forkpoint.record.Lacks.unrecorded_tools`).
+        self.unrecorded_tools: dict[str, int] = {}
         self._ended = False
 
     @property
@@ -347,6 +349,8 @@ class Recording:
             event["ts"] = ts
         if self.incomplete is not None:
             event["incomplete"] = self.incomplete
+        if self.unrecorded_tools:
+            event["unrecorded_tools"] = self.unrecorded_tools
         try:
             self.writer.append(event)
         except (OSError, SessionError) as exc:

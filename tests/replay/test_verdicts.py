@@ -584,6 +584,17 @@ def test_forkpoint_record_says_what_its_processes_lacked(make_server: Any, tmp_p
         assert r.returncode == 0 and "(2 model calls, 1 tool call)" in said, r.stderr
         assert "the model asked for tools that were never recorded: get_weather (1 call)." in said, said
         assert "REDACTED" not in said, said
+        # The replay says it too: get_weather's body ran for real in it ("replay ok" alone hid that).
+        rep = subprocess.run(
+            [sys.executable, "-m", "forkpoint.cli", "replay", "last", "--store", "s"],
+            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        said = " ".join(rep.stderr.split())
+        assert rep.returncode == 0 and "replay ok" in said, rep.stderr
+        assert (
+            "WARNING: the model asked for tools the recording has no calls of: get_weather (1 call); if the "
+            "program ran them, they ran for real in this replay" in said
+        ), said
 
 
 def test_identical_calls_answered_differently_and_served_to_several_threads_are_not_called_certain(
