@@ -175,7 +175,11 @@ def summary_line(report: dict[str, Any]) -> str:
     served to requests that differed from the recording."""
     live_kinds = [kind for kind, source in (report.get("sources") or {}).items() if source == "live"]
     if report.get("divergence"):
-        status = "DIVERGED" + (", then went live as asked" if report.get("policy") == "live" else "")
+        then = {
+            "live": ", then went live as asked",
+            "fifo": ", then served the recorded answers in their order as asked (fifo)",
+        }
+        status = "DIVERGED" + then.get(str(report.get("policy")), "")
     elif ended_by_override(report):
         how = "ok, ended early" if not report.get("ending") else "ENDED DIFFERENTLY"
         status = f"{how} after the override (the agent did not ask for every recorded call)" + "".join(

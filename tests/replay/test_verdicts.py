@@ -260,6 +260,8 @@ def test_fifo_drift_exits_3_unless_accepted(tmp_path: Path, monkeypatch: pytest.
         env=env,
     )
     assert drifted.returncode == EXIT_DIVERGENCE and "1 request(s) drifted (fifo)" in drifted.stderr
+    # (fifo served on past the divergence, as asked: the verdict says so rather than "DIVERGED:" alone)
+    assert "DIVERGED, then served the recorded answers in their order as asked (fifo)" in drifted.stderr
     assert drifted.stdout == "SAME\n"  # the recorded answer, served to another question
     accepted = subprocess.run(
         [*fp, "replay", "last", "--on-divergence", "fifo", "--accept-drift"],
