@@ -10,6 +10,7 @@ session it appends to, and, for a replay, one report per replaying process.
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import signal
 import subprocess
@@ -19,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
@@ -769,7 +770,7 @@ def arm_task(spec: dict[str, Any]) -> dict[str, Any]:
                 on_divergence=spec.get("on_divergence", "stop"),
                 overrides=list(spec.get("overrides") or []),
                 live_from=arm.seq,
-                cwd=directory,
+                cwd=_where_it_ran(session, arm.seq, directory),
                 child_name=spec.get("name"),
                 quiet=True,
                 capture=True,
@@ -780,13 +781,36 @@ def arm_task(spec: dict[str, Any]) -> dict[str, Any]:
             arm.error = str(exc)
         else:
             log = directory.with_name(directory.name + ".log")
-            log.write_text((run.out or "") + (run.err or ""), errors="replace")
+            text = ((run.out or "") + (run.err or "")).encode(errors="replace")
+            try:  # (new, owner-only, never through a symlink: fork_arms refused a folder holding one)
+                fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+                with os.fdopen(fd, "wb") as f:
+                    f.write(text)
+            except OSError as exc:
+                arm.error = f"what the agent printed could not be written to {log}: {exc}"
             arm.report, arm.exit_code, arm.outcome = run.report, run.exit_code, run.outcome
             arm.session = str(run.child) if run.child else None
             if run.report is None:
                 arm.error = run.problem
     arm.seconds = round(time.perf_counter() - started, 3)
     return arm.to_json()
+
+
+def _where_it_ran(session: Session, seq: int, directory: Path) -> Path:
+    """Where in an arm's ``directory`` the program runs: the folder of the repository it ran in
+    when checkpoint ``seq`` was taken (its ``cwd``), as it does in the recording. Raises
+    :class:`CheckpointError` for a ``cwd`` that leaves the repository (a hostile session)."""
+    from .checkpoint.restore import find
+
+    rel = find(session, seq).get("cwd")
+    if not rel:
+        return directory
+    path = PurePosixPath(str(rel))
+    if path.is_absolute() or ".." in path.parts:
+        raise CheckpointError(
+            f"checkpoint {session.id}@{seq}: its cwd {rel!r} is not a folder of the repository"
+        )
+    return directory / path
 
 
 def fork_into(session: Session, seq: int) -> Path:
@@ -896,6 +920,17 @@ def fork_arms(
 
     resumable(session, seq)
     into = into if into is not None else fork_into(session, seq)
+    taken = [
+        p
+        for i in range(1, arms + 1)
+        for p in (into / f"arm-{i}", into / f"arm-{i}.log")
+        if os.path.lexists(p) and not (p.is_dir() and not p.is_symlink() and not any(p.iterdir()))
+    ]
+    if taken:  # (an arm writes its directory and its log there: nothing of the user's is replaced)
+        raise UsageError(
+            f"{into} already holds {', '.join(p.name for p in taken)}: fork into an empty folder, or a new one "
+            "(without --into)"
+        )
     specs = arm_specs(
         session,
         seq,

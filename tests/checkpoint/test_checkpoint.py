@@ -1052,6 +1052,64 @@ def test_fork_two_arms_end_to_end(tmp_path: Path) -> None:
     assert tree_snapshot(repo) == original  # the arms ran in their own directories
 
 
+def test_a_fork_runs_where_the_recording_ran_and_replaces_nothing_beside_its_arms(tmp_path: Path) -> None:
+    """Recorded from a folder of the repository (``repo/sub``), an arm ran at the arm's root: the
+    recorded command did not find its script, or its tools wrote elsewhere than when recorded. And
+    ``--into DIR`` overwrote a file of the user's named ``arm-1.log``, through a symlink too."""
+    repo = make_repo(tmp_path / "repo", {"sub/calc.py": CALC_BUGGY, ".gitignore": "__pycache__/\n"})
+    store = tmp_path / "store"
+    fp = [sys.executable, "-m", "forkpoint.cli"]
+    with ModelServer(turns=2) as srv:
+        agent = [sys.executable, "-m", "forkpoint.demo.agent", "--base-url", srv.base_url, "--workdir", "."]
+        rec = subprocess.run(
+            [*fp, "record", "--store", str(store), "--", *agent],
+            cwd=repo / "sub", capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert rec.returncode == 0, rec.stderr
+        (parent_dir,) = session_dirs(store)
+        cp = [c for c in Session.load(parent_dir).by_type("checkpoint") if c["boundary"] == "resumable"][1]
+        assert cp["cwd"] == "sub"
+        arms = tmp_path / "arms"
+        arms.mkdir()
+        (arms / "arm-1.log").write_text("MY NOTES")
+        (tmp_path / "victim.txt").write_text("KEEP")
+        (arms / "arm-2.log").symlink_to(tmp_path / "victim.txt")
+        fork = [
+            *fp,
+            "fork",
+            f"{parent_dir.name}@{cp['seq']}",
+            "--arms",
+            "2",
+            "--store",
+            str(store),
+            "--",
+            *agent,
+        ]
+        refused = subprocess.run(
+            [*fork[:4], "--into", str(arms), *fork[4:]],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert refused.returncode == 2 and "already holds arm-1.log, arm-2.log" in refused.stderr, (
+            refused.stderr
+        )
+        assert (arms / "arm-1.log").read_text() == "MY NOTES" and (
+            tmp_path / "victim.txt"
+        ).read_text() == "KEEP"
+        assert sorted(p.name for p in arms.iterdir()) == ["arm-1.log", "arm-2.log"]  # nothing restored
+        ran = subprocess.run(
+            [*fork[:4], "--into", str(tmp_path / "fresh"), *fork[4:]],
+            cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    for i in (1, 2):
+        arm = tmp_path / "fresh" / f"arm-{i}"
+        assert (arm / "sub" / "test_log.txt").exists() and not (arm / "test_log.txt").exists()
+        assert stat.S_IMODE((tmp_path / "fresh" / f"arm-{i}.log").stat().st_mode) == 0o600
+
+
 def test_a_restored_workspace_validates_under_other_redaction_rules(tmp_path: Path) -> None:
     """Validation scrubbed the restored files again under the rules in force where it ran (a
     forkpoint.toml in the current directory): a file a new rule matched "changed", and a faithful
