@@ -194,6 +194,7 @@ class Recorder:
         self._lock = threading.Lock()
         self._checkpoint_lock = threading.Lock()
         self._turn_tools_expected = 0  # tool calls the last model response asked for
+        self._checkpoint_failure_said = False
         self._turn_tools_done = 0
         self._closed = False
         #: What :meth:`warnings` says, kept as the calls are recorded (no reading back at the end).
@@ -248,6 +249,14 @@ class Recorder:
                 parent_span_id=runtime.current_span.get() or self.root_span,
                 pid=os.getpid(),
             )
+            failed = event.get("error")
+            if failed and not self._checkpoint_failure_said:  # (said once: each later one is tried again)
+                self._checkpoint_failure_said = True
+                sys.stderr.write(
+                    f"forkpoint: WARNING: a checkpoint of {self.workspace.root} could not be taken "
+                    f"({failed['type']}: {failed['message']}): it holds no state, and restore and fork refuse "
+                    "it; the recording goes on, and each later checkpoint is tried again\n"
+                )
             return self._append(event)
         return None
 

@@ -11,13 +11,10 @@ from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any, cast
 
-import orjson
-
 from ..canonical import digest
-from ..deltalist import json_default
 from ..errors import CheckpointError, SessionError
 from ..events import CheckpointEvent
-from ..log import Session
+from ..log import Session, json_text
 from .git import HEX, git, loose_path
 from .source import RAW_DIFF, parse_raw_diff
 from .workspace import META_DIR, manifest_rows
@@ -127,7 +124,7 @@ def restore(session: Session, seq: int, into: Path, *, repo: Path | None = None)
         _check_source(source)
     workspace = cp.get("workspace") or {}
     listed = manifest_rows(workspace)
-    if workspace.get("fingerprint") is not None and digest(listed) != workspace["fingerprint"]:
+    if workspace.get("fingerprint") is not None and digest(listed, exotic=True) != workspace["fingerprint"]:
         # Rebuilt from an earlier manifest and its changes, or edited: not the state that was taken.
         raise CheckpointError(
             f"checkpoint {session.id}@{seq}: its workspace manifest does not match its fingerprint, so "
@@ -268,11 +265,10 @@ def _restore_into(
         "cwd": cp.get("cwd"),
         "forkpoint": cp.get("forkpoint"),
     }
-    (meta / "checkpoint.json").write_bytes(orjson.dumps(expect, option=orjson.OPT_INDENT_2))
-    (meta / "messages.json").write_bytes(
-        orjson.dumps(cp.get("context"), default=json_default, option=orjson.OPT_INDENT_2)
-    )
-    (meta / "manifest.json").write_bytes(orjson.dumps([list(r) for r in rows]))
+    # (json_text: a file name that is not UTF-8 holds lone surrogates, which orjson refuses)
+    (meta / "checkpoint.json").write_bytes(json_text(expect, indent=True))
+    (meta / "messages.json").write_bytes(json_text(cp.get("context"), indent=True))
+    (meta / "manifest.json").write_bytes(json_text([list(r) for r in rows]))
 
 
 def _unseal_objects(session: Session, seq: int, objects: Path) -> Path:

@@ -137,7 +137,7 @@ class Workspace:
             "root": str(self.root),
             "listing": self.listing,
             "include_ignored": self.include_ignored,
-            "fingerprint": digest(rows),
+            "fingerprint": digest(rows, exotic=True),
             "files": len(rows),
             "bytes": sum(r[3] for r in rows),
         }

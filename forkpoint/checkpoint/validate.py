@@ -8,10 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from ..canonical import digest
 from ..errors import CheckpointError
+from ..log import read_json_text
 from .context import referenced_paths, resolve_ref
 from .git import git
 from .source import SourceTracker
@@ -52,15 +51,15 @@ def validate(root: Path) -> list[Check]:
     """
     root = Path(root).absolute()
     try:
-        expect = orjson.loads((root / META_DIR / "checkpoint.json").read_bytes())
-        context = orjson.loads((root / META_DIR / "messages.json").read_bytes())
-    except (OSError, orjson.JSONDecodeError) as exc:
+        expect = read_json_text((root / META_DIR / "checkpoint.json").read_bytes())
+        context = read_json_text((root / META_DIR / "messages.json").read_bytes())
+    except (OSError, ValueError) as exc:
         raise CheckpointError(f"{root}: no restored checkpoint here ({root / META_DIR}: {exc})") from None
     if not isinstance(expect, dict):
         raise CheckpointError(f"{root / META_DIR / 'checkpoint.json'} is not a checkpoint description")
     try:
-        recorded_rows = orjson.loads((root / META_DIR / "manifest.json").read_bytes())
-    except (OSError, orjson.JSONDecodeError):
+        recorded_rows = read_json_text((root / META_DIR / "manifest.json").read_bytes())
+    except (OSError, ValueError):
         recorded_rows = None
     checks: list[Check] = []
     if expect.get("tree"):
@@ -85,7 +84,7 @@ def validate(root: Path) -> list[Check]:
     listing = "git" if expect.get("listing", "git" if expect.get("tree") else "plain") == "git" else "plain"
     paths = untracked_files(root, include_ignored=bool(expect.get("include_ignored")), listing=listing)
     rows = manifest_of(root, paths, None, None, scrub=False)  # (the stored bytes, scrubbed when taken)
-    fingerprint = digest(rows)
+    fingerprint = digest(rows, exotic=True)
     actual: Any = fingerprint
     if fingerprint != expect.get("workspace_fingerprint") and isinstance(recorded_rows, list):
         want = {r[0]: r for r in recorded_rows if isinstance(r, list) and r}

@@ -10,11 +10,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from ..canonical import canonical_json, sha256_hex
 from ..errors import SessionError
-from ..log import BLOB_MIN_BINARY, BlobStore
+from ..log import BLOB_MIN_BINARY, BlobStore, read_json_text
 from ..log.blobs import open_regular
 from .git import git_finish, git_start, repo_root
 
@@ -204,8 +202,9 @@ class Manifests:
         self.last: tuple[bytes, dict[str, Any]] | None = None
 
     def fields(self, rows: list[list[Any]]) -> dict[str, Any]:
-        """The ``workspace`` fields that store the manifest ``rows``."""
-        encoded = canonical_json(rows)
+        """The ``workspace`` fields that store the manifest ``rows``. (A file name that is not UTF-8
+        holds lone surrogates, which only the ``exotic`` JSON writes: :func:`_parsed` reads it.)"""
+        encoded = canonical_json(rows, exotic=True)
         if len(encoded) <= MANIFEST_INLINE_MAX:
             return {"manifest": rows}
         if self.last is not None and self.last[0] == encoded:
@@ -213,11 +212,11 @@ class Manifests:
         out: dict[str, Any] = {"manifest_json": encoded}  # bytes: one content-addressed blob
         if self.base is not None:
             changes = manifest_changes(self.base[1], rows)
-            cost = len(canonical_json(changes))
+            cost = len(canonical_json(changes, exotic=True))
             # (the rows rebuilt exactly, their order included: else the fingerprint would not hold)
             if (
                 self.spent + cost < len(self.base[0]) // 2
-                and canonical_json(apply_changes(self.base[1], changes)) == encoded
+                and canonical_json(apply_changes(self.base[1], changes), exotic=True) == encoded
             ):
                 self.spent += cost
                 out = {"manifest_base": self.base[0], "manifest_changes": changes}
@@ -241,5 +240,5 @@ def manifest_rows(workspace: dict[str, Any] | None) -> list[list[Any]]:
 
 
 def _parsed(raw: Any) -> list[list[Any]]:
-    rows: list[list[Any]] = orjson.loads(raw if isinstance(raw, bytes | str) else b"[]")
+    rows: list[list[Any]] = read_json_text(raw if isinstance(raw, bytes | str) else b"[]")
     return rows

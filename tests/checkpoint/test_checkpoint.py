@@ -416,6 +416,49 @@ def test_manual_checkpoint(tmp_path: Path) -> None:
     assert events[inner - 1]["boundary"] == "observable" and events[inner]["type"] == "tool_call"
 
 
+@pytest.mark.parametrize("many", [False, True], ids=["inline", "blob"])
+def test_a_file_name_that_is_not_utf8_is_checkpointed_and_restored(tmp_path: Path, many: bool) -> None:
+    """An untracked ``caf\\xe9.csv`` (Latin-1 bytes) made taking every checkpoint fail, without a
+    word at record time: each held no state, source included, and restore refused it."""
+    repo = make_repo(tmp_path / "repo", {"a.txt": "a\n"})
+    names = [b"caf\xe9.csv"] + ([f"pad-{i:03}.txt".encode() for i in range(30)] if many else [])
+    for name in names:  # (many: the manifest is stored as a blob, not inline)
+        (repo / os.fsdecode(name)).write_bytes(b"x")
+    with forkpoint.record(store=tmp_path / "store", workspace=repo) as rec:
+        (repo / "a.txt").write_text("b\n")
+        seq = forkpoint.checkpoint("after edit")
+    cp = Session.load(rec.session_path).events[seq - 1]
+    assert "error" not in cp and cp["source"]["changed"] == ["a.txt"], cp.get("error")
+    out = tmp_path / "out"
+    restored = cli("restore", f"{rec.session_path}@{seq}", "--into", str(out))
+    assert restored.exit_code == 0, restored.output
+    assert (out / os.fsdecode(b"caf\xe9.csv")).read_bytes() == b"x" and (out / "a.txt").read_text() == "b\n"
+    assert all(c.ok for c in validate(out))
+    assert cli("verify", str(rec.session_path)).exit_code == 0
+
+
+def test_a_checkpoint_that_cannot_be_taken_is_said_at_record_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every checkpoint of a run held no state (taking it failed) and the recording said nothing:
+    the user learnt it when a restore refused, days later. Said once, as it happens."""
+    repo = make_repo(tmp_path / "repo", {"a.txt": "a\n"})
+
+    def broken(self: Workspace, blobs: BlobStore) -> dict[str, Any]:
+        raise OSError("disk on fire")
+
+    monkeypatch.setattr(Workspace, "capture", broken)
+    with forkpoint.record(store=tmp_path / "store", workspace=repo):
+        first, second = forkpoint.checkpoint(), forkpoint.checkpoint()
+    said = " ".join(capsys.readouterr().err.split())
+    assert said.count("WARNING: a checkpoint of") == 1, said
+    assert (
+        "could not be taken (OSError: disk on fire): it holds no state, and restore and fork refuse it"
+        in said
+    )
+    assert first is not None and second is not None
+
+
 def test_a_store_and_workspace_given_as_relative_paths_take_checkpoints(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
