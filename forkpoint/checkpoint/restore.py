@@ -132,10 +132,17 @@ def restore(session: Session, seq: int, into: Path, *, repo: Path | None = None)
         )
     rows = _checked_manifest(listed)
     into = Path(into).absolute()
-    if into.exists() and (not into.is_dir() or any(into.iterdir())):
+    if into.is_symlink() or (into.exists() and not into.is_dir()):
+        raise CheckpointError(f"{into} is not a directory; restore needs a new or empty directory")
+    if into.exists() and any(into.iterdir()):
         raise CheckpointError(f"{into} is not empty; restore needs a new or empty directory")
     created = not into.exists()
-    into.mkdir(parents=True, exist_ok=True)
+    try:
+        into.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CheckpointError(
+            f"cannot make the directory to restore into, {into}: {exc.strerror or exc}"
+        ) from None
     try:
         _restore_into(session, cp, source, workspace, rows, into, repo)
     except BaseException:
@@ -187,7 +194,12 @@ def _restore_into(
         git(["read-tree", "-u", "--reset", source["tree"]], into, alt)
         head = source.get("head") or source["base"]
         if git(["cat-file", "-t", head], into, check=False).strip() != "commit":
-            head = source["base"]
+            # (the agent's own commit, since rewritten or garbage-collected there: HEAD, the branch and
+            # the staged state would silently be another commit's)
+            raise CheckpointError(
+                f"{origin} does not have the commit HEAD was at when the checkpoint was taken ({head[:12]}); "
+                "pass --repo with a clone that has it"
+            )
         branch = source.get("branch")
         if branch:
             git(["update-ref", f"refs/heads/{branch}", head], into)

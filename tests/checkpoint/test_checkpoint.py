@@ -459,6 +459,24 @@ def test_a_checkpoint_that_cannot_be_taken_is_said_at_record_time(
     assert first is not None and second is not None
 
 
+def test_a_checkpoint_whose_commit_is_gone_is_not_restored_at_another(tmp_path: Path) -> None:
+    """The agent committed, then the user reset and garbage-collected that commit: restore put HEAD
+    at the base commit instead, the agent's commit missing and its change staged, and validate said
+    ok. It refuses, naming the commit."""
+    repo = make_repo(tmp_path / "repo", {"a.txt": "a\n"})
+    with forkpoint.record(store=tmp_path / "store", workspace=repo) as rec:
+        (repo / "a.txt").write_text("b\n")
+        sh_git(repo, "commit", "-qam", "the agent's fix")
+        seq = forkpoint.checkpoint()
+    head = Session.load(rec.session_path).events[seq - 1]["source"]["head"]
+    sh_git(repo, "reset", "-q", "--hard", "HEAD~1")
+    sh_git(repo, "reflog", "expire", "--expire=now", "--all")
+    sh_git(repo, "gc", "-q", "--prune=now")
+    with pytest.raises(CheckpointError, match=f"does not have the commit HEAD was at .*{head[:12]}"):
+        restore(Session.load(rec.session_path), seq, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_store_and_workspace_given_as_relative_paths_take_checkpoints(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -612,6 +630,22 @@ def test_restore_refuses_a_non_empty_target(three_runs: Runs, tmp_path: Path) ->
     assert [p.name for p in target.iterdir()] == ["keep.txt"]
     result = cli("restore", f"{s.path}@{final_checkpoint(s)['seq']}", "--into", str(target))
     assert result.exit_code != 0 and "not empty" in result.output
+
+
+@pytest.mark.parametrize("target", ["dangling symlink", "under a file", "a file"])
+def test_restore_into_what_cannot_be_a_new_directory_says_so(
+    three_runs: Runs, tmp_path: Path, target: str
+) -> None:
+    """A dangling symlink or a path under a file gave a Python traceback; a file, "is not empty"."""
+    s = three_runs.sessions["repro.py"]
+    (tmp_path / "file").write_text("mine")
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    into = {"dangling symlink": "dangling", "under a file": "file/sub", "a file": "file"}[target]
+    result = cli("restore", f"{s.path}@{final_checkpoint(s)['seq']}", "--into", str(tmp_path / into))
+    said = " ".join(result.output.split())
+    assert result.exit_code == 1 and "Traceback" not in said, said
+    assert "is not a directory" in said or "cannot make the directory to restore into" in said, said
+    assert (tmp_path / "file").read_text() == "mine" and not (tmp_path / "nowhere").exists()
 
 
 # --------------------------------------------------------------------------- hostile archives
