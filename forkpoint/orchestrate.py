@@ -388,10 +388,7 @@ def replay_run(
 
         require_trusted(session.path, session.id, command)
     specs = list(overrides or [])
-    if specs:
-        from . import override
-
-        override.resolve([override.parse(o) for o in specs], session.calls())
+    check_overrides(session, specs, models=models_source, tools=tools_source, live_from=live_from)
     if not cmd:
         from .record import refuse_self_recording
 
@@ -524,6 +521,42 @@ def replay_run(
 
 _fallback_lock = threading.Lock()
 _fallback_told: list[str] = []
+
+
+def check_overrides(
+    session: Session,
+    specs: list[str],
+    *,
+    models: str = "replay",
+    tools: str = "replay",
+    live_from: int | None = None,
+) -> None:
+    """Refuse, before anything runs, overrides that name no recorded call, and those that name a
+    call the run makes live (``--models live``, ``--tools live``, or past ``live_from``: a fork's
+    checkpoint), where an override would never apply. Raises :class:`UsageError` (an
+    :class:`~forkpoint.override.OverrideError` for a target that does not exist)."""
+    if not specs:
+        return
+    from . import override
+
+    calls = session.calls()
+    kinds = {int(e["seq"]): str(e["type"]) for e in calls}
+    for seq, o in override.resolve([override.parse(spec) for spec in specs], calls).items():
+        kind = kinds[seq]
+        why = (
+            "--tools live: every tool runs for real"
+            if kind == "tool_call" and tools == "live"
+            else "--models live: every model call is made for real"
+            if kind == "model_call" and models == "live"
+            else f"it was recorded after checkpoint seq {live_from}, from which every call is live"
+            if live_from is not None and seq > live_from
+            else None
+        )
+        if why is not None:
+            raise UsageError(
+                f"override {o.spec!r} names event seq {seq}, a {kind.replace('_', ' ')} this run makes live "
+                f"({why}): it would never apply"
+            )
 
 
 def _fallback_said(reason: str) -> None:
@@ -919,6 +952,7 @@ def fork_arms(
     """
 
     resumable(session, seq)
+    check_overrides(session, list(overrides or []), live_from=seq)
     into = into if into is not None else fork_into(session, seq)
     taken = [
         p

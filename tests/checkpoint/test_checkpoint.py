@@ -40,7 +40,9 @@ from forkpoint.checkpoint import (
 )
 from forkpoint.cli import main
 from forkpoint.demo.server import ModelServer
+from forkpoint.errors import UsageError
 from forkpoint.log import BlobStore, Session, SessionWriter, line_hash
+from forkpoint.orchestrate import fork_arms
 from forkpoint.record import make_header
 from forkpoint.store import session_dirs
 from tests.logutil import stored_lines
@@ -630,6 +632,27 @@ def test_restore_refuses_a_non_empty_target(three_runs: Runs, tmp_path: Path) ->
     assert [p.name for p in target.iterdir()] == ["keep.txt"]
     result = cli("restore", f"{s.path}@{final_checkpoint(s)['seq']}", "--into", str(target))
     assert result.exit_code != 0 and "not empty" in result.output
+
+
+def test_a_fork_refuses_an_override_past_its_checkpoint_before_restoring(
+    three_runs: Runs, tmp_path: Path
+) -> None:
+    """An override of a call recorded after the fork's checkpoint (live in every arm) was refused
+    only after each arm had been restored and validated, its table said "invalid", and an empty
+    child session was left in the store."""
+    s = three_runs.sessions["repro.py"]
+    first = next(c for c in s.by_type("checkpoint") if c["boundary"] == "resumable")
+    before = session_dirs(three_runs.store)
+    with pytest.raises(UsageError, match=f"recorded after checkpoint seq {first['seq']}.*would never apply"):
+        fork_arms(
+            s,
+            first["seq"],
+            ["true"],
+            arms=1,
+            into=tmp_path / "arms",
+            overrides=["tool:cp_write_file.result={}"],
+        )
+    assert not (tmp_path / "arms").exists() and session_dirs(three_runs.store) == before
 
 
 @pytest.mark.parametrize("target", ["dangling symlink", "under a file", "a file"])

@@ -706,6 +706,30 @@ def test_cli_bad_override_spec(in_store: Recording, spec: str, problem: str) -> 
     assert log_lines(work) == 1
 
 
+@pytest.mark.parametrize(
+    ("source", "spec", "problem"),
+    [
+        (
+            ["--tools", "live"],
+            'tool:run_tests.result={"passed": true}',
+            "(--tools live: every tool runs for real)",
+        ),
+        (["--models", "live"], 'model#2.text="done"', "(--models live: every model call is made for real)"),
+    ],
+)
+def test_cli_override_of_a_call_the_run_makes_live_is_refused(
+    in_store: Recording, source: list[str], spec: str, problem: str
+) -> None:
+    """Under --tools live (--models live) a tool (model) override was never applied, and the report
+    said the run "went another way first", though it made that very call, live."""
+    store, work = in_store.session.path.parent, in_store.workdir
+    before = session_dirs(store)
+    res = CliRunner().invoke(main, ["replay", "last", *source, "--override", spec])
+    said = flat(res.output)
+    assert res.exit_code == 2 and problem in said and "it would never apply" in said, res.output
+    assert session_dirs(store) == before and log_lines(work) == 1  # nothing ran, no child written
+
+
 @pytest.mark.parametrize("spec", ["tool:nosuch=1", "tool:run_tests#9=1", "seq:99=1", "tool:run_tests={"])
 def test_api_bad_override_spec_writes_no_child(rec: Recording, spec: str) -> None:
     store = rec.session.path.parent
