@@ -41,6 +41,33 @@ def _tree_changes(root: Path, expected: str, actual: str, tmp: Path) -> list[str
     return sorted(p for p in out.split("\0") if p)
 
 
+#: The fields of a restored checkpoint's description that validation reads, and their JSON types.
+_TEXT_FIELDS = (
+    "tree",
+    "base",
+    "workspace_fingerprint",
+    "context_digest",
+    "boundary",
+    "listing",
+    "root",
+    "cwd",
+)
+_LIST_FIELDS = ("referenced", "mentioned_absent", "uncaptured")
+
+
+def _described(expect: dict[str, Any]) -> bool:
+    """Whether ``expect`` has the shape :func:`~.restore.restore` writes (each field absent, null,
+    or of its type; a source tree with its base commit)."""
+    return (
+        all(isinstance(expect.get(k), str | None) for k in _TEXT_FIELDS)
+        and all(
+            isinstance(expect.get(k), list | None) and all(isinstance(p, str) for p in expect.get(k) or [])
+            for k in _LIST_FIELDS
+        )
+        and (not expect.get("tree") or isinstance(expect.get("base"), str))
+    )
+
+
 def validate(root: Path) -> list[Check]:
     """Check a restored directory against its checkpoint without any model.
 
@@ -55,8 +82,11 @@ def validate(root: Path) -> list[Check]:
         context = read_json_text((root / META_DIR / "messages.json").read_bytes())
     except (OSError, ValueError) as exc:
         raise CheckpointError(f"{root}: no restored checkpoint here ({root / META_DIR}: {exc})") from None
-    if not isinstance(expect, dict):
-        raise CheckpointError(f"{root / META_DIR / 'checkpoint.json'} is not a checkpoint description")
+    if not isinstance(expect, dict) or not _described(expect):
+        raise CheckpointError(
+            f"{root / META_DIR / 'checkpoint.json'} is not a checkpoint description (damaged, or not written "
+            "by forkpoint restore)"
+        )
     try:
         recorded_rows = read_json_text((root / META_DIR / "manifest.json").read_bytes())
     except (OSError, ValueError):
@@ -82,7 +112,10 @@ def validate(root: Path) -> list[Check]:
                 }
         checks.append(Check("source tree hash", actual_tree == expect["tree"], expect["tree"], actual_source))
     listing = "git" if expect.get("listing", "git" if expect.get("tree") else "plain") == "git" else "plain"
-    paths = untracked_files(root, include_ignored=bool(expect.get("include_ignored")), listing=listing)
+    # (not the validating user's own ignore file: a restore on another machine holds what was taken)
+    paths = untracked_files(
+        root, include_ignored=bool(expect.get("include_ignored")), listing=listing, user_excludes=False
+    )
     rows = manifest_of(root, paths, None, None, scrub=False)  # (the stored bytes, scrubbed when taken)
     fingerprint = digest(rows, exotic=True)
     actual: Any = fingerprint

@@ -54,7 +54,9 @@ def _walk(root: Path, rel_dir: str = "") -> list[str]:
     return out
 
 
-def start_listing(root: Path, listing: str, include_ignored: bool) -> subprocess.Popen[bytes] | None:
+def start_listing(
+    root: Path, listing: str, include_ignored: bool, *, user_excludes: bool = True
+) -> subprocess.Popen[bytes] | None:
     if listing == "plain":
         return None
     args = ["ls-files", "-z", "--others"]
@@ -62,7 +64,8 @@ def start_listing(root: Path, listing: str, include_ignored: bool) -> subprocess
         args.append("--cached")  # no commit to diff against: every file is workspace
     if not include_ignored:
         args.append("--exclude-standard")
-    return git_start(args, root)
+    # (user_excludes False: not this user's own ignore file, ~/.config/git/ignore, only the repository's)
+    return git_start(args, root, config=() if user_excludes else ("core.excludesFile=",))
 
 
 def finish_listing(root: Path, proc: subprocess.Popen[bytes] | None, exclude: tuple[str, ...]) -> list[str]:
@@ -81,19 +84,26 @@ def finish_listing(root: Path, proc: subprocess.Popen[bytes] | None, exclude: tu
 
 
 def untracked_files(
-    root: Path, *, include_ignored: bool = False, exclude: tuple[str, ...] = (), listing: str | None = None
+    root: Path,
+    *,
+    include_ignored: bool = False,
+    exclude: tuple[str, ...] = (),
+    listing: str | None = None,
+    user_excludes: bool = True,
 ) -> list[str]:
     """Relative paths of the workspace's untracked files, sorted (every file of a plain folder).
 
     ``listing``: ``git`` (untracked files of the repository at ``root``), ``git-nocommit`` (every
     file of a repository without commits), ``plain`` (walk the folder); default: ``git`` when
-    ``root`` is the top of a repository, else ``plain``.
+    ``root`` is the top of a repository, else ``plain``. ``user_excludes`` False: the running
+    user's own ignore file (``core.excludesFile``) does not apply, only the repository's rules.
     """
     root = Path(root)
     if listing is None:
         top = repo_root(root)
         listing = "git" if top is not None and top.resolve() == root.resolve() else "plain"
-    return finish_listing(root, start_listing(root, listing, include_ignored), exclude)
+    proc = start_listing(root, listing, include_ignored, user_excludes=user_excludes)
+    return finish_listing(root, proc, exclude)
 
 
 class HashCache:

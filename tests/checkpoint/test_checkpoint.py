@@ -479,6 +479,36 @@ def test_a_checkpoint_whose_commit_is_gone_is_not_restored_at_another(tmp_path: 
     assert not (tmp_path / "out").exists()
 
 
+def test_a_restore_validates_whatever_the_validating_users_own_ignore_file(
+    tmp_path: Path, clean_home: Path
+) -> None:
+    """Validated by a user whose ~/.config/git/ignore has ``*.log``, a faithful restore failed:
+    "workspace fingerprint … missing: run.log", though the file was there (a fork on another
+    machine, or under another user, the same)."""
+    repo = make_repo(tmp_path / "repo", {"a.txt": "a\n"})
+    (repo / "run.log").write_text("the agent's log\n")
+    with forkpoint.record(store=tmp_path / "store", workspace=repo) as rec:
+        seq = forkpoint.checkpoint()
+    out = restore(Session.load(rec.session_path), seq, tmp_path / "out")
+    (clean_home / ".config" / "git").mkdir(parents=True)
+    (clean_home / ".config" / "git" / "ignore").write_text("*.log\n")
+    checks = {c.name: c for c in validate(out)}
+    assert (out / "run.log").exists() and checks["workspace fingerprint"].ok, checks["workspace fingerprint"]
+
+
+@pytest.mark.parametrize("damage", [{"referenced": [1]}, {"tree": 123}, {"tree": "ab" * 20, "base": None}])
+def test_validate_of_a_damaged_description_says_so(tmp_path: Path, damage: dict[str, Any]) -> None:
+    """A damaged .forkpoint-checkpoint/checkpoint.json gave a TypeError or KeyError traceback."""
+    repo = make_repo(tmp_path / "repo", {"a.txt": "a\n"})
+    with forkpoint.record(store=tmp_path / "store", workspace=repo) as rec:
+        seq = forkpoint.checkpoint()
+    out = restore(Session.load(rec.session_path), seq, tmp_path / "out")
+    described = out / META_DIR / "checkpoint.json"
+    described.write_bytes(orjson.dumps({**orjson.loads(described.read_bytes()), **damage}))
+    with pytest.raises(CheckpointError, match="is not a checkpoint description"):
+        validate(out)
+
+
 def test_a_store_and_workspace_given_as_relative_paths_take_checkpoints(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
