@@ -402,8 +402,11 @@ class SourceTracker:
         # --verbose names every entry it updates, so only those are read back from the index.
         if self.fresh:
             updated = self._git_w(["add", "--dry-run", "--update", "--verbose"], binary=True)
-            named = [m.group(1) for m in map(_VERBOSE_ADD.match, updated.splitlines()) if m]
-            if named:
+            lines = updated.splitlines()
+            named = [m.group(1) for m in map(_VERBOSE_ADD.match, lines) if m]
+            if len(named) != len(lines):  # (a name holding a newline: its line cannot be read) all of them
+                self._git_w(["add", "--update"])
+            elif named:
                 self._git_w(["add", "--update", "--", *(p.decode("utf-8", "surrogateescape") for p in named)])
         else:
             updated = self._git_w(["add", "--update", "--verbose"], binary=True)

@@ -509,6 +509,20 @@ def test_validate_of_a_damaged_description_says_so(tmp_path: Path, damage: dict[
         validate(out)
 
 
+def test_a_tracked_file_with_a_newline_in_its_name_validates(tmp_path: Path) -> None:
+    """A modified tracked file named "two\\nlines.txt", restored byte for byte, failed validation
+    ("source tree hash … files: two\\nlines.txt"): git's verbose output was read line by line."""
+    name = "two\nlines.txt"
+    repo = make_repo(tmp_path / "repo", {name: "x\n"})
+    with forkpoint.record(store=tmp_path / "store", workspace=repo) as rec:
+        (repo / name).write_text("x\ny\n")
+        seq = forkpoint.checkpoint()
+    out = restore(Session.load(rec.session_path), seq, tmp_path / "out")
+    assert (out / name).read_text() == "x\ny\n"
+    checks = {c.name: c for c in validate(out)}
+    assert checks["source tree hash"].ok, checks["source tree hash"]
+
+
 def test_a_store_and_workspace_given_as_relative_paths_take_checkpoints(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
