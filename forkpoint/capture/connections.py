@@ -5,11 +5,13 @@ While a recorder is active, every internet socket ``connect`` (and the host name
 looked up for) is noted, and every recorded exchange notes its URL's ``host:port``. At the end of
 the recording :func:`unrecorded` names each ``host:port`` that was connected to and never recorded
 (an HTTP client forkpoint has no adapter for, a gRPC channel, a raw socket): the recorder writes
-them into the session and says them, because their calls will not be served on replay.
+them into the session and says them, because their calls will not be served on replay. The proxy
+the environment sends a recorded exchange through is accounted for by it too.
 """
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 from typing import Any
@@ -79,6 +81,30 @@ def recorded(url: str) -> None:
     if host and port:
         with _lock:
             _recorded.add((host.lower().strip("[]"), port))
+        proxy = _proxy_for(parts.scheme.lower(), host)
+        if proxy is not None:
+            with _lock:
+                _recorded.add(proxy)
+
+
+def _proxy_for(scheme: str, host: str) -> tuple[str, int] | None:
+    """``(host, port)`` of the proxy the environment sends a ``scheme`` request to ``host`` through
+    (``HTTPS_PROXY``, ``HTTP_PROXY``, ``ALL_PROXY``, less ``NO_PROXY``: what httpx, requests and
+    urllib3 read), which a recorded exchange then accounts for; None without one."""
+    if not any(k.lower().endswith("_proxy") for k in os.environ):
+        return None
+    import urllib.request  # (here: only a process with a proxy set pays for importing it)
+
+    proxies = urllib.request.getproxies_environment()
+    url = proxies.get(scheme) or proxies.get("all")
+    if not url or urllib.request.proxy_bypass_environment(host, proxies):  # type: ignore[attr-defined]
+        return None
+    try:
+        parts = urlsplit(url if "://" in url else f"http://{url}")
+        name, port = parts.hostname, parts.port or _DEFAULT_PORTS.get(parts.scheme.lower())
+    except ValueError:
+        return None
+    return (name.lower().strip("[]"), port) if name and port else None
 
 
 def unrecorded() -> list[str]:

@@ -61,6 +61,11 @@ PATCHED: seam.Patched = (
 )
 
 _installed: dict[str, ModuleType] = {}
+#: Where an HTTPS pool opens its tunnel through a proxy (``CONNECT``) on a new connection, before
+#: ``_make_request``: deferred into it, so that a served request opens none and a tunnel that fails
+#: is recorded as the exchange's failure.
+_TUNNEL = ("connectionpool.HTTPSConnectionPool", "_prepare_proxy")
+_PENDING_TUNNEL = "_forkpoint_tunnel"
 
 
 def install() -> list[str]:
@@ -75,10 +80,11 @@ def installed() -> list[str]:
 
 
 def uninstall() -> None:
-    """Restore the original method (for tests of the capture layer itself)."""
+    """Restore the original methods (for tests of the capture layer itself)."""
     seam.stop_waiting(("urllib3",))
     for name, mod in list(_installed.items()):
         seam.unwrap(seam.find(mod, PATCHED[0][0]), "_make_request")
+        seam.unwrap(seam.find(mod, _TUNNEL[0]), _TUNNEL[1])
         del _installed[name]
 
 
@@ -219,12 +225,15 @@ def _patch(mod: ModuleType) -> None:
             content, a["body"] = body_content(a["body"])
             headers = list((a["headers"] or {}).items())
             rec = request_record(a["method"], full_url(self, a["url"]), headers, content)
+            tunnel = vars(a["conn"]).pop(_PENDING_TUNNEL, None)
             taken = serve(rt, rec)
             if taken is not None:
                 return recorded(self, rt, taken, a)
             call = live(rt, rec, own_decoder)
             preload, a["preload_content"] = a["preload_content"], False
             try:
+                if tunnel is not None:
+                    tunnel()
                 response = original(**a)
             except BaseException as exc:  # no response: the attempt failed (connect, timeout…)
                 call.error = exc
@@ -235,3 +244,14 @@ def _patch(mod: ModuleType) -> None:
         return _make_request
 
     seam.wrap(pool_cls, "_make_request", make)
+
+    def make_tunnel(original: Any) -> Any:
+        def _prepare_proxy(self: Any, conn: Any) -> Any:
+            if runtime.active_for_http() is None:
+                return original(self, conn)
+            setattr(conn, _PENDING_TUNNEL, lambda: original(self, conn))  # (see _TUNNEL)
+            return None
+
+        return _prepare_proxy
+
+    seam.wrap(seam.find(mod, _TUNNEL[0]), _TUNNEL[1], make_tunnel)

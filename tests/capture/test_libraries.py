@@ -423,3 +423,131 @@ def test_a_library_first_imported_by_a_recorded_program_is_captured(library: str
         )
     assert done.returncode == 0 and done.stdout.strip() == "200", done.stderr
     assert "cannot capture" not in done.stderr and "(1 model call," in done.stderr, done.stderr
+
+
+# --------------------------------------------------------------------------- through a proxy
+
+
+def _self_signed(tmp_path: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 and its key (PEM files), made for this test."""
+    import datetime as dt
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = dt.datetime.now(dt.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(hours=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_file, key_file = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+    return cert_file, key_file
+
+
+def _tunnelling_proxy(connects: list[str]) -> tuple[socket.socket, int]:
+    """A proxy on 127.0.0.1 that answers ``CONNECT host:port`` by piping bytes both ways (what
+    ``HTTPS_PROXY`` sends HTTPS through); each CONNECT's target is appended to ``connects``."""
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def pipe(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            dst.close()
+
+    def serve() -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            head = b""
+            while b"\r\n\r\n" not in head:
+                head += client.recv(4096)
+            target = head.split(b" ")[1].decode()
+            connects.append(target)
+            host, port = target.rsplit(":", 1)
+            upstream = socket.create_connection((host, int(port)))
+            client.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
+            threading.Thread(target=pipe, args=(client, upstream), daemon=True).start()
+            threading.Thread(target=pipe, args=(upstream, client), daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    return listener, listener.getsockname()[1]
+
+
+def test_https_through_a_proxy_replays_without_dialling_the_proxy(
+    tmp_path: Path, store: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """``requests`` (urllib3, so boto3 too) over HTTPS through ``HTTPS_PROXY``: the call was
+    recorded, but its replay opened the proxy tunnel first (urllib3 does that before the request
+    it sends), which the replay blocked: "DID NOT REPRODUCE", 0 of 1 served. And the recording
+    said the proxy's address was a connection it did not record."""
+    import http.server
+    import ssl
+
+    cert, key = _self_signed(tmp_path)
+
+    class Answer(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers["content-length"]))
+            out = json.dumps({"echo": json.loads(body)["q"]}).encode()
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(out)))
+            self.end_headers()
+            self.wfile.write(out)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Answer)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    connects: list[str] = []
+    proxy, proxy_port = _tunnelling_proxy(connects)
+    monkeypatch.setenv("HTTPS_PROXY", f"http://127.0.0.1:{proxy_port}")
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    url = f"https://127.0.0.1:{server.server_address[1]}/v1/ask"
+    try:
+        with forkpoint.record(store=store) as rec:
+            live = requests.post(url, json={"q": "hi"}, verify=str(cert), timeout=10).json()
+        assert live == {"echo": "hi"} and len(connects) == 1  # it went through the proxy
+        said = capfd.readouterr().err
+        assert "does not capture" not in said, said
+        server.shutdown()
+        proxy.close()
+        with forkpoint.replay(rec.session_path) as rp:
+            assert requests.post(url, json={"q": "hi"}, verify=str(cert), timeout=10).json() == live
+        assert rp.report()["reproduced"], summary_line(rp.report())
+        assert len(connects) == 1
+    finally:
+        server.shutdown()
+        proxy.close()
