@@ -40,8 +40,8 @@ class Endpoint(NamedTuple):
     """A known telemetry or metadata endpoint: the host (a suffix of the request's host, ``""`` for
     any host), a path pattern (regular expression, searched), the neutral answer on replay, the
     one method it takes (None: any), and what its requests look like (``looks(parsed JSON body or
-    None, headers)``; None: anything). An endpoint of any host has both, so that an application's
-    own ``GET`` or ``POST /api/v1/logs`` is not taken for an exporter's."""
+    None, headers)``; None: anything). An endpoint of any host has a ``looks``, so that an
+    application's own ``GET`` or ``POST /api/v1/logs`` is not taken for an exporter's."""
 
     name: str
     host: str
@@ -65,6 +65,12 @@ def _otlp_export(body: object, headers: Iterable[Any] | Mapping[str, str] | None
     return isinstance(body, dict) and not _OTLP_FIELDS.isdisjoint(body)
 
 
+def _langsmith_client(body: object, headers: Iterable[Any] | Mapping[str, str] | None) -> bool:
+    """LangSmith's client (``langsmith-py/…`` in its ``User-Agent``), on any host: a self-hosted
+    LangSmith, ``LANGSMITH_ENDPOINT``."""
+    return (_header(headers, "user-agent") or "").startswith("langsmith-py/")
+
+
 def _agents_trace_upload(body: object, headers: Iterable[Any] | Mapping[str, str] | None) -> bool:
     """The OpenAI Agents SDK's span upload: ``{"data": [spans and traces]}``."""
     return isinstance(body, dict) and isinstance(body.get("data"), list)
@@ -84,6 +90,14 @@ TELEMETRY: tuple[Endpoint, ...] = (
     Endpoint("agno telemetry", "agno.com", r"", _ACCEPTED),
     Endpoint("crewai telemetry", "telemetry.crewai.com", r"", _ACCEPTED),
     Endpoint("langsmith tracing", "smith.langchain.com", r"", _ACCEPTED),
+    Endpoint(
+        "langsmith tracing",
+        "",
+        r"/(runs(/multipart|/batch|/[0-9a-f-]{36})?|info|sessions)/?$",
+        _ACCEPTED,
+        None,
+        _langsmith_client,
+    ),
     Endpoint("langfuse tracing", "langfuse.com", r"/api/public/(ingestion|otel)", _ACCEPTED),
     Endpoint("logfire", "pydantic.dev", r"^/v1/(traces|metrics|logs)$", _ACCEPTED),
     Endpoint("posthog", "posthog.com", r"", Answer(200, "application/json", {"status": 1})),

@@ -510,3 +510,33 @@ def test_only_model_calls_are_genai_spans(server: LocalServer, store: Path) -> N
     spans = {s.name: s.attributes for s in otel.plan(forkpoint.Session.load(rec.session_path))}
     assert "chat m" in spans and spans["POST"]["forkpoint.http.kind"] == "telemetry"
     assert not any(k.startswith("gen_ai.") for k in spans["POST"])
+
+
+def test_langsmith_tracing_to_a_self_hosted_endpoint_is_telemetry(tmp_path: Path) -> None:
+    """LangSmith only counted as telemetry at smith.langchain.com: traced to a self-hosted endpoint
+    (``LANGSMITH_ENDPOINT``), its uploads, which carry run ids and times, were plain HTTP calls and
+    the replay of an unchanged program diverged at them."""
+    (tmp_path / "traced.py").write_text(
+        "from langsmith import traceable\n\n@traceable\ndef answer(q):\n    return q.upper()\n\nprint(answer('hi'))\n"
+    )
+    srv = LocalServer()
+    srv.route("*", lambda r: json_reply({}))
+    env = {
+        **os.environ,
+        "LANGSMITH_TRACING": "true",
+        "LANGSMITH_ENDPOINT": srv.url,
+        "LANGSMITH_API_KEY": "lsv2_pt_" + "0" * 32 + "_" + "0" * 10,
+        "FORKPOINT_STORE": str(tmp_path / "store"),
+    }
+    cmd = [sys.executable, "-m", "forkpoint.cli"]
+    rec = subprocess.run([*cmd, "record", "--", sys.executable, "traced.py"], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    uploads = [r for r in srv.requests if "/runs" in r["path"]]
+    srv.stop()
+    assert rec.returncode == 0 and rec.stdout == "HI\n", rec.stderr
+    assert uploads and "(0 model calls" in rec.stderr, rec.stderr  # it traced, and none is a model call
+    rep = subprocess.run(
+        [*cmd, "replay", "last"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert rep.returncode == 0 and rep.stdout == "HI\n", rep.stderr
+    assert "replay ok" in rep.stderr
