@@ -61,7 +61,8 @@ class LiveReport:
 
 class _OwnRecords(logging.Filter):
     """Keeps the OTLP exporter's messages from the export thread off the program's log (forkpoint
-    reports the outcome itself); remembers the last one as the reason of a failure."""
+    reports the outcome itself); remembers the first one of the request being sent as the reason of
+    its failure (the exporter's later ones say it retries, or gave up at shutdown: not why)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -72,7 +73,8 @@ class _OwnRecords(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.thread is not None and record.thread == self.thread:
-            self.last = record.getMessage()
+            if not self.troubled:
+                self.last = record.getMessage()
             self.troubled = True
             return False
         return True
