@@ -269,9 +269,11 @@ def scrub_session(
                             report.files_changed += _scrub_workspace(clean, old_blobs, writer.blobs, scrubber)
                             if clean.get("context") != event.get("context"):  # (the messages it carries)
                                 clean["context_digest"] = digest(to_json(clean["context"]))
-                        _rekey(clean)
+                        # (a key that differs only because the match rules in force here do is a
+                        # cache's change, not a redaction: not counted)
                         if clean != event:
                             report.events_changed.append(int(event["seq"]))
+                        _rekey(clean)
                         writer.append(clean)
                 finally:
                     writer.close()

@@ -480,6 +480,20 @@ def test_scrub_command_rescrubs_with_new_rules_and_keeps_the_session_valid(
         redact.reload()
 
 
+def test_scrub_counts_no_change_that_only_the_match_rules_in_force_make(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a configuration holding only a [match] ignore rule, scrub said it would change (and then
+    rewrote) the model calls, whose only difference was their match key under that rule."""
+    store = tmp_path / "store"
+    path = _session_with_secret(store, "nothing secret here")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("FORKPOINT_CONFIG", raising=False)
+    (tmp_path / "forkpoint.toml").write_text('[match]\nignore = [{ path = "$.body.model" }]\n')
+    dry = CliRunner().invoke(main, ["scrub", path.name, "--store", str(store), "--dry-run"])
+    assert dry.exit_code == 0 and "would change 0 of 3 events" in " ".join(dry.output.split()), dry.output
+
+
 def test_scrub_refuses_a_session_without_end_or_that_does_not_verify(tmp_path: Path) -> None:
     rules = redact.Rules(patterns=(("x", r"itk_[A-Za-z0-9]{24}"),))
     path = _session_with_secret(tmp_path / "store", "itk_Zq8Wm3Xv7Ln2Pk5Rt9Ys4Bh6", end=False)
