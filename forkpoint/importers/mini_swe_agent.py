@@ -137,10 +137,11 @@ def convert_mini_swe_agent(path: Path, doc: Any) -> Imported:
                 events.append(tool_call("bash", args, None))
                 unanswered += 1
     n_models = sum(1 for e in events if e["type"] == "model_call")
+    dated = any(e.get("ts") for e in events)
     missing = [
         "the tool definitions offered to the model",
-        "durations of model and tool calls (the file has completion times: each call's ts is when it "
-        "finished)",
+        "durations of model and tool calls"
+        + (" (the file has completion times: each call's ts is when it finished)" if dated else ""),
         "the workspace (no checkpoints)",
     ]
     if synthesized:

@@ -201,3 +201,6 @@ def test_a_trajectory_whose_actions_cannot_be_found_says_so(tmp_path: Path) -> N
     missing = session.header["imported_from"]["missing"]
     assert any("the action of 1 assistant message(s) (messages 5)" in m for m in missing), missing
     assert "the action of 1 assistant message(s)" in session.events[0]["text"]  # the import note says it
+    # A bare list has no times: its notes do not also claim completion times (they contradicted each other).
+    assert not any("completion times" in m for m in missing), missing
+    assert any("no times in the file" in m for m in session.header["imported_from"]["adjusted"])
