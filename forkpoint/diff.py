@@ -302,6 +302,16 @@ def _where(p: Pair) -> str:
     )
 
 
+def _stopped_at(b: Session, recorded: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """How what-if session ``b`` diverged, when it stopped at the call that answered to ``recorded``
+    (its ``end`` keeps it: :class:`~forkpoint.events.EndDivergence`), and the differences are known."""
+    end: Mapping[str, Any] = b.end() or {}
+    div = end.get("divergence")
+    if isinstance(div, Mapping) and div.get("parent_seq") == recorded.get("seq") and div.get("diff"):
+        return div
+    return None
+
+
 def render_diff(result: SessionDiff, console: Console) -> None:
     """Print the alignment, the first divergence with its JSON-path diff, the differences the match
     key ignores (tool results, model responses) of equivalent calls, and the summary table."""
@@ -326,6 +336,15 @@ def render_diff(result: SessionDiff, console: Console) -> None:
             console.print(escape(format_changes(p.key_changes, limit=12)), highlight=False)
         elif p.a is None or p.b is None:
             console.print(f"  only in {'B' if p.a is None else 'A'}")
+            stopped = _stopped_at(b, p.a) if p.a is not None else None
+            if stopped is not None:  # (a what-if that stopped at this call wrote none: its end says how)
+                console.print(
+                    f"  B stopped there, its request not recorded ({escape(str(stopped.get('reason') or ''))}); "
+                    "recorded → B's request:",
+                    highlight=False,
+                )
+                changes = [Change.from_json(c) for c in stopped.get("diff") or []]
+                console.print(escape(format_changes(changes, limit=12)), highlight=False)
         if p.outcome_changes:
             console.print(f"  {p.outcome} differs too (not part of the match key):", highlight=False)
             lines = _bounded(p.outcome_changes, MAX_LINES_PER_CALL, indent="  ")

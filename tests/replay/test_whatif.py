@@ -164,6 +164,12 @@ def test_tool_override_diverges_at_the_third_model_call(rec: Recording) -> None:
     assert overridden["override"] == FAILING_SPEC
     end = child.end()
     assert end is not None and end["exit_code"] == 1  # the block raised Divergence
+    # `forkpoint diff parent child` shows how the what-if parted, though its last request was not
+    # written (the run stopped at it): it said only "only in A".
+    res = CliRunner().invoke(main, ["diff", str(rec.session.path), str(child.path)], env={"COLUMNS": "300"})
+    said = " ".join(res.output.split())
+    assert "only in A" in said and "B stopped there, its request not recorded" in said, res.output
+    assert "$.body.messages[5].content" in said, res.output
 
 
 @pytest.mark.parametrize(
