@@ -1125,19 +1125,31 @@ def test_a_forged_manifest_change_fails_verify_naming_the_checkpoint(tmp_path: P
 
 # --------------------------------------------------------------------------- fork, end to end
 
+FORKPOINT_CLI = [sys.executable, "-m", "forkpoint.cli"]
+
+
+def demo_agent(srv: ModelServer) -> list[str]:
+    """The command of the bundled demo agent against ``srv``, working in its current directory."""
+    return [sys.executable, "-m", "forkpoint.demo.agent", "--base-url", srv.base_url, "--workdir", "."]
+
+
+def record_demo(store: Path, agent: list[str], cwd: Path, *options: str) -> None:
+    """``forkpoint record --store STORE OPTIONS -- AGENT`` run in ``cwd``; it must succeed."""
+    rec = subprocess.run(
+        [*FORKPOINT_CLI, "record", "--store", str(store), *options, "--", *agent],
+        cwd=cwd, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert rec.returncode == 0, rec.stderr
+
 
 @pytest.mark.slow
 def test_fork_two_arms_end_to_end(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "repo", {"calc.py": CALC_BUGGY, ".gitignore": "__pycache__/\n"})
     store = tmp_path / "store"
-    fp = [sys.executable, "-m", "forkpoint.cli"]
+    fp = FORKPOINT_CLI
     with ModelServer(turns=3) as srv:
-        agent = [sys.executable, "-m", "forkpoint.demo.agent", "--base-url", srv.base_url, "--workdir", "."]
-        rec = subprocess.run(
-            [*fp, "record", "--store", str(store), "--workspace", str(repo), "--", *agent],
-            cwd=repo, capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
-        assert rec.returncode == 0, rec.stderr
+        agent = demo_agent(srv)
+        record_demo(store, agent, repo, "--workspace", str(repo))
         (parent_dir,) = session_dirs(store)
         parent = Session.load(parent_dir)
         resumable = [c for c in parent.by_type("checkpoint") if c["boundary"] == "resumable"]
@@ -1202,14 +1214,10 @@ def test_a_fork_runs_where_the_recording_ran_and_replaces_nothing_beside_its_arm
     ``--into DIR`` overwrote a file of the user's named ``arm-1.log``, through a symlink too."""
     repo = make_repo(tmp_path / "repo", {"sub/calc.py": CALC_BUGGY, ".gitignore": "__pycache__/\n"})
     store = tmp_path / "store"
-    fp = [sys.executable, "-m", "forkpoint.cli"]
+    fp = FORKPOINT_CLI
     with ModelServer(turns=2) as srv:
-        agent = [sys.executable, "-m", "forkpoint.demo.agent", "--base-url", srv.base_url, "--workdir", "."]
-        rec = subprocess.run(
-            [*fp, "record", "--store", str(store), "--", *agent],
-            cwd=repo / "sub", capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
-        assert rec.returncode == 0, rec.stderr
+        agent = demo_agent(srv)
+        record_demo(store, agent, repo / "sub")
         (parent_dir,) = session_dirs(store)
         cp = [c for c in Session.load(parent_dir).by_type("checkpoint") if c["boundary"] == "resumable"][1]
         assert cp["cwd"] == "sub"

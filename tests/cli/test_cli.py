@@ -84,6 +84,15 @@ def run(
     return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
+def record_here(tmp_path: Path, *script: str) -> tuple[subprocess.CompletedProcess[str], str, dict[str, str]]:
+    """``forkpoint record --store STORE --no-workspace -- python SCRIPT…`` in ``tmp_path``, without the
+    environment's ``FORKPOINT_`` variables: (what it did, STORE, that environment, for the replay)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FORKPOINT_")}
+    store = str(tmp_path / "store")
+    cmd = [*FORKPOINT, "record", "--store", store, "--no-workspace", "--", sys.executable, *script]
+    return run(cmd, tmp_path, env), store, env
+
+
 def flat(text: str) -> str:
     """``text`` with all whitespace runs as single spaces (rich wraps lines on a pipe)."""
     return " ".join(text.split())
@@ -884,13 +893,7 @@ def test_a_program_that_ends_through_os_exit_replays_ok(tmp_path: Path) -> None:
             'print(quote("ACME")["price"], flush=True)\nimport os\nos._exit(0)',
         )
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FORKPOINT_")}
-    store = str(tmp_path / "store")
-    rec = run(
-        [*FORKPOINT, "record", "--store", store, "--no-workspace", "--", sys.executable, "ox.py"],
-        tmp_path,
-        env,
-    )
+    rec, store, env = record_here(tmp_path, "ox.py")
     assert rec.returncode == 0 and rec.stdout == "101\n", rec.stderr
     rep = run([*FORKPOINT, "replay", "last", "--store", store], tmp_path, env)
     assert rep.returncode == 0, rep.stderr
@@ -923,13 +926,7 @@ def test_a_tool_that_leaves_through_os_exit_is_recorded_and_leaves_again_on_repl
             """
         )
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FORKPOINT_")}
-    store = str(tmp_path / "store")
-    rec = run(
-        [*FORKPOINT, "record", "--store", store, "--no-workspace", "--", sys.executable, "ox.py", "4"],
-        tmp_path,
-        env,
-    )
+    rec, store, env = record_here(tmp_path, "ox.py", "4")
     assert rec.returncode == 4 and rec.stdout == "start\n", rec.stderr
     assert "2 tool calls" in rec.stderr and "WARNING" not in rec.stderr, rec.stderr
     (session,) = [p for p in Path(store).iterdir() if (p / LOG_NAME).exists()]
@@ -965,13 +962,7 @@ def test_a_worker_a_tool_forks_leaves_through_os_exit_without_ending_the_tools_c
             """
         )
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FORKPOINT_")}
-    store = str(tmp_path / "store")
-    rec = run(
-        [*FORKPOINT, "record", "--store", store, "--no-workspace", "--", sys.executable, "fk.py"],
-        tmp_path,
-        env,
-    )
+    rec, store, env = record_here(tmp_path, "fk.py")
     assert rec.returncode == 0 and rec.stdout == "42\n", rec.stderr
     (session,) = [p for p in Path(store).iterdir() if (p / LOG_NAME).exists()]
     calls = Session.load(session).by_type("tool_call")
@@ -1099,13 +1090,7 @@ def test_a_program_that_waits_for_ever_on_a_worker_that_diverged_is_stopped(tmp_
     """A worker (a thread, a process) diverged, and the program waited for its result for ever:
     the replay printed the divergence and never ended. It is stopped a few seconds after."""
     (tmp_path / "waits.py").write_text(WAITS_FOR_A_WORKER)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FORKPOINT_")}
-    store = str(tmp_path / "store")
-    rec = run(
-        [*FORKPOINT, "record", "--store", store, "--no-workspace", "--", sys.executable, "waits.py", "3"],
-        tmp_path,
-        env,
-    )
+    rec, store, env = record_here(tmp_path, "waits.py", "3")
     assert rec.returncode == 0 and rec.stdout == "9\n", rec.stderr
     t0 = time.monotonic()
     rep = run(
