@@ -17,7 +17,7 @@ from ..events import CheckpointEvent
 from ..log import Session, json_text
 from .git import HEX, git, loose_path
 from .source import RAW_DIFF, parse_raw_diff
-from .workspace import META_DIR, manifest_rows
+from .workspace import META_DIR, manifest_rows, unrestorable
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -35,12 +35,10 @@ def find(session: Session, seq: int) -> CheckpointEvent:
 def _check_rel(rel: Any) -> PurePosixPath:
     if not isinstance(rel, str) or not rel:
         raise CheckpointError(f"archive entry {rel!r} is not a relative path; refusing it")
-    p = PurePosixPath(rel)
-    if p.is_absolute() or rel.startswith(("\\", "/")) or ".." in p.parts or "\0" in rel or not p.parts:
-        raise CheckpointError(f"archive entry {rel!r} points outside the target directory; refusing it")
-    if p.parts[0] == META_DIR or ".git" in {q.lower() for q in p.parts} or str(p) != rel:
-        raise CheckpointError(f"archive entry {rel!r} is not a normal workspace path; refusing it")
-    return p
+    why = unrestorable(rel)
+    if why is not None:
+        raise CheckpointError(f"archive entry {rel!r} {why}; refusing it")
+    return PurePosixPath(rel)
 
 
 def _checked_manifest(rows: Any) -> list[tuple[str, str, int, int, str]]:

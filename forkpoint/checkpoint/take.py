@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 import time
 import weakref
@@ -25,6 +26,7 @@ from .workspace import (
     manifest_of,
     manifest_rows,
     start_listing,
+    unrestorable,
 )
 
 
@@ -50,6 +52,8 @@ class Workspace:
     _manifests: dict[str, Manifests] = field(default_factory=dict, repr=False)
     #: git objects of the scratch folder already handed to a checkpoint (an encrypted session)
     _sealed: set[str] | None = field(default=None, repr=False)
+    #: files left out of checkpoints that were said so (:meth:`_left_out`)
+    _said: set[str] = field(default_factory=set, repr=False)
 
     def use_scratch(self) -> None:
         """Write new git objects into a private folder (0700; in memory, ``/dev/shm``, where there is
@@ -129,6 +133,10 @@ class Workspace:
             if proc is not None and proc.poll() is None:
                 proc.kill()
                 proc.wait()
+        left = [p for p in paths if unrestorable(p) is not None]
+        if left:
+            paths = [p for p in paths if unrestorable(p) is None]
+            self._left_out(left)
         cache = self._hashes.setdefault(str(blobs.root), HashCache())
         # File names are scrubbed before the fingerprint is taken (the log scrubs every event again;
         # scrubbing is idempotent, so the fingerprint stays the manifest's).
@@ -141,8 +149,23 @@ class Workspace:
             "files": len(rows),
             "bytes": sum(r[3] for r in rows),
         }
+        if left:
+            ws["left_out"] = scrub_json(left)
         ws.update(self._manifests.setdefault(str(blobs.root), Manifests()).fields(rows))
         return {"source": source, "workspace": ws}
+
+    def _left_out(self, names: list[str]) -> None:
+        """Say, once for each, the files a checkpoint leaves out (:func:`.workspace.unrestorable`)."""
+        new = [n for n in names if n not in self._said]
+        if new:
+            self._said.update(new)
+            shown = ", ".join(repr(n) for n in new[:5]) + (
+                f" and {len(new) - 5} more" if len(new) > 5 else ""
+            )
+            sys.stderr.write(
+                f"forkpoint: WARNING: checkpoints of {self.root} leave out {shown}: a restore could not write "
+                "them back safely (a name holding .git in any case, or starting with a backslash)\n"
+            )
 
     def tracked(self) -> set[bytes]:
         """Tracked paths as of the last capture (empty outside a repository)."""

@@ -7,7 +7,7 @@ import stat
 import subprocess
 import time
 from collections.abc import Callable
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ..canonical import canonical_json, sha256_hex
@@ -27,6 +27,19 @@ ALWAYS_EXCLUDED = (".git", ".forkpoint", META_DIR)
 MANIFEST_INLINE_MAX = BLOB_MIN_BINARY
 #: The fields a checkpoint's ``workspace`` may hold its manifest in (see :class:`Manifests`).
 MANIFEST_FIELDS = ("manifest", "manifest_json", "manifest_base", "manifest_changes")
+
+
+def unrestorable(rel: str) -> str | None:
+    """Why restore refuses to write a workspace path, or None. Restore writes nothing outside its
+    folder and nothing git or forkpoint would read as their own (``.git`` in any case: on a
+    case-insensitive disk ``.Git`` is ``.git``), whatever a session holds; a checkpoint leaves such
+    files out, and says so, rather than hold a state no restore can write."""
+    p = PurePosixPath(rel)
+    if not rel or p.is_absolute() or rel.startswith(("\\", "/")) or ".." in p.parts or "\0" in rel:
+        return "points outside the target directory"
+    if p.parts[0] == META_DIR or ".git" in {q.lower() for q in p.parts} or str(p) != rel:
+        return "is not a normal workspace path"
+    return None
 
 
 def _excluded(rel: str, extra: tuple[str, ...]) -> bool:

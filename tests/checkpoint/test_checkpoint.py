@@ -523,6 +523,29 @@ def test_a_tracked_file_with_a_newline_in_its_name_validates(tmp_path: Path) -> 
     assert checks["source tree hash"].ok, checks["source tree hash"]
 
 
+def test_files_a_restore_could_not_write_back_are_left_out_and_said(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An untracked ``\\notes.txt`` or ``data/.Git/x`` was recorded into every checkpoint, and restore
+    then refused each whole ("points outside the target directory", "not a normal workspace
+    path"): nothing of them could be restored or forked. They are left out, and said once."""
+    repo = make_repo(tmp_path / "repo", {"a.txt": "a\n"})
+    (repo / "\\notes.txt").write_text("n")
+    (repo / "data" / ".Git").mkdir(parents=True)
+    (repo / "data" / ".Git" / "x").write_text("x")
+    (repo / "scratch.py").write_text("print(1)\n")
+    with forkpoint.record(store=tmp_path / "store", workspace=repo) as rec:
+        forkpoint.checkpoint()
+        second = forkpoint.checkpoint()
+    said = " ".join(capsys.readouterr().err.split())
+    assert said.count("leave out") == 1 and "'\\\\notes.txt'" in said and "'data/.Git/x'" in said, said
+    cp = Session.load(rec.session_path).events[second - 1]
+    assert cp["workspace"]["left_out"] == ["\\notes.txt", "data/.Git/x"]
+    out = restore(Session.load(rec.session_path), second, tmp_path / "out")
+    assert (out / "scratch.py").exists() and not (out / "\\notes.txt").exists()
+    assert all(c.ok for c in validate(out))
+
+
 def test_a_store_and_workspace_given_as_relative_paths_take_checkpoints(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
