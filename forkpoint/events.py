@@ -365,6 +365,9 @@ class DivergenceReport(TypedDict, total=False):
     suggest: list[dict[str, str]]
     #: fifo drift: the recorded call served anyway.
     served_seq: int
+    #: What an HTTP exchange that is no model call is (:func:`forkpoint.providers.classify`):
+    #: ``http`` (plain HTTP) or ``mcp``.
+    call: str
 
 
 class OverrideState(TypedDict):

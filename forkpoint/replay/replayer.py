@@ -446,7 +446,7 @@ class Replayer:
             return self._take_aside(request, key, where, kind), self.positions["model_call"]
         origin = _origin(request["url"])
         event, position = self._take(
-            "model_call", key, norm, endpoint=where, origin=origin, plain=kind == "http"
+            "model_call", key, norm, endpoint=where, origin=origin, plain=kind == "http", call=kind
         )
         if event is None:
             return None
@@ -908,6 +908,8 @@ class Replayer:
             report["endpoint"] = what["endpoint"]
         if "name" in what:
             report["name"] = what["name"]
+        if what.get("call") in ("http", "mcp"):
+            report["call"] = what["call"]
         return report
 
     def _explained(

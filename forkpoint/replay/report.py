@@ -21,10 +21,12 @@ def format_divergence(report: DivergenceReport | dict[str, Any]) -> str:
     """One paragraph (and a diff) saying where and how a replay diverged."""
     kind = report["kind"].replace("_", " ")
     what = report.get("name") or report.get("endpoint") or ""
-    lines = [
-        f"replay diverged at the {ordinal(report['position'])} {kind} of this run ({what}): "
-        f"{report['reason']}."
-    ]
+    # (an HTTP exchange that is no model call is counted among them, as model#K overrides are not)
+    call = {"http": ", a plain HTTP call", "mcp": ", a call to an MCP server"}.get(
+        str(report.get("call")), ""
+    )
+    place = f"HTTP exchange of this run{call}" if call else f"{kind} of this run"
+    lines = [f"replay diverged at the {ordinal(report['position'])} {place} ({what}): {report['reason']}."]
     exp = report.get("expected")
     if exp:
         lines.append(f"Expected next: recorded event seq {exp['seq']} ({exp['label']}).")
