@@ -378,28 +378,30 @@ def test_calls_made_inside_a_served_tool_are_served_with_it(server: LocalServer,
 def test_recording_warns_of_tools_the_model_asked_for_that_were_never_recorded(
     make_server: Any, store: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The model asked for get_weather and save_note; only save_note is a recorded tool. On
-    replay get_weather's body would run for real: the recording says so, and how to name it."""
+    """The model asked for forecast_here and save_note; only save_note is a recorded tool. On
+    replay forecast_here's body would run for real: the recording says so, and how to name it."""
+    # (a name no other test's module wraps: a wrapper of that name still alive in this process,
+    # until the collector frees it, is a tool the program never called)
     srv: LocalServer = make_server(
-        chat_script=[[("get_weather", {"city": "Oslo"}), ("save_note", {"text": "x"})], "ok"]
+        chat_script=[[("forecast_here", {"city": "Oslo"}), ("save_note", {"text": "x"})], "ok"]
     )
 
     @forkpoint.tool
     def save_note(text: str) -> str:
         return "saved"
 
-    def get_weather(city: str) -> str:
+    def forecast_here(city: str) -> str:
         return "sunny"
 
     def run(name: str, arguments: str) -> str:
         import json
 
-        return {"get_weather": get_weather, "save_note": save_note}[name](**json.loads(arguments))
+        return {"forecast_here": forecast_here, "save_note": save_note}[name](**json.loads(arguments))
 
     with forkpoint.record(store=store) as rec:
         chat_agent(srv.openai_base_url, run)
     said = " ".join(capsys.readouterr().err.split())
-    assert "the model asked for tools that were never recorded: get_weather (1 call)." in said
+    assert "the model asked for tools that were never recorded: forecast_here (1 call)." in said
     # `forkpoint record -- CMD` reads the session back (its processes each wrote part): the same words.
     from forkpoint.record import recording_warnings
 
@@ -415,7 +417,7 @@ def test_a_tool_the_program_never_called_is_not_said_to_need_naming(
     warning told the user to put ``@forkpoint.tool`` on it. It now says the program never called it,
     in this process and from the tallies ``forkpoint record`` merges."""
     srv: LocalServer = make_server(
-        chat_script=[[("get_weather", {"city": "Oslo"}), ("save_note", {"text": "x"})], "ok"]
+        chat_script=[[("forecast_here", {"city": "Oslo"}), ("save_note", {"text": "x"})], "ok"]
     )
 
     @forkpoint.tool
@@ -423,14 +425,15 @@ def test_a_tool_the_program_never_called_is_not_said_to_need_naming(
         return "saved"
 
     def run(name: str, arguments: str) -> str:
-        return "sunny" if name == "get_weather" else "not now"  # (save_note is never called)
+        return "sunny" if name == "forecast_here" else "not now"  # (save_note is never called)
 
     with forkpoint.record(store=store) as rec:
         chat_agent(srv.openai_base_url, run)
     said = " ".join(capsys.readouterr().err.split())
     assert "the model asked for tools the program never called: save_note (1 call)" in said, said
     assert (
-        "never recorded: get_weather (1 call)." in said and "save_note" not in said.split("never recorded")[1]
+        "never recorded: forecast_here (1 call)." in said
+        and "save_note" not in said.split("never recorded")[1]
     )
     from forkpoint import runtime
     from forkpoint.record import Lacks
