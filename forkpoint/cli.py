@@ -667,7 +667,7 @@ def keys(ctx: click.Context) -> None:
 
     Every session you record is signed with your key; replay, check and fork run a session's
     recorded command only when a trusted key signed it. Give your public key to teammates, and
-    trust theirs with: forkpoint keys trust KEY --name NAME.
+    trust theirs with: forkpoint keys trust KEY --name NAME (forkpoint keys untrust NAME undoes it).
     """
     if ctx.invoked_subcommand is not None:
         return
@@ -698,6 +698,20 @@ def keys_trust(key: str, name: str) -> None:
     except SigningError as exc:
         raise click.BadParameter(str(exc), param_hint="KEY") from None
     click.echo(f"trusted {kid} as {' '.join(name.split())}")
+
+
+@keys.command(name="untrust")
+@click.argument("which", metavar="KEY|NAME")
+def keys_untrust(which: str) -> None:
+    """Stop trusting a key: KEY (as `forkpoint keys` lists it) or the NAME it was trusted as."""
+    from .signing import untrust
+
+    try:
+        gone = untrust(which)
+    except SigningError as exc:
+        raise click.BadParameter(str(exc), param_hint="KEY|NAME") from None
+    for kid in gone:
+        click.echo(f"no longer trusted: {kid}")
 
 
 @main.command()

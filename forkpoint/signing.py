@@ -23,6 +23,7 @@ import base64
 import hashlib
 import os
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -189,12 +190,12 @@ def trusted_keys() -> dict[str, str]:
     for lineno, line in enumerate(text.splitlines(), 1):
         if not line.strip() or line.startswith("#"):
             continue
-        key, _, name = line.strip().partition(" ")
+        key, name = _split_line(line)
         try:
             parse_key(key)
         except SigningError as exc:
             raise SigningError(f"{path}:{lineno}: {exc}") from None
-        out.setdefault(key, name.strip() or key)
+        out.setdefault(key, name)
     return out
 
 
@@ -205,16 +206,39 @@ def trust(key: str, name: str) -> str:
     name = " ".join(name.split())
     if not name:
         raise SigningError("a trusted key needs a name (--name), to say who signed a session")
+    _rewrite_trusted(lambda key_id, _name: key_id != kid, [f"{kid} {name}"])
+    return kid
+
+
+def untrust(which: str) -> list[str]:
+    """Take the trusted keys that ``which`` names (a key id, or the name it was trusted as) off this
+    user's trusted list; returns their ids. Raises :class:`SigningError` when none is named (the
+    own key, always trusted, is not in the list)."""
+    named = [k for k, n in trusted_keys().items() if which in (k, n) and n != OWN_NAME]
+    if not named:
+        raise SigningError(
+            f"no trusted key is {which!r} (your own key cannot be untrusted); forkpoint keys lists them"
+        )
+    _rewrite_trusted(lambda key_id, _name: key_id not in named, [])
+    return named
+
+
+def _rewrite_trusted(keep: Callable[[str, str], bool], added: list[str]) -> None:
+    """Rewrite the trusted list with the lines whose (key id, name) ``keep`` keeps, then ``added``."""
     d = keys_dir()
     path = d / TRUSTED_NAME
     try:
         _private_folder(d)
         lines = _read_private(path).decode().splitlines() if path.exists() else []
-        kept = [line for line in lines if line.strip().partition(" ")[0] != kid]
-        _write_private(path, ("\n".join([*kept, f"{kid} {name}"]) + "\n").encode(), exclusive=False)
+        kept = [line for line in lines if keep(*_split_line(line))]
+        _write_private(path, ("\n".join([*kept, *added]) + "\n").encode(), exclusive=False)
     except (OSError, UnicodeDecodeError) as exc:
         raise SigningError(f"{path}: the trusted keys cannot be written: {exc}") from None
-    return kid
+
+
+def _split_line(line: str) -> tuple[str, str]:
+    key, _, name = line.strip().partition(" ")
+    return key, name.strip() or key
 
 
 def _payload_bytes(payload: dict[str, object]) -> bytes:

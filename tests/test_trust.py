@@ -20,7 +20,7 @@ from forkpoint.errors import SessionError, UntrustedSession
 from forkpoint.log import LOG_NAME, Session
 from forkpoint.log.codec import line_hash
 from forkpoint.orchestrate import replay_run
-from forkpoint.signing import KEY_NAME, SIGNATURE_NAME, signature
+from forkpoint.signing import KEY_NAME, OWN_NAME, SIGNATURE_NAME, signature
 from forkpoint.store import list_sessions, resolve
 from tests.cliutil import QUOTE_AGENT, forkpoint_cli
 
@@ -147,6 +147,14 @@ def test_a_teammates_key_is_trusted_by_name(tmp_path: Path, env: dict[str, str])
     assert f"signature: signed by Alice Example ({her_key}); trusted" in v.stdout
     rep = run(["replay", str(session)], tmp_path, env)
     assert rep.returncode == 0 and rep.stdout == "101\n", rep.stderr
+    # There was no way back: a key that leaked stayed trusted. Untrusted by name, her sessions are refused again.
+    gone = run(["keys", "untrust", "Alice Example"], tmp_path, env)
+    assert gone.returncode == 0 and f"no longer trusted: {her_key}" in gone.stdout, gone.stderr
+    assert her_key not in run(["keys"], tmp_path, env).stdout
+    again = run(["replay", str(session)], tmp_path, env)
+    assert again.returncode == 1 and "a key this user does not trust" in flat(again.stderr)
+    mine = run(["keys", "untrust", OWN_NAME], tmp_path, env)
+    assert mine.returncode == 2 and "your own key cannot be untrusted" in flat(mine.stderr)
 
 
 @pytest.mark.slow
