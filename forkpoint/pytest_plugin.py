@@ -420,7 +420,9 @@ class Cassette:
         runtime: the active :class:`~forkpoint.Recorder` or :class:`~forkpoint.Replayer`.
     """
 
-    def __init__(self, item: pytest.Item, settings: Settings, config: Any = None) -> None:
+    def __init__(
+        self, item: pytest.Item, settings: Settings, config: Any = None, tmp_root: Path | None = None
+    ) -> None:
         self.item = item
         self.settings = settings
         opts = test_settings(item, {} if config is None else config)
@@ -454,6 +456,8 @@ class Cassette:
             )
             self.tools = checked_tools([*settings.tools, *opts.get("tools", [])], f"{nodeid}: tools")
             self.ignore: tuple[IgnoreRule, ...] = ignore_rules(opts.get("ignore", []), f"{nodeid}: forkpoint")
+            if tmp_root is not None:
+                self.ignore += tmp_path_rules(tmp_root)
         except (ValueError, UsageError, ConfigError) as exc:
             raise pytest.UsageError(str(exc)) from None
         self.allow_unused = bool(opts.get("allow_unused", False))
@@ -780,6 +784,20 @@ def forkpoint_config() -> dict[str, Any]:
     return {}
 
 
+def tmp_path_rules(root: Path) -> tuple[IgnoreRule, ...]:
+    """Match rules that leave pytest's temporary folder (``tmp_path`` lives under ``root``, a new
+    ``pytest-N`` every run, ``popen-gwN`` under pytest-xdist) out of the keys of model calls and
+    tool calls: a test that hands ``tmp_path`` to a tool, or a path in it to the model, replays in
+    the next run. The rules are the same in every run (the numbers are any), so a session's keys
+    are computed once."""
+    numbered = r"(pytest\\-|popen\\-gw)\d+"  # (in the escaped text: pytest\-130, popen\-gw1)
+    regex = re.sub(numbered, lambda m: m[1] + r"\d+", re.escape(str(root)))
+    return (
+        IgnoreRule("$.body", regex, source="pytest's tmp_path"),
+        IgnoreRule("$.args", regex, tool="*", source="pytest's tmp_path"),
+    )
+
+
 @pytest.fixture
 def forkpoint_session(request: pytest.FixtureRequest) -> Iterator[Cassette]:
     """This test's cassette: recorded on the first run, replayed afterwards (see the module doc).
@@ -789,7 +807,11 @@ def forkpoint_session(request: pytest.FixtureRequest) -> Iterator[Cassette]:
     """
     item = request.node
     config = request.getfixturevalue("forkpoint_config")
-    cassette = Cassette(item, item.config.stash[_settings_key], config)
+    try:
+        tmp_root = request.getfixturevalue("tmp_path_factory").getbasetemp()
+    except pytest.FixtureLookupError:  # (-p no:tmpdir)
+        tmp_root = None
+    cassette = Cassette(item, item.config.stash[_settings_key], config, tmp_root=tmp_root)
     item.stash[_cassette_key] = cassette
     cassette.start()
     try:

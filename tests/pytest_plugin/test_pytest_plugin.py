@@ -595,3 +595,40 @@ def test_forkpoint_otlp_sends_a_recording_tests_spans_live(
     assert len(names()) == 3
     bad = run(pytester, "--forkpoint-otlp", "localhost:4318")
     assert "--forkpoint-otlp" in bad.stderr.str() and "http" in bad.stderr.str()
+
+
+TMP_PATH_INNER = """
+import os
+
+import pytest
+
+import forkpoint
+
+
+@forkpoint.tool
+def save(folder):
+    with open(os.path.join(folder, "out.txt"), "w") as f:
+        f.write("x")
+    return {"saved": os.path.join(folder, "out.txt")}
+
+
+@pytest.mark.forkpoint
+def test_saves(tmp_path):
+    assert save(str(tmp_path))["saved"].endswith("out.txt")
+"""
+
+
+def test_a_test_that_hands_tmp_path_to_a_tool_replays_in_the_next_run(pytester: pytest.Pytester) -> None:
+    """pytest's ``tmp_path`` is under a new ``pytest-N`` folder every run, so a test that handed it
+    to a tool never replayed (the arguments differed) and no ignore rule was offered. This run's
+    temporary folder is left out of the match keys."""
+    pytester.makepyfile(test_tmp=TMP_PATH_INNER)
+    first = run(pytester, f"--basetemp={pytester.path / 'run-1'}")
+    first.assert_outcomes(passed=1)
+    (cassette,) = (pytester.path / "tests" / "cassettes" / "test_tmp").iterdir()
+    (call,) = Session.load(cassette).by_type("tool_call")
+    assert str(pytester.path / "run-1") in call["args"]["folder"]
+    second = run(pytester, "--forkpoint-mode=replay", f"--basetemp={pytester.path / 'run-2'}")
+    second.assert_outcomes(passed=1)
+    second.stdout.fnmatch_lines(["*cassettes in *: 1 replayed, 0 recorded, 0 updated*"])
+    assert not list((pytester.path / "run-2").rglob("out.txt"))  # served: the tool did not run
