@@ -126,6 +126,17 @@ def encode(value: Any) -> Any:
     return _Encoder().value(value)
 
 
+class Encoded:
+    """A value :func:`encode` has already turned into ``node``: encoding it again, alone or as a
+    part of a larger value, gives ``node`` (a caller that tried the encoding keeps its result
+    rather than walk the value twice)."""
+
+    __slots__ = ("node",)
+
+    def __init__(self, node: Any) -> None:
+        self.node = node
+
+
 #: What a dict's keys must all be for it to be stored as it is (a JSON object).
 _STR_ONLY = frozenset({str})
 
@@ -147,6 +158,8 @@ class _Encoder:
             if MARK not in v and _STR_ONLY.issuperset(map(type, v)):
                 return self.fields(v, v)
             return _mark(dict, "dict", self.pairs(v))
+        if t is Encoded:
+            return v.node
         pair = registered(t)
         if pair is not None:
             return self.registered(v, pair)

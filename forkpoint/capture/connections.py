@@ -102,8 +102,8 @@ def _proxy_for(scheme: str, host: str) -> tuple[str, int] | None:
     if not url or urllib.request.proxy_bypass_environment(host, proxies):  # type: ignore[attr-defined]
         return None
     try:
-        parts = urlsplit(url if "://" in url else f"http://{url}")
-        name, port = parts.hostname, parts.port or _DEFAULT_PORTS.get(parts.scheme.lower())
+        parts = urlsplit(url if "://" in url else "//" + url)  # ("proxy:3128": no scheme, as http)
+        name, port = parts.hostname, parts.port or _DEFAULT_PORTS.get(parts.scheme.lower() or "http")
     except ValueError:
         return None
     return (name.lower().strip("[]"), port) if name and port else None

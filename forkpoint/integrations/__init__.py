@@ -65,8 +65,8 @@ from .base import (
     replace,
     run_tool,
     run_tool_sync,
-    storable,
     stored_form,
+    typed,
     uninstall,
 )
 from .base import install as _install
@@ -113,8 +113,8 @@ __all__ = [
     "replace",
     "run_tool",
     "run_tool_sync",
-    "storable",
     "stored_form",
+    "typed",
     "uninstall",
 ]
 

@@ -220,26 +220,25 @@ def jsonable(value: Any) -> Any:
     return to_jsonable_python(value, by_alias=True, fallback=fallback)
 
 
-def storable(value: Any) -> bool:
-    """Whether forkpoint stores ``value`` as it is: JSON data, or a typed value (a dataclass, a
-    pydantic model, a datetime…: :func:`forkpoint.values.encode`) that a replay rebuilds as itself."""
-    if is_json(value):
-        return True
+def typed(value: Any) -> Any | None:
+    """``value`` as forkpoint stores it when it can rebuild it as itself on replay (JSON data, a
+    dataclass, a pydantic model, a datetime…: :func:`forkpoint.values.encode`), already encoded
+    (:class:`~forkpoint.values.Encoded`: the tool wrapper stores it without walking it again);
+    None when a part has no stored form."""
     from .. import values  # here: the seam is imported at every bootstrapped start
 
     try:
-        values.encode(value)
+        return values.Encoded(values.encode(value))
     except Exception:  # (no stored form: a type with no encoder)
-        return False
-    return True
+        return None
 
 
 def stored_form(value: Any) -> Any:
-    """What a framework tool's result is recorded as: the value itself where it is :func:`storable`,
-    so that a replay hands the framework the same type back, and it makes the same model input of
-    it (many send ``str(result)``) and the program gets what it got live; else its JSON form
-    (:func:`jsonable`)."""
-    return value if storable(value) else jsonable(value)
+    """What a framework tool's result is recorded as: :func:`typed` where it can be, so that a
+    replay hands the framework the same type back, and it makes the same model input of it (many
+    send ``str(result)``) and the program gets what it got live; else its JSON form (:func:`jsonable`)."""
+    stored = typed(value)
+    return stored if stored is not None else jsonable(value)
 
 
 def json_args(value: Any) -> dict[str, Any]:

@@ -47,8 +47,8 @@ from .base import (
     replace,
     run_tool,
     run_tool_sync,
-    storable,
     stored_form,
+    typed,
     wrap_where_defined,
 )
 
@@ -152,8 +152,8 @@ def _arguments(tool: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict
 def encode_output(tool: Any, output: Any) -> Any:
     """The JSON form of a tool body's return value from which LangChain builds the same model input
     (and LangGraph the same state update), and a caller of ``invoke`` gets the same value: a value
-    with typed parts (a date, a tuple, a ``Decimal``), an artifact too, is handed on as it is, for
-    the tool wrapper to store typed (:func:`forkpoint.values.encode`). Raises
+    with typed parts (a date, a tuple, a ``Decimal``), an artifact too, is handed on as forkpoint
+    stores it typed (:func:`.base.typed`), rebuilt on replay. Raises
     :class:`~forkpoint.ToolResultError` for an output object with no such form."""
     if getattr(tool, "response_format", None) == "content_and_artifact" and isinstance(output, tuple):
         if len(output) == 2:
@@ -164,8 +164,9 @@ def encode_output(tool: Any, output: Any) -> Any:
         return _pack(output)  # messages, LangGraph commands, and containers of them
     except TypeError:
         pass
-    if storable(output):
-        return output
+    stored = typed(output)
+    if stored is not None:
+        return stored
     from langchain_core.tools.base import ToolOutputMixin  # type: ignore[attr-defined]
 
     if isinstance(output, ToolOutputMixin):

@@ -31,7 +31,7 @@ from typing import Any
 import orjson
 
 from .. import runtime
-from .base import Integration, calls_mcp, is_forkpoint_tool, is_json, jsonable, replace, run_tool, storable
+from .base import Integration, calls_mcp, is_forkpoint_tool, is_json, jsonable, replace, run_tool, typed
 
 
 def parse_arguments(text: str) -> dict[str, Any]:
@@ -59,8 +59,9 @@ def encode_output(tool: Any, output: Any) -> Any:
             return data  # ToolOutputText / Image / FileContent: their dicts carry "type" and validate back
     except Exception:
         pass
-    if storable(output):
-        return output  # stored typed: the SDK gets the same value back, and sends the model its str()
+    stored = typed(output)
+    if stored is not None:
+        return stored  # the SDK gets the same value back on replay, and sends the model its str()
     return data if str(data) == str(output) else str(output)
 
 
