@@ -231,15 +231,10 @@ def test_a_stream_cut_by_the_server_ends_the_same_way_on_replay(
         assert read() == live
 
 
-@pytest.mark.parametrize("stream", [False, True])
-def test_a_body_shorter_than_its_content_length_fails_on_replay_as_it_did_live(
-    stream: bool, store: Path
-) -> None:
-    """10 bytes of a Content-Length of 100, then the connection closed: requests raised
-    ChunkedEncodingError live (urllib3's IncompleteRead, raised after the last read), but the call
-    was recorded as a complete 200 and the replay handed over the 10 bytes, "replay ok"."""
+def _serving(handle: Callable[[socket.socket], None]) -> tuple[socket.socket, threading.Thread]:
+    """A listener on 127.0.0.1 whose connections are handed to ``handle`` one by one, in a thread,
+    until the listener is closed; and that thread."""
     listener = socket.create_server(("127.0.0.1", 0))
-    port = listener.getsockname()[1]
 
     def serve() -> None:
         while True:
@@ -247,15 +242,31 @@ def test_a_body_shorter_than_its_content_length_fails_on_replay_as_it_did_live(
                 conn, _ = listener.accept()
             except OSError:
                 return
-            with conn:
-                conn.recv(65536)
-                conn.sendall(
-                    b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 100\r\n\r\nonly ten b"
-                )
-                conn.shutdown(socket.SHUT_RDWR)
+            handle(conn)
 
     serving = threading.Thread(target=serve, daemon=True)
     serving.start()
+    return listener, serving
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_body_shorter_than_its_content_length_fails_on_replay_as_it_did_live(
+    stream: bool, store: Path
+) -> None:
+    """10 bytes of a Content-Length of 100, then the connection closed: requests raised
+    ChunkedEncodingError live (urllib3's IncompleteRead, raised after the last read), but the call
+    was recorded as a complete 200 and the replay handed over the 10 bytes, "replay ok"."""
+
+    def cut_short(conn: socket.socket) -> None:
+        with conn:
+            conn.recv(65536)
+            conn.sendall(
+                b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 100\r\n\r\nonly ten b"
+            )
+            conn.shutdown(socket.SHUT_RDWR)
+
+    listener, serving = _serving(cut_short)
+    port = listener.getsockname()[1]
 
     def fetch() -> str:
         try:
@@ -468,7 +479,6 @@ def _self_signed(tmp_path: Path) -> tuple[Path, Path]:
 def _tunnelling_proxy(connects: list[str]) -> tuple[socket.socket, int]:
     """A proxy on 127.0.0.1 that answers ``CONNECT host:port`` by piping bytes both ways (what
     ``HTTPS_PROXY`` sends HTTPS through); each CONNECT's target is appended to ``connects``."""
-    listener = socket.create_server(("127.0.0.1", 0))
 
     def pipe(src: socket.socket, dst: socket.socket) -> None:
         try:
@@ -479,24 +489,19 @@ def _tunnelling_proxy(connects: list[str]) -> tuple[socket.socket, int]:
         finally:
             dst.close()
 
-    def serve() -> None:
-        while True:
-            try:
-                client, _ = listener.accept()
-            except OSError:
-                return
-            head = b""
-            while b"\r\n\r\n" not in head:
-                head += client.recv(4096)
-            target = head.split(b" ")[1].decode()
-            connects.append(target)
-            host, port = target.rsplit(":", 1)
-            upstream = socket.create_connection((host, int(port)))
-            client.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
-            threading.Thread(target=pipe, args=(client, upstream), daemon=True).start()
-            threading.Thread(target=pipe, args=(upstream, client), daemon=True).start()
+    def tunnel(client: socket.socket) -> None:
+        head = b""
+        while b"\r\n\r\n" not in head:
+            head += client.recv(4096)
+        target = head.split(b" ")[1].decode()
+        connects.append(target)
+        host, port = target.rsplit(":", 1)
+        upstream = socket.create_connection((host, int(port)))
+        client.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        threading.Thread(target=pipe, args=(client, upstream), daemon=True).start()
+        threading.Thread(target=pipe, args=(upstream, client), daemon=True).start()
 
-    threading.Thread(target=serve, daemon=True).start()
+    listener, _ = _serving(tunnel)
     return listener, listener.getsockname()[1]
 
 
