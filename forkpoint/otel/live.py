@@ -61,20 +61,21 @@ class LiveReport:
 
 class _OwnRecords(logging.Filter):
     """Keeps the OTLP exporter's messages from the export thread off the program's log (forkpoint
-    reports the outcome itself); remembers the first one of the request being sent as the reason of
-    its failure (the exporter's later ones say it retries, or gave up at shutdown: not why)."""
+    reports the outcome itself); remembers the first one since the last delivery as the reason of
+    the failure (the exporter's later ones say it retries, or that it was shut down: not why)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.thread: int | None = None
-        self.last: str | None = None
+        #: The first message since the endpoint last accepted spans (None: none since).
+        self.reason: str | None = None
         #: The request being sent has failed at least once (the exporter retries it, or gave up).
         self.troubled = False
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.thread is not None and record.thread == self.thread:
-            if not self.troubled:
-                self.last = record.getMessage()
+            if self.reason is None:
+                self.reason = record.getMessage()
             self.troubled = True
             return False
         return True
@@ -175,9 +176,9 @@ class LiveExport:
         if not pending:
             if self._failing:
                 self.say(f"forkpoint: live export to {self.endpoint} works again")
-            self._failing, self._error = False, None
+            self._failing, self._error, self._filter.reason = False, None, None
             return True
-        self._error = self._filter.last or "the endpoint did not accept the spans"
+        self._error = self._filter.reason or "the endpoint did not accept the spans"
         if not self._failing:
             self._failing = True
             self.say(

@@ -167,6 +167,46 @@ def test_a_dead_endpoint_never_blocks_or_fails_the_run(
     assert {s.trace_id for s in received(receiver)} == {trace_id_for(session.id).to_bytes(16, "big")}
 
 
+def test_the_reason_said_is_the_first_failure_since_the_endpoint_last_took_spans(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The export's last attempt, made after ``finish`` shut the exporter down, logged "Exporter
+    already shutdown" first: under load that, not "Connection refused", was said as why the spans
+    did not arrive."""
+    import logging
+    import threading
+
+    said: list[str] = []
+    live = LiveExport(f"http://127.0.0.1:{dead_port()}", say=said.append)
+    log = logging.getLogger(live._sender.logger_name)
+    log.addFilter(live._filter)
+    live._filter.thread = threading.get_ident()
+    answers = iter(
+        [
+            ("Connection refused, retrying in 1.1s", 0),
+            ("Exporter already shutdown, ignoring batch", 0),
+            (None, 1),  # the endpoint takes them again
+            ("HTTP 503", 0),
+        ]
+    )
+
+    def send(spans: list[Any]) -> int:
+        message, accepted = next(answers)
+        if message:
+            log.warning(message)
+        return accepted
+
+    monkeypatch.setattr(live._sender, "send", send)
+    try:
+        assert not live._deliver(["span"]) and live._error == "Connection refused, retrying in 1.1s"
+        assert not live._deliver(["span"]) and live._error == "Connection refused, retrying in 1.1s"
+        assert live._deliver(["span"]) and live._error is None
+        assert not live._deliver(["span"]) and live._error == "HTTP 503"
+    finally:
+        log.removeFilter(live._filter)
+    assert said[0].startswith(f"forkpoint: live export to {live.endpoint} failed (Connection refused")
+
+
 @pytest.mark.slow
 def test_a_hanging_endpoint_costs_at_most_the_timeout(tmp_path: Path, server: LocalServer) -> None:
     as_receiver(server, delay=20)
