@@ -209,10 +209,12 @@ class ValueEvent(_Common, total=False):
     """A value the agent's own code read from the clock, ``uuid`` or ``random`` while recording with
     ``deterministic`` (:mod:`forkpoint.capture.clock`): served back in the same order on replay.
 
-    ``fn`` names what was read (``"time.time"``, ``"datetime.now"``, ``"datetime.utcnow"``,
-    ``"datetime.today"``, ``"uuid.uuid4"``, ``"random.random"``, ``"random.getrandbits"``); ``args``
+    ``fn`` names what was read (``"time.time"``, ``"time.time_ns"``, ``"time.localtime"``,
+    ``"time.gmtime"``, ``"datetime.now"``, ``"datetime.utcnow"``, ``"datetime.today"``,
+    ``"date.today"``, ``"uuid.uuid4"``, ``"random.random"``, ``"random.getrandbits"``); ``args``
     its arguments when they decide the value (``[k]`` of ``getrandbits``); ``value`` its JSON form
-    (a float, an ISO 8601 string, a uuid string, hex digits)."""
+    (a number, an ISO 8601 string, a struct_time's 9 fields then its zone name and UTC offset, a
+    uuid string, hex digits)."""
 
     type: Required[Literal["value"]]
     fn: Required[str]

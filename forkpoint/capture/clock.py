@@ -2,8 +2,10 @@
 
 What the agent's own code reads from
 
-* ``datetime.datetime.now(tz=None)``, ``.utcnow()``, ``.today()``,
-* ``time.time()``,
+* ``datetime.datetime.now(tz=None)``, ``.utcnow()``, ``.today()``, ``datetime.date.today()``,
+* ``time.time()``, ``time.time_ns()``, and the local or UTC time that ``time.localtime()``,
+  ``gmtime()``, ``strftime(format)``, ``ctime()`` and ``asctime()`` read when not given a time
+  (kept broken down, with its zone: a replay in another time zone reads the recorded one),
 * ``uuid.uuid4()``,
 * the functions of the ``random`` module that draw from its shared generator (``random()``,
   ``randint``, ``choice``, ``shuffle``, ``sample``, ``uniform``, ``gauss``… — all of them but
@@ -22,21 +24,21 @@ the SDKs, HTTP clients, asyncio, the standard library — keeps the real clock a
 timeouts, retries and back-offs behave as they always do.
 
 **How.** The modules and functions themselves are left alone; the agent's modules get stand-ins.
-Their globals that hold ``time``, ``time.time``, ``datetime``, ``datetime.datetime``, ``uuid``,
-``uuid.uuid4``, ``random`` or one of its functions are replaced by forkpoint's, and
+Their globals that hold ``time`` or one of those functions of it, ``datetime``,
+``datetime.datetime``, ``datetime.date``, ``uuid``, ``uuid.uuid4``, ``random`` or one of its
+functions are replaced by forkpoint's, and
 ``builtins.__import__`` hands the stand-in modules to an ``import`` statement of the agent's code
 (it knows the importer by the globals every ``import`` passes it), so ``from datetime import
 datetime`` run later — in a function, in a module imported later, or in the script itself when
-``forkpoint record`` starts it — binds them too. The stand-in ``datetime`` class makes real
-``datetime`` objects: ``isinstance``, ``issubclass``, ``type(value) == datetime`` and a dict keyed
-by the class see no difference (``type(value) is datetime`` does), and a pydantic model field
-annotated with it is a ``datetime`` field. Without an active
+``forkpoint record`` starts it — binds them too. The stand-in ``datetime`` and ``date`` classes
+make real ``datetime`` and ``date`` objects: ``isinstance``, ``issubclass``, ``type(value) ==
+datetime`` and a dict keyed by the class see no difference (``type(value) is datetime`` does), a
+subclass the agent defines is a class like any other, and a pydantic model field annotated with
+one is a ``datetime`` (``date``) field. Without an active
 deterministic recording or replay, every stand-in does exactly what the original does.
 
 **Limits.** Reads inside a tool's body are not recorded (the tool call is, and its result is what
-a replay serves). Not covered: ``date.today()``, ``time.time_ns()``, ``time.monotonic()``,
-``time.perf_counter()``, ``time.localtime()``/``gmtime()``/``strftime()`` without an argument,
-``os.urandom``, ``secrets``, ``uuid.uuid1``, ``random.Random()``/``SystemRandom()`` instances,
+a replay serves). Not covered: ``time.monotonic()``, ``time.perf_counter()``, ``os.urandom``, ``secrets``, ``uuid.uuid1``, ``random.Random()``/``SystemRandom()`` instances,
 numpy's generators, a module reached through ``importlib.import_module`` or ``sys.modules``, and
 code that is not the agent's. Each read is one event in the log (``shuffle`` of a long list draws
 once per item).
@@ -64,7 +66,11 @@ from ..events import ValueEvent, new_span_id, now_iso
 T = TypeVar("T")
 
 _REAL_TIME = time.time
+_REAL_TIME_NS = time.time_ns
+_REAL_LOCALTIME = time.localtime
+_REAL_GMTIME = time.gmtime
 _REAL_DATETIME = datetime.datetime
+_REAL_DATE = datetime.date
 _REAL_UUID4 = uuid.uuid4
 _ORIGINAL_IMPORT = builtins.__import__
 _SHARED: random.Random = getattr(random, "_inst")  # noqa: B009 - the generator random's functions use
@@ -119,6 +125,44 @@ def _time() -> float:
     return read("time.time", _REAL_TIME, float, float)
 
 
+def _time_ns() -> int:
+    return read("time.time_ns", _REAL_TIME_NS, int, int)
+
+
+def _struct(fields: Any) -> time.struct_time:
+    return time.struct_time(fields)  # its 9 fields, then tm_zone and tm_gmtoff
+
+
+def _fields(value: time.struct_time) -> list[Any]:
+    return [*value, value.tm_zone, value.tm_gmtoff]
+
+
+def _localtime(secs: float | None = None) -> time.struct_time:
+    # (the broken-down time, not the seconds: a replay in another time zone reads the recorded one)
+    if secs is not None:
+        return _REAL_LOCALTIME(secs)
+    return read("time.localtime", _REAL_LOCALTIME, _fields, _struct)
+
+
+def _gmtime(secs: float | None = None) -> time.struct_time:
+    if secs is not None:
+        return _REAL_GMTIME(secs)
+    return read("time.gmtime", _REAL_GMTIME, _fields, _struct)
+
+
+# Without a time argument these read the local time now: the recorded one, through _localtime.
+def _strftime(format: str, t: Any = None) -> str:
+    return time.strftime(format, _localtime() if t is None else t)
+
+
+def _asctime(t: Any = None) -> str:
+    return time.asctime(_localtime() if t is None else t)
+
+
+def _ctime(secs: float | None = None) -> str:
+    return time.asctime(_localtime(secs))
+
+
 def _uuid4() -> uuid.UUID:
     return read("uuid.uuid4", _REAL_UUID4, str, uuid.UUID)
 
@@ -136,30 +180,39 @@ def _from_iso(tz: datetime.tzinfo | None) -> Callable[[Any], datetime.datetime]:
     return decode
 
 
-_time.__name__ = _time.__qualname__ = "time"
-_uuid4.__name__ = _uuid4.__qualname__ = "uuid4"
+for _fn in (_time, _time_ns, _localtime, _gmtime, _strftime, _asctime, _ctime, _uuid4):
+    _fn.__name__ = _fn.__qualname__ = _fn.__name__.lstrip("_")
+del _fn
 
 
-class _DatetimeMeta(type):
-    """``isinstance``/``issubclass`` against the stand-in ask the real class."""
+class _StandInClass(type):
+    """``isinstance``/``issubclass`` against a stand-in class ask the real class it stands for
+    (``_forkpoint_real`` in its own namespace); a subclass the agent's code defines of the stand-in
+    is a class like any other, as it would be of the real one."""
 
     def __instancecheck__(cls, obj: Any) -> bool:
-        return isinstance(obj, _REAL_DATETIME)
+        real = cls.__dict__.get("_forkpoint_real")
+        return isinstance(obj, real) if real is not None else super().__instancecheck__(obj)
 
     def __subclasscheck__(cls, sub: type) -> bool:
-        return issubclass(sub, _REAL_DATETIME)
+        real = cls.__dict__.get("_forkpoint_real")
+        return issubclass(sub, real) if real is not None else super().__subclasscheck__(sub)
 
     # ``type(value) == datetime`` and a dict keyed by the class find the real one (``is`` does not).
     def __eq__(cls, other: object) -> bool:
-        return other is cls or other is _REAL_DATETIME
+        real = cls.__dict__.get("_forkpoint_real")
+        return other is cls or (real is not None and other is real)
 
     def __hash__(cls) -> int:
-        return hash(_REAL_DATETIME)
+        real = cls.__dict__.get("_forkpoint_real")
+        return hash(real) if real is not None else super().__hash__()
 
 
-class _Datetime(_REAL_DATETIME, metaclass=_DatetimeMeta):
+class _Datetime(_REAL_DATETIME, metaclass=_StandInClass):
     """``datetime.datetime`` for the agent's own code: ``now``, ``utcnow`` and ``today`` are
     recorded; everything it makes is a real ``datetime``."""
+
+    _forkpoint_real = _REAL_DATETIME
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
         # The agent's own subclass (class Stamp(datetime)) makes its own instances.
@@ -188,7 +241,27 @@ class _Datetime(_REAL_DATETIME, metaclass=_DatetimeMeta):
         return handler.generate_schema(_REAL_DATETIME)
 
 
+class _Date(_REAL_DATE, metaclass=_StandInClass):
+    """``datetime.date`` for the agent's own code: ``today`` is recorded; everything it makes is a
+    real ``date``."""
+
+    _forkpoint_real = _REAL_DATE
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        return _REAL_DATE(*args, **kwargs) if cls is _Date else _REAL_DATE.__new__(cls, *args, **kwargs)
+
+    @classmethod
+    def today(cls) -> Any:
+        value = read("date.today", _REAL_DATE.today, _REAL_DATE.isoformat, _REAL_DATE.fromisoformat)
+        return value if cls is _Date else cls(value.year, value.month, value.day)
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> Any:
+        return handler.generate_schema(_REAL_DATE)
+
+
 _Datetime.__name__ = _Datetime.__qualname__ = "datetime"
+_Date.__name__ = _Date.__qualname__ = "date"
 
 
 def _as(cls: type, value: datetime.datetime) -> Any:
@@ -197,7 +270,7 @@ def _as(cls: type, value: datetime.datetime) -> Any:
     return value if cls is _Datetime else cls.combine(value.date(), value.timetz())  # type: ignore[attr-defined]
 
 
-_Datetime.__module__ = "datetime"
+_Datetime.__module__ = _Date.__module__ = "datetime"
 
 
 class _AgentRandom(random.Random):
@@ -253,8 +326,22 @@ def _register(original: Any, stand_in: Any) -> Any:
     return stand_in
 
 
-_register(time, _StandIn(time, {"time": _register(_REAL_TIME, _time)}))
-_register(datetime, _StandIn(datetime, {"datetime": _register(_REAL_DATETIME, _Datetime)}))
+_register(
+    time,
+    _StandIn(
+        time,
+        {
+            fn.__name__: _register(getattr(time, fn.__name__), fn)
+            for fn in (_time, _time_ns, _localtime, _gmtime, _strftime, _asctime, _ctime)
+        },
+    ),
+)
+_register(
+    datetime,
+    _StandIn(
+        datetime, {"datetime": _register(_REAL_DATETIME, _Datetime), "date": _register(_REAL_DATE, _Date)}
+    ),
+)
 _register(uuid, _StandIn(uuid, {"uuid4": _register(_REAL_UUID4, _uuid4)}))
 _register(
     random,

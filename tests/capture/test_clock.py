@@ -203,8 +203,9 @@ def test_the_agents_pydantic_models_with_datetime_fields_work_while_deterministi
 
 
 SUBCLASS = """
+import datetime as dt
 import random
-from datetime import datetime
+from datetime import date, datetime
 
 
 class Stamp(datetime):
@@ -212,15 +213,30 @@ class Stamp(datetime):
         return "stamp " + self.strftime("%Y")
 
 
+class Day(date):
+    pass
+
+
 def run():
-    made, now = Stamp(2020, 1, 2), Stamp.now()
+    made, now, day = Stamp(2020, 1, 2), Stamp.now(), Day.today()
     random.seed(1)
     first = random.gauss(0, 1)
     random.seed(1)
     return {
         "made": (type(made).__name__, made.label()),
         "now": (type(now).__name__, now.label()[:6], now.isoformat()),
+        "day": (type(day).__name__, day.isoformat()),
         "gauss again after seed": random.gauss(0, 1) == first,
+        # what the classes say of each other and of the real ones
+        "classes": [
+            isinstance(datetime.now(), Stamp),
+            isinstance(date.today(), Day),
+            issubclass(dt.datetime, Stamp),
+            Stamp == dt.datetime,
+            {dt.datetime: 1, Stamp: 2, Day: 3, date: 4}[Stamp],
+            isinstance(now, Stamp) and isinstance(now, dt.datetime) and isinstance(now, date),
+            issubclass(datetime, date) and isinstance(datetime.now(), date),
+        ],
     }
 """
 
@@ -230,14 +246,65 @@ def test_the_agents_datetime_subclass_and_a_seeded_gauss_are_as_live_while_deter
 ) -> None:
     """A datetime subclass defined by the agent's code while deterministic made plain datetimes
     (no .label()), and random.gauss after random.seed gave another value than live: its cached
-    second value was the stand-in generator's, which seed() did not clear."""
+    second value was the stand-in generator's, which seed() did not clear. And every real datetime
+    was an instance of such a subclass, which was a superclass of datetime and hashed as it."""
     run = importer(tmp_path, monkeypatch, "clock_subclass", SUBCLASS)
 
     plain = run()
+    assert plain["classes"] == [False, False, False, False, 2, True, True]
     with forkpoint.record(store=store, deterministic=True) as rec:
         live = run()
-    assert live["made"] == plain["made"] == ("Stamp", "stamp 2020")
+    assert live["classes"] == plain["classes"]
+    assert live["made"] == plain["made"] == ("Stamp", "stamp 2020") and live["day"][0] == "Day"
     assert live["now"][:2] == ("Stamp", "stamp ") and live["gauss again after seed"] is True
     with forkpoint.replay(rec.session_path) as rp:
         assert run() == live
     assert rp.report()["divergence"] is None
+
+
+STAMPS = """
+import time
+from datetime import date
+
+
+def run():
+    return {
+        "today": date.today().isoformat(),
+        "strftime": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "ctime": time.ctime(),
+        "asctime": time.asctime(),
+        "localtime": list(time.localtime()),
+        "gmtime": time.gmtime().tm_zone,
+        "time_ns": time.time_ns(),
+        "given a time": time.strftime("%H:%M %Z", time.localtime(0)),
+    }
+"""
+
+
+def test_a_prompt_stamped_with_the_date_or_the_local_time_replays_in_another_time_zone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, store: Path
+) -> None:
+    """``date.today()``, ``time.strftime(fmt)``, ``ctime()``, ``asctime()``, ``localtime()``,
+    ``gmtime()`` and ``time.time_ns()`` read the clock too: a prompt stamped with one of them did
+    not replay the next day. The local time is kept broken down, zone included, so a replay in
+    another zone reads what the recording read; a time the code passes itself is converted as live."""
+    run = importer(tmp_path, monkeypatch, "clock_stamps", STAMPS)
+
+    with forkpoint.record(store=store, deterministic=True) as rec:
+        live = run()
+    fns = [e["fn"] for e in forkpoint.Session.load(rec.session_path).by_type("value")]  # type: ignore[call-overload]
+    assert fns == ["date.today", *["time.localtime"] * 4, "time.gmtime", "time.time_ns"]
+
+    monkeypatch.setenv("TZ", "Asia/Tokyo" if time.strftime("%Z") != "JST" else "America/New_York")
+    time.tzset()
+    try:
+        time.sleep(1.01)  # another second: a clock read live would show it
+        with forkpoint.replay(rec.session_path) as rp:
+            again = run()
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+    assert again["given a time"] != live["given a time"]  # (the zone did change)
+    del again["given a time"], live["given a time"]
+    assert again == live
+    assert rp.report()["reproduced"]
