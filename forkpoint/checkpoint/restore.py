@@ -271,6 +271,7 @@ def _restore_into(
         "referenced": cp.get("referenced", []),
         "mentioned_absent": cp.get("mentioned_absent", []),
         "uncaptured": cp.get("uncaptured", []),
+        "submodules": (source or {}).get("submodules", []),
         "root": workspace.get("root"),
         "cwd": cp.get("cwd"),
         "forkpoint": cp.get("forkpoint"),

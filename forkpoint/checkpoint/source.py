@@ -279,6 +279,15 @@ class SourceTracker:
         """Paths of the user's index at the last :meth:`sync` (the tracked files)."""
         return set(self._entries or ())
 
+    def submodules(self) -> list[str]:
+        """Paths of the submodules (gitlinks) in the user's index at the last :meth:`sync`: the
+        tree holds each one's commit, not its files."""
+        return sorted(
+            p.decode("utf-8", "surrogateescape")
+            for p, meta in (self._entries or {}).items()
+            if meta.split(b" ", 2)[1:2] == [b"160000"]
+        )
+
     # -- keeping the private index in step with the user's
 
     def _user_index_stat(self) -> tuple[int, ...]:
@@ -442,7 +451,7 @@ class SourceTracker:
 
     def capture(self) -> dict[str, Any]:
         """``{"base", "head", "branch", "tree", "index_tree", "changed", "patch" (sections),
-        "diff_hash"}``. Raises :class:`CheckpointError`."""
+        "diff_hash"}``, and ``"submodules"`` when the index has any. Raises :class:`CheckpointError`."""
         head_proc = git_start(["rev-parse", "HEAD", "--symbolic-full-name", "HEAD"], self.repo)
         try:
             tree = self.tree()
@@ -460,7 +469,9 @@ class SourceTracker:
             except (CheckpointError, ValueError):
                 head, ref = None, "HEAD"
         patch = b"".join(self._patch)
+        submodules = self.submodules()
         return {
+            **({"submodules": submodules} if submodules else {}),
             "base": self.base,
             "head": head,
             "branch": ref[len("refs/heads/") :] if ref.startswith("refs/heads/") else None,

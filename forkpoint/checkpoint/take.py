@@ -133,6 +133,8 @@ class Workspace:
             if proc is not None and proc.poll() is None:
                 proc.kill()
                 proc.wait()
+        if source is not None and source.get("submodules"):
+            self._left_out(source["submodules"], submodules=True)
         left = [p for p in paths if unrestorable(p) is not None]
         if left:
             paths = [p for p in paths if unrestorable(p) is None]
@@ -154,18 +156,23 @@ class Workspace:
         ws.update(self._manifests.setdefault(str(blobs.root), Manifests()).fields(rows))
         return {"source": source, "workspace": ws}
 
-    def _left_out(self, names: list[str]) -> None:
-        """Say, once for each, the files a checkpoint leaves out (:func:`.workspace.unrestorable`)."""
+    def _left_out(self, names: list[str], *, submodules: bool = False) -> None:
+        """Say, once for each, the files a checkpoint leaves out (:func:`.workspace.unrestorable`),
+        or the ``submodules`` whose working trees it leaves out."""
         new = [n for n in names if n not in self._said]
         if new:
             self._said.update(new)
             shown = ", ".join(repr(n) for n in new[:5]) + (
                 f" and {len(new) - 5} more" if len(new) > 5 else ""
             )
-            sys.stderr.write(
-                f"forkpoint: WARNING: checkpoints of {self.root} leave out {shown}: a restore could not write "
-                "them back safely (a name holding .git in any case, or starting with a backslash)\n"
+            why = (
+                "a restore could not write them back safely (a name holding .git in any case, or starting "
+                "with a backslash)"
             )
+            if submodules:
+                shown = f"the working trees of submodules {shown}"
+                why = "each keeps a submodule's commit only, so a restore of one leaves them empty and fails validation"
+            sys.stderr.write(f"forkpoint: WARNING: checkpoints of {self.root} leave out {shown}: {why}\n")
 
     def tracked(self) -> set[bytes]:
         """Tracked paths as of the last capture (empty outside a repository)."""

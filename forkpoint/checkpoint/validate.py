@@ -52,7 +52,7 @@ _TEXT_FIELDS = (
     "root",
     "cwd",
 )
-_LIST_FIELDS = ("referenced", "mentioned_absent", "uncaptured")
+_LIST_FIELDS = ("referenced", "mentioned_absent", "uncaptured", "submodules")
 
 
 def _described(expect: dict[str, Any]) -> bool:
@@ -72,8 +72,9 @@ def validate(root: Path) -> list[Check]:
     """Check a restored directory against its checkpoint without any model.
 
     Checks: the tracked source tree hash, the workspace fingerprint (naming the files that differ),
-    the carried messages' digest, that the checkpoint is a resumable boundary, and that every file the
-    messages refer to exists. Raises :class:`CheckpointError` when ``root`` holds no restored
+    the carried messages' digest, that the checkpoint is a resumable boundary, that every file the
+    messages refer to exists, and (only when the repository has submodules) that their working
+    trees were restored, which they never are: a checkpoint keeps each one's commit only. Raises :class:`CheckpointError` when ``root`` holds no restored
     checkpoint.
     """
     root = Path(root).absolute()
@@ -162,4 +163,13 @@ def validate(root: Path) -> list[Check]:
         wanted.add(resolve_ref(root, cwd, ref) or rel)
     missing = sorted(p for p in wanted if not os.path.lexists(root / p))
     checks.append(Check("referenced files exist", not missing, sorted(wanted), {"missing": missing}))
+    if expect.get("submodules"):
+        checks.append(
+            Check(
+                "submodule working trees",
+                False,
+                expect["submodules"],
+                "not restored: a checkpoint keeps each submodule's commit, not its files",
+            )
+        )
     return checks

@@ -546,6 +546,36 @@ def test_files_a_restore_could_not_write_back_are_left_out_and_said(
     assert all(c.ok for c in validate(out))
 
 
+def test_a_submodules_working_tree_is_said_to_be_left_out_and_its_restore_fails_validation(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A checkpoint keeps a submodule's commit, not its files: the restore had an empty ``lib/``
+    where the agent had edited files, and validate said every check passed. Said at record time,
+    and validation fails, naming the submodule."""
+    lib = make_repo(tmp_path / "lib", {"lib.txt": "v1\n"})
+    repo = make_repo(tmp_path / "repo", {"a.txt": "a\n"})
+    sh_git(repo, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(lib), "vendor/lib")
+    sh_git(repo, "commit", "-qm", "add lib")
+    with forkpoint.record(store=tmp_path / "store", workspace=repo) as rec:
+        (repo / "vendor" / "lib" / "lib.txt").write_text("changed by the agent\n")
+        forkpoint.checkpoint()
+        seq = forkpoint.checkpoint()
+    said = " ".join(capsys.readouterr().err.split())
+    assert said.count("leave out the working trees of submodules 'vendor/lib'") == 1, said
+    assert Session.load(rec.session_path).events[seq - 1]["source"]["submodules"] == ["vendor/lib"]
+    out = restore(Session.load(rec.session_path), seq, tmp_path / "out")
+    assert not (out / "vendor" / "lib" / "lib.txt").exists()
+    checks = {c.name: c for c in validate(out)}
+    assert [n for n, c in checks.items() if not c.ok] == ["submodule working trees"]
+    assert checks["submodule working trees"].expected == ["vendor/lib"]
+    # A repository without submodules has no such check.
+    plain = make_repo(tmp_path / "plain", {"a.txt": "a\n"})
+    with forkpoint.record(store=tmp_path / "store", workspace=plain) as rec:
+        seq = forkpoint.checkpoint()
+    assert "submodules" not in Session.load(rec.session_path).events[seq - 1]["source"]
+    assert all(c.ok for c in validate(restore(Session.load(rec.session_path), seq, tmp_path / "out2")))
+
+
 def test_a_store_and_workspace_given_as_relative_paths_take_checkpoints(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
