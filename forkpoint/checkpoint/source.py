@@ -240,6 +240,8 @@ class SourceTracker:
         self._finalizer = weakref.finalize(self, shutil.rmtree, tmp, True)
         self.private = Path(tmp) / "index"
         self._entries: dict[bytes, bytes] | None = None
+        #: (the entries they were found in, the submodule paths among them)
+        self._submodules: tuple[dict[bytes, bytes] | None, list[str]] = (None, [])
         self._index_stat: tuple[int, ...] | None = None
         self._index_tree: str | None = None
         self._trust: bool | None = None
@@ -282,11 +284,14 @@ class SourceTracker:
     def submodules(self) -> list[str]:
         """Paths of the submodules (gitlinks) in the user's index at the last :meth:`sync`: the
         tree holds each one's commit, not its files."""
-        return sorted(
-            p.decode("utf-8", "surrogateescape")
-            for p, meta in (self._entries or {}).items()
-            if meta.split(b" ", 2)[1:2] == [b"160000"]
-        )
+        if self._submodules[0] is not self._entries:  # (once per change of the user's index)
+            found = sorted(
+                p.decode("utf-8", "surrogateescape")
+                for p, meta in (self._entries or {}).items()
+                if meta.split(b" ", 2)[1:2] == [b"160000"]
+            )
+            self._submodules = (self._entries, found)
+        return self._submodules[1]
 
     # -- keeping the private index in step with the user's
 
