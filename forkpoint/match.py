@@ -169,7 +169,7 @@ def normalized(event: Mapping[str, Any]) -> dict[str, Any]:
 #: The version of what the key functions compute (:func:`normalize_request`, :func:`model_key`,
 #: :func:`tool_key`, :func:`value_key`). Raise it whenever a key of the same call would change:
 #: a replay then recomputes the keys a session stored instead of trusting them (:func:`key_spec`).
-KEY_VERSION = 3  # 3: range and if-range are in the key
+KEY_VERSION = 4  # 3: range and if-range are in the key; 4: Bedrock InvokeModel's x-amzn-bedrock-* headers
 
 
 def key_spec(ignore: Ignore | None = None) -> str:

@@ -320,6 +320,19 @@ class BedrockInvoke(Provider):
     messages_field = "messages"
     final_events = ()
     otel_operation = "chat"
+    # InvokeModel's parameters that travel as headers (botocore's bedrock-runtime service model):
+    # another guardrail, trace setting, latency profile, service tier or accepted type is another
+    # request. (X-Amzn-Bedrock-Request-Metadata only labels the invocation log.)
+    semantic_headers = frozenset(
+        {
+            "x-amzn-bedrock-guardrailidentifier",
+            "x-amzn-bedrock-guardrailversion",
+            "x-amzn-bedrock-trace",
+            "x-amzn-bedrock-performanceconfig-latency",
+            "x-amzn-bedrock-service-tier",
+            "x-amzn-bedrock-accept",
+        }
+    )
 
     def claims_path(self, path: str) -> bool:
         op = _operation(path)

@@ -15,7 +15,7 @@ import pytest
 import forkpoint
 from forkpoint import eventstream, providers
 from forkpoint.show import render
-from tests.modelserver import LocalServer
+from tests.modelserver import LocalServer, Reply
 
 MODEL = "anthropic.claude-3-haiku-20240307-v1:0"
 TOOLS = {
@@ -294,7 +294,7 @@ def test_invoke_model_and_its_response_stream_replay_offline(store: Path) -> Non
     the model's own stream events (base64 in ``bytes``), as botocore receives them."""
     import base64
 
-    from tests.modelserver import Reply, Stream, aws_event
+    from tests.modelserver import Stream, aws_event
 
     message = {
         "id": "msg_1",
@@ -347,6 +347,31 @@ def test_invoke_model_and_its_response_stream_replay_offline(store: Path) -> Non
     with forkpoint.replay(rec.session_path) as rp:
         assert run(srv.url, REPLAY_KEY) == live
     assert rp.report()["reproduced"]
+
+
+def test_invoke_models_header_parameters_are_in_the_match_key(store: Path) -> None:
+    """InvokeModel sends its guardrail, trace, latency and service tier as ``X-Amzn-Bedrock-*``
+    headers: a program that changed its guardrail replayed "ok" with the old guardrail's answer."""
+    body = json.dumps({"anthropic_version": "bedrock-2023-05-31", "max_tokens": 5, "messages": []})
+    answer = {"type": "message", "role": "assistant", "content": [{"type": "text", "text": "ok"}]}
+
+    def run(base: str, key: tuple[str, str], guardrail: str, **more: str) -> str:
+        client = _client(base, key)
+        kw = dict(modelId=MODEL, body=body, guardrailIdentifier=guardrail, guardrailVersion="1", **more)
+        return str(json.loads(client.invoke_model(**kw)["body"].read())["content"][0]["text"])
+
+    with LocalServer() as srv:
+        srv.route("/model/*/invoke", lambda r: Reply(json.dumps(answer).encode(), ctype="application/json"))
+        with forkpoint.record(store=store) as rec:
+            run(srv.url, RECORD_KEY, "strict", trace="ENABLED")
+    with forkpoint.replay(rec.session_path) as rp:
+        assert run(srv.url, REPLAY_KEY, "strict", trace="ENABLED") == "ok"
+    assert rp.report()["reproduced"]
+    for guardrail, more in [("lenient", {"trace": "ENABLED"}), ("strict", {"trace": "DISABLED"})]:
+        with forkpoint.replay(rec.session_path) as rp:
+            with pytest.raises(Exception, match="diverged"):
+                run(srv.url, REPLAY_KEY, guardrail, **more)
+        assert rp.report()["divergence"] is not None
 
 
 def test_a_secret_in_an_event_streams_message_headers_never_reaches_disk(store: Path) -> None:
