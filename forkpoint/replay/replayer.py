@@ -23,8 +23,10 @@ import bisect
 import itertools
 import os
 import re
+import sys
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -163,7 +165,7 @@ def _volatile_change(change: Change) -> bool:
 
 def _alike(queues: Iterable[Sequence[Served]]) -> dict[int, int]:
     """Seq → group (its first seq) of the recorded calls that were asked the same (one match key)
-    and answered differently: served to several threads or processes, which got which cannot be
+    and answered differently: served to several threads, tasks or processes, which got which cannot be
     told from the recording (:func:`~forkpoint.replay.report.conclude` says so)."""
     out: dict[int, int] = {}
     for queue in queues:
@@ -357,6 +359,8 @@ class Replayer:
         # Which thread asked: a number of its own per thread (an ident is reused once one ends).
         self._thread = threading.local()
         self._threads = itertools.count()
+        #: asyncio task → its number (tasks of one thread race each other as threads do)
+        self._tasks: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
         self.used: list[int] = []
         # Served by the other processes of this replay (a recording made by several processes).
         self.ledger = ledger
@@ -726,13 +730,27 @@ class Replayer:
                 found.append(e)
         return _first_for(found, origin) if found else None
 
+    def _task_number(self) -> int | None:
+        """The number of the asyncio task this call is made in (None outside one)."""
+        aio = sys.modules.get("asyncio")  # (a program that never imported asyncio runs no task)
+        try:
+            task = aio.current_task() if aio is not None else None
+        except RuntimeError:  # no event loop running in this thread
+            return None
+        if task is None:
+            return None
+        if task not in self._tasks:
+            self._tasks[task] = next(self._threads)  # (one count: a number is never reused)
+        return self._tasks[task]
+
     def _serve(self, event: Served) -> Served:
         self.used.append(event["seq"])
         group = self._alike.get(event["seq"])
         if group is not None:
             if not hasattr(self._thread, "n"):
                 self._thread.n = next(self._threads)
-            served = [group, event["seq"], os.getpid(), self._thread.n, time.time(), self.started]
+            lane = [self._thread.n, self._task_number()]
+            served = [group, event["seq"], os.getpid(), lane, time.time(), self.started]
             self.alike_served.append(served)
         if event["type"] == "tool_call":
             # The calls its body made are in its recorded result; the body does not run now.

@@ -129,10 +129,11 @@ def ambiguous(alike_served: list[list[Any]]) -> list[list[int]]:
     """The groups of identical calls (one match key) whose recorded answers differ and that were
     served to callers racing each other, as their served seqs: which caller got which answer
     depends on the order they happened to ask in, which the recording cannot tell, so the run may
-    not have reproduced exactly. ``alike_served``: ``[group, seq, pid, thread, when served, when
-    its process started]``. Two threads of a process race; two processes do when the later one had
-    started when the earlier one was served (not a program a shell script runs after another, nor a
-    child forked after its parent's call)."""
+    not have reproduced exactly. ``alike_served``: ``[group, seq, pid, [thread, asyncio task or
+    None], when served, when its process started]``. Two threads of a process race, and so do two
+    asyncio tasks of a thread; two processes do when the later one had started when the earlier one
+    was served (not a program a shell script runs after another, nor a child forked after its
+    parent's call)."""
     groups: dict[int, list[list[Any]]] = {}
     for entry in alike_served:
         groups.setdefault(entry[0], []).append(entry)
@@ -199,7 +200,7 @@ def summary_line(report: dict[str, Any]) -> str:
         n = sum(len(g) for g in report["ambiguous"])
         status = (
             f"ok, but not certain: {n} identical calls that were answered differently when recorded were "
-            "served to several threads or processes, and which got which answer cannot be told from the "
+            "served to several threads, asyncio tasks or processes, and which got which answer cannot be told from the "
             f"recording (seq {'; '.join(', '.join(map(str, g)) for g in report['ambiguous'])})"
         )
     else:

@@ -645,3 +645,50 @@ def test_identical_calls_answered_differently_and_served_to_several_threads_are_
     with forkpoint.replay(rec.session_path) as rp:
         run(threads=False)  # one thread asking in turn: the order it asks in is the recorded order
     assert rp.report()["ambiguous"] == [] and summary_line(rp.report()).startswith("replay ok: 6/6")
+
+
+def test_identical_calls_answered_differently_and_served_to_several_asyncio_tasks_are_not_called_certain(
+    store: Path,
+) -> None:
+    """Two asyncio sub-agents of one thread: one's first call was slow, so the other asked the same
+    follow-up first while recording. Replayed calls answer at once, so they asked it the other way
+    round and got each other's answers, under "replay ok" (tasks were counted as one caller)."""
+    import asyncio
+    import itertools
+
+    counter = itertools.count()
+
+    @forkpoint.tool
+    async def plan(agent: str, seconds: float) -> str:
+        await asyncio.sleep(seconds)
+        return f"plan for {agent}"
+
+    @forkpoint.tool
+    async def pick() -> int:
+        return next(counter)
+
+    async def agent(name: str, seconds: float) -> tuple[str, int]:
+        await plan(name, seconds)
+        return name, await pick()
+
+    async def main(concurrent: bool) -> list[tuple[str, int]]:
+        if concurrent:
+            return list(await asyncio.gather(agent("slow", 0.3), agent("fast", 0.0)))
+        return [await agent("slow", 0.0), await agent("fast", 0.0)]
+
+    with forkpoint.record(store=store) as rec:
+        live = asyncio.run(main(concurrent=True))
+    assert dict(live) == {"fast": 0, "slow": 1}
+    picks = [e["seq"] for e in Session.load(rec.session_path).by_type("tool_call") if e["tool"] == "pick"]
+    with forkpoint.replay(rec.session_path) as rp:
+        asyncio.run(main(concurrent=True))
+    report = rp.report()
+    assert report["ambiguous"] == [sorted(picks)]
+    assert summary_line(report).startswith("replay ok, but not certain: 2 identical calls that were answered")
+    assert "asyncio tasks" in summary_line(report)
+
+    with forkpoint.record(store=store) as rec:
+        asyncio.run(main(concurrent=False))  # one task asking in turn: its order is the recorded one
+    with forkpoint.replay(rec.session_path) as rp:
+        asyncio.run(main(concurrent=False))
+    assert rp.report()["ambiguous"] == [] and summary_line(rp.report()).startswith("replay ok: 4/4")
