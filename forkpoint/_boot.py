@@ -155,7 +155,7 @@ def _start_replay(session: str, env: Mapping[str, str], *, spawned: bool = False
     replayer raise."""
     from . import api, override
     from .log import Session, SessionWriter
-    from .replay import API_KEY_VARS, PLACEHOLDER_KEY, Replayer, open_ledger, write_report
+    from .replay import PLACEHOLDER_KEY, Replayer, open_ledger, placeholder_keys, write_report
 
     opts = json.loads(env["FORKPOINT_REPLAY"] or "{}")
     child = SessionWriter.open(Path(opts["child"])) if opts.get("child") else None
@@ -173,7 +173,7 @@ def _start_replay(session: str, env: Mapping[str, str], *, spawned: bool = False
         ledger=open_ledger(reports / LEDGER_NAME) if reports else None,
         hand_over=True,
     )
-    for k in API_KEY_VARS:
+    for k in placeholder_keys(recorded):
         os.environ.setdefault(k, PLACEHOLDER_KEY)
     _deterministic(recorded.header.get("deterministic"))
     api.start(rp)

@@ -25,6 +25,7 @@ from .match import IgnoreRule, configured, ignore_rules
 from .override import Override
 from .record import (
     Recorder,
+    api_keys_set,
     attach_workspace,
     check_live_export,
     make_header,
@@ -97,6 +98,9 @@ def finish_recording(rec: Recorder) -> list[str]:
     connected to that no recorded exchange accounts for (a client forkpoint does not capture: its
     calls will not replay). They go into the session as a note and to stderr. Returns them."""
     finish_pending(rec)
+    later = [k for k in api_keys_set() if rec.api_keys is not None and k not in rec.api_keys]
+    if later:  # (loaded while it ran, from a .env file say: the replay needs them too)
+        rec.note("API-key variables set while the run ran", api_keys=later)
     missed = connections.unrecorded()
     if missed:
         rec.note("connections forkpoint did not record", unrecorded_connections=missed)
@@ -243,7 +247,14 @@ def replay(
     fit the session, :class:`~forkpoint.errors.SessionError` for one that cannot be read,
     :class:`~forkpoint.errors.ConfigError` for a bad ignore rule.
     """
-    from .replay import API_KEY_VARS, PLACEHOLDER_KEY, Replayer, create_child, end_divergence, write_report
+    from .replay import (
+        PLACEHOLDER_KEY,
+        Replayer,
+        create_child,
+        end_divergence,
+        placeholder_keys,
+        write_report,
+    )
     from .store import resolve
 
     runtime.check_free("replay")  # (before a child session or the API-key placeholders)
@@ -285,7 +296,7 @@ def replay(
         strict=strict,
         hand_over=loaded_here,
     )
-    added = [k for k in API_KEY_VARS if not os.environ.get(k)]
+    added = [k for k in placeholder_keys(session) if not os.environ.get(k)]
     for k in added:
         os.environ[k] = PLACEHOLDER_KEY
     hooks = ExitStack()

@@ -39,7 +39,7 @@ from .log import (
     parse_recipients,
 )
 from .match import Ignore, IgnoreRule, configured, event_key, header_rules, key_spec
-from .providers import classify, sdk_packages, summary
+from .providers import api_key_vars, classify, sdk_packages, summary
 from .text import plural
 
 if TYPE_CHECKING:  # checkpoints are imported where a workspace is taken: most recordings take none
@@ -141,7 +141,15 @@ def make_header(
     if recipients:
         header["encryption"] = encryption_table(recipients)
     header["keys"] = key_spec(configured() + ignore)
+    header["api_keys"] = api_keys_set()
     return header
+
+
+def api_keys_set() -> list[str]:
+    """Which of the providers' API-key variables (:func:`forkpoint.providers.api_key_vars`) are set
+    now: their names only. A replay sets placeholders for those a recording had (the SDKs refuse
+    to start without one), and for no other: a program may choose its provider by which is set."""
+    return [k for k in api_key_vars() if os.environ.get(k)]
 
 
 def refuse_self_recording(header: Mapping[str, Any], session_id: str, how: str) -> None:
@@ -188,6 +196,8 @@ class Recorder:
         # An event says what its key was computed under only when the header does not.
         self.keys = None if spec == writer.header.get("keys") else spec
         self.deterministic = bool(writer.header.get("deterministic"))
+        #: The API-key variables set when the session started (None: a header that does not say).
+        self.api_keys: list[str] | None = writer.header.get("api_keys")
         self.root_span: str = writer.header.get("span_id") or new_span_id()
         self.pending: set[Any] = set()
         self.counts = {"model_call": 0, "tool_call": 0, "checkpoint": 0}

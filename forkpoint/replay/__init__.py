@@ -16,7 +16,7 @@ from ..runtime import POLICIES, SOURCES
 if TYPE_CHECKING:
     from .guard import install_network_guard
     from .ledger import Ledger, open_ledger
-    from .replayer import API_KEY_VARS, PLACEHOLDER_KEY, Replayer, label, release_order
+    from .replayer import API_KEY_VARS, PLACEHOLDER_KEY, Replayer, label, placeholder_keys, release_order
     from .report import (
         EXIT_DIVERGENCE,
         conclude,
@@ -36,7 +36,14 @@ if TYPE_CHECKING:
 _SUBMODULES = {
     ".guard": ["install_network_guard"],
     ".ledger": ["Ledger", "open_ledger"],
-    ".replayer": ["API_KEY_VARS", "PLACEHOLDER_KEY", "Replayer", "label", "release_order"],
+    ".replayer": [
+        "API_KEY_VARS",
+        "PLACEHOLDER_KEY",
+        "Replayer",
+        "label",
+        "placeholder_keys",
+        "release_order",
+    ],
     ".report": [
         "EXIT_DIVERGENCE",
         "conclude",
@@ -74,6 +81,7 @@ __all__ = [
     "label",
     "merge_reports",
     "open_ledger",
+    "placeholder_keys",
     "problems",
     "release_order",
     "summary_line",

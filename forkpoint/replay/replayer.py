@@ -82,6 +82,17 @@ API_KEY_VARS = api_key_vars()
 PLACEHOLDER_KEY = "forkpoint-replay-no-key"
 
 
+def placeholder_keys(session: Session) -> list[str]:
+    """The API-key variables a replay of ``session`` sets to :data:`PLACEHOLDER_KEY` where they are
+    unset (an SDK refuses to start without its key): those the recording had set, as its header
+    (``api_keys``) and its notes of keys set later say; every one for a session that does not say."""
+    said = session.header.get("api_keys")
+    if not isinstance(said, list):
+        return list(API_KEY_VARS)
+    later = {k for n in session.by_type("note") for k in ((n.get("data") or {}).get("api_keys") or [])}
+    return [k for k in API_KEY_VARS if k in said or k in later]
+
+
 def label(event: Mapping[str, Any]) -> str:
     """How a report names a recorded call: ``tool NAME``, ``value time.time``, or ``POST /path, model M``."""
     if event["type"] == "tool_call":

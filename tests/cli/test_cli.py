@@ -1232,3 +1232,58 @@ def test_the_summary_line_tells_model_calls_from_other_http_calls(tmp_path: Path
     assert "(1 model call, 0 tool calls, 2 other HTTP calls: telemetry, MCP, plain HTTP)" in rec.stderr, (
         rec.stderr
     )
+
+
+KEYS_SCRIPT = """
+import os
+from pathlib import Path
+
+import forkpoint
+from forkpoint.replay import API_KEY_VARS
+
+
+@forkpoint.tool
+def keys():
+    return [k for k in API_KEY_VARS if os.environ.get(k)]
+
+
+if Path("dotenv.txt").exists():  # (as python-dotenv would: a key the environment did not have)
+    os.environ["OPENAI_API_KEY"] = Path("dotenv.txt").read_text().strip()
+print("keys:", [k for k in API_KEY_VARS if os.environ.get(k)], keys())
+"""
+
+
+def test_a_replay_sets_placeholder_keys_only_for_the_variables_the_recording_had(tmp_path: Path) -> None:
+    """A replay set every provider's API-key variable to a placeholder: a program that picks its
+    provider by which key is set took another branch and diverged (and google-genai warned that two
+    of its keys were set). Only the variables the recording had get one, those the program set
+    while it ran (from a .env file) included."""
+    from forkpoint.replay import API_KEY_VARS
+
+    (tmp_path / "keys.py").write_text(KEYS_SCRIPT)
+    (tmp_path / "dotenv.txt").write_text("sk-from-dotenv-file\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FORKPOINT_") and k not in API_KEY_VARS}
+    store = str(tmp_path / "store")
+    recorded = run(
+        [*FORKPOINT, "record", "--store", store, "--no-workspace", "--", sys.executable, "keys.py"],
+        tmp_path,
+        env,
+    )
+    assert recorded.returncode == 0, recorded.stderr
+    assert "keys: ['OPENAI_API_KEY'] ['OPENAI_API_KEY']" in recorded.stdout
+    (tmp_path / "dotenv.txt").unlink()  # not on the machine that replays
+    replayed = run([*FORKPOINT, "replay", "last", "--store", store], tmp_path, env)
+    assert replayed.returncode == 0, replayed.stderr
+    assert "keys: ['OPENAI_API_KEY'] ['OPENAI_API_KEY']" in replayed.stdout, replayed.stdout
+    # In Python, the same; and the placeholder is gone after the block.
+    session = Session.load(next(Path(store).glob("*/")))
+    assert session.header["api_keys"] == [] and [n["data"] for n in session.by_type("note")] == [
+        {"api_keys": ["OPENAI_API_KEY"]}
+    ]
+    saved = {k: os.environ.pop(k) for k in API_KEY_VARS if k in os.environ}
+    try:
+        with forkpoint.replay(session):
+            assert [k for k in API_KEY_VARS if os.environ.get(k)] == ["OPENAI_API_KEY"]
+        assert not any(os.environ.get(k) for k in API_KEY_VARS)
+    finally:
+        os.environ.update(saved)
