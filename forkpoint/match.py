@@ -456,8 +456,9 @@ VOLATILE: dict[str, str] = {
     r"|\b\d{2}:\d{2}:\d{2}(?:[.,]\d+)?",
     "epoch": r"(?<![\d.])1\d{9}(?:\d{3})?(?:\.\d+)?(?![\d.])",
     "uuid": r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}",
+    # (bare hex with a letter in it: sixteen digits after a point are a number's, a score or a price)
     "id": r"\b(?:req|msg|run|sess|session|trace|span|call|chatcmpl|resp|evt)[-_][A-Za-z0-9]{6,}\b"
-    r"|(?<![0-9A-Za-z])[0-9a-f]{16,}(?![0-9A-Za-z])",
+    r"|(?<![0-9A-Za-z.])(?=[0-9]*[a-f])[0-9a-f]{16,}(?![0-9A-Za-z])",
 }
 _VOLATILE_RE = compiled_later("|".join(f"(?P<{k}>{v})" for k, v in VOLATILE.items()))
 _ID_KEY = compiled_later(

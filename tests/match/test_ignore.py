@@ -193,6 +193,28 @@ def test_no_suggestion_when_something_else_changed() -> None:
     assert suggest_ignore(e, f, Ignore()) == [IgnoreRule("$.body.metadata.session_id")]
 
 
+@pytest.mark.parametrize(
+    ("expected", "actual"),
+    [
+        ("score=0.6181487094123757", "score=0.11866987342425084"),  # a random() in the prompt
+        ("total 12345678901234567 items", "total 98765432109876543 items"),
+    ],
+)
+def test_numbers_are_not_taken_for_hex_ids(expected: str, actual: str) -> None:
+    """The sixteen digits after ``0.`` were taken for a hex request id, and the report suggested a
+    rule that would take every such number (a score, a price) out of matching."""
+    a = normalize_request("POST", URL, HEADERS, body(metadata={"v": expected}))
+    b = normalize_request("POST", URL, HEADERS, body(metadata={"v": actual}))
+    assert suggest_ignore(a, b, Ignore()) == []
+    c = normalize_request(
+        "POST", URL, HEADERS, body(metadata={"v": "trace 4bf92f3577b34da6a3ce929d0e0e4736"})
+    )
+    d = normalize_request(
+        "POST", URL, HEADERS, body(metadata={"v": "trace 00f067aa0ba902b7a1b2c3d4e5f60718"})
+    )
+    assert [r.path for r in suggest_ignore(c, d, Ignore())] == ["$.body.metadata.v"]  # hex ids still are
+
+
 def ask(prompt: str, system: str, base_url: str) -> str:
     client = openai.OpenAI(base_url=base_url, api_key="sk-test", max_retries=0)
     reply = client.chat.completions.create(
