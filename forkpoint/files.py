@@ -4,6 +4,7 @@ whole or not at all."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -26,11 +27,15 @@ def write_private(path: str | Path, data: bytes) -> Path:
     return path
 
 
-def copy_dir_into_place(source: Path, target: Path) -> Path:
+def copy_dir_into_place(
+    source: Path, target: Path, leave_out: Callable[[str, list[str]], list[str]] | None = None
+) -> Path:
     """Copy the directory ``source`` to ``target``, replacing a directory there whole or not at all:
     the copy is made beside ``target`` first, the old one moved aside, the copy renamed into place,
-    and only then the old one removed. Returns ``target``. Raises ``OSError`` (``ValueError`` when
-    ``source`` is ``target``, or inside it); ``target`` is then left as it was."""
+    and only then the old one removed. ``leave_out(folder, names)``: of the ``names`` in ``folder``
+    (relative to ``source``, ``""`` for itself), those not to copy. Returns ``target``. Raises
+    ``OSError`` (``ValueError`` when ``source`` is ``target``, or inside it); ``target`` is then
+    left as it was."""
     import shutil  # (here: every recording process imports this module, and shutil costs 1 ms)
 
     source, target = Path(source), Path(target)
@@ -39,7 +44,14 @@ def copy_dir_into_place(source: Path, target: Path) -> Path:
     tag = f"{os.getpid()}.{os.urandom(4).hex()}"
     new, aside = target.with_name(f".{target.name}.new-{tag}"), target.with_name(f".{target.name}.old-{tag}")
     try:
-        shutil.copytree(source, new, symlinks=True)
+        ignore = None
+        if leave_out is not None:
+
+            def ignore(folder: str, names: list[str]) -> list[str]:
+                rel = os.path.relpath(folder, source)
+                return leave_out("" if rel == "." else rel, names)
+
+        shutil.copytree(source, new, symlinks=True, ignore=ignore)
         if target.exists():
             os.rename(target, aside)
         try:

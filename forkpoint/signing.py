@@ -36,10 +36,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from .errors import SigningError, UntrustedSession
 from .events import now_iso
-from .log import LOG_NAME
+from .log import LOG_NAME, SIGNATURE_NAME
 
 #: Beside a session's log.
-SIGNATURE_NAME = "signature.json"
 KEY_NAME = "signing-key.pem"
 TRUSTED_NAME = "trusted-keys"
 KEY_PREFIX = "ed25519:"

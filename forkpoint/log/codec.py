@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -52,6 +53,28 @@ DELTA_SET_FROM = 3
 LOG_NAME = "session.jsonl"
 BLOB_DIR = "blobs"
 GIT_OBJECTS = "git-objects"
+SIGNATURE_NAME = "signature.json"
+#: What a session folder holds: its log, blob folder, git objects and signature (forkpoint.signing).
+SESSION_ENTRIES = frozenset({LOG_NAME, BLOB_DIR, GIT_OBJECTS, SIGNATURE_NAME})
+#: The names inside ``blobs/`` and ``git-objects/``: two hex digits, then a content address.
+_FANOUT = re.compile(r"[0-9a-f]{2}")
+_ADDRESS = re.compile(r"[0-9a-f]{38,62}(?:\.zst)?")
+
+
+def foreign(folder: str, names: list[str]) -> list[str]:
+    """Of ``names`` in ``folder`` (relative to a session folder, ``""`` for itself), those no
+    session holds there: anything a copy of the session leaves out (a ``conftest.py`` dropped into
+    a shared store would otherwise be copied into a checkout by ``make-test``, and run by pytest).
+    (A write's temporary file, ``.tmp-…``, is one too: it is no part of the session yet.)"""
+    parts = [p for p in folder.replace("\\", "/").split("/") if p]
+    if not parts:
+        return [n for n in names if n not in SESSION_ENTRIES]
+    if parts[0] not in (BLOB_DIR, GIT_OBJECTS) or len(parts) > 2:
+        return list(names)
+    pattern = _FANOUT if len(parts) == 1 else _ADDRESS
+    return [n for n in names if not pattern.fullmatch(n)]
+
+
 #: Strings at least this long (UTF-8 bytes) are stored as blobs.
 BLOB_MIN_BYTES = 1024
 #: Binary payloads at least this long are stored as blobs rather than base64 in the line.

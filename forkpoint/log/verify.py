@@ -23,6 +23,7 @@ from .codec import (
     LOG_NAME,
     Repeats,
     blob_refs,
+    foreign,
     line_hash,
 )
 from .crypto import ENC, FILES, Cipher, header_cipher, open_event
@@ -119,6 +120,28 @@ def _sealed_note(cipher: Cipher, why: str) -> str:
         f"session {cipher.session} is encrypted and {why}: its chain, lines and every blob's ciphertext "
         "were checked; what is inside them (deltas, checkpoints' manifests, contexts) was not"
     )
+
+
+def _foreign_files(session: Path) -> list[Path]:
+    """What the session folder holds besides a session's own entries (:func:`.codec.foreign`):
+    its top, and ``blobs/`` and ``git-objects/`` two levels deep, sorted."""
+    found: list[Path] = []
+    for folder in ("", BLOB_DIR, GIT_OBJECTS):
+        top = session / folder
+        try:
+            names = sorted(os.listdir(top))
+        except OSError:
+            continue
+        found += [top / n for n in foreign(folder, names)]
+        if folder:
+            for sub in names:
+                if os.path.isdir(top / sub) and not os.path.islink(top / sub):
+                    try:
+                        inner = sorted(os.listdir(top / sub))
+                    except OSError:
+                        continue
+                    found += [top / sub / n for n in foreign(f"{folder}/{sub}", inner)]
+    return sorted(found)
 
 
 def verify(path: Path | str, *, deep: bool = True, checks: Mapping[str, Check] | None = None) -> Verification:
@@ -335,6 +358,14 @@ def verify(path: Path | str, *, deep: bool = True, checks: Mapping[str, Check] |
             notes.append(f"{p}: left over by an interrupted write: not part of the session (safe to delete)")
         if len(left) > 5:
             notes.append(f"… and {len(left) - 5} more files left over by interrupted writes")
+        alien = [p for p in _foreign_files(path) if p not in left]
+        for p in alien[:5]:
+            notes.append(
+                f"{p}: not part of the session (forkpoint never writes it there, never reads it, and leaves "
+                "it out of the copies it makes: make-test's cassette)"
+            )
+        if len(alien) > 5:
+            notes.append(f"… and {len(alien) - 5} more files that are not part of the session")
     result.complete = last_type == "end"
     if not problems and not result.truncated and not result.complete:
         running = ""

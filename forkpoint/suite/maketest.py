@@ -20,7 +20,7 @@ from ..checkpoint import verify_session
 from ..diff import totals
 from ..errors import SessionError, UsageError
 from ..files import copy_dir_into_place
-from ..log import Session
+from ..log import Session, foreign
 from ..orchestrate import map_command
 from ..program import parse_command
 
@@ -79,6 +79,9 @@ def make_test(
             f"session {session.id} has no end event (still being recorded, or killed): "
             "there is no ending for the test to assert"
         )
+    code = end.get("exit_code")
+    if code is not None and type(code) is not int:
+        raise SessionError(f"session {session.id}: its end event's exit_code is not a number: {code!r:.80}")
     argv = session.header.get("argv") or []
     if command:
         command = list(command)
@@ -117,10 +120,9 @@ def make_test(
             raise UsageError(f"{existing} exists; choose another --name, or replace it with --force")
     into.mkdir(parents=True, exist_ok=True)
     if cassette.resolve() != session.path.resolve():  # (made from its own cassette: it is in place)
-        copy_dir_into_place(session.path, cassette)
+        copy_dir_into_place(session.path, cassette, leave_out=foreign)  # (nothing else the folder has)
     tools = list(session.header.get("tools") or [])
     tags = ", ".join(f"{k}={v}" for k, v in (session.header.get("tags") or {}).items() if v is not None)
-    code = end.get("exit_code")
     reason = f" ({end['reason']})" if end.get("reason") else ""
     final = totals(session)["final_answer"]
     try:
@@ -161,7 +163,7 @@ def make_test(
         f"def test_{ident}(monkeypatch: pytest.MonkeyPatch) -> None:",
         "    monkeypatch.chdir(ROOT)",
         f"    run = forkpoint.run_command(COMMAND{', tools=TOOLS' if tools else ''})",
-        f"    # How the recorded run ended: exit code {code}{_line(reason)}."
+        f"    # How the recorded run ended: exit code {_line(code)}{_line(reason)}."
         + (" Its last model answer:" if final else ""),
     ]
     if final:

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from forkpoint.errors import UsageError
+from forkpoint.errors import SessionError, UsageError
 from forkpoint.log import Session
 from forkpoint.program import parse_command, run_command
 from tests.modelserver import LocalServer, Reply, chat_completion, json_reply
@@ -306,3 +306,45 @@ def test_make_test_runs_no_command_an_untrusted_session_recorded_and_replaces_ca
     ran = pytest_in(tmp_path, env, "tests/incidents")
     assert ran.returncode == 0 and "2 passed" in ran.stdout, ran.stdout + ran.stderr
     assert [p.name for p in cassette.parent.iterdir() if p.name.startswith(".")] == []  # nothing left beside
+
+
+def test_make_test_copies_only_the_session_and_writes_no_recorded_field_as_code(tmp_path: Path) -> None:
+    """A ``conftest.py`` dropped into a session's folder in a shared store (no key needed: the
+    signature covers the log) was copied into the checkout with the cassette, and pytest ran it. And
+    an ``exit_code`` made a string with a newline broke out of the generated test's comment into
+    code. The cassette holds the session's own files only, verify names the others, and such an
+    exit code is refused."""
+    from forkpoint.log import SessionWriter, verify
+    from forkpoint.record import make_header
+    from forkpoint.suite.maketest import make_test
+
+    marker = tmp_path / "ran"
+    (tmp_path / "agent.py").write_text("print('answer: 42')\n")
+    env = {**os.environ, "FORKPOINT_STORE": str(tmp_path / "store")}
+    forkpoint = [sys.executable, "-m", "forkpoint.cli"]
+    made = sh(*forkpoint, "record", "--name", "a", "--", sys.executable, "agent.py", cwd=tmp_path, env=env)
+    assert made.returncode == 0, made.stderr
+    session = next(p for p in (tmp_path / "store").iterdir() if (p / "signature.json").exists())
+    planted = f"open({str(marker)!r}, 'w').write('x')\n"
+    (session / "conftest.py").write_text(planted)
+    (session / "blobs").mkdir(exist_ok=True)
+    (session / "blobs" / "conftest.py").write_text(planted)
+    notes = verify(session).notes
+    assert any("conftest.py: not part of the session" in n for n in notes), notes
+    test = sh(*forkpoint, "make-test", "a", cwd=tmp_path, env=env)
+    assert test.returncode == 0, test.stderr
+    cassette = tmp_path / "tests" / "incidents" / "cassettes" / "a"
+    assert sorted(p.relative_to(cassette).as_posix() for p in cassette.rglob("*") if p.is_file()) == [
+        "session.jsonl",
+        "signature.json",
+    ]
+    ran = pytest_in(tmp_path, env, "tests/incidents")
+    assert ran.returncode == 0 and "1 passed" in ran.stdout, ran.stdout + ran.stderr
+    assert not marker.exists()
+
+    writer = SessionWriter.create(tmp_path / "forged", make_header(argv=["python", "agent.py"], name="f"))
+    writer.append({"type": "end", "exit_code": "0\nimport os; os.system('true')"})
+    writer.close()
+    with pytest.raises(SessionError, match="exit_code is not a number"):
+        make_test(Session.load(writer.path), into=tmp_path / "out", root=tmp_path, trust=True)
+    assert not (tmp_path / "out").exists()
