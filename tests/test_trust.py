@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -176,6 +177,30 @@ def test_a_forged_index_entry_is_detected(tmp_path: Path, env: dict[str, str]) -
     v = run(["verify", str(other)], tmp_path, env)
     assert v.returncode == 1
     assert f"the index entry of session {other.name} does not describe its log" in flat(v.stderr)
+
+
+def test_a_forged_session_id_names_no_file_outside_the_store(tmp_path: Path, env: dict[str, str]) -> None:
+    """A header whose session_id was made ``/../../…/x`` (the chain computed again: no key needed)
+    verified, and ``forkpoint ls`` wrote the index entry ``x.json`` outside the store."""
+    session = record(tmp_path, env, name="one")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    lines = [orjson.loads(raw) for raw in (session / LOG_NAME).read_bytes().splitlines()]
+    lines[0]["session_id"] = "/" + "../" * 12 + str(outside / "EVIL").lstrip("/")
+    prev = ""
+    for i, obj in enumerate(lines):
+        if i:
+            obj["prev"] = prev
+        obj["hash"] = line_hash(obj)
+        prev = obj["hash"]
+    (session / LOG_NAME).write_bytes(b"".join(orjson.dumps(o) + b"\n" for o in lines))
+    shutil.rmtree(tmp_path / "store" / "index", ignore_errors=True)
+
+    listed = run(["ls", "--store", str(tmp_path / "store")], tmp_path, env)
+    assert not list(outside.iterdir())
+    assert "is not a session id" in flat(listed.stdout + listed.stderr), listed.stdout + listed.stderr
+    v = run(["verify", str(session)], tmp_path, env)
+    assert v.returncode == 1 and "the header's session_id" in flat(v.stdout + v.stderr)
 
 
 @pytest.mark.slow

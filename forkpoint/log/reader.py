@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,6 +63,11 @@ def read_header(log_path: Path) -> dict[str, Any]:
     return check_header(first, log_path)
 
 
+#: What a session id may be: ``20261129-181029-3f9a1c`` (:func:`forkpoint.events.new_session_id`),
+#: or any name of letters, digits, ``.``, ``_`` and ``-`` that starts with a letter or digit.
+_SESSION_ID = re.compile(r"[0-9A-Za-z][0-9A-Za-z._-]{0,127}")
+
+
 def check_header(first: bytes, log_path: Path) -> dict[str, Any]:
     """Parse and check a session log's first line. Raises :class:`SessionError` naming the problem."""
     if not first.endswith(b"\n"):
@@ -77,6 +83,10 @@ def check_header(first: bytes, log_path: Path) -> dict[str, Any]:
             f"{log_path}:1: session format version {head.get('version')!r} is not supported "
             f"(this forkpoint reads versions {', '.join(map(str, READ_VERSIONS))})"
         )
+    sid = head.get("session_id")
+    if not isinstance(sid, str) or not _SESSION_ID.fullmatch(sid):
+        # (an id names files of the store: its index entry, a fetched copy)
+        raise SessionError(f"{log_path}:1: the header's session_id {sid!r:.80} is not a session id")
     return head
 
 
