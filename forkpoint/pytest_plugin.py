@@ -788,10 +788,12 @@ def tmp_path_rules(root: Path) -> tuple[IgnoreRule, ...]:
     """Match rules that leave pytest's temporary folder (``tmp_path`` lives under ``root``, a new
     ``pytest-N`` every run, ``popen-gwN`` under pytest-xdist) out of the keys of model calls and
     tool calls: a test that hands ``tmp_path`` to a tool, or a path in it to the model, replays in
-    the next run. The rules are the same in every run (the numbers are any), so a session's keys
-    are computed once."""
-    numbered = r"(pytest\\-|popen\\-gw)\d+"  # (in the escaped text: pytest\-130, popen\-gw1)
-    regex = re.sub(numbered, lambda m: m[1] + r"\d+", re.escape(str(root)))
+    the next run, with or without xdist. The rules are the same in every run (the numbers are any),
+    so a session's keys are computed once."""
+    if re.fullmatch(r"popen-gw\d+", root.name):  # (a recording with xdist replays without, and back)
+        root = root.parent
+    numbered = r"(pytest\\-)\d+"  # (in the escaped text: pytest\-130)
+    regex = re.sub(numbered, lambda m: m[1] + r"\d+", re.escape(str(root))) + r"(?:/popen\-gw\d+)?"
     return (
         IgnoreRule("$.body", regex, source="pytest's tmp_path"),
         IgnoreRule("$.args", regex, tool="*", source="pytest's tmp_path"),

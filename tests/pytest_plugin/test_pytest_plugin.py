@@ -618,6 +618,25 @@ def test_saves(tmp_path):
 """
 
 
+def test_tmp_path_is_left_out_the_same_with_and_without_xdist(tmp_path: Path) -> None:
+    """A cassette recorded by ``pytest`` failed under ``pytest -n 2`` (and back): the rule was made
+    from this run's folder, which under xdist has ``popen-gw0`` in it, and the recorded path had not."""
+    from forkpoint.match import Ignore, tool_key
+    from forkpoint.pytest_plugin import tmp_path_rules
+
+    base = tmp_path / "pytest-of-u"
+    serial, xdist = tmp_path_rules(base / "pytest-303"), tmp_path_rules(base / "pytest-306" / "popen-gw0")
+    assert serial == xdist
+    keys = {
+        tool_key("save", {"folder": str(base / run / "test_saves0")}, Ignore(rules))
+        for run in ("pytest-303", "pytest-306/popen-gw0", "pytest-7/popen-gw12")
+        for rules in (serial, xdist)
+    }
+    assert len(keys) == 1
+    other = tool_key("save", {"folder": str(base / "pytest-303" / "test_other0")}, Ignore(serial))
+    assert other not in keys  # (what is under the folder still counts)
+
+
 def test_a_test_that_hands_tmp_path_to_a_tool_replays_in_the_next_run(pytester: pytest.Pytester) -> None:
     """pytest's ``tmp_path`` is under a new ``pytest-N`` folder every run, so a test that handed it
     to a tool never replayed (the arguments differed) and no ignore rule was offered. This run's
