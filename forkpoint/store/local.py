@@ -16,6 +16,7 @@ from typing import Any
 from ..errors import SessionError
 from ..events import Header
 from ..log import LOG_NAME, read_header
+from ..log.blobs import open_regular
 from .base import Listing, Recording, SessionInfo, Store, info, pick, scan, session_order
 from .index import (
     ENTRIES,
@@ -68,10 +69,16 @@ class LocalIO:
     def read_many(self, folder: str, names: list[str]) -> dict[str, bytes]:
         out = {}
         for n in names:
+            path = self.base / folder / n
             try:
-                out[n] = (self.base / folder / n).read_bytes()
+                with open_regular(path) as f:  # (a FIFO put there would block ls forever)
+                    out[n] = f.read()
             except FileNotFoundError:
                 pass
+            except (SessionError, IsADirectoryError) as exc:
+                # The index is derived data: the session it described is read from its log instead.
+                why = exc if isinstance(exc, SessionError) else f"{path}: is a directory"
+                sys.stderr.write(f"forkpoint: WARNING: skipped a damaged index file ({why}); remove it\n")
         return out
 
     def _folder(self, folder: str) -> Path:

@@ -495,6 +495,32 @@ def test_local_ls_reads_the_index_not_the_logs(tmp_path: Path, monkeypatch: pyte
     assert len(read_index(LocalIO(root)).entries) == 3
 
 
+@pytest.mark.parametrize("damage", ["fifo", "directory"])
+def test_an_index_file_that_is_no_regular_file_is_skipped_and_said(tmp_path: Path, damage: str) -> None:
+    """An index entry replaced by a FIFO made ``ls``, ``show last`` and ``ls --reindex`` hang
+    forever; one replaced by a directory made each end in a traceback, so the store could not be
+    repaired. The entry is skipped, said, and its session read from its log."""
+    root = tmp_path / "store"
+    dirs = [make_session(root, f"s{i}") for i in range(3)]
+    assert ls_ids(cli("ls", "--store", str(root)).stdout) == [d.name for d in dirs]
+    entry = root / "index" / ENTRIES / f"{dirs[1].name}.json"
+    entry.unlink()
+    os.mkfifo(entry) if damage == "fifo" else entry.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FORKPOINT_")}
+    for args in (["ls"], ["show", "last"], ["ls", "--reindex"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "forkpoint.cli", *args, "--store", str(root)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+        )
+        assert done.returncode == 0, (args, done.stderr)
+        if args == ["ls"]:
+            assert ls_ids(done.stdout) == [d.name for d in dirs]
+            assert "skipped a damaged index file" in done.stderr and entry.name in done.stderr
+
+
 def test_local_reindex_and_record_writes_entries(model: LocalServer, tmp_path: Path) -> None:
     root = tmp_path / "store"
     sid, _ = record_one(str(root), model, "recorded")
