@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from ._version import __version__
-from .errors import ForkpointError, OverrideError, SessionError, SigningError, UsageError
+from .errors import CannotRecord, ForkpointError, OverrideError, SessionError, SigningError, UsageError
 from .runtime import POLICIES, SOURCES
 from .text import escape, plural
 
@@ -398,18 +398,24 @@ def record(
         from .checkpoint import repo_root
 
         workspace = repo_root(Path.cwd())
-    _, code, _ = record_command(
-        command,
-        store=_store(store),
-        name=name,
-        tags=_parse_tags(tags),
-        tools=_check_tools(tools),
-        workspace=workspace,
-        include_ignored=include_ignored,
-        deterministic=deterministic,
-        live=live,
-        encrypt_to=list(encrypt_to) or None,
-    )
+    try:
+        _, code, _ = record_command(
+            command,
+            store=_store(store),
+            name=name,
+            tags=_parse_tags(tags),
+            tools=_check_tools(tools),
+            workspace=workspace,
+            include_ignored=include_ignored,
+            deterministic=deterministic,
+            live=live,
+            encrypt_to=list(encrypt_to) or None,
+        )
+    except CannotRecord as exc:  # recording never stops the run: it goes on, unrecorded
+        from .orchestrate import run_child
+
+        _err().print(f"[red]forkpoint: WARNING: {escape(str(exc))}: the command runs unrecorded[/red]")
+        code = run_child(command, dict(os.environ)).code
     sys.exit(code)
 
 

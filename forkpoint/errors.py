@@ -133,6 +133,11 @@ class UntrustedSession(ForkpointError):
     message shows the command and how to run it anyway."""
 
 
+class CannotRecord(ForkpointError):
+    """No session can be created in the store (a full disk, a read-only one): ``forkpoint record``
+    then runs the command unrecorded, and says so."""
+
+
 class NetworkBlocked(ForkpointError, ConnectionError):
     """A socket tried to reach the network during a replay."""
 

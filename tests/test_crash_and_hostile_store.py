@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import errno
 import os
+import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -176,6 +177,35 @@ def test_cli_record_on_a_full_disk_exits_as_the_agent_would(store: Path, tmp_pat
     (path,) = [p for p in store.iterdir() if (p / LOG_NAME).is_file()]
     end = Session.load(path).events[-1]
     assert end["type"] == "end" and end["exit_code"] == 5 and "No space left" in end["incomplete"]
+
+
+def test_cli_record_on_a_store_it_cannot_create_a_session_in_runs_the_command_unrecorded(
+    store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store on a full (or read-only) disk when the recording started: ``forkpoint record`` ended
+    in an OSError traceback, exit 1, and the agent never ran. It runs, unrecorded, and that is said."""
+    from forkpoint.log import SessionWriter
+
+    def full(*args: Any, **kwargs: Any) -> Any:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(SessionWriter, "create", full)
+    marker = tmp_path / "ran"
+    r = cli(
+        "record",
+        "--store",
+        str(store),
+        "--no-workspace",
+        "--",
+        sys.executable,
+        "-c",
+        f"open({str(marker)!r}, 'w').write('x'); raise SystemExit(5)",
+    )
+    assert r.exit_code == 5, r.output
+    assert marker.exists()
+    said = " ".join(r.output.split())
+    assert "cannot create a session in" in said and "No space left on device" in said
+    assert "the command runs unrecorded" in said and "Traceback" not in said
 
 
 # ----------------------------------------------------------------------------- YAML and import sizes
