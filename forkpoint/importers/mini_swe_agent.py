@@ -20,11 +20,11 @@ from .trajectory import (
     as_dict,
     chat_completion,
     chat_message,
-    clean_call,
     epoch_iso,
     model_call,
     sampling_params,
     tool_call,
+    tool_calls_of,
 )
 
 #: Roles of mini-swe-agent's messages (``exit`` ends a run).
@@ -46,7 +46,7 @@ def _mini_actions(m: dict[str, Any]) -> list[dict[str, Any]]:
     actions = extra.get("actions")
     if isinstance(actions, list) and actions:
         return [a for a in actions if isinstance(a, dict)]
-    calls = [clean_call(c) for c in m.get("tool_calls") or []]
+    calls = tool_calls_of(m)
     if calls:
         out = []
         for c in calls:

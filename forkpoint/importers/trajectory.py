@@ -68,6 +68,18 @@ def clean_call(call: Any) -> dict[str, Any]:
     }
 
 
+def tool_calls_of(m: dict[str, Any]) -> list[dict[str, Any]]:
+    """A message's tool calls, cleaned (:func:`clean_call`); none when it has none. Raises
+    ``TypeError`` for ``tool_calls`` that are no list of objects (a string was read as one call a
+    character): nothing is invented from a malformed message."""
+    calls = m.get("tool_calls")
+    if not calls:
+        return []
+    if not isinstance(calls, list) or not all(isinstance(c, dict) for c in calls):
+        raise TypeError(f"a message's tool_calls must be a list of objects, not {calls!r:.60}")
+    return [clean_call(c) for c in calls]
+
+
 def chat_message(m: dict[str, Any]) -> dict[str, Any]:
     """An OpenAI Chat Completions message from an agent's message record (its own keys dropped)."""
     out: dict[str, Any] = {}
@@ -77,7 +89,7 @@ def chat_message(m: dict[str, Any]) -> dict[str, Any]:
         v = m[k]
         if k == "tool_calls":
             if v:
-                out[k] = [clean_call(c) for c in v]
+                out[k] = tool_calls_of(m)
         elif v is not None or k == "content":
             out[k] = v
     if "tool_call_id" not in out and isinstance(m.get("tool_call_ids"), list) and m["tool_call_ids"]:

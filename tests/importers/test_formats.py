@@ -204,3 +204,20 @@ def test_a_trajectory_whose_actions_cannot_be_found_says_so(tmp_path: Path) -> N
     # A bare list has no times: its notes do not also claim completion times (they contradicted each other).
     assert not any("completion times" in m for m in missing), missing
     assert any("no times in the file" in m for m in session.header["imported_from"]["adjusted"])
+
+
+@pytest.mark.parametrize("calls", ["nope", ["not an object"], {"id": "c1"}])
+def test_tool_calls_that_are_no_list_of_calls_are_refused_not_invented(tmp_path: Path, calls: Any) -> None:
+    """``"tool_calls": "nope"`` was read as four calls of ``bash()``, one a character, with null
+    results, and the import said only that their output was missing."""
+    from forkpoint.errors import ImportFormatError
+
+    path = tmp_path / "messages.json"
+    path.write_text(
+        json.dumps(
+            [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "x", "tool_calls": calls}]
+        )
+    )
+    with pytest.raises(ImportFormatError, match=f"{path}: .*tool_calls must be a list of objects"):
+        import_file(path, store=tmp_path / "store")
+    assert not (tmp_path / "store").exists() or not list((tmp_path / "store").glob("*/session.jsonl"))
