@@ -109,6 +109,8 @@ class Settings:
     )
     #: The folders the cassettes of this run are in (``directory``, or a marker's ``cassette=``'s).
     places: set[str] = field(default_factory=set)
+    #: Tests whose cassette holds no model call and no tool call (recorded or replayed so).
+    empty: set[str] = field(default_factory=set)
 
     def mode_for(self, marker_mode: str | None) -> tuple[str, str]:
         """(mode, why) for a test: ``--forkpoint-mode`` wins, then ``CI`` (replay), then the marker's
@@ -650,6 +652,14 @@ class Cassette:
         cm, self._cm = self._cm, None
         cm.__exit__(None, None, None)
         counts = self.settings.counts
+        rt = self.runtime
+        calls = (
+            rt.counts["model_call"] + rt.counts["tool_call"]
+            if self.action == "record"
+            else sum(e["type"] in ("model_call", "tool_call") for e in rt.recorded)
+        )
+        if not calls and outcome == "passed":
+            self.settings.empty.add(self.item.nodeid)
         try:
             if self.action == "record":
                 self._keep(self.runtime.session_path, outcome)
@@ -889,6 +899,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if settings is not None and output is not None:
         output["forkpoint_counts"] = dict(settings.counts)
         output["forkpoint_places"] = sorted(settings.places)
+        output["forkpoint_empty"] = sorted(settings.empty)
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -899,6 +910,7 @@ def pytest_testnodedown(node: Any, error: Any) -> None:
     counts = output.get("forkpoint_counts") or {}
     if settings is not None:
         settings.places.update(output.get("forkpoint_places") or ())
+        settings.empty.update(output.get("forkpoint_empty") or ())
         for key, n in counts.items():
             settings.counts[key] = settings.counts.get(key, 0) + int(n)
 
@@ -914,3 +926,13 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     terminalreporter.write_sep("-", "forkpoint")
     places = ", ".join(sorted(settings.places)) or str(settings.directory)
     terminalreporter.write_line(f"cassettes in {places}: " + ", ".join(parts))
+    if settings.empty:
+        empty = sorted(settings.empty)
+        terminalreporter.write_line(
+            f"WARNING: {len(empty)} cassette(s) hold no model call and no tool call, so they serve nothing: "
+            "the test made none in its own process (an agent it runs as a subprocess is not recorded, and "
+            "runs live every time): "
+            + ", ".join(empty[:5])
+            + (f" and {len(empty) - 5} more" if len(empty) > 5 else ""),
+            yellow=True,
+        )

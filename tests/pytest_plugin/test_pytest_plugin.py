@@ -651,3 +651,42 @@ def test_a_test_that_hands_tmp_path_to_a_tool_replays_in_the_next_run(pytester: 
     second.assert_outcomes(passed=1)
     second.stdout.fnmatch_lines(["*cassettes in *: 1 replayed, 0 recorded, 0 updated*"])
     assert not list((pytester.path / "run-2").rglob("out.txt"))  # served: the tool did not run
+
+
+SUBPROCESS_INNER = """
+import subprocess
+import sys
+
+import pytest
+
+
+@pytest.mark.forkpoint
+def test_runs_the_agent_as_a_subprocess():
+    # (the agent would call the model from its own process: nothing of it reaches the cassette)
+    done = subprocess.run([sys.executable, "-c", "print('agent ran')"], capture_output=True, text=True)
+    assert done.stdout == "agent ran\\n"
+
+
+@pytest.mark.forkpoint
+def test_calls_a_tool():
+    import forkpoint
+
+    assert forkpoint.tool(lambda: 1, name="one")() == 1
+"""
+
+
+def test_a_cassette_that_holds_no_call_is_said_when_recorded_and_when_replayed(
+    pytester: pytest.Pytester,
+) -> None:
+    """A marked test that ran its agent as a subprocess recorded a cassette with no call in it,
+    without a word; its "replay" then called the model for real every run, and passed."""
+    pytester.makepyfile(test_sub=SUBPROCESS_INNER)
+    for args in ((), ("--forkpoint-mode=replay",)):
+        result = run(pytester, *args)
+        result.assert_outcomes(passed=2)
+        result.stdout.fnmatch_lines(
+            [
+                "*WARNING: 1 cassette(s) hold no model call and no tool call*test_sub.py::test_runs_the_agent_as_a_subprocess"
+            ]
+        )
+        assert "test_calls_a_tool" not in result.stdout.str().split("WARNING:")[1]
