@@ -888,8 +888,9 @@ def fork(
             _err().print(f"[red]{escape(arm.error)}[/red]")
         else:
             _print_checks(arm.checks)
-            if arm.error is not None:
-                _err().print(f"[red]{escape(arm.error)}[/red]")
+            for said in (arm.error, arm.problem):
+                if said is not None:
+                    _err().print(f"[red]arm {arm.index}: {escape(said.removeprefix('forkpoint: '))}[/red]")
 
     with _executor(executor, jobs) as ex:
         _err().print(f"forkpoint: {plural(arms, 'arm')} on {executor} ({ex.workers} at a time)", markup=False)

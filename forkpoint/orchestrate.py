@@ -722,7 +722,8 @@ def load_ref(ref: dict[str, Any]) -> Session:
 class Arm:
     """One arm of a fork: where it was restored, whether the checkpoint validated there, and how its
     continuation went (``report`` and ``exit_code`` of its replay, the ``outcome`` measured after it,
-    the arm's ``session``; ``error`` when it could not be restored or run)."""
+    the arm's ``session``; ``error`` when it could not be restored or run; ``problem`` when it ran
+    but its run says less than it should: no report, or no log of what it printed)."""
 
     index: int
     directory: Path
@@ -734,6 +735,7 @@ class Arm:
     outcome: dict[str, Any] | None = None
     session: str | None = None
     seconds: float = 0.0
+    problem: str | None = None
 
     @property
     def valid(self) -> bool:
@@ -758,6 +760,7 @@ class Arm:
             "outcome": self.outcome,
             "session": self.session,
             "seconds": self.seconds,
+            "problem": self.problem,
         }
 
     @classmethod
@@ -776,6 +779,7 @@ class Arm:
             outcome=data.get("outcome"),
             session=data.get("session"),
             seconds=float(data.get("seconds") or 0.0),
+            problem=data.get("problem"),
         )
 
 
@@ -823,11 +827,11 @@ def arm_task(spec: dict[str, Any]) -> dict[str, Any]:
                 with os.fdopen(fd, "wb") as f:
                     f.write(text)
             except OSError as exc:
-                arm.error = f"what the agent printed could not be written to {log}: {exc}"
+                arm.problem = f"what the agent printed could not be written to {log}: {exc}"
             arm.report, arm.exit_code, arm.outcome = run.report, run.exit_code, run.outcome
             arm.session = str(run.child) if run.child else None
-            if run.report is None:
-                arm.error = run.problem
+            if run.report is None:  # (it ran, and ended as it did: its outcome is measured all the same)
+                arm.problem = run.problem
     arm.seconds = round(time.perf_counter() - started, 3)
     return arm.to_json()
 

@@ -158,3 +158,24 @@ def test_sweep_verdict_in_words() -> None:
     assert sweep_verdict(result([(1, True), (4, True), (4, False), (7, False)])) == (
         "the run became unrecoverable between @4 (turn 2, 1/2 passed) and @7 (turn 3): no arm from there on passed"
     )
+
+
+def test_an_arm_whose_command_ran_but_never_reported_is_shown_as_run_and_counted(
+    keeper: Keeper, tmp_path: Path
+) -> None:
+    """An arm whose command exited before forkpoint started in it (exit 9) was shown as "invalid
+    … not run (restore or validation failed)", though every check had passed and it ran, and its
+    outcome was counted in the pass rate all the same."""
+    before = keeper.resumable()[1]
+    fork = forkpoint_cli(
+        keeper, "fork", f"{keeper.session.id}@{before}", "--arms", "1", "--into", str(tmp_path / "arms"),
+        "--store", str(keeper.store), "--outcome", "true", "--", "sh", "-c", "echo crashing; exit 9",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert fork.returncode == 1, fork.stdout + fork.stderr  # (an arm that exits 9 failed)
+    (row,) = [line for line in fork.stdout.splitlines() if line.startswith("1 ")]
+    assert row.split()[2] == "valid" and " 9 " in row and "pass" in row, fork.stdout
+    assert "wrote no report" in row and "not run" not in fork.stdout, fork.stdout
+    assert "outcome: 1/1 passed" in fork.stdout
+    assert "arm 1: the replayed process wrote no report" in " ".join(fork.stderr.split())
+    assert (tmp_path / "arms" / "arm-1.log").read_text() == "crashing\n"
