@@ -150,6 +150,11 @@ def _ab(
     div = run.report.get("divergence")
     if div and spec.get("on_divergence", "stop") == "stop":
         status = "stopped"
+        if run.outcome is not None:  # (measured on a run cut short: not the new code's outcome)
+            ab["new"]["outcome"] = {
+                "passed": None,
+                "reason": "not measured: forkpoint stopped the run at its first changed tool call",
+            }
     else:
         status = "changed" if first is not None else "same"
     detail = fields["detail"] if status == "stopped" else ""
@@ -268,9 +273,10 @@ def counts(rows: list[dict[str, Any]]) -> dict[str, int]:
 def ab_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """The two arms of an A/B check side by side: for ``recorded`` and ``new``, the outcome pass
     rate (:class:`~forkpoint.outcome.Rate` as JSON), tokens in and out summed, and model time
-    (summed and median per session, ms), over the sessions where both arms ran; plus how many
+    (summed and median per session, ms), over the sessions where both arms ran to their end (a new
+    run the tool policy stopped is no whole run to weigh against the recorded one); plus how many
     sessions changed behaviour, were stopped by the tool policy, or failed."""
-    both = [r for r in rows if r.get("ab") and r["ab"].get("new")]
+    both = [r for r in rows if r.get("ab") and r["ab"].get("new") and r.get("status") != "stopped"]
     out: dict[str, Any] = {"sessions": len(rows), "compared": len(both), **counts(rows)}
     for arm in ("recorded", "new"):
         arms = [r["ab"][arm] for r in both]

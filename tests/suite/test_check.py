@@ -332,6 +332,8 @@ def test_ab_run_against_each_sessions_recorded_tool_world(tmp_path: Path) -> Non
             str(store),
             "--models",
             "live",
+            "--outcome",
+            outcome,
             "--json",
             str(tmp_path / "stop.json"),
             cwd=tmp_path,
@@ -369,6 +371,14 @@ def test_ab_run_against_each_sessions_recorded_tool_world(tmp_path: Path) -> Non
     assert {r["status"] for r in rows} == {"stopped"}
     assert {r["call"] for r in rows} == {"tool call #1 (write_file)"}
     assert all(r["path"].startswith("$.args.") for r in rows)
+    # A run cut short at its first tool call is no outcome of the new code, nor a whole run to weigh
+    # (its tokens) against the recorded one: it was counted in the new pass rate and the totals.
+    for r in rows:
+        assert r["ab"]["new"]["outcome"]["passed"] is None
+        assert "forkpoint stopped the run" in r["ab"]["new"]["outcome"]["reason"]
+    summary = orjson.loads((tmp_path / "stop.json").read_bytes())["summary"]
+    assert summary["compared"] == 0 and summary["stopped"] == 3
+    assert summary["new"]["outcome"]["ran"] == 0 and summary["new"]["tokens_in"] == 0
 
 
 @pytest.mark.slow
