@@ -1276,7 +1276,7 @@ def test_a_replay_sets_placeholder_keys_only_for_the_variables_the_recording_had
     assert replayed.returncode == 0, replayed.stderr
     assert "keys: ['OPENAI_API_KEY'] ['OPENAI_API_KEY']" in replayed.stdout, replayed.stdout
     # In Python, the same; and the placeholder is gone after the block.
-    session = Session.load(next(Path(store).glob("*/")))
+    session = Session.load(next(p for p in Path(store).iterdir() if (p / LOG_NAME).is_file()))
     assert session.header["api_keys"] == [] and [n["data"] for n in session.by_type("note")] == [
         {"api_keys": ["OPENAI_API_KEY"]}
     ]
