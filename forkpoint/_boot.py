@@ -391,14 +391,22 @@ def _quiet_divergence_tracebacks() -> None:
     previous = sys.excepthook
 
     def hook(kind: type[BaseException], exc: BaseException, tb: Any) -> None:
-        if not isinstance(exc, Divergence):
+        # (an SDK that catches every exception raises its own instead: anthropic's
+        # APIConnectionError, botocore's HTTPClientError, with the divergence as its cause)
+        inner: BaseException | None = exc
+        seen: set[int] = set()
+        while inner is not None and not isinstance(inner, Divergence) and id(inner) not in seen:
+            seen.add(id(inner))
+            inner = inner.__cause__ or inner.__context__
+        if inner is None or not isinstance(inner, Divergence):
             previous(kind, exc, tb)
             return
         # (raised again here from a multiprocessing worker's: where the call was made is its own)
-        remote = type(exc.__cause__).__name__ == "RemoteTraceback"
+        remote = type(inner.__cause__).__name__ == "RemoteTraceback"
         where = " in a multiprocessing worker" if remote else agent_call_site(tb)
+        raised = "" if inner is exc else f" (raised to the program as {kind.__module__}.{kind.__qualname__})"
         sys.stderr.write(
-            f"forkpoint: the replay stopped: the call made{where} diverged from the recording.\n"
+            f"forkpoint: the replay stopped: the call made{where} diverged from the recording{raised}.\n"
         )
 
     sys.excepthook = hook

@@ -11,7 +11,8 @@ reads, once per client), so every request goes on in the order it was made, live
 
 **Retry waits.** Patched: ``<sdk>._base_client.BaseClient._calculate_retry_timeout``. The SDKs
 sleep before a retry (``retry-after``/``retry-after-ms`` or backoff). When the failed attempt was
-served from the recording that wait is zero; the original still runs first, so the SDK reads the
+served from the recording, or was a divergence that stopped the replay (anthropic retries it as a
+connection error), that wait is zero; the original still runs first, so the SDK reads the
 same headers and draws the same jitter from ``random`` as it did live, and the run stays on its
 recorded path, only faster.
 """
@@ -65,8 +66,13 @@ def _patch_retry_wait(module: ModuleType) -> None:
     def _calculate_retry_timeout(self: Any, *args: Any, **kwargs: Any) -> Any:
         timeout = original(self, *args, **kwargs)
         rt = runtime.active()
-        served = runtime.served_from_recording.get() and rt is not None and rt.mode == "replay"
-        return 0.0 if served else timeout
+        replaying = rt is not None and rt.mode == "replay"
+        served = runtime.served_from_recording.get() and replaying
+        # (a divergence the SDK took for a connection error: no wait, its retry is told the same)
+        stopped = (
+            replaying and getattr(rt, "divergence", None) is not None and getattr(rt, "policy", "") == "stop"
+        )
+        return 0.0 if served or stopped else timeout
 
     replace(base, "_calculate_retry_timeout", _calculate_retry_timeout)
 

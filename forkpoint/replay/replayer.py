@@ -696,7 +696,9 @@ class Replayer:
                 if first:
                     self.divergence = drift
                 return self._serve(nxt)
-        raise divergence(report)
+        # The replay stopped at the first divergence: a call made after it (an SDK retrying the
+        # failed one, a program that caught it) is told where, not of a 2nd or 3rd call of its own.
+        raise divergence(report if first or self.divergence is None else self.divergence)
 
     def _queued(self, events: Sequence[Served]) -> dict[str, deque[Served]]:
         """``events`` by match key, identical requests in the order they were sent, not finished

@@ -692,3 +692,59 @@ def test_identical_calls_answered_differently_and_served_to_several_asyncio_task
     with forkpoint.replay(rec.session_path) as rp:
         asyncio.run(main(concurrent=False))
     assert rp.report()["ambiguous"] == [] and summary_line(rp.report()).startswith("replay ok: 4/4")
+
+
+# --------------------------------------------------------------------------- an SDK that wraps it
+
+ASK_CLAUDE = """
+import sys
+
+import anthropic
+
+client = anthropic.Anthropic(base_url=sys.argv[1], api_key="sk-ant-api03-" + "y" * 40)  # (2 retries)
+reply = client.messages.create(model="demo-model", max_tokens=50, messages=[{"role": "user", "content": sys.argv[2]}])
+print(reply.content[0].text)
+"""
+
+
+def test_a_divergence_an_sdk_wraps_and_retries_is_said_as_the_first_and_without_its_traceback(
+    tmp_path: Path,
+) -> None:
+    """anthropic catches every exception of its transport: the divergence came out as a 60-line
+    ``anthropic.APIConnectionError`` traceback after two retries with their back-off, and the
+    exception said "the 3rd model call" where the report said the 1st."""
+    import anthropic
+
+    from forkpoint.demo.server import ModelServer
+
+    (tmp_path / "ask.py").write_text(ASK_CLAUDE)
+    store = str(tmp_path / "store")
+    fp = [sys.executable, "-m", "forkpoint.cli"]
+    with ModelServer(seed=3) as srv:
+        args = [sys.executable, "ask.py", srv.base_url]
+        rec = subprocess.run(
+            [*fp, "record", "--store", store, "--no-workspace", "--", *args, "one"],
+            capture_output=True, text=True, timeout=120, cwd=tmp_path, env=_env(),
+        )  # fmt: skip
+        assert rec.returncode == 0, rec.stderr
+    rep = subprocess.run(
+        [*fp, "replay", "last", "--store", store, "--", *args, "two"],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path, env=_env(),
+    )  # fmt: skip
+    assert rep.returncode == EXIT_DIVERGENCE, rep.stderr
+    said = " ".join(rep.stderr.split())
+    assert "Traceback" not in rep.stderr, rep.stderr
+    assert "the replay stopped: the call made at" in said and "ask.py:7" in said
+    assert "raised to the program as anthropic.APIConnectionError" in said
+    assert "replay diverged at the 1st model call" in said and "3rd" not in said
+
+    session = next(p for p in (tmp_path / "store").iterdir() if p.name.startswith("2"))
+    with forkpoint.replay(session) as rp:
+        client = anthropic.Anthropic(base_url="http://127.0.0.1:9", api_key="sk-ant-x")
+        with pytest.raises(anthropic.APIConnectionError) as raised:
+            client.messages.create(
+                model="demo-model", max_tokens=50, messages=[{"role": "user", "content": "two"}]
+            )
+    assert isinstance(raised.value.__cause__, forkpoint.Divergence)
+    assert "the 1st model call" in str(raised.value.__cause__)
+    assert rp.report()["divergence"]["position"] == 1
