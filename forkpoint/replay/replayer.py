@@ -20,13 +20,11 @@ Not every recorded HTTP exchange is expected again (:mod:`forkpoint.providers.ki
 from __future__ import annotations
 
 import bisect
-import itertools
 import os
 import re
 import sys
 import threading
 import time
-import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -368,10 +366,8 @@ class Replayer:
         #: [group, seq, pid, thread, when served, when the process started] for each such call served.
         self.alike_served: list[list[Any]] = []
         # Which thread asked: a number of its own per thread (an ident is reused once one ends).
-        self._thread = threading.local()
-        self._threads = itertools.count()
-        #: asyncio task → its number (tasks of one thread race each other as threads do)
-        self._tasks: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+        #: Group → the callers (thread, asyncio task or None) served one of its alike calls here.
+        self._callers: dict[int, list[tuple[threading.Thread, Any]]] = {}
         self.used: list[int] = []
         # Served by the other processes of this replay (a recording made by several processes).
         self.ledger = ledger
@@ -743,27 +739,31 @@ class Replayer:
                 found.append(e)
         return _first_for(found, origin) if found else None
 
-    def _task_number(self) -> int | None:
-        """The number of the asyncio task this call is made in (None outside one)."""
+    def _raced(self, group: int) -> bool:
+        """Whether this call of ``group`` (identical calls answered differently) may have raced one
+        served before in this process, when recorded: it was made in another thread, or in another
+        asyncio task of this thread (what ran at once while recording need not now, so the replay's
+        order says nothing). This thread's code outside any task (a call before ``asyncio.run``)
+        never ran beside its tasks."""
+        me = threading.current_thread()
         aio = sys.modules.get("asyncio")  # (a program that never imported asyncio runs no task)
         try:
             task = aio.current_task() if aio is not None else None
         except RuntimeError:  # no event loop running in this thread
-            return None
-        if task is None:
-            return None
-        if task not in self._tasks:
-            self._tasks[task] = next(self._threads)  # (one count: a number is never reused)
-        return self._tasks[task]
+            task = None
+        callers = self._callers.setdefault(group, [])
+        raced = any(
+            thread is not me or (task is not None and other is not None and other is not task)
+            for thread, other in callers
+        )
+        callers.append((me, task))
+        return raced
 
     def _serve(self, event: Served) -> Served:
         self.used.append(event["seq"])
         group = self._alike.get(event["seq"])
         if group is not None:
-            if not hasattr(self._thread, "n"):
-                self._thread.n = next(self._threads)
-            lane = [self._thread.n, self._task_number()]
-            served = [group, event["seq"], os.getpid(), lane, time.time(), self.started]
+            served = [group, event["seq"], os.getpid(), self._raced(group), time.time(), self.started]
             self.alike_served.append(served)
         if event["type"] == "tool_call":
             # The calls its body made are in its recorded result; the body does not run now.

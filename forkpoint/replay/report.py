@@ -129,21 +129,20 @@ def ambiguous(alike_served: list[list[Any]]) -> list[list[int]]:
     """The groups of identical calls (one match key) whose recorded answers differ and that were
     served to callers racing each other, as their served seqs: which caller got which answer
     depends on the order they happened to ask in, which the recording cannot tell, so the run may
-    not have reproduced exactly. ``alike_served``: ``[group, seq, pid, [thread, asyncio task or
-    None], when served, when its process started]``. Two threads of a process race, and so do two
-    asyncio tasks of a thread; two processes do when the later one had started when the earlier one
-    was served (not a program a shell script runs after another, nor a child forked after its
-    parent's call)."""
+    not have reproduced exactly. ``alike_served``: ``[group, seq, pid, raced, when served, when its
+    process started]``, ``raced`` as the replayer saw it in its process (another thread, or another
+    asyncio task of the thread, had been served one of them: :meth:`~forkpoint.replay.Replayer._raced`);
+    two processes race when the later one had started
+    when the earlier one was served (not a program a shell script runs after another, nor a child
+    forked after its parent's call)."""
     groups: dict[int, list[list[Any]]] = {}
     for entry in alike_served:
         groups.setdefault(entry[0], []).append(entry)
     out = []
     for entries in groups.values():
         entries.sort(key=lambda e: e[4])
-        racing = any(
-            (a[2], a[3]) != (b[2], b[3]) and (a[2] == b[2] or b[5] < a[4])
-            for i, a in enumerate(entries)
-            for b in entries[i + 1 :]
+        racing = any(e[3] is True for e in entries) or any(
+            a[2] != b[2] and b[5] < a[4] for i, a in enumerate(entries) for b in entries[i + 1 :]
         )
         if racing:
             out.append(sorted(e[1] for e in entries))

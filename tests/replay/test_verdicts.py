@@ -693,6 +693,22 @@ def test_identical_calls_answered_differently_and_served_to_several_asyncio_task
         asyncio.run(main(concurrent=False))
     assert rp.report()["ambiguous"] == [] and summary_line(rp.report()).startswith("replay ok: 4/4")
 
+    @forkpoint.tool
+    def pick_now() -> int:
+        return next(counter)
+
+    async def inside() -> int:
+        return pick_now()
+
+    def before_and_in_the_loop() -> list[int]:  # (the thread's code outside a task never runs beside it)
+        return [pick_now(), asyncio.run(inside())]
+
+    with forkpoint.record(store=store) as rec:
+        live = before_and_in_the_loop()
+    with forkpoint.replay(rec.session_path) as rp:
+        assert before_and_in_the_loop() == live
+    assert rp.report()["ambiguous"] == [] and summary_line(rp.report()).startswith("replay ok: 2/2")
+
 
 # --------------------------------------------------------------------------- an SDK that wraps it
 
