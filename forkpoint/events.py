@@ -99,6 +99,10 @@ class HttpResponse(TypedDict, total=False):
     ended: Ended
     #: The ``Content-Encoding`` codings the stored body was decoded from (its header removed).
     decoded_from: list[str]
+    #: The ``Content-Length`` the response came with (null: none); see ``capture.exchange.said_length``.
+    content_length: int | None
+    #: How a JSON body's text was laid out, when not compactly (``capture.decoding.json_layout``).
+    json_layout: dict[str, Any]
 
 
 class ToolCallSummary(TypedDict):

@@ -345,7 +345,7 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802 - stdlib name
         self._handle()
 
-    do_POST = do_PUT = do_PATCH = do_DELETE = do_GET  # noqa: N815 - stdlib names
+    do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_GET  # noqa: N815 - stdlib names
 
     def _read_body(self) -> bytes:
         if "chunked" in (self.headers.get("transfer-encoding") or "").lower():
@@ -398,7 +398,8 @@ class _Handler(BaseHTTPRequestHandler):
                 self.send_header("Content-Encoding", _encoding_header(reply.encoding))
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
-            self.wfile.write(data)
+            if request["method"] != "HEAD":  # (its length is the body a GET would get)
+                self.wfile.write(data)
             self.wfile.flush()
             return
         drop = reply.drop

@@ -40,6 +40,7 @@ from .exchange import (
     rebuilt_error,
     recorded_chunks,
     request_record,
+    said_length,
     serve,
 )
 
@@ -167,6 +168,9 @@ def _patch(mod: ModuleType) -> None:
             stream_writer=SimpleNamespace(output_size=sent),
         )
         pairs = [(str(k), str(v)) for k, v in resp.get("headers", [])]
+        length = said_length(resp, req.method, sum(map(len, chunks)))
+        if length is not None:
+            pairs.append(("Content-Length", str(length)))
         # What ClientResponse.start() sets from a parsed response head.
         response._closed = False
         response.version = mod.HttpVersion11

@@ -71,13 +71,21 @@ def parse_body(
 
 
 def scrubbed_body(
-    data: bytes, content_type: str, *, json_ok: bool = True, loads: Callable[[bytes], Any] = loads_exact
+    data: bytes,
+    content_type: str,
+    *,
+    json_ok: bool = True,
+    loads: Callable[[bytes], Any] = loads_exact,
+    parsed: Callable[[Any], None] | None = None,
 ) -> tuple[str, Any]:
     """:func:`parse_body`, then :func:`scrub_body` of what it parsed: ``(kind, scrubbed body)``. A JSON
     body nested deeper than the scrubber's walk can go (``[`` * 500) is kept as text, as it came:
-    recording it must not raise into the program that received it."""
+    recording it must not raise into the program that received it. ``parsed`` is handed a JSON
+    body as parsed, before it is scrubbed."""
     kind, body = parse_body(data, content_type, json_ok=json_ok, loads=loads)
     if kind == "json":
+        if parsed is not None:
+            parsed(body)
         try:
             return kind, scrub_body(kind, body, parsed=True)
         except RecursionError:
@@ -85,9 +93,45 @@ def scrubbed_body(
     return kind, scrub_body(kind, body, parsed=True)
 
 
-def body_bytes(kind: str, body: Any) -> bytes:
-    """The bytes of a stored body (inverse of :func:`parse_body`, JSON re-serialized compactly)."""
+#: The layouts of JSON text tried, as ``json.dumps`` keywords, when a body is not the compact
+#: form of what it says: Python's own (``", "`` and ``": "``), or indented by 2 or 4, each with
+#: non-ASCII text escaped or not. Bodies past :data:`LAYOUT_MAX` bytes are not tried.
+_LAYOUTS = tuple({"indent": i, "ensure_ascii": a} for i in (None, 2, 4) for a in (True, False))
+LAYOUT_MAX = 4 << 20
+
+
+def json_layout(data: bytes, value: Any) -> dict[str, Any] | None:
+    """How ``json.dumps`` writes ``value`` (a JSON body as parsed) back as exactly ``data``, when its
+    compact form is not ``data``: ``{"indent", "ensure_ascii"}`` and ``"newline"`` when ``data`` ends
+    with one. None when the compact form is ``data``, or no layout tried gives it (then a replay
+    hands back the compact form: the same JSON, other bytes)."""
+    if len(data) > LAYOUT_MAX or json_text(value) == data:
+        return None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    for kw in _LAYOUTS:
+        try:
+            out = json.dumps(value, **kw)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            return None
+        if text in (out, out + "\n"):
+            return {**kw, "newline": True} if text != out else dict(kw)
+    return None
+
+
+def body_bytes(kind: str, body: Any, layout: dict[str, Any] | None = None) -> bytes:
+    """The bytes of a stored body (inverse of :func:`parse_body`): JSON re-serialized compactly, or
+    in the ``layout`` it came in (:func:`json_layout`)."""
     if kind == "json":
+        if isinstance(layout, dict):
+            kw = {k: layout[k] for k in ("indent", "ensure_ascii") if k in layout}
+            try:
+                text = json.dumps(body, **kw) + ("\n" if layout.get("newline") else "")
+            except (TypeError, ValueError):  # (a hostile layout: the compact form)
+                return json_text(body)
+            return text.encode("utf-8", "surrogatepass")
         return json_text(body)  # (an integer beyond 64 bits, as loads_exact reads one, too)
     if kind == "text":
         return str(body).encode("utf-8")

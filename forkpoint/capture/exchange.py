@@ -62,6 +62,7 @@ from .decoding import (
     decode_with,
     header,
     header_values,
+    json_layout,
     own_decoder,
     scrubbed_body,
     text_or_bytes,
@@ -247,13 +248,25 @@ class Exchange:
             "http_version": http_version,
             "headers": scrub_headers(headers),
         }
+        # (not a header: the stored body may be decoded, or its JSON written anew; said_length)
+        length = header(all_headers, "content-length").strip()
+        out["content_length"] = int(length) if length.isdigit() else None
         if streamed:
             out["body_kind"] = "stream"
             out["chunks"] = [[t, text_or_bytes(c)] for t, c in zip(times, chunks, strict=True) if c]
         else:
             # A body still under its coding is kept as text or bytes, never re-serialized JSON.
-            kind, out["body"] = scrubbed_body(b"".join(chunks), ctype, json_ok=not encoded)
+            data = b"".join(chunks)
+            layouts: list[dict[str, Any] | None] = []
+            kind, out["body"] = scrubbed_body(
+                data,
+                ctype,
+                json_ok=not encoded,
+                parsed=lambda value: layouts.append(json_layout(data, value)),
+            )
             out["body_kind"] = cast(Any, kind)
+            if kind == "json" and layouts and layouts[0] is not None:
+                out["json_layout"] = layouts[0]  # (a replay hands back the same bytes)
         out["ended"] = cast(Any, ended)
         if decoded_from:  # (a client that decodes for itself gets it encoded again on replay)
             out["decoded_from"] = decoded_from
@@ -337,12 +350,29 @@ def live(rt: runtime.Runtime, request: HttpRequest, decoders: DecoderFactory) ->
     return Exchange(rt, request, decoders)
 
 
+def said_length(resp: HttpResponse | dict[str, Any], method: str, served: int) -> int | None:
+    """The ``Content-Length`` a replayed response says, ``served`` bytes of body handed over: none
+    when the recorded response had none (chunked, or read to the connection's close); the recorded
+    value for a response that has no body whatever its length says (a ``HEAD``, a 204 or 304: RFC
+    9110 section 8.6); else ``served``, the length of what is handed over (the stored body may be
+    decoded, or its JSON written anew, so the recorded value may not fit it)."""
+    length = resp.get("content_length")
+    if type(length) is not int:
+        return None
+    return length if bodiless(resp, method) else served
+
+
+def bodiless(resp: HttpResponse | dict[str, Any], method: str) -> bool:
+    """A response that has no body, whatever its headers say: to a ``HEAD``, or a 204 or 304."""
+    return method.upper() == "HEAD" or resp.get("status") in (204, 304)
+
+
 def recorded_chunks(event: ModelCallEvent) -> list[bytes]:
     """The body of a recorded response as the chunks to hand back (one chunk for a whole body)."""
     resp: HttpResponse | dict[str, Any] = event.get("response") or {}
     if resp.get("body_kind") == "stream":
         return [c if isinstance(c, bytes) else c.encode("utf-8") for _, c in resp.get("chunks", [])]
-    data = body_bytes(str(resp.get("body_kind", "empty")), resp.get("body"))
+    data = body_bytes(str(resp.get("body_kind", "empty")), resp.get("body"), resp.get("json_layout"))
     return [data] if data else []
 
 

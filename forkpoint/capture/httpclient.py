@@ -32,6 +32,7 @@ from .decoding import encoded, own_decoder
 from .exchange import (
     ChunkReader,
     Exchange,
+    bodiless,
     body_content,
     built,
     live,
@@ -40,6 +41,7 @@ from .exchange import (
     recorded_chunks,
     replayed,
     request_record,
+    said_length,
     serve,
 )
 
@@ -224,9 +226,13 @@ def recorded_response(
     if again is not None:
         chunks = [again]
         lines.append(f"Content-Encoding: {', '.join(codings)}")
-    lines.append(f"Content-Length: {sum(map(len, chunks))}" if whole else "Transfer-Encoding: chunked")
+    served = sum(map(len, chunks))
+    # (a session recorded before the length was kept: a whole body says its own)
+    length = said_length(resp, method, served) if "content_length" in resp else (served if whole else None)
+    chunked = length is None or not (whole or bodiless(resp, method))
+    lines.append("Transfer-Encoding: chunked" if chunked else f"Content-Length: {length}")
     head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1", "replace")
-    body = _framed(chunks, replayed(chunks, error, past_end(rt, event, position, chunks)), not whole)
+    body = _framed(chunks, replayed(chunks, error, past_end(rt, event, position, chunks)), chunked)
     response = response_class(_Socket(_Replayed(head, body)), method=method)  # type: ignore[arg-type]
     response.begin()
     return response

@@ -42,6 +42,7 @@ from .exchange import (
     recorded_chunks,
     replayed,
     request_record,
+    said_length,
     serve,
     tee,
 )
@@ -157,9 +158,13 @@ def _patch(mod: ModuleType) -> None:
             raise rebuilt_error(event.get("error") or {}, library_error(request))
         chunks = recorded_chunks(event)
         error = rebuilt_error(event["error"], library_error(request)) if event.get("error") else None
+        headers = [(k, v) for k, v in resp.get("headers", [])]
+        length = said_length(resp, request.method, sum(map(len, chunks)))
+        if length is not None:
+            headers.append(("content-length", str(length)))
         return mod.Response(
             resp["status"],
-            headers=[(k, v) for k, v in resp.get("headers", [])],
+            headers=headers,
             stream=stream_cls(chunks, error, past_end(rt, event, position, chunks)),
             extensions={
                 "http_version": str(resp.get("http_version", "HTTP/1.1")).encode(),

@@ -24,7 +24,7 @@ import urllib3
 
 import forkpoint
 from forkpoint.replay import summary_line
-from tests.modelserver import LocalServer
+from tests.modelserver import LocalServer, Reply
 
 SCRIPT: list[str | list[tuple[str, dict[str, Any]]]] = [
     [("add", {"a": 2, "b": 3})],
@@ -398,6 +398,54 @@ def test_an_http_error_status_replays_as_the_same_exception(server: LocalServer,
     server.stop()
     with forkpoint.replay(rec.session_path):
         assert call() == live == (404, "/missing")
+
+
+#: A document as a server that writes JSON with Python's json.dumps(indent=2) sends it.
+DOC = json.dumps({"title": "Übersicht", "items": [1, 2.5, None], "ok": True}, indent=2).encode()
+
+
+def _fetch_doc(library: str, url: str) -> list[Any]:
+    """(size a HEAD says, the GET's Content-Length, the GET's text) as the agent's code sees them."""
+    if library == "requests":
+        head, got = requests.head(url, timeout=5), requests.get(url, timeout=5)
+        return [head.headers.get("content-length"), got.headers.get("content-length"), got.text]
+    if library == "httpx":
+        import httpx
+
+        head, got = httpx.head(url), httpx.get(url)
+        return [head.headers.get("content-length"), got.headers.get("content-length"), got.text]
+    if library == "urllib":
+        with urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=5) as h:
+            size = h.headers.get("content-length")
+        with urllib.request.urlopen(url, timeout=5) as g:
+            return [size, g.headers.get("content-length"), g.read().decode()]
+
+    async def go() -> list[Any]:
+        async with aiohttp.ClientSession() as s:
+            async with s.head(url) as h:
+                size = h.headers.get("content-length")
+            async with s.get(url) as g:
+                return [size, g.headers.get("content-length"), await g.text()]
+
+    return asyncio.run(go())
+
+
+@pytest.mark.parametrize("library", ["requests", "httpx", "urllib", "aiohttp"])
+def test_a_documents_length_and_text_replay_as_they_came(
+    library: str, server: LocalServer, store: Path
+) -> None:
+    """An agent that sized a document with HEAD, or read a JSON document's text into its prompt,
+    saw on replay no Content-Length (httpx: a KeyError; requests: 0 for the HEAD, so another branch
+    of the program) and the JSON written anew, compactly (another prompt: a divergence of an
+    unchanged program)."""
+    server.route("/doc", lambda r: Reply(DOC, ctype="application/json"))
+    with forkpoint.record(store=store) as rec:
+        live = _fetch_doc(library, server.url + "/doc")
+    assert live == [str(len(DOC)), str(len(DOC)), DOC.decode()]
+    server.stop()
+    with forkpoint.replay(rec.session_path) as rp:
+        assert _fetch_doc(library, server.url + "/doc") == live
+    assert rp.report()["reproduced"], summary_line(rp.report())
 
 
 _FRESH_CALL = {
