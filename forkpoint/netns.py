@@ -43,6 +43,26 @@ CLONE_NEWNET = 0x40000000
 RESULT_PREFIX = "netns-"
 #: Set to ``0`` to keep replays out of a namespace (the Python guard alone), e.g. to compare.
 DISABLE_VAR = "FORKPOINT_NETNS"
+#: The network namespace forkpoint ran in (:func:`current`), given to a program it confines: one
+#: that finds itself in another is inside the replay's namespace (:func:`confined`).
+HOST_NETNS_VAR = "FORKPOINT_HOST_NETNS"
+
+
+def current() -> str | None:
+    """This process's network namespace (``net:[4026531840]``), or None where it cannot be told."""
+    try:
+        return os.readlink("/proc/self/ns/net")
+    except OSError:
+        return None
+
+
+def confined() -> bool:
+    """True in a process inside a replay's own namespace: its loopback holds only the replay's own
+    processes (the host's is out of reach)."""
+    host = os.environ.get(HOST_NETNS_VAR)
+    here = current()
+    return bool(host) and here is not None and here != host
+
 
 _SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 0x1
 _RTM_NEWROUTE, _NLMSG_ERROR = 24, 2

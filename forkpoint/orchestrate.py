@@ -439,6 +439,8 @@ def replay_run(
     sandbox = "none (live calls)" if live else ("python guard" if refused else "network namespace")
     with tempfile.TemporaryDirectory(prefix="forkpoint-replay-") as tmp:
         env = child_env("replay", session.path, tools=all_tools, report=Path(tmp), replay_options=options)
+        if sandbox == "network namespace":
+            env[netns.HOST_NETNS_VAR] = netns.current() or ""
         run, namespace = (
             netns.confine(command, Path(tmp)) if sandbox == "network namespace" else (command, None)
         )

@@ -1,7 +1,9 @@
 """The network guard of a replay in Python: internet sockets refuse to connect or send a datagram,
 and host names refuse to resolve, while a replay is active; each attempt is counted in its report.
 It runs in every replaying process, inside the kernel's network namespace when the replay has one
-(:mod:`forkpoint.netns`) and alone where the system refuses one."""
+(:mod:`forkpoint.netns`) and alone where the system refuses one. Inside the namespace, loopback
+(and ``localhost``) is let through: only the replay's own processes listen there, so a program
+reaches its own local servers as it did when recorded; alone, the guard refuses loopback too."""
 
 from __future__ import annotations
 
@@ -47,8 +49,8 @@ def install_network_guard() -> None:
             if rt is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
                 return
             host = str(address[0]) if isinstance(address, tuple) else str(address)
-            if host in rt.allow_hosts:
-                return
+            if host in rt.allow_hosts or (_loopback(host) and _confined()):
+                return  # (in the replay's namespace, loopback reaches the program's own servers only)
             where = f"{host}:{address[1]}" if isinstance(address, tuple) and len(address) > 1 else host
             raise blocked(rt, where + suffix, what)
 
@@ -62,11 +64,28 @@ def install_network_guard() -> None:
             # Name lookups go out to a resolver too: refuse them for any name but an allowed one.
             rt = guarding()
             name = host.decode() if isinstance(host, bytes) else str(host)
-            if rt is not None and host is not None and name not in rt.allow_hosts and not _is_literal(name):
+            if rt is None or host is None or name in rt.allow_hosts or _is_literal(name):
+                return
+            if not (name == "localhost" or name.endswith(".localhost")) or not _confined():
                 raise blocked(rt, f"{name}:{port}", "a name lookup of")
 
         sockets.watch(connect=check, send=send, lookup=lookup)
         _guard_installed = True
+
+
+def _confined() -> bool:
+    from .. import netns  # (here: ctypes and all, only for a program that connects somewhere)
+
+    return netns.confined()
+
+
+def _loopback(host: str) -> bool:
+    import ipaddress
+
+    try:
+        return ipaddress.ip_address(host.strip("[]").split("%")[0]).is_loopback
+    except ValueError:
+        return False
 
 
 def _is_literal(host: str) -> bool:

@@ -295,3 +295,56 @@ def test_a_process_with_threads_starts_the_program_through_the_launcher(tmp_path
     assert done.returncode == 0, done.stderr
     assert "tcp 111" in done.stdout and "interfaces ['lo']" in done.stdout
     assert netns.results(tmp_path) == (["192.0.2.1:443", "203.0.113.9:9999 (udp)"], 0)
+
+
+OWN_SERVER = """
+import socket
+import threading
+
+import forkpoint
+
+
+@forkpoint.tool
+def answer() -> str:
+    return "42"
+
+
+srv = socket.socket()
+srv.bind(("127.0.0.1", 0))
+srv.listen()
+
+
+def serve() -> None:
+    for _ in range(2):
+        conn, _ = srv.accept()
+        conn.sendall(conn.recv(100).upper())
+        conn.close()
+
+
+threading.Thread(target=serve, daemon=True).start()
+for host in ("127.0.0.1", "localhost"):  # (a name lookup of localhost too)
+    with socket.create_connection((host, srv.getsockname()[1]), timeout=5) as s:
+        s.sendall(b"hello cache")
+        print("own server:", s.recv(100).decode())
+print("tool:", answer())
+"""
+
+
+@pytest.mark.slow
+def test_a_program_reaches_its_own_local_server_in_the_replays_namespace(tmp_path: Path) -> None:
+    """docs/security.md said loopback works inside the namespace (a program's own local servers),
+    but the guard in the program refused every connect: a program that starts a local cache and
+    talks to it did not reproduce ("network blocked: 127.0.0.1:…"). In the namespace, where only
+    the replay's own processes listen on loopback, it is let through; the guard alone refuses it."""
+    if netns.refused() is not None:
+        pytest.skip(f"the kernel refuses a network namespace here: {netns.refused()}")
+    env = {k: v for k, v in os.environ.items() if k not in ("FORKPOINT_STORE", "FORKPOINT_NETNS")}
+    (tmp_path / "own.py").write_text(OWN_SERVER)
+    rec = run(["record", "--store", "store", "--no-workspace", "--", sys.executable, "own.py"], tmp_path, env)
+    assert rec.returncode == 0, rec.stderr
+    assert rec.stdout == "own server: HELLO CACHE\nown server: HELLO CACHE\ntool: 42\n"
+    rep = run(["replay", "last", "--store", "store"], tmp_path, env)
+    assert rep.returncode == 0, rep.stderr
+    assert rep.stdout == rec.stdout and "replay ok: 1/1" in rep.stderr
+    alone = run(["replay", "last", "--store", "store"], tmp_path, {**env, netns.DISABLE_VAR: "0"})
+    assert alone.returncode == 3 and "network blocked (1): 127.0.0.1:" in alone.stderr, alone.stderr
