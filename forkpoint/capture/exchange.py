@@ -37,6 +37,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from typing import Any, cast
+from urllib.parse import urlsplit
 
 from .. import eventstream, runtime
 from ..errors import RecordedError
@@ -177,6 +178,8 @@ class Exchange:
     def respond(self, status: int, reason: str, http_version: str, headers: list[tuple[str, str]]) -> None:
         """The response head arrived: status, reason phrase, HTTP version, header pairs."""
         self.head = (status, reason, http_version, headers)
+        if status == 101:
+            _upgraded(self.request)
 
     def chunk(self, data: bytes) -> None:
         """A piece of the body, as the transport delivered it."""
@@ -337,6 +340,8 @@ def serve(rt: runtime.Runtime, request: HttpRequest) -> tuple[ModelCallEvent, in
     if rt.mode != "replay":
         return None
     taken = cast(runtime.Serving, rt).take_model_call(request)
+    if taken is not None and (taken[0].get("response") or {"status": None})["status"] == 101:
+        raise cast(runtime.Serving, rt).diverged(taken[0], "model_call", taken[1], UPGRADED)
     runtime.served_from_recording.set(taken is not None)
     if taken is not None:  # answered from the recording: this record is not logged here
         current_scrubber().forget_record(request)
@@ -365,6 +370,23 @@ def said_length(resp: HttpResponse | dict[str, Any], method: str, served: int) -
 def bodiless(resp: HttpResponse | dict[str, Any], method: str) -> bool:
     """A response that has no body, whatever its headers say: to a ``HEAD``, or a 204 or 304."""
     return method.upper() == "HEAD" or resp.get("status") in (204, 304)
+
+
+_upgrades_said: set[str] = set()
+#: Why a recorded ``101 Switching Protocols`` cannot be replayed.
+UPGRADED = (
+    "the connection was upgraded (101 Switching Protocols: a websocket, say); forkpoint recorded its "
+    "handshake only, not what went over it afterwards, so a replay cannot serve it"
+)
+
+
+def _upgraded(request: HttpRequest) -> None:
+    """Say, once for each ``host:port``, that a connection was upgraded and what went over it after
+    is not recorded (:data:`UPGRADED`)."""
+    where = urlsplit(str(request.get("url") or "")).netloc
+    if where not in _upgrades_said:
+        _upgrades_said.add(where)
+        sys.stderr.write(f"forkpoint: WARNING: to {where}: {UPGRADED}\n")
 
 
 def recorded_chunks(event: ModelCallEvent) -> list[bytes]:

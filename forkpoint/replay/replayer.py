@@ -500,6 +500,11 @@ class Replayer:
             "nearest": None,
             "diff": [],
         }
+        request = event.get("request")
+        if kind == "model_call" and isinstance(request, Mapping):
+            call = classify(request["method"], request["url"], request.get("body"), request.get("headers"))
+            if call in ("http", "mcp"):  # (counted among model calls, as model#K overrides are not)
+                report["call"] = call
         with self._lock:
             if self.divergence is None:
                 self.divergence = report

@@ -604,3 +604,46 @@ def test_https_through_a_proxy_replays_without_dialling_the_proxy(
     finally:
         server.shutdown()
         proxy.close()
+
+
+def test_an_upgraded_connection_is_said_when_recorded_and_replayed_as_a_divergence(
+    store: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An aiohttp websocket was recorded as its handshake alone (``GET /ws`` → 101) without a word,
+    and its replay failed in aiohttp ("Invalid connection header") under "replay DIVERGED" at the
+    next call. It is said while recording, and its replay stops there, saying why."""
+    from aiohttp import web
+
+    async def handler(request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        await ws.send_str("task: summarize")
+        await ws.close()
+        return ws
+
+    async def agent(port: int) -> str:
+        async with aiohttp.ClientSession() as s:
+            async with s.ws_connect(f"http://127.0.0.1:{port}/ws") as ws:
+                return str(await ws.receive_str())
+
+    async def live() -> str:
+        app = web.Application()
+        app.router.add_get("/ws", handler)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        try:
+            return await agent(site._server.sockets[0].getsockname()[1])  # type: ignore[union-attr]
+        finally:
+            await runner.cleanup()
+
+    with forkpoint.record(store=store) as rec:
+        assert asyncio.run(live()) == "task: summarize"
+    said = " ".join(capsys.readouterr().err.split())
+    assert "the connection was upgraded (101 Switching Protocols" in said and "handshake only" in said
+    with forkpoint.replay(rec.session_path) as rp:
+        with pytest.raises(forkpoint.Divergence, match="handshake only"):
+            asyncio.run(agent(9))
+    report = rp.report()
+    assert report["divergence"]["call"] == "http" and "upgraded" in report["divergence"]["reason"]
