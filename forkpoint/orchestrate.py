@@ -248,7 +248,11 @@ def record_command(
             ).decode()
         code, out, _ = run_child(cmd, env, capture=capture, meanwhile=_ready_to_close)
         uncaught, session.incomplete, lacks, reported = read_endings(Path(tmp))
-    i = info(session.path)
+    try:
+        i = info(session.path)
+    except SessionError as exc:  # (removed while it ran, say: the command's own exit code stands)
+        say(f"forkpoint: WARNING: session {session.session_id} could not be finished: {exc}")
+        return session.path, code, out
     # Each process's own tally, unless they do not account for every call (then read back).
     tally, skipped = Lacks.merged(lacks, i.model_calls + i.tool_calls), None
     if tally is None and i.model_calls + i.tool_calls:

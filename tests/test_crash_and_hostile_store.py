@@ -377,3 +377,21 @@ def test_a_value_the_log_cannot_hold_stops_recording_and_the_agent_goes_on(
     s = Session.load(rec.session_path)
     assert [e["args"]["n"] for e in s.by_type("tool_call")] == [5]
     assert "ValueError" in s.events[-1]["incomplete"]
+
+
+@pytest.mark.slow
+def test_a_session_removed_while_it_was_recorded_leaves_the_commands_exit_code(tmp_path: Path) -> None:
+    """``forkpoint rm --force`` of a session while it was recorded: the program ran to its end,
+    exit 0, but ``forkpoint record`` ended with ``Error: … no such session log``, exit 1."""
+    store = tmp_path / "store"
+    script = tmp_path / "agent.py"
+    script.write_text(
+        "import os, shutil, sys\n"
+        f"shutil.rmtree(os.path.join({str(store)!r}, os.environ['FORKPOINT_SESSION_ID']))\n"
+        "print('the agent went on')\nsys.exit(4)\n"
+    )
+    out = record_script(store, script)
+    assert out.returncode == 4, out.stderr
+    assert out.stdout == "the agent went on\n"
+    said = " ".join(out.stderr.split())
+    assert "could not be finished" in said and "no such session log" in said and "Error:" not in said
