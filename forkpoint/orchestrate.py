@@ -95,9 +95,13 @@ def run_child(
 
     Returns its exit code — 128 + the signal number when the child was killed by a signal, 127 when
     the command does not exist — and its stdout (``capture``) and stderr (``capture_stderr``) text.
-    Called from another thread than the main one (an executor's), signals are left alone: only
-    the main thread may handle them, and the terminal's Ctrl-C reaches the child directly anyway.
+    Called from another thread than the main one (an executor's task), signals are left alone:
+    only the main thread may handle them. The child then runs in a process group of its own, which
+    the local executor passes Ctrl-C, SIGTERM and SIGHUP on to (:mod:`forkpoint.executors.local`).
     """
+    from .executors.local import task_child
+
+    task = threading.current_thread() is not threading.main_thread()
     try:
         proc = subprocess.Popen(
             cmd,
@@ -108,6 +112,8 @@ def run_child(
             text=capture or capture_stderr,
             errors="replace" if capture or capture_stderr else None,
             preexec_fn=namespace.preexec if namespace is not None else None,
+            # (an executor's task: its group gets the signals the executor passes on, all of it)
+            start_new_session=task,
         )
     except FileNotFoundError:
         message = f"forkpoint: command not found: {cmd[0]}"
@@ -117,6 +123,8 @@ def run_child(
         return Ran(127, None, None)
     if namespace is not None:
         namespace.started()
+    if task:
+        task_child(proc)
 
     # Ctrl-C reaches the child through the terminal's process group; SIGTERM and SIGHUP (a timeout,
     # a CI cancel, a closed terminal) are sent to this process only, so pass them on. Either way we
@@ -143,6 +151,8 @@ def run_child(
     finally:
         for sig, handler in old.items():
             signal.signal(sig, handler)
+        if task:
+            task_child(proc, done=True)
     code = proc.returncode
     return Ran(128 - code if code < 0 else code, out, err)
 

@@ -3,16 +3,44 @@
 A task spends its time waiting for a child process (the replayed program, a fork arm's agent, an
 outcome command), so threads are enough to keep every core busy: ``jobs`` tasks (default: the
 number of cores) run at once, each driving its own child.
+
+A task's child runs in a process group of its own (:func:`task_child`), so Ctrl-C, SIGTERM and
+SIGHUP sent to forkpoint reach every process each child started (an arm's ``sh`` and what it
+runs) through :meth:`LocalExecutor.map`, which passes them on: tasks not started yet never start,
+and those running end as their children do, with what they did reported.
 """
 
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import threading
 from collections.abc import Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
 from .base import Executor, Task, run_task
+
+#: The children the tasks of this process are running (each the leader of its process group).
+_children: set[subprocess.Popen[Any]] = set()
+_children_lock = threading.Lock()
+
+
+def task_child(proc: subprocess.Popen[Any], *, done: bool = False) -> None:
+    """Keep track of ``proc``, a task's child started in a session of its own, until ``done``."""
+    with _children_lock:
+        (_children.discard if done else _children.add)(proc)
+
+
+def _signal_children(signum: int) -> None:
+    with _children_lock:
+        children = list(_children)
+    for proc in children:
+        try:
+            os.killpg(proc.pid, signum)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 class LocalExecutor(Executor):
@@ -29,16 +57,32 @@ class LocalExecutor(Executor):
 
     def map(self, fn: Task, specs: Sequence[dict[str, Any]]) -> Iterator[tuple[int, dict[str, Any]]]:
         pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="forkpoint-task")
+        stopping: list[int] = []
+
+        def stop(signum: int, _frame: object) -> None:
+            stopping.append(signum)
+            _signal_children(signum)
+
+        old = {}
+        if threading.current_thread() is threading.main_thread():
+            old = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
         try:
             futures: dict[Future[dict[str, Any]], int] = {
                 pool.submit(run_task, fn, spec): i for i, spec in enumerate(specs)
             }
             pending = set(futures)
             while pending:
-                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                done, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+                if stopping:  # (tasks not started never start; the running ones end with their children)
+                    for future in pending:
+                        future.cancel()
                 for future in done:
-                    yield futures[future], future.result()
+                    if not future.cancelled():
+                        yield futures[future], future.result()
+                pending = {f for f in pending if not f.cancelled()}
         finally:
-            # Interrupted (Ctrl-C, or the caller stopped reading): tasks not started never start;
-            # the running ones finish, as their children were told by the terminal.
+            # The caller stopped reading (or an error): tasks not started never start; the running
+            # ones finish.
             pool.shutdown(wait=True, cancel_futures=True)
+            for sig, handler in old.items():
+                signal.signal(sig, handler)

@@ -179,3 +179,36 @@ def test_an_arm_whose_command_ran_but_never_reported_is_shown_as_run_and_counted
     assert "outcome: 1/1 passed" in fork.stdout
     assert "arm 1: the replayed process wrote no report" in " ".join(fork.stderr.split())
     assert (tmp_path / "arms" / "arm-1.log").read_text() == "crashing\n"
+
+
+@pytest.mark.slow
+def test_sigterm_to_fork_stops_every_process_of_its_arms_and_reports_them(
+    keeper: Keeper, tmp_path: Path
+) -> None:
+    """``kill -TERM`` of a ``forkpoint fork`` whose arm hung: forkpoint exited (143) and left the
+    arm's ``sh`` and the ``sleep`` it ran running under init, never reported. The signal reaches
+    every process of each running arm; the arms that ran are reported; forkpoint then ends."""
+    import signal
+    import time
+
+    before = keeper.resumable()[1]
+    pids = tmp_path / "pids"
+    hang = f"sleep 1000 & echo $! >> {pids}; wait"
+    fork = subprocess.Popen(
+        [sys.executable, "-m", "forkpoint.cli", "fork", f"{keeper.session.id}@{before}", "--arms", "2",
+         "--jobs", "2", "--into", str(tmp_path / "arms"), "--store", str(keeper.store), "--", "sh", "-c", hang],
+        cwd=tmp_path, env=keeper.env | {"COLUMNS": "200"}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not (pids.exists() and len(pids.read_text().split()) == 2):
+        assert time.monotonic() < deadline and fork.poll() is None, fork.communicate()
+        time.sleep(0.1)
+    fork.send_signal(signal.SIGTERM)
+    out, err = fork.communicate(timeout=60)
+    assert fork.returncode == 1, out + err  # (its arms did not end well)
+    time.sleep(0.5)
+    for pid in map(int, pids.read_text().split()):  # ended (a zombie where init does not reap it)
+        status = Path(f"/proc/{pid}/status")
+        assert not status.exists() or "State:\tZ" in status.read_text(), status.read_text()
+    rows = [line for line in out.splitlines() if line[:2] in ("1 ", "2 ")]
+    assert len(rows) == 2 and all(" valid " in r and "143" in r for r in rows), out
