@@ -80,7 +80,7 @@ SIGNING_HEADERS: frozenset[str] = frozenset(
 #: ``x-ratelimit-remaining-tokens`` is not one ("tokens", plural, counts tokens of text).
 SECRET_HEADER_NAME = re.compile(  # public: a real pattern (re.search(SECRET_HEADER_NAME, …) works)
     r"(?i)(?:^|[-_])(?:token|secret|password|passwd|api[-_]?key|apikey|access[-_]?key|credentials?"
-    r"|signature|session[-_]?id)(?:$|[-_])"
+    r"|signature|session[-_]?id|subscription[-_]?key)(?:$|[-_])"
 )
 
 #: Query-string parameter names whose values are credentials. Compared lower-case.

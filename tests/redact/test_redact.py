@@ -211,6 +211,7 @@ def test_credential_headers_dropped_in_any_case() -> None:
         ("Api-Key", "azure-key-value"),
         ("Cookie", "session=abc123"),
         ("SET-COOKIE", "session=abc123; HttpOnly"),
+        ("Ocp-Apim-Subscription-Key", "azure-apim-key"),  # (Azure API Management's key header)
         ("content-type", "application/json"),
         ("X-Custom", f"has {key} inside"),
         ("anthropic-version", "2023-06-01"),
