@@ -1243,6 +1243,10 @@ class Scrubber:
         for pair in headers:
             name, value = pair[0], pair[1]
             low = str(name).lower()
+            if low == "set-cookie" and isinstance(value, str):
+                # (kept, its value a placeholder: a replayed client keeps the cookies it was given)
+                out.append([name, _set_cookie_scrubbed(value)])
+                continue
             if low in self.drop_headers or SECRET_HEADER_NAME.search(low):
                 continue
             out.append([name, self.text(value) if isinstance(value, str) else value])
@@ -1505,6 +1509,20 @@ def scrub_json(value: Any, *, parsed: bool = False) -> Any:
     values and the user's JSON paths (rooted at ``value``) replaced (``parsed``: see
     :meth:`Scrubber.json`)."""
     return current().json(value, parsed=parsed)
+
+
+_COOKIE_PLACEHOLDER = compiled_later(r"REDACTED-[0-9a-f]{8}")
+
+
+def _set_cookie_scrubbed(value: str) -> str:
+    """A ``Set-Cookie`` value with the cookie's value replaced by ``REDACTED-<8 hex of its
+    SHA-256>`` (characters a cookie may hold, RFC 6265), its name and attributes kept."""
+    first, sep, attrs = value.partition(";")
+    name, eq, cookie = first.partition("=")
+    cookie = cookie.strip().strip('"')
+    if eq and cookie and not _COOKIE_PLACEHOLDER.fullmatch(cookie):
+        cookie = "REDACTED-" + hashlib.sha256(cookie.encode("utf-8", "surrogateescape")).hexdigest()[:8]
+    return f"{name}={cookie}{sep}{attrs}" if eq else "REDACTED"
 
 
 def scrub_headers(headers: Iterable[tuple[str, str]]) -> list[list[str]]:

@@ -647,3 +647,30 @@ def test_an_upgraded_connection_is_said_when_recorded_and_replayed_as_a_divergen
             asyncio.run(agent(9))
     report = rp.report()
     assert report["divergence"]["call"] == "http" and "upgraded" in report["divergence"]["reason"]
+
+
+def test_cookies_a_server_sets_are_set_again_on_replay_with_placeholder_values(
+    server: LocalServer, store: Path
+) -> None:
+    """Set-Cookie was dropped as a credential: a replayed client had no cookies, and a program that
+    looked at them (a login, then a session) went another way under "replay ok". They come back with
+    each cookie's name and attributes, and a placeholder for its value: no secret is stored."""
+    server.route(
+        "/login",
+        lambda r: Reply(
+            b"{}", ctype="application/json", headers=[("Set-Cookie", "sid=s3cr3t-v4lue; Path=/")]
+        ),
+    )
+
+    def agent() -> list[Any]:
+        with requests.Session() as s:
+            s.get(server.url + "/login", timeout=5)
+            return sorted(s.cookies.keys())
+
+    with forkpoint.record(store=store) as rec:
+        assert agent() == ["sid"]
+    assert b"s3cr3t-v4lue" not in (rec.session_path / "session.jsonl").read_bytes()
+    server.stop()
+    with forkpoint.replay(rec.session_path) as rp:
+        assert agent() == ["sid"]
+    assert rp.report()["reproduced"]

@@ -218,6 +218,9 @@ def test_credential_headers_dropped_in_any_case() -> None:
     ]
     out = scrub_headers(headers)
     assert out == [
+        # (a Set-Cookie is kept with a placeholder value, the same for the same cookie: a replayed
+        # client keeps the cookies it was given, and no secret is stored)
+        ["SET-COOKIE", "session=REDACTED-6ca13d52; HttpOnly"],
         ["content-type", "application/json"],
         ["X-Custom", f"has {expected_placeholder('openai-key', key)} inside"],
         ["anthropic-version", "2023-06-01"],
