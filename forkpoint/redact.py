@@ -200,7 +200,8 @@ _BUILTIN: tuple[tuple[str, tuple[str, ...], str], ...] = (
     (
         "secret-assignment",
         ("pass", "secret", "token", "api", "access", "private", "_key", "credential"),
-        r"(?<![a-z])(?:PASSWORD|PASSWD|PASSPHRASE|SECRET|TOKEN|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|_KEY"
+        # (a password in any case: "login failed for bob, password=hunter22" in an exception's message)
+        r"(?<![a-z])(?:(?i:password|passwd|passphrase)|SECRET|TOKEN|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|_KEY"
         r"|CREDENTIALS?)(?![A-Za-z0-9])\s*[=:]\s*[\"']?"
         r"(?P<s>(?![0-9]+(?:[\s\"'#;&]|$))(?!(?:None|null|true|false|True|False|undefined|nil)(?:[\s\"'#;&]|$))"
         r"[^\s\"'#;&(){}\[\]<>,\\]{4,})" + _VALUE_END,

@@ -95,6 +95,8 @@ SECRETS: list[tuple[str, str, str]] = [
     ("twilio-sid", "SK" + _rand(32, "0123456789abcdef"), "TWILIO_API_KEY_SID={}"),
     ("secret-assignment", _rand(32, "0123456789abcdef"), 'client = Client(sid, auth_token="{}")'),
     ("secret-assignment", _rand(14), "    password = '{}'"),
+    # (unquoted, in lower case: an exception's message; it was kept in the clear)
+    ("secret-assignment", _rand(12), "RuntimeError: login failed for bob with password={} (retry later)"),
 ]
 
 _IDS = [f"{kind}-{i}" for i, (kind, _, _) in enumerate(SECRETS)]
