@@ -125,11 +125,11 @@ def body_bytes(kind: str, body: Any, layout: dict[str, Any] | None = None) -> by
     """The bytes of a stored body (inverse of :func:`parse_body`): JSON re-serialized compactly, or
     in the ``layout`` it came in (:func:`json_layout`)."""
     if kind == "json":
-        if isinstance(layout, dict):
-            kw = {k: layout[k] for k in ("indent", "ensure_ascii") if k in layout}
+        kw = {k: layout.get(k) for k in ("indent", "ensure_ascii")} if isinstance(layout, dict) else {}
+        if layout and kw in _LAYOUTS:  # (only a layout json_layout finds: an indent of 10**9 is none)
             try:
-                text = json.dumps(body, **kw) + ("\n" if layout.get("newline") else "")
-            except (TypeError, ValueError):  # (a hostile layout: the compact form)
+                text = json.dumps(body, **kw) + ("\n" if layout.get("newline") is True else "")
+            except (TypeError, ValueError):
                 return json_text(body)
             return text.encode("utf-8", "surrogatepass")
         return json_text(body)  # (an integer beyond 64 bits, as loads_exact reads one, too)

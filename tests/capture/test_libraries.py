@@ -674,3 +674,16 @@ def test_cookies_a_server_sets_are_set_again_on_replay_with_placeholder_values(
     with forkpoint.replay(rec.session_path) as rp:
         assert agent() == ["sid"]
     assert rp.report()["reproduced"]
+
+
+def test_a_json_layout_a_session_makes_up_is_not_followed() -> None:
+    """A hostile session's ``json_layout`` (an indent of 10**9) would have a replay write a body of
+    gigabytes: only the layouts recording looks for are followed; any other gives the compact form."""
+    from forkpoint.capture.decoding import body_bytes, json_layout
+
+    value = {"a": [1, 2], "b": "ü"}
+    for kw in ({"indent": 2, "ensure_ascii": False}, {"indent": None, "ensure_ascii": True}):
+        data = json.dumps(value, **kw).encode() + b"\n"  # type: ignore[arg-type]
+        assert body_bytes("json", value, json_layout(data, value)) == data
+    for bad in ({"indent": 10**9, "ensure_ascii": True}, {"indent": "x"}, {"indent": 3}, []):
+        assert body_bytes("json", value, bad) == '{"a":[1,2],"b":"ü"}'.encode()  # type: ignore[arg-type]
