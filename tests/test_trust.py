@@ -12,6 +12,7 @@ import stat
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -62,8 +63,13 @@ def record(tmp_path: Path, env: dict[str, str], name: str = "quote") -> Path:
 def forge_argv(session: Path, argv: list[str]) -> None:
     """What anyone who can edit a session can do: change the header's command and recompute the
     whole hash chain, so that the log verifies again."""
+    forge_header(session, argv=argv)
+
+
+def forge_header(session: Path, **fields: Any) -> None:
+    """:func:`forge_argv` for any header ``fields``."""
     lines = [orjson.loads(raw) for raw in (session / LOG_NAME).read_bytes().splitlines()]
-    lines[0]["argv"] = argv
+    lines[0].update(fields)
     prev = ""
     for i, obj in enumerate(lines):
         if i:
@@ -185,15 +191,7 @@ def test_a_forged_session_id_names_no_file_outside_the_store(tmp_path: Path, env
     session = record(tmp_path, env, name="one")
     outside = tmp_path / "outside"
     outside.mkdir()
-    lines = [orjson.loads(raw) for raw in (session / LOG_NAME).read_bytes().splitlines()]
-    lines[0]["session_id"] = "/" + "../" * 12 + str(outside / "EVIL").lstrip("/")
-    prev = ""
-    for i, obj in enumerate(lines):
-        if i:
-            obj["prev"] = prev
-        obj["hash"] = line_hash(obj)
-        prev = obj["hash"]
-    (session / LOG_NAME).write_bytes(b"".join(orjson.dumps(o) + b"\n" for o in lines))
+    forge_header(session, session_id="/" + "../" * 12 + str(outside / "EVIL").lstrip("/"))
     shutil.rmtree(tmp_path / "store" / "index", ignore_errors=True)
 
     listed = run(["ls", "--store", str(tmp_path / "store")], tmp_path, env)
