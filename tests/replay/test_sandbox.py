@@ -330,21 +330,39 @@ print("tool:", answer())
 """
 
 
-@pytest.mark.slow
-def test_a_program_reaches_its_own_local_server_in_the_replays_namespace(tmp_path: Path) -> None:
-    """docs/security.md said loopback works inside the namespace (a program's own local servers),
-    but the guard in the program refused every connect: a program that starts a local cache and
-    talks to it did not reproduce ("network blocked: 127.0.0.1:…"). In the namespace, where only
-    the replay's own processes listen on loopback, it is let through; the guard alone refuses it."""
-    if netns.refused() is not None:
-        pytest.skip(f"the kernel refuses a network namespace here: {netns.refused()}")
+@pytest.fixture
+def own_server(tmp_path: Path) -> tuple[Path, dict[str, str], str]:
+    """OWN_SERVER recorded with the CLI: (its folder, the environment, what it printed)."""
     env = {k: v for k, v in os.environ.items() if k not in ("FORKPOINT_STORE", "FORKPOINT_NETNS")}
     (tmp_path / "own.py").write_text(OWN_SERVER)
     rec = run(["record", "--store", "store", "--no-workspace", "--", sys.executable, "own.py"], tmp_path, env)
     assert rec.returncode == 0, rec.stderr
     assert rec.stdout == "own server: HELLO CACHE\nown server: HELLO CACHE\ntool: 42\n"
-    rep = run(["replay", "last", "--store", "store"], tmp_path, env)
+    return tmp_path, env, rec.stdout
+
+
+@pytest.mark.slow
+def test_a_program_reaches_its_own_local_server_in_the_replays_namespace(
+    own_server: tuple[Path, dict[str, str], str],
+) -> None:
+    """docs/security.md said loopback works inside the namespace (a program's own local servers),
+    but the guard in the program refused every connect: a program that starts a local cache and
+    talks to it did not reproduce ("network blocked: 127.0.0.1:…"). In the namespace, where only
+    the replay's own processes listen on loopback, it is let through."""
+    where, env, printed = own_server
+    if netns.refused() is not None:
+        # What is tested is the namespace's own loopback, which a kernel that refuses namespaces
+        # does not have; the guard alone, which every machine has, is the next test.
+        pytest.skip(f"the kernel refuses a network namespace here: {netns.refused()}")
+    rep = run(["replay", "last", "--store", "store"], where, env)
     assert rep.returncode == 0, rep.stderr
-    assert rep.stdout == rec.stdout and "replay ok: 1/1" in rep.stderr
-    alone = run(["replay", "last", "--store", "store"], tmp_path, {**env, netns.DISABLE_VAR: "0"})
+    assert rep.stdout == printed and "replay ok: 1/1" in rep.stderr
+
+
+@pytest.mark.slow
+def test_without_a_namespace_the_guard_refuses_loopback(own_server: tuple[Path, dict[str, str], str]) -> None:
+    """Outside the replay's namespace a loopback port may be the host's (a service that ran beside
+    the recording): the guard alone refuses it, and the replay says so."""
+    where, env, _ = own_server
+    alone = run(["replay", "last", "--store", "store"], where, {**env, netns.DISABLE_VAR: "0"})
     assert alone.returncode == 3 and "network blocked (1): 127.0.0.1:" in alone.stderr, alone.stderr
