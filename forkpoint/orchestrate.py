@@ -95,13 +95,13 @@ def run_child(
 
     Returns its exit code — 128 + the signal number when the child was killed by a signal, 127 when
     the command does not exist — and its stdout (``capture``) and stderr (``capture_stderr``) text.
-    Called from another thread than the main one (an executor's task), signals are left alone:
-    only the main thread may handle them. The child then runs in a process group of its own, which
-    the local executor passes Ctrl-C, SIGTERM and SIGHUP on to (:mod:`forkpoint.executors.local`).
+    Called from another thread than the main one, signals are left alone: only the main thread may
+    handle them. In a local executor's task the child runs in a process group of its own, which the
+    executor passes Ctrl-C, SIGTERM and SIGHUP on to (:mod:`forkpoint.executors.local`).
     """
-    from .executors.local import task_child
+    from .executors.local import in_task, task_child
 
-    task = threading.current_thread() is not threading.main_thread()
+    task = in_task()
     try:
         proc = subprocess.Popen(
             cmd,

@@ -25,6 +25,25 @@ from .base import Executor, Task, run_task
 #: The children the tasks of this process are running (each the leader of its process group).
 _children: set[subprocess.Popen[Any]] = set()
 _children_lock = threading.Lock()
+#: The pools' threads now running tasks (:meth:`LocalExecutor.map`).
+_task_threads: set[threading.Thread] = set()
+
+
+def in_task() -> bool:
+    """True in a thread of a local executor's pool running a task: a child it starts runs in a
+    process group of its own (:func:`task_child`), which the executor passes signals on to."""
+    return threading.current_thread() in _task_threads
+
+
+def _run_in_pool(fn: Task, spec: dict[str, Any]) -> dict[str, Any]:
+    me = threading.current_thread()
+    with _children_lock:
+        _task_threads.add(me)
+    try:
+        return run_task(fn, spec)
+    finally:
+        with _children_lock:
+            _task_threads.discard(me)
 
 
 def task_child(proc: subprocess.Popen[Any], *, done: bool = False) -> None:
@@ -68,7 +87,7 @@ class LocalExecutor(Executor):
             old = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
         try:
             futures: dict[Future[dict[str, Any]], int] = {
-                pool.submit(run_task, fn, spec): i for i, spec in enumerate(specs)
+                pool.submit(_run_in_pool, fn, spec): i for i, spec in enumerate(specs)
             }
             pending = set(futures)
             while pending:
