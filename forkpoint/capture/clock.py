@@ -38,8 +38,8 @@ one is a ``datetime`` (``date``) field. Without an active
 deterministic recording or replay, every stand-in does exactly what the original does.
 
 **Limits.** Reads inside a tool's body are not recorded (the tool call is, and its result is what
-a replay serves). Not covered: ``time.monotonic()``, ``time.perf_counter()``, ``os.urandom``, ``secrets``, ``uuid.uuid1``, ``random.Random()``/``SystemRandom()`` instances,
-numpy's generators, a module reached through ``importlib.import_module`` or ``sys.modules``, and
+a replay serves). Not covered: ``time.monotonic()``, ``time.perf_counter()``, ``os.urandom``,
+``secrets``, ``uuid.uuid1``, ``random.Random()``/``SystemRandom()`` instances, numpy's generators, a module reached through ``importlib.import_module`` or ``sys.modules``, and
 code that is not the agent's. Each read is one event in the log (``shuffle`` of a long list draws
 once per item).
 """

@@ -171,7 +171,10 @@ class Workspace:
             )
             if submodules:
                 shown = f"the working trees of submodules {shown}"
-                why = "each keeps a submodule's commit only, so a restore of one leaves them empty and fails validation"
+                why = (
+                    "each keeps a submodule's commit only, so a restore of one leaves them empty and fails "
+                    "validation"
+                )
             sys.stderr.write(f"forkpoint: WARNING: checkpoints of {self.root} leave out {shown}: {why}\n")
 
     def tracked(self) -> set[bytes]:

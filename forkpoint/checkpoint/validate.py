@@ -74,8 +74,8 @@ def validate(root: Path) -> list[Check]:
     Checks: the tracked source tree hash, the workspace fingerprint (naming the files that differ),
     the carried messages' digest, that the checkpoint is a resumable boundary, that every file the
     messages refer to exists, and (only when the repository has submodules) that their working
-    trees were restored, which they never are: a checkpoint keeps each one's commit only. Raises :class:`CheckpointError` when ``root`` holds no restored
-    checkpoint.
+    trees were restored, which they never are: a checkpoint keeps each one's commit only. Raises
+    :class:`CheckpointError` when ``root`` holds no restored checkpoint.
     """
     root = Path(root).absolute()
     try:

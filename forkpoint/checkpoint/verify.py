@@ -174,7 +174,7 @@ def _verify_git_objects(objects: Path, problems: list[str], notes: list[str]) ->
     count = 0
     for sub in sorted(objects.iterdir()):
         if is_leftover(sub.name):
-            continue  # an interrupted write's temp file: verify notes it (forkpoint.log.leftovers)
+            continue  # an interrupted write's temp file: verify notes it (forkpoint.log.verify)
         if not (sub.is_dir() and len(sub.name) == 2 and all(c in "0123456789abcdef" for c in sub.name)):
             if sub.name not in ("info", "pack"):
                 problems.append(f"{sub}: not a git object folder")

@@ -34,24 +34,6 @@ def is_leftover(name: str) -> bool:
     return bool(_LEFTOVER.match(name))
 
 
-def leftovers(session: Path, folders: tuple[str, ...]) -> list[Path]:
-    """The temp files interrupted writes left in the ``folders`` of the session directory
-    ``session`` (one level of subfolders deep, as blobs and git objects are stored), sorted."""
-    found: list[Path] = []
-    for folder in folders:
-        top = session / folder
-        try:
-            subs = [top, *(e for e in top.iterdir() if e.is_dir() and not e.is_symlink())]
-        except (FileNotFoundError, NotADirectoryError):
-            continue
-        for d in subs:
-            try:
-                found += [e for e in d.iterdir() if is_leftover(e.name) and not e.is_dir()]
-            except OSError:
-                continue
-    return sorted(found)
-
-
 def open_regular(path: Path | str) -> BinaryIO:
     """Open ``path`` for reading if it is a regular file (binary, blocking reads).
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import IdentityError, SessionError
-from .blobs import BlobStore, leftovers
+from .blobs import BlobStore, is_leftover
 from .codec import (
     BLOB_DIR,
     DELTA_SET_FROM,
@@ -353,12 +353,14 @@ def verify(path: Path | str, *, deep: bool = True, checks: Mapping[str, Check] |
         result.blobs = len(refs)
         for kind, check in checks.items():
             check(path, checked[kind], result)
-        left = leftovers(path, (BLOB_DIR, GIT_OBJECTS))
+        found = _foreign_files(path)  # (one walk: an interrupted write's temp file is one of them)
+        left = [p for p in found if p.parent != path and is_leftover(p.name) and not p.is_dir()]
         for p in left[:5]:
             notes.append(f"{p}: left over by an interrupted write: not part of the session (safe to delete)")
         if len(left) > 5:
             notes.append(f"… and {len(left) - 5} more files left over by interrupted writes")
-        alien = [p for p in _foreign_files(path) if p not in left]
+        said = set(left)
+        alien = [p for p in found if p not in said]
         for p in alien[:5]:
             notes.append(
                 f"{p}: not part of the session (forkpoint never writes it there, never reads it, and leaves "

@@ -174,8 +174,8 @@ def _volatile_change(change: Change) -> bool:
 
 def _alike(queues: Iterable[Sequence[Served]]) -> dict[int, int]:
     """Seq → group (its first seq) of the recorded calls that were asked the same (one match key)
-    and answered differently: served to several threads, tasks or processes, which got which cannot be
-    told from the recording (:func:`~forkpoint.replay.report.conclude` says so)."""
+    and answered differently: served to several threads, tasks or processes, which got which
+    cannot be told from the recording (:func:`~forkpoint.replay.report.conclude` says so)."""
     out: dict[int, int] = {}
     for queue in queues:
         if len(queue) < 2:
@@ -363,9 +363,9 @@ class Replayer:
         self._queues = self._queued(self.recorded)
         #: Seq → its group (first seq): identical calls whose recorded answers differ (_alike).
         self._alike = _alike(self._queues.values())
-        #: [group, seq, pid, thread, when served, when the process started] for each such call served.
+        #: [group, seq, pid, raced (:meth:`_raced`), when served, when the process started] for each
+        #: such call served.
         self.alike_served: list[list[Any]] = []
-        # Which thread asked: a number of its own per thread (an ident is reused once one ends).
         #: Group → the callers (thread, asyncio task or None) served one of its alike calls here.
         self._callers: dict[int, list[tuple[threading.Thread, Any]]] = {}
         self.used: list[int] = []
