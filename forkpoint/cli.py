@@ -890,7 +890,7 @@ def fork(
             _print_checks(arm.checks)
             for said in (arm.error, arm.problem):
                 if said is not None:
-                    _err().print(f"[red]arm {arm.index}: {escape(said.removeprefix('forkpoint: '))}[/red]")
+                    _err().print(f"[red]arm {arm.index}: {escape(said)}[/red]")
 
     with _executor(executor, jobs) as ex:
         _err().print(f"forkpoint: {plural(arms, 'arm')} on {executor} ({ex.workers} at a time)", markup=False)

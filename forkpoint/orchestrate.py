@@ -847,7 +847,7 @@ def arm_task(spec: dict[str, Any]) -> dict[str, Any]:
             arm.report, arm.exit_code, arm.outcome = run.report, run.exit_code, run.outcome
             arm.session = str(run.child) if run.child else None
             if run.report is None:  # (it ran, and ended as it did: its outcome is measured all the same)
-                arm.problem = run.problem
+                arm.problem = (run.problem or "no report").removeprefix("forkpoint: ")
     arm.seconds = round(time.perf_counter() - started, 3)
     return arm.to_json()
 

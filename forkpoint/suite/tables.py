@@ -163,7 +163,7 @@ def fork_table(arms: list[Arm], title: str | None = None) -> Table:
         calls = (
             f"{report.get('matched', 0)} replayed, {live.get('models', 0)} model + {live.get('tools', 0)} tool live"
             if arm.report is not None
-            else f"[red]{escape((arm.problem or 'no report').removeprefix('forkpoint: '))}[/red]"
+            else f"[red]{escape(arm.problem or 'no report')}[/red]"
         )
         table.add_row(
             str(arm.index),
