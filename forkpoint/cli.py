@@ -974,7 +974,7 @@ def sweep(
 
     def shown(arm: Arm) -> None:
         state = (
-            "not run: " + (arm.error or "validation failed")
+            ("lost: " if arm.lost else "not run: ") + (arm.error or "validation failed")
             if not arm.valid
             else ("pass" if arm.passed else "fail")
         )

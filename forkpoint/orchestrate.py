@@ -738,8 +738,10 @@ def load_ref(ref: dict[str, Any]) -> Session:
 class Arm:
     """One arm of a fork: where it was restored, whether the checkpoint validated there, and how its
     continuation went (``report`` and ``exit_code`` of its replay, the ``outcome`` measured after it,
-    the arm's ``session``; ``error`` when it could not be restored or run; ``problem`` when it ran
-    but its run says less than it should: no report, or no log of what it printed)."""
+    the arm's ``session``; ``error`` when it could not be restored or run, with ``lost`` when the task
+    running it failed (forkpoint's own exception, a worker that died), so how far it got is unknown;
+    ``problem`` when it ran but its run says less than it should: no report, or no log of what it
+    printed)."""
 
     index: int
     directory: Path
@@ -752,6 +754,7 @@ class Arm:
     session: str | None = None
     seconds: float = 0.0
     problem: str | None = None
+    lost: bool = False
 
     @property
     def valid(self) -> bool:
@@ -777,6 +780,7 @@ class Arm:
             "session": self.session,
             "seconds": self.seconds,
             "problem": self.problem,
+            "lost": self.lost,
         }
 
     @classmethod
@@ -796,6 +800,7 @@ class Arm:
             session=data.get("session"),
             seconds=float(data.get("seconds") or 0.0),
             problem=data.get("problem"),
+            lost=bool(data.get("lost")),
         )
 
 
@@ -940,7 +945,10 @@ def run_arms(
         for i, result in ex.map(arm_task, specs):
             if "index" not in result:  # the task itself failed (an exception, a lost worker)
                 spec = specs[i]
-                result = {k: spec[k] for k in ("index", "directory", "seq")} | {"error": result.get("error")}
+                result = {k: spec[k] for k in ("index", "directory", "seq")} | {
+                    "error": result.get("error"),
+                    "lost": True,
+                }
             arm = Arm.from_json(result)
             done[i] = arm
             if on_arm is not None:

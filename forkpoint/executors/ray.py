@@ -55,7 +55,9 @@ class RayExecutor(Executor):
                 raise UsageError(f"--executor ray: cannot connect to {where}: {exc}") from None
             self._started = True
         self.workers = max(1, int(ray.cluster_resources().get("CPU", 1)))
-        self._remote = ray.remote(num_cpus=1)(run_task)
+        # A task is not idempotent (an arm restores into its folder and writes a session): Ray's retry
+        # of a task whose worker died would fail on what the first attempt left, hiding the crash.
+        self._remote = ray.remote(num_cpus=1, max_retries=0)(run_task)
 
     def map(self, fn: Task, specs: Sequence[dict[str, Any]]) -> Iterator[tuple[int, dict[str, Any]]]:
         ray = self._ray

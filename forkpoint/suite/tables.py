@@ -149,13 +149,14 @@ def fork_table(arms: list[Arm], title: str | None = None) -> Table:
     table = _table(title, *cols)
     for arm in arms:
         if not arm.valid:
-            state = (
-                "[red]restore failed[/red]"
-                if arm.error is not None and not arm.checks
-                else "[red]invalid[/red]"
-            )
+            if arm.lost:  # (the task failed: whether it restored or ran is unknown)
+                state, calls = "[red]task failed[/red]", "unknown"
+            elif arm.error is not None and not arm.checks:
+                state, calls = "[red]restore failed[/red]", "not run"
+            else:
+                state, calls = "[red]invalid[/red]", "not run"
             table.add_row(
-                str(arm.index), str(arm.directory), state, "not run", "", *([""] if with_outcome else []), ""
+                str(arm.index), str(arm.directory), state, calls, "", *([""] if with_outcome else []), ""
             )
             continue
         report = arm.report or {}
@@ -178,10 +179,13 @@ def fork_table(arms: list[Arm], title: str | None = None) -> Table:
 
 
 def pass_rate_line(arms: list[Arm]) -> str:
-    """``outcome: 3/4 passed (75%, 95% CI 30%–95%); 1 arm(s) not run (restore or validation failed)``."""
+    """``outcome: 3/4 passed (75%, 95% CI 30%–95%); 1 arm(s) not run (restore or validation failed)``
+    (and ``; 1 arm(s) lost (the task running it failed)``)."""
     rate = rate_of(a.passed for a in arms)
-    invalid = sum(1 for a in arms if not a.valid)
+    invalid = sum(1 for a in arms if not a.valid and not a.lost)
+    lost = sum(1 for a in arms if a.lost)
     tail = f"; {invalid} arm(s) not run (restore or validation failed)" if invalid else ""
+    tail += f"; {lost} arm(s) lost (the task running it failed)" if lost else ""
     return f"outcome: {rate.text()}{tail}"
 
 

@@ -145,3 +145,40 @@ def test_fork_of_four_arms_on_ray(cluster: str, keeper: Keeper, tmp_path: Path) 
     assert len(mine) >= 4
     found = [outcome_of(a) for a in mine[-4:]]
     assert sorted(bool(o and o["passed"]) for o in found) == [False, False, True, True]
+
+
+#: An arm's command that kills the Ray worker running its task (the first ``ray::`` process among
+#: its ancestors), as the kernel's OOM killer or a lost node would.
+KILL_WORKER = """
+import os, signal
+pid = os.getppid()
+while pid > 1:
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+        if f.read().startswith(b"ray::"):
+            os.kill(pid, signal.SIGKILL)
+            break
+    with open(f"/proc/{pid}/stat") as f:
+        pid = int(f.read().rsplit(")", 1)[1].split()[1])
+"""
+
+
+def test_an_arm_whose_ray_worker_dies_is_reported_as_that_not_retried(
+    cluster: str, keeper: Keeper, tmp_path: Path
+) -> None:
+    """Ray retries a task whose worker died (three times by default): the retry restored into the
+    arm's folder the first attempt had filled, and the arm was reported as "restore failed: … not
+    empty", hiding the crash. An arm is not idempotent (it writes a session): it runs once, and a
+    crash is said as one."""
+    before = keeper.resumable()[1]
+    fork = forkpoint_cli(
+        "fork", f"{keeper.session.id}@{before}", "--arms", "1", "--into", str(tmp_path / "arms"),
+        "--store", str(keeper.store), "--executor", f"ray:{cluster}", "--outcome", KEEPER_OUTCOME,
+        "--", sys.executable, "-c", KILL_WORKER, cwd=tmp_path, env=keeper.env,
+    )  # fmt: skip
+    out = fork.stdout + fork.stderr
+    assert fork.returncode != 0, out
+    said = fork.stderr.split("arm 1: ", 1)[-1]  # forkpoint's own words on the arm (not the raylet's log)
+    assert "the Ray task failed: WorkerCrashedError" in said, out
+    assert "not empty" not in out and "retries remaining" not in out, out
+    assert re.search(r"arm-1 +task failed +unknown", fork.stdout), out
+    assert "outcome: no run measured; 1 arm(s) lost (the task running it failed)" in fork.stdout, out
