@@ -241,12 +241,19 @@ def _outcome_options(f: Any) -> Any:
 
 
 def _arm_options(f: Any) -> Any:
-    """What fork and sweep share: ``--override``, ``--on-divergence``, ``--repo``, the outcome and
+    """What fork and sweep share: ``--override``, ``--on-divergence``, ``--repo``, ``--arm-timeout``, the outcome and
     executor options, ``--store``, and the agent's command (``CMD``, required)."""
     f = click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)(f)
     f = _store_opt(_executor_options(_outcome_options(f)))
     f = click.option(
         "--repo", type=click.Path(exists=True, file_okay=False, path_type=Path), help="See restore --repo."
+    )(f)
+    f = click.option(
+        "--arm-timeout",
+        type=click.FloatRange(min=0, min_open=True),
+        metavar="SECONDS",
+        help="Stop an arm's program still running after SECONDS (SIGTERM, SIGKILL 3 s later); the arm "
+        "is shown as stopped, and its outcome is measured on what it left.",
     )(f)
     f = click.option(
         "--on-divergence",
@@ -861,6 +868,7 @@ def fork(
     overrides: tuple[str, ...],
     on_divergence: str,
     repo: Path | None,
+    arm_timeout: float | None,
     outcome_cmd: str | None,
     outcome_timeout: float,
     executor: str,
@@ -903,6 +911,7 @@ def fork(
             overrides=list(overrides),
             on_divergence=on_divergence,
             repo=repo,
+            timeout=arm_timeout,
             outcome=_outcome(outcome_cmd, outcome_timeout),
             executor=ex,
             on_arm=shown,
@@ -947,6 +956,7 @@ def sweep(
     overrides: tuple[str, ...],
     on_divergence: str,
     repo: Path | None,
+    arm_timeout: float | None,
     outcome_cmd: str | None,
     outcome_timeout: float,
     executor: str,
@@ -995,6 +1005,7 @@ def sweep(
             overrides=list(overrides),
             on_divergence=on_divergence,
             repo=repo,
+            timeout=arm_timeout,
             executor=ex,
             on_arm=shown,
         )

@@ -91,7 +91,8 @@ def run_child(
     such as importing what its end needs, overlaps the child's own start-up on another CPU).
 
     ``watch`` is asked every half second while the child runs: a reason (text) to stop it, which is
-    said, and the child is sent SIGTERM (SIGKILL 3 s later), or None.
+    said, and the child is sent SIGTERM (SIGKILL 3 s later, to its process group when it leads
+    one), or None.
 
     Returns its exit code — 128 + the signal number when the child was killed by a signal, 127 when
     the command does not exist — and its stdout (``capture``) and stderr (``capture_stderr``) text.
@@ -174,7 +175,13 @@ def _wait(proc: subprocess.Popen[Any], watch: Callable[[], str | None] | None) -
                 proc.send_signal(signal.SIGTERM)
                 stop_at = time.monotonic() + 3
         elif time.monotonic() > stop_at:
-            proc.kill()
+            try:  # (a child with a group of its own, an executor task's: what it started goes too)
+                if os.getpgid(proc.pid) == proc.pid:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                else:
+                    proc.kill()
+            except ProcessLookupError:
+                pass
 
 
 class _Stuck:
@@ -200,6 +207,24 @@ class _Stuck:
         if time.monotonic() - self.since < STUCK_AFTER_S:
             return None
         return f"the replay diverged, and the program has not ended {STUCK_AFTER_S:.0f} s later (waiting for a worker that stopped?)"
+
+
+class _Watch:
+    """What stops a replayed program early (a :func:`run_child` ``watch``): a divergence it hangs
+    after (``stuck``), or ``timeout`` seconds from now. :attr:`why` keeps the reason once given."""
+
+    def __init__(self, stuck: _Stuck | None, timeout: float | None) -> None:
+        self.stuck = stuck
+        self.timeout = timeout
+        self.deadline = time.monotonic() + timeout if timeout is not None else None
+        self.why: str | None = None
+
+    def __call__(self) -> str | None:
+        why = self.stuck() if self.stuck is not None else None
+        if why is None and self.deadline is not None and time.monotonic() > self.deadline:
+            why = f"the program ran longer than its timeout of {self.timeout:g} s"
+        self.why = self.why or why
+        return why
 
 
 #: How long a program may run on after its replay diverged before forkpoint replay stops it.
@@ -321,6 +346,9 @@ class Replayed:
     seconds: float
     #: Why each process whose replay could not start did not run (then there is no report).
     not_started: list[str] = field(default_factory=list)
+    #: Why forkpoint stopped the program before it ended (it hung after a divergence, or ran past
+    #: its ``timeout``), or None.
+    stopped: str | None = None
 
 
 def replay_run(
@@ -343,6 +371,7 @@ def replay_run(
     outcome: Outcome | None = None,
     strict: bool = False,
     trust: bool = False,
+    timeout: float | None = None,
 ) -> Replayed:
     """Replay ``session`` by running ``cmd`` (default: the recorded command) in ``cwd`` (default:
     the current directory), and say what happened; :func:`replay_command` is this plus the words
@@ -357,6 +386,8 @@ def replay_run(
     program ended (:func:`forkpoint.outcome.measure`), and its event goes into the what-if session
     before the end. ``capture`` implies capturing stdout (an outcome command reads it). The report
     carries the program's exit code and the verdict (:func:`~forkpoint.replay.report.conclude`).
+    With ``timeout`` (seconds), a program still running then is stopped (:func:`run_child`'s
+    ``watch``) and :attr:`Replayed.stopped` says so; its outcome is measured all the same.
 
     The recorded command runs only when the session is signed by a key this user trusts
     (:mod:`forkpoint.signing`; the own key is), or with ``trust``; a ``cmd`` given is run as it is.
@@ -458,6 +489,7 @@ def replay_run(
         run, namespace = (
             netns.confine(command, Path(tmp)) if sandbox == "network namespace" else (command, None)
         )
+        watch = _Watch(_Stuck(Path(tmp)) if on_divergence == "stop" else None, timeout)
         try:
             code, out, err = run_child(
                 run,
@@ -466,7 +498,7 @@ def replay_run(
                 capture_stderr=capture_stderr,
                 cwd=cwd,
                 namespace=namespace,
-                watch=_Stuck(Path(tmp)) if on_divergence == "stop" else None,
+                watch=watch,
             )
         finally:
             seen = namespace.finished() if namespace is not None else ([], 0)
@@ -535,6 +567,7 @@ def replay_run(
         problem=problem,
         seconds=time.perf_counter() - started,
         not_started=not_started,
+        stopped=watch.why,
     )
 
 
@@ -837,6 +870,7 @@ def arm_task(spec: dict[str, Any]) -> dict[str, Any]:
                 capture=True,
                 capture_stderr=True,
                 outcome=outcome,
+                timeout=spec.get("timeout"),
             )
         except ForkpointError as exc:
             arm.error = str(exc)
@@ -851,7 +885,9 @@ def arm_task(spec: dict[str, Any]) -> dict[str, Any]:
                 arm.problem = f"what the agent printed could not be written to {log}: {exc}"
             arm.report, arm.exit_code, arm.outcome = run.report, run.exit_code, run.outcome
             arm.session = str(run.child) if run.child else None
-            if run.report is None:  # (it ran, and ended as it did: its outcome is measured all the same)
+            if run.stopped is not None:  # (its outcome is measured all the same: the state it left)
+                arm.problem = f"stopped: {run.stopped}"
+            elif run.report is None:  # (it ran, and ended as it did: its outcome is measured all the same)
                 arm.problem = (run.problem or "no report").removeprefix("forkpoint: ")
     arm.seconds = round(time.perf_counter() - started, 3)
     return arm.to_json()
@@ -909,8 +945,10 @@ def arm_specs(
     repo: Path | None = None,
     outcome: Outcome | None = None,
     first: int = 1,
+    timeout: float | None = None,
 ) -> list[dict[str, Any]]:
-    """The task specs of ``arms`` arms of ``session@seq`` (numbered from ``first``), in ``into``."""
+    """The task specs of ``arms`` arms of ``session@seq`` (numbered from ``first``), in ``into``;
+    ``timeout``: seconds each arm's program may run (:func:`replay_run`)."""
 
     ref = session_ref(session)
     return [
@@ -925,6 +963,7 @@ def arm_specs(
             "repo": str(repo.absolute()) if repo else None,
             "outcome": vars(outcome) if outcome else None,
             "name": f"fork {session.id}@{seq} arm {i}",
+            "timeout": timeout,
         }
         for i in range(first, first + arms)
     ]
@@ -969,12 +1008,14 @@ def fork_arms(
     outcome: Outcome | None = None,
     executor: Executor | None = None,
     on_arm: Callable[[Arm], None] | None = None,
+    timeout: float | None = None,
 ) -> tuple[Path, list[Arm]]:
     """Restore the resumable checkpoint ``seq`` of ``session`` into ``arms`` fresh directories,
     validate each without a model, and continue each valid one with ``cmd`` run in it: the calls
     recorded before the checkpoint replayed, every later one live, the arm recorded as a session
     linked to its parent, and ``outcome`` measured in the arm's directory when it ends. An arm
-    whose validation fails is reported and never run. The arms run on ``executor`` (default: here,
+    whose validation fails is reported and never run; one still running after ``timeout`` seconds
+    is stopped (its outcome measured all the same). The arms run on ``executor`` (default: here,
     one after the other); ``on_arm(arm)`` is called as each one finishes.
 
     Returns (the folder of the arms, the arms, in order). Raises
@@ -1006,5 +1047,6 @@ def fork_arms(
         on_divergence=on_divergence,
         repo=repo,
         outcome=outcome,
+        timeout=timeout,
     )
     return into, run_arms(specs, executor=executor, on_arm=on_arm)

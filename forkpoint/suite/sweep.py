@@ -58,9 +58,10 @@ def sweep(
     repo: Path | None = None,
     executor: Executor | None = None,
     on_arm: Callable[[Arm], None] | None = None,
+    timeout: float | None = None,
 ) -> dict[str, Any]:
     """Fork ``arms`` arms from each resumable checkpoint in ``[first, last]`` and measure ``outcome``
-    in each. Returns ``{"session", "into", "arms": [Arm...], **by_checkpoint(...)}`` (the pass rate
+    in each (an arm still running after ``timeout`` seconds is stopped, then measured). Returns ``{"session", "into", "arms": [Arm...], **by_checkpoint(...)}`` (the pass rate
     at each checkpoint and where the run became unrecoverable). Raises
     :class:`~forkpoint.errors.UsageError` when there is no checkpoint to fork from."""
     cps = sweep_checkpoints(session, first, last)
@@ -77,6 +78,7 @@ def sweep(
             on_divergence=on_divergence,
             repo=repo,
             outcome=outcome,
+            timeout=timeout,
         )
     done = run_arms(specs, executor=executor, on_arm=on_arm)
     rates = by_checkpoint(((a.seq, a.passed) for a in done), {c["seq"]: c.get("turn") for c in cps})

@@ -166,6 +166,8 @@ def fork_table(arms: list[Arm], title: str | None = None) -> Table:
             if arm.report is not None
             else f"[red]{escape(arm.problem or 'no report')}[/red]"
         )
+        if arm.report is not None and arm.problem:  # (stopped by its timeout, or its log unwritten)
+            calls += f"; [red]{escape(arm.problem)}[/red]"
         table.add_row(
             str(arm.index),
             str(arm.directory),

@@ -212,3 +212,29 @@ def test_sigterm_to_fork_stops_every_process_of_its_arms_and_reports_them(
         assert not status.exists() or "State:\tZ" in status.read_text(), status.read_text()
     rows = [line for line in out.splitlines() if line[:2] in ("1 ", "2 ")]
     assert len(rows) == 2 and all(" valid " in r and "143" in r for r in rows), out
+
+
+def test_an_arm_past_its_timeout_is_stopped_with_what_it_started_and_measured(
+    keeper: Keeper, tmp_path: Path
+) -> None:
+    """An arm whose agent hung kept ``forkpoint fork`` (and every arm queued behind it) waiting
+    forever: there was no per-arm limit. ``--arm-timeout`` stops it (and the processes it started),
+    says so in its row, and measures its outcome on what it left."""
+    import time
+
+    before = keeper.resumable()[1]
+    pids = tmp_path / "pids"
+    started = time.monotonic()
+    fork = forkpoint_cli(
+        keeper, "fork", f"{keeper.session.id}@{before}", "--arms", "1", "--into", str(tmp_path / "arms"),
+        "--store", str(keeper.store), "--outcome", "true", "--arm-timeout", "2",
+        "--", "sh", "-c", f"sleep 1000 & echo $! >> {pids}; wait", cwd=tmp_path,
+    )  # fmt: skip
+    assert time.monotonic() - started < 60, fork.stdout + fork.stderr
+    assert fork.returncode == 1, fork.stdout + fork.stderr
+    text = " ".join(fork.stdout.split())
+    assert "stopped: the program ran longer than its timeout of 2 s" in text, fork.stdout
+    assert "outcome: 1/1 passed" in fork.stdout
+    time.sleep(0.5)
+    status = Path(f"/proc/{int(pids.read_text())}/status")  # the sleep the arm started is gone too
+    assert not status.exists() or "State:\tZ" in status.read_text(), status.read_text()
