@@ -174,6 +174,9 @@ _BUILTIN: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("slack-token", ("xox",), r"\bxox[abposr]-[0-9A-Za-z\-]{10,}"),
     ("slack-webhook", ("://",), r"(?<=https)://hooks\.slack\.com/services/[A-Za-z0-9/_\-]{20,}"),
     ("huggingface-token", ("hf_",), r"\bhf_[A-Za-z0-9]{30,}"),
+    # A Telegram bot's token in a Bot API URL's path (/bot<id>:<35 characters>/sendMessage); the
+    # token alone in text is too plain a shape to anchor on (a TELEGRAM_BOT_TOKEN= is an assignment).
+    ("telegram-bot-token", ("/bot",), r"/bot(?P<s>[0-9]{5,16}:A[A-Za-z0-9_\-]{34})(?![A-Za-z0-9_\-])"),
     ("npm-token", ("npm_",), r"\bnpm_[A-Za-z0-9]{36,}\b"),
     ("sendgrid-key", ("sg.",), r"\bSG\.[A-Za-z0-9_\-]{16,}\.[A-Za-z0-9_\-]{16,}"),
     ("provider-key", ("gsk_", "xai-", "pplx-", "r8_"), r"\b(?:gsk_|xai-|pplx-|r8_)[A-Za-z0-9]{20,}"),

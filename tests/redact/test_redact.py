@@ -97,6 +97,8 @@ SECRETS: list[tuple[str, str, str]] = [
     ("secret-assignment", _rand(14), "    password = '{}'"),
     # (unquoted, in lower case: an exception's message; it was kept in the clear)
     ("secret-assignment", _rand(12), "RuntimeError: login failed for bob with password={} (retry later)"),
+    # (a Telegram bot's token in the path of a Bot API URL: a local Bot API server here)
+    ("telegram-bot-token", "7012345678:AA" + _rand(33, _ALNUM + "-_"), "http://127.0.0.1:8081/bot{}/getMe"),
 ]
 
 _IDS = [f"{kind}-{i}" for i, (kind, _, _) in enumerate(SECRETS)]
