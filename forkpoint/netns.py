@@ -11,7 +11,7 @@ holds. Either way the program's process enters a new user and network namespace 
 ``local ::/0`` in the local table), so that an attempt to leave ends at once (refused) instead of
 hanging, and passes a packet socket on ``lo``: the launcher names each attempt (a TCP SYN or a
 datagram to a non-loopback address, a DNS query). The launcher writes them to
-``REPORT_DIR/netns-PID.json`` (``{"blocked": [...], "unseen": N}``) when the program ends and exits
+``REPORT_DIR/netns-PID.json`` (``{"blocked": [...], "refused": [...], "unseen": N}``) when the program ends and exits
 with the program's exit code (128 + N when a signal killed it, 127 when it does not exist). Loopback inside the namespace works
 as usual (a program's own local servers); the host's loopback is out of reach, which replay does
 not need: the parent and the replaying processes talk through files only.
@@ -36,6 +36,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWNET = 0x40000000
@@ -127,17 +128,31 @@ def command(cmd: list[str], report_dir: Path) -> list[str]:
     return [sys.executable, "-I", __file__, str(report_dir), "--", *cmd]
 
 
-def results(report_dir: Path) -> tuple[list[str], int]:
+class Seen(NamedTuple):
+    """What the namespace's ``lo`` showed while a program ran: the attempts to leave it
+    (``blocked``), the loopback ``HOST:PORT``s whose connection was refused (``refused``: nothing
+    listened there inside the namespace), and how many packets the kernel dropped ``unseen``."""
+
+    blocked: list[str]
+    refused: list[str]
+    unseen: int
+
+    def plus(self, other: Seen) -> Seen:
+        """Both together."""
+        return Seen(self.blocked + other.blocked, self.refused + other.refused, self.unseen + other.unseen)
+
+
+def results(report_dir: Path) -> Seen:
     """What the launchers that wrote to ``report_dir`` saw: the attempts to leave, named
-    (``"93.184.216.34:443"``, ``"203.0.113.9:9999 (udp)"``, ``"example.com (name lookup)"``), and
-    how many packets the kernel dropped before the launcher could look at them."""
-    blocked: list[str] = []
-    unseen = 0
+    (``"93.184.216.34:443"``, ``"203.0.113.9:9999 (udp)"``, ``"example.com (name lookup)"``), the
+    loopback ports refused (``"127.0.0.1:5432"``), and how many packets the kernel dropped before
+    the launcher could look at them."""
+    seen = Seen([], [], 0)
     for path in sorted(report_dir.glob(f"{RESULT_PREFIX}*.json")):
         data = json.loads(path.read_text())
-        blocked += [str(b) for b in data.get("blocked") or []]
-        unseen += int(data.get("unseen") or 0)
-    return blocked, unseen
+        found = [[str(b) for b in data.get(k) or []] for k in ("blocked", "refused")]
+        seen = seen.plus(Seen(found[0], found[1], int(data.get("unseen") or 0)))
+    return seen
 
 
 def _enter() -> None:
@@ -200,13 +215,14 @@ def _dns_name(payload: bytes) -> str | None:
 def _attempt(packet: bytes, proto: int) -> tuple[object, str] | None:
     """(a key that is the same for the packets of one attempt, its name) for a packet that tries to
     leave: a TCP SYN, a datagram or a ping to a non-loopback address, or a DNS query to any address
-    (one per name: a resolver asks for A and AAAA, and again)."""
+    (one per name: a resolver asks for A and AAAA, and again); or, keyed ``("refused", …)``, the
+    reset that refuses a connection to a loopback port nothing listens on in the namespace."""
     if proto == _ETH_P_IP and len(packet) >= 20:
         start, kind = (packet[0] & 0xF) * 4, packet[9]
-        dst = ipaddress.ip_address(packet[16:20])
+        src, dst = ipaddress.ip_address(packet[12:16]), ipaddress.ip_address(packet[16:20])
     elif proto == _ETH_P_IPV6 and len(packet) >= 40:
         start, kind = 40, packet[6]
-        dst = ipaddress.ip_address(packet[24:40])
+        src, dst = ipaddress.ip_address(packet[8:24]), ipaddress.ip_address(packet[24:40])
     else:
         return None
     host = f"[{dst}]" if dst.version == 6 else str(dst)
@@ -217,6 +233,14 @@ def _attempt(packet: bytes, proto: int) -> tuple[object, str] | None:
             if name is not None:
                 return ("dns", name), f"{name} (name lookup)"
         if dst.is_loopback:
+            # The kernel refuses a SYN to a closed port with RST+ACK and sequence number 0 (a
+            # connection reset later has its own): the host's service it reached when recorded is
+            # out of the namespace's reach.
+            if kind == 6 and src.is_loopback and len(packet) >= start + 14:
+                flags, seq = packet[start + 13], struct.unpack_from("!I", packet, start + 4)[0]
+                if flags & 0x3F == 0x14 and seq == 0:
+                    where = f"[{src}]" if src.version == 6 else str(src)
+                    return ("refused", where, sport), f"{where}:{sport}"
             return None
         if kind == 6:
             syn, ack = packet[start + 13] & 0x02, packet[start + 13] & 0x10
@@ -280,9 +304,8 @@ class _Watcher:
         self.thread = threading.Thread(target=_watch, args=args, daemon=True)
         self.thread.start()
 
-    def finish(self) -> tuple[list[str], int]:
-        """Stop once nothing is queued, or a second later (:data:`_DRAIN_SECONDS`): (the attempts
-        named, packets the kernel dropped unseen)."""
+    def finish(self) -> Seen:
+        """Stop once nothing is queued, or a second later (:data:`_DRAIN_SECONDS`): what was seen."""
         self.stop.set()
         os.write(self._woken, b"x")
         self.thread.join()
@@ -290,7 +313,15 @@ class _Watcher:
             os.close(fd)
         stats = self.sniffer.getsockopt(_SOL_PACKET, _PACKET_STATISTICS, 8)
         self.sniffer.close()
-        return list(self.seen.values()), struct.unpack("II", stats)[1]
+        return Seen(
+            [name for key, name in self.seen.items() if not _refusal(key)],
+            [name for key, name in self.seen.items() if _refusal(key)],
+            struct.unpack("II", stats)[1],
+        )
+
+
+def _refusal(key: object) -> bool:
+    return isinstance(key, tuple) and key[0] == "refused"
 
 
 class Namespace:
@@ -328,11 +359,11 @@ class Namespace:
         if fds:
             self._watcher = _Watcher(socket.socket(fileno=fds[0]))
 
-    def finished(self) -> tuple[list[str], int]:
-        """The attempts to leave, named as :func:`results` names them, and the packets unseen."""
+    def finished(self) -> Seen:
+        """What the program's ``lo`` showed, as :func:`results` says it."""
         for s in (self._mine, self._theirs):
             s.close()
-        return self._watcher.finish() if self._watcher is not None else ([], 0)
+        return self._watcher.finish() if self._watcher is not None else Seen([], [], 0)
 
 
 def confine(cmd: list[str], report_dir: Path) -> tuple[list[str], Namespace | None]:
@@ -373,12 +404,12 @@ def _launch(report_dir: Path, cmd: list[str]) -> int:
             break
         except InterruptedError:
             continue
-    seen, unseen = watcher.finish()
+    seen = watcher.finish()
     out = report_dir / f"{RESULT_PREFIX}{os.getpid()}.json"
     tmp = out.with_name(out.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "w") as f:
-        json.dump({"blocked": seen, "unseen": unseen}, f)
+        json.dump(seen._asdict(), f)
     os.replace(tmp, out)
     code = os.waitstatus_to_exitcode(status)
     return 128 - code if code < 0 else code

@@ -501,22 +501,23 @@ def replay_run(
                 watch=watch,
             )
         finally:
-            seen = namespace.finished() if namespace is not None else ([], 0)
+            seen = namespace.finished() if namespace is not None else netns.Seen([], [], 0)
         # One report per replaying process (a recorded shell script may run several programs).
         reports = [read_json_text(p.read_bytes()) for p in Path(tmp).glob("report-*.json")]
         reports.sort(key=lambda r: r.get("process_started") or 0)
         not_started = sorted(p.read_text(errors="replace") for p in Path(tmp).glob(f"{NOT_STARTED_PREFIX}*"))
         # (a program that was not run reproduced nothing, whatever the other processes reported)
         report = merge_reports(reports) if reports and not not_started else None
-        left, unseen = netns.results(Path(tmp))
-        left, unseen = [*seen[0], *left], seen[1] + unseen
+        seen = seen.plus(netns.results(Path(tmp)))
     if report is not None:
         report["exit_code"] = code
         # What the kernel stopped (subprocesses, other programs) beside what the guard refused.
-        report["network_blocked"] = [*report["network_blocked"], *left]
+        report["network_blocked"] = [*report["network_blocked"], *seen.blocked]
+        # (not a verdict: the program's own local servers refuse too; said, as why it may have differed)
+        report["loopback_refused"] = list(dict.fromkeys(seen.refused))
         report["sandbox"] = sandbox
-        if unseen:
-            report["sandbox"] += f" ({plural(unseen, 'packet')} dropped before it was looked at)"
+        if seen.unseen:
+            report["sandbox"] += f" ({plural(seen.unseen, 'packet')} dropped before it was looked at)"
         conclude(report)
     measured = None
     if outcome is not None:
@@ -550,7 +551,7 @@ def replay_run(
     if not_started:
         problem = "forkpoint: " + "; ".join(not_started)
     elif report is None:
-        tried = f" (the kernel blocked: {', '.join(left)})" if left else ""
+        tried = f" (the kernel blocked: {', '.join(seen.blocked)})" if seen.blocked else ""
         problem = (
             "forkpoint: the replayed process wrote no report: it did not start forkpoint (is forkpoint "
             f"installed in its environment?), or it was killed, or it left through os._exit{hint}{tried}"

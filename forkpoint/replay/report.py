@@ -212,6 +212,11 @@ def summary_line(report: dict[str, Any]) -> str:
     hosts = list(dict.fromkeys(attempts))
     blocked = f"; network blocked ({len(attempts)}): {', '.join(hosts)}" if hosts else ""
     extra = ""
+    if report.get("loopback_refused"):
+        extra += (
+            f"; connections refused on loopback: {', '.join(report['loopback_refused'])} (nothing listened "
+            "there in the replay's network namespace, which the host's own services are out of)"
+        )
     if report.get("covered"):
         extra += f"; {plural(len(report['covered']), 'call')} served inside the tool calls that made them"
     if report.get("overrides"):

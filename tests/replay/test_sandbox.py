@@ -179,8 +179,8 @@ run, namespace = netns.confine(cmd, Path(sys.argv[3]))
 proc = subprocess.Popen(run, preexec_fn=namespace.preexec, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 namespace.started()
 out, err = proc.communicate()
-blocked, unseen = namespace.finished()
-print(json.dumps({"same": run == cmd, "code": proc.returncode, "out": out, "err": err, "blocked": blocked}))
+seen = namespace.finished()
+print(json.dumps({"same": run == cmd, "code": proc.returncode, "out": out, "err": err, "blocked": seen.blocked}))
 """
 
 # The program: reaches out by TCP and UDP, and lists its network interfaces.
@@ -294,7 +294,7 @@ def test_a_process_with_threads_starts_the_program_through_the_launcher(tmp_path
     done = subprocess.run(run, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert "tcp 111" in done.stdout and "interfaces ['lo']" in done.stdout
-    assert netns.results(tmp_path) == (["192.0.2.1:443", "203.0.113.9:9999 (udp)"], 0)
+    assert netns.results(tmp_path) == (["192.0.2.1:443", "203.0.113.9:9999 (udp)"], [], 0)
 
 
 OWN_SERVER = """
@@ -366,3 +366,55 @@ def test_without_a_namespace_the_guard_refuses_loopback(own_server: tuple[Path, 
     where, env, _ = own_server
     alone = run(["replay", "last", "--store", "store"], where, {**env, netns.DISABLE_VAR: "0"})
     assert alone.returncode == 3 and "network blocked (1): 127.0.0.1:" in alone.stderr, alone.stderr
+
+
+HOST_SERVICE = """
+import socket
+import sys
+
+import forkpoint
+
+
+@forkpoint.tool
+def answer() -> str:
+    return "42"
+
+
+try:
+    with socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=5) as s:
+        print("host service:", s.recv(100).decode())
+except OSError as exc:
+    print("host service:", type(exc).__name__)
+print("tool:", answer())
+"""
+
+
+@pytest.mark.slow
+def test_a_host_service_out_of_the_namespaces_reach_is_named(tmp_path: Path) -> None:
+    """A program that talked to a service of the host on loopback (a local database, a cache) when
+    recorded found nothing listening there in the replay's namespace: it went another way, and the
+    replay said only that it ended differently. The refused connection is named."""
+    if netns.refused() is not None:
+        pytest.skip(f"the kernel refuses a network namespace here: {netns.refused()}")
+    env = {k: v for k, v in os.environ.items() if k not in ("FORKPOINT_STORE", "FORKPOINT_NETNS")}
+    (tmp_path / "uses_host.py").write_text(HOST_SERVICE)
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen()
+        port = srv.getsockname()[1]
+
+        def serve() -> None:
+            conn, _ = srv.accept()
+            conn.sendall(b"up")
+            conn.close()
+
+        threading.Thread(target=serve, daemon=True).start()
+        cmd = ["--store", "store", "--no-workspace", "--", sys.executable, "uses_host.py", str(port)]
+        rec = run(["record", *cmd], tmp_path, env)
+    assert rec.returncode == 0 and rec.stdout == "host service: up\ntool: 42\n", rec.stderr
+    rep = run(["replay", "last", "--store", "store", "--report", "r.json"], tmp_path, env)
+    assert "host service: ConnectionRefusedError" in rep.stdout, rep.stdout + rep.stderr
+    said = " ".join(rep.stderr.split())
+    assert f"connections refused on loopback: 127.0.0.1:{port} (nothing listened there" in said, rep.stderr
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["loopback_refused"] == [f"127.0.0.1:{port}"] and report["network_blocked"] == []
