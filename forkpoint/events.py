@@ -209,6 +209,20 @@ class ToolCallEvent(_Common, total=False):
     mcp: McpCall
 
 
+#: Every ``fn`` of a :class:`ValueEvent`. A session's header names those its recording read
+#: (``deterministic_reads``); a replay serves those, and lets the agent read the others for real.
+VALUE_FNS = (
+    "time.time", "time.time_ns", "time.localtime", "time.gmtime", "datetime.now", "datetime.utcnow",
+    "datetime.today", "date.today", "uuid.uuid4", "random.random", "random.getrandbits",
+)  # fmt: skip
+#: Those of a header without ``deterministic_reads`` (recorded by forkpoint before 2026-12-04,
+#: which read ``date.today()``, ``time.time_ns()`` and the local time for real).
+FIRST_VALUE_FNS = (
+    "time.time", "datetime.now", "datetime.utcnow", "datetime.today", "uuid.uuid4", "random.random",
+    "random.getrandbits",
+)  # fmt: skip
+
+
 class ValueEvent(_Common, total=False):
     """A value the agent's own code read from the clock, ``uuid`` or ``random`` while recording with
     ``deterministic`` (:mod:`forkpoint.capture.clock`): served back in the same order on replay.

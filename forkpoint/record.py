@@ -21,6 +21,7 @@ from . import plugins, runtime
 from ._version import __version__
 from .errors import IdentityError, SessionError, UsageError
 from .events import (
+    VALUE_FNS,
     HttpRequest,
     ModelCallEvent,
     ToolCallEvent,
@@ -133,6 +134,7 @@ def make_header(
         header["tools"] = list(tools)
     if deterministic:
         header["deterministic"] = deterministic if isinstance(deterministic, bool) else list(deterministic)
+        header["deterministic_reads"] = list(VALUE_FNS)
     if ignore:
         header["match"] = {"ignore": [r.to_json() for r in ignore]}
     recipients = (

@@ -37,6 +37,7 @@ from .. import override, runtime, values
 from ..canonical import canonical_json
 from ..errors import Divergence
 from ..events import (
+    FIRST_VALUE_FNS,
     Call,
     CallKind,
     DivergenceReport,
@@ -323,6 +324,9 @@ class Replayer:
         self.live_tools = frozenset(live_tools)
         self.ignore = configured() + (*header_rules(session.header), *ignore)
         self.deterministic = bool(session.header.get("deterministic"))
+        #: The reads the recording served from the session (the others it made for real).
+        reads = session.header.get("deterministic_reads")
+        self.value_fns = frozenset(map(str, reads) if isinstance(reads, list) else FIRST_VALUE_FNS)
         self.policy = on_divergence
         self.child = child
         self.hand_over = hand_over
@@ -554,7 +558,11 @@ class Replayer:
     def take_value(self, fn: str, args: list[Any] | None = None) -> ValueEvent | None:
         """The recorded value the agent's own code reads next from ``fn`` (``deterministic``), or
         None to read it for real (after the run went live). Raises :class:`Divergence` when the
-        recording has no more values of ``fn``: the run read it more often than when recorded."""
+        recording has no more values of ``fn``: the run read it more often than when recorded.
+        A read the recording made for real (a forkpoint that did not record ``fn`` yet) is made for
+        real again."""
+        if fn not in self.value_fns:
+            return None
         norm = {"value": fn, "args": args}
         event, _ = self._take("value", value_key(fn, args), norm, name=fn)
         if event is not None and self.child is not None:

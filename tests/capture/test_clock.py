@@ -308,3 +308,42 @@ def test_a_prompt_stamped_with_the_date_or_the_local_time_replays_in_another_tim
     del again["given a time"], live["given a time"]
     assert again == live
     assert rp.report()["reproduced"]
+
+
+def test_a_session_recorded_before_the_local_time_was_recorded_replays_as_it_did(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, store: Path
+) -> None:
+    """A ``deterministic`` session recorded by a forkpoint that read ``date.today()``,
+    ``strftime`` and the local time for real has no values of them: its replay diverged at the
+    first such read ("the recording has no value left") since they are recorded. Its header does
+    not name what it recorded (``deterministic_reads``): those reads are made for real again."""
+    import orjson
+
+    from forkpoint.log import LOG_NAME
+    from forkpoint.log.codec import line_hash
+
+    run = importer(tmp_path, monkeypatch, "clock_old_stamps", STAMPS)
+    real_read = clock.read
+
+    recorded_then = {"time.time", "datetime.now", "datetime.utcnow", "datetime.today", "uuid.uuid4"}
+
+    def old_read(fn: str, live: Any, *args: Any, **kwargs: Any) -> Any:
+        return real_read(fn, live, *args, **kwargs) if fn in recorded_then else live()
+
+    with monkeypatch.context() as m:  # (the forkpoint of then)
+        m.setattr(clock, "read", old_read)
+        with forkpoint.record(store=store, deterministic=True) as rec:
+            live = run()
+    log = rec.session_path / LOG_NAME
+    lines = [orjson.loads(raw) for raw in log.read_bytes().splitlines()]
+    assert not [e for e in lines if e.get("type") == "value"]
+    lines[0].pop("deterministic_reads", None)  # (a header of then)
+    for i, obj in enumerate(lines):
+        if i:
+            obj["prev"] = lines[i - 1]["hash"]
+        obj["hash"] = line_hash(obj)
+    log.write_bytes(b"".join(orjson.dumps(o) + b"\n" for o in lines))
+
+    with forkpoint.replay(rec.session_path) as rp:
+        again = run()
+    assert again["today"] == live["today"] and rp.report()["reproduced"]
