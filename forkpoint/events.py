@@ -38,6 +38,9 @@ class ErrorRecord(TypedDict, total=False):
     message: Required[str]
     args: list[Any]
     attrs: dict[str, Any]
+    #: An ``OSError``'s number and text (``111``, ``"Connection refused"``), when it has them.
+    errno: int
+    strerror: str
     #: An HTTP exchange's failure while sending (``send``: connecting, writing the request), when the
     #: client library raises those elsewhere than failures while waiting for the answer.
     phase: str

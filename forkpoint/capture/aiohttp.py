@@ -31,6 +31,7 @@ from . import seam
 from .decoding import own_decoder
 from .exchange import (
     Exchange,
+    LibraryError,
     areplayed,
     await_cancellation,
     built,
@@ -126,16 +127,17 @@ def _patch(mod: ModuleType) -> None:
         def resume_reading(self, resume_parser: bool = True) -> None:
             pass
 
-    def library_error(req: Any) -> Callable[[str, str], BaseException | None]:
+    def library_error(req: Any) -> LibraryError:
         """Builds aiohttp's exceptions by name for ``req``: a connector error with its connection key
-        and the recorded message as its ``OSError``, a response error with its request info."""
+        and its recorded ``OSError`` (errno and all; older sessions: the message), a response error
+        with its request info."""
 
-        def build(name: str, message: str) -> BaseException | None:
+        def build(name: str, message: str, os_error: OSError | None) -> BaseException | None:
             cls = getattr(mod, name, None)
             if not (isinstance(cls, type) and issubclass(cls, mod.ClientError)):
                 return None
             if issubclass(cls, mod.ClientConnectorError):
-                return cls(req.connection_key, OSError(message))  # type: ignore[no-any-return]
+                return cls(req.connection_key, os_error or OSError(message))  # type: ignore[no-any-return]
             if issubclass(cls, mod.ClientResponseError):
                 return cls(req.request_info, (), message=message)  # type: ignore[no-any-return]
             return built(cls, message)

@@ -143,9 +143,19 @@ def body_content(body: Any) -> tuple[bytes, Any]:
 
 
 def error_record(exc: BaseException) -> ErrorRecord:
-    """How an exception of an exchange is stored: its class, module and (scrubbed) message."""
+    """How an exception of an exchange is stored: its class, module and (scrubbed) message, and an
+    ``OSError``'s ``errno`` and ``strerror`` (a program tells "refused" from "reset" by them)."""
     cls = type(exc)
-    return {"type": cls.__name__, "module": cls.__module__, "message": scrub_text(str(exc))}
+    out: ErrorRecord = {"type": cls.__name__, "module": cls.__module__, "message": scrub_text(str(exc))}
+    if isinstance(exc, OSError) and isinstance(exc.errno, int):
+        out["errno"] = exc.errno
+        out["strerror"] = scrub_text(str(exc.strerror or ""))
+    return out
+
+
+#: Builds an HTTP library's own exception from a recorded one's class name and message (and its
+#: ``OSError`` part, when it had an errno: an aiohttp connector error carries it), or None.
+LibraryError = Callable[[str, str, "OSError | None"], "BaseException | None"]
 
 
 class Exchange:
@@ -485,21 +495,26 @@ async def areplayed(
         raise past()
 
 
-def rebuilt_error(
-    error: ErrorRecord | dict[str, Any], library: Callable[[str, str], BaseException | None]
-) -> BaseException:
+def rebuilt_error(error: ErrorRecord | dict[str, Any], library: LibraryError) -> BaseException:
     """The recorded exception, raised again as the same class: a transport error of the HTTP library
-    (``library(name, message)`` builds it, or returns None), or any other exception class that is a
-    builtin or whose module is already imported (nothing is imported to find it: reading a session
-    runs no code). Otherwise :class:`~forkpoint.errors.RecordedError`, which names the recorded class."""
+    (``library(name, message, os_error)`` builds it, or returns None), or any other exception class
+    that is a builtin or whose module is already imported (nothing is imported to find it: reading a
+    session runs no code), an ``OSError`` with its recorded ``errno`` and ``strerror``. Otherwise
+    :class:`~forkpoint.errors.RecordedError`, which names the recorded class."""
     name, module = str(error.get("type")), str(error.get("module"))
     message = str(error.get("message", ""))
-    own = library(name, message)
+    code, strerror = error.get("errno"), str(error.get("strerror") or "")
+    # (OSError picks the subclass its errno names: ConnectionRefusedError for ECONNREFUSED)
+    os_error = OSError(code, strerror) if isinstance(code, int) else None
+    # A builtin is never the library's: urllib3 has a TimeoutError and a ConnectionError of its own.
+    own = library(name, message, os_error) if module != "builtins" else None
     if own is not None:
         return own
     found = getattr(sys.modules.get(module), name, None)
     if isinstance(found, type) and issubclass(found, BaseException):
         try:
+            if os_error is not None and issubclass(found, OSError):
+                return found(code, strerror)
             return found(message) if message else found()
         except Exception:  # a constructor that wants other arguments
             pass

@@ -23,7 +23,7 @@ from __future__ import annotations
 import http.client
 import io
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 from .. import runtime
@@ -32,6 +32,7 @@ from .decoding import encoded, own_decoder
 from .exchange import (
     ChunkReader,
     Exchange,
+    LibraryError,
     bodiless,
     body_content,
     built,
@@ -151,7 +152,7 @@ def _make_getresponse(original: Any) -> Any:
     return getresponse
 
 
-def _library_error(name: str, message: str) -> BaseException | None:
+def _library_error(name: str, message: str, os_error: OSError | None) -> BaseException | None:
     """An ``http.client`` exception by name, with the recorded message."""
     cls = getattr(http.client, name, None)
     if isinstance(cls, type) and issubclass(cls, http.client.HTTPException):
@@ -204,7 +205,7 @@ def recorded_response(
     event: Any,
     position: int,
     method: str,
-    library_error: Callable[[str, str], BaseException | None],
+    library_error: LibraryError,
     response_class: type[http.client.HTTPResponse] = http.client.HTTPResponse,
 ) -> http.client.HTTPResponse:
     """A real ``http.client.HTTPResponse`` that parses a recorded answer from memory: the status line

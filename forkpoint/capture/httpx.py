@@ -143,7 +143,7 @@ def _patch(mod: ModuleType) -> None:
         )
 
     def library_error(request: Any) -> Any:
-        def build(name: str, message: str) -> BaseException | None:
+        def build(name: str, message: str, os_error: OSError | None) -> BaseException | None:
             cls = getattr(mod, name, None)
             if isinstance(cls, type) and issubclass(cls, mod.TransportError):
                 return cls(message, request=request)  # type: ignore[no-any-return]

@@ -222,6 +222,8 @@ def _error_dict(exc: BaseException, tool: str, depth: int = 0) -> ErrorRecord:
     attribute with no JSON form is left out, and said (naming ``tool``)."""
     out = error_record(exc)
     out["message"] = scrub_text(out["message"])
+    for field in ("errno", "strerror"):  # (an OSError's are its args, kept below)
+        out.pop(field, None)  # type: ignore[misc]
     try:
         args = scrub_json(_plain(list(exc.args)))
     except TypeError:

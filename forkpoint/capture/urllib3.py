@@ -110,7 +110,7 @@ def _patch(mod: ModuleType) -> None:
     exceptions = importlib.import_module("urllib3.exceptions")
     response_cls = importlib.import_module("urllib3.response").HTTPResponse
 
-    def library_error(name: str, message: str) -> BaseException | None:
+    def library_error(name: str, message: str, os_error: OSError | None) -> BaseException | None:
         """A urllib3 exception by name (their constructors want a pool or a connection, which a
         recording does not have: built without them, with the recorded message)."""
         cls = getattr(exceptions, name, None)

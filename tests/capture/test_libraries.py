@@ -24,7 +24,7 @@ import urllib3
 
 import forkpoint
 from forkpoint.replay import summary_line
-from tests.modelserver import LocalServer, Reply
+from tests.modelserver import LocalServer, Reply, Stream
 
 SCRIPT: list[str | list[tuple[str, dict[str, Any]]]] = [
     [("add", {"a": 2, "b": 3})],
@@ -156,10 +156,13 @@ def test_an_agent_loop_replays_offline(library: str, store: Path) -> None:
 def test_a_refused_connection_is_recorded_and_raised_again_as_the_same_type(
     library: str, store: Path
 ) -> None:
+    """The same class, and what a program tells "refused" from "reset" by: urllib's ``reason`` and
+    aiohttp's ``os_error`` came back with no ``errno`` (a bare ``OSError`` in aiohttp), so a retry
+    loop took another way under "replay ok"."""
     srv = LocalServer()
     srv.stop()  # nothing listens there any more
 
-    def call() -> type[BaseException]:
+    def call() -> tuple[type[BaseException], Any]:
         try:
             if library == "requests":
                 requests.post(
@@ -175,7 +178,10 @@ def test_a_refused_connection_is_recorded_and_raised_again_as_the_same_type(
 
                 asyncio.run(get())
         except Exception as exc:
-            return type(exc)
+            os_error = getattr(exc, "reason", None) or getattr(exc, "os_error", None)
+            seen = (type(os_error), os_error.errno, str(os_error)) if isinstance(os_error, OSError) else None
+            assert library == "requests" or seen is not None, exc
+            return type(exc), seen
         raise AssertionError("the call went through")
 
     with forkpoint.record(store=store) as rec:
@@ -183,7 +189,30 @@ def test_a_refused_connection_is_recorded_and_raised_again_as_the_same_type(
     assert forkpoint.Session.load(rec.session_path).by_type("model_call")[0]["error"]["type"]
     with forkpoint.replay(rec.session_path) as rp:
         replayed = call()
-    assert replayed is live
+    assert replayed == live
+    assert rp.report()["reproduced"], rp.report()
+
+
+def test_a_read_timeout_of_requests_replays_as_the_exception_requests_raised(
+    server: LocalServer, store: Path
+) -> None:
+    """The socket's ``TimeoutError`` (a builtin) was rebuilt as urllib3's own ``TimeoutError`` on
+    replay, which requests does not turn into a ``requests.ConnectionError``: the agent's handler
+    missed it and the replay ended in a traceback."""
+    server.route("/slow", lambda req: Stream([b"data: 1\n\n", b"data: 2\n\n"], delay=1.0))
+
+    def call() -> str:
+        try:
+            requests.get(server.url + "/slow", timeout=(5, 0.3)).raise_for_status()
+        except requests.RequestException as exc:
+            return f"handled: {type(exc).__name__}"
+        return "answered"
+
+    with forkpoint.record(store=store) as rec:
+        live = call()
+    assert live == "handled: ConnectionError"
+    with forkpoint.replay(rec.session_path) as rp:
+        assert call() == live
     assert rp.report()["reproduced"], rp.report()
 
 
