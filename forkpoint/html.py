@@ -459,6 +459,7 @@ def view_model(
             v["exit_code"] = e.get("exit_code")
             v["reason"] = e.get("reason")
             v["uncaught"] = to_json(e.get("uncaught") or [])
+            v["incomplete"] = to_json(e.get("incomplete"))
             if e.get("divergence"):
                 v["divergence"] = to_json(e.get("divergence"))
         else:

@@ -113,13 +113,19 @@ def http_call_line(event: Mapping[str, Any]) -> str:
 
 
 def end_lines(event: Mapping[str, Any]) -> list[str]:
-    """Detail lines of an ``end`` event: the uncaught exceptions that ended the run, and where a
-    what-if run diverged from its parent."""
+    """Detail lines of an ``end`` event: that the recording stopped early (``incomplete``), the
+    uncaught exceptions that ended the run, and where a what-if run diverged from its parent."""
     out = [
         f"[red]uncaught {escape(str(u.get('type')))}: {escape(_short(u.get('message', ''), 80))}[/red]"
         for u in event.get("uncaught") or []
         if isinstance(u, dict)
     ]
+    if event.get("incomplete"):
+        out.insert(
+            0,
+            f"[red]INCOMPLETE: recording stopped early ({escape(_short(str(event['incomplete']), 160))}); "
+            "what the run did after that is not in the session[/red]",
+        )
     div = event.get("divergence")
     if isinstance(div, dict):
         kind = str(div.get("kind", "call")).replace("_", " ")
@@ -322,7 +328,8 @@ def render_listing(rows: list[SessionInfo], *, held: set[str] | frozenset[str] =
                 str(r.header.get("created") or "")[:19],
                 str(r.model_calls),
                 str(r.tool_calls),
-                "—" if not r.complete else "?" if r.exit_code is None else str(r.exit_code),
+                ("—" if not r.complete else "?" if r.exit_code is None else str(r.exit_code))
+                + (" incomplete" if r.incomplete else ""),
                 # the last column: shown whole (a cut would hide the arguments), quoted as a shell
                 # would (an imported session shows the `forkpoint import` that made it)
                 shlex.join(str(a) for a in r.header.get("argv") or []),

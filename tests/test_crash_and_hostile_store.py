@@ -129,6 +129,21 @@ def test_a_full_disk_stops_recording_and_the_agent_goes_on(
     assert end["type"] == "end" and "No space left on device" in end["incomplete"]
     v = verify_session(rec.session_path)
     assert v.ok and any("the recording stopped before the run ended" in n for n in v.notes)
+    # Every view says it (show, ls, the HTML page's data, the exported root span), not verify and
+    # replay alone: a session cut short looked like a whole run that ended with exit code 0.
+    from forkpoint.html import view_model
+    from forkpoint.otel.spans import plan
+
+    shown = CliRunner().invoke(main, ["show", str(rec.session_path)], env={"COLUMNS": "200"})
+    assert "INCOMPLETE: recording stopped early (OSError: [Errno 28] No space left" in shown.output
+    listed = CliRunner().invoke(main, ["ls", "--store", str(store)])
+    (row,) = [line for line in listed.output.splitlines() if s.id in line]
+    assert " 0 incomplete " in row, listed.output
+    (page_end,) = [e for e in view_model(s)["events"] if e["type"] == "end"]
+    assert "No space left on device" in page_end["incomplete"]
+    root = plan(s)[0]
+    assert root.status == "error" and "recording incomplete" in str(root.status_message)
+    assert "No space left" in root.attributes["forkpoint.incomplete"]
 
 
 def test_a_full_disk_until_the_end_leaves_the_session_without_end(

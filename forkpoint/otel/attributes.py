@@ -386,6 +386,8 @@ def root(
             attrs["forkpoint.replay.override_count"] = len(replay["overrides"])
     if end is not None:
         put(attrs, "forkpoint.exit_code", end.get("exit_code"))
+        if end.get("incomplete"):  # (the recording stopped early: a full disk)
+            attrs["forkpoint.incomplete"] = str(end["incomplete"])
         if end.get("exit_code") not in (0, None):
             attrs["error.type"] = str(end.get("reason") or "_OTHER")
     return attrs

@@ -300,6 +300,8 @@ class TraceBuilder:
             message = f"exit code {end.get('exit_code')}" + (
                 f" ({end['reason']})" if end.get("reason") else ""
             )
+        elif end is not None and end.get("incomplete"):  # (not all of the run is in the trace)
+            status, message = "error", f"recording incomplete: {end['incomplete']}"
         events = [ev for evs in self._held.values() for ev in evs]
         self._held = {}
         return SpanPlan(

@@ -61,6 +61,8 @@ class SessionInfo:
     exit_code: int | None
     complete: bool
     checkpoints: int = 0
+    #: The ``end`` says the recording stopped early (a write failed): the run is not all there.
+    incomplete: bool = False
     truncated: bool = False
     log_size: int = 0
     log_sha256: str = ""
@@ -95,6 +97,7 @@ class SessionInfo:
             "checkpoints": self.checkpoints,
             "exit_code": self.exit_code,
             "complete": self.complete,
+            "incomplete": self.incomplete,
             "truncated": self.truncated,
             "log_size": self.log_size,
             "log_sha256": self.log_sha256,
@@ -111,6 +114,7 @@ class SessionInfo:
             tool_calls=int(entry.get("tool_calls") or 0),
             exit_code=entry.get("exit_code"),
             complete=bool(entry.get("complete")),
+            incomplete=bool(entry.get("incomplete")),
             checkpoints=int(entry.get("checkpoints") or 0),
             truncated=bool(entry.get("truncated")),
             log_size=int(entry.get("log_size") or 0),
@@ -133,7 +137,7 @@ def summarize_log(data: bytes, path: Path) -> SessionInfo:
     header = check_header(first + nl, log_path)
     events = models = tools = checkpoints = 0
     exit_code: int | None = None
-    complete = False
+    complete = incomplete = False
     lines = rest.split(b"\n")
     truncated = bool(lines[-1])
     for raw in lines[:-1]:
@@ -149,9 +153,10 @@ def summarize_log(data: bytes, path: Path) -> SessionInfo:
         elif b'"type":"end"' in head:
             complete = True
             try:
-                exit_code = orjson.loads(raw).get("exit_code")
+                end = orjson.loads(raw)
             except orjson.JSONDecodeError:
-                pass
+                continue
+            exit_code, incomplete = end.get("exit_code"), bool(end.get("incomplete"))
     return SessionInfo(
         local=path,
         header=header,
@@ -160,6 +165,7 @@ def summarize_log(data: bytes, path: Path) -> SessionInfo:
         tool_calls=tools,
         exit_code=exit_code,
         complete=complete,
+        incomplete=incomplete,
         checkpoints=checkpoints,
         truncated=truncated,
         log_size=len(data),

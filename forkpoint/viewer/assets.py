@@ -537,7 +537,7 @@ JS = r"""
     } else if (e.type === "note") {
       add(title, short(e.text, 140));
     } else if (e.type === "end") {
-      add(title, ["exit code " + e.exit_code, e.reason ? h("span", { class: "dim", text: e.reason }) : null]);
+      add(title, ["exit code " + e.exit_code, e.incomplete ? h("span", { class: "bad", text: " · incomplete" }) : null, e.reason ? h("span", { class: "dim", text: e.reason }) : null]);
     } else {
       add(title, e.type);
     }
@@ -767,6 +767,10 @@ JS = r"""
       h("span", null, "exit code ", h("b", { text: String(e.exit_code) })),
       h("span", null, "duration ", h("b", { text: fmtMs(e.duration_ms) })),
       e.reason ? h("span", null, "reason ", h("b", { text: e.reason })) : null));
+    if (e.incomplete) {
+      add(body, h("div", { class: "callout bad" }, h("b", { text: "Incomplete: " }),
+        "recording stopped early (" + e.incomplete + "); what the run did after that is not in the session"));
+    }
     (e.uncaught || []).forEach(function (u) {
       add(body, h("div", { class: "callout bad" }, h("b", { text: "Uncaught " + u.type + ": " }), u.message || ""));
     });
