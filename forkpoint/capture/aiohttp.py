@@ -36,6 +36,7 @@ from .exchange import (
     await_cancellation,
     built,
     cancelled_by_caller,
+    encoded_again,
     live,
     past_end,
     rebuilt_error,
@@ -156,6 +157,15 @@ def _patch(mod: ModuleType) -> None:
             raise rebuilt_error(event.get("error") or {}, library_error(req))
         chunks = recorded_chunks(event)
         error = rebuilt_error(event["error"], library_error(req)) if event.get("error") else None
+        pairs = [(str(k), str(v)) for k, v in resp.get("headers", [])]
+        # The body is served past aiohttp's decompression, so it goes as aiohttp handed it over:
+        # decoded for a session that decompresses (its header still said, as live), else encoded.
+        if getattr(req._session, "_auto_decompress", True):
+            coding = ", ".join(map(str, resp.get("decoded_from") or [])) or None
+        else:
+            chunks, coding = encoded_again(resp, chunks, error)
+        if coding:
+            pairs.append(("Content-Encoding", coding))
         body = areplayed(chunks, error, past_end(rt, event, position, chunks))
         response = req.response_class(
             req.method,
@@ -169,7 +179,6 @@ def _patch(mod: ModuleType) -> None:
             session=req._session,
             stream_writer=SimpleNamespace(output_size=sent),
         )
-        pairs = [(str(k), str(v)) for k, v in resp.get("headers", [])]
         length = said_length(resp, req.method, sum(map(len, chunks)))
         if length is not None:
             pairs.append(("Content-Length", str(length)))

@@ -233,24 +233,25 @@ def decode_with(
 def encoded(data: bytes, codings: list[str]) -> bytes | None:
     """``data`` under the content ``codings``, in the order they were applied (a recorded body that
     was decoded, served again to a client that decodes it itself: :mod:`.httpclient`), or None when
-    one of them cannot be applied here. The bytes need not be those received: they decode to them."""
+    one of them cannot be applied here. The bytes need not be those received: they decode to them
+    (the fastest levels: a replay pays for this on every such response)."""
     for coding in codings:
         if coding == "gzip":
-            data = gzip.compress(data, mtime=0)
+            data = gzip.compress(data, compresslevel=1, mtime=0)
         elif coding == "deflate":
-            data = zlib.compress(data)
+            data = zlib.compress(data, 1)
         elif coding == "zstd":
             try:
                 import zstandard
             except ImportError:
                 return None
-            data = zstandard.ZstdCompressor().compress(data)
+            data = zstandard.ZstdCompressor(level=1).compress(data)
         elif coding == "br":
             try:
                 import brotli
             except ImportError:
                 return None
-            data = brotli.compress(data)
+            data = brotli.compress(data, quality=1)
         elif coding != "identity":
             return None
     return data

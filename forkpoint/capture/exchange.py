@@ -61,6 +61,7 @@ from .decoding import (
     body_bytes,
     codings,
     decode_with,
+    encoded,
     header,
     header_values,
     json_layout,
@@ -375,6 +376,19 @@ def said_length(resp: HttpResponse | dict[str, Any], method: str, served: int) -
     if type(length) is not int:
         return None
     return length if bodiless(resp, method) else served
+
+
+def encoded_again(
+    resp: HttpResponse | dict[str, Any], chunks: list[bytes], error: BaseException | None
+) -> tuple[list[bytes], str | None]:
+    """A whole body stored decoded (``decoded_from``) under its content codings again, for a client
+    that decodes it itself (or hands it over raw: ``iter_raw``, ``auto_decompress=False``): (the
+    chunks to serve, the ``Content-Encoding`` to say with them), or (``chunks``, None) to serve them
+    as stored (a stream, a body cut short, a coding that cannot be applied here)."""
+    whole = resp.get("body_kind") != "stream" and resp.get("ended") == "complete" and error is None
+    codings = [str(c) for c in resp.get("decoded_from") or []] if whole else []
+    again = encoded(b"".join(chunks), codings) if codings else None
+    return ([again], ", ".join(codings)) if again is not None else (chunks, None)
 
 
 def bodiless(resp: HttpResponse | dict[str, Any], method: str) -> bool:

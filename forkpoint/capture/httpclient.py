@@ -28,7 +28,7 @@ from typing import Any
 
 from .. import runtime
 from . import seam
-from .decoding import encoded, own_decoder
+from .decoding import own_decoder
 from .exchange import (
     ChunkReader,
     Exchange,
@@ -36,6 +36,7 @@ from .exchange import (
     bodiless,
     body_content,
     built,
+    encoded_again,
     live,
     past_end,
     rebuilt_error,
@@ -222,11 +223,9 @@ def recorded_response(
     lines = [f"{version} {resp['status']} {resp.get('reason') or ''}".rstrip()]
     lines += [f"{k}: {v}" for k, v in resp.get("headers", [])]
     # A body stored decoded goes to this client as it came, encoded (it decodes, or not, itself).
-    codings = list(resp.get("decoded_from") or []) if whole else []
-    again = encoded(b"".join(chunks), codings) if codings else None
-    if again is not None:
-        chunks = [again]
-        lines.append(f"Content-Encoding: {', '.join(codings)}")
+    chunks, coding = encoded_again(resp, chunks, error)
+    if coding is not None:
+        lines.append(f"Content-Encoding: {coding}")
     served = sum(map(len, chunks))
     # (a session recorded before the length was kept: a whole body says its own)
     length = said_length(resp, method, served) if "content_length" in resp else (served if whole else None)

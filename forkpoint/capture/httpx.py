@@ -36,6 +36,7 @@ from .exchange import (
     atee,
     await_cancellation,
     cancelled_by_caller,
+    encoded_again,
     live,
     past_end,
     rebuilt_error,
@@ -159,6 +160,10 @@ def _patch(mod: ModuleType) -> None:
         chunks = recorded_chunks(event)
         error = rebuilt_error(event["error"], library_error(request)) if event.get("error") else None
         headers = [(k, v) for k, v in resp.get("headers", [])]
+        # (httpx decodes it again, as it did live: iter_raw() sees the encoded bytes)
+        chunks, coding = encoded_again(resp, chunks, error)
+        if coding is not None:
+            headers.append(("content-encoding", coding))
         length = said_length(resp, request.method, sum(map(len, chunks)))
         if length is not None:
             headers.append(("content-length", str(length)))

@@ -347,6 +347,43 @@ def test_a_gzip_body_the_client_does_not_decode_replays_encoded(server: LocalSer
     assert rp.report()["reproduced"]
 
 
+def test_httpx_raw_reads_and_aiohttp_without_decompression_replay_the_encoded_body(
+    server: LocalServer, store: Path
+) -> None:
+    """httpx's ``iter_raw()`` and an aiohttp session with ``auto_decompress=False`` hand the body
+    over as it came, gzip and all; a replay handed them the stored, decoded bytes without the
+    header (``gzip.decompress`` failed: exit 3 on a good recording), and an aiohttp session that
+    decompresses saw no ``Content-Encoding`` where it had one live."""
+    import httpx
+
+    url = server.url + "/x?kind=json&encoding=gzip"
+
+    def run() -> list[Any]:
+        with httpx.Client() as client, client.stream("GET", url) as r:
+            raw = b"".join(r.iter_raw())
+            out: list[Any] = [r.headers.get("content-encoding"), json.loads(gzip.decompress(raw))["path"]]
+        out.append(httpx.get(url).json()["path"])
+
+        async def both() -> None:
+            async with aiohttp.ClientSession(auto_decompress=False) as s, s.get(url) as r:
+                out.extend(
+                    [r.headers.get("Content-Encoding"), json.loads(gzip.decompress(await r.read()))["path"]]
+                )
+            async with aiohttp.ClientSession() as s, s.get(url) as r:
+                out.extend([r.headers.get("Content-Encoding"), (await r.json())["path"]])
+
+        asyncio.run(both())
+        return out
+
+    with forkpoint.record(store=store) as rec:
+        live = run()
+    server.stop()
+    assert live == ["gzip", "/x", "/x", "gzip", "/x", "gzip", "/x"]
+    with forkpoint.replay(rec.session_path) as rp:
+        assert run() == live
+    assert rp.report()["reproduced"]
+
+
 def test_urllib3_directly_preloaded_and_streamed(server: LocalServer, store: Path) -> None:
     """urllib3's own API: a preloaded body (the default) and ``preload_content=False`` streamed with
     ``stream()``; also a gzip body, stored decoded."""
