@@ -184,7 +184,18 @@ def main_prepared() -> None:
 
 
 def _is_main(frame: FrameType) -> bool:
-    return frame.f_code.co_name == "<module>" and frame.f_globals.get("__name__") == MAIN
+    """``frame`` runs the script's module-level code: ``<module>`` code in ``__main__``, and not a
+    snippet other code compiled from a string and ran with the script's globals (a ``@dataclass``'s
+    generated methods: ``dataclasses`` execs them so; ``python -c`` code has no caller, runpy's its
+    own module)."""
+    if frame.f_code.co_name != "<module>" or frame.f_globals.get("__name__") != MAIN:
+        return False
+    caller = frame.f_back
+    return (
+        frame.f_code.co_filename != "<string>"
+        or caller is None
+        or caller.f_globals.get("__name__") == "runpy"
+    )
 
 
 def install_import_hook(specs: Sequence[str], *, warn_at_exit: bool = False, spawned: bool = False) -> None:

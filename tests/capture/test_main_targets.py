@@ -153,3 +153,60 @@ def test_a_trace_function_already_in_place_keeps_working(script: Path) -> None:
     module_lines = [n for n, line in enumerate(SCRIPT.splitlines(), 1) if line and not line[0].isspace()]
     assert set(module_lines) - {1} <= set(lines)  # every top-level statement was seen by the debugger
     assert len(lines) > len(module_lines)  # and the lines of the functions the script called
+
+
+DATACLASSES = textwrap.dedent(
+    """
+    from dataclasses import dataclass
+
+
+    @dataclass
+    class Note:  # (its generated methods are exec'd as "<module>" code with the script's globals)
+        text: str
+
+
+    def save_note(text):
+        print("body ran")
+        return Note(text)
+
+
+    @dataclass
+    class Toolbox:
+        root: str
+
+        def search(self, q):
+            print("body ran")
+            return [self.root + q]
+
+
+    print(save_note("hello"), Toolbox("/").search("x"))
+    """
+)
+
+
+@pytest.mark.parametrize("how", ["-c", "script"])
+def test_a_dataclass_defined_before_a_main_target_does_not_end_the_watch(tmp_path: Path, how: str) -> None:
+    """``dataclasses`` execs the methods it generates with the script's globals, in code named
+    ``<module>``: the watch took it for the script, and its end for the script's end ("the script
+    ran to its end without defining save_note"). Nothing was recorded, and the replay ran the
+    tool bodies under "replay ok: 0/0"."""
+    (tmp_path / "agent.py").write_text(DATACLASSES)
+    store = tmp_path / "store"
+    cmd = [sys.executable, "-c", DATACLASSES] if how == "-c" else [sys.executable, "agent.py"]
+    fp = [sys.executable, "-m", "forkpoint.cli"]
+    tools = ["--tool", "__main__:save_note", "--tool", "__main__:Toolbox.search"]
+    rec = subprocess.run(
+        [*fp, "record", "--no-workspace", "--store", str(store), *tools, "--", *cmd],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+    )  # fmt: skip
+    assert rec.returncode == 0 and "(0 model calls, 2 tool calls)" in rec.stderr, rec.stderr
+    assert "without defining" not in rec.stderr
+    rep = subprocess.run(
+        [*fp, "replay", "last", "--store", str(store)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert rep.returncode == 0 and "replay ok: 2/2 events matched" in rep.stderr, rep.stderr
+    assert rep.stdout == "Note(text='hello') ['/x']\n"
