@@ -234,11 +234,15 @@ def typed(value: Any) -> Any | None:
 
 
 def stored_form(value: Any) -> Any:
-    """What a framework tool's result is recorded as: :func:`typed` where it can be, so that a
-    replay hands the framework the same type back, and it makes the same model input of it (many
-    send ``str(result)``) and the program gets what it got live; else its JSON form (:func:`jsonable`)."""
-    stored = typed(value)
-    return stored if stored is not None else jsonable(value)
+    """What a framework tool's result is recorded as: typed (:func:`forkpoint.values.encode`), so
+    that a replay hands the framework the same type back, and it makes the same model input of it
+    (many send ``str(result)``) and the program gets what it got live. Raises
+    :class:`~forkpoint.ToolResultError` for a value with no stored form: the tool wrapper says so
+    and records the call as unrecorded (its JSON form, stored instead, gave the program another
+    type on replay under "replay ok")."""
+    from .. import values  # here: the seam is imported at every bootstrapped start
+
+    return values.Encoded(values.encode(value))
 
 
 def json_args(value: Any) -> dict[str, Any]:

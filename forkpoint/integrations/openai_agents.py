@@ -17,8 +17,8 @@ the tools of MCP servers (``mcp_servers=[...]``) are recorded by :mod:`.mcp`, on
 The event's ``tool`` is the tool's name as the model sees it, ``args`` the model's JSON arguments
 (parsed), ``result`` the value in a form that the SDK turns into the same model input again: JSON data
 as is, structured outputs in pydantic's JSON form, a value forkpoint stores typed (a dataclass, a
-pydantic model: :func:`.base.stored_form`) as itself, so that the program gets the same value back,
-and anything else whose text form (``str(value)``, what the SDK sends) would change as that text.
+pydantic model: :func:`.base.stored_form`) as itself, so that the program gets the same value back;
+a value with no stored form is said while recording and left unrecorded (a replay stops there).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from typing import Any
 import orjson
 
 from .. import runtime
-from .base import Integration, calls_mcp, is_forkpoint_tool, is_json, jsonable, replace, run_tool, typed
+from .base import Integration, calls_mcp, is_forkpoint_tool, is_json, jsonable, replace, run_tool, stored_form
 
 
 def parse_arguments(text: str) -> dict[str, Any]:
@@ -59,10 +59,9 @@ def encode_output(tool: Any, output: Any) -> Any:
             return data  # ToolOutputText / Image / FileContent: their dicts carry "type" and validate back
     except Exception:
         pass
-    stored = typed(output)
-    if stored is not None:
-        return stored  # the SDK gets the same value back on replay, and sends the model its str()
-    return data if str(data) == str(output) else str(output)
+    # The SDK gets the same value back on replay, and sends the model its str(); a value with no
+    # stored form is said and left unrecorded (its str() gave the program a str on replay).
+    return stored_form(output)
 
 
 def patch(module: ModuleType) -> None:

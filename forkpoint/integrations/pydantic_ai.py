@@ -9,8 +9,8 @@ Output tools (structured output) and MCP tools are other toolsets and are not to
 
 The event's ``tool`` is that name (the function's, unless given another), ``args`` the validated
 arguments in pydantic's JSON form (the ``RunContext`` is not one of them), ``result`` the return
-value, typed where forkpoint rebuilds it (:func:`.base.stored_form`), else in the JSON form
-pydantic-ai sends to the model. A ``ModelRetry`` raised by the tool is
+value, typed (:func:`.base.stored_form`; a value with no stored form is said while recording and
+left unrecorded, as a plain tool's is: a replay stops there). A ``ModelRetry`` raised by the tool is
 recorded as an error and raised again on replay, so the retry prompt the model sees is the same.
 A ``ToolReturn`` (a return value plus content for the model and metadata for the application) and
 multimodal parts (``BinaryContent``, ``ImageUrl``…, alone, in a list beside other values, or in

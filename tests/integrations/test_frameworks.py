@@ -13,9 +13,11 @@ stays as it was.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import datetime
 import decimal
+import ipaddress
 import json
 import os
 import subprocess
@@ -360,6 +362,59 @@ def test_rich_return_values_replay_as_themselves(tmp_path: Path) -> None:
     assert json.loads(sent[0]) == {"path": path, "lines": [1, 2], "when": "2026-01-02"}
     assert sent[1] == str(Report(tools[1]["args"]["path"], (1, 2), datetime.date(2026, 1, 2)))
     assert [t["result"]["kind"] for t in tools] == ["dataclass", "dataclass"]
+
+
+class Handle:
+    """A result type with no stored form (no encoder registered)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __str__(self) -> str:
+        return f"handle {self.name}"
+
+
+def test_a_framework_tool_result_with_no_stored_form_is_said_and_never_replayed_as_another_type(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A pydantic-ai tool returning an ``IPv4Address`` was stored as its JSON text, an Agents SDK
+    tool returning a plain object as its ``str()``, without a word: the replay handed the program a
+    ``str`` where it had had the object, and said "replay ok". Such a result is said while
+    recording, as a plain tool's is, and the replay stops at it instead of serving another type."""
+    agent = Agent(instructions="Use the tool.")
+
+    @agent.tool_plain
+    def lookup_host(path: str) -> ipaddress.IPv4Address:
+        """Look a host up."""
+        return ipaddress.IPv4Address("10.0.0.7")
+
+    @function_tool
+    def sdk_open(path: str) -> Handle:
+        """Open a file."""
+        return Handle(path)
+
+    def run(url: str) -> None:
+        model = OpenAIChatModel("demo-model", provider=OpenAIProvider(base_url=url + "/v1", api_key=API_KEY))
+        client = AsyncOpenAI(base_url=url + "/v1", api_key=API_KEY, max_retries=0)
+        sdk_agent = SdkAgent(
+            name="s",
+            model=OpenAIChatCompletionsModel(model="demo-model", openai_client=client),
+            tools=[sdk_open],
+        )
+        agent.run_sync("Go.", model=model)
+        Runner.run_sync(sdk_agent, "Go.")
+
+    with ModelServer(turns=1) as server, forkpoint.record(store=tmp_path) as rec:
+        run(server.base_url)
+    said = " ".join(capsys.readouterr().err.split())
+    assert "tool 'lookup_host' returned" in said and "ipaddress.IPv4Address" in said, said
+    assert "tool 'sdk_open' returned" in said and "Handle" in said, said
+    tools = forkpoint.Session.load(rec.session_path).by_type("tool_call")
+    assert [bool(t.get("unrecorded")) for t in tools] == [True, True]
+    with forkpoint.replay(rec.session_path) as rp:
+        with contextlib.suppress(Exception):
+            run(server.base_url)
+    assert not rp.report()["reproduced"]
 
 
 def test_pydantic_ai_tool_return_and_images_replay_as_the_model_saw_them(tmp_path: Path) -> None:
