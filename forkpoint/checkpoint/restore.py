@@ -156,6 +156,11 @@ def restore(session: Session, seq: int, into: Path, *, repo: Path | None = None)
     return into
 
 
+#: The push URL of a restored directory's ``origin`` (the recorded repository, which a restore and
+#: what runs in it only read): a push fails, naming why.
+PUSH_DISABLED = "/forkpoint/pushing-from-a-restored-checkpoint-to-the-recorded-repository-is-disabled"
+
+
 def _restore_into(
     session: Session,
     cp: Mapping[str, Any],
@@ -180,6 +185,9 @@ def _restore_into(
         except CheckpointError:  # a `git gc` running in the origin can move objects mid-copy: again
             shutil.rmtree(into / ".git", ignore_errors=True)
             git(clone, into.parent)
+        # The recorded repository is only read: an agent continuing in a fork arm that pushes (git
+        # push -f origin HEAD:main) must not rewrite the user's branches there.
+        git(["remote", "set-url", "--push", "origin", PUSH_DISABLED], into)
         if session.cipher is not None:  # an encrypted session's objects are sealed blobs of its checkpoints
             session_objects = _unseal_objects(session, int(cp["seq"]), into / ".git" / "objects")
         alt = {"GIT_ALTERNATE_OBJECT_DIRECTORIES": str(session_objects)}

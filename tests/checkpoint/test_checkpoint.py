@@ -347,6 +347,15 @@ def test_restore_cli_validates_and_never_writes_into_the_recorded_repo(
     assert git_dir_snapshot(repo) == before
     assert tree_snapshot(tmp_path / "r") == tree_snapshot(repo)
     assert status(tmp_path / "r") == status(repo)
+    # What runs in it (a fork arm's agent) cannot push into the recorded repository either: a
+    # `git push -f origin HEAD:main` there rewrote the user's branch.
+    sh_git(tmp_path / "r", "commit", "-q", "--allow-empty", "-m", "an arm's commit")
+    pushed = subprocess.run(
+        ["git", "push", "-f", "origin", "HEAD:refs/heads/main", "HEAD:refs/heads/arm"],
+        cwd=tmp_path / "r", capture_output=True, text=True,
+    )  # fmt: skip
+    assert pushed.returncode != 0 and "pushing-from-a-restored-checkpoint" in pushed.stderr, pushed.stderr
+    assert git_dir_snapshot(repo) == before
     bad = cli("restore", f"{s.path}@999", "--into", str(tmp_path / "x"))
     assert bad.exit_code != 0 and "no checkpoint at seq 999" in bad.output
     # A failing check says what differs in words, not as Python dicts.
