@@ -921,7 +921,7 @@ def fork(
     terminal().print(fork_table(done, title=f"fork of {session.id}@{seq}"))
     if outcome_cmd:
         click.echo(pass_rate_line(done))
-    failed = sum(1 for arm in done if not arm.valid or arm.exit_code != 0)
+    failed = sum(1 for arm in done if not arm.valid or arm.exit_code != 0 or arm.unmeasured)
     sys.exit(0 if failed == 0 else 1)
 
 
@@ -974,7 +974,7 @@ def sweep(
     from .orchestrate import Arm
     from .show import terminal
     from .suite import sweep as do_sweep
-    from .suite.tables import sweep_table, sweep_verdict
+    from .suite.tables import sweep_table, sweep_verdict, unmeasured
 
     if not outcome_cmd:
         raise click.UsageError("sweep measures an outcome: give --outcome CMD")
@@ -1011,13 +1011,16 @@ def sweep(
         )
     terminal().print(sweep_table(result))
     click.echo(sweep_verdict(result))
+    not_measured = unmeasured(result["arms"])
+    if not_measured:
+        click.echo(not_measured)
     click.echo(f"arms in {result['into']}")
     if html_file is not None:
         from .html import write_html
 
         write_html(s, html_file, sweep={k: v for k, v in result.items() if k != "arms"})
         _err().print(f"forkpoint: wrote {html_file} (session {s.id}, pass rate by checkpoint)", markup=False)
-    sys.exit(0 if all(a.valid and a.report is not None for a in result["arms"]) else 1)
+    sys.exit(0 if all(a.valid and a.report is not None and not a.unmeasured for a in result["arms"]) else 1)
 
 
 @main.command(cls=_DashCommand)

@@ -307,13 +307,14 @@ class EndEvent(_Common, total=False):
 
 class OutcomeEvent(_Common, total=False):
     """What the run achieved, measured after it ended by a command the user names (``--outcome CMD``):
-    run in the run's directory, ``passed`` when it exited 0. ``exit_code`` is None when it could not
-    start or timed out, and ``reason`` says which; ``output`` is the end of what it printed (stdout
+    run in the run's directory, ``passed`` when it exited 0, None when it could not run (it could not
+    start, or the shell did not find it or could not execute it: 127, 126), which measured nothing.
+    ``exit_code`` is None when it could not start or timed out, and ``reason`` says why; ``output`` is the end of what it printed (stdout
     and stderr, at most :data:`forkpoint.outcome.OUTPUT_KEPT` characters). Written before ``end``."""
 
     type: Required[Literal["outcome"]]
     command: Required[str]
-    passed: Required[bool]
+    passed: Required[bool | None]
     exit_code: int | None
     reason: str | None
     output: str

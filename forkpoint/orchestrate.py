@@ -797,8 +797,15 @@ class Arm:
 
     @property
     def passed(self) -> bool | None:
-        """The arm's outcome: True (pass), False (fail), None (not run, or no outcome command)."""
-        return bool(self.outcome["passed"]) if self.outcome is not None else None
+        """The arm's outcome: True (pass), False (fail), None (not run, no outcome command, or one
+        that could not run)."""
+        passed = self.outcome.get("passed") if self.outcome is not None else None
+        return bool(passed) if passed is not None else None
+
+    @property
+    def unmeasured(self) -> bool:
+        """Its outcome command could not run (a typo in ``--outcome``): no pass, no fail."""
+        return self.outcome is not None and self.outcome.get("passed") is None
 
     def to_json(self) -> dict[str, Any]:
         """This arm as JSON data (what an arm task returns)."""

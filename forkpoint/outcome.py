@@ -48,6 +48,10 @@ class Outcome:
     timeout: float = DEFAULT_TIMEOUT
 
 
+#: The shell's exit codes for a command it did not find (127) or could not execute (126).
+NOT_RUN_CODES = (126, 127)
+
+
 def measure(
     outcome: Outcome,
     *,
@@ -59,8 +63,10 @@ def measure(
     """Run ``outcome.command`` in ``cwd`` for a run that ended with ``exit_code``, printed
     ``output`` and was recorded as ``session``; returns its ``outcome`` event (not yet written).
 
-    Never raises for the command itself: one that cannot start or times out (its whole process
-    group is killed) is a failure whose ``reason`` says so.
+    Never raises for the command itself: one that times out (its whole process group is killed)
+    is a failure whose ``reason`` says so; one that cannot run — it cannot start, or the shell did
+    not find it or could not execute it (exit 127 or 126: a typo in ``--outcome``) — measured
+    nothing: ``passed`` is None, and ``reason`` says why with the shell's words.
     """
     env = dict(os.environ)
     env["FORKPOINT_OUTCOME_EXIT"] = "" if exit_code is None else str(exit_code)
@@ -71,10 +77,15 @@ def measure(
         out_file.flush()
         env["FORKPOINT_OUTCOME_OUTPUT"] = out_file.name
         code, text, reason = _run_shell(outcome, cwd, env)
+    if code in NOT_RUN_CODES:
+        said = next((line for line in reversed(text.splitlines()) if line.strip()), "")
+        reason = f"the outcome command could not run (exit {code}: {said or 'not found or not executable'})"
+    # (a command that timed out ran, and failed; one that could not start measured nothing)
+    ran = code not in (*NOT_RUN_CODES, None) or (reason or "").startswith("timed out")
     event: OutcomeEvent = {
         "type": "outcome",
         "command": outcome.command,
-        "passed": code == 0,
+        "passed": code == 0 if ran else None,
         "exit_code": code,
         "reason": reason,
         "output": text[-OUTPUT_KEPT:],

@@ -272,7 +272,14 @@ def render(
                 f"{escape(_short(e.get('value'), 60))}{_source(e)}"
             )
         elif e["type"] == "outcome":
-            state = "[green]pass[/green]" if e.get("passed") else "[red]fail[/red]"
+            passed = e.get("passed")
+            state = (
+                "[yellow]unknown[/yellow]"
+                if passed is None
+                else "[green]pass[/green]"
+                if passed
+                else "[red]fail[/red]"
+            )
             why = f" ({escape(str(e['reason']))})" if e.get("reason") else f" (exit {e.get('exit_code')})"
             console.print(
                 f"        [dim]#{e['seq']:<3}[/dim] outcome {state}{why}  {escape(str(e.get('command')))}  "

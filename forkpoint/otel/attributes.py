@@ -328,7 +328,8 @@ def span_event(event: Mapping[str, Any], content: bool) -> dict[str, Any]:
         attrs["forkpoint.checkpoint.workspace_files"] = ws.get("files", len(ws.get("manifest") or []))
         put(attrs, "forkpoint.checkpoint.context_digest", event.get("context_digest"))
     elif event.get("type") == "outcome":
-        attrs["forkpoint.outcome.passed"] = bool(event.get("passed"))
+        if event.get("passed") is not None:  # (None: the outcome command could not run)
+            attrs["forkpoint.outcome.passed"] = bool(event.get("passed"))
         put(attrs, "forkpoint.outcome.exit_code", event.get("exit_code"))
         if content:
             put(attrs, "forkpoint.outcome.command", event.get("command"))

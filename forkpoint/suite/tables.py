@@ -182,13 +182,20 @@ def fork_table(arms: list[Arm], title: str | None = None) -> Table:
 
 def pass_rate_line(arms: list[Arm]) -> str:
     """``outcome: 3/4 passed (75%, 95% CI 30%–95%); 1 arm(s) not run (restore or validation failed)``
-    (and ``; 1 arm(s) lost (the task running it failed)``)."""
+    (and ``; 1 arm(s) lost (the task running it failed)``, ``; 2 arm(s) not measured: <why>``)."""
     rate = rate_of(a.passed for a in arms)
     invalid = sum(1 for a in arms if not a.valid and not a.lost)
     lost = sum(1 for a in arms if a.lost)
     tail = f"; {invalid} arm(s) not run (restore or validation failed)" if invalid else ""
     tail += f"; {lost} arm(s) lost (the task running it failed)" if lost else ""
-    return f"outcome: {rate.text()}{tail}"
+    not_measured = unmeasured(arms)
+    return f"outcome: {rate.text()}{tail}" + (f"; {not_measured}" if not_measured else "")
+
+
+def unmeasured(arms: list[Arm]) -> str | None:
+    """``2 arm(s) not measured: <why>`` for the arms whose outcome command could not run, or None."""
+    found = [a.outcome for a in arms if a.unmeasured and a.outcome is not None]
+    return f"{len(found)} arm(s) not measured: {found[0].get('reason')}" if found else None
 
 
 def sweep_table(result: dict[str, Any]) -> Table:

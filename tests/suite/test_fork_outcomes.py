@@ -238,3 +238,25 @@ def test_an_arm_past_its_timeout_is_stopped_with_what_it_started_and_measured(
     time.sleep(0.5)
     status = Path(f"/proc/{int(pids.read_text())}/status")  # the sleep the arm started is gone too
     assert not status.exists() or "State:\tZ" in status.read_text(), status.read_text()
+
+
+def test_an_outcome_command_that_cannot_run_measures_nothing_and_fails_the_fork(
+    keeper: Keeper, tmp_path: Path
+) -> None:
+    """A typo in ``--outcome`` ('pytst -q': the shell exits 127) was counted as a fail in every arm:
+    "outcome: 0/2 passed", and fork exited 0. An outcome command that could not run measured
+    nothing: the arms are unknown, the line says why in the shell's words, and fork exits 1."""
+    before = keeper.resumable()[1]
+    fork = forkpoint_cli(
+        keeper, "fork", f"{keeper.session.id}@{before}", "--arms", "2", "--into", str(tmp_path / "arms"),
+        "--store", str(keeper.store), "--outcome", "pytst -q", "--", *keeper.agent, cwd=tmp_path,
+    )  # fmt: skip
+    assert fork.returncode == 1, fork.stdout + fork.stderr
+    text = " ".join(fork.stdout.split())
+    assert (
+        "outcome: no run measured; 2 arm(s) not measured: the outcome command could not run (exit 127:"
+        in text
+    )
+    assert "pytst: not found" in text and "fail" not in fork.stdout, fork.stdout
+    outcomes = [outcome_of(c) for c in arms_of_store(keeper)]
+    assert [o["passed"] if o else "none" for o in outcomes] == [None, None]
