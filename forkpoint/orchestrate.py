@@ -387,7 +387,9 @@ def replay_run(
     before the end. ``capture`` implies capturing stdout (an outcome command reads it). The report
     carries the program's exit code and the verdict (:func:`~forkpoint.replay.report.conclude`).
     With ``timeout`` (seconds), a program still running then is stopped (:func:`run_child`'s
-    ``watch``) and :attr:`Replayed.stopped` says so; its outcome is measured all the same.
+    ``watch``) and :attr:`Replayed.stopped` says so; its outcome is measured all the same. A run
+    in a local executor's task while forkpoint was sent SIGINT, SIGTERM or SIGHUP was cut short
+    (:func:`forkpoint.executors.local.interrupted`): ``stopped`` says so, and no outcome is measured.
 
     The recorded command runs only when the session is signed by a key this user trusts
     (:mod:`forkpoint.signing`; the own key is), or with ``trust``; a ``cmd`` given is run as it is.
@@ -509,6 +511,11 @@ def replay_run(
         # (a program that was not run reproduced nothing, whatever the other processes reported)
         report = merge_reports(reports) if reports and not not_started else None
         seen = seen.plus(netns.results(Path(tmp)))
+    from .executors.local import in_task, interrupted
+
+    sig = interrupted() if in_task() else None
+    if sig is not None:  # (forkpoint itself was told to stop, and passed it on: the run was cut short)
+        watch.why = watch.why or f"interrupted: forkpoint was sent {sig.name} while the program ran"
     if report is not None:
         report["exit_code"] = code
         # What the kernel stopped (subprocesses, other programs) beside what the guard refused.
@@ -520,7 +527,7 @@ def replay_run(
             report["sandbox"] += f" ({plural(seen.unseen, 'packet')} dropped before it was looked at)"
         conclude(report)
     measured = None
-    if outcome is not None:
+    if outcome is not None and sig is None:  # (what an interrupted run left measures nothing)
         from .outcome import measure
 
         measured = measure(

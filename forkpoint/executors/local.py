@@ -27,6 +27,15 @@ _children: set[subprocess.Popen[Any]] = set()
 _children_lock = threading.Lock()
 #: The pools' threads now running tasks (:meth:`LocalExecutor.map`).
 _task_threads: set[threading.Thread] = set()
+#: The signals this process was sent while tasks ran (passed on to their children).
+_interrupted: list[int] = []
+
+
+def interrupted() -> signal.Signals | None:
+    """The signal (SIGINT, SIGTERM, SIGHUP) this process was sent while a local executor's tasks
+    ran, or None: a task's child that ended after it was stopped, not finished (its outcome is no
+    measure of the run)."""
+    return signal.Signals(_interrupted[-1]) if _interrupted else None
 
 
 def in_task() -> bool:
@@ -80,6 +89,7 @@ class LocalExecutor(Executor):
 
         def stop(signum: int, _frame: object) -> None:
             stopping.append(signum)
+            _interrupted.append(signum)
             _signal_children(signum)
 
         old = {}
