@@ -269,6 +269,7 @@ def _restore_into(
         "boundary": cp.get("boundary"),
         "base": (source or {}).get("base"),
         "head": (source or {}).get("head"),
+        "branch": (source or {}).get("branch"),
         "tree": (source or {}).get("tree"),
         "index_tree": (source or {}).get("index_tree"),
         "diff_hash": (source or {}).get("diff_hash"),

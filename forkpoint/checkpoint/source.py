@@ -367,6 +367,12 @@ class SourceTracker:
         self._entries, self._index_stat = entries, st
         return None if refresh else set(changed) | set(removed)
 
+    @property
+    def staged_tree(self) -> str | None:
+        """The tree of the staged state as of the last :meth:`sync` (what ``index_tree`` records),
+        or None (no index, or unmerged entries)."""
+        return self._index_tree
+
     def _staged_tree(self, entries: dict[bytes, bytes]) -> str | None:
         """The tree of the staged state (the user's index as it is), or None (unmerged entries).
         Intent-to-add entries count as empty files (``git write-tree`` would leave them out)."""

@@ -68,10 +68,34 @@ def _described(expect: dict[str, Any]) -> bool:
     )
 
 
+def _git_state(root: Path, expect: dict[str, Any], staged: str | None) -> Check:
+    """HEAD's commit, its branch (None: detached) and the staged tree, against the checkpoint's (a
+    description written before the branch was kept is checked for the other two)."""
+    try:
+        head, ref = git(["rev-parse", "HEAD", "--symbolic-full-name", "HEAD"], root).split()
+    except (CheckpointError, ValueError):
+        head, ref = "(none)", "HEAD"
+    actual = {
+        "head": head,
+        "branch": ref.removeprefix("refs/heads/") if ref.startswith("refs/heads/") else None,
+        "index_tree": staged,
+    }
+    want = {
+        "head": expect.get("head") or expect.get("base"),
+        "branch": expect.get("branch"),
+        "index_tree": expect.get("index_tree"),
+    }
+    for key in ("branch", "index_tree"):  # (not kept: an older description, an index with conflicts)
+        if key not in expect or (key == "index_tree" and want[key] is None):
+            del want[key], actual[key]
+    return Check("git HEAD, branch and index", actual == want, want, actual)
+
+
 def validate(root: Path) -> list[Check]:
     """Check a restored directory against its checkpoint without any model.
 
-    Checks: the tracked source tree hash, the workspace fingerprint (naming the files that differ),
+    Checks: the tracked source tree hash, where HEAD is (the commit, and the branch it is on) and
+    what is staged (the index's tree), the workspace fingerprint (naming the files that differ),
     the carried messages' digest, that the checkpoint is a resumable boundary, that every file the
     messages refer to exists, and (only when the repository has submodules) that their working
     trees were restored, which they never are: a checkpoint keeps each one's commit only. Raises
@@ -101,10 +125,11 @@ def validate(root: Path) -> list[Check]:
                 )
                 try:
                     actual_tree = tracker.tree()
+                    staged = tracker.staged_tree
                 finally:
                     tracker.close()
             except CheckpointError as exc:
-                actual_tree = f"(cannot compute: {exc})"
+                actual_tree, staged = f"(cannot compute: {exc})", None
             actual_source: Any = actual_tree
             if actual_tree != expect["tree"] and not actual_tree.startswith("("):
                 actual_source = {
@@ -112,6 +137,7 @@ def validate(root: Path) -> list[Check]:
                     "files": _tree_changes(root, expect["tree"], actual_tree, Path(tmp)),
                 }
         checks.append(Check("source tree hash", actual_tree == expect["tree"], expect["tree"], actual_source))
+        checks.append(_git_state(root, expect, staged))
     listing = "git" if expect.get("listing", "git" if expect.get("tree") else "plain") == "git" else "plain"
     # (not the validating user's own ignore file: a restore on another machine holds what was taken)
     paths = untracked_files(

@@ -343,7 +343,7 @@ def test_restore_cli_validates_and_never_writes_into_the_recorded_repo(
     assert listing.exit_code == 0 and "resumable" in listing.output
     result = cli("restore", f"{s.path}@{cp['seq']}", "--into", str(tmp_path / "r"))
     assert result.exit_code == 0, result.output
-    assert result.output.count("pass") == 5
+    assert result.output.count("pass") == 6
     assert git_dir_snapshot(repo) == before
     assert tree_snapshot(tmp_path / "r") == tree_snapshot(repo)
     assert status(tmp_path / "r") == status(repo)
@@ -363,6 +363,37 @@ def test_restore_cli_validates_and_never_writes_into_the_recorded_repo(
     failed = cli("validate", str(tmp_path / "r"))
     assert failed.exit_code != 0 and "FAIL" in failed.output
     assert "repro.py" in failed.output and "{'" not in failed.output
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        ["commit", "-q", "--allow-empty", "-m", "moved"],
+        ["checkout", "-q", "-b", "other"],
+        ["checkout", "-q", "--detach"],
+        ["add", "repro.py"],
+    ],
+    ids=["head", "branch", "detached", "index"],
+)
+def test_validate_checks_where_head_is_and_what_is_staged(
+    three_runs: Runs, tmp_path: Path, change: list[str]
+) -> None:
+    """A restore sets HEAD, its branch and the staged state as they were (the checkpoint keeps
+    them), but validate did not look: a commit, another branch, a detached HEAD or a change to the
+    index in the restored directory passed."""
+    s = three_runs.sessions["repro.py"]
+    cp = final_checkpoint(s)
+    assert cli("restore", f"{s.path}@{cp['seq']}", "--into", str(tmp_path / "r")).exit_code == 0
+    if change[0] == "add":  # (a change to the staged state alone: the file's text stays)
+        sh_git(
+            tmp_path / "r", "update-index", "--add", "--cacheinfo", "100644", "0" * 39 + "1", "staged-only"
+        )
+    else:
+        sh_git(tmp_path / "r", *change)
+    failed = cli("validate", str(tmp_path / "r"))
+    assert failed.exit_code != 0 and "FAIL" in failed.output and "git HEAD, branch and index" in failed.output
+    lines = [line for line in failed.output.splitlines() if "FAIL" in line]
+    assert len(lines) == 1 and "git HEAD" in lines[0], failed.output
 
 
 # --------------------------------------------------------------------------- (c) observable checkpoints
