@@ -165,6 +165,8 @@ def apply(event: Mapping[str, Any], o: Override) -> dict[str, Any]:
                 "message": str(o.value.get("message", "")),
             }
         else:
+            if new.get("mcp"):
+                _check_mcp_result(o, event)
             new["result"] = o.value
         return new
     resp = new.get("response")
@@ -202,6 +204,24 @@ def apply(event: Mapping[str, Any], o: Override) -> dict[str, Any]:
     resp["ended"] = "complete"
     new.pop("error", None)
     return new
+
+
+def _check_mcp_result(o: Override, event: Mapping[str, Any]) -> None:
+    """An MCP tool's result is the ``CallToolResult`` the client validates (its ``content`` list,
+    and ``structuredContent`` when the tool has an output schema, as the recorded one shows):
+    anything else failed inside the agent's MCP client."""
+    value, recorded = o.value, event.get("result")
+    example = '{"content": [{"type": "text", "text": "…"}]'
+    if not (isinstance(value, dict) and isinstance(value.get("content"), list)):
+        raise OverrideError(
+            f"override {o.spec!r}: {event.get('tool')} is an MCP tool: its result is a CallToolResult, "
+            f"{example}}}, as the recorded one (forkpoint show --json)"
+        )
+    if isinstance(recorded, dict) and "structuredContent" in recorded and "structuredContent" not in value:
+        raise OverrideError(
+            f"override {o.spec!r}: {event.get('tool')} has an output schema (its recorded result has "
+            f'structuredContent): give it too, {example}, "structuredContent": {{…}}}}'
+        )
 
 
 def _norm_calls(o: Override, recorded: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:

@@ -797,3 +797,31 @@ def test_show_of_a_what_if_run_marks_each_calls_source(rec: Recording) -> None:
         > 0
     )
     assert "{'session_id'" not in text
+
+
+def test_an_override_of_an_mcp_tools_result_must_be_a_call_tool_result() -> None:
+    """``tool:now.result="frozen"`` on an MCP tool was served as it was: the agent's MCP client
+    failed validating it (a pydantic ValidationError traceback, or "An error occurred while running
+    the tool" sent to the model). It is refused before anything runs, saying the shape it needs;
+    a tool with an output schema needs its ``structuredContent`` too."""
+    from forkpoint.override import parse, resolve
+
+    events = [
+        {
+            "seq": 3,
+            "type": "tool_call",
+            "tool": "now",
+            "args": {},
+            "mcp": {"server": "clock", "method": "tools/call"},
+            "result": {
+                "content": [{"type": "text", "text": "12:00"}],
+                "structuredContent": {"result": "12:00"},
+            },
+        }
+    ]
+    with pytest.raises(OverrideError, match=r"now is an MCP tool: its result is a CallToolResult"):
+        resolve([parse('tool:now.result="frozen"')], events)
+    with pytest.raises(OverrideError, match=r"now has an output schema .*give it too"):
+        resolve([parse('tool:now.result={"content": [{"type": "text", "text": "frozen"}]}')], events)
+    whole = '{"content": [{"type": "text", "text": "frozen"}], "structuredContent": {"result": "frozen"}}'
+    assert list(resolve([parse(f"tool:now.result={whole}")], events)) == [3]
