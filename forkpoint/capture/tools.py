@@ -43,6 +43,7 @@ import os
 import sys
 import time
 import types
+import weakref
 from collections.abc import AsyncGenerator, Awaitable, Callable, Generator, Iterator, Sequence
 from decimal import Decimal
 from pathlib import PurePath
@@ -836,6 +837,33 @@ def tool(fn: Callable[..., Any] | None = None, *, name: str | None = None) -> An
     return wrapped(fn, str(name or getattr(fn, "__name__", "tool")))
 
 
+#: The tools each recording has said changed their arguments (:func:`_changed_in_place`).
+_changes_said: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
+
+
+def _changed_in_place(
+    fn: Callable[..., Any], tool: str, before: dict[str, Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> None:
+    """While recording, say (once per tool) that a tool changed its arguments in place (appended to a
+    list it was given, set a key of a dict): a replay does not run its body, so the program does
+    not see that change there, and may go another way under "replay ok"."""
+    rt = runtime.active()
+    if rt is None or rt.mode != "record" or tool in _changes_said.get(rt, ()):
+        return
+    try:
+        after, _ = bind_call(fn, args, kwargs)
+    except Exception:  # (an argument that cannot be read again: nothing to compare)
+        return
+    changed = [k for k in before if after.get(k) != before[k]]
+    if changed:
+        _changes_said.setdefault(rt, set()).add(tool)
+        _say(
+            f"tool {tool!r} changed its argument {', '.join(map(repr, changed))} in place while it ran: a replay "
+            "does not run the tool's body, so the program will not see that change there and may go another "
+            "way. Return what the tool changes instead, or replay the tool live (forkpoint replay --tools live)"
+        )
+
+
 def wrapped(fn: Callable[..., Any], tool_name: str, on: Callable[[], bool] | None = None) -> Any:
     """The tool wrapper of ``fn`` (see :func:`tool`); with ``on``, it records only while ``on()`` is
     true (a ``--tool`` target, enabled per test by the pytest plugin: :mod:`.targets`)."""
@@ -845,7 +873,10 @@ def wrapped(fn: Callable[..., Any], tool_name: str, on: Callable[[], bool] | Non
 
     def through(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         bound, defaulted = bind_call(fn, args, kwargs, tool_name)
-        return call_tool(tool_name, bound, lambda: fn(*args, **kwargs), defaulted=defaulted)
+        try:
+            return call_tool(tool_name, bound, lambda: fn(*args, **kwargs), defaulted=defaulted)
+        finally:
+            _changed_in_place(fn, tool_name, bound, args, kwargs)
 
     wrapper: Any
     if inspect.iscoroutinefunction(fn):
@@ -855,7 +886,10 @@ def wrapped(fn: Callable[..., Any], tool_name: str, on: Callable[[], bool] | Non
             if off():
                 return await fn(*args, **kwargs)
             bound, defaulted = bind_call(fn, args, kwargs, tool_name)
-            return await acall_tool(tool_name, bound, lambda: fn(*args, **kwargs), defaulted=defaulted)
+            try:
+                return await acall_tool(tool_name, bound, lambda: fn(*args, **kwargs), defaulted=defaulted)
+            finally:
+                _changed_in_place(fn, tool_name, bound, args, kwargs)
 
     elif inspect.isasyncgenfunction(fn):
 

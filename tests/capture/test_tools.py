@@ -886,3 +886,30 @@ def test_a_cancellation_from_inside_a_tool_is_raised_again_at_once(store: Path) 
     with forkpoint.replay(rec.session_path) as rp:
         assert asyncio.run(agent()) == "the fetch was cancelled"
     assert time.monotonic() - t0 < 0.9 and rp.report()["divergence"] is None
+
+
+def test_a_tool_that_changes_its_arguments_in_place_is_said_while_recording(
+    store: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A tool that adds to a dict it was given: on replay its body does not run, the dict stays as
+    it was, and the program went another way under "replay ok" without a word. Recording says so,
+    once per tool; a tool that leaves its arguments alone says nothing."""
+
+    @forkpoint.tool
+    def remember(notes: dict[str, str], key: str) -> bool:
+        notes[key] = "seen"
+        return True
+
+    @forkpoint.tool
+    async def look(notes: dict[str, str], key: str) -> bool:
+        return key in notes
+
+    notes: dict[str, str] = {}
+    with forkpoint.record(store=store):
+        remember(notes, "a")
+        remember(notes, "b")
+        asyncio.run(look(notes, "a"))
+    said = capsys.readouterr().err
+    assert said.count("changed its argument") == 1, said
+    assert "tool 'remember' changed its argument 'notes' in place" in " ".join(said.split())
+    assert "look" not in said
