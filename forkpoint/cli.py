@@ -333,7 +333,8 @@ def main(allow_shared_store: bool) -> None:
     "--workspace",
     metavar="DIR",
     type=click.Path(file_okay=False, exists=True, path_type=Path),
-    help="Checkpoint this directory (default: the git repository of the current directory, if any).",
+    help="Checkpoint this directory: the whole git repository it is in, if it is in one (default: the git "
+    "repository of the current directory, if any).",
 )
 @click.option("--no-workspace", is_flag=True, help="Take no checkpoints.")
 @click.option(

@@ -35,7 +35,9 @@ def sweep_checkpoints(
     ]
     if not cps:
         where = (
-            "" if first is None and last is None else f" between seq {first or 'start'} and {last or 'end'}"
+            ""
+            if first is None and last is None
+            else f" between seq {'start' if first is None else first} and {'end' if last is None else last}"
         )
         raise UsageError(
             f"session {session.id} has no resumable checkpoint{where} to sweep "
