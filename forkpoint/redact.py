@@ -80,7 +80,7 @@ SIGNING_HEADERS: frozenset[str] = frozenset(
 #: ``x-ratelimit-remaining-tokens`` is not one ("tokens", plural, counts tokens of text).
 SECRET_HEADER_NAME = re.compile(  # public: a real pattern (re.search(SECRET_HEADER_NAME, …) works)
     r"(?i)(?:^|[-_])(?:token|secret|password|passwd|api[-_]?key|apikey|access[-_]?key|credentials?"
-    r"|signature|session[-_]?id|subscription[-_]?key)(?:$|[-_])"
+    r"|signature|session[-_]?id|subscription[-_]?key|auth|authentication)(?:$|[-_])"
 )
 
 #: Query-string parameter names whose values are credentials. Compared lower-case.
@@ -132,6 +132,7 @@ SECRET_KEY_SUFFIXES: tuple[str, ...] = (
     "credential",
     "credentials",
     "authorization",
+    "bearer",
 )
 
 _FIELD_WORDS = (
@@ -597,7 +598,9 @@ class Scrubber:
         self.rules = rules or Rules()
         r = self.rules
         self.drop_headers = SECRET_HEADERS | SIGNING_HEADERS | {h.lower() for h in r.headers}
-        self.query_params = SECRET_QUERY_PARAMS | {q.lower() for q in r.query_params}
+        given = SECRET_QUERY_PARAMS | {q.lower() for q in r.query_params}
+        # (access_token and access-token: a server reads either spelling)
+        self.query_params = given | {q.replace("_", "-") for q in given} | {q.replace("-", "_") for q in given}
         self.paths = tuple(jsonpath.parse(p) for p in r.json_paths)
         table: list[tuple[str | None, tuple[str, ...], str]] = [(None, ("[redacted:",), _PLACEHOLDER)]
         table.extend(_BUILTIN)

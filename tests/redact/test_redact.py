@@ -216,6 +216,10 @@ def test_credential_headers_dropped_in_any_case() -> None:
         ("Cookie", "session=abc123"),
         ("SET-COOKIE", "session=abc123; HttpOnly"),
         ("Ocp-Apim-Subscription-Key", "azure-apim-key"),  # (Azure API Management's key header)
+        ("X-Auth", "x-auth-secret-value"),  # (kept in the clear before, as was Authentication)
+        ("Authentication", "authentication-secret"),
+        ("X-Author", "bob"),
+        ("WWW-Authenticate", 'Basic realm="api"'),
         ("content-type", "application/json"),
         ("X-Custom", f"has {key} inside"),
         ("anthropic-version", "2023-06-01"),
@@ -225,11 +229,26 @@ def test_credential_headers_dropped_in_any_case() -> None:
         # (a Set-Cookie is kept with a placeholder value, the same for the same cookie: a replayed
         # client keeps the cookies it was given, and no secret is stored)
         ["SET-COOKIE", "session=REDACTED-6ca13d52; HttpOnly"],
+        ["X-Author", "bob"],
+        ["WWW-Authenticate", 'Basic realm="api"'],
         ["content-type", "application/json"],
         ["X-Custom", f"has {expected_placeholder('openai-key', key)} inside"],
         ["anthropic-version", "2023-06-01"],
     ]
     assert scrub_headers(out) == out
+
+
+def test_a_credential_query_parameter_spelled_with_a_hyphen_and_a_bearer_field_are_scrubbed() -> None:
+    """``?access-token=`` (the set had ``access_token``) and a JSON ``"bearer"`` field were stored in
+    the clear."""
+    out = scrub_url("http://127.0.0.1:8080/v1/x?access-token=tok-123456&refresh-token=r-987&q=1")
+    q = parse_qs(urlsplit(out).query)
+    assert q["access-token"] == [expected_placeholder("query-credential", "tok-123456")]
+    assert q["refresh-token"] == [expected_placeholder("query-credential", "r-987")] and q["q"] == ["1"]
+    assert scrub_json({"bearer": "abcdefgh1234", "token_type": "bearer"}) == {
+        "bearer": expected_placeholder("secret-field", "abcdefgh1234"),
+        "token_type": "bearer",
+    }
 
 
 def test_url_query_credentials_scrubbed() -> None:
