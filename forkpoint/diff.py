@@ -11,7 +11,8 @@ override, a tool that is not deterministic) or a model call whose response chang
 does not cover the answer, so such a pair stays equivalent (``~`` in the table; the exit code stays
 0), but the text output prints its JSON-path differences under ``$.result``/``$.error`` or
 ``$.response``, labelled as outside the match key and counted on the verdict line, at most
-:data:`MAX_LINES_PER_CALL` lines for each of the first :data:`MAX_CALLS_SHOWN` such calls.
+:data:`MAX_LINES_PER_CALL` lines for each of the first :data:`MAX_CALLS_SHOWN` such calls. Runs
+whose ends say other exit codes are said so on the verdict line too.
 """
 
 from __future__ import annotations
@@ -312,6 +313,18 @@ def _stopped_at(b: Session, recorded: Mapping[str, Any]) -> Mapping[str, Any] | 
     return None
 
 
+def ended_differently(a: Session, b: Session) -> str | None:
+    """``they ended differently (A exit 0, B exit 1)`` when the runs' ends say other exit codes
+    (a session without an end: ``unfinished``), else None."""
+
+    def code(s: Session) -> str:
+        end = s.end()
+        return "unfinished" if end is None else f"exit {end.get('exit_code')}"
+
+    ca, cb = code(a), code(b)
+    return f"they ended differently (A {ca}, B {cb})" if ca != cb else None
+
+
 def render_diff(result: SessionDiff, console: Console) -> None:
     """Print the alignment, the first divergence with its JSON-path diff, the differences the match
     key ignores (tool results, model responses) of equivalent calls, and the summary table."""
@@ -322,9 +335,15 @@ def render_diff(result: SessionDiff, console: Console) -> None:
     if result.first_divergence is None:
         n = len(result.pairs)
         verdict = f"equivalent under the match key: {n} call{'s pair' if n != 1 else ' pairs'} up one to one"
-        if answered:
-            phrase = _count_phrase([p for _, p in answered])
-            console.print(f"[yellow]{verdict}, but {phrase} (not part of the match key; see below)[/yellow]")
+        ended = ended_differently(a, b)
+        buts = (
+            [f"{_count_phrase([p for _, p in answered])} (not part of the match key; see below)"]
+            if answered
+            else []
+        )
+        buts += [ended] if ended else []
+        if buts:
+            console.print(f"[yellow]{verdict}, but {' and '.join(buts)}[/yellow]")
         else:
             console.print(f"[green]{verdict}[/green]")
     else:

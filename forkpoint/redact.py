@@ -600,7 +600,9 @@ class Scrubber:
         self.drop_headers = SECRET_HEADERS | SIGNING_HEADERS | {h.lower() for h in r.headers}
         given = SECRET_QUERY_PARAMS | {q.lower() for q in r.query_params}
         # (access_token and access-token: a server reads either spelling)
-        self.query_params = given | {q.replace("_", "-") for q in given} | {q.replace("-", "_") for q in given}
+        self.query_params = (
+            given | {q.replace("_", "-") for q in given} | {q.replace("-", "_") for q in given}
+        )
         self.paths = tuple(jsonpath.parse(p) for p in r.json_paths)
         table: list[tuple[str | None, tuple[str, ...], str]] = [(None, ("[redacted:",), _PLACEHOLDER)]
         table.extend(_BUILTIN)

@@ -369,3 +369,21 @@ def test_differences_outside_the_key_are_bounded(tmp_path: Path) -> None:
         "… and 7 more equivalent calls with differences outside the match key (forkpoint diff --json lists all)"
         in res.output
     )
+
+
+def test_runs_that_ended_differently_say_so_though_equivalent(tmp_path: Path) -> None:
+    """The same calls, asked and answered the same way, then exit 0 in one run and 1 in the other:
+    the verdict said "equivalent under the match key" and nothing else (only the summary table
+    showed the exit codes)."""
+    calls: list[tuple[str, Any, dict[str, Any]]] = [("price", {"sku": "A1"}, {"result": 8})]
+    a, b = tool_session(tmp_path, calls), tool_session(tmp_path, calls)
+    for s, code in ((a, 0), (b, 1)):
+        writer = SessionWriter.open(s.path)
+        writer.append({"type": "end", "exit_code": code, "duration_ms": 1.0, "reason": None})
+        writer.close()
+    res = diff(Session.load(a.path), Session.load(b.path))
+    assert res.exit_code == 0, res.output  # (the calls are equivalent: the ending is said, not judged)
+    assert (
+        "equivalent under the match key: 1 call pairs up one to one, but they ended differently "
+        "(A exit 0, B exit 1)" in flat(res.output)
+    ), res.output
