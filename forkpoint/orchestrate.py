@@ -296,10 +296,15 @@ def record_command(
     session.end(code, uncaught=uncaught)
     where = session.close(quiet=quiet)  # index entry; upload to a remote store
     if not quiet:
-        other = tally.other if tally is not None else 0
-        counts = [plural(i.model_calls - other, "model call"), plural(i.tool_calls, "tool call")]
+        other = tally.other if tally is not None else {}
+        counts = [
+            plural(i.model_calls - sum(other.values()), "model call"),
+            plural(i.tool_calls, "tool call"),
+        ]
         if other:
-            counts.append(f"{plural(other, 'other HTTP call')}: telemetry, MCP, plain HTTP")
+            names = {"telemetry": "telemetry", "mcp": "MCP", "http": "plain HTTP"}
+            kinds = ", ".join(f"{k} {names.get(kind, kind)}" for kind, k in sorted(other.items()))
+            counts.append(f"{plural(sum(other.values()), 'other HTTP call')}: {kinds}")
         say(f"forkpoint: recorded session {session.session_id} ({', '.join(counts)}) in {where}")
         if not reported and not i.model_calls + i.tool_calls:
             say(

@@ -454,15 +454,16 @@ class Lacks:
         self.seqs: list[int | None] = []
         #: Tools asked for that a recording process had wrappers for (:func:`runtime.wrapped_tools`).
         self.wrapped: set[str] = set()
-        #: Recorded exchanges that are no model call: telemetry, MCP over HTTP, plain HTTP.
-        self.other = 0
+        #: Recorded exchanges that are no model call, by kind: ``telemetry``, ``mcp`` (over HTTP), ``http``.
+        self.other: dict[str, int] = {}
 
     def answered(self, found: Mapping[str, Any], seq: int | None) -> None:
         """A model call was recorded (as ``seq``); ``found`` is its summary (the tools its response
         asked for)."""
         self.seqs.append(seq)
         if found.get("kind") != "model":
-            self.other += 1
+            kind = str(found.get("kind") or "http")
+            self.other[kind] = self.other.get(kind, 0) + 1
         for call in found.get("tool_calls") or []:
             if call.get("name"):
                 name = str(call["name"])
@@ -520,7 +521,8 @@ class Lacks:
                 out.lost.extend((seq, str(tool), str(kind)) for seq, tool, kind in t["lost"])
                 out.seqs.extend(t["seqs"])
                 out.wrapped.update(str(n) for n in t.get("wrapped") or ())
-                out.other += int(t.get("other") or 0)
+                for kind, k in (t.get("other") or {}).items():
+                    out.other[str(kind)] = out.other.get(str(kind), 0) + int(k)
         except (KeyError, TypeError, ValueError, AttributeError):
             return None
         if None in out.seqs or len(out.seqs) != calls or len(set(out.seqs)) != calls:
