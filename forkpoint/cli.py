@@ -590,6 +590,8 @@ def show(session: str, store: str | None, as_json: bool, html_file: Path | None)
     from .store import store_of
 
     if html_file is not None:
+        if as_json:  # (one of them was silently ignored)
+            raise click.UsageError("--json and --html are two outputs: give one of them")
         _output_file(html_file, "--html")
     s = _load(session, store)
     from .store.retention import held

@@ -77,6 +77,16 @@ def pages(tmp_path_factory: pytest.TempPathFactory) -> Pages:
 # --------------------------------------------------------------------------- without a browser
 
 
+def test_json_and_html_together_are_refused(pages: Pages, tmp_path: Path) -> None:
+    """``show X --json --html F`` wrote the page and silently ignored ``--json``."""
+    both = CliRunner().invoke(
+        main,
+        ["show", pages.session.id, "--store", str(pages.store), "--json", "--html", str(tmp_path / "p.html")],
+    )
+    assert both.exit_code == 2 and "--json and --html are two outputs" in both.output
+    assert not (tmp_path / "p.html").exists()
+
+
 def test_page_is_one_self_contained_file(pages: Pages) -> None:
     page = pages.session_html.read_text()
     assert oct(pages.session_html.stat().st_mode & 0o777) == "0o600"
