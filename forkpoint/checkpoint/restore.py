@@ -281,6 +281,7 @@ def _restore_into(
         "mentioned_absent": cp.get("mentioned_absent", []),
         "uncaptured": cp.get("uncaptured", []),
         "submodules": (source or {}).get("submodules", []),
+        "nested": workspace.get("nested", []),
         "root": workspace.get("root"),
         "cwd": cp.get("cwd"),
         "forkpoint": cp.get("forkpoint"),

@@ -128,13 +128,15 @@ class Workspace:
             source = None
             if tracker is not None:
                 source = {"repo": str(self.repo), **tracker.capture()}
-            paths = finish_listing(self.root, proc, self.exclude)
+            paths, nested = finish_listing(self.root, proc, self.exclude)
         finally:
             if proc is not None and proc.poll() is None:
                 proc.kill()
                 proc.wait()
         if source is not None and source.get("submodules"):
             self._left_out(source["submodules"], submodules=True)
+        if nested:
+            self._left_out(nested, nested=True)
         left = [p for p in paths if unrestorable(p) is not None]
         if left:
             paths = [p for p in paths if unrestorable(p) is None]
@@ -153,12 +155,15 @@ class Workspace:
         }
         if left:
             ws["left_out"] = scrub_json(left)
+        if nested:  # (validation lists them as they were listed here: see finish_listing)
+            ws["nested"] = scrub_json(nested)
         ws.update(self._manifests.setdefault(str(blobs.root), Manifests()).fields(rows))
         return {"source": source, "workspace": ws}
 
-    def _left_out(self, names: list[str], *, submodules: bool = False) -> None:
+    def _left_out(self, names: list[str], *, submodules: bool = False, nested: bool = False) -> None:
         """Say, once for each, the files a checkpoint leaves out (:func:`.workspace.unrestorable`),
-        or the ``submodules`` whose working trees it leaves out."""
+        the ``submodules`` whose working trees it leaves out, or the ``nested`` repositories whose
+        ``.git`` it leaves out."""
         new = [n for n in names if n not in self._said]
         if new:
             self._said.update(new)
@@ -169,6 +174,9 @@ class Workspace:
                 "a restore could not write them back safely (a name holding .git in any case, or starting "
                 "with a backslash)"
             )
+            if nested:
+                shown = f"the .git of the repositories {shown} inside it"
+                why = "it keeps their files, not their commits and branches: a restore has them as plain folders"
             if submodules:
                 shown = f"the working trees of submodules {shown}"
                 why = (

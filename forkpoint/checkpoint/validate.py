@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import tempfile
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ..canonical import digest
@@ -52,7 +52,19 @@ _TEXT_FIELDS = (
     "root",
     "cwd",
 )
-_LIST_FIELDS = ("referenced", "mentioned_absent", "uncaptured", "submodules")
+_LIST_FIELDS = ("referenced", "mentioned_absent", "uncaptured", "submodules", "nested")
+
+
+def _inside(root: Path, rel: str) -> bool:
+    """``rel`` names a real folder under ``root`` (not through a symlink, not up and out)."""
+    path = PurePosixPath(rel)
+    return (
+        bool(rel)
+        and not path.is_absolute()
+        and ".." not in path.parts
+        and (root / rel).is_dir()
+        and not any((root / Path(*path.parts[: i + 1])).is_symlink() for i in range(len(path.parts)))
+    )
 
 
 def _described(expect: dict[str, Any]) -> bool:
@@ -140,8 +152,15 @@ def validate(root: Path) -> list[Check]:
         checks.append(_git_state(root, expect, staged))
     listing = "git" if expect.get("listing", "git" if expect.get("tree") else "plain") == "git" else "plain"
     # (not the validating user's own ignore file: a restore on another machine holds what was taken)
+    # (folders that were repositories inside the workspace are listed whole, as they were taken;
+    # a description naming one outside the directory names none)
+    nested = [d for d in expect.get("nested") or [] if _inside(root, d)]
     paths = untracked_files(
-        root, include_ignored=bool(expect.get("include_ignored")), listing=listing, user_excludes=False
+        root,
+        include_ignored=bool(expect.get("include_ignored")),
+        listing=listing,
+        user_excludes=False,
+        nested=nested,
     )
     rows = manifest_of(root, paths, None, None, scrub=False)  # (the stored bytes, scrubbed when taken)
     fingerprint = digest(rows, exotic=True)

@@ -6,7 +6,7 @@ import os
 import stat
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -81,7 +81,15 @@ def start_listing(
     return git_start(args, root, config=() if user_excludes else ("core.excludesFile=",))
 
 
-def finish_listing(root: Path, proc: subprocess.Popen[bytes] | None, exclude: tuple[str, ...]) -> list[str]:
+def finish_listing(
+    root: Path, proc: subprocess.Popen[bytes] | None, exclude: tuple[str, ...], nested: Sequence[str] = ()
+) -> tuple[list[str], list[str]]:
+    """(the workspace's files, the repositories nested in it). A nested repository git lists as a
+    folder: every file in it is workspace (its own ignore rules aside, its ``.git`` left out).
+    ``nested``: folders to list so whatever git says of them (those that were nested repositories
+    when a checkpoint was taken: restored, they are plain folders, and git would apply their own
+    ``.gitignore`` to them)."""
+    walked = list(nested)
     if proc is None:
         paths = _walk(root)
     else:
@@ -89,11 +97,16 @@ def finish_listing(root: Path, proc: subprocess.Popen[bytes] | None, exclude: tu
         for p in git_finish(proc, "ls-files --others").decode("utf-8", "surrogateescape").split("\0"):
             if not p:
                 continue
-            if p.endswith("/"):  # a nested repository: git lists the folder; its files are workspace
-                paths.extend(_walk(root, p.rstrip("/")))
+            if p.endswith("/"):  # a nested repository: git lists the folder
+                walked.append(p.rstrip("/"))
             else:
                 paths.append(p)
-    return sorted({p for p in paths if not _excluded(p, exclude)})
+        if walked:
+            under = tuple(d + "/" for d in walked)
+            paths = [p for p in paths if not p.startswith(under)]
+            for d in dict.fromkeys(walked):
+                paths.extend(_walk(root, d))
+    return sorted({p for p in paths if not _excluded(p, exclude)}), sorted(set(walked))
 
 
 def untracked_files(
@@ -103,8 +116,10 @@ def untracked_files(
     exclude: tuple[str, ...] = (),
     listing: str | None = None,
     user_excludes: bool = True,
+    nested: Sequence[str] = (),
 ) -> list[str]:
-    """Relative paths of the workspace's untracked files, sorted (every file of a plain folder).
+    """Relative paths of the workspace's untracked files, sorted (every file of a plain folder;
+    every file of each ``nested`` folder, see :func:`finish_listing`).
 
     ``listing``: ``git`` (untracked files of the repository at ``root``), ``git-nocommit`` (every
     file of a repository without commits), ``plain`` (walk the folder); default: ``git`` when
@@ -116,7 +131,7 @@ def untracked_files(
         top = repo_root(root)
         listing = "git" if top is not None and top.resolve() == root.resolve() else "plain"
     proc = start_listing(root, listing, include_ignored, user_excludes=user_excludes)
-    return finish_listing(root, proc, exclude)
+    return finish_listing(root, proc, exclude, nested)[0]
 
 
 class HashCache:

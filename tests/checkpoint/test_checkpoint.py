@@ -616,6 +616,34 @@ def test_a_submodules_working_tree_is_said_to_be_left_out_and_its_restore_fails_
     assert all(c.ok for c in validate(restore(Session.load(rec.session_path), seq, tmp_path / "out2")))
 
 
+def test_a_repository_inside_the_workspace_restores_as_its_files_and_validates(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An agent clones a library into ``vendor/lib`` and builds it (``lib.o``, which the library's
+    own ``.gitignore`` ignores). The checkpoint keeps every file of it, not its ``.git``: that was
+    never said, and validate of every restore failed ("missing: vendor/lib/lib.o", though it was
+    there: restored as a plain folder, git applied the library's ``.gitignore``), so fork refused
+    every arm. Said once when recording; the restore validates."""
+    lib = make_repo(tmp_path / "lib", {"lib.c": "v1\n", ".gitignore": "*.o\n"})
+    repo = make_repo(tmp_path / "repo", {"README.md": "# app\n"})
+    with forkpoint.record(store=tmp_path / "store", workspace=repo) as rec:
+        sh_git(repo, "clone", "-q", str(lib), "vendor/lib")
+        (repo / "vendor" / "lib" / "lib.o").write_bytes(b"obj")
+        forkpoint.checkpoint()
+        seq = forkpoint.checkpoint()
+    said = " ".join(capsys.readouterr().err.split())
+    assert said.count("leave out the .git of the repositories 'vendor/lib' inside it") == 1, said
+    cp = Session.load(rec.session_path).events[seq - 1]
+    assert cp["workspace"]["nested"] == ["vendor/lib"]
+    out = restore(Session.load(rec.session_path), seq, tmp_path / "out")
+    assert (out / "vendor" / "lib" / "lib.o").read_bytes() == b"obj"
+    assert not (out / "vendor" / "lib" / ".git").exists()
+    checks = validate(out)
+    assert all(c.ok for c in checks), [(c.name, c.actual) for c in checks if not c.ok]
+    (out / "vendor" / "lib" / "lib.o").unlink()  # (and a file of it that goes missing still fails)
+    assert [c.name for c in validate(out) if not c.ok] == ["workspace fingerprint"]
+
+
 def test_a_store_and_workspace_given_as_relative_paths_take_checkpoints(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
