@@ -90,6 +90,9 @@ class Serving(Runtime, Protocol):
     def release(self, event: ToolCallEvent) -> None:
         """``event``'s result has been handed to the program."""
 
+    def released_elsewhere(self, event: ToolCallEvent) -> bool:
+        """True when a call :meth:`ready` waits on for ``event`` was handed over in another thread."""
+
     def served_result(self, event: ToolCallEvent) -> Any:
         """``event``'s recorded result rebuilt for the program (:func:`forkpoint.values.decode`).
         Raises :class:`~forkpoint.errors.UnrebuildableValue`."""

@@ -658,6 +658,11 @@ async def _served_async_generator(served: _ItemsServed) -> AsyncGenerator[Any, A
 # --------------------------------------------------------------------------- replay
 
 
+#: Event loop turns (1 ms each) an async tool call's result waits, on replay, for an earlier result
+#: handed over in another thread to reach its caller.
+_THREAD_GRACE_STEPS = 3
+
+
 class _Served:
     """A recorded tool call being served: waits for its turn (:meth:`wait`, :meth:`await_turn`),
     then :meth:`value` releases it and gives what the program gets."""
@@ -691,7 +696,9 @@ class _Served:
             self.rt.wait_turn(self.event, self.timeout)
 
     async def await_turn(self) -> None:
-        if self.generator is not None or self.rt.ready(self.event):
+        if self.generator is not None or (
+            self.rt.ready(self.event) and not self.rt.released_elsewhere(self.event)
+        ):
             return
         import anyio  # httpx and httpx2 depend on it: works under asyncio and trio alike
 
@@ -703,6 +710,11 @@ class _Served:
                 return
             spins += 1
             await anyio.sleep(0 if spins < 20 else 0.001)  # first let the other tasks ask their calls
+        if self.rt.released_elsewhere(self.event):
+            # A result handed over in a worker thread (asyncio.to_thread) reaches its caller through
+            # the event loop, later than this task would go on: let it get there first, as it did live.
+            for _ in range(_THREAD_GRACE_STEPS):
+                await anyio.sleep(0.001)
 
     def value(self) -> Any:
         """The recorded result rebuilt (a generator of the recorded kind for items), or raises the

@@ -20,6 +20,7 @@ Not every recorded HTTP exchange is expected again (:mod:`forkpoint.providers.ki
 from __future__ import annotations
 
 import bisect
+import itertools
 import os
 import re
 import sys
@@ -394,8 +395,12 @@ class Replayer:
                 self._children.setdefault(parent, []).append(e)
         self.covered: set[int] = set()
         # Tool results are released in the order they finished live (see release_order).
-        self._after = release_order([e for e in self.recorded if is_tool_call(e)], self._descendants)
-        self._released: set[int] = set()
+        self._after = release_order(
+            [e for e in self.recorded if is_tool_call(e)],
+            self._descendants,
+            [e for e in self.recorded if e["type"] == "model_call"],
+        )
+        self._released: dict[int, int] = {}  # seq → the thread it was handed over in
         self._turns = threading.Condition()
         self.out_of_order: list[dict[str, Any]] = []
         #: How this run ended (:meth:`finish`), and the uncaught exceptions it raised.
@@ -860,8 +865,14 @@ class Replayer:
     def release(self, event: ToolCallEvent) -> None:
         """``event``'s result has been handed to the program."""
         with self._turns:
-            self._released.add(event["seq"])
+            self._released[event["seq"]] = threading.get_ident()
             self._turns.notify_all()
+
+    def released_elsewhere(self, event: ToolCallEvent) -> bool:
+        """:meth:`forkpoint.runtime.Serving.released_elsewhere`."""
+        here = threading.get_ident()
+        with self._turns:
+            return any(self._released.get(s, here) != here for s in self.turn_of(event))
 
     def _wake(self) -> None:
         with self._turns:
@@ -1048,28 +1059,45 @@ class Replayer:
 
 
 def release_order(
-    tools: Sequence[ToolCallEvent], inside: Callable[[ToolCallEvent], Sequence[Call]]
+    tools: Sequence[ToolCallEvent],
+    inside: Callable[[ToolCallEvent], Sequence[Call]],
+    models: Sequence[ModelCallEvent] = (),
 ) -> dict[int, list[int]]:
-    """For each recorded tool call, the tool calls that finished live while it was running and
-    before it did (same process; ``inside(call)``, the calls made in its own body, left out: they
-    are not asked for when it is served). Its result is released only after theirs, so results
-    gathered in parallel come back in the order they finished live.
+    """For each recorded tool call, the tool calls of its turn that finished live before it did:
+    while it was running, or before it even started (same process; ``inside(call)``, the calls made
+    in its own body, left out: they are not asked for when it is served). Its result is released
+    only after theirs, so results gathered in parallel come back in the order they finished live,
+    whatever order a replay's tasks start in (``asyncio.as_completed`` starts them in the order of
+    a set). A turn begins after the last model call (``models``) started before the call.
 
-    Read from ``sent`` and ``finished``, ordinals of one counter per process (a call's start and
-    its end); sessions recorded without ``finished`` keep no order."""
+    Of the calls that finished before it started, only those that finished after the last of them
+    started are listed: that one waits for the others already (linear, not quadratic, in a long
+    sequential turn). Read from ``sent`` and ``finished``, ordinals of one counter per process (a
+    call's start and its end); sessions recorded without ``finished`` keep no order."""
     by_pid: dict[Any, list[ToolCallEvent]] = {}
     for e in tools:
         if isinstance(e.get("sent"), int) and isinstance(e.get("finished"), int):
             by_pid.setdefault(e.get("pid"), []).append(e)
+    turns: dict[Any, list[int]] = {}
+    for m in models:
+        if isinstance(m.get("sent"), int):
+            turns.setdefault(m.get("pid"), []).append(int(m["sent"]))
     out: dict[int, list[int]] = {}
-    for group in by_pid.values():
+    for pid, group in by_pid.items():
         group.sort(key=lambda e: e["finished"])
         ends = [e["finished"] for e in group]
+        latest = list(itertools.accumulate((e["sent"] for e in group), max))  # latest start so far
+        starts = sorted(turns.get(pid, []))
         for e in group:
+            k = bisect.bisect_left(starts, e["sent"])
+            turn = starts[k - 1] if k else 0
+            done = bisect.bisect_left(ends, e["sent"])  # finished before it started
+            first = bisect.bisect_right(ends, max(turn, latest[done - 1])) if done else done
+            before = [x for x in group[first:done] if x["sent"] > turn]
             during = group[bisect.bisect_right(ends, e["sent"]) : bisect.bisect_left(ends, e["finished"])]
-            if during:
-                own = {x["seq"] for x in inside(e)}
-                after = [x["seq"] for x in during if x["seq"] not in own]
+            if before or during:
+                own = {x["seq"] for x in inside(e)} if during else set()
+                after = [x["seq"] for x in before] + [x["seq"] for x in during if x["seq"] not in own]
                 if after:
                     out[e["seq"]] = after
     return out

@@ -322,6 +322,48 @@ def test_parallel_tool_results_come_back_in_the_order_they_finished_live(store: 
         assert rp.report()["reproduced"] is True and rp.report()["out_of_order"] == []
 
 
+@forkpoint.tool
+def clock_time(city: str) -> str:
+    return f"{city}: noon"
+
+
+@forkpoint.tool
+async def weather(city: str) -> str:
+    await asyncio.sleep(0.05)
+    return f"{city}: sunny"
+
+
+async def completed_in_order(order: list[str], pause: float) -> list[str]:
+    """The tools started as tasks in ``order`` (``pause`` seconds apart), results taken as they
+    complete: a sync one through a worker thread (``asyncio.to_thread``), an async one."""
+
+    async def one(name: str) -> str:
+        return await (asyncio.to_thread(clock_time, "Paris") if name == "time" else weather("Paris"))
+
+    tasks = []
+    for name in order:
+        tasks.append(asyncio.create_task(one(name)))
+        await asyncio.sleep(pause)
+    return [await f for f in asyncio.as_completed(tasks)]
+
+
+def test_results_of_one_turn_come_back_in_the_order_they_finished_live_whatever_order_tasks_start_in(
+    store: Path,
+) -> None:
+    """``asyncio.as_completed`` starts its tasks in the order of a set: a replay may start them in
+    another order than live. The call that started after the other had finished, live, was served
+    at once, and its result came back first: an unchanged agent's replay failed half the time
+    (the tool results reached the model in another order). It now waits for the results that
+    came before it live, the one handed over in a worker thread included."""
+    with forkpoint.record(store=store) as rec:
+        live = asyncio.run(completed_in_order(["time", "weather"], 0.02))
+    assert live == ["Paris: noon", "Paris: sunny"]
+    for _ in range(3):
+        with forkpoint.replay(rec.session_path) as rp:
+            assert asyncio.run(completed_in_order(["weather", "time"], 0)) == live
+        assert rp.report()["reproduced"] is True and rp.report()["out_of_order"] == []
+
+
 def test_a_result_whose_turn_never_comes_is_released_and_said(
     store: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
