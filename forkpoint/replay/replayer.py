@@ -23,6 +23,7 @@ import bisect
 import itertools
 import os
 import re
+import signal
 import sys
 import threading
 import time
@@ -912,6 +913,19 @@ class Replayer:
         event["source"] = "live"
         self.child.append(event)
 
+    def _cut_short(self) -> str:
+        """Why the recording may end before the run does: the recorded run was killed, or its
+        recording stopped early (said after a divergence past its last call), or ``""``."""
+        end = self._session.end()
+        if end is None:
+            return "; the recording has no end: the recorded run was killed, or is still being recorded"
+        if end.get("incomplete"):
+            return f"; the recording stopped early ({end['incomplete']}): the rest of the run is not in it"
+        code = end.get("exit_code")
+        if isinstance(code, int) and code > 128 and code - 128 in _SIGNALS:
+            return f"; the recorded run ended there, killed by {_SIGNALS[code - 128]} (exit {code})"
+        return ""
+
     def _divergence_report(
         self, kind: CallKind, key: str, norm: dict[str, Any], what: dict[str, str]
     ) -> DivergenceReport:
@@ -927,7 +941,7 @@ class Replayer:
         elif not unused:
             reason = (
                 f"the recording has no {kind.replace('_', ' ')} left "
-                f"({len(same_kind)} {'was' if len(same_kind) == 1 else 'were'} recorded)"
+                f"({len(same_kind)} {'was' if len(same_kind) == 1 else 'were'} recorded){self._cut_short()}"
             )
         else:
             reason = "no recorded request has the same match key"
@@ -939,7 +953,9 @@ class Replayer:
             score = similarity(normalized(e), norm)
             if score > best:
                 best, nearest = score, e
-        base = expected or nearest
+        # Several unused calls of this tool or endpoint (a parallel batch, asked in any order): the
+        # diff is against the closest, not the next in the log (get_weather("PARIS") against Rome).
+        base = nearest if len(candidates) > 1 else expected or nearest
         tool = what.get("name") if kind == "tool_call" else None
         report: DivergenceReport = {
             "kind": kind,
@@ -1056,6 +1072,10 @@ class Replayer:
         if event["type"] == "tool_call" and event["tool"] in self.live_tools:
             return False
         return self.sources[event["type"]] == "replay"
+
+
+#: Signal names by number, for an exit code of 128 + N.
+_SIGNALS = {int(s): s.name for s in signal.Signals}
 
 
 def release_order(

@@ -806,3 +806,71 @@ def test_a_divergence_an_sdk_wraps_and_retries_is_said_as_the_first_and_without_
     assert isinstance(raised.value.__cause__, forkpoint.Divergence)
     assert "the 1st model call" in str(raised.value.__cause__)
     assert rp.report()["divergence"]["position"] == 1
+
+
+@forkpoint.tool
+def forecast(city: str) -> str:
+    return f"{city}: sunny"
+
+
+def test_a_divergence_in_a_batch_of_one_tool_is_diffed_against_the_closest_call(store: Path) -> None:
+    """Three calls of one tool recorded; the run asks a fourth that differs from the last of them
+    only: the diff was against the next unused one (``Paris → Oslx``), not the call it nearly was."""
+    with forkpoint.record(store=store) as rec:
+        for city in ("Paris", "Rome", "Oslo"):
+            forecast(city)
+    with forkpoint.replay(rec.session_path) as rp, pytest.raises(forkpoint.Divergence):
+        forecast("Oslx")
+    div = rp.report()["divergence"]
+    assert div["nearest"]["seq"] == 3
+    assert [(c["path"], c.get("expected"), c.get("actual")) for c in div["diff"]] == [
+        ("$.args.city", "Oslo", "Oslx")
+    ]
+
+
+KILLED = """
+import os, signal, sys
+import forkpoint
+
+@forkpoint.tool
+def step(n):
+    return n
+
+step(1)
+if "--record" in sys.argv:
+    os.kill(os.getpid(), signal.SIGKILL)
+step(2)
+"""
+
+
+def test_a_replay_past_a_recording_that_was_killed_says_so(tmp_path: Path) -> None:
+    """The recorded run was killed (SIGKILL) after its first call: a replay that goes on said only
+    "the recording has no tool call left", as if the program had changed."""
+    from tests.cliutil import forkpoint_cli, with_this_path
+
+    script = tmp_path / "killed.py"
+    script.write_text(KILLED)
+    rec = forkpoint_cli(
+        [
+            "record",
+            "--store",
+            str(tmp_path / "s"),
+            "--no-workspace",
+            "--",
+            sys.executable,
+            str(script),
+            "--record",
+        ],
+        env=with_this_path(None),
+    )
+    assert rec.returncode == 137, rec.stderr
+    rep = forkpoint_cli(
+        ["replay", "last", "--store", str(tmp_path / "s"), "--", sys.executable, str(script)],
+        env=with_this_path(None),
+    )
+    said = " ".join(rep.stderr.split())
+    assert rep.returncode == EXIT_DIVERGENCE, rep.stderr
+    assert (
+        "the recording has no tool call left (1 was recorded); the recorded run ended there, killed by SIGKILL (exit 137)"
+        in said
+    ), said
