@@ -264,3 +264,15 @@ def test_an_outcome_command_that_cannot_run_measures_nothing_and_fails_the_fork(
     assert "pytst: not found" in text and "fail" not in fork.stdout, fork.stdout
     outcomes = [outcome_of(c) for c in arms_of_store(keeper)]
     assert [o["passed"] if o else "none" for o in outcomes] == [None, None]
+
+
+def test_a_fork_whose_arm_ran_no_forkpoint_fails_as_sweep_does(keeper: Keeper, tmp_path: Path) -> None:
+    """``fork … -- true``: the arm's command exited 0 but never started forkpoint, so nothing of its
+    continuation was recorded; fork exited 0 where sweep exits 1."""
+    before = keeper.resumable()[1]
+    fork = forkpoint_cli(
+        keeper, "fork", f"{keeper.session.id}@{before}", "--arms", "1", "--into", str(tmp_path / "arms"),
+        "--store", str(keeper.store), "--", "true", cwd=tmp_path,
+    )  # fmt: skip
+    assert fork.returncode == 1, fork.stdout + fork.stderr
+    assert "wrote no report" in " ".join(fork.stdout.split())
