@@ -671,7 +671,9 @@ def replay_command(
             state = "applied" if o["applied"] else "never reached (the run went another way first)"
             say(f"  override {o['spec']} → event seq {o['seq']}: {state}")
         missing = (report.get("recorded_end") or {}).get("unrecorded_tools")
-        if missing and options.get("tools_source", "replay") != "live":
+        # (an override changed what the model asked for: the recording's list says nothing of this run)
+        changed = any(o["applied"] for o in report.get("overrides") or [])
+        if missing and options.get("tools_source", "replay") != "live" and not changed:
             names = ", ".join(f"{n} ({plural(k, 'call')})" for n, k in missing.items())
             say(
                 f"forkpoint: WARNING: the model asked for tools the recording has no calls of: {names}; if the "

@@ -454,6 +454,8 @@ class Lacks:
         self.seqs: list[int | None] = []
         #: Tools asked for that a recording process had wrappers for (:func:`runtime.wrapped_tools`).
         self.wrapped: set[str] = set()
+        #: Tools asked for that a framework handled itself (:data:`runtime.framework_tools`).
+        self.framework: set[str] = set()
         #: Recorded exchanges that are no model call, by kind: ``telemetry``, ``mcp`` (over HTTP), ``http``.
         self.other: dict[str, int] = {}
 
@@ -498,6 +500,7 @@ class Lacks:
             "lost": self.lost,
             "seqs": self.seqs,
             "wrapped": sorted(self._wrapped()),
+            "framework": sorted(self.framework | (self.asked_for.keys() & runtime.framework_tools)),
             "other": self.other,
         }
 
@@ -521,6 +524,7 @@ class Lacks:
                 out.lost.extend((seq, str(tool), str(kind)) for seq, tool, kind in t["lost"])
                 out.seqs.extend(t["seqs"])
                 out.wrapped.update(str(n) for n in t.get("wrapped") or ())
+                out.framework.update(str(n) for n in t.get("framework") or ())
                 for kind, k in (t.get("other") or {}).items():
                     out.other[str(kind)] = out.other.get(str(kind), 0) + int(k)
         except (KeyError, TypeError, ValueError, AttributeError):
@@ -532,9 +536,14 @@ class Lacks:
     def unrecorded_tools(self) -> dict[str, int]:
         """The tools the model asked for of which no call was recorded, and how many times it asked
         for each: if the agent ran them, a replay runs them for real. In the order the model first
-        asked for them."""
+        asked for them; a framework's own (an output tool, a handoff) are not among them."""
         names = sorted(self.asked_for, key=lambda n: self.first.get(n, -1))  # stable: as tallied
-        return {n: self.asked_for[n] for n in names if not any(tool_matches(r, n) for r in self.tools)}
+        handled = self.framework | runtime.framework_tools  # (the framework's own: nothing to record)
+        return {
+            n: self.asked_for[n]
+            for n in names
+            if n not in handled and not any(tool_matches(r, n) for r in self.tools)
+        }
 
     def warnings(self) -> list[str]:
         """In words, for the person who made the recording (empty when it lacks nothing)."""

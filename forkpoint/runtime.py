@@ -134,6 +134,12 @@ http_recorded_above: contextvars.ContextVar[bool] = contextvars.ContextVar(
 tool_wrappers: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
+#: Tool names a framework handles itself, with no body to record (pydantic-ai's output tools such as
+#: ``final_result``, an Agents SDK handoff's ``transfer_to_…``): the model asking for one is no
+#: tool call forkpoint missed.
+framework_tools: set[str] = set()
+
+
 def wrapped_tools() -> set[str]:
     """The names of the tools this process has wrappers for, called or not: a recording's warnings
     tell a tool the program never called from one forkpoint never saw."""

@@ -8,10 +8,12 @@ entry point, at class level, so that every tool call goes through the same path 
 body never runs), live when the replay says so. What each integration patches:
 
 * **pydantic-ai** (:mod:`.pydantic_ai`): ``FunctionToolset.call_tool`` — every function tool of
-  every agent, whatever way it was declared, after pydantic-ai validated the arguments.
+  every agent, whatever way it was declared, after pydantic-ai validated the arguments; and the
+  names of its output tools (``final_result``), which have no function to record.
 * **OpenAI Agents SDK** (:mod:`.openai_agents`): the invoker that ``@function_tool`` builds
   (``_FailureHandlingFunctionToolInvoker.__call__``) — the tool body, below the SDK's failure
-  handling, so a recorded exception is turned into the model-visible error text again on replay.
+  handling, so a recorded exception is turned into the model-visible error text again on replay;
+  and the tool names of the handoffs taken (``transfer_to_…``), which have no function to record.
 * **LangChain / LangGraph** (:mod:`.langchain`): ``BaseTool.run`` / ``arun``, which wrap the body
   (``_run`` / ``_arun``) of each tool class on its first call — every ``@tool`` function and
   ``BaseTool`` subclass, as ``ToolNode`` and ``create_react_agent`` run them.
@@ -76,8 +78,8 @@ from .base import install as _install
 #: integration module is imported only once a module it patches has executed, so a program that
 #: uses no framework does not pay for them (issue 15: start-up).
 BUILTIN: dict[str, tuple[str, ...]] = {
-    "forkpoint.integrations.pydantic_ai": ("pydantic_ai.toolsets.function",),
-    "forkpoint.integrations.openai_agents": ("agents.tool",),
+    "forkpoint.integrations.pydantic_ai": ("pydantic_ai.toolsets.function", "pydantic_ai.tool_manager"),
+    "forkpoint.integrations.openai_agents": ("agents.tool", "agents.handoffs"),
     "forkpoint.integrations.google_genai": ("google.genai._api_client", "google.genai._extra_utils"),
     "forkpoint.integrations.langchain": ("langchain_core.tools.base",),
     "forkpoint.integrations.stainless": ("openai._base_client", "anthropic._base_client", "*._base_client"),

@@ -99,4 +99,20 @@ def patch(module: ModuleType) -> None:
     replace(cls, "__call__", __call__)
 
 
-INTEGRATION = Integration("openai-agents", {"agents.tool": patch})
+def patch_handoffs(module: ModuleType) -> None:
+    """Note the tool name of each handoff taken (``transfer_to_billing``): the SDK's own, with no
+    function to record (``Handoff.get_transfer_message`` is called as it is taken)."""
+    cls = getattr(module, "Handoff", None)
+    original = getattr(cls, "get_transfer_message", None)
+    if cls is None or original is None:  # (another version: the warning may name it, nothing worse)
+        return
+
+    @functools.wraps(original)
+    def get_transfer_message(self: Any, *args: Any, **kwargs: Any) -> Any:
+        runtime.framework_tools.add(str(getattr(self, "tool_name", "")))
+        return original(self, *args, **kwargs)
+
+    replace(cls, "get_transfer_message", get_transfer_message)
+
+
+INTEGRATION = Integration("openai-agents", {"agents.tool": patch, "agents.handoffs": patch_handoffs})

@@ -53,7 +53,26 @@ def patch(module: ModuleType) -> None:
     replace(cls, "call_tool", call_tool)
 
 
-INTEGRATION = Integration("pydantic-ai", {"pydantic_ai.toolsets.function": patch})
+def patch_output_tools(module: ModuleType) -> None:
+    """Note the name of each output tool (``final_result``) ``ToolManager`` validates: pydantic-ai's
+    own way to take structured output, with no function to record."""
+    cls = getattr(module, "ToolManager", None)
+    original = getattr(cls, "validate_output_tool_call", None)
+    if cls is None or original is None:  # (another version: the warning may name it, nothing worse)
+        return
+
+    @functools.wraps(original)
+    async def validate_output_tool_call(self: Any, call: Any, *args: Any, **kwargs: Any) -> Any:
+        runtime.framework_tools.add(str(getattr(call, "tool_name", "")))
+        return await original(self, call, *args, **kwargs)
+
+    replace(cls, "validate_output_tool_call", validate_output_tool_call)
+
+
+INTEGRATION = Integration(
+    "pydantic-ai",
+    {"pydantic_ai.toolsets.function": patch, "pydantic_ai.tool_manager": patch_output_tools},
+)
 
 
 _PART = "$pydantic_ai"  # one multimodal part (ImageUrl, BinaryContent…) in pydantic-ai's JSON form

@@ -364,6 +364,52 @@ def test_rich_return_values_replay_as_themselves(tmp_path: Path) -> None:
     assert [t["result"]["kind"] for t in tools] == ["dataclass", "dataclass"]
 
 
+def test_a_frameworks_own_tools_are_not_said_to_be_unrecorded(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """pydantic-ai's output tool (``final_result``, for ``output_type=``) and an Agents SDK handoff
+    (``transfer_to_billing``) have no function to record: every such recording warned that "the
+    model asked for tools that were never recorded" and told the user to name them."""
+    from pydantic import BaseModel
+
+    from tests.modelserver import LocalServer
+
+    class Weather(BaseModel):
+        city: str
+        summary: str
+
+    structured = Agent(instructions="Report the weather.", output_type=Weather)
+
+    @structured.tool_plain
+    def get_weather(city: str) -> str:
+        """The weather of a city."""
+        return "sunny"
+
+    pai: Any = [
+        [("get_weather", {"city": "Paris"})],
+        [("final_result", {"city": "Paris", "summary": "sunny"})],
+    ]
+    sdk: Any = [[("transfer_to_billing", {})], "Billing here: done."]
+    with (
+        LocalServer(chat_script=pai) as srv,
+        LocalServer(chat_script=sdk) as srv2,
+        forkpoint.record(store=tmp_path) as rec,
+    ):
+        model = OpenAIChatModel("m", provider=OpenAIProvider(base_url=srv.openai_base_url, api_key=API_KEY))
+        assert structured.run_sync("Weather?", model=model).output == Weather(city="Paris", summary="sunny")
+        sdk_model = OpenAIChatCompletionsModel(
+            model="m",
+            openai_client=AsyncOpenAI(base_url=srv2.openai_base_url, api_key=API_KEY, max_retries=0),
+        )
+        billing = SdkAgent(name="billing", instructions="billing", model=sdk_model)
+        triage = SdkAgent(name="triage", instructions="triage", model=sdk_model, handoffs=[billing])
+        assert Runner.run_sync(triage, "refund please").last_agent.name == "billing"
+    said = capsys.readouterr().err
+    assert "never recorded" not in said, said
+    end = forkpoint.Session.load(rec.session_path).end()
+    assert end is not None and not end.get("unrecorded_tools")
+
+
 class Handle:
     """A result type with no stored form (no encoder registered)."""
 

@@ -642,6 +642,17 @@ def test_forkpoint_record_says_what_its_processes_lacked(make_server: Any, tmp_p
             "WARNING: the model asked for tools the recording has no calls of: get_weather (1 call); if the "
             "program ran them, they ran for real in this replay" in said
         ), said
+        if fork or rules:
+            continue
+        # A what-if whose override leaves the model asking for nothing does not repeat the
+        # recording's list (it said get_weather again though this run never asked for it).
+        whatif = subprocess.run(
+            [sys.executable, "-m", "forkpoint.cli", "replay", "last", "--store", "s", "--override",
+             'model#1.text="Nothing to do."'],
+            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        said = " ".join(whatif.stderr.split())
+        assert "applied" in said and "has no calls of" not in said, whatif.stderr
 
 
 def test_identical_calls_answered_differently_and_served_to_several_threads_are_not_called_certain(
