@@ -233,10 +233,14 @@ def _restore_into(
         if ita:
             git(["add", "--intent-to-add", "--", *ita], into, alt)
         _copy_objects(session_objects, into, source["base"], [source["tree"], staged], alt)
-        common = Path(git(["rev-parse", "--path-format=absolute", "--git-common-dir"], origin).strip())
-        exclude = common / "info" / "exclude"
         (into / ".git" / "info").mkdir(exist_ok=True)
-        text = exclude.read_text(errors="replace") if exclude.is_file() else ""
+        recorded = (session.header.get("workspace") or {}).get("info_exclude")
+        if isinstance(recorded, str):  # the rules of the recording, not of today
+            text = recorded
+        else:  # (a session recorded before they were kept, or in a worktree)
+            common = Path(git(["rev-parse", "--path-format=absolute", "--git-common-dir"], origin).strip())
+            exclude = common / "info" / "exclude"
+            text = exclude.read_text(errors="replace") if exclude.is_file() else ""
         (into / ".git" / "info" / "exclude").write_text(text.rstrip("\n") + f"\n/{META_DIR}/\n")
     links = []
     try:

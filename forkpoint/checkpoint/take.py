@@ -105,13 +105,23 @@ class Workspace:
         return cls(root, repo, base, Path(), include_ignored, exclude, listing)
 
     def describe(self) -> dict[str, Any]:
-        """The header's ``workspace`` field: root, repo, base commit, include_ignored."""
-        return {
+        """The header's ``workspace`` field: root, repo, base commit, include_ignored, and the
+        repository's ``.git/info/exclude`` as it is now (``info_exclude``; a restore and its
+        validation apply the rules of the recording, not those of the day it is restored)."""
+        out: dict[str, Any] = {
             "root": str(self.root),
             "repo": str(self.repo) if self.repo else None,
             "base": self.base,
             "include_ignored": self.include_ignored,
         }
+        if self.repo is not None and (self.repo / ".git").is_dir():  # (a worktree's is elsewhere)
+            try:
+                out["info_exclude"] = (self.repo / ".git" / "info" / "exclude").read_text(errors="replace")
+            except FileNotFoundError:
+                out["info_exclude"] = ""
+            except OSError:
+                pass
+        return out
 
     def _tracker(self) -> SourceTracker | None:
         if self.repo is None or self.base is None:

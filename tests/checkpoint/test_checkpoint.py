@@ -519,6 +519,22 @@ def test_a_checkpoint_whose_commit_is_gone_is_not_restored_at_another(tmp_path: 
     assert not (tmp_path / "out").exists()
 
 
+def test_a_restore_applies_the_info_exclude_of_the_recording_not_of_today(tmp_path: Path) -> None:
+    """The user added ``*.csv`` to ``.git/info/exclude`` after recording: every restore copied
+    today's rules, and validation failed ("missing: results.csv", though restored): fork refused
+    every arm. The rules in force when the session was recorded are kept in its header."""
+    repo = make_repo(tmp_path / "repo", {"a.txt": "a\n"})
+    (repo / "results.csv").write_text("1,2\n")
+    with forkpoint.record(store=tmp_path / "store", workspace=repo) as rec:
+        seq = forkpoint.checkpoint()
+    with open(repo / ".git" / "info" / "exclude", "a") as f:
+        f.write("*.csv\n")
+    out = restore(Session.load(rec.session_path), seq, tmp_path / "out")
+    assert (out / "results.csv").read_text() == "1,2\n"
+    assert all(c.ok for c in validate(out)), [(c.name, c.actual) for c in validate(out) if not c.ok]
+    assert "*.csv" not in (out / ".git" / "info" / "exclude").read_text()
+
+
 def test_a_restore_validates_whatever_the_validating_users_own_ignore_file(
     tmp_path: Path, clean_home: Path
 ) -> None:
