@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import sys
 import tempfile
 import time
@@ -155,6 +156,11 @@ class Workspace:
         # File names are scrubbed before the fingerprint is taken (the log scrubs every event again;
         # scrubbing is idempotent, so the fingerprint stays the manifest's).
         rows = scrub_json(manifest_of(self.root, paths, blobs, cache))
+        if len(rows) < len(paths):  # (a FIFO, a socket, a device: no bytes to keep; or deleted meanwhile)
+            kept = {r[0] for r in rows}
+            special = [p for p in paths if p not in kept and _special(self.root / p)]
+            if special:
+                self._left_out(special, special=True)
         ws: dict[str, Any] = {
             "root": str(self.root),
             "listing": self.listing,
@@ -170,7 +176,9 @@ class Workspace:
         ws.update(self._manifests.setdefault(str(blobs.root), Manifests()).fields(rows))
         return {"source": source, "workspace": ws}
 
-    def _left_out(self, names: list[str], *, submodules: bool = False, nested: bool = False) -> None:
+    def _left_out(
+        self, names: list[str], *, submodules: bool = False, nested: bool = False, special: bool = False
+    ) -> None:
         """Say, once for each, the files a checkpoint leaves out (:func:`.workspace.unrestorable`),
         the ``submodules`` whose working trees it leaves out, or the ``nested`` repositories whose
         ``.git`` it leaves out."""
@@ -184,6 +192,8 @@ class Workspace:
                 "a restore could not write them back safely (a name holding .git in any case, or starting "
                 "with a backslash)"
             )
+            if special:
+                why = "they are no regular files (a FIFO, a socket, a device): there are no bytes to keep"
             if nested:
                 shown = f"the .git of the repositories {shown} inside it"
                 why = "it keeps their files, not their commits and branches: a restore has them as plain folders"
@@ -198,6 +208,15 @@ class Workspace:
     def tracked(self) -> set[bytes]:
         """Tracked paths as of the last capture (empty outside a repository)."""
         return self._source.tracked() if self._source is not None else set()
+
+
+def _special(path: Path) -> bool:
+    """``path`` exists and is neither a regular file nor a symlink."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISLNK(mode))
 
 
 def checkpoint_event(

@@ -519,6 +519,26 @@ def test_a_checkpoint_whose_commit_is_gone_is_not_restored_at_another(tmp_path: 
     assert not (tmp_path / "out").exists()
 
 
+def test_a_fifo_in_a_plain_folder_workspace_is_said_to_be_left_out(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A named pipe the agent made in a plain folder (a FIFO has no bytes to keep) was silently
+    missing from the restore. (In a repository git lists no FIFO: it is no file of the work tree.)"""
+    import os
+
+    repo = tmp_path / "work"
+    repo.mkdir()
+    (repo / "a.txt").write_text("a\n")
+    os.mkfifo(repo / "events.pipe")
+    with forkpoint.record(store=tmp_path / "store", workspace=repo):
+        forkpoint.checkpoint()
+        forkpoint.checkpoint()
+    said = " ".join(capsys.readouterr().err.split())
+    assert (
+        said.count("leave out 'events.pipe': they are no regular files (a FIFO, a socket, a device)") == 1
+    ), said
+
+
 def test_a_restore_applies_the_info_exclude_of_the_recording_not_of_today(tmp_path: Path) -> None:
     """The user added ``*.csv`` to ``.git/info/exclude`` after recording: every restore copied
     today's rules, and validation failed ("missing: results.csv", though restored): fork refused
