@@ -81,7 +81,9 @@ class SessionWriter:
     child process does that). ``fsync`` (default ``$FORKPOINT_FSYNC``, else ``"event"``):
 
     * ``"event"``: before each line is written, the blobs it may refer to are synced (files and
-      folders), and the line is ``fdatasync``-ed after: every complete event survives a machine crash;
+      folders), and the line is ``fdatasync``-ed after: every complete event survives a machine crash
+      (a ``value`` the agent's code read is synced with the next event, or at close: a loop polling
+      the clock is not slowed to the disk's pace);
     * ``"close"``: one sync of everything at :meth:`close`;
     * ``"never"``: left to the operating system (a killed *process* still loses nothing written).
 
@@ -323,7 +325,9 @@ class SessionWriter:
                 if written != len(data):
                     self._known_size = -1  # the next append looks at the tail again
                     raise SessionError(f"{self.log_path}: short write ({written} of {len(data)} bytes)")
-                if self.fsync == "event":
+                # A value the agent's code read (deterministic) is synced by the next event's sync, or
+                # at close: a loop that polls time.time() would otherwise wait on the disk each time.
+                if self.fsync == "event" and event["type"] != "value":
                     os.fdatasync(self._fd)
                 self._known_size = os.fstat(self._fd).st_size
                 self._seen_open = True

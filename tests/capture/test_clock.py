@@ -347,3 +347,24 @@ def test_a_session_recorded_before_the_local_time_was_recorded_replays_as_it_did
     with forkpoint.replay(rec.session_path) as rp:
         again = run()
     assert again["today"] == live["today"] and rp.report()["reproduced"]
+
+
+def test_reading_the_clock_while_recording_does_not_wait_on_the_disk(
+    agent: ModuleType, store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each value read was one event synced to the disk: a loop polling ``time.time()`` ran some
+    10,000 times slower while recorded. Values are synced with the next event (or at close), and
+    all are in the session."""
+    import os
+
+    syncs = []
+    real = os.fdatasync
+    monkeypatch.setenv("FORKPOINT_FSYNC", "event")
+    monkeypatch.setattr(os, "fdatasync", lambda fd: (syncs.append(fd), real(fd))[1])
+    with forkpoint.record(store=store, deterministic=[agent.__name__]) as rec:
+        before = len(syncs)
+        for _ in range(50):
+            agent.time.time()
+        assert len(syncs) == before
+    values = forkpoint.Session.load(rec.session_path).by_type("value")
+    assert len(values) == 50
