@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import http.client
 import io
+import re
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -153,6 +154,23 @@ def _make_getresponse(original: Any) -> Any:
     return getresponse
 
 
+_INCOMPLETE = re.compile(r"IncompleteRead\((\d+) bytes read(?:, (\d+) more expected)?\)")
+
+
+def _with_partial(error: http.client.IncompleteRead, chunks: list[bytes]) -> None:
+    """Give a rebuilt ``IncompleteRead`` what the program had of the body when it struck (the last
+    N bytes served, N from its message) and how much more was expected: a program that keeps
+    ``e.partial`` keeps the same bytes on replay."""
+    counts = _INCOMPLETE.fullmatch(str(error.args[0]) if error.args else "")
+    if counts is None:
+        return
+    body = b"".join(chunks)
+    n = int(counts[1])
+    error.partial = body[-n:] if 0 < n <= len(body) else body if n else b""
+    error.expected = int(counts[2]) if counts[2] is not None else None
+    error.args = (error.partial,)
+
+
 def _library_error(name: str, message: str, os_error: OSError | None) -> BaseException | None:
     """An ``http.client`` exception by name, with the recorded message."""
     cls = getattr(http.client, name, None)
@@ -218,6 +236,8 @@ def recorded_response(
         raise rebuilt_error(event.get("error") or {}, library_error)
     chunks = recorded_chunks(event)
     error = rebuilt_error(event["error"], library_error) if event.get("error") else None
+    if isinstance(error, http.client.IncompleteRead):
+        _with_partial(error, chunks)
     whole = resp.get("body_kind") != "stream" and resp.get("ended") == "complete" and error is None
     version = "HTTP/1.0" if resp.get("http_version") == "HTTP/1.0" else "HTTP/1.1"
     lines = [f"{version} {resp['status']} {resp.get('reason') or ''}".rstrip()]
@@ -259,6 +279,11 @@ def _teed(response: http.client.HTTPResponse, call: Exchange) -> http.client.HTT
                 result = method(*args, **kwargs)
             except BaseException as exc:
                 if outer:
+                    # What arrived before the body was cut: http.client hands it over in the error
+                    # only (a program keeps e.partial), so it is part of the body received.
+                    if isinstance(exc, http.client.IncompleteRead) and isinstance(exc.partial, bytes):
+                        if exc.partial:
+                            call.chunk(exc.partial)
                     call.error = exc
                     call.finish()
                 raise

@@ -260,6 +260,27 @@ def test_a_stream_cut_by_the_server_ends_the_same_way_on_replay(
         assert read() == live
 
 
+def test_an_incomplete_read_keeps_what_arrived_on_replay(server: LocalServer, store: Path) -> None:
+    """urllib's ``read()`` of a chunked body the server cut raises ``http.client.IncompleteRead``,
+    whose ``partial`` a program keeps (what arrived): on replay it was ``b''`` (the error rebuilt
+    from its message alone), so the program kept nothing under "replay ok"."""
+    url = server.url + "/d?kind=sse&n=8&delay=0.01&drop=3"
+
+    def read() -> tuple[bytes, Any]:
+        try:
+            return urllib.request.urlopen(url, timeout=5).read(), None
+        except http.client.IncompleteRead as exc:
+            return exc.partial, exc.expected
+
+    with forkpoint.record(store=store) as rec:
+        live = read()
+    server.stop()
+    assert live[0].count(b"data:") == 3
+    with forkpoint.replay(rec.session_path) as rp:
+        assert read() == live
+    assert rp.report()["reproduced"]
+
+
 def _serving(handle: Callable[[socket.socket], None]) -> tuple[socket.socket, threading.Thread]:
     """A listener on 127.0.0.1 whose connections are handed to ``handle`` one by one, in a thread,
     until the listener is closed; and that thread."""
