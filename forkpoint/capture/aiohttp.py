@@ -184,7 +184,7 @@ def _patch(mod: ModuleType) -> None:
             pairs.append(("Content-Length", str(length)))
         # What ClientResponse.start() sets from a parsed response head.
         response._closed = False
-        response.version = mod.HttpVersion11
+        response.version = mod.HttpVersion10 if resp.get("http_version") == "HTTP/1.0" else mod.HttpVersion11
         response.status = resp["status"]
         response.reason = resp.get("reason") or ""
         response._headers = multidict.CIMultiDictProxy(multidict.CIMultiDict(pairs))

@@ -299,6 +299,31 @@ def _serving(handle: Callable[[socket.socket], None]) -> tuple[socket.socket, th
     return listener, serving
 
 
+def test_an_http_10_answer_replays_as_http_10_in_aiohttp(store: Path) -> None:
+    """aiohttp's response said HTTP/1.1 on replay for an answer that came as HTTP/1.0."""
+
+    def old_server(conn: socket.socket) -> None:
+        with conn:
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok")
+
+    listener, _ = _serving(old_server)
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}/v"
+
+    async def get() -> tuple[Any, str]:
+        async with aiohttp.ClientSession() as s, s.get(url) as r:
+            return tuple(r.version), await r.text()
+
+    try:
+        with forkpoint.record(store=store) as rec:
+            live = asyncio.run(get())
+    finally:
+        listener.close()
+    assert live == ((1, 0), "ok")
+    with forkpoint.replay(rec.session_path):
+        assert asyncio.run(get()) == live
+
+
 @pytest.mark.parametrize("stream", [False, True])
 def test_a_body_shorter_than_its_content_length_fails_on_replay_as_it_did_live(
     stream: bool, store: Path
