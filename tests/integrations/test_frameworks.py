@@ -317,6 +317,14 @@ class Report:
     when: datetime.date
 
 
+def pai_model_and_sdk_agent(url: str, *tools: Any) -> tuple[Any, Any]:
+    """A pydantic-ai model and an Agents SDK agent with ``tools``, both on the demo server at ``url``."""
+    model = OpenAIChatModel("demo-model", provider=OpenAIProvider(base_url=url + "/v1", api_key=API_KEY))
+    client = AsyncOpenAI(base_url=url + "/v1", api_key=API_KEY, max_retries=0)
+    sdk_model = OpenAIChatCompletionsModel(model="demo-model", openai_client=client)
+    return model, SdkAgent(name="s", model=sdk_model, tools=list(tools))
+
+
 def test_rich_return_values_replay_as_themselves(tmp_path: Path) -> None:
     """Tools returning a dataclass with a tuple and a date: pydantic-ai sends the model their
     pydantic JSON, the Agents SDK their ``str()``. They were stored as that JSON or text, so on
@@ -336,13 +344,7 @@ def test_rich_return_values_replay_as_themselves(tmp_path: Path) -> None:
         return Report(path, (1, 2), datetime.date(2026, 1, 2))
 
     def run(url: str) -> list[Any]:
-        model = OpenAIChatModel("demo-model", provider=OpenAIProvider(base_url=url + "/v1", api_key=API_KEY))
-        client = AsyncOpenAI(base_url=url + "/v1", api_key=API_KEY, max_retries=0)
-        sdk_agent = SdkAgent(
-            name="s",
-            model=OpenAIChatCompletionsModel(model="demo-model", openai_client=client),
-            tools=[sdk_inspect_file],
-        )
+        model, sdk_agent = pai_model_and_sdk_agent(url, sdk_inspect_file)
         got = agent.run_sync("Go.", model=model)
         parts = [p for m in got.all_messages() for p in m.parts if p.part_kind == "tool-return"]
         sdk = Runner.run_sync(sdk_agent, "Go.")
@@ -440,13 +442,7 @@ def test_a_framework_tool_result_with_no_stored_form_is_said_and_never_replayed_
         return Handle(path)
 
     def run(url: str) -> None:
-        model = OpenAIChatModel("demo-model", provider=OpenAIProvider(base_url=url + "/v1", api_key=API_KEY))
-        client = AsyncOpenAI(base_url=url + "/v1", api_key=API_KEY, max_retries=0)
-        sdk_agent = SdkAgent(
-            name="s",
-            model=OpenAIChatCompletionsModel(model="demo-model", openai_client=client),
-            tools=[sdk_open],
-        )
+        model, sdk_agent = pai_model_and_sdk_agent(url, sdk_open)
         agent.run_sync("Go.", model=model)
         Runner.run_sync(sdk_agent, "Go.")
 

@@ -848,7 +848,7 @@ def step(n):
     return n
 
 step(1)
-if "--record" in sys.argv:
+if os.environ.get("KILL_ME"):
     os.kill(os.getpid(), signal.SIGKILL)
 step(2)
 """
@@ -857,23 +857,11 @@ step(2)
 def test_a_replay_past_a_recording_that_was_killed_says_so(tmp_path: Path) -> None:
     """The recorded run was killed (SIGKILL) after its first call: a replay that goes on said only
     "the recording has no tool call left", as if the program had changed."""
-    from tests.cliutil import forkpoint_cli, with_this_path
+    from tests.cliutil import forkpoint_cli, record_script, with_this_path
 
     script = tmp_path / "killed.py"
     script.write_text(KILLED)
-    rec = forkpoint_cli(
-        [
-            "record",
-            "--store",
-            str(tmp_path / "s"),
-            "--no-workspace",
-            "--",
-            sys.executable,
-            str(script),
-            "--record",
-        ],
-        env=with_this_path(None),
-    )
+    rec = record_script(tmp_path / "s", script, env={**os.environ, "KILL_ME": "1"})
     assert rec.returncode == 137, rec.stderr
     rep = forkpoint_cli(
         ["replay", "last", "--store", str(tmp_path / "s"), "--", sys.executable, str(script)],
