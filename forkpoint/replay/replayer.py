@@ -20,7 +20,6 @@ Not every recorded HTTP exchange is expected again (:mod:`forkpoint.providers.ki
 from __future__ import annotations
 
 import bisect
-import itertools
 import os
 import re
 import signal
@@ -396,11 +395,7 @@ class Replayer:
                 self._children.setdefault(parent, []).append(e)
         self.covered: set[int] = set()
         # Tool results are released in the order they finished live (see release_order).
-        self._after = release_order(
-            [e for e in self.recorded if is_tool_call(e)],
-            self._descendants,
-            [e for e in self.recorded if e["type"] == "model_call"],
-        )
+        self._after = release_order([e for e in self.recorded if is_tool_call(e)], self._descendants)
         self._released: dict[int, int] = {}  # seq → the thread it was handed over in
         self._turns = threading.Condition()
         self.out_of_order: list[dict[str, Any]] = []
@@ -1079,45 +1074,30 @@ _SIGNALS = {int(s): s.name for s in signal.Signals}
 
 
 def release_order(
-    tools: Sequence[ToolCallEvent],
-    inside: Callable[[ToolCallEvent], Sequence[Call]],
-    models: Sequence[ModelCallEvent] = (),
+    tools: Sequence[ToolCallEvent], inside: Callable[[ToolCallEvent], Sequence[Call]]
 ) -> dict[int, list[int]]:
-    """For each recorded tool call, the tool calls of its turn that finished live before it did:
-    while it was running, or before it even started (same process; ``inside(call)``, the calls made
-    in its own body, left out: they are not asked for when it is served). Its result is released
-    only after theirs, so results gathered in parallel come back in the order they finished live,
-    whatever order a replay's tasks start in (``asyncio.as_completed`` starts them in the order of
-    a set). A turn begins after the last model call (``models``) started before the call.
+    """For each recorded tool call, the tool calls that finished live while it was running and
+    before it did (same process; ``inside(call)``, the calls made in its own body, left out: they
+    are not asked for when it is served). Its result is released only after theirs, so results
+    gathered in parallel come back in the order they finished live.
 
-    Of the calls that finished before it started, only those that finished after the last of them
-    started are listed: that one waits for the others already (linear, not quadratic, in a long
-    sequential turn). Read from ``sent`` and ``finished``, ordinals of one counter per process (a
-    call's start and its end); sessions recorded without ``finished`` keep no order."""
+    Calls that finished before it started are not waited for: a program that asks for the same
+    calls in another order (a loop over a set) would wait at each. Read from ``sent`` and
+    ``finished``, ordinals of one counter per process (a call's start and its end); sessions
+    recorded without ``finished`` keep no order."""
     by_pid: dict[Any, list[ToolCallEvent]] = {}
     for e in tools:
         if isinstance(e.get("sent"), int) and isinstance(e.get("finished"), int):
             by_pid.setdefault(e.get("pid"), []).append(e)
-    turns: dict[Any, list[int]] = {}
-    for m in models:
-        if isinstance(m.get("sent"), int):
-            turns.setdefault(m.get("pid"), []).append(int(m["sent"]))
     out: dict[int, list[int]] = {}
-    for pid, group in by_pid.items():
+    for group in by_pid.values():
         group.sort(key=lambda e: e["finished"])
         ends = [e["finished"] for e in group]
-        latest = list(itertools.accumulate((e["sent"] for e in group), max))  # latest start so far
-        starts = sorted(turns.get(pid, []))
         for e in group:
-            k = bisect.bisect_left(starts, e["sent"])
-            turn = starts[k - 1] if k else 0
-            done = bisect.bisect_left(ends, e["sent"])  # finished before it started
-            first = bisect.bisect_right(ends, max(turn, latest[done - 1])) if done else done
-            before = [x for x in group[first:done] if x["sent"] > turn]
             during = group[bisect.bisect_right(ends, e["sent"]) : bisect.bisect_left(ends, e["finished"])]
-            if before or during:
-                own = {x["seq"] for x in inside(e)} if during else set()
-                after = [x["seq"] for x in before] + [x["seq"] for x in during if x["seq"] not in own]
+            if during:
+                own = {x["seq"] for x in inside(e)}
+                after = [x["seq"] for x in during if x["seq"] not in own]
                 if after:
                     out[e["seq"]] = after
     return out
