@@ -159,21 +159,32 @@ def run_child(
 
 
 def _wait(proc: subprocess.Popen[Any], watch: Callable[[], str | None] | None) -> tuple[Any, Any]:
-    """``proc.communicate()``, stopping ``proc`` when ``watch`` gives a reason (:func:`run_child`)."""
+    """``proc.communicate()``, stopping ``proc`` when ``watch`` gives a reason (:func:`run_child`).
+    Once it is stopped, a process it started in a session of its own (out of reach of its group's
+    SIGKILL) that still holds the captured output open is not waited for: what was read is kept."""
     if watch is None:
         return proc.communicate()
     stop_at: float | None = None
     while True:
         try:
             return proc.communicate(timeout=0.5)
-        except subprocess.TimeoutExpired:
-            pass
+        except subprocess.TimeoutExpired as exc:
+            partial = exc
         if stop_at is None:
             why = watch()
             if why is not None:
                 say(f"forkpoint: {why}: stopping it")
                 proc.send_signal(signal.SIGTERM)
                 stop_at = time.monotonic() + 3
+        elif time.monotonic() > stop_at + 3 and proc.poll() is not None:
+            say(
+                "forkpoint: a process the program started outside its process group still holds its output open: not waited for"
+            )
+            out, err = _text(partial.output, proc.stdout), _text(partial.stderr, proc.stderr)
+            for pipe in (proc.stdout, proc.stderr):
+                if pipe is not None:
+                    pipe.close()
+            return out, err
         elif time.monotonic() > stop_at:
             try:  # (a child with a group of its own, an executor task's: what it started goes too)
                 if os.getpgid(proc.pid) == proc.pid:
@@ -182,6 +193,13 @@ def _wait(proc: subprocess.Popen[Any], watch: Callable[[], str | None] | None) -
                     proc.kill()
             except ProcessLookupError:
                 pass
+
+
+def _text(data: bytes | str | None, pipe: Any) -> str | None:
+    """What ``communicate`` had read of ``pipe`` when it timed out, as text (None: not captured)."""
+    if pipe is None:
+        return None
+    return data.decode(errors="replace") if isinstance(data, bytes) else data or ""
 
 
 class _Stuck:

@@ -4,7 +4,10 @@ unrecoverable. The agent is the keeper (tests/suite/agents.py), run through the 
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -276,3 +279,30 @@ def test_a_fork_whose_arm_ran_no_forkpoint_fails_as_sweep_does(keeper: Keeper, t
     )  # fmt: skip
     assert fork.returncode == 1, fork.stdout + fork.stderr
     assert "wrote no report" in " ".join(fork.stdout.split())
+
+
+def test_an_arm_timeout_is_kept_when_the_agent_started_a_process_in_a_session_of_its_own(
+    keeper: Keeper, tmp_path: Path
+) -> None:
+    """The agent started a server in a session of its own (``setsid``), which kept the arm's
+    captured output open after the arm was stopped: ``--arm-timeout 2`` took as long as that
+    process lived. What was read is kept, and fork goes on."""
+    import time
+
+    before = keeper.resumable()[1]
+    pids = tmp_path / "pids"
+    hang = f"echo started; setsid sleep 60 & echo $! >> {pids}; sleep 1000"
+    started = time.monotonic()
+    try:
+        fork = forkpoint_cli(
+            keeper, "fork", f"{keeper.session.id}@{before}", "--arms", "1", "--into", str(tmp_path / "arms"),
+            "--store", str(keeper.store), "--arm-timeout", "2", "--", "sh", "-c", hang, cwd=tmp_path,
+        )  # fmt: skip
+        took = time.monotonic() - started
+    finally:
+        for pid in map(int, pids.read_text().split()):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    assert took < 30, fork.stdout + fork.stderr
+    assert "stopped: the program ran longer than its timeout of 2 s" in " ".join(fork.stdout.split())
+    assert (tmp_path / "arms" / "arm-1.log").read_text().startswith("started")
