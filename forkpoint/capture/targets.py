@@ -160,7 +160,12 @@ class _MainWatcher:
     def stop(self, frame: FrameType) -> None:
         frame.f_trace = self.theirs
         if sys.gettrace() == self.watch:
-            sys.settrace(self.previous)
+            # A watch this one was put over (the pytest plugin's, for the same targets, then
+            # run_command's) that is done already is not put back: nothing would ever end it.
+            previous = self.previous
+            while isinstance(getattr(previous, "__self__", None), _MainWatcher) and previous.__self__.done:
+                previous = previous.__self__.previous
+            sys.settrace(previous)
         self.done = True
         for qualname in self.pending:
             sys.stderr.write(

@@ -81,6 +81,21 @@ def test_main_targets_are_wrapped_once_the_script_defines_them(script: Path, sto
         sys.settrace(previous)
 
 
+def test_two_watches_of_the_same_targets_both_end_with_the_script(script: Path) -> None:
+    """A test ``make-test`` writes runs the recorded command with ``run_command(tools=…)`` while
+    the pytest plugin serves the cassette, which names the same ``--tool __main__:…`` targets: two
+    watches, one over the other. The second put the first back when it ended, and nothing ended
+    that one: every later test of the session ran traced."""
+    previous = sys.gettrace()
+    try:
+        targets.install_import_hook(["__main__:save_note"])
+        targets.install_import_hook(["__main__:save_note"])
+        runpy.run_path(str(script), run_name="__main__")
+        assert sys.gettrace() is previous
+    finally:
+        sys.settrace(previous)
+
+
 def test_a_main_target_the_script_never_defines_is_said(
     script: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
