@@ -992,6 +992,8 @@ def sweep(
         state = (
             ("lost: " if arm.lost else "not run: ") + (arm.error or "validation failed")
             if not arm.valid
+            else "not measured: " + (arm.problem or "no outcome")
+            if arm.passed is None
             else ("pass" if arm.passed else "fail")
         )
         _err().print(f"forkpoint: @{arm.seq} arm {arm.index}: {escape(state)}")
@@ -1020,13 +1022,22 @@ def sweep(
     not_measured = unmeasured(result["arms"])
     if not_measured:
         click.echo(not_measured)
+    diverged = [a for a in result["arms"] if a.diverged]
+    if diverged:
+        click.echo(f"{len(diverged)} arm(s) diverged before going live (not measured): {diverged[0].problem}")
     click.echo(f"arms in {result['into']}")
     if html_file is not None:
         from .html import write_html
 
         write_html(s, html_file, sweep={k: v for k, v in result.items() if k != "arms"})
         _err().print(f"forkpoint: wrote {html_file} (session {s.id}, pass rate by checkpoint)", markup=False)
-    sys.exit(0 if all(a.valid and a.report is not None and not a.unmeasured for a in result["arms"]) else 1)
+    sys.exit(
+        0
+        if all(
+            a.valid and a.report is not None and not a.unmeasured and not a.diverged for a in result["arms"]
+        )
+        else 1
+    )
 
 
 @main.command(cls=_DashCommand)

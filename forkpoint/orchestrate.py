@@ -28,7 +28,7 @@ import orjson
 from ._boot import NOT_STARTED_PREFIX, child_env, read_endings
 from .errors import CannotRecord, CheckpointError, ForkpointError, SessionError, UsageError
 from .log import Session, read_json_text, to_json
-from .text import plural
+from .text import ordinal, plural
 
 # Each function imports the layers it uses: `forkpoint record` starts its program without loading
 # replay, checkpoints, executors or OpenTelemetry, and `forkpoint replay` without loading capture,
@@ -550,7 +550,9 @@ def replay_run(
             report["sandbox"] += f" ({plural(seen.unseen, 'packet')} dropped before it was looked at)"
         conclude(report)
     measured = None
-    if outcome is not None and sig is None:  # (what an interrupted run left measures nothing)
+    # (what an interrupted run left measures nothing, nor a run that stopped at a divergence)
+    stopped_at_divergence = report is not None and bool(report.get("divergence")) and on_divergence == "stop"
+    if outcome is not None and sig is None and not stopped_at_divergence:
         from .outcome import measure
 
         measured = measure(
@@ -807,7 +809,8 @@ class Arm:
     the arm's ``session``; ``error`` when it could not be restored or run, with ``lost`` when the task
     running it failed (forkpoint's own exception, a worker that died), so how far it got is unknown;
     ``problem`` when it ran but its run says less than it should: no report, or no log of what it
-    printed)."""
+    printed; ``diverged``, why its replayed prefix diverged, when it stopped there and never went
+    live: nothing of the continuation to measure)."""
 
     index: int
     directory: Path
@@ -821,6 +824,7 @@ class Arm:
     seconds: float = 0.0
     problem: str | None = None
     lost: bool = False
+    diverged: str | None = None
 
     @property
     def valid(self) -> bool:
@@ -854,6 +858,7 @@ class Arm:
             "seconds": self.seconds,
             "problem": self.problem,
             "lost": self.lost,
+            "diverged": self.diverged,
         }
 
     @classmethod
@@ -874,6 +879,7 @@ class Arm:
             seconds=float(data.get("seconds") or 0.0),
             problem=data.get("problem"),
             lost=bool(data.get("lost")),
+            diverged=data.get("diverged"),
         )
 
 
@@ -925,7 +931,16 @@ def arm_task(spec: dict[str, Any]) -> dict[str, Any]:
                 arm.problem = f"what the agent printed could not be written to {log}: {exc}"
             arm.report, arm.exit_code, arm.outcome = run.report, run.exit_code, run.outcome
             arm.session = str(run.child) if run.child else None
-            if run.stopped is not None:  # (its outcome is measured all the same: the state it left)
+            divergence = (run.report or {}).get("divergence")
+            if divergence and spec.get("on_divergence", "stop") == "stop":  # (no outcome was measured)
+                arm.diverged = str(divergence.get("reason") or "diverged")
+                arm.problem = (
+                    f"its replayed prefix diverged at the {ordinal(int(divergence.get('position') or 0))} "
+                    f"{str(divergence.get('kind', 'call')).replace('_', ' ')} ({arm.diverged}): it never went live "
+                    "(forkpoint replay of the session says why; an ignore rule in forkpoint.toml goes in the arm's "
+                    "repository)"
+                )
+            elif run.stopped is not None:  # (its outcome is measured all the same: the state it left)
                 arm.problem = f"stopped: {run.stopped}"
             elif run.report is None:  # (it ran, and ended as it did: its outcome is measured all the same)
                 arm.problem = (run.problem or "no report").removeprefix("forkpoint: ")

@@ -150,7 +150,7 @@ def _ab(
     div = run.report.get("divergence")
     if div and spec.get("on_divergence", "stop") == "stop":
         status = "stopped"
-        if run.outcome is not None:  # (measured on a run cut short: not the new code's outcome)
+        if outcome is not None:  # (a run cut short is not measured: no outcome of the new code)
             ab["new"]["outcome"] = {
                 "passed": None,
                 "reason": "not measured: forkpoint stopped the run at its first changed tool call",

@@ -186,8 +186,10 @@ def pass_rate_line(arms: list[Arm]) -> str:
     rate = rate_of(a.passed for a in arms)
     invalid = sum(1 for a in arms if not a.valid and not a.lost)
     lost = sum(1 for a in arms if a.lost)
+    diverged = sum(1 for a in arms if a.diverged)
     tail = f"; {invalid} arm(s) not run (restore or validation failed)" if invalid else ""
     tail += f"; {lost} arm(s) lost (the task running it failed)" if lost else ""
+    tail += f"; {diverged} arm(s) diverged before going live (not measured)" if diverged else ""
     not_measured = unmeasured(arms)
     return f"outcome: {rate.text()}{tail}" + (f"; {not_measured}" if not_measured else "")
 

@@ -306,3 +306,29 @@ def test_an_arm_timeout_is_kept_when_the_agent_started_a_process_in_a_session_of
     assert took < 30, fork.stdout + fork.stderr
     assert "stopped: the program ran longer than its timeout of 2 s" in " ".join(fork.stdout.split())
     assert (tmp_path / "arms" / "arm-1.log").read_text().startswith("started")
+
+
+OTHER_AGENT = """
+import os
+import openai
+
+client = openai.OpenAI(base_url=os.environ["AGENT_BASE_URL"], api_key="sk-test", max_retries=0)
+client.chat.completions.create(model="m", messages=[{"role": "user", "content": "Something else."}])
+"""
+
+
+def test_an_arm_whose_replayed_prefix_diverged_is_not_measured(keeper: Keeper, tmp_path: Path) -> None:
+    """An arm whose agent asked something else than the recording before the checkpoint stopped
+    there and never went live; with ``--outcome true`` it was counted as a pass ("2/2 passed"), and
+    sweep called the run recoverable. It is shown as diverged, and left out of the pass rate."""
+    before = keeper.resumable()[1]
+    fork = forkpoint_cli(
+        keeper, "fork", f"{keeper.session.id}@{before}", "--arms", "1", "--into", str(tmp_path / "arms"),
+        "--store", str(keeper.store), "--outcome", "true", "--", sys.executable, "-c", OTHER_AGENT, cwd=tmp_path,
+    )  # fmt: skip
+    text = " ".join(fork.stdout.split())
+    assert fork.returncode == 1, fork.stdout + fork.stderr
+    said = " ".join(fork.stderr.split())
+    assert "arm 1: its replayed prefix diverged at the 1st model call" in said, fork.stderr
+    assert "outcome: no run measured; 1 arm(s) diverged before going live (not measured)" in text, fork.stdout
+    assert "pass" not in fork.stdout.split("outcome:")[0].split("directory")[-1]
