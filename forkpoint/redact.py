@@ -79,8 +79,8 @@ SIGNING_HEADERS: frozenset[str] = frozenset(
 #: Header names that say their value is a credential (any case): dropped like :data:`SECRET_HEADERS`.
 #: ``x-ratelimit-remaining-tokens`` is not one ("tokens", plural, counts tokens of text).
 SECRET_HEADER_NAME = re.compile(  # public: a real pattern (re.search(SECRET_HEADER_NAME, …) works)
-    r"(?i)(?:^|[-_])(?:token|secret|password|passwd|api[-_]?key|apikey|access[-_]?key|credentials?"
-    r"|signature|session[-_]?id|subscription[-_]?key|auth|authentication)(?:$|[-_])"
+    r"(?i)(?:^|[-_])(?:(?:token|secret|password|passwd|api[-_]?key|apikey|access[-_]?key|credentials?"
+    r"|signature|session[-_]?id|subscription[-_]?key)(?:$|[-_])|(?:auth|authentication)$)"
 )
 
 #: Query-string parameter names whose values are credentials. Compared lower-case.

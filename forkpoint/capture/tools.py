@@ -862,6 +862,8 @@ def _changed_in_place(
     rt = runtime.active()
     if rt is None or rt.mode != "record" or tool in _changes_said.get(rt, ()):
         return
+    if all(v is None or type(v) in (str, int, float, bool) for v in before.values()):
+        return  # (nothing the tool could change: strings and numbers, as most tools take)
     try:
         after, _ = bind_call(fn, args, kwargs)
     except Exception:  # (an argument that cannot be read again: nothing to compare)

@@ -220,6 +220,7 @@ def test_credential_headers_dropped_in_any_case() -> None:
         ("Authentication", "authentication-secret"),
         ("X-Author", "bob"),
         ("WWW-Authenticate", 'Basic realm="api"'),
+        ("X-Auth-Required", "true"),  # (no credential: "auth" is one only as the name's last part)
         ("content-type", "application/json"),
         ("X-Custom", f"has {key} inside"),
         ("anthropic-version", "2023-06-01"),
@@ -231,6 +232,7 @@ def test_credential_headers_dropped_in_any_case() -> None:
         ["SET-COOKIE", "session=REDACTED-6ca13d52; HttpOnly"],
         ["X-Author", "bob"],
         ["WWW-Authenticate", 'Basic realm="api"'],
+        ["X-Auth-Required", "true"],
         ["content-type", "application/json"],
         ["X-Custom", f"has {expected_placeholder('openai-key', key)} inside"],
         ["anthropic-version", "2023-06-01"],
