@@ -107,7 +107,9 @@ def encode_result(value: Any) -> Any:
     parts, tool_return = kinds
     if isinstance(value, parts):
         return {_PART: _part_adapter().dump_python(value, mode="json")}
-    if isinstance(value, list | tuple):
+    # (a list beside multimodal parts; a tuple only when it holds one: else it is stored typed, and
+    # comes back a tuple, a named tuple as itself)
+    if isinstance(value, list) or (isinstance(value, tuple) and any(isinstance(v, parts) for v in value)):
         return [encode_result(v) for v in value]
     if isinstance(value, tool_return):
         return {

@@ -13,6 +13,7 @@ stays as it was.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import dataclasses
 import datetime
@@ -762,3 +763,35 @@ def test_cli_record_and_replay_bootstrapped_framework_agents(tmp_path: Path) -> 
     assert [t["tool"] for t in tools] == ["write_file", "run_tests"] * 2
     assert set(tools[0]["args"]) == {"path", "content"} and tools[2]["result"] == "ok"
     assert session.header["versions"].get("openai-agents") == agents.__version__
+
+
+Pair = collections.namedtuple("Pair", "a b")
+
+
+def test_a_pydantic_ai_tool_returning_a_tuple_replays_a_tuple(tmp_path: Path) -> None:
+    """A tuple (or a named tuple) a pydantic-ai tool returned came back a list on replay, under
+    "replay ok": pydantic-ai's list-of-parts handling took every tuple for one."""
+    from pydantic_ai.models.test import TestModel
+
+    agent = Agent(TestModel())
+
+    @agent.tool_plain
+    def span() -> tuple[int, str]:
+        """A span."""
+        return (1, "a")
+
+    @agent.tool_plain
+    def pair() -> Pair:
+        """A pair."""
+        return Pair(1, 2)
+
+    def run() -> list[Any]:
+        got = agent.run_sync("Go.")
+        return [p.content for m in got.all_messages() for p in m.parts if p.part_kind == "tool-return"]
+
+    with forkpoint.record(store=tmp_path) as rec:
+        live = run()
+    with forkpoint.replay(rec.session_path) as rp:
+        again = run()
+    assert sorted(map(repr, again)) == sorted(map(repr, live)) == ["(1, 'a')", "Pair(a=1, b=2)"]
+    assert rp.report()["reproduced"]
