@@ -86,6 +86,7 @@ class LocalExecutor(Executor):
     def map(self, fn: Task, specs: Sequence[dict[str, Any]]) -> Iterator[tuple[int, dict[str, Any]]]:
         pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="forkpoint-task")
         stopping: list[int] = []
+        _interrupted.clear()  # (a signal an earlier map passed on says nothing of these tasks)
 
         def stop(signum: int, _frame: object) -> None:
             stopping.append(signum)
