@@ -435,3 +435,22 @@ def test_check_a_remote_store(s3_url: str, tmp_path: Path, monkeypatch: pytest.M
     listed = list_sessions(s3_url).rows
     children = [r for r in listed if r.header.get("parent")]
     assert sorted(r.header["parent"]["session_id"] for r in children) == sorted(ids)
+
+
+def _signal_seen(spec: dict[str, Any]) -> dict[str, Any]:
+    from forkpoint.executors.local import interrupted
+
+    sig = interrupted()
+    return {"sig": sig.name if sig else None}
+
+
+def test_a_signal_passed_on_in_one_map_says_nothing_of_the_next_ones_tasks() -> None:
+    """A process that runs several forks (the Python API) and was told to stop once during an
+    earlier one: every later task thought it was interrupted, and measured nothing."""
+    import signal
+
+    from forkpoint.executors import local
+
+    local._interrupted.append(signal.SIGTERM)  # (what an earlier map passed on)
+    with LocalExecutor(jobs=1) as ex:
+        assert [r for _, r in ex.map(_signal_seen, [{}])] == [{"sig": None}]
