@@ -307,7 +307,7 @@ def test_an_http_10_answer_replays_as_http_10_in_aiohttp(store: Path) -> None:
             conn.recv(65536)
             conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok")
 
-    listener, _ = _serving(old_server)
+    listener, serving = _serving(old_server)
     url = f"http://127.0.0.1:{listener.getsockname()[1]}/v"
 
     async def get() -> tuple[Any, str]:
@@ -318,7 +318,10 @@ def test_an_http_10_answer_replays_as_http_10_in_aiohttp(store: Path) -> None:
         with forkpoint.record(store=store) as rec:
             live = asyncio.run(get())
     finally:
+        # (close alone leaves the accept blocked: it then answered a later test's connections)
+        listener.shutdown(socket.SHUT_RDWR)
         listener.close()
+        serving.join(5)
     assert live == ((1, 0), "ok")
     with forkpoint.replay(rec.session_path):
         assert asyncio.run(get()) == live
