@@ -86,7 +86,7 @@ def finish_listing(
 ) -> tuple[list[str], list[str]]:
     """(the workspace's files, the repositories nested in it). A nested repository git lists as a
     folder: every file in it is workspace (its own ignore rules aside, its ``.git`` left out).
-    ``nested``: folders to list so whatever git says of them (those that were nested repositories
+    ``nested``: folders to list whole, whatever git says of them (those that were nested repositories
     when a checkpoint was taken: restored, they are plain folders, and git would apply their own
     ``.gitignore`` to them)."""
     walked = list(nested)
