@@ -133,9 +133,9 @@ class UntrustedSession(ForkpointError):
     message shows the command and how to run it anyway."""
 
 
-class CannotRecord(ForkpointError):
-    """No session can be created in the store (a full disk, a read-only one): ``forkpoint record``
-    then runs the command unrecorded, and says so."""
+class CannotRecord(SessionError):
+    """No session can be created in the store (a full disk, a read-only one, a path through a
+    file): ``forkpoint record`` then runs the command unrecorded, and says so."""
 
 
 class NetworkBlocked(ForkpointError, ConnectionError):

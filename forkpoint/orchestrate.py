@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import orjson
 
 from ._boot import NOT_STARTED_PREFIX, child_env, read_endings
-from .errors import CannotRecord, CheckpointError, ForkpointError, SessionError, UsageError
+from .errors import CheckpointError, ForkpointError, SessionError, UsageError
 from .log import Session, read_json_text, to_json
 from .text import ordinal, plural
 
@@ -283,10 +283,7 @@ def record_command(
     header["tools"] = tools
     header["workspace"] = ws.describe() if ws else None
     check_live_export(header, live)
-    try:
-        session = target.create(header)
-    except OSError as exc:
-        raise CannotRecord(f"cannot create a session in {store} ({exc.strerror or exc})") from None
+    session = target.create(header)  # (CannotRecord: the command runs unrecorded)
     session.quiet = quiet
     if live is not None:
         live.start(session.path)

@@ -223,6 +223,21 @@ def test_cli_record_on_a_store_it_cannot_create_a_session_in_runs_the_command_un
     assert "the command runs unrecorded" in said and "Traceback" not in said
 
 
+def test_python_record_on_a_store_path_through_a_file_raises_the_session_error_it_documents(
+    tmp_path: Path,
+) -> None:
+    """``forkpoint.record(store=...)`` where the store cannot be made (a path through a file) raised
+    the bare NotADirectoryError of ``mkdir``; its docstring promises a SessionError, naming the store,
+    before the block runs and before anything is written."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    ran = []
+    with pytest.raises(SessionError, match=r"cannot create a session in .*a-file/store \(Not a directory\)"):
+        with forkpoint.record(store=blocker / "store"):
+            ran.append(1)
+    assert ran == [] and blocker.read_text() == "x"
+
+
 # ----------------------------------------------------------------------------- YAML and import sizes
 
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import orjson
 
-from ..errors import SessionError, SigningError
+from ..errors import CannotRecord, SessionError, SigningError
 from ..events import EndDivergence, EndEvent, ErrorRecord, Header, error_record
 from ..log import LOG_NAME, SessionWriter, check_header
 from ..log.blobs import open_regular
@@ -424,10 +424,18 @@ class Store(ABC):
     ) -> Recording:
         """A new session in this store with ``header`` as line 1 (see
         :meth:`~forkpoint.log.SessionWriter.create`); never overwrites one. Raises
-        :class:`~forkpoint.errors.SessionError`."""
-        writer = SessionWriter.create(self.path, dict(header), session_id=session_id, fsync=fsync)
+        :class:`~forkpoint.errors.CannotRecord` (a :class:`~forkpoint.errors.SessionError`) naming
+        the store and why when the session cannot be created there."""
+        try:
+            self.prepare()
+            writer = SessionWriter.create(self.path, dict(header), session_id=session_id, fsync=fsync)
+        except OSError as exc:
+            raise CannotRecord(f"cannot create a session in {self.path} ({exc.strerror or exc})") from None
         self.started(writer.path)
         return Recording(self, writer)
+
+    def prepare(self) -> None:  # noqa: B027 - a hook with nothing to do by default
+        """Called before a session is created in this store (the local store makes its folder)."""
 
     def started(self, path: Path) -> None:  # noqa: B027 - a hook with nothing to do by default
         """Called once session ``path`` is created in this store. Nothing to do for a local store;

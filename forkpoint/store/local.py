@@ -11,13 +11,11 @@ import os
 import secrets
 import sys
 from pathlib import Path
-from typing import Any
 
 from ..errors import SessionError
-from ..events import Header
 from ..log import LOG_NAME, read_header
 from ..log.blobs import open_regular
-from .base import Listing, Recording, SessionInfo, Store, info, pick, scan, session_order
+from .base import Listing, SessionInfo, Store, info, pick, scan, session_order
 from .index import (
     ENTRIES,
     INDEX_DIR,
@@ -149,12 +147,9 @@ class LocalStore(Store):
     def __repr__(self) -> str:
         return f"LocalStore({str(self.path)!r})"
 
-    def create(
-        self, header: Header | dict[str, Any], *, session_id: str | None = None, fsync: str | None = None
-    ) -> Recording:
-        """A new session (see :meth:`Store.create`); a store created now gets a ``.gitignore`` of
-        ``*`` first, so its sessions are not committed by accident (a store that exists is left as
-        it is: its owner may want it committed)."""
+    def prepare(self) -> None:
+        """A store created now gets a ``.gitignore`` of ``*`` first, so its sessions are not
+        committed by accident (a store that exists is left as it is: its owner may want it committed)."""
         try:
             self.path.mkdir(parents=True, mode=0o700)
         except FileExistsError:
@@ -165,7 +160,6 @@ class LocalStore(Store):
                 f.write(
                     b"# forkpoint sessions hold what the model and the tools saw: never committed by default\n*\n"
                 )
-        return super().create(header, session_id=session_id, fsync=fsync)
 
     def _names(self) -> list[str]:
         try:
