@@ -37,7 +37,7 @@ import operator
 import re
 import threading
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -455,6 +455,16 @@ def placeholder(kind: str, secret: str | bytes) -> str:
     except UnicodeEncodeError:
         raw = text.encode("utf-8", "surrogatepass")
     return f"[REDACTED:{kind}:{hashlib.sha256(raw).hexdigest()[:8]}]"
+
+
+#: One field of a ``multipart/form-data`` body: its part's headers (``h``, up to the blank line, the
+#: field name ``n`` from its ``Content-Disposition``) and its value ``v``, up to the next boundary.
+#: A part with a ``filename`` is a file, not a field: its bytes are scrubbed as text only.
+_MULTIPART_FIELD = re.compile(
+    r'(?P<h>Content-Disposition:[ \t]*form-data;[^\r\n]*?\bname="(?P<n>[^"\r\n]*)"(?![^\r\n]*filename=)'
+    r"[^\r\n]*\r?\n(?:[^\r\n]+\r?\n)*\r?\n)(?P<v>.*?)(?=\r?\n--)",
+    re.IGNORECASE | re.DOTALL,
+)
 
 
 def _is_placeholder(value: str) -> bool:
@@ -1269,23 +1279,53 @@ class Scrubber:
         except ValueError:  # not a URL we can take apart: scrub it as text
             return self.text(url)
         if parts.query:
-            pairs = parse_qsl(parts.query, keep_blank_values=True)
-
-            def secret(k: str, v: str) -> bool:  # a placeholder is left alone: scrubbing is idempotent
-                return k.lower() in self.query_params and bool(v) and not _is_placeholder(v)
-
-            # Values are scrubbed decoded too: "a+b%3Dc" hides "a b=c" from a scan of the raw URL.
-            clean = [
-                (k, placeholder("query-credential", v) if secret(k, v) else self.text(v)) for k, v in pairs
-            ]
-            if clean != pairs:
-                parts = parts._replace(query=urlencode(clean))
+            query = self._query(parts.query, lambda k: k.lower() in self.query_params, "query-credential")
+            if query is not None:
+                parts = parts._replace(query=query)
         userinfo, _, host = parts.netloc.rpartition("@")
         if (username or password) and not _is_placeholder(unquote(userinfo)):
             # Percent-encoded: a bare "[...]" in the authority would read as an IPv6 host.
             ph = quote(placeholder("url-credential", parts.netloc), safe="")
             parts = parts._replace(netloc=f"{ph}@{host}")
         return self.text(urlunsplit(parts))
+
+    def _query(self, query: str, secret_name: Callable[[str], bool], kind: str) -> str | None:
+        """A query string (or a form body) with the values of parameters ``secret_name`` says are
+        credentials replaced by placeholders of ``kind`` and the others scrubbed, or None when
+        nothing changed (then the original is kept byte for byte)."""
+        pairs = parse_qsl(query, keep_blank_values=True)
+        # (a placeholder is left alone: scrubbing is idempotent)
+        # Values are scrubbed decoded too: "a+b%3Dc" hides "a b=c" from a scan of the raw text.
+        clean = [
+            (k, placeholder(kind, v) if v and secret_name(k) and not _is_placeholder(v) else self.text(v))
+            for k, v in pairs
+        ]
+        return urlencode(clean) if clean != pairs else None
+
+    def body_text(self, text: str, content_type: str = "") -> str:
+        """A text body scrubbed: a form's fields (``application/x-www-form-urlencoded``, and the
+        fields of ``multipart/form-data``) whose names say they hold a credential (an OAuth
+        ``client_secret``, a ``password``, an ``api_key``: :data:`SECRET_KEY_SUFFIXES` and the
+        credential query parameters) are replaced whatever their values look like, then the text
+        as :meth:`text` scrubs it."""
+        ctype = content_type.split(";", 1)[0].strip().lower()
+        if ctype == "application/x-www-form-urlencoded" and "=" in text:
+            query = self._query(text.strip(), self._credential_field, "form-credential")
+            if query is not None:
+                text = query
+        elif ctype == "multipart/form-data" and "form-data" in text:
+
+            def field(m: re.Match[str]) -> str:
+                value = m.group("v")
+                if not value or _is_placeholder(value) or not self._credential_field(m.group("n")):
+                    return m.group(0)
+                return m.group("h") + placeholder("form-credential", value)
+
+            text = _MULTIPART_FIELD.sub(field, text)
+        return self.text(text)
+
+    def _credential_field(self, name: str) -> bool:
+        return name.lower() in self.query_params or self._secret_key(name)
 
     def _chunk_list(self, chunks: list[Any], content_type: str = "") -> list[Any]:
         """Stored stream chunks ``[[ms, str | bytes], …]`` scrubbed across chunk boundaries, and
@@ -1337,6 +1377,15 @@ class Scrubber:
             return record
         out: dict[str, Any] = {}
         kind = record.get("body_kind")
+        pairs = record.get("headers")
+        ctype = next(
+            (
+                str(p[1])
+                for p in pairs or ()
+                if isinstance(p, list | tuple) and len(p) == 2 and str(p[0]).lower() == "content-type"
+            ),
+            "",
+        )
         for k, v in record.items():
             if k == "url" and isinstance(v, str):
                 out[k] = self.url(v)
@@ -1347,13 +1396,8 @@ class Scrubber:
             ):
                 out[k] = self.headers(v)
             elif k == "body" and kind == "text" and isinstance(v, str):
-                out[k] = self.text(v)
+                out[k] = self.body_text(v, ctype)
             elif k == "chunks" and isinstance(v, list):
-                pairs = record.get("headers")
-                ctype = next(
-                    (str(p[1]) for p in pairs or () if len(p) == 2 and str(p[0]).lower() == "content-type"),
-                    "",
-                )
                 out[k] = self._chunk_list(v, ctype)
             else:
                 out[k] = self.json(v)

@@ -17,7 +17,8 @@ from typing import Any
 import orjson
 
 from ..log import json_text
-from ..redact import scrub_bytes, scrub_json, scrub_text
+from ..redact import current as current_scrubber
+from ..redact import scrub_bytes, scrub_json
 
 #: A factory of decoders for one content coding (``decode(chunk)``, ``flush()``), or None.
 DecoderFactory = Callable[[str], Any]
@@ -90,7 +91,7 @@ def scrubbed_body(
             return kind, scrub_body(kind, body, parsed=True)
         except RecursionError:
             kind, body = parse_body(data, content_type, json_ok=False)
-    return kind, scrub_body(kind, body, parsed=True)
+    return kind, scrub_body(kind, body, parsed=True, content_type=content_type)
 
 
 #: The layouts of JSON text tried, as ``json.dumps`` keywords, when a body is not the compact
@@ -140,13 +141,14 @@ def body_bytes(kind: str, body: Any, layout: dict[str, Any] | None = None) -> by
     return b""
 
 
-def scrub_body(kind: str, body: Any, *, parsed: bool = False) -> Any:
+def scrub_body(kind: str, body: Any, *, parsed: bool = False, content_type: str = "") -> Any:
     """A parsed body with secrets scrubbed. ``parsed``: it is :func:`parse_body`'s own result,
-    which the caller keeps to itself (see :meth:`forkpoint.redact.Scrubber.json`)."""
+    which the caller keeps to itself (see :meth:`forkpoint.redact.Scrubber.json`); a text body's
+    ``content_type`` says whether it is a form (:meth:`forkpoint.redact.Scrubber.body_text`)."""
     if kind == "json":
         return scrub_json(body, parsed=parsed)
     if kind == "text":
-        return scrub_text(body)
+        return current_scrubber().body_text(body, content_type)
     if kind == "bytes":
         return scrub_bytes(body)
     return body

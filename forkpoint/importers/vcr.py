@@ -161,7 +161,7 @@ def _request(rq: dict[str, Any], n: int, notes: list[str]) -> dict[str, Any]:
         "url": scrub_url(uri),
         "headers": scrub_headers(pairs),
         "body_kind": kind,
-        "body": scrub_body(kind, body),
+        "body": scrub_body(kind, body, content_type=ctype),
     }
 
 

@@ -19,6 +19,7 @@ import pytest
 
 import forkpoint
 from forkpoint.log import Session
+from tests.modelserver import json_reply
 
 LIBS = [pytest.param(httpx, id="httpx"), pytest.param(httpx2, id="httpx2")]
 MODES = [pytest.param(False, id="sync"), pytest.param(True, id="async")]
@@ -486,3 +487,41 @@ def test_a_response_built_already_read_is_recorded_whole_and_replays(
         again = run()
     assert again == live and turns == []  # served from the session: the handler never ran
     assert rp.report()["reproduced"]
+
+
+@pytest.mark.parametrize("lib", LIBS)
+def test_form_fields_named_as_credentials_never_reach_disk_and_still_replay(
+    lib: ModuleType, server: Any, store: Path
+) -> None:
+    """An OAuth token request (``client_secret`` in an ``application/x-www-form-urlencoded`` body) and
+    a ``multipart/form-data`` upload with an ``api_key`` field were stored in the clear: their values
+    have no secret shape, and a form's field names were never read. They are replaced by name, like a
+    JSON key's or a query parameter's, and a replay of the same requests still matches."""
+    client_secret, api_key = "plain" + SECRET[8:40], "mixedCase" + SECRET[-20:]
+    server.route("/oauth/token", lambda _r: json_reply({"access_token": "t", "token_type": "bearer"}))
+    server.route("/upload", lambda r: json_reply({"bytes": len(r["raw"])}))
+    form = {"grant_type": "client_credentials", "client_id": "agent", "client_secret": client_secret}
+    files = {"doc": ("notes.txt", b"ordinary text\n", "text/plain")}
+
+    def calls() -> list[Any]:
+        with lib.Client() as c:
+            token = c.post(server.url + "/oauth/token", data=form)
+            upload = c.post(server.url + "/upload", data={"api_key": api_key, "title": "t"}, files=files)
+        return [token.json(), upload.json()]
+
+    with forkpoint.record(store=store) as rec:
+        live = calls()
+    assert server.requests[0]["raw"].count(client_secret.encode()) == 1  # the call was real
+    bodies = [e["request"]["body"] for e in Session.load(rec.session_path).by_type("model_call")]
+    assert "client_id=agent&client_secret=%5BREDACTED%3Aform-credential%3A" in bodies[0]
+    assert 'name="title"\r\n\r\nt\r\n' in bodies[1] and "ordinary text" in bodies[1]
+    for secret in (client_secret, api_key):
+        assert_secret_absent(rec.session_path, secret)
+
+    server.stop()
+    with forkpoint.replay(rec.session_path) as rp:
+        again = calls()
+    # (the access token the server answered is a credential too: served as its placeholder)
+    assert again[1] == live[1] and again[0]["token_type"] == "bearer"
+    assert again[0]["access_token"].startswith("[REDACTED:")
+    assert rp.report()["matched"] == 2 and rp.report()["divergence"] is None

@@ -694,3 +694,28 @@ def test_a_binary_body_is_scrubbed_byte_for_byte_in_little_memory() -> None:
     assert out == blob[:1000] + replaced + blob[1000:]
     assert peak < 5 * len(data), peak / len(data)  # (23 times the data before)
     assert scrub_text(f"key {secret}") == f"key {expected_placeholder('openai-key', secret)}"
+
+
+def test_form_bodies_lose_credential_fields_by_name_and_scrubbing_them_again_changes_nothing() -> None:
+    scrubber = Scrubber()
+    secret, password = _rand(24), _rand(12)
+    form = f"grant_type=client_credentials&client_id=ada&client_secret={secret}&refresh_token=r{password}"
+    out = scrubber.body_text(form, "application/x-www-form-urlencoded; charset=utf-8")
+    fields = parse_qs(out)
+    assert fields["client_id"] == ["ada"] and fields["grant_type"] == ["client_credentials"]
+    assert fields["client_secret"] == [expected_placeholder("form-credential", secret)]
+    assert fields["refresh_token"] == [expected_placeholder("form-credential", "r" + password)]
+    assert scrubber.body_text(out, "application/x-www-form-urlencoded") == out
+    # The same text under another content type is prose: only secret shapes are replaced.
+    assert scrubber.body_text(form, "text/plain") == scrubber.text(form)
+
+    multipart = (
+        f'--xyz\r\nContent-Disposition: form-data; name="Password"\r\n\r\n{password}\r\n'
+        '--xyz\r\nContent-Disposition: form-data; name="note"\r\n\r\nhello\r\n'
+        '--xyz\r\nContent-Disposition: form-data; name="api_key"; filename="k.txt"\r\n'
+        f"Content-Type: text/plain\r\n\r\n{secret}\r\n--xyz--\r\n"
+    )
+    out = scrubber.body_text(multipart, "multipart/form-data; boundary=xyz")
+    assert f'name="Password"\r\n\r\n{expected_placeholder("form-credential", password)}\r\n--xyz' in out
+    assert 'name="note"\r\n\r\nhello\r\n' in out and f"\r\n\r\n{secret}\r\n--xyz--" in out  # a file part
+    assert scrubber.body_text(out, "multipart/form-data; boundary=xyz") == out
