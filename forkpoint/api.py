@@ -202,6 +202,7 @@ def record(
             session.incomplete = rec.failure
             lacks, skipped = rec.tally()
             session.unrecorded_tools = lacks.unrecorded_tools() if lacks is not None else {}
+            session.other_calls = dict(lacks.other) if lacks is not None else {}
             for warning in lacks.warnings() if lacks is not None else [skipped or ""]:
                 sys.stderr.write(f"forkpoint: WARNING: {warning}\n")
 

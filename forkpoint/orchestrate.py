@@ -308,6 +308,7 @@ def record_command(
     if tally is None and i.model_calls + i.tool_calls:
         tally, skipped = read_back(session.path)
     session.unrecorded_tools = tally.unrecorded_tools() if tally is not None else {}
+    session.other_calls = dict(tally.other) if tally is not None else {}
     session.end(code, uncaught=uncaught)
     where = session.close(quiet=quiet)  # index entry; upload to a remote store
     if not quiet:

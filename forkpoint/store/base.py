@@ -157,6 +157,9 @@ def summarize_log(data: bytes, path: Path) -> SessionInfo:
             except orjson.JSONDecodeError:
                 continue
             exit_code, incomplete = end.get("exit_code"), bool(end.get("incomplete"))
+            other = end.get("other_calls")
+            if isinstance(other, dict):  # (telemetry, MCP, plain HTTP: logged as model_call events)
+                models -= sum(n for n in other.values() if isinstance(n, int) and n > 0)
     return SessionInfo(
         local=path,
         header=header,
@@ -309,6 +312,8 @@ class Recording:
         self.incomplete: str | None = None
         #: The tools the model asked for that were never recorded (:meth:`forkpoint.record.Lacks.unrecorded_tools`).
         self.unrecorded_tools: dict[str, int] = {}
+        #: The exchanges recorded as ``model_call`` events that are no model's, by kind (:class:`EndEvent`).
+        self.other_calls: dict[str, int] = {}
         self._ended = False
 
     @property
@@ -357,6 +362,8 @@ class Recording:
             event["incomplete"] = self.incomplete
         if self.unrecorded_tools:
             event["unrecorded_tools"] = self.unrecorded_tools
+        if self.other_calls:
+            event["other_calls"] = self.other_calls
         try:
             self.writer.append(event)
         except (OSError, SessionError) as exc:

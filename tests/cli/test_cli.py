@@ -1232,6 +1232,11 @@ def test_the_summary_line_tells_model_calls_from_other_http_calls(tmp_path: Path
     assert rec.returncode == 0, rec.stderr
     # (by kind: "telemetry, MCP, plain HTTP" was fixed text, whatever the calls were)
     assert "(1 model call, 0 tool calls, 2 other HTTP calls: 2 plain HTTP)" in rec.stderr, rec.stderr
+    # `ls` said 3 in its model column: it counts model_call events, and reads none of them.
+    listing = run([*FORKPOINT, "ls", "--store", str(tmp_path / "s")], tmp_path, env)
+    header, row = listing.stdout.splitlines()[:2]
+    at = header.index("model")
+    assert row[at : header.index("tool")].strip() == "1", listing.stdout
 
 
 KEYS_SCRIPT = """
