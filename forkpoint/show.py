@@ -15,7 +15,7 @@ from .events import endpoint, in_tool, tool_spans
 from .log import Session, json_text, to_json, with_deltas
 from .providers import call_kind, kinds, recorded_response, response_text
 from .store import SessionInfo
-from .text import escape, ordinal
+from .text import escape, ordinal, visible
 from .values import readable
 
 _MAX = 100
@@ -342,9 +342,11 @@ def render_listing(rows: list[SessionInfo], *, held: set[str] | frozenset[str] =
                 shlex.join(str(a) for a in r.header.get("argv") or []),
             )
         )
-    widths = [max(len(row[i]) for row in table) for i in range(len(cols) - 1)]
+    # (a name or a command holding a carriage return or an escape sequence would rewrite the row)
+    shown = [[visible(cell, one_line=True) for cell in row] for row in table]
+    widths = [max(len(row[i]) for row in shown) for i in range(len(cols) - 1)]
     out = []
-    for row in table:
+    for row in shown:
         cells = [c.ljust(w) for c, w in zip(row, widths, strict=False)]
         out.append(("  ".join(cells) + "  " + row[-1]).rstrip())
     return "\n".join(out)

@@ -337,9 +337,12 @@ def require_trusted(path: Path, session_id: str, argv: list[str]) -> Signed:
         return signed
     import shlex
 
+    from .text import visible
+
+    # (escaped: a carriage return or an escape sequence in it would hide what comes before it)
     raise UntrustedSession(
-        f"session {session_id}: {signed.describe()}, so forkpoint will not run the command it "
-        f"recorded:\n    {shlex.join(argv)}\nRead it; run it anyway with --trust, or give the command to run "
+        f"session {visible(session_id, one_line=True)}: {signed.describe()}, so forkpoint will not run "
+        f"the command it recorded:\n    {visible(shlex.join(argv))}\nRead it; run it anyway with --trust, or give the command to run "
         f"after --. A teammate's key is trusted with: forkpoint keys "
         "trust KEY --name NAME"
     )

@@ -7,6 +7,7 @@ from .patterns import compiled_later
 
 #: Control characters but tab and newline, and the line and paragraph separators.
 _CONTROL = compiled_later("[\\x00-\\x08\\x0b-\\x1f\\x7f-\\x9f\\u2028\\u2029]")
+_ONE_LINE = compiled_later("[\\x00-\\x1f\\x7f-\\x9f\\u2028\\u2029]")
 
 
 def plural(n: int, noun: str) -> str:
@@ -20,10 +21,19 @@ def ordinal(n: int) -> str:
     return f"{n}{suffix}"
 
 
+def visible(text: str, *, one_line: bool = False) -> str:
+    """``text`` with its control characters written as ``\\x1b``-style escapes, for plain output:
+    recorded text (a command, a session's name) holding a carriage return or an escape sequence
+    would otherwise hide or rewrite what is printed before it. ``one_line``: tabs and newlines too
+    (a table's cell)."""
+    pattern = _ONE_LINE if one_line else _CONTROL
+    return pattern.sub(lambda m: m.group().encode("unicode_escape").decode(), text)
+
+
 def escape(text: str) -> str:
     """``text`` for a rich console: its markup escaped (rich.markup.escape), and its control
     characters written as ``\\x1b``-style escapes (a recorded output holding an escape sequence or a
     carriage return would otherwise move, recolour or clear the terminal of whoever reads it)."""
     from rich.markup import escape as escape_markup  # (rich: imported where text is printed)
 
-    return escape_markup(_CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode(), text))
+    return escape_markup(visible(text))

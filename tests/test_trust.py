@@ -351,3 +351,24 @@ def test_a_cryptography_that_cannot_load_leaves_the_session_ended_and_unsigned(
     session = list_sessions(store).rows[-1].path
     assert Session.load(session).end()["exit_code"] == 7  # type: ignore[index]
     assert not (session / SIGNATURE_NAME).exists()
+
+
+@pytest.mark.slow
+def test_a_command_and_a_name_holding_control_characters_are_shown_escaped(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """The refusal showed a forged command as it was: ``\\r`` and an erase-line sequence made a
+    terminal show only its harmless tail (``python agent.py``), which a reader would then run with
+    ``--trust``. ``ls`` printed a name the same way. Both are shown with their controls escaped."""
+    session = record(tmp_path, env)
+    mark = tmp_path / "mark"
+    hidden = f"touch {mark} #\r\x1b[2K    python agent.py"
+    forge_header(session, argv=["sh", "-c", hidden], name="nightly\r\x1b[2K\nx")
+    refused = run(["replay", str(session)], tmp_path, env)
+    assert refused.returncode == 1 and not mark.exists()
+    assert f"touch {mark} #\\r\\x1b[2K    python agent.py" in refused.stderr, refused.stderr
+    listed = run(["ls", "--store", str(session.parent)], tmp_path, env)
+    row = listed.stdout.splitlines()[1]
+    assert "nightly\\r\\x1b[2K\\nx" in row and "#\\r\\x1b[2K" in row, listed.stdout
+    for said in (refused.stderr, listed.stdout):
+        assert "\r" not in said and "\x1b" not in said
