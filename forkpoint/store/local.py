@@ -88,12 +88,18 @@ class LocalIO:
         return d
 
     def _temp(self, d: Path, name: str, data: bytes) -> Path:
+        """A new temporary file in ``d`` holding ``data`` (synced, by the policy); one whose write
+        failed (a full disk) is removed before the error goes on."""
         tmp = d / f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
-        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
-            f.write(data)
-            f.flush()
-            if _fsync_wanted():
-                os.fsync(f.fileno())
+        try:
+            with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
+                f.write(data)
+                f.flush()
+                if _fsync_wanted():
+                    os.fsync(f.fileno())
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
         return tmp
 
     def create(self, folder: str, name: str, data: bytes) -> bool:
@@ -108,8 +114,12 @@ class LocalIO:
                 fd = os.open(d / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             except FileExistsError:
                 return False
-            with open(fd, "wb") as f:
-                f.write(data)
+            try:
+                with open(fd, "wb") as f:
+                    f.write(data)
+            except BaseException:  # (never a half-written entry where a reader would take it whole)
+                (d / name).unlink(missing_ok=True)
+                raise
         finally:
             tmp.unlink(missing_ok=True)
         self._sync_dir(d)

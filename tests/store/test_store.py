@@ -7,6 +7,8 @@ this process name resolution of anything but loopback raises, so nothing can rea
 
 from __future__ import annotations
 
+import errno
+import io
 import json
 import multiprocessing
 import os
@@ -585,3 +587,52 @@ def test_consolidators_racing_writers_never_lose_an_entry(
     assert set(final.entries) == set(written) and len(written) == 240
     consolidate(io, final)
     assert len(io.names(SNAPSHOTS)) == 1 and set(read_index(io).entries) == set(written)
+
+
+def _no_space(*args: Any, **kwargs: Any) -> Any:
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def test_an_index_write_that_fails_leaves_no_file_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a full disk every index write left its empty temp file in ``index/entries`` (each ``ls``
+    added one). A failed write leaves nothing, and the entry that was there stays as it was."""
+    index = LocalIO(tmp_path)
+    assert index.create(ENTRIES, "first.json", b"{}")
+    monkeypatch.setattr(os, "fsync", _no_space)
+    with pytest.raises(OSError, match="No space left"):
+        index.create(ENTRIES, "second.json", b'{"a": 1}')
+    with pytest.raises(OSError, match="No space left"):
+        index.replace(ENTRIES, "first.json", b'{"b": 2}')
+    folder = tmp_path / "index" / ENTRIES
+    assert [p.name for p in folder.iterdir()] == ["first.json"]
+    assert (folder / "first.json").read_bytes() == b"{}"
+
+
+def test_an_entry_written_without_hard_links_is_removed_when_its_write_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A filesystem without hard links (vfat): the entry is created exclusively, then written; a
+    failed write left it truncated, for every reader to take as the entry."""
+    real_open = open
+    files = []
+
+    class Full(io.BytesIO):
+        def write(self, data: Any) -> int:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    def second_write_fails(file: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
+        if isinstance(file, int) and "w" in mode:
+            files.append(file)
+            if len(files) == 2:  # (the first is the temp file, written whole)
+                os.close(file)
+                return Full()
+        return real_open(file, mode, *args, **kwargs)
+
+    monkeypatch.setattr(os, "link", _no_space)
+    monkeypatch.setattr("builtins.open", second_write_fails)
+    with pytest.raises(OSError, match="No space left"):
+        LocalIO(tmp_path).create(ENTRIES, "entry.json", b'{"a": 1}')
+    monkeypatch.undo()
+    assert list((tmp_path / "index" / ENTRIES).iterdir()) == []
