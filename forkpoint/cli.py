@@ -285,7 +285,8 @@ def _executor(spec: str, jobs: int | None) -> Executor:
 
 class _Commands(click.Group):
     """The command group: an error forkpoint raises on purpose is a message, never a traceback
-    (:class:`~forkpoint.errors.UsageError`: exit 2; any other :class:`~forkpoint.errors.ForkpointError`: exit 1)."""
+    (:class:`~forkpoint.errors.UsageError`: exit 2; any other :class:`~forkpoint.errors.ForkpointError`
+    and an ``OSError`` naming its file, a store that cannot be written say: exit 1)."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -294,6 +295,11 @@ class _Commands(click.Group):
             raise click.UsageError(str(exc)) from None
         except ForkpointError as exc:
             raise click.ClickException(str(exc)) from None
+        except OSError as exc:
+            # A file forkpoint could not read or write (a read-only or full store): named, in a line.
+            if exc.filename is None or not exc.strerror:
+                raise
+            raise click.ClickException(f"{exc.filename}: {exc.strerror}") from None
 
 
 @click.group(cls=_Commands)

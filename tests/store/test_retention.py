@@ -103,6 +103,32 @@ def test_scrub_refuses_a_session_under_legal_hold(store: Path) -> None:
     assert (store / sid / LOG_NAME).read_bytes() == before
 
 
+def test_hold_and_scrub_on_a_store_they_cannot_write_say_which_file_in_a_line(
+    store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a read-only store ``hold`` and ``scrub`` ended in an OSError traceback (``rm`` said it in a
+    line). Every command names the file it could not write, and exits 1."""
+    import errno
+
+    sid = session(store)
+    before = (store / sid / LOG_NAME).read_bytes()
+    real_open = os.open
+
+    def read_only(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        if flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT):
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", read_only)
+    for args in (["hold", sid, "--reason", "sev-1"], ["scrub", sid]):
+        r = cli(*args, "--store", str(store))
+        assert r.exit_code == 1, r.output
+        assert f"Error: {store}" in r.output and "Read-only file system" in r.output, r.output
+        assert "Traceback" not in r.output
+    monkeypatch.undo()
+    assert (store / sid / LOG_NAME).read_bytes() == before
+
+
 def test_prune_older_than_keeps_new_held_failed_and_unfinished(store: Path) -> None:
     old_ok = session(store, created=OLD)
     old_failed = session(store, created=OLD, exit_code=2)
