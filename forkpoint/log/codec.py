@@ -56,6 +56,11 @@ GIT_OBJECTS = "git-objects"
 SIGNATURE_NAME = "signature.json"
 #: What a session folder holds: its log, blob folder, git objects and signature (forkpoint.signing).
 SESSION_ENTRIES = frozenset({LOG_NAME, BLOB_DIR, GIT_OBJECTS, SIGNATURE_NAME})
+#: What a remote store's local mirror keeps in a session folder: that the copy is the complete
+#: remote session, and (a lock) that a process is recording it. Bookkeeping: no part of the session,
+#: never copied with it, and no stranger to it either (``verify`` says nothing of them).
+MIRROR_DONE = ".remote"
+MIRROR_RECORDING = ".recording"
 #: The names inside ``blobs/`` and ``git-objects/``: two hex digits, then a content address.
 _FANOUT = re.compile(r"[0-9a-f]{2}")
 _ADDRESS = re.compile(r"[0-9a-f]{38,62}(?:\.zst)?")

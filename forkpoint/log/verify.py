@@ -21,6 +21,8 @@ from .codec import (
     FORMAT_VERSION,
     GIT_OBJECTS,
     LOG_NAME,
+    MIRROR_DONE,
+    MIRROR_RECORDING,
     Repeats,
     blob_refs,
     foreign,
@@ -360,7 +362,8 @@ def verify(path: Path | str, *, deep: bool = True, checks: Mapping[str, Check] |
         if len(left) > 5:
             notes.append(f"… and {len(left) - 5} more files left over by interrupted writes")
         said = set(left)
-        alien = [p for p in found if p not in said]
+        mirror = (MIRROR_DONE, MIRROR_RECORDING)  # (a remote store's own marks: see codec)
+        alien = [p for p in found if p not in said and not (p.parent == path and p.name in mirror)]
         for p in alien[:5]:
             notes.append(
                 f"{p}: not part of the session (forkpoint never writes it there, never reads it, and leaves "

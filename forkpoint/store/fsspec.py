@@ -46,14 +46,14 @@ import orjson
 from ..errors import SessionError
 from ..events import now_iso
 from ..files import write_private
-from ..log import LOG_NAME
+from ..log import LOG_NAME, MIRROR_DONE, MIRROR_RECORDING
 from .base import REMOTE_MARKER, Listing, SessionInfo, Store, pick, scan, session_order, summarize_log
 from .index import ENTRIES, INDEX_DIR, consolidate, entry_bytes, entry_name, max_loose_entries, read_index
 
 #: In a mirror, a session directory holding this file is a complete copy of the remote session.
-DONE = ".remote"
+DONE = MIRROR_DONE
 #: Held (flock) by the process recording a staged session, from creation until its upload.
-RECORDING = ".recording"
+RECORDING = MIRROR_RECORDING
 #: Held (flock) while a staged session is being uploaded.
 UPLOAD_LOCK = ".upload.lock"
 

@@ -224,6 +224,8 @@ def test_memory_store_record_replay_show_ls_verify(
 
     v = cli("verify", "last", "--store", url)
     assert v.exit_code == 0 and "verify ok" in v.stdout
+    # (the mirror's own mark of a complete copy was reported as a stranger in every remote session)
+    assert "not part of the session" not in v.output, v.output
 
     with forkpoint.replay(sid, store=url) as rp:
         assert chat(model, "question from first") == answer
