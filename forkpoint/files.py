@@ -27,6 +27,16 @@ def write_private(path: str | Path, data: bytes) -> Path:
     return path
 
 
+def private_dirs(path: str | Path) -> Path:
+    """Create the folder ``path`` and each missing folder above it owner-only (0700, whatever the
+    umask: ``mkdir(parents=True)`` gives the folders above the default mode). Returns ``path``."""
+    path = Path(path)
+    missing = [p for p in (path, *path.parents) if not p.is_dir()]
+    for p in reversed(missing):
+        p.mkdir(mode=0o700, exist_ok=True)
+    return path
+
+
 def copy_dir_into_place(
     source: Path, target: Path, leave_out: Callable[[str, list[str]], list[str]] | None = None
 ) -> Path:

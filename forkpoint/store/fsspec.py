@@ -45,7 +45,7 @@ import orjson
 
 from ..errors import SessionError
 from ..events import now_iso
-from ..files import write_private
+from ..files import private_dirs, write_private
 from ..log import LOG_NAME, MIRROR_DONE, MIRROR_RECORDING
 from .base import REMOTE_MARKER, Listing, SessionInfo, Store, pick, scan, session_order, summarize_log
 from .index import ENTRIES, INDEX_DIR, consolidate, entry_bytes, entry_name, max_loose_entries, read_index
@@ -108,7 +108,7 @@ def mirror_dir(url: str) -> Path:
         if marker.is_file():
             return d
         try:
-            d.mkdir(parents=True, exist_ok=True, mode=0o700)
+            private_dirs(d)  # (the cache and its stores/ too, under umask 000)
             write_private(marker, orjson.dumps({"format": "forkpoint.mirror", "url": url}))
             return d
         except PermissionError:
@@ -635,7 +635,7 @@ class RemoteStore(Store):
                 if data is None:
                     continue  # deleted meanwhile: verify reports the missing blob
                 target = tmp / r
-                target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+                private_dirs(target.parent)  # (blobs/ too, under umask 000)
                 with open(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
                     f.write(data)
             with open(os.open(tmp / LOG_NAME, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:

@@ -591,6 +591,24 @@ def test_consolidators_racing_writers_never_lose_an_entry(
     assert len(io.names(SNAPSHOTS)) == 1 and set(read_index(io).entries) == set(written)
 
 
+def test_a_remote_stores_mirror_is_owner_only_under_umask_000(
+    model: LocalServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under umask 000 the cache folders above a mirror and a downloaded session's ``blobs/`` were
+    made world-writable (``mkdir(parents=True)`` gives the folders above the default mode)."""
+    url = f"memory://fp-{secrets.token_hex(4)}/sessions"
+    sid, _ = record_one(url, model, "first")
+    cache = fresh_cache(monkeypatch, tmp_path / "deep" / "er")
+    old = os.umask(0)
+    try:
+        assert cli("verify", sid, "--store", url).exit_code == 0  # downloads it, blobs/ and all
+    finally:
+        os.umask(old)
+    made = [p for p in (tmp_path / "deep", *(tmp_path / "deep").rglob("*")) if p.is_dir()]
+    assert cache in made and any(p.name == "blobs" for p in made)
+    assert {str(p): oct(p.stat().st_mode & 0o777) for p in made if p.stat().st_mode & 0o077} == {}
+
+
 def _no_space(*args: Any, **kwargs: Any) -> Any:
     raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
