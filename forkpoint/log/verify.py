@@ -23,6 +23,7 @@ from .codec import (
     LOG_NAME,
     MIRROR_DONE,
     MIRROR_RECORDING,
+    SESSION_ENTRIES,
     Repeats,
     blob_refs,
     foreign,
@@ -144,6 +145,21 @@ def _foreign_files(session: Path) -> list[Path]:
                         continue
                     found += [top / sub / n for n in foreign(f"{folder}/{sub}", inner)]
     return sorted(found)
+
+
+def _linked_entries(session: Path) -> list[Path]:
+    """The session's own entries (its log, ``blobs/``, ``git-objects/``, their fan-out folders,
+    the signature) that are symbolic links: a session writes none."""
+    out = [session / n for n in sorted(SESSION_ENTRIES) if os.path.islink(session / n)]
+    for folder in (BLOB_DIR, GIT_OBJECTS):
+        top = session / folder
+        if top in out or not top.is_dir():
+            continue
+        try:
+            out += [top / n for n in sorted(os.listdir(top)) if os.path.islink(top / n)]
+        except OSError:
+            continue
+    return out
 
 
 def verify(path: Path | str, *, deep: bool = True, checks: Mapping[str, Check] | None = None) -> Verification:
@@ -356,6 +372,11 @@ def verify(path: Path | str, *, deep: bool = True, checks: Mapping[str, Check] |
         for kind, check in checks.items():
             check(path, checked[kind], result)
         found = _foreign_files(path)  # (one walk: an interrupted write's temp file is one of them)
+        for link in _linked_entries(path):
+            problems.append(
+                f"{link}: a symbolic link where a session holds its own data (a copy of the session, "
+                "make-test's cassette, would hold the link and not the data)"
+            )
         left = [p for p in found if p.parent != path and is_leftover(p.name) and not p.is_dir()]
         for p in left[:5]:
             notes.append(f"{p}: left over by an interrupted write: not part of the session (safe to delete)")

@@ -348,3 +348,28 @@ def test_make_test_copies_only_the_session_and_writes_no_recorded_field_as_code(
     with pytest.raises(SessionError, match="exit_code is not a number"):
         make_test(Session.load(writer.path), into=tmp_path / "out", root=tmp_path, trust=True)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_session_whose_blobs_folder_is_a_link_fails_verify_and_make_test(tmp_path: Path) -> None:
+    """A session folder whose ``blobs`` was a symbolic link (to a folder anywhere) verified clean,
+    and make-test copied the link as it was into the cassette: a cassette without its data, pointing
+    at a path of this machine. verify says so, and make-test refuses it."""
+    from forkpoint.log import verify
+
+    (tmp_path / "agent.py").write_text("print('x' * 3000)\n")
+    env = {**os.environ, "FORKPOINT_STORE": str(tmp_path / "store")}
+    forkpoint = [sys.executable, "-m", "forkpoint.cli"]
+    code = "from forkpoint import note; note('n' * 3000)"  # a blob
+    made = sh(*forkpoint, "record", "--name", "a", "--", sys.executable, "-c", code, cwd=tmp_path, env=env)
+    assert made.returncode == 0, made.stderr
+    session = next(p for p in (tmp_path / "store").iterdir() if (p / "signature.json").exists())
+    elsewhere = tmp_path / "elsewhere"
+    (session / "blobs").rename(elsewhere)
+    (session / "blobs").symlink_to(elsewhere)
+    v = verify(session)
+    assert not v.ok and any(
+        "blobs: a symbolic link where a session holds its own data" in p for p in v.problems
+    )
+    test = sh(*forkpoint, "make-test", "a", "--", sys.executable, "agent.py", cwd=tmp_path, env=env)
+    assert test.returncode == 1 and "a symbolic link" in test.stderr, test.stderr
+    assert not (tmp_path / "tests").exists()
