@@ -1,6 +1,6 @@
 """``forkpoint diff A B``: align two sessions call by call and say where and how they parted.
 
-Calls (model and tool calls) are aligned by their *signature* — kind plus endpoint or tool name — with
+Calls (model and tool calls; not telemetry, which a replay never diverges on) are aligned by their *signature* — kind plus endpoint or tool name — with
 a longest-matching-subsequence alignment, so an extra tool call in one run shows as an insertion
 rather than shifting every later pair. Two aligned calls are *equivalent* when their match keys are
 equal; the first pair that is not (or the first unpaired call) is the first divergence. Sessions are
@@ -42,7 +42,10 @@ MAX_CALLS_SHOWN = 20
 
 
 def _calls(session: Session) -> list[dict[str, Any]]:
-    return [dict(e) for e in session.calls()]
+    # Telemetry (a trace upload, a price list) is no call of the run's: a replay never diverges on it.
+    return [
+        dict(e) for e in session.calls() if e["type"] != "model_call" or summary(e)["kind"] != "telemetry"
+    ]
 
 
 def signature(event: dict[str, Any]) -> str:
@@ -153,10 +156,10 @@ def _cell(event: dict[str, Any] | None) -> str:
 
 
 def totals(session: Session) -> dict[str, Any]:
-    """What a run amounts to: ``turns`` (model calls), ``tools`` (calls by name), ``tool_errors``,
+    """What a run amounts to: ``turns`` (model calls: no telemetry, MCP or plain HTTP), ``tools`` (calls by name), ``tool_errors``,
     ``tokens`` (``input``/``output``, summed over the model calls' usage), ``model_ms`` (the model
     calls' summed wall time, ms), ``final_answer`` (the last model text) and ``exit_code``."""
-    models = session.by_type("model_call")
+    models = [m for m in session.by_type("model_call") if summary(m)["kind"] == "model"]
     tools = session.by_type("tool_call")
     usages: list[Mapping[str, Any]] = [summary(m).get("usage") or {} for m in models]
     tokens_in = sum(u.get("input_tokens") or 0 for u in usages)

@@ -387,3 +387,51 @@ def test_runs_that_ended_differently_say_so_though_equivalent(tmp_path: Path) ->
         "equivalent under the match key: 1 call pairs up one to one, but they ended differently "
         "(A exit 0, B exit 1)" in flat(res.output)
     ), res.output
+
+
+def _exchange(url: str, body: Any, answer: Any) -> dict[str, Any]:
+    return {
+        "type": "model_call",
+        "request": {
+            "method": "POST",
+            "url": url,
+            "headers": [["content-type", "application/json"]],
+            "body_kind": "json",
+            "body": body,
+        },
+        "response": {"status": 200, "headers": [], "body_kind": "json", "body": answer, "ended": "complete"},
+    }
+
+
+def test_telemetry_is_neither_a_turn_nor_a_divergence(tmp_path: Path) -> None:
+    """A run that uploaded its traces (LangSmith, the Agents SDK, OTLP) against one that did not:
+    diff named the first trace upload as the first divergence, and counted every upload as a turn
+    (28 against 3). A replay never diverges on telemetry; diff leaves it out too."""
+    chat = "http://127.0.0.1:9/v1/chat/completions"
+    ask = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    answer = chat_completion_body("hello")
+    traces = _exchange("http://127.0.0.1:9/v1/traces", {"resourceSpans": []}, {})
+    sessions = []
+    for uploads in (2, 0):
+        writer = SessionWriter.create(tmp_path, make_header(argv=["agent"]))
+        writer.append(_exchange(chat, ask, answer))
+        for _ in range(uploads):
+            writer.append(traces)
+        writer.append({"type": "tool_call", "tool": "t", "args": {}, "result": 1})
+        writer.close()
+        sessions.append(Session.load(writer.path))
+    res = diff(*sessions)
+    assert res.exit_code == 0, res.output
+    assert "first divergence" not in res.output
+    data = json.loads(diff(*sessions, "--json").output)
+    assert data["equivalent"] is True and len(data["pairs"]) == 2
+    assert data["summary"]["a"]["turns"] == data["summary"]["b"]["turns"] == 1
+
+
+def chat_completion_body(text: str) -> dict[str, Any]:
+    return {
+        "id": "c1",
+        "object": "chat.completion",
+        "model": "m",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+    }
