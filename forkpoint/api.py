@@ -30,6 +30,7 @@ from .record import (
     check_live_export,
     make_header,
     open_workspace,
+    other_calls,
 )
 
 # The replayer, the stores and OpenTelemetry are imported where they are used: a process that
@@ -323,6 +324,7 @@ def replay(
         rt.finish(1 if failed else 0, [error_record(failed)] if failed is not None and not own else [])
         if child is not None:
             finish_pending(rt)
+            child.other_calls = other_calls(child.path)
             child.end(
                 1 if failed else 0,
                 reason=type(failed).__name__ if failed else None,

@@ -559,8 +559,10 @@ def replay_run(
         if child is not None:
             child.writer.append(dict(measured))
     if child is not None:
+        from .record import other_calls
         from .replay.whatif import end_divergence
 
+        child.other_calls = other_calls(child.path)
         child.end(
             code,
             uncaught=list(report.get("uncaught") or []) if report is not None else None,

@@ -584,6 +584,13 @@ def recording_warnings(path: Path) -> list[str]:
     return lacks.warnings() if lacks is not None else [skipped or ""]
 
 
+def other_calls(path: Path) -> dict[str, int]:
+    """The exchanges of session ``path`` that are no model's call, by kind (the ``end`` event's
+    ``other_calls``), read back: for a session whose calls no single recorder tallied (a what-if's)."""
+    tally, _ = read_back(path)
+    return dict(tally.other) if tally is not None else {}
+
+
 def read_back(path: Path) -> tuple[Lacks | None, str | None]:
     """The tally (:class:`Lacks`) of the recording in session directory ``path``, read back; or
     None and why the checks that need it were skipped (an encrypted session without an identity at

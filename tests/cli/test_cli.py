@@ -1237,6 +1237,17 @@ def test_the_summary_line_tells_model_calls_from_other_http_calls(tmp_path: Path
     header, row = listing.stdout.splitlines()[:2]
     at = header.index("model")
     assert row[at : header.index("tool")].strip() == "1", listing.stdout
+    # A what-if of it is a session of its own, written by no single recorder: counted alike.
+    whatif = run(
+        [*FORKPOINT, "replay", "last", "--store", str(tmp_path / "s"), "--override", 'model#1.text="x"'],
+        tmp_path,
+        env,
+    )
+    assert whatif.returncode == 0, whatif.stderr
+    listing = run([*FORKPOINT, "ls", "--store", str(tmp_path / "s")], tmp_path, env)
+    header, *rows = listing.stdout.splitlines()
+    column = slice(header.index("model"), header.index("tool"))
+    assert [r[column].strip() for r in rows] == ["1", "1"], listing.stdout
 
 
 KEYS_SCRIPT = """
