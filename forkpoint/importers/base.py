@@ -60,8 +60,11 @@ def load_document(path: Path, raw: bytes, expected: str) -> Any:
         raw = gunzip(path, raw)
     try:
         return orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        pass
+    except orjson.JSONDecodeError as exc:
+        if "depth limit" in str(exc):  # (JSON it is: YAML, tried next, would recurse until it crashed)
+            raise ImportFormatError(
+                f"{path}: JSON nested too deep to import ({exc}); expected {expected}"
+            ) from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -183,6 +186,8 @@ def load_yaml(path: Path, text: str, expected: str) -> Any:
         Loader.add_constructor(tag, as_str)
     try:
         return yaml.load(text, Loader=Loader)  # noqa: S506 - a SafeLoader subclass
+    except RecursionError:
+        raise ImportFormatError(f"{path}: YAML nested too deep to import; expected {expected}") from None
     except yaml.YAMLError as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise ImportFormatError(f"{path}: neither JSON nor YAML ({first}); expected {expected}") from None

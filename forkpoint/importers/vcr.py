@@ -165,17 +165,25 @@ def _request(rq: dict[str, Any], n: int, notes: list[str]) -> dict[str, Any]:
     }
 
 
-def _status(rs: dict[str, Any]) -> tuple[int, str]:
+def _status(rs: dict[str, Any], where: str) -> tuple[int, str]:
+    """(status code, reason) of a response: ``status: {code, message}`` (vcrpy), ``status: 200``, or
+    ``status_code``/``reason``. Raises :class:`ImportFormatError` naming ``where`` when there is
+    none or it is no HTTP status: a default would replay a recorded error as a success."""
     st = rs.get("status")
-    if isinstance(st, dict):
-        return int(st.get("code", 200)), str(st.get("message") or "")
-    if isinstance(st, int):
-        return st, ""
-    return int(rs.get("status_code", 200)), str(rs.get("reason") or "")
+    code, reason = (st.get("code"), st.get("message")) if isinstance(st, dict) else (st, None)
+    if code is None:
+        code, reason = rs.get("status_code"), rs.get("reason")
+    if isinstance(code, str) and code.strip().isdigit():
+        code = int(code)
+    if isinstance(code, bool) or not isinstance(code, int) or not 100 <= code <= 999:
+        raise ImportFormatError(
+            f"{where}: the response has no HTTP status (status: {{code: 200}}), got {code!r}"
+        )
+    return code, str(reason or "")
 
 
-def _response(rs: dict[str, Any]) -> dict[str, Any]:
-    status, reason = _status(rs)
+def _response(rs: dict[str, Any], where: str) -> dict[str, Any]:
+    status, reason = _status(rs, where)
     pairs = [(k, v) for k, v in _pairs(rs.get("headers")) if k.lower() not in DROP_RESPONSE_HEADERS]
     ctype = _header(pairs, "content-type")
     out: dict[str, Any] = {"status": status, "reason": reason, "http_version": "HTTP/1.1"}
@@ -238,11 +246,13 @@ def convert(path: Path, doc: Any) -> Imported:
         if not isinstance(rq, dict) or not isinstance(rs, dict):
             raise ImportFormatError(f"{path}: interaction {n} has no request/response mapping")
         dialects.add("parsed_body" if "parsed_body" in rq or "parsed_body" in rs else "stock")
+        if not isinstance(rq.get("uri"), str) or not rq["uri"]:
+            raise ImportFormatError(f"{path}: interaction {n}: the request has no uri")
         event: dict[str, Any] = {
             "type": "model_call",
             "duration_ms": None,
             "request": _request(rq, n, notes),
-            "response": _response(rs),
+            "response": _response(rs, f"{path}: interaction {n}"),
         }
         ts = _date(_pairs(rs.get("headers")))
         if ts:

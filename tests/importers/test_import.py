@@ -470,3 +470,46 @@ def _b64(data: bytes) -> str:
 def _store_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
     monkeypatch.setenv("FORKPOINT_STORE", str(tmp_path / "default-store"))
     yield
+
+
+def _cassette(response: dict[str, Any], uri: str | None = "http://127.0.0.1:9/v1/chat/completions") -> bytes:
+    request: dict[str, Any] = {"method": "POST", "body": '{"model": "m"}', "headers": {}}
+    if uri is not None:
+        request["uri"] = uri
+    return json.dumps({"version": 1, "interactions": [{"request": request, "response": response}]}).encode()
+
+
+_BODY = {"headers": {"content-type": ["application/json"]}, "body": {"string": "{}"}}
+
+
+@pytest.mark.parametrize(
+    ("cassette", "detail"),
+    [
+        (_cassette(_BODY), r"interaction 1: the response has no HTTP status .*got None"),
+        (
+            _cassette({**_BODY, "status": {"code": "abc"}}),
+            r"interaction 1: the response has no HTTP status .*'abc'",
+        ),
+        (_cassette({**_BODY, "status": {"code": 200}}, uri=None), r"interaction 1: the request has no uri"),
+        (b'{"interactions": ' + b"[" * 3000 + b"]" * 3000 + b"}", r"JSON nested too deep to import"),
+        (b"interactions: " + b"[" * 3000 + b"]" * 3000 + b"\n", r"YAML nested too deep to import"),
+    ],
+)
+def test_a_cassette_without_a_status_or_a_uri_or_nested_too_deep_is_refused_naming_where(
+    tmp_path: Path, cassette: bytes, detail: str
+) -> None:
+    """A response without a status was imported as a 200 (a recorded 503 replayed as a success), a
+    request without a uri as url "", a status "abc" raised a bare ValueError, and JSON nested 3,000
+    deep a RecursionError traceback."""
+    path = tmp_path / "cassette.json"
+    path.write_bytes(cassette)
+    with pytest.raises(ImportFormatError, match=detail):
+        import_file(path, store=tmp_path / "store")
+    assert not (tmp_path / "store").exists()
+
+
+def test_a_status_written_as_a_string_is_the_status_it_says(tmp_path: Path) -> None:
+    path = tmp_path / "cassette.json"
+    path.write_bytes(_cassette({**_BODY, "status": {"code": "503", "message": "Service Unavailable"}}))
+    (event,) = Session.load(import_file(path, store=tmp_path / "store")).by_type("model_call")
+    assert (event["response"]["status"], event["response"]["reason"]) == (503, "Service Unavailable")
