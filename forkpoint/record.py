@@ -458,6 +458,8 @@ class Lacks:
         self.framework: set[str] = set()
         #: Recorded exchanges that are no model call, by kind: ``telemetry``, ``mcp`` (over HTTP), ``http``.
         self.other: dict[str, int] = {}
+        #: Tool calls whose result or error held a secret, stored as its placeholder: ``(seq, tool)``.
+        self.scrubbed: list[tuple[int | None, str]] = []
 
     def answered(self, found: Mapping[str, Any], seq: int | None) -> None:
         """A model call was recorded (as ``seq``); ``found`` is its summary (the tools its response
@@ -479,6 +481,10 @@ class Lacks:
         self.tools.add(str(event.get("tool")))
         if "unrecorded" in event:
             self.lost.append((seq, str(event["tool"]), str(event["unrecorded"]["type"])))
+        from .redact import holds_placeholder  # (loaded by then: the log's writer scrubs with it)
+
+        if holds_placeholder((event.get("result"), event.get("error"))):
+            self.scrubbed.append((seq, str(event.get("tool"))))
 
     @classmethod
     def of(cls, events: Iterable[Mapping[str, Any]]) -> Lacks:
@@ -502,6 +508,7 @@ class Lacks:
             "wrapped": sorted(self._wrapped()),
             "framework": sorted(self.framework | (self.asked_for.keys() & runtime.framework_tools)),
             "other": self.other,
+            "scrubbed": self.scrubbed,
         }
 
     def _wrapped(self) -> set[str]:
@@ -527,6 +534,7 @@ class Lacks:
                 out.framework.update(str(n) for n in t.get("framework") or ())
                 for kind, k in (t.get("other") or {}).items():
                     out.other[str(kind)] = out.other.get(str(kind), 0) + int(k)
+                out.scrubbed.extend((seq, str(tool)) for seq, tool in t.get("scrubbed") or ())
         except (KeyError, TypeError, ValueError, AttributeError):
             return None
         if None in out.seqs or len(out.seqs) != calls or len(set(out.seqs)) != calls:
@@ -569,6 +577,13 @@ class Lacks:
             out.append(
                 f"{plural(len(self.lost), 'tool call')} could not be recorded: the result had no stored form "
                 f"(first: seq {seq}, tool {tool}: {kind}); a replay stops at the first of them."
+            )
+        if self.scrubbed:
+            seq, tool = min(self.scrubbed, key=lambda s: (s[0] is None, s[0] or 0))
+            out.append(
+                f"{plural(len(self.scrubbed), 'tool result')} held secrets (a password, a key), stored as "
+                f"placeholders: a replay hands the program the placeholders (first: seq {seq}, tool {tool}; "
+                "docs/security.md)."
             )
         return out
 

@@ -467,6 +467,25 @@ _MULTIPART_FIELD = re.compile(
 )
 
 
+def holds_placeholder(value: Any) -> bool:
+    """True when JSON-like ``value`` (strings, bytes, lists, dicts) holds a placeholder this scrubber
+    wrote: a recorded answer that, served back, hands the program the placeholder of a secret."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            if "[REDACTED:" in v and _PLACEHOLDER_RE.search(v):
+                return True
+        elif isinstance(v, bytes | bytearray):
+            if b"[REDACTED:" in v:
+                return True
+        elif isinstance(v, dict):
+            stack.extend(v.values())
+        elif isinstance(v, list | tuple):
+            stack.extend(v)
+    return False
+
+
 def _is_placeholder(value: str) -> bool:
     if _PLACEHOLDER_RE.fullmatch(value):
         return True

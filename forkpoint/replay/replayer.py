@@ -72,7 +72,7 @@ from ..match import (
 from ..override import Override
 from ..patterns import compiled_later
 from ..providers import api_key_vars, call_kind, classify, kinds, summary
-from ..redact import scrub_json
+from ..redact import holds_placeholder, scrub_json
 from ..runtime import POLICIES, SOURCES
 from .ledger import Ledger
 from .report import conclude, divergence
@@ -189,9 +189,14 @@ def _alike(queues: Iterable[Sequence[Served]]) -> dict[int, int]:
     return out
 
 
+def _answered(event: Mapping[str, Any]) -> dict[str, Any]:
+    """What a recorded call handed the program: a tool's result or error, a response, a value read."""
+    return {k: event.get(k) for k in ("result", "error", "unrecorded", "response", "value")}
+
+
 def _answer(event: Mapping[str, Any]) -> bytes:
     """What a recorded call answered, as bytes to compare."""
-    answer = {k: event.get(k) for k in ("result", "error", "unrecorded", "response", "value")}
+    answer = _answered(event)
     try:
         return canonical_json(answer)
     except TypeError:  # (bytes of a binary body, a huge integer)
@@ -371,6 +376,8 @@ class Replayer:
         #: [group, seq, pid, raced (:meth:`_raced`), when served, when the process started] for each
         #: such call served.
         self.alike_served: list[list[Any]] = []
+        #: Served calls whose recorded answer holds a scrubbed secret's placeholder (the program got it).
+        self.placeholders_served: list[int] = []
         #: Group → the callers (thread, asyncio task or None) served one of its alike calls here.
         self._callers: dict[int, list[tuple[threading.Thread, Any]]] = {}
         self.used: list[int] = []
@@ -423,7 +430,7 @@ class Replayer:
         self.live_calls = dict.fromkeys(self.live_calls, 0)
         self.divergence = None
         self.drift, self.id_drift, self.out_of_order, self.uncaught = [], [], [], []
-        self.alike_served = []
+        self.alike_served, self.placeholders_served = [], []
         self.aside_served, self.aside_answered, self.network_blocked = [], [], []
         self.applied = dict.fromkeys(self.applied, False)
         self.report_each_call(report)
@@ -775,6 +782,8 @@ class Replayer:
 
     def _serve(self, event: Served) -> Served:
         self.used.append(event["seq"])
+        if event["seq"] not in self.overrides and holds_placeholder(_answered(event)):
+            self.placeholders_served.append(event["seq"])
         group = self._alike.get(event["seq"])
         if group is not None:
             served = [group, event["seq"], os.getpid(), self._raced(group), time.time(), self.started]
@@ -1047,6 +1056,7 @@ class Replayer:
                 },
                 "id_drift": self.id_drift,
                 "alike_served": list(self.alike_served),
+                "placeholders_served": sorted(set(self.placeholders_served)),
                 "strict": self.strict,
                 "out_of_order": list(self.out_of_order),
                 "exit_code": self.exit_code,

@@ -204,6 +204,13 @@ def summary_line(report: dict[str, Any]) -> str:
         )
     else:
         status = "ok"
+    if status == "ok" and report.get("placeholders_served"):
+        seqs = report["placeholders_served"]
+        status = (
+            f"ok, but {plural(len(seqs), 'recorded answer')} held secrets scrubbed when recorded, and the "
+            f"program was handed their placeholders, not the values it got live (seq "
+            f"{', '.join(map(str, seqs[:10]))}{' …' if len(seqs) > 10 else ''}; docs/security.md)"
+        )
     unused = report["unused"]
     tail = f"{plural(len(unused), 'recorded event')} left unused" + (
         f" (seq {', '.join(map(str, unused[:10]))}{' …' if len(unused) > 10 else ''})" if unused else ""
@@ -336,6 +343,7 @@ def merge_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
             },
             "id_drift": [d for r in reports for d in r.get("id_drift", [])],
             "alike_served": [a for r in reports for a in r.get("alike_served") or []],
+            "placeholders_served": sorted({s for r in reports for s in r.get("placeholders_served") or []}),
         }
     )
 

@@ -869,3 +869,37 @@ def test_a_replay_past_a_recording_that_was_killed_says_so(tmp_path: Path) -> No
         "the recording has no tool call left (1 was recorded); the recorded run ended there, killed by SIGKILL (exit 137)"
         in said
     ), said
+
+
+def test_answers_that_held_scrubbed_secrets_are_named_in_the_verdict(
+    store: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A tool that returned a password, or a key-shaped string, is recorded scrubbed (secrets never
+    reach disk), so a replay hands the program placeholders where it got the values live: the
+    verdict said a plain "replay ok". It says which answers were placeholders."""
+
+    @forkpoint.tool
+    def login(user: str) -> dict[str, str]:
+        return {"user": user, "db_password": "hunter2"}
+
+    @forkpoint.tool
+    def weather(city: str) -> str:
+        return f"sunny in {city}"
+
+    with forkpoint.record(store=store) as rec:
+        live = [login("bob"), weather("Paris")]
+    said = " ".join(capsys.readouterr().err.split())
+    assert "WARNING: 1 tool result held secrets (a password, a key), stored as placeholders" in said
+    assert "(first: seq 1, tool login;" in said
+    with forkpoint.replay(rec.session_path) as rp:
+        served = [login("bob"), weather("Paris")]
+    assert served[1] == live[1] and served[0]["db_password"].startswith("[REDACTED:")
+    report = rp.report()
+    assert report["reproduced"] is True and report["placeholders_served"] == [1]
+    assert summary_line(report).startswith(
+        "replay ok, but 1 recorded answer held secrets scrubbed when recorded, and the program was handed "
+        "their placeholders, not the values it got live (seq 1; docs/security.md): 2/2 events matched"
+    ), summary_line(report)
+    with forkpoint.replay(rec.session_path, overrides=['tool:login.result={"user": "bob"}']) as rp:
+        login("bob")
+    assert rp.report()["placeholders_served"] == []  # (the override's value is what it was handed)
