@@ -203,7 +203,10 @@ class Recorder:
         self.root_span: str = writer.header.get("span_id") or new_span_id()
         self.pending: set[Any] = set()
         self.counts = {"model_call": 0, "tool_call": 0, "checkpoint": 0}
-        self._lock = threading.Lock()
+        # Re-entrant, and writes of one thread are never nested (see _write): the garbage collector
+        # may run a finalizer that ends a call (an unclosed HTTP response) inside any allocation.
+        self._lock = threading.RLock()
+        self._local = threading.local()
         self._checkpoint_lock = threading.Lock()
         self._turn_tools_expected = 0  # tool calls the last model response asked for
         self._checkpoint_failure_said = False
@@ -335,15 +338,28 @@ class Recorder:
         None once recording has stopped."""
         if self.failure is not None:
             return None
-        with self._lock:
-            if event["type"] in self.counts:
-                self.counts[event["type"]] += 1
-        with self._guarded():
-            written = self.writer.write(keyed(event, self.ignore, self.keys) if key else event)
+        local = self._local
+        if getattr(local, "writing", False):
+            # A call ended inside this thread's own write (a finalizer the garbage collector ran
+            # there): written right after it, never into it, nor waiting on the lock it holds.
+            local.deferred.append((event, key))
+            return None
+        local.writing, local.deferred = True, []
+        try:
             with self._lock:
-                self.appended += 1
-            return written
-        return None
+                if event["type"] in self.counts:
+                    self.counts[event["type"]] += 1
+            written = None
+            with self._guarded():
+                written = self.writer.write(keyed(event, self.ignore, self.keys) if key else event)
+                with self._lock:
+                    self.appended += 1
+        finally:
+            local.writing = False
+        pending, local.deferred = local.deferred, []
+        for deferred, keyed_too in pending:
+            self._write(deferred, key=keyed_too)
+        return written
 
     def tally(self) -> tuple[Lacks | None, str | None]:
         """What the recording lacks (:class:`Lacks`): this recorder's tally when it wrote every event

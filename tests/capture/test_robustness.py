@@ -1298,3 +1298,42 @@ def test_a_stream_the_caller_cut_off_with_its_own_timeout_is_cut_off_there_again
         assert rp.report()["divergence"] is None and rp.report()["reproduced"], rp.report()
     finally:
         srv.stop()
+
+
+INSIDE_A_WRITE = """
+import sys, threading
+import forkpoint
+from forkpoint import redact
+from forkpoint.log import Session
+
+scrubber = redact.current()
+real = scrubber.event
+inner = []
+with forkpoint.record(store=sys.argv[1]) as rec:
+    def event(stored):
+        if not inner:
+            inner.append(rec.note("ended inside the write"))  # (as a finalizer would, there)
+        return real(stored)
+
+    scrubber.event = event
+    done = threading.Event()
+    threading.Thread(target=lambda: (rec.note("outer"), done.set()), daemon=True).start()
+    if not done.wait(10):
+        print("the write waited forever on its own thread's lock", flush=True)
+        import os; os._exit(1)
+    scrubber.event = real
+print(inner, [e["text"] for e in Session.load(rec.session_path).by_type("note")])
+"""
+
+
+def test_a_call_that_ends_inside_a_write_of_its_own_thread_is_written_after_it(store: Path) -> None:
+    """A boto3 program whose stream ended with an exception event hung forever under ``forkpoint
+    record``: a write of the session allocated, the garbage collector finalized an unclosed urllib3
+    response there, and its end was written from inside that write, waiting on the lock its own
+    thread held. Here the finalizer is a note written from inside the write; it comes right after
+    (in a process of its own: the deadlock it guards against would leave this one hung)."""
+    run = subprocess.run(
+        [sys.executable, "-c", INSIDE_A_WRITE, str(store)], capture_output=True, text=True, timeout=60
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.stdout.splitlines()[-1] == "[None] ['outer', 'ended inside the write']", run.stdout
