@@ -474,6 +474,8 @@ class Lacks:
         self.framework: set[str] = set()
         #: Recorded exchanges that are no model call, by kind: ``telemetry``, ``mcp`` (over HTTP), ``http``.
         self.other: dict[str, int] = {}
+        #: Function names of tools recorded under another name (:func:`runtime.tool_aliases`).
+        self.aliases: dict[str, str] = {}
         #: Tool calls whose result or error held a secret, stored as its placeholder: ``(seq, tool)``.
         self.scrubbed: list[tuple[int | None, str]] = []
 
@@ -525,7 +527,11 @@ class Lacks:
             "framework": sorted(self.framework | (self.asked_for.keys() & runtime.framework_tools)),
             "other": self.other,
             "scrubbed": self.scrubbed,
+            "aliases": self._aliases(),
         }
+
+    def _aliases(self) -> dict[str, str]:
+        return {**self.aliases, **runtime.tool_aliases()}
 
     def _wrapped(self) -> set[str]:
         return self.wrapped | (self.asked_for.keys() & runtime.wrapped_tools())
@@ -551,6 +557,7 @@ class Lacks:
                 for kind, k in (t.get("other") or {}).items():
                     out.other[str(kind)] = out.other.get(str(kind), 0) + int(k)
                 out.scrubbed.extend((seq, str(tool)) for seq, tool in t.get("scrubbed") or ())
+                out.aliases.update({str(k): str(v) for k, v in (t.get("aliases") or {}).items()})
         except (KeyError, TypeError, ValueError, AttributeError):
             return None
         if None in out.seqs or len(out.seqs) != calls or len(set(out.seqs)) != calls:
@@ -563,10 +570,12 @@ class Lacks:
         asked for them; a framework's own (an output tool, a handoff) are not among them."""
         names = sorted(self.asked_for, key=lambda n: self.first.get(n, -1))  # stable: as tallied
         handled = self.framework | runtime.framework_tools  # (the framework's own: nothing to record)
+        aliases = self._aliases()
         return {
             n: self.asked_for[n]
             for n in names
-            if n not in handled and not any(tool_matches(r, n) for r in self.tools)
+            if n not in handled
+            and not any(tool_matches(r, n) or tool_matches(r, aliases.get(n, n)) for r in self.tools)
         }
 
     def warnings(self) -> list[str]:

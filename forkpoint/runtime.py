@@ -146,6 +146,18 @@ def wrapped_tools() -> set[str]:
     return {str(getattr(w, "__forkpoint_tool__", "")) for w in list(tool_wrappers)}
 
 
+def tool_aliases() -> dict[str, str]:
+    """The function's name → the tool's, for the tool wrappers of this process named otherwise
+    (``@forkpoint.tool(name="flip_coin")`` on ``def flip``): a framework that names a tool after its
+    function (pydantic-ai) has the model ask for ``flip``, which is recorded as ``flip_coin``."""
+    out = {}
+    for w in list(tool_wrappers):
+        fn, name = getattr(w, "__name__", None), getattr(w, "__forkpoint_tool__", None)
+        if isinstance(fn, str) and isinstance(name, str) and fn != name:
+            out[fn] = name
+    return out
+
+
 _sent_lock = threading.Lock()
 _sent_counters: weakref.WeakKeyDictionary[Any, Iterator[int]] = weakref.WeakKeyDictionary()
 

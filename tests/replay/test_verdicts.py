@@ -903,3 +903,26 @@ def test_answers_that_held_scrubbed_secrets_are_named_in_the_verdict(
     with forkpoint.replay(rec.session_path, overrides=['tool:login.result={"user": "bob"}']) as rp:
         login("bob")
     assert rp.report()["placeholders_served"] == []  # (the override's value is what it was handed)
+
+
+def test_a_tool_recorded_under_its_own_name_is_not_one_the_model_asked_for_in_vain(
+    make_server: Any, store: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``@forkpoint.tool(name="flip_coin")`` on ``def flip``, under a framework that names the tool
+    after its function (pydantic-ai): the model asks for ``flip``, the call is recorded (and
+    replayed) as ``flip_coin``, and the recording warned that ``flip`` was never recorded, telling
+    the user to add the decorator the function had."""
+    srv: LocalServer = make_server(chat_script=[[("flip", {})], "heads it is"])
+
+    @forkpoint.tool(name="flip_coin")
+    def flip() -> str:
+        return "heads"
+
+    with forkpoint.record(store=store) as rec:
+        assert chat_agent(srv.openai_base_url, lambda name, arguments: flip()) == "heads it is"
+    said = " ".join(capsys.readouterr().err.split())
+    assert "never recorded" not in said and "never called" not in said, said
+    assert rec.lacks.unrecorded_tools() == {}
+    from forkpoint.record import recording_warnings
+
+    assert recording_warnings(rec.session_path) == []  # (read back, as `forkpoint record` may)
