@@ -141,6 +141,28 @@ def in_send_order(events: Iterable[_E]) -> list[_E]:
 _E = TypeVar("_E", bound=Mapping[str, Any])
 
 
+def relocated(value: Any, here: str, recorded: str) -> Any:
+    """``value`` (JSON-like) with the directory ``here`` written as ``recorded`` in its strings,
+    where it is a whole path (followed by ``/``, a quote, a space, punctuation or the end): what a run in another
+    checkout sends that names its directory (``"You work in /ci/build"``, a tool's absolute path
+    argument) is matched as what the recorded run sent from its own. The parts that change are
+    copied; the rest is shared."""
+    pattern = re.compile(re.escape(here) + r"(?=$|[/\\\s\"'`),;:!?\]}>]|\.(?:\s|$))")
+
+    def walk(v: Any) -> Any:
+        if isinstance(v, str):
+            return pattern.sub(recorded.replace("\\", "\\\\"), v) if here in v else v
+        if isinstance(v, dict):
+            out = {k: walk(x) for k, x in v.items()}
+            return v if all(out[k] is v[k] for k in v) else out
+        if isinstance(v, Sequence) and not isinstance(v, str | bytes | bytearray):  # (a DeltaList too)
+            items = [walk(x) for x in v]
+            return v if all(a is b for a, b in zip(items, v, strict=True)) else items
+        return v
+
+    return walk(value)
+
+
 def tool_key(name: str, args: Any, ignore: Ignore | None = None) -> str:
     """Match key (64 hex) of a tool call: its name and its (scrubbed, JSON) arguments, less what the
     ``ignore`` rules about this tool take out (default: the configuration's, :func:`configured`)."""

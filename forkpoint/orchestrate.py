@@ -441,7 +441,7 @@ def replay_run(
     here = (cwd or Path.cwd()).resolve()
     if not cmd:
         if map_cwd:
-            command = map_command(command, session.header.get("cwd"), here)
+            command = map_command(command, session.header.get("cwd"), here, absolute=True)
         command = _runnable(command)
     check_config(cwd)
     if check:
@@ -739,10 +739,14 @@ def _expected_to_differ(report: dict[str, Any]) -> bool:
     return what_if and not report.get("unserved") and not report.get("network_blocked")
 
 
-def map_command(argv: list[str], recorded_cwd: str | None, here: Path) -> list[str]:
+def map_command(
+    argv: list[str], recorded_cwd: str | None, here: Path, *, absolute: bool = False
+) -> list[str]:
     """``argv`` as it runs in ``here`` when it was recorded in ``recorded_cwd``: each argument that
     is an absolute path under ``recorded_cwd`` (or ``--option=PATH`` with such a path) becomes
-    relative to it, so it names the same file of this checkout. Other arguments are kept."""
+    relative to it, so it names the same file of this checkout (``absolute``: the same path under
+    ``here``, which a replay matches as the recorded one where the program sends it on:
+    :func:`~forkpoint.match.relocated`). Other arguments are kept."""
     if not recorded_cwd:
         return list(argv)
     base = Path(recorded_cwd)
@@ -753,9 +757,11 @@ def map_command(argv: list[str], recorded_cwd: str | None, here: Path) -> list[s
         if not arg.startswith("/"):
             return arg
         p = Path(arg)
-        if p == base:
-            return "."
-        return str(p.relative_to(base)) if p.is_relative_to(base) else arg
+        if not p.is_relative_to(base):
+            return arg
+        if absolute:
+            return str(here / p.relative_to(base)) if p != base else str(here)
+        return str(p.relative_to(base)) if p != base else "."
 
     out = []
     for arg in argv:

@@ -64,6 +64,7 @@ from ..match import (
     model_key,
     normalize_request,
     normalized,
+    relocated,
     stored_key,
     suggest_ignore,
     tool_key,
@@ -454,10 +455,26 @@ class Replayer:
         """True when the next call of ``kind`` is made live (see :class:`forkpoint.runtime.Serving`)."""
         return self.gone_live or self.sources[kind] == "live"
 
+    def _relocated(self, value: Any) -> Any:
+        """``value`` as the recorded run would have sent it, when this run's directory is another
+        than the recording's (another checkout, a test's): this one's path in it is the recorded one
+        (:func:`~forkpoint.match.relocated`). Neither folder inside the other: else as it is."""
+        recorded = self._session.header.get("cwd")
+        try:
+            here = os.getcwd()
+        except OSError:  # (the folder it ran in was removed)
+            return value
+        if not isinstance(recorded, str) or here == recorded or len(here) < 2 or len(recorded) < 2:
+            return value
+        if (here + os.sep).startswith(recorded + os.sep) or (recorded + os.sep).startswith(here + os.sep):
+            return value
+        return relocated(value, here, recorded)
+
     def take_model_call(self, request: HttpRequest) -> tuple[ModelCallEvent, int] | None:
         """The event answering ``request`` and this call's position among the run's model calls, or
         None to make the call live. Raises :class:`~forkpoint.errors.Divergence`."""
-        norm = normalize_request(request["method"], request["url"], request["headers"], request["body"])
+        body = self._relocated(request["body"])
+        norm = normalize_request(request["method"], request["url"], request["headers"], body)
         key = model_key(norm, self.ignore)
         where = f"{norm['method']} {norm['path']}"
         kind = classify(request["method"], request["url"], request["body"], request["headers"])
@@ -552,6 +569,7 @@ class Replayer:
                     alt.append(self._keys[e["seq"]])
             return alt
 
+        args = self._relocated(args)
         norm = {"tool": name, "args": args}
         alternatives = without_defaults if defaulted & set(args) else None
         key = tool_key(name, args, self.ignore)

@@ -926,3 +926,40 @@ def test_a_tool_recorded_under_its_own_name_is_not_one_the_model_asked_for_in_va
     from forkpoint.record import recording_warnings
 
     assert recording_warnings(rec.session_path) == []  # (read back, as `forkpoint record` may)
+
+
+def test_a_replay_in_another_checkout_matches_its_directory_as_the_recorded_one(
+    server: LocalServer, store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A coding agent names its directory in its prompt and passes absolute paths to its tools: a
+    test made by make-test, run in any other checkout (CI's), diverged at the first call
+    (``You work in /src/inc → You work in /ci/build``). This run's directory in what it sends is
+    matched as the recorded run's; another path, or a prompt that differs otherwise, still diverges."""
+    server.chat_script = ["done", "done"]
+
+    @forkpoint.tool
+    def read_file(path: str) -> str:
+        return "print('hi')"
+
+    def agent(prompt: str = "fix it") -> str:
+        here = os.getcwd()
+        read_file(os.path.join(here, "src", "app.py"))
+        client = openai.OpenAI(base_url=server.openai_base_url, api_key="sk-test", max_retries=0)
+        messages = [
+            {"role": "system", "content": f"You work in {here}."},
+            {"role": "user", "content": prompt},
+        ]
+        return str(client.chat.completions.create(model="m", messages=messages).choices[0].message.content)
+
+    recorded, checkout = tmp_path / "incident", tmp_path / "ci" / "build"
+    recorded.mkdir()
+    checkout.mkdir(parents=True)
+    monkeypatch.chdir(recorded)
+    with forkpoint.record(store=store) as rec:
+        assert agent() == "done"
+    monkeypatch.chdir(checkout)
+    with forkpoint.replay(rec.session_path) as rp:
+        assert agent() == "done"
+    assert rp.report()["reproduced"] is True, rp.report()
+    with pytest.raises(forkpoint.errors.Divergence), forkpoint.replay(rec.session_path):
+        agent("fix it now")

@@ -107,6 +107,15 @@ def test_map_command_maps_the_recorded_directory_here(tmp_path: Path) -> None:
     ]
     assert map_command(argv, None, here) == argv
     assert map_command(argv, str(here), here) == argv
+    # (as `check` runs it: paths under this checkout, which the replay matches as the recorded ones)
+    assert map_command(argv, "/srv/app", here, absolute=True) == [
+        "python",
+        f"{here}/agent.py",
+        f"--out={here}/out/x.json",
+        "/srv/other/f",
+        str(here),
+        "-v",
+    ]
 
 
 # ----------------------------------------------------------------------------- executors
@@ -314,6 +323,40 @@ def test_check_a_library_recorded_elsewhere_against_this_checkout(tmp_path: Path
     ok = forkpoint_cli("check", "--store", str(store), "--tag", "team=b", cwd=prod, env=env)
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert "1 session checked" in ok.stdout and ": 1 reproduced" in ok.stdout
+
+
+CODER = """import os
+import sys
+
+import openai
+
+client = openai.OpenAI(base_url=os.environ["AGENT_BASE_URL"], api_key="sk-test", max_retries=0)
+prompt = f"You work in {os.getcwd()}. Fix {sys.argv[1]}: " + open(sys.argv[1]).read()
+print(client.chat.completions.create(model="m", messages=[{"role": "user", "content": prompt}]).choices[0].message.content)
+"""
+
+
+@pytest.mark.slow
+def test_check_in_another_checkout_matches_its_paths_as_the_recorded_ones(tmp_path: Path) -> None:
+    """A coding agent names its directory and the file it was given (an absolute path) in its
+    prompt: ``check`` from any other checkout diverged at once (the recorded directory was mapped in
+    the command line, never in what was matched). Both are matched as the recorded ones now."""
+    prod, here = tmp_path / "prod", tmp_path / "ci" / "checkout"
+    for d in (prod, here):
+        d.mkdir(parents=True)
+        (d / "coder.py").write_text(CODER)
+        (d / "bug.py").write_text("x = 1 +\n")
+    store = tmp_path / "store"
+    with LocalServer() as srv:
+        env = cli_env(AGENT_BASE_URL=srv.openai_base_url)
+        rec = forkpoint_cli(
+            "record", "--store", str(store), "--no-workspace", "--", "python", "coder.py", str(prod / "bug.py"),
+            cwd=prod, env=env,
+        )  # fmt: skip
+        assert rec.returncode == 0, rec.stderr
+    out = forkpoint_cli("check", "--store", str(store), cwd=here, env=env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert ": 1 reproduced" in out.stdout, out.stdout
 
 
 @pytest.mark.slow
