@@ -47,6 +47,7 @@ from __future__ import annotations
 import base64
 import builtins
 import collections
+import contextvars
 import dataclasses
 import datetime as dt
 import decimal
@@ -379,14 +380,27 @@ def plain_json(stored: Any) -> bytes | None:
     return text if f'"{MARK}"'.encode() not in text else None
 
 
-def decode(stored: Any) -> Any:
+def decode(stored: Any, *, validate: bool = False) -> Any:
     """The value :func:`encode` stored, rebuilt (see the module docstring): a new value each time.
-    Plain JSON data comes back as it is. Raises :class:`~forkpoint.errors.UnrebuildableValue` for
-    a class this process has not imported, or one that is not what the node says it is."""
+    Plain JSON data comes back as it is. ``validate``: the value was not recorded but written by
+    hand (a what-if override), so a pydantic model is validated (its fields converted to their
+    types) rather than rebuilt as it was. Raises :class:`~forkpoint.errors.UnrebuildableValue` for
+    a class this process has not imported, one that is not what the node says it is, or (with
+    ``validate``) a model the value does not validate as."""
     # Typed nodes are rare: look for one in the value's JSON first (a 20 MB tool result is then
     # copied in C in tens of milliseconds, not walked in Python in a second).
     text = plain_json(stored)
-    return orjson.loads(text) if text is not None else _decode(stored)
+    if text is not None:
+        return orjson.loads(text)
+    token = _VALIDATE.set(validate)
+    try:
+        return _decode(stored)
+    finally:
+        _VALIDATE.reset(token)
+
+
+#: Whether the value being decoded was written by hand (:func:`decode`'s ``validate``).
+_VALIDATE: contextvars.ContextVar[bool] = contextvars.ContextVar("forkpoint_values_validate", default=False)
 
 
 def _decode(stored: Any) -> Any:
@@ -469,7 +483,17 @@ def _pydantic(node: dict[str, Any]) -> Any:
     cls = find_class(node[MARK])
     if pydantic is None or not issubclass(cls, pydantic.BaseModel):
         raise UnrebuildableValue(f"the recorded pydantic model names {node[MARK]}, which is not one")
-    fields = decode(node["value"])
+    fields = _decode(node["value"])
+    if _VALIDATE.get():
+        try:
+            return cls.model_validate({**fields, **(_decode(node["extra"]) if node.get("extra") else {})})  # type: ignore[attr-defined]
+        except pydantic.ValidationError as exc:
+            first = exc.errors()[0] if exc.errors() else {}
+            where = ".".join(str(p) for p in first.get("loc") or ())
+            raise UnrebuildableValue(
+                f"the value given for {node[MARK]} does not validate as one: {where or 'the model'}: "
+                f"{first.get('msg') or exc}"
+            ) from None
     fields_set = set(node["fields_set"] if isinstance(node.get("fields_set"), list) else fields)
     obj = cls.model_construct(_fields_set=fields_set, **fields)  # type: ignore[attr-defined]
     if node.get("extra"):

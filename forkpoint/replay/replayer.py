@@ -872,7 +872,7 @@ class Replayer:
                         self._handed[event["seq"]] = (event, text)
                         return stored
                 return orjson.loads(text)
-        return values.decode(stored)
+        return values.decode(stored, validate=event["seq"] in self.overrides)
 
     @property
     def session(self) -> Session:

@@ -15,6 +15,7 @@ so the 3rd model call's request carries the run_tests result as ``messages[5].co
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import shutil
 import sys
@@ -25,6 +26,7 @@ from typing import Any
 
 import anthropic
 import openai
+import pydantic
 import pytest
 from click.testing import CliRunner
 
@@ -825,3 +827,32 @@ def test_an_override_of_an_mcp_tools_result_must_be_a_call_tool_result() -> None
         resolve([parse('tool:now.result={"content": [{"type": "text", "text": "frozen"}]}')], events)
     whole = '{"content": [{"type": "text", "text": "frozen"}], "structuredContent": {"result": "frozen"}}'
     assert list(resolve([parse(f"tool:now.result={whole}")], events)) == [3]
+
+
+class Stock(pydantic.BaseModel):
+    symbol: str
+    price: float
+    at: dt.datetime
+
+
+def test_an_overridden_pydantic_result_is_validated_as_its_model(tmp_path: Path) -> None:
+    """An override's pydantic value was rebuilt without validation, as a recorded one is: the agent
+    got ``price='12.5'`` (and doubled it into ``'12.512.5'``), a string for a datetime, or a model
+    missing a required field. It is validated: converted to the field types, or refused, loudly."""
+
+    @forkpoint.tool
+    def get_stock(symbol: str) -> Stock:
+        return Stock(symbol=symbol, price=10.0, at=dt.datetime(2026, 1, 1))
+
+    with forkpoint.record(store=tmp_path / "s") as rec:
+        get_stock("ACME")
+    ref = f"{Stock.__module__}:{Stock.__qualname__}"
+    given = {"symbol": "X", "price": "12.5", "at": "2026-01-02T00:00:00Z"}
+    value = json.dumps({"$type": ref, "kind": "pydantic", "value": given})
+    with forkpoint.replay(rec.session_path, overrides=[f"tool:get_stock.result={value}"]):
+        stock = get_stock("ACME")
+    assert stock.price * 2 == 25.0 and stock.at == dt.datetime(2026, 1, 2, tzinfo=dt.UTC)
+    short = json.dumps({"$type": ref, "kind": "pydantic", "value": {"symbol": "X"}})
+    with pytest.raises(Exception, match=r"does not validate as one: price: Field required"):
+        with forkpoint.replay(rec.session_path, overrides=[f"tool:get_stock.result={short}"]):
+            get_stock("ACME")
