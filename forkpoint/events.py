@@ -350,6 +350,9 @@ class Header(TypedDict, total=False):
     parent: dict[str, Any] | None
     span_id: str
     platform: str
+    #: The recording's time zone (``$TZ`` or the system's: ``America/New_York``), when known: a
+    #: replay runs the program in it.
+    timezone: str
     tools: list[str]
     #: The agent's own clock and randomness recorded: True, or the modules that count as the agent's.
     deterministic: bool | list[str]

@@ -507,6 +507,9 @@ def replay_run(
     sandbox = "none (live calls)" if live else ("python guard" if refused else "network namespace")
     with tempfile.TemporaryDirectory(prefix="forkpoint-replay-") as tmp:
         env = child_env("replay", session.path, tools=all_tools, report=Path(tmp), replay_options=options)
+        zone = session.header.get("timezone")
+        if isinstance(zone, str) and zone:  # (its local time is the recording's: the clock it reads too)
+            env["TZ"] = zone
         if sandbox == "network namespace":
             env[netns.HOST_NETNS_VAR] = netns.current() or ""
         run, namespace = (

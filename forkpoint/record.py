@@ -130,6 +130,9 @@ def make_header(
         "span_id": new_span_id(),
         "platform": sys.platform,
     }
+    zone = local_zone()
+    if zone:
+        header["timezone"] = zone
     if tools:
         header["tools"] = list(tools)
     if deterministic:
@@ -622,6 +625,24 @@ def recording_warnings(path: Path) -> list[str]:
     :meth:`Lacks.merged`.)"""
     lacks, skipped = read_back(path)
     return lacks.warnings() if lacks is not None else [skipped or ""]
+
+
+def local_zone() -> str | None:
+    """This process's time zone as ``TZ`` names it (``America/New_York``): ``$TZ``, else the zone
+    ``/etc/localtime`` links to, else ``/etc/timezone``'s; None when none says (UTC then)."""
+    tz = os.environ.get("TZ")
+    if tz:
+        return tz
+    try:
+        target = os.readlink("/etc/localtime")
+    except OSError:
+        target = ""
+    if "zoneinfo/" in target:
+        return target.split("zoneinfo/", 1)[1] or None
+    try:
+        return Path("/etc/timezone").read_text(encoding="utf-8").strip() or None
+    except (OSError, UnicodeDecodeError):
+        return None
 
 
 def other_calls(path: Path) -> dict[str, int]:

@@ -368,3 +368,32 @@ def test_reading_the_clock_while_recording_does_not_wait_on_the_disk(
         assert len(syncs) == before
     values = forkpoint.Session.load(rec.session_path).by_type("value")
     assert len(values) == 50
+
+
+def test_the_aware_local_now_replays_in_another_time_zone_as_recorded(tmp_path: Path) -> None:
+    """``datetime.now().astimezone()`` (the usual "aware local now") and ``fromtimestamp(time())``
+    convert a served value with the replay's own zone: recorded in New York, replayed in Tokyo, they
+    named another instant under "replay ok". A replay runs the program in the recording's zone."""
+    import os
+    import subprocess
+
+    (tmp_path / "agent.py").write_text(
+        "import datetime, time\n"
+        "print(datetime.datetime.now().astimezone().isoformat())\n"
+        "print(datetime.datetime.fromtimestamp(time.time()).isoformat())\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FORKPOINT_")}
+
+    def forkpoint_cli(*args: str, zone: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "forkpoint.cli", *args], cwd=tmp_path, env={**env, "TZ": zone},
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+
+    rec = forkpoint_cli(
+        "record", "--store", "s", "--deterministic", "--", sys.executable, "agent.py", zone="America/New_York"
+    )
+    assert rec.returncode == 0, rec.stderr
+    rep = forkpoint_cli("replay", "last", "--store", "s", zone="Asia/Tokyo")
+    assert rep.returncode == 0 and "replay ok" in rep.stderr, rep.stderr
+    assert rep.stdout == rec.stdout and ("-05:00" in rec.stdout or "-04:00" in rec.stdout), rec.stdout
