@@ -853,26 +853,64 @@ def tool(fn: Callable[..., Any] | None = None, *, name: str | None = None) -> An
 _changes_said: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
 
 
+def _watched(tool: str) -> bool:
+    """Whether a call of ``tool`` is to be watched for changes it makes in place: while recording,
+    until one was said."""
+    rt = runtime.active()
+    return rt is not None and rt.mode == "record" and tool not in _changes_said.get(rt, ())
+
+
+def _object_state(fn: Callable[..., Any], args: tuple[Any, ...]) -> dict[str, Any] | None:
+    """Of a method's object (``self``: a tool that is a method), each attribute as far as a change
+    made in place shows cheaply — a number or a string itself, a container its identity and length,
+    anything else its identity; None for a function that is not called as a method."""
+    params = getattr(getattr(fn, "__code__", None), "co_varnames", ())
+    if not args or not params or params[0] != "self":
+        return None
+    attrs = getattr(args[0], "__dict__", None)
+    if not isinstance(attrs, dict):
+        return None
+    out: dict[str, Any] = {}
+    for k, v in list(attrs.items()):
+        if v is None or type(v) in (str, int, float, bool):
+            out[k] = v
+        else:
+            try:
+                out[k] = (id(v), len(v))
+            except TypeError:
+                out[k] = id(v)
+    return out
+
+
 def _changed_in_place(
-    fn: Callable[..., Any], tool: str, before: dict[str, Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    fn: Callable[..., Any],
+    tool: str,
+    before: dict[str, Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    state: dict[str, Any] | None = None,
 ) -> None:
     """While recording, say (once per tool) that a tool changed its arguments in place (appended to a
-    list it was given, set a key of a dict): a replay does not run its body, so the program does
-    not see that change there, and may go another way under "replay ok"."""
-    rt = runtime.active()
-    if rt is None or rt.mode != "record" or tool in _changes_said.get(rt, ()):
+    list it was given, set a key of a dict), or its object's attributes (``state``, of
+    :func:`_object_state`: a method that keeps a history in ``self``): a replay does not run its
+    body, so the program does not see that change there, and may go another way under "replay ok"."""
+    if not _watched(tool):
         return
-    if all(v is None or type(v) in (str, int, float, bool) for v in before.values()):
-        return  # (nothing the tool could change: strings and numbers, as most tools take)
-    try:
-        after, _ = bind_call(fn, args, kwargs)
-    except Exception:  # (an argument that cannot be read again: nothing to compare)
-        return
-    changed = [k for k in before if after.get(k) != before[k]]
+    changed = []
+    if not all(v is None or type(v) in (str, int, float, bool) for v in before.values()):
+        try:  # (strings and numbers, as most tools take, the tool cannot change)
+            after, _ = bind_call(fn, args, kwargs)
+        except Exception:  # (an argument that cannot be read again: nothing to compare)
+            after = before
+        changed = [f"its argument {k!r}" for k in before if after.get(k) != before[k]]
+    if state is not None:
+        now = _object_state(fn, args) or {}
+        changed += [f"self.{k}" for k in dict.fromkeys([*state, *now]) if state.get(k) != now.get(k)]
     if changed:
+        rt = runtime.active()
         _changes_said.setdefault(rt, set()).add(tool)
         _say(
-            f"tool {tool!r} changed its argument {', '.join(map(repr, changed))} in place while it ran: a replay "
+            f"tool {tool!r} changed {', '.join(changed)} in place while it ran: a replay "
             "does not run the tool's body, so the program will not see that change there and may go another "
             "way. Return what the tool changes instead, or replay the tool live (forkpoint replay --tools live)"
         )
@@ -887,10 +925,11 @@ def wrapped(fn: Callable[..., Any], tool_name: str, on: Callable[[], bool] | Non
 
     def through(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         bound, defaulted = bind_call(fn, args, kwargs, tool_name)
+        state = _object_state(fn, args) if _watched(tool_name) else None
         try:
             return call_tool(tool_name, bound, lambda: fn(*args, **kwargs), defaulted=defaulted)
         finally:
-            _changed_in_place(fn, tool_name, bound, args, kwargs)
+            _changed_in_place(fn, tool_name, bound, args, kwargs, state)
 
     wrapper: Any
     if inspect.iscoroutinefunction(fn):
@@ -900,10 +939,11 @@ def wrapped(fn: Callable[..., Any], tool_name: str, on: Callable[[], bool] | Non
             if off():
                 return await fn(*args, **kwargs)
             bound, defaulted = bind_call(fn, args, kwargs, tool_name)
+            state = _object_state(fn, args) if _watched(tool_name) else None
             try:
                 return await acall_tool(tool_name, bound, lambda: fn(*args, **kwargs), defaulted=defaulted)
             finally:
-                _changed_in_place(fn, tool_name, bound, args, kwargs)
+                _changed_in_place(fn, tool_name, bound, args, kwargs, state)
 
     elif inspect.isasyncgenfunction(fn):
 

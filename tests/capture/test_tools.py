@@ -913,3 +913,45 @@ def test_a_tool_that_changes_its_arguments_in_place_is_said_while_recording(
     assert said.count("changed its argument") == 1, said
     assert "tool 'remember' changed its argument 'notes' in place" in " ".join(said.split())
     assert "look" not in said
+
+
+def test_a_method_tool_that_changes_its_object_is_said_while_recording(
+    store: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A method tool that keeps a history in ``self`` (``Cart.add``, a ``Shell.run`` that appends to
+    ``self.history``): on replay the body does not run and the object stays as it was, under
+    "replay ok". Recording says so, as it does for an argument; a method that only reads says
+    nothing."""
+
+    class Cart:
+        def __init__(self) -> None:
+            self.items: list[str] = []
+            self.total = 0
+
+        @forkpoint.tool
+        def add(self, item: str) -> int:
+            self.items.append(item)
+            return len(self.items)
+
+        @forkpoint.tool
+        async def count(self) -> int:
+            return len(self.items)
+
+        @forkpoint.tool
+        def charge(self, amount: int) -> int:
+            self.total += amount
+            return self.total
+
+    cart = Cart()
+    with forkpoint.record(store=store):
+        cart.add("x")
+        cart.add("y")
+        asyncio.run(cart.count())
+        cart.charge(5)
+    said = " ".join(capsys.readouterr().err.split())
+    assert said.count("in place while it ran") == 2, said
+    assert (
+        "tool 'add' changed self.items in place" in said
+        and "tool 'charge' changed self.total in place" in said
+    )
+    assert "'count'" not in said
