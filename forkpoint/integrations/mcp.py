@@ -153,8 +153,11 @@ async def _request(
             raise McpServerNotStarted(
                 f"the replay must make MCP request {method} ({name}) to server "
                 f"{getattr(session, _SERVER, None)!r} live, but that server was not started: the "
-                "replay served its session from the recording. Replay with --tools live to start "
-                "MCP servers and call them for real."
+                "replay served its session from the recording, and a run that goes live later (after "
+                "a divergence, --on-divergence live) cannot reach a server it never started. Only a "
+                "replay whose tool calls are live from the start (--tools live) starts MCP servers; "
+                "a what-if of this run with live MCP calls then overrides a model answer "
+                "(--override 'model#K.…'), not an MCP tool's result, which a live tool would not use."
             )
         try:
             with _http_above():

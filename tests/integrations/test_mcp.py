@@ -256,7 +256,11 @@ def test_a_call_that_must_go_live_on_a_replayed_session_says_the_server_was_not_
     with forkpoint.replay(rec.session_path, on_divergence="live") as rp:
         with pytest.raises(ExceptionGroup) as raised:  # through the session's task group
             asyncio.run(asyncio.wait_for(run(4), 120))  # a hang fails as a TimeoutError
-    assert raised.group_contains(forkpoint.McpServerNotStarted, match=r"server 'calc'.*--tools live")
+    # (and not "replay with --tools live" alone: a what-if overriding this tool's result cannot)
+    assert raised.group_contains(
+        forkpoint.McpServerNotStarted,
+        match=r"server 'calc'.*cannot reach a server it never started.*--tools live.*model answer",
+    )
     assert rp.report()["divergence"]["name"] == "add"
     assert ledger.read_text() == "started stdio\nadd 2 3\n"
 
