@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import orjson
 
 from ._boot import NOT_STARTED_PREFIX, child_env, read_endings
-from .errors import CheckpointError, ForkpointError, SessionError, UsageError
+from .errors import CheckpointError, ForkpointError, OverrideError, SessionError, UsageError
 from .log import Session, read_json_text, to_json
 from .text import ordinal, plural
 
@@ -629,7 +629,14 @@ def check_overrides(
 
     calls = session.calls()
     kinds = {int(e["seq"]): str(e["type"]) for e in calls}
-    for seq, o in override.resolve([override.parse(spec) for spec in specs], calls).items():
+    try:
+        resolved = override.resolve([override.parse(spec) for spec in specs], calls)
+    except OverrideError as exc:
+        # (which session: `last` may be a what-if or a fork's arm recorded since, not the one meant)
+        parent = (session.header.get("parent") or {}).get("session_id")
+        what = f", a what-if of {parent}" if parent else ""
+        raise OverrideError(f"{exc} (session {session.id}{what})") from None
+    for seq, o in resolved.items():
         kind = kinds[seq]
         why = (
             "--tools live: every tool runs for real"

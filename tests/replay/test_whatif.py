@@ -710,6 +710,8 @@ def test_cli_bad_override_spec(in_store: Recording, spec: str, problem: str) -> 
     res = CliRunner().invoke(main, ["replay", "last", "--override", spec])
     assert res.exit_code == 2, res.output
     assert problem in flat(res.output) and "--override" in res.output
+    if "call(s)" in problem:  # (which session `last` was: a what-if since is `last` too)
+        assert f"(session {in_store.session.id})" in flat(res.output), res.output
     assert session_dirs(store) == before  # no child session written
     assert log_lines(work) == 1
 
