@@ -233,8 +233,17 @@ def _remove_local(store: Store, sid: str) -> None:
         os.rename(local, away)  # one step: from here on no reader finds the session
     except OSError as exc:
         raise SessionError(f"{local}: cannot remove it ({exc.strerror})") from None
-    shutil.rmtree(away, ignore_errors=True)
+    _delete(away)
     clear_leftovers(store)
+
+
+def _delete(path: Path) -> None:
+    """Delete a removed session's folder; one that is a symbolic link is the link only (what it
+    points to is not this store's), which ``rmtree`` refused, leaving it behind."""
+    if path.is_symlink():
+        path.unlink(missing_ok=True)
+    else:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def clear_leftovers(store: Store) -> None:
@@ -244,7 +253,7 @@ def clear_leftovers(store: Store) -> None:
     except OSError:
         return
     for n in names:
-        shutil.rmtree(store.path / n, ignore_errors=True)
+        _delete(store.path / n)
 
 
 def _drop_entries(io: IndexIO, sids: list[str]) -> None:

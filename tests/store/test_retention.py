@@ -84,6 +84,21 @@ def test_rm_removes_a_session_and_refuses_one_under_legal_hold(store: Path) -> N
     assert not (store / b).exists()
 
 
+def test_rm_of_a_session_folder_that_is_a_link_removes_the_link_not_what_it_points_to(
+    store: Path, tmp_path: Path
+) -> None:
+    """A session folder that is a symbolic link to another store's session: ``rm`` said "removed",
+    and left the link behind as a hidden ``.rm-…`` entry (``rmtree`` refuses a link). The link goes;
+    the session it pointed to stays."""
+    elsewhere = tmp_path / "other-store"
+    sid, mine = session(elsewhere), session(store)
+    (store / sid).symlink_to(elsewhere / sid)
+    r = cli("rm", sid, "--store", str(store), "--force")
+    assert r.exit_code == 0 and f"removed {sid}" in r.stdout, r.output
+    assert [p.name for p in store.iterdir() if p.name.startswith((".rm-", sid))] == []
+    assert (elsewhere / sid / LOG_NAME).is_file() and (store / mine / LOG_NAME).is_file()
+
+
 def test_rm_refuses_a_session_without_end_unless_forced(store: Path) -> None:
     sid = session(store, exit_code=None)
     r = cli("rm", sid, "--store", str(store))
