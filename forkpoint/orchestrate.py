@@ -485,6 +485,7 @@ def replay_run(
             seq=live_from,
             name=child_name,
             into=None if in_store else store_dir(None),
+            cwd=here,
         )
         child.quiet = quiet
         if not in_store and not quiet:

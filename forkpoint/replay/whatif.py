@@ -26,12 +26,15 @@ def create_child(
     name: str | None = None,
     into: Path | None = None,
     live_tools: Sequence[str] = (),
+    cwd: Path | None = None,
 ) -> Recording:
     """A new session for a what-if run of ``parent`` (header ``parent`` and ``replay`` say how it was
     made), in the store ``into`` (default: the folder the parent is in). It keeps the parent's tool
-    targets, ``deterministic``, ignore rules and encryption. The caller ends it."""
+    targets, ``deterministic``, ignore rules and encryption. ``cwd``: the directory the run runs in
+    (a fork's arm: its own; default this process's), kept with its git state. The caller ends it."""
     header = make_header(
         argv=argv,
+        cwd=cwd,
         name=name or f"what-if of {parent.id}",
         tags={k: v for k, v in (parent.header.get("tags") or {}).items() if v is not None},
         parent={"session_id": parent.id, "seq": seq},

@@ -1357,6 +1357,8 @@ def test_fork_two_arms_end_to_end(tmp_path: Path) -> None:
     for child in children:
         assert child.header["parent"] == {"session_id": parent.id, "seq": cp["seq"]}
         assert (child.end() or {}).get("exit_code") == 0
+    # Each arm's session says where it ran: its own folder (it said the original repository's).
+    assert sorted(str(Path(c.header["cwd"]).relative_to(arms)) for c in children[:2]) == ["arm-1", "arm-2"]
     for arm in ("arm-1", "arm-2"):
         d = arms / arm
         assert (d / scratch[0]).exists()  # restored from the checkpoint
