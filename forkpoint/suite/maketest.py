@@ -51,6 +51,25 @@ def _root_expr(test_dir: Path, root: Path) -> str:
     return f"Path(__file__).resolve().parents[{depth}]"
 
 
+def _command_source(command: list[str], mapped: set[int]) -> str:
+    """``COMMAND = [...]`` for the test file: the arguments at ``mapped`` (relative paths that were
+    absolute ones under the recorded directory) as absolute paths under ``ROOT``, so the program
+    gets (and sends on) a path a replay matches as the recorded one (:func:`forkpoint.match.relocated`)."""
+
+    def under_root(rel: str) -> str:
+        return "str(ROOT)" if rel == "." else f"str(ROOT / {rel!r})"
+
+    def source(i: int, arg: str) -> str:
+        if i not in mapped:
+            return repr(arg)
+        name, sep, value = arg.partition("=")
+        return f"{name + sep!r} + {under_root(value)}" if sep and name.startswith("-") else under_root(arg)
+
+    items = [source(i, a) for i, a in enumerate(command)]
+    one_line = f"COMMAND = [{', '.join(items)}]"
+    return one_line if len(one_line) < 100 else "COMMAND = [\n" + "".join(f"    {x},\n" for x in items) + "]"
+
+
 def make_test(
     session: Session,
     *,
@@ -83,6 +102,7 @@ def make_test(
     if code is not None and type(code) is not int:
         raise SessionError(f"session {session.id}: its end event's exit_code is not a number: {code!r:.80}")
     argv = session.header.get("argv") or []
+    mapped: set[int] = set()  # the arguments that named the recorded directory: written under ROOT
     if command:
         command = list(command)
     elif not argv or session.header.get("imported_from"):
@@ -101,6 +121,7 @@ def make_test(
 
             require_trusted(session.path, session.id, [str(a) for a in argv])
         command = map_command(list(argv), session.header.get("cwd"), root.resolve())
+        mapped = {i for i, (a, b) in enumerate(zip(argv, command, strict=True)) if str(a) != b and i}
     try:
         kind, _, _ = parse_command(command)
     except UsageError as exc:
@@ -149,10 +170,9 @@ def make_test(
         "",
         f"#: Where the command runs: the recorded run's directory, {_line(session.header.get('cwd'))}, maps here.",
         f"ROOT = {_root_expr(into, root)}",
-        "#: The recorded command.",
-        f"COMMAND = {command!r}"
-        if len(repr(command)) < 90
-        else "COMMAND = [\n" + "".join(f"    {a!r},\n" for a in command) + "]",
+        "#: The recorded command"
+        + (" (its paths under the recorded directory are under ROOT)." if mapped else "."),
+        _command_source(command, mapped),
     ]
     if tools:
         lines += ["#: Functions recorded as tools by name (forkpoint record --tool).", f"TOOLS = {tools!r}"]

@@ -128,7 +128,7 @@ def test_an_incident_start_to_finish(tmp_path: Path, server: LocalServer) -> Non
     test_file = project / "tests" / "incidents" / "test_incident_42.py"
     assert made.stdout.strip() == str(Path("tests") / "incidents" / "test_incident_42.py")
     source = test_file.read_text()
-    assert "COMMAND = ['python', 'agent.py', '42']" in source  # the recorded cwd maps to the checkout
+    assert "COMMAND = ['python', str(ROOT / 'agent.py'), '42']" in source  # the recorded cwd maps here
     assert "@pytest.mark.forkpoint(cassette='cassettes/incident_42')" in source
     assert "assert run.exit_code == 0" in source
     assert "# TODO: the assertion the fix must satisfy goes here" in source
@@ -373,3 +373,43 @@ def test_a_session_whose_blobs_folder_is_a_link_fails_verify_and_make_test(tmp_p
     test = sh(*forkpoint, "make-test", "a", "--", sys.executable, "agent.py", cwd=tmp_path, env=env)
     assert test.returncode == 1 and "a symbolic link" in test.stderr, test.stderr
     assert not (tmp_path / "tests").exists()
+
+
+CODER = """import os
+import sys
+
+import openai
+
+client = openai.OpenAI(base_url=os.environ["AGENT_BASE_URL"], api_key="sk-test", max_retries=0)
+prompt = f"You work in {os.getcwd()}. Fix {sys.argv[1]}: " + open(sys.argv[1]).read()
+print(client.chat.completions.create(model="m", messages=[{"role": "user", "content": prompt}]).choices[0].message.content)
+"""
+
+
+@pytest.mark.slow
+def test_a_test_made_in_another_checkout_passes_though_the_prompt_names_paths(
+    tmp_path: Path, server: LocalServer
+) -> None:
+    """A coding agent names its directory and the file it was given (an absolute path) in its
+    prompt: the test make-test wrote failed at once in any other checkout (``You work in /src/inc →
+    You work in /ci/checkout``; ``/src/inc/bug.py → bug.py``). It passes, with the server gone."""
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", "PYTEST_ADDOPTS", "FORKPOINT_STORE")}
+    env |= {"AGENT_BASE_URL": server.openai_base_url, "PYTHONDONTWRITEBYTECODE": "1"}
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    fp = [sys.executable, "-m", "forkpoint.cli"]
+    prod, project = tmp_path / "prod", tmp_path / "ci" / "checkout"
+    for d in (prod, project):
+        d.mkdir(parents=True)
+        (d / "coder.py").write_text(CODER)
+        (d / "bug.py").write_text("x = 1 +\n")
+    store = tmp_path / "store"
+    rec = sh(*fp, "record", "--store", str(store), "--name", "fix", "--no-workspace", "--",
+             "python", "coder.py", str(prod / "bug.py"), cwd=prod, env=env)  # fmt: skip
+    assert rec.returncode == 0, rec.stderr
+    made = sh(*fp, "make-test", "fix", "--store", str(store), cwd=project, env=env)
+    assert made.returncode == 0, made.stderr
+    source = (project / "tests" / "incidents" / "test_fix.py").read_text()
+    assert "COMMAND = ['python', 'coder.py', str(ROOT / 'bug.py')]" in source, source
+    server.stop()
+    ran = pytest_in(project, env, "tests/incidents")
+    assert ran.returncode == 0 and "1 passed" in ran.stdout, ran.stdout + ran.stderr
