@@ -871,13 +871,16 @@ def _object_state(fn: Callable[..., Any], args: tuple[Any, ...]) -> dict[str, An
     if not isinstance(attrs, dict):
         return None
     out: dict[str, Any] = {}
+    cls = type(args[0])
     for k, v in list(attrs.items()):
+        if isinstance(getattr(cls, k, None), functools.cached_property):
+            continue  # (a cache the first read fills: a replay's first read fills it again)
         if v is None or type(v) in (str, int, float, bool):
             out[k] = v
         else:
             try:
                 out[k] = (id(v), len(v))
-            except TypeError:
+            except Exception:  # (no length, or one that fails: a closed lazy collection, a dead proxy)
                 out[k] = id(v)
     return out
 

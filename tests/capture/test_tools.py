@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import secrets
 import sys
 import textwrap
@@ -942,16 +943,33 @@ def test_a_method_tool_that_changes_its_object_is_said_while_recording(
             self.total += amount
             return self.total
 
+    class Closed:
+        def __len__(self) -> int:
+            raise RuntimeError("connection closed")
+
+    class Searcher:
+        def __init__(self) -> None:
+            self.rows = Closed()  # (its length cannot be read: the tool still runs as it would)
+
+        @functools.cached_property
+        def index(self) -> dict[str, int]:
+            return {"a": 1}
+
+        @forkpoint.tool
+        def search(self, q: str) -> int:
+            return self.index.get(q, 0)  # (fills a cache: no change a replay misses)
+
     cart = Cart()
     with forkpoint.record(store=store):
         cart.add("x")
         cart.add("y")
         asyncio.run(cart.count())
         cart.charge(5)
+        assert Searcher().search("a") == 1
     said = " ".join(capsys.readouterr().err.split())
     assert said.count("in place while it ran") == 2, said
     assert (
         "tool 'add' changed self.items in place" in said
         and "tool 'charge' changed self.total in place" in said
     )
-    assert "'count'" not in said
+    assert "'count'" not in said and "'search'" not in said
