@@ -485,8 +485,9 @@ def _pydantic(node: dict[str, Any]) -> Any:
         raise UnrebuildableValue(f"the recorded pydantic model names {node[MARK]}, which is not one")
     fields = _decode(node["value"])
     if _VALIDATE.get():
+        data = {**fields, **(_decode(node["extra"]) if node.get("extra") else {})}
         try:
-            return cls.model_validate({**fields, **(_decode(node["extra"]) if node.get("extra") else {})})  # type: ignore[attr-defined]
+            return _validated(cls, data)
         except pydantic.ValidationError as exc:
             first = exc.errors()[0] if exc.errors() else {}
             where = ".".join(str(p) for p in first.get("loc") or ())
@@ -501,6 +502,16 @@ def _pydantic(node: dict[str, Any]) -> Any:
     if node.get("private"):
         object.__setattr__(obj, "__pydantic_private__", decode(node["private"]))
     return obj
+
+
+def _validated(cls: Any, data: dict[str, Any]) -> Any:
+    """``cls.model_validate(data)`` with ``data`` keyed by field name, as a model is stored (an
+    aliased field too: ``user_id``, not ``userId``)."""
+    try:
+        return cls.model_validate(data, by_alias=True, by_name=True)
+    except TypeError:  # (pydantic before 2.11 takes neither: the names are given as their aliases)
+        fields = getattr(cls, "model_fields", {})
+        return cls.model_validate({(getattr(fields.get(k), "alias", None) or k): v for k, v in data.items()})
 
 
 def _mapping(node: dict[str, Any]) -> Any:

@@ -832,7 +832,7 @@ def test_an_override_of_an_mcp_tools_result_must_be_a_call_tool_result() -> None
 
 
 class Stock(pydantic.BaseModel):
-    symbol: str
+    symbol: str = pydantic.Field(alias="ticker")
     price: float
     at: dt.datetime
 
@@ -840,11 +840,12 @@ class Stock(pydantic.BaseModel):
 def test_an_overridden_pydantic_result_is_validated_as_its_model(tmp_path: Path) -> None:
     """An override's pydantic value was rebuilt without validation, as a recorded one is: the agent
     got ``price='12.5'`` (and doubled it into ``'12.512.5'``), a string for a datetime, or a model
-    missing a required field. It is validated: converted to the field types, or refused, loudly."""
+    missing a required field. It is validated: converted to the field types, or refused, loudly. Its
+    fields are named as a model is stored, by name, an aliased one too (``symbol``, not ``ticker``)."""
 
     @forkpoint.tool
     def get_stock(symbol: str) -> Stock:
-        return Stock(symbol=symbol, price=10.0, at=dt.datetime(2026, 1, 1))
+        return Stock(ticker=symbol, price=10.0, at=dt.datetime(2026, 1, 1))
 
     with forkpoint.record(store=tmp_path / "s") as rec:
         get_stock("ACME")
@@ -854,6 +855,7 @@ def test_an_overridden_pydantic_result_is_validated_as_its_model(tmp_path: Path)
     with forkpoint.replay(rec.session_path, overrides=[f"tool:get_stock.result={value}"]):
         stock = get_stock("ACME")
     assert stock.price * 2 == 25.0 and stock.at == dt.datetime(2026, 1, 2, tzinfo=dt.UTC)
+    assert stock.symbol == "X"
     short = json.dumps({"$type": ref, "kind": "pydantic", "value": {"symbol": "X"}})
     with pytest.raises(Exception, match=r"does not validate as one: price: Field required"):
         with forkpoint.replay(rec.session_path, overrides=[f"tool:get_stock.result={short}"]):
