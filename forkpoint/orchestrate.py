@@ -486,6 +486,7 @@ def replay_run(
             name=child_name,
             into=None if in_store else store_dir(None),
             cwd=here,
+            zone=session.header.get("timezone"),  # (its program runs in it: below)
         )
         child.quiet = quiet
         if not in_store and not quiet:
@@ -510,6 +511,10 @@ def replay_run(
         env = child_env("replay", session.path, tools=all_tools, report=Path(tmp), replay_options=options)
         zone = session.header.get("timezone")
         if isinstance(zone, str) and zone:  # (its local time is the recording's: the clock it reads too)
+            if os.environ.get("TZ") not in (None, zone) and not quiet:
+                say(
+                    f"forkpoint: the program runs in the recording's time zone, {zone} (not TZ={os.environ['TZ']})"
+                )
             env["TZ"] = zone
         if sandbox == "network namespace":
             env[netns.HOST_NETNS_VAR] = netns.current() or ""

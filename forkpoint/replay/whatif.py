@@ -27,11 +27,13 @@ def create_child(
     into: Path | None = None,
     live_tools: Sequence[str] = (),
     cwd: Path | None = None,
+    zone: str | None = None,
 ) -> Recording:
     """A new session for a what-if run of ``parent`` (header ``parent`` and ``replay`` say how it was
     made), in the store ``into`` (default: the folder the parent is in). It keeps the parent's tool
     targets, ``deterministic``, ignore rules and encryption. ``cwd``: the directory the run runs in
-    (a fork's arm: its own; default this process's), kept with its git state. The caller ends it."""
+    (a fork's arm: its own; default this process's), kept with its git state; ``zone``: the time
+    zone its program runs in (default this process's). The caller ends it."""
     header = make_header(
         argv=argv,
         cwd=cwd,
@@ -42,6 +44,8 @@ def create_child(
         ignore=header_rules(parent.header),
     )
     header["tools"] = parent.header.get("tools") or []
+    if zone:
+        header["timezone"] = zone
     header["replay"] = {
         "models": models,
         "tools": tools,

@@ -378,8 +378,11 @@ def test_the_aware_local_now_replays_in_another_time_zone_as_recorded(tmp_path: 
     import subprocess
 
     (tmp_path / "agent.py").write_text(
-        "import datetime, time\n"
-        "print(datetime.datetime.now().astimezone().isoformat())\n"
+        "import datetime, time, forkpoint\n"
+        "@forkpoint.tool\n"
+        "def weather() -> str:\n"
+        "    return 'sunny'\n"
+        "print(weather(), datetime.datetime.now().astimezone().isoformat())\n"
         "print(datetime.datetime.fromtimestamp(time.time()).isoformat())\n"
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("FORKPOINT_")}
@@ -397,3 +400,13 @@ def test_the_aware_local_now_replays_in_another_time_zone_as_recorded(tmp_path: 
     rep = forkpoint_cli("replay", "last", "--store", "s", zone="Asia/Tokyo")
     assert rep.returncode == 0 and "replay ok" in rep.stderr, rep.stderr
     assert rep.stdout == rec.stdout and ("-05:00" in rec.stdout or "-04:00" in rec.stdout), rec.stdout
+    assert "runs in the recording's time zone, America/New_York (not TZ=Asia/Tokyo)" in rep.stderr
+    # A what-if of it, made in Tokyo, ran in New York too: its session says so, and replays there.
+    whatif = forkpoint_cli(
+        "replay", "last", "--store", "s", "--override", 'tool:weather.result="rainy"', zone="Asia/Tokyo"
+    )
+    assert whatif.returncode == 0 and whatif.stdout.startswith("rainy "), whatif.stderr
+    child = sorted((tmp_path / "s").glob("2*"))[-1]
+    assert forkpoint.Session.load(child).header["timezone"] == "America/New_York"  # type: ignore[attr-defined]
+    again = forkpoint_cli("replay", child.name, "--store", "s", zone="Asia/Tokyo")
+    assert again.returncode == 0 and again.stdout == whatif.stdout, again.stderr
