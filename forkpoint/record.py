@@ -210,6 +210,8 @@ class Recorder:
         # may run a finalizer that ends a call (an unclosed HTTP response) inside any allocation.
         self._lock = threading.RLock()
         self._local = threading.local()
+        #: Writes put off until their thread's write ended (see _write).
+        self.deferred = 0
         self._checkpoint_lock = threading.Lock()
         self._turn_tools_expected = 0  # tool calls the last model response asked for
         self._checkpoint_failure_said = False
@@ -346,6 +348,7 @@ class Recorder:
             # A call ended inside this thread's own write (a finalizer the garbage collector ran
             # there): written right after it, never into it, nor waiting on the lock it holds.
             local.deferred.append((event, key))
+            self.deferred += 1  # (its caller tallies nothing: the tally is read back)
             return None
         local.writing, local.deferred = True, []
         try:
@@ -368,7 +371,7 @@ class Recorder:
         """What the recording lacks (:class:`Lacks`): this recorder's tally when it wrote every event
         of its session, else read back (a forked child of the program appended to it too, or a line
         reached the file though its write failed); or None and why it could not be read back."""
-        if self.writer.last_seq() == self.appended:
+        if self.writer.last_seq() == self.appended and not self.deferred:
             return self.lacks, None
         return read_back(self.writer.path)
 

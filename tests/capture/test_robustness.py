@@ -1309,10 +1309,16 @@ from forkpoint.log import Session
 scrubber = redact.current()
 real = scrubber.event
 inner = []
+
+@forkpoint.tool
+def cleanup() -> str:
+    return "closed"
+
 with forkpoint.record(store=sys.argv[1]) as rec:
     def event(stored):
         if not inner:
             inner.append(rec.note("ended inside the write"))  # (as a finalizer would, there)
+            cleanup()  # (a call, which the recording's tally must count though it was put off)
         return real(stored)
 
     scrubber.event = event
@@ -1322,7 +1328,8 @@ with forkpoint.record(store=sys.argv[1]) as rec:
         print("the write waited forever on its own thread's lock", flush=True)
         import os; os._exit(1)
     scrubber.event = real
-print(inner, [e["text"] for e in Session.load(rec.session_path).by_type("note")])
+    tallied = sorted(rec.tally()[0].tools)  # (what the recording's end says it lacks is read from this)
+print(inner, [e["text"] for e in Session.load(rec.session_path).by_type("note")], tallied)
 """
 
 
@@ -1336,4 +1343,4 @@ def test_a_call_that_ends_inside_a_write_of_its_own_thread_is_written_after_it(s
         [sys.executable, "-c", INSIDE_A_WRITE, str(store)], capture_output=True, text=True, timeout=60
     )
     assert run.returncode == 0, run.stdout + run.stderr
-    assert run.stdout.splitlines()[-1] == "[None] ['outer', 'ended inside the write']", run.stdout
+    assert run.stdout.splitlines()[-1] == "[None] ['outer', 'ended inside the write'] ['cleanup']", run.stdout
