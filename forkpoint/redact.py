@@ -457,14 +457,10 @@ def placeholder(kind: str, secret: str | bytes) -> str:
     return f"[REDACTED:{kind}:{hashlib.sha256(raw).hexdigest()[:8]}]"
 
 
-#: One field of a ``multipart/form-data`` body: its part's headers (``h``, up to the blank line, the
-#: field name ``n`` from its ``Content-Disposition``) and its value ``v``, up to the next boundary.
-#: A part with a ``filename`` is a file, not a field: its bytes are scrubbed as text only.
-_MULTIPART_FIELD = re.compile(
-    r'(?P<h>Content-Disposition:[ \t]*form-data;[^\r\n]*?\bname="(?P<n>[^"\r\n]*)"(?![^\r\n]*filename=)'
-    r"[^\r\n]*\r?\n(?:[^\r\n]+\r?\n)*\r?\n)(?P<v>.*?)(?=\r?\n--)",
-    re.IGNORECASE | re.DOTALL,
-)
+#: A ``multipart/form-data`` content type's boundary, and a part's field name (its
+#: ``Content-Disposition``).
+_BOUNDARY = re.compile(r'(?i)\bboundary=("[^"]+"|[^;\s]+)')
+_FORM_NAME = re.compile(r'(?i)content-disposition:[ \t]*form-data;[^\r\n]*?\bname="([^"\r\n]*)"')
 
 
 def holds_placeholder(value: Any) -> bool:
@@ -483,7 +479,7 @@ def holds_placeholder(value: Any) -> bool:
             if "[REDACTED:" in v and _PLACEHOLDER_RE.search(v):
                 return True
         elif isinstance(v, bytes | bytearray):
-            if b"[REDACTED:" in v:
+            if b"[REDACTED:" in v and _PLACEHOLDER_RE.search(bytes(v).decode("utf-8", "replace")):
                 return True
         elif isinstance(v, dict):
             stack.extend(v.values())
@@ -1338,16 +1334,27 @@ class Scrubber:
             query = self._query(text.strip(), self._credential_field, "form-credential")
             if query is not None:
                 text = query
-        elif ctype == "multipart/form-data" and "form-data" in text:
-
-            def field(m: re.Match[str]) -> str:
-                value = m.group("v")
-                if not value or _is_placeholder(value) or not self._credential_field(m.group("n")):
-                    return m.group(0)
-                return m.group("h") + placeholder("form-credential", value)
-
-            text = _MULTIPART_FIELD.sub(field, text)
+        elif ctype == "multipart/form-data" and (boundary := _BOUNDARY.search(content_type)):
+            text = self._form_fields(text, "--" + boundary.group(1).strip('"'))
         return self.text(text)
+
+    def _form_fields(self, text: str, delimiter: str) -> str:
+        """A ``multipart/form-data`` body with the values of the fields named as credentials
+        replaced: split at its ``delimiter`` lines (one pass), each part's headers read up to its
+        blank line. A part with a ``filename`` is a file, left to :meth:`text`."""
+        parts = text.split(delimiter)
+        for i, part in enumerate(parts):
+            head, blank, value = part.partition("\r\n\r\n")
+            if not blank:
+                head, blank, value = part.partition("\n\n")
+            m = _FORM_NAME.search(head) if blank else None
+            if m is None or "filename=" in head.lower() or not self._credential_field(m.group(1)):
+                continue
+            end = len(value) - len(value.rstrip("\r\n"))  # (the line break before the next delimiter)
+            secret = value[: len(value) - end]
+            if secret and not _is_placeholder(secret):
+                parts[i] = head + blank + placeholder("form-credential", secret) + value[len(secret) :]
+        return delimiter.join(parts)
 
     def _credential_field(self, name: str) -> bool:
         return name.lower() in self.query_params or self._secret_key(name)

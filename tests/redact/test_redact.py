@@ -719,3 +719,11 @@ def test_form_bodies_lose_credential_fields_by_name_and_scrubbing_them_again_cha
     assert f'name="Password"\r\n\r\n{expected_placeholder("form-credential", password)}\r\n--xyz' in out
     assert 'name="note"\r\n\r\nhello\r\n' in out and f"\r\n\r\n{secret}\r\n--xyz--" in out  # a file part
     assert scrubber.body_text(out, "multipart/form-data; boundary=xyz") == out
+
+
+def test_holds_placeholder_wants_the_placeholder_shape_in_text_and_in_bytes() -> None:
+    from forkpoint.redact import holds_placeholder, placeholder
+
+    made = placeholder("openai-key", "sk-proj-" + "a" * 40)
+    assert holds_placeholder({"result": [f"key {made}"]}) and holds_placeholder([made.encode()])
+    assert not holds_placeholder([b"binary [REDACTED: not a placeholder", "[REDACTED:", {"k": None}])
