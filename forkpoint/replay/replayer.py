@@ -458,7 +458,8 @@ class Replayer:
     def _relocated(self, value: Any) -> Any:
         """``value`` as the recorded run would have sent it, when this run's directory is another
         than the recording's (another checkout, a test's): this one's path in it is the recorded one
-        (:func:`~forkpoint.match.relocated`). Neither folder inside the other: else as it is."""
+        (:func:`~forkpoint.match.relocated`). Neither folder inside the other: else as it is. A call
+        is matched as sent first: a path that was the same in the recording stays matched."""
         recorded = self._session.header.get("cwd")
         try:
             here = os.getcwd()
@@ -473,9 +474,12 @@ class Replayer:
     def take_model_call(self, request: HttpRequest) -> tuple[ModelCallEvent, int] | None:
         """The event answering ``request`` and this call's position among the run's model calls, or
         None to make the call live. Raises :class:`~forkpoint.errors.Divergence`."""
-        body = self._relocated(request["body"])
-        norm = normalize_request(request["method"], request["url"], request["headers"], body)
+        norm = normalize_request(request["method"], request["url"], request["headers"], request["body"])
         key = model_key(norm, self.ignore)
+        moved = self._relocated(request["body"])
+        if moved is not request["body"] and not self._queues.get(key):  # (as sent, if recorded so)
+            norm = normalize_request(request["method"], request["url"], request["headers"], moved)
+            key = model_key(norm, self.ignore)
         where = f"{norm['method']} {norm['path']}"
         kind = classify(request["method"], request["url"], request["body"], request["headers"])
         if runtime.current_span.get() is not None and self.sources["tool_call"] == "live":
@@ -569,10 +573,12 @@ class Replayer:
                     alt.append(self._keys[e["seq"]])
             return alt
 
-        args = self._relocated(args)
+        key = tool_key(name, args, self.ignore)
+        moved = self._relocated(args)
+        if moved is not args and not self._queues.get(key):  # (as called, if recorded so)
+            args, key = moved, tool_key(name, moved, self.ignore)
         norm = {"tool": name, "args": args}
         alternatives = without_defaults if defaulted & set(args) else None
-        key = tool_key(name, args, self.ignore)
         live = name in self.live_tools
         event, position = self._take("tool_call", key, norm, alternatives=alternatives, live=live, name=name)
         if event is None:

@@ -934,16 +934,20 @@ def test_a_replay_in_another_checkout_matches_its_directory_as_the_recorded_one(
     """A coding agent names its directory in its prompt and passes absolute paths to its tools: a
     test made by make-test, run in any other checkout (CI's), diverged at the first call
     (``You work in /src/inc → You work in /ci/build``). This run's directory in what it sends is
-    matched as the recorded run's; another path, or a prompt that differs otherwise, still diverges."""
+    matched as the recorded run's (a path the same in both runs, though under this directory, is
+    matched as it is); another path, or a prompt that differs otherwise, still diverges."""
     server.chat_script = ["done", "done"]
 
     @forkpoint.tool
     def read_file(path: str) -> str:
         return "print('hi')"
 
+    recorded, checkout = tmp_path / "incident", tmp_path / "ci" / "build"
+
     def agent(prompt: str = "fix it") -> str:
         here = os.getcwd()
         read_file(os.path.join(here, "src", "app.py"))
+        read_file(str(checkout / "data" / "fixed.txt"))  # (one path, the same in both runs)
         client = openai.OpenAI(base_url=server.openai_base_url, api_key="sk-test", max_retries=0)
         messages = [
             {"role": "system", "content": f"You work in {here}."},
@@ -951,7 +955,6 @@ def test_a_replay_in_another_checkout_matches_its_directory_as_the_recorded_one(
         ]
         return str(client.chat.completions.create(model="m", messages=messages).choices[0].message.content)
 
-    recorded, checkout = tmp_path / "incident", tmp_path / "ci" / "build"
     recorded.mkdir()
     checkout.mkdir(parents=True)
     monkeypatch.chdir(recorded)
