@@ -148,7 +148,7 @@ def run_child(
             if meanwhile is not None:
                 meanwhile()
         finally:
-            out, err = _wait(proc, watch)
+            out, err = _wait(proc, watch, own_group=task)
     finally:
         for sig, handler in old.items():
             signal.signal(sig, handler)
@@ -158,23 +158,35 @@ def run_child(
     return Ran(128 - code if code < 0 else code, out, err)
 
 
-def _wait(proc: subprocess.Popen[Any], watch: Callable[[], str | None] | None) -> tuple[Any, Any]:
-    """``proc.communicate()``, stopping ``proc`` when ``watch`` gives a reason (:func:`run_child`).
-    Once it is stopped, a process it started in a session of its own (out of reach of its group's
-    SIGKILL) that still holds the captured output open is not waited for: what was read is kept."""
+def _wait(
+    proc: subprocess.Popen[Any], watch: Callable[[], str | None] | None, *, own_group: bool = False
+) -> tuple[Any, Any]:
+    """``proc.communicate()``, stopping ``proc`` when ``watch`` gives a reason (:func:`run_child`):
+    SIGTERM, then SIGKILL 3 s later; with ``own_group`` (it leads a process group of its own) to
+    all of its group, and what is left of the group once it ended is killed, so nothing it started
+    changes its folder after it was stopped (an outcome is measured there next). Once it is
+    stopped, a process it started in a session of its own (out of reach of its group's SIGKILL)
+    that still holds the captured output open is not waited for: what was read is kept."""
     if watch is None:
         return proc.communicate()
     stop_at: float | None = None
     while True:
         try:
-            return proc.communicate(timeout=0.5)
+            ended = proc.communicate(timeout=0.5)
         except subprocess.TimeoutExpired as exc:
             partial = exc
+        else:
+            if stop_at is not None and own_group:
+                _signal_group(proc.pid, signal.SIGKILL)
+            return ended
         if stop_at is None:
             why = watch()
             if why is not None:
                 say(f"forkpoint: {why}: stopping it")
-                proc.send_signal(signal.SIGTERM)
+                if own_group:
+                    _signal_group(proc.pid, signal.SIGTERM)
+                else:
+                    proc.send_signal(signal.SIGTERM)
                 stop_at = time.monotonic() + 3
         elif time.monotonic() > stop_at + 3 and proc.poll() is not None:
             say(
@@ -193,6 +205,14 @@ def _wait(proc: subprocess.Popen[Any], watch: Callable[[], str | None] | None) -
                     proc.kill()
             except ProcessLookupError:
                 pass
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    """Send ``sig`` to process group ``pgid`` (gone already: nothing to do)."""
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def _text(data: bytes | str | None, pipe: Any) -> str | None:

@@ -247,6 +247,28 @@ def test_an_arm_past_its_timeout_is_stopped_with_what_it_started_and_measured(
     assert not status.exists() or "State:\tZ" in status.read_text(), status.read_text()
 
 
+def test_what_an_arm_started_is_stopped_with_it_before_its_outcome_is_measured(
+    keeper: Keeper, tmp_path: Path
+) -> None:
+    """An agent that ended at once on SIGTERM left what it had started (a shell, its sleeps) running
+    in the arm: the outcome was measured while they ran, and they changed the arm's folder after it
+    ("late.txt" came after the outcome passed). What the arm started is stopped with it."""
+    import time
+
+    before = keeper.resumable()[1]
+    late = "import subprocess; subprocess.run('(sleep 4; echo late > late.txt) & sleep 60', shell=True, capture_output=True)"
+    fork = forkpoint_cli(
+        keeper, "fork", f"{keeper.session.id}@{before}", "--arms", "1", "--into", str(tmp_path / "arms"),
+        "--store", str(keeper.store), "--outcome", "test ! -e late.txt", "--arm-timeout", "2",
+        "--", sys.executable, "-c", late, cwd=tmp_path,
+    )  # fmt: skip
+    assert "stopped: the program ran longer than its timeout of 2 s" in " ".join(fork.stdout.split()), (
+        fork.stdout
+    )
+    time.sleep(5)  # (past the moment the shell it started would have written late.txt)
+    assert not (tmp_path / "arms" / "arm-1" / "late.txt").exists()
+
+
 def test_an_outcome_command_that_cannot_run_measures_nothing_and_fails_the_fork(
     keeper: Keeper, tmp_path: Path
 ) -> None:
