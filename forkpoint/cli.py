@@ -848,7 +848,7 @@ def restore(ref: str, into: Path, repo: Path | None, store: str | None) -> None:
     session, seq = _session_at(ref, store)
     do_restore(session, seq, into, repo=repo)
     _err().print(f"restored {session.id}@{seq} into {into}; validating:")
-    ok = _print_checks(validate(into))
+    ok = _print_checks(validate(into, resumable=False))
     sys.exit(0 if ok else 1)
 
 
@@ -858,7 +858,7 @@ def validate_cmd(directory: Path) -> None:
     """Check a restored directory against its checkpoint, without any model."""
     from .checkpoint import validate
 
-    sys.exit(0 if _print_checks(validate(directory)) else 1)
+    sys.exit(0 if _print_checks(validate(directory, resumable=False)) else 1)
 
 
 @main.command(cls=_RunsProgram)

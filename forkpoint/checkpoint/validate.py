@@ -103,7 +103,7 @@ def _git_state(root: Path, expect: dict[str, Any], staged: str | None) -> Check:
     return Check("git HEAD, branch and index", actual == want, want, actual)
 
 
-def validate(root: Path) -> list[Check]:
+def validate(root: Path, *, resumable: bool = True) -> list[Check]:
     """Check a restored directory against its checkpoint without any model.
 
     Checks: the tracked source tree hash, where HEAD is (the commit, and the branch it is on) and
@@ -111,7 +111,9 @@ def validate(root: Path) -> list[Check]:
     the carried messages' digest, that the checkpoint is a resumable boundary, that every file the
     messages refer to exists, and (only when the repository has submodules) that their working
     trees were restored, which they never are: a checkpoint keeps each one's commit only. Raises
-    :class:`CheckpointError` when ``root`` holds no restored checkpoint.
+    :class:`CheckpointError` when ``root`` holds no restored checkpoint. ``resumable`` False: an
+    observable checkpoint (between two tool calls of a turn) is what it is, a valid state to look
+    at, and its boundary check passes, naming it (``restore``); True: it fails (``fork`` resumes).
     """
     root = Path(root).absolute()
     try:
@@ -191,11 +193,18 @@ def validate(root: Path) -> list[Check]:
             actual_digest,
         )
     )
-    checks.append(
-        Check(
-            "resumable boundary", expect.get("boundary") == "resumable", "resumable", expect.get("boundary")
+    boundary = expect.get("boundary")
+    if resumable or boundary == "resumable":
+        checks.append(Check("resumable boundary", boundary == "resumable", "resumable", boundary))
+    else:
+        checks.append(
+            Check(
+                f"{boundary} boundary (to look at; fork resumes only at a resumable one)",
+                True,
+                boundary,
+                boundary,
+            )
         )
-    )
     known_elsewhere = set(expect.get("mentioned_absent") or []) | set(expect.get("uncaptured") or [])
     wanted = set(expect.get("referenced") or [])
     cwd = expect.get("cwd")

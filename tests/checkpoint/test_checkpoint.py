@@ -438,6 +438,11 @@ def test_checkpoint_between_two_tool_calls_of_one_turn_is_observable_and_fork_re
     assert not checks["resumable boundary"].ok and checks["resumable boundary"].actual == "observable"
     assert checks["source tree hash"].ok and checks["workspace fingerprint"].ok
     assert (tmp_path / "obs" / "first.txt").exists() and not (tmp_path / "obs" / "second.txt").exists()
+    # `forkpoint restore` of it exited 1, as if the restore had failed: it says what it is, and passes.
+    shown = cli("restore", f"{s.path}@{observable['seq']}", "--into", str(tmp_path / "obs2"))
+    assert shown.exit_code == 0, shown.output
+    assert "pass  observable boundary (to look at; fork resumes only at a resumable one)" in shown.output
+    assert cli("validate", str(tmp_path / "obs2")).exit_code == 0
 
 
 def test_manual_checkpoint(tmp_path: Path) -> None:
