@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import threading
@@ -60,6 +61,26 @@ def _git_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     )
     env.update(extra or {})
     return env
+
+
+@functools.cache
+def user_excludes_file() -> str | None:
+    """The ignore file this user's git reads, when their own config names one
+    (``core.excludesFile`` in ``~/.gitconfig`` or the system's): forkpoint's git commands read no
+    such config, and would apply git's default (``~/.config/git/ignore``) instead. None when none
+    is named (then that default is theirs too). Asked once a process."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    try:
+        found = subprocess.run(
+            ["git", "config", "--path", "--get", "core.excludesFile"],
+            cwd=os.path.expanduser("~") if os.path.isdir(os.path.expanduser("~")) else "/",
+            env=env,
+            capture_output=True,
+            timeout=30,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return found.stdout.decode("utf-8", "surrogateescape").strip() or None
 
 
 def _git_cmd(args: list[str], config: Iterable[str] = ()) -> list[str]:

@@ -14,7 +14,7 @@ from ..canonical import canonical_json, sha256_hex
 from ..errors import SessionError
 from ..log import BLOB_MIN_BINARY, BlobStore, read_json_text
 from ..log.blobs import open_regular
-from .git import git_finish, git_start, repo_root
+from .git import git_finish, git_start, repo_root, user_excludes_file
 
 #: Folder, inside a restored directory, holding the checkpoint's expectations and carried messages.
 META_DIR = ".forkpoint-checkpoint"
@@ -77,8 +77,10 @@ def start_listing(
         args.append("--cached")  # no commit to diff against: every file is workspace
     if not include_ignored:
         args.append("--exclude-standard")
-    # (user_excludes False: not this user's own ignore file, ~/.config/git/ignore, only the repository's)
-    return git_start(args, root, config=() if user_excludes else ("core.excludesFile=",))
+    # (user_excludes: this user's own ignore file, the one their config names or else git's default,
+    # ~/.config/git/ignore; False: only the repository's rules)
+    own = user_excludes_file() if user_excludes else ""
+    return git_start(args, root, config=() if own is None else (f"core.excludesFile={own}",))
 
 
 def finish_listing(

@@ -577,6 +577,36 @@ def test_a_restore_validates_whatever_the_validating_users_own_ignore_file(
     assert (out / "run.log").exists() and checks["workspace fingerprint"].ok, checks["workspace fingerprint"]
 
 
+def test_a_checkpoint_leaves_out_what_the_users_own_ignore_file_ignores(
+    tmp_path: Path, clean_home: Path
+) -> None:
+    """A user whose ~/.gitconfig names an ignore file (``core.excludesFile``) with ``.env`` in it:
+    their git ignores .env, but the checkpoint kept it (its bytes in a blob of the session, the key
+    in it too short to look like one), and applied ~/.config/git/ignore instead, which their git
+    does not read when the config names another."""
+    from forkpoint.checkpoint.git import user_excludes_file
+
+    (clean_home / "ignores").write_text(".env\n")
+    (clean_home / ".gitconfig").write_text(f"[core]\n\texcludesFile = {clean_home / 'ignores'}\n")
+    (clean_home / ".config" / "git").mkdir(parents=True)
+    (clean_home / ".config" / "git" / "ignore").write_text(
+        "*.secret\n"
+    )  # (not theirs: the config names another)
+    repo = make_repo(tmp_path / "repo", {"a.txt": "a\n"})
+    (repo / ".env").write_text("API_KEY=abc\n")
+    (repo / "x.secret").write_text("kept\n")
+    assert sh_git(repo, "status", "--short").split() == ["??", "x.secret"]  # what their git sees
+    user_excludes_file.cache_clear()
+    try:
+        with forkpoint.record(store=tmp_path / "store", workspace=repo) as rec:
+            seq = forkpoint.checkpoint()
+    finally:
+        user_excludes_file.cache_clear()
+    out = restore(Session.load(rec.session_path), seq, tmp_path / "out")
+    assert (out / "x.secret").exists() and not (out / ".env").exists()
+    assert not [p for p in rec.session_path.rglob("*") if p.is_file() and b"API_KEY=abc" in p.read_bytes()]
+
+
 @pytest.mark.parametrize("damage", [{"referenced": [1]}, {"tree": 123}, {"tree": "ab" * 20, "base": None}])
 def test_validate_of_a_damaged_description_says_so(tmp_path: Path, damage: dict[str, Any]) -> None:
     """A damaged .forkpoint-checkpoint/checkpoint.json gave a TypeError or KeyError traceback."""
