@@ -103,6 +103,26 @@ def _git_state(root: Path, expect: dict[str, Any], staged: str | None) -> Check:
     return Check("git HEAD, branch and index", actual == want, want, actual)
 
 
+def _links_out(root: Path) -> list[tuple[str, str]]:
+    """The symbolic links under ``root`` (not in ``.git``) whose target lies outside it: ``(path,
+    target)``, sorted."""
+    out = []
+    top = os.path.realpath(root)
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d != ".git" and not os.path.islink(os.path.join(dirpath, d))]
+        for name in [
+            *filenames,
+            *(d for d in os.listdir(dirpath) if os.path.islink(os.path.join(dirpath, d))),
+        ]:
+            full = os.path.join(dirpath, name)
+            if not os.path.islink(full):
+                continue
+            dest = os.path.realpath(full)
+            if dest != top and not dest.startswith(top + os.sep):
+                out.append((os.path.relpath(full, root), os.readlink(full)))
+    return sorted(set(out))
+
+
 def validate(root: Path, *, resumable: bool = True) -> list[Check]:
     """Check a restored directory against its checkpoint without any model.
 
@@ -217,6 +237,17 @@ def validate(root: Path, *, resumable: bool = True) -> list[Check]:
         wanted.add(resolve_ref(root, cwd, ref) or rel)
     missing = sorted(p for p in wanted if not os.path.lexists(root / p))
     checks.append(Check("referenced files exist", not missing, sorted(wanted), {"missing": missing}))
+    leaving = _links_out(root)
+    if leaving:  # (a faithful state; but an arm that writes through one changes what it leads to)
+        shown = ", ".join(f"{rel} → {dest}" for rel, dest in leaving[:3]) + (" …" if len(leaving) > 3 else "")
+        checks.append(
+            Check(
+                f"symlinks that lead out of this folder: {shown} (writing through one changes what it leads to)",
+                True,
+                None,
+                None,
+            )
+        )
     if expect.get("submodules"):
         checks.append(
             Check(

@@ -607,6 +607,24 @@ def test_a_checkpoint_leaves_out_what_the_users_own_ignore_file_ignores(
     assert not [p for p in rec.session_path.rglob("*") if p.is_file() and b"API_KEY=abc" in p.read_bytes()]
 
 
+def test_a_restore_names_the_symlinks_that_lead_out_of_it(tmp_path: Path) -> None:
+    """An absolute symlink into the original repository is restored as it was: faithful, but an
+    arm that appended through it changed the original's file, with no word of it anywhere."""
+    repo = make_repo(tmp_path / "repo", {"data.txt": "data\n"})
+    (repo / "abs-link").symlink_to(repo / "data.txt")
+    (repo / "inside").symlink_to("data.txt")
+    with forkpoint.record(store=tmp_path / "store", workspace=repo) as rec:
+        seq = forkpoint.checkpoint()
+    out = restore(Session.load(rec.session_path), seq, tmp_path / "out")
+    checks = validate(out)
+    assert all(c.ok for c in checks), checks
+    said = [c.name for c in checks if c.name.startswith("symlinks that lead out")]
+    assert said == [
+        f"symlinks that lead out of this folder: abs-link → {repo / 'data.txt'} (writing through one changes "
+        "what it leads to)"
+    ]
+
+
 @pytest.mark.parametrize("damage", [{"referenced": [1]}, {"tree": 123}, {"tree": "ab" * 20, "base": None}])
 def test_validate_of_a_damaged_description_says_so(tmp_path: Path, damage: dict[str, Any]) -> None:
     """A damaged .forkpoint-checkpoint/checkpoint.json gave a TypeError or KeyError traceback."""
