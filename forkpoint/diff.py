@@ -1,7 +1,8 @@
 """``forkpoint diff A B``: align two sessions call by call and say where and how they parted.
 
-Calls (model and tool calls; not telemetry, which a replay never diverges on) are aligned by their *signature* — kind plus endpoint or tool name — with
-a longest-matching-subsequence alignment, so an extra tool call in one run shows as an insertion
+Calls (model and tool calls; not telemetry, which a replay never diverges on) are aligned by their
+*signature* — kind plus endpoint or tool name — with a longest-matching-subsequence alignment, so
+an extra tool call in one run shows as an insertion
 rather than shifting every later pair. Two aligned calls are *equivalent* when their match keys are
 equal; the first pair that is not (or the first unpaired call) is the first divergence. Sessions are
 equivalent when every call pairs with an equivalent one.
@@ -156,7 +157,8 @@ def _cell(event: dict[str, Any] | None) -> str:
 
 
 def totals(session: Session) -> dict[str, Any]:
-    """What a run amounts to: ``turns`` (model calls: no telemetry, MCP or plain HTTP), ``tools`` (calls by name), ``tool_errors``,
+    """What a run amounts to: ``turns`` (model calls: no telemetry, MCP or plain HTTP), ``tools``
+    (calls by name), ``tool_errors``,
     ``tokens`` (``input``/``output``, summed over the model calls' usage), ``model_ms`` (the model
     calls' summed wall time, ms), ``final_answer`` (the last model text) and ``exit_code``."""
     models = [m for m in session.by_type("model_call") if summary(m)["kind"] == "model"]

@@ -143,10 +143,10 @@ _E = TypeVar("_E", bound=Mapping[str, Any])
 
 def relocated(value: Any, here: str, recorded: str) -> Any:
     """``value`` (JSON-like) with the directory ``here`` written as ``recorded`` in its strings,
-    where it is a whole path (followed by ``/``, a quote, a space, punctuation or the end): what a run in another
-    checkout sends that names its directory (``"You work in /ci/build"``, a tool's absolute path
-    argument) is matched as what the recorded run sent from its own. The parts that change are
-    copied; the rest is shared."""
+    where it is a whole path (followed by ``/``, a quote, a space, punctuation or the end): what a
+    run in another checkout sends that names its directory (``"You work in /ci/build"``, a tool's
+    absolute path argument) is matched as what the recorded run sent from its own. The parts that
+    change are copied; the rest is shared."""
     pattern = re.compile(re.escape(here) + r"(?=$|[/\\\s\"'`),;:!?\]}>]|\.(?:\s|$))")
 
     def walk(v: Any) -> Any:
