@@ -476,10 +476,11 @@ class Replayer:
         None to make the call live. Raises :class:`~forkpoint.errors.Divergence`."""
         norm = normalize_request(request["method"], request["url"], request["headers"], request["body"])
         key = model_key(norm, self.ignore)
-        moved = self._relocated(request["body"])
-        if moved is not request["body"] and not self._queues.get(key):  # (as sent, if recorded so)
-            norm = normalize_request(request["method"], request["url"], request["headers"], moved)
-            key = model_key(norm, self.ignore)
+        if not self._queues.get(key):  # (as sent, if recorded so: then nothing more to look at)
+            moved = self._relocated(request["body"])
+            if moved is not request["body"]:
+                norm = normalize_request(request["method"], request["url"], request["headers"], moved)
+                key = model_key(norm, self.ignore)
         where = f"{norm['method']} {norm['path']}"
         kind = classify(request["method"], request["url"], request["body"], request["headers"])
         if runtime.current_span.get() is not None and self.sources["tool_call"] == "live":
@@ -574,9 +575,10 @@ class Replayer:
             return alt
 
         key = tool_key(name, args, self.ignore)
-        moved = self._relocated(args)
-        if moved is not args and not self._queues.get(key):  # (as called, if recorded so)
-            args, key = moved, tool_key(name, moved, self.ignore)
+        if not self._queues.get(key):  # (as called, if recorded so: then nothing more to look at)
+            moved = self._relocated(args)
+            if moved is not args:
+                args, key = moved, tool_key(name, moved, self.ignore)
         norm = {"tool": name, "args": args}
         alternatives = without_defaults if defaulted & set(args) else None
         live = name in self.live_tools
@@ -661,7 +663,15 @@ class Replayer:
             with self._lock, self._shared():
                 self.positions[kind] += 1
                 chosen = self._choose(kind, key, norm, alternatives, what, live=live, plain=plain)
-                return chosen, self.positions[kind]
+                position = self.positions[kind]
+            # (out of the lock: an answer is read whole, and other threads' calls need not wait)
+            if (
+                chosen is not None
+                and chosen["seq"] not in self.overrides
+                and holds_placeholder(_answered(chosen))
+            ):
+                self.placeholders_served.append(chosen["seq"])
+            return chosen, position
         finally:
             self._reported()
 
@@ -806,8 +816,6 @@ class Replayer:
 
     def _serve(self, event: Served) -> Served:
         self.used.append(event["seq"])
-        if event["seq"] not in self.overrides and holds_placeholder(_answered(event)):
-            self.placeholders_served.append(event["seq"])
         group = self._alike.get(event["seq"])
         if group is not None:
             served = [group, event["seq"], os.getpid(), self._raced(group), time.time(), self.started]
