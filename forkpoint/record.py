@@ -41,6 +41,7 @@ from .log import (
 )
 from .match import Ignore, IgnoreRule, configured, event_key, header_rules, key_spec
 from .providers import api_key_vars, classify, sdk_packages, summary
+from .redact import holds_placeholder
 from .text import plural
 
 if TYPE_CHECKING:  # checkpoints are imported where a workspace is taken: most recordings take none
@@ -306,8 +307,9 @@ class Recorder:
         observable checkpoint."""
         written = self._write(event, key=True)
         if written is not None:
+            held = holds_placeholder((written[1].get("result"), written[1].get("error")))  # (out of the lock)
             with self._lock:
-                self.lacks.recorded(written[1], written[0])
+                self.lacks.recorded(written[1], written[0], held)
         with self._checkpoint_lock:
             self._turn_tools_done += 1
             more = self._turn_tools_done < self._turn_tools_expected
@@ -499,15 +501,16 @@ class Lacks:
                 if seq is not None:
                     self.first[name] = min(self.first.get(name, seq), seq)
 
-    def recorded(self, event: Mapping[str, Any], seq: int | None) -> None:
-        """A tool call was recorded (as ``seq``)."""
+    def recorded(self, event: Mapping[str, Any], seq: int | None, held: bool | None = None) -> None:
+        """A tool call was recorded (as ``seq``); ``held``: whether its result or error holds a
+        scrubbed secret's placeholder (None: looked for here)."""
         self.seqs.append(seq)
         self.tools.add(str(event.get("tool")))
         if "unrecorded" in event:
             self.lost.append((seq, str(event["tool"]), str(event["unrecorded"]["type"])))
-        from .redact import holds_placeholder  # (loaded by then: the log's writer scrubs with it)
-
-        if holds_placeholder((event.get("result"), event.get("error"))):
+        if held is None:
+            held = holds_placeholder((event.get("result"), event.get("error")))
+        if held:
             self.scrubbed.append((seq, str(event.get("tool"))))
 
     @classmethod
