@@ -105,22 +105,18 @@ def _git_state(root: Path, expect: dict[str, Any], staged: str | None) -> Check:
 
 def _links_out(root: Path) -> list[tuple[str, str]]:
     """The symbolic links under ``root`` (not in ``.git``) whose target lies outside it: ``(path,
-    target)``, sorted."""
+    target)``, sorted. (A link to a folder is listed among a walk's folders, and not walked into.)"""
     out = []
     top = os.path.realpath(root)
     for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if d != ".git" and not os.path.islink(os.path.join(dirpath, d))]
-        for name in [
-            *filenames,
-            *(d for d in os.listdir(dirpath) if os.path.islink(os.path.join(dirpath, d))),
-        ]:
+        for name in [*dirnames, *filenames]:
             full = os.path.join(dirpath, name)
-            if not os.path.islink(full):
-                continue
-            dest = os.path.realpath(full)
-            if dest != top and not dest.startswith(top + os.sep):
-                out.append((os.path.relpath(full, root), os.readlink(full)))
-    return sorted(set(out))
+            if os.path.islink(full):
+                dest = os.path.realpath(full)
+                if dest != top and not dest.startswith(top + os.sep):
+                    out.append((os.path.relpath(full, root), os.readlink(full)))
+        dirnames[:] = [d for d in dirnames if d != ".git" and not os.path.islink(os.path.join(dirpath, d))]
+    return sorted(out)
 
 
 def validate(root: Path, *, resumable: bool = True) -> list[Check]:
