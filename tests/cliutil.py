@@ -25,6 +25,27 @@ print(quote("ACME")["price"])
 """
 
 
+#: A coding agent that names its directory and the file it is given (``argv[1]``) in its prompt,
+#: on the openai SDK at ``$AGENT_BASE_URL``; it prints the model's answer.
+CODING_AGENT = """import os
+import sys
+
+import openai
+
+client = openai.OpenAI(base_url=os.environ["AGENT_BASE_URL"], api_key="sk-test", max_retries=0)
+prompt = f"You work in {os.getcwd()}. Fix {sys.argv[1]}: " + open(sys.argv[1]).read()
+print(client.chat.completions.create(model="m", messages=[{"role": "user", "content": prompt}]).choices[0].message.content)
+"""
+
+
+def coding_checkouts(*folders: Path) -> None:
+    """Make each of ``folders`` a checkout of :data:`CODING_AGENT` (``coder.py``) with a ``bug.py``."""
+    for d in folders:
+        d.mkdir(parents=True)
+        (d / "coder.py").write_text(CODING_AGENT)
+        (d / "bug.py").write_text("x = 1 +\n")
+
+
 def with_this_path(env: dict[str, str] | None = None) -> dict[str, str]:
     """``env`` (default: this process's environment) with ``PYTHONPATH`` set to this ``sys.path``,
     so the child imports the forkpoint under test."""

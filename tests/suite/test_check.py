@@ -24,6 +24,7 @@ from forkpoint.orchestrate import map_command
 from forkpoint.record import make_header
 from forkpoint.store import list_sessions
 from forkpoint.suite import check_sessions, parse_since, select, write_junit
+from tests.cliutil import coding_checkouts
 from tests.modelserver import LocalServer
 from tests.suite.agents import cli_env, record_demo_sessions
 
@@ -325,27 +326,13 @@ def test_check_a_library_recorded_elsewhere_against_this_checkout(tmp_path: Path
     assert "1 session checked" in ok.stdout and ": 1 reproduced" in ok.stdout
 
 
-CODER = """import os
-import sys
-
-import openai
-
-client = openai.OpenAI(base_url=os.environ["AGENT_BASE_URL"], api_key="sk-test", max_retries=0)
-prompt = f"You work in {os.getcwd()}. Fix {sys.argv[1]}: " + open(sys.argv[1]).read()
-print(client.chat.completions.create(model="m", messages=[{"role": "user", "content": prompt}]).choices[0].message.content)
-"""
-
-
 @pytest.mark.slow
 def test_check_in_another_checkout_matches_its_paths_as_the_recorded_ones(tmp_path: Path) -> None:
     """A coding agent names its directory and the file it was given (an absolute path) in its
     prompt: ``check`` from any other checkout diverged at once (the recorded directory was mapped in
     the command line, never in what was matched). Both are matched as the recorded ones now."""
     prod, here = tmp_path / "prod", tmp_path / "ci" / "checkout"
-    for d in (prod, here):
-        d.mkdir(parents=True)
-        (d / "coder.py").write_text(CODER)
-        (d / "bug.py").write_text("x = 1 +\n")
+    coding_checkouts(*(prod, here))
     store = tmp_path / "store"
     with LocalServer() as srv:
         env = cli_env(AGENT_BASE_URL=srv.openai_base_url)

@@ -22,6 +22,7 @@ import pytest
 from forkpoint.errors import SessionError, UsageError
 from forkpoint.log import Session
 from forkpoint.program import parse_command, run_command
+from tests.cliutil import coding_checkouts
 from tests.modelserver import LocalServer, Reply, chat_completion, json_reply
 
 AGENT = '''"""Answers "where is my order N?" with the order tool."""
@@ -375,17 +376,6 @@ def test_a_session_whose_blobs_folder_is_a_link_fails_verify_and_make_test(tmp_p
     assert not (tmp_path / "tests").exists()
 
 
-CODER = """import os
-import sys
-
-import openai
-
-client = openai.OpenAI(base_url=os.environ["AGENT_BASE_URL"], api_key="sk-test", max_retries=0)
-prompt = f"You work in {os.getcwd()}. Fix {sys.argv[1]}: " + open(sys.argv[1]).read()
-print(client.chat.completions.create(model="m", messages=[{"role": "user", "content": prompt}]).choices[0].message.content)
-"""
-
-
 @pytest.mark.slow
 def test_a_test_made_in_another_checkout_passes_though_the_prompt_names_paths(
     tmp_path: Path, server: LocalServer
@@ -398,10 +388,7 @@ def test_a_test_made_in_another_checkout_passes_though_the_prompt_names_paths(
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     fp = [sys.executable, "-m", "forkpoint.cli"]
     prod, project = tmp_path / "prod", tmp_path / "ci" / "checkout"
-    for d in (prod, project):
-        d.mkdir(parents=True)
-        (d / "coder.py").write_text(CODER)
-        (d / "bug.py").write_text("x = 1 +\n")
+    coding_checkouts(*(prod, project))
     store = tmp_path / "store"
     rec = sh(*fp, "record", "--store", str(store), "--name", "fix", "--no-workspace", "--",
              "python", "coder.py", str(prod / "bug.py"), cwd=prod, env=env)  # fmt: skip
