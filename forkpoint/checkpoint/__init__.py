@@ -18,7 +18,10 @@ A checkpoint holds the three layers a coherent continuation needs:
   for; a plain folder when there is no repository), as a manifest of
   ``[path, "file"|"symlink", mode, size, sha256]`` sorted by path, with every file's bytes in the
   session's content-addressed blob store. The fingerprint is the SHA-256 of the canonical JSON of the
-  manifest. There are no owners or times in it.
+  manifest. There are no owners or times in it. Tracked files whose bytes a checkout of their
+  content would not give back (``.gitattributes`` line-ending, ``ident`` or encoding conversions:
+  :meth:`.source.SourceTracker.converted`) are in the manifest too; a restore writes them after the
+  checkout.
 * **carried context** — the message prefix the agent carries (the request body's ``messages`` /
   ``input`` / ``contents`` and its ``system`` / ``instructions``) and its digest, plus the files those
   messages refer to that existed at the checkpoint (they must exist after a restore).

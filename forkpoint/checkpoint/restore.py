@@ -243,6 +243,7 @@ def _restore_into(
             text = exclude.read_text(errors="replace") if exclude.is_file() else ""
         (into / ".git" / "info" / "exclude").write_text(text.rstrip("\n") + f"\n/{META_DIR}/\n")
     links = []
+    converted: list[str] = []
     try:
         for rel, kind, mode, size, h in rows:
             target = _safe_target(into, rel)
@@ -252,6 +253,10 @@ def _restore_into(
                 continue
             target.parent.mkdir(parents=True, exist_ok=True)
             _safe_target(into, rel)  # the folders just made are real ones, inside
+            if source and os.path.isfile(target) and not os.path.islink(target):
+                # a tracked file whose bytes the checkout converted (.gitattributes): as it was
+                os.unlink(target)
+                converted.append(rel)
             fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
@@ -264,6 +269,8 @@ def _restore_into(
         raise CheckpointError(f"the session's archive is damaged: {exc}") from None
     except OSError as exc:
         raise CheckpointError(f"cannot write the archived workspace: {exc}") from None
+    if converted:
+        _restat(into, converted)
     meta = into / META_DIR
     meta.mkdir()
     expect = {
@@ -294,6 +301,32 @@ def _restore_into(
     (meta / "checkpoint.json").write_bytes(json_text(expect, indent=True))
     (meta / "messages.json").write_bytes(json_text(cp.get("context"), indent=True))
     (meta / "manifest.json").write_bytes(json_text([list(r) for r in rows]))
+
+
+def _restat(into: Path, paths: list[str]) -> None:
+    """Record in the index the stat data of the tracked files ``paths`` written back as they were
+    after the checkout converted them, where git stores them as the index holds them: git counts a
+    file whose size differs from its entry's as modified without reading it (``git status`` would
+    name files the recorded repository did not)."""
+    paths = [p for p in paths if "\n" not in p]  # (what --stdin-paths cannot be given)
+    listing = git(["ls-files", "--stage", "-z", "--", *paths], into, binary=True)
+    staged = {}
+    for rec in listing.split(b"\0"):
+        if rec:
+            meta, _, path = rec.partition(b"\t")
+            staged[path.decode("utf-8", "surrogateescape")] = meta.split(b" ")[1].decode()
+    hashed = git(
+        ["hash-object", "--stdin-paths"],
+        into,
+        input="\n".join(paths).encode("utf-8", "surrogateescape") + b"\n",
+    ).split()
+    same = [p for p, h in zip(paths, hashed, strict=True) if staged.get(p) == h]
+    if same:
+        git(
+            ["update-index", "-z", "--stdin"],
+            into,
+            input="\0".join(same).encode("utf-8", "surrogateescape") + b"\0",
+        )
 
 
 def _unseal_objects(session: Session, seq: int, objects: Path) -> Path:

@@ -8,7 +8,9 @@ import binascii
 import hashlib
 import os
 import shutil
+import stat
 import tempfile
+import time
 import weakref
 import zlib
 from collections.abc import Callable
@@ -17,7 +19,8 @@ from typing import Any
 
 from .. import redact
 from ..canonical import sha256_hex
-from ..errors import CheckpointError
+from ..errors import CheckpointError, SessionError
+from ..log.blobs import open_regular
 from ..patterns import compiled_later_bytes
 from .git import HEX, fsync_wanted, git, git_finish, git_start, loose_path, user_settings, write_loose
 
@@ -255,6 +258,12 @@ class SourceTracker:
         self._gone: set[bytes] = set()
         # Raw object id of a tracked file's content that held a secret -> its scrubbed object's id.
         self._scrubbed: dict[bytes, bytes] = {}
+        # converted(): the attributes files' stat data and the tracked paths they were read for,
+        # each candidate's conversions, and whether its bytes differ, by the file's stat data.
+        self._attr_stats: tuple[tuple[int, ...], ...] | None = None
+        self._attr_entries: dict[bytes, bytes] | None = None
+        self._attrs: dict[bytes, tuple[bool, bool]] = {}
+        self._differs: dict[bytes, tuple[tuple[int, ...], bool]] = {}
 
     def close(self) -> None:
         """Remove the private index."""
@@ -460,6 +469,131 @@ class SourceTracker:
         self._last_written = self._work.root(self._write_tree)
         return self._last_written
 
+    def converted(self) -> list[bytes]:
+        """Tracked files (paths, sorted) whose bytes a checkout of their content would not give
+        back: the repository's ``.gitattributes`` convert line endings (``text``, ``eol``), expand
+        ``$Id$`` (``ident``) or re-encode (``working-tree-encoding``), and the file is not as a
+        checkout writes it (an ``eol=crlf`` file an agent wrote with ``\\n``, a ``$Id$`` never
+        expanded, a ``text=auto`` file with ``\\r\\n``). The tree holds their content as git
+        stores it; a checkpoint keeps their bytes too. Files with a ``filter`` driver are not looked
+        at (see :func:`.git.user_settings`). Call after :meth:`tree`.
+
+        Costs nothing in a repository without attributes files; else one ``git check-attr`` when
+        they or the tracked paths changed, a read of each candidate file when its stat data
+        changed, and one ``git cat-file`` for those that may differ. The conversions are
+        gitattributes(5)'s "Effects"."""
+        entries = self._entries or {}
+        common = self.repo_objects.parent
+        named = [p for p in entries if p.rsplit(b"/", 1)[-1] == b".gitattributes"]
+        files = [common / "info" / "attributes", *(self.repo / os.fsdecode(p) for p in named)]
+        stats = tuple(_stat_key(f) for f in files)
+        if not any(stats):
+            return []
+        if stats != self._attr_stats:
+            self._differs = {}  # other attributes: every verdict is taken again
+        if stats != self._attr_stats or entries is not self._attr_entries:
+            self._attrs = self._conversions(entries)
+            self._attr_stats, self._attr_entries = stats, entries
+        found: set[bytes] = set()
+        exact: dict[bytes, tuple[tuple[int, ...], bytes]] = {}
+        for path, (crlf, other) in self._attrs.items():
+            full = self.repo / os.fsdecode(path)
+            key = _stat_key(full)
+            cached = self._differs.get(path)
+            if cached is not None and cached[0] == key:
+                if cached[1]:
+                    found.add(path)
+                continue
+            if not key or not stat.S_ISREG(key[4]):
+                continue  # deleted, or no longer a file: the tree says what it is
+            try:
+                with open_regular(full) as f:
+                    raw = f.read()
+            except (OSError, SessionError):
+                continue
+            if crlf or other or b"\r" in raw:
+                exact[path] = (key, raw)
+            else:  # a checkout writes it as git stores it
+                self._remember(path, key, False)
+        for path, checked_out in self._checked_out(list(exact)).items():
+            key, raw = exact[path]
+            self._remember(path, key, checked_out != raw)
+            if checked_out != raw:
+                found.add(path)
+        return sorted(found)
+
+    def _remember(self, path: bytes, key: tuple[int, ...], differs: bool) -> None:
+        # (not a file changed less than 2 s ago: it may change again within the same tick)
+        if key[3] < time.time_ns() - 2_000_000_000:
+            self._differs[path] = (key, differs)
+        else:
+            self._differs.pop(path, None)
+
+    def _conversions(self, entries: dict[bytes, bytes]) -> dict[bytes, tuple[bool, bool]]:
+        """The tracked regular files a checkout converts, by ``git check-attr``: path → (its line
+        endings become ``\\r\\n``, it is expanded or re-encoded). ``text``/``eol=lf`` files are
+        there too, (False, False): a checkout gives back their bytes unless they hold ``\\r``."""
+        files = [p for p, meta in entries.items() if meta.split(b" ", 2)[1:2] in ([b"100644"], [b"100755"])]
+        if not files:
+            return {}
+        out = self._git(
+            ["check-attr", "-z", "--stdin", "text", "eol", "ident", "working-tree-encoding", "filter"],
+            binary=True,
+            input=b"\0".join(files) + b"\0",
+        )
+        attrs: dict[bytes, dict[bytes, bytes]] = {}
+        parts = out.split(b"\0")
+        for i in range(0, len(parts) - 2, 3):
+            attrs.setdefault(parts[i], {})[parts[i + 1]] = parts[i + 2]
+        none = (b"unspecified", b"unset")
+        found = {}
+        for path, a in attrs.items():
+            if a.get(b"filter", b"unspecified") not in none:
+                continue
+            eol = a.get(b"eol", b"unspecified")
+            crlf = eol == b"crlf" and a.get(b"text") != b"unset"
+            other = a.get(b"ident") == b"set" or a.get(b"working-tree-encoding", b"unspecified") not in none
+            text = a.get(b"text") in (b"set", b"auto") or eol == b"lf"
+            if crlf or other or text:
+                found[path] = (crlf, other)
+        return found
+
+    def _checked_out(self, paths: list[bytes]) -> dict[bytes, bytes]:
+        """What a checkout writes for each of ``paths`` (their content in the private index, through
+        the conversions of their attributes; no filter driver is run). A path holding a newline
+        (which ``cat-file --batch`` cannot be given) maps to nothing anyone wrote: it counts as
+        differing."""
+        listing = self._git(["ls-files", "--stage", "-z", "--", *map(os.fsdecode, paths)], binary=True)
+        oids = {}
+        for rec in listing.split(b"\0"):
+            if rec:
+                meta, _, path = rec.partition(b"\t")
+                oids[path] = meta.split(b" ")[1]
+        asked = [p for p in paths if p in oids and b"\n" not in p]
+        out: dict[bytes, bytes] = {p: b"\0(not checked out)" for p in paths if p not in asked}
+        if not asked:
+            return out
+        # (no `config`: a restore runs no filter driver either)
+        raw = git(
+            ["cat-file", "--batch", "--filters"],
+            self.repo,
+            self._env(),
+            binary=True,
+            input=b"".join(oids[p] + b" " + p + b"\n" for p in asked),
+        )
+        pos = 0
+        for path in asked:
+            nl = raw.index(b"\n", pos)
+            header = raw[pos:nl].split(b" ")
+            pos = nl + 1
+            if len(header) != 3:  # "<oid> missing"
+                out[path] = b"\0(not checked out)"
+                continue
+            size = int(header[2])
+            out[path] = raw[pos : pos + size]
+            pos += size + 1
+        return out
+
     def capture(self) -> dict[str, Any]:
         """``{"base", "head", "branch", "tree", "index_tree", "changed", "patch" (sections),
         "diff_hash"}``, and ``"submodules"`` when the index has any. Raises :class:`CheckpointError`."""
@@ -552,6 +686,15 @@ class SourceTracker:
             data = out[pos : pos + size]
             pos += size + 1
             write_loose(self.objects, sha, kind, data, self.durable)
+
+
+def _stat_key(path: Path) -> tuple[int, ...]:
+    """(size, mtime, inode, ctime, mode) of ``path`` not followed, or () when there is none."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return ()
+    return (st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns, st.st_mode)
 
 
 def _header_matches(section: bytes, path: bytes) -> bool:

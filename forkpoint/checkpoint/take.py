@@ -137,9 +137,14 @@ class Workspace:
         try:
             tracker = self._tracker()
             source = None
+            converted: list[str] = []
             if tracker is not None:
                 source = {"repo": str(self.repo), **tracker.capture()}
+                # tracked files a checkout would write otherwise (.gitattributes): kept as they are
+                converted = [p.decode("utf-8", "surrogateescape") for p in tracker.converted()]
             paths, nested = finish_listing(self.root, proc, self.exclude)
+            if converted:
+                paths = sorted({*paths, *converted})
         finally:
             if proc is not None and proc.poll() is None:
                 proc.kill()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -55,14 +56,15 @@ _TEXT_FIELDS = (
 _LIST_FIELDS = ("referenced", "mentioned_absent", "uncaptured", "submodules", "nested")
 
 
-def _inside(root: Path, rel: str) -> bool:
-    """``rel`` names a real folder under ``root`` (not through a symlink, not up and out)."""
+def _inside(root: Path, rel: str, is_kind: Callable[[Path], bool] = Path.is_dir) -> bool:
+    """``rel`` names a real folder (or what ``is_kind`` says) under ``root``, not through a symlink,
+    not up and out."""
     path = PurePosixPath(rel)
     return (
         bool(rel)
         and not path.is_absolute()
         and ".." not in path.parts
-        and (root / rel).is_dir()
+        and is_kind(root / rel)
         and not any((root / Path(*path.parts[: i + 1])).is_symlink() for i in range(len(path.parts)))
     )
 
@@ -180,6 +182,9 @@ def validate(root: Path, *, resumable: bool = True) -> list[Check]:
         user_excludes=False,
         nested=nested,
     )
+    if isinstance(recorded_rows, list):  # and the tracked files kept as they were (.gitattributes)
+        kept = {r[0] for r in recorded_rows if isinstance(r, list) and r and isinstance(r[0], str)}
+        paths = sorted({*paths, *(p for p in kept - set(paths) if _inside(root, p, Path.is_file))})
     rows = manifest_of(root, paths, None, None, scrub=False)  # (the stored bytes, scrubbed when taken)
     fingerprint = digest(rows, exotic=True)
     actual: Any = fingerprint

@@ -638,6 +638,49 @@ def test_validate_of_a_damaged_description_says_so(tmp_path: Path, damage: dict[
         validate(out)
 
 
+def test_tracked_files_a_checkout_converts_are_restored_as_they_were(tmp_path: Path) -> None:
+    """With ``*.txt text eol=crlf`` and ``ident`` in .gitattributes, a restore wrote every such file
+    as a checkout converts it (``\\r\\n``, ``$Id: <oid> $``), not as the agent left it, and
+    validation passed: the tree hash is of git's normalized content."""
+    repo = make_repo(tmp_path / "repo", {"a.txt": "one\ntwo\n", "b.txt": "$Id$\n", "w.md": "x\n"})
+    (repo / ".gitattributes").write_text("*.txt text eol=crlf\nb.txt ident\n*.md text\n")
+    sh_git(repo, "add", ".gitattributes")
+    sh_git(repo, "commit", "-q", "-m", "attributes")  # a.txt and b.txt stay as they were checked out
+    (repo / "c.txt").write_bytes(b"new\nfile\n")  # as an agent writes a file: "\n"
+    sh_git(repo, "add", "c.txt")
+    (repo / "w.md").write_bytes(b"x\r\ny\r\n")  # git stores "x\ny\n"
+    (repo / "plain.py").write_bytes(b"untracked\r\n")
+    with forkpoint.record(store=tmp_path / "store", workspace=repo) as rec:
+        first = forkpoint.checkpoint()
+        (repo / "a.txt").write_bytes(b"one\r\ntwo\r\nthree\n")  # mixed: not what a checkout writes
+        second = forkpoint.checkpoint()
+    session = Session.load(rec.session_path)
+    for seq in (first, second):
+        out = restore(session, seq, tmp_path / f"out-{seq}")
+        want = {p: (repo / p).read_bytes() for p in ("b.txt", "c.txt", "w.md", "plain.py")}
+        want["a.txt"] = b"one\ntwo\n" if seq == first else b"one\r\ntwo\r\nthree\n"
+        assert {p: (out / p).read_bytes() for p in want} == want
+        checks = validate(out)
+        assert all(c.ok for c in checks), checks
+        if seq == second:
+            assert status(out) == status(repo)
+    # A converted file changed after the restore is named.
+    (out / "c.txt").write_bytes(b"new\r\nfile\r\n")
+    ws = {c.name: c for c in validate(out)}["workspace fingerprint"]
+    assert not ws.ok and ws.actual["changed"] == ["c.txt"]
+
+
+def test_without_attributes_a_checkpoint_keeps_no_tracked_file_as_a_workspace_file(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo", {"a.txt": "a\r\n", "b.txt": "$Id$\n"})
+    (repo / "a.txt").write_bytes(b"a\nb\r\n")
+    with forkpoint.record(store=tmp_path / "store", workspace=repo) as rec:
+        seq = forkpoint.checkpoint()
+    cp = Session.load(rec.session_path).events[seq - 1]
+    assert cp["workspace"]["files"] == 0 and cp["source"]["changed"] == ["a.txt"]
+    out = restore(Session.load(rec.session_path), seq, tmp_path / "out")
+    assert (out / "a.txt").read_bytes() == b"a\nb\r\n"
+
+
 def test_a_tracked_file_with_a_newline_in_its_name_validates(tmp_path: Path) -> None:
     """A modified tracked file named "two\\nlines.txt", restored byte for byte, failed validation
     ("source tree hash … files: two\\nlines.txt"): git's verbose output was read line by line."""
