@@ -919,6 +919,24 @@ def _changed_in_place(
         )
 
 
+@contextlib.contextmanager
+def method_watched(fn: Any, tool: str) -> Iterator[None]:
+    """Around a framework's call of a tool that is a bound method (google-genai's automatic function
+    calling with ``tools=[shop.add_item]``, ``beta_tool(shop.add_item)``): while recording, say, as
+    for a ``@forkpoint.tool`` method, that it changed its object's attributes (:func:`_changed_in_place`).
+    Anything else (a function, a builtin, ``fn`` None) is left alone."""
+    func, obj = getattr(fn, "__func__", None), getattr(fn, "__self__", None)
+    if func is None or obj is None or not _watched(tool):
+        yield
+        return
+    state = _object_state(func, (obj,))
+    try:
+        yield
+    finally:
+        if state is not None:
+            _changed_in_place(func, tool, {}, (obj,), {}, state)
+
+
 def wrapped(fn: Callable[..., Any], tool_name: str, on: Callable[[], bool] | None = None) -> Any:
     """The tool wrapper of ``fn`` (see :func:`tool`); with ``on``, it records only while ``on()`` is
     true (a ``--tool`` target, enabled per test by the pytest plugin: :mod:`.targets`)."""

@@ -34,13 +34,17 @@ def patch(module: ModuleType) -> None:
     def call(self: Any, input: Any) -> Any:  # noqa: A002
         if _skip(self):
             return sync_call(self, input)
-        return run_tool_sync(str(self.name), json_args(input), lambda: sync_call(self, input))
+        return run_tool_sync(
+            str(self.name), json_args(input), lambda: sync_call(self, input), fn=getattr(self, "func", None)
+        )
 
     @functools.wraps(async_call)
     async def acall(self: Any, input: Any) -> Any:  # noqa: A002
         if _skip(self):
             return await async_call(self, input)
-        return await run_tool(str(self.name), json_args(input), lambda: async_call(self, input))
+        return await run_tool(
+            str(self.name), json_args(input), lambda: async_call(self, input), fn=getattr(self, "func", None)
+        )
 
     if replace(sync_cls, "call", call):
         replace(async_cls, "call", acall)

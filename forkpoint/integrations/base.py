@@ -257,12 +257,16 @@ async def run_tool(
     args: dict[str, Any],
     body: Callable[[], Awaitable[Any]],
     encode: Callable[[Any], Any] = stored_form,
+    fn: Any = None,
 ) -> Any:
     """One framework tool call through forkpoint (:func:`forkpoint.capture.tools.acall_tool`), its
-    result stored as ``encode`` of it (default: :func:`stored_form`)."""
-    from ..capture.tools import acall_tool  # here: the seam is imported at every bootstrapped start
+    result stored as ``encode`` of it (default: :func:`stored_form`). ``fn``: the tool's callable,
+    when the framework has one; a bound method is watched for changes to its object that a replay,
+    not running it, cannot make (said while recording: :func:`~forkpoint.capture.tools.method_watched`)."""
+    from ..capture.tools import acall_tool, method_watched  # here: imported at every bootstrapped start
 
-    return await acall_tool(name, args, body, encode)
+    with method_watched(fn, name):
+        return await acall_tool(name, args, body, encode)
 
 
 async def stream_tool(
@@ -317,11 +321,13 @@ def run_tool_sync(
     args: dict[str, Any],
     body: Callable[[], Any],
     encode: Callable[[Any], Any] = stored_form,
+    fn: Any = None,
 ) -> Any:
     """:func:`run_tool` for a tool the framework calls synchronously."""
-    from ..capture.tools import call_tool
+    from ..capture.tools import call_tool, method_watched
 
-    return call_tool(name, args, body, encode)
+    with method_watched(fn, name):
+        return call_tool(name, args, body, encode)
 
 
 def recorded_function(name: str, args: dict[str, Any], fn: Callable[..., Any]) -> Callable[..., Any]:

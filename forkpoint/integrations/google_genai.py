@@ -67,6 +67,7 @@ def patch_extra_utils(module: ModuleType) -> None:
             getattr(function_to_invoke, "__name__", "function"),
             jsonable(args),
             lambda: sync_original(args, function_to_invoke),
+            fn=function_to_invoke,
         )
 
     @functools.wraps(async_original)
@@ -79,6 +80,7 @@ def patch_extra_utils(module: ModuleType) -> None:
             getattr(function_to_invoke, "__name__", "function"),
             jsonable(args),
             lambda: async_original(args, function_to_invoke),
+            fn=function_to_invoke,
         )
 
     if replace(module, "invoke_function_from_dict_args", invoke_function_from_dict_args):
