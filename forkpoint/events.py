@@ -14,9 +14,9 @@ the one function that names a call's endpoint (:func:`endpoint`).
 # process); evaluated at once, the annotations cost nothing more.
 import os
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, Literal, NotRequired, Required, TypedDict, TypeGuard
+from typing import Any, Literal, NotRequired, Required, TypedDict, TypeGuard, TypeVar
 from urllib.parse import urlsplit
 
 #: How a stored body is kept: parsed JSON, text, binary, nothing, or (responses) a chunk stream.
@@ -477,6 +477,25 @@ def in_tool(event: Mapping[str, Any], spans: frozenset[str]) -> bool:
     """Whether ``event`` happened while a recorded tool call ran (its parent span is the tool's):
     it belongs to that tool call, and a replay, which does not run the tool, does not expect it."""
     return event.get("parent_span_id") in spans
+
+
+_E = TypeVar("_E", bound=Mapping[str, Any])
+
+
+def in_start_order(events: Sequence[_E]) -> list[_E]:
+    """``events`` with each process's model and tool calls in the order they started (``sent``)
+    rather than in the order they ended, which is the order they were written: a tool the program
+    ran while it still read a streamed answer ended, so was written, before the model call that
+    asked for it. Every other event keeps its place; so does each process's set of call places."""
+    places: dict[Any, list[int]] = {}
+    for i, e in enumerate(events):
+        if e.get("type") in ("model_call", "tool_call") and isinstance(e.get("sent"), int):
+            places.setdefault(e.get("pid"), []).append(i)
+    out = list(events)
+    for at in places.values():
+        for place, i in zip(at, sorted(at, key=lambda i: events[i]["sent"]), strict=True):
+            out[place] = events[i]
+    return out
 
 
 def endpoint(event: Mapping[str, Any]) -> str:

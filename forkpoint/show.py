@@ -1,6 +1,8 @@
 """The readable timeline of a session (``forkpoint show``) and its JSON form (``show --json``).
 
 A *turn* starts at each model call; the tool calls after it, up to the next model call, belong to it.
+Calls are listed in the order they started (a tool run while a streamed answer was still read ends
+before the model call that asked for it).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from typing import Any, TextIO, cast
 
 from rich.console import Console
 
-from .events import endpoint, in_tool, tool_spans
+from .events import endpoint, in_start_order, in_tool, tool_spans
 from .log import Session, json_text, to_json, with_deltas
 from .providers import call_kind, kinds, recorded_response, response_text
 from .store import SessionInfo
@@ -220,7 +222,7 @@ def render(
     for e in session.events:
         if e["type"] == "model_call" and in_tool(e, spans):
             inside.setdefault(str(e["parent_span_id"]), []).append(e)
-    for e in session.events:
+    for e in in_start_order(session.events):
         if e["type"] == "model_call" and in_tool(e, spans):
             continue  # shown under the tool call it belongs to
         if e["type"] == "model_call" and call_kind(e) != "model":
