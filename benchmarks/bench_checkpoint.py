@@ -1,6 +1,6 @@
 """Checkpoint cost on generated repositories, next to plain git on the same repository.
 
-    python benchmarks/bench_checkpoint.py [--sizes 1000,10000] [--repeat 5]
+    python benchmarks/bench_checkpoint.py [--sizes 1000,10000] [--repeat 5] [--attributes '* text=auto']
 
 For each size: a repository of N small tracked files (generated and committed), then a small diff
 (3 modified tracked files, 2 untracked scratch files). Measured, each the median of ``--repeat`` runs:
@@ -12,6 +12,9 @@ For each size: a repository of N small tracked files (generated and committed), 
 * restore of the checkpoint into a fresh directory plus ``validate`` (``restore+validate``);
 * ``git status --porcelain`` and ``git stash create`` on the same repository, for scale, and a
   local ``git clone`` (with checkout), the yardstick for a restore (it writes every file too).
+
+``--attributes TEXT`` commits a ``.gitattributes`` of TEXT with the files: a checkpoint then looks
+for tracked files a checkout would convert (read once, then only when their stat data changes).
 
 Times are wall clock, so they include process start-up; the ratios are what to compare. The clone
 and restore rows use at most 3 runs (they write every file). About 1-2 minutes in all.
@@ -51,10 +54,12 @@ def sh(args: list[str], cwd: Path) -> str:
     return subprocess.run(args, cwd=cwd, env=GIT_ENV, check=True, capture_output=True, text=True).stdout
 
 
-def make_repo(root: Path, n: int) -> Path:
+def make_repo(root: Path, n: int, attributes: str | None = None) -> Path:
     repo = root / f"repo-{n}"
     repo.mkdir()
     sh(["git", "init", "-q", "-b", "main"], repo)
+    if attributes is not None:
+        (repo / ".gitattributes").write_text(attributes + "\n")
     for i in range(n):
         d = repo / f"pkg{i // 100:03d}" / f"sub{(i // 10) % 10}"
         d.mkdir(parents=True, exist_ok=True)
@@ -94,9 +99,9 @@ def median_of(repeat: int, fn: Callable[[], float]) -> float:
     return statistics.median(fn() for _ in range(repeat))
 
 
-def bench_size(root: Path, n: int, repeat: int) -> dict[str, float]:
+def bench_size(root: Path, n: int, repeat: int, attributes: str | None = None) -> dict[str, float]:
     t0 = time.perf_counter()
-    repo = make_repo(root, n)
+    repo = make_repo(root, n, attributes)
     modified = small_diff(repo, n)
     setup = time.perf_counter() - t0
     out: dict[str, float] = {"setup_s": setup}
@@ -174,6 +179,7 @@ def main() -> int:
         "--sizes", default="1000,10000", help="tracked files per repository (comma-separated)"
     )
     parser.add_argument("--repeat", type=int, default=5, help="runs per measurement (median)")
+    parser.add_argument("--attributes", help="a .gitattributes to commit with the files ('* text=auto')")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",") if s]
     git_version = subprocess.run(["git", "--version"], capture_output=True, text=True).stdout.strip()
@@ -181,11 +187,13 @@ def main() -> int:
         f"forkpoint checkpoint benchmark — {git_version}, python {sys.version.split()[0]}, {os.cpu_count()} CPUs"
     )
     print("repository: N small tracked files; diff: 3 modified tracked files + 2 untracked scratch files")
+    if args.attributes is not None:
+        print(f".gitattributes: {args.attributes!r}")
     print(f"median of {args.repeat} runs\n")
     rows = []
     with tempfile.TemporaryDirectory(prefix="forkpoint-bench-") as tmp:
         for n in sizes:
-            res = bench_size(Path(tmp), n, args.repeat)
+            res = bench_size(Path(tmp), n, args.repeat, args.attributes)
             rows.append((n, res))
     status_w = max(len(f"{n:,}") for n in sizes) + 2
     header = (

@@ -260,9 +260,10 @@ class SourceTracker:
         self._scrubbed: dict[bytes, bytes] = {}
         # converted(): the attributes files' stat data and the tracked paths they were read for,
         # each candidate's conversions, and whether its bytes differ, by the file's stat data.
+        self._attr_files: tuple[dict[bytes, bytes] | None, list[Path]] = (None, [])
         self._attr_stats: tuple[tuple[int, ...], ...] | None = None
         self._attr_entries: dict[bytes, bytes] | None = None
-        self._attrs: dict[bytes, tuple[bool, bool]] = {}
+        self._attrs: dict[bytes, tuple[str, bool, bool]] = {}
         self._differs: dict[bytes, tuple[tuple[int, ...], bool]] = {}
 
     def close(self) -> None:
@@ -483,10 +484,11 @@ class SourceTracker:
         changed, and one ``git cat-file`` for those that may differ. The conversions are
         gitattributes(5)'s "Effects"."""
         entries = self._entries or {}
-        common = self.repo_objects.parent
-        named = [p for p in entries if p.rsplit(b"/", 1)[-1] == b".gitattributes"]
-        files = [common / "info" / "attributes", *(self.repo / os.fsdecode(p) for p in named)]
-        stats = tuple(_stat_key(f) for f in files)
+        if self._attr_files[0] is not entries:  # (once per change of the user's index)
+            named = [p for p in entries if p.rsplit(b"/", 1)[-1] == b".gitattributes"]
+            info = self.repo_objects.parent / "info" / "attributes"
+            self._attr_files = (entries, [info, *(self.repo / os.fsdecode(p) for p in named)])
+        stats = tuple(_stat_key(f) for f in self._attr_files[1])
         if not any(stats):
             return []
         if stats != self._attr_stats:
@@ -496,16 +498,20 @@ class SourceTracker:
             self._attr_stats, self._attr_entries = stats, entries
         found: set[bytes] = set()
         exact: dict[bytes, tuple[tuple[int, ...], bytes]] = {}
-        for path, (crlf, other) in self._attrs.items():
-            full = self.repo / os.fsdecode(path)
-            key = _stat_key(full)
-            cached = self._differs.get(path)
+        differs, lstat = self._differs, os.lstat
+        for path, (full, crlf, other) in self._attrs.items():
+            try:
+                st = lstat(full)
+            except OSError:
+                continue  # deleted: the tree says so
+            key = (st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns, st.st_mode)
+            cached = differs.get(path)
             if cached is not None and cached[0] == key:
                 if cached[1]:
                     found.add(path)
                 continue
-            if not key or not stat.S_ISREG(key[4]):
-                continue  # deleted, or no longer a file: the tree says what it is
+            if not stat.S_ISREG(st.st_mode):
+                continue  # no longer a file: the tree says what it is
             try:
                 with open_regular(full) as f:
                     raw = f.read()
@@ -516,9 +522,8 @@ class SourceTracker:
             else:  # a checkout writes it as git stores it
                 self._remember(path, key, False)
         for path, checked_out in self._checked_out(list(exact)).items():
-            key, raw = exact[path]
-            self._remember(path, key, checked_out != raw)
-            if checked_out != raw:
+            self._remember(path, exact[path][0], checked_out != exact[path][1])
+            if checked_out != exact[path][1]:
                 found.add(path)
         return sorted(found)
 
@@ -529,10 +534,11 @@ class SourceTracker:
         else:
             self._differs.pop(path, None)
 
-    def _conversions(self, entries: dict[bytes, bytes]) -> dict[bytes, tuple[bool, bool]]:
-        """The tracked regular files a checkout converts, by ``git check-attr``: path → (its line
-        endings become ``\\r\\n``, it is expanded or re-encoded). ``text``/``eol=lf`` files are
-        there too, (False, False): a checkout gives back their bytes unless they hold ``\\r``."""
+    def _conversions(self, entries: dict[bytes, bytes]) -> dict[bytes, tuple[str, bool, bool]]:
+        """The tracked regular files a checkout converts, by ``git check-attr``: path → (its full
+        path, its line endings become ``\\r\\n``, it is expanded or re-encoded). ``text``/``eol=lf``
+        files are there too, (…, False, False): a checkout gives back their bytes unless they hold
+        ``\\r``."""
         files = [p for p, meta in entries.items() if meta.split(b" ", 2)[1:2] in ([b"100644"], [b"100755"])]
         if not files:
             return {}
@@ -555,7 +561,7 @@ class SourceTracker:
             other = a.get(b"ident") == b"set" or a.get(b"working-tree-encoding", b"unspecified") not in none
             text = a.get(b"text") in (b"set", b"auto") or eol == b"lf"
             if crlf or other or text:
-                found[path] = (crlf, other)
+                found[path] = (os.path.join(self.repo, os.fsdecode(path)), crlf, other)
         return found
 
     def _checked_out(self, paths: list[bytes]) -> dict[bytes, bytes]:
