@@ -136,7 +136,7 @@ def import_file(
         imported = importer.convert(path, doc)
     except ImportFormatError:
         raise
-    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError) as exc:
         raise ImportFormatError(
             f"{path}: looks like {known[fmt]}, but could not be read as one ({type(exc).__name__}: {exc})"
         ) from None

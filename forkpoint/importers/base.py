@@ -12,12 +12,14 @@ from typing import Any
 
 import orjson
 
-from ..errors import ImportFormatError
+from ..capture.decoding import loads_exact
+from ..errors import ImportFormatError, ToolResultError
 from ..events import iso_time, new_span_id, now_iso, parse_time
 from ..match import event_key
 from ..record import make_header
 from ..redact import scrub_json
 from ..store import open_store
+from ..values import encode as encode_value
 
 
 @dataclass(frozen=True)
@@ -59,7 +61,10 @@ def load_document(path: Path, raw: bytes, expected: str) -> Any:
     if raw[:2] == b"\x1f\x8b":
         raw = gunzip(path, raw)
     try:
-        return orjson.loads(raw)
+        # (an integer beyond 64 bits as itself: orjson alone reads one as a float)
+        return loads_exact(raw)
+    except RecursionError:  # (Python's json, reading a deep document again for its long integers)
+        raise ImportFormatError(f"{path}: JSON nested too deep to import; expected {expected}") from None
     except orjson.JSONDecodeError as exc:
         if "depth limit" in str(exc):  # (JSON it is: YAML, tried next, would recurse until it crashed)
             raise ImportFormatError(
@@ -179,8 +184,29 @@ def load_yaml(path: Path, text: str, expected: str) -> Any:
             _bounded(node, yaml, path)  # before any of it is built: aliases expanded are bounded
             return node
 
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            # JSON, which every format imported here is the YAML form of, has string keys only: an
+            # unquoted `50256:` (a hand-edited `logit_bias`) is an int, which no session can hold.
+            mapping = super().construct_mapping(node, deep=deep)
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                if not isinstance(key, str):
+                    raise ImportFormatError(
+                        f"{path}: line {key_node.start_mark.line + 1}: the mapping key {key!r} "
+                        f"({type(key).__name__}) is not a string (JSON has string keys only: quote it); "
+                        f"expected {expected}"
+                    )
+            return mapping
+
     def as_str(loader: Any, node: Any) -> str:
         return str(loader.construct_scalar(node))
+
+    def no_set(loader: Any, node: Any) -> Any:
+        raise ImportFormatError(
+            f"{path}: line {node.start_mark.line + 1}: a YAML set (!!set) is not JSON data; expected {expected}"
+        )
+
+    Loader.add_constructor("tag:yaml.org,2002:set", no_set)
 
     for tag in ("tag:yaml.org,2002:python/unicode", "tag:yaml.org,2002:python/str"):
         Loader.add_constructor(tag, as_str)
@@ -191,6 +217,10 @@ def load_yaml(path: Path, text: str, expected: str) -> Any:
     except yaml.YAMLError as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise ImportFormatError(f"{path}: neither JSON nor YAML ({first}); expected {expected}") from None
+
+
+#: The longest duration an imported call may have (a year): a longer one is no time a call took.
+_MAX_DURATION_MS = 365 * 86400 * 1000.0
 
 
 def one_clock(events: list[dict[str, Any]]) -> tuple[str, str, str | None]:
@@ -237,6 +267,21 @@ def write_session(
     header with ``imported_from`` ``{format, path, sha256, missing, adjusted, …}``, a ``note`` saying
     what is missing, the events, ``end`` (no duration: the import's own time says nothing). The
     header's ``created``, the note and ``end`` sit on the events' clock (:func:`one_clock`)."""
+    for n, event in enumerate(imported.events, 1):
+        ms = event.get("duration_ms")
+        if ms is not None and not (isinstance(ms, int | float) and 0 <= ms < _MAX_DURATION_MS):
+            raise ImportFormatError(
+                f"{path}: event {n} made of the file ({event.get('type')}) has a duration of {ms!r} ms: "
+                "not a time a call can have taken"
+            )
+        if event.get("type") == "tool_call" and "result" in event:
+            # As a recording stores a result (user data with a `$type` key of its own is kept as
+            # data, never read back as a typed node); before the session exists, so that a value
+            # with no stored form leaves no half-written session behind.
+            try:
+                event["result"] = encode_value(event["result"])
+            except ToolResultError as exc:
+                raise ImportFormatError(f"{path}: event {n} made of the file (tool_call): {exc}") from None
     start, end, placed = one_clock(imported.events)
     if placed:
         imported.adjusted.append(placed)

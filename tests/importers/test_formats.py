@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -221,3 +222,77 @@ def test_tool_calls_that_are_no_list_of_calls_are_refused_not_invented(tmp_path:
     with pytest.raises(ImportFormatError, match=f"{path}: .*tool_calls must be a list of objects"):
         import_file(path, store=tmp_path / "store")
     assert not (tmp_path / "store").exists() or not list((tmp_path / "store").glob("*/session.jsonl"))
+
+
+def _swe_agent(observation: Any) -> dict[str, Any]:
+    return {
+        "trajectory": [{"action": "ls", "observation": observation, "response": "ls", "thought": ""}],
+        "history": [],
+    }
+
+
+def test_an_imported_result_keeps_big_integers_and_its_own_type_key(tmp_path: Path) -> None:
+    """An integer beyond 64 bits in a JSON file was imported as a float (orjson reads one so: 2**70
+    became 1.1805916207174113e+21); an observation holding a ``$type`` key of its own (JSON.NET writes
+    them) was stored as it is and read back as a typed node: ``show`` printed it as another value."""
+    observation = {"id": 2**70, "$type": "os:system", "kind": "dataclass", "value": {"a": 1}}
+    path = tmp_path / "run.traj"
+    path.write_text(json.dumps(_swe_agent(observation)))
+    session = forkpoint.Session.load(import_file(path, store=tmp_path / "store"))
+    (call,) = session.by_type("tool_call")
+    assert forkpoint.values.decode(call["result"]) == observation
+    assert type(forkpoint.values.decode(call["result"])["id"]) is int
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("observation:\n    1: a\n", "line 7: the mapping key 1 (int) is not a string"),
+        ("observation: !!set {a, b}\n", "line 6: a YAML set (!!set) is not JSON data"),
+    ],
+)
+def test_yaml_that_no_session_can_hold_is_refused_and_leaves_no_session(
+    tmp_path: Path, text: str, said: str
+) -> None:
+    """A YAML file with a key that is not a string (an unquoted ``50256:`` in a hand-edited
+    ``logit_bias``) or a set failed while the session was written: ``import`` said that the
+    *session's* log had a bad key, and left a session of half the file in the store, ended with exit
+    code 1 as if a run had crashed (it passed ``verify`` and was listed by ``ls``)."""
+    from forkpoint.errors import ImportFormatError
+
+    doc = "trajectory:\n- action: ls\n  response: ls\n  thought: ''\n  " + text
+    path = tmp_path / "run.traj"
+    path.write_text("history: []\n" + doc)
+    store = tmp_path / "store"
+    with pytest.raises(ImportFormatError, match=re.escape(f"{path}: {said}")):
+        import_file(path, store=store)
+    assert not store.exists() or not [p for p in store.iterdir() if (p / "session.jsonl").exists()]
+
+
+@pytest.mark.parametrize("seconds", [1e308, -5])
+def test_a_duration_no_call_can_take_is_refused(tmp_path: Path, seconds: float) -> None:
+    """An ``execution_time`` of 1e308 ended ``import`` in an OverflowError traceback; a negative one
+    was stored, and ``show`` printed a call of -5000.0 ms."""
+    from forkpoint.errors import ImportFormatError
+
+    doc = _swe_agent("ok")
+    doc["trajectory"][0]["execution_time"] = seconds
+    path = tmp_path / "run.traj"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ImportFormatError, match="has a duration of .* ms: not a time a call can have taken"):
+        import_file(path, store=tmp_path / "store")
+    assert not (tmp_path / "store").exists() or not any((tmp_path / "store").glob("*/session.jsonl"))
+
+
+def test_a_timestamp_out_of_range_is_an_error_not_a_traceback(tmp_path: Path) -> None:
+    from forkpoint.errors import ImportFormatError
+
+    messages = [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": "```bash\nls\n```", "extra": {"timestamp": 1e30}},
+        {"role": "user", "content": "out"},
+    ]
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps({"trajectory_format": "mini-swe-agent-1.1", "messages": messages}))
+    with pytest.raises(ImportFormatError, match="could not be read as one .OverflowError"):
+        import_file(path, store=tmp_path / "store")
