@@ -413,7 +413,7 @@ def render_diff(result: SessionDiff, console: Console) -> None:
         summary.add_column(col)
 
     def tools(t: dict[str, Any]) -> str:
-        return ", ".join(f"{k}×{v}" for k, v in t["tools"].items()) or "—"
+        return escape(", ".join(f"{k}×{v}" for k, v in t["tools"].items())) or "—"
 
     def short(text: str | None) -> str:
         text = " ".join((text or "—").split())

@@ -62,9 +62,16 @@ def model_call_line(event: Mapping[str, Any]) -> tuple[str, list[str]]:
     s = event.get("summary") or {}
     resp = event.get("response") or {}
     usage = s.get("usage") or {}
-    parts = [s.get("model") or "?", f"[dim]{s.get('provider', '?')} {s.get('api', '')}[/dim]"]
+    # (the model's name, the provider's words: recorded text, which a hostile server or agent chose)
+    parts = [
+        escape(str(s.get("model") or "?")),
+        f"[dim]{escape(str(s.get('provider', '?')))} {escape(str(s.get('api', '')))}[/dim]",
+    ]
     if usage.get("input_tokens") is not None or usage.get("output_tokens") is not None:
-        parts.append(f"{usage.get('input_tokens', '?')}→{usage.get('output_tokens', '?')} tok")
+        tokens_in, tokens_out = usage.get("input_tokens"), usage.get("output_tokens")
+        parts.append(
+            f"{'?' if tokens_in is None else tokens_in}→{'?' if tokens_out is None else tokens_out} tok"
+        )
     parts.append(_ms(event.get("duration_ms")))
     if resp.get("body_kind") == "stream":
         chunks = resp.get("chunks") or []
@@ -80,7 +87,7 @@ def model_call_line(event: Mapping[str, Any]) -> tuple[str, list[str]]:
             f"[red]{event['error'].get('type')}: {escape(_short(event['error'].get('message', ''), 60))}[/red]"
         )
     if s.get("stop_reason"):
-        parts.append(f"stop={s['stop_reason']}")
+        parts.append(f"stop={escape(str(s['stop_reason']))}")
     details = []
     text = response_text(event["request"]["url"], recorded_response(event)) if resp else None
     if text:
@@ -205,7 +212,7 @@ def render(
         )
     tags = {k: v for k, v in (h.get("tags") or {}).items() if v is not None}
     if tags:
-        console.print("  tags     " + ", ".join(f"{k}={v}" for k, v in tags.items()))
+        console.print("  tags     " + escape(", ".join(f"{k}={v}" for k, v in tags.items())))
     console.print("  versions " + ", ".join(f"{k} {v}" for k, v in (h.get("versions") or {}).items()))
     parent = h.get("parent")
     if parent:
@@ -240,7 +247,9 @@ def render(
             if error is not None and "exit_status" in error:
                 outcome = f"[red]left the process: {escape(str(error['message']))}[/red]"
             elif error is not None:
-                outcome = f"[red]raised {error['type']}: {escape(_short(error['message'], 60))}[/red]"
+                outcome = (
+                    f"[red]raised {escape(str(error['type']))}: {escape(_short(error['message'], 60))}[/red]"
+                )
             elif lost is not None:
                 outcome = f"[red]result NOT RECORDED ({escape(_short(lost.get('message'), 80))})[/red]"
             else:

@@ -547,6 +547,50 @@ def test_escape_sequences_in_what_was_recorded_do_not_reach_the_terminal(tmp_pat
     assert "\\x1b[2J\\x1b]0;pwned\\x07\\rover" in runner.invoke(main, ["show", str(a)]).output
 
 
+def test_a_model_name_stop_reason_or_tool_name_steers_no_terminal(tmp_path: Path) -> None:
+    """The model's name (from the request), the stop reason (the server's word), a tool error's type
+    and, in ``diff``'s summary, a tool's name were printed raw: escape sequences reached the terminal
+    and rich markup in them was obeyed (``[link=…]`` made a hyperlink; ``[bold]`` vanished)."""
+    nasty = "\x1b]0;pwned\x07\x1b[2J[bold]x[/bold][link=http://127.0.0.1/]y[/link]"
+    request = {
+        "method": "POST",
+        "url": "https://api.openai.com/v1/chat/completions",
+        "headers": [["content-type", "application/json"]],
+        "body_kind": "json",
+        "body": {"model": "m" + nasty, "messages": [{"role": "user", "content": "hi"}]},
+    }
+    answer = {
+        "id": "c",
+        "object": "chat.completion",
+        "model": "m",
+        "choices": [
+            {"index": 0, "finish_reason": "stop" + nasty, "message": {"role": "assistant", "content": "ok"}}
+        ],
+    }
+    response = {
+        "status": 200,
+        "reason": "OK",
+        "headers": [["content-type", "application/json"]],
+        "body_kind": "json",
+        "body": answer,
+        "ended": "complete",
+    }
+    error = {"type": "Boom" + nasty, "module": "x", "message": "m"}
+    events = [
+        {"type": "model_call", "request": request, "response": response},
+        {"type": "tool_call", "tool": "t" + nasty, "args": {}, "error": error},
+    ]
+    a = _session(tmp_path / "store", events)
+    b = _session(tmp_path / "store", [events[0], {**events[1], "tool": "other"}])
+    runner = CliRunner()
+    for args in (["show", str(a)], ["diff", str(a), str(b)]):
+        shown = runner.invoke(main, args, env={"COLUMNS": "400"}, catch_exceptions=False)
+        assert not any(c in shown.output for c in "\x1b\x07"), ascii(shown.output)
+        assert "[bold]x[/bold][link=http://127.0.0.1/]y[/link]" in shown.output, shown.output
+    shown = runner.invoke(main, ["show", str(a)], env={"COLUMNS": "400"}).output
+    assert "stop=stop\\x1b]0;pwned" in shown and "raised Boom\\x1b]0;pwned" in shown, shown
+
+
 # ----------------------------------------------------------------------------- 100 MB
 
 

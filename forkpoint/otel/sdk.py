@@ -30,7 +30,11 @@ def _missing(exc: ImportError) -> ExportError:
 def otlp_traces_url(url: str) -> str:
     """An OTLP/HTTP endpoint: ``http://host:4318`` (no path) becomes ``http://host:4318/v1/traces``;
     a URL with a path is used as given. Raises :class:`ExportError` for anything but http(s)."""
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a port out of range
+    except ValueError as exc:  # ("http://[::1": an unclosed IPv6 address)
+        raise ExportError(f"{url!r}: not a URL of an OTLP/HTTP endpoint ({exc})") from None
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise ExportError(f"{url!r}: expected an http:// or https:// URL of an OTLP/HTTP endpoint")
     if parts.path in ("", "/"):

@@ -457,6 +457,16 @@ def test_otlp_url() -> None:
     assert otlp_traces_url("https://otel.example/custom/path") == "https://otel.example/custom/path"
 
 
+@pytest.mark.parametrize("url", ["http://[::1", "http://127.0.0.1:99999"])
+def test_an_otlp_url_that_does_not_parse_is_an_error_not_a_traceback(url: str) -> None:
+    """``--otlp 'http://[::1'`` (an unclosed IPv6 address) ended ``forkpoint export`` in a
+    ValueError traceback; a port out of range was only refused by the exporter, mid-send."""
+    from forkpoint.otel.sdk import ExportError
+
+    with pytest.raises(ExportError, match="not a URL of an OTLP/HTTP endpoint"):
+        otlp_traces_url(url)
+
+
 def test_ids_follow_the_options(recorded: Recorded, tmp_path: Path) -> None:
     """The same export twice sends the same trace (a backend keeps one copy); another option, or
     --new-trace, sends another one, so a backend that keeps the first copy of an id still takes it."""
