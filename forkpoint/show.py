@@ -84,7 +84,7 @@ def model_call_line(event: Mapping[str, Any]) -> tuple[str, list[str]]:
         parts.append(f"[red]HTTP {resp['status']}[/red]")
     if event.get("error"):
         parts.append(
-            f"[red]{event['error'].get('type')}: {escape(_short(event['error'].get('message', ''), 60))}[/red]"
+            f"[red]{escape(str(event['error'].get('type')))}: {escape(_short(event['error'].get('message', ''), 60))}[/red]"
         )
     if s.get("stop_reason"):
         parts.append(f"stop={escape(str(s['stop_reason']))}")
@@ -205,20 +205,21 @@ def render(
         )
     else:
         console.print(f"  command  {escape(shlex.join(str(a) for a in h.get('argv') or []))}")
-    console.print(f"  started  {h.get('created')}   cwd {escape(str(h.get('cwd')))}")
+    console.print(f"  started  {escape(str(h.get('created')))}   cwd {escape(str(h.get('cwd')))}")
     if git:
         console.print(
-            f"  git      {str(git.get('commit'))[:12]} {git.get('branch') or '(detached)'}{' dirty' if git.get('dirty') else ''}"
+            f"  git      {escape(str(git.get('commit'))[:12])} {escape(str(git.get('branch') or '(detached)'))}"
+            f"{' dirty' if git.get('dirty') else ''}"
         )
     tags = {k: v for k, v in (h.get("tags") or {}).items() if v is not None}
     if tags:
         console.print("  tags     " + escape(", ".join(f"{k}={v}" for k, v in tags.items())))
-    console.print("  versions " + ", ".join(f"{k} {v}" for k, v in (h.get("versions") or {}).items()))
+    console.print("  versions " + escape(", ".join(f"{k} {v}" for k, v in (h.get("versions") or {}).items())))
     parent = h.get("parent")
     if parent:
         at = f" at seq {parent['seq']}" if isinstance(parent, dict) and parent.get("seq") else ""
         pid = parent.get("session_id") if isinstance(parent, dict) else parent
-        console.print(f"  parent   {pid}{at}")
+        console.print(f"  parent   {escape(str(pid))}{escape(at)}")
     replay = h.get("replay") or {}
     if replay.get("overrides"):
         console.print("  what-if  " + escape(", ".join(map(str, replay["overrides"]))))

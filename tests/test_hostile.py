@@ -696,3 +696,30 @@ def test_config_file_that_is_not_toml_is_named(tmp_path: Path, monkeypatch: pyte
     (tmp_path / "forkpoint.toml").write_text('[redact]\npatterns = ["a*"]\n')
     with pytest.raises(ConfigError, match="matches the empty string"):
         load_rules(tmp_path)
+
+
+def test_a_header_and_a_model_error_steer_no_terminal(tmp_path: Path) -> None:
+    """The header's start time, git commit and branch, versions and parent, and a model call's error
+    type were printed raw by show, as the model's name was."""
+    nasty = "\x1b]0;pwned\x07[bold]x[/bold]"
+    header = {
+        "argv": ["agent.py"],
+        "created": "2026" + nasty,
+        "git": {"commit": "c" + nasty, "branch": "b" + nasty},
+        "versions": {"python": "3" + nasty},
+        "parent": {"session_id": "p" + nasty, "seq": 3},
+    }
+    w = SessionWriter.create(tmp_path / "store", header, fsync="never")
+    request = {
+        "method": "POST",
+        "url": "http://127.0.0.1/v1/chat/completions",
+        "body_kind": "json",
+        "body": {},
+    }
+    w.append({"type": "model_call", "request": request, "error": {"type": "E" + nasty, "message": "m"}})
+    w.close()
+    shown = CliRunner().invoke(main, ["show", str(w.path)], env={"COLUMNS": "400"}, catch_exceptions=False)
+    assert shown.exit_code == 0, shown.output
+    assert not any(c in shown.output for c in "\x1b\x07"), ascii(shown.output)
+    for field in ("2026", "b", "3", "p", "E"):
+        assert field + "\\x1b]0;pwned\\x07[bold]x[/bold]" in shown.output, (field, shown.output)
