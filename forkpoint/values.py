@@ -472,10 +472,36 @@ def _dataclass(node: dict[str, Any]) -> Any:
     cls = find_class(node[MARK])
     if not dataclasses.is_dataclass(cls):
         raise UnrebuildableValue(f"the recorded dataclass names {node[MARK]}, which is not a dataclass")
+    given = decode(node["value"])
+    if _VALIDATE.get():  # (written by hand: every field, and only fields, as its __init__ would have)
+        given = _dataclass_fields(node, cls, given)
     obj = cls.__new__(cls)
-    for name, value in {**decode(node.get("attrs") or {}), **decode(node["value"])}.items():
+    for name, value in {**decode(node.get("attrs") or {}), **given}.items():
         object.__setattr__(obj, name, value)  # frozen ones too: this is their recorded state
     return obj
+
+
+def _dataclass_fields(node: dict[str, Any], cls: Any, given: Any) -> dict[str, Any]:
+    """The fields of a dataclass value written by hand (an override), its defaults filled in;
+    :class:`UnrebuildableValue` naming a field it lacks (one without a default) or a name that is
+    not one of its fields: rebuilt without ``__init__``, it would be an object no run could make."""
+    if not isinstance(given, dict):
+        raise UnrebuildableValue(f"the value given for {node[MARK]} is not an object of its fields")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = [name for name in given if name not in fields]
+    if unknown:
+        raise UnrebuildableValue(f"the value given for {node[MARK]} has no field {unknown[0]!r}")
+    out = dict(given)
+    for name, f in fields.items():
+        if name in out:
+            continue
+        if f.default is not dataclasses.MISSING:
+            out[name] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            out[name] = f.default_factory()
+        else:
+            raise UnrebuildableValue(f"the value given for {node[MARK]} lacks its field {name!r}")
+    return out
 
 
 def _pydantic(node: dict[str, Any]) -> Any:

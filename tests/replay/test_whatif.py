@@ -15,6 +15,7 @@ so the 3rd model call's request carries the run_tests result as ``messages[5].co
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import shutil
@@ -860,3 +861,40 @@ def test_an_overridden_pydantic_result_is_validated_as_its_model(tmp_path: Path)
     with pytest.raises(Exception, match=r"does not validate as one: price: Field required"):
         with forkpoint.replay(rec.session_path, overrides=[f"tool:get_stock.result={short}"]):
             get_stock("ACME")
+
+
+@dataclasses.dataclass
+class Reading:
+    temp: float
+    when: dt.datetime
+    unit: str = "C"
+    notes: list[str] = dataclasses.field(default_factory=list)
+
+
+def test_an_overridden_dataclass_result_has_its_fields_and_only_them(tmp_path: Path) -> None:
+    """An override's dataclass value was rebuilt without ``__init__``, as a recorded one is: a value
+    lacking a required field gave the agent a ``Reading`` without ``when`` (an AttributeError later,
+    far from the override), and a misspelt field was set as an attribute, silently. A field without
+    a default is required, an unknown name refused, loudly; the defaults are filled in."""
+
+    @forkpoint.tool
+    def read_sensor(name: str) -> Reading:
+        return Reading(21.5, dt.datetime(2026, 1, 1))
+
+    with forkpoint.record(store=tmp_path / "s") as rec:
+        read_sensor("a")
+    ref = f"{Reading.__module__}:{Reading.__qualname__}"
+
+    def spec(value: dict[str, Any]) -> str:
+        node = {"$type": ref, "kind": "dataclass", "value": value}
+        return f"tool:read_sensor.result={json.dumps(node)}"
+
+    with forkpoint.replay(rec.session_path, overrides=[spec({"temp": 30.0, "when": 5})]):
+        got = read_sensor("a")
+    assert (got.temp, got.when, got.unit, got.notes) == (30.0, 5, "C", [])
+    with pytest.raises(Exception, match=r"lacks its field 'when'"):
+        with forkpoint.replay(rec.session_path, overrides=[spec({"temp": 30.0})]):
+            read_sensor("a")
+    with pytest.raises(Exception, match=r"has no field 'tmp'"):
+        with forkpoint.replay(rec.session_path, overrides=[spec({"tmp": 30.0, "when": 5})]):
+            read_sensor("a")
