@@ -166,10 +166,13 @@ def _wait(
     all of its group, and what is left of the group once it ended is killed, so nothing it started
     changes its folder after it was stopped (an outcome is measured there next). Once it is
     stopped, a process it started in a session of its own (out of reach of its group's SIGKILL)
-    that still holds the captured output open is not waited for: what was read is kept."""
+    that still holds the captured output open is not waited for: what was read is kept. So it is
+    when the program ended by itself and what it left running holds its output open
+    (:data:`LEFT_OPEN_S` later; with ``own_group``, that group is killed)."""
     if watch is None:
         return proc.communicate()
     stop_at: float | None = None
+    ended_at: float | None = None
     while True:
         try:
             ended = proc.communicate(timeout=0.5)
@@ -179,6 +182,24 @@ def _wait(
             if stop_at is not None and own_group:
                 _signal_group(proc.pid, signal.SIGKILL)
             return ended
+        if stop_at is None and proc.poll() is not None:
+            # The program ended, and what it started and left running (a server in the background)
+            # still holds its captured output open: not waited for (it may never end), and, in a
+            # group of its own, stopped, so that nothing changes its folder while an outcome is measured.
+            ended_at = ended_at if ended_at is not None else time.monotonic()
+            if time.monotonic() > ended_at + LEFT_OPEN_S:
+                say(
+                    "forkpoint: the program ended, and a process it started still holds its output open: "
+                    + ("stopped" if own_group else "not waited for")
+                )
+                if own_group:
+                    _signal_group(proc.pid, signal.SIGKILL)
+                out, err = _text(partial.output, proc.stdout), _text(partial.stderr, proc.stderr)
+                for pipe in (proc.stdout, proc.stderr):
+                    if pipe is not None:
+                        pipe.close()
+                return out, err
+            continue
         if stop_at is None:
             why = watch()
             if why is not None:
@@ -264,6 +285,10 @@ class _Watch:
         self.why = self.why or why
         return why
 
+
+#: How long, once the program ended, forkpoint waits for what it started to close the program's
+#: captured output (:func:`_wait`).
+LEFT_OPEN_S = 2.0
 
 #: How long a program may run on after its replay diverged before forkpoint replay stops it.
 STUCK_AFTER_S = 5.0

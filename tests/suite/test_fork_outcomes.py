@@ -330,6 +330,28 @@ def test_an_arm_timeout_is_kept_when_the_agent_started_a_process_in_a_session_of
     assert (tmp_path / "arms" / "arm-1.log").read_text().startswith("started")
 
 
+def test_an_arm_that_ended_is_not_waited_for_past_what_it_left_running(
+    keeper: Keeper, tmp_path: Path
+) -> None:
+    """The agent ended (exit 0) and left a process running in the background (a dev server) that
+    held its captured output open: without ``--arm-timeout``, fork waited as long as that process
+    lived (forever, for a server), and its outcome was measured after it had changed the arm's
+    folder; with one, the row said the program "ran longer than its timeout". What it left running
+    is stopped soon after it ended, and its outcome measured on what the program left."""
+    before = keeper.resumable()[1]
+    left = "echo started; (sleep 30; echo late > late.txt) & exit 0"
+    fork = forkpoint_cli(
+        keeper, "fork", f"{keeper.session.id}@{before}", "--arms", "1", "--into", str(tmp_path / "arms"),
+        "--store", str(keeper.store), "--outcome", "test ! -e late.txt", "--", "sh", "-c", left, cwd=tmp_path,
+    )  # fmt: skip
+    text = " ".join(fork.stdout.split())
+    assert "outcome: 1/1 passed" in text, fork.stdout + fork.stderr
+    assert "ran longer than its timeout" not in text, fork.stdout
+    assert "a process it started still holds its output open: stopped" in fork.stderr, fork.stderr
+    assert (tmp_path / "arms" / "arm-1.log").read_text().startswith("started")
+    assert not (tmp_path / "arms" / "arm-1" / "late.txt").exists()
+
+
 OTHER_AGENT = """
 import os
 import openai
