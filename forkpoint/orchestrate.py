@@ -194,11 +194,7 @@ def _wait(
                 )
                 if own_group:
                     _signal_group(proc.pid, signal.SIGKILL)
-                out, err = _text(partial.output, proc.stdout), _text(partial.stderr, proc.stderr)
-                for pipe in (proc.stdout, proc.stderr):
-                    if pipe is not None:
-                        pipe.close()
-                return out, err
+                return _abandoned(proc, partial)
             continue
         if stop_at is None:
             why = watch()
@@ -213,11 +209,7 @@ def _wait(
             say(
                 "forkpoint: a process the program started outside its process group still holds its output open: not waited for"
             )
-            out, err = _text(partial.output, proc.stdout), _text(partial.stderr, proc.stderr)
-            for pipe in (proc.stdout, proc.stderr):
-                if pipe is not None:
-                    pipe.close()
-            return out, err
+            return _abandoned(proc, partial)
         elif time.monotonic() > stop_at:
             try:  # (a child with a group of its own, an executor task's: what it started goes too)
                 if os.getpgid(proc.pid) == proc.pid:
@@ -226,6 +218,16 @@ def _wait(
                     proc.kill()
             except ProcessLookupError:
                 pass
+
+
+def _abandoned(proc: subprocess.Popen[Any], partial: subprocess.TimeoutExpired) -> tuple[Any, Any]:
+    """What was read of ``proc``'s captured output when ``communicate`` last timed out; its pipes,
+    which a process it started still holds open, are closed: not waited on any longer."""
+    out, err = _text(partial.output, proc.stdout), _text(partial.stderr, proc.stderr)
+    for pipe in (proc.stdout, proc.stderr):
+        if pipe is not None:
+            pipe.close()
+    return out, err
 
 
 def _signal_group(pgid: int, sig: int) -> None:
