@@ -1030,7 +1030,14 @@ def sweep(
         click.echo(not_measured)
     diverged = [a for a in result["arms"] if a.diverged]
     if diverged:
-        click.echo(f"{len(diverged)} arm(s) diverged before going live (not measured): {diverged[0].problem}")
+        click.echo(f"{len(diverged)} arm(s) never went live (not measured): {diverged[0].problem}")
+    crashed = [a for a in result["arms"] if a.passed is not None and a.exit_code != 0]
+    if crashed:  # (the table shows rates only: said, as the outcome may not look at it)
+        shown = ", ".join(f"@{a.seq} arm {a.index}: {a.exit_code}" for a in crashed[:5])
+        click.echo(
+            f"{len(crashed)} measured arm(s) ended with an exit code other than 0 ({shown}"
+            f"{' …' if len(crashed) > 5 else ''}); $FORKPOINT_OUTCOME_EXIT gives it to the outcome command"
+        )
     click.echo(f"arms in {result['into']}")
     if html_file is not None:
         from .html import write_html

@@ -604,9 +604,11 @@ def replay_run(
             report["sandbox"] += f" ({plural(seen.unseen, 'packet')} dropped before it was looked at)"
         conclude(report)
     measured = None
-    # (what an interrupted run left measures nothing, nor a run that stopped at a divergence)
+    # (what an interrupted run left measures nothing, nor a run that stopped at a divergence, nor a
+    # fork's run that ended before it reached its checkpoint: none of them continued from there)
     stopped_at_divergence = report is not None and bool(report.get("divergence")) and on_divergence == "stop"
-    if outcome is not None and sig is None and not stopped_at_divergence:
+    short_of = live_from is not None and report is not None and bool(report.get("ended_early"))
+    if outcome is not None and sig is None and not stopped_at_divergence and not short_of:
         from .outcome import measure
 
         measured = measure(
@@ -878,8 +880,8 @@ class Arm:
     the arm's ``session``; ``error`` when it could not be restored or run, with ``lost`` when the task
     running it failed (forkpoint's own exception, a worker that died), so how far it got is unknown;
     ``problem`` when it ran but its run says less than it should: no report, or no log of what it
-    printed; ``diverged``, why its replayed prefix diverged, when it stopped there and never went
-    live: nothing of the continuation to measure)."""
+    printed; ``diverged``, why it never went live: its replayed prefix diverged and it stopped
+    there, or it ended before it reached its checkpoint; nothing of the continuation to measure)."""
 
     index: int
     directory: Path
@@ -1008,6 +1010,15 @@ def arm_task(spec: dict[str, Any]) -> dict[str, Any]:
                     f"{str(divergence.get('kind', 'call')).replace('_', ' ')} ({arm.diverged}): it never went live "
                     "(forkpoint replay of the session says why; an ignore rule in forkpoint.toml goes in the arm's "
                     "repository)"
+                )
+            elif (run.report or {}).get("ended_early"):  # (no outcome was measured either)
+                unserved = list((run.report or {}).get("unserved") or [])
+                arm.diverged = "ended before its checkpoint"
+                arm.problem = (
+                    f"it ended (exit code {run.exit_code}) before it reached checkpoint seq {arm.seq}: "
+                    f"{plural(len(unserved), 'recorded call')} before it (seq {', '.join(map(str, unserved[:5]))}"
+                    f"{' …' if len(unserved) > 5 else ''}) never asked for, so it never went live (does the "
+                    "command run the recorded agent as it was recorded?)"
                 )
             elif run.stopped is not None:  # (its outcome is measured all the same: the state it left)
                 arm.problem = f"stopped: {run.stopped}"

@@ -189,7 +189,7 @@ def pass_rate_line(arms: list[Arm]) -> str:
     diverged = sum(1 for a in arms if a.diverged)
     tail = f"; {invalid} arm(s) not run (restore or validation failed)" if invalid else ""
     tail += f"; {lost} arm(s) lost (the task running it failed)" if lost else ""
-    tail += f"; {diverged} arm(s) diverged before going live (not measured)" if diverged else ""
+    tail += f"; {diverged} arm(s) never went live (not measured)" if diverged else ""
     not_measured = unmeasured(arms)
     return f"outcome: {rate.text()}{tail}" + (f"; {not_measured}" if not_measured else "")
 
@@ -242,7 +242,11 @@ def sweep_table(result: dict[str, Any]) -> Table:
 
 
 def sweep_verdict(result: dict[str, Any]) -> str:
-    """Where the run became unrecoverable, in one sentence."""
+    """Where the run became unrecoverable, in one sentence (and the checkpoints no arm measured)."""
+    return _where_unrecoverable(result) + _none_measured(result)
+
+
+def _where_unrecoverable(result: dict[str, Any]) -> str:
     last, first_bad = result["last_recoverable"], result["unrecoverable_from"]
     points = {p["seq"]: p for p in result["points"]}
     if last is None and first_bad is None:
@@ -250,11 +254,22 @@ def sweep_verdict(result: dict[str, Any]) -> str:
     if last is None:
         return f"no arm passed from any checkpoint: the run was unrecoverable from @{first_bad} (turn {points[first_bad]['turn']}) on"
     if first_bad is None:
-        return (
-            f"arms passed from every checkpoint up to the last (@{last}): the run was still recoverable there"
+        every = (
+            "every measured checkpoint up to"
+            if any(not p["ran"] for p in points.values())
+            else "every checkpoint up to the last"
         )
+        return f"arms passed from {every} (@{last}): the run was still recoverable there"
     return (
         f"the run became unrecoverable between @{last} (turn {points[last]['turn']}, "
         f"{points[last]['passed']}/{points[last]['ran']} passed) and @{first_bad} (turn {points[first_bad]['turn']}): "
         "no arm from there on passed"
     )
+
+
+def _none_measured(result: dict[str, Any]) -> str:
+    """``; nothing was measured from @4, @7`` when some checkpoints' arms all went unmeasured."""
+    empty = [p["seq"] for p in result["points"] if not p["ran"]]
+    if not empty or len(empty) == len(result["points"]):
+        return ""
+    return "; nothing was measured from " + ", ".join(f"@{seq}" for seq in empty)

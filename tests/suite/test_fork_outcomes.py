@@ -374,5 +374,33 @@ def test_an_arm_whose_replayed_prefix_diverged_is_not_measured(keeper: Keeper, t
     assert fork.returncode == 1, fork.stdout + fork.stderr
     said = " ".join(fork.stderr.split())
     assert "arm 1: its replayed prefix diverged at the 1st model call" in said, fork.stderr
-    assert "outcome: no run measured; 1 arm(s) diverged before going live (not measured)" in text, fork.stdout
+    assert "outcome: no run measured; 1 arm(s) never went live (not measured)" in text, fork.stdout
     assert "pass" not in fork.stdout.split("outcome:")[0].split("directory")[-1]
+
+
+def test_arms_whose_program_ended_before_their_checkpoint_are_not_measured(
+    keeper: Keeper, tmp_path: Path
+) -> None:
+    """A command that never ran the recorded agent (a wrong path, an import error) asked for none of
+    the recorded calls before the checkpoint, so it never went live: sweep measured its outcome all
+    the same, showed 100% at every checkpoint, called the run recoverable and exited 0."""
+    out = forkpoint_cli(
+        keeper, "sweep", keeper.session.id, "--store", str(keeper.store), "--arms", "1", "--jobs", "1",
+        "--to", str(keeper.resumable()[1]), "--outcome", "true", "--into", str(tmp_path / "sweep"),
+        "--", sys.executable, "-c", "import sys; sys.exit('ImportError: no module named agent')", cwd=tmp_path,
+    )  # fmt: skip
+    text = " ".join(out.stdout.split())
+    first, second = keeper.resumable()[:2]
+    assert out.returncode == 1, out.stdout + out.stderr
+    rows = [line.split() for line in out.stdout.splitlines() if line.startswith("@")]
+    assert [(r[0], r[3]) for r in rows] == [(f"@{first}", "1/1"), (f"@{second}", "0/0")], out.stdout
+    assert (
+        f"up to (@{first}): the run was still recoverable there; nothing was measured from @{second}" in text
+    )
+    assert (
+        f"1 arm(s) never went live (not measured): it ended (exit code 1) before it reached checkpoint seq {second}"
+        in text
+    )
+    # From the first checkpoint (no recorded call before it) the arm went live at once, and ended
+    # so: its outcome is measured (the outcome command may look at $FORKPOINT_OUTCOME_EXIT), and said.
+    assert f"1 measured arm(s) ended with an exit code other than 0 (@{first} arm 1: 1)" in text, out.stdout
