@@ -1033,9 +1033,9 @@ def sweep(
         click.echo(f"{len(diverged)} arm(s) never went live (not measured): {diverged[0].problem}")
     crashed = [a for a in result["arms"] if a.passed is not None and a.exit_code != 0]
     if crashed:  # (the table shows rates only: said, as the outcome may not look at it)
-        shown = ", ".join(f"@{a.seq} arm {a.index}: {a.exit_code}" for a in crashed[:5])
+        codes = ", ".join(f"@{a.seq} arm {a.index}: {a.exit_code}" for a in crashed[:5])
         click.echo(
-            f"{len(crashed)} measured arm(s) ended with an exit code other than 0 ({shown}"
+            f"{len(crashed)} measured arm(s) ended with an exit code other than 0 ({codes}"
             f"{' …' if len(crashed) > 5 else ''}); $FORKPOINT_OUTCOME_EXIT gives it to the outcome command"
         )
     click.echo(f"arms in {result['into']}")

@@ -407,6 +407,8 @@ class OverrideState(TypedDict):
     value: Any
     seq: int
     applied: bool
+    #: Why the value given could not be handed to the program (it got a divergence instead).
+    refused: NotRequired[str]
 
 
 #: How a replay of a recorded run compares with it (:func:`forkpoint.replay.verdict`).

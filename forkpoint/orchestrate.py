@@ -753,7 +753,13 @@ def replay_command(
     if not quiet:
         say(summary_line(report))
         for o in report.get("overrides") or []:
-            state = "applied" if o["applied"] else "never reached (the run went another way first)"
+            state = (
+                "applied"
+                if o["applied"]
+                else f"refused: {o['refused']}"
+                if o.get("refused")
+                else "never reached (the run went another way first)"
+            )
             say(f"  override {o['spec']} → event seq {o['seq']}: {state}")
         missing = (report.get("recorded_end") or {}).get("unrecorded_tools")
         # (an override changed what the model asked for: the recording's list says nothing of this run)

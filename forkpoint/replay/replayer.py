@@ -36,7 +36,7 @@ import orjson
 
 from .. import override, runtime, values
 from ..canonical import canonical_json
-from ..errors import Divergence
+from ..errors import Divergence, UnrebuildableValue
 from ..events import (
     FIRST_VALUE_FNS,
     Call,
@@ -357,6 +357,8 @@ class Replayer:
         self.id_drift: list[DivergenceReport] = []
         self.overrides = override.resolve(list(overrides), self.recorded)
         self.applied: dict[int, bool] = dict.fromkeys(self.overrides, False)
+        #: Overrides whose value could not be handed over as given (a field that fails validation): why.
+        self.refused: dict[int, str] = {}
         # A key stored under the spec in force now is the key computed now (match.key_spec): used as
         # it is; the others are computed again. Should a call match nothing, the stored keys are
         # checked before that is called a divergence (_verify_keys).
@@ -434,6 +436,7 @@ class Replayer:
         self.alike_served, self.placeholders_served = [], []
         self.aside_served, self.aside_answered, self.network_blocked = [], [], []
         self.applied = dict.fromkeys(self.applied, False)
+        self.refused = {}
         self.report_each_call(report)
 
     def report_each_call(self, report: Callable[[], None]) -> None:
@@ -886,7 +889,14 @@ class Replayer:
                         self._handed[event["seq"]] = (event, text)
                         return stored
                 return orjson.loads(text)
-        return values.decode(stored, validate=event["seq"] in self.overrides)
+        if event["seq"] not in self.overrides:
+            return values.decode(stored)
+        try:
+            return values.decode(stored, validate=True)
+        except UnrebuildableValue as exc:  # (the program gets a divergence, not the value)
+            self.applied[event["seq"]] = False
+            self.refused[event["seq"]] = str(exc)
+            raise
 
     @property
     def session(self) -> Session:
@@ -1070,7 +1080,12 @@ class Replayer:
                 "sources": {"models": self.sources["model_call"], "tools": self.sources["tool_call"]},
                 "drift": self.drift,
                 "overrides": [
-                    {**o.to_json(), "seq": seq, "applied": self.applied[seq]}
+                    {
+                        **o.to_json(),
+                        "seq": seq,
+                        "applied": self.applied[seq],
+                        **({"refused": self.refused[seq]} if seq in self.refused else {}),
+                    }
                     for seq, o in self.overrides.items()
                 ],
                 "live_calls": {

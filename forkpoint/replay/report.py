@@ -318,7 +318,13 @@ def merge_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
     blocked = [b for r in reports for b in r["network_blocked"]]
     overrides = []
     for i, o in enumerate(first["overrides"]):
-        overrides.append({**o, "applied": any(r["overrides"][i]["applied"] for r in reports)})
+        applied = any(r["overrides"][i]["applied"] for r in reports)
+        refused = next(
+            (r["overrides"][i]["refused"] for r in reports if "refused" in r["overrides"][i]), None
+        )
+        overrides.append(
+            {**o, "applied": applied, **({"refused": refused} if refused and not applied else {})}
+        )
     return conclude(
         {
             **first,

@@ -859,8 +859,11 @@ def test_an_overridden_pydantic_result_is_validated_as_its_model(tmp_path: Path)
     assert stock.symbol == "X"
     short = json.dumps({"$type": ref, "kind": "pydantic", "value": {"symbol": "X"}})
     with pytest.raises(Exception, match=r"does not validate as one: price: Field required"):
-        with forkpoint.replay(rec.session_path, overrides=[f"tool:get_stock.result={short}"]):
+        with forkpoint.replay(rec.session_path, overrides=[f"tool:get_stock.result={short}"]) as rp:
             get_stock("ACME")
+    # The program got a divergence, not the value: the report said "applied" all the same.
+    (state,) = rp.report()["overrides"]
+    assert not state["applied"] and "price: Field required" in state["refused"]
 
 
 @dataclasses.dataclass
