@@ -500,12 +500,24 @@ def view_model(
 
 
 def _sweep(session: Session) -> dict[str, Any] | None:
-    """The pass rate by checkpoint of the session's fork arms that measured an outcome, if any."""
-    arms = [(seq, passed) for seq, passed in arms_of(session) if passed is not None]
-    if not arms:
+    """The pass rate by checkpoint of the session's fork arms that measured an outcome, if any: of
+    the latest experiment's (arms with another command, outcome command or overrides measured
+    something else, and are left out, said in ``note``)."""
+    measured = [arm for arm in arms_of(session) if arm[1] is not None]
+    if not measured:
         return None
+    latest = measured[-1][2]
+    arms = [(seq, passed) for seq, passed, experiment in measured if experiment == latest]
     turns = {c["seq"]: c.get("turn") for c in session.by_type("checkpoint")}
-    return by_checkpoint(arms, turns)
+    drawn = by_checkpoint(arms, turns)
+    others = {experiment for _, _, experiment in measured if experiment != latest}
+    if others:
+        drawn["note"] = (
+            f"The arms of the latest fork or sweep ({' '.join(latest[0])}, outcome {latest[1]}); "
+            f"{len(measured) - len(arms)} arm(s) of {len(others)} other experiment(s) (another command, "
+            "outcome command or overrides) are left out."
+        )
+    return drawn
 
 
 # --------------------------------------------------------------------------- the page

@@ -211,14 +211,16 @@ def by_checkpoint(arms: Iterable[tuple[int, bool | None]], turns: dict[int, Any]
     return {"points": points, "last_recoverable": last, "unrecoverable_from": after[0] if after else None}
 
 
-def arms_of(session: Session) -> list[tuple[int, bool | None]]:
-    """``(checkpoint seq, passed)`` of every fork arm of ``session`` found beside it in its store
-    (sessions whose header names it as parent, with a checkpoint seq); passed is None for an arm
-    without an outcome. None at all for a session that is not in a store (a cassette)."""
+def arms_of(session: Session) -> list[tuple[int, bool | None, tuple[Any, ...]]]:
+    """``(checkpoint seq, passed, experiment)`` of every fork arm of ``session`` found beside it in
+    its store (sessions whose header names it as parent, with a checkpoint seq), oldest first;
+    passed is None for an arm without an outcome; ``experiment`` (its command, outcome command and
+    overrides) tells arms of one fork or sweep from another's. None at all for a session that is
+    not in a store (a cassette)."""
     from .log import Session
     from .store import is_store, open_store
 
-    out: list[tuple[int, bool | None]] = []
+    out: list[tuple[int, bool | None, tuple[Any, ...]]] = []
     if not is_store(session.path.parent):
         return out
     try:
@@ -236,5 +238,11 @@ def arms_of(session: Session) -> list[tuple[int, bool | None]]:
             found = outcome_of(Session.load(row.path, share_lists=True))
         except SessionError:
             continue
-        out.append((seq, found["passed"] if found is not None else None))
+        overrides = (row.header.get("replay") or {}).get("overrides") or []
+        experiment = (
+            tuple(map(str, row.header.get("argv") or [])),
+            str(found.get("command")) if found is not None else None,
+            tuple(map(str, overrides)) if isinstance(overrides, list) else (),
+        )
+        out.append((seq, found["passed"] if found is not None else None, experiment))
     return out

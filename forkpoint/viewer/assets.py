@@ -439,6 +439,7 @@ JS = r"""
     return h("section", { class: "sweep-panel", id: "sweep" },
       h("h2", { text: "Outcome by checkpoint" }),
       h("div", { class: "small", id: "sweep-verdict", text: verdict }),
+      sw.note ? h("div", { class: "small", id: "sweep-note", text: sw.note }) : null,
       h("div", { class: "small muted", text: "Arms forked from each resumable checkpoint and continued live; bar: pass rate of the arms that ran, whisker: its 95% interval." }),
       chart);
   }

@@ -404,3 +404,20 @@ def test_arms_whose_program_ended_before_their_checkpoint_are_not_measured(
     # From the first checkpoint (no recorded call before it) the arm went live at once, and ended
     # so: its outcome is measured (the outcome command may look at $FORKPOINT_OUTCOME_EXIT), and said.
     assert f"1 measured arm(s) ended with an exit code other than 0 (@{first} arm 1: 1)" in text, out.stdout
+
+
+def test_the_page_draws_the_latest_experiments_arms_not_every_arms_pool(
+    keeper: Keeper, tmp_path: Path
+) -> None:
+    """``show --html`` pooled every arm forked from a checkpoint into one pass rate: arms of another
+    command or outcome command (another experiment) with these, "15 arms, 8 passed"."""
+    before = keeper.resumable()[1]
+    for n, outcome in enumerate(("true", "false")):
+        fork = forkpoint_cli(
+            keeper, "fork", f"{keeper.session.id}@{before}", "--arms", "1", "--into", str(tmp_path / f"arms{n}"),
+            "--store", str(keeper.store), "--outcome", outcome, "--", *keeper.agent, cwd=tmp_path,
+        )  # fmt: skip
+        assert f"outcome: {1 if outcome == 'true' else 0}/1 passed" in fork.stdout, fork.stdout
+    drawn = view_model(keeper.session)["sweep"]
+    assert [(p["seq"], p["passed"], p["ran"]) for p in drawn["points"]] == [(before, 0, 1)]
+    assert "outcome false); 1 arm(s) of 1 other experiment(s)" in drawn["note"], drawn["note"]
