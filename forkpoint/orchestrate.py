@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import orjson
 
 from ._boot import NOT_STARTED_PREFIX, child_env, read_endings
+from .children import say, wait_child
 from .errors import CheckpointError, ForkpointError, OverrideError, SessionError, UsageError
 from .log import Session, read_json_text, to_json
 from .text import ordinal, plural
@@ -40,12 +41,6 @@ if TYPE_CHECKING:
     from .netns import Namespace
     from .otel import LiveExport
     from .outcome import Outcome
-
-
-def say(message: str) -> None:
-    """A line for the person running forkpoint (stderr: stdout belongs to the program)."""
-    sys.stderr.write(message + "\n")
-    sys.stderr.flush()
 
 
 def check_config(cwd: Path | None = None) -> None:
@@ -148,7 +143,7 @@ def run_child(
             if meanwhile is not None:
                 meanwhile()
         finally:
-            out, err = _wait(proc, watch, own_group=task)
+            out, err = wait_child(proc, watch, own_group=task)
     finally:
         for sig, handler in old.items():
             signal.signal(sig, handler)
@@ -156,93 +151,6 @@ def run_child(
             task_child(proc, done=True)
     code = proc.returncode
     return Ran(128 - code if code < 0 else code, out, err)
-
-
-def _wait(
-    proc: subprocess.Popen[Any], watch: Callable[[], str | None] | None, *, own_group: bool = False
-) -> tuple[Any, Any]:
-    """``proc.communicate()``, stopping ``proc`` when ``watch`` gives a reason (:func:`run_child`):
-    SIGTERM, then SIGKILL 3 s later; with ``own_group`` (it leads a process group of its own) to
-    all of its group, and what is left of the group once it ended is killed, so nothing it started
-    changes its folder after it was stopped (an outcome is measured there next). Once it is
-    stopped, a process it started in a session of its own (out of reach of its group's SIGKILL)
-    that still holds the captured output open is not waited for: what was read is kept. So it is
-    when the program ended by itself and what it left running holds its output open
-    (:data:`LEFT_OPEN_S` later; with ``own_group``, that group is killed)."""
-    if watch is None:
-        return proc.communicate()
-    stop_at: float | None = None
-    ended_at: float | None = None
-    while True:
-        try:
-            ended = proc.communicate(timeout=0.5)
-        except subprocess.TimeoutExpired as exc:
-            partial = exc
-        else:
-            if stop_at is not None and own_group:
-                _signal_group(proc.pid, signal.SIGKILL)
-            return ended
-        if stop_at is None and proc.poll() is not None:
-            # The program ended, and what it started and left running (a server in the background)
-            # still holds its captured output open: not waited for (it may never end), and, in a
-            # group of its own, stopped, so that nothing changes its folder while an outcome is measured.
-            ended_at = ended_at if ended_at is not None else time.monotonic()
-            if time.monotonic() > ended_at + LEFT_OPEN_S:
-                say(
-                    "forkpoint: the program ended, and a process it started still holds its output open: "
-                    + ("stopped" if own_group else "not waited for")
-                )
-                if own_group:
-                    _signal_group(proc.pid, signal.SIGKILL)
-                return _abandoned(proc, partial)
-            continue
-        if stop_at is None:
-            why = watch()
-            if why is not None:
-                say(f"forkpoint: {why}: stopping it")
-                if own_group:
-                    _signal_group(proc.pid, signal.SIGTERM)
-                else:
-                    proc.send_signal(signal.SIGTERM)
-                stop_at = time.monotonic() + 3
-        elif time.monotonic() > stop_at + 3 and proc.poll() is not None:
-            say(
-                "forkpoint: a process the program started outside its process group still holds its output open: not waited for"
-            )
-            return _abandoned(proc, partial)
-        elif time.monotonic() > stop_at:
-            try:  # (a child with a group of its own, an executor task's: what it started goes too)
-                if os.getpgid(proc.pid) == proc.pid:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                else:
-                    proc.kill()
-            except ProcessLookupError:
-                pass
-
-
-def _abandoned(proc: subprocess.Popen[Any], partial: subprocess.TimeoutExpired) -> tuple[Any, Any]:
-    """What was read of ``proc``'s captured output when ``communicate`` last timed out; its pipes,
-    which a process it started still holds open, are closed: not waited on any longer."""
-    out, err = _text(partial.output, proc.stdout), _text(partial.stderr, proc.stderr)
-    for pipe in (proc.stdout, proc.stderr):
-        if pipe is not None:
-            pipe.close()
-    return out, err
-
-
-def _signal_group(pgid: int, sig: int) -> None:
-    """Send ``sig`` to process group ``pgid`` (gone already: nothing to do)."""
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _text(data: bytes | str | None, pipe: Any) -> str | None:
-    """What ``communicate`` had read of ``pipe`` when it timed out, as text (None: not captured)."""
-    if pipe is None:
-        return None
-    return data.decode(errors="replace") if isinstance(data, bytes) else data or ""
 
 
 class _Stuck:
@@ -287,10 +195,6 @@ class _Watch:
         self.why = self.why or why
         return why
 
-
-#: How long, once the program ended, forkpoint waits for what it started to close the program's
-#: captured output (:func:`_wait`).
-LEFT_OPEN_S = 2.0
 
 #: How long a program may run on after its replay diverged before forkpoint replay stops it.
 STUCK_AFTER_S = 5.0

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 import os
-import signal
 import subprocess
 import tempfile
 import time
@@ -112,15 +111,21 @@ def _run_shell(outcome: Outcome, cwd: Path, env: dict[str, str]) -> tuple[int | 
         )
     except OSError as exc:
         return None, "", f"cannot run the outcome command in {cwd}: {exc}"
-    try:
-        text, _ = proc.communicate(timeout=outcome.timeout)
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        text, _ = proc.communicate()
-        return None, text or "", f"timed out after {outcome.timeout:g} s"
+    from .children import wait_child
+
+    deadline = time.monotonic() + outcome.timeout
+    late: list[str] = []
+
+    def watch() -> str | None:
+        if time.monotonic() > deadline and not late:
+            late.append(f"timed out after {outcome.timeout:g} s")
+            return f"the outcome command ran longer than {outcome.timeout:g} s"
+        return None
+
+    # (what it left running with its output open, a server a test started, is not waited for)
+    text, _ = wait_child(proc, watch, own_group=True, what="the outcome command")
+    if late:
+        return None, text or "", late[0]
     return proc.returncode, text or "", None
 
 

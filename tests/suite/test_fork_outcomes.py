@@ -421,3 +421,16 @@ def test_the_page_draws_the_latest_experiments_arms_not_every_arms_pool(
     drawn = view_model(keeper.session)["sweep"]
     assert [(p["seq"], p["passed"], p["ran"]) for p in drawn["points"]] == [(before, 0, 1)]
     assert "outcome false); 1 arm(s) of 1 other experiment(s)" in drawn["note"], drawn["note"]
+
+
+def test_an_outcome_command_that_leaves_a_process_running_is_measured_by_its_exit(tmp_path: Path) -> None:
+    """A command that started something in the background holding its output open (a test runner's
+    server) was waited for until its timeout, then counted a failure: "timed out after 600 s"."""
+    from forkpoint.outcome import Outcome, measure
+
+    left = measure(
+        Outcome("sleep 120 & echo measured", timeout=60), cwd=tmp_path, session=None, output="", exit_code=0
+    )
+    assert (left["passed"], left["reason"], left["output"]) == (True, None, "measured\n"), left
+    late = measure(Outcome("sleep 120", timeout=0.5), cwd=tmp_path, session=None, output="", exit_code=0)
+    assert (late["passed"], late["reason"]) == (False, "timed out after 0.5 s"), late
