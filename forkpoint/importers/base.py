@@ -301,8 +301,8 @@ def write_session(
         "adjusted": list(imported.adjusted),
         **imported.details,
     }
-    with open_store(store).create(header) as session:
-        session.quiet = True  # the caller says where the session went
+    session = open_store(store).create(header)
+    try:
         writer = session.writer
         root = header["span_id"]
         text = f"imported from {imported.format} file {path.name}"
@@ -333,5 +333,9 @@ def write_session(
                     event["result"] = scrub_json(event["result"])
                 event["key"] = event_key(event)
             writer.append(event)
-        session.end(imported.exit_code, reason=imported.end_reason, timed=False, ts=end)
+    except BaseException:  # (half an import would read as a run that ended with exit code 1)
+        session.discard()
+        raise
+    session.end(imported.exit_code, reason=imported.end_reason, timed=False, ts=end)
+    session.close(quiet=True)
     return session.path

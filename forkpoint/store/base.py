@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import shutil
 import sys
 import time
 from abc import ABC, abstractmethod
@@ -385,6 +386,20 @@ class Recording:
             self.location = self.store.finished(self.path, quiet=quiet)
         return self.location
 
+    def discard(self) -> None:
+        """Remove this session instead of finishing it: its writer failed before it held what it was
+        written for (an import that could not be written to its end), and a session ended with exit
+        code 1 would look like a run that failed. Nothing of it is left, in the store or staged. Only
+        before :meth:`close`."""
+        if self.location is not None:
+            raise SessionError(f"session {self.session_id} was handed to its store already")
+        self._ended = True
+        with contextlib.suppress(OSError, SessionError):
+            self.writer.close()
+        self.store.abandoned(self.path)
+        shutil.rmtree(self.path, ignore_errors=True)
+        self.location = ""
+
     def _sign(self, quiet: bool) -> None:
         """Sign the closed session with this user's key (:mod:`forkpoint.signing`). A key that cannot
         be used, or a cryptography package that cannot load, leaves the session unsigned, said unless
@@ -440,6 +455,9 @@ class Store(ABC):
             raise CannotRecord(f"cannot create a session in {self.path} ({exc.strerror or exc})") from None
         self.started(writer.path)
         return Recording(self, writer)
+
+    def abandoned(self, path: Path) -> None:  # noqa: B027 - a hook with nothing to do by default
+        """Called before the new session ``path`` is removed unfinished (:meth:`Recording.discard`)."""
 
     def prepare(self) -> None:  # noqa: B027 - a hook with nothing to do by default
         """Called before a session is created in this store (the local store makes its folder)."""

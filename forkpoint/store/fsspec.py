@@ -394,6 +394,10 @@ class RemoteStore(Store):
         """Mark the new staged session ``path`` as being recorded by this process."""
         recording_started(path)
 
+    def abandoned(self, path: Path) -> None:
+        """The staged session ``path`` is removed unfinished: no longer being recorded here."""
+        _recording_done(path)
+
     def finished(self, path: Path, *, quiet: bool = False) -> str:
         """Upload the finished staged session ``path`` (then any other staged session that is ready);
         returns its URL, or its local path when the upload failed (a warning says why)."""

@@ -296,3 +296,22 @@ def test_a_timestamp_out_of_range_is_an_error_not_a_traceback(tmp_path: Path) ->
     path.write_text(json.dumps({"trajectory_format": "mini-swe-agent-1.1", "messages": messages}))
     with pytest.raises(ImportFormatError, match="could not be read as one .OverflowError"):
         import_file(path, store=tmp_path / "store")
+
+
+def test_an_import_that_fails_while_it_is_written_leaves_no_session(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whatever failed once the session was created (a full disk, a bug) ended it with exit code 1 and
+    kept it: a session of half the file, listed by ``ls`` as a run that crashed."""
+    import forkpoint.importers.base as base
+
+    def full(*args: object, **kw: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    doc = _swe_agent("ok")
+    path = tmp_path / "run.traj"
+    path.write_text(json.dumps(doc))
+    monkeypatch.setattr(base, "event_key", full)  # the first tool call's key: after the note
+    with pytest.raises(OSError, match="No space left"):
+        import_file(path, store=tmp_path / "store")
+    assert [p.name for p in (tmp_path / "store").iterdir() if not p.name.startswith(".")] == []
