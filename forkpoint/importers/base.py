@@ -91,6 +91,8 @@ def gunzip(path: Path, raw: bytes) -> bytes:
         raise ImportFormatError(f"{path}: a gzip file that does not decompress ({exc})") from None
     if d.unconsumed_tail:
         raise ImportFormatError(f"{path}: decompresses to more than {MAX_UNCOMPRESSED} bytes; not read")
+    if not d.eof:  # (cut short: what it holds would be read as a file of another kind)
+        raise ImportFormatError(f"{path}: a gzip file that does not decompress (it ends before its end)")
     return data
 
 

@@ -82,18 +82,33 @@ def looks_like(doc: Any) -> bool:
 # --------------------------------------------------------------------------- pieces
 
 
-def _pairs(headers: Any) -> list[tuple[str, str]]:
+def _pairs(headers: Any, where: str) -> list[tuple[str, str]]:
     """Header pairs from VCR.py's ``{name: [values]}`` (or ``{name: value}``, or a pair list); names
-    and values stored as bytes are read as text."""
+    and values stored as bytes are read as text. Raises :class:`ImportFormatError` naming ``where``
+    for headers of another shape: one dropped or read as Python's text of a mapping would change
+    what is matched and served, without a word."""
+
+    def text(value: Any, what: str) -> str:
+        if isinstance(value, str | bytes | bytearray):
+            return header_text(bytes(value) if isinstance(value, bytearray) else value)
+        if isinstance(value, int | float) and not isinstance(value, bool):  # (YAML reads `Age: 5` so)
+            return str(value)
+        raise ImportFormatError(f"{where}: a header {what} is {type(value).__name__} {value!r:.80}, not text")
+
     out: list[tuple[str, str]] = []
+    if headers is None:
+        return out
     if isinstance(headers, dict):
         for k, values in headers.items():
             for v in values if isinstance(values, list) else [values]:
-                out.append((header_text(k), "" if v is None else header_text(v)))
+                out.append((text(k, "name"), "" if v is None else text(v, "value")))
     elif isinstance(headers, list):
         for item in headers:
-            if isinstance(item, list | tuple) and len(item) == 2:
-                out.append((header_text(item[0]), header_text(item[1])))
+            if not (isinstance(item, list | tuple) and len(item) == 2):
+                raise ImportFormatError(f"{where}: a header is {item!r:.80}, not a [name, value] pair")
+            out.append((text(item[0], "name"), text(item[1], "value")))
+    else:
+        raise ImportFormatError(f"{where}: the headers are {type(headers).__name__}, not a mapping or a list")
     return out
 
 
@@ -133,8 +148,8 @@ def _text_or_bytes(data: bytes) -> str | bytes:
         return data
 
 
-def _request(rq: dict[str, Any], n: int, notes: list[str]) -> dict[str, Any]:
-    pairs = _pairs(rq.get("headers"))
+def _request(rq: dict[str, Any], n: int, notes: list[str], where: str) -> dict[str, Any]:
+    pairs = _pairs(rq.get("headers"), f"{where}: the request")
     ctype = _header(pairs, "content-type")
     if "parsed_body" in rq:
         kind, body = ("json", rq["parsed_body"]) if rq["parsed_body"] is not None else ("empty", None)
@@ -184,7 +199,11 @@ def _status(rs: dict[str, Any], where: str) -> tuple[int, str]:
 
 def _response(rs: dict[str, Any], where: str) -> dict[str, Any]:
     status, reason = _status(rs, where)
-    pairs = [(k, v) for k, v in _pairs(rs.get("headers")) if k.lower() not in DROP_RESPONSE_HEADERS]
+    pairs = [
+        (k, v)
+        for k, v in _pairs(rs.get("headers"), f"{where}: the response")
+        if k.lower() not in DROP_RESPONSE_HEADERS
+    ]
     ctype = _header(pairs, "content-type")
     out: dict[str, Any] = {"status": status, "reason": reason, "http_version": "HTTP/1.1"}
     if "parsed_body" in rs:
@@ -251,10 +270,10 @@ def convert(path: Path, doc: Any) -> Imported:
         event: dict[str, Any] = {
             "type": "model_call",
             "duration_ms": None,
-            "request": _request(rq, n, notes),
+            "request": _request(rq, n, notes, f"{path}: interaction {n}"),
             "response": _response(rs, f"{path}: interaction {n}"),
         }
-        ts = _date(_pairs(rs.get("headers")))
+        ts = _date(_pairs(rs.get("headers"), f"{path}: interaction {n}: the response"))
         if ts:
             event["ts"] = ts
             dated += 1

@@ -152,6 +152,11 @@ def test_a_gzip_file_that_expands_without_end_is_refused(
     (tmp_path / "broken.yaml.gz").write_bytes(b"\x1f\x8b" + b"not gzip")
     with pytest.raises(ImportFormatError, match="does not decompress"):
         import_file(tmp_path / "broken.yaml.gz", store=tmp_path / "store")
+    # Cut short: what it held was read as YAML of another kind ("not a format forkpoint can import").
+    whole = gzip.compress(b"interactions: []\n" + b"".join(b"# %d\n" % (i * 7919 % 1000) for i in range(100)))
+    (tmp_path / "cut.yaml.gz").write_bytes(whole[: len(whole) // 2])
+    with pytest.raises(ImportFormatError, match=r"does not decompress \(it ends before its end\)"):
+        import_file(tmp_path / "cut.yaml.gz", store=tmp_path / "store")
 
 
 needs_trajectories = pytest.mark.skipif(

@@ -491,6 +491,14 @@ _BODY = {"headers": {"content-type": ["application/json"]}, "body": {"string": "
             r"interaction 1: the response has no HTTP status .*'abc'",
         ),
         (_cassette({**_BODY, "status": {"code": 200}}, uri=None), r"interaction 1: the request has no uri"),
+        (
+            _cassette({"status": {"code": 200}, "headers": {"x-a": [{"x": 2}]}, "body": {"string": "{}"}}),
+            r"interaction 1: the response: a header value is dict \{'x': 2\}, not text",
+        ),
+        (
+            _cassette({**_BODY, "status": {"code": 200}}).replace(b'"headers": {}', b'"headers": [1, 2]'),
+            r"interaction 1: the request: a header is 1, not a \[name, value\] pair",
+        ),
         (b'{"interactions": ' + b"[" * 3000 + b"]" * 3000 + b"}", r"JSON nested too deep to import"),
         (b"interactions: " + b"[" * 3000 + b"]" * 3000 + b"\n", r"YAML nested too deep to import"),
     ],
@@ -499,8 +507,9 @@ def test_a_cassette_without_a_status_or_a_uri_or_nested_too_deep_is_refused_nami
     tmp_path: Path, cassette: bytes, detail: str
 ) -> None:
     """A response without a status was imported as a 200 (a recorded 503 replayed as a success), a
-    request without a uri as url "", a status "abc" raised a bare ValueError, and JSON nested 3,000
-    deep a RecursionError traceback."""
+    request without a uri as url "", a status "abc" raised a bare ValueError, JSON nested 3,000
+    deep a RecursionError traceback; request headers ``[1, 2]`` were dropped without a word, and a
+    header value ``{x: 2}`` stored as Python's text of it."""
     path = tmp_path / "cassette.json"
     path.write_bytes(cassette)
     with pytest.raises(ImportFormatError, match=detail):
