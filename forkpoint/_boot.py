@@ -73,6 +73,7 @@ def start(environ: MutableMapping[str, str] = os.environ) -> None:
     if mode == "record":
         from . import hooks, runtime
 
+        _join_recording(Path(session))
         made: list[Recorder] = []
         failed: list[str] = []
         ws_opts = json.loads(environ.pop("FORKPOINT_WORKSPACE", "") or "null")
@@ -261,10 +262,47 @@ def _leave_pythonpath() -> None:
         del os.environ["PYTHONPATH"]
 
 
+#: In a remote store's mirror: the lock file of a staged session (forkpoint.log.MIRROR_RECORDING;
+#: not imported from there, which would load the log layer at every start).
+_MIRROR_RECORDING = ".recording"
+#: In a remote store's mirror: the mark of a session already uploaded (forkpoint.log.MIRROR_DONE).
+_MIRROR_DONE = ".remote"
+#: The lock this process holds on its session's ``.recording`` (:func:`_join_recording`): never closed.
+_joined: list[int] = []
+
+
+def _join_recording(session: Path) -> None:
+    """Hold a shared lock on the staged session's ``.recording`` (a session of a remote store's
+    mirror; nothing elsewhere) for as long as this process lives, beside the one of the
+    ``forkpoint record`` that created it (:func:`forkpoint.store.fsspec.recording_started`): a
+    session counts as still being recorded, and is not uploaded by ``forkpoint ls``, while any
+    process that may append to it lives, not only while that ``forkpoint record`` does (killed,
+    it would otherwise leave the program appending to a session uploaded without the rest)."""
+    import fcntl
+
+    try:
+        fd = os.open(session / _MIRROR_RECORDING, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)  # (an uploader's probe holds it exclusively for an instant)
+    except OSError:
+        os.close(fd)
+        return
+    _joined.append(fd)
+
+
 def _recorder(session: Path, ws_opts: dict[str, Any] | None) -> Recorder:
     """The recorder of ``session``, checkpointing the workspace ``ws_opts`` names, if any."""
+    from .errors import SessionError
     from .log import SessionWriter
     from .record import Recorder, attach_workspace, open_workspace
+
+    if (session / _MIRROR_DONE).exists():
+        raise SessionError(
+            f"session {session.name} was already uploaded to its store (the forkpoint record that "
+            "started this process is gone): what this process does is not added to it"
+        )
 
     writer = SessionWriter.open(session)
     ws = None

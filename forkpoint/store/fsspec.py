@@ -124,11 +124,14 @@ def recording_started(path: Path) -> None:
 
     The lock file is created already locked (a temp file, locked, then renamed), so another process
     never sees it unlocked while this recorder lives; when the recorder dies, the kernel drops the
-    lock and ``forkpoint ls`` knows the session will not grow any more.
+    lock and ``forkpoint ls`` knows the session will not grow any more. The lock is shared: each
+    process of the recorded program takes it too (``forkpoint._boot._join_recording``), so the
+    session is not taken for finished while one of them still appends to it; :func:`_recorder_gone`
+    asks for it exclusively.
     """
     tmp = path / f"{RECORDING}.{os.getpid()}.{secrets.token_hex(4)}"
     fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-    fcntl.flock(fd, fcntl.LOCK_EX)
+    fcntl.flock(fd, fcntl.LOCK_SH)
     os.write(fd, str(os.getpid()).encode())
     os.rename(tmp, path / RECORDING)
     with _recording_lock:
@@ -146,7 +149,8 @@ def _recording_done(path: Path) -> None:
 
 
 def _recorder_gone(path: Path) -> bool:
-    """True when the staged session was recorded by a process that has since died (its lock is free)."""
+    """True when the staged session was recorded by processes that have since died (its lock is free:
+    neither the recorder that created it nor a process of the recorded program holds it)."""
     try:
         fd = os.open(path / RECORDING, os.O_RDONLY)
     except FileNotFoundError:

@@ -99,6 +99,26 @@ with forkpoint.record("killed", store=sys.argv[1]) as rec:
 """
 
 
+OUTLIVES = """
+import os
+import sys
+import time
+from pathlib import Path
+
+import openai
+
+here = Path(sys.argv[1])
+client = openai.OpenAI(base_url=os.environ["AGENT_BASE_URL"], api_key="sk-test-not-a-real-key", max_retries=0)
+client.chat.completions.create(model="demo-model", messages=[{"role": "user", "content": "one"}])
+(here / "first-call-done").write_text(str(os.getpid()))
+for _ in range(6000):  # until the test says go (at most 60 s)
+    if (here / "go").exists():
+        break
+    time.sleep(0.01)
+client.chat.completions.create(model="demo-model", messages=[{"role": "user", "content": "two"}])
+"""
+
+
 def cli(*args: str, env: dict[str, str] | None = None) -> Any:
     return CliRunner().invoke(main, list(args), env={"COLUMNS": "250", **(env or {})}, catch_exceptions=False)
 
@@ -433,6 +453,67 @@ def test_a_killed_recorder_leaves_an_unfinished_session_that_ls_uploads(
     sid = p.stdout.split()[0]
     (row,) = list_sessions(s3_url).rows  # the recorder is gone: upload it as it is
     assert row.session_id == sid and not row.staged and not row.complete and row.model_calls == 1
+
+
+def _wait_for(what: Callable[[], bool], why: str) -> None:
+    for _ in range(6000):
+        if what():
+            return
+        threading.Event().wait(0.01)
+    raise AssertionError(f"gave up waiting: {why}")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return not Path(f"/proc/{pid}/stat").read_text().split(") ")[-1].startswith("Z")
+
+
+@pytest.mark.slow
+def test_a_killed_forkpoint_record_whose_program_goes_on_is_not_uploaded_until_the_program_ends(
+    s3_url: str, model: LocalServer, tmp_path: Path
+) -> None:
+    # forkpoint record is SIGKILLed (OOM killer, kill -9 of the wrapper) while the program it
+    # recorded goes on appending to the staged session: ls must not upload it half-way (the rest
+    # would never reach the store, and the mirror's copy would no longer be what the store holds).
+    (tmp_path / "agent.py").write_text(textwrap.dedent(OUTLIVES))
+    env = {**os.environ, "AGENT_BASE_URL": model.openai_base_url}
+    cmd = [
+        *FORKPOINT,
+        "record",
+        "--store",
+        s3_url,
+        "--no-workspace",
+        "--",
+        sys.executable,
+        "agent.py",
+        str(tmp_path),
+    ]
+    cli_proc = subprocess.Popen(
+        cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        _wait_for(
+            lambda: (tmp_path / "first-call-done").exists() or cli_proc.poll() is not None, "first call"
+        )
+        agent_pid = int((tmp_path / "first-call-done").read_text())
+        cli_proc.kill()
+        cli_proc.wait()
+        listing = list_sessions(s3_url)  # the program still records: staged, not uploaded
+        (row,) = listing.rows
+        assert row.staged, listing.notes
+        assert any("still being recorded" in n for n in listing.notes), listing.notes
+    finally:
+        (tmp_path / "go").write_text("")
+    _wait_for(lambda: not _alive(agent_pid), "the program to end")
+    listing = list_sessions(s3_url)  # now its processes are all gone: uploaded, whole
+    (row,) = listing.rows
+    assert not row.staged and row.model_calls == 2, listing.notes
+    fs, root = remote_fs(s3_url)
+    local = store.store_dir(s3_url) / row.session_id / LOG_NAME
+    assert fs.cat_file(f"{root}/{row.session_id}/{LOG_NAME}") == local.read_bytes()
 
 
 @pytest.mark.slow
