@@ -148,6 +148,16 @@ def _recording_done(path: Path) -> None:
         os.close(fd)
 
 
+def _same_log(path: Path, data: bytes) -> bool:
+    """Whether the log at ``path`` holds ``data`` (a missing or unreadable one: nothing to keep)."""
+    try:
+        if path.stat().st_size != len(data):
+            return False
+        return path.read_bytes() == data
+    except OSError:
+        return True
+
+
 def _recorder_gone(path: Path) -> bool:
     """True when the staged session was recorded by processes that have since died (its lock is free:
     neither the recorder that created it nor a process of the recorded program holds it)."""
@@ -653,7 +663,15 @@ class RemoteStore(Store):
                 old = self.path / f".old-{sid}-{secrets.token_hex(4)}"
                 os.rename(local, old)
                 os.rename(tmp, local)
-                shutil.rmtree(old, ignore_errors=True)
+                if _same_log(old / LOG_NAME, log):
+                    shutil.rmtree(old, ignore_errors=True)
+                else:  # (a process appended after the upload): never the only copy deleted
+                    kept = self.path / f".kept-{sid}-{secrets.token_hex(4)}"
+                    os.rename(old, kept)
+                    sys.stderr.write(
+                        f"forkpoint: WARNING: the copy of session {sid} here differed from the store's "
+                        f"(a process wrote to it after it was uploaded?): kept in {kept}\n"
+                    )
             else:
                 try:
                     os.rename(tmp, local)

@@ -737,3 +737,26 @@ def test_an_entry_written_without_hard_links_is_removed_when_its_write_fails(
         LocalIO(tmp_path).create(ENTRIES, "entry.json", b'{"a": 1}')
     monkeypatch.undo()
     assert list((tmp_path / "index" / ENTRIES).iterdir()) == []
+
+
+def test_a_refreshed_download_keeps_a_local_copy_that_differs_from_the_stores(
+    s3_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``verify`` downloads a remote session again: the local copy was renamed aside and deleted,
+    without a word, though a process had written to it after the upload (the only full copy)."""
+    fresh_cache(monkeypatch, tmp_path, "machine-a")
+    with forkpoint.record(store=s3_url, workspace=None) as rec:
+        forkpoint.note("one")
+    local, sid = rec.session_path, rec.session_path.name
+    uploaded = (local / LOG_NAME).read_bytes()
+    with (local / LOG_NAME).open("ab") as f:
+        f.write(b'{"written": "after the upload"}\n')
+    capsys.readouterr()
+    assert store.open_store(s3_url).fetch(sid, refresh=True) == local
+    assert (local / LOG_NAME).read_bytes() == uploaded
+    (kept,) = local.parent.glob(f".kept-{sid}-*")
+    assert (kept / LOG_NAME).read_bytes().endswith(b'after the upload"}\n')
+    assert f"the copy of session {sid} here differed from the store's" in capsys.readouterr().err
+    # The same bytes: replaced without a word, nothing kept.
+    assert store.open_store(s3_url).fetch(sid, refresh=True) == local
+    assert len(list(local.parent.glob(f".kept-{sid}-*"))) == 1 and "differed" not in capsys.readouterr().err
