@@ -159,6 +159,8 @@ def _start_replay(session: str, env: Mapping[str, str], *, spawned: bool = False
     from .replay import PLACEHOLDER_KEY, Replayer, open_ledger, placeholder_keys, write_report
 
     opts = json.loads(env["FORKPOINT_REPLAY"] or "{}")
+    if opts.get("child"):  # (a what-if's session is being recorded as long as this process lives)
+        _join_recording(Path(opts["child"]))
     child = SessionWriter.open(Path(opts["child"])) if opts.get("child") else None
     reports = Path(env["FORKPOINT_REPORT"]) if env["FORKPOINT_REPORT"] else None
     recorded = Session.load(Path(session), derived=False, share_lists=True)

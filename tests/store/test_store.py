@@ -760,3 +760,51 @@ def test_a_refreshed_download_keeps_a_local_copy_that_differs_from_the_stores(
     # The same bytes: replaced without a word, nothing kept.
     assert store.open_store(s3_url).fetch(sid, refresh=True) == local
     assert len(list(local.parent.glob(f".kept-{sid}-*"))) == 1 and "differed" not in capsys.readouterr().err
+
+
+def test_a_killed_what_if_replay_whose_program_goes_on_is_not_uploaded_until_the_program_ends(
+    s3_url: str, model: LocalServer, tmp_path: Path
+) -> None:
+    """As for a recording: the what-if session a replay writes is the replaying program's to finish."""
+    (tmp_path / "agent.py").write_text(textwrap.dedent(OUTLIVES))
+    (tmp_path / "go").write_text("")
+    env = {**os.environ, "AGENT_BASE_URL": model.openai_base_url}
+    agent = [sys.executable, "agent.py", str(tmp_path)]
+    done = subprocess.run(
+        [*FORKPOINT, "record", "--store", s3_url, "--no-workspace", "--", *agent],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    (recorded,) = list_sessions(s3_url).rows
+    for name in ("go", "first-call-done"):
+        (tmp_path / name).unlink()
+    cmd = [
+        *FORKPOINT,
+        "replay",
+        recorded.session_id,
+        "--store",
+        s3_url,
+        "--on-divergence",
+        "fifo",
+        "--",
+        *agent,
+    ]
+    cli_proc = subprocess.Popen(
+        cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        _wait_for(
+            lambda: (tmp_path / "first-call-done").exists() or cli_proc.poll() is not None, "first call"
+        )
+        agent_pid = int((tmp_path / "first-call-done").read_text())
+        cli_proc.kill()
+        cli_proc.wait()
+        listing = list_sessions(s3_url)
+        child = next(r for r in listing.rows if r.session_id != recorded.session_id)
+        assert child.staged, listing.notes
+    finally:
+        (tmp_path / "go").write_text("")
+    _wait_for(lambda: not _alive(agent_pid), "the program to end")
+    listing = list_sessions(s3_url)
+    child = next(r for r in listing.rows if r.session_id != recorded.session_id)
+    assert not child.staged and child.model_calls == 2, listing.notes
