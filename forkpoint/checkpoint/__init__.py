@@ -20,8 +20,8 @@ A checkpoint holds the three layers a coherent continuation needs:
   session's content-addressed blob store. The fingerprint is the SHA-256 of the canonical JSON of the
   manifest. There are no owners or times in it. Tracked files whose bytes a checkout of their
   content would not give back (``.gitattributes`` line-ending, ``ident`` or encoding conversions:
-  :meth:`.source.SourceTracker.converted`) are in the manifest too; a restore writes them after the
-  checkout.
+  :meth:`.source.SourceTracker.converted`), and those marked skip-worktree (git does not look at
+  their edits), are in the manifest too; a restore writes them after the checkout.
 * **carried context** — the message prefix the agent carries (the request body's ``messages`` /
   ``input`` / ``contents`` and its ``system`` / ``instructions``) and its digest, plus the files those
   messages refer to that existed at the checkpoint (they must exist after a restore).

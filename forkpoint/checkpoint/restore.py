@@ -271,6 +271,13 @@ def _restore_into(
         raise CheckpointError(f"cannot write the archived workspace: {exc}") from None
     if converted:
         _restat(into, converted)
+    skipped = [p for p in (source or {}).get("skip_worktree") or [] if isinstance(p, str) and "\0" not in p]
+    if skipped:  # (as in the recorded repository: git does not look at their edits)
+        git(
+            ["update-index", "--skip-worktree", "-z", "--stdin"],
+            into,
+            input="\0".join(skipped).encode("utf-8", "surrogateescape") + b"\0",
+        )
     meta = into / META_DIR
     meta.mkdir()
     expect = {

@@ -260,6 +260,7 @@ class SourceTracker:
         self._scrubbed: dict[bytes, bytes] = {}
         # converted(): the attributes files' stat data and the tracked paths they were read for,
         # each candidate's conversions, and whether its bytes differ, by the file's stat data.
+        self._skipped: tuple[dict[bytes, bytes] | None, list[bytes]] = (None, [])
         self._attr_files: tuple[dict[bytes, bytes] | None, list[Path]] = (None, [])
         self._attr_stats: tuple[tuple[int, ...], ...] | None = None
         self._attr_entries: dict[bytes, bytes] | None = None
@@ -469,6 +470,16 @@ class SourceTracker:
         self._work_built = True
         self._last_written = self._work.root(self._write_tree)
         return self._last_written
+
+    def skip_worktree(self) -> list[bytes]:
+        """Tracked paths marked skip-worktree (``git update-index --skip-worktree`` over a local
+        config file; a sparse checkout's files left out) that are in the working tree, sorted: git
+        does not look at them, so their edits are in no tree. A checkpoint keeps their bytes, and a
+        restore marks them again. Call after :meth:`tree`."""
+        entries = self._entries or {}
+        if self._skipped[0] is not entries:  # (once per change of the user's index)
+            self._skipped = (entries, sorted(p for p, meta in entries.items() if meta[:1] in (b"S", b"s")))
+        return [p for p in self._skipped[1] if os.path.lexists(self.repo / os.fsdecode(p))]
 
     def converted(self) -> list[bytes]:
         """Tracked files (paths, sorted) whose bytes a checkout of their content would not give

@@ -140,8 +140,12 @@ class Workspace:
             converted: list[str] = []
             if tracker is not None:
                 source = {"repo": str(self.repo), **tracker.capture()}
-                # tracked files a checkout would write otherwise (.gitattributes): kept as they are
-                converted = [p.decode("utf-8", "surrogateescape") for p in tracker.converted()]
+                # tracked files a checkout would write otherwise (.gitattributes), and those git does
+                # not look at (skip-worktree): kept as they are
+                skipped = [p.decode("utf-8", "surrogateescape") for p in tracker.skip_worktree()]
+                if skipped:
+                    source["skip_worktree"] = skipped
+                converted = [p.decode("utf-8", "surrogateescape") for p in tracker.converted()] + skipped
             paths, nested = finish_listing(self.root, proc, self.exclude)
             if converted:
                 paths = sorted({*paths, *converted})

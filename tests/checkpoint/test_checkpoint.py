@@ -670,6 +670,25 @@ def test_tracked_files_a_checkout_converts_are_restored_as_they_were(tmp_path: P
     assert not ws.ok and ws.actual["changed"] == ["c.txt"]
 
 
+def test_a_skip_worktree_files_edits_are_restored_and_marked_again(tmp_path: Path) -> None:
+    """A file marked ``--skip-worktree`` (a local config the user edits and never commits): git does
+    not look at it, so its edits were in no checkpoint; a restore wrote the committed version and
+    validation passed."""
+    repo = make_repo(tmp_path / "repo", {"config.ini": "debug = false\n", "a.py": "x = 1\n"})
+    sh_git(repo, "update-index", "--skip-worktree", "config.ini")
+    (repo / "config.ini").write_text("debug = true\n")
+    (repo / "a.py").write_text("x = 2\n")
+    with forkpoint.record(store=tmp_path / "store", workspace=repo) as rec:
+        seq = forkpoint.checkpoint()
+    cp = Session.load(rec.session_path).events[seq - 1]
+    assert cp["source"]["skip_worktree"] == ["config.ini"]
+    out = restore(Session.load(rec.session_path), seq, tmp_path / "out")
+    assert (out / "config.ini").read_text() == "debug = true\n"
+    assert all(c.ok for c in validate(out)), validate(out)
+    assert status(out) == status(repo) == " M a.py\n"
+    assert sh_git(out, "ls-files", "-v", "config.ini") == "S config.ini\n"
+
+
 def test_without_attributes_a_checkpoint_keeps_no_tracked_file_as_a_workspace_file(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "repo", {"a.txt": "a\r\n", "b.txt": "$Id$\n"})
     (repo / "a.txt").write_bytes(b"a\nb\r\n")
