@@ -278,6 +278,12 @@ def _restore_into(
             into,
             input="\0".join(skipped).encode("utf-8", "surrogateescape") + b"\0",
         )
+    if not source and workspace.get("listing") == "git-nocommit":
+        # A repository without commits, restored as one: a plain folder inside another repository
+        # would have an arm's git commands act on that one (commit, reset, clean).
+        git(["init", "-q"], into)
+        (into / ".git" / "info").mkdir(exist_ok=True)
+        (into / ".git" / "info" / "exclude").write_text(f"/{META_DIR}/\n")
     meta = into / META_DIR
     meta.mkdir()
     expect = {

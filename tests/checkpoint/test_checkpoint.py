@@ -1182,6 +1182,13 @@ def test_a_repository_without_commits_is_a_workspace(tmp_path: Path) -> None:
     assert [r[0] for r in manifest_rows(cp["workspace"])] == [".gitignore", "a.py"]
     restore(Session.load(rec.session_path), seq, tmp_path / "r")
     assert all(c.ok for c in validate(tmp_path / "r"))
+    # Restored inside another repository, it is a repository of its own, as it was: a plain folder
+    # there had an arm's `git add -A && git commit` commit into the other one.
+    outer = make_repo(tmp_path / "outer", {"x.txt": "x\n"})
+    inner = restore(Session.load(rec.session_path), seq, outer / "arm")
+    assert sh_git(inner, "rev-parse", "--show-toplevel").strip() == str(inner)
+    assert "??" in status(inner) and all(c.ok for c in validate(inner))
+    assert status(outer) == "?? arm/\n"
 
 
 # --------------------------------------------------------------------------- independence from git config
