@@ -322,7 +322,8 @@ def _restat(into: Path, paths: list[str]) -> None:
     file whose size differs from its entry's as modified without reading it (``git status`` would
     name files the recorded repository did not)."""
     paths = [p for p in paths if "\n" not in p]  # (what --stdin-paths cannot be given)
-    listing = git(["ls-files", "--stage", "-z", "--", *paths], into, binary=True)
+    few = len(paths) <= 2000  # (else the whole index: a command line has its limits)
+    listing = git(["ls-files", "--stage", "-z", *(["--", *paths] if few else [])], into, binary=True)
     staged = {}
     for rec in listing.split(b"\0"):
         if rec:

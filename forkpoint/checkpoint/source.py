@@ -258,9 +258,10 @@ class SourceTracker:
         self._gone: set[bytes] = set()
         # Raw object id of a tracked file's content that held a secret -> its scrubbed object's id.
         self._scrubbed: dict[bytes, bytes] = {}
+        # skip_worktree(): the entries it was found in, the paths marked.
+        self._skipped: tuple[dict[bytes, bytes] | None, list[bytes]] = (None, [])
         # converted(): the attributes files' stat data and the tracked paths they were read for,
         # each candidate's conversions, and whether its bytes differ, by the file's stat data.
-        self._skipped: tuple[dict[bytes, bytes] | None, list[bytes]] = (None, [])
         self._attr_files: tuple[dict[bytes, bytes] | None, list[Path]] = (None, [])
         self._attr_stats: tuple[tuple[int, ...], ...] | None = None
         self._attr_entries: dict[bytes, bytes] | None = None
@@ -488,7 +489,8 @@ class SourceTracker:
         checkout writes it (an ``eol=crlf`` file an agent wrote with ``\\n``, a ``$Id$`` never
         expanded, a ``text=auto`` file with ``\\r\\n``). The tree holds their content as git
         stores it; a checkpoint keeps their bytes too. Files with a ``filter`` driver are not looked
-        at (see :func:`.git.user_settings`). Call after :meth:`tree`.
+        at (see :func:`.git.user_settings`), nor attributes files git does not track. Call after
+        :meth:`tree`.
 
         Costs nothing in a repository without attributes files; else one ``git check-attr`` when
         they or the tracked paths changed, a read of each candidate file when its stat data
@@ -580,7 +582,10 @@ class SourceTracker:
         the conversions of their attributes; no filter driver is run). A path holding a newline
         (which ``cat-file --batch`` cannot be given) maps to nothing anyone wrote: it counts as
         differing."""
-        listing = self._git(["ls-files", "--stage", "-z", "--", *map(os.fsdecode, paths)], binary=True)
+        few = len(paths) <= 2000  # (else the whole index: a command line has its limits)
+        listing = self._git(
+            ["ls-files", "--stage", "-z", *(["--", *map(os.fsdecode, paths)] if few else [])], binary=True
+        )
         oids = {}
         for rec in listing.split(b"\0"):
             if rec:

@@ -670,6 +670,23 @@ def test_tracked_files_a_checkout_converts_are_restored_as_they_were(tmp_path: P
     assert not ws.ok and ws.actual["changed"] == ["c.txt"]
 
 
+@pytest.mark.slow
+def test_more_converted_files_than_a_command_line_holds_are_restored_as_they_were(tmp_path: Path) -> None:
+    """Past 2,000 paths the index is read whole, not named on a command line."""
+    files = {f"d{i // 100}/f{i}.txt": f"line {i}\n" for i in range(2100)}
+    repo = make_repo(tmp_path / "repo", {".gitattributes": "* text=auto\n", **files})
+    for rel in files:  # as a Windows editor saves them: git stores "\n", a checkout writes "\n"
+        (repo / rel).write_bytes((repo / rel).read_bytes().replace(b"\n", b"\r\n"))
+    with forkpoint.record(store=tmp_path / "store", workspace=repo) as rec:
+        seq = forkpoint.checkpoint()
+    out = restore(Session.load(rec.session_path), seq, tmp_path / "out")
+    assert (out / "d20/f2099.txt").read_bytes() == b"line 2099\r\n"
+    assert all(c.ok for c in validate(out)), validate(out)
+    # git reads them as unchanged (the recorded repository's index, older than the files, had
+    # `git status` name them until a refresh: a restore's index is refreshed)
+    assert status(out) == "" and sh_git(repo, "diff", "--stat") == ""
+
+
 def test_a_skip_worktree_files_edits_are_restored_and_marked_again(tmp_path: Path) -> None:
     """A file marked ``--skip-worktree`` (a local config the user edits and never commits): git does
     not look at it, so its edits were in no checkpoint; a restore wrote the committed version and
