@@ -7,6 +7,7 @@ this process name resolution of anything but loopback raises, so nothing can rea
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import io
 import json
@@ -18,7 +19,7 @@ import subprocess
 import sys
 import textwrap
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -471,6 +472,22 @@ def _alive(pid: int) -> bool:
     return not Path(f"/proc/{pid}/stat").read_text().split(") ")[-1].startswith("Z")
 
 
+@contextlib.contextmanager
+def _killed_at_first_call(cmd: list[str], here: Path, env: dict[str, str]) -> Iterator[int]:
+    """Run the forkpoint command ``cmd`` (its program: :data:`OUTLIVES` in ``here``) and SIGKILL it
+    once the program made its first call; yields the program's pid. The program goes on (its
+    second call) when the block ends."""
+    proc = subprocess.Popen(cmd, cwd=here, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_for(lambda: (here / "first-call-done").exists() or proc.poll() is not None, "first call")
+        pid = int((here / "first-call-done").read_text())
+        proc.kill()
+        proc.wait()
+        yield pid
+    finally:
+        (here / "go").write_text("")
+
+
 @pytest.mark.slow
 def test_a_killed_forkpoint_record_whose_program_goes_on_is_not_uploaded_until_the_program_ends(
     s3_url: str, model: LocalServer, tmp_path: Path
@@ -491,22 +508,11 @@ def test_a_killed_forkpoint_record_whose_program_goes_on_is_not_uploaded_until_t
         "agent.py",
         str(tmp_path),
     ]
-    cli_proc = subprocess.Popen(
-        cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-    try:
-        _wait_for(
-            lambda: (tmp_path / "first-call-done").exists() or cli_proc.poll() is not None, "first call"
-        )
-        agent_pid = int((tmp_path / "first-call-done").read_text())
-        cli_proc.kill()
-        cli_proc.wait()
+    with _killed_at_first_call(cmd, tmp_path, env) as agent_pid:
         listing = list_sessions(s3_url)  # the program still records: staged, not uploaded
         (row,) = listing.rows
         assert row.staged, listing.notes
         assert any("still being recorded" in n for n in listing.notes), listing.notes
-    finally:
-        (tmp_path / "go").write_text("")
     _wait_for(lambda: not _alive(agent_pid), "the program to end")
     listing = list_sessions(s3_url)  # now its processes are all gone: uploaded, whole
     (row,) = listing.rows
@@ -789,21 +795,10 @@ def test_a_killed_what_if_replay_whose_program_goes_on_is_not_uploaded_until_the
         "--",
         *agent,
     ]
-    cli_proc = subprocess.Popen(
-        cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-    try:
-        _wait_for(
-            lambda: (tmp_path / "first-call-done").exists() or cli_proc.poll() is not None, "first call"
-        )
-        agent_pid = int((tmp_path / "first-call-done").read_text())
-        cli_proc.kill()
-        cli_proc.wait()
+    with _killed_at_first_call(cmd, tmp_path, env) as agent_pid:
         listing = list_sessions(s3_url)
         child = next(r for r in listing.rows if r.session_id != recorded.session_id)
         assert child.staged, listing.notes
-    finally:
-        (tmp_path / "go").write_text("")
     _wait_for(lambda: not _alive(agent_pid), "the program to end")
     listing = list_sessions(s3_url)
     child = next(r for r in listing.rows if r.session_id != recorded.session_id)
