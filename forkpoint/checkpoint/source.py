@@ -482,7 +482,7 @@ class SourceTracker:
             self._skipped = (entries, sorted(p for p, meta in entries.items() if meta[:1] in (b"S", b"s")))
         return [p for p in self._skipped[1] if os.path.lexists(self.repo / os.fsdecode(p))]
 
-    def converted(self) -> list[bytes]:
+    def converted(self, untracked: list[str] | tuple[str, ...] = ()) -> list[bytes]:
         """Tracked files (paths, sorted) whose bytes a checkout of their content would not give
         back: the repository's ``.gitattributes`` convert line endings (``text``, ``eol``), expand
         ``$Id$`` (``ident``) or re-encode (``working-tree-encoding``), and the file is not as a
@@ -494,14 +494,19 @@ class SourceTracker:
 
         Costs nothing in a repository without attributes files; else one ``git check-attr`` when
         they or the tracked paths changed, a read of each candidate file when its stat data
-        changed, and one ``git cat-file`` for those that may differ. The conversions are
-        gitattributes(5)'s "Effects"."""
+        changed, and one ``git checkout-index`` (into a scratch folder) for those that may differ. The conversions are
+        gitattributes(5)'s "Effects".
+
+        ``untracked``: the working tree's untracked files (its paths relative to the repository's
+        top). Their ``.gitattributes`` files change how git stores a tracked file too, not how a
+        restore's checkout writes it (it writes them later)."""
         entries = self._entries or {}
         if self._attr_files[0] is not entries:  # (once per change of the user's index)
             named = [p for p in entries if p.rsplit(b"/", 1)[-1] == b".gitattributes"]
             info = self.repo_objects.parent / "info" / "attributes"
             self._attr_files = (entries, [info, *(self.repo / os.fsdecode(p) for p in named)])
-        stats = tuple(_stat_key(f) for f in self._attr_files[1])
+        extra = [self.repo / p for p in untracked if p.rsplit("/", 1)[-1] == ".gitattributes"]
+        stats = tuple(_stat_key(f) for f in [*self._attr_files[1], *extra])
         if not any(stats):
             return []
         if stats != self._attr_stats:
@@ -578,42 +583,41 @@ class SourceTracker:
         return found
 
     def _checked_out(self, paths: list[bytes]) -> dict[bytes, bytes]:
-        """What a checkout writes for each of ``paths`` (their content in the private index, through
-        the conversions of their attributes; no filter driver is run). A path holding a newline
-        (which ``cat-file --batch`` cannot be given) maps to nothing anyone wrote: it counts as
-        differing."""
-        few = len(paths) <= 2000  # (else the whole index: a command line has its limits)
-        listing = self._git(
-            ["ls-files", "--stage", "-z", *(["--", *map(os.fsdecode, paths)] if few else [])], binary=True
-        )
-        oids = {}
-        for rec in listing.split(b"\0"):
-            if rec:
-                meta, _, path = rec.partition(b"\t")
-                oids[path] = meta.split(b" ")[1]
-        asked = [p for p in paths if p in oids and b"\n" not in p]
-        out: dict[bytes, bytes] = {p: b"\0(not checked out)" for p in paths if p not in asked}
-        if not asked:
-            return out
-        # (no `config`: a restore runs no filter driver either)
-        raw = git(
-            ["cat-file", "--batch", "--filters"],
-            self.repo,
-            self._env(),
-            binary=True,
-            input=b"".join(oids[p] + b" " + p + b"\n" for p in asked),
-        )
-        pos = 0
-        for path in asked:
-            nl = raw.index(b"\n", pos)
-            header = raw[pos:nl].split(b" ")
-            pos = nl + 1
-            if len(header) != 3:  # "<oid> missing"
-                out[path] = b"\0(not checked out)"
-                continue
-            size = int(header[2])
-            out[path] = raw[pos : pos + size]
-            pos += size + 1
+        """What a restore's checkout writes for each of ``paths``: its content in the private index
+        through the conversions the ``.gitattributes`` files of that index ask for, the only ones a
+        restore's checkout has (not an untracked one, not ``info/attributes``); no filter driver is
+        run. ``git checkout-index`` into a scratch folder of a scratch repository (``cat-file --batch
+        --filters`` heads each blob with its size before the conversion in git 2.39: read by it,
+        a file expanded on checkout ran into the next one's answer). A path not checked out maps
+        to nothing anyone wrote: it counts as differing."""
+        out: dict[bytes, bytes] = {}
+        scratch = Path(tempfile.mkdtemp(prefix="forkpoint-checkout-"))
+        try:
+            work, written = scratch / "work", scratch / "out"
+            init = [
+                "init",
+                "-q",
+                "--template=",
+                *(["--object-format=sha256"] if self.algo == "sha256" else []),
+            ]
+            git([*init, str(work)], scratch)
+            env = {**self._env(), "GIT_DIR": str(work / ".git"), "GIT_WORK_TREE": str(work)}
+            # (no `config`: a restore runs no filter driver either)
+            git(
+                ["checkout-index", "-z", "--stdin", f"--prefix={written}/"],
+                work,
+                env,
+                check=False,
+                input=b"".join(p + b"\0" for p in paths),
+            )
+            for path in paths:
+                try:
+                    with open_regular(os.path.join(written, os.fsdecode(path))) as f:
+                        out[path] = f.read()
+                except (OSError, SessionError):
+                    out[path] = b"\0(not checked out)"
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
         return out
 
     def capture(self) -> dict[str, Any]:

@@ -140,13 +140,15 @@ class Workspace:
             converted: list[str] = []
             if tracker is not None:
                 source = {"repo": str(self.repo), **tracker.capture()}
-                # tracked files a checkout would write otherwise (.gitattributes), and those git does
-                # not look at (skip-worktree): kept as they are
+                # tracked files git does not look at (skip-worktree): kept as they are
                 skipped = [p.decode("utf-8", "surrogateescape") for p in tracker.skip_worktree()]
                 if skipped:
                     source["skip_worktree"] = skipped
-                converted = [p.decode("utf-8", "surrogateescape") for p in tracker.converted()] + skipped
             paths, nested = finish_listing(self.root, proc, self.exclude)
+            if tracker is not None:
+                # tracked files a checkout would write otherwise (.gitattributes): kept as they are
+                converted = [p.decode("utf-8", "surrogateescape") for p in tracker.converted(paths)]
+                converted += source.get("skip_worktree", []) if source else []
             if converted:
                 paths = sorted({*paths, *converted})
         finally:

@@ -672,7 +672,8 @@ def test_tracked_files_a_checkout_converts_are_restored_as_they_were(tmp_path: P
 
 @pytest.mark.slow
 def test_more_converted_files_than_a_command_line_holds_are_restored_as_they_were(tmp_path: Path) -> None:
-    """Past 2,000 paths the index is read whole, not named on a command line."""
+    """2,100 converted files: checked out through stdin, and restored (past 2,000 paths a restore
+    reads its index whole rather than name them on a command line)."""
     files = {f"d{i // 100}/f{i}.txt": f"line {i}\n" for i in range(2100)}
     repo = make_repo(tmp_path / "repo", {".gitattributes": "* text=auto\n", **files})
     for rel in files:  # as a Windows editor saves them: git stores "\n", a checkout writes "\n"
@@ -704,6 +705,49 @@ def test_a_skip_worktree_files_edits_are_restored_and_marked_again(tmp_path: Pat
     assert all(c.ok for c in validate(out)), validate(out)
     assert status(out) == status(repo) == " M a.py\n"
     assert sh_git(out, "ls-files", "-v", "config.ini") == "S config.ini\n"
+
+
+def test_a_file_a_checkout_expands_does_not_garble_the_look_at_the_next(tmp_path: Path) -> None:
+    """``cat-file --batch --filters`` (git 2.39) heads a blob with its size before the checkout's
+    conversion: read by that size, the expanded ``$Id$`` of a.txt ran into b.txt's answer, which
+    then matched the "\\n" the agent wrote to b.txt. b.txt was not kept, a restore wrote "\\r\\n",
+    and validation passed. (With other bytes, ``int()`` of a header failed: no checkpoint at all.)"""
+    a = "$Id$\n" + "q blob 2\nh\n" + "x" * 30 + "\n"  # its expansion's last bytes: a header and "h\n"
+    repo = make_repo(tmp_path / "repo", {".gitattributes": "a.txt ident\nb.txt eol=crlf\n", "a.txt": a})
+    (repo / "b.txt").write_bytes(b"h\r\n")
+    sh_git(repo, "add", "b.txt")
+    sh_git(repo, "commit", "-q", "-m", "b")
+    (repo / "b.txt").write_bytes(b"h\n")
+    (repo / "c.txt").write_bytes(b"l\n" * 7 + b"a b c\n")  # its expansion's last bytes: "a b c\r\n"
+    sh_git(repo, "add", "c.txt")
+    (repo / ".gitattributes").write_text("a.txt ident\nb.txt eol=crlf\nc.txt eol=crlf\nd.txt eol=crlf\n")
+    (repo / "d.txt").write_bytes(b"d\r\n")  # as a checkout writes it
+    sh_git(repo, "add", ".gitattributes", "d.txt")
+    with forkpoint.record(store=tmp_path / "store", workspace=repo) as rec:
+        seq = forkpoint.checkpoint()
+    session = Session.load(rec.session_path)
+    cp = session.events[seq - 1]
+    assert "error" not in cp
+    assert [r[0] for r in manifest_rows(cp["workspace"])] == ["a.txt", "b.txt", "c.txt"]
+    out = restore(session, seq, tmp_path / "out")
+    assert all(c.ok for c in validate(out))
+    assert {p: (out / p).read_bytes() for p in ("a.txt", "b.txt", "c.txt", "d.txt")} == {
+        p: (repo / p).read_bytes() for p in ("a.txt", "b.txt", "c.txt", "d.txt")
+    }
+
+
+def test_an_untracked_gitattributes_file_does_not_change_the_bytes_restored(tmp_path: Path) -> None:
+    """An untracked ``.gitattributes`` (``*.txt eol=crlf``) makes git store a.txt's "\\r\\n" as
+    "\\n"; a restore's checkout writes the tracked files before the untracked ones, without it:
+    a.txt came back with "\\n", and validation (with the .gitattributes restored) passed."""
+    repo = make_repo(tmp_path / "repo", {"a.txt": "a\nb\n"})
+    (repo / ".gitattributes").write_text("*.txt eol=crlf\n")
+    (repo / "a.txt").write_bytes(b"a\r\nb\r\nc\r\n")
+    with forkpoint.record(store=tmp_path / "store", workspace=repo) as rec:
+        seq = forkpoint.checkpoint()
+    out = restore(Session.load(rec.session_path), seq, tmp_path / "out")
+    assert all(c.ok for c in validate(out))
+    assert (out / "a.txt").read_bytes() == b"a\r\nb\r\nc\r\n"
 
 
 def test_without_attributes_a_checkpoint_keeps_no_tracked_file_as_a_workspace_file(tmp_path: Path) -> None:
