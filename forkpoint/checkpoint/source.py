@@ -264,6 +264,7 @@ class SourceTracker:
         # each candidate's conversions, and whether its bytes differ, by the file's stat data.
         self._attr_files: tuple[dict[bytes, bytes] | None, list[Path]] = (None, [])
         self._attr_stats: tuple[tuple[int, ...], ...] | None = None
+        self._tree_attrs: tuple[tuple[int, ...], ...] | None = None  # (as tree() last saw them)
         self._attr_entries: dict[bytes, bytes] | None = None
         self._attrs: dict[bytes, tuple[str, bool, bool]] = {}
         self._differs: dict[bytes, tuple[tuple[int, ...], bool]] = {}
@@ -441,7 +442,16 @@ class SourceTracker:
             elif named:
                 self._git_w(["add", "--update", "--", *(p.decode("utf-8", "surrogateescape") for p in named)])
         else:
-            updated = self._git_w(["add", "--update", "--verbose"], binary=True)
+            # Attributes changed since the last tree: a file git stores otherwise now (eol, text)
+            # may keep its stat data, and `add --update` would keep its old content.
+            attrs = tuple(_stat_key(f) for f in self._attribute_files())
+            again = self._tree_attrs is not None and attrs != self._tree_attrs
+            self._tree_attrs = attrs
+            # (--renormalize: every tracked file hashed again; it wants a pathspec, this folder: the top)
+            add = ["--renormalize", "--verbose", "--", "."] if again else ["--update", "--verbose"]
+            updated = self._git_w(["add", *add], binary=True)
+            if again:
+                touched = None  # (it does not name every entry it changed: all are read back)
         # git writes the object of a file it re-hashes (a racily clean entry) even when the content is
         # the one indexed, and names it nowhere: an unscrubbed object removed before comes back.
         for raw in self._scrubbed:
@@ -501,12 +511,8 @@ class SourceTracker:
         top). Their ``.gitattributes`` files change how git stores a tracked file too, not how a
         restore's checkout writes it (it writes them later)."""
         entries = self._entries or {}
-        if self._attr_files[0] is not entries:  # (once per change of the user's index)
-            named = [p for p in entries if p.rsplit(b"/", 1)[-1] == b".gitattributes"]
-            info = self.repo_objects.parent / "info" / "attributes"
-            self._attr_files = (entries, [info, *(self.repo / os.fsdecode(p) for p in named)])
         extra = [self.repo / p for p in untracked if p.rsplit("/", 1)[-1] == ".gitattributes"]
-        stats = tuple(_stat_key(f) for f in [*self._attr_files[1], *extra])
+        stats = tuple(_stat_key(f) for f in [*self._attribute_files(), *extra])
         if not any(stats):
             return []
         if stats != self._attr_stats:
@@ -544,6 +550,16 @@ class SourceTracker:
             if checked_out != exact[path][1]:
                 found.add(path)
         return sorted(found)
+
+    def _attribute_files(self) -> list[Path]:
+        """The repository's ``info/attributes`` and its tracked ``.gitattributes`` files (which may
+        not exist)."""
+        entries = self._entries or {}
+        if self._attr_files[0] is not entries:  # (once per change of the user's index)
+            named = [p for p in entries if p.rsplit(b"/", 1)[-1] == b".gitattributes"]
+            info = self.repo_objects.parent / "info" / "attributes"
+            self._attr_files = (entries, [info, *(self.repo / os.fsdecode(p) for p in named)])
+        return self._attr_files[1]
 
     def _remember(self, path: bytes, key: tuple[int, ...], differs: bool) -> None:
         # (not a file changed less than 2 s ago: it may change again within the same tick)

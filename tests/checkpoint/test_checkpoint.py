@@ -750,6 +750,26 @@ def test_an_untracked_gitattributes_file_does_not_change_the_bytes_restored(tmp_
     assert (out / "a.txt").read_bytes() == b"a\r\nb\r\nc\r\n"
 
 
+def test_a_tracked_file_is_stored_again_when_the_attributes_change(tmp_path: Path) -> None:
+    """A file hashed under ``eol=crlf`` (git stores "\\n") kept that content once the attributes were
+    gone, since its stat data had not changed: a restore then wrote "\\n" for the agent's
+    "\\r\\n", and validation passed (the tree was the stale one)."""
+    repo = make_repo(tmp_path / "repo", {"a.txt": b"a\r\nb\r\n"})
+    (repo / ".gitattributes").write_text("*.txt eol=crlf\n")
+    sh_git(repo, "add", ".gitattributes")
+    os.utime(repo / "a.txt", ns=(1, 1))  # its stat changed: the first checkpoint hashes it again
+    with forkpoint.record(store=tmp_path / "store", workspace=repo) as rec:
+        first = forkpoint.checkpoint()
+        sh_git(repo, "rm", "-q", "--cached", ".gitattributes")
+        (repo / ".gitattributes").unlink()
+        second = forkpoint.checkpoint()
+    session = Session.load(rec.session_path)
+    for seq in (first, second):
+        out = restore(session, seq, tmp_path / f"out-{seq}")
+        assert (out / "a.txt").read_bytes() == b"a\r\nb\r\n", seq
+        assert all(c.ok for c in validate(out)), validate(out)
+
+
 def test_without_attributes_a_checkpoint_keeps_no_tracked_file_as_a_workspace_file(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "repo", {"a.txt": "a\r\n", "b.txt": "$Id$\n"})
     (repo / "a.txt").write_bytes(b"a\nb\r\n")
