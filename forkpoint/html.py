@@ -31,7 +31,7 @@ from typing import Any
 
 from ._version import __version__
 from .checkpoint import manifest_rows
-from .events import endpoint, in_tool, tool_matches, tool_spans
+from .events import endpoint, in_start_order, in_tool, tool_matches, tool_spans
 from .files import write_private
 from .log import Session, SessionError, json_text, to_json
 from .outcome import arms_of, by_checkpoint
@@ -383,7 +383,7 @@ def view_model(
     }
     end_ms = 0.0
     spans = tool_spans(session.records())
-    for e in session.records():
+    for e in in_start_order(session.records()):  # (as show lists them: a turn's calls after it)
         kind = e.get("type")
         t = _ms_since(e.get("ts"), t0)
         v: dict[str, Any] = {

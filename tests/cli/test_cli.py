@@ -1308,24 +1308,12 @@ def test_a_replay_sets_placeholder_keys_only_for_the_variables_the_recording_had
 def test_show_lists_a_tool_run_inside_a_stream_after_the_model_call_that_asked_for_it(tmp_path: Path) -> None:
     """A tool the program ran while still reading a streamed answer ends, so is written, before the
     model call: show listed it first, under the turn before, with the next turn's tool under it."""
-    import httpx
+    from tests.views.streamed import record_tool_inside_stream
 
-    from tests.modelserver import LocalServer
-
-    @forkpoint.tool
-    def lookup(q: str) -> str:
-        return q.upper()
-
-    with LocalServer() as server, forkpoint.record(store=tmp_path) as rec, httpx.Client() as client:
-        for turn in (1, 2):
-            body = {"model": "m", "stream": True, "messages": [{"role": "user", "content": f"turn {turn}"}]}
-            with client.stream("POST", f"{server.openai_base_url}/chat/completions", json=body) as response:
-                for n, _line in enumerate(response.iter_lines()):
-                    if n == 1:
-                        lookup(f"q{turn}")  # while the answer still streams
-    events = Session.load(rec.session_path).events
+    path = record_tool_inside_stream(tmp_path)
+    events = Session.load(path).events
     assert [e["type"] for e in events[:4]] == ["tool_call", "model_call", "tool_call", "model_call"]
-    r = cli("show", str(rec.session_path))
+    r = cli("show", str(path))
     assert r.exit_code == 0, r.output
     rows = [line.split() for line in r.output.splitlines() if " model " in line or " tool " in line]
     kinds = [("model" if "model" in row else "tool") for row in rows]

@@ -415,3 +415,13 @@ def test_integers_beyond_javascripts_exact_range_are_shown_as_recorded(
         page.evaluate("document.querySelector('details.event.tool_call .result').textContent").count(odd) == 1
     )
     browser.assert_clean(page_file)
+
+
+def test_the_page_numbers_turns_in_the_order_calls_started(tmp_path: Path) -> None:
+    """A tool run while a streamed answer was read ended, so was written, before the model call that
+    asked for it: the page put each tool under the turn before (as ``show`` did)."""
+    from tests.views.streamed import record_tool_inside_stream
+
+    shown = view_model(Session.load(record_tool_inside_stream(tmp_path)))["events"]
+    calls = [(e["type"], e["turn"]) for e in shown if e["type"] in ("model_call", "tool_call")]
+    assert calls == [("model_call", 1), ("tool_call", 1), ("model_call", 2), ("tool_call", 2)]
