@@ -242,6 +242,9 @@ def _restore_into(
             exclude = common / "info" / "exclude"
             text = exclude.read_text(errors="replace") if exclude.is_file() else ""
         (into / ".git" / "info" / "exclude").write_text(text.rstrip("\n") + f"\n/{META_DIR}/\n")
+        attributes = (session.header.get("workspace") or {}).get("info_attributes")
+        if isinstance(attributes, str):  # (after the checkout, as the look for converted files assumed)
+            (into / ".git" / "info" / "attributes").write_text(attributes)
     links = []
     converted: list[str] = []
     try:

@@ -108,7 +108,8 @@ class Workspace:
     def describe(self) -> dict[str, Any]:
         """The header's ``workspace`` field: root, repo, base commit, include_ignored, and the
         repository's ``.git/info/exclude`` as it is now (``info_exclude``; a restore and its
-        validation apply the rules of the recording, not those of the day it is restored)."""
+        validation apply the rules of the recording, not those of the day it is restored), and its
+        ``.git/info/attributes`` when it has one (``info_attributes``: how git stores its files)."""
         out: dict[str, Any] = {
             "root": str(self.root),
             "repo": str(self.repo) if self.repo else None,
@@ -120,6 +121,12 @@ class Workspace:
                 out["info_exclude"] = (self.repo / ".git" / "info" / "exclude").read_text(errors="replace")
             except FileNotFoundError:
                 out["info_exclude"] = ""
+            except OSError:
+                pass
+            try:
+                out["info_attributes"] = (self.repo / ".git" / "info" / "attributes").read_text(
+                    errors="replace"
+                )
             except OSError:
                 pass
         return out

@@ -770,6 +770,20 @@ def test_a_tracked_file_is_stored_again_when_the_attributes_change(tmp_path: Pat
         assert all(c.ok for c in validate(out)), validate(out)
 
 
+def test_a_repository_whose_info_attributes_convert_restores_and_validates(tmp_path: Path) -> None:
+    """``.git/info/attributes`` (``*.txt eol=crlf``) changes how git stores a file: the restored
+    bytes were right, but validation hashed them without it and failed on the source tree hash."""
+    repo = make_repo(tmp_path / "repo", {"a.txt": "a\n"})
+    (repo / ".git" / "info" / "attributes").write_text("*.txt eol=crlf\n")
+    (repo / "a.txt").write_bytes(b"a\r\nb\r\n")
+    with forkpoint.record(store=tmp_path / "store", workspace=repo) as rec:
+        seq = forkpoint.checkpoint()
+    out = restore(Session.load(rec.session_path), seq, tmp_path / "out")
+    assert (out / "a.txt").read_bytes() == b"a\r\nb\r\n"
+    assert all(c.ok for c in validate(out)), validate(out)
+    assert (out / ".git" / "info" / "attributes").read_text() == "*.txt eol=crlf\n"
+
+
 def test_without_attributes_a_checkpoint_keeps_no_tracked_file_as_a_workspace_file(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "repo", {"a.txt": "a\r\n", "b.txt": "$Id$\n"})
     (repo / "a.txt").write_bytes(b"a\nb\r\n")
