@@ -184,7 +184,7 @@ def model_call(event: Mapping[str, Any], session_id: str, content: bool) -> tupl
         port = parts.port or {"https": 443, "http": 80}.get(parts.scheme)
     except ValueError:
         port = None
-    if parts.hostname:
+    if parts.hostname and parts.scheme in ("http", "https"):  # (an imported trajectory's names an agent)
         attrs["server.address"] = parts.hostname
         put(attrs, "server.port", port)
     params: dict[str, Any] = {}

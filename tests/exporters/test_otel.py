@@ -530,3 +530,22 @@ def test_openinference_names_are_the_conventions_own(recorded: Recorded) -> None
         "tool.name",
         "tool.parameters",
     } <= seen
+
+
+def test_an_imported_trajectorys_model_calls_name_no_server(tmp_path: Path) -> None:
+    """A trajectory's calls are at ``trajectory://<agent>/…``: the export named the agent as the
+    server (``server.address: openhands``)."""
+    from forkpoint.importers import import_file
+
+    steps = [
+        {"role": "system", "content": "You fix bugs."},
+        {"role": "user", "content": "Fix it."},
+        {"role": "assistant", "content": "ls", "extra": {"actions": [{"command": "ls"}]}},
+        {"role": "user", "content": "a.py", "extra": {"returncode": 0, "raw_output": "a.py"}},
+        {"role": "exit", "content": "done", "extra": {"exit_status": "Submitted"}},
+    ]
+    path = tmp_path / "run.traj.json"
+    path.write_text(json.dumps({"trajectory_format": "mini-swe-agent-1", "messages": steps, "info": {}}))
+    session = Session.load(import_file(path, store=tmp_path / "store"))
+    model_spans = [s for s in plan(session) if s.attributes.get("gen_ai.operation.name") == "chat"]
+    assert model_spans and all("server.address" not in s.attributes for s in model_spans)
