@@ -511,7 +511,9 @@ def replay_run(
     # (what an interrupted run left measures nothing, nor a run that stopped at a divergence, nor a
     # fork's run that ended before it reached its checkpoint: none of them continued from there)
     stopped_at_divergence = report is not None and bool(report.get("divergence")) and on_divergence == "stop"
-    short_of = live_from is not None and report is not None and bool(report.get("ended_early"))
+    # (recorded calls before the checkpoint left unserved: no process went live, whether it ended
+    # early or drifted under fifo and ended before the prefix was used up)
+    short_of = live_from is not None and report is not None and bool(report.get("unserved"))
     if outcome is not None and sig is None and not stopped_at_divergence and not short_of:
         from .outcome import measure
 
@@ -921,11 +923,12 @@ def arm_task(spec: dict[str, Any]) -> dict[str, Any]:
                     "(forkpoint replay of the session says why; an ignore rule in forkpoint.toml goes in the arm's "
                     "repository)"
                 )
-            elif (run.report or {}).get("ended_early"):  # (no outcome was measured either)
+            elif (run.report or {}).get("unserved"):  # (no outcome was measured either: replay_run)
                 unserved = list((run.report or {}).get("unserved") or [])
+                drifted = " (its prefix drifted: fifo)" if divergence else ""
                 arm.diverged = "ended before its checkpoint"
                 arm.problem = (
-                    f"it ended (exit code {run.exit_code}) before it reached checkpoint seq {arm.seq}: "
+                    f"it ended (exit code {run.exit_code}){drifted} before it reached checkpoint seq {arm.seq}: "
                     f"{plural(len(unserved), 'recorded call')} before it (seq {', '.join(map(str, unserved[:5]))}"
                     f"{' …' if len(unserved) > 5 else ''}) never asked for, so it never went live (does the "
                     "command run the recorded agent as it was recorded?)"

@@ -434,3 +434,26 @@ def test_an_outcome_command_that_leaves_a_process_running_is_measured_by_its_exi
     assert (left["passed"], left["reason"], left["output"]) == (True, None, "measured\n"), left
     late = measure(Outcome("sleep 120", timeout=0.5), cwd=tmp_path, session=None, output="", exit_code=0)
     assert (late["passed"], late["reason"]) == (False, "timed out after 0.5 s"), late
+
+
+def test_an_arm_that_drifted_under_fifo_and_ended_before_its_checkpoint_is_not_measured(
+    keeper: Keeper, tmp_path: Path
+) -> None:
+    """Under --on-divergence fifo a prefix that diverged is served on (drift): an arm whose program
+    then ended before it asked for every recorded call before the checkpoint never went live, like
+    one that ended early without diverging; its outcome was measured all the same (a pass)."""
+    script = Path(keeper.agent[1]).read_text()
+    short = tmp_path / "short.py"  # another first message (a drift), and one turn only
+    short.write_text(script.replace("Write the answer.", "Write the answer!").replace("range(6)", "range(1)"))
+    seq = keeper.resumable()[2]
+    fork = forkpoint_cli(
+        keeper, "fork", f"{keeper.session.id}@{seq}", "--arms", "1", "--into", str(tmp_path / "arms"),
+        "--store", str(keeper.store), "--on-divergence", "fifo", "--outcome", "true", "--",
+        sys.executable, str(short), cwd=tmp_path,
+    )  # fmt: skip
+    said = " ".join(fork.stderr.split())
+    assert fork.returncode == 1, fork.stdout + fork.stderr
+    assert f"(its prefix drifted: fifo) before it reached checkpoint seq {seq}" in said, fork.stderr
+    assert "outcome: no run measured; 1 arm(s) never went live (not measured)" in " ".join(
+        fork.stdout.split()
+    )
