@@ -1000,7 +1000,7 @@ def sweep(
             if not arm.valid
             else "not measured: " + (arm.problem or "no outcome")
             if arm.passed is None
-            else ("pass" if arm.passed else "fail")
+            else ("pass" if arm.passed else "fail") + (f" ({arm.problem})" if arm.problem else "")
         )
         _err().print(f"forkpoint: @{arm.seq} arm {arm.index}: {escape(state)}")
 
@@ -1037,6 +1037,14 @@ def sweep(
         click.echo(
             f"{len(crashed)} measured arm(s) ended with an exit code other than 0 ({codes}"
             f"{' …' if len(crashed) > 5 else ''}); $FORKPOINT_OUTCOME_EXIT gives it to the outcome command"
+        )
+    # (no report: nothing says the program ran the recorded agent, nor that it went live; measured
+    # all the same, as a program that left through os._exit may have, and said, as the table cannot)
+    unreported = [a for a in result["arms"] if a.valid and a.report is None and a.passed is not None]
+    if unreported:
+        click.echo(
+            f"{len(unreported)} measured arm(s) wrote no replay report, so nothing says they ran the "
+            f"recorded agent (@{unreported[0].seq} arm {unreported[0].index}: {unreported[0].problem})"
         )
     click.echo(f"arms in {result['into']}")
     if html_file is not None:

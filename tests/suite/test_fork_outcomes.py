@@ -457,3 +457,18 @@ def test_an_arm_that_drifted_under_fifo_and_ended_before_its_checkpoint_is_not_m
     assert "outcome: no run measured; 1 arm(s) never went live (not measured)" in " ".join(
         fork.stdout.split()
     )
+
+
+def test_sweep_says_which_measured_arms_wrote_no_report(keeper: Keeper, tmp_path: Path) -> None:
+    """A command that is not the agent and starts no forkpoint (``true``, a typo'd script) writes no
+    replay report: its arms are measured (nothing tells them from a program that left through
+    os._exit), but sweep showed 100% from every checkpoint, exited 1, and said nothing of why."""
+    out = forkpoint_cli(
+        keeper, "sweep", keeper.session.id, "--store", str(keeper.store), "--arms", "1", "--jobs", "1",
+        "--to", str(keeper.resumable()[1]), "--outcome", "true", "--into", str(tmp_path / "sweep"),
+        "--", "true", cwd=tmp_path,
+    )  # fmt: skip
+    text = " ".join(out.stdout.split())
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "2 measured arm(s) wrote no replay report, so nothing says they ran the recorded agent" in text
+    assert "pass (the replayed process wrote no report" in " ".join(out.stderr.split()), out.stderr
