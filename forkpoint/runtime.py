@@ -54,6 +54,10 @@ class Runtime(Protocol):
         """The agent's own code read a value for real (``deterministic``): log it."""
 
 
+#: :meth:`Serving.served_result`'s ``part`` when the whole result is meant.
+WHOLE: Any = object()
+
+
 class Serving(Runtime, Protocol):
     """What the capture hooks need of a replayer: the recorded answers."""
 
@@ -93,8 +97,9 @@ class Serving(Runtime, Protocol):
     def released_elsewhere(self, event: ToolCallEvent) -> bool:
         """True when a call :meth:`ready` waits on for ``event`` was handed over in another thread."""
 
-    def served_result(self, event: ToolCallEvent) -> Any:
-        """``event``'s recorded result rebuilt for the program (:func:`forkpoint.values.decode`).
+    def served_result(self, event: ToolCallEvent, part: Any = WHOLE) -> Any:
+        """``event``'s recorded result rebuilt for the program (:func:`forkpoint.values.decode`), or
+        ``part`` of it (a generator's items, its return value); an overridden one is validated.
         Raises :class:`~forkpoint.errors.UnrebuildableValue`."""
 
     def network_allowed(self) -> bool:

@@ -616,8 +616,9 @@ class _ItemsServed:
         self, rt: runtime.Serving, event: ToolCallEvent, position: int, node: dict[str, Any]
     ) -> None:
         self.rt, self.event, self.position, self.node = rt, event, position, node
-        self.items = values.decode(node.get("value") or [])
-        self.returned = values.decode(node.get("return"))
+        # (as a result is: an override's items are validated, or refused — see served_result)
+        self.items = rt.served_result(event, node.get("value") or [])
+        self.returned = rt.served_result(event, node.get("return"))
 
     def ending(self) -> BaseException | None:
         """The recorded exception, a divergence when the recorded program stopped reading here

@@ -875,13 +875,14 @@ class Replayer:
             missing = [s for s in self.turn_of(event) if s not in self._released]
             self.out_of_order.append({"seq": event["seq"], "tool": event["tool"], "before": missing})
 
-    def served_result(self, event: ToolCallEvent) -> Any:
+    def served_result(self, event: ToolCallEvent, part: Any = runtime.WHOLE) -> Any:
         """:meth:`forkpoint.runtime.Serving.served_result`. With ``hand_over``, a plain result
         served as recorded (not overridden) to a run that writes no child session is the loaded
         value itself: each recorded call is served once, and nothing here reads its result after;
         its JSON is kept so that :attr:`session` can give it back as recorded."""
-        stored = event.get("result")
-        if self.hand_over and self.child is None and event["seq"] not in self.overrides:
+        whole = part is runtime.WHOLE
+        stored = event.get("result") if whole else part
+        if whole and self.hand_over and self.child is None and event["seq"] not in self.overrides:
             text = values.plain_json(stored)
             if text is not None:
                 with self._turns:  # (unless the session was read meanwhile)

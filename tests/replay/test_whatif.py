@@ -20,7 +20,7 @@ import datetime as dt
 import json
 import shutil
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -862,6 +862,35 @@ def test_an_overridden_pydantic_result_is_validated_as_its_model(tmp_path: Path)
         with forkpoint.replay(rec.session_path, overrides=[f"tool:get_stock.result={short}"]) as rp:
             get_stock("ACME")
     # The program got a divergence, not the value: the report said "applied" all the same.
+    (state,) = rp.report()["overrides"]
+    assert not state["applied"] and "price: Field required" in state["refused"]
+
+
+def test_an_overridden_generators_items_are_validated_as_a_result_is(tmp_path: Path) -> None:
+    """A generator tool's overridden items were rebuilt without validation: the agent got a
+    ``Stock`` without its ``price`` (a string price stayed a string), and the report said applied."""
+
+    @forkpoint.tool
+    def stocks(n: int) -> Iterator[Stock]:
+        for i in range(n):
+            yield Stock(ticker=f"S{i}", price=1.0, at=dt.datetime(2026, 1, 1))
+
+    with forkpoint.record(store=tmp_path / "s") as rec:
+        assert len(list(stocks(2))) == 2
+    ref = f"{Stock.__module__}:{Stock.__qualname__}"
+
+    def spec(*items: dict[str, Any]) -> str:
+        nodes = [{"$type": ref, "kind": "pydantic", "value": v} for v in items]
+        node = {"$type": "builtins:generator", "kind": "generator", "value": nodes, "ended": "complete"}
+        return f"tool:stocks.result={json.dumps(node)}"
+
+    given = {"symbol": "X", "price": "12.5", "at": "2026-01-02T00:00:00Z"}
+    with forkpoint.replay(rec.session_path, overrides=[spec(given)]):
+        (got,) = list(stocks(2))
+    assert got.price * 2 == 25.0 and got.symbol == "X"
+    with pytest.raises(Exception, match=r"does not validate as one: price: Field required"):
+        with forkpoint.replay(rec.session_path, overrides=[spec({"symbol": "X"})]) as rp:
+            list(stocks(2))
     (state,) = rp.report()["overrides"]
     assert not state["applied"] and "price: Field required" in state["refused"]
 
