@@ -61,7 +61,8 @@ def wait_child(
             if time.monotonic() > ended_at + LEFT_OPEN_S:
                 say(
                     f"forkpoint: {what} ended, and a process it started still holds its output open: "
-                    + ("stopped" if own_group else "not waited for")
+                    + ("its process group is stopped; " if own_group else "")
+                    + "not waited for"
                 )
                 if own_group:
                     signal_group(proc.pid, signal.SIGKILL)

@@ -515,7 +515,7 @@ def _sweep(session: Session) -> dict[str, Any] | None:
         drawn["note"] = (
             f"The arms of the latest fork or sweep ({' '.join(latest[0])}, outcome {latest[1]}); "
             f"{len(measured) - len(arms)} arm(s) of {len(others)} other experiment(s) (another command, "
-            "outcome command or overrides) are left out."
+            "outcome command, overrides or divergence policy) are left out."
         )
     return drawn
 

@@ -126,7 +126,8 @@ def _run_shell(outcome: Outcome, cwd: Path, env: dict[str, str]) -> tuple[int | 
     text, _ = wait_child(proc, watch, own_group=True, what="the outcome command")
     if late:
         return None, text or "", late[0]
-    return proc.returncode, text or "", None
+    code = proc.returncode  # (killed by a signal: 128 + its number, as a shell and run_child say)
+    return 128 - code if code < 0 else code, text or "", None
 
 
 def outcome_of(session: Session) -> OutcomeEvent | None:
@@ -219,8 +220,8 @@ def by_checkpoint(arms: Iterable[tuple[int, bool | None]], turns: dict[int, Any]
 def arms_of(session: Session) -> list[tuple[int, bool | None, tuple[Any, ...]]]:
     """``(checkpoint seq, passed, experiment)`` of every fork arm of ``session`` found beside it in
     its store (sessions whose header names it as parent, with a checkpoint seq), oldest first;
-    passed is None for an arm without an outcome; ``experiment`` (its command, outcome command and
-    overrides) tells arms of one fork or sweep from another's. None at all for a session that is
+    passed is None for an arm without an outcome; ``experiment`` (its command, outcome command,
+    overrides and divergence policy) tells arms of one fork or sweep from another's. None at all for a session that is
     not in a store (a cassette)."""
     from .log import Session
     from .store import is_store, open_store
@@ -243,11 +244,13 @@ def arms_of(session: Session) -> list[tuple[int, bool | None, tuple[Any, ...]]]:
             found = outcome_of(Session.load(row.path, share_lists=True))
         except SessionError:
             continue
-        overrides = (row.header.get("replay") or {}).get("overrides") or []
+        replay = row.header.get("replay") or {}
+        overrides = replay.get("overrides") or []
         experiment = (
             tuple(map(str, row.header.get("argv") or [])),
             str(found.get("command")) if found is not None else None,
             tuple(map(str, overrides)) if isinstance(overrides, list) else (),
+            str(replay.get("on_divergence")),
         )
         out.append((seq, found["passed"] if found is not None else None, experiment))
     return out

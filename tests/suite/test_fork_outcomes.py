@@ -347,7 +347,9 @@ def test_an_arm_that_ended_is_not_waited_for_past_what_it_left_running(
     text = " ".join(fork.stdout.split())
     assert "outcome: 1/1 passed" in text, fork.stdout + fork.stderr
     assert "ran longer than its timeout" not in text, fork.stdout
-    assert "a process it started still holds its output open: stopped" in fork.stderr, fork.stderr
+    assert "a process it started still holds its output open: its process group is stopped" in fork.stderr, (
+        fork.stderr
+    )
     assert (tmp_path / "arms" / "arm-1.log").read_text().startswith("started")
     assert not (tmp_path / "arms" / "arm-1" / "late.txt").exists()
 
@@ -412,15 +414,18 @@ def test_the_page_draws_the_latest_experiments_arms_not_every_arms_pool(
     """``show --html`` pooled every arm forked from a checkpoint into one pass rate: arms of another
     command or outcome command (another experiment) with these, "15 arms, 8 passed"."""
     before = keeper.resumable()[1]
-    for n, outcome in enumerate(("true", "false")):
+    for n, (outcome, policy) in enumerate((("true", "stop"), ("false", "stop"), ("false", "fifo"))):
         fork = forkpoint_cli(
             keeper, "fork", f"{keeper.session.id}@{before}", "--arms", "1", "--into", str(tmp_path / f"arms{n}"),
-            "--store", str(keeper.store), "--outcome", outcome, "--", *keeper.agent, cwd=tmp_path,
+            "--store", str(keeper.store), "--outcome", outcome, "--on-divergence", policy, "--", *keeper.agent,
+            cwd=tmp_path,
         )  # fmt: skip
         assert f"outcome: {1 if outcome == 'true' else 0}/1 passed" in fork.stdout, fork.stdout
-    drawn = view_model(keeper.session)["sweep"]
-    assert [(p["seq"], p["passed"], p["ran"]) for p in drawn["points"]] == [(before, 0, 1)]
-    assert "outcome false); 1 arm(s) of 1 other experiment(s)" in drawn["note"], drawn["note"]
+        drawn = view_model(keeper.session)["sweep"]
+        assert [(p["seq"], p["passed"], p["ran"]) for p in drawn["points"]] == [
+            (before, int(outcome == "true"), 1)
+        ]
+    assert "outcome false); 2 arm(s) of 2 other experiment(s)" in drawn["note"], drawn["note"]
 
 
 def test_an_outcome_command_that_leaves_a_process_running_is_measured_by_its_exit(tmp_path: Path) -> None:
@@ -434,6 +439,9 @@ def test_an_outcome_command_that_leaves_a_process_running_is_measured_by_its_exi
     assert (left["passed"], left["reason"], left["output"]) == (True, None, "measured\n"), left
     late = measure(Outcome("sleep 120", timeout=0.5), cwd=tmp_path, session=None, output="", exit_code=0)
     assert (late["passed"], late["reason"]) == (False, "timed out after 0.5 s"), late
+    # Killed by a signal: 128 + its number, as the shell says it (it was -9)
+    killed = measure(Outcome("kill -9 $$", timeout=60), cwd=tmp_path, session=None, output="", exit_code=0)
+    assert (killed["passed"], killed["exit_code"]) == (False, 137), killed
 
 
 def test_an_arm_that_drifted_under_fifo_and_ended_before_its_checkpoint_is_not_measured(
