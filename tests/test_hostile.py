@@ -554,7 +554,7 @@ def test_a_model_name_stop_reason_or_tool_name_steers_no_terminal(tmp_path: Path
     nasty = "\x1b]0;pwned\x07\x1b[2J[bold]x[/bold][link=http://127.0.0.1/]y[/link]"
     request = {
         "method": "POST",
-        "url": "https://api.openai.com/v1/chat/completions",
+        "url": "http://127.0.0.1/v1/chat/completions",
         "headers": [["content-type", "application/json"]],
         "body_kind": "json",
         "body": {"model": "m" + nasty, "messages": [{"role": "user", "content": "hi"}]},

@@ -457,9 +457,9 @@ def test_otlp_url() -> None:
     assert otlp_traces_url("https://otel.example/custom/path") == "https://otel.example/custom/path"
 
 
-@pytest.mark.parametrize("url", ["http://[::1", "http://127.0.0.1:99999"])
+@pytest.mark.parametrize("url", ["http://[127.0.0.1", "http://127.0.0.1:99999"])
 def test_an_otlp_url_that_does_not_parse_is_an_error_not_a_traceback(url: str) -> None:
-    """``--otlp 'http://[::1'`` (an unclosed IPv6 address) ended ``forkpoint export`` in a
+    """``--otlp 'http://[127.0.0.1'`` (an unclosed bracket) ended ``forkpoint export`` in a
     ValueError traceback; a port out of range was only refused by the exporter, mid-send."""
     from forkpoint.otel.sdk import ExportError
 
@@ -533,8 +533,8 @@ def test_openinference_names_are_the_conventions_own(recorded: Recorded) -> None
 
 
 def test_an_imported_trajectorys_model_calls_name_no_server(tmp_path: Path) -> None:
-    """A trajectory's calls are at ``trajectory://<agent>/…``: the export named the agent as the
-    server (``server.address: openhands``)."""
+    """A trajectory's calls have the agent's name where a URL has its host: the export named the
+    agent as the server (``server.address: openhands``)."""
     from forkpoint.importers import import_file
 
     steps = [
