@@ -45,6 +45,9 @@ _GIT_CONFIG = (
     "advice.detachedHead=false",
 )
 HEX = compiled_later(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
+#: The most paths a git command is given on its command line (past it the whole index is read:
+#: a command line has its limits).
+PATHS_MAX = 2000
 
 
 def _git_env(extra: dict[str, str] | None = None) -> dict[str, str]:

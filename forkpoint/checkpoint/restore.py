@@ -15,7 +15,7 @@ from ..canonical import digest
 from ..errors import CheckpointError, SessionError
 from ..events import CheckpointEvent
 from ..log import Session, json_text
-from .git import HEX, git, loose_path
+from .git import HEX, PATHS_MAX, git, loose_path
 from .source import RAW_DIFF, parse_raw_diff
 from .workspace import META_DIR, manifest_rows, unrestorable
 
@@ -325,8 +325,8 @@ def _restat(into: Path, paths: list[str]) -> None:
     file whose size differs from its entry's as modified without reading it (``git status`` would
     name files the recorded repository did not)."""
     paths = [p for p in paths if "\n" not in p]  # (what --stdin-paths cannot be given)
-    few = len(paths) <= 2000  # (else the whole index: a command line has its limits)
-    listing = git(["ls-files", "--stage", "-z", *(["--", *paths] if few else [])], into, binary=True)
+    named = ["--", *paths] if len(paths) <= PATHS_MAX else []
+    listing = git(["ls-files", "--stage", "-z", *named], into, binary=True)
     staged = {}
     for rec in listing.split(b"\0"):
         if rec:

@@ -22,7 +22,18 @@ from ..canonical import sha256_hex
 from ..errors import CheckpointError, SessionError
 from ..log.blobs import open_regular
 from ..patterns import compiled_later_bytes
-from .git import HEX, fsync_wanted, git, git_finish, git_start, loose_path, user_settings, write_loose
+from .git import (
+    HEX,
+    PATHS_MAX,
+    fsync_wanted,
+    git,
+    git_finish,
+    git_start,
+    loose_path,
+    user_settings,
+    write_loose,
+)
+from .workspace import StatCache, stat_key
 
 RAW_DIFF = ["diff-tree", "-r", "-t", "-z", "--no-renames", "--no-abbrev"]
 _DIFF_OPTS = (
@@ -267,7 +278,7 @@ class SourceTracker:
         self._tree_attrs: tuple[tuple[int, ...], ...] | None = None  # (as tree() last saw them)
         self._attr_entries: dict[bytes, bytes] | None = None
         self._attrs: dict[bytes, tuple[str, bool, bool]] = {}
-        self._differs: dict[bytes, tuple[tuple[int, ...], bool]] = {}
+        self._differs: StatCache[bytes, bool] = StatCache()
 
     def close(self) -> None:
         """Remove the private index."""
@@ -468,7 +479,7 @@ class SourceTracker:
             return self._last_written
         only: set[bytes] | None = None
         args = ["ls-files", "--stage", "-z"]
-        if self._work_built and touched is not None and len(touched) <= 2000:
+        if self._work_built and touched is not None and len(touched) <= PATHS_MAX:
             only = touched
             args += ["--", *(p.decode("utf-8", "surrogateescape") for p in touched)]
         entries = _entries_of(self._git_w(args, binary=True)) if only is None or only else {}
@@ -504,8 +515,8 @@ class SourceTracker:
 
         Costs nothing in a repository without attributes files; else one ``git check-attr`` when
         they or the tracked paths changed, a read of each candidate file when its stat data
-        changed, and one ``git checkout-index`` (into a scratch folder) for those that may differ. The conversions are
-        gitattributes(5)'s "Effects".
+        changed, and one ``git checkout-index`` (into a scratch folder) for those that may differ.
+        The conversions are gitattributes(5)'s "Effects".
 
         ``untracked``: the working tree's untracked files (its paths relative to the repository's
         top). Their ``.gitattributes`` files change how git stores a tracked file too, not how a
@@ -516,38 +527,40 @@ class SourceTracker:
         if not any(stats):
             return []
         if stats != self._attr_stats:
-            self._differs = {}  # other attributes: every verdict is taken again
+            self._differs = StatCache()  # other attributes: every verdict is taken again
         if stats != self._attr_stats or entries is not self._attr_entries:
             self._attrs = self._conversions(entries)
             self._attr_stats, self._attr_entries = stats, entries
         found: set[bytes] = set()
-        exact: dict[bytes, tuple[tuple[int, ...], bytes]] = {}
-        differs, lstat = self._differs, os.lstat
+        exact: dict[bytes, tuple[tuple[int, ...], int, bytes]] = {}
+        differs = self._differs
         for path, (full, crlf, other) in self._attrs.items():
             try:
-                st = lstat(full)
+                st = os.lstat(full)
             except OSError:
                 continue  # deleted: the tree says so
-            key = (st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns, st.st_mode)
-            cached = differs.get(path)
-            if cached is not None and cached[0] == key:
-                if cached[1]:
+            key = stat_key(st)
+            cached = differs.get(path, key)
+            if cached is not None:
+                if cached:
                     found.add(path)
                 continue
             if not stat.S_ISREG(st.st_mode):
                 continue  # no longer a file: the tree says what it is
+            now = time.time_ns()
             try:
                 with open_regular(full) as f:
                     raw = f.read()
             except (OSError, SessionError):
                 continue
             if crlf or other or b"\r" in raw:
-                exact[path] = (key, raw)
+                exact[path] = (key, now, raw)
             else:  # a checkout writes it as git stores it
-                self._remember(path, key, False)
+                differs.put(path, key, False, now)
         for path, checked_out in self._checked_out(list(exact)).items():
-            self._remember(path, exact[path][0], checked_out != exact[path][1])
-            if checked_out != exact[path][1]:
+            key, now, raw = exact[path]
+            differs.put(path, key, checked_out != raw, now)
+            if checked_out != raw:
                 found.add(path)
         return sorted(found)
 
@@ -560,13 +573,6 @@ class SourceTracker:
             info = self.repo_objects.parent / "info" / "attributes"
             self._attr_files = (entries, [info, *(self.repo / os.fsdecode(p) for p in named)])
         return self._attr_files[1]
-
-    def _remember(self, path: bytes, key: tuple[int, ...], differs: bool) -> None:
-        # (not a file changed less than 2 s ago: it may change again within the same tick)
-        if key[3] < time.time_ns() - 2_000_000_000:
-            self._differs[path] = (key, differs)
-        else:
-            self._differs.pop(path, None)
 
     def _conversions(self, entries: dict[bytes, bytes]) -> dict[bytes, tuple[str, bool, bool]]:
         """The tracked regular files a checkout converts, by ``git check-attr``: path → (its full
@@ -607,6 +613,8 @@ class SourceTracker:
         a file expanded on checkout ran into the next one's answer). A path not checked out maps
         to nothing anyone wrote: it counts as differing."""
         out: dict[bytes, bytes] = {}
+        if not paths:
+            return out
         scratch = Path(tempfile.mkdtemp(prefix="forkpoint-checkout-"))
         try:
             work, written = scratch / "work", scratch / "out"
@@ -731,12 +739,11 @@ class SourceTracker:
 
 
 def _stat_key(path: Path) -> tuple[int, ...]:
-    """(size, mtime, inode, ctime, mode) of ``path`` not followed, or () when there is none."""
+    """:func:`.workspace.stat_key` of ``path`` not followed, or () when there is none."""
     try:
-        st = os.lstat(path)
+        return stat_key(os.lstat(path))
     except OSError:
         return ()
-    return (st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns, st.st_mode)
 
 
 def _header_matches(section: bytes, path: bytes) -> bool:

@@ -21,8 +21,8 @@ from .context import referenced_paths, resolve_ref
 from .git import HEX, repo_head
 from .source import SourceTracker
 from .workspace import (
-    HashCache,
     Manifests,
+    StatCache,
     finish_listing,
     manifest_of,
     manifest_rows,
@@ -49,7 +49,7 @@ class Workspace:
     exclude: tuple[str, ...] = ()
     listing: str = "plain"
     _source: SourceTracker | None = field(default=None, repr=False)
-    _hashes: dict[str, HashCache] = field(default_factory=dict, repr=False)
+    _hashes: dict[str, StatCache[str, str]] = field(default_factory=dict, repr=False)
     _manifests: dict[str, Manifests] = field(default_factory=dict, repr=False)
     #: git objects of the scratch folder already handed to a checkpoint (an encrypted session)
     _sealed: set[str] | None = field(default=None, repr=False)
@@ -144,7 +144,7 @@ class Workspace:
         try:
             tracker = self._tracker()
             source = None
-            converted: list[str] = []
+            skipped: list[str] = []
             if tracker is not None:
                 source = {"repo": str(self.repo), **tracker.capture()}
                 # tracked files git does not look at (skip-worktree): kept as they are
@@ -155,9 +155,8 @@ class Workspace:
             if tracker is not None:
                 # tracked files a checkout would write otherwise (.gitattributes): kept as they are
                 converted = [p.decode("utf-8", "surrogateescape") for p in tracker.converted(paths)]
-                converted += source.get("skip_worktree", []) if source else []
-            if converted:
-                paths = sorted({*paths, *converted})
+                if converted or skipped:
+                    paths = sorted({*paths, *converted, *skipped})
         finally:
             if proc is not None and proc.poll() is None:
                 proc.kill()
@@ -170,7 +169,7 @@ class Workspace:
         if left:
             paths = [p for p in paths if unrestorable(p) is None]
             self._left_out(left)
-        cache = self._hashes.setdefault(str(blobs.root), HashCache())
+        cache = self._hashes.setdefault(str(blobs.root), StatCache[str, str]())
         # File names are scrubbed before the fingerprint is taken (the log scrubs every event again;
         # scrubbing is idempotent, so the fingerprint stays the manifest's).
         rows = scrub_json(manifest_of(self.root, paths, blobs, cache))

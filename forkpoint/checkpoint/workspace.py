@@ -8,7 +8,7 @@ import subprocess
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from ..canonical import canonical_json, sha256_hex
 from ..errors import SessionError
@@ -136,26 +136,41 @@ def untracked_files(
     return finish_listing(root, proc, exclude, nested)[0]
 
 
-class HashCache:
-    """sha256 of untracked files by their stat, so an unchanged file is not read again. A file whose
-    ctime is less than 2 s old when read is not cached (it may change again within the same tick)."""
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+def stat_key(st: os.stat_result) -> tuple[int, ...]:
+    """What says a file is unchanged: its size, mtime, inode, ctime and mode."""
+    return (st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns, st.st_mode)
+
+
+class StatCache(Generic[K, V]):
+    """What was found of a file (its sha256; whether a checkout gives back its bytes) by its
+    :func:`stat_key`, so an unchanged file is not read again. A file whose ctime is less than 2 s
+    old when read is not cached (it may change again within the same tick)."""
 
     def __init__(self) -> None:
-        self.entries: dict[str, tuple[tuple[int, ...], str]] = {}
+        self.entries: dict[K, tuple[tuple[int, ...], V]] = {}
 
-    def get(self, rel: str, key: tuple[int, ...]) -> str | None:
-        hit = self.entries.get(rel)
+    def get(self, name: K, key: tuple[int, ...]) -> V | None:
+        hit = self.entries.get(name)
         return hit[1] if hit is not None and hit[0] == key else None
 
-    def put(self, rel: str, key: tuple[int, ...], h: str, read_at_ns: int) -> None:
+    def put(self, name: K, key: tuple[int, ...], value: V, read_at_ns: int) -> None:
         if key[3] < read_at_ns - 2_000_000_000:
-            self.entries[rel] = (key, h)
+            self.entries[name] = (key, value)
         else:
-            self.entries.pop(rel, None)
+            self.entries.pop(name, None)
 
 
 def manifest_of(
-    root: Path, paths: list[str], blobs: BlobStore | None, cache: HashCache | None, *, scrub: bool = True
+    root: Path,
+    paths: list[str],
+    blobs: BlobStore | None,
+    cache: StatCache[str, str] | None,
+    *,
+    scrub: bool = True,
 ) -> list[list[Any]]:
     """The manifest rows of ``paths`` under ``root`` (``[path, kind, mode, size, sha256]``), their
     contents scrubbed first (secrets never reach the blobs), unless ``scrub`` is False: a restored
@@ -178,7 +193,7 @@ def manifest_of(
                 continue
             if not stat.S_ISREG(st.st_mode):
                 continue
-            key = (st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns, st.st_mode)
+            key = stat_key(st)
             h = cache.get(rel, key) if cache is not None else None
             if h is None:
                 try:
