@@ -267,8 +267,6 @@ def _leave_pythonpath() -> None:
 #: In a remote store's mirror: the lock file of a staged session (forkpoint.log.MIRROR_RECORDING;
 #: not imported from there, which would load the log layer at every start).
 _MIRROR_RECORDING = ".recording"
-#: In a remote store's mirror: the mark of a session already uploaded (forkpoint.log.MIRROR_DONE).
-_MIRROR_DONE = ".remote"
 #: The lock this process holds on its session's ``.recording`` (:func:`_join_recording`): never closed.
 _joined: list[int] = []
 
@@ -297,10 +295,10 @@ def _join_recording(session: Path) -> None:
 def _recorder(session: Path, ws_opts: dict[str, Any] | None) -> Recorder:
     """The recorder of ``session``, checkpointing the workspace ``ws_opts`` names, if any."""
     from .errors import SessionError
-    from .log import SessionWriter
+    from .log import MIRROR_DONE, SessionWriter
     from .record import Recorder, attach_workspace, open_workspace
 
-    if (session / _MIRROR_DONE).exists():
+    if (session / MIRROR_DONE).exists():
         raise SessionError(
             f"session {session.name} was already uploaded to its store (the forkpoint record that "
             "started this process is gone): what this process does is not added to it"

@@ -197,13 +197,10 @@ def _status(rs: dict[str, Any], where: str) -> tuple[int, str]:
     return code, str(reason or "")
 
 
-def _response(rs: dict[str, Any], where: str) -> dict[str, Any]:
+def _response(rs: dict[str, Any], where: str, headers: list[tuple[str, str]]) -> dict[str, Any]:
+    """The stored response of ``rs``, whose header pairs are ``headers`` (:func:`_pairs`)."""
     status, reason = _status(rs, where)
-    pairs = [
-        (k, v)
-        for k, v in _pairs(rs.get("headers"), f"{where}: the response")
-        if k.lower() not in DROP_RESPONSE_HEADERS
-    ]
+    pairs = [(k, v) for k, v in headers if k.lower() not in DROP_RESPONSE_HEADERS]
     ctype = _header(pairs, "content-type")
     out: dict[str, Any] = {"status": status, "reason": reason, "http_version": "HTTP/1.1"}
     if "parsed_body" in rs:
@@ -267,13 +264,16 @@ def convert(path: Path, doc: Any) -> Imported:
         dialects.add("parsed_body" if "parsed_body" in rq or "parsed_body" in rs else "stock")
         if not isinstance(rq.get("uri"), str) or not rq["uri"]:
             raise ImportFormatError(f"{path}: interaction {n}: the request has no uri")
+        where = f"{path}: interaction {n}"
+        request = _request(rq, n, notes, where)
+        headers = _pairs(rs.get("headers"), f"{where}: the response")
         event: dict[str, Any] = {
             "type": "model_call",
             "duration_ms": None,
-            "request": _request(rq, n, notes, f"{path}: interaction {n}"),
-            "response": _response(rs, f"{path}: interaction {n}"),
+            "request": request,
+            "response": _response(rs, where, headers),
         }
-        ts = _date(_pairs(rs.get("headers"), f"{path}: interaction {n}: the response"))
+        ts = _date(headers)
         if ts:
             event["ts"] = ts
             dated += 1
