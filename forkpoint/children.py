@@ -1,5 +1,5 @@
-"""Waiting on a child process: its captured output read to the end, the process stopped when a
-watch gives a reason (a timeout), and what it left running with that output open not waited on
+"""Waiting on a child process: its captured output copied to temporary files as it comes (none of
+it held in memory), the process stopped when a watch gives a reason (a timeout), and what it left running with that output open not waited on
 (a server in the background would be waited on forever). Used for the programs forkpoint runs
 (:mod:`forkpoint.orchestrate`) and for outcome commands (:mod:`forkpoint.outcome`).
 """
@@ -7,15 +7,21 @@ watch gives a reason (a timeout), and what it left running with that output open
 from __future__ import annotations
 
 import os
+import selectors
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
-from typing import Any
+from pathlib import Path
+from typing import BinaryIO
 
 #: How long, once the child ended, forkpoint waits for what it started to close its captured output.
 LEFT_OPEN_S = 2.0
+#: Bytes read from a captured pipe at a time.
+READ_SIZE = 1 << 16
 
 
 def say(message: str) -> None:
@@ -24,41 +30,106 @@ def say(message: str) -> None:
     sys.stderr.flush()
 
 
+class Captured:
+    """What a child printed on one of its streams, written to a temporary file as it came: however
+    much it printed (an arm of a fork, a test runner's output), forkpoint holds none of it in memory,
+    and the bytes are the child's own (no newline or encoding translation). The file goes when this
+    is closed or collected."""
+
+    def __init__(self, text: str = "") -> None:
+        self._file = tempfile.NamedTemporaryFile(prefix="forkpoint-output-")  # noqa: SIM115 (lives with self)
+        if text:
+            self._file.write(text.encode())
+
+    @property
+    def path(self) -> Path:
+        """The file holding it (another process may read it: the outcome command does)."""
+        self._file.flush()
+        return Path(self._file.name)
+
+    def write(self, data: bytes) -> None:
+        self._file.write(data)
+
+    def text(self, last: int | None = None) -> str:
+        """What was printed, decoded as UTF-8 (U+FFFD for what is not); with ``last``, only its
+        last ``last`` characters, read from the end of the file."""
+        with self.path.open("rb") as f:
+            if last is not None:  # (a character is at most 4 bytes)
+                f.seek(max(0, f.seek(0, os.SEEK_END) - 4 * last))
+            text = f.read().decode(errors="replace")
+        return text if last is None else text[-last:]
+
+    def copy_to(self, dest: BinaryIO) -> None:
+        """Write what was printed to ``dest``, a buffer at a time."""
+        with self.path.open("rb") as f:
+            shutil.copyfileobj(f, dest)
+
+    def close(self) -> None:
+        self._file.close()
+
+
 def wait_child(
-    proc: subprocess.Popen[Any],
+    proc: subprocess.Popen[bytes],
     watch: Callable[[], str | None] | None,
     *,
     own_group: bool = False,
     what: str = "the program",
-) -> tuple[Any, Any]:
-    """``proc.communicate()``, stopping ``proc`` (``what`` it runs, in messages) when ``watch``
-    gives a reason (a timeout; :func:`forkpoint.orchestrate.run_child`):
+) -> tuple[Captured | None, Captured | None]:
+    """Wait for ``proc`` (``what`` it runs, in messages), copying what it prints on its captured
+    stdout and stderr (binary pipes) to a :class:`Captured` each (None for a stream not
+    captured), and stop it when ``watch`` gives a reason (a timeout; asked every half second:
+    :func:`forkpoint.orchestrate.run_child`):
     SIGTERM, then SIGKILL 3 s later; with ``own_group`` (it leads a process group of its own) to
     all of its group, and what is left of the group once it ended is killed, so nothing it started
     changes its folder after it was stopped (an outcome is measured there next). Once it is
     stopped, a process it started in a session of its own (out of reach of its group's SIGKILL)
     that still holds the captured output open is not waited for: what was read is kept. So it is
     when the program ended by itself and what it left running holds its output open
-    (:data:`LEFT_OPEN_S` later; with ``own_group``, that group is killed)."""
-    if watch is None:
-        return proc.communicate()
+    (:data:`LEFT_OPEN_S` later; with ``own_group``, that group is killed). Without ``watch``, its
+    captured output is read to the end, however long that takes."""
+    pipes = [pipe for pipe in (proc.stdout, proc.stderr) if pipe is not None]
+    captured = {pipe: Captured() for pipe in pipes}
+    selector = selectors.DefaultSelector()
+    for pipe in pipes:
+        selector.register(pipe, selectors.EVENT_READ, captured[pipe])
+    try:
+        _wait(proc, watch, selector, own_group=own_group, what=what)
+    finally:
+        selector.close()
+        for pipe in pipes:  # (a process it left running that writes there gets EPIPE: not read any longer)
+            pipe.close()
+    out = captured[proc.stdout] if proc.stdout is not None else None
+    return out, captured[proc.stderr] if proc.stderr is not None else None
+
+
+def _wait(
+    proc: subprocess.Popen[bytes],
+    watch: Callable[[], str | None] | None,
+    selector: selectors.BaseSelector,
+    *,
+    own_group: bool,
+    what: str,
+) -> None:
+    """:func:`wait_child`'s loop: read what is ready, and look at the process every half second."""
     stop_at: float | None = None
     ended_at: float | None = None
+    look_at = time.monotonic()
     while True:
-        try:
-            ended = proc.communicate(timeout=0.5)
-        except subprocess.TimeoutExpired as exc:
-            partial = exc
-        else:
+        _read_ready(proc, selector, timeout=0.5)
+        if proc.poll() is not None and not selector.get_map():
             if stop_at is not None and own_group:
                 signal_group(proc.pid, signal.SIGKILL)
-            return ended
+            return
+        now = time.monotonic()
+        if watch is None or now < look_at:
+            continue
+        look_at = now + 0.5
         if stop_at is None and proc.poll() is not None:
             # The program ended, and what it started and left running (a server in the background)
             # still holds its captured output open: not waited for (it may never end), and, in a
             # group of its own, stopped, so that nothing changes its folder while an outcome is measured.
-            ended_at = ended_at if ended_at is not None else time.monotonic()
-            if time.monotonic() > ended_at + LEFT_OPEN_S:
+            ended_at = ended_at if ended_at is not None else now
+            if now > ended_at + LEFT_OPEN_S:
                 say(
                     f"forkpoint: {what} ended, and a process it started still holds its output open: "
                     + ("its process group is stopped; " if own_group else "")
@@ -66,7 +137,7 @@ def wait_child(
                 )
                 if own_group:
                     signal_group(proc.pid, signal.SIGKILL)
-                return _abandoned(proc, partial)
+                return
             continue
         if stop_at is None:
             why = watch()
@@ -76,14 +147,14 @@ def wait_child(
                     signal_group(proc.pid, signal.SIGTERM)
                 else:
                     proc.send_signal(signal.SIGTERM)
-                stop_at = time.monotonic() + 3
-        elif time.monotonic() > stop_at + 3 and proc.poll() is not None:
+                stop_at = now + 3
+        elif now > stop_at + 3 and proc.poll() is not None:
             say(
                 f"forkpoint: a process {what} started outside its process group still holds its output open: "
                 "not waited for"
             )
-            return _abandoned(proc, partial)
-        elif time.monotonic() > stop_at:
+            return
+        elif now > stop_at:
             try:  # (a child with a group of its own, an executor task's: what it started goes too)
                 if os.getpgid(proc.pid) == proc.pid:
                     os.killpg(proc.pid, signal.SIGKILL)
@@ -93,14 +164,22 @@ def wait_child(
                 pass
 
 
-def _abandoned(proc: subprocess.Popen[Any], partial: subprocess.TimeoutExpired) -> tuple[Any, Any]:
-    """What was read of ``proc``'s captured output when ``communicate`` last timed out; its pipes,
-    which a process it started still holds open, are closed: not waited on any longer."""
-    out, err = _text(partial.output, proc.stdout), _text(partial.stderr, proc.stderr)
-    for pipe in (proc.stdout, proc.stderr):
-        if pipe is not None:
-            pipe.close()
-    return out, err
+def _read_ready(proc: subprocess.Popen[bytes], selector: selectors.BaseSelector, *, timeout: float) -> None:
+    """Copy what the captured pipes hold to their :class:`Captured` (a pipe at its end is no
+    longer watched), waiting up to ``timeout`` seconds for something; with no pipe left, wait
+    that long for the process instead."""
+    if not selector.get_map():
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pass
+        return
+    for key, _ in selector.select(timeout):
+        data = os.read(key.fd, READ_SIZE)
+        if data:
+            key.data.write(data)
+        else:
+            selector.unregister(key.fileobj)
 
 
 def signal_group(pgid: int, sig: int) -> None:
@@ -109,10 +188,3 @@ def signal_group(pgid: int, sig: int) -> None:
         os.killpg(pgid, sig)
     except (ProcessLookupError, PermissionError):
         pass
-
-
-def _text(data: bytes | str | None, pipe: Any) -> str | None:
-    """What ``communicate`` had read of ``pipe`` when it timed out, as text (None: not captured)."""
-    if pipe is None:
-        return None
-    return data.decode(errors="replace") if isinstance(data, bytes) else data or ""

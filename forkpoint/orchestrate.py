@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import orjson
 
 from ._boot import NOT_STARTED_PREFIX, child_env, read_endings
-from .children import say, wait_child
+from .children import Captured, say, wait_child
 from .errors import CheckpointError, ForkpointError, OverrideError, SessionError, UsageError
 from .log import Session, read_json_text, to_json
 from .text import ordinal, plural
@@ -62,11 +62,12 @@ def check_config(cwd: Path | None = None) -> None:
 
 
 class Ran(NamedTuple):
-    """How a child process ended: its exit code, and its stdout / stderr text when captured."""
+    """How a child process ended: its exit code, and what it printed on stdout / stderr when
+    captured (:class:`~forkpoint.children.Captured`: in a file, not in memory)."""
 
     code: int
-    out: str | None
-    err: str | None
+    out: Captured | None
+    err: Captured | None
 
 
 def run_child(
@@ -90,7 +91,7 @@ def run_child(
     one), or None.
 
     Returns its exit code — 128 + the signal number when the child was killed by a signal, 127 when
-    the command does not exist — and its stdout (``capture``) and stderr (``capture_stderr``) text.
+    the command does not exist — and its stdout (``capture``) and stderr (``capture_stderr``).
     Called from another thread than the main one, signals are left alone: only the main thread may
     handle them. In a local executor's task the child runs in a process group of its own, which the
     executor passes Ctrl-C, SIGTERM and SIGHUP on to (:mod:`forkpoint.executors.local`).
@@ -105,8 +106,6 @@ def run_child(
             cwd=cwd,
             stdout=subprocess.PIPE if capture else None,
             stderr=subprocess.PIPE if capture_stderr else None,
-            text=capture or capture_stderr,
-            errors="replace" if capture or capture_stderr else None,
             preexec_fn=namespace.preexec if namespace is not None else None,
             # (an executor's task: its group gets the signals the executor passes on, all of it)
             start_new_session=task,
@@ -114,7 +113,7 @@ def run_child(
     except FileNotFoundError:
         message = f"forkpoint: command not found: {cmd[0]}"
         if capture_stderr:
-            return Ran(127, "" if capture else None, message + "\n")
+            return Ran(127, Captured() if capture else None, Captured(message + "\n"))
         say(message)
         return Ran(127, None, None)
     if namespace is not None:
@@ -247,7 +246,8 @@ def record_command(
             env["FORKPOINT_WORKSPACE"] = orjson.dumps(
                 {"root": str(ws.root), "include_ignored": include_ignored}
             ).decode()
-        code, out, _ = run_child(cmd, env, capture=capture, meanwhile=_ready_to_close)
+        code, captured, _ = run_child(cmd, env, capture=capture, meanwhile=_ready_to_close)
+        out = captured.text() if captured is not None else None
         uncaught, session.incomplete, lacks, reported = read_endings(Path(tmp))
     try:
         i = info(session.path)
@@ -305,9 +305,9 @@ class Replayed:
     report: dict[str, Any] | None
     #: The program's own exit code (128 + N when a signal killed it, 127 when it was not found).
     exit_code: int
-    #: Its stdout and stderr text, when captured.
-    out: str | None
-    err: str | None
+    #: What it printed on stdout and stderr, when captured (in files: :class:`~forkpoint.children.Captured`).
+    out: Captured | None
+    err: Captured | None
     #: The what-if session this run was recorded as, if it was.
     child: Path | None
     #: The outcome measured after the run, when an outcome command was given.
@@ -649,7 +649,7 @@ def replay_command(
     from .replay import EXIT_DIVERGENCE, ended_by_override, format_divergence, summary_line
 
     run = replay_run(session, cmd, on_divergence=on_divergence, overrides=overrides, quiet=quiet, **options)
-    report, code, out = run.report, run.exit_code, run.out
+    report, code, out = run.report, run.exit_code, run.out.text() if run.out is not None else None
     if report is None:
         say(run.problem or "")
         return None, code if code and not run.not_started else 1, out
@@ -905,11 +905,12 @@ def arm_task(spec: dict[str, Any]) -> dict[str, Any]:
             arm.error = str(exc)
         else:
             log = directory.with_name(directory.name + ".log")
-            text = ((run.out or "") + (run.err or "")).encode(errors="replace")
             try:  # (new, owner-only, never through a symlink: fork_arms refused a folder holding one)
                 fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
                 with os.fdopen(fd, "wb") as f:
-                    f.write(text)
+                    for printed in (run.out, run.err):
+                        if printed is not None:
+                            printed.copy_to(f)
             except OSError as exc:
                 arm.problem = f"what the agent printed could not be written to {log}: {exc}"
             arm.report, arm.exit_code, arm.outcome = run.report, run.exit_code, run.outcome

@@ -18,7 +18,6 @@ from __future__ import annotations
 import math
 import os
 import subprocess
-import tempfile
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from .errors import SessionError
 
 if TYPE_CHECKING:  # the CLI reads DEFAULT_TIMEOUT while it starts: keep this module light
+    from .children import Captured
     from .events import OutcomeEvent
     from .log import Session
 
@@ -56,11 +56,12 @@ def measure(
     *,
     cwd: Path,
     session: Path | None,
-    output: str | None,
+    output: Captured | None,
     exit_code: int | None,
 ) -> OutcomeEvent:
     """Run ``outcome.command`` in ``cwd`` for a run that ended with ``exit_code``, printed
-    ``output`` and was recorded as ``session``; returns its ``outcome`` event (not yet written).
+    ``output`` on stdout (None: nothing captured) and was recorded as ``session``; returns its
+    ``outcome`` event (not yet written).
 
     Never raises for the command itself: one that times out (its whole process group is killed)
     is a failure whose ``reason`` says so; one that cannot run — it cannot start, or the shell did
@@ -71,11 +72,11 @@ def measure(
     env["FORKPOINT_OUTCOME_EXIT"] = "" if exit_code is None else str(exit_code)
     env["FORKPOINT_OUTCOME_SESSION"] = str(session.resolve()) if session is not None else ""
     started = time.perf_counter()
-    with tempfile.NamedTemporaryFile("w", prefix="forkpoint-output-", suffix=".txt") as out_file:
-        out_file.write(output or "")
-        out_file.flush()
-        env["FORKPOINT_OUTCOME_OUTPUT"] = out_file.name
-        code, text, reason = _run_shell(outcome, cwd, env)
+    from .children import Captured
+
+    printed = output if output is not None else Captured()
+    env["FORKPOINT_OUTCOME_OUTPUT"] = str(printed.path)
+    code, text, reason = _run_shell(outcome, cwd, env)
     if code in NOT_RUN_CODES:
         said = next((line for line in reversed(text.splitlines()) if line.strip()), "")
         reason = f"the outcome command could not run (exit {code}: {said or 'not found or not executable'})"
@@ -87,14 +88,14 @@ def measure(
         "passed": code == 0 if ran else None,
         "exit_code": code,
         "reason": reason,
-        "output": text[-OUTPUT_KEPT:],
+        "output": text,
         "duration_ms": round((time.perf_counter() - started) * 1000, 3),
     }
     return event
 
 
 def _run_shell(outcome: Outcome, cwd: Path, env: dict[str, str]) -> tuple[int | None, str, str | None]:
-    """(exit code or None, output, why there is no exit code)."""
+    """(exit code or None, the last :data:`OUTPUT_KEPT` characters it printed, why there is no exit code)."""
     try:
         # A session of its own, so a timeout can stop everything the command started (a test runner's
         # workers included), not only the shell.
@@ -105,8 +106,6 @@ def _run_shell(outcome: Outcome, cwd: Path, env: dict[str, str]) -> tuple[int | 
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
-            text=True,
-            errors="replace",
             start_new_session=True,
         )
     except OSError as exc:
@@ -123,11 +122,12 @@ def _run_shell(outcome: Outcome, cwd: Path, env: dict[str, str]) -> tuple[int | 
         return None
 
     # (what it left running with its output open, a server a test started, is not waited for)
-    text, _ = wait_child(proc, watch, own_group=True, what="the outcome command")
+    printed, _ = wait_child(proc, watch, own_group=True, what="the outcome command")
+    text = printed.text(last=OUTPUT_KEPT) if printed is not None else ""
     if late:
-        return None, text or "", late[0]
+        return None, text, late[0]
     code = proc.returncode  # (killed by a signal: 128 + its number, as a shell and run_child say)
-    return 128 - code if code < 0 else code, text or "", None
+    return 128 - code if code < 0 else code, text, None
 
 
 def outcome_of(session: Session) -> OutcomeEvent | None:

@@ -73,7 +73,7 @@ def _replayed(run: Replayed, recorded_exit: int | None) -> dict[str, Any]:
         "exit_code": run.exit_code,
         "recorded_exit_code": recorded_exit,
         "divergence": format_divergence(div) if div else None,
-        "stderr": (run.err or "")[-STDERR_KEPT:],
+        "stderr": run.err.text(last=STDERR_KEPT) if run.err is not None else "",
         "outcome": run.outcome,
     }
 

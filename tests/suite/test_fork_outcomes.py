@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -354,6 +355,63 @@ def test_an_arm_that_ended_is_not_waited_for_past_what_it_left_running(
     assert not (tmp_path / "arms" / "arm-1" / "late.txt").exists()
 
 
+PRINTER = """
+import sys
+for _ in range(2048):
+    sys.stdout.buffer.write(b"x" * 65534 + b"\\r\\n")
+sys.stderr.buffer.write(b"\\xff err\\r\\n")
+"""
+
+# Runs a command and prints the peak resident size of it and its processes (KiB): from a small
+# process, since a child's peak starts at its parent's size when it forks (pytest's, here).
+PEAK = """
+import os, subprocess, sys
+proc = subprocess.Popen(sys.argv[1:])
+print(os.wait4(proc.pid, 0)[2].ru_maxrss, flush=True)
+"""
+
+# The outcome: stdout as printed (a line at a time: the file is bigger than the peak allowed),
+# then the agent's final answer, and nothing of stderr.
+JUDGE = """
+import os, sys
+with open(os.environ["FORKPOINT_OUTCOME_OUTPUT"], "rb") as f:
+    printed = all(f.readline() == b"x" * 65534 + b"\\r\\n" for _ in range(2048))
+    rest = f.read()
+sys.exit(not (printed and rest.startswith(b"final:") and b"err" not in rest))
+"""
+
+
+@pytest.mark.slow
+def test_what_an_arm_prints_is_kept_byte_for_byte_on_disk_not_in_memory(
+    keeper: Keeper, tmp_path: Path
+) -> None:
+    """An arm that printed 300 MB had forkpoint hold 1.3 GB (its output read into memory as text,
+    joined, encoded), and its ``arm-N.log`` and the outcome's ``$FORKPOINT_OUTCOME_OUTPUT`` had
+    each ``\\r\\n`` turned into ``\\n`` and each byte that is not UTF-8 into U+FFFD. Here an arm
+    prints 128 MiB before the agent goes on: the whole ``fork`` (its arm's processes included)
+    peaks below that, and both files hold the bytes printed."""
+    before = keeper.resumable()[1]
+    printed = 2048 * 65536
+    (tmp_path / "judge.py").write_text(JUDGE)
+    arms = tmp_path / "arms"
+    fork = subprocess.run(
+        [sys.executable, "-c", PEAK, sys.executable, "-m", "forkpoint.cli", "fork", f"{keeper.session.id}@{before}",
+         "--arms", "1", "--into", str(arms), "--store", str(keeper.store),
+         "--outcome", f"python {tmp_path / 'judge.py'}",
+         "--", "sh", "-c", f'python -c "$0" && exec {shlex.join(keeper.agent)}', PRINTER],
+        cwd=tmp_path, env=keeper.env | {"COLUMNS": "200"}, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    peak = fork.stdout.splitlines()[-1]
+    assert "outcome: 1/1 passed" in fork.stdout, (
+        fork.stdout + fork.stderr
+    )  # (the outcome's file: stdout only)
+    assert int(peak) * 1024 < printed, f"peak {peak} KiB"
+    with (arms / "arm-1.log").open("rb") as log:
+        assert log.read(65536) == b"x" * 65534 + b"\r\n"
+        log.seek(printed - 65536)
+        assert log.read() == b"x" * 65534 + b"\r\nfinal: Done.\n\xff err\r\n"  # (stdout, then stderr)
+
+
 OTHER_AGENT = """
 import os
 import openai
@@ -434,13 +492,13 @@ def test_an_outcome_command_that_leaves_a_process_running_is_measured_by_its_exi
     from forkpoint.outcome import Outcome, measure
 
     left = measure(
-        Outcome("sleep 120 & echo measured", timeout=60), cwd=tmp_path, session=None, output="", exit_code=0
+        Outcome("sleep 120 & echo measured", timeout=60), cwd=tmp_path, session=None, output=None, exit_code=0
     )
     assert (left["passed"], left["reason"], left["output"]) == (True, None, "measured\n"), left
-    late = measure(Outcome("sleep 120", timeout=0.5), cwd=tmp_path, session=None, output="", exit_code=0)
+    late = measure(Outcome("sleep 120", timeout=0.5), cwd=tmp_path, session=None, output=None, exit_code=0)
     assert (late["passed"], late["reason"]) == (False, "timed out after 0.5 s"), late
     # Killed by a signal: 128 + its number, as the shell says it (it was -9)
-    killed = measure(Outcome("kill -9 $$", timeout=60), cwd=tmp_path, session=None, output="", exit_code=0)
+    killed = measure(Outcome("kill -9 $$", timeout=60), cwd=tmp_path, session=None, output=None, exit_code=0)
     assert (killed["passed"], killed["exit_code"]) == (False, 137), killed
 
 
