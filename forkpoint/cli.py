@@ -930,9 +930,12 @@ def fork(
     terminal().print(fork_table(done, title=f"fork of {session.id}@{seq}"))
     if outcome_cmd:
         click.echo(pass_rate_line(done))
-    # (an arm whose command ran no forkpoint was not recorded: no continuation to look at, as in sweep)
+    # (an arm whose command ran no forkpoint was not recorded, and one that never went live did not
+    # continue: no continuation to look at, as in sweep)
     failed = sum(
-        1 for arm in done if not arm.valid or arm.report is None or arm.exit_code != 0 or arm.unmeasured
+        1
+        for arm in done
+        if not arm.valid or arm.report is None or arm.exit_code != 0 or arm.unmeasured or arm.diverged
     )
     sys.exit(0 if failed == 0 else 1)
 

@@ -294,7 +294,7 @@ def test_an_outcome_command_that_cannot_run_measures_nothing_and_fails_the_fork(
 
 def test_a_fork_whose_arm_ran_no_forkpoint_fails_as_sweep_does(keeper: Keeper, tmp_path: Path) -> None:
     """``fork … -- true``: the arm's command exited 0 but never started forkpoint, so nothing of its
-    continuation was recorded; fork exited 0 where sweep exits 1."""
+    continuation was recorded; fork exited 0 where sweep exits 1. So did an arm that never went live."""
     before = keeper.resumable()[1]
     fork = forkpoint_cli(
         keeper, "fork", f"{keeper.session.id}@{before}", "--arms", "1", "--into", str(tmp_path / "arms"),
@@ -302,6 +302,14 @@ def test_a_fork_whose_arm_ran_no_forkpoint_fails_as_sweep_does(keeper: Keeper, t
     )  # fmt: skip
     assert fork.returncode == 1, fork.stdout + fork.stderr
     assert "wrote no report" in " ".join(fork.stdout.split())
+    # A Python command starts forkpoint, reports, and exits 0, but asked for none of the recorded
+    # calls before the checkpoint: it never went live. fork said so and exited 0.
+    fork = forkpoint_cli(
+        keeper, "fork", f"{keeper.session.id}@{before}", "--arms", "1", "--into", str(tmp_path / "python"),
+        "--store", str(keeper.store), "--", "python", "-c", "pass", cwd=tmp_path,
+    )  # fmt: skip
+    assert "never went live" in " ".join(fork.stdout.split()), fork.stdout
+    assert fork.returncode == 1, fork.stdout + fork.stderr
 
 
 def test_an_arm_timeout_is_kept_when_the_agent_started_a_process_in_a_session_of_its_own(
