@@ -56,9 +56,22 @@ def _run_in_pool(fn: Task, spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def task_child(proc: subprocess.Popen[Any], *, done: bool = False) -> None:
-    """Keep track of ``proc``, a task's child started in a session of its own, until ``done``."""
+    """Keep track of ``proc``, a task's child started in a session of its own, until ``done``. A
+    child started after the executor passed a signal on (its task was running, restoring a
+    checkpoint say, or the child ran before its thread got here) gets that signal now: it would
+    otherwise run to its end, and forkpoint wait for it."""
     with _children_lock:
-        (_children.discard if done else _children.add)(proc)
+        if done:
+            _children.discard(proc)
+            return
+        _children.add(proc)
+        # (under the lock: a signal handled after this finds the child in _children instead)
+        late = _interrupted[-1] if _interrupted else None
+    if late is not None:
+        try:
+            os.killpg(proc.pid, late)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 def _signal_children(signum: int) -> None:

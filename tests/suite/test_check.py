@@ -4,9 +4,11 @@ local stochastic model server."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
+import time
 import xml.etree.ElementTree as ET
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -126,6 +128,29 @@ def double(spec: dict[str, Any]) -> dict[str, Any]:
     if spec["n"] == 3:
         raise ValueError("three is bad")
     return {"n": spec["n"] * 2}
+
+
+def _child_after_the_signal(spec: dict[str, Any]) -> dict[str, Any]:
+    import signal
+
+    from forkpoint.executors import local
+    from forkpoint.orchestrate import run_child
+
+    os.kill(os.getpid(), signal.SIGTERM)  # (forkpoint is told to stop while this task runs…)
+    while local.interrupted() is None:
+        time.sleep(0.01)
+    # …and its child starts after that: the task was still restoring its checkpoint, say.
+    return {"code": run_child(["sleep", "30"], dict(os.environ)).code}
+
+
+def test_a_task_child_started_after_the_executor_was_signalled_is_signalled_too() -> None:
+    """SIGTERM to ``fork`` reached the arms' children already running; a child started a moment
+    later (its task was still restoring, or the child ran before its thread could register it)
+    ran to its end, and fork waited for it: ``sleep 30`` exited 0 thirty seconds on."""
+    import signal
+
+    with LocalExecutor(jobs=1) as ex:
+        assert [r for _, r in ex.map(_child_after_the_signal, [{}])] == [{"code": 128 + signal.SIGTERM}]
 
 
 def test_local_executor_runs_every_task_and_reports_failures_as_results() -> None:
