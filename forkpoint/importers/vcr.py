@@ -15,7 +15,7 @@ writes it: the two lists are paired in order). Header names and values stored as
 
 Each interaction becomes one ``model_call`` event in forkpoint's stored shapes (``docs/format.md``):
 the request parsed and scrubbed, the response decoded (a ``Content-Encoding`` body is decompressed
-and the header removed), an event stream split into chunks at event boundaries (a blank line; NDJSON
+and the header removed; so is the header of a body stored already decoded), an event stream split into chunks at event boundaries (a blank line; NDJSON
 at each line), hop-by-hop and length headers dropped, and the provider-aware ``summary`` and match
 ``key`` computed as for a recording. A replay of the session with the real SDK then serves the
 cassette's responses.
@@ -197,8 +197,11 @@ def _status(rs: dict[str, Any], where: str) -> tuple[int, str]:
     return code, str(reason or "")
 
 
-def _response(rs: dict[str, Any], where: str, headers: list[tuple[str, str]]) -> dict[str, Any]:
-    """The stored response of ``rs``, whose header pairs are ``headers`` (:func:`_pairs`)."""
+def _response(
+    rs: dict[str, Any], where: str, headers: list[tuple[str, str]], n: int, notes: list[str]
+) -> dict[str, Any]:
+    """The stored response of ``rs`` (interaction ``n``), whose header pairs are ``headers``
+    (:func:`_pairs`); what had to be adjusted is added to ``notes``."""
     status, reason = _status(rs, where)
     pairs = [(k, v) for k, v in headers if k.lower() not in DROP_RESPONSE_HEADERS]
     ctype = _header(pairs, "content-type")
@@ -218,9 +221,15 @@ def _response(rs: dict[str, Any], where: str, headers: list[tuple[str, str]]) ->
         if decode is not None:
             try:
                 data = decode(data)
-                pairs = [(k, v) for k, v in pairs if k.lower() != "content-encoding"]
-            except Exception:  # not actually compressed (VCR.py decode_compressed_response): keep it
-                pass
+            except Exception:
+                # Stored already decoded under its Content-Encoding (VCR.py with requests on urllib3
+                # 2 writes such cassettes): kept as it is, the header would make a replayed client
+                # decode plain bytes again, and fail.
+                notes.append(
+                    f"interaction {n}: the response says Content-Encoding: {encoding} but its body "
+                    "is not compressed (stored decoded); the header is dropped"
+                )
+            pairs = [(k, v) for k, v in pairs if k.lower() != "content-encoding"]
     out["headers"] = scrub_headers(pairs)
     if eventstream.is_event_stream(ctype):  # binary messages: one chunk each, never scrubbed apart
         out["body_kind"] = "stream"
@@ -271,7 +280,7 @@ def convert(path: Path, doc: Any) -> Imported:
             "type": "model_call",
             "duration_ms": None,
             "request": request,
-            "response": _response(rs, where, headers),
+            "response": _response(rs, where, headers, n, notes),
         }
         ts = _date(headers)
         if ts:

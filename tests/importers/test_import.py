@@ -17,6 +17,7 @@ from urllib.parse import parse_qsl, urlsplit
 import anthropic
 import openai
 import pytest
+import requests
 import yaml
 from click.testing import CliRunner
 from rich.console import Console
@@ -458,6 +459,44 @@ def test_stock_json_cassette_with_gzip_body_and_credentials(tmp_path: Path) -> N
     as_json.write_text(json.dumps(cassette))
     (again,) = Session.load(import_file(as_json, store=tmp_path / "store")).by_type("model_call")
     assert again["response"]["body"] == answer and again["key"] == call["key"]
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "br"])
+def test_body_stored_decoded_under_its_content_encoding_replays(tmp_path: Path, encoding: str) -> None:
+    """VCR.py with requests on urllib3 2 writes a compressed response decoded, as text, and keeps
+    its ``Content-Encoding``: the imported session must not tell a replayed client to decode it."""
+    text = "plain text: h\u00e9llo\n"
+    path = tmp_path / "cassette.yaml"
+    response = {
+        "status": {"code": 200, "message": "OK"},
+        "headers": {"Content-Type": ["text/plain; charset=utf-8"], "Content-Encoding": [encoding]},
+        "body": {"string": text},
+    }
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "version": 1,
+                "interactions": [
+                    {
+                        "request": {
+                            "method": "GET",
+                            "uri": "http://127.0.0.1:9/page",
+                            "headers": {},
+                            "body": None,
+                        },
+                        "response": response,
+                    }
+                ],
+            }
+        )
+    )
+    session = import_file(path, store=tmp_path / "store")
+    adjusted = Session.load(session).header["imported_from"]["adjusted"]
+    assert any(f"Content-Encoding: {encoding}" in a and "not compressed" in a for a in adjusted)
+    with forkpoint.replay(session) as rp:
+        got = requests.get("http://127.0.0.1:9/page")
+    assert got.text == text
+    assert rp.report()["matched"] == 1
 
 
 def _b64(data: bytes) -> str:
