@@ -330,7 +330,7 @@ def rerun_command(item: pytest.Item, mode: str) -> str:
     """A shell command that runs ``item`` in ``mode`` when pasted where this pytest run started.
 
     It repeats the options of this run that decide where the cassette is and what the test may
-    connect to (``-c``, ``--rootdir``, ``-o forkpoint_…``, ``--forkpoint-dir``,
+    connect to (``-c``, ``--rootdir``, ``--import-mode``, ``-o forkpoint_…``, ``--forkpoint-dir``,
     ``--forkpoint-allow-host``), as given: they are relative to the same directory."""
     return shlex.join(
         ["pytest", f"--forkpoint-mode={mode}", *_run_options(item.config), invocation_nodeid(item)]
@@ -351,6 +351,11 @@ def _run_options(config: pytest.Config) -> list[str]:
         args += ["-c", str(config.option.inifilename)]
     if getattr(config.option, "rootdir", None):
         args += ["--rootdir", str(config.option.rootdir)]
+    # The import mode names the test module (``tests.test_agent`` under importlib, ``test_agent``
+    # under prepend), and so the cassette's folder: without it a re-record writes another cassette.
+    importmode = getattr(config.option, "importmode", None)
+    if importmode and str(importmode) != "prepend":
+        args.append(f"--import-mode={importmode}")
     for override in getattr(config.option, "override_ini", None) or ():
         if override.startswith("forkpoint_"):
             args += ["-o", override]

@@ -313,6 +313,29 @@ def test_printed_commands_outside_the_invocation_dir_are_absolute(
 
 
 @pytest.mark.slow
+def test_rerecord_command_keeps_the_import_mode_that_names_the_cassette(
+    pytester: pytest.Pytester, server: LocalServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under ``--import-mode=importlib`` a test module in ``tests/`` (no ``__init__.py``) is
+    ``tests.test_agent``, under the default ``test_agent``: the printed re-record command must
+    update the cassette that diverged, not record another one beside it."""
+    (pytester.path / "tests").mkdir()
+    (pytester.path / "tests" / "test_agent.py").write_text(INNER)
+    target = "tests/test_agent.py::test_agent"
+    run(pytester, "--import-mode=importlib", target).assert_outcomes(passed=1)
+    cassettes = pytester.path / "tests" / "cassettes"
+    assert [p.name for p in cassettes.iterdir()] == ["tests.test_agent"]
+    monkeypatch.setenv("PROMPT", "What is the weather in Oslo?")
+    diverged = run(pytester, "--forkpoint-mode=replay", "--import-mode=importlib", target)
+    diverged.assert_outcomes(failed=1)
+    (rerecord,) = _commands(diverged, "If the change is intended, re-record it:")
+    updated = run_command(pytester, rerecord)
+    updated.assert_outcomes(passed=1)
+    updated.stdout.fnmatch_lines(["*0 replayed, 0 recorded, 1 updated*"])
+    assert [p.name for p in cassettes.iterdir()] == ["tests.test_agent"]
+
+
+@pytest.mark.slow
 def test_failed_recording_is_kept_aside_not_as_the_cassette(
     pytester: pytest.Pytester, server: LocalServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
