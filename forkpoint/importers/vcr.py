@@ -215,7 +215,8 @@ def _response(
         return out
     raw_body = rs.get("body")
     data = _as_bytes(raw_body.get("string") if isinstance(raw_body, dict) else raw_body) or b""
-    encoding = _header(pairs, "content-encoding")
+    encoding = _header(pairs, "content-encoding").strip().lower()
+    decoded_from: list[str] = []
     if encoding and data:
         decode = decoder(encoding)
         if decode is not None:
@@ -227,9 +228,11 @@ def _response(
                 # decode plain bytes again, and fail.
                 notes.append(
                     f"interaction {n}: the response says Content-Encoding: {encoding} but its body "
-                    "is not compressed (stored decoded); the header is dropped"
+                    "is not compressed (stored decoded)"
                 )
             pairs = [(k, v) for k, v in pairs if k.lower() != "content-encoding"]
+            if encoding != "identity":  # as a recording stores it: see decoded_from below
+                decoded_from = [encoding]
     out["headers"] = scrub_headers(pairs)
     if eventstream.is_event_stream(ctype):  # binary messages: one chunk each, never scrubbed apart
         out["body_kind"] = "stream"
@@ -241,6 +244,8 @@ def _response(
     else:
         kind, out["body"] = scrubbed_body(data, ctype)
         out["body_kind"] = kind
+        if decoded_from:  # a replay encodes it again for a client that decodes itself (urllib)
+            out["decoded_from"] = decoded_from
     out["ended"] = "complete"
     return out
 

@@ -8,6 +8,7 @@ import gzip
 import hashlib
 import io
 import json
+import urllib.request
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -497,6 +498,32 @@ def test_body_stored_decoded_under_its_content_encoding_replays(tmp_path: Path, 
         got = requests.get("http://127.0.0.1:9/page")
     assert got.text == text
     assert rp.report()["matched"] == 1
+
+
+def test_compressed_body_replays_compressed_to_a_client_that_decodes_itself(tmp_path: Path) -> None:
+    """urllib does not decode ``Content-Encoding``: live, the caller got gzip bytes and the header
+    (VCR.py stores them as ``!!binary``); a replay of the imported cassette must hand back the same,
+    as it does for a recording (``decoded_from``), not the decoded text without the header."""
+    text = "plain text: h\u00e9llo\n"
+    cassette = {"version": 1, "interactions": [{
+        "request": {"method": "GET", "uri": "http://127.0.0.1:9/page", "headers": {}, "body": None},
+        "response": {
+            "status": {"code": 200, "message": "OK"},
+            "headers": {"Content-Type": ["text/plain; charset=utf-8"], "Content-Encoding": ["gzip"]},
+            "body": {"string": "@GZIP@"},
+        },
+    }]}  # fmt: skip
+    path = tmp_path / "cassette.yaml"
+    path.write_text(
+        yaml.safe_dump(cassette).replace(
+            "'@GZIP@'", "!!binary |\n          " + _b64(gzip.compress(text.encode()))
+        )
+    )
+    session = import_file(path, store=tmp_path / "store")
+    with forkpoint.replay(session), urllib.request.urlopen("http://127.0.0.1:9/page") as got:
+        encoding, raw = got.headers.get("Content-Encoding"), got.read()
+    assert encoding == "gzip"
+    assert gzip.decompress(raw).decode() == text
 
 
 def _b64(data: bytes) -> str:
