@@ -67,7 +67,7 @@ def normalize_request(
     boundary, random for every request, is replaced by a fixed token.
     """
     parts = urlsplit(scrub_url(url))
-    secret_params = redact.current().query_params
+    scrubber = redact.current()
     pairs = list(headers.items() if isinstance(headers, dict) else (headers or []))
     kept = {k.lower(): v.split(";")[0].strip() if k.lower() == "content-type" else v for k, v in pairs}
     ctype = next((v for k, v in pairs if k.lower() == "content-type"), "")
@@ -77,7 +77,7 @@ def normalize_request(
         "query": sorted(
             (k, v)
             for k, v in parse_qsl(parts.query, keep_blank_values=True)
-            if k.lower() not in secret_params
+            if not scrubber.credential_param(k)
         ),
         "headers": {k: v for k, v in sorted(kept.items()) if k in SEMANTIC_HEADERS},
         "body": scrub_json(_stable_body(body, ctype)),
@@ -191,7 +191,9 @@ def normalized(event: Mapping[str, Any]) -> dict[str, Any]:
 #: The version of what the key functions compute (:func:`normalize_request`, :func:`model_key`,
 #: :func:`tool_key`, :func:`value_key`). Raise it whenever a key of the same call would change:
 #: a replay then recomputes the keys a session stored instead of trusting them (:func:`key_spec`).
-KEY_VERSION = 4  # 3: range and if-range are in the key; 4: Bedrock InvokeModel's x-amzn-bedrock-* headers
+#: 3: range and if-range are in the key; 4: Bedrock InvokeModel's x-amzn-bedrock-* headers; 5: query
+#: parameters named like credentials (?access_key=, ?auth_token=) are out of the key.
+KEY_VERSION = 5
 
 
 def key_spec(ignore: Ignore | None = None) -> str:

@@ -104,6 +104,7 @@ SECRET_QUERY_PARAMS: frozenset[str] = frozenset(
         "x-amz-credential",
         "x-amz-security-token",
         "x-goog-signature",
+        "subscription-key",  # Azure API Management's key in the query
     }
 )
 
@@ -1300,7 +1301,9 @@ class Scrubber:
         except ValueError:  # not a URL we can take apart: scrub it as text
             return self.text(url)
         if parts.query:
-            query = self._query(parts.query, lambda k: k.lower() in self.query_params, "query-credential")
+            # (the names a form field's value is scrubbed by: ?access_key= is one as much as
+            # access_key=… in a form body, or "access_key": … in JSON)
+            query = self._query(parts.query, self.credential_param, "query-credential")
             if query is not None:
                 parts = parts._replace(query=query)
         userinfo, _, host = parts.netloc.rpartition("@")
@@ -1331,7 +1334,7 @@ class Scrubber:
         as :meth:`text` scrubs it."""
         ctype = content_type.split(";", 1)[0].strip().lower()
         if ctype == "application/x-www-form-urlencoded" and "=" in text:
-            query = self._query(text.strip(), self._credential_field, "form-credential")
+            query = self._query(text.strip(), self.credential_param, "form-credential")
             if query is not None:
                 text = query
         elif ctype == "multipart/form-data" and (boundary := _BOUNDARY.search(content_type)):
@@ -1348,7 +1351,7 @@ class Scrubber:
             if not blank:
                 head, blank, value = part.partition("\n\n")
             m = _FORM_NAME.search(head) if blank else None
-            if m is None or "filename=" in head.lower() or not self._credential_field(m.group(1)):
+            if m is None or "filename=" in head.lower() or not self.credential_param(m.group(1)):
                 continue
             end = len(value) - len(value.rstrip("\r\n"))  # (the line break before the next delimiter)
             secret = value[: len(value) - end]
@@ -1356,7 +1359,9 @@ class Scrubber:
                 parts[i] = head + blank + placeholder("form-credential", secret) + value[len(secret) :]
         return delimiter.join(parts)
 
-    def _credential_field(self, name: str) -> bool:
+    def credential_param(self, name: str) -> bool:
+        """Whether a query parameter or form field ``name`` holds a credential: a credential query
+        parameter, or a name that says so as a JSON key would (``access_key``, ``auth_token``)."""
         return name.lower() in self.query_params or self._secret_key(name)
 
     def _chunk_list(self, chunks: list[Any], content_type: str = "") -> list[Any]:

@@ -27,6 +27,7 @@ import requests
 import forkpoint
 from forkpoint import Divergence
 from forkpoint.providers import classify, kinds
+from forkpoint.redact import scrub_url
 from forkpoint.replay import summary_line
 from forkpoint.show import render
 from tests.modelserver import LocalServer, Reply, json_reply
@@ -313,6 +314,28 @@ def test_a_key_in_the_url_is_not_part_of_the_match_key(server: LocalServer, stor
             server.url + "/v1beta/models",
             params={"key": "AIzaREPLAYreplayREPLAYreplay65432109876", "pageSize": "6"},
         )
+
+
+@pytest.mark.parametrize(
+    "name", ["access_key", "accessKey", "auth_token", "private_token", "subscription-key"]
+)
+def test_a_query_parameter_named_as_a_credential_is_scrubbed_and_not_keyed(
+    server: LocalServer, store: Path, name: str
+) -> None:
+    """Not only the listed names (``key``, ``api_key``…): a parameter named like a credential, as a
+    form field or JSON key would be scrubbed (weatherstack's ``access_key``, GitLab's
+    ``private_token``, Azure's ``subscription-key``), never reaches disk and may differ on replay."""
+    with forkpoint.record(store=store) as rec:
+        live = httpx.get(server.url + "/weather", params={name: "RECORDsecret1", "q": "Oslo"}).json()
+    server.stop()
+    assert b"RECORDsecret1" not in b"".join(
+        p.read_bytes() for p in rec.session_path.rglob("*") if p.is_file()
+    )
+    with forkpoint.replay(rec.session_path) as rp:
+        again = httpx.get(server.url + "/weather", params={name: "REPLAYsecret2", "q": "Oslo"}).json()
+    assert again["id"] == live["id"] and rp.report()["reproduced"]
+    # A pagination cursor is no credential: it stays in the key.
+    assert scrub_url(f"http://h/x?next_page_token=abc&{name}=s").startswith("http://h/x?next_page_token=abc&")
 
 
 # ------------------------------------------------------------------------------------------- MCP
