@@ -278,7 +278,8 @@ def _safe(text: str) -> str:
 def cassette_parts(item: pytest.Item, name: str | None = None) -> tuple[str, str]:
     """(module folder, test folder) of a test's cassette: stable and filesystem-safe.
 
-    The module is its import name (``tests.test_agent``); the test is ``Class.test_name`` plus
+    The module is its import name (``tests.test_agent``); the test is ``Class.test_name`` (a nested
+    class: ``Outer.Inner.test_name``) plus
     ``-<parametrize id>`` (test names cannot contain ``-``, so the id starts after the first one).
     ``name`` (the marker's) replaces the test part.
     """
@@ -288,9 +289,11 @@ def cassette_parts(item: pytest.Item, name: str | None = None) -> tuple[str, str
     if name:
         return _safe(module), _safe(name)
     base = getattr(item, "originalname", None) or item.name.split("[", 1)[0]
-    cls = getattr(item, "cls", None)
-    if cls is not None:
-        base = f"{cls.__name__}.{base}"
+    # Every enclosing class, as the nodeid has them: TestA.TestInner and TestB.TestInner of one
+    # module are two tests, not one cassette.
+    classes = [node.name for node in item.listchain() if isinstance(node, pytest.Class)]
+    if classes:
+        base = ".".join([*classes, base])
     callspec = getattr(item, "callspec", None)
     test = _safe(base)
     if callspec is not None and callspec.id:

@@ -497,6 +497,25 @@ def test_cassette_names_are_stable_and_filesystem_safe(pytester: pytest.Pytester
     assert [cassette_parts(i) for i in items] == names  # stable
 
 
+def test_nested_classes_of_one_name_get_a_cassette_each(pytester: pytest.Pytester) -> None:
+    """``TestA.TestInner.test_x`` and ``TestB.TestInner.test_x`` are two tests: they shared the
+    cassette ``TestInner.test_x``, so the second replayed (or overwrote) the first one's run."""
+    items = pytester.getitems(
+        """
+        class TestA:
+            class TestInner:
+                def test_x(self):
+                    pass
+
+        class TestB:
+            class TestInner:
+                def test_x(self):
+                    pass
+        """
+    )
+    assert [cassette_parts(i)[1] for i in items] == ["TestA.TestInner.test_x", "TestB.TestInner.test_x"]
+
+
 def test_plugin_is_registered_through_the_entry_point(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
