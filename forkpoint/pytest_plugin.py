@@ -555,6 +555,18 @@ class Cassette:
             except SessionError as exc:
                 self.problem = f"forkpoint: cannot read the cassette of this test: {exc}"
                 return
+            if session.truncated:
+                # Read up to the cut, it may still pass, and nothing else would say it: the plugin
+                # writes whole cassettes, so a cut one was damaged since (or copied, by make-test,
+                # from a recording that was killed).
+                self.item.warn(
+                    ReplayWarning(
+                        f"forkpoint: the cassette {self.shown()} ends in an incomplete line: it was "
+                        "cut off (a partial checkout, a bad merge, a recording that was killed), and "
+                        f"what followed the cut is lost (forkpoint verify {shlex.quote(self.shown())}). "
+                        f"Restore it, or re-record it: {rerun_command(self.item, 'rewrite')}"
+                    )
+                )
             if self.action == "update":
                 # The what-if child session is written beside its parent's path: point that at a
                 # temporary store, so nothing but cassettes (no child, no store index) lands in the

@@ -174,6 +174,24 @@ def test_unused_recorded_calls_fail(
     )
 
 
+def test_a_cut_off_cassette_is_said_even_when_the_test_passes(
+    pytester: pytest.Pytester, server: LocalServer
+) -> None:
+    """A cassette cut inside its last line (its ``end``) still serves every call, so the test
+    passed and nothing said the committed file was damaged."""
+    record_inner(pytester, server)
+    server.stop()
+    log = pytester.path / "tests" / "cassettes" / "test_agent" / "test_agent" / "session.jsonl"
+    log.write_bytes(log.read_bytes()[:-40])
+    result = run(pytester, "--forkpoint-mode=replay", "test_agent.py::test_agent")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*ReplayWarning: forkpoint: the cassette tests/cassettes/test_agent/test_agent ends in an incomplete line*"
+        ]
+    )
+
+
 @pytest.mark.slow
 def test_record_mode_rewrites_a_cassette_the_run_no_longer_matches(
     pytester: pytest.Pytester, server: LocalServer, monkeypatch: pytest.MonkeyPatch
