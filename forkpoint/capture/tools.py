@@ -92,6 +92,13 @@ def _default(value: Any) -> Any:
     raise TypeError
 
 
+#: orjson's error for a value nested deeper than it writes (255 levels), or containing itself.
+_TOO_DEEP = "Recursion limit reached"
+#: Containers of an argument this deep are kept as their type only (below orjson's limit of 255, which
+#: the event around the arguments counts too).
+_DEEPEST = 200
+
+
 def to_json_value(value: Any) -> Any:
     """``value`` converted to plain JSON data via orjson and the registered encoders (an argument's
     form: results keep their types, :func:`forkpoint.values.encode`).
@@ -103,25 +110,35 @@ def to_json_value(value: Any) -> Any:
             orjson.dumps(value, default=_default, option=orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY)
         )
     except orjson.JSONEncodeError as exc:
+        if str(exc) == _TOO_DEEP:  # (or a cycle): Python's json would go deeper than a scrubber walks
+            raise TypeError(str(exc)) from None
         try:  # lone surrogates (a file name's, a Path's) or integers beyond 64 bits are JSON: Python's
             return json.loads(json.dumps(value, default=_default, allow_nan=False))
         except (TypeError, ValueError):
             raise TypeError(str(exc)) from None
 
 
-def _lenient(value: Any, typed_only: list[type] | None = None) -> Any:
+def _lenient(value: Any, typed_only: list[type] | None = None, inside: frozenset[int] = frozenset()) -> Any:
     """JSON form of an argument; values with none (a framework's context object) become their type
-    (added to ``typed_only``)."""
+    (added to ``typed_only``), and so do a container met again inside itself (``inside``: the
+    containers around ``value``) and one nested deeper than orjson writes: walked into, they raised
+    RecursionError into the program while recording, or past the scrubber's reach on replay."""
     try:
         return to_json_value(value)
     except (TypeError, ValueError, RecursionError):  # (any error of a converter of the program's)
-        if isinstance(value, dict):
-            return {str(k): _lenient(v, typed_only) for k, v in value.items()}
-        if isinstance(value, list | tuple):
-            return [_lenient(v, typed_only) for v in value]
-        if typed_only is not None:
-            typed_only.append(type(value))
-        return {"$type": f"{type(value).__module__}.{type(value).__qualname__}"}
+        if isinstance(value, dict | list | tuple) and id(value) not in inside and len(inside) < _DEEPEST:
+            within = inside | {id(value)}
+            if isinstance(value, dict):
+                return {str(k): _lenient(v, typed_only, within) for k, v in value.items()}
+            return [_lenient(v, typed_only, within) for v in value]
+        return _type_only(value, typed_only)
+
+
+def _type_only(value: Any, typed_only: list[type] | None) -> dict[str, str]:
+    """What an argument with no JSON form is kept as: its type (added to ``typed_only``)."""
+    if typed_only is not None:
+        typed_only.append(type(value))
+    return {"$type": f"{type(value).__module__}.{type(value).__qualname__}"}
 
 
 #: (tool, parameter, class) of arguments kept as their type only, already looked at (once per process).
@@ -166,7 +183,10 @@ def bind_call(
     typed_only: list[type] = []
     for k, v in params.items():
         n = len(typed_only)
-        out[k] = _lenient(v, typed_only)
+        try:
+            out[k] = _lenient(v, typed_only)
+        except RecursionError:  # (the program's stack was deep already when it called the tool)
+            out[k] = _type_only(v, typed_only)
         if tool is None:
             continue
         for cls in typed_only[n:]:

@@ -463,6 +463,44 @@ def test_a_value_converted_for_json_that_holds_such_values_is_matched_too(
         read(other)
 
 
+def _nested(depth: int) -> list[Any]:
+    """A list nested ``depth`` lists deep."""
+    outer: list[Any] = []
+    inner = outer
+    for _ in range(depth):
+        inner.append([])
+        inner = inner[0]
+    return outer
+
+
+def test_an_argument_that_contains_itself_or_is_nested_deep_is_recorded_not_raised_into_the_program(
+    store: Path,
+) -> None:
+    """A list that holds itself, a dict that holds itself, a list nested 3,000 deep: building the
+    call's arguments walked into them until RecursionError, raised into the program while
+    recording. Now what orjson cannot write of them is kept as its type only, and they replay."""
+    looped: list[Any] = [1]
+    looped.append(looped)
+    mapped: dict[str, Any] = {"a": 1}
+    mapped["self"] = mapped
+    deep = _nested(3000)
+
+    @forkpoint.tool
+    def size(x: Any) -> str:
+        return type(x).__name__
+
+    calls = [looped, mapped, deep]
+    with forkpoint.record(store=store) as rec:
+        live = [size(x) for x in calls]
+    assert live == ["list", "dict", "list"]
+    args = [e["args"]["x"] for e in Session.load(rec.session_path).by_type("tool_call")]
+    assert args[0] == [1, {"$type": "builtins.list"}]
+    assert args[1] == {"a": 1, "self": {"$type": "builtins.dict"}}
+    with forkpoint.replay(rec.session_path) as rp:
+        assert [size(x) for x in calls] == live
+    assert rp.report()["reproduced"]
+
+
 @pytest.mark.parametrize(("recorded", "other"), [(10**20, 1e20), (2**70, float(2**70)), (1, True), (1, 1.0)])
 def test_a_call_with_defaults_left_out_matches_by_json_not_by_python_equality(
     store: Path, recorded: Any, other: Any
