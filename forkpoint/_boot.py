@@ -87,7 +87,9 @@ def start(environ: MutableMapping[str, str] = os.environ) -> None:
                 from . import api, files  # noqa: F401
             except Exception as exc:  # recording must not change the live run: say it, go on
                 failed.append(f"the recording could not start: {type(exc).__name__}: {exc}")
-                sys.stderr.write(f"forkpoint: {failed[-1]}; this process goes on unrecorded\n")
+                from .text import say
+
+                say(f"forkpoint: {failed[-1]}; this process goes on unrecorded")
                 return None
             made.append(rec)
             return rec
@@ -217,7 +219,9 @@ def _before_os_exit(run: Callable[[int, bool], None], what: str) -> None:
         try:
             run(status, os.getpid() == started)
         except Exception as exc:
-            sys.stderr.write(f"forkpoint: {what} could not be finished as the program left: {exc}\n")
+            from .text import say
+
+            say(f"forkpoint: {what} could not be finished as the program left: {exc}")
         leave(status)
 
     os._exit = _exit
@@ -236,8 +240,9 @@ def _refuse_to_run(report: str, why: str) -> None:
 
         write_private(Path(report) / f"{NOT_STARTED_PREFIX}{os.getpid()}.txt", message.encode())
     except OSError:
-        sys.stderr.write(f"forkpoint: {message}\n")
-        sys.stderr.flush()
+        from .text import say
+
+        say(f"forkpoint: {message}")
     os._exit(NOT_STARTED_EXIT)
 
 
@@ -443,8 +448,8 @@ def _quiet_divergence_tracebacks() -> None:
         remote = type(inner.__cause__).__name__ == "RemoteTraceback"
         where = " in a multiprocessing worker" if remote else agent_call_site(tb)
         raised = "" if inner is exc else f" (raised to the program as {kind.__module__}.{kind.__qualname__})"
-        sys.stderr.write(
-            f"forkpoint: the replay stopped: the call made{where} diverged from the recording{raised}.\n"
-        )
+        from .text import say
+
+        say(f"forkpoint: the replay stopped: the call made{where} diverged from the recording{raised}.")
 
     sys.excepthook = hook

@@ -32,6 +32,7 @@ from .record import (
     open_workspace,
     other_calls,
 )
+from .text import say
 
 # The replayer, the stores and OpenTelemetry are imported where they are used: a process that
 # `forkpoint record` starts (every Python process of the recorded command) needs none of them.
@@ -105,9 +106,9 @@ def finish_recording(rec: Recorder) -> list[str]:
     missed = connections.unrecorded()
     if missed:
         rec.note("connections forkpoint did not record", unrecorded_connections=missed)
-        sys.stderr.write(
+        say(
             f"forkpoint: this run connected to {', '.join(missed)} through a client forkpoint does not "
-            "capture: those calls are not in the session and will not be served on replay\n"
+            "capture: those calls are not in the session and will not be served on replay"
         )
     return missed
 
@@ -205,7 +206,7 @@ def record(
             session.unrecorded_tools = lacks.unrecorded_tools() if lacks is not None else {}
             session.other_calls = dict(lacks.other) if lacks is not None else {}
             for warning in lacks.warnings() if lacks is not None else [skipped or ""]:
-                sys.stderr.write(f"forkpoint: WARNING: {warning}\n")
+                say(f"forkpoint: WARNING: {warning}")
 
 
 @contextmanager

@@ -11,23 +11,18 @@ import selectors
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from .text import say
+
 #: How long, once the child ended, forkpoint waits for what it started to close its captured output.
 LEFT_OPEN_S = 2.0
 #: Bytes read from a captured pipe at a time.
 READ_SIZE = 1 << 16
-
-
-def say(message: str) -> None:
-    """A line for the person running forkpoint (stderr: stdout belongs to the program)."""
-    sys.stderr.write(message + "\n")
-    sys.stderr.flush()
 
 
 class Captured:

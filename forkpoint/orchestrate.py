@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import orjson
 
 from ._boot import NOT_STARTED_PREFIX, child_env, read_endings
-from .children import Captured, say, wait_child
+from .children import Captured, wait_child
 from .errors import CheckpointError, ForkpointError, OverrideError, SessionError, UsageError
 from .log import Session, read_json_text, to_json
-from .text import ordinal, plural
+from .text import ordinal, plural, say
 
 # Each function imports the layers it uses: `forkpoint record` starts its program without loading
 # replay, checkpoints, executors or OpenTelemetry, and `forkpoint replay` without loading capture,

@@ -42,7 +42,7 @@ from .log import (
 from .match import Ignore, IgnoreRule, configured, event_key, header_rules, key_spec
 from .providers import api_key_vars, classify, sdk_packages, summary
 from .redact import holds_placeholder
-from .text import plural
+from .text import plural, say
 
 if TYPE_CHECKING:  # checkpoints are imported where a workspace is taken: most recordings take none
     from .checkpoint import Workspace
@@ -273,10 +273,10 @@ class Recorder:
             failed = event.get("error")
             if failed and not self._checkpoint_failure_said:  # (said once: each later one is tried again)
                 self._checkpoint_failure_said = True
-                sys.stderr.write(
+                say(
                     f"forkpoint: WARNING: a checkpoint of {self.workspace.root} could not be taken "
                     f"({failed['type']}: {failed['message']}): it holds no state, and restore and fork refuse "
-                    "it; the recording goes on, and each later checkpoint is tried again\n"
+                    "it; the recording goes on, and each later checkpoint is tried again"
                 )
             return self._append(event)
         return None
@@ -395,11 +395,10 @@ class Recorder:
             if self.failure is not None:
                 return
             self.failure = why
-        with contextlib.suppress(OSError, ValueError):  # stderr closed: nothing more to say
-            sys.stderr.write(
-                f"forkpoint: WARNING: recording of session {self.writer.session_id} stopped: a write "
-                f"failed ({why}); the program goes on unrecorded, and the session is incomplete\n"
-            )
+        say(
+            f"forkpoint: WARNING: recording of session {self.writer.session_id} stopped: a write "
+            f"failed ({why}); the program goes on unrecorded, and the session is incomplete"
+        )
 
     def close(self) -> None:
         """Write unfinished calls and close the log. Safe to call twice; never raises for a failed

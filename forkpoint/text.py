@@ -3,6 +3,8 @@ foundation: it imports only :mod:`forkpoint.patterns`.)"""
 
 from __future__ import annotations
 
+import sys
+
 from .patterns import compiled_later
 
 #: Control characters but tab and newline, and the line and paragraph separators.
@@ -37,3 +39,15 @@ def escape(text: str) -> str:
     from rich.markup import escape as escape_markup  # (rich: imported where text is printed)
 
     return escape_markup(visible(text))
+
+
+def say(text: str) -> None:
+    """Write ``text`` and a newline to stderr for the person running the program, never raising:
+    forkpoint says things inside the program's own calls, and the program's stderr may be closed,
+    None, a pipe nobody reads or a full disk. A live run that never wrote there went on; recorded,
+    it must go on too."""
+    try:
+        sys.stderr.write(text + "\n")
+        sys.stderr.flush()
+    except Exception:  # (whatever the program put in sys.stderr's place may raise anything)
+        pass

@@ -55,6 +55,7 @@ from ..providers import stream_end_markers
 from ..redact import current as current_scrubber
 from ..redact import scrub_bytes, scrub_chunks, scrub_headers, scrub_stream, scrub_text, scrub_url
 from ..streamscrub import scrub_events
+from ..text import say
 from . import connections, resent
 from .decoding import (
     DecoderFactory,
@@ -410,7 +411,7 @@ def _upgraded(request: HttpRequest) -> None:
     where = urlsplit(str(request.get("url") or "")).netloc
     if where not in _upgrades_said:
         _upgrades_said.add(where)
-        sys.stderr.write(f"forkpoint: WARNING: to {where}: {UPGRADED}\n")
+        say(f"forkpoint: WARNING: to {where}: {UPGRADED}")
 
 
 def recorded_chunks(event: ModelCallEvent) -> list[bytes]:

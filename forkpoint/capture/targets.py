@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from types import FrameType, ModuleType
 from typing import Any
 
+from ..text import say
 from .imports import ExecHook
 from .imports import install as install_exec_hook
 from .tools import wrapped
@@ -95,7 +96,7 @@ def _wrap_or_warn(module: ModuleType, qualname: str) -> None:
     try:
         wrap_target(module, qualname)
     except AttributeError as exc:
-        sys.stderr.write(f"forkpoint: {exc}; its calls are not recorded or replayed\n")
+        say(f"forkpoint: {exc}; its calls are not recorded or replayed")
 
 
 class _MainWatcher:
@@ -168,9 +169,9 @@ class _MainWatcher:
             sys.settrace(previous)
         self.done = True
         for qualname in self.pending:
-            sys.stderr.write(
+            say(
                 f"forkpoint: --tool {MAIN}:{qualname}: the script ran to its end without defining "
-                f"{qualname.split('.')[0]} at module level; its calls are not recorded or replayed\n"
+                f"{qualname.split('.')[0]} at module level; its calls are not recorded or replayed"
             )
         self.pending = []
 
@@ -241,7 +242,7 @@ def install_import_hook(specs: Sequence[str], *, warn_at_exit: bool = False, spa
             for module, names in targets.items():
                 if module not in sys.modules:
                     listed = ", ".join(f"{module}:{n}" for n in names)
-                    sys.stderr.write(f"forkpoint: --tool {listed}: the program never imported {module}\n")
+                    say(f"forkpoint: --tool {listed}: the program never imported {module}")
 
         atexit.register(never_imported)
 

@@ -64,6 +64,7 @@ from ..events import (
     now_iso,
 )
 from ..redact import scrub_json, scrub_text
+from ..text import say
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -352,8 +353,7 @@ def _caller_cancelled(exc: BaseException) -> bool:
 
 def _say(message: str) -> None:
     """A line for the person running the agent (stderr: stdout belongs to the program)."""
-    sys.stderr.write(f"forkpoint: {message}\n")
-    sys.stderr.flush()
+    say(f"forkpoint: {message}")
 
 
 def _unrecordable(name: str, value: Any, exc: Exception) -> UnrecordedResult:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import shutil
 import stat
-import sys
 import tempfile
 import time
 import weakref
@@ -17,6 +16,7 @@ from .._version import __version__
 from ..canonical import digest
 from ..log import BlobStore
 from ..redact import scrub_json
+from ..text import say
 from .context import referenced_paths, resolve_ref
 from .git import HEX, repo_head
 from .source import SourceTracker
@@ -220,7 +220,7 @@ class Workspace:
                     "each keeps a submodule's commit only, so a restore of one leaves them empty and fails "
                     "validation"
                 )
-            sys.stderr.write(f"forkpoint: WARNING: checkpoints of {self.root} leave out {shown}: {why}\n")
+            say(f"forkpoint: WARNING: checkpoints of {self.root} leave out {shown}: {why}")
 
     def tracked(self) -> set[bytes]:
         """Tracked paths as of the last capture (empty outside a repository)."""

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import functools
 import inspect
-import sys
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
+from ..text import say
 from .base import Integration, json_args, recorded_function, records, replace
 
 _warned: set[str] = set()
@@ -37,9 +37,9 @@ def _shim(call: Any) -> Any:
     if inspect.isgeneratorfunction(entry):
         if name not in _warned:
             _warned.add(name)
-            sys.stderr.write(
+            say(
                 f"forkpoint: agno tool {name!r} is a generator function: its calls are not recorded, "
-                "and run for real on replay\n"
+                "and run for real on replay"
             )
         return None
     shim = fn.model_copy()

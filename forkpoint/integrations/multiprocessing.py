@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import functools
 import json
-import sys
 from types import ModuleType
 from typing import Any
 
 from .. import _boot, runtime
+from ..text import say
 from .base import Integration, replace
 
 _warned: list[bool] = []
@@ -65,10 +65,10 @@ def patch(module: ModuleType) -> None:
                 args.append(json.dumps(activation))
             elif runtime.active() is not None and not _warned:
                 _warned.append(True)
-                sys.stderr.write(
+                say(
                     "forkpoint: a multiprocessing worker started with 'spawn' or 'forkserver' is not recorded or "
                     "replayed by forkpoint.record() or forkpoint.replay(): its calls are made live. Run the "
-                    "program under `forkpoint record -- ...` (and `forkpoint replay`), which start its workers too\n"
+                    "program under `forkpoint record -- ...` (and `forkpoint replay`), which start its workers too"
                 )
         return original(path, args, passfds)
 

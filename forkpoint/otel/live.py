@@ -16,7 +16,6 @@ endpoint is failing) and says what did not arrive, with the command that sends t
 from __future__ import annotations
 
 import logging
-import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -27,6 +26,7 @@ from typing import Any
 from .. import runtime
 from ..errors import ForkpointError
 from ..log import LogTail
+from ..text import say as text_say
 from .sdk import Sender, SpanFactory, otlp_traces_url
 from .spans import TraceBuilder, variant_for
 
@@ -34,11 +34,6 @@ from .spans import TraceBuilder, variant_for
 MAX_PENDING = 10_000
 #: Seconds between attempts while the endpoint fails (doubling from 1 up to this).
 MAX_BACKOFF = 30.0
-
-
-def _stderr(message: str) -> None:
-    sys.stderr.write(message + "\n")
-    sys.stderr.flush()
 
 
 @dataclass
@@ -107,7 +102,7 @@ class LiveExport:
         self.service_name = service_name
         self.timeout = timeout
         self.poll = poll
-        self.say = say or _stderr
+        self.say = say or text_say
         self._sender = Sender(self.endpoint, headers, timeout)
         self._filter = _OwnRecords()
         self._stop = threading.Event()

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import shutil
-import sys
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -27,6 +26,7 @@ from ..errors import CannotRecord, SessionError, SigningError
 from ..events import EndDivergence, EndEvent, ErrorRecord, Header, error_record
 from ..log import LOG_NAME, SessionWriter, check_header
 from ..log.blobs import open_regular
+from ..text import say
 
 #: A mirror directory of a remote store holds this file, naming the store's URL.
 REMOTE_MARKER = ".forkpoint-remote.json"
@@ -411,9 +411,9 @@ class Recording:
         except Exception as exc:  # (the session is written and ended: only its signature is missing)
             why = str(exc) if isinstance(exc, SigningError) else f"{type(exc).__name__}: {exc}"
             if not quiet:
-                sys.stderr.write(
+                say(
                     f"forkpoint: WARNING: session {self.session_id} is not signed ({why}): its recorded "
-                    "command will replay only with --trust or when named after --\n"
+                    "command will replay only with --trust or when named after --"
                 )
 
     def __enter__(self) -> Recording:
@@ -430,8 +430,7 @@ class Recording:
 
 
 def _warn(text: str) -> None:
-    with contextlib.suppress(OSError, ValueError):  # stderr closed
-        sys.stderr.write(f"forkpoint: WARNING: {text}\n")
+    say(f"forkpoint: WARNING: {text}")
 
 
 class Store(ABC):

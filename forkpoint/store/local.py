@@ -9,12 +9,12 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
-import sys
 from pathlib import Path
 
 from ..errors import SessionError
 from ..log import LOG_NAME, read_header
 from ..log.blobs import open_regular
+from ..text import say
 from .base import Listing, SessionInfo, Store, info, pick, scan, session_order
 from .index import (
     ENTRIES,
@@ -76,7 +76,7 @@ class LocalIO:
             except (SessionError, IsADirectoryError) as exc:
                 # The index is derived data: the session it described is read from its log instead.
                 why = exc if isinstance(exc, SessionError) else f"{path}: is a directory"
-                sys.stderr.write(f"forkpoint: WARNING: skipped a damaged index file ({why}); remove it\n")
+                say(f"forkpoint: WARNING: skipped a damaged index file ({why}); remove it")
         return out
 
     def _folder(self, folder: str) -> Path:
@@ -250,7 +250,7 @@ class LocalStore(Store):
         except (OSError, SessionError) as exc:
             # The index is a cache: `forkpoint ls` finds the session anyway and indexes it then.
             if not quiet:
-                sys.stderr.write(f"forkpoint: could not index {path}: {exc}\n")
+                say(f"forkpoint: could not index {path}: {exc}")
         return str(path)
 
     def resolve(self, ref: str | Path, *, refresh: bool = False) -> Path:

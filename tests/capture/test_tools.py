@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
+import os
 import secrets
 import sys
 import textwrap
@@ -808,6 +809,36 @@ def test_a_tool_call_cancelled_by_the_programs_timeout_times_out_again_on_replay
         ):
             asyncio.run(agent(None))
     assert ran == ["http://127.0.0.1:9/slow", "summarize"]
+
+
+class _Slotted:
+    """A result with no stored form: forkpoint says so on stderr while recording."""
+
+    __slots__ = ("n",)
+
+    def __init__(self) -> None:
+        self.n = 1
+
+
+@pytest.mark.parametrize("stderr", ["closed", "none"])
+def test_what_forkpoint_says_on_a_stderr_the_program_closed_or_removed_does_not_raise_into_it(
+    store: Path, monkeypatch: pytest.MonkeyPatch, stderr: str
+) -> None:
+    """A program that closed ``sys.stderr`` or set it to None (a daemon, pythonw) never writes there;
+    forkpoint's warning about a result it cannot store did, and raised ValueError or
+    AttributeError out of the tool call into the program."""
+
+    @forkpoint.tool
+    def make() -> _Slotted:
+        return _Slotted()
+
+    gone = open(os.devnull, "w")  # noqa: SIM115 (closed on purpose)
+    gone.close()
+    monkeypatch.setattr(sys, "stderr", gone if stderr == "closed" else None)
+    with forkpoint.record(store=store) as rec:
+        assert make().n == 1
+    monkeypatch.undo()
+    assert Session.load(rec.session_path).by_type("tool_call")[0]["unrecorded"]
 
 
 class FlakyError(Exception):

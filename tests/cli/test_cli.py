@@ -989,6 +989,41 @@ def test_a_program_ended_by_ctrl_c_exits_130_recorded_and_replayed(tmp_path: Pat
     assert rep.returncode == 130 and "replay ok: 1/1 events matched" in rep.stderr, rep.stderr
 
 
+@pytest.mark.slow
+def test_a_recording_whose_stderr_is_on_a_full_disk_ends_with_the_programs_own_exit_code(
+    tmp_path: Path,
+) -> None:
+    """``forkpoint record -- … 2>>log`` on a full disk (``/dev/full``): the program never writes to
+    stderr and exits 4; forkpoint's own lines (a result it cannot store, in the program; "recorded
+    session", in the command line) raised OSError there, and ``forkpoint record`` exited 1."""
+    (tmp_path / "full.py").write_text(
+        QUOTE_AGENT
+        + textwrap.dedent(
+            """
+            class Slotted:
+                __slots__ = ()
+
+            @forkpoint.tool
+            def make():
+                return Slotted()
+
+            make()
+            raise SystemExit(4)
+            """
+        )
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FORKPOINT_")}
+    store = str(tmp_path / "store")
+    cmd = [*FORKPOINT, "record", "--store", store, "--no-workspace", "--", sys.executable, "full.py"]
+    with open("/dev/full", "w") as full:
+        plain = subprocess.run(
+            [sys.executable, "full.py"], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=full
+        )
+        rec = subprocess.run(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=full, timeout=60)
+    assert plain.returncode == rec.returncode == 4
+    assert plain.stdout == rec.stdout == b"101\n"
+
+
 POOL_AGENT = """
 import multiprocessing
 import sys
