@@ -105,7 +105,7 @@ class SessionWriter:
         self.header = read_header(self.log_path)
         self.cipher = header_cipher(self.header, self.log_path)
         self.blobs = BlobStore(self.path / BLOB_DIR, durable=self.fsync != "never", cipher=self.cipher)
-        self._fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND)
+        self._fd = _open_log(self.log_path)
         self._lock = threading.Lock()
         self._closed_why = "this writer is closed"
         _OPEN.add(self)
@@ -417,12 +417,25 @@ class SessionWriter:
         if self._fd < 0:
             return
         try:
-            fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND)
+            fd = _open_log(self.log_path)
         except OSError as exc:  # appending through the shared one could break the log: stop, loudly
             fd = -1
             self._closed_why = f"a forked process could not open the log for itself ({exc})"
         os.close(self._fd)
         self._fd, self._known_size = fd, -1
+
+
+def _open_log(path: Path) -> int:
+    """``path`` opened to append, on a descriptor above 2: in a program that closed its stdout or
+    stderr, the log would take that number, and the program's prints and forkpoint's warnings
+    would be written into it."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+    if fd > 2:
+        return fd
+    try:
+        return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
+    finally:
+        os.close(fd)
 
 
 #: The writers open in this process, given their own file description in a forked child.

@@ -1024,6 +1024,45 @@ def test_a_recording_whose_stderr_is_on_a_full_disk_ends_with_the_programs_own_e
     assert plain.stdout == rec.stdout == b"101\n"
 
 
+@pytest.mark.slow
+def test_a_program_that_closed_its_stdout_does_not_write_into_the_session_log(tmp_path: Path) -> None:
+    """A daemon-like program closes fd 1, then makes its first recorded call: the session log was
+    opened there, so the program's writes to fd 1 (EBADF live) went into the log, and the session
+    failed to verify. The log now takes a descriptor above 2."""
+    (tmp_path / "closed.py").write_text(
+        textwrap.dedent(
+            """
+            import os
+
+            import forkpoint
+
+
+            @forkpoint.tool
+            def quote(ticker):
+                return {"ticker": ticker, "price": 101}
+
+
+            os.close(1)
+            quote("ACME")
+            try:
+                os.write(1, b"where does this go?\\n")
+                wrote = "written"
+            except OSError as exc:
+                wrote = exc.strerror
+            open("wrote.txt", "w").write(wrote)
+            """
+        )
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FORKPOINT_")}
+    assert run([sys.executable, "closed.py"], tmp_path, env).returncode == 0
+    live = (tmp_path / "wrote.txt").read_text()
+    rec, store, env = record_here(tmp_path, "closed.py")
+    assert rec.returncode == 0, rec.stderr
+    assert (tmp_path / "wrote.txt").read_text() == live == "Bad file descriptor"
+    verified = run([*FORKPOINT, "verify", "last", "--store", store], tmp_path, env)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
 POOL_AGENT = """
 import multiprocessing
 import sys
