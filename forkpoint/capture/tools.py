@@ -207,17 +207,21 @@ def bind_call(
 _BYTES = "$bytes"
 
 
-def _plain(value: Any) -> Any:
+def _plain(value: Any, inside: frozenset[int] = frozenset()) -> Any:
     """``value`` as JSON for an exception's args and attributes: bytes as ``{"$bytes": base64}``
-    (so they come back as bytes); raises TypeError for anything else that is not plain JSON."""
+    (so they come back as bytes); raises TypeError for anything else that is not plain JSON, a
+    container met again inside itself (``inside``: the containers around ``value``) or one nested
+    deeper than :data:`_DEEPEST` (walked into, they left the whole call unrecorded)."""
     if value is None or type(value) in (str, bool, int, float):
         return value
     if type(value) is bytes:
         return {_BYTES: base64.b64encode(value).decode()}
+    if type(value) in (list, tuple, dict) and (id(value) in inside or len(inside) >= _DEEPEST):
+        raise TypeError(type(value).__qualname__)
     if type(value) in (list, tuple):
-        return [_plain(v) for v in value]
+        return [_plain(v, inside | {id(value)}) for v in value]
     if type(value) is dict and all(type(k) is str for k in value):
-        return {k: _plain(v) for k, v in value.items()}
+        return {k: _plain(v, inside | {id(value)}) for k, v in value.items()}
     raise TypeError(type(value).__qualname__)
 
 

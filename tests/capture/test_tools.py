@@ -841,6 +841,46 @@ def test_what_forkpoint_says_on_a_stderr_the_program_closed_or_removed_does_not_
     assert Session.load(rec.session_path).by_type("tool_call")[0]["unrecorded"]
 
 
+class Rejected(Exception):
+    """A tool's exception carrying what it was given, as ``.payload``."""
+
+    def __init__(self, message: str, payload: Any) -> None:
+        super().__init__(message)
+        self.payload = payload
+
+
+def test_a_tool_exception_holding_a_value_that_contains_itself_is_recorded_without_it(store: Path) -> None:
+    """An exception whose args or attributes hold a list that contains itself: the walk over them
+    ran into RecursionError, the whole call went unrecorded ("nested too deeply") and a replay
+    stopped there. Now what has no JSON form is left out, as for any such attribute, and it replays."""
+    looped: list[Any] = ["x"]
+    looped.append(looped)
+
+    @forkpoint.tool
+    def check(which: str) -> None:
+        if which == "args":
+            raise ValueError(looped)
+        raise Rejected("rejected", {"seen": looped})
+
+    def run() -> list[tuple[str, str]]:
+        out = []
+        for which in ("args", "attrs"):
+            with pytest.raises(Exception) as exc:
+                check(which)
+            out.append((type(exc.value).__name__, str(exc.value)))
+        return out
+
+    with forkpoint.record(store=store) as rec:
+        live = run()
+    assert [e["error"]["type"] for e in Session.load(rec.session_path).by_type("tool_call")] == [
+        "ValueError",
+        "Rejected",
+    ]
+    with forkpoint.replay(rec.session_path) as rp:
+        assert run() == live == [("ValueError", "['x', [...]]"), ("Rejected", "rejected")]
+    assert rp.report()["reproduced"]
+
+
 class FlakyError(Exception):
     """A custom exception whose ``__str__`` needs what its subclass's ``__init__`` never set."""
 
