@@ -138,6 +138,10 @@ class Encoded:
         self.node = node
 
 
+#: Containers nested deeper than this are not stored (a tool's result or arguments): each typed
+#: level is two levels of JSON, and orjson, which writes the log, stops at 255.
+DEEPEST = 120
+
 #: What a dict's keys must all be for it to be stored as it is (a JSON object).
 _STR_ONLY = frozenset({str})
 
@@ -262,6 +266,8 @@ class _Encoder:
         """Mark a container as being encoded: one met again inside itself is refused."""
         if id(owner) in self.open:
             raise ToolResultError("a value that contains itself", type_name="(cycle)")
+        if len(self.open) >= DEEPEST:  # (the log could not be written: the whole recording stopped)
+            raise ToolResultError(f"a value nested more than {DEEPEST} deep", type_name="(too deep)")
         self.open.add(id(owner))
 
     def dataclass(self, v: Any, t: type) -> dict[str, Any]:

@@ -95,9 +95,9 @@ def _default(value: Any) -> Any:
 
 #: orjson's error for a value nested deeper than it writes (255 levels), or containing itself.
 _TOO_DEEP = "Recursion limit reached"
-#: Containers of an argument this deep are kept as their type only (below orjson's limit of 255, which
-#: the event around the arguments counts too).
-_DEEPEST = 200
+#: Containers of an argument this deep are kept as their type only (orjson, which writes the log,
+#: stops at 255 levels).
+_DEEPEST = values.DEEPEST
 
 
 def to_json_value(value: Any) -> Any:
@@ -373,6 +373,8 @@ def _unrecordable(name: str, value: Any, exc: Exception) -> UnrecordedResult:
     how = (
         "To record it, return a value that does not contain itself"
         if kind == "(cycle)"
+        else "To record it, return a value nested less deeply"
+        if kind == "(too deep)"
         else f"To record it, register an encoder (with a decoder, a replay gives back {short} objects again): "
         f"forkpoint.register_encoder({short}, to_json, decode=from_json)"
     )

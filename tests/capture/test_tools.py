@@ -502,6 +502,30 @@ def test_an_argument_that_contains_itself_or_is_nested_deep_is_recorded_not_rais
     assert rp.report()["reproduced"]
 
 
+def test_a_result_nested_deeper_than_the_log_holds_is_unrecorded_and_the_recording_goes_on(
+    store: Path,
+) -> None:
+    """A result nested 300 lists deep: the log's writer (orjson) refused the event, which stopped the
+    whole recording, so every later call was lost too. Now that call alone is unrecorded, said, and
+    the replay stops at it."""
+
+    @forkpoint.tool
+    def tree() -> list[Any]:
+        return _nested(300)
+
+    @forkpoint.tool
+    def leaf() -> int:
+        return 1
+
+    with forkpoint.record(store=store) as rec:
+        assert len(tree()) == 1 and leaf() == 1
+    assert rec.failure is None
+    first, second = Session.load(rec.session_path).by_type("tool_call")
+    assert first["unrecorded"]["type"] == "(too deep)" and second["result"] == 1
+    with forkpoint.replay(rec.session_path), pytest.raises(forkpoint.Divergence, match="nested more than"):
+        tree()
+
+
 @pytest.mark.parametrize(("recorded", "other"), [(10**20, 1e20), (2**70, float(2**70)), (1, True), (1, 1.0)])
 def test_a_call_with_defaults_left_out_matches_by_json_not_by_python_equality(
     store: Path, recorded: Any, other: Any
