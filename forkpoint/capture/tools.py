@@ -93,25 +93,33 @@ def _default(value: Any) -> Any:
     raise TypeError
 
 
-#: orjson's error for a value nested deeper than it writes (255 levels), or containing itself.
+#: orjson's error for a value nested deeper than it writes, or containing itself.
 _TOO_DEEP = "Recursion limit reached"
-#: Containers of an argument this deep are kept as their type only (orjson, which writes the log,
-#: stops at 255 levels).
+#: How many containers deep orjson writes.
+_ORJSON_DEPTH = 254
+_ARG_OPTIONS = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
+#: Containers of an argument this deep are kept as their type only: the log (orjson) must hold them
+#: inside the event.
 _DEEPEST = values.DEEPEST
 
 
-def to_json_value(value: Any) -> Any:
+def to_json_value(value: Any, room: int = _DEEPEST) -> Any:
     """``value`` converted to plain JSON data via orjson and the registered encoders (an argument's
     form: results keep their types, :func:`forkpoint.values.encode`).
 
-    Raises ``TypeError`` when some part of it has no JSON form.
+    Raises ``TypeError`` when some part of it has no JSON form, or has containers nested more than
+    ``room`` deep.
     """
     try:
-        return orjson.loads(
-            orjson.dumps(value, default=_default, option=orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY)
-        )
+        data = orjson.dumps(value, default=_default, option=_ARG_OPTIONS)
+        if data.count(b"[") + data.count(b"{") > room:  # (fewer brackets cannot nest deeper)
+            padded = value
+            for _ in range(_ORJSON_DEPTH - room):  # (orjson's own depth check is then ours)
+                padded = [padded]
+            orjson.dumps(padded, default=_default, option=_ARG_OPTIONS)
+        return orjson.loads(data)
     except orjson.JSONEncodeError as exc:
-        if str(exc) == _TOO_DEEP:  # (or a cycle): Python's json would go deeper than a scrubber walks
+        if str(exc) == _TOO_DEEP:  # (or a cycle): Python's json would go deeper than the log holds
             raise TypeError(str(exc)) from None
         try:  # lone surrogates (a file name's, a Path's) or integers beyond 64 bits are JSON: Python's
             return json.loads(json.dumps(value, default=_default, allow_nan=False))
@@ -122,10 +130,10 @@ def to_json_value(value: Any) -> Any:
 def _lenient(value: Any, typed_only: list[type] | None = None, inside: frozenset[int] = frozenset()) -> Any:
     """JSON form of an argument; values with none (a framework's context object) become their type
     (added to ``typed_only``), and so do a container met again inside itself (``inside``: the
-    containers around ``value``) and one nested deeper than orjson writes: walked into, they raised
-    RecursionError into the program while recording, or past the scrubber's reach on replay."""
+    containers around ``value``) and one nested deeper than :data:`_DEEPEST`: walked into, they
+    raised RecursionError into the program while recording, and the log could not hold them."""
     try:
-        return to_json_value(value)
+        return to_json_value(value, _DEEPEST - len(inside))
     except (TypeError, ValueError, RecursionError):  # (any error of a converter of the program's)
         if isinstance(value, dict | list | tuple) and id(value) not in inside and len(inside) < _DEEPEST:
             within = inside | {id(value)}

@@ -502,6 +502,27 @@ def test_an_argument_that_contains_itself_or_is_nested_deep_is_recorded_not_rais
     assert rp.report()["reproduced"]
 
 
+@pytest.mark.parametrize("depth", [254, 300])
+def test_an_argument_orjson_writes_but_the_log_cannot_hold_is_cut_to_its_type(
+    store: Path, depth: int
+) -> None:
+    """An argument nested 254 or 300 deep: orjson wrote it (or the part below its limit), but the
+    event around it went past orjson's 254 levels, so the log refused the event and the whole
+    recording stopped. Now containers past 120 levels are kept as their type only."""
+
+    @forkpoint.tool
+    def size(x: Any) -> int:
+        return 1
+
+    with forkpoint.record(store=store) as rec:
+        assert size(_nested(depth)) == size([1]) == 1
+    assert rec.failure is None
+    assert len(Session.load(rec.session_path).by_type("tool_call")) == 2
+    with forkpoint.replay(rec.session_path) as rp:
+        assert size(_nested(depth)) == size([1]) == 1
+    assert rp.report()["reproduced"]
+
+
 def test_a_result_nested_deeper_than_the_log_holds_is_unrecorded_and_the_recording_goes_on(
     store: Path,
 ) -> None:
