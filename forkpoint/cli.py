@@ -818,15 +818,9 @@ def checkpoints(session: str, store: str | None) -> None:
             escape(e.get("reason", "")),
         )
     if not table.row_count:
-        parent = s.header.get("parent")
-        if parent:
-            # A what-if run or a fork arm: the replayed part has its checkpoints in the parent, and
-            # calls made live during a replay take none.
-            pid = parent.get("session_id") if isinstance(parent, dict) else parent
-            why = f"it is a replay of session {pid}, and calls made live during a replay take none: fork {pid}'s checkpoints instead"
-        else:
-            why = "record with --workspace DIR, or inside a git repository"
-        _err().print(f"session {s.id} has no checkpoints ({why})", markup=False)
+        from .checkpoint.restore import why_no_checkpoints
+
+        _err().print(f"session {s.id} has no checkpoints ({why_no_checkpoints(s)})", markup=False)
         sys.exit(1)
     terminal().print(table)
 

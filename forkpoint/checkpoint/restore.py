@@ -22,13 +22,33 @@ from .workspace import META_DIR, manifest_rows, unrestorable
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
+def why_no_checkpoints(session: Session) -> str:
+    """Why ``session`` holds no checkpoint, and what to use instead: a what-if run or a fork arm
+    (a session with a parent) takes none, since its replayed part has them in the parent and calls
+    made live during a replay take none; any other session was recorded outside a workspace."""
+    parent = session.header.get("parent")
+    if parent:
+        pid = parent.get("session_id") if isinstance(parent, dict) else parent
+        return (
+            f"it is a replay of session {pid}, and calls made live during a replay take none: "
+            f"use {pid}'s checkpoints instead"
+        )
+    return "record with --workspace DIR, or inside a git repository"
+
+
 def find(session: Session, seq: int) -> CheckpointEvent:
-    """The checkpoint event with this seq. Raises :class:`CheckpointError` listing the valid seqs."""
+    """The checkpoint event with this seq. Raises :class:`CheckpointError` listing the valid seqs
+    (or, when the session has none, saying why)."""
     cps = session.by_type("checkpoint")
     for e in cps:
         if e["seq"] == seq:
             return e
-    listed = ", ".join(str(e["seq"]) for e in cps) or "none"
+    if not cps:
+        raise CheckpointError(
+            f"session {session.id} has no checkpoint at seq {seq}: it has no checkpoints "
+            f"({why_no_checkpoints(session)})"
+        )
+    listed = ", ".join(str(e["seq"]) for e in cps)
     raise CheckpointError(f"session {session.id} has no checkpoint at seq {seq} (checkpoints: {listed})")
 
 

@@ -33,6 +33,10 @@ def sweep_checkpoints(
         and (first is None or c["seq"] >= first)
         and (last is None or c["seq"] <= last)
     ]
+    if not session.by_type("checkpoint"):
+        from ..checkpoint.restore import why_no_checkpoints
+
+        raise UsageError(f"session {session.id} has no checkpoints to sweep ({why_no_checkpoints(session)})")
     if not cps:
         where = (
             ""

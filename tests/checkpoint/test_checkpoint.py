@@ -1654,3 +1654,35 @@ def test_a_restored_workspace_validates_under_other_redaction_rules(tmp_path: Pa
         checks = validate(into)
     assert all(c.ok for c in checks), checks
     assert (into / "notes.txt").read_text() == "turn 1: ask for the order\n"
+
+
+def test_restore_fork_and_sweep_of_a_what_if_run_name_its_parent(tmp_path: Path) -> None:
+    """After ``forkpoint fork``, ``last`` is a fork arm, which takes no checkpoints: ``restore``,
+    ``fork`` and ``sweep`` of it say so and name the session whose checkpoints to use, as
+    ``checkpoints`` does, instead of "no checkpoint at seq 7 (checkpoints: none)"."""
+    store = tmp_path / "store"
+    parent = SessionWriter.create(store, make_header(argv=["python", "agent.py"]))
+    parent.append({"type": "end", "exit_code": 0})
+    parent.close()
+    arm = SessionWriter.create(
+        store, make_header(argv=["python", "agent.py"], parent={"session_id": parent.session_id, "seq": 7})
+    )
+    arm.append({"type": "end", "exit_code": 0})
+    arm.close()
+    hint = f"it is a replay of session {parent.session_id}"
+    for args in (
+        ["checkpoints", "last"],
+        ["restore", "last@7", "--into", str(tmp_path / "at-7")],
+        ["fork", "last@7", "--", "python", "agent.py"],
+        ["sweep", "last", "--outcome", "true", "--", "python", "agent.py"],
+    ):
+        res = cli(args[0], "--store", str(store), *args[1:])
+        assert res.exit_code != 0, (args, res.output)
+        assert hint in res.output and f"use {parent.session_id}'s checkpoints" in res.output, (
+            args,
+            res.output,
+        )
+    # A session recorded outside a workspace says how to get checkpoints.
+    res = cli("restore", f"{parent.session_id}@1", "--into", str(tmp_path / "at-1"), "--store", str(store))
+    assert res.exit_code != 0 and "record with --workspace DIR" in res.output, res.output
+    assert not (tmp_path / "at-1").exists() and not (tmp_path / "at-7").exists()
