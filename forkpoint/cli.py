@@ -687,8 +687,8 @@ def verify_cmd(session: str, store: str | None) -> None:
 def keys(ctx: click.Context) -> None:
     """Your signing key (created on first use) and the keys you trust.
 
-    Every session you record is signed with your key; replay, check and fork run a session's
-    recorded command only when a trusted key signed it. Give your public key to teammates, and
+    Every session you record is signed with your key; replay, check and make-test take a session's
+    recorded command only when a trusted key signed it (fork and sweep run the command you give). Give your public key to teammates, and
     trust theirs with: forkpoint keys trust KEY --name NAME (forkpoint keys untrust NAME undoes it).
     """
     if ctx.invoked_subcommand is not None:
