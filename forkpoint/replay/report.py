@@ -181,6 +181,11 @@ def summary_line(report: dict[str, Any]) -> str:
             "live": ", then went live as asked",
             "fifo": ", then served the recorded answers in their order as asked (fifo)",
         }
+        if report.get("policy") == "fifo" and "served_seq" not in report["divergence"]:
+            # fifo had no recorded call of that endpoint or tool left to serve: it stopped there.
+            then["fifo"] = (
+                ", with no recorded call of that endpoint or tool left for fifo to serve: stopped there"
+            )
         status = "DIVERGED" + then.get(str(report.get("policy")), "")
     elif ended_by_override(report):
         how = "ok, ended early" if not report.get("ending") else "ENDED DIFFERENTLY"

@@ -120,6 +120,38 @@ def test_a_what_if_run_that_went_as_asked_is_not_called_ok(server: LocalServer, 
     assert line.startswith("replay DIVERGED, then went live as asked:"), line
 
 
+def test_a_fifo_replay_with_nothing_left_to_serve_does_not_say_it_served(store: Path) -> None:
+    """``--on-divergence fifo`` serves the next recorded call of the endpoint or tool that diverged;
+    when the recording has none left, the replay stops there. Its verdict said "DIVERGED, then
+    served the recorded answers in their order as asked (fifo)", though nothing was served."""
+
+    @forkpoint.tool
+    def lookup(q: str) -> str:
+        return q.upper()
+
+    with forkpoint.record(store=store) as rec:
+        lookup("a")
+    with forkpoint.replay(rec.session_path, on_divergence="fifo") as rp:
+        lookup("a")
+        with pytest.raises(forkpoint.Divergence):
+            lookup("b")  # one call more than recorded: no recorded call of lookup is left
+    report = rp.report()
+    assert report["drift"] == [] and report["divergence"] is not None
+    line = summary_line(report)
+    assert line.startswith(
+        "replay DIVERGED, with no recorded call of that endpoint or tool left for fifo to serve: stopped there"
+    ), line
+    assert "served the recorded answers" not in line
+    # One that fifo could serve still says so.
+    with forkpoint.record(store=store) as rec:
+        lookup("a")
+    with forkpoint.replay(rec.session_path, on_divergence="fifo") as rp:
+        assert lookup("z") == "A"
+    assert summary_line(rp.report()).startswith(
+        "replay DIVERGED, then served the recorded answers in their order as asked (fifo)"
+    )
+
+
 AGENT = textwrap.dedent(
     """
     import os
