@@ -887,6 +887,9 @@ def fork(
     arm-N.log beside the arm. Every arm is validated without a model first, and one that fails
     validation is never run. With --outcome, CMD's result is measured in each arm and the pass rate
     shown with its 95% interval.
+
+    Exits 1 when some arm could not run, never went live, or its program exited with a code other
+    than 0 (an arm stopped by --arm-timeout included), whatever its outcome.
     """
     from .orchestrate import Arm, fork_arms
     from .show import terminal
