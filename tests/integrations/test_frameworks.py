@@ -460,6 +460,33 @@ def test_a_framework_tool_result_with_no_stored_form_is_said_and_never_replayed_
     assert not rp.report()["reproduced"]
 
 
+def test_an_agents_sdk_tool_returning_bytes_that_are_not_utf8_replays_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An Agents SDK tool returning bytes that are not UTF-8 (a file's raw content) was said to have
+    "returned UnicodeDecodeError" and left unrecorded, with the advice to register an encoder for
+    bytes, a type forkpoint stores itself: the JSON form of the result was made before the typed
+    one, and pydantic has none for such bytes. It is recorded, and the replay hands back the bytes."""
+    raw = b"\x89\xff\x00raw"
+
+    @function_tool
+    def read_raw(path: str) -> bytes:
+        """Read a file's bytes."""
+        return raw
+
+    def run(url: str) -> list[Any]:
+        _, sdk_agent = pai_model_and_sdk_agent(url, read_raw)
+        sdk = Runner.run_sync(sdk_agent, "Go.")
+        return [i.output for i in sdk.new_items if i.type == "tool_call_output_item"]
+
+    with ModelServer(turns=1) as server, forkpoint.record(store=tmp_path) as rec:
+        live = run(server.base_url)
+    assert "cannot record" not in capsys.readouterr().err
+    with forkpoint.replay(rec.session_path) as rp:
+        assert run(server.base_url) == live == [raw]
+    assert rp.report()["reproduced"], rp.report()
+
+
 def test_pydantic_ai_tool_return_and_images_replay_as_the_model_saw_them(tmp_path: Path) -> None:
     """pydantic-ai tools may return a ``ToolReturn`` (a value for the tool result, extra content for
     the model, metadata for the application) or multimodal content such as an image. On replay the
