@@ -353,6 +353,8 @@ class Header(TypedDict, total=False):
     #: The recording's time zone (``$TZ`` or the system's: ``America/New_York``), when known: a
     #: replay runs the program in it.
     timezone: str
+    #: The ``PYTHONHASHSEED`` a command recorded by ``forkpoint record`` ran with: a replay runs with it.
+    hash_seed: int
     tools: list[str]
     #: The agent's own clock and randomness recorded: True, or the modules that count as the agent's.
     deterministic: bool | list[str]

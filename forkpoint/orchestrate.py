@@ -18,7 +18,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -222,7 +222,7 @@ def record_command(
 
     Returns (session path, exit code, the command's stdout if ``capture``).
     """
-    from .record import Lacks, check_live_export, make_header, open_workspace, read_back
+    from .record import Lacks, check_live_export, hash_seed, make_header, open_workspace, read_back
     from .store import info, open_store
 
     tools = list(tools or [])
@@ -232,6 +232,7 @@ def record_command(
     header = make_header(argv=cmd, name=name, tags=tags, deterministic=deterministic, encrypt_to=encrypt_to)
     header["tools"] = tools
     header["workspace"] = ws.describe() if ws else None
+    header["hash_seed"] = hash_seed()
     check_live_export(header, live)
     session = target.create(header)  # (CannotRecord: the command runs unrecorded)
     session.quiet = quiet
@@ -240,6 +241,7 @@ def record_command(
         session.on_close.append(live.finish)
     with tempfile.TemporaryDirectory(prefix="forkpoint-record-") as tmp:
         env = child_env("record", session.path, tools=tools, report=Path(tmp))
+        env["PYTHONHASHSEED"] = str(header["hash_seed"])
         if deterministic:
             env["FORKPOINT_DETERMINISTIC"] = orjson.dumps(header["deterministic"]).decode()
         if ws is not None:
@@ -287,6 +289,12 @@ def record_command(
                 f"forkpoint: sent {plural(done.sent, 'span')} live to {done.endpoint} as trace {done.trace_id}"
             )
     return session.path, code, out
+
+
+def recorded_seed(header: Mapping[str, Any]) -> int | None:
+    """The ``PYTHONHASHSEED`` the session's command was recorded with (header ``hash_seed``), if any."""
+    seed = header.get("hash_seed")
+    return seed if isinstance(seed, int) and not isinstance(seed, bool) else None
 
 
 def _ready_to_close() -> None:
@@ -438,6 +446,7 @@ def replay_run(
             into=None if in_store else store_dir(None),
             cwd=here,
             zone=session.header.get("timezone"),  # (its program runs in it: below)
+            hash_seed=recorded_seed(session.header),
         )
         child.quiet = quiet
         if not in_store and not quiet:
@@ -467,6 +476,14 @@ def replay_run(
                     f"forkpoint: the program runs in the recording's time zone, {zone} (not TZ={os.environ['TZ']})"
                 )
             env["TZ"] = zone
+        seed = recorded_seed(session.header)
+        if seed is not None:  # (its sets of strings iterate as they did)
+            if os.environ.get("PYTHONHASHSEED") not in (None, str(seed)) and not quiet:
+                say(
+                    f"forkpoint: the program runs with the recording's PYTHONHASHSEED, {seed} "
+                    f"(not {os.environ['PYTHONHASHSEED']})"
+                )
+            env["PYTHONHASHSEED"] = str(seed)
         if sandbox == "network namespace":
             env[netns.HOST_NETNS_VAR] = netns.current() or ""
         run, namespace = (

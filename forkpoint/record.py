@@ -650,6 +650,18 @@ def local_zone() -> str | None:
         return None
 
 
+def hash_seed() -> int:
+    """The ``PYTHONHASHSEED`` a recorded command runs with: this environment's when it names one,
+    else one chosen at random, as Python would. Kept in the header so that a replay runs with the
+    same: the order of a set of strings (``str()`` of it, a prompt joined from it) depends on it."""
+    given = os.environ.get("PYTHONHASHSEED", "")
+    if given.isdigit() and int(given) <= 4294967295:
+        return int(given)
+    import random  # here: only a recorded command needs it
+
+    return random.SystemRandom().randint(1, 4294967295)
+
+
 def other_calls(path: Path) -> dict[str, int]:
     """The exchanges of session ``path`` that are no model's call, by kind (the ``end`` event's
     ``other_calls``), read back: for a session whose calls no single recorder tallied (a what-if's)."""

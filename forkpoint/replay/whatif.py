@@ -28,12 +28,14 @@ def create_child(
     live_tools: Sequence[str] = (),
     cwd: Path | None = None,
     zone: str | None = None,
+    hash_seed: int | None = None,
 ) -> Recording:
     """A new session for a what-if run of ``parent`` (header ``parent`` and ``replay`` say how it was
     made), in the store ``into`` (default: the folder the parent is in). It keeps the parent's tool
     targets, ``deterministic``, ignore rules and encryption. ``cwd``: the directory the run runs in
     (a fork's arm: its own; default this process's), kept with its git state; ``zone``: the time
-    zone its program runs in (default this process's). The caller ends it."""
+    zone its program runs in (default this process's); ``hash_seed``: the ``PYTHONHASHSEED`` it runs
+    with, when forkpoint sets it. The caller ends it."""
     header = make_header(
         argv=argv,
         cwd=cwd,
@@ -46,6 +48,8 @@ def create_child(
     header["tools"] = parent.header.get("tools") or []
     if zone:
         header["timezone"] = zone
+    if hash_seed is not None:
+        header["hash_seed"] = hash_seed
     header["replay"] = {
         "models": models,
         "tools": tools,

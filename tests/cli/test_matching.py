@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from forkpoint.log import Session
 from forkpoint.store import list_sessions
 from tests.cli.test_cli import FORKPOINT, flat, run
 from tests.modelserver import LocalServer
@@ -152,3 +153,45 @@ def test_replay_takes_the_program_with_or_without_the_separator(
     ):
         code, out = fp(project, *args)
         assert code == 1 and "has no checkpoint at seq 1" in out, out
+
+
+SET_AGENT = """
+import os
+
+import openai
+
+tools = {"search", "fetch", "summarize", "translate", "calendar", "email", "weather", "stocks"}
+client = openai.OpenAI(base_url=os.environ["AGENT_BASE_URL"], api_key="sk-test", max_retries=0)
+prompt = "You can use: " + ", ".join(tools)  # a set's order: that of the strings' hashes
+reply = client.chat.completions.create(model="demo-model", messages=[{"role": "user", "content": prompt}])
+print("answer:", reply.choices[0].message.content)
+"""
+
+
+def test_a_prompt_joined_from_a_set_of_strings_replays(
+    project: tuple[Path, dict[str, str]], server: LocalServer
+) -> None:
+    """The order of a set of strings follows their hashes, which Python salts per process
+    (``PYTHONHASHSEED``): a prompt joined from a set (or a tool result's ``str()`` of one) was
+    another request in the replay's process, and the replay diverged on a program that had not
+    changed. The recorded command runs with a hash seed kept in the header, and a replay with it."""
+    cwd, env = project
+    (cwd / "set_agent.py").write_text(SET_AGENT)
+    env = {k: v for k, v in env.items() if k != "PYTHONHASHSEED"}
+    recorded = run([*FORKPOINT, "record", "--name", "chosen", sys.executable, "set_agent.py"], cwd, env)
+    assert recorded.returncode == 0, recorded.stderr
+    given = {**env, "PYTHONHASHSEED": "1"}
+    recorded = run([*FORKPOINT, "record", "--name", "given", sys.executable, "set_agent.py"], cwd, given)
+    assert recorded.returncode == 0, recorded.stderr
+    server.stop()
+
+    # Replayed in a shell whose seed is another (this one orders these strings otherwise).
+    other = {**env, "PYTHONHASHSEED": "2"}
+    done = run([*FORKPOINT, "replay", "given"], cwd, other, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "runs with the recording's PYTHONHASHSEED, 1 (not 2)" in done.stderr
+    done = run([*FORKPOINT, "replay", "chosen"], cwd, env, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    headers = [Session.load(row.path).header for row in list_sessions(cwd / "store").rows]
+    seeds = {h["name"]: h.get("hash_seed") for h in headers}
+    assert seeds["given"] == 1 and isinstance(seeds["chosen"], int), seeds
