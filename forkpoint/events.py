@@ -46,6 +46,10 @@ class ErrorRecord(TypedDict, total=False):
     phase: str
     #: A tool's exception raised ``from`` another (its ``__cause__``), recorded the same way.
     cause: "ErrorRecord"
+    #: A tool's exception: the frames it was raised through below the tool call (a cause's: all of
+    #: its own), each ``[file, line, function, end line, column, end column]``, outermost first; a
+    #: replay raises it through frames that format the same (:mod:`forkpoint.capture.tracebacks`).
+    frames: list[list[Any]]
     #: A tool's cancellation that came from inside it (its own subtask), not from its caller.
     inside: bool
     #: A tool that left the process through ``os._exit(status)`` (type ``_exit``, module ``os``):

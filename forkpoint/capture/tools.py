@@ -65,6 +65,7 @@ from ..events import (
 )
 from ..redact import scrub_json, scrub_text
 from ..text import say
+from .tracebacks import frames_of, recorded_traceback
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -247,15 +248,22 @@ def _unplain(value: Any) -> Any:
 _CAUSES = 5
 
 
-def _error_dict(exc: BaseException, tool: str, depth: int = 0) -> ErrorRecord:
+def _error_dict(exc: BaseException, tool: str, depth: int = 0, below: bool = False) -> ErrorRecord:
     """``{"type", "module", "message"}``, plus the exception's ``args`` (when they are JSON and not
     just the message) and its JSON instance attributes (``attrs``, each on its own; an ``OSError``'s
     ``filename`` and ``filename2`` too), and the exception it was raised ``from`` (``cause``, up to
     :data:`_CAUSES` deep), so a custom exception (``ApiError(429, "slow down")`` with ``.status``)
     or a ``FileNotFoundError`` (its ``errno`` and ``filename``) comes back whole on replay. An
-    attribute with no JSON form is left out, and said (naming ``tool``)."""
+    attribute with no JSON form is left out, and said (naming ``tool``). ``below``: the exception
+    was caught where the tool was called, and its ``frames`` are those below that one (a cause's
+    are all of its own), so that a replay raises it through frames that look the same
+    (:mod:`.tracebacks`)."""
     out = error_record(exc)
     out["message"] = scrub_text(out["message"])
+    tb = exc.__traceback__
+    frames = frames_of(tb.tb_next if below and tb is not None else tb) if below or depth else []
+    if frames:
+        out["frames"] = frames
     for field in ("errno", "strerror"):  # (an OSError's are its args, kept below)
         out.pop(field, None)  # type: ignore[misc]
     try:
@@ -299,7 +307,8 @@ def rebuild_exception(error: dict[str, Any]) -> BaseException:
     the first that could be built."""
     exc = _rebuilt(error)
     if isinstance(error.get("cause"), dict):
-        exc.__cause__ = rebuild_exception(error["cause"])
+        cause = rebuild_exception(error["cause"])
+        exc.__cause__ = cause.with_traceback(recorded_traceback(error["cause"].get("frames")))
     return exc
 
 
@@ -473,7 +482,7 @@ class _ToolCall:
             if self.mcp is not None:
                 event["mcp"] = self.mcp
             if error is not None:
-                event["error"] = _error_dict(error, self.name)
+                event["error"] = _error_dict(error, self.name, below=True)
                 if inside:
                     event["error"]["inside"] = True
             elif ended is not None:
@@ -713,6 +722,10 @@ class _Served:
             and result.get(values.MARK) == _ITEM_KINDS[result["kind"]]
             else None
         )
+        #: The recorded exception :meth:`value` raised, and the frames it was raised in live
+        #: (:meth:`reraised`).
+        self.raised: BaseException | None = None
+        self.frames: types.TracebackType | None = None
         # Never longer than the call lasted live (and at least TURN_WAIT_S): the calls it waits for
         # came within that time then, and a run that does not ask for them went another way.
         self.timeout = max(TURN_WAIT_S, min(60.0, float(event.get("duration_ms") or 0) / 1000))
@@ -725,6 +738,14 @@ class _Served:
             await await_cancellation(self.rt, self.event, self.position, until="it returned")
         finally:  # (the calls that finished after it live are handed back after it is cancelled)
             self.rt.release(self.event)
+
+    def reraised(self, exc: BaseException) -> None:
+        """``exc`` came out of the call of :meth:`value` in ``call_tool``: when it is the recorded
+        exception, the frames of forkpoint's serving between that call and the recorded frames are
+        cut out, so the traceback reads as it did live (the line in ``call_tool`` is the same)."""
+        tb = exc.__traceback__
+        if exc is self.raised and tb is not None:
+            tb.tb_next = self.frames
 
     def wait(self) -> None:
         if self.generator is None:
@@ -751,6 +772,10 @@ class _Served:
             for _ in range(_THREAD_GRACE_STEPS):
                 await anyio.sleep(0.001)
 
+    async def avalue(self) -> Any:
+        """:meth:`value`, awaited where a live call awaits the tool's body."""
+        return self.value()
+
     def value(self) -> Any:
         """The recorded result rebuilt (a generator of the recorded kind for items), or raises the
         recorded exception, or a divergence when it was not recorded or cannot be rebuilt here."""
@@ -760,7 +785,9 @@ class _Served:
             status = event["error"].get("exit_status")
             if isinstance(status, int) and not isinstance(status, bool):
                 os._exit(status)  # as it left live (a replaying process writes its report first)
-            raise rebuild_exception(dict(event["error"]))
+            exc = rebuild_exception(dict(event["error"]))
+            self.raised, self.frames = exc, recorded_traceback(event["error"].get("frames"))
+            raise exc.with_traceback(self.frames)
         if "unrecorded" in event:
             u = event["unrecorded"]
             raise self.rt.diverged(
@@ -814,20 +841,26 @@ def call_tool(
     rt = runtime.active()
     if rt is None:
         return body()
-    if rt.mode == "replay" and (served := _replayed(rt, name, args, defaulted)) is not None:
+    served = _replayed(rt, name, args, defaulted) if rt.mode == "replay" else None
+    if served is not None:
         served.wait()
-        return served.value()
-    call = _ToolCall(name, args, mcp)
-    live = runtime.running_live_tool.set(rt.mode == "replay")  # its connections are allowed
+        body = served.value  # (served on the line that runs the body live: a traceback names that line)
+    call = _ToolCall(name, args, mcp) if served is None else None
+    # A tool run live in a replay: its connections are allowed.
+    live = runtime.running_live_tool.set(rt.mode == "replay") if call is not None else None
     try:
-        with call.running():
+        with call.running() if call is not None else contextlib.nullcontext():
             result = body()
     except BaseException as exc:
-        call.raised(exc)
+        if call is not None:
+            call.raised(exc)
+        elif served is not None:
+            served.reraised(exc)
         raise
     finally:
-        runtime.running_live_tool.reset(live)
-    return call.returned(result, encode)
+        if live is not None:
+            runtime.running_live_tool.reset(live)
+    return result if call is None else call.returned(result, encode)
 
 
 async def acall_tool(
@@ -843,23 +876,28 @@ async def acall_tool(
     rt = runtime.active()
     if rt is None:
         return await body()
-    if rt.mode == "replay" and (served := _replayed(rt, name, args, defaulted)) is not None:
+    served = _replayed(rt, name, args, defaulted) if rt.mode == "replay" else None
+    if served is not None:
         await served.await_turn()
         error = served.event.get("error")
         if cancelled(error) and not (error is not None and error.get("inside")):
             await served.until_cancelled()
-        return served.value()
-    call = _ToolCall(name, args, mcp)
-    live = runtime.running_live_tool.set(rt.mode == "replay")  # its connections are allowed
+        body = served.avalue  # (as in call_tool)
+    call = _ToolCall(name, args, mcp) if served is None else None
+    live = runtime.running_live_tool.set(rt.mode == "replay") if call is not None else None
     try:
-        with call.running():
+        with call.running() if call is not None else contextlib.nullcontext():
             result = await body()
     except BaseException as exc:
-        call.raised(exc)
+        if call is not None:
+            call.raised(exc)
+        elif served is not None:
+            served.reraised(exc)
         raise
     finally:
-        runtime.running_live_tool.reset(live)
-    return call.returned(result, encode)
+        if live is not None:
+            runtime.running_live_tool.reset(live)
+    return result if call is None else call.returned(result, encode)
 
 
 @overload

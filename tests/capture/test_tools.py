@@ -10,6 +10,7 @@ import secrets
 import sys
 import textwrap
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -165,6 +166,7 @@ def test_async_tool_records_and_replays(tmp_path: Path, store: Path) -> None:
     assert first["args"]["timeout"] == 1.5 and first["result"]["status"] == 200
     assert first["duration_ms"] >= 30
     err = next(c for c in calls if c["tool"] == "afail")["error"]
+    assert [f[2] for f in err.pop("frames")] == ["afail"]  # (the function it was raised in)
     assert err == {"type": "QuotaExceeded", "module": __name__, "message": "async quota 7"}
 
     before = side.read_text()
@@ -186,6 +188,7 @@ def test_exceptions_are_recorded_and_reraised(tmp_path: Path, store: Path) -> No
         with pytest.raises(KeyError):
             fail("other")
     errors = [c["error"] for c in Session.load(rec.session_path).by_type("tool_call")]
+    assert errors[0].pop("frames")[-1][2] == "fail"
     assert errors[0] == {
         "type": "ValueError",
         "module": "builtins",
@@ -1004,6 +1007,7 @@ def test_a_tool_exception_comes_back_raised_from_its_cause(store: Path) -> None:
         live = run()
     assert live == (ApiError, 404, KeyError, "'k'", True)
     (event,) = Session.load(rec.session_path).by_type("tool_call")
+    assert [f[2] for f in event["error"]["cause"].pop("frames")] == ["lookup"]
     assert event["error"]["cause"] == {
         "type": "KeyError",
         "module": "builtins",
@@ -1127,3 +1131,67 @@ def test_a_method_tool_that_changes_its_object_is_said_while_recording(
         and "tool 'charge' changed self.total in place" in said
     )
     assert "'count'" not in said and "'search'" not in said
+
+
+def _check(value: str) -> str:
+    if not value.isdigit():
+        raise ValueError(f"{value!r} is not a number")
+    return value
+
+
+def test_a_replayed_tool_exception_has_the_traceback_it_had_live(store: Path) -> None:
+    """A recorded exception was raised again from forkpoint's serving code: its traceback named
+    forkpoint's lines where the tool's had been, and a framework that shows the model (or a log)
+    the traceback sent something else on replay. It is raised through frames that format as the
+    live ones: the same files, lines, functions and underlined spans, its cause's too."""
+
+    @forkpoint.tool
+    def parse(value: str) -> int:
+        try:
+            return int(_check(value))
+        except ValueError as exc:
+            raise LookupError(f"no number in {value!r}") from exc
+
+    @forkpoint.tool
+    async def aparse(value: str) -> int:
+        await asyncio.sleep(0)
+        return {"one": 1}[value]
+
+    def run() -> list[str]:
+        out = []
+        for call in (lambda: parse("x"), lambda: asyncio.run(aparse("two"))):
+            try:
+                call()
+            except Exception as exc:
+                out.append("".join(traceback.format_exception(exc)))
+        return out
+
+    with forkpoint.record(store=store) as rec:
+        live = run()
+    assert "_check(value)" in live[0] and "direct cause" in live[0] and 'return {"one": 1}[value]' in live[1]
+    with forkpoint.replay(rec.session_path) as rp:
+        again = run()
+    assert again == live
+    assert rp.report()["reproduced"]
+
+
+def test_recorded_frames_that_cannot_be_made_are_left_out() -> None:
+    """A session's frames are data: a bad one (wrong shape, a line no code object holds, a NUL in
+    a file name) is left out, never raised on; columns beyond reach leave the frame its line."""
+    from forkpoint.capture.tracebacks import recorded_traceback
+
+    good = ["/nowhere/agent.py", 7, "run", 7, 4, 9]
+    junk: list[Any] = [
+        "x",
+        [1, 2, 3],
+        ["f.py", 0, "g", None, None, None],
+        ["f.py", 2**40, "g", None, None, None],
+        ["f\x00.py", 5, "g", 5, 0, 3],
+        ["f.py", 5, None, 5, 0, 3],
+    ]
+    tb = recorded_traceback([*junk, good, *junk])
+    assert tb is not None and tb.tb_next is None
+    assert (tb.tb_frame.f_code.co_filename, tb.tb_lineno, tb.tb_frame.f_code.co_name) == tuple(good[:3])
+    assert recorded_traceback("frames") is None and recorded_traceback(junk) is None
+    far = recorded_traceback([["f.py", 5, "g", 5, 10**9, 10**9 + 5]])  # (its line, without the span)
+    assert far is not None and (far.tb_lineno, far.tb_frame.f_code.co_name) == (5, "g")

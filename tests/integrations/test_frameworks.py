@@ -269,6 +269,7 @@ def test_replay_serves_a_recorded_tool_error(workdir: Path, tmp_path: Path) -> N
     assert rp.report()["unused"] == [] and rp.report()["divergence"] is None
     (event,) = forkpoint.Session.load(rec.session_path).by_type("tool_call")
     assert event["tool"] == "flaky"
+    assert event["error"].pop("frames")[-1][2] == "flaky"
     assert event["error"] == {
         "type": "ValueError",
         "module": "builtins",

@@ -181,13 +181,16 @@ def dspy_route(request: Request) -> Reply:
     return json_reply(chat_completion(f"chatcmpl-{len(user)}", str(body.get("model")), text=text))
 
 
-def run_dspy(url: str) -> str:
+def run_dspy(url: str, fail: bool = False) -> str:
+    """DSPy's ReAct adding 2 and 3 (with ``fail``, its tool raises)."""
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # litellm fetches prices otherwise
     import dspy
 
     def add(a: int, b: int) -> int:
         """Add two integers."""
         ledger(f"dspy add {a} {b}")
+        if fail:
+            raise ValueError(f"cannot add {a} and {b}")
         return a + b
 
     # DSPy's default engine (lm15) sends requests over its own sockets, which forkpoint does not
@@ -293,3 +296,21 @@ def test_framework_tools_record_and_replay_offline(framework: str, ledger_file: 
         assert json.loads(live)[1][:2] == ["at 1", "at 2"]  # the stream reached the agent, live
     else:
         assert [(t["tool"], t["args"]) for t in tools] == expected
+
+
+@pytest.mark.slow
+def test_a_dspy_tool_that_raised_replays(ledger_file: Path, tmp_path: Path) -> None:
+    """DSPy's ReAct tells the model a tool failed with the first five frames of its traceback, the
+    last of them forkpoint's own: ``result = body()`` live, the line that served the recorded
+    exception on replay. The next request differed, and every such replay diverged. A recorded
+    exception is raised again through frames that format as the live ones did."""
+    pytest.importorskip("dspy")
+    with LocalServer() as server:
+        server.route("/v1/chat/completions", dspy_route, method="POST")
+        with forkpoint.record(store=tmp_path / "store") as rec:
+            live = run_dspy(server.url, fail=True)
+        asked = [r["body"]["messages"][-1]["content"] for r in server.requests]
+    assert any("Execution error in add" in text and "Traceback" in text for text in asked), asked
+    with forkpoint.replay(rec.session_path) as rp:
+        assert run_dspy(server.url, fail=True) == live
+    assert rp.report()["reproduced"], rp.report()

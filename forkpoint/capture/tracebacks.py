@@ -1,0 +1,108 @@
+"""A tool's exception raised again on replay with the traceback it had live.
+
+Frameworks show the model where a tool failed: DSPy's ReAct puts the first frames of the traceback
+in the next prompt, others log it. The tool's body does not run on replay, so the recorded
+exception would be raised from forkpoint's own code instead, and that prompt differed from the
+recording. The frames below the tool call are recorded (file, line, function and the column span
+``traceback`` underlines), and a replay raises the exception through frames made to look the same:
+each is a tiny function compiled under the recorded file name, its call placed at the recorded
+lines and columns, so ``traceback`` reads the same source lines from the same files and underlines
+the same spans. No code of the session runs: the code compiled is forkpoint's own ``_(…)`` call,
+only its file name, function name and positions come from the session.
+"""
+
+from __future__ import annotations
+
+import itertools
+from types import CodeType, FunctionType, TracebackType
+from typing import Any
+
+#: At most this many frames are kept (the outermost: those a framework shows first).
+MAX_FRAMES = 64
+#: A position beyond this many lines or columns is not reproduced (the frame keeps its line only).
+_MAX_SPAN = 4096
+
+
+def frames_of(tb: TracebackType | None) -> list[list[Any]]:
+    """The frames of ``tb``, outermost first, as ``[file, line, function, end line, column, end
+    column]`` (the last three null when Python does not know them)."""
+    out: list[list[Any]] = []
+    while tb is not None and len(out) < MAX_FRAMES:
+        code = tb.tb_frame.f_code
+        # The failing instruction's position, as ``traceback`` reads it (tb_lasti counts bytes).
+        where = next(itertools.islice(code.co_positions(), tb.tb_lasti // 2, None), None)
+        _, end, col, end_col = where if where is not None else (None, None, None, None)
+        out.append([code.co_filename, tb.tb_lineno, code.co_name, end, col, end_col])
+        tb = tb.tb_next
+    return out
+
+
+class _Marker(Exception):
+    """Raised by the call in a made frame, to get hold of that frame."""
+
+
+def _raise() -> None:
+    raise _Marker
+
+
+def _int(value: Any) -> int | None:
+    return (
+        value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= _MAX_SPAN else None
+    )
+
+
+def _source(line: int, end_line: Any, col: Any, end_col: Any) -> tuple[str, int]:
+    """Source of a function whose ``_(…)`` call spans the recorded position, and the line the
+    function's code must start at for the call to be on ``line``; a call on the function's own
+    line when the position is unknown or cannot be made (the frame keeps its line, not its span)."""
+    end, start, stop = _int(end_line), _int(col), _int(end_col)
+    if end is None or start is None or stop is None or end < line or end - line > _MAX_SPAN or line < 3:
+        return "def f(): _()", line
+    if end == line:
+        if stop - start < 3:
+            return "def f(): _()", line
+        call = "_(" + " " * (stop - start - 3) + ")"
+    else:
+        if stop < 1:
+            return "def f(): _()", line
+        call = "_(" + "\n" * (end - line) + " " * (stop - 1) + ")"
+    # (inside parentheses a line may start at any column, the first one included)
+    return "def f():\n (\n" + " " * start + call + ")", line - 2
+
+
+def _made(frame: Any) -> TracebackType | None:
+    """A traceback entry that formats as the recorded ``frame``, or None when it is not one."""
+    if not isinstance(frame, list) or len(frame) != 6:
+        return None
+    filename, line, name = frame[0], frame[1], frame[2]
+    if not isinstance(filename, str) or not isinstance(name, str) or not isinstance(line, int) or line < 1:
+        return None
+    try:
+        source, first = _source(line, *frame[3:])
+        (code,) = (
+            c
+            for c in compile(source, filename, "exec", dont_inherit=True).co_consts
+            if isinstance(c, CodeType)
+        )
+        code = code.replace(co_name=name, co_qualname=name, co_firstlineno=first)
+        FunctionType(code, {"_": _raise})()
+    except _Marker as exc:
+        made = exc.__traceback__.tb_next if exc.__traceback__ is not None else None
+        return None if made is None else TracebackType(None, made.tb_frame, made.tb_lasti, made.tb_lineno)
+    except Exception:  # (a position Python refuses, a line number beyond what a code object holds)
+        return None
+    return None
+
+
+def recorded_traceback(frames: Any) -> TracebackType | None:
+    """A traceback through made frames that formats as the recorded ``frames`` (:func:`frames_of`)
+    do; None when there are none (a frame that cannot be made is left out)."""
+    if not isinstance(frames, list):
+        return None
+    head: TracebackType | None = None
+    for frame in reversed(frames[:MAX_FRAMES]):
+        made = _made(frame)
+        if made is not None:
+            made.tb_next = head
+            head = made
+    return head
