@@ -62,9 +62,24 @@ def comparable(event: dict[str, Any]) -> dict[str, Any]:
     """
     if event["type"] == "tool_call":
         out: dict[str, Any] = {"args": event.get("args")}
-        out["result" if "error" not in event else "error"] = event.get("result", event.get("error"))
+        if "error" in event:
+            out["error"] = _without_frames(event.get("error"))
+        else:
+            out["result"] = event.get("result")
         return out
     return {"request": normalized(event), "response": _model_outcome(event)}
+
+
+def _without_frames(error: Any) -> Any:
+    """A tool's recorded exception without where it was raised (``frames``, its cause's too): the
+    same exception raised from another checkout, or after an edit that moved lines, is the same
+    outcome."""
+    if not isinstance(error, dict):
+        return error
+    out = {k: v for k, v in error.items() if k != "frames"}
+    if "cause" in out:
+        out["cause"] = _without_frames(out["cause"])
+    return out
 
 
 def _maybe_json(text: Any) -> Any:

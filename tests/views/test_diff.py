@@ -289,6 +289,24 @@ def test_changed_tool_results_are_printed_though_equivalent(tmp_path: Path) -> N
     ]
 
 
+def test_where_a_tool_raised_is_not_a_difference(tmp_path: Path) -> None:
+    """A tool's exception keeps the frames it was raised in (for a replay's traceback): the same
+    exception raised from another checkout or after lines moved is the same outcome, not a tool
+    result that differs."""
+    cause = {"type": "KeyError", "module": "builtins", "message": "'x'"}
+    boom = {"type": "ValueError", "module": "builtins", "message": "no such sku", "cause": cause}
+
+    def raised(root: str) -> dict[str, Any]:
+        where = [[f"{root}/tools.py", 12, "stock", 12, 8, 20]]
+        return {"error": {**boom, "frames": where, "cause": {**cause, "frames": where}}}
+
+    a = tool_session(tmp_path, [("stock", {"sku": "B2"}, raised("/home/me/agent"))])
+    b = tool_session(tmp_path, [("stock", {"sku": "B2"}, raised("/ci/build"))])
+    res = diff(a, b)
+    assert res.exit_code == 0, res.output
+    assert "differs" not in res.output and "frames" not in res.output, res.output
+
+
 def test_overridden_model_response_is_printed_though_equivalent(tmp_path: Path) -> None:
     """A what-if that only overrides the final answer: every request matches (exit 0), and the text
     output shows the response that changed."""
