@@ -384,8 +384,9 @@ def _unrecordable(name: str, value: Any, exc: Exception) -> UnrecordedResult:
         kind = exc.type_name
         where = f" (at result{exc.where})" if exc.where else ""
         what = f"{exc}{where}"
-    else:
-        kind, what = values.type_label(value), f"{type(exc).__name__}: {exc}"
+    else:  # (storing it raised: the value is named, then what storing it raised)
+        kind = values.type_label(value)
+        what = f"a {kind} (storing it raised {type(exc).__name__}: {exc})"
     short = kind.rsplit(".", 1)[-1]
     how = (
         "To record it, return a value that does not contain itself"

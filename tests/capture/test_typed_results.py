@@ -223,6 +223,37 @@ def test_a_datetime_result_gives_the_model_the_same_prompt_on_replay(make_server
     assert report["reproduced"] is True and report["divergence"] is None
 
 
+def test_a_result_whose_encoder_raises_is_said_by_its_type(
+    store: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A result that storing raised on (an encoder of the program's, an integration's) was said to
+    be the exception: "tool 'blob' returned UnicodeDecodeError: …", as if the tool had returned
+    that. The message names the value's type, then what storing it raised."""
+
+    class Blob:
+        pass
+
+    def broken(value: Blob) -> Any:
+        raise UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte")
+
+    forkpoint.register_encoder(Blob, broken)
+
+    @forkpoint.tool
+    def blob() -> Blob:
+        return Blob()
+
+    try:
+        with forkpoint.record(store=store):
+            blob()
+    finally:
+        values._ENCODERS.pop(Blob, None)
+    said = " ".join(capsys.readouterr().err.split())
+    assert (
+        f"tool 'blob' returned a {__name__}.{Blob.__qualname__} (storing it raised UnicodeDecodeError: "
+        in said
+    ), said
+
+
 def test_a_result_forkpoint_cannot_store_is_said_and_the_run_goes_on(
     store: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
