@@ -96,8 +96,6 @@ def _default(value: Any) -> Any:
 
 #: orjson's error for a value nested deeper than it writes, or containing itself.
 _TOO_DEEP = "Recursion limit reached"
-#: How many containers deep orjson writes.
-_ORJSON_DEPTH = 254
 _ARG_OPTIONS = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
 #: Containers of an argument this deep are kept as their type only: the log (orjson) must hold them
 #: inside the event.
@@ -113,19 +111,33 @@ def to_json_value(value: Any, room: int = _DEEPEST) -> Any:
     """
     try:
         data = orjson.dumps(value, default=_default, option=_ARG_OPTIONS)
-        if data.count(b"[") + data.count(b"{") > room:  # (fewer brackets cannot nest deeper)
-            padded = value
-            for _ in range(_ORJSON_DEPTH - room):  # (orjson's own depth check is then ours)
-                padded = [padded]
-            orjson.dumps(padded, default=_default, option=_ARG_OPTIONS)
-        return orjson.loads(data)
     except orjson.JSONEncodeError as exc:
         if str(exc) == _TOO_DEEP:  # (or a cycle): Python's json would go deeper than the log holds
             raise TypeError(str(exc)) from None
         try:  # lone surrogates (a file name's, a Path's) or integers beyond 64 bits are JSON: Python's
-            return json.loads(json.dumps(value, default=_default, allow_nan=False))
+            text = json.dumps(value, default=_default, allow_nan=False)
         except (TypeError, ValueError):
             raise TypeError(str(exc)) from None
+        data, loaded = text.encode(), json.loads(text)  # (ASCII: non-ASCII is escaped)
+    else:
+        loaded = orjson.loads(data)
+    # (checked on what was written: orjson writes tuples nested past its own limit, and Python's
+    # json has none, and either way the log could not hold the event around it)
+    if data.count(b"[") + data.count(b"{") > room and _deeper_than(loaded, room):
+        raise TypeError(_TOO_DEEP)
+    return loaded
+
+
+def _deeper_than(data: Any, room: int) -> bool:
+    """Whether the lists and dicts of ``data`` (plain JSON) nest more than ``room`` deep."""
+    level = [data] if isinstance(data, list | dict) else []
+    for _ in range(room):
+        level = [
+            v for c in level for v in (c.values() if isinstance(c, dict) else c) if isinstance(v, list | dict)
+        ]
+        if not level:
+            return False
+    return True
 
 
 def _lenient(value: Any, typed_only: list[type] | None = None, inside: frozenset[int] = frozenset()) -> Any:

@@ -526,6 +526,38 @@ def test_an_argument_orjson_writes_but_the_log_cannot_hold_is_cut_to_its_type(
     assert rp.report()["reproduced"]
 
 
+@pytest.mark.parametrize("leaf", ["tuples", 2**70, "\udc80"], ids=["tuples", "big-int", "surrogate"])
+def test_an_argument_of_deep_tuples_or_with_values_only_pythons_json_writes_is_cut_too(
+    store: Path, leaf: Any
+) -> None:
+    """Tuples nested 253 deep, or lists nested 260 deep around an integer beyond 64 bits or a lone
+    surrogate: orjson's depth check let the tuples through, and Python's json (which writes the
+    other two) has none, so the argument came back whole, the log refused the event around it, and
+    the whole recording stopped. The depth is now checked on what was written, however it was."""
+    if leaf == "tuples":
+        value: Any = []
+        for _ in range(253):
+            value = (value,)
+    else:
+        value = _nested(260)
+        inner = value
+        while inner:
+            inner = inner[0]
+        inner.append(leaf)
+
+    @forkpoint.tool
+    def size(x: Any) -> int:
+        return 1
+
+    with forkpoint.record(store=store) as rec:
+        assert size(value) == size([1]) == 1
+    assert rec.failure is None
+    assert len(Session.load(rec.session_path).by_type("tool_call")) == 2
+    with forkpoint.replay(rec.session_path) as rp:
+        assert size(value) == size([1]) == 1
+    assert rp.report()["reproduced"]
+
+
 def test_a_result_nested_deeper_than_the_log_holds_is_unrecorded_and_the_recording_goes_on(
     store: Path,
 ) -> None:
