@@ -28,13 +28,17 @@ READ_SIZE = 1 << 16
 class Captured:
     """What a child printed on one of its streams, written to a temporary file as it came: however
     much it printed (an arm of a fork, a test runner's output), forkpoint holds none of it in memory,
-    and the bytes are the child's own (no newline or encoding translation). The file goes when this
-    is closed or collected."""
+    and the bytes are the child's own (no newline or encoding translation). What the file cannot
+    take (a full disk) is dropped, counted in :attr:`lost` and said. The file goes when this is
+    closed or collected."""
 
     def __init__(self, text: str = "") -> None:
-        self._file = tempfile.NamedTemporaryFile(prefix="forkpoint-output-")  # noqa: SIM115 (lives with self)
+        # (unbuffered: each write reaches the file, or fails, as it is made)
+        self._file = tempfile.NamedTemporaryFile(prefix="forkpoint-output-", buffering=0)  # noqa: SIM115 (lives with self)
+        #: Bytes printed that the file could not take, dropped.
+        self.lost = 0
         if text:
-            self._file.write(text.encode())
+            self.write(text.encode())
 
     @property
     def path(self) -> Path:
@@ -43,7 +47,19 @@ class Captured:
         return Path(self._file.name)
 
     def write(self, data: bytes) -> None:
-        self._file.write(data)
+        """Append ``data``; what the file cannot take is dropped, never raised: the child goes on
+        printing, and forkpoint waiting for it (raised, the wait ended, and the child ran on alone)."""
+        rest = memoryview(data)
+        if not self.lost:
+            try:
+                while rest:
+                    rest = rest[self._file.write(rest) :]
+            except OSError as exc:
+                say(
+                    f"forkpoint: what a program printed could not all be kept ({exc.strerror or exc}, "
+                    f"in {self._file.name}): the rest of it is dropped"
+                )
+        self.lost += len(rest)
 
     def text(self, last: int | None = None) -> str:
         """What was printed, decoded as UTF-8 (U+FFFD for what is not); with ``last``, only its

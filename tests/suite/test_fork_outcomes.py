@@ -420,6 +420,29 @@ def test_what_an_arm_prints_is_kept_byte_for_byte_on_disk_not_in_memory(
         assert log.read() == b"x" * 65534 + b"\r\nfinal: Done.\n\xff err\r\n"  # (stdout, then stderr)
 
 
+# A child printing 1 MB where forkpoint's temporary files may hold 64 KiB (a full disk, as the limit
+# on file size makes it: writes past it fail with EFBIG), then writing a file of its own.
+FULL_DISK = """
+import os, resource
+from pathlib import Path
+from forkpoint.orchestrate import run_child
+resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 16, 1 << 16))
+ran = run_child(["sh", "-c", "head -c 1000000 /dev/zero; echo ended > ended.txt"], dict(os.environ), capture=True)
+print(ran.code, ran.out.path.stat().st_size, ran.out.lost, Path("ended.txt").read_text().strip())
+"""
+
+
+def test_what_a_child_prints_past_a_full_disk_is_dropped_and_it_is_waited_for(tmp_path: Path) -> None:
+    """The temporary file of what an arm printed on a full ``$TMPDIR``: the failed write ended the
+    wait, the arm's task failed, and its agent ran on alone, after ``forkpoint fork`` had exited,
+    live. Now what the file cannot take is dropped (counted, said) and the child waited for."""
+    ran = subprocess.run(
+        [sys.executable, "-c", FULL_DISK], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert ran.stdout.split() == ["0", "65536", str(1000000 - 65536), "ended"], ran.stdout + ran.stderr
+    assert "the rest of it is dropped" in ran.stderr
+
+
 OTHER_AGENT = """
 import os
 import openai
