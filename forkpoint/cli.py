@@ -271,6 +271,14 @@ def _arm_options(f: Any) -> Any:
     )(f)
 
 
+def _stopped() -> bool:
+    """Whether Ctrl-C, SIGTERM or SIGHUP stopped the arms (the local executor passed it on): what
+    was cut short, an outcome command included, measured nothing."""
+    from .executors.local import interrupted
+
+    return interrupted() is not None
+
+
 def _outcome(command: str | None, timeout: float) -> Any:
     from .outcome import Outcome
 
@@ -928,13 +936,13 @@ def fork(
     if outcome_cmd:
         click.echo(pass_rate_line(done))
     # (an arm whose command ran no forkpoint was not recorded, and one that never went live did not
-    # continue: no continuation to look at, as in sweep)
+    # continue: no continuation to look at, as in sweep; told to stop, forkpoint measured nothing more)
     failed = sum(
         1
         for arm in done
         if not arm.valid or arm.report is None or arm.exit_code != 0 or arm.unmeasured or arm.diverged
     )
-    sys.exit(0 if failed == 0 else 1)
+    sys.exit(0 if failed == 0 and not _stopped() else 1)
 
 
 @main.command()
@@ -1057,6 +1065,7 @@ def sweep(
         if all(
             a.valid and a.report is not None and not a.unmeasured and not a.diverged for a in result["arms"]
         )
+        and not _stopped()
         else 1
     )
 

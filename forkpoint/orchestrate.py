@@ -152,6 +152,17 @@ def run_child(
     return Ran(128 - code if code < 0 else code, out, err)
 
 
+def _interrupted(watch: _Watch, what: str) -> bool:
+    """Whether forkpoint, running a local executor's task, was told to stop and passed it on while
+    ``what`` ran (then said in ``watch.why``)."""
+    from .executors.local import in_task, interrupted
+
+    sig = interrupted() if in_task() else None
+    if sig is not None:
+        watch.why = watch.why or f"interrupted: forkpoint was sent {sig.name} while {what} ran"
+    return sig is not None
+
+
 class _Stuck:
     """Whether a replay that diverged hangs: a process's report holds a divergence and the program
     has not ended :data:`STUCK_AFTER_S` seconds later (a worker diverged, and the program waits for
@@ -369,7 +380,8 @@ def replay_run(
     With ``timeout`` (seconds), a program still running then is stopped (:func:`run_child`'s
     ``watch``) and :attr:`Replayed.stopped` says so; its outcome is measured all the same. A run
     in a local executor's task while forkpoint was sent SIGINT, SIGTERM or SIGHUP was cut short
-    (:func:`forkpoint.executors.local.interrupted`): ``stopped`` says so, and no outcome is measured.
+    (:func:`forkpoint.executors.local.interrupted`): ``stopped`` says so, and no outcome is measured
+    (one being measured then is stopped with it, and not kept).
 
     The recorded command runs only when the session is signed by a key this user trusts
     (:mod:`forkpoint.signing`; the own key is), or with ``trust``; a ``cmd`` given is run as it is.
@@ -509,11 +521,7 @@ def replay_run(
         # (a program that was not run reproduced nothing, whatever the other processes reported)
         report = merge_reports(reports) if reports and not not_started else None
         seen = seen.plus(netns.results(Path(tmp)))
-    from .executors.local import in_task, interrupted
-
-    sig = interrupted() if in_task() else None
-    if sig is not None:  # (forkpoint itself was told to stop, and passed it on: the run was cut short)
-        watch.why = watch.why or f"interrupted: forkpoint was sent {sig.name} while the program ran"
+    interrupted = _interrupted(watch, "the program")  # (the run was cut short)
     if report is not None:
         report["exit_code"] = code
         # What the kernel stopped (subprocesses, other programs) beside what the guard refused.
@@ -531,13 +539,15 @@ def replay_run(
     # (recorded calls before the checkpoint left unserved: no process went live, whether it ended
     # early or drifted under fifo and ended before the prefix was used up)
     short_of = live_from is not None and report is not None and bool(report.get("unserved"))
-    if outcome is not None and sig is None and not stopped_at_divergence and not short_of:
+    if outcome is not None and not interrupted and not stopped_at_divergence and not short_of:
         from .outcome import measure
 
         measured = measure(
             outcome, cwd=here, session=child.path if child else session.path, output=out, exit_code=code
         )
-        if child is not None:
+        if _interrupted(watch, "the outcome command"):  # (it was stopped: it measured nothing)
+            measured = None
+        elif child is not None:
             child.writer.append(dict(measured))
     if child is not None:
         from .record import other_calls

@@ -111,6 +111,13 @@ def _run_shell(outcome: Outcome, cwd: Path, env: dict[str, str]) -> tuple[int | 
     except OSError as exc:
         return None, "", f"cannot run the outcome command in {cwd}: {exc}"
     from .children import wait_child
+    from .executors.local import in_task, task_child
+
+    # (a fork's or a check's: Ctrl-C, SIGTERM and SIGHUP to forkpoint reach it as they reach the
+    # run; else forkpoint waited for it to end, up to its timeout, and took it as measured)
+    task = in_task()
+    if task:
+        task_child(proc)
 
     deadline = time.monotonic() + outcome.timeout
     late: list[str] = []
@@ -122,7 +129,11 @@ def _run_shell(outcome: Outcome, cwd: Path, env: dict[str, str]) -> tuple[int | 
         return None
 
     # (what it left running with its output open, a server a test started, is not waited for)
-    printed, _ = wait_child(proc, watch, own_group=True, what="the outcome command")
+    try:
+        printed, _ = wait_child(proc, watch, own_group=True, what="the outcome command")
+    finally:
+        if task:
+            task_child(proc, done=True)
     text = printed.text(last=OUTPUT_KEPT) if printed is not None else ""
     if late:
         return None, text, late[0]

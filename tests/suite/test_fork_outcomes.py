@@ -222,6 +222,35 @@ def test_sigterm_to_fork_stops_every_process_of_its_arms_and_reports_them(
     assert "interrupted: forkpoint was sent SIGTERM" in " ".join(out.split()), out
 
 
+def test_sigterm_while_an_arms_outcome_command_runs_stops_it_and_measures_nothing(
+    keeper: Keeper, tmp_path: Path
+) -> None:
+    """SIGTERM to ``fork`` while an arm's outcome command ran (here it sends the signal itself, to
+    its parent, forkpoint): the command was never passed the signal, so fork waited for it (up to its
+    timeout: ten minutes by default) and showed what it then said as the arm's outcome, "pass". Now
+    it is stopped with the arm, and nothing is measured."""
+    before = keeper.resumable()[1]
+    fork = forkpoint_cli(
+        keeper, "fork", f"{keeper.session.id}@{before}", "--arms", "1", "--into", str(tmp_path / "arms"),
+        "--store", str(keeper.store), "--outcome", "kill -TERM $PPID; sleep 60", "--", *keeper.agent,
+        cwd=tmp_path,
+    )  # fmt: skip
+    out = " ".join(fork.stdout.split())
+    assert "outcome: no run measured" in out and "pass" not in out.split("outcome:")[1], out
+    assert "interrupted: forkpoint was sent" in out and "while the outcome command ran" in out, out
+    assert fork.returncode == 1, fork.stdout + fork.stderr
+    (arm,) = arms_of_store(keeper)
+    assert outcome_of(arm) is None
+    # sweep too: it exited 0, as no arm it ran had failed
+    sweep = forkpoint_cli(
+        keeper, "sweep", keeper.session.id, "--arms", "1", "--jobs", "1", "--into", str(tmp_path / "sweep"),
+        "--store", str(keeper.store), "--outcome", "kill -TERM $PPID; sleep 60", "--", *keeper.agent,
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert sweep.returncode == 1, sweep.stdout + sweep.stderr
+    assert all(outcome_of(a) is None for a in arms_of_store(keeper)), sweep.stdout
+
+
 def test_an_arm_past_its_timeout_is_stopped_with_what_it_started_and_measured(
     keeper: Keeper, tmp_path: Path
 ) -> None:
