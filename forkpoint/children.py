@@ -97,14 +97,28 @@ def wait_child(
     that still holds the captured output open is not waited for: what was read is kept. So it is
     when the program ended by itself and what it left running holds its output open
     (:data:`LEFT_OPEN_S` later; with ``own_group``, that group is killed). Without ``watch``, its
-    captured output is read to the end, however long that takes."""
+    captured output is read to the end, however long that takes. Raising (it cannot be waited
+    for), it is killed first (with ``own_group``, its group) and reaped."""
     pipes = [pipe for pipe in (proc.stdout, proc.stderr) if pipe is not None]
-    captured = {pipe: Captured() for pipe in pipes}
-    streams = _Streams(proc, captured)
+    streams: _Streams | None = None
     try:
+        captured = {pipe: Captured() for pipe in pipes}
+        streams = _Streams(proc, captured)
         _wait(proc, watch, streams, own_group=own_group, what=what)
+    except BaseException:
+        # (no wait, out of descriptors say: the child, an arm's agent live, ran on alone after
+        # forkpoint had gone, its output unread)
+        if own_group:
+            signal_group(proc.pid, signal.SIGKILL)
+        else:
+            proc.kill()
+        proc.wait()
+        raise
     finally:
-        streams.close()
+        if streams is not None:
+            streams.close()
+        for pipe in pipes:  # (a process the child left running that writes to one gets EPIPE)
+            pipe.close()
     out = captured[proc.stdout] if proc.stdout is not None else None
     return out, captured[proc.stderr] if proc.stderr is not None else None
 
@@ -151,13 +165,10 @@ class _Streams:
                 self.open -= 1
 
     def close(self) -> None:
-        """Stop watching; a process the child left running that writes to a pipe gets EPIPE."""
+        """Stop watching (the pipes are closed by :func:`wait_child`)."""
         self.selector.close()
         if self.pidfd is not None:
             os.close(self.pidfd)
-        for pipe in (self.proc.stdout, self.proc.stderr):
-            if pipe is not None:
-                pipe.close()
 
 
 def _wait(

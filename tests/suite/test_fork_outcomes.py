@@ -472,6 +472,38 @@ def test_what_a_child_prints_past_a_full_disk_is_dropped_and_it_is_waited_for(tm
     assert "the rest of it is dropped" in ran.stderr
 
 
+# forkpoint cannot wait for a child it started (here its temporary file cannot be made: out of
+# descriptors, say); then, whether the child was left running.
+NO_WAIT = """
+import os
+from forkpoint import children
+from forkpoint.orchestrate import run_child
+
+def refuse(self, text=""):
+    raise OSError(24, "Too many open files")
+
+children.Captured.__init__ = refuse
+try:
+    run_child(["sleep", "60"], dict(os.environ), capture=True, capture_stderr=True)
+except OSError as exc:
+    print("raised:", exc)
+try:
+    print("left running:", os.waitpid(-1, os.WNOHANG))
+except ChildProcessError:
+    print("left running: none")
+"""
+
+
+def test_a_child_forkpoint_cannot_wait_for_is_not_left_running(tmp_path: Path) -> None:
+    """An error between starting a child and waiting for it (its output's temporary file) ended
+    the wait and left the child running on alone: an arm's agent, live, after fork had exited. Now
+    it is killed and reaped before the error goes on."""
+    ran = subprocess.run([sys.executable, "-c", NO_WAIT], capture_output=True, text=True, timeout=60)
+    assert ran.stdout.splitlines() == ["raised: [Errno 24] Too many open files", "left running: none"], (
+        ran.stdout + ran.stderr
+    )
+
+
 OTHER_AGENT = """
 import os
 import openai
