@@ -6,14 +6,15 @@ it held in memory), the process stopped when a watch gives a reason (a timeout),
 
 from __future__ import annotations
 
+import contextlib
 import os
 import selectors
-import shutil
 import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable
+import weakref
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -29,12 +30,13 @@ class Captured:
     """What a child printed on one of its streams, written to a temporary file as it came: however
     much it printed (an arm of a fork, a test runner's output), forkpoint holds none of it in memory,
     and the bytes are the child's own (no newline or encoding translation). What the file cannot
-    take (a full disk) is dropped, counted in :attr:`lost` and said. The file goes when this is
-    closed or collected."""
+    take (a full disk) is dropped, counted in :attr:`lost` and said. It is read back through its
+    own descriptor, never by its name: the outcome command gets the name, and may move or remove
+    the file. The file goes when this is closed or collected, or forkpoint exits."""
 
     def __init__(self, text: str = "") -> None:
-        # (unbuffered: each write reaches the file, or fails, as it is made)
-        self._file = tempfile.NamedTemporaryFile(prefix="forkpoint-output-", buffering=0)  # noqa: SIM115 (lives with self)
+        self._fd, self._name = tempfile.mkstemp(prefix="forkpoint-output-")
+        self._end = weakref.finalize(self, _remove, self._fd, self._name)
         #: Bytes printed that the file could not take, dropped.
         self.lost = 0
         if text:
@@ -42,9 +44,10 @@ class Captured:
 
     @property
     def path(self) -> Path:
-        """The file holding it (another process may read it: the outcome command does)."""
-        self._file.flush()
-        return Path(self._file.name)
+        """The file holding it, read-only (another process reads it: the outcome command does)."""
+        # (not for it to change: what the run printed is read from it again, into arm-N.log)
+        os.fchmod(self._fd, 0o400)
+        return Path(self._name)
 
     def write(self, data: bytes) -> None:
         """Append ``data``; what the file cannot take is dropped, never raised: the child goes on
@@ -53,30 +56,43 @@ class Captured:
         if not self.lost:
             try:
                 while rest:
-                    rest = rest[self._file.write(rest) :]
+                    rest = rest[os.write(self._fd, rest) :]
             except OSError as exc:
                 say(
                     f"forkpoint: what a program printed could not all be kept ({exc.strerror or exc}, "
-                    f"in {self._file.name}): the rest of it is dropped"
+                    f"in {self._name}): the rest of it is dropped"
                 )
         self.lost += len(rest)
+
+    def _chunks(self, start: int = 0) -> Iterator[bytes]:
+        """What was printed from byte ``start`` on, a buffer at a time."""
+        while chunk := os.pread(self._fd, READ_SIZE, start):
+            yield chunk
+            start += len(chunk)
 
     def text(self, last: int | None = None) -> str:
         """What was printed, decoded as UTF-8 (U+FFFD for what is not); with ``last``, only its
         last ``last`` characters, read from the end of the file."""
-        with self.path.open("rb") as f:
-            if last is not None:  # (a character is at most 4 bytes)
-                f.seek(max(0, f.seek(0, os.SEEK_END) - 4 * last))
-            text = f.read().decode(errors="replace")
+        # (a character is at most 4 bytes)
+        start = 0 if last is None else max(0, os.fstat(self._fd).st_size - 4 * last)
+        text = b"".join(self._chunks(start)).decode(errors="replace")
         return text if last is None else text[-last:]
 
     def copy_to(self, dest: BinaryIO) -> None:
         """Write what was printed to ``dest``, a buffer at a time."""
-        with self.path.open("rb") as f:
-            shutil.copyfileobj(f, dest)
+        for chunk in self._chunks():
+            dest.write(chunk)
 
     def close(self) -> None:
-        self._file.close()
+        """Remove the file now."""
+        self._end()
+
+
+def _remove(fd: int, name: str) -> None:
+    """A :class:`Captured`'s end: its descriptor closed, its file removed (unless it is gone)."""
+    os.close(fd)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(name)
 
 
 def wait_child(

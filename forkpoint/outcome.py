@@ -3,7 +3,7 @@
 An *outcome command* (``--outcome CMD`` of ``check``, ``fork`` and ``sweep``) runs through
 ``/bin/sh -c`` in the run's directory once the run has ended; exit status 0 is a pass. It sees three
 variables besides the caller's environment: ``FORKPOINT_OUTCOME_SESSION`` (the run's session
-directory), ``FORKPOINT_OUTCOME_OUTPUT`` (a file holding what the run printed on stdout) and
+directory), ``FORKPOINT_OUTCOME_OUTPUT`` (a read-only file holding what the run printed on stdout) and
 ``FORKPOINT_OUTCOME_EXIT`` (the run's exit code). What it found is an ``outcome`` event
 (:class:`~forkpoint.events.OutcomeEvent`) in the run's session, written before the ``end`` event.
 

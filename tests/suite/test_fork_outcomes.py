@@ -449,6 +449,25 @@ def test_what_an_arm_prints_is_kept_byte_for_byte_on_disk_not_in_memory(
         assert log.read() == b"x" * 65534 + b"\r\nfinal: Done.\n\xff err\r\n"  # (stdout, then stderr)
 
 
+def test_an_outcome_command_that_removes_its_output_file_leaves_the_arms_log_whole(
+    keeper: Keeper, tmp_path: Path
+) -> None:
+    """``$FORKPOINT_OUTCOME_OUTPUT`` is the file ``arm-N.log`` is then copied from, read by its
+    name: an outcome command that removed it (done with it, or moved it away) left the log empty,
+    the arm with a problem, and a traceback from the file's cleanup. It is now read through
+    forkpoint's own descriptor."""
+    before = keeper.resumable()[1]
+    arms = tmp_path / "arms"
+    fork = forkpoint_cli(
+        keeper, "fork", f"{keeper.session.id}@{before}", "--arms", "1", "--into", str(arms),
+        "--store", str(keeper.store), "--outcome", 'grep -q final "$FORKPOINT_OUTCOME_OUTPUT" && rm "$FORKPOINT_OUTCOME_OUTPUT"',
+        "--", *keeper.agent, cwd=tmp_path,
+    )  # fmt: skip
+    assert fork.returncode == 0 and "outcome: 1/1 passed" in fork.stdout, fork.stdout + fork.stderr
+    assert (arms / "arm-1.log").read_text().startswith("final: Done."), fork.stdout + fork.stderr
+    assert "Traceback" not in fork.stderr, fork.stderr
+
+
 # A child printing 1 MB where forkpoint's temporary files may hold 64 KiB (a full disk, as the limit
 # on file size makes it: writes past it fail with EFBIG), then writing a file of its own.
 FULL_DISK = """
