@@ -44,7 +44,12 @@ def in_task() -> bool:
     return threading.current_thread() in _task_threads
 
 
-def _run_in_pool(fn: Task, spec: dict[str, Any]) -> dict[str, Any]:
+def _run_in_pool(fn: Task, spec: dict[str, Any], stopping: list[int]) -> dict[str, Any] | None:
+    """``fn(spec)`` in a thread of the pool; None, without running it, once the executor was told to
+    stop (``stopping``): a thread that ended a task takes the next at once, before
+    :meth:`LocalExecutor.map` could cancel it (an arm restored, to be killed as its child starts)."""
+    if stopping:
+        return None
     me = threading.current_thread()
     with _children_lock:
         _task_threads.add(me)
@@ -110,8 +115,8 @@ class LocalExecutor(Executor):
         if threading.current_thread() is threading.main_thread():
             old = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
         try:
-            futures: dict[Future[dict[str, Any]], int] = {
-                pool.submit(_run_in_pool, fn, spec): i for i, spec in enumerate(specs)
+            futures: dict[Future[dict[str, Any] | None], int] = {
+                pool.submit(_run_in_pool, fn, spec, stopping): i for i, spec in enumerate(specs)
             }
             pending = set(futures)
             while pending:
@@ -120,8 +125,9 @@ class LocalExecutor(Executor):
                     for future in pending:
                         future.cancel()
                 for future in done:
-                    if not future.cancelled():
-                        yield futures[future], future.result()
+                    result = None if future.cancelled() else future.result()
+                    if result is not None:  # (None: it never started)
+                        yield futures[future], result
                 pending = {f for f in pending if not f.cancelled()}
         finally:
             # The caller stopped reading (or an error): tasks not started never start; the running

@@ -153,6 +153,30 @@ def test_a_task_child_started_after_the_executor_was_signalled_is_signalled_too(
         assert [r for _, r in ex.map(_child_after_the_signal, [{}])] == [{"code": 128 + signal.SIGTERM}]
 
 
+def _stop_then_mark(spec: dict[str, Any]) -> dict[str, Any]:
+    import signal
+
+    from forkpoint.executors import local
+
+    if spec["n"] == 0:  # (forkpoint is told to stop while the first task runs, which then ends)
+        os.kill(os.getpid(), signal.SIGTERM)
+        while local.interrupted() is None:
+            time.sleep(0.01)
+    else:
+        Path(spec["mark"]).touch()
+    return {"n": spec["n"]}
+
+
+def test_a_task_not_started_when_the_executor_was_signalled_never_starts(tmp_path: Path) -> None:
+    """The thread that ended a task took the next one at once, before the executor cancelled it
+    (every half second): a fork arm's checkpoint was restored after SIGTERM, its agent started
+    and killed, the arm shown as interrupted. Tasks not started never start, as scale.md says."""
+    mark = tmp_path / "started"
+    with LocalExecutor(jobs=1) as ex:
+        done = [r for _, r in ex.map(_stop_then_mark, [{"n": 0}, {"n": 1, "mark": str(mark)}])]
+    assert done == [{"n": 0}] and not mark.exists()
+
+
 def test_local_executor_runs_every_task_and_reports_failures_as_results() -> None:
     with LocalExecutor(jobs=3) as ex:
         assert ex.workers == 3
