@@ -34,7 +34,6 @@ import os
 import re
 import secrets
 import shutil
-import sys
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -47,6 +46,7 @@ from ..errors import SessionError
 from ..events import now_iso
 from ..files import private_dirs, write_private
 from ..log import LOG_NAME, MIRROR_DONE, MIRROR_RECORDING
+from ..text import say
 from .base import REMOTE_MARKER, Listing, SessionInfo, Store, pick, scan, session_order, summarize_log
 from .index import ENTRIES, INDEX_DIR, consolidate, entry_bytes, entry_name, max_loose_entries, read_index
 
@@ -420,9 +420,9 @@ class RemoteStore(Store):
             where = self.upload(path, blocking=True) or str(path)
         except (SessionError, OSError) as exc:
             if not quiet:
-                sys.stderr.write(
+                say(
                     f"forkpoint: {exc}\nforkpoint: the session stays staged in {path}; the next "
-                    f"`forkpoint ls --store {self.url}` or recording into that store uploads it\n"
+                    f"`forkpoint ls --store {self.url}` or recording into that store uploads it"
                 )
             return str(path)  # the store is unreachable: leave the other staged sessions be
         finally:
@@ -668,9 +668,9 @@ class RemoteStore(Store):
                 else:  # (a process appended after the upload): never the only copy deleted
                     kept = self.path / f".kept-{sid}-{secrets.token_hex(4)}"
                     os.rename(old, kept)
-                    sys.stderr.write(
+                    say(
                         f"forkpoint: WARNING: the copy of session {sid} here differed from the store's "
-                        f"(a process wrote to it after it was uploaded?): kept in {kept}\n"
+                        f"(a process wrote to it after it was uploaded?): kept in {kept}"
                     )
             else:
                 try:

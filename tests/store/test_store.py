@@ -220,6 +220,26 @@ def test_store_names(tmp_path: Path) -> None:
 # ----------------------------------------------------------------------------- memory://
 
 
+def test_a_store_that_cannot_take_the_session_says_so_without_raising_into_the_program(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The store is unreachable as the recording ends, in a program that closed its stderr: the
+    "stays staged" warning was written to stderr directly (not through ``say``) and raised
+    ValueError out of ``forkpoint.record()`` into the program."""
+
+    def unreachable(self: Any, path: Path, *, blocking: bool = True) -> str | None:
+        raise OSError(errno.ECONNREFUSED, "Connection refused")
+
+    monkeypatch.setattr(remote.RemoteStore, "upload", unreachable)
+    gone = open(os.devnull, "w")  # noqa: SIM115 (closed on purpose)
+    gone.close()
+    with monkeypatch.context() as m:
+        m.setattr(sys, "stderr", gone)
+        with forkpoint.record(store=f"memory://fp-{secrets.token_hex(4)}/sessions") as rec:
+            pass
+    assert (rec.session_path / LOG_NAME).is_file()  # staged, for the next upload
+
+
 def test_memory_store_record_replay_show_ls_verify(
     model: LocalServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
