@@ -52,19 +52,15 @@ def encode_output(tool: Any, output: Any) -> Any:
     # The JSON form is made only where it is used: pydantic has none for some values the typed form
     # stores (bytes that are not UTF-8 raise), and those must reach stored_form below.
     if getattr(tool, "_output_type_adapter", None) is not None or getattr(tool, "output_json_schema", None):
-        return jsonable(
-            output
-        )  # validated and dumped by the tool's output schema: the JSON form gives the same
+        return jsonable(output)  # (validated and dumped by the tool's output schema: the same)
     try:
         from agents.items import ItemHelpers
 
         structured = ItemHelpers._convert_tool_output_as_structured(output) is not None
     except Exception:
         structured = False
-    if structured:
-        return jsonable(
-            output
-        )  # ToolOutputText / Image / FileContent: their dicts carry "type" and validate back
+    if structured:  # (ToolOutputText / Image / FileContent: their dicts carry "type" and validate back)
+        return jsonable(output)
     # The SDK gets the same value back on replay, and sends the model its str(); a value with no
     # stored form is said and left unrecorded (its str() gave the program a str on replay).
     return stored_form(output)
