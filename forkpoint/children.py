@@ -7,7 +7,9 @@ it held in memory), the process stopped when a watch gives a reason (a timeout),
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import secrets
 import selectors
 import signal
 import subprocess
@@ -30,24 +32,46 @@ class Captured:
     """What a child printed on one of its streams, written to a temporary file as it came: however
     much it printed (an arm of a fork, a test runner's output), forkpoint holds none of it in memory,
     and the bytes are the child's own (no newline or encoding translation). What the file cannot
-    take (a full disk) is dropped, counted in :attr:`lost` and said. It is read back through its
-    own descriptor, never by its name: the outcome command gets the name, and may move or remove
-    the file. The file goes when this is closed or collected, or forkpoint exits."""
+    take (a full disk) is dropped, counted in :attr:`lost` and said. The file has no name where the
+    kernel allows it (``O_TMPFILE``), so it goes with forkpoint's descriptor even when forkpoint is
+    killed (a Ray worker the OOM killer ended left an arm's output behind); it is named only while
+    an outcome command reads it (:meth:`named`). Else it is named, and removed when this is closed
+    or collected, or forkpoint exits. Read back through its own descriptor, never by a name."""
 
     def __init__(self, text: str = "") -> None:
-        self._fd, self._name = tempfile.mkstemp(prefix="forkpoint-output-")
+        self._dir = tempfile.gettempdir()
+        self._fd, self._name = _new_file(self._dir)
         self._end = weakref.finalize(self, _remove, self._fd, self._name)
         #: Bytes printed that the file could not take, dropped.
         self.lost = 0
         if text:
             self.write(text.encode())
 
-    @property
-    def path(self) -> Path:
-        """The file holding it, read-only (another process reads it: the outcome command does)."""
-        # (not for it to change: what the run printed is read from it again, into arm-N.log)
+    @contextlib.contextmanager
+    def named(self) -> Iterator[Path]:
+        """A name for the file, read-only, while the block runs (the outcome command reads it, and
+        may move or remove it: what the run printed is read again from the descriptor)."""
         os.fchmod(self._fd, 0o400)
-        return Path(self._name)
+        if self._name is not None:
+            yield Path(self._name)
+            return
+        try:
+            name = _link(self._fd, self._dir)
+        except OSError:  # (no /proc, say): a named copy
+            fd, name = tempfile.mkstemp(prefix=PREFIX, dir=self._dir)
+            with os.fdopen(fd, "wb") as f:
+                self.copy_to(f)
+            os.chmod(name, 0o400)
+        try:
+            yield Path(name)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(name)
+
+    @property
+    def size(self) -> int:
+        """Bytes kept."""
+        return os.fstat(self._fd).st_size
 
     def write(self, data: bytes) -> None:
         """Append ``data``; what the file cannot take is dropped, never raised: the child goes on
@@ -60,7 +84,7 @@ class Captured:
             except OSError as exc:
                 say(
                     f"forkpoint: what a program printed could not all be kept ({exc.strerror or exc}, "
-                    f"in {self._name}): the rest of it is dropped"
+                    f"in {self._dir}): the rest of it is dropped"
                 )
         self.lost += len(rest)
 
@@ -74,7 +98,7 @@ class Captured:
         """What was printed, decoded as UTF-8 (U+FFFD for what is not); with ``last``, only its
         last ``last`` characters, read from the end of the file."""
         # (a character is at most 4 bytes)
-        start = 0 if last is None else max(0, os.fstat(self._fd).st_size - 4 * last)
+        start = 0 if last is None else max(0, self.size - 4 * last)
         text = b"".join(self._chunks(start)).decode(errors="replace")
         return text if last is None else text[-last:]
 
@@ -88,11 +112,44 @@ class Captured:
         self._end()
 
 
-def _remove(fd: int, name: str) -> None:
-    """A :class:`Captured`'s end: its descriptor closed, its file removed (unless it is gone)."""
+#: The name of a captured output's file (when it has one) begins so.
+PREFIX = "forkpoint-output-"
+#: linkat(2)'s "the current directory" and its flag to follow ``/proc/self/fd/N`` to the file.
+_AT_FDCWD, _AT_SYMLINK_FOLLOW = -100, 0x400
+
+
+def _new_file(directory: str) -> tuple[int, str | None]:
+    """A new file in ``directory`` for a :class:`Captured`: (descriptor, None) for one without a
+    name where the kernel and file system allow it (Linux 3.11, ``O_TMPFILE``), else (descriptor,
+    its name)."""
+    if hasattr(os, "O_TMPFILE"):
+        with contextlib.suppress(OSError):  # (a file system without it: a named one)
+            return os.open(directory, os.O_TMPFILE | os.O_RDWR, 0o600), None
+    return tempfile.mkstemp(prefix=PREFIX, dir=directory)
+
+
+def _link(fd: int, directory: str) -> str:
+    """Give the unnamed file ``fd`` a new name in ``directory`` (linkat(2) through
+    ``/proc/self/fd``, which ``os.link`` does not follow); returns it. Raises OSError."""
+    import ctypes  # (only when an outcome command reads a run's output)
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    source = f"/proc/self/fd/{fd}".encode()
+    while True:
+        name = os.path.join(directory, PREFIX + secrets.token_hex(6))
+        if libc.linkat(_AT_FDCWD, source, _AT_FDCWD, os.fsencode(name), _AT_SYMLINK_FOLLOW) == 0:
+            return name
+        err = ctypes.get_errno()
+        if err != errno.EEXIST:
+            raise OSError(err, os.strerror(err), name)
+
+
+def _remove(fd: int, name: str | None) -> None:
+    """A :class:`Captured`'s end: its descriptor closed, its file's name removed (unless gone)."""
     os.close(fd)
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(name)
+    if name is not None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(name)
 
 
 def wait_child(

@@ -74,9 +74,9 @@ def measure(
     started = time.perf_counter()
     from .children import Captured
 
-    printed = output if output is not None else Captured()
-    env["FORKPOINT_OUTCOME_OUTPUT"] = str(printed.path)
-    code, text, reason = _run_shell(outcome, cwd, env)
+    with (output if output is not None else Captured()).named() as printed:
+        env["FORKPOINT_OUTCOME_OUTPUT"] = str(printed)
+        code, text, reason = _run_shell(outcome, cwd, env)
     if code in NOT_RUN_CODES:
         said = next((line for line in reversed(text.splitlines()) if line.strip()), "")
         reason = f"the outcome command could not run (exit {code}: {said or 'not found or not executable'})"

@@ -476,7 +476,7 @@ from pathlib import Path
 from forkpoint.orchestrate import run_child
 resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 16, 1 << 16))
 ran = run_child(["sh", "-c", "head -c 1000000 /dev/zero; echo ended > ended.txt"], dict(os.environ), capture=True)
-print(ran.code, ran.out.path.stat().st_size, ran.out.lost, Path("ended.txt").read_text().strip())
+print(ran.code, ran.out.size, ran.out.lost, Path("ended.txt").read_text().strip())
 """
 
 
