@@ -33,7 +33,7 @@ def otlp_traces_url(url: str) -> str:
     try:
         parts = urlsplit(url)
         parts.port  # noqa: B018 - raises ValueError for a port out of range
-    except ValueError as exc:  # ("http://[127.0.0.1": an unclosed bracket)
+    except ValueError as exc:  # ("http://127.0.0.1:4318]": a stray bracket)
         raise ExportError(f"{url!r}: not a URL of an OTLP/HTTP endpoint ({exc})") from None
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise ExportError(f"{url!r}: expected an http:// or https:// URL of an OTLP/HTTP endpoint")

@@ -457,9 +457,9 @@ def test_otlp_url() -> None:
     assert otlp_traces_url("https://otel.example/custom/path") == "https://otel.example/custom/path"
 
 
-@pytest.mark.parametrize("url", ["http://[127.0.0.1", "http://127.0.0.1:99999"])
+@pytest.mark.parametrize("url", ["http://127.0.0.1:4318]", "http://127.0.0.1:99999"])
 def test_an_otlp_url_that_does_not_parse_is_an_error_not_a_traceback(url: str) -> None:
-    """``--otlp 'http://[127.0.0.1'`` (an unclosed bracket) ended ``forkpoint export`` in a
+    """``--otlp 'http://127.0.0.1:4318]'`` (a stray bracket) ended ``forkpoint export`` in a
     ValueError traceback; a port out of range was only refused by the exporter, mid-send."""
     from forkpoint.otel.sdk import ExportError
 
