@@ -1,7 +1,8 @@
 """Waiting on a child process: its captured output copied to temporary files as it comes (none of
-it held in memory), the process stopped when a watch gives a reason (a timeout), and what it left running with that output open not waited on
-(a server in the background would be waited on forever). Used for the programs forkpoint runs
-(:mod:`forkpoint.orchestrate`) and for outcome commands (:mod:`forkpoint.outcome`).
+it held in memory), the process stopped when a watch gives a reason (a timeout), and what it left
+running with that output open not waited on (a server in the background would be waited on
+forever). Used for the programs forkpoint runs (:mod:`forkpoint.orchestrate`) and for outcome
+commands (:mod:`forkpoint.outcome`).
 """
 
 from __future__ import annotations

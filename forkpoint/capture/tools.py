@@ -272,10 +272,10 @@ def _error_dict(exc: BaseException, tool: str, depth: int = 0, below: bool = Fal
     (:mod:`.tracebacks`)."""
     out = error_record(exc)
     out["message"] = scrub_text(out["message"])
-    tb = exc.__traceback__
-    frames = frames_of(tb.tb_next if below and tb is not None else tb) if below or depth else []
-    if frames:
-        out["frames"] = frames
+    if below or depth:  # (below: the top frame is call_tool's own, which a replay has too)
+        tb = exc.__traceback__
+        if frames := frames_of(tb.tb_next if below and tb is not None else tb):
+            out["frames"] = frames
     for field in ("errno", "strerror"):  # (an OSError's are its args, kept below)
         out.pop(field, None)  # type: ignore[misc]
     try:
