@@ -14,8 +14,8 @@ program)
 and, for replay, ``FORKPOINT_REPLAY`` (JSON:
 ``models``, ``tools``, ``on_divergence``, ``overrides``, ``strict`` and ``child``, the what-if session to write). The variables are removed once read,
 so Python subprocesses of the agent are not recorded or replayed (documented in docs/format.md);
-programs the recorded command runs side by side or one after another (a shell script) each are.
-"""
+programs the recorded command runs side by side or one after another (a shell script) each are,
+and so is a program it becomes through exec (:func:`_hand_over_at_exec`)."""
 
 from __future__ import annotations
 
@@ -46,6 +46,9 @@ ENV_VARS = ("FORKPOINT_MODE", "FORKPOINT_SESSION", "FORKPOINT_TOOLS", "FORKPOINT
 BOOTSTRAP_DIR = Path(__file__).parent / "_bootstrap"
 #: Set in the activation of a worker that ``multiprocessing`` starts with ``spawn`` (:func:`spawned`).
 SPAWNED_VAR = "FORKPOINT_SPAWNED"
+#: Set for the program a bootstrapped process becomes through exec: where its call ordinals start
+#: (:data:`forkpoint.runtime.sent_from`).
+SENT_FROM_VAR = "FORKPOINT_SENT_FROM"
 
 #: This process's activation (the variables it was started with), for the workers it spawns.
 _activation: dict[str, str] | None = None
@@ -56,12 +59,16 @@ def start(environ: MutableMapping[str, str] = os.environ) -> None:
     worker's activation: :func:`spawned`); do nothing when it says nothing. The variables are
     taken out of ``environ``."""
     global _activation
-    env = {k: environ.pop(k, "") for k in (*ENV_VARS, SPAWNED_VAR)}
+    env = {k: environ.pop(k, "") for k in (*ENV_VARS, SPAWNED_VAR, SENT_FROM_VAR)}
     _leave_pythonpath()
     mode, session = env["FORKPOINT_MODE"], env["FORKPOINT_SESSION"]
     if not mode or not session:
         return
-    _activation = {k: v for k, v in env.items() if v and k != SPAWNED_VAR}
+    _activation = {k: v for k, v in env.items() if v and k not in (SPAWNED_VAR, SENT_FROM_VAR)}
+    if env[SENT_FROM_VAR]:
+        from . import runtime
+
+        runtime.sent_from = int(env[SENT_FROM_VAR])
     if mode == "record" and environ.get("FORKPOINT_DETERMINISTIC"):
         _activation["FORKPOINT_DETERMINISTIC"] = environ["FORKPOINT_DETERMINISTIC"]
     if env["FORKPOINT_TOOLS"]:
@@ -76,7 +83,8 @@ def start(environ: MutableMapping[str, str] = os.environ) -> None:
         _join_recording(Path(session))
         made: list[Recorder] = []
         failed: list[str] = []
-        ws_opts = json.loads(environ.pop("FORKPOINT_WORKSPACE", "") or "null")
+        ws_raw = environ.pop("FORKPOINT_WORKSPACE", "")
+        ws_opts = json.loads(ws_raw or "null")
 
         def make() -> Recorder | None:
             # On the first call the program makes: a program that makes none loads no recorder.
@@ -114,14 +122,14 @@ def start(environ: MutableMapping[str, str] = os.environ) -> None:
         if env["FORKPOINT_REPORT"]:
             report = Path(env["FORKPOINT_REPORT"])
 
-            def write_ending() -> None:
+            def write_ending(tag: str = "") -> None:
                 from .files import write_private
 
                 incomplete = made[0].failure if made else (failed[0] if failed else None)
                 lacks = [rec.lacks.to_json() for rec in made]
                 doc = {"uncaught": ended, "incomplete": incomplete, "lacks": lacks}
                 # (this process's own: a forked child that exits normally writes one of its own)
-                write_private(report / f"{ENDING_PREFIX}{os.getpid()}.json", json.dumps(doc).encode())
+                write_private(report / f"{ENDING_PREFIX}{os.getpid()}{tag}.json", json.dumps(doc).encode())
 
             atexit.register(write_ending)  # registered first, run last: after the calls written at exit
         atexit.register(finish_recording)
@@ -136,6 +144,22 @@ def start(environ: MutableMapping[str, str] = os.environ) -> None:
                     write_ending()
 
         _before_os_exit(leaving, "the recording")
+
+        def before_exec(tag: str) -> Callable[[], None]:
+            finish_recording()
+            if env["FORKPOINT_REPORT"]:
+                write_ending(tag)
+
+            def undo() -> None:  # (the exec failed: the program goes on, recorded from its next call)
+                made.clear()
+                runtime.activate_later(make)
+
+            return undo
+
+        if not env[SPAWNED_VAR]:
+            _hand_over_at_exec(
+                before_exec, {**_activation, **({"FORKPOINT_WORKSPACE": ws_raw} if ws_raw else {})}
+            )
     elif mode == "replay":
         try:
             _start_replay(session, env, spawned=bool(env[SPAWNED_VAR]))
@@ -193,6 +217,24 @@ def _start_replay(session: str, env: Mapping[str, str], *, spawned: bool = False
             write_report(reports / f"report-{os.getpid()}.json", rp.report())
 
     atexit.register(finish)
+    if not spawned:
+
+        def before_exec(tag: str) -> Callable[[], None]:
+            api.finish_pending(rp)
+            if child is not None:
+                child.sync()
+            done = reports / f"report-{os.getpid()}{tag}.json" if reports else None
+            if done is not None:
+                write_report(done, rp.report())
+
+            def undo() -> None:  # (the exec failed: the program goes on, replayed; its report at exit)
+                if done is not None:
+                    done.unlink(missing_ok=True)
+
+            return undo
+
+        assert _activation is not None
+        _hand_over_at_exec(before_exec, _activation)
     if reports:
 
         def report() -> None:
@@ -227,6 +269,49 @@ def _before_os_exit(run: Callable[[int, bool], None], what: str) -> None:
     os._exit = _exit
 
 
+def _hand_over_at_exec(before: Callable[[str], Callable[[], None]], activation: Mapping[str, str]) -> None:
+    """Make ``os.execv`` and ``os.execve`` (every ``os.exec*`` goes through one of them) hand this
+    process's recording or replay on to the program it becomes, which is the recorded command
+    going on: ``before(tag)`` finishes this program's part, naming its ending or report file with
+    ``tag`` (the pid stays the same), and returns what undoes that should the exec fail; the new
+    program starts with ``activation`` in its environment (an environment passed to ``execve``
+    too), forkpoint's bootstrap on its ``PYTHONPATH``, and call ordinals that follow this
+    program's: its calls have the same pid in the log. An exec in a child forked from this process
+    (a subprocess) or of a file that cannot be run (``execvp`` tries each folder of ``PATH``)
+    goes through untouched."""
+    started, real_execve = os.getpid(), os.execve
+    handed = 0
+
+    def execve(path: Any, args: Any, env: Mapping[str, str] | None = None) -> NoReturn:
+        if os.getpid() != started or not (isinstance(path, int) or os.access(path, os.X_OK)):
+            real_execve(path, args, os.environ if env is None else env)
+        from . import runtime
+        from .events import SESSION_ID_VAR
+
+        new = dict(os.environ if env is None else env)
+        for k in ("PYTHONHASHSEED", SESSION_ID_VAR):  # (what the recording's header and ids say)
+            if k in os.environ:
+                new.setdefault(k, os.environ[k])
+        new.update(activation)
+        new["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(_bootstrap_dir()), new.get("PYTHONPATH", "")) if p
+        )
+        new[SENT_FROM_VAR] = str(runtime.sent_past())
+        nonlocal handed
+        handed += 1
+        undo = before(f"-exec{handed}")
+        try:
+            real_execve(path, args, new)
+        except BaseException:
+            undo()
+            raise
+
+    def execv(path: Any, args: Any) -> NoReturn:
+        execve(path, args)
+
+    os.execv, os.execve = execv, execve  # type: ignore[assignment]
+
+
 def _refuse_to_run(report: str, why: str) -> None:
     """End this process before the program's own code runs, with :data:`NOT_STARTED_EXIT`: the
     replay it was started for cannot start (a session value that does not decode, a session it
@@ -253,13 +338,7 @@ def _leave_pythonpath() -> None:
     path = os.environ.get("PYTHONPATH")
     if path is None:
         return
-    # The folder on PYTHONPATH is the one of the forkpoint that started this process, which may not
-    # be the one this process imports (a CLI run from a checkout, an agent with its own install):
-    # the folder of the sitecustomize that is running says which.
-    ours = {os.path.abspath(BOOTSTRAP_DIR)}
-    running = getattr(sys.modules.get("sitecustomize"), "__file__", None)
-    if running and os.path.basename(os.path.dirname(os.path.abspath(running))) == BOOTSTRAP_DIR.name:
-        ours.add(os.path.dirname(os.path.abspath(running)))
+    ours = {os.path.abspath(BOOTSTRAP_DIR), _bootstrap_dir()}
     kept = [p for p in path.split(os.pathsep) if os.path.abspath(p or ".") not in ours]
     if len(kept) == len(path.split(os.pathsep)):
         return
@@ -267,6 +346,16 @@ def _leave_pythonpath() -> None:
         os.environ["PYTHONPATH"] = os.pathsep.join(kept)
     else:
         del os.environ["PYTHONPATH"]
+
+
+def _bootstrap_dir() -> str:
+    """The bootstrap folder that started this process: the one of the forkpoint that started it,
+    which may not be the one this process imports (a CLI run from a checkout, an agent with its
+    own install); the folder of the sitecustomize that is running says which."""
+    running = str(getattr(sys.modules.get("sitecustomize"), "__file__", None) or "")
+    if running and os.path.basename(os.path.dirname(os.path.abspath(running))) == BOOTSTRAP_DIR.name:
+        return os.path.dirname(os.path.abspath(running))
+    return os.path.abspath(BOOTSTRAP_DIR)
 
 
 #: In a remote store's mirror: the lock file of a staged session (forkpoint.log.MIRROR_RECORDING;

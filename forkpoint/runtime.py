@@ -165,18 +165,32 @@ def tool_aliases() -> dict[str, str]:
 
 _sent_lock = threading.Lock()
 _sent_counters: weakref.WeakKeyDictionary[Any, Iterator[int]] = weakref.WeakKeyDictionary()
+#: The first ordinal of this process's runtimes: past the last one of the program it replaced through
+#: exec, whose calls have the same pid in the log (``forkpoint._boot``).
+sent_from = 1
 
 
 def next_sent(rt: Runtime) -> int:
-    """1, 2, 3… per runtime: the order in which its calls (model and tool) were *started*.
+    """1, 2, 3… per runtime (from :data:`sent_from`): the order in which its calls (model and tool)
+    were *started*.
 
     Events are written when a call ends; this ordinal lets a replay answer identical concurrent
     calls in the order they began (see :func:`forkpoint.match.in_send_order`)."""
     with _sent_lock:
         counter = _sent_counters.get(rt)
         if counter is None:
-            counter = _sent_counters[rt] = itertools.count(1)
+            counter = _sent_counters[rt] = itertools.count(sent_from)
         return next(counter)
+
+
+def sent_past() -> int:
+    """An ordinal past every one this process's runtimes gave (:func:`next_sent`): where the calls
+    of the program it becomes through exec go on, and those of the runtimes it makes from now on
+    (a recording that goes on after an exec that failed)."""
+    global sent_from
+    with _sent_lock:
+        sent_from = max((next(c) for c in list(_sent_counters.values())), default=sent_from)
+        return sent_from
 
 
 #: Threads of forkpoint's own that must not be recorded or served (the live OTLP export sends

@@ -398,16 +398,24 @@ class SessionWriter:
             return keep, ()
         return n, tuple(at)
 
+    def sync(self) -> None:
+        """Flush to disk (policies ``event`` and ``close``), staying open."""
+        with self._lock:
+            self._sync()
+
     def close(self) -> None:
         """Flush to disk (policies ``event`` and ``close``) and close. Safe to call twice."""
         with self._lock:
             if self._fd >= 0:
-                if self.fsync != "never":
-                    self.blobs.sync()
-                    os.fsync(self._fd)
+                self._sync()
                 os.close(self._fd)
                 self._fd = -1
         _OPEN.discard(self)
+
+    def _sync(self) -> None:
+        if self._fd >= 0 and self.fsync != "never":
+            self.blobs.sync()
+            os.fsync(self._fd)
 
     def _forked(self) -> None:
         """In a child forked while this writer was open: a file description of its own. The lock

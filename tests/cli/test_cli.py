@@ -838,6 +838,65 @@ def test_replay_of_a_command_that_ran_several_programs(tmp_path: Path) -> None:
     assert "Expected next: recorded event seq 3" in said and "$.args.ticker: ACME → ZZZ" in said
 
 
+#: QUOTE's two calls, then the program replaces itself (argv[2] says how) with its second run.
+EXEC_QUOTE = (
+    QUOTE.replace("import sys\n", "import os\nimport sys\n").replace(
+        "sys.argv[2] if len(sys.argv) > 2 else ", ""
+    )
+    + """
+again = [sys.executable, __file__, sys.argv[1], "again"]
+how = sys.argv[2]
+if how == "execv":
+    os.execv(sys.executable, again)
+elif how == "execvp":  # (found in the second folder of PATH: the first candidate fails)
+    os.execvp(os.path.basename(sys.executable), again)
+elif how == "execve":  # (an environment of its own, built from os.environ: forkpoint's variables are not in it)
+    os.execve(sys.executable, again, {**os.environ, "QUOTE_RUN": "2"})
+elif how == "noexec":  # (a file that can be run but not executed: the exec fails, the program goes on)
+    try:
+        os.execv(os.path.abspath("garbage"), again)
+    except OSError:
+        print(quote("ACME")["price"])
+"""
+)
+
+
+@pytest.mark.parametrize("how", ["execv", "execvp", "execve", "noexec"])
+def test_a_program_that_replaces_itself_through_exec_is_recorded_and_replayed_whole(
+    tmp_path: Path, how: str
+) -> None:
+    """A program that execs into another (a launcher, a program restarting itself) is the recorded
+    command going on. forkpoint took its activation out of the environment, so the new program ran
+    unrecorded and nothing said so: the session held the first program's calls only, and a replay
+    ran the second program's tools live (or its model calls against the network) and exited 1,
+    "wrote no report". Its calls also restart their ordinals in the same pid, so identical calls
+    must still come back in the order they were made across the exec."""
+    (tmp_path / "quote.py").write_text(EXEC_QUOTE)
+    garbage = tmp_path / "garbage"
+    garbage.write_bytes(b"\x00\x01 not a program")
+    garbage.chmod(0o755)
+    (tmp_path / "empty").mkdir()
+    counter = tmp_path / "counter"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FORKPOINT_")}
+    env["PATH"] = os.pathsep.join([str(tmp_path / "empty"), str(Path(sys.executable).parent), env["PATH"]])
+    store = str(tmp_path / "store")
+    cmd = [sys.executable, "quote.py", str(counter), how]
+    rec = run([*FORKPOINT, "record", "--store", store, "--no-workspace", "--", *cmd], tmp_path, env)
+    assert rec.returncode == 0, rec.stderr
+    expected = ["101", "102", "103"] if how == "noexec" else ["101", "102", "103", "104"]
+    assert rec.stdout.split() == expected
+    assert f"(0 model calls, {len(expected)} tool calls)" in flat(rec.stderr), rec.stderr
+    counter.unlink()
+
+    rep = run([*FORKPOINT, "replay", "last", "--store", store], tmp_path, env)
+    assert rep.returncode == 0, rep.stderr
+    assert rep.stdout == rec.stdout
+    assert not counter.exists()  # no tool body ran
+    said = flat(rep.stderr)
+    assert f"replay ok: {len(expected)}/{len(expected)} events matched, 0 recorded events left unused" in said
+    assert ("served to 2 processes" in said) == (how != "noexec"), said
+
+
 FORKED_QUOTE = QUOTE.replace(
     'print(quote(ticker)["price"], quote(ticker)["price"])',
     """first = quote("ACME")["price"]
