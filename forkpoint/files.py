@@ -4,6 +4,7 @@ whole or not at all."""
 from __future__ import annotations
 
 import os
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 
@@ -35,6 +36,27 @@ def private_dirs(path: str | Path) -> Path:
     for p in reversed(missing):
         p.mkdir(mode=0o700, exist_ok=True)
     return path
+
+
+def scratch_dir(
+    owner: object, prefix: str, where: str | None = None
+) -> tuple[Path, weakref.finalize[[str, int], object]]:
+    """A new private folder (0700) in ``where`` (default: the temporary folder), and the finalizer
+    that removes it (call it to remove the folder now), run when ``owner`` is collected or the
+    process exits. It removes the folder in this process only: a child forked from it (a recorded
+    program may fork, and the child exit normally) runs its copy of the finalizer too, and would
+    otherwise remove a folder the parent goes on using."""
+    import tempfile  # (here: it imports shutil, see copy_dir_into_place)
+
+    path = tempfile.mkdtemp(prefix=prefix, dir=where)
+    return Path(path), weakref.finalize(owner, _remove_own_dir, path, os.getpid())
+
+
+def _remove_own_dir(path: str, pid: int) -> None:
+    if os.getpid() == pid:
+        import shutil
+
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def copy_dir_into_place(

@@ -11,7 +11,6 @@ import shutil
 import stat
 import tempfile
 import time
-import weakref
 import zlib
 from collections.abc import Callable
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 from .. import redact
 from ..canonical import sha256_hex
 from ..errors import CheckpointError, SessionError
+from ..files import scratch_dir
 from ..log.blobs import open_regular
 from ..patterns import compiled_later_bytes
 from .git import (
@@ -250,9 +250,8 @@ class SourceTracker:
         self._work = _Trees(self.algo)  # trees of the private index (the working tree's state)
         self._staged = _Trees(self.algo)  # trees of the user's index (the staged state)
         self._work_built = False
-        tmp = tempfile.mkdtemp(prefix="forkpoint-index-")
-        self._finalizer = weakref.finalize(self, shutil.rmtree, tmp, True)
-        self.private = Path(tmp) / "index"
+        tmp, self._finalizer = scratch_dir(self, "forkpoint-index-")
+        self.private = tmp / "index"
         self._entries: dict[bytes, bytes] | None = None
         #: (the entries they were found in, the submodule paths among them)
         self._submodules: tuple[dict[bytes, bytes] | None, list[str]] = (None, [])

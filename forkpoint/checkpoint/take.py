@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import os
-import shutil
 import stat
-import tempfile
 import time
-import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .._version import __version__
 from ..canonical import digest
+from ..files import scratch_dir
 from ..log import BlobStore
 from ..redact import scrub_json
 from ..text import say
@@ -62,9 +60,7 @@ class Workspace:
         keeps them as sealed blobs of its checkpoints (``git_objects``), never as files in the clear."""
         shm = Path("/dev/shm")
         where = str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
-        tmp = tempfile.mkdtemp(prefix="forkpoint-objects-", dir=where)
-        weakref.finalize(self, shutil.rmtree, tmp, True)
-        self.objects = Path(tmp)
+        self.objects, _ = scratch_dir(self, "forkpoint-objects-", where)
         self._sealed = set()
 
     def new_objects(self) -> dict[str, bytes] | None:

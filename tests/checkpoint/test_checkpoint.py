@@ -904,6 +904,52 @@ def test_a_store_and_workspace_given_as_relative_paths_take_checkpoints(
     assert cp.get("error") is None and cp["source"]["changed"] == ["a.txt"]
 
 
+#: An agent that forks a worker which ends normally (its exit handlers run), then edits and checkpoints.
+FORKING_AGENT = """
+import os
+import sys
+
+import forkpoint
+
+forkpoint.checkpoint("before the worker")
+pid = os.fork()
+if pid == 0:
+    sys.exit(0)
+os.waitpid(pid, 0)
+with open("a.txt", "w") as f:
+    f.write("b")
+forkpoint.checkpoint("after the worker")
+"""
+
+
+@pytest.mark.parametrize("encrypted", [False, True], ids=["plain", "encrypted"])
+def test_a_forked_worker_that_exits_leaves_the_parents_checkpoints_working(
+    tmp_path: Path, encrypted: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The forked child ran its copy of the exit-time removal of the recording's private git index
+    (encrypted: of its scratch object folder too), so every later checkpoint of the parent failed:
+    "Unable to create '/tmp/forkpoint-index-…/index.lock'"."""
+    from pyrage import x25519
+
+    from forkpoint.log import IDENTITY_ENV
+    from tests.cliutil import forkpoint_cli, with_this_path
+
+    repo = make_repo(tmp_path / "repo", {"a.txt": "a"})
+    (tmp_path / "agent.py").write_text(FORKING_AGENT)
+    me = x25519.Identity.generate()
+    (tmp_path / "me.key").write_text(f"{me}\n")
+    encrypt = ["--encrypt-to", str(me.to_public())] if encrypted else []
+    store = tmp_path / "store"
+    cmd = ["record", "--store", str(store), *encrypt, "--", sys.executable, str(tmp_path / "agent.py")]
+    run = forkpoint_cli(cmd, repo, with_this_path())
+    assert run.returncode == 0 and "could not be taken" not in run.stderr, run.stderr
+    monkeypatch.setenv(IDENTITY_ENV, str(tmp_path / "me.key"))
+    (path,) = session_dirs(store)
+    after = [e for e in Session.load(path).events if e.get("reason") == "after the worker"]
+    assert len(after) == 1 and "error" not in after[0], after
+    assert after[0]["source"]["changed"] == ["a.txt"]
+
+
 def test_a_tracked_file_deleted_then_written_again_is_in_the_next_checkpoint(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
