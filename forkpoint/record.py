@@ -410,6 +410,8 @@ class Recorder:
             call.finish(ended="unfinished")
         with self._guarded():
             self.writer.close()
+        if self.workspace is not None:
+            self.workspace.close()
 
 
 @overload

@@ -30,7 +30,8 @@ from forkpoint.cli import main
 from forkpoint.errors import IdentityError, UsageError
 from forkpoint.log import IDENTITY_ENV, LOG_NAME, Session, SessionWriter, encryption_table, read_header
 from forkpoint.redact import load_rules
-from tests.cliutil import forkpoint_cli
+from tests.cliutil import forkpoint_cli, with_this_path
+from tests.gitutil import make_repo
 from tests.modelserver import LocalServer
 from tests.test_security import CONFIG, SECRETS, _agent, _leaky_chat, _repo, leaks
 
@@ -379,3 +380,47 @@ def test_an_in_process_recording_says_what_it_lacks_without_an_identity(
     said = " ".join(capsys.readouterr().err.split())
     assert "WARNING: 1 tool call could not be recorded" in said and "tool make" in said
     assert "skipped" not in said
+
+
+def test_a_program_leaving_through_os_exit_leaves_no_tracked_file_in_the_clear(
+    tmp_path: Path, keys: tuple[str, Path, Path]
+) -> None:
+    """The git objects of an encrypted session's checkpoints are written into a scratch folder (in
+    /dev/shm) before they are sealed; a program that ended with ``os._exit`` ran no exit handler, and
+    its folder stayed behind with the tracked files' new content in the clear."""
+    import tempfile
+    import zlib
+
+    recipient, _, _ = keys
+    repo = make_repo(tmp_path / "repo", {"app.py": "print('hello')\n"})
+    marker = f"PLAINTEXT-TRACKED-{os.urandom(6).hex()}"
+    (tmp_path / "agent.py").write_text(
+        textwrap.dedent(
+            f"""
+            import os
+            import forkpoint
+
+            with open("app.py", "w") as f:
+                f.write("print({marker!r})")
+            forkpoint.checkpoint()
+            os._exit(0)
+            """
+        )
+    )
+    cmd = ["record", "--store", str(tmp_path / "s"), "--encrypt-to", recipient, "--"]
+    run = forkpoint_cli(
+        [*cmd, sys.executable, str(tmp_path / "agent.py")], repo, with_this_path(), timeout=60
+    )
+    assert run.returncode == 0 and "could not be taken" not in run.stderr, run.stderr
+
+    def in_the_clear(folder: Path) -> list[Path]:
+        found = []
+        for obj in folder.glob("forkpoint-objects-*/*/*"):
+            try:
+                if marker.encode() in zlib.decompress(obj.read_bytes()):
+                    found.append(obj)
+            except (OSError, zlib.error):
+                pass  # (another run's folder, going away)
+        return found
+
+    assert in_the_clear(Path("/dev/shm")) + in_the_clear(Path(tempfile.gettempdir())) == []

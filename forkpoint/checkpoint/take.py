@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import stat
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,15 +54,27 @@ class Workspace:
     _sealed: set[str] | None = field(default=None, repr=False)
     #: files left out of checkpoints that were said so (:meth:`_left_out`)
     _said: set[str] = field(default_factory=set, repr=False)
+    #: removes the scratch folder of :meth:`use_scratch` (None: there is none)
+    _scratch_end: Callable[[], object] | None = field(default=None, repr=False)
 
     def use_scratch(self) -> None:
         """Write new git objects into a private folder (0700; in memory, ``/dev/shm``, where there is
-        one), removed when this object is collected or the process exits: an encrypted session
-        keeps them as sealed blobs of its checkpoints (``git_objects``), never as files in the clear."""
+        one), removed by :meth:`close`, or when this object is collected or the process exits: an
+        encrypted session keeps them as sealed blobs of its checkpoints (``git_objects``), never as
+        files in the clear."""
         shm = Path("/dev/shm")
         where = str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
-        self.objects, _ = scratch_dir(self, "forkpoint-objects-", where)
+        self.objects, self._scratch_end = scratch_dir(self, "forkpoint-objects-", where)
         self._sealed = set()
+
+    def close(self) -> None:
+        """Remove the private folders of the checkpoints now (the git index, the scratch objects:
+        an encrypted session's tracked files in the clear). The recording closes its workspace:
+        a program that leaves through ``os._exit`` runs no exit handler that would."""
+        if self._source is not None:
+            self._source.close()
+        if self._scratch_end is not None:
+            self._scratch_end()
 
     def new_objects(self) -> dict[str, bytes] | None:
         """The loose git objects (object id → the file's bytes) written into the scratch folder since
