@@ -205,6 +205,8 @@ def trust(key: str, name: str) -> str:
     name = " ".join(name.split())
     if not name:
         raise SigningError("a trusted key needs a name (--name), to say who signed a session")
+    if name == OWN_NAME:  # (verify would say a teammate's session is your own)
+        raise SigningError(f"{name!r} is the name of your own key: give the key's owner another one")
     _rewrite_trusted(lambda key_id, _name: key_id != kid, [f"{kid} {name}"])
     return kid
 
@@ -213,7 +215,8 @@ def untrust(which: str) -> list[str]:
     """Take the trusted keys that ``which`` names (a key id, or the name it was trusted as) off this
     user's trusted list; returns their ids. Raises :class:`SigningError` when none is named (the
     own key, always trusted, is not in the list)."""
-    named = [k for k, n in trusted_keys().items() if which in (k, n) and n != OWN_NAME]
+    own = key_id(own_key().public_key()) if (keys_dir() / KEY_NAME).exists() else None
+    named = [k for k, n in trusted_keys().items() if which in (k, n) and k != own]
     if not named:
         raise SigningError(
             f"no trusted key is {which!r} (your own key cannot be untrusted); forkpoint keys lists them"

@@ -164,6 +164,29 @@ def test_a_teammates_key_is_trusted_by_name(tmp_path: Path, env: dict[str, str])
     assert mine.returncode == 2 and "your own key cannot be untrusted" in flat(mine.stderr)
 
 
+def test_no_teammate_passes_for_your_own_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A key trusted under the name forkpoint gives your own key made verify say that a teammate's
+    session was signed by "this user (own key)", and could not be untrusted again, by key or name."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from forkpoint.errors import SigningError
+    from forkpoint.signing import TRUSTED_NAME, key_id, own_key, trust, trusted_keys, untrust
+
+    monkeypatch.setenv("FORKPOINT_KEYS_DIR", str(tmp_path / "keys"))
+    mine = key_id(own_key().public_key())
+    theirs = key_id(Ed25519PrivateKey.generate().public_key())
+    with pytest.raises(SigningError, match="is the name of your own key"):
+        trust(theirs, f" {OWN_NAME} ")
+    assert theirs not in trusted_keys()
+    # A list written before that was refused: the key is taken off by its id; the own key never is.
+    listed = tmp_path / "keys" / TRUSTED_NAME
+    listed.write_text(f"{theirs} {OWN_NAME}\n")
+    listed.chmod(0o600)
+    assert untrust(theirs) == [theirs] and theirs not in trusted_keys()
+    with pytest.raises(SigningError, match="your own key cannot be untrusted"):
+        untrust(mine)
+
+
 @pytest.mark.slow
 def test_a_forged_index_entry_is_detected(tmp_path: Path, env: dict[str, str]) -> None:
     """A name resolves through the store's index; an entry that renames another session must not
