@@ -21,6 +21,7 @@ from ..errors import ExportError
 from ..files import write_private
 from ..log import Session
 from ..otel import Sender, SpanFactory, parent_link, plan, trace_id_for, variant_for
+from ..otel.sdk import BATCH
 from ..scrub import rescrubbed
 
 __all__ = ["ExportError", "Exported", "export"]
@@ -34,8 +35,15 @@ class Exported:
     trace_id: str
 
 
+#: Bytes of one line of an OTLP JSON file at most, where the spans allow it: the Collector's
+#: ``otlpjsonfile`` receiver reads lines of up to 1 MiB (its ``max_log_size`` default) and cuts a
+#: longer one into pieces none of which parses (a session exported with content soon passes that).
+LINE_BYTES = 1 << 20
+
+
 def _otlp_json(spans: Sequence[Any]) -> bytes:
-    """OTLP JSON of an ``ExportTraceServiceRequest`` (ids as hex, enums as integers), one line."""
+    """OTLP JSON (ids as hex, enums as integers) of ``spans``, in their order: one
+    ``ExportTraceServiceRequest`` a line (:func:`_request_lines`)."""
     import base64
 
     from google.protobuf.json_format import MessageToDict
@@ -55,7 +63,38 @@ def _otlp_json(spans: Sequence[Any]) -> bytes:
                 fix(v)
 
     fix(doc)
-    return orjson.dumps(doc) + b"\n"
+    return b"".join(
+        line
+        for rs in doc.get("resourceSpans", [])
+        for ss in rs.get("scopeSpans", [])
+        for line in _request_lines(rs, ss)
+    )
+
+
+def _request_lines(resource: dict[str, Any], scope: dict[str, Any]) -> list[bytes]:
+    """The spans of ``scope`` (an entry of ``resource``'s ``scopeSpans``) as lines of OTLP JSON,
+    each one request of at most :data:`~forkpoint.otel.sdk.BATCH` spans and, where the spans allow
+    it, :data:`LINE_BYTES`."""
+
+    def line(spans: list[Any]) -> bytes:
+        return (
+            orjson.dumps({"resourceSpans": [{**resource, "scopeSpans": [{**scope, "spans": spans}]}]}) + b"\n"
+        )
+
+    room = LINE_BYTES - len(line([]))
+    lines: list[bytes] = []
+    batch: list[Any] = []
+    size = 0
+    for span in scope.get("spans", []):
+        more = len(orjson.dumps(span)) + 1  # (and its comma)
+        if batch and (len(batch) == BATCH or size + more > room):
+            lines.append(line(batch))
+            batch, size = [], 0
+        batch.append(span)
+        size += more
+    if batch:
+        lines.append(line(batch))
+    return lines
 
 
 def export(

@@ -396,6 +396,39 @@ def test_file_export_is_otlp_json_and_deterministic(recorded: Recorded, tmp_path
     assert docs[0]["resourceSpans"][0]["scopeSpans"][0]["scope"]["name"] == "forkpoint"
 
 
+def test_a_large_file_export_is_in_lines_the_collector_reads(tmp_path: Path) -> None:
+    """The whole trace was one line: with content a session soon passes 1 MiB (the demo agent at 25
+    turns did), and the Collector's otlpjsonfile receiver cuts a line past its max_log_size (1 MiB
+    by default) into pieces none of which parses. Lines are one request each, of at most BATCH
+    spans and 1 MiB, and hold every span once, in order."""
+    from forkpoint.otel.sdk import BATCH
+
+    max_log_size = 1 << 20  # the receiver's default
+
+    @forkpoint.tool
+    def fetch(page: int) -> str:
+        return f"page {page} " + "x" * (300_000 if page < 4 else 10)
+
+    with forkpoint.record(store=tmp_path / "store") as rec:
+        for page in range(BATCH + 10):
+            fetch(page)
+    s = Session.load(rec.session_path)
+    out = tmp_path / "spans.jsonl"
+    export(tmp_path / "store", s, "--file", str(out), "--content")
+    lines = out.read_bytes().splitlines()
+    assert len(lines) > 2 and all(len(line) < max_log_size for line in lines), [len(x) for x in lines]
+    names = []
+    for line in lines:
+        request = json.loads(line)
+        spans = [sp for rs in request["resourceSpans"] for ss in rs["scopeSpans"] for sp in ss["spans"]]
+        assert (
+            0 < len(spans) <= BATCH
+            and request["resourceSpans"][0]["scopeSpans"][0]["scope"]["name"] == "forkpoint"
+        )
+        names += [sp["name"] for sp in spans]
+    assert names == ["invoke_agent"] + ["execute_tool fetch"] * (BATCH + 10)
+
+
 def test_what_if_session_links_to_its_parent(recorded: Recorded, tmp_path: Path) -> None:
     child = recorded.child
     plans = plan(child)
