@@ -176,11 +176,23 @@ def check_live_export(header: Mapping[str, Any], live: object | None) -> None:
     """Refuse, before a session exists, a live export of an encrypted session without an identity
     at hand: the export follows the log as it is written, so it must open it. Raises
     :class:`~forkpoint.errors.UsageError`."""
-    if live is not None and header.get("encryption") is not None and identity_path() is None:
-        raise UsageError(
-            "a live OTLP export reads the session as it is written, and this session is encrypted: set "
-            f"{IDENTITY_ENV} (or --identity FILE) to an age identity of one of its recipients"
-        )
+    if live is None or header.get("encryption") is None:
+        return
+    why = f"set {IDENTITY_ENV} (or --identity FILE) to an age identity of one of its recipients"
+    if identity_path() is not None:
+        from .log.crypto import Cipher
+
+        # An identity that cannot open it would stop the run after its session was created: left
+        # in the store header only, with no end (rm and prune keep such a session).
+        cipher = Cipher(header["encryption"]["recipients"], "to be recorded")
+        try:
+            cipher.open(cipher.seal(b""), "a test payload")
+            return
+        except IdentityError as exc:
+            why = str(exc)
+    raise UsageError(
+        f"a live OTLP export reads the session as it is written, and this session is encrypted: {why}"
+    )
 
 
 class Recorder:

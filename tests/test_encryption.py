@@ -356,6 +356,26 @@ def test_a_live_export_of_an_encrypted_session_needs_the_identity_first(
     assert not list((tmp_path / "s").glob("2*"))  # refused before a session existed
 
 
+def test_a_live_export_with_an_identity_that_cannot_open_the_session_is_refused_first(
+    tmp_path: Path, keys: tuple[str, Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only a missing identity was refused up front: another recipient's identity, or a file that
+    is not there, stopped the run after its session was created, left in the store as a header
+    with no end (which rm and prune keep)."""
+    recipient, _, wrong = keys
+    for identity, said in (
+        (wrong, "is not one of its recipients"),
+        (tmp_path / "none.key", "cannot be read"),
+    ):
+        monkeypatch.setenv(IDENTITY_ENV, str(identity))
+        with pytest.raises(UsageError, match=f"this session is encrypted: .*{said}"):
+            with forkpoint.record(
+                store=tmp_path / "s", encrypt_to=[recipient], otlp="http://127.0.0.1:9/v1/traces"
+            ):
+                pass
+        assert not list((tmp_path / "s").glob("2*"))
+
+
 def test_an_in_process_recording_says_what_it_lacks_without_an_identity(
     tmp_path: Path,
     keys: tuple[str, Path, Path],
