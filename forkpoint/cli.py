@@ -1305,6 +1305,7 @@ def export_cmd(
     """Export SESSION as an OpenTelemetry trace (GenAI semantic conventions, OpenInference); see
     docs/otel.md."""
     from .exporters.otel import export
+    from .otel import shown
 
     if not otlp and not file:
         raise click.UsageError("give --otlp URL and/or --file PATH")
@@ -1322,7 +1323,7 @@ def export_cmd(
         timeout=timeout,
         new_trace=new_trace,
     )
-    where = " and ".join(x for x in (otlp, None if file == "-" else file) if x)
+    where = " and ".join(x for x in (otlp and shown(otlp), None if file == "-" else file) if x)
     if where:
         _err().print(
             f"forkpoint: exported {done.spans} spans of session {s.id} as trace {done.trace_id} to {where}",

@@ -296,8 +296,10 @@ def record_command(
             say(f"forkpoint: WARNING: {warning}")
         done = live.finish() if live is not None else None  # (finished as the session closed: its report)
         if done is not None and done.complete:
+            from .otel import shown
+
             say(
-                f"forkpoint: sent {plural(done.sent, 'span')} live to {done.endpoint} as trace {done.trace_id}"
+                f"forkpoint: sent {plural(done.sent, 'span')} live to {shown(done.endpoint)} as trace {done.trace_id}"
             )
     return session.path, code, out
 

@@ -20,7 +20,7 @@ import orjson
 from ..errors import ExportError
 from ..files import write_private
 from ..log import Session
-from ..otel import Sender, SpanFactory, parent_link, plan, trace_id_for, variant_for
+from ..otel import Sender, SpanFactory, parent_link, plan, shown, trace_id_for, variant_for
 from ..otel.sdk import BATCH
 from ..scrub import rescrubbed
 
@@ -137,7 +137,7 @@ def export(
             sender.close()
         if sent < len(spans):
             raise ExportError(
-                f"the OTLP endpoint {sender.endpoint} did not accept the spans ({len(spans) - sent} of "
+                f"the OTLP endpoint {shown(sender.endpoint)} did not accept the spans ({len(spans) - sent} of "
                 f"{len(spans)} not sent; see the log above)"
             )
     return Exported(len(spans), format(spans[0].context.trace_id, "032x"))

@@ -30,7 +30,7 @@ This package sits below the runtimes' entry points (:mod:`forkpoint.api` starts 
 """
 
 from .live import LiveExport, LiveReport
-from .sdk import SCOPE, Sender, SpanFactory, otlp_traces_url
+from .sdk import SCOPE, Sender, SpanFactory, otlp_traces_url, shown
 from .spans import (
     SpanEvent,
     SpanPlan,
@@ -54,6 +54,7 @@ __all__ = [
     "otlp_traces_url",
     "parent_link",
     "plan",
+    "shown",
     "span_id_for",
     "trace_id_for",
     "variant_for",

@@ -27,7 +27,7 @@ from .. import runtime
 from ..errors import ForkpointError
 from ..log import LogTail
 from ..text import say as text_say
-from .sdk import Sender, SpanFactory, otlp_traces_url
+from .sdk import Sender, SpanFactory, otlp_traces_url, shown
 from .spans import TraceBuilder, variant_for
 
 #: Spans kept for a failing endpoint; beyond this the newest are dropped (and counted).
@@ -98,6 +98,8 @@ class LiveExport:
         say: Callable[[str], None] | None = None,
     ) -> None:
         self.endpoint = otlp_traces_url(otlp)
+        #: The endpoint as messages name it (a password or key in its URL as a placeholder).
+        self.shown = shown(self.endpoint)
         self.content = content
         self.service_name = service_name
         self.timeout = timeout
@@ -170,14 +172,14 @@ class LiveExport:
         del pending[:accepted]
         if not pending:
             if self._failing:
-                self.say(f"forkpoint: live export to {self.endpoint} works again")
+                self.say(f"forkpoint: live export to {self.shown} works again")
             self._failing, self._error, self._filter.reason = False, None, None
             return True
         self._error = self._filter.reason or "the endpoint did not accept the spans"
         if not self._failing:
             self._failing = True
             self.say(
-                f"forkpoint: live export to {self.endpoint} failed ({self._error}); the recording goes "
+                f"forkpoint: live export to {self.shown} failed ({self._error}); the recording goes "
                 "on, and the spans are kept to send again"
             )
         return False
@@ -211,9 +213,9 @@ class LiveExport:
                 f" --service-name {self.service_name}" if self.service_name else ""
             )
             self.say(
-                f"forkpoint: live export to {self.endpoint}: {report.built - report.sent} of {report.built} "
+                f"forkpoint: live export to {self.shown}: {report.built - report.sent} of {report.built} "
                 f"spans did not arrive ({report.error or 'dropped while the endpoint failed'}). The session "
-                f"is complete: `forkpoint export {self._session_id} --otlp {self.endpoint}{options}` sends "
+                f"is complete: `forkpoint export {self._session_id} --otlp {self.shown}{options}` sends "
                 "its trace again, with the same ids"
             )
         self._report = report

@@ -7,11 +7,13 @@ imports are made when a :class:`SpanFactory` or :class:`Sender` is built, and th
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from .. import redact
 from .._version import __version__
 from ..errors import ExportError
 from .spans import SpanPlan
@@ -27,6 +29,13 @@ def _missing(exc: ImportError) -> ExportError:
     return ExportError(f"OpenTelemetry export needs the otel extra: pip install 'forkpoint[otel]' ({exc})")
 
 
+def shown(text: str) -> str:
+    """``text`` (an endpoint's URL, or a message naming it) as forkpoint says it: a password or a key
+    in the URL (``https://user:pass@…``, ``?api_key=…``) as its placeholder, not in a terminal or a
+    CI log."""
+    return redact.current().text(text)
+
+
 def otlp_traces_url(url: str) -> str:
     """An OTLP/HTTP endpoint: ``http://host:4318`` (no path) becomes ``http://host:4318/v1/traces``;
     a URL with a path is used as given. Raises :class:`ExportError` for anything but http(s)."""
@@ -34,9 +43,9 @@ def otlp_traces_url(url: str) -> str:
         parts = urlsplit(url)
         parts.port  # noqa: B018 - raises ValueError for a port out of range
     except ValueError as exc:  # ("http://127.0.0.1:4318]": a stray bracket)
-        raise ExportError(f"{url!r}: not a URL of an OTLP/HTTP endpoint ({exc})") from None
+        raise ExportError(f"{shown(repr(url))}: not a URL of an OTLP/HTTP endpoint ({exc})") from None
     if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ExportError(f"{url!r}: expected an http:// or https:// URL of an OTLP/HTTP endpoint")
+        raise ExportError(f"{shown(repr(url))}: expected an http:// or https:// URL of an OTLP/HTTP endpoint")
     if parts.path in ("", "/"):
         parts = parts._replace(path="/v1/traces")
     return urlunsplit(parts)
@@ -140,6 +149,18 @@ class SpanFactory:
         self._provider.shutdown()
 
 
+class _Shown(logging.Filter):
+    """The OTLP exporter's own messages as :func:`shown` says them (when a request fails, ``requests``
+    quotes the URL, query included)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.msg, record.args = shown(record.getMessage()), None
+        return True
+
+
+_SHOWN = _Shown()
+
+
 class Sender:
     """Delivers SDK spans to an OTLP/HTTP endpoint (protobuf), :data:`BATCH` spans a request.
 
@@ -160,6 +181,7 @@ class Sender:
         )
         #: The logger the exporter reports its failures to (forkpoint reports them itself).
         self.logger_name = OTLPSpanExporter.__module__
+        logging.getLogger(self.logger_name).addFilter(_SHOWN)  # (once: the same filter is not added twice)
 
     def send(self, spans: Sequence[Any]) -> int:
         """Send ``spans``; returns how many the endpoint accepted (a batch is accepted whole or not at

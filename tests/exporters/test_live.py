@@ -167,6 +167,31 @@ def test_a_dead_endpoint_never_blocks_or_fails_the_run(
     assert {s.trace_id for s in received(receiver)} == {trace_id_for(session.id).to_bytes(16, "big")}
 
 
+def test_credentials_in_the_endpoints_url_are_never_said(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """An endpoint that takes a password or a key in its URL (basic auth, ``?api_key=``) had them
+    printed in every message that named it (failed, not arrived, the command to send it again), in
+    export's error, and in the exporter's own log lines (requests quotes the URL's query)."""
+    password, key = "hunter2-otlp-pass", "k3y-0f-the-endp0int"
+    url = f"http://alice:{password}@127.0.0.1:{dead_port()}/v1/traces?api_key={key}"
+
+    @forkpoint.tool
+    def lookup(city: str) -> str:
+        return city
+
+    with forkpoint.record(store=tmp_path, otlp=url, otlp_content=True) as rec:
+        lookup("Oslo")
+    err = capsys.readouterr().err
+    assert "spans did not arrive" in err and f"--otlp {url}" not in err, err
+    result = CliRunner().invoke(
+        main, ["export", rec.session_path.name, "--store", str(tmp_path), "--otlp", url]
+    )
+    assert result.exit_code == 1 and "did not accept the spans" in result.output, result.output
+    said = err + result.output + caplog.text
+    assert password not in said and key not in said, said
+
+
 def test_the_reason_said_is_the_first_failure_since_the_endpoint_last_took_spans(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
