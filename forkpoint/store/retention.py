@@ -219,6 +219,8 @@ def remove(store: Store, rows: list[SessionInfo]) -> Removed:
         _remove_local(store, sid)
         gone.append(sid)
         done.removed.append(sid)
+    # Once per removal, not per session: each pass lists the whole store (quadratic in a prune).
+    clear_leftovers(store)
     if gone:
         _drop_entries(_io(store), gone)
     return done
@@ -234,7 +236,6 @@ def _remove_local(store: Store, sid: str) -> None:
     except OSError as exc:
         raise SessionError(f"{local}: cannot remove it ({exc.strerror})") from None
     _delete(away)
-    clear_leftovers(store)
 
 
 def _delete(path: Path) -> None:
@@ -259,9 +260,10 @@ def clear_leftovers(store: Store) -> None:
 def _drop_entries(io: IndexIO, sids: list[str]) -> None:
     state = read_index(io)
     io.delete(ENTRIES, [entry_name(s) for s in sids])
-    if any(s in state.entries for s in sids):
-        state.loose = [n for n in state.loose if n[: -len(".json")] not in sids]
-        consolidate(io, state, authoritative=[e for s, e in state.entries.items() if s not in sids])
+    dropped = set(sids)  # (a prune drops thousands: a list here made the filters quadratic)
+    if not dropped.isdisjoint(state.entries):
+        state.loose = [n for n in state.loose if n[: -len(".json")] not in dropped]
+        consolidate(io, state, authoritative=[e for s, e in state.entries.items() if s not in dropped])
 
 
 def prune_candidates(

@@ -99,6 +99,31 @@ def test_rm_of_a_session_folder_that_is_a_link_removes_the_link_not_what_it_poin
     assert (elsewhere / sid / LOG_NAME).is_file() and (store / mine / LOG_NAME).is_file()
 
 
+def test_prune_lists_the_store_once_not_once_per_session(
+    store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each removed session listed the whole store again (looking for ``.rm-`` leftovers): a prune
+    of N sessions read N listings of up to N names (4,000 sessions: 4.2 s, 2.6 s of it listdir). A
+    removal lists the store once; leftovers of an interrupted one are still cleared."""
+    sids = [session(store, created=OLD) for _ in range(12)]
+    (store / ".rm-leftover-1234").mkdir()
+    listed: list[str] = []
+    real = os.listdir
+
+    def counting(path: Any = ".") -> list[str]:
+        if Path(path) == store:
+            listed.append(str(path))
+        return real(path)
+
+    monkeypatch.setattr(os, "listdir", counting)
+    r = cli("prune", "--older-than", "30d", "--store", str(store))
+    assert r.exit_code == 0 and sorted(r.stdout.split()[1::2]) == sorted(sids), r.output
+    monkeypatch.setattr(os, "listdir", real)
+    assert len(listed) <= 3, listed  # (ls before the prune lists it too)
+    assert sorted(p.name for p in store.iterdir()) == [".gitignore", "index"]
+    assert "no sessions" in cli("ls", "--store", str(store)).output
+
+
 def test_rm_refuses_a_session_without_end_unless_forced(store: Path) -> None:
     sid = session(store, exit_code=None)
     r = cli("rm", sid, "--store", str(store))
