@@ -1424,7 +1424,15 @@ def rm_cmd(sessions: tuple[str, ...], store: str | None, force: bool) -> None:
         click.echo(f"removed {sid}")
     for sid, why in done.kept.items():
         _err().print(f"forkpoint: refused to remove {sid}: {why}", markup=False)
+    _removal_failed(done.failed)
     sys.exit(1 if done.kept else 0)
+
+
+def _removal_failed(failed: str | None) -> None:
+    """Say what stopped a removal (after what it removed was said) and exit 1."""
+    if failed is not None:
+        _err().print(f"forkpoint: {failed}; the sessions not said to be removed are kept", markup=False)
+        sys.exit(1)
 
 
 @main.command()
@@ -1459,6 +1467,7 @@ def prune(store: str | None, older_than: str | None, keep_failed: bool, dry_run:
     for r in [r for r in todo if r.session_id in on_hold]:
         kept[r.session_id] = f"under legal hold ({on_hold[r.session_id].get('reason')!s})"
     todo = [r for r in todo if r.session_id not in on_hold]
+    failed = None
     if dry_run:
         for r in todo:
             click.echo(f"would remove {r.session_id}")
@@ -1467,6 +1476,8 @@ def prune(store: str | None, older_than: str | None, keep_failed: bool, dry_run:
         kept.update(done.kept)
         for sid in done.removed:
             click.echo(f"removed {sid}")
+        removed, failed = set(done.removed), done.failed
+        todo = [r for r in todo if r.session_id in removed]  # (the count below: what went)
     for sid, why in kept.items():
         _err().print(f"forkpoint: kept {sid}: {why}", markup=False)
     verb = "would remove" if dry_run else "removed"
@@ -1475,6 +1486,7 @@ def prune(store: str | None, older_than: str | None, keep_failed: bool, dry_run:
         f"from {target.url}; kept {len(kept)}",
         markup=False,
     )
+    _removal_failed(failed)
 
 
 @main.command(name="hold")

@@ -189,40 +189,53 @@ def _object_lock(store: RemoteStore, session_id: str, *, on: bool) -> bool:
 
 @dataclass
 class Removed:
-    """What a removal did: the sessions removed, and those kept with why (by session id)."""
+    """What a removal did: the sessions removed, those kept with why (by session id), and the error
+    that stopped it before the rest (``failed``: the sessions after it were not touched)."""
 
     removed: list[str] = field(default_factory=list)
     kept: dict[str, str] = field(default_factory=dict)
+    failed: str | None = None
 
 
 def remove(store: Store, rows: list[SessionInfo]) -> Removed:
     """Remove the sessions ``rows`` from ``store`` (files and index entries); a session under legal
     hold is kept (its reason is in :attr:`Removed.kept`), and so is one still being recorded
-    (incomplete, with a live recorder is not knowable here: the caller decides what to pass)."""
+    (incomplete, with a live recorder is not knowable here: the caller decides what to pass). A
+    session that cannot be removed (the store unreachable, access denied) stops the removal, said in
+    :attr:`Removed.failed`; the sessions removed before it are gone from the index too."""
     done = Removed()
     on_hold = holds(store)
-    gone: list[str] = []
-    for row in rows:
-        sid = row.session_id
-        if sid in on_hold:
-            h = on_hold[sid]
-            done.kept[sid] = f"under legal hold ({h.get('reason')!s}, since {h.get('since')})"
-            continue
-        if isinstance(store, RemoteStore) and not row.staged:
-            with store._errors(f"removing session {sid}"):
-                # The log first: without it the rest is not a session (listings skip it).
-                log = store._key(sid, LOG_NAME)
-                if store.fs.exists(log):
-                    store.fs.rm_file(log)
-                if store.fs.exists(store._key(sid)):
-                    store.fs.rm(store._key(sid), recursive=True)
-        _remove_local(store, sid)
-        gone.append(sid)
-        done.removed.append(sid)
-    # Once per removal, not per session: each pass lists the whole store (quadratic in a prune).
-    clear_leftovers(store)
-    if gone:
-        _drop_entries(_io(store), gone)
+    try:
+        for row in rows:
+            sid = row.session_id
+            if sid in on_hold:
+                h = on_hold[sid]
+                done.kept[sid] = f"under legal hold ({h.get('reason')!s}, since {h.get('since')})"
+                continue
+            if isinstance(store, RemoteStore) and not row.staged:
+                with store._errors(f"removing session {sid}"):
+                    # The log first: without it the rest is not a session (listings skip it).
+                    log = store._key(sid, LOG_NAME)
+                    if store.fs.exists(log):
+                        store.fs.rm_file(log)
+                    if store.fs.exists(store._key(sid)):
+                        store.fs.rm(store._key(sid), recursive=True)
+            _remove_local(store, sid)
+            done.removed.append(sid)
+    except SessionError as exc:
+        done.failed = str(exc)
+    finally:
+        # Once per removal, not per session: each pass lists the whole store (quadratic in a prune).
+        clear_leftovers(store)
+        # Whatever stopped the loop: an entry left for a removed session lists it as there.
+        if done.removed:
+            try:
+                _drop_entries(_io(store), done.removed)
+            except (SessionError, OSError) as exc:
+                done.failed = (
+                    f"{done.failed + '; ' if done.failed else ''}the index still lists the removed sessions "
+                    f"({exc}): forkpoint ls --reindex rebuilds it"
+                )
     return done
 
 

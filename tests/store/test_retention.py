@@ -295,3 +295,32 @@ def test_hold_on_a_bucket_without_object_lock_is_kept_in_the_store(s3_url: str, 
     assert cli("hold", sid, "--reason", "audit", "--store", s3_url).exit_code == 0
     r = cli("rm", sid, "--store", s3_url)
     assert r.exit_code == 1 and "under legal hold (audit" in r.stderr
+
+
+def test_a_removal_that_fails_midway_says_what_went_and_drops_it_from_the_index(
+    s3_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A prune whose third session could not be deleted (access denied, the network gone) ended
+    with the error alone: the sessions it had deleted were never said, and stayed in the index, so
+    ``ls`` listed them and reading one said "in the index but not in the store"."""
+    for _ in range(4):
+        session(s3_url, created=OLD)
+    sids = [r.session_id for r in open_store(s3_url).listing().rows]  # (the order prune goes in)
+    fs = open_store(s3_url).fs  # (fsspec's cached instance: the one the command gets too)
+    real = fs.rm_file
+
+    def denied(path: str, **kw: Any) -> Any:
+        if sids[2] in path:
+            raise PermissionError("AccessDenied")
+        return real(path, **kw)
+
+    monkeypatch.setattr(fs, "rm_file", denied)
+    r = cli("prune", "--older-than", "30d", "--store", s3_url)
+    monkeypatch.setattr(fs, "rm_file", real)
+    assert r.exit_code == 1, r.output
+    assert r.stdout.split() == ["removed", sids[0], "removed", sids[1]]
+    assert f"removing session {sids[2]} failed: PermissionError: AccessDenied" in r.stderr
+    assert "prune removed 2 sessions" in r.stderr
+    listed = cli("ls", "--store", s3_url).stdout
+    assert [s for s in sids if s in listed] == sids[2:]
+    assert cli("show", sids[3], "--store", s3_url).exit_code == 0
