@@ -12,12 +12,14 @@ and those running end as their children do, with what they did reported.
 
 from __future__ import annotations
 
+import functools
 import os
+import queue
 import signal
 import subprocess
 import threading
 from collections.abc import Iterator, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from .base import Executor, Task, run_task
@@ -58,6 +60,10 @@ def _run_in_pool(fn: Task, spec: dict[str, Any], stopping: list[int]) -> dict[st
     finally:
         with _children_lock:
             _task_threads.discard(me)
+
+
+def _done(finished: queue.SimpleQueue[int], index: int, _future: object) -> None:
+    finished.put(index)
 
 
 def task_child(proc: subprocess.Popen[Any], *, done: bool = False) -> None:
@@ -115,20 +121,28 @@ class LocalExecutor(Executor):
         if threading.current_thread() is threading.main_thread():
             old = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
         try:
-            futures: dict[Future[dict[str, Any] | None], int] = {
-                pool.submit(_run_in_pool, fn, spec, stopping): i for i, spec in enumerate(specs)
-            }
-            pending = set(futures)
-            while pending:
-                done, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
-                if stopping:  # (tasks not started never start; the running ones end with their children)
-                    for future in pending:
+            futures = [pool.submit(_run_in_pool, fn, spec, stopping) for spec in specs]
+            # Each future says when it is done (or cancelled) here: waiting on the set of pending
+            # futures instead costs a pass over all of them per result, quadratic in a large check.
+            finished: queue.SimpleQueue[int] = queue.SimpleQueue()
+            for i, future in enumerate(futures):
+                future.add_done_callback(functools.partial(_done, finished, i))
+            left, cancelled = len(futures), False
+            while left:
+                if stopping and not cancelled:
+                    # Tasks not started never start (a cancelled future is done: it comes through
+                    # `finished` too); the running ones end with their children.
+                    cancelled = True
+                    for future in futures:
                         future.cancel()
-                for future in done:
-                    result = None if future.cancelled() else future.result()
-                    if result is not None:  # (None: it never started)
-                        yield futures[future], result
-                pending = {f for f in pending if not f.cancelled()}
+                try:
+                    i = finished.get(timeout=0.5)
+                except queue.Empty:
+                    continue
+                left -= 1
+                result = None if futures[i].cancelled() else futures[i].result()
+                if result is not None:  # (None: it never started)
+                    yield i, result
         finally:
             # The caller stopped reading (or an error): tasks not started never start; the running
             # ones finish.
