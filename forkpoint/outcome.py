@@ -241,7 +241,8 @@ def arms_of(session: Session) -> list[tuple[int, bool | None, tuple[Any, ...]]]:
     if not is_store(session.path.parent):
         return out
     try:
-        rows = open_store(session.path.parent).listing().rows
+        store = open_store(session.path.parent)
+        rows = store.listing().rows
     except SessionError:
         return out
     for row in rows:
@@ -252,7 +253,12 @@ def arms_of(session: Session) -> list[tuple[int, bool | None, tuple[Any, ...]]]:
         if not isinstance(seq, int):
             continue
         try:
-            found = outcome_of(Session.load(row.path, share_lists=True))
+            # An arm of a remote store may have run on another machine (a Ray worker): its outcome is
+            # in the store, not here yet, and a rate of the arms that happen to be here misleads.
+            path = store.fetch(row.session_id)
+            if path is None:
+                continue
+            found = outcome_of(Session.load(path, share_lists=True))
         except SessionError:
             continue
         replay = row.header.get("replay") or {}

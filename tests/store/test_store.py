@@ -823,3 +823,29 @@ def test_a_killed_what_if_replay_whose_program_goes_on_is_not_uploaded_until_the
     listing = list_sessions(s3_url)
     child = next(r for r in listing.rows if r.session_id != recorded.session_id)
     assert not child.staged and child.model_calls == 2, listing.notes
+
+
+def test_the_viewer_counts_the_fork_arms_other_machines_ran(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pass rate by checkpoint drawn by ``show --html`` read each arm from this machine's mirror
+    of a remote store only: the arms of a sweep that ran on Ray workers (other mirrors) were left
+    out, all of them or all but those run here, and the rate drawn was of that subset (or none)."""
+    from forkpoint.html import view_model
+
+    url = f"memory://fp-{secrets.token_hex(4)}/sessions"
+    rec = store.open_store(url).create({"argv": ["agent"], "name": "parent"})
+    rec.end(0)
+    rec.close(quiet=True)
+    for i in range(4):
+        fresh_cache(monkeypatch, tmp_path, f"worker-{i}")  # each arm on a worker of its own
+        arm = store.open_store(url).create(
+            {"argv": ["agent"], "name": f"arm {i}", "parent": {"session_id": rec.session_id, "seq": 3}}
+        )
+        arm.writer.append({"type": "outcome", "command": "true", "passed": i != 1, "exit_code": 0})
+        arm.end(0)
+        arm.close(quiet=True)
+    fresh_cache(monkeypatch, tmp_path)  # the machine that looks at the result
+    drawn = view_model(Session.load(resolve(rec.session_id, url)))["sweep"]
+    assert drawn is not None
+    assert [(p["seq"], p["passed"], p["ran"]) for p in drawn["points"]] == [(3, 3, 4)]
