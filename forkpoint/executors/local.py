@@ -41,8 +41,8 @@ def interrupted() -> signal.Signals | None:
 
 
 def in_task() -> bool:
-    """True in a thread of a local executor's pool running a task: a child it starts runs in a
-    process group of its own (:func:`task_child`), which the executor passes signals on to."""
+    """True in a thread running an executor's task (:func:`run_as_task`): a child it starts runs in
+    a process group of its own (:func:`task_child`), which a local executor passes signals on to."""
     return threading.current_thread() in _task_threads
 
 
@@ -52,6 +52,13 @@ def _run_in_pool(fn: Task, spec: dict[str, Any], stopping: list[int]) -> dict[st
     :meth:`LocalExecutor.map` could cancel it (an arm restored, to be killed as its child starts)."""
     if stopping:
         return None
+    return run_as_task(fn, spec)
+
+
+def run_as_task(fn: Task, spec: dict[str, Any]) -> dict[str, Any]:
+    """:func:`~forkpoint.executors.base.run_task` as an executor's task, here or on a Ray worker: a
+    child it starts runs in a process group of its own (:func:`in_task`), so stopping it (an arm's
+    timeout, the task cancelled) stops everything it started, not the child alone."""
     me = threading.current_thread()
     with _children_lock:
         _task_threads.add(me)

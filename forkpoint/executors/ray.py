@@ -17,7 +17,8 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ..errors import UsageError
-from .base import Executor, Task, run_task
+from .base import Executor, Task
+from .local import run_as_task
 
 
 class RayExecutor(Executor):
@@ -56,8 +57,10 @@ class RayExecutor(Executor):
             self._started = True
         self.workers = max(1, int(ray.cluster_resources().get("CPU", 1)))
         # A task is not idempotent (an arm restores into its folder and writes a session): Ray's retry
-        # of a task whose worker died would fail on what the first attempt left, hiding the crash.
-        self._remote = ray.remote(num_cpus=1, max_retries=0)(run_task)
+        # of a task whose worker died would fail on what the first attempt left, hiding the crash. Its
+        # children lead process groups, as a local task's do: an arm stopped at its timeout (or a
+        # cancelled task) leaves nothing its agent started running on the worker.
+        self._remote = ray.remote(num_cpus=1, max_retries=0)(run_as_task)
 
     def map(self, fn: Task, specs: Sequence[dict[str, Any]]) -> Iterator[tuple[int, dict[str, Any]]]:
         ray = self._ray

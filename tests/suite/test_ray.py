@@ -6,6 +6,7 @@ sessions and outcomes in the shared store."""
 from __future__ import annotations
 
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -182,3 +183,25 @@ def test_an_arm_whose_ray_worker_dies_is_reported_as_that_not_retried(
     assert "not empty" not in out and "retries remaining" not in out, out
     assert re.search(r"arm-1 +task failed +unknown", fork.stdout), out
     assert "outcome: no run measured; 1 arm(s) lost (the task running it failed)" in fork.stdout, out
+
+
+def test_an_arm_stopped_at_its_timeout_on_ray_leaves_nothing_it_started_running(
+    cluster: str, keeper: Keeper, tmp_path: Path
+) -> None:
+    """On the local executor an arm's agent leads a process group, and stopping it at
+    ``--arm-timeout`` stops everything it started before the outcome is measured; on a Ray worker
+    only the agent itself was sent SIGTERM, so what it started (a tool's server, a test run) went on
+    in the arm's folder while the outcome was measured there (and until the fork ended)."""
+    before = keeper.resumable()[1]
+    pid_file = shlex.quote(str(tmp_path / "started.pid"))
+    agent = f"sleep 120 & echo $! > {pid_file}; wait"
+    # Passes when what the agent started is gone (or a zombie) by the time the outcome is measured.
+    gone = f's=$(cut -d\' \' -f3 /proc/$(cat {pid_file})/stat 2>/dev/null); [ -z "$s" ] || [ "$s" = Z ]'
+    fork = forkpoint_cli(
+        "fork", f"{keeper.session.id}@{before}", "--arms", "1", "--into", str(tmp_path / "arms"),
+        "--store", str(keeper.store), "--executor", f"ray:{cluster}", "--arm-timeout", "2",
+        "--outcome", gone, "--", "sh", "-c", agent, cwd=tmp_path, env=keeper.env,
+    )  # fmt: skip
+    out = fork.stdout + fork.stderr
+    assert "ran longer than its timeout of 2 s" in out, out
+    assert "outcome: 1/1 passed" in fork.stdout, out
