@@ -39,7 +39,8 @@ import orjson
 
 from forkpoint.canonical import digest
 from forkpoint.log import FORMAT, FORMAT_VERSION, LOG_NAME
-from forkpoint.store import ENTRIES, list_sessions, open_store, read_index, render_listing, session_finished
+from forkpoint.show import render_listing
+from forkpoint.store import ENTRIES, list_sessions, open_store, read_index, session_finished
 
 FORKPOINT = [str(Path(sys.executable).with_name("forkpoint"))]
 if not Path(FORKPOINT[0]).exists():  # pragma: no cover
