@@ -31,7 +31,7 @@ def _missing(exc: ImportError) -> ExportError:
 
 def shown(text: str) -> str:
     """``text`` (an endpoint's URL, or a message naming it) as forkpoint says it: a password or a key
-    in the URL (``https://user:pass@…``, ``?api_key=…``) as its placeholder, not in a terminal or a
+    in the URL (``http://user:pass@127.0.0.1:4318``, ``?api_key=…``) as its placeholder, not in a terminal or a
     CI log."""
     return redact.current().text(text)
 
