@@ -270,46 +270,33 @@ def _before_os_exit(run: Callable[[int, bool], None], what: str) -> None:
 
 
 def _hand_over_at_exec(before: Callable[[str], Callable[[], None]], activation: Mapping[str, str]) -> None:
-    """Make ``os.execv`` and ``os.execve`` (every ``os.exec*`` goes through one of them) hand this
-    process's recording or replay on to the program it becomes, which is the recorded command
-    going on: ``before(tag)`` finishes this program's part, naming its ending or report file with
-    ``tag`` (the pid stays the same), and returns what undoes that should the exec fail; the new
-    program starts with ``activation`` in its environment (an environment passed to ``execve``
-    too), forkpoint's bootstrap on its ``PYTHONPATH``, and call ordinals that follow this
-    program's: its calls have the same pid in the log. An exec in a child forked from this process
-    (a subprocess) or of a file that cannot be run (``execvp`` tries each folder of ``PATH``)
-    goes through untouched."""
-    started, real_execve = os.getpid(), os.execve
+    """Make an exec (:func:`forkpoint.execs.around_exec`) hand this process's recording or replay on to the program
+    it becomes, which is the recorded command going on: ``before(tag)`` finishes this program's
+    part, naming its ending or report file with ``tag`` (the pid stays the same), and returns what
+    undoes that should the exec fail; the new program starts with ``activation`` in its environment
+    (an environment passed to ``execve`` too), forkpoint's bootstrap on its ``PYTHONPATH``, and
+    call ordinals that follow this program's: its calls have the same pid in the log."""
     handed = 0
 
-    def execve(path: Any, args: Any, env: Mapping[str, str] | None = None) -> NoReturn:
-        if os.getpid() != started or not (isinstance(path, int) or os.access(path, os.X_OK)):
-            real_execve(path, args, os.environ if env is None else env)
+    def environment(new: dict[str, str]) -> None:
         from . import runtime
         from .events import SESSION_ID_VAR
 
-        new = dict(os.environ if env is None else env)
         for k in ("PYTHONHASHSEED", SESSION_ID_VAR):  # (what the recording's header and ids say)
             if k in os.environ:
                 new.setdefault(k, os.environ[k])
         new.update(activation)
-        new["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(_bootstrap_dir()), new.get("PYTHONPATH", "")) if p
-        )
+        new["PYTHONPATH"] = os.pathsep.join(p for p in (_bootstrap_dir(), new.get("PYTHONPATH", "")) if p)
         new[SENT_FROM_VAR] = str(runtime.sent_past())
+
+    def tagged() -> Callable[[], None]:
         nonlocal handed
         handed += 1
-        undo = before(f"-exec{handed}")
-        try:
-            real_execve(path, args, new)
-        except BaseException:
-            undo()
-            raise
+        return before(f"-exec{handed}")
 
-    def execv(path: Any, args: Any) -> NoReturn:
-        execve(path, args)
+    from .execs import around_exec
 
-    os.execv, os.execve = execv, execve  # type: ignore[assignment]
+    around_exec(tagged, environment)
 
 
 def _refuse_to_run(report: str, why: str) -> None:

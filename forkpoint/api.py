@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,6 +20,7 @@ from .capture import connections
 from .capture.targets import disable_targets, install_import_hook, parse_target
 from .errors import Divergence, NetworkBlocked, UsageError
 from .events import SESSION_ID_VAR, error_record
+from .execs import around_exec
 from .log import Session
 from .match import IgnoreRule, configured, ignore_rules
 from .override import Override
@@ -149,7 +150,9 @@ def record(
         Yields the :class:`Recorder`; ``recorder.session_path`` is the new session directory, and the
     session id is in ``$FORKPOINT_SESSION_ID`` inside the block (restored after it). The session
     ends with an ``end`` event (``exit_code`` 0, or 1, the exception's type and the exception as
-    ``uncaught`` if the block raised). What the recording lacks (tools the model asked for that
+    ``uncaught`` if the block raised; a program that replaces itself through ``os.exec*`` inside the
+    block ends it there: exit code unknown, ``reason`` ``"exec"``, incomplete, said on stderr). What
+    the recording lacks (tools the model asked for that
     were never recorded, results that could not be recorded, connections of clients forkpoint does
     not capture) is said on stderr at the end.
     ``argv``: the command a replay runs (default: this process's, :func:`command_line`).
@@ -192,21 +195,41 @@ def record(
         start(rec)
         before = os.environ.get(SESSION_ID_VAR)
         os.environ[SESSION_ID_VAR] = session.session_id  # for the block and the processes it starts
-        try:
-            yield rec
-        finally:
+        ended: list[str] = []
+
+        def finish() -> None:
             if before is None:
                 os.environ.pop(SESSION_ID_VAR, None)
             else:
                 os.environ[SESSION_ID_VAR] = before
             runtime.deactivate(rec)
             finish_recording(rec)
-            session.incomplete = rec.failure
+            session.incomplete = rec.failure or (ended[0] if ended else None)
             lacks, skipped = rec.tally()
             session.unrecorded_tools = lacks.unrecorded_tools() if lacks is not None else {}
             session.other_calls = dict(lacks.other) if lacks is not None else {}
             for warning in lacks.warnings() if lacks is not None else [skipped or ""]:
                 say(f"forkpoint: WARNING: {warning}")
+
+        def at_exec() -> Callable[[], None]:
+            # The block never ends: the program becomes another, whose calls are not recorded (only
+            # `forkpoint record` hands its recording on). The session ends here, saying so.
+            ended.append(
+                "the program replaced itself through exec inside forkpoint.record(): what it did next is not in the session"
+            )
+            say(f"forkpoint: WARNING: session {session.session_id} ends here: {ended[0]}")
+            finish()
+            session.end(None, reason="exec")
+            session.close(quiet=session.quiet)
+            return lambda: None  # (an exec that fails: the block goes on, unrecorded, as said)
+
+        put_back = around_exec(at_exec)
+        try:
+            yield rec
+        finally:
+            put_back()
+            if not ended:
+                finish()
 
 
 @contextmanager

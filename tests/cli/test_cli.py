@@ -897,6 +897,39 @@ def test_a_program_that_replaces_itself_through_exec_is_recorded_and_replayed_wh
     assert ("served to 2 processes" in said) == (how != "noexec"), said
 
 
+def test_an_exec_inside_forkpoint_record_ends_the_session_saying_so(tmp_path: Path) -> None:
+    """Inside a ``forkpoint.record()`` block, a program that replaced itself through exec left its
+    session without an end, and said nothing: the new program's calls were not recorded. The
+    session now ends there (exit code unknown, reason ``exec``, incomplete), and stderr says why."""
+    (tmp_path / "inproc.py").write_text(
+        textwrap.dedent(
+            """
+            import os, sys, forkpoint
+            if len(sys.argv) > 1:
+                print("the new program")
+                sys.exit(0)
+
+            @forkpoint.tool
+            def t(x):
+                return x + 1
+
+            with forkpoint.record(store=sys.argv[0] + ".store"):
+                print(t(1), flush=True)
+                os.execv(sys.executable, [sys.executable, __file__, "again"])
+            """
+        )
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FORKPOINT_")}
+    r = run([sys.executable, "inproc.py"], tmp_path, env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["2", "the new program"]
+    assert "ends here: the program replaced itself through exec inside forkpoint.record()" in flat(r.stderr)
+    (session,) = [p.parent for p in (tmp_path / "inproc.py.store").glob(f"*/{LOG_NAME}")]
+    end = Session.load(session).events[-1]
+    assert (end["type"], end["exit_code"], end["reason"]) == ("end", None, "exec")
+    assert "replaced itself through exec" in end["incomplete"]
+
+
 FORKED_QUOTE = QUOTE.replace(
     'print(quote(ticker)["price"], quote(ticker)["price"])',
     """first = quote("ACME")["price"]

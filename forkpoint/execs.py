@@ -1,0 +1,46 @@
+"""A hook on ``os.exec*``: a recorded or replayed program that replaces itself with another ends
+its part first (:func:`forkpoint._boot.start` hands the run on to the new program; a
+``forkpoint.record()`` block ends its session there, saying so). Imported at every bootstrapped
+start: nothing but ``os``."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from typing import Any, NoReturn
+
+
+def around_exec(
+    before: Callable[[], Callable[[], None]], environment: Callable[[dict[str, str]], None] | None = None
+) -> Callable[[], None]:
+    """Make ``os.execv`` and ``os.execve`` (every ``os.exec*`` goes through one of them) call
+    ``before()`` first, which returns what undoes it should the exec fail; ``environment`` may add
+    to the new program's environment (a copy of this one's, or of the one given to ``execve``).
+    An exec in a child forked from this process (a subprocess) or of a file that cannot be run
+    (``execvp`` tries each folder of ``PATH``) goes through untouched. Returns what puts the
+    previous functions back."""
+    started, real_execv, real_execve = os.getpid(), os.execv, os.execve
+
+    def execve(path: Any, args: Any, env: Mapping[str, str] | None = None) -> NoReturn:
+        if os.getpid() != started or not (isinstance(path, int) or os.access(path, os.X_OK)):
+            real_execve(path, args, os.environ if env is None else env)
+        new = dict(os.environ if env is None else env)
+        if environment is not None:
+            environment(new)
+        undo = before()
+        try:
+            real_execve(path, args, new)
+        except BaseException:
+            undo()
+            raise
+
+    def execv(path: Any, args: Any) -> NoReturn:
+        execve(path, args)
+
+    os.execv, os.execve = execv, execve  # type: ignore[assignment]
+
+    def put_back() -> None:
+        if os.execve is execve:
+            os.execv, os.execve = real_execv, real_execve
+
+    return put_back
