@@ -49,6 +49,9 @@ SPAWNED_VAR = "FORKPOINT_SPAWNED"
 #: Set for the program a bootstrapped process becomes through exec: where its call ordinals start
 #: (:data:`forkpoint.runtime.sent_from`).
 SENT_FROM_VAR = "FORKPOINT_SENT_FROM"
+#: Set with it: how many execs the process went through before (its ending and report files are
+#: named after them: ``…-<pid>-exec<N>.json``, the pid staying the same along a chain of execs).
+EXECS_VAR = "FORKPOINT_EXECS"
 
 #: This process's activation (the variables it was started with), for the workers it spawns.
 _activation: dict[str, str] | None = None
@@ -59,12 +62,12 @@ def start(environ: MutableMapping[str, str] = os.environ) -> None:
     worker's activation: :func:`spawned`); do nothing when it says nothing. The variables are
     taken out of ``environ``."""
     global _activation
-    env = {k: environ.pop(k, "") for k in (*ENV_VARS, SPAWNED_VAR, SENT_FROM_VAR)}
+    env = {k: environ.pop(k, "") for k in (*ENV_VARS, SPAWNED_VAR, SENT_FROM_VAR, EXECS_VAR)}
     _leave_pythonpath()
     mode, session = env["FORKPOINT_MODE"], env["FORKPOINT_SESSION"]
     if not mode or not session:
         return
-    _activation = {k: v for k, v in env.items() if v and k not in (SPAWNED_VAR, SENT_FROM_VAR)}
+    _activation = {k: v for k, v in env.items() if v and k not in (SPAWNED_VAR, SENT_FROM_VAR, EXECS_VAR)}
     if env[SENT_FROM_VAR]:
         from . import runtime
 
@@ -158,7 +161,9 @@ def start(environ: MutableMapping[str, str] = os.environ) -> None:
 
         if not env[SPAWNED_VAR]:
             _hand_over_at_exec(
-                before_exec, {**_activation, **({"FORKPOINT_WORKSPACE": ws_raw} if ws_raw else {})}
+                before_exec,
+                {**_activation, **({"FORKPOINT_WORKSPACE": ws_raw} if ws_raw else {})},
+                int(env[EXECS_VAR] or 0),
             )
     elif mode == "replay":
         try:
@@ -234,7 +239,7 @@ def _start_replay(session: str, env: Mapping[str, str], *, spawned: bool = False
             return undo
 
         assert _activation is not None
-        _hand_over_at_exec(before_exec, _activation)
+        _hand_over_at_exec(before_exec, _activation, int(env.get(EXECS_VAR) or 0))
     if reports:
 
         def report() -> None:
@@ -269,14 +274,17 @@ def _before_os_exit(run: Callable[[int, bool], None], what: str) -> None:
     os._exit = _exit
 
 
-def _hand_over_at_exec(before: Callable[[str], Callable[[], None]], activation: Mapping[str, str]) -> None:
-    """Make an exec (:func:`forkpoint.execs.around_exec`) hand this process's recording or replay on to the program
-    it becomes, which is the recorded command going on: ``before(tag)`` finishes this program's
-    part, naming its ending or report file with ``tag`` (the pid stays the same), and returns what
-    undoes that should the exec fail; the new program starts with ``activation`` in its environment
-    (an environment passed to ``execve`` too), forkpoint's bootstrap on its ``PYTHONPATH``, and
-    call ordinals that follow this program's: its calls have the same pid in the log."""
-    handed = 0
+def _hand_over_at_exec(
+    before: Callable[[str], Callable[[], None]], activation: Mapping[str, str], handed: int = 0
+) -> None:
+    """Make an exec (:func:`forkpoint.execs.around_exec`) hand this process's recording or replay on
+    to the program it becomes, which is the recorded command going on: ``before(tag)`` finishes
+    this program's part, naming its ending or report file with ``tag`` (the pid stays the same:
+    ``handed`` counts the execs it went through before this program, each of which left such a
+    file), and returns what undoes that should the exec fail; the new program starts with
+    ``activation`` in its environment (an environment passed to ``execve`` too), forkpoint's
+    bootstrap on its ``PYTHONPATH``, and call ordinals that follow this program's: its calls have
+    the same pid in the log."""
 
     def environment(new: dict[str, str]) -> None:
         from . import runtime
@@ -288,6 +296,7 @@ def _hand_over_at_exec(before: Callable[[str], Callable[[], None]], activation: 
         new.update(activation)
         new["PYTHONPATH"] = os.pathsep.join(p for p in (_bootstrap_dir(), new.get("PYTHONPATH", "")) if p)
         new[SENT_FROM_VAR] = str(runtime.sent_past())
+        new[EXECS_VAR] = str(handed + 1)
 
     def tagged() -> Callable[[], None]:
         nonlocal handed

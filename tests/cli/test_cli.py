@@ -930,6 +930,40 @@ def test_an_exec_inside_forkpoint_record_ends_the_session_saying_so(tmp_path: Pa
     assert "replaced itself through exec" in end["incomplete"]
 
 
+#: QUOTE's two calls in each of four programs: each execs into the next (argv[2] counts them).
+CHAIN_QUOTE = (
+    QUOTE.replace("import sys\n", "import os\nimport sys\n").replace(
+        'ticker = sys.argv[2] if len(sys.argv) > 2 else "ACME"',
+        'ticker, k = "ACME", int(sys.argv[2])',
+    )
+    + """
+if k < 4:
+    os.execv(sys.executable, [sys.executable, __file__, sys.argv[1], str(k + 1)])
+"""
+)
+
+
+def test_a_chain_of_execs_is_replayed_whole(tmp_path: Path) -> None:
+    """Each program of a chain of execs finishes its part under the same pid: its report was named
+    after the exec's number in that program (``-exec1`` in each), so each program's replaced the
+    one before's, and the replay of a recording that ran whole said "DID NOT REPRODUCE": 4/8 events
+    matched, seq 1 to 4 "left unused" though they had been served, "served to 2 processes"."""
+    (tmp_path / "quote.py").write_text(CHAIN_QUOTE)
+    counter = tmp_path / "counter"
+    rec, store, env = record_here(tmp_path, "quote.py", str(counter), "1")
+    assert rec.returncode == 0, rec.stderr
+    assert rec.stdout.split() == [str(n) for n in range(101, 109)]
+    assert "(0 model calls, 8 tool calls)" in flat(rec.stderr), rec.stderr
+    counter.unlink()
+
+    rep = run([*FORKPOINT, "replay", "last", "--store", store], tmp_path, env)
+    assert rep.returncode == 0, rep.stderr
+    assert rep.stdout == rec.stdout
+    assert not counter.exists()
+    said = flat(rep.stderr)
+    assert "replay ok: 8/8 events matched, 0 recorded events left unused; served to 4 processes" in said, said
+
+
 FORKED_QUOTE = QUOTE.replace(
     'print(quote(ticker)["price"], quote(ticker)["price"])',
     """first = quote("ACME")["price"]
