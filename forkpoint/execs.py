@@ -24,7 +24,9 @@ def around_exec(
     def execve(path: Any, args: Any, env: Mapping[str, str] | None = None) -> NoReturn:
         if os.getpid() != started or not (isinstance(path, int) or os.access(path, os.X_OK)):
             real_execve(path, args, os.environ if env is None else env)
-        new = dict(os.environ if env is None else env)
+        # (an environment of bytes, as execve takes too: a str key beside its bytes twin would be the
+        # second of two entries of the same name, which the new program does not read)
+        new = {os.fsdecode(k): os.fsdecode(v) for k, v in (os.environ if env is None else env).items()}
         if environment is not None:
             environment(new)
         undo = before()

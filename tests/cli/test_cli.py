@@ -852,6 +852,8 @@ elif how == "execvp":  # (found in the second folder of PATH: the first candidat
     os.execvp(os.path.basename(sys.executable), again)
 elif how == "execve":  # (an environment of its own, built from os.environ: forkpoint's variables are not in it)
     os.execve(sys.executable, again, {**os.environ, "QUOTE_RUN": "2"})
+elif how == "execve-bytes":  # (an environment of bytes, as execve takes too)
+    os.execve(sys.executable, again, {os.fsencode(k): os.fsencode(v) for k, v in os.environ.items()})
 elif how == "noexec":  # (a file that can be run but not executed: the exec fails, the program goes on)
     try:
         os.execv(os.path.abspath("garbage"), again)
@@ -861,7 +863,7 @@ elif how == "noexec":  # (a file that can be run but not executed: the exec fail
 )
 
 
-@pytest.mark.parametrize("how", ["execv", "execvp", "execve", "noexec"])
+@pytest.mark.parametrize("how", ["execv", "execvp", "execve", "execve-bytes", "noexec"])
 def test_a_program_that_replaces_itself_through_exec_is_recorded_and_replayed_whole(
     tmp_path: Path, how: str
 ) -> None:
