@@ -298,7 +298,7 @@ def _hand_over_at_exec(
         new[SENT_FROM_VAR] = str(runtime.sent_past())
         new[EXECS_VAR] = str(handed + 1)
 
-    def tagged() -> Callable[[], None]:
+    def tagged(_path: str, _args: list[str]) -> Callable[[], None]:
         nonlocal handed
         handed += 1
         return before(f"-exec{handed}")
@@ -306,6 +306,9 @@ def _hand_over_at_exec(
     from .execs import around_exec
 
     around_exec(tagged, environment)
+    from . import runtime
+
+    runtime.exec_hands_over_in = os.getpid()
 
 
 def _refuse_to_run(report: str, why: str) -> None:

@@ -55,6 +55,9 @@ class ErrorRecord(TypedDict, total=False):
     #: A tool that left the process through ``os._exit(status)`` (type ``_exit``, module ``os``):
     #: the status; a replay leaves the same way.
     exit_status: int
+    #: A tool that replaced the program through ``os.exec*`` (type ``_exec``, module ``os``): the
+    #: file it ran and its arguments; a replay execs the same way, handing the replay on to it.
+    exec: list[str]
 
 
 class UnrecordedResult(TypedDict):

@@ -183,6 +183,11 @@ def next_sent(rt: Runtime) -> int:
         return next(counter)
 
 
+#: The process whose ``os.exec*`` hand its recording or replay on to the program it becomes (one that
+#: ``forkpoint record`` or ``replay`` started: ``forkpoint._boot``), or None.
+exec_hands_over_in: int | None = None
+
+
 def sent_past() -> int:
     """An ordinal past every one this process's runtimes gave (:func:`next_sent`): where the calls
     of the program it becomes through exec go on, and those of the runtimes it makes from now on

@@ -247,6 +247,8 @@ def render(
             error, lost = e.get("error"), e.get("unrecorded")
             if error is not None and "exit_status" in error:
                 outcome = f"[red]left the process: {escape(str(error['message']))}[/red]"
+            elif error is not None and "exec" in error:
+                outcome = f"[red]replaced the program: {escape(_short(error['message'], 80))}[/red]"
             elif error is not None:
                 outcome = (
                     f"[red]raised {escape(str(error['type']))}: {escape(_short(error['message'], 60))}[/red]"

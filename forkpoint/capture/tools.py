@@ -436,6 +436,25 @@ def exiting(status: int) -> None:
         call = call.outer
 
 
+def execing(path: str, args: list[str]) -> None:
+    """Write the tool calls running in this context, innermost first, as ended by the exec of ``path``
+    with ``args`` (``os.exec*`` in a tool's body: the recording process hands itself on to the new
+    program as it replaces itself, :mod:`forkpoint._boot`, and a replay execs the same way). Should
+    the exec fail, they go on, but are not written again (the log has them)."""
+    call = _running.get()
+    while call is not None and call.pid == os.getpid():
+        argv = scrub_json([path, *args])
+        ended: ErrorRecord = {
+            "type": "_exec",
+            "module": "os",
+            "message": f"os.execv{tuple(argv)!r}",
+            "exec": argv,
+        }
+        call.write(ended=ended)
+        call.execed = True
+        call = call.outer
+
+
 class _ToolCall:
     """Bookkeeping of one recorded tool call: started when created, written by :meth:`write`."""
 
@@ -450,6 +469,8 @@ class _ToolCall:
         #: The tool call whose body made this one, when one did, and the process making it (:func:`exiting`).
         self.outer: _ToolCall | None = None
         self.pid = os.getpid()
+        #: Written as ended by an exec that then failed (:func:`execing`): not written again.
+        self.execed = False
 
     @contextlib.contextmanager
     def running(self) -> Iterator[None]:
@@ -477,7 +498,7 @@ class _ToolCall:
         without raising: :func:`exiting`) or ``unrecorded``, to the active runtime (or ``rt``: the
         one ending the run; nothing when none is active)."""
         rt = rt or runtime.active()
-        if rt is None:
+        if rt is None or self.execed:
             return
         try:
             event: ToolCallEvent = {
@@ -798,6 +819,18 @@ class _Served:
             status = event["error"].get("exit_status")
             if isinstance(status, int) and not isinstance(status, bool):
                 os._exit(status)  # as it left live (a replaying process writes its report first)
+            argv = event["error"].get("exec")
+            if isinstance(argv, list) and len(argv) > 1 and all(isinstance(a, str) for a in argv):
+                # (in forkpoint.replay()'s block, the process is not the recorded program's)
+                if runtime.exec_hands_over_in != os.getpid():
+                    raise self.rt.diverged(
+                        event,
+                        "tool_call",
+                        self.position,
+                        "this tool replaced the program through exec when it was recorded: only a replay "
+                        "of the recorded command (forkpoint replay) goes on into the program it became",
+                    )
+                os.execv(argv[0], argv[1:])  # as it went on live (a replaying process hands itself on)
             exc = rebuild_exception(dict(event["error"]))
             self.raised, self.frames = exc, recorded_traceback(event["error"].get("frames"))
             raise exc.with_traceback(self.frames)

@@ -966,6 +966,49 @@ def test_a_chain_of_execs_is_replayed_whole(tmp_path: Path) -> None:
     assert "replay ok: 8/8 events matched, 0 recorded events left unused; served to 4 processes" in said, said
 
 
+#: QUOTE's two calls, then a tool whose body execs into the program's second run, which calls once.
+TOOL_EXEC_QUOTE = QUOTE.replace("import sys\n", "import os\nimport sys\n").replace(
+    'ticker = sys.argv[2] if len(sys.argv) > 2 else "ACME"\nprint(quote(ticker)["price"], quote(ticker)["price"])',
+    """
+@forkpoint.tool
+def restart(again):
+    os.execv(sys.executable, [sys.executable, __file__, sys.argv[1], again])
+
+
+if len(sys.argv) > 2:
+    print(sys.argv[2], quote("ACME")["price"])
+else:
+    print(quote("ACME")["price"], quote("ACME")["price"])
+    restart("again")
+    print("not reached")
+""",
+)
+
+
+def test_a_tool_whose_body_execs_is_recorded_and_replayed(tmp_path: Path) -> None:
+    """A tool that replaces the program (a "restart" tool) never returns: its call was not written
+    at all, so the session held 3 of the 4 calls, said nothing, and its replay served the call
+    after it to the tool itself and stopped, "DIVERGED" (the program went on past the tool call,
+    as the tool's body did not run). It is written as ended by that exec, and a replay execs the
+    same way, handing itself on."""
+    (tmp_path / "quote.py").write_text(TOOL_EXEC_QUOTE)
+    counter = tmp_path / "counter"
+    rec, store, env = record_here(tmp_path, "quote.py", str(counter))
+    assert rec.returncode == 0, rec.stderr
+    assert rec.stdout.split() == ["101", "102", "again", "103"]
+    assert "(0 model calls, 4 tool calls)" in flat(rec.stderr), rec.stderr
+    shown = run([*FORKPOINT, "show", "last", "--store", store], tmp_path, env)
+    assert "restart(again=again)" in shown.stdout and "replaced the program: os.execv(" in flat(shown.stdout)
+    counter.unlink()
+
+    rep = run([*FORKPOINT, "replay", "last", "--store", store], tmp_path, env)
+    assert rep.returncode == 0, rep.stderr
+    assert rep.stdout == rec.stdout
+    assert not counter.exists()
+    said = flat(rep.stderr)
+    assert "replay ok: 4/4 events matched, 0 recorded events left unused; served to 2 processes" in said, said
+
+
 FORKED_QUOTE = QUOTE.replace(
     'print(quote(ticker)["price"], quote(ticker)["price"])',
     """first = quote("ACME")["price"]
