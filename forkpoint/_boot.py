@@ -49,6 +49,9 @@ SPAWNED_VAR = "FORKPOINT_SPAWNED"
 #: Set for the program a bootstrapped process becomes through exec: where its call ordinals start
 #: (:data:`forkpoint.runtime.sent_from`).
 SENT_FROM_VAR = "FORKPOINT_SENT_FROM"
+#: Set with it by a recording: how many model calls the programs before made (the turn the new one's
+#: checkpoints go on from).
+TURNS_VAR = "FORKPOINT_TURNS"
 #: Set with it: how many execs the process went through before (its ending and report files are
 #: named after them: ``…-<pid>-exec<N>.json``, the pid staying the same along a chain of execs).
 EXECS_VAR = "FORKPOINT_EXECS"
@@ -62,12 +65,14 @@ def start(environ: MutableMapping[str, str] = os.environ) -> None:
     worker's activation: :func:`spawned`); do nothing when it says nothing. The variables are
     taken out of ``environ``."""
     global _activation
-    env = {k: environ.pop(k, "") for k in (*ENV_VARS, SPAWNED_VAR, SENT_FROM_VAR, EXECS_VAR)}
+    env = {k: environ.pop(k, "") for k in (*ENV_VARS, SPAWNED_VAR, SENT_FROM_VAR, EXECS_VAR, TURNS_VAR)}
     _leave_pythonpath()
     mode, session = env["FORKPOINT_MODE"], env["FORKPOINT_SESSION"]
     if not mode or not session:
         return
-    _activation = {k: v for k, v in env.items() if v and k not in (SPAWNED_VAR, SENT_FROM_VAR, EXECS_VAR)}
+    _activation = {
+        k: v for k, v in env.items() if v and k not in (SPAWNED_VAR, SENT_FROM_VAR, EXECS_VAR, TURNS_VAR)
+    }
     if env[SENT_FROM_VAR]:
         from . import runtime
 
@@ -86,6 +91,7 @@ def start(environ: MutableMapping[str, str] = os.environ) -> None:
         _join_recording(Path(session))
         made: list[Recorder] = []
         failed: list[str] = []
+        turns = [int(env[TURNS_VAR] or 0)]  # (model calls of the programs before this one: exec)
         ws_raw = environ.pop("FORKPOINT_WORKSPACE", "")
         ws_opts = json.loads(ws_raw or "null")
 
@@ -102,6 +108,7 @@ def start(environ: MutableMapping[str, str] = os.environ) -> None:
 
                 say(f"forkpoint: {failed[-1]}; this process goes on unrecorded")
                 return None
+            rec.turns_before = turns[0]
             made.append(rec)
             return rec
 
@@ -148,8 +155,10 @@ def start(environ: MutableMapping[str, str] = os.environ) -> None:
 
         _before_os_exit(leaving, "the recording")
 
-        def before_exec(tag: str) -> Callable[[], None]:
+        def before_exec(tag: str, new: dict[str, str]) -> Callable[[], None]:
             finish_recording()
+            turns[0] += sum(rec.counts["model_call"] for rec in made)
+            new[TURNS_VAR] = str(turns[0])
             if env["FORKPOINT_REPORT"]:
                 write_ending(tag)
 
@@ -224,7 +233,7 @@ def _start_replay(session: str, env: Mapping[str, str], *, spawned: bool = False
     atexit.register(finish)
     if not spawned:
 
-        def before_exec(tag: str) -> Callable[[], None]:
+        def before_exec(tag: str, _new: dict[str, str]) -> Callable[[], None]:
             api.finish_pending(rp)
             if child is not None:
                 child.sync()
@@ -275,39 +284,36 @@ def _before_os_exit(run: Callable[[int, bool], None], what: str) -> None:
 
 
 def _hand_over_at_exec(
-    before: Callable[[str], Callable[[], None]], activation: Mapping[str, str], handed: int = 0
+    before: Callable[[str, dict[str, str]], Callable[[], None]],
+    activation: Mapping[str, str],
+    handed: int = 0,
 ) -> None:
     """Make an exec (:func:`forkpoint.execs.around_exec`) hand this process's recording or replay on
-    to the program it becomes, which is the recorded command going on: ``before(tag)`` finishes
-    this program's part, naming its ending or report file with ``tag`` (the pid stays the same:
-    ``handed`` counts the execs it went through before this program, each of which left such a
-    file), and returns what undoes that should the exec fail; the new program starts with
-    ``activation`` in its environment (an environment passed to ``execve`` too), forkpoint's
-    bootstrap on its ``PYTHONPATH``, and call ordinals that follow this program's: its calls have
-    the same pid in the log."""
+    to the program it becomes, which is the recorded command going on: ``before(tag, new)``
+    finishes this program's part, naming its ending or report file with ``tag`` (the pid stays the
+    same: ``handed`` counts the execs it went through before this program, each of which left such
+    a file), may add to ``new`` (the new program's environment), and returns what undoes that
+    should the exec fail; the new program starts with ``activation`` in its environment (an
+    environment passed to ``execve`` too), forkpoint's bootstrap on its ``PYTHONPATH``, and call
+    ordinals that follow this program's: its calls have the same pid in the log."""
+    from . import runtime
+    from .execs import around_exec
 
-    def environment(new: dict[str, str]) -> None:
-        from . import runtime
-        from .events import SESSION_ID_VAR
+    def hand_over(_file: str, _args: list[str], new: dict[str, str]) -> Callable[[], None]:
+        from .events import SESSION_ID_VAR  # (not loaded at a start that makes no call)
 
+        nonlocal handed
+        handed += 1
         for k in ("PYTHONHASHSEED", SESSION_ID_VAR):  # (what the recording's header and ids say)
             if k in os.environ:
                 new.setdefault(k, os.environ[k])
         new.update(activation)
         new["PYTHONPATH"] = os.pathsep.join(p for p in (_bootstrap_dir(), new.get("PYTHONPATH", "")) if p)
         new[SENT_FROM_VAR] = str(runtime.sent_past())
-        new[EXECS_VAR] = str(handed + 1)
+        new[EXECS_VAR] = str(handed)
+        return before(f"-exec{handed}", new)
 
-    def tagged(_path: str, _args: list[str]) -> Callable[[], None]:
-        nonlocal handed
-        handed += 1
-        return before(f"-exec{handed}")
-
-    from .execs import around_exec
-
-    around_exec(tagged, environment)
-    from . import runtime
-
+    around_exec(hand_over)
     runtime.exec_hands_over_in = os.getpid()
 
 

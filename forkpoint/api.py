@@ -211,7 +211,7 @@ def record(
             for warning in lacks.warnings() if lacks is not None else [skipped or ""]:
                 say(f"forkpoint: WARNING: {warning}")
 
-        def at_exec(_file: str, _args: list[str]) -> Callable[[], None]:
+        def at_exec(_file: str, _args: list[str], _env: dict[str, str]) -> Callable[[], None]:
             # The block never ends: the program becomes another, whose calls are not recorded (only
             # `forkpoint record` hands its recording on). The session ends here, saying so.
             ended.append(

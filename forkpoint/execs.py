@@ -11,15 +11,12 @@ from collections.abc import Callable, Mapping
 from typing import Any, NoReturn
 
 
-def around_exec(
-    before: Callable[[str, list[str]], Callable[[], None]],
-    environment: Callable[[dict[str, str]], None] | None = None,
-) -> Callable[[], None]:
+def around_exec(before: Callable[[str, list[str], dict[str, str]], Callable[[], None]]) -> Callable[[], None]:
     """Make ``os.execv`` and ``os.execve`` (every ``os.exec*`` goes through one of them) call
-    ``before(file, args)`` first, which returns what undoes it should the exec fail, after the tool
-    calls running in this context were written as ended by the exec
-    (:func:`forkpoint.capture.tools.execing`); ``environment`` may add to the new program's
-    environment (a copy of this one's, or of the one given to ``execve``).
+    ``before(file, args, env)`` first, once the tool calls running in this context were written as
+    ended by the exec (:func:`forkpoint.capture.tools.execing`): ``env`` is the new program's
+    environment (a copy of this one's, or of the one given to ``execve``), to which it may add;
+    it returns what undoes it should the exec fail.
     An exec in a child forked from this process (a subprocess) or of a file that cannot be run
     (``execvp`` tries each folder of ``PATH``) goes through untouched. Returns what puts the
     previous functions back."""
@@ -31,13 +28,11 @@ def around_exec(
         # (an environment of bytes, as execve takes too: a str key beside its bytes twin would be the
         # second of two entries of the same name, which the new program does not read)
         new = {os.fsdecode(k): os.fsdecode(v) for k, v in (os.environ if env is None else env).items()}
-        if environment is not None:
-            environment(new)
         file, argv = str(path) if isinstance(path, int) else os.fsdecode(path), [os.fsdecode(a) for a in args]
         tools = sys.modules.get("forkpoint.capture.tools")
         if tools is not None and not isinstance(path, int):  # (a tool body's exec: its call ends here)
             tools.execing(file, argv)
-        undo = before(file, argv)
+        undo = before(file, argv, new)
         try:
             real_execve(path, args, new)
         except BaseException:

@@ -219,6 +219,9 @@ class Recorder:
         self.root_span: str = writer.header.get("span_id") or new_span_id()
         self.pending: set[Any] = set()
         self.counts = {"model_call": 0, "tool_call": 0, "checkpoint": 0}
+        #: The model calls of the programs this process was before it exec'd (``forkpoint._boot``):
+        #: the turn its checkpoints go on from.
+        self.turns_before = 0
         # Re-entrant, and writes of one thread are never nested (see _write): the garbage collector
         # may run a finalizer that ends a call (an unclosed HTTP response) inside any allocation.
         self._lock = threading.RLock()
@@ -273,7 +276,7 @@ class Recorder:
                 self.workspace,
                 self.writer.blobs,
                 boundary=boundary,
-                turn=self.counts["model_call"] + 1,
+                turn=self.turns_before + self.counts["model_call"] + 1,
                 context=context,
                 reason=reason,
             )

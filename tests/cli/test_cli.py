@@ -1009,6 +1009,38 @@ def test_a_tool_whose_body_execs_is_recorded_and_replayed(tmp_path: Path) -> Non
     assert "replay ok: 4/4 events matched, 0 recorded events left unused; served to 2 processes" in said, said
 
 
+#: One model call, then the program execs into its next run (argv[1] counts them), three in all.
+EXEC_ASKER = """import os
+import sys
+
+import openai
+
+k = int(sys.argv[1])
+client = openai.OpenAI(base_url=os.environ["AGENT_BASE_URL"], api_key="sk-test", max_retries=0)
+answer = client.chat.completions.create(model="m", messages=[{"role": "user", "content": f"run {k}"}])
+print(answer.choices[0].message.content)
+if k < 3:
+    os.execv(sys.executable, [sys.executable, __file__, str(k + 1)])
+"""
+
+
+def test_checkpoints_after_an_exec_go_on_counting_turns(tmp_path: Path, server: Any) -> None:
+    """The checkpoints a program takes after its recorded command exec'd into it name the turn of
+    the whole session, as ``show`` counts it: each program's started again from turn 1 (1, 1, 1
+    for one model call in each of three), and the HTML viewer groups a checkpoint by that turn."""
+    from tests.gitutil import make_repo
+
+    work = make_repo(tmp_path / "work", {"asker.py": EXEC_ASKER})
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FORKPOINT_", "OPENAI_"))}
+    env["AGENT_BASE_URL"] = server.url + "/v1"
+    store = str(tmp_path / "store")
+    rec = run([*FORKPOINT, "record", "--store", store, "--", sys.executable, "asker.py", "1"], work, env)
+    assert rec.returncode == 0, rec.stderr
+    assert "(3 model calls, 0 tool calls)" in flat(rec.stderr), rec.stderr
+    (row,) = list_sessions(Path(store)).rows
+    assert [c["turn"] for c in Session.load(row.path).by_type("checkpoint")] == [1, 2, 3]
+
+
 FORKED_QUOTE = QUOTE.replace(
     'print(quote(ticker)["price"], quote(ticker)["price"])',
     """first = quote("ACME")["price"]
