@@ -869,7 +869,7 @@ def validate_cmd(directory: Path) -> None:
 @click.option(
     "--into",
     type=click.Path(path_type=Path),
-    help="Parent folder of the arms (default: a new folder $TMPDIR/forkpoint-forks/SESSION@SEQ-XXXX).",
+    help="Parent folder of the arms (default: a new folder $TMPDIR/forkpoint-forks-UID/SESSION@SEQ-XXXX, this user's own).",
 )
 @_arm_options
 def fork(
@@ -956,7 +956,7 @@ def fork(
     "--into",
     type=click.Path(path_type=Path),
     help="Parent folder of the arms, one folder per checkpoint (default: a new folder under "
-    "$TMPDIR/forkpoint-forks).",
+    "$TMPDIR/forkpoint-forks-UID).",
 )
 @click.option(
     "--html",

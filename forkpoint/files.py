@@ -38,6 +38,24 @@ def private_dirs(path: str | Path) -> Path:
     return path
 
 
+def user_temp_dir(name: str) -> Path:
+    """This user's folder ``NAME-UID`` of the temporary folder (created on first use): ``0700``, owned
+    by the user and not a symlink. The temporary folder is shared, so another user may have made a
+    folder or a link of that name first, to read or swap what forkpoint puts there: such a folder is
+    refused. Raises ``OSError`` naming the folder (``PermissionError`` when it is not this user's)."""
+    import stat
+    import tempfile
+
+    folder = Path(tempfile.gettempdir()) / f"{name}-{os.getuid()}"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    st = os.lstat(folder)
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+        raise PermissionError(f"{folder} is not a folder of this user's (a symlink, or another user's)")
+    if st.st_mode & 0o077:
+        os.chmod(folder, 0o700)  # made before under a looser umask
+    return folder
+
+
 def scratch_dir(
     owner: object, prefix: str, where: str | None = None
 ) -> tuple[Path, weakref.finalize[[str, int], object]]:

@@ -989,11 +989,18 @@ def _where_it_ran(session: Session, seq: int, directory: Path) -> Path:
 
 
 def fork_into(session: Session, seq: int) -> Path:
-    """A new folder for the arms of a fork of ``session@seq``: ``$TMPDIR/forkpoint-forks/ID@SEQ-XXXX``.
+    """A new folder for the arms of a fork of ``session@seq``: ``$TMPDIR/forkpoint-forks-UID/ID@SEQ-XXXX``.
     Not under the current directory: that is usually the recorded repository, and arms would become
-    untracked clones inside it. A new folder every time, so forking one checkpoint again just works."""
-    base = Path(tempfile.gettempdir()) / "forkpoint-forks"
-    base.mkdir(parents=True, exist_ok=True)
+    untracked clones inside it. A new folder every time, so forking one checkpoint again just works.
+    The parent is this user's own (:func:`~forkpoint.files.user_temp_dir`): the temporary folder is
+    shared, and another user's folder or link there could swap the arms. Raises
+    :class:`~forkpoint.errors.UsageError` naming it when it is not this user's."""
+    from .files import user_temp_dir
+
+    try:
+        base = user_temp_dir("forkpoint-forks")
+    except OSError as exc:
+        raise UsageError(f"cannot make a folder for the arms: {exc}; pass --into DIR") from None
     return Path(tempfile.mkdtemp(prefix=f"{session.id}@{seq}-", dir=base))
 
 

@@ -46,8 +46,6 @@ import re
 import secrets
 import shlex
 import shutil
-import stat
-import tempfile
 import warnings
 from collections.abc import Generator, Iterator, Mapping
 from contextlib import AbstractContextManager
@@ -760,22 +758,15 @@ class Cassette:
 
 
 def lock_folder() -> Path:
-    """This user's folder of cassette locks in the temporary folder: ``0700``, owned by the user and
-    not a symlink (the temporary folder is shared: another user's folder or link is refused).
-    Raises :class:`pytest.UsageError` naming the folder otherwise."""
-    folder = Path(tempfile.gettempdir()) / f"forkpoint-cassette-locks-{os.getuid()}"
+    """This user's folder of cassette locks in the temporary folder (:func:`~forkpoint.files.user_temp_dir`:
+    ``0700``, owned by the user and not a symlink). Raises :class:`pytest.UsageError` naming the
+    folder otherwise."""
+    from .files import user_temp_dir
+
     try:
-        folder.mkdir(mode=0o700, exist_ok=True)
-        st = os.lstat(folder)
+        return user_temp_dir("forkpoint-cassette-locks")
     except OSError as exc:
-        raise pytest.UsageError(f"forkpoint: cannot make the cassette lock folder {folder}: {exc}") from None
-    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
-        raise pytest.UsageError(
-            f"forkpoint: {folder} is not a folder of this user's: refusing to keep locks there"
-        )
-    if st.st_mode & 0o077:
-        os.chmod(folder, 0o700)  # made before under a looser umask
-    return folder
+        raise pytest.UsageError(f"forkpoint: refusing to keep cassette locks there: {exc}") from None
 
 
 def _header(path: Path) -> dict[str, Any] | None:

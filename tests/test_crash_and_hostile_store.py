@@ -8,6 +8,7 @@ from __future__ import annotations
 import errno
 import os
 import sys
+import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -346,6 +347,50 @@ def test_a_store_others_may_write_or_own_is_refused_unless_allowed(store: Path, 
         os.chown(store, 4242, 4242)
         r = cli("ls", "--store", str(store))
         assert r.exit_code == 1 and "owned by user id 4242" in r.output
+
+
+def test_the_arms_of_a_fork_go_to_a_temporary_folder_of_this_users_only(
+    store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without --into, the arms go under $TMPDIR/forkpoint-forks-UID: the temporary folder is shared, so
+    a folder of that name that is a symlink or another user's (made there first) is refused, and
+    nothing is written through it."""
+    repo = repo_with_change(tmp_path)
+    with forkpoint.record("fork", store=store, workspace=repo) as rec:
+        lookup("a")
+        forkpoint.checkpoint()
+    seq = next(
+        c["seq"] for c in Session.load(rec.session_path).by_type("checkpoint") if c["boundary"] == "resumable"
+    )
+    tmp = tmp_path / "tmp"
+    tmp.mkdir(mode=0o777)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    planted = tmp_path / "planted"
+    planted.mkdir(mode=0o777)
+    (tmp / f"forkpoint-forks-{os.getuid()}").symlink_to(planted)
+    fork = ["fork", f"{rec.session_path}@{seq}", "--store", str(store), "--", sys.executable, "-c", "pass"]
+    r = cli(*fork)
+    assert r.exit_code != 0 and f"forkpoint-forks-{os.getuid()} is not a folder of this user's" in r.output
+    assert "--into" in r.output and not any(planted.iterdir()) and not (tmp / "forkpoint-forks").exists()
+    (tmp / f"forkpoint-forks-{os.getuid()}").unlink()
+    if os.getuid() == 0:  # root can make a folder of another user's; others cannot
+        mine = tmp / f"forkpoint-forks-{os.getuid()}"
+        mine.mkdir()
+        os.chown(mine, 4242, 4242)
+        r = cli(*fork)
+        assert r.exit_code != 0 and "is not a folder of this user's" in r.output and not any(mine.iterdir())
+        mine.rmdir()
+    # Its own folder, made under a loose umask, is made owner-only, and the arm goes there.
+    old = os.umask(0)
+    try:
+        r = cli(*fork)
+    finally:
+        os.umask(old)
+    assert "fork of" in r.output, r.output  # (the command makes no call: the arm never goes live)
+    (base,) = [p for p in tmp.iterdir() if p.name.startswith("forkpoint-forks")]
+    assert base.name == f"forkpoint-forks-{os.getuid()}" and base.stat().st_mode & 0o777 == 0o700
+    (arms,) = base.iterdir()
+    assert arms.name.startswith(f"{rec.session_path.name}@{seq}-") and (arms / "arm-1" / "app.py").exists()
 
 
 # ----------------------------------------------------------------------------- permissions

@@ -1601,7 +1601,7 @@ def test_fork_two_arms_end_to_end(tmp_path: Path) -> None:
             for _ in range(2)
         ]
     assert [r.returncode for r in again] == [0, 0], [r.stderr for r in again]
-    folders = sorted((tmp / "forkpoint-forks").iterdir())
+    folders = sorted((tmp / f"forkpoint-forks-{os.getuid()}").iterdir())
     assert len(folders) == 2 and all(f.name.startswith(f"{parent.id}@{cp['seq']}-") for f in folders)
     assert all((f / "arm-1" / scratch[0]).exists() for f in folders)
     assert fork.returncode == 0, fork.stdout + fork.stderr
