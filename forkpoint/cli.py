@@ -22,7 +22,7 @@ import click
 from ._version import __version__
 from .errors import CannotRecord, ForkpointError, OverrideError, SessionError, SigningError, UsageError
 from .runtime import POLICIES, SOURCES
-from .text import escape, plural
+from .text import escape, ordinal, plural
 
 # Each command imports the layers it uses: `forkpoint record` must start its program without
 # loading replay, views or rich (issue 15: start-up). Names for annotations only:
@@ -131,12 +131,22 @@ def _parse_tags(values: tuple[str, ...]) -> dict[str, str]:
 
 
 def _parse_headers(values: tuple[str, ...], option: str) -> dict[str, str]:
+    """``KEY=VALUE`` headers. One that is not is named by its place, never printed: its value is
+    usually a token (only a header name before a ``:``, as in ``KEY: VALUE``, is shown)."""
+    import re
+
+    name = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # an HTTP header name (RFC 9110 token)
     hdrs = {}
-    for h in values:
+    for i, h in enumerate(values, 1):
         k, sep, v = h.partition("=")
-        if not sep or not k:
-            raise click.BadParameter(f"{h!r}: expected KEY=VALUE", param_hint=option)
-        hdrs[k.strip()] = v.strip()
+        if sep and name.fullmatch(k.strip()):
+            hdrs[k.strip()] = v.strip()
+            continue
+        colon = re.match(rf"\s*({name.pattern})\s*:", h)
+        fix = f"write {colon[1]}=VALUE" if colon else "the value is not shown, as it may hold a secret"
+        raise click.BadParameter(
+            f"the {ordinal(i)} given is not KEY=VALUE with KEY a header name ({fix})", param_hint=option
+        )
     return hdrs
 
 

@@ -278,3 +278,28 @@ def test_bad_endpoint_is_refused_before_anything_is_recorded(tmp_path: Path) -> 
     ):
         pass
     assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(
+    ("header", "fix"),
+    [
+        ("Authorization: Bearer tok-9f8e7d6c5b4a", "write Authorization=VALUE"),  # curl's form
+        ("X-Api-Key: tok-9f8e7d6c5b4a=", "write X-Api-Key=VALUE"),  # a base64 token's padding
+        ("=tok-9f8e7d6c5b4a", "the value is not shown"),
+        ("tok-9f8e7d6c5b4a", "the value is not shown"),
+    ],
+)
+def test_a_header_that_is_not_key_value_is_named_by_its_place_never_printed(
+    tmp_path: Path, header: str, fix: str
+) -> None:
+    """A header's value is usually a token: the error names the option and which one, not what it says."""
+    for option, command in (
+        ("--header", ["export", "last", "--otlp", "http://127.0.0.1:9/v1/traces"]),
+        ("--otlp-header", ["record", "--otlp", "http://127.0.0.1:9"]),
+    ):
+        args = [*command, "--store", str(tmp_path), option, "A=b", option, header, "--", "true"]
+        result = CliRunner().invoke(main, args if command[0] == "record" else args[:-2])
+        assert result.exit_code == 2, result.output
+        assert f"Invalid value for {option}: the 2nd given is not KEY=VALUE" in result.output
+        assert fix in result.output and "tok-9f8e7d6c5b4a" not in result.output, result.output
+    assert not any(tmp_path.iterdir())
