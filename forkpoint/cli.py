@@ -965,8 +965,8 @@ def fork(
 @click.option(
     "--into",
     type=click.Path(path_type=Path),
-    help="Parent folder of the arms, one folder per checkpoint (default: a new folder under "
-    "$TMPDIR/forkpoint-forks-UID).",
+    help="Parent folder of the arms, one folder seq-N per checkpoint; one that already holds arms is refused "
+    "(default: a new folder under $TMPDIR/forkpoint-forks-UID).",
 )
 @click.option(
     "--html",

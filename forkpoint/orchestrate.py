@@ -1018,6 +1018,28 @@ def resumable(session: Session, seq: int) -> None:
         )
 
 
+def refuse_taken(into: Path, folders: list[Path], arms: int, command: str) -> None:
+    """Raise :class:`~forkpoint.errors.UsageError` naming ``into`` when one of ``folders`` (in it)
+    already holds what one of ``arms`` arms would write: ``arm-N`` (but an empty folder) or
+    ``arm-N.log``. Checked before any arm runs: an arm's restore refuses a folder that is not empty
+    (it would not run), and its log is never written over (what it printed would be lost, beside
+    an older arm's log), so nothing of the user's or of an earlier fork is replaced or mixed in."""
+    taken = [
+        p
+        for folder in folders
+        for i in range(1, arms + 1)
+        for p in (folder / f"arm-{i}", folder / f"arm-{i}.log")
+        if os.path.lexists(p) and not (p.is_dir() and not p.is_symlink() and not any(p.iterdir()))
+    ]
+    if taken:
+        names = [str(p.relative_to(into)) for p in taken]
+        more = f" and {len(names) - 5} more" if len(names) > 5 else ""
+        raise UsageError(
+            f"{into} already holds {', '.join(names[:5])}{more}: {command} into an empty folder, or a new one "
+            "(without --into)"
+        )
+
+
 def arm_specs(
     session: Session,
     seq: int,
@@ -1111,17 +1133,7 @@ def fork_arms(
     resumable(session, seq)
     check_overrides(session, list(overrides or []), live_from=seq)
     into = into if into is not None else fork_into(session, seq)
-    taken = [
-        p
-        for i in range(1, arms + 1)
-        for p in (into / f"arm-{i}", into / f"arm-{i}.log")
-        if os.path.lexists(p) and not (p.is_dir() and not p.is_symlink() and not any(p.iterdir()))
-    ]
-    if taken:  # (an arm writes its directory and its log there: nothing of the user's is replaced)
-        raise UsageError(
-            f"{into} already holds {', '.join(p.name for p in taken)}: fork into an empty folder, or a new one "
-            "(without --into)"
-        )
+    refuse_taken(into, [into], arms, "fork")
     specs = arm_specs(
         session,
         seq,

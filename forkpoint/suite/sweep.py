@@ -16,7 +16,7 @@ from typing import Any
 from ..errors import UsageError
 from ..executors import Executor
 from ..log import Session
-from ..orchestrate import Arm, arm_specs, fork_into, run_arms
+from ..orchestrate import Arm, arm_specs, fork_into, refuse_taken, run_arms
 from ..outcome import Outcome, by_checkpoint
 
 
@@ -69,9 +69,11 @@ def sweep(
     """Fork ``arms`` arms from each resumable checkpoint in ``[first, last]`` and measure ``outcome``
     in each (an arm still running after ``timeout`` seconds is stopped, then measured). Returns ``{"session", "into", "arms": [Arm...], **by_checkpoint(...)}`` (the pass rate
     at each checkpoint and where the run became unrecoverable). Raises
-    :class:`~forkpoint.errors.UsageError` when there is no checkpoint to fork from."""
+    :class:`~forkpoint.errors.UsageError` when there is no checkpoint to fork from, or ``into``
+    already holds an arm of one (as ``fork`` does: nothing there is replaced)."""
     cps = sweep_checkpoints(session, first, last)
     into = into if into is not None else fork_into(session, cps[0]["seq"])
+    refuse_taken(into, [into / f"seq-{cp['seq']}" for cp in cps], arms, "sweep")
     specs: list[dict[str, Any]] = []
     for cp in cps:
         specs += arm_specs(

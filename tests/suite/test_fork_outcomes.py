@@ -148,6 +148,36 @@ def test_an_arm_that_cannot_be_restored_is_reported_and_never_run(keeper: Keeper
     assert arms_of_store(keeper) == []
 
 
+def test_sweep_into_a_folder_holding_arms_refuses_as_fork_does(keeper: Keeper, tmp_path: Path) -> None:
+    """A sweep into the folder of an earlier one ran its arms anyway: an arm whose directory was
+    there was "not run" (restore wants an empty one), one whose directory was gone ran live and
+    lost what it printed (its log is never written over), beside the earlier arm's log. It is
+    refused before any arm runs, naming the folder, as fork refuses a folder holding arm-N."""
+    cps = keeper.resumable()
+    into = tmp_path / "sweep"
+    (into / f"seq-{cps[0]}" / "arm-1").mkdir(parents=True)
+    (into / f"seq-{cps[0]}" / "arm-1" / "mine.txt").write_text("mine\n")
+    (into / f"seq-{cps[1]}").mkdir()
+    (into / f"seq-{cps[1]}" / "arm-2.log").write_text("earlier\n")
+    (into / f"seq-{cps[2]}" / "arm-1").mkdir(parents=True)  # empty: an arm may go there
+    decisions = keeper.model.decisions
+    out = forkpoint_cli(
+        keeper, "sweep", keeper.session.id, "--store", str(keeper.store), "--arms", "2", "--into", str(into),
+        "--outcome", KEEPER_OUTCOME, "--", *keeper.agent, cwd=tmp_path,
+    )  # fmt: skip
+    assert out.returncode == 2, out.stdout + out.stderr
+    said = " ".join(out.stderr.split())
+    assert (
+        f"{into} already holds seq-{cps[0]}/arm-1, seq-{cps[1]}/arm-2.log: sweep into an empty folder" in said
+    )
+    assert keeper.model.decisions == decisions and arms_of_store(keeper) == []  # no arm ran
+    assert (into / f"seq-{cps[0]}" / "arm-1" / "mine.txt").read_text() == "mine\n"
+    assert (into / f"seq-{cps[1]}" / "arm-2.log").read_text() == "earlier\n"
+    assert sorted(p.name for p in into.rglob("*")) == sorted(
+        ["arm-1", "mine.txt", "arm-2.log", "arm-1", *(f"seq-{c}" for c in cps)]
+    )
+
+
 def test_sweep_verdict_in_words() -> None:
     def result(arms: list[tuple[int, bool | None]]) -> dict[str, Any]:
         return {"session": "s", **by_checkpoint(arms, {1: 1, 4: 2, 7: 3})}
