@@ -1348,21 +1348,21 @@ def export_cmd(
 def import_cmd(path: Path, store: str | None, name: str | None) -> None:
     """Turn a VCR.py cassette or an agent trajectory (SWE-agent, mini-swe-agent, OpenHands) into a
     session. The format is detected from the content; what the file lacks is listed in the session."""
-    from .importers import import_file
+    from .importers import import_described
+    from .redact import scrub_text
     from .store import info
 
-    session_path = import_file(path, store=_store(store), name=name)
+    # (what the import made of the file, not the header's imported_from: sealed in a store that encrypts)
+    session_path, imported = import_described(path, store=_store(store), name=name)
     i = info(session_path)
-    origin = i.header.get("imported_from") or {}
     _err().print(
-        f"forkpoint: imported {origin.get('format')} file {path} as session {session_path.name} "
+        f"forkpoint: imported {imported.format} file {path} as session {session_path.name} "
         f"({plural(i.model_calls, 'model call')}, {plural(i.tool_calls, 'tool call')}) in {session_path.parent}",
         markup=False,
     )
-    for item in origin.get("missing") or []:
-        _err().print(f"  not in the file: {item}", markup=False)
-    for item in origin.get("adjusted") or []:
-        _err().print(f"  inferred: {item}", markup=False)
+    for label, items in (("not in the file", imported.missing), ("inferred", imported.adjusted)):
+        for item in items:  # (scrubbed, as the header that says them is)
+            _err().print(f"  {label}: {scrub_text(item)}", markup=False)
     click.echo(str(session_path))
 
 

@@ -12,6 +12,7 @@ identity, the session replays and its checkpoint restores.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -444,3 +445,33 @@ def test_a_program_leaving_through_os_exit_leaves_no_tracked_file_in_the_clear(
         return found
 
     assert in_the_clear(Path("/dev/shm")) + in_the_clear(Path(tempfile.gettempdir())) == []
+
+
+def test_import_into_a_store_that_encrypts_says_what_it_says_unencrypted(
+    tmp_path: Path, keys: tuple[str, Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`import` read the format, what the file lacks and what was inferred back from the new session's
+    header, which a store with `[store] encrypt_to` seals: it said "imported None file" and nothing
+    more. It says what the import made of the file, as for a store that does not encrypt."""
+    recipient, _, _ = keys
+    monkeypatch.delenv(IDENTITY_ENV, raising=False)
+    traj = tmp_path / "run.traj"
+    step = {"action": "ls", "observation": "a.py", "response": "ls", "thought": ""}
+    traj.write_text(f'{{"trajectory": [{json.dumps(step)}], "history": []}}')
+    (tmp_path / "enc").mkdir()
+    (tmp_path / "enc" / "forkpoint.toml").write_text(f'[store]\nencrypt_to = ["{recipient}"]\n')
+    (tmp_path / "plain").mkdir()
+    said, sessions = {}, {}
+    for kind in ("enc", "plain"):
+        monkeypatch.chdir(tmp_path / kind)
+        result = CliRunner().invoke(main, ["import", str(traj), "--store", "s"])
+        assert result.exit_code == 0, result.output
+        sessions[kind] = tmp_path / kind / result.stdout.strip()
+        said[kind] = result.stderr.replace(sessions[kind].name, "ID")
+    assert read_header(sessions["enc"] / LOG_NAME)["encryption"]["recipients"] == [recipient]
+    assert "imported_from" not in read_header(sessions["enc"] / LOG_NAME)  # (sealed)
+    assert said["enc"] == said["plain"]
+    assert f"imported swe-agent file {traj} as session ID (1 model call, 1 tool call) in s" in said["enc"]
+    assert (
+        "  not in the file: " in said["enc"] and "  inferred: " in said["enc"] and "None" not in said["enc"]
+    )

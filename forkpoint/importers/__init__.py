@@ -40,6 +40,7 @@ __all__ = [
     "Importer",
     "detect_format",
     "formats",
+    "import_described",
     "import_file",
     "load_document",
     "write_session",
@@ -105,6 +106,19 @@ def import_file(
     any other format an error. Raises :class:`~forkpoint.errors.ImportFormatError` naming the file
     and what was expected when it is none of them.
     """
+    return import_described(path, store=store, name=name, format=format)[0]
+
+
+def import_described(
+    path: str | Path,
+    *,
+    store: str | Path | None = None,
+    name: str | None = None,
+    format: str | None = None,
+) -> tuple[Path, Imported]:
+    """:func:`import_file`, and what the import made of the file: its ``format``, what it lacks
+    (``missing``) and what was inferred (``adjusted``), as the header's ``imported_from`` says them.
+    For whoever reports the import: in a store that encrypts, that header is sealed."""
     path = Path(path)
     try:
         with open_regular(path) as f:  # a FIFO or a device is refused, never read (or waited on)
@@ -140,6 +154,7 @@ def import_file(
         raise ImportFormatError(
             f"{path}: looks like {known[fmt]}, but could not be read as one ({type(exc).__name__}: {exc})"
         ) from None
-    return write_session(
+    written = write_session(
         imported, path=path, raw=raw, store=Path(store) if store else default_store(), name=name
     )
+    return written, imported
