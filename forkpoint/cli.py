@@ -1458,7 +1458,7 @@ def prune(store: str | None, older_than: str | None, keep_failed: bool, dry_run:
     """Remove the sessions older than --older-than (or the configured retention). Sessions under legal
     hold and sessions without an end event are kept, and listed."""
     from .config import store_retention
-    from .store.retention import holds, parse_age, prune_candidates, remove
+    from .store.retention import hold_reason, holds, parse_age, prune_candidates, remove
 
     where = "--older-than"
     if older_than is None:
@@ -1475,7 +1475,7 @@ def prune(store: str | None, older_than: str | None, keep_failed: bool, dry_run:
     todo, kept = prune_candidates(target.listing().rows, age, keep_failed=keep_failed)
     on_hold = holds(target)
     for r in [r for r in todo if r.session_id in on_hold]:
-        kept[r.session_id] = f"under legal hold ({on_hold[r.session_id].get('reason')!s})"
+        kept[r.session_id] = f"under legal hold ({hold_reason(on_hold[r.session_id])})"
     todo = [r for r in todo if r.session_id not in on_hold]
     failed = None
     if dry_run:
@@ -1506,12 +1506,12 @@ def prune(store: str | None, older_than: str | None, keep_failed: bool, dry_run:
 def hold_cmd(session: str, reason: str, store: str | None) -> None:
     """Put SESSION under legal hold: rm, prune and scrub refuse it until `forkpoint release`. On an
     S3 store whose bucket has Object Lock, each of its objects also gets the S3 legal hold."""
-    from .store.retention import find, hold
+    from .store.retention import find, hold, hold_reason
 
     target = _open_store(store)
     (row,) = find(target, [session])
     h = hold(target, row.session_id, reason)
-    click.echo(f"held {row.session_id}: {h.get('reason')} (since {h.get('since')}, by {h.get('by')})")
+    click.echo(f"held {row.session_id}: {hold_reason(h)} (since {h.get('since')}, by {h.get('by')})")
 
 
 @main.command(name="release")

@@ -189,8 +189,10 @@ def render(
     console = console or terminal()
     h = session.header
     if hold is not None:
+        from .store.retention import hold_reason
+
         console.print(
-            f"[bold red]LEGAL HOLD[/bold red] {escape(str(hold.get('reason')))} "
+            f"[bold red]LEGAL HOLD[/bold red] {escape(hold_reason(hold))} "
             f"(since {escape(str(hold.get('since')))}, by {escape(str(hold.get('by')))}): "
             "rm, prune and scrub refuse this session"
         )

@@ -20,6 +20,7 @@ import os
 import re
 import secrets
 import shutil
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -30,6 +31,7 @@ import orjson
 from ..errors import SessionError
 from ..events import now_iso, parse_time
 from ..log import LOG_NAME
+from ..text import visible
 from .base import SessionInfo, Store, pick
 from .fsspec import RemoteStore
 from .index import ENTRIES, IndexIO, consolidate, entry_name, read_index
@@ -93,13 +95,20 @@ def held(store: Store, session_id: str) -> dict[str, Any] | None:
     return doc if isinstance(doc, dict) else {"session_id": session_id, "reason": "(unreadable hold file)"}
 
 
+def hold_reason(h: Mapping[str, Any]) -> str:
+    """The reason of the hold ``h``, to print: on one line, its line breaks and other control
+    characters escaped (:func:`~forkpoint.text.visible`), as other user text is printed: a second
+    line would read as another message of forkpoint's."""
+    return visible(str(h.get("reason")), one_line=True)
+
+
 def refuse_if_held(store: Store, session_id: str, action: str) -> None:
     """Raise :class:`HeldError` when session ``session_id`` is under legal hold (``action`` is what
     was asked: "remove", "scrub")."""
     h = held(store, session_id)
     if h is not None:
         raise HeldError(
-            f"session {session_id} is under legal hold ({h.get('reason')!s}, since {h.get('since')}); "
+            f"session {session_id} is under legal hold ({hold_reason(h)}, since {h.get('since')}); "
             f"refusing to {action} it (forkpoint release {session_id} lifts the hold)"
         )
 
@@ -210,7 +219,7 @@ def remove(store: Store, rows: list[SessionInfo]) -> Removed:
             sid = row.session_id
             if sid in on_hold:
                 h = on_hold[sid]
-                done.kept[sid] = f"under legal hold ({h.get('reason')!s}, since {h.get('since')})"
+                done.kept[sid] = f"under legal hold ({hold_reason(h)}, since {h.get('since')})"
                 continue
             if isinstance(store, RemoteStore) and not row.staged:
                 with store._errors(f"removing session {sid}"):

@@ -143,6 +143,28 @@ def test_scrub_refuses_a_session_under_legal_hold(store: Path) -> None:
     assert (store / sid / LOG_NAME).read_bytes() == before
 
 
+def test_a_reason_of_several_lines_is_printed_on_one_line_everywhere(store: Path) -> None:
+    """A hold's reason with a line break (or an escape sequence) was printed as it was by hold, rm,
+    prune and scrub (show escaped the escape sequence but kept the line break): its second line read
+    as another message. Each prints it on one line, escaped as other user text is; --json keeps it."""
+    sid = session(store, created=OLD)
+    reason = "INC-7\nforkpoint: released\x1b[2J"
+    one_line = "INC-7\\nforkpoint: released\\x1b[2J"
+    held = cli("hold", sid, "--reason", reason, "--store", str(store))
+    shown = cli("show", sid, "--store", str(store))
+    rm = cli("rm", sid, "--store", str(store))
+    pruned = cli("prune", "--older-than", "1d", "--store", str(store))
+    scrubbed = cli("scrub", sid, "--store", str(store))
+    for r in (held, shown, rm, pruned, scrubbed):
+        assert one_line in r.output and "\x1b" not in r.output, r.output
+        assert not [line for line in r.output.splitlines() if line.startswith("forkpoint: released")], (
+            r.output
+        )
+    assert f"held {sid}: {one_line} (since" in held.stdout
+    assert f"LEGAL HOLD {one_line} (since" in shown.stdout
+    assert json.loads(cli("show", sid, "--json", "--store", str(store)).stdout)["hold"]["reason"] == reason
+
+
 def test_hold_and_scrub_on_a_store_they_cannot_write_say_which_file_in_a_line(
     store: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
