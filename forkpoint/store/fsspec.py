@@ -34,7 +34,6 @@ import os
 import re
 import secrets
 import shutil
-import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -44,7 +43,7 @@ import orjson
 
 from ..errors import SessionError
 from ..events import now_iso
-from ..files import private_dirs, write_private
+from ..files import private_dirs, user_temp_dir, write_private
 from ..log import LOG_NAME, MIRROR_DONE, MIRROR_RECORDING
 from ..text import say
 from .base import REMOTE_MARKER, Listing, SessionInfo, Store, pick, scan, session_order, summarize_log
@@ -102,12 +101,14 @@ def mirror_dir(url: str) -> Path:
     scheme, _, rest = url.partition("://")
     slug = re.sub(r"[^A-Za-z0-9._-]+", "_", rest).strip("_.")[:60] or "root"
     name = f"{scheme.lower()}_{slug}-{hashlib.sha256(url.encode()).hexdigest()[:12]}"
-    for root in (cache_root(), Path(tempfile.gettempdir()) / f"forkpoint-{os.getuid()}"):
-        d = root / "stores" / name
-        marker = d / REMOTE_MARKER
-        if marker.is_file():
-            return d
+    # (the fallback is this user's own folder of the shared temporary folder: another user's folder
+    # or link of that name there would hold, or swap, the sessions mirrored into it)
+    for root in (cache_root, lambda: user_temp_dir("forkpoint")):
         try:
+            d = root() / "stores" / name
+            marker = d / REMOTE_MARKER
+            if marker.is_file():
+                return d
             private_dirs(d)  # (the cache and its stores/ too, under umask 000)
             write_private(marker, orjson.dumps({"format": "forkpoint.mirror", "url": url}))
             return d

@@ -849,3 +849,36 @@ def test_the_viewer_counts_the_fork_arms_other_machines_ran(
     drawn = view_model(Session.load(resolve(rec.session_id, url)))["sweep"]
     assert drawn is not None
     assert [(p["seq"], p["passed"], p["ran"]) for p in drawn["points"]] == [(3, 3, 4)]
+
+
+def test_a_mirror_outside_the_cache_goes_to_this_users_own_temporary_folder_never_anothers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the cache cannot be written, a remote store's mirror went to ``$TMPDIR/forkpoint-UID``
+    made through any folder or link of that name already there: another user could plant one and
+    read, or swap, the sessions mirrored into it. Such a folder is now refused."""
+    import tempfile
+
+    from forkpoint.store import fsspec as fsspec_store
+
+    cache, real = tmp_path / "cache", fsspec_store.private_dirs
+
+    def private_dirs(path: Path) -> Path:
+        if path.is_relative_to(cache):
+            raise PermissionError(f"{path}: the cache cannot be written")
+        return real(path)
+
+    monkeypatch.setattr(fsspec_store, "cache_root", lambda: cache)
+    monkeypatch.setattr(fsspec_store, "private_dirs", private_dirs)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    elsewhere = tmp_path / "planted"
+    elsewhere.mkdir()
+    (tmp_path / f"forkpoint-{os.getuid()}").symlink_to(elsewhere)
+    with pytest.raises(SessionError, match="no writable cache directory"):
+        fsspec_store.mirror_dir(f"memory://fp-{secrets.token_hex(4)}/sessions")
+    assert list(elsewhere.iterdir()) == []
+
+    (tmp_path / f"forkpoint-{os.getuid()}").unlink()  # this user's own folder is made and used
+    mirror = fsspec_store.mirror_dir(f"memory://fp-{secrets.token_hex(4)}/sessions")
+    assert mirror.is_relative_to(tmp_path / f"forkpoint-{os.getuid()}")
+    assert (tmp_path / f"forkpoint-{os.getuid()}").stat().st_mode & 0o777 == 0o700
