@@ -82,6 +82,8 @@ def model_call_line(event: Mapping[str, Any]) -> tuple[str, list[str]]:
         )
     if resp and resp.get("status", 200) >= 400:
         parts.append(f"[red]HTTP {resp['status']}[/red]")
+    if s.get("error"):  # the provider's own error: an error body, or an error event inside a stream
+        parts.append(f"[red]error: {escape(_short(s['error'], 80))}[/red]")
     if event.get("error"):
         parts.append(
             f"[red]{escape(str(event['error'].get('type')))}: {escape(_short(event['error'].get('message', ''), 60))}[/red]"

@@ -15,7 +15,7 @@ import pytest
 import forkpoint
 from forkpoint import eventstream, providers
 from forkpoint.show import render
-from tests.modelserver import LocalServer, Reply
+from tests.modelserver import LocalServer, Reply, Stream, aws_event
 
 MODEL = "anthropic.claude-3-haiku-20240307-v1:0"
 TOOLS = {
@@ -396,3 +396,41 @@ def test_a_secret_in_an_event_streams_message_headers_never_reaches_disk(store: 
             got = httpx.post(server.url + "/model/m1/converse-stream", json={"messages": []})
     assert secret.encode() in got.content  # the live run saw it
     assert leaks(store, {"aws-key": secret}) == []
+
+
+def test_show_says_the_error_a_converse_stream_ended_with(
+    store: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A ConverseStream that breaks off with an exception message (HTTP 200): botocore raises it, the
+    summary keeps its message, and show prints it beside the text streamed before it (it printed
+    only the partial text, as if the stream had merely been cut short)."""
+    exception = eventstream.encode(
+        {
+            ":exception-type": "modelStreamErrorException",
+            ":content-type": "application/json",
+            ":message-type": "exception",
+        },
+        json.dumps({"message": "the model broke", "originalStatusCode": 500}).encode(),
+    )
+    events = [
+        aws_event("messageStart", {"role": "assistant"}),
+        aws_event("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"text": "It is"}}),
+        exception,
+    ]
+    with LocalServer() as srv:
+        srv.route(
+            "/model/*/converse-stream",
+            lambda _: Stream(events, ctype="application/vnd.amazon.eventstream"),
+        )
+        with forkpoint.record(store=store) as rec:
+            response = _client(srv.url, RECORD_KEY).converse_stream(
+                modelId=MODEL, messages=[{"role": "user", "content": [{"text": "hi"}]}]
+            )
+            with pytest.raises(Exception, match="the model broke"):
+                for _ in response["stream"]:
+                    pass
+    session = forkpoint.Session.load(rec.session_path)
+    assert session.by_type("model_call")[0]["summary"]["error"] == "the model broke"
+    render(session)
+    out = capsys.readouterr().out
+    assert "“It is”" in out and "error: the model broke" in out
