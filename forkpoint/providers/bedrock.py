@@ -100,6 +100,31 @@ def _block_text(block: dict[str, Any]) -> str:
     return ""
 
 
+_CONVERSE_EVENTS = frozenset(
+    {"messageStart", "contentBlockStart", "contentBlockDelta", "contentBlockStop", "messageStop", "metadata"}
+)
+
+
+def _nova_shaped(b: dict[str, Any]) -> bool:
+    """A request or response body in Converse's shape, as Amazon Nova takes and gives them through
+    InvokeModel: ``schemaVersion``, an ``inferenceConfig``, ``output.message``, or messages whose
+    content blocks are keyed by kind (``{text}``, ``{toolUse}``) rather than typed (``{type}``)."""
+    if "schemaVersion" in b or isinstance(b.get("inferenceConfig"), dict):
+        return True
+    if isinstance(d(b.get("output")).get("message"), dict):
+        return True
+    blocks = [blk for m in lst(b.get("messages")) for blk in lst(d(m).get("content"))]
+    return bool(blocks) and all(isinstance(blk, dict) and "type" not in blk for blk in blocks)
+
+
+def _nova_event(item: Payload) -> Payload | None:
+    """One InvokeModelWithResponseStream chunk of Nova (``{"contentBlockDelta": {…}}``) as the
+    ConverseStream event it is (``("contentBlockDelta", {…})``); None for any other."""
+    _, payload = item
+    keys = [k for k in payload if k in _CONVERSE_EVENTS]
+    return (keys[0], d(payload[keys[0]])) if len(keys) == 1 else None
+
+
 class BedrockConverse(Provider):
     """Amazon Bedrock Converse and ConverseStream."""
 
@@ -137,7 +162,10 @@ class BedrockConverse(Provider):
 
     def sampling(self, body: dict[str, Any]) -> Sampling:
         cfg = d(body.get("inferenceConfig"))
-        return Sampling(num(cfg.get("temperature")), num(cfg.get("topP")), None, i(cfg.get("maxTokens")))
+        # (Nova's InvokeModel body spells them top_p and max_new_tokens)
+        top_p = num(cfg.get("topP")) if "topP" in cfg else num(cfg.get("top_p"))
+        limit = i(cfg.get("maxTokens")) if "maxTokens" in cfg else i(cfg.get("max_new_tokens"))
+        return Sampling(num(cfg.get("temperature")), top_p, None, limit)
 
     def count_tools(self, body: dict[str, Any]) -> int:
         return len(lst(d(body.get("toolConfig")).get("tools")))
@@ -344,10 +372,15 @@ class BedrockInvoke(Provider):
 
     @staticmethod
     def _inner(body: object) -> Provider:
-        """The provider of the model format a body (request or response) is in."""
+        """The provider of the model format a body (request or response) is in: Anthropic Messages
+        for Claude; Converse's for Amazon Nova (request ``{schemaVersion?: "messages-v1",
+        messages[{role, content[{text} | {toolUse} | …]}], system?, inferenceConfig?, toolConfig?}``,
+        response ``{output{message}, stopReason, usage}``)."""
         b = d(body)
         if "anthropic_version" in b or b.get("type") == "message":
             return anthropic.PROVIDER
+        if _nova_shaped(b):
+            return CONVERSE
         return UNRECOGNIZED
 
     def request_model(self, body: dict[str, Any]) -> str | None:
@@ -371,9 +404,15 @@ class BedrockInvoke(Provider):
     def read_stream(self, stream: list[Payload]) -> ResponseFields | None:
         if any(event == "message_start" for event, _ in stream):
             return anthropic.PROVIDER.read_stream(stream)
+        nova = [e for e in map(_nova_event, stream) if e is not None]
+        if any(event == "messageStart" for event, _ in nova):
+            return CONVERSE.read_stream(nova)
         return None
 
     def stream_delta_text(self, payload: dict[str, Any]) -> str:
+        nova = _nova_event(("chunk", payload))
+        if nova is not None:
+            return CONVERSE.stream_delta_text(nova[1])
         return anthropic.PROVIDER.stream_delta_text(payload)
 
     def tool_call_arguments(self, node: dict[str, Any]) -> list[object]:

@@ -434,3 +434,68 @@ def test_show_says_the_error_a_converse_stream_ended_with(
     render(session)
     out = capsys.readouterr().out
     assert "“It is”" in out and "error: the model broke" in out
+
+
+def test_invoke_model_of_nova_is_read_in_converse_shape(
+    store: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Amazon Nova through InvokeModel takes and gives Converse's shapes (its stream's ``chunk``
+    events carry ``{"contentBlockDelta": {…}}`` objects): the text, tool use, usage, stop reason and
+    sampling are read from them (they were all missing: only Claude's format was read)."""
+    import base64
+
+    nova = "amazon.nova-lite-v1:0"
+    use = {"toolUseId": "tooluse_n1", "name": "add", "input": {"a": 2, "b": 3}}
+    usage = {"inputTokens": 13, "outputTokens": 6, "totalTokens": 19}
+    answer = {
+        "output": {"message": {"role": "assistant", "content": [{"text": "Adding."}, {"toolUse": use}]}},
+        "stopReason": "tool_use",
+        "usage": usage,
+    }
+    inner = [
+        {"messageStart": {"role": "assistant"}},
+        {"contentBlockDelta": {"delta": {"text": "Nova"}, "contentBlockIndex": 0}},
+        {"contentBlockDelta": {"delta": {"text": " says hello"}, "contentBlockIndex": 0}},
+        {"contentBlockStop": {"contentBlockIndex": 0}},
+        {"messageStop": {"stopReason": "end_turn"}},
+        {
+            "metadata": {"usage": usage, "metrics": {}},
+            "amazon-bedrock-invocationMetrics": {"inputTokenCount": 13},
+        },
+    ]
+    chunks = [aws_event("chunk", {"bytes": base64.b64encode(json.dumps(e).encode()).decode()}) for e in inner]
+    body = {
+        "schemaVersion": "messages-v1",
+        "system": [{"text": "be brief"}],
+        "messages": [{"role": "user", "content": [{"text": "add 2 and 3"}]}],
+        "inferenceConfig": {"max_new_tokens": 100, "temperature": 0.5, "top_p": 0.9},
+        "toolConfig": TOOLS,
+    }
+    with LocalServer() as srv:
+        srv.route("/model/*/invoke", lambda r: Reply(json.dumps(answer).encode(), ctype="application/json"))
+        srv.route(
+            "/model/*/invoke-with-response-stream",
+            lambda r: Stream(chunks, ctype="application/vnd.amazon.eventstream"),
+        )
+        with forkpoint.record(store=store) as rec:
+            client = _client(srv.url, RECORD_KEY)
+            client.invoke_model(modelId=nova, body=json.dumps(body))["body"].read()
+            list(client.invoke_model_with_response_stream(modelId=nova, body=json.dumps(body))["body"])
+    session = forkpoint.Session.load(rec.session_path)
+    whole, streamed = (c["summary"] for c in session.by_type("model_call"))
+    for s in (whole, streamed):
+        assert (s["api"], s["model"], s["n_messages"], s["n_tools"]) == ("invoke", nova, 1, 1)
+        assert (s["temperature"], s["top_p"], s["max_tokens"]) == (0.5, 0.9, 100)
+        assert s["usage"] == {
+            "input_tokens": 13,
+            "output_tokens": 6,
+            "cache_read_input_tokens": None,
+            "cache_creation_input_tokens": None,
+        }
+    assert whole["stop_reason"] == "tool_use" and whole["tool_calls"] == [
+        {"id": "tooluse_n1", "name": "add", "arguments": '{"a":2,"b":3}'}
+    ]
+    assert streamed["stop_reason"] == "end_turn" and streamed["tool_calls"] == []
+    render(session)
+    out = capsys.readouterr().out
+    assert "“Adding.”" in out and "“Nova says hello”" in out and "13→6 tok" in out
