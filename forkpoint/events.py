@@ -402,6 +402,8 @@ class DivergenceReport(TypedDict, total=False):
     diff: list[dict[str, Any]]
     #: Ignore rules that would make the call match, when every difference looks volatile.
     suggest: list[dict[str, str]]
+    #: The session was recorded without ``deterministic``: the report says what it would do.
+    hint_deterministic: bool
     #: fifo drift: the recorded call served anyway.
     served_seq: int
     #: What an HTTP exchange that is no model call is (:func:`forkpoint.providers.classify`):

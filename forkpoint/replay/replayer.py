@@ -1022,6 +1022,8 @@ class Replayer:
             and (rules := suggest_ignore(normalized(base), norm, self.ignore, tool))
         ):
             report["suggest"] = [r.to_json() for r in rules]
+            if not self.deterministic:  # the time or a uuid the program's own code read may be it
+                report["hint_deterministic"] = True
         if "endpoint" in what:
             report["endpoint"] = what["endpoint"]
         if "name" in what:

@@ -50,6 +50,13 @@ def format_divergence(report: DivergenceReport | dict[str, Any]) -> str:
         lines.append("  ignore = [")
         lines.extend(f"    {IgnoreRule(**r).toml()}," for r in suggested)
         lines.append("  ]")
+        if report.get("hint_deterministic"):
+            lines.append(
+                "If the program's own code put it there (datetime.now(), time.time(), uuid.uuid4(), "
+                "random), record with --deterministic instead (forkpoint record --deterministic; "
+                "deterministic=True in the API and the pytest marker): a replay then hands the "
+                "recorded values back, and the request is matched whole."
+            )
     return "\n".join(lines)
 
 

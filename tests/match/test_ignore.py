@@ -261,6 +261,21 @@ def test_a_divergence_on_a_timestamp_suggests_the_rule(server: LocalServer, stor
     assert rp.report()["reproduced"]
 
 
+def test_a_timestamp_divergence_points_at_deterministic_when_not_recorded_so(
+    server: LocalServer, store: Path
+) -> None:
+    """An agent that stamps its prompt with datetime.now() diverges on replay; an ignore rule was
+    the only way out the report named, though recording with deterministic hands the recorded time
+    back and keeps the prompt in the match. A session recorded so is not told again."""
+    for deterministic in (False, True):
+        with forkpoint.record(store=store, deterministic=deterministic) as rec:
+            ask("hi", "Current time: 2026-12-01 10:15:19.930158", server.openai_base_url)
+        with forkpoint.replay(rec.session_path), pytest.raises(forkpoint.Divergence) as div:
+            ask("hi", "Current time: 2026-12-01 10:15:21.733099", server.openai_base_url)
+        assert div.value.report["suggest"]
+        assert ("record with --deterministic" in str(div.value)) is not deterministic
+
+
 def test_a_bad_rule_given_to_the_api_is_refused_before_anything_runs(store: Path) -> None:
     with pytest.raises(ConfigError, match=r"forkpoint.record\(ignore=…\): ignore\[0\]"):
         with forkpoint.record(store=store, ignore=[{"path": "$.messages"}]):
