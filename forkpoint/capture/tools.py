@@ -424,34 +424,26 @@ def exiting(status: int) -> None:
     the process leaves without unwinding them, so no ``except`` or ``finally`` of theirs would
     (the recording process's ``os._exit`` calls this first: :mod:`forkpoint._boot`). Not those of
     the process this one was forked from (a tool's worker leaving): they go on there."""
-    call = _running.get()
-    while call is not None and call.pid == os.getpid():
-        ended: ErrorRecord = {
-            "type": "_exit",
-            "module": "os",
-            "message": f"os._exit({status})",
-            "exit_status": status,
-        }
-        call.write(ended=ended)
-        call = call.outer
+    _end_running({"type": "_exit", "module": "os", "message": f"os._exit({status})", "exit_status": status})
 
 
 def execing(path: str, args: list[str]) -> None:
     """Write the tool calls running in this context, innermost first, as ended by the exec of ``path``
     with ``args`` (``os.exec*`` in a tool's body: the recording process hands itself on to the new
-    program as it replaces itself, :mod:`forkpoint._boot`, and a replay execs the same way). Should
+    program as it replaces itself, :mod:`forkpoint.execs`, and a replay execs the same way). Should
     the exec fail, they go on, but are not written again (the log has them)."""
+    argv = scrub_json([path, *args])
+    _end_running(
+        {"type": "_exec", "module": "os", "message": f"os.execv{tuple(argv)!r}", "exec": argv}, execed=True
+    )
+
+
+def _end_running(ended: ErrorRecord, *, execed: bool = False) -> None:
+    """Write the tool calls running in this context and this process, innermost first, as ``ended``."""
     call = _running.get()
     while call is not None and call.pid == os.getpid():
-        argv = scrub_json([path, *args])
-        ended: ErrorRecord = {
-            "type": "_exec",
-            "module": "os",
-            "message": f"os.execv{tuple(argv)!r}",
-            "exec": argv,
-        }
-        call.write(ended=ended)
-        call.execed = True
+        call.write(ended=ErrorRecord(**ended))
+        call.execed = call.execed or execed
         call = call.outer
 
 

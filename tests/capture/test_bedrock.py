@@ -4,7 +4,9 @@ botocore signs every request (SigV4) and parses the event stream itself, so this
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +33,19 @@ TOOLS = {
 }
 RECORD_KEY = ("AKIAAAAAAAAAAAAAAAAA", "recording-secret-0123456789abcdefghijklmn")
 REPLAY_KEY = ("AKIABBBBBBBBBBBBBBBB", "replaying-secret-0123456789abcdefghijklmn")
+
+
+@contextlib.contextmanager
+def invoke_server(answer: Any, chunks: list[bytes]) -> Iterator[LocalServer]:
+    """A Bedrock runtime on loopback answering InvokeModel with ``answer`` (JSON) and
+    InvokeModelWithResponseStream with the event-stream ``chunks``."""
+    with LocalServer() as srv:
+        srv.route("/model/*/invoke", lambda r: Reply(json.dumps(answer).encode(), ctype="application/json"))
+        srv.route(
+            "/model/*/invoke-with-response-stream",
+            lambda r: Stream(chunks, ctype="application/vnd.amazon.eventstream"),
+        )
+        yield srv
 
 
 def _client(base: str, key: tuple[str, str]) -> Any:
@@ -294,7 +309,7 @@ def test_invoke_model_and_its_response_stream_replay_offline(store: Path) -> Non
     the model's own stream events (base64 in ``bytes``), as botocore receives them."""
     import base64
 
-    from tests.modelserver import Stream, aws_event
+    from tests.modelserver import aws_event
 
     message = {
         "id": "msg_1",
@@ -331,12 +346,7 @@ def test_invoke_model_and_its_response_stream_replay_offline(store: Path) -> Non
             "".join(e["delta"].get("text", "") for e in events if e["type"] == "content_block_delta"),
         ]
 
-    with LocalServer() as srv:
-        srv.route("/model/*/invoke", lambda r: Reply(json.dumps(message).encode(), ctype="application/json"))
-        srv.route(
-            "/model/*/invoke-with-response-stream",
-            lambda r: Stream(chunks, ctype="application/vnd.amazon.eventstream"),
-        )
+    with invoke_server(message, chunks) as srv:
         with forkpoint.record(store=store) as rec:
             live = run(srv.url, RECORD_KEY)
     assert live == ["hello there", "hello there"]
@@ -471,12 +481,7 @@ def test_invoke_model_of_nova_is_read_in_converse_shape(
         "inferenceConfig": {"max_new_tokens": 100, "temperature": 0.5, "top_p": 0.9},
         "toolConfig": TOOLS,
     }
-    with LocalServer() as srv:
-        srv.route("/model/*/invoke", lambda r: Reply(json.dumps(answer).encode(), ctype="application/json"))
-        srv.route(
-            "/model/*/invoke-with-response-stream",
-            lambda r: Stream(chunks, ctype="application/vnd.amazon.eventstream"),
-        )
+    with invoke_server(answer, chunks) as srv:
         with forkpoint.record(store=store) as rec:
             client = _client(srv.url, RECORD_KEY)
             client.invoke_model(modelId=nova, body=json.dumps(body))["body"].read()

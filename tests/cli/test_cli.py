@@ -838,6 +838,20 @@ def test_replay_of_a_command_that_ran_several_programs(tmp_path: Path) -> None:
     assert "Expected next: recorded event seq 3" in said and "$.args.ticker: ACME → ZZZ" in said
 
 
+def replayed_as_recorded(
+    tmp_path: Path, store: str, env: dict[str, str], rec: subprocess.CompletedProcess[str], counter: Path
+) -> str:
+    """``forkpoint replay last`` of QUOTE's counter program, asserted to exit 0 with the recorded
+    output and no tool body run (``counter`` is removed first: a body would write it); its stderr,
+    flattened."""
+    counter.unlink()
+    rep = run([*FORKPOINT, "replay", "last", "--store", store], tmp_path, env)
+    assert rep.returncode == 0, rep.stderr
+    assert rep.stdout == rec.stdout
+    assert not counter.exists()
+    return flat(rep.stderr)
+
+
 #: QUOTE's two calls, then the program replaces itself (argv[2] says how) with its second run.
 EXEC_QUOTE = (
     QUOTE.replace("import sys\n", "import os\nimport sys\n").replace(
@@ -888,13 +902,7 @@ def test_a_program_that_replaces_itself_through_exec_is_recorded_and_replayed_wh
     expected = ["101", "102", "103"] if how == "noexec" else ["101", "102", "103", "104"]
     assert rec.stdout.split() == expected
     assert f"(0 model calls, {len(expected)} tool calls)" in flat(rec.stderr), rec.stderr
-    counter.unlink()
-
-    rep = run([*FORKPOINT, "replay", "last", "--store", store], tmp_path, env)
-    assert rep.returncode == 0, rep.stderr
-    assert rep.stdout == rec.stdout
-    assert not counter.exists()  # no tool body ran
-    said = flat(rep.stderr)
+    said = replayed_as_recorded(tmp_path, store, env, rec, counter)
     assert f"replay ok: {len(expected)}/{len(expected)} events matched, 0 recorded events left unused" in said
     assert ("served to 2 processes" in said) == (how != "noexec"), said
 
@@ -956,13 +964,7 @@ def test_a_chain_of_execs_is_replayed_whole(tmp_path: Path) -> None:
     assert rec.returncode == 0, rec.stderr
     assert rec.stdout.split() == [str(n) for n in range(101, 109)]
     assert "(0 model calls, 8 tool calls)" in flat(rec.stderr), rec.stderr
-    counter.unlink()
-
-    rep = run([*FORKPOINT, "replay", "last", "--store", store], tmp_path, env)
-    assert rep.returncode == 0, rep.stderr
-    assert rep.stdout == rec.stdout
-    assert not counter.exists()
-    said = flat(rep.stderr)
+    said = replayed_as_recorded(tmp_path, store, env, rec, counter)
     assert "replay ok: 8/8 events matched, 0 recorded events left unused; served to 4 processes" in said, said
 
 
@@ -999,13 +1001,7 @@ def test_a_tool_whose_body_execs_is_recorded_and_replayed(tmp_path: Path) -> Non
     assert "(0 model calls, 4 tool calls)" in flat(rec.stderr), rec.stderr
     shown = run([*FORKPOINT, "show", "last", "--store", store], tmp_path, env)
     assert "restart(again=again)" in shown.stdout and "replaced the program: os.execv(" in flat(shown.stdout)
-    counter.unlink()
-
-    rep = run([*FORKPOINT, "replay", "last", "--store", store], tmp_path, env)
-    assert rep.returncode == 0, rep.stderr
-    assert rep.stdout == rec.stdout
-    assert not counter.exists()
-    said = flat(rep.stderr)
+    said = replayed_as_recorded(tmp_path, store, env, rec, counter)
     assert "replay ok: 4/4 events matched, 0 recorded events left unused; served to 2 processes" in said, said
 
 
