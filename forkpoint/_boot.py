@@ -36,6 +36,9 @@ if TYPE_CHECKING:
 LEDGER_NAME = "ledger"
 #: In the ``FORKPOINT_REPORT`` folder of a recording: ``ending-<pid>.json`` of each process.
 ENDING_PREFIX = "ending-"
+#: In the ``FORKPOINT_REPORT`` folder: ``exec-<pid>-<N>.json`` of each process's Nth exec, the program it
+#: became (``{"argv": [file, *args]}``): the CLI checks that one wrote its ending or report in turn.
+EXEC_PREFIX = "exec-"
 #: In the ``FORKPOINT_REPORT`` folder of a replay: ``not-started-<pid>.txt`` of each process whose
 #: replay could not start (why, in words), which then exits with :data:`NOT_STARTED_EXIT`.
 NOT_STARTED_PREFIX = "not-started-"
@@ -299,8 +302,9 @@ def _hand_over_at_exec(
     from . import runtime
     from .execs import around_exec
 
-    def hand_over(_file: str, _args: list[str], new: dict[str, str]) -> Callable[[], None]:
+    def hand_over(file: str, args: list[str], new: dict[str, str]) -> Callable[[], None]:
         from .events import SESSION_ID_VAR  # (not loaded at a start that makes no call)
+        from .files import write_private
 
         nonlocal handed
         handed += 1
@@ -311,7 +315,18 @@ def _hand_over_at_exec(
         new["PYTHONPATH"] = os.pathsep.join(p for p in (_bootstrap_dir(), new.get("PYTHONPATH", "")) if p)
         new[SENT_FROM_VAR] = str(runtime.sent_past())
         new[EXECS_VAR] = str(handed)
-        return before(f"-exec{handed}", new)
+        undo = before(f"-exec{handed}", new)
+        said = None
+        if activation.get("FORKPOINT_REPORT"):  # (what became of this process, for the CLI to check)
+            said = Path(activation["FORKPOINT_REPORT"]) / f"{EXEC_PREFIX}{os.getpid()}-{handed}.json"
+            write_private(said, json.dumps({"argv": [file, *args]}).encode())
+
+        def undone() -> None:
+            if said is not None:
+                said.unlink(missing_ok=True)
+            undo()
+
+        return undone
 
     around_exec(hand_over)
     runtime.exec_hands_over_in = os.getpid()

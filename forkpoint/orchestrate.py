@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
 
-from ._boot import NOT_STARTED_PREFIX, child_env, read_endings
+from ._boot import ENDING_PREFIX, EXEC_PREFIX, NOT_STARTED_PREFIX, child_env, read_endings
 from .children import Captured, wait_child
 from .errors import CheckpointError, ForkpointError, OverrideError, SessionError, UsageError
 from .log import Session, read_json_text, to_json
@@ -163,6 +163,40 @@ def _interrupted(watch: _Watch, what: str) -> bool:
     return sig is not None
 
 
+#: Why a Python program a process became through exec may not have started forkpoint.
+UNSTARTED = " (python -I and -E ignore the PYTHONPATH that starts it; or it was killed)"
+
+
+def unstarted_execs(folder: Path, *prefixes: str) -> list[tuple[str, str]]:
+    """The Python programs the recorded command's processes became through exec (``exec-<pid>-<N>.json``,
+    written by :func:`forkpoint._boot._hand_over_at_exec`) that left no file named with one of
+    ``prefixes`` and the pid in ``folder`` (its ending or report, written at its exit) and made no
+    exec of their own: forkpoint did not start in them. ``(pid, the command, scrubbed)`` each. A
+    program that is not Python (a shell) is left out: the programs it starts report under their own
+    pids."""
+    import re
+
+    from .redact import scrub_text
+
+    mine = os.path.realpath(sys.executable)
+    out = []
+    for path in sorted(folder.glob(f"{EXEC_PREFIX}*.json")):
+        pid, _, n = path.stem[len(EXEC_PREFIX) :].partition("-")
+        try:
+            argv = [str(a) for a in orjson.loads(path.read_bytes())["argv"]]
+            went_on = (folder / f"{EXEC_PREFIX}{pid}-{int(n) + 1}.json").exists()  # (it exec'd in turn)
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        # ("ending-<pid>.json", "report-<pid>.json", "not-started-<pid>.txt": what it wrote at its end)
+        went_on = went_on or any(any(folder.glob(f"{pre}{pid}.*")) for pre in prefixes)
+        python = (
+            re.fullmatch(r"python[0-9.]*", os.path.basename(argv[0])) or os.path.realpath(argv[0]) == mine
+        )
+        if python and not went_on:
+            out.append((pid, scrub_text(" ".join(argv[1:] or argv))))
+    return out
+
+
 class _Stuck:
     """Whether a replay that diverged hangs: a process's report holds a divergence and the program
     has not ended :data:`STUCK_AFTER_S` seconds later (a worker diverged, and the program waits for
@@ -262,6 +296,10 @@ def record_command(
         code, captured, _ = run_child(cmd, env, capture=capture, meanwhile=_ready_to_close)
         out = captured.text() if captured is not None else None
         uncaught, session.incomplete, lacks, reported = read_endings(Path(tmp))
+        for pid, command in unstarted_execs(Path(tmp), ENDING_PREFIX):
+            lost = f"process {pid} became `{command}` through exec, which did not start forkpoint{UNSTARTED}"
+            say(f"forkpoint: WARNING: {lost}: what it did is not in the session")
+            session.incomplete = session.incomplete or lost
     try:
         i = info(session.path)
     except SessionError as exc:  # (removed while it ran, say: the command's own exit code stands)
@@ -520,6 +558,11 @@ def replay_run(
         reports = [read_json_text(p.read_bytes()) for p in Path(tmp).glob("report-*.json")]
         reports.sort(key=lambda r: r.get("process_started") or 0)
         not_started = sorted(p.read_text(errors="replace") for p in Path(tmp).glob(f"{NOT_STARTED_PREFIX}*"))
+        not_started += [
+            f"process {pid} became `{command}` through exec, which did not start forkpoint's replay{UNSTARTED}: "
+            "it ran unreplayed"
+            for pid, command in unstarted_execs(Path(tmp), "report-", NOT_STARTED_PREFIX)
+        ]
         # (a program that was not run reproduced nothing, whatever the other processes reported)
         report = merge_reports(reports) if reports and not not_started else None
         seen = seen.plus(netns.results(Path(tmp)))

@@ -907,6 +907,52 @@ def test_a_program_that_replaces_itself_through_exec_is_recorded_and_replayed_wh
     assert ("served to 2 processes" in said) == (how != "noexec"), said
 
 
+def test_an_exec_into_a_python_that_does_not_start_forkpoint_is_said_and_never_replay_ok(
+    tmp_path: Path,
+) -> None:
+    """``python -I`` ignores the PYTHONPATH that starts forkpoint: a program that exec'd into one left
+    its second run unrecorded, said nothing, and the replay said "replay ok: 2/2" while the second
+    run's tools ran live. The recording now says so (and its end is incomplete); the replay says
+    the program ran unreplayed and exits 1. A shell exec'd into is not such a program: the Python
+    programs it starts report under their own pids (no warning)."""
+    (tmp_path / "quote.py").write_text(
+        EXEC_QUOTE
+        + 'if how == "isolated":\n    os.execv(sys.executable, [sys.executable, "-I", *again[1:]])\n'
+    )
+    counter = tmp_path / "counter"
+    rec, store, env = record_here(tmp_path, "quote.py", str(counter), "isolated")
+    assert rec.returncode == 0, rec.stderr
+    assert rec.stdout.split() == ["101", "102", "103", "104"]
+    said = flat(rec.stderr)
+    assert (
+        "(0 model calls, 2 tool calls)" in said and "through exec, which did not start forkpoint" in said
+    ), said
+    assert "-I" in said and "what it did is not in the session" in said
+    end = Session.load(next((tmp_path / "store").glob(f"*/{LOG_NAME}")).parent).events[-1]
+    assert "did not start forkpoint" in end["incomplete"]
+    counter.unlink()
+
+    rep = run([*FORKPOINT, "replay", "last", "--store", store], tmp_path, env)
+    assert rep.returncode == 1, rep.stderr
+    said = flat(rep.stderr)
+    assert "through exec, which did not start forkpoint's replay" in said and "it ran unreplayed" in said, (
+        said
+    )
+    assert "replay ok" not in said
+
+    shell = tmp_path / "shell.py"
+    shell.write_text(
+        "import os, sys\nos.execv('/bin/sh', ['sh', '-c', f'{sys.executable} -c \"print(42)\"'])\n"
+    )
+    done = run(
+        [*FORKPOINT, "record", "--store", store, "--no-workspace", "--", sys.executable, "shell.py"],
+        tmp_path,
+        env,
+    )
+    assert done.returncode == 0 and done.stdout.split() == ["42"], done.stderr
+    assert "did not start forkpoint" not in flat(done.stderr)
+
+
 def test_an_exec_inside_forkpoint_record_ends_the_session_saying_so(tmp_path: Path) -> None:
     """Inside a ``forkpoint.record()`` block, a program that replaced itself through exec left its
     session without an end, and said nothing: the new program's calls were not recorded. The
