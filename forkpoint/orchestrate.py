@@ -176,10 +176,8 @@ def unstarted_execs(folder: Path, *prefixes: str) -> list[tuple[str, str]]:
     pids."""
     import re
 
-    from .redact import scrub_text
-
     mine = os.path.realpath(sys.executable)
-    out = []
+    out: list[tuple[str, list[str]]] = []
     for path in sorted(folder.glob(f"{EXEC_PREFIX}*.json")):
         pid, _, n = path.stem[len(EXEC_PREFIX) :].partition("-")
         try:
@@ -193,8 +191,12 @@ def unstarted_execs(folder: Path, *prefixes: str) -> list[tuple[str, str]]:
             re.fullmatch(r"python[0-9.]*", os.path.basename(argv[0])) or os.path.realpath(argv[0]) == mine
         )
         if python and not went_on:
-            out.append((pid, scrub_text(" ".join(argv[1:] or argv))))
-    return out
+            out.append((pid, argv[1:] or argv))
+    if not out:  # (the scrubber loads only for what is said: a replay's parent loads no redaction)
+        return []
+    from .redact import scrub_text
+
+    return [(pid, scrub_text(" ".join(argv))) for pid, argv in out]
 
 
 class _Stuck:
