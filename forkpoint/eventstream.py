@@ -109,6 +109,13 @@ def event_name(headers: Mapping[str, object]) -> str | None:
     return name if isinstance(name, str) else None
 
 
+def ends_stream(frame: bytes) -> bool:
+    """Whether the message ``frame`` is an exception or an error, after which an event stream sends
+    nothing more (a client raises it, and may never read the stream to its end)."""
+    decoded = decode(frame)
+    return decoded is not None and decoded[0].get(":message-type") in ("exception", "error")
+
+
 def as_sse(frames: Iterable[bytes]) -> str:
     """An event stream written as server-sent events (``event: NAME`` / ``data: JSON``), the shape
     every stream reader of :mod:`forkpoint.providers` reads. A ``chunk`` event (InvokeModel with

@@ -182,6 +182,8 @@ class Exchange:
         self.error: BaseException | None = None
         #: Where the error struck, when the adapter can tell: ``send`` (the request never went out).
         self.phase: str | None = None
+        #: An AWS event stream's bytes past its last whole message (None for any other body).
+        self._frames: bytes | None = None
         self._done = False
         self._lock = threading.Lock()
         connections.recorded(request["url"])
@@ -192,10 +194,21 @@ class Exchange:
         self.head = (status, reason, http_version, headers)
         if status == 101:
             _upgraded(self.request)
+        if eventstream.is_event_stream(header(headers, "content-type")) and not header(
+            headers, "content-encoding"
+        ):
+            self._frames = b""
 
     def chunk(self, data: bytes) -> None:
-        """A piece of the body, as the transport delivered it."""
+        """A piece of the body, as the transport delivered it. An AWS event stream ends at an exception
+        message: the call is written then (botocore raises it and never reads on, nor closes the
+        response; the call was written at the program's exit, or lost with a killed process)."""
         self.raw.append((round((time.perf_counter() - self.t0) * 1000, 3), data))
+        if self._frames is not None:
+            frames, self._frames = eventstream.split(self._frames + data)
+            if any(eventstream.ends_stream(f) for f in frames):
+                self.complete = True
+                self.finish()
 
     def whole(self, data: bytes) -> None:
         """The whole body at once (the library had read it before handing the response over)."""

@@ -439,8 +439,16 @@ def test_show_says_the_error_a_converse_stream_ended_with(
             with pytest.raises(Exception, match="the model broke"):
                 for _ in response["stream"]:
                     pass
+            # (botocore never reads the stream on after the exception, nor closes it)
+            _client(srv.url, RECORD_KEY).converse_stream(
+                modelId=MODEL, messages=[{"role": "user", "content": [{"text": "again"}]}]
+            )
     session = forkpoint.Session.load(rec.session_path)
-    assert session.by_type("model_call")[0]["summary"]["error"] == "the model broke"
+    broke, later = session.by_type("model_call")
+    assert broke["summary"]["error"] == "the model broke"
+    # Written as its exception arrived, whole (it was written at the end of the run, after the call
+    # made later, as "unfinished"; a process killed before its end lost it)
+    assert broke["seq"] < later["seq"] and broke["response"]["ended"] == "complete", broke["response"]
     render(session)
     out = capsys.readouterr().out
     assert "“It is”" in out and "error: the model broke" in out
