@@ -198,6 +198,9 @@ class McpCall(TypedDict):
 
     server: str | None
     method: str
+    #: The progress notifications the server sent for this request to the progress callback the
+    #: agent gave, in order (``{"progress", "total", "message"}``): handed to that callback on replay.
+    progress: NotRequired[list[dict[str, Any]]]
 
 
 class ToolCallEvent(_Common, total=False):

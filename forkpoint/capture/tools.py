@@ -909,8 +909,10 @@ async def acall_tool(
     *,
     defaulted: frozenset[str] = frozenset(),
     mcp: McpCall | None = None,
+    replayed: Callable[[ToolCallEvent], Awaitable[None]] | None = None,
 ) -> Any:
-    """:func:`call_tool` for a tool whose body is a coroutine function."""
+    """:func:`call_tool` for a tool whose body is a coroutine function; ``replayed`` is awaited
+    with the recorded event when a replay serves the call, before its result is handed back."""
     rt = runtime.active()
     if rt is None:
         return await body()
@@ -920,6 +922,8 @@ async def acall_tool(
         error = served.event.get("error")
         if cancelled(error) and not (error is not None and error.get("inside")):
             await served.until_cancelled()
+        if replayed is not None:
+            await replayed(served.event)
         body = served.avalue  # (as in call_tool)
     call = _ToolCall(name, args, mcp) if served is None else None
     live = runtime.running_live_tool.set(rt.mode == "replay") if call is not None else None

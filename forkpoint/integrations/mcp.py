@@ -18,7 +18,9 @@ recorded as ``mcp:server/discover`` with its raw answer. The
 (``CallToolResult``, ``InitializeResult``…). An error answer (``McpError``, ``MCPError`` in 2.x)
 is stored as ``{"$mcp_error": {"type", "error": {code, message, data}}}`` and raised again as
 that class. The progress token the SDK adds to a request (its JSON-RPC id) is not an argument.
-``ping`` is not recorded: its answer is empty and when a client pings depends on the clock; a
+The progress notifications the server sends a request made with a ``progress_callback`` are
+recorded with it (``mcp.progress``), and handed to that callback again, in order, when a replay
+serves the request. ``ping`` is not recorded: its answer is empty and when a client pings depends on the clock; a
 replay answers it at once. The server's name is not part of the match key: two servers' tools
 with the same name and arguments are served in the order they were called.
 
@@ -31,7 +33,7 @@ HTTP requests of the SSE and streamable-HTTP transports are left to this integra
 a second time as plain HTTP calls, and their server's ``host:port`` not named as a connection
 forkpoint did not record). On replay they start no process and open no connection: the session
 gets in-memory streams that nothing answers, as every request is served from the recording.
-What the server would have sent by itself (log messages, progress, sampling or elicitation
+What else the server would have sent by itself (log messages, sampling or elicitation
 requests) does not come on replay; notifications the client sends are dropped. A replay whose
 tool calls are live from the start (``--tools live``, or after a divergence under
 ``--on-divergence live``) opens the real transport; a call that must go live on a session whose
@@ -46,6 +48,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
+import logging
 import math
 import sys
 from collections.abc import Awaitable, Callable, Iterator
@@ -141,12 +145,15 @@ async def _request(
     send: Callable[[], Awaitable[Any]],
     encode: Callable[[Any], Any],
     decode: Callable[[Any], Any],
+    progress: _Progress | None = None,
 ) -> Any:
     """One request of ``session`` through forkpoint (see the module docstring): ``send()`` makes it
-    live; ``encode`` turns its answer into JSON, ``decode`` turns the recorded JSON back."""
+    live; ``encode`` turns its answer into JSON, ``decode`` turns the recorded JSON back;
+    ``progress``: the agent's progress callback, which ``send`` reaches through it."""
     name, arguments = call_name(method, params)
     fake = getattr(session, _FAKE, False)
     failed: list[BaseException] = []
+    info: McpCall = {"server": getattr(session, _SERVER, None), "method": method}
 
     async def body() -> Any:
         if fake:
@@ -168,15 +175,18 @@ async def _request(
                 raise
             failed.append(exc)  # recorded as the error answer; raised to the caller as it was
             return encode_error(exc)
+        finally:
+            if progress is not None and progress.heard:
+                info["progress"] = progress.heard
 
-    info: McpCall = {"server": getattr(session, _SERVER, None), "method": method}
     live: list[Any] = []
 
     def keep(value: Any) -> Any:
         live.append(value)
         return value if failed else encode(value)
 
-    served = await acall_tool(name, arguments, body, keep, mcp=info)
+    replayed = progress.replay if progress is not None else None
+    served = await acall_tool(name, arguments, body, keep, mcp=info, replayed=replayed)
     if failed:
         raise failed[0]
     if live and served is live[0]:  # made live: the caller gets the SDK's own object
@@ -184,6 +194,26 @@ async def _request(
     if isinstance(served, dict) and isinstance(served.get(_ERROR), dict) and len(served) == 1:
         raise rebuild_error(served[_ERROR])
     return decode(served)
+
+
+class _Progress:
+    """The progress callback an agent gave a request: what reaches it is noted while recording
+    (``mcp.progress`` of the event), and handed to it again when a replay serves the request."""
+
+    def __init__(self, callback: Callable[..., Awaitable[Any]]) -> None:
+        self.callback = callback
+        self.heard: list[dict[str, Any]] = []
+
+    async def relay(self, progress: float, total: float | None, message: str | None) -> None:
+        self.heard.append({"progress": progress, "total": total, "message": message})
+        await self.callback(progress, total, message)
+
+    async def replay(self, event: Any) -> None:
+        for note in (event.get("mcp") or {}).get("progress") or ():
+            try:  # as the SDK calls it: an exception of the callback is logged, never raised
+                await self.callback(note.get("progress"), note.get("total"), note.get("message"))
+            except Exception:
+                logging.getLogger("mcp.shared.jsonrpc_dispatcher").exception("progress callback raised")
 
 
 def _learn_server(session: Any, result: Any) -> None:
@@ -207,6 +237,7 @@ def patch_session(module: ModuleType) -> None:
     ``send_discover``, which bypasses it); see the module docstring."""
     cls = module.ClientSession
     original = cls.send_request
+    signature = inspect.signature(original)
 
     @functools.wraps(original)
     async def send_request(self: Any, request: Any, result_type: Any, *args: Any, **kwargs: Any) -> Any:
@@ -220,13 +251,19 @@ def patch_session(module: ModuleType) -> None:
                 return _result_of(result_type, {})
             with _http_above():
                 return await original(self, request, result_type, *args, **kwargs)
+        call = signature.bind(self, request, result_type, *args, **kwargs)
+        given = call.arguments.get("progress_callback")
+        progress = _Progress(given) if given is not None else None
+        if progress is not None:
+            call.arguments["progress_callback"] = progress.relay
         result = await _request(
             self,
             method,
             data.get("params") or {},
-            lambda: original(self, request, result_type, *args, **kwargs),
+            lambda: original(*call.args, **call.kwargs),
             _dump,
             lambda value: _result_of(result_type, value),
+            progress,
         )
         if method == "initialize":
             _learn_server(self, result)

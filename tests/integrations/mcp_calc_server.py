@@ -1,5 +1,5 @@
 """An MCP server for the tests, built with the mcp SDK's own server (FastMCP in 1.x, MCPServer in
-2.x): two tools, a resource and a prompt. Everything it does is appended to a ledger file, its
+2.x): three tools (one reporting progress), a resource and a prompt. Everything it does is appended to a ledger file, its
 start included, so a test sees whether the server ran at all.
 
 Run: ``python mcp_calc_server.py LEDGER [stdio | sse PORT | streamable-http PORT]`` (HTTP on
@@ -11,8 +11,10 @@ from __future__ import annotations
 import sys
 
 try:
+    from mcp.server.fastmcp import Context
     from mcp.server.fastmcp import FastMCP as Server
 except ImportError:  # mcp 2.x
+    from mcp.server.mcpserver import Context  # type: ignore[no-redef,assignment]
     from mcp.server.mcpserver import MCPServer as Server  # type: ignore[no-redef]
 
 LEDGER = sys.argv[1]
@@ -44,6 +46,15 @@ def divide(a: float, b: float) -> float:
     if b == 0:
         raise ValueError("division by zero")
     return a / b
+
+
+@server.tool()
+async def count(n: int, ctx: Context) -> int:
+    """Count to n, reporting progress at each step."""
+    note(f"count {n}")
+    for i in range(1, n + 1):
+        await ctx.report_progress(i, n, f"step {i}")
+    return n
 
 
 @server.resource("notes://today")

@@ -265,6 +265,38 @@ def test_a_call_that_must_go_live_on_a_replayed_session_says_the_server_was_not_
     assert ledger.read_text() == "started stdio\nadd 2 3\n"
 
 
+@pytest.mark.slow
+def test_the_progress_a_tool_reports_reaches_the_callback_again_on_replay(tmp_path: Path) -> None:
+    """A tool's progress notifications go to the progress callback the agent gave ``call_tool``:
+    recorded with the call, they are handed to that callback again when the replay serves it (they
+    were lost: the replay printed no progress, and said "replay ok")."""
+    ledger = tmp_path / "ledger.log"
+
+    async def run() -> tuple[Any, list[Any]]:
+        heard: list[Any] = []
+
+        async def progress(done: float, total: float | None, message: str | None) -> None:
+            heard.append((done, total, message))
+
+        async with connect("stdio", ledger, None) as session:
+            await session.initialize()
+            result = await session.call_tool("count", {"n": 3}, progress_callback=progress)
+        return dump(result), heard
+
+    with forkpoint.record(store=tmp_path / "store") as rec:
+        live = asyncio.run(run())
+    assert live[1] == [(1.0, 3.0, "step 1"), (2.0, 3.0, "step 2"), (3.0, 3.0, "step 3")]
+    ran = ledger.read_text()
+    with forkpoint.replay(rec.session_path) as rp:
+        assert asyncio.run(run()) == live
+    assert ledger.read_text() == ran == "started stdio\ncount 3\n"
+    assert rp.report()["reproduced"], rp.report()
+    (count,) = [
+        e for e in forkpoint.Session.load(rec.session_path).by_type("tool_call") if e["tool"] == "count"
+    ]
+    assert count["mcp"]["progress"][0] == {"progress": 1.0, "total": 3.0, "message": "step 1"}
+
+
 AGENT_SCRIPT = """
 import asyncio, sys
 from mcp import ClientSession, StdioServerParameters
