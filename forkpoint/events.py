@@ -198,9 +198,11 @@ class McpCall(TypedDict):
 
     server: str | None
     method: str
-    #: The progress notifications the server sent for this request to the progress callback the
-    #: agent gave, in order (``{"progress", "total", "message"}``): handed to that callback on replay.
-    progress: NotRequired[list[dict[str, Any]]]
+    #: What the server sent the agent while this request was in flight, in order: its notifications
+    #: and requests as ``{"method", "params"}`` (a request with its ``id``; a progress notification
+    #: that went to the request's progress callback with ``"to": "progress_callback"``). A replay
+    #: hands each to what received it again, before the result.
+    received: NotRequired[list[dict[str, Any]]]
 
 
 class ToolCallEvent(_Common, total=False):

@@ -18,9 +18,12 @@ recorded as ``mcp:server/discover`` with its raw answer. The
 (``CallToolResult``, ``InitializeResult``…). An error answer (``McpError``, ``MCPError`` in 2.x)
 is stored as ``{"$mcp_error": {"type", "error": {code, message, data}}}`` and raised again as
 that class. The progress token the SDK adds to a request (its JSON-RPC id) is not an argument.
-The progress notifications the server sends a request made with a ``progress_callback`` are
-recorded with it (``mcp.progress``), and handed to that callback again, in order, when a replay
-serves the request. ``ping`` is not recorded: its answer is empty and when a client pings depends on the clock; a
+What the server sends the agent while a request is in flight (progress notifications to its
+``progress_callback``, log messages and other notifications, and its own requests: sampling,
+elicitation, roots) is recorded with that request (``mcp.received``; with several in flight, the
+latest), and handed again, in order, to the callbacks that received it when a replay serves the
+request (:class:`_Exchange`); what the server sends while none is in flight is said while recording,
+and not recorded. ``ping`` is not recorded: its answer is empty and when a client pings depends on the clock; a
 replay answers it at once. The server's name is not part of the match key: two servers' tools
 with the same name and arguments are served in the order they were called.
 
@@ -33,8 +36,7 @@ HTTP requests of the SSE and streamable-HTTP transports are left to this integra
 a second time as plain HTTP calls, and their server's ``host:port`` not named as a connection
 forkpoint did not record). On replay they start no process and open no connection: the session
 gets in-memory streams that nothing answers, as every request is served from the recording.
-What else the server would have sent by itself (log messages, sampling or elicitation
-requests) does not come on replay; notifications the client sends are dropped. A replay whose
+Nothing else comes from the server on replay; notifications the client sends are dropped. A replay whose
 tool calls are live from the start (``--tools live``, or after a divergence under
 ``--on-divergence live``) opens the real transport; a call that must go live on a session whose
 server was not started raises :class:`~forkpoint.errors.McpServerNotStarted`.
@@ -62,6 +64,7 @@ from ..capture import connections
 from ..capture.tools import acall_tool
 from ..errors import McpServerNotStarted
 from ..events import McpCall
+from ..text import say
 from .base import Integration, replace
 
 _ERROR = "$mcp_error"
@@ -79,6 +82,10 @@ UNRECORDED = frozenset({"ping"})
 _SERVER = "_forkpoint_mcp_server"  # set on a ClientSession by its initialize answer
 #: Set on the write stream a replay hands a session instead of a transport's, and on that session.
 _FAKE = "_forkpoint_mcp_fake"
+#: On a ClientSession: the :class:`_Exchange` of each of its requests in flight while recording.
+_IN_FLIGHT = "_forkpoint_mcp_in_flight"
+#: On a ClientSession: the methods of server messages said to be unrecorded already.
+_SAID = "_forkpoint_mcp_said"
 
 
 def call_name(method: str, params: dict[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -145,15 +152,17 @@ async def _request(
     send: Callable[[], Awaitable[Any]],
     encode: Callable[[Any], Any],
     decode: Callable[[Any], Any],
-    progress: _Progress | None = None,
+    exchange: _Exchange | None = None,
 ) -> Any:
     """One request of ``session`` through forkpoint (see the module docstring): ``send()`` makes it
     live; ``encode`` turns its answer into JSON, ``decode`` turns the recorded JSON back;
-    ``progress``: the agent's progress callback, which ``send`` reaches through it."""
+    ``exchange``: what the server sends the agent while it is in flight (its progress callback,
+    which ``send`` reaches through it)."""
     name, arguments = call_name(method, params)
     fake = getattr(session, _FAKE, False)
     failed: list[BaseException] = []
     info: McpCall = {"server": getattr(session, _SERVER, None), "method": method}
+    exchange = exchange if exchange is not None else _Exchange(session, None)
 
     async def body() -> Any:
         if fake:
@@ -166,6 +175,8 @@ async def _request(
                 "a what-if of this run with live MCP calls then overrides a model answer "
                 "(--override 'model#K.…'), not an MCP tool's result, which a live tool would not use."
             )
+        in_flight = session.__dict__.setdefault(_IN_FLIGHT, [])
+        in_flight.append(exchange)
         try:
             with _http_above():
                 return await send()
@@ -176,8 +187,9 @@ async def _request(
             failed.append(exc)  # recorded as the error answer; raised to the caller as it was
             return encode_error(exc)
         finally:
-            if progress is not None and progress.heard:
-                info["progress"] = progress.heard
+            in_flight.remove(exchange)
+            if exchange.received:
+                info["received"] = exchange.received
 
     live: list[Any] = []
 
@@ -185,8 +197,7 @@ async def _request(
         live.append(value)
         return value if failed else encode(value)
 
-    replayed = progress.replay if progress is not None else None
-    served = await acall_tool(name, arguments, body, keep, mcp=info, replayed=replayed)
+    served = await acall_tool(name, arguments, body, keep, mcp=info, replayed=exchange.replay)
     if failed:
         raise failed[0]
     if live and served is live[0]:  # made live: the caller gets the SDK's own object
@@ -196,24 +207,66 @@ async def _request(
     return decode(served)
 
 
-class _Progress:
-    """The progress callback an agent gave a request: what reaches it is noted while recording
-    (``mcp.progress`` of the event), and handed to it again when a replay serves the request."""
+class _Exchange:
+    """What the server sends the agent while one of its requests is in flight, in the order it came:
+    the notifications of progress that reach the request's progress callback, the server's requests
+    (``sampling/createMessage``, ``elicitation/create``, ``roots/list``: answered by the session's
+    callbacks) and its other notifications (log messages: the session's logging callback and message
+    handler). Noted while recording (``mcp.received`` of the event); when a replay serves the request,
+    each is handed again to what received it, before the result, and what a callback answers goes
+    nowhere (no server is there to read it)."""
 
-    def __init__(self, callback: Callable[..., Awaitable[Any]]) -> None:
-        self.callback = callback
-        self.heard: list[dict[str, Any]] = []
+    def __init__(self, session: Any, callback: Callable[..., Awaitable[Any]] | None) -> None:
+        self.session, self.callback = session, callback
+        self.received: list[dict[str, Any]] = []
 
     async def relay(self, progress: float, total: float | None, message: str | None) -> None:
-        self.heard.append({"progress": progress, "total": total, "message": message})
+        params = {"progress": progress, "total": total, "message": message}
+        self.received.append(
+            {"method": "notifications/progress", "params": params, "to": "progress_callback"}
+        )
+        assert self.callback is not None  # (only relayed for a request made with one)
         await self.callback(progress, total, message)
 
     async def replay(self, event: Any) -> None:
-        for note in (event.get("mcp") or {}).get("progress") or ():
-            try:  # as the SDK calls it: an exception of the callback is logged, never raised
-                await self.callback(note.get("progress"), note.get("total"), note.get("message"))
+        for message in (event.get("mcp") or {}).get("received") or ():
+            method, params = message.get("method"), message.get("params")
+            try:  # as the SDK calls them: an exception of a callback is logged, never raised
+                if message.get("to") == "progress_callback":
+                    if self.callback is not None:
+                        await self.callback(
+                            params.get("progress"), params.get("total"), params.get("message")
+                        )
+                elif "id" in message:
+                    await self.session._on_request(_Dispatched(message["id"]), method, params)
+                else:
+                    await self.session._on_notify(_Dispatched(None), method, params)
             except Exception:
-                logging.getLogger("mcp.shared.jsonrpc_dispatcher").exception("progress callback raised")
+                logging.getLogger("mcp.client.session").exception("replaying %r raised", method)
+
+
+class _Dispatched:
+    """The dispatch context a replayed server message is handed to the session with."""
+
+    def __init__(self, request_id: Any) -> None:
+        self.request_id = request_id
+
+
+def _received(session: Any, message: dict[str, Any]) -> None:
+    """A message of the server reached ``session`` while recording: noted with the request of it in
+    flight (the latest, when several are), or said when none is."""
+    in_flight = session.__dict__.get(_IN_FLIGHT)
+    if in_flight:
+        in_flight[-1].received.append(message)
+        return
+    rt, said = runtime.active(), session.__dict__.setdefault(_SAID, set())
+    if rt is not None and rt.mode == "record" and message["method"] not in said:
+        said.add(message["method"])
+        say(
+            f"forkpoint: MCP server {getattr(session, _SERVER, None)!r} sent {message['method']} while "
+            "no request of the agent was in flight: not recorded, a replay does not hand it to the "
+            "agent's callbacks"
+        )
 
 
 def _learn_server(session: Any, result: Any) -> None:
@@ -226,6 +279,10 @@ def _learn_server(session: Any, result: Any) -> None:
         info = getattr(result, "serverInfo", None) or getattr(result, "server_info", None)
     name = info.get("name") if isinstance(info, dict) else getattr(info, "name", None)
     setattr(session, _SERVER, name)
+
+
+def _recording() -> bool:
+    return runtime.active() is not None
 
 
 def _dump(value: Any) -> Any:
@@ -252,10 +309,9 @@ def patch_session(module: ModuleType) -> None:
             with _http_above():
                 return await original(self, request, result_type, *args, **kwargs)
         call = signature.bind(self, request, result_type, *args, **kwargs)
-        given = call.arguments.get("progress_callback")
-        progress = _Progress(given) if given is not None else None
-        if progress is not None:
-            call.arguments["progress_callback"] = progress.relay
+        exchange = _Exchange(self, call.arguments.get("progress_callback"))
+        if exchange.callback is not None:
+            call.arguments["progress_callback"] = exchange.relay
         result = await _request(
             self,
             method,
@@ -263,7 +319,7 @@ def patch_session(module: ModuleType) -> None:
             lambda: original(*call.args, **call.kwargs),
             _dump,
             lambda value: _result_of(result_type, value),
-            progress,
+            exchange,
         )
         if method == "initialize":
             _learn_server(self, result)
@@ -287,9 +343,26 @@ def patch_session(module: ModuleType) -> None:
         with _http_above():
             return await notify(self, *args, **kwargs)
 
+    on_request, on_notify = cls.__dict__.get("_on_request"), cls.__dict__.get("_on_notify")
+
+    @functools.wraps(on_request)
+    async def _on_request(self: Any, dctx: Any, method: str, params: Any) -> Any:
+        if _recording() and method != "ping":
+            _received(self, {"method": method, "params": params, "id": getattr(dctx, "request_id", None)})
+        return await on_request(self, dctx, method, params)
+
+    @functools.wraps(on_notify)
+    async def _on_notify(self: Any, dctx: Any, method: str, params: Any) -> Any:
+        if _recording() and method != "notifications/cancelled":
+            _received(self, {"method": method, "params": params})
+        return await on_notify(self, dctx, method, params)
+
     if replace(cls, "send_request", send_request):
         replace(cls, "send_notification", send_notification)
         replace(cls, "__init__", __init__)
+        if on_request is not None and on_notify is not None:  # (2.x: the server's messages come here)
+            replace(cls, "_on_request", _on_request)
+            replace(cls, "_on_notify", _on_notify)
     discover = cls.__dict__.get("send_discover")
     if discover is not None:
 

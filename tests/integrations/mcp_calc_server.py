@@ -1,5 +1,5 @@
 """An MCP server for the tests, built with the mcp SDK's own server (FastMCP in 1.x, MCPServer in
-2.x): three tools (one reporting progress), a resource and a prompt. Everything it does is appended to a ledger file, its
+2.x): four tools (one reporting progress, one asking the client's model and user), a resource and a prompt. Everything it does is appended to a ledger file, its
 start included, so a test sees whether the server ran at all.
 
 Run: ``python mcp_calc_server.py LEDGER [stdio | sse PORT | streamable-http PORT]`` (HTTP on
@@ -9,6 +9,9 @@ Run: ``python mcp_calc_server.py LEDGER [stdio | sse PORT | streamable-http PORT
 from __future__ import annotations
 
 import sys
+
+from mcp import types
+from pydantic import BaseModel
 
 try:
     from mcp.server.fastmcp import Context
@@ -55,6 +58,23 @@ async def count(n: int, ctx: Context) -> int:
     for i in range(1, n + 1):
         await ctx.report_progress(i, n, f"step {i}")
     return n
+
+
+class Confirmation(BaseModel):
+    ok: bool
+
+
+@server.tool()
+async def ask(question: str, ctx: Context) -> str:
+    """Ask the client's model (sampling), after a log message, then the user (elicitation)."""
+    note(f"ask {question}")
+    await ctx.info(f"asking {question}")
+    sampled = await ctx.session.create_message(
+        messages=[types.SamplingMessage(role="user", content=types.TextContent(type="text", text=question))],
+        max_tokens=20,
+    )
+    confirmed = await ctx.elicit(f"send {question}?", Confirmation)
+    return f"{sampled.content.text} ({confirmed.action})"  # type: ignore[union-attr]
 
 
 @server.resource("notes://today")

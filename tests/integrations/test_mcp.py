@@ -294,7 +294,77 @@ def test_the_progress_a_tool_reports_reaches_the_callback_again_on_replay(tmp_pa
     (count,) = [
         e for e in forkpoint.Session.load(rec.session_path).by_type("tool_call") if e["tool"] == "count"
     ]
-    assert count["mcp"]["progress"][0] == {"progress": 1.0, "total": 3.0, "message": "step 1"}
+    assert count["mcp"]["received"][0] == {
+        "method": "notifications/progress",
+        "params": {"progress": 1.0, "total": 3.0, "message": "step 1"},
+        "to": "progress_callback",
+    }
+
+
+@pytest.mark.slow
+def test_what_the_server_asks_and_logs_during_a_call_reaches_the_callbacks_again_on_replay(
+    tmp_path: Path,
+) -> None:
+    """During a tool call the server logs a message, asks the client's model (sampling: the
+    callback calls a model) and asks the user (elicitation). Replayed, the callbacks were never
+    called: the model call made in the sampling callback was left unused ("DID NOT REPRODUCE") and
+    the elicitation went unseen under "replay ok". Now these messages are recorded with the call
+    and handed to the same callbacks when the replay serves it; the model call is served."""
+    ledger = tmp_path / "ledger.log"
+
+    async def run(base_url: str) -> list[Any]:
+        seen: list[Any] = []
+        client = AsyncOpenAI(base_url=base_url, api_key=API_KEY, max_retries=0)
+
+        async def sampling(
+            context: Any, params: types.CreateMessageRequestParams
+        ) -> types.CreateMessageResult:
+            question = params.messages[0].content.text  # type: ignore[union-attr]
+            reply = await client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": question}]
+            )
+            seen.append(("sampled", question))
+            text = types.TextContent(type="text", text=str(reply.choices[0].message.content))
+            return types.CreateMessageResult(role="assistant", content=text, model="m")
+
+        async def elicitation(context: Any, params: Any) -> types.ElicitResult:
+            seen.append(("elicited", params.message))
+            return types.ElicitResult(action="accept", content={"ok": True})
+
+        async def logged(params: types.LoggingMessageNotificationParams) -> None:
+            seen.append(("logged", params.data))
+
+        params = StdioServerParameters(command=sys.executable, args=[str(SERVER_SCRIPT), str(ledger)])
+        callbacks = {
+            "sampling_callback": sampling,
+            "elicitation_callback": elicitation,
+            "logging_callback": logged,
+        }
+        async with stdio_client(params) as (read, write), ClientSession(read, write, **callbacks) as session:
+            await session.initialize()
+            result = await session.call_tool("ask", {"question": "ready"})
+        return [*sorted(seen), result.content[0].text]  # type: ignore[union-attr]
+
+    with LocalServer() as server, forkpoint.record(store=tmp_path / "store") as rec:
+        live = asyncio.run(run(server.openai_base_url))
+    assert live == [
+        ("elicited", "send ready?"),
+        ("logged", "asking ready"),
+        ("sampled", "ready"),
+        "reply 1 to: ready (accept)",
+    ]
+    ran = ledger.read_text()
+    with forkpoint.replay(rec.session_path) as rp:
+        assert asyncio.run(run(server.openai_base_url)) == live
+    assert ledger.read_text() == ran == "started stdio\nask ready\n"
+    assert rp.report()["reproduced"], rp.report()
+    session = forkpoint.Session.load(rec.session_path)
+    (ask,) = [e for e in session.by_type("tool_call") if e["tool"] == "ask"]
+    assert [m["method"] for m in ask["mcp"]["received"]] == [
+        "notifications/message",
+        "sampling/createMessage",
+        "elicitation/create",
+    ]
 
 
 AGENT_SCRIPT = """
