@@ -22,8 +22,8 @@ What the server sends the agent while a request is in flight (progress notificat
 ``progress_callback``, log messages and other notifications, and its own requests: sampling,
 elicitation, roots) is recorded with that request (``mcp.received``; with several in flight, the
 latest), and handed again, in order, to the callbacks that received it when a replay serves the
-request (:class:`_Exchange`); what the server sends while none is in flight is said while recording,
-and not recorded. ``ping`` is not recorded: its answer is empty and when a client pings depends on the clock; a
+request (:class:`_Exchange`); what the server sends while none is in flight is not recorded: said
+while recording, noted in the session (``unrecorded_mcp``) and named in the replay's verdict. ``ping`` is not recorded: its answer is empty and when a client pings depends on the clock; a
 replay answers it at once. The server's name is not part of the match key: two servers' tools
 with the same name and arguments are served in the order they were called.
 
@@ -262,6 +262,8 @@ def _received(session: Any, message: dict[str, Any]) -> None:
     rt, said = runtime.active(), session.__dict__.setdefault(_SAID, set())
     if rt is not None and rt.mode == "record" and message["method"] not in said:
         said.add(message["method"])
+        unrecorded = {"server": getattr(session, _SERVER, None), "method": message["method"]}
+        cast(Any, rt).note("an MCP server message forkpoint did not record", unrecorded_mcp=unrecorded)
         say(
             f"forkpoint: MCP server {getattr(session, _SERVER, None)!r} sent {message['method']} while "
             "no request of the agent was in flight: not recorded, a replay does not hand it to the "

@@ -1105,6 +1105,11 @@ class Replayer:
                     "answered": self.aside_answered,
                 },
                 "id_drift": self.id_drift,
+                "unrecorded_mcp": [
+                    n["data"]["unrecorded_mcp"]
+                    for n in self._session.by_type("note")
+                    if "unrecorded_mcp" in (n.get("data") or {})
+                ],
                 "alike_served": list(self.alike_served),
                 "placeholders_served": sorted(set(self.placeholders_served)),
                 "strict": self.strict,

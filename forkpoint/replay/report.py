@@ -223,6 +223,11 @@ def summary_line(report: dict[str, Any]) -> str:
             f"program was handed their placeholders, not the values it got live (seq "
             f"{', '.join(map(str, seqs[:10]))}{' …' if len(seqs) > 10 else ''}; docs/security.md)"
         )
+    unheard = [
+        f"{m.get('method')} from MCP server {m.get('server')!r}" for m in report.get("unrecorded_mcp") or []
+    ]
+    if status == "ok" and unheard:
+        status = "ok, but incomplete"
     unused = report["unused"]
     tail = f"{plural(len(unused), 'recorded event')} left unused" + (
         f" (seq {', '.join(map(str, unused[:10]))}{' …' if len(unused) > 10 else ''})" if unused else ""
@@ -258,6 +263,11 @@ def summary_line(report: dict[str, Any]) -> str:
         extra += (
             f"; {plural(len(report['out_of_order']), 'tool result')} released before calls that finished "
             "first live (this run did not ask for them in time)"
+        )
+    if unheard:
+        extra += (
+            f"; not recorded, so not handed to the agent's callbacks on this replay: {', '.join(unheard)} "
+            "(sent while no request of the agent was in flight)"
         )
     if (report.get("processes") or 1) > 1:
         extra += f"; served to {report['processes']} processes"

@@ -1,5 +1,6 @@
 """An MCP server for the tests, built with the mcp SDK's own server (FastMCP in 1.x, MCPServer in
-2.x): four tools (one reporting progress, one asking the client's model and user), a resource and a prompt. Everything it does is appended to a ledger file, its
+2.x): five tools (one reporting progress, one asking the client's model and user, one logging after it
+answered), a resource and a prompt. Everything it does is appended to a ledger file, its
 start included, so a test sees whether the server ran at all.
 
 Run: ``python mcp_calc_server.py LEDGER [stdio | sse PORT | streamable-http PORT]`` (HTTP on
@@ -8,6 +9,7 @@ Run: ``python mcp_calc_server.py LEDGER [stdio | sse PORT | streamable-http PORT
 
 from __future__ import annotations
 
+import asyncio
 import sys
 
 from mcp import types
@@ -75,6 +77,23 @@ async def ask(question: str, ctx: Context) -> str:
     )
     confirmed = await ctx.elicit(f"send {question}?", Confirmation)
     return f"{sampled.content.text} ({confirmed.action})"  # type: ignore[union-attr]
+
+
+later: list[asyncio.Task[None]] = []
+
+
+@server.tool()
+async def kick(ctx: Context) -> str:
+    """Answer at once, and send a log message a moment later: while no request is in flight."""
+    note("kick")
+    session = ctx.session
+
+    async def log_later() -> None:
+        await asyncio.sleep(0.2)
+        await session.send_log_message("info", "kicked earlier")
+
+    later.append(asyncio.get_running_loop().create_task(log_later()))
+    return "kicked"
 
 
 @server.resource("notes://today")

@@ -38,6 +38,7 @@ from openai import AsyncOpenAI  # noqa: E402
 from rich.console import Console  # noqa: E402
 
 import forkpoint  # noqa: E402
+from forkpoint.replay import summary_line  # noqa: E402
 from forkpoint.show import render  # noqa: E402
 from tests.modelserver import LocalServer  # noqa: E402
 
@@ -365,6 +366,51 @@ def test_what_the_server_asks_and_logs_during_a_call_reaches_the_callbacks_again
         "sampling/createMessage",
         "elicitation/create",
     ]
+
+
+@pytest.mark.slow
+def test_a_server_message_sent_while_no_request_is_in_flight_is_said_recorded_and_in_the_verdict(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A log message the server sends after its tool answered reaches the agent's logging callback
+    with no request in flight, so no recorded call carries it and the replay cannot hand it back.
+    That was silent, and the replay said a plain "replay ok" although the callback never ran; now
+    the recording says it, notes it in the session, and the verdict names it."""
+    ledger = tmp_path / "ledger.log"
+
+    async def run(recording: bool) -> list[Any]:
+        heard: list[Any] = []
+
+        async def logged(params: types.LoggingMessageNotificationParams) -> None:
+            heard.append(params.data)
+
+        params = StdioServerParameters(command=sys.executable, args=[str(SERVER_SCRIPT), str(ledger)])
+        async with (
+            stdio_client(params) as (read, write),
+            ClientSession(read, write, logging_callback=logged) as s,
+        ):
+            await s.initialize()
+            result = await s.call_tool("kick", {})
+            for _ in range(600 if recording else 0):  # (until the message came, while recording)
+                if heard:
+                    break
+                await asyncio.sleep(0.05)
+        return [result.content[0].text, heard]  # type: ignore[union-attr]
+
+    with forkpoint.record(store=tmp_path / "store") as rec:
+        assert asyncio.run(run(True)) == ["kicked", ["kicked earlier"]]
+    said = capfd.readouterr().err
+    assert "MCP server 'calc' sent notifications/message while no request of the agent was in flight" in said
+    with forkpoint.replay(rec.session_path) as rp:
+        assert asyncio.run(run(False)) == ["kicked", []]
+    report = rp.report()
+    assert report["unrecorded_mcp"] == [{"server": "calc", "method": "notifications/message"}]
+    line = summary_line(report)
+    assert line.startswith("replay ok, but incomplete:"), line
+    assert (
+        "not handed to the agent's callbacks on this replay: notifications/message from MCP server 'calc'"
+        in line
+    )
 
 
 AGENT_SCRIPT = """
