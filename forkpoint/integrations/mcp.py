@@ -226,7 +226,8 @@ class _Exchange:
             {"method": "notifications/progress", "params": params, "to": "progress_callback"}
         )
         assert self.callback is not None  # (only relayed for a request made with one)
-        await self.callback(progress, total, message)
+        with _http_above(False):
+            await self.callback(progress, total, message)
 
     async def replay(self, event: Any) -> None:
         for message in (event.get("mcp") or {}).get("received") or ():
@@ -351,13 +352,15 @@ def patch_session(module: ModuleType) -> None:
     async def _on_request(self: Any, dctx: Any, method: str, params: Any) -> Any:
         if _recording() and method != "ping":
             _received(self, {"method": method, "params": params, "id": getattr(dctx, "request_id", None)})
-        return await on_request(self, dctx, method, params)
+        with _http_above(False):
+            return await on_request(self, dctx, method, params)
 
     @functools.wraps(on_notify)
     async def _on_notify(self: Any, dctx: Any, method: str, params: Any) -> Any:
         if _recording() and method != "notifications/cancelled":
             _received(self, {"method": method, "params": params})
-        return await on_notify(self, dctx, method, params)
+        with _http_above(False):
+            return await on_notify(self, dctx, method, params)
 
     if replace(cls, "send_request", send_request):
         replace(cls, "send_notification", send_notification)
@@ -381,12 +384,14 @@ def patch_session(module: ModuleType) -> None:
 
 
 @contextlib.contextmanager
-def _http_above() -> Iterator[None]:
+def _http_above(above: bool = True) -> Iterator[None]:
     """Marks the HTTP requests made in this context as recorded here (not by the HTTP capture).
     The transports of mcp 1.x send from tasks they started, marked when the transport was
     entered; those of 2.x send in the context of the caller (``ClientSession`` hands its context
-    along with each message), which is marked around each request and notification."""
-    token = runtime.http_recorded_above.set(True)
+    along with each message), which is marked around each request and notification. What the
+    server sends comes in that context too: the agent's callbacks that receive it run unmarked
+    (``above=False``), their own HTTP (a sampling callback's model call) recorded as any other."""
+    token = runtime.http_recorded_above.set(above)
     try:
         yield
     finally:

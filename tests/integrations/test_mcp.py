@@ -303,17 +303,21 @@ def test_the_progress_a_tool_reports_reaches_the_callback_again_on_replay(tmp_pa
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("transport", ["stdio", "streamable-http"])
 def test_what_the_server_asks_and_logs_during_a_call_reaches_the_callbacks_again_on_replay(
-    tmp_path: Path,
+    transport: str, tmp_path: Path
 ) -> None:
     """During a tool call the server logs a message, asks the client's model (sampling: the
     callback calls a model) and asks the user (elicitation). Replayed, the callbacks were never
     called: the model call made in the sampling callback was left unused ("DID NOT REPRODUCE") and
     the elicitation went unseen under "replay ok". Now these messages are recorded with the call
-    and handed to the same callbacks when the replay serves it; the model call is served."""
+    and handed to the same callbacks when the replay serves it; the model call is served. Over
+    streamable HTTP that model call was not even recorded (the callback ran in the context of the
+    MCP request, whose HTTP is left to the integration): "0 model calls", and its host:port named
+    as a connection forkpoint did not record."""
     ledger = tmp_path / "ledger.log"
 
-    async def run(base_url: str) -> list[Any]:
+    async def run(base_url: str, url: str | None) -> list[Any]:
         seen: list[Any] = []
         client = AsyncOpenAI(base_url=base_url, api_key=API_KEY, max_retries=0)
 
@@ -336,18 +340,20 @@ def test_what_the_server_asks_and_logs_during_a_call_reaches_the_callbacks_again
             seen.append(("logged", params.data))
 
         params = StdioServerParameters(command=sys.executable, args=[str(SERVER_SCRIPT), str(ledger)])
+        opened = stdio_client(params) if url is None else streamable_http_client(url)
         callbacks = {
             "sampling_callback": sampling,
             "elicitation_callback": elicitation,
             "logging_callback": logged,
         }
-        async with stdio_client(params) as (read, write), ClientSession(read, write, **callbacks) as session:
+        async with opened as streams, ClientSession(streams[0], streams[1], **callbacks) as session:
             await session.initialize()
             result = await session.call_tool("ask", {"question": "ready"})
         return [*sorted(seen), result.content[0].text]  # type: ignore[union-attr]
 
-    with LocalServer() as server, forkpoint.record(store=tmp_path / "store") as rec:
-        live = asyncio.run(run(server.openai_base_url))
+    with LocalServer() as server, mcp_server(transport, ledger) as url:
+        with forkpoint.record(store=tmp_path / "store") as rec:
+            live = asyncio.run(run(server.openai_base_url, url))
     assert live == [
         ("elicited", "send ready?"),
         ("logged", "asking ready"),
@@ -355,11 +361,14 @@ def test_what_the_server_asks_and_logs_during_a_call_reaches_the_callbacks_again
         "reply 1 to: ready (accept)",
     ]
     ran = ledger.read_text()
-    with forkpoint.replay(rec.session_path) as rp:
-        assert asyncio.run(run(server.openai_base_url)) == live
-    assert ledger.read_text() == ran == "started stdio\nask ready\n"
+    with forkpoint.replay(rec.session_path) as rp:  # (both servers are gone)
+        assert asyncio.run(run(server.openai_base_url, url)) == live
+    assert ledger.read_text() == ran == f"started {transport}\nask ready\n"
     assert rp.report()["reproduced"], rp.report()
     session = forkpoint.Session.load(rec.session_path)
+    assert len(session.by_type("model_call")) == 1
+    notes = session.by_type("note")  # type: ignore[call-overload]
+    assert [n for n in notes if "unrecorded_connections" in n["data"]] == []
     (ask,) = [e for e in session.by_type("tool_call") if e["tool"] == "ask"]
     assert [m["method"] for m in ask["mcp"]["received"]] == [
         "notifications/message",
