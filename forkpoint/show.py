@@ -8,6 +8,7 @@ before the model call that asked for it).
 from __future__ import annotations
 
 import shlex
+from collections import Counter
 from collections.abc import Mapping
 from typing import Any, TextIO, cast
 
@@ -275,6 +276,17 @@ def render(
                 f"({escape(_args(e.get('args') or {}))}){server}  {_ms(e.get('duration_ms'))}{_source(e)}"
             )
             console.print(f"                    {outcome}")
+            messages: list[dict[str, Any]] = list(mcp.get("received") or ()) if mcp else []
+            # (a progress notification goes to the request's callback and to the session's handler:
+            # counted once)
+            received = Counter(str(m.get("method")) for m in messages if "to" not in m)
+            handled = set(received)
+            received.update(
+                str(m.get("method")) for m in messages if "to" in m and m.get("method") not in handled
+            )
+            if received:
+                sent = ", ".join(f"{m}" + (f" ×{n}" if n > 1 else "") for m, n in received.items())
+                console.print(f"                    [dim]the server sent meanwhile: {escape(sent)}[/dim]")
             for sub in inside.get(str(e.get("span_id")), []):
                 line = (
                     http_call_line(sub) if call_kind(sub) != "model" else "model   " + model_call_line(sub)[0]

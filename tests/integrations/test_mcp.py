@@ -375,6 +375,10 @@ def test_what_the_server_asks_and_logs_during_a_call_reaches_the_callbacks_again
         "sampling/createMessage",
         "elicitation/create",
     ]
+    shown = io.StringIO()
+    render(session, Console(file=shown, width=200))
+    sent = "the server sent meanwhile: notifications/message, sampling/createMessage, elicitation/create"
+    assert sent in shown.getvalue()
 
 
 @pytest.mark.slow
