@@ -21,7 +21,8 @@ that class. The progress token the SDK adds to a request (its JSON-RPC id) is no
 What the server sends the agent while a request is in flight (progress notifications to its
 ``progress_callback``, log messages and other notifications, and its own requests: sampling,
 elicitation, roots) is recorded with that request (``mcp.received``; with several in flight, the
-latest), and handed again, in order, to the callbacks that received it when a replay serves the
+latest, marked as shared: a replay then hands it back when that one is served, and its verdict says
+that is not certain), and handed again, in order, to the callbacks that received it when a replay serves the
 request (:class:`_Exchange`); what the server sends while none is in flight is not recorded: said
 while recording, noted in the session (``unrecorded_mcp``) and named in the replay's verdict. ``ping`` is not recorded: its answer is empty and when a client pings depends on the clock; a
 replay answers it at once. The server's name is not part of the match key: two servers' tools
@@ -255,9 +256,12 @@ class _Dispatched:
 
 def _received(session: Any, message: dict[str, Any]) -> None:
     """A message of the server reached ``session`` while recording: noted with the request of it in
-    flight (the latest, when several are), or said when none is."""
+    flight, or said when none is. With several in flight, nothing tells which it came for: it is
+    noted with the latest, marked ``"shared": true`` (a replay's verdict says it is not certain)."""
     in_flight = session.__dict__.get(_IN_FLIGHT)
     if in_flight:
+        if len(in_flight) > 1:
+            message["shared"] = True
         in_flight[-1].received.append(message)
         return
     rt, said = runtime.active(), session.__dict__.setdefault(_SAID, set())

@@ -1105,6 +1105,11 @@ class Replayer:
                     "answered": self.aside_answered,
                 },
                 "id_drift": self.id_drift,
+                "mcp_shared": [
+                    e["seq"]
+                    for e in self._session.by_type("tool_call")
+                    if "mcp" in e and any(m.get("shared") for m in e["mcp"].get("received") or ())
+                ],
                 "unrecorded_mcp": [
                     n["data"]["unrecorded_mcp"]
                     for n in self._session.by_type("note")

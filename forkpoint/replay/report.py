@@ -223,6 +223,13 @@ def summary_line(report: dict[str, Any]) -> str:
             f"program was handed their placeholders, not the values it got live (seq "
             f"{', '.join(map(str, seqs[:10]))}{' …' if len(seqs) > 10 else ''}; docs/security.md)"
         )
+    if status == "ok" and report.get("mcp_shared"):
+        status = (
+            "ok, but not certain: an MCP server sent messages (log messages, sampling, elicitation, progress) "
+            "while several requests were in flight, and which each came for cannot be told from the "
+            "recording: they were handed to the agent's callbacks with the latest of them, maybe in "
+            f"another order than they came (seq {', '.join(map(str, report['mcp_shared']))})"
+        )
     unheard = [
         f"{m.get('method')} from MCP server {m.get('server')!r}" for m in report.get("unrecorded_mcp") or []
     ]

@@ -302,6 +302,30 @@ def test_the_progress_a_tool_reports_reaches_the_callback_again_on_replay(tmp_pa
     }
 
 
+def client_callbacks(base_url: str, seen: list[Any]) -> dict[str, Any]:
+    """A ClientSession's callbacks for what the server asks and logs, each noting in ``seen`` what
+    it got: sampling answers with a model of ``base_url``, elicitation accepts."""
+    client = AsyncOpenAI(base_url=base_url, api_key=API_KEY, max_retries=0)
+
+    async def sampling(context: Any, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
+        question = params.messages[0].content.text  # type: ignore[union-attr]
+        reply = await client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": question}]
+        )
+        seen.append(("sampled", question))
+        text = types.TextContent(type="text", text=str(reply.choices[0].message.content))
+        return types.CreateMessageResult(role="assistant", content=text, model="m")
+
+    async def elicitation(context: Any, params: Any) -> types.ElicitResult:
+        seen.append(("elicited", params.message))
+        return types.ElicitResult(action="accept", content={"ok": True})
+
+    async def logged(params: types.LoggingMessageNotificationParams) -> None:
+        seen.append(("logged", params.data))
+
+    return {"sampling_callback": sampling, "elicitation_callback": elicitation, "logging_callback": logged}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("transport", ["stdio", "streamable-http"])
 def test_what_the_server_asks_and_logs_during_a_call_reaches_the_callbacks_again_on_replay(
@@ -319,33 +343,9 @@ def test_what_the_server_asks_and_logs_during_a_call_reaches_the_callbacks_again
 
     async def run(base_url: str, url: str | None) -> list[Any]:
         seen: list[Any] = []
-        client = AsyncOpenAI(base_url=base_url, api_key=API_KEY, max_retries=0)
-
-        async def sampling(
-            context: Any, params: types.CreateMessageRequestParams
-        ) -> types.CreateMessageResult:
-            question = params.messages[0].content.text  # type: ignore[union-attr]
-            reply = await client.chat.completions.create(
-                model="m", messages=[{"role": "user", "content": question}]
-            )
-            seen.append(("sampled", question))
-            text = types.TextContent(type="text", text=str(reply.choices[0].message.content))
-            return types.CreateMessageResult(role="assistant", content=text, model="m")
-
-        async def elicitation(context: Any, params: Any) -> types.ElicitResult:
-            seen.append(("elicited", params.message))
-            return types.ElicitResult(action="accept", content={"ok": True})
-
-        async def logged(params: types.LoggingMessageNotificationParams) -> None:
-            seen.append(("logged", params.data))
-
         params = StdioServerParameters(command=sys.executable, args=[str(SERVER_SCRIPT), str(ledger)])
         opened = stdio_client(params) if url is None else streamable_http_client(url)
-        callbacks = {
-            "sampling_callback": sampling,
-            "elicitation_callback": elicitation,
-            "logging_callback": logged,
-        }
+        callbacks = client_callbacks(base_url, seen)
         async with opened as streams, ClientSession(streams[0], streams[1], **callbacks) as session:
             await session.initialize()
             result = await session.call_tool("ask", {"question": "ready"})
@@ -379,6 +379,53 @@ def test_what_the_server_asks_and_logs_during_a_call_reaches_the_callbacks_again
     render(session, Console(file=shown, width=200))
     sent = "the server sent meanwhile: notifications/message, sampling/createMessage, elicitation/create"
     assert sent in shown.getvalue()
+
+
+@pytest.mark.slow
+def test_server_messages_while_several_requests_are_in_flight_make_the_verdict_not_certain(
+    tmp_path: Path,
+) -> None:
+    """Two tool calls at once (asyncio.gather): what the server sends meanwhile does not say which
+    request it came for, so it is kept with the latest one in flight and handed back when that one
+    is served, maybe in another order than it came. The replay said a plain "replay ok"; now the
+    messages are marked shared and the verdict is "ok, but not certain", naming the calls."""
+    ledger = tmp_path / "ledger.log"
+
+    async def run(base_url: str) -> list[Any]:
+        seen: list[Any] = []
+        callbacks = client_callbacks(base_url, seen)
+
+        async def progress(done: float, total: float | None, message: str | None) -> None:
+            seen.append(("progress", message))
+
+        params = StdioServerParameters(command=sys.executable, args=[str(SERVER_SCRIPT), str(ledger)])
+        async with stdio_client(params) as (read, write), ClientSession(read, write, **callbacks) as session:
+            await session.initialize()
+            results = await asyncio.gather(
+                session.call_tool("ask", {"question": "ready"}),
+                session.call_tool("count", {"n": 2}, progress_callback=progress),
+            )
+        return [sorted(seen), [dump(r)["content"] for r in results]]
+
+    with LocalServer() as server:
+        with forkpoint.record(store=tmp_path / "store") as rec:
+            live = asyncio.run(run(server.openai_base_url))
+        assert live[0] == [
+            ("elicited", "send ready?"),
+            ("logged", "asking ready"),
+            ("progress", "step 1"),
+            ("progress", "step 2"),
+            ("sampled", "ready"),
+        ]
+        with forkpoint.replay(rec.session_path) as rp:
+            assert asyncio.run(run(server.openai_base_url)) == live
+    report = rp.report()
+    assert report["reproduced"], report
+    calls = {e["tool"]: e["seq"] for e in forkpoint.Session.load(rec.session_path).by_type("tool_call")}
+    assert report["mcp_shared"] and set(report["mcp_shared"]) <= {calls["ask"], calls["count"]}
+    line = summary_line(report)
+    assert line.startswith("replay ok, but not certain: an MCP server sent messages"), line
+    assert f"(seq {', '.join(map(str, report['mcp_shared']))})" in line
 
 
 @pytest.mark.slow
