@@ -327,7 +327,7 @@ def client_callbacks(base_url: str, seen: list[Any]) -> dict[str, Any]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("transport", ["stdio", "streamable-http"])
+@pytest.mark.parametrize("transport", ["stdio", "sse", "streamable-http"])
 def test_what_the_server_asks_and_logs_during_a_call_reaches_the_callbacks_again_on_replay(
     transport: str, tmp_path: Path
 ) -> None:
@@ -344,7 +344,13 @@ def test_what_the_server_asks_and_logs_during_a_call_reaches_the_callbacks_again
     async def run(base_url: str, url: str | None) -> list[Any]:
         seen: list[Any] = []
         params = StdioServerParameters(command=sys.executable, args=[str(SERVER_SCRIPT), str(ledger)])
-        opened = stdio_client(params) if url is None else streamable_http_client(url)
+        opened = (
+            stdio_client(params)
+            if url is None
+            else sse_client(url)
+            if transport == "sse"
+            else streamable_http_client(url)
+        )
         callbacks = client_callbacks(base_url, seen)
         async with opened as streams, ClientSession(streams[0], streams[1], **callbacks) as session:
             await session.initialize()
