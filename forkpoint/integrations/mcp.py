@@ -20,13 +20,15 @@ is stored as ``{"$mcp_error": {"type", "error": {code, message, data}}}`` and ra
 that class. The progress token the SDK adds to a request (its JSON-RPC id) is not an argument.
 What the server sends the agent while a request is in flight (progress notifications to its
 ``progress_callback``, log messages and other notifications, and its own requests: sampling,
-elicitation, roots) is recorded with that request (``mcp.received``; with several in flight, the
-latest, marked as shared: a replay then hands it back when that one is served, and its verdict says
-that is not certain), and handed again, in order, to the callbacks that received it when a replay serves the
-request (:class:`_Exchange`); what the server sends while none is in flight is not recorded: said
-while recording, noted in the session (``unrecorded_mcp``) and named in the replay's verdict. ``ping`` is not recorded: its answer is empty and when a client pings depends on the clock; a
-replay answers it at once. The server's name is not part of the match key: two servers' tools
-with the same name and arguments are served in the order they were called.
+elicitation, roots) is recorded with that request (``mcp.received``), and handed again, in order,
+to the callbacks that received it when a replay serves the request (:class:`_Exchange`). With
+several requests in flight nothing tells which one a message came for: it is kept with the latest,
+marked shared, and the replay's verdict says it is not certain. What the server sends while none
+is in flight is not recorded: said while recording, noted in the session (``unrecorded_mcp``) and
+named in the replay's verdict. ``ping`` is not recorded: its answer is empty and when a client
+pings depends on the clock; a replay answers it at once. The server's name is not part of the
+match key: two servers' tools with the same name and arguments are served in the order they were
+called.
 
 **Transports.** Patched: ``stdio_client``, ``sse_client``, ``streamable_http_client``
 (``streamablehttp_client``) and ``websocket_client`` of ``mcp.client.*``, in their module and in
@@ -37,8 +39,8 @@ HTTP requests of the SSE and streamable-HTTP transports are left to this integra
 a second time as plain HTTP calls, and their server's ``host:port`` not named as a connection
 forkpoint did not record). On replay they start no process and open no connection: the session
 gets in-memory streams that nothing answers, as every request is served from the recording.
-Nothing else comes from the server on replay; notifications the client sends are dropped. A replay whose
-tool calls are live from the start (``--tools live``, or after a divergence under
+Nothing else comes from the server on replay; notifications the client sends are dropped. A
+replay whose tool calls are live from the start (``--tools live``, or after a divergence under
 ``--on-divergence live``) opens the real transport; a call that must go live on a session whose
 server was not started raises :class:`~forkpoint.errors.McpServerNotStarted`.
 
@@ -288,10 +290,6 @@ def _learn_server(session: Any, result: Any) -> None:
     setattr(session, _SERVER, name)
 
 
-def _recording() -> bool:
-    return runtime.active() is not None
-
-
 def _dump(value: Any) -> Any:
     return value.model_dump(by_alias=True, mode="json", exclude_none=True)
 
@@ -354,14 +352,14 @@ def patch_session(module: ModuleType) -> None:
 
     @functools.wraps(on_request)
     async def _on_request(self: Any, dctx: Any, method: str, params: Any) -> Any:
-        if _recording() and method != "ping":
+        if runtime.active() is not None and method != "ping":
             _received(self, {"method": method, "params": params, "id": getattr(dctx, "request_id", None)})
         with _http_above(False):
             return await on_request(self, dctx, method, params)
 
     @functools.wraps(on_notify)
     async def _on_notify(self: Any, dctx: Any, method: str, params: Any) -> Any:
-        if _recording() and method != "notifications/cancelled":
+        if runtime.active() is not None and method != "notifications/cancelled":
             _received(self, {"method": method, "params": params})
         with _http_above(False):
             return await on_notify(self, dctx, method, params)
