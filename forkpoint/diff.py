@@ -57,8 +57,10 @@ def signature(event: dict[str, Any]) -> str:
 def comparable(event: dict[str, Any]) -> dict[str, Any]:
     """The part of a call its match key covers, plus its outcome (for the per-event diff).
 
-    Tool calls: ``args`` (key) and ``result`` or ``error``. Model calls: ``request`` (key) and
-    ``response``, the answer as the agent reads it (see :func:`_model_outcome`).
+    Tool calls: ``args`` (key) and ``result`` or ``error``, and for an MCP request what the server
+    sent the agent meanwhile (``received``: log messages, sampling and elicitation requests,
+    progress; without the JSON-RPC ids, which differ from run to run). Model calls: ``request``
+    (key) and ``response``, the answer as the agent reads it (see :func:`_model_outcome`).
     """
     if event["type"] == "tool_call":
         out: dict[str, Any] = {"args": event.get("args")}
@@ -66,8 +68,20 @@ def comparable(event: dict[str, Any]) -> dict[str, Any]:
             out["error"] = _without_frames(event.get("error"))
         else:
             out["result"] = event.get("result")
+        received = (event.get("mcp") or {}).get("received")
+        if received:
+            out["received"] = [_sent(m) for m in received]
         return out
     return {"request": normalized(event), "response": _model_outcome(event)}
+
+
+def _sent(message: dict[str, Any]) -> dict[str, Any]:
+    """A message an MCP server sent (``mcp.received``) as a run's outcome: its method and params,
+    the progress token (a request's JSON-RPC id) left out."""
+    params = message.get("params")
+    if isinstance(params, dict):
+        params = {k: v for k, v in params.items() if k != "progressToken"}
+    return {"method": message.get("method"), "params": params}
 
 
 def _without_frames(error: Any) -> Any:

@@ -246,6 +246,33 @@ def marks(output: str) -> dict[int, str]:
     return rows
 
 
+def test_what_an_mcp_server_sent_during_a_call_is_compared_too(tmp_path: Path) -> None:
+    """Two runs whose MCP tool answered the same but logged something else meanwhile (a message the
+    agent's logging callback got, and a replay hands it again): diff said the calls were the same
+    ("="); the messages are part of what the call gave the agent. The JSON-RPC ids are not."""
+
+    def call(level: str, token: int) -> tuple[str, Any, dict[str, Any]]:
+        received = [
+            {"method": "notifications/message", "params": {"level": level, "data": "disk full"}},
+            {"method": "notifications/progress", "params": {"progressToken": token, "progress": 1}},
+            {"method": "sampling/createMessage", "params": {"maxTokens": 5}, "id": token},
+        ]
+        return (
+            "clean",
+            {},
+            {
+                "result": {"content": []},
+                "mcp": {"server": "fs", "method": "tools/call", "received": received},
+            },
+        )
+
+    res = diff(tool_session(tmp_path, [call("info", 3)]), tool_session(tmp_path, [call("error", 7)]))
+    assert res.exit_code == 0, res.output
+    assert marks(res.output) == {1: "~"}
+    assert "  ~ $.received[0].params.level: info → error" in res.output
+    assert "progressToken" not in res.output and "$.received[2]" not in res.output
+
+
 def test_changed_tool_results_are_printed_though_equivalent(tmp_path: Path) -> None:
     """Same tool calls asked the same way, answered differently: equivalent (exit 0), but the text
     output says so and prints every difference by JSON path, not only ``--json``."""
