@@ -91,9 +91,15 @@ _IN_FLIGHT = "_forkpoint_mcp_in_flight"
 _SAID = "_forkpoint_mcp_said"
 
 
+#: The params of a ``tools/call`` that retries it with the answers to the server's input requests
+#: (an ``InputRequiredResult``, protocol 2026-07-28): part of the call's ``args``, as ``$<name>``.
+_RETRIED = ("inputResponses", "requestState")
+
+
 def call_name(method: str, params: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     """The event's ``tool`` and ``args`` for a request: ``tools/call`` → (the tool's name, its
-    arguments); any other → (``mcp:<method>``, its params); the progress token left out."""
+    arguments, and ``$inputResponses`` and ``$requestState`` when it answers the server's input
+    requests); any other → (``mcp:<method>``, its params); the progress token left out."""
     params = dict(params)
     meta = params.get("_meta")
     if isinstance(meta, dict) and "progressToken" in meta:
@@ -104,7 +110,11 @@ def call_name(method: str, params: dict[str, Any]) -> tuple[str, dict[str, Any]]
             params.pop("_meta")
     if method == "tools/call" and isinstance(params.get("name"), str):
         arguments = params.get("arguments") or {}
-        return params["name"], dict(arguments) if isinstance(arguments, dict) else {"$arguments": arguments}
+        args = dict(arguments) if isinstance(arguments, dict) else {"$arguments": arguments}
+        for sent in _RETRIED:  # (a retry that answers the server's input requests: what it answers)
+            if sent in params:
+                args[f"${sent}"] = params[sent]
+        return params["name"], args
     return f"mcp:{method}", params
 
 

@@ -1,6 +1,6 @@
 """An MCP server for the tests, built with the mcp SDK's own server (FastMCP in 1.x, MCPServer in
 2.x): five tools (one reporting progress, one asking the client's model and user, one logging after it
-answered), a resource and a prompt. Everything it does is appended to a ledger file, its
+answered, and in 2.x one asking the user for an argument), a resource and a prompt. Everything it does is appended to a ledger file, its
 start included, so a test sees whether the server ran at all.
 
 Run: ``python mcp_calc_server.py LEDGER [stdio | sse PORT | streamable-http PORT]`` (HTTP on
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from typing import Annotated
 
 from mcp import types
 from pydantic import BaseModel
@@ -94,6 +95,23 @@ async def kick(ctx: Context) -> str:
 
     later.append(asyncio.get_running_loop().create_task(log_later()))
     return "kicked"
+
+
+try:  # mcp 2.x: a tool whose argument the user gives (an InputRequiredResult under 2026-07-28)
+    from mcp.server.mcpserver.resolve import Elicit, Resolve
+except ImportError:
+    Resolve = None  # type: ignore[assignment,misc]
+
+if Resolve is not None:
+
+    def ask_ok(what: str) -> Elicit[Confirmation]:
+        return Elicit(f"remove {what}?", Confirmation)
+
+    @server.tool()
+    def remove(what: str, ok: Annotated[Confirmation, Resolve(ask_ok)]) -> str:
+        """Remove what, if the user confirms."""
+        note(f"remove {what} {ok.ok}")
+        return f"removed {what}" if ok.ok else f"kept {what}"
 
 
 @server.resource("notes://today")

@@ -479,6 +479,45 @@ def test_a_server_message_sent_while_no_request_is_in_flight_is_said_recorded_an
     )
 
 
+@pytest.mark.slow
+def test_the_answers_a_tool_call_retries_with_are_part_of_its_match_key(tmp_path: Path) -> None:
+    """Under protocol 2026-07-28 a server asks for input by answering ``input_required``; the
+    client asks the user (its elicitation callback) and calls the tool again with the answers
+    (``inputResponses``). Those answers were left out of the call's args: a replay whose user
+    answered no was served the recorded "removed db" under "replay ok". Now they are in the args
+    (``$inputResponses``), and another answer diverges there."""
+    pytest.importorskip("mcp.server.mcpserver.resolve")
+    ledger = tmp_path / "ledger.log"
+
+    async def run(ok: bool) -> str:
+        async def answer(context: Any, params: Any) -> types.ElicitResult:
+            return types.ElicitResult(action="accept", content={"ok": ok})
+
+        params = StdioServerParameters(command=sys.executable, args=[str(SERVER_SCRIPT), str(ledger)])
+        async with Client(params, elicitation_callback=answer) as client:
+            return str(dump(await client.call_tool("remove", {"what": "db"}))["content"][0]["text"])
+
+    with forkpoint.record(store=tmp_path / "store") as rec:
+        assert asyncio.run(run(True)) == "removed db"
+    ran = ledger.read_text()
+    calls = [
+        e for e in forkpoint.Session.load(rec.session_path).by_type("tool_call") if e["tool"] == "remove"
+    ]
+    assert [sorted(e["args"]) for e in calls] == [["what"], ["$inputResponses", "$requestState", "what"]]
+    with forkpoint.replay(rec.session_path) as rp:
+        assert asyncio.run(run(True)) == "removed db"
+    assert rp.report()["reproduced"], rp.report()
+    with forkpoint.replay(rec.session_path) as rp, pytest.raises(ExceptionGroup) as raised:
+        asyncio.run(run(False))  # (through the session's task group)
+    assert raised.group_contains(forkpoint.Divergence)
+    divergence = rp.report()["divergence"]
+    assert divergence["name"] == "remove"
+    assert [c["path"] for c in divergence["diff"]] == [
+        "$.args['$inputResponses']['__main__:ask_ok'].content.ok"
+    ]
+    assert ledger.read_text() == ran == "started stdio\nremove db True\n"
+
+
 AGENT_SCRIPT = """
 import asyncio, sys
 from mcp import ClientSession, StdioServerParameters
