@@ -29,7 +29,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .events import endpoint
-from .jsondiff import Change, format_changes, json_diff
+from .jsondiff import Change, EqualPairs, format_changes, json_diff
 from .log import Session
 from .match import event_key, normalized
 from .providers import recorded_response, response_text, summary
@@ -278,20 +278,27 @@ def diff_sessions(a: Session, b: Session) -> SessionDiff:
     ca, cb = _calls(a), _calls(b)
     sa, sb = [signature(e) for e in ca], [signature(e) for e in cb]
     pairs: list[Pair] = []
+    equal = EqualPairs()  # (each pair of resent messages compared once, not at every call)
     for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, sa, sb, autojunk=False).get_opcodes():
         if op == "equal":
             for x, y in zip(ca[i1:i2], cb[j1:j2], strict=True):
+                if x["type"] == "model_call":  # (the next model call resends this one's messages)
+                    equal.next()
                 # A call asked the same way may still have answered differently (an override): its
                 # diff shows that, though the pair stays equivalent under the match key.
-                pairs.append(Pair(x, y, key(x) == key(y), json_diff(comparable(x), comparable(y))))
+                pairs.append(
+                    Pair(x, y, key(x) == key(y), json_diff(comparable(x), comparable(y), equal=equal))
+                )
         else:
             # Replaced stretches pair up positionally as far as they go; the rest is one-sided.
             xs, ys = ca[i1:i2], cb[j1:j2]
             for k in range(max(len(xs), len(ys))):
                 xo = xs[k] if k < len(xs) else None
                 yo = ys[k] if k < len(ys) else None
+                if xo and xo["type"] == "model_call":
+                    equal.next()
                 changes = (
-                    json_diff(comparable(xo), comparable(yo))
+                    json_diff(comparable(xo), comparable(yo), equal=equal)
                     if xo and yo and xo["type"] == yo["type"]
                     else []
                 )

@@ -45,25 +45,67 @@ class Change:
         )
 
 
-def json_diff(expected: Any, actual: Any, path: str = "$") -> list[Change]:
+class EqualPairs:
+    """Pairs of containers (dicts, lists) :func:`json_diff` found equal, known by identity, for a
+    series of diffs of documents that share their parts: two sessions' requests, each resending
+    its whole conversation as the same item objects (the scrubber's), compare each pair of
+    messages once, not once per call (quadratic in the conversation's length). Holds the pairs, so
+    their ids stay theirs, but only those of the last two diffs (:meth:`next` starts a diff): a
+    conversation's items come back at the next call, and the memory stays that of one call's."""
+
+    __slots__ = ("_pairs", "_last")
+
+    def __init__(self) -> None:
+        self._pairs: dict[tuple[int, int], tuple[Any, Any]] = {}
+        self._last: dict[tuple[int, int], tuple[Any, Any]] = {}
+
+    def next(self) -> None:
+        """Start the next diff of the series: forget the pairs the last one did not meet again."""
+        self._last, self._pairs = self._pairs, {}
+
+    def __contains__(self, pair: tuple[Any, Any]) -> bool:
+        key = (id(pair[0]), id(pair[1]))
+        if key in self._pairs:
+            return True
+        held = self._last.get(key)
+        if held is None:
+            return False
+        self._pairs[key] = held
+        return True
+
+    def add(self, expected: Any, actual: Any) -> None:
+        self._pairs[(id(expected), id(actual))] = (expected, actual)
+
+
+def json_diff(
+    expected: Any, actual: Any, path: str = "$", *, equal: EqualPairs | None = None
+) -> list[Change]:
     """Every difference between two JSON values, by path, in document order.
 
-    Lists are compared item by item (a list that grew shows ``added`` items at the end).
+    Lists are compared item by item (a list that grew shows ``added`` items at the end). ``equal``:
+    the pairs of containers found equal so far in a series of diffs (:class:`EqualPairs`), skipped
+    and added to.
     """
     if isinstance(expected, dict) and isinstance(actual, dict):
+        if equal is not None and (expected, actual) in equal:
+            return []
         out: list[Change] = []
         for k in expected:
             sub = f"{path}.{k}" if k.isidentifier() else f"{path}[{k!r}]"
             if k not in actual:
                 out.append(Change("removed", sub, expected=expected[k]))
             else:
-                out.extend(json_diff(expected[k], actual[k], sub))
+                out.extend(json_diff(expected[k], actual[k], sub, equal=equal))
         for k in actual:
             if k not in expected:
                 sub = f"{path}.{k}" if k.isidentifier() else f"{path}[{k!r}]"
                 out.append(Change("added", sub, actual=actual[k]))
+        if equal is not None and not out:
+            equal.add(expected, actual)
         return out
     if isinstance(expected, list) and isinstance(actual, list):
+        if equal is not None and (expected, actual) in equal:
+            return []
         out = []
         for i in range(max(len(expected), len(actual))):
             sub = f"{path}[{i}]"
@@ -72,7 +114,12 @@ def json_diff(expected: Any, actual: Any, path: str = "$") -> list[Change]:
             elif i >= len(expected):
                 out.append(Change("added", sub, actual=actual[i]))
             else:
-                out.extend(json_diff(expected[i], actual[i], sub))
+                e, a = expected[i], actual[i]
+                if equal is not None and (e, a) in equal:  # (without a call: most items of a resent list)
+                    continue
+                out.extend(json_diff(e, a, sub, equal=equal))
+        if equal is not None and not out:
+            equal.add(expected, actual)
         return out
     if type(expected) is not type(actual) or expected != actual:
         return [Change("changed", path, expected=expected, actual=actual)]

@@ -480,3 +480,70 @@ def chat_completion_body(text: str) -> dict[str, Any]:
         "model": "m",
         "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
     }
+
+
+def resend_loop(store: Path, turns: int, changed_at: int) -> Session:
+    """An agent that resends its whole conversation at every call (``turns`` tool calls), its
+    ``changed_at``-th tool result different from the other run's."""
+    import httpx2
+
+    def answer(request: httpx2.Request) -> httpx2.Response:
+        sent = json.loads(request.read())["messages"]
+        turn = sum(1 for m in sent if m["role"] == "assistant")
+        msg: dict[str, Any] = (
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": f"c{turn}",
+                        "type": "function",
+                        "function": {"name": "f", "arguments": json.dumps({"n": turn})},
+                    }
+                ],
+            }  # fmt: skip
+            if turn < turns
+            else {"role": "assistant", "content": "done"}
+        )
+        return httpx2.Response(200, json={"id": "x", "model": "m", "choices": [{"index": 0, "message": msg, "finish_reason": "stop"}]})  # fmt: skip
+
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "go"}]
+    with forkpoint.record(store=store) as rec, httpx2.Client(transport=httpx2.MockTransport(answer)) as c:
+        while True:
+            r = c.post("http://127.0.0.1:9/v1/chat/completions", json={"model": "m", "messages": messages})
+            msg = r.json()["choices"][0]["message"]
+            messages.append(msg)
+            if not msg.get("tool_calls"):
+                break
+            n = len(messages)
+            text = f"result {n}" + (" changed" if n == 2 * changed_at + 2 and "b" in store.name else "")
+            messages.append({"role": "tool", "tool_call_id": msg["tool_calls"][0]["id"], "content": text})
+    return Session.load(rec.session_path, share_lists=True)
+
+
+def test_diff_compares_each_resent_message_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two long runs that resend their conversation at every call: each pair of messages is
+    walked once, not once per call after it (quadratic in the length: 2,000 turns took 33 s)."""
+    import forkpoint.jsondiff as jsondiff
+    from forkpoint.diff import diff_sessions
+
+    walked = 0
+    real = jsondiff.json_diff
+
+    def counted(*args: Any, **kw: Any) -> Any:
+        nonlocal walked
+        walked += 1
+        return real(*args, **kw)
+
+    monkeypatch.setattr(jsondiff, "json_diff", counted)
+    monkeypatch.setattr("forkpoint.diff.json_diff", counted)
+    per_turn = {}
+    for turns in (20, 80):
+        a = resend_loop(tmp_path / f"a{turns}", turns, 3)
+        b = resend_loop(tmp_path / f"b{turns}", turns, 3)
+        walked = 0
+        result = diff_sessions(a, b)
+        assert result.first_divergence is not None
+        per_turn[turns] = walked / turns
+    # Linear: the walks per turn do not grow with the length (quadratic: four times as many).
+    assert per_turn[80] < 1.5 * per_turn[20], per_turn
