@@ -31,7 +31,7 @@ from rich.table import Table
 from .events import endpoint
 from .jsondiff import Change, EqualPairs, format_changes, json_diff
 from .log import Session
-from .match import event_key, normalized
+from .match import event_key, key_spec, normalized, stored_key
 from .providers import recorded_response, response_text, summary
 from .text import escape
 
@@ -145,8 +145,16 @@ def in_key(change: Change) -> bool:
     return any(change.path == r or change.path.startswith((r + ".", r + "[")) for r in _KEY_ROOTS)
 
 
-def key(event: dict[str, Any]) -> str:
-    """The match key of a recorded call (recomputed, so sessions of older versions compare fairly)."""
+def key(event: dict[str, Any], spec: str | None = None, header_spec: Any = None) -> str:
+    """The match key of a recorded call: the one it stored when computed under ``spec`` (the key
+    spec in force, :func:`~forkpoint.match.key_spec`; ``header_spec``: its session header's
+    ``keys``), else recomputed, so sessions of older versions or other rules compare fairly.
+    Recomputing a model call's key scrubs and hashes its whole request: an agent that resends its
+    conversation would make that quadratic in the conversation's length."""
+    if spec is not None:
+        stored = stored_key(event, spec, header_spec)
+        if stored is not None:
+            return stored
     return event_key(event)
 
 
@@ -279,6 +287,7 @@ def diff_sessions(a: Session, b: Session) -> SessionDiff:
     sa, sb = [signature(e) for e in ca], [signature(e) for e in cb]
     pairs: list[Pair] = []
     equal = EqualPairs()  # (each pair of resent messages compared once, not at every call)
+    spec, ha, hb = key_spec(), a.header.get("keys"), b.header.get("keys")
     for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, sa, sb, autojunk=False).get_opcodes():
         if op == "equal":
             for x, y in zip(ca[i1:i2], cb[j1:j2], strict=True):
@@ -287,7 +296,12 @@ def diff_sessions(a: Session, b: Session) -> SessionDiff:
                 # A call asked the same way may still have answered differently (an override): its
                 # diff shows that, though the pair stays equivalent under the match key.
                 pairs.append(
-                    Pair(x, y, key(x) == key(y), json_diff(comparable(x), comparable(y), equal=equal))
+                    Pair(
+                        x,
+                        y,
+                        key(x, spec, ha) == key(y, spec, hb),
+                        json_diff(comparable(x), comparable(y), equal=equal),
+                    )
                 )
         else:
             # Replaced stretches pair up positionally as far as they go; the rest is one-sided.

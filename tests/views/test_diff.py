@@ -547,3 +547,30 @@ def test_diff_compares_each_resent_message_once(tmp_path: Path, monkeypatch: pyt
         per_turn[turns] = walked / turns
     # Linear: the walks per turn do not grow with the length (quadratic: four times as many).
     assert per_turn[80] < 1.5 * per_turn[20], per_turn
+
+
+def test_diff_takes_the_keys_the_sessions_stored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Keys stored under the key spec in force are taken as they are: recomputing each model call's
+    key hashes its whole conversation again (quadratic in the length: 2,000 turns 26 s → 16 s)."""
+    from forkpoint.diff import diff_sessions
+    from forkpoint.redact import Scrubber
+
+    hashed = 0
+    real = Scrubber.item_digest
+
+    def counted(self: Scrubber, item: Any) -> str:
+        nonlocal hashed
+        hashed += 1
+        return real(self, item)
+
+    monkeypatch.setattr(Scrubber, "item_digest", counted)
+    per_turn = {}
+    for turns in (20, 80):
+        a = resend_loop(tmp_path / f"a{turns}", turns, 3)
+        b = resend_loop(tmp_path / f"b{turns}", turns, 3)
+        hashed = 0
+        result = diff_sessions(a, b)
+        assert result.first_divergence is not None
+        assert result.pairs[0].equivalent and not result.pairs[-1].equivalent
+        per_turn[turns] = hashed / turns
+    assert per_turn[80] <= 1.5 * per_turn[20] + 1, per_turn
