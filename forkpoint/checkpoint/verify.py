@@ -120,6 +120,7 @@ def _verify_checkpoints(
     if not checkpoints:
         return
     session: Session | None = None
+    by_seq: dict[Any, Any] | None = None
     for lineno, seq, obj in checkpoints:
         ws = obj.get("workspace")
         if isinstance(ws, dict) and not ws.keys().isdisjoint(MANIFEST_FIELDS):
@@ -146,9 +147,13 @@ def _verify_checkpoints(
                 except SessionError as exc:
                     problems.append(str(exc))
                     return
-            event = next((e for e in session.events if e.get("seq") == seq), None)
+            if by_seq is None:  # (a scan of the events per checkpoint: quadratic in the length)
+                by_seq = {}
+                for e in session.events:
+                    by_seq.setdefault(e.get("seq"), e)
+            event = by_seq.get(seq)
             try:
-                ok = event is not None and digest(to_json(event.get("context"))) == obj["context_digest"]
+                ok = event is not None and _context_digest(event.get("context")) == obj["context_digest"]
             except TypeError:
                 ok = False
             if not ok:
@@ -156,6 +161,17 @@ def _verify_checkpoints(
                     f"{log_path}:{lineno}: checkpoint seq {seq}: the carried context does not match its digest"
                 )
                 return
+
+
+def _context_digest(context: Any) -> str:
+    """The digest of a carried context as :func:`~forkpoint.checkpoint.take` wrote it: of its plain
+    JSON form (bytes as ``{"$b64": …}``). Hashed as it is when it holds no bytes (the encoder then
+    raises): :func:`to_json` would copy it whole in Python first, and each checkpoint carries the
+    conversation so far (shared with the others when loaded), quadratic in its length."""
+    try:
+        return digest(context)
+    except TypeError:
+        return digest(to_json(context))
 
 
 #: File contents (git blobs) larger than this are not searched for secrets by verify.

@@ -1772,3 +1772,52 @@ def test_each_carried_message_is_scanned_for_paths_once_not_at_every_checkpoint(
     # A scan from nothing agrees.
     monkeypatch.setattr(context, "_SCANNED", collections.OrderedDict(), raising=False)
     assert referenced_paths({"messages": messages}, root="/w") == expected
+
+
+def test_verify_walks_the_carried_contexts_linearly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each checkpoint carries the conversation so far: verify hashes it without copying it whole in
+    Python first (the items walked grew with the square of the length: 2,000 turns took 33 s)."""
+    import importlib
+
+    import httpx2
+
+    verify_mod = importlib.import_module("forkpoint.checkpoint.verify")
+    codec = importlib.import_module("forkpoint.log.codec")
+
+    def answer(request: httpx2.Request) -> httpx2.Response:
+        turn = sum(1 for m in json.loads(request.read())["messages"] if m["role"] == "assistant")
+        msg = {"role": "assistant", "content": f"step {turn} " + "x" * 50}
+        return httpx2.Response(200, json={"id": "x", "model": "m", "choices": [{"index": 0, "message": msg, "finish_reason": "stop"}]})  # fmt: skip
+
+    def session(turns: int) -> Path:
+        ws = tmp_path / f"ws{turns}"
+        ws.mkdir()
+        (ws / "a.txt").write_text("a\n")
+        messages: list[dict[str, Any]] = [{"role": "user", "content": "go"}]
+        with forkpoint.record(store=tmp_path / f"s{turns}", workspace=ws) as rec:
+            with httpx2.Client(transport=httpx2.MockTransport(answer)) as c:
+                for _ in range(turns):
+                    body = {"model": "m", "messages": messages}
+                    r = c.post("http://127.0.0.1:9/v1/chat/completions", json=body)
+                    messages.append(r.json()["choices"][0]["message"])
+                    messages.append({"role": "user", "content": "more"})
+        return rec.session_path
+
+    walked = 0
+    real = codec.to_json
+
+    def counted(value: Any, **kw: Any) -> Any:
+        nonlocal walked
+        walked += 1
+        return real(value, **kw)
+
+    monkeypatch.setattr(codec, "to_json", counted)
+    monkeypatch.setattr(verify_mod, "to_json", counted)
+    per_turn = {}
+    for turns in (15, 60):
+        path = session(turns)
+        assert sum(1 for e in Session.load(path).events if e.get("context_digest")) >= turns
+        walked = 0
+        assert verify_session(path).ok
+        per_turn[turns] = walked / turns
+    assert per_turn[60] <= 1.5 * per_turn[15] + 1, per_turn
