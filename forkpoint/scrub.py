@@ -155,10 +155,21 @@ def rescrubbed(session: Session) -> Session:
     )
 
 
-def _scrub_workspace(event: dict[str, Any], old: BlobStore, new: BlobStore, scrubber: redact.Scrubber) -> int:
+def _scrub_workspace(
+    event: dict[str, Any],
+    old: BlobStore,
+    new: BlobStore,
+    scrubber: redact.Scrubber,
+    done: dict[str, tuple[int, str, bool]] | None = None,
+) -> int:
     """Scrub the files of a checkpoint's workspace into ``new``; returns how many changed. A
     manifest that changed is written whole (inline, or as ``manifest_json``), as the checkpoint
-    layer writes a first one."""
+    layer writes a first one. ``done``: the file contents scrubbed so far in this session, by
+    their blob's hash (size, new hash, changed): each checkpoint lists every file of the
+    workspace, most of them as the checkpoint before, so reading and scrubbing each listed file
+    again would cost the number of checkpoints times the number of files."""
+    if done is None:
+        done = {}
     ws = event.get("workspace")
     if not isinstance(ws, dict) or ws.keys().isdisjoint(MANIFEST_FIELDS):
         return 0
@@ -170,12 +181,13 @@ def _scrub_workspace(event: dict[str, Any], old: BlobStore, new: BlobStore, scru
             out.append(row)
             continue
         rel, kind, mode, _size, h = row
-        data = old.get(h, where=f" (workspace file {rel!r} of checkpoint seq {event.get('seq')})")
-        clean = scrubber.file(data)
-        changed += clean != data
-        out.append(
-            [scrubber.text(rel) if isinstance(rel, str) else rel, kind, mode, len(clean), new.put(clean)]
-        )
+        known = done.get(h)
+        if known is None:
+            data = old.get(h, where=f" (workspace file {rel!r} of checkpoint seq {event.get('seq')})")
+            clean = scrubber.file(data)
+            known = done[h] = (len(clean), new.put(clean), clean != data)
+        changed += known[2]
+        out.append([scrubber.text(rel) if isinstance(rel, str) else rel, kind, mode, known[0], known[1]])
     if out == rows:
         return 0
     inline = "manifest" in ws
@@ -261,12 +273,15 @@ def scrub_session(
                 if (path / GIT_OBJECTS).is_dir():
                     shutil.copytree(path / GIT_OBJECTS, writer.path / GIT_OBJECTS, symlinks=True)
                 old_blobs = session.blob_store()
+                files: dict[str, tuple[int, str, bool]] = {}  # (each file content scrubbed once)
                 try:
                     for event in session.events:
                         step("event")
                         clean = scrubber.event(event)
                         if clean.get("type") == "checkpoint":
-                            report.files_changed += _scrub_workspace(clean, old_blobs, writer.blobs, scrubber)
+                            report.files_changed += _scrub_workspace(
+                                clean, old_blobs, writer.blobs, scrubber, files
+                            )
                             if clean.get("context") != event.get("context"):  # (the messages it carries)
                                 clean["context_digest"] = digest(to_json(clean["context"]))
                         # (a key that differs only because the match rules in force here do is a
