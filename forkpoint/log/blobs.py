@@ -99,6 +99,9 @@ class BlobStore:
         self.root = root
         self.durable = durable
         self.cipher = cipher
+        #: The decoded blobs read last, by (name, as bytes, size), handed back as the same objects
+        #: when referred to again (:data:`~forkpoint.log.codec.RECENT_BLOBS`); None: not kept.
+        self.recent: dict[tuple[str, bool, Any], bytes | str] | None = None
         self._pending: set[Path] = set()
         self._lock = threading.Lock()
         #: encrypted store: blob name (SHA-256 of the bytes) → its file's name (SHA-256 of the file)

@@ -372,6 +372,13 @@ def _unicode(text: str) -> bool:
     return True
 
 
+#: How many of the blobs read last a reader hands back as the same object when referred to again
+#: (:attr:`BlobStore.recent`): a checkpoint's manifest is stored as changes to a base manifest that
+#: the checkpoints after it refer to too; read again for each, a session of N checkpoints would
+#: hold N copies of it (quadratic in the length when the workspace grows a file a turn).
+RECENT_BLOBS = 8
+
+
 def decode(
     value: Any, blobs: BlobStore, where: str, tools: Mapping[int, Mapping[str, Any]] | None = None
 ) -> Any:
@@ -380,10 +387,16 @@ def decode(
     :class:`SessionError` for a ``$dumps`` naming no earlier tool call, ValueError for its unknown style."""
     if isinstance(value, dict):
         if "$blob" in value:
-            data = blobs.get(str(value["$blob"]), where=where, size=value.get("size"))
-            if value.get("bytes"):
-                return data
-            return data.decode("utf-8", "surrogatepass")
+            recent, key = blobs.recent, (str(value["$blob"]), bool(value.get("bytes")), value.get("size"))
+            if recent is not None and (hit := recent.get(key)) is not None:
+                return hit
+            data = blobs.get(key[0], where=where, size=key[2])
+            out = data if key[1] else data.decode("utf-8", "surrogatepass")
+            if recent is not None:
+                recent[key] = out
+                if len(recent) > RECENT_BLOBS:
+                    del recent[next(iter(recent))]
+            return out
         if "$b64" in value:
             return base64.b64decode(value["$b64"])
         if "$u" in value and len(value) == 1:

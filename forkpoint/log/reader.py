@@ -179,6 +179,7 @@ class _Resolver:
         self.derivers = _DERIVERS if derived else []
         self.cipher = cipher
         self.blobs = BlobStore(path / BLOB_DIR, cipher=cipher)
+        self.blobs.recent = {}  # (a base manifest that checkpoints after it share: read once)
         self.lists: dict[int, dict[str, Sequence[Any]]] = {}
         #: By seq, the lists of each event that were stored as a ``$delta`` (:func:`.codec.resolve_deltas`).
         self.deltas: dict[int, Deltas] = {}
