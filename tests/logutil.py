@@ -27,3 +27,24 @@ def searchable(path: Path, data: bytes) -> list[bytes]:
     if path.name != LOG_NAME:
         return [data]
     return [data, b"\n".join(orjson.dumps(line) for line in stored_lines(path.parent))]
+
+
+def growing_workspace_session(store: Path, ws: Path, turns: int, name: str = "mod") -> Path:
+    """A session recorded with workspace ``ws`` (a plain folder): before each of ``turns`` model
+    calls the agent adds a file to it, so every checkpoint lists one file more (a long session's
+    manifests). Returns the session's path."""
+    import httpx2
+
+    import forkpoint
+
+    def answer(request: httpx2.Request) -> httpx2.Response:
+        msg = {"role": "assistant", "content": "ok"}
+        return httpx2.Response(200, json={"id": "x", "model": "m", "choices": [{"index": 0, "message": msg, "finish_reason": "stop"}]})  # fmt: skip
+
+    ws.mkdir()
+    with forkpoint.record(store=store, workspace=ws) as rec:
+        with httpx2.Client(transport=httpx2.MockTransport(answer)) as c:
+            for t in range(turns):
+                (ws / f"{name}_{t}.py").write_text(f"x = {t}\n")
+                c.post("http://127.0.0.1:9/v1/chat/completions", json={"model": "m", "messages": []})
+    return rec.session_path

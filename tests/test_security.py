@@ -44,7 +44,7 @@ from forkpoint.log import LOG_NAME, ZSTD_SUFFIX, Session, SessionWriter
 from forkpoint.redact import load_rules
 from forkpoint.scrub import TMP_DIR, ScrubError, recover, scrub_session
 from tests.gitutil import git, make_repo
-from tests.logutil import searchable, stored_lines
+from tests.logutil import growing_workspace_session, searchable, stored_lines
 from tests.modelserver import LocalServer, Reply, Stream, chat_completion, json_reply
 
 # ----------------------------------------------------------------------------- the secrets
@@ -817,23 +817,10 @@ def test_a_json_path_over_a_value_orjson_refuses_redacts_it_and_the_run_goes_on(
 def test_scrub_reads_each_workspace_file_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each checkpoint lists every file of the workspace: scrub reads (and scrubs) each content
     once, not once per checkpoint that lists it (quadratic: 1,000 turns took 100 s)."""
-    import httpx2
-
     from forkpoint.log.blobs import BlobStore
 
-    def answer(request: httpx2.Request) -> httpx2.Response:
-        msg = {"role": "assistant", "content": "ok"}
-        return httpx2.Response(200, json={"id": "x", "model": "m", "choices": [{"index": 0, "message": msg, "finish_reason": "stop"}]})  # fmt: skip
-
     def session(turns: int) -> Path:
-        ws = tmp_path / f"ws{turns}"
-        ws.mkdir()
-        with forkpoint.record(store=tmp_path / f"s{turns}", workspace=ws) as rec:
-            with httpx2.Client(transport=httpx2.MockTransport(answer)) as c:
-                for t in range(turns):  # a file more in the workspace before each model call
-                    (ws / f"mod_{t}.py").write_text(f"x = {t}\n")
-                    c.post("http://127.0.0.1:9/v1/chat/completions", json={"model": "m", "messages": []})
-        return rec.session_path
+        return growing_workspace_session(tmp_path / f"s{turns}", tmp_path / f"ws{turns}", turns, "mod")
 
     read = 0
     real = BlobStore.get

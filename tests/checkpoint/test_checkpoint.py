@@ -47,7 +47,7 @@ from forkpoint.log import BlobStore, Session, SessionWriter, line_hash
 from forkpoint.orchestrate import fork_arms
 from forkpoint.record import make_header
 from forkpoint.store import session_dirs
-from tests.logutil import stored_lines
+from tests.logutil import growing_workspace_session, stored_lines
 from tests.modelserver import LocalServer
 
 # --------------------------------------------------------------------------- git helpers
@@ -1827,21 +1827,11 @@ def test_loading_reads_a_shared_base_manifest_once(tmp_path: Path, monkeypatch: 
     """The checkpoints after a base manifest store their changes to it: loading reads that base
     once and shares it, not a copy per checkpoint (a workspace growing a file a turn: the bytes read
     and held grew with the square of the length; 2,000 turns held 587 MB for `checkpoints`)."""
-    import httpx2
-
-    def answer(request: httpx2.Request) -> httpx2.Response:
-        msg = {"role": "assistant", "content": "ok"}
-        return httpx2.Response(200, json={"id": "x", "model": "m", "choices": [{"index": 0, "message": msg, "finish_reason": "stop"}]})  # fmt: skip
 
     def session(turns: int) -> Path:
-        ws = tmp_path / f"ws{turns}"
-        ws.mkdir()
-        with forkpoint.record(store=tmp_path / f"s{turns}", workspace=ws) as rec:
-            with httpx2.Client(transport=httpx2.MockTransport(answer)) as c:
-                for t in range(turns):  # a file more in the workspace before each model call
-                    (ws / f"module_number_{t}.py").write_text(f"x = {t}\n")
-                    c.post("http://127.0.0.1:9/v1/chat/completions", json={"model": "m", "messages": []})
-        return rec.session_path
+        return growing_workspace_session(
+            tmp_path / f"s{turns}", tmp_path / f"ws{turns}", turns, "module_number"
+        )
 
     read = 0
     real = BlobStore.get

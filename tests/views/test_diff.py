@@ -17,6 +17,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 import forkpoint
+import forkpoint.jsondiff as jsondiff
 from forkpoint.cli import main
 from forkpoint.demo.agent import run_agent
 from forkpoint.demo.server import ModelServer
@@ -521,30 +522,40 @@ def resend_loop(store: Path, turns: int, changed_at: int) -> Session:
     return Session.load(rec.session_path, share_lists=True)
 
 
-def test_diff_compares_each_resent_message_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Two long runs that resend their conversation at every call: each pair of messages is
-    walked once, not once per call after it (quadratic in the length: 2,000 turns took 33 s)."""
-    import forkpoint.jsondiff as jsondiff
+def diff_counts_per_turn(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, owner: Any, name: str
+) -> dict[int, float]:
+    """How many times ``owner.name`` is called a turn by :func:`diff_sessions` of two resend loops
+    that diverge at their third call, at 20 and at 80 turns."""
     from forkpoint.diff import diff_sessions
 
-    walked = 0
-    real = jsondiff.json_diff
+    calls = 0
+    real = getattr(owner, name)
 
     def counted(*args: Any, **kw: Any) -> Any:
-        nonlocal walked
-        walked += 1
+        nonlocal calls
+        calls += 1
         return real(*args, **kw)
 
-    monkeypatch.setattr(jsondiff, "json_diff", counted)
-    monkeypatch.setattr("forkpoint.diff.json_diff", counted)
+    monkeypatch.setattr(owner, name, counted)
+    if owner is jsondiff:
+        monkeypatch.setattr("forkpoint.diff.json_diff", counted)
     per_turn = {}
     for turns in (20, 80):
         a = resend_loop(tmp_path / f"a{turns}", turns, 3)
         b = resend_loop(tmp_path / f"b{turns}", turns, 3)
-        walked = 0
+        calls = 0
         result = diff_sessions(a, b)
         assert result.first_divergence is not None
-        per_turn[turns] = walked / turns
+        assert result.pairs[0].equivalent and not result.pairs[-1].equivalent
+        per_turn[turns] = calls / turns
+    return per_turn
+
+
+def test_diff_compares_each_resent_message_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two long runs that resend their conversation at every call: each pair of messages is
+    walked once, not once per call after it (quadratic in the length: 2,000 turns took 33 s)."""
+    per_turn = diff_counts_per_turn(tmp_path, monkeypatch, jsondiff, "json_diff")
     # Linear: the walks per turn do not grow with the length (quadratic: four times as many).
     assert per_turn[80] < 1.5 * per_turn[20], per_turn
 
@@ -552,25 +563,7 @@ def test_diff_compares_each_resent_message_once(tmp_path: Path, monkeypatch: pyt
 def test_diff_takes_the_keys_the_sessions_stored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Keys stored under the key spec in force are taken as they are: recomputing each model call's
     key hashes its whole conversation again (quadratic in the length: 2,000 turns 26 s → 16 s)."""
-    from forkpoint.diff import diff_sessions
     from forkpoint.redact import Scrubber
 
-    hashed = 0
-    real = Scrubber.item_digest
-
-    def counted(self: Scrubber, item: Any) -> str:
-        nonlocal hashed
-        hashed += 1
-        return real(self, item)
-
-    monkeypatch.setattr(Scrubber, "item_digest", counted)
-    per_turn = {}
-    for turns in (20, 80):
-        a = resend_loop(tmp_path / f"a{turns}", turns, 3)
-        b = resend_loop(tmp_path / f"b{turns}", turns, 3)
-        hashed = 0
-        result = diff_sessions(a, b)
-        assert result.first_divergence is not None
-        assert result.pairs[0].equivalent and not result.pairs[-1].equivalent
-        per_turn[turns] = hashed / turns
+    per_turn = diff_counts_per_turn(tmp_path, monkeypatch, Scrubber, "item_digest")
     assert per_turn[80] <= 1.5 * per_turn[20] + 1, per_turn
