@@ -235,7 +235,7 @@ def test_a_store_that_cannot_take_the_session_says_so_without_raising_into_the_p
     gone.close()
     with monkeypatch.context() as m:
         m.setattr(sys, "stderr", gone)
-        with forkpoint.record(store=f"memory://fp-{secrets.token_hex(4)}/sessions") as rec:
+        with forkpoint.record(store=f"memory:///fp-{secrets.token_hex(4)}/sessions") as rec:
             pass
     assert (rec.session_path / LOG_NAME).is_file()  # staged, for the next upload
 
@@ -243,7 +243,7 @@ def test_a_store_that_cannot_take_the_session_says_so_without_raising_into_the_p
 def test_memory_store_record_replay_show_ls_verify(
     model: LocalServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    url = f"memory://fp-{secrets.token_hex(4)}/sessions"
+    url = f"memory:///fp-{secrets.token_hex(4)}/sessions"
     sid, answer = record_one(url, model, "first")
     sid2, _ = record_one(url, model, "second")
     fs, root = remote_fs(url)
@@ -276,7 +276,7 @@ def test_memory_store_record_replay_show_ls_verify(
 def test_memory_store_through_forkpoint_store_variable(
     model: LocalServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    url = f"memory://fp-{secrets.token_hex(4)}"
+    url = f"memory:///fp-{secrets.token_hex(4)}"
     monkeypatch.setenv("FORKPOINT_STORE", url)
     sid, _ = record_one("", model, "via-env")  # store "" / None: $FORKPOINT_STORE
     r = cli("ls")
@@ -292,7 +292,7 @@ def test_memory_store_through_forkpoint_store_variable(
 def test_memory_store_cli_record_and_replay(
     model: LocalServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    url = f"memory://fp-{secrets.token_hex(4)}/cli"
+    url = f"memory:///fp-{secrets.token_hex(4)}/cli"
     agent = tmp_path / "agent.py"
     agent.write_text(textwrap.dedent(AGENT))
     monkeypatch.setenv("AGENT_BASE_URL", model.openai_base_url)
@@ -307,7 +307,7 @@ def test_memory_store_cli_record_and_replay(
 
 
 def test_a_recording_in_progress_is_not_uploaded(model: LocalServer) -> None:
-    url = f"memory://fp-{secrets.token_hex(4)}"
+    url = f"memory:///fp-{secrets.token_hex(4)}"
     with forkpoint.record("live", store=url) as rec:
         chat(model, "one")
         listing = list_sessions(url)  # ls while recording: shown as staged, not uploaded
@@ -321,7 +321,7 @@ def test_a_recording_in_progress_is_not_uploaded(model: LocalServer) -> None:
 
 
 def test_a_session_id_that_exists_remotely_is_never_overwritten(model: LocalServer, tmp_path: Path) -> None:
-    url = f"memory://fp-{secrets.token_hex(4)}"
+    url = f"memory:///fp-{secrets.token_hex(4)}"
     sid, _ = record_one(url, model, "original")
     fs, root = remote_fs(url)
     before = fs.cat_file(f"{root}/{sid}/{LOG_NAME}")
@@ -703,7 +703,7 @@ def test_a_remote_stores_mirror_is_owner_only_under_umask_000(
 ) -> None:
     """Under umask 000 the cache folders above a mirror and a downloaded session's ``blobs/`` were
     made world-writable (``mkdir(parents=True)`` gives the folders above the default mode)."""
-    url = f"memory://fp-{secrets.token_hex(4)}/sessions"
+    url = f"memory:///fp-{secrets.token_hex(4)}/sessions"
     sid, _ = record_one(url, model, "first")
     cache = fresh_cache(monkeypatch, tmp_path / "deep" / "er")
     old = os.umask(0)
@@ -833,7 +833,7 @@ def test_the_viewer_counts_the_fork_arms_other_machines_ran(
     out, all of them or all but those run here, and the rate drawn was of that subset (or none)."""
     from forkpoint.html import view_model
 
-    url = f"memory://fp-{secrets.token_hex(4)}/sessions"
+    url = f"memory:///fp-{secrets.token_hex(4)}/sessions"
     rec = store.open_store(url).create({"argv": ["agent"], "name": "parent"})
     rec.end(0)
     rec.close(quiet=True)
@@ -875,10 +875,10 @@ def test_a_mirror_outside_the_cache_goes_to_this_users_own_temporary_folder_neve
     elsewhere.mkdir()
     (tmp_path / f"forkpoint-{os.getuid()}").symlink_to(elsewhere)
     with pytest.raises(SessionError, match="no writable cache directory"):
-        fsspec_store.mirror_dir(f"memory://fp-{secrets.token_hex(4)}/sessions")
+        fsspec_store.mirror_dir(f"memory:///fp-{secrets.token_hex(4)}/sessions")
     assert list(elsewhere.iterdir()) == []
 
     (tmp_path / f"forkpoint-{os.getuid()}").unlink()  # this user's own folder is made and used
-    mirror = fsspec_store.mirror_dir(f"memory://fp-{secrets.token_hex(4)}/sessions")
+    mirror = fsspec_store.mirror_dir(f"memory:///fp-{secrets.token_hex(4)}/sessions")
     assert mirror.is_relative_to(tmp_path / f"forkpoint-{os.getuid()}")
     assert (tmp_path / f"forkpoint-{os.getuid()}").stat().st_mode & 0o777 == 0o700
