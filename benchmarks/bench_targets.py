@@ -460,14 +460,24 @@ def child_mem(step: str, turns: int, path: Path, row: str = "sdkless") -> int:
         forkpoint.Session.load(path)
     elif step == "load-shared":
         forkpoint.Session.load(path, share_lists=True)
-    elif step in ("verify", "show"):
-        argv = ["verify", str(path)] if step == "verify" else ["show", "--json", str(path)]
+    elif step in ("verify", "show", "html", "export"):
+        out_file = str(path.parent / f"{step}-{turns}.out")
+        # (export with content writes every conversation so far, ~1.8 GB at 1,000 turns: to stdout here)
+        argv = {
+            "verify": ["verify", str(path)],
+            "show": ["show", "--json", str(path)],
+            "html": ["show", "--html", out_file, str(path)],
+            "export": ["export", "--content", "--file", "-", str(path)],
+        }[step]
         with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink):
             try:
                 forkpoint.cli.main(argv, standalone_mode=False)
             except SystemExit as exc:
                 if exc.code not in (None, 0):
                     raise
+        if step == "html":
+            out["output_bytes"] = os.path.getsize(out_file)
+            os.unlink(out_file)
     else:
         raise SystemExit(f"unknown step {step!r}")
     out["cpu_s"] = time.process_time() - cpu0
@@ -671,7 +681,7 @@ def row_growth(small: int, large: int, tmp: Path, limit_gib: float, row: str = "
         if rec is None:
             continue
         session = Path(rec["session"])
-        for name in ("replay", "load", "load-shared", "verify", "show"):
+        for name in ("replay", "load", "load-shared", "verify", "show", "html", "export"):
             got.setdefault(name, {})[turns] = step(name, turns, session)
         print(f"  session at {turns} turns: {dir_bytes(session):,} bytes")
     k = math.log(large / small)

@@ -5,27 +5,37 @@ from __future__ import annotations
 
 import os
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO
 
 
 def write_private(path: str | Path, data: bytes) -> Path:
-    """Write ``data`` to ``path`` with mode 0600 whatever the umask, atomically: a new temporary file
-    in the same folder (created exclusively, never through a symlink), renamed over ``path`` (a
-    symlink there is replaced, not followed). Returns ``path``. Raises ``OSError``; the temporary
-    file is removed and ``path`` left as it was."""
+    """Write ``data`` to ``path`` with mode 0600 whatever the umask, atomically (see
+    :func:`private_file`). Returns ``path``. Raises ``OSError``; ``path`` is left as it was."""
+    with private_file(path) as f:
+        f.write(data)
+    return Path(path)
+
+
+@contextmanager
+def private_file(path: str | Path) -> Iterator[BinaryIO]:
+    """A file to write ``path`` through, piece by piece, with mode 0600 whatever the umask: a new
+    temporary file in the same folder (created exclusively, never through a symlink), renamed over
+    ``path`` (a symlink there is replaced, not followed) when the block ends without an exception.
+    Raises ``OSError``; on any exception the temporary file is removed and ``path`` left as it was."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     try:
         with open(fd, "wb") as f:
             os.fchmod(f.fileno(), 0o600)  # the umask may have taken the owner's bits too
-            f.write(data)
+            yield f
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    return path
 
 
 def private_dirs(path: str | Path) -> Path:

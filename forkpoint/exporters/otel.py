@@ -10,17 +10,18 @@ from __future__ import annotations
 
 import secrets
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import orjson
 
 from ..errors import ExportError
-from ..files import write_private
+from ..files import private_file
 from ..log import Session
-from ..otel import Sender, SpanFactory, parent_link, plan, shown, trace_id_for, variant_for
+from ..otel import Sender, SpanFactory, SpanPlan, parent_link, shown, stream, trace_id_for, variant_for
 from ..otel.sdk import BATCH
 from ..scrub import rescrubbed
 
@@ -97,6 +98,43 @@ def _request_lines(resource: dict[str, Any], scope: dict[str, Any]) -> list[byte
     return lines
 
 
+def _text_bytes(plan: SpanPlan) -> int:
+    """About the bytes ``plan`` takes as OTLP JSON beyond its fixed fields: the length of its text
+    attributes and span events' (what grows with the conversation when content is exported)."""
+    attrs = [plan.attributes, *(ev.attributes for ev in plan.events)]
+    return sum(len(v) for a in attrs for v in a.values() if isinstance(v, str))
+
+
+def _batches(plans: Iterable[SpanPlan]) -> Iterator[list[SpanPlan]]:
+    """``plans`` in order, in batches of at most :data:`~forkpoint.otel.sdk.BATCH` spans and, unless
+    one span is more, about :data:`LINE_BYTES` of text: what one request or line will hold."""
+    batch: list[SpanPlan] = []
+    size = 0
+    for p in plans:
+        more = _text_bytes(p)
+        if batch and (len(batch) == BATCH or size + more > LINE_BYTES):
+            yield batch
+            batch, size = [], 0
+        batch.append(p)
+        size += more
+    if batch:
+        yield batch
+
+
+@contextmanager
+def _output(file: str | Path | None) -> Iterator[BinaryIO | None]:
+    """Where the OTLP JSON lines go: nowhere (None), stdout (``-``), or ``file``, put in place whole
+    when the export ends without an exception (:func:`~forkpoint.files.private_file`)."""
+    if file is None:
+        yield None
+    elif str(file) == "-":
+        yield sys.stdout.buffer
+        sys.stdout.buffer.flush()
+    else:
+        with private_file(file) as f:
+            yield f
+
+
 def export(
     session: Session,
     *,
@@ -111,7 +149,9 @@ def export(
     """Export ``session`` as one trace to an OTLP/HTTP endpoint and/or an OTLP JSON file (``-`` is
     stdout). The ids depend on the session and on ``content`` and ``service_name``
     (:func:`forkpoint.otel.variant_for`): the same export twice sends the same trace, another
-    option another one; ``new_trace`` makes ids no export had before. Raises :class:`ExportError`."""
+    option another one; ``new_trace`` makes ids no export had before. The spans go out a batch at a
+    time as the session is read (the calls' in order, the root last: :func:`forkpoint.otel.stream`),
+    so memory holds one batch, not the trace. Raises :class:`ExportError`."""
     if not otlp and not file:
         raise ExportError("nothing to do: give an OTLP endpoint (--otlp URL) or a file (--file PATH)")
     sender = Sender(otlp, headers, timeout) if otlp else None
@@ -121,23 +161,26 @@ def export(
     if new_trace:
         variant = variant_for(content=content, service_name=service_name, nonce=secrets.token_hex(8))
     factory = SpanFactory(trace_id_for(session.id, variant), service_name)
-    spans = factory.spans(plan(session, content=content, variant=variant, links=links))
-    factory.shutdown()
-    if file is not None:
-        data = _otlp_json(spans)
-        if str(file) == "-":
-            sys.stdout.buffer.write(data)
-            sys.stdout.buffer.flush()
-        else:
-            write_private(file, data)
-    if sender is not None:
-        try:
-            sent = sender.send(spans)
-        finally:
+    total = sent = 0
+    refused = False
+    try:
+        with _output(file) as out:
+            for batch in _batches(stream(session, content=content, variant=variant, links=links)):
+                spans = factory.spans(batch)
+                total += len(spans)
+                if out is not None:
+                    out.write(_otlp_json(spans))
+                if sender is not None and not refused:  # (sending stops at the first batch refused)
+                    accepted = sender.send(spans)
+                    sent += accepted
+                    refused = accepted < len(spans)
+    finally:
+        factory.shutdown()
+        if sender is not None:
             sender.close()
-        if sent < len(spans):
-            raise ExportError(
-                f"the OTLP endpoint {shown(sender.endpoint)} did not accept the spans ({len(spans) - sent} of "
-                f"{len(spans)} not sent; see the log above)"
-            )
-    return Exported(len(spans), format(spans[0].context.trace_id, "032x"))
+    if sender is not None and sent < total:
+        raise ExportError(
+            f"the OTLP endpoint {shown(sender.endpoint)} did not accept the spans ({total - sent} of "
+            f"{total} not sent; see the log above)"
+        )
+    return Exported(total, format(factory.trace_id, "032x"))

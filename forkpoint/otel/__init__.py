@@ -38,6 +38,7 @@ from .spans import (
     parent_link,
     plan,
     span_id_for,
+    stream,
     trace_id_for,
     variant_for,
 )
@@ -56,6 +57,7 @@ __all__ = [
     "plan",
     "shown",
     "span_id_for",
+    "stream",
     "trace_id_for",
     "variant_for",
 ]

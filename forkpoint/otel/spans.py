@@ -2,14 +2,14 @@
 
 The builder takes the events of a session one at a time, in ``seq`` order, and hands back each
 call's span as soon as its event is read, and the root span when told the session is over: the
-same code serves an export after the fact (:func:`plan`) and a live export that follows a
+same code serves an export after the fact (:func:`stream`) and a live export that follows a
 recording (:mod:`forkpoint.otel.live`), so both send the same trace.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -337,15 +337,18 @@ def parent_link(session: Session, variant: str = "", parent: Session | None = No
     return [(trace_id_for(psid, variant), span_id_for(parent.header["span_id"], f"{psid}:root", variant))]
 
 
-def plan(
+def stream(
     session: Session,
     *,
     content: bool = False,
     variant: str = "",
     parent: Session | None = None,
     links: list[tuple[int, int]] | None = None,
-) -> list[SpanPlan]:
-    """The spans (root first, then in ``seq`` order) that represent ``session``.
+) -> Iterator[SpanPlan]:
+    """The spans that represent ``session``, one at a time as its events are read: the calls' in
+    ``seq`` order, then the root (it is known only once every event is read), so an export holds one
+    span's attributes at a time, not the whole trace's (with content each span carries the
+    conversation so far).
 
     ``parent``: for a what-if session, its parent session (loaded from the same store when None
     and present there): the root span then links to the parent's root span (:func:`parent_link`),
@@ -354,8 +357,22 @@ def plan(
     if links is None:
         links = parent_link(session, variant, parent)
     builder = TraceBuilder(session.header, content=content, variant=variant, links=links)
-    spans = [span for e in session.records() for span in builder.add(e)]
-    return [builder.finish(), *spans]
+    for e in session.records():
+        yield from builder.add(e)
+    yield builder.finish()
+
+
+def plan(
+    session: Session,
+    *,
+    content: bool = False,
+    variant: str = "",
+    parent: Session | None = None,
+    links: list[tuple[int, int]] | None = None,
+) -> list[SpanPlan]:
+    """The spans of :func:`stream` in one list, the root first."""
+    *spans, root = stream(session, content=content, variant=variant, parent=parent, links=links)
+    return [root, *spans]
 
 
 def _http_span(event: Mapping[str, Any]) -> tuple[str, dict[str, Any], str, str | None]:
