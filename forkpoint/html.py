@@ -41,6 +41,7 @@ from .providers import (
     conversation_fields,
     genai_input_messages,
     kinds,
+    message_list_field,
     parse_sse,
     recorded_response,
     request_messages,
@@ -191,7 +192,38 @@ def _rich_messages(url: str, api: str, body: Any) -> list[dict[str, Any]]:
     return out
 
 
-def _model_view(e: dict[str, Any], strings: _Strings) -> dict[str, Any]:
+class _Messages:
+    """The message views of a session's requests (indices into a :class:`_Strings`), each item of a
+    conversation read once: every request resends the conversation so far, and a session loaded
+    with ``share_lists`` gives the items one request shares with an earlier one as the same objects
+    (reading each request whole made ``show --html`` quadratic in the turns)."""
+
+    def __init__(self, strings: _Strings) -> None:
+        self._strings = strings
+        self._items: dict[
+            tuple[int, str, str], tuple[object, list[int]]
+        ] = {}  # (id, url, api) -> (item, views)
+
+    def of(self, url: str, api: str, body: Any) -> list[int]:
+        """The views of ``body``'s messages, in order: the other fields' (a system prompt) first, then
+        each item of its message list (:func:`~forkpoint.providers.message_list_field`)."""
+        add = self._strings.add
+        field = message_list_field(url, body)
+        if field is None:
+            return [add(m) for m in _rich_messages(url, api, body)]
+        head = [add(m) for m in _rich_messages(url, api, {**body, field: []})]
+        out = list(head)
+        for item in body[field]:
+            key = (id(item), url, api)
+            seen = self._items.get(key)
+            if seen is None or seen[0] is not item:  # (an id is reused only once its object is gone)
+                views = _rich_messages(url, api, {**body, field: [item]})[len(head) :]
+                seen = self._items[key] = (item, [add(m) for m in views])
+            out += seen[1]
+        return out
+
+
+def _model_view(e: dict[str, Any], strings: _Strings, messages: _Messages) -> dict[str, Any]:
     s = e.get("summary") or {}
     req = e.get("request") or {}
     resp = e.get("response")
@@ -204,7 +236,7 @@ def _model_view(e: dict[str, Any], strings: _Strings) -> dict[str, Any]:
         "url": url,
         "request_headers": to_json(req.get("headers") or []),
         "body_kind": req.get("body_kind"),
-        "messages": [strings.add(m) for m in _rich_messages(url, api, body)],
+        "messages": messages.of(url, api, body),
     }
     if isinstance(body, dict):
         params = {k: v for k, v in body.items() if k not in _CONVERSATION_FIELDS}
@@ -370,6 +402,7 @@ def view_model(
     times = [t for t in [_parse_ts(h.get("created")), *(_parse_ts(e.get("ts")) for e in session.events)] if t]
     t0 = min(times) if times else None
     strings = _Strings()
+    messages = _Messages(strings)
     events: list[dict[str, Any]] = []
     turn = 0
     pending: list[tuple[int, list[dict[str, Any]]]] = []
@@ -413,7 +446,7 @@ def view_model(
         elif kind == "model_call":
             turn += 1
             v["turn"] = turn
-            v.update(_model_view(e, strings))
+            v.update(_model_view(e, strings, messages))
             stats["model_calls"] += 1
             usage = (e.get("summary") or {}).get("usage") or {}
             stats["input_tokens"] += usage.get("input_tokens") or 0

@@ -89,6 +89,7 @@ __all__ = [
     "genai_tool_definitions",
     "genai_usage",
     "is_tool_result",
+    "message_list_field",
     "otel_operation",
     "otel_provider_name",
     "parse_sse",
@@ -453,6 +454,18 @@ def request_messages(url: str, request_body: object) -> list[Message]:
     """
     req = coerce_json(request_body)
     return _target(url, req).provider.messages(d(req))
+
+
+def message_list_field(url: str, request_body: object) -> str | None:
+    """The request field that holds the conversation as a list, one item a message (``messages``,
+    ``input``, ``contents``: the last of the format's ``context_fields``), when the body has a list
+    there; else ``None`` (an unknown format, a string ``input``). :func:`request_messages` reads
+    each item of it alone, the other fields' entries (a system prompt) first."""
+    req = coerce_json(request_body)
+    fields = _target(url, req).provider.context_fields
+    if fields and isinstance(req, dict) and isinstance(req.get(fields[-1]), list):
+        return fields[-1]
+    return None
 
 
 def recorded_response(event: Mapping[str, Any]) -> dict[str, Any]:

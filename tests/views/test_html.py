@@ -425,3 +425,71 @@ def test_the_page_numbers_turns_in_the_order_calls_started(tmp_path: Path) -> No
     shown = view_model(Session.load(record_tool_inside_stream(tmp_path)))["events"]
     calls = [(e["type"], e["turn"]) for e in shown if e["type"] in ("model_call", "tool_call")]
     assert calls == [("model_call", 1), ("tool_call", 1), ("model_call", 2), ("tool_call", 2)]
+
+
+@pytest.mark.parametrize("api", ["chat", "anthropic"])
+def test_the_page_reads_each_message_of_a_resent_conversation_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, api: str
+) -> None:
+    """An agent resends its conversation at every call; the page read every request's messages whole,
+    so its work grew with the square of the turns (8 s at 1,000 turns of the SDK-less loop, 2 s now).
+    Each item is read once, and every call still shows each of its messages, the system prompt
+    first, as reading the request whole gives them."""
+    import httpx2
+
+    import forkpoint.html as html
+
+    turns = 20
+    url = "http://127.0.0.1:9/v1/" + ("chat/completions" if api == "chat" else "messages")
+
+    def answer(request: httpx2.Request) -> httpx2.Response:
+        n = len(json.loads(request.content)["messages"])
+        if api == "chat":
+            return httpx2.Response(
+                200, json={"id": f"c{n}", "choices": [{"message": {"role": "assistant", "content": f"a{n}"}}]}
+            )
+        return httpx2.Response(
+            200,
+            json={
+                "id": f"m{n}",
+                "type": "message",
+                "role": "assistant",
+                "content": [{"type": "text", "text": f"a{n}"}],
+            },
+        )
+
+    with forkpoint.record(store=tmp_path) as rec:
+        messages: list[Any] = [{"role": "user", "content": "go"}]
+        with httpx2.Client(transport=httpx2.MockTransport(answer)) as c:
+            for i in range(turns):
+                system = (
+                    {"messages": [{"role": "system", "content": "Be brief."}, *messages]}
+                    if api == "chat"
+                    else {"system": "Be brief.", "messages": messages}
+                )
+                c.post(url, json={"model": "m", "max_tokens": 9, **system})
+                messages = [
+                    *messages,
+                    {"role": "assistant", "content": f"a{i}"},
+                    {"role": "user", "content": f"r{i}"},
+                ]
+    session = Session.load(rec.session_path, share_lists=True)
+    read = []
+    real = html.request_messages
+
+    def counting(url: str, body: Any) -> Any:
+        read.append(len(body["messages"]))
+        return real(url, body)
+
+    monkeypatch.setattr(html, "request_messages", counting)
+    page = view_model(session)
+    assert sum(read) <= 2 * turns + 1, sum(read)  # each item once (read whole: 400 at 20 turns)
+    monkeypatch.setattr(html, "request_messages", real)
+    calls = [e for e in page["events"] if e["type"] == "model_call"]
+    bodies = [e["request"]["body"] for e in session.by_type("model_call")]
+    assert len(calls) == len(bodies) == turns
+    for shown, body in zip(calls, bodies, strict=True):
+        views = [page["strings"][i] for i in shown["messages"]]
+        whole = html._rich_messages(url, shown["summary"]["api"], body)
+        assert views == whole and views[0] == {"role": "system", "text": "Be brief."}
+        assert len(views) == len(body["messages"]) + (api == "anthropic")
