@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from .. import providers
 from ..log import json_text as log_json_text
@@ -161,6 +161,19 @@ def task_of(messages: list[dict[str, Any]]) -> str | None:
 
 
 # --------------------------------------------------------------------------- model calls
+
+
+def url_full(url: str, content: bool) -> str:
+    """``url.full`` of an HTTP span: the recorded URL, each query value ``REDACTED`` without content
+    (a query carries what the program asked for: a search term, a file name; the HTTP conventions
+    redact query values that may be sensitive the same way); the URL as recorded with it."""
+    parts = urlsplit(url)
+    if content or not parts.query:
+        return url
+    query = "&".join(
+        f"{item.partition('=')[0]}=REDACTED" if "=" in item else item for item in parts.query.split("&")
+    )
+    return urlunsplit(parts._replace(query=query))
 
 
 def model_call(event: Mapping[str, Any], session_id: str, content: bool) -> tuple[str, dict[str, Any]]:

@@ -209,7 +209,7 @@ class TraceBuilder:
         self._ends.append(end)
         status, message = "unset", None
         if kind == "model_call" and providers.call_kind(event) != "model":
-            name, attrs, status, message = _http_span(event)
+            name, attrs, status, message = _http_span(event, self.content)
             span_kind = "client"
         elif kind == "model_call":
             name, attrs = attributes.model_call(event, self.session_id, self.content)
@@ -375,15 +375,16 @@ def plan(
     return [root, *spans]
 
 
-def _http_span(event: Mapping[str, Any]) -> tuple[str, dict[str, Any], str, str | None]:
+def _http_span(event: Mapping[str, Any], content: bool) -> tuple[str, dict[str, Any], str, str | None]:
     """An exchange that is no model call (telemetry, MCP, plain HTTP): an HTTP client span with the
-    HTTP semantic conventions' attributes, no GenAI ones. Returns (name, attributes, status, message)."""
+    HTTP semantic conventions' attributes, no GenAI ones (its query values only with ``content``).
+    Returns (name, attributes, status, message)."""
     req = event.get("request") or {}
     response = event.get("response") or {}
     name = str(req.get("method") or "HTTP")
     attrs: dict[str, Any] = {
         "http.request.method": name,
-        "url.full": str(req.get("url") or ""),
+        "url.full": attributes.url_full(str(req.get("url") or ""), content),
         "forkpoint.http.kind": providers.call_kind(event),
     }
     if response.get("status") is not None:

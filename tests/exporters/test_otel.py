@@ -654,3 +654,22 @@ def test_an_imported_trajectorys_model_calls_name_no_server(tmp_path: Path) -> N
     session = Session.load(import_file(path, store=tmp_path / "store"))
     model_spans = [s for s in plan(session) if s.attributes.get("gen_ai.operation.name") == "chat"]
     assert model_spans and all("server.address" not in s.attributes for s in model_spans)
+
+
+def test_an_http_span_has_its_query_values_only_with_content(tmp_path: Path) -> None:
+    """A plain HTTP call's ``url.full`` carried its query whole without ``--content``: what the
+    program searched for left the session although no content was to. Its values are REDACTED now,
+    as the HTTP conventions redact sensitive query values; with content the URL is as recorded."""
+    import httpx2
+
+    url = "http://127.0.0.1:9/search?q=patient+smith&page=2&flag"
+    with forkpoint.record(store=tmp_path) as rec:
+        with httpx2.Client(transport=httpx2.MockTransport(lambda r: httpx2.Response(200, text="[]"))) as c:
+            c.get(url)
+    s = Session.load(rec.session_path)
+
+    def shown(content: bool) -> list[Any]:
+        return [p.attributes.get("url.full") for p in plan(s, content=content) if p.kind == "client"]
+
+    assert shown(False) == ["http://127.0.0.1:9/search?q=REDACTED&page=REDACTED&flag"]
+    assert shown(True) == [url]
