@@ -205,6 +205,25 @@ def _has_end(log_path: Path) -> bool:
 # --------------------------------------------------------------------------- fsspec helpers
 
 
+#: Bytes of a session's files a download holds in memory at once, about (one file may be more).
+FETCH_BYTES = 64 << 20
+
+
+def _by_size(sizes: dict[str, int], limit: int) -> Iterator[list[str]]:
+    """The names of ``sizes`` (name -> bytes) in groups of at most ``limit`` bytes together, a file
+    larger than that a group of its own."""
+    group: list[str] = []
+    total = 0
+    for name, size in sizes.items():
+        if group and total + size > limit:
+            yield group
+            group, total = [], 0
+        group.append(name)
+        total += size
+    if group:
+        yield group
+
+
 def _cat_many(fs: Any, paths: list[str]) -> dict[str, bytes]:
     """The bytes of each path that exists, fetched concurrently on an async filesystem (s3fs)."""
     if not paths:
@@ -644,19 +663,21 @@ class RemoteStore(Store):
             log = _cat_many(self.fs, [log_key]).get(log_key)
             if log is None:
                 return None
-            rels = [r for r in self._sizes(prefix) if r != LOG_NAME and _safe_rel(r)]
-            files = _cat_many(self.fs, [f"{prefix}/{r}" for r in rels])
+            sizes = {r: n for r, n in self._sizes(prefix).items() if r != LOG_NAME and _safe_rel(r)}
         tmp = self.path / f".fetch-{sid}-{secrets.token_hex(4)}"
         try:
             tmp.mkdir(mode=0o700)
-            for r in rels:
-                data = files.get(f"{prefix}/{r}")
-                if data is None:
-                    continue  # deleted meanwhile: verify reports the missing blob
-                target = tmp / r
-                private_dirs(target.parent)  # (blobs/ too, under umask 000)
-                with open(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
-                    f.write(data)
+            for rels in _by_size(sizes, FETCH_BYTES):  # (a session's blobs may not fit in memory at once)
+                with self._errors(f"downloading session {sid}"):
+                    files = _cat_many(self.fs, [f"{prefix}/{r}" for r in rels])
+                for r in rels:
+                    data = files.pop(f"{prefix}/{r}", None)
+                    if data is None:
+                        continue  # deleted meanwhile: verify reports the missing blob
+                    target = tmp / r
+                    private_dirs(target.parent)  # (blobs/ too, under umask 000)
+                    with open(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
+                        f.write(data)
             with open(os.open(tmp / LOG_NAME, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
                 f.write(log)
             write_private(tmp / DONE, orjson.dumps({"url": self.location(sid), "downloaded": now_iso()}))

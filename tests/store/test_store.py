@@ -882,3 +882,41 @@ def test_a_mirror_outside_the_cache_goes_to_this_users_own_temporary_folder_neve
     mirror = fsspec_store.mirror_dir(f"memory:///fp-{secrets.token_hex(4)}/sessions")
     assert mirror.is_relative_to(tmp_path / f"forkpoint-{os.getuid()}")
     assert (tmp_path / f"forkpoint-{os.getuid()}").stat().st_mode & 0o777 == 0o700
+
+
+def test_a_download_holds_a_few_of_the_sessions_files_in_memory_at_a_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reading a remote session read every file of it into memory before writing any (a session of
+    checkpoints of a large workspace: all its blobs at once). Files come in groups of about
+    FETCH_BYTES now, and the session arrives whole."""
+    url = f"memory:///fp-{secrets.token_hex(4)}/sessions"
+    work = tmp_path / "work"
+    work.mkdir()
+    for i in range(6):
+        (work / f"data{i}.bin").write_bytes(os.urandom(300_000))  # (incompressible: a blob each)
+    with forkpoint.record(store=url, workspace=work) as rec:
+        forkpoint.checkpoint("files")
+    sid = rec.session_path.name
+    fresh_cache(monkeypatch, tmp_path)
+    monkeypatch.setattr(remote, "FETCH_BYTES", 700_000, raising=False)
+    fetched: list[int] = []
+    real = remote._cat_many
+
+    def counting(fs: Any, paths: list[str]) -> dict[str, bytes]:
+        got = real(fs, paths)
+        fetched.append(sum(len(b) for b in got.values()))
+        return got
+
+    monkeypatch.setattr(remote, "_cat_many", counting)
+    local = store.open_store(url).fetch(sid)
+    assert local is not None and len(fetched) > 3, fetched
+    assert max(fetched) <= 700_000, fetched  # (two of the 300 KB files at a time, and the small ones)
+    assert cli("verify", str(local)).exit_code == 0
+    restored = tmp_path / "restored"
+    (cp,) = Session.load(local).by_type("checkpoint")
+    r = cli("restore", f"{local}@{cp['seq']}", "--into", str(restored))
+    assert r.exit_code == 0, r.output
+    assert all(
+        (restored / f"data{i}.bin").read_bytes() == (work / f"data{i}.bin").read_bytes() for i in range(6)
+    )
