@@ -11,8 +11,8 @@ kind                value (and extra keys)
 ``float``           ``"nan"``, ``"inf"`` or ``"-inf"`` (JSON has no such numbers)
 ``dict``            ``[[key, value], …]``: a dict with keys that are not all strings, or one that has
                     a ``"$type"`` key of its own (so no user data is ever read as a typed node)
-``tuple``, ``set``,  the items (a set's sorted by their JSON, so equal sets are stored the same)
-``frozenset``,
+``tuple``, ``set``,  the items (a set's sorted by their JSON, so equal sets are stored the same; and
+``frozenset``,      ``order``, the order it iterated in when another: a replay's set iterates so)
 ``bytearray``
 ``mapping``         ``[[key, value], …]`` of an ``OrderedDict``, ``Counter`` or ``defaultdict``
                     (``factory``: the default factory's class)
@@ -174,7 +174,7 @@ class _Encoder:
         if t in (tuple, bytearray):
             return _mark(t, t.__name__, self.items(v, v) if t is tuple else bytes(v))
         if t in (set, frozenset):
-            return _mark(t, t.__name__, sorted(self.items(v, list(v)), key=_sort_key))
+            return self.unordered(v, t)
         if t in (collections.OrderedDict, collections.Counter, collections.defaultdict):
             extra = {}
             if t is collections.defaultdict:
@@ -209,6 +209,22 @@ class _Encoder:
             if isinstance(v, base):
                 return _mark(self.ref(t, v), "scalar", self.value(plain(v)))
         raise self.refused(v, f"a {type_label(v)}")
+
+    def unordered(self, v: set[Any] | frozenset[Any], t: type) -> dict[str, Any]:
+        """A set's items sorted (equal sets are stored the same), and, when the program iterated
+        them in another order, that order (``order``: for each item met, its index in ``value``):
+        a replay rebuilds a set that iterates the same, so that ``str()`` of it, or a prompt
+        joined from it, is what the live run had."""
+        items = self.items(v, list(v))
+        keys = [_sort_key(x) for x in items]
+        by_key = sorted(range(len(items)), key=keys.__getitem__)
+        extra: dict[str, Any] = {}
+        if by_key != sorted(by_key):  # (iterated in another order than the sorted one)
+            place = [0] * len(items)
+            for i, k in enumerate(by_key):
+                place[k] = i
+            extra["order"] = place
+        return _mark(t, t.__name__, [items[k] for k in by_key], **extra)
 
     # -- the parts
 
@@ -575,6 +591,100 @@ def _float(node: dict[str, Any]) -> float:
     return float(text)
 
 
+def _unordered(node: dict[str, Any], cls: type[set[Any]] | type[frozenset[Any]]) -> Any:
+    """A ``set`` or ``frozenset`` node rebuilt; with ``order``, iterating in that order when a
+    construction of the set reproduces it (:func:`ordered_set`)."""
+    items = decode(node["value"])
+    order = node.get("order")
+    if order is None:
+        return cls(items)
+    if not (
+        isinstance(order, list) and sorted(o for o in order if type(o) is int) == list(range(len(items)))
+    ):
+        raise UnrebuildableValue(f"the recorded order of a {cls.__name__} is not a permutation of its items")
+    return ordered_set(cls, [items[i] for i in order])
+
+
+#: How much searching for a set's insertion order may cost (items inserted, over every try).
+_ORDER_BUDGET = 200_000
+#: The largest set whose insertion order is searched for (beyond, its items in order only).
+_ORDER_SEARCHED = 256
+
+
+def ordered_set(cls: type[set[Any]] | type[frozenset[Any]], wanted: list[Any]) -> Any:
+    """A ``cls`` of the items ``wanted`` that iterates in that order, when one can be built.
+
+    A set iterates in the order of its hash table's slots, and which slot an item takes depends
+    on the table's size and on the items inserted before it (a collision sends the later one
+    elsewhere), so a set built from the sorted items iterates otherwise than the live one did, even
+    under the same ``PYTHONHASHSEED``. Tried: the items inserted in that order; then, for each
+    table size the live set may have had, a search for an insertion order under which every
+    prefix already iterates as ``wanted`` does (items inserted later never move earlier ones in a
+    table that does not grow), bounded by :data:`_ORDER_BUDGET`. When nothing found reproduces
+    the order: the set of the items inserted in that order, the nearest there is."""
+    plain = cls(wanted)
+    if len(wanted) < 2 or list(plain) == wanted or len(wanted) > _ORDER_SEARCHED:
+        return plain
+    smallest = 8  # (the table a dict of the items presizes)
+    while smallest <= 2 * len(wanted):
+        smallest *= 2
+    budget = [_ORDER_BUDGET]
+    for size in ([8] if len(wanted) <= 4 else []) + [smallest, 2 * smallest, 4 * smallest]:
+        order = _insertion_order(wanted, size, budget)
+        if order is not None:
+            built = (
+                _in_table(order, size) if cls is set else cls(order if size == 8 else dict.fromkeys(order))
+            )
+            if list(built) == wanted:
+                return built
+        if budget[0] <= 0:
+            break
+    return plain
+
+
+def _in_table(order: list[Any], size: int) -> set[Any]:
+    """A set of ``order``, inserted in that order into a table of ``size`` slots (presized by a
+    dict of at least ``size // 4`` keys, the placeholders after the items then discarded)."""
+    extra = [object() for _ in range(max(0, size // 4 - len(order)))]
+    if len(order) + len(extra) < 5:  # (a fresh set's table has 8 slots: no presizing)
+        return set(order)
+    built = set(dict.fromkeys([*order, *extra]))
+    for x in extra:
+        built.discard(x)
+    return built
+
+
+def _insertion_order(wanted: list[Any], size: int, budget: list[int]) -> list[Any] | None:
+    """An order of ``wanted`` that, inserted into a table of ``size`` slots, iterates as
+    ``wanted``: a depth-first search over prefixes that iterate in ``wanted``'s relative order,
+    each build's items counted against ``budget``. None when not found within it."""
+    rank = {id(x): i for i, x in enumerate(wanted)}
+    taken = [False] * len(wanted)
+    order: list[int] = []  # (indices into wanted)
+    tried = [0]  # at each depth, the next index of wanted to try there
+    while tried:
+        if len(order) == len(wanted):
+            return [wanted[j] for j in order]
+        j = tried[-1]
+        while j < len(wanted) and taken[j]:
+            j += 1
+        if j == len(wanted) or budget[0] <= 0:  # (this prefix leads nowhere: back one)
+            tried.pop()
+            if not order or budget[0] <= 0:
+                return None
+            taken[order.pop()] = False
+            continue
+        tried[-1] = j + 1
+        prefix = [wanted[k] for k in order] + [wanted[j]]
+        budget[0] -= max(len(prefix), size // 4)
+        ranks = [rank[id(y)] for y in _in_table(prefix, size)]
+        if all(a < b for a, b in zip(ranks, ranks[1:], strict=False)):
+            taken[j] = True
+            order.append(j)
+            tried.append(0)
+    return None
+
+
 def _scalar(node: dict[str, Any]) -> Any:
     cls = _family(node, str, int, float)
     return cls(decode(node["value"]))
@@ -584,8 +694,8 @@ _REBUILD: dict[str, Callable[[dict[str, Any]], Any]] = {
     "float": _float,
     "dict": lambda n: dict(_pairs(n)),
     "tuple": lambda n: tuple(decode(n["value"])),
-    "set": lambda n: set(decode(n["value"])),
-    "frozenset": lambda n: frozenset(decode(n["value"])),
+    "set": lambda n: _unordered(n, set),
+    "frozenset": lambda n: _unordered(n, frozenset),
     "bytearray": lambda n: bytearray(n["value"]),
     "mapping": _mapping,
     "namedtuple": lambda n: _family(n, tuple)._make(decode(n["value"])),

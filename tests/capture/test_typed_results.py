@@ -223,6 +223,73 @@ def test_a_datetime_result_gives_the_model_the_same_prompt_on_replay(make_server
     assert report["reproduced"] is True and report["divergence"] is None
 
 
+@dataclasses.dataclass
+class Batch:
+    ids: frozenset[int]
+
+
+def _added(items: list[int]) -> set[int]:
+    out: set[int] = set()
+    for x in items:
+        out.add(x)
+    return out
+
+
+def test_a_set_result_iterates_on_replay_as_it_did_live(make_server: Any, store: Path) -> None:
+    """A set iterates in its hash table's order, which depends on the order its items went in (8
+    and 0 share a slot of a small table: added 8 first, ``{8, 0}`` iterates 8, 0). The agent puts
+    ``str(result)`` into the next message; a replay that rebuilt the set from its sorted items
+    (``{0, 8}``) sent another prompt and diverged at the next model call. (Integers: their hashes,
+    unlike a string's, do not depend on ``PYTHONHASHSEED``.)"""
+    srv: LocalServer = make_server(chat_script=[[("ids", {})], "done"])
+
+    @forkpoint.tool
+    def ids() -> tuple[set[int], Batch]:
+        return _added([8, 0]), Batch(frozenset(_added([40, 8, 72, 0, 3, 35])))
+
+    def agent(base_url: str) -> list[str]:
+        client = openai.OpenAI(base_url=base_url, api_key="sk-test", max_retries=0)
+        messages: list[Any] = [{"role": "user", "content": "which ids?"}]
+        seen = []
+        for _ in range(3):
+            out = client.chat.completions.create(model="m", messages=messages)
+            msg = out.choices[0].message
+            if not msg.tool_calls:
+                return seen
+            messages.append(msg.model_dump(exclude_none=True))
+            for call in msg.tool_calls:
+                got, batch = ids()
+                seen += [str(got), str(list(batch.ids))]
+                messages.append({"role": "tool", "tool_call_id": call.id, "content": str(got)})
+        raise AssertionError("no final answer")
+
+    with forkpoint.record(store=store) as rec:
+        live = agent(srv.openai_base_url)
+    assert live == ["{8, 0}", "[0, 3, 35, 40, 8, 72]"]
+    srv.stop()
+    with forkpoint.replay(rec.session_path) as rp:
+        assert agent(srv.openai_base_url) == live
+    report = rp.report()
+    assert report["reproduced"] is True and report["divergence"] is None
+
+
+@pytest.mark.parametrize(
+    "items",
+    [[8, 0], [16, 0, 8, 24, 1], [40, 8, 72, 0, 3, 35], [32, 0, 64, 96, 128, 5, 37], list(range(50, 0, -7))],
+)
+def test_a_set_is_rebuilt_iterating_in_its_recorded_order(items: list[int]) -> None:
+    """The stored items stay sorted (equal sets are stored the same); ``order`` says how the set
+    iterated, and the rebuilt set and frozenset iterate so."""
+    for live in (_added(items), frozenset(_added(items))):
+        node = values.encode(live)
+        assert node["value"] == sorted(live, key=json.dumps)  # (by their JSON)
+        again = values.decode(node)
+        assert type(again) is type(live) and again == live
+        assert list(again) == list(live)
+    with pytest.raises(forkpoint.errors.UnrebuildableValue, match="not a permutation"):
+        values.decode({"$type": "builtins:set", "kind": "set", "value": [1, 2], "order": [0, 0]})
+
+
 def test_a_result_whose_encoder_raises_is_said_by_its_type(
     store: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
