@@ -3,7 +3,9 @@
 Calls (model and tool calls; not telemetry, which a replay never diverges on) are aligned by their
 *signature* — kind plus endpoint or tool name — with a longest-matching-subsequence alignment, so
 an extra tool call in one run shows as an insertion
-rather than shifting every later pair. Two aligned calls are *equivalent* when their match keys are
+rather than shifting every later pair. The tool calls between two model calls are taken in one
+order (by tool name: :func:`by_batch`), not in the order they finished: parallel tools
+finish in any order, and the same calls of two runs must pair up. Two aligned calls are *equivalent* when their match keys are
 equal; the first pair that is not (or the first unpaired call) is the first divergence. Sessions are
 equivalent when every call pairs with an equivalent one.
 
@@ -281,13 +283,31 @@ class SessionDiff:
         }
 
 
+def by_batch(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``calls`` with each run of consecutive tool calls (a batch the model asked for at once) in
+    one order whatever order they finished in: by tool name (calls of one tool as logged).
+    Parallel tools are logged as they finish, and an override that answers at once (a what-if's)
+    finishes first: in log order, the same calls of two runs would not line up."""
+    out: list[dict[str, Any]] = []
+    batch: list[dict[str, Any]] = []
+    for e in [*calls, None]:
+        if e is not None and e["type"] == "tool_call":
+            batch.append(e)
+            continue
+        out += sorted(batch, key=signature)
+        batch = []
+        if e is not None:
+            out.append(e)
+    return out
+
+
 def diff_sessions(a: Session, b: Session) -> SessionDiff:
     """Align the calls of ``a`` and ``b`` and compare them (see module docstring)."""
-    ca, cb = _calls(a), _calls(b)
+    spec, ha, hb = key_spec(), a.header.get("keys"), b.header.get("keys")
+    ca, cb = by_batch(_calls(a)), by_batch(_calls(b))
     sa, sb = [signature(e) for e in ca], [signature(e) for e in cb]
     pairs: list[Pair] = []
     equal = EqualPairs()  # (each pair of resent messages compared once, not at every call)
-    spec, ha, hb = key_spec(), a.header.get("keys"), b.header.get("keys")
     for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, sa, sb, autojunk=False).get_opcodes():
         if op == "equal":
             for x, y in zip(ca[i1:i2], cb[j1:j2], strict=True):

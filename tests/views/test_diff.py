@@ -317,6 +317,38 @@ def test_changed_tool_results_are_printed_though_equivalent(tmp_path: Path) -> N
     ]
 
 
+def test_parallel_tools_that_finished_in_another_order_pair_up(tmp_path: Path) -> None:
+    """Tools the model asked for at once are logged as they finish. A what-if that makes one of
+    them raise at once (an ``.error`` override) logs it before the others: diff said that call was
+    "only in B" and the recorded one "only in A" (a divergence, exit 1), and never showed what
+    the override changed. The same calls pair up, whatever order they finished in."""
+    down = {"type": "RuntimeError", "module": "builtins", "message": "backend down"}
+    nobody = {"type": "KeyError", "module": "builtins", "message": "no such user"}
+    a = tool_session(
+        tmp_path,
+        [
+            ("get_weather", {"city": "paris"}, {"result": {"temp_c": 17.9}}),
+            ("flaky", {"x": "x"}, {"error": down}),
+            ("lookup_user", {"name": "x"}, {"result": {"name": "x"}}),
+        ],
+    )
+    b = tool_session(
+        tmp_path,
+        [
+            ("get_weather", {"city": "paris"}, {"result": {"temp_c": 17.9}}),
+            ("lookup_user", {"name": "x"}, {"error": nobody}),
+            ("flaky", {"x": "x"}, {"error": down}),
+        ],
+    )
+    res = diff(a, b)
+    assert res.exit_code == 0, res.output
+    out = res.output
+    assert "only in" not in out and "first divergence" not in out, out
+    assert "~ call 3: tool lookup_user (A seq 3, B seq 2): result differs (not part of the match key)" in out
+    assert '  + $.error: {"message":"no such user","module":"builtins","type":"KeyError"}' in out
+    assert sorted(marks(out).values()) == ["=", "=", "~"]
+
+
 def test_where_a_tool_raised_is_not_a_difference(tmp_path: Path) -> None:
     """A tool's exception keeps the frames it was raised in (for a replay's traceback): the same
     exception raised from another checkout or after lines moved is the same outcome, not a tool
