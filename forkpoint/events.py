@@ -50,6 +50,10 @@ class ErrorRecord(TypedDict, total=False):
     #: its own), each ``[file, line, function, end line, column, end column]``, outermost first; a
     #: replay raises it through frames that format the same (:mod:`forkpoint.capture.tracebacks`).
     frames: list[list[Any]]
+    #: A tool's exception group (``ExceptionGroup``, a task group's): its own message, and the
+    #: exceptions it holds, each recorded the same way.
+    group_message: str
+    exceptions: list["ErrorRecord"]
     #: A tool's cancellation that came from inside it (its own subtask), not from its caller.
     inside: bool
     #: A tool that left the process through ``os._exit(status)`` (type ``_exit``, module ``os``):

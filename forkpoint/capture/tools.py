@@ -256,8 +256,11 @@ def _unplain(value: Any) -> Any:
     return value
 
 
-#: How many exceptions of a ``raise … from …`` chain a tool call's error keeps.
+#: How many exceptions of a ``raise … from …`` chain a tool call's error keeps (and how deep
+#: exception groups inside exception groups).
 _CAUSES = 5
+#: How many exceptions of an exception group a tool call's error keeps.
+_GROUPED = 100
 
 
 def _error_dict(exc: BaseException, tool: str, depth: int = 0, below: bool = False) -> ErrorRecord:
@@ -300,6 +303,18 @@ def _error_dict(exc: BaseException, tool: str, depth: int = 0, below: bool = Fal
         out["attrs"] = attrs
     if exc.__cause__ is not None and depth < _CAUSES:  # (retry logic reads it: raise ApiError from exc)
         out["cause"] = _error_dict(exc.__cause__, tool, depth + 1)
+    if isinstance(exc, BaseExceptionGroup):  # (a task group's: the program may catch its parts, except*)
+        if depth < _CAUSES:
+            out["group_message"] = scrub_text(str(exc.message))
+            out["exceptions"] = [_error_dict(e, tool, depth + 1) for e in exc.exceptions[:_GROUPED]]
+        if depth >= _CAUSES or len(exc.exceptions) > _GROUPED:
+            kept = 0 if depth >= _CAUSES else _GROUPED
+            _say(
+                f"tool {tool!r} raised {type(exc).__qualname__} of {len(exc.exceptions)} "
+                f"exception{'s' if len(exc.exceptions) != 1 else ''}, "
+                f"{'nested deeper than forkpoint keeps' if not kept else f'more than the {kept} forkpoint keeps'}: "
+                f"a replay raises {'a RecordedToolError in its place' if not kept else f'it with the first {kept}'}"
+            )
     if left:
         _say(
             f"tool {tool!r} raised {type(exc).__qualname__} with attributes forkpoint cannot store: "
@@ -331,12 +346,21 @@ def _rebuilt(error: dict[str, Any]) -> BaseException:
     for part in name.split("."):
         cls = getattr(cls, part, None)
     raisable = isinstance(cls, type) and (
-        issubclass(cls, Exception | SystemExit | KeyboardInterrupt) or cancelled(cast(ErrorRecord, error))
+        issubclass(cls, Exception | SystemExit | KeyboardInterrupt | BaseExceptionGroup)
+        or cancelled(cast(ErrorRecord, error))
     )
     if not raisable:
         return RecordedToolError(name, module, message)
     args = _unplain(error["args"]) if isinstance(error.get("args"), list) else None
     attrs = _unplain(error["attrs"]) if isinstance(error.get("attrs"), dict) else {}
+    grouped = error.get("exceptions")
+    if issubclass(cls, BaseExceptionGroup) and isinstance(grouped, list):  # (its message and its parts)
+        parts = [
+            rebuild_exception(e).with_traceback(recorded_traceback(e.get("frames")))
+            for e in grouped
+            if isinstance(e, dict)
+        ]
+        args = [str(error.get("group_message", "")), parts]
 
     def made(how: Callable[[], BaseException]) -> BaseException | None:
         try:

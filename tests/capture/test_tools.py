@@ -18,7 +18,6 @@ import pytest
 
 import forkpoint
 from forkpoint.capture import targets as targets_mod
-from forkpoint.capture import tools as tools_mod
 from forkpoint.log import Session
 
 
@@ -256,6 +255,53 @@ def test_custom_exceptions_come_back_whole(store: Path) -> None:
     assert errors[1]["attrs"] == {"reason": "robots.txt"}
 
 
+def test_an_exception_group_comes_back_with_its_exceptions(store: Path) -> None:
+    """A tool that fans out with ``asyncio.TaskGroup`` raises an ``ExceptionGroup``. Its parts are
+    no JSON, so it was rebuilt as a RecordedToolError: an agent's ``except* ApiError`` took
+    another branch on replay, and the replay still said it reproduced. It comes back as its class,
+    holding its exceptions (each whole, a group inside a group too)."""
+
+    async def fail(exc: Exception) -> None:
+        raise exc
+
+    @forkpoint.tool
+    async def fan_out(n: int) -> None:
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(fail(ApiError(429, "slow down")))
+            tg.create_task(fail(ValueError(f"bad page {n}")))
+            tg.create_task(fail(ExceptionGroup("inner", [KeyError("k")])))
+
+    def run() -> list[Any]:
+        seen: list[Any] = []
+        try:
+            asyncio.run(fan_out(3))
+        except* ApiError as group:
+            seen += [
+                ("api", type(group).__name__, group.message, [(e.status, str(e)) for e in group.exceptions])
+            ]
+        except* ValueError as group:
+            seen += [("value", [str(e) for e in group.exceptions])]
+        except* KeyError as group:
+            inner = group.exceptions[0]
+            assert isinstance(inner, ExceptionGroup)
+            seen += [("key", inner.message, [type(e).__name__ for e in inner.exceptions])]
+        return seen
+
+    with forkpoint.record(store=store) as rec:
+        live = run()
+    assert live == [
+        ("api", "ExceptionGroup", "unhandled errors in a TaskGroup", [(429, "HTTP 429: slow down")]),
+        ("value", ["bad page 3"]),
+        ("key", "inner", ["KeyError"]),
+    ]
+    with forkpoint.replay(rec.session_path) as rp:
+        assert run() == live
+    assert rp.report()["reproduced"] is True
+    (error,) = [e["error"] for e in Session.load(rec.session_path).by_type("tool_call")]
+    assert error["type"] == "ExceptionGroup" and error["group_message"] == "unhandled errors in a TaskGroup"
+    assert [e["type"] for e in error["exceptions"]] == ["ApiError", "ValueError", "ExceptionGroup"]
+
+
 class RateLimited(Exception):
     def __init__(self, retry_at: Any) -> None:
         super().__init__("rate limited")
@@ -357,11 +403,7 @@ def test_rebuilt_exceptions_say_what_they_said_live(store: Path, tmp_path: Path)
     assert live[3][2] == b"bad"
     with forkpoint.replay(rec.session_path):
         again = run()
-    assert again[:4] == live[:4]  # same class, same text, stderr bytes again
-    # An exception group cannot be rebuilt from JSON: it comes back as a RecordedToolError that says so.
-    assert (
-        again[4][0] is tools_mod.RecordedToolError and again[4][1] == f"builtins.ExceptionGroup: {live[4][1]}"
-    )
+    assert again == live  # same class, same text, stderr bytes again; the group holding its parts
 
 
 def test_replay_serves_results_without_running_bodies(tmp_path: Path, store: Path) -> None:
