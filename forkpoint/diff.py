@@ -3,9 +3,9 @@
 Calls (model and tool calls; not telemetry, which a replay never diverges on) are aligned by their
 *signature* — kind plus endpoint or tool name — with a longest-matching-subsequence alignment, so
 an extra tool call in one run shows as an insertion
-rather than shifting every later pair. The tool calls between two model calls are taken in one
-order (by tool name: :func:`by_batch`), not in the order they finished: parallel tools
-finish in any order, and the same calls of two runs must pair up. Two aligned calls are *equivalent* when their match keys are
+rather than shifting every later pair. Calls are taken in the order they started (their ``sent``
+ordinals), not the order they were logged in: parallel tools are logged as they finish, and a
+what-if's replay logs each call as it is served. Two aligned calls are *equivalent* when their match keys are
 equal; the first pair that is not (or the first unpaired call) is the first divergence. Sessions are
 equivalent when every call pairs with an equivalent one.
 
@@ -30,7 +30,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from .events import endpoint
+from .events import endpoint, in_start_order
 from .jsondiff import Change, EqualPairs, format_changes, json_diff
 from .log import Session
 from .match import event_key, key_spec, normalized, stored_key
@@ -283,28 +283,10 @@ class SessionDiff:
         }
 
 
-def by_batch(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``calls`` with each run of consecutive tool calls (a batch the model asked for at once) in
-    one order whatever order they finished in: by tool name (calls of one tool as logged).
-    Parallel tools are logged as they finish, and an override that answers at once (a what-if's)
-    finishes first: in log order, the same calls of two runs would not line up."""
-    out: list[dict[str, Any]] = []
-    batch: list[dict[str, Any]] = []
-    for e in [*calls, None]:
-        if e is not None and e["type"] == "tool_call":
-            batch.append(e)
-            continue
-        out += sorted(batch, key=signature)
-        batch = []
-        if e is not None:
-            out.append(e)
-    return out
-
-
 def diff_sessions(a: Session, b: Session) -> SessionDiff:
     """Align the calls of ``a`` and ``b`` and compare them (see module docstring)."""
     spec, ha, hb = key_spec(), a.header.get("keys"), b.header.get("keys")
-    ca, cb = by_batch(_calls(a)), by_batch(_calls(b))
+    ca, cb = in_start_order(_calls(a)), in_start_order(_calls(b))
     sa, sb = [signature(e) for e in ca], [signature(e) for e in cb]
     pairs: list[Pair] = []
     equal = EqualPairs()  # (each pair of resent messages compared once, not at every call)

@@ -318,35 +318,43 @@ def test_changed_tool_results_are_printed_though_equivalent(tmp_path: Path) -> N
 
 
 def test_parallel_tools_that_finished_in_another_order_pair_up(tmp_path: Path) -> None:
-    """Tools the model asked for at once are logged as they finish. A what-if that makes one of
-    them raise at once (an ``.error`` override) logs it before the others: diff said that call was
-    "only in B" and the recorded one "only in A" (a divergence, exit 1), and never showed what
-    the override changed. The same calls pair up, whatever order they finished in."""
+    """Tools the model asked for at once are logged as they finish (their ``sent`` ordinals say the
+    order they started in); a what-if's replay logs each call as it is served, in the order they
+    started. Aligned in log order, the overridden call was "only in B" and the recorded one "only in
+    A" (a divergence, exit 1), and what the override changed was never shown. Calls are taken in
+    the order they started; the same calls in another order are still a difference."""
     down = {"type": "RuntimeError", "module": "builtins", "message": "backend down"}
     nobody = {"type": "KeyError", "module": "builtins", "message": "no such user"}
+    weather = ("get_weather", {"city": "paris"}, {"result": {"temp_c": 17.9}})
     a = tool_session(
         tmp_path,
-        [
-            ("get_weather", {"city": "paris"}, {"result": {"temp_c": 17.9}}),
-            ("flaky", {"x": "x"}, {"error": down}),
-            ("lookup_user", {"name": "x"}, {"result": {"name": "x"}}),
+        [  # started get_weather, lookup_user, flaky; finished get_weather, flaky, lookup_user
+            (*weather[:2], {**weather[2], "sent": 1, "finished": 2}),
+            ("flaky", {"x": "x"}, {"error": down, "sent": 4, "finished": 5}),
+            ("lookup_user", {"name": "x"}, {"result": {"name": "x"}, "sent": 3, "finished": 6}),
         ],
     )
     b = tool_session(
         tmp_path,
-        [
-            ("get_weather", {"city": "paris"}, {"result": {"temp_c": 17.9}}),
-            ("lookup_user", {"name": "x"}, {"error": nobody}),
-            ("flaky", {"x": "x"}, {"error": down}),
-        ],
+        [weather, ("lookup_user", {"name": "x"}, {"error": nobody}), ("flaky", {"x": "x"}, {"error": down})],
     )
     res = diff(a, b)
     assert res.exit_code == 0, res.output
     out = res.output
     assert "only in" not in out and "first divergence" not in out, out
-    assert "~ call 3: tool lookup_user (A seq 3, B seq 2): result differs (not part of the match key)" in out
+    assert "~ call 2: tool lookup_user (A seq 3, B seq 2): result differs (not part of the match key)" in out
     assert '  + $.error: {"message":"no such user","module":"builtins","type":"KeyError"}' in out
     assert sorted(marks(out).values()) == ["=", "=", "~"]
+    # Started in another order: a difference, not hidden.
+    c = tool_session(
+        tmp_path,
+        [
+            weather,
+            ("flaky", {"x": "x"}, {"error": down}),
+            ("lookup_user", {"name": "x"}, {"result": {"name": "x"}}),
+        ],
+    )
+    assert "only in" in diff(a, c).output
 
 
 def test_where_a_tool_raised_is_not_a_difference(tmp_path: Path) -> None:
