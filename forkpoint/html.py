@@ -599,6 +599,27 @@ def _esc(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
 
 
+def _resent_as_kept(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``events`` with each model call's ``messages`` as the page holds them: the ones after those it
+    shares with the model call before, ``messages_keep`` saying how many it shares (a conversation
+    resent whole at every call made the page grow with the square of the turns). The script
+    rebuilds each list."""
+    out = []
+    last: list[int] = []
+    for e in events:
+        if e.get("type") == "model_call" and isinstance(e.get("messages"), list):
+            messages = e["messages"]
+            keep = 0
+            for a, b in zip(last, messages, strict=False):
+                if a != b:
+                    break
+                keep += 1
+            e = {**e, "messages": messages[keep:], "messages_keep": keep}
+            last = messages
+        out.append(e)
+    return out
+
+
 def render(
     session: Session,
     *,
@@ -613,6 +634,7 @@ def render(
     session = rescrubbed(session)  # the rules in force now apply to what leaves (docs/security.md)
     report, sweep = scrub_json(report), scrub_json(sweep)  # an override's value is the user's
     data = view_model(session, parent=parent, report=report, sweep=sweep)
+    data["events"] = _resent_as_kept(data["events"])
     csp = (
         f"default-src 'none'; style-src {_csp_hash(CSS)}; script-src {_csp_hash(JS)}; "
         "img-src data:; base-uri 'none'; form-action 'none'"

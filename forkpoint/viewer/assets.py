@@ -568,7 +568,12 @@ JS = r"""
   var prevMessages = {};
   (function () {
     var last = null;
-    EVENTS.forEach(function (e) { if (e.type === "model_call") { prevMessages[e.seq] = last; last = e.messages || []; } });
+    EVENTS.forEach(function (e) {
+      if (e.type !== "model_call") return;
+      // The page holds the messages after those shared with the call before (messages_keep of them).
+      if (e.messages_keep) e.messages = (last || []).slice(0, e.messages_keep).concat(e.messages || []);
+      prevMessages[e.seq] = last; last = e.messages || [];
+    });
   })();
   function modelBody(e) {
     var body = h("div", { class: "body" });

@@ -99,8 +99,17 @@ def test_page_is_one_self_contained_file(pages: Pages) -> None:
     assert m is not None
     embedded = m.group(1)
     assert "<" not in embedded and ">" not in embedded and "\u2028" not in embedded
-    assert json.loads(embedded) == json.loads(json.dumps(view_model(pages.session)))
-    assert NASTY in json.loads(embedded)["events"][0]["text"]
+    data, model = json.loads(embedded), json.loads(json.dumps(view_model(pages.session)))
+    # A model call holds the messages after those it shares with the call before; the script
+    # rebuilds the list from them.
+    last: list[int] = []
+    kept = []
+    for shown in data["events"]:
+        if shown["type"] == "model_call":
+            kept.append(shown["messages_keep"])
+            shown["messages"] = last = last[: shown.pop("messages_keep")] + shown["messages"]
+    assert data == model and kept[0] == 0 and any(kept), kept
+    assert NASTY in data["events"][0]["text"]
 
 
 def test_stream_frames_add_up_to_the_response(pages: Pages) -> None:
@@ -230,6 +239,14 @@ def test_every_event_is_shown_and_nothing_is_fetched(pages: Pages, browser: Brow
     # The first model call lists its request messages.
     first = page.locator("details.event.model_call").first
     assert TASK in first.locator(".msgs").inner_text()
+    # The last one rebuilds the messages it shares with the call before (the page holds only the
+    # new ones): every message counted, the earlier ones folded.
+    shown = [e for e in view_model(pages.session)["events"] if e["type"] == "model_call"][-1]
+    last = page.locator("details.event.model_call").last.inner_text()
+    assert (
+        f"{len(shown['messages'])} messages · " in last
+        and " earlier messages (sent in previous turns)" in last
+    )
     browser.assert_clean(pages.session_html)
 
 
