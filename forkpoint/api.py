@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import hooks, override, runtime
-from .capture import connections
+from .capture import connections, programs
 from .capture.targets import disable_targets, install_import_hook, parse_target
 from .errors import Divergence, NetworkBlocked, UsageError
 from .events import SESSION_ID_VAR, error_record
@@ -33,7 +33,7 @@ from .record import (
     open_workspace,
     other_calls,
 )
-from .text import say
+from .text import plural, say
 
 # The replayer, the stores and OpenTelemetry are imported where they are used: a process that
 # `forkpoint record` starts (every Python process of the recorded command) needs none of them.
@@ -99,7 +99,9 @@ def _rules(ignore: Sequence[IgnoreRule | Mapping[str, Any]], where: str) -> tupl
 def finish_recording(rec: Recorder) -> list[str]:
     """End a recording's calls: write those still open, then name each ``host:port`` the run
     connected to that no recorded exchange accounts for (a client forkpoint does not capture: its
-    calls will not replay). They go into the session as a note and to stderr. Returns them."""
+    calls will not replay), and each Python program it started that is not recorded
+    (:mod:`forkpoint.capture.programs`). They go into the session as notes and to stderr. Returns
+    the connections."""
     finish_pending(rec)
     later = [k for k in api_keys_set() if rec.api_keys is not None and k not in rec.api_keys]
     if later:  # (loaded while it ran, from a .env file say: the replay needs them too)
@@ -110,6 +112,15 @@ def finish_recording(rec: Recorder) -> list[str]:
         say(
             f"forkpoint: this run connected to {', '.join(missed)} through a client forkpoint does not "
             "capture: those calls are not in the session and will not be served on replay"
+        )
+    started = programs.unrecorded()
+    if started:
+        rec.note("Python programs forkpoint did not record", unrecorded_programs=started)
+        say(
+            f"forkpoint: this run started {plural(len(started), 'Python program')} forkpoint does not record "
+            f"({'; '.join(started[:3])}{' …' if len(started) > 3 else ''}): a model or tool call they made "
+            "is not in the session, and a replay runs them as they run without forkpoint. Record them "
+            "from inside with forkpoint.record(), or run them in a recorded tool (docs/format.md)"
         )
     return missed
 

@@ -16,6 +16,7 @@ def install(mode: Literal["record", "replay"]) -> None:
     capture.install()
     if mode == "record":
         capture.connections.reset()
+        capture.programs.reset()
     integrations.install()
     if mode == "replay":
         from .replay import install_network_guard

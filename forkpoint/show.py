@@ -293,8 +293,9 @@ def render(
                 )
                 console.print(f"                    [dim]↳ #{sub['seq']}[/dim] {line}")
         elif e["type"] == "note":
-            missed = (e.get("data") or {}).get("unrecorded_connections")
-            tail = f": [yellow]{escape(', '.join(map(str, missed)))}[/yellow]" if missed else ""
+            data = e.get("data") or {}
+            missed = data.get("unrecorded_connections") or data.get("unrecorded_programs")
+            tail = f": [yellow]{escape('; '.join(map(str, missed)))}[/yellow]" if missed else ""
             console.print(f"        [dim]#{e['seq']:<3}[/dim] note    {escape(str(e.get('text')))}{tail}")
         elif e["type"] == "value":  # deterministic: the agent's own clock and randomness
             console.print(

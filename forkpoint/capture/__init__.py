@@ -8,7 +8,8 @@
   plain values to :mod:`.exchange`, which decides what is stored and how a replay answers, and
   checks the private names it patches with :mod:`.seam`. Only the adapters touch private names of
   the libraries.
-* Connections no adapter recorded: :mod:`.connections` names them at the end of a recording.
+* Connections no adapter recorded: :mod:`.connections` names them at the end of a recording;
+  Python programs the recording started and does not record, :mod:`.programs`.
 * Tool calls, at the function boundary: :mod:`.tools` (``@forkpoint.tool``, ``--tool``).
 
 Framework tool integrations (:mod:`forkpoint.integrations`) sit beside this package and build on
@@ -23,7 +24,7 @@ import threading
 import warnings
 from types import ModuleType
 
-from . import connections, imports
+from . import connections, imports, programs
 
 #: The HTTP library adapters, by module, with the libraries each patches (its ``LIBRARIES``).
 HTTP_ADAPTERS = {
@@ -44,6 +45,7 @@ def install() -> list[str]:
     forkpoint's capture layer (issue 15: start-up)."""
     done: list[str] = []
     connections.install()
+    programs.install()
     with _lock:
         for name, libraries in HTTP_ADAPTERS.items():
             if name in sys.modules or any(lib in sys.modules for lib in libraries):

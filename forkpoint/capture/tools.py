@@ -443,6 +443,12 @@ def _unrecordable(name: str, value: Any, exc: Exception) -> UnrecordedResult:
 _running: contextvars.ContextVar[_ToolCall | None] = contextvars.ContextVar("forkpoint_tool", default=None)
 
 
+def in_tool_body() -> bool:
+    """Whether this context runs a recorded tool's body (what it does is the tool's: its result is
+    recorded, and its body does not run on replay)."""
+    return _running.get() is not None
+
+
 def exiting(status: int) -> None:
     """Write the tool calls running in this context, innermost first, as ended by ``os._exit(status)``:
     the process leaves without unwinding them, so no ``except`` or ``finally`` of theirs would

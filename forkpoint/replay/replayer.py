@@ -1115,6 +1115,11 @@ class Replayer:
                     for n in self._session.by_type("note")
                     if "unrecorded_mcp" in (n.get("data") or {})
                 ],
+                "unrecorded_programs": [
+                    program
+                    for n in self._session.by_type("note")
+                    for program in (n.get("data") or {}).get("unrecorded_programs") or ()
+                ],
                 "alike_served": list(self.alike_served),
                 "placeholders_served": sorted(set(self.placeholders_served)),
                 "strict": self.strict,

@@ -233,7 +233,8 @@ def summary_line(report: dict[str, Any]) -> str:
     unheard = [
         f"{m.get('method')} from MCP server {m.get('server')!r}" for m in report.get("unrecorded_mcp") or []
     ]
-    if status == "ok" and unheard:
+    programs = report.get("unrecorded_programs") or []
+    if status == "ok" and (unheard or programs):
         status = "ok, but incomplete"
     unused = report["unused"]
     tail = f"{plural(len(unused), 'recorded event')} left unused" + (
@@ -275,6 +276,11 @@ def summary_line(report: dict[str, Any]) -> str:
         extra += (
             f"; not recorded, so not handed to the agent's callbacks on this replay: {', '.join(unheard)} "
             "(sent while no request of the agent was in flight)"
+        )
+    if programs:
+        extra += (
+            f"; the recording started {plural(len(programs), 'Python program')} it did not record, which ran "
+            f"again as without forkpoint: {'; '.join(programs[:3])}{' …' if len(programs) > 3 else ''}"
         )
     if (report.get("processes") or 1) > 1:
         extra += f"; served to {report['processes']} processes"

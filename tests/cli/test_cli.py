@@ -1639,3 +1639,33 @@ def test_show_lists_a_tool_run_inside_a_stream_after_the_model_call_that_asked_f
     assert kinds == ["model", "tool", "model", "tool"], r.output
     assert "turn  1 #2" in r.output and "turn  2 #4" in r.output
     assert r.output.index("lookup(q=q1)") < r.output.index("turn  2") < r.output.index("lookup(q=q2)")
+
+
+def test_a_python_program_the_recorded_one_starts_is_said_and_the_replay_is_incomplete(
+    tmp_path: Path,
+) -> None:
+    """The recorded program's Python subprocess is not recorded (its activation is taken out of the
+    environment); it said nothing, and the replay said "replay ok" while it ran live again. The
+    recording names it, ``show`` prints the note, and the replay's verdict is "ok, but incomplete",
+    naming it."""
+    (tmp_path / "starts.py").write_text(
+        "import subprocess, sys\nsubprocess.run([sys.executable, '-c', 'print(41 + 1)'], check=True)\n"
+    )
+    rec, store, env = record_here(tmp_path, "starts.py")
+    assert rec.returncode == 0 and rec.stdout.split() == ["42"], rec.stderr
+    said = flat(rec.stderr)
+    assert (
+        f"started 1 Python program forkpoint does not record ({sys.executable} -c print(41 + 1))" in said
+    ), said
+    shown = run([*FORKPOINT, "show", "last", "--store", store], tmp_path, env)
+    assert f"Python programs forkpoint did not record: {sys.executable} -c print(41 + 1)" in flat(
+        shown.stdout
+    )
+    rep = run([*FORKPOINT, "replay", "last", "--store", store], tmp_path, env)
+    assert rep.returncode == 0 and rep.stdout.split() == ["42"], rep.stderr
+    said = flat(rep.stderr)
+    assert "replay ok, but incomplete" in said, said
+    assert (
+        f"the recording started 1 Python program it did not record, which ran again as without forkpoint: {sys.executable} -c print(41 + 1)"
+        in said
+    )

@@ -1,0 +1,153 @@
+"""Python programs a recording started and does not record: their calls never go missing silently.
+
+A recorded program's Python subprocesses run as they would without forkpoint (docs/format.md: the
+activation is taken out of the environment once read), so a model or tool call one of them makes
+is not in the session, and a replay runs it again for real. While a recorder is active, a Python
+audit hook (``sys.addaudithook``: the ``subprocess.Popen``, ``os.posix_spawn`` and ``os.system``
+events, PEP 578) notes each Python program started outside a recorded tool's body (a tool's result
+is recorded, and its body does not run on replay) and without forkpoint's activation in its
+environment; at the end the recorder writes them into the session and says them
+(:func:`forkpoint.api.finish_recording`), and a replay's verdict names them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import sys
+import threading
+from typing import Any
+
+from .. import redact, runtime
+
+_lock = threading.Lock()
+_installed = False
+#: The command lines of the Python programs started while recording, in order, each once.
+_started: dict[str, None] = {}
+#: At most this many are kept (a program that starts one per item).
+_KEPT = 20
+#: Characters of a command line kept.
+_SHOWN = 200
+#: What a Python interpreter's file is called (``python``, ``python3``, ``python3.11``).
+_PYTHON = re.compile(r"python[0-9.]*(?:\.exe)?")
+#: The variable of forkpoint's activation: a child given it is recorded (forkpoint's own programs).
+_ACTIVATION = "FORKPOINT_MODE"
+
+
+def _is_python(program: Any) -> bool:
+    try:
+        name = os.path.basename(os.fsdecode(program))
+    except TypeError:
+        return False
+    return bool(_PYTHON.fullmatch(name)) or (
+        os.path.isabs(os.fsdecode(program)) and os.path.realpath(program) == os.path.realpath(sys.executable)
+    )
+
+
+#: Shells, whose ``-c`` command runs programs of its own.
+_SHELL = re.compile(r"(?:ba|da|k|z)?sh")
+#: Programs that run the program named after them (and their options, which this does not read).
+_WRAPPERS = frozenset({"env", "exec", "nohup", "time", "command", "nice", "stdbuf", "setsid"})
+#: Shell words after which a command starts.
+_STARTS = frozenset({"&&", "||", ";", "|", "&", "(", "{", "!", "then", "do", "else", "elif", "while", "if"})
+
+
+def _programs(argv: list[str]) -> list[str]:
+    """The programs a command line runs: its first word past wrappers (``env``, ``nohup``) and
+    ``VAR=value`` settings, and the commands of a shell's ``-c`` script."""
+    i = 0
+    while i < len(argv) and (os.path.basename(argv[i]) in _WRAPPERS or re.match(r"\w+=", argv[i])):
+        i += 1
+    if i == len(argv):
+        return []
+    out = [argv[i]]
+    if _SHELL.fullmatch(os.path.basename(argv[i])) and "-c" in argv[i + 1 : -1]:
+        out += _script_programs(argv[argv.index("-c", i + 1) + 1])
+    return out
+
+
+def _script_programs(script: str) -> list[str]:
+    """The programs a shell script runs: the first word of each of its commands."""
+    lexer = shlex.shlex(script, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    out: list[str] = []
+    command: list[str] = []
+    try:
+        words = [*lexer, ";"]
+    except ValueError:  # (an unbalanced quote: the shell will say so)
+        return []
+    for word in words:
+        if word in _STARTS:
+            out += _programs(command)[:1]
+            command = []
+        else:
+            command.append(word)
+    return out
+
+
+def _note(argv: list[str], env: Any, executable: Any = None) -> None:
+    """Note the command line ``argv`` when it runs a Python program (``executable`` in its first
+    word's place, when given) that this recording does not record."""
+    rt = runtime.active()
+    if rt is None or rt.mode != "record":
+        return
+    programs = _programs(argv) + ([os.fsdecode(executable)] if executable is not None else [])
+    if not any(_is_python(p) for p in programs):
+        return
+    if isinstance(env, dict) and any(k in (_ACTIVATION, os.fsencode(_ACTIVATION)) for k in env):
+        return
+    from .tools import in_tool_body
+
+    if in_tool_body():
+        return
+    line = redact.current().text(" ".join(argv))
+    line = line if len(line) <= _SHOWN else line[: _SHOWN - 1] + "…"
+    with _lock:
+        if len(_started) < _KEPT:
+            _started.setdefault(line, None)
+
+
+def _argv(args: Any) -> list[str]:
+    if isinstance(args, str | bytes | os.PathLike):
+        return [os.fsdecode(args)]
+    return [os.fsdecode(a) for a in args]
+
+
+def _audit(event: str, args: tuple[Any, ...]) -> None:
+    # Every audited operation of the process comes here (imports, opens): nothing but a compare for
+    # them. An exception here would fail the program's own call: none leaves.
+    if event not in ("subprocess.Popen", "os.posix_spawn", "os.system"):
+        return
+    try:
+        if event == "subprocess.Popen":  # (executable, args, cwd, env); a shell's as [sh, -c, script]
+            _note(_argv(args[1]), args[3], args[0])
+        elif event == "os.posix_spawn":  # (path, argv, env)
+            _note(_argv(args[1]), args[2], args[0])
+        else:  # (command,): run by sh -c
+            _note(["sh", "-c", os.fsdecode(args[0])], None)
+    except Exception:  # noqa: BLE001 - noting is never worth failing the program's subprocess
+        pass
+
+
+def install() -> None:
+    """Add the audit hook (once a process: an audit hook cannot be removed; it does nothing while no
+    recorder is active)."""
+    global _installed
+    with _lock:
+        if not _installed:
+            sys.addaudithook(_audit)
+            _installed = True
+
+
+def reset() -> None:
+    """Forget the programs noted so far (a new recording starts)."""
+    with _lock:
+        _started.clear()
+
+
+def unrecorded() -> list[str]:
+    """The command lines (secrets scrubbed, each cut at 200 characters, at most 20) of the Python
+    programs started since :func:`reset` that the recording does not record."""
+    with _lock:
+        return list(_started)

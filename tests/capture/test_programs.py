@@ -1,0 +1,57 @@
+"""Python programs a recording starts and does not record (forkpoint/capture/programs.py): said at
+record time, noted in the session, never silent."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import forkpoint
+from forkpoint.log import Session
+
+
+def test_the_python_programs_a_recording_starts_are_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A Python program the recorded one starts runs as it would without forkpoint: its calls are not
+    in the session, and nothing said so. Each one started outside a recorded tool is now named at
+    the end of the recording and in a note; a program that is no Python one, one run by a tool's
+    body (the tool's result is recorded), and one started with forkpoint's activation are not."""
+
+    @forkpoint.tool
+    def shell(command: str) -> int:
+        return subprocess.run(command, shell=True, check=False).returncode
+
+    key = "sk-ant-api03-" + "k" * 40
+    with forkpoint.record(store=tmp_path / "store", workspace=None) as rec:
+        subprocess.run([sys.executable, "-c", "pass"], check=True)
+        subprocess.run("cd . && python3 -c 'pass' | cat", shell=True, check=True)  # (a shell's command)
+        subprocess.run(["env", "A=1", sys.executable, "-c", "pass", f"--key={key}"], check=True)
+        subprocess.run(
+            ["git", "--version", "python"], capture_output=True, check=False
+        )  # (a word, no program)
+        os.system("echo python > /dev/null")
+        shell(f"{sys.executable} -c pass")
+        subprocess.run(
+            [sys.executable, "-c", "pass"], env={**os.environ, "FORKPOINT_MODE": "off"}, check=True
+        )
+    err = " ".join(capsys.readouterr().err.split())
+    (note,) = [
+        n for n in Session.load(rec.session_path).by_type("note") if "unrecorded_programs" in n["data"]
+    ]
+    started = note["data"]["unrecorded_programs"]
+    assert started == [
+        f"{sys.executable} -c pass",
+        "/bin/sh -c cd . && python3 -c 'pass' | cat",
+        f"env A=1 {sys.executable} -c pass --key=[REDACTED:anthropic-key:{started[2].split(':')[-1]}",
+    ], started
+    assert key not in str(started) and key not in err
+    assert "this run started 3 Python programs forkpoint does not record" in err, err
+    assert "a model or tool call they made is not in the session" in err
+    with forkpoint.record(store=tmp_path / "store", workspace=None):
+        subprocess.run(["true"], check=True)
+    assert "Python program" not in capsys.readouterr().err  # (a new recording starts from none)
