@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from .. import providers
 from ..log import json_text as log_json_text
@@ -164,16 +164,20 @@ def task_of(messages: list[dict[str, Any]]) -> str | None:
 
 
 def url_full(url: str, content: bool) -> str:
-    """``url.full`` of an HTTP span: the recorded URL, each query value ``REDACTED`` without content
-    (a query carries what the program asked for: a search term, a file name; the HTTP conventions
-    redact query values that may be sensitive the same way); the URL as recorded with it."""
-    parts = urlsplit(url)
-    if content or not parts.query:
+    """``url.full`` of an HTTP span: the recorded URL, each query value and the fragment ``REDACTED``
+    without content (a query carries what the program asked for: a search term, a file name; a
+    fragment a token, ``#access_token=…``; the HTTP conventions redact query values that may be
+    sensitive the same way); the URL as recorded with it. Split at the first ``?`` and ``#`` as
+    a URL parser does, but by hand: a URL no parser takes (``http://[::1/``) is redacted too."""
+    if content:
         return url
-    query = "&".join(
-        f"{item.partition('=')[0]}=REDACTED" if "=" in item else item for item in parts.query.split("&")
-    )
-    return urlunsplit(parts._replace(query=query))
+    rest, hash_, fragment = url.partition("#")
+    base, mark, query = rest.partition("?")
+    if query:
+        query = "&".join(
+            f"{item.partition('=')[0]}=REDACTED" if "=" in item else item for item in query.split("&")
+        )
+    return f"{base}{mark}{query}{hash_}{'REDACTED' if fragment else ''}"
 
 
 def model_call(event: Mapping[str, Any], session_id: str, content: bool) -> tuple[str, dict[str, Any]]:

@@ -673,3 +673,25 @@ def test_an_http_span_has_its_query_values_only_with_content(tmp_path: Path) -> 
 
     assert shown(False) == ["http://127.0.0.1:9/search?q=REDACTED&page=REDACTED&flag"]
     assert shown(True) == [url]
+
+
+def test_an_http_spans_fragment_is_redacted_and_an_unparsable_url_exported(tmp_path: Path) -> None:
+    """Without content a URL's fragment went out as recorded (``#token=…``: what a query value
+    is redacted for), and a URL no parser takes (an unclosed IPv6 bracket, in an imported or
+    hand-edited session) made the whole export fail with ``ValueError: Invalid IPv6 URL``."""
+    import httpx2
+
+    url = "http://127.0.0.1:9/search?q=smith#token=s3cret"
+    with forkpoint.record(store=tmp_path) as rec:
+        with httpx2.Client(transport=httpx2.MockTransport(lambda r: httpx2.Response(200, text="[]"))) as c:
+            c.get(url)
+    s = Session.load(rec.session_path)
+
+    def shown(content: bool) -> list[Any]:
+        return [p.attributes.get("url.full") for p in plan(s, content=content) if p.kind == "client"]
+
+    assert shown(False) == ["http://127.0.0.1:9/search?q=REDACTED#REDACTED"]
+    assert shown(True) == [url]
+    call = next(e for e in s.events if e.get("type") == "model_call")
+    call["request"]["url"] = "http://[::1/search?q=smith"
+    assert shown(False) == ["http://[::1/search?q=REDACTED"]
