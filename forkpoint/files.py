@@ -24,8 +24,16 @@ def private_file(path: str | Path) -> Iterator[BinaryIO]:
     """A file to write ``path`` through, piece by piece, with mode 0600 whatever the umask: a new
     temporary file in the same folder (created exclusively, never through a symlink), renamed over
     ``path`` (a symlink there is replaced, not followed) when the block ends without an exception.
-    Raises ``OSError``; on any exception the temporary file is removed and ``path`` left as it was."""
+    Raises ``OSError``; on any exception the temporary file is removed and ``path`` left as it was.
+
+    A device or a pipe at ``path`` (``/dev/null``, ``/dev/stdout``, a FIFO of this user's) is
+    written to as it is: renamed over, a device file was replaced by a regular one (``/dev/null``
+    itself, for root), and what a reader waited on never came."""
     path = Path(path)
+    if _stream_target(path):
+        with open(os.open(path, os.O_WRONLY), "wb") as f:
+            yield f
+        return
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     try:
@@ -36,6 +44,19 @@ def private_file(path: str | Path) -> Iterator[BinaryIO]:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def _stream_target(path: Path) -> bool:
+    """Whether ``path`` is, or links to, a character device (``/dev/null``, a terminal) or a FIFO
+    this user owns (a shell's pipe, ``/dev/stdout``): what is written to, not replaced. Another
+    user's FIFO is not (it may have been put in a shared folder to read what forkpoint writes)."""
+    import stat
+
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    return stat.S_ISCHR(st.st_mode) or (stat.S_ISFIFO(st.st_mode) and st.st_uid == os.getuid())
 
 
 def private_dirs(path: str | Path) -> Path:

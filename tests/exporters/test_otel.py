@@ -695,3 +695,31 @@ def test_an_http_spans_fragment_is_redacted_and_an_unparsable_url_exported(tmp_p
     call = next(e for e in s.events if e.get("type") == "model_call")
     call["request"]["url"] = "http://[::1/search?q=smith"
     assert shown(False) == ["http://[::1/search?q=REDACTED"]
+
+
+def test_an_export_to_a_pipe_or_device_writes_to_it_not_over_it(tmp_path: Path) -> None:
+    """``--file`` is put in place by a rename, which replaced a FIFO a reader waited on (or, for
+    root, ``/dev/null`` itself) by a regular file: a device or a pipe of this user's is written
+    to as it is now."""
+    import os
+    import stat
+
+    s = _pages_session(tmp_path, 3, 10)
+    fifo = tmp_path / "spans.fifo"
+    os.mkfifo(fifo, 0o600)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # (so that opening it to write does not wait)
+    try:
+        export(tmp_path / "store", s, "--file", str(fifo))
+        assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+        got = os.read(reader, 1 << 16)
+    finally:
+        os.close(reader)
+    names = [
+        sp["name"]
+        for line in got.splitlines()
+        for rs in json.loads(line)["resourceSpans"]
+        for ss in rs["scopeSpans"]
+        for sp in ss["spans"]
+    ]
+    assert names == ["execute_tool fetch"] * 3 + ["invoke_agent"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["spans.fifo", "store"]
