@@ -146,6 +146,18 @@ DEEPEST = 120
 _STR_ONLY = frozenset({str})
 
 
+def _rebuilt_alike(v: set[Any] | frozenset[Any], t: type) -> bool:
+    """Whether a set that iterated in its items' sorted order is rebuilt iterating so from its
+    sorted items in any process: its items' hashes are the same in every process (numbers but
+    NaN, ``None``: not a string's, which ``PYTHONHASHSEED`` changes, nor an object's by its id)
+    and the set of them inserted in that order iterates so here (it need not: ``0, 2, 3, 10`` added in that order iterate ``0, 10, 2, 3``, their sorted
+    order, but inserted so they iterate ``0, 3, 10, 2``)."""
+    live = list(v)
+    if not all(type(x) in (int, float, bool, type(None)) and x == x for x in live):
+        return False
+    return list(t(live)) == live
+
+
 class _Encoder:
     def __init__(self) -> None:
         self.open: set[int] = set()  # containers being encoded: a value that contains itself
@@ -212,14 +224,15 @@ class _Encoder:
 
     def unordered(self, v: set[Any] | frozenset[Any], t: type) -> dict[str, Any]:
         """A set's items sorted (equal sets are stored the same), and, when the program iterated
-        them in another order, that order (``order``: for each item met, its index in ``value``):
+        them in another order or a set rebuilt from them sorted may iterate otherwise
+        (:func:`_rebuilt_alike`), that order (``order``: for each item met, its index in ``value``):
         a replay rebuilds a set that iterates the same, so that ``str()`` of it, or a prompt
         joined from it, is what the live run had."""
         items = self.items(v, list(v))
         keys = [_sort_key(x) for x in items]
         by_key = sorted(range(len(items)), key=keys.__getitem__)
         extra: dict[str, Any] = {}
-        if by_key != sorted(by_key):  # (iterated in another order than the sorted one)
+        if len(items) > 1 and (by_key != sorted(by_key) or not _rebuilt_alike(v, t)):
             place = [0] * len(items)
             for i, k in enumerate(by_key):
                 place[k] = i
@@ -599,7 +612,9 @@ def _unordered(node: dict[str, Any], cls: type[set[Any]] | type[frozenset[Any]])
     if order is None:
         return cls(items)
     if not (
-        isinstance(order, list) and sorted(o for o in order if type(o) is int) == list(range(len(items)))
+        isinstance(order, list)
+        and all(type(o) is int for o in order)
+        and sorted(order) == list(range(len(items)))
     ):
         raise UnrebuildableValue(f"the recorded order of a {cls.__name__} is not a permutation of its items")
     return ordered_set(cls, [items[i] for i in order])
@@ -620,26 +635,55 @@ def ordered_set(cls: type[set[Any]] | type[frozenset[Any]], wanted: list[Any]) -
     under the same ``PYTHONHASHSEED``. Tried: the items inserted in that order; then, for each
     table size the live set may have had, a search for an insertion order under which every
     prefix already iterates as ``wanted`` does (items inserted later never move earlier ones in a
-    table that does not grow), bounded by :data:`_ORDER_BUDGET`. When nothing found reproduces
-    the order: the set of the items inserted in that order, the nearest there is."""
+    table that does not grow), the size a set grown an item at a time has first, each size
+    bounded by its share of :data:`_ORDER_BUDGET`. When nothing found reproduces the order: the
+    set of the items inserted in that order, the nearest there is, and a line on stderr saying so
+    (``str()`` of it differs from the live run's)."""
     plain = cls(wanted)
-    if len(wanted) < 2 or list(plain) == wanted or len(wanted) > _ORDER_SEARCHED:
+    if len(wanted) < 2 or list(plain) == wanted:
         return plain
-    smallest = 8  # (the table a dict of the items presizes)
-    while smallest <= 2 * len(wanted):
-        smallest *= 2
-    budget = [_ORDER_BUDGET]
-    for size in ([8] if len(wanted) <= 4 else []) + [smallest, 2 * smallest, 4 * smallest]:
-        order = _insertion_order(wanted, size, budget)
-        if order is not None:
-            built = (
-                _in_table(order, size) if cls is set else cls(order if size == 8 else dict.fromkeys(order))
-            )
-            if list(built) == wanted:
-                return built
-        if budget[0] <= 0:
-            break
+    if len(wanted) <= _ORDER_SEARCHED:
+        smallest = 8  # (the table a dict of the items presizes)
+        while smallest <= 2 * len(wanted):
+            smallest *= 2
+        sizes = [8] if len(wanted) <= 4 else []
+        if cls is set:  # (a frozenset of a dict of the items has the smallest table, and no other)
+            grown = _grown(len(wanted))  # (a set built an item at a time: the likeliest)
+            sizes += [grown] if grown >= smallest else []
+            sizes += [n for n in (smallest, 2 * smallest, 4 * smallest) if n != grown]
+        else:
+            sizes.append(smallest)
+        for size in sizes:  # (each its share of the budget: one that leads nowhere takes no more)
+            order = _insertion_order(wanted, size, [_ORDER_BUDGET // len(sizes)])
+            if order is not None:
+                built = (
+                    _in_table(order, size)
+                    if cls is set
+                    else cls(order if size == 8 else dict.fromkeys(order))
+                )
+                if list(built) == wanted:
+                    return built
+    from .text import say
+
+    say(
+        f"forkpoint: a recorded {cls.__name__} of {len(wanted)} items cannot be rebuilt here iterating "
+        "in the order it did live (its items' hashes differ in this process, or no insertion order "
+        "was found in time): it iterates otherwise, so str() of it, or a list made from it, is not "
+        "what the recording had"
+    )
     return plain
+
+
+def _grown(n: int) -> int:
+    """The table size of a set ``n`` items were added to one at a time (CPython: a table grows
+    when three fifths full, to the power of two above four times the items, above 50,000 two)."""
+    size = 8
+    for used in range(1, n + 1):
+        if used * 5 >= (size - 1) * 3:
+            want, size = (used * 2 if used > 50_000 else used * 4), 8
+            while size <= want:
+                size *= 2
+    return size
 
 
 def _in_table(order: list[Any], size: int) -> set[Any]:
