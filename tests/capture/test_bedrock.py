@@ -288,7 +288,7 @@ def test_event_stream_framing_round_trips() -> None:
 
 
 def test_opentelemetry_export_of_converse_calls(recorded: tuple[Path, list[Any], LocalServer]) -> None:
-    from forkpoint.exporters import otel
+    from forkpoint import otel
 
     path, _, _ = recorded
     spans = [s for s in otel.plan(forkpoint.Session.load(path), content=True) if s.name.startswith("chat ")]

@@ -526,7 +526,7 @@ def test_the_agents_sdk_with_tracing_on_replays_with_exit_0(tmp_path: Path) -> N
 
 
 def test_only_model_calls_are_genai_spans(server: LocalServer, store: Path) -> None:
-    from forkpoint.exporters import otel
+    from forkpoint import otel
 
     server.route("/v1/traces/ingest", lambda r: Reply(b"", 204, None))
     with forkpoint.record(store=store) as rec:
