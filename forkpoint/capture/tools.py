@@ -375,6 +375,11 @@ def _rebuilt(error: dict[str, Any]) -> BaseException:
         return exc
 
     def bare() -> BaseException:
+        if issubclass(cls, BaseExceptionGroup) and isinstance(grouped, list) and args is not None:
+            # (a group subclass with its own constructor, MyGroup(errors): its message and parts
+            # are set by BaseExceptionGroup.__new__, which except* reads, not by the constructor)
+            group: BaseException = BaseExceptionGroup.__new__(cls, *args)
+            return group
         exc = cls.__new__(cls)
         exc.args = tuple(args) if args is not None else (message,)
         built: BaseException = exc

@@ -302,6 +302,53 @@ def test_an_exception_group_comes_back_with_its_exceptions(store: Path) -> None:
     assert [e["type"] for e in error["exceptions"]] == ["ApiError", "ValueError", "ExceptionGroup"]
 
 
+class Failures(ExceptionGroup):  # type: ignore[type-arg]
+    """A library's group with a constructor of its own (no message argument)."""
+
+    def __new__(cls, errors: list[Exception]) -> Failures:
+        return super().__new__(cls, f"{len(errors)} failed", errors)
+
+    def __init__(self, errors: list[Exception]) -> None:
+        super().__init__(f"{len(errors)} failed", errors)
+
+
+def test_an_exception_group_subclass_with_its_own_constructor_comes_back(store: Path) -> None:
+    """``Failures(errors)`` takes no message, so neither ``cls(message, parts)`` nor
+    ``cls(message)`` nor ``cls.__new__(cls)`` rebuilt it: the replay raised a RecordedToolError,
+    and the agent's ``except* ValueError`` took another branch, without a word at recording."""
+
+    @forkpoint.tool
+    def check(n: int) -> None:
+        raise Failures([ValueError(f"bad {n}"), OSError(2, "gone")])
+
+    def run() -> list[Any]:
+        seen: list[Any] = []
+        try:
+            check(1)
+        except Failures as group:
+            seen += [(type(group).__name__, str(group), len(group.exceptions))]
+        try:
+            check(2)
+        except* ValueError as group:
+            seen += [("value", [str(e) for e in group.exceptions])]
+        except* OSError as group:
+            seen += [("os", [(e.errno, e.strerror) for e in group.exceptions])]
+        except* Exception as group:
+            seen += [("other", repr(group))]
+        return seen
+
+    with forkpoint.record(store=store) as rec:
+        live = run()
+    assert live == [
+        ("Failures", "2 failed (2 sub-exceptions)", 2),
+        ("value", ["bad 2"]),
+        ("os", [(2, "gone")]),
+    ]
+    with forkpoint.replay(rec.session_path) as rp:
+        assert run() == live
+    assert rp.report()["reproduced"] is True
+
+
 class RateLimited(Exception):
     def __init__(self, retry_at: Any) -> None:
         super().__init__("rate limited")
