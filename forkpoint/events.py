@@ -504,6 +504,13 @@ def in_tool(event: Mapping[str, Any], spans: frozenset[str]) -> bool:
 _E = TypeVar("_E", bound=Mapping[str, Any])
 
 
+def process_of(event: Mapping[str, Any]) -> Any:
+    """The process that logged ``event`` (its ``pid``), as a key to group calls by: a session edited
+    or made by another tool may hold any JSON there (``[1]``, ``{}``), which is no dict key."""
+    pid = event.get("pid")
+    return pid if pid is None or isinstance(pid, int | str) else repr(pid)
+
+
 def in_start_order(events: Sequence[_E]) -> list[_E]:
     """``events`` with each process's model and tool calls in the order they started (``sent``)
     rather than in the order they ended, which is the order they were written: a tool the program
@@ -512,7 +519,7 @@ def in_start_order(events: Sequence[_E]) -> list[_E]:
     places: dict[Any, list[int]] = {}
     for i, e in enumerate(events):
         if e.get("type") in ("model_call", "tool_call") and isinstance(e.get("sent"), int):
-            places.setdefault(e.get("pid"), []).append(i)
+            places.setdefault(process_of(e), []).append(i)
     out = list(events)
     for at in places.values():
         for place, i in zip(at, sorted(at, key=lambda i: events[i]["sent"]), strict=True):

@@ -45,6 +45,7 @@ from . import jsonpath, redact
 from .canonical import digest
 from .config import load_table
 from .errors import ConfigError, RuleError
+from .events import process_of
 from .jsondiff import json_diff
 from .patterns import compiled_later
 from .providers import semantic_headers
@@ -134,8 +135,8 @@ def in_send_order(events: Iterable[_E]) -> list[_E]:
         return out
     first_seq: dict[Any, int] = {}
     for e in out:
-        first_seq.setdefault(e.get("pid"), int(e.get("seq") or 0))
-    return sorted(out, key=lambda e: (first_seq[e.get("pid")], e["sent"]))
+        first_seq.setdefault(process_of(e), int(e.get("seq") or 0))
+    return sorted(out, key=lambda e: (first_seq[process_of(e)], e["sent"]))
 
 
 _E = TypeVar("_E", bound=Mapping[str, Any])

@@ -357,6 +357,23 @@ def test_parallel_tools_that_finished_in_another_order_pair_up(tmp_path: Path) -
     assert "only in" in diff(a, c).output
 
 
+def test_a_session_whose_pid_is_no_number_is_diffed_not_a_traceback(tmp_path: Path) -> None:
+    """Calls are grouped by process (``pid``) to be put in the order they started; a session edited
+    or made by another tool with ``"pid": [1]`` made ``diff`` (and ``show``) fail with
+    ``TypeError: unhashable type: 'list'``. Such a pid is one process like any other."""
+    calls = [("x", {}, {"result": 1, "sent": 2}), ("y", {}, {"result": 2, "sent": 1})]
+    a = tool_session(tmp_path, [(t, args, {**out, "pid": [1]}) for t, args, out in calls])
+    b = tool_session(tmp_path, [(t, args, {**out, "pid": {"p": 1}}) for t, args, out in reversed(calls)])
+    res = diff(a, b)
+    assert res.exit_code == 0 and res.exception is None, res.output
+    assert sorted(marks(res.output).values()) == ["=", "="]
+    shown = CliRunner().invoke(main, ["show", str(a.path)])
+    assert shown.exit_code == 0 and shown.output.index("y()") < shown.output.index("x()"), shown.output
+    from forkpoint.match import in_send_order
+
+    assert [e["tool"] for e in in_send_order(a.calls())] == ["y", "x"]
+
+
 def test_where_a_tool_raised_is_not_a_difference(tmp_path: Path) -> None:
     """A tool's exception keeps the frames it was raised in (for a replay's traceback): the same
     exception raised from another checkout or after lines moved is the same outcome, not a tool
