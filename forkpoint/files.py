@@ -4,6 +4,7 @@ whole or not at all."""
 from __future__ import annotations
 
 import os
+import re
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -30,8 +31,8 @@ def private_file(path: str | Path) -> Iterator[BinaryIO]:
     written to as it is: renamed over, a device file was replaced by a regular one (``/dev/null``
     itself, for root), and what a reader waited on never came."""
     path = Path(path)
-    if _stream_target(path):
-        with open(os.open(path, os.O_WRONLY), "wb") as f:
+    if _stream_target(path):  # (appending: a descriptor's file a shell opened with >> is not overwritten)
+        with open(os.open(path, os.O_WRONLY | os.O_APPEND), "wb") as f:
             yield f
         return
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
@@ -46,12 +47,21 @@ def private_file(path: str | Path) -> Iterator[BinaryIO]:
         raise
 
 
+#: A process's open descriptors by name: ``/dev/stdout`` is a link to ``/proc/self/fd/1``, which
+#: links to whatever the shell opened (a regular file, under ``> out.json``).
+_DESCRIPTOR = re.compile(r"/dev/(?:stdout|stderr|fd/\d+)|/proc/(?:self|thread-self|\d+)/fd/\d+")
+
+
 def _stream_target(path: Path) -> bool:
-    """Whether ``path`` is, or links to, a character device (``/dev/null``, a terminal) or a FIFO
-    this user owns (a shell's pipe, ``/dev/stdout``): what is written to, not replaced. Another
-    user's FIFO is not (it may have been put in a shared folder to read what forkpoint writes)."""
+    """Whether ``path`` names one of this process's descriptors, or is (or links to) a character
+    device (``/dev/null``, a terminal) or a FIFO this user owns (a shell's pipe): what is written
+    to, not replaced (renamed over, ``/dev/stdout`` itself became a regular file, for root).
+    Another user's FIFO is not (it may have been put in a shared folder to read what forkpoint
+    writes)."""
     import stat
 
+    if _DESCRIPTOR.fullmatch(os.path.abspath(path)):
+        return True
     try:
         st = os.stat(path)
     except OSError:

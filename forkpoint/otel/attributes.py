@@ -164,7 +164,8 @@ def task_of(messages: list[dict[str, Any]]) -> str | None:
 
 
 def url_full(url: str, content: bool) -> str:
-    """``url.full`` of an HTTP span: the recorded URL, each query value and the fragment ``REDACTED``
+    """``url.full`` of an HTTP span: the recorded URL, each query value (an item without ``=``
+    whole: ``?secret+term``) and the fragment ``REDACTED``
     without content (a query carries what the program asked for: a search term, a file name; a
     fragment a token, ``#access_token=…``; the HTTP conventions redact query values that may be
     sensitive the same way); the URL as recorded with it. Split at the first ``?`` and ``#`` as
@@ -175,7 +176,7 @@ def url_full(url: str, content: bool) -> str:
     base, mark, query = rest.partition("?")
     if query:
         query = "&".join(
-            f"{item.partition('=')[0]}=REDACTED" if "=" in item else item for item in query.split("&")
+            f"{item.partition('=')[0]}=REDACTED" if "=" in item else "REDACTED" for item in query.split("&")
         )
     return f"{base}{mark}{query}{hash_}{'REDACTED' if fragment else ''}"
 

@@ -671,7 +671,7 @@ def test_an_http_span_has_its_query_values_only_with_content(tmp_path: Path) -> 
     def shown(content: bool) -> list[Any]:
         return [p.attributes.get("url.full") for p in plan(s, content=content) if p.kind == "client"]
 
-    assert shown(False) == ["http://127.0.0.1:9/search?q=REDACTED&page=REDACTED&flag"]
+    assert shown(False) == ["http://127.0.0.1:9/search?q=REDACTED&page=REDACTED&REDACTED"]
     assert shown(True) == [url]
 
 
@@ -695,6 +695,37 @@ def test_an_http_spans_fragment_is_redacted_and_an_unparsable_url_exported(tmp_p
     call = next(e for e in s.events if e.get("type") == "model_call")
     call["request"]["url"] = "http://[::1/search?q=smith"
     assert shown(False) == ["http://[::1/search?q=REDACTED"]
+
+
+def test_an_export_to_a_descriptor_by_name_writes_to_what_it_names(tmp_path: Path) -> None:
+    """``--file /dev/stdout`` with stdout a regular file (``> spans.json``) was renamed over: as
+    root, the link ``/dev/stdout`` itself became a regular file. A descriptor named by its path
+    (here ``/proc/self/fd/1``, which no rename can replace: without the change the export fails) is
+    written to, appending, as the shell opened it."""
+    import subprocess
+    import sys
+
+    s = _pages_session(tmp_path, 3, 10)
+    out = tmp_path / "spans.json"
+    out.write_bytes(b"kept\n")
+    cmd = [
+        sys.executable,
+        "-m",
+        "forkpoint.cli",
+        "export",
+        s.id,
+        "--store",
+        str(tmp_path / "store"),
+        "--file",
+        "/proc/self/fd/1",
+    ]
+    with out.open("ab") as stdout:
+        done = subprocess.run(cmd, stdout=stdout, stderr=subprocess.PIPE, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    first, *lines = out.read_bytes().splitlines()
+    assert first == b"kept" and [
+        json.loads(line)["resourceSpans"][0]["scopeSpans"][0]["spans"][-1]["name"] for line in lines
+    ] == ["invoke_agent"]
 
 
 def test_an_export_to_a_pipe_or_device_writes_to_it_not_over_it(tmp_path: Path) -> None:
