@@ -26,8 +26,9 @@ the ratio against its yardstick and whether the issue's target is met:
 * ``growth``: the same loop at two lengths (500 and 2,000 turns): peak memory over the baseline
   (``VmHWM`` - ``VmRSS`` before the step, each step in a fresh interpreter) and CPU time of record,
   replay, ``Session.load`` (with each call's lists its own, and ``share_lists=True`` as forkpoint's
-  own readers load), ``forkpoint verify`` and ``forkpoint show --json``; prints the growth
-  exponent ``log(m2/m1) / log(n2/n1)`` (1: linear, 2: quadratic).
+  own readers load), ``forkpoint verify``, ``forkpoint show --json``, ``forkpoint show --html``
+  and ``forkpoint export --content`` (to stdout); prints the growth exponent
+  ``log(m2/m1) / log(n2/n1)`` (1: linear, 2: quadratic).
 * ``growth-stamp``: the same on the ``sdkless-stamp`` loop (its system prompt stamped with the time
   at every call).
 * ``large``: a 20 MB tool result: recording it against ``json.dumps`` + write + ``fsync``,
