@@ -6,6 +6,9 @@ Where forkpoint looks, first match wins:
    ``[tool.forkpoint.redact]`` table also works, so it may point at a ``pyproject.toml``);
 2. from the current directory up to the filesystem root, in each directory: ``forkpoint.toml``
    (its ``[redact]`` table), then ``pyproject.toml`` if it has a ``[tool.forkpoint]`` table.
+   Inside :func:`anchored` (the pytest plugin, while a test runs), the search starts from that
+   directory instead (the test file's folder): a project's configuration is the one its tests run
+   under, wherever pytest was started from.
 
 A ``forkpoint.toml`` or ``pyproject.toml`` with ``[tool.forkpoint]`` ends the search even when it
 has no ``redact`` table (so a project can say "built-in rules only" above a parent's rules)::
@@ -28,6 +31,9 @@ silently do not work.
 from __future__ import annotations
 
 import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -37,13 +43,47 @@ from .errors import ConfigError
 CONFIG_NAME = "forkpoint.toml"
 
 
+_anchors: list[Path] = []
+_anchors_lock = threading.Lock()
+
+
+def anchor() -> Path | None:
+    """The directory the configuration search starts from instead of the current directory (the
+    innermost :func:`anchored` block, in any thread), or None."""
+    with _anchors_lock:
+        return _anchors[-1] if _anchors else None
+
+
+def config_start() -> Path:
+    """Where the configuration search starts by default: :func:`anchor`, else the current directory."""
+    return anchor() or Path.cwd()
+
+
+@contextmanager
+def anchored(start: Path) -> Iterator[None]:
+    """Look for the configuration from ``start`` (absolute) up, not from the current directory,
+    inside the block, in every thread of this process: the redaction rules, the ``[match]`` rules
+    and the ``[store]`` settings a recording or replay uses then. The pytest plugin anchors each
+    test at its file's folder, so ``pytest proj/tests`` from a parent directory records under
+    ``proj/forkpoint.toml`` as ``pytest`` in ``proj/`` does."""
+    start = Path(start).absolute()
+    with _anchors_lock:
+        _anchors.append(start)
+    try:
+        yield
+    finally:
+        with _anchors_lock:
+            _anchors.remove(start)
+
+
 def find_config(start: Path | None = None) -> tuple[Path, tuple[str, ...]] | None:
-    """The configuration file in force for ``start`` (default: the current directory), and the
-    path of tables to its ``redact`` table; None when there is none."""
+    """The configuration file in force for ``start`` (default: :func:`config_start`, the current
+    directory unless :func:`anchored`), and the path of tables to its ``redact`` table; None when
+    there is none."""
     env = os.environ.get("FORKPOINT_CONFIG")
     if env:
         return Path(env), ()
-    here = Path(start) if start is not None else Path.cwd()
+    here = Path(start) if start is not None else config_start()
     for d in (here, *here.parents):
         own = d / CONFIG_NAME
         if own.is_file():

@@ -43,7 +43,7 @@ import orjson
 
 from . import jsonpath, redact
 from .canonical import digest
-from .config import load_table
+from .config import config_start, load_table
 from .errors import ConfigError, RuleError
 from .events import process_of
 from .jsondiff import json_diff
@@ -450,13 +450,15 @@ _configured_lock = threading.Lock()
 
 
 def configured() -> Ignore:
-    """The rules of the configuration in force for the current directory, read once per directory
-    (and ``$FORKPOINT_CONFIG``) in a process. Raises :class:`~forkpoint.errors.ConfigError`."""
-    where = (os.getcwd(), os.environ.get("FORKPOINT_CONFIG", ""))
+    """The rules of the configuration in force for the current directory (or the
+    :func:`~forkpoint.config.anchored` one), read once per directory (and ``$FORKPOINT_CONFIG``) in
+    a process. Raises :class:`~forkpoint.errors.ConfigError`."""
+    start = config_start()
+    where = (str(start), os.environ.get("FORKPOINT_CONFIG", ""))
     found = _configured.get(where)
     if found is None:
         with _configured_lock:
-            found = _configured[where] = Ignore(load_ignore())
+            found = _configured[where] = Ignore(load_ignore(start))
     return found
 
 

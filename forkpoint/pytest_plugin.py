@@ -482,6 +482,7 @@ class Cassette:
         self._cm: AbstractContextManager[Any] | None = None
         self._tmp: Path | None = None
         self._lock_fd: int | None = None
+        self._anchor: AbstractContextManager[None] | None = None
 
     # -- helpers
 
@@ -516,6 +517,8 @@ class Cassette:
             self.action = "outer"
             return
         self._lock()  # pytest-xdist: one worker at a time records or replays this cassette
+        if not self._anchor_config():
+            return
         recorded_as = _header(self.path) if self.exists else None
         # A cassette recorded with or without the agent's clock cannot be updated into the other.
         redo = (
@@ -589,6 +592,35 @@ class Cassette:
             if self._tmp is not None:
                 shutil.rmtree(self._tmp, ignore_errors=True)
             raise
+
+    def _anchor_config(self) -> bool:
+        """Read the configuration (``[redact]``, ``[match]``, ``[store]`` of a ``forkpoint.toml`` or
+        ``pyproject.toml``) from the test file's folder up, not from the directory pytest was
+        started in, until :meth:`finish`: ``pytest proj/tests`` from a parent directory records
+        and replays under ``proj/forkpoint.toml``, as ``pytest`` in ``proj/`` does (it had recorded
+        with neither its redaction nor its match rules). When no configuration is found from
+        there, the search stays where it was. False (and :attr:`problem` says why) for a
+        configuration file that cannot be read."""
+        from .config import anchored, find_config
+        from .errors import ForkpointError
+
+        folder = Path(self.item.path).parent
+        try:
+            found = find_config(folder)
+        except ForkpointError as exc:
+            self.problem = f"forkpoint: {exc}"
+            return False
+        if found is not None:
+            self._anchor = anchored(folder)
+            self._anchor.__enter__()
+        return True
+
+    def _release(self) -> None:
+        """Let go of the cassette's lock and of the configuration anchor of :meth:`start`."""
+        self._unlock()
+        anchor, self._anchor = self._anchor, None
+        if anchor is not None:
+            anchor.__exit__(None, None, None)
 
     def _replay_settings(self) -> dict[str, Any]:
         return {
@@ -665,7 +697,7 @@ class Cassette:
         """Deactivate. A recording becomes the cassette when the test ``passed``, is kept as
         ``<test>.failed`` when it ``failed``, and is dropped otherwise (skipped, xfailed, not run)."""
         if self._cm is None:
-            self._unlock()
+            self._release()
             return
         cm, self._cm = self._cm, None
         cm.__exit__(None, None, None)
@@ -695,7 +727,7 @@ class Cassette:
         finally:
             if self._tmp is not None:
                 shutil.rmtree(self._tmp, ignore_errors=True)
-            self._unlock()
+            self._release()
 
     def _rebuild(self, child: Path) -> Path:
         """A cassette made of a what-if child session's events (served and live alike)."""

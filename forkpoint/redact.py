@@ -48,6 +48,7 @@ import orjson
 
 from . import jsonpath, streamscrub
 from .canonical import canonical_json, digest
+from .config import anchor as config_anchor
 from .config import load_table
 from .deltalist import json_default
 from .errors import ConfigError, RuleError
@@ -1519,13 +1520,25 @@ def load_rules(start: Path | None = None) -> Rules:
 _state_lock = threading.RLock()
 _loaded: Scrubber | None = None
 _override: list[Scrubber] = []
+#: The scrubbers of anchored configuration searches (the pytest plugin's tests), by directory.
+_anchored: dict[Path, Scrubber] = {}
 
 
 def current() -> Scrubber:
     """The scrubber with the rules in force: set by :func:`use_rules`, else read from configuration
-    once per process (see :mod:`forkpoint.config`). Raises ``ConfigError`` for bad configuration."""
+    once per process (see :mod:`forkpoint.config`), or once per :func:`~forkpoint.config.anchored`
+    directory inside such a block. Raises ``ConfigError`` for bad configuration."""
     if _override:
         return _override[-1]
+    start = config_anchor()
+    if start is not None:
+        found = _anchored.get(start)
+        if found is None:
+            with _state_lock:
+                found = _anchored.get(start)
+                if found is None:
+                    found = _anchored[start] = Scrubber(load_rules(start))
+        return found
     global _loaded
     scrubber = _loaded
     if scrubber is None:
@@ -1541,6 +1554,7 @@ def reload() -> Scrubber:
     global _loaded
     with _state_lock:
         _loaded = None
+        _anchored.clear()
     return current()
 
 

@@ -288,6 +288,42 @@ def test_printed_commands_and_paths_work_from_where_pytest_ran(
     run(pytester, "--forkpoint-mode=replay", "proj").assert_outcomes(passed=3)
 
 
+def test_a_projects_configuration_applies_when_pytest_runs_from_a_parent(
+    pytester: pytest.Pytester, server: LocalServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """proj/forkpoint.toml's [redact] and [match] rules are in force for proj's tests when pytest
+    runs from the parent (`pytest proj`, as `pytest examples` from a repository root). They were
+    looked up from the current directory only: the customer id was written into the cassette, and
+    the replay diverged on the clock the [match] rule leaves out."""
+    proj = pytester.mkdir("proj")
+    (proj / "pytest.ini").write_text("[pytest]\ntestpaths = tests\n")
+    (proj / "forkpoint.toml").write_text(
+        '[redact]\npatterns = [{ kind = "customer-id", regex = "CUST-[0-9]{8}" }]\n'
+        '[match]\nignore = [{ path = "$.body.messages[*].content", regex = "Current time: [0-9]+" }]\n'
+    )
+    (proj / "tests").mkdir()
+    (proj / "tests" / "test_cfg.py").write_text(
+        "import os\nimport pytest\nfrom test_agent import ask\n\n"
+        "@pytest.mark.forkpoint\ndef test_customer():\n"
+        "    assert ask('I am CUST-12345678. Current time: ' + os.environ['NOW'])\n"
+    )
+    (proj / "tests" / "test_agent.py").write_text(INNER)
+    monkeypatch.setenv("NOW", "1000")
+    run(pytester, "proj/tests/test_cfg.py").assert_outcomes(passed=1)
+    assert "CUST-12345678" in str(server.requests[0]["body"])  # the live run is unchanged
+    cassette = proj / "tests" / "cassettes" / "test_cfg" / "test_customer"
+    content = Session.load(cassette).by_type("model_call")[0]["request"]["body"]["messages"][0]["content"]
+    assert "CUST-12345678" not in content and "[REDACTED:customer-id:" in content
+    assert "Current time: 1000" in content
+
+    from forkpoint import config
+
+    assert config.anchor() is None  # the test's anchor ends with it
+    monkeypatch.setenv("NOW", "2000")
+    server.stop()
+    run(pytester, "--forkpoint-mode=replay", "proj/tests/test_cfg.py").assert_outcomes(passed=1)
+
+
 @pytest.mark.slow
 def test_printed_commands_outside_the_invocation_dir_are_absolute(
     pytester: pytest.Pytester, server: LocalServer, monkeypatch: pytest.MonkeyPatch
