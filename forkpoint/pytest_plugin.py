@@ -754,6 +754,10 @@ class Cassette:
                 if event["type"] not in ("model_call", "tool_call", "value", "note", "end"):
                     continue
                 drop = {"seq", "prev", "hash", "source", "recorded_seq", "override", "summary"}
+                if event["type"] == "end":
+                    # Where the run left the old cassette: the what-if child's, not the new
+                    # cassette's, which is a recording of its own with no parent to diverge from.
+                    drop.add("divergence")
                 kept = {k: v for k, v in event.items() if k not in drop}
                 spec = kept.get("keys", loaded.header.get("keys"))
                 if "key" in kept and spec != writer.header.get("keys"):

@@ -8,6 +8,7 @@ import os
 import re
 import shlex
 import socket
+import subprocess
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,6 +19,7 @@ import pytest
 from forkpoint import Session
 from forkpoint.pytest_plugin import Settings, cassette_parts, ci_is_set, lock_folder, loopback_hosts
 from forkpoint.signing import signature
+from tests.cliutil import FORKPOINT
 from tests.modelserver import LocalServer, Reply
 
 pytest_plugins = ["pytester"]
@@ -211,6 +213,18 @@ def test_record_mode_rewrites_a_cassette_the_run_no_longer_matches(
     assert updated.by_type("model_call")[0]["request"]["body"]["messages"][0]["content"] == "And in Rome?"
     assert [e["type"] for e in updated.events] == ["model_call", "tool_call", "end"]
     assert not any("source" in e for e in updated.events)
+    # One coherent recording, not a what-if of the old cassette: its end says no divergence from a
+    # parent it does not have (forkpoint show printed "diverged at the 1st model call …; expected
+    # the parent's #1" under a re-recorded cassette).
+    assert updated.header["parent"] is None
+    assert "divergence" not in updated.events[-1]
+    shown = subprocess.run(
+        [*FORKPOINT, "show", str(root / "test_agent")],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "diverged" not in shown
     server.stop()
     run(pytester, "--forkpoint-mode=replay").assert_outcomes(passed=3)
 
