@@ -446,6 +446,15 @@ class Cassette:
             raise pytest.UsageError(
                 f"{nodeid}: forkpoint on_divergence={self.policy!r}: expected one of {', '.join(POLICIES)}"
             )
+        #: Why the test's ``on_divergence="live"`` is not followed (mode ``replay`` never touches the
+        #: network: CI, whatever the markers say), or None. A divergence then fails the test.
+        self.live_refused: str | None = None
+        if self.policy == "live" and self.mode == "replay":
+            self.live_refused = (
+                f"(on_divergence='live' is not followed in mode replay ({self.mode_reason}): a replay "
+                "never touches the network, so the divergence fails the test as on_divergence='stop' does)"
+            )
+            self.policy = "stop"
         deterministic = opts.get("deterministic", False)
         if not isinstance(deterministic, bool):
             deterministic = _listed(deterministic)
@@ -670,9 +679,10 @@ class Cassette:
             )
             return None, None
         if report.get("divergence"):
+            refused = f"\n{self.live_refused}" if self.live_refused else ""
             return (
                 f"forkpoint: the run diverged from its cassette {where}\n"
-                f"{format_divergence(report['divergence'])}\n{summary_line(report)}\n{fix}"
+                f"{format_divergence(report['divergence'])}\n{summary_line(report)}{refused}\n{fix}"
             ), None
         if report.get("network_blocked"):
             hosts = ", ".join(dict.fromkeys(report["network_blocked"]))

@@ -223,6 +223,47 @@ def test_the_divergence_policy(
     )
 
 
+LIVE = """
+import os
+
+import pytest
+
+from helpers import ask
+
+
+@pytest.mark.forkpoint(on_divergence="live")
+def test_goes_on_live():
+    assert ask(os.environ.get("PROMPT", "hi"))
+"""
+
+
+def test_a_live_divergence_policy_never_touches_the_network_in_mode_replay(
+    pytester: pytest.Pytester, server: LocalServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Mode replay (CI) never touches the network, whatever the markers say: a test marked
+    on_divergence="live" made the changed call to the model for real under CI and passed, with
+    only a warning."""
+    pytester.makepyfile(helpers=HELPERS, test_live=LIVE)
+    run(pytester).assert_outcomes(passed=1)
+    assert len(server.requests) == 1
+    monkeypatch.setenv("PROMPT", "something else")
+    monkeypatch.setenv("CI", "true")
+    result = run(pytester)
+    result.assert_outcomes(failed=1)
+    assert len(server.requests) == 1  # the changed call was not made
+    result.stdout.fnmatch_lines(
+        [
+            "*forkpoint: the run diverged from its cassette tests/cassettes/test_live/test_goes_on_live",
+            "*~ $.body.messages[[]1[]].content: hi → something else",
+            "(on_divergence='live' is not followed in mode replay (the CI environment variable is set): *",
+        ]
+    )
+    # Outside mode replay the policy is followed: the changed call is made live, and the test passes.
+    monkeypatch.delenv("CI")
+    run(pytester).assert_outcomes(passed=1, warnings=1)
+    assert len(server.requests) == 2
+
+
 NET = """
 import os
 import socket
