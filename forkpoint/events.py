@@ -463,6 +463,9 @@ class ReplayReport(TypedDict):
     policy: str
     sources: dict[str, str]
     drift: list[DivergenceReport]
+    #: The calls the replay answered with a :class:`~forkpoint.Divergence` instead of a recorded
+    #: answer (under ``fifo``: none of that endpoint or tool was left to serve), each as its report.
+    unanswered: NotRequired[list[DivergenceReport]]
     overrides: list[OverrideState]
     live_calls: dict[str, int]
     child_session: str | None

@@ -670,6 +670,15 @@ class Cassette:
         report = self.runtime.report()
         where = self.shown()
         fix = f"If the change is intended, re-record it: {rerun_command(self.item, 'record')}"
+        unanswered = report.get("unanswered") or []
+        if self.policy == "fifo" and unanswered:
+            # fifo went on while it had recorded calls to serve; this call got none (the agent may
+            # have caught the Divergence): the run did not go on, whatever the test asserts.
+            return (
+                f"forkpoint: the run left its cassette {where}, and on_divergence='fifo' had no recorded "
+                f"call of that endpoint or tool left to serve, so the call got no answer\n"
+                f"{format_divergence(unanswered[0])}\n{summary_line(report)}\n{fix}"
+            ), None
         if report.get("divergence") and self.policy != "stop":
             self.item.warn(
                 ReplayWarning(

@@ -393,6 +393,8 @@ class Replayer:
         self.live_calls = {"model_call": 0, "tool_call": 0, "value": 0}
         self.divergence: DivergenceReport | None = None
         self.drift: list[DivergenceReport] = []
+        #: The calls answered with a Divergence instead of a recorded answer (report ``unanswered``).
+        self.unanswered: list[DivergenceReport] = []
         self.gone_live = False
         self.network_blocked: list[str] = []
         self.pending: set[Any] = set()
@@ -433,6 +435,7 @@ class Replayer:
         self.live_calls = dict.fromkeys(self.live_calls, 0)
         self.divergence = None
         self.drift, self.id_drift, self.out_of_order, self.uncaught = [], [], [], []
+        self.unanswered = []
         self.alike_served, self.placeholders_served = [], []
         self.aside_served, self.aside_answered, self.network_blocked = [], [], []
         self.applied = dict.fromkeys(self.applied, False)
@@ -752,6 +755,9 @@ class Replayer:
                 return self._serve(nxt)
         # The replay stopped at the first divergence: a call made after it (an SDK retrying the
         # failed one, a program that caught it) is told where, not of a 2nd or 3rd call of its own.
+        # Every call answered so is kept: under fifo, a call with nothing left to serve is no drift
+        # the run went on from, although the divergence it reports is the first drift's.
+        self.unanswered.append(report)
         raise divergence(report if first or self.divergence is None else self.divergence)
 
     def _queued(self, events: Sequence[Served]) -> dict[str, deque[Served]]:
@@ -1082,6 +1088,7 @@ class Replayer:
                 "policy": self.policy,
                 "sources": {"models": self.sources["model_call"], "tools": self.sources["tool_call"]},
                 "drift": self.drift,
+                "unanswered": list(self.unanswered),
                 "overrides": [
                     {
                         **o.to_json(),

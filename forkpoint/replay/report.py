@@ -188,7 +188,9 @@ def summary_line(report: dict[str, Any]) -> str:
             "live": ", then went live as asked",
             "fifo": ", then served the recorded answers in their order as asked (fifo)",
         }
-        if report.get("policy") == "fifo" and "served_seq" not in report["divergence"]:
+        if report.get("policy") == "fifo" and (
+            "served_seq" not in report["divergence"] or report.get("unanswered")
+        ):
             # fifo had no recorded call of that endpoint or tool left to serve: it stopped there.
             then["fifo"] = (
                 ", with no recorded call of that endpoint or tool left for fifo to serve: stopped there"
@@ -372,6 +374,7 @@ def merge_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
             "ended_early": bool(unserved) and divergence is None,
             "divergence": divergence,
             "drift": [d for r in reports for d in r["drift"]],
+            "unanswered": [u for r in reports for u in r.get("unanswered") or []],
             "overrides": overrides,
             "live_calls": {k: sum(r["live_calls"][k] for r in reports) for k in ("models", "tools")},
             "network_blocked": blocked,

@@ -264,6 +264,49 @@ def test_a_live_divergence_policy_never_touches_the_network_in_mode_replay(
     assert len(server.requests) == 2
 
 
+CAUGHT = """
+import os
+
+import pytest
+
+from helpers import ask
+
+
+@pytest.mark.forkpoint(on_divergence="fifo")
+def test_catches_what_fifo_cannot_serve():
+    answers = []
+    for i in range(int(os.environ.get("CALLS", "1"))):
+        try:
+            answers.append(ask(f"question {i}"))
+        except Exception:  # an agent that carries on after a failed model call
+            answers.append("sorry")
+    assert answers
+"""
+
+
+def test_a_call_fifo_had_nothing_left_for_fails_the_test(
+    pytester: pytest.Pytester, server: LocalServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """fifo serves recorded answers to calls that drifted while it has some; a call it had none left
+    for got no answer at all. An agent that caught that passed its test, with a warning that the
+    run "went on"."""
+    pytester.makepyfile(helpers=HELPERS, test_caught=CAUGHT)
+    run(pytester).assert_outcomes(passed=1)
+    server.stop()
+    monkeypatch.setenv("CALLS", "2")
+    result = run(pytester, "--forkpoint-mode=replay")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*forkpoint: the run left its cassette tests/cassettes/test_caught/test_catches_what_fifo_cannot_serve, "
+            "and on_divergence='fifo' had no recorded call of that endpoint or tool left to serve, so the call "
+            "got no answer",
+            "replay diverged at the 2nd model call of this run (POST /v1/chat/completions): the recording has "
+            "no model call left (1 was recorded).",
+        ]
+    )
+
+
 NET = """
 import os
 import socket

@@ -309,6 +309,65 @@ def test_fifo_drift_exits_3_unless_accepted(tmp_path: Path, monkeypatch: pytest.
     assert misuse.returncode == 2 and "applies to --on-divergence fifo only" in misuse.stderr
 
 
+@forkpoint.tool
+def shout(q: str) -> str:
+    return q.upper()
+
+
+def test_a_fifo_call_with_nothing_left_to_serve_is_no_drift_the_run_went_on_from(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under fifo, a call that drifted after the recorded calls of its tool ran out got the
+    divergence, not an answer. The report said only the first drift (served), so a program that
+    caught the Divergence was accepted with --accept-drift (exit 0), and the pytest plugin passed
+    its test with a warning that the run "went on"."""
+
+    def run(n: int, q: str) -> list[str]:
+        out = []
+        for _ in range(n):
+            try:
+                out.append(shout(q))
+            except forkpoint.Divergence:
+                out.append("no answer")
+        return out
+
+    with forkpoint.record(store=tmp_path) as rec:
+        run(1, "same")
+    with forkpoint.replay(rec.session_path, on_divergence="fifo") as rp:
+        assert run(2, "other") == ["SAME", "no answer"]
+    report = rp.report()
+    assert report["drift"][0]["served_seq"] == 1  # the first call drifted and was served
+    assert [u["position"] for u in report["unanswered"]] == [2]  # the second got no answer
+    assert not report["reproduced"]
+    assert "no recorded call of that endpoint or tool left for fifo to serve: stopped there" in summary_line(
+        report
+    )
+
+    from click.testing import CliRunner
+
+    from forkpoint.cli import main
+
+    script = tmp_path / "twice.py"
+    script.write_text(
+        "import os\nimport forkpoint\n\n@forkpoint.tool\ndef shout(q):\n    return q.upper()\n\n"
+        "for _ in range(int(os.environ.get('N', '1'))):\n    try:\n        print(shout(os.environ.get('Q', 'same')))\n"
+        "    except forkpoint.Divergence:\n        print('no answer')\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    store = tmp_path / "store"
+    cli = CliRunner()
+    recorded = cli.invoke(
+        main, ["record", "--store", str(store), "--no-workspace", "--", sys.executable, str(script)]
+    )
+    assert recorded.exit_code == 0, recorded.output
+    monkeypatch.setenv("N", "2")
+    monkeypatch.setenv("Q", "other")
+    accepted = cli.invoke(
+        main, ["replay", "last", "--store", str(store), "--on-divergence", "fifo", "--accept-drift"]
+    )
+    assert accepted.exit_code == EXIT_DIVERGENCE, accepted.output
+
+
 # --------------------------------------------------------------------------- parallel tool results
 
 
