@@ -659,16 +659,22 @@ class Cassette:
     def check(self) -> tuple[str | None, str | None]:
         """After the test body: (why the replay makes the test fail, a note on unused events).
 
-        Only a replay can fail here; ``update`` and ``record`` runs go live instead of diverging.
+        Only a replay can fail here; ``update`` and ``record`` runs go live instead of diverging
+        (an ``update`` fails only for a connection its replayed part refused, as a replay does).
         A divergence the test's ``on_divergence`` policy (``fifo``, ``live``) went on from is a
         :class:`~forkpoint.errors.ReplayWarning`, not a failure.
         """
-        if self.action != "replay" or self.runtime is None:
+        if self.action not in ("replay", "update") or self.runtime is None:
             return None, None
         from .replay import format_divergence, summary_line
 
         report = self.runtime.report()
         where = self.shown()
+        if self.action == "update":
+            # Mode record serves the calls that match and goes live from the first that does not;
+            # a connection the replayed part refused (the code may have caught the NetworkBlocked)
+            # fails the test as it does in a replay, or the run passes here and fails in CI.
+            return (self._blocked(report, where) if report.get("network_blocked") else None), None
         fix = f"If the change is intended, re-record it: {rerun_command(self.item, 'record')}"
         unanswered = report.get("unanswered") or []
         if self.policy == "fifo" and unanswered:
@@ -694,13 +700,7 @@ class Cassette:
                 f"{format_divergence(report['divergence'])}\n{summary_line(report)}{refused}\n{fix}"
             ), None
         if report.get("network_blocked"):
-            hosts = ", ".join(dict.fromkeys(report["network_blocked"]))
-            return (
-                f"forkpoint: the test tried to reach the network during the replay of {where}: {hosts}. "
-                "A replay never touches the network: make the call through a recorded client or a "
-                "@forkpoint.tool, or allow a loopback host (--forkpoint-allow-host 127.0.0.1, or "
-                "@pytest.mark.forkpoint(allow_hosts=['127.0.0.1']))."
-            ), None
+            return self._blocked(report, where), None
         if report.get("unserved") and not self.allow_unused:
             by_seq = {e["seq"]: e for e in self.runtime.recorded}
             labels = [_label(by_seq[s]) for s in report["unserved"]]
@@ -711,6 +711,16 @@ class Cassette:
                 "(or mark the test @pytest.mark.forkpoint(allow_unused=True))"
             )
         return None, None
+
+    @staticmethod
+    def _blocked(report: Mapping[str, Any], where: str) -> str:
+        hosts = ", ".join(dict.fromkeys(report["network_blocked"]))
+        return (
+            f"forkpoint: the test tried to reach the network during the replay of {where}: {hosts}. "
+            "A replay never touches the network: make the call through a recorded client or a "
+            "@forkpoint.tool, or allow a loopback host (--forkpoint-allow-host 127.0.0.1, or "
+            "@pytest.mark.forkpoint(allow_hosts=['127.0.0.1']))."
+        )
 
     def finish(self, outcome: str | None) -> None:
         """Deactivate. A recording becomes the cassette when the test ``passed``, is kept as

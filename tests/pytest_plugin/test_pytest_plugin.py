@@ -487,6 +487,17 @@ def test_network_is_blocked_in_replay_except_allowed_loopback(
         ]
     )
     blocked.stdout.no_fnmatch_line("FAILED *test_connects_allowed_by_marker*")
+    # Mode record replays what matches, so it refuses the same connections, and says so the same
+    # way: a test that swallowed the refusal passed here and then failed in CI.
+    updating = run(pytester, "--forkpoint-mode=record")
+    updating.assert_outcomes(passed=1, failed=2)
+    updating.stdout.fnmatch_lines(
+        [
+            "FAILED test_net.py::test_connects - Failed: forkpoint: the test tried to reac*",
+            "FAILED test_net.py::test_swallows_the_error - Failed: forkpoint: the test tri*",
+        ],
+        consecutive=False,
+    )
 
     allowed = run(pytester, "--forkpoint-mode=replay", "--forkpoint-allow-host", "127.0.0.1")
     allowed.assert_outcomes(passed=3)
