@@ -395,6 +395,11 @@ def test_settings(item: pytest.Item, config: Any) -> dict[str, Any]:
     ]
     for marker in reversed(list(item.iter_markers("forkpoint"))):
         opts = dict(marker.kwargs)
+        if len(marker.args) > 1:
+            raise pytest.UsageError(
+                f"{item.nodeid}: @pytest.mark.forkpoint takes one name, got {len(marker.args)} arguments "
+                f"{marker.args!r}; the other settings are keywords (docs/pytest.md)"
+            )
         if marker.args:
             opts.setdefault("name", marker.args[0])
         layers.append(("@pytest.mark.forkpoint", opts, list(MARKER_KWARGS)))
@@ -477,12 +482,27 @@ class Cassette:
                 self.ignore += tmp_path_rules(tmp_root)
         except (ValueError, UsageError, ConfigError) as exc:
             raise pytest.UsageError(str(exc)) from None
-        self.allow_unused = bool(opts.get("allow_unused", False))
-        module, test = cassette_parts(item, opts.get("name"))
+        allow_unused = opts.get("allow_unused", False)
+        if not isinstance(allow_unused, bool):  # (a string "false" would be true)
+            raise pytest.UsageError(f"{nodeid}: forkpoint allow_unused={allow_unused!r}: True or False")
+        self.allow_unused = allow_unused
+        name = opts.get("name")
+        if name is not None and (not isinstance(name, str) or not name.strip()):
+            raise pytest.UsageError(
+                f"{nodeid}: forkpoint name={name!r}: the cassette's name, a non-empty string"
+            )
+        cassette = opts.get("cassette")
+        if cassette is not None and (
+            not isinstance(cassette, str | os.PathLike) or not str(cassette).strip()
+        ):
+            raise pytest.UsageError(
+                f"{nodeid}: forkpoint cassette={cassette!r}: a folder relative to the test's file, as a string"
+            )
+        module, test = cassette_parts(item, name)
         self.path: Path = settings.directory / module / test
         place = settings.directory
-        if opts.get("cassette"):  # a place of its own, relative to the test's file (forkpoint make-test)
-            self.path = Path(item.path).parent / str(opts["cassette"])
+        if cassette is not None:  # a place of its own, relative to the test's file (forkpoint make-test)
+            self.path = Path(item.path).parent / os.fspath(cassette)
             place = self.path.parent
         settings.places.add(str(place))
         self.action: str | None = None

@@ -366,6 +366,13 @@ def test_it():
         ),
         ("", "(tools=['nocolon'])", "*test_it: tools: --tool 'nocolon': expected MODULE:FUNCTION*"),
         ("", "(deterministic=[1])", "*deterministic=[[]1[]]: True, or the agent's module names*"),
+        # A setting of the wrong type was taken as another value, or failed with a TypeError.
+        ('"allow_unused": "false"', "", "*test_it: forkpoint allow_unused='false': True or False*"),
+        ("", "(allow_unused='no')", "*test_it: forkpoint allow_unused='no': True or False*"),
+        ("", "(name=123)", "*test_it: forkpoint name=123: the cassette's name, a non-empty string*"),
+        ("", "(name='')", "*test_it: forkpoint name='': the cassette's name, a non-empty string*"),
+        ("", "(cassette=5)", "*test_it: forkpoint cassette=5: a folder relative to the test's file*"),
+        ("", "('one', 'two')", "*test_it: @pytest.mark.forkpoint takes one name, got 2 arguments*"),
     ],
 )
 def test_bad_settings_are_refused_naming_the_test(
