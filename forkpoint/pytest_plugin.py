@@ -542,8 +542,10 @@ class Cassette:
         nodeid = self.item.nodeid
         if forkpoint.active() is not None:
             # This pytest runs under `forkpoint record` or `forkpoint replay` (a cassette's recorded
-            # command replayed from the CLI): that runtime records or serves the test's calls.
+            # command replayed from the CLI): that runtime records or serves the test's calls, under
+            # the test's redaction rules as the cassette was (its [match] rules are in the header).
             self.action = "outer"
+            self._anchor_config()
             return
         self._lock()  # pytest-xdist: one worker at a time records or replays this cassette
         if not self._anchor_config():
@@ -632,14 +634,20 @@ class Cassette:
         configuration file that cannot be read."""
         from .config import anchored, find_config
         from .errors import ForkpointError
+        from .match import load_ignore
 
         folder = Path(self.item.path).parent
         try:
             found = find_config(folder)
+            # The configuration's [match] rules are kept in the cassette's header with the test's
+            # own: `forkpoint replay CASSETTE` from where pytest ran (which may not find this
+            # configuration) applies them too.
+            configured = load_ignore(folder) if found is not None else ()
         except ForkpointError as exc:
             self.problem = f"forkpoint: {exc}"
             return False
         if found is not None:
+            self.ignore = tuple(dict.fromkeys((*self.ignore, *configured)))
             self._anchor = anchored(folder)
             self._anchor.__enter__()
         return True

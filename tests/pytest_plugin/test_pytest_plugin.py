@@ -336,6 +336,16 @@ def test_a_projects_configuration_applies_when_pytest_runs_from_a_parent(
     monkeypatch.setenv("NOW", "2000")
     server.stop()
     run(pytester, "--forkpoint-mode=replay", "proj/tests/test_cfg.py").assert_outcomes(passed=1)
+    # `forkpoint replay CASSETTE` from where pytest ran, which finds no configuration: the test's
+    # redaction rules and the cassette's [match] rules apply there too.
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_DISABLE_PLUGIN_AUTOLOAD"}
+    env.update(CI="", PYTEST_ADDOPTS="-p no:cacheprovider -p no:phoenix")
+    rep = subprocess.run(
+        [*FORKPOINT, "replay", str(cassette)],
+        cwd=pytester.path, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert rep.returncode == 0, rep.stdout + rep.stderr
+    assert "1 passed" in rep.stdout
 
 
 @pytest.mark.slow
