@@ -587,6 +587,19 @@ class Cassette:
             except SessionError as exc:
                 self.problem = f"forkpoint: cannot read the cassette of this test: {exc}"
                 return
+            from .checkpoint.verify import verify_session
+
+            # As `forkpoint replay` does: an edited line (a hand-tweaked answer, a bad merge) or blob
+            # breaks the hash chain, and its answers are not what was recorded.
+            checked = verify_session(self.path, git=False, values=False)
+            if checked.problems:
+                shown = shlex.quote(self.shown())
+                self.problem = (
+                    f"forkpoint: the cassette of this test fails verification, so it may not be what was "
+                    f"recorded: {checked.problems[0]} (forkpoint verify {shown}). Restore it, or "
+                    f"re-record it: {rerun_command(self.item, 'rewrite')}"
+                )
+                return
             if session.truncated:
                 # Read up to the cut, it may still pass, and nothing else would say it: the plugin
                 # writes whole cassettes, so a cut one was damaged since (or copied, by make-test,

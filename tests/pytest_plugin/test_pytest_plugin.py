@@ -194,6 +194,33 @@ def test_a_cut_off_cassette_is_said_even_when_the_test_passes(
     )
 
 
+def test_an_edited_cassette_fails_verification_instead_of_serving_its_edits(
+    pytester: pytest.Pytester, server: LocalServer
+) -> None:
+    """A cassette line edited by hand (as vcrpy cassettes are), or by a bad merge, breaks the hash
+    chain: `forkpoint replay` refuses such a session, but the plugin served it without a word (an
+    edited answer as if recorded), in replay and record modes alike."""
+    record_inner(pytester, server)
+    server.stop()
+    log = pytester.path / "tests" / "cassettes" / "test_agent" / "test_agent" / "session.jsonl"
+    lines = log.read_bytes().splitlines(keepends=True)
+    # (The call itself is packed; its time is in the clear, and any edit breaks the chain.)
+    edited = [i for i, line in enumerate(lines) if b'"type":"tool_call"' in line]
+    lines[edited[0]] = re.sub(rb'"ts":"\d{4}', b'"ts":"1999', lines[edited[0]], count=1)
+    log.write_bytes(b"".join(lines))
+    for mode in ("replay", "record"):
+        result = run(pytester, f"--forkpoint-mode={mode}", "test_agent.py::test_agent")
+        result.assert_outcomes(failed=1)
+        result.stdout.fnmatch_lines(
+            [
+                "forkpoint: the cassette of this test fails verification, so it may not be what was recorded: "
+                f"*session.jsonl:{edited[0] + 1}: event seq * was modified (its hash does not match its content) "
+                "(forkpoint verify tests/cassettes/test_agent/test_agent)*--forkpoint-mode=rewrite test_agent.py::test_agent"
+            ]
+        )
+    assert b'"ts":"1999' in log.read_bytes()  # left as it is, for the user to look at
+
+
 @pytest.mark.slow
 def test_record_mode_rewrites_a_cassette_the_run_no_longer_matches(
     pytester: pytest.Pytester, server: LocalServer, monkeypatch: pytest.MonkeyPatch
