@@ -974,6 +974,14 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
             raise
         if not _caused_by_forkpoint(exc):
             failure += f"\n(the test itself then failed with {_describe(exc)})"
+        elif failure.startswith("forkpoint: the run diverged"):
+            from ._boot import agent_call_site
+
+            # Where the agent's own code made the call (the traceback is not shown: pytrace=False).
+            site = agent_call_site(exc.__traceback__)
+            if site:
+                head, _, rest = failure.partition("\n")
+                failure = f"{head}\nthe call made{site} diverged from the recording.\n{rest}"
         raise pytest.fail.Exception(failure, pytrace=False) from None
     failure, unused = cassette.check()
     if failure or unused:
