@@ -996,6 +996,12 @@ class Replayer:
                 f"the recording has no {kind.replace('_', ' ')} left "
                 f"({len(same_kind)} {'was' if len(same_kind) == 1 else 'were'} recorded){self._cut_short()}"
             )
+            imported = self._session.header.get("imported_from")
+            if kind == "tool_call" and not same_kind and isinstance(imported, dict):
+                reason += (
+                    f"; the session was imported from a {imported.get('format')} file, which holds no tool "
+                    "call: run the tools live (forkpoint replay --tools NAME, or live_tools=[...] in pytest)"
+                )
         else:
             reason = "no recorded request has the same match key"
         where = what.get("endpoint") or what.get("name")

@@ -588,3 +588,33 @@ def test_a_status_written_as_a_string_is_the_status_it_says(tmp_path: Path) -> N
     path.write_bytes(_cassette({**_BODY, "status": {"code": "503", "message": "Service Unavailable"}}))
     (event,) = Session.load(import_file(path, store=tmp_path / "store")).by_type("model_call")
     assert (event["response"]["status"], event["response"]["reason"]) == (503, "Service Unavailable")
+
+
+def test_a_tool_replayed_from_an_imported_cassette_is_told_to_run_live(tmp_path: Path) -> None:
+    """A VCR.py cassette holds HTTP calls only: a ``@forkpoint.tool`` replayed from the imported
+    session diverged with "the recording has no tool call left (0 were recorded)", and nothing said
+    why or what to do. The divergence says the session was imported and how to run tools live."""
+    from forkpoint.errors import Divergence
+
+    interaction = {
+        "request": {"method": "GET", "uri": "http://127.0.0.1:9/ping", "headers": {}, "body": None},
+        "response": {
+            "status": {"code": 200, "message": "OK"},
+            "headers": {"Content-Type": ["text/plain"]},
+            "body": {"string": "pong"},
+        },
+    }
+    path = tmp_path / "cassette.json"
+    path.write_text(json.dumps({"version": 1, "interactions": [interaction]}))
+    session = import_file(path, store=tmp_path / "store")
+
+    @forkpoint.tool
+    def lookup(x: int) -> int:
+        return x
+
+    with pytest.raises(Divergence) as raised, forkpoint.replay(session) as rp:
+        assert requests.get("http://127.0.0.1:9/ping", timeout=5).text == "pong"
+        lookup(1)
+    reason = rp.report()["divergence"]["reason"]
+    assert "0 were recorded" in reason and "imported from a vcr file, which holds no tool call" in reason
+    assert "--tools NAME" in reason and "live_tools" in reason and "imported" in str(raised.value)
