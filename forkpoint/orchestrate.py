@@ -610,10 +610,15 @@ def replay_run(
     # The recorded command's relative paths meant what they meant where it was recorded. Not run
     # there on purpose (that may be another checkout); said when the run went wrong.
     recorded_cwd = session.header.get("cwd")
-    moved = not cmd and not map_cwd and recorded_cwd and Path(recorded_cwd).resolve() != here
+    moved = not cmd and recorded_cwd and Path(recorded_cwd).resolve() != here
     hint = (
-        f" (the session was recorded in {recorded_cwd}, this replay ran in {here}: replay from there, "
-        "or give the command after --)"
+        f" (the session was recorded in {recorded_cwd}, this replay ran in {here}: "
+        + (
+            "its command ran here as it ran there, a relative path in it naming what is here"
+            if map_cwd
+            else "replay from there, or give the command after --"
+        )
+        + ")"
         if moved
         else ""
     )

@@ -67,6 +67,15 @@ def _replayed(run: Replayed, recorded_exit: int | None) -> dict[str, Any]:
     detail = v["detail"]
     if v["status"] == "error" and run.problem:
         detail = run.problem.removeprefix("forkpoint: ")
+    elif (
+        run.problem
+        and run.report is not None
+        and not run.report.get("matched")
+        and run.report.get("recorded")
+    ):
+        # Nothing served, and it ran somewhere else than it was recorded (a relative path that names
+        # nothing here: pytest's "file not found" is exit code 4, not the agent ending otherwise).
+        detail += "; " + run.problem.removeprefix("forkpoint: note ").strip("()")
     return {
         **v,
         "detail": detail,

@@ -410,6 +410,34 @@ def test_check_a_library_recorded_elsewhere_against_this_checkout(tmp_path: Path
     assert "1 session checked" in ok.stdout and ": 1 reproduced" in ok.stdout
 
 
+def test_a_check_from_a_folder_where_the_command_names_nothing_says_so(tmp_path: Path) -> None:
+    """A command recorded with a relative path (``python agent/ask.py``, as ``pytest proj/tests``
+    from a parent folder) checked from another folder finds no such file: the row said only "ended
+    differently: exit code 2, recorded 0", as if the agent had ended otherwise. It says where the
+    session was recorded and where it ran."""
+    prod = tmp_path / "prod"
+    (prod / "agent").mkdir(parents=True)
+    (prod / "agent" / "ask.py").write_text(ASK)
+    store = tmp_path / "store"
+    with LocalServer() as srv:
+        env = cli_env(AGENT_BASE_URL=srv.openai_base_url)
+        rec = forkpoint_cli(
+            "record", "--store", str(store), "--no-workspace", "--", "python", "agent/ask.py", "hello",
+            cwd=prod, env=env,
+        )  # fmt: skip
+        assert rec.returncode == 0, rec.stderr
+    out = forkpoint_cli(
+        "check", "--store", str(store), "--json", str(tmp_path / "c.json"), cwd=prod / "agent", env=env
+    )
+    assert out.returncode == 3, out.stdout + out.stderr
+    (row,) = orjson.loads((tmp_path / "c.json").read_bytes())["rows"]
+    assert row["status"] == "ended differently", row
+    assert row["detail"] == (
+        f"exit code 2, recorded 0; ended before asking for 1 recorded call; the session was recorded in {prod}, this replay ran "
+        f"in {prod / 'agent'}: its command ran here as it ran there, a relative path in it naming what is here"
+    ), row["detail"]
+
+
 @pytest.mark.slow
 def test_check_in_another_checkout_matches_its_paths_as_the_recorded_ones(tmp_path: Path) -> None:
     """A coding agent names its directory and the file it was given (an absolute path) in its
