@@ -68,7 +68,8 @@ def _replayed(run: Replayed, recorded_exit: int | None) -> dict[str, Any]:
     if v["status"] == "error" and run.problem:
         detail = run.problem.removeprefix("forkpoint: ")
     elif (
-        run.problem
+        v["status"] == "ended differently"
+        and run.problem
         and run.report is not None
         and not run.report.get("matched")
         and run.report.get("recorded")
