@@ -213,6 +213,12 @@ def active() -> Runtime | None:
     return _active
 
 
+def may_be_active() -> bool:
+    """Whether a runtime is active or waits to be made on first ask (:func:`activate_later`), without
+    making it: a hook that decides whether to ask at all (:mod:`forkpoint.capture.programs`)."""
+    return (_active is not None or _pending is not None) and not getattr(_unseen, "on", False)
+
+
 def active_for_http() -> Runtime | None:
     """:func:`active` for the HTTP capture adapters: None also where the request belongs to a call
     recorded at a higher level (:data:`http_recorded_above`), so it is neither recorded twice nor

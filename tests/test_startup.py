@@ -113,10 +113,31 @@ def test_a_bootstrapped_program_that_makes_no_call_loads_no_recorder(tmp_path: P
     store = str(tmp_path / "st")
     done = forkpoint_cli(["record", "--store", store, "--no-workspace", "--", sys.executable, "-c", probe])
     assert done.returncode == 0, done.stderr
-    boot = {"capture", "capture.connections", "capture.imports", "errors", "hooks", "integrations"}
+    boot = {"capture", "capture.connections", "capture.imports", "capture.programs", "errors", "hooks"}
+    boot |= {"integrations"}
     boot |= {"_boot", "_lazy", "_version", "execs", "integrations.base", "plugins", "runtime", "sockets"}
     assert set(json.loads(done.stdout)) == {"forkpoint"} | {f"forkpoint.{m}" for m in boot}
     assert "recorded session" in done.stderr
+
+
+def test_a_bootstrapped_program_that_runs_a_program_and_makes_no_call_loads_no_recorder(
+    tmp_path: Path,
+) -> None:
+    """The audit hook that names unrecorded Python programs (forkpoint/capture/programs.py) asked
+    for the runtime before it looked at the command: a recorded program that ran `true` (no Python,
+    no call) made its recorder there, loading the log and the recorder (issue 15: start-up). It is
+    made only for a Python program it then names."""
+    from tests.cliutil import forkpoint_cli
+
+    probe = (
+        "import subprocess, sys, json; subprocess.run(['true'], check=True); "
+        "print(json.dumps(sorted(m for m in sys.modules if m.startswith(('forkpoint.record', 'forkpoint.log')))))"
+    )
+    store = str(tmp_path / "st")
+    done = forkpoint_cli(["record", "--store", store, "--no-workspace", "--", sys.executable, "-c", probe])
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == [], done.stdout
+    assert "Python program" not in done.stderr
 
 
 def test_a_recording_parent_imports_no_key_serialization_and_compiles_no_pattern_of_ours(

@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 import sys
 import threading
 from typing import Any
 
-from .. import redact, runtime
+from .. import runtime
 
 _lock = threading.Lock()
 _installed = False
@@ -69,6 +68,8 @@ def _programs(argv: list[str]) -> list[str]:
 
 def _script_programs(script: str) -> list[str]:
     """The programs a shell script runs: the first word of each of its commands."""
+    import shlex
+
     lexer = shlex.shlex(script, posix=True, punctuation_chars=True)
     lexer.whitespace_split = True
     out: list[str] = []
@@ -89,18 +90,25 @@ def _script_programs(script: str) -> list[str]:
 def _note(argv: list[str], env: Any, executable: Any = None) -> None:
     """Note the command line ``argv`` when it runs a Python program (``executable`` in its first
     word's place, when given) that this recording does not record."""
-    rt = runtime.active()
-    if rt is None or rt.mode != "record":
+    if not runtime.may_be_active():  # (the hook stays once a recording ended: nothing to note)
         return
     programs = _programs(argv) + ([os.fsdecode(executable)] if executable is not None else [])
     if not any(_is_python(p) for p in programs):
         return
     if isinstance(env, dict) and any(k in (_ACTIVATION, os.fsencode(_ACTIVATION)) for k in env):
         return
+    # Asked only now: under `forkpoint record` the recorder is made when first asked for
+    # (runtime.activate_later), and a program that runs `git status` and makes no call loads none.
+    rt = runtime.active()
+    if rt is None or rt.mode != "record":
+        return
     from .tools import in_tool_body
 
     if in_tool_body():
         return
+    # (imported here: every process `forkpoint record` starts loads this module, and few name one)
+    from .. import redact
+
     line = redact.current().text(" ".join(argv))
     line = line if len(line) <= _SHOWN else line[: _SHOWN - 1] + "…"
     with _lock:
