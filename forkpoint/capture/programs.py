@@ -54,23 +54,51 @@ _STARTS = frozenset({"&&", "||", ";", "|", "&", "(", "{", "!", "then", "do", "el
 
 def _programs(argv: list[str]) -> list[str]:
     """The programs a command line runs: its first word past wrappers (``env``, ``nohup``) and
-    ``VAR=value`` settings, and the commands of a shell's ``-c`` script."""
+    ``VAR=value`` settings, and the commands of a shell's ``-c`` script (``sh -c``, ``bash -ec``,
+    ``bash -o pipefail -c``)."""
     i = 0
     while i < len(argv) and (os.path.basename(argv[i]) in _WRAPPERS or re.match(r"\w+=", argv[i])):
         i += 1
     if i == len(argv):
         return []
     out = [argv[i]]
-    if _SHELL.fullmatch(os.path.basename(argv[i])) and "-c" in argv[i + 1 : -1]:
-        out += _script_programs(argv[argv.index("-c", i + 1) + 1])
+    if _SHELL.fullmatch(os.path.basename(argv[i])):
+        j = i + 1
+        while j < len(argv) - 1 and argv[j][:1] in ("-", "+") and argv[j] != "--":
+            if _COMMAND_OPTION.fullmatch(argv[j]):
+                out += _script_programs(argv[j + 1])
+                break
+            j += 2 if argv[j] in ("-o", "+o", "-O", "+O") else 1  # (an option that takes a name)
     return out
 
 
+#: A shell's options that include ``-c`` (``-c``, ``-ec``, ``-lc``, ``-xec``).
+_COMMAND_OPTION = re.compile(r"-[A-Za-z]*c[A-Za-z]*")
+#: The characters of the shell's operators (``;``, ``&&``, ``|``, ``(``, redirections) and the
+#: newline, which ends a command as ``;`` does.
+_OPERATOR_CHARS = "();<>|&\n"
+
+
+def _separates(word: str) -> bool:
+    """Whether ``word`` (as the lexer below splits a script) ends a command and starts the next:
+    ``&&``, ``;``, a newline, or a run of them (``;\n``, ``)&&``); not a redirection (``>&``)."""
+    if word in _STARTS:
+        return True
+    return (
+        bool(word)
+        and all(c in _OPERATOR_CHARS for c in word)
+        and not word.startswith((">", "<"))
+        and any(c in ";&|(\n" for c in word)
+    )
+
+
 def _script_programs(script: str) -> list[str]:
-    """The programs a shell script runs: the first word of each of its commands."""
+    """The programs a shell script runs: the first word of each of its commands (one a line, or
+    joined by ``;``, ``&&``, ``|``...)."""
     import shlex
 
-    lexer = shlex.shlex(script, posix=True, punctuation_chars=True)
+    lexer = shlex.shlex(script, posix=True, punctuation_chars=_OPERATOR_CHARS)
+    lexer.whitespace = " \t\r"  # (a newline is an operator here, not a space)
     lexer.whitespace_split = True
     out: list[str] = []
     command: list[str] = []
@@ -79,8 +107,8 @@ def _script_programs(script: str) -> list[str]:
     except ValueError:  # (an unbalanced quote: the shell will say so)
         return []
     for word in words:
-        if word in _STARTS:
-            out += _programs(command)[:1]
+        if _separates(word):
+            out += _programs(command)
             command = []
         else:
             command.append(word)

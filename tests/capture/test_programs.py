@@ -55,3 +55,26 @@ def test_the_python_programs_a_recording_starts_are_named(
     with forkpoint.record(store=tmp_path / "store", workspace=None):
         subprocess.run(["true"], check=True)
     assert "Python program" not in capsys.readouterr().err  # (a new recording starts from none)
+
+
+def test_a_python_program_on_a_later_line_of_a_shell_script_or_under_sh_ec_is_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The shell's script was read as one command when its commands were one a line (a newline
+    was a space to the lexer), and a shell's ``-c`` was seen only alone (``sh -ec``, ``bash -lc``
+    were not read): both started Python unrecorded, and nothing said so. A ``-c`` past the
+    script's name is the script's argument, not the shell's."""
+    with forkpoint.record(store=tmp_path / "store", workspace=None) as rec:
+        subprocess.run(f"true\n{sys.executable} -c pass", shell=True, check=True)
+        subprocess.run(["sh", "-ec", f"{sys.executable} -c pass"], check=True)
+        subprocess.run(["sh", "-o", "errexit", "-c", f"true && ({sys.executable} -c pass)"], check=True)
+        subprocess.run(["sh", "-c", "exit 0", "-c", f"{sys.executable}"], check=True)  # ($0, not a script)
+    (note,) = [
+        n for n in Session.load(rec.session_path).by_type("note") if "unrecorded_programs" in n["data"]
+    ]
+    assert note["data"]["unrecorded_programs"] == [
+        f"/bin/sh -c true\n{sys.executable} -c pass",
+        f"sh -ec {sys.executable} -c pass",
+        f"sh -o errexit -c true && ({sys.executable} -c pass)",
+    ]
+    assert "this run started 3 Python programs" in " ".join(capsys.readouterr().err.split())
