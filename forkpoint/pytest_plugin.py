@@ -711,6 +711,7 @@ class Cassette:
 
         report = self.runtime.report()
         where = self.shown()
+        self._say_unrecorded_programs(report.get("unrecorded_programs") or [], "its recording")
         if self.action == "update":
             # Mode record serves the calls that match and goes live from the first that does not;
             # a connection the replayed part refused (the code may have caught the NetworkBlocked)
@@ -753,6 +754,22 @@ class Cassette:
             )
         return None, None
 
+    def _say_unrecorded_programs(self, started: list[str], when: str) -> None:
+        """A :class:`~forkpoint.errors.ReplayWarning` naming the Python programs the test started
+        (``when``: in this run, or in its recording) that forkpoint does not record: what forkpoint
+        says of them on stderr is captured with the test's output, shown only when it fails."""
+        if not started:
+            return
+        shown = "; ".join(started[:3]) + (" …" if len(started) > 3 else "")
+        self.item.warn(
+            ReplayWarning(
+                f"forkpoint: this test started, in {when}, {len(started)} Python program(s) forkpoint "
+                f"does not record ({shown}): a model or tool call they make is not in its cassette "
+                f"{self.shown()}, and they run live on every replay. Call them from a @forkpoint.tool, "
+                "or record them from inside with forkpoint.record()"
+            )
+        )
+
     @staticmethod
     def _blocked(report: Mapping[str, Any], where: str) -> str:
         hosts = ", ".join(dict.fromkeys(report["network_blocked"]))
@@ -771,6 +788,10 @@ class Cassette:
             return
         cm, self._cm = self._cm, None
         cm.__exit__(None, None, None)
+        if self.action == "record":
+            from .capture import programs
+
+            self._say_unrecorded_programs(programs.unrecorded(), "this run")
         counts = self.settings.counts
         rt = self.runtime
         calls = (

@@ -850,3 +850,41 @@ def test_a_cassette_that_holds_no_call_is_said_when_recorded_and_when_replayed(
             ]
         )
         assert "test_calls_a_tool" not in result.stdout.str().split("WARNING:")[1]
+
+
+PROGRAM_INNER = """
+import os
+import subprocess
+import sys
+
+import openai
+import pytest
+
+
+@pytest.mark.forkpoint
+def test_asks_and_runs_a_python_program():
+    client = openai.OpenAI(base_url=os.environ["MODEL_URL"], api_key="sk-test", max_retries=0)
+    client.chat.completions.create(model="demo-model", messages=[{"role": "user", "content": "hi"}])
+    # (a helper agent in its own process: its calls would not reach the cassette)
+    subprocess.run([sys.executable, "-c", "print('helper ran')"], check=True)
+"""
+
+
+def test_a_python_program_a_test_starts_is_a_warning_when_recorded_and_when_replayed(
+    pytester: pytest.Pytester, server: LocalServer
+) -> None:
+    """A test that made a model call and started a Python program: forkpoint named the program
+    only on stderr, which pytest captures and shows for a failed test alone, and the replay's
+    verdict ("ok, but incomplete") was never shown for a passing test: the program ran live on
+    every replay without a word. Both runs now give a ReplayWarning naming it."""
+    pytester.makepyfile(test_prog=PROGRAM_INNER)
+    for args in ((), ("--forkpoint-mode=replay",)):
+        result = run(pytester, *args)
+        result.assert_outcomes(passed=1)
+        result.stdout.fnmatch_lines(
+            [
+                "*ReplayWarning: forkpoint: this test started, in * 1 Python program(s) forkpoint does not "
+                "record (* -c print('helper ran')): *they run live on every replay*",
+            ]
+        )
+        server.stop()
