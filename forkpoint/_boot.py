@@ -229,6 +229,11 @@ def _start_replay(session: str, env: Mapping[str, str], *, spawned: bool = False
     def finish() -> None:
         api.finish_pending(rp)
         if child is not None:
+            from .capture import programs
+
+            started = programs.child_note(rp.root_span)
+            if started is not None:  # (the what-if session is this run's recording)
+                child.append(started)
             child.close()
         if reports:
             write_report(reports / f"report-{os.getpid()}.json", rp.report())

@@ -115,7 +115,7 @@ def finish_recording(rec: Recorder) -> list[str]:
         )
     started = programs.unrecorded()
     if started:
-        rec.note("Python programs forkpoint did not record", unrecorded_programs=started)
+        rec.note(programs.NOTE, unrecorded_programs=started)
         say(
             f"forkpoint: this run started {plural(len(started), 'Python program')} forkpoint does not record "
             f"({'; '.join(started[:3])}{' …' if len(started) > 3 else ''}): a model or tool call they made "
@@ -359,6 +359,9 @@ def replay(
         rt.finish(1 if failed else 0, [error_record(failed)] if failed is not None and not own else [])
         if child is not None:
             finish_pending(rt)
+            started = programs.child_note(rt.root_span)
+            if started is not None:
+                child.writer.append(started)
             child.other_calls = other_calls(child.path)
             child.end(
                 1 if failed else 0,

@@ -14,9 +14,9 @@ def install(mode: Literal["record", "replay"]) -> None:
     from . import capture, integrations
 
     capture.install()
+    capture.programs.reset()  # (a replay notes them too, for the what-if session it records)
     if mode == "record":
         capture.connections.reset()
-        capture.programs.reset()
     integrations.install()
     if mode == "replay":
         from .replay import install_network_guard

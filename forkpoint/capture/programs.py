@@ -128,7 +128,8 @@ def _note(argv: list[str], env: Any, executable: Any = None) -> None:
     # Asked only now: under `forkpoint record` the recorder is made when first asked for
     # (runtime.activate_later), and a program that runs `git status` and makes no call loads none.
     rt = runtime.active()
-    if rt is None or rt.mode != "record":
+    # (a replay that records a what-if session, a cassette's update: this run's recording too)
+    if rt is None or (rt.mode != "record" and getattr(rt, "child", None) is None):
         return
     from .tools import in_tool_body
 
@@ -187,3 +188,26 @@ def unrecorded() -> list[str]:
     programs started since :func:`reset` that the recording does not record."""
     with _lock:
         return list(_started)
+
+
+#: The text of the note that names them.
+NOTE = "Python programs forkpoint did not record"
+
+
+def child_note(parent_span_id: str | None) -> dict[str, Any] | None:
+    """The note naming them (:func:`unrecorded`) for the what-if session a replay records (what
+    :func:`forkpoint.api.finish_recording` writes into a recording), or None when there are none."""
+    started = unrecorded()
+    if not started:
+        return None
+    from ..events import new_span_id
+
+    data = {"unrecorded_programs": started}
+    return {
+        "type": "note",
+        "span_id": new_span_id(),
+        "parent_span_id": parent_span_id,
+        "pid": os.getpid(),
+        "text": NOTE,
+        "data": data,
+    }

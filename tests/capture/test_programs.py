@@ -78,3 +78,29 @@ def test_a_python_program_on_a_later_line_of_a_shell_script_or_under_sh_ec_is_na
         f"sh -o errexit -c true && ({sys.executable} -c pass)",
     ]
     assert "this run started 3 Python programs" in " ".join(capsys.readouterr().err.split())
+
+
+def test_a_what_if_session_names_the_python_programs_its_run_started(tmp_path: Path) -> None:
+    """A replay that records a what-if session (a pytest cassette's update in mode record is one)
+    noted no program: the hook noted only under a recorder, so the session it wrote, the new
+    cassette, lost the recording's note and its replays said "ok" while the program ran live."""
+
+    @forkpoint.tool
+    def lookup(q: str) -> str:
+        return q
+
+    with forkpoint.record(store=tmp_path / "store", workspace=None) as rec:
+        lookup("a")
+        subprocess.run([sys.executable, "-c", "pass"], check=True)
+    with forkpoint.replay(rec.session_path, tools="live", record_child=True) as rp:
+        lookup("a")
+        subprocess.run([sys.executable, "-c", "pass"], check=True)
+    child = Session.load(rp.report()["child_session"])
+    notes = [
+        n["data"]["unrecorded_programs"] for n in child.by_type("note") if "unrecorded_programs" in n["data"]
+    ]
+    assert notes == [[f"{sys.executable} -c pass"]]
+    with forkpoint.replay(rec.session_path):  # (a replay that records nothing notes nothing)
+        lookup("a")
+        subprocess.run([sys.executable, "-c", "pass"], check=True)
+    assert forkpoint.capture.programs.unrecorded() == []

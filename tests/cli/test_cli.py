@@ -1669,3 +1669,22 @@ def test_a_python_program_the_recorded_one_starts_is_said_and_the_replay_is_inco
         f"the recording started 1 Python program it did not record, which ran again as without forkpoint: {sys.executable} -c print(41 + 1)"
         in said
     )
+
+
+def test_a_what_if_run_names_the_python_programs_it_started_in_its_session(tmp_path: Path) -> None:
+    """`forkpoint replay --tools live` records its run as a what-if session; the Python program the
+    run started was noted only under a recorder, so that session lacked the note, and its own
+    replay said "replay ok" while the program ran again live."""
+    (tmp_path / "starts.py").write_text(
+        "import subprocess, sys\nimport forkpoint\n\n\n@forkpoint.tool\ndef lookup(q: str) -> str:\n"
+        "    return q\n\n\nlookup('a')\nsubprocess.run([sys.executable, '-c', 'pass'], check=True)\n"
+    )
+    rec, store, env = record_here(tmp_path, "starts.py")
+    assert rec.returncode == 0, rec.stderr
+    what_if = run([*FORKPOINT, "replay", "last", "--store", store, "--tools", "live"], tmp_path, env)
+    assert what_if.returncode == 0, what_if.stderr
+    child = flat(what_if.stderr).split("this run was recorded as ")[1].split()[0].rstrip(".;")
+    shown = run([*FORKPOINT, "show", child, "--store", store], tmp_path, env)
+    assert f"Python programs forkpoint did not record: {sys.executable} -c pass" in flat(shown.stdout), (
+        shown.stdout
+    )
