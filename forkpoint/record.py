@@ -118,6 +118,7 @@ def make_header(
     :class:`~forkpoint.errors.UsageError` for a bad recipient, :class:`~forkpoint.errors.ConfigError`
     for a bad ``[store]`` table. ``keys`` is the :func:`~forkpoint.match.key_spec` the
     recorder's keys are computed under (a replay under the same spec uses them as they are)."""
+    given_cwd = cwd is not None
     cwd = Path(cwd or os.getcwd()).resolve()
     all_tags = {"agent_version": None, "prompt_version": None, **dict(tags or {})}
     header: dict[str, Any] = {
@@ -141,8 +142,12 @@ def make_header(
         header["deterministic_reads"] = list(VALUE_FNS)
     if ignore:
         header["match"] = {"ignore": [r.to_json() for r in ignore]}
+    # (the configuration in force: the anchored one under the pytest plugin, config.anchored, else
+    # the current directory's; a cwd given, a fork arm's, is where its run's configuration is)
     recipients = (
-        configured_recipients(cwd) if encrypt_to is None else parse_recipients(encrypt_to, "encrypt_to")
+        configured_recipients(cwd if given_cwd else None)
+        if encrypt_to is None
+        else parse_recipients(encrypt_to, "encrypt_to")
     )
     if recipients:
         header["encryption"] = encryption_table(recipients)

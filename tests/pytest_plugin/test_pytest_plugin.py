@@ -888,3 +888,34 @@ def test_a_python_program_a_test_starts_is_a_warning_when_recorded_and_when_repl
             ]
         )
         server.stop()
+
+
+ENCRYPTED_INNER = """
+import pytest
+
+import forkpoint
+
+
+@pytest.mark.forkpoint
+def test_secret():
+    assert forkpoint.tool(lambda city: city, name="lookup")("Paris") == "Paris"
+"""
+
+
+def test_a_projects_encrypt_to_applies_when_pytest_runs_from_a_parent(pytester: pytest.Pytester) -> None:
+    """proj/forkpoint.toml's ``[store] encrypt_to`` was read from the directory pytest ran in, not
+    from the test's anchored configuration: `pytest proj/tests` from the parent wrote the
+    cassette in the clear, while `pytest` in proj/ encrypted it."""
+    from pyrage import x25519
+
+    proj = pytester.mkdir("proj")
+    (proj / "team.txt").write_text(str(x25519.Identity.generate().to_public()) + "\n")
+    (proj / "forkpoint.toml").write_text('[store]\nencrypt_to = ["team.txt"]\n')
+    (proj / "tests").mkdir()
+    (proj / "tests" / "test_enc.py").write_text(ENCRYPTED_INNER)
+    run(pytester, "proj/tests/test_enc.py").assert_outcomes(passed=1)
+    cassette = pytester.path / "tests" / "cassettes" / "test_enc" / "test_secret"
+    from forkpoint.log import read_header
+
+    assert read_header(cassette / "session.jsonl").get("encryption"), "the cassette is not encrypted"
+    assert b"Paris" not in (cassette / "session.jsonl").read_bytes()
