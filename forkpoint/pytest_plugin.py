@@ -628,8 +628,11 @@ class Cassette:
                 )
         try:
             self.runtime = self._cm.__enter__()
-        except ConfigError as exc:  # a bad [match] or [redact] rule in forkpoint.toml / pyproject.toml
+        except (ConfigError, UsageError) as exc:
+            # a bad [match], [redact] or [store] setting (an encrypt_to recipient) of the configuration
             self._cm = None
+            if self._tmp is not None:
+                shutil.rmtree(self._tmp, ignore_errors=True)
             self.problem = f"forkpoint: {exc}"
         except BaseException:  # e.g. another forkpoint runtime is active in this process
             self._cm = None
@@ -963,8 +966,10 @@ def forkpoint_session(request: pytest.FixtureRequest) -> Iterator[Cassette]:
         tmp_root = None
     cassette = Cassette(item, item.config.stash[_settings_key], config, tmp_root=tmp_root)
     item.stash[_cassette_key] = cassette
-    cassette.start()
     try:
+        # (in the try: a start that raises lets go of the cassette's lock and of the configuration
+        # it anchored, which the next tests, of other projects, were looked up under)
+        cassette.start()
         yield cassette
     finally:
         call = item.stash.get(_reports_key, {}).get("call")

@@ -919,3 +919,26 @@ def test_a_projects_encrypt_to_applies_when_pytest_runs_from_a_parent(pytester: 
 
     assert read_header(cassette / "session.jsonl").get("encryption"), "the cassette is not encrypted"
     assert b"Paris" not in (cassette / "session.jsonl").read_bytes()
+
+
+def test_a_bad_encrypt_to_fails_its_test_and_its_configuration_stays_with_it(
+    pytester: pytest.Pytester,
+) -> None:
+    """A project whose ``[store] encrypt_to`` names a missing file: its test errored at setup with
+    a traceback, and the configuration it anchored was never let go, so the next test, of another
+    project with no configuration, was looked up under the first one's and errored the same."""
+    bad = pytester.mkdir("bad")
+    (bad / "forkpoint.toml").write_text('[store]\nencrypt_to = ["missing.txt"]\n')
+    (bad / "test_bad.py").write_text(ENCRYPTED_INNER)
+    good = pytester.mkdir("good")
+    (good / "test_good.py").write_text(ENCRYPTED_INNER)
+    result = run(pytester, "bad", "good")
+    result.assert_outcomes(failed=1, passed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "FAILED bad/test_bad.py::test_secret - Failed: forkpoint: */bad/forkpoint.toml [[]store[]] encrypt_to*"
+        ]
+    )
+    from forkpoint import config
+
+    assert config.anchor() is None
