@@ -936,7 +936,7 @@ def test_a_bad_encrypt_to_fails_its_test_and_its_configuration_stays_with_it(
     result.assert_outcomes(failed=1, passed=1)
     result.stdout.fnmatch_lines(
         [
-            "FAILED bad/test_bad.py::test_secret - Failed: forkpoint: */bad/forkpoint.toml [[]store[]] encrypt_to*"
+            "*forkpoint: */bad/forkpoint.toml [[]store[]] encrypt_to: *missing.txt' is neither an age recipient*"
         ]
     )
     from forkpoint import config
