@@ -132,6 +132,8 @@ def test_a_resent_conversation_is_parsed_by_what_it_adds() -> None:
 
 def test_bodies_are_kept_per_endpoint_and_owner_and_go_with_the_owner() -> None:
     bodies = conversation(3)
+    gc.collect()
+    before = len(resent._kept)  # (owners of earlier tests in this worker that are still alive)
     first, second = Owner(), Owner()
     a = [resent.loads(b, "POST /v1", first) for b in bodies]
     # another endpoint, another owner, no owner: each starts from a whole parse
@@ -140,9 +142,10 @@ def test_bodies_are_kept_per_endpoint_and_owner_and_go_with_the_owner() -> None:
     unowned = resent.loads(bodies[2], "POST /v1", None)
     for v in (other, theirs, unowned):
         assert strict(v) == strict(a[2]) and v["messages"][0] is not a[2]["messages"][0]
+    assert len(resent._kept) == before + 2
     del first, second
     gc.collect()
-    assert len(resent._kept) == 0
+    assert len(resent._kept) == before
 
 
 def test_a_body_that_is_not_json_raises_as_a_whole_parse_does() -> None:

@@ -3,13 +3,35 @@ against the tests' local model server, named to them by ``MODEL_URL``."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import openai  # noqa: F401 - imported once here, so the in-process inner runs do not re-import it
 import pytest
+from _pytest.pytester import SysModulesSnapshot
 
 import forkpoint
 from tests.modelserver import LocalServer
+
+
+def _snapshot_keeping_libraries(self: pytest.Pytester) -> SysModulesSnapshot:
+    """What an in-process inner run puts back when it ends: sys.modules as it was, plus every module
+    it imported but its own test files and conftests (those under its folder, imported afresh by the
+    next run). pytester dropped them all: a test after it in this worker got a second httpcore2 (or
+    cryptography, or forkpoint module) whose classes were not those the first copies had in hand."""
+    root = str(self.path)
+
+    def keep(name: str) -> bool:
+        file = getattr(sys.modules.get(name), "__file__", None)
+        return not (isinstance(file, str) and file.startswith(root))
+
+    return SysModulesSnapshot(preserve=keep)
+
+
+@pytest.fixture(autouse=True)
+def _inner_runs_keep_libraries(monkeypatch: pytest.MonkeyPatch) -> None:
+    # (pytester's own hook for this, a private method: its absence fails the tests, never silently)
+    monkeypatch.setattr(pytest.Pytester, "_Pytester__take_sys_modules_snapshot", _snapshot_keeping_libraries)
 
 
 @pytest.fixture(autouse=True)
