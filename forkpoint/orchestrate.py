@@ -382,6 +382,10 @@ class Replayed:
     #: Why forkpoint stopped the program before it ended (it hung after a divergence, or ran past
     #: its ``timeout``), or None.
     stopped: str | None = None
+    #: A fork's run that forkpoint stopped before it reached its checkpoint (no report: its session
+    #: says so): the recorded calls before the checkpoint it was never served. It never went live,
+    #: and no outcome is measured.
+    unreached: list[int] = field(default_factory=list)
 
 
 def replay_run(
@@ -586,7 +590,18 @@ def replay_run(
     # (recorded calls before the checkpoint left unserved: no process went live, whether it ended
     # early or drifted under fifo and ended before the prefix was used up)
     short_of = live_from is not None and report is not None and bool(report.get("unserved"))
-    if outcome is not None and not interrupted and not stopped_at_divergence and not short_of:
+    # (stopped by forkpoint before it wrote a report: its session says how far it got. What a run
+    # stopped before its checkpoint left is the checkpoint's state, not its continuation's)
+    unreached = (
+        _unreached(session, child.path, live_from) if live_from and watch.why and not report and child else []
+    )
+    if (
+        outcome is not None
+        and not interrupted
+        and not stopped_at_divergence
+        and not short_of
+        and not unreached
+    ):
         from .outcome import measure
 
         measured = measure(
@@ -644,7 +659,21 @@ def replay_run(
         seconds=time.perf_counter() - started,
         not_started=not_started,
         stopped=watch.why,
+        unreached=unreached,
     )
+
+
+def _unreached(session: Session, child: Path, live_from: int) -> list[int]:
+    """The recorded calls before checkpoint ``live_from`` that the fork's run recorded in ``child``
+    was never served, when it made no live call (:func:`~forkpoint.replay.replayer.unreached_prefix`);
+    empty when its session cannot be read (nothing then says it fell short)."""
+    from .replay.replayer import unreached_prefix
+
+    try:
+        run = Session.load(child, derived=False)
+    except SessionError:
+        return []
+    return unreached_prefix(session, live_from, run.events)
 
 
 _fallback_lock = threading.Lock()
@@ -1013,6 +1042,14 @@ def arm_task(spec: dict[str, Any]) -> dict[str, Any]:
                     f"{plural(len(unserved), 'recorded call')} before it (seq {', '.join(map(str, unserved[:5]))}"
                     f"{' …' if len(unserved) > 5 else ''}) never asked for, so it never went live (does the "
                     "command run the recorded agent as it was recorded?)"
+                )
+            elif run.unreached:  # (stopped before its checkpoint: no outcome was measured, replay_run)
+                arm.diverged = "stopped before its checkpoint"
+                arm.problem = (
+                    f"stopped: {run.stopped}, before it reached checkpoint seq {arm.seq}: "
+                    f"{plural(len(run.unreached), 'recorded call')} before it (seq "
+                    f"{', '.join(map(str, run.unreached[:5]))}{' …' if len(run.unreached) > 5 else ''}) never "
+                    "served, so it never went live (not measured)"
                 )
             elif run.stopped is not None:  # (its outcome is measured all the same: the state it left)
                 arm.problem = f"stopped: {run.stopped}"

@@ -110,6 +110,30 @@ def _answered_aside(event: ModelCallEvent) -> bool:
     return kind == "telemetry" or kinds.is_session_management(event["request"]["method"], kind)
 
 
+def unreached_prefix(recorded: Session, live_from: int, run: Iterable[Mapping[str, Any]]) -> list[int]:
+    """The seqs of the recorded calls before checkpoint ``live_from`` that a fork's run, whose
+    session's events are ``run``, was never served, when it made no live call: it never reached
+    its checkpoint, so it never went live (empty once it did). The calls are those a
+    :class:`Replayer` with that ``live_from`` serves before it goes live (telemetry and MCP session
+    exchanges, answered aside, are not among them)."""
+    served, live = set(), False
+    for e in run:
+        if e.get("source") == "live":
+            live = True
+        elif e.get("source") in ("replay", "override") and isinstance(e.get("recorded_seq"), int):
+            served.add(e["recorded_seq"])
+    if live:
+        return []
+    return [
+        e["seq"]
+        for e in recorded.events
+        if e["seq"] < live_from
+        and e["type"] in ("model_call", "tool_call", "value")
+        and not (e["type"] == "model_call" and _answered_aside(e))
+        and e["seq"] not in served
+    ]
+
+
 #: A value that differs between two runs of the same program without changing what is asked,
 #: whatever its key: a UUID, a token with a per-run prefix (``req_…``, ``chatcmpl-…``), an ISO
 #: timestamp.

@@ -286,10 +286,11 @@ def test_an_arm_past_its_timeout_is_stopped_with_what_it_started_and_measured(
 ) -> None:
     """An arm whose agent hung kept ``forkpoint fork`` (and every arm queued behind it) waiting
     forever: there was no per-arm limit. ``--arm-timeout`` stops it (and the processes it started),
-    says so in its row, and measures its outcome on what it left."""
+    says so in its row, and measures its outcome on what it left. (From the first checkpoint, before
+    any recorded call: a program stopped before it reached a later one never went live, below.)"""
     import time
 
-    before = keeper.resumable()[1]
+    before = keeper.resumable()[0]
     pids = tmp_path / "pids"
     started = time.monotonic()
     fork = forkpoint_cli(
@@ -305,6 +306,29 @@ def test_an_arm_past_its_timeout_is_stopped_with_what_it_started_and_measured(
     time.sleep(0.5)
     status = Path(f"/proc/{int(pids.read_text())}/status")  # the sleep the arm started is gone too
     assert not status.exists() or "State:\tZ" in status.read_text(), status.read_text()
+
+
+def test_an_arm_stopped_at_its_timeout_before_it_reached_its_checkpoint_is_not_measured(
+    keeper: Keeper, tmp_path: Path
+) -> None:
+    """An arm stopped by ``--arm-timeout`` before it had asked for the recorded calls up to its
+    checkpoint (a slow start) never went live: what it left is the checkpoint's state, not a
+    continuation. It was measured all the same and counted in the pass rate ("outcome: 1/1
+    passed"), a pass the agent never earned; an arm that ended there is not measured."""
+    before = keeper.resumable()[1]
+    fork = forkpoint_cli(
+        keeper, "fork", f"{keeper.session.id}@{before}", "--arms", "1", "--into", str(tmp_path / "arms"),
+        "--store", str(keeper.store), "--outcome", "true", "--arm-timeout", "2",
+        "--", "sh", "-c", "sleep 1000", cwd=tmp_path,
+    )  # fmt: skip
+    text = " ".join(fork.stdout.split())
+    assert fork.returncode == 1, fork.stdout + fork.stderr
+    said = " ".join(fork.stderr.split())
+    assert f"ran longer than its timeout of 2 s, before it reached checkpoint seq {before}" in said, said
+    assert "never went live (not measured)" in text, text
+    assert "outcome: no run measured; 1 arm(s) never went live (not measured)" in text, text
+    (arm,) = arms_of_store(keeper)
+    assert outcome_of(arm) is None
 
 
 def test_what_an_arm_started_is_stopped_with_it_before_its_outcome_is_measured(
