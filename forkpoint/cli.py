@@ -303,7 +303,7 @@ def _executor(spec: str, jobs: int | None) -> Executor:
 
 class _Commands(click.Group):
     """The command group: an error forkpoint raises on purpose is a message, never a traceback
-    (:class:`~forkpoint.errors.UsageError`: exit 2; any other :class:`~forkpoint.errors.ForkpointError`
+    (:class:`~forkpoint.errors.UsageError` and an override that does not fit the session: exit 2; any other :class:`~forkpoint.errors.ForkpointError`
     and an ``OSError`` naming its file, a store that cannot be written say: exit 1)."""
 
     def invoke(self, ctx: click.Context) -> Any:
@@ -311,6 +311,8 @@ class _Commands(click.Group):
             return super().invoke(ctx)
         except UsageError as exc:
             raise click.UsageError(str(exc)) from None
+        except OverrideError as exc:  # (as replay says it: fork and sweep check theirs before any arm)
+            raise click.BadParameter(str(exc), param_hint="--override") from None
         except ForkpointError as exc:
             raise click.ClickException(str(exc)) from None
         except OSError as exc:

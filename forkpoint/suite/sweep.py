@@ -16,7 +16,7 @@ from typing import Any
 from ..errors import UsageError
 from ..executors import Executor
 from ..log import Session
-from ..orchestrate import Arm, arm_specs, fork_into, refuse_taken, run_arms
+from ..orchestrate import Arm, arm_specs, check_overrides, fork_into, refuse_taken, run_arms
 from ..outcome import Outcome, by_checkpoint
 
 
@@ -70,8 +70,11 @@ def sweep(
     in each (an arm still running after ``timeout`` seconds is stopped, then measured). Returns ``{"session", "into", "arms": [Arm...], **by_checkpoint(...)}`` (the pass rate
     at each checkpoint and where the run became unrecoverable). Raises
     :class:`~forkpoint.errors.UsageError` when there is no checkpoint to fork from, or ``into``
-    already holds an arm of one (as ``fork`` does: nothing there is replaced)."""
+    already holds an arm of one (as ``fork`` does: nothing there is replaced), and
+    :class:`~forkpoint.errors.OverrideError` for an override that names no recorded call, before
+    any arm is restored."""
     cps = sweep_checkpoints(session, first, last)
+    check_overrides(session, list(overrides or []))
     into = into if into is not None else fork_into(session, cps[0]["seq"])
     refuse_taken(into, [into / f"seq-{cp['seq']}" for cp in cps], arms, "sweep")
     specs: list[dict[str, Any]] = []

@@ -1853,3 +1853,22 @@ def test_loading_reads_a_shared_base_manifest_once(tmp_path: Path, monkeypatch: 
     # The bases themselves grow (a new one when the changes since add up to half of it): with the
     # sharing, the bytes read a turn grow as the square root of the length; without, linearly.
     assert per_turn[200] < 3 * per_turn[50], per_turn
+
+
+def test_fork_and_sweep_refuse_an_override_naming_no_call_before_any_arm(tmp_path: Path) -> None:
+    """``forkpoint sweep --override 'tool:nosuch.result=…'`` restored and validated an arm from every
+    checkpoint, then refused the override in each ("not run"), exit 1; ``fork`` refused it before
+    any arm but exited 1, where ``replay`` says it as a usage error (exit 2). Both refuse it first,
+    as a usage error naming the spec, and leave no arm behind."""
+    path = growing_workspace_session(tmp_path / "store", tmp_path / "ws", 3)
+    seq = next(c["seq"] for c in Session.load(path).by_type("checkpoint"))
+    spec = 'tool:nosuch.result="x"'
+    runner = CliRunner()
+    for args in (
+        ["fork", f"{path}@{seq}", "--into", str(tmp_path / "fork")],
+        ["sweep", str(path), "--outcome", "true", "--into", str(tmp_path / "sweep")],
+    ):
+        r = runner.invoke(main, [*args, "--override", spec, "--", sys.executable, "-c", "pass"])
+        assert r.exit_code == 2, (args[0], r.output)
+        assert f"override {spec!r}: the session has 0 call(s) of tool 'nosuch'" in r.output, r.output
+        assert not Path(args[-1]).exists(), r.output
