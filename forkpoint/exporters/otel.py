@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import secrets
 import sys
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +18,7 @@ from typing import Any, BinaryIO
 
 import orjson
 
+from ..batches import by_size
 from ..errors import ExportError
 from ..files import private_file
 from ..log import Session
@@ -83,19 +84,10 @@ def _request_lines(resource: dict[str, Any], scope: dict[str, Any]) -> list[byte
         )
 
     room = LINE_BYTES - len(line([]))
-    lines: list[bytes] = []
-    batch: list[Any] = []
-    size = 0
-    for span in scope.get("spans", []):
-        more = len(orjson.dumps(span)) + 1  # (and its comma)
-        if batch and (len(batch) == BATCH or size + more > room):
-            lines.append(line(batch))
-            batch, size = [], 0
-        batch.append(span)
-        size += more
-    if batch:
-        lines.append(line(batch))
-    return lines
+    spans = scope.get("spans", [])
+    return [
+        line(b) for b in by_size(spans, lambda span: len(orjson.dumps(span)) + 1, room, BATCH)
+    ]  # (+ its comma)
 
 
 def _text_bytes(plan: SpanPlan) -> int:
@@ -103,22 +95,6 @@ def _text_bytes(plan: SpanPlan) -> int:
     attributes and span events' (what grows with the conversation when content is exported)."""
     attrs = [plan.attributes, *(ev.attributes for ev in plan.events)]
     return sum(len(v) for a in attrs for v in a.values() if isinstance(v, str))
-
-
-def _batches(plans: Iterable[SpanPlan]) -> Iterator[list[SpanPlan]]:
-    """``plans`` in order, in batches of at most :data:`~forkpoint.otel.sdk.BATCH` spans and, unless
-    one span is more, about :data:`LINE_BYTES` of text: what one request or line will hold."""
-    batch: list[SpanPlan] = []
-    size = 0
-    for p in plans:
-        more = _text_bytes(p)
-        if batch and (len(batch) == BATCH or size + more > LINE_BYTES):
-            yield batch
-            batch, size = [], 0
-        batch.append(p)
-        size += more
-    if batch:
-        yield batch
 
 
 @contextmanager
@@ -165,7 +141,8 @@ def export(
     refused = False
     try:
         with _output(file) as out:
-            for batch in _batches(stream(session, content=content, variant=variant, links=links)):
+            spans_of = stream(session, content=content, variant=variant, links=links)
+            for batch in by_size(spans_of, _text_bytes, LINE_BYTES, BATCH):  # (what a request, a line holds)
                 spans = factory.spans(batch)
                 total += len(spans)
                 if out is not None:

@@ -41,6 +41,7 @@ from typing import Any
 
 import orjson
 
+from ..batches import by_size
 from ..errors import SessionError
 from ..events import now_iso
 from ..files import private_dirs, user_temp_dir, write_private
@@ -207,21 +208,6 @@ def _has_end(log_path: Path) -> bool:
 
 #: Bytes of a session's files a download holds in memory at once, about (one file may be more).
 FETCH_BYTES = 64 << 20
-
-
-def _by_size(sizes: dict[str, int], limit: int) -> Iterator[list[str]]:
-    """The names of ``sizes`` (name -> bytes) in groups of at most ``limit`` bytes together, a file
-    larger than that a group of its own."""
-    group: list[str] = []
-    total = 0
-    for name, size in sizes.items():
-        if group and total + size > limit:
-            yield group
-            group, total = [], 0
-        group.append(name)
-        total += size
-    if group:
-        yield group
 
 
 def _cat_many(fs: Any, paths: list[str]) -> dict[str, bytes]:
@@ -667,7 +653,9 @@ class RemoteStore(Store):
         tmp = self.path / f".fetch-{sid}-{secrets.token_hex(4)}"
         try:
             tmp.mkdir(mode=0o700)
-            for rels in _by_size(sizes, FETCH_BYTES):  # (a session's blobs may not fit in memory at once)
+            for rels in by_size(
+                sizes, sizes.__getitem__, FETCH_BYTES
+            ):  # (a session's blobs may not fit in memory at once)
                 with self._errors(f"downloading session {sid}"):
                     files = _cat_many(self.fs, [f"{prefix}/{r}" for r in rels])
                 for r in rels:
