@@ -656,13 +656,16 @@ def test_an_imported_trajectorys_model_calls_name_no_server(tmp_path: Path) -> N
     assert model_spans and all("server.address" not in s.attributes for s in model_spans)
 
 
-def test_an_http_span_has_its_query_values_only_with_content(tmp_path: Path) -> None:
-    """A plain HTTP call's ``url.full`` carried its query whole without ``--content``: what the
-    program searched for left the session although no content was to. Its values are REDACTED now,
-    as the HTTP conventions redact sensitive query values; with content the URL is as recorded."""
+def test_an_http_span_has_its_query_and_fragment_only_with_content(tmp_path: Path) -> None:
+    """A plain HTTP call's ``url.full`` carried its query and fragment whole without ``--content``:
+    what the program searched for (``?q=…``, a bare ``?secret+term``) or a token (``#token=…``) left
+    the session although no content was to. They are REDACTED now, as the HTTP conventions redact
+    sensitive query values; with content the URL is as recorded. A URL no parser takes (an unclosed
+    IPv6 bracket, in an imported or hand-edited session) made the whole export fail with
+    ``ValueError: Invalid IPv6 URL``."""
     import httpx2
 
-    url = "http://127.0.0.1:9/search?q=patient+smith&page=2&flag"
+    url = "http://127.0.0.1:9/search?q=patient+smith&page=2&flag#token=s3cret"
     with forkpoint.record(store=tmp_path) as rec:
         with httpx2.Client(transport=httpx2.MockTransport(lambda r: httpx2.Response(200, text="[]"))) as c:
             c.get(url)
@@ -671,26 +674,7 @@ def test_an_http_span_has_its_query_values_only_with_content(tmp_path: Path) -> 
     def shown(content: bool) -> list[Any]:
         return [p.attributes.get("url.full") for p in plan(s, content=content) if p.kind == "client"]
 
-    assert shown(False) == ["http://127.0.0.1:9/search?q=REDACTED&page=REDACTED&REDACTED"]
-    assert shown(True) == [url]
-
-
-def test_an_http_spans_fragment_is_redacted_and_an_unparsable_url_exported(tmp_path: Path) -> None:
-    """Without content a URL's fragment went out as recorded (``#token=…``: what a query value
-    is redacted for), and a URL no parser takes (an unclosed IPv6 bracket, in an imported or
-    hand-edited session) made the whole export fail with ``ValueError: Invalid IPv6 URL``."""
-    import httpx2
-
-    url = "http://127.0.0.1:9/search?q=smith#token=s3cret"
-    with forkpoint.record(store=tmp_path) as rec:
-        with httpx2.Client(transport=httpx2.MockTransport(lambda r: httpx2.Response(200, text="[]"))) as c:
-            c.get(url)
-    s = Session.load(rec.session_path)
-
-    def shown(content: bool) -> list[Any]:
-        return [p.attributes.get("url.full") for p in plan(s, content=content) if p.kind == "client"]
-
-    assert shown(False) == ["http://127.0.0.1:9/search?q=REDACTED#REDACTED"]
+    assert shown(False) == ["http://127.0.0.1:9/search?q=REDACTED&page=REDACTED&REDACTED#REDACTED"]
     assert shown(True) == [url]
     call = next(e for e in s.events if e.get("type") == "model_call")
     call["request"]["url"] = "http://[::1/search?q=smith"
