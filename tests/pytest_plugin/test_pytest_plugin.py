@@ -841,15 +841,25 @@ def test_a_cassette_that_holds_no_call_is_said_when_recorded_and_when_replayed(
     """A marked test that ran its agent as a subprocess recorded a cassette with no call in it,
     without a word; its "replay" then called the model for real every run, and passed."""
     pytester.makepyfile(test_sub=SUBPROCESS_INNER)
+    line = "*WARNING: 1 cassette(s) hold no model call and no tool call*test_sub.py::test_runs_the_agent_as_a_subprocess"
+    for result in said_when_recorded_and_replayed(pytester, 2, line):
+        assert "test_calls_a_tool" not in result.stdout.str().split("WARNING:")[1]
+
+
+def said_when_recorded_and_replayed(
+    pytester: pytest.Pytester, passed: int, line: str, server: LocalServer | None = None
+) -> list[pytest.RunResult]:
+    """Run the inner tests recording, then replaying (``server`` stopped in between): each time
+    ``passed`` pass and the output has ``line`` (an fnmatch pattern). Returns both runs."""
+    results = []
     for args in ((), ("--forkpoint-mode=replay",)):
         result = run(pytester, *args)
-        result.assert_outcomes(passed=2)
-        result.stdout.fnmatch_lines(
-            [
-                "*WARNING: 1 cassette(s) hold no model call and no tool call*test_sub.py::test_runs_the_agent_as_a_subprocess"
-            ]
-        )
-        assert "test_calls_a_tool" not in result.stdout.str().split("WARNING:")[1]
+        result.assert_outcomes(passed=passed)
+        result.stdout.fnmatch_lines([line])
+        results.append(result)
+        if server is not None:
+            server.stop()
+    return results
 
 
 PROGRAM_INNER = """
@@ -878,16 +888,11 @@ def test_a_python_program_a_test_starts_is_a_warning_when_recorded_and_when_repl
     verdict ("ok, but incomplete") was never shown for a passing test: the program ran live on
     every replay without a word. Both runs now give a ReplayWarning naming it."""
     pytester.makepyfile(test_prog=PROGRAM_INNER)
-    for args in ((), ("--forkpoint-mode=replay",)):
-        result = run(pytester, *args)
-        result.assert_outcomes(passed=1)
-        result.stdout.fnmatch_lines(
-            [
-                "*ReplayWarning: forkpoint: this test started, in * 1 Python program(s) forkpoint does not "
-                "record (* -c print('helper ran')): *they run live on every replay*",
-            ]
-        )
-        server.stop()
+    line = (
+        "*ReplayWarning: forkpoint: this test started, in * 1 Python program(s) forkpoint does not "
+        "record (* -c print('helper ran')): *they run live on every replay*"
+    )
+    said_when_recorded_and_replayed(pytester, 1, line, server)
 
 
 ENCRYPTED_INNER = """
