@@ -191,8 +191,10 @@ def test_an_arm_stopped_at_its_timeout_on_ray_leaves_nothing_it_started_running(
     """On the local executor an arm's agent leads a process group, and stopping it at
     ``--arm-timeout`` stops everything it started before the outcome is measured; on a Ray worker
     only the agent itself was sent SIGTERM, so what it started (a tool's server, a test run) went on
-    in the arm's folder while the outcome was measured there (and until the fork ended)."""
-    before = keeper.resumable()[1]
+    in the arm's folder while the outcome was measured there (and until the fork ended). (From the
+    first checkpoint, before any recorded call: a program stopped before it reached a later one
+    never went live, and is not measured: tests/suite/test_fork_outcomes.py.)"""
+    before = keeper.resumable()[0]
     pid_file = shlex.quote(str(tmp_path / "started.pid"))
     agent = f"sleep 120 & echo $! > {pid_file}; wait"
     # Passes when what the agent started is gone (or a zombie) by the time the outcome is measured.
