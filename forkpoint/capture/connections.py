@@ -21,10 +21,15 @@ from .. import runtime, sockets
 
 _lock = threading.Lock()
 _installed = False
-#: (address, port) connected to while recording.
-_seen: set[tuple[str, int]] = set()
-#: address → the host name it was looked up for.
-_names: dict[str, str] = {}
+#: (address, port, name) connected to while recording: ``name`` is the host name the connecting
+#: thread had just looked the address up for (a blocking client resolves and connects in one
+#: thread), or None (asyncio resolves in another thread; a literal address is not looked up).
+_seen: set[tuple[str, int, str | None]] = set()
+#: address → every host name it was looked up for, first seen first (two names can resolve to one
+#: address: ``localhost`` and ``127.0.0.1``, virtual hosts behind one load balancer).
+_names: dict[str, dict[str, None]] = {}
+#: This thread's latest lookups: address → the name it was looked up for.
+_lookups = threading.local()
 #: (host or address, port) of every recorded exchange.
 _recorded: set[tuple[str, int]] = set()
 
@@ -52,15 +57,21 @@ def install() -> None:
                 and isinstance(address, tuple)
                 and _recording()
             ):
+                host = str(address[0])
+                name = (getattr(_lookups, "names", None) or {}).get(host)
                 with _lock:
-                    _seen.add((str(address[0]), int(address[1])))
+                    _seen.add((host, int(address[1]), name))
 
         def names(host: Any, found: list[Any]) -> None:
             if host is not None and _recording():
-                name = host.decode() if isinstance(host, bytes) else str(host)
+                name = (host.decode() if isinstance(host, bytes) else str(host)).lower()
+                mine = getattr(_lookups, "names", None)
+                if mine is None:
+                    mine = _lookups.names = {}
                 with _lock:
                     for *_, sockaddr in found:
-                        _names.setdefault(str(sockaddr[0]), name.lower())
+                        _names.setdefault(str(sockaddr[0]), {})[name] = None
+                        mine[str(sockaddr[0])] = name
 
         sockets.watch(connect=note, resolved=names)
         _installed = True
@@ -111,11 +122,16 @@ def _proxy_for(scheme: str, host: str) -> tuple[str, int] | None:
 
 def unrecorded() -> list[str]:
     """``host:port`` of each connection seen since :func:`reset` that no recorded exchange accounts
-    for, sorted (the host name it was looked up for where known, else the address)."""
+    for, sorted (the host name it was looked up for where known, else the address).
+
+    The names a connection may have been made for: the one its thread had just looked its address
+    up for, else every name that address was looked up for. It is accounted for when an exchange
+    was recorded with its address, or one of those names, at its port."""
     with _lock:
         out = set()
-        for address, port in _seen:
-            name = _names.get(address, address)
-            if (name, port) not in _recorded and (address, port) not in _recorded:
-                out.add(f"{name}:{port}")
+        for address, port, name in _seen:
+            names = [name] if name is not None else list(_names.get(address, ()))
+            if (address, port) in _recorded or any((n, port) in _recorded for n in names):
+                continue
+            out.add(f"{names[0] if names else address}:{port}")
     return sorted(out)

@@ -487,6 +487,30 @@ def test_a_client_forkpoint_does_not_capture_is_named_at_the_end(
     assert f"127.0.0.1:{other.port}" in err and where not in err.split("connected to", 1)[-1]
 
 
+def test_a_recorded_call_to_localhost_after_one_to_127_0_0_1_is_not_named_unrecorded(
+    server: LocalServer, store: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two names of one address: a call to ``127.0.0.1:P`` and then one to ``localhost:Q`` (agno's
+    telemetry in its dev runtime, a local tool server), both recorded. The address was noted under
+    the first name it was looked up for only, so the second connection, ``127.0.0.1:Q``, was said to
+    go through "a client forkpoint does not capture" whose calls "will not be served on replay",
+    while the session held them. A connection counts as recorded under the name it was made for."""
+    other = LocalServer()
+    try:
+        with forkpoint.record(store=store) as rec:
+            requests.get(server.url + "/a", timeout=5)
+            requests.get(f"http://localhost:{other.port}/b", timeout=5)
+            with urllib.request.urlopen(f"http://localhost:{other.port}/c", timeout=5) as r:
+                r.read()
+    finally:
+        other.stop()
+    session = forkpoint.Session.load(rec.session_path)
+    assert len(session.calls()) == 3
+    notes = [e for e in session.records() if e["type"] == "note"]
+    assert [n["data"] for n in notes if "unrecorded_connections" in n["data"]] == []
+    assert "does not capture" not in capsys.readouterr().err
+
+
 def test_a_replay_that_blocks_a_connection_names_the_host(server: LocalServer, store: Path) -> None:
     with forkpoint.record(store=store) as rec:
         requests.get(server.url + "/a", timeout=5)
