@@ -71,6 +71,12 @@ def _langsmith_client(body: object, headers: Iterable[Any] | Mapping[str, str] |
     return (_header(headers, "user-agent") or "").startswith("langsmith-py/")
 
 
+def _agno_client(body: object, headers: Iterable[Any] | Mapping[str, str] | None) -> bool:
+    """agno's telemetry client (``agno/…`` in its ``User-Agent``), on any host: ``AGNO_API_RUNTIME=dev``
+    sends it to ``localhost:7070`` (``host.docker.internal:7070`` under ``AGNO_RUNTIME=docker``)."""
+    return (_header(headers, "user-agent") or "").startswith("agno/")
+
+
 def _agents_trace_upload(body: object, headers: Iterable[Any] | Mapping[str, str] | None) -> bool:
     """The OpenAI Agents SDK's span upload: ``{"data": [spans and traces]}``."""
     return isinstance(body, dict) and isinstance(body.get("data"), list)
@@ -88,6 +94,7 @@ TELEMETRY: tuple[Endpoint, ...] = (
         Answer(503, "text/plain", None),
     ),
     Endpoint("agno telemetry", "agno.com", r"", _ACCEPTED),
+    Endpoint("agno telemetry", "", r"^/telemetry/(runs|evals|os)/?$", _ACCEPTED, "POST", _agno_client),
     Endpoint("crewai telemetry", "telemetry.crewai.com", r"", _ACCEPTED),
     Endpoint("langsmith tracing", "smith.langchain.com", r"", _ACCEPTED),
     Endpoint(

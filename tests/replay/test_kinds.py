@@ -47,6 +47,11 @@ def test_classification() -> None:
     prices = "https://raw.githubusercontent.com/BerriAI/litellm/main/model_prices_and_context_window.json"
     assert classify("GET", prices, None) == "telemetry"
     assert classify("POST", "https://os-api.agno.com/telemetry/runs", {}) == "telemetry"
+    # agno's dev runtime (AGNO_API_RUNTIME=dev) posts the same telemetry to localhost:7070: its
+    # ids change at every run, and a replay diverged on it as on plain HTTP.
+    agno = [["user-agent", "agno/3.1.10"], ["content-type", "application/json"]]
+    assert classify("POST", "http://localhost:7070/telemetry/runs", {"run_id": "r"}, agno) == "telemetry"
+    assert classify("POST", "http://127.0.0.1:9/telemetry/runs", {"run_id": "r"}) == "http"  # not agno's
     protobuf = [["content-type", "application/x-protobuf"]]
     assert classify("POST", "http://127.0.0.1:4318/v1/traces", None, protobuf) == "telemetry"
     assert classify("POST", "http://127.0.0.1:4318/v1/logs", {"resourceLogs": []}) == "telemetry"
