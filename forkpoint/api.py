@@ -99,9 +99,10 @@ def _rules(ignore: Sequence[IgnoreRule | Mapping[str, Any]], where: str) -> tupl
 def finish_recording(rec: Recorder) -> list[str]:
     """End a recording's calls: write those still open, then name each ``host:port`` the run
     connected to that no recorded exchange accounts for (a client forkpoint does not capture: its
-    calls will not replay), and each Python program it started that is not recorded
-    (:mod:`forkpoint.capture.programs`). They go into the session as notes and to stderr. Returns
-    the connections."""
+    calls will not replay), each Python program it started that is not recorded
+    (:mod:`forkpoint.capture.programs`), and how many requests a framework answered from its own
+    cache of model answers (DSPy's: never made, so not recorded). They go into the session as notes
+    and to stderr. Returns the connections."""
     finish_pending(rec)
     later = [k for k in api_keys_set() if rec.api_keys is not None and k not in rec.api_keys]
     if later:  # (loaded while it ran, from a .env file say: the replay needs them too)
@@ -112,6 +113,15 @@ def finish_recording(rec: Recorder) -> list[str]:
         say(
             f"forkpoint: this run connected to {', '.join(missed)} through a client forkpoint does not "
             "capture: those calls are not in the session and will not be served on replay"
+        )
+    cached = {name: n for name, n in rec.cache_answers.items() if n}
+    if cached:
+        rec.note("answers a framework's own cache gave", answered_from_cache=cached)
+        say(
+            f"forkpoint: {runtime.cached_answers_text(cached)} (in memory or on disk): those requests "
+            "never reached the model, so they are not in the session, and a replay that does not find "
+            "them in that cache makes them and diverges. Record with the cache off (DSPy: "
+            "dspy.LM(..., cache=False))"
         )
     started = programs.unrecorded()
     if started:

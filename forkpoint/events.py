@@ -473,6 +473,9 @@ class ReplayReport(TypedDict):
     #: Every attempt to reach the network the replay stopped, named (``host:port``, ``… (udp)``,
     #: ``name (name lookup)``): the Python guard's refusals and what the kernel's namespace saw.
     network_blocked: list[str]
+    #: Requests a framework answered from its own cache of model answers (DSPy's), by framework:
+    #: they never asked for the recorded calls that answered them.
+    answered_from_cache: NotRequired[dict[str, int]]
     #: What kept the run offline (set by the command line's replay): ``network namespace``,
     #: ``python guard`` (the kernel refused a namespace), or ``none (live calls)``.
     sandbox: NotRequired[str]

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, overload
@@ -223,6 +224,7 @@ class Recorder:
         self.api_keys: list[str] | None = writer.header.get("api_keys")
         self.root_span: str = writer.header.get("span_id") or new_span_id()
         self.pending: set[Any] = set()
+        self.cache_answers: Counter[str] = Counter()
         self.counts = {"model_call": 0, "tool_call": 0, "checkpoint": 0}
         #: The model calls of the programs this process was before it exec'd (``forkpoint._boot``):
         #: the turn its checkpoints go on from.

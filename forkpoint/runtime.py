@@ -13,12 +13,14 @@ import contextvars
 import itertools
 import threading
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from .errors import Divergence, ForkpointError
 
 if TYPE_CHECKING:  # annotations only: this module is imported at every bootstrapped start
+    from collections import Counter
+
     from .events import Call, CallKind, HttpRequest, ModelCallEvent, ToolCallEvent, ValueEvent
 
 #: What serves each kind of call during a replay.
@@ -40,6 +42,9 @@ class Runtime(Protocol):
     pending: set[Any]
     #: True when the agent's own clock and randomness are recorded (or served): ``deterministic``.
     deterministic: bool
+    #: Requests a framework answered from its own cache of model answers (DSPy's), by framework:
+    #: they never reached the model, so they are neither recorded nor asked of a replay.
+    cache_answers: Counter[str]
 
     def before_model_call(self, request: HttpRequest) -> None:
         """A model call is about to be sent for real (a recorder takes a checkpoint here)."""
@@ -224,6 +229,27 @@ def active_for_http() -> Runtime | None:
     recorded at a higher level (:data:`http_recorded_above`), so it is neither recorded twice nor
     served from the session."""
     return None if http_recorded_above.get() else active()
+
+
+def answered_from_cache(framework: str) -> None:
+    """A ``framework`` answered a model request from its own cache while a runtime is active: no
+    call was made, so none is recorded (or asked of the recording). Counted for the recording's
+    warnings and the replay's verdict (:attr:`Runtime.cache_answers`)."""
+    rt = active()
+    counts = getattr(rt, "cache_answers", None) if rt is not None else None
+    if counts is not None:
+        with _lock:
+            counts[framework] += 1
+
+
+def cached_answers_text(counts: Mapping[str, int]) -> str:
+    """``DSPy answered 3 requests from its own cache`` for :attr:`Runtime.cache_answers` (several
+    frameworks joined by ``and``), or ``""`` when none did."""
+    return " and ".join(
+        f"{name} answered {n} request{'s' if n != 1 else ''} from its own cache"
+        for name, n in counts.items()
+        if n
+    )
 
 
 def unseen() -> None:

@@ -295,6 +295,9 @@ def render(
         elif e["type"] == "note":
             data = e.get("data") or {}
             missed = data.get("unrecorded_connections") or data.get("unrecorded_programs")
+            cached = data.get("answered_from_cache")
+            if not missed and isinstance(cached, dict):
+                missed = [f"{name} ×{n}" for name, n in cached.items()]
             tail = f": [yellow]{escape('; '.join(map(str, missed)))}[/yellow]" if missed else ""
             console.print(f"        [dim]#{e['seq']:<3}[/dim] note    {escape(str(e.get('text')))}{tail}")
         elif e["type"] == "value":  # deterministic: the agent's own clock and randomness

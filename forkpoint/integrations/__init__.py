@@ -94,7 +94,7 @@ BUILTIN: dict[str, tuple[str, ...]] = {
     "forkpoint.integrations.anthropic_tools": ("anthropic.lib.tools._beta_functions",),
     "forkpoint.integrations.strands": ("strands.tools.decorator",),
     "forkpoint.integrations.agno": ("agno.tools.function",),
-    "forkpoint.integrations.dspy": ("dspy.adapters.types.tool",),
+    "forkpoint.integrations.dspy": ("dspy.adapters.types.tool", "dspy.clients.cache"),
     "forkpoint.integrations.crewai": ("crewai.tools.base_tool",),
     "forkpoint.integrations.multiprocessing": ("multiprocessing.util", "multiprocessing.spawn"),
 }

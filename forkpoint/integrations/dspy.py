@@ -14,9 +14,12 @@ others. Tools made from MCP tools (``Tool.from_mcp_tool``) are recorded as MCP r
 Model calls: DSPy 3.4's default engine (``lm15``) sends its requests over sockets of its own,
 which forkpoint does not capture (a replay then refuses them as network access); with
 ``dspy.LM(..., engine="litellm")`` they go through the openai SDK and are recorded. And DSPy
-caches language-model answers (in memory and on disk) by default: a replayed run that finds its
-answers in that cache does not ask for the recorded model calls, and the replay says so (unused
-calls). Record and replay with the cache off (``dspy.LM(..., cache=False)``).
+caches language-model answers (in memory and on disk) by default: a request it answers from that
+cache never reaches the model, so a recording does not have it (and a replay that finds its answers
+there does not ask for the recorded calls). ``dspy.clients.cache.Cache.get`` is patched to count
+those answers while forkpoint records or replays: the recording says how many requests DSPy's cache
+answered (and notes it in the session), and so does a replay's verdict. Record and replay with the
+cache off (``dspy.LM(..., cache=False)``).
 """
 
 from __future__ import annotations
@@ -25,7 +28,11 @@ import functools
 from types import ModuleType
 from typing import Any
 
+from .. import runtime
 from .base import Integration, jsonable, records, replace, run_tool, run_tool_sync
+
+#: The framework's name in what a recording and a replay say about its cache.
+NAME = "DSPy"
 
 
 def _skip(tool: Any) -> bool:
@@ -56,4 +63,21 @@ def patch(module: ModuleType) -> None:
         replace(cls, "acall", callbacks(acall))
 
 
-INTEGRATION = Integration("dspy", {"dspy.adapters.types.tool": patch})
+def patch_cache(module: ModuleType) -> None:
+    """Count every answer ``dspy.clients.cache.Cache.get`` finds (in memory or on disk) while a
+    runtime is active: a model request DSPy answered without making it
+    (:func:`forkpoint.runtime.answered_from_cache`)."""
+    cls = module.Cache
+    get = cls.get
+
+    @functools.wraps(get)
+    def cached(self: Any, *args: Any, **kwargs: Any) -> Any:
+        found = get(self, *args, **kwargs)
+        if found is not None:
+            runtime.answered_from_cache(NAME)
+        return found
+
+    replace(cls, "get", cached)
+
+
+INTEGRATION = Integration("dspy", {"dspy.adapters.types.tool": patch, "dspy.clients.cache": patch_cache})

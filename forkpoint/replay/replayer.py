@@ -26,7 +26,7 @@ import signal
 import sys
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, Literal, cast
@@ -422,6 +422,7 @@ class Replayer:
         self.gone_live = False
         self.network_blocked: list[str] = []
         self.pending: set[Any] = set()
+        self.cache_answers: Counter[str] = Counter()
         self._lock = threading.Lock()
         # Calls made inside a tool's body: served with that tool, never asked for on their own.
         self._children: dict[str, list[Call]] = {}
@@ -1136,6 +1137,7 @@ class Replayer:
                 "child_session": str(self.child.path) if self.child else None,
                 "live_from": self.live_from,
                 "network_blocked": self.network_blocked,
+                "answered_from_cache": {k: n for k, n in self.cache_answers.items() if n},
                 "aside": {
                     "recorded": len(self.aside),
                     "served": len(self.aside_served),

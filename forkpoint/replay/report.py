@@ -3,9 +3,11 @@ reports of several processes merged, and the exit code that says the run did not
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from .. import runtime
 from ..errors import Divergence
 from ..events import DivergenceReport, Verdict
 from ..files import write_private
@@ -168,11 +170,20 @@ def ended_by_override(report: dict[str, Any]) -> bool:
     )
 
 
+def _cache_hint(report: dict[str, Any]) -> str:
+    """Why recorded calls went unasked when a framework answered requests from its own cache of
+    model answers during the replay (DSPy's, in memory or on disk); ``""`` otherwise."""
+    cached = runtime.cached_answers_text(report.get("answered_from_cache") or {})
+    if not cached:
+        return ""
+    return f" ({cached} instead: replay with the cache off, dspy.LM(..., cache=False) for DSPy)"
+
+
 def problems(report: dict[str, Any]) -> list[str]:
     """Why a replay that did not diverge still did not reproduce its recording, in words."""
     out = []
     if report.get("ended_early"):
-        out.append("the run ended before asking for every recorded call")
+        out.append("the run ended before asking for every recorded call" + _cache_hint(report))
     if report.get("network_blocked"):
         out.append("the run tried to reach the network")
     return out + list(report.get("ending") or [])
@@ -328,7 +339,9 @@ def verdict(report: dict[str, Any] | None, exit_code: int | None, recorded_exit:
         reasons.append(f"exit code {exit_code}, recorded {recorded_exit}")
     if report.get("ended_early"):
         unserved = report.get("unserved") or []
-        reasons.append(f"ended before asking for {plural(len(unserved), 'recorded call')}")
+        reasons.append(
+            f"ended before asking for {plural(len(unserved), 'recorded call')}" + _cache_hint(report)
+        )
     if report.get("network_blocked"):
         hosts = ", ".join(dict.fromkeys(report["network_blocked"]))
         reasons.append(f"tried to reach the network ({hosts})")
@@ -378,6 +391,9 @@ def merge_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
             "overrides": overrides,
             "live_calls": {k: sum(r["live_calls"][k] for r in reports) for k in ("models", "tools")},
             "network_blocked": blocked,
+            "answered_from_cache": dict(
+                sum((Counter(r.get("answered_from_cache") or {}) for r in reports), Counter())
+            ),
             "out_of_order": [o for r in reports for o in r.get("out_of_order") or []],
             "uncaught": [u for r in reports for u in r.get("uncaught") or []],
             "aside": {

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 import forkpoint
+from forkpoint.replay import summary_line
 from tests.modelserver import LocalServer, Reply, Request, chat_completion, json_reply
 
 API_KEY = "sk-proj-" + "f" * 40
@@ -181,8 +182,9 @@ def dspy_route(request: Request) -> Reply:
     return json_reply(chat_completion(f"chatcmpl-{len(user)}", str(body.get("model")), text=text))
 
 
-def run_dspy(url: str, fail: bool = False) -> str:
-    """DSPy's ReAct adding 2 and 3 (with ``fail``, its tool raises)."""
+def run_dspy(url: str, fail: bool = False, cache: bool = False) -> str:
+    """DSPy's ReAct adding 2 and 3 (with ``fail``, its tool raises; with ``cache``, DSPy's cache of
+    model answers on)."""
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # litellm fetches prices otherwise
     import dspy
 
@@ -196,7 +198,7 @@ def run_dspy(url: str, fail: bool = False) -> str:
     # DSPy's default engine (lm15) sends requests over its own sockets, which forkpoint does not
     # capture; its litellm engine goes through the openai SDK.
     lm = dspy.LM(
-        "openai/m", api_base=url + "/v1", api_key=API_KEY, cache=False, num_retries=0, engine="litellm"
+        "openai/m", api_base=url + "/v1", api_key=API_KEY, cache=cache, num_retries=0, engine="litellm"
     )
     react = dspy.ReAct("question -> answer", tools=[add], max_iters=3)
     with dspy.context(lm=lm):
@@ -314,3 +316,40 @@ def test_a_dspy_tool_that_raised_replays(ledger_file: Path, tmp_path: Path) -> N
     with forkpoint.replay(rec.session_path) as rp:
         assert run_dspy(server.url, fail=True) == live
     assert rp.report()["reproduced"], rp.report()
+
+
+@pytest.mark.slow
+def test_dspy_cache_answers_are_said_when_recording_and_replaying(
+    ledger_file: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """DSPy answers a request it has answered before from its cache (in memory and on disk, on by
+    default): no model call is made, so none is recorded, and a replay that finds its answers there
+    asks for none of the recorded ones. Both were silent: a recording of a warm cache held no model
+    call at all, and the replay said only that recorded calls went unused. Now the recording says
+    how many requests DSPy's cache answered (and notes it in the session), and so does the replay."""
+    dspy = pytest.importorskip("dspy")
+    before = dspy.cache
+    dspy.configure_cache(enable_disk_cache=False, enable_memory_cache=True)  # a fresh cache, in memory
+    try:
+        with LocalServer() as server:
+            server.route("/v1/chat/completions", dspy_route, method="POST")
+            with forkpoint.record(store=tmp_path / "store") as cold:
+                live = run_dspy(server.url, cache=True)  # a cold cache: every call made, recorded
+            assert len(server.requests) == 3
+            assert "cache" not in capfd.readouterr().err
+            with forkpoint.replay(cold.session_path) as rp:  # the cache answers now
+                assert run_dspy(server.url, cache=True) == live
+            report = rp.report()
+            assert not report["reproduced"]
+            assert report["answered_from_cache"] == {"DSPy": 3}
+            assert "DSPy answered 3 requests from its own cache" in summary_line(report)
+            with forkpoint.record(store=tmp_path / "store") as warm:
+                assert run_dspy(server.url, cache=True) == live
+            assert len(server.requests) == 3  # the cache answered: no request reached the server
+        err = capfd.readouterr().err
+        assert "DSPy answered 3 requests from its own cache" in err, err
+        session = forkpoint.Session.load(warm.session_path)
+        assert session.by_type("model_call") == []
+        assert [n["data"] for n in session.by_type("note")] == [{"answered_from_cache": {"DSPy": 3}}]
+    finally:
+        dspy.cache = before
