@@ -34,7 +34,7 @@ from .events import endpoint, in_start_order
 from .jsondiff import Change, EqualPairs, format_changes, json_diff
 from .log import Session
 from .match import event_key, key_spec, normalized, stored_key
-from .providers import recorded_response, response_text, summary
+from .providers import genai_usage, recorded_response, response_text, summary
 from .text import escape
 
 #: Paths of :func:`comparable` covered by the match key; every other difference is in the answer.
@@ -198,11 +198,13 @@ def _cell(event: dict[str, Any] | None) -> str:
 def totals(session: Session) -> dict[str, Any]:
     """What a run amounts to: ``turns`` (model calls: no telemetry, MCP or plain HTTP), ``tools``
     (calls by name), ``tool_errors``,
-    ``tokens`` (``input``/``output``, summed over the model calls' usage), ``model_ms`` (the model
+    ``tokens`` (``input``/``output``, summed over the model calls' usage; input with the tokens the
+    prompt cache read and wrote, as :func:`~forkpoint.providers.genai_usage` counts them), ``model_ms`` (the model
     calls' summed wall time, ms), ``final_answer`` (the last model text) and ``exit_code``."""
     models = [m for m in session.by_type("model_call") if summary(m)["kind"] == "model"]
     tools = session.by_type("tool_call")
-    usages: list[Mapping[str, Any]] = [summary(m).get("usage") or {} for m in models]
+    # (input tokens with the prompt cache's, which Anthropic's own count leaves out: genai_usage)
+    usages: list[Mapping[str, Any]] = [genai_usage(summary(m)) for m in models]
     tokens_in = sum(u.get("input_tokens") or 0 for u in usages)
     tokens_out = sum(u.get("output_tokens") or 0 for u in usages)
     final = None

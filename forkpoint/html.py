@@ -40,6 +40,7 @@ from .providers import (
     context_messages,
     conversation_fields,
     genai_input_messages,
+    genai_usage,
     kinds,
     message_list_field,
     parse_sse,
@@ -231,7 +232,8 @@ def _model_view(e: dict[str, Any], strings: _Strings, messages: _Messages) -> di
     body = req.get("body")
     api = s.get("api") or ""
     view: dict[str, Any] = {
-        "summary": to_json(s),
+        # (usage as forkpoint show and the export count it: input with the prompt cache's)
+        "summary": to_json({**s, "usage": genai_usage(s)} if s.get("usage") else s),
         "method": req.get("method"),
         "url": url,
         "request_headers": to_json(req.get("headers") or []),
@@ -448,7 +450,7 @@ def view_model(
             v["turn"] = turn
             v.update(_model_view(e, strings, messages))
             stats["model_calls"] += 1
-            usage = (e.get("summary") or {}).get("usage") or {}
+            usage = genai_usage(e.get("summary") or {})  # (input with the prompt cache's)
             stats["input_tokens"] += usage.get("input_tokens") or 0
             stats["output_tokens"] += usage.get("output_tokens") or 0
             calls = [dict(c) for c in (e.get("summary") or {}).get("tool_calls") or [] if isinstance(c, dict)]

@@ -16,7 +16,7 @@ from rich.console import Console
 
 from .events import endpoint, in_start_order, in_tool, tool_spans
 from .log import Session, json_text, to_json, with_deltas
-from .providers import call_kind, kinds, recorded_response, response_text
+from .providers import call_kind, genai_usage, kinds, recorded_response, response_text
 from .store import SessionInfo
 from .text import escape, ordinal, visible
 from .values import readable
@@ -62,7 +62,9 @@ def model_call_line(event: Mapping[str, Any]) -> tuple[str, list[str]]:
     """(headline, detail lines) describing one model call."""
     s = event.get("summary") or {}
     resp = event.get("response") or {}
-    usage = s.get("usage") or {}
+    # Input tokens as the export counts them: with what the prompt cache read and wrote, which
+    # Anthropic's own count leaves out (and OpenAI's includes), said beside them.
+    usage = genai_usage(s)
     # (the model's name, the provider's words: recorded text, which a hostile server or agent chose)
     parts = [
         escape(str(s.get("model") or "?")),
@@ -70,8 +72,11 @@ def model_call_line(event: Mapping[str, Any]) -> tuple[str, list[str]]:
     ]
     if usage.get("input_tokens") is not None or usage.get("output_tokens") is not None:
         tokens_in, tokens_out = usage.get("input_tokens"), usage.get("output_tokens")
+        read, written = usage.get("cache_read_input_tokens"), usage.get("cache_creation_input_tokens")
+        cache = [f"{read} from cache"] * bool(read) + [f"{written} to cache"] * bool(written)
         parts.append(
             f"{'?' if tokens_in is None else tokens_in}→{'?' if tokens_out is None else tokens_out} tok"
+            + (f" ({', '.join(cache)})" if cache else "")
         )
     parts.append(_ms(event.get("duration_ms")))
     if resp.get("body_kind") == "stream":

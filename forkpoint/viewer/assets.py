@@ -599,7 +599,7 @@ JS = r"""
     function fact(k, v) { if (v !== null && v !== undefined && v !== "") add(facts, h("span", null, k + " ", h("b", { text: String(v) }))); }
     if (r) { fact("status", r.status); fact("ended", r.ended); }
     fact("stop", sm.stop_reason);
-    if (sm.usage) { fact("input tokens", sm.usage.input_tokens); fact("output tokens", sm.usage.output_tokens); }
+    if (sm.usage) { fact("input tokens", sm.usage.input_tokens); fact("from cache", sm.usage.cache_read_input_tokens); fact("to cache", sm.usage.cache_creation_input_tokens); fact("output tokens", sm.usage.output_tokens); }
     fact("response model", sm.response_model);
     fact("duration", fmtMs(e.duration_ms));
     if (r && r.frames && r.frames.length) fact("first text", fmtMs(r.frames[0][0]));

@@ -624,3 +624,39 @@ def test_diff_takes_the_keys_the_sessions_stored(tmp_path: Path, monkeypatch: py
 
     per_turn = diff_counts_per_turn(tmp_path, monkeypatch, Scrubber, "item_digest")
     assert per_turn[80] <= 1.5 * per_turn[20] + 1, per_turn
+
+
+def test_input_tokens_count_the_prompt_cache_as_the_export_does(tmp_path: Path) -> None:
+    """Anthropic's ``input_tokens`` leave out what the prompt cache read and wrote. ``forkpoint show``
+    said ``101→23 tok`` and diff's summary 101 tokens in for a call that read 1,151 prompt tokens,
+    while the export of the same session said 1151 (the conventions count the cache in): one run,
+    two token counts, and the cache never shown. Show, diff and the HTML page now count as the
+    export does, and show says what the cache read and wrote."""
+    url = "http://127.0.0.1:9/v1/messages"
+    ask = {"model": "claude-x", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]}
+    answer = {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-x",
+        "content": [{"type": "text", "text": "hello"}],
+        "stop_reason": "end_turn",
+        "usage": {
+            "input_tokens": 101,
+            "output_tokens": 23,
+            "cache_read_input_tokens": 1000,
+            "cache_creation_input_tokens": 50,
+        },
+    }
+    writer = SessionWriter.create(tmp_path, make_header(argv=["agent"]))
+    writer.append(_exchange(url, ask, answer))
+    writer.close()
+    session = Session.load(writer.path)
+    shown = CliRunner().invoke(main, ["show", str(session.path)])
+    assert shown.exit_code == 0, shown.output
+    assert "1151→23 tok (1000 from cache, 50 to cache)" in flat(shown.output), shown.output
+    data = json.loads(diff(session, session, "--json").output)
+    assert data["summary"]["a"]["tokens"] == {"input": 1151, "output": 23}
+    page = tmp_path / "run.html"
+    assert CliRunner().invoke(main, ["show", str(session.path), "--html", str(page)]).exit_code == 0
+    assert '"input_tokens":1151' in page.read_text().replace(" ", "")
