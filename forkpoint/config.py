@@ -43,15 +43,17 @@ from .errors import ConfigError
 CONFIG_NAME = "forkpoint.toml"
 
 
-_anchors: list[Path] = []
+#: The :func:`anchored` blocks open, innermost last: replaced whole, never changed in place, so that
+#: :func:`anchor` reads it without a lock (it is asked at every scrub and match).
+_anchors: tuple[Path, ...] = ()
 _anchors_lock = threading.Lock()
 
 
 def anchor() -> Path | None:
     """The directory the configuration search starts from instead of the current directory (the
     innermost :func:`anchored` block, in any thread), or None."""
-    with _anchors_lock:
-        return _anchors[-1] if _anchors else None
+    anchors = _anchors
+    return anchors[-1] if anchors else None
 
 
 def config_start() -> Path:
@@ -66,14 +68,16 @@ def anchored(start: Path) -> Iterator[None]:
     and the ``[store]`` settings a recording or replay uses then. The pytest plugin anchors each
     test at its file's folder, so ``pytest proj/tests`` from a parent directory records under
     ``proj/forkpoint.toml`` as ``pytest`` in ``proj/`` does."""
+    global _anchors
     start = Path(start).absolute()
     with _anchors_lock:
-        _anchors.append(start)
+        _anchors = (*_anchors, start)
     try:
         yield
     finally:
         with _anchors_lock:
-            _anchors.remove(start)
+            at = len(_anchors) - 1 - _anchors[::-1].index(start)
+            _anchors = _anchors[:at] + _anchors[at + 1 :]
 
 
 def find_config(start: Path | None = None) -> tuple[Path, tuple[str, ...]] | None:

@@ -43,7 +43,7 @@ import orjson
 
 from . import jsonpath, redact
 from .canonical import digest
-from .config import config_start, load_table
+from .config import anchor, load_table
 from .errors import ConfigError, RuleError
 from .events import process_of
 from .jsondiff import json_diff
@@ -453,12 +453,12 @@ def configured() -> Ignore:
     """The rules of the configuration in force for the current directory (or the
     :func:`~forkpoint.config.anchored` one), read once per directory (and ``$FORKPOINT_CONFIG``) in
     a process. Raises :class:`~forkpoint.errors.ConfigError`."""
-    start = config_start()
-    where = (str(start), os.environ.get("FORKPOINT_CONFIG", ""))
+    start = anchor()  # (asked at every call: the current directory as a string, no Path made)
+    where = (str(start) if start is not None else os.getcwd(), os.environ.get("FORKPOINT_CONFIG", ""))
     found = _configured.get(where)
     if found is None:
         with _configured_lock:
-            found = _configured[where] = Ignore(load_ignore(start))
+            found = _configured[where] = Ignore(load_ignore(Path(where[0])))
     return found
 
 
