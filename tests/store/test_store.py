@@ -499,8 +499,13 @@ def _killed_at_first_call(cmd: list[str], here: Path, env: dict[str, str]) -> It
     second call) when the block ends."""
     proc = subprocess.Popen(cmd, cwd=here, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        _wait_for(lambda: (here / "first-call-done").exists() or proc.poll() is not None, "first call")
-        pid = int((here / "first-call-done").read_text())
+        done = here / "first-call-done"
+        # (its pid written: the file exists, empty, a moment before; read then, the test failed)
+        _wait_for(
+            lambda: (done.exists() and done.read_text().strip() != "") or proc.poll() is not None,
+            "first call",
+        )
+        pid = int(done.read_text())
         proc.kill()
         proc.wait()
         yield pid
