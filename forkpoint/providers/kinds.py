@@ -73,7 +73,7 @@ def _langsmith_client(body: object, headers: Iterable[Any] | Mapping[str, str] |
 
 def _agno_client(body: object, headers: Iterable[Any] | Mapping[str, str] | None) -> bool:
     """agno's telemetry client (``agno/…`` in its ``User-Agent``), on any host: ``AGNO_API_RUNTIME=dev``
-    sends it to ``localhost:7070`` (``host.docker.internal:7070`` under ``AGNO_RUNTIME=docker``)."""
+    sends it to ``localhost:7070`` (port 7070 of the Docker host under ``AGNO_RUNTIME=docker``)."""
     return (_header(headers, "user-agent") or "").startswith("agno/")
 
 
