@@ -169,7 +169,7 @@ def url_full(url: str, content: bool) -> str:
     without content (a query carries what the program asked for: a search term, a file name; a
     fragment a token, ``#access_token=…``; the HTTP conventions redact query values that may be
     sensitive the same way); the URL as recorded with it. Split at the first ``?`` and ``#`` as
-    a URL parser does, but by hand: a URL no parser takes (``http://[::1/``) is redacted too."""
+    a URL parser does, but by hand: a URL no parser takes (``http://127.0.0.1:9]/``: a stray bracket) is redacted too."""
     if content:
         return url
     rest, hash_, fragment = url.partition("#")
