@@ -65,7 +65,7 @@ from ..events import (
 )
 from ..redact import scrub_json, scrub_text
 from ..text import say
-from .tracebacks import frames_of, recorded_traceback
+from .tracebacks import frames_of, hidden, hide_own_frames, recorded_traceback
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -270,15 +270,13 @@ def _error_dict(exc: BaseException, tool: str, depth: int = 0, below: bool = Fal
     :data:`_CAUSES` deep), so a custom exception (``ApiError(429, "slow down")`` with ``.status``)
     or a ``FileNotFoundError`` (its ``errno`` and ``filename``) comes back whole on replay. An
     attribute with no JSON form is left out, and said (naming ``tool``). ``below``: the exception
-    was caught where the tool was called, and its ``frames`` are those below that one (a cause's
-    are all of its own), so that a replay raises it through frames that look the same
-    (:mod:`.tracebacks`)."""
+    was caught where the tool was called, and its ``frames`` (those of the tool's body: forkpoint's
+    own are left out; a cause's are all of its own) are kept, so that a replay raises it through
+    frames that look the same (:mod:`.tracebacks`)."""
     out = error_record(exc)
     out["message"] = scrub_text(out["message"])
-    if below or depth:  # (below: the top frame is call_tool's own, which a replay has too)
-        tb = exc.__traceback__
-        if frames := frames_of(tb.tb_next if below and tb is not None else tb):
-            out["frames"] = frames
+    if (below or depth) and (frames := frames_of(exc.__traceback__)):
+        out["frames"] = frames
     for field in ("errno", "strerror"):  # (an OSError's are its args, kept below)
         out.pop(field, None)  # type: ignore[misc]
     try:
@@ -783,10 +781,6 @@ class _Served:
             and result.get(values.MARK) == _ITEM_KINDS[result["kind"]]
             else None
         )
-        #: The recorded exception :meth:`value` raised, and the frames it was raised in live
-        #: (:meth:`reraised`).
-        self.raised: BaseException | None = None
-        self.frames: types.TracebackType | None = None
         # Never longer than the call lasted live (and at least TURN_WAIT_S): the calls it waits for
         # came within that time then, and a run that does not ask for them went another way.
         self.timeout = max(TURN_WAIT_S, min(60.0, float(event.get("duration_ms") or 0) / 1000))
@@ -799,14 +793,6 @@ class _Served:
             await await_cancellation(self.rt, self.event, self.position, until="it returned")
         finally:  # (the calls that finished after it live are handed back after it is cancelled)
             self.rt.release(self.event)
-
-    def reraised(self, exc: BaseException) -> None:
-        """``exc`` came out of the call of :meth:`value` in ``call_tool``: when it is the recorded
-        exception, the frames of forkpoint's serving between that call and the recorded frames are
-        cut out, so the traceback reads as it did live (the line in ``call_tool`` is the same)."""
-        tb = exc.__traceback__
-        if exc is self.raised and tb is not None:
-            tb.tb_next = self.frames
 
     def wait(self) -> None:
         if self.generator is None:
@@ -859,8 +845,8 @@ class _Served:
                     )
                 os.execv(argv[0], argv[1:])  # as it went on live (a replaying process hands itself on)
             exc = rebuild_exception(dict(event["error"]))
-            self.raised, self.frames = exc, recorded_traceback(event["error"].get("frames"))
-            raise exc.with_traceback(self.frames)
+            # (through frames made to look like the recorded ones: forkpoint's are taken out)
+            raise exc.with_traceback(recorded_traceback(event["error"].get("frames")))
         if "unrecorded" in event:
             u = event["unrecorded"]
             raise self.rt.diverged(
@@ -917,7 +903,7 @@ def call_tool(
     served = _replayed(rt, name, args, defaulted) if rt.mode == "replay" else None
     if served is not None:
         served.wait()
-        body = served.value  # (served on the line that runs the body live: a traceback names that line)
+        body = served.value
     call = _ToolCall(name, args, mcp) if served is None else None
     # A tool run live in a replay: its connections are allowed.
     live = runtime.running_live_tool.set(rt.mode == "replay") if call is not None else None
@@ -927,8 +913,7 @@ def call_tool(
     except BaseException as exc:
         if call is not None:
             call.raised(exc)
-        elif served is not None:
-            served.reraised(exc)
+        hide_own_frames(exc)  # (the program's traceback is the one it has without forkpoint)
         raise
     finally:
         if live is not None:
@@ -959,7 +944,7 @@ async def acall_tool(
             await served.until_cancelled()
         if replayed is not None:
             await replayed(served.event)
-        body = served.avalue  # (as in call_tool)
+        body = served.avalue
     call = _ToolCall(name, args, mcp) if served is None else None
     live = runtime.running_live_tool.set(rt.mode == "replay") if call is not None else None
     try:
@@ -968,8 +953,7 @@ async def acall_tool(
     except BaseException as exc:
         if call is not None:
             call.raised(exc)
-        elif served is not None:
-            served.reraised(exc)
+        hide_own_frames(exc)  # (the program's traceback is the one it has without forkpoint)
         raise
     finally:
         if live is not None:
@@ -1107,14 +1091,17 @@ def wrapped(fn: Callable[..., Any], tool_name: str, on: Callable[[], bool] | Non
 
         @functools.wraps(fn)
         async def wrapper(*args: Any, **kwargs: Any) -> Any:
-            if off():
-                return await fn(*args, **kwargs)
-            bound, defaulted = bind_call(fn, args, kwargs, tool_name)
-            state = _object_state(fn, args) if _watched(tool_name) else None
-            try:
-                return await acall_tool(tool_name, bound, lambda: fn(*args, **kwargs), defaulted=defaulted)
-            finally:
-                _changed_in_place(fn, tool_name, bound, args, kwargs, state)
+            with hidden:
+                if off():
+                    return await fn(*args, **kwargs)
+                bound, defaulted = bind_call(fn, args, kwargs, tool_name)
+                state = _object_state(fn, args) if _watched(tool_name) else None
+                try:
+                    return await acall_tool(
+                        tool_name, bound, lambda: fn(*args, **kwargs), defaulted=defaulted
+                    )
+                finally:
+                    _changed_in_place(fn, tool_name, bound, args, kwargs, state)
 
     elif inspect.isasyncgenfunction(fn):
 
@@ -1151,9 +1138,8 @@ def wrapped(fn: Callable[..., Any], tool_name: str, on: Callable[[], bool] | Non
 
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            if off():
-                return fn(*args, **kwargs)
-            return through(args, kwargs)
+            with hidden:
+                return fn(*args, **kwargs) if off() else through(args, kwargs)
 
     wrapper.__forkpoint_tool__ = tool_name
     runtime.tool_wrappers.add(wrapper)

@@ -9,13 +9,21 @@ each is a tiny function compiled under the recorded file name, its call placed a
 lines and columns, so ``traceback`` reads the same source lines from the same files and underlines
 the same spans. No code of the session runs: the code compiled is forkpoint's own ``_(…)`` call,
 only its file name, function name and positions come from the session.
+
+Recording must not change the traceback either: forkpoint's own frames between the program's call
+of a tool and the tool's body (the ``@forkpoint.tool`` wrapper, a framework integration's patch,
+the recording itself) are taken out of a tool's exception as it leaves them (:data:`hidden`), so
+the program (and a model DSPy shows it to) reads the traceback it would read without forkpoint.
 """
 
 from __future__ import annotations
 
 import itertools
+import os
 from types import CodeType, FunctionType, TracebackType
-from typing import Any
+from typing import Any, Literal
+
+from ..errors import ForkpointError, RecordedToolError
 
 #: At most this many frames are kept (the outermost: those a framework shows first).
 MAX_FRAMES = 64
@@ -23,16 +31,72 @@ MAX_FRAMES = 64
 _MAX_SPAN = 4096
 
 
+#: The folders of the code that stands between a program and its tools: tool calls
+#: (``capture/tools.py``) and the framework integrations that patch them.
+_OWN = tuple(
+    os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), folder) + os.sep
+    for folder in ("capture", "integrations")
+)
+
+
+def _own(tb: TracebackType) -> bool:
+    return tb.tb_frame.f_code.co_filename.startswith(_OWN)
+
+
+def _visible(tb: TracebackType | None) -> TracebackType | None:
+    """``tb`` without forkpoint's own entries (relinked in place), or None when none is left."""
+    head: TracebackType | None = None
+    last: TracebackType | None = None
+    while tb is not None:
+        if not _own(tb):
+            if last is None:
+                head = tb
+            else:
+                last.tb_next = tb
+            last = tb
+        tb = tb.tb_next
+    if last is not None:
+        last.tb_next = None
+    return head
+
+
+def hide_own_frames(exc: BaseException) -> None:
+    """Take forkpoint's own frames out of the traceback of ``exc``, a tool's exception (raised by
+    its body live, or its recorded one on replay); forkpoint's own errors (a divergence) keep
+    theirs. Python adds no entry when an exception is raised again by a bare ``raise`` or leaves a
+    ``with`` block, so the outermost of forkpoint's frames can take itself out too."""
+    if not isinstance(exc, ForkpointError) or isinstance(exc, RecordedToolError):
+        exc.__traceback__ = _visible(exc.__traceback__)
+
+
+class _Hidden:
+    """``with hidden:`` around forkpoint's outermost frame between a program and a tool's body:
+    a tool's exception leaves it without forkpoint's frames (:func:`hide_own_frames`). Stateless,
+    so one object serves every block, nested and in every thread."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> Literal[False]:
+        if exc is not None:
+            hide_own_frames(exc)
+        return False
+
+
+hidden = _Hidden()
+
+
 def frames_of(tb: TracebackType | None) -> list[list[Any]]:
-    """The frames of ``tb``, outermost first, as ``[file, line, function, end line, column, end
-    column]`` (the last three null when Python does not know them)."""
+    """The frames of ``tb`` that are not forkpoint's own, outermost first, as ``[file, line,
+    function, end line, column, end column]`` (the last three null when Python does not know them)."""
     out: list[list[Any]] = []
     while tb is not None and len(out) < MAX_FRAMES:
         code = tb.tb_frame.f_code
-        # The failing instruction's position, as ``traceback`` reads it (tb_lasti counts bytes).
-        where = next(itertools.islice(code.co_positions(), tb.tb_lasti // 2, None), None)
-        _, end, col, end_col = where if where is not None else (None, None, None, None)
-        out.append([code.co_filename, tb.tb_lineno, code.co_name, end, col, end_col])
+        if not _own(tb):
+            # The failing instruction's position, as ``traceback`` reads it (tb_lasti counts bytes).
+            where = next(itertools.islice(code.co_positions(), tb.tb_lasti // 2, None), None)
+            _, end, col, end_col = where if where is not None else (None, None, None, None)
+            out.append([code.co_filename, tb.tb_lineno, code.co_name, end, col, end_col])
         tb = tb.tb_next
     return out
 

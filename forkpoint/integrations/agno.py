@@ -21,6 +21,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
+from ..capture.tracebacks import hidden
 from ..text import say
 from .base import Integration, json_args, recorded_function, records, replace
 
@@ -50,14 +51,15 @@ def _shim(call: Any) -> Any:
 def _swapped(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def _execute(self: Any) -> Any:
-        shim = _shim(self)
-        if shim is None:
-            return original(self)
-        real, self.function = self.function, shim
-        try:
-            return original(self)
-        finally:
-            self.function = real
+        with hidden:
+            shim = _shim(self)
+            if shim is None:
+                return original(self)
+            real, self.function = self.function, shim
+            try:
+                return original(self)
+            finally:
+                self.function = real
 
     return _execute
 
@@ -65,14 +67,15 @@ def _swapped(original: Callable[..., Any]) -> Callable[..., Any]:
 def _aswapped(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     async def _aexecute(self: Any) -> Any:
-        shim = _shim(self)
-        if shim is None:
-            return await original(self)
-        real, self.function = self.function, shim
-        try:
-            return await original(self)
-        finally:
-            self.function = real
+        with hidden:
+            shim = _shim(self)
+            if shim is None:
+                return await original(self)
+            real, self.function = self.function, shim
+            try:
+                return await original(self)
+            finally:
+                self.function = real
 
     return _aexecute
 

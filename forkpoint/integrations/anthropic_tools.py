@@ -18,6 +18,7 @@ import functools
 from types import ModuleType
 from typing import Any
 
+from ..capture.tracebacks import hidden
 from .base import Integration, json_args, records, replace, run_tool, run_tool_sync
 
 
@@ -32,19 +33,27 @@ def patch(module: ModuleType) -> None:
 
     @functools.wraps(sync_call)
     def call(self: Any, input: Any) -> Any:  # noqa: A002
-        if _skip(self):
-            return sync_call(self, input)
-        return run_tool_sync(
-            str(self.name), json_args(input), lambda: sync_call(self, input), fn=getattr(self, "func", None)
-        )
+        with hidden:
+            if _skip(self):
+                return sync_call(self, input)
+            return run_tool_sync(
+                str(self.name),
+                json_args(input),
+                lambda: sync_call(self, input),
+                fn=getattr(self, "func", None),
+            )
 
     @functools.wraps(async_call)
     async def acall(self: Any, input: Any) -> Any:  # noqa: A002
-        if _skip(self):
-            return await async_call(self, input)
-        return await run_tool(
-            str(self.name), json_args(input), lambda: async_call(self, input), fn=getattr(self, "func", None)
-        )
+        with hidden:
+            if _skip(self):
+                return await async_call(self, input)
+            return await run_tool(
+                str(self.name),
+                json_args(input),
+                lambda: async_call(self, input),
+                fn=getattr(self, "func", None),
+            )
 
     if replace(sync_cls, "call", call):
         replace(async_cls, "call", acall)

@@ -24,6 +24,7 @@ from typing import Any, NamedTuple
 
 from .. import plugins, runtime
 from ..capture import imports
+from ..capture.tracebacks import hidden
 
 #: The entry-point group third-party integrations register under.
 ENTRY_POINT_GROUP = "forkpoint.integrations"
@@ -347,13 +348,15 @@ def recorded_function(name: str, args: dict[str, Any], fn: Callable[..., Any]) -
 
         @functools.wraps(fn)
         async def awaited(*a: Any, **kw: Any) -> Any:
-            return await run_tool(name, args, lambda: fn(*a, **kw))
+            with hidden:
+                return await run_tool(name, args, lambda: fn(*a, **kw))
 
         return awaited
 
     @functools.wraps(fn)
     def called(*a: Any, **kw: Any) -> Any:
-        return run_tool_sync(name, args, lambda: fn(*a, **kw))
+        with hidden:
+            return run_tool_sync(name, args, lambda: fn(*a, **kw))
 
     return called
 

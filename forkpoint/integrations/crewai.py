@@ -23,6 +23,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
+from ..capture.tracebacks import hidden
 from .base import Integration, jsonable, records, replace, run_tool, run_tool_sync, wrap_where_defined
 
 _inside: contextvars.ContextVar[bool] = contextvars.ContextVar("forkpoint_crewai_tool", default=False)
@@ -38,15 +39,16 @@ def _arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
 def _sync_body(body: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(body)
     def _run(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if _inside.get() or not records(body):
-            return body(self, *args, **kwargs)
-        token = _inside.set(True)
-        try:
-            return run_tool_sync(
-                str(self.name), _arguments(args, kwargs), lambda: body(self, *args, **kwargs)
-            )
-        finally:
-            _inside.reset(token)
+        with hidden:
+            if _inside.get() or not records(body):
+                return body(self, *args, **kwargs)
+            token = _inside.set(True)
+            try:
+                return run_tool_sync(
+                    str(self.name), _arguments(args, kwargs), lambda: body(self, *args, **kwargs)
+                )
+            finally:
+                _inside.reset(token)
 
     return _run
 
@@ -54,15 +56,16 @@ def _sync_body(body: Callable[..., Any]) -> Callable[..., Any]:
 def _async_body(body: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(body)
     async def _arun(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if _inside.get() or not records(body):
-            return await body(self, *args, **kwargs)
-        token = _inside.set(True)
-        try:
-            return await run_tool(
-                str(self.name), _arguments(args, kwargs), lambda: body(self, *args, **kwargs)
-            )
-        finally:
-            _inside.reset(token)
+        with hidden:
+            if _inside.get() or not records(body):
+                return await body(self, *args, **kwargs)
+            token = _inside.set(True)
+            try:
+                return await run_tool(
+                    str(self.name), _arguments(args, kwargs), lambda: body(self, *args, **kwargs)
+                )
+            finally:
+                _inside.reset(token)
 
     return _arun
 
@@ -73,15 +76,17 @@ def _wrapping_bodies(method: Callable[..., Any]) -> Callable[..., Any]:
 
         @functools.wraps(method)
         async def async_method(self: Any, *args: Any, **kwargs: Any) -> Any:
-            _wrap(type(self))
-            return await method(self, *args, **kwargs)
+            with hidden:
+                _wrap(type(self))
+                return await method(self, *args, **kwargs)
 
         return async_method
 
     @functools.wraps(method)
     def sync_method(self: Any, *args: Any, **kwargs: Any) -> Any:
-        _wrap(type(self))
-        return method(self, *args, **kwargs)
+        with hidden:
+            _wrap(type(self))
+            return method(self, *args, **kwargs)
 
     return sync_method
 

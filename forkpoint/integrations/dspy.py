@@ -29,6 +29,7 @@ from types import ModuleType
 from typing import Any
 
 from .. import runtime
+from ..capture.tracebacks import hidden
 from .base import Integration, jsonable, records, replace, run_tool, run_tool_sync
 
 #: The framework's name in what a recording and a replay say about its cache.
@@ -49,15 +50,17 @@ def patch(module: ModuleType) -> None:
 
     @functools.wraps(sync_call)
     def __call__(self: Any, **kwargs: Any) -> Any:
-        if _skip(self):
-            return sync_call(self, **kwargs)
-        return run_tool_sync(str(self.name), dict(jsonable(kwargs)), lambda: sync_call(self, **kwargs))
+        with hidden:
+            if _skip(self):
+                return sync_call(self, **kwargs)
+            return run_tool_sync(str(self.name), dict(jsonable(kwargs)), lambda: sync_call(self, **kwargs))
 
     @functools.wraps(async_call)
     async def acall(self: Any, **kwargs: Any) -> Any:
-        if _skip(self):
-            return await async_call(self, **kwargs)
-        return await run_tool(str(self.name), dict(jsonable(kwargs)), lambda: async_call(self, **kwargs))
+        with hidden:
+            if _skip(self):
+                return await async_call(self, **kwargs)
+            return await run_tool(str(self.name), dict(jsonable(kwargs)), lambda: async_call(self, **kwargs))
 
     if replace(cls, "__call__", callbacks(__call__)):
         replace(cls, "acall", callbacks(acall))

@@ -26,6 +26,7 @@ from types import ModuleType
 from typing import Any
 
 from .. import runtime
+from ..capture.tracebacks import hidden
 from .base import Integration, is_forkpoint_tool, jsonable, replace, run_tool, run_tool_sync
 
 
@@ -61,27 +62,29 @@ def patch_extra_utils(module: ModuleType) -> None:
 
     @functools.wraps(sync_original)
     def invoke_function_from_dict_args(args: dict[str, Any], function_to_invoke: Callable[..., Any]) -> Any:
-        if skip(function_to_invoke):
-            return sync_original(args, function_to_invoke)
-        return run_tool_sync(
-            getattr(function_to_invoke, "__name__", "function"),
-            jsonable(args),
-            lambda: sync_original(args, function_to_invoke),
-            fn=function_to_invoke,
-        )
+        with hidden:
+            if skip(function_to_invoke):
+                return sync_original(args, function_to_invoke)
+            return run_tool_sync(
+                getattr(function_to_invoke, "__name__", "function"),
+                jsonable(args),
+                lambda: sync_original(args, function_to_invoke),
+                fn=function_to_invoke,
+            )
 
     @functools.wraps(async_original)
     async def invoke_function_from_dict_args_async(
         args: dict[str, Any], function_to_invoke: Callable[..., Any]
     ) -> Any:
-        if skip(function_to_invoke):
-            return await async_original(args, function_to_invoke)
-        return await run_tool(
-            getattr(function_to_invoke, "__name__", "function"),
-            jsonable(args),
-            lambda: async_original(args, function_to_invoke),
-            fn=function_to_invoke,
-        )
+        with hidden:
+            if skip(function_to_invoke):
+                return await async_original(args, function_to_invoke)
+            return await run_tool(
+                getattr(function_to_invoke, "__name__", "function"),
+                jsonable(args),
+                lambda: async_original(args, function_to_invoke),
+                fn=function_to_invoke,
+            )
 
     if replace(module, "invoke_function_from_dict_args", invoke_function_from_dict_args):
         replace(module, "invoke_function_from_dict_args_async", invoke_function_from_dict_args_async)

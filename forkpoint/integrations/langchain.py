@@ -37,6 +37,7 @@ from types import ModuleType
 from typing import Any
 
 from .. import runtime
+from ..capture.tracebacks import hidden
 from ..errors import ToolResultError
 from .base import (
     Integration,
@@ -69,15 +70,17 @@ def patch(module: ModuleType) -> None:
 
     @functools.wraps(run)
     def patched_run(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if runtime.active() is not None:
-            _wrap_bodies(type(self))
-        return run(self, *args, **kwargs)
+        with hidden:
+            if runtime.active() is not None:
+                _wrap_bodies(type(self))
+            return run(self, *args, **kwargs)
 
     @functools.wraps(arun)
     async def patched_arun(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if runtime.active() is not None:
-            _wrap_bodies(type(self))
-        return await arun(self, *args, **kwargs)
+        with hidden:
+            if runtime.active() is not None:
+                _wrap_bodies(type(self))
+            return await arun(self, *args, **kwargs)
 
     if replace(base, "run", patched_run):
         replace(base, "arun", patched_arun)
@@ -118,10 +121,11 @@ def _call(self: Any, body: Callable[..., Any], args: tuple[Any, ...], kwargs: di
 def _sync_body(body: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(body)
     def _run(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if not _records(self):
-            return body(self, *args, **kwargs)
-        with _inside_tool():
-            return decode_output(run_tool_sync(*_call(self, body, args, kwargs)))
+        with hidden:
+            if not _records(self):
+                return body(self, *args, **kwargs)
+            with _inside_tool():
+                return decode_output(run_tool_sync(*_call(self, body, args, kwargs)))
 
     return _run
 
@@ -129,10 +133,11 @@ def _sync_body(body: Callable[..., Any]) -> Callable[..., Any]:
 def _async_body(body: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(body)
     async def _arun(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if not _records(self):
-            return await body(self, *args, **kwargs)
-        with _inside_tool():
-            return decode_output(await run_tool(*_call(self, body, args, kwargs)))
+        with hidden:
+            if not _records(self):
+                return await body(self, *args, **kwargs)
+            with _inside_tool():
+                return decode_output(await run_tool(*_call(self, body, args, kwargs)))
 
     return _arun
 

@@ -65,6 +65,7 @@ from typing import Any, cast
 from .. import runtime
 from ..capture import connections
 from ..capture.tools import acall_tool
+from ..capture.tracebacks import hidden
 from ..errors import McpServerNotStarted
 from ..events import McpCall
 from ..text import say
@@ -313,32 +314,33 @@ def patch_session(module: ModuleType) -> None:
 
     @functools.wraps(original)
     async def send_request(self: Any, request: Any, result_type: Any, *args: Any, **kwargs: Any) -> Any:
-        rt = runtime.active()
-        if rt is None:
-            return await original(self, request, result_type, *args, **kwargs)
-        data = request.model_dump(by_alias=True, mode="json", exclude_none=True)
-        method = str(data.get("method"))
-        if method in UNRECORDED:
-            if rt.mode == "replay" and getattr(self, _FAKE, False):
-                return _result_of(result_type, {})
-            with _http_above():
+        with hidden:
+            rt = runtime.active()
+            if rt is None:
                 return await original(self, request, result_type, *args, **kwargs)
-        call = signature.bind(self, request, result_type, *args, **kwargs)
-        exchange = _Exchange(self, call.arguments.get("progress_callback"))
-        if exchange.callback is not None:
-            call.arguments["progress_callback"] = exchange.relay
-        result = await _request(
-            self,
-            method,
-            data.get("params") or {},
-            lambda: original(*call.args, **call.kwargs),
-            _dump,
-            lambda value: _result_of(result_type, value),
-            exchange,
-        )
-        if method == "initialize":
-            _learn_server(self, result)
-        return result
+            data = request.model_dump(by_alias=True, mode="json", exclude_none=True)
+            method = str(data.get("method"))
+            if method in UNRECORDED:
+                if rt.mode == "replay" and getattr(self, _FAKE, False):
+                    return _result_of(result_type, {})
+                with _http_above():
+                    return await original(self, request, result_type, *args, **kwargs)
+            call = signature.bind(self, request, result_type, *args, **kwargs)
+            exchange = _Exchange(self, call.arguments.get("progress_callback"))
+            if exchange.callback is not None:
+                call.arguments["progress_callback"] = exchange.relay
+            result = await _request(
+                self,
+                method,
+                data.get("params") or {},
+                lambda: original(*call.args, **call.kwargs),
+                _dump,
+                lambda value: _result_of(result_type, value),
+                exchange,
+            )
+            if method == "initialize":
+                _learn_server(self, result)
+            return result
 
     init, notify = cls.__init__, cls.send_notification
 

@@ -31,6 +31,7 @@ from typing import Any
 import orjson
 
 from .. import runtime
+from ..capture.tracebacks import hidden
 from .base import Integration, calls_mcp, is_forkpoint_tool, is_json, jsonable, replace, run_tool, stored_form
 
 
@@ -73,29 +74,31 @@ def patch(module: ModuleType) -> None:
 
     @functools.wraps(original)
     async def __call__(self: Any, ctx: Any, input: str) -> Any:  # noqa: A002 - the SDK's name
-        tool = getattr(self, "_function_tool", None)
-        if (
-            runtime.active() is None
-            or tool is None
-            or getattr(tool, "_is_agent_tool", False)
-            or calls_mcp(self._invoke_tool_impl)
-            or is_forkpoint_tool(self._get_wrapped_callable())
-        ):
-            return await original(self, ctx, input)
-        impl = self._invoke_tool_impl
-        name = str(tool.name)
+        with hidden:
+            tool = getattr(self, "_function_tool", None)
+            if (
+                runtime.active() is None
+                or tool is None
+                or getattr(tool, "_is_agent_tool", False)
+                or calls_mcp(self._invoke_tool_impl)
+                or is_forkpoint_tool(self._get_wrapped_callable())
+            ):
+                return await original(self, ctx, input)
+            impl = self._invoke_tool_impl
+            name = str(tool.name)
 
-        async def recorded(ctx: Any, input: str) -> Any:  # noqa: A002
-            return await run_tool(
-                name,
-                parse_arguments(input),
-                lambda: impl(ctx, input),
-                lambda output: encode_output(tool, output),
-            )
+            async def recorded(ctx: Any, input: str) -> Any:  # noqa: A002
+                with hidden:
+                    return await run_tool(
+                        name,
+                        parse_arguments(input),
+                        lambda: impl(ctx, input),
+                        lambda output: encode_output(tool, output),
+                    )
 
-        functools.update_wrapper(recorded, impl)
-        shim = copy.copy(self)  # this call only: the invoker itself is shared by every run
-        shim._invoke_tool_impl = recorded
+            functools.update_wrapper(recorded, impl)
+            shim = copy.copy(self)  # this call only: the invoker itself is shared by every run
+            shim._invoke_tool_impl = recorded
         return await original(shim, ctx, input)
 
     replace(cls, "__call__", __call__)

@@ -27,6 +27,7 @@ from types import ModuleType
 from typing import Any
 
 from .. import runtime
+from ..capture.tracebacks import hidden
 from .base import Integration, is_forkpoint_tool, is_json, jsonable, replace, run_tool, stored_form
 
 
@@ -43,12 +44,13 @@ def patch(module: ModuleType) -> None:
 
     @functools.wraps(original)
     async def call_tool(self: Any, name: str, tool_args: dict[str, Any], ctx: Any, tool: Any) -> Any:
-        if runtime.active() is None or is_forkpoint_tool(_function_of(tool)):
-            return await original(self, name, tool_args, ctx, tool)
-        served = await run_tool(
-            name, jsonable(tool_args), lambda: original(self, name, tool_args, ctx, tool), encode_result
-        )
-        return decode_result(served)
+        with hidden:
+            if runtime.active() is None or is_forkpoint_tool(_function_of(tool)):
+                return await original(self, name, tool_args, ctx, tool)
+            served = await run_tool(
+                name, jsonable(tool_args), lambda: original(self, name, tool_args, ctx, tool), encode_result
+            )
+            return decode_result(served)
 
     replace(cls, "call_tool", call_tool)
 

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
+from ..capture.tracebacks import hidden
 from .base import Integration, jsonable, records, replace, run_tool_sync
 
 
@@ -31,14 +32,17 @@ def patch(module: ModuleType) -> None:
 
     @functools.wraps(original)
     def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
-        forward: Any = getattr(self, "forward", None)
-        if not records(forward):
-            return original(self, *args, **kwargs)
-        if not self.is_initialized:
-            self.setup()  # as the original would, on the tool itself rather than on the copy below
-        shim = copy.copy(self)  # this call only: the tool object is shared by every call
-        shim.forward = _recorded_forward(str(self.name), list(getattr(self, "inputs", None) or ()), forward)
-        return original(shim, *args, **kwargs)
+        with hidden:
+            forward: Any = getattr(self, "forward", None)
+            if not records(forward):
+                return original(self, *args, **kwargs)
+            if not self.is_initialized:
+                self.setup()  # as the original would, on the tool itself rather than on the copy below
+            shim = copy.copy(self)  # this call only: the tool object is shared by every call
+            shim.forward = _recorded_forward(
+                str(self.name), list(getattr(self, "inputs", None) or ()), forward
+            )
+            return original(shim, *args, **kwargs)
 
     replace(cls, "__call__", __call__)
 
@@ -49,10 +53,11 @@ def _recorded_forward(name: str, inputs: list[str], forward: Callable[..., Any])
 
     @functools.wraps(forward)
     def recorded(*args: Any, **kwargs: Any) -> Any:
-        named = {**dict(zip(inputs, args, strict=False)), **kwargs}
-        if len(args) > len(inputs):
-            named["$args"] = list(args[len(inputs) :])
-        return run_tool_sync(name, dict(jsonable(named)), lambda: forward(*args, **kwargs))
+        with hidden:
+            named = {**dict(zip(inputs, args, strict=False)), **kwargs}
+            if len(args) > len(inputs):
+                named["$args"] = list(args[len(inputs) :])
+            return run_tool_sync(name, dict(jsonable(named)), lambda: forward(*args, **kwargs))
 
     return recorded
 

@@ -1296,6 +1296,52 @@ def test_a_replayed_tool_exception_has_the_traceback_it_had_live(store: Path) ->
     assert rp.report()["reproduced"]
 
 
+def test_a_failing_tools_traceback_is_the_same_with_forkpoint_recording_or_not(store: Path) -> None:
+    """Recording put forkpoint's frames (the wrapper, the call's recording, the body's lambda)
+    between the program's call of a tool and the tool's body, so a traceback the program logs, or
+    sends a model as DSPy does, read otherwise than it does without forkpoint. A tool's exception
+    leaves forkpoint without them, recorded, replayed or neither; one raised by a builtin made a
+    tool has the caller's frame only, as when the builtin is called directly."""
+    import math
+
+    @forkpoint.tool
+    def parse(value: str) -> int:
+        return int(_check(value))
+
+    @forkpoint.tool
+    async def aparse(value: str) -> int:
+        await asyncio.sleep(0)
+        return {"one": 1}[value]
+
+    sqrt = forkpoint.tool(math.sqrt, name="sqrt")
+
+    def formatted(call: Any) -> str:
+        try:
+            call()
+        except Exception as exc:
+            return "".join(traceback.format_exception(exc))
+        raise AssertionError("the tool did not raise")
+
+    def run() -> list[str]:
+        return [
+            formatted(lambda: parse("x")),
+            formatted(lambda: asyncio.run(aparse("two"))),
+            formatted(lambda: sqrt(-1)),
+        ]
+
+    plain = run()
+    # (the frames: the test's, its lambda's, and the tool's body's)
+    assert [text.count('File "') for text in plain] == [4, 6, 2], plain
+    ours = os.path.dirname(forkpoint.__file__)
+    assert not any(ours in text for text in plain), plain[0]
+    with forkpoint.record(store=store) as rec:
+        live = run()
+    assert live == plain
+    with forkpoint.replay(rec.session_path) as rp:
+        assert run() == plain
+    assert rp.report()["reproduced"]
+
+
 def test_recorded_frames_that_cannot_be_made_are_left_out() -> None:
     """A session's frames are data: a bad one (wrong shape, a line no code object holds, a NUL in
     a file name) is left out, never raised on; columns beyond reach leave the frame its line."""

@@ -305,14 +305,21 @@ def test_a_dspy_tool_that_raised_replays(ledger_file: Path, tmp_path: Path) -> N
     """DSPy's ReAct tells the model a tool failed with the first five frames of its traceback, the
     last of them forkpoint's own: ``result = body()`` live, the line that served the recorded
     exception on replay. The next request differed, and every such replay diverged. A recorded
-    exception is raised again through frames that format as the live ones did."""
+    exception is raised again through frames that format as the live ones did. And recording
+    itself put forkpoint's frames in those five (its patch of ``Tool.__call__``, the recording, the
+    body's lambda), so the model was told something else than without forkpoint: the prompts of a
+    run recorded are those of the same run without forkpoint."""
     pytest.importorskip("dspy")
     with LocalServer() as server:
         server.route("/v1/chat/completions", dspy_route, method="POST")
+        run_dspy(server.url, fail=True)
+        plain = [r["body"]["messages"][-1]["content"] for r in server.requests]
+        server.requests.clear()
         with forkpoint.record(store=tmp_path / "store") as rec:
             live = run_dspy(server.url, fail=True)
         asked = [r["body"]["messages"][-1]["content"] for r in server.requests]
     assert any("Execution error in add" in text and "Traceback" in text for text in asked), asked
+    assert asked == plain
     with forkpoint.replay(rec.session_path) as rp:
         assert run_dspy(server.url, fail=True) == live
     assert rp.report()["reproduced"], rp.report()
