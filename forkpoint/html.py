@@ -46,6 +46,7 @@ from .providers import (
     parse_sse,
     recorded_response,
     request_messages,
+    response_fields,
     response_text,
     stream_delta_text,
 )
@@ -248,6 +249,7 @@ def _model_view(e: dict[str, Any], strings: _Strings, messages: _Messages) -> di
     if e.get("error"):
         view["error"] = to_json(e["error"])
     if resp:
+        read = response_fields(url, recorded_response(e))
         r: dict[str, Any] = {
             "status": resp.get("status"),
             "reason": resp.get("reason"),
@@ -255,8 +257,10 @@ def _model_view(e: dict[str, Any], strings: _Strings, messages: _Messages) -> di
             "headers": to_json(resp.get("headers") or []),
             "body_kind": resp.get("body_kind"),
             "ended": resp.get("ended"),
-            "text": response_text(url, recorded_response(e)),
+            "text": read.text,
         }
+        if read.reasoning:
+            r["reasoning"] = read.reasoning
         if resp.get("body_kind") == "stream":
             chunks = resp.get("chunks") or []
             frames, exact = stream_frames(e)

@@ -16,7 +16,7 @@ from rich.console import Console
 
 from .events import endpoint, in_start_order, in_tool, tool_spans
 from .log import Session, json_text, to_json, with_deltas
-from .providers import call_kind, genai_usage, kinds, recorded_response, response_text
+from .providers import call_kind, genai_usage, kinds, recorded_response, response_fields
 from .store import SessionInfo
 from .text import escape, ordinal, visible
 from .values import readable
@@ -97,9 +97,11 @@ def model_call_line(event: Mapping[str, Any]) -> tuple[str, list[str]]:
     if s.get("stop_reason"):
         parts.append(f"stop={escape(str(s['stop_reason']))}")
     details = []
-    text = response_text(event["request"]["url"], recorded_response(event)) if resp else None
-    if text:
-        details.append(f"[green]“{escape(_short(text))}”[/green]")
+    got = response_fields(event["request"]["url"], recorded_response(event)) if resp else None
+    if got is not None and got.reasoning:
+        details.append(f"[dim]thought “{escape(_short(got.reasoning))}”[/dim]")
+    if got is not None and got.text:
+        details.append(f"[green]“{escape(_short(got.text))}”[/green]")
     for tc in s.get("tool_calls") or []:
         details.append(
             f"[yellow]→ {escape(str(tc.get('name')))}({escape(_short(tc.get('arguments') or '', 80))})[/yellow]"

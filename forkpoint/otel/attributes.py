@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 from .. import providers
 from ..log import json_text as log_json_text
 from ..log import to_json
-from ..providers import recorded_response, response_text
+from ..providers import recorded_response, response_fields
 from ..providers.base import maybe_json
 
 TEXT = "text/plain"
@@ -130,14 +130,16 @@ def input_messages(event: Mapping[str, Any]) -> tuple[list[dict[str, Any]] | Non
 
 def output_messages(event: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The response of a model call as the conventions' output messages: ``[{"role": "assistant",
-    "parts": [text, tool calls], "finish_reason"}]``, or ``[]`` without a response."""
+    "parts": [reasoning, text, tool calls], "finish_reason"}]``, or ``[]`` without a response."""
     if not event.get("response"):
         return []
     summary = event.get("summary") or {}
     parts: list[dict[str, Any]] = []
-    text = response_text(str((event.get("request") or {}).get("url") or ""), recorded_response(event))
-    if text:
-        parts.append({"type": "text", "content": text})
+    read = response_fields(str((event.get("request") or {}).get("url") or ""), recorded_response(event))
+    if read.reasoning:
+        parts.append({"type": "reasoning", "content": read.reasoning})
+    if read.text:
+        parts.append({"type": "text", "content": read.text})
     for tc in summary.get("tool_calls") or []:
         parts.append(
             {

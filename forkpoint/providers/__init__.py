@@ -23,6 +23,7 @@ way the rest of forkpoint reaches provider knowledge: they find the provider tha
 like, which headers change a request's meaning, which SDKs and API-key variables exist).
 
 Public API: :func:`parse_sse`, :func:`detect`, :func:`summarize`, :func:`response_text`,
+:func:`response_fields`,
 :func:`request_messages`, :func:`recorded_response`, :func:`summary`; and for the layers above:
 :func:`context_fields`, :func:`conversation_fields`, :func:`context_messages`,
 :func:`tool_call_arguments`, :func:`is_tool_result`, :func:`stream_end_markers`,
@@ -95,6 +96,7 @@ __all__ = [
     "parse_sse",
     "recorded_response",
     "request_messages",
+    "response_fields",
     "response_id",
     "response_text",
     "rewrite_response",
@@ -431,6 +433,12 @@ def response_text(url: str, response: dict[str, Any]) -> str | None:
     from the body or assembled from the stream exactly as :func:`summarize` does. ``None`` when the
     response holds no text part (e.g. only a tool call) or could not be read."""
     return _read_response(_target(url, None).provider, response).text
+
+
+def response_fields(url: str, response: dict[str, Any]) -> ResponseFields:
+    """Everything the response says (:class:`.base.ResponseFields`: its text, the thinking the
+    model showed, tool calls…), read as :func:`response_text` reads the text."""
+    return _read_response(_target(url, None).provider, response)
 
 
 def request_messages(url: str, request_body: object) -> list[Message]:

@@ -144,6 +144,7 @@ class Anthropic(Provider):
         ):
             return NOTHING
         text: list[str] | None = None
+        thought: list[str] | None = None
         calls: list[ToolCallSummary] = []
         server: list[ToolCallSummary] = []
         for block in lst(body.get("content")):
@@ -151,6 +152,8 @@ class Anthropic(Provider):
             if block.get("type") == "text" and isinstance(block.get("text"), str):
                 text = text if text is not None else []
                 text.append(block["text"])
+            elif block.get("type") == "thinking" and isinstance(block.get("thinking"), str):
+                thought = [*(thought or []), block["thinking"]]
             elif block.get("type") in ("tool_use", *SERVER_TOOL_BLOCKS):
                 inp = block.get("input")
                 call: ToolCallSummary = {
@@ -167,6 +170,7 @@ class Anthropic(Provider):
             s(body.get("model")),
             None,
             server or None,
+            join(thought),
         )
 
     def read_stream(self, stream: list[Payload]) -> ResponseFields:
@@ -191,7 +195,7 @@ class Anthropic(Provider):
                 cb = d(p.get("content_block"))
                 acc = CallAcc(s(cb.get("id")), s(cb.get("name")))
                 acc.obj = cb.get("input")
-                text0 = cb.get("text")
+                text0 = cb.get("thinking" if cb.get("type") == "thinking" else "text")
                 blocks[i(p.get("index")) or 0] = (
                     s(cb.get("type")),
                     [text0] if isinstance(text0, str) else [],
@@ -202,10 +206,15 @@ class Anthropic(Provider):
                 idx = i(p.get("index")) or 0
                 delta = d(p.get("delta"))
                 if idx not in blocks:  # a delta without its start (cut recording): infer the type
-                    blocks[idx] = ("text" if delta.get("type") == "text_delta" else None, [], CallAcc())
+                    kind = {"text_delta": "text", "thinking_delta": "thinking"}.get(
+                        s(delta.get("type")) or ""
+                    )
+                    blocks[idx] = (kind, [], CallAcc())
                 _, text_parts, acc = blocks[idx]
                 if delta.get("type") == "text_delta" and isinstance(delta.get("text"), str):
                     text_parts.append(delta["text"])
+                elif delta.get("type") == "thinking_delta" and isinstance(delta.get("thinking"), str):
+                    text_parts.append(delta["thinking"])
                 elif delta.get("type") == "input_json_delta" and isinstance(delta.get("partial_json"), str):
                     acc.args.append(delta["partial_json"])
             elif kind == "message_delta":
@@ -216,6 +225,7 @@ class Anthropic(Provider):
         if not seen:
             return NOTHING._replace(error=error)
         text: list[str] | None = None
+        thought: list[str] | None = None
         calls: list[ToolCallSummary] = []
         server: list[ToolCallSummary] = []
         for idx in sorted(blocks):
@@ -223,6 +233,8 @@ class Anthropic(Provider):
             if block_type == "text":
                 text = text if text is not None else []
                 text.extend(text_parts)
+            elif block_type == "thinking":
+                thought = [*(thought or []), *text_parts]
             elif block_type == "tool_use":
                 # The concatenated partial_json as sent; a tool without arguments may stream none at
                 # all, and then the content_block_start input ({}) is what the model asked for.
@@ -241,7 +253,7 @@ class Anthropic(Provider):
                 count = i(first(last.get(cache), at_start.get(cache)))
                 if count is not None:
                     usage[cache] = count
-        return ResponseFields(join(text), calls, usage, stop, model, error, server or None)
+        return ResponseFields(join(text), calls, usage, stop, model, error, server or None, join(thought))
 
     def response_id(self, payload: dict[str, Any]) -> str | None:
         msg = payload.get("message")  # a stream's message_start

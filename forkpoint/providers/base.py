@@ -85,6 +85,10 @@ class ResponseFields(NamedTuple):
     error: str | None
     #: Tools the provider ran itself (Anthropic ``server_tool_use``); None when it reports none.
     server_tool_calls: list[ToolCallSummary] | None = None
+    #: The thinking the model showed (Anthropic ``thinking`` blocks, Gemini ``thought`` parts,
+    #: Bedrock ``reasoningContent``, Responses ``reasoning`` summaries, Chat ``reasoning_content``),
+    #: concatenated; None when it showed none (an encrypted or redacted thought has no text).
+    reasoning: str | None = None
 
 
 #: A response with nothing recognizable in it.

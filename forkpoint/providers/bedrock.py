@@ -187,11 +187,14 @@ class BedrockConverse(Provider):
         if not isinstance(body, dict) or not isinstance(body.get("output"), dict):
             return NOTHING
         text: list[str] | None = None
+        thought: list[str] | None = None
         calls: list[ToolCallSummary] = []
         for block in lst(d(d(body["output"]).get("message")).get("content")):
             block = d(block)
             if isinstance(block.get("text"), str):
                 text = [*(text or []), block["text"]]
+            if isinstance(piece := d(d(block.get("reasoningContent")).get("reasoningText")).get("text"), str):
+                thought = [*(thought or []), piece]
             use = d(block.get("toolUse"))
             if use:
                 calls.append(
@@ -202,11 +205,18 @@ class BedrockConverse(Provider):
                     }
                 )
         return ResponseFields(
-            join(text), calls, _usage(body.get("usage")), s(body.get("stopReason")), None, None
+            join(text),
+            calls,
+            _usage(body.get("usage")),
+            s(body.get("stopReason")),
+            None,
+            None,
+            reasoning=join(thought),
         )
 
     def read_stream(self, stream: list[Payload]) -> ResponseFields:
         blocks: dict[int, tuple[list[str], CallAcc | None]] = {}
+        thoughts: dict[int, list[str]] = {}
         usage: Usage | None = None
         stop = error = None
         seen = False
@@ -223,6 +233,8 @@ class BedrockConverse(Provider):
                 delta = d(p.get("delta"))
                 if isinstance(delta.get("text"), str):
                     text_parts.append(delta["text"])
+                if isinstance(piece := d(delta.get("reasoningContent")).get("text"), str):
+                    thoughts.setdefault(i(p.get("contentBlockIndex")) or 0, []).append(piece)
                 fragment = d(delta.get("toolUse")).get("input")
                 if isinstance(fragment, str) and acc is not None:
                     acc.args.append(fragment)
@@ -243,7 +255,10 @@ class BedrockConverse(Provider):
                 calls.append(acc.result())
             elif text_parts:
                 text = [*(text or []), *text_parts]
-        return ResponseFields(join(text), calls, usage, stop, None, error)
+        thought = [piece for idx in sorted(thoughts) for piece in thoughts[idx]]
+        return ResponseFields(
+            join(text), calls, usage, stop, None, error, reasoning="".join(thought) if thought else None
+        )
 
     def stream_delta_text(self, payload: dict[str, Any]) -> str:
         text = d(payload.get("delta")).get("text")

@@ -53,6 +53,7 @@ _MODEL_IN_PATH = compiled_later(r"/(?:models|tunedModels)/([^/:]+):")
 def _chunks(chunks: list[dict[str, Any]]) -> ResponseFields:
     """A response read from its ``GenerateContentResponse`` objects in order (one for a body)."""
     text: list[str] | None = None
+    thought: list[str] | None = None
     calls: list[ToolCallSummary] = []
     usage: Usage | None = None
     stop = model = error = None
@@ -74,6 +75,8 @@ def _chunks(chunks: list[dict[str, Any]]) -> ResponseFields:
             if isinstance(part.get("text"), str) and not part.get("thought"):
                 text = text if text is not None else []
                 text.append(part["text"])
+            elif isinstance(part.get("text"), str):
+                thought = [*(thought or []), part["text"]]
             fc = part.get("functionCall")
             if isinstance(fc, dict):
                 calls.append(
@@ -83,7 +86,7 @@ def _chunks(chunks: list[dict[str, Any]]) -> ResponseFields:
         stop = stop or s(d(chunk.get("promptFeedback")).get("blockReason"))
     if not seen:
         return NOTHING._replace(error=error)
-    return ResponseFields(join(text), calls, usage, stop, model, error)
+    return ResponseFields(join(text), calls, usage, stop, model, error, reasoning=join(thought))
 
 
 def _candidate(text: str | None, calls: Sequence[NewToolCall]) -> dict[str, Any]:

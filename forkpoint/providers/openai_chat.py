@@ -90,6 +90,15 @@ def _choice(choices: object, stream: bool = False) -> dict[Any, Any]:
     return cs[0] if cs and not stream else {}
 
 
+def _reasoning(message: dict[Any, Any]) -> str | None:
+    """The thinking an OpenAI-compatible server sends beside the content, in a message or a
+    stream's delta: ``reasoning_content`` (DeepSeek, vLLM) or ``reasoning`` (OpenRouter, Ollama)."""
+    for key in ("reasoning_content", "reasoning"):
+        if isinstance(message.get(key), str):
+            return str(message[key])
+    return None
+
+
 class OpenAIChat(Provider):
     """OpenAI Chat Completions, and every OpenAI-compatible server."""
 
@@ -139,10 +148,12 @@ class OpenAIChat(Provider):
             s(choice.get("finish_reason")),
             s(body.get("model")),
             None,
+            reasoning=_reasoning(msg),
         )
 
     def read_stream(self, stream: list[Payload]) -> ResponseFields:
         text: list[str] | None = None
+        thought: list[str] | None = None
         calls: dict[int, CallAcc] = {}
         usage: Usage | None = None
         stop = model = error = None
@@ -163,6 +174,8 @@ class OpenAIChat(Provider):
             if isinstance(content, str):
                 text = text if text is not None else []
                 text.append(content)
+            if (piece := _reasoning(delta)) is not None:
+                thought = [*(thought or []), piece]
             for pos, tc in enumerate(lst(delta.get("tool_calls"))):
                 tc = d(tc)
                 key = i(tc.get("index"))
@@ -185,7 +198,7 @@ class OpenAIChat(Provider):
         if not seen:
             return NOTHING._replace(error=error)
         tool_calls = [calls[k].result() for k in sorted(calls)]
-        return ResponseFields(join(text), tool_calls, usage, stop, model, error)
+        return ResponseFields(join(text), tool_calls, usage, stop, model, error, reasoning=join(thought))
 
     def response_id(self, payload: dict[str, Any]) -> str | None:
         return s(payload.get("id")) or None

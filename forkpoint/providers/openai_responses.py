@@ -72,6 +72,19 @@ def _item_text(item: dict[Any, Any]) -> list[str] | None:
     return text_of_content(item.get("content"))
 
 
+def _item_reasoning(item: dict[Any, Any]) -> list[str]:
+    """The text of a ``reasoning`` item: its ``summary`` and any ``reasoning_text`` content (an
+    encrypted one has none)."""
+    if item.get("type") != "reasoning":
+        return []
+    parts = [*lst(item.get("summary")), *lst(item.get("content"))]
+    return [p["text"] for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str)]
+
+
+#: The stream events that carry a piece of a ``reasoning`` item's text.
+_REASONING_DELTAS = ("response.reasoning_summary_text.delta", "response.reasoning_text.delta")
+
+
 class OpenAIResponses(Provider):
     """The OpenAI Responses API."""
 
@@ -135,6 +148,7 @@ class OpenAIResponses(Provider):
         ):
             return NOTHING
         text: list[str] | None = None
+        thought: list[str] = []
         calls: list[ToolCallSummary] = []
         for item in lst(body.get("output")):
             item = d(item)
@@ -142,6 +156,7 @@ class OpenAIResponses(Provider):
             if pieces is not None:
                 text = text if text is not None else []
                 text.extend(pieces)
+            thought.extend(_item_reasoning(item))
             call = _item_call(item)
             if call is not None:
                 calls.append(call)
@@ -152,6 +167,7 @@ class OpenAIResponses(Provider):
             _stop(body),
             s(body.get("model")),
             error_of(body),
+            reasoning="".join(thought) if thought else None,
         )
 
     def read_stream(self, stream: list[Payload]) -> ResponseFields:
@@ -160,6 +176,7 @@ class OpenAIResponses(Provider):
         items: dict[int, dict[Any, Any]] = {}
         args: dict[int, list[str]] = {}
         texts: dict[int, list[str]] = {}
+        thoughts: dict[int, list[str]] = {}
         error = None
         for event, p in stream:
             kind = s(p.get("type")) or event
@@ -181,6 +198,8 @@ class OpenAIResponses(Provider):
                 args[idx] = [p["arguments"]]
             elif kind == "response.output_text.delta" and isinstance(p.get("delta"), str):
                 texts.setdefault(idx, []).append(p["delta"])
+            elif kind in _REASONING_DELTAS and isinstance(p.get("delta"), str):
+                thoughts.setdefault(idx, []).append(p["delta"])
         if final is not None:
             # The terminal event carries the whole response, exactly as the non-streamed body would.
             read = self.read_body(final)
@@ -189,13 +208,15 @@ class OpenAIResponses(Provider):
             return NOTHING._replace(error=error)
         # Cut-off stream: rebuild what the deltas say.
         text: list[str] | None = None
+        thought: list[str] = []
         calls: list[ToolCallSummary] = []
-        for idx in sorted(items.keys() | texts.keys()):
+        for idx in sorted(items.keys() | texts.keys() | thoughts.keys()):
             item = items.get(idx, {})
             done_text = _item_text(item)
             if done_text or idx in texts:
                 text = text if text is not None else []
-                text.extend(done_text or texts[idx])
+                text.extend(done_text or texts.get(idx) or [])
+            thought.extend(_item_reasoning(item) or thoughts.get(idx) or [])
             call = _item_call(item)
             if call is not None:
                 if not call["arguments"] and idx in args:
@@ -208,6 +229,7 @@ class OpenAIResponses(Provider):
             _stop(latest),
             s(latest.get("model")),
             error or error_of(latest),
+            reasoning="".join(thought) if thought else None,
         )
 
     def response_id(self, payload: dict[str, Any]) -> str | None:

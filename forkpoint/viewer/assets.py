@@ -606,6 +606,7 @@ JS = r"""
     var resp = block("Response", null, facts);
     if (e.error) add(resp, h("div", { class: "callout bad" }, h("b", { text: e.error.type + ": " }), e.error.message || ""));
     if (sm.error && !e.error) add(resp, h("div", { class: "callout bad", text: sm.error }));
+    if (r && r.reasoning) add(resp, more("Thinking (" + r.reasoning.length + " characters)", function () { return h("div", { class: "bubble" }, h("div", { class: "response-text", text: r.reasoning })); }));
     if (r && r.text) {
       var textEl = h("div", { class: "response-text", text: r.text });
       add(resp, h("div", { class: "bubble" }, textEl));

@@ -510,3 +510,21 @@ def test_the_page_reads_each_message_of_a_resent_conversation_once(
         whole = html._rich_messages(url, shown["summary"]["api"], body)
         assert views == whole and views[0] == {"role": "system", "text": "Be brief."}
         assert len(views) == len(body["messages"]) + (api == "anthropic")
+
+
+@pytest.mark.slow
+def test_the_thinking_of_a_call_is_shown_folded_above_its_answer(tmp_path: Path, browser: Browser) -> None:
+    from tests.providers.test_reasoning import ANSWER, THOUGHT, record_thinking
+
+    session = record_thinking(tmp_path / "store")
+    html = tmp_path / "page.html"
+    write_html(Session.load(session), html)
+    page = browser.open(html)
+    card = page.locator("details.event.model_call").first
+    card.locator("summary").first.click()
+    thinking = card.locator("details.more", has_text="Thinking (")
+    expect(thinking).to_have_count(1)
+    thinking.locator("summary").click()
+    expect(thinking.locator(".response-text")).to_have_text(THOUGHT)
+    expect(card.locator(".bubble .response-text").last).to_have_text(ANSWER)
+    browser.assert_clean(html)
