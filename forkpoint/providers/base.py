@@ -311,18 +311,23 @@ def sse(data: Any, event: str | None = None) -> str:
 def read_usage(u: object) -> Usage | None:
     """Token counts from a usage object in any of the built-in spellings (OpenAI-compatible servers
     mix them): ``prompt_tokens``/``completion_tokens``, ``input_tokens``/``output_tokens``,
-    ``promptTokenCount``/``candidatesTokenCount``; and, when reported, the prompt-cache counts:
+    ``promptTokenCount``/``candidatesTokenCount`` (plus Gemini's ``thoughtsTokenCount``, which it
+    counts apart: the output includes the thinking, as OpenAI's and Anthropic's counts do); and,
+    when reported, the prompt-cache counts:
     ``cache_read_input_tokens`` from Anthropic's field of that name, OpenAI's
     ``prompt_tokens_details.cached_tokens`` / ``input_tokens_details.cached_tokens`` or Gemini's
     ``cachedContentTokenCount``; ``cache_creation_input_tokens`` from Anthropic's field of that name
     or ``input_tokens_details.cache_write_tokens``. ``None`` if ``u`` is not an object."""
     if not isinstance(u, dict):
         return None
+    output = i(first(u.get("completion_tokens"), u.get("output_tokens"), u.get("candidatesTokenCount")))
+    thoughts = i(u.get("thoughtsTokenCount"))
+    if thoughts is not None and "completion_tokens" not in u and "output_tokens" not in u:
+        # Gemini counts the thinking apart from the answer; the others' output counts include it
+        output = (output or 0) + thoughts
     usage: Usage = {
         "input_tokens": i(first(u.get("prompt_tokens"), u.get("input_tokens"), u.get("promptTokenCount"))),
-        "output_tokens": i(
-            first(u.get("completion_tokens"), u.get("output_tokens"), u.get("candidatesTokenCount"))
-        ),
+        "output_tokens": output,
     }
     details = d(first(u.get("prompt_tokens_details"), u.get("input_tokens_details")))
     cache_read = i(

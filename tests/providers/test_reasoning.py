@@ -284,3 +284,23 @@ def test_show_and_the_page_show_the_thinking_of_a_recorded_call(tmp_path: Path) 
     made = CliRunner().invoke(main, ["show", str(session), "--html", str(page)])
     assert made.exit_code == 0, made.output
     assert json.dumps(THOUGHT) in page.read_text()
+
+
+def test_gemini_output_tokens_include_the_thinking() -> None:
+    """Gemini counts the thinking (``thoughtsTokenCount``) apart from the answer's tokens
+    (``candidatesTokenCount``); OpenAI's and Anthropic's output counts include it. The output
+    tokens said the answer's only: 7 where 7 + 120 were generated (and billed)."""
+    url, body, _ = CASES["gemini"]
+    usage = {
+        "promptTokenCount": 10,
+        "candidatesTokenCount": 7,
+        "thoughtsTokenCount": 120,
+        "totalTokenCount": 137,
+    }
+    read = response_fields(url, {"status": 200, "body": {**body, "usageMetadata": usage}})
+    assert read.usage == {"input_tokens": 10, "output_tokens": 127}
+    only_thought = {"promptTokenCount": 10, "thoughtsTokenCount": 3}
+    assert response_fields(url, {"status": 200, "body": {**body, "usageMetadata": only_thought}}).usage == {
+        "input_tokens": 10,
+        "output_tokens": 3,
+    }
