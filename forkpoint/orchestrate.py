@@ -194,9 +194,9 @@ def unstarted_execs(folder: Path, *prefixes: str) -> list[tuple[str, str]]:
             out.append((pid, argv[1:] or argv))
     if not out:  # (the scrubber loads only for what is said: a replay's parent loads no redaction)
         return []
-    from .redact import scrub_text
+    from .redact import scrub_argv
 
-    return [(pid, scrub_text(" ".join(argv))) for pid, argv in out]
+    return [(pid, " ".join(scrub_argv(argv))) for pid, argv in out]
 
 
 class _Stuck:
@@ -246,6 +246,24 @@ class _Watch:
 STUCK_AFTER_S = 5.0
 
 
+def _say_secret_options(cmd: list[str], session_id: str) -> None:
+    """Say which options of the command were kept as placeholders (:data:`.redact.SECRET_OPTION`):
+    a replay of the recorded command passes those, not the values."""
+    from .redact import SECRET_OPTION, scrub_argv
+
+    names = []
+    for n, (arg, kept) in enumerate(zip(cmd, scrub_argv(cmd), strict=True)):
+        option = SECRET_OPTION.fullmatch(arg if "=" in arg else cmd[n - 1] if n else "")
+        if kept != arg and option is not None:
+            names.append(option.group(0).split("=", 1)[0])
+    if names:
+        say(
+            f"forkpoint: the values of {', '.join(dict.fromkeys(names))} in the command are kept as "
+            "placeholders (an option so named carries a credential): a replay of the recorded command "
+            f"passes those; give it the command to pass the real ones (forkpoint replay {session_id} -- CMD)"
+        )
+
+
 def record_command(
     cmd: list[str],
     *,
@@ -283,6 +301,7 @@ def record_command(
     check_live_export(header, live)
     session = target.create(header)  # (CannotRecord: the command runs unrecorded)
     session.quiet = quiet
+    _say_secret_options(cmd, session.path.name)
     if live is not None:
         live.start(session.path)
         session.on_close.append(live.finish)

@@ -84,6 +84,15 @@ SECRET_HEADER_NAME = re.compile(  # public: a real pattern (re.search(SECRET_HEA
     r"|signature|session[-_]?id|subscription[-_]?key)(?:$|[-_])|(?:auth|authentication)$)"
 )
 
+#: A command-line option whose name says its value is a credential (``--token``, ``--api-key``,
+#: ``--db-password``), with the value after ``=`` if it has one. Not ``--max-tokens`` (a count),
+#: ``--token-file`` (a path), ``--secret-name`` or ``--no-password`` (a switch).
+SECRET_OPTION = re.compile(
+    r"--?(?!no-)(?:[A-Za-z0-9]+[-_])*(?i:token|secret|password|passwd|passphrase|api[-_]?key|apikey"
+    r"|access[-_]?key|private[-_]?key|credentials?)(?:=(?P<value>.+))?",
+    re.DOTALL,
+)
+
 #: Query-string parameter names whose values are credentials. Compared lower-case.
 SECRET_QUERY_PARAMS: frozenset[str] = frozenset(
     {
@@ -1441,8 +1450,29 @@ class Scrubber:
                 out[k] = self.json(v)
         return out
 
+    def argv(self, args: Sequence[str]) -> list[str]:
+        """A command's arguments, each scrubbed as text, and the value of an option that names a
+        credential (:data:`SECRET_OPTION`: ``--token VALUE``, ``--api-key=VALUE``) replaced
+        whatever its shape, which no pattern of a secret's text would find."""
+        out: list[str] = []
+        secret_next = False
+        for arg in args:
+            if secret_next and arg and not arg.startswith("-"):
+                out.append(arg if _PLACEHOLDER_RE.fullmatch(arg) else placeholder("secret-option", arg))
+                secret_next = False
+                continue
+            option = SECRET_OPTION.fullmatch(arg)
+            value = option.group("value") if option is not None else None
+            if value is not None and not _PLACEHOLDER_RE.fullmatch(value):
+                out.append(arg[: option.start("value")] + placeholder("secret-option", value))  # type: ignore[union-attr]
+            else:
+                out.append(self.text(arg))
+            secret_next = option is not None and value is None
+        return out
+
     def event(self, event: Mapping[str, Any]) -> dict[str, Any]:
-        """A session event (or header) with every payload scrubbed; ``seq``, ``prev``, ``hash`` kept.
+        """A session event (or header) with every payload scrubbed; ``seq``, ``prev``, ``hash`` kept;
+        a header's command (``argv``) scrubbed as one (:meth:`argv`).
 
         Scrubbing is idempotent: an event built from scrubbed values (a checkpoint computes its
         fingerprints over its scrubbed manifest) comes back unchanged.
@@ -1454,6 +1484,8 @@ class Scrubber:
                 out[k] = v
             elif is_call and k in ("request", "response") and isinstance(v, dict):
                 out[k] = self.http(v)
+            elif k == "argv" and event.get("type") == "header" and isinstance(v, list):
+                out[k] = self.argv([str(a) for a in v])
             else:
                 out[k] = self.json(v)
         return out
@@ -1583,6 +1615,12 @@ def find_secrets(text: str) -> list[tuple[int, int, str]]:
 def scrub_text(text: str) -> str:
     """``text`` with every secret replaced by its placeholder."""
     return current().text(text)
+
+
+def scrub_argv(args: Sequence[str]) -> list[str]:
+    """A command's arguments with every secret replaced, credential options' values whatever
+    their shape (:meth:`Scrubber.argv`)."""
+    return current().argv(args)
 
 
 def scrub_bytes(data: bytes) -> bytes:

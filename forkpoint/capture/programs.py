@@ -138,7 +138,7 @@ def _note(argv: list[str], env: Any, executable: Any = None) -> None:
     # (imported here: every process `forkpoint record` starts loads this module, and few name one)
     from .. import redact
 
-    line = redact.current().text(" ".join(argv))
+    line = " ".join(redact.current().argv(argv))
     line = line if len(line) <= _SHOWN else line[: _SHOWN - 1] + "…"
     with _lock:
         if len(_started) < _KEPT:

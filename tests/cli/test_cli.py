@@ -1688,3 +1688,41 @@ def test_a_what_if_run_names_the_python_programs_it_started_in_its_session(tmp_p
     assert f"Python programs forkpoint did not record: {sys.executable} -c pass" in flat(shown.stdout), (
         shown.stdout
     )
+
+
+def test_a_credential_given_to_the_command_as_an_option_is_not_stored(tmp_path: Path) -> None:
+    """``forkpoint record -- python agent.py --token VALUE`` stored VALUE in the session's header
+    (and the store's index, and ``ls``) as it was: no pattern of a secret's text finds a token of
+    no known shape. The value of an option whose name says it carries a credential is kept as a
+    placeholder, said at record time; a replay given the command passes the real one."""
+    secret, other = "k8s-Zq1wV9xT", "hunter2hunter2"
+    (tmp_path / "agent.py").write_text("import sys\nprint(sys.argv[1:])\n")
+    args = [
+        "agent.py",
+        "--token",
+        secret,
+        f"--db-password={other}",
+        "--max-tokens",
+        "100",
+        "--no-password",
+        "x",
+    ]
+    rec, store, env = record_here(tmp_path, *args)
+    assert rec.returncode == 0, rec.stderr
+    said = flat(rec.stderr)
+    assert "the values of --token, --db-password in the command are kept as placeholders" in said, said
+    assert "--max-tokens" not in said
+    for path in (tmp_path / "store").rglob("*"):
+        if path.is_file():
+            data = path.read_bytes()
+            assert secret.encode() not in data and other.encode() not in data, path
+    header = Session.load(next((tmp_path / "store").glob(f"*/{LOG_NAME}")).parent).header
+    argv = header["argv"][1:]
+    assert argv[:2] == ["agent.py", "--token"] and argv[2].startswith("[REDACTED:secret-option:")
+    assert argv[3].startswith("--db-password=[REDACTED:secret-option:")
+    assert argv[4:] == ["--max-tokens", "100", "--no-password", "x"]
+    listed = run([*FORKPOINT, "ls", "--store", store], tmp_path, env)
+    assert secret not in listed.stdout and "--max-tokens 100" in flat(listed.stdout)
+    rep = run([*FORKPOINT, "replay", "last", "--store", store, "--", sys.executable, *args], tmp_path, env)
+    assert rep.returncode == 0, rep.stderr
+    assert secret in rep.stdout

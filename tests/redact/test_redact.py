@@ -727,3 +727,25 @@ def test_holds_placeholder_wants_the_placeholder_shape_in_text_and_in_bytes() ->
     made = placeholder("openai-key", "sk-proj-" + "a" * 40)
     assert holds_placeholder({"result": [f"key {made}"]}) and holds_placeholder([made.encode()])
     assert not holds_placeholder([b"binary [REDACTED: not a placeholder", "[REDACTED:", {"k": None}])
+
+
+@pytest.mark.parametrize(
+    ("argv", "kept"),
+    [
+        (["--token", "abc"], [False, True]),
+        (["--api-key=xyz"], [True]),
+        (["--API_KEY", "xyz"], [False, True]),
+        (["--hf-token", "xyz", "--max-tokens", "9"], [False, True, False, False]),
+        (["--token-file", "t.txt", "--secret-name", "prod"], [False, False, False, False]),
+        (["--no-password", "file.txt"], [False, False]),
+        (["--password", "--verbose"], [False, False]),
+        (["--password"], [False]),
+        (["-token", "abc"], [False, True]),
+    ],
+)
+def test_a_credential_options_value_is_replaced_whatever_its_shape(argv: list[str], kept: list[bool]) -> None:
+    from forkpoint.redact import scrub_argv
+
+    out = scrub_argv(argv)
+    assert ["[REDACTED:secret-option:" in a for a in out] == kept, out
+    assert scrub_argv(out) == out  # (idempotent: a scrubbed header scrubbed again is the same)
