@@ -35,19 +35,46 @@ _ACTIVATION = "FORKPOINT_MODE"
 
 
 def _is_python(program: Any) -> bool:
+    """Whether ``program`` (a command's first word) runs Python: an interpreter by its name or
+    this one's path, a ``.py`` script, or a file whose ``#!`` line names Python (a script, a
+    package's console script such as ``pytest``), found as the shell finds it."""
     try:
-        name = os.path.basename(os.fsdecode(program))
+        word = os.fsdecode(program)
     except TypeError:
         return False
-    return bool(_PYTHON.fullmatch(name)) or (
-        os.path.isabs(os.fsdecode(program)) and os.path.realpath(program) == os.path.realpath(sys.executable)
-    )
+    name = os.path.basename(word)
+    if _PYTHON.fullmatch(name) or name.endswith(".py"):
+        return True
+    import shutil  # (here: every process `forkpoint record` starts loads this module)
+
+    path = shutil.which(word) if os.sep not in word else word
+    if path is None:
+        return False
+    if os.path.realpath(path) == os.path.realpath(sys.executable):
+        return True
+    try:
+        if not os.path.isfile(path):  # (a regular file's first line only: never a FIFO's wait)
+            return False
+        with open(path, "rb") as f:
+            head = f.read(256)
+    except OSError:
+        return False
+    return head.startswith(b"#!") and b"python" in head.split(b"\n", 1)[0]
 
 
 #: Shells, whose ``-c`` command runs programs of its own.
 _SHELL = re.compile(r"(?:ba|da|k|z)?sh")
-#: Programs that run the program named after them (and their options, which this does not read).
-_WRAPPERS = frozenset({"env", "exec", "nohup", "time", "command", "nice", "stdbuf", "setsid"})
+#: Programs that run the program named after them, past their options and a count or a duration
+#: (``timeout 10s``, ``nice -n 5``).
+_WRAPPERS = frozenset(
+    {"env", "exec", "nohup", "time", "command", "nice", "stdbuf", "setsid", "timeout", "sudo"}
+)
+#: A wrapper's option, or the count or duration it takes.
+_WRAPPER_WORD = re.compile(r"-.*|[0-9.]+[smhd]?|\w+=.*")
+#: Runners whose ``run`` runs a command in a Python environment (``uv run pytest``, ``poetry run
+#: python``), and those that run a Python package's program (``uvx mcp-server-fetch``).
+_RUNNERS = frozenset({"uv", "poetry", "pipenv", "pdm", "hatch", "rye", "conda"})
+_PACKAGE_RUNNERS = frozenset({"uvx", "pipx"})
 #: Shell words after which a command starts.
 _STARTS = frozenset({"&&", "||", ";", "|", "&", "(", "{", "!", "then", "do", "else", "elif", "while", "if"})
 
@@ -59,8 +86,18 @@ def _programs(argv: list[str]) -> list[str]:
     i = 0
     while i < len(argv) and (os.path.basename(argv[i]) in _WRAPPERS or re.match(r"\w+=", argv[i])):
         i += 1
+        while i < len(argv) and _WRAPPER_WORD.fullmatch(argv[i]):
+            i += 1
     if i == len(argv):
         return []
+    name = os.path.basename(argv[i])
+    if name in _PACKAGE_RUNNERS:
+        return ["python"]
+    if name in _RUNNERS and "run" in argv[i + 1 : i + 2]:
+        rest = argv[i + 2 :]
+        while rest and rest[0].startswith("-"):  # (its options; conda's -n NAME takes a word)
+            rest = rest[2:] if rest[0] in ("-n", "-p", "--name", "--prefix", "--with") else rest[1:]
+        return _programs(rest)
     out = [argv[i]]
     if _SHELL.fullmatch(os.path.basename(argv[i])):
         j = i + 1

@@ -104,3 +104,54 @@ def test_a_what_if_session_names_the_python_programs_its_run_started(tmp_path: P
         lookup("a")
         subprocess.run([sys.executable, "-c", "pass"], check=True)
     assert forkpoint.capture.programs.unrecorded() == []
+
+
+def test_python_started_through_a_wrapper_a_runner_or_a_script_is_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Only a command's first word past ``env``-like wrappers was read, and only as an
+    interpreter's name: ``timeout 10 python``, ``env -i python``, ``nice -n 5 python``, ``uv run
+    …``, a script whose ``#!`` line names Python (a package's console script, as ``pytest`` is)
+    started Python unrecorded, and nothing said so. A program that is no Python one still is not
+    named."""
+    script = tmp_path / "agent-step"
+    script.write_text(f"#!{sys.executable}\nprint('step')\n")
+    script.chmod(0o755)
+    shell_script = tmp_path / "other-step"
+    shell_script.write_text("#!/bin/sh\necho python\n")
+    shell_script.chmod(0o755)
+    with forkpoint.record(store=tmp_path / "store", workspace=None) as rec:
+        subprocess.run(["timeout", "10", sys.executable, "-c", "pass"], check=True)
+        subprocess.run(["env", "-i", "A=1", sys.executable, "-c", "pass"], check=True)
+        subprocess.run(["nice", "-n", "5", sys.executable, "-c", "pass"], check=True)
+        subprocess.run([str(script)], check=True, capture_output=True)
+        subprocess.run([str(shell_script)], check=True, capture_output=True)  # (no Python: not named)
+        subprocess.run(f"true && {script}", shell=True, check=True, capture_output=True)
+    (note,) = [
+        n for n in Session.load(rec.session_path).by_type("note") if "unrecorded_programs" in n["data"]
+    ]
+    assert note["data"]["unrecorded_programs"] == [
+        f"timeout 10 {sys.executable} -c pass",
+        f"env -i A=1 {sys.executable} -c pass",
+        f"nice -n 5 {sys.executable} -c pass",
+        str(script),
+        f"/bin/sh -c true && {script}",
+    ]
+    assert "this run started 5 Python programs" in " ".join(capsys.readouterr().err.split())
+
+
+@pytest.mark.parametrize(
+    ("argv", "python"),
+    [
+        (["uv", "run", "--frozen", "agent.py"], True),
+        (["poetry", "run", "python", "-m", "agent"], True),
+        (["conda", "run", "-n", "agents", "python"], True),
+        (["uvx", "mcp-server-fetch"], True),
+        (["uv", "pip", "list"], False),
+        (["git", "status"], False),
+    ],
+)
+def test_runners_of_python_environments_are_read(argv: list[str], python: bool) -> None:
+    from forkpoint.capture.programs import _is_python, _programs
+
+    assert any(_is_python(p) for p in _programs(argv)) is python
