@@ -647,8 +647,8 @@ class _Items:
         node["ended"] = ended
         if returned is not None:
             node["return"] = self._stored(returned)
-        if error is not None:
-            node["raised"] = _error_dict(error, self.call.name)
+        if error is not None:  # (with its frames: the program reads them as it reads a function's)
+            node["raised"] = _error_dict(error, self.call.name, below=True)
         # Still open when the run ends: its runtime is finishing it (and may be inactive already).
         rt = self.rt if ended == "unfinished" else None
         if self.unrecorded is not None:
@@ -725,8 +725,8 @@ class _ItemsServed:
     def ending(self) -> BaseException | None:
         """The recorded exception, a divergence when the recorded program stopped reading here
         (closed the generator, or the run ended with it open), or None for a normal end."""
-        if isinstance(self.node.get("raised"), dict):
-            return rebuild_exception(self.node["raised"])
+        if isinstance(raised := self.node.get("raised"), dict):
+            return rebuild_exception(raised).with_traceback(recorded_traceback(raised.get("frames")))
         ended = self.node.get("ended")
         if ended in ("closed", "unfinished"):
             return self.rt.diverged(
@@ -1107,32 +1107,34 @@ def wrapped(fn: Callable[..., Any], tool_name: str, on: Callable[[], bool] | Non
 
         @functools.wraps(fn)
         async def wrapper(*args: Any, **kwargs: Any) -> AsyncGenerator[Any, Any]:
-            # What `yield from` is for a generator: items out; sends, throws and close in.
-            agen = fn(*args, **kwargs) if off() else through(args, kwargs)
-            try:
-                item = await agen.__anext__()
-            except StopAsyncIteration:
-                return
-            while True:
+            with hidden:  # (an exception midway leaves without forkpoint's frames, as a function's)
+                # What `yield from` is for a generator: items out; sends, throws and close in.
+                agen = fn(*args, **kwargs) if off() else through(args, kwargs)
                 try:
-                    sent = yield item
-                except GeneratorExit:
-                    await agen.aclose()
-                    raise
-                except BaseException as exc:
-                    step = agen.athrow(exc)
-                else:
-                    step = agen.asend(sent)
-                try:
-                    item = await step
+                    item = await agen.__anext__()
                 except StopAsyncIteration:
                     return
+                while True:
+                    try:
+                        sent = yield item
+                    except GeneratorExit:
+                        await agen.aclose()
+                        raise
+                    except BaseException as exc:
+                        step = agen.athrow(exc)
+                    else:
+                        step = agen.asend(sent)
+                    try:
+                        item = await step
+                    except StopAsyncIteration:
+                        return
 
     elif inspect.isgeneratorfunction(fn):
 
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Generator[Any, Any, Any]:
-            return (yield from (fn(*args, **kwargs) if off() else through(args, kwargs)))
+            with hidden:  # (as for an async generator)
+                return (yield from (fn(*args, **kwargs) if off() else through(args, kwargs)))
 
     else:
 

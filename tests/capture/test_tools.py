@@ -1342,6 +1342,45 @@ def test_a_failing_tools_traceback_is_the_same_with_forkpoint_recording_or_not(s
     assert rp.report()["reproduced"]
 
 
+def test_a_generator_tools_traceback_midway_is_the_same_with_forkpoint_recording_or_not(
+    store: Path,
+) -> None:
+    """A generator tool that raised midway left its exception with forkpoint's frames in (the
+    wrapper's ``yield from``, the recording's step), recorded or not, and its replay raised it from
+    forkpoint's ``raise end`` with none of the tool's frames (they were not recorded). It reads as
+    the generator's own does now: the tool's frames only, on replay made again from the record."""
+
+    def numbers(value: str) -> Any:
+        yield 1
+        yield int(_check(value))
+
+    async def anumbers(value: str) -> Any:
+        yield 1
+        yield int(_check(value))
+
+    def formatted(call: Any) -> str:
+        try:
+            call()
+        except Exception as exc:
+            return "".join(traceback.format_exception(exc))
+        raise AssertionError("the tool did not raise")
+
+    async def consumed(agen: Any) -> list[Any]:
+        return [item async for item in agen]
+
+    def run(gen: Any, agen: Any) -> list[str]:
+        return [formatted(lambda: list(gen("x"))), formatted(lambda: asyncio.run(consumed(agen("x"))))]
+
+    plain = run(numbers, anumbers)
+    tools = forkpoint.tool(numbers), forkpoint.tool(anumbers)
+    assert run(*tools) == plain
+    with forkpoint.record(store=store) as rec:
+        assert run(*tools) == plain
+    with forkpoint.replay(rec.session_path) as rp:
+        assert run(*tools) == plain
+    assert rp.report()["reproduced"]
+
+
 def test_recorded_frames_that_cannot_be_made_are_left_out() -> None:
     """A session's frames are data: a bad one (wrong shape, a line no code object holds, a NUL in
     a file name) is left out, never raised on; columns beyond reach leave the frame its line."""
