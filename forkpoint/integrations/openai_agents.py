@@ -99,7 +99,8 @@ def patch(module: ModuleType) -> None:
             functools.update_wrapper(recorded, impl)
             shim = copy.copy(self)  # this call only: the invoker itself is shared by every run
             shim._invoke_tool_impl = recorded
-        return await original(shim, ctx, input)
+            # (inside too: with no failure handler the tool's exception leaves through this frame)
+            return await original(shim, ctx, input)
 
     replace(cls, "__call__", __call__)
 

@@ -24,6 +24,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any
@@ -485,6 +486,37 @@ def test_an_agents_sdk_tool_returning_bytes_that_are_not_utf8_replays_them(
     assert "cannot record" not in capsys.readouterr().err
     with forkpoint.replay(rec.session_path) as rp:
         assert run(server.base_url) == live == [raw]
+    assert rp.report()["reproduced"], rp.report()
+
+
+def test_an_agents_sdk_tools_exception_with_no_failure_handler_has_the_traceback_it_has_without_forkpoint(
+    tmp_path: Path,
+) -> None:
+    """A ``function_tool`` with no failure handler raises its exception to the program. It left
+    through the frame of forkpoint's patch of the SDK's invoker, recorded and replayed, so the
+    program's traceback named forkpoint where it has none without it."""
+
+    def divide(a: int, b: int) -> float:
+        """Divide."""
+        return a / b
+
+    tool = function_tool(divide, failure_error_function=None)
+
+    def run() -> str:
+        ctx = agents.tool_context.ToolContext(
+            context=None, tool_name="divide", tool_call_id="c1", tool_arguments='{"a": 1, "b": 0}'
+        )
+        try:
+            asyncio.run(tool.on_invoke_tool(ctx, '{"a": 1, "b": 0}'))
+        except ZeroDivisionError as exc:
+            return "".join(traceback.format_exception(exc))
+        raise AssertionError("the tool did not raise")
+
+    plain = run()
+    with forkpoint.record(store=tmp_path) as rec:
+        assert run() == plain
+    with forkpoint.replay(rec.session_path) as rp:
+        assert run() == plain
     assert rp.report()["reproduced"], rp.report()
 
 
