@@ -340,8 +340,9 @@ def recorded_function(name: str, args: dict[str, Any], fn: Callable[..., Any]) -
 
         @functools.wraps(fn)
         async def streamed(*a: Any, **kw: Any) -> AsyncIterator[Any]:
-            async for item in stream_tool(name, args, lambda: fn(*a, **kw)):
-                yield item
+            with hidden:  # (the tool's exception comes out of the recording's task: through run_tool too)
+                async for item in stream_tool(name, args, lambda: fn(*a, **kw)):
+                    yield item
 
         return streamed
     if inspect.iscoroutinefunction(fn):

@@ -14,6 +14,7 @@ import asyncio
 import dataclasses
 import json
 import os
+import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -360,3 +361,32 @@ def test_dspy_cache_answers_are_said_when_recording_and_replaying(
         assert [n["data"] for n in session.by_type("note")] == [{"answered_from_cache": {"DSPy": 3}}]
     finally:
         dspy.cache = before
+
+
+def test_a_strands_streaming_tools_exception_has_the_traceback_it_has_without_forkpoint(
+    tmp_path: Path,
+) -> None:
+    """strands hands a failed tool's exception on with its error result (hooks and the program read
+    it). A streaming tool's came out of forkpoint's recording task and left through forkpoint's
+    stream, its frames in, recorded and replayed; it has the tool's frames only now."""
+    pytest.importorskip("strands")
+    from strands import tool
+
+    @tool
+    async def count(n: int) -> Any:
+        """Count up to n."""
+        yield "at 1"
+        raise RuntimeError(f"cannot count to {n}")
+
+    async def failed() -> str:
+        async for event in count.stream({"toolUseId": "t1", "name": "count", "input": {"n": 2}}, {}):
+            if getattr(event, "exception", None) is not None:
+                return "".join(traceback.format_exception(event.exception))
+        raise AssertionError("the tool did not fail")
+
+    plain = asyncio.run(failed())
+    with forkpoint.record(store=tmp_path) as rec:
+        assert asyncio.run(failed()) == plain
+    with forkpoint.replay(rec.session_path) as rp:
+        assert asyncio.run(failed()) == plain
+    assert rp.report()["reproduced"], rp.report()
