@@ -87,14 +87,15 @@ def _sent(message: dict[str, Any]) -> dict[str, Any]:
 
 
 def _without_frames(error: Any) -> Any:
-    """A tool's recorded exception without where it was raised (``frames``, its cause's too): the
+    """A tool's recorded exception without where it was raised (``frames``, its cause's and context's too): the
     same exception raised from another checkout, or after an edit that moved lines, is the same
     outcome."""
     if not isinstance(error, dict):
         return error
     out = {k: v for k, v in error.items() if k != "frames"}
-    if "cause" in out:
-        out["cause"] = _without_frames(out["cause"])
+    for chained in ("cause", "context"):
+        if chained in out:
+            out[chained] = _without_frames(out[chained])
     return out
 
 

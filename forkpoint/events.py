@@ -46,6 +46,11 @@ class ErrorRecord(TypedDict, total=False):
     phase: str
     #: A tool's exception raised ``from`` another (its ``__cause__``), recorded the same way.
     cause: "ErrorRecord"
+    #: A tool's exception raised while another was handled (its ``__context__``; with no cause),
+    #: recorded the same way.
+    context: "ErrorRecord"
+    #: A tool's exception raised ``from None``: a traceback leaves out what was being handled.
+    suppress_context: bool
     #: A tool's exception: the frames it was raised through below the tool call (a cause's: all of
     #: its own), each ``[file, line, function, end line, column, end column]``, outermost first; a
     #: replay raises it through frames that format the same (:mod:`forkpoint.capture.tracebacks`).

@@ -47,7 +47,7 @@ import weakref
 from collections.abc import AsyncGenerator, Awaitable, Callable, Generator, Iterator, Sequence
 from decimal import Decimal
 from pathlib import PurePath
-from typing import Any, TypeVar, cast, overload
+from typing import Any, NoReturn, TypeVar, cast, overload
 
 import orjson
 
@@ -301,6 +301,11 @@ def _error_dict(exc: BaseException, tool: str, depth: int = 0, below: bool = Fal
         out["attrs"] = attrs
     if exc.__cause__ is not None and depth < _CAUSES:  # (retry logic reads it: raise ApiError from exc)
         out["cause"] = _error_dict(exc.__cause__, tool, depth + 1)
+    elif exc.__suppress_context__:  # raise … from None: no traceback shows what was handled
+        out["suppress_context"] = True
+    elif exc.__context__ is not None and depth < _CAUSES:
+        # (raised while handling another: a traceback shows that one first, DSPy's to the model)
+        out["context"] = _error_dict(exc.__context__, tool, depth + 1)
     if isinstance(exc, BaseExceptionGroup):  # (a task group's: the program may catch its parts, except*)
         if depth < _CAUSES:
             out["group_message"] = scrub_text(str(exc.message))
@@ -334,7 +339,23 @@ def rebuild_exception(error: dict[str, Any]) -> BaseException:
     if isinstance(error.get("cause"), dict):
         cause = rebuild_exception(error["cause"])
         exc.__cause__ = cause.with_traceback(recorded_traceback(error["cause"].get("frames")))
+    elif isinstance(error.get("context"), dict):
+        context = rebuild_exception(error["context"])
+        exc.__context__ = context.with_traceback(recorded_traceback(error["context"].get("frames")))
+    exc.__suppress_context__ = exc.__suppress_context__ or error.get("suppress_context") is True
     return exc
+
+
+def _raise_recorded(exc: BaseException) -> NoReturn:
+    """Raise a rebuilt exception, keeping its recorded ``__context__``: ``raise`` sets it to the
+    exception the program is handling where it called the tool, which live was the last of the
+    chain (recorded with it), not the first."""
+    context = exc.__context__
+    try:
+        raise exc
+    finally:
+        if context is not None:
+            exc.__context__ = context
 
 
 def _rebuilt(error: dict[str, Any]) -> BaseException:
@@ -745,7 +766,7 @@ def _served_generator(served: _ItemsServed) -> Generator[Any, Any, Any]:
         yield item
     end = served.ending()
     if end is not None:
-        raise end
+        _raise_recorded(end)
     return served.returned
 
 
@@ -755,7 +776,7 @@ async def _served_async_generator(served: _ItemsServed) -> AsyncGenerator[Any, A
         yield item
     end = served.ending()
     if end is not None:
-        raise end
+        _raise_recorded(end)
 
 
 # --------------------------------------------------------------------------- replay
@@ -846,7 +867,7 @@ class _Served:
                 os.execv(argv[0], argv[1:])  # as it went on live (a replaying process hands itself on)
             exc = rebuild_exception(dict(event["error"]))
             # (through frames made to look like the recorded ones: forkpoint's are taken out)
-            raise exc.with_traceback(recorded_traceback(event["error"].get("frames")))
+            _raise_recorded(exc.with_traceback(recorded_traceback(event["error"].get("frames"))))
         if "unrecorded" in event:
             u = event["unrecorded"]
             raise self.rt.diverged(

@@ -1381,6 +1381,46 @@ def test_a_generator_tools_traceback_midway_is_the_same_with_forkpoint_recording
     assert rp.report()["reproduced"]
 
 
+def test_a_replayed_tool_exception_keeps_what_it_was_raised_while_handling(store: Path) -> None:
+    """A tool that raises while handling another exception (``except KeyError: raise ValueError``)
+    has a traceback that shows that one first ("During handling of the above exception…"), and DSPy
+    sends it to the model. Only a ``from`` cause was recorded, so a replay showed nothing before,
+    or the program's own exception when it called the tool from an ``except`` block, and a tool's
+    ``raise … from None`` showed the program's there too."""
+
+    @forkpoint.tool
+    def lookup(key: str) -> int:
+        try:
+            return {"one": 1}[key]
+        except KeyError:
+            if key == "none":
+                raise ValueError("none") from None
+            raise ValueError(f"no {key!r}")  # noqa: B904 - the point: the KeyError is its context
+
+    def formatted(key: str, handling: bool) -> str:
+        try:
+            if handling:
+                try:
+                    raise OSError("the program's own")
+                except OSError:
+                    lookup(key)
+            lookup(key)
+        except ValueError as exc:
+            return "".join(traceback.format_exception(exc))
+        raise AssertionError("the tool did not raise")
+
+    def run() -> list[str]:
+        return [formatted(key, handling) for key in ("two", "none") for handling in (False, True)]
+
+    plain = run()
+    assert [text.count("During handling") for text in plain] == [1, 2, 0, 0], plain
+    with forkpoint.record(store=store) as rec:
+        assert run() == plain
+    with forkpoint.replay(rec.session_path) as rp:
+        assert run() == plain
+    assert rp.report()["reproduced"]
+
+
 def test_recorded_frames_that_cannot_be_made_are_left_out() -> None:
     """A session's frames are data: a bad one (wrong shape, a line no code object holds, a NUL in
     a file name) is left out, never raised on; columns beyond reach leave the frame its line."""
