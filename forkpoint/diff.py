@@ -69,7 +69,10 @@ def comparable(event: dict[str, Any]) -> dict[str, Any]:
         if "error" in event:
             out["error"] = _without_frames(event.get("error"))
         else:
-            out["result"] = event.get("result")
+            result = event.get("result")
+            if isinstance(result, dict) and isinstance(result.get("raised"), dict):  # (a generator's)
+                result = {**result, "raised": _without_frames(result["raised"])}
+            out["result"] = result
         received = (event.get("mcp") or {}).get("received")
         if received:
             out["received"] = [_sent(m) for m in received]
@@ -87,15 +90,17 @@ def _sent(message: dict[str, Any]) -> dict[str, Any]:
 
 
 def _without_frames(error: Any) -> Any:
-    """A tool's recorded exception without where it was raised (``frames``, its cause's and context's too): the
-    same exception raised from another checkout, or after an edit that moved lines, is the same
-    outcome."""
+    """A tool's recorded exception without where it was raised (``frames``; its cause's, context's
+    and an exception group's exceptions' too): the same exception raised from another checkout, or
+    after an edit that moved lines, is the same outcome."""
     if not isinstance(error, dict):
         return error
     out = {k: v for k, v in error.items() if k != "frames"}
     for chained in ("cause", "context"):
         if chained in out:
             out[chained] = _without_frames(out[chained])
+    if isinstance(out.get("exceptions"), list):
+        out["exceptions"] = [_without_frames(e) for e in out["exceptions"]]
     return out
 
 

@@ -392,6 +392,32 @@ def test_where_a_tool_raised_is_not_a_difference(tmp_path: Path) -> None:
     assert "differs" not in res.output and "frames" not in res.output, res.output
 
 
+def test_where_a_generator_tool_or_an_exception_groups_part_raised_is_not_a_difference(
+    tmp_path: Path,
+) -> None:
+    """As for a tool's exception: a generator tool's (its ``raised``, recorded with frames for a
+    replay's traceback), one raised while handling another (its ``context``) and the parts of an
+    exception group were compared with their frames, so two runs from other checkouts differed."""
+    key_error = {"type": "KeyError", "module": "builtins", "message": "'x'"}
+
+    def ran(root: str) -> list[tuple[str, Any, dict[str, Any]]]:
+        where = [[f"{root}/tools.py", 12, "stock", 12, 8, 20]]
+        boom = {"type": "ValueError", "module": "builtins", "message": "no such sku", "frames": where}
+        raised = {**boom, "context": {**key_error, "frames": where}}
+        group = {**boom, "type": "ExceptionGroup", "group_message": "g", "exceptions": [boom]}
+        items = {"$type": "builtins:generator", "kind": "generator", "value": [1], "ended": "complete"}
+        return [
+            ("lines", {"sku": "B2"}, {"result": {**items, "raised": raised}}),
+            ("stock", {"sku": "B2"}, {"error": group}),
+        ]
+
+    a = tool_session(tmp_path, ran("/home/me/agent"))
+    b = tool_session(tmp_path, ran("/ci/build"))
+    res = diff(a, b)
+    assert res.exit_code == 0, res.output
+    assert "differs" not in res.output and "frames" not in res.output, res.output
+
+
 def test_overridden_model_response_is_printed_though_equivalent(tmp_path: Path) -> None:
     """A what-if that only overrides the final answer: every request matches (exit 0), and the text
     output shows the response that changed."""
