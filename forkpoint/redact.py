@@ -1463,8 +1463,8 @@ class Scrubber:
                 continue
             option = SECRET_OPTION.fullmatch(arg)
             value = option.group("value") if option is not None else None
-            if value is not None and not _PLACEHOLDER_RE.fullmatch(value):
-                out.append(arg[: option.start("value")] + placeholder("secret-option", value))  # type: ignore[union-attr]
+            if option is not None and value is not None and not _PLACEHOLDER_RE.fullmatch(value):
+                out.append(arg[: option.start("value")] + placeholder("secret-option", value))
             else:
                 out.append(self.text(arg))
             secret_next = option is not None and value is None
