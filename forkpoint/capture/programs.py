@@ -12,10 +12,13 @@ environment; at the end the recorder writes them into the session and says them
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
 import re
 import sys
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 from .. import runtime
@@ -32,6 +35,22 @@ _SHOWN = 200
 _PYTHON = re.compile(r"python[0-9.]*(?:\.exe)?")
 #: The variable of forkpoint's activation: a child given it is recorded (forkpoint's own programs).
 _ACTIVATION = "FORKPOINT_MODE"
+#: True while a program is started whose calls forkpoint records another way (:func:`accounted`).
+_accounted: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "forkpoint_program_accounted", default=False
+)
+
+
+@contextlib.contextmanager
+def accounted() -> Iterator[None]:
+    """The programs started in this context are accounted for: their calls are recorded where the
+    program is talked to, and a replay does not start them (an MCP server an MCP stdio transport
+    starts, whose requests are MCP calls). Not to be named as unrecorded."""
+    token = _accounted.set(True)
+    try:
+        yield
+    finally:
+        _accounted.reset(token)
 
 
 def _is_python(program: Any) -> bool:
@@ -170,7 +189,7 @@ def _note(argv: list[str], env: Any, executable: Any = None) -> None:
         return
     from .tools import in_tool_body
 
-    if in_tool_body():
+    if in_tool_body() or _accounted.get():
         return
     # (imported here: every process `forkpoint record` starts loads this module, and few name one)
     from .. import redact

@@ -63,7 +63,7 @@ from types import ModuleType
 from typing import Any, cast
 
 from .. import runtime
-from ..capture import connections
+from ..capture import connections, programs
 from ..capture.tools import acall_tool
 from ..capture.tracebacks import hidden
 from ..errors import McpServerNotStarted
@@ -452,7 +452,9 @@ class _Transport:
         if rt is not None and rt.mode == "record" and isinstance(url, str):
             # Its requests are recorded here, as MCP calls: the connection is accounted for.
             connections.recorded(url)
-        with _http_above():
+        # A stdio transport starts its server: a Python program whose requests are recorded here,
+        # as MCP calls, and which a replay does not start; not one the recording missed.
+        with _http_above(), programs.accounted():
             return await self._inner.__aenter__()
 
     async def __aexit__(self, *exc_info: Any) -> Any:

@@ -177,6 +177,28 @@ def test_an_mcp_session_replays_without_its_server(transport: str, tmp_path: Pat
     assert events[7]["result"]["$mcp_error"]["type"] == "MCPError"
 
 
+def test_the_server_a_stdio_transport_starts_is_not_named_an_unrecorded_program(tmp_path: Path) -> None:
+    """The MCP server a stdio transport starts is a Python program, but its requests are recorded as
+    MCP calls and a replay does not start it: neither the recording nor the replay's verdict may call
+    it a program forkpoint did not record ("ok, but incomplete", "ran again as without forkpoint")."""
+    ledger = tmp_path / "ledger.log"
+
+    async def run() -> Any:
+        async with connect("stdio", ledger, None) as session:
+            await session.initialize()
+            return dump(await session.call_tool("add", {"a": 2, "b": 3}))
+
+    with forkpoint.record(store=tmp_path / "store") as rec:
+        live = asyncio.run(run())
+    notes = forkpoint.Session.load(rec.session_path).by_type("note")  # type: ignore[call-overload]
+    assert [n["data"] for n in notes if "unrecorded_programs" in n["data"]] == []
+    with forkpoint.replay(rec.session_path) as rp:
+        assert asyncio.run(run()) == live
+    report = rp.report()
+    assert report["reproduced"] and report["unrecorded_programs"] == [], report
+    assert ledger.read_text() == "started stdio\nadd 2 3\n"  # (the server ran once: when recorded)
+
+
 async def agent(base_url: str, ledger: Path) -> str:
     """A hand-written agent loop: the model's tools are the MCP server's, its tool calls are made
     with ``session.call_tool``, and their text goes back to the model."""
