@@ -560,7 +560,14 @@ def _quiet_divergence_tracebacks() -> None:
             return
         # (raised again here from a multiprocessing worker's: where the call was made is its own)
         remote = type(inner.__cause__).__name__ == "RemoteTraceback"
-        where = " in a multiprocessing worker" if remote else agent_call_site(tb)
+        # The divergence's own traceback first: one that left through a task group (anyio's, an MCP
+        # session's) comes out as an ExceptionGroup raised where the group ends, not at the call.
+        # One an SDK caught and wrapped has no frame of the agent's: the outer one has it then.
+        where = (
+            " in a multiprocessing worker"
+            if remote
+            else agent_call_site(inner.__traceback__) or agent_call_site(tb)
+        )
         raised = "" if inner is exc else f" (raised to the program as {kind.__module__}.{kind.__qualname__})"
         from .text import say
 

@@ -906,6 +906,48 @@ def test_a_divergence_an_sdk_wraps_and_retries_is_said_as_the_first_and_without_
     assert rp.report()["divergence"]["position"] == 1
 
 
+ASK_IN_A_TASK_GROUP = """
+import sys
+
+import anyio
+import openai
+
+
+async def main():
+    client = openai.OpenAI(base_url=sys.argv[1], api_key="sk-" + "y" * 40, max_retries=0)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(anyio.sleep, 0)
+        reply = client.chat.completions.create(model="m", messages=[{"role": "user", "content": sys.argv[2]}])
+    print(reply.choices[0].message.content)
+
+
+anyio.run(main)
+"""
+
+
+def test_a_divergence_out_of_a_task_group_is_said_where_the_call_was_made(
+    tmp_path: Path, server: LocalServer
+) -> None:
+    """A divergence that leaves through a task group (anyio's, an MCP ``ClientSession``'s) ends the
+    program as an ``ExceptionGroup`` raised where the group ends: the replay said "the call made at"
+    the ``async with`` line (or, in an MCP session, a line of the mcp package), not at the call."""
+    (tmp_path / "ask.py").write_text(ASK_IN_A_TASK_GROUP)
+    fp, store = [sys.executable, "-m", "forkpoint.cli"], str(tmp_path / "store")
+    rec = subprocess.run(
+        [*fp, "record", "--store", store, "--no-workspace", "--", sys.executable, "ask.py", server.openai_base_url, "one"],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path, env=_env(),
+    )  # fmt: skip
+    assert rec.returncode == 0, rec.stderr
+    rep = subprocess.run(
+        [*fp, "replay", "last", "--store", store, "--", sys.executable, "ask.py", "http://127.0.0.1:9/v1", "two"],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path, env=_env(),
+    )  # fmt: skip
+    assert rep.returncode == EXIT_DIVERGENCE, rep.stderr
+    said = " ".join(rep.stderr.split())
+    assert "the call made at " + str(tmp_path / "ask.py") + ":12 (main)" in said, rep.stderr
+    assert "raised to the program as builtins.ExceptionGroup" in said
+
+
 @forkpoint.tool
 def forecast(city: str) -> str:
     return f"{city}: sunny"
