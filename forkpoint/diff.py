@@ -30,7 +30,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from .events import endpoint, in_start_order
+from .events import endpoint, in_start_order, mcp_tool_error
 from .jsondiff import Change, EqualPairs, format_changes, json_diff
 from .log import Session
 from .match import event_key, key_spec, normalized, stored_key
@@ -203,7 +203,7 @@ def _cell(event: dict[str, Any] | None) -> str:
 
 def totals(session: Session) -> dict[str, Any]:
     """What a run amounts to: ``turns`` (model calls: no telemetry, MCP or plain HTTP), ``tools``
-    (calls by name), ``tool_errors``,
+    (calls by name), ``tool_errors`` (raised, or an MCP tool's ``isError`` answer),
     ``tokens`` (``input``/``output``, summed over the model calls' usage; input with the tokens the
     prompt cache read and wrote, as :func:`~forkpoint.providers.genai_usage` counts them), ``model_ms`` (the model
     calls' summed wall time, ms), ``final_answer`` (the last model text) and ``exit_code``."""
@@ -222,7 +222,7 @@ def totals(session: Session) -> dict[str, Any]:
     return {
         "turns": len(models),
         "tools": dict(Counter(t["tool"] for t in tools)),
-        "tool_errors": sum(1 for t in tools if "error" in t),
+        "tool_errors": sum(1 for t in tools if "error" in t or mcp_tool_error(t) is not None),
         "tokens": {"input": tokens_in, "output": tokens_out},
         "model_ms": round(sum(float(m.get("duration_ms") or 0) for m in models), 3),
         "final_answer": final,

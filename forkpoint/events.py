@@ -501,6 +501,19 @@ def is_tool_call(event: Mapping[str, Any]) -> TypeGuard[ToolCallEvent]:
     return event.get("type") == "tool_call"
 
 
+def mcp_tool_error(event: Mapping[str, Any]) -> str | None:
+    """The text of an MCP tool's error answer (a ``tools/call`` whose ``CallToolResult`` has
+    ``isError``: the tool failed, but no exception reached the agent), or None for any other call."""
+    mcp, result = event.get("mcp"), event.get("result")
+    if not isinstance(mcp, Mapping) or mcp.get("method") != "tools/call":
+        return None
+    if not isinstance(result, Mapping) or result.get("isError") is not True:
+        return None
+    blocks = result.get("content")
+    blocks = blocks if isinstance(blocks, list) else []
+    return " ".join(str(b.get("text")) for b in blocks if isinstance(b, Mapping) and b.get("type") == "text")
+
+
 def tool_spans(events: Iterable[Mapping[str, Any]]) -> frozenset[str]:
     """The span ids of the tool calls among ``events``."""
     return frozenset(str(e["span_id"]) for e in events if e.get("type") == "tool_call" and e.get("span_id"))

@@ -14,7 +14,7 @@ from typing import Any, TextIO, cast
 
 from rich.console import Console
 
-from .events import endpoint, in_start_order, in_tool, tool_spans
+from .events import endpoint, in_start_order, in_tool, mcp_tool_error, tool_spans
 from .log import Session, json_text, to_json, with_deltas
 from .providers import call_kind, genai_usage, kinds, recorded_response, response_fields
 from .store import SessionInfo
@@ -267,6 +267,8 @@ def render(
                 )
             elif lost is not None:
                 outcome = f"[red]result NOT RECORDED ({escape(_short(lost.get('message'), 80))})[/red]"
+            elif (failed := mcp_tool_error(e)) is not None:
+                outcome = f"[red]failed (MCP isError): {escape(_short(failed, 80))}[/red]"
             else:
                 outcome = f"→ {escape(_short(readable(e.get('result')), 80))}"
             mcp = e.get("mcp")

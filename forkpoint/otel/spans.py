@@ -15,7 +15,7 @@ from typing import Any
 
 from .. import providers
 from ..errors import SessionError
-from ..events import parse_time
+from ..events import mcp_tool_error, parse_time
 from ..log import Session
 from . import attributes
 
@@ -227,6 +227,11 @@ class TraceBuilder:
                 message = (
                     f"{err.get('type')}: {err.get('message', '')}" if self.content else str(err.get("type"))
                 )
+            elif (failed := mcp_tool_error(event)) is not None:
+                # An MCP tool that failed answers with isError instead of raising: the MCP semantic
+                # conventions' error.type for it is "tool_error".
+                status, attrs["error.type"] = "error", "tool_error"
+                message = failed if self.content else "tool_error"
             span_kind = "internal"
         if duration is None:
             attrs["forkpoint.duration_unknown"] = True

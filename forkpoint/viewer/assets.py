@@ -528,6 +528,7 @@ JS = r"""
     } else if (e.type === "tool_call") {
       add(title, [e.tool, h("span", { class: "dim", text: "(" + argsLine(e.args) + ")" })]);
       if (e.error) { sub = h("span", { class: "sub err", text: "raised " + e.error.type + ": " + short(e.error.message, 140) }); add(badges, h("span", { class: "badge error", text: "raised" })); }
+      else if (e.mcp_error !== undefined) { sub = h("span", { class: "sub err", text: "failed (MCP isError): " + short(e.mcp_error, 140) }); add(badges, h("span", { class: "badge error", text: "failed" })); }
       else sub = h("span", { class: "sub", text: "→ " + short(compact(e.result), 160) });
     } else if (e.type === "checkpoint") {
       add(title, [h("span", { text: e.reason || "checkpoint" }), h("span", { class: "dim", text: "turn " + e.cp_turn })]);

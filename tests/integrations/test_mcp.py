@@ -199,6 +199,46 @@ def test_the_server_a_stdio_transport_starts_is_not_named_an_unrecorded_program(
     assert ledger.read_text() == "started stdio\nadd 2 3\n"  # (the server ran once: when recorded)
 
 
+def test_an_mcp_tool_that_answered_is_error_is_a_failed_tool_call_in_show_diff_html_and_export(
+    tmp_path: Path,
+) -> None:
+    """An MCP tool that fails answers with ``isError`` instead of raising: ``show`` printed its
+    answer as a result, ``diff`` counted no tool error, the HTML page showed no failure and the
+    export's span had no error status (the MCP semantic conventions' ``error.type`` is
+    ``tool_error``)."""
+    from rich.console import Console
+
+    from forkpoint.diff import totals
+    from forkpoint.html import view_model
+    from forkpoint.otel import plan
+    from forkpoint.show import render
+
+    ledger = tmp_path / "ledger.log"
+
+    async def run() -> None:
+        async with connect("stdio", ledger, None) as session:
+            await session.initialize()
+            await session.call_tool("add", {"a": 2, "b": 3})
+            await session.call_tool("divide", {"a": 1, "b": 0})
+
+    with forkpoint.record(store=tmp_path / "store") as rec:
+        asyncio.run(run())
+    session = forkpoint.Session.load(rec.session_path)
+    console = Console(record=True, width=200)
+    render(session, console)
+    shown = console.export_text()
+    assert "failed (MCP isError): Error executing tool divide" in shown, shown
+    assert totals(session)["tool_errors"] == 1
+    views = {v.get("tool"): v for v in view_model(session)["events"] if v.get("type") == "tool_call"}
+    assert views["divide"]["mcp_error"] == "Error executing tool divide" and "mcp_error" not in views["add"]
+    spans = {p.name: p for p in plan(session, content=True)}
+    divide, add = spans["execute_tool divide"], spans["execute_tool add"]
+    assert (divide.status, divide.attributes["error.type"]) == ("error", "tool_error")
+    assert divide.status_message == "Error executing tool divide"
+    assert add.status == "unset" and "error.type" not in add.attributes
+    assert next(p for p in plan(session) if p.name == "execute_tool divide").status_message == "tool_error"
+
+
 async def agent(base_url: str, ledger: Path) -> str:
     """A hand-written agent loop: the model's tools are the MCP server's, its tool calls are made
     with ``session.call_tool``, and their text goes back to the model."""
