@@ -20,6 +20,7 @@ whose ends say other exit codes are said so on the verdict line too.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import json
 from collections import Counter
@@ -305,14 +306,11 @@ def diff_sessions(a: Session, b: Session) -> SessionDiff:
                     equal.next()
                 # A call asked the same way may still have answered differently (an override): its
                 # diff shows that, though the pair stays equivalent under the match key.
-                pairs.append(
-                    Pair(
-                        x,
-                        y,
-                        key(x, spec, ha) == key(y, spec, hb),
-                        json_diff(comparable(x), comparable(y), equal=equal),
-                    )
-                )
+                same = key(x, spec, ha) == key(y, spec, hb)
+                changes = json_diff(comparable(x), comparable(y), equal=equal)
+                if same:  # (a request difference under one match key is one the key ignores: a rule)
+                    changes = [dataclasses.replace(c, ignored=True) if in_key(c) else c for c in changes]
+                pairs.append(Pair(x, y, same, changes))
         else:
             # Replaced stretches pair up positionally as far as they go; the rest is one-sided.
             xs, ys = ca[i1:i2], cb[j1:j2]
@@ -351,15 +349,21 @@ def _bounded(changes: list[Change], max_lines: int, indent: str = "") -> list[st
 
 
 def _count_phrase(pairs: list[Pair]) -> str:
-    """``1 tool result differs``, ``2 model responses differ``, ``1 tool result and 1 model response differ``."""
-    counts = Counter(p.outcome for p in pairs)
+    """``1 tool result differs``, ``2 model responses differ``, ``1 tool result and 1 model response differ``;
+    calls that differ only where the match key ignores their request (an ignore rule) are counted
+    apart: ``1 model request differs only where the match key ignores it``."""
+    counts = Counter(p.outcome for p in pairs if p.outcome_changes)
     parts = [
         f"{n} {noun}{'s' if n != 1 else ''}"
         for n, noun in ((counts["result"], "tool result"), (counts["response"], "model response"))
         if n
     ]
-    plural = len(pairs) != 1
-    return " and ".join(parts) + (" differ" if plural else " differs")
+    out = " and ".join(parts) + (" differ" if sum(counts.values()) != 1 else " differs") if parts else ""
+    ignored = sum(1 for p in pairs if not p.outcome_changes)
+    if ignored:
+        them = f"{ignored} call{'s' if ignored != 1 else ''} differ{'s' if ignored == 1 else ''} only where the match key ignores {'it' if ignored == 1 else 'them'}"
+        out = f"{out} and {them}" if out else them
+    return out
 
 
 def _where(p: Pair) -> str:
@@ -454,9 +458,14 @@ def render_diff(result: SessionDiff, console: Console) -> None:
     console.print(table)
     for i, p in answered[:MAX_CALLS_SHOWN]:
         assert p.a is not None and p.b is not None  # equivalent pairs have both sides
+        what = [f"{p.outcome} differs (not part of the match key)"] if p.outcome_changes else []
+        if p.key_changes:
+            asked = "args differ" if p.outcome == "result" else "request differs"
+            what.insert(
+                0, f"{asked} only where the match key ignores {'them' if p.outcome == 'result' else 'it'}"
+            )
         console.print(
-            f"~ call {i}: {escape(signature(p.a))} (A seq {p.a['seq']}, B seq {p.b['seq']}): "
-            f"{p.outcome} differs (not part of the match key)",
+            f"~ call {i}: {escape(signature(p.a))} (A seq {p.a['seq']}, B seq {p.b['seq']}): {'; '.join(what)}",
             highlight=False,
         )
         console.print(escape("\n".join(_bounded(p.changes, MAX_LINES_PER_CALL))), highlight=False)

@@ -317,6 +317,27 @@ def test_changed_tool_results_are_printed_though_equivalent(tmp_path: Path) -> N
     ]
 
 
+def test_a_difference_an_ignore_rule_takes_out_is_not_said_to_be_an_answer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two runs that differ only in a timestamp an ignore rule takes out of the key (the current time
+    in a system prompt, in a tool's arguments): diff said "1 tool result differs" and "result differs
+    (not part of the match key)" under a ``$.args`` path, though both answered the same."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "forkpoint.toml").write_text('[match]\nignore = [{ tool = "search", path = "$.args.ts" }]\n')
+    a = tool_session(tmp_path, [("search", {"q": "x", "ts": "2026-01-01T10:00"}, {"result": [1]})])
+    b = tool_session(tmp_path, [("search", {"q": "x", "ts": "2026-01-02T11:00"}, {"result": [1]})])
+    res = diff(a, b)
+    assert res.exit_code == 0, res.output
+    out = flat(res.output)
+    assert "but 1 call differs only where the match key ignores it" in out, out
+    assert "result differs" not in out and "tool result" not in out
+    assert (
+        "~ call 1: tool search (A seq 1, B seq 1): args differ only where the match key ignores them" in out
+    )
+    assert "~ $.args.ts: 2026-01-01T10:00 → 2026-01-02T11:00 (ignored)" in out
+
+
 def test_parallel_tools_that_finished_in_another_order_pair_up(tmp_path: Path) -> None:
     """Tools the model asked for at once are logged as they finish (their ``sent`` ordinals say the
     order they started in); a what-if's replay logs each call as it is served, in the order they
