@@ -207,6 +207,9 @@ def summary_line(report: dict[str, Any]) -> str:
                 ", with no recorded call of that endpoint or tool left for fifo to serve: stopped there"
             )
         status = "DIVERGED" + then.get(str(report.get("policy")), "")
+        if report.get("policy") in then and report.get("ending"):
+            # (it went on past the divergence: how it ended is the what-if's outcome, said as such)
+            status += "; " + "; ".join(report["ending"])
     elif ended_by_override(report):
         how = "ok, ended early" if not report.get("ending") else "ENDED DIFFERENTLY"
         status = f"{how} after the override (the agent did not ask for every recorded call)" + "".join(

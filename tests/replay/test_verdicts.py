@@ -25,7 +25,7 @@ import forkpoint
 from forkpoint.capture import tools as tools_mod
 from forkpoint.html import view_model
 from forkpoint.log import Session
-from forkpoint.replay import EXIT_DIVERGENCE, summary_line
+from forkpoint.replay import EXIT_DIVERGENCE, conclude, summary_line
 from forkpoint.show import render
 from tests.modelserver import LocalServer
 
@@ -118,6 +118,18 @@ def test_a_what_if_run_that_went_as_asked_is_not_called_ok(server: LocalServer, 
         chat_agent(server.openai_base_url, tool)
     line = summary_line(rp.report())
     assert line.startswith("replay DIVERGED, then went live as asked:"), line
+    # How a run that went on past its divergence ended is its outcome: said, not left out (a what-if
+    # whose program then died of an uncaught exception read as any other that went live).
+    report = rp.report()
+    assert isinstance(report["recorded_end"], dict), report
+    died = conclude(
+        {**report, "exit_code": 1, "uncaught": [{"module": "builtins", "type": "KeyError", "message": "'x'"}]}
+    )
+    line = summary_line(died)
+    assert line.startswith(
+        "replay DIVERGED, then went live as asked; the program exited 1 (recorded: 0); it raised an "
+        "uncaught KeyError: 'x' (the recording did not):"
+    ), line
 
 
 def test_a_fifo_replay_with_nothing_left_to_serve_does_not_say_it_served(store: Path) -> None:
