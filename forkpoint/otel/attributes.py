@@ -26,6 +26,7 @@ from ..log import json_text as log_json_text
 from ..log import to_json
 from ..providers import recorded_response, response_fields
 from ..providers.base import maybe_json
+from ..values import readable
 
 TEXT = "text/plain"
 JSON = "application/json"
@@ -305,10 +306,12 @@ def tool_call(
     put(attrs, "gen_ai.tool.call.id", call_id)
     put(attrs, "tool.id", call_id)
     if content:
-        attrs["gen_ai.tool.call.arguments"] = json_text(event.get("args"))
-        put_io(attrs, "input", event.get("args"))
+        # (typed values as forkpoint show reads them, {"Class": fields}: not forkpoint's own form)
+        args = readable(event.get("args"))
+        attrs["gen_ai.tool.call.arguments"] = json_text(args)
+        put_io(attrs, "input", args)
         if "result" in event:
-            text, mime = as_value(event.get("result"))
+            text, mime = as_value(readable(event.get("result")))
             attrs["gen_ai.tool.call.result"] = text
             attrs["output.value"], attrs["output.mime_type"] = text, mime
         if definition:

@@ -368,6 +368,31 @@ def test_text_tool_results_are_text(tmp_path: Path) -> None:
     assert json.loads(a["gen_ai.tool.call.arguments"]) == json.loads(a["input.value"]) == {"path": "a.py"}
 
 
+@dataclass
+class Forecast:
+    city: str
+    at: datetime
+
+
+def test_typed_tool_values_are_exported_as_show_reads_them(tmp_path: Path) -> None:
+    """A tool returning a dataclass (with a datetime) was exported in forkpoint's own stored form
+    (``{"$type": "tests…:Forecast", "kind": "dataclass", …}``): it is the class and its fields now,
+    as ``forkpoint show`` prints them."""
+
+    @forkpoint.tool
+    def forecast(city: str) -> Forecast:
+        return Forecast(city, datetime(2026, 12, 1, 9, 30))
+
+    with forkpoint.record(store=tmp_path) as rec:
+        forecast("Rome")
+    (_, tool) = plan(Session.load(rec.session_path), content=True)
+    a = tool.attributes
+    assert "$type" not in a["gen_ai.tool.call.result"] and "$type" not in a["output.value"]
+    assert json.loads(a["gen_ai.tool.call.result"]) == {
+        "Forecast": {"city": "Rome", "at": {"datetime": "2026-12-01T09:30:00"}}
+    }
+
+
 def test_file_export_is_otlp_json_and_deterministic(recorded: Recorded, tmp_path: Path) -> None:
     s = recorded.session
     a, b = tmp_path / "a.json", tmp_path / "b.json"
