@@ -112,6 +112,7 @@ def resolve(overrides: list[Override], events: Sequence[Mapping[str, Any]]) -> d
     """Map each override to the seq of the recorded event it replaces. Raises :class:`OverrideError`
     when a target does not exist, or two overrides hit the same event."""
     out: dict[int, Override] = {}
+    schemas = _output_schemas(events)
     for o in overrides:
         if o.kind == "tool":
             hits = [e for e in events if e["type"] == "tool_call" and e["tool"] == o.name]
@@ -147,13 +148,34 @@ def resolve(overrides: list[Override], events: Sequence[Mapping[str, Any]]) -> d
             )
         if event["seq"] in out:
             raise OverrideError(f"override {o.spec!r}: event {event['seq']} is already overridden")
-        apply(event, o)  # a value that does not fit this call is refused now, not inside the agent
+        apply(event, o, schemas)  # a value that does not fit this call is refused now, not inside the agent
         out[event["seq"]] = o
     return out
 
 
-def apply(event: Mapping[str, Any], o: Override) -> dict[str, Any]:
-    """A copy of the recorded ``event`` with the override applied (the original is not changed)."""
+def _output_schemas(events: Sequence[Mapping[str, Any]]) -> frozenset[tuple[Any, str]]:
+    """``(server, tool)`` of each MCP tool that its server's recorded ``tools/list`` gives an output
+    schema: the client requires ``structuredContent`` of its results."""
+    out = set()
+    for e in events:
+        mcp, listed = e.get("mcp"), e.get("result")
+        if e.get("type") != "tool_call" or not isinstance(mcp, Mapping) or mcp.get("method") != "tools/list":
+            continue
+        for t in (listed.get("tools") if isinstance(listed, Mapping) else None) or []:
+            if (
+                isinstance(t, Mapping)
+                and isinstance(t.get("name"), str)
+                and t.get("outputSchema") is not None
+            ):
+                out.add((mcp.get("server"), t["name"]))
+    return frozenset(out)
+
+
+def apply(
+    event: Mapping[str, Any], o: Override, schemas: frozenset[tuple[Any, str]] = frozenset()
+) -> dict[str, Any]:
+    """A copy of the recorded ``event`` with the override applied (the original is not changed).
+    ``schemas``: the MCP tools with an output schema (:func:`_output_schemas` of the session)."""
     new: dict[str, Any] = copy.deepcopy(dict(event))
     if new["type"] == "tool_call":
         new.pop("result", None)
@@ -166,7 +188,7 @@ def apply(event: Mapping[str, Any], o: Override) -> dict[str, Any]:
             }
         else:
             if new.get("mcp"):
-                _check_mcp_result(o, event)
+                _check_mcp_result(o, event, schemas)
             new["result"] = o.value
         return new
     resp = new.get("response")
@@ -206,21 +228,26 @@ def apply(event: Mapping[str, Any], o: Override) -> dict[str, Any]:
     return new
 
 
-def _check_mcp_result(o: Override, event: Mapping[str, Any]) -> None:
+def _check_mcp_result(o: Override, event: Mapping[str, Any], schemas: frozenset[tuple[Any, str]]) -> None:
     """An MCP tool's result is the ``CallToolResult`` the client validates (its ``content`` list,
-    and ``structuredContent`` when the tool has an output schema, as the recorded one shows):
-    anything else failed inside the agent's MCP client."""
+    and ``structuredContent`` when the tool has an output schema, as the recorded result shows or,
+    when that was an error answer, the server's recorded listing of its tools): anything else
+    failed inside the agent's MCP client."""
     value, recorded = o.value, event.get("result")
+    mcp = event.get("mcp")
+    listed = isinstance(mcp, Mapping) and (mcp.get("server"), event.get("tool")) in schemas
     example = '{"content": [{"type": "text", "text": "…"}]'
     if not (isinstance(value, dict) and isinstance(value.get("content"), list)):
         raise OverrideError(
             f"override {o.spec!r}: {event.get('tool')} is an MCP tool: its result is a CallToolResult, "
             f"{example}}}, as the recorded one (forkpoint show --json)"
         )
-    if isinstance(recorded, dict) and "structuredContent" in recorded and "structuredContent" not in value:
+    shown = isinstance(recorded, dict) and "structuredContent" in recorded
+    if (shown or listed) and "structuredContent" not in value and value.get("isError") is not True:
+        why = "its recorded result has structuredContent" if shown else "its server listed one"
         raise OverrideError(
-            f"override {o.spec!r}: {event.get('tool')} has an output schema (its recorded result has "
-            f'structuredContent): give it too, {example}, "structuredContent": {{…}}}}'
+            f"override {o.spec!r}: {event.get('tool')} has an output schema ({why}): give "
+            f'structuredContent too, {example}, "structuredContent": {{…}}}}'
         )
 
 

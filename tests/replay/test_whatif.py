@@ -826,10 +826,27 @@ def test_an_override_of_an_mcp_tools_result_must_be_a_call_tool_result() -> None
     ]
     with pytest.raises(OverrideError, match=r"now is an MCP tool: its result is a CallToolResult"):
         resolve([parse('tool:now.result="frozen"')], events)
-    with pytest.raises(OverrideError, match=r"now has an output schema .*give it too"):
+    with pytest.raises(OverrideError, match=r"now has an output schema .*give structuredContent too"):
         resolve([parse('tool:now.result={"content": [{"type": "text", "text": "frozen"}]}')], events)
     whole = '{"content": [{"type": "text", "text": "frozen"}], "structuredContent": {"result": "frozen"}}'
     assert list(resolve([parse(f"tool:now.result={whole}")], events)) == [3]
+    # A recorded error answer has no structuredContent: the server's recorded listing says the tool
+    # has an output schema (the client requires structuredContent of a result that is no error).
+    failed = {**events[0], "result": {"content": [{"type": "text", "text": "down"}], "isError": True}}
+    listing = {
+        "seq": 2,
+        "type": "tool_call",
+        "tool": "mcp:tools/list",
+        "args": {},
+        "mcp": {"server": "clock", "method": "tools/list"},
+        "result": {"tools": [{"name": "now", "inputSchema": {}, "outputSchema": {"type": "object"}}]},
+    }
+    bare = 'tool:now.result={"content": [{"type": "text", "text": "frozen"}]}'
+    with pytest.raises(OverrideError, match=r"now has an output schema \(its server listed one\)"):
+        resolve([parse(bare)], [listing, failed])
+    assert list(resolve([parse(bare)], [failed])) == [3]  # (no listing recorded: nothing to go by)
+    still_failing = 'tool:now.result={"content": [{"type": "text", "text": "x"}], "isError": true}'
+    assert list(resolve([parse(still_failing)], [listing, failed])) == [3]
 
 
 class Stock(pydantic.BaseModel):
