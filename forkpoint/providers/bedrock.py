@@ -19,7 +19,9 @@ percent-encoded in the path, ``anthropic.claude-3-haiku-20240307-v1%3A0``):
 * **InvokeModel** ``POST …/invoke`` and **InvokeModelWithResponseStream**
   ``…/invoke-with-response-stream``: the body is the model's own format (Anthropic Messages with
   ``anthropic_version: "bedrock-2023-05-31"`` for Claude); streamed as ``chunk`` events whose
-  ``bytes`` are the model's own stream events. Read by the provider of that format.
+  ``bytes`` are the model's own stream events. Read by the provider of that format; the text
+  models' own formats by :class:`BedrockTextModel` (Meta Llama, Mistral, Amazon Titan Text, Cohere
+  Command).
 
 Requests are signed with SigV4 (``authorization``, ``x-amz-date``, ``x-amz-content-sha256``,
 ``x-amz-security-token``): :mod:`forkpoint.redact` drops those headers, and none of them is in a
@@ -54,10 +56,12 @@ from .base import (
     d,
     dumps,
     error_of,
+    first,
     i,
     join,
     lst,
     num,
+    read_sampling,
     role,
     s,
 )
@@ -123,6 +127,107 @@ def _nova_event(item: Payload) -> Payload | None:
     _, payload = item
     keys = [k for k in payload if k in _CONVERSE_EVENTS]
     return (keys[0], d(payload[keys[0]])) if len(keys) == 1 else None
+
+
+#: The keys a text model's InvokeModel body (request or response) holds, any one of them telling it:
+#: Llama's and Mistral's ``prompt``, Titan's ``inputText``, Cohere's ``message``; Llama's
+#: ``generation``, Mistral's ``outputs``, Titan's ``results`` / ``outputText``, Cohere's ``text``
+#: with ``finish_reason`` or ``is_finished``.
+_TEXT_MODEL_KEYS = frozenset(
+    {"prompt", "inputText", "message", "generation", "outputs", "results", "outputText"}
+)
+
+
+def _text_model_shaped(b: dict[str, Any]) -> bool:
+    return not _TEXT_MODEL_KEYS.isdisjoint(b) or (
+        "text" in b and ("finish_reason" in b or "is_finished" in b)
+    )
+
+
+class BedrockTextModel(Provider):
+    """The text models' own InvokeModel formats (docs.aws.amazon.com/bedrock/latest/userguide/
+    model-parameters.html), read for what a person needs to see: the prompt as one user message
+    (Cohere's ``chat_history`` before it), the answer's text, the stop reason and the token counts
+    (the model's own, or the ``amazon-bedrock-invocationMetrics`` a stream's last chunk carries).
+    A whole body and a stream's chunks are read alike: each chunk is a body's piece of text."""
+
+    name = "bedrock"
+    api = "invoke"
+
+    def messages(self, body: dict[str, Any]) -> list[Message]:
+        out: list[Message] = [
+            {
+                "role": "assistant" if s(m.get("role")) == "CHATBOT" else "user",
+                "text": s(m.get("message")) or "",
+            }
+            for m in map(d, lst(body.get("chat_history")))
+        ]
+        prompt = first(body.get("prompt"), body.get("inputText"), body.get("message"))
+        if isinstance(prompt, str):
+            out.append({"role": "user", "text": prompt})
+        return out
+
+    def count_messages(self, body: dict[str, Any]) -> int | None:
+        return len(self.messages(body)) or None
+
+    def sampling(self, body: dict[str, Any]) -> Sampling:
+        config = d(body.get("textGenerationConfig"))  # (Titan's)
+        src = {**body, **config}
+        base = read_sampling(src)
+        limit = first(src.get("max_gen_len"), src.get("maxTokenCount"))
+        return base._replace(max_tokens=base.max_tokens if base.max_tokens is not None else i(limit))
+
+    def read_body(self, body: object) -> ResponseFields:
+        return self._chunks([body] if isinstance(body, dict) else [])
+
+    def read_stream(self, stream: list[Payload]) -> ResponseFields:
+        return self._chunks([p for _, p in stream])
+
+    @staticmethod
+    def _chunks(chunks: list[dict[str, Any]]) -> ResponseFields:
+        text: list[str] | None = None
+        stop = None
+        prompt_tokens = output_tokens = None
+        seen = False
+        for c in map(d, chunks):
+            pieces: list[Any] = [c.get("generation"), c.get("outputText")]  # (Llama; a Titan chunk)
+            pieces += [d(o).get("text") for o in lst(c.get("outputs"))]  # (Mistral)
+            pieces += [d(r).get("outputText") for r in lst(c.get("results"))]  # (Titan)
+            if "finish_reason" in c or "is_finished" in c or c.get("event_type") == "text-generation":
+                pieces.append(c.get("text"))  # (Cohere)
+            for piece in pieces:
+                if isinstance(piece, str):
+                    text = [*(text or []), piece]
+            reasons = [c.get("stop_reason"), c.get("completionReason"), c.get("finish_reason")]
+            reasons += [d(o).get("stop_reason") for o in lst(c.get("outputs"))]
+            reasons += [d(r).get("completionReason") for r in lst(c.get("results"))]
+            stop = next((r for r in reasons if isinstance(r, str)), stop)
+            metrics = d(c.get("amazon-bedrock-invocationMetrics"))
+            billed = d(d(c.get("meta")).get("billed_units"))  # (Cohere's)
+            prompt_tokens = first(
+                metrics.get("inputTokenCount"),
+                c.get("prompt_token_count"),
+                c.get("inputTextTokenCount"),
+                billed.get("input_tokens"),
+                prompt_tokens,
+            )
+            generated = first(
+                c.get("generation_token_count"),
+                c.get("totalOutputTextTokenCount"),
+                billed.get("output_tokens"),
+            )
+            titan = sum(i(d(r).get("tokenCount")) or 0 for r in lst(c.get("results"))) or None
+            output_tokens = first(metrics.get("outputTokenCount"), generated, titan, output_tokens)
+            seen = seen or _text_model_shaped(c)
+        if not seen:
+            return NOTHING
+        usage: Usage | None = None
+        if prompt_tokens is not None or output_tokens is not None:
+            usage = {"input_tokens": i(prompt_tokens), "output_tokens": i(output_tokens)}
+        return ResponseFields(join(text), [], usage, stop, None, None)
+
+
+TEXT_MODEL = BedrockTextModel()
 
 
 class BedrockConverse(Provider):
@@ -396,6 +501,8 @@ class BedrockInvoke(Provider):
             return anthropic.PROVIDER
         if _nova_shaped(b):
             return CONVERSE
+        if _text_model_shaped(b):
+            return TEXT_MODEL
         return UNRECOGNIZED
 
     def request_model(self, body: dict[str, Any]) -> str | None:
@@ -422,6 +529,8 @@ class BedrockInvoke(Provider):
         nova = [e for e in map(_nova_event, stream) if e is not None]
         if any(event == "messageStart" for event, _ in nova):
             return CONVERSE.read_stream(nova)
+        if any(_text_model_shaped(p) for _, p in stream):
+            return TEXT_MODEL.read_stream(stream)
         return None
 
     def stream_delta_text(self, payload: dict[str, Any]) -> str:
