@@ -85,11 +85,13 @@ SECRET_HEADER_NAME = re.compile(  # public: a real pattern (re.search(SECRET_HEA
 )
 
 #: A command-line option whose name says its value is a credential (``--token``, ``--api-key``,
-#: ``--db-password``), with the value after ``=`` if it has one. Not ``--max-tokens`` (a count),
-#: ``--token-file`` (a path), ``--secret-name`` or ``--no-password`` (a switch).
+#: ``--db-password``, ``--secret-key``), with the value after ``=`` if it has one. Not
+#: ``--max-tokens`` (a count), ``--token-file`` (a path), ``--secret-name`` or ``--no-password`` (a
+#: switch), nor ``--key`` alone (``sort --key``, a key file's path).
 SECRET_OPTION = re.compile(
     r"--?(?!no-)(?:[A-Za-z0-9]+[-_])*(?i:token|secret|password|passwd|passphrase|api[-_]?key|apikey"
-    r"|access[-_]?key|private[-_]?key|credentials?)(?:=(?P<value>.+))?",
+    r"|access[-_]?key|private[-_]?key|secret[-_]?key|auth[-_]?key|master[-_]?key|credentials?)"
+    r"(?:=(?P<value>.+))?",
     re.DOTALL,
 )
 

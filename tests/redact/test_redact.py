@@ -741,6 +741,10 @@ def test_holds_placeholder_wants_the_placeholder_shape_in_text_and_in_bytes() ->
         (["--password", "--verbose"], [False, False]),
         (["--password"], [False]),
         (["-token", "abc"], [False, True]),
+        # (a secret key: MinIO's and S3 tools' --secret-key, Django's, Tailscale's --auth-key)
+        (["--secret-key", "abc", "--aws_secret_key=xyz"], [False, True, True]),
+        (["--auth-key", "abc", "--master-key", "xyz"], [False, True, False, True]),
+        (["--key", "name", "--sort-key", "x"], [False, False, False, False]),
     ],
 )
 def test_a_credential_options_value_is_replaced_whatever_its_shape(argv: list[str], kept: list[bool]) -> None:
