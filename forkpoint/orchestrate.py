@@ -249,16 +249,13 @@ STUCK_AFTER_S = 5.0
 def _say_secret_options(cmd: list[str], session_id: str) -> None:
     """Say which options of the command were kept as placeholders (:data:`.redact.SECRET_OPTION`):
     a replay of the recorded command passes those, not the values."""
-    from .redact import SECRET_OPTION, scrub_argv
+    from .redact import secret_options
 
-    names = []
-    for n, (arg, kept) in enumerate(zip(cmd, scrub_argv(cmd), strict=True)):
-        option = SECRET_OPTION.fullmatch(arg if "=" in arg else cmd[n - 1] if n else "")
-        if kept != arg and option is not None:
-            names.append(option.group(0).split("=", 1)[0])
+    # (from the scrubber itself: a value with '=' in it, base64's padding, is still a value)
+    names = secret_options(cmd)
     if names:
         say(
-            f"forkpoint: the values of {', '.join(dict.fromkeys(names))} in the command are kept as "
+            f"forkpoint: the values of {', '.join(names)} in the command are kept as "
             "placeholders (an option so named carries a credential): a replay of the recorded command "
             f"passes those; give it the command to pass the real ones (forkpoint replay {session_id} -- CMD)"
         )

@@ -1456,21 +1456,32 @@ class Scrubber:
         """A command's arguments, each scrubbed as text, and the value of an option that names a
         credential (:data:`SECRET_OPTION`: ``--token VALUE``, ``--api-key=VALUE``) replaced
         whatever its shape, which no pattern of a secret's text would find."""
+        return self.argv_options(args)[0]
+
+    def argv_options(self, args: Sequence[str]) -> tuple[list[str], list[str]]:
+        """:meth:`argv`, and the names of the options whose values it replaced, in order (what
+        ``forkpoint record`` says: a value's own shape, ``dGVzdA==``, tells nothing)."""
         out: list[str] = []
-        secret_next = False
+        names: list[str] = []
+        secret_next: str | None = None  # (the option whose value comes next)
         for arg in args:
-            if secret_next and arg and not arg.startswith("-"):
-                out.append(arg if _PLACEHOLDER_RE.fullmatch(arg) else placeholder("secret-option", arg))
-                secret_next = False
+            if secret_next is not None and arg and not arg.startswith("-"):
+                if not _PLACEHOLDER_RE.fullmatch(arg):
+                    out.append(placeholder("secret-option", arg))
+                    names.append(secret_next)
+                else:
+                    out.append(arg)
+                secret_next = None
                 continue
             option = SECRET_OPTION.fullmatch(arg)
             value = option.group("value") if option is not None else None
             if option is not None and value is not None and not _PLACEHOLDER_RE.fullmatch(value):
                 out.append(arg[: option.start("value")] + placeholder("secret-option", value))
+                names.append(arg[: option.start("value") - 1])
             else:
                 out.append(self.text(arg))
-            secret_next = option is not None and value is None
-        return out
+            secret_next = arg if option is not None and value is None else None
+        return out, names
 
     def event(self, event: Mapping[str, Any]) -> dict[str, Any]:
         """A session event (or header) with every payload scrubbed; ``seq``, ``prev``, ``hash`` kept;
@@ -1623,6 +1634,12 @@ def scrub_argv(args: Sequence[str]) -> list[str]:
     """A command's arguments with every secret replaced, credential options' values whatever
     their shape (:meth:`Scrubber.argv`)."""
     return current().argv(args)
+
+
+def secret_options(args: Sequence[str]) -> list[str]:
+    """The names of the credential options whose values :func:`scrub_argv` replaces in ``args``
+    (each once, in order)."""
+    return list(dict.fromkeys(current().argv_options(args)[1]))
 
 
 def scrub_bytes(data: bytes) -> bytes:

@@ -1726,3 +1726,15 @@ def test_a_credential_given_to_the_command_as_an_option_is_not_stored(tmp_path: 
     rep = run([*FORKPOINT, "replay", "last", "--store", store, "--", sys.executable, *args], tmp_path, env)
     assert rep.returncode == 0, rep.stderr
     assert secret in rep.stdout
+
+
+def test_a_credential_options_value_with_an_equals_sign_is_said(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A base64 token ends in ``=`` (``--token dGVzdA==``): its value was kept as a placeholder but
+    not said at record time (an argument with ``=`` was read as an ``--option=VALUE`` of its own), so
+    a replay of the recorded command passed the placeholder with no word of it."""
+    from forkpoint import orchestrate
+
+    said: list[str] = []
+    monkeypatch.setattr(orchestrate, "say", said.append)
+    orchestrate._say_secret_options(["python", "agent.py", "--token", "dGVzdA==", "--db-password=a=b"], "S")
+    assert len(said) == 1 and "the values of --token, --db-password in the command" in said[0], said
