@@ -88,11 +88,16 @@ SECRET_HEADER_NAME = re.compile(  # public: a real pattern (re.search(SECRET_HEA
 #: ``--db-password``, ``--secret-key``), with the value after ``=`` if it has one. Not
 #: ``--max-tokens`` (a count), ``--token-file`` (a path), ``--secret-name`` or ``--no-password`` (a
 #: switch), nor ``--key`` alone (``sort --key``, a key file's path).
-SECRET_OPTION = re.compile(
+_SECRET_OPTION_NAME = (
     r"--?(?!no-)(?:[A-Za-z0-9]+[-_])*(?i:token|secret|password|passwd|passphrase|api[-_]?key|apikey"
     r"|access[-_]?key|private[-_]?key|secret[-_]?key|auth[-_]?key|master[-_]?key|credentials?)"
-    r"(?:=(?P<value>.+))?",
-    re.DOTALL,
+)
+SECRET_OPTION = re.compile(_SECRET_OPTION_NAME + r"(?:=(?P<value>.+))?", re.DOTALL)
+#: Such an option and its value inside one argument that is a shell's script (``sh -c "python
+#: agent.py --token VALUE"``, ``os.system``'s command): the value one word, quoted or not.
+_SECRET_OPTION_WORD = re.compile(
+    r"(?<![^\s\"'(;&|])(?P<name>" + _SECRET_OPTION_NAME + r")(?:=|[ \t]+)"
+    r"(?P<value>\"[^\"]*\"|'[^']*'|[^\s\"';&|()<>]+)"
 )
 
 #: Query-string parameter names whose values are credentials. Compared lower-case.
@@ -1478,6 +1483,8 @@ class Scrubber:
             if option is not None and value is not None and not _PLACEHOLDER_RE.fullmatch(value):
                 out.append(arg[: option.start("value")] + placeholder("secret-option", value))
                 names.append(arg[: option.start("value") - 1])
+            elif any(c.isspace() for c in arg):  # (a shell's script: its words are not arguments)
+                out.append(_script_options(self.text(arg), names))
             else:
                 out.append(self.text(arg))
             secret_next = arg if option is not None and value is None else None
@@ -1628,6 +1635,23 @@ def find_secrets(text: str) -> list[tuple[int, int, str]]:
 def scrub_text(text: str) -> str:
     """``text`` with every secret replaced by its placeholder."""
     return current().text(text)
+
+
+def _script_options(script: str, names: list[str]) -> str:
+    """``script`` with the value of each credential option in it (:data:`_SECRET_OPTION_WORD`) a
+    placeholder, and the options' names added to ``names``. Not a value the shell reads from a
+    variable (``--token "$HF_TOKEN"``: no secret in the text, and a replay needs it as it is), nor
+    what is an option (``--password --verbose``) or a placeholder already."""
+
+    def replace(m: re.Match[str]) -> str:
+        value = m.group("value")
+        inner = value[1:-1] if value[:1] in ("'", '"') else value
+        if not inner or inner.startswith(("-", "$")) or _PLACEHOLDER_RE.fullmatch(inner):
+            return m.group(0)
+        names.append(m.group("name"))
+        return m.group(0)[: m.start("value") - m.start()] + placeholder("secret-option", inner)
+
+    return _SECRET_OPTION_WORD.sub(replace, script)
 
 
 def scrub_argv(args: Sequence[str]) -> list[str]:

@@ -753,3 +753,21 @@ def test_a_credential_options_value_is_replaced_whatever_its_shape(argv: list[st
     out = scrub_argv(argv)
     assert ["[REDACTED:secret-option:" in a for a in out] == kept, out
     assert scrub_argv(out) == out  # (idempotent: a scrubbed header scrubbed again is the same)
+
+
+def test_a_credential_option_in_a_shells_script_is_replaced() -> None:
+    """``forkpoint record -- sh -c "python agent.py --token VALUE"`` (and a program's
+    ``os.system("… --token VALUE")``, named among the programs not recorded) kept VALUE: the script
+    is one argument, so no option was read in it. Its options are read as words; a value the shell
+    takes from a variable is kept, as is a switch."""
+    from forkpoint.redact import scrub_argv, secret_options
+
+    script = "python agent.py --token tok3n --secret-key='a b' && x --password=\"p w\""
+    out = scrub_argv(["sh", "-c", script])
+    assert out[:2] == ["sh", "-c"]
+    assert not any(s in out[2] for s in ("tok3n", "a b", "p w")), out
+    assert out[2].startswith("python agent.py --token [REDACTED:secret-option:")
+    assert secret_options(["sh", "-c", script]) == ["--token", "--secret-key", "--password"]
+    kept = 'python a.py --token "$HF_TOKEN" --api-key $KEY --password --verbose --max-tokens 5'
+    assert scrub_argv(["sh", "-c", kept]) == ["sh", "-c", kept]
+    assert scrub_argv(out) == out  # (idempotent)
