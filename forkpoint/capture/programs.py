@@ -90,6 +90,24 @@ _WRAPPERS = frozenset(
 )
 #: A wrapper's option, or the count or duration it takes.
 _WRAPPER_WORD = re.compile(r"-.*|[0-9.]+[smhd]?|\w+=.*")
+#: A wrapper's options whose value is the next word, which is no program (``timeout -s KILL 10``,
+#: ``env -u NAME``, ``sudo -u USER``); not ``time -p``, a switch.
+_WRAPPER_VALUES = {
+    "env": frozenset({"-u", "--unset", "-C", "--chdir"}),
+    "timeout": frozenset({"-s", "--signal", "-k", "--kill-after"}),
+    "nice": frozenset({"-n", "--adjustment"}),
+    "stdbuf": frozenset({"-i", "-o", "-e", "--input", "--output", "--error"}),
+    "sudo": frozenset(
+        {"-u", "--user", "-g", "--group", "-C", "--close-from", "-D", "--chdir", "-h", "--host", "-p"}
+        | {"--prompt", "-r", "--role", "-t", "--type", "-U", "--other-user", "-R", "--chroot"}
+    ),
+}
+#: A runner's options whose value is the next word (``uv run --python 3.12``, ``conda run -n NAME``).
+_RUNNER_VALUES = frozenset(
+    {"-n", "-p", "--name", "--prefix", "--with", "--with-editable", "--with-requirements", "--python"}
+    | {"--project", "--directory", "--package", "--group", "--only-group", "--extra", "--env-file"}
+    | {"--index", "--index-url"}
+)
 #: Runners whose ``run`` runs a command in a Python environment (``uv run pytest``, ``poetry run
 #: python``), and those that run a Python package's program (``uvx mcp-server-fetch``).
 _RUNNERS = frozenset({"uv", "poetry", "pipenv", "pdm", "hatch", "rye", "conda"})
@@ -104,9 +122,11 @@ def _programs(argv: list[str]) -> list[str]:
     ``bash -o pipefail -c``)."""
     i = 0
     while i < len(argv) and (os.path.basename(argv[i]) in _WRAPPERS or re.match(r"\w+=", argv[i])):
+        takes = _WRAPPER_VALUES.get(os.path.basename(argv[i]), frozenset())
         i += 1
         while i < len(argv) and _WRAPPER_WORD.fullmatch(argv[i]):
-            i += 1
+            i += 2 if argv[i] in takes else 1
+    i = min(i, len(argv))
     if i == len(argv):
         return []
     name = os.path.basename(argv[i])
@@ -115,7 +135,7 @@ def _programs(argv: list[str]) -> list[str]:
     if name in _RUNNERS and "run" in argv[i + 1 : i + 2]:
         rest = argv[i + 2 :]
         while rest and rest[0].startswith("-"):  # (its options; conda's -n NAME takes a word)
-            rest = rest[2:] if rest[0] in ("-n", "-p", "--name", "--prefix", "--with") else rest[1:]
+            rest = rest[2:] if rest[0] in _RUNNER_VALUES else rest[1:]
         return _programs(rest)
     out = [argv[i]]
     if _SHELL.fullmatch(os.path.basename(argv[i])):

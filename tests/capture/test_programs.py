@@ -147,6 +147,13 @@ def test_python_started_through_a_wrapper_a_runner_or_a_script_is_named(
         (["poetry", "run", "python", "-m", "agent"], True),
         (["conda", "run", "-n", "agents", "python"], True),
         (["uvx", "mcp-server-fetch"], True),
+        # (an option's value is no program: it was read as one, and the Python after it missed)
+        (["uv", "run", "--python", "3.12", "python", "-m", "agent"], True),
+        (["timeout", "-s", "KILL", "10", "python", "agent.py"], True),
+        (["env", "-u", "OPENAI_BASE_URL", "python"], True),
+        (["sudo", "-u", "agent", "python3"], True),
+        (["time", "-p", "python"], True),
+        (["env", "-u"], False),
         (["uv", "pip", "list"], False),
         (["git", "status"], False),
     ],
