@@ -322,7 +322,7 @@ def read_usage(u: object) -> Usage | None:
         return None
     output = i(first(u.get("completion_tokens"), u.get("output_tokens"), u.get("candidatesTokenCount")))
     thoughts = i(u.get("thoughtsTokenCount"))
-    if thoughts is not None and "completion_tokens" not in u and "output_tokens" not in u:
+    if thoughts is not None and thoughts > 0 and "completion_tokens" not in u and "output_tokens" not in u:
         # Gemini counts the thinking apart from the answer; the others' output counts include it
         output = (output or 0) + thoughts
     usage: Usage = {
