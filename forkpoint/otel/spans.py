@@ -16,7 +16,8 @@ from typing import Any
 from .. import providers
 from ..errors import SessionError
 from ..events import mcp_tool_error, parse_time
-from ..log import Session
+from ..log import Session, to_json
+from ..providers.base import maybe_json
 from . import attributes
 
 
@@ -283,8 +284,14 @@ class TraceBuilder:
         if parent_id != self.root_id:
             return parent_id, None, None
         tool = str(event.get("tool"))
+        args = to_json(event.get("args"))
         for asked in reversed(self._asked):
-            hit = next((c for c in asked.calls if _tool_matches(tool, c.get("name"))), None)
+            named = [c for c in asked.calls if _tool_matches(tool, c.get("name"))]
+            # Parallel calls of one tool finish (and are logged) in any order: the call with these
+            # arguments is the one answered, else the first of that name.
+            hit = next((c for c in named if maybe_json(c.get("arguments")) == args), None) or next(
+                iter(named), None
+            )
             if hit is not None:
                 asked.calls.remove(hit)
                 return asked.span_id, hit.get("id"), asked.tools.get(str(hit.get("name")))

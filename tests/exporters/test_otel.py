@@ -21,6 +21,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import openai
 import pytest
 from click.testing import CliRunner
 
@@ -391,6 +392,31 @@ def test_typed_tool_values_are_exported_as_show_reads_them(tmp_path: Path) -> No
     assert json.loads(a["gen_ai.tool.call.result"]) == {
         "Forecast": {"city": "Rome", "at": {"datetime": "2026-12-01T09:30:00"}}
     }
+
+
+def test_parallel_tool_calls_answered_out_of_order_get_their_own_call_ids(
+    tmp_path: Path, server: LocalServer
+) -> None:
+    """Parallel calls of one tool finish in any order; a tool span took the id of the first
+    unanswered call of its name, so London's result showed under Paris's ``gen_ai.tool.call.id``."""
+
+    @forkpoint.tool
+    def get_weather(city: str) -> str:
+        return f"{city}: rain"
+
+    server.chat_script = [[("get_weather", {"city": "Paris"}), ("get_weather", {"city": "London"})], "done"]
+    client = openai.OpenAI(base_url=server.openai_base_url, api_key="sk-test")
+    with forkpoint.record(store=tmp_path) as rec:
+        client.chat.completions.create(model="m", messages=[{"role": "user", "content": "weather?"}])
+        get_weather("London")  # (the second call finished first)
+        get_weather("Paris")
+    spans = plan(Session.load(rec.session_path), content=True)
+    ids = {
+        s.attributes["gen_ai.tool.call.arguments"]: s.attributes["gen_ai.tool.call.id"]
+        for s in spans
+        if s.name == "execute_tool get_weather"
+    }
+    assert ids == {'{"city":"Paris"}': "call_0_0", '{"city":"London"}': "call_0_1"}
 
 
 def test_file_export_is_otlp_json_and_deterministic(recorded: Recorded, tmp_path: Path) -> None:
