@@ -158,6 +158,9 @@ class LiveExport:
             self.say(f"forkpoint: live export stopped: {self._error}")
         finally:
             factory.shutdown()
+            # Here, not in finish(): a request still hanging when finish() gave up logs its failure
+            # later, from this thread, and that must stay out of the program's log too.
+            logging.getLogger(self._sender.logger_name).removeFilter(self._filter)
 
     def _keep(self, pending: list[Any], spans: list[Any]) -> None:
         self.built += len(spans)
@@ -176,7 +179,7 @@ class LiveExport:
             self._failing, self._error, self._filter.reason = False, None, None
             return True
         self._error = self._filter.reason or "the endpoint did not accept the spans"
-        if not self._failing:
+        if not self._failing and self._report is None:  # (after finish() has reported: nothing more)
             self._failing = True
             self.say(
                 f"forkpoint: live export to {self.shown} failed ({self._error}); the recording goes "
@@ -204,7 +207,6 @@ class LiveExport:
                 self._sender.close()
                 thread.join(1.0)
                 self._error = self._error or f"no answer from the endpoint within {self.timeout:g} s"
-            logging.getLogger(self._sender.logger_name).removeFilter(self._filter)
         report = LiveReport(
             self.endpoint, format(self._trace_id, "032x"), self.built, self.sent, self.dropped, self._error
         )

@@ -179,6 +179,7 @@ class Sender:
         self._exporter = OTLPSpanExporter(
             endpoint=self.endpoint, headers=dict(headers or {}) or None, timeout=timeout
         )
+        self._closed = False
         #: The logger the exporter reports its failures to (forkpoint reports them itself).
         self.logger_name = OTLPSpanExporter.__module__
         logging.getLogger(self.logger_name).addFilter(_SHOWN)  # (once: the same filter is not added twice)
@@ -197,5 +198,8 @@ class Sender:
         return done
 
     def close(self) -> None:
-        """Stop: a request waiting to retry gives up, later ones fail at once."""
-        self._exporter.shutdown()  # type: ignore[no-untyped-call]  # (the SDK does not annotate it)
+        """Stop: a request waiting to retry gives up, later ones fail at once. Closing again does
+        nothing (the exporter would log "Exporter already shutdown" into the program's log)."""
+        if not self._closed:
+            self._closed = True
+            self._exporter.shutdown()  # type: ignore[no-untyped-call]  # (the SDK does not annotate it)

@@ -232,6 +232,48 @@ def test_the_reason_said_is_the_first_failure_since_the_endpoint_last_took_spans
     assert said[0].startswith(f"forkpoint: live export to {live.endpoint} failed (Connection refused")
 
 
+def test_a_request_that_outlives_finish_says_nothing_afterwards(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A request still hanging when ``finish`` gave up failed later: the exporter's error reached the
+    program's log (the filter was already gone), "failed…" was said after the report, and closing
+    the exporter twice logged "Exporter already shutdown"."""
+    import logging
+    import threading
+
+    said: list[str] = []
+    live = LiveExport(f"http://127.0.0.1:{dead_port()}", timeout=0.1, poll=0.05, say=said.append)
+    hanging, release = threading.Event(), threading.Event()
+
+    def send(spans: list[Any]) -> int:  # a request being retried, then hanging until released
+        log = logging.getLogger(live._sender.logger_name)
+        log.warning("Transient error, retrying in 1.0s")
+        hanging.set()
+        release.wait(30)
+        log.error("Failed to export spans batch due to timeout")
+        return 0
+
+    live._sender.send = send  # type: ignore[method-assign]
+
+    @forkpoint.tool
+    def lookup(city: str) -> str:
+        return city
+
+    with forkpoint.record(store=tmp_path) as rec:
+        live.start(rec.session_path)
+        lookup("Oslo")
+        assert hanging.wait(30)
+    report = live.finish()
+    assert not report.complete
+    n = len(said)
+    release.set()
+    assert live._thread is not None
+    live._thread.join(30)
+    assert not live._thread.is_alive()
+    assert len(said) == n, said[n:]
+    assert not [r.getMessage() for r in caplog.records if r.name == live._sender.logger_name]
+
+
 @pytest.mark.slow
 def test_a_hanging_endpoint_costs_at_most_the_timeout(tmp_path: Path, server: LocalServer) -> None:
     as_receiver(server, delay=20)
