@@ -123,6 +123,7 @@ class _Asked:
     """A model call whose tool calls are not all answered yet."""
 
     span_id: int
+    parent_id: int  # the span it was made in: the root, or a tool whose body runs a sub-agent
     calls: list[dict[str, Any]]
     tools: dict[str, dict[str, Any]]  # tool definitions offered, by name (content only)
 
@@ -215,7 +216,7 @@ class TraceBuilder:
         elif kind == "model_call":
             name, attrs = attributes.model_call(event, self.session_id, self.content)
             self._providers.add(attrs["gen_ai.provider.name"])
-            self._model_call_seen(event, span_id)
+            self._model_call_seen(event, span_id, parent_id)
             status, message = self._model_status(event, attrs)
             span_kind = "client"
         else:
@@ -243,7 +244,7 @@ class TraceBuilder:
             SpanPlan(span_id, parent_id, name, span_kind, start, end, attrs, events, status, message, seq)
         ]
 
-    def _model_call_seen(self, event: Mapping[str, Any], span_id: int) -> None:
+    def _model_call_seen(self, event: Mapping[str, Any], span_id: int, parent_id: int) -> None:
         summary = event.get("summary") or {}
         calls = [dict(tc) for tc in summary.get("tool_calls") or [] if isinstance(tc, dict)]
         tools: dict[str, dict[str, Any]] = {}
@@ -258,7 +259,7 @@ class TraceBuilder:
             if text:
                 self._answer = text
         if calls:
-            self._asked.append(_Asked(span_id, calls, tools))
+            self._asked.append(_Asked(span_id, parent_id, calls, tools))
 
     def _model_status(self, event: Mapping[str, Any], attrs: dict[str, Any]) -> tuple[str, str | None]:
         response = event.get("response") or {}
@@ -278,14 +279,14 @@ class TraceBuilder:
     def _answering(
         self, event: Mapping[str, Any], parent_id: int
     ) -> tuple[int, str | None, dict[str, Any] | None]:
-        """(parent span, call id, tool definition) of a tool call: a tool the agent ran outside any
-        span is nested under the model call that asked for it (the latest one with an unanswered
-        call of that name)."""
-        if parent_id != self.root_id:
-            return parent_id, None, None
+        """(parent span, call id, tool definition) of a tool call: a tool is nested under the model
+        call that asked for it (the latest one with an unanswered call of that name) made in the
+        same span as the tool: the root, or a tool whose body runs a sub-agent."""
         tool = str(event.get("tool"))
         args = to_json(event.get("args"))
         for asked in reversed(self._asked):
+            if asked.parent_id != parent_id:
+                continue
             named = [c for c in asked.calls if _tool_matches(tool, c.get("name"))]
             # Parallel calls of one tool finish (and are logged) in any order: the call with these
             # arguments is the one answered, else the first of that name.

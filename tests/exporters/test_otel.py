@@ -419,6 +419,46 @@ def test_parallel_tool_calls_answered_out_of_order_get_their_own_call_ids(
     assert ids == {'{"city":"Paris"}': "call_0_0", '{"city":"London"}': "call_0_1"}
 
 
+def test_a_sub_agents_tool_call_is_nested_under_the_model_call_that_asked_for_it(
+    tmp_path: Path, make_server: Any
+) -> None:
+    """A tool whose body runs a sub-agent: the sub-agent's tool call stayed a sibling of the model
+    call that asked for it, with no ``gen_ai.tool.call.id`` (only top-level tools were matched)."""
+    top = openai.OpenAI(
+        base_url=make_server(chat_script=[[("research", {"topic": "rain"})], "done"]).openai_base_url,
+        api_key="sk-test",
+    )
+    sub = openai.OpenAI(
+        base_url=make_server(chat_script=[[("get_weather", {"city": "Oslo"})], "wet"]).openai_base_url,
+        api_key="sk-test",
+    )
+
+    @forkpoint.tool
+    def get_weather(city: str) -> str:
+        return f"{city}: rain"
+
+    @forkpoint.tool
+    def research(topic: str) -> str:
+        asked = sub.chat.completions.create(model="sub", messages=[{"role": "user", "content": topic}])
+        for call in asked.choices[0].message.tool_calls or []:
+            get_weather(**json.loads(call.function.arguments))
+        return "wet"
+
+    with forkpoint.record(store=tmp_path) as rec:
+        top.chat.completions.create(model="top", messages=[{"role": "user", "content": "go"}])
+        research("rain")
+    spans = {s.name: s for s in plan(Session.load(rec.session_path))}
+    weather, inner, outer = (
+        spans["execute_tool get_weather"],
+        spans["chat sub"],
+        spans["execute_tool research"],
+    )
+    assert inner.parent_id == outer.span_id
+    assert weather.parent_id == inner.span_id
+    assert weather.attributes["gen_ai.tool.call.id"] == "call_0_0"
+    assert outer.parent_id == spans["chat top"].span_id
+
+
 def test_file_export_is_otlp_json_and_deterministic(recorded: Recorded, tmp_path: Path) -> None:
     s = recorded.session
     a, b = tmp_path / "a.json", tmp_path / "b.json"
