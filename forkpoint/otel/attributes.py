@@ -413,5 +413,16 @@ def root(
         if end.get("incomplete"):  # (the recording stopped early: a full disk)
             attrs["forkpoint.incomplete"] = str(end["incomplete"])
         if end.get("exit_code") not in (0, None):
-            attrs["error.type"] = str(end.get("reason") or "_OTHER")
+            attrs["error.type"] = end_reason(end) or "_OTHER"
     return attrs
+
+
+def end_reason(end: Mapping[str, Any]) -> str | None:
+    """Why a run ended with a non-zero exit code, as a type: the recorded ``reason`` (a signal, an
+    exception from a ``with forkpoint.record()`` block), else the type of the first exception that
+    ended the program uncaught (``forkpoint record -- CMD`` records it there, with no reason)."""
+    if end.get("reason"):
+        return str(end["reason"])
+    uncaught = end.get("uncaught")
+    first = uncaught[0] if isinstance(uncaught, list) and uncaught else None
+    return str(first["type"]) if isinstance(first, dict) and first.get("type") else None

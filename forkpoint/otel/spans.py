@@ -310,9 +310,8 @@ class TraceBuilder:
         status, message = "unset", None
         if end is not None and end.get("exit_code") not in (0, None):
             status = "error"
-            message = f"exit code {end.get('exit_code')}" + (
-                f" ({end['reason']})" if end.get("reason") else ""
-            )
+            reason = attributes.end_reason(end)
+            message = f"exit code {end.get('exit_code')}" + (f" ({reason})" if reason else "")
         elif end is not None and end.get("incomplete"):  # (not all of the run is in the trace)
             status, message = "error", f"recording incomplete: {end['incomplete']}"
         events = [ev for evs in self._held.values() for ev in evs]

@@ -459,6 +459,27 @@ def test_a_sub_agents_tool_call_is_nested_under_the_model_call_that_asked_for_it
     assert outer.parent_id == spans["chat top"].span_id
 
 
+def test_a_program_that_died_of_an_exception_names_it_on_the_root_span() -> None:
+    """``forkpoint record -- CMD`` keeps the exception that ended the program in the end event's
+    ``uncaught`` (its ``reason`` is null): the root span said ``error.type = _OTHER``."""
+    from forkpoint.otel import TraceBuilder
+
+    builder = TraceBuilder({"session_id": "s1", "created": "2026-01-01T00:00:00.000Z"})
+    builder.add(
+        {
+            "seq": 1,
+            "type": "end",
+            "ts": "2026-01-01T00:00:01.000Z",
+            "exit_code": 1,
+            "reason": None,
+            "uncaught": [{"type": "ValueError", "module": "builtins", "message": "hunter2"}],
+        }
+    )
+    root = builder.finish()
+    assert root.attributes["error.type"] == "ValueError"
+    assert root.status == "error" and root.status_message == "exit code 1 (ValueError)"
+
+
 def test_file_export_is_otlp_json_and_deterministic(recorded: Recorded, tmp_path: Path) -> None:
     s = recorded.session
     a, b = tmp_path / "a.json", tmp_path / "b.json"
