@@ -78,7 +78,8 @@ def _item_reasoning(item: dict[Any, Any]) -> list[str]:
     if item.get("type") != "reasoning":
         return []
     parts = [*lst(item.get("summary")), *lst(item.get("content"))]
-    return [p["text"] for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str)]
+    texts = [p["text"] for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str)]
+    return ["\n\n".join(texts)] if texts else []  # (each part a paragraph of its own)
 
 
 #: The stream events that carry a piece of a ``reasoning`` item's text.
@@ -177,6 +178,7 @@ class OpenAIResponses(Provider):
         args: dict[int, list[str]] = {}
         texts: dict[int, list[str]] = {}
         thoughts: dict[int, list[str]] = {}
+        parts: dict[int, int] = {}  # (output index → the reasoning part its last delta was of)
         error = None
         for event, p in stream:
             kind = s(p.get("type")) or event
@@ -199,7 +201,12 @@ class OpenAIResponses(Provider):
             elif kind == "response.output_text.delta" and isinstance(p.get("delta"), str):
                 texts.setdefault(idx, []).append(p["delta"])
             elif kind in _REASONING_DELTAS and isinstance(p.get("delta"), str):
-                thoughts.setdefault(idx, []).append(p["delta"])
+                pieces = thoughts.setdefault(idx, [])
+                part = i(p.get("summary_index")) or i(p.get("content_index")) or 0
+                if pieces and part != parts.get(idx, part):  # (a new part: a paragraph of its own)
+                    pieces.append("\n\n")
+                parts[idx] = part
+                pieces.append(p["delta"])
         if final is not None:
             # The terminal event carries the whole response, exactly as the non-streamed body would.
             read = self.read_body(final)

@@ -105,10 +105,7 @@ CASES: dict[str, tuple[str, dict[str, Any], list[str]]] = {
             "output": [
                 {
                     "type": "reasoning",
-                    "summary": [
-                        {"type": "summary_text", "text": "Two and three "},
-                        {"type": "summary_text", "text": "make five."},
-                    ],
+                    "summary": [{"type": "summary_text", "text": THOUGHT}],
                 },
                 {"type": "message", "content": [{"type": "output_text", "text": ANSWER}]},
             ],
@@ -304,3 +301,19 @@ def test_gemini_output_tokens_include_the_thinking() -> None:
         "input_tokens": 10,
         "output_tokens": 3,
     }
+
+
+def test_the_parts_of_a_reasoning_summary_are_paragraphs() -> None:
+    """A Responses reasoning summary comes in parts, each a paragraph: they were run together."""
+    url = BASE + "/v1/responses"
+    parts = [{"type": "summary_text", "text": "**Adding**"}, {"type": "summary_text", "text": "It is 5."}]
+    body = {"object": "response", "output": [{"type": "reasoning", "summary": parts}]}
+    assert response_fields(url, {"status": 200, "body": body}).reasoning == "**Adding**\n\nIt is 5."
+    delta = "response.reasoning_summary_text.delta"
+    stream = sse(
+        ("response.created", {"type": "response.created", "response": {"object": "response", "output": []}}),
+        (delta, {"type": delta, "output_index": 0, "summary_index": 0, "delta": "**Add"}),
+        (delta, {"type": delta, "output_index": 0, "summary_index": 0, "delta": "ing**"}),
+        (delta, {"type": delta, "output_index": 0, "summary_index": 1, "delta": "It is 5."}),
+    )
+    assert response_fields(url, {"status": 200, "stream": stream}).reasoning == "**Adding**\n\nIt is 5."
