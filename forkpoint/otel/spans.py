@@ -115,6 +115,14 @@ def _tool_matches(recorded: str, requested: Any) -> bool:
     return tail == requested
 
 
+def _given_in(asked: Any, recorded: Any) -> bool:
+    """Whether every argument the model gave is in the recorded call with the same value (the
+    recorded call also has the arguments the model left to their defaults)."""
+    if not isinstance(asked, dict) or not isinstance(recorded, dict):
+        return False
+    return all(k in recorded and recorded[k] == v for k, v in asked.items())
+
+
 # --------------------------------------------------------------------------- the builder
 
 
@@ -289,9 +297,12 @@ class TraceBuilder:
                 continue
             named = [c for c in asked.calls if _tool_matches(tool, c.get("name"))]
             # Parallel calls of one tool finish (and are logged) in any order: the call with these
-            # arguments is the one answered, else the first of that name.
-            hit = next((c for c in named if maybe_json(c.get("arguments")) == args), None) or next(
-                iter(named), None
+            # arguments is the one answered, else one whose arguments these hold (the recorded ones
+            # have the tool's defaults filled in), else the first of that name.
+            hit = (
+                next((c for c in named if maybe_json(c.get("arguments")) == args), None)
+                or next((c for c in named if _given_in(maybe_json(c.get("arguments")), args)), None)
+                or next(iter(named), None)
             )
             if hit is not None:
                 asked.calls.remove(hit)
