@@ -147,18 +147,27 @@ def recover(store: Path) -> list[str]:
 def rescrubbed(session: Session) -> Session:
     """A copy of ``session`` (in memory) with its header and every event scrubbed by the rules in
     force now: what exporters hand out, so a rule added after a recording applies to exports too.
-    ``session`` itself when it was last written under these very rules by this very forkpoint
-    (scrubbing is idempotent: it would come back the same, at the cost of scrubbing every resent
-    conversation again, half of ``show --html``'s time at 2,000 turns)."""
+    ``session`` itself when it was last written whole, by one process (``forkpoint scrub``, or its
+    own program's ``forkpoint.record()``), under these very rules by this very forkpoint (scrubbing
+    is idempotent: it would come back the same, at the cost of scrubbing every resent conversation
+    again, half of ``show --html``'s time at 2,000 turns)."""
     scrubber = redact.current()
     header = session.header
     scrubs = header.get("scrubbed")
+    last_scrub = scrubs[-1] if isinstance(scrubs, list) and scrubs and isinstance(scrubs[-1], dict) else None
     written_by = (
-        scrubs[-1].get("forkpoint")
-        if isinstance(scrubs, list) and scrubs and isinstance(scrubs[-1], dict)
+        last_scrub.get("forkpoint")
+        if last_scrub is not None
         else (header.get("versions") or {}).get("forkpoint")
     )
-    if (header.get("redaction") or {}).get("rules") == scrubber.rules.digest() and written_by == __version__:
+    # The header's rules are those of the process that wrote it: the programs a `forkpoint record
+    # -- CMD` runs each append under their own folder's rules, which may lack a rule of the header's.
+    one_writer = last_scrub is not None or header.get("records_itself") is True
+    if (
+        one_writer
+        and (header.get("redaction") or {}).get("rules") == scrubber.rules.digest()
+        and written_by == __version__
+    ):
         return session
     return dataclasses.replace(
         session,

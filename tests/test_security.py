@@ -855,7 +855,8 @@ def test_exports_apply_the_rules_in_force_now_and_skip_a_scrub_that_changes_noth
     store = tmp_path / "store"
     with redact.use_rules(redact.Rules()):
         path = _session_with_secret(store, secret)
-        w = SessionWriter.create(store, {"argv": ["agent.py"], "versions": {"forkpoint": __version__}})
+        header = {"argv": ["agent.py"], "versions": {"forkpoint": __version__}, "records_itself": True}
+        w = SessionWriter.create(store, header)
         w.append({"type": "tool_call", "tool": "t", "args": {"q": secret}, "result": secret})
         w.close()
         ours = Session.load(w.path)
@@ -874,3 +875,33 @@ def test_exports_apply_the_rules_in_force_now_and_skip_a_scrub_that_changes_noth
             result = CliRunner().invoke(main, ["export", str(session), "--file", str(spans), "--content"])
             assert result.exit_code == 0, result.output
             assert secret not in spans.read_text() and "[REDACTED:customer:" in spans.read_text()
+
+
+def test_exports_scrub_again_what_a_recorded_program_appended_under_its_own_folders_rules(
+    tmp_path: Path,
+) -> None:
+    """``forkpoint record -- sh -c "cd sub && python agent.py"``: the header is written under the
+    rules of the folder the recording started in, the program's calls under those of its own folder
+    (here without the customer rule). The export and the page, run where the recording started,
+    took the header's rules for the whole log's and handed the customer id out as it was stored."""
+    from forkpoint._version import __version__
+
+    secret = "CUST-12345678"
+    customer = redact.Rules(patterns=(("customer", r"CUST-[0-9]{8}"),))
+    with redact.use_rules(customer):
+        w = SessionWriter.create(tmp_path / "store", {"argv": ["sh"], "versions": {"forkpoint": __version__}})
+        w.close()
+    with redact.use_rules(redact.Rules()):  # (the recorded program, in a folder with no such rule)
+        child = SessionWriter.open(w.path)
+        child.append({"type": "tool_call", "tool": "t", "args": {"q": "who"}, "result": secret})
+        child.append({"type": "end", "exit_code": 0})
+        child.close()
+    assert secret in str(Session.load(w.path).events)
+    with redact.use_rules(customer):
+        page, spans = tmp_path / "page.html", tmp_path / "spans.jsonl"
+        result = CliRunner().invoke(main, ["show", str(w.path), "--html", str(page)])
+        assert result.exit_code == 0, result.output
+        result = CliRunner().invoke(main, ["export", str(w.path), "--file", str(spans), "--content"])
+        assert result.exit_code == 0, result.output
+    for out in (page, spans):
+        assert secret not in out.read_text() and "[REDACTED:customer:" in out.read_text()
