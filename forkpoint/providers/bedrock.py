@@ -131,10 +131,10 @@ def _nova_event(item: Payload) -> Payload | None:
 
 #: The keys a text model's InvokeModel body (request or response) holds, any one of them telling it:
 #: Llama's and Mistral's ``prompt``, Titan's ``inputText``, Cohere's ``message``; Llama's
-#: ``generation``, Mistral's ``outputs``, Titan's ``results`` / ``outputText``, Cohere's ``text``
-#: with ``finish_reason`` or ``is_finished``.
+#: ``generation``, Mistral's ``outputs``, Titan's ``results`` / ``outputText``, Cohere Command's
+#: ``generations``, Command R's ``text`` with ``finish_reason`` or ``is_finished``.
 _TEXT_MODEL_KEYS = frozenset(
-    {"prompt", "inputText", "message", "generation", "outputs", "results", "outputText"}
+    {"prompt", "inputText", "message", "generation", "outputs", "results", "outputText", "generations"}
 )
 
 
@@ -193,6 +193,9 @@ class BedrockTextModel(Provider):
             pieces: list[Any] = [c.get("generation"), c.get("outputText")]  # (Llama; a Titan chunk)
             pieces += [d(o).get("text") for o in lst(c.get("outputs"))]  # (Mistral)
             pieces += [d(r).get("outputText") for r in lst(c.get("results"))]  # (Titan)
+            # (Cohere Command's: num_generations asks for up to 5 answers; the first is the one read)
+            generation = next((g for g in map(d, lst(c.get("generations"))) if not g.get("index")), {})
+            pieces.append(generation.get("text"))
             if "finish_reason" in c or "is_finished" in c or c.get("event_type") == "text-generation":
                 pieces.append(c.get("text"))  # (Cohere)
             for piece in pieces:
@@ -201,6 +204,7 @@ class BedrockTextModel(Provider):
             reasons = [c.get("stop_reason"), c.get("completionReason"), c.get("finish_reason")]
             reasons += [d(o).get("stop_reason") for o in lst(c.get("outputs"))]
             reasons += [d(r).get("completionReason") for r in lst(c.get("results"))]
+            reasons.append(generation.get("finish_reason"))
             stop = next((r for r in reasons if isinstance(r, str)), stop)
             metrics = d(c.get("amazon-bedrock-invocationMetrics"))
             billed = d(d(c.get("meta")).get("billed_units"))  # (Cohere's)

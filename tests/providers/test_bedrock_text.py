@@ -130,3 +130,22 @@ def test_cohere_history_is_read_as_the_conversation() -> None:
         ("assistant", "Hello."),
         ("user", "What is 2 + 3?"),
     ]
+
+
+def test_cohere_commands_generations_are_read() -> None:
+    """Cohere Command (``cohere.command-text-v14``) answers ``{generations[{text, finish_reason}],
+    prompt}``: its ``prompt`` made it a text model's body, whose text and stop reason were not read
+    (``show`` printed an answer with no text). The first of ``num_generations`` answers is read."""
+    url = BASE.format("cohere.command-text-v14")
+    request = {"prompt": "What is 2 + 3?", "max_tokens": 64, "temperature": 0.2, "num_generations": 2}
+    body = {
+        "id": "r1",
+        "prompt": "What is 2 + 3?",
+        "generations": [
+            {"id": "g1", "text": "It is 5.", "finish_reason": "COMPLETE"},
+            {"id": "g2", "index": 1, "text": "Five.", "finish_reason": "MAX_TOKENS"},
+        ],
+    }
+    read = response_fields(url, {"status": 200, "body": body})
+    assert (read.text, read.stop_reason) == ("It is 5.", "COMPLETE")
+    assert summarize(url, request, {"status": 200, "body": body})["max_tokens"] == 64
