@@ -571,6 +571,39 @@ def tool_matches(recorded: str, requested: Any) -> bool:
     return recorded == requested or recorded.replace(":", ".").rsplit(".", 1)[-1] == requested
 
 
+def answered_call(tool: str, args: Any, calls: Sequence[_E]) -> _E | None:
+    """Of the tool calls a model asked for (``{"id", "name", "arguments"}``, the arguments as JSON
+    text), the one a recorded call of ``tool`` with ``args`` (plain JSON) answers: parallel calls of
+    one tool finish, and are logged, in any order, so the call with these arguments, else one whose
+    arguments these hold (the recorded ones have the tool's defaults filled in), else the first of
+    that name; None when none has that name."""
+    named = [c for c in calls if tool_matches(tool, c.get("name"))]
+    asked = [(c, _json_arguments(c.get("arguments"))) for c in named]
+    return (
+        next((c for c, a in asked if a == args), None)
+        or next((c for c, a in asked if _given_in(a, args)), None)
+        or next(iter(named), None)
+    )
+
+
+def _json_arguments(text: Any) -> Any:
+    if isinstance(text, str):
+        import json  # (only a session's reader gets here: not at every recording's import)
+
+        try:
+            return json.loads(text)
+        except ValueError:
+            return text
+    return text
+
+
+def _given_in(asked: Any, recorded: Any) -> bool:
+    """Whether every argument the model gave is in the recorded call with the same value."""
+    if not isinstance(asked, dict) or not isinstance(recorded, dict):
+        return False
+    return all(k in recorded and recorded[k] == v for k, v in asked.items())
+
+
 def iso_time(dt: datetime) -> str:
     """An aware time as the log writes times: UTC, ISO 8601 with milliseconds, e.g.
     ``2026-11-29T18:10:29.123Z``."""

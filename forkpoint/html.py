@@ -31,7 +31,7 @@ from typing import Any
 
 from ._version import __version__
 from .checkpoint import manifest_rows
-from .events import endpoint, in_start_order, in_tool, mcp_tool_error, tool_matches, tool_spans
+from .events import answered_call, endpoint, in_start_order, in_tool, mcp_tool_error, tool_spans
 from .files import write_private
 from .log import Session, SessionError, json_text, to_json
 from .outcome import arms_of, by_checkpoint
@@ -474,7 +474,7 @@ def view_model(
                 if failed is not None:
                     v["mcp_error"] = failed
             for model_seq, calls in reversed(pending):
-                hit = next((c for c in calls if tool_matches(str(e.get("tool")), c.get("name"))), None)
+                hit = answered_call(str(e.get("tool")), v["args"], calls)
                 if hit is not None:
                     calls.remove(hit)
                     v["call_id"] = hit.get("id")

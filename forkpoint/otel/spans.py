@@ -15,9 +15,8 @@ from typing import Any
 
 from .. import providers
 from ..errors import SessionError
-from ..events import mcp_tool_error, parse_time
+from ..events import answered_call, mcp_tool_error, parse_time
 from ..log import Session, to_json
-from ..providers.base import maybe_json
 from . import attributes
 
 
@@ -104,23 +103,6 @@ def _ns(ts: Any) -> int | None:
 def _dur_ns(ms: Any) -> int | None:
     """Milliseconds to nanoseconds; None when the duration is unknown (absent, null, negative)."""
     return round(float(ms) * 1_000_000) if isinstance(ms, int | float) and ms >= 0 else None
-
-
-def _tool_matches(recorded: str, requested: Any) -> bool:
-    if not isinstance(requested, str) or not requested:
-        return False
-    if recorded == requested:
-        return True
-    tail = recorded.replace(":", ".").rsplit(".", 1)[-1]
-    return tail == requested
-
-
-def _given_in(asked: Any, recorded: Any) -> bool:
-    """Whether every argument the model gave is in the recorded call with the same value (the
-    recorded call also has the arguments the model left to their defaults)."""
-    if not isinstance(asked, dict) or not isinstance(recorded, dict):
-        return False
-    return all(k in recorded and recorded[k] == v for k, v in asked.items())
 
 
 # --------------------------------------------------------------------------- the builder
@@ -295,15 +277,7 @@ class TraceBuilder:
         for asked in reversed(self._asked):
             if asked.parent_id != parent_id:
                 continue
-            named = [c for c in asked.calls if _tool_matches(tool, c.get("name"))]
-            # Parallel calls of one tool finish (and are logged) in any order: the call with these
-            # arguments is the one answered, else one whose arguments these hold (the recorded ones
-            # have the tool's defaults filled in), else the first of that name.
-            hit = (
-                next((c for c in named if maybe_json(c.get("arguments")) == args), None)
-                or next((c for c in named if _given_in(maybe_json(c.get("arguments")), args)), None)
-                or next(iter(named), None)
-            )
+            hit = answered_call(tool, args, asked.calls)
             if hit is not None:
                 asked.calls.remove(hit)
                 return asked.span_id, hit.get("id"), asked.tools.get(str(hit.get("name")))

@@ -29,6 +29,7 @@ from forkpoint.demo.server import ModelServer
 from forkpoint.html import render, stream_frames, view_model, write_html
 from forkpoint.log import Session
 from forkpoint.providers import recorded_response, response_text
+from tests.modelserver import LocalServer
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -528,3 +529,25 @@ def test_the_thinking_of_a_call_is_shown_folded_above_its_answer(tmp_path: Path,
     expect(thinking.locator(".response-text")).to_have_text(THOUGHT)
     expect(card.locator(".bubble .response-text").last).to_have_text(ANSWER)
     browser.assert_clean(html)
+
+
+def test_parallel_tool_calls_answered_out_of_order_show_their_own_call_ids(
+    tmp_path: Path, server: LocalServer
+) -> None:
+    """The page paired a tool's result with the first unanswered call of its name (the export had
+    been fixed): London's result showed Paris's tool call id. A tool with a default parameter is
+    recorded with it filled in, which the model's arguments lack."""
+    import openai
+
+    @forkpoint.tool
+    def get_weather(city: str, units: str = "C") -> str:
+        return f"{city}: rain ({units})"
+
+    server.chat_script = [[("get_weather", {"city": "Paris"}), ("get_weather", {"city": "London"})], "done"]
+    client = openai.OpenAI(base_url=server.openai_base_url, api_key="sk-test")
+    with forkpoint.record(store=tmp_path) as rec:
+        client.chat.completions.create(model="m", messages=[{"role": "user", "content": "weather?"}])
+        get_weather("London")  # (the second call finished first)
+        get_weather("Paris")
+    tools = [e for e in view_model(Session.load(rec.session_path))["events"] if e["type"] == "tool_call"]
+    assert {e["args"]["city"]: e["call_id"] for e in tools} == {"Paris": "call_0_0", "London": "call_0_1"}
