@@ -723,3 +723,48 @@ def test_a_header_and_a_model_error_steer_no_terminal(tmp_path: Path) -> None:
     assert not any(c in shown.output for c in "\x1b\x07"), ascii(shown.output)
     for field in ("2026", "b", "3", "p", "E"):
         assert field + "\\x1b]0;pwned\\x07[bold]x[/bold]" in shown.output, (field, shown.output)
+
+
+@pytest.mark.parametrize(
+    "stored",
+    [
+        {"tool_calls": 5},
+        {"tool_calls": ["x"], "usage": "many"},
+        {"server_tool_calls": {"name": "search"}, "model": ["m"]},
+    ],
+)
+def test_a_model_calls_summary_of_the_wrong_shape_is_derived_again(tmp_path: Path, stored: Any) -> None:
+    """A model call's ``summary`` is derived when a session is read, but one an event carries (an
+    importer's) was kept as it was: a hand-edited ``"tool_calls": 5`` crashed ``show``, the page
+    and the export with a TypeError. A summary of the wrong shape is derived again."""
+    w = SessionWriter.create(tmp_path / "store", {"argv": ["agent.py"]}, fsync="never")
+    body = {"model": "m", "messages": [{"role": "user", "content": "2 + 3?"}]}
+    answer = {
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "5"}, "finish_reason": "stop"}]
+    }
+    w.append(
+        {
+            "type": "model_call",
+            "request": {
+                "method": "POST",
+                "url": "http://127.0.0.1:9/v1/chat/completions",
+                "headers": [],
+                "body_kind": "json",
+                "body": body,
+            },
+            "response": {"status": 200, "headers": [], "body_kind": "json", "body": answer},
+            "summary": stored,
+        }
+    )
+    w.append({"type": "end", "exit_code": 0})
+    w.close()
+    (call,) = Session.load(w.path).by_type("model_call")
+    assert call["summary"]["tool_calls"] == [] and call["summary"]["stop_reason"] == "stop"
+    runner = CliRunner()
+    for args in (
+        ["show", str(w.path)],
+        ["show", str(w.path), "--html", str(tmp_path / "page.html")],
+        ["export", str(w.path), "--file", str(tmp_path / "spans.jsonl"), "--content"],
+    ):
+        result = runner.invoke(main, args)
+        assert result.exit_code == 0, (args, result.output, result.exception)

@@ -503,7 +503,7 @@ def summary(event: Mapping[str, Any]) -> Summary:
     response): the one the event carries (derived when it was loaded, or stored by an importer),
     else derived now (and not kept: an event being recorded is written without it)."""
     found = event.get("summary")
-    if isinstance(found, dict):
+    if _well_formed(found):
         return found  # type: ignore[return-value]
     req = event["request"]
     return summarize(
@@ -515,14 +515,35 @@ def summary(event: Mapping[str, Any]) -> Summary:
     )
 
 
+def _well_formed(found: Any) -> bool:
+    """Whether a summary an event carries (an importer's) has the shapes readers rely on: lists of
+    call objects, a usage object, scalars elsewhere. A hand-edited one that has not is derived
+    again (``show``, the page and the export iterated ``"tool_calls": 5``)."""
+    if not isinstance(found, dict):
+        return False
+    for key, value in found.items():
+        if value is None:
+            continue
+        if key in ("tool_calls", "server_tool_calls"):
+            if not (isinstance(value, list) and all(isinstance(c, dict) for c in value)):
+                return False
+        elif key == "usage":
+            if not isinstance(value, dict):
+                return False
+        elif isinstance(value, dict | list):
+            return False
+    return True
+
+
 def _derive_summary(event: dict[str, Any]) -> None:
     """Add a model call's ``summary`` as a session is loaded (handed to the log: it is derived, not
-    stored; an importer's own is kept)."""
+    stored; an importer's own is kept when it is well formed)."""
     if (
         event.get("type") == "model_call"
-        and "summary" not in event
+        and not _well_formed(event.get("summary"))
         and isinstance(event.get("request"), dict)
     ):
+        event.pop("summary", None)
         try:
             event["summary"] = summary(event)
         except (KeyError, TypeError, AttributeError):  # a hand-made or foreign event: no summary
