@@ -102,13 +102,17 @@ class Settings:
     #: ``--forkpoint-otlp``: where a test that records also sends its spans, live.
     otlp: str | None = None
     otlp_content: bool = False
+    #: ``unanchored``: of the cassettes written, those in a ``floating`` ``directory``.
     counts: dict[str, int] = field(
-        default_factory=lambda: {"replayed": 0, "recorded": 0, "updated": 0, "failed": 0}
+        default_factory=lambda: {"replayed": 0, "recorded": 0, "updated": 0, "failed": 0, "unanchored": 0}
     )
     #: The folders the cassettes of this run are in (``directory``, or a marker's ``cassette=``'s).
     places: set[str] = field(default_factory=set)
     #: Tests whose cassette holds no model call and no tool call (recorded or replayed so).
     empty: set[str] = field(default_factory=set)
+    #: ``directory`` is the default under a rootdir pytest took from where it was started (it found
+    #: no configuration file): started elsewhere, the same tests look for their cassettes elsewhere.
+    floating: bool = False
 
     def mode_for(self, marker_mode: str | None) -> tuple[str, str]:
         """(mode, why) for a test: ``--forkpoint-mode`` wins, then ``CI`` (replay), then the marker's
@@ -257,6 +261,7 @@ def pytest_configure(config: pytest.Config) -> None:
         tools=tools,
         otlp=otlp,
         otlp_content=bool(config.getoption("--forkpoint-otlp-content")),
+        floating=not cli_dir and not ini_dir and config.inipath is None,
     )
 
 
@@ -504,6 +509,7 @@ class Cassette:
         if cassette is not None:  # a place of its own, relative to the test's file (forkpoint make-test)
             self.path = Path(item.path).parent / os.fspath(cassette)
             place = self.path.parent
+        self.place: Path = place
         settings.places.add(str(place))
         self.action: str | None = None
         self.runtime: Any = None
@@ -877,6 +883,8 @@ class Cassette:
             shutil.rmtree(target)
         target.parent.mkdir(parents=True, exist_ok=True)
         os.replace(session, target)
+        if self.settings.floating and self.place == self.settings.directory:
+            counts["unanchored"] += 1
         if not passed:
             counts["failed"] += 1
         elif self.action == "update":
@@ -1077,6 +1085,15 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     terminalreporter.write_sep("-", "forkpoint")
     places = ", ".join(sorted(settings.places)) or str(settings.directory)
     terminalreporter.write_line(f"cassettes in {places}: " + ", ".join(parts))
+    if c.get("unanchored"):
+        terminalreporter.write_line(
+            f"WARNING: pytest found no configuration file (pytest.ini, pyproject.toml, tox.ini, setup.cfg), "
+            f"so its rootdir, {config.rootpath}, depends on the directory it was started in, and so does "
+            f"the cassette folder {settings.directory}: started elsewhere, these tests look for their "
+            "cassettes elsewhere and record them again. Add a pytest.ini (or a pyproject.toml) to the "
+            "project's root to fix the rootdir (docs/pytest.md).",
+            yellow=True,
+        )
     if settings.empty:
         empty = sorted(settings.empty)
         terminalreporter.write_line(

@@ -135,6 +135,28 @@ def test_record_then_replay_offline(
     run(pytester).assert_outcomes(passed=3)
 
 
+def test_cassettes_under_a_rootdir_taken_from_where_pytest_started_are_said(
+    pytester: pytest.Pytester, server: LocalServer
+) -> None:
+    """Without a configuration file pytest's rootdir is where it was started (or the tests' folder),
+    and the default cassette folder with it: `pytest proj` from the parent records into
+    ./tests/cassettes, `pytest` in proj/ into proj/tests/cassettes. A run that records there says so;
+    one under a configuration file does not."""
+    proj = pytester.mkdir("proj")
+    (proj / "test_agent.py").write_text(INNER)
+    floating = run(pytester, "proj")
+    floating.assert_outcomes(passed=3)
+    assert (pytester.path / "tests" / "cassettes" / "test_agent" / "test_agent").is_dir()
+    floating.stdout.fnmatch_lines(["*WARNING: pytest found no configuration file*depends on the directory*"])
+
+    (proj / "pytest.ini").write_text("[pytest]\n")
+    anchored = run(pytester, "proj")
+    anchored.assert_outcomes(passed=3)
+    assert (proj / "tests" / "cassettes" / "test_agent" / "test_agent").is_dir()
+    anchored.stdout.fnmatch_lines(["*cassettes in *: 0 replayed, 3 recorded, 0 updated*"])
+    assert "no configuration file" not in anchored.stdout.str()
+
+
 def test_changed_prompt_fails_with_the_divergence_report(
     pytester: pytest.Pytester, server: LocalServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
