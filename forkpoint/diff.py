@@ -382,13 +382,23 @@ def _stopped_at(b: Session, recorded: Mapping[str, Any]) -> Mapping[str, Any] | 
     return None
 
 
+def exit_text(session: Session) -> str:
+    """How ``session`` ended, for people: its exit code, ``unfinished`` without an end, ``unknown``
+    when its end has none (an imported session: the file does not say)."""
+    end = session.end()
+    if end is None:
+        return "unfinished"
+    code = end.get("exit_code")
+    return "unknown" if code is None else str(code)
+
+
 def ended_differently(a: Session, b: Session) -> str | None:
     """``they ended differently (A exit 0, B exit 1)`` when the runs' ends say other exit codes
     (a session without an end: ``unfinished``), else None."""
 
     def code(s: Session) -> str:
-        end = s.end()
-        return "unfinished" if end is None else f"exit {end.get('exit_code')}"
+        text = exit_text(s)
+        return text if text == "unfinished" else f"exit {text}"
 
     ca, cb = code(a), code(b)
     return f"they ended differently (A {ca}, B {cb})" if ca != cb else None
@@ -497,5 +507,5 @@ def render_diff(result: SessionDiff, console: Console) -> None:
         f"{tb['tokens']['input']}/{tb['tokens']['output']}",
     )
     summary.add_row("final answer", escape(short(ta["final_answer"])), escape(short(tb["final_answer"])))
-    summary.add_row("exit code", str(ta["exit_code"]), str(tb["exit_code"]))
+    summary.add_row("exit code", exit_text(a), exit_text(b))
     console.print(summary)

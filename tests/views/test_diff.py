@@ -539,6 +539,22 @@ def test_runs_that_ended_differently_say_so_though_equivalent(tmp_path: Path) ->
     ), res.output
 
 
+def test_an_unknown_or_missing_exit_code_is_said_not_printed_as_none(tmp_path: Path) -> None:
+    """An imported session's end has no exit code (the file does not say), a killed one has no end:
+    the summary and the verdict printed Python's ``None`` for both."""
+    calls: list[tuple[str, Any, dict[str, Any]]] = [("price", {"sku": "A1"}, {"result": 8})]
+    a, b = tool_session(tmp_path, calls), tool_session(tmp_path, calls)
+    writer = SessionWriter.open(a.path)
+    writer.append({"type": "end", "exit_code": None, "duration_ms": None, "reason": None})
+    writer.close()
+    res = diff(Session.load(a.path), Session.load(b.path))
+    assert "None" not in res.output, res.output
+    assert "they ended differently (A exit unknown, B unfinished)" in flat(res.output), res.output
+    assert [line.split() for line in res.output.splitlines() if line.strip().startswith("exit code")] == [
+        ["exit", "code", "unknown", "unfinished"]
+    ], res.output
+
+
 def _exchange(url: str, body: Any, answer: Any) -> dict[str, Any]:
     return {
         "type": "model_call",
