@@ -288,13 +288,23 @@ def _drop_entries(io: IndexIO, sids: list[str]) -> None:
         consolidate(io, state, authoritative=[e for s, e in state.entries.items() if s not in dropped])
 
 
+def _id_time(session_id: str) -> datetime | None:
+    """The UTC time a session id starts with (:func:`~forkpoint.events.new_session_id`), or None."""
+    try:
+        return datetime.strptime(session_id[:15], "%Y%m%d-%H%M%S").replace(tzinfo=UTC)
+    except ValueError:
+        return None
+
+
 def prune_candidates(
     rows: list[SessionInfo], older_than: timedelta, *, keep_failed: bool, now: datetime | None = None
 ) -> tuple[list[SessionInfo], dict[str, str]]:
     """Of ``rows``, those created more than ``older_than`` ago that may go, and the old ones kept
     with why: incomplete sessions (still recording, or killed: remove them by id) and, with
-    ``keep_failed``, sessions that ended with a non-zero exit code. A session whose creation time
-    cannot be read is kept."""
+    ``keep_failed``, sessions that ended with a non-zero exit code (an imported one's exit code is
+    unknown: not a failure). A session whose creation time cannot be read is kept. An imported
+    session's age runs from its import (the time in its id), not from the run it records: a
+    cassette of 2023 imported a minute ago is a minute old."""
     cutoff = (now or datetime.now(UTC)) - older_than
     out: list[SessionInfo] = []
     kept: dict[str, str] = {}
@@ -304,11 +314,15 @@ def prune_candidates(
             if row.error is None:
                 kept[row.session_id] = "its creation time cannot be read"
             continue
+        tags = row.header.get("tags")
+        if isinstance(tags, dict) and tags.get("imported_from") is not None:  # (the index keeps tags)
+            imported = _id_time(row.session_id)
+            created = max(created, imported) if imported is not None else created
         if created > cutoff:
             continue
         if not row.complete or row.error is not None:
             kept[row.session_id] = "incomplete (still recording, or killed): remove it by id"
-        elif keep_failed and row.exit_code != 0:
+        elif keep_failed and row.exit_code not in (0, None):
             kept[row.session_id] = f"failed (exit {row.exit_code}) and --keep-failed"
         else:
             out.append(row)

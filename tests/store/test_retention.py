@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -15,10 +16,10 @@ from click.testing import CliRunner
 
 import forkpoint
 from forkpoint.cli import main
-from forkpoint.log import LOG_NAME
+from forkpoint.log import LOG_NAME, Session
 from forkpoint.scrub import scrub_session
-from forkpoint.store import open_store
-from forkpoint.store.retention import HeldError, hold
+from forkpoint.store import info, open_store
+from forkpoint.store.retention import HeldError, hold, prune_candidates
 from tests.cliutil import record_script
 
 OLD = "2020-01-01T00:00:00.000Z"
@@ -346,3 +347,43 @@ def test_a_removal_that_fails_midway_says_what_went_and_drops_it_from_the_index(
     listed = cli("ls", "--store", s3_url).stdout
     assert [s for s in sids if s in listed] == sids[2:]
     assert cli("show", sids[3], "--store", s3_url).exit_code == 0
+
+
+CASSETTE_2023 = """interactions:
+- request:
+    body: '{"model": "m", "messages": [{"role": "user", "content": "hi"}]}'
+    headers:
+      Content-Type: [application/json]
+    method: POST
+    uri: http://127.0.0.1:9/v1/chat/completions
+  response:
+    body:
+      string: '{"choices": [{"index": 0, "message": {"role": "assistant", "content": "hello"}, "finish_reason": "stop"}]}'
+    headers:
+      Content-Type: [application/json]
+      Date: ['Tue, 14 Nov 2023 10:00:00 GMT']
+    status: {code: 200, message: OK}
+version: 1
+"""
+
+
+def test_a_cassette_imported_now_is_not_old_and_its_unknown_exit_is_no_failure(
+    store: Path, tmp_path: Path
+) -> None:
+    """An imported session's ``created`` is the time of the run it records (the cassette's Date):
+    ``prune --older-than 30d`` removed a cassette imported a minute ago, while ``ls`` and ``last``
+    had it as the newest. Its age runs from its import. And ``--keep-failed`` kept an old imported
+    one as "failed (exit None)": its exit code is unknown, not a failure."""
+    cassette = tmp_path / "chat.yaml"
+    cassette.write_text(CASSETTE_2023)
+    done = cli("import", str(cassette), "--store", str(store))
+    assert done.exit_code == 0, done.output
+    (sid,) = [p.name for p in store.iterdir() if (p / LOG_NAME).is_file()]
+    assert Session.load(store / sid).header["created"].startswith("2023-11-14")
+    r = cli("prune", "--older-than", "30d", "--keep-failed", "--store", str(store))
+    assert r.exit_code == 0, r.output
+    assert (store / sid / LOG_NAME).is_file() and "removed" not in r.stdout
+    later = datetime.now(UTC) + timedelta(days=31)
+    rows = [info(store / sid)]
+    gone, kept = prune_candidates(rows, timedelta(days=30), keep_failed=True, now=later)
+    assert [row.session_id for row in gone] == [sid] and kept == {}
