@@ -1296,6 +1296,15 @@ def test_a_replayed_tool_exception_has_the_traceback_it_had_live(store: Path) ->
     assert rp.report()["reproduced"]
 
 
+def formatted(call: Any) -> str:
+    """The traceback ``call()`` raised, as ``traceback`` prints it."""
+    try:
+        call()
+    except Exception as exc:
+        return "".join(traceback.format_exception(exc))
+    raise AssertionError("the tool did not raise")
+
+
 def test_a_failing_tools_traceback_is_the_same_with_forkpoint_recording_or_not(store: Path) -> None:
     """Recording put forkpoint's frames (the wrapper, the call's recording, the body's lambda)
     between the program's call of a tool and the tool's body, so a traceback the program logs, or
@@ -1314,13 +1323,6 @@ def test_a_failing_tools_traceback_is_the_same_with_forkpoint_recording_or_not(s
         return {"one": 1}[value]
 
     sqrt = forkpoint.tool(math.sqrt, name="sqrt")
-
-    def formatted(call: Any) -> str:
-        try:
-            call()
-        except Exception as exc:
-            return "".join(traceback.format_exception(exc))
-        raise AssertionError("the tool did not raise")
 
     def run() -> list[str]:
         return [
@@ -1357,13 +1359,6 @@ def test_a_generator_tools_traceback_midway_is_the_same_with_forkpoint_recording
     async def anumbers(value: str) -> Any:
         yield 1
         yield int(_check(value))
-
-    def formatted(call: Any) -> str:
-        try:
-            call()
-        except Exception as exc:
-            return "".join(traceback.format_exception(exc))
-        raise AssertionError("the tool did not raise")
 
     async def consumed(agen: Any) -> list[Any]:
         return [item async for item in agen]

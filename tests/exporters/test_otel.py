@@ -394,54 +394,45 @@ def test_typed_tool_values_are_exported_as_show_reads_them(tmp_path: Path) -> No
     }
 
 
+def record_weather_out_of_order(store: Path, server: LocalServer, *, defaults: bool) -> Path:
+    """A session where the model asks for the weather in Paris and London at once and London's call
+    finishes first (``defaults``: the tool has a default parameter, recorded filled in)."""
+    if defaults:
+
+        @forkpoint.tool
+        def get_weather(city: str, units: str = "C") -> str:
+            return f"{city}: rain ({units})"
+
+    else:
+
+        @forkpoint.tool
+        def get_weather(city: str) -> str:
+            return f"{city}: rain"
+
+    server.chat_script = [[("get_weather", {"city": "Paris"}), ("get_weather", {"city": "London"})], "done"]
+    client = openai.OpenAI(base_url=server.openai_base_url, api_key="sk-test")
+    with forkpoint.record(store=store) as rec:
+        client.chat.completions.create(model="m", messages=[{"role": "user", "content": "weather?"}])
+        get_weather("London")  # (the second call finished first)
+        get_weather("Paris")
+    return rec.session_path
+
+
+@pytest.mark.parametrize("defaults", [False, True])
 def test_parallel_tool_calls_answered_out_of_order_get_their_own_call_ids(
-    tmp_path: Path, server: LocalServer
+    tmp_path: Path, server: LocalServer, defaults: bool
 ) -> None:
     """Parallel calls of one tool finish in any order; a tool span took the id of the first
-    unanswered call of its name, so London's result showed under Paris's ``gen_ai.tool.call.id``."""
-
-    @forkpoint.tool
-    def get_weather(city: str) -> str:
-        return f"{city}: rain"
-
-    server.chat_script = [[("get_weather", {"city": "Paris"}), ("get_weather", {"city": "London"})], "done"]
-    client = openai.OpenAI(base_url=server.openai_base_url, api_key="sk-test")
-    with forkpoint.record(store=tmp_path) as rec:
-        client.chat.completions.create(model="m", messages=[{"role": "user", "content": "weather?"}])
-        get_weather("London")  # (the second call finished first)
-        get_weather("Paris")
-    spans = plan(Session.load(rec.session_path), content=True)
+    unanswered call of its name, so London's result showed under Paris's ``gen_ai.tool.call.id``.
+    With a default parameter the recorded arguments (filled in) never equalled the model's, and
+    every span fell back to that first call."""
+    spans = plan(Session.load(record_weather_out_of_order(tmp_path, server, defaults=defaults)), content=True)
     ids = {
-        s.attributes["gen_ai.tool.call.arguments"]: s.attributes["gen_ai.tool.call.id"]
+        json.loads(s.attributes["gen_ai.tool.call.arguments"])["city"]: s.attributes["gen_ai.tool.call.id"]
         for s in spans
         if s.name == "execute_tool get_weather"
     }
-    assert ids == {'{"city":"Paris"}': "call_0_0", '{"city":"London"}': "call_0_1"}
-
-
-def test_parallel_calls_of_a_tool_with_defaults_get_their_own_call_ids(
-    tmp_path: Path, server: LocalServer
-) -> None:
-    """The recorded arguments have the tool's defaults filled in, so they never equalled the
-    model's: every span fell back to the first unanswered call of the name (London under Paris's id)."""
-
-    @forkpoint.tool
-    def get_weather(city: str, units: str = "C") -> str:
-        return f"{city}: rain ({units})"
-
-    server.chat_script = [[("get_weather", {"city": "Paris"}), ("get_weather", {"city": "London"})], "done"]
-    client = openai.OpenAI(base_url=server.openai_base_url, api_key="sk-test")
-    with forkpoint.record(store=tmp_path) as rec:
-        client.chat.completions.create(model="m", messages=[{"role": "user", "content": "weather?"}])
-        get_weather("London")  # (the second call finished first)
-        get_weather("Paris")
-    spans = plan(Session.load(rec.session_path), content=True)
-    ids = {
-        s.attributes["gen_ai.tool.call.arguments"]: s.attributes["gen_ai.tool.call.id"]
-        for s in spans
-        if s.name == "execute_tool get_weather"
-    }
-    assert ids == {'{"city":"Paris","units":"C"}': "call_0_0", '{"city":"London","units":"C"}': "call_0_1"}
+    assert ids == {"Paris": "call_0_0", "London": "call_0_1"}
 
 
 def test_a_sub_agents_tool_call_is_nested_under_the_model_call_that_asked_for_it(

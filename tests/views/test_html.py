@@ -537,17 +537,8 @@ def test_parallel_tool_calls_answered_out_of_order_show_their_own_call_ids(
     """The page paired a tool's result with the first unanswered call of its name (the export had
     been fixed): London's result showed Paris's tool call id. A tool with a default parameter is
     recorded with it filled in, which the model's arguments lack."""
-    import openai
+    from tests.exporters.test_otel import record_weather_out_of_order
 
-    @forkpoint.tool
-    def get_weather(city: str, units: str = "C") -> str:
-        return f"{city}: rain ({units})"
-
-    server.chat_script = [[("get_weather", {"city": "Paris"}), ("get_weather", {"city": "London"})], "done"]
-    client = openai.OpenAI(base_url=server.openai_base_url, api_key="sk-test")
-    with forkpoint.record(store=tmp_path) as rec:
-        client.chat.completions.create(model="m", messages=[{"role": "user", "content": "weather?"}])
-        get_weather("London")  # (the second call finished first)
-        get_weather("Paris")
-    tools = [e for e in view_model(Session.load(rec.session_path))["events"] if e["type"] == "tool_call"]
+    session = record_weather_out_of_order(tmp_path, server, defaults=True)
+    tools = [e for e in view_model(Session.load(session))["events"] if e["type"] == "tool_call"]
     assert {e["args"]["city"]: e["call_id"] for e in tools} == {"Paris": "call_0_0", "London": "call_0_1"}
