@@ -411,7 +411,8 @@ def view_model(
     messages = _Messages(strings)
     events: list[dict[str, Any]] = []
     turn = 0
-    pending: list[tuple[int, list[dict[str, Any]]]] = []
+    # (model call's seq, the span it was made in, its unanswered tool calls)
+    pending: list[tuple[int, Any, list[dict[str, Any]]]] = []
     stats: dict[str, Any] = {
         "model_calls": 0,
         "tool_calls": 0,
@@ -459,7 +460,7 @@ def view_model(
             stats["output_tokens"] += usage.get("output_tokens") or 0
             calls = [dict(c) for c in (e.get("summary") or {}).get("tool_calls") or [] if isinstance(c, dict)]
             if calls:
-                pending.append((e["seq"], calls))
+                pending.append((e["seq"], e.get("parent_span_id"), calls))
         elif kind == "tool_call":
             v["turn"] = turn
             v["tool"] = e.get("tool")
@@ -473,7 +474,9 @@ def view_model(
                 failed = mcp_tool_error(e)
                 if failed is not None:
                     v["mcp_error"] = failed
-            for model_seq, calls in reversed(pending):
+            for model_seq, made_in, calls in reversed(pending):
+                if made_in != e.get("parent_span_id"):  # (a sub-agent's tool answers its own model call)
+                    continue
                 hit = answered_call(str(e.get("tool")), v["args"], calls)
                 if hit is not None:
                     calls.remove(hit)
