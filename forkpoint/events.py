@@ -423,6 +423,9 @@ class DivergenceReport(TypedDict, total=False):
     #: What an HTTP exchange that is no model call is (:func:`forkpoint.providers.classify`):
     #: ``http`` (plain HTTP) or ``mcp``.
     call: str
+    #: ``[name, recorded, now]`` of the header's packages whose installed version changed since
+    #: the recording (``now`` ``""``: no longer installed); model calls only.
+    versions: list[list[str]]
 
 
 class OverrideState(TypedDict):

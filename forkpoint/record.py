@@ -49,7 +49,9 @@ if TYPE_CHECKING:  # checkpoints are imported where a workspace is taken: most r
     from .checkpoint import Workspace
 
 #: Packages whose versions go into every session header (when installed): the providers' SDKs, the
-#: HTTP clients forkpoint captures, and the agent frameworks it integrates with.
+#: HTTP clients forkpoint captures, the agent frameworks it integrates with, and the libraries that
+#: render their requests (langchain-openai, litellm): an upgrade of any of them can change what is
+#: sent, and a divergence report names the ones whose version changed since the recording.
 TRACKED_PACKAGES = (
     *sdk_packages(),
     "httpx",
@@ -59,6 +61,17 @@ TRACKED_PACKAGES = (
     "aiohttp",
     "pydantic-ai-slim",
     "openai-agents",
+    "langchain-core",
+    "langchain-openai",
+    "langchain-anthropic",
+    "langgraph",
+    "litellm",
+    "mcp",
+    "smolagents",
+    "strands-agents",
+    "agno",
+    "dspy",
+    "crewai",
 )
 
 

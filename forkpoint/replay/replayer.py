@@ -34,7 +34,8 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from .. import override, runtime, values
+from .. import override, plugins, runtime, values
+from .._version import __version__
 from ..canonical import canonical_json
 from ..errors import Divergence, UnrebuildableValue
 from ..events import (
@@ -417,6 +418,7 @@ class Replayer:
         self.live_calls = {"model_call": 0, "tool_call": 0, "value": 0}
         self.divergence: DivergenceReport | None = None
         self.drift: list[DivergenceReport] = []
+        self._versions: list[list[str]] | None = None  # _changed_versions, read once
         #: The calls answered with a Divergence instead of a recorded answer (report ``unanswered``).
         self.unanswered: list[DivergenceReport] = []
         self.gone_live = False
@@ -1067,7 +1069,22 @@ class Replayer:
             report["name"] = what["name"]
         if what.get("call") in ("http", "mcp"):
             report["call"] = what["call"]
+        if kind == "model_call" and (changed := self._changed_versions()):
+            report["versions"] = changed
         return report
+
+    def _changed_versions(self) -> list[list[str]]:
+        """``[name, recorded, now]`` for each package of the header's ``versions`` installed at
+        another version now (``now`` ``""``: no longer installed): an SDK or framework upgrade that
+        changed what it sends explains a model call's divergence the diff alone does not."""
+        if self._versions is None:
+            recorded = self._session.header.get("versions") or {}
+            names = [n for n in recorded if n not in ("python", "forkpoint")]
+            now = {"python": sys.version.split()[0], "forkpoint": __version__, **plugins.versions(names)}
+            self._versions = [
+                [name, str(was), now.get(name, "")] for name, was in recorded.items() if now.get(name) != was
+            ]
+        return self._versions
 
     def _explained(
         self, expected: dict[str, Any], actual: dict[str, Any], tool: str | None

@@ -3,6 +3,7 @@ reports of several processes merged, and the exit code that says the run did not
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,16 @@ def format_divergence(report: DivergenceReport | dict[str, Any]) -> str:
     if report.get("diff"):
         lines.append("Differences, recorded → actual:")
         lines.append(format_changes([Change.from_json(c) for c in report["diff"]]))
+    changed = report.get("versions") or []
+    if changed:
+        lines.append(
+            "Installed now at another version than when recorded (an upgrade may change what is sent): "
+            + ", ".join(
+                f"{_plain(n)} {_plain(was)} → {_plain(now) if now else 'not installed'}"
+                for n, was, now in changed
+            )
+            + "."
+        )
     suggested = report.get("suggest") or []
     if suggested:
         from ..match import IgnoreRule  # here: the verdict alone does not load matching
@@ -60,6 +71,11 @@ def format_divergence(report: DivergenceReport | dict[str, Any]) -> str:
                 "recorded values back, and the request is matched whole."
             )
     return "\n".join(lines)
+
+
+def _plain(text: str) -> str:
+    # A header's version is the recording's say: an escape sequence in it is shown, not obeyed.
+    return text if text.isprintable() else json.dumps(text)
 
 
 def divergence(report: DivergenceReport) -> Divergence:

@@ -510,3 +510,54 @@ def test_two_parts_of_one_file_are_told_apart_by_their_range(server: Any, store:
     with forkpoint.replay(rec.session_path) as rp:
         assert fetch(["100-199", "0-99"]) == live[::-1]
     assert rp.report()["reproduced"]
+
+
+def test_a_divergence_names_the_packages_upgraded_since_the_recording(
+    server: Any, store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A LangGraph team upgrades langchain-openai, which now renders another request: the report
+    says which packages changed version since the recording, not only the JSON path that differs
+    (the header kept no langchain version at all, and the report never compared them)."""
+    from forkpoint import plugins
+    from forkpoint.log import Session
+
+    real = plugins.versions
+    url = server.url + "/v1/chat/completions"
+
+    def at_recording(names: Any) -> dict[str, str]:
+        return {**real(names), "langchain-openai": "0.1.0"}
+
+    monkeypatch.setattr(plugins, "versions", at_recording)
+    with forkpoint.record(store=store) as rec, httpx.Client() as client:
+        client.post(url, json={"model": "m", "messages": []})
+    monkeypatch.setattr(plugins, "versions", real)
+    assert (
+        Session.load(rec.session_path).header["versions"]["langchain-core"]
+        == real(["langchain-core"])["langchain-core"]
+    )
+
+    with forkpoint.replay(rec.session_path) as rp, httpx.Client() as client:
+        client.post(url, json={"model": "m", "messages": []})  # the same request: nothing said
+    assert rp.report()["divergence"] is None
+    with (
+        forkpoint.replay(rec.session_path),
+        httpx.Client() as client,
+        pytest.raises(forkpoint.Divergence) as err,
+    ):
+        client.post(url, json={"model": "m", "messages": [], "stream_options": {"include_usage": True}})
+    now = real(["langchain-openai"])["langchain-openai"]
+    assert (
+        f"at another version than when recorded (an upgrade may change what is sent): langchain-openai 0.1.0 → {now}."
+        in str(err.value)
+    )
+    assert err.value.report["versions"] == [["langchain-openai", "0.1.0", now]]
+
+
+def test_a_recorded_version_steers_no_terminal() -> None:
+    from forkpoint.replay import format_divergence
+
+    nasty = "1\x1b]0;pwned\x07"
+    text = format_divergence(
+        {"kind": "model_call", "position": 1, "reason": "r", "versions": [["openai", nasty, "2.0"]]}
+    )
+    assert "\x1b" not in text and "openai " + json.dumps(nasty) + " → 2.0" in text
