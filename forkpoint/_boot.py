@@ -23,7 +23,7 @@ import atexit
 import json
 import os
 import sys
-from collections.abc import Callable, Mapping, MutableMapping
+from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -486,11 +486,24 @@ def agent_call_site(tb: Any) -> str:
     site-packages is still found."""
     import traceback
 
+    return _agent_frame(traceback.walk_tb(tb))
+
+
+def agent_call_site_here() -> str:
+    """:func:`agent_call_site` of the call being made now, from the current stack: for a report
+    whose exception the program may catch (a tested program run by ``forkpoint.run_command``)."""
+    import traceback
+
+    return _agent_frame(reversed(list(traceback.walk_stack(None))))
+
+
+def _agent_frame(frames: Iterable[tuple[Any, int]]) -> str:
+    # The innermost (last) frame of the agent's own code among ``frames``, outermost first.
     from .providers import sdk_modules
 
     libraries = _LIBRARY_PACKAGES | sdk_modules()
     site = None
-    for frame, lineno in traceback.walk_tb(tb):
+    for frame, lineno in frames:
         name = str(frame.f_globals.get("__name__", ""))
         filename = frame.f_code.co_filename
         if filename.startswith("<"):

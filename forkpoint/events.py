@@ -426,6 +426,9 @@ class DivergenceReport(TypedDict, total=False):
     #: ``[name, recorded, now]`` of the header's packages whose installed version changed since
     #: the recording (``now`` ``""``: no longer installed); model calls only.
     versions: list[list[str]]
+    #: Where the agent's own code made the call: ``" at FILE:LINE (FUNC)"``
+    #: (:func:`forkpoint._boot.agent_call_site`), when a frame of it is on the stack.
+    site: str
 
 
 class OverrideState(TypedDict):

@@ -746,9 +746,11 @@ class Cassette:
             return None, None
         if report.get("divergence"):
             refused = f"\n{self.live_refused}" if self.live_refused else ""
+            site = report["divergence"].get("site")
             return (
                 f"forkpoint: the run diverged from its cassette {where}\n"
-                f"{format_divergence(report['divergence'])}\n{summary_line(report)}{refused}\n{fix}"
+                + (f"the call made{site} diverged from the recording.\n" if site else "")
+                + f"{format_divergence(report['divergence'])}\n{summary_line(report)}{refused}\n{fix}"
             ), None
         if report.get("network_blocked"):
             return self._blocked(report, where), None
@@ -1008,7 +1010,7 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
             raise
         if not _caused_by_forkpoint(exc):
             failure += f"\n(the test itself then failed with {_describe(exc)})"
-        elif failure.startswith("forkpoint: the run diverged"):
+        elif failure.startswith("forkpoint: the run diverged") and "\nthe call made" not in failure:
             from ._boot import agent_call_site
 
             # Where the agent's own code made the call (the traceback is not shown: pytrace=False).

@@ -181,6 +181,50 @@ def test_changed_prompt_fails_with_the_divergence_report(
     assert "APIConnectionError" not in result.stdout.str()
 
 
+CAUGHT = """
+import os
+
+import openai
+import pytest
+
+
+def ask(prompt: str) -> str | None:
+    client = openai.OpenAI(base_url=os.environ["MODEL_URL"], api_key="sk-test", max_retries=0)
+    try:
+        return client.chat.completions.create(
+            model="demo-model", messages=[{"role": "user", "content": prompt}]
+        ).choices[0].message.content
+    except Exception:  # as a program run by forkpoint.run_command ends: its exception caught
+        return None
+
+
+@pytest.mark.forkpoint
+def test_agent():
+    assert ask(os.environ.get("PROMPT", "Hi")) is not None
+"""
+
+
+def test_a_caught_divergence_still_says_where_the_call_was_made(
+    pytester: pytest.Pytester, server: LocalServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A make-test test runs the agent with run_command, which catches the Divergence that ends it:
+    the failure named the changed field but not the agent's line that made the call, which it
+    named only when the Divergence reached the test."""
+    pytester.makepyfile(test_caught=CAUGHT)
+    run(pytester).assert_outcomes(passed=1)
+    server.stop()
+    monkeypatch.setenv("PROMPT", "Hello")
+    result = run(pytester, "--forkpoint-mode=replay")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*forkpoint: the run diverged from its cassette tests/cassettes/test_caught/test_agent",
+            "the call made at */test_caught.py:* (ask) diverged from the recording.",
+            "replay diverged at the 1st model call of this run (POST /v1/chat/completions)*",
+        ]
+    )
+
+
 def test_unused_recorded_calls_fail(
     pytester: pytest.Pytester, server: LocalServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
