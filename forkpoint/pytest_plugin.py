@@ -811,7 +811,8 @@ class Cassette:
             else sum(e["type"] in ("model_call", "tool_call") for e in rt.recorded)
         )
         if not calls and outcome == "passed":
-            self.settings.empty.add(self.item.nodeid)
+            # (as pytest's own summary names a test: to paste where pytest ran, not in the rootdir)
+            self.settings.empty.add(invocation_nodeid(self.item))
         try:
             if self.action == "record":
                 self._keep(self.runtime.session_path, outcome)

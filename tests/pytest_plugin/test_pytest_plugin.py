@@ -912,6 +912,25 @@ def test_a_cassette_that_holds_no_call_is_said_when_recorded_and_when_replayed(
         assert "test_calls_a_tool" not in result.stdout.str().split("WARNING:")[1]
 
 
+def test_a_cassette_that_holds_no_call_is_named_as_pytest_names_it_from_elsewhere(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Run from the rootdir's parent (CI's checkout folder), the warning named the test relative to
+    the rootdir (test_sub.py::…), which pytest cannot find from there, unlike its own FAILED lines."""
+    pytester.makepyfile(test_sub=SUBPROCESS_INNER)
+    pytester.makeini("[pytest]\n")
+    monkeypatch.chdir(pytester.path.parent)
+    result = run(
+        pytester, "--rootdir", str(pytester.path), "-c", str(pytester.path / "tox.ini"), pytester.path.name
+    )
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(
+        [
+            f"*WARNING: 1 cassette(s) hold no model call*: {pytester.path.name}/test_sub.py::test_runs_the_agent_as_a_subprocess"
+        ]
+    )
+
+
 def said_when_recorded_and_replayed(
     pytester: pytest.Pytester, passed: int, line: str, server: LocalServer | None = None
 ) -> list[pytest.RunResult]:
