@@ -23,7 +23,7 @@ import atexit
 import json
 import os
 import sys
-from collections.abc import Callable, Iterable, Mapping, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -465,55 +465,6 @@ def child_env(
     return env
 
 
-# Top-level packages between an agent's own code and the HTTP boundary: never the "call site". The
-# providers' SDKs are added from the providers (forkpoint.providers.sdk_modules) when it is needed.
-_LIBRARY_PACKAGES = frozenset(
-    {
-        "forkpoint", "httpx", "httpx2", "httpcore", "h11", "anyio", "asyncio",
-        "pydantic_ai", "agents", "langchain_core", "langchain_openai", "langchain_anthropic",
-        "langgraph", "litellm", "minisweagent", "tenacity", "contextlib", "functools", "runpy",
-        "threading", "concurrent",
-    }
-)  # fmt: skip
-
-
-def agent_call_site(tb: Any) -> str:
-    """Where the agent's own code made the call that raised: ``" at FILE:LINE (FUNC)"``, or ``""``.
-
-    The innermost frame outside the SDKs, HTTP clients, frameworks and forkpoint itself (the bundled
-    demo agent counts as agent code). Frames without a file (``<frozen runpy>`` under ``python -m``)
-    never count. Modules are told apart by name, not path, so an agent installed into
-    site-packages is still found."""
-    import traceback
-
-    return _agent_frame(traceback.walk_tb(tb))
-
-
-def agent_call_site_here() -> str:
-    """:func:`agent_call_site` of the call being made now, from the current stack: for a report
-    whose exception the program may catch (a tested program run by ``forkpoint.run_command``)."""
-    import traceback
-
-    return _agent_frame(reversed(list(traceback.walk_stack(None))))
-
-
-def _agent_frame(frames: Iterable[tuple[Any, int]]) -> str:
-    # The innermost (last) frame of the agent's own code among ``frames``, outermost first.
-    from .providers import sdk_modules
-
-    libraries = _LIBRARY_PACKAGES | sdk_modules()
-    site = None
-    for frame, lineno in frames:
-        name = str(frame.f_globals.get("__name__", ""))
-        filename = frame.f_code.co_filename
-        if filename.startswith("<"):
-            continue
-        if name.split(".")[0] in libraries and not name.startswith("forkpoint.demo."):
-            continue
-        site = (filename, lineno, frame.f_code.co_name)
-    return f" at {site[0]}:{site[1]} ({site[2]})" if site else ""
-
-
 def _watch_uncaught(note: Callable[[ErrorRecord], None]) -> None:
     """Call ``note(error record)`` for an exception that ends the program uncaught (the process's
     main thread: what makes it exit 1 with a traceback), then let the previous hook print it."""
@@ -556,6 +507,7 @@ def _quiet_divergence_tracebacks() -> None:
     naming the agent's own call site, not a 40-frame SDK traceback: the CLI prints the full report."""
     import sys
 
+    from .callsite import agent_call_site
     from .errors import Divergence
 
     previous = sys.excepthook

@@ -427,7 +427,7 @@ class DivergenceReport(TypedDict, total=False):
     #: the recording (``now`` ``""``: no longer installed); model calls only.
     versions: list[list[str]]
     #: Where the agent's own code made the call: ``" at FILE:LINE (FUNC)"``
-    #: (:func:`forkpoint._boot.agent_call_site`), when a frame of it is on the stack.
+    #: (:func:`forkpoint.callsite.agent_call_site`), when a frame of it is on the stack.
     site: str
 
 

@@ -1012,7 +1012,7 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
         if not _caused_by_forkpoint(exc):
             failure += f"\n(the test itself then failed with {_describe(exc)})"
         elif failure.startswith("forkpoint: the run diverged") and "\nthe call made" not in failure:
-            from ._boot import agent_call_site
+            from .callsite import agent_call_site
 
             # Where the agent's own code made the call (the traceback is not shown: pytrace=False).
             site = agent_call_site(exc.__traceback__)

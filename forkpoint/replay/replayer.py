@@ -1071,7 +1071,7 @@ class Replayer:
             report["call"] = what["call"]
         if kind == "model_call" and (changed := self._changed_versions()):
             report["versions"] = changed
-        from .._boot import agent_call_site_here
+        from ..callsite import agent_call_site_here
 
         # Taken now: a program that catches the Divergence (run_command does) leaves no traceback.
         if site := agent_call_site_here():

@@ -690,7 +690,7 @@ def test_a_forked_child_that_outlives_the_recording_does_not_append_after_its_en
 def test_call_site_is_the_agents_frame_even_when_installed_in_site_packages() -> None:
     """Modules are told apart by name: an agent living in site-packages (run with ``python -m``) is
     named, while runpy's frozen frames, the SDK and forkpoint are not."""
-    from forkpoint._boot import agent_call_site
+    from forkpoint.callsite import agent_call_site
 
     def module(name: str, filename: str, source: str, **names: Any) -> dict[str, Any]:
         scope: dict[str, Any] = {"__name__": name, **names}
