@@ -15,7 +15,9 @@ from .log import to_json
 class Change:
     """One difference between two JSON documents.
 
-    ``op`` is ``"added"`` (only in actual), ``"removed"`` (only in expected) or ``"changed"``;
+    ``op`` is ``"added"`` (only in actual), ``"removed"`` (only in expected), ``"changed"``, or
+    ``"reordered"``: a list holding the same items in another order (``expected`` the items' labels
+    as recorded, ``actual`` as now: a name when they have one, else their recorded positions);
     ``path`` is a JSONPath-like string such as ``$.body.messages[3].content``. ``ignored`` marks a
     difference that the match key does not see (an ignore rule took it out).
     """
@@ -118,12 +120,43 @@ def json_diff(
                 if equal is not None and (e, a) in equal:  # (without a call: most items of a resent list)
                     continue
                 out.extend(json_diff(e, a, sub, equal=equal))
+        if out and len(expected) == len(actual) > 1:
+            moved = _reordered(expected, actual, path)
+            if moved is not None:
+                return [moved]
         if equal is not None and not out:
             equal.add(expected, actual)
         return out
     if type(expected) is not type(actual) or expected != actual:
         return [Change("changed", path, expected=expected, actual=actual)]
     return []
+
+
+def _reordered(expected: list[Any], actual: list[Any], path: str) -> Change | None:
+    """One ``reordered`` change when ``actual`` holds ``expected``'s very items in another order (a
+    tool list reordered read as a change of every field of every tool), else None."""
+    before = [canonical_json(x, exotic=True) for x in expected]
+    after = [canonical_json(x, exotic=True) for x in actual]
+    if sorted(before) != sorted(after):
+        return None
+    places: dict[bytes, list[int]] = {}
+    for i, text in enumerate(before):
+        places.setdefault(text, []).append(i)
+    order = [places[text].pop(0) for text in after]  # (each item's recorded position, as now)
+    labels = [_label(x) for x in expected]
+    if len(set(labels)) != len(labels) or None in labels:
+        return Change("reordered", path, expected=list(range(len(order))), actual=order)
+    return Change("reordered", path, expected=labels, actual=[labels[i] for i in order])
+
+
+def _label(item: Any) -> str | None:
+    """A list item's name (a tool's, a message's), for saying a list was reordered."""
+    if not isinstance(item, dict):
+        return None
+    for holder in (item, item.get("function"), item.get("toolSpec")):
+        if isinstance(holder, dict) and isinstance(holder.get("name"), str):
+            return str(holder["name"])
+    return None
 
 
 def similarity(a: Any, b: Any) -> float:
@@ -191,6 +224,11 @@ def format_changes(changes: list[Change], limit: int = 20) -> str:
             lines.append(f"  + {c.path}: {_short(c.actual)}{mark}")
         elif c.op == "removed":
             lines.append(f"  - {c.path}: {_short(c.expected)}{mark}")
+        elif c.op == "reordered":
+            n = len(c.actual) if isinstance(c.actual, list) else 0
+            lines.append(
+                f"  ↕ {c.path}: the same {n} items in another order: {_short(c.expected)} → {_short(c.actual)}{mark}"
+            )
         elif (
             isinstance(c.expected, str)
             and isinstance(c.actual, str)

@@ -259,6 +259,26 @@ def test_json_diff_paths() -> None:
     ]
     assert json_diff(expected, json.loads(json.dumps(expected))) == []
     assert json_diff([{"a": [1]}], [{"a": [2]}]) == [Change("changed", "$[0].a[0]", 1, 2)]
+
+
+def test_a_list_of_the_same_items_in_another_order_is_one_reordering() -> None:
+    """A reordered tool list read as a change of every field of every tool (eight lines for two
+    tools): it is one change, naming the items by their names when they have them."""
+
+    def tool(name: str, description: str) -> dict[str, Any]:
+        return {"type": "function", "function": {"name": name, "description": description, "parameters": {}}}
+
+    recorded = {"tools": [tool("lookup_order", "Find an order."), tool("refund", "Refund it.")]}
+    now = {"tools": list(reversed(recorded["tools"]))}
+    (change,) = json_diff(recorded, now)
+    assert change == Change("reordered", "$.tools", ["lookup_order", "refund"], ["refund", "lookup_order"])
+    assert format_changes([change]) == (
+        '  ↕ $.tools: the same 2 items in another order: ["lookup_order","refund"] → ["refund","lookup_order"]'
+    )
+    assert json_diff([1, 2, 2, 3], [2, 3, 1, 2]) == [Change("reordered", "$", [0, 1, 2, 3], [1, 3, 0, 2])]
+    assert Change.from_json(change.to_json()) == change
+    # Not the same items: each difference, as before.
+    assert [c.path for c in json_diff([1, 2], [2, 3])] == ["$[0]", "$[1]"]
     assert Change("added", "$.x", actual=1).to_json() == {"op": "added", "path": "$.x", "actual": 1}
     assert Change("removed", "$.x", expected=1).to_json() == {"op": "removed", "path": "$.x", "expected": 1}
 
