@@ -35,6 +35,7 @@ import hashlib
 import heapq
 import operator
 import re
+import shlex
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -94,10 +95,13 @@ _SECRET_OPTION_NAME = (
 )
 SECRET_OPTION = re.compile(_SECRET_OPTION_NAME + r"(?:=(?P<value>.+))?", re.DOTALL)
 #: Such an option and its value inside one argument that is a shell's script (``sh -c "python
-#: agent.py --token VALUE"``, ``os.system``'s command): the value one word, quoted or not.
+#: agent.py --token VALUE"``, ``os.system``'s command): the value one shell word, as the shell
+#: reads it, quoted parts and escapes joined (``ab"c d"``, ``'a b'``, ``x\\ y``), after a line's
+#: continuation too (a part alone left the rest of the secret in the text).
 _SECRET_OPTION_WORD = re.compile(
-    r"(?<![^\s\"'(;&|])(?P<name>" + _SECRET_OPTION_NAME + r")(?:=|[ \t]+)"
-    r"(?P<value>\"[^\"]*\"|'[^']*'|[^\s\"';&|()<>]+)"
+    r"(?<![^\s\"'(;&|])(?P<name>" + _SECRET_OPTION_NAME + r")(?:=|(?:[ \t]|\\\n)+)"
+    r"(?P<value>(?:\"(?:[^\"\\]|\\.)*\"|'[^']*'|\\.|[^\s\"'\\;&|()<>])+)",
+    re.DOTALL,
 )
 
 #: Query-string parameter names whose values are credentials. Compared lower-case.
@@ -1645,8 +1649,16 @@ def _script_options(script: str, names: list[str]) -> str:
 
     def replace(m: re.Match[str]) -> str:
         value = m.group("value")
-        inner = value[1:-1] if value[:1] in ("'", '"') else value
-        if not inner or inner.startswith(("-", "$")) or _PLACEHOLDER_RE.fullmatch(inner):
+        # What the shell expands is no text of a secret: "$HF_TOKEN", $KEY, $(cat f), `cat f`; a
+        # literal is, single-quoted or ANSI-C quoted ('$ecret', $'…') too.
+        if value.startswith(("-", '"$', "`")) or (value.startswith("$") and not value.startswith("$'")):
+            return m.group(0)
+        try:
+            words = shlex.split(value[1:] if value.startswith("$'") else value)
+        except ValueError:  # (an unclosed quote: the rest of the script is the value)
+            words = []
+        inner = words[0] if len(words) == 1 else value
+        if not inner or _PLACEHOLDER_RE.fullmatch(inner):
             return m.group(0)
         names.append(m.group("name"))
         return m.group(0)[: m.start("value") - m.start()] + placeholder("secret-option", inner)

@@ -771,3 +771,30 @@ def test_a_credential_option_in_a_shells_script_is_replaced() -> None:
     kept = 'python a.py --token "$HF_TOKEN" --api-key $KEY --password --verbose --max-tokens 5'
     assert scrub_argv(["sh", "-c", kept]) == ["sh", "-c", kept]
     assert scrub_argv(out) == out  # (idempotent)
+
+
+@pytest.mark.parametrize(
+    ("script", "secret"),
+    [
+        ("python a.py --token '$3cr3t-Pw'", "3cr3t-Pw"),  # (single quotes: no variable, a literal)
+        ("python a.py --token $'s3cr3t-Pw'", "s3cr3t-Pw"),  # (ANSI-C quoting: a literal too)
+        ('python a.py --password=ab"cd s3cr3t"', "s3cr3t"),  # (one word of two parts)
+        ("python a.py --password=s3cr3t\\ Pw", "Pw"),  # (an escaped blank inside the word)
+        ('python a.py --token ""s3cr3t-Pw', "s3cr3t-Pw"),
+        ("python a.py --api-key \\\n  s3cr3t-Pw", "s3cr3t-Pw"),  # (after a line's continuation)
+    ],
+)
+def test_a_credential_option_in_a_script_is_replaced_as_the_shell_reads_its_word(
+    script: str, secret: str
+) -> None:
+    """A value read as one quoted or unquoted run kept the rest of its word (``ab"cd s3cr3t"``), one
+    after a continued line was not read, and a literal that starts with ``$`` in single quotes was
+    taken for a variable the shell reads: each secret stayed in the header, the index and ls."""
+    from forkpoint.redact import scrub_argv, secret_options
+
+    out = scrub_argv(["sh", "-c", script])
+    assert secret not in out[2] and "[REDACTED:secret-option:" in out[2], out
+    assert secret_options(["sh", "-c", script]) in (["--token"], ["--password"], ["--api-key"])
+    assert scrub_argv(out) == out  # (idempotent)
+    kept = 'python a.py --token "$HF_TOKEN" --api-key $(cat key) --password `pass show x`'
+    assert scrub_argv(["sh", "-c", kept]) == ["sh", "-c", kept]
