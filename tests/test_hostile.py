@@ -768,3 +768,37 @@ def test_a_model_calls_summary_of_the_wrong_shape_is_derived_again(tmp_path: Pat
     ):
         result = runner.invoke(main, args)
         assert result.exit_code == 0, (args, result.output, result.exception)
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/v1/chat/completions", {"model": "m", "messages": 5}),
+        ("/v1/chat/completions", {"model": "m", "messages": [{"role": "assistant", "tool_calls": [5]}]}),
+        ("/v1/messages", {"model": "m", "max_tokens": 5, "messages": True}),
+        ("/v1beta/models/g:generateContent", {"contents": 1.5}),
+        ("/v1beta/models/g:generateContent", {"contents": [{"role": ["model"], "parts": 5}]}),
+        ("/v1beta/models/g:generateContent", {"contents": [], "systemInstruction": {"parts": -1}}),
+    ],
+)
+def test_a_request_body_of_the_wrong_shape_is_exported_without_a_traceback(
+    tmp_path: Path, path: str, body: dict[str, Any]
+) -> None:
+    """The export read a request's messages for the GenAI conventions as lists of objects: a
+    hand-edited ``"messages": 5`` (or a part, a role, a system instruction of another shape) crashed
+    ``export --content`` with a TypeError, where show and the page read the same body."""
+    w = SessionWriter.create(tmp_path / "store", {"argv": ["agent.py"]}, fsync="never")
+    request = {
+        "method": "POST",
+        "url": "http://127.0.0.1:9" + path,
+        "headers": [],
+        "body_kind": "json",
+        "body": body,
+    }
+    w.append({"type": "model_call", "request": request, "response": {"status": 200, "headers": [], "body_kind": "json", "body": {}}})  # fmt: skip
+    w.append({"type": "end", "exit_code": 0})
+    w.close()
+    out = tmp_path / "spans.jsonl"
+    result = CliRunner().invoke(main, ["export", str(w.path), "--file", str(out), "--content"])
+    assert result.exit_code == 0, (result.output, result.exception)
+    assert out.read_bytes()

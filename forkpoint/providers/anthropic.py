@@ -361,7 +361,7 @@ class Anthropic(Provider):
     def genai_input_messages(self, body: dict[str, Any]) -> GenAIInput:
         system = genai_parts(body["system"]) if body.get("system") else None
         msgs: list[dict[str, Any]] = []
-        for m in body.get("messages") or []:
+        for m in lst(body.get("messages")):  # (a hand-edited session's may be anything)
             if not isinstance(m, dict):
                 continue
             content = m.get("content")
@@ -389,10 +389,10 @@ class Anthropic(Provider):
                     )
                 else:
                     parts.extend(genai_parts([b]))
-            role = m.get("role") or "user"
+            who = role(m.get("role"), "user")
             if parts and all(p["type"] == "tool_call_response" for p in parts):
-                role = "tool"
-            msgs.append({"role": role, "parts": parts})
+                who = "tool"
+            msgs.append({"role": who, "parts": parts})
         return system, msgs
 
     def genai_tool_definitions(self, body: dict[str, Any]) -> list[dict[str, Any]]:

@@ -223,16 +223,16 @@ class Gemini(Provider):
         if sys_inst:
             system = [
                 {"type": "text", "content": p["text"]}
-                for p in (sys_inst.get("parts") if isinstance(sys_inst, dict) else []) or []
+                for p in lst(d(sys_inst).get("parts"))
                 if isinstance(p, dict) and isinstance(p.get("text"), str)
             ]
         msgs: list[dict[str, Any]] = []
         contents = body.get("contents")
-        for c in [contents] if isinstance(contents, dict) else contents or []:
+        for c in [contents] if isinstance(contents, dict) else lst(contents):
             if not isinstance(c, dict):
                 continue
             parts = []
-            for p in c.get("parts") or []:
+            for p in lst(c.get("parts")):
                 if not isinstance(p, dict):
                     continue
                 call = p.get("functionCall") or p.get("function_call")
@@ -252,10 +252,11 @@ class Gemini(Provider):
                     )
                 elif isinstance(p.get("text"), str):
                     parts.append({"type": "reasoning" if p.get("thought") else "text", "content": p["text"]})
-            role = {"model": "assistant"}.get(c.get("role") or "user", c.get("role") or "user")
+            who = role(c.get("role"), "user")
+            who = "assistant" if who == "model" else who
             if parts and all(x["type"] == "tool_call_response" for x in parts):
-                role = "tool"
-            msgs.append({"role": role, "parts": parts})
+                who = "tool"
+            msgs.append({"role": who, "parts": parts})
         return system, msgs
 
     def genai_tool_definitions(self, body: dict[str, Any]) -> list[dict[str, Any]]:

@@ -43,6 +43,7 @@ from .base import (
     on_vertex_ai,
     plain_text,
     read_usage,
+    role,
     s,
     sse,
     text_of_content,
@@ -297,11 +298,11 @@ class OpenAIChat(Provider):
 
     def genai_input_messages(self, body: dict[str, Any]) -> GenAIInput:
         msgs: list[dict[str, Any]] = []
-        for m in body.get("messages") or []:
+        for m in lst(body.get("messages")):  # (a hand-edited session's may be anything)
             if not isinstance(m, dict):
                 continue
-            role = m.get("role") or "user"
-            if role == "tool":
+            who = role(m.get("role"), "user")
+            if who == "tool":
                 msgs.append(
                     {
                         "role": "tool",
@@ -316,17 +317,17 @@ class OpenAIChat(Provider):
                 )
                 continue
             parts = genai_parts(m.get("content"))
-            for c in m.get("tool_calls") or []:
-                fn = (c or {}).get("function") or {}
+            for c in lst(m.get("tool_calls")):
+                fn = d(d(c).get("function"))
                 parts.append(
                     {
                         "type": "tool_call",
-                        "id": (c or {}).get("id"),
+                        "id": d(c).get("id"),
                         "name": fn.get("name"),
                         "arguments": maybe_json(fn.get("arguments")),
                     }
                 )
-            msgs.append({"role": "system" if role == "developer" else role, "parts": parts})
+            msgs.append({"role": "system" if who == "developer" else who, "parts": parts})
         return None, msgs
 
 
