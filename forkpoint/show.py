@@ -30,7 +30,9 @@ def _short(value: Any, limit: int = _MAX) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _args(args: dict[str, Any]) -> str:
+def _args(args: Any) -> str:
+    if not isinstance(args, dict):  # (a hand-edited session's: shown as it is, not read as names)
+        return _short(args, 40)
     return ", ".join(f"{k}={_short(v, 40)}" for k, v in args.items())
 
 

@@ -802,3 +802,16 @@ def test_a_request_body_of_the_wrong_shape_is_exported_without_a_traceback(
     result = CliRunner().invoke(main, ["export", str(w.path), "--file", str(out), "--content"])
     assert result.exit_code == 0, (result.output, result.exception)
     assert out.read_bytes()
+
+
+@pytest.mark.parametrize("args", [[1, 2], "q", 5])
+def test_a_tool_calls_arguments_of_the_wrong_shape_are_shown(tmp_path: Path, args: Any) -> None:
+    """``show`` read a tool call's arguments as names and values: a hand-edited ``"args": [1, 2]``
+    crashed it with an AttributeError. They are shown as they are."""
+    w = SessionWriter.create(tmp_path / "store", {"argv": ["agent.py"]}, fsync="never")
+    w.append({"type": "tool_call", "tool": "t", "args": args, "result": 1})
+    w.append({"type": "end", "exit_code": 0})
+    w.close()
+    result = CliRunner().invoke(main, ["show", str(w.path)], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, (result.output, result.exception)
+    assert "t(" in result.output
