@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..files import write_private
+from ..redact import scrub_json
 from .check import AB_STATUSES, verdict_text
 
 # Characters outside XML 1.0's Char production (control characters but tab, LF and CR; surrogates;
@@ -31,6 +32,9 @@ def _text(value: Any) -> str:
 def write_junit(rows: list[dict[str, Any]], path: Path, *, seconds: float, ab: bool = False) -> Path:
     """Write ``rows`` (:func:`forkpoint.suite.check.check_sessions`) to ``path`` as JUnit XML,
     atomically (a temp file, then rename). ``ab`` rows fail only when their run failed."""
+    # (the program's stderr and the details are what a replayed program printed: a secret it
+    # printed is scrubbed, as the rows of --json are)
+    rows = scrub_json(rows)
     ok = AB_STATUSES if ab else ("reproduced",)
     failures = sum(1 for r in rows if r["status"] not in ok and r["status"] != "error")
     errors = sum(1 for r in rows if r["status"] == "error")

@@ -314,6 +314,29 @@ def test_junit_xml(tmp_path: Path) -> None:
     assert error is not None and error.get("message") == "error: cannot read"
 
 
+def test_junit_xml_is_scrubbed(tmp_path: Path) -> None:
+    """``check --json`` scrubbed its rows, ``--junit-xml`` wrote them as they were: a secret the
+    replayed program printed on stderr (an exception's message with the key it sent) or one in a
+    divergence's details reached the XML file."""
+    key = "sk-proj-" + "Q7pVbX2mK9wL4nR8tY3uE6iO1aS5dF0gH2jK4lZ7"
+    row = {
+        "session_id": "s1",
+        "name": "n",
+        "tags": {},
+        "location": "/s",
+        "status": "diverged",
+        "detail": f"no recorded request has the key {key}",
+        "call": None,
+        "path": None,
+        "divergence": f"replay diverged at {key}",
+        "stderr": f"Traceback …\nAuthenticationError: Incorrect API key provided: {key}",
+        "seconds": 0.5,
+    }
+    out = write_junit([row], tmp_path / "check.xml", seconds=1.0)
+    text = out.read_text()
+    assert key not in text and "[REDACTED:openai-key:" in text, text
+
+
 # ----------------------------------------------------------------------------- end to end
 
 ASK = """import os
