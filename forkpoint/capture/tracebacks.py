@@ -19,7 +19,9 @@ the program (and a model DSPy shows it to) reads the traceback it would read wit
 from __future__ import annotations
 
 import itertools
+import linecache
 import os
+import sys
 from types import CodeType, FunctionType, TracebackType
 from typing import Any, Literal
 
@@ -134,6 +136,23 @@ def _source(line: int, end_line: Any, col: Any, end_col: Any) -> tuple[str, int]
     return "def f():\n (\n" + " " * start + call + ")", line - 2
 
 
+def _may_read(filename: str) -> bool:
+    """Whether ``traceback`` may show lines of ``filename``, a session's word: a name of the
+    program's own code, as Python names it (``<stdin>``; a relative path without ``..``, which
+    ``linecache`` looks up along ``sys.path``; an absolute one under the current folder or a folder
+    of ``sys.path``), never another file of this machine's (``/etc/passwd``, ``../../.ssh/id_rsa``),
+    whose lines a replayed program's traceback would then print, and DSPy send to a model."""
+    if filename.startswith("<"):
+        return True
+    if ".." in filename.replace("\\", "/").split("/"):
+        return False
+    if not os.path.isabs(filename):
+        return True
+    real = os.path.realpath(filename)
+    roots = {os.path.realpath(p or ".") for p in (os.getcwd(), *sys.path)}
+    return any(real == r or real.startswith(r.rstrip(os.sep) + os.sep) for r in roots if r != os.sep)
+
+
 def _made(frame: Any) -> TracebackType | None:
     """A traceback entry that formats as the recorded ``frame``, or None when it is not one."""
     if not isinstance(frame, list) or len(frame) != 6:
@@ -141,6 +160,9 @@ def _made(frame: Any) -> TracebackType | None:
     filename, line, name = frame[0], frame[1], frame[2]
     if not isinstance(filename, str) or not isinstance(name, str) or not isinstance(line, int) or line < 1:
         return None
+    if not _may_read(filename):
+        # An entry of no lines, never checked against the file (no time): traceback shows none.
+        linecache.cache[filename] = (0, None, [], filename)
     try:
         source, first = _source(line, *frame[3:])
         (code,) = (

@@ -1436,3 +1436,32 @@ def test_recorded_frames_that_cannot_be_made_are_left_out() -> None:
     assert recorded_traceback("frames") is None and recorded_traceback(junk) is None
     far = recorded_traceback([["f.py", 5, "g", 5, 10**9, 10**9 + 5]])  # (its line, without the span)
     assert far is not None and (far.tb_lineno, far.tb_frame.f_code.co_name) == (5, "g")
+
+
+def test_recorded_frames_show_no_lines_of_files_outside_the_programs_folders(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A recorded frame names a file, and ``traceback`` prints that file's line: a session naming
+    ``/etc/passwd`` or ``../../.ssh/id_rsa`` got lines of this machine's files into a replayed
+    program's traceback (which DSPy sends a model). Lines are shown of the program's own code only:
+    a file under the current folder or a folder of ``sys.path``, or a relative name without ``..``."""
+    from forkpoint.capture.tracebacks import recorded_traceback
+
+    work, outside = tmp_path / "work", tmp_path / "outside"
+    work.mkdir(), outside.mkdir()
+    (work / "agent.py").write_text("OWN_LINE = 1\n")
+    (outside / "notes.py").write_text("TOPSECRET = 1\n")
+    monkeypatch.chdir(work)
+
+    def shown(filename: str) -> str:
+        exc = ValueError("x").with_traceback(recorded_traceback([[filename, 1, "f", 1, 0, 5]]))
+        return "".join(traceback.format_exception(exc))
+
+    assert "OWN_LINE = 1" in shown(str(work / "agent.py")) and "OWN_LINE = 1" in shown("agent.py")
+    for hostile in (
+        str(outside / "notes.py"),
+        "../outside/notes.py",
+        str(work / ".." / "outside" / "notes.py"),
+    ):
+        text = shown(hostile)
+        assert "TOPSECRET" not in text and f'File "{hostile}", line 1, in f' in text
