@@ -507,6 +507,52 @@ def is_tool_call(event: Mapping[str, Any]) -> TypeGuard[ToolCallEvent]:
     return event.get("type") == "tool_call"
 
 
+def _pairs_of(value: Any, first: tuple[type, ...], second: tuple[type, ...]) -> bool:
+    """Whether ``value`` is a list of two-item lists (or tuples) of those types."""
+    return isinstance(value, list) and all(
+        isinstance(p, list | tuple)
+        and len(p) == 2
+        and isinstance(p[0], first)
+        and not isinstance(p[0], bool)
+        and isinstance(p[1], second)
+        for p in value
+    )
+
+
+def envelope_problem(event: Mapping[str, Any]) -> str | None:
+    """What is wrong with the fields around a call's recorded values (its ``request`` URL and
+    headers, its response's headers and stream chunks, its ``duration_ms``, a tool call's ``tool``
+    and ``mcp``), in words, or None when they have the shapes every reader relies on. A recording
+    always has them; a hand-edited log may not, and ``show``, ``diff`` and the export crashed on
+    it with a traceback instead of naming the line."""
+    kind = event.get("type")
+    if kind not in ("model_call", "tool_call"):
+        return None
+    ms = event.get("duration_ms")
+    if ms is not None and (isinstance(ms, bool) or not isinstance(ms, int | float)):
+        return f"its duration_ms is {ms!r}, not a number"
+    if kind == "tool_call":
+        if not isinstance(event.get("tool"), str):
+            return f"its tool is {event.get('tool')!r}, not a name"
+        if event.get("mcp") is not None and not isinstance(event.get("mcp"), dict):
+            return "its mcp is not an object"
+        return None
+    request, response = event.get("request"), event.get("response")
+    if not isinstance(request, dict) or not isinstance(request.get("url"), str):
+        return "its request has no url"
+    if request.get("headers") is not None and not _pairs_of(request["headers"], (str,), (str,)):
+        return "its request's headers are not [name, value] pairs of text"
+    if response is None:
+        return None
+    if not isinstance(response, dict):
+        return "its response is not an object"
+    if response.get("headers") is not None and not _pairs_of(response["headers"], (str,), (str,)):
+        return "its response's headers are not [name, value] pairs of text"
+    if response.get("chunks") is not None and not _pairs_of(response["chunks"], (int, float), (str, bytes)):
+        return "its response's chunks are not [ms, text] pairs"
+    return None
+
+
 def mcp_tool_error(event: Mapping[str, Any]) -> str | None:
     """The text of an MCP tool's error answer (a ``tools/call`` whose ``CallToolResult`` has
     ``isError``: the tool failed, but no exception reached the agent), or None for any other call."""

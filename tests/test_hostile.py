@@ -815,3 +815,62 @@ def test_a_tool_calls_arguments_of_the_wrong_shape_are_shown(tmp_path: Path, arg
     result = CliRunner().invoke(main, ["show", str(w.path)], env={"COLUMNS": "200"})
     assert result.exit_code == 0, (result.output, result.exception)
     assert "t(" in result.output
+
+
+STREAM_URL = "http://127.0.0.1:9/v1/messages"
+
+
+def _call(**changes: Any) -> dict[str, Any]:
+    """A streamed model call as a recording writes it, with ``changes`` made to it."""
+    event: dict[str, Any] = {
+        "type": "model_call",
+        "duration_ms": 3.5,
+        "request": {
+            "method": "POST",
+            "url": STREAM_URL,
+            "headers": [["content-type", "application/json"]],
+            "body_kind": "json",
+            "body": {},
+        },
+        "response": {
+            "status": 200,
+            "headers": [["content-type", "text/event-stream"]],
+            "body_kind": "stream",
+            "chunks": [[0.5, "event: ping\ndata: {}\n\n"]],
+        },
+    }
+    for key, value in changes.items():
+        holder, _, field = key.rpartition("__")
+        (event[holder] if holder else event)[field] = value
+    return event
+
+
+@pytest.mark.parametrize(
+    ("event", "said"),
+    [
+        (_call(response__chunks=[[0.0]]), "its response's chunks are not [ms, text] pairs"),
+        (_call(response__chunks=[[0.0, 1.5]]), "its response's chunks are not [ms, text] pairs"),
+        (_call(duration_ms=[1]), "its duration_ms is [1], not a number"),
+        (_call(request__headers=[[5, "x"]]), "its request's headers are not [name, value] pairs of text"),
+        (_call(request={}), "its request has no url"),
+        ({"type": "tool_call", "tool": "t", "args": {}, "result": 1, "mcp": [1]}, "its mcp is not an object"),
+    ],
+)
+def test_a_call_of_the_wrong_shape_is_named_not_crashed_on(tmp_path: Path, event: Any, said: str) -> None:
+    """A hand-edited log whose calls' fields have the wrong shape (a chunk without its text, a
+    duration that is a list, a header name that is a number, a request without its URL) crashed
+    ``show``, ``diff`` and the export with a traceback; reading it names the line and what is wrong."""
+    w = SessionWriter.create(tmp_path / "store", {"argv": ["agent.py"]}, fsync="never")
+    w.append(event)
+    w.append({"type": "end", "exit_code": 0})
+    w.close()
+    with pytest.raises(SessionError, match=re.escape(f"{LOG_NAME}:2: event 1 ({event['type']}): {said}")):
+        Session.load(w.path)
+    for args in (
+        ["show", str(w.path)],
+        ["diff", str(w.path), str(w.path)],
+        ["export", str(w.path), "--file", "-"],
+    ):
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 1 and said in result.output, (args, result.output, result.exception)
+        assert not isinstance(result.exception, TypeError | ValueError | AttributeError | KeyError)

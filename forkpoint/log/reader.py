@@ -22,6 +22,7 @@ from ..events import (
     NoteEvent,
     OutcomeEvent,
     ToolCallEvent,
+    envelope_problem,
 )
 from .blobs import BlobStore, open_regular
 from .codec import (
@@ -211,6 +212,11 @@ class _Resolver:
         body = delta_container(event)
         if body is not None:
             self.lists[event["seq"]] = {k: v for k, v in body.items() if isinstance(v, list)}
+        problem = envelope_problem(event)
+        if problem is not None:
+            raise SessionError(
+                f"{self.log_path}:{lineno}: event {event.get('seq')} ({event.get('type')}): {problem}"
+            )
         for derive in self.derivers:
             derive(event)
         if event.get("type") == "tool_call":
