@@ -489,8 +489,10 @@ def test_server_messages_while_several_requests_are_in_flight_make_the_verdict_n
             assert asyncio.run(run(server.openai_base_url)) == live
     report = rp.report()
     assert report["reproduced"], report
-    calls = {e["tool"]: e["seq"] for e in forkpoint.Session.load(rec.session_path).by_type("tool_call")}
-    assert report["mcp_shared"] and set(report["mcp_shared"]) <= {calls["ask"], calls["count"]}
+    # (the requests in flight when the server spoke: the two calls, or the tools/list the client
+    # sends meanwhile to validate a result, whichever was the latest: it varies from run to run)
+    requests = {e["seq"] for e in forkpoint.Session.load(rec.session_path).by_type("tool_call") if "mcp" in e}
+    assert report["mcp_shared"] and set(report["mcp_shared"]) <= requests
     line = summary_line(report)
     assert line.startswith("replay ok, but not certain: an MCP server sent messages"), line
     assert f"(seq {', '.join(map(str, report['mcp_shared']))})" in line
