@@ -435,13 +435,13 @@ def test_parallel_tool_calls_answered_out_of_order_get_their_own_call_ids(
     assert ids == {"Paris": "call_0_0", "London": "call_0_1"}
 
 
-def test_a_sub_agents_tool_call_is_nested_under_the_model_call_that_asked_for_it(
-    tmp_path: Path, make_server: Any
-) -> None:
-    """A tool whose body runs a sub-agent: the sub-agent's tool call stayed a sibling of the model
-    call that asked for it, with no ``gen_ai.tool.call.id`` (only top-level tools were matched)."""
+def record_sub_agent(store: Path, make_server: Any) -> Path:
+    """A session where the top-level model asks for ``research`` and ``get_weather`` (Paris), and
+    ``research``'s body runs a sub-agent whose model asks for ``get_weather`` (Oslo) too."""
     top = openai.OpenAI(
-        base_url=make_server(chat_script=[[("research", {"topic": "rain"})], "done"]).openai_base_url,
+        base_url=make_server(
+            chat_script=[[("research", {"topic": "rain"}), ("get_weather", {"city": "Paris"})], "done"]
+        ).openai_base_url,
         api_key="sk-test",
     )
     sub = openai.OpenAI(
@@ -460,19 +460,31 @@ def test_a_sub_agents_tool_call_is_nested_under_the_model_call_that_asked_for_it
             get_weather(**json.loads(call.function.arguments))
         return "wet"
 
-    with forkpoint.record(store=tmp_path) as rec:
+    with forkpoint.record(store=store) as rec:
         top.chat.completions.create(model="top", messages=[{"role": "user", "content": "go"}])
         research("rain")
-    spans = {s.name: s for s in plan(Session.load(rec.session_path))}
-    weather, inner, outer = (
-        spans["execute_tool get_weather"],
-        spans["chat sub"],
-        spans["execute_tool research"],
-    )
-    assert inner.parent_id == outer.span_id
-    assert weather.parent_id == inner.span_id
-    assert weather.attributes["gen_ai.tool.call.id"] == "call_0_0"
-    assert outer.parent_id == spans["chat top"].span_id
+        get_weather("Paris")
+    return rec.session_path
+
+
+def test_a_sub_agents_tool_call_is_nested_under_the_model_call_that_asked_for_it(
+    tmp_path: Path, make_server: Any
+) -> None:
+    """A tool whose body runs a sub-agent: the sub-agent's tool call stayed a sibling of the model
+    call that asked for it, with no ``gen_ai.tool.call.id`` (only top-level tools were matched)."""
+    spans = plan(Session.load(record_sub_agent(tmp_path, make_server)), content=True)
+    named = {s.name: s for s in spans if s.name != "execute_tool get_weather"}
+    weather = {
+        json.loads(s.attributes["gen_ai.tool.call.arguments"])["city"]: s
+        for s in spans
+        if s.name == "execute_tool get_weather"
+    }
+    inner, outer, top = named["chat sub"], named["execute_tool research"], named["chat top"]
+    assert inner.parent_id == outer.span_id and outer.parent_id == top.span_id
+    assert weather["Oslo"].parent_id == inner.span_id
+    assert weather["Oslo"].attributes["gen_ai.tool.call.id"] == "call_0_0"
+    assert weather["Paris"].parent_id == top.span_id
+    assert weather["Paris"].attributes["gen_ai.tool.call.id"] == "call_0_1"
 
 
 def test_a_program_that_died_of_an_exception_names_it_on_the_root_span() -> None:

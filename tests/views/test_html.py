@@ -550,35 +550,10 @@ def test_a_sub_agents_tool_call_does_not_answer_the_top_level_model_call(
     """A tool whose body runs a sub-agent that calls ``get_weather``, while the top-level model
     also asked for ``get_weather``: the page paired the sub-agent's call with the top-level model's
     request (its call id, its "asked for by"), and the top-level call then found none."""
-    import openai
+    from tests.exporters.test_otel import record_sub_agent
 
-    top = openai.OpenAI(
-        base_url=make_server(
-            chat_script=[[("research", {"topic": "rain"}), ("get_weather", {"city": "Paris"})], "done"]
-        ).openai_base_url,
-        api_key="sk-test",
-    )
-    sub = openai.OpenAI(
-        base_url=make_server(chat_script=[[("get_weather", {"city": "Oslo"})], "wet"]).openai_base_url,
-        api_key="sk-test",
-    )
-
-    @forkpoint.tool
-    def get_weather(city: str) -> str:
-        return f"{city}: rain"
-
-    @forkpoint.tool
-    def research(topic: str) -> str:
-        asked = sub.chat.completions.create(model="sub", messages=[{"role": "user", "content": topic}])
-        for call in asked.choices[0].message.tool_calls or []:
-            get_weather(**json.loads(call.function.arguments))
-        return "wet"
-
-    with forkpoint.record(store=tmp_path) as rec:
-        top.chat.completions.create(model="top", messages=[{"role": "user", "content": "go"}])
-        research("rain")
-        get_weather("Paris")
-    events = view_model(Session.load(rec.session_path))["events"]
+    session = record_sub_agent(tmp_path, make_server)
+    events = view_model(Session.load(session))["events"]
     (model,) = [e for e in events if e["type"] == "model_call"]
     asked = {
         (e["tool"], e["args"].get("city")): (e.get("call_id"), e.get("requested_by"))
