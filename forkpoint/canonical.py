@@ -61,3 +61,14 @@ def digest(value: Any, *, exotic: bool = False) -> str:
     """SHA-256 hex of the canonical JSON of ``value``: the one content hash forkpoint uses
     (``exotic``: see :func:`canonical_json`)."""
     return sha256_hex(canonical_json(value, exotic=exotic))
+
+
+def maybe_json(text: Any) -> Any:
+    """JSON text to a value (tool-call arguments, which models send as JSON text); anything else,
+    and text that is no JSON, as it is."""
+    if isinstance(text, str):
+        try:
+            return orjson.loads(text)
+        except orjson.JSONDecodeError:
+            return text
+    return text

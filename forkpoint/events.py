@@ -629,24 +629,15 @@ def answered_call(tool: str, args: Any, calls: Sequence[_E]) -> _E | None:
     one tool finish, and are logged, in any order, so the call with these arguments, else one whose
     arguments these hold (the recorded ones have the tool's defaults filled in), else the first of
     that name; None when none has that name."""
+    from .canonical import maybe_json  # (only a session's reader gets here: not at every recording's import)
+
     named = [c for c in calls if tool_matches(tool, c.get("name"))]
-    asked = [(c, _json_arguments(c.get("arguments"))) for c in named]
+    asked = [(c, maybe_json(c.get("arguments"))) for c in named]
     return (
         next((c for c, a in asked if a == args), None)
         or next((c for c, a in asked if _given_in(a, args)), None)
         or next(iter(named), None)
     )
-
-
-def _json_arguments(text: Any) -> Any:
-    if isinstance(text, str):
-        import json  # (only a session's reader gets here: not at every recording's import)
-
-        try:
-            return json.loads(text)
-        except ValueError:
-            return text
-    return text
 
 
 def _given_in(asked: Any, recorded: Any) -> bool:

@@ -194,12 +194,13 @@ def _script_programs(script: str) -> list[str]:
 def _note(argv: list[str], env: Any, executable: Any = None) -> None:
     """Note the command line ``argv`` when it runs a Python program (``executable`` in its first
     word's place, when given) that this recording does not record."""
-    if not runtime.may_be_active():  # (the hook stays once a recording ended: nothing to note)
+    if not runtime.may_be_active() or _accounted.get():  # (the hook stays once a recording ended)
         return
+    if isinstance(env, dict) and (_ACTIVATION in env or os.fsencode(_ACTIVATION) in env):
+        return
+    # (the cheap checks first: this one looks programs up on PATH and reads their first line)
     programs = _programs(argv) + ([os.fsdecode(executable)] if executable is not None else [])
     if not any(_is_python(p) for p in programs):
-        return
-    if isinstance(env, dict) and any(k in (_ACTIVATION, os.fsencode(_ACTIVATION)) for k in env):
         return
     # Asked only now: under `forkpoint record` the recorder is made when first asked for
     # (runtime.activate_later), and a program that runs `git status` and makes no call loads none.
@@ -209,7 +210,7 @@ def _note(argv: list[str], env: Any, executable: Any = None) -> None:
         return
     from .tools import in_tool_body
 
-    if in_tool_body() or _accounted.get():
+    if in_tool_body():
         return
     # (imported here: every process `forkpoint record` starts loads this module, and few name one)
     from .. import redact

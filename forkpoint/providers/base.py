@@ -23,6 +23,7 @@ from typing import Any, NamedTuple, TypedDict
 
 import orjson
 
+from ..canonical import maybe_json as maybe_json  # (the providers' readers' name for it)
 from ..deltalist import json_default
 from ..events import Summary, ToolCallSummary, Usage
 from ..patterns import compiled_later
@@ -470,16 +471,6 @@ def stable_id(prefix: str, seed: str, n: int) -> str:
 
 # --------------------------------------------------------------------------------------------------
 # OpenTelemetry GenAI helpers (opentelemetry.io/docs/specs/semconv/gen-ai/, input/output messages)
-
-
-def maybe_json(text: Any) -> Any:
-    """JSON text to a value (the conventions want tool-call arguments as objects); else as is."""
-    if isinstance(text, str):
-        try:
-            return orjson.loads(text)
-        except orjson.JSONDecodeError:
-            return text
-    return text
 
 
 def plain_text(content: Any) -> str:
