@@ -193,7 +193,10 @@ async def _request(
         in_flight.append(exchange)
         try:
             with _http_above():
-                return await send()
+                result = await send()
+            if method in _INTRODUCING and info["server"] is None:  # (its event names the server too)
+                info["server"] = _server_name(result)
+            return result
         except Exception as exc:
             error_class = _error_class()
             if error_class is None or not isinstance(exc, error_class):
@@ -289,16 +292,24 @@ def _received(session: Any, message: dict[str, Any]) -> None:
         )
 
 
+#: The requests whose answer names the server.
+_INTRODUCING = ("initialize", "server/discover")
+
+
 def _learn_server(session: Any, result: Any) -> None:
     """Note the server's name from an ``initialize`` (or 2.x ``server/discover``) answer."""
+    setattr(session, _SERVER, _server_name(result))
+
+
+def _server_name(result: Any) -> Any:
+    """The server's name in an ``initialize`` (or 2.x ``server/discover``) answer, or None."""
     info = None
     if isinstance(result, dict):  # a raw discover answer carries it in _meta
         meta = result.get("_meta")
         info = result.get("serverInfo") or (meta.get(_DISCOVERED_INFO) if isinstance(meta, dict) else None)
     if info is None:
         info = getattr(result, "serverInfo", None) or getattr(result, "server_info", None)
-    name = info.get("name") if isinstance(info, dict) else getattr(info, "name", None)
-    setattr(session, _SERVER, name)
+    return info.get("name") if isinstance(info, dict) else getattr(info, "name", None)
 
 
 def _dump(value: Any) -> Any:

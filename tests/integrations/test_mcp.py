@@ -166,7 +166,7 @@ def test_an_mcp_session_replays_without_its_server(transport: str, tmp_path: Pat
         "mcp:prompts/get",
         "mcp:resources/read",
     ]
-    assert events[0]["mcp"] == {"server": None, "method": "initialize"}
+    assert events[0]["mcp"] == {"server": "calc", "method": "initialize"}  # (named by its own answer)
     add = events[2]
     assert add["mcp"] == {"server": "calc", "method": "tools/call"}
     assert add["args"] == {"a": 2, "b": 3}
@@ -284,6 +284,12 @@ def test_an_agent_with_mcp_tools_replays_offline(tmp_path: Path) -> None:
     session = forkpoint.Session.load(rec.session_path)
     calls = [e["tool"] for e in session.by_type("tool_call") if e["mcp"]["method"] == "tools/call"]
     assert calls == ["add"]
+    # (the initialize request's event too: its own answer names the server)
+    assert {(e["mcp"]["method"], e["mcp"]["server"]) for e in session.by_type("tool_call")} == {
+        ("initialize", "calc"),
+        ("tools/list", "calc"),
+        ("tools/call", "calc"),
+    }
     assert len(session.by_type("model_call")) == 2
     shown = io.StringIO()
     render(session, Console(file=shown, width=200))
