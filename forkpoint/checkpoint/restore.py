@@ -232,6 +232,7 @@ def _restore_into(
             git(["symbolic-ref", "HEAD", f"refs/heads/{branch}"], into)
         else:
             git(["update-ref", "--no-deref", "HEAD", head], into)
+        _drop_cloned_branches(into, branch)
         staged = source.get("index_tree") or head
         git(["read-tree", "-m", staged], into, alt)  # keeps the stat data of entries that match
         # Paths of the working tree the staged state lacks were intent-to-add entries: say so again.
@@ -337,6 +338,24 @@ def _restore_into(
     (meta / "checkpoint.json").write_bytes(json_text(expect, indent=True))
     (meta / "messages.json").write_bytes(json_text(cp.get("context"), indent=True))
     (meta / "manifest.json").write_bytes(json_text([list(r) for r in rows]))
+
+
+def _drop_cloned_branches(into: Path, branch: str | None) -> None:
+    """Undo the local branch the clone made for the branch the recorded repository is on *today*
+    (one the agent created later in the run, or the user's current work): deleted unless it is
+    the checkpoint's ``branch``, and its upstream (``origin``, set by the clone) dropped either way.
+    Kept, it was a branch the checkpoint never had, and an arm's agent doing again what the
+    recording did (``git checkout -b feature``) failed. The recorded repository's branches stay
+    readable as ``origin/…``."""
+    keep = f"refs/heads/{branch}" if branch else None
+    refs = git(["for-each-ref", "--format=%(refname)", "refs/heads/"], into).splitlines()
+    for ref in refs:
+        if ref and ref != keep:
+            git(["update-ref", "-d", ref], into)
+        if ref:
+            git(
+                ["config", "--remove-section", f"branch.{ref.removeprefix('refs/heads/')}"], into, check=False
+            )
 
 
 def _restat(into: Path, paths: list[str]) -> None:

@@ -526,6 +526,31 @@ def test_a_checkpoint_whose_commit_is_gone_is_not_restored_at_another(tmp_path: 
     assert not (tmp_path / "out").exists()
 
 
+def test_a_restore_has_the_checkpoints_branch_not_the_one_the_repository_is_on_today(tmp_path: Path) -> None:
+    """The agent went on to `git checkout -b feature` after the checkpoint: a restore of it had a
+    local branch `feature` (the clone's, of the branch the recorded repository was on by then),
+    validate said ok, and an arm's agent doing what the recording did failed ("a branch named
+    'feature' already exists"). Only the checkpoint's branch is local, without the clone's upstream."""
+    repo = make_repo(tmp_path / "repo", {"a.txt": "a\n"})
+    with forkpoint.record(store=tmp_path / "store", workspace=repo) as rec:
+        (repo / "a.txt").write_text("b\n")
+        seq = forkpoint.checkpoint()
+        sh_git(repo, "checkout", "-q", "-b", "feature")
+        sh_git(repo, "commit", "-qam", "later work")
+    for at, branch in ((seq, "main"), (None, None)):
+        out = tmp_path / f"out-{branch}"
+        session = Session.load(rec.session_path)
+        if at is None:  # (a checkpoint on the branch the repository is on today keeps it)
+            with forkpoint.record(store=tmp_path / "store", workspace=repo) as again:
+                at = forkpoint.checkpoint()
+            session, branch = Session.load(again.session_path), "feature"
+        restore(session, at, out)
+        assert sh_git(out, "for-each-ref", "--format=%(refname)", "refs/heads/") == f"refs/heads/{branch}\n"
+        assert sh_git(out, "config", "--get-regexp", r"^branch\.", check=False) == ""
+        assert all(c.ok for c in validate(out))
+    sh_git(tmp_path / "out-main", "checkout", "-q", "-b", "feature")  # as the agent did
+
+
 def test_a_fifo_in_a_plain_folder_workspace_is_said_to_be_left_out(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
