@@ -106,6 +106,7 @@ def _safe_target(root: Path, rel: str) -> Path:
 
 
 def _check_source(source: dict[str, Any]) -> None:
+    _stash_entries(source.get("stash"))
     for key in ("base", "tree"):
         if not isinstance(source.get(key), str) or not HEX.match(source[key]):
             raise CheckpointError(f"the checkpoint's source {key} {source.get(key)!r} is not an object id")
@@ -233,6 +234,7 @@ def _restore_into(
         else:
             git(["update-ref", "--no-deref", "HEAD", head], into)
         _drop_cloned_branches(into, branch)
+        _restore_stash(into, source.get("stash"), origin)
         staged = source.get("index_tree") or head
         git(["read-tree", "-m", staged], into, alt)  # keeps the stat data of entries that match
         # Paths of the working tree the staged state lacks were intent-to-add entries: say so again.
@@ -329,6 +331,7 @@ def _restore_into(
         "mentioned_absent": cp.get("mentioned_absent", []),
         "uncaptured": cp.get("uncaptured", []),
         "submodules": (source or {}).get("submodules", []),
+        "stash": [commit for commit, _ in _stash_entries((source or {}).get("stash"))],
         "nested": workspace.get("nested", []),
         "root": workspace.get("root"),
         "cwd": cp.get("cwd"),
@@ -356,6 +359,40 @@ def _drop_cloned_branches(into: Path, branch: str | None) -> None:
             git(
                 ["config", "--remove-section", f"branch.{ref.removeprefix('refs/heads/')}"], into, check=False
             )
+
+
+def _stash_entries(stash: Any) -> list[tuple[str, str]]:
+    """A checkpoint's ``stash`` (newest first) as (commit, message) pairs, checked. Raises
+    :class:`CheckpointError` for one that is not a list of ``[object id, one-line message]``."""
+    if stash is None:
+        return []
+    if not isinstance(stash, list) or not all(
+        isinstance(e, list)
+        and len(e) == 2
+        and isinstance(e[0], str)
+        and HEX.match(e[0])
+        and isinstance(e[1], str)
+        and "\n" not in e[1]
+        and "\0" not in e[1]
+        for e in stash
+    ):
+        raise CheckpointError(f"the checkpoint's stash list {stash!r} is malformed")
+    return [(e[0], e[1]) for e in stash]
+
+
+def _restore_stash(into: Path, stash: Any, origin: Path) -> None:
+    """Put the checkpoint's stash list back (oldest entry first), from the commits the clone copied
+    with the recorded repository's objects (a stash popped later there is unreachable, but copied
+    until garbage-collected). Raises :class:`CheckpointError` naming a stash commit that is gone."""
+    entries = _stash_entries(stash)
+    for commit, _ in entries:
+        if git(["cat-file", "-t", commit], into, check=False).strip() != "commit":
+            raise CheckpointError(
+                f"{origin} does not have the commit of the stash entry the checkpoint had ({commit[:12]}); "
+                "pass --repo with a clone that has it"
+            )
+    for commit, message in reversed(entries):
+        git(["update-ref", "--create-reflog", "-m", message, "refs/stash", commit], into)
 
 
 def _restat(into: Path, paths: list[str]) -> None:

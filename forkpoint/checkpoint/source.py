@@ -278,6 +278,8 @@ class SourceTracker:
         self._attr_entries: dict[bytes, bytes] | None = None
         self._attrs: dict[bytes, tuple[str, bool, bool]] = {}
         self._differs: StatCache[bytes, bool] = StatCache()
+        # stash(): the stash reflog's stat data, and the entries read at it.
+        self._stash: tuple[tuple[int, ...] | None, list[tuple[str, str]]] = (None, [])
 
     def close(self) -> None:
         """Remove the private index."""
@@ -664,8 +666,10 @@ class SourceTracker:
                 head, ref = None, "HEAD"
         patch = b"".join(self._patch)
         submodules = self.submodules()
+        stash = self.stash()
         return {
             **({"submodules": submodules} if submodules else {}),
+            **({"stash": stash} if stash else {}),
             "base": self.base,
             "head": head,
             "branch": ref[len("refs/heads/") :] if ref.startswith("refs/heads/") else None,
@@ -675,6 +679,31 @@ class SourceTracker:
             "patch": list(self._patch),
             "diff_hash": sha256_hex(patch),
         }
+
+    def stash(self) -> list[list[str]]:
+        """The repository's stash list, newest first: ``[commit, message]`` of each entry (``git
+        stash list``). A restore puts it back (its commits are the repository's, as HEAD's are), so an
+        agent's ``git stash pop`` in a fork arm finds what the recording's found. Costs a stat when
+        there is no stash (one git when the refs are in a reftable)."""
+        common = self.repo_objects.parent
+        log = common / "logs" / "refs" / "stash"
+        try:
+            st = log.stat()
+        except OSError:
+            if not (common / "reftable").is_dir():
+                return []
+            st = None
+        key = (st.st_ino, st.st_size, st.st_mtime_ns) if st is not None else None
+        if key is not None and self._stash[0] == key:
+            return [list(e) for e in self._stash[1]]
+        out = git(["reflog", "show", "--format=%H %gs", "refs/stash", "--"], self.repo, check=False)
+        found = []
+        for line in out.splitlines():
+            commit, _, message = line.partition(" ")
+            if HEX.match(commit):
+                found.append((commit, message))
+        self._stash = (key, found)
+        return [list(e) for e in found]
 
     def _diff(self, tree: str) -> None:
         raw = self._git(RAW_DIFF + [self.base_tree, tree], binary=True)

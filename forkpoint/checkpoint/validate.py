@@ -53,7 +53,7 @@ _TEXT_FIELDS = (
     "root",
     "cwd",
 )
-_LIST_FIELDS = ("referenced", "mentioned_absent", "uncaptured", "submodules", "nested")
+_LIST_FIELDS = ("referenced", "mentioned_absent", "uncaptured", "submodules", "nested", "stash")
 
 
 def _inside(root: Path, rel: str, is_kind: Callable[[Path], bool] = Path.is_dir) -> bool:
@@ -102,6 +102,10 @@ def _git_state(root: Path, expect: dict[str, Any], staged: str | None) -> Check:
     for key in ("branch", "index_tree"):  # (not kept: an older description, an index with conflicts)
         if key not in expect or (key == "index_tree" and want[key] is None):
             del want[key], actual[key]
+    if isinstance(expect.get("stash"), list):  # (a description written before the stash was kept: not)
+        out = git(["reflog", "show", "--format=%H", "refs/stash", "--"], root, check=False)
+        actual["stash"] = out.split()
+        want["stash"] = expect["stash"]
     return Check("git HEAD, branch and index", actual == want, want, actual)
 
 

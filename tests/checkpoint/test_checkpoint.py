@@ -551,6 +551,34 @@ def test_a_restore_has_the_checkpoints_branch_not_the_one_the_repository_is_on_t
     sh_git(tmp_path / "out-main", "checkout", "-q", "-b", "feature")  # as the agent did
 
 
+def test_a_restore_has_the_stash_the_checkpoint_had(tmp_path: Path) -> None:
+    """The agent stashed its work (`git stash -u`, to run the tests on the original code), and the
+    checkpoint before its `git stash pop` was restored without the stash: validate said ok, and an
+    arm's `git stash pop` found nothing, the stashed edit and untracked file lost to the arm. The
+    stash list is put back (from the recorded repository's objects) and validated."""
+    repo = make_repo(tmp_path / "repo", {"a.txt": "a\n"})
+    with forkpoint.record(store=tmp_path / "store", workspace=repo) as rec:
+        sh_git(repo, "stash", "-q", "-m", "older")  # (nothing to stash yet: no entry)
+        (repo / "a.txt").write_text("first\n")
+        sh_git(repo, "stash", "-q", "-m", "first try")
+        (repo / "a.txt").write_text("b\n")
+        (repo / "new.txt").write_text("untracked\n")
+        sh_git(repo, "stash", "-q", "-u")
+        seq = forkpoint.checkpoint()
+        sh_git(repo, "stash", "pop", "-q")
+        sh_git(repo, "stash", "drop", "-q")
+    out = tmp_path / "out"
+    restore(Session.load(rec.session_path), seq, out)
+    assert all(c.ok for c in validate(out))
+    assert sh_git(out, "stash", "list", "--format=%gs").splitlines() == [
+        "WIP on main: " + sh_git(repo, "log", "-1", "--format=%h %s").strip(),
+        "On main: first try",
+    ]
+    sh_git(out, "stash", "pop", "-q")  # as the agent did
+    assert (out / "a.txt").read_text() == "b\n" and (out / "new.txt").read_text() == "untracked\n"
+    assert not checks_by_name(out)["git HEAD, branch and index"].ok  # (one entry fewer now)
+
+
 def test_a_fifo_in_a_plain_folder_workspace_is_said_to_be_left_out(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
