@@ -1108,6 +1108,44 @@ def fork_into(session: Session, seq: int) -> Path:
     return Path(tempfile.mkdtemp(prefix=f"{session.id}@{seq}-", dir=base))
 
 
+def unrecorded_before(session: Session, seq: int) -> dict[str, int]:
+    """The tools the recording's model asked for before checkpoint ``seq`` of which the recording
+    has no calls (its end's ``unrecorded_tools``), and how many times: an arm's program replays that
+    prefix, and if it ran them, it runs them again for real, on the restored checkpoint."""
+    from .providers import summary
+
+    ends = session.by_type("end")
+    names = (ends[-1].get("unrecorded_tools") if ends else None) or {}
+    if not isinstance(names, dict) or not names:
+        return {}
+    out: dict[str, int] = {}
+    for e in session.by_type("model_call"):
+        if e["seq"] >= seq:
+            break
+        for call in summary(e).get("tool_calls") or []:
+            name = call.get("name")
+            if name in names:
+                out[str(name)] = out.get(str(name), 0) + 1
+    return out
+
+
+def say_unrecorded_before(session: Session, seqs: list[int]) -> None:
+    """Say (stderr) which tools :func:`unrecorded_before` finds before the checkpoints ``seqs`` the
+    arms of a fork or sweep start from, if any: those arms are not the recorded state once run."""
+    affected = [seq for seq in sorted(seqs) if unrecorded_before(session, seq)]
+    if not affected:
+        return
+    missing = unrecorded_before(session, affected[-1])
+    names = ", ".join(f"{n} ({plural(k, 'call')})" for n, k in missing.items())
+    arms = "each arm" if len(seqs) == 1 else f"each arm of checkpoint seq {affected[0]} and later"
+    say(
+        f"forkpoint: WARNING: before checkpoint seq {affected[-1]} the model asked for tools the recording "
+        f"has no calls of: {names}. The program of {arms} replays that part of the run, and if it ran them, "
+        "it runs them again for real on the restored checkpoint: what they changed is done twice. Name them "
+        "when recording: @forkpoint.tool on the function, or forkpoint record --tool MODULE:FUNCTION."
+    )
+
+
 def resumable(session: Session, seq: int) -> None:
     """Raise :class:`~forkpoint.errors.CheckpointError` unless ``seq`` is a resumable checkpoint of
     ``session`` (resuming anywhere else would make the agent speak twice)."""
@@ -1238,6 +1276,7 @@ def fork_arms(
     check_overrides(session, list(overrides or []), live_from=seq)
     into = into if into is not None else fork_into(session, seq)
     refuse_taken(into, [into], arms, "fork")
+    say_unrecorded_before(session, [seq])
     specs = arm_specs(
         session,
         seq,

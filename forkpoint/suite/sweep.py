@@ -16,7 +16,15 @@ from typing import Any
 from ..errors import UsageError
 from ..executors import Executor
 from ..log import Session
-from ..orchestrate import Arm, arm_specs, check_overrides, fork_into, refuse_taken, run_arms
+from ..orchestrate import (
+    Arm,
+    arm_specs,
+    check_overrides,
+    fork_into,
+    refuse_taken,
+    run_arms,
+    say_unrecorded_before,
+)
 from ..outcome import Outcome, by_checkpoint
 
 
@@ -77,6 +85,7 @@ def sweep(
     check_overrides(session, list(overrides or []))
     into = into if into is not None else fork_into(session, cps[0]["seq"])
     refuse_taken(into, [into / f"seq-{cp['seq']}" for cp in cps], arms, "sweep")
+    say_unrecorded_before(session, [cp["seq"] for cp in cps])
     specs: list[dict[str, Any]] = []
     for cp in cps:
         specs += arm_specs(

@@ -20,7 +20,7 @@ import pytest
 from forkpoint.html import view_model
 from forkpoint.log import Session
 from forkpoint.outcome import Rate, by_checkpoint, outcome_of, wilson
-from forkpoint.store import session_dirs
+from forkpoint.store import resolve, session_dirs
 from forkpoint.suite.tables import sweep_verdict
 from tests.modelserver import LocalServer
 from tests.suite.agents import KEEPER_OUTCOME, Keeper, record_keeper
@@ -703,3 +703,43 @@ def test_sweep_says_which_measured_arms_wrote_no_report(keeper: Keeper, tmp_path
     assert out.returncode == 1, out.stdout + out.stderr
     assert "2 measured arm(s) wrote no replay report, so nothing says they ran the recorded agent" in text
     assert "pass (the replayed process wrote no report" in " ".join(out.stderr.split()), out.stderr
+
+
+def test_a_fork_says_its_arms_replay_a_prefix_that_ran_tools_the_recording_lacks(tmp_path: Path) -> None:
+    """The agent's write_file was not marked as a tool (a shell tool of mini-swe-agent not named with
+    --tool): the recording said so, but a fork of a later checkpoint said nothing while each arm's
+    replayed prefix ran it again for real on the restored workspace, so every arm started from
+    another state than the checkpoint's. fork and sweep say it, naming the tool; a fork of a
+    checkpoint before the model asked for it does not."""
+    with LocalServer() as srv:
+        keeper = record_keeper(tmp_path, srv)
+        script = Path(keeper.agent[1])
+        script.write_text(script.read_text().replace("@forkpoint.tool\ndef write_file", "def write_file"))
+        rec = forkpoint_cli(
+            keeper, "record", "--store", str(keeper.store), "--name", "untooled", "--", *keeper.agent,
+            cwd=keeper.repo,
+        )  # fmt: skip
+        assert rec.returncode == 0 and "never recorded: write_file" in " ".join(rec.stderr.split()), (
+            rec.stderr
+        )
+        cps = [c["seq"] for c in Session.load(resolve("untooled", str(keeper.store))).by_type("checkpoint")]
+        said = []
+        for seq in (cps[0], cps[1]):
+            fork = forkpoint_cli(
+                keeper, "fork", f"untooled@{seq}", "--into", str(tmp_path / f"arms-{seq}"),
+                "--store", str(keeper.store), "--", *keeper.agent, cwd=tmp_path,
+            )  # fmt: skip
+            said.append(" ".join(fork.stderr.split()))
+        sweep = forkpoint_cli(
+            keeper, "sweep", "untooled", "--arms", "1", "--into", str(tmp_path / "sweep"), "--store",
+            str(keeper.store), "--outcome", "true", "--", *keeper.agent, cwd=tmp_path,
+        )  # fmt: skip
+    assert "WARNING" not in said[0], said[0]
+    assert (
+        f"WARNING: before checkpoint seq {cps[1]} the model asked for tools the recording has no calls of: "
+        "write_file (1 call). The program of each arm replays that part of the run, and if it ran them, it runs "
+        "them again for real on the restored checkpoint"
+    ) in said[1]
+    assert f"The program of each arm of checkpoint seq {cps[1]} and later replays" in " ".join(
+        sweep.stderr.split()
+    )
