@@ -546,8 +546,8 @@ def view_model(
 
 def _sweep(session: Session) -> dict[str, Any] | None:
     """The pass rate by checkpoint of the session's fork arms that measured an outcome, if any: of
-    the latest experiment's (arms with another command, outcome command or overrides measured
-    something else, and are left out, said in ``note``)."""
+    the latest fork or sweep's (the arms of another measured something else, or the same of other
+    code, and are left out, said in ``note``)."""
     measured = [arm for arm in arms_of(session) if arm[1] is not None]
     if not measured:
         return None
@@ -559,8 +559,7 @@ def _sweep(session: Session) -> dict[str, Any] | None:
     if others:
         drawn["note"] = (
             f"The arms of the latest fork or sweep ({' '.join(latest[0])}, outcome {latest[1]}); "
-            f"{len(measured) - len(arms)} arm(s) of {len(others)} other experiment(s) (another command, "
-            "outcome command, overrides or divergence policy) are left out."
+            f"{len(measured) - len(arms)} arm(s) of {len(others)} other fork(s) or sweep(s) are left out."
         )
     return drawn
 

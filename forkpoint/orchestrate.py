@@ -18,6 +18,7 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -417,6 +418,7 @@ def replay_run(
     cwd: Path | None = None,
     map_cwd: bool = False,
     child_name: str | None = None,
+    experiment: str | None = None,
     check: bool = True,
     quiet: bool = False,
     capture: bool = False,
@@ -517,6 +519,7 @@ def replay_run(
             overrides=specs,
             seq=live_from,
             name=child_name,
+            experiment=experiment,
             into=None if in_store else store_dir(None),
             cwd=here,
             zone=session.header.get("timezone"),  # (its program runs in it: below)
@@ -1020,6 +1023,7 @@ def arm_task(spec: dict[str, Any]) -> dict[str, Any]:
                 live_from=arm.seq,
                 cwd=_where_it_ran(session, arm.seq, directory),
                 child_name=spec.get("name"),
+                experiment=spec.get("experiment"),
                 quiet=True,
                 capture=True,
                 capture_stderr=True,
@@ -1195,14 +1199,18 @@ def arm_specs(
     outcome: Outcome | None = None,
     first: int = 1,
     timeout: float | None = None,
+    experiment: str | None = None,
 ) -> list[dict[str, Any]]:
     """The task specs of ``arms`` arms of ``session@seq`` (numbered from ``first``), in ``into``;
-    ``timeout``: seconds each arm's program may run (:func:`replay_run`)."""
+    ``timeout``: seconds each arm's program may run (:func:`replay_run`); ``experiment``: the id
+    the arms of one fork or sweep share in their sessions' headers (default: a new one)."""
 
     ref = session_ref(session)
+    experiment = experiment or uuid.uuid4().hex
     return [
         {
             "session": ref,
+            "experiment": experiment,
             "seq": seq,
             "index": i,
             "directory": str((into / f"arm-{i}").absolute()),

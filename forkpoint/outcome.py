@@ -231,9 +231,10 @@ def by_checkpoint(arms: Iterable[tuple[int, bool | None]], turns: dict[int, Any]
 def arms_of(session: Session) -> list[tuple[int, bool | None, tuple[Any, ...]]]:
     """``(checkpoint seq, passed, experiment)`` of every fork arm of ``session`` found beside it in
     its store (sessions whose header names it as parent, with a checkpoint seq), oldest first;
-    passed is None for an arm without an outcome; ``experiment`` (its command, outcome command,
-    overrides and divergence policy) tells arms of one fork or sweep from another's. None at all for a session that is
-    not in a store (a cassette)."""
+    passed is None for an arm without an outcome; ``experiment`` tells arms of one fork or sweep
+    from another's: the id they share (recorded since arms have one: two forks of the same command
+    may have run other code or another environment) with their command, outcome command,
+    overrides and divergence policy. None at all for a session that is not in a store (a cassette)."""
     from .log import Session
     from .store import is_store, open_store
 
@@ -268,6 +269,7 @@ def arms_of(session: Session) -> list[tuple[int, bool | None, tuple[Any, ...]]]:
             str(found.get("command")) if found is not None else None,
             tuple(map(str, overrides)) if isinstance(overrides, list) else (),
             str(replay.get("on_divergence")),
+            replay.get("experiment"),
         )
         out.append((seq, found["passed"] if found is not None else None, experiment))
     return out

@@ -29,13 +29,15 @@ def create_child(
     cwd: Path | None = None,
     zone: str | None = None,
     hash_seed: int | None = None,
+    experiment: str | None = None,
 ) -> Recording:
     """A new session for a what-if run of ``parent`` (header ``parent`` and ``replay`` say how it was
     made), in the store ``into`` (default: the folder the parent is in). It keeps the parent's tool
     targets, ``deterministic``, ignore rules and encryption. ``cwd``: the directory the run runs in
     (a fork's arm: its own; default this process's), kept with its git state; ``zone``: the time
     zone its program runs in (default this process's); ``hash_seed``: the ``PYTHONHASHSEED`` it runs
-    with, when forkpoint sets it. The caller ends it."""
+    with, when forkpoint sets it; ``experiment``: the id of the fork or sweep whose arm it is. The
+    caller ends it."""
     header = make_header(
         argv=argv,
         cwd=cwd,
@@ -58,6 +60,8 @@ def create_child(
     }
     if live_tools:
         header["replay"]["live_tools"] = list(live_tools)
+    if experiment:
+        header["replay"]["experiment"] = experiment
     if parent.header.get("encryption") is not None:  # what the parent hid, its children hide too
         header["encryption"] = parent.header["encryption"]
     return open_store(into or parent.path.parent).create(header)

@@ -9,6 +9,7 @@ executor. The result is the pass rate at each checkpoint (:func:`forkpoint.outco
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -87,6 +88,7 @@ def sweep(
     refuse_taken(into, [into / f"seq-{cp['seq']}" for cp in cps], arms, "sweep")
     say_unrecorded_before(session, [cp["seq"] for cp in cps])
     specs: list[dict[str, Any]] = []
+    experiment = uuid.uuid4().hex  # (one sweep: one experiment, whatever the checkpoint)
     for cp in cps:
         specs += arm_specs(
             session,
@@ -99,6 +101,7 @@ def sweep(
             repo=repo,
             outcome=outcome,
             timeout=timeout,
+            experiment=experiment,
         )
     done = run_arms(specs, executor=executor, on_arm=on_arm)
     rates = by_checkpoint(((a.seq, a.passed) for a in done), {c["seq"]: c.get("turn") for c in cps})

@@ -635,9 +635,11 @@ def test_the_page_draws_the_latest_experiments_arms_not_every_arms_pool(
     keeper: Keeper, tmp_path: Path
 ) -> None:
     """``show --html`` pooled every arm forked from a checkpoint into one pass rate: arms of another
-    command or outcome command (another experiment) with these, "15 arms, 8 passed"."""
+    command or outcome command (another experiment) with these, "15 arms, 8 passed"; and then the
+    arms of two forks of the same command (run with other code or another environment between)."""
     before = keeper.resumable()[1]
-    for n, (outcome, policy) in enumerate((("true", "stop"), ("false", "stop"), ("false", "fifo"))):
+    experiments = (("true", "stop"), ("false", "stop"), ("false", "fifo"), ("true", "stop"))
+    for n, (outcome, policy) in enumerate(experiments):
         fork = forkpoint_cli(
             keeper, "fork", f"{keeper.session.id}@{before}", "--arms", "1", "--into", str(tmp_path / f"arms{n}"),
             "--store", str(keeper.store), "--outcome", outcome, "--on-divergence", policy, "--", *keeper.agent,
@@ -648,7 +650,9 @@ def test_the_page_draws_the_latest_experiments_arms_not_every_arms_pool(
         assert [(p["seq"], p["passed"], p["ran"]) for p in drawn["points"]] == [
             (before, int(outcome == "true"), 1)
         ]
-    assert "outcome false); 2 arm(s) of 2 other experiment(s)" in drawn["note"], drawn["note"]
+    assert "outcome true); 3 arm(s) of 3 other fork(s) or sweep(s) are left out" in drawn["note"], drawn[
+        "note"
+    ]
 
 
 def test_an_outcome_command_that_leaves_a_process_running_is_measured_by_its_exit(tmp_path: Path) -> None:
