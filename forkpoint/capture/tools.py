@@ -41,6 +41,7 @@ import inspect
 import json
 import os
 import sys
+import threading
 import time
 import types
 import weakref
@@ -1016,20 +1017,34 @@ def _watched(tool: str) -> bool:
 
 
 def _object_state(fn: Callable[..., Any], args: tuple[Any, ...]) -> dict[str, Any] | None:
-    """Of a method's object (``self``: a tool that is a method), each attribute as far as a change
-    made in place shows cheaply — a number or a string itself, a container its identity and length,
-    anything else its identity; None for a function that is not called as a method."""
+    """Of a method's object (``self``: a tool that is a method), :func:`_attributes`; None for a
+    function that is not called as a method."""
     params = getattr(getattr(fn, "__code__", None), "co_varnames", ())
     if not args or not params or params[0] != "self":
         return None
-    attrs = getattr(args[0], "__dict__", None)
-    if not isinstance(attrs, dict):
-        return None
+    return _attributes(args[0])
+
+
+def _attributes(obj: Any) -> dict[str, Any] | None:
+    """Each attribute of ``obj`` (each item of a dict), keyed as it is named after the object
+    (``.total``, ``['cart']``), as far as a change made in place shows cheaply — a number or a
+    string itself, a container its identity and length, anything else its identity; None for an
+    object with neither (a number, a string, a class)."""
+    if isinstance(obj, dict):
+        items = [(f"[{k!r}]", v) for k, v in list(obj.items())]
+    else:
+        attrs = getattr(obj, "__dict__", None)
+        if not isinstance(attrs, dict):
+            return None
+        cls = type(obj)
+        # (a cached_property is a cache the first read fills: a replay's first read fills it again)
+        items = [
+            (f".{k}", v)
+            for k, v in list(attrs.items())
+            if not isinstance(getattr(cls, k, None), functools.cached_property)
+        ]
     out: dict[str, Any] = {}
-    cls = type(args[0])
-    for k, v in list(attrs.items()):
-        if isinstance(getattr(cls, k, None), functools.cached_property):
-            continue  # (a cache the first read fills: a replay's first read fills it again)
+    for k, v in items:
         if v is None or type(v) in (str, int, float, bool):
             out[k] = v
         else:
@@ -1038,6 +1053,27 @@ def _object_state(fn: Callable[..., Any], args: tuple[Any, ...]) -> dict[str, An
             except Exception:  # (no length, or one that fails: a closed lazy collection, a dead proxy)
                 out[k] = id(v)
     return out
+
+
+def _changed_attributes(label: str, before: dict[str, Any], after: dict[str, Any] | None) -> list[str]:
+    """The attributes (items) that differ between two :func:`_attributes` of the object ``label``."""
+    now = after or {}
+    return [f"{label}{k}" for k in dict.fromkeys([*before, *now]) if before.get(k) != now.get(k)]
+
+
+def _say_changed(tool: str, changed: list[str], beside: Sequence[str] = ()) -> None:
+    """Say (once per tool and recording) that ``tool`` changed ``changed`` in place; ``beside``:
+    the other tools that ran at the same time on one of those objects, which may have made it."""
+    rt = runtime.active()
+    _changes_said.setdefault(rt, set()).add(tool)
+    who = f"tool {tool!r}" + (
+        f" (or {', '.join(map(repr, beside))}, which ran at the same time)" if beside else ""
+    )
+    _say(
+        f"{who} changed {', '.join(changed)} in place while it ran: a replay "
+        "does not run the tool's body, so the program will not see that change there and may go another "
+        "way. Return what the tool changes instead, or replay the tool live (forkpoint replay --tools live)"
+    )
 
 
 def _changed_in_place(
@@ -1062,34 +1098,78 @@ def _changed_in_place(
             after = before
         changed = [f"its argument {k!r}" for k in before if after.get(k) != before[k]]
     if state is not None:
-        now = _object_state(fn, args) or {}
-        changed += [f"self.{k}" for k in dict.fromkeys([*state, *now]) if state.get(k) != now.get(k)]
+        changed += _changed_attributes("self", state, _object_state(fn, args))
     if changed:
-        rt = runtime.active()
-        _changes_said.setdefault(rt, set()).add(tool)
-        _say(
-            f"tool {tool!r} changed {', '.join(changed)} in place while it ran: a replay "
-            "does not run the tool's body, so the program will not see that change there and may go another "
-            "way. Return what the tool changes instead, or replay the tool live (forkpoint replay --tools live)"
-        )
+        _say_changed(tool, changed)
+
+
+#: Calls being watched by :func:`objects_watched`, by the id of each object they watch.
+_watching: dict[int, list[_Watch]] = {}
+_watching_lock = threading.Lock()
+
+
+class _Watch:
+    """One call of :func:`objects_watched`: its tool, and the tools of the other calls that
+    watched one of its objects while it ran."""
+
+    def __init__(self, tool: str) -> None:
+        self.tool = tool
+        self.beside: set[str] = set()
+
+
+@contextlib.contextmanager
+def objects_watched(tool: str, objects: dict[str, Any]) -> Iterator[None]:
+    """Around a framework's call of ``tool``: while recording, say (once per tool) that it changed
+    the attributes (a dict's items) of an object the framework handed it besides its arguments,
+    each named by its label (``{"context": ctx.context}``: the Agents SDK's run context,
+    pydantic-ai's ``ctx.deps``, a bound method's ``self``) — state the program reads after the
+    call, which a replay, not running the body, leaves as it was. Tools running at the same time
+    on one object are named beside it: which of them changed it cannot be told."""
+    if not _watched(tool):
+        yield
+        return
+    before = {
+        label: (obj, state) for label, obj in objects.items() if (state := _attributes(obj)) is not None
+    }
+    me = _Watch(tool)
+    with _watching_lock:
+        for obj, _ in before.values():
+            running = _watching.setdefault(id(obj), [])
+            for other in running:
+                other.beside.add(tool)
+                me.beside.add(other.tool)
+            running.append(me)
+    try:
+        yield
+    finally:
+        with _watching_lock:
+            for obj, _ in before.values():
+                running = _watching.get(id(obj), [])
+                if me in running:
+                    running.remove(me)
+                if not running:
+                    _watching.pop(id(obj), None)
+        changed = [
+            c
+            for label, (obj, state) in before.items()
+            for c in _changed_attributes(label, state, _attributes(obj))
+        ]
+        if changed and _watched(tool):
+            _say_changed(tool, changed, sorted(me.beside - {tool}))
 
 
 @contextlib.contextmanager
 def method_watched(fn: Any, tool: str) -> Iterator[None]:
     """Around a framework's call of a tool that is a bound method (google-genai's automatic function
     calling with ``tools=[shop.add_item]``, ``beta_tool(shop.add_item)``): while recording, say, as
-    for a ``@forkpoint.tool`` method, that it changed its object's attributes (:func:`_changed_in_place`).
+    for a ``@forkpoint.tool`` method, that it changed its object's attributes (:func:`objects_watched`).
     Anything else (a function, a builtin, ``fn`` None) is left alone."""
     func, obj = getattr(fn, "__func__", None), getattr(fn, "__self__", None)
-    if func is None or obj is None or not _watched(tool):
+    if func is None or obj is None or not _watched(tool) or _object_state(func, (obj,)) is None:
         yield
         return
-    state = _object_state(func, (obj,))
-    try:
+    with objects_watched(tool, {"self": obj}):
         yield
-    finally:
-        if state is not None:
-            _changed_in_place(func, tool, {}, (obj,), {}, state)
 
 
 def wrapped(fn: Callable[..., Any], tool_name: str, on: Callable[[], bool] | None = None) -> Any:

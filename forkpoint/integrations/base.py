@@ -259,14 +259,17 @@ async def run_tool(
     body: Callable[[], Awaitable[Any]],
     encode: Callable[[Any], Any] = stored_form,
     fn: Any = None,
+    watch: dict[str, Any] | None = None,
 ) -> Any:
     """One framework tool call through forkpoint (:func:`forkpoint.capture.tools.acall_tool`), its
     result stored as ``encode`` of it (default: :func:`stored_form`). ``fn``: the tool's callable,
     when the framework has one; a bound method is watched for changes to its object that a replay,
-    not running it, cannot make (said while recording: :func:`~forkpoint.capture.tools.method_watched`)."""
-    from ..capture.tools import acall_tool, method_watched  # here: imported at every bootstrapped start
+    not running it, cannot make (said while recording: :func:`~forkpoint.capture.tools.method_watched`).
+    ``watch``: objects the framework hands the tool besides its arguments (the run's context), by
+    the name the message gives them, watched so too (:func:`~forkpoint.capture.tools.objects_watched`)."""
+    from ..capture.tools import acall_tool, method_watched, objects_watched  # (imported at every start)
 
-    with method_watched(fn, name):
+    with method_watched(fn, name), objects_watched(name, watch or {}):
         return await acall_tool(name, args, body, encode)
 
 
@@ -323,11 +326,12 @@ def run_tool_sync(
     body: Callable[[], Any],
     encode: Callable[[Any], Any] = stored_form,
     fn: Any = None,
+    watch: dict[str, Any] | None = None,
 ) -> Any:
     """:func:`run_tool` for a tool the framework calls synchronously."""
-    from ..capture.tools import call_tool, method_watched
+    from ..capture.tools import call_tool, method_watched, objects_watched
 
-    with method_watched(fn, name):
+    with method_watched(fn, name), objects_watched(name, watch or {}):
         return call_tool(name, args, body, encode)
 
 

@@ -19,6 +19,8 @@ The event's ``tool`` is the tool's name as the model sees it, ``args`` the model
 as is, structured outputs in pydantic's JSON form, a value forkpoint stores typed (a dataclass, a
 pydantic model: :func:`.base.stored_form`) as itself, so that the program gets the same value back;
 a value with no stored form is said while recording and left unrecorded (a replay stops there).
+A tool that changes the run's context (``ctx.context``, the SDK's way to share state between
+tools and instructions) is said while recording: a replay, not running the body, leaves it as it was.
 """
 
 from __future__ import annotations
@@ -94,6 +96,8 @@ def patch(module: ModuleType) -> None:
                         parse_arguments(input),
                         lambda: impl(ctx, input),
                         lambda output: encode_output(tool, output),
+                        # (the run's context, which tools may change for the rest of the run to read)
+                        watch={"context": getattr(ctx, "context", None)},
                     )
 
             functools.update_wrapper(recorded, impl)

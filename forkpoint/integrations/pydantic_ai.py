@@ -12,6 +12,8 @@ arguments in pydantic's JSON form (the ``RunContext`` is not one of them), ``res
 value, typed (:func:`.base.stored_form`; a value with no stored form is said while recording and
 left unrecorded, as a plain tool's is: a replay stops there). A ``ModelRetry`` raised by the tool is
 recorded as an error and raised again on replay, so the retry prompt the model sees is the same.
+A tool that changes the agent's dependencies (``ctx.deps``) is said while recording: a replay,
+not running the body, leaves them as they were.
 A ``ToolReturn`` (a return value plus content for the model and metadata for the application) and
 multimodal parts (``BinaryContent``, ``ImageUrl``…, alone, in a list beside other values, or in
 a ``ToolReturn``) are stored marked — each part as ``{"$pydantic_ai": <pydantic-ai's own JSON
@@ -48,7 +50,11 @@ def patch(module: ModuleType) -> None:
             if runtime.active() is None or is_forkpoint_tool(_function_of(tool)):
                 return await original(self, name, tool_args, ctx, tool)
             served = await run_tool(
-                name, jsonable(tool_args), lambda: original(self, name, tool_args, ctx, tool), encode_result
+                name,
+                jsonable(tool_args),
+                lambda: original(self, name, tool_args, ctx, tool),
+                encode_result,
+                watch={"ctx.deps": getattr(ctx, "deps", None)},  # (the agent's dependencies: its state)
             )
             return decode_result(served)
 

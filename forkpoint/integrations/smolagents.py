@@ -57,7 +57,8 @@ def _recorded_forward(name: str, inputs: list[str], forward: Callable[..., Any])
             named = {**dict(zip(inputs, args, strict=False)), **kwargs}
             if len(args) > len(inputs):
                 named["$args"] = list(args[len(inputs) :])
-            return run_tool_sync(name, dict(jsonable(named)), lambda: forward(*args, **kwargs))
+            # (a Tool subclass that keeps state in self: its forward is a bound method, watched)
+            return run_tool_sync(name, dict(jsonable(named)), lambda: forward(*args, **kwargs), fn=forward)
 
     return recorded
 

@@ -1,17 +1,31 @@
 """A bound method handed to a framework as a tool (google-genai's automatic function calling with
-``tools=[inventory.count]``, the anthropic SDK's ``beta_tool(notes.add)``) that keeps state in its
-object: a replay does not run its body, so the object stays as it was and the program may go
-another way under "replay ok". Recording says so, as it does for a ``@forkpoint.tool`` method."""
+``tools=[inventory.count]``, the anthropic SDK's ``beta_tool(notes.add)``, a smolagents ``Tool``
+subclass) that keeps state in its object, or a tool that changes the run's context the framework
+hands it (the Agents SDK's ``RunContextWrapper.context``, pydantic-ai's ``ctx.deps``): a replay does
+not run its body, so the object stays as it was and the program may go another way under "replay
+ok". Recording says so, as it does for a ``@forkpoint.tool`` method or argument."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import forkpoint
 from forkpoint.demo.server import ModelServer
+from tests.modelserver import LocalServer
+
+try:  # (module level: the tools' annotations are read in this module's globals)
+    from agents import RunContextWrapper
+except ImportError:
+    RunContextWrapper = None
+try:
+    from pydantic_ai import RunContext
+except ImportError:
+    RunContext = None
 
 SAID = "changed self.calls in place while it ran"
 
@@ -85,3 +99,116 @@ def test_an_anthropic_beta_tool_method_that_changes_its_object_is_said(
     said = " ".join(capsys.readouterr().err.split())
     assert f"tool 'count_items' {SAID}" in said, said
     assert f"tool 'count_later' {SAID}" in said, said
+
+
+@dataclasses.dataclass
+class Booking:
+    """The run's context, as the Agents SDK's customer service example keeps it."""
+
+    seat: str | None = None
+    looked: int = 0
+
+
+SEAT = [[("update_seat", {"seat": "12A"}), ("look", {})], "Done."]
+
+
+def _said(capsys: pytest.CaptureFixture[str]) -> str:
+    return " ".join(capsys.readouterr().err.split())
+
+
+def test_an_agents_sdk_tool_that_changes_the_run_context_is_said(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``update_seat`` sets ``context.seat`` (the SDK's own example does): a replay leaves the
+    context as it was, and the program that reads it after the run prints another seat. Two tools
+    the model asked for at once run side by side: which changed the context cannot be told, so
+    both are named."""
+    pytest.importorskip("agents")
+    from agents import Agent, OpenAIChatCompletionsModel, Runner, function_tool, set_tracing_disabled
+    from openai import AsyncOpenAI
+
+    set_tracing_disabled(True)
+
+    @function_tool
+    async def update_seat(ctx: RunContextWrapper[Booking], seat: str) -> str:
+        await asyncio.sleep(0.05)  # (look runs meanwhile)
+        ctx.context.seat = seat
+        return f"Seat {seat}."
+
+    @function_tool
+    async def look(ctx: RunContextWrapper[Booking]) -> str:
+        return str(ctx.context.seat)
+
+    booking = Booking()
+    with LocalServer(chat_script=SEAT) as server, forkpoint.record(store=tmp_path):
+        client = AsyncOpenAI(base_url=server.openai_base_url, api_key="sk-x", max_retries=0)
+        model = OpenAIChatCompletionsModel(model="m", openai_client=client)
+        agent = Agent[Booking](name="a", model=model, tools=[update_seat, look])
+        assert Runner.run_sync(agent, "Seat 12A, please.", context=booking).final_output == "Done."
+    assert booking.seat == "12A"
+    said = _said(capsys)
+    assert (
+        "tool 'update_seat' (or 'look', which ran at the same time) changed context.seat in place while it ran"
+        in said
+    ), said
+    assert said.count("in place while it ran") == 1, said  # (look changed nothing itself: checked alone)
+
+
+def test_a_pydantic_ai_tool_that_changes_the_agents_deps_is_said(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("pydantic_ai")
+    from pydantic_ai import Agent
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    agent = Agent(deps_type=Booking)
+
+    @agent.tool
+    def update_seat(ctx: RunContext[Booking], seat: str) -> str:
+        ctx.deps.seat = seat
+        return f"Seat {seat}."
+
+    @agent.tool
+    def look(ctx: RunContext[Booking]) -> str:
+        return str(ctx.deps.seat)
+
+    booking = Booking()
+    with LocalServer(chat_script=[[("update_seat", {"seat": "12A"})], [("look", {})], "Done."]) as server:
+        model = OpenAIChatModel("m", provider=OpenAIProvider(base_url=server.openai_base_url, api_key="sk-x"))
+        with forkpoint.record(store=tmp_path):
+            assert agent.run_sync("Seat 12A, please.", model=model, deps=booking).output == "Done."
+    assert booking.seat == "12A"
+    said = _said(capsys)
+    assert "tool 'update_seat' changed ctx.deps.seat in place while it ran" in said, said
+    assert "'look'" not in said
+
+
+def test_a_smolagents_tool_that_keeps_state_in_itself_is_said(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("smolagents")
+    from smolagents import OpenAIServerModel, Tool, ToolCallingAgent
+
+    class Notes(Tool):
+        name = "note"
+        description = "Keep a note."
+        inputs: Any = {"text": {"type": "string", "description": "The note."}}
+        output_type = "string"
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.kept: list[str] = []
+
+        def forward(self, text: str) -> str:
+            self.kept.append(text)
+            return "kept"
+
+    notes = Notes()
+    script: Any = [[("note", {"text": "buy milk"})], [("final_answer", {"answer": "ok"})]]
+    with LocalServer(chat_script=script) as server, forkpoint.record(store=tmp_path):
+        model = OpenAIServerModel(model_id="m", api_base=server.openai_base_url, api_key="sk-x")
+        ToolCallingAgent(tools=[notes], model=model, max_steps=3, verbosity_level=0).run("Note it.")
+    assert notes.kept == ["buy milk"]
+    said = _said(capsys)
+    assert "tool 'note' changed self.kept in place while it ran" in said, said
