@@ -59,6 +59,9 @@ class ErrorRecord(TypedDict, total=False):
     #: exceptions it holds, each recorded the same way.
     group_message: str
     exceptions: list["ErrorRecord"]
+    #: pydantic's ``ValidationError`` (which has no constructor): its ``title`` and ``errors``, each
+    #: ``{type, loc, msg, input, ctx}``, from which a replay makes it again.
+    validation: dict[str, Any]
     #: A tool's cancellation that came from inside it (its own subtask), not from its caller.
     inside: bool
     #: A tool that left the process through ``os._exit(status)`` (type ``_exit``, module ``os``):

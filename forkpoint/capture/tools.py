@@ -300,6 +300,9 @@ def _error_dict(exc: BaseException, tool: str, depth: int = 0, below: bool = Fal
             left.append(f"{key} ({type(value).__qualname__})")
     if attrs:
         out["attrs"] = attrs
+    validation = _validation_errors(exc)
+    if validation is not None:
+        out["validation"] = validation
     if exc.__cause__ is not None and depth < _CAUSES:  # (retry logic reads it: raise ApiError from exc)
         out["cause"] = _error_dict(exc.__cause__, tool, depth + 1)
     elif exc.__suppress_context__:  # raise … from None: no traceback shows what was handled
@@ -325,6 +328,80 @@ def _error_dict(exc: BaseException, tool: str, depth: int = 0, below: bool = Fal
             f"{', '.join(left)}; a replay rebuilds it from its args and message only"
         )
     return out
+
+
+def _is_validation_error(cls: Any) -> bool:
+    """Whether ``cls`` is pydantic's ``ValidationError`` (pydantic-core's, which has no constructor:
+    it is made by ``from_exception_data``)."""
+    core = sys.modules.get("pydantic_core")
+    return core is not None and isinstance(cls, type) and issubclass(cls, core.ValidationError)
+
+
+def _validation_errors(exc: BaseException) -> dict[str, Any] | None:
+    """Of pydantic's ``ValidationError``, what ``from_exception_data`` builds it again from: its
+    title and its errors (type, location, message, input and context; an input or context value
+    with no JSON form as its ``repr`` and type's name), scrubbed; None for any other exception."""
+    if not _is_validation_error(type(exc)):
+        return None
+    try:
+        errors = []
+        for e in cast(Any, exc).errors(include_url=False):
+            item: dict[str, Any] = {"type": str(e["type"]), "loc": list(e["loc"]), "msg": str(e["msg"])}
+            try:
+                item["input"] = _plain(e.get("input"))
+            except TypeError:
+                item["input"] = {"$repr": repr(e.get("input")), "$type": type(e.get("input")).__name__}
+            if e.get("ctx"):
+                item["ctx"] = {str(k): _plain_or_str(v) for k, v in e["ctx"].items()}
+            errors.append(item)
+        return cast(dict[str, Any], scrub_json({"title": str(cast(Any, exc).title), "errors": errors}))
+    except Exception:  # (another pydantic-core whose errors read otherwise: rebuilt as another exception)
+        return None
+
+
+def _plain_or_str(value: Any) -> Any:
+    """``value`` as :func:`_plain` has it, else its ``str()`` (a ``ValueError`` in a validation
+    error's context is shown as its text)."""
+    try:
+        return _plain(value)
+    except TypeError:
+        return str(value)
+
+
+def _validation_error(cls: Any, recorded: dict[str, Any], message: str) -> BaseException:
+    """pydantic's ``ValidationError`` ``cls`` made again from what :func:`_validation_errors`
+    recorded: as JSON or Python input, input shown or hidden, the one whose ``str()`` is the
+    recorded ``message`` (else the first). Raises when it cannot be made."""
+    from pydantic_core import PydanticCustomError
+
+    details = []
+    for e in recorded["errors"]:
+        shown = e.get("input")
+        if isinstance(shown, dict) and set(shown) == {"$repr", "$type"}:  # (no JSON form: shown as it was)
+            text = str(shown["$repr"])
+            shown = type(str(shown["$type"]), (), {"__repr__": lambda _self, text=text: text})()
+        else:
+            shown = _unplain(shown)
+        ctx = e.get("ctx") if isinstance(e.get("ctx"), dict) else None
+        detail: dict[str, Any] = {"type": str(e["type"]), "loc": tuple(e["loc"]), "input": shown}
+        if ctx:
+            detail["ctx"] = ctx
+        details.append(detail)
+    built: list[BaseException] = []
+    for input_type in ("python", "json"):
+        for hide_input in (False, True):
+            try:
+                exc = cls.from_exception_data(str(recorded["title"]), details, input_type, hide_input)
+            except (KeyError, TypeError, ValueError):  # an error type of the program's own
+                custom = [
+                    {**d, "type": PydanticCustomError(d["type"], str(e["msg"]))}
+                    for d, e in zip(details, recorded["errors"], strict=True)
+                ]
+                exc = cls.from_exception_data(str(recorded["title"]), custom, input_type, hide_input)
+            if str(exc) == message:
+                return cast(BaseException, exc)
+            built.append(exc)
+    return built[0]
 
 
 def rebuild_exception(error: dict[str, Any]) -> BaseException:
@@ -405,8 +482,14 @@ def _rebuilt(error: dict[str, Any]) -> BaseException:
         built: BaseException = exc
         return built
 
+    validation = error.get("validation")
+    rebuilt = (
+        (lambda: _validation_error(cls, validation, message))
+        if isinstance(validation, dict) and _is_validation_error(cls)
+        else None
+    )
     candidates: list[BaseException] = []
-    for how in ((lambda: cls(*args)) if args is not None else None, lambda: cls(message), bare):
+    for how in (rebuilt, (lambda: cls(*args)) if args is not None else None, lambda: cls(message), bare):
         exc = made(how) if how is not None else None
         if exc is None:
             continue

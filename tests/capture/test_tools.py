@@ -14,6 +14,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+import pydantic
+import pydantic_core
 import pytest
 
 import forkpoint
@@ -253,6 +255,63 @@ def test_custom_exceptions_come_back_whole(store: Path) -> None:
     assert "args" not in errors[0]  # the same as the message: not stored twice
     assert errors[0]["attrs"] == {"status": 429, "detail": "slow down"}
     assert errors[1]["attrs"] == {"reason": "robots.txt"}
+
+
+class Order(pydantic.BaseModel):
+    qty: int
+    note: str = ""
+    sizes: list[int] = []
+
+    @pydantic.field_validator("note")
+    @classmethod
+    def _polite(cls, value: str) -> str:
+        if value == "rude":
+            raise ValueError("a rude {note}")  # (braces: a template's, not this text's)
+        if value == "custom":
+            raise pydantic_core.PydanticCustomError("tone", "tone {n} is off", {"n": 3})
+        return value
+
+
+class Hidden(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(hide_input_in_errors=True)
+    qty: int
+
+
+def test_a_pydantic_validation_error_comes_back_as_itself(store: Path) -> None:
+    """A tool that validates with pydantic raises its ``ValidationError``, which has no constructor:
+    it came back a ``RecordedToolError`` whose text had the class's name in front, so pydantic-ai
+    (which turns a tool's ``ValidationError`` into a retry prompt) and LangChain
+    (``handle_validation_error``) let it out of the run on replay, and an ``except
+    ValidationError`` did not take it. It comes back as itself: the same text, the same errors."""
+
+    @forkpoint.tool
+    def parse(data: Any, as_json: bool = False, hidden: bool = False) -> Any:
+        model = Hidden if hidden else Order
+        return model.model_validate_json(data) if as_json else model.model_validate(data)
+
+    calls: list[tuple[Any, ...]] = [
+        ({"qty": "many", "note": "rude", "sizes": [1, "x"]},),
+        ('{"qty": 1, "note": "custom"}', True),
+        ("{not json", True),
+        ({"qty": object()},),
+        ({"qty": "k"}, False, True),
+        ({"qty": b"\xff"},),
+    ]
+
+    def run() -> list[tuple[Any, ...]]:
+        out = []
+        for call in calls:
+            try:
+                parse(*call)
+            except pydantic.ValidationError as exc:
+                out.append((str(exc), exc.title, [(e["type"], e["loc"], e["msg"]) for e in exc.errors()]))
+        return out
+
+    with forkpoint.record(store=store) as rec:
+        live = run()
+    assert len(live) == len(calls)
+    with forkpoint.replay(rec.session_path):
+        assert run() == live
 
 
 def test_an_exception_group_comes_back_with_its_exceptions(store: Path) -> None:

@@ -47,6 +47,7 @@ from langgraph.graph import START, MessagesState, StateGraph  # noqa: E402
 from langgraph.prebuilt import ToolNode, tools_condition  # noqa: E402
 from langgraph.types import Command, Send  # noqa: E402
 from openai import AsyncOpenAI  # noqa: E402
+from pydantic import BaseModel  # noqa: E402
 from pydantic_ai import Agent, ToolReturn  # noqa: E402
 from pydantic_ai.messages import BinaryContent, ToolReturnPart  # noqa: E402
 from pydantic_ai.models.openai import OpenAIChatModel  # noqa: E402
@@ -854,4 +855,44 @@ def test_a_pydantic_ai_tool_returning_a_tuple_replays_a_tuple(tmp_path: Path) ->
     with forkpoint.replay(rec.session_path) as rp:
         again = run()
     assert sorted(map(repr, again)) == sorted(map(repr, live)) == ["(1, 'a')", "Pair(a=1, b=2)"]
+    assert rp.report()["reproduced"]
+
+
+class Quantity(BaseModel):
+    qty: int
+
+
+def test_a_pydantic_ai_tool_raising_a_validation_error_retries_on_replay_as_it_did_live(
+    tmp_path: Path,
+) -> None:
+    """pydantic-ai turns a tool's ``ValidationError`` into a retry prompt for the model. On replay
+    the recorded one came back a ``RecordedToolError``, which pydantic-ai let out of the run: the
+    replay ended with an uncaught exception where the recording went on."""
+    from pydantic_ai.models.test import TestModel
+
+    agent = Agent(TestModel())
+    calls: list[int] = []
+
+    @agent.tool_plain
+    def order(text: str) -> int:
+        """Parse an order."""
+        calls.append(1)
+        return Quantity.model_validate({"qty": "many" if len(calls) == 1 else 2}).qty
+
+    def run() -> list[Any]:
+        got = agent.run_sync("Go.")
+        return [
+            (p.part_kind, p.content)
+            for m in got.all_messages()
+            for p in m.parts
+            if p.part_kind in ("retry-prompt", "tool-return")
+        ]
+
+    with forkpoint.record(store=tmp_path) as rec:
+        live = run()
+    assert len(calls) == 2 and live[0][1][0]["type"] == "int_parsing" and live[1] == ("tool-return", 2)
+    with forkpoint.replay(rec.session_path) as rp:
+        again = run()
+    assert len(calls) == 2
+    assert again == live
     assert rp.report()["reproduced"]
