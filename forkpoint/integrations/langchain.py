@@ -108,14 +108,17 @@ def _inside_tool() -> Iterator[None]:
         _inside.reset(token)
 
 
-def _call(self: Any, body: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """The arguments of :func:`run_tool` / :func:`run_tool_sync` for one body call."""
-    return (
-        str(self.name),
-        _arguments(self, args, kwargs),
-        lambda: body(self, *args, **kwargs),
-        lambda out: encode_output(self, out),
-    )
+def _call(
+    self: Any, body: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], ran: list[bool]
+) -> Any:
+    """The arguments of :func:`run_tool` / :func:`run_tool_sync` for one body call; ``ran`` is
+    appended to when the body runs (the output is then the live one, handed on as it is)."""
+
+    def live() -> Any:
+        ran.append(True)
+        return body(self, *args, **kwargs)
+
+    return (str(self.name), _arguments(self, args, kwargs), live, lambda out: encode_output(self, out))
 
 
 def _sync_body(body: Callable[..., Any]) -> Callable[..., Any]:
@@ -124,8 +127,10 @@ def _sync_body(body: Callable[..., Any]) -> Callable[..., Any]:
         with hidden:
             if not _records(self):
                 return body(self, *args, **kwargs)
+            ran: list[bool] = []
             with _inside_tool():
-                return decode_output(run_tool_sync(*_call(self, body, args, kwargs)))
+                out = run_tool_sync(*_call(self, body, args, kwargs, ran))
+            return out if ran else decode_output(out)
 
     return _run
 
@@ -136,8 +141,10 @@ def _async_body(body: Callable[..., Any]) -> Callable[..., Any]:
         with hidden:
             if not _records(self):
                 return await body(self, *args, **kwargs)
+            ran: list[bool] = []
             with _inside_tool():
-                return decode_output(await run_tool(*_call(self, body, args, kwargs)))
+                out = await run_tool(*_call(self, body, args, kwargs, ran))
+            return out if ran else decode_output(out)
 
     return _arun
 
@@ -211,10 +218,11 @@ def _pack(value: Any) -> Any:
 
 
 def _unpack(value: Any) -> Any:
-    """Inverse of :func:`_pack`."""
-    if isinstance(value, list):
+    """Inverse of :func:`_pack`: only plain lists and dicts hold its markers (a ``Counter`` or an
+    ``OrderedDict`` the tool returned, rebuilt as itself, stays one)."""
+    if type(value) is list:
         return [_unpack(v) for v in value]
-    if not isinstance(value, dict):
+    if type(value) is not dict:
         return value
     if len(value) == 1:
         ((key, inner),) = value.items()
@@ -236,7 +244,7 @@ def _unpack(value: Any) -> Any:
 
 
 def decode_output(value: Any) -> Any:
-    """Inverse of :func:`encode_output` for a served result (a live one passes through unchanged)."""
+    """Inverse of :func:`encode_output` for a served result (a live one is handed on as it is)."""
     if isinstance(value, dict) and len(value) == 1 and _PAIR in value:
         pair = value[_PAIR]
         if isinstance(pair, list) and len(pair) == 2:

@@ -49,14 +49,20 @@ def patch(module: ModuleType) -> None:
         with hidden:
             if runtime.active() is None or is_forkpoint_tool(_function_of(tool)):
                 return await original(self, name, tool_args, ctx, tool)
-            served = await run_tool(
+            ran: list[bool] = []
+
+            def live() -> Any:
+                ran.append(True)
+                return original(self, name, tool_args, ctx, tool)
+
+            out = await run_tool(
                 name,
                 jsonable(tool_args),
-                lambda: original(self, name, tool_args, ctx, tool),
+                live,
                 encode_result,
                 watch={"ctx.deps": getattr(ctx, "deps", None)},  # (the agent's dependencies: its state)
             )
-            return decode_result(served)
+            return out if ran else decode_result(out)  # (a live result is handed on as it is)
 
     replace(cls, "call_tool", call_tool)
 
@@ -115,9 +121,10 @@ def encode_result(value: Any) -> Any:
     parts, tool_return = kinds
     if isinstance(value, parts):
         return {_PART: _part_adapter().dump_python(value, mode="json")}
-    # (a list beside multimodal parts; a tuple only when it holds one: else it is stored typed, and
-    # comes back a tuple, a named tuple as itself)
-    if isinstance(value, list) or (isinstance(value, tuple) and any(isinstance(v, parts) for v in value)):
+    # (a list beside multimodal parts; a tuple, or a list of the program's own class, only when it
+    # holds one: else it is stored typed, and comes back a tuple, a named tuple as itself, or is
+    # said to have no stored form rather than come back a plain list)
+    if type(value) is list or (isinstance(value, list | tuple) and any(isinstance(v, parts) for v in value)):
         return [encode_result(v) for v in value]
     if isinstance(value, tool_return):
         return {
@@ -132,7 +139,7 @@ def encode_result(value: Any) -> Any:
 
 
 def decode_result(value: Any) -> Any:
-    """Inverse of :func:`encode_result` for a served result (a live one passes through unchanged)."""
+    """Inverse of :func:`encode_result` for a served result."""
     if isinstance(value, list):
         return [decode_result(v) for v in value]
     if not (isinstance(value, dict) and len(value) == 1):

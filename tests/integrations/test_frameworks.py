@@ -696,6 +696,50 @@ def test_a_langchain_tool_invoked_directly_returns_the_same_typed_value_on_repla
     assert rp.report()["reproduced"]
 
 
+class Rows(list):  # type: ignore[type-arg]
+    """A list of the program's own (a result set), as some tools return."""
+
+
+def test_a_live_tool_result_reaches_the_program_as_it_was_while_recording(tmp_path: Path) -> None:
+    """The LangChain and pydantic-ai integrations read every result back from its stored form,
+    the live one too: while recording, a ``Counter`` a LangChain tool returned reached the program
+    a plain dict (and a replay, rebuilding the ``Counter``, made a dict of it again), and a list of
+    the program's own class a pydantic-ai tool returned reached it a plain list (and was stored as
+    one, for a replay to hand back so under "replay ok")."""
+    from pydantic_ai.models.test import TestModel
+
+    @langchain_tool
+    def letters(text: str) -> dict[str, int]:
+        """Count the letters."""
+        return collections.Counter(text)
+
+    agent = Agent(TestModel())
+    kept = Rows([1, 2])
+
+    @agent.tool_plain
+    def rows() -> list[int]:
+        """The rows."""
+        return kept
+
+    def run() -> list[Any]:
+        got = agent.run_sync("Go.")
+        (part,) = [p for m in got.all_messages() for p in m.parts if p.part_kind == "tool-return"]
+        return [letters.invoke({"text": "aab"}), part.content]
+
+    assert [type(v) for v in run()] == [collections.Counter, Rows]  # (without forkpoint)
+    with forkpoint.record(store=tmp_path) as rec:
+        live = run()
+    assert [type(v) for v in live] == [collections.Counter, Rows] and live[1] is kept
+    with forkpoint.replay(rec.session_path) as rp:
+        again = letters.invoke({"text": "aab"})
+    assert type(again) is collections.Counter and again == live[0]
+    assert rp.report()["divergence"] is None
+    (rows_call,) = [
+        e for e in forkpoint.Session.load(rec.session_path).by_type("tool_call") if e["tool"] == "rows"
+    ]
+    assert "unrecorded" in rows_call  # (no stored form: said, not stored as a plain list)
+
+
 def test_integrations_call_through_when_inactive(workdir: Path) -> None:
     """Outside record/replay the patched entry points change nothing."""
     with ModelServer(turns=2) as server:
