@@ -32,6 +32,7 @@ import contextlib
 import contextvars
 import functools
 import json
+import weakref
 from collections.abc import Callable, Iterator
 from types import ModuleType
 from typing import Any
@@ -39,6 +40,7 @@ from typing import Any
 from .. import runtime
 from ..capture.tracebacks import hidden
 from ..errors import ToolResultError
+from ..text import say
 from .base import (
     Integration,
     calls_mcp,
@@ -188,9 +190,32 @@ def encode_output(tool: Any, output: Any) -> Any:
             "or register an encoder for it: forkpoint.register_encoder(SomeType, to_json)"
         )
     try:  # what LangChain sends the model for any other value (tools/base.py: _stringify)
-        return json.dumps(output, ensure_ascii=False)
+        text = json.dumps(output, ensure_ascii=False)
     except Exception:
-        return str(output)
+        text = str(output)
+    _said_as_text(str(getattr(tool, "name", "?")), output)
+    return text
+
+
+#: By recording, the tools whose result was recorded as its text (said once each).
+_text_said: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
+
+
+def _said_as_text(name: str, output: Any) -> None:
+    """Say (once per tool and recording) that the result of tool ``name`` is recorded as the text
+    LangChain makes of it for the model: exact for the model and for a ``ToolNode`` (which hands on
+    that text), not for a caller of ``invoke`` that reads the value itself."""
+    rt = runtime.active()
+    if rt is None or name in _text_said.setdefault(rt, set()):
+        return
+    _text_said[rt].add(name)
+    kind = f"{type(output).__module__}.{type(output).__qualname__}"
+    say(
+        f"forkpoint: tool {name!r} returned a {kind}, which forkpoint cannot store as itself: recorded as "
+        "its text, what LangChain sends the model; on replay a caller of the tool's invoke() gets that "
+        f"text, not a {type(output).__qualname__} (forkpoint.register_encoder({type(output).__qualname__}, "
+        "encode, decode) stores it and makes it again)"
+    )
 
 
 def _pack(value: Any) -> Any:

@@ -740,6 +740,28 @@ def test_a_live_tool_result_reaches_the_program_as_it_was_while_recording(tmp_pa
     assert "unrecorded" in rows_call  # (no stored form: said, not stored as a plain list)
 
 
+def test_a_langchain_result_recorded_as_its_text_is_said(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A LangChain tool's result with no stored form (a ``deque``) is recorded as the text LangChain
+    sends the model: exact for the model and a ``ToolNode``, but a caller of ``invoke`` got a
+    ``str`` on replay, and nothing said so."""
+
+    @langchain_tool
+    def window(n: int) -> list[int]:
+        """The last n readings."""
+        return collections.deque(range(n))
+
+    with forkpoint.record(store=tmp_path) as rec:
+        live = [window.invoke({"n": 2}), window.invoke({"n": 3})]
+    assert live == [collections.deque([0, 1]), collections.deque([0, 1, 2])]
+    said = " ".join(capsys.readouterr().err.split())
+    assert said.count("tool 'window' returned a collections.deque") == 1, said  # (once per tool)
+    assert "on replay a caller of the tool's invoke() gets that text, not a deque" in said, said
+    with forkpoint.replay(rec.session_path):
+        assert window.invoke({"n": 2}) == "deque([0, 1])"  # (what was said)
+
+
 def test_integrations_call_through_when_inactive(workdir: Path) -> None:
     """Outside record/replay the patched entry points change nothing."""
     with ModelServer(turns=2) as server:
