@@ -470,3 +470,41 @@ def test_a_session_removed_while_it_was_recorded_leaves_the_commands_exit_code(t
     assert out.stdout == "the agent went on\n"
     said = " ".join(out.stderr.split())
     assert "could not be finished" in said and "no such session log" in said and "Error:" not in said
+
+
+def test_cli_record_when_the_header_is_cut_short_runs_the_command_unrecorded_and_leaves_no_session(
+    store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file size limit (``ulimit -f``) or a disk filling up while the header was written: the
+    write came back short, the half header was linked into place as the session's log, and
+    ``forkpoint record`` stopped with "header line is incomplete" (exit 1) without running the
+    command, leaving an unreadable session in the store. The command runs, unrecorded, and the
+    store holds no session."""
+    real = os.write
+
+    def write(fd: int, data: Any) -> int:
+        name = os.readlink(f"/proc/self/fd/{fd}")
+        if os.path.basename(name).startswith(f".{LOG_NAME}.") and name.endswith(".tmp"):
+            if os.fstat(fd).st_size:  # (what the kernel does past RLIMIT_FSIZE)
+                raise OSError(errno.EFBIG, os.strerror(errno.EFBIG))
+            return real(fd, bytes(data)[:100])
+        return real(fd, data)
+
+    monkeypatch.setattr(os, "write", write)
+    marker = tmp_path / "ran"
+    r = cli(
+        "record",
+        "--store",
+        str(store),
+        "--no-workspace",
+        "--",
+        sys.executable,
+        "-c",
+        f"open({str(marker)!r}, 'w').write('x'); raise SystemExit(5)",
+    )
+    assert r.exit_code == 5, r.output
+    assert marker.exists()
+    said = " ".join(r.output.split())
+    assert "cannot create a session in" in said and "File too large" in said, said
+    assert "the command runs unrecorded" in said
+    assert [p.name for p in store.iterdir() if not p.name.startswith(".")] == []

@@ -11,6 +11,7 @@ calls :meth:`SessionWriter.append`: the log is the last line of defence against 
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import operator
 import os
@@ -176,13 +177,19 @@ class SessionWriter:
                 head = seal_header(head, cipher)
         head["hash"] = line_hash(head)
         tmp = path / f".{LOG_NAME}.{secrets.token_hex(4)}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
-            os.write(fd, dumps(head) + b"\n")
-            if policy != "never":
-                os.fsync(fd)
-        finally:
-            os.close(fd)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            try:
+                _write_all(fd, dumps(head) + b"\n")
+                if policy != "never":
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+        except BaseException:  # (a full disk: no half-written header linked into place, no folder left)
+            tmp.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                path.rmdir()
+            raise
         try:
             os.link(tmp, path / LOG_NAME)  # fails if a log appeared meanwhile: never overwrite
         except FileExistsError:
@@ -431,6 +438,14 @@ class SessionWriter:
             self._closed_why = f"a forked process could not open the log for itself ({exc})"
         os.close(self._fd)
         self._fd, self._known_size = fd, -1
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """Write all of ``data`` to ``fd``: a short write (a file size limit, a disk that fills up
+    during the write) is followed by another, which raises the ``OSError`` that says why."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def _open_log(path: Path) -> int:
