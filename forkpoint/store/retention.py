@@ -58,7 +58,14 @@ def parse_age(text: str, where: str = "--older-than") -> timedelta:
         raise SessionError(
             f"{where}: {text!r} is not a duration: a number and a unit, s, m, h, d or w (e.g. 30d)"
         )
-    return timedelta(seconds=float(m.group(1)) * _UNITS[m.group(2)])
+    try:
+        age = timedelta(seconds=float(m.group(1)) * _UNITS[m.group(2)])
+        datetime.now(UTC) - age  # (the cutoff a prune computes from it must be a date)
+    except OverflowError:
+        raise SessionError(
+            f"{where}: {text!r} is too long a duration: no date is that long before now"
+        ) from None
+    return age
 
 
 def _io(store: Store) -> IndexIO:

@@ -234,6 +234,16 @@ def test_prune_takes_the_configured_retention(
     assert r.exit_code == 2 and "'soon' is not a duration" in r.output and "forkpoint.toml" in r.output
 
 
+@pytest.mark.parametrize("age", ["99999999999d", "999999999d", "3000000w"])
+def test_prune_with_an_age_too_long_for_a_date_is_a_usage_error(store: Path, age: str) -> None:
+    """An age no date is that long before now (a typo, a retention of "999999999d") ended
+    ``forkpoint prune`` in an OverflowError traceback; it is a usage error naming the option."""
+    session(store, created=OLD)
+    r = cli("prune", "--older-than", age, "--dry-run", "--store", str(store))
+    assert r.exit_code == 2, r.output
+    assert f"--older-than: '{age}' is too long a duration" in r.output and "Traceback" not in r.output
+
+
 def test_a_new_local_store_is_git_ignored(store: Path, tmp_path: Path) -> None:
     session(store)
     ignore = store / ".gitignore"
