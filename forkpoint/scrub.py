@@ -50,6 +50,7 @@ from .log import (
     SessionError,
     SessionWriter,
     now_iso,
+    read_header,
     to_json,
 )
 from .match import event_key
@@ -254,7 +255,15 @@ def scrub_session(
     path = Path(path).absolute()
     if not (path / LOG_NAME).is_file():
         raise ScrubError(f"{path}: not a session directory (no {LOG_NAME})")
-    store, sid = path.parent, path.name
+    if path.is_symlink():
+        # (the swap would replace the link by the copy: the session it points to, secrets and all,
+        # would stay as it was, in a store whose holds were not looked at)
+        raise ScrubError(
+            f"{path}: is a symbolic link to {path.resolve()}; a session is scrubbed where it is: "
+            "name that directory instead"
+        )
+    # The id is the header's: a session's folder may have another name (a pytest cassette's).
+    store, sid = path.parent, str(read_header(path / LOG_NAME)["session_id"])
     if not dry_run:  # a session under legal hold is kept as it was recorded
         refuse_if_held(open_store(store), sid, "scrub")
     step = hook or (lambda _name: None)
@@ -276,7 +285,9 @@ def scrub_session(
         session = Session.load(path, share_lists=True)
         report = ScrubReport(sid, path, len(session.events), rules=scrubber.rules.digest(), dry_run=dry_run)
         report.notes += before.notes
-        work = store / TMP_DIR / f"scrub-{sid}-{secrets.token_hex(4)}"
+        work = (
+            store / TMP_DIR / f"scrub-{path.name}-{secrets.token_hex(4)}"
+        )  # (recover() puts it back by name)
         work.mkdir(parents=True, mode=0o700)
         os.chmod(work.parent, 0o700)
         work_lock = os.open(work / ".lock", os.O_WRONLY | os.O_CREAT, 0o600)

@@ -19,6 +19,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import signal
 import stat
 import subprocess
@@ -44,6 +45,8 @@ from forkpoint.errors import ConfigError
 from forkpoint.log import LOG_NAME, ZSTD_SUFFIX, Session, SessionWriter
 from forkpoint.redact import load_rules
 from forkpoint.scrub import TMP_DIR, ScrubError, recover, scrub_session
+from forkpoint.store import open_store
+from forkpoint.store.retention import hold
 from tests.gitutil import git, make_repo
 from tests.logutil import growing_workspace_session, searchable, stored_lines
 from tests.modelserver import LocalServer, Reply, Stream, chat_completion, json_reply
@@ -508,6 +511,38 @@ def test_scrub_refuses_a_session_without_end_or_that_does_not_verify(tmp_path: P
     (path / LOG_NAME).write_bytes(lines[0] + lines[1].replace(b'"ts":"2', b'"ts":"3') + b"".join(lines[2:]))
     with pytest.raises(ScrubError, match="does not verify"):
         scrub_session(path, scrubber=redact.Scrubber(rules), force=True)
+
+
+def test_scrub_keeps_the_id_of_a_session_whose_folder_has_another_name(tmp_path: Path) -> None:
+    """A pytest cassette's folder is named for its test (``cassettes/incident_42``), not by the
+    session's id: scrubbing it gave the session the folder's name as its id (a replayed program
+    was then handed another FORKPOINT_SESSION_ID than it had when recorded)."""
+    rules = redact.Rules(patterns=(("x", r"itk_[A-Za-z0-9]{24}"),))
+    recorded = _session_with_secret(tmp_path / "store", "itk_Zq8Wm3Xv7Ln2Pk5Rt9Ys4Bh6")
+    cassette = tmp_path / "cassettes" / "incident_42"
+    cassette.parent.mkdir()
+    shutil.copytree(recorded, cassette)
+    report = scrub_session(cassette, scrubber=redact.Scrubber(rules))
+    assert report.swapped and report.session_id == recorded.name
+    assert Session.load(cassette).id == recorded.name
+    assert verify(cassette).ok
+
+
+def test_scrub_refuses_a_symbolic_link_to_a_session(tmp_path: Path) -> None:
+    """A link to a session (here: to one under legal hold) was "scrubbed": the swap put the copy
+    where the link was, said the original was replaced, and left the session the link named, secret
+    and all, as it was (its store's holds never looked at). It is refused, naming the target."""
+    secret = "itk_Zq8Wm3Xv7Ln2Pk5Rt9Ys4Bh6"
+    rules = redact.Rules(patterns=(("x", r"itk_[A-Za-z0-9]{24}"),))
+    store = tmp_path / "store"
+    path = _session_with_secret(store, secret)
+    hold(open_store(store), path.name, "sev-1")
+    link = tmp_path / "links" / "mine"
+    link.parent.mkdir()
+    link.symlink_to(path)
+    with pytest.raises(ScrubError, match="is a symbolic link to"):
+        scrub_session(link, scrubber=redact.Scrubber(rules))
+    assert link.is_symlink() and leaks(store, {"s": secret})
 
 
 def test_scrub_rescrubs_the_untracked_files_of_checkpoints(tmp_path: Path) -> None:
