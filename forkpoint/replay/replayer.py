@@ -1194,6 +1194,8 @@ class Replayer:
                 }
                 if end is not None and self.live_from is None
                 else None,
+                # (how the recorded run ended is not known: a replay cannot be said to end as it did)
+                "recording_unended": end is None and self.live_from is None,
             }
         )
 

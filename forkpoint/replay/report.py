@@ -268,6 +268,11 @@ def summary_line(report: dict[str, Any]) -> str:
     programs = report.get("unrecorded_programs") or []
     if status == "ok" and (unheard or programs):
         status = "ok, but incomplete"
+    if status == "ok" and report.get("recording_unended"):
+        status = (
+            "ok, but the recording has no end (the recorded run was killed, or is still being recorded): "
+            "whether this run ended as it did cannot be told"
+        )
     unused = report["unused"]
     tail = f"{plural(len(unused), 'recorded event')} left unused" + (
         f" (seq {', '.join(map(str, unused[:10]))}{' …' if len(unused) > 10 else ''})" if unused else ""

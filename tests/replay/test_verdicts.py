@@ -91,6 +91,29 @@ def test_a_replay_that_raises_where_the_recording_did_not_is_not_reproduced(stor
     assert rp.report()["reproduced"] is True and rp.report()["ended_as_recorded"] is True
 
 
+def test_a_replay_of_a_recording_without_end_is_not_plain_ok(store: Path) -> None:
+    """A recording whose run was killed (no ``end``: its exit code is not known) replayed by a run
+    that made every recorded call and ended was "replay ok", as if it had ended as recorded."""
+    from forkpoint.log import LOG_NAME
+
+    @forkpoint.tool
+    def step() -> int:
+        return 1
+
+    with forkpoint.record(store=store) as rec:
+        step()
+    log = rec.session_path / LOG_NAME
+    lines = log.read_bytes().splitlines(keepends=True)
+    assert b'"type":"end"' in lines[-1]
+    log.write_bytes(b"".join(lines[:-1]))  # (as a recording killed after its last call leaves it)
+    with forkpoint.replay(rec.session_path) as rp:
+        step()
+    report = rp.report()
+    assert report["divergence"] is None and report["unserved"] == []
+    line = summary_line(report)
+    assert line.startswith("replay ok, but the recording has no end"), line
+
+
 def test_a_what_if_run_that_went_as_asked_is_not_called_ok(server: LocalServer, store: Path) -> None:
     """``--models live`` printed "replay ok: 1/3 events matched, 2 recorded events left unused", and
     a run that diverged and then went live (as asked) "replay DIVERGED" with exit 0."""
