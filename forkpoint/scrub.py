@@ -45,6 +45,7 @@ from .events import Event, Header
 from .log import (
     GIT_OBJECTS,
     LOG_NAME,
+    MIRROR_DONE,
     BlobStore,
     Session,
     SessionError,
@@ -264,6 +265,14 @@ def scrub_session(
         )
     # The id is the header's: a session's folder may have another name (a pytest cassette's).
     store, sid = path.parent, str(read_header(path / LOG_NAME)["session_id"])
+    if not dry_run and (path / MIRROR_DONE).exists():
+        # (swapped here, the copy would also lose its mark and be uploaded again, refused there
+        # as another session with that id, at every ls)
+        raise ScrubError(
+            f"{path}: is this machine's copy of session {sid} of the remote store "
+            f"{open_store(store).url}, whose sessions are written once: scrubbing the copy would leave "
+            "the store's session as it is; forkpoint cannot scrub a session of a remote store"
+        )
     if not dry_run:  # a session under legal hold is kept as it was recorded
         refuse_if_held(open_store(store), sid, "scrub")
     step = hook or (lambda _name: None)

@@ -306,6 +306,26 @@ def test_memory_store_cli_record_and_replay(
     assert rp.exit_code == 0 and "replay ok: 1/1" in rp.stderr, rp.output
 
 
+def test_scrub_refuses_a_session_of_a_remote_store(model: LocalServer) -> None:
+    """``forkpoint scrub SESSION --store URL`` scrubbed this machine's copy of the session and said
+    the original was replaced: the store kept the secret, and the copy, its mark of a complete copy
+    gone, was uploaded again at every ``ls``, refused as another session with that id."""
+    from forkpoint import redact
+
+    url = f"memory:///fp-{secrets.token_hex(4)}"
+    sid, _ = record_one(url, model, "to-scrub")
+    fs, root = remote_fs(url)
+    before = fs.cat(f"{root}/{sid}/{LOG_NAME}")
+    with redact.use_rules(redact.Scrubber(redact.Rules(patterns=(("q", "question from"),)))):
+        r = cli("scrub", sid, "--store", url)
+        dry = cli("scrub", sid, "--store", url, "--dry-run")
+    assert r.exit_code == 1 and "forkpoint cannot scrub a session of a remote store" in r.output, r.output
+    assert dry.exit_code == 0 and "would change 1 of" in dry.output, dry.output
+    assert fs.cat(f"{root}/{sid}/{LOG_NAME}") == before
+    listed = cli("ls", "--store", url)
+    assert listed.exit_code == 0 and "could not upload" not in listed.output, listed.output
+
+
 def test_a_recording_in_progress_is_not_uploaded(model: LocalServer) -> None:
     url = f"memory:///fp-{secrets.token_hex(4)}"
     with forkpoint.record("live", store=url) as rec:
