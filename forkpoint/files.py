@@ -11,6 +11,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
 
 def write_private(path: str | Path, data: bytes) -> Path:
     """Write ``data`` to ``path`` with mode 0600 whatever the umask, atomically (see
@@ -95,6 +98,27 @@ def user_temp_dir(name: str) -> Path:
     if st.st_mode & 0o077:
         os.chmod(folder, 0o700)  # made before under a looser umask
     return folder
+
+
+def exchange_dirs(a: Path, b: Path) -> bool:
+    """Swap directories ``a`` and ``b`` atomically. False when the system cannot (then nothing moved)."""
+    import ctypes
+    import ctypes.util
+    import errno
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        fn = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    fn.restype = ctypes.c_int
+    if fn(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, f"cannot swap {a} and {b}: {os.strerror(err)}")
 
 
 def scratch_dir(

@@ -882,10 +882,8 @@ class Cassette:
         passed = outcome == "passed"
         counts = self.settings.counts
         target = self.path if passed else self.path.with_name(self.path.name + ".failed")
-        if target.exists():
-            shutil.rmtree(target)
         target.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(session, target)
+        _put_in_place(session, target)
         if self.settings.floating and self.place == self.settings.directory:
             counts["unanchored"] += 1
         if not passed:
@@ -896,6 +894,24 @@ class Cassette:
             counts["recorded"] += 1
         if passed:  # an older failed recording of this test is now stale
             shutil.rmtree(self.path.with_name(self.path.name + ".failed"), ignore_errors=True)
+
+
+def _put_in_place(new: Path, target: Path) -> None:
+    """Put the directory ``new`` where ``target`` is, replacing the one there whole: swapped in one
+    step (or moved aside, then replaced), the old one deleted only after. Deleting it first lost
+    the cassette, or left half of it, to a deletion that failed or was interrupted."""
+    from .files import exchange_dirs
+
+    if not target.exists():
+        os.replace(new, target)
+        return
+    if exchange_dirs(new, target):
+        old = new
+    else:
+        old = target.with_name(f".{target.name}.old-{secrets.token_hex(3)}")
+        os.rename(target, old)
+        os.replace(new, target)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def lock_folder() -> Path:

@@ -23,10 +23,7 @@ Git objects of checkpoints' source trees are copied as they are (see docs/securi
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import dataclasses
-import errno
 import fcntl
 import os
 import secrets
@@ -42,6 +39,7 @@ from .canonical import canonical_json, digest
 from .checkpoint import MANIFEST_FIELDS, manifest_rows, verify_session
 from .errors import ScrubError, SigningError
 from .events import Event, Header
+from .files import exchange_dirs as _exchange
 from .log import (
     GIT_OBJECTS,
     LOG_NAME,
@@ -61,8 +59,6 @@ from .store.retention import refuse_if_held
 
 #: Folder of a store holding scrubs in progress (and, after a crash, their leftovers).
 TMP_DIR = ".forkpoint-tmp"
-_RENAME_EXCHANGE = 2
-_AT_FDCWD = -100
 
 
 @dataclass
@@ -83,23 +79,6 @@ class ScrubReport:
     def changed(self) -> bool:
         """True when the rules replaced something."""
         return bool(self.events_changed or self.files_changed)
-
-
-def _exchange(a: Path, b: Path) -> bool:
-    """Swap directories ``a`` and ``b`` atomically. False when the system cannot (then nothing moved)."""
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-        fn = libc.renameat2
-    except (OSError, AttributeError):
-        return False
-    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
-    fn.restype = ctypes.c_int
-    if fn(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
-        return True
-    err = ctypes.get_errno()
-    if err in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP):
-        return False
-    raise OSError(err, f"cannot swap {a} and {b}: {os.strerror(err)}")
 
 
 def _fsync_dir(path: Path) -> None:

@@ -537,6 +537,43 @@ def test_failed_recording_is_kept_aside_not_as_the_cassette(
     assert sorted(p.name for p in cassette.parent.iterdir()) == ["test_answer"]
 
 
+def test_a_cassette_whose_deletion_fails_is_not_lost_when_it_is_rewritten(
+    pytester: pytest.Pytester, server: LocalServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A passing re-recording deleted the old cassette first, then moved the new one in: a deletion
+    that failed halfway (a file it could not remove, a Ctrl-C) left a cassette without its log and
+    threw the new recording away. The new one is swapped in whole, and only then the old deleted."""
+    import errno
+    import shutil
+
+    from forkpoint import pytest_plugin
+
+    pytester.makepyfile(
+        test_one="import pytest\nfrom test_agent import ask\n\n"
+        "@pytest.mark.forkpoint\ndef test_answer():\n    assert ask('hi')\n"
+    )
+    pytester.makepyfile(test_agent=INNER)
+    run(pytester, "test_one.py").assert_outcomes(passed=1)
+    cassette = pytester.path / "tests" / "cassettes" / "test_one" / "test_answer"
+    before = (cassette / "session.jsonl").read_bytes()
+    real = shutil.rmtree
+
+    class Failing:
+        @staticmethod
+        def rmtree(path: Path, ignore_errors: bool = False) -> None:
+            if Path(path) == cassette:  # (the first file goes, then one cannot be removed)
+                (cassette / "session.jsonl").unlink()
+                raise OSError(errno.EBUSY, os.strerror(errno.EBUSY), str(path))
+            real(path, ignore_errors=ignore_errors)
+
+    monkeypatch.setattr(pytest_plugin, "shutil", Failing)
+    run(pytester, "--forkpoint-mode=rewrite", "test_one.py")
+    after = Session.load(cassette)
+    assert (cassette / "session.jsonl").read_bytes() != before
+    assert after.by_type("model_call")[0]["request"]["body"]["messages"][0]["content"] == "hi"
+    assert sorted(p.name for p in cassette.parent.iterdir()) == ["test_answer"]
+
+
 def test_skipped_test_leaves_no_recording(pytester: pytest.Pytester, server: LocalServer) -> None:
     pytester.makepyfile(test_agent=INNER)
     pytester.makepyfile(
