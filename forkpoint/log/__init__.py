@@ -47,7 +47,15 @@ from .crypto import (
     parse_recipients,
     use_identity,
 )
-from .reader import LogTail, Session, add_deriver, check_header, open_session_header, read_header
+from .reader import (
+    LogTail,
+    Session,
+    add_deriver,
+    check_header,
+    is_session_id,
+    open_session_header,
+    read_header,
+)
 from .verify import Check, StoredLine, Verification, verify
 from .writer import FSYNC_POLICIES, SessionWriter
 
@@ -93,6 +101,7 @@ __all__ = [
     "new_span_id",
     "now_iso",
     "read_header",
+    "is_session_id",
     "to_json",
     "verify",
     "with_deltas",

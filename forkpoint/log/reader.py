@@ -6,7 +6,7 @@ import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, cast, overload
+from typing import Any, Literal, TypeGuard, cast, overload
 
 import orjson
 
@@ -69,6 +69,11 @@ def read_header(log_path: Path) -> dict[str, Any]:
 _SESSION_ID = re.compile(r"[0-9A-Za-z][0-9A-Za-z._-]{0,127}")
 
 
+def is_session_id(value: object) -> TypeGuard[str]:
+    """True when ``value`` is a session id (:data:`_SESSION_ID`): one name, never a path."""
+    return isinstance(value, str) and _SESSION_ID.fullmatch(value) is not None
+
+
 def check_header(first: bytes, log_path: Path) -> dict[str, Any]:
     """Parse and check a session log's first line. Raises :class:`SessionError` naming the problem."""
     if not first.endswith(b"\n"):
@@ -85,7 +90,7 @@ def check_header(first: bytes, log_path: Path) -> dict[str, Any]:
             f"(this forkpoint reads versions {', '.join(map(str, READ_VERSIONS))})"
         )
     sid = head.get("session_id")
-    if not isinstance(sid, str) or not _SESSION_ID.fullmatch(sid):
+    if not is_session_id(sid):
         # (an id names files of the store: its index entry, a fetched copy)
         raise SessionError(f"{log_path}:1: the header's session_id {sid!r:.80} is not a session id")
     return head

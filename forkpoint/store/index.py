@@ -18,6 +18,7 @@ import orjson
 
 from ..errors import SessionError
 from ..events import now_iso
+from ..log import is_session_id
 from .base import SessionInfo
 
 #: The index folder of a store (beside the session directories).
@@ -72,7 +73,10 @@ def _merge(into: dict[str, dict[str, Any]], entries: Iterable[dict[str, Any]]) -
     # A log only grows, so of two entries for one session the one that saw more bytes is newer.
     for e in entries:
         sid = e.get("session_id")
-        if not isinstance(sid, str):
+        header = e.get("header") or {"session_id": sid}
+        # An entry names the files of its session (removed by rm and prune, fetched into the mirror):
+        # an id that is no session id ("", "..", a path) or a header saying another one is not taken.
+        if not is_session_id(sid) or not isinstance(header, dict) or header.get("session_id", sid) != sid:
             continue
         old = into.get(sid)
         if old is None or int(e.get("log_size") or 0) > int(old.get("log_size") or 0):

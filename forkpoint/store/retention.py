@@ -30,7 +30,7 @@ import orjson
 
 from ..errors import SessionError
 from ..events import now_iso, parse_time
-from ..log import LOG_NAME
+from ..log import LOG_NAME, is_session_id
 from ..text import visible
 from .base import SessionInfo, Store, pick
 from .fsspec import RemoteStore
@@ -224,6 +224,8 @@ def remove(store: Store, rows: list[SessionInfo]) -> Removed:
     try:
         for row in rows:
             sid = row.session_id
+            if not is_session_id(sid):  # (the files of "", "..", a path are not one session's)
+                raise SessionError(f"{sid!r:.80} is not a session id; not removing anything by it")
             if sid in on_hold:
                 h = on_hold[sid]
                 done.kept[sid] = f"under legal hold ({hold_reason(h)}, since {h.get('since')})"

@@ -326,6 +326,34 @@ def test_scrub_refuses_a_session_of_a_remote_store(model: LocalServer) -> None:
     assert listed.exit_code == 0 and "could not upload" not in listed.output, listed.output
 
 
+@pytest.mark.parametrize("bad", ["", "..", "../x", "a/b"])
+def test_an_index_entry_whose_id_is_no_session_id_is_not_taken(model: LocalServer, bad: str) -> None:
+    """An index entry of a remote store (anyone who may write the bucket can put one there) with
+    the session id "" named the whole store as that session's files: ``forkpoint prune
+    --older-than 1d`` deleted every session of the store and said it removed none."""
+    url = f"memory:///fp-{secrets.token_hex(4)}"
+    sid, _ = record_one(url, model, "kept")
+    fs, root = remote_fs(url)
+    header = {"session_id": bad, "name": "evil", "created": "2020-01-01T00:00:00.000Z", "argv": ["x"]}
+    entry = {
+        "session_id": bad,
+        "header": header,
+        "events": 1,
+        "exit_code": 0,
+        "complete": True,
+        "log_size": 1,
+    }
+    fs.pipe(f"{root}/index/entries/evil.json", json.dumps(entry).encode())
+    other = {**entry, "session_id": "20200101-000000-abcdef"}  # (its header says another id)
+    fs.pipe(f"{root}/index/entries/other.json", json.dumps(other).encode())
+    assert ls_ids(cli("ls", "--store", url).stdout) == [sid]
+    pruned = cli("prune", "--older-than", "1d", "--store", url)
+    assert pruned.exit_code == 0, pruned.output
+    assert cli("rm", "evil", "--store", url).exit_code == 1
+    assert fs.exists(f"{root}/{sid}/{LOG_NAME}")
+    assert ls_ids(cli("ls", "--store", url).stdout) == [sid]
+
+
 def test_a_recording_in_progress_is_not_uploaded(model: LocalServer) -> None:
     url = f"memory:///fp-{secrets.token_hex(4)}"
     with forkpoint.record("live", store=url) as rec:
