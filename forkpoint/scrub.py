@@ -55,7 +55,7 @@ from .log import (
 from .match import event_key
 from .signing import sign_session
 from .store import open_store
-from .store.retention import refuse_if_held
+from .store.retention import HeldError, refuse_if_held
 
 #: Folder of a store holding scrubs in progress (and, after a crash, their leftovers).
 TMP_DIR = ".forkpoint-tmp"
@@ -320,6 +320,8 @@ def scrub_session(
                 )
             if dry_run:
                 return report
+            # Again: a hold placed while the copy was written (which takes a while) is seen here.
+            refuse_if_held(open_store(store), sid, "scrub")
             step("swap")
             _fsync_dir(writer.path.parent)
             if _exchange(path, writer.path):
@@ -342,6 +344,8 @@ def scrub_session(
                 work.parent.rmdir()  # only when no other scrub is using it
             except OSError:
                 pass
+    except HeldError:
+        raise
     except SessionError as exc:
         raise ScrubError(str(exc)) from None
     finally:

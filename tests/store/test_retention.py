@@ -144,6 +144,22 @@ def test_scrub_refuses_a_session_under_legal_hold(store: Path) -> None:
     assert (store / sid / LOG_NAME).read_bytes() == before
 
 
+def test_scrub_refuses_a_session_put_under_legal_hold_while_it_copied_it(store: Path) -> None:
+    """The hold was looked at only before the copy was written: one placed meanwhile (a scrub of
+    a long session takes a while) was not seen, and the held session was rewritten."""
+    sid = session(store)
+    before = (store / sid / LOG_NAME).read_bytes()
+
+    def hook(step: str) -> None:
+        if step == "verify":
+            hold(open_store(store), sid, "sev-1")
+
+    with pytest.raises(HeldError, match="under legal hold"):
+        scrub_session(store / sid, hook=hook)
+    assert (store / sid / LOG_NAME).read_bytes() == before
+    assert not (store / ".forkpoint-tmp").exists()
+
+
 def test_a_reason_of_several_lines_is_printed_on_one_line_everywhere(store: Path) -> None:
     """A hold's reason with a line break (or an escape sequence) was printed as it was by hold, rm,
     prune and scrub (show escaped the escape sequence but kept the line break): its second line read
