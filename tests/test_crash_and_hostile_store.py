@@ -160,6 +160,36 @@ def test_a_full_disk_until_the_end_leaves_the_session_without_end(
     assert verify_session(rec.session_path).status == "incomplete"
 
 
+def test_a_program_that_closes_the_logs_descriptor_and_reuses_its_number_keeps_its_file(
+    store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A program that closes the descriptors it did not open (``os.closerange(3, …)``, as a daemon
+    does) and then opens a file gets the log's number for it: the next event was appended to the
+    program's file, and the end of the recording closed it under the program. Recording stops,
+    said, and the program's file is left as the program wrote it, and open."""
+    mine = tmp_path / "program.log"
+    with forkpoint.record("closer", store=store) as rec:
+        assert lookup("before") == {"q": "before", "answer": 42}
+        (log_fd,) = [
+            int(n)
+            for n in os.listdir("/proc/self/fd")
+            if os.path.realpath(f"/proc/self/fd/{n}").endswith(LOG_NAME)
+        ]
+        os.close(log_fd)
+        fd = os.open(mine, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        if fd != log_fd:  # (the number the program's open got, as closerange makes it)
+            os.dup2(fd, log_fd)
+            os.close(fd)
+        os.write(log_fd, b"the program's own line\n")
+        assert lookup("after") == {"q": "after", "answer": 42}
+    os.write(log_fd, b"and another\n")  # still open: the recording's end did not close it
+    os.close(log_fd)
+    assert mine.read_bytes() == b"the program's own line\nand another\n"
+    assert "closed the log's file descriptor" in capsys.readouterr().err
+    s = Session.load(rec.session_path)
+    assert [e.get("args", {}).get("q") for e in s.events if e["type"] == "tool_call"] == ["before"]
+
+
 AGENT = """
 import errno, os, sys
 import forkpoint

@@ -107,6 +107,7 @@ class SessionWriter:
         self.cipher = header_cipher(self.header, self.log_path)
         self.blobs = BlobStore(self.path / BLOB_DIR, durable=self.fsync != "never", cipher=self.cipher)
         self._fd = _open_log(self.log_path)
+        self._file = _identity(self._fd)
         self._lock = threading.Lock()
         self._closed_why = "this writer is closed"
         _OPEN.add(self)
@@ -241,7 +242,7 @@ class SessionWriter:
         """The ``seq`` of the last event in the log now, whoever appended it (this writer, another
         process, or a line whose sync failed here after it reached the file). 0 for none."""
         with self._lock:
-            if self._fd < 0:
+            if not self._ours():
                 return self._last_seq
             fcntl.flock(self._fd, fcntl.LOCK_EX)
             try:
@@ -272,7 +273,7 @@ class SessionWriter:
                 f"{self.log_path}: an event cannot have a field {marker!r}: it marks a line of the log"
             )
         with self._lock:
-            if self._fd < 0:
+            if not self._ours():
                 raise SessionError(f"{self.log_path}: {self._closed_why}")
             stored = {"type": event["type"], "ts": event.get("ts") or now_iso()}
             stored.update((k, v) for k, v in event.items() if k not in _LOG_FIELDS)
@@ -408,16 +409,37 @@ class SessionWriter:
     def sync(self) -> None:
         """Flush to disk (policies ``event`` and ``close``), staying open."""
         with self._lock:
-            self._sync()
+            if self._ours():
+                self._sync()
 
     def close(self) -> None:
         """Flush to disk (policies ``event`` and ``close``) and close. Safe to call twice."""
         with self._lock:
-            if self._fd >= 0:
+            if self._ours():
                 self._sync()
                 os.close(self._fd)
                 self._fd = -1
         _OPEN.discard(self)
+
+    def _ours(self) -> bool:
+        """Whether this writer's descriptor is still open on its log. A program that closes the
+        descriptors it did not open (``os.closerange(3, …)``, as a daemon does) and then opens a
+        file gets the log's number for it: appending, locking or closing through it would write
+        into, unlock or close the program's file. Then the descriptor is this writer's no more
+        (not closed here), and it writes nothing else."""
+        if self._fd < 0:
+            return False
+        try:
+            if _identity(self._fd) == self._file:
+                return True
+        except OSError:
+            pass
+        self._fd = -1
+        self._closed_why = (
+            "the program closed the log's file descriptor (its number may name one of the program's "
+            "files now): nothing more is written"
+        )
+        return False
 
     def _sync(self) -> None:
         if self._fd >= 0 and self.fsync != "never":
@@ -429,10 +451,11 @@ class SessionWriter:
         ``append`` takes (``flock``) belongs to the open file description, which fork shares, so
         without one parent and child would append at once, with the same seqs."""
         self._lock = threading.Lock()  # (a thread of the parent may have held it as it forked)
-        if self._fd < 0:
+        if not self._ours():
             return
         try:
             fd = _open_log(self.log_path)
+            self._file = _identity(fd)
         except OSError as exc:  # appending through the shared one could break the log: stop, loudly
             fd = -1
             self._closed_why = f"a forked process could not open the log for itself ({exc})"
@@ -446,6 +469,12 @@ def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
+
+
+def _identity(fd: int) -> tuple[int, int]:
+    """The file open at ``fd``: (device, inode). Raises ``OSError`` when ``fd`` is not open."""
+    st = os.fstat(fd)
+    return st.st_dev, st.st_ino
 
 
 def _open_log(path: Path) -> int:
