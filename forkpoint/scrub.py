@@ -338,6 +338,9 @@ def scrub_session(
                 report.notes.append(f"the scrubbed session is not signed: {exc}")
             step("remove")
         finally:
+            if (work / "old" / LOG_NAME).is_file() and not path.exists():
+                # (stopped between the two renames: an exception, not a kill, which recover() handles)
+                os.rename(work / "old", path)
             os.close(work_lock)
             shutil.rmtree(work, ignore_errors=True)
             try:

@@ -627,6 +627,31 @@ def test_an_interrupted_scrub_leaves_the_original_intact(tmp_path: Path, step: s
     assert verify(path).ok and not (store / TMP_DIR).exists()
 
 
+def test_a_scrub_stopped_between_its_two_renames_puts_the_original_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where directories cannot be exchanged in one step the original is moved aside, then the copy
+    moved in: an exception between the two (a Ctrl-C, the second rename failing) deleted the work
+    folder with the original in it, and the store was left without the session."""
+    from forkpoint import scrub
+
+    secret = "itk_Zq8Wm3Xv7Ln2Pk5Rt9Ys4Bh6"
+    store = tmp_path / "store"
+    path = _session_with_secret(store, secret)
+    original = (path / LOG_NAME).read_bytes()
+    monkeypatch.setattr(scrub, "_exchange", lambda a, b: False)
+
+    def fail(name: str) -> None:
+        if name == "between-renames":
+            raise KeyboardInterrupt(name)
+
+    scrubber = redact.Scrubber(redact.Rules(patterns=(("x", r"itk_[A-Za-z0-9]{24}"),)))
+    with pytest.raises(KeyboardInterrupt):
+        scrub_session(path, scrubber=scrubber, hook=fail)
+    assert (path / LOG_NAME).read_bytes() == original
+    assert verify(path).ok and not (store / TMP_DIR).exists()
+
+
 _KILLER = """
 import os, signal, sys
 from pathlib import Path
