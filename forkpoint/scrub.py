@@ -258,6 +258,7 @@ def scrub_session(
     recover(store)
     scrubber = scrubber or redact.current()
     lock_fd = os.open(path / LOG_NAME, os.O_RDONLY)
+    swapped = False
     try:
         fcntl.flock(lock_fd, fcntl.LOCK_EX)  # writers wait; the copy sees the log as it is
         before = verify_session(path, values=False)  # (its values are read, and checked, just below)
@@ -325,12 +326,13 @@ def scrub_session(
             step("swap")
             _fsync_dir(writer.path.parent)
             if _exchange(path, writer.path):
-                _fsync_dir(store)
+                swapped = True
             else:  # two renames; recover() puts the original back if we die between them
                 os.rename(path, work / "old")
                 step("between-renames")
                 os.rename(writer.path, path)
-                _fsync_dir(store)
+                swapped = True
+            _fsync_dir(store)
             report.swapped = True
             try:  # the old signature was over the old log: the scrubbed one is signed anew, by this user
                 sign_session(path, sid)
@@ -351,6 +353,12 @@ def scrub_session(
         raise
     except SessionError as exc:
         raise ScrubError(str(exc)) from None
+    except OSError as exc:  # (a full disk while the copy was written: said, not a traceback)
+        where = f" ({exc.filename})" if exc.filename else ""
+        raise ScrubError(
+            f"{path}: the scrub failed: {exc.strerror or exc}{where}; "
+            + ("the scrubbed copy replaced the session" if swapped else "the session is unchanged")
+        ) from None
     finally:
         os.close(lock_fd)
     if report.swapped and (store / "index").is_dir():

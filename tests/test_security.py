@@ -652,6 +652,39 @@ def test_a_scrub_stopped_between_its_two_renames_puts_the_original_back(
     assert verify(path).ok and not (store / TMP_DIR).exists()
 
 
+def test_a_scrub_that_cannot_write_its_copy_says_so_and_changes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk (or a file size limit) while the scrubbed copy was written ended ``forkpoint
+    scrub`` in an OSError traceback."""
+    import errno
+
+    from forkpoint.log import writer as log_writer
+
+    secret = "itk_Zq8Wm3Xv7Ln2Pk5Rt9Ys4Bh6"
+    store = tmp_path / "store"
+    path = _session_with_secret(store, secret)
+    original = (path / LOG_NAME).read_bytes()
+
+    def full(fd: int, data: Any) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(log_writer, "_write_all", full)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("FORKPOINT_CONFIG", raising=False)
+    (tmp_path / "forkpoint.toml").write_text(CONFIG)
+    redact.reload()
+    try:
+        r = CliRunner().invoke(main, ["scrub", path.name, "--store", str(store)])
+    finally:
+        monkeypatch.undo()
+        redact.reload()
+    assert r.exit_code == 1 and not isinstance(r.exception, OSError), r.output
+    said = " ".join(r.output.split())
+    assert "the scrub failed: No space left on device" in said and "the session is unchanged" in said, said
+    assert (path / LOG_NAME).read_bytes() == original and not (store / TMP_DIR).exists()
+
+
 _KILLER = """
 import os, signal, sys
 from pathlib import Path
