@@ -236,7 +236,14 @@ def _start_replay(session: str, env: Mapping[str, str], *, spawned: bool = False
                 child.append(started)
             child.close()
         if reports:
-            write_report(reports / f"report-{os.getpid()}.json", rp.report())
+            try:
+                write_report(reports / f"report-{os.getpid()}.json", rp.report())
+            except OSError as exc:  # (a full disk: said in a line, not a traceback in the program's output)
+                from .text import say
+
+                say(
+                    f"forkpoint: could not write this process's replay report ({exc}): its verdict is unknown"
+                )
 
     atexit.register(finish)
     if not spawned:

@@ -45,6 +45,11 @@ def private_file(path: str | Path) -> Iterator[BinaryIO]:
             os.fchmod(f.fileno(), 0o600)  # the umask may have taken the owner's bits too
             yield f
         os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        if exc.filename is None and exc.strerror:  # (a write that failed: a full disk, ulimit -f)
+            raise OSError(exc.errno, exc.strerror, str(path)) from None
+        raise
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
@@ -166,7 +171,11 @@ def copy_dir_into_place(
                 rel = os.path.relpath(folder, source)
                 return leave_out("" if rel == "." else rel, names)
 
-        shutil.copytree(source, new, symlinks=True, ignore=ignore)
+        try:
+            shutil.copytree(source, new, symlinks=True, ignore=ignore)
+        except shutil.Error as exc:  # (every file that failed, in a list: the first one, said)
+            src, _, why = exc.args[0][0]
+            raise OSError(0, f"cannot copy {src} there: {why}", str(target)) from None
         if target.exists():
             os.rename(target, aside)
         try:

@@ -190,6 +190,49 @@ def test_a_program_that_closes_the_logs_descriptor_and_reuses_its_number_keeps_i
     assert [e.get("args", {}).get("q") for e in s.events if e["type"] == "tool_call"] == ["before"]
 
 
+@pytest.mark.slow
+def test_output_a_full_disk_cuts_short_is_named_in_a_line_not_a_traceback(
+    store: Path, tmp_path: Path
+) -> None:
+    """A file size limit (``ulimit -f``) or a full disk while ``show --html`` wrote its page,
+    ``make-test`` copied the cassette or a replayed process wrote its report: each ended in a
+    Python traceback (a write error names no file; copytree's error is a list)."""
+    import resource
+    import subprocess
+
+    from tests.cliutil import FORKPOINT, QUOTE_AGENT, with_this_path
+
+    script = tmp_path / "agent.py"
+    script.write_text(QUOTE_AGENT)
+    assert record_script(store, script).returncode == 0
+    (path,) = [p for p in store.iterdir() if (p / LOG_NAME).is_file()]
+
+    def limited(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*FORKPOINT, *args],
+            cwd=tmp_path,
+            env=with_this_path(),
+            capture_output=True,
+            text=True,
+            timeout=90,
+            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (1024, 1024)),
+        )
+
+    page = limited("show", str(path), "--html", str(tmp_path / "page.html"))
+    assert page.returncode == 1 and "page.html: File too large" in page.stderr, page.stderr
+    made = limited("make-test", str(path), "--into", str(tmp_path / "t"))
+    assert made.returncode == 1 and "cannot copy" in made.stderr and "File too large" in made.stderr, (
+        made.stderr
+    )
+    replayed = limited("replay", str(path))
+    assert "could not write this process's replay report" in replayed.stderr, replayed.stderr
+    for r in (page, made, replayed):
+        assert "Traceback" not in r.stderr, r.stderr
+    assert not (tmp_path / "page.html").exists()
+    cassettes = tmp_path / "t" / "cassettes"
+    assert not cassettes.exists() or list(cassettes.iterdir()) == []  # (no half-copied cassette)
+
+
 AGENT = """
 import errno, os, sys
 import forkpoint
