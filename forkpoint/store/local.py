@@ -97,6 +97,11 @@ class LocalIO:
                 f.flush()
                 if _fsync_wanted():
                     os.fsync(f.fileno())
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            if exc.filename is None and exc.strerror:  # (a write that failed: named, as its file)
+                raise OSError(exc.errno, exc.strerror, str(d / name)) from None
+            raise
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise

@@ -790,6 +790,20 @@ def test_an_index_write_that_fails_leaves_no_file_behind(
     assert (folder / "first.json").read_bytes() == b"{}"
 
 
+def test_a_hold_or_index_write_a_full_disk_fails_is_named_not_a_traceback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write error names no file: ``forkpoint hold`` and ``ls --reindex`` on a full disk ended in an
+    OSError traceback. The error names the file it was writing, which the command line says."""
+    path = make_session(tmp_path / "store", "held")
+    monkeypatch.setattr(os, "fsync", _no_space)
+    monkeypatch.setenv("FORKPOINT_FSYNC", "event")
+    for args in (["hold", path.name, "--reason", "sev-1"], ["ls", "--reindex"]):
+        r = CliRunner().invoke(main, [*args, "--store", str(tmp_path / "store")])
+        assert r.exit_code == 1 and not isinstance(r.exception, OSError), r.output
+        assert "index/" in r.output and "No space left on device" in r.output, r.output
+
+
 def test_an_entry_written_without_hard_links_is_removed_when_its_write_fails(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
