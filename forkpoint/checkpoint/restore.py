@@ -107,6 +107,7 @@ def _safe_target(root: Path, rel: str) -> Path:
 
 def _check_source(source: dict[str, Any]) -> None:
     _stash_entries(source.get("stash"))
+    _recorded_refs(source.get("refs"), None, None)
     for key in ("base", "tree"):
         if not isinstance(source.get(key), str) or not HEX.match(source[key]):
             raise CheckpointError(f"the checkpoint's source {key} {source.get(key)!r} is not an object id")
@@ -228,12 +229,16 @@ def _restore_into(
                 "pass --repo with a clone that has it"
             )
         branch = source.get("branch")
+        refs = _recorded_refs(source.get("refs"), branch, head)
         if branch:
             git(["update-ref", f"refs/heads/{branch}", head], into)
             git(["symbolic-ref", "HEAD", f"refs/heads/{branch}"], into)
         else:
             git(["update-ref", "--no-deref", "HEAD", head], into)
-        _drop_cloned_branches(into, branch)
+        if refs is None:  # (a session recorded before the branches and tags were kept)
+            _drop_cloned_branches(into, branch)
+        else:
+            _put_refs(into, refs, origin)
         _restore_stash(into, source.get("stash"), origin)
         staged = source.get("index_tree") or head
         git(["read-tree", "-m", staged], into, alt)  # keeps the stat data of entries that match
@@ -332,6 +337,9 @@ def _restore_into(
         "uncaptured": cp.get("uncaptured", []),
         "submodules": (source or {}).get("submodules", []),
         "stash": [commit for commit, _ in _stash_entries((source or {}).get("stash"))],
+        "refs": _recorded_refs(
+            (source or {}).get("refs"), (source or {}).get("branch"), (source or {}).get("head")
+        ),
         "nested": workspace.get("nested", []),
         "root": workspace.get("root"),
         "cwd": cp.get("cwd"),
@@ -359,6 +367,64 @@ def _drop_cloned_branches(into: Path, branch: str | None) -> None:
             git(
                 ["config", "--remove-section", f"branch.{ref.removeprefix('refs/heads/')}"], into, check=False
             )
+
+
+def _recorded_refs(refs: Any, branch: str | None, head: str | None) -> dict[str, str] | None:
+    """A checkpoint's ``refs`` (its local branches and tags), checked, with its ``branch`` at ``head``
+    (read by another git command: a commit in between moved it); None when it has none (recorded
+    before they were kept). Raises :class:`CheckpointError` for one that is not a map of branch and
+    tag names to object ids."""
+    if refs is None:
+        return None
+    if not isinstance(refs, dict) or not all(
+        isinstance(name, str)
+        and name.startswith(("refs/heads/", "refs/tags/"))
+        and re.fullmatch(r"[^\x00-\x20\x7f~^:?*\[\\]+", name)
+        and ".." not in name
+        and isinstance(oid, str)
+        and HEX.match(oid)
+        for name, oid in refs.items()
+    ):
+        raise CheckpointError(f"the checkpoint's branches and tags {refs!r} are malformed")
+    out = dict(refs)
+    if branch and head:
+        out[f"refs/heads/{branch}"] = head
+    return out
+
+
+def _put_refs(into: Path, refs: dict[str, str], origin: Path) -> None:
+    """Make the restored repository's branches and tags exactly the checkpoint's ``refs``, from the
+    objects the clone copied (a branch deleted there since is unreachable, but copied until
+    garbage-collected), and drop the clone's remote-tracking refs (``origin/*``): they are the
+    recorded repository's branches of today, the agent's later commits among them, which ``git log
+    --all`` and ``git branch -a`` in an arm would show as if they had been there (the recorded
+    repository's own remote-tracking refs were never copied). The ``origin`` remote stays: a ``git
+    fetch`` there gets them on purpose. Raises :class:`CheckpointError` naming a ref whose object is
+    gone (nothing is changed then)."""
+    wanted = sorted(refs.items())
+    found = git(
+        ["cat-file", "--batch-check=%(objectname)"],
+        into,
+        input="".join(f"{oid}\n" for _, oid in wanted).encode(),
+    ).split("\n")
+    for (name, oid), line in zip(wanted, found, strict=False):
+        if line.strip() != oid:
+            what = f"branch {name[11:]}" if name.startswith("refs/heads/") else f"tag {name[10:]}"
+            raise CheckpointError(
+                f"{origin} does not have the object of the {what} the checkpoint had ({oid[:12]}); "
+                "pass --repo with a clone that has it"
+            )
+    have = git(["for-each-ref", "--format=%(refname)", "refs/heads/", "refs/tags/", "refs/remotes/"], into)
+    lines = []
+    for ref in have.splitlines():
+        if ref and ref not in refs:
+            lines.append(f"option no-deref\ndelete {ref}\n")  # (origin/HEAD names origin/main)
+        if ref.startswith("refs/heads/"):  # (the upstream the clone gave its branch: not the recording's)
+            git(
+                ["config", "--remove-section", f"branch.{ref.removeprefix('refs/heads/')}"], into, check=False
+            )
+    lines += [f"update {name} {oid}\n" for name, oid in wanted]
+    git(["update-ref", "--stdin"], into, input="".join(lines).encode())
 
 
 def _stash_entries(stash: Any) -> list[tuple[str, str]]:

@@ -280,6 +280,8 @@ class SourceTracker:
         self._differs: StatCache[bytes, bool] = StatCache()
         # stash(): the stash reflog's stat data, and the entries read at it.
         self._stash: tuple[tuple[int, ...] | None, list[tuple[str, str]]] = (None, [])
+        # refs(): the stat data of the ref files, and the refs read at it.
+        self._refs: tuple[tuple[tuple[Any, ...], ...] | None, dict[str, str]] = (None, {})
 
     def close(self) -> None:
         """Remove the private index."""
@@ -670,6 +672,7 @@ class SourceTracker:
         return {
             **({"submodules": submodules} if submodules else {}),
             **({"stash": stash} if stash else {}),
+            "refs": self.refs(),
             "base": self.base,
             "head": head,
             "branch": ref[len("refs/heads/") :] if ref.startswith("refs/heads/") else None,
@@ -704,6 +707,26 @@ class SourceTracker:
                 found.append((commit, message))
         self._stash = (key, found)
         return [list(e) for e in found]
+
+    def refs(self) -> dict[str, str]:
+        """The repository's local branches and tags: ref name → object id (``git for-each-ref
+        refs/heads/ refs/tags/``). A restore makes exactly these (from the commits of the recorded
+        repository it copies), so an arm's agent merges the branch the recording merged and tags what
+        it tagged, without the branches and tags made later. Costs a stat of each loose ref file and of
+        ``packed-refs`` while none changed; one git when one did (or the refs are in a reftable)."""
+        key = _refs_key(self.repo_objects.parent)
+        if key is not None and self._refs[0] == key:
+            return dict(self._refs[1])
+        out = git(
+            ["for-each-ref", "--format=%(objectname) %(refname)", "refs/heads/", "refs/tags/"], self.repo
+        )
+        found = {}
+        for line in out.splitlines():
+            oid, _, name = line.partition(" ")
+            if HEX.match(oid) and name:
+                found[name] = oid
+        self._refs = (key, found)  # (the key taken before: a ref changed meanwhile is read again next time)
+        return dict(found)
 
     def _diff(self, tree: str) -> None:
         raw = self._git(RAW_DIFF + [self.base_tree, tree], binary=True)
@@ -772,6 +795,32 @@ def _stat_key(path: Path) -> tuple[int, ...]:
         return stat_key(os.lstat(path))
     except OSError:
         return ()
+
+
+def _refs_key(common: Path) -> tuple[tuple[Any, ...], ...] | None:
+    """What says the local branches and tags of the repository whose git folder is ``common`` are
+    unchanged: the stat data of ``packed-refs`` and of each loose ref file under ``refs/heads`` and
+    ``refs/tags`` (git writes a ref as a new file renamed into place: a new inode, and a changed
+    ctime). None when the refs are in a reftable (no file per ref: git is asked every time)."""
+    if (common / "reftable").is_dir():
+        return None
+    found: list[tuple[Any, ...]] = [("packed-refs", *_stat_key(common / "packed-refs"))]
+    stack = [str(common / "refs" / "heads"), str(common / "refs" / "tags")]
+    while stack:
+        try:
+            entries = os.scandir(stack.pop())
+        except OSError:
+            continue
+        with entries:
+            for e in entries:
+                if e.is_dir(follow_symlinks=False):
+                    stack.append(e.path)
+                    continue
+                try:
+                    found.append((e.path, *stat_key(e.stat(follow_symlinks=False))))
+                except OSError:
+                    continue
+    return tuple(sorted(found))
 
 
 def _header_matches(section: bytes, path: bytes) -> bool:

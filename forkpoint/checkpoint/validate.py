@@ -79,12 +79,18 @@ def _described(expect: dict[str, Any]) -> bool:
             for k in _LIST_FIELDS
         )
         and (not expect.get("tree") or isinstance(expect.get("base"), str))
+        and (
+            expect.get("refs") is None
+            or isinstance(expect["refs"], dict)
+            and all(isinstance(k, str) and isinstance(v, str) for k, v in expect["refs"].items())
+        )
     )
 
 
 def _git_state(root: Path, expect: dict[str, Any], staged: str | None) -> Check:
-    """HEAD's commit, its branch (None: detached) and the staged tree, against the checkpoint's (a
-    description written before the branch was kept is checked for the other two)."""
+    """HEAD's commit, its branch (None: detached), the staged tree, the stash list and the local
+    branches and tags, against the checkpoint's (a description written before the branch, or the
+    branches and tags, were kept is checked for the others)."""
     try:
         head, ref = git(["rev-parse", "HEAD", "--symbolic-full-name", "HEAD"], root).split()
     except (CheckpointError, ValueError):
@@ -106,6 +112,10 @@ def _git_state(root: Path, expect: dict[str, Any], staged: str | None) -> Check:
         out = git(["reflog", "show", "--format=%H", "refs/stash", "--"], root, check=False)
         actual["stash"] = out.split()
         want["stash"] = expect["stash"]
+    if isinstance(expect.get("refs"), dict):  # (a description written before they were kept: not)
+        out = git(["for-each-ref", "--format=%(refname) %(objectname)", "refs/heads/", "refs/tags/"], root)
+        actual["refs"] = dict(line.split(" ", 1) for line in out.splitlines() if " " in line)
+        want["refs"] = expect["refs"]
     return Check("git HEAD, branch and index", actual == want, want, actual)
 
 

@@ -40,6 +40,7 @@ from forkpoint.checkpoint import (
     validate,
     verify_session,
 )
+from forkpoint.checkpoint.source import SourceTracker
 from forkpoint.cli import main
 from forkpoint.demo.server import ModelServer
 from forkpoint.errors import UsageError
@@ -530,7 +531,7 @@ def test_a_restore_has_the_checkpoints_branch_not_the_one_the_repository_is_on_t
     """The agent went on to `git checkout -b feature` after the checkpoint: a restore of it had a
     local branch `feature` (the clone's, of the branch the recorded repository was on by then),
     validate said ok, and an arm's agent doing what the recording did failed ("a branch named
-    'feature' already exists"). Only the checkpoint's branch is local, without the clone's upstream."""
+    'feature' already exists"). The local branches are the checkpoint's, without the clone's upstream."""
     repo = make_repo(tmp_path / "repo", {"a.txt": "a\n"})
     with forkpoint.record(store=tmp_path / "store", workspace=repo) as rec:
         (repo / "a.txt").write_text("b\n")
@@ -545,7 +546,9 @@ def test_a_restore_has_the_checkpoints_branch_not_the_one_the_repository_is_on_t
                 at = forkpoint.checkpoint()
             session, branch = Session.load(again.session_path), "feature"
         restore(session, at, out)
-        assert sh_git(out, "for-each-ref", "--format=%(refname)", "refs/heads/") == f"refs/heads/{branch}\n"
+        want = "refs/heads/feature\nrefs/heads/main\n" if branch == "feature" else "refs/heads/main\n"
+        assert sh_git(out, "for-each-ref", "--format=%(refname)", "refs/heads/") == want
+        assert sh_git(out, "symbolic-ref", "HEAD") == f"refs/heads/{branch}\n"
         assert sh_git(out, "config", "--get-regexp", r"^branch\.", check=False) == ""
         assert all(c.ok for c in validate(out))
     sh_git(tmp_path / "out-main", "checkout", "-q", "-b", "feature")  # as the agent did
@@ -577,6 +580,59 @@ def test_a_restore_has_the_stash_the_checkpoint_had(tmp_path: Path) -> None:
     sh_git(out, "stash", "pop", "-q")  # as the agent did
     assert (out / "a.txt").read_text() == "b\n" and (out / "new.txt").read_text() == "untracked\n"
     assert not checks_by_name(out)["git HEAD, branch and index"].ok  # (one entry fewer now)
+
+
+def test_a_restore_has_the_branches_and_tags_the_checkpoint_had(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The agent made a branch `attempt` with a commit, went back to main, and next turn merged it and
+    tagged v1. A restore of the checkpoint between the two (after the user deleted `attempt`) had no
+    `attempt` (the arm's merge failed: "not something we can merge"), had tag v1 made only later (an
+    arm's `git tag v1` failed), and the recorded repository's later commits as `origin/*`; validate
+    said ok. The branches and tags are the checkpoint's, from the recorded repository's objects, and
+    validated; a commit gone from there is refused, naming it."""
+    repo = make_repo(tmp_path / "repo", {"a.txt": "a\n"})
+    with forkpoint.record(store=tmp_path / "store", workspace=repo) as rec:
+        sh_git(repo, "tag", "v0")
+        sh_git(repo, "checkout", "-q", "-b", "attempt")
+        (repo / "x.txt").write_text("x\n")
+        sh_git(repo, "add", "x.txt")
+        sh_git(repo, "commit", "-qm", "attempt")
+        sh_git(repo, "checkout", "-q", "main")
+        seq = forkpoint.checkpoint()
+        sh_git(repo, "merge", "-q", "--no-edit", "attempt")
+        sh_git(repo, "tag", "v1")
+    attempt = sh_git(repo, "rev-parse", "attempt").strip()
+    sh_git(repo, "branch", "-q", "-D", "attempt")
+    out = tmp_path / "out"
+    restore(Session.load(rec.session_path), seq, out)
+    assert all(c.ok for c in validate(out))
+    assert sh_git(out, "branch", "-a", "--format=%(refname)").split() == [
+        "refs/heads/attempt",
+        "refs/heads/main",
+    ]
+    assert sh_git(out, "tag").split() == ["v0"]
+    base = sh_git(repo, "rev-parse", "v0").strip()
+    assert sorted(sh_git(out, "log", "--all", "--format=%H").split()) == sorted([base, attempt])
+    sh_git(out, "merge", "-q", "--no-edit", "attempt")  # as the agent did
+    sh_git(out, "tag", "v1")
+    assert not checks_by_name(out)["git HEAD, branch and index"].ok  # (main moved, v1 is new)
+    # a session recorded before the branches and tags were kept restores and validates as before
+    capture = SourceTracker.capture
+    monkeypatch.setattr(SourceTracker, "capture", lambda self: {**capture(self), "refs": None})
+    with forkpoint.record(store=tmp_path / "store", workspace=repo) as old:
+        old_seq = forkpoint.checkpoint()
+    monkeypatch.undo()
+    restore(Session.load(old.session_path), old_seq, tmp_path / "old")
+    assert all(c.ok for c in validate(tmp_path / "old"))
+    # the commit of a branch the checkpoint had is gone from the recorded repository: refused
+    sh_git(repo, "reset", "-q", "--hard", "v0")
+    sh_git(repo, "tag", "-d", "v1")
+    sh_git(repo, "reflog", "expire", "--expire=now", "--all")
+    sh_git(repo, "gc", "-q", "--prune=now")
+    with pytest.raises(CheckpointError, match=f"branch attempt the checkpoint had \\({attempt[:12]}\\)"):
+        restore(Session.load(rec.session_path), seq, tmp_path / "out2")
+    assert not (tmp_path / "out2").exists()
 
 
 def test_a_fifo_in_a_plain_folder_workspace_is_said_to_be_left_out(
