@@ -302,13 +302,14 @@ def _restore_into(
         raise CheckpointError(f"cannot write the archived workspace: {exc}") from None
     if converted:
         _restat(into, converted)
-    skipped = [p for p in (source or {}).get("skip_worktree") or [] if isinstance(p, str) and "\0" not in p]
-    if skipped:  # (as in the recorded repository: git does not look at their edits)
-        git(
-            ["update-index", "--skip-worktree", "-z", "--stdin"],
-            into,
-            input="\0".join(skipped).encode("utf-8", "surrogateescape") + b"\0",
-        )
+    for flag, key in (("--skip-worktree", "skip_worktree"), ("--assume-unchanged", "assume_unchanged")):
+        marked = _marked(source, key)
+        if marked:  # (as in the recorded repository: git does not look at their edits)
+            git(
+                ["update-index", flag, "-z", "--stdin"],
+                into,
+                input="\0".join(marked).encode("utf-8", "surrogateescape") + b"\0",
+            )
     if not source and workspace.get("listing") == "git-nocommit":
         # A repository without commits, restored as one: a plain folder inside another repository
         # would have an arm's git commands act on that one (commit, reset, clean).
@@ -340,6 +341,8 @@ def _restore_into(
         "refs": _recorded_refs(
             (source or {}).get("refs"), (source or {}).get("branch"), (source or {}).get("head")
         ),
+        "skip_worktree": _marked(source, "skip_worktree"),
+        "assume_unchanged": _marked(source, "assume_unchanged"),
         "nested": workspace.get("nested", []),
         "root": workspace.get("root"),
         "cwd": cp.get("cwd"),
@@ -349,6 +352,12 @@ def _restore_into(
     (meta / "checkpoint.json").write_bytes(json_text(expect, indent=True))
     (meta / "messages.json").write_bytes(json_text(cp.get("context"), indent=True))
     (meta / "manifest.json").write_bytes(json_text([list(r) for r in rows]))
+
+
+def _marked(source: dict[str, Any] | None, key: str) -> list[str]:
+    """The tracked paths a checkpoint's ``source`` lists under ``key`` (``skip_worktree``,
+    ``assume_unchanged``): the index entries git does not look at, to be marked again."""
+    return [p for p in (source or {}).get(key) or [] if isinstance(p, str) and "\0" not in p]
 
 
 def _drop_cloned_branches(into: Path, branch: str | None) -> None:

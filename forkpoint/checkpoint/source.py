@@ -270,6 +270,8 @@ class SourceTracker:
         self._scrubbed: dict[bytes, bytes] = {}
         # skip_worktree(): the entries it was found in, the paths marked.
         self._skipped: tuple[dict[bytes, bytes] | None, list[bytes]] = (None, [])
+        # assume_unchanged(): the entries it was found in, the paths marked.
+        self._assumed: tuple[dict[bytes, bytes] | None, list[bytes]] = (None, [])
         # converted(): the attributes files' stat data and the tracked paths they were read for,
         # each candidate's conversions, and whether its bytes differ, by the file's stat data.
         self._attr_files: tuple[dict[bytes, bytes] | None, list[Path]] = (None, [])
@@ -505,6 +507,16 @@ class SourceTracker:
         if self._skipped[0] is not entries:  # (once per change of the user's index)
             self._skipped = (entries, sorted(p for p, meta in entries.items() if meta[:1] in (b"S", b"s")))
         return [p for p in self._skipped[1] if os.path.lexists(self.repo / os.fsdecode(p))]
+
+    def assume_unchanged(self) -> list[bytes]:
+        """Tracked paths marked assume-unchanged (``git update-index --assume-unchanged``), sorted: git
+        does not look at them, so ``git status`` names none of their edits (the tree holds what is in
+        the working tree: a restore marks them again, or its ``git status`` named files the recorded
+        repository's did not). Call after :meth:`tree`."""
+        entries = self._entries or {}
+        if self._assumed[0] is not entries:  # (once per change of the user's index)
+            self._assumed = (entries, sorted(p for p, meta in entries.items() if meta[:1].islower()))
+        return list(self._assumed[1])
 
     def converted(self, untracked: list[str] | tuple[str, ...] = ()) -> list[bytes]:
         """Tracked files (paths, sorted) whose bytes a checkout of their content would not give

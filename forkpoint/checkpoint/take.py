@@ -160,6 +160,9 @@ class Workspace:
                 skipped = [p.decode("utf-8", "surrogateescape") for p in tracker.skip_worktree()]
                 if skipped:
                     source["skip_worktree"] = skipped
+                assumed = [p.decode("utf-8", "surrogateescape") for p in tracker.assume_unchanged()]
+                if assumed:  # (the tree has their content; git status does not look: marked again)
+                    source["assume_unchanged"] = assumed
             paths, nested = finish_listing(self.root, proc, self.exclude)
             if tracker is not None:
                 # tracked files a checkout would write otherwise (.gitattributes): kept as they are

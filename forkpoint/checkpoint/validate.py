@@ -53,7 +53,16 @@ _TEXT_FIELDS = (
     "root",
     "cwd",
 )
-_LIST_FIELDS = ("referenced", "mentioned_absent", "uncaptured", "submodules", "nested", "stash")
+_LIST_FIELDS = (
+    "referenced",
+    "mentioned_absent",
+    "uncaptured",
+    "submodules",
+    "nested",
+    "stash",
+    "skip_worktree",
+    "assume_unchanged",
+)
 
 
 def _inside(root: Path, rel: str, is_kind: Callable[[Path], bool] = Path.is_dir) -> bool:
@@ -112,6 +121,16 @@ def _git_state(root: Path, expect: dict[str, Any], staged: str | None) -> Check:
         out = git(["reflog", "show", "--format=%H", "refs/stash", "--"], root, check=False)
         actual["stash"] = out.split()
         want["stash"] = expect["stash"]
+    if isinstance(expect.get("assume_unchanged"), list):  # (a description written before: not)
+        # the entries git does not look at: the skip-worktree ones in the working tree, as recorded
+        listing = git(["ls-files", "-v", "-z"], root).split("\0")
+        entries = [(rec[:1], rec[2:]) for rec in listing if rec[1:2] == " "]
+        actual["assume_unchanged"] = sorted(p for tag, p in entries if tag.islower())
+        want["assume_unchanged"] = sorted(expect["assume_unchanged"])
+        if isinstance(expect.get("skip_worktree"), list):
+            skipped = (p for tag, p in entries if tag in ("S", "s") and os.path.lexists(root / p))
+            actual["skip_worktree"] = sorted(skipped)
+            want["skip_worktree"] = sorted(expect["skip_worktree"])
     if isinstance(expect.get("refs"), dict):  # (a description written before they were kept: not)
         out = git(["for-each-ref", "--format=%(refname) %(objectname)", "refs/heads/", "refs/tags/"], root)
         actual["refs"] = dict(line.split(" ", 1) for line in out.splitlines() if " " in line)

@@ -818,6 +818,24 @@ def test_a_skip_worktree_files_edits_are_restored_and_marked_again(tmp_path: Pat
     assert sh_git(out, "ls-files", "-v", "config.ini") == "S config.ini\n"
 
 
+def test_assume_unchanged_files_are_marked_again(tmp_path: Path) -> None:
+    """Files marked ``--assume-unchanged`` and then edited or deleted: ``git status`` in the
+    recorded repository named neither, a restore's named both (` M`, ` D`: the bits were not kept),
+    and validation passed. They are marked again, and validated."""
+    repo = make_repo(tmp_path / "repo", {"local.cfg": "a\n", "gone.txt": "g\n", "a.py": "x = 1\n"})
+    sh_git(repo, "update-index", "--assume-unchanged", "local.cfg", "gone.txt")
+    (repo / "local.cfg").write_text("mine\n")
+    (repo / "gone.txt").unlink()
+    with forkpoint.record(store=tmp_path / "store", workspace=repo) as rec:
+        seq = forkpoint.checkpoint()
+    out = restore(Session.load(rec.session_path), seq, tmp_path / "out")
+    assert (out / "local.cfg").read_text() == "mine\n" and not (out / "gone.txt").exists()
+    assert status(out) == status(repo) == ""
+    assert all(c.ok for c in validate(out)), validate(out)
+    sh_git(out, "update-index", "--no-assume-unchanged", "local.cfg")
+    assert not checks_by_name(out)["git HEAD, branch and index"].ok
+
+
 def test_a_file_a_checkout_expands_does_not_garble_the_look_at_the_next(tmp_path: Path) -> None:
     """``cat-file --batch --filters`` (git 2.39) heads a blob with its size before the checkout's
     conversion: read by that size, the expanded ``$Id$`` of a.txt ran into b.txt's answer, which
