@@ -17,12 +17,16 @@ from ..log import BlobStore
 from ..redact import scrub_json
 from ..text import say
 from .context import referenced_paths, resolve_ref
-from .git import HEX, repo_head
+from .git import HEX, git, repo_head, user_excludes_file
 from .source import SourceTracker
 from .workspace import (
+    META_DIR,
     Manifests,
+    SpecialFiles,
     StatCache,
+    excluded,
     finish_listing,
+    folders_of,
     manifest_of,
     manifest_rows,
     start_listing,
@@ -54,6 +58,8 @@ class Workspace:
     _sealed: set[str] | None = field(default=None, repr=False)
     #: files left out of checkpoints that were said so (:meth:`_left_out`)
     _said: set[str] = field(default_factory=set, repr=False)
+    #: the FIFOs, sockets and devices of a git workspace's folders (git lists none)
+    _specials: SpecialFiles | None = field(default=None, repr=False)
     #: removes the scratch folder of :meth:`use_scratch` (None: there is none)
     _scratch_end: Callable[[], object] | None = field(default=None, repr=False)
 
@@ -163,7 +169,8 @@ class Workspace:
                 assumed = [p.decode("utf-8", "surrogateescape") for p in tracker.assume_unchanged()]
                 if assumed:  # (the tree has their content; git status does not look: marked again)
                     source["assume_unchanged"] = assumed
-            paths, nested = finish_listing(self.root, proc, self.exclude)
+            meta: list[str] = []
+            paths, nested = finish_listing(self.root, proc, self.exclude, meta=meta)
             if tracker is not None:
                 # tracked files a checkout would write otherwise (.gitattributes): kept as they are
                 converted = [p.decode("utf-8", "surrogateescape") for p in tracker.converted(paths)]
@@ -177,6 +184,10 @@ class Workspace:
             self._left_out(source["submodules"], submodules=True)
         if nested:
             self._left_out(nested, nested=True)
+        if meta:
+            self._left_out(meta, meta=True)
+        if self.listing != "plain":
+            self._special_in_git(paths, source)
         left = [p for p in paths if unrestorable(p) is not None]
         if left:
             paths = [p for p in paths if unrestorable(p) is None]
@@ -206,11 +217,18 @@ class Workspace:
         return {"source": source, "workspace": ws}
 
     def _left_out(
-        self, names: list[str], *, submodules: bool = False, nested: bool = False, special: bool = False
+        self,
+        names: list[str],
+        *,
+        submodules: bool = False,
+        nested: bool = False,
+        special: bool = False,
+        meta: bool = False,
     ) -> None:
         """Say, once for each, the files a checkpoint leaves out (:func:`.workspace.unrestorable`),
-        the ``submodules`` whose working trees it leaves out, or the ``nested`` repositories whose
-        ``.git`` it leaves out."""
+        the ``submodules`` whose working trees it leaves out, the ``nested`` repositories whose
+        ``.git`` it leaves out, the ``special`` files (no regular ones) or the ``meta`` files (in
+        the folder a restore writes its own into)."""
         new = [n for n in names if n not in self._said]
         if new:
             self._said.update(new)
@@ -223,6 +241,11 @@ class Workspace:
             )
             if special:
                 why = "they are no regular files (a FIFO, a socket, a device): there are no bytes to keep"
+            if meta:
+                why = (
+                    f"{META_DIR}/ at the top of a workspace is forkpoint's: a restore writes the checkpoint's "
+                    "description there"
+                )
             if nested:
                 shown = f"the .git of the repositories {shown} inside it"
                 why = "it keeps their files, not their commits and branches: a restore has them as plain folders"
@@ -233,6 +256,38 @@ class Workspace:
                     "validation"
                 )
             say(f"forkpoint: WARNING: checkpoints of {self.root} leave out {shown}: {why}")
+
+    def _special_in_git(self, paths: list[str], source: dict[str, Any] | None) -> None:
+        """Say the FIFOs, sockets and devices in the folders of the files listed (and those of the
+        changed tracked files, the top, the current folder; at the first checkpoint, every folder of
+        the tracked files too) that are not ignored: git lists none, so nothing else would."""
+        first = self._specials is None
+        specials = self._specials = self._specials or SpecialFiles()
+        folders = folders_of(paths, set())
+        folders_of((source or {}).get("changed") or [], folders)
+        try:
+            here = os.path.relpath(os.getcwd(), self.root).replace(os.sep, "/")
+        except (OSError, ValueError):
+            here = ".."
+        if here not in (".", "..") and not here.startswith("../"):
+            folders_of([f"{here}/."], folders)
+        if first:
+            folders_of([p.decode("utf-8", "surrogateescape") for p in self.tracked()], folders)
+        found = [p for p in specials.find(self.root, folders) if not excluded(p, self.exclude)]
+        if found and not self.include_ignored:  # (an ignored one is left out like any ignored file)
+            own = user_excludes_file()  # (the rules the listing applied: see start_listing)
+            ignored = git(
+                ["check-ignore", "-z", "--stdin"],
+                self.root,
+                {"GIT_LITERAL_PATHSPECS": "0"},  # (check-ignore refuses the literal magic)
+                check=False,
+                input="\0".join(found).encode("utf-8", "surrogateescape") + b"\0",
+                config=() if own is None else (f"core.excludesFile={own}",),
+            )
+            left = set(ignored.split("\0"))
+            found = [p for p in found if p not in left]
+        if found:
+            self._left_out(found, special=True)
 
     def tracked(self) -> set[bytes]:
         """Tracked paths as of the last capture (empty outside a repository)."""

@@ -18,6 +18,8 @@ from .git import git_finish, git_start, repo_root, user_excludes_file
 
 #: Folder, inside a restored directory, holding the checkpoint's expectations and carried messages.
 META_DIR = ".forkpoint-checkpoint"
+#: The files a restore writes in ``META_DIR`` (a workspace that is a restored checkpoint has them).
+META_FILES = frozenset(f"{META_DIR}/{name}" for name in ("checkpoint.json", "messages.json", "manifest.json"))
 #: Never part of a workspace (at its top): git's own folder, forkpoint's store and restore metadata.
 ALWAYS_EXCLUDED = (".git", ".forkpoint", META_DIR)
 #: A workspace manifest whose canonical JSON is bigger than this is stored as one content-addressed
@@ -42,7 +44,8 @@ def unrestorable(rel: str) -> str | None:
     return None
 
 
-def _excluded(rel: str, extra: tuple[str, ...]) -> bool:
+def excluded(rel: str, extra: tuple[str, ...]) -> bool:
+    """``rel`` is never part of a workspace (:data:`ALWAYS_EXCLUDED`), or lies in ``extra``."""
     first = rel.split("/", 1)[0]
     return first in ALWAYS_EXCLUDED or any(rel == e or rel.startswith(e.rstrip("/") + "/") for e in extra)
 
@@ -84,13 +87,19 @@ def start_listing(
 
 
 def finish_listing(
-    root: Path, proc: subprocess.Popen[bytes] | None, exclude: tuple[str, ...], nested: Sequence[str] = ()
+    root: Path,
+    proc: subprocess.Popen[bytes] | None,
+    exclude: tuple[str, ...],
+    nested: Sequence[str] = (),
+    *,
+    meta: list[str] | None = None,
 ) -> tuple[list[str], list[str]]:
     """(the workspace's files, the repositories nested in it). A nested repository git lists as a
     folder: every file in it is workspace (its own ignore rules aside, its ``.git`` left out).
     ``nested``: folders to list whole, whatever git says of them (those that were nested repositories
     when a checkpoint was taken: restored, they are plain folders, and git would apply their own
-    ``.gitignore`` to them)."""
+    ``.gitignore`` to them). ``meta``: receives the files listed under the top's ``META_DIR`` that
+    are left out, but for a restore's own (:data:`META_FILES`)."""
     walked = list(nested)
     if proc is None:
         paths = _walk(root)
@@ -108,7 +117,9 @@ def finish_listing(
             paths = [p for p in paths if not p.startswith(under)]
             for d in dict.fromkeys(walked):
                 paths.extend(_walk(root, d))
-    return sorted({p for p in paths if not _excluded(p, exclude)}), sorted(set(walked))
+    if meta is not None:
+        meta += sorted(p for p in paths if p.startswith(META_DIR + "/") and p not in META_FILES)
+    return sorted({p for p in paths if not excluded(p, exclude)}), sorted(set(walked))
 
 
 def untracked_files(
@@ -162,6 +173,58 @@ class StatCache(Generic[K, V]):
             self.entries[name] = (key, value)
         else:
             self.entries.pop(name, None)
+
+
+class SpecialFiles:
+    """The FIFOs, sockets and devices in the folders of a git workspace: git lists none of them (it
+    lists files and symbolic links only), so a checkpoint leaves them out with no listing naming
+    them. A folder is read again only when its stat data changed since it was read (an entry made
+    or removed changes it): a stat of each folder asked about, no walk."""
+
+    def __init__(self) -> None:
+        self._read: dict[str, tuple[int, ...]] = {}  # folder -> its stat data when read
+
+    def find(self, root: Path, folders: set[str]) -> list[str]:
+        """The special files (paths relative to ``root``, sorted) in the ``folders`` (relative to
+        ``root``; "" for the top) changed since they were read here, but in a ``.git``."""
+        found = []
+        now = time.time_ns()
+        for rel in sorted(folders):
+            full = os.path.join(root, rel) if rel else str(root)
+            try:
+                st = os.lstat(full)
+            except OSError:
+                continue
+            key = stat_key(st)
+            if not stat.S_ISDIR(st.st_mode) or self._read.get(rel) == key:
+                continue
+            if key[3] < now - 2_000_000_000:  # (changed within the same tick again: read next time too)
+                self._read[rel] = key
+            try:
+                with os.scandir(full) as entries:
+                    for e in entries:
+                        if e.name != ".git" and not (
+                            e.is_file(follow_symlinks=False)
+                            or e.is_dir(follow_symlinks=False)
+                            or e.is_symlink()
+                        ):
+                            found.append(f"{rel}/{e.name}" if rel else e.name)
+            except OSError:
+                continue
+        return sorted(found)
+
+
+def folders_of(paths: Sequence[str], into: set[str]) -> set[str]:
+    """``into`` with the folders holding each of ``paths`` (relative ones, ``/``-separated), up to
+    the top (``""``)."""
+    for p in paths:
+        while "/" in p:
+            p = p.rpartition("/")[0]
+            if p in into:
+                break
+            into.add(p)
+    into.add("")
+    return into
 
 
 def manifest_of(

@@ -655,6 +655,58 @@ def test_a_fifo_in_a_plain_folder_workspace_is_said_to_be_left_out(
     ), said
 
 
+def test_a_fifo_or_socket_in_a_git_workspace_is_said_to_be_left_out(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """git lists no FIFO or socket (no file of the work tree to it), so one in a repository was
+    silently missing from every checkpoint's restore. Said once each, at the first checkpoint (one
+    there before) or the first after the agent made it, in a folder of its files; an ignored one is
+    left out like any ignored file, without a word."""
+    import socket
+
+    repo = make_repo(tmp_path / "repo", {"a.txt": "a\n", "src/b.py": "b\n", ".gitignore": "*.ignored\n"})
+    os.mkfifo(repo / "src" / "events.pipe")
+    os.mkfifo(repo / "quiet.ignored")
+    with forkpoint.record(store=tmp_path / "store", workspace=repo):
+        forkpoint.checkpoint()
+        (repo / "new").mkdir()
+        (repo / "new" / "notes.txt").write_text("n\n")
+        sock = socket.socket(socket.AF_UNIX)
+        try:
+            sock.bind(str(repo / "new" / "agent.sock"))
+            forkpoint.checkpoint()
+            forkpoint.checkpoint()
+        finally:
+            sock.close()
+    said = " ".join(capsys.readouterr().err.split())
+    for name in ("src/events.pipe", "new/agent.sock"):
+        assert said.count(f"leave out '{name}': they are no regular files") == 1, said
+    assert "quiet.ignored" not in said
+
+
+def test_files_under_the_restore_folder_name_are_said_to_be_left_out(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Files the agent wrote under a top-level `.forkpoint-checkpoint/` (the folder a restore writes
+    its description in) were dropped from every checkpoint without a word; a restore's own files
+    there (a restored folder recorded again) are not named."""
+    for listing in ("git", "plain"):
+        work = tmp_path / listing
+        if listing == "git":
+            make_repo(work, {"a.txt": "a\n"})
+        else:
+            work.mkdir()
+        (work / META_DIR).mkdir()
+        (work / META_DIR / "notes.md").write_text("plan\n")
+        (work / META_DIR / "checkpoint.json").write_text("{}\n")
+        with forkpoint.record(store=tmp_path / f"store-{listing}", workspace=work):
+            forkpoint.checkpoint()
+            forkpoint.checkpoint()
+        said = " ".join(capsys.readouterr().err.split())
+        assert said.count(f"leave out '{META_DIR}/notes.md': {META_DIR}/ at the top") == 1, said
+        assert "checkpoint.json" not in said
+
+
 def test_a_restore_applies_the_info_exclude_of_the_recording_not_of_today(tmp_path: Path) -> None:
     """The user added ``*.csv`` to ``.git/info/exclude`` after recording: every restore copied
     today's rules, and validation failed ("missing: results.csv", though restored): fork refused
