@@ -684,7 +684,8 @@ class SourceTracker:
         return {
             **({"submodules": submodules} if submodules else {}),
             **({"stash": stash} if stash else {}),
-            "refs": self.refs(),
+            # (but the branch HEAD is on: it is `branch` at `head`, and moves with every commit)
+            "refs": {name: oid for name, oid in self.refs().items() if name != ref},
             "base": self.base,
             "head": head,
             "branch": ref[len("refs/heads/") :] if ref.startswith("refs/heads/") else None,

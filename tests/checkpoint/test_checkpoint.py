@@ -614,6 +614,9 @@ def test_a_restore_has_the_branches_and_tags_the_checkpoint_had(
     assert sh_git(out, "tag").split() == ["v0"]
     base = sh_git(repo, "rev-parse", "v0").strip()
     assert sorted(sh_git(out, "log", "--all", "--format=%H").split()) == sorted([base, attempt])
+    # (main, HEAD's branch, is `branch` at `head`: a commit on it leaves `refs` as it was)
+    cp = Session.load(rec.session_path).events[seq - 1]
+    assert cp["source"]["refs"] == {"refs/heads/attempt": attempt, "refs/tags/v0": base}
     sh_git(out, "merge", "-q", "--no-edit", "attempt")  # as the agent did
     sh_git(out, "tag", "v1")
     assert not checks_by_name(out)["git HEAD, branch and index"].ok  # (main moved, v1 is new)
