@@ -811,6 +811,15 @@ def replay_command(
                     f"  drift at {d['kind'].replace('_', ' ')} #{d['position']}: served recorded seq "
                     f"{d['served_seq']} ({len(d['diff'])} difference(s))"
                 )
+            unanswered = report.get("unanswered") or []
+            if on_divergence == "fifo" and unanswered and "served_seq" in report["divergence"]:
+                # The divergence above was served (fifo); the run stopped at a later call, which
+                # got no answer: name that one, or the report points at a call that was answered.
+                say(
+                    "fifo served that call and went on; it stopped at a later call, for which no recorded "
+                    "call of that endpoint or tool was left to serve:"
+                )
+                say(format_divergence(unanswered[0]))
         # Going live after a divergence is the what-if the user asked for; serving recorded answers
         # to other requests (fifo) is not a reproduction, unless the user said to accept that.
         asked = on_divergence == "live" or (on_divergence == "fifo" and accept_drift)

@@ -401,6 +401,11 @@ def test_a_fifo_call_with_nothing_left_to_serve_is_no_drift_the_run_went_on_from
         main, ["replay", "last", "--store", str(store), "--on-divergence", "fifo", "--accept-drift"]
     )
     assert accepted.exit_code == EXIT_DIVERGENCE, accepted.output
+    # The report names the call the run stopped at (the 2nd, which got no answer), not only the
+    # 1st, which diverged and was served: that alone read as if the replay had stopped there.
+    assert "replay diverged at the 1st tool call of this run (shout)" in accepted.output, accepted.output
+    assert "it stopped at a later call" in accepted.output, accepted.output
+    assert "replay diverged at the 2nd tool call of this run (shout)" in accepted.output, accepted.output
 
 
 # --------------------------------------------------------------------------- parallel tool results
