@@ -34,7 +34,7 @@ from rich.table import Table
 from .events import endpoint, in_start_order, mcp_tool_error
 from .jsondiff import Change, EqualPairs, format_changes, json_diff
 from .log import Session
-from .match import event_key, key_spec, normalized, stored_key
+from .match import configured, event_key, key_spec, normalized, stored_key
 from .providers import genai_usage, recorded_response, response_text, summary
 from .text import escape
 
@@ -259,7 +259,9 @@ class SessionDiff:
         e = p.a or p.b
         assert e is not None
         sides = " ↔ ".join(f"seq {x['seq']}" if x is not None else "—" for x in (p.a, p.b))
-        return f"{sides} ({signature(e)})", p.changes[0].path if p.changes else None
+        # (a difference an ignore rule takes out, a timestamp, is not where they parted)
+        named = [c for c in p.changes if not c.ignored] or p.changes
+        return f"{sides} ({signature(e)})", named[0].path if named else None
 
     def to_json(self) -> dict[str, Any]:
         """JSON form (``forkpoint diff --json``)."""
@@ -292,6 +294,26 @@ class SessionDiff:
         }
 
 
+def _mark_ignored(x: dict[str, Any], y: dict[str, Any], changes: list[Change]) -> list[Change]:
+    """``changes`` of two calls whose match keys differ, each request (or argument) difference an
+    ignore rule in force takes out of the key marked ``ignored``, as a replay's divergence report
+    marks it: the key differs for another reason, and the rule's part (a timestamp in the system
+    prompt) is no part of why."""
+    if x["type"] not in ("tool_call", "model_call") or not any(in_key(c) for c in changes):
+        return changes
+    rules = configured()
+    if not rules:
+        return changes
+    tool = x["tool"] if x["type"] == "tool_call" else None
+    # (comparable() puts a model call's normalized request under "request"; a tool's args as they are)
+    prefix = "$.request" if tool is None else "$"
+    left, right = rules.mask(normalized(x), tool), rules.mask(normalized(y), tool)
+    left_over = {prefix + c.path[1:] for c in json_diff(left, right)}
+    return [
+        dataclasses.replace(c, ignored=True) if in_key(c) and c.path not in left_over else c for c in changes
+    ]
+
+
 def diff_sessions(a: Session, b: Session) -> SessionDiff:
     """Align the calls of ``a`` and ``b`` and compare them (see module docstring)."""
     spec, ha, hb = key_spec(), a.header.get("keys"), b.header.get("keys")
@@ -310,6 +332,8 @@ def diff_sessions(a: Session, b: Session) -> SessionDiff:
                 changes = json_diff(comparable(x), comparable(y), equal=equal)
                 if same:  # (a request difference under one match key is one the key ignores: a rule)
                     changes = [dataclasses.replace(c, ignored=True) if in_key(c) else c for c in changes]
+                else:
+                    changes = _mark_ignored(x, y, changes)
                 pairs.append(Pair(x, y, same, changes))
         else:
             # Replaced stretches pair up positionally as far as they go; the rest is one-sided.
@@ -320,7 +344,7 @@ def diff_sessions(a: Session, b: Session) -> SessionDiff:
                 if xo and xo["type"] == "model_call":
                     equal.next()
                 changes = (
-                    json_diff(comparable(xo), comparable(yo), equal=equal)
+                    _mark_ignored(xo, yo, json_diff(comparable(xo), comparable(yo), equal=equal))
                     if xo and yo and xo["type"] == yo["type"]
                     else []
                 )

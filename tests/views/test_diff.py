@@ -338,6 +338,29 @@ def test_a_difference_an_ignore_rule_takes_out_is_not_said_to_be_an_answer(
     assert "~ $.args.ts: 2026-01-01T10:00 → 2026-01-02T11:00 (ignored)" in out
 
 
+def test_the_first_divergence_marks_what_an_ignore_rule_takes_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two calls whose keys differ for one reason (the question) and also in a timestamp a rule
+    ignores: the first divergence listed the timestamp as one of the differences, unmarked, while a
+    replay's divergence report marks it ``(ignored)``; it read as if the time were why they parted."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "forkpoint.toml").write_text('[match]\nignore = [{ tool = "search", path = "$.args.ts" }]\n')
+    a = tool_session(tmp_path, [("search", {"ts": "2026-01-01T10:00", "q": "x"}, {"result": [1]})])
+    b = tool_session(tmp_path, [("search", {"ts": "2026-01-02T11:00", "q": "y"}, {"result": [1]})])
+    res = diff(a, b)
+    assert res.exit_code == 1, res.output
+    out = flat(res.output)
+    assert "first divergence at call 1" in out, out
+    assert "~ $.args.ts: 2026-01-01T10:00 → 2026-01-02T11:00 (ignored)" in out, out
+    assert "~ $.args.q: x → y" in out and "~ $.args.q: x → y (ignored)" not in out, out
+    # (check --models live names the first path that differs: the one that counts, not the time)
+    from forkpoint.diff import diff_sessions
+
+    compared = diff_sessions(Session.load(a.path), Session.load(b.path))
+    assert compared.describe(0)[1] == "$.args.q"
+
+
 def test_parallel_tools_that_finished_in_another_order_pair_up(tmp_path: Path) -> None:
     """Tools the model asked for at once are logged as they finish (their ``sent`` ordinals say the
     order they started in); a what-if's replay logs each call as it is served, in the order they
