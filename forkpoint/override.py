@@ -122,6 +122,9 @@ def resolve(overrides: list[Override], events: Sequence[Mapping[str, Any]]) -> d
                     if "." in str(o.name)
                     else ""
                 )
+                if not hits:  # (a typo, or a tool recorded under another name: say which it has)
+                    names = sorted({str(e["tool"]) for e in events if e["type"] == "tool_call"})
+                    hint += f"; its tools: {', '.join(names)}" if names else "; it has no tool calls"
                 raise OverrideError(
                     f"override {o.spec!r}: the session has {len(hits)} call(s) of tool {o.name!r}{hint}"
                 )

@@ -685,7 +685,8 @@ def test_cli_policies(in_store: Recording, policy: str, capfd: pytest.CaptureFix
 @pytest.mark.parametrize(
     ("spec", "problem"),
     [
-        ("tool:nosuch=1", "the session has 0 call(s) of tool 'nosuch'"),
+        # (a typo: the tools the session has are named, or the user must go and look)
+        ("tool:nosuch=1", "the session has 0 call(s) of tool 'nosuch'; its tools: run_tests, write_file"),
         ("tool:run_tests#9=1", "the session has 1 call(s) of tool 'run_tests'"),
         ('tool:run_tests.result={"passed":', "value is not JSON"),
         ('model#7.text="x"', "the session has 3 model call(s)"),
