@@ -421,6 +421,9 @@ class DivergenceReport(TypedDict, total=False):
     suggest: list[dict[str, str]]
     #: The session was recorded without ``deterministic``: the report says what it would do.
     hint_deterministic: bool
+    #: Configured ignore rules about this call that took nothing out of either request (with their
+    #: ``source``), said beside ``suggest``: a mistyped path or regex.
+    inert: list[dict[str, str]]
     #: fifo drift: the recorded call served anyway.
     served_seq: int
     #: What an HTTP exchange that is no model call is (:func:`forkpoint.providers.classify`):

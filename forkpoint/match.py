@@ -520,6 +520,22 @@ def _volatile_rule(change: Mapping[str, Any], tool: str | None) -> IgnoreRule | 
     return IgnoreRule(path, "|".join(VOLATILE[k] for k in dict.fromkeys(kinds)), tool)
 
 
+def inert_rules(
+    expected: dict[str, Any], actual: dict[str, Any], ignore: Ignore, tool: str | None = None
+) -> list[IgnoreRule]:
+    """The rules of ``ignore`` about this kind of call (a model call's, or ``tool``'s) that take
+    nothing out of either normalized call: a path that selects nothing there (``$.body.mesages``)
+    or a regex that matches nothing it selects."""
+    out = []
+    for rule in ignore.rules:
+        if (rule.tool is None) != (tool is None) or (tool is not None and rule.tool not in (tool, "*")):
+            continue
+        one = Ignore([rule])
+        if one.mask(expected, tool) == expected and one.mask(actual, tool) == actual:
+            out.append(rule)
+    return out
+
+
 def suggest_ignore(
     expected: dict[str, Any], actual: dict[str, Any], ignore: Ignore, tool: str | None = None
 ) -> list[IgnoreRule]:

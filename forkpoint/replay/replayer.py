@@ -61,6 +61,7 @@ from ..match import (
     event_key,
     header_rules,
     in_send_order,
+    inert_rules,
     key_spec,
     model_key,
     normalize_request,
@@ -1061,6 +1062,10 @@ class Replayer:
             and (rules := suggest_ignore(normalized(base), norm, self.ignore, tool))
         ):
             report["suggest"] = [r.to_json() for r in rules]
+            # (rules the user wrote for this that did nothing: a typo there, not a missing rule)
+            inert = inert_rules(normalized(base), norm, self.ignore, tool)
+            if inert:
+                report["inert"] = [{**r.to_json(), "source": r.source or ""} for r in inert]
             if not self.deterministic:  # the time or a uuid the program's own code read may be it
                 report["hint_deterministic"] = True
         if "endpoint" in what:

@@ -63,6 +63,12 @@ def format_divergence(report: DivergenceReport | dict[str, Any]) -> str:
         lines.append("  ignore = [")
         lines.extend(f"    {IgnoreRule(**r).toml()}," for r in suggested)
         lines.append("  ]")
+        for r in report.get("inert") or []:
+            rule = IgnoreRule(**{k: v for k, v in r.items() if k != "source"})
+            where = f" ({r['source']})" if r.get("source") else ""
+            lines.append(
+                f"The rule {rule.toml()}{where} took nothing out of this call (if it was meant for this difference: is its path or regex mistyped?)"
+            )
         if report.get("hint_deterministic"):
             lines.append(
                 "If the program's own code put it there (datetime.now(), time.time(), uuid.uuid4(), "

@@ -17,6 +17,7 @@ from forkpoint.match import (
     IgnoreRule,
     configured,
     ignore_rules,
+    inert_rules,
     load_ignore,
     model_key,
     normalize_request,
@@ -259,6 +260,30 @@ def test_a_divergence_on_a_timestamp_suggests_the_rule(server: LocalServer, stor
     with forkpoint.replay(rec.session_path, ignore=[suggested]) as rp:
         ask("hi", "Current time: 2026-12-01 10:15:21.733099", server.openai_base_url)
     assert rp.report()["reproduced"]
+
+
+def test_a_rule_that_took_nothing_out_is_named_beside_the_suggestion(
+    server: LocalServer, store: Path
+) -> None:
+    """A rule written for the timestamp with a typo in its path (``mesages``) was silently inert:
+    the report suggested a rule as if none had been written, and the user was left comparing the
+    two by eye. The rule that did nothing is named, with where it was read."""
+    typo = {"path": "$.body.mesages[*].content", "regex": "Current time: [^ ]*"}
+    with forkpoint.record(store=store, ignore=[typo]) as rec:
+        ask("hi", "Current time: 2026-12-01 10:15:19.930158", server.openai_base_url)
+    with forkpoint.replay(rec.session_path), pytest.raises(forkpoint.Divergence) as div:
+        ask("hi", "Current time: 2026-12-01 10:15:21.733099", server.openai_base_url)
+    report = div.value.report
+    assert report["suggest"] and [r["path"] for r in report["inert"]] == ["$.body.mesages[*].content"]
+    assert "The rule { path = '$.body.mesages[*].content', regex = 'Current time: [^ ]*' }" in str(div.value)
+    assert "took nothing out of this call" in str(div.value)
+    # A rule that did take its part out is not named.
+    good = {"path": "$.body.messages[*].content", "regex": "Current time: [^ ]*"}
+    assert inert_rules(
+        {"body": {"messages": [{"content": "Current time: 1"}]}},
+        {"body": {"messages": [{"content": "Current time: 2"}]}},
+        Ignore([IgnoreRule(**good), IgnoreRule(**typo)]),
+    ) == [IgnoreRule(**typo)]
 
 
 def test_a_timestamp_divergence_points_at_deterministic_when_not_recorded_so(
