@@ -181,6 +181,9 @@ class _Common(TypedDict, total=False):
     span_id: str
     parent_span_id: str
     pid: int
+    #: A call's: the name of the asyncio task that made it (:func:`forkpoint.runtime.caller`;
+    #: absent outside any task).
+    caller: str
     duration_ms: float | None
     #: What-if sessions: where the answer came from, and the parent's event it answers for.
     source: Source

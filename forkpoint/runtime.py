@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextvars
 import itertools
+import sys
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Mapping
@@ -173,6 +174,22 @@ _sent_counters: weakref.WeakKeyDictionary[Any, Iterator[int]] = weakref.WeakKeyD
 #: The first ordinal of this process's runtimes: past the last one of the program it replaced through
 #: exec, whose calls have the same pid in the log (``forkpoint._boot``).
 sent_from = 1
+
+
+def caller() -> str | None:
+    """The name of the asyncio task making a call, None outside any task. asyncio names a task
+    ``Task-N`` in the order tasks are made, so a program that makes them in the same order makes
+    each call from the same name again on replay: which of several identical calls answered
+    differently each task got can then be told (:meth:`forkpoint.replay.Replayer._certain`). A
+    thread's name tells nothing so (a pool's workers take its work in any order)."""
+    aio = sys.modules.get("asyncio")  # (a program that never imported asyncio runs no task)
+    if aio is None:
+        return None
+    try:
+        task = aio.current_task()
+    except RuntimeError:  # no event loop running in this thread
+        return None
+    return None if task is None else str(task.get_name())
 
 
 def next_sent(rt: Runtime) -> int:

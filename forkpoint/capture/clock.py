@@ -114,6 +114,9 @@ def read(
     }
     if args is not None:
         event["args"] = args
+    who = runtime.caller()
+    if who is not None:
+        event["caller"] = who
     rt.value_done(event)
     return value
 

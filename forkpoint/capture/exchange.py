@@ -174,6 +174,7 @@ class Exchange:
         self.ts = now_iso()
         self.t0 = time.perf_counter()
         self.sent = runtime.next_sent(rt)
+        self.caller = runtime.caller()
         self.span_id = new_span_id()
         self.parent_span_id = runtime.current_span.get() or rt.root_span
         self.head: tuple[int, str, str, list[tuple[str, str]]] | None = None
@@ -241,6 +242,8 @@ class Exchange:
             "request": self.request,
             "response": self._response_record(how) if self.head is not None else None,
         }
+        if self.caller is not None:
+            event["caller"] = self.caller
         if self.error is not None:
             event["error"] = error_record(self.error)
             if self.phase is not None:

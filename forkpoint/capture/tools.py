@@ -592,6 +592,7 @@ class _ToolCall:
         self.name, self.args, self.mcp = name, args, mcp
         rt = runtime.active()
         self.sent = runtime.next_sent(rt) if rt is not None else None
+        self.caller = runtime.caller()
         self.ts = now_iso()
         self.t0 = time.perf_counter()
         self.span_id = new_span_id()
@@ -643,6 +644,8 @@ class _ToolCall:
             if self.sent is not None:
                 event["sent"] = self.sent
                 event["finished"] = runtime.next_sent(rt)
+            if self.caller is not None:
+                event["caller"] = self.caller
             if self.mcp is not None:
                 event["mcp"] = self.mcp
             if error is not None:

@@ -201,6 +201,10 @@ def _volatile_change(change: Change) -> bool:
     return volatile(before, key) and volatile(after, key)
 
 
+#: The name asyncio gives a task it is not given one for.
+_TASK_NAME = re.compile(r"Task-(\d+)")
+
+
 def _alike(queues: Iterable[Sequence[Served]]) -> dict[int, int]:
     """Seq → group (its first seq) of the recorded calls that were asked the same (one match key)
     and answered differently: served to several threads, tasks or processes, which got which
@@ -405,6 +409,12 @@ class Replayer:
         #: [group, seq, pid, raced (:meth:`_raced`), when served, when the process started] for each
         #: such call served.
         self.alike_served: list[list[Any]] = []
+        #: For each of :attr:`alike_served`: whether it went to the caller of the recorded call's name.
+        self._same_caller: list[bool] = []
+        #: Whether some call served here went to another caller than the recorded call's.
+        self.callers_differ = False
+        #: How far this run's asyncio task numbers are from the recording's (:meth:`_same_task`).
+        self._task_offset: int | None = None
         #: Served calls whose recorded answer holds a scrubbed secret's placeholder (the program got it).
         self.placeholders_served: list[int] = []
         #: Group → the callers (thread, asyncio task or None) served one of its alike calls here.
@@ -464,7 +474,8 @@ class Replayer:
         self.divergence = None
         self.drift, self.id_drift, self.out_of_order, self.uncaught = [], [], [], []
         self.unanswered = []
-        self.alike_served, self.placeholders_served = [], []
+        self.alike_served, self.placeholders_served, self._same_caller = [], [], []
+        self.callers_differ, self._task_offset = False, None
         self.aside_served, self.aside_answered, self.network_blocked = [], [], []
         self.applied = dict.fromkeys(self.applied, False)
         self.refused = {}
@@ -831,6 +842,45 @@ class Replayer:
                 found.append(e)
         return _first_for(found, origin) if found else None
 
+    def _same_task(self, recorded: Any, now: str | None) -> bool:
+        """Whether a call made now by the asyncio task named ``now`` is made by the task that made
+        the recorded call (whose ``caller`` is ``recorded``). asyncio numbers its tasks from one
+        counter per process, so a replay in a process that made tasks before (a test runner's)
+        numbers them from elsewhere: ``Task-N`` names are compared by how far each is from the
+        first the run served."""
+        a = _TASK_NAME.fullmatch(recorded) if isinstance(recorded, str) else None
+        b = _TASK_NAME.fullmatch(now) if now is not None else None
+        if a is None or b is None:
+            return bool(recorded == now)
+        apart = int(b[1]) - int(a[1])
+        if self._task_offset is None:
+            self._task_offset = apart
+        return apart == self._task_offset
+
+    def _certain(self) -> list[list[Any]]:
+        """:attr:`alike_served`, each call that raced another (:meth:`_raced`) no longer said to
+        when which task got which answer can be told after all: every call this process served
+        went to the asyncio task of the name that made it when recorded, or to none when none did
+        (the names line up: :func:`forkpoint.runtime.caller`), and the recorded calls of its group
+        were made by as many tasks as there are calls (a name made twice, as a program may name
+        its tasks, tells nothing; threads have no such names)."""
+        if self.callers_differ:
+            return list(self.alike_served)
+        by_group: dict[int, list[Any]] = {}
+        for e in self.recorded:
+            group = self._alike.get(e["seq"])
+            if group is not None:
+                by_group.setdefault(group, []).append(e.get("caller"))
+        distinct = {
+            group for group, names in by_group.items() if None not in names and len(set(names)) == len(names)
+        }
+        return [
+            [group, seq, pid, raced and not (same and group in distinct), *rest]
+            for (group, seq, pid, raced, *rest), same in zip(
+                self.alike_served, self._same_caller, strict=True
+            )
+        ]
+
     def _raced(self, group: int) -> bool:
         """Whether this call of ``group`` (identical calls answered differently) may have raced one
         served before in this process, when recorded: it was made in another thread, or in another
@@ -853,10 +903,14 @@ class Replayer:
 
     def _serve(self, event: Served) -> Served:
         self.used.append(event["seq"])
+        same_caller = self._same_task(event.get("caller"), runtime.caller())
+        if not same_caller:
+            self.callers_differ = True
         group = self._alike.get(event["seq"])
         if group is not None:
             served = [group, event["seq"], os.getpid(), self._raced(group), time.time(), self.started]
             self.alike_served.append(served)
+            self._same_caller.append(same_caller)
         if event["type"] == "tool_call":
             # The calls its body made are in its recorded result; the body does not run now.
             for inner in self._descendants(event):
@@ -1186,7 +1240,7 @@ class Replayer:
                     for n in self._session.by_type("note")
                     for program in (n.get("data") or {}).get("unrecorded_programs") or ()
                 ],
-                "alike_served": list(self.alike_served),
+                "alike_served": self._certain(),
                 "placeholders_served": sorted(set(self.placeholders_served)),
                 "strict": self.strict,
                 "out_of_order": list(self.out_of_order),

@@ -830,9 +830,11 @@ def test_identical_calls_answered_differently_and_served_to_several_threads_are_
 def test_identical_calls_answered_differently_and_served_to_several_asyncio_tasks_are_not_called_certain(
     store: Path,
 ) -> None:
-    """Two asyncio sub-agents of one thread: one's first call was slow, so the other asked the same
-    follow-up first while recording. Replayed calls answer at once, so they asked it the other way
-    round and got each other's answers, under "replay ok" (tasks were counted as one caller)."""
+    """Two asyncio sub-agents of one thread: one waited longer, so the other asked the same
+    follow-up first while recording. Replayed, they waited otherwise (a wait forkpoint does not
+    record), asked it the other way round and got each other's answers, under "replay ok" (tasks
+    were counted as one caller). Sub-agents one after another, each in a task of its own (a graph's
+    nodes), are no race: which got which answer is told by their tasks' names."""
     import asyncio
     import itertools
 
@@ -851,17 +853,21 @@ def test_identical_calls_answered_differently_and_served_to_several_asyncio_task
         await plan(name, seconds)
         return name, await pick()
 
-    async def main(concurrent: bool) -> list[tuple[str, int]]:
+    async def waits(name: str, seconds: float) -> tuple[str, int]:
+        await asyncio.sleep(seconds)  # (not a tool: on replay it may last otherwise)
+        return name, await pick()
+
+    async def main(concurrent: bool, a_waits: float = 0.3) -> list[tuple[str, int]]:
         if concurrent:
-            return list(await asyncio.gather(agent("slow", 0.3), agent("fast", 0.0)))
+            return list(await asyncio.gather(waits("a", a_waits), waits("b", 0.3 - a_waits)))
         return [await agent("slow", 0.0), await agent("fast", 0.0)]
 
     with forkpoint.record(store=store) as rec:
         live = asyncio.run(main(concurrent=True))
-    assert dict(live) == {"fast": 0, "slow": 1}
+    assert dict(live) == {"b": 0, "a": 1}
     picks = [e["seq"] for e in Session.load(rec.session_path).by_type("tool_call") if e["tool"] == "pick"]
     with forkpoint.replay(rec.session_path) as rp:
-        asyncio.run(main(concurrent=True))
+        assert dict(asyncio.run(main(concurrent=True, a_waits=0.0))) == {"a": 0, "b": 1}  # (swapped)
     report = rp.report()
     assert report["ambiguous"] == [sorted(picks)]
     assert summary_line(report).startswith("replay ok, but not certain: 2 identical calls that were answered")
@@ -872,6 +878,23 @@ def test_identical_calls_answered_differently_and_served_to_several_asyncio_task
     with forkpoint.replay(rec.session_path) as rp:
         asyncio.run(main(concurrent=False))
     assert rp.report()["ambiguous"] == [] and summary_line(rp.report()).startswith("replay ok: 4/4")
+
+    async def one_task_after_another(name: str | None) -> list[tuple[str, int]]:
+        # (a graph's nodes, each run in a task of its own once the one before it ended: LangGraph)
+        return [await asyncio.create_task(agent(who, 0.0), name=name) for who in ("slow", "fast")]
+
+    with forkpoint.record(store=store) as rec:
+        live = asyncio.run(one_task_after_another(None))
+    with forkpoint.replay(rec.session_path) as rp:
+        assert asyncio.run(one_task_after_another(None)) == live
+    # Each task got the answer recorded for the task of its name (asyncio names them in the order
+    # it makes them: Task-2, Task-3…), and every call went to its recorded task's name: certain.
+    assert rp.report()["ambiguous"] == [] and summary_line(rp.report()).startswith("replay ok: 4/4")
+    with forkpoint.record(store=store) as rec:
+        live = asyncio.run(one_task_after_another("node"))  # (one name for every task: it tells nothing)
+    with forkpoint.replay(rec.session_path) as rp:
+        assert asyncio.run(one_task_after_another("node")) == live
+    assert summary_line(rp.report()).startswith("replay ok, but not certain: 2 identical calls")
 
     @forkpoint.tool
     def pick_now() -> int:
