@@ -310,7 +310,9 @@ def replay(
         session = Session.load(resolve(session, store), derived=False, share_lists=True)
     parsed = [o if isinstance(o, Override) else override.parse(o) for o in overrides]
     # Check every override fits the session before a child session is written for the run.
-    override.resolve(parsed, session.calls())
+    calls = session.calls()
+    for line in override.untyped(override.resolve(parsed, calls), calls):
+        say(line)
     rules = _rules(ignore, "forkpoint.replay(ignore=…)")
     targets = checked_tools(
         [*(session.header.get("tools") or []), *tool_targets], "forkpoint.replay(tool_targets=…)"

@@ -740,6 +740,8 @@ def check_overrides(
                 f"override {o.spec!r} names event seq {seq}, a {kind.replace('_', ' ')} this run makes live "
                 f"({why}): it would never apply"
             )
+    for line in override.untyped(resolved, calls):
+        say(line)
 
 
 def _fallback_said(reason: str) -> None:

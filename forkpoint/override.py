@@ -43,6 +43,7 @@ from .log import read_json_text
 from .patterns import compiled_later
 from .providers import call_kind, detect, recorded_response, response_text, rewrite_response, summarize
 from .providers.base import stable_id
+from .values import MARK, is_typed
 
 _SPEC = compiled_later(
     r"^(?P<target>tool:[^#=]+?(?:#\d+)?|model#\d+|seq:\d+)(?:\.(?P<field>[a-z_]+))?=(?P<value>.*)$", re.S
@@ -153,6 +154,32 @@ def resolve(overrides: list[Override], events: Sequence[Mapping[str, Any]]) -> d
             raise OverrideError(f"override {o.spec!r}: event {event['seq']} is already overridden")
         apply(event, o, schemas)  # a value that does not fit this call is refused now, not inside the agent
         out[event["seq"]] = o
+    return out
+
+
+def untyped(resolved: Mapping[int, Override], events: Sequence[Mapping[str, Any]]) -> list[str]:
+    """A line for each of the ``resolved`` overrides (:func:`resolve`) that gives plain JSON where
+    the tool's recorded result was a typed value (a dataclass, a pydantic model…, or a list of
+    them): the agent gets a ``dict`` (a list of them) where the tool returned objects, which the
+    tool could not have returned. Allowed (a what-if may mean it), but said."""
+    by_seq = {e["seq"]: e for e in events}
+    out = []
+    for seq, o in resolved.items():
+        event = by_seq[seq]
+        if event["type"] != "tool_call" or o.field not in (None, "result") or "result" not in event:
+            continue
+        recorded, given = event["result"], o.value
+        if isinstance(recorded, list) and isinstance(given, list) and recorded and given:
+            recorded, given = recorded[0], given[0]  # (a list of objects: as its first item)
+        if is_typed(recorded) and not is_typed(given) and isinstance(given, dict | list):
+            cls = str(recorded[MARK])
+            out.append(
+                f"forkpoint: override {o.spec!r}: {event['tool']} returned a {cls.replace(':', '.')} "
+                f"when recorded; this value is plain JSON, so the agent gets a {type(given).__name__} "
+                f'instead. To give it a {cls.rsplit(":", 1)[-1]}: {{"{MARK}": "{cls}", "kind": '
+                f'"{recorded.get("kind")}", "value": {{…}}}} (docs/overrides.md; forkpoint show --json '
+                "shows the recorded one)"
+            )
     return out
 
 

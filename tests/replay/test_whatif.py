@@ -948,3 +948,37 @@ def test_an_overridden_dataclass_result_has_its_fields_and_only_them(tmp_path: P
     with pytest.raises(Exception, match=r"has no field 'tmp'"):
         with forkpoint.replay(rec.session_path, overrides=[spec({"tmp": 30.0, "when": 5})]):
             read_sensor("a")
+
+
+def test_plain_json_given_for_a_typed_result_is_said(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A tool that returned a dataclass, overridden with a JSON object: the agent got a ``dict``, a
+    value the tool could never return, and nothing said so (docs/overrides.md shows the typed form)."""
+
+    @forkpoint.tool
+    def read_sensor(name: str) -> Reading:
+        return Reading(21.5, dt.datetime(2026, 1, 1))
+
+    @forkpoint.tool
+    def read_all() -> list[Reading]:
+        return [Reading(1.0, dt.datetime(2026, 1, 1))]
+
+    with forkpoint.record(store=tmp_path / "s") as rec:
+        read_sensor("a"), read_all()
+    capsys.readouterr()
+    ref = f"{Reading.__module__}:{Reading.__qualname__}"
+    plain = ['tool:read_sensor.result={"temp": 30.0, "when": 5}', 'tool:read_all=[{"temp": 2.0}]']
+    with forkpoint.replay(rec.session_path, overrides=plain):
+        assert type(read_sensor("a")) is dict and type(read_all()[0]) is dict  # (allowed: said)
+    said = " ".join(capsys.readouterr().err.split())
+    assert (
+        f"override {plain[0]!r}: read_sensor returned a {ref.replace(':', '.')} when recorded; this value is "
+        "plain JSON, so the agent gets a dict instead" in said
+    ), said
+    assert f"override {plain[1]!r}: read_all returned a {ref.replace(':', '.')}" in said, said
+    assert f'To give it a Reading: {{"$type": "{ref}", "kind": "dataclass"' in said, said
+    typed = json.dumps({"$type": ref, "kind": "dataclass", "value": {"temp": 30.0, "when": 5}})
+    with forkpoint.replay(rec.session_path, overrides=[f"tool:read_sensor.result={typed}"]):
+        assert isinstance(read_sensor("a"), Reading)
+    assert "plain JSON" not in capsys.readouterr().err
