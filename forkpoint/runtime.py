@@ -181,15 +181,43 @@ def caller() -> str | None:
     ``Task-N`` in the order tasks are made, so a program that makes them in the same order makes
     each call from the same name again on replay: which of several identical calls answered
     differently each task got can then be told (:meth:`forkpoint.replay.Replayer._certain`). A
-    thread's name tells nothing so (a pool's workers take its work in any order)."""
+    thread's name tells nothing so (a pool's workers take its work in any order).
+
+    None too when the order tasks are made in may depend on timing, so that a name need not be
+    the same task's on replay: the loop runs in another thread than the main one (threads'
+    loops number their tasks from one counter, each as it happens to get there), or another
+    task of the loop runs beside this one (any unfinished task that does not wait, through the
+    tasks it waits for, on this one: it may make its own tasks before or after this one's, as its
+    waits last). A graph's nodes, each awaited by the one loop that makes them, are alone so."""
     aio = sys.modules.get("asyncio")  # (a program that never imported asyncio runs no task)
-    if aio is None:
+    if aio is None or threading.current_thread() is not threading.main_thread():
         return None
     try:
         task = aio.current_task()
     except RuntimeError:  # no event loop running in this thread
         return None
-    return None if task is None else str(task.get_name())
+    if task is None or not _alone(aio, task):
+        return None
+    return str(task.get_name())
+
+
+def _alone(aio: Any, task: Any) -> bool:
+    """Whether every other unfinished task of ``task``'s loop waits on ``task``, directly or
+    through a task that does (:func:`caller`)."""
+    try:
+        others = aio.all_tasks(task.get_loop())
+    except RuntimeError:  # (the loop's tasks changed while listed, too often)
+        return False
+    waiting: set[Any] = {task}
+    for other in others:
+        chain: list[Any] = []
+        while other not in waiting:
+            chain.append(other)
+            other = getattr(other, "_fut_waiter", None)
+            if not isinstance(other, aio.Task) or len(chain) > len(others):
+                return False
+        waiting.update(chain)
+    return True
 
 
 def next_sent(rt: Runtime) -> int:

@@ -913,6 +913,67 @@ def test_identical_calls_answered_differently_and_served_to_several_asyncio_task
     assert rp.report()["ambiguous"] == [] and summary_line(rp.report()).startswith("replay ok: 2/2")
 
 
+def test_tasks_made_in_an_order_that_depends_on_timing_are_told_apart_by_no_name(store: Path) -> None:
+    """Task names tell tasks apart only when the tasks are made in the same order: two sub-agents
+    running side by side each start a task of its own once their wait ends (a wait forkpoint does
+    not record; events stand for it here), and so do two threads each running an event loop
+    (threads' loops number their tasks from one counter). Replayed, the other one started first,
+    got the first task's name and answer (each other's), and the replay said plain "replay ok"."""
+    import itertools
+    import threading
+
+    counter = itertools.count()
+
+    @forkpoint.tool
+    async def pick() -> int:
+        return next(counter)
+
+    async def read(name: str) -> tuple[str, int]:
+        return name, await pick()
+
+    async def sub_agent(name: str, wait: asyncio.Event | None, done: asyncio.Event | None) -> tuple[str, int]:
+        if wait is not None:
+            await wait.wait()
+        got = await asyncio.create_task(read(name))
+        if done is not None:
+            done.set()
+        return got
+
+    async def side_by_side(first: str) -> dict[str, int]:
+        turn = asyncio.Event()
+        a, b = (None, turn), (turn, None)
+        return dict(
+            await asyncio.gather(
+                sub_agent("a", *(a if first == "a" else b)), sub_agent("b", *(b if first == "a" else a))
+            )
+        )
+
+    def threads(first: str) -> dict[str, int]:
+        out: dict[str, int] = {}
+        turns = {"a": threading.Event(), "b": threading.Event()}
+
+        def worker(name: str, then: str) -> None:
+            turns[name].wait()
+            out[name] = asyncio.run(read(name))[1]
+            turns[then].set()
+
+        started = [threading.Thread(target=worker, args=(n, "b" if n == "a" else "a")) for n in ("a", "b")]
+        for t in started:
+            t.start()
+        turns[first].set()
+        for t in started:
+            t.join()
+        return out
+
+    for run in (lambda first: asyncio.run(side_by_side(first)), threads):
+        counter = itertools.count()
+        with forkpoint.record(store=store) as rec:
+            assert run("a") == {"a": 0, "b": 1}
+        with forkpoint.replay(rec.session_path) as rp:
+            assert run("b") == {"a": 1, "b": 0}  # (each other's answers)
+        assert summary_line(rp.report()).startswith("replay ok, but not certain: 2 identical calls")
+
+
 # --------------------------------------------------------------------------- an SDK that wraps it
 
 ASK_CLAUDE = """
