@@ -12,7 +12,7 @@ import secrets
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeGuard
 
 import orjson
 
@@ -69,14 +69,23 @@ class IndexState:
     snapshots: list[str] = field(default_factory=list)
 
 
+def stored_id(value: object) -> TypeGuard[str]:
+    """True when ``value`` can be the id of a session of a store: a session id
+    (:func:`~forkpoint.log.is_session_id`) that is not the name of the store's own index folder
+    (:data:`INDEX_DIR`, where the holds are too; in any case: a case-insensitive file system, macOS's,
+    takes ``Index`` for it), which the files of a session of that id would be."""
+    return is_session_id(value) and value.lower() != INDEX_DIR
+
+
 def _merge(into: dict[str, dict[str, Any]], entries: Iterable[dict[str, Any]]) -> None:
     # A log only grows, so of two entries for one session the one that saw more bytes is newer.
     for e in entries:
         sid = e.get("session_id")
         header = e.get("header") or {"session_id": sid}
         # An entry names the files of its session (removed by rm and prune, fetched into the mirror):
-        # an id that is no session id ("", "..", a path) or a header saying another one is not taken.
-        if not is_session_id(sid) or not isinstance(header, dict) or header.get("session_id", sid) != sid:
+        # an id that is no session id ("", "..", a path, the index folder's name) or a header saying
+        # another one is not taken.
+        if not stored_id(sid) or not isinstance(header, dict) or header.get("session_id", sid) != sid:
             continue
         old = into.get(sid)
         if old is None or int(e.get("log_size") or 0) > int(old.get("log_size") or 0):

@@ -30,11 +30,11 @@ import orjson
 
 from ..errors import SessionError
 from ..events import now_iso, parse_time
-from ..log import LOG_NAME, is_session_id
+from ..log import LOG_NAME
 from ..text import visible
 from .base import SessionInfo, Store, pick
 from .fsspec import RemoteStore
-from .index import ENTRIES, IndexIO, consolidate, entry_name, read_index
+from .index import ENTRIES, IndexIO, consolidate, entry_name, read_index, stored_id
 from .local import LocalStore
 
 #: The folder of holds, under the store's ``index/``.
@@ -224,7 +224,7 @@ def remove(store: Store, rows: list[SessionInfo]) -> Removed:
     try:
         for row in rows:
             sid = row.session_id
-            if not is_session_id(sid):  # (the files of "", "..", a path are not one session's)
+            if not stored_id(sid):  # (the files of "", "..", a path, index/ are not one session's)
                 raise SessionError(f"{sid!r:.80} is not a session id; not removing anything by it")
             if sid in on_hold:
                 h = on_hold[sid]

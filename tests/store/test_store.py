@@ -326,11 +326,12 @@ def test_scrub_refuses_a_session_of_a_remote_store(model: LocalServer) -> None:
     assert listed.exit_code == 0 and "could not upload" not in listed.output, listed.output
 
 
-@pytest.mark.parametrize("bad", ["", "..", "../x", "a/b"])
+@pytest.mark.parametrize("bad", ["", "..", "../x", "a/b", "index", "Index"])
 def test_an_index_entry_whose_id_is_no_session_id_is_not_taken(model: LocalServer, bad: str) -> None:
     """An index entry of a remote store (anyone who may write the bucket can put one there) with
     the session id "" named the whole store as that session's files: ``forkpoint prune
-    --older-than 1d`` deleted every session of the store and said it removed none."""
+    --older-than 1d`` deleted every session of the store and said it removed none. With the id
+    "index", the store's index folder, holds and all."""
     url = f"memory:///fp-{secrets.token_hex(4)}"
     sid, _ = record_one(url, model, "kept")
     fs, root = remote_fs(url)
@@ -346,12 +347,17 @@ def test_an_index_entry_whose_id_is_no_session_id_is_not_taken(model: LocalServe
     fs.pipe(f"{root}/index/entries/evil.json", json.dumps(entry).encode())
     other = {**entry, "session_id": "20200101-000000-abcdef"}  # (its header says another id)
     fs.pipe(f"{root}/index/entries/other.json", json.dumps(other).encode())
+    assert cli("hold", sid, "--reason", "litigation", "--store", url).exit_code == 0
     assert ls_ids(cli("ls", "--store", url).stdout) == [sid]
     pruned = cli("prune", "--older-than", "1d", "--store", url)
     assert pruned.exit_code == 0, pruned.output
     assert cli("rm", "evil", "--store", url).exit_code == 1
     assert fs.exists(f"{root}/{sid}/{LOG_NAME}")
     assert ls_ids(cli("ls", "--store", url).stdout) == [sid]
+    # (an entry with id "index" named the store's index folder: prune deleted it, holds and all, and
+    # the held session could then be removed)
+    assert fs.exists(f"{root}/index/holds/{sid}.json")
+    assert cli("rm", sid, "--store", url).exit_code == 1
 
 
 def test_a_recording_in_progress_is_not_uploaded(model: LocalServer) -> None:
