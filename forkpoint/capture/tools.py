@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import base64
 import builtins
+import collections
 import contextlib
 import contextvars
 import functools
@@ -1111,11 +1112,19 @@ def _object_state(fn: Callable[..., Any], args: tuple[Any, ...]) -> dict[str, An
     return _attributes(args[0])
 
 
+#: The lengths :func:`_attributes` reads: Python's own containers', which only count. Another
+#: object's ``__len__`` is the program's code (a lazy query's, Django's QuerySet, runs the query and
+#: keeps its rows), which recording must not run.
+_PLAIN_LENGTHS = frozenset(
+    t.__len__ for t in (list, tuple, dict, set, frozenset, bytes, bytearray, collections.deque)
+)
+
+
 def _attributes(obj: Any) -> dict[str, Any] | None:
     """Each attribute of ``obj`` (each item of a dict), keyed as it is named after the object
     (``.total``, ``['cart']``), as far as a change made in place shows cheaply — a number or a
-    string itself, a container its identity and length, anything else its identity; None for an
-    object with neither (a number, a string, a class)."""
+    string itself, one of Python's containers its identity and length (:data:`_PLAIN_LENGTHS`),
+    anything else its identity; None for an object with neither (a number, a string, a class)."""
     if isinstance(obj, dict):
         items = [(f"[{k!r}]", v) for k, v in list(obj.items())]
     else:
@@ -1133,11 +1142,10 @@ def _attributes(obj: Any) -> dict[str, Any] | None:
     for k, v in items:
         if v is None or type(v) in (str, int, float, bool):
             out[k] = v
+        elif getattr(type(v), "__len__", None) in _PLAIN_LENGTHS:
+            out[k] = (id(v), len(v))
         else:
-            try:
-                out[k] = (id(v), len(v))
-            except Exception:  # (no length, or one that fails: a closed lazy collection, a dead proxy)
-                out[k] = id(v)
+            out[k] = id(v)
     return out
 
 

@@ -212,3 +212,36 @@ def test_a_smolagents_tool_that_keeps_state_in_itself_is_said(
     assert notes.kept == ["buy milk"]
     said = _said(capsys)
     assert "tool 'note' changed self.kept in place while it ran" in said, said
+
+
+def test_watching_a_tools_object_runs_none_of_its_attributes_code(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """To see a change made in place, recording read the length of each attribute of a tool's
+    object (and of the run context a framework hands it) before and after the call: a lazy query's
+    ``__len__`` (Django's QuerySet) ran the query twice and kept its rows, which only recording did.
+    Only Python's own containers are measured; a list grown in place is still said."""
+
+    class LazyRows:
+        def __init__(self) -> None:
+            self.queries = 0
+
+        def __len__(self) -> int:
+            self.queries += 1
+            return 1
+
+    class Agent:
+        def __init__(self) -> None:
+            self.rows = LazyRows()
+            self.seen: list[str] = []
+
+        @forkpoint.tool
+        def lookup(self, q: str) -> str:
+            self.seen.append(q)
+            return q
+
+    agent = Agent()
+    with forkpoint.record(store=tmp_path):
+        agent.lookup("x")
+    assert agent.rows.queries == 0
+    assert "tool 'lookup' changed self.seen in place while it ran" in _said(capsys)
