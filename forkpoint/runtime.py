@@ -185,10 +185,11 @@ def caller() -> str | None:
 
     None too when the order tasks are made in may depend on timing, so that a name need not be
     the same task's on replay: the loop runs in another thread than the main one (threads'
-    loops number their tasks from one counter, each as it happens to get there), or another
-    task of the loop runs beside this one (any unfinished task that does not wait, through the
-    tasks it waits for, on this one: it may make its own tasks before or after this one's, as its
-    waits last). A graph's nodes, each awaited by the one loop that makes them, are alone so."""
+    loops number their tasks from one counter, each as it happens to get there), another task
+    of the loop runs beside this one (any unfinished task that does not wait, through the tasks
+    it waits for, on this one: it may make its own tasks before or after this one's, as its
+    waits last), or no task waits for this one (a callback made it). A graph's nodes, each
+    awaited by the task that makes them, are alone so."""
     aio = sys.modules.get("asyncio")  # (a program that never imported asyncio runs no task)
     if aio is None or threading.current_thread() is not threading.main_thread():
         return None
@@ -203,10 +204,14 @@ def caller() -> str | None:
 
 def _alone(aio: Any, task: Any) -> bool:
     """Whether every other unfinished task of ``task``'s loop waits on ``task``, directly or
-    through a task that does (:func:`caller`)."""
+    through a task that does (:func:`caller`), and one does: a task no other waits for was made
+    by a callback (a timer, ``call_soon_threadsafe``), whose order may depend on timing, or is the
+    loop's main one (its calls are one caller's anyway)."""
     try:
         others = aio.all_tasks(task.get_loop())
     except RuntimeError:  # (the loop's tasks changed while listed, too often)
+        return False
+    if len(others) < 2:
         return False
     waiting: set[Any] = {task}
     for other in others:

@@ -917,7 +917,8 @@ def test_tasks_made_in_an_order_that_depends_on_timing_are_told_apart_by_no_name
     """Task names tell tasks apart only when the tasks are made in the same order: two sub-agents
     running side by side each start a task of its own once their wait ends (a wait forkpoint does
     not record; events stand for it here), and so do two threads each running an event loop
-    (threads' loops number their tasks from one counter). Replayed, the other one started first,
+    (threads' loops number their tasks from one counter), and a loop's callbacks starting tasks no
+    task awaits (a timer's). Replayed, the other one started first,
     got the first task's name and answer (each other's), and the replay said plain "replay ok"."""
     import itertools
     import threading
@@ -965,7 +966,29 @@ def test_tasks_made_in_an_order_that_depends_on_timing_are_told_apart_by_no_name
             t.join()
         return out
 
-    for run in (lambda first: asyncio.run(side_by_side(first)), threads):
+    def callbacks(first: str) -> dict[str, int]:  # (tasks a loop's callbacks make, no task awaiting them)
+        loop = asyncio.new_event_loop()
+        out: dict[str, int] = {}
+        done = loop.create_future()
+
+        async def one(name: str) -> None:
+            out[name] = (await read(name))[1]
+            if len(out) == 2:
+                done.set_result(None)
+            else:
+                loop.call_soon(start, "b" if name == "a" else "a")
+
+        def start(name: str) -> None:
+            loop.create_task(one(name))
+
+        loop.call_soon(start, first)
+        try:
+            loop.run_until_complete(done)
+        finally:
+            loop.close()
+        return out
+
+    for run in (lambda first: asyncio.run(side_by_side(first)), threads, callbacks):
         counter = itertools.count()
         with forkpoint.record(store=store) as rec:
             assert run("a") == {"a": 0, "b": 1}
