@@ -42,6 +42,10 @@ EXEC_PREFIX = "exec-"
 #: In the ``FORKPOINT_REPORT`` folder of a replay: ``not-started-<pid>.txt`` of each process whose
 #: replay could not start (why, in words), which then exits with :data:`NOT_STARTED_EXIT`.
 NOT_STARTED_PREFIX = "not-started-"
+#: In the ``FORKPOINT_REPORT`` folder of a replay: ``unreported-<pid>.<errno>``, empty, of each process
+#: that could not write its report (a full disk, ``ulimit -f``: a file with no data can still be made),
+#: so that the parent says that, and why, rather than that forkpoint did not start in it.
+UNREPORTED_PREFIX = "unreported-"
 NOT_STARTED_EXIT = 1  # (as forkpoint replay exits when it refuses a session)
 
 #: Variables that carry the activation; see module docstring.
@@ -244,6 +248,16 @@ def _start_replay(session: str, env: Mapping[str, str], *, spawned: bool = False
                 say(
                     f"forkpoint: could not write this process's replay report ({exc}): its verdict is unknown"
                 )
+                try:  # (for the parent, which would otherwise say forkpoint did not start here)
+                    os.close(
+                        os.open(
+                            reports / f"{UNREPORTED_PREFIX}{os.getpid()}.{exc.errno or 0}",
+                            os.O_CREAT | os.O_WRONLY,
+                            0o600,
+                        )
+                    )
+                except OSError:
+                    pass
 
     atexit.register(finish)
     if not spawned:

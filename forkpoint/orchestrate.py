@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
 
-from ._boot import ENDING_PREFIX, EXEC_PREFIX, NOT_STARTED_PREFIX, child_env, read_endings
+from ._boot import ENDING_PREFIX, EXEC_PREFIX, NOT_STARTED_PREFIX, UNREPORTED_PREFIX, child_env, read_endings
 from .children import Captured, wait_child
 from .errors import CheckpointError, ForkpointError, OverrideError, SessionError, UsageError
 from .log import Session, read_json_text, to_json
@@ -586,10 +586,12 @@ def replay_run(
         not_started += [
             f"process {pid} became `{command}` through exec, which did not start forkpoint's replay{UNSTARTED}: "
             "it ran unreplayed"
-            for pid, command in unstarted_execs(Path(tmp), "report-", NOT_STARTED_PREFIX)
+            for pid, command in unstarted_execs(Path(tmp), "report-", NOT_STARTED_PREFIX, UNREPORTED_PREFIX)
         ]
-        # (a program that was not run reproduced nothing, whatever the other processes reported)
-        report = merge_reports(reports) if reports and not not_started else None
+        unreported = _unreported(Path(tmp))
+        # (a program that was not run reproduced nothing, whatever the other processes reported; nor
+        # is a verdict known without the report of each process that ran)
+        report = merge_reports(reports) if reports and not not_started and not unreported else None
         seen = seen.plus(netns.results(Path(tmp)))
     interrupted = _interrupted(watch, "the program")  # (the run was cut short)
     if report is not None:
@@ -659,6 +661,8 @@ def replay_run(
     problem = None
     if not_started:
         problem = "forkpoint: " + "; ".join(not_started)
+    elif unreported:
+        problem = "forkpoint: " + "; ".join(unreported) + ": the replay's verdict is unknown"
     elif report is None:
         tried = f" (the kernel blocked: {', '.join(seen.blocked)})" if seen.blocked else ""
         problem = (
@@ -680,6 +684,17 @@ def replay_run(
         stopped=watch.why,
         unreached=unreached,
     )
+
+
+def _unreported(folder: Path) -> list[str]:
+    """Each replayed process that could not write its report (``unreported-<pid>.<errno>`` in
+    ``folder``, by :mod:`forkpoint._boot`), and why, in words."""
+    out = []
+    for path in sorted(folder.glob(f"{UNREPORTED_PREFIX}*")):
+        pid, _, number = path.name[len(UNREPORTED_PREFIX) :].partition(".")
+        why = os.strerror(int(number)) if number.isdigit() and int(number) else "a write failed"
+        out.append(f"process {pid} ran, replayed, but could not write its report ({why})")
+    return out
 
 
 def _unreached(session: Session, child: Path, live_from: int) -> list[int]:

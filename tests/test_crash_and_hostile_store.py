@@ -226,6 +226,9 @@ def test_output_a_full_disk_cuts_short_is_named_in_a_line_not_a_traceback(
     )
     replayed = limited("replay", str(path))
     assert "could not write this process's replay report" in replayed.stderr, replayed.stderr
+    # (the parent says that process ran and why it left no report, not that forkpoint did not start)
+    assert "could not write its report (File too large)" in replayed.stderr, replayed.stderr
+    assert "did not start forkpoint" not in replayed.stderr, replayed.stderr
     for r in (page, made, replayed):
         assert "Traceback" not in r.stderr, r.stderr
     assert not (tmp_path / "page.html").exists()
