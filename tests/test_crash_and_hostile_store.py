@@ -160,6 +160,31 @@ def test_a_full_disk_until_the_end_leaves_the_session_without_end(
     assert verify_session(rec.session_path).status == "incomplete"
 
 
+def test_a_line_cut_short_by_a_full_disk_says_why(
+    store: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A disk that fills up during a line's write (or a file size limit) writes part of it and says
+    nothing of why: the error was 'short write (275 of 546 bytes)'. The write after it says why."""
+    real, room = os.write, [-1]  # (bytes the disk has left; -1: plenty)
+
+    def write(fd: int, data: Any) -> int:
+        if room[0] >= 0 and os.readlink(f"/proc/self/fd/{fd}").endswith(LOG_NAME):
+            if not room[0]:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            data, room[0] = bytes(data)[: room[0]], 0
+        return real(fd, data)
+
+    monkeypatch.setattr(os, "write", write)
+    with forkpoint.record("cut", store=store) as rec:
+        assert lookup("before") == {"q": "before", "answer": 42}
+        room[0] = 100
+        assert lookup("during") == {"q": "during", "answer": 42}
+        room[0] = -1
+    err = " ".join(capsys.readouterr().err.split())
+    assert "short write (" in err and "bytes: No space left on device)" in err, err
+    assert verify_session(rec.session_path).status != "corrupt"
+
+
 def test_a_program_that_closes_the_logs_descriptor_and_reuses_its_number_keeps_its_file(
     store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -329,10 +329,12 @@ class SessionWriter:
                     line_obj = encode_exotic(line_obj, where)
                     line_obj["hash"] = line_hash(line_obj)
                 data = self._close_torn + dumps(line_obj) + b"\n"
-                written = os.write(self._fd, data)
-                if written != len(data):
+                written = _write_rest(self._fd, data)
+                if written[0] != len(data):
                     self._known_size = -1  # the next append looks at the tail again
-                    raise SessionError(f"{self.log_path}: short write ({written} of {len(data)} bytes)")
+                    raise SessionError(
+                        f"{self.log_path}: short write ({written[0]} of {len(data)} bytes: {written[1]})"
+                    )
                 # A value the agent's code read (deterministic) is synced by the next event's sync, or
                 # at close: a loop that polls time.time() would otherwise wait on the disk each time.
                 if self.fsync == "event" and event["type"] != "value":
@@ -469,6 +471,22 @@ def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
+
+
+def _write_rest(fd: int, data: bytes) -> tuple[int, str]:
+    """Write ``data`` to ``fd`` as :func:`_write_all` does, but once part of it is written, a
+    failure is returned, not raised: (how many bytes were written, why the rest was not, in words;
+    ``""`` when all was). Raises the ``OSError`` of a first write that wrote nothing. A short write
+    alone says nothing of why (a file size limit, a full disk): the write after it does."""
+    view, written = memoryview(data), 0
+    try:
+        while written < len(data):
+            written += os.write(fd, view[written:])
+    except OSError as exc:
+        if not written:
+            raise
+        return written, exc.strerror or str(exc)
+    return written, ""
 
 
 def _identity(fd: int) -> tuple[int, int]:
