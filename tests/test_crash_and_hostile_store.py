@@ -418,6 +418,47 @@ def test_a_fifo_in_place_of_the_log_or_an_imported_file_is_refused(store: Path, 
         within(10, lambda: import_file(fifo, store=store))
 
 
+def test_check_of_a_folder_reports_a_fifo_a_damaged_or_an_unreadable_log_as_a_row_and_checks_the_others(
+    store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``forkpoint check DIR`` walks DIR for session logs: a FIFO named session.jsonl, a log whose
+    header is not JSON or one this user cannot read ended the whole run ("Error: …is a FIFO…"), and
+    no session was checked. Each is a row saying why; the good one is checked."""
+    import shutil
+
+    from forkpoint.store import base as store_base
+    from forkpoint.suite import select
+    from tests.cliutil import QUOTE_AGENT
+
+    script = tmp_path / "agent.py"
+    script.write_text(QUOTE_AGENT)
+    assert record_script(store, script).returncode == 0
+    (good,) = [p for p in store.iterdir() if (p / LOG_NAME).is_file()]
+    suite = tmp_path / "suite"
+    shutil.copytree(good, suite / "good")
+    (suite / "fifo").mkdir()
+    os.mkfifo(suite / "fifo" / LOG_NAME)
+    shutil.copytree(good, suite / "damaged")
+    (suite / "damaged" / LOG_NAME).write_bytes(b"not json\n")
+    shutil.copytree(good, suite / "locked")
+    real = store_base.open_regular
+
+    def open_regular(path: Path | str) -> Any:  # (as root, a mode of 000 would not stop the read)
+        if Path(path).parent.name == "locked":
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
+        return real(path)
+
+    monkeypatch.setattr(store_base, "open_regular", open_regular)
+    problems = {Path(c.ref["path"]).name: c.problem for c in select([str(suite)]).sessions}
+    assert problems["good"] is None and set(problems) == {"good", "fifo", "damaged", "locked"}, problems
+    assert "FIFO" in str(problems["fifo"]) and "not valid JSON" in str(problems["damaged"])
+    assert "Permission denied" in str(problems["locked"]), problems
+    monkeypatch.chdir(tmp_path)
+    r = cli("check", str(suite))
+    assert r.exit_code == 3, r.output
+    assert "1 reproduced" in r.output and "3 error" in r.output and "FIFO" in r.output, r.output
+
+
 # ----------------------------------------------------------------------------- shared stores
 
 

@@ -202,10 +202,13 @@ class Listing:
 
 
 def scan(d: Path) -> SessionInfo:
+    """:func:`info` of ``d``, or, when its log cannot be read (damaged, not a regular file, not
+    readable by this user), a row whose ``error`` says why: one bad session never hides the others."""
     try:
         return info(d)
-    except SessionError as exc:
-        return SessionInfo(d, {"session_id": d.name}, 0, 0, 0, None, False, location=str(d), error=str(exc))
+    except (SessionError, OSError) as exc:
+        why = str(exc) if isinstance(exc, SessionError) else f"{d / LOG_NAME}: {exc.strerror or exc}"
+        return SessionInfo(d, {"session_id": d.name}, 0, 0, 0, None, False, location=str(d), error=why)
 
 
 def entry_mismatch(row: SessionInfo, real: SessionInfo) -> str | None:

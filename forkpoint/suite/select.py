@@ -18,7 +18,8 @@ from typing import Any
 
 from ..errors import UsageError
 from ..log import LOG_NAME
-from ..store import INDEX_DIR, SessionInfo, info, is_store, is_url, open_store, resolve, store_dir
+from ..store import INDEX_DIR, SessionInfo, is_store, is_url, open_store, resolve, store_dir
+from ..store.base import scan
 from ..text import plural
 
 #: Folders of a session directory (or of a cassette folder) that never hold sessions of their own.
@@ -100,7 +101,7 @@ def _cassettes(folder: Path) -> list[SessionInfo]:
         parts = log.parent.relative_to(folder).parts
         if any(p in _NOT_SESSIONS or p.startswith(".") or p.endswith(".failed") for p in parts):
             continue
-        out.append(info(log.parent))
+        out.append(scan(log.parent))  # (one that cannot be read is a row saying why, not the end)
     return out
 
 
@@ -120,7 +121,7 @@ def select(
     for arg in args or [store or ""]:
         path = Path(arg) if arg else store_dir(None)
         if arg and (path / LOG_NAME).is_file():
-            chosen.append((info(path), None, True))
+            chosen.append((scan(path), None, True))
         elif is_url(arg) or is_store(path) or (not arg and path.is_dir()):
             found = open_store(arg or path)
             url = found.url if is_url(found.url) else None
@@ -132,7 +133,7 @@ def select(
         else:
             found_path = resolve(arg, store)
             url = open_store(store).url if store and is_url(store) else None
-            chosen.append((info(found_path), url, True))
+            chosen.append((scan(found_path), url, True))
     selection = Selection()
     seen: set[str] = set()
     children = filtered = 0
