@@ -23,7 +23,7 @@ import atexit
 import json
 import os
 import sys
-from collections.abc import Callable, Mapping, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -356,6 +356,33 @@ def _hand_over_at_exec(
 
     around_exec(hand_over)
     runtime.exec_hands_over_in = os.getpid()
+
+
+def nested_record(command: Sequence[str]) -> None:
+    """In ``forkpoint record`` (of ``command``): when a recording or a replay started
+    this process, say what this means, or refuse. Under a recording, this forkpoint records the run
+    in its own session and the outer one gets none of its calls: said, and the run goes on. Under a
+    replay (of such an outer session), it would run ``inner`` live and record it anew, under a
+    verdict of "replay ok" (the process made no call): it does not run (:func:`_refuse_to_run`)."""
+    if _activation is None:
+        return
+    from .redact import scrub_argv
+
+    inner, outer = " ".join(scrub_argv(command)), Path(_activation["FORKPOINT_SESSION"]).name
+    if _activation["FORKPOINT_MODE"] == "replay":
+        _refuse_to_run(
+            _activation.get("FORKPOINT_REPORT", ""),
+            f"its command is `forkpoint record -- {inner}`, which would run `{inner}` live and record it "
+            "in a new session: the recorded run is in the session that inner forkpoint record made "
+            f"(its command is `{inner}`); replay that one",
+        )
+    from .text import say
+
+    say(
+        f"forkpoint: WARNING: this forkpoint record runs inside another one, recording session {outer}: "
+        f"it records `{inner}` in a session of its own, and session {outer} gets none of its calls "
+        f"(a replay of {outer} refuses to run it); record the command once"
+    )
 
 
 def _refuse_to_run(report: str, why: str) -> None:

@@ -415,6 +415,9 @@ def record(
     from .orchestrate import record_command
 
     command = _command(cmd)
+    from ._boot import nested_record
+
+    nested_record(command)  # (a forkpoint record recorded or replayed itself)
     if command and shutil.which(command[0]) is None:
         # Before a session exists: a typo must not leave an empty session behind as `last`.
         _err().print(f"[red]forkpoint: command not found: {escape(command[0])}[/red]")

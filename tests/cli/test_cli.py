@@ -1738,3 +1738,33 @@ def test_a_credential_options_value_with_an_equals_sign_is_said(monkeypatch: pyt
     monkeypatch.setattr(orchestrate, "say", said.append)
     orchestrate._say_secret_options(["python", "agent.py", "--token", "dGVzdA==", "--db-password=a=b"], "S")
     assert len(said) == 1 and "the values of --token, --db-password in the command" in said[0], said
+
+
+@pytest.mark.slow
+def test_a_forkpoint_record_recorded_by_another_says_so_and_its_replay_refuses_to_run_it(
+    tmp_path: Path,
+) -> None:
+    """``forkpoint record -- forkpoint record -- python agent.py``: the inner one records the run, the
+    outer session gets no call, and nothing said so. Replaying the outer one ran the inner forkpoint
+    record, which ran the agent live (its tools too) and recorded a new session, under "replay ok:
+    0/0". The inner one now says so while recording, and in a replay it does not run."""
+    (tmp_path / "agent.py").write_text(
+        QUOTE_AGENT.replace("    return", "    open('ran', 'a').write('x')\n    return")
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FORKPOINT_")}
+    store = str(tmp_path / "store")
+    inner = [*FORKPOINT, "record", "--store", store, "--no-workspace", "--", sys.executable, "agent.py"]
+    rec = run([*FORKPOINT, "record", "--store", store, "--no-workspace", "--", *inner], tmp_path, env)
+    assert rec.returncode == 0 and rec.stdout.split() == ["101"], rec.stderr
+    said = flat(rec.stderr)
+    assert "this forkpoint record runs inside another one" in said and "gets none of its calls" in said, said
+    sessions = list_sessions(store).rows
+    (outer,) = [s for s in sessions if "record" in s.header["argv"]]
+    (tmp_path / "ran").unlink()
+
+    rep = run([*FORKPOINT, "replay", str(outer.path)], tmp_path, env)
+    said = flat(rep.stderr)
+    assert rep.returncode == 1 and "replay ok" not in said, said
+    assert "which would run" in said and "live and record it in a new session" in said, said
+    assert not (tmp_path / "ran").exists()  # (no tool ran live)
+    assert len(list_sessions(store).rows) == len(sessions)  # (no new session was recorded)
