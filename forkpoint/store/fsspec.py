@@ -58,7 +58,9 @@ RECORDING = MIRROR_RECORDING
 UPLOAD_LOCK = ".upload.lock"
 
 _FULL_ID = re.compile(r"^\d{8}-\d{6}-[0-9a-f]{6}$")
-_recording: dict[str, int] = {}
+#: The lock file descriptor of each session this process is recording, and the file it was opened
+#: on (device, inode): see :func:`_close_lock`.
+_recording: dict[str, tuple[int, tuple[int, int]]] = {}
 _recording_lock = threading.Lock()
 
 
@@ -136,17 +138,31 @@ def recording_started(path: Path) -> None:
     fcntl.flock(fd, fcntl.LOCK_SH)
     os.write(fd, str(os.getpid()).encode())
     os.rename(tmp, path / RECORDING)
+    st = os.fstat(fd)
     with _recording_lock:
         old = _recording.pop(str(path), None)
-        _recording[str(path)] = fd
+        _recording[str(path)] = fd, (st.st_dev, st.st_ino)
     if old is not None:
-        os.close(old)
+        _close_lock(*old)
 
 
 def _recording_done(path: Path) -> None:
     with _recording_lock:
-        fd = _recording.pop(str(path), None)
-    if fd is not None:
+        held = _recording.pop(str(path), None)
+    if held is not None:
+        _close_lock(*held)
+
+
+def _close_lock(fd: int, file: tuple[int, int]) -> None:
+    """Close the lock file descriptor ``fd`` if it is still open on ``file`` (device, inode). A
+    program that closes the descriptors it did not open (``os.closerange(3, …)``, as a daemon does)
+    and then opens a file gets its number: closing it would close the program's file under it (the
+    lock went with the program's close). As :meth:`forkpoint.log.SessionWriter._ours` does."""
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        return
+    if (st.st_dev, st.st_ino) == file:
         os.close(fd)
 
 

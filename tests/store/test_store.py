@@ -240,6 +240,31 @@ def test_a_store_that_cannot_take_the_session_says_so_without_raising_into_the_p
     assert (rec.session_path / LOG_NAME).is_file()  # staged, for the next upload
 
 
+def test_a_program_that_closes_the_recording_lock_and_reuses_its_number_keeps_its_file(
+    tmp_path: Path,
+) -> None:
+    """A remote store's ``forkpoint.record()`` holds a lock on the staged session (``.recording``)
+    until it ends. A program that closes the descriptors it did not open (``os.closerange(3, …)``,
+    as a daemon does) and then opens a file gets the lock's number: the end of the recording closed
+    the program's file under it. It is closed only while it is still the lock file."""
+    mine = tmp_path / "program.log"
+    with forkpoint.record(store=f"memory:///fp-{secrets.token_hex(4)}/sessions"):
+        (lock_fd,) = [
+            int(n)
+            for n in os.listdir("/proc/self/fd")
+            if os.path.realpath(f"/proc/self/fd/{n}").endswith(remote.RECORDING)
+        ]
+        os.close(lock_fd)
+        fd = os.open(mine, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        if fd != lock_fd:  # (the number the program's open got, as closerange makes it)
+            os.dup2(fd, lock_fd)
+            os.close(fd)
+        os.write(lock_fd, b"the program's own line\n")
+    os.write(lock_fd, b"and another\n")  # still open: the recording's end did not close it
+    os.close(lock_fd)
+    assert mine.read_bytes() == b"the program's own line\nand another\n"
+
+
 def test_memory_store_record_replay_show_ls_verify(
     model: LocalServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
