@@ -349,6 +349,11 @@ def record_command(
                 "Python that started forkpoint (python -I and -E ignore the PYTHONPATH that starts it; a "
                 "program that is not Python is not recorded), or each was killed before it could"
             )
+        elif code != 0 and not i.model_calls + i.tool_calls:  # (a wrong path, an import error)
+            say(
+                f"forkpoint: the command exited {code} before it made any model or tool call: the session "
+                f"holds its end only (forkpoint rm {session.session_id} removes it)"
+            )
         for warning in tally.warnings() if tally is not None else [skipped] if skipped else []:
             say(f"forkpoint: WARNING: {warning}")
         done = live.finish() if live is not None else None  # (finished as the session closed: its report)

@@ -644,6 +644,28 @@ def test_a_recording_no_process_reported_back_to_says_so(tmp_path: Path) -> None
         assert ("python -I and -E ignore the PYTHONPATH" in said) == warned, said
 
 
+def test_a_command_that_failed_before_any_call_says_so(tmp_path: Path) -> None:
+    """``forkpoint record -- python nosuchfile.py`` exited 2 and said it recorded a session of 0
+    calls, as it would of a run that made none: which one it was took a look at the session."""
+    store = str(tmp_path / "store")
+    r = run(
+        [*FORKPOINT, "record", "--store", store, "--", sys.executable, "nosuchfile.py"],
+        tmp_path,
+        dict(os.environ),
+    )
+    assert r.returncode == 2, r.stderr
+    said = flat(r.stderr)
+    assert (
+        "the command exited 2 before it made any model or tool call: the session holds its end only" in said
+    )
+    r = run(
+        [*FORKPOINT, "record", "--store", store, "--", sys.executable, "-c", "pass"],
+        tmp_path,
+        dict(os.environ),
+    )
+    assert r.returncode == 0 and "before it made any" not in flat(r.stderr), r.stderr
+
+
 def test_a_forked_child_that_outlives_the_recording_does_not_append_after_its_end(tmp_path: Path) -> None:
     """A child forked without exec that called a tool after ``forkpoint record`` had ended and signed
     the session appended to it: ``verify`` then failed (the signature, and "no end event"), and a
