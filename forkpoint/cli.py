@@ -912,7 +912,8 @@ def fork(
     shown with its 95% interval.
 
     Exits 1 when some arm could not run, never went live, or its program exited with a code other
-    than 0 (an arm stopped by --arm-timeout included), whatever its outcome.
+    than 0 (an arm stopped by --arm-timeout included), whatever its outcome, or when an arm's
+    session could not be uploaded to a remote store.
     """
     from .orchestrate import Arm, fork_arms
     from .show import terminal
@@ -925,7 +926,7 @@ def fork(
             _err().print(f"[red]{escape(arm.error)}[/red]")
         else:
             _print_checks(arm.checks)
-            for said in (arm.error, arm.problem):
+            for said in (arm.error, arm.problem, arm.not_stored):
                 if said is not None:
                     _err().print(f"[red]arm {arm.index}: {escape(said)}[/red]")
 
@@ -945,17 +946,26 @@ def fork(
             executor=ex,
             on_arm=shown,
         )
-    from .suite.tables import fork_table, pass_rate_line
+    from .suite.tables import fork_table, not_stored, pass_rate_line
 
     terminal().print(fork_table(done, title=f"fork of {session.id}@{seq}"))
     if outcome_cmd:
         click.echo(pass_rate_line(done))
+    lacking = not_stored(done)
+    if lacking:
+        click.echo(lacking)
     # (an arm whose command ran no forkpoint was not recorded, and one that never went live did not
-    # continue: no continuation to look at, as in sweep; told to stop, forkpoint measured nothing more)
+    # continue: no continuation to look at, as in sweep; told to stop, forkpoint measured nothing more;
+    # one whose session did not reach the store is missing from what reads the arms from it)
     failed = sum(
         1
         for arm in done
-        if not arm.valid or arm.report is None or arm.exit_code != 0 or arm.unmeasured or arm.diverged
+        if not arm.valid
+        or arm.report is None
+        or arm.exit_code != 0
+        or arm.unmeasured
+        or arm.diverged
+        or arm.not_stored
     )
     sys.exit(0 if failed == 0 and not _stopped() else 1)
 
@@ -1004,12 +1014,13 @@ def sweep(
     became unrecoverable.
 
     Every arm is validated without a model before it runs; one that fails validation is reported
-    and never run. Exits 1 when some arm could not run.
+    and never run. Exits 1 when some arm could not run (or its session could not be uploaded to a
+    remote store).
     """
     from .orchestrate import Arm
     from .show import terminal
     from .suite import sweep as do_sweep
-    from .suite.tables import sweep_table, sweep_verdict, unmeasured
+    from .suite.tables import not_stored, sweep_table, sweep_verdict, unmeasured
 
     if not outcome_cmd:
         raise click.UsageError("sweep measures an outcome: give --outcome CMD")
@@ -1026,6 +1037,8 @@ def sweep(
             else ("pass" if arm.passed else "fail") + (f" ({arm.problem})" if arm.problem else "")
         )
         _err().print(f"forkpoint: @{arm.seq} arm {arm.index}: {escape(state)}")
+        if arm.not_stored:
+            _err().print(f"forkpoint: @{arm.seq} arm {arm.index}: {escape(arm.not_stored)}")
 
     with _executor(executor, jobs) as ex:
         _err().print(
@@ -1051,6 +1064,9 @@ def sweep(
     not_measured = unmeasured(result["arms"])
     if not_measured:
         click.echo(not_measured)
+    lacking = not_stored(result["arms"])
+    if lacking:
+        click.echo(lacking)
     diverged = [a for a in result["arms"] if a.diverged]
     if diverged:
         click.echo(f"{len(diverged)} arm(s) never went live (not measured): {diverged[0].problem}")
@@ -1078,7 +1094,8 @@ def sweep(
     sys.exit(
         0
         if all(
-            a.valid and a.report is not None and not a.unmeasured and not a.diverged for a in result["arms"]
+            a.valid and a.report is not None and not a.unmeasured and not a.diverged and not a.not_stored
+            for a in result["arms"]
         )
         and not _stopped()
         else 1

@@ -13,6 +13,7 @@ import contextlib
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -408,6 +409,9 @@ class Replayed:
     #: says so): the recorded calls before the checkpoint it was never served. It never went live,
     #: and no outcome is measured.
     unreached: list[int] = field(default_factory=list)
+    #: Why the what-if session :attr:`child` is not in its parent's store (a remote store's upload
+    #: failed: it stays staged on the machine that ran it, where it says), or None.
+    not_stored: str | None = None
 
 
 def replay_run(
@@ -648,6 +652,12 @@ def replay_run(
             divergence=end_divergence(report, child.path) if report is not None else None,
         )
         child.close(quiet=quiet)
+    not_stored = (
+        f"{child.not_stored}; it stays staged in {child.path} on {socket.gethostname()} (`forkpoint ls "
+        f"--store {child.store.url}` there uploads it)"
+        if child is not None and child.not_stored
+        else None
+    )
     # The recorded command's relative paths meant what they meant where it was recorded. Not run
     # there on purpose (that may be another checkout); said when the run went wrong.
     recorded_cwd = session.header.get("cwd")
@@ -688,6 +698,7 @@ def replay_run(
         not_started=not_started,
         stopped=watch.why,
         unreached=unreached,
+        not_stored=not_stored,
     )
 
 
@@ -952,7 +963,9 @@ class Arm:
     running it failed (forkpoint's own exception, a worker that died), so how far it got is unknown;
     ``problem`` when it ran but its run says less than it should: no report, or no log of what it
     printed; ``diverged``, why it never went live: its replayed prefix diverged and it stopped
-    there, or it ended before it reached its checkpoint; nothing of the continuation to measure)."""
+    there, or it ended before it reached its checkpoint; nothing of the continuation to measure;
+    ``not_stored``, why its session is not in the parent's store: measured, but its upload failed,
+    and the session is only where it ran)."""
 
     index: int
     directory: Path
@@ -967,6 +980,7 @@ class Arm:
     problem: str | None = None
     lost: bool = False
     diverged: str | None = None
+    not_stored: str | None = None
 
     @property
     def valid(self) -> bool:
@@ -1001,6 +1015,7 @@ class Arm:
             "problem": self.problem,
             "lost": self.lost,
             "diverged": self.diverged,
+            "not_stored": self.not_stored,
         }
 
     @classmethod
@@ -1022,6 +1037,7 @@ class Arm:
             problem=data.get("problem"),
             lost=bool(data.get("lost")),
             diverged=data.get("diverged"),
+            not_stored=data.get("not_stored"),
         )
 
 
@@ -1075,6 +1091,7 @@ def arm_task(spec: dict[str, Any]) -> dict[str, Any]:
                 arm.problem = f"what the agent printed could not be written to {log}: {exc}"
             arm.report, arm.exit_code, arm.outcome = run.report, run.exit_code, run.outcome
             arm.session = str(run.child) if run.child else None
+            arm.not_stored = run.not_stored
             divergence = (run.report or {}).get("divergence")
             if divergence and spec.get("on_divergence", "stop") == "stop":  # (no outcome was measured)
                 arm.diverged = str(divergence.get("reason") or "diverged")

@@ -318,6 +318,9 @@ class Recording:
         self.unrecorded_tools: dict[str, int] = {}
         #: The exchanges recorded as ``model_call`` events that are no model's, by kind (:class:`EndEvent`).
         self.other_calls: dict[str, int] = {}
+        #: Once closed: why the session is not in its store (a remote store's upload failed, so it
+        #: stays staged in :attr:`path`, on this machine only), else None (:attr:`Store.not_stored`).
+        self.not_stored: str | None = None
         self._ended = False
 
     @property
@@ -387,6 +390,7 @@ class Recording:
                     _warn(f"could not sync session {self.session_id} to disk ({exc})")
             self._sign(quiet)
             self.location = self.store.finished(self.path, quiet=quiet)
+            self.not_stored = self.store.not_stored
         return self.location
 
     def discard(self) -> None:
@@ -442,6 +446,9 @@ class Store(ABC):
 
     path: Path
     url: str
+    #: Why the session :meth:`finished` was last handed is not in the store, else None: a remote
+    #: store's upload failed (it stays staged in the mirror here; warned unless ``quiet``).
+    not_stored: str | None = None
 
     def create(
         self, header: Header | dict[str, Any], *, session_id: str | None = None, fsync: str | None = None

@@ -438,9 +438,11 @@ class RemoteStore(Store):
         """Upload the finished staged session ``path`` (then any other staged session that is ready);
         returns its URL, or its local path when the upload failed (a warning says why)."""
         path = Path(path)
+        self.not_stored = None
         try:
             where = self.upload(path, blocking=True) or str(path)
         except (SessionError, OSError) as exc:
+            self.not_stored = str(exc)
             if not quiet:
                 say(
                     f"forkpoint: {exc}\nforkpoint: the session stays staged in {path}; the next "

@@ -175,7 +175,7 @@ def fork_table(arms: list[Arm], title: str | None = None) -> Table:
             calls,
             str(arm.exit_code),
             *([_passed(arm.outcome)] if with_outcome else []),
-            Path(arm.session or "—").name,
+            Path(arm.session or "—").name + (" [red](not in the store)[/red]" if arm.not_stored else ""),
         )
     return table
 
@@ -192,6 +192,19 @@ def pass_rate_line(arms: list[Arm]) -> str:
     tail += f"; {diverged} arm(s) never went live (not measured)" if diverged else ""
     not_measured = unmeasured(arms)
     return f"outcome: {rate.text()}{tail}" + (f"; {not_measured}" if not_measured else "")
+
+
+def not_stored(arms: list[Arm]) -> str | None:
+    """``2 arm session(s) are not in the store: <why>`` for the arms whose session could not be
+    uploaded to the parent's remote store (measured all the same, but only on the machine that ran
+    them: the store, and whatever later reads the arms from it, lacks them), or None."""
+    found = [a for a in arms if a.not_stored]
+    if not found:
+        return None
+    return (
+        f"{len(found)} arm session(s) are not in the store, so what reads the arms from it will not "
+        f"count them (arm {found[0].index}: {found[0].not_stored})"
+    )
 
 
 def unmeasured(arms: list[Arm]) -> str | None:
