@@ -215,7 +215,8 @@ class Removed:
 
 def remove(store: Store, rows: list[SessionInfo]) -> Removed:
     """Remove the sessions ``rows`` from ``store`` (files and index entries); a session under legal
-    hold is kept (its reason is in :attr:`Removed.kept`), and so is one still being recorded
+    hold is kept (its reason is in :attr:`Removed.kept`; each session's hold is read again just
+    before it is removed, so one placed while the removal ran is seen), and so is one still being recorded
     (incomplete, with a live recorder is not knowable here: the caller decides what to pass). A
     session that cannot be removed (the store unreachable, access denied) stops the removal, said in
     :attr:`Removed.failed`; the sessions removed before it are gone from the index too."""
@@ -226,8 +227,9 @@ def remove(store: Store, rows: list[SessionInfo]) -> Removed:
             sid = row.session_id
             if not stored_id(sid):  # (the files of "", "..", a path, index/ are not one session's)
                 raise SessionError(f"{sid!r:.80} is not a session id; not removing anything by it")
-            if sid in on_hold:
-                h = on_hold[sid]
+            # (looked at again just before: a hold placed while earlier sessions went counts too)
+            h = on_hold.get(sid) or held(store, sid)
+            if h is not None:
                 done.kept[sid] = f"under legal hold ({hold_reason(h)}, since {h.get('since')})"
                 continue
             if isinstance(store, RemoteStore) and not row.staged:

@@ -125,6 +125,29 @@ def test_prune_lists_the_store_once_not_once_per_session(
     assert "no sessions" in cli("ls", "--store", str(store)).output
 
 
+def test_prune_keeps_a_session_put_under_legal_hold_while_it_removed_others(
+    store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The holds were read once, before the first removal: a hold placed while a prune went through
+    the store (hundreds of sessions on S3, a few requests each) was not seen, and the held session
+    was deleted. Each session's hold is looked at again just before it is removed."""
+    from forkpoint.store import retention
+
+    sids = sorted(session(store, created=OLD) for _ in range(3))
+    real = retention._remove_local
+
+    def removing(target: Any, sid: str) -> None:
+        if sid == sids[0]:  # while the prune is on its first session, someone holds the last one
+            hold(open_store(store), sids[-1], "sev-1")
+        real(target, sid)
+
+    monkeypatch.setattr(retention, "_remove_local", removing)
+    r = cli("prune", "--older-than", "30d", "--store", str(store))
+    assert f"kept {sids[-1]}: under legal hold (sev-1" in r.output, r.output
+    assert (store / sids[-1] / LOG_NAME).is_file(), r.output
+    assert not (store / sids[0]).exists() and not (store / sids[1]).exists()
+
+
 def test_rm_refuses_a_session_without_end_unless_forced(store: Path) -> None:
     sid = session(store, exit_code=None)
     r = cli("rm", sid, "--store", str(store))
