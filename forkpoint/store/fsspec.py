@@ -574,6 +574,8 @@ class RemoteStore(Store):
                     if self._has_sessions():
                         entries = self.reindex()
                         notes.append(f"{self.url} had no index: rebuilt it from a walk of the store")
+                    else:
+                        self._check_bucket()
                 elif len(state.loose) >= max_loose_entries() or len(state.snapshots) > 1:
                     try:
                         consolidate(self.io, state)
@@ -591,6 +593,19 @@ class RemoteStore(Store):
                 rows.append(row)
         rows.sort(key=session_order)
         return Listing(rows, notes, self.url)
+
+    def _check_bucket(self) -> None:
+        """Raise :class:`SessionError` when the store's bucket does not exist (or these credentials
+        cannot see it): its folders then list as empty, and a typo in the bucket's name read as a
+        store with no sessions. Only for filesystems with buckets (s3fs, gcsfs, adlfs)."""
+        split = getattr(self.fs, "split_path", None)
+        if split is None:
+            return
+        bucket = str(split(self.root)[0])
+        if bucket and not self.fs.exists(bucket):
+            raise SessionError(
+                f"{self.url}: the bucket {bucket!r} does not exist, or these credentials cannot see it"
+            )
 
     def _has_sessions(self) -> bool:
         try:

@@ -1018,3 +1018,21 @@ def test_a_download_holds_a_few_of_the_sessions_files_in_memory_at_a_time(
     assert all(
         (restored / f"data{i}.bin").read_bytes() == (work / f"data{i}.bin").read_bytes() for i in range(6)
     )
+
+
+def test_a_bucket_that_does_not_exist_is_said_not_listed_as_an_empty_store(
+    s3_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A typo in the bucket's name (or credentials that cannot see it) listed as a store without
+    sessions: ``ls`` said "no sessions in s3://…" and ``check`` "nothing was selected", as for an
+    empty prefix of a bucket that exists, which still lists as empty."""
+    fresh_cache(monkeypatch, tmp_path)
+    typo = s3_url.replace("s3://fp-", "s3://fq-", 1)
+    with pytest.raises(
+        SessionError, match=r"the bucket 'fq-\w+' does not exist, or these credentials cannot see it"
+    ):
+        list_sessions(typo)
+    r = CliRunner().invoke(main, ["ls", "--store", typo])
+    assert r.exit_code == 1 and "does not exist" in r.output and "no sessions" not in r.output, r.output
+    assert list_sessions(s3_url + "/nothing-yet").rows == []
+    assert list_sessions(f"memory:///fp-{secrets.token_hex(4)}/sessions").rows == []
