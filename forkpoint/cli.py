@@ -1217,9 +1217,14 @@ def check(
     seconds = time.perf_counter() - started
     out = terminal()
     if ab:
+        from .suite.check import not_stored
+
         summary = ab_summary(rows)
         out.print(ab_table(rows))
         out.print(ab_summary_table(summary))
+        lacking = not_stored(rows)
+        if lacking:
+            click.echo(lacking)
     else:
         summary = counts(rows)
         out.print(check_table(rows))

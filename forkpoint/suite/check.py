@@ -109,6 +109,7 @@ def _ab(
     """Both arms of one session, as the row fields they set: the new run's verdict fields, and
     ``ab`` = ``{"recorded", "new"}`` (each ``{"session", "tokens_in", "tokens_out", "model_ms",
     "wall_ms", "exit_code", "outcome", "final_answer"}``; ``new`` None when the run made no report),
+    ``not_stored`` (why the new run's session is not in the store: its upload failed, or None),
     ``recorded_replay`` (status and detail of the plain replay an outcome command was measured on,
     else None: when that replay did not reproduce, the recorded outcome is not measured, ``passed``
     None with the reason), ``first_change`` (``{"where", "path"}``, :meth:`~forkpoint.diff.SessionDiff.describe`,
@@ -147,6 +148,7 @@ def _ab(
         "new": None,
         "first_change": None,
         "child": str(run.child) if run.child else None,
+        "not_stored": run.not_stored,
     }
     if run.report is None or run.child is None:
         return {**fields, "ab": ab}
@@ -270,9 +272,22 @@ def check_sessions(
 
 def exit_code(rows: list[dict[str, Any]], *, ab: bool = False) -> int:
     """How ``forkpoint check`` exits: 0 when every session reproduced (for an A/B run: when every
-    run could be made), else :data:`~forkpoint.replay.EXIT_DIVERGENCE`."""
+    run could be made and its session reached the store), else :data:`~forkpoint.replay.EXIT_DIVERGENCE`."""
     ok = ("reproduced",) if not ab else AB_STATUSES
-    return 0 if all(r["status"] in ok for r in rows) else EXIT_DIVERGENCE
+    stored = all(not (r.get("ab") or {}).get("not_stored") for r in rows)
+    return 0 if stored and all(r["status"] in ok for r in rows) else EXIT_DIVERGENCE
+
+
+def not_stored(rows: list[dict[str, Any]]) -> str | None:
+    """``2 what-if session(s) of --models live are not in the store: <why>`` for the A/B rows whose
+    new run's session could not be uploaded to the remote store, or None."""
+    found = [r for r in rows if (r.get("ab") or {}).get("not_stored")]
+    if not found:
+        return None
+    return (
+        f"{len(found)} what-if session(s) of --models live are not in the store "
+        f"({found[0]['session_id']}: {found[0]['ab']['not_stored']})"
+    )
 
 
 def counts(rows: list[dict[str, Any]]) -> dict[str, int]:

@@ -22,6 +22,7 @@ from typing import Any
 
 import forkpoint
 from forkpoint.demo.agent import run_agent
+from forkpoint.store import resolve
 from tests.gitutil import make_repo
 from tests.modelserver import LocalServer, Reply, chat_completion, json_reply
 
@@ -138,8 +139,10 @@ def cli_env(**extra: str) -> dict[str, str]:
     return env | extra
 
 
-def record_keeper(tmp: Path, server: LocalServer) -> Keeper:
-    """Record the keeper once in a new repository (the model's first decision: delete)."""
+def record_keeper(tmp: Path, server: LocalServer, store_url: str | None = None) -> Keeper:
+    """Record the keeper once in a new repository (the model's first decision: delete), into a new
+    store ``tmp/store``, or the remote store ``store_url`` (then ``Keeper.store`` is this machine's
+    mirror of it, which names the remote store too)."""
     model = keeper_model()
     server.route("/v1/chat/completions", model)
     repo = make_repo(tmp / "repo", {"README.md": "# keeper\n", ".gitignore": "__pycache__/\n"})
@@ -149,11 +152,15 @@ def record_keeper(tmp: Path, server: LocalServer) -> Keeper:
     env = cli_env(AGENT_BASE_URL=server.openai_base_url)
     agent = ["python", str(script)]
     rec = subprocess.run(
-        [sys.executable, "-m", "forkpoint.cli", "record", "--store", str(store), "--name", "keeper", "--", *agent],
+        [sys.executable, "-m", "forkpoint.cli", "record", "--store", store_url or str(store), "--name", "keeper",
+         "--", *agent],
         cwd=repo, env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert rec.returncode == 0, rec.stderr
     assert not (repo / "answer.txt").exists()  # the recorded run deleted it
+    if store_url is not None:
+        path = resolve("keeper", store_url)
+        return Keeper(repo, path.parent, forkpoint.Session.load(path), agent, env, model)
     (path,) = [p for p in store.iterdir() if p.is_dir() and p.name != "index"]
     return Keeper(repo, store, forkpoint.Session.load(path), agent, env, model)
 

@@ -602,6 +602,41 @@ def test_check_a_remote_store(s3_url: str, tmp_path: Path, monkeypatch: pytest.M
     assert sorted(r.header["parent"]["session_id"] for r in children) == sorted(ids)
 
 
+def test_an_ab_run_whose_session_cannot_be_uploaded_to_the_store_is_said_and_fails_the_check(
+    s3_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ``--models live`` run of a session of an S3 store is recorded as a what-if session and
+    uploaded when it ends (on a Ray worker: from its mirror). An upload that failed was silent: the
+    A/B table and its summary were shown and check exited 0, while the new run's session stayed
+    staged where it ran, missing from the store."""
+    from tests.suite.test_fork_outcomes import unreachable_store_options
+
+    monkeypatch.setenv("FORKPOINT_CACHE", str(tmp_path / "cache"))
+    env = cli_env(
+        FORKPOINT_CACHE=str(tmp_path / "cache"), FORKPOINT_STORE_OPTIONS=unreachable_store_options()
+    )
+    with ModelServer(turns=1) as srv:
+        (sid,) = record_demo_sessions(s3_url, 1, srv.openai_base_url, tmp_path / "work")
+        ab = forkpoint_cli(
+            "check",
+            sid,
+            "--store",
+            s3_url,
+            "--models",
+            "live",
+            "--on-divergence",
+            "live",
+            cwd=tmp_path,
+            env=env,
+        )
+    assert ab.returncode == 3, ab.stdout + ab.stderr
+    said = " ".join(ab.stdout.split())
+    assert f"1 what-if session(s) of --models live are not in the store ({sid}: " in said, ab.stdout
+    assert "it stays staged in" in said
+    monkeypatch.setenv("FORKPOINT_CACHE", str(tmp_path / "elsewhere"))  # what another machine sees
+    assert [r.session_id for r in list_sessions(s3_url).rows] == [sid]
+
+
 def _signal_seen(spec: dict[str, Any]) -> dict[str, Any]:
     from forkpoint.executors.local import interrupted
 

@@ -749,6 +749,19 @@ def test_a_fork_says_its_arms_replay_a_prefix_that_ran_tools_the_recording_lacks
     )
 
 
+def unreachable_store_options() -> str:
+    """``$FORKPOINT_STORE_OPTIONS`` naming an S3 endpoint on loopback where nothing listens (one try)."""
+    import json
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        gone = f"http://127.0.0.1:{s.getsockname()[1]}"
+    return json.dumps(
+        {"client_kwargs": {"endpoint_url": gone}, "config_kwargs": {"retries": {"max_attempts": 1}}}
+    )
+
+
 def test_an_arm_whose_session_cannot_be_uploaded_to_the_store_is_said_and_fails_the_fork(
     s3_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -757,36 +770,18 @@ def test_an_arm_whose_session_cannot_be_uploaded_to_the_store_is_said_and_fails_
     access) was silent (the arm's session is closed quietly): the fork printed the pass rate and
     each arm's session id and exited 0, while the sessions stayed staged where the arm ran, and
     ``ls``, ``show --html`` and ``check`` reading the arms from the store never saw them."""
-    import json
-    import socket
-
     from forkpoint.store import list_sessions
-    from tests.gitutil import make_repo
-    from tests.suite.agents import KEEPER, cli_env, keeper_model
 
     monkeypatch.setenv("FORKPOINT_CACHE", str(tmp_path / "cache"))
     with LocalServer() as srv:
-        srv.route("/v1/chat/completions", keeper_model())
-        repo = make_repo(tmp_path / "repo", {"README.md": "# keeper\n", ".gitignore": "__pycache__/\n"})
-        (tmp_path / "keeper.py").write_text(KEEPER)
-        agent = ["python", str(tmp_path / "keeper.py")]
-        env = cli_env(AGENT_BASE_URL=srv.openai_base_url, COLUMNS="250")
-        rec = subprocess.run(
-            [sys.executable, "-m", "forkpoint.cli", "record", "--store", s3_url, "--name", "keeper", "--", *agent],
-            cwd=repo, env=env, capture_output=True, text=True, timeout=120,
-        )  # fmt: skip
-        assert rec.returncode == 0, rec.stderr
-        parent = Session.load(resolve("keeper", s3_url))  # (in this machine's mirror from now on)
-        seq = [c["seq"] for c in parent.by_type("checkpoint") if c["boundary"] == "resumable"][1]
-        with socket.socket() as s:  # the store's endpoint, as the arms end: nothing listens there
-            s.bind(("127.0.0.1", 0))
-            gone = f"http://127.0.0.1:{s.getsockname()[1]}"
-        options = {"client_kwargs": {"endpoint_url": gone}, "config_kwargs": {"retries": {"max_attempts": 1}}}
+        keeper = record_keeper(tmp_path, srv, s3_url)  # (its session in this machine's mirror too)
+        # The store's endpoint, as the arms end: nothing listens there.
+        env = keeper.env | {"FORKPOINT_STORE_OPTIONS": unreachable_store_options(), "COLUMNS": "250"}
         fork = subprocess.run(
-            [sys.executable, "-m", "forkpoint.cli", "fork", f"{parent.id}@{seq}", "--arms", "2",
-             "--into", str(tmp_path / "arms"), "--store", s3_url, "--outcome", KEEPER_OUTCOME, "--", *agent],
-            cwd=repo, env=env | {"FORKPOINT_STORE_OPTIONS": json.dumps(options)},
-            capture_output=True, text=True, timeout=300,
+            [sys.executable, "-m", "forkpoint.cli", "fork", f"{keeper.session.id}@{keeper.resumable()[1]}",
+             "--arms", "2", "--into", str(tmp_path / "arms"), "--store", s3_url, "--outcome", KEEPER_OUTCOME,
+             "--", *keeper.agent],
+            cwd=keeper.repo, env=env, capture_output=True, text=True, timeout=300,
         )  # fmt: skip
     out = fork.stdout + fork.stderr
     assert fork.returncode == 1, out
@@ -794,6 +789,6 @@ def test_an_arm_whose_session_cannot_be_uploaded_to_the_store_is_said_and_fails_
     assert fork.stdout.count("(not in the store)") == 2, out
     said = " ".join(fork.stdout.split())
     assert "2 arm session(s) are not in the store, so what reads the arms from it will not count them" in said
-    assert f"it stays staged in {tmp_path / 'cache'}" in said and f"forkpoint ls --store {s3_url}" in said
+    assert f"it stays staged in {keeper.store}" in said and f"forkpoint ls --store {s3_url}" in said
     monkeypatch.setenv("FORKPOINT_CACHE", str(tmp_path / "elsewhere"))  # what another machine sees
-    assert [r.session_id for r in list_sessions(s3_url).rows] == [parent.id]
+    assert [r.session_id for r in list_sessions(s3_url).rows] == [keeper.session.id]
