@@ -42,7 +42,9 @@ class Imported:
     ``events`` are ``model_call`` / ``tool_call`` / ``note`` events in resolved form (no seq, no
     hashes); ``missing`` says, one item each, what the source does not hold; ``adjusted`` what the
     importer had to infer or fill in; ``end_reason`` and ``exit_code`` go to the ``end`` event;
-    ``details`` are extra ``imported_from`` header fields.
+    ``details`` are extra ``imported_from`` header fields; ``versions`` those of Python and the
+    packages that made the calls, as far as the file says (the header's ``versions``, beside the
+    ``forkpoint`` that wrote the session: never the importing environment's).
     """
 
     format: str
@@ -52,6 +54,7 @@ class Imported:
     end_reason: str | None = None
     exit_code: int | None = None
     details: dict[str, Any] = field(default_factory=dict)
+    versions: dict[str, str] = field(default_factory=dict)
 
 
 def load_document(path: Path, raw: bytes, expected: str) -> Any:
@@ -293,6 +296,10 @@ def write_session(
         tags={"imported_from": imported.format},
     )
     header["git"] = None  # the importing checkout says nothing about the run that was imported
+    # Nor do the importing environment's packages: a replay that diverges names the packages now at
+    # another version than the run's (an SDK upgrade that changed what it sends); compared with the
+    # importer's own, it would name none, or the wrong ones on another machine.
+    header["versions"] = {"forkpoint": header["versions"]["forkpoint"], **imported.versions}
     header["created"] = start
     header["tools"] = []
     header["imported_from"] = {

@@ -250,6 +250,52 @@ def _response(
     return out
 
 
+#: ``name/version`` tokens of ``user-agent`` and ``x-goog-api-client`` that name a tracked package (or
+#: Python) and its version: ``google-genai-sdk/1.2.0 gl-python/3.11.7``, ``python-requests/2.31.0``,
+#: ``Boto3/1.34.0 md/Botocore#1.34.0 … lang/python#3.11.7``.
+_UA_TOKENS = {
+    "google-genai-sdk": "google-genai",
+    "gl-python": "python",
+    "python-requests": "requests",
+    "python-httpx": "httpx",
+    "aiohttp": "aiohttp",
+    "boto3": "boto3",
+    "botocore": "botocore",
+    "md/botocore": "botocore",
+    "lang/python": "python",
+}
+_UA_TOKEN = re.compile(r"([\w./-]+?)[/#](\d[\w.+-]*)")
+#: A Stainless SDK's ``user-agent`` (``OpenAI/Python 1.30.1``, ``AsyncAnthropic/Python 0.40.0``).
+_STAINLESS_UA = re.compile(r"^(?:Async)?(OpenAI|Anthropic)/Python\b", re.IGNORECASE)
+
+
+def sdk_versions(headers: list[tuple[str, str]]) -> dict[str, str]:
+    """The versions of Python and of the packages that sent a request, as its headers name them
+    (``header["versions"]`` of an imported session: the run's, never the importing environment's).
+    A Stainless SDK's ``x-stainless-package-version`` is the openai or anthropic SDK's as its
+    ``user-agent`` says, or anthropic's when the request carries ``anthropic-version`` (a cassette's
+    filter may have replaced the user agent); what no header names is left out."""
+    out: dict[str, str] = {}
+    ua = _header(headers, "user-agent")
+    for text in (ua, _header(headers, "x-goog-api-client")):
+        for token, version in _UA_TOKEN.findall(text):
+            name = _UA_TOKENS.get(token.lower())
+            if name:
+                out.setdefault(name, version)
+    if _header(headers, "x-stainless-lang").lower() == "python":
+        sdk = _STAINLESS_UA.match(ua.strip())
+        package = (
+            sdk.group(1).lower() if sdk else "anthropic" if _header(headers, "anthropic-version") else None
+        )
+        version = _header(headers, "x-stainless-package-version").strip()
+        if package and re.fullmatch(r"\d[\w.+-]*", version):
+            out.setdefault(package, version)
+        runtime = _header(headers, "x-stainless-runtime-version").strip()
+        if _header(headers, "x-stainless-runtime") == "CPython" and re.fullmatch(r"\d[\w.+-]*", runtime):
+            out.setdefault("python", runtime)
+    return out
+
+
 def _date(pairs: list[tuple[str, str]]) -> str | None:
     value = _header(pairs, "date")
     if not value:
@@ -271,6 +317,7 @@ def convert(path: Path, doc: Any) -> Imported:
     events: list[dict[str, Any]] = []
     dialects: set[str] = set()
     dated = 0
+    versions: dict[str, str] = {}
     for n, it in enumerate(interactions(doc) or [], start=1):
         rq, rs = it["request"], it["response"]
         if not isinstance(rq, dict) or not isinstance(rs, dict):
@@ -292,6 +339,8 @@ def convert(path: Path, doc: Any) -> Imported:
             event["ts"] = ts
             dated += 1
         events.append(keyed(event))
+        for name, version in sdk_versions(_pairs(rq.get("headers"), f"{where}: the request")).items():
+            versions.setdefault(name, version)
     missing = ["call durations and stream chunk timing (a cassette stores none; chunks are at 0 ms)"]
     if dated < len(events):
         missing.append("the time of calls without a Date response header")
@@ -305,6 +354,7 @@ def convert(path: Path, doc: Any) -> Imported:
         missing=missing,
         adjusted=notes,
         details={"dialect": "+".join(sorted(dialects)) or "stock", "interactions": len(events)},
+        versions=versions,
     )
 
 

@@ -618,3 +618,74 @@ def test_a_tool_replayed_from_an_imported_cassette_is_told_to_run_live(tmp_path:
     reason = rp.report()["divergence"]["reason"]
     assert "0 were recorded" in reason and "imported from a vcr file, which holds no tool call" in reason
     assert "--tools NAME" in reason and "live_tools" in reason and "imported" in str(raised.value)
+
+
+def _chat_cassette(headers: dict[str, list[str]], content: str = "hi") -> dict[str, Any]:
+    answer = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "m",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
+    }
+    return {
+        "version": 1,
+        "interactions": [
+            {
+                "request": {
+                    "method": "POST",
+                    "uri": "http://127.0.0.1:9/v1/chat/completions",
+                    "headers": {"content-type": ["application/json"], **headers},
+                    "body": json.dumps({"messages": [{"role": "user", "content": content}], "model": "m"}),
+                },
+                "response": {
+                    "status": {"code": 200, "message": "OK"},
+                    "headers": {"content-type": ["application/json"]},
+                    "body": {"string": json.dumps(answer)},
+                },
+            }
+        ],
+    }
+
+
+def test_imported_versions_are_the_cassettes_not_the_importers(tmp_path: Path) -> None:
+    """The header's ``versions`` were those installed where ``forkpoint import`` ran (``show``
+    printed "openai 3.x" for a cassette an SDK 1.30.1 recorded), and a replay's divergence compared
+    the SDK installed now with them: it named no upgrade on the importing machine, and the wrong
+    ones elsewhere. They are what the requests' headers say, beside the forkpoint that wrote it."""
+    from forkpoint.errors import Divergence
+
+    path = tmp_path / "cassette.json"
+    stainless = {
+        "user-agent": ["OpenAI/Python 1.30.1"],
+        "x-stainless-lang": ["python"],
+        "x-stainless-package-version": ["1.30.1"],
+        "x-stainless-runtime": ["CPython"],
+        "x-stainless-runtime-version": ["3.10.4"],
+    }
+    path.write_text(json.dumps(_chat_cassette(stainless)))
+    session = import_file(path, store=tmp_path / "store")
+    versions = Session.load(session).header["versions"]
+    assert versions == {"forkpoint": forkpoint.__version__, "openai": "1.30.1", "python": "3.10.4"}
+    client = openai.OpenAI(base_url="http://127.0.0.1:9/v1", api_key="sk-x", max_retries=0)
+    with pytest.raises(Divergence) as raised, forkpoint.replay(session):
+        client.chat.completions.create(model="m", messages=[{"role": "user", "content": "changed"}])
+    assert f"openai 1.30.1 → {openai.__version__}" in str(raised.value)
+
+    # A cassette whose headers name no package claims none.
+    path.write_text(json.dumps(_chat_cassette({})))
+    assert Session.load(import_file(path, store=tmp_path / "store")).header["versions"] == {
+        "forkpoint": forkpoint.__version__
+    }
+
+
+@needs_cassettes
+def test_real_cassette_keeps_the_sdk_versions_its_requests_name(tmp_path: Path) -> None:
+    """crewAI's cassettes replaced the user agent, but ``x-stainless-package-version`` and
+    ``anthropic-version`` still say which SDK sent them: anthropic 0.71.1 on Python 3.13.3."""
+    s = Session.load(import_file(CASSETTES / "crewai__anthropic_tool_call.yaml", store=tmp_path))
+    assert s.header["versions"] == {
+        "forkpoint": forkpoint.__version__,
+        "anthropic": "0.71.1",
+        "python": "3.13.3",
+    }
