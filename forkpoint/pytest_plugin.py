@@ -332,6 +332,19 @@ def invocation_nodeid(item: pytest.Item, base: Path | None = None) -> str:
     return shown_path(item.path, base) + rest
 
 
+#: The suffixes of a VCR.py cassette (pytest-recording writes ``<test>.yaml``).
+VCR_SUFFIXES = (".yaml", ".yml", ".json", ".yaml.gz")
+
+
+def vcr_cassette(path: Path) -> Path | None:
+    """The VCR.py cassette beside forkpoint's cassette folder ``path`` (``<test>.yaml`` for
+    ``<test>/``: where pytest-recording keeps the cassette of the same test, by default), or None."""
+    return next(
+        (c for c in (path.with_name(path.name + s) for s in VCR_SUFFIXES) if c.is_file()),
+        None,
+    )
+
+
 def rerun_command(item: pytest.Item, mode: str) -> str:
     """A shell command that runs ``item`` in ``mode`` when pasted where this pytest run started.
 
@@ -564,14 +577,35 @@ class Cassette:
             and bool(recorded_as.get("deterministic")) != bool(self.deterministic)
         )
         if self.mode == "rewrite" or not self.exists or redo:
+            # A VCR.py cassette where pytest-recording kept this test's is not read: one migrating
+            # from it is told how to import it, not only (or after the fact) to record it live.
+            vcr = vcr_cassette(self.path) if not self.exists and self.mode != "rewrite" else None
+            imported = (
+                f"A VCR.py cassette of this test is at {self.shown(vcr)}, which forkpoint does not read: "
+                f'import it as this test\'s cassette with mv "$(forkpoint import {shlex.quote(self.shown(vcr))})" '
+                f"{shlex.quote(self.shown())}"
+                if vcr is not None
+                else ""
+            )
             if self.mode == "replay":
                 why = f" ({self.mode_reason})" if self.mode_reason != "--forkpoint-mode" else ""
                 self.problem = (
                     f"forkpoint: no cassette for this test at {self.shown()}, and mode replay{why} never "
-                    f"touches the network. Record it once, against the real model: "
-                    f"{rerun_command(self.item, 'once')}"
+                    + (
+                        f"touches the network. {imported}, or record it once, against the real model: "
+                        if imported
+                        else "touches the network. Record it once, against the real model: "
+                    )
+                    + rerun_command(self.item, "once")
                 )
                 return
+            if imported:
+                self.item.warn(
+                    ReplayWarning(
+                        f"forkpoint: this test has no cassette at {self.shown()}, so mode {self.mode} ran it "
+                        f"live, to record one. {imported} (after removing what this run recorded there)"
+                    )
+                )
             self.action = "record"
             self._tmp = self.path.parent / f".{self.path.name}.recording-{secrets.token_hex(3)}"
             # The header's cwd is the current directory: the recorded command selects the test there.

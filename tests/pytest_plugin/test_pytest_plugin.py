@@ -4,9 +4,11 @@ then replaying them with the server stopped."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
+import shutil
 import socket
 import subprocess
 import threading
@@ -25,6 +27,7 @@ from tests.modelserver import LocalServer, Reply
 pytest_plugins = ["pytester"]
 
 INNER = """
+import json
 import os
 import socket
 
@@ -64,6 +67,7 @@ def test_turns(forkpoint_session, n):
 """
 
 NET = """
+import json
 import os
 import socket
 
@@ -182,6 +186,7 @@ def test_changed_prompt_fails_with_the_divergence_report(
 
 
 CAUGHT = """
+import json
 import os
 
 import openai
@@ -861,6 +866,7 @@ def test_forkpoint_otlp_sends_a_recording_tests_spans_live(
 
 
 TMP_PATH_INNER = """
+import json
 import os
 
 import pytest
@@ -985,6 +991,7 @@ def said_when_recorded_and_replayed(
 
 
 PROGRAM_INNER = """
+import json
 import os
 import subprocess
 import sys
@@ -1069,3 +1076,88 @@ def test_a_bad_encrypt_to_fails_its_test_and_its_configuration_stays_with_it(
     from forkpoint import config
 
     assert config.anchor() is None
+
+
+MIGRATED = """
+import json
+import os
+
+import openai
+import pytest
+
+
+@pytest.mark.forkpoint
+def test_chat():
+    client = openai.OpenAI(base_url=os.environ["MODEL_URL"], api_key="sk-test", max_retries=0)
+    reply = client.chat.completions.create(model="demo-model", messages=[{"role": "user", "content": "hi"}])
+    assert reply.choices[0].message.content
+"""
+
+
+def test_a_vcr_cassette_where_pytest_recording_kept_it_is_named_with_how_to_import_it(
+    pytester: pytest.Pytester, server: LocalServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A team moving from pytest-recording has ``tests/cassettes/test_mig/test_chat.yaml`` exactly
+    where forkpoint looks for ``test_chat/``. In CI the failure said only "Record it once, against
+    the real model", and mode once ran the test live without a word about the cassette beside it.
+    Both name it and give the command that imports it as the test's cassette; that command works."""
+    pytester.makepyfile(test_mig=MIGRATED)
+    answer = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "demo-model",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "from the cassette"},
+                "finish_reason": "stop",
+            }
+        ],
+    }
+    interaction = {
+        "request": {
+            "method": "POST",
+            "uri": server.openai_base_url + "/chat/completions",
+            "headers": {"content-type": ["application/json"]},
+            "body": '{"messages":[{"role":"user","content":"hi"}],"model":"demo-model"}',
+        },
+        "response": {
+            "status": {"code": 200, "message": "OK"},
+            "headers": {"content-type": ["application/json"]},
+            "body": {"string": json.dumps(answer)},
+        },
+    }
+    folder = pytester.path / "tests" / "cassettes" / "test_mig"
+    folder.mkdir(parents=True)
+    (folder / "test_chat.yaml").write_text(json.dumps({"version": 1, "interactions": [interaction]}))
+    monkeypatch.setenv("CI", "true")
+    missing = run(pytester)
+    missing.assert_outcomes(failed=1)
+    out = missing.stdout.str()
+    fix = (
+        'mv "$(forkpoint import tests/cassettes/test_mig/test_chat.yaml)" tests/cassettes/test_mig/test_chat'
+    )
+    assert (
+        "A VCR.py cassette of this test is at tests/cassettes/test_mig/test_chat.yaml" in out and fix in out
+    )
+    assert server.requests == []
+
+    monkeypatch.delenv("CI")
+    live = run(pytester)  # mode once: recorded live, and told of the cassette beside it
+    live.assert_outcomes(passed=1)
+    live.stdout.fnmatch_lines(
+        ["*mode once ran it live, to record one. A VCR.py cassette of this test is at*"]
+    )
+    assert len(server.requests) == 1
+    shutil.rmtree(folder / "test_chat")
+
+    subprocess.run(
+        fix.replace("forkpoint import", shlex.join(FORKPOINT) + " import"),
+        shell=True,
+        check=True,
+        cwd=pytester.path,
+    )
+    monkeypatch.setenv("CI", "true")
+    run(pytester).assert_outcomes(passed=1)
+    assert len(server.requests) == 1  # served from the imported cassette
