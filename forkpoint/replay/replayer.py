@@ -1120,7 +1120,9 @@ class Replayer:
             inert = inert_rules(normalized(base), norm, self.ignore, tool)
             if inert:
                 report["inert"] = [{**r.to_json(), "source": r.source or ""} for r in inert]
-            if not self.deterministic:  # the time or a uuid the program's own code read may be it
+            # The time or a uuid the program's own code read may be it: not in a header alone (an
+            # SDK's anthropic-version, openai-beta: it sent another after an upgrade).
+            if not self.deterministic and any(not r.path.startswith("$.headers") for r in rules):
                 report["hint_deterministic"] = True
         if "endpoint" in what:
             report["endpoint"] = what["endpoint"]

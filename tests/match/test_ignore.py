@@ -256,10 +256,32 @@ def test_a_divergence_on_a_timestamp_suggests_the_rule(server: LocalServer, stor
     text = str(div.value)
     assert "Every difference looks like a timestamp, a uuid or a request id" in text
     assert "  [match]\n  ignore = [\n    { path = '$.body.messages[0].content', regex = '" in text
+    assert "record with --deterministic instead" in " ".join(text.split())  # (the program's own, maybe)
     # The suggestion, given back, makes the replay match.
     with forkpoint.replay(rec.session_path, ignore=[suggested]) as rp:
         ask("hi", "Current time: 2026-12-01 10:15:21.733099", server.openai_base_url)
     assert rp.report()["reproduced"]
+
+
+def test_a_date_in_a_header_alone_does_not_suggest_deterministic(server: LocalServer, store: Path) -> None:
+    """A header an SDK sets with a date in it (``openai-beta``, ``anthropic-version``), changed by
+    an upgrade, got the hint to record with ``--deterministic`` "if the program's own code put it
+    there": the SDK did, and ``--deterministic`` changes nothing of it."""
+
+    def ask_beta(beta: str) -> None:
+        client = openai.OpenAI(base_url=server.openai_base_url, api_key="sk-test", max_retries=0)
+        client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "hi"}], extra_headers={"openai-beta": beta}
+        )
+
+    with forkpoint.record(store=store) as rec:
+        ask_beta("assistants=2024-05-01")
+    with forkpoint.replay(rec.session_path), pytest.raises(forkpoint.Divergence) as div:
+        ask_beta("assistants=2026-10-21")
+    [suggested] = div.value.report["suggest"]
+    assert suggested["path"] == "$.headers['openai-beta']", suggested
+    assert "hint_deterministic" not in div.value.report
+    assert "--deterministic" not in str(div.value)
 
 
 def test_a_rule_that_took_nothing_out_is_named_beside_the_suggestion(
