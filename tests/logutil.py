@@ -3,6 +3,7 @@ look at the stored encodings (``$delta``, ``$dumps``, ``$blob``) or forge a line
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -48,3 +49,18 @@ def growing_workspace_session(store: Path, ws: Path, turns: int, name: str = "mo
                 (ws / f"{name}_{t}.py").write_text(f"x = {t}\n")
                 c.post("http://127.0.0.1:9/v1/chat/completions", json={"model": "m", "messages": []})
     return rec.session_path
+
+
+def take_over_descriptor(ending: str, path: Path) -> int:
+    """What a daemon does to forkpoint's own descriptor (``os.closerange(3, …)``, then ``open``):
+    close this process's one descriptor open on a file whose path ends with ``ending``, and open
+    ``path`` to append under its number. Returns the number."""
+    (fd,) = [
+        int(n) for n in os.listdir("/proc/self/fd") if os.path.realpath(f"/proc/self/fd/{n}").endswith(ending)
+    ]
+    os.close(fd)
+    mine = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    if mine != fd:  # (the number the program's open got, as closerange makes it)
+        os.dup2(mine, fd)
+        os.close(mine)
+    return fd

@@ -29,6 +29,7 @@ from forkpoint.store import info, open_store
 from forkpoint.store.retention import hold
 from tests.cliutil import record_script
 from tests.gitutil import git
+from tests.logutil import take_over_descriptor
 
 
 def cli(*args: str) -> Any:
@@ -195,16 +196,7 @@ def test_a_program_that_closes_the_logs_descriptor_and_reuses_its_number_keeps_i
     mine = tmp_path / "program.log"
     with forkpoint.record("closer", store=store) as rec:
         assert lookup("before") == {"q": "before", "answer": 42}
-        (log_fd,) = [
-            int(n)
-            for n in os.listdir("/proc/self/fd")
-            if os.path.realpath(f"/proc/self/fd/{n}").endswith(LOG_NAME)
-        ]
-        os.close(log_fd)
-        fd = os.open(mine, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        if fd != log_fd:  # (the number the program's open got, as closerange makes it)
-            os.dup2(fd, log_fd)
-            os.close(fd)
+        log_fd = take_over_descriptor(LOG_NAME, mine)
         os.write(log_fd, b"the program's own line\n")
         assert lookup("after") == {"q": "after", "answer": 42}
     os.write(log_fd, b"and another\n")  # still open: the recording's end did not close it
@@ -282,6 +274,25 @@ sys.exit(5)
 """
 
 
+def record_that_runs_unrecorded(store: Path, tmp_path: Path) -> str:
+    """``forkpoint record`` of a command that leaves a mark and exits 5, where no session can be
+    made: the command ran (its mark, its exit code); what forkpoint said, on one line."""
+    marker = tmp_path / "ran"
+    r = cli(
+        "record",
+        "--store",
+        str(store),
+        "--no-workspace",
+        "--",
+        sys.executable,
+        "-c",
+        f"open({str(marker)!r}, 'w').write('x'); raise SystemExit(5)",
+    )
+    assert r.exit_code == 5, r.output
+    assert marker.exists()
+    return " ".join(r.output.split())
+
+
 @pytest.mark.slow
 def test_cli_record_on_a_full_disk_exits_as_the_agent_would(store: Path, tmp_path: Path) -> None:
     script = tmp_path / "agent.py"
@@ -307,20 +318,7 @@ def test_cli_record_on_a_store_it_cannot_create_a_session_in_runs_the_command_un
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     monkeypatch.setattr(SessionWriter, "create", full)
-    marker = tmp_path / "ran"
-    r = cli(
-        "record",
-        "--store",
-        str(store),
-        "--no-workspace",
-        "--",
-        sys.executable,
-        "-c",
-        f"open({str(marker)!r}, 'w').write('x'); raise SystemExit(5)",
-    )
-    assert r.exit_code == 5, r.output
-    assert marker.exists()
-    said = " ".join(r.output.split())
+    said = record_that_runs_unrecorded(store, tmp_path)
     assert "cannot create a session in" in said and "No space left on device" in said
     assert "the command runs unrecorded" in said and "Traceback" not in said
 
@@ -633,20 +631,7 @@ def test_cli_record_when_the_header_is_cut_short_runs_the_command_unrecorded_and
         return real(fd, data)
 
     monkeypatch.setattr(os, "write", write)
-    marker = tmp_path / "ran"
-    r = cli(
-        "record",
-        "--store",
-        str(store),
-        "--no-workspace",
-        "--",
-        sys.executable,
-        "-c",
-        f"open({str(marker)!r}, 'w').write('x'); raise SystemExit(5)",
-    )
-    assert r.exit_code == 5, r.output
-    assert marker.exists()
-    said = " ".join(r.output.split())
+    said = record_that_runs_unrecorded(store, tmp_path)
     assert "cannot create a session in" in said and "File too large" in said, said
     assert "the command runs unrecorded" in said
     assert [p.name for p in store.iterdir() if not p.name.startswith(".")] == []

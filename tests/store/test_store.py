@@ -34,6 +34,7 @@ from forkpoint.store import fsspec as remote
 from forkpoint.store import list_sessions, resolve
 from forkpoint.store.index import ENTRIES, SNAPSHOTS, consolidate, read_index
 from forkpoint.store.local import LocalIO
+from tests.logutil import take_over_descriptor
 from tests.modelserver import LocalServer
 
 pytest.importorskip("fsspec")
@@ -249,16 +250,7 @@ def test_a_program_that_closes_the_recording_lock_and_reuses_its_number_keeps_it
     the program's file under it. It is closed only while it is still the lock file."""
     mine = tmp_path / "program.log"
     with forkpoint.record(store=f"memory:///fp-{secrets.token_hex(4)}/sessions"):
-        (lock_fd,) = [
-            int(n)
-            for n in os.listdir("/proc/self/fd")
-            if os.path.realpath(f"/proc/self/fd/{n}").endswith(remote.RECORDING)
-        ]
-        os.close(lock_fd)
-        fd = os.open(mine, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        if fd != lock_fd:  # (the number the program's open got, as closerange makes it)
-            os.dup2(fd, lock_fd)
-            os.close(fd)
+        lock_fd = take_over_descriptor(remote.RECORDING, mine)
         os.write(lock_fd, b"the program's own line\n")
     os.write(lock_fd, b"and another\n")  # still open: the recording's end did not close it
     os.close(lock_fd)
