@@ -264,7 +264,9 @@ _UA_TOKENS = {
     "md/botocore": "botocore",
     "lang/python": "python",
 }
-_UA_TOKEN = re.compile(r"([\w./-]+?)[/#](\d[\w.+-]*)")
+# (A token starts where a run of its characters does: tried from within a run as well, each start
+# scanned the rest of it, quadratic in a long header with no version in it.)
+_UA_TOKEN = re.compile(r"(?<![\w./-])([\w./-]+?)[/#](\d[\w.+-]*)")
 #: A Stainless SDK's ``user-agent`` (``OpenAI/Python 1.30.1``, ``AsyncAnthropic/Python 0.40.0``).
 _STAINLESS_UA = re.compile(r"^(?:Async)?(OpenAI|Anthropic)/Python\b", re.IGNORECASE)
 

@@ -679,6 +679,17 @@ def test_imported_versions_are_the_cassettes_not_the_importers(tmp_path: Path) -
     }
 
 
+def test_a_long_user_agent_costs_its_length_not_its_square(tmp_path: Path) -> None:
+    """The version tokens of ``user-agent`` were searched for from every character of it: each start
+    scanned the rest of a run of name characters, so a 100 kB agent string without a version in it
+    (a filter's placeholder, a framework's concatenated ones) took minutes to import. A token is
+    looked for where a run starts, and the one after the long run is still found."""
+    path = tmp_path / "cassette.json"
+    path.write_text(json.dumps(_chat_cassette({"user-agent": ["x" * 100_000 + " python-httpx/0.27.0"]})))
+    versions = Session.load(import_file(path, store=tmp_path / "store")).header["versions"]
+    assert versions == {"forkpoint": forkpoint.__version__, "httpx": "0.27.0"}
+
+
 @needs_cassettes
 def test_real_cassette_keeps_the_sdk_versions_its_requests_name(tmp_path: Path) -> None:
     """crewAI's cassettes replaced the user agent, but ``x-stainless-package-version`` and
