@@ -1246,3 +1246,34 @@ def test_a_replay_in_another_checkout_matches_its_directory_as_the_recorded_one(
     assert rp.report()["reproduced"] is True, rp.report()
     with pytest.raises(forkpoint.errors.Divergence), forkpoint.replay(rec.session_path):
         agent("fix it now")
+
+
+def test_tasks_side_by_side_name_no_caller_without_listing_every_task(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each call's caller looked at every task of the process (``asyncio.all_tasks`` copies them
+    all), so N calls made at once cost N² (8,000 recorded tool calls side by side: 14 s, not 2.6).
+    A task beside another is found without that listing; a task alone still names its caller."""
+    from forkpoint import runtime
+
+    listed: list[int] = []
+    real = asyncio.all_tasks
+
+    def counting(loop: Any = None) -> set[Any]:
+        got = real(loop)
+        listed.append(len(got))
+        return got
+
+    monkeypatch.setattr(asyncio, "all_tasks", counting)
+
+    async def leaf() -> str | None:
+        await asyncio.sleep(0)
+        return runtime.caller()
+
+    async def main() -> tuple[list[str | None], str | None]:
+        side_by_side = await asyncio.gather(*(leaf() for _ in range(50)))
+        return side_by_side, await asyncio.create_task(leaf())
+
+    side_by_side, alone = asyncio.run(main())
+    assert side_by_side == [None] * 50 and alone is not None and alone.startswith("Task-")
+    assert len(listed) == 1, listed  # (the task alone only)
