@@ -336,11 +336,13 @@ def invocation_nodeid(item: pytest.Item, base: Path | None = None) -> str:
 VCR_SUFFIXES = (".yaml", ".yml", ".json", ".yaml.gz")
 
 
-def vcr_cassette(path: Path) -> Path | None:
-    """The VCR.py cassette beside forkpoint's cassette folder ``path`` (``<test>.yaml`` for
-    ``<test>/``: where pytest-recording keeps the cassette of the same test, by default), or None."""
+def vcr_cassette(path: Path, test_file: Path) -> Path | None:
+    """The VCR.py cassette of the test whose forkpoint cassette folder is ``path`` (of the test file
+    ``test_file``), where pytest-recording keeps it by default (``cassettes/<file's name>/`` beside
+    the test file: ``<test>.yaml``), or beside ``path`` (``<test>.yaml`` beside ``<test>/``); None."""
+    folders = dict.fromkeys([test_file.parent / "cassettes" / test_file.stem, path.parent])
     return next(
-        (c for c in (path.with_name(path.name + s) for s in VCR_SUFFIXES) if c.is_file()),
+        (c for d in folders for c in (d / (path.name + s) for s in VCR_SUFFIXES) if c.is_file()),
         None,
     )
 
@@ -579,10 +581,16 @@ class Cassette:
         if self.mode == "rewrite" or not self.exists or redo:
             # A VCR.py cassette where pytest-recording kept this test's is not read: one migrating
             # from it is told how to import it, not only (or after the fact) to record it live.
-            vcr = vcr_cassette(self.path) if not self.exists and self.mode != "rewrite" else None
+            vcr = (
+                vcr_cassette(self.path, self.item.path)
+                if not self.exists and self.mode != "rewrite"
+                else None
+            )
             imported = (
                 f"A VCR.py cassette of this test is at {self.shown(vcr)}, which forkpoint does not read: "
-                f'import it as this test\'s cassette with mv "$(forkpoint import {shlex.quote(self.shown(vcr))})" '
+                # (into a store of its own: the default one may be a team's bucket, uploaded to)
+                f'import it as this test\'s cassette with mv "$(forkpoint import --store "$(mktemp -d)" '
+                f'{shlex.quote(self.shown(vcr))})" '
                 f"{shlex.quote(self.shown())}"
                 if vcr is not None
                 else ""

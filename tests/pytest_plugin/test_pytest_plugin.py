@@ -1136,7 +1136,8 @@ def test_a_vcr_cassette_where_pytest_recording_kept_it_is_named_with_how_to_impo
     missing.assert_outcomes(failed=1)
     out = missing.stdout.str()
     fix = (
-        'mv "$(forkpoint import tests/cassettes/test_mig/test_chat.yaml)" tests/cassettes/test_mig/test_chat'
+        'mv "$(forkpoint import --store "$(mktemp -d)" tests/cassettes/test_mig/test_chat.yaml)" '
+        "tests/cassettes/test_mig/test_chat"
     )
     assert (
         "A VCR.py cassette of this test is at tests/cassettes/test_mig/test_chat.yaml" in out and fix in out
@@ -1161,3 +1162,18 @@ def test_a_vcr_cassette_where_pytest_recording_kept_it_is_named_with_how_to_impo
     monkeypatch.setenv("CI", "true")
     run(pytester).assert_outcomes(passed=1)
     assert len(server.requests) == 1  # served from the imported cassette
+
+    # A test module of a package (agents/unit/test_pkg.py): pytest-recording keeps its cassette in
+    # cassettes/<file's name>/ beside the file; forkpoint names its folder by the module.
+    (pytester.path / "test_mig.py").unlink()
+    unit = pytester.path / "agents" / "unit"
+    unit.mkdir(parents=True)
+    for package in (pytester.path / "agents", unit):
+        (package / "__init__.py").write_text("")
+    (unit / "test_pkg.py").write_text(MIGRATED)
+    (unit / "cassettes" / "test_pkg").mkdir(parents=True)
+    shutil.move(folder / "test_chat.yaml", unit / "cassettes" / "test_pkg" / "test_chat.yaml")
+    out = run(pytester).stdout.str()
+    assert "A VCR.py cassette of this test is at agents/unit/cassettes/test_pkg/test_chat.yaml" in " ".join(
+        out.split()
+    ), out
