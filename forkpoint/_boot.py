@@ -366,9 +366,11 @@ def nested_record(command: Sequence[str]) -> None:
     verdict of "replay ok" (the process made no call): it does not run (:func:`_refuse_to_run`)."""
     if _activation is None:
         return
+    import shlex
+
     from .redact import scrub_argv
 
-    inner, outer = " ".join(scrub_argv(command)), Path(_activation["FORKPOINT_SESSION"]).name
+    inner, outer = shlex.join(scrub_argv(command)), Path(_activation["FORKPOINT_SESSION"]).name
     if _activation["FORKPOINT_MODE"] == "replay":
         _refuse_to_run(
             _activation.get("FORKPOINT_REPORT", ""),

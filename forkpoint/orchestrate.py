@@ -708,7 +708,11 @@ def _unreported(folder: Path) -> list[str]:
     out = []
     for path in sorted(folder.glob(f"{UNREPORTED_PREFIX}*")):
         pid, _, number = path.name[len(UNREPORTED_PREFIX) :].partition(".")
-        why = os.strerror(int(number)) if number.isdigit() and int(number) else "a write failed"
+        why = (
+            os.strerror(int(number))
+            if number.isascii() and number.isdigit() and int(number)
+            else "a write failed"
+        )
         out.append(f"process {pid} ran, replayed, but could not write its report ({why})")
     return out
 

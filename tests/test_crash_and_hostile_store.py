@@ -635,3 +635,17 @@ def test_cli_record_when_the_header_is_cut_short_runs_the_command_unrecorded_and
     assert "cannot create a session in" in said and "File too large" in said, said
     assert "the command runs unrecorded" in said
     assert [p.name for p in store.iterdir() if not p.name.startswith(".")] == []
+
+
+def test_a_report_marker_whose_error_number_is_no_number_is_a_failed_write(tmp_path: Path) -> None:
+    """The ``unreported-<pid>.<errno>`` markers of a replay's report folder are read by the parent:
+    a name whose number ``str.isdigit`` takes but ``int`` does not (``²``) ended the replay in a
+    ValueError traceback instead of the line saying that process could not write its report."""
+    from forkpoint.orchestrate import _unreported
+
+    (tmp_path / "unreported-12.28").touch()
+    (tmp_path / "unreported-13.²").touch()
+    assert _unreported(tmp_path) == [
+        f"process 12 ran, replayed, but could not write its report ({os.strerror(28)})",
+        "process 13 ran, replayed, but could not write its report (a write failed)",
+    ]

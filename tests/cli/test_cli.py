@@ -1775,11 +1775,22 @@ def test_a_forkpoint_record_recorded_by_another_says_so_and_its_replay_refuses_t
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("FORKPOINT_")}
     store = str(tmp_path / "store")
-    inner = [*FORKPOINT, "record", "--store", store, "--no-workspace", "--", sys.executable, "agent.py"]
+    inner = [
+        *FORKPOINT,
+        "record",
+        "--store",
+        store,
+        "--no-workspace",
+        "--",
+        sys.executable,
+        "agent.py",
+        "a b",
+    ]
     rec = run([*FORKPOINT, "record", "--store", store, "--no-workspace", "--", *inner], tmp_path, env)
     assert rec.returncode == 0 and rec.stdout.split() == ["101"], rec.stderr
     said = flat(rec.stderr)
     assert "this forkpoint record runs inside another one" in said and "gets none of its calls" in said, said
+    assert f"records `{sys.executable} agent.py 'a b'` in a session of its own" in said, said  # (as typed)
     sessions = list_sessions(store).rows
     (outer,) = [s for s in sessions if "record" in s.header["argv"]]
     (tmp_path / "ran").unlink()
