@@ -63,11 +63,13 @@ def forkpoint_cli(
 
 
 def record_script(
-    store: Path, script: Path, env: dict[str, str] | None = None
+    store: Path, script: Path, env: dict[str, str] | None = None, cwd: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """``forkpoint record --store STORE --no-workspace -- python SCRIPT``."""
+    """``forkpoint record --store STORE --no-workspace -- python SCRIPT``, in ``cwd`` (default:
+    this process's current directory)."""
     return forkpoint_cli(
         ["record", "--store", str(store), "--no-workspace", "--", sys.executable, str(script)],
+        cwd=cwd,
         env=with_this_path(env),
         timeout=60,
     )

@@ -430,7 +430,9 @@ def test_check_of_a_folder_reports_a_fifo_a_damaged_or_an_unreadable_log_as_a_ro
 
     script = tmp_path / "agent.py"
     script.write_text(QUOTE_AGENT)
-    assert record_script(store, script).returncode == 0
+    # (recorded where it is checked: a command recorded in this checkout, whose .venv may hold the
+    # interpreter, is checked elsewhere with its paths under the checkout made relative)
+    assert record_script(store, script, cwd=tmp_path).returncode == 0
     (good,) = [p for p in store.iterdir() if (p / LOG_NAME).is_file()]
     suite = tmp_path / "suite"
     shutil.copytree(good, suite / "good")
@@ -439,6 +441,8 @@ def test_check_of_a_folder_reports_a_fifo_a_damaged_or_an_unreadable_log_as_a_ro
     shutil.copytree(good, suite / "damaged")
     (suite / "damaged" / LOG_NAME).write_bytes(b"not json\n")
     shutil.copytree(good, suite / "locked")
+    (suite / "looping").mkdir()  # (a link to itself: rglob passed over it, and nothing was selected)
+    (suite / "looping" / LOG_NAME).symlink_to(Path("looping") / LOG_NAME)
     real = store_base.open_regular
 
     def open_regular(path: Path | str) -> Any:  # (as root, a mode of 000 would not stop the read)
@@ -448,13 +452,14 @@ def test_check_of_a_folder_reports_a_fifo_a_damaged_or_an_unreadable_log_as_a_ro
 
     monkeypatch.setattr(store_base, "open_regular", open_regular)
     problems = {Path(c.ref["path"]).name: c.problem for c in select([str(suite)]).sessions}
-    assert problems["good"] is None and set(problems) == {"good", "fifo", "damaged", "locked"}, problems
+    assert problems["good"] is None and set(problems) == {"good", "fifo", "damaged", "locked", "looping"}
     assert "FIFO" in str(problems["fifo"]) and "not valid JSON" in str(problems["damaged"])
     assert "Permission denied" in str(problems["locked"]), problems
+    assert "is a symbolic link" in str(problems["looping"]), problems
     monkeypatch.chdir(tmp_path)
     r = cli("check", str(suite))
     assert r.exit_code == 3, r.output
-    assert "1 reproduced" in r.output and "3 error" in r.output and "FIFO" in r.output, r.output
+    assert "1 reproduced" in r.output and "4 error" in r.output and "FIFO" in r.output, r.output
 
 
 # ----------------------------------------------------------------------------- shared stores

@@ -10,6 +10,7 @@ is kept, with the reason, so it shows as an error rather than vanishing from the
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -96,13 +97,16 @@ def _candidate(row: SessionInfo, store: str | None) -> Candidate:
 def _cassettes(folder: Path) -> list[SessionInfo]:
     """The sessions under ``folder``, however deep (``<dir>/<module>/<test>/``); recordings of failed
     tests (``<test>.failed``) and unfinished temporary recordings (``.<test>.recording-…``) left out."""
-    out = []
-    for log in sorted(folder.rglob(LOG_NAME)):
-        parts = log.parent.relative_to(folder).parts
-        if any(p in _NOT_SESSIONS or p.startswith(".") or p.endswith(".failed") for p in parts):
-            continue
-        out.append(scan(log.parent))  # (one that cannot be read is a row saying why, not the end)
-    return out
+    found = []
+    # (os.walk names every entry: rglob passes over a session.jsonl that is a broken or looping link)
+    for top, folders, files in os.walk(folder):
+        folders[:] = [
+            d for d in folders if not (d in _NOT_SESSIONS or d.startswith(".") or d.endswith(".failed"))
+        ]
+        if LOG_NAME in files or LOG_NAME in folders:
+            found.append(Path(top))
+    # (one that cannot be read is a row saying why, not the end)
+    return [scan(path) for path in sorted(found)]
 
 
 def select(
