@@ -436,6 +436,7 @@ def replay_run(
     strict: bool = False,
     trust: bool = False,
     timeout: float | None = None,
+    config: Path | None = None,
 ) -> Replayed:
     """Replay ``session`` by running ``cmd`` (default: the recorded command) in ``cwd`` (default:
     the current directory), and say what happened; :func:`replay_command` is this plus the words
@@ -454,7 +455,8 @@ def replay_run(
     ``watch``) and :attr:`Replayed.stopped` says so; its outcome is measured all the same. A run
     in a local executor's task while forkpoint was sent SIGINT, SIGTERM or SIGHUP was cut short
     (:func:`forkpoint.executors.local.interrupted`): ``stopped`` says so, and no outcome is measured
-    (one being measured then is stopped with it, and not kept).
+    (one being measured then is stopped with it, and not kept). ``config``: the configuration file
+    the program runs under (``$FORKPOINT_CONFIG``) instead of the one found from ``cwd`` up.
 
     The recorded command runs only when the session is signed by a key this user trusts
     (:mod:`forkpoint.signing`; the own key is), or with ``trust``; a ``cmd`` given is run as it is.
@@ -555,6 +557,8 @@ def replay_run(
     sandbox = "none (live calls)" if live else ("python guard" if refused else "network namespace")
     with tempfile.TemporaryDirectory(prefix="forkpoint-replay-") as tmp:
         env = child_env("replay", session.path, tools=all_tools, report=Path(tmp), replay_options=options)
+        if config is not None:
+            env["FORKPOINT_CONFIG"] = str(config)
         zone = session.header.get("timezone")
         if isinstance(zone, str) and zone:  # (its local time is the recording's: the clock it reads too)
             if os.environ.get("TZ") not in (None, zone) and not quiet:
@@ -1072,7 +1076,8 @@ def arm_task(spec: dict[str, Any]) -> dict[str, Any]:
                 on_divergence=spec.get("on_divergence", "stop"),
                 overrides=list(spec.get("overrides") or []),
                 live_from=arm.seq,
-                cwd=_where_it_ran(session, arm.seq, directory),
+                cwd=(cwd := _where_it_ran(session, arm.seq, directory)),
+                config=_arm_config(spec.get("config"), cwd),
                 child_name=spec.get("name"),
                 experiment=spec.get("experiment"),
                 quiet=True,
@@ -1102,8 +1107,8 @@ def arm_task(spec: dict[str, Any]) -> dict[str, Any]:
                 arm.problem = (
                     f"its replayed prefix diverged at the {ordinal(int(divergence.get('position') or 0))} "
                     f"{str(divergence.get('kind', 'call')).replace('_', ' ')} ({arm.diverged}): it never went live "
-                    "(forkpoint replay of the session says why; an ignore rule in forkpoint.toml goes in the arm's "
-                    "repository)"
+                    "(forkpoint replay of the session says why; an ignore rule goes in the forkpoint.toml of the "
+                    "directory fork runs in, or of the arm's repository)"
                 )
             elif (run.report or {}).get("unserved"):  # (no outcome was measured either: replay_run)
                 unserved = list((run.report or {}).get("unserved") or [])
@@ -1129,6 +1134,18 @@ def arm_task(spec: dict[str, Any]) -> dict[str, Any]:
                 arm.problem = (run.problem or "no report").removeprefix("forkpoint: ")
     arm.seconds = round(time.perf_counter() - started, 3)
     return arm.to_json()
+
+
+def _arm_config(config: object, cwd: Path) -> Path | None:
+    """The configuration file an arm's program runs under: ``config``, the one in force where the
+    fork or sweep was started (:func:`arm_specs`), unless the arm's own repository has one (from
+    ``cwd`` up) or the file is not on this machine (a Ray worker elsewhere). None: the usual search."""
+    from .config import find_config
+
+    if not isinstance(config, str) or not config or find_config(cwd) is not None:
+        return None
+    path = Path(config)
+    return path if path.is_file() else None
 
 
 def _where_it_ran(session: Session, seq: int, directory: Path) -> Path:
@@ -1257,8 +1274,15 @@ def arm_specs(
     ``timeout``: seconds each arm's program may run (:func:`replay_run`); ``experiment``: the id
     the arms of one fork or sweep share in their sessions' headers (default: a new one)."""
 
+    from .config import find_config
+
     ref = session_ref(session)
     experiment = experiment or uuid.uuid4().hex
+    # The configuration where the fork runs ([match] rules: the ones `forkpoint replay` here uses)
+    # applies to arms whose restored repository has none of its own; checked here, before any arm.
+    check_config()
+    found = find_config()
+    config = str(found[0].absolute()) if found is not None else None
     return [
         {
             "session": ref,
@@ -1273,6 +1297,7 @@ def arm_specs(
             "outcome": vars(outcome) if outcome else None,
             "name": f"fork {session.id}@{seq} arm {i}",
             "timeout": timeout,
+            "config": config,
         }
         for i in range(first, first + arms)
     ]

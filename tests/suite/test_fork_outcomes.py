@@ -792,3 +792,30 @@ def test_an_arm_whose_session_cannot_be_uploaded_to_the_store_is_said_and_fails_
     assert f"it stays staged in {keeper.store}" in said and f"forkpoint ls --store {s3_url}" in said
     monkeypatch.setenv("FORKPOINT_CACHE", str(tmp_path / "elsewhere"))  # what another machine sees
     assert [r.session_id for r in list_sessions(s3_url).rows] == [keeper.session.id]
+
+
+@pytest.mark.slow
+def test_fork_arms_match_under_the_configuration_where_fork_runs(
+    keeper: Keeper, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """An ignore rule in the forkpoint.toml of the directory `fork` runs in (the one `forkpoint
+    replay` there uses) applies to arms whose restored repository has none: the arms are restored
+    elsewhere, and the search up from there never found it, so every arm's replayed prefix diverged
+    and none went live, while `forkpoint replay` of the same session in the same directory
+    reproduced."""
+    script = Path(keeper.agent[1])  # (outside the repository: the prompt changes, the checkpoint does not)
+    script.write_text(script.read_text().replace('"You keep answer.txt."', '"You keep answer.txt!"'))
+    (tmp_path / "forkpoint.toml").write_text(
+        '[match]\nignore = [ { path = "$.body.messages[0].content", regex = "answer[.]txt." } ]\n'
+    )
+    replayed = forkpoint_cli(keeper, "replay", keeper.session.id, "--store", str(keeper.store), cwd=tmp_path)
+    assert replayed.returncode == 0, replayed.stderr
+    arms = tmp_path_factory.mktemp("elsewhere") / "arms"  # (not under tmp_path and its forkpoint.toml)
+    before = keeper.resumable()[1]
+    fork = forkpoint_cli(
+        keeper, "fork", f"{keeper.session.id}@{before}", "--arms", "1", "--into", str(arms),
+        "--store", str(keeper.store), "--outcome", KEEPER_OUTCOME, "--", *keeper.agent,
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert "never went live" not in fork.stdout, fork.stdout + fork.stderr
+    assert "outcome: 1/1 passed" in fork.stdout or "outcome: 0/1 passed" in fork.stdout, fork.stdout
