@@ -41,6 +41,14 @@ def _line(text: object, limit: int = 160) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
+def _comment(text: object, limit: int = 160) -> str:
+    """``text`` as one line of a comment of the generated module: as :func:`_line`, but with its
+    backslashes kept (a comment has no escapes), so that a quoted answer or message is the text the
+    program printed, to copy into an assertion (``1 passed\\n``, not ``1 passed/n``)."""
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
 def _root_expr(test_dir: Path, root: Path) -> str:
     """Python for ``root`` as seen from a module in ``test_dir``: relative to the module's file when
     ``root`` holds it (the checkout moves with the test), else the absolute path."""
@@ -187,13 +195,13 @@ def make_test(
         + (" Its last model answer:" if final else ""),
     ]
     if final:
-        lines.append(f"    #     {_line(final, 100)}")
+        lines.append(f"    #     {_comment(final, 100)}")
     lines.append(f"    assert run.exit_code == {code!r}")
     # (and how: another exception with the same exit code is another ending)
     raised = next(iter(end.get("uncaught") or []), None)
     if raised:
         lines.append(
-            f"    # It raised an uncaught {_line(raised.get('type'))}: {_line(raised.get('message'), 80)}"
+            f"    # It raised an uncaught {_line(raised.get('type'))}: {_comment(raised.get('message'), 80)}"
         )
         lines.append(f"    assert type(run.uncaught).__qualname__ == {raised.get('type')!r}")
     else:

@@ -236,6 +236,25 @@ def test_a_made_test_fails_when_the_run_ends_with_another_exception(tmp_path: Pa
     assert "KeyError" in other.stdout
 
 
+def test_a_made_test_quotes_what_the_run_said_with_its_backslashes(tmp_path: Path) -> None:
+    """The comments of a made test that quote how the run ended (its last model answer, the
+    message of the exception that ended it) turned every backslash into a slash: a message
+    ``'1 passed\\n'`` (the JSON of a tool result) was shown as ``'1 passed/n'``, which the user copies
+    into the assertion the fix must satisfy. A comment has no escapes: they are kept, and the
+    module still runs."""
+    (tmp_path / "agent.py").write_text('raise ValueError(r\'no C:\\new\\table in {"out": "1 passed\\n"}\')\n')
+    env = {**os.environ, "FORKPOINT_STORE": str(tmp_path / "store")}
+    forkpoint = [sys.executable, "-m", "forkpoint.cli"]
+    made = sh(*forkpoint, "record", "--name", "bs", "--", sys.executable, "agent.py", cwd=tmp_path, env=env)
+    assert made.returncode == 1, made.stderr
+    test = sh(*forkpoint, "make-test", "bs", cwd=tmp_path, env=env)
+    assert test.returncode == 0, test.stderr
+    written = (tmp_path / "tests" / "incidents" / "test_bs.py").read_text()
+    assert r'# It raised an uncaught ValueError: no C:\new\table in {"out": "1 passed\n"}' in written, written
+    ran = pytest_in(tmp_path, env, "tests/incidents")
+    assert ran.returncode == 0 and "1 passed" in ran.stdout, ran.stdout + ran.stderr
+
+
 def test_a_session_recorded_through_a_shell_script_is_made_a_test_of_the_python_command(
     tmp_path: Path,
 ) -> None:
