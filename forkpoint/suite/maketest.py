@@ -37,14 +37,13 @@ def ident_for(session: Session, name: str | None = None) -> str:
 
 def _line(text: object, limit: int = 160) -> str:
     """``text`` as one line safe inside a docstring or comment of the generated module."""
-    flat = " ".join(str(text).split()).replace("\\", "/").replace('"""', "'''")
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+    return _comment(str(text).replace("\\", "/").replace('"""', "'''"), limit)
 
 
 def _comment(text: object, limit: int = 160) -> str:
-    """``text`` as one line of a comment of the generated module: as :func:`_line`, but with its
-    backslashes kept (a comment has no escapes), so that a quoted answer or message is the text the
-    program printed, to copy into an assertion (``1 passed\\n``, not ``1 passed/n``)."""
+    """``text`` as one line of a comment of the generated module: its backslashes kept (a comment
+    has no escapes, a docstring has: :func:`_line`), so that a quoted answer or message is the text
+    the program printed, to copy into an assertion (``1 passed\\n``, not ``1 passed/n``)."""
     flat = " ".join(str(text).split())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
