@@ -151,10 +151,19 @@ tool_wrappers: weakref.WeakSet[Any] = weakref.WeakSet()
 framework_tools: set[str] = set()
 
 
+#: Functions naming the tools a framework integration records with no wrapper of their own (the
+#: Agents SDK's ``@function_tool``s, recorded through the invoker they share): what else
+#: :func:`wrapped_tools` names.
+tool_name_sources: list[Callable[[], set[str]]] = []
+
+
 def wrapped_tools() -> set[str]:
-    """The names of the tools this process has wrappers for, called or not: a recording's warnings
-    tell a tool the program never called from one forkpoint never saw."""
-    return {str(getattr(w, "__forkpoint_tool__", "")) for w in list(tool_wrappers)}
+    """The names of the tools this process has wrappers for, or an integration records, called or
+    not: a recording's warnings tell a tool the program never called from one forkpoint never saw."""
+    names = {str(getattr(w, "__forkpoint_tool__", "")) for w in list(tool_wrappers)}
+    for source in list(tool_name_sources):
+        names |= source()
+    return names
 
 
 def tool_aliases() -> dict[str, str]:

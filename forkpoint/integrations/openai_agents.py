@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import weakref
 from types import ModuleType
 from typing import Any
 
@@ -69,22 +70,49 @@ def encode_output(tool: Any, output: Any) -> Any:
     return stored_form(output)
 
 
+#: Every ``_FailureHandlingFunctionToolInvoker`` made since the patch (a tool's, once bound to it):
+#: :func:`recorded_tool_names` names their tools.
+_invokers: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def _records(invoker: Any) -> bool:
+    """Whether a call through ``invoker`` is recorded here (see the patched ``__call__``)."""
+    tool = getattr(invoker, "_function_tool", None)
+    return not (
+        tool is None
+        or getattr(tool, "_is_agent_tool", False)
+        or calls_mcp(invoker._invoke_tool_impl)
+        or is_forkpoint_tool(invoker._get_wrapped_callable())
+    )
+
+
+def recorded_tool_names() -> set[str]:
+    """The names of the ``@function_tool``s of this process that a call of is recorded, called or
+    not: the model asking for one the program did not call is no tool forkpoint cannot see (a run
+    an input guardrail stopped while the model asked for tools)."""
+    return {str(inv._function_tool.name) for inv in list(_invokers) if _records(inv)}
+
+
 def patch(module: ModuleType) -> None:
-    """Wrap ``_FailureHandlingFunctionToolInvoker.__call__`` of ``agents.tool``."""
+    """Wrap ``_FailureHandlingFunctionToolInvoker.__call__`` of ``agents.tool``, and its ``__init__``
+    to know the tools it records (:func:`recorded_tool_names`)."""
     cls = module._FailureHandlingFunctionToolInvoker
     original = cls.__call__
+    original_init = cls.__init__
+
+    @functools.wraps(original_init)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        original_init(self, *args, **kwargs)
+        _invokers.add(self)
+
+    if replace(cls, "__init__", __init__) and recorded_tool_names not in runtime.tool_name_sources:
+        runtime.tool_name_sources.append(recorded_tool_names)
 
     @functools.wraps(original)
     async def __call__(self: Any, ctx: Any, input: str) -> Any:  # noqa: A002 - the SDK's name
         with hidden:
             tool = getattr(self, "_function_tool", None)
-            if (
-                runtime.active() is None
-                or tool is None
-                or getattr(tool, "_is_agent_tool", False)
-                or calls_mcp(self._invoke_tool_impl)
-                or is_forkpoint_tool(self._get_wrapped_callable())
-            ):
+            if runtime.active() is None or tool is None or not _records(self):
                 return await original(self, ctx, input)
             impl = self._invoke_tool_impl
             name = str(tool.name)

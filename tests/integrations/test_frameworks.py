@@ -416,6 +416,40 @@ def test_a_frameworks_own_tools_are_not_said_to_be_unrecorded(
     assert end is not None and not end.get("unrecorded_tools")
 
 
+def test_an_agents_sdk_tool_the_program_did_not_call_is_not_said_to_need_naming(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The model asked for an ``@function_tool`` the run did not call (a tool guardrail rejected the
+    call here; an input guardrail that stops a streamed run while the model asks for tools does
+    the same): the recording said it was "never recorded" and told the user to put
+    ``@forkpoint.tool`` on it, though forkpoint records every call of it. It now says the program
+    never called it."""
+    from agents import ToolGuardrailFunctionOutput, tool_input_guardrail
+
+    from tests.modelserver import LocalServer
+
+    @tool_input_guardrail
+    def refuse(data: Any) -> ToolGuardrailFunctionOutput:
+        return ToolGuardrailFunctionOutput.reject_content("not allowed")
+
+    script: Any = [[("lookup", {"q": "x"})], "Could not look it up."]
+    with LocalServer(chat_script=script) as srv, forkpoint.record(store=tmp_path):
+
+        @function_tool(tool_input_guardrails=[refuse])
+        def lookup(q: str) -> str:
+            """Look something up."""
+            return "found"
+
+        model = OpenAIChatCompletionsModel(
+            model="m", openai_client=AsyncOpenAI(base_url=srv.openai_base_url, api_key=API_KEY, max_retries=0)
+        )
+        agent = SdkAgent(name="a", instructions="a", model=model, tools=[lookup])
+        assert Runner.run_sync(agent, "Look x up.").final_output == "Could not look it up."
+    said = " ".join(capsys.readouterr().err.split())
+    assert "the model asked for tools the program never called: lookup (1 call)" in said, said
+    assert "never recorded" not in said and "@forkpoint.tool" not in said, said
+
+
 class Handle:
     """A result type with no stored form (no encoder registered)."""
 
