@@ -435,6 +435,10 @@ class DivergenceReport(TypedDict, total=False):
     #: ``[name, recorded, now]`` of the header's packages whose installed version changed since
     #: the recording (``now`` ``""``: no longer installed); model calls only.
     versions: list[list[str]]
+    #: The tools that changed state in place when recorded, before the call expected here (their
+    #: notes' ``changed_in_place``: ``tool``, ``changed``, ``beside``): a replay, not running their
+    #: bodies, did not change it, which may be why the call differs.
+    changed_in_place: list[dict[str, Any]]
     #: Where the agent's own code made the call: ``" at FILE:LINE (FUNC)"``
     #: (:func:`forkpoint.callsite.agent_call_site`), when a frame of it is on the stack.
     site: str

@@ -1168,6 +1168,14 @@ def _say_changed(tool: str, changed: list[str], beside: Sequence[str] = ()) -> N
         "does not run the tool's body, so the program will not see that change there and may go another "
         "way. Return what the tool changes instead, or replay the tool live (forkpoint replay --tools live)"
     )
+    # Kept in the session too: a replay that diverges there says why it may have (replay/report.py).
+    note = getattr(rt, "note", None)
+    if callable(note):
+        note(CHANGED_IN_PLACE, changed_in_place={"tool": tool, "changed": changed, "beside": list(beside)})
+
+
+#: The text of the note a recording keeps of a tool that changed state in place (:func:`_say_changed`).
+CHANGED_IN_PLACE = "a tool changed state in place, which a replay does not do again"
 
 
 def _changed_in_place(

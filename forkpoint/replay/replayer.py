@@ -1132,12 +1132,25 @@ class Replayer:
             report["call"] = what["call"]
         if kind == "model_call" and (changed := self._changed_versions()):
             report["versions"] = changed
+        if in_place := self._changed_in_place(expected["seq"] if expected else None):
+            report["changed_in_place"] = in_place
         from ..callsite import agent_call_site_here
 
         # Taken now: a program that catches the Divergence (run_command does) leaves no traceback.
         if site := agent_call_site_here():
             report["site"] = site
         return report
+
+    def _changed_in_place(self, before: int | None) -> list[dict[str, Any]]:
+        """What the recording's notes say tools changed in place (the Agents SDK's run context, an
+        argument, a method's object) before the recorded call ``before`` (any, when None): a replay
+        does not run a tool's body, so the program did not see that change now."""
+        return [
+            dict(found)
+            for n in self._session.by_type("note")
+            if (before is None or n["seq"] < before)
+            and isinstance(found := (n.get("data") or {}).get("changed_in_place"), dict)
+        ]
 
     def _changed_versions(self) -> list[list[str]]:
         """``[name, recorded, now]`` for each package of the header's ``versions`` installed at

@@ -51,6 +51,16 @@ def format_divergence(report: DivergenceReport | dict[str, Any]) -> str:
             )
             + "."
         )
+    for c in report.get("changed_in_place") or []:
+        beside = [str(b) for b in c.get("beside") or []]
+        who = f"tool {_plain(str(c.get('tool')))!r}" + (
+            f" (or {', '.join(map(repr, beside))}, which ran at the same time)" if beside else ""
+        )
+        lines.append(
+            f"When recorded, {who} changed {', '.join(_plain(str(x)) for x in c.get('changed') or [])} "
+            "in place: a replay does not run the tool's body, so the program did not see that change, "
+            "which may be why it went another way (replay the tool live: --tools live)."
+        )
     suggested = report.get("suggest") or []
     if suggested:
         from ..match import IgnoreRule  # here: the verdict alone does not load matching

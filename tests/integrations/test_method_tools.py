@@ -154,6 +154,51 @@ def test_an_agents_sdk_tool_that_changes_the_run_context_is_said(
     assert said.count("in place while it ran") == 1, said  # (look changed nothing itself: checked alone)
 
 
+def test_a_replay_that_diverges_after_a_tool_changed_the_run_context_says_it_may_be_why(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``set_tier`` sets ``context.tier`` and the instructions read it: on replay the body does not
+    run, so the next request says another tier and the replay diverges. Recording said so, but the
+    divergence showed only "Tier gold → Tier basic", naming no tool: the recording now keeps a note
+    of it, and the divergence names the tool and what it changed."""
+    pytest.importorskip("agents")
+    from agents import Agent, OpenAIChatCompletionsModel, Runner, function_tool, set_tracing_disabled
+    from openai import AsyncOpenAI
+
+    set_tracing_disabled(True)
+
+    @function_tool
+    def set_tier(ctx: RunContextWrapper[Booking], seat: str) -> str:
+        ctx.context.seat = seat
+        return "ok"
+
+    def instructions(ctx: RunContextWrapper[Booking], agent: Any) -> str:
+        return f"Seat: {ctx.context.seat}."
+
+    def run(url: str) -> str:
+        model = OpenAIChatCompletionsModel(
+            model="m", openai_client=AsyncOpenAI(base_url=url, api_key="sk-x", max_retries=0)
+        )
+        agent = Agent[Booking](name="a", instructions=instructions, model=model, tools=[set_tier])
+        return str(Runner.run_sync(agent, "Seat 12A, please.", context=Booking()).final_output)
+
+    with LocalServer(chat_script=[[("set_tier", {"seat": "12A"})], "Done."]) as server:
+        with forkpoint.record(store=tmp_path) as rec:
+            assert run(server.openai_base_url) == "Done."
+        capsys.readouterr()
+        with forkpoint.replay(rec.session_path) as rp, pytest.raises(forkpoint.Divergence) as caught:
+            run(server.openai_base_url)
+    said = " ".join(str(caught.value).split())
+    assert "Seat: 12A. → Seat: None." in said, said
+    assert (
+        "When recorded, tool 'set_tier' changed context.seat in place: a replay does not run the tool's body"
+        in said
+    ), said
+    assert rp.report()["divergence"]["changed_in_place"] == [
+        {"tool": "set_tier", "changed": ["context.seat"], "beside": []}
+    ]
+
+
 def test_a_pydantic_ai_tool_that_changes_the_agents_deps_is_said(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
