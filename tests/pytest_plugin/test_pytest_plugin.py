@@ -1163,17 +1163,17 @@ def test_a_vcr_cassette_where_pytest_recording_kept_it_is_named_with_how_to_impo
     run(pytester).assert_outcomes(passed=1)
     assert len(server.requests) == 1  # served from the imported cassette
 
-    # A test module of a package (agents/unit/test_pkg.py): pytest-recording keeps its cassette in
+    # A test module of a package (evals/unit/test_pkg.py): pytest-recording keeps its cassette in
     # cassettes/<file's name>/ beside the file; forkpoint names its folder by the module.
     (pytester.path / "test_mig.py").unlink()
-    unit = pytester.path / "agents" / "unit"
+    unit = pytester.path / "evals" / "unit"  # (not "agents": the Agents SDK's own package)
     unit.mkdir(parents=True)
-    for package in (pytester.path / "agents", unit):
+    for package in (pytester.path / "evals", unit):
         (package / "__init__.py").write_text("")
     (unit / "test_pkg.py").write_text(MIGRATED)
     (unit / "cassettes" / "test_pkg").mkdir(parents=True)
     shutil.move(folder / "test_chat.yaml", unit / "cassettes" / "test_pkg" / "test_chat.yaml")
     out = run(pytester).stdout.str()
-    assert "A VCR.py cassette of this test is at agents/unit/cassettes/test_pkg/test_chat.yaml" in " ".join(
+    assert "A VCR.py cassette of this test is at evals/unit/cassettes/test_pkg/test_chat.yaml" in " ".join(
         out.split()
     ), out
