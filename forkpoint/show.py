@@ -16,6 +16,7 @@ from rich.console import Console
 
 from .events import endpoint, in_start_order, in_tool, mcp_tool_error, tool_spans
 from .log import Session, json_text, to_json, with_deltas
+from .patterns import compiled_later
 from .providers import call_kind, genai_usage, kinds, recorded_response, response_fields
 from .store import SessionInfo
 from .text import escape, ordinal, visible
@@ -25,9 +26,16 @@ _MAX = 100
 
 
 def _short(value: Any, limit: int = _MAX) -> str:
+    """``value`` (text, or data as JSON) on one line of at most ``limit`` characters: each line
+    break, with the whitespace around it, made one space; spaces otherwise kept, as they were (a
+    file's indentation inside a tool call's JSON arguments is part of what the model sent)."""
     text = value if isinstance(value, str) else json_text(to_json(value)).decode()
-    text = " ".join(text.split())
+    text = _BREAKS.sub(" ", text).strip()
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+#: A line break (or another control space) and the whitespace around it.
+_BREAKS = compiled_later(r"\s*[\n\r\t\f\v\x1c-\x1f\x85\u2028\u2029]\s*")
 
 
 def _args(args: Any) -> str:

@@ -1801,3 +1801,15 @@ def test_a_forkpoint_record_recorded_by_another_says_so_and_its_replay_refuses_t
     assert "which would run" in said and "live and record it in a new session" in said, said
     assert not (tmp_path / "ran").exists()  # (no tool ran live)
     assert len(list_sessions(store).rows) == len(sessions)  # (no new session was recorded)
+
+
+def test_show_keeps_the_spaces_inside_a_tool_calls_arguments() -> None:
+    """``show`` printed ``write_file({"content": "def add(a, b):\\n return a + b\\n"})`` for
+    arguments whose code was indented by four spaces: one line looked like the model's JSON and was
+    not (every run of spaces made one). Line breaks become a space; other spaces stay."""
+    from forkpoint.show import _short
+
+    arguments = '{"path": "calc.py", "content": "def add(a, b):\\n    return a + b\\n"}'
+    assert _short(arguments, 200) == arguments
+    assert _short("The tests\n   pass now.\n", 200) == "The tests pass now."
+    assert _short({"content": "    x"}, 200) == '{"content":"    x"}'
