@@ -20,6 +20,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -1181,34 +1182,33 @@ def fork_into(session: Session, seq: int) -> Path:
     return Path(tempfile.mkdtemp(prefix=f"{session.id}@{seq}-", dir=base))
 
 
-def unrecorded_before(session: Session, seq: int) -> dict[str, int]:
-    """The tools the recording's model asked for before checkpoint ``seq`` of which the recording
-    has no calls (its end's ``unrecorded_tools``), and how many times: an arm's program replays that
-    prefix, and if it ran them, it runs them again for real, on the restored checkpoint."""
+def _unrecorded_asks(session: Session) -> list[tuple[int, str]]:
+    """``(seq, name)`` of each tool call the recording's model asked for (by the model call's seq)
+    of a tool the recording has no calls of (its end's ``unrecorded_tools``)."""
     from .providers import summary
 
     ends = session.by_type("end")
     names = (ends[-1].get("unrecorded_tools") if ends else None) or {}
     if not isinstance(names, dict) or not names:
-        return {}
-    out: dict[str, int] = {}
-    for e in session.by_type("model_call"):
-        if e["seq"] >= seq:
-            break
-        for call in summary(e).get("tool_calls") or []:
-            name = call.get("name")
-            if name in names:
-                out[str(name)] = out.get(str(name), 0) + 1
-    return out
+        return []
+    return [
+        (e["seq"], str(call.get("name")))
+        for e in session.by_type("model_call")
+        for call in summary(e).get("tool_calls") or []
+        if call.get("name") in names
+    ]
 
 
 def say_unrecorded_before(session: Session, seqs: list[int]) -> None:
-    """Say (stderr) which tools :func:`unrecorded_before` finds before the checkpoints ``seqs`` the
-    arms of a fork or sweep start from, if any: those arms are not the recorded state once run."""
-    affected = [seq for seq in sorted(seqs) if unrecorded_before(session, seq)]
+    """Say (stderr) which tools the recording's model asked for, before the checkpoints ``seqs`` the
+    arms of a fork or sweep start from, of which the recording has no calls (:func:`_unrecorded_asks`),
+    if any: an arm's program replays that prefix, and if it ran them, it runs them again for real on
+    the restored checkpoint, so those arms are not the recorded state once run."""
+    asks = _unrecorded_asks(session)
+    affected = [seq for seq in sorted(seqs) if any(asked < seq for asked, _ in asks)]
     if not affected:
         return
-    missing = unrecorded_before(session, affected[-1])
+    missing = Counter(name for asked, name in asks if asked < affected[-1])
     names = ", ".join(f"{n} ({plural(k, 'call')})" for n, k in missing.items())
     arms = "each arm" if len(seqs) == 1 else f"each arm of checkpoint seq {affected[0]} and later"
     say(

@@ -220,6 +220,17 @@ def _alike(queues: Iterable[Sequence[Served]]) -> dict[int, int]:
     return out
 
 
+def _named_groups(recorded: Iterable[Mapping[str, Any]], alike: Mapping[int, int]) -> frozenset[int]:
+    """The groups of ``alike`` (:func:`_alike`) whose recorded calls each name the task that made
+    them (``caller``), no name twice: which task got which answer can be told by the names."""
+    names: dict[int, list[Any]] = {}
+    for e in recorded:
+        group = alike.get(e["seq"])
+        if group is not None:
+            names.setdefault(group, []).append(e.get("caller"))
+    return frozenset(g for g, n in names.items() if None not in n and len(set(n)) == len(n))
+
+
 def _answered(event: Mapping[str, Any]) -> dict[str, Any]:
     """What a recorded call handed the program: a tool's result or error, a response, a value read."""
     return {k: event.get(k) for k in ("result", "error", "unrecorded", "response", "value")}
@@ -406,6 +417,8 @@ class Replayer:
         self._queues = self._queued(self.recorded)
         #: Seq → its group (first seq): identical calls whose recorded answers differ (_alike).
         self._alike = _alike(self._queues.values())
+        #: The groups of :attr:`_alike` whose calls were made by as many named tasks (:meth:`_certain`).
+        self._named_groups = _named_groups(self.recorded, self._alike)
         #: [group, seq, pid, raced (:meth:`_raced`), when served, when the process started] for each
         #: such call served.
         self.alike_served: list[list[Any]] = []
@@ -866,16 +879,8 @@ class Replayer:
         its tasks, tells nothing; threads have no such names)."""
         if self.callers_differ:
             return list(self.alike_served)
-        by_group: dict[int, list[Any]] = {}
-        for e in self.recorded:
-            group = self._alike.get(e["seq"])
-            if group is not None:
-                by_group.setdefault(group, []).append(e.get("caller"))
-        distinct = {
-            group for group, names in by_group.items() if None not in names and len(set(names)) == len(names)
-        }
         return [
-            [group, seq, pid, raced and not (same and group in distinct), *rest]
+            [group, seq, pid, raced and not (same and group in self._named_groups), *rest]
             for (group, seq, pid, raced, *rest), same in zip(
                 self.alike_served, self._same_caller, strict=True
             )
