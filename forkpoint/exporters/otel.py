@@ -90,6 +90,13 @@ def _request_lines(resource: dict[str, Any], scope: dict[str, Any]) -> list[byte
     ]  # (+ its comma)
 
 
+def _dropped(sender: Sender, total: int) -> str:
+    """What the endpoint said it dropped of the ``total`` spans, as a clause ("" for nothing)."""
+    if not sender.rejected:
+        return ""
+    return f" but dropped {sender.rejected} of {total} ({sender.rejection or 'it gave no reason'})"
+
+
 def _text_bytes(plan: SpanPlan) -> int:
     """About the bytes ``plan`` takes as OTLP JSON beyond its fixed fields: the length of its text
     attributes and span events' (what grows with the conversation when content is exported)."""
@@ -158,6 +165,10 @@ def export(
     if sender is not None and sent < total:
         raise ExportError(
             f"the OTLP endpoint {shown(sender.endpoint)} did not accept the spans ({total - sent} of "
-            f"{total} not sent; see the log above)"
+            f"{total} not sent; see the log above){_dropped(sender, total)}"
+        )
+    if sender is not None and sender.rejected:
+        raise ExportError(
+            f"the OTLP endpoint {shown(sender.endpoint)} took the spans{_dropped(sender, total)}"
         )
     return Exported(total, format(factory.trace_id, "032x"))

@@ -170,8 +170,11 @@ class LiveExport:
 
     def _deliver(self, pending: list[Any]) -> bool:
         self._filter.troubled = False
+        rejected = self._sender.rejected
         accepted = self._sender.send(pending)
-        self.sent += accepted
+        self.sent += accepted - (self._sender.rejected - rejected)  # (dropped spans are not sent again)
+        if self._sender.rejected and not rejected:
+            self.say(f"forkpoint: live export to {self.shown}: {self._dropped()}; the recording goes on")
         del pending[:accepted]
         if not pending:
             if self._failing:
@@ -186,6 +189,10 @@ class LiveExport:
                 "on, and the spans are kept to send again"
             )
         return False
+
+    def _dropped(self) -> str:
+        why = self._sender.rejection or "it gave no reason"
+        return f"the endpoint took {self._sender.rejected} spans and dropped them ({why})"
 
     def finish(self) -> LiveReport:
         """The session has ended: send what is left (the root span last) and stop. Waits at most
@@ -207,8 +214,9 @@ class LiveExport:
                 self._sender.close()
                 thread.join(1.0)
                 self._error = self._error or f"no answer from the endpoint within {self.timeout:g} s"
+        error = self._error or (self._dropped() if self._sender.rejected else None)
         report = LiveReport(
-            self.endpoint, format(self._trace_id, "032x"), self.built, self.sent, self.dropped, self._error
+            self.endpoint, format(self._trace_id, "032x"), self.built, self.sent, self.dropped, error
         )
         if thread is not None and not report.complete:
             options = (" --content" if self.content else "") + (

@@ -7,6 +7,7 @@ imports are made when a :class:`SpanFactory` or :class:`Sender` is built, and th
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from collections.abc import Mapping, Sequence
@@ -161,11 +162,49 @@ class _Shown(logging.Filter):
 _SHOWN = _Shown()
 
 
+def partial_success(status: int, ctype: str, body: bytes) -> tuple[int, str]:
+    """The spans an OTLP/HTTP endpoint that answered ``status`` with ``body`` (of content type
+    ``ctype``) says it rejected, and its message: ``(0, "")`` when it says nothing. The
+    ``partial_success`` field of ExportTraceServiceResponse, protobuf or JSON
+    (https://opentelemetry.io/docs/specs/otlp/#partial-success-1): the request succeeded, the spans it
+    names were dropped, and the client must not send them again."""
+    if not 200 <= status < 300 or not body:
+        return 0, ""
+    try:
+        if "json" in ctype:
+            part = json.loads(body).get("partialSuccess") or {}
+            return int(part.get("rejectedSpans") or 0), str(part.get("errorMessage") or "")
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+
+        found = ExportTraceServiceResponse.FromString(body).partial_success
+        return int(found.rejected_spans), str(found.error_message)
+    except Exception:  # a body that is no OTLP response (a proxy's page) says nothing of rejections
+        return 0, ""
+
+
+def _http_session() -> Any:
+    """The ``requests`` session the OTLP exporter would make itself: the one a configured credential
+    provider gives (``OTEL_PYTHON_EXPORTER_OTLP_HTTP_*CREDENTIAL_PROVIDER``, through the SDK's own
+    loader where it has one), else a new one."""
+    import requests
+
+    try:
+        from opentelemetry.exporter.otlp.proto.http._common import _load_session_from_envvar
+    except ImportError:  # (an SDK before credential providers)
+        return requests.Session()
+    return (
+        _load_session_from_envvar("OTEL_PYTHON_EXPORTER_OTLP_HTTP_TRACES_CREDENTIAL_PROVIDER")
+        or requests.Session()
+    )
+
+
 class Sender:
     """Delivers SDK spans to an OTLP/HTTP endpoint (protobuf), :data:`BATCH` spans a request.
 
     ``timeout`` (seconds) bounds one request with the exporter's own retries of transient failures
-    (``OTEL_EXPORTER_OTLP_*`` variables for headers, certificates and compression apply).
+    (``OTEL_EXPORTER_OTLP_*`` variables for headers, certificates and compression apply). Spans the
+    endpoint took but said it dropped (:func:`partial_success`) are counted in ``rejected``, its
+    last reason in ``rejection``: the SDK's exporter reads no response body.
     """
 
     def __init__(
@@ -176,17 +215,30 @@ class Sender:
         except ImportError as exc:
             raise _missing(exc) from None
         self.endpoint = otlp_traces_url(endpoint)
+        self.rejected = 0
+        self.rejection: str | None = None
+        session = _http_session()
+        session.hooks["response"].append(self._answered)
         self._exporter = OTLPSpanExporter(
-            endpoint=self.endpoint, headers=dict(headers or {}) or None, timeout=timeout
+            endpoint=self.endpoint, headers=dict(headers or {}) or None, timeout=timeout, session=session
         )
         self._closed = False
         #: The logger the exporter reports its failures to (forkpoint reports them itself).
         self.logger_name = OTLPSpanExporter.__module__
         logging.getLogger(self.logger_name).addFilter(_SHOWN)  # (once: the same filter is not added twice)
 
+    def _answered(self, response: Any, *args: Any, **kwargs: Any) -> None:
+        rejected, why = partial_success(
+            response.status_code, response.headers.get("content-type", ""), response.content
+        )
+        if rejected:
+            self.rejected += rejected
+            self.rejection = shown(why) if why else None
+
     def send(self, spans: Sequence[Any]) -> int:
-        """Send ``spans``; returns how many the endpoint accepted (a batch is accepted whole or not at
-        all, and sending stops at the first batch refused)."""
+        """Send ``spans``; returns how many the endpoint took (a batch is taken whole or not at all,
+        and sending stops at the first batch refused). Of those taken, the endpoint may have dropped
+        some: ``rejected`` grows by them."""
         from opentelemetry.sdk.trace.export import SpanExportResult
 
         done = 0

@@ -167,6 +167,31 @@ def test_a_dead_endpoint_never_blocks_or_fails_the_run(
     assert {s.trace_id for s in received(receiver)} == {trace_id_for(session.id).to_bytes(16, "big")}
 
 
+def test_spans_the_endpoint_took_and_dropped_are_said(
+    tmp_path: Path, server: LocalServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An OTLP endpoint may take a request and say it dropped some of its spans (``partial_success``
+    in a 200 answer): the exporter reads no answer, so the live export said nothing and counted them
+    sent."""
+    dropped = ExportTraceServiceResponse()
+    dropped.partial_success.rejected_spans = 2
+    dropped.partial_success.error_message = "span attribute too long"
+    body = dropped.SerializeToString()
+    server.route("/v1/traces", lambda request: Reply(body, ctype="application/x-protobuf"), method="POST")
+    with ModelServer(turns=2, seed=5) as srv:
+        with forkpoint.record(store=tmp_path / "store", workspace=tmp_path / "w", otlp=server.url) as rec:
+            run_agent(srv.base_url, tmp_path / "w", echo=None)
+    session = Session.load(rec.session_path)
+    assert session.end() is not None and session.end()["exit_code"] == 0  # the run went on as ever
+    err = capsys.readouterr().err
+    requests = [r for r in server.requests if r["path"] == "/v1/traces"]
+    assert requests and len(received(server)) == 1 + len(session.calls())  # each span sent once
+    dropped_n = 2 * len(requests)
+    assert f"the endpoint took {dropped_n} spans and dropped them (span attribute too long)" in err, err
+    assert f"{dropped_n} of {1 + len(session.calls())} spans did not arrive" in err, err
+    assert err.count("; the recording goes on") == 1, err  # said once while it runs, not per request
+
+
 def test_credentials_in_the_endpoints_url_are_never_said(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -43,6 +43,7 @@ from forkpoint.demo.agent import SYSTEM_PROMPT, TASK, run_agent  # noqa: E402
 from forkpoint.demo.server import ModelServer  # noqa: E402
 from forkpoint.log import Session  # noqa: E402
 from forkpoint.otel import otlp_traces_url, plan, span_id_for, trace_id_for, variant_for  # noqa: E402
+from forkpoint.otel.sdk import partial_success  # noqa: E402
 from forkpoint.providers import recorded_response, response_text  # noqa: E402
 from tests.modelserver import LocalServer, Reply  # noqa: E402
 
@@ -688,6 +689,35 @@ def test_unreachable_endpoint_fails_cleanly(recorded: Recorded) -> None:
     assert result.exit_code == 1
     assert "did not accept" in result.output
     assert time.monotonic() - started < 15
+
+
+@pytest.mark.parametrize("encoding", ["protobuf", "json"])
+def test_spans_the_endpoint_took_and_dropped_fail_the_export(
+    recorded: Recorded, server: LocalServer, encoding: str
+) -> None:
+    """A 200 answer may carry ``partial_success``: the endpoint dropped that many spans (OTLP spec).
+    The exporter reads no answer body: the export said it sent the trace, and exited 0."""
+    if encoding == "json":
+        body = b'{"partialSuccess": {"rejectedSpans": "3", "errorMessage": "quota exceeded"}}'
+        ctype = "application/json"
+    else:
+        answer = ExportTraceServiceResponse()
+        answer.partial_success.rejected_spans = 3
+        answer.partial_success.error_message = "quota exceeded"
+        body, ctype = answer.SerializeToString(), "application/x-protobuf"
+    server.route("/v1/traces", lambda request: Reply(body, ctype=ctype), method="POST")
+    result = CliRunner().invoke(
+        main, ["export", recorded.session.id, "--store", str(recorded.store), "--otlp", server.url]
+    )
+    assert result.exit_code == 1, result.output
+    total = 1 + len(recorded.session.calls())
+    assert f"took the spans but dropped 3 of {total} (quota exceeded)" in result.output, result.output
+
+
+def test_an_answer_that_is_no_otlp_response_drops_nothing() -> None:
+    assert partial_success(200, "text/html", b"<html>ok</html>") == (0, "")
+    assert partial_success(200, "application/json", b"{}") == (0, "")
+    assert partial_success(500, "application/json", b'{"partialSuccess": {"rejectedSpans": 1}}') == (0, "")
 
 
 def test_export_needs_a_destination(recorded: Recorded) -> None:
