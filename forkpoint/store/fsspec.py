@@ -354,6 +354,9 @@ class RemoteStore(Store):
         except ValueError as exc:
             raise SessionError(f"FORKPOINT_STORE_OPTIONS is not valid JSON ({exc})") from None
         options = {"use_listings_cache": False, **options}
+        if fsspec.utils.get_protocol(self.url) in ("file", "local"):
+            # (fsspec's local filesystem makes no parent folder by itself: every upload failed)
+            options = {"auto_mkdir": True, **options}
         try:
             fs, root = fsspec.url_to_fs(self.url, **options)
         except (ImportError, ValueError) as exc:

@@ -323,6 +323,24 @@ def test_memory_store_cli_record_and_replay(
     assert rp.exit_code == 0 and "replay ok: 1/1" in rp.stderr, rp.output
 
 
+def test_a_local_url_store_makes_its_folders(
+    model: LocalServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``local://`` goes through fsspec's local filesystem, which makes no parent folder unless told
+    to: every upload failed (the session stayed staged, said on stderr)."""
+    url = f"local://{tmp_path}/shared/sessions"
+    agent = tmp_path / "agent.py"
+    agent.write_text(textwrap.dedent(AGENT))
+    monkeypatch.setenv("AGENT_BASE_URL", model.openai_base_url)
+    r = cli("record", "--store", url, "--no-workspace", "--", sys.executable, str(agent), "to a local url")
+    assert r.exit_code == 0 and "failed" not in r.stderr, r.output
+    (sid,) = ls_ids(cli("ls", "--store", url).stdout)
+    assert (tmp_path / "shared" / "sessions" / sid / LOG_NAME).is_file()
+    fresh_cache(monkeypatch, tmp_path)
+    rp = cli("replay", sid, "--store", url)
+    assert rp.exit_code == 0 and "replay ok: 1/1" in rp.stderr, rp.output
+
+
 def test_scrub_refuses_a_session_of_a_remote_store(model: LocalServer) -> None:
     """``forkpoint scrub SESSION --store URL`` scrubbed this machine's copy of the session and said
     the original was replaced: the store kept the secret, and the copy, its mark of a complete copy
