@@ -167,7 +167,7 @@ def _user_git_env() -> dict[str, str]:
     return env
 
 
-def _user_config(repo: Path, pattern: str) -> list[tuple[str, str, str]]:
+def user_config(repo: Path, pattern: str) -> list[tuple[str, str, str]]:
     """``(scope, key, value)`` of the user's effective git config entries matching ``pattern``."""
     try:
         proc = subprocess.run(
@@ -198,7 +198,7 @@ def user_settings(repo: Path, git_dir: Path) -> tuple[tuple[str, ...], bool]:
     """
     filters = []
     trusted = not any(git_dir.glob("sharedindex.*"))
-    for scope, key, value in _user_config(repo, r"^(filter\..*|core\.(autocrlf|attributesfile|ignorestat))$"):
+    for scope, key, value in user_config(repo, r"^(filter\..*|core\.(autocrlf|attributesfile|ignorestat))$"):
         low = key.lower()
         if low.startswith("filter."):
             if scope not in ("local", "worktree"):

@@ -107,6 +107,7 @@ def _safe_target(root: Path, rel: str) -> Path:
 
 def _check_source(source: dict[str, Any]) -> None:
     _stash_entries(source.get("stash"))
+    _sparse_checkout(source)
     _recorded_refs(source.get("refs"), None, None)
     for key in ("base", "tree"):
         if not isinstance(source.get(key), str) or not HEX.match(source[key]):
@@ -302,14 +303,25 @@ def _restore_into(
         raise CheckpointError(f"cannot write the archived workspace: {exc}") from None
     if converted:
         _restat(into, converted)
-    for flag, key in (("--skip-worktree", "skip_worktree"), ("--assume-unchanged", "assume_unchanged")):
-        marked = _marked(source, key)
+    absent = _marked(source, "skip_worktree_absent")
+    for flag, marked in (
+        ("--skip-worktree", _marked(source, "skip_worktree") + absent),
+        ("--assume-unchanged", _marked(source, "assume_unchanged")),
+    ):
         if marked:  # (as in the recorded repository: git does not look at their edits)
             git(
                 ["update-index", flag, "-z", "--stdin"],
                 into,
                 input="\0".join(marked).encode("utf-8", "surrogateescape") + b"\0",
             )
+    if absent:  # a sparse checkout's files left out: the checkout wrote them all
+        _take_out(into, absent)
+    sparse = _sparse_checkout(source)
+    if sparse is not None:  # (last: read-tree above would have applied it)
+        for key, value in sparse["config"].items():
+            git(["config", key, value], into)
+        if sparse["patterns"] is not None:
+            (into / ".git" / "info" / "sparse-checkout").write_text(sparse["patterns"])
     if not source and workspace.get("listing") == "git-nocommit":
         # A repository without commits, restored as one: a plain folder inside another repository
         # would have an arm's git commands act on that one (commit, reset, clean).
@@ -342,6 +354,8 @@ def _restore_into(
             (source or {}).get("refs"), (source or {}).get("branch"), (source or {}).get("head")
         ),
         "skip_worktree": _marked(source, "skip_worktree"),
+        "skip_worktree_absent": absent,
+        "sparse_checkout": sparse,
         "assume_unchanged": _marked(source, "assume_unchanged"),
         "nested": workspace.get("nested", []),
         "root": workspace.get("root"),
@@ -358,6 +372,49 @@ def _marked(source: dict[str, Any] | None, key: str) -> list[str]:
     """The tracked paths a checkpoint's ``source`` lists under ``key`` (``skip_worktree``,
     ``assume_unchanged``): the index entries git does not look at, to be marked again."""
     return [p for p in (source or {}).get(key) or [] if isinstance(p, str) and "\0" not in p]
+
+
+#: The sparse-checkout settings a checkpoint keeps (:meth:`.source.SourceTracker.sparse_checkout`).
+_SPARSE_KEYS = frozenset({"core.sparsecheckout", "core.sparsecheckoutcone", "index.sparse"})
+
+
+def _sparse_checkout(source: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A checkpoint's ``sparse_checkout`` (its ``config`` and ``patterns``), checked; None when it
+    has none. Raises :class:`CheckpointError` for one that names other settings or is malformed."""
+    sparse = (source or {}).get("sparse_checkout")
+    if sparse is None:
+        return None
+    config = sparse.get("config") if isinstance(sparse, dict) else None
+    if not (
+        isinstance(config, dict)
+        and all(k in _SPARSE_KEYS and isinstance(v, str) and "\n" not in v for k, v in config.items())
+        and isinstance(sparse.get("patterns"), str | None)
+    ):
+        raise CheckpointError(f"the checkpoint's sparse-checkout settings {sparse!r} are malformed")
+    return {"config": dict(config), "patterns": sparse.get("patterns")}
+
+
+def _take_out(into: Path, paths: list[str]) -> None:
+    """Remove the tracked files ``paths`` the checkout wrote, and the folders left empty by it, as
+    a sparse checkout leaves them out."""
+    top = into.resolve()
+    for rel in paths:
+        target = _safe_target(into, rel)
+        try:
+            os.unlink(target)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise CheckpointError(
+                f"cannot take out {rel!r}, which the recorded checkout left out: {exc}"
+            ) from None
+        parent = target.parent
+        while parent.resolve() != top:
+            try:
+                parent.rmdir()
+            except OSError:  # (not empty)
+                break
+            parent = parent.parent
 
 
 def _drop_cloned_branches(into: Path, branch: str | None) -> None:

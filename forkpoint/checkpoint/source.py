@@ -30,6 +30,7 @@ from .git import (
     git_finish,
     git_start,
     loose_path,
+    user_config,
     user_settings,
     write_loose,
 )
@@ -270,6 +271,8 @@ class SourceTracker:
         self._scrubbed: dict[bytes, bytes] = {}
         # skip_worktree(): the entries it was found in, the paths marked.
         self._skipped: tuple[dict[bytes, bytes] | None, list[bytes]] = (None, [])
+        # sparse_checkout(): the entries it was read at, and what it found.
+        self._sparse: tuple[dict[bytes, bytes] | None, dict[str, Any] | None] = (None, None)
         # assume_unchanged(): the entries it was found in, the paths marked.
         self._assumed: tuple[dict[bytes, bytes] | None, list[bytes]] = (None, [])
         # converted(): the attributes files' stat data and the tracked paths they were read for,
@@ -507,6 +510,37 @@ class SourceTracker:
         if self._skipped[0] is not entries:  # (once per change of the user's index)
             self._skipped = (entries, sorted(p for p, meta in entries.items() if meta[:1] in (b"S", b"s")))
         return [p for p in self._skipped[1] if os.path.lexists(self.repo / os.fsdecode(p))]
+
+    def skip_worktree_absent(self) -> list[bytes]:
+        """Tracked paths marked skip-worktree that are not in the working tree (a sparse checkout's
+        files left out), sorted: a restore's checkout writes every tracked file, so it takes them
+        out again and marks them. Call after :meth:`skip_worktree`."""
+        return [p for p in self._skipped[1] if not os.path.lexists(self.repo / os.fsdecode(p))]
+
+    def sparse_checkout(self) -> dict[str, Any] | None:
+        """The repository's sparse-checkout settings when any skip-worktree entry is there: its
+        ``patterns`` (``info/sparse-checkout``, None when there is none) and its ``config``
+        (``core.sparseCheckout``, ``core.sparseCheckoutCone``, ``index.sparse``: key → value). A
+        restore that marked the entries without them had an arm's ``git checkout`` write the left-out
+        files back, or ``git sparse-checkout`` know of no checkout. None when none is set."""
+        entries = self._entries or {}
+        if not self._skipped[1] or self._skipped[0] is not entries:
+            return None
+        if self._sparse[0] is not entries:  # (once per change of the user's index)
+            config = {
+                key.lower(): value
+                for scope, key, value in user_config(
+                    self.repo, r"^(core\.sparsecheckout|core\.sparsecheckoutcone|index\.sparse)$"
+                )
+                if scope in ("local", "worktree")
+            }
+            try:
+                patterns: str | None = (self.git_dir / "info" / "sparse-checkout").read_text(errors="replace")
+            except OSError:
+                patterns = None
+            found = {"config": config, "patterns": patterns} if config or patterns is not None else None
+            self._sparse = (entries, found)
+        return self._sparse[1]
 
     def assume_unchanged(self) -> list[bytes]:
         """Tracked paths marked assume-unchanged (``git update-index --assume-unchanged``), sorted: git

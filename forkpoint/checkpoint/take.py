@@ -166,6 +166,13 @@ class Workspace:
                 skipped = [p.decode("utf-8", "surrogateescape") for p in tracker.skip_worktree()]
                 if skipped:
                     source["skip_worktree"] = skipped
+                # (and those not in the working tree, a sparse checkout's: left out again, marked)
+                absent = [p.decode("utf-8", "surrogateescape") for p in tracker.skip_worktree_absent()]
+                if absent:
+                    source["skip_worktree_absent"] = absent
+                sparse = tracker.sparse_checkout()
+                if sparse is not None:
+                    source["sparse_checkout"] = sparse
                 assumed = [p.decode("utf-8", "surrogateescape") for p in tracker.assume_unchanged()]
                 if assumed:  # (the tree has their content; git status does not look: marked again)
                     source["assume_unchanged"] = assumed

@@ -61,6 +61,7 @@ _LIST_FIELDS = (
     "nested",
     "stash",
     "skip_worktree",
+    "skip_worktree_absent",
     "assume_unchanged",
 )
 
@@ -131,11 +132,38 @@ def _git_state(root: Path, expect: dict[str, Any], staged: str | None) -> Check:
             skipped = (p for tag, p in entries if tag in ("S", "s") and os.path.lexists(root / p))
             actual["skip_worktree"] = sorted(skipped)
             want["skip_worktree"] = sorted(expect["skip_worktree"])
+        if isinstance(expect.get("skip_worktree_absent"), list):  # (a sparse checkout's left out)
+            gone = (p for tag, p in entries if tag in ("S", "s") and not os.path.lexists(root / p))
+            actual["skip_worktree_absent"] = sorted(gone)
+            want["skip_worktree_absent"] = sorted(expect["skip_worktree_absent"])
+    if isinstance(expect.get("sparse_checkout"), dict):
+        actual["sparse_checkout"] = _sparse_checkout(root)
+        want["sparse_checkout"] = expect["sparse_checkout"]
     if isinstance(expect.get("refs"), dict):  # (a description written before they were kept: not)
         out = git(["for-each-ref", "--format=%(refname) %(objectname)", "refs/heads/", "refs/tags/"], root)
         actual["refs"] = dict(line.split(" ", 1) for line in out.splitlines() if " " in line)
         want["refs"] = expect["refs"]
     return Check("git HEAD, branch and index", actual == want, want, actual)
+
+
+def _sparse_checkout(root: Path) -> dict[str, Any]:
+    """The restored repository's sparse-checkout settings, as a checkpoint keeps them."""
+    out = git(
+        [
+            "config",
+            "--local",
+            "--get-regexp",
+            r"^(core\.sparsecheckout|core\.sparsecheckoutcone|index\.sparse)$",
+        ],
+        root,
+        check=False,
+    )
+    config = dict(line.split(" ", 1) for line in out.splitlines() if " " in line)
+    try:
+        patterns: str | None = (root / ".git" / "info" / "sparse-checkout").read_text(errors="replace")
+    except OSError:
+        patterns = None
+    return {"config": config, "patterns": patterns}
 
 
 def _links_out(root: Path) -> list[tuple[str, str]]:

@@ -873,6 +873,33 @@ def test_a_skip_worktree_files_edits_are_restored_and_marked_again(tmp_path: Pat
     assert sh_git(out, "ls-files", "-v", "config.ini") == "S config.ini\n"
 
 
+def test_a_sparse_checkouts_left_out_files_are_left_out_and_marked_on_restore(tmp_path: Path) -> None:
+    """A sparse checkout (`git sparse-checkout set src`): the files outside it are marked
+    skip-worktree and absent. A restore's checkout wrote them all back, unmarked, with no
+    sparse-checkout settings (an arm's `git status` and `git sparse-checkout list` were another
+    repository's), and validation passed. They are left out and marked again, the settings are the
+    recording's, and validation compares both."""
+    repo = make_repo(tmp_path / "repo", {"src/a.py": "a\n", "docs/big.md": "d\n", "top.txt": "t\n"})
+    sh_git(repo, "sparse-checkout", "set", "src")
+    assert not (repo / "docs").exists()
+    (repo / "src" / "a.py").write_text("b\n")
+    with forkpoint.record(store=tmp_path / "store", workspace=repo) as rec:
+        seq = forkpoint.checkpoint()
+    out = restore(Session.load(rec.session_path), seq, tmp_path / "out")
+    assert not (out / "docs").exists() and (out / "src" / "a.py").read_text() == "b\n"
+    assert (
+        sh_git(out, "ls-files", "-v")
+        == sh_git(repo, "ls-files", "-v")
+        == "S docs/big.md\nH src/a.py\nH top.txt\n"
+    )
+    assert sh_git(out, "sparse-checkout", "list") == sh_git(repo, "sparse-checkout", "list") == "src\n"
+    assert status(out) == status(repo) == " M src/a.py\n"
+    assert all(c.ok for c in validate(out)), validate(out)
+    sh_git(out, "sparse-checkout", "disable")  # the left-out files written back: not the checkpoint's
+    assert (out / "docs" / "big.md").exists()
+    assert not checks_by_name(out)["git HEAD, branch and index"].ok
+
+
 def test_assume_unchanged_files_are_marked_again(tmp_path: Path) -> None:
     """Files marked ``--assume-unchanged`` and then edited or deleted: ``git status`` in the
     recorded repository named neither, a restore's named both (` M`, ` D`: the bits were not kept),
