@@ -109,6 +109,7 @@ def _check_source(source: dict[str, Any]) -> None:
     _stash_entries(source.get("stash"))
     _sparse_checkout(source)
     _recorded_refs(source.get("refs"), None, None)
+    _recorded_symrefs(source.get("symrefs"))
     for key in ("base", "tree"):
         if not isinstance(source.get(key), str) or not HEX.match(source[key]):
             raise CheckpointError(f"the checkpoint's source {key} {source.get(key)!r} is not an object id")
@@ -239,7 +240,7 @@ def _restore_into(
         if refs is None:  # (a session recorded before the branches and tags were kept)
             _drop_cloned_branches(into, branch)
         else:
-            _put_refs(into, refs, origin)
+            _put_refs(into, refs, origin, _recorded_symrefs(source.get("symrefs")))
         _restore_stash(into, source.get("stash"), origin)
         staged = source.get("index_tree") or head
         git(["read-tree", "-m", staged], into, alt)  # keeps the stat data of entries that match
@@ -353,6 +354,7 @@ def _restore_into(
         "refs": _recorded_refs(
             (source or {}).get("refs"), (source or {}).get("branch"), (source or {}).get("head")
         ),
+        "symrefs": _recorded_symrefs((source or {}).get("symrefs")),
         "skip_worktree": _marked(source, "skip_worktree"),
         "skip_worktree_absent": absent,
         "sparse_checkout": sparse,
@@ -443,12 +445,7 @@ def _recorded_refs(refs: Any, branch: str | None, head: str | None) -> dict[str,
     if refs is None:
         return None
     if not isinstance(refs, dict) or not all(
-        isinstance(name, str)
-        and name.startswith(("refs/heads/", "refs/tags/"))
-        and re.fullmatch(r"[^\x00-\x20\x7f~^:?*\[\\]+", name)
-        and ".." not in name
-        and isinstance(oid, str)
-        and HEX.match(oid)
+        _ref_name(name, ("refs/heads/", "refs/tags/")) and isinstance(oid, str) and HEX.match(oid)
         for name, oid in refs.items()
     ):
         raise CheckpointError(f"the checkpoint's branches and tags {refs!r} are malformed")
@@ -458,14 +455,37 @@ def _recorded_refs(refs: Any, branch: str | None, head: str | None) -> dict[str,
     return out
 
 
-def _put_refs(into: Path, refs: dict[str, str], origin: Path) -> None:
+def _ref_name(name: Any, under: tuple[str, ...]) -> bool:
+    """``name`` is a ref name under one of ``under`` that git takes as it is (no option, no range)."""
+    return (
+        isinstance(name, str)
+        and name.startswith(under)
+        and re.fullmatch(r"[^\x00-\x20\x7f~^:?*\[\\]+", name) is not None
+        and ".." not in name
+    )
+
+
+def _recorded_symrefs(symrefs: Any) -> dict[str, str]:
+    """A checkpoint's ``symrefs`` (its symbolic branches and tags: name → the ref it names), checked;
+    empty when it has none. Raises :class:`CheckpointError` for one that is malformed."""
+    if symrefs is None:
+        return {}
+    if not isinstance(symrefs, dict) or not all(
+        _ref_name(name, ("refs/heads/", "refs/tags/")) and _ref_name(target, ("refs/",))
+        for name, target in symrefs.items()
+    ):
+        raise CheckpointError(f"the checkpoint's symbolic branches and tags {symrefs!r} are malformed")
+    return dict(symrefs)
+
+
+def _put_refs(into: Path, refs: dict[str, str], origin: Path, symrefs: dict[str, str]) -> None:
     """Make the restored repository's branches and tags exactly the checkpoint's ``refs``, from the
     objects the clone copied (a branch deleted there since is unreachable, but copied until
     garbage-collected), and drop the clone's remote-tracking refs (``origin/*``): they are the
     recorded repository's branches of today, the agent's later commits among them, which ``git log
     --all`` and ``git branch -a`` in an arm would show as if they had been there (the recorded
     repository's own remote-tracking refs were never copied). The ``origin`` remote stays: a ``git
-    fetch`` there gets them on purpose. Raises :class:`CheckpointError` naming a ref whose object is
+    fetch`` there gets them on purpose. ``symrefs`` are made symbolic refs again. Raises :class:`CheckpointError` naming a ref whose object is
     gone (nothing is changed then)."""
     wanted = sorted(refs.items())
     found = git(
@@ -483,7 +503,7 @@ def _put_refs(into: Path, refs: dict[str, str], origin: Path) -> None:
     have = git(["for-each-ref", "--format=%(refname)", "refs/heads/", "refs/tags/", "refs/remotes/"], into)
     lines = []
     for ref in have.splitlines():
-        if ref and ref not in refs:
+        if ref and (ref not in refs or ref in symrefs):
             lines.append(f"option no-deref\ndelete {ref}\n")  # (origin/HEAD names origin/main)
         if ref.startswith("refs/heads/"):  # (the upstream the clone gave its branch: not the recording's)
             git(
@@ -491,6 +511,8 @@ def _put_refs(into: Path, refs: dict[str, str], origin: Path) -> None:
             )
     lines += [f"update {name} {oid}\n" for name, oid in wanted]
     git(["update-ref", "--stdin"], into, input="".join(lines).encode())
+    for name, target in sorted(symrefs.items()):  # (a branch that names another, as it was)
+        git(["symbolic-ref", name, target], into)
 
 
 def _stash_entries(stash: Any) -> list[tuple[str, str]]:

@@ -286,7 +286,7 @@ class SourceTracker:
         # stash(): the stash reflog's stat data, and the entries read at it.
         self._stash: tuple[tuple[int, ...] | None, list[tuple[str, str]]] = (None, [])
         # refs(): the stat data of the ref files, and the refs read at it.
-        self._refs: tuple[tuple[tuple[Any, ...], ...] | None, dict[str, str]] = (None, {})
+        self._refs: tuple[tuple[tuple[Any, ...], ...] | None, dict[str, str], dict[str, str]] = (None, {}, {})
 
     def close(self) -> None:
         """Remove the private index."""
@@ -720,6 +720,7 @@ class SourceTracker:
             **({"stash": stash} if stash else {}),
             # (but the branch HEAD is on: it is `branch` at `head`, and moves with every commit)
             "refs": {name: oid for name, oid in self.refs().items() if name != ref},
+            **({"symrefs": symrefs} if (symrefs := self.symrefs()) else {}),
             "base": self.base,
             "head": head,
             "branch": ref[len("refs/heads/") :] if ref.startswith("refs/heads/") else None,
@@ -761,19 +762,34 @@ class SourceTracker:
         repository it copies), so an arm's agent merges the branch the recording merged and tags what
         it tagged, without the branches and tags made later. Costs a stat of each loose ref file and of
         ``packed-refs`` while none changed; one git when one did (or the refs are in a reftable)."""
+        return dict(self._read_refs()[0])
+
+    def symrefs(self) -> dict[str, str]:
+        """The repository's symbolic branches and tags (``git symbolic-ref refs/heads/alias
+        refs/heads/main``): ref name → the ref it names. :meth:`refs` has none of them: a restore
+        makes each a symbolic ref again, not a branch of its own that stays behind when the other
+        moves. Costs what :meth:`refs` does (one listing reads both)."""
+        return dict(self._read_refs()[1])
+
+    def _read_refs(self) -> tuple[dict[str, str], dict[str, str]]:
         key = _refs_key(self.repo_objects.parent)
         if key is not None and self._refs[0] == key:
-            return dict(self._refs[1])
+            return self._refs[1], self._refs[2]
         out = git(
-            ["for-each-ref", "--format=%(objectname) %(refname)", "refs/heads/", "refs/tags/"], self.repo
+            ["for-each-ref", "--format=%(objectname) %(refname) %(symref)", "refs/heads/", "refs/tags/"],
+            self.repo,
         )
-        found = {}
+        found, symbolic = {}, {}
         for line in out.splitlines():
-            oid, _, name = line.partition(" ")
-            if HEX.match(oid) and name:
+            oid, _, rest = line.partition(" ")
+            name, _, target = rest.partition(" ")
+            if target:
+                symbolic[name] = target
+            elif HEX.match(oid) and name:
                 found[name] = oid
-        self._refs = (key, found)  # (the key taken before: a ref changed meanwhile is read again next time)
-        return dict(found)
+        # (the key taken before: a ref changed meanwhile is read again next time)
+        self._refs = (key, found, symbolic)
+        return found, symbolic
 
     def _diff(self, tree: str) -> None:
         raw = self._git(RAW_DIFF + [self.base_tree, tree], binary=True)

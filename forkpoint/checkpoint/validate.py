@@ -89,10 +89,11 @@ def _described(expect: dict[str, Any]) -> bool:
             for k in _LIST_FIELDS
         )
         and (not expect.get("tree") or isinstance(expect.get("base"), str))
-        and (
-            expect.get("refs") is None
-            or isinstance(expect["refs"], dict)
-            and all(isinstance(k, str) and isinstance(v, str) for k, v in expect["refs"].items())
+        and all(
+            expect.get(k) is None
+            or isinstance(expect[k], dict)
+            and all(isinstance(n, str) and isinstance(v, str) for n, v in expect[k].items())
+            for k in ("refs", "symrefs")
         )
     )
 
@@ -140,9 +141,15 @@ def _git_state(root: Path, expect: dict[str, Any], staged: str | None) -> Check:
         actual["sparse_checkout"] = _sparse_checkout(root)
         want["sparse_checkout"] = expect["sparse_checkout"]
     if isinstance(expect.get("refs"), dict):  # (a description written before they were kept: not)
-        out = git(["for-each-ref", "--format=%(refname) %(objectname)", "refs/heads/", "refs/tags/"], root)
-        actual["refs"] = dict(line.split(" ", 1) for line in out.splitlines() if " " in line)
+        out = git(
+            ["for-each-ref", "--format=%(refname) %(objectname) %(symref)", "refs/heads/", "refs/tags/"], root
+        )
+        listed = [line.split(" ") for line in out.splitlines() if line.count(" ") == 2]
+        actual["refs"] = {name: oid for name, oid, target in listed if not target}
         want["refs"] = expect["refs"]
+        if isinstance(expect.get("symrefs"), dict):  # (a description written before they were kept: not)
+            actual["symrefs"] = {name: target for name, _, target in listed if target}
+            want["symrefs"] = expect["symrefs"]
     return Check("git HEAD, branch and index", actual == want, want, actual)
 
 

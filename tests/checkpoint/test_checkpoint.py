@@ -638,6 +638,24 @@ def test_a_restore_has_the_branches_and_tags_the_checkpoint_had(
     assert not (tmp_path / "out2").exists()
 
 
+def test_a_symbolic_branch_is_restored_as_one(tmp_path: Path) -> None:
+    """`git symbolic-ref refs/heads/trunk refs/heads/main` (a branch that names another): a restore
+    made trunk a branch of its own at main's commit, which stayed behind when an arm committed on
+    main, and validation passed. It is a symbolic ref again, and validated as one."""
+    repo = make_repo(tmp_path / "repo", {"a.txt": "a\n"})
+    sh_git(repo, "symbolic-ref", "refs/heads/trunk", "refs/heads/main")
+    with forkpoint.record(store=tmp_path / "store", workspace=repo) as rec:
+        seq = forkpoint.checkpoint()
+    out = restore(Session.load(rec.session_path), seq, tmp_path / "out")
+    assert sh_git(out, "symbolic-ref", "refs/heads/trunk") == "refs/heads/main\n"
+    assert all(c.ok for c in validate(out)), validate(out)
+    (out / "a.txt").write_text("b\n")
+    sh_git(out, "commit", "-qam", "arm")
+    assert sh_git(out, "rev-parse", "trunk") == sh_git(out, "rev-parse", "main")
+    sh_git(out, "update-ref", "--no-deref", "refs/heads/trunk", "HEAD~1")  # a plain branch again
+    assert not checks_by_name(out)["git HEAD, branch and index"].ok
+
+
 def test_a_fifo_in_a_plain_folder_workspace_is_said_to_be_left_out(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
