@@ -60,6 +60,9 @@ def _git_env(extra: dict[str, str] | None = None) -> dict[str, str]:
         GIT_TERMINAL_PROMPT="0",
         GIT_OPTIONAL_LOCKS="0",
         GIT_LITERAL_PATHSPECS="1",
+        # the objects as stored: a checkpoint keeps refs/replace/*, and a restore makes them, so
+        # trees and diffs read through them would differ between the two
+        GIT_NO_REPLACE_OBJECTS="1",
         LC_ALL="C",
     )
     env.update(extra or {})

@@ -438,14 +438,15 @@ def _drop_cloned_branches(into: Path, branch: str | None) -> None:
 
 
 def _recorded_refs(refs: Any, branch: str | None, head: str | None) -> dict[str, str] | None:
-    """A checkpoint's ``refs`` (its local branches and tags), checked, with its ``branch`` at ``head``
-    (read by another git command: a commit in between moved it); None when it has none (recorded
-    before they were kept). Raises :class:`CheckpointError` for one that is not a map of branch and
-    tag names to object ids."""
+    """A checkpoint's ``refs`` (its refs but the stash: local branches and tags, and, recorded since,
+    remote-tracking refs, notes and replace refs), checked, with its ``branch`` at ``head`` (read by
+    another git command: a commit in between moved it); None when it has none (recorded before they
+    were kept). Raises :class:`CheckpointError` for one that is not a map of ref names to object
+    ids."""
     if refs is None:
         return None
     if not isinstance(refs, dict) or not all(
-        _ref_name(name, ("refs/heads/", "refs/tags/")) and isinstance(oid, str) and HEX.match(oid)
+        _ref_name(name, ("refs/",)) and name != "refs/stash" and isinstance(oid, str) and HEX.match(oid)
         for name, oid in refs.items()
     ):
         raise CheckpointError(f"the checkpoint's branches and tags {refs!r} are malformed")
@@ -471,7 +472,7 @@ def _recorded_symrefs(symrefs: Any) -> dict[str, str]:
     if symrefs is None:
         return {}
     if not isinstance(symrefs, dict) or not all(
-        _ref_name(name, ("refs/heads/", "refs/tags/")) and _ref_name(target, ("refs/",))
+        _ref_name(name, ("refs/",)) and name != "refs/stash" and _ref_name(target, ("refs/",))
         for name, target in symrefs.items()
     ):
         raise CheckpointError(f"the checkpoint's symbolic branches and tags {symrefs!r} are malformed")
@@ -479,14 +480,15 @@ def _recorded_symrefs(symrefs: Any) -> dict[str, str]:
 
 
 def _put_refs(into: Path, refs: dict[str, str], origin: Path, symrefs: dict[str, str]) -> None:
-    """Make the restored repository's branches and tags exactly the checkpoint's ``refs``, from the
-    objects the clone copied (a branch deleted there since is unreachable, but copied until
-    garbage-collected), and drop the clone's remote-tracking refs (``origin/*``): they are the
-    recorded repository's branches of today, the agent's later commits among them, which ``git log
-    --all`` and ``git branch -a`` in an arm would show as if they had been there (the recorded
-    repository's own remote-tracking refs were never copied). The ``origin`` remote stays: a ``git
-    fetch`` there gets them on purpose. ``symrefs`` are made symbolic refs again. Raises :class:`CheckpointError` naming a ref whose object is
-    gone (nothing is changed then)."""
+    """Make the restored repository's refs exactly the checkpoint's ``refs`` (branches, tags, and the
+    recorded repository's own remote-tracking refs, notes and replace refs), from the objects the
+    clone copied (a branch deleted there since is unreachable, but copied until garbage-collected),
+    and ``symrefs`` symbolic refs again. The clone's remote-tracking refs (``origin/*``) go: they are
+    the recorded repository's branches of today, the agent's later commits among them, which ``git
+    log --all`` and ``git branch -a`` in an arm would show as if they had been there; the recorded
+    repository's ``origin/*`` take their names. The ``origin`` remote (the recorded repository)
+    stays: a ``git fetch`` there gets its branches on purpose. Raises :class:`CheckpointError`
+    naming a ref whose object is gone (nothing is changed then)."""
     wanted = sorted(refs.items())
     found = git(
         ["cat-file", "--batch-check=%(objectname)"],
@@ -495,15 +497,21 @@ def _put_refs(into: Path, refs: dict[str, str], origin: Path, symrefs: dict[str,
     ).split("\n")
     for (name, oid), line in zip(wanted, found, strict=False):
         if line.strip() != oid:
-            what = f"branch {name[11:]}" if name.startswith("refs/heads/") else f"tag {name[10:]}"
+            what = (
+                f"branch {name[11:]}"
+                if name.startswith("refs/heads/")
+                else f"tag {name[10:]}"
+                if name.startswith("refs/tags/")
+                else f"ref {name}"
+            )
             raise CheckpointError(
                 f"{origin} does not have the object of the {what} the checkpoint had ({oid[:12]}); "
                 "pass --repo with a clone that has it"
             )
-    have = git(["for-each-ref", "--format=%(refname)", "refs/heads/", "refs/tags/", "refs/remotes/"], into)
+    have = git(["for-each-ref", "--format=%(refname)", "refs/"], into)
     lines = []
     for ref in have.splitlines():
-        if ref and (ref not in refs or ref in symrefs):
+        if ref and ref != "refs/stash" and (ref not in refs or ref in symrefs):
             lines.append(f"option no-deref\ndelete {ref}\n")  # (origin/HEAD names origin/main)
         if ref.startswith("refs/heads/"):  # (the upstream the clone gave its branch: not the recording's)
             git(

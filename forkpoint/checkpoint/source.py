@@ -757,32 +757,33 @@ class SourceTracker:
         return [list(e) for e in found]
 
     def refs(self) -> dict[str, str]:
-        """The repository's local branches and tags: ref name → object id (``git for-each-ref
-        refs/heads/ refs/tags/``). A restore makes exactly these (from the commits of the recorded
-        repository it copies), so an arm's agent merges the branch the recording merged and tags what
-        it tagged, without the branches and tags made later. Costs a stat of each loose ref file and of
+        """The repository's refs but the stash (its own list, :meth:`stash`): ref name → object id
+        (``git for-each-ref refs/``): the local branches and tags, and the remote-tracking refs,
+        notes and replace refs. A restore makes exactly these (from the objects of the recorded
+        repository it copies), so an arm's agent merges the branch the recording merged, tags what it
+        tagged, compares with the ``origin/main`` it compared with and reads the notes it read,
+        without those made or fetched later. Costs a stat of each loose ref file and of
         ``packed-refs`` while none changed; one git when one did (or the refs are in a reftable)."""
         return dict(self._read_refs()[0])
 
     def symrefs(self) -> dict[str, str]:
-        """The repository's symbolic branches and tags (``git symbolic-ref refs/heads/alias
-        refs/heads/main``): ref name → the ref it names. :meth:`refs` has none of them: a restore
-        makes each a symbolic ref again, not a branch of its own that stays behind when the other
-        moves. Costs what :meth:`refs` does (one listing reads both)."""
+        """The repository's symbolic refs (``git symbolic-ref refs/heads/alias refs/heads/main``;
+        ``refs/remotes/origin/HEAD``): ref name → the ref it names. :meth:`refs` has none of them: a
+        restore makes each a symbolic ref again, not a branch of its own that stays behind when the
+        other moves. Costs what :meth:`refs` does (one listing reads both)."""
         return dict(self._read_refs()[1])
 
     def _read_refs(self) -> tuple[dict[str, str], dict[str, str]]:
-        key = _refs_key(self.repo_objects.parent)
+        key = _refs_key(self.repo_objects.parent, self.git_dir)
         if key is not None and self._refs[0] == key:
             return self._refs[1], self._refs[2]
-        out = git(
-            ["for-each-ref", "--format=%(objectname) %(refname) %(symref)", "refs/heads/", "refs/tags/"],
-            self.repo,
-        )
+        out = git(["for-each-ref", "--format=%(objectname) %(refname) %(symref)", "refs/"], self.repo)
         found, symbolic = {}, {}
         for line in out.splitlines():
             oid, _, rest = line.partition(" ")
             name, _, target = rest.partition(" ")
+            if name == "refs/stash":
+                continue
             if target:
                 symbolic[name] = target
             elif HEX.match(oid) and name:
@@ -860,15 +861,16 @@ def _stat_key(path: Path) -> tuple[int, ...]:
         return ()
 
 
-def _refs_key(common: Path) -> tuple[tuple[Any, ...], ...] | None:
-    """What says the local branches and tags of the repository whose git folder is ``common`` are
-    unchanged: the stat data of ``packed-refs`` and of each loose ref file under ``refs/heads`` and
-    ``refs/tags`` (git writes a ref as a new file renamed into place: a new inode, and a changed
-    ctime). None when the refs are in a reftable (no file per ref: git is asked every time)."""
+def _refs_key(common: Path, git_dir: Path) -> tuple[tuple[Any, ...], ...] | None:
+    """What says the refs of the repository whose git folder is ``common`` (and of its worktree whose
+    own is ``git_dir``: ``refs/bisect``, ``refs/worktree``) are unchanged: the stat data of
+    ``packed-refs`` and of each loose ref file under ``refs`` (git writes a ref as a new file
+    renamed into place: a new inode, and a changed ctime). None when the refs are in a reftable (no
+    file per ref: git is asked every time)."""
     if (common / "reftable").is_dir():
         return None
     found: list[tuple[Any, ...]] = [("packed-refs", *_stat_key(common / "packed-refs"))]
-    stack = [str(common / "refs" / "heads"), str(common / "refs" / "tags")]
+    stack = list(dict.fromkeys([str(common / "refs"), str(git_dir / "refs")]))
     while stack:
         try:
             entries = os.scandir(stack.pop())

@@ -141,11 +141,9 @@ def _git_state(root: Path, expect: dict[str, Any], staged: str | None) -> Check:
         actual["sparse_checkout"] = _sparse_checkout(root)
         want["sparse_checkout"] = expect["sparse_checkout"]
     if isinstance(expect.get("refs"), dict):  # (a description written before they were kept: not)
-        out = git(
-            ["for-each-ref", "--format=%(refname) %(objectname) %(symref)", "refs/heads/", "refs/tags/"], root
-        )
+        out = git(["for-each-ref", "--format=%(refname) %(objectname) %(symref)", "refs/"], root)
         listed = [line.split(" ") for line in out.splitlines() if line.count(" ") == 2]
-        actual["refs"] = {name: oid for name, oid, target in listed if not target}
+        actual["refs"] = {name: oid for name, oid, target in listed if not target and name != "refs/stash"}
         want["refs"] = expect["refs"]
         if isinstance(expect.get("symrefs"), dict):  # (a description written before they were kept: not)
             actual["symrefs"] = {name: target for name, _, target in listed if target}

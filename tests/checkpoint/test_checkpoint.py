@@ -656,6 +656,46 @@ def test_a_symbolic_branch_is_restored_as_one(tmp_path: Path) -> None:
     assert not checks_by_name(out)["git HEAD, branch and index"].ok
 
 
+def test_a_restore_has_the_remote_tracking_refs_notes_and_replace_refs_the_checkpoint_had(
+    tmp_path: Path,
+) -> None:
+    """The recorded repository (a clone of an upstream) had its own `origin/main`, a note on its
+    commit and a replace ref. A restore had none of them: `git log origin/main..` in an arm, the
+    agent's way to see its own commits, failed, `git notes show` found nothing, and validation
+    passed. They are the checkpoint's, under their own names (its `origin/main` as it was then, not
+    as a later fetch moved it), and validated."""
+    upstream = make_repo(tmp_path / "upstream", {"a.txt": "a\n"})
+    repo = tmp_path / "repo"
+    sh_git(tmp_path, "clone", "-q", str(upstream), str(repo))
+    base = sh_git(repo, "rev-parse", "HEAD").strip()
+    sh_git(repo, "notes", "add", "-m", "reviewed", "HEAD")
+    old_blob = sh_git(repo, "rev-parse", "HEAD:a.txt").strip()
+    (tmp_path / "replaced.txt").write_text("replaced\n")
+    new_blob = sh_git(repo, "hash-object", "-w", str(tmp_path / "replaced.txt")).strip()
+    sh_git(repo, "replace", old_blob, new_blob)
+    with forkpoint.record(store=tmp_path / "store", workspace=repo) as rec:
+        (repo / "b.txt").write_text("b\n")
+        sh_git(repo, "add", "b.txt")
+        sh_git(repo, "commit", "-qm", "agent")
+        (repo / "a.txt").write_text("edited\n")
+        seq = forkpoint.checkpoint()
+    (upstream / "a.txt").write_text("later\n")
+    sh_git(upstream, "commit", "-qam", "later")
+    sh_git(repo, "fetch", "-q")  # (origin/main moves on after the checkpoint)
+    out = restore(Session.load(rec.session_path), seq, tmp_path / "out")
+    assert all(c.ok for c in validate(out)), validate(out)
+    assert sh_git(out, "rev-parse", "refs/remotes/origin/main").strip() == base
+    assert sh_git(out, "symbolic-ref", "refs/remotes/origin/HEAD") == "refs/remotes/origin/main\n"
+    assert sh_git(out, "log", "--format=%s", "origin/main..").split() == ["agent"]
+    assert sh_git(out, "notes", "show", base) == "reviewed\n"
+    assert sh_git(out, "replace", "-l") == f"{old_blob}\n"
+    # (the diff against the base is of the objects as stored, not as the replace ref shows one)
+    assert b"\n-a\n+edited\n" in patch_bytes(Session.load(rec.session_path).events[seq - 1]["source"])
+    assert (out / "a.txt").read_text() == "edited\n" and status(out) == status(repo) == " M a.txt\n"
+    sh_git(out, "notes", "remove", base)
+    assert not checks_by_name(out)["git HEAD, branch and index"].ok
+
+
 def test_a_fifo_in_a_plain_folder_workspace_is_said_to_be_left_out(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
