@@ -15,12 +15,14 @@ from ..canonical import digest
 from ..files import scratch_dir
 from ..log import BlobStore
 from ..redact import scrub_json
+from ..store import is_store
 from ..text import say
 from .context import referenced_paths, resolve_ref
 from .git import HEX, git, repo_head, user_excludes_file
 from .source import SourceTracker
 from .workspace import (
     META_DIR,
+    STORE_DIR,
     Manifests,
     SpecialFiles,
     StatCache,
@@ -177,7 +179,8 @@ class Workspace:
                 if assumed:  # (the tree has their content; git status does not look: marked again)
                     source["assume_unchanged"] = assumed
             meta: list[str] = []
-            paths, nested = finish_listing(self.root, proc, self.exclude, meta=meta)
+            stored: list[str] = []
+            paths, nested = finish_listing(self.root, proc, self.exclude, meta=meta, store=stored)
             if tracker is not None:
                 # tracked files a checkout would write otherwise (.gitattributes): kept as they are
                 converted = [p.decode("utf-8", "surrogateescape") for p in tracker.converted(paths)]
@@ -193,6 +196,8 @@ class Workspace:
             self._left_out(nested, nested=True)
         if meta:
             self._left_out(meta, meta=True)
+        if stored and not is_store(self.root / STORE_DIR):  # (a store's own files: left out, rightly)
+            self._left_out(stored, store=True)
         if self.listing != "plain":
             self._special_in_git(paths, source)
         left = [p for p in paths if unrestorable(p) is not None]
@@ -231,11 +236,13 @@ class Workspace:
         nested: bool = False,
         special: bool = False,
         meta: bool = False,
+        store: bool = False,
     ) -> None:
         """Say, once for each, the files a checkpoint leaves out (:func:`.workspace.unrestorable`),
         the ``submodules`` whose working trees it leaves out, the ``nested`` repositories whose
-        ``.git`` it leaves out, the ``special`` files (no regular ones) or the ``meta`` files (in
-        the folder a restore writes its own into)."""
+        ``.git`` it leaves out, the ``special`` files (no regular ones), the ``meta`` files (in
+        the folder a restore writes its own into) or the ``store`` files (in the folder of
+        forkpoint's default store, which is no store)."""
         new = [n for n in names if n not in self._said]
         if new:
             self._said.update(new)
@@ -252,6 +259,11 @@ class Workspace:
                 why = (
                     f"{META_DIR}/ at the top of a workspace is forkpoint's: a restore writes the checkpoint's "
                     "description there"
+                )
+            if store:
+                why = (
+                    f"{STORE_DIR}/ at the top of a workspace is where forkpoint keeps its sessions, never part "
+                    "of a checkpoint (this one holds no store: move them elsewhere to have them kept)"
                 )
             if nested:
                 shown = f"the .git of the repositories {shown} inside it"

@@ -20,8 +20,10 @@ from .git import git_finish, git_start, repo_root, user_excludes_file
 META_DIR = ".forkpoint-checkpoint"
 #: The files a restore writes in ``META_DIR`` (a workspace that is a restored checkpoint has them).
 META_FILES = frozenset(f"{META_DIR}/{name}" for name in ("checkpoint.json", "messages.json", "manifest.json"))
+#: The folder of forkpoint's default store (``store.DEFAULT_STORE``), at a workspace's top.
+STORE_DIR = ".forkpoint"
 #: Never part of a workspace (at its top): git's own folder, forkpoint's store and restore metadata.
-ALWAYS_EXCLUDED = (".git", ".forkpoint", META_DIR)
+ALWAYS_EXCLUDED = (".git", STORE_DIR, META_DIR)
 #: A workspace manifest whose canonical JSON is bigger than this is stored as one content-addressed
 #: blob (``manifest_json``) instead of inline rows, so each state's rows are stored once and a line
 #: refers to them (about 100 bytes). Below it (a file or two) rows are cheaper than a reference, and
@@ -46,8 +48,11 @@ def unrestorable(rel: str) -> str | None:
 
 def excluded(rel: str, extra: tuple[str, ...]) -> bool:
     """``rel`` is never part of a workspace (:data:`ALWAYS_EXCLUDED`), or lies in ``extra``."""
-    first = rel.split("/", 1)[0]
-    return first in ALWAYS_EXCLUDED or any(rel == e or rel.startswith(e.rstrip("/") + "/") for e in extra)
+    return rel.split("/", 1)[0] in ALWAYS_EXCLUDED or _within(rel, extra)
+
+
+def _within(rel: str, folders: tuple[str, ...]) -> bool:
+    return any(rel == e or rel.startswith(e.rstrip("/") + "/") for e in folders)
 
 
 def _walk(root: Path, rel_dir: str = "") -> list[str]:
@@ -93,13 +98,16 @@ def finish_listing(
     nested: Sequence[str] = (),
     *,
     meta: list[str] | None = None,
+    store: list[str] | None = None,
 ) -> tuple[list[str], list[str]]:
     """(the workspace's files, the repositories nested in it). A nested repository git lists as a
     folder: every file in it is workspace (its own ignore rules aside, its ``.git`` left out).
     ``nested``: folders to list whole, whatever git says of them (those that were nested repositories
     when a checkpoint was taken: restored, they are plain folders, and git would apply their own
     ``.gitignore`` to them). ``meta``: receives the files listed under the top's ``META_DIR`` that
-    are left out, but for a restore's own (:data:`META_FILES`)."""
+    are left out, but for a restore's own (:data:`META_FILES`). ``store``: receives the files listed
+    under the top's :data:`STORE_DIR` that are left out, but for those in ``exclude`` (the session's
+    store)."""
     walked = list(nested)
     if proc is None:
         paths = _walk(root)
@@ -119,6 +127,8 @@ def finish_listing(
                 paths.extend(_walk(root, d))
     if meta is not None:
         meta += sorted(p for p in paths if p.startswith(META_DIR + "/") and p not in META_FILES)
+    if store is not None:
+        store += sorted(p for p in paths if p.startswith(STORE_DIR + "/") and not _within(p, exclude))
     return sorted({p for p in paths if not excluded(p, exclude)}), sorted(set(walked))
 
 

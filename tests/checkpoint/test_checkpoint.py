@@ -768,6 +768,35 @@ def test_files_under_the_restore_folder_name_are_said_to_be_left_out(
         assert "checkpoint.json" not in said
 
 
+def test_files_under_a_forkpoint_folder_that_is_no_store_are_said_to_be_left_out(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Files the agent (or the user) kept under a top-level `.forkpoint/` that holds no store (the
+    name of forkpoint's default store, left out of every workspace) were missing from every restore
+    without a word. Said once; a `.forkpoint/` that is a store (the session's own, or another) is
+    left out silently."""
+    for listing in ("git", "plain"):
+        work = tmp_path / listing
+        if listing == "git":
+            make_repo(work, {"a.txt": "a\n"})
+        else:
+            work.mkdir()
+        (work / ".forkpoint").mkdir()
+        (work / ".forkpoint" / "plan.md").write_text("plan\n")
+        with forkpoint.record(store=tmp_path / f"store-{listing}", workspace=work):
+            forkpoint.checkpoint()
+            forkpoint.checkpoint()
+        said = " ".join(capsys.readouterr().err.split())
+        assert said.count("leave out '.forkpoint/plan.md': .forkpoint/ at the top of a workspace") == 1, said
+        (work / ".forkpoint" / "plan.md").unlink()
+        (work / ".forkpoint").rmdir()
+        for store in (work / ".forkpoint", tmp_path / f"other-{listing}"):  # its own store; another
+            with forkpoint.record(store=store, workspace=work):
+                forkpoint.checkpoint()
+            said = capsys.readouterr().err
+            assert "leave out" not in said, said
+
+
 def test_a_restore_applies_the_info_exclude_of_the_recording_not_of_today(tmp_path: Path) -> None:
     """The user added ``*.csv`` to ``.git/info/exclude`` after recording: every restore copied
     today's rules, and validation failed ("missing: results.csv", though restored): fork refused
