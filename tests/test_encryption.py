@@ -32,7 +32,7 @@ from forkpoint.errors import IdentityError, UsageError
 from forkpoint.log import IDENTITY_ENV, LOG_NAME, Session, SessionWriter, encryption_table, read_header
 from forkpoint.redact import load_rules
 from tests.cliutil import forkpoint_cli, with_this_path
-from tests.gitutil import make_repo
+from tests.gitutil import git, make_repo
 from tests.modelserver import LocalServer
 from tests.test_security import CONFIG, SECRETS, _agent, _leaky_chat, _repo, leaks
 
@@ -217,6 +217,33 @@ def test_checkpoints_that_refer_to_earlier_ones_are_sealed_and_restore(
     into = restore(Session.load(rec.session_path), cps[2]["seq"], tmp_path / "restored")
     assert (into / "note_00.md").read_text() == "edited\n"
     assert (into / "note_19.md").read_text() == f"{PLAIN['system_prompt']} 19\n"
+    assert all(c.ok for c in validate(into))
+
+
+def test_a_checkpoints_many_tags_are_a_blob_not_in_every_sealed_line(
+    tmp_path: Path, keys: tuple[str, Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A repository with 500 tags: an encrypted session (its lines are not packed) held them all
+    inline in the first checkpoint's sealed line (~40 KB) and again in the next one after a new tag.
+    They are a ``$json`` blob of each state, sealed like the others, and read back whole."""
+    recipient, ident, _ = keys
+    monkeypatch.delenv(IDENTITY_ENV, raising=False)
+    repo = make_repo(tmp_path / "repo", {"a.txt": "a\n"})
+    head = git(repo, "rev-parse", "HEAD")
+    tags = {f"refs/tags/v{i}": head for i in range(500)}
+    (repo / ".git" / "packed-refs").write_text("".join(f"{oid} {name}\n" for name, oid in tags.items()))
+    with forkpoint.record(store=tmp_path / "store", workspace=repo, encrypt_to=[recipient]) as rec:
+        rec.checkpoint()
+        git(repo, "tag", "v-new")
+        rec.checkpoint()
+    lines = (rec.session_path / LOG_NAME).read_bytes().splitlines()
+    assert max(len(line) for line in lines) < 8000, [len(line) for line in lines]
+    monkeypatch.setenv(IDENTITY_ENV, str(ident))
+    cps = Session.load(rec.session_path).by_type("checkpoint")
+    assert cps[0]["source"]["refs"] == tags
+    assert cps[1]["source"]["refs"] == {**tags, "refs/tags/v-new": head}
+    into = restore(Session.load(rec.session_path), cps[1]["seq"], tmp_path / "restored")
+    assert len(git(into, "tag").split()) == 501
     assert all(c.ok for c in validate(into))
 
 

@@ -89,10 +89,12 @@ _RESERVED = frozenset({"$blob", "$b64", "$delta", "$lit", "$u", "$int", "$kv", "
 #: streamed response is mostly such leaves).
 _LEAVES = frozenset({str, int, float, bool, type(None)})
 #: Parts of an event stored as a ``$json`` blob once their JSON reaches :data:`JSON_BLOB_MIN` bytes:
-#: a stream's chunks (every SSE frame repeats ids and model names, so they compress ~10x) and the
-#: request headers (the same at every call, so stored once).
+#: a stream's chunks (every SSE frame repeats ids and model names, so they compress ~10x), the
+#: request headers (the same at every call, so stored once) and a checkpoint's refs (hundreds of
+#: tags: stored once for each state of them, compressed, where a new tag repeated them all).
 JSON_BLOB_FIELDS: dict[str, tuple[tuple[str, str], ...]] = {
     "model_call": (("response", "chunks"), ("request", "headers")),
+    "checkpoint": (("source", "refs"),),
 }
 JSON_BLOB_MIN = 256
 #: Fields of an event that the writer stores as ``{"$same": S}`` when they repeat those of the last
@@ -239,11 +241,11 @@ def encode_field(value: Any, blobs: BlobStore | None, sent_back: SentBack | None
 
 
 def json_blobs(stored: dict[str, Any], event: dict[str, Any], blobs: BlobStore) -> None:
-    """Move the big, repetitive parts of a model call (see :data:`JSON_BLOB_FIELDS`) into ``$json``
+    """Move the big, repetitive parts of an event (see :data:`JSON_BLOB_FIELDS`) into ``$json``
     blobs: compressed, and stored once when identical (request headers usually are)."""
     for outer, inner in JSON_BLOB_FIELDS.get(stored["type"], ()):
         part = event.get(outer)
-        if not isinstance(part, dict) or inner not in part or not isinstance(part[inner], list):
+        if not isinstance(part, dict) or inner not in part or not isinstance(part[inner], list | dict):
             continue
         try:
             data = orjson.dumps(encode(part[inner], None))
