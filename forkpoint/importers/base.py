@@ -296,6 +296,11 @@ def write_session(
         tags={"imported_from": imported.format},
     )
     header["git"] = None  # the importing checkout says nothing about the run that was imported
+    # Nor does the importing machine say where the run was made (a cassette does not): with no
+    # `timezone`, a replay keeps the TZ it runs in instead of moving the program into the importer's;
+    # with no `api_keys`, it sets every placeholder key an SDK insists on, not only the importer's.
+    for unknown in ("platform", "timezone", "api_keys"):
+        header.pop(unknown, None)
     # Nor do the importing environment's packages: a replay that diverges names the packages now at
     # another version than the run's (an SDK upgrade that changed what it sends); compared with the
     # importer's own, it would name none, or the wrong ones on another machine.

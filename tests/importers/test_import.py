@@ -8,6 +8,7 @@ import gzip
 import hashlib
 import io
 import json
+import os
 import urllib.request
 from collections.abc import Iterator
 from datetime import timedelta
@@ -31,6 +32,7 @@ from forkpoint.errors import ImportFormatError
 from forkpoint.events import iso_time, parse_time
 from forkpoint.importers import detect_format, import_file, load_document
 from forkpoint.otel import plan
+from forkpoint.providers import api_key_vars
 from forkpoint.show import render
 from tests.modelserver import LocalServer, Reply, Route, Stream
 from tests.realdata import CASSETTES, TRAJECTORIES
@@ -700,3 +702,39 @@ def test_real_cassette_keeps_the_sdk_versions_its_requests_name(tmp_path: Path) 
         "anthropic": "0.71.1",
         "python": "3.13.3",
     }
+
+
+def test_an_imported_cassette_claims_no_platform_time_zone_or_keys_of_the_importer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The header of an imported cassette had the importing machine's ``platform``, ``timezone`` and
+    ``api_keys``, as if the run had been made there: ``forkpoint replay`` moved the program into the
+    importer's time zone ("runs in the recording's time zone, Asia/Tokyo"), and, imported where no
+    key was set, set no placeholder key, so an SDK built without one refused to start. A cassette
+    says none of them: the header has none, and the replay runs in its own zone with every key."""
+    import subprocess
+    import sys
+
+    for var in api_key_vars():
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    path = tmp_path / "cassette.json"
+    path.write_text(json.dumps(_chat_cassette({})))
+    session = import_file(path, store=tmp_path / "store")
+    header = Session.load(session).header
+    assert not {"platform", "timezone", "api_keys"} & header.keys()
+
+    (tmp_path / "agent.py").write_text(
+        "import os, openai\n"
+        "client = openai.OpenAI(base_url='http://127.0.0.1:9/v1', max_retries=0)\n"
+        "r = client.chat.completions.create(model='m', messages=[{'role': 'user', 'content': 'hi'}])\n"
+        "print(os.environ.get('TZ'), r.choices[0].message.content)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FORKPOINT_")}
+    rep = subprocess.run(
+        [sys.executable, "-m", "forkpoint.cli", "replay", str(session), "--", sys.executable, "agent.py"],
+        cwd=tmp_path, env={**env, "TZ": "America/New_York"}, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert rep.returncode == 0 and "replay ok" in rep.stderr, rep.stderr
+    assert rep.stdout == "America/New_York ok\n"
+    assert "time zone" not in rep.stderr
