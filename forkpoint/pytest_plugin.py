@@ -334,17 +334,50 @@ def invocation_nodeid(item: pytest.Item, base: Path | None = None) -> str:
 
 #: The suffixes of a VCR.py cassette (pytest-recording writes ``<test>.yaml``).
 VCR_SUFFIXES = (".yaml", ".yml", ".json", ".yaml.gz")
+#: The characters pytest-recording replaces with ``-`` in a test's name to name its cassette.
+_VCR_UNSAFE = "<>?%*:|\"'/\\"
 
 
-def vcr_cassette(path: Path, test_file: Path) -> Path | None:
-    """The VCR.py cassette of the test whose forkpoint cassette folder is ``path`` (of the test file
-    ``test_file``), where pytest-recording keeps it by default (``cassettes/<file's name>/`` beside
-    the test file: ``<test>.yaml``), or beside ``path`` (``<test>.yaml`` beside ``<test>/``); None."""
-    folders = dict.fromkeys([test_file.parent / "cassettes" / test_file.stem, path.parent])
-    return next(
-        (c for d in folders for c in (d / (path.name + s) for s in VCR_SUFFIXES) if c.is_file()),
-        None,
-    )
+def _fixture_value(request: pytest.FixtureRequest | None, name: str) -> Any:
+    """The value of the fixture ``name`` as the test sees it (a conftest's, or pytest-recording's
+    when installed); None when no fixture has that name."""
+    if request is None:
+        return None
+    try:
+        return request.getfixturevalue(name)
+    except pytest.FixtureLookupError:
+        return None
+
+
+def vcr_cassette(path: Path, item: pytest.Item, request: pytest.FixtureRequest | None = None) -> Path | None:
+    """The VCR.py cassette of the test ``item``, whose forkpoint cassette folder is ``path``, where
+    pytest-recording keeps it, or beside ``path`` (``<test>.yaml`` beside ``<test>/``); None.
+
+    As pytest-recording names it: in ``cassette_library_dir`` of the ``vcr`` markers or the
+    ``vcr_config`` fixture, else in the ``vcr_cassette_dir`` fixture's folder (by default
+    ``cassettes/<file's name>/`` beside the test file); the ``default_cassette`` marker's name, else
+    the test's (``Class.test_x[a-1]``, ``<>?%*:|"'/\\`` made ``-``) with the serializer's suffix."""
+    config = _fixture_value(request, "vcr_config")
+    merged = dict(config) if isinstance(config, Mapping) else {}
+    for marker in reversed(list(item.iter_markers("vcr"))):  # (the closest marker wins)
+        merged.update(marker.kwargs)
+    library = merged.get("cassette_library_dir") or _fixture_value(request, "vcr_cassette_dir")
+    folder = Path(library) if library else item.path.parent / "cassettes" / item.path.stem
+    chosen = item.get_closest_marker("default_cassette")
+    if chosen is not None and chosen.args:
+        name = str(chosen.args[0])
+    else:
+        cls = getattr(item, "cls", None)
+        name = f"{cls.__name__}.{item.name}" if cls is not None else item.name
+        for ch in _VCR_UNSAFE:
+            name = name.replace(ch, "-")
+    serializer = merged.get("serializer")
+    suffixes = dict.fromkeys([*([f".{serializer}"] if isinstance(serializer, str) else []), *VCR_SUFFIXES])
+    candidates = [
+        *((folder / name) if name.endswith(s) else (folder / (name + s)) for s in suffixes),
+        *(path.parent / (path.name + s) for s in VCR_SUFFIXES),
+    ]
+    return next((c for c in dict.fromkeys(candidates) if c.is_file()), None)
 
 
 def rerun_command(item: pytest.Item, mode: str) -> str:
@@ -454,9 +487,16 @@ class Cassette:
     """
 
     def __init__(
-        self, item: pytest.Item, settings: Settings, config: Any = None, tmp_root: Path | None = None
+        self,
+        item: pytest.Item,
+        settings: Settings,
+        config: Any = None,
+        tmp_root: Path | None = None,
+        request: pytest.FixtureRequest | None = None,
     ) -> None:
         self.item = item
+        #: The test's fixture request: where pytest-recording kept its cassette may be a fixture's.
+        self.request = request
         self.settings = settings
         opts = test_settings(item, {} if config is None else config)
         nodeid = item.nodeid
@@ -582,14 +622,16 @@ class Cassette:
             # A VCR.py cassette where pytest-recording kept this test's is not read: one migrating
             # from it is told how to import it, not only (or after the fact) to record it live.
             vcr = (
-                vcr_cassette(self.path, self.item.path)
+                vcr_cassette(self.path, self.item, self.request)
                 if not self.exists and self.mode != "rewrite"
                 else None
             )
             imported = (
                 f"A VCR.py cassette of this test is at {self.shown(vcr)}, which forkpoint does not read: "
                 # (into a store of its own: the default one may be a team's bucket, uploaded to)
-                f'import it as this test\'s cassette with mv "$(forkpoint import --store "$(mktemp -d)" '
+                # (its module's folder is made first: a cassette kept elsewhere left none there)
+                f"import it as this test's cassette with mkdir -p {shlex.quote(self.shown(self.path.parent))} && "
+                f'mv "$(forkpoint import --store "$(mktemp -d)" '
                 f'{shlex.quote(self.shown(vcr))})" '
                 f"{shlex.quote(self.shown())}"
                 if vcr is not None
@@ -1033,7 +1075,7 @@ def forkpoint_session(request: pytest.FixtureRequest) -> Iterator[Cassette]:
         tmp_root = request.getfixturevalue("tmp_path_factory").getbasetemp()
     except pytest.FixtureLookupError:  # (-p no:tmpdir)
         tmp_root = None
-    cassette = Cassette(item, item.config.stash[_settings_key], config, tmp_root=tmp_root)
+    cassette = Cassette(item, item.config.stash[_settings_key], config, tmp_root=tmp_root, request=request)
     item.stash[_cassette_key] = cassette
     try:
         # (in the try: a start that raises lets go of the cassette's lock and of the configuration

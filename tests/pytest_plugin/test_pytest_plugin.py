@@ -1177,3 +1177,121 @@ def test_a_vcr_cassette_where_pytest_recording_kept_it_is_named_with_how_to_impo
     assert "A VCR.py cassette of this test is at evals/unit/cassettes/test_pkg/test_chat.yaml" in " ".join(
         out.split()
     ), out
+
+
+def vcr_chat_cassette(server: LocalServer, content: str) -> str:
+    """A VCR.py cassette (JSON) of one chat completion answered with ``content``."""
+    answer = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "demo-model",
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}
+        ],
+    }
+    request = {"messages": [{"role": "user", "content": "hi"}], "model": "demo-model"}
+    interaction = {
+        "request": {
+            "method": "POST",
+            "uri": server.openai_base_url + "/chat/completions",
+            "headers": {"content-type": ["application/json"]},
+            "body": json.dumps(request, separators=(",", ":")),
+        },
+        "response": {
+            "status": {"code": 200, "message": "OK"},
+            "headers": {"content-type": ["application/json"]},
+            "body": {"string": json.dumps(answer)},
+        },
+    }
+    return json.dumps({"version": 1, "interactions": [interaction]})
+
+
+VCR_NAMED = """
+import os
+
+import openai
+import pytest
+
+
+def ask():
+    client = openai.OpenAI(base_url=os.environ["MODEL_URL"], api_key="sk-test", max_retries=0)
+    return client.chat.completions.create(model="demo-model", messages=[{"role": "user", "content": "hi"}])
+
+
+@pytest.mark.forkpoint
+@pytest.mark.parametrize("who", ["a-1", "b/2"])
+def test_param(who):
+    assert ask().choices[0].message.content == "from " + who
+
+
+class TestInClass:
+    @pytest.mark.forkpoint
+    def test_method(self):
+        assert ask().choices[0].message.content == "from a class"
+
+
+@pytest.mark.forkpoint
+@pytest.mark.vcr(cassette_library_dir="elsewhere", serializer="json")
+def test_marker_dir():
+    assert ask().choices[0].message.content == "from the marker's folder"
+
+
+@pytest.mark.forkpoint
+@pytest.mark.default_cassette("shared.yaml")
+def test_named():
+    assert ask().choices[0].message.content == "from the named one"
+"""
+
+
+def test_a_vcr_cassette_is_found_under_the_name_and_folder_pytest_recording_gives_it(
+    pytester: pytest.Pytester, server: LocalServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pytest-recording names a parametrized test's cassette ``test_param[a-1].yaml`` (a ``/`` of
+    the id made ``-``), a method's ``TestInClass.test_method.yaml``, and keeps it in the folder of a
+    ``vcr_cassette_dir`` fixture, a ``vcr`` marker's ``cassette_library_dir`` (with its
+    ``serializer``'s suffix) or under a ``default_cassette`` marker's name. Only the name of
+    forkpoint's own folder (``test_param-a-1``) in the default folder was looked for, so none of
+    these tests was told of its cassette, and CI said only "Record it once". Each is named now, and
+    the command given imports it as the test's cassette, making the folder forkpoint's are in (its
+    ``mv`` failed when no cassette of the module was there yet)."""
+    pytester.makeconftest(
+        "from pathlib import Path\n"
+        "import pytest\n"
+        "def pytest_configure(config):\n"
+        "    config.addinivalue_line('markers', 'vcr: pytest-recording')\n"
+        "    config.addinivalue_line('markers', 'default_cassette: pytest-recording')\n"
+        "@pytest.fixture(scope='module')\n"
+        "def vcr_cassette_dir():\n"
+        "    return str(Path(__file__).parent / 'recorded')\n"
+    )
+    pytester.makepyfile(test_named=VCR_NAMED)
+    recorded = pytester.path / "recorded"
+    recorded.mkdir()
+    (pytester.path / "elsewhere").mkdir()
+    cassettes = {
+        "recorded/test_param[a-1].yaml": "from a-1",
+        "recorded/test_param[b-2].yaml": "from b/2",
+        "recorded/TestInClass.test_method.yaml": "from a class",
+        "elsewhere/test_marker_dir.json": "from the marker's folder",
+        "recorded/shared.yaml": "from the named one",
+    }
+    for name, content in cassettes.items():
+        (pytester.path / name).write_text(vcr_chat_cassette(server, content))
+    monkeypatch.setenv("CI", "true")
+    missing = run(pytester)
+    missing.assert_outcomes(failed=5)
+    out = " ".join(missing.stdout.str().split("short test summary info")[0].split())
+    fixes = re.findall(
+        r"cassette with (mkdir -p \S+ && mv .*? tests/cassettes/test_named/\S+), or record it", out
+    )
+    for name in cassettes:
+        assert f"A VCR.py cassette of this test is at {name}," in out, name
+    assert len(fixes) == 5, out
+    assert server.requests == []
+
+    for fix in fixes:
+        cmd = fix.replace("forkpoint import", shlex.join(FORKPOINT) + " import")
+        subprocess.run(cmd, shell=True, check=True, cwd=pytester.path)
+    run(pytester).assert_outcomes(passed=5)
+    assert server.requests == []  # each served from its imported cassette
