@@ -42,8 +42,8 @@ EXEC_PREFIX = "exec-"
 #: In the ``FORKPOINT_REPORT`` folder of a replay: ``not-started-<pid>.txt`` of each process whose
 #: replay could not start (why, in words), which then exits with :data:`NOT_STARTED_EXIT`.
 NOT_STARTED_PREFIX = "not-started-"
-#: In the ``FORKPOINT_REPORT`` folder of a replay: ``unreported-<pid>.<errno>``, empty, of each process
-#: that could not write its report (a full disk, ``ulimit -f``: a file with no data can still be made),
+#: In the ``FORKPOINT_REPORT`` folder: ``unreported-<pid>.<errno>``, empty, of each process that could
+#: not write its report or ending (a full disk, ``ulimit -f``: a file with no data can still be made),
 #: so that the parent says that, and why, rather than that forkpoint did not start in it.
 UNREPORTED_PREFIX = "unreported-"
 NOT_STARTED_EXIT = 1  # (as forkpoint replay exits when it refuses a session)
@@ -65,6 +65,8 @@ EXECS_VAR = "FORKPOINT_EXECS"
 
 #: This process's activation (the variables it was started with), for the workers it spawns.
 _activation: dict[str, str] | None = None
+#: Whether this process said already that a file of its ``FORKPOINT_REPORT`` folder went unwritten.
+_unwritten_said = False
 
 
 def start(environ: MutableMapping[str, str] = os.environ) -> None:
@@ -146,7 +148,13 @@ def start(environ: MutableMapping[str, str] = os.environ) -> None:
                 lacks = [rec.lacks.to_json() for rec in made]
                 doc = {"uncaught": ended, "incomplete": incomplete, "lacks": lacks}
                 # (this process's own: a forked child that exits normally writes one of its own)
-                write_private(report / f"{ENDING_PREFIX}{os.getpid()}{tag}.json", json.dumps(doc).encode())
+                ending = report / f"{ENDING_PREFIX}{os.getpid()}{tag}.json"
+                _softly(
+                    lambda: write_private(ending, json.dumps(doc).encode()),
+                    report,
+                    "how this process's recording ended",
+                    "the session may not say all it lacks",
+                )
 
             atexit.register(write_ending)  # registered first, run last: after the calls written at exit
         atexit.register(finish_recording)
@@ -239,25 +247,12 @@ def _start_replay(session: str, env: Mapping[str, str], *, spawned: bool = False
             if started is not None:  # (the what-if session is this run's recording)
                 child.append(started)
             child.close()
-        if reports:
-            try:
-                write_report(reports / f"report-{os.getpid()}.json", rp.report())
-            except OSError as exc:  # (a full disk: said in a line, not a traceback in the program's output)
-                from .text import say
+        report()
 
-                say(
-                    f"forkpoint: could not write this process's replay report ({exc}): its verdict is unknown"
-                )
-                try:  # (for the parent, which would otherwise say forkpoint did not start here)
-                    os.close(
-                        os.open(
-                            reports / f"{UNREPORTED_PREFIX}{os.getpid()}.{exc.errno or 0}",
-                            os.O_CREAT | os.O_WRONLY,
-                            0o600,
-                        )
-                    )
-                except OSError:
-                    pass
+    def report() -> None:
+        if reports:
+            path = reports / f"report-{os.getpid()}.json"
+            _softly(lambda: write_report(path, rp.report()), reports, REPLAY_REPORT, UNKNOWN_VERDICT)
 
     atexit.register(finish)
     if not spawned:
@@ -268,7 +263,7 @@ def _start_replay(session: str, env: Mapping[str, str], *, spawned: bool = False
                 child.sync()
             done = reports / f"report-{os.getpid()}{tag}.json" if reports else None
             if done is not None:
-                write_report(done, rp.report())
+                _softly(lambda: write_report(done, rp.report()), done.parent, REPLAY_REPORT, UNKNOWN_VERDICT)
 
             def undo() -> None:  # (the exec failed: the program goes on, replayed; its report at exit)
                 if done is not None:
@@ -279,10 +274,6 @@ def _start_replay(session: str, env: Mapping[str, str], *, spawned: bool = False
         assert _activation is not None
         _hand_over_at_exec(before_exec, _activation, int(env.get(EXECS_VAR) or 0))
     if reports:
-
-        def report() -> None:
-            write_report(reports / f"report-{os.getpid()}.json", rp.report())
-
         # A program that ends through os._exit runs no exit handler: its report is written first.
         _before_os_exit(lambda _status, main: finish() if main else report(), "the replay report")
 
@@ -292,6 +283,32 @@ def _start_replay(session: str, env: Mapping[str, str], *, spawned: bool = False
         # A worker reports after each call; this process once it diverged (so that a program that
         # waits on for ever after it is seen to have diverged: orchestrate._Stuck).
         rp.report_each_call(report if spawned else lambda: report() if rp.divergence is not None else None)
+
+
+#: What :func:`_softly` says of a replaying process's report it could not write.
+REPLAY_REPORT, UNKNOWN_VERDICT = "this process's replay report", "its verdict is unknown"
+
+
+def _softly(write: Callable[[], object], folder: Path, what: str, lost: str) -> None:
+    """Call ``write``, which writes ``what`` (a report, an ending) to the ``FORKPOINT_REPORT``
+    ``folder`` as the program goes on, execs or leaves. A write that fails (a full disk) raises
+    nothing into the program, whose run recording must not change (an exec still execs): it is said
+    on stderr with what is ``lost``, once in this process, and left as an empty
+    ``unreported-<pid>.<errno>`` where that can be made, so that the CLI says why the file is missing."""
+    global _unwritten_said
+    try:
+        write()
+    except OSError as exc:
+        if not _unwritten_said:
+            _unwritten_said = True
+            from .text import say
+
+            say(f"forkpoint: could not write {what} ({exc}): {lost}")
+        mark = folder / f"{UNREPORTED_PREFIX}{os.getpid()}.{exc.errno or 0}"
+        try:
+            os.close(os.open(mark, os.O_CREAT | os.O_WRONLY, 0o600))
+        except OSError:
+            pass
 
 
 def _before_os_exit(run: Callable[[int, bool], None], what: str) -> None:
@@ -344,8 +361,14 @@ def _hand_over_at_exec(
         undo = before(f"-exec{handed}", new)
         said = None
         if activation.get("FORKPOINT_REPORT"):  # (what became of this process, for the CLI to check)
-            said = Path(activation["FORKPOINT_REPORT"]) / f"{EXEC_PREFIX}{os.getpid()}-{handed}.json"
-            write_private(said, json.dumps({"argv": [file, *args]}).encode())
+            note = Path(activation["FORKPOINT_REPORT"]) / f"{EXEC_PREFIX}{os.getpid()}-{handed}.json"
+            _softly(
+                lambda: write_private(note, json.dumps({"argv": [file, *args]}).encode()),
+                note.parent,
+                f"that this process execs {file}",
+                "whether forkpoint starts in that program is not checked",
+            )
+            said = note
 
         def undone() -> None:
             if said is not None:
@@ -549,7 +572,21 @@ def read_endings(folder: Path) -> tuple[list[ErrorRecord], str | None, list[dict
                 failures.append(f"process {path.stem[len(ENDING_PREFIX) :]}: {doc['incomplete']}")
         except (OSError, ValueError, AttributeError):  # a process killed while writing it
             continue
+    failures += [
+        f"process {pid} could not write how its recording ended ({why})" for pid, why in unwritten(folder)
+    ]
     return out, "; ".join(failures) or None, lacks, len(endings)
+
+
+def unwritten(folder: Path) -> list[tuple[str, str]]:
+    """``(pid, why in words)`` of each process that could not write its report or ending to
+    ``folder`` (``unreported-<pid>.<errno>``, left by :func:`_softly`)."""
+    out = []
+    for path in sorted(folder.glob(f"{UNREPORTED_PREFIX}*")):
+        pid, _, number = path.name[len(UNREPORTED_PREFIX) :].partition(".")
+        known = number.isascii() and number.isdigit() and int(number)
+        out.append((pid, os.strerror(int(number)) if known else "a write failed"))
+    return out
 
 
 def _quiet_divergence_tracebacks() -> None:

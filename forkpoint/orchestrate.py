@@ -28,7 +28,15 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
 
-from ._boot import ENDING_PREFIX, EXEC_PREFIX, NOT_STARTED_PREFIX, UNREPORTED_PREFIX, child_env, read_endings
+from ._boot import (
+    ENDING_PREFIX,
+    EXEC_PREFIX,
+    NOT_STARTED_PREFIX,
+    UNREPORTED_PREFIX,
+    child_env,
+    read_endings,
+    unwritten,
+)
 from .children import Captured, wait_child
 from .errors import CheckpointError, ForkpointError, OverrideError, SessionError, UsageError
 from .log import Session, read_json_text, to_json
@@ -317,7 +325,7 @@ def record_command(
         code, captured, _ = run_child(cmd, env, capture=capture, meanwhile=_ready_to_close)
         out = captured.text() if captured is not None else None
         uncaught, session.incomplete, lacks, reported = read_endings(Path(tmp))
-        for pid, command in unstarted_execs(Path(tmp), ENDING_PREFIX):
+        for pid, command in unstarted_execs(Path(tmp), ENDING_PREFIX, UNREPORTED_PREFIX):
             lost = f"process {pid} became `{command}` through exec, which did not start forkpoint{UNSTARTED}"
             say(f"forkpoint: WARNING: {lost}: what it did is not in the session")
             session.incomplete = session.incomplete or lost
@@ -710,16 +718,10 @@ def replay_run(
 def _unreported(folder: Path) -> list[str]:
     """Each replayed process that could not write its report (``unreported-<pid>.<errno>`` in
     ``folder``, by :mod:`forkpoint._boot`), and why, in words."""
-    out = []
-    for path in sorted(folder.glob(f"{UNREPORTED_PREFIX}*")):
-        pid, _, number = path.name[len(UNREPORTED_PREFIX) :].partition(".")
-        why = (
-            os.strerror(int(number))
-            if number.isascii() and number.isdigit() and int(number)
-            else "a write failed"
-        )
-        out.append(f"process {pid} ran, replayed, but could not write its report ({why})")
-    return out
+    return [
+        f"process {pid} ran, replayed, but could not write its report ({why})"
+        for pid, why in unwritten(folder)
+    ]
 
 
 def _unreached(session: Session, child: Path, live_from: int) -> list[int]:

@@ -274,6 +274,69 @@ sys.exit(5)
 """
 
 
+#: A program whose disk is full once it made a tool call, for the files forkpoint's bootstrap writes
+#: to its CLI (a report, an ending: written through a temporary file, which cannot be made; an empty
+#: file still can, as on a full disk): it then execs into its second part (``exec``, exits 3) or
+#: leaves through ``os._exit(7)``.
+FULL_BEFORE_LEAVING = """
+import errno, os, sys
+import forkpoint
+
+@forkpoint.tool
+def lookup(q):
+    return q.upper()
+
+real_open = os.open
+def full(path, *args, **kwargs):
+    name = os.fspath(path)
+    if "/forkpoint-re" in name and name.endswith(".tmp"):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    return real_open(path, *args, **kwargs)
+
+if len(sys.argv) > 2:  # the program it became
+    print(lookup("two"))
+    sys.exit(3)
+print(lookup("one"), flush=True)
+os.open = full
+if sys.argv[1] == "exec":
+    os.execv(sys.executable, [sys.executable, __file__, "exec", "again"])
+os._exit(7)
+"""
+
+
+@pytest.mark.parametrize(("how", "code", "printed"), [("exec", 3, "ONE\nTWO\n"), ("exit", 7, "ONE\n")])
+def test_a_full_disk_as_the_program_execs_or_leaves_is_said_and_changes_nothing(
+    store: Path, tmp_path: Path, how: str, code: int, printed: str
+) -> None:
+    """The ending a recorded process writes, and the report a replayed one writes, before an exec
+    and at ``os._exit``: on a full disk the exec raised the OSError into the program (which then
+    ended with a traceback instead of becoming its second part), and a replay's parent said the
+    process "did not start forkpoint". The program goes on as it would; the failure is said once
+    by the process, and the parent says that process could not write it, and why."""
+    from tests.cliutil import forkpoint_cli, with_this_path
+
+    script = tmp_path / "agent.py"
+    script.write_text(FULL_BEFORE_LEAVING)
+    rec = forkpoint_cli(
+        ["record", "--store", str(store), "--no-workspace", "--", sys.executable, str(script), how],
+        cwd=tmp_path,
+        env=with_this_path(),
+    )
+    assert rec.returncode == code and rec.stdout == printed, rec.stderr
+    assert rec.stderr.count("could not write how this process's recording ended") == 1, rec.stderr
+    assert "No space left on device" in rec.stderr and "Traceback" not in rec.stderr
+    (path,) = [p for p in store.iterdir() if (p / LOG_NAME).is_file()]
+    end = Session.load(path).events[-1]
+    assert "could not write how its recording ended (No space left on device)" in end["incomplete"]
+
+    rep = forkpoint_cli(["replay", str(path), "--store", str(store)], cwd=tmp_path, env=with_this_path())
+    assert rep.returncode == code and rep.stdout == printed, rep.stderr
+    said = " ".join(rep.stderr.split())
+    assert said.count("could not write this process's replay report") == 1, said
+    assert "ran, replayed, but could not write its report (No space left on device)" in said, said
+    assert "did not start forkpoint" not in said and "Traceback" not in said and "replay ok" not in said
+
+
 def record_that_runs_unrecorded(store: Path, tmp_path: Path) -> str:
     """``forkpoint record`` of a command that leaves a mark and exits 5, where no session can be
     made: the command ran (its mark, its exit code); what forkpoint said, on one line."""
