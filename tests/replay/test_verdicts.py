@@ -1053,6 +1053,42 @@ def test_a_divergence_an_sdk_wraps_and_retries_is_said_as_the_first_and_without_
     assert rp.report()["divergence"]["position"] == 1
 
 
+ASK_BEDROCK = """
+import sys
+
+import boto3
+
+client = boto3.client(
+    "bedrock-runtime", region_name="us-east-1", endpoint_url=sys.argv[1],
+    aws_access_key_id="AKIAIOSFODNN7EXAMPLE", aws_secret_access_key="x" * 40,
+)
+reply = client.converse(modelId="m", messages=[{"role": "user", "content": [{"text": sys.argv[2]}]}])
+print(reply["output"]["message"]["content"][0]["text"])
+"""
+
+
+def test_a_divergence_botocore_wraps_is_said_at_the_agents_line_not_in_urllib3(
+    tmp_path: Path, server: LocalServer
+) -> None:
+    """botocore wraps the divergence in its HTTPClientError: the replay said "the call made at
+    …/urllib3/connectionpool.py:793 (urlopen)", a line of the HTTP client, not the agent's."""
+    (tmp_path / "ask.py").write_text(ASK_BEDROCK)
+    fp, store = [sys.executable, "-m", "forkpoint.cli"], str(tmp_path / "store")
+    rec = subprocess.run(
+        [*fp, "record", "--store", store, "--no-workspace", "--", sys.executable, "ask.py", server.url, "one"],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path, env=_env(),
+    )  # fmt: skip
+    assert rec.returncode == 0, rec.stderr
+    rep = subprocess.run(
+        [*fp, "replay", "last", "--store", store, "--", sys.executable, "ask.py", server.url, "two"],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path, env=_env(),
+    )  # fmt: skip
+    assert rep.returncode == EXIT_DIVERGENCE, rep.stderr
+    said = " ".join(rep.stderr.split())
+    assert "the call made at " + str(tmp_path / "ask.py") + ":10 (<module>)" in said, rep.stderr
+    assert "raised to the program as botocore.exceptions.HTTPClientError" in said
+
+
 ASK_IN_A_TASK_GROUP = """
 import sys
 
