@@ -11,14 +11,16 @@ from typing import Any
 # Top-level packages between an agent's own code and the HTTP boundary: never the "call site". The
 # providers' SDKs are added from the providers (forkpoint.providers.sdk_modules) when it is needed.
 # Every HTTP client forkpoint captures is one (botocore wraps a divergence raised in urllib3: its
-# traceback starts there), and so is every framework it records.
+# traceback starts there), and so is every framework it records, and OpenTelemetry's wrappers
+# (strands' event-loop thread starts in opentelemetry.instrumentation.threading).
 _LIBRARY_PACKAGES = frozenset(
     {
         "forkpoint", "httpx", "httpx2", "httpcore", "h11", "anyio", "asyncio",
         "urllib3", "requests", "http", "urllib", "aiohttp",
         "pydantic_ai", "agents", "langchain_core", "langchain_openai", "langchain_anthropic",
         "langgraph", "litellm", "minisweagent", "smolagents", "strands", "agno", "dspy", "mcp",
-        "tenacity", "contextlib", "functools", "runpy", "threading", "concurrent",
+        "opentelemetry", "wrapt", "tenacity", "contextlib", "functools", "runpy", "threading",
+        "concurrent",
     }
 )  # fmt: skip
 

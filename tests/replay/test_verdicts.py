@@ -1089,6 +1089,43 @@ def test_a_divergence_botocore_wraps_is_said_at_the_agents_line_not_in_urllib3(
     assert "raised to the program as botocore.exceptions.HTTPClientError" in said
 
 
+ASK_STRANDS = """
+import sys
+
+import boto3
+from strands import Agent
+from strands.models import BedrockModel
+
+session = boto3.Session(aws_access_key_id="AKIAIOSFODNN7EXAMPLE", aws_secret_access_key="x" * 40, region_name="us-east-1")
+model = BedrockModel(model_id="m", boto_session=session, endpoint_url=sys.argv[1])
+agent = Agent(model=model, callback_handler=None)
+print(agent(sys.argv[2]))
+"""
+
+
+def test_a_divergence_in_strands_event_loop_thread_is_said_at_the_agents_line(
+    tmp_path: Path, server: LocalServer
+) -> None:
+    """strands makes its model calls in a thread that OpenTelemetry's threading instrumentation
+    wraps: the replay said "the call made at …/opentelemetry/instrumentation/threading/…
+    (wrapped_func)", where the agent's own call, ``agent(...)``, is in the main thread."""
+    pytest.importorskip("strands")
+    (tmp_path / "ask.py").write_text(ASK_STRANDS)
+    fp, store = [sys.executable, "-m", "forkpoint.cli"], str(tmp_path / "store")
+    rec = subprocess.run(
+        [*fp, "record", "--store", store, "--no-workspace", "--", sys.executable, "ask.py", server.url, "one"],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path, env=_env(),
+    )  # fmt: skip
+    assert rec.returncode == 0, rec.stderr
+    rep = subprocess.run(
+        [*fp, "replay", "last", "--store", store, "--", sys.executable, "ask.py", server.url, "two"],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path, env=_env(),
+    )  # fmt: skip
+    assert rep.returncode == EXIT_DIVERGENCE, rep.stderr
+    said = " ".join(rep.stderr.split())
+    assert "the call made at " + str(tmp_path / "ask.py") + ":11 (<module>)" in said, rep.stderr
+
+
 ASK_IN_A_TASK_GROUP = """
 import sys
 
