@@ -5,7 +5,8 @@ JSON of the *normalized* request, each item of its body's top-level lists replac
 (:func:`model_key`). Normalizing keeps what decides the model's answer and drops what
 varies between two runs of the same program:
 
-* kept: method, URL path, query (sorted, scrubbed), the parsed body (scrubbed), and the few headers
+* kept: method, URL path, query (sorted, scrubbed), the parsed body (scrubbed; a secret's
+  placeholder by its kind only: :func:`~forkpoint.redact.secrets_by_kind`), and the few headers
   that change the meaning of a request (:data:`SEMANTIC_HEADERS`, e.g. ``anthropic-version``, ``range``);
 * dropped: credentials in the query (``?key=``, ``?api_key=``, ``?access_token=``… — the scrubber's
   credential parameters: a recording made with one key replays with another), scheme, host and port
@@ -49,7 +50,7 @@ from .events import process_of
 from .jsondiff import json_diff
 from .patterns import compiled_later
 from .providers import semantic_headers
-from .redact import scrub_bytes, scrub_json, scrub_url
+from .redact import scrub_bytes, scrub_json, scrub_url, secrets_by_kind
 
 #: Request headers that are part of the match key (lower-case). All others are ignored. For every
 #: request: content-type, and range and if-range (which part of a file a download asks for: the
@@ -76,12 +77,12 @@ def normalize_request(
         "method": method.upper(),
         "path": parts.path,
         "query": sorted(
-            (k, v)
+            (k, secrets_by_kind(v))
             for k, v in parse_qsl(parts.query, keep_blank_values=True)
             if not scrubber.credential_param(k)
         ),
         "headers": {k: v for k, v in sorted(kept.items()) if k in SEMANTIC_HEADERS},
-        "body": scrub_json(_stable_body(body, ctype)),
+        "body": secrets_by_kind(scrub_json(_stable_body(body, ctype))),
     }
 
 
@@ -167,7 +168,7 @@ def relocated(value: Any, here: str, recorded: str) -> Any:
 def tool_key(name: str, args: Any, ignore: Ignore | None = None) -> str:
     """Match key (64 hex) of a tool call: its name and its (scrubbed, JSON) arguments, less what the
     ``ignore`` rules about this tool take out (default: the configuration's, :func:`configured`)."""
-    keyed = _in_force(ignore).mask({"tool": name, "args": scrub_json(args)}, tool=name)
+    keyed = _in_force(ignore).mask({"tool": name, "args": secrets_by_kind(scrub_json(args))}, tool=name)
     return digest(keyed, exotic=True)  # (arguments may be any int, any str: a file name's surrogates)
 
 
@@ -193,8 +194,9 @@ def normalized(event: Mapping[str, Any]) -> dict[str, Any]:
 #: :func:`tool_key`, :func:`value_key`). Raise it whenever a key of the same call would change:
 #: a replay then recomputes the keys a session stored instead of trusting them (:func:`key_spec`).
 #: 3: range and if-range are in the key; 4: Bedrock InvokeModel's x-amzn-bedrock-* headers; 5: query
-#: parameters named like credentials (?access_key=, ?auth_token=) are out of the key.
-KEY_VERSION = 5
+#: parameters named like credentials (?access_key=, ?auth_token=) are out of the key; 6: a secret's
+#: placeholder counts by its kind, not its digest (a JWT signed afresh at every run).
+KEY_VERSION = 6
 
 
 def key_spec(ignore: Ignore | None = None) -> str:

@@ -510,6 +510,44 @@ def holds_placeholder(value: Any) -> bool:
     return False
 
 
+# A placeholder, as text or percent-encoded (a form field, a query value), its kind in group 1 or 2.
+_PLACEHOLDER_DIGEST_RE = compiled_later(
+    r"(\[REDACTED:[a-z0-9-]+):[0-9a-f]{8}\]|(%5BREDACTED%3A[a-z0-9-]+)%3A[0-9a-f]{8}%5D", re.IGNORECASE
+)
+
+
+def _kind_only(m: re.Match[str]) -> str:
+    return f"{m.group(1)}]" if m.group(1) else f"{m.group(2)}%5D"
+
+
+def secrets_by_kind(value: Any) -> Any:
+    """JSON-like ``value`` with every placeholder's digest left out (``[REDACTED:jwt]``): what a
+    match key covers of a secret, so that a credential minted afresh at every run (a service
+    account's signed JWT, a login's password) matches the recorded one, as credential headers and
+    query parameters do by being left out. ``value`` itself when it holds none (the usual case:
+    one C-level look), and otherwise every unchanged part kept as the same object."""
+    try:
+        text = orjson.dumps(value)
+    except TypeError:  # (bytes or an int past 64 bits in it: walked)
+        pass
+    else:
+        if b"REDACTED" not in text:
+            return value
+    return _by_kind(value)
+
+
+def _by_kind(value: Any) -> Any:
+    if isinstance(value, str):
+        return _PLACEHOLDER_DIGEST_RE.sub(_kind_only, value) if "REDACTED" in value else value
+    if isinstance(value, dict):
+        items = {k: _by_kind(v) for k, v in value.items()}
+        return value if all(items[k] is v for k, v in value.items()) else items
+    if isinstance(value, list):
+        new = [_by_kind(v) for v in value]
+        return value if all(a is b for a, b in zip(new, value, strict=True)) else new
+    return value
+
+
 def _is_placeholder(value: str) -> bool:
     if _PLACEHOLDER_RE.fullmatch(value):
         return True

@@ -105,6 +105,71 @@ def test_a_live_secret_matches_its_recorded_placeholder() -> None:
     assert key(body=live) == key(body=recorded)
 
 
+def _jwt(issued: int) -> str:
+    import base64
+
+    def part(obj: dict[str, Any]) -> str:
+        return base64.urlsafe_b64encode(json.dumps(obj).encode()).rstrip(b"=").decode()
+
+    claims = {"iss": "agent@proj.iam.gserviceaccount.com", "iat": issued, "exp": issued + 3600}
+    return f"{part({'alg': 'RS256', 'typ': 'JWT'})}.{part(claims)}.{'s' * 43}{issued}"
+
+
+TOKEN_FORM = "grant_type=urn%3Aietf%3Aparams%3Aoauth%3Agrant-type%3Ajwt-bearer&assertion="
+
+
+def test_a_credential_counts_in_the_key_by_its_kind_not_its_value() -> None:
+    """A service account's token request (google-auth: Vertex AI) carries a JWT signed afresh at
+    every run: its placeholder differed, so no replay of a Vertex agent got past its first request.
+    Credentials are out of the key wherever they are; what kind of secret stood there still counts."""
+    form = {"content-type": "application/x-www-form-urlencoded"}
+    url = "https://oauth2.googleapis.com/token"
+    assert key(url, form, TOKEN_FORM + _jwt(1_700_000_000)) == key(
+        url, form, TOKEN_FORM + _jwt(1_700_000_999)
+    )
+    assert key(url, form, TOKEN_FORM + _jwt(1)) != key(
+        url, form, TOKEN_FORM.replace("jwt-bearer", "x") + _jwt(1)
+    )
+    login = {"user": "me", "client_secret": "s3cr3t-one"}
+    assert key(body=login) == key(body={**login, "client_secret": "another-secret"})
+    assert key(body=login) != key(body={**login, "user": "you"})
+    sk = "sk-proj-" + "Z" * 40
+    said = {"messages": [{"role": "user", "content": f"my key is {sk}"}]}
+    assert key(body=said) == key(
+        body={"messages": [{"role": "user", "content": "my key is " + sk[:-1] + "Y"}]}
+    )
+    assert key(body=said) != key(body={"messages": [{"role": "user", "content": f"your key is {sk}"}]})
+    assert tool_key("call_api", {"auth_token": "tok-1"}) == tool_key("call_api", {"auth_token": "tok-2"})
+
+
+def test_a_token_request_signed_afresh_replays(server: Any, store: Any) -> None:
+    """The recording and the replay each sign their own JWT for the token request: the replay serves
+    the recorded token answer, then the model call."""
+    import requests
+
+    @server.route("/token")
+    def token(request: Any) -> Any:
+        from tests.modelserver import json_reply
+
+        return json_reply({"access_token": "ya29." + "a" * 60, "expires_in": 3599, "token_type": "Bearer"})
+
+    def run(base: str, issued: int) -> Any:
+        got = requests.post(base + "/token", data=TOKEN_FORM + _jwt(issued), timeout=5,
+                            headers={"content-type": "application/x-www-form-urlencoded"}).json()  # fmt: skip
+        answer = requests.post(base + "/v1/chat/completions", json=BODY, timeout=5,
+                               headers={"authorization": "Bearer " + got["access_token"]}).json()  # fmt: skip
+        return got, answer
+
+    with forkpoint.record(store=store) as rec:
+        recorded = run(server.url, 1_700_000_000)
+    server.stop()
+    with forkpoint.replay(rec.session_path) as rp:
+        replayed = run("http://127.0.0.1:9", 1_700_000_042)
+    assert rp.report()["divergence"] is None and rp.report()["matched"] == 2
+    assert replayed[1] == recorded[1]
+    assert replayed[0]["access_token"].startswith("[REDACTED:")
+
+
 def _conversation(turns: int) -> dict[str, Any]:
     messages: list[dict[str, Any]] = [{"role": "system", "content": "You edit files."}]
     for t in range(turns):
