@@ -9,7 +9,8 @@ that runs as usual, live and on replay, and only the function's work is served f
 The event's ``tool`` is the function's ``name``, ``args`` the model's arguments, ``result``
 the return value, typed where forkpoint rebuilds it (:func:`.base.stored_form`: a dataclass comes
 back a dataclass, so agno sends the model the same ``str()`` of it); an async-generator tool's items are recorded and yielded again.
-A sync generator tool is not recorded (forkpoint says so when it is called, and it runs live on
+A toolkit's method that changes its object (``self.calls += 1``) is said while recording, as a
+replay does not run it. A sync generator tool is not recorded (forkpoint says so when it is called, and it runs live on
 replay). MCP tools (``MCPTools``) are recorded as MCP requests by :mod:`.mcp`.
 """
 

@@ -278,12 +278,13 @@ async def stream_tool(
     args: dict[str, Any],
     items: Callable[[], AsyncIterator[Any]],
     encode: Callable[[Any], Any] = stored_form,
+    fn: Any = None,
 ) -> AsyncIterator[Any]:
     """One call of a tool that streams (an async generator), through forkpoint: live, each item is
     passed on the moment the tool yields it, and the call is recorded with the list of the items'
     stored forms (``encode`` of each) as its result; on replay the recorded items are yielded and
     the tool does not run. An exception the tool raised is recorded and raised again (the items
-    before it are not replayed)."""
+    before it are not replayed). ``fn``: as for :func:`run_tool`."""
     if runtime.active() is None:
         async for item in items():
             yield item
@@ -301,7 +302,7 @@ async def stream_tool(
             await queue.put(item)
         return got
 
-    call = asyncio.ensure_future(run_tool(name, args, body, lambda got: [encode(i) for i in got]))
+    call = asyncio.ensure_future(run_tool(name, args, body, lambda got: [encode(i) for i in got], fn))
     try:
         while not call.done():
             getter = asyncio.ensure_future(queue.get())
@@ -335,17 +336,31 @@ def run_tool_sync(
         return call_tool(name, args, body, encode)
 
 
+def _bound_method(fn: Any) -> Any:
+    """The bound method ``fn`` is, or wraps (``__wrapped__``: agno runs a toolkit's method through
+    pydantic's ``validate_call``), or None."""
+    for _ in range(8):  # (a wrapper's chain is short; never loop on a cyclic one)
+        if fn is None:
+            return None
+        if getattr(fn, "__self__", None) is not None and getattr(fn, "__func__", None) is not None:
+            return fn
+        fn = getattr(fn, "__wrapped__", None)
+    return None
+
+
 def recorded_function(name: str, args: dict[str, Any], fn: Callable[..., Any]) -> Callable[..., Any]:
     """``fn`` (sync, async or an async generator function) wrapped so that its call is recorded as
-    tool ``name`` with ``args``; a wrapper of the same kind, as strands chooses by the kind."""
+    tool ``name`` with ``args``; a wrapper of the same kind, as strands chooses by the kind. A
+    method (an agno toolkit's, a strands ``@tool`` method) is watched for changes to its object."""
     import inspect  # here: the seam is imported at every bootstrapped start
 
+    method = _bound_method(fn)
     if inspect.isasyncgenfunction(fn):
 
         @functools.wraps(fn)
         async def streamed(*a: Any, **kw: Any) -> AsyncIterator[Any]:
             with hidden:  # (the tool's exception comes out of the recording's task: through run_tool too)
-                async for item in stream_tool(name, args, lambda: fn(*a, **kw)):
+                async for item in stream_tool(name, args, lambda: fn(*a, **kw), fn=method):
                     yield item
 
         return streamed
@@ -354,14 +369,14 @@ def recorded_function(name: str, args: dict[str, Any], fn: Callable[..., Any]) -
         @functools.wraps(fn)
         async def awaited(*a: Any, **kw: Any) -> Any:
             with hidden:
-                return await run_tool(name, args, lambda: fn(*a, **kw))
+                return await run_tool(name, args, lambda: fn(*a, **kw), fn=method)
 
         return awaited
 
     @functools.wraps(fn)
     def called(*a: Any, **kw: Any) -> Any:
         with hidden:
-            return run_tool_sync(name, args, lambda: fn(*a, **kw))
+            return run_tool_sync(name, args, lambda: fn(*a, **kw), fn=method)
 
     return called
 

@@ -1,6 +1,6 @@
 """A bound method handed to a framework as a tool (google-genai's automatic function calling with
 ``tools=[inventory.count]``, the anthropic SDK's ``beta_tool(notes.add)``, a smolagents ``Tool``
-subclass) that keeps state in its object, or a tool that changes the run's context the framework
+subclass, an agno ``Toolkit``'s method, a strands ``@tool`` method) that keeps state in its object, or a tool that changes the run's context the framework
 hands it (the Agents SDK's ``RunContextWrapper.context``, pydantic-ai's ``ctx.deps``): a replay does
 not run its body, so the object stays as it was and the program may go another way under "replay
 ok". Recording says so, as it does for a ``@forkpoint.tool`` method or argument."""
@@ -290,3 +290,75 @@ def test_watching_a_tools_object_runs_none_of_its_attributes_code(
         agent.lookup("x")
     assert agent.rows.queries == 0
     assert "tool 'lookup' changed self.seen in place while it ran" in _said(capsys)
+
+
+COUNT = [[("count_items", {"sku": "a1"})], "Done."]
+
+
+def _bedrock_client(server: LocalServer) -> Any:
+    import boto3
+
+    return boto3.client(
+        "bedrock-runtime", region_name="us-east-1", endpoint_url=server.url,
+        aws_access_key_id="AKIAIOSFODNN7EXAMPLE", aws_secret_access_key="x" * 40,
+    )  # fmt: skip
+
+
+def test_an_agno_toolkit_method_that_changes_its_object_is_said(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An agno ``Toolkit``'s tools are its methods (agno wraps each in pydantic's ``validate_call``):
+    one that kept a count in ``self`` was not said, and a replay ended with the count at 0 under
+    "replay ok"."""
+    pytest.importorskip("agno")
+    from agno.agent import Agent
+    from agno.models.aws import AwsBedrock
+    from agno.tools import Toolkit
+
+    class Shop(Toolkit):
+        def __init__(self) -> None:
+            super().__init__(name="shop", tools=[self.count_items])
+            self.calls = 0
+
+        def count_items(self, sku: str) -> str:
+            """Count the items of a sku."""
+            self.calls += 1
+            return "7"
+
+    shop = Shop()
+    with LocalServer(chat_script=COUNT) as server, forkpoint.record(store=tmp_path):
+        model = AwsBedrock(id="m", client=_bedrock_client(server))
+        Agent(model=model, tools=[shop], telemetry=False).run("count a1")
+    assert shop.calls == 1
+    assert f"tool 'count_items' {SAID}" in _said(capsys)
+
+
+def test_a_strands_method_tool_that_changes_its_object_is_said(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """strands' ``@tool`` on a method: the same, for a strands agent."""
+    pytest.importorskip("strands")
+    from strands import Agent, tool
+    from strands.models import BedrockModel
+
+    class Shop:
+        def __init__(self) -> None:
+            self.calls = 0
+
+        @tool
+        def count_items(self, sku: str) -> str:
+            """Count the items of a sku."""
+            self.calls += 1
+            return "7"
+
+    shop = Shop()
+    with LocalServer(chat_script=COUNT) as server, forkpoint.record(store=tmp_path):
+        import boto3
+
+        session = boto3.Session(
+            aws_access_key_id="AKIAIOSFODNN7EXAMPLE", aws_secret_access_key="x" * 40, region_name="us-east-1"
+        )
+        model = BedrockModel(model_id="m", boto_session=session, endpoint_url=server.url)
+        Agent(model=model, tools=[shop.count_items], callback_handler=None)("count a1")
+    assert shop.calls == 1
+    assert f"tool 'count_items' {SAID}" in _said(capsys)
