@@ -1260,6 +1260,12 @@ class Replayer:
                     for n in self._session.by_type("note")
                     for program in (n.get("data") or {}).get("unrecorded_programs") or ()
                 ],
+                # (a tool served from the session: the change its body made is not made again)
+                "changed_in_place": [
+                    c
+                    for c in self._changed_in_place(None)
+                    if self.sources["tool_call"] == "replay" and c.get("tool") not in self.live_tools
+                ],
                 "alike_served": self._certain(),
                 "placeholders_served": sorted(set(self.placeholders_served)),
                 "strict": self.strict,

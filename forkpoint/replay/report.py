@@ -264,6 +264,15 @@ def summary_line(report: dict[str, Any]) -> str:
         )
     else:
         status = "ok"
+    if status == "ok" and report.get("changed_in_place"):
+        said = "; ".join(
+            f"tool {_plain(str(c.get('tool')))!r} changed {', '.join(_plain(str(x)) for x in c.get('changed') or [])}"
+            for c in report["changed_in_place"]
+        )
+        status = (
+            f"ok, but not certain: when recorded, {said} in place, which this replay did not do (it does "
+            "not run a tool's body): what the program read of it afterwards may differ (--tools live runs it)"
+        )
     if status == "ok" and report.get("placeholders_served"):
         seqs = report["placeholders_served"]
         status = (

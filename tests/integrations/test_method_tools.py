@@ -362,3 +362,39 @@ def test_a_strands_method_tool_that_changes_its_object_is_said(
         Agent(model=model, tools=[shop.count_items], callback_handler=None)("count a1")
     assert shop.calls == 1
     assert f"tool 'count_items' {SAID}" in _said(capsys)
+
+
+def test_a_replay_that_did_not_redo_a_change_in_place_is_not_plain_ok(tmp_path: Path) -> None:
+    """The recording said that ``count`` changed ``self.calls``; the replay, which does not run the
+    tool's body, ends with ``calls`` at 0 where the recorded run had 2, and said "replay ok" as if
+    it had reproduced. It says what it did not redo."""
+    from forkpoint.replay import summary_line
+
+    class Shop:
+        def __init__(self) -> None:
+            self.calls = 0
+
+        @forkpoint.tool
+        def count(self, sku: str) -> int:
+            self.calls += 1
+            return 7
+
+    def run() -> int:
+        shop = Shop()
+        shop.count("a1")
+        shop.count("b2")
+        return shop.calls
+
+    with forkpoint.record(store=tmp_path) as rec:
+        assert run() == 2
+    with forkpoint.replay(rec.session_path) as rp:
+        assert run() == 0
+    report = rp.report()
+    assert report["divergence"] is None
+    line = " ".join(summary_line(report).split())
+    assert line.startswith(
+        "replay ok, but not certain: when recorded, tool 'count' changed self.calls in place"
+    ), line
+    with forkpoint.replay(rec.session_path, tools="live") as live:
+        assert run() == 2
+    assert "in place" not in summary_line(live.report())
