@@ -2,11 +2,12 @@
 
 **Async transport.** The SDK sends sync requests with httpx2 (or httpx), which forkpoint captures.
 For async requests it prefers aiohttp whenever aiohttp is installed (the ``google-genai[aiohttp]``
-extra) and falls back to its httpx async client otherwise; forkpoint does not capture aiohttp.
+extra) and falls back to its httpx async client otherwise.
 Patched: ``google.genai._api_client.BaseApiClient._use_aiohttp``, which every async request,
 stream, upload and download asks. While a recording or replay is active it answers False, so the
-SDK takes its own httpx fallback; outside forkpoint nothing changes. A client given its own aiohttp
-session (``HttpOptions(aiohttp_client=...)``) keeps it, and is then not captured.
+SDK takes its own httpx fallback, as it does without aiohttp; outside forkpoint nothing changes. A
+client given its own aiohttp session (``HttpOptions(aiohttp_client=...)``) keeps it, and is
+captured at aiohttp's client (:mod:`forkpoint.capture.aiohttp`).
 
 **Automatic function calling.** With Python functions as tools
 (``GenerateContentConfig(tools=[get_weather])``) the SDK calls them itself between model calls.
