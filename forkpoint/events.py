@@ -244,6 +244,7 @@ class ToolCallEvent(_Common, total=False):
 VALUE_FNS = (
     "time.time", "time.time_ns", "time.localtime", "time.gmtime", "datetime.now", "datetime.utcnow",
     "datetime.today", "date.today", "uuid.uuid4", "random.random", "random.getrandbits",
+    "secrets.token_urlsafe",
 )  # fmt: skip
 #: Those of a header without ``deterministic_reads`` (recorded by forkpoint before 2026-12-04,
 #: which read ``date.today()``, ``time.time_ns()`` and the local time for real).
@@ -259,7 +260,8 @@ class ValueEvent(_Common, total=False):
 
     ``fn`` names what was read (``"time.time"``, ``"time.time_ns"``, ``"time.localtime"``,
     ``"time.gmtime"``, ``"datetime.now"``, ``"datetime.utcnow"``, ``"datetime.today"``,
-    ``"date.today"``, ``"uuid.uuid4"``, ``"random.random"``, ``"random.getrandbits"``); ``args``
+    ``"date.today"``, ``"uuid.uuid4"``, ``"random.random"``, ``"random.getrandbits"``,
+    ``"secrets.token_urlsafe"``: a tool call id strands' Gemini model made up); ``args``
     its arguments when they decide the value (``[k]`` of ``getrandbits``); ``value`` its JSON form
     (a number, an ISO 8601 string, a struct_time's 9 fields then its zone name and UTC offset, a
     uuid string, hex digits)."""

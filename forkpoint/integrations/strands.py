@@ -12,6 +12,12 @@ A streaming tool's items are passed on live as it yields them and recorded as th
 again, so the agent sees the same stream events and the same result (the last item). An
 exception is recorded and raised again, so strands builds the same error result. MCP tools
 (``MCPClient``) are another class and are recorded as MCP requests by :mod:`.mcp`.
+
+Also patched: ``strands.models.gemini``'s ``secrets``. Gemini answers a function call without an
+id, and strands' Gemini model makes one up (``secrets.token_urlsafe``) that it sends back with the
+tool's result: a replay sent other ids, and diverged at its second model call. Under
+``deterministic`` the ids it makes are read through forkpoint as the agent's own uuids are
+(recorded, then served: :func:`forkpoint.capture.clock.read`); otherwise nothing changes.
 """
 
 from __future__ import annotations
@@ -23,6 +29,34 @@ from types import ModuleType
 from typing import Any
 
 from .base import Integration, json_args, recorded_function, records, replace
+
+
+class _Ids(ModuleType):
+    """``secrets`` as strands' Gemini model sees it: :func:`secrets.token_urlsafe` read through
+    forkpoint's deterministic values, everything else the module's own."""
+
+    def __init__(self, real: ModuleType) -> None:
+        super().__init__("secrets")
+        self._real = real
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+    def token_urlsafe(self, nbytes: int | None = None) -> str:
+        from ..capture.clock import read  # here: a run that uses no strands Gemini model never needs it
+
+        def live() -> str:
+            return str(self._real.token_urlsafe(nbytes))
+
+        return read("secrets.token_urlsafe", live, str, str, [nbytes])
+
+
+def patch_gemini(module: ModuleType) -> None:
+    """Hand ``strands.models.gemini`` a ``secrets`` whose ``token_urlsafe`` (its tool call ids) is
+    recorded and served under ``deterministic``."""
+    real = getattr(module, "secrets", None)
+    if isinstance(real, ModuleType) and not isinstance(real, _Ids):
+        replace(module, "secrets", _Ids(real))
 
 
 def patch(module: ModuleType) -> None:
@@ -45,4 +79,6 @@ def patch(module: ModuleType) -> None:
     replace(cls, "stream", stream)
 
 
-INTEGRATION = Integration("strands", {"strands.tools.decorator": patch})
+INTEGRATION = Integration(
+    "strands", {"strands.tools.decorator": patch, "strands.models.gemini": patch_gemini}
+)

@@ -390,3 +390,32 @@ def test_a_strands_streaming_tools_exception_has_the_traceback_it_has_without_fo
     with forkpoint.replay(rec.session_path) as rp:
         assert asyncio.run(failed()) == plain
     assert rp.report()["reproduced"], rp.report()
+
+
+def test_a_strands_gemini_agent_replays_the_tool_call_ids_strands_made_up(tmp_path: Path) -> None:
+    """Gemini answers a function call without an id; strands' Gemini model makes one up
+    (``secrets.token_urlsafe``) and sends it back with the tool's result: every replay diverged at
+    the second model call on ``functionCall.id``, ``--deterministic`` or not. With
+    ``deterministic`` the ids are recorded and served as the agent's own uuids are."""
+    pytest.importorskip("strands")
+    from strands import Agent, tool
+    from strands.models.gemini import GeminiModel
+
+    from forkpoint.demo.server import ModelServer
+
+    @tool
+    def lookup(city: str) -> str:
+        """Look a city up."""
+        return f"{city}: sunny"
+
+    def run(url: str) -> str:
+        model = GeminiModel(
+            client_args={"api_key": "fake", "http_options": {"base_url": url}}, model_id="gemini-demo"
+        )
+        return str(Agent(model=model, tools=[lookup], callback_handler=None)("Weather?"))
+
+    with ModelServer(turns=2, seed=5) as server, forkpoint.record(store=tmp_path, deterministic=True) as rec:
+        recorded = run(server.base_url)
+    with forkpoint.replay(rec.session_path) as rp:
+        assert run("http://127.0.0.1:9") == recorded
+    assert rp.report()["reproduced"], rp.report()
