@@ -487,6 +487,8 @@ VOLATILE: dict[str, str] = {
     "uuid": r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}",
     # (bare hex with a letter in it: sixteen digits after a point are a number's, a score or a price)
     "id": r"\b(?:req|msg|run|sess|session|trace|span|call|chatcmpl|resp|evt)[-_][A-Za-z0-9]{6,}\b"
+    # (a tool call id a client made up, urlsafe base64: strands' Gemini model's)
+    r"|\btooluse_[A-Za-z0-9_-]{6,}(?![A-Za-z0-9_-])"
     r"|(?<![0-9A-Za-z.])(?=[0-9]*[a-f])[0-9a-f]{16,}(?![0-9A-Za-z])",
 }
 _VOLATILE_RE = compiled_later("|".join(f"(?P<{k}>{v})" for k, v in VOLATILE.items()))

@@ -168,6 +168,8 @@ def test_a_rule_prints_as_toml_that_reads_back() -> None:
             "regex",
         ),
         ("req_8f7b4c8e9d7e", "req_1111aaaa2222", "whole"),
+        # (the id strands' Gemini model makes up for a tool call: secrets.token_urlsafe, '-' and '_' in it)
+        ("tooluse_AM5louub9Y7Y3oy-PxUk5g", "tooluse_-mbywA7SX30ZLWzbKN3MRA", "whole"),
         (1764584119.93, 1764584121.7, "whole"),
         ("2026-12-01T10:15:19Z", "2026-12-01T10:16:00Z", "whole"),
     ],
