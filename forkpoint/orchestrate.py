@@ -838,15 +838,9 @@ def replay_command(
                 else "never reached (the run went another way first)"
             )
             say(f"  override {o['spec']} → event seq {o['seq']}: {state}")
-        missing = (report.get("recorded_end") or {}).get("unrecorded_tools")
-        # (an override changed what the model asked for: the recording's list says nothing of this run)
-        changed = any(o["applied"] for o in report.get("overrides") or [])
-        if missing and options.get("tools_source", "replay") != "live" and not changed:
-            names = ", ".join(f"{n} ({plural(k, 'call')})" for n, k in missing.items())
-            say(
-                f"forkpoint: WARNING: the model asked for tools the recording has no calls of: {names}; if the "
-                "program ran them, they ran for real in this replay, as they did when recorded"
-            )
+    unrecorded = "" if quiet else _unrecorded_run(session, report, options.get("tools_source", "replay"))
+    if unrecorded and not report.get("divergence"):
+        say(unrecorded)
     if report.get("divergence"):
         if not quiet:
             say(format_divergence(report["divergence"]))
@@ -864,6 +858,8 @@ def replay_command(
                     "call of that endpoint or tool was left to serve:"
                 )
                 say(format_divergence(unanswered[0]))
+        if unrecorded:  # (after the divergence's differences, not between them and the verdict)
+            say(unrecorded)
         # Going live after a divergence is the what-if the user asked for; serving recorded answers
         # to other requests (fifo) is not a reproduction, unless the user said to accept that.
         asked = on_divergence == "live" or (on_divergence == "fifo" and accept_drift)
@@ -886,6 +882,33 @@ def replay_command(
     ):
         say("the override(s) did not change the agent's path: every later call matched the recording")
     return report, code, out
+
+
+def _unrecorded_run(session: Session, report: dict[str, Any], tools_source: str) -> str:
+    """The warning that tools the recording has no calls of ran for real in this replay, naming
+    those the model asked for in the recorded calls this replay was served; ``""`` for none, with
+    tools live, or when an override changed what the model asked for (the recording's asks then say
+    nothing of this run)."""
+    missing = (report.get("recorded_end") or {}).get("unrecorded_tools")
+    if not missing or tools_source == "live" or any(o["applied"] for o in report.get("overrides") or []):
+        return ""
+    if not session.events:  # (``forkpoint replay`` hands on its header only: its asks are read now)
+        try:
+            session = Session.load(session.path, share_lists=True)
+        except SessionError:  # (the replaying process could read it: say every recorded ask)
+            names = ", ".join(f"{n} ({plural(k, 'call')})" for n, k in missing.items())
+            return _UNRECORDED_RAN.format(names=names)
+    served = set(report.get("served") or ())
+    asked = Counter(name for seq, name in _unrecorded_asks(session) if seq in served)
+    if not asked:
+        return ""
+    return _UNRECORDED_RAN.format(names=", ".join(f"{n} ({plural(k, 'call')})" for n, k in asked.items()))
+
+
+_UNRECORDED_RAN = (
+    "forkpoint: WARNING: the model asked for tools the recording has no calls of: {names}; if the "
+    "program ran them, they ran for real in this replay, as they did when recorded"
+)
 
 
 def _expected_to_differ(report: dict[str, Any]) -> bool:

@@ -782,6 +782,54 @@ def test_forkpoint_record_says_what_its_processes_lacked(make_server: Any, tmp_p
         assert "applied" in said and "has no calls of" not in said, whatif.stderr
 
 
+UNMARKED_AGENT = textwrap.dedent(
+    """
+    import os
+    import sys
+
+    import openai
+
+    client = openai.OpenAI(base_url=os.environ["BASE_URL"], api_key="sk-test", max_retries=0)
+    messages = [{"role": "user", "content": sys.argv[1]}]
+    while True:
+        msg = client.chat.completions.create(model="m", messages=messages).choices[0].message
+        if not msg.tool_calls:
+            break
+        messages.append(msg.model_dump(exclude_none=True))
+        for call in msg.tool_calls:  # get_weather: a tool of the script, not marked
+            messages.append({"role": "tool", "tool_call_id": call.id, "content": "sunny"})
+    """
+)
+
+
+def test_a_replay_that_diverged_before_an_unrecorded_tool_does_not_say_it_ran(
+    server: LocalServer, tmp_path: Path
+) -> None:
+    """The warning that tools the recording has no calls of "ran for real in this replay" was said
+    for a replay that stopped at its first model call, before the model asked for any, and between
+    the verdict and the divergence's differences. It names the asks the replay got to, after them."""
+    server.chat_script = [[("get_weather", {"city": "Oslo"})], "ok"]
+    (tmp_path / "agent.py").write_text(UNMARKED_AGENT)
+    env = {**_env(), "BASE_URL": server.openai_base_url}
+    fp = [sys.executable, "-m", "forkpoint.cli"]
+    rec = subprocess.run(
+        [*fp, "record", "--no-workspace", "--store", "s", "--", sys.executable, "agent.py", "one"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert rec.returncode == 0 and "never recorded: get_weather" in " ".join(rec.stderr.split()), rec.stderr
+    rep = subprocess.run(
+        [*fp, "replay", "last", "--store", "s", "--", sys.executable, "agent.py", "two"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert rep.returncode == EXIT_DIVERGENCE, rep.stderr
+    assert "has no calls of" not in rep.stderr, rep.stderr
+    ok = subprocess.run(
+        [*fp, "replay", "last", "--store", "s"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )  # fmt: skip
+    said = " ".join(ok.stderr.split())
+    assert ok.returncode == 0 and "the recording has no calls of: get_weather (1 call)" in said, ok.stderr
+
+
 def test_identical_calls_answered_differently_and_served_to_several_threads_are_not_called_certain(
     store: Path,
 ) -> None:
