@@ -373,6 +373,14 @@ def main(allow_shared_store: bool) -> None:
     "hands the same values back (docs/matching.md).",
 )
 @click.option(
+    "--deterministic-module",
+    "deterministic_modules",
+    multiple=True,
+    metavar="MODULE",
+    help="--deterministic for the reads of this module and its submodules instead (repeatable; "
+    "__main__: the script): for an agent installed as a package, whose code --deterministic leaves out.",
+)
+@click.option(
     "--otlp",
     metavar="URL",
     help="Also send the spans to this OTLP/HTTP endpoint while recording (as `forkpoint export` would).",
@@ -405,6 +413,7 @@ def record(
     no_workspace: bool,
     include_ignored: bool,
     deterministic: bool,
+    deterministic_modules: tuple[str, ...],
     otlp: str | None,
     otlp_content: bool,
     otlp_headers: tuple[str, ...],
@@ -444,7 +453,7 @@ def record(
             tools=_check_tools(tools),
             workspace=workspace,
             include_ignored=include_ignored,
-            deterministic=deterministic,
+            deterministic=list(deterministic_modules) or deterministic,
             live=live,
             encrypt_to=list(encrypt_to) or None,
         )

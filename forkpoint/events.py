@@ -426,6 +426,9 @@ class DivergenceReport(TypedDict, total=False):
     suggest: list[dict[str, str]]
     #: The session was recorded without ``deterministic``: the report says what it would do.
     hint_deterministic: bool
+    #: The session was recorded ``deterministic`` all the same: True (the program's own code), or
+    #: the modules it named; the report says how to name the module that read it.
+    hint_deterministic_modules: bool | list[str]
     #: Configured ignore rules about this call that took nothing out of either request (with their
     #: ``source``), said beside ``suggest``: a mistyped path or regex.
     inert: list[dict[str, str]]

@@ -281,15 +281,15 @@ def record_command(
     tools: list[str] | None = None,
     workspace: Path | None = None,
     include_ignored: bool = False,
-    deterministic: bool = False,
+    deterministic: bool | list[str] = False,
     quiet: bool = False,
     capture: bool = False,
     live: LiveExport | None = None,
     encrypt_to: list[str] | None = None,
 ) -> tuple[Path, int, str | None]:
     """Record ``cmd`` into a new session of ``store``; with ``workspace``, take checkpoints of it;
-    with ``deterministic``, record the values its own code reads from the clock, ``uuid`` and
-    ``random`` too (:mod:`forkpoint.capture.clock`).
+    with ``deterministic``, record the values its own code (or, a list, these modules) reads from
+    the clock, ``uuid`` and ``random`` too (:mod:`forkpoint.capture.clock`).
     with ``live``, send its spans while it runs (this process follows the log the program writes);
     ``encrypt_to``: the age recipients to encrypt the session for (None: the configuration's).
 

@@ -373,12 +373,14 @@ _LIBRARY_DIRS = _library_dirs()
 _NEVER = frozenset({"forkpoint", "_pytest", "pytest", "pluggy"})
 
 
-def is_agent(name: str, file: str | None, modules: Sequence[str] | None = None) -> bool:
+def is_agent(name: str, file: str | None, modules: Sequence[str] | None = None, spec: Any = None) -> bool:
     """True when module ``name`` (its file ``file``) is the agent's own code: one of ``modules``
     (names, each with its submodules) when given, else neither the standard library, nor an
-    installed package, nor forkpoint (see the module docstring)."""
+    installed package, nor forkpoint (see the module docstring). ``spec``: the module's
+    ``__spec__``, by whose name ``python -m myagent``'s ``__main__`` is ``myagent.__main__``."""
     if modules is not None:
-        return any(name == m or name.startswith(m + ".") for m in modules)
+        names = {name, str(getattr(spec, "name", None) or name)}
+        return any(n == m or n.startswith(m + ".") for n in names for m in modules)
     top = name.split(".")[0]
     if top in _NEVER or top in sys.stdlib_module_names:
         return False
@@ -417,7 +419,9 @@ def _agent_import(
     importer = str(globals.get("__name__"))
     agent = _agent_modules.get(importer)
     if agent is None:
-        agent = _agent_modules[importer] = is_agent(importer, globals.get("__file__"), _modules)
+        agent = _agent_modules[importer] = is_agent(
+            importer, globals.get("__file__"), _modules, globals.get("__spec__")
+        )
     return stand_in(module) if agent else module
 
 
@@ -442,7 +446,7 @@ def install(select: bool | Sequence[str] = True) -> None:
         _agent_modules.clear()
         for name, module in list(sys.modules.items()):
             if isinstance(module, types.ModuleType) and is_agent(
-                name, getattr(module, "__file__", None), _modules
+                name, getattr(module, "__file__", None), _modules, getattr(module, "__spec__", None)
             ):
                 _patch(module)
         _previous_import = builtins.__import__

@@ -1127,8 +1127,12 @@ class Replayer:
                 report["inert"] = [{**r.to_json(), "source": r.source or ""} for r in inert]
             # The time or a uuid the program's own code read may be it: not in a header alone (an
             # SDK's anthropic-version, openai-beta: it sent another after an upgrade).
-            if not self.deterministic and any(not r.path.startswith("$.headers") for r in rules):
-                report["hint_deterministic"] = True
+            if any(not r.path.startswith("$.headers") for r in rules):
+                if not self.deterministic:
+                    report["hint_deterministic"] = True
+                else:  # (recorded deterministic all the same: code it did not count as the program's)
+                    chosen = self._session.header.get("deterministic")
+                    report["hint_deterministic_modules"] = chosen if isinstance(chosen, list) else True
         if "endpoint" in what:
             report["endpoint"] = what["endpoint"]
         if "name" in what:

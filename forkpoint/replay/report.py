@@ -86,6 +86,19 @@ def format_divergence(report: DivergenceReport | dict[str, Any]) -> str:
                 "deterministic=True in the API and the pytest marker): a replay then hands the "
                 "recorded values back, and the request is matched whole."
             )
+        modules = report.get("hint_deterministic_modules")
+        if modules:
+            which = (
+                "the reads of the script and of the modules outside site-packages"
+                if modules is True
+                else "the reads of " + ", ".join(_plain(str(m)) for m in modules)
+            )
+            lines.append(
+                f"This session was recorded deterministic, which records {which}: if other code put it "
+                "there (an agent installed as a package), name its module (forkpoint record "
+                '--deterministic-module MODULE, repeatable; deterministic=["MODULE"] in the API and the '
+                "pytest marker)."
+            )
     return "\n".join(lines)
 
 

@@ -342,3 +342,51 @@ def test_a_bad_rule_in_the_configuration_is_refused_before_a_session_exists(
         with forkpoint.record(store=store):
             pass
     assert not store.exists()
+
+
+INSTALLED_AGENT = """
+import os
+from datetime import datetime
+
+import openai
+
+client = openai.OpenAI(base_url=os.environ["BASE_URL"], api_key="sk-test", max_retries=0)
+client.chat.completions.create(model="m", messages=[{"role": "user", "content": f"Now: {datetime.now()}"}])
+"""
+
+
+def test_an_agent_installed_as_a_package_is_named_to_deterministic(
+    server: LocalServer, tmp_path: Path
+) -> None:
+    """An agent installed as a package (a container's ``pip install .``) is not the program's own
+    code to ``--deterministic``: its ``datetime.now()`` was not recorded, the replay diverged on it,
+    and the only way to name its module was the Python API. ``forkpoint record
+    --deterministic-module`` names it; a replay that diverged so says how."""
+    import os
+    import subprocess
+    import sys
+
+    package = tmp_path / "lib" / "site-packages" / "myagent"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "__main__.py").write_text(INSTALLED_AGENT)
+    env = {**os.environ, "BASE_URL": server.openai_base_url}
+    env["PYTHONPATH"] = os.pathsep.join([str(package.parent), *sys.path])
+
+    def forkpoint_cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "forkpoint.cli", *args], cwd=tmp_path, env=env, capture_output=True,
+            text=True, timeout=120,
+        )  # fmt: skip
+
+    agent = ["--store", "s", "--", sys.executable, "-m", "myagent"]
+    assert forkpoint_cli("record", "--no-workspace", "--deterministic", *agent).returncode == 0
+    diverged = forkpoint_cli("replay", "last", "--store", "s")
+    said = " ".join(diverged.stderr.split())
+    assert diverged.returncode == 3, diverged.stderr
+    assert "forkpoint record --deterministic-module MODULE" in said, said
+    assert "record with --deterministic instead" not in said, said
+    rec = forkpoint_cli("record", "--no-workspace", "--deterministic-module", "myagent", *agent)
+    assert rec.returncode == 0, rec.stderr
+    replayed = forkpoint_cli("replay", "last", "--store", "s")
+    assert replayed.returncode == 0 and "replay ok" in replayed.stderr, replayed.stderr
