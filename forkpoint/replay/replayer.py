@@ -30,7 +30,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, Literal, cast
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 import orjson
 
@@ -155,6 +155,10 @@ _RUN_ID_KEY = compiled_later(
     r"|nonce|idempotency[_-]?key|traceparent)$"
 )
 _DIGITS = compiled_later(r"^\d{10,}(?:\.\d+)?$")
+#: A name ending in a clock reading (``botocore-session-1796503461``), and the keys whose values
+#: are such names of a run's session (STS's ``RoleSessionName``, which botocore makes so).
+_NAME_AT = compiled_later(r"^[A-Za-z][A-Za-z0-9]*(?:[-_][A-Za-z0-9]+)*[-_](\d{10,19})$")
+_SESSION_NAME_KEY = compiled_later(r"(?i)session[_-]?name$")
 #: A key whose string of digits is a clock reading (a phone or a card number is not).
 _TIME_KEY = compiled_later(r"(?i)(?:^|[_-])(?:ts|time|timestamp|date|at|since|until|expires?|nonce|t)$")
 
@@ -181,6 +185,8 @@ def volatile(value: Any, key: str = "") -> bool:
         return any(_CLOCK_FROM <= abs(value) / unit < _CLOCK_TO for unit in (1, 1e3, 1e6, 1e9))
     if not isinstance(value, str):
         return False
+    if _SESSION_NAME_KEY.search(key) and (named := _NAME_AT.match(value)):
+        return volatile(int(named[1]))
     return bool(_VOLATILE.match(value)) or bool(_TOKEN.match(value) and _RUN_ID_KEY.search(key))
 
 
@@ -199,6 +205,28 @@ def _volatile_change(change: Change) -> bool:
     else:
         key = re.split(r"[.\[\]'\"]+", change.path.rstrip("]'\""))[-1]
     return volatile(before, key) and volatile(after, key)
+
+
+def _form_fields(changes: list[Change], norm: dict[str, Any]) -> list[Change]:
+    """``changes``, a form body's (``application/x-www-form-urlencoded``, text in the key) change
+    made one change per field (a ``[name, value]`` pair, as a query's), so that each is told an id
+    or not under its name; one that adds, drops or reorders a field stays as it is."""
+    if (norm.get("headers") or {}).get("content-type") != "application/x-www-form-urlencoded":
+        return changes
+    out: list[Change] = []
+    for c in changes:
+        if c.path == "$.body" and isinstance(c.expected, str) and isinstance(c.actual, str):
+            before = parse_qsl(c.expected, keep_blank_values=True)
+            after = parse_qsl(c.actual, keep_blank_values=True)
+            if [k for k, _ in before] == [k for k, _ in after]:
+                out += [
+                    Change("changed", f"$.body[{i}]", list(a), list(b))
+                    for i, (a, b) in enumerate(zip(before, after, strict=True))
+                    if a != b
+                ]
+                continue
+        out.append(c)
+    return out
 
 
 #: The name asyncio gives a task it is not given one for.
@@ -850,7 +878,7 @@ class Replayer:
         for e in self.recorded:
             if e["seq"] in taken or e["type"] != "model_call" or endpoint(e) != where:
                 continue
-            changes = json_diff(normalized(e), norm)
+            changes = _form_fields(json_diff(normalized(e), norm), norm)
             if changes and all(c.op == "changed" and _volatile_change(c) for c in changes):
                 found.append(e)
         return _first_for(found, origin) if found else None

@@ -582,3 +582,33 @@ def test_a_plain_http_divergence_is_not_called_a_model_call(server: LocalServer,
     said = " ".join(str(caught.value).split())
     assert "replay diverged at the 1st HTTP exchange of this run, a plain HTTP call (GET /api/search)" in said
     assert "model call" not in said, said
+
+
+def test_an_assume_role_whose_session_name_is_a_clock_reading_is_served(
+    server: LocalServer, store: Path
+) -> None:
+    """botocore names the session of every role it assumes ``botocore-session-<epoch seconds>``
+    (a profile's ``role_arn``, EKS's web identity): the form body of that STS request differed at
+    every run, and no replay of a Bedrock agent on an assumed role got past it. A form's fields
+    are compared one by one, and a session name that is a clock reading is an id."""
+    from forkpoint.replay.replayer import volatile
+
+    assert volatile("botocore-session-1796503461", "RoleSessionName")
+    assert not volatile("botocore-session-1796503461", "Description")
+    assert not volatile("order-1796503461", "RoleSessionName".replace("Session", "Order"))
+
+    def assume(at: int, role: str = "agent") -> Any:
+        form = f"Action=AssumeRole&Version=2011-06-15&RoleArn=arn%3Aaws%3Aiam%3A%3A1%3Arole%2F{role}"
+        form += f"&RoleSessionName=botocore-session-{at}"
+        headers = {"content-type": "application/x-www-form-urlencoded; charset=utf-8"}
+        return requests.post(server.url + "/", data=form, headers=headers, timeout=5).json()["path"]
+
+    now = int(time.time())
+    with forkpoint.record(store=store) as rec:
+        assume(now)
+    server.stop()
+    with forkpoint.replay(rec.session_path) as rp:
+        assert assume(now + 2) == "/"
+    assert rp.report()["reproduced"] and len(rp.report()["id_drift"]) == 1
+    with pytest.raises(Divergence), forkpoint.replay(rec.session_path):
+        assume(now + 2, "admin")
