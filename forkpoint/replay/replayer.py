@@ -471,6 +471,7 @@ class Replayer:
         self.divergence: DivergenceReport | None = None
         self.drift: list[DivergenceReport] = []
         self._versions: list[list[str]] | None = None  # _changed_versions, read once
+        self._in_place: list[dict[str, Any]] | None = None  # every _changed_in_place, read once
         #: The calls answered with a Divergence instead of a recorded answer (report ``unanswered``).
         self.unanswered: list[DivergenceReport] = []
         self.gone_live = False
@@ -1189,6 +1190,13 @@ class Replayer:
             and isinstance(found := (n.get("data") or {}).get("changed_in_place"), dict)
         ]
 
+    def _in_place_all(self) -> list[dict[str, Any]]:
+        """:meth:`_changed_in_place` of the whole recording, read once (a report is written after
+        every call in a forked child)."""
+        if self._in_place is None:
+            self._in_place = self._changed_in_place(None)
+        return self._in_place
+
     def _changed_versions(self) -> list[list[str]]:
         """``[name, recorded, now]`` for each package of the header's ``versions`` installed at
         another version now (``now`` ``""``: no longer installed): an SDK or framework upgrade that
@@ -1295,7 +1303,7 @@ class Replayer:
                 # (a tool served from the session: the change its body made is not made again)
                 "changed_in_place": [
                     c
-                    for c in self._changed_in_place(None)
+                    for c in self._in_place_all()
                     if self.sources["tool_call"] == "replay" and c.get("tool") not in self.live_tools
                 ],
                 "alike_served": self._certain(),
