@@ -5,8 +5,8 @@ JSON of the *normalized* request, each item of its body's top-level lists replac
 (:func:`model_key`). Normalizing keeps what decides the model's answer and drops what
 varies between two runs of the same program:
 
-* kept: method, URL path, query (sorted, scrubbed), the parsed body (scrubbed; a secret's
-  placeholder by its kind only: :func:`~forkpoint.redact.secrets_by_kind`), and the few headers
+* kept: method, URL path, query (sorted, scrubbed), the parsed body (scrubbed; in the key, a
+  secret's placeholder by its kind only: :func:`~forkpoint.redact.secrets_by_kind`), and the few headers
   that change the meaning of a request (:data:`SEMANTIC_HEADERS`, e.g. ``anthropic-version``, ``range``);
 * dropped: credentials in the query (``?key=``, ``?api_key=``, ``?access_token=``… — the scrubber's
   credential parameters: a recording made with one key replays with another), scheme, host and port
@@ -82,7 +82,7 @@ def normalize_request(
             if not scrubber.credential_param(k)
         ),
         "headers": {k: v for k, v in sorted(kept.items()) if k in SEMANTIC_HEADERS},
-        "body": secrets_by_kind(scrub_json(_stable_body(body, ctype))),
+        "body": scrub_json(_stable_body(body, ctype)),
     }
 
 
@@ -118,7 +118,9 @@ def model_key(normalized: dict[str, Any], ignore: Ignore | None = None) -> str:
         list_digests = redact.current().list_digests
         lists = {k: list_digests(v) for k, v in body.items() if isinstance(v, list)}
         masked = {**masked, "body": {**body, **lists}}
-    return digest(masked, exotic=True)  # (a body may hold any int: a seed of 2**70)
+    # (a secret by its kind: here, on what is left once the lists are digests, and in each item's
+    # digest, remembered: a resent conversation is not read again at every call)
+    return digest(secrets_by_kind(masked), exotic=True)  # (a body may hold any int: a seed of 2**70)
 
 
 def in_send_order(events: Iterable[_E]) -> list[_E]:

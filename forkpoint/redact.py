@@ -1288,16 +1288,16 @@ class Scrubber:
         return [self.item_digest(x) for x in items]
 
     def item_digest(self, item: Any) -> str:
-        """``digest(item, exotic=True)`` (:func:`forkpoint.canonical.digest`), remembered for a dict or list this
+        """``digest(secrets_by_kind(item), exotic=True)`` (:func:`forkpoint.canonical.digest`), remembered for a dict or list this
         scrubber returned as a list item and still holds: a conversation resent at every call comes
         back as the same items (see :meth:`json`), each hashed once (:func:`forkpoint.match.model_key`).
         Forgotten with the item, so it holds no memory of its own."""
         key = id(item)
         if self._returned.get(key) is not item:
-            return digest(item, exotic=True)
+            return digest(secrets_by_kind(item), exotic=True)
         found = self._digests.get(key)
         if found is None:
-            found = digest(item, exotic=True)
+            found = digest(secrets_by_kind(item), exotic=True)
             with self._lock:
                 if self._returned.get(key) is item:
                     self._digests[key] = found

@@ -75,7 +75,7 @@ from ..match import (
 from ..override import Override
 from ..patterns import compiled_later
 from ..providers import api_key_vars, call_kind, classify, kinds, summary
-from ..redact import holds_placeholder, scrub_json
+from ..redact import holds_placeholder, scrub_json, secrets_by_kind
 from ..runtime import POLICIES, SOURCES
 from .ledger import Ledger
 from .report import conclude, divergence
@@ -205,6 +205,12 @@ def _volatile_change(change: Change) -> bool:
     else:
         key = re.split(r"[.\[\]'\"]+", change.path.rstrip("]'\""))[-1]
     return volatile(before, key) and volatile(after, key)
+
+
+def _key_diff(expected: Any, actual: Any) -> list[Change]:
+    """The differences of two normalized calls that count in their match keys: a secret's
+    placeholder by its kind (:func:`~forkpoint.redact.secrets_by_kind`), not its digest."""
+    return json_diff(secrets_by_kind(expected), secrets_by_kind(actual))
 
 
 def _form_fields(changes: list[Change], norm: dict[str, Any]) -> list[Change]:
@@ -798,7 +804,7 @@ class Replayer:
                     {
                         **report,
                         "served_seq": same["seq"],
-                        "diff": [c.to_json() for c in json_diff(normalized(same), norm)],
+                        "diff": [c.to_json() for c in _key_diff(normalized(same), norm)],
                     }
                 )
                 return self._serve(same)
@@ -879,7 +885,7 @@ class Replayer:
         for e in self.recorded:
             if e["seq"] in taken or e["type"] != "model_call" or endpoint(e) != where:
                 continue
-            changes = _form_fields(json_diff(normalized(e), norm), norm)
+            changes = _form_fields(_key_diff(normalized(e), norm), norm)
             if changes and all(c.op == "changed" and _volatile_change(c) for c in changes):
                 found.append(e)
         return _first_for(found, origin) if found else None
@@ -1215,7 +1221,7 @@ class Replayer:
     ) -> list[dict[str, Any]]:
         """The differences between a recorded and a live call, each marked ``ignored`` when an
         ignore rule took it out of the match key (the key then differs for another reason)."""
-        changes = json_diff(expected, actual)
+        changes = _key_diff(expected, actual)
         if not self.ignore or "value" in actual:
             return [c.to_json() for c in changes]
         seen = {c.path for c in json_diff(self.ignore.mask(expected, tool), self.ignore.mask(actual, tool))}
