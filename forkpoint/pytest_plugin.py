@@ -338,10 +338,12 @@ VCR_SUFFIXES = (".yaml", ".yml", ".json", ".yaml.gz")
 _VCR_UNSAFE = "<>?%*:|\"'/\\"
 
 
-def _fixture_value(request: pytest.FixtureRequest | None, name: str) -> Any:
+def _fixture_value(request: pytest.FixtureRequest | None, name: str, live: bool) -> Any:
     """The value of the fixture ``name`` as the test sees it (a conftest's, or pytest-recording's
-    when installed); None when no fixture has that name."""
-    if request is None:
+    when installed); None when no fixture has that name, or, ``live`` (the test runs live next), when
+    the test does not use it: running it would run user code (side effects, a failure) in the live
+    run that it never ran."""
+    if request is None or live and name not in request.fixturenames:
         return None
     try:
         return request.getfixturevalue(name)
@@ -349,19 +351,22 @@ def _fixture_value(request: pytest.FixtureRequest | None, name: str) -> Any:
         return None
 
 
-def vcr_cassette(path: Path, item: pytest.Item, request: pytest.FixtureRequest | None = None) -> Path | None:
+def vcr_cassette(
+    path: Path, item: pytest.Item, request: pytest.FixtureRequest | None = None, live: bool = False
+) -> Path | None:
     """The VCR.py cassette of the test ``item``, whose forkpoint cassette folder is ``path``, where
     pytest-recording keeps it, or beside ``path`` (``<test>.yaml`` beside ``<test>/``); None.
+    ``live``: the test runs live next, so only the fixtures it uses are read.
 
     As pytest-recording names it: in ``cassette_library_dir`` of the ``vcr`` markers or the
     ``vcr_config`` fixture, else in the ``vcr_cassette_dir`` fixture's folder (by default
     ``cassettes/<file's name>/`` beside the test file); the ``default_cassette`` marker's name, else
     the test's (``Class.test_x[a-1]``, ``<>?%*:|"'/\\`` made ``-``) with the serializer's suffix."""
-    config = _fixture_value(request, "vcr_config")
+    config = _fixture_value(request, "vcr_config", live)
     merged = dict(config) if isinstance(config, Mapping) else {}
     for marker in reversed(list(item.iter_markers("vcr"))):  # (the closest marker wins)
         merged.update(marker.kwargs)
-    library = merged.get("cassette_library_dir") or _fixture_value(request, "vcr_cassette_dir")
+    library = merged.get("cassette_library_dir") or _fixture_value(request, "vcr_cassette_dir", live)
     folder = Path(library) if library else item.path.parent / "cassettes" / item.path.stem
     chosen = item.get_closest_marker("default_cassette")
     if chosen is not None and chosen.args:
@@ -622,7 +627,7 @@ class Cassette:
             # A VCR.py cassette where pytest-recording kept this test's is not read: one migrating
             # from it is told how to import it, not only (or after the fact) to record it live.
             vcr = (
-                vcr_cassette(self.path, self.item, self.request)
+                vcr_cassette(self.path, self.item, self.request, live=self.mode != "replay")
                 if not self.exists and self.mode != "rewrite"
                 else None
             )

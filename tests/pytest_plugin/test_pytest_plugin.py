@@ -1295,3 +1295,33 @@ def test_a_vcr_cassette_is_found_under_the_name_and_folder_pytest_recording_give
         subprocess.run(cmd, shell=True, check=True, cwd=pytester.path)
     run(pytester).assert_outcomes(passed=5)
     assert server.requests == []  # each served from its imported cassette
+
+
+def test_a_test_recorded_live_runs_no_vcr_fixture_it_does_not_use(
+    pytester: pytest.Pytester, server: LocalServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A test with no cassette yet is recorded live (mode once). Looking for a VCR.py cassette of
+    it, forkpoint ran the conftest's ``vcr_config`` and ``vcr_cassette_dir`` fixtures, which the test
+    does not use: their side effects happened in the live run, and one that raises (it needs a key
+    this machine has not) made the test an error. Only a fixture the test uses is read then."""
+    pytester.makeconftest(
+        "import os\n"
+        "from pathlib import Path\n"
+        "import pytest\n"
+        "@pytest.fixture\n"
+        "def vcr_config():\n"
+        "    return {'filter_headers': [os.environ['VCR_ONLY_KEY']]}\n"
+        "@pytest.fixture(scope='module')\n"
+        "def vcr_cassette_dir():\n"
+        "    Path(__file__).with_name('ran').write_text('vcr_cassette_dir')\n"
+        "    return 'recorded'\n"
+    )
+    pytester.makepyfile(
+        test_live=VCR_NAMED.split("@pytest.mark.forkpoint")[0] + "@pytest.mark.forkpoint\n"
+        "def test_live():\n    assert ask().choices[0].message.content\n"
+    )
+    monkeypatch.delenv("CI", raising=False)
+    monkeypatch.delenv("VCR_ONLY_KEY", raising=False)
+    run(pytester).assert_outcomes(passed=1)
+    assert len(server.requests) == 1
+    assert not (pytester.path / "ran").exists()
