@@ -271,8 +271,12 @@ class SourceTracker:
         self._scrubbed: dict[bytes, bytes] = {}
         # skip_worktree(): the entries it was found in, the paths marked.
         self._skipped: tuple[dict[bytes, bytes] | None, list[bytes]] = (None, [])
-        # sparse_checkout(): the entries it was read at, and what it found.
-        self._sparse: tuple[dict[bytes, bytes] | None, dict[str, Any] | None] = (None, None)
+        # sparse_checkout(): the entries and the stat data of the files it was read at, what it found.
+        self._sparse: tuple[dict[bytes, bytes] | None, tuple[Any, ...], dict[str, Any] | None] = (
+            None,
+            (),
+            None,
+        )
         # assume_unchanged(): the entries it was found in, the paths marked.
         self._assumed: tuple[dict[bytes, bytes] | None, list[bytes]] = (None, [])
         # converted(): the attributes files' stat data and the tracked paths they were read for,
@@ -526,7 +530,16 @@ class SourceTracker:
         entries = self._entries or {}
         if not self._skipped[1] or self._skipped[0] is not entries:
             return None
-        if self._sparse[0] is not entries:  # (once per change of the user's index)
+        # (read again when the index changed, or the config or the patterns did: `git config
+        # index.sparse true` or an edit of info/sparse-checkout changes no entry of the index)
+        common = self.repo_objects.parent
+        files = (
+            common / "config",
+            self.git_dir / "config.worktree",
+            self.git_dir / "info" / "sparse-checkout",
+        )
+        stats = tuple(_stat_key(f) for f in files)
+        if self._sparse[0] is not entries or self._sparse[1] != stats:
             config = {
                 key.lower(): value
                 for scope, key, value in user_config(
@@ -539,8 +552,8 @@ class SourceTracker:
             except OSError:
                 patterns = None
             found = {"config": config, "patterns": patterns} if config or patterns is not None else None
-            self._sparse = (entries, found)
-        return self._sparse[1]
+            self._sparse = (entries, stats, found)
+        return self._sparse[2]
 
     def assume_unchanged(self) -> list[bytes]:
         """Tracked paths marked assume-unchanged (``git update-index --assume-unchanged``), sorted: git

@@ -987,6 +987,26 @@ def test_a_sparse_checkouts_left_out_files_are_left_out_and_marked_on_restore(tm
     assert not checks_by_name(out)["git HEAD, branch and index"].ok
 
 
+def test_sparse_checkout_settings_changed_mid_run_are_the_checkpoints(tmp_path: Path) -> None:
+    """The agent turns the sparse index on (`git config index.sparse true`) and edits the patterns
+    between two checkpoints: neither changes an entry of the index, and the settings were read once
+    per change of the index, so the second checkpoint kept the first one's, its restore had them,
+    and validation (against them) passed."""
+    repo = make_repo(tmp_path / "repo", {"src/a.py": "a\n", "docs/big.md": "d\n"})
+    sh_git(repo, "sparse-checkout", "set", "--no-cone", "/src/")
+    with forkpoint.record(store=tmp_path / "store", workspace=repo) as rec:
+        forkpoint.checkpoint()
+        sh_git(repo, "config", "index.sparse", "true")
+        (repo / ".git" / "info" / "sparse-checkout").write_text("/src/\n/more/\n")
+        seq = forkpoint.checkpoint()
+    out = restore(Session.load(rec.session_path), seq, tmp_path / "out")
+    assert sh_git(out, "config", "index.sparse") == "true\n"
+    assert (
+        sh_git(out, "sparse-checkout", "list") == sh_git(repo, "sparse-checkout", "list") == "/src/\n/more/\n"
+    )
+    assert all(c.ok for c in validate(out)), validate(out)
+
+
 def test_assume_unchanged_files_are_marked_again(tmp_path: Path) -> None:
     """Files marked ``--assume-unchanged`` and then edited or deleted: ``git status`` in the
     recorded repository named neither, a restore's named both (` M`, ` D`: the bits were not kept),
