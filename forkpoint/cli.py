@@ -1375,6 +1375,10 @@ def export_cmd(
             f"forkpoint: exported {done.spans} spans of session {s.id} as trace {done.trace_id} to {where}",
             markup=False,
         )
+    if done.warning:
+        _err().print(
+            f"forkpoint: the OTLP endpoint took every span, with a warning: {done.warning}", markup=False
+        )
 
 
 @main.command(name="import")

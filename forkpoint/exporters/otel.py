@@ -31,10 +31,12 @@ __all__ = ["ExportError", "Exported", "export"]
 
 @dataclass
 class Exported:
-    """What :func:`export` sent: how many ``spans``, as which trace (``trace_id``, 32 hex digits)."""
+    """What :func:`export` sent: how many ``spans``, as which trace (``trace_id``, 32 hex digits),
+    and the ``warning`` the endpoint gave, if any (it took them all)."""
 
     spans: int
     trace_id: str
+    warning: str | None = None
 
 
 #: Bytes of one line of an OTLP JSON file at most, where the spans allow it: the Collector's
@@ -171,4 +173,4 @@ def export(
         raise ExportError(
             f"the OTLP endpoint {shown(sender.endpoint)} took the spans{_dropped(sender, total)}"
         )
-    return Exported(total, format(factory.trace_id, "032x"))
+    return Exported(total, format(factory.trace_id, "032x"), sender.warning if sender is not None else None)

@@ -110,6 +110,7 @@ class LiveExport:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._failing = False
+        self._warned = False  # (the endpoint's warning said)
         self._error: str | None = None
         self._trace_id = 0
         self._session_id = ""
@@ -175,6 +176,11 @@ class LiveExport:
         self.sent += accepted - (self._sender.rejected - rejected)  # (dropped spans are not sent again)
         if self._sender.rejected and not rejected:
             self.say(f"forkpoint: live export to {self.shown}: {self._dropped()}; the recording goes on")
+        if self._sender.warning and not self._warned:  # (once: the endpoint may say it at every request)
+            self._warned = True
+            self.say(
+                f"forkpoint: live export to {self.shown}: the endpoint took the spans with a warning: {self._sender.warning}"
+            )
         del pending[:accepted]
         if not pending:
             if self._failing:

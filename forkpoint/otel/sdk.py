@@ -167,17 +167,18 @@ def partial_success(status: int, ctype: str, body: bytes) -> tuple[int, str]:
     ``ctype``) says it rejected, and its message: ``(0, "")`` when it says nothing. The
     ``partial_success`` field of ExportTraceServiceResponse, protobuf or JSON
     (https://opentelemetry.io/docs/specs/otlp/#partial-success-1): the request succeeded, the spans it
-    names were dropped, and the client must not send them again."""
+    names were dropped, and the client must not send them again; a message with none rejected is a
+    warning. A count below 0 is taken as 0."""
     if not 200 <= status < 300 or not body:
         return 0, ""
     try:
         if "json" in ctype:
             part = json.loads(body).get("partialSuccess") or {}
-            return int(part.get("rejectedSpans") or 0), str(part.get("errorMessage") or "")
+            return max(0, int(part.get("rejectedSpans") or 0)), str(part.get("errorMessage") or "")
         from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
         found = ExportTraceServiceResponse.FromString(body).partial_success
-        return int(found.rejected_spans), str(found.error_message)
+        return max(0, int(found.rejected_spans)), str(found.error_message)
     except Exception:  # a body that is no OTLP response (a proxy's page) says nothing of rejections
         return 0, ""
 
@@ -204,7 +205,8 @@ class Sender:
     ``timeout`` (seconds) bounds one request with the exporter's own retries of transient failures
     (``OTEL_EXPORTER_OTLP_*`` variables for headers, certificates and compression apply). Spans the
     endpoint took but said it dropped (:func:`partial_success`) are counted in ``rejected``, its
-    last reason in ``rejection``: the SDK's exporter reads no response body.
+    last reason in ``rejection``, and its last warning (a message with none dropped) is
+    ``warning``: the SDK's exporter reads no response body.
     """
 
     def __init__(
@@ -217,6 +219,7 @@ class Sender:
         self.endpoint = otlp_traces_url(endpoint)
         self.rejected = 0
         self.rejection: str | None = None
+        self.warning: str | None = None
         session = _http_session()
         session.hooks["response"].append(self._answered)
         self._exporter = OTLPSpanExporter(
@@ -234,6 +237,8 @@ class Sender:
         if rejected:
             self.rejected += rejected
             self.rejection = shown(why) if why else None
+        elif why:  # (the spec's way to warn of what it took whole: a truncated attribute, a quota)
+            self.warning = shown(why)
 
     def send(self, spans: Sequence[Any]) -> int:
         """Send ``spans``; returns how many the endpoint took (a batch is taken whole or not at all,
@@ -244,9 +249,12 @@ class Sender:
         done = 0
         for i in range(0, len(spans), BATCH):
             batch = spans[i : i + BATCH]
+            before = self.rejected
             if self._exporter.export(batch) != SpanExportResult.SUCCESS:
                 break
             done += len(batch)
+            # (an endpoint cannot drop more than it was sent: the counts of what was sent stay true)
+            self.rejected = min(self.rejected, before + len(batch))
         return done
 
     def close(self) -> None:

@@ -192,6 +192,26 @@ def test_spans_the_endpoint_took_and_dropped_are_said(
     assert err.count("; the recording goes on") == 1, err  # said once while it runs, not per request
 
 
+def test_a_warning_from_the_endpoint_is_said_once(
+    tmp_path: Path, server: LocalServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``partial_success`` with no span rejected and a message: the endpoint took every span and
+    warned (OTLP spec). The live export read it and said nothing; it says it once, and every span
+    counts as sent."""
+    warned = ExportTraceServiceResponse()
+    warned.partial_success.error_message = "attribute values truncated"
+    body = warned.SerializeToString()
+    server.route("/v1/traces", lambda request: Reply(body, ctype="application/x-protobuf"), method="POST")
+    with ModelServer(turns=2, seed=5) as srv:
+        with forkpoint.record(store=tmp_path / "store", workspace=tmp_path / "w", otlp=server.url) as rec:
+            run_agent(srv.base_url, tmp_path / "w", echo=None)
+    session = Session.load(rec.session_path)
+    err = " ".join(capsys.readouterr().err.split())
+    assert len(received(server)) == 1 + len(session.calls())
+    assert err.count("the endpoint took the spans with a warning: attribute values truncated") == 1, err
+    assert "did not arrive" not in err, err
+
+
 def test_credentials_in_the_endpoints_url_are_never_said(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -908,3 +908,44 @@ def test_an_export_to_a_pipe_or_device_writes_to_it_not_over_it(tmp_path: Path) 
     ]
     assert names == ["execute_tool fetch"] * 3 + ["invoke_agent"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["spans.fifo", "store"]
+
+
+@pytest.mark.parametrize("encoding", ["protobuf", "json"])
+def test_a_warning_from_the_endpoint_that_took_every_span_is_said(
+    recorded: Recorded, server: LocalServer, encoding: str
+) -> None:
+    """OTLP's ``partial_success`` with no span rejected and a message is the endpoint's warning
+    (the spec's: it took them all, and says something of them, such as attributes it cut short):
+    it was read and never said."""
+    if encoding == "json":
+        body = b'{"partialSuccess": {"rejectedSpans": "0", "errorMessage": "attribute values truncated"}}'
+        ctype = "application/json"
+    else:
+        answer = ExportTraceServiceResponse()
+        answer.partial_success.error_message = "attribute values truncated"
+        body, ctype = answer.SerializeToString(), "application/x-protobuf"
+    server.route("/v1/traces", lambda request: Reply(body, ctype=ctype), method="POST")
+    result = CliRunner().invoke(
+        main, ["export", recorded.session.id, "--store", str(recorded.store), "--otlp", server.url]
+    )
+    assert result.exit_code == 0, result.output
+    said = " ".join(result.output.split())
+    assert "the OTLP endpoint took every span, with a warning: attribute values truncated" in said, said
+
+
+def test_an_endpoint_cannot_drop_more_spans_than_it_was_sent(recorded: Recorded, server: LocalServer) -> None:
+    """A ``rejectedSpans`` beyond the request's spans (or below 0) is no count of them: the export
+    said the endpoint dropped more spans than the trace has."""
+    total = 1 + len(recorded.session.calls())
+    for rejected, said in ((10_000, f"dropped {total} of {total}"), (-5, None)):
+        body = b'{"partialSuccess": {"rejectedSpans": %d, "errorMessage": "odd"}}' % rejected
+        server.route(
+            "/v1/traces", lambda request, body=body: Reply(body, ctype="application/json"), method="POST"
+        )
+        result = CliRunner().invoke(
+            main, ["export", recorded.session.id, "--store", str(recorded.store), "--otlp", server.url]
+        )
+        if said is None:
+            assert result.exit_code == 0 and "dropped" not in result.output, result.output
+        else:
+            assert result.exit_code == 1 and said in result.output, result.output
