@@ -186,17 +186,30 @@ def partial_success(status: int, ctype: str, body: bytes) -> tuple[int, str]:
 def _http_session() -> Any:
     """The ``requests`` session the OTLP exporter would make itself: the one a configured credential
     provider gives (``OTEL_PYTHON_EXPORTER_OTLP_HTTP_*CREDENTIAL_PROVIDER``, through the SDK's own
-    loader where it has one), else a new one."""
+    loader where it has one), else a new one. Raises :class:`ExportError` for a provider that gives
+    none."""
     import requests
 
     try:
         from opentelemetry.exporter.otlp.proto.http._common import _load_session_from_envvar
     except ImportError:  # (an SDK before credential providers)
         return requests.Session()
-    return (
-        _load_session_from_envvar("OTEL_PYTHON_EXPORTER_OTLP_HTTP_TRACES_CREDENTIAL_PROVIDER")
-        or requests.Session()
-    )
+    try:
+        found = _load_session_from_envvar("OTEL_PYTHON_EXPORTER_OTLP_HTTP_TRACES_CREDENTIAL_PROVIDER")
+    except Exception as exc:  # (one not installed, or the provider's own failure: a traceback otherwise)
+        var = next((v for v in _CREDENTIAL_VARS if os.environ.get(v)), _CREDENTIAL_VARS[0])
+        raise ExportError(
+            f"the OTLP credential provider {os.environ.get(var, '')!r} ({var}) gives no session: "
+            f"{type(exc).__name__}: {exc}"
+        ) from None
+    return found or requests.Session()
+
+
+#: The variables naming the OTLP/HTTP exporter's credential provider (the first one wins).
+_CREDENTIAL_VARS = (
+    "OTEL_PYTHON_EXPORTER_OTLP_HTTP_CREDENTIAL_PROVIDER",
+    "OTEL_PYTHON_EXPORTER_OTLP_HTTP_TRACES_CREDENTIAL_PROVIDER",
+)
 
 
 class Sender:

@@ -949,3 +949,22 @@ def test_an_endpoint_cannot_drop_more_spans_than_it_was_sent(recorded: Recorded,
             assert result.exit_code == 0 and "dropped" not in result.output, result.output
         else:
             assert result.exit_code == 1 and said in result.output, result.output
+
+
+def test_a_credential_provider_that_gives_no_session_is_a_clear_error(
+    recorded: Recorded, server: LocalServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``OTEL_PYTHON_EXPORTER_OTLP_HTTP_CREDENTIAL_PROVIDER`` naming a provider that is not
+    installed: the export ended in a RuntimeError traceback from the SDK's loader, which forkpoint
+    calls itself to add its hook to the session."""
+    monkeypatch.setenv("OTEL_PYTHON_EXPORTER_OTLP_HTTP_CREDENTIAL_PROVIDER", "no-such-provider")
+    result = CliRunner().invoke(
+        main, ["export", recorded.session.id, "--store", str(recorded.store), "--otlp", server.url]
+    )
+    assert result.exit_code == 1 and not isinstance(result.exception, RuntimeError), result.exception
+    said = " ".join(result.output.split())
+    assert (
+        "the OTLP credential provider 'no-such-provider' (OTEL_PYTHON_EXPORTER_OTLP_HTTP_CREDENTIAL_PROVIDER)"
+        in said
+    )
+    assert server.requests == []
