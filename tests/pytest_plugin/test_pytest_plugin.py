@@ -1325,3 +1325,31 @@ def test_a_test_recorded_live_runs_no_vcr_fixture_it_does_not_use(
     run(pytester).assert_outcomes(passed=1)
     assert len(server.requests) == 1
     assert not (pytester.path / "ran").exists()
+
+
+def test_a_vcr_fixture_that_fails_in_ci_still_names_the_vcr_cassette(
+    pytester: pytest.Pytester, server: LocalServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In CI (mode replay), a test with no forkpoint cassette and a VCR.py one where pytest-recording
+    kept it: the conftest's ``vcr_config``, read to find it, needs a key CI has not. Its KeyError
+    was the test's error, in place of the failure that names the cassette and how to import it."""
+    pytester.makeconftest(
+        "import os\n"
+        "import pytest\n"
+        "@pytest.fixture\n"
+        "def vcr_config():\n"
+        "    return {'filter_headers': [os.environ['VCR_ONLY_KEY']]}\n"
+    )
+    pytester.makepyfile(
+        test_ci=VCR_NAMED.split("@pytest.mark.forkpoint")[0]
+        + "@pytest.mark.forkpoint\ndef test_ci():\n    assert ask().choices[0].message.content\n"
+    )
+    (pytester.path / "cassettes" / "test_ci").mkdir(parents=True)
+    (pytester.path / "cassettes" / "test_ci" / "test_ci.yaml").write_text(vcr_chat_cassette(server, "hi"))
+    monkeypatch.setenv("CI", "true")
+    monkeypatch.delenv("VCR_ONLY_KEY", raising=False)
+    result = run(pytester)
+    result.assert_outcomes(failed=1)
+    out = " ".join(result.stdout.str().split())
+    assert "A VCR.py cassette of this test is at cassettes/test_ci/test_ci.yaml" in out, out
+    assert "KeyError" not in out and server.requests == []
