@@ -403,7 +403,10 @@ def _take_out(into: Path, paths: list[str]) -> None:
     for rel in paths:
         target = _safe_target(into, rel)
         try:
-            os.unlink(target)
+            if target.is_dir() and not target.is_symlink():
+                target.rmdir()  # (a submodule's: the checkout made its folder, empty)
+            else:
+                os.unlink(target)
         except FileNotFoundError:
             continue
         except OSError as exc:

@@ -987,6 +987,27 @@ def test_a_sparse_checkouts_left_out_files_are_left_out_and_marked_on_restore(tm
     assert not checks_by_name(out)["git HEAD, branch and index"].ok
 
 
+def test_a_submodule_a_sparse_checkout_left_out_is_left_out_on_restore(tmp_path: Path) -> None:
+    """A clone whose submodule was never initialized, then made sparse: the submodule is one of
+    the left-out entries. The restore's checkout made its folder, empty, and taking it out again
+    (a file's unlink) failed: no checkpoint of such a repository could be restored."""
+    sub = make_repo(tmp_path / "sub", {"s.txt": "s\n"})
+    upstream = make_repo(tmp_path / "upstream", {"src/a.py": "a\n"})
+    sh_git(upstream, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(sub), "libs/sub")
+    sh_git(upstream, "commit", "-qm", "sub")
+    repo = tmp_path / "repo"
+    sh_git(tmp_path, "clone", "-q", str(upstream), str(repo))
+    sh_git(repo, "sparse-checkout", "set", "--no-cone", "/src/", "/.gitmodules")
+    assert sh_git(repo, "ls-files", "-v", "libs") == "S libs/sub\n" and not (repo / "libs").exists()
+    with forkpoint.record(store=tmp_path / "store", workspace=repo) as rec:
+        seq = forkpoint.checkpoint()
+    out = restore(Session.load(rec.session_path), seq, tmp_path / "out")
+    assert not (out / "libs").exists()
+    assert sh_git(out, "ls-files", "-v") == sh_git(repo, "ls-files", "-v")
+    assert status(out) == status(repo) == ""
+    assert checks_by_name(out)["git HEAD, branch and index"].ok
+
+
 def test_sparse_checkout_settings_changed_mid_run_are_the_checkpoints(tmp_path: Path) -> None:
     """The agent turns the sparse index on (`git config index.sparse true`) and edits the patterns
     between two checkpoints: neither changes an entry of the index, and the settings were read once
