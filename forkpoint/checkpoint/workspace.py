@@ -125,10 +125,11 @@ def finish_listing(
             paths = [p for p in paths if not p.startswith(under)]
             for d in dict.fromkeys(walked):
                 paths.extend(_walk(root, d))
+    # (a file of that name too: it is left out as the folder is)
     if meta is not None:
-        meta += sorted(p for p in paths if p.startswith(META_DIR + "/") and p not in META_FILES)
+        meta += sorted(p for p in paths if _within(p, (META_DIR,)) and p not in META_FILES)
     if store is not None:
-        store += sorted(p for p in paths if p.startswith(STORE_DIR + "/") and not _within(p, exclude))
+        store += sorted(p for p in paths if _within(p, (STORE_DIR,)) and not _within(p, exclude))
     return sorted({p for p in paths if not excluded(p, exclude)}), sorted(set(walked))
 
 

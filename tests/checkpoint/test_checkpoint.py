@@ -797,6 +797,27 @@ def test_files_under_a_forkpoint_folder_that_is_no_store_are_said_to_be_left_out
             assert "leave out" not in said, said
 
 
+def test_a_file_named_as_the_store_or_restore_folder_is_said_to_be_left_out(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A file (not a folder) named `.forkpoint` or `.forkpoint-checkpoint` at the top of a workspace
+    is left out of every checkpoint as the folders of those names are; only files under the folders
+    were said to be, so it went missing from every restore without a word."""
+    for listing in ("git", "plain"):
+        work = tmp_path / listing
+        if listing == "git":
+            make_repo(work, {"a.txt": "a\n"})
+        else:
+            work.mkdir()
+        (work / ".forkpoint").write_text("notes\n")
+        (work / META_DIR).write_text("notes\n")
+        with forkpoint.record(store=tmp_path / f"store-{listing}", workspace=work):
+            forkpoint.checkpoint()
+        said = " ".join(capsys.readouterr().err.split())
+        assert "leave out '.forkpoint': .forkpoint/ at the top of a workspace" in said, said
+        assert f"leave out '{META_DIR}': {META_DIR}/ at the top" in said, said
+
+
 def test_a_restore_applies_the_info_exclude_of_the_recording_not_of_today(tmp_path: Path) -> None:
     """The user added ``*.csv`` to ``.git/info/exclude`` after recording: every restore copied
     today's rules, and validation failed ("missing: results.csv", though restored): fork refused
