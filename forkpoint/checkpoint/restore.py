@@ -493,24 +493,27 @@ def _put_refs(into: Path, refs: dict[str, str], origin: Path, symrefs: dict[str,
     stays: a ``git fetch`` there gets its branches on purpose. Raises :class:`CheckpointError`
     naming a ref whose object is gone (nothing is changed then)."""
     wanted = sorted(refs.items())
-    found = git(
-        ["cat-file", "--batch-check=%(objectname)"],
-        into,
-        input="".join(f"{oid}\n" for _, oid in wanted).encode(),
-    ).split("\n")
-    for (name, oid), line in zip(wanted, found, strict=False):
-        if line.strip() != oid:
-            what = (
-                f"branch {name[11:]}"
-                if name.startswith("refs/heads/")
-                else f"tag {name[10:]}"
-                if name.startswith("refs/tags/")
-                else f"ref {name}"
-            )
-            raise CheckpointError(
-                f"{origin} does not have the object of the {what} the checkpoint had ({oid[:12]}); "
-                "pass --repo with a clone that has it"
-            )
+    missing = _missing_objects(into, wanted)
+    if missing:
+        # A clone of a shallow repository is fetched, not copied: it has the objects of its branches
+        # and tags only. Those of its other refs (remote-tracking refs, notes) are fetched, into refs
+        # of their own (deleted below: they are none of the checkpoint's).
+        fetch = ["fetch", "--quiet", "--no-tags", "--update-shallow", "--no-write-fetch-head", "origin"]
+        git([*fetch, "+refs/*:refs/forkpoint-restore/*"], into, check=False)  # (what is not there: named)
+        missing = _missing_objects(into, missing)
+    if missing:
+        name, oid = missing[0]
+        what = (
+            f"branch {name[11:]}"
+            if name.startswith("refs/heads/")
+            else f"tag {name[10:]}"
+            if name.startswith("refs/tags/")
+            else f"ref {name}"
+        )
+        raise CheckpointError(
+            f"{origin} does not have the object of the {what} the checkpoint had ({oid[:12]}); "
+            "pass --repo with a clone that has it"
+        )
     have = git(["for-each-ref", "--format=%(refname)", "refs/"], into)
     lines = []
     for ref in have.splitlines():
@@ -524,6 +527,16 @@ def _put_refs(into: Path, refs: dict[str, str], origin: Path, symrefs: dict[str,
     git(["update-ref", "--stdin"], into, input="".join(lines).encode())
     for name, target in sorted(symrefs.items()):  # (a branch that names another, as it was)
         git(["symbolic-ref", name, target], into)
+
+
+def _missing_objects(into: Path, wanted: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The ``(ref name, object id)`` of ``wanted`` whose object the repository ``into`` lacks."""
+    found = git(
+        ["cat-file", "--batch-check=%(objectname)"],
+        into,
+        input="".join(f"{oid}\n" for _, oid in wanted).encode(),
+    ).split("\n")
+    return [(name, oid) for (name, oid), line in zip(wanted, found, strict=False) if line.strip() != oid]
 
 
 def _stash_entries(stash: Any) -> list[tuple[str, str]]:

@@ -696,6 +696,31 @@ def test_a_restore_has_the_remote_tracking_refs_notes_and_replace_refs_the_check
     assert not checks_by_name(out)["git HEAD, branch and index"].ok
 
 
+def test_a_shallow_clones_remote_tracking_refs_are_restored(tmp_path: Path) -> None:
+    """A shallow clone of every branch (`git clone --depth 1 --no-single-branch`, as CI makes them):
+    a restore clones it by fetching, which copies the objects of its branches and tags only, so
+    its `origin/feat`'s commit was missing and every restore failed, saying the recorded repository
+    lacked it."""
+    upstream = make_repo(tmp_path / "upstream", {"a.txt": "a\n"})
+    sh_git(upstream, "checkout", "-q", "-b", "feat")
+    (upstream / "f.txt").write_text("f\n")
+    sh_git(upstream, "add", "f.txt")
+    sh_git(upstream, "commit", "-qm", "feat")
+    sh_git(upstream, "checkout", "-q", "main")
+    repo = tmp_path / "repo"
+    sh_git(tmp_path, "clone", "-q", "--depth", "1", "--no-single-branch", f"file://{upstream}", str(repo))
+    (repo / "a.txt").write_text("edited\n")
+    with forkpoint.record(store=tmp_path / "store", workspace=repo) as rec:
+        seq = forkpoint.checkpoint()
+    out = restore(Session.load(rec.session_path), seq, tmp_path / "out")
+    assert sh_git(out, "rev-parse", "origin/feat") == sh_git(repo, "rev-parse", "origin/feat")
+    assert sh_git(out, "for-each-ref", "--format=%(refname)") == sh_git(
+        repo, "for-each-ref", "--format=%(refname)"
+    )
+    assert status(out) == status(repo) == " M a.txt\n"
+    assert all(c.ok for c in validate(out)), validate(out)
+
+
 def test_a_fifo_in_a_plain_folder_workspace_is_said_to_be_left_out(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
