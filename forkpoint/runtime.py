@@ -10,6 +10,7 @@ nor the replayer.
 from __future__ import annotations
 
 import contextvars
+import gc
 import itertools
 import sys
 import threading
@@ -195,10 +196,10 @@ def caller() -> str | None:
     None too when the order tasks are made in may depend on timing, so that a name need not be
     the same task's on replay: the loop runs in another thread than the main one (threads'
     loops number their tasks from one counter, each as it happens to get there), another task
-    of the loop runs beside this one (any unfinished task that does not wait, through the tasks
-    it waits for, on this one: it may make its own tasks before or after this one's, as its
-    waits last), or no task waits for this one (a callback made it). A graph's nodes, each
-    awaited by the task that makes them, are alone so."""
+    of the loop runs beside this one (:func:`_alone`), or no task waits for this one (a callback
+    made it). A graph's nodes, each awaited by the task that makes them, are alone so; so is each
+    of the tasks one step of a task made (``asyncio.gather``, ``asyncio.wait``) while its first
+    step runs, before the loop turns to what else is ready (:func:`_in_first_steps`)."""
     aio = sys.modules.get("asyncio")  # (a program that never imported asyncio runs no task)
     if aio is None or threading.current_thread() is not threading.main_thread():
         return None
@@ -206,34 +207,171 @@ def caller() -> str | None:
         task = aio.current_task()
     except RuntimeError:  # no event loop running in this thread
         return None
-    if task is None or not _alone(aio, task):
+    if task is None or not (_in_first_steps(task) or _alone(aio, task)):
         return None
     return str(task.get_name())
 
 
+#: Loop → the tasks found waited for and not yet started when a task of the loop was alone
+#: (:func:`_alone`), until the loop runs the callback queued then (:func:`_in_first_steps`).
+_first_steps: weakref.WeakKeyDictionary[Any, weakref.WeakSet[Any]] = weakref.WeakKeyDictionary()
+
+
+def _in_first_steps(task: Any) -> bool:
+    """Whether ``task`` is one a task alone found waited for and not yet started
+    (:func:`_alone`), and the callback queued then has not run yet: the loop runs what is ready
+    in the order it was made ready, so ``task`` runs its first step, and since then only the rest
+    of that step and the first steps of the others so found (made before it: in the order they
+    were made) ran. Whatever they wait for (a socket, a timer) wakes them after that callback, so
+    none of them could yet run again, or make a task, as timing let it. A fan-out's tasks, each
+    making its call before it first waits, so name theirs with one look at every task, not one
+    for each call."""
+    pending = _first_steps.get(task.get_loop())
+    return pending is not None and task in pending
+
+
+def _first_steps_over(loop: Any) -> None:
+    _first_steps.pop(loop, None)
+
+
 def _alone(aio: Any, task: Any) -> bool:
-    """Whether every other unfinished task of ``task``'s loop waits on ``task``, directly or
-    through a task that does (:func:`caller`), and one does: a task no other waits for was made
-    by a callback (a timer, ``call_soon_threadsafe``), whose order may depend on timing, or is the
-    loop's main one (its calls are one caller's anyway)."""
+    """Whether no other task of ``task``'s loop runs beside it, and one waits for it: each other
+    unfinished task has not started yet (it will run after this one's step, the loop running what
+    is ready in the order it was made ready) or waits for tasks to end (:func:`_waits_for`), and
+    one of them waits for ``task``. A task no other waits for was made by a callback (a timer,
+    ``call_soon_threadsafe``), whose order may depend on timing, or is the loop's main one (its
+    calls are one caller's anyway). The tasks not started that one waits for are kept, to be
+    named in their first steps (:func:`_in_first_steps`)."""
     if _beside(aio, task):
         return False
+    loop = task.get_loop()
     try:
-        others = aio.all_tasks(task.get_loop())
+        others = aio.all_tasks(loop)
     except RuntimeError:  # (the loop's tasks changed while listed, too often)
         return False
-    if len(others) < 2:
-        return False
-    waiting: set[Any] = {task}
+    waited: set[Any] = set()
+    unstarted: list[Any] = []
     for other in others:
-        chain: list[Any] = []
-        while other not in waiting:
-            chain.append(other)
-            other = getattr(other, "_fut_waiter", None)
-            if not isinstance(other, aio.Task) or len(chain) > len(others):
-                return False
-        waiting.update(chain)
+        if other is task or other.done():
+            continue
+        if not _started(other):
+            unstarted.append(other)
+            continue
+        on = _waits_for(aio, other)
+        if on is None:
+            return False
+        waited.update(on)
+    if task not in waited:
+        return False
+    first = [t for t in unstarted if t in waited]
+    if first:
+        pending = _first_steps.get(loop)
+        if pending is None:
+            pending = _first_steps[loop] = weakref.WeakSet()
+            loop.call_soon(_first_steps_over, loop)
+        pending.update(first)
     return True
+
+
+def _started(task: Any) -> bool:
+    """Whether ``task`` ran a step already (True when its coroutine does not say)."""
+    coro = task.get_coro()
+    return not (
+        getattr(coro, "cr_suspended", None) is False and not coro.cr_running and coro.cr_frame is not None
+    )
+
+
+def _waits_for(aio: Any, task: Any) -> list[Any] | None:
+    """The unfinished tasks only whose ends can wake ``task`` (a started task not running): the
+    task it awaits, the children of the ``asyncio.gather`` it awaits, the tasks and gathers of the
+    ``asyncio.wait`` it awaits with no timeout. None when something else may wake it (a socket, a
+    timer, an event another task sets), or it is ready to run again (what it awaits ended)."""
+    fut = getattr(task, "_fut_waiter", None)
+    if fut is None or fut.done():
+        return None
+    if isinstance(fut, aio.Task):
+        return [fut]
+    if isinstance(fut, _gathering(aio)):
+        return _gathered(aio, fut)
+    return _waited(aio, task, fut)
+
+
+def _gathering(aio: Any) -> Any:
+    """asyncio's future of ``asyncio.gather`` (a class no future is of when this asyncio has none)."""
+    return getattr(getattr(aio, "tasks", None), "_GatheringFuture", _Never)
+
+
+class _Never:
+    """What no object is an instance of."""
+
+
+def _wait_code(aio: Any) -> Any:
+    """The code of the coroutine ``asyncio.wait`` awaits its waiter in (None when unknown)."""
+    wait = getattr(getattr(aio, "tasks", None), "_wait", None)
+    return getattr(wait, "__code__", None)
+
+
+def _gathered(aio: Any, fut: Any) -> list[Any] | None:
+    """The unfinished tasks ``fut`` (``asyncio.gather``'s, not done) waits for, or None when it is
+    about to end (a child failed, or every one ended), or a child is no task or gather."""
+    out: list[Any] = []
+    for child in getattr(fut, "_children", None) or ():
+        if child.done():
+            if child.cancelled() or getattr(child, "_exception", True) is not None:
+                return None
+            continue
+        if isinstance(child, aio.Task):
+            out.append(child)
+        elif isinstance(child, _gathering(aio)):
+            inner = _gathered(aio, child)
+            if inner is None:
+                return None
+            out.extend(inner)
+        else:
+            return None
+    return out or None
+
+
+def _waited(aio: Any, task: Any, fut: Any) -> list[Any] | None:
+    """The tasks of the ``asyncio.wait`` whose waiter ``task`` awaits (``fut``), found in the
+    coroutines ``task`` awaits through: None when it has a timeout (a timer may end it), or may
+    end now (one of them ended, as ``return_when`` ends it), or it is not ``asyncio.wait``'s."""
+    code, coro, depth = _wait_code(aio), task.get_coro(), 0
+    while coro is not None and code is not None and depth < 100:
+        if getattr(coro, "cr_code", None) is code:
+            frame = coro.cr_frame
+            seen = frame.f_locals if frame is not None else {}
+            if seen.get("waiter") is not fut or seen.get("timeout") is not None:
+                return None
+            out: list[Any] = []
+            for f in seen.get("fs") or ():
+                if f.done():
+                    failed = f.cancelled() or getattr(f, "_exception", True) is not None
+                    if failed or seen.get("return_when") == "FIRST_COMPLETED":
+                        return None
+                    continue
+                inner = [f] if isinstance(f, aio.Task) else None
+                if isinstance(f, _gathering(aio)):
+                    inner = _gathered(aio, f)
+                if inner is None:
+                    return None
+                out.extend(inner)
+            return out or None
+        coro, depth = _awaits(coro), depth + 1
+    return None
+
+
+def _awaits(coro: Any) -> Any:
+    """What a suspended coroutine (generator, async generator) awaits; through ``async for``'s
+    step of an async generator (``asend``, which names its generator to the collector only: a
+    LangGraph graph's ``ainvoke`` awaits its ``astream`` so), the generator. None at the end."""
+    for name in ("cr_await", "gi_yieldfrom", "ag_await"):
+        inner = getattr(coro, name, None)
+        if inner is not None:
+            return inner
+    if type(coro).__name__ == "async_generator_asend":
+        return next((g for g in gc.get_referents(coro) if type(g).__name__ == "async_generator"), None)
+    return None
 
 
 #: asyncio's own registries of live tasks, as far as this Python keeps them in its module (3.11:
@@ -243,28 +381,22 @@ _REGISTRIES = ("_all_tasks", "_scheduled_tasks", "_eager_tasks")
 
 
 def _beside(aio: Any, task: Any) -> bool:
-    """Whether a task of ``task``'s loop runs beside it (its waits, through the tasks it waits for,
-    do not reach ``task``), found in asyncio's registries read in place, stopping at the first: a
-    fan-out's answer, without ``all_tasks()``, which copies every task of the process (each call of
-    N tasks at once cost N, all of them N²: 8,000 recorded tool calls at once took 14 s, not 2.6).
-    False when none is found so, or a registry changes while read: :func:`_alone`'s full walk
-    decides. (Only a found task says anything: these registries need not hold every task.)"""
-    loop, reach = task.get_loop(), {task}  # (the tasks known to wait on it)
+    """Whether a task of ``task``'s loop runs beside it (it started, and something else than tasks
+    ending may wake it: :func:`_waits_for`), found in asyncio's registries read in place, stopping
+    at the first: a fan-out's answer, without ``all_tasks()``, which copies every task of the
+    process (each call of N tasks at once cost N, all of them N²: 8,000 recorded tool calls at once
+    took 14 s, not 2.6). False when none is found so, or a registry changes while read:
+    :func:`_alone`'s full walk decides. (Only a found task says anything: these registries need
+    not hold every task.)"""
+    loop = task.get_loop()
     module = getattr(aio, "tasks", None)
     try:
         for registry in (getattr(module, name, None) for name in _REGISTRIES):
             for other in registry if isinstance(registry, set | weakref.WeakSet) else ():
-                if other in reach or other.done() or other.get_loop() is not loop:
+                if other is task or other.done() or other.get_loop() is not loop:
                     continue
-                chain: set[Any] = set()
-                while other not in reach:
-                    if other in chain:  # (tasks that wait on each other, never on this one)
-                        return True
-                    chain.add(other)
-                    other = getattr(other, "_fut_waiter", None)
-                    if not isinstance(other, aio.Task):
-                        return True
-                reach.update(chain)
+                if _started(other) and _waits_for(aio, other) is None:
+                    return True
     except RuntimeError:  # (a set changed size while read: another thread's loop made a task)
         return False
     return False

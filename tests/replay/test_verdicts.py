@@ -1045,6 +1045,90 @@ def test_tasks_made_in_an_order_that_depends_on_timing_are_told_apart_by_no_name
         assert summary_line(rp.report()).startswith("replay ok, but not certain: 2 identical calls")
 
 
+async def _stamp_then_wait(seconds: float) -> float:
+    stamp = time.time()  # (before the task first waits: in its first step)
+    await asyncio.sleep(seconds)  # (not recorded: on replay it may last otherwise)
+    return stamp
+
+
+async def _wait_then_stamp(seconds: float) -> float:
+    await asyncio.sleep(seconds)
+    return time.time()
+
+
+async def _fan_out(how: str, task: Callable[[float], Any], a: float, b: float) -> list[float]:
+    if how == "gather":
+        return list(await asyncio.gather(task(a), task(b)))
+    made = [asyncio.ensure_future(task(a)), asyncio.ensure_future(task(b))]
+    if how == "wait":
+        await asyncio.wait(made)
+    else:  # the Agents SDK's gather_with_cancel: a gather awaited through asyncio.wait
+        await asyncio.wait((asyncio.gather(*made),))
+    return [t.result() for t in made]
+
+
+@pytest.mark.parametrize("how", ["gather", "wait", "wait_gather"])
+def test_tasks_one_step_makes_each_reading_the_clock_before_it_first_waits_are_certain(
+    store: Path, how: str
+) -> None:
+    """asyncio runs what is ready in the order it was made ready: the tasks one step makes
+    (``asyncio.gather``, ``asyncio.wait``, the Agents SDK's ``gather_with_cancel``, LangGraph's
+    parallel nodes) run their first steps in the order they were made, before any of them runs
+    again. Each reading the time before it first waits got its own recorded answer on replay, but
+    the verdict said "not certain": the task awaiting them awaited a future (a gather's, a wait's),
+    not a task, and the others had not started, so no caller was written. Tasks that read it after
+    a wait (a timer, a socket: here one that lasts otherwise on replay) stay uncertain."""
+    with forkpoint.record(store=store, deterministic=[__name__]) as rec:
+        live = asyncio.run(_fan_out(how, _stamp_then_wait, 0.02, 0.01))
+    values = Session.load(rec.session_path).by_type("value")
+    assert [v["fn"] for v in values] == ["time.time"] * 2 and all(v.get("caller") for v in values)
+    with forkpoint.replay(rec.session_path) as rp:
+        assert asyncio.run(_fan_out(how, _stamp_then_wait, 0.01, 0.02)) == live
+    assert summary_line(rp.report()).startswith("replay ok: 2/2"), summary_line(rp.report())
+
+    with forkpoint.record(store=store, deterministic=[__name__]) as rec:
+        a, b = asyncio.run(_fan_out(how, _wait_then_stamp, 0.05, 0.0))
+    assert b < a
+    with forkpoint.replay(rec.session_path) as rp:
+        a, b = asyncio.run(_fan_out(how, _wait_then_stamp, 0.0, 0.05))  # (the other way round)
+    assert a < b  # (each got the other's answer)
+    assert summary_line(rp.report()).startswith("replay ok, but not certain: 2 identical calls")
+
+
+def test_tasks_reading_the_clock_after_a_socket_wakes_them_are_not_certain(store: Path) -> None:
+    """Two tasks of one ``asyncio.wait`` each read the time once their socket has data (a wait
+    forkpoint does not record): which reads first is the sockets', not the order the tasks were
+    made in. Replayed with the data the other way round, each got the other's answer: said so."""
+    import socket
+
+    async def read(sock: socket.socket) -> float:
+        await asyncio.get_running_loop().sock_recv(sock, 1)
+        return time.time()
+
+    async def main(first: int) -> list[float]:
+        pairs = [socket.socketpair() for _ in range(2)]
+        for r, _ in pairs:
+            r.setblocking(False)
+        try:
+            tasks = [asyncio.ensure_future(read(r)) for r, _ in pairs]
+            loop = asyncio.get_running_loop()  # (the data comes while this task awaits them)
+            loop.call_later(0.01, pairs[first][1].send, b"x")
+            loop.call_later(0.05, pairs[1 - first][1].send, b"x")
+            await asyncio.wait(tasks)
+            return [t.result() for t in tasks]
+        finally:
+            for sock in (s for pair in pairs for s in pair):
+                sock.close()
+
+    with forkpoint.record(store=store, deterministic=[__name__]) as rec:
+        a, b = asyncio.run(main(first=0))
+    assert a < b
+    with forkpoint.replay(rec.session_path) as rp:
+        a, b = asyncio.run(main(first=1))
+    assert b < a  # (each got the other's answer)
+    assert summary_line(rp.report()).startswith("replay ok, but not certain: 2 identical calls")
+
+
 # --------------------------------------------------------------------------- an SDK that wraps it
 
 ASK_CLAUDE = """
@@ -1396,5 +1480,7 @@ def test_tasks_side_by_side_name_no_caller_without_listing_every_task(
         return side_by_side, await asyncio.create_task(leaf())
 
     side_by_side, alone = asyncio.run(main())
-    assert side_by_side == [None] * 50 and alone is not None and alone.startswith("Task-")
-    assert len(listed) == 1, listed  # (the task alone only)
+    # (the last of the 50 runs when the others have ended: alone, it names its caller)
+    assert side_by_side[:49] == [None] * 49 and str(side_by_side[49]).startswith("Task-")
+    assert alone is not None and alone.startswith("Task-")
+    assert len(listed) == 2, listed  # (the tasks alone only)
