@@ -199,7 +199,7 @@ def caller() -> str | None:
     of the loop runs beside this one (:func:`_alone`), or no task waits for this one (a callback
     made it). A graph's nodes, each awaited by the task that makes them, are alone so; so is each
     of the tasks one step of a task made (``asyncio.gather``, ``asyncio.wait``) while its first
-    step runs, before the loop turns to what else is ready (:func:`_in_first_steps`)."""
+    step runs, before the loop turns to what else is ready (:data:`_looked`)."""
     aio = sys.modules.get("asyncio")  # (a program that never imported asyncio runs no task)
     if aio is None or threading.current_thread() is not threading.main_thread():
         return None
@@ -207,48 +207,68 @@ def caller() -> str | None:
         task = aio.current_task()
     except RuntimeError:  # no event loop running in this thread
         return None
-    if task is None or not (_in_first_steps(task) or _alone(aio, task)):
+    if task is None:
         return None
-    return str(task.get_name())
+    seen = _looked.get(task)
+    if seen is not None and seen[1][0]:
+        alone = seen[0]
+    else:
+        alone, first = _alone(aio, task)
+        loop = task.get_loop()
+        _looked[task] = (alone, _turn(loop, fresh=False))
+        if first:  # (a turn past their first steps, queued before now)
+            turn = _turn(loop, fresh=True)
+            for other in first:
+                _looked[other] = (True, turn)
+    return str(task.get_name()) if alone else None
 
 
-#: Loop → the tasks found waited for and not yet started when a task of the loop was alone
-#: (:func:`_alone`), until the loop runs the callback queued then (:func:`_in_first_steps`).
-_first_steps: weakref.WeakKeyDictionary[Any, weakref.WeakSet[Any]] = weakref.WeakKeyDictionary()
+#: Task → what :func:`_alone` found of it, and the turn that holds for (``[True]`` until the
+#: loop runs the callback queued when it began: :func:`_turn`). The loop runs what is ready in
+#: the order it was made ready, and whatever a task then waits for (a socket, a timer, another
+#: task) wakes it after that callback: a task found so, calling again in that turn, runs the step
+#: it ran then, and only what it did changed the other tasks meanwhile: it stays alone, or not
+#: (one look at every task per step, not per call: a task making 4,000 tasks, a clock read after
+#: each, cost 4,000² looks). The tasks not yet started it found waited for run their first steps
+#: before a callback queued then, in the order they were made, after nothing but the rest of its
+#: step and the first steps of those made before them: each is alone in that step (a fan-out's
+#: tasks, each making its call before it first waits, with one look at every task for them all).
+_looked: weakref.WeakKeyDictionary[Any, tuple[bool, list[bool]]] = weakref.WeakKeyDictionary()
+
+#: Loop → its turn still running (:func:`_turn`).
+_turns: weakref.WeakKeyDictionary[Any, list[bool]] = weakref.WeakKeyDictionary()
 
 
-def _in_first_steps(task: Any) -> bool:
-    """Whether ``task`` is one a task alone found waited for and not yet started
-    (:func:`_alone`), and the callback queued then has not run yet: the loop runs what is ready
-    in the order it was made ready, so ``task`` runs its first step, and since then only the rest
-    of that step and the first steps of the others so found (made before it: in the order they
-    were made) ran. Whatever they wait for (a socket, a timer) wakes them after that callback, so
-    none of them could yet run again, or make a task, as timing let it. A fan-out's tasks, each
-    making its call before it first waits, so name theirs with one look at every task, not one
-    for each call."""
-    pending = _first_steps.get(task.get_loop())
-    return pending is not None and task in pending
+def _turn(loop: Any, *, fresh: bool) -> list[bool]:
+    """A turn of ``loop``: ``[True]`` until the loop runs a callback queued no earlier than the
+    step it runs now began (``fresh``: queued now), then ``[False]``."""
+    turn = _turns.get(loop)
+    if turn is None or fresh:
+        turn = _turns[loop] = [True]
+        loop.call_soon(_turn_over, loop, turn)
+    return turn
 
 
-def _first_steps_over(loop: Any) -> None:
-    _first_steps.pop(loop, None)
+def _turn_over(loop: Any, turn: list[bool]) -> None:
+    turn[0] = False
+    if _turns.get(loop) is turn:
+        del _turns[loop]
 
 
-def _alone(aio: Any, task: Any) -> bool:
+def _alone(aio: Any, task: Any) -> tuple[bool, list[Any]]:
     """Whether no other task of ``task``'s loop runs beside it, and one waits for it: each other
     unfinished task has not started yet (it will run after this one's step, the loop running what
     is ready in the order it was made ready) or waits for tasks to end (:func:`_waits_for`), and
     one of them waits for ``task``. A task no other waits for was made by a callback (a timer,
     ``call_soon_threadsafe``), whose order may depend on timing, or is the loop's main one (its
-    calls are one caller's anyway). The tasks not started that one waits for are kept, to be
-    named in their first steps (:func:`_in_first_steps`)."""
+    calls are one caller's anyway). With it, when alone, the tasks not yet started that one waits
+    for (:data:`_looked`)."""
     if _beside(aio, task):
-        return False
-    loop = task.get_loop()
+        return False, []
     try:
-        others = aio.all_tasks(loop)
+        others = aio.all_tasks(task.get_loop())
     except RuntimeError:  # (the loop's tasks changed while listed, too often)
-        return False
+        return False, []
     waited: set[Any] = set()
     unstarted: list[Any] = []
     for other in others:
@@ -259,18 +279,27 @@ def _alone(aio: Any, task: Any) -> bool:
             continue
         on = _waits_for(aio, other)
         if on is None:
-            return False
+            return False, []
         waited.update(on)
     if task not in waited:
+        return False, []
+    return True, [t for t in unstarted if t in waited]
+
+
+def _woken_otherwise(aio: Any, task: Any, fut: Any = None) -> bool:
+    """Whether ``task`` (a task, or any future) is a started task that is ready to run again (it
+    awaits nothing, or what it awaits ended), or that something else than a task, a gather or an
+    ``asyncio.wait`` with no timeout may wake (a socket, a timer, an event): :func:`_beside`'s
+    quick look (``fut``: what it awaits, when known), not :func:`_waits_for`'s whole one."""
+    if not isinstance(task, aio.Task) or task.done() or not _started(task):
         return False
-    first = [t for t in unstarted if t in waited]
-    if first:
-        pending = _first_steps.get(loop)
-        if pending is None:
-            pending = _first_steps[loop] = weakref.WeakSet()
-            loop.call_soon(_first_steps_over, loop)
-        pending.update(first)
-    return True
+    if fut is None:
+        fut = getattr(task, "_fut_waiter", None)
+    if fut is None or fut.done():
+        return True
+    if isinstance(fut, aio.Task | _gathering(aio)):
+        return False
+    return _wait_locals(aio, task, fut) is None
 
 
 def _started(task: Any) -> bool:
@@ -333,9 +362,31 @@ def _gathered(aio: Any, fut: Any) -> list[Any] | None:
 
 
 def _waited(aio: Any, task: Any, fut: Any) -> list[Any] | None:
-    """The tasks of the ``asyncio.wait`` whose waiter ``task`` awaits (``fut``), found in the
-    coroutines ``task`` awaits through: None when it has a timeout (a timer may end it), or may
-    end now (one of them ended, as ``return_when`` ends it), or it is not ``asyncio.wait``'s."""
+    """The tasks of the ``asyncio.wait`` whose waiter ``task`` awaits (``fut``): None when it has
+    a timeout (a timer may end it), or may end now (one of them ended, as ``return_when`` ends it),
+    or it is not ``asyncio.wait``'s, or it waits for a future that is no task or gather."""
+    seen = _wait_locals(aio, task, fut)
+    if seen is None:
+        return None
+    out: list[Any] = []
+    for f in seen.get("fs") or ():
+        if f.done():
+            failed = f.cancelled() or getattr(f, "_exception", True) is not None
+            if failed or seen.get("return_when") == "FIRST_COMPLETED":
+                return None
+            continue
+        inner = [f] if isinstance(f, aio.Task) else None
+        if isinstance(f, _gathering(aio)):
+            inner = _gathered(aio, f)
+        if inner is None:
+            return None
+        out.extend(inner)
+    return out or None
+
+
+def _wait_locals(aio: Any, task: Any, fut: Any) -> Mapping[str, Any] | None:
+    """The variables of the ``asyncio.wait`` whose waiter ``task`` awaits (``fut``), with no
+    timeout, found in the coroutines ``task`` awaits through; None when there is none so."""
     code, coro, depth = _wait_code(aio), task.get_coro(), 0
     while coro is not None and code is not None and depth < 100:
         if getattr(coro, "cr_code", None) is code:
@@ -343,20 +394,7 @@ def _waited(aio: Any, task: Any, fut: Any) -> list[Any] | None:
             seen = frame.f_locals if frame is not None else {}
             if seen.get("waiter") is not fut or seen.get("timeout") is not None:
                 return None
-            out: list[Any] = []
-            for f in seen.get("fs") or ():
-                if f.done():
-                    failed = f.cancelled() or getattr(f, "_exception", True) is not None
-                    if failed or seen.get("return_when") == "FIRST_COMPLETED":
-                        return None
-                    continue
-                inner = [f] if isinstance(f, aio.Task) else None
-                if isinstance(f, _gathering(aio)):
-                    inner = _gathered(aio, f)
-                if inner is None:
-                    return None
-                out.extend(inner)
-            return out or None
+            return seen
         coro, depth = _awaits(coro), depth + 1
     return None
 
@@ -381,13 +419,13 @@ _REGISTRIES = ("_all_tasks", "_scheduled_tasks", "_eager_tasks")
 
 
 def _beside(aio: Any, task: Any) -> bool:
-    """Whether a task of ``task``'s loop runs beside it (it started, and something else than tasks
-    ending may wake it: :func:`_waits_for`), found in asyncio's registries read in place, stopping
-    at the first: a fan-out's answer, without ``all_tasks()``, which copies every task of the
-    process (each call of N tasks at once cost N, all of them N²: 8,000 recorded tool calls at once
+    """Whether a task of ``task``'s loop runs beside it (:func:`_woken_otherwise`: a task, or a
+    child of the gather a task awaits), found in asyncio's registries read in place, stopping at
+    the first: a fan-out's answer, without ``all_tasks()``, which copies every task of the process (each call of N tasks at once cost N, all of them N²: 8,000 recorded tool calls at once
     took 14 s, not 2.6). False when none is found so, or a registry changes while read:
-    :func:`_alone`'s full walk decides. (Only a found task says anything: these registries need
-    not hold every task.)"""
+    :func:`_alone`'s full walk decides (which tasks a gather or ``asyncio.wait`` waits for is left
+    to it: 8,000 of them are looked at once, not at each call). (Only a found task says anything:
+    these registries need not hold every task.)"""
     loop = task.get_loop()
     module = getattr(aio, "tasks", None)
     try:
@@ -395,8 +433,15 @@ def _beside(aio: Any, task: Any) -> bool:
             for other in registry if isinstance(registry, set | weakref.WeakSet) else ():
                 if other is task or other.done() or other.get_loop() is not loop:
                     continue
-                if _started(other) and _waits_for(aio, other) is None:
+                if not _started(other):
+                    continue
+                fut = getattr(other, "_fut_waiter", None)
+                if _woken_otherwise(aio, other, fut):
                     return True
+                if isinstance(fut, _gathering(aio)):  # (its last children are the likeliest to run)
+                    children = reversed(getattr(fut, "_children", ()))
+                    if any(c is not task and _woken_otherwise(aio, c) for c in children):
+                        return True
     except RuntimeError:  # (a set changed size while read: another thread's loop made a task)
         return False
     return False

@@ -1484,3 +1484,42 @@ def test_tasks_side_by_side_name_no_caller_without_listing_every_task(
     assert side_by_side[:49] == [None] * 49 and str(side_by_side[49]).startswith("Task-")
     assert alone is not None and alone.startswith("Task-")
     assert len(listed) == 2, listed  # (the tasks alone only)
+
+
+def test_a_task_alone_is_looked_at_once_per_step_however_many_calls_it_makes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Tasks not yet started run beside no one, so a task making 4,000 tasks, a clock read after
+    each, was alone at each read, and each looked at every task made so far (4,000² looks: 9 s of
+    caller(), not 0.03). Nothing else runs until its step ends, so one look tells for the step; and
+    the tasks it made, awaited and not yet started, are alone in their first steps (one look for
+    a fan-out, not one per task)."""
+    from forkpoint import runtime
+
+    listed: list[int] = []
+    real = asyncio.all_tasks
+
+    def counting(loop: Any = None) -> set[Any]:
+        got = real(loop)
+        listed.append(len(got))
+        return got
+
+    monkeypatch.setattr(asyncio, "all_tasks", counting)
+
+    async def first_step() -> str | None:
+        return runtime.caller()
+
+    async def producer() -> tuple[list[str | None], list[str | None]]:
+        made, names = [], []
+        for _ in range(200):
+            made.append(asyncio.ensure_future(first_step()))
+            names.append(runtime.caller())
+        return names, list(await asyncio.gather(*made))
+
+    async def main() -> tuple[list[str | None], list[str | None]]:
+        return await asyncio.create_task(producer())
+
+    names, firsts = asyncio.run(main())
+    assert len(set(names)) == 1 and str(names[0]).startswith("Task-")
+    assert len(set(firsts)) == 200 and all(str(n).startswith("Task-") for n in firsts)
+    assert len(listed) == 2, listed  # (the producer's first read, and its tasks' first)
