@@ -996,3 +996,63 @@ def test_a_pydantic_ai_tool_raising_a_validation_error_retries_on_replay_as_it_d
     assert len(calls) == 2
     assert again == live
     assert rp.report()["reproduced"]
+
+
+def test_clock_reads_of_an_agents_sdk_run_and_a_langgraph_fan_out_replay_certain(tmp_path: Path) -> None:
+    """Under ``deterministic``, an Agents SDK run's dynamic instructions read the time in a task
+    its ``gather_with_cancel`` makes beside the input guardrails' (a gather awaited through
+    ``asyncio.wait``), once a turn, and LangGraph's parallel nodes each read it in a task of their
+    own (``asyncio.wait`` inside the graph's ``astream``): each read before its task first waits,
+    in the order the tasks were made. Replayed, every read got its own answer, but the verdict
+    said "replay ok, but not certain": no task name was written for them."""
+    from agents import GuardrailFunctionOutput, input_guardrail
+    from langgraph.graph import END
+
+    from forkpoint.replay import summary_line
+
+    def instructions(ctx: Any, agent: Any) -> str:
+        return f"You are a careful coding agent. It is {datetime.datetime.now().isoformat()}."
+
+    @input_guardrail
+    async def allow(ctx: Any, agent: Any, given: Any) -> GuardrailFunctionOutput:
+        return GuardrailFunctionOutput(output_info=None, tripwire_triggered=False)
+
+    def sdk_run(base_url: str) -> str:
+        client = AsyncOpenAI(base_url=base_url + "/v1", api_key=API_KEY, max_retries=0)
+        agent = SdkAgent(
+            name="coder",
+            instructions=instructions,
+            model=OpenAIChatCompletionsModel(model="demo-model", openai_client=client),
+            tools=[sdk_write_file, sdk_run_tests],
+            input_guardrails=[allow],
+        )
+        return str(Runner.run_sync(agent, TASK).final_output)
+
+    class Stamps(MessagesState):
+        stamps: Annotated[list[str], lambda a, b: a + b]
+
+    def node(name: str) -> Callable[[Stamps], Any]:
+        async def read(state: Stamps) -> dict[str, list[str]]:
+            stamp = datetime.datetime.now().isoformat()
+            await asyncio.sleep(0.01)  # (then waits, as a model call would)
+            return {"stamps": [f"{name} {stamp}"]}
+
+        return read
+
+    def graph_run(base_url: str) -> str:
+        graph = StateGraph(Stamps)
+        for name in ("a", "b", "c"):
+            graph.add_node(name, node(name))
+            graph.add_edge(START, name)
+            graph.add_edge(name, END)
+        return str(asyncio.run(graph.compile().ainvoke({"messages": [], "stamps": []}))["stamps"])
+
+    for run in (sdk_run, graph_run):
+        with ModelServer(turns=2) as server:
+            with forkpoint.record(store=tmp_path / "store", deterministic=[__name__]) as rec:
+                live = run(server.base_url)
+            with forkpoint.replay(rec.session_path) as rp:
+                assert run(server.base_url) == live
+        reads = forkpoint.Session.load(rec.session_path).by_type("value")
+        assert len(reads) == 3 and all(r.get("caller") for r in reads), reads
+        assert summary_line(rp.report()).startswith("replay ok: "), summary_line(rp.report())
