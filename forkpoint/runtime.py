@@ -257,19 +257,23 @@ def _turn_over(loop: Any, turn: list[bool]) -> None:
 
 def _alone(aio: Any, task: Any) -> tuple[bool, list[Any]]:
     """Whether no other task of ``task``'s loop runs beside it, and one waits for it: each other
-    unfinished task has not started yet (it will run after this one's step, the loop running what
-    is ready in the order it was made ready) or waits for tasks to end (:func:`_waits_for`), and
-    one of them waits for ``task``. A task no other waits for was made by a callback (a timer,
+    unfinished task waits, through the tasks it waits for (:func:`_waits_for`: a task, a gather,
+    an ``asyncio.wait``), on ``task``, or has not started yet and is one of ``task``'s siblings
+    (waited for by the same wait as ``task``: the gather or ``asyncio.wait`` that awaits both),
+    which runs after this step, the loop running what is ready in the order it was made ready.
+    Any other task not yet started was made by another step, which may have run before or after
+    the one that made ``task``'s as timing let it: two branches that each wake and make a task
+    make them in either order. A task no other waits for was made by a callback (a timer,
     ``call_soon_threadsafe``), whose order may depend on timing, or is the loop's main one (its
-    calls are one caller's anyway). With it, when alone, the tasks not yet started that one waits
-    for (:data:`_looked`)."""
+    calls are one caller's anyway). With it, when alone, its siblings not yet started
+    (:data:`_looked`)."""
     if _beside(aio, task):
         return False, []
     try:
         others = aio.all_tasks(task.get_loop())
     except RuntimeError:  # (the loop's tasks changed while listed, too often)
         return False, []
-    waited: set[Any] = set()
+    waits: dict[Any, list[Any]] = {}
     unstarted: list[Any] = []
     for other in others:
         if other is task or other.done():
@@ -280,10 +284,23 @@ def _alone(aio: Any, task: Any) -> tuple[bool, list[Any]]:
         on = _waits_for(aio, other)
         if on is None:
             return False, []
-        waited.update(on)
-    if task not in waited:
+        waits[other] = on
+    waiters: dict[Any, list[Any]] = {}
+    for other, on in waits.items():
+        for waited in on:
+            waiters.setdefault(waited, []).append(other)
+    reach, todo = {task}, [task]
+    while todo:
+        for other in waiters.get(todo.pop(), ()):
+            if other not in reach:
+                reach.add(other)
+                todo.append(other)
+    if not waiters.get(task) or len(reach) - 1 != len(waits):
         return False, []
-    return True, [t for t in unstarted if t in waited]
+    siblings = {t for other in waiters[task] for t in waits[other]}
+    if any(t not in siblings for t in unstarted):
+        return False, []
+    return True, unstarted
 
 
 def _woken_otherwise(aio: Any, task: Any, fut: Any = None) -> bool:

@@ -1129,6 +1129,38 @@ def test_tasks_reading_the_clock_after_a_socket_wakes_them_are_not_certain(store
     assert summary_line(rp.report()).startswith("replay ok, but not certain: 2 identical calls")
 
 
+def test_tasks_two_branches_make_in_an_order_that_depends_on_timing_are_not_certain(store: Path) -> None:
+    """Two branches of a gather each wake (events a callback sets, in an order forkpoint does not
+    record) and make a task that reads the time in its first step. Which branch runs first makes
+    its task first: the tasks' names and the order of their reads swap together on replay, so each
+    got the other's answer under names that line up. Tasks not yet started must not count as
+    running beside no one here: the other branch's task was made by another step than the
+    reader's, in an order timing chose, and only tasks one wait made beside the reader (its
+    siblings) are told apart by their names."""
+
+    async def child() -> float:
+        stamp = time.time()
+        await asyncio.ensure_future(asyncio.sleep(0))  # (holds its branch on a task, not started)
+        return stamp
+
+    async def branch(ready: asyncio.Event) -> float:
+        await ready.wait()
+        return await asyncio.ensure_future(child())
+
+    async def main(first: int) -> list[float]:
+        events = [asyncio.Event(), asyncio.Event()]
+        asyncio.get_running_loop().call_later(0.01, lambda: [events[i].set() for i in (first, 1 - first)])
+        return list(await asyncio.gather(branch(events[0]), branch(events[1])))
+
+    with forkpoint.record(store=store, deterministic=[__name__]) as rec:
+        a, b = asyncio.run(main(first=0))
+    assert a < b
+    with forkpoint.replay(rec.session_path) as rp:
+        a, b = asyncio.run(main(first=1))
+    assert b < a  # (each got the other's answer)
+    assert summary_line(rp.report()).startswith("replay ok, but not certain: 2 identical calls")
+
+
 # --------------------------------------------------------------------------- an SDK that wraps it
 
 ASK_CLAUDE = """
@@ -1489,11 +1521,10 @@ def test_tasks_side_by_side_name_no_caller_without_listing_every_task(
 def test_a_task_alone_is_looked_at_once_per_step_however_many_calls_it_makes(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Tasks not yet started run beside no one, so a task making 4,000 tasks, a clock read after
-    each, was alone at each read, and each looked at every task made so far (4,000² looks: 9 s of
-    caller(), not 0.03). Nothing else runs until its step ends, so one look tells for the step; and
-    the tasks it made, awaited and not yet started, are alone in their first steps (one look for
-    a fan-out, not one per task)."""
+    """A task making 4,000 tasks, a clock read after each, looked at every task made so far at
+    each read (4,000² looks: 9 s of caller(), not 0.03). Nothing else runs until its step ends, so
+    one look tells for the step; and the tasks it made, awaited by one gather and not yet started,
+    are alone in their first steps (one look for a fan-out, not one per task)."""
     from forkpoint import runtime
 
     listed: list[int] = []
@@ -1520,6 +1551,7 @@ def test_a_task_alone_is_looked_at_once_per_step_however_many_calls_it_makes(
         return await asyncio.create_task(producer())
 
     names, firsts = asyncio.run(main())
-    assert len(set(names)) == 1 and str(names[0]).startswith("Task-")
+    # (the producer's tasks not yet started are no siblings of it: it names no caller)
+    assert names == [None] * 200
     assert len(set(firsts)) == 200 and all(str(n).startswith("Task-") for n in firsts)
     assert len(listed) == 2, listed  # (the producer's first read, and its tasks' first)
