@@ -197,9 +197,9 @@ def caller() -> str | None:
     the same task's on replay: the loop runs in another thread than the main one (threads'
     loops number their tasks from one counter, each as it happens to get there), another task
     of the loop runs beside this one (:func:`_alone`), or no task waits for this one (a callback
-    made it). A graph's nodes, each awaited by the task that makes them, are alone so; so is each
-    of the tasks one step of a task made (``asyncio.gather``, ``asyncio.wait``) while its first
-    step runs, before the loop turns to what else is ready (:data:`_looked`)."""
+    made it). A graph's nodes, each awaited by the task that makes them, are alone so; so are a
+    task's siblings (the tasks of the gather or ``asyncio.wait`` awaiting it) not yet started
+    when it was found alone, each in its first step (:data:`_looked`)."""
     aio = sys.modules.get("asyncio")  # (a program that never imported asyncio runs no task)
     if aio is None or threading.current_thread() is not threading.main_thread():
         return None
@@ -229,7 +229,7 @@ def caller() -> str | None:
 #: task) wakes it after that callback: a task found so, calling again in that turn, runs the step
 #: it ran then, and only what it did changed the other tasks meanwhile: it stays alone, or not
 #: (one look at every task per step, not per call: a task making 4,000 tasks, a clock read after
-#: each, cost 4,000² looks). The tasks not yet started it found waited for run their first steps
+#: each, cost 4,000² looks). Its siblings not yet started (:func:`_alone`) run their first steps
 #: before a callback queued then, in the order they were made, after nothing but the rest of its
 #: step and the first steps of those made before them: each is alone in that step (a fan-out's
 #: tasks, each making its call before it first waits, with one look at every task for them all).
