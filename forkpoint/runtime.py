@@ -403,12 +403,25 @@ def _waited(aio: Any, task: Any, fut: Any) -> list[Any] | None:
 
 def _wait_locals(aio: Any, task: Any, fut: Any) -> Mapping[str, Any] | None:
     """The variables of the ``asyncio.wait`` whose waiter ``task`` awaits (``fut``), with no
-    timeout, found in the coroutines ``task`` awaits through; None when there is none so."""
+    timeout, found in the coroutines ``task`` awaits through; for a ``TaskGroup``'s end
+    (``async with``'s exit awaiting ``fut``), its tasks as ``fs`` of a wait that any of them
+    ending may end (one that failed cancels ``task``); None when there is none so, or the group
+    already has errors."""
     code, coro, depth = _wait_code(aio), task.get_coro(), 0
+    group = getattr(getattr(aio, "taskgroups", None), "TaskGroup", _Never)
+    exits = {getattr(getattr(group, name, None), "__code__", None) for name in ("__aexit__", "_aexit")}
     while coro is not None and code is not None and depth < 100:
-        if getattr(coro, "cr_code", None) is code:
+        at = getattr(coro, "cr_code", None)
+        if at is code or (at is not None and at in exits):
             frame = coro.cr_frame
             seen = frame.f_locals if frame is not None else {}
+            if at is not code:  # (a TaskGroup's)
+                tg = seen.get("self")
+                if not isinstance(tg, group) or getattr(tg, "_on_completed_fut", None) is not fut:
+                    return None
+                if getattr(tg, "_errors", True) or getattr(tg, "_aborting", True):
+                    return None
+                return {"fs": list(getattr(tg, "_tasks", ())), "return_when": "FIRST_COMPLETED"}
             if seen.get("waiter") is not fut or seen.get("timeout") is not None:
                 return None
             return seen

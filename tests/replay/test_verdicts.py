@@ -1059,6 +1059,10 @@ async def _wait_then_stamp(seconds: float) -> float:
 async def _fan_out(how: str, task: Callable[[float], Any], a: float, b: float) -> list[float]:
     if how == "gather":
         return list(await asyncio.gather(task(a), task(b)))
+    if how == "taskgroup":
+        async with asyncio.TaskGroup() as group:
+            made = [group.create_task(task(a)), group.create_task(task(b))]
+        return [t.result() for t in made]
     made = [asyncio.ensure_future(task(a)), asyncio.ensure_future(task(b))]
     if how == "wait":
         await asyncio.wait(made)
@@ -1067,17 +1071,18 @@ async def _fan_out(how: str, task: Callable[[float], Any], a: float, b: float) -
     return [t.result() for t in made]
 
 
-@pytest.mark.parametrize("how", ["gather", "wait", "wait_gather"])
+@pytest.mark.parametrize("how", ["gather", "wait", "wait_gather", "taskgroup"])
 def test_tasks_one_step_makes_each_reading_the_clock_before_it_first_waits_are_certain(
     store: Path, how: str
 ) -> None:
     """asyncio runs what is ready in the order it was made ready: the tasks one step makes
-    (``asyncio.gather``, ``asyncio.wait``, the Agents SDK's ``gather_with_cancel``, LangGraph's
-    parallel nodes) run their first steps in the order they were made, before any of them runs
+    (``asyncio.gather``, ``asyncio.wait``, the Agents SDK's ``gather_with_cancel``, a
+    ``TaskGroup``) run their first steps in the order they were made, before any of them runs
     again. Each reading the time before it first waits got its own recorded answer on replay, but
-    the verdict said "not certain": the task awaiting them awaited a future (a gather's, a wait's),
-    not a task, and the others had not started, so no caller was written. Tasks that read it after
-    a wait (a timer, a socket: here one that lasts otherwise on replay) stay uncertain."""
+    the verdict said "not certain": the task awaiting them awaited a future (a gather's, a wait's,
+    a task group's), not a task, and the others had not started, so no caller was written. Tasks
+    that read it after a wait (a timer, a socket: here one that lasts otherwise on replay) stay
+    uncertain."""
     with forkpoint.record(store=store, deterministic=[__name__]) as rec:
         live = asyncio.run(_fan_out(how, _stamp_then_wait, 0.02, 0.01))
     values = Session.load(rec.session_path).by_type("value")
