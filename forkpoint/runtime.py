@@ -213,7 +213,10 @@ def caller() -> str | None:
     if seen is not None and seen[1][0]:
         alone = seen[0]
     else:
-        alone, first = _alone(aio, task)
+        try:
+            alone, first = _alone(aio, task)
+        except Exception:  # (asyncio's insides read otherwise than this Python keeps them: no name)
+            alone, first = False, []
         loop = task.get_loop()
         _looked[task] = (alone, _turn(loop, fresh=False))
         if first:  # (a turn past their first steps, queued before now)
