@@ -889,8 +889,10 @@ def _unrecorded_run(session: Session, report: dict[str, Any], tools_source: str)
     those the model asked for in the recorded calls this replay was served; ``""`` for none, with
     tools live, or when an override changed what the model asked for (the recording's asks then say
     nothing of this run)."""
-    missing = (report.get("recorded_end") or {}).get("unrecorded_tools")
-    if not missing or tools_source == "live" or any(o["applied"] for o in report.get("overrides") or []):
+    from .replay import unrecorded_tools
+
+    missing = unrecorded_tools(report)
+    if not missing or tools_source == "live":
         return ""
     if not session.events:  # (``forkpoint replay`` hands on its header only: its asks are read now)
         try:

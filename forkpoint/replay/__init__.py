@@ -26,6 +26,7 @@ if TYPE_CHECKING:
         merge_reports,
         problems,
         summary_line,
+        unrecorded_tools,
         verdict,
         write_report,
     )
@@ -53,6 +54,7 @@ _SUBMODULES = {
         "merge_reports",
         "problems",
         "summary_line",
+        "unrecorded_tools",
         "verdict",
         "write_report",
     ],
@@ -85,6 +87,7 @@ __all__ = [
     "problems",
     "release_order",
     "summary_line",
+    "unrecorded_tools",
     "verdict",
     "write_report",
 ]

@@ -234,6 +234,36 @@ def problems(report: dict[str, Any]) -> list[str]:
     return out + list(report.get("ending") or [])
 
 
+def unrecorded_tools(report: dict[str, Any]) -> dict[str, int]:
+    """The tools the recorded run's model asked for that its recording has no calls of, and how many
+    times (its end's ``unrecorded_tools``): if the program ran them, they ran for real in this replay.
+    Empty when tools ran live anyway, or an override changed what the model asked for (the
+    recording's list says nothing of this run)."""
+    missing = (report.get("recorded_end") or {}).get("unrecorded_tools")
+    if not isinstance(missing, dict) or (report.get("sources") or {}).get("tools") == "live":
+        return {}
+    if any(o.get("applied") for o in report.get("overrides") or []):
+        return {}
+    return {str(n): int(k) for n, k in missing.items()}
+
+
+def _unreplayed(report: dict[str, Any]) -> list[str]:
+    """What of the recorded run a replay that reproduced ran for real, not from the recording, in
+    words: the Python programs it started and the tools the recording has no calls of."""
+    out = []
+    programs = report.get("unrecorded_programs") or []
+    if programs:
+        out.append(
+            f"{plural(len(programs), 'Python program')} it started, not recorded, ran again: "
+            f"{'; '.join(programs[:3])}{' …' if len(programs) > 3 else ''}"
+        )
+    tools = unrecorded_tools(report)
+    if tools:
+        names = ", ".join(f"{n} ({plural(k, 'call')})" for n, k in tools.items())
+        out.append(f"tools the recording has no calls of ran for real if the program ran them: {names}")
+    return out
+
+
 def summary_line(report: dict[str, Any]) -> str:
     """The one-line end-of-replay report. A what-if run that went as asked is no reproduction, and
     says so rather than "ok": its live calls were answered anew, or (fifo) recorded answers were
@@ -304,7 +334,7 @@ def summary_line(report: dict[str, Any]) -> str:
         f"{m.get('method')} from MCP server {m.get('server')!r}" for m in report.get("unrecorded_mcp") or []
     ]
     programs = report.get("unrecorded_programs") or []
-    if status == "ok" and (unheard or programs):
+    if status == "ok" and (unheard or programs or unrecorded_tools(report)):
         status = "ok, but incomplete"
     if status == "ok" and report.get("recording_unended"):
         status = (
@@ -412,7 +442,10 @@ def verdict(report: dict[str, Any] | None, exit_code: int | None, recorded_exit:
         reasons.append("the replay report says it did not reproduce")
     if reasons:
         return {"status": "ended differently", "detail": "; ".join(reasons), "call": None, "path": None}
-    return {"status": "reproduced", "detail": "", "call": None, "path": None}
+    # (as `forkpoint replay` says "ok, but incomplete": a check row said "reproduced" and nothing else)
+    unreplayed = _unreplayed(report)
+    detail = "incomplete: " + "; ".join(unreplayed) if unreplayed else ""
+    return {"status": "reproduced", "detail": detail, "call": None, "path": None}
 
 
 def merge_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:

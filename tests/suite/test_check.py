@@ -654,3 +654,63 @@ def test_a_signal_passed_on_in_one_map_says_nothing_of_the_next_ones_tasks() -> 
     local._interrupted.append(signal.SIGTERM)  # (what an earlier map passed on)
     with LocalExecutor(jobs=1) as ex:
         assert [r for _, r in ex.map(_signal_seen, [{}])] == [{"sig": None}]
+
+
+#: mini-swe-agent's shape: a loop that asks the model and runs each ``bash`` command it gives with
+#: ``subprocess`` (its LocalEnvironment), sending the output back; no tool is recorded.
+SHELL_AGENT = """import json
+import os
+import subprocess
+
+import openai
+
+
+class LocalEnvironment:
+    def execute(self, action: dict) -> dict:
+        p = subprocess.run(action["command"], shell=True, text=True, capture_output=True)
+        return {"output": p.stdout, "returncode": p.returncode}
+
+
+client = openai.OpenAI(base_url=os.environ["AGENT_BASE_URL"], api_key="sk-test", max_retries=0)
+env = LocalEnvironment()
+messages = [{"role": "user", "content": "Fix calc.py"}]
+while True:
+    msg = client.chat.completions.create(model="m", messages=messages).choices[0].message
+    messages.append(msg.model_dump(exclude_none=True))
+    if not msg.tool_calls:
+        break
+    for call in msg.tool_calls:
+        out = env.execute(json.loads(call.function.arguments))
+        messages.append({"role": "tool", "tool_call_id": call.id, "content": json.dumps(out)})
+print(msg.content)
+"""
+
+
+@pytest.mark.slow
+def test_check_says_what_of_a_reproduced_run_ran_for_real(tmp_path: Path) -> None:
+    """A mini-swe-agent-like run whose bash commands are no recorded tool calls (one of them a Python
+    program): `forkpoint replay` says "ok, but incomplete" and names them, while `forkpoint check`
+    said "reproduced" and nothing else, though the commands ran for real in the checkout."""
+    (tmp_path / "agent.py").write_text(SHELL_AGENT)
+    (tmp_path / "calc.py").write_text("print(2 - 3)\n")
+    script = [
+        [("bash", {"command": "cat calc.py"})],
+        [("bash", {"command": "python3 calc.py"})],
+        "done",
+    ]
+    store = tmp_path / "store"
+    with LocalServer(chat_script=script) as srv:
+        env = cli_env(AGENT_BASE_URL=srv.openai_base_url)
+        rec = forkpoint_cli(
+            "record", "--store", str(store), "--no-workspace", "--", "python", "agent.py", cwd=tmp_path, env=env
+        )  # fmt: skip
+        assert rec.returncode == 0, rec.stderr
+    out = forkpoint_cli("check", str(store), "--json", str(tmp_path / "c.json"), cwd=tmp_path, env=env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    (row,) = orjson.loads((tmp_path / "c.json").read_bytes())["rows"]
+    assert row["status"] == "reproduced", row
+    assert row["detail"] == (
+        "incomplete: 1 Python program it started, not recorded, ran again: /bin/sh -c python3 calc.py; "
+        "tools the recording has no calls of ran for real if the program ran them: bash (2 calls)"
+    ), row
+    assert "reproduced: incomplete: 1 Python program" in " ".join(out.stdout.split()), out.stdout
