@@ -352,8 +352,9 @@ def main(allow_shared_store: bool) -> None:
     "--tool",
     "tools",
     multiple=True,
-    metavar="MODULE:QUALNAME",
-    help="Record this function as a tool (repeatable).",
+    metavar="MODULE:QUALNAME[=NAME]",
+    help="Record this function as a tool (repeatable); =NAME names it as the model asks for it "
+    "(minisweagent.environments.local:LocalEnvironment.execute=bash).",
 )
 @click.option(
     "--workspace",
@@ -472,8 +473,8 @@ def record(
     "--tool",
     "tools",
     multiple=True,
-    metavar="MODULE:QUALNAME",
-    help="Also serve this function from the session.",
+    metavar="MODULE:QUALNAME[=NAME]",
+    help="Also serve this function from the session (=NAME: the tool's name, as when recording).",
 )
 @click.option(
     "--override",

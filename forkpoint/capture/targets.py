@@ -38,25 +38,44 @@ from .tools import wrapped
 MAIN = "__main__"
 
 
-def parse_target(spec: str) -> tuple[str, str]:
-    """Split ``module:qualname``; raises ``ValueError`` with the expected shape otherwise."""
-    module, sep, qualname = spec.partition(":")
-    if not sep or not module or not qualname or not all(p.isidentifier() for p in qualname.split(".")):
-        raise ValueError(f"--tool {spec!r}: expected MODULE:FUNCTION or MODULE:CLASS.METHOD")
-    return module, qualname
+def parse_target(spec: str) -> tuple[str, str, str]:
+    """Split ``module:qualname`` or ``module:qualname=name`` into the module, the qualname and the
+    tool's name (the qualname unless given: the name the model asks for, when the function runs a
+    tool of another name, as mini-swe-agent's ``LocalEnvironment.execute`` runs ``bash``); raises
+    ``ValueError`` with the expected shape otherwise."""
+    target, eq, name = spec.partition("=")
+    module, sep, qualname = target.partition(":")
+    if (
+        not sep
+        or not module
+        or not qualname
+        or not all(p.isidentifier() for p in qualname.split("."))
+        or (eq and (not name or name != name.strip() or any(c.isspace() for c in name)))
+    ):
+        raise ValueError(
+            f"--tool {spec!r}: expected MODULE:FUNCTION or MODULE:CLASS.METHOD, optionally followed by "
+            "=NAME (the tool's name, as the model asks for it)"
+        )
+    return module, qualname, name or qualname
+
+
+def _key(spec: str) -> str:
+    """The target ``module:qualname`` of ``spec`` (its wrapper records while it is enabled)."""
+    module, qualname, _ = parse_target(spec)
+    return f"{module}:{qualname}"
 
 
 #: How many times each ``module:qualname`` target is enabled (its wrapper records while above 0).
 _enabled: Counter[str] = Counter()
 _targets_lock = threading.Lock()
-#: Modules not imported yet → the qualnames to wrap once they are.
-_pending: dict[str, list[str]] = {}
+#: Modules not imported yet → the qualnames to wrap once they are, with their tools' names.
+_pending: dict[str, list[tuple[str, str]]] = {}
 _hook: ExecHook | None = None
 
 
-def wrap_target(module: ModuleType, qualname: str) -> None:
+def wrap_target(module: ModuleType, qualname: str, name: str | None = None) -> None:
     """Replace ``module.<qualname>`` by its :func:`~forkpoint.capture.tools.tool` wrapper (named
-    ``qualname``), which records while the target ``module:qualname`` is enabled
+    ``name``, else ``qualname``), which records while the target ``module:qualname`` is enabled
     (:func:`install_import_hook`).
 
     Raises ``AttributeError`` naming the target when it does not exist.
@@ -79,22 +98,22 @@ def wrap_target(module: ModuleType, qualname: str) -> None:
         return _enabled[target] > 0
 
     if isinstance(raw, staticmethod | classmethod):
-        setattr(owner, attr, type(raw)(wrapped(raw.__func__, qualname, on)))
+        setattr(owner, attr, type(raw)(wrapped(raw.__func__, name or qualname, on)))
     else:
-        setattr(owner, attr, wrapped(raw, qualname, on))
+        setattr(owner, attr, wrapped(raw, name or qualname, on))
 
 
 def _wrap_pending(module: ModuleType) -> None:
     with _targets_lock:
         qualnames = _pending.pop(module.__name__, [])
-    for q in qualnames:
-        _wrap_or_warn(module, q)
+    for q, name in qualnames:
+        _wrap_or_warn(module, q, name)
 
 
-def _wrap_or_warn(module: ModuleType, qualname: str) -> None:
+def _wrap_or_warn(module: ModuleType, qualname: str, name: str) -> None:
     # A typo in --tool must not crash the agent being recorded; say it instead.
     try:
-        wrap_target(module, qualname)
+        wrap_target(module, qualname, name)
     except AttributeError as exc:
         say(f"forkpoint: {exc}; its calls are not recorded or replayed")
 
@@ -104,8 +123,8 @@ class _MainWatcher:
     A trace function already in place (a debugger, coverage) keeps getting every event, and is
     put back when the watch ends."""
 
-    def __init__(self, qualnames: list[str]) -> None:
-        self.pending = qualnames
+    def __init__(self, qualnames: list[tuple[str, str]]) -> None:
+        self.pending = qualnames  # (qualname, the tool's name)
         self.done = False
         self.previous: Any = sys.gettrace()
         self.theirs: Any = None  # the previous tracer's trace function for the script's frame
@@ -147,11 +166,11 @@ class _MainWatcher:
     def check(self) -> None:
         main = sys.modules.get(MAIN)
         names = vars(main) if main is not None else {}
-        for qualname in [q for q in self.pending if q.split(".")[0] in names]:
-            self.pending.remove(qualname)
+        for qualname, name in [q for q in self.pending if q[0].split(".")[0] in names]:
+            self.pending.remove((qualname, name))
             top = qualname.split(".")[0]
             script = getattr(names[top], "__globals__", None)
-            _wrap_or_warn(main, qualname)  # type: ignore[arg-type]
+            _wrap_or_warn(main, qualname, name)  # type: ignore[arg-type]
             # multiprocessing's spawn copies the script's globals into __main__: the functions
             # of the script look names up in the first, which gets the wrapper too.
             if "." not in qualname and isinstance(script, dict) and script is not names and top in script:
@@ -168,7 +187,7 @@ class _MainWatcher:
                 previous = previous.__self__.previous
             sys.settrace(previous)
         self.done = True
-        for qualname in self.pending:
+        for qualname, _ in self.pending:
             say(
                 f"forkpoint: --tool {MAIN}:{qualname}: the script ran to its end without defining "
                 f"{qualname.split('.')[0]} at module level; its calls are not recorded or replayed"
@@ -215,18 +234,17 @@ def install_import_hook(specs: Sequence[str], *, warn_at_exit: bool = False, spa
     Raises ``ValueError`` for a spec that is not ``module:qualname``.
     """
     global _hook
-    targets: dict[str, list[str]] = {}
-    main: list[str] = []
-    parsed = [(spec, *parse_target(spec)) for spec in specs]
-    for spec, module, qualname in parsed:
+    targets: dict[str, list[tuple[str, str]]] = {}
+    main: list[tuple[str, str]] = []
+    for module, qualname, name in [parse_target(spec) for spec in specs]:
         with _targets_lock:
-            _enabled[spec] += 1
+            _enabled[f"{module}:{qualname}"] += 1
         if module == MAIN:
-            main.append(qualname)
+            main.append((qualname, name))
         elif module in sys.modules:
-            _wrap_or_warn(sys.modules[module], qualname)
+            _wrap_or_warn(sys.modules[module], qualname, name)
         else:
-            targets.setdefault(module, []).append(qualname)
+            targets.setdefault(module, []).append((qualname, name))
     if main:
         _MainWatcher(main).start(spawned=spawned)
     if targets:
@@ -241,7 +259,7 @@ def install_import_hook(specs: Sequence[str], *, warn_at_exit: bool = False, spa
         def never_imported() -> None:
             for module, names in targets.items():
                 if module not in sys.modules:
-                    listed = ", ".join(f"{module}:{n}" for n in names)
+                    listed = ", ".join(f"{module}:{q}" for q, _ in names)
                     say(f"forkpoint: --tool {listed}: the program never imported {module}")
 
         atexit.register(never_imported)
@@ -250,7 +268,8 @@ def install_import_hook(specs: Sequence[str], *, warn_at_exit: bool = False, spa
 def disable_targets(specs: Sequence[str]) -> None:
     """Undo one :func:`install_import_hook` of ``specs``: their wrappers call the functions as they
     are again (unless enabled elsewhere). Targets not yet imported stay pending, disabled."""
+    keys = [_key(spec) for spec in specs]
     with _targets_lock:
-        for spec in specs:
-            if _enabled[spec] > 0:
-                _enabled[spec] -= 1
+        for key in keys:
+            if _enabled[key] > 0:
+                _enabled[key] -= 1

@@ -225,3 +225,40 @@ def test_a_dataclass_defined_before_a_main_target_does_not_end_the_watch(tmp_pat
     )
     assert rep.returncode == 0 and "replay ok: 2/2 events matched" in rep.stderr, rep.stderr
     assert rep.stdout == "Note(text='hello') ['/x']\n"
+
+
+@pytest.mark.slow
+def test_a_target_named_as_the_model_asks_for_it(tmp_path: Path) -> None:
+    """mini-swe-agent's model asks for ``bash``, which ``LocalEnvironment.execute`` runs: recorded with
+    ``--tool …:LocalEnvironment.execute`` its calls were kept as ``LocalEnvironment.execute``, and the
+    recording, the replay and a fork each warned that ``bash`` was never recorded and ran for real
+    (it did not). ``=bash`` names the tool as the model does."""
+    from tests.modelserver import LocalServer
+    from tests.suite.agents import SHELL_AGENT, cli_env
+
+    (tmp_path / "agent.py").write_text(SHELL_AGENT)
+    script = [[("bash", {"command": "echo ran >> ledger.txt; cat ledger.txt"})], "done"]
+    cli = [sys.executable, "-m", "forkpoint.cli"]
+    with LocalServer(chat_script=script) as srv:
+        env = cli_env(AGENT_BASE_URL=srv.openai_base_url)
+        rec = subprocess.run(
+            [*cli, "record", "--store", "s", "--no-workspace", "--tool", "__main__:LocalEnvironment.execute=bash",
+             "--", sys.executable, "agent.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+    assert rec.returncode == 0 and "(2 model calls, 1 tool call)" in rec.stderr, rec.stderr
+    assert "never recorded" not in rec.stderr, rec.stderr
+    (call,) = Session.load(tmp_path / rec.stderr.split(") in ", 1)[1].split()[0]).by_type("tool_call")
+    assert call["tool"] == "bash" and call["args"]["action"] == script[0][0][1], call
+    rep = subprocess.run(
+        [*cli, "replay", "last", "--store", "s"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )  # fmt: skip
+    assert rep.returncode == 0 and "replay ok: 3/3 events matched" in rep.stderr, rep.stderr
+    assert "has no calls of" not in rep.stderr, rep.stderr
+    assert (tmp_path / "ledger.txt").read_text() == "ran\n"  # served, not run again
+    bad = subprocess.run(
+        [*cli, "record", "--store", "s", "--tool", "m:f= x", "--", sys.executable, "agent.py"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert bad.returncode == 2 and "=NAME (the tool's name, as the model asks for it)" in bad.stderr, (
+        bad.stderr
+    )

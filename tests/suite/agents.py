@@ -130,6 +130,36 @@ class Keeper:
         return [c["seq"] for c in self.session.by_type("checkpoint") if c["boundary"] == "resumable"]
 
 
+#: mini-swe-agent's shape: a loop that asks the model and runs each ``bash`` command it gives with
+#: ``subprocess`` (its LocalEnvironment), sending the output back; no tool is recorded.
+SHELL_AGENT = """import json
+import os
+import subprocess
+
+import openai
+
+
+class LocalEnvironment:
+    def execute(self, action: dict) -> dict:
+        p = subprocess.run(action["command"], shell=True, text=True, capture_output=True)
+        return {"output": p.stdout, "returncode": p.returncode}
+
+
+client = openai.OpenAI(base_url=os.environ["AGENT_BASE_URL"], api_key="sk-test", max_retries=0)
+env = LocalEnvironment()
+messages = [{"role": "user", "content": "Fix calc.py"}]
+while True:
+    msg = client.chat.completions.create(model="m", messages=messages).choices[0].message
+    messages.append(msg.model_dump(exclude_none=True))
+    if not msg.tool_calls:
+        break
+    for call in msg.tool_calls:
+        out = env.execute(json.loads(call.function.arguments))
+        messages.append({"role": "tool", "tool_call_id": call.id, "content": json.dumps(out)})
+print(msg.content)
+"""
+
+
 def cli_env(**extra: str) -> dict[str, str]:
     """The environment for a ``forkpoint``/agent subprocess: this interpreter's ``python`` first on
     PATH, no CI or store variables from outside, no bytecode files in restored directories."""

@@ -28,7 +28,7 @@ from forkpoint.store import list_sessions
 from forkpoint.suite import check_sessions, parse_since, select, write_junit
 from tests.cliutil import coding_checkouts
 from tests.modelserver import LocalServer
-from tests.suite.agents import cli_env, record_demo_sessions
+from tests.suite.agents import SHELL_AGENT, cli_env, record_demo_sessions
 
 # ----------------------------------------------------------------------------- choosing sessions
 
@@ -654,36 +654,6 @@ def test_a_signal_passed_on_in_one_map_says_nothing_of_the_next_ones_tasks() -> 
     local._interrupted.append(signal.SIGTERM)  # (what an earlier map passed on)
     with LocalExecutor(jobs=1) as ex:
         assert [r for _, r in ex.map(_signal_seen, [{}])] == [{"sig": None}]
-
-
-#: mini-swe-agent's shape: a loop that asks the model and runs each ``bash`` command it gives with
-#: ``subprocess`` (its LocalEnvironment), sending the output back; no tool is recorded.
-SHELL_AGENT = """import json
-import os
-import subprocess
-
-import openai
-
-
-class LocalEnvironment:
-    def execute(self, action: dict) -> dict:
-        p = subprocess.run(action["command"], shell=True, text=True, capture_output=True)
-        return {"output": p.stdout, "returncode": p.returncode}
-
-
-client = openai.OpenAI(base_url=os.environ["AGENT_BASE_URL"], api_key="sk-test", max_retries=0)
-env = LocalEnvironment()
-messages = [{"role": "user", "content": "Fix calc.py"}]
-while True:
-    msg = client.chat.completions.create(model="m", messages=messages).choices[0].message
-    messages.append(msg.model_dump(exclude_none=True))
-    if not msg.tool_calls:
-        break
-    for call in msg.tool_calls:
-        out = env.execute(json.loads(call.function.arguments))
-        messages.append({"role": "tool", "tool_call_id": call.id, "content": json.dumps(out)})
-print(msg.content)
-"""
 
 
 @pytest.mark.slow
