@@ -1132,11 +1132,21 @@ def arm_task(spec: dict[str, Any]) -> dict[str, Any]:
             divergence = (run.report or {}).get("divergence")
             if divergence and spec.get("on_divergence", "stop") == "stop":  # (no outcome was measured)
                 arm.diverged = str(divergence.get("reason") or "diverged")
+                # Tools the recording has no calls of, asked for before the checkpoint, ran again on
+                # the restored files (a shell agent's commands): the likely cause, not a varying field.
+                rerun = sorted({name for asked, name in _unrecorded_asks(session) if asked < arm.seq})
+                why = (
+                    f"the model asked for {', '.join(rerun)} before the checkpoint, of which the recording has no "
+                    "calls: the arm's program ran them again on the restored files; record them as tools "
+                    "(--tool MODULE:QUALNAME=NAME)"
+                    if rerun
+                    else "forkpoint replay of the session says why; an ignore rule goes in the forkpoint.toml of "
+                    "the directory fork runs in, or of the arm's repository"
+                )
                 arm.problem = (
                     f"its replayed prefix diverged at the {ordinal(int(divergence.get('position') or 0))} "
                     f"{str(divergence.get('kind', 'call')).replace('_', ' ')} ({arm.diverged}): it never went live "
-                    "(forkpoint replay of the session says why; an ignore rule goes in the forkpoint.toml of the "
-                    "directory fork runs in, or of the arm's repository)"
+                    f"({why})"
                 )
             elif (run.report or {}).get("unserved"):  # (no outcome was measured either: replay_run)
                 unserved = list((run.report or {}).get("unserved") or [])

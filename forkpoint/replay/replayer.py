@@ -426,6 +426,19 @@ class Replayer:
         self.recorded: list[Served] = [
             e for e in in_range if e["type"] in ("model_call", "tool_call", "value") and e["seq"] not in aside
         ]
+        #: A fork's recorded model call at its checkpoint: the first live call to its endpoint must
+        #: be that request, or the run did not reach the checkpoint's state (:meth:`_off_checkpoint`).
+        self._at_checkpoint: ModelCallEvent | None = next(
+            (
+                e
+                for e in session.events
+                if live_from is not None
+                and e["seq"] > live_from
+                and e["type"] == "model_call"
+                and not _answered_aside(e)
+            ),
+            None,
+        )
         self.strict = strict
         self.aside_served: list[int] = []
         self.aside_answered: list[str] = []
@@ -792,6 +805,12 @@ class Replayer:
         if self._verify_keys():
             return self._choose(kind, key, norm, alternatives, what, live=live, plain=plain)
         if self.live_from is not None and len(self._taken()) == len(self.recorded):
+            off = self._off_checkpoint(kind, key, norm, what)
+            if off is not None and self.divergence is None:
+                self.divergence = off
+                if self.policy != "live":  # (fifo has nothing of the prefix left to serve: it stops)
+                    self.unanswered.append(off)
+                    raise divergence(off)
             self.gone_live = True  # the recorded prefix is done: the fork continues live
             self.live_calls[kind] += 1
             return None
@@ -846,6 +865,38 @@ class Replayer:
         # the run went on from, although the divergence it reports is the first drift's.
         self.unanswered.append(report)
         raise divergence(report if first or self.divergence is None else self.divergence)
+
+    def _off_checkpoint(
+        self, kind: CallKind, key: str, norm: dict[str, Any], what: dict[str, str]
+    ) -> DivergenceReport | None:
+        """A divergence report when this first live call of a fork, to the endpoint of the model call
+        recorded at its checkpoint, is not that request (the messages differ): the replayed prefix
+        matched, but the run reached another state than the checkpoint's (a shell command the model
+        gave, no recorded tool, ran again on the restored files), and an arm going live from there
+        was measured as if it were the checkpoint's. None when it is, or when an override changed
+        the prefix (then a changed request is what was asked for)."""
+        at = self._at_checkpoint
+        if at is None or kind != "model_call" or what.get("endpoint") != endpoint(at):
+            return None
+        self._at_checkpoint = None  # (only the first such call is the checkpoint's)
+        if any(self.applied.values()) or key == event_key(at, self.ignore):
+            return None
+        report: DivergenceReport = {
+            "kind": kind,
+            "position": self.positions[kind],
+            "reason": (
+                f"it is not the request recorded at checkpoint seq {self.live_from}: the replayed calls before it "
+                "matched, but the run reached another state than the checkpoint's (something it did before "
+                "the checkpoint and forkpoint did not record ran again)"
+            ),
+            "key": key,
+            "actual": norm,
+            "expected": {"seq": at["seq"], "label": label(at)},
+            "nearest": None,
+            "diff": self._explained(normalized(at), norm, None),
+            "endpoint": what["endpoint"],
+        }
+        return report
 
     def _queued(self, events: Sequence[Served]) -> dict[str, deque[Served]]:
         """``events`` by match key, identical requests in the order they were sent, not finished

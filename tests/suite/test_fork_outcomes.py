@@ -23,7 +23,7 @@ from forkpoint.outcome import Rate, by_checkpoint, outcome_of, wilson
 from forkpoint.store import resolve, session_dirs
 from forkpoint.suite.tables import sweep_verdict
 from tests.modelserver import LocalServer
-from tests.suite.agents import KEEPER_OUTCOME, Keeper, record_keeper
+from tests.suite.agents import KEEPER_OUTCOME, SHELL_AGENT, Keeper, cli_env, record_keeper
 
 
 def forkpoint_cli(keeper: Keeper, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -747,6 +747,51 @@ def test_a_fork_says_its_arms_replay_a_prefix_that_ran_tools_the_recording_lacks
     assert f"The program of each arm of checkpoint seq {cps[1]} and later replays" in " ".join(
         sweep.stderr.split()
     )
+
+
+def test_an_arm_that_diverged_after_rerunning_unrecorded_commands_says_so(tmp_path: Path) -> None:
+    """A mini-swe-agent-like run whose bash commands are no tool calls, forked right after a command
+    that changed a file: each arm's program ran that command again on the restored file, its replayed
+    call matched, and the arm went live with another conversation than the checkpoint's
+    ("1 2 2", not "1 2") and was measured as the checkpoint's. Its first live request is checked
+    against the one recorded at the checkpoint: the arm never goes live, and says why."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "n.txt").write_text("1\n")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    for args in (["init", "-q"], ["add", "n.txt"], ["commit", "-qm", "init"]):
+        subprocess.run([*git, *args], cwd=repo, check=True)
+    (tmp_path / "agent.py").write_text(SHELL_AGENT)
+    script = [
+        [("bash", {"command": "echo 2 >> n.txt; cat n.txt"})],
+        [("bash", {"command": "cat n.txt"})],
+        "done",
+    ]
+    cli = [sys.executable, "-m", "forkpoint.cli"]
+    store = str(tmp_path / "store")
+    with LocalServer(chat_script=script) as srv:
+        env = cli_env(AGENT_BASE_URL=srv.openai_base_url)
+        rec = subprocess.run(
+            [*cli, "record", "--store", store, "--name", "shell", "--", sys.executable, str(tmp_path / "agent.py")],
+            cwd=repo, env=env, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert rec.returncode == 0, rec.stderr
+        cps = [c["seq"] for c in Session.load(resolve("shell", store)).by_type("checkpoint")]
+        fork = subprocess.run(
+            [*cli, "fork", f"shell@{cps[1]}", "--store", store, "--into", str(tmp_path / "arms"), "--outcome", "true", "--",
+             sys.executable, str(tmp_path / "agent.py")],
+            cwd=repo, env=env, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+    said = " ".join(fork.stderr.split())
+    assert fork.returncode == 1, fork.stdout + fork.stderr
+    assert (
+        f"arm 1: its replayed prefix diverged at the 2nd model call (it is not the request recorded at checkpoint "
+        f"seq {cps[1]}: the replayed calls before it matched, but the run reached another state than the "
+        "checkpoint's (something it did before the checkpoint and forkpoint did not record ran again)): it never "
+        "went live (the model asked for bash before the checkpoint, of which the recording has no calls: the "
+        "arm's program ran them again on the restored files; record them as tools (--tool MODULE:QUALNAME=NAME))"
+    ) in said, said
+    assert "outcome: no run measured; 1 arm(s) never went live" in " ".join(fork.stdout.split()), fork.stdout
 
 
 def unreachable_store_options() -> str:
