@@ -1177,6 +1177,14 @@ class Replayer:
                 )
         else:
             reason = "no recorded request has the same match key"
+            imported = self._session.header.get("imported_from")
+            if kind == "model_call" and isinstance(imported, dict) and imported.get("format") != "vcr":
+                # (the diff then shows the model's provider prefix and the missing tools: not a bug)
+                reason += (
+                    f"; the session was imported from a {imported.get('format')} trajectory, whose requests "
+                    "forkpoint rebuilt from what the file holds (the model as its config names it, no tool "
+                    "definitions: docs/import.md), not from what the agent sent"
+                )
         where = what.get("endpoint") or what.get("name")
         candidates = [e for e in unused if endpoint(e) == where]
         expected: Served | None = next(iter(candidates or unused), None)

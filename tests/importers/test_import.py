@@ -622,6 +622,51 @@ def test_a_tool_replayed_from_an_imported_cassette_is_told_to_run_live(tmp_path:
     assert "--tools NAME" in reason and "live_tools" in reason and "imported" in str(raised.value)
 
 
+def test_a_replay_of_an_imported_trajectory_says_its_requests_were_rebuilt(tmp_path: Path) -> None:
+    """A mini-swe-agent run imported from its ``.traj.json`` and replayed with the agent diverged at
+    once on ``$.body.model: openai/demo-model → demo-model`` and ``+ $.body.tools``, with only
+    "no recorded request has the same match key": nothing said the recorded request was rebuilt
+    from the file (litellm's model name, no tool definitions), not what the agent sent."""
+    from forkpoint.errors import Divergence
+
+    messages = [
+        {"role": "system", "content": "You are a helpful assistant."},
+        {"role": "user", "content": "Fix calc.py"},
+        {
+            "role": "assistant",
+            "content": "look",
+            "tool_calls": [
+                {
+                    "id": "c1",
+                    "type": "function",
+                    "function": {"name": "bash", "arguments": '{"command": "ls"}'},
+                }
+            ],
+            "extra": {"actions": [{"command": "ls", "tool_call_id": "c1"}]},
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "calc.py"},
+    ]
+    doc = {
+        "trajectory_format": "mini-swe-agent-1.1",
+        "messages": messages,
+        "info": {"config": {"model": {"model_name": "openai/demo-model"}}, "exit_status": "Submitted"},
+    }
+    path = tmp_path / "run.traj.json"
+    path.write_text(json.dumps(doc))
+    session = import_file(path, store=tmp_path / "store")
+    client = openai.OpenAI(base_url="http://127.0.0.1:9/v1", api_key="sk-test", max_retries=0)
+    bash = {"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}
+    with pytest.raises(Divergence) as raised, forkpoint.replay(session) as rp:
+        client.chat.completions.create(model="demo-model", messages=messages[:2], tools=[bash])  # type: ignore[arg-type, list-item]
+    div = rp.report()["divergence"]
+    assert "~ $.body.model: openai/demo-model → demo-model" in str(raised.value)
+    assert div["reason"] == (
+        "no recorded request has the same match key; the session was imported from a mini-swe-agent trajectory, "
+        "whose requests forkpoint rebuilt from what the file holds (the model as its config names it, no tool "
+        "definitions: docs/import.md), not from what the agent sent"
+    ), div
+
+
 def _chat_cassette(headers: dict[str, list[str]], content: str = "hi") -> dict[str, Any]:
     answer = {
         "id": "chatcmpl-1",
