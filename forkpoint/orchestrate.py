@@ -1252,7 +1252,7 @@ def say_unrecorded_before(session: Session, seqs: list[int]) -> None:
         f"forkpoint: WARNING: before checkpoint seq {affected[-1]} the model asked for tools the recording "
         f"has no calls of: {names}. The program of {arms} replays that part of the run, and if it ran them, "
         "it runs them again for real on the restored checkpoint: what they changed is done twice. Name them "
-        "when recording: @forkpoint.tool on the function, or forkpoint record --tool MODULE:FUNCTION."
+        "when recording: @forkpoint.tool on the function, or forkpoint record --tool MODULE:FUNCTION[=NAME]."
     )
 
 

@@ -640,7 +640,8 @@ class Lacks:
                 f"the model asked for tools that were never recorded: {names}. If the agent ran them, a replay "
                 "runs them for real. Name them: @forkpoint.tool on the function, or forkpoint record --tool "
                 "MODULE:FUNCTION (--tool MODULE:CLASS.METHOD; --tool __main__:FUNCTION for one defined in the "
-                "script itself)."
+                "script itself; =NAME after it for a function that runs the tool NAME, as mini-swe-agent's "
+                "minisweagent.environments.local:LocalEnvironment.execute=bash)."
             )
         if self.lost:
             seq, tool, kind = min(self.lost, key=lambda lost: (lost[0] is None, lost[0] or 0))

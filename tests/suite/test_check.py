@@ -675,6 +675,8 @@ def test_check_says_what_of_a_reproduced_run_ran_for_real(tmp_path: Path) -> Non
             "record", "--store", str(store), "--no-workspace", "--", "python", "agent.py", cwd=tmp_path, env=env
         )  # fmt: skip
         assert rec.returncode == 0, rec.stderr
+        # (the recording says how to record such a tool: under the name the model asks for)
+        assert "minisweagent.environments.local:LocalEnvironment.execute=bash" in rec.stderr, rec.stderr
     out = forkpoint_cli("check", str(store), "--json", str(tmp_path / "c.json"), cwd=tmp_path, env=env)
     assert out.returncode == 0, out.stdout + out.stderr
     (row,) = orjson.loads((tmp_path / "c.json").read_bytes())["rows"]
