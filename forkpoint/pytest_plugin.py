@@ -806,11 +806,12 @@ class Cassette:
         """
         if self.action not in ("replay", "update") or self.runtime is None:
             return None, None
-        from .replay import format_divergence, summary_line
+        from .replay import format_divergence, summary_line, unrecorded_tools
 
         report = self.runtime.report()
         where = self.shown()
         self._say_unrecorded_programs(report.get("unrecorded_programs") or [], "its recording")
+        self._say_unrecorded_tools(unrecorded_tools(report))
         if self.action == "update":
             # Mode record serves the calls that match and goes live from the first that does not;
             # a connection the replayed part refused (the code may have caught the NetworkBlocked)
@@ -868,6 +869,24 @@ class Cassette:
                 f"does not record ({shown}): a model or tool call they make is not in its cassette "
                 f"{self.shown()}, and they run live on every replay. Call them from a @forkpoint.tool, "
                 "or record them from inside with forkpoint.record()"
+            )
+        )
+
+    def _say_unrecorded_tools(self, missing: Mapping[str, int]) -> None:
+        """A :class:`~forkpoint.errors.ReplayWarning` naming the tools the model asked for in the
+        recording of which the cassette has no calls (a shell agent's ``bash``): if the test's code
+        ran them, they ran for real in this replay, and the test passed saying nothing of it."""
+        if not missing:
+            return
+        from .text import plural
+
+        names = ", ".join(f"{n} ({plural(k, 'call')})" for n, k in missing.items())
+        self.item.warn(
+            ReplayWarning(
+                f"forkpoint: in the recording of this test the model asked for tools its cassette "
+                f"{self.shown()} has no calls of: {names}; if the code ran them, they ran for real in this "
+                "replay. Name them: @forkpoint.tool on the function, or tools=['MODULE:QUALNAME=NAME'] "
+                "(the marker or forkpoint_config)"
             )
         )
 

@@ -1024,6 +1024,53 @@ def test_a_python_program_a_test_starts_is_a_warning_when_recorded_and_when_repl
     said_when_recorded_and_replayed(pytester, 1, line, server)
 
 
+SHELL_INNER = """
+import json
+import os
+import subprocess
+
+import openai
+import pytest
+
+
+@pytest.mark.forkpoint
+def test_runs_the_commands_the_model_gives():
+    client = openai.OpenAI(base_url=os.environ["MODEL_URL"], api_key="sk-test", max_retries=0)
+    messages = [{"role": "user", "content": "go"}]
+    while True:
+        msg = client.chat.completions.create(model="demo-model", messages=messages).choices[0].message
+        messages.append(msg.model_dump(exclude_none=True))
+        if not msg.tool_calls:
+            break
+        for call in msg.tool_calls:  # (mini-swe-agent's way: a shell, no tool function)
+            command = json.loads(call.function.arguments)["command"]
+            out = subprocess.run(command, shell=True, capture_output=True, text=True)
+            messages.append({"role": "tool", "tool_call_id": call.id, "content": out.stdout})
+"""
+
+
+def test_a_tool_the_cassette_has_no_calls_of_is_a_warning_when_replayed(
+    pytester: pytest.Pytester, make_server: Callable[..., LocalServer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A test whose agent runs the model's commands in a shell, as mini-swe-agent does: the replay
+    ran them again for real (here: appended to a file) and the test passed without a word, since
+    what forkpoint says on stderr is captured. The replay now warns, naming the tool."""
+    srv = make_server(chat_script=[[("bash", {"command": "echo ran >> ledger.txt"})], "done"])
+    monkeypatch.setenv("MODEL_URL", srv.openai_base_url)
+    pytester.makepyfile(test_shell=SHELL_INNER)
+    run(pytester).assert_outcomes(passed=1)
+    srv.stop()
+    replayed = run(pytester, "--forkpoint-mode=replay")
+    replayed.assert_outcomes(passed=1)
+    assert (pytester.path / "ledger.txt").read_text() == "ran\nran\n"  # it did run again
+    replayed.stdout.fnmatch_lines(
+        [
+            "*ReplayWarning: forkpoint: in the recording of this test the model asked for tools its cassette "
+            "* has no calls of: bash (1 call); if the code ran them, they ran for real in this replay.*"
+        ]
+    )
+
+
 ENCRYPTED_INNER = """
 import pytest
 
