@@ -350,6 +350,9 @@ class OutcomeEvent(_Common, total=False):
     exit_code: int | None
     reason: str | None
     output: str
+    #: Tool calls of the run served from the recording, their bodies not run (a replay, not a
+    #: fork's continuation): what they changed on disk is not where the outcome was measured.
+    served_tools: int
 
 
 #: Any event of a session log.

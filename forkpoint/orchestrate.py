@@ -650,6 +650,11 @@ def replay_run(
         measured = measure(
             outcome, cwd=here, session=child.path if child else session.path, output=out, exit_code=code
         )
+        if live_from is None and report is not None:
+            # (a fork's served calls come before its checkpoint, whose files were restored)
+            tool_seqs = {e["seq"] for e in session.by_type("tool_call")}
+            if served := sum(1 for seq in report.get("served") or [] if seq in tool_seqs):
+                measured["served_tools"] = served
         if _interrupted(watch, "the outcome command"):  # (it was stopped: it measured nothing)
             measured = None
         elif child is not None:

@@ -45,10 +45,13 @@ def _passed(outcome: dict[str, Any] | None) -> str:
         return "—"
     if outcome.get("passed") is None:
         return f"[yellow]unknown[/yellow] ({escape(str(outcome.get('reason') or 'not measured'))})"
+    # (an outcome that reads files measured the checkout, not what the run's tools wrote)
+    served = outcome.get("served_tools")
+    aside = f" [yellow](measured where {served} served tool call(s) did not run)[/yellow]" if served else ""
     if outcome.get("passed"):
-        return "[green]pass[/green]"
+        return "[green]pass[/green]" + aside
     why = outcome.get("reason") or f"exit {outcome.get('exit_code')}"
-    return f"[red]fail[/red] ({escape(str(why))})"
+    return f"[red]fail[/red] ({escape(str(why))})" + aside
 
 
 def _verdict(row: dict[str, Any]) -> str:

@@ -686,3 +686,28 @@ def test_check_says_what_of_a_reproduced_run_ran_for_real(tmp_path: Path) -> Non
         "tools the recording has no calls of ran for real if the program ran them: bash (2 calls)"
     ), row
     assert "reproduced: incomplete: 1 Python program" in " ".join(out.stdout.split()), out.stdout
+
+
+@pytest.mark.slow
+def test_an_outcome_measured_after_served_tool_calls_says_so(tmp_path: Path) -> None:
+    """A recorded tool (mini-swe-agent's execute as ``bash``) wrote the file the outcome command
+    checks; the replay served its result without running it, so the recorded run "failed" in the
+    checkout, and nothing said the outcome was measured where the run's tools never ran."""
+    (tmp_path / "agent.py").write_text(SHELL_AGENT)
+    script = [[("bash", {"command": "echo fixed > out.txt"})], "done"]
+    store = tmp_path / "store"
+    with LocalServer(chat_script=script) as srv:
+        env = cli_env(AGENT_BASE_URL=srv.openai_base_url)
+        rec = forkpoint_cli(
+            "record", "--store", str(store), "--no-workspace", "--tool", "__main__:LocalEnvironment.execute=bash",
+            "--", "python", "agent.py", cwd=tmp_path, env=env,
+        )  # fmt: skip
+        assert rec.returncode == 0 and (tmp_path / "out.txt").exists(), rec.stderr
+    (tmp_path / "out.txt").unlink()
+    out = forkpoint_cli(
+        "check", str(store), "--outcome", "test -f out.txt", "--json", str(tmp_path / "c.json"), cwd=tmp_path, env=env
+    )  # fmt: skip
+    (row,) = orjson.loads((tmp_path / "c.json").read_bytes())["rows"]
+    assert row["status"] == "reproduced" and not (tmp_path / "out.txt").exists(), out.stdout + out.stderr
+    assert (row["outcome"]["passed"], row["outcome"]["served_tools"]) == (False, 1), row
+    assert "(measured where 1 served tool call(s) did not run)" in " ".join(out.stdout.split()), out.stdout
