@@ -249,8 +249,16 @@ class SessionDiff:
     @property
     def first_change(self) -> int | None:
         """Where behaviour first changed (index into pairs): the first pair that is not equivalent
-        or whose calls were answered differently; None when the runs asked and got the same."""
-        return next((i for i, p in enumerate(self.pairs) if not p.equivalent or p.changes), None)
+        or whose calls were answered differently; None when the runs asked and got the same. A
+        difference an ignore rule takes out of the key (an id the model makes anew) is no change."""
+        return next(
+            (
+                i
+                for i, p in enumerate(self.pairs)
+                if not p.equivalent or any(not c.ignored for c in p.changes)
+            ),
+            None,
+        )
 
     def describe(self, index: int) -> tuple[str, str | None]:
         """(where, first JSON path that differs) for pair ``index``: ``"seq 3 ↔ seq 3 (model POST

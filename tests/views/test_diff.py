@@ -361,6 +361,31 @@ def test_the_first_divergence_marks_what_an_ignore_rule_takes_out(
     assert compared.describe(0)[1] == "$.args.q"
 
 
+def test_a_difference_an_ignore_rule_takes_out_is_no_first_change(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``check --models live`` of a mini-swe-agent run: its bash tool's args hold the model's
+    tool_call_id, new in every live answer, and a rule ignores it; the run was "changed at seq 3 ↔
+    seq 2 (tool bash): $.args.action.tool_call_id", counted as changed behaviour."""
+    from forkpoint.diff import diff_sessions
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "forkpoint.toml").write_text(
+        '[match]\nignore = [{ tool = "bash", path = "$.args.action.tool_call_id" }]\n'
+    )
+    a = tool_session(
+        tmp_path, [("bash", {"action": {"command": "ls", "tool_call_id": "c1"}}, {"result": "x"})]
+    )
+    b = tool_session(
+        tmp_path, [("bash", {"action": {"command": "ls", "tool_call_id": "c2"}}, {"result": "x"})]
+    )
+    assert diff_sessions(Session.load(a.path), Session.load(b.path)).first_change is None
+    c = tool_session(
+        tmp_path, [("bash", {"action": {"command": "ls", "tool_call_id": "c3"}}, {"result": "y"})]
+    )
+    assert diff_sessions(Session.load(a.path), Session.load(c.path)).first_change == 0
+
+
 def test_parallel_tools_that_finished_in_another_order_pair_up(tmp_path: Path) -> None:
     """Tools the model asked for at once are logged as they finish (their ``sent`` ordinals say the
     order they started in); a what-if's replay logs each call as it is served, in the order they
