@@ -19,7 +19,7 @@ from .log import Session, json_text, to_json, with_deltas
 from .patterns import compiled_later
 from .providers import call_kind, genai_usage, kinds, recorded_response, response_fields
 from .store import SessionInfo
-from .text import escape, ordinal, visible
+from .text import escape, ordinal, plural, visible
 from .values import readable
 
 _MAX = 100
@@ -154,6 +154,14 @@ def end_lines(event: Mapping[str, Any]) -> list[str]:
             0,
             f"[red]INCOMPLETE: recording stopped early ({escape(_short(str(event['incomplete']), 160))}); "
             "what the run did after that is not in the session[/red]",
+        )
+    missing = event.get("unrecorded_tools")
+    if isinstance(missing, dict) and missing:
+        # (said at record time on stderr only: a later reader of the session learnt nothing of it)
+        names = ", ".join(f"{n} ({plural(int(k), 'call')})" for n, k in missing.items())
+        out.append(
+            f"[yellow]the model asked for tools that were never recorded: {escape(names)} (a replay runs "
+            "them for real if the program runs them)[/yellow]"
         )
     div = event.get("divergence")
     if isinstance(div, dict):

@@ -771,3 +771,23 @@ def test_input_tokens_count_the_prompt_cache_as_the_export_does(tmp_path: Path) 
     page = tmp_path / "run.html"
     assert CliRunner().invoke(main, ["show", str(session.path), "--html", str(page)]).exit_code == 0
     assert '"input_tokens":1151' in page.read_text().replace(" ", "")
+
+
+def test_show_says_what_tools_the_recording_never_recorded(tmp_path: Path) -> None:
+    """A mini-swe-agent run recorded without its bash tool: the recording said on stderr that bash
+    was never recorded, and the session kept it in its end, but ``show`` never said it, so whoever
+    looked at the session later did not learn that a replay runs those commands for real."""
+    import io
+
+    from rich.console import Console
+
+    from forkpoint.show import render
+
+    writer = SessionWriter.create(tmp_path, make_header(argv=["python", "agent.py"]))
+    writer.append({"type": "end", "exit_code": 0, "unrecorded_tools": {"bash": 4}})
+    writer.close()
+    out = io.StringIO()
+    render(Session.load(writer.path), Console(file=out, width=200, highlight=False))
+    assert "the model asked for tools that were never recorded: bash (4 calls)" in out.getvalue(), (
+        out.getvalue()
+    )
