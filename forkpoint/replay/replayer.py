@@ -426,13 +426,21 @@ class Replayer:
         self.recorded: list[Served] = [
             e for e in in_range if e["type"] in ("model_call", "tool_call", "value") and e["seq"] not in aside
         ]
-        #: A fork's recorded model call at its checkpoint: the first live call to its endpoint must
-        #: be that request, or the run did not reach the checkpoint's state (:meth:`_off_checkpoint`).
+        #: A fork's recorded model call at its checkpoint, when the recording ran what it holds no
+        #: calls of (tools the model asked for, Python programs): the first live call to its endpoint
+        #: must be that request, or those ran again to another state than the checkpoint's
+        #: (:meth:`_off_checkpoint`). Without them, the served prefix made that state, and a first
+        #: request that differs (a prompt stamped with the time) is the arm's own.
+        ended: dict[str, Any] = dict(session.end() or {})
+        unrecorded = bool(ended.get("unrecorded_tools")) or any(
+            (n.get("data") or {}).get("unrecorded_programs") for n in session.by_type("note")
+        )
         self._at_checkpoint: ModelCallEvent | None = next(
             (
                 e
                 for e in session.events
                 if live_from is not None
+                and unrecorded
                 and e["seq"] > live_from
                 and e["type"] == "model_call"
                 and not _answered_aside(e)

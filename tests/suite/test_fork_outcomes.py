@@ -794,6 +794,54 @@ def test_an_arm_that_diverged_after_rerunning_unrecorded_commands_says_so(tmp_pa
     assert "outcome: no run measured; 1 arm(s) never went live" in " ".join(fork.stdout.split()), fork.stdout
 
 
+STAMPED_AGENT = """
+import os
+import time
+
+import openai
+
+client = openai.OpenAI(base_url=os.environ["AGENT_BASE_URL"], api_key="sk-test-not-a-real-key", max_retries=0)
+messages = []
+for turn in range(2):
+    messages.append({"role": "user", "content": f"turn {turn}, sent at {time.time()}"})
+    answer = client.chat.completions.create(model="demo-model", messages=messages)
+    messages.append({"role": "assistant", "content": answer.choices[0].message.content})
+"""
+
+
+def test_an_arm_whose_first_request_is_stamped_with_the_time_goes_live(tmp_path: Path) -> None:
+    """The check that an arm's first live request is the one recorded at its checkpoint holds for
+    recordings that ran what they hold no calls of: a prompt stamped with the time (not recorded
+    deterministic) differs at every run, and an arm forked at the first checkpoint, whose prefix
+    served nothing, must go live and be measured, as it was."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "n.txt").write_text("1\n")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    for args in (["init", "-q"], ["add", "n.txt"], ["commit", "-qm", "init"]):
+        subprocess.run([*git, *args], cwd=repo, check=True)
+    (tmp_path / "agent.py").write_text(STAMPED_AGENT)
+    cli = [sys.executable, "-m", "forkpoint.cli"]
+    store = str(tmp_path / "store")
+    with LocalServer(chat_script=["one", "two", "three"]) as srv:
+        env = cli_env(AGENT_BASE_URL=srv.openai_base_url)
+        rec = subprocess.run(
+            [*cli, "record", "--store", store, "--name", "stamped", "--", sys.executable, str(tmp_path / "agent.py")],
+            cwd=repo, env=env, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert rec.returncode == 0, rec.stderr
+        cps = [c["seq"] for c in Session.load(resolve("stamped", store)).by_type("checkpoint")]
+        fork = subprocess.run(
+            [*cli, "fork", f"stamped@{cps[0]}", "--store", store, "--into", str(tmp_path / "arms"), "--outcome", "true",
+             "--", sys.executable, str(tmp_path / "agent.py")],
+            cwd=repo, env=env, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+    said = " ".join(fork.stdout.split())
+    assert fork.returncode == 0, fork.stdout + fork.stderr
+    assert "never went live" not in said + fork.stderr, fork.stdout + fork.stderr
+    assert "outcome: 1/1 passed" in said, said
+
+
 def unreachable_store_options() -> str:
     """``$FORKPOINT_STORE_OPTIONS`` naming an S3 endpoint on loopback where nothing listens (one try)."""
     import json
