@@ -11,9 +11,15 @@ from typing import Literal
 def install(mode: Literal["record", "replay"]) -> None:
     """Install every hook for a ``mode`` run (idempotent). Cheap: adapters and integrations are
     imported only when the library or framework they patch is."""
-    from . import capture, integrations
+    import sys
+
+    from . import capture, integrations, runtime
 
     capture.install()
+    if "asyncio" in sys.modules:  # (how its tasks are made names their callers: runtime.caller)
+        runtime.watch_tasks(sys.modules["asyncio"])
+    else:
+        capture.imports.when_imported("asyncio", runtime.watch_tasks)
     capture.programs.reset()  # (a replay notes them too, for the what-if session it records)
     if mode == "record":
         capture.connections.reset()

@@ -10,6 +10,7 @@ nor the replayer.
 from __future__ import annotations
 
 import contextvars
+import functools
 import gc
 import itertools
 import sys
@@ -199,7 +200,9 @@ def caller() -> str | None:
     of the loop runs beside this one (:func:`_alone`), or no task waits for this one (a callback
     made it). A graph's nodes, each awaited by the task that makes them, are alone so; so are a
     task's siblings (the tasks of the gather or ``asyncio.wait`` awaiting it) not yet started
-    when it was found alone, each in its first step (:data:`_looked`)."""
+    when it was found alone, each in its first step (:data:`_looked`). And None for a task not
+    made in an order timing cannot change (:data:`_made`): alone now says nothing of the step
+    that made it."""
     aio = sys.modules.get("asyncio")  # (a program that never imported asyncio runs no task)
     if aio is None or threading.current_thread() is not threading.main_thread():
         return None
@@ -209,21 +212,82 @@ def caller() -> str | None:
         return None
     if task is None:
         return None
+    made = _made.get(task)
+    if made != "order":  # (the loop's main task is one caller anyway; others' names may swap)
+        return None
+    return str(task.get_name()) if _step_alone(aio, task, made) else None
+
+
+def _step_alone(aio: Any, task: Any, made: str | None) -> bool:
+    """:func:`_alone` for ``task``'s step, looked at once per step (:data:`_looked`)."""
     seen = _looked.get(task)
     if seen is not None and seen[1][0]:
-        alone = seen[0]
-    else:
-        try:
-            alone, first = _alone(aio, task)
-        except Exception:  # (asyncio's insides read otherwise than this Python keeps them: no name)
-            alone, first = False, []
-        loop = task.get_loop()
-        _looked[task] = (alone, _turn(loop, fresh=False))
-        if first:  # (a turn past their first steps, queued before now)
-            turn = _turn(loop, fresh=True)
-            for other in first:
-                _looked[other] = (True, turn)
-    return str(task.get_name()) if alone else None
+        return seen[0]
+    try:
+        alone, first = _alone(aio, task, root=made == "root")
+    except Exception:  # (asyncio's insides read otherwise than this Python keeps them: no name)
+        alone, first = False, []
+    loop = task.get_loop()
+    _looked[task] = (alone, _turn(loop, fresh=False))
+    if first:  # (a turn past their first steps, queued before now)
+        turn = _turn(loop, fresh=True)
+        for other in first:
+            _looked[other] = (True, turn)
+    return alone
+
+
+#: Task → how asyncio came to name it (:func:`watch_tasks`): ``root`` made outside a running loop
+#: by the main thread's code (``asyncio.run``'s main task), ``order`` made by a ``root`` or
+#: ``order`` task alone in that step (:func:`_alone`), so made in an order timing cannot change;
+#: ``timing`` otherwise (a loop's callback, another thread, a task beside others: two branches
+#: that each woke, in an order a timer chose, and made a task, whichever woke first made the
+#: first, however its task was waited on later). A task made before the watch is not here:
+#: neither names a caller.
+_made: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+
+
+def watch_tasks(aio: Any) -> None:
+    """Note how each task an asyncio event loop makes came to be made (:data:`_made`), while a
+    runtime is active or to be made (idempotent). A loop that makes its tasks otherwise (uvloop)
+    names no caller."""
+    base = getattr(getattr(aio, "base_events", None), "BaseEventLoop", None)
+    real = getattr(base, "create_task", None)
+    if base is None or real is None or getattr(real, "__forkpoint_watch__", False):
+        return
+
+    def create_task(self: Any, *args: Any, **kwargs: Any) -> Any:
+        how = None
+        if (
+            _active is not None or _pending is not None
+        ) and threading.current_thread() is threading.main_thread():
+            try:  # (looked at before the task is made: it would be one not yet started beside its maker)
+                how = _how_made(aio, self)
+            except Exception:  # (asyncio's insides read otherwise than this Python keeps them: unknown)
+                how = None
+        task = real(self, *args, **kwargs)
+        if how is not None:
+            try:
+                _made[task] = how
+            except TypeError:  # (a task factory's object no weakref can hold: unknown)
+                pass
+        return task
+
+    functools.update_wrapper(create_task, real)
+    create_task.__forkpoint_watch__ = True  # type: ignore[attr-defined]
+    base.create_task = create_task
+
+
+def _how_made(aio: Any, loop: Any) -> str:
+    """How the task ``loop`` makes now, in the main thread, comes to be made (:data:`_made`)."""
+    if not loop.is_running():
+        return "root"
+    if aio._get_running_loop() is not loop:  # (another thread's loop)
+        return "timing"
+    maker = aio.current_task(loop)
+    made = _made.get(maker) if maker is not None else None
+    if made not in ("root", "order"):
+        return "timing"
+    return "order" if _step_alone(aio, maker, made) else "timing"
 
 
 #: Task → what :func:`_alone` found of it, and the turn that holds for (``[True]`` until the
@@ -258,7 +322,7 @@ def _turn_over(loop: Any, turn: list[bool]) -> None:
         del _turns[loop]
 
 
-def _alone(aio: Any, task: Any) -> tuple[bool, list[Any]]:
+def _alone(aio: Any, task: Any, *, root: bool = False) -> tuple[bool, list[Any]]:
     """Whether no other task of ``task``'s loop runs beside it, and one waits for it: each other
     unfinished task waits, through the tasks it waits for (:func:`_waits_for`: a task, a gather,
     an ``asyncio.wait``), on ``task``, or has not started yet and is one of ``task``'s siblings
@@ -268,8 +332,8 @@ def _alone(aio: Any, task: Any) -> tuple[bool, list[Any]]:
     the one that made ``task``'s as timing let it: two branches that each wake and make a task
     make them in either order. A task no other waits for was made by a callback (a timer,
     ``call_soon_threadsafe``), whose order may depend on timing, or is the loop's main one (its
-    calls are one caller's anyway). With it, when alone, its siblings not yet started
-    (:data:`_looked`)."""
+    calls are one caller's anyway; ``root``: it is, and needs no waiter). With it, when alone, its
+    siblings not yet started (:data:`_looked`)."""
     if _beside(aio, task):
         return False, []
     try:
@@ -298,9 +362,9 @@ def _alone(aio: Any, task: Any) -> tuple[bool, list[Any]]:
             if other not in reach:
                 reach.add(other)
                 todo.append(other)
-    if not waiters.get(task) or len(reach) - 1 != len(waits):
+    if not (root or waiters.get(task)) or len(reach) - 1 != len(waits):
         return False, []
-    siblings = {t for other in waiters[task] for t in waits[other]}
+    siblings = {t for other in waiters.get(task, ()) for t in waits[other]}
     if any(t not in siblings for t in unstarted):
         return False, []
     return True, unstarted

@@ -1166,6 +1166,55 @@ def test_tasks_two_branches_make_in_an_order_that_depends_on_timing_are_not_cert
     assert summary_line(rp.report()).startswith("replay ok, but not certain: 2 identical calls")
 
 
+def test_tasks_made_in_an_order_timing_chose_are_not_certain_once_all_else_waits_on_them(store: Path) -> None:
+    """Alone when it reads says nothing of the step that made a task: two branches wake (events a
+    callback sets, in an order forkpoint does not record) and the first makes a task of its work,
+    the other waiting on that task before it makes its own; or a timer's callback makes the task
+    that makes the reading one. Every other task waited on the reader when it read, so both reads
+    were named, and the names swapped with the work on replay: each got the other's answer under
+    plain "replay ok". Only tasks made by a task alone then (itself made so) are told apart."""
+
+    async def child(name: str) -> tuple[str, float]:
+        return name, time.time()
+
+    async def branch(ready: asyncio.Event, name: str, first: list[asyncio.Task[Any]]) -> None:
+        await ready.wait()
+        if not first:
+            first.append(asyncio.ensure_future(child(name)))  # (whichever woke first makes Task-N)
+        else:
+            await first[0]
+            first.append(asyncio.ensure_future(child(name)))
+            await first[1]
+
+    async def first_made(first: str) -> dict[str, float]:
+        events = {"a": asyncio.Event(), "b": asyncio.Event()}
+        order = [first, "b" if first == "a" else "a"]
+        asyncio.get_running_loop().call_later(0.01, lambda: [events[n].set() for n in order])
+        made: list[asyncio.Task[Any]] = []
+        await asyncio.gather(*(branch(events[n], n, made) for n in ("a", "b")))
+        return dict(t.result() for t in made)
+
+    async def maker(name: str) -> tuple[str, float]:
+        await asyncio.sleep(0)  # (until the main task waits on it)
+        return await asyncio.ensure_future(child(name))
+
+    async def timers(first: str) -> dict[str, float]:
+        loop = asyncio.get_running_loop()
+        made: asyncio.Queue[asyncio.Task[Any]] = asyncio.Queue()
+        for delay, name in ((0.01, first), (0.03, "b" if first == "a" else "a")):
+            loop.call_later(delay, lambda n=name: made.put_nowait(loop.create_task(maker(n))))
+        return dict([await (await made.get()), await (await made.get())])
+
+    for run in (first_made, timers):
+        with forkpoint.record(store=store, deterministic=[__name__]) as rec:
+            live = asyncio.run(run("a"))
+        assert live["a"] < live["b"]
+        with forkpoint.replay(rec.session_path) as rp:
+            again = asyncio.run(run("b"))
+        assert again["b"] < again["a"]  # (each got the other's answer)
+        assert summary_line(rp.report()).startswith("replay ok, but not certain: 2 identical calls"), run
+
+
 # --------------------------------------------------------------------------- an SDK that wraps it
 
 ASK_CLAUDE = """
@@ -1491,7 +1540,7 @@ def test_a_replay_in_another_checkout_matches_its_directory_as_the_recorded_one(
 
 
 def test_tasks_side_by_side_name_no_caller_without_listing_every_task(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, store: Path
 ) -> None:
     """Each call's caller looked at every task of the process (``asyncio.all_tasks`` copies them
     all), so N calls made at once cost N² (8,000 recorded tool calls side by side: 14 s, not 2.6).
@@ -1516,15 +1565,16 @@ def test_tasks_side_by_side_name_no_caller_without_listing_every_task(
         side_by_side = await asyncio.gather(*(leaf() for _ in range(50)))
         return side_by_side, await asyncio.create_task(leaf())
 
-    side_by_side, alone = asyncio.run(main())
+    with forkpoint.record(store=store):  # (tasks are told apart only while a runtime watches them made)
+        side_by_side, alone = asyncio.run(main())
     # (the last of the 50 runs when the others have ended: alone, it names its caller)
     assert side_by_side[:49] == [None] * 49 and str(side_by_side[49]).startswith("Task-")
     assert alone is not None and alone.startswith("Task-")
-    assert len(listed) == 2, listed  # (the tasks alone only)
+    assert len(listed) == 4, listed  # (the tasks alone only: main's two steps that make tasks, two leaves)
 
 
 def test_a_task_alone_is_looked_at_once_per_step_however_many_calls_it_makes(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, store: Path
 ) -> None:
     """A task making 4,000 tasks, a clock read after each, looked at every task made so far at
     each read (4,000² looks: 9 s of caller(), not 0.03). Nothing else runs until its step ends, so
@@ -1555,8 +1605,9 @@ def test_a_task_alone_is_looked_at_once_per_step_however_many_calls_it_makes(
     async def main() -> tuple[list[str | None], list[str | None]]:
         return await asyncio.create_task(producer())
 
-    names, firsts = asyncio.run(main())
-    # (the producer's tasks not yet started are no siblings of it: it names no caller)
-    assert names == [None] * 200
+    with forkpoint.record(store=store):  # (tasks are told apart only while a runtime watches them made)
+        names, firsts = asyncio.run(main())
+    # (the producer was found alone when it made its first task: its step goes on with nothing beside)
+    assert len(set(names)) == 1 and str(names[0]).startswith("Task-")
     assert len(set(firsts)) == 200 and all(str(n).startswith("Task-") for n in firsts)
-    assert len(listed) == 2, listed  # (the producer's first read, and its tasks' first)
+    assert len(listed) == 3, listed  # (main making the producer, the producer its first task, that task)
