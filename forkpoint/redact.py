@@ -536,6 +536,18 @@ def secrets_by_kind(value: Any) -> Any:
     return _by_kind(value)
 
 
+def secret_placeholders(value: Any) -> list[str]:
+    """The placeholders JSON-like ``value`` holds (text or percent-encoded), digests and all, in
+    order: which secrets a request sent, where its match key says only of what kinds."""
+    if isinstance(value, str):
+        return [m.group(0) for m in _PLACEHOLDER_DIGEST_RE.finditer(value)] if "REDACTED" in value else []
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, list | tuple):
+        return [p for v in value for p in secret_placeholders(v)]
+    return []
+
+
 def _by_kind(value: Any) -> Any:
     if isinstance(value, str):
         return _PLACEHOLDER_DIGEST_RE.sub(_kind_only, value) if "REDACTED" in value else value

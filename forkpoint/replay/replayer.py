@@ -75,7 +75,7 @@ from ..match import (
 from ..override import Override
 from ..patterns import compiled_later
 from ..providers import api_key_vars, call_kind, classify, kinds, summary
-from ..redact import holds_placeholder, scrub_json, secrets_by_kind
+from ..redact import holds_placeholder, scrub_json, secret_placeholders, secrets_by_kind
 from ..runtime import POLICIES, SOURCES
 from .ledger import Ledger
 from .report import conclude, divergence
@@ -303,10 +303,10 @@ def _first_for(events: Sequence[Any], origin: str | None) -> Any:
     return events[0]
 
 
-def _next_in(queue: deque[Any], origin: str | None) -> Any:
-    """The next of the recorded calls with one match key to serve, taken out of ``queue``
-    (:func:`_first_for`)."""
-    chosen = _first_for(queue, origin)
+def _next_in(queue: deque[Any], origin: str | None, among: Sequence[Any] | None = None) -> Any:
+    """The next of the recorded calls with one match key to serve (of ``among`` them, when given),
+    taken out of ``queue`` (:func:`_first_for`)."""
+    chosen = _first_for(among or queue, origin)
     if chosen is queue[0]:
         return queue.popleft()
     queue.remove(chosen)
@@ -472,6 +472,8 @@ class Replayer:
         self._queues = self._queued(self.recorded)
         #: Seq → its group (first seq): identical calls whose recorded answers differ (_alike).
         self._alike = _alike(self._queues.values())
+        #: Recorded call → the secrets it sent (:meth:`_same_secrets`), once looked at.
+        self._sent_secrets: dict[int, list[str]] = {}
         #: The groups of :attr:`_alike` whose calls were made by as many named tasks (:meth:`_certain`).
         self._named_groups = _named_groups(self.recorded, self._alike)
         #: [group, seq, pid, raced (:meth:`_raced`), when served, when the process started] for each
@@ -805,7 +807,7 @@ class Replayer:
             return None
         queue = self._queues.get(key)
         if queue:
-            return self._serve(_next_in(queue, what.get("origin")))
+            return self._serve(_next_in(queue, what.get("origin"), self._same_secrets(queue, kind, norm)))
         for alt in alternatives() if alternatives else ():
             queue = self._queues.get(alt)
             if queue:
@@ -873,6 +875,24 @@ class Replayer:
         # the run went on from, although the divergence it reports is the first drift's.
         self.unanswered.append(report)
         raise divergence(report if first or self.divergence is None else self.divergence)
+
+    def _same_secrets(self, queue: deque[Any], kind: CallKind, norm: dict[str, Any]) -> list[Any] | None:
+        """The calls of ``queue`` (one match key, answered differently) that sent the secrets this
+        call sends, when some did and others not: a key counts a secret by its kind only (a JWT
+        signed afresh each run matches), so two calls each with a key of its own (a set of keys
+        checked in the order their hashes fall in) were served each other's answers. None else."""
+        if len(queue) < 2 or queue[0]["seq"] not in self._alike:
+            return None
+        sent = secret_placeholders(norm if kind == "model_call" else scrub_json(norm))
+        if not sent:
+            return None
+        same = []
+        for e in queue:
+            if e["seq"] not in self._sent_secrets:
+                self._sent_secrets[e["seq"]] = secret_placeholders(normalized(e))
+            if self._sent_secrets[e["seq"]] == sent:
+                same.append(e)
+        return same if len(same) < len(queue) else None
 
     def _off_checkpoint(
         self, kind: CallKind, key: str, norm: dict[str, Any], what: dict[str, str]

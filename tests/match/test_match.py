@@ -170,6 +170,29 @@ def test_a_token_request_signed_afresh_replays(server: Any, store: Any) -> None:
     assert replayed[0]["access_token"].startswith("[REDACTED:")
 
 
+def test_calls_with_secrets_of_a_kind_answered_differently_get_the_answer_of_their_own_secret(
+    store: Any,
+) -> None:
+    """The key counts a secret by its kind, so a tool checking two API keys made two identical
+    calls answered differently; a program checking them in another order (a set's, which string
+    hashes decide anew each run) was served each other's answers under plain "replay ok". Among
+    such calls, the one that sent the same secret is served."""
+    good, bad = "sk-proj-" + "A" * 48, "sk-proj-" + "B" * 48
+
+    @forkpoint.tool
+    def check(api_key: str) -> str:
+        return "valid" if api_key == good else "revoked"
+
+    def run(keys: list[str]) -> dict[str, str]:
+        return {k: check(k) for k in keys}
+
+    with forkpoint.record(store=store) as rec:
+        assert run([good, bad]) == {good: "valid", bad: "revoked"}
+    with forkpoint.replay(rec.session_path) as rp:
+        assert run([bad, good]) == {good: "valid", bad: "revoked"}
+    assert rp.report()["divergence"] is None and rp.report()["matched"] == 2
+
+
 def _conversation(turns: int) -> dict[str, Any]:
     messages: list[dict[str, Any]] = [{"role": "system", "content": "You edit files."}]
     for t in range(turns):
