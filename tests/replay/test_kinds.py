@@ -597,9 +597,9 @@ def test_an_assume_role_whose_session_name_is_a_clock_reading_is_served(
     assert not volatile("botocore-session-1796503461", "Description")
     assert not volatile("order-1796503461", "RoleSessionName".replace("Session", "Order"))
 
-    def assume(at: int, role: str = "agent") -> Any:
+    def assume(at: int, role: str = "agent", session: str = "botocore-session") -> Any:
         form = f"Action=AssumeRole&Version=2011-06-15&RoleArn=arn%3Aaws%3Aiam%3A%3A1%3Arole%2F{role}"
-        form += f"&RoleSessionName=botocore-session-{at}"
+        form += f"&RoleSessionName={session}-{at}"
         headers = {"content-type": "application/x-www-form-urlencoded; charset=utf-8"}
         return requests.post(server.url + "/", data=form, headers=headers, timeout=5).json()["path"]
 
@@ -612,3 +612,8 @@ def test_an_assume_role_whose_session_name_is_a_clock_reading_is_served(
     assert rp.report()["reproduced"] and len(rp.report()["id_drift"]) == 1
     with pytest.raises(Divergence), forkpoint.replay(rec.session_path):
         assume(now + 2, "admin")
+    with (
+        pytest.raises(Divergence),
+        forkpoint.replay(rec.session_path),
+    ):  # (a name of its own, only its clock an id)
+        assume(now + 2, session="alice")
