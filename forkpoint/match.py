@@ -548,7 +548,8 @@ def suggest_ignore(
     """The rules that would make two normalized calls (of a model call, or of ``tool``) match, when
     every difference the rules in force leave looks volatile (a timestamp, a uuid, a request id);
     else ``[]``. Each suggestion is checked: with it, the two give the same key."""
-    left, right = ignore.mask(expected, tool), ignore.mask(actual, tool)
+    # (a secret by its kind, as the key counts it: two keys of a kind are no difference)
+    left, right = secrets_by_kind(ignore.mask(expected, tool)), secrets_by_kind(ignore.mask(actual, tool))
     changes = [c.to_json() for c in json_diff(left, right)]
     if not changes:
         return []
@@ -557,4 +558,5 @@ def suggest_ignore(
         return []
     found = [r for r in dict.fromkeys(rules) if r is not None]
     both = ignore + found
-    return found if both.mask(expected, tool) == both.mask(actual, tool) else []
+    same = secrets_by_kind(both.mask(expected, tool)) == secrets_by_kind(both.mask(actual, tool))
+    return found if same else []

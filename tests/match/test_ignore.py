@@ -196,6 +196,21 @@ def test_no_suggestion_when_something_else_changed() -> None:
     assert suggest_ignore(e, f, Ignore()) == [IgnoreRule("$.body.metadata.session_id")]
 
 
+def test_a_secret_of_the_same_kind_leaves_a_volatile_difference_its_suggestion() -> None:
+    """The key counts a secret by its kind: a request that also sent another key of the same kind
+    (an assertion signed afresh) differs in the key only by its timestamp, and the divergence
+    suggested no rule, counting the secret's placeholder as a difference that is no id."""
+    a = normalize_request(
+        "POST", URL, HEADERS, body(metadata={"v": 1764584119.93, "k": "sk-proj-" + "A" * 48})
+    )
+    b = normalize_request(
+        "POST", URL, HEADERS, body(metadata={"v": 1764584121.7, "k": "sk-proj-" + "B" * 48})
+    )
+    [suggested] = suggest_ignore(a, b, Ignore())
+    assert suggested.path == "$.body.metadata.v"
+    assert model_key(a, Ignore([suggested])) == model_key(b, Ignore([suggested]))
+
+
 @pytest.mark.parametrize(
     ("expected", "actual"),
     [
