@@ -160,8 +160,8 @@ def resolve(overrides: list[Override], events: Sequence[Mapping[str, Any]]) -> d
 def untyped(resolved: Mapping[int, Override], events: Sequence[Mapping[str, Any]]) -> list[str]:
     """A line for each of the ``resolved`` overrides (:func:`resolve`) that gives plain JSON where
     the tool's recorded result was a typed value (a dataclass, a pydantic model…, or a list of
-    them): the agent gets a ``dict`` (a list of them) where the tool returned objects, which the
-    tool could not have returned. Allowed (a what-if may mean it), but said."""
+    them): the agent gets a ``dict`` (a list of them), or a ``str`` where the tool returned a
+    datetime…, which the tool could not have returned. Allowed (a what-if may mean it), but said."""
     by_seq = {e["seq"]: e for e in events}
     out = []
     for seq, o in resolved.items():
@@ -171,13 +171,17 @@ def untyped(resolved: Mapping[int, Override], events: Sequence[Mapping[str, Any]
         recorded, given = event["result"], o.value
         if isinstance(recorded, list) and isinstance(given, list) and recorded and given:
             recorded, given = recorded[0], given[0]  # (a list of objects: as its first item)
-        if is_typed(recorded) and not is_typed(given) and isinstance(given, dict | list):
+        # (a scalar too: "2020-01-01" for a datetime gave the agent a str, unsaid; null is left
+        # alone, a tool that returns an object may return None)
+        if is_typed(recorded) and not is_typed(given) and given is not None:
             cls = str(recorded[MARK])
+            value = recorded["value"]
+            shape = "{…}" if isinstance(value, dict) else "[…]" if isinstance(value, list) else '"…"'
             out.append(
                 f"forkpoint: override {o.spec!r}: {event['tool']} returned a {cls.replace(':', '.')} "
                 f"when recorded; this value is plain JSON, so the agent gets a {type(given).__name__} "
                 f'instead. To give it a {cls.rsplit(":", 1)[-1]}: {{"{MARK}": "{cls}", "kind": '
-                f'"{recorded.get("kind")}", "value": {{…}}}} (docs/overrides.md; forkpoint show --json '
+                f'"{recorded.get("kind")}", "value": {shape}}} (docs/overrides.md; forkpoint show --json '
                 "shows the recorded one)"
             )
     return out

@@ -982,3 +982,33 @@ def test_plain_json_given_for_a_typed_result_is_said(
     with forkpoint.replay(rec.session_path, overrides=[f"tool:read_sensor.result={typed}"]):
         assert isinstance(read_sensor("a"), Reading)
     assert "plain JSON" not in capsys.readouterr().err
+
+
+def test_a_plain_scalar_given_for_a_typed_result_is_said(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A tool that returned a datetime, overridden with a date string: the agent got a ``str`` (an
+    AttributeError later, in the agent) and nothing said so, docs/overrides.md says it is; the hint
+    gave a datetime's value as an object."""
+
+    @forkpoint.tool
+    def now() -> dt.datetime:
+        return dt.datetime(2026, 1, 1, 12, 0)
+
+    @forkpoint.tool
+    def maybe() -> Reading | None:
+        return Reading(1.0, dt.datetime(2026, 1, 1))
+
+    with forkpoint.record(store=tmp_path / "s") as rec:
+        now(), maybe()
+    capsys.readouterr()
+    spec = 'tool:now.result="2020-01-01"'
+    with forkpoint.replay(rec.session_path, overrides=[spec, "tool:maybe.result=null"]):
+        assert now() == "2020-01-01" and maybe() is None  # (allowed: said, but null is no mistake)
+    said = " ".join(capsys.readouterr().err.split())
+    assert (
+        f"override {spec!r}: now returned a datetime.datetime when recorded; this value is plain "
+        'JSON, so the agent gets a str instead. To give it a datetime: {"$type": "datetime:datetime", '
+        '"kind": "datetime", "value": "…"}' in said
+    ), said
+    assert "maybe" not in said, said
