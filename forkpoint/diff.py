@@ -24,7 +24,7 @@ import dataclasses
 import difflib
 import json
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -202,18 +202,25 @@ def _cell(event: dict[str, Any] | None) -> str:
     return f"#{event['seq']} {signature(event)}" if event else "—"
 
 
+def known_sum(values: Iterable[Any]) -> int | None:
+    """The sum of the counts given, None when none was (unknown, not 0)."""
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
+
+
 def totals(session: Session) -> dict[str, Any]:
     """What a run amounts to: ``turns`` (model calls: no telemetry, MCP or plain HTTP), ``tools``
     (calls by name), ``tool_errors`` (raised, or an MCP tool's ``isError`` answer),
-    ``tokens`` (``input``/``output``, summed over the model calls' usage; input with the tokens the
+    ``tokens`` (``input``/``output``, summed over the model calls' usage, None when none reported it; input with the tokens the
     prompt cache read and wrote, as :func:`~forkpoint.providers.genai_usage` counts them), ``model_ms`` (the model
     calls' summed wall time, ms), ``final_answer`` (the last model text) and ``exit_code``."""
     models = [m for m in session.by_type("model_call") if summary(m)["kind"] == "model"]
     tools = session.by_type("tool_call")
     # (input tokens with the prompt cache's, which Anthropic's own count leaves out: genai_usage)
     usages: list[Mapping[str, Any]] = [genai_usage(summary(m)) for m in models]
-    tokens_in = sum(u.get("input_tokens") or 0 for u in usages)
-    tokens_out = sum(u.get("output_tokens") or 0 for u in usages)
+    # (None when no call reported it, as an OpenAI stream without include_usage: no "0 tokens")
+    tokens_in = known_sum(u.get("input_tokens") for u in usages)
+    tokens_out = known_sum(u.get("output_tokens") for u in usages)
     final = None
     for m in reversed(models):
         final = response_text(m["request"]["url"], recorded_response(m))
@@ -535,8 +542,10 @@ def render_diff(result: SessionDiff, console: Console) -> None:
     summary.add_row("tool errors", str(ta["tool_errors"]), str(tb["tool_errors"]))
     summary.add_row(
         "tokens in/out",
-        f"{ta['tokens']['input']}/{ta['tokens']['output']}",
-        f"{tb['tokens']['input']}/{tb['tokens']['output']}",
+        *(
+            "/".join("—" if t["tokens"][k] is None else str(t["tokens"][k]) for k in ("input", "output"))
+            for t in (ta, tb)
+        ),
     )
     summary.add_row("final answer", escape(short(ta["final_answer"])), escape(short(tb["final_answer"])))
     summary.add_row("exit code", exit_text(a), exit_text(b))

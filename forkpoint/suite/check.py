@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..diff import diff_sessions, totals
+from ..diff import diff_sessions, known_sum, totals
 from ..errors import ForkpointError
 from ..executors import Executor
 from ..log import Session
@@ -310,8 +310,9 @@ def ab_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "outcome": rate_of(
                 (a["outcome"] or {}).get("passed") if a.get("outcome") else None for a in arms
             ).to_json(),
-            "tokens_in": sum(a["tokens_in"] or 0 for a in arms),
-            "tokens_out": sum(a["tokens_out"] or 0 for a in arms),
+            # (None when runs were compared but none reported its tokens: unknown, not 0)
+            "tokens_in": known_sum(a["tokens_in"] for a in arms) if arms else 0,
+            "tokens_out": known_sum(a["tokens_out"] for a in arms) if arms else 0,
             "model_ms": round(sum(model_ms), 3),
             "median_model_ms": round(statistics.median(model_ms), 3) if model_ms else None,
         }

@@ -128,8 +128,8 @@ def ab_summary_table(summary: dict[str, Any]) -> Table:
         table.add_row(
             arm,
             Rate(o["passed"], o["ran"]).text(),
-            str(a["tokens_in"]),
-            str(a["tokens_out"]),
+            "—" if a["tokens_in"] is None else str(a["tokens_in"]),
+            "—" if a["tokens_out"] is None else str(a["tokens_out"]),
             f"{a['model_ms']:.0f} ms",
             f"{median:.0f} ms" if median is not None else "—",
         )

@@ -791,3 +791,25 @@ def test_show_says_what_tools_the_recording_never_recorded(tmp_path: Path) -> No
     assert "the model asked for tools that were never recorded: bash (4 calls)" in out.getvalue(), (
         out.getvalue()
     )
+
+
+def test_tokens_no_call_reported_are_unknown_not_zero(tmp_path: Path) -> None:
+    """An OpenAI stream without ``stream_options.include_usage`` reports no tokens: the summary said
+    ``0/0`` (and ``check --models live`` ``0 → 0``), as if the runs had used none."""
+    import openai
+
+    def chat(srv: ModelServer) -> Session:
+        client = openai.OpenAI(base_url=f"{srv.base_url}/v1", api_key="sk-test")
+        with forkpoint.record(store=tmp_path / "s") as rec:
+            stream = client.chat.completions.create(
+                model="demo-model", messages=[{"role": "user", "content": "hi"}], stream=True
+            )
+            assert all(chunk.usage is None for chunk in stream)
+        return Session.load(rec.session_path)
+
+    with ModelServer(turns=0) as srv:
+        a, b = chat(srv), chat(srv)
+    data = json.loads(diff(a, b, "--json").output)
+    assert data["summary"]["a"]["tokens"] == {"input": None, "output": None}
+    line = next(x for x in diff(a, b).output.splitlines() if "tokens in/out" in x)
+    assert flat(line) == "tokens in/out —/— —/—", line
