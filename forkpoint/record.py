@@ -187,7 +187,9 @@ def refuse_self_recording(header: Mapping[str, Any], session_id: str, how: str) 
         raise UsageError(
             f"session {session_id} was recorded by forkpoint.record() inside its own program ({argv}), which "
             "records itself again when it runs: replay it in Python with forkpoint.replay(), give a command "
-            f"that does not record itself ({how}), or record it with forkpoint record -- {argv}"
+            # (the block out: run as it is, `forkpoint record -- …` records it again, in a session of its own)
+            f"that does not record itself ({how}), or take the forkpoint.record() block out of the program "
+            f"and record it with forkpoint record -- {argv}"
         )
 
 
