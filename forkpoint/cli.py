@@ -353,8 +353,10 @@ def main(allow_shared_store: bool) -> None:
     "tools",
     multiple=True,
     metavar="MODULE:QUALNAME[=NAME]",
-    help="Record this function as a tool (repeatable); =NAME names it as the model asks for it "
-    "(minisweagent.environments.local:LocalEnvironment.execute=bash).",
+    # (no module path in the example: longer than the help column, click broke it inside a name,
+    # "mini sweagent.environments.local:LocalEnvironment. execute=bash")
+    help="Record this function as a tool (repeatable); =NAME records it under the tool name the model "
+    "asks for (mini-swe-agent's LocalEnvironment.execute=bash; see the README).",
 )
 @click.option(
     "--workspace",

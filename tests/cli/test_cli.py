@@ -1818,3 +1818,13 @@ def test_show_keeps_the_spaces_inside_a_tool_calls_arguments() -> None:
     assert _short(arguments, 200) == arguments
     assert _short("The tests\n   pass now.\n", 200) == "The tests pass now."
     assert _short({"content": "    x"}, 200) == '{"content":"    x"}'
+
+
+@pytest.mark.parametrize("columns", ["80", "120"])
+def test_no_help_breaks_a_name_across_lines(columns: str) -> None:
+    """``record --help`` gave the mini-swe-agent example as a module path longer than the help
+    column, and click broke it inside the name: ``mini sweagent.environments.local:LocalEnvironment.
+    execute=bash``, which a user copied wrong."""
+    out = CliRunner().invoke(main, ["record", "--help"], env={"COLUMNS": columns}).output
+    assert "LocalEnvironment.execute=bash" in " ".join(out.split()), out
+    assert "mini sweagent" not in " ".join(out.split()), out
