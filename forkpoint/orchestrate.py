@@ -1161,7 +1161,9 @@ def arm_task(spec: dict[str, Any]) -> dict[str, Any]:
                     f"it ended (exit code {run.exit_code}){drifted} before it reached checkpoint seq {arm.seq}: "
                     f"{plural(len(unserved), 'recorded call')} before it (seq {', '.join(map(str, unserved[:5]))}"
                     f"{' …' if len(unserved) > 5 else ''}) never asked for, so it never went live (does the "
-                    "command run the recorded agent as it was recorded?)"
+                    "command run the recorded agent as it was recorded?"
+                    # (where the why is: "can't open file", an ImportError; the table named no log)
+                    + (f" What it printed: {log})" if log.is_file() else ")")
                 )
             elif run.unreached:  # (stopped before its checkpoint: no outcome was measured, replay_run)
                 arm.diverged = "stopped before its checkpoint"

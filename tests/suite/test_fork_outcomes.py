@@ -626,6 +626,10 @@ def test_arms_whose_program_ended_before_their_checkpoint_are_not_measured(
         f"1 arm(s) never went live (not measured): it ended (exit code 1) before it reached checkpoint seq {second}"
         in text
     )
+    # Why it ended is in what it printed: named, the table said only "exit code 1".
+    log = tmp_path / "sweep" / f"seq-{second}" / "arm-1.log"
+    assert f"as it was recorded? What it printed: {log})" in text, out.stdout
+    assert "no module named agent" in log.read_text()
     # From the first checkpoint (no recorded call before it) the arm went live at once, and ended
     # so: its outcome is measured (the outcome command may look at $FORKPOINT_OUTCOME_EXIT), and said.
     assert f"1 measured arm(s) ended with an exit code other than 0 (@{first} arm 1: 1)" in text, out.stdout
