@@ -41,6 +41,8 @@ from .errors import ConfigError
 
 #: The configuration file forkpoint reads besides ``pyproject.toml``.
 CONFIG_NAME = "forkpoint.toml"
+#: forkpoint's tables of a configuration file.
+TABLES = ("match", "redact", "store")
 
 
 #: The :func:`anchored` blocks open, innermost last: replaced whole, never changed in place, so that
@@ -137,6 +139,12 @@ def load_table(name: str, start: Path | None = None) -> tuple[Any, str]:
         table = table.get(part) if isinstance(table, dict) else None
     if table is not None and not isinstance(table, dict):
         raise ConfigError(f"{path}: [{'.'.join(prefix)}] must be a table")
+    if table and (prefix or path.name == CONFIG_NAME):  # (forkpoint's own tables: not a shared file's)
+        # (a misspelt [macth] was silently no table at all: its rules never applied, and nothing said)
+        unknown = sorted(set(table) - set(TABLES))
+        if unknown:
+            where = ", ".join(f"[{'.'.join((*prefix, k))}]" for k in unknown)
+            raise ConfigError(f"{path}: unknown table(s) {where} (known: {', '.join(TABLES)})")
     return (table or {}).get(name), f"{path} [{'.'.join((*prefix, name))}]"
 
 

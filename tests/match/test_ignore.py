@@ -359,6 +359,27 @@ def test_a_bad_rule_in_the_configuration_is_refused_before_a_session_exists(
     assert not store.exists()
 
 
+def test_a_misspelt_table_of_the_configuration_is_refused(
+    tmp_path: Path, store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``[macth]`` in forkpoint.toml (``[tool.forkpoint.macth]`` in pyproject.toml) was no table
+    forkpoint read: its rules never applied, every replay diverged on what they were for, and
+    nothing said why, while a misspelt key inside ``[match]`` is refused."""
+    monkeypatch.delenv("FORKPOINT_CONFIG", raising=False)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "forkpoint.toml").write_text('[macth]\nignore = [{ path = "$.body.x" }]\n')
+    with pytest.raises(ConfigError, match=r"unknown table\(s\) \[macth\] \(known: match, redact, store\)"):
+        with forkpoint.record(store=store):
+            pass
+    assert not store.exists()
+    (tmp_path / "forkpoint.toml").unlink()
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n[tool.forkpoint.macth]\nignore = []\n')
+    with pytest.raises(ConfigError, match=r"unknown table\(s\) \[tool.forkpoint.macth\]"):
+        load_ignore(tmp_path)
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n[tool.forkpoint.match]\nignore = []\n')
+    assert load_ignore(tmp_path) == ()  # (the project's own tables are no concern of forkpoint's)
+
+
 INSTALLED_AGENT = """
 import os
 from datetime import datetime
