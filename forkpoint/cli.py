@@ -236,9 +236,9 @@ def _outcome_options(f: Any) -> Any:
         "--outcome-timeout",
         type=click.FloatRange(min=0.001),
         default=default_timeout,
-        show_default="600 s",
+        # (in the help, not show_default: click puts a string default in parentheses, "[default: (600 s)")
         metavar="SECONDS",
-        help="Stop an outcome command after this long (it then counts as a failure).",
+        help="Stop an outcome command after this long (it then counts as a failure; default: 600 s).",
     )(f)
     return click.option(
         "--outcome",

@@ -1828,3 +1828,12 @@ def test_no_help_breaks_a_name_across_lines(columns: str) -> None:
     out = CliRunner().invoke(main, ["record", "--help"], env={"COLUMNS": columns}).output
     assert "LocalEnvironment.execute=bash" in " ".join(out.split()), out
     assert "mini sweagent" not in " ".join(out.split()), out
+
+
+@pytest.mark.parametrize("command", ["check", "fork", "sweep"])
+def test_the_outcome_timeouts_default_reads_as_a_default(command: str) -> None:
+    """click puts a string default in parentheses: ``--outcome-timeout``'s help said
+    ``[default: (600 s); x>=0.001]``."""
+    out = " ".join(CliRunner().invoke(main, [command, "--help"], env={"COLUMNS": "120"}).output.split())
+    assert "[default: (" not in out, out
+    assert "(it then counts as a failure; default: 600 s)" in out, out
