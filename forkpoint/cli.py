@@ -927,10 +927,11 @@ def fork(
     than 0 (an arm stopped by --arm-timeout included), whatever its outcome, or when an arm's
     session could not be uploaded to a remote store.
     """
-    from .orchestrate import Arm, fork_arms
+    from .orchestrate import Arm, fork_arms, resumable
     from .show import terminal
 
     session, seq = _session_at(ref, store)
+    resumable(session, seq)  # (before "N arms on local" announces arms a missing checkpoint never starts)
 
     def shown(arm: Arm) -> None:
         _err().rule(f"arm {arm.index}: {arm.directory}")
