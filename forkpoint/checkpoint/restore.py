@@ -25,7 +25,8 @@ _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 def why_no_checkpoints(session: Session) -> str:
     """Why ``session`` holds no checkpoint, and what to use instead: a what-if run or a fork arm
     (a session with a parent) takes none, since its replayed part has them in the parent and calls
-    made live during a replay take none; any other session was recorded outside a workspace."""
+    made live during a replay take none; any other session was recorded outside a workspace (by
+    ``forkpoint.record()``: without ``workspace=``, which the current directory's repository is not)."""
     parent = session.header.get("parent")
     if parent:
         pid = parent.get("session_id") if isinstance(parent, dict) else parent
@@ -33,6 +34,8 @@ def why_no_checkpoints(session: Session) -> str:
             f"it is a replay of session {pid}, and calls made live during a replay take none: "
             f"use {pid}'s checkpoints instead"
         )
+    if session.header.get("records_itself"):  # (forkpoint.record() takes no git repository of the cwd)
+        return "record with forkpoint.record(workspace=DIR)"
     return "record with --workspace DIR, or inside a git repository"
 
 

@@ -2259,9 +2259,13 @@ def test_fork_and_sweep_refuse_an_override_naming_no_call_before_any_arm(tmp_pat
 
 def test_fork_from_a_missing_checkpoint_announces_no_arms(tmp_path: Path) -> None:
     """``fork SESSION@5`` where no checkpoint 5 is printed "forkpoint: 1 arm on local (2 at a
-    time)" (after starting the executor: Ray, with ``--executor ray``), then the error."""
+    time)" (after starting the executor: Ray, with ``--executor ray``), then the error, whose hint
+    fits a session forkpoint.record() made."""
     with forkpoint.record(store=tmp_path / "s") as rec:  # (no workspace: no checkpoints)
         pass
     result = CliRunner().invoke(main, ["fork", f"{rec.session_path}@5", "--", "true"])
     assert result.exit_code != 0 and "has no checkpoint at seq 5" in result.output, result.output
     assert "arm on" not in result.output, result.output
+    # Recorded in a git repository (this one), but by forkpoint.record(), which takes it only when
+    # given: the hint said "record … inside a git repository", as this one was.
+    assert "record with forkpoint.record(workspace=DIR)" in result.output, result.output
