@@ -21,7 +21,7 @@ from rich.table import Table
 from ..log import Session
 from ..orchestrate import record_command, replay_command
 from ..show import render, terminal
-from ..text import escape
+from ..text import escape, plural
 
 
 def _agent_cmd(base_url: str, workdir: Path) -> list[str]:
@@ -60,7 +60,8 @@ def run_demo(*, store: Path, turns: int = 2, console: Console | None = None) -> 
     session = Session.load(path, share_lists=True)
     n_model, n_tool = len(session.by_type("model_call")), len(session.by_type("tool_call"))
     console.print(
-        f"recorded session [bold]{session.id}[/bold]: {n_model} model calls, {n_tool} tool calls, exit code {code}"
+        f"recorded session [bold]{session.id}[/bold]: {plural(n_model, 'model call')}, "
+        f"{plural(n_tool, 'tool call')}, exit code {code}"
     )
     rows.append(("record (live model)", f"{record_s:.2f} s", "—", f"exit {code}"))
     console.print(

@@ -8,6 +8,7 @@ instead of the clock); without a seed, ids, file names and contents differ from 
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import os
 import random
@@ -24,10 +25,12 @@ import httpx2
 import openai
 import orjson
 import pytest
+from rich.console import Console
 
 from forkpoint.demo import agent as demo_agent
 from forkpoint.demo import server as demo_server
 from forkpoint.demo.agent import run_agent
+from forkpoint.demo.run import run_demo
 from forkpoint.demo.server import ModelServer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -569,3 +572,10 @@ def test_stop_during_a_stream_does_not_hang() -> None:
     with pytest.raises(openai.APIConnectionError):
         client.chat.completions.create(model="m", messages=USER)
     stream.close()
+
+
+def test_the_demo_counts_one_call_in_the_singular(tmp_path: Path) -> None:
+    """``forkpoint demo --turns 0`` said "recorded session …: 1 model calls, 0 tool calls"."""
+    out = io.StringIO()
+    assert run_demo(store=tmp_path / "s", turns=0, console=Console(file=out, width=200)) == 0
+    assert ": 1 model call, 0 tool calls, exit code 0" in out.getvalue(), out.getvalue()
