@@ -1290,21 +1290,27 @@ def test_a_divergence_botocore_wraps_is_said_at_the_agents_line_not_in_urllib3(
 ) -> None:
     """botocore wraps the divergence in its HTTPClientError: the replay said "the call made at
     …/urllib3/connectionpool.py:793 (urlopen)", a line of the HTTP client, not the agent's."""
-    (tmp_path / "ask.py").write_text(ASK_BEDROCK)
+    said = _asked_otherwise(tmp_path, ASK_BEDROCK, server.url)
+    assert "the call made at " + str(tmp_path / "ask.py") + ":10 (<module>)" in said, said
+    assert "raised to the program as botocore.exceptions.HTTPClientError" in said
+
+
+def _asked_otherwise(tmp_path: Path, script: str, url: str) -> str:
+    """Record ``script`` (``ask.py URL QUESTION``) asking "one", replay it asking "two": the
+    replay's stderr, on one line, after checking that it diverged."""
+    (tmp_path / "ask.py").write_text(script)
     fp, store = [sys.executable, "-m", "forkpoint.cli"], str(tmp_path / "store")
     rec = subprocess.run(
-        [*fp, "record", "--store", store, "--no-workspace", "--", sys.executable, "ask.py", server.url, "one"],
+        [*fp, "record", "--store", store, "--no-workspace", "--", sys.executable, "ask.py", url, "one"],
         capture_output=True, text=True, timeout=120, cwd=tmp_path, env=_env(),
     )  # fmt: skip
     assert rec.returncode == 0, rec.stderr
     rep = subprocess.run(
-        [*fp, "replay", "last", "--store", store, "--", sys.executable, "ask.py", server.url, "two"],
+        [*fp, "replay", "last", "--store", store, "--", sys.executable, "ask.py", url, "two"],
         capture_output=True, text=True, timeout=120, cwd=tmp_path, env=_env(),
     )  # fmt: skip
     assert rep.returncode == EXIT_DIVERGENCE, rep.stderr
-    said = " ".join(rep.stderr.split())
-    assert "the call made at " + str(tmp_path / "ask.py") + ":10 (<module>)" in said, rep.stderr
-    assert "raised to the program as botocore.exceptions.HTTPClientError" in said
+    return " ".join(rep.stderr.split())
 
 
 ASK_STRANDS = """
@@ -1328,20 +1334,8 @@ def test_a_divergence_in_strands_event_loop_thread_is_said_at_the_agents_line(
     wraps: the replay said "the call made at …/opentelemetry/instrumentation/threading/…
     (wrapped_func)", where the agent's own call, ``agent(...)``, is in the main thread."""
     pytest.importorskip("strands")
-    (tmp_path / "ask.py").write_text(ASK_STRANDS)
-    fp, store = [sys.executable, "-m", "forkpoint.cli"], str(tmp_path / "store")
-    rec = subprocess.run(
-        [*fp, "record", "--store", store, "--no-workspace", "--", sys.executable, "ask.py", server.url, "one"],
-        capture_output=True, text=True, timeout=120, cwd=tmp_path, env=_env(),
-    )  # fmt: skip
-    assert rec.returncode == 0, rec.stderr
-    rep = subprocess.run(
-        [*fp, "replay", "last", "--store", store, "--", sys.executable, "ask.py", server.url, "two"],
-        capture_output=True, text=True, timeout=120, cwd=tmp_path, env=_env(),
-    )  # fmt: skip
-    assert rep.returncode == EXIT_DIVERGENCE, rep.stderr
-    said = " ".join(rep.stderr.split())
-    assert "the call made at " + str(tmp_path / "ask.py") + ":11 (<module>)" in said, rep.stderr
+    said = _asked_otherwise(tmp_path, ASK_STRANDS, server.url)
+    assert "the call made at " + str(tmp_path / "ask.py") + ":11 (<module>)" in said, said
 
 
 ASK_IN_A_TASK_GROUP = """

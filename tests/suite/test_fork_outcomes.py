@@ -753,39 +753,48 @@ def test_a_fork_says_its_arms_replay_a_prefix_that_ran_tools_the_recording_lacks
     )
 
 
-def test_an_arm_that_diverged_after_rerunning_unrecorded_commands_says_so(tmp_path: Path) -> None:
-    """A mini-swe-agent-like run whose bash commands are no tool calls, forked right after a command
-    that changed a file: each arm's program ran that command again on the restored file, its replayed
-    call matched, and the arm went live with another conversation than the checkpoint's
-    ("1 2 2", not "1 2") and was measured as the checkpoint's. Its first live request is checked
-    against the one recorded at the checkpoint: the arm never goes live, and says why."""
+def _forked_in_a_repo(
+    tmp_path: Path, agent: str, script: list[Any], *, checkpoint: int
+) -> tuple[subprocess.CompletedProcess[str], list[int]]:
+    """Record ``agent`` (its model answering ``script``) in a new git repository with one file, then
+    fork one arm (outcome ``true``) from its checkpoint number ``checkpoint``: the fork's run, and
+    the seqs of the recording's checkpoints."""
     repo = tmp_path / "repo"
     repo.mkdir()
     (repo / "n.txt").write_text("1\n")
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
     for args in (["init", "-q"], ["add", "n.txt"], ["commit", "-qm", "init"]):
         subprocess.run([*git, *args], cwd=repo, check=True)
-    (tmp_path / "agent.py").write_text(SHELL_AGENT)
+    (tmp_path / "agent.py").write_text(agent)
+    cli, store = [sys.executable, "-m", "forkpoint.cli"], str(tmp_path / "store")
+    with LocalServer(chat_script=script) as srv:
+        env = cli_env(AGENT_BASE_URL=srv.openai_base_url)
+        rec = subprocess.run(
+            [*cli, "record", "--store", store, "--name", "run", "--", sys.executable, str(tmp_path / "agent.py")],
+            cwd=repo, env=env, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert rec.returncode == 0, rec.stderr
+        cps = [c["seq"] for c in Session.load(resolve("run", store)).by_type("checkpoint")]
+        fork = subprocess.run(
+            [*cli, "fork", f"run@{cps[checkpoint]}", "--store", store, "--into", str(tmp_path / "arms"),
+             "--outcome", "true", "--", sys.executable, str(tmp_path / "agent.py")],
+            cwd=repo, env=env, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+    return fork, cps
+
+
+def test_an_arm_that_diverged_after_rerunning_unrecorded_commands_says_so(tmp_path: Path) -> None:
+    """A mini-swe-agent-like run whose bash commands are no tool calls, forked right after a command
+    that changed a file: each arm's program ran that command again on the restored file, its replayed
+    call matched, and the arm went live with another conversation than the checkpoint's
+    ("1 2 2", not "1 2") and was measured as the checkpoint's. Its first live request is checked
+    against the one recorded at the checkpoint: the arm never goes live, and says why."""
     script = [
         [("bash", {"command": "echo 2 >> n.txt; cat n.txt"})],
         [("bash", {"command": "cat n.txt"})],
         "done",
     ]
-    cli = [sys.executable, "-m", "forkpoint.cli"]
-    store = str(tmp_path / "store")
-    with LocalServer(chat_script=script) as srv:
-        env = cli_env(AGENT_BASE_URL=srv.openai_base_url)
-        rec = subprocess.run(
-            [*cli, "record", "--store", store, "--name", "shell", "--", sys.executable, str(tmp_path / "agent.py")],
-            cwd=repo, env=env, capture_output=True, text=True, timeout=120,
-        )  # fmt: skip
-        assert rec.returncode == 0, rec.stderr
-        cps = [c["seq"] for c in Session.load(resolve("shell", store)).by_type("checkpoint")]
-        fork = subprocess.run(
-            [*cli, "fork", f"shell@{cps[1]}", "--store", store, "--into", str(tmp_path / "arms"), "--outcome", "true", "--",
-             sys.executable, str(tmp_path / "agent.py")],
-            cwd=repo, env=env, capture_output=True, text=True, timeout=300,
-        )  # fmt: skip
+    fork, cps = _forked_in_a_repo(tmp_path, SHELL_AGENT, script, checkpoint=1)
     said = " ".join(fork.stderr.split())
     assert fork.returncode == 1, fork.stdout + fork.stderr
     assert (
@@ -818,28 +827,7 @@ def test_an_arm_whose_first_request_is_stamped_with_the_time_goes_live(tmp_path:
     recordings that ran what they hold no calls of: a prompt stamped with the time (not recorded
     deterministic) differs at every run, and an arm forked at the first checkpoint, whose prefix
     served nothing, must go live and be measured, as it was."""
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    (repo / "n.txt").write_text("1\n")
-    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
-    for args in (["init", "-q"], ["add", "n.txt"], ["commit", "-qm", "init"]):
-        subprocess.run([*git, *args], cwd=repo, check=True)
-    (tmp_path / "agent.py").write_text(STAMPED_AGENT)
-    cli = [sys.executable, "-m", "forkpoint.cli"]
-    store = str(tmp_path / "store")
-    with LocalServer(chat_script=["one", "two", "three"]) as srv:
-        env = cli_env(AGENT_BASE_URL=srv.openai_base_url)
-        rec = subprocess.run(
-            [*cli, "record", "--store", store, "--name", "stamped", "--", sys.executable, str(tmp_path / "agent.py")],
-            cwd=repo, env=env, capture_output=True, text=True, timeout=120,
-        )  # fmt: skip
-        assert rec.returncode == 0, rec.stderr
-        cps = [c["seq"] for c in Session.load(resolve("stamped", store)).by_type("checkpoint")]
-        fork = subprocess.run(
-            [*cli, "fork", f"stamped@{cps[0]}", "--store", store, "--into", str(tmp_path / "arms"), "--outcome", "true",
-             "--", sys.executable, str(tmp_path / "agent.py")],
-            cwd=repo, env=env, capture_output=True, text=True, timeout=300,
-        )  # fmt: skip
+    fork, _ = _forked_in_a_repo(tmp_path, STAMPED_AGENT, ["one", "two", "three"], checkpoint=0)
     said = " ".join(fork.stdout.split())
     assert fork.returncode == 0, fork.stdout + fork.stderr
     assert "never went live" not in said + fork.stderr, fork.stdout + fork.stderr
