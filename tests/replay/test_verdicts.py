@@ -1533,14 +1533,9 @@ def test_a_replay_in_another_checkout_matches_its_directory_as_the_recorded_one(
         agent("fix it now")
 
 
-def test_tasks_side_by_side_name_no_caller_without_listing_every_task(
-    monkeypatch: pytest.MonkeyPatch, store: Path
-) -> None:
-    """Each call's caller looked at every task of the process (``asyncio.all_tasks`` copies them
-    all), so N calls made at once cost N² (8,000 recorded tool calls side by side: 14 s, not 2.6).
-    A task beside another is found without that listing; a task alone still names its caller."""
-    from forkpoint import runtime
-
+def _count_task_listings(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """``asyncio.all_tasks`` made to note how many tasks each listing of it copied, in the list
+    returned."""
     listed: list[int] = []
     real = asyncio.all_tasks
 
@@ -1550,6 +1545,18 @@ def test_tasks_side_by_side_name_no_caller_without_listing_every_task(
         return got
 
     monkeypatch.setattr(asyncio, "all_tasks", counting)
+    return listed
+
+
+def test_tasks_side_by_side_name_no_caller_without_listing_every_task(
+    monkeypatch: pytest.MonkeyPatch, store: Path
+) -> None:
+    """Each call's caller looked at every task of the process (``asyncio.all_tasks`` copies them
+    all), so N calls made at once cost N² (8,000 recorded tool calls side by side: 14 s, not 2.6).
+    A task beside another is found without that listing; a task alone still names its caller."""
+    from forkpoint import runtime
+
+    listed = _count_task_listings(monkeypatch)
 
     async def leaf() -> str | None:
         await asyncio.sleep(0)
@@ -1576,15 +1583,7 @@ def test_a_task_alone_is_looked_at_once_per_step_however_many_calls_it_makes(
     are alone in their first steps (one look for a fan-out, not one per task)."""
     from forkpoint import runtime
 
-    listed: list[int] = []
-    real = asyncio.all_tasks
-
-    def counting(loop: Any = None) -> set[Any]:
-        got = real(loop)
-        listed.append(len(got))
-        return got
-
-    monkeypatch.setattr(asyncio, "all_tasks", counting)
+    listed = _count_task_listings(monkeypatch)
 
     async def first_step() -> str | None:
         return runtime.caller()
