@@ -73,12 +73,14 @@ def check_config(cwd: Path | None = None) -> None:
 
 
 class Ran(NamedTuple):
-    """How a child process ended: its exit code, and what it printed on stdout / stderr when
-    captured (:class:`~forkpoint.children.Captured`: in a file, not in memory)."""
+    """How a child process ended: its exit code, what it printed on stdout / stderr when captured
+    (:class:`~forkpoint.children.Captured`: in a file, not in memory), and whether the command was
+    not found (exit code 127, said: it never ran)."""
 
     code: int
     out: Captured | None
     err: Captured | None
+    missing: bool = False
 
 
 def run_child(
@@ -124,9 +126,9 @@ def run_child(
     except FileNotFoundError:
         message = f"forkpoint: command not found: {cmd[0]}"
         if capture_stderr:
-            return Ran(127, Captured() if capture else None, Captured(message + "\n"))
+            return Ran(127, Captured() if capture else None, Captured(message + "\n"), missing=True)
         say(message)
-        return Ran(127, None, None)
+        return Ran(127, None, None, missing=True)
     if namespace is not None:
         namespace.started()
     if task:
@@ -322,7 +324,8 @@ def record_command(
             env["FORKPOINT_WORKSPACE"] = orjson.dumps(
                 {"root": str(ws.root), "include_ignored": include_ignored}
             ).decode()
-        code, captured, _ = run_child(cmd, env, capture=capture, meanwhile=_ready_to_close)
+        ran = run_child(cmd, env, capture=capture, meanwhile=_ready_to_close)
+        code, captured = ran.code, ran.out
         out = captured.text() if captured is not None else None
         uncaught, session.incomplete, lacks, reported = read_endings(Path(tmp))
         for pid, command in unstarted_execs(Path(tmp), ENDING_PREFIX, UNREPORTED_PREFIX):
@@ -590,7 +593,7 @@ def replay_run(
         )
         watch = _Watch(_Stuck(Path(tmp)) if on_divergence == "stop" else None, timeout)
         try:
-            code, out, err = run_child(
+            ran = run_child(
                 run,
                 env,
                 capture=capture,
@@ -599,6 +602,7 @@ def replay_run(
                 namespace=namespace,
                 watch=watch,
             )
+            code, out, err = ran.code, ran.out, ran.err
         finally:
             seen = namespace.finished() if namespace is not None else netns.Seen([], [], 0)
         # One report per replaying process (a recorded shell script may run several programs).
@@ -696,6 +700,8 @@ def replay_run(
         problem = "forkpoint: " + "; ".join(not_started)
     elif unreported:
         problem = "forkpoint: " + "; ".join(unreported) + ": the replay's verdict is unknown"
+    elif report is None and ran.missing:  # (said already, or in err: no process, so no report)
+        problem = f"forkpoint: nothing was replayed: the command {command[0]} was not found"
     elif report is None:
         tried = f" (the kernel blocked: {', '.join(seen.blocked)})" if seen.blocked else ""
         problem = (

@@ -1497,6 +1497,17 @@ def test_record_of_a_command_that_does_not_exist_leaves_no_session(tmp_path: Pat
     assert not store.exists() or not any(store.iterdir())
 
 
+def test_replay_of_a_command_that_does_not_exist_says_nothing_was_replayed(recorded: Recorded) -> None:
+    """The command after -- not found: the replay said it, then that the replayed process "wrote
+    no report: it did not start forkpoint (is forkpoint installed in its environment?)", of a
+    process that never existed."""
+    r = cli("replay", str(recorded.alpha), "--", "no-such-agent-command", "x")
+    said = flat(r.output)
+    assert r.exit_code == 127, r.output
+    assert "nothing was replayed: the command no-such-agent-command was not found" in said, said
+    assert "wrote no report" not in said and "is forkpoint installed" not in said, said
+
+
 GATHER = """
 import asyncio
 import sys
