@@ -171,7 +171,7 @@ def test_the_cli_starts_without_the_outcome_module_and_its_help_shows_the_outcom
     )
     assert "forkpoint.outcome" not in _modules_after(code)
     shown = " ".join(CliRunner().invoke(main, ["fork", "--help"]).output.split())
-    assert f"[default: ({DEFAULT_TIMEOUT:g} s);" in shown, shown
+    assert f"counts as a failure; default: {DEFAULT_TIMEOUT:g} s)" in shown, shown
 
 
 def test_a_pattern_compiled_later_behaves_as_the_compiled_one() -> None:
