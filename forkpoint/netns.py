@@ -22,6 +22,7 @@ Where the kernel refuses (no user namespaces, a seccomp or AppArmor policy, anot
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import fcntl
 import ipaddress
@@ -42,6 +43,8 @@ CLONE_NEWUSER = 0x10000000
 CLONE_NEWNET = 0x40000000
 #: Results of the launcher, one file per launcher in the report folder.
 RESULT_PREFIX = "netns-"
+#: In the report folder: the launcher's command was not found (it never ran).
+NOT_FOUND = "netns-command-not-found"
 #: Set to ``0`` to keep replays out of a namespace (the Python guard alone), e.g. to compare.
 DISABLE_VAR = "FORKPOINT_NETNS"
 #: The network namespace forkpoint ran in (:func:`current`), given to a program it confines: one
@@ -388,6 +391,8 @@ def _launch(report_dir: Path, cmd: list[str]) -> int:
             os.execvp(cmd[0], cmd)
         except FileNotFoundError:
             sys.stderr.write(f"forkpoint: command not found: {cmd[0]}\n")
+            with contextlib.suppress(OSError):  # (for the CLI: no process ran, so none reported)
+                os.close(os.open(report_dir / NOT_FOUND, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600))
             os._exit(127)
         except OSError as exc:
             sys.stderr.write(f"forkpoint: cannot run {cmd[0]}: {exc.strerror}\n")

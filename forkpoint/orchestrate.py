@@ -615,6 +615,7 @@ def replay_run(
             for pid, command in unstarted_execs(Path(tmp), "report-", NOT_STARTED_PREFIX, UNREPORTED_PREFIX)
         ]
         unreported = _unreported(Path(tmp))
+        not_found = ran.missing or (Path(tmp) / netns.NOT_FOUND).exists()  # (the launcher's: netns)
         # (a program that was not run reproduced nothing, whatever the other processes reported; nor
         # is a verdict known without the report of each process that ran)
         report = merge_reports(reports) if reports and not not_started and not unreported else None
@@ -700,7 +701,7 @@ def replay_run(
         problem = "forkpoint: " + "; ".join(not_started)
     elif unreported:
         problem = "forkpoint: " + "; ".join(unreported) + ": the replay's verdict is unknown"
-    elif report is None and ran.missing:  # (said already, or in err: no process, so no report)
+    elif report is None and not_found:  # (said already, or in err: no process ran, so none reported)
         problem = f"forkpoint: nothing was replayed: the command {command[0]} was not found"
     elif report is None:
         tried = f" (the kernel blocked: {', '.join(seen.blocked)})" if seen.blocked else ""

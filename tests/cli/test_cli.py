@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -1497,11 +1498,24 @@ def test_record_of_a_command_that_does_not_exist_leaves_no_session(tmp_path: Pat
     assert not store.exists() or not any(store.iterdir())
 
 
-def test_replay_of_a_command_that_does_not_exist_says_nothing_was_replayed(recorded: Recorded) -> None:
+@pytest.mark.parametrize("threads", [1, 2])
+def test_replay_of_a_command_that_does_not_exist_says_nothing_was_replayed(
+    recorded: Recorded, threads: int
+) -> None:
     """The command after -- not found: the replay said it, then that the replayed process "wrote
     no report: it did not start forkpoint (is forkpoint installed in its environment?)", of a
-    process that never existed."""
-    r = cli("replay", str(recorded.alpha), "--", "no-such-agent-command", "x")
+    process that never existed. With a second thread running, a replay in a network namespace
+    starts the command through a launcher (forkpoint.netns), which finds it missing itself."""
+    stop = threading.Event()
+    others = [threading.Thread(target=stop.wait) for _ in range(threads - 1)]
+    for t in others:
+        t.start()
+    try:
+        r = cli("replay", str(recorded.alpha), "--", "no-such-agent-command", "x")
+    finally:
+        stop.set()
+        for t in others:
+            t.join()
     said = flat(r.output)
     assert r.exit_code == 127, r.output
     assert "nothing was replayed: the command no-such-agent-command was not found" in said, said
