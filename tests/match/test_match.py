@@ -123,7 +123,7 @@ def test_a_credential_counts_in_the_key_by_its_kind_not_its_value() -> None:
     every run: its placeholder differed, so no replay of a Vertex agent got past its first request.
     Credentials are out of the key wherever they are; what kind of secret stood there still counts."""
     form = {"content-type": "application/x-www-form-urlencoded"}
-    url = "https://oauth2.googleapis.com/token"
+    url = "http://127.0.0.1:9/token"  # (a token endpoint on loopback: only hashed, never reached)
     assert key(url, form, TOKEN_FORM + _jwt(1_700_000_000)) == key(
         url, form, TOKEN_FORM + _jwt(1_700_000_999)
     )
