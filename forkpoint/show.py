@@ -1,6 +1,7 @@
 """The readable timeline of a session (``forkpoint show``) and its JSON form (``show --json``).
 
-A *turn* starts at each model call; the tool calls after it, up to the next model call, belong to it.
+A *turn* starts at each model call (but an SDK's retry of one that failed, the same request again);
+the tool calls after it, up to the next model call, belong to it.
 Calls are listed in the order they started (a tool run while a streamed answer was still read ends
 before the model call that asked for it).
 """
@@ -66,6 +67,12 @@ def _source(event: Mapping[str, Any]) -> str:
         return ""
     seq = f" of #{event['recorded_seq']}" if event.get("recorded_seq") else ""
     return f"  {_SOURCES.get(str(src), escape(str(src)))}{seq}"
+
+
+def _failed(event: Mapping[str, Any]) -> bool:
+    """Whether a model call got no answer or an error status (one an SDK retries)."""
+    status = (event.get("response") or {}).get("status")
+    return event.get("error") is not None or status is None or status >= 400
 
 
 def model_call_line(event: Mapping[str, Any]) -> tuple[str, list[str]]:
@@ -255,6 +262,7 @@ def render(
         console.print("  what-if  " + escape(", ".join(map(str, replay["overrides"]))))
     console.print()
     turn = 0
+    last: Mapping[str, Any] | None = None  # the turn's latest model call
     spans = tool_spans(session.events)
     inside: dict[str, list[Mapping[str, Any]]] = {}
     for e in session.events:
@@ -266,11 +274,18 @@ def render(
         if e["type"] == "model_call" and call_kind(e) != "model":
             console.print(f"        [dim]#{e['seq']:<3}[/dim] {http_call_line(e)}")
         elif e["type"] == "model_call":
-            turn += 1
-            head, details = model_call_line(e)
-            console.print(
-                f"[bold cyan]turn {turn:>2}[/bold cyan] [dim]#{e['seq']:<3}[/dim] model   {head}{_source(e)}"
+            # (an SDK's retry of a call that failed is the same turn: the request is the same)
+            retry = (
+                last is not None
+                and _failed(last)
+                and e.get("key") is not None
+                and e.get("key") == last.get("key")
             )
+            turn += not retry
+            last = e
+            head, details = model_call_line(e)
+            label = "[yellow]retry  [/yellow]" if retry else f"[bold cyan]turn {turn:>2}[/bold cyan]"
+            console.print(f"{label} [dim]#{e['seq']:<3}[/dim] model   {head}{_source(e)}")
             for d in details:
                 console.print(f"                    {d}")
         elif e["type"] == "tool_call":

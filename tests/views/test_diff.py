@@ -813,3 +813,28 @@ def test_tokens_no_call_reported_are_unknown_not_zero(tmp_path: Path) -> None:
     assert data["summary"]["a"]["tokens"] == {"input": None, "output": None}
     line = next(x for x in diff(a, b).output.splitlines() if "tokens in/out" in x)
     assert flat(line) == "tokens in/out —/— —/—", line
+
+
+def test_show_counts_an_sdks_retries_in_the_turn_they_retry(server: Any, tmp_path: Path) -> None:
+    """The openai SDK retries a 429 and a 500 with the same request: ``show`` listed the three attempts
+    as turns 1, 2 and 3 of a run that asked the model twice. The attempts after a failed one are now
+    the turn's retries, and the next request starts turn 2."""
+    import io
+
+    import openai
+    from rich.console import Console
+
+    from forkpoint.show import render
+
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="sk-test", max_retries=2)
+    failing = {"x-scenario": "show-retries", "x-fail": "429,500"}
+    with forkpoint.record(store=tmp_path / "s") as rec:
+        for text, headers in (("hi", failing), ("again", {})):
+            client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": text}], extra_headers=headers
+            )
+    out = io.StringIO()
+    render(Session.load(rec.session_path), Console(file=out, width=200, highlight=False))
+    rows = [line.split("#")[0].strip() for line in out.getvalue().splitlines() if " model " in line]
+    assert rows == ["turn  1", "retry", "retry", "turn  2"], out.getvalue()
+    assert "HTTP 429" in out.getvalue() and "HTTP 500" in out.getvalue()
