@@ -598,6 +598,16 @@ def in_tool(event: Mapping[str, Any], spans: frozenset[str]) -> bool:
     return event.get("parent_span_id") in spans
 
 
+def retries(event: Mapping[str, Any], previous: Mapping[str, Any] | None) -> bool:
+    """Whether the model call ``event`` retries ``previous``, the model call before it (an SDK's retry,
+    which ``show`` and the viewer count in the turn it retries): ``previous`` got no answer or an
+    error status, and ``event`` asked the same (one match key)."""
+    if previous is None or event.get("key") is None or event.get("key") != previous.get("key"):
+        return False
+    status = (previous.get("response") or {}).get("status")
+    return previous.get("error") is not None or not isinstance(status, int) or status >= 400
+
+
 _E = TypeVar("_E", bound=Mapping[str, Any])
 
 

@@ -31,7 +31,7 @@ from typing import Any
 
 from ._version import __version__
 from .checkpoint import manifest_rows
-from .events import answered_call, endpoint, in_start_order, in_tool, mcp_tool_error, tool_spans
+from .events import answered_call, endpoint, in_start_order, in_tool, mcp_tool_error, retries, tool_spans
 from .files import write_private
 from .log import Session, SessionError, json_text, to_json
 from .outcome import arms_of, by_checkpoint
@@ -411,6 +411,7 @@ def view_model(
     messages = _Messages(strings)
     events: list[dict[str, Any]] = []
     turn = 0
+    last: dict[str, Any] | None = None  # the latest model call (a turn's)
     # (model call's seq, the span it was made in, its unanswered tool calls)
     pending: list[tuple[int, Any, list[dict[str, Any]]]] = []
     stats: dict[str, Any] = {
@@ -451,7 +452,11 @@ def view_model(
             if e.get("error"):
                 v["error"] = to_json(e.get("error"))
         elif kind == "model_call":
-            turn += 1
+            if retries(e, last):
+                v["retry"] = True
+            else:
+                turn += 1
+            last = e
             v["turn"] = turn
             v.update(_model_view(e, strings, messages))
             stats["model_calls"] += 1

@@ -15,7 +15,7 @@ from typing import Any, TextIO, cast
 
 from rich.console import Console
 
-from .events import endpoint, in_start_order, in_tool, mcp_tool_error, tool_spans
+from .events import endpoint, in_start_order, in_tool, mcp_tool_error, retries, tool_spans
 from .log import Session, json_text, to_json, with_deltas
 from .patterns import compiled_later
 from .providers import call_kind, genai_usage, kinds, recorded_response, response_fields
@@ -67,12 +67,6 @@ def _source(event: Mapping[str, Any]) -> str:
         return ""
     seq = f" of #{event['recorded_seq']}" if event.get("recorded_seq") else ""
     return f"  {_SOURCES.get(str(src), escape(str(src)))}{seq}"
-
-
-def _failed(event: Mapping[str, Any]) -> bool:
-    """Whether a model call got no answer or an error status (one an SDK retries)."""
-    status = (event.get("response") or {}).get("status")
-    return event.get("error") is not None or status is None or status >= 400
 
 
 def model_call_line(event: Mapping[str, Any]) -> tuple[str, list[str]]:
@@ -274,13 +268,7 @@ def render(
         if e["type"] == "model_call" and call_kind(e) != "model":
             console.print(f"        [dim]#{e['seq']:<3}[/dim] {http_call_line(e)}")
         elif e["type"] == "model_call":
-            # (an SDK's retry of a call that failed is the same turn: the request is the same)
-            retry = (
-                last is not None
-                and _failed(last)
-                and e.get("key") is not None
-                and e.get("key") == last.get("key")
-            )
+            retry = retries(e, last)
             turn += not retry
             last = e
             head, details = model_call_line(e)

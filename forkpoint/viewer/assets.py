@@ -513,6 +513,7 @@ JS = r"""
       var r = e.response;
       if (r && r.body_kind === "stream") add(badges, h("span", { class: "badge", text: "stream · " + plural((r.chunks || []).length, "chunk") }));
       if (sm.stop_reason) add(badges, h("span", { class: "badge", text: "stop: " + sm.stop_reason }));
+      if (e.retry) add(badges, h("span", { class: "badge", text: "retry" }));
       if (r && r.status >= 400) add(badges, h("span", { class: "badge error", text: "HTTP " + r.status }));
       if (e.error) add(badges, h("span", { class: "badge error", text: e.error.type || "error" }));
       var calls = sm.tool_calls || [];

@@ -816,14 +816,15 @@ def test_tokens_no_call_reported_are_unknown_not_zero(tmp_path: Path) -> None:
 
 
 def test_show_counts_an_sdks_retries_in_the_turn_they_retry(server: Any, tmp_path: Path) -> None:
-    """The openai SDK retries a 429 and a 500 with the same request: ``show`` listed the three attempts
-    as turns 1, 2 and 3 of a run that asked the model twice. The attempts after a failed one are now
-    the turn's retries, and the next request starts turn 2."""
+    """The openai SDK retries a 429 and a 500 with the same request: ``show`` (and the HTML viewer)
+    listed the three attempts as turns 1, 2 and 3 of a run that asked the model twice. The attempts
+    after a failed one are now the turn's retries, and the next request starts turn 2."""
     import io
 
     import openai
     from rich.console import Console
 
+    from forkpoint.html import view_model
     from forkpoint.show import render
 
     client = openai.OpenAI(base_url=server.url + "/v1", api_key="sk-test", max_retries=2)
@@ -838,3 +839,10 @@ def test_show_counts_an_sdks_retries_in_the_turn_they_retry(server: Any, tmp_pat
     rows = [line.split("#")[0].strip() for line in out.getvalue().splitlines() if " model " in line]
     assert rows == ["turn  1", "retry", "retry", "turn  2"], out.getvalue()
     assert "HTTP 429" in out.getvalue() and "HTTP 500" in out.getvalue()
+    calls = [e for e in view_model(Session.load(rec.session_path))["events"] if e["type"] == "model_call"]
+    assert [(e["turn"], e.get("retry", False)) for e in calls] == [
+        (1, False),
+        (1, True),
+        (1, True),
+        (2, False),
+    ]
