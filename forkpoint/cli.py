@@ -295,6 +295,11 @@ def _outcome(command: str | None, timeout: float) -> Any:
     return Outcome(command, timeout) if command else None
 
 
+def _at_a_time(workers: int, jobs: int) -> str:
+    """How many of ``jobs`` run at once on ``workers``, said when more than one does."""
+    return f" ({min(workers, jobs)} at a time)" if min(workers, jobs) > 1 else ""
+
+
 def _executor(spec: str, jobs: int | None) -> Executor:
     from .executors import open_executor
 
@@ -944,7 +949,9 @@ def fork(
                     _err().print(f"[red]arm {arm.index}: {escape(said)}[/red]")
 
     with _executor(executor, jobs) as ex:
-        _err().print(f"forkpoint: {plural(arms, 'arm')} on {executor} ({ex.workers} at a time)", markup=False)
+        _err().print(
+            f"forkpoint: {plural(arms, 'arm')} on {executor}{_at_a_time(ex.workers, arms)}", markup=False
+        )
         _, done = fork_arms(
             session,
             seq,
@@ -1055,7 +1062,8 @@ def sweep(
 
     with _executor(executor, jobs) as ex:
         _err().print(
-            f"forkpoint: {arms} arm(s) per checkpoint on {executor} ({ex.workers} at a time)", markup=False
+            f"forkpoint: {plural(arms, 'arm')} per checkpoint on {executor} ({ex.workers} at a time)",
+            markup=False,
         )
         result = do_sweep(
             s,
@@ -1243,8 +1251,8 @@ def check(
         out.print(check_table(rows))
         parts = ", ".join(f"{n} {k}" for k, n in sorted(summary.items()))
         click.echo(
-            f"{plural(len(rows), 'session')} checked in {seconds:.1f} s on {executor} "
-            f"({workers} at a time): {parts}"
+            f"{plural(len(rows), 'session')} checked in {seconds:.1f} s on {executor}"
+            f"{_at_a_time(workers, len(rows))}: {parts}"
         )
     for r in rows:
         if r["status"] not in ("reproduced", "same", "changed") and r.get("divergence"):

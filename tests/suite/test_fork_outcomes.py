@@ -213,6 +213,8 @@ def test_an_arm_whose_command_ran_but_never_reported_is_shown_as_run_and_counted
     assert "outcome: 1/1 passed" in fork.stdout
     assert "arm 1: the replayed process wrote no report" in " ".join(fork.stderr.split())
     assert (tmp_path / "arms" / "arm-1.log").read_text() == "crashing\n"
+    # (one arm runs alone: "1 arm on local (2 at a time)" said otherwise)
+    assert "forkpoint: 1 arm on local\n" in fork.stderr, fork.stderr
 
 
 @pytest.mark.slow
