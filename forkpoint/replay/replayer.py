@@ -222,7 +222,7 @@ def _form_fields(changes: list[Change], norm: dict[str, Any]) -> list[Change]:
     """``changes``, a form body's (``application/x-www-form-urlencoded``, text in the key) change
     made one change per field (a ``[name, value]`` pair, as a query's), so that each is told an id
     or not under its name; one that adds, drops or reorders a field stays as it is."""
-    if (norm.get("headers") or {}).get("content-type") != "application/x-www-form-urlencoded":
+    if str((norm.get("headers") or {}).get("content-type")).lower() != "application/x-www-form-urlencoded":
         return changes
     out: list[Change] = []
     for c in changes:

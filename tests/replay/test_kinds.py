@@ -584,13 +584,19 @@ def test_a_plain_http_divergence_is_not_called_a_model_call(server: LocalServer,
     assert "model call" not in said, said
 
 
+@pytest.mark.parametrize(
+    "ctype",
+    ["application/x-www-form-urlencoded; charset=utf-8", "Application/X-WWW-Form-URLEncoded"],
+    ids=["botocore", "capitalized"],
+)
 def test_an_assume_role_whose_session_name_is_a_clock_reading_is_served(
-    server: LocalServer, store: Path
+    server: LocalServer, store: Path, ctype: str
 ) -> None:
     """botocore names the session of every role it assumes ``botocore-session-<epoch seconds>``
     (a profile's ``role_arn``, EKS's web identity): the form body of that STS request differed at
     every run, and no replay of a Bedrock agent on an assumed role got past it. A form's fields
-    are compared one by one, and a session name that is a clock reading is an id."""
+    are compared one by one, and a session name that is a clock reading is an id. (A media type is
+    case-insensitive, RFC 9110 8.3.1: a client that capitalized it diverged.)"""
     from forkpoint.replay.replayer import volatile
 
     assert volatile("botocore-session-1796503461", "RoleSessionName")
@@ -600,8 +606,9 @@ def test_an_assume_role_whose_session_name_is_a_clock_reading_is_served(
     def assume(at: int, role: str = "agent", session: str = "botocore-session") -> Any:
         form = f"Action=AssumeRole&Version=2011-06-15&RoleArn=arn%3Aaws%3Aiam%3A%3A1%3Arole%2F{role}"
         form += f"&RoleSessionName={session}-{at}"
-        headers = {"content-type": "application/x-www-form-urlencoded; charset=utf-8"}
-        return requests.post(server.url + "/", data=form, headers=headers, timeout=5).json()["path"]
+        return requests.post(server.url + "/", data=form, headers={"content-type": ctype}, timeout=5).json()[
+            "path"
+        ]
 
     now = int(time.time())
     with forkpoint.record(store=store) as rec:
