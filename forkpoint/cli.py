@@ -436,9 +436,13 @@ def record(
 
     nested_record(command)  # (a forkpoint record recorded or replayed itself)
     if command and shutil.which(command[0]) is None:
-        # Before a session exists: a typo must not leave an empty session behind as `last`.
-        _err().print(f"[red]forkpoint: command not found: {escape(command[0])}[/red]")
-        sys.exit(127)
+        # Before a session exists: a typo must not leave an empty session behind as `last`. A path
+        # which() refuses may be there, not executable or a folder (a shell's 126).
+        there = "/" in command[0] and os.path.exists(command[0])
+        why = ("is a directory" if os.path.isdir(command[0]) else "is not executable") if there else ""
+        said = f"the command {command[0]} {why}" if why else f"command not found: {command[0]}"
+        _err().print(f"[red]forkpoint: {escape(said)}[/red]")
+        sys.exit(126 if why else 127)
     live = None
     if otlp:
         from .otel import LiveExport

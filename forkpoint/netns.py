@@ -29,6 +29,7 @@ import ipaddress
 import json
 import os
 import select
+import shutil
 import signal
 import socket
 import struct
@@ -43,8 +44,8 @@ CLONE_NEWUSER = 0x10000000
 CLONE_NEWNET = 0x40000000
 #: Results of the launcher, one file per launcher in the report folder.
 RESULT_PREFIX = "netns-"
-#: In the report folder: the launcher's command was not found (it never ran).
-NOT_FOUND = "netns-command-not-found"
+#: In the report folder: why the launcher's command never ran (not found, not executable).
+UNRUN = "netns-command-unrun"
 #: Set to ``0`` to keep replays out of a namespace (the Python guard alone), e.g. to compare.
 DISABLE_VAR = "FORKPOINT_NETNS"
 #: The network namespace forkpoint ran in (:func:`current`), given to a program it confines: one
@@ -378,6 +379,28 @@ def confine(cmd: list[str], report_dir: Path) -> tuple[list[str], Namespace | No
     return command(cmd, report_dir), None
 
 
+def unrun(program: str, exc: OSError, path: str | None = None, cwd: Path | None = None) -> str:
+    """Why exec of ``program`` (looked up on ``path``, from ``cwd``) failed, in words that follow
+    "the command …". The kernel's ENOENT for a file that exists is its #! interpreter's: the
+    program was found, and saying it was not sent the user looking for the wrong file. (Here, not
+    in :mod:`forkpoint.children`: the launcher runs this file alone, ``python -I``.)"""
+    if exc.filename is not None and exc.filename != program:  # (cwd, not the program)
+        return f"could not be run: {exc}"
+    where = program if "/" in program else shutil.which(program, path=path)
+    file = Path(cwd or ".", where) if where is not None else None
+    if isinstance(exc, FileNotFoundError):
+        if file is None or not file.is_file():
+            return "was not found"
+        with contextlib.suppress(OSError), file.open("rb") as f:
+            line = f.readline(256)
+            if line.startswith(b"#!"):
+                return f"names an interpreter that was not found: {line.decode(errors='replace').strip()}"
+        return "could not be run: No such file or directory"
+    if file is not None and file.is_dir():
+        return "is a directory"
+    return f"could not be run: {exc.strerror}"
+
+
 def _launch(report_dir: Path, cmd: list[str]) -> int:
     """Run ``cmd`` in a new namespace, name its attempts to leave, and return its exit code."""
     _enter()
@@ -389,14 +412,16 @@ def _launch(report_dir: Path, cmd: list[str]) -> int:
             signal.signal(sig, signal.SIG_DFL)
         try:
             os.execvp(cmd[0], cmd)
-        except FileNotFoundError:
-            sys.stderr.write(f"forkpoint: command not found: {cmd[0]}\n")
-            with contextlib.suppress(OSError):  # (for the CLI: no process ran, so none reported)
-                os.close(os.open(report_dir / NOT_FOUND, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600))
-            os._exit(127)
         except OSError as exc:
-            sys.stderr.write(f"forkpoint: cannot run {cmd[0]}: {exc.strerror}\n")
-            os._exit(126)
+            why = unrun(cmd[0], exc, os.environ.get("PATH", os.defpath))
+            sys.stderr.write(f"forkpoint: the command {cmd[0]} {why}\n")
+            with contextlib.suppress(OSError):  # (for the CLI: no process ran, so none reported)
+                fd = os.open(report_dir / UNRUN, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+                try:
+                    os.write(fd, why.encode())
+                finally:
+                    os.close(fd)
+            os._exit(127 if isinstance(exc, FileNotFoundError) else 126)
     # Ctrl-C reaches the program through the terminal's process group; SIGTERM and SIGHUP sent to
     # this launcher are passed on.
     signal.signal(signal.SIGINT, signal.SIG_IGN)

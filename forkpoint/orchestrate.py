@@ -74,13 +74,13 @@ def check_config(cwd: Path | None = None) -> None:
 
 class Ran(NamedTuple):
     """How a child process ended: its exit code, what it printed on stdout / stderr when captured
-    (:class:`~forkpoint.children.Captured`: in a file, not in memory), and whether the command was
-    not found (exit code 127, said: it never ran)."""
+    (:class:`~forkpoint.children.Captured`: in a file, not in memory), and, when the command never
+    ran (exit code 127 or 126, said), why (:func:`~forkpoint.children.unrun`)."""
 
     code: int
     out: Captured | None
     err: Captured | None
-    missing: bool = False
+    unrun: str | None = None
 
 
 def run_child(
@@ -123,12 +123,16 @@ def run_child(
             # (an executor's task: its group gets the signals the executor passes on, all of it)
             start_new_session=task,
         )
-    except FileNotFoundError:
-        message = f"forkpoint: command not found: {cmd[0]}"
+    except OSError as exc:  # (not found, not executable, a directory: as a shell, 127 or 126)
+        from .netns import unrun
+
+        why = unrun(cmd[0], exc, env.get("PATH", os.defpath), cwd)
+        code = 127 if isinstance(exc, FileNotFoundError) else 126
+        message = f"forkpoint: the command {cmd[0]} {why}"
         if capture_stderr:
-            return Ran(127, Captured() if capture else None, Captured(message + "\n"), missing=True)
+            return Ran(code, Captured() if capture else None, Captured(message + "\n"), unrun=why)
         say(message)
-        return Ran(127, None, None, missing=True)
+        return Ran(code, None, None, unrun=why)
     if namespace is not None:
         namespace.started()
     if task:
@@ -615,7 +619,10 @@ def replay_run(
             for pid, command in unstarted_execs(Path(tmp), "report-", NOT_STARTED_PREFIX, UNREPORTED_PREFIX)
         ]
         unreported = _unreported(Path(tmp))
-        not_found = ran.missing or (Path(tmp) / netns.NOT_FOUND).exists()  # (the launcher's: netns)
+        try:  # (or the launcher's why: netns)
+            why_unrun = ran.unrun or (Path(tmp) / netns.UNRUN).read_text(errors="replace")
+        except FileNotFoundError:
+            why_unrun = None
         # (a program that was not run reproduced nothing, whatever the other processes reported; nor
         # is a verdict known without the report of each process that ran)
         report = merge_reports(reports) if reports and not not_started and not unreported else None
@@ -701,8 +708,8 @@ def replay_run(
         problem = "forkpoint: " + "; ".join(not_started)
     elif unreported:
         problem = "forkpoint: " + "; ".join(unreported) + ": the replay's verdict is unknown"
-    elif report is None and not_found:  # (said already, or in err: no process ran, so none reported)
-        problem = f"forkpoint: nothing was replayed: the command {command[0]} was not found"
+    elif report is None and why_unrun:  # (said already, or in err: no process ran, so none reported)
+        problem = f"forkpoint: nothing was replayed: the command {command[0]} {why_unrun}"
     elif report is None:
         tried = f" (the kernel blocked: {', '.join(seen.blocked)})" if seen.blocked else ""
         problem = (

@@ -1506,20 +1506,71 @@ def test_replay_of_a_command_that_does_not_exist_says_nothing_was_replayed(
     no report: it did not start forkpoint (is forkpoint installed in its environment?)", of a
     process that never existed. With a second thread running, a replay in a network namespace
     starts the command through a launcher (forkpoint.netns), which finds it missing itself."""
+    r = replay_with_threads(recorded, threads, "no-such-agent-command", "x")
+    said = flat(r.output)
+    assert r.exit_code == 127, r.output
+    assert "nothing was replayed: the command no-such-agent-command was not found" in said, said
+    assert "wrote no report" not in said and "is forkpoint installed" not in said, said
+
+
+def replay_with_threads(recorded: Recorded, threads: int, *cmd: str) -> Any:
+    """``forkpoint replay ALPHA -- CMD`` with ``threads`` threads running in this process (more
+    than one: the network namespace's launcher starts the command, :mod:`forkpoint.netns`)."""
     stop = threading.Event()
     others = [threading.Thread(target=stop.wait) for _ in range(threads - 1)]
     for t in others:
         t.start()
     try:
-        r = cli("replay", str(recorded.alpha), "--", "no-such-agent-command", "x")
+        return cli("replay", str(recorded.alpha), "--", *cmd)
     finally:
         stop.set()
         for t in others:
             t.join()
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize(
+    ("kind", "code", "why"),
+    [
+        ("interpreter", 127, "names an interpreter that was not found: #!/no/such/python"),
+        ("not-executable", 126, "could not be run: Permission denied"),
+        ("folder", 126, "is a directory"),
+    ],
+)
+def test_replay_of_a_command_that_is_there_but_cannot_run_says_why(
+    recorded: Recorded, tmp_path: Path, threads: int, kind: str, code: int, why: str
+) -> None:
+    """A script whose #! interpreter is missing was said "command not found" (the kernel's ENOENT),
+    sending the user after a file that is there; one not executable, or a folder, ended the replay
+    in click's "Error: …: Permission denied" and exit code 1 (through the launcher: "wrote no
+    report … is forkpoint installed")."""
+    program = tmp_path / kind
+    if kind == "folder":
+        program.mkdir()
+    else:
+        program.write_text("#!/no/such/python\nprint(1)\n")
+        program.chmod(0o755 if kind == "interpreter" else 0o644)
+    r = replay_with_threads(recorded, threads, str(program))
     said = flat(r.output)
-    assert r.exit_code == 127, r.output
-    assert "nothing was replayed: the command no-such-agent-command was not found" in said, said
-    assert "wrote no report" not in said and "is forkpoint installed" not in said, said
+    assert r.exit_code == code, r.output
+    assert f"nothing was replayed: the command {program} {why}" in said, said
+    assert "not found: " + str(program) not in said and "wrote no report" not in said, said
+
+
+@pytest.mark.parametrize(
+    ("kind", "why"), [("not-executable", "is not executable"), ("folder", "is a directory")]
+)
+def test_record_of_a_command_that_cannot_run_says_why(tmp_path: Path, kind: str, why: str) -> None:
+    """A path that is there but which() refuses was said "command not found"."""
+    program = tmp_path / kind
+    if kind == "folder":
+        program.mkdir()
+    else:
+        program.write_text("print(1)\n")
+    store = tmp_path / "store"
+    r = CliRunner().invoke(main, ["record", "--store", str(store), "--", str(program)])
+    assert r.exit_code == 126 and f"the command {program} {why}" in flat(r.output), r.output
+    assert not store.exists() or not any(store.iterdir())
 
 
 GATHER = """
