@@ -139,7 +139,8 @@ def load_table(name: str, start: Path | None = None) -> tuple[Any, str]:
         table = table.get(part) if isinstance(table, dict) else None
     if table is not None and not isinstance(table, dict):
         raise ConfigError(f"{path}: [{'.'.join(prefix)}] must be a table")
-    if table and (prefix or path.name == CONFIG_NAME):  # (forkpoint's own tables: not a shared file's)
+    # (forkpoint's own tables, not a shared file's: $FORKPOINT_CONFIG names its own file by any name)
+    if table and (prefix or path.name != "pyproject.toml"):
         # (a misspelt [macth] was silently no table at all: its rules never applied, and nothing said)
         unknown = sorted(set(table) - set(TABLES))
         if unknown:

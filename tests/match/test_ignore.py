@@ -380,6 +380,20 @@ def test_a_misspelt_table_of_the_configuration_is_refused(
     assert load_ignore(tmp_path) == ()  # (the project's own tables are no concern of forkpoint's)
 
 
+def test_a_misspelt_table_of_the_file_forkpoint_config_names_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """$FORKPOINT_CONFIG naming a file not called forkpoint.toml (a team's shared rules): its
+    ``[macth]`` was read as no table, its rules never applied, and nothing said why."""
+    team = tmp_path / "team.toml"
+    team.write_text('[macth]\nignore = [{ path = "$.body.x" }]\n')
+    monkeypatch.setenv("FORKPOINT_CONFIG", str(team))
+    with pytest.raises(ConfigError, match=r"team.toml: unknown table\(s\) \[macth\]"):
+        load_ignore(tmp_path)
+    team.write_text('[match]\nignore = [{ path = "$.body.x" }]\n')
+    assert len(load_ignore(tmp_path)) == 1
+
+
 INSTALLED_AGENT = """
 import os
 from datetime import datetime
