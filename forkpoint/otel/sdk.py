@@ -7,7 +7,6 @@ imports are made when a :class:`SpanFactory` or :class:`Sender` is built, and th
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from collections.abc import Mapping, Sequence
@@ -172,12 +171,17 @@ def partial_success(status: int, ctype: str, body: bytes) -> tuple[int, str]:
     if not 200 <= status < 300 or not body:
         return 0, ""
     try:
-        if "json" in ctype:
-            part = json.loads(body).get("partialSuccess") or {}
-            return max(0, int(part.get("rejectedSpans") or 0)), str(part.get("errorMessage") or "")
         from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
-        found = ExportTraceServiceResponse.FromString(body).partial_success
+        if "json" in ctype.lower():  # (a media type is case-insensitive: Application/JSON is JSON)
+            from google.protobuf import json_format
+
+            # (protobuf's own JSON reading: the field's JSON name or its proto name, a count as a
+            # number or a string, as OTLP/JSON allows)
+            answer = json_format.Parse(body, ExportTraceServiceResponse(), ignore_unknown_fields=True)
+        else:
+            answer = ExportTraceServiceResponse.FromString(body)
+        found = answer.partial_success
         return max(0, int(found.rejected_spans)), str(found.error_message)
     except Exception:  # a body that is no OTLP response (a proxy's page) says nothing of rejections
         return 0, ""

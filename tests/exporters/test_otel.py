@@ -691,15 +691,24 @@ def test_unreachable_endpoint_fails_cleanly(recorded: Recorded) -> None:
     assert time.monotonic() - started < 15
 
 
-@pytest.mark.parametrize("encoding", ["protobuf", "json"])
+@pytest.mark.parametrize(
+    "encoding", ["protobuf", "json", "JSON with its type's odd casing", "json by proto names"]
+)
 def test_spans_the_endpoint_took_and_dropped_fail_the_export(
     recorded: Recorded, server: LocalServer, encoding: str
 ) -> None:
     """A 200 answer may carry ``partial_success``: the endpoint dropped that many spans (OTLP spec).
-    The exporter reads no answer body: the export said it sent the trace, and exited 0."""
-    if encoding == "json":
+    The exporter reads no answer body: the export said it sent the trace, and exited 0. So it did
+    still for a JSON answer of type ``Application/JSON`` (read as protobuf: a media type is
+    case-insensitive), or one naming the fields by their proto names (protobuf's JSON allows both)."""
+    if encoding.startswith("json"):
         body = b'{"partialSuccess": {"rejectedSpans": "3", "errorMessage": "quota exceeded"}}'
         ctype = "application/json"
+        if encoding == "json by proto names":
+            body = b'{"partial_success": {"rejected_spans": 3, "error_message": "quota exceeded"}}'
+    elif encoding.startswith("JSON"):
+        body = b'{"partialSuccess": {"rejectedSpans": 3, "errorMessage": "quota exceeded"}}'
+        ctype = "Application/JSON; charset=UTF-8"
     else:
         answer = ExportTraceServiceResponse()
         answer.partial_success.rejected_spans = 3
