@@ -86,6 +86,15 @@ def normalize_request(
     }
 
 
+def query_credentials(url: str) -> list[str]:
+    """The placeholders of the credentials ``url``'s query sent (``?api_key=…``), in order: out of
+    the match key and the normalized request (a recording made with one key replays with another),
+    but which secret a call sent when calls of one key were answered differently."""
+    scrubber = redact.current()
+    query = parse_qsl(urlsplit(scrub_url(url)).query, keep_blank_values=True)
+    return redact.secret_placeholders([v for k, v in query if scrubber.credential_param(k)])
+
+
 def _stable_body(body: Any, content_type: str) -> Any:
     m = (
         re.search(r'boundary="?([^";]+)"?', content_type)

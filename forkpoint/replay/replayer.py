@@ -66,6 +66,7 @@ from ..match import (
     model_key,
     normalize_request,
     normalized,
+    query_credentials,
     relocated,
     stored_key,
     suggest_ignore,
@@ -612,7 +613,14 @@ class Replayer:
             return self._take_aside(request, key, where, kind), self.positions["model_call"]
         origin = _origin(request["url"])
         event, position = self._take(
-            "model_call", key, norm, endpoint=where, origin=origin, plain=kind == "http", call=kind
+            "model_call",
+            key,
+            norm,
+            endpoint=where,
+            origin=origin,
+            plain=kind == "http",
+            url=request["url"],
+            call=kind,
         )
         if event is None:
             return None
@@ -774,16 +782,18 @@ class Replayer:
         alternatives: Callable[[], list[str]] | None = None,
         live: bool = False,
         plain: bool = False,
+        url: str | None = None,
         **what: str,
     ) -> tuple[Served | None, int]:
         """The recorded call to serve for a call with match ``key`` (``alternatives()``: keys to try
         when none is left under ``key``; ``plain``: a plain HTTP request, which may be served a
-        recording that differs only in ids) or None to go live (always with ``live``), and this call's
-        position among the run's calls of its kind; raises :class:`Divergence`."""
+        recording that differs only in ids; ``url``: an HTTP request's, whose query's credentials are
+        not in ``norm``) or None to go live (always with ``live``), and this call's position among
+        the run's calls of its kind; raises :class:`Divergence`."""
         try:
             with self._lock, self._shared():
                 self.positions[kind] += 1
-                chosen = self._choose(kind, key, norm, alternatives, what, live=live, plain=plain)
+                chosen = self._choose(kind, key, norm, alternatives, what, live=live, plain=plain, url=url)
                 position = self.positions[kind]
             # (out of the lock: an answer is read whole, and other threads' calls need not wait)
             if (
@@ -806,19 +816,21 @@ class Replayer:
         *,
         live: bool,
         plain: bool,
+        url: str | None = None,
     ) -> Served | None:
         if live or self.gone_live or self.sources[kind] == "live":
             self.live_calls[kind] += 1
             return None
         queue = self._queues.get(key)
         if queue:
-            return self._serve(_next_in(queue, what.get("origin"), self._same_secrets(queue, kind, norm)))
+            among = self._same_secrets(queue, kind, norm, url)
+            return self._serve(_next_in(queue, what.get("origin"), among))
         for alt in alternatives() if alternatives else ():
             queue = self._queues.get(alt)
             if queue:
                 return self._serve(queue.popleft())
         if self._verify_keys():
-            return self._choose(kind, key, norm, alternatives, what, live=live, plain=plain)
+            return self._choose(kind, key, norm, alternatives, what, live=live, plain=plain, url=url)
         if self.live_from is not None and len(self._taken()) == len(self.recorded):
             off = self._off_checkpoint(kind, key, norm, what)
             if off is not None and self.divergence is None:
@@ -881,20 +893,27 @@ class Replayer:
         self.unanswered.append(report)
         raise divergence(report if first or self.divergence is None else self.divergence)
 
-    def _same_secrets(self, queue: deque[Any], kind: CallKind, norm: dict[str, Any]) -> list[Any] | None:
+    def _same_secrets(
+        self, queue: deque[Any], kind: CallKind, norm: dict[str, Any], url: str | None
+    ) -> list[Any] | None:
         """The calls of ``queue`` (one match key, answered differently) that sent the secrets this
-        call sends, when some did and others not: a key counts a secret by its kind only (a JWT
-        signed afresh each run matches), so two calls each with a key of its own (a set of keys
-        checked in the order their hashes fall in) were served each other's answers. None else."""
+        call sends (in ``norm``, and in the query of its ``url``), when some did and others not: a
+        key counts a secret by its kind only (a JWT signed afresh each run matches), and a query's
+        credential not at all, so two calls each with a key of its own (a set of keys checked in the
+        order their hashes fall in) were served each other's answers. None else."""
         if len(queue) < 2 or queue[0]["seq"] not in self._alike:
             return None
         sent = secret_placeholders(norm if kind == "model_call" else scrub_json(norm))
+        sent += query_credentials(url) if url else []
         if not sent:
             return None
         same = []
         for e in queue:
             if e["seq"] not in self._sent_secrets:
-                self._sent_secrets[e["seq"]] = secret_placeholders(normalized(e))
+                request = e.get("request")
+                self._sent_secrets[e["seq"]] = secret_placeholders(normalized(e)) + (
+                    query_credentials(request["url"]) if request else []
+                )
             if self._sent_secrets[e["seq"]] == sent:
                 same.append(e)
         return same if len(same) < len(queue) else None

@@ -193,6 +193,36 @@ def test_calls_with_secrets_of_a_kind_answered_differently_get_the_answer_of_the
     assert rp.report()["divergence"] is None and rp.report()["matched"] == 2
 
 
+def test_calls_with_query_credentials_answered_differently_get_the_answer_of_their_own(
+    server: Any, store: Any
+) -> None:
+    """A query's credential (``?token=``) is out of the key altogether, and was out of the secrets
+    a call is served by: a program checking two keys that way, in another order on replay, was
+    served each other's answers under plain "replay ok"."""
+    import requests
+
+    good, bad = "sk-proj-" + "A" * 48, "sk-proj-" + "B" * 48
+
+    @server.route("/verify")
+    def verify(request: Any) -> Any:
+        from tests.modelserver import json_reply
+
+        return json_reply({"valid": request["query"].get("token") == good})
+
+    def run(base: str, keys: list[str]) -> dict[str, bool]:
+        return {
+            k: requests.post(f"{base}/verify?token={k}", json={"q": 1}, timeout=5).json()["valid"]
+            for k in keys
+        }
+
+    with forkpoint.record(store=store) as rec:
+        assert run(server.url, [good, bad]) == {good: True, bad: False}
+    server.stop()
+    with forkpoint.replay(rec.session_path) as rp:
+        assert run("http://127.0.0.1:9", [bad, good]) == {good: True, bad: False}
+    assert rp.report()["divergence"] is None and rp.report()["matched"] == 2
+
+
 def _conversation(turns: int) -> dict[str, Any]:
     messages: list[dict[str, Any]] = [{"role": "system", "content": "You edit files."}]
     for t in range(turns):
