@@ -920,7 +920,9 @@ def _unrecorded_run(session: Session, report: dict[str, Any], tools_source: str)
             names = ", ".join(f"{n} ({plural(k, 'call')})" for n, k in missing.items())
             return _UNRECORDED_RAN.format(names=names)
     served = set(report.get("served") or ())
-    asked = Counter(name for seq, name in _unrecorded_asks(session) if seq in served)
+    from .replay.replayer import unrecorded_asks
+
+    asked = Counter(name for seq, name in unrecorded_asks(session) if seq in served)
     if not asked:
         return ""
     return _UNRECORDED_RAN.format(names=", ".join(f"{n} ({plural(k, 'call')})" for n, k in asked.items()))
@@ -1153,7 +1155,9 @@ def arm_task(spec: dict[str, Any]) -> dict[str, Any]:
                 arm.diverged = str(divergence.get("reason") or "diverged")
                 # Tools the recording has no calls of, asked for before the checkpoint, ran again on
                 # the restored files (a shell agent's commands): the likely cause, not a varying field.
-                rerun = sorted({name for asked, name in _unrecorded_asks(session) if asked < arm.seq})
+                from .replay.replayer import unrecorded_asks
+
+                rerun = sorted({name for asked, name in unrecorded_asks(session) if asked < arm.seq})
                 why = (
                     f"the model asked for {', '.join(rerun)} before the checkpoint, of which the recording has no "
                     "calls: the arm's program ran them again on the restored files; record them as tools "
@@ -1240,29 +1244,14 @@ def fork_into(session: Session, seq: int) -> Path:
     return Path(tempfile.mkdtemp(prefix=f"{session.id}@{seq}-", dir=base))
 
 
-def _unrecorded_asks(session: Session) -> list[tuple[int, str]]:
-    """``(seq, name)`` of each tool call the recording's model asked for (by the model call's seq)
-    of a tool the recording has no calls of (its end's ``unrecorded_tools``)."""
-    from .providers import summary
-
-    ends = session.by_type("end")
-    names = (ends[-1].get("unrecorded_tools") if ends else None) or {}
-    if not isinstance(names, dict) or not names:
-        return []
-    return [
-        (e["seq"], str(call.get("name")))
-        for e in session.by_type("model_call")
-        for call in summary(e).get("tool_calls") or []
-        if call.get("name") in names
-    ]
-
-
 def say_unrecorded_before(session: Session, seqs: list[int]) -> None:
     """Say (stderr) which tools the recording's model asked for, before the checkpoints ``seqs`` the
-    arms of a fork or sweep start from, of which the recording has no calls (:func:`_unrecorded_asks`),
+    arms of a fork or sweep start from, of which the recording has no calls (:func:`~forkpoint.replay.replayer.unrecorded_asks`),
     if any: an arm's program replays that prefix, and if it ran them, it runs them again for real on
     the restored checkpoint, so those arms are not the recorded state once run."""
-    asks = _unrecorded_asks(session)
+    from .replay.replayer import unrecorded_asks
+
+    asks = unrecorded_asks(session)
     affected = [seq for seq in sorted(seqs) if any(asked < seq for asked, _ in asks)]
     if not affected:
         return

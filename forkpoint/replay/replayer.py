@@ -107,6 +107,21 @@ def label(event: Mapping[str, Any]) -> str:
     return endpoint(event) + (f", model {model}" if model else "")
 
 
+def unrecorded_asks(session: Session) -> list[tuple[int, str]]:
+    """``(seq, name)`` of each tool call the recording's model asked for (by the model call's seq)
+    of a tool the recording has no calls of (its end's ``unrecorded_tools``)."""
+    ends = session.by_type("end")
+    names = (ends[-1].get("unrecorded_tools") if ends else None) or {}
+    if not isinstance(names, dict) or not names:
+        return []
+    return [
+        (e["seq"], str(call.get("name")))
+        for e in session.by_type("model_call")
+        for call in summary(e).get("tool_calls") or []
+        if call.get("name") in names
+    ]
+
+
 def _answered_aside(event: ModelCallEvent) -> bool:
     """A recorded telemetry call or MCP session request (answered aside on replay)."""
     kind = call_kind(event)
@@ -433,13 +448,13 @@ class Replayer:
             e for e in in_range if e["type"] in ("model_call", "tool_call", "value") and e["seq"] not in aside
         ]
         #: A fork's recorded model call at its checkpoint, when the recording ran what it holds no
-        #: calls of (tools the model asked for, Python programs): the first live call to its endpoint
-        #: must be that request, or those ran again to another state than the checkpoint's
-        #: (:meth:`_off_checkpoint`). Without them, the served prefix made that state, and a first
-        #: request that differs (a prompt stamped with the time) is the arm's own.
-        ended: dict[str, Any] = dict(session.end() or {})
-        unrecorded = bool(ended.get("unrecorded_tools")) or any(
-            (n.get("data") or {}).get("unrecorded_programs") for n in session.by_type("note")
+        #: calls of before it (tools the model asked for before the checkpoint, Python programs): the
+        #: first live call to its endpoint must be that request, or those ran again to another state
+        #: than the checkpoint's (:meth:`_off_checkpoint`). Without them, the served prefix made that
+        #: state, and a first request that differs (a prompt stamped with the time) is the arm's own.
+        unrecorded = live_from is not None and (
+            any(asked < live_from for asked, _ in unrecorded_asks(session))
+            or any((n.get("data") or {}).get("unrecorded_programs") for n in session.by_type("note"))
         )
         self._at_checkpoint: ModelCallEvent | None = next(
             (

@@ -824,12 +824,25 @@ for turn in range(2):
 """
 
 
-def test_an_arm_whose_first_request_is_stamped_with_the_time_goes_live(tmp_path: Path) -> None:
+#: The shell agent, its task stamped with the time: it runs bash commands the recording has no calls of.
+STAMPED_SHELL_AGENT = SHELL_AGENT.replace(
+    '"Fix calc.py"', "f\"Fix calc.py (at {__import__('time').time()})\""
+)
+
+
+@pytest.mark.parametrize("shell", [False, True])
+def test_an_arm_whose_first_request_is_stamped_with_the_time_goes_live(tmp_path: Path, shell: bool) -> None:
     """The check that an arm's first live request is the one recorded at its checkpoint holds for
     recordings that ran what they hold no calls of: a prompt stamped with the time (not recorded
     deterministic) differs at every run, and an arm forked at the first checkpoint, whose prefix
-    served nothing, must go live and be measured, as it was."""
-    fork, _ = _forked_in_a_repo(tmp_path, STAMPED_AGENT, ["one", "two", "three"], checkpoint=0)
+    served nothing, must go live and be measured, as it was. So too when the recording ran bash
+    commands it has no calls of, but after that checkpoint: none ran again before it, yet the arm
+    never went live ("it is not the request recorded at checkpoint seq …")."""
+    if shell:
+        script: list[Any] = [[("bash", {"command": "echo 2 >> n.txt"})], "done", "done"]
+        fork, _ = _forked_in_a_repo(tmp_path, STAMPED_SHELL_AGENT, script, checkpoint=0)
+    else:
+        fork, _ = _forked_in_a_repo(tmp_path, STAMPED_AGENT, ["one", "two", "three"], checkpoint=0)
     said = " ".join(fork.stdout.split())
     assert fork.returncode == 0, fork.stdout + fork.stderr
     assert "never went live" not in said + fork.stderr, fork.stdout + fork.stderr
