@@ -7,8 +7,10 @@ imports are made when a :class:`SpanFactory` or :class:`Sender` is built, and th
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -237,7 +239,10 @@ class Sender:
         self.rejected = 0
         self.rejection: str | None = None
         self.warning: str | None = None
-        session = _http_session()
+        #: The thread sending through this sender: a credential provider may hand every exporter
+        #: one session (the program's own too), whose answers to others are not this sender's.
+        self._sending: int | None = None
+        session = self._session = _http_session()
         session.hooks["response"].append(self._answered)
         self._exporter = OTLPSpanExporter(
             endpoint=self.endpoint, headers=dict(headers or {}) or None, timeout=timeout, session=session
@@ -248,6 +253,8 @@ class Sender:
         logging.getLogger(self.logger_name).addFilter(_SHOWN)  # (once: the same filter is not added twice)
 
     def _answered(self, response: Any, *args: Any, **kwargs: Any) -> None:
+        if self._sending != threading.get_ident():
+            return
         rejected, why = partial_success(
             response.status_code, response.headers.get("content-type", ""), response.content
         )
@@ -264,14 +271,18 @@ class Sender:
         from opentelemetry.sdk.trace.export import SpanExportResult
 
         done = 0
-        for i in range(0, len(spans), BATCH):
-            batch = spans[i : i + BATCH]
-            before = self.rejected
-            if self._exporter.export(batch) != SpanExportResult.SUCCESS:
-                break
-            done += len(batch)
-            # (an endpoint cannot drop more than it was sent: the counts of what was sent stay true)
-            self.rejected = min(self.rejected, before + len(batch))
+        self._sending = threading.get_ident()
+        try:
+            for i in range(0, len(spans), BATCH):
+                batch = spans[i : i + BATCH]
+                before = self.rejected
+                if self._exporter.export(batch) != SpanExportResult.SUCCESS:
+                    break
+                done += len(batch)
+                # (an endpoint cannot drop more than it was sent: the counts of what was sent stay true)
+                self.rejected = min(self.rejected, before + len(batch))
+        finally:
+            self._sending = None
         return done
 
     def close(self) -> None:
@@ -279,4 +290,6 @@ class Sender:
         nothing (the exporter would log "Exporter already shutdown" into the program's log)."""
         if not self._closed:
             self._closed = True
+            with contextlib.suppress(ValueError):  # (a shared session outlives this sender)
+                self._session.hooks["response"].remove(self._answered)
             self._exporter.shutdown()  # type: ignore[no-untyped-call]  # (the SDK does not annotate it)

@@ -977,3 +977,35 @@ def test_a_credential_provider_that_gives_no_session_is_a_clear_error(
         in said
     )
     assert server.requests == []
+
+
+def test_a_session_a_credential_provider_shares_counts_only_a_senders_own_answers(
+    recorded: Recorded, server: LocalServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A credential provider may hand every exporter one session (the program's own exporter too):
+    each sender hooked its answers, so the spans one endpoint dropped were counted as dropped by
+    another sender's, whose endpoint took them all, and that export failed."""
+    import requests
+
+    from forkpoint.otel import sdk
+
+    shared = requests.Session()
+    monkeypatch.setattr(sdk, "_http_session", lambda: shared)
+    answer = ExportTraceServiceResponse()
+    answer.partial_success.rejected_spans = 2
+    answer.partial_success.error_message = "quota exceeded"
+    dropping, ok = answer.SerializeToString(), ExportTraceServiceResponse().SerializeToString()
+    server.route("/a", lambda request: Reply(dropping, ctype="application/x-protobuf"), method="POST")
+    server.route("/b", lambda request: Reply(ok, ctype="application/x-protobuf"), method="POST")
+    factory = sdk.SpanFactory(trace_id_for(recorded.session.id))
+    spans = factory.spans(plan(recorded.session))
+    a, b = sdk.Sender(server.url + "/a"), sdk.Sender(server.url + "/b")
+    try:
+        assert a.send(spans) == len(spans) and a.rejected == 2
+        assert b.send(spans) == len(spans) and b.rejected == 0 and b.rejection is None
+        assert a.rejected == 2
+    finally:
+        a.close()
+        b.close()
+        factory.shutdown()
+    assert shared.hooks["response"] == []  # (a closed sender leaves the shared session as it was)
