@@ -709,7 +709,7 @@ def replay_run(
     elif unreported:
         problem = "forkpoint: " + "; ".join(unreported) + ": the replay's verdict is unknown"
     elif report is None and why_unrun:  # (said already, or in err: no process ran, so none reported)
-        problem = f"forkpoint: nothing was replayed: the command {command[0]} {why_unrun}"
+        problem = f"forkpoint: nothing was replayed: the command {command[0]} {why_unrun}{hint}"
     elif report is None:
         tried = f" (the kernel blocked: {', '.join(seen.blocked)})" if seen.blocked else ""
         problem = (

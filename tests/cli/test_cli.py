@@ -1557,6 +1557,27 @@ def test_replay_of_a_command_that_is_there_but_cannot_run_says_why(
     assert "not found: " + str(program) not in said and "wrote no report" not in said, said
 
 
+def test_replay_elsewhere_of_a_relative_command_not_found_says_where_it_was_recorded(tmp_path: Path) -> None:
+    """A session of ``./agent.sh`` replayed from another directory: "nothing was replayed: the
+    command ./agent.sh was not found", without the note every other failed replay from elsewhere
+    gives, that the session was recorded in another directory."""
+    here, elsewhere, store = tmp_path / "here", tmp_path / "elsewhere", tmp_path / "store"
+    here.mkdir()
+    elsewhere.mkdir()
+    (here / "agent.sh").write_text("#!/bin/sh\necho ran\n")
+    (here / "agent.sh").chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FORKPOINT_")}
+    rec = run([*FORKPOINT, "record", "--store", str(store), "--no-workspace", "--", "./agent.sh"], here, env)
+    assert rec.returncode == 0, rec.stderr
+    r = run([*FORKPOINT, "replay", "--store", str(store), "last"], elsewhere, env)
+    said = flat(r.stderr)
+    assert r.returncode == 127, said
+    assert (
+        f"nothing was replayed: the command ./agent.sh was not found (the session was recorded in {here}, "
+        f"this replay ran in {elsewhere}: replay from there, or give the command after --)"
+    ) in said, said
+
+
 @pytest.mark.parametrize(
     ("kind", "why"), [("not-executable", "is not executable"), ("folder", "is a directory")]
 )
