@@ -92,7 +92,8 @@ def query_credentials(url: str) -> list[str]:
     but which secret a call sent when calls of one key were answered differently."""
     scrubber = redact.current()
     query = parse_qsl(urlsplit(scrub_url(url)).query, keep_blank_values=True)
-    return redact.secret_placeholders([v for k, v in query if scrubber.credential_param(k)])
+    # (by name, as the key reads a query: not in the order it was built)
+    return redact.secret_placeholders([v for k, v in sorted(query) if scrubber.credential_param(k)])
 
 
 def _stable_body(body: Any, content_type: str) -> Any:

@@ -541,8 +541,8 @@ def secret_placeholders(value: Any) -> list[str]:
     order: which secrets a request sent, where its match key says only of what kinds."""
     if isinstance(value, str):
         return [m.group(0) for m in _PLACEHOLDER_DIGEST_RE.finditer(value)] if "REDACTED" in value else []
-    if isinstance(value, dict):
-        value = list(value.values())
+    if isinstance(value, dict):  # (by key, as the match key reads an object: not in the order it was built)
+        value = [v for _, v in sorted(value.items(), key=lambda item: str(item[0]))]
     if isinstance(value, list | tuple):
         return [p for v in value for p in secret_placeholders(v)]
     return []

@@ -193,6 +193,29 @@ def test_calls_with_secrets_of_a_kind_answered_differently_get_the_answer_of_the
     assert rp.report()["divergence"] is None and rp.report()["matched"] == 2
 
 
+def test_secrets_sent_in_an_object_built_in_another_order_get_the_answer_of_their_own(store: Any) -> None:
+    """The match key reads an object by its keys, whatever order it was built in; the secrets a call
+    sent were read in that order: {"b": bad, "a": good} on replay (built from a set) was served the
+    answer recorded for {"a": bad, "b": good}, and the other call the first's, under plain "replay ok"."""
+    good, bad = "sk-proj-" + "A" * 48, "sk-proj-" + "B" * 48
+
+    @forkpoint.tool
+    def check(creds: dict[str, str]) -> str:
+        return ", ".join(f"{k}:{'valid' if v == good else 'revoked'}" for k, v in sorted(creds.items()))
+
+    with forkpoint.record(store=store) as rec:
+        assert [check({"a": good, "b": bad}), check({"a": bad, "b": good})] == [
+            "a:valid, b:revoked",
+            "a:revoked, b:valid",
+        ]
+    with forkpoint.replay(rec.session_path) as rp:
+        assert [check({"b": bad, "a": good}), check({"b": good, "a": bad})] == [
+            "a:valid, b:revoked",
+            "a:revoked, b:valid",
+        ]
+    assert rp.report()["divergence"] is None and rp.report()["matched"] == 2
+
+
 def test_calls_with_query_credentials_answered_differently_get_the_answer_of_their_own(
     server: Any, store: Any
 ) -> None:
@@ -699,3 +722,14 @@ def test_a_recorded_version_steers_no_terminal() -> None:
         {"kind": "model_call", "position": 1, "reason": "r", "versions": [["openai", nasty, "2.0"]]}
     )
     assert "\x1b" not in text and "openai " + json.dumps(nasty) + " → 2.0" in text
+
+
+def test_the_credentials_of_a_query_are_read_by_name() -> None:
+    """As the key reads a query: two credentials sent in another order are the same secrets sent."""
+    from forkpoint.match import query_credentials
+
+    one, two = "tok-" + "1" * 24, "tok-" + "2" * 24
+    sent = query_credentials(f"http://127.0.0.1/v?access_token={one}&api_key={two}&q=x")
+    assert len(sent) == 2 and sent == query_credentials(
+        f"http://127.0.0.1/v?q=x&api_key={two}&access_token={one}"
+    )
