@@ -834,6 +834,8 @@ class Replayer:
         url: str | None = None,
     ) -> Served | None:
         if live or self.gone_live or self.sources[kind] == "live":
+            if self.gone_live:  # (a call to another endpoint may have gone live first)
+                self._check_checkpoint(kind, key, norm, what)
             self.live_calls[kind] += 1
             return None
         queue = self._queues.get(key)
@@ -847,12 +849,7 @@ class Replayer:
         if self._verify_keys():
             return self._choose(kind, key, norm, alternatives, what, live=live, plain=plain, url=url)
         if self.live_from is not None and len(self._taken()) == len(self.recorded):
-            off = self._off_checkpoint(kind, key, norm, what)
-            if off is not None and self.divergence is None:
-                self.divergence = off
-                if self.policy != "live":  # (fifo has nothing of the prefix left to serve: it stops)
-                    self.unanswered.append(off)
-                    raise divergence(off)
+            self._check_checkpoint(kind, key, norm, what)
             self.gone_live = True  # the recorded prefix is done: the fork continues live
             self.live_calls[kind] += 1
             return None
@@ -932,6 +929,17 @@ class Replayer:
             if self._sent_secrets[e["seq"]] == sent:
                 same.append(e)
         return same if len(same) < len(queue) else None
+
+    def _check_checkpoint(self, kind: CallKind, key: str, norm: dict[str, Any], what: dict[str, str]) -> None:
+        """Of a fork going live: raise :class:`Divergence` (record it, under policy live) when this
+        call is its first to the endpoint of the checkpoint's model call and not that request
+        (:meth:`_off_checkpoint`)."""
+        off = self._off_checkpoint(kind, key, norm, what)
+        if off is not None and self.divergence is None:
+            self.divergence = off
+            if self.policy != "live":  # (fifo has nothing of the prefix left to serve: it stops)
+                self.unanswered.append(off)
+                raise divergence(off)
 
     def _off_checkpoint(
         self, kind: CallKind, key: str, norm: dict[str, Any], what: dict[str, str]

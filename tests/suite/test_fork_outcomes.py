@@ -824,6 +824,33 @@ for turn in range(2):
 """
 
 
+#: The shell agent, which asks a status page (a plain HTTP call) when a command printed "2" twice.
+CHECKING_SHELL_AGENT = SHELL_AGENT.replace(
+    "        out = env.execute(json.loads(call.function.arguments))\n",
+    "        out = env.execute(json.loads(call.function.arguments))\n"
+    "        if out['output'].count('2') > 1:\n"
+    "            import urllib.request\n"
+    "            urllib.request.urlopen(os.environ['AGENT_BASE_URL'] + '/status', timeout=5).read()\n",
+)
+
+
+def test_an_arm_whose_rerun_commands_make_another_call_first_is_still_checked(tmp_path: Path) -> None:
+    """The arm's re-run command left another state, in which its program made a call the recording
+    never made (to another endpoint) before its model call: that first live call went live, and with
+    it every later one, unchecked: the arm's model call, another conversation than the checkpoint's,
+    went live and the arm was measured as the checkpoint's ("1/1 passed")."""
+    script = [
+        [("bash", {"command": "echo 2 >> n.txt; cat n.txt"})],
+        [("bash", {"command": "cat n.txt"})],
+        "done",
+    ]
+    fork, cps = _forked_in_a_repo(tmp_path, CHECKING_SHELL_AGENT, script, checkpoint=1)
+    said = " ".join(fork.stderr.split())
+    assert fork.returncode == 1, fork.stdout + fork.stderr
+    assert f"it is not the request recorded at checkpoint seq {cps[1]}" in said, said
+    assert "outcome: no run measured; 1 arm(s) never went live" in " ".join(fork.stdout.split()), fork.stdout
+
+
 #: The shell agent, its task stamped with the time: it runs bash commands the recording has no calls of.
 STAMPED_SHELL_AGENT = SHELL_AGENT.replace(
     '"Fix calc.py"', "f\"Fix calc.py (at {__import__('time').time()})\""
