@@ -18,7 +18,8 @@ caches language-model answers (in memory and on disk) by default: a request it a
 cache never reaches the model, so a recording does not have it (and a replay that finds its answers
 there does not ask for the recorded calls). ``dspy.clients.cache.Cache.get`` is patched to count
 those answers while forkpoint records or replays: the recording says how many requests DSPy's cache
-answered (and notes it in the session), and so does a replay's verdict. Record and replay with the
+answered (and notes it in the session), and so does a replay's verdict ("ok, but incomplete" when the
+cache, not the session, gave answers the run needed). Record and replay with the
 cache off (``dspy.LM(..., cache=False)``).
 """
 

@@ -224,6 +224,20 @@ def _cache_hint(report: dict[str, Any]) -> str:
     return f" ({cached} instead: replay with the cache off, dspy.LM(..., cache=False) for DSPy)"
 
 
+def _from_cache(report: dict[str, Any]) -> str:
+    """The model answers a framework's own cache (DSPy's) gave a replay that asked for every recorded
+    call, in words, or ``""``: not served from the session, so the replay reproduced only while that
+    cache holds them (another machine, or a cleared cache, makes the requests, which the recording
+    may not have). A replay that ended early says so in :func:`_cache_hint` instead."""
+    cached = runtime.cached_answers_text(report.get("answered_from_cache") or {})
+    if not cached or report.get("ended_early"):
+        return ""
+    return (
+        f"{cached}, not from the session: without that cache the run makes those requests, which the "
+        "recording may not have (replay with the cache off, dspy.LM(..., cache=False) for DSPy)"
+    )
+
+
 def problems(report: dict[str, Any]) -> list[str]:
     """Why a replay that did not diverge still did not reproduce its recording, in words."""
     out = []
@@ -249,8 +263,11 @@ def unrecorded_tools(report: dict[str, Any]) -> dict[str, int]:
 
 def _unreplayed(report: dict[str, Any]) -> list[str]:
     """What of the recorded run a replay that reproduced ran for real, not from the recording, in
-    words: the Python programs it started and the tools the recording has no calls of."""
+    words: the Python programs it started, the tools the recording has no calls of, and the model
+    answers a framework's own cache gave."""
     out = []
+    if cached := _from_cache(report):
+        out.append(cached)
     programs = report.get("unrecorded_programs") or []
     if programs:
         out.append(
@@ -334,7 +351,8 @@ def summary_line(report: dict[str, Any]) -> str:
         f"{m.get('method')} from MCP server {m.get('server')!r}" for m in report.get("unrecorded_mcp") or []
     ]
     programs = report.get("unrecorded_programs") or []
-    if status == "ok" and (unheard or programs or unrecorded_tools(report)):
+    cached = _from_cache(report)
+    if status == "ok" and (unheard or programs or unrecorded_tools(report) or cached):
         status = "ok, but incomplete"
     if status == "ok" and report.get("recording_unended"):
         status = (
@@ -387,6 +405,8 @@ def summary_line(report: dict[str, Any]) -> str:
             f"; the recording started {plural(len(programs), 'Python program')} it did not record, which ran "
             f"again as without forkpoint: {'; '.join(programs[:3])}{' …' if len(programs) > 3 else ''}"
         )
+    if cached:
+        extra += f"; {cached}"
     if (report.get("processes") or 1) > 1:
         extra += f"; served to {report['processes']} processes"
     if report.get("child_session"):

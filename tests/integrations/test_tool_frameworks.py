@@ -419,3 +419,35 @@ def test_a_strands_gemini_agent_replays_the_tool_call_ids_strands_made_up(tmp_pa
     with forkpoint.replay(rec.session_path) as rp:
         assert run("http://127.0.0.1:9") == recorded
     assert rp.report()["reproduced"], rp.report()
+
+
+@pytest.fixture
+def dspy_memory_cache() -> Iterator[Any]:
+    """DSPy with a fresh cache of model answers, in memory only (its default cache is on disk too)."""
+    dspy = pytest.importorskip("dspy")
+    before = dspy.cache
+    dspy.configure_cache(enable_disk_cache=False, enable_memory_cache=True)
+    yield dspy
+    dspy.cache = before
+
+
+@pytest.mark.slow
+def test_a_replay_dspy_s_cache_answered_is_not_plain_ok(
+    ledger_file: Path, tmp_path: Path, dspy_memory_cache: Any
+) -> None:
+    """A recording made with DSPy's cache warm has no model call (the cache answered them all), and
+    a replay on the same machine finds every answer in that cache again: it asked for every recorded
+    call, so it said "replay ok", and nothing of the answers that came from the cache, not from the
+    session (a replay elsewhere, or after the cache is cleared, makes those requests). Now it says
+    "ok, but incomplete", and which cache answered how many."""
+    with LocalServer() as server:
+        server.route("/v1/chat/completions", dspy_route, method="POST")
+        live = run_dspy(server.url, cache=True)  # warms the cache
+        with forkpoint.record(store=tmp_path / "store") as warm:
+            assert run_dspy(server.url, cache=True) == live
+    assert forkpoint.Session.load(warm.session_path).by_type("model_call") == []
+    with forkpoint.replay(warm.session_path) as rp:
+        assert run_dspy(server.url, cache=True) == live
+    line = summary_line(rp.report())
+    assert line.startswith("replay ok, but incomplete:"), line
+    assert "DSPy answered 3 requests from its own cache, not from the session" in line, line
