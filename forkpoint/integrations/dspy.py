@@ -19,8 +19,8 @@ cache never reaches the model, so a recording does not have it (and a replay tha
 there does not ask for the recorded calls). ``dspy.clients.cache.Cache.get`` is patched to count
 those answers while forkpoint records or replays: the recording says how many requests DSPy's cache
 answered (and notes it in the session), and so does a replay's verdict ("ok, but incomplete" when the
-cache, not the session, gave answers the run needed). Record and replay with the
-cache off (``dspy.LM(..., cache=False)``).
+cache, not the session, gave answers the run needed), and a divergence at a request the session
+lacks. Record and replay with the cache off (``dspy.LM(..., cache=False)``).
 """
 
 from __future__ import annotations

@@ -1227,6 +1227,22 @@ class Replayer:
             return f"; the recorded run ended there, killed by {_SIGNALS[code - 128]} (exit {code})"
         return ""
 
+    def _cached_when_recorded(self) -> str:
+        """Why a model request may be missing from the recording: a framework answered requests from
+        its own cache while recording (the session's note), so they were never made, or ``""``."""
+        counts: Counter[str] = Counter()
+        for n in self._session.by_type("note"):
+            found = (n.get("data") or {}).get("answered_from_cache")
+            if isinstance(found, dict):
+                counts.update({str(k): int(v) for k, v in found.items()})
+        cached = runtime.cached_answers_text(counts)
+        if not cached:
+            return ""
+        return (
+            f"; when recorded, {cached}, never made, so not in the session: this may be one of them "
+            "(record with the cache off, dspy.LM(..., cache=False) for DSPy)"
+        )
+
     def _divergence_report(
         self, kind: CallKind, key: str, norm: dict[str, Any], what: dict[str, str]
     ) -> DivergenceReport:
@@ -1260,6 +1276,8 @@ class Replayer:
                     "forkpoint rebuilt from what the file holds (the model as its config names it, no tool "
                     "definitions: docs/import.md), not from what the agent sent"
                 )
+        if kind == "model_call" and not seen:
+            reason += self._cached_when_recorded()
         where = what.get("endpoint") or what.get("name")
         candidates = [e for e in unused if endpoint(e) == where]
         expected: Served | None = next(iter(candidates or unused), None)

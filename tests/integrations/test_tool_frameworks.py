@@ -451,3 +451,27 @@ def test_a_replay_dspy_s_cache_answered_is_not_plain_ok(
     line = summary_line(rp.report())
     assert line.startswith("replay ok, but incomplete:"), line
     assert "DSPy answered 3 requests from its own cache, not from the session" in line, line
+
+
+@pytest.mark.slow
+def test_a_replay_missing_a_request_dspy_s_cache_answered_when_recording_says_so(
+    ledger_file: Path, tmp_path: Path, dspy_memory_cache: Any
+) -> None:
+    """A replay without the cache that answered the recording's requests makes them, and the
+    recording does not have them: the divergence said only that the recording has no model call
+    left (or that no recorded request has the same match key), though the session notes that DSPy's
+    cache answered them. Now the reason says so."""
+    with LocalServer() as server:
+        server.route("/v1/chat/completions", dspy_route, method="POST")
+        live = run_dspy(server.url, cache=True)
+        with forkpoint.record(store=tmp_path / "store") as warm:
+            assert run_dspy(server.url, cache=True) == live
+        dspy_memory_cache.cache.reset_memory_cache()
+        with forkpoint.replay(warm.session_path) as rp, pytest.raises(Exception, match="replay diverged"):
+            run_dspy(server.url, cache=True)
+    divergence = rp.report()["divergence"]
+    assert divergence is not None and divergence["kind"] == "model_call", rp.report()
+    assert (
+        "when recorded, DSPy answered 3 requests from its own cache, never made, so not in the session"
+        in (divergence["reason"])
+    ), divergence
