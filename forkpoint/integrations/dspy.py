@@ -20,11 +20,14 @@ there does not ask for the recorded calls). ``dspy.clients.cache.Cache.get`` is 
 those answers while forkpoint records or replays: the recording says how many requests DSPy's cache
 answered (and notes it in the session), and so does a replay's verdict ("ok, but incomplete" when the
 cache, not the session, gave answers the run needed), and a divergence at a request the session
-lacks. Record and replay with the cache off (``dspy.LM(..., cache=False)``).
+lacks. Record and replay with the cache off (``dspy.LM(..., cache=False)``). A replay keeps what it
+stores in DSPy's cache in memory: the answers it is served never reach DSPy's disk, where a later
+live run would be given them.
 """
 
 from __future__ import annotations
 
+import copy
 import functools
 from types import ModuleType
 from typing import Any
@@ -70,9 +73,22 @@ def patch(module: ModuleType) -> None:
 def patch_cache(module: ModuleType) -> None:
     """Count every answer ``dspy.clients.cache.Cache.get`` finds (in memory or on disk) while a
     runtime is active: a model request DSPy answered without making it
-    (:func:`forkpoint.runtime.answered_from_cache`)."""
+    (:func:`forkpoint.runtime.answered_from_cache`). And keep what ``Cache.put`` stores during a
+    replay in memory only: the answers a replay is served come from the session (or an override
+    makes them up), not from the model, and on DSPy's disk every later run, live ones too, would be
+    given them instead of asking the model."""
     cls = module.Cache
     get = cls.get
+    put = cls.put
+
+    @functools.wraps(put)
+    def kept(self: Any, *args: Any, **kwargs: Any) -> Any:
+        rt = runtime.active()
+        if rt is None or rt.mode != "replay" or not getattr(self, "enable_disk_cache", False):
+            return put(self, *args, **kwargs)
+        memory_only = copy.copy(self)  # shares the memory cache and its lock
+        memory_only.enable_disk_cache = False
+        return put(memory_only, *args, **kwargs)
 
     @functools.wraps(get)
     def cached(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -82,6 +98,7 @@ def patch_cache(module: ModuleType) -> None:
         return found
 
     replace(cls, "get", cached)
+    replace(cls, "put", kept)
 
 
 INTEGRATION = Integration("dspy", {"dspy.adapters.types.tool": patch, "dspy.clients.cache": patch_cache})

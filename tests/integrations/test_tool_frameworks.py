@@ -475,3 +475,32 @@ def test_a_replay_missing_a_request_dspy_s_cache_answered_when_recording_says_so
         "when recorded, DSPy answered 3 requests from its own cache, never made, so not in the session"
         in (divergence["reason"])
     ), divergence
+
+
+@pytest.mark.slow
+def test_an_overridden_dspy_answer_is_not_left_in_dspy_s_disk_cache(
+    ledger_file: Path, tmp_path: Path
+) -> None:
+    """DSPy stores every answer it gets in its cache on disk (on by default), the answers a replay is
+    served too: a what-if replay's made-up answer (``model#3.text``) stayed there, and the next live
+    run of the agent, without forkpoint, was given it and asked the model nothing. Now a replay keeps
+    what it stores in DSPy's cache in memory, and the live run asks the model again."""
+    dspy = pytest.importorskip("dspy")
+    before = dspy.cache
+    dspy.configure_cache(
+        enable_disk_cache=True, enable_memory_cache=True, disk_cache_dir=str(tmp_path / "dspy")
+    )
+    try:
+        with LocalServer() as server:
+            server.route("/v1/chat/completions", dspy_route, method="POST")
+            with forkpoint.record(store=tmp_path / "store") as rec:
+                assert run_dspy(server.url) == "5"  # the cache off: nothing stored
+            made_up = "[[ ## reasoning ## ]]\nmade up\n\n[[ ## answer ## ]]\n42\n\n[[ ## completed ## ]]"
+            with forkpoint.replay(rec.session_path, overrides=[f"model#3.text={json.dumps(made_up)}"]):
+                assert run_dspy(server.url, cache=True) == "42"
+            dspy.cache.reset_memory_cache()  # as a new process would start
+            server.requests.clear()
+            assert run_dspy(server.url, cache=True) == "5"
+            assert len(server.requests) == 3
+    finally:
+        dspy.cache = before
