@@ -812,6 +812,7 @@ class Cassette:
         where = self.shown()
         self._say_unrecorded_programs(report.get("unrecorded_programs") or [], "its recording")
         self._say_unrecorded_tools(unrecorded_tools(report))
+        self._say_cache_answers(report.get("answered_from_cache") or {}, "this replay")
         if self.action == "update":
             # Mode record serves the calls that match and goes live from the first that does not;
             # a connection the replayed part refused (the code may have caught the NetworkBlocked)
@@ -872,6 +873,24 @@ class Cassette:
             )
         )
 
+    def _say_cache_answers(self, counts: Mapping[str, int], when: str) -> None:
+        """A :class:`~forkpoint.errors.ReplayWarning` saying how many model requests a framework
+        answered from its own cache (DSPy's, on disk by default) in ``when``: they are not in the
+        cassette, so a replay without that cache (CI's) makes them and fails; said on stderr, that was
+        captured with the output of a test that passed, and never seen."""
+        from .runtime import cached_answers_text
+
+        cached = cached_answers_text(counts)
+        if not cached:
+            return
+        self.item.warn(
+            ReplayWarning(
+                f"forkpoint: in {when}, {cached}: requests never made, so its cassette {self.shown()} "
+                "need not hold them, and a replay without that cache (another machine's, a cleared one) "
+                "makes them and may diverge. Record with the cache off (DSPy: dspy.LM(..., cache=False))"
+            )
+        )
+
     def _say_unrecorded_tools(self, missing: Mapping[str, int]) -> None:
         """A :class:`~forkpoint.errors.ReplayWarning` naming the tools the model asked for in the
         recording of which the cassette has no calls (a shell agent's ``bash``): if the test's code
@@ -914,6 +933,8 @@ class Cassette:
             self._say_unrecorded_programs(programs.unrecorded(), "this run")
         counts = self.settings.counts
         rt = self.runtime
+        if self.action == "record":
+            self._say_cache_answers(rt.cache_answers, "this recording")
         calls = (
             rt.counts["model_call"] + rt.counts["tool_call"]
             if self.action == "record"

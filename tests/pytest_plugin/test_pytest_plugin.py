@@ -1071,6 +1071,76 @@ def test_a_tool_the_cassette_has_no_calls_of_is_a_warning_when_replayed(
     )
 
 
+DSPY_INNER = """
+import os
+
+import dspy
+import pytest
+from dspy.clients.cache import Cache
+
+
+def add(a: int, b: int) -> int:
+    \"\"\"Add two integers.\"\"\"
+    return a + b
+
+
+def ask():
+    before = dspy.cache  # (DSPy's own cache on disk, as by default, in a folder of this test's)
+    dspy.cache = Cache(enable_disk_cache=True, enable_memory_cache=False, disk_cache_dir=os.environ["DSPY_DIR"])
+    try:
+        lm = dspy.LM("openai/m", api_base=os.environ["MODEL_URL"], api_key="sk-test", num_retries=0, engine="litellm")
+        with dspy.context(lm=lm):
+            return dspy.ReAct("question -> answer", tools=[add], max_iters=3)(question="What is 2 + 3?").answer
+    finally:
+        dspy.cache = before
+
+
+def test_warms_the_cache():
+    assert ask() == "5"
+
+
+@pytest.mark.forkpoint
+def test_agent():
+    assert ask() == "5"
+"""
+
+
+@pytest.mark.slow
+def test_dspy_s_cache_answering_a_test_s_requests_is_a_warning_when_recorded_and_when_replayed(
+    pytester: pytest.Pytester,
+    make_server: Callable[..., LocalServer],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    """DSPy answers a request it has answered before from its cache on disk: a cassette recorded
+    with that cache warm holds no model call, and its replay passes here, from the same cache, and
+    fails on CI. forkpoint said so on stderr alone, which pytest captures and shows for a failed
+    test only: both runs passed without a word. Both now give a ReplayWarning."""
+    pytest.importorskip("dspy")
+    from tests.integrations.test_tool_frameworks import dspy_route
+
+    srv = make_server()
+    srv.route("/v1/chat/completions", dspy_route, method="POST")
+    monkeypatch.setenv("MODEL_URL", srv.openai_base_url)
+    monkeypatch.setenv("DSPY_DIR", str(tmp_path / "dspy"))
+    monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    pytester.makepyfile(test_dspy_agent=DSPY_INNER)
+    # (in a process of its own: DSPy, imported by an inner run in this one, leaves the next unable to
+    # start: pytest then finds no metadata of pluggy)
+    args = ["-p", "forkpoint.pytest_plugin", "-p", "no:cacheprovider"]
+    recorded = pytester.runpytest_subprocess(*args)
+    recorded.assert_outcomes(passed=2)
+    recorded.stdout.fnmatch_lines(
+        ["*ReplayWarning: forkpoint: in this recording, DSPy answered 3 requests from its own cache: *"]
+    )
+    srv.stop()
+    replayed = pytester.runpytest_subprocess(*args, "--forkpoint-mode=replay", "-k", "test_agent")
+    replayed.assert_outcomes(passed=1)
+    replayed.stdout.fnmatch_lines(
+        ["*ReplayWarning: forkpoint: in this replay, DSPy answered 3 requests from its own cache: *"]
+    )
+
+
 ENCRYPTED_INNER = """
 import pytest
 
