@@ -27,6 +27,7 @@ from ..log import Session
 from ..orchestrate import Replayed, load_ref, replay_run
 from ..outcome import Outcome, rate_of
 from ..replay import EXIT_DIVERGENCE, format_divergence, verdict
+from ..runtime import cached_answers_text
 from .select import Candidate, Selection
 
 #: Characters of a program's stderr kept in a row (the end, where the traceback is).
@@ -170,6 +171,9 @@ def _ab(
     else:
         status = "changed" if first is not None else "same"
     detail = fields["detail"] if status == "stopped" else ""
+    cached = cached_answers_text(run.report.get("answered_from_cache") or {})
+    if cached and status != "stopped":  # (no model answered those: the cache gave older answers)
+        detail = f"{cached}: not asked of the model (dspy.LM(..., cache=False) asks it)"
     return {**fields, "status": status, "detail": detail, "ab": ab}
 
 
@@ -182,7 +186,11 @@ def verdict_text(row: dict[str, Any]) -> str:
         return text + (f": {row['path']}" if row.get("path") else f": {row.get('detail')}")
     first = (row.get("ab") or {}).get("first_change")
     if status in ("changed", "same") and first:
-        return f"changed at {first['where']}" + (f": {first['path']}" if first.get("path") else "")
+        return (
+            f"changed at {first['where']}"
+            + (f": {first['path']}" if first.get("path") else "")
+            + (f"; {row['detail']}" if row.get("detail") else "")
+        )
     if status == "stopped":
         where = f" at {row['call']}" if row.get("call") else ""
         return f"stopped{where}" + (f": {row['path']}" if row.get("path") else f": {row.get('detail')}")

@@ -481,6 +481,62 @@ def test_check_in_another_checkout_matches_its_paths_as_the_recorded_ones(tmp_pa
     assert ": 1 reproduced" in out.stdout, out.stdout
 
 
+DSPY_AGENT = """
+import os
+
+import dspy
+
+
+def add(a: int, b: int) -> int:
+    \"\"\"Add two integers.\"\"\"
+    return a + b
+
+
+lm = dspy.LM("openai/m", api_base=os.environ["MODEL_URL"], api_key="sk-test", num_retries=0, engine="litellm")
+with dspy.context(lm=lm):
+    print(dspy.ReAct("question -> answer", tools=[add], max_iters=3)(question="What is 2 + 3?").answer)
+"""
+
+
+@pytest.mark.slow
+def test_an_ab_run_that_dspy_s_cache_answered_says_so(tmp_path: Path) -> None:
+    """``check --models live`` of a DSPy agent with its cache on (by default, on disk): the cache
+    answered every request the recording made, so no model was asked, and the row said only that
+    behaviour "changed at seq 1 ↔ —" (the new run has no model call). Now it says the cache answered."""
+    pytest.importorskip("dspy")
+    from tests.integrations.test_tool_frameworks import dspy_route
+
+    (tmp_path / "agent.py").write_text(DSPY_AGENT)
+    store = tmp_path / "store"
+    with LocalServer() as srv:
+        srv.route("/v1/chat/completions", dspy_route, method="POST")
+        env = cli_env(
+            MODEL_URL=srv.openai_base_url,
+            DSPY_CACHEDIR=str(tmp_path / "dspy"),
+            LITELLM_LOCAL_MODEL_COST_MAP="True",
+        )
+        rec = forkpoint_cli(
+            "record", "--store", str(store), "--", "python", "agent.py", cwd=tmp_path, env=env
+        )
+        assert rec.returncode == 0, rec.stderr
+        assert len(srv.requests) == 3
+        ab = forkpoint_cli(
+            "check",
+            str(store),
+            "--models",
+            "live",
+            "--json",
+            str(tmp_path / "ab.json"),
+            cwd=tmp_path,
+            env=env,
+        )
+        assert len(srv.requests) == 3  # no model was asked
+    (row,) = orjson.loads((tmp_path / "ab.json").read_bytes())["rows"]
+    said = "DSPy answered 3 requests from its own cache: not asked of the model"
+    assert row["detail"].startswith(said), row
+    assert "DSPy answered 3 requests from its own cache" in ab.stdout, ab.stdout
+
+
 @pytest.mark.slow
 def test_ab_run_against_each_sessions_recorded_tool_world(tmp_path: Path) -> None:
     store = tmp_path / "store"
