@@ -11,7 +11,9 @@ request; forkpoint wraps what it returns in a transport of its own, once per pro
   calls the real transport (so no connection pool, proxy or socket is touched).
 
 Requests made where :data:`forkpoint.runtime.http_recorded_above` is set (an MCP transport, whose
-requests the MCP integration records) pass straight through.
+requests the MCP integration records) pass straight through; and it is set while a recorded request
+goes through the real transport, so that a client beneath it (aiohttp, under litellm's async
+transport) does not record the request again.
 
 Everything after the transport — redirects, auth, cookies, default encoding, ``elapsed``, event
 hooks, logging — is httpx's own code on both paths, so a replayed response goes through exactly
@@ -210,12 +212,15 @@ def _patch(mod: ModuleType) -> None:
             if taken is not None:
                 return recorded(rt, request, taken[0], taken[1], ReplayStream)
             call = live(rt, rec, decoders)
+            token = runtime.http_recorded_above.set(True)  # (see the async transport)
             try:
                 response = self.inner.handle_request(request)
             except BaseException as exc:  # also KeyboardInterrupt: the call got no response either way
                 call.error = exc
                 call.finish()
                 raise
+            finally:
+                runtime.http_recorded_above.reset(token)
             return started(rt, response, call, TeeStream)
 
     class AsyncTransport(mod.AsyncBaseTransport):  # type: ignore[name-defined,misc]
@@ -237,12 +242,17 @@ def _patch(mod: ModuleType) -> None:
                     await await_cancellation(rt, event, position)
                 return recorded(rt, request, event, position, AsyncReplayStream)
             call = live(rt, rec, decoders)
+            # Recorded here: a client the transport sends through (aiohttp, under litellm's async
+            # transport) would record it again, and a replay served here never asks for that copy.
+            token = runtime.http_recorded_above.set(True)
             try:
                 response = await self.inner.handle_async_request(request)
             except BaseException as exc:  # also a cancellation by the caller (its own timeout)
                 call.error = exc
                 call.finish()
                 raise
+            finally:
+                runtime.http_recorded_above.reset(token)
             return started(rt, response, call, AsyncTeeStream)
 
     _wrap_transports(mod.Client, Transport)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import httpx
 import pytest
 import requests
 import urllib3
@@ -826,3 +827,45 @@ def test_a_json_layout_a_session_makes_up_is_not_followed() -> None:
         assert body_bytes("json", value, json_layout(data, value)) == data
     for bad in ({"indent": 10**9, "ensure_ascii": True}, {"indent": "x"}, {"indent": 3}, []):
         assert body_bytes("json", value, bad) == '{"a":[1,2],"b":"ü"}'.encode()  # type: ignore[arg-type]
+
+
+class AiohttpTransport(httpx.AsyncBaseTransport):
+    """An httpx transport that sends each request through aiohttp, as litellm's async one does
+    (``LiteLLMAiohttpTransport``, under every ``litellm.acompletion``)."""
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        async with (
+            aiohttp.ClientSession() as session,
+            session.request(
+                request.method, str(request.url), headers=dict(request.headers), data=await request.aread()
+            ) as response,
+        ):
+            body = await response.read()  # (decoded: the encoding headers are left out)
+            skip = ("content-encoding", "content-length", "transfer-encoding")
+            headers = [(k, v) for k, v in response.headers.items() if k.lower() not in skip]
+            return httpx.Response(response.status, headers=headers, content=body)
+
+
+def test_httpx_sending_through_aiohttp_is_recorded_once(server: LocalServer, store: Path) -> None:
+    """A request an httpx client sends through a transport that uses aiohttp was recorded twice, at
+    httpx's seam and at aiohttp's: every ``litellm.acompletion`` (DSPy's async ReAct, any async
+    litellm agent) had two model calls in its session, and every replay, served at httpx's seam,
+    left aiohttp's copy unused: "DID NOT REPRODUCE". Now the request is recorded once, where httpx
+    sends it."""
+
+    async def ask() -> str:
+        async with httpx.AsyncClient(transport=AiohttpTransport()) as client:
+            r = await client.post(
+                server.openai_base_url + "/chat/completions",
+                json={"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+            )
+            return str(r.json()["choices"][0]["message"]["content"])
+
+    with forkpoint.record(store=store) as rec:
+        live = asyncio.run(ask())
+    assert len(server.requests) == 1
+    assert len(forkpoint.Session.load(rec.session_path).by_type("model_call")) == 1
+    server.stop()
+    with forkpoint.replay(rec.session_path) as rp:
+        assert asyncio.run(ask()) == live
+    assert rp.report()["reproduced"], summary_line(rp.report())
