@@ -55,6 +55,7 @@ class Packer:
 
     def __init__(self) -> None:
         self._recent: dict[str, deque[tuple[int, bytes]]] = {}
+        self._context: _Context | None = None
 
     def pack(self, seq: int, stored: dict[str, Any], where: str) -> tuple[dict[str, Any], bytes] | None:
         """The packed form of the stored line ``stored`` (``type``, ``ts`` and fields; it will be
@@ -75,7 +76,12 @@ class Packer:
         if others:
             refs.append(max(others))
         refs = sorted(r for r in refs if r[0] >= seq - PACK_WINDOW)
-        frame = _compressor(b"".join(p for _, p in refs), len(payload)).compress(payload)
+        dictionary = b"".join(p for _, p in refs)
+        if _zstd_c() is not None:
+            self._context = self._context or _Context()
+            frame = self._context.compress(payload, dictionary)
+        else:
+            frame = _compressor(dictionary, len(payload)).compress(payload)
         text = base64.b64encode(frame).decode()
         if len(text) + 8 * len(refs) + 12 >= len(payload):  # 12: the keys' own cost
             return None
@@ -141,16 +147,77 @@ class Unpacker:
         return out, payload
 
 
+def _level(size: int) -> int:
+    # A line of megabytes (a big tool result) is packed fast rather than small, as blobs are: still
+    # cheaper than hashing and writing it whole.
+    return 3 if size < HUGE_BLOB else 1
+
+
 def _compressor(dictionary: bytes, size: int) -> Any:
     import zstandard  # (imported on first use: a session that packs nothing never loads it)
 
-    # A line of megabytes (a big tool result) is packed fast rather than small, as blobs are: still
-    # cheaper than hashing and writing it whole.
-    level = 3 if size < HUGE_BLOB else 1
+    level = _level(size)
     if not dictionary:
         return zstandard.ZstdCompressor(level=level, write_checksum=False)
     raw = zstandard.ZstdCompressionDict(dictionary, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
     return zstandard.ZstdCompressor(level=level, dict_data=raw, write_checksum=False)
+
+
+def _zstd_c() -> Any:
+    """python-zstandard's bindings of zstd's C API (its cffi backend: ``(ffi, lib)``), or None where
+    they cannot be loaded (no ``cffi``)."""
+    global _ZSTD_C
+    if _ZSTD_C is False:
+        try:
+            from zstandard._cffi import ffi, lib  # (on first use, as zstandard itself)
+        except ImportError:
+            _ZSTD_C = None
+        else:
+            _ZSTD_C = (ffi, lib)
+    return _ZSTD_C
+
+
+_ZSTD_C: Any = False
+
+
+class _Context:
+    """One zstd compression context for all of a writer's lines, each compressed against its
+    dictionary referenced as a single-use *prefix*: a prefix is read as a raw-content dictionary,
+    the frame is the one a raw-content dictionary gives, and :func:`_unpack` opens it with the
+    same bytes as its dictionary. A context made per line (as ``zstandard.ZstdCompressor`` does)
+    asks the CPU for its features each time, which in a virtual machine traps to the hypervisor
+    (some 7 µs a line), and digests its dictionary in full first (a ``CDict``)."""
+
+    def __init__(self) -> None:
+        ffi, lib = _ZSTD_C
+        self._ffi, self._lib = ffi, lib
+        self._cctx = ffi.gc(lib.ZSTD_createCCtx(), lib.ZSTD_freeCCtx)
+        if self._cctx == ffi.NULL:
+            raise MemoryError("zstd: no compression context")
+        self._new = ffi.new_allocator(should_clear_after_alloc=False)  # (written over by zstd)
+        self._check(lib.ZSTD_CCtx_setParameter(self._cctx, lib.ZSTD_c_checksumFlag, 0))
+
+    def _check(self, code: int) -> int:
+        if self._lib.ZSTD_isError(code):
+            import zstandard
+
+            raise zstandard.ZstdError(self._ffi.string(self._lib.ZSTD_getErrorName(code)).decode())
+        return code
+
+    def compress(self, payload: bytes, dictionary: bytes) -> bytes:
+        """One frame of ``payload`` (its size in its header), against ``dictionary`` (raw content)."""
+        ffi, lib, cctx = self._ffi, self._lib, self._cctx
+        self._check(lib.ZSTD_CCtx_reset(cctx, lib.ZSTD_reset_session_only))
+        self._check(lib.ZSTD_CCtx_setParameter(cctx, lib.ZSTD_c_compressionLevel, _level(len(payload))))
+        prefix = ffi.from_buffer(dictionary)  # (held to the end: zstd reads it where it lies)
+        if dictionary:
+            self._check(
+                lib.ZSTD_CCtx_refPrefix_advanced(cctx, prefix, len(dictionary), lib.ZSTD_dct_rawContent)
+            )
+        bound = lib.ZSTD_compressBound(len(payload))
+        out = self._new("char[]", bound)
+        n = self._check(lib.ZSTD_compress2(cctx, out, bound, ffi.from_buffer(payload), len(payload)))
+        return bytes(ffi.buffer(out, n))
 
 
 def _unpack(frame: bytes, dictionary: bytes, where: str) -> bytes:

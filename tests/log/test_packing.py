@@ -21,7 +21,7 @@ from forkpoint import verify
 from forkpoint.deltalist import json_default
 from forkpoint.demo.agent import run_agent
 from forkpoint.demo.server import ModelServer
-from forkpoint.log import LOG_NAME, Session, SessionError, SessionWriter, line_hash, to_json, writer
+from forkpoint.log import LOG_NAME, Session, SessionError, SessionWriter, line_hash, packing, to_json, writer
 from forkpoint.log.packing import PACK_DICT, PACK_MAX, PACKED
 from tests.logutil import stored_lines
 from tests.modelserver import LocalServer, Stream
@@ -163,7 +163,10 @@ def test_packed_lines_open_to_the_same_events_and_are_checked_like_any_line(tmp_
 
     frame = base64.b64decode(raw[3][PACKED])  # line 4: seq 3, packed against seqs 1 and 2
     cases = [
-        ({PACK_DICT: [1]}, "cannot be decompressed|not JSON"),  # packed against another line
+        # Packed against no line: the frame reads before its start. (Against line 1 alone, the frame
+        # reads line 2's text where line 1 has the same: the line opens as written, and line 5 names
+        # the hash that changed.)
+        ({PACK_DICT: []}, "cannot be decompressed|not JSON"),
         ({PACK_DICT: [2, 9]}, "packed against line seq 9, which is no packed line"),
         ({PACKED: "not base64!"}, r"\$zstd is not base64"),
         ({PACKED: base64.b64encode(frame[:-3]).decode()}, "cannot be decompressed"),
@@ -184,6 +187,36 @@ def test_packed_lines_open_to_the_same_events_and_are_checked_like_any_line(tmp_
     forged(4, **{PACKED: base64.b64encode(bomb).decode()})
     with pytest.raises(SessionError, match=f"at most {PACK_MAX} bytes"):
         Session.load(w.path)
+
+
+@pytest.mark.parametrize("c_api", [True, False], ids=["one-context", "no-cffi"])
+def test_a_writers_lines_are_packed_in_one_compression_context(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, c_api: bool
+) -> None:
+    """A writer compresses each line against its dictionary, referenced as a prefix, in the one zstd
+    context it keeps: no ``ZstdCompressor`` a line (making a context asks the CPU for its features,
+    a trap to the hypervisor in a virtual machine). Without zstd's C API (python-zstandard's cffi
+    bindings), a compressor a line. Either way the lines read back as written."""
+    if c_api:
+        import cffi  # noqa: F401 - (comes with cryptography, a dependency: zstd's C API is there)
+
+        def refused(*args: Any, **kwargs: Any) -> None:
+            raise AssertionError("a zstandard.ZstdCompressor made for a line")
+
+        monkeypatch.setattr(zstandard, "ZstdCompressor", refused)
+    else:
+        monkeypatch.setattr(packing, "_ZSTD_C", None)
+    code = "def f(x):\n    return x * 2  # the same text in every line\n" * 10
+    w = SessionWriter.create(tmp_path / "store", {"argv": ["a"]}, fsync="never")
+    for i in range(6):
+        w.append({"type": "tool_call", "tool": "t", "args": {"i": i, "code": code}, "result": {"ok": i}})
+    w.close()
+    lines = (w.path / LOG_NAME).read_bytes().splitlines()[1:]
+    raw = [orjson.loads(line) for line in lines]
+    assert all(PACKED in line for line in raw) and [line.get(PACK_DICT) for line in raw][-1] == [3, 4, 5]
+    assert max(len(line) for line in lines[1:]) < len(code) // 2  # (packed against the lines before)
+    assert [e["args"] for e in Session.load(w.path).events] == [{"i": i, "code": code} for i in range(6)]
+    assert verify(w.path).ok
 
 
 def test_packed_lines_read_as_the_same_events_as_plain_ones(
