@@ -41,7 +41,7 @@ from .log import (
     parse_recipients,
 )
 from .match import Ignore, IgnoreRule, configured, event_key, header_rules, key_spec
-from .providers import api_key_vars, classify, sdk_packages, summary
+from .providers import api_key_vars, classify, kind_and_tool_calls, sdk_packages
 from .redact import holds_placeholder
 from .text import plural, say
 
@@ -328,14 +328,14 @@ class Recorder:
         provider-aware ``summary`` is not stored: readers derive it, :func:`forkpoint.providers.summary`.)"""
         written = self._write(event, key=True)
         # What the session holds (scrubbed), as a reader of it would tally it.
-        found = summary(written[1] if written is not None else event)
+        kind, tool_calls = kind_and_tool_calls(written[1] if written is not None else event)
         if written is not None:
             with self._lock:
-                self.lacks.answered(found, written[0])
-        if found.get("kind") != "model" or runtime.current_span.get():
+                self.lacks.answered(kind, tool_calls, written[0])
+        if kind != "model" or runtime.current_span.get():
             return  # not a turn of the agent (telemetry, MCP, plain HTTP, or inside a tool)
         with self._checkpoint_lock:
-            self._turn_tools_expected = len(found.get("tool_calls") or [])
+            self._turn_tools_expected = len(tool_calls or [])
             self._turn_tools_done = 0
 
     def tool_call_done(self, event: ToolCallEvent) -> None:
@@ -525,14 +525,14 @@ class Lacks:
         #: Tool calls whose result or error held a secret, stored as its placeholder: ``(seq, tool)``.
         self.scrubbed: list[tuple[int | None, str]] = []
 
-    def answered(self, found: Mapping[str, Any], seq: int | None) -> None:
-        """A model call was recorded (as ``seq``); ``found`` is its summary (the tools its response
-        asked for)."""
+    def answered(self, kind: str, tool_calls: Sequence[Mapping[str, Any]] | None, seq: int | None) -> None:
+        """A model call was recorded (as ``seq``); ``kind`` and ``tool_calls`` are its summary's (the
+        tools its response asked for)."""
         self.seqs.append(seq)
-        if found.get("kind") != "model":
-            kind = str(found.get("kind") or "http")
+        if kind != "model":
+            kind = str(kind or "http")
             self.other[kind] = self.other.get(kind, 0) + 1
-        for call in found.get("tool_calls") or []:
+        for call in tool_calls or []:
             if call.get("name"):
                 name = str(call["name"])
                 self.asked_for[name] = self.asked_for.get(name, 0) + 1
@@ -557,7 +557,7 @@ class Lacks:
         lacks = cls()
         for e in events:
             if e.get("type") == "model_call":
-                lacks.answered(summary(e), e.get("seq"))
+                lacks.answered(*kind_and_tool_calls(e), e.get("seq"))
             elif is_tool_call(e):
                 lacks.recorded(e, e.get("seq"))
         return lacks

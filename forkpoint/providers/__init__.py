@@ -37,7 +37,7 @@ the summary and the timeline text can never disagree.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 from urllib.parse import urlsplit
 
 from .. import eventstream
@@ -505,13 +505,35 @@ def summary(event: Mapping[str, Any]) -> Summary:
     found = event.get("summary")
     if _well_formed(found):
         return found  # type: ignore[return-value]
+    url, body, response, method, headers = _summarized(event)
+    return summarize(url, body, response, method=method, headers=headers)
+
+
+def kind_and_tool_calls(event: Mapping[str, Any]) -> tuple[str, list[ToolCallSummary] | None]:
+    """:func:`summary`'s ``kind`` and ``tool_calls`` of a recorded model call, read as it reads them:
+    what a recorder tallies of every call it writes, without the rest of the summary (the vendor,
+    the model, sampling, counts), which it never looks at."""
+    found = event.get("summary")
+    if _well_formed(found):
+        held = cast(Summary, found)
+        return held["kind"], held["tool_calls"]
+    url, body, response, method, headers = _summarized(event)
+    req = coerce_json(body)
+    return classify(method, url, req, headers), _read_response(
+        _target(url, req).provider, response
+    ).tool_calls
+
+
+def _summarized(event: Mapping[str, Any]) -> tuple[str, object, dict[str, Any], str, Any]:
+    """The arguments of :func:`summarize` for a recorded model call: URL, request body, response,
+    method and request headers."""
     req = event["request"]
-    return summarize(
+    return (
         req["url"],
         req["body"] if req.get("body_kind") == "json" else None,
         recorded_response(event),
-        method=str(req.get("method") or "POST"),
-        headers=req.get("headers"),
+        str(req.get("method") or "POST"),
+        req.get("headers"),
     )
 
 

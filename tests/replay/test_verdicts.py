@@ -613,15 +613,40 @@ def test_a_tool_the_program_never_called_is_not_said_to_need_naming(
     assert merged is not None and merged.warnings() == expected
 
 
+def test_recording_tallies_each_model_call_without_summarizing_it(
+    make_server: Any, store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the recorder tallies of each model call it writes is its kind and the tools its response
+    asked for, read as its summary reads them: not the whole summary (the vendor, the model,
+    sampling, counts), which it never looks at (a summary a call was ~5 % of the CPU time of an
+    SDK-less loop's recording)."""
+    from forkpoint import providers
+
+    summarized: list[Any] = []
+    real = providers.summarize
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        summarized.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(providers, "summarize", counted)
+    # (a tool name no other test wraps: see the test above)
+    srv: LocalServer = make_server(chat_script=[[("tally_forecast", {"city": "Oslo"})], "ok"])
+    with forkpoint.record(store=store) as rec:
+        chat_agent(srv.openai_base_url, lambda name, arguments: "sunny")
+        assert summarized == []
+        assert rec.lacks.unrecorded_tools() == {"tally_forecast": 1}
+
+
 def test_tallies_merged_name_the_tools_in_the_order_the_model_asked_for_them() -> None:
     """Processes hand their tallies over in any order, and threads tally after they write: the
     warning names the tools as reading the session back does, by the first call that asked."""
     from forkpoint.record import Lacks
 
     late, early = Lacks(), Lacks()
-    late.answered({"tool_calls": [{"name": "beta_tool"}, {"name": "alpha_tool"}]}, 5)
-    early.answered({"tool_calls": [{"name": "alpha_tool"}]}, 2)
-    early.answered({"tool_calls": [{"name": "gamma_tool"}]}, 3)
+    late.answered("model", [{"name": "beta_tool"}, {"name": "alpha_tool"}], 5)
+    early.answered("model", [{"name": "alpha_tool"}], 2)
+    early.answered("model", [{"name": "gamma_tool"}], 3)
     merged = Lacks.merged([late.to_json(), early.to_json()], 3)
     assert merged is not None
     assert list(merged.unrecorded_tools().items()) == [("alpha_tool", 2), ("gamma_tool", 1), ("beta_tool", 1)]
