@@ -77,10 +77,15 @@ class Packer:
             refs.append(max(others))
         refs = sorted(r for r in refs if r[0] >= seq - PACK_WINDOW)
         dictionary = b"".join(p for _, p in refs)
+        frame = None
         if _zstd_c() is not None:
-            self._context = self._context or _Context()
-            frame = self._context.compress(payload, dictionary)
-        else:
+            try:
+                self._context = self._context or _Context()
+                frame = self._context.compress(payload, dictionary)
+            except Exception:  # (bindings not python-zstandard's API: another release's may differ)
+                global _ZSTD_C
+                _ZSTD_C = None  # its public API from now on, which fails loudly if zstd does
+        if frame is None:
             frame = _compressor(dictionary, len(payload)).compress(payload)
         text = base64.b64encode(frame).decode()
         if len(text) + 8 * len(refs) + 12 >= len(payload):  # 12: the keys' own cost
