@@ -603,9 +603,9 @@ def _quiet_divergence_tracebacks() -> None:
         # (an SDK that catches every exception raises its own instead: anthropic's
         # APIConnectionError, botocore's HTTPClientError, with the divergence as its cause)
         inner: BaseException | None = exc
-        seen: set[int] = set()
-        while inner is not None and not isinstance(inner, Divergence) and id(inner) not in seen:
-            seen.add(id(inner))
+        chain: list[BaseException] = []
+        while inner is not None and not isinstance(inner, Divergence) and inner not in chain:
+            chain.append(inner)
             inner = inner.__cause__ or inner.__context__
         if inner is None or not isinstance(inner, Divergence):
             previous(kind, exc, tb)
@@ -614,11 +614,15 @@ def _quiet_divergence_tracebacks() -> None:
         remote = type(inner.__cause__).__name__ == "RemoteTraceback"
         # The divergence's own traceback first: one that left through a task group (anyio's, an MCP
         # session's) comes out as an ExceptionGroup raised where the group ends, not at the call.
-        # One an SDK caught and wrapped has no frame of the agent's: the outer one has it then.
+        # One an SDK caught and wrapped has no frame of the agent's: the exception it raised instead
+        # has, even when that one in turn left through a task group.
         where = (
             " in a multiprocessing worker"
             if remote
-            else agent_call_site(inner.__traceback__) or agent_call_site(tb)
+            else next(
+                (site for e in [inner, *reversed(chain)] if (site := agent_call_site(e.__traceback__))),
+                "",
+            )
         )
         raised = "" if inner is exc else f" (raised to the program as {kind.__module__}.{kind.__qualname__})"
         from .text import say

@@ -1405,6 +1405,36 @@ def test_a_divergence_out_of_a_task_group_is_said_where_the_call_was_made(
     assert "raised to the program as builtins.ExceptionGroup" in said
 
 
+ASK_CLAUDE_IN_A_TASK_GROUP = """
+import sys
+
+import anthropic
+import anyio
+
+
+async def main():
+    client = anthropic.Anthropic(base_url=sys.argv[1], api_key="sk-ant-api03-" + "y" * 40, max_retries=0)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(anyio.sleep, 0)
+        reply = client.messages.create(model="m", max_tokens=50, messages=[{"role": "user", "content": sys.argv[2]}])
+    print(reply.content[0].text)
+
+
+anyio.run(main)
+"""
+
+
+def test_a_divergence_an_sdk_wraps_out_of_a_task_group_is_said_where_the_call_was_made(
+    tmp_path: Path, server: LocalServer
+) -> None:
+    """anthropic wraps the divergence in its APIConnectionError, which then leaves an MCP session's
+    task group as an ExceptionGroup: the replay said "the call made at" the ``async with`` line,
+    since neither the divergence's traceback (it starts in the SDK) nor the group's holds the call."""
+    said = _asked_otherwise(tmp_path, ASK_CLAUDE_IN_A_TASK_GROUP, server.url)
+    assert "the call made at " + str(tmp_path / "ask.py") + ":12 (main)" in said, said
+    assert "raised to the program as builtins.ExceptionGroup" in said
+
+
 @forkpoint.tool
 def forecast(city: str) -> str:
     return f"{city}: sunny"
