@@ -149,6 +149,8 @@ class ReplayWarning(UserWarning):
 
 
 class McpServerNotStarted(ForkpointError, ConnectionError):
-    """A replay had to make a call to an MCP server live, but the server was not started: the
-    replay served that session from the recording (its transport was never opened). Replay with
-    ``--tools live`` to start MCP servers and call them for real."""
+    """A replay had to make a call to an MCP server live, but the session is not connected to it:
+    the server is reached over a socket, which the replay did not open while it served the session
+    (``--tools live`` connects from the start), or the stdio server it started for that (a replay
+    that may go live starts it, kept apart while the session is served) did not accept the
+    session's recorded ``initialize`` request, or ended."""

@@ -117,6 +117,11 @@ class Serving(Runtime, Protocol):
         """True when the next call of ``kind`` is made live (its source is live, or the replay went
         live after a divergence), so whatever serves it (an MCP server) must really be there."""
 
+    def may_go_live(self) -> bool:
+        """True when calls served now may be followed by calls made live (after a divergence under
+        policy ``live``, or after a fork's checkpoint), so whatever serves those (an MCP server)
+        must be started."""
+
 
 _lock = threading.Lock()
 _active: Runtime | None = None

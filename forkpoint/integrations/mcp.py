@@ -41,8 +41,14 @@ forkpoint did not record). On replay they start no process and open no connectio
 gets in-memory streams that nothing answers, as every request is served from the recording.
 Nothing else comes from the server on replay; notifications the client sends are dropped. A
 replay whose tool calls are live from the start (``--tools live``, or after a divergence under
-``--on-divergence live``) opens the real transport; a call that must go live on a session whose
-server was not started raises :class:`~forkpoint.errors.McpServerNotStarted`.
+``--on-divergence live``) opens the real transport. One that may go live later (``--on-divergence
+live``, a fork's arm, pytest's mode ``record``) starts a stdio server too, but keeps it apart from the
+session while the session is served (:class:`_Standby`), and introduces the two at the first request
+made live; a server that refuses that introduction makes the call raise
+:class:`~forkpoint.errors.McpServerNotStarted`. That is for a server the agent starts (stdio): one
+it reaches over a socket is not connected to before the replay goes live, when sockets open, so a
+call that must go live on its session raises :class:`~forkpoint.errors.McpServerNotStarted`. (A
+replay that can make no call live starts no server.)
 
 Frameworks that reach MCP through a ``ClientSession`` (langchain-mcp-adapters, the OpenAI Agents
 SDK's MCP servers, pydantic-ai's MCP toolsets) are recorded here, once: their integrations leave
@@ -86,6 +92,11 @@ UNRECORDED = frozenset({"ping"})
 _SERVER = "_forkpoint_mcp_server"  # set on a ClientSession by its initialize answer
 #: Set on the write stream a replay hands a session instead of a transport's, and on that session.
 _FAKE = "_forkpoint_mcp_fake"
+#: Set on the write stream a replay that may go live later hands a session, and on that session:
+#: its :class:`_Standby`.
+_STANDBY = "_forkpoint_mcp_standby"
+#: The JSON-RPC id of the ``initialize`` request a :class:`_Standby` sends for the session.
+_INTRODUCTION_ID = "forkpoint-initialize"
 #: On a ClientSession: the :class:`_Exchange` of each of its requests in flight while recording.
 _IN_FLIGHT = "_forkpoint_mcp_in_flight"
 #: On a ClientSession: the methods of server messages said to be unrecorded already.
@@ -179,14 +190,17 @@ async def _request(
     exchange = exchange if exchange is not None else _Exchange(session, None)
 
     async def body() -> Any:
+        standby = getattr(session, _STANDBY, None)
+        if standby is not None:
+            await standby.go_live(introduce=method != "initialize")
         if fake:
             raise McpServerNotStarted(
                 f"the replay must make MCP request {method} ({name}) to server "
-                f"{getattr(session, _SERVER, None)!r} live, but that server was not started: the "
-                "replay served its session from the recording, and a run that goes live later (after "
-                "a divergence, --on-divergence live) cannot reach a server it never started. Only a "
-                "replay whose tool calls are live from the start (--tools live) starts MCP servers; "
-                "a what-if of this run with live MCP calls then overrides a model answer "
+                f"{getattr(session, _SERVER, None)!r} live, but it never connected to that server: the "
+                "replay served its session from the recording, and connects early only to a server it "
+                "starts itself (stdio), not to one it reaches over a socket, which a replay keeps closed "
+                "until it goes live. A replay whose tool calls are live from the start (--tools live) "
+                "connects to it; a what-if of this run with live MCP calls then overrides a model answer "
                 "(--override 'model#K.…'), not an MCP tool's result, which a live tool would not use."
             )
         in_flight = session.__dict__.setdefault(_IN_FLIGHT, [])
@@ -331,11 +345,14 @@ def patch_session(module: ModuleType) -> None:
                 return await original(self, request, result_type, *args, **kwargs)
             data = request.model_dump(by_alias=True, mode="json", exclude_none=True)
             method = str(data.get("method"))
+            standby = getattr(self, _STANDBY, None)
             if method in UNRECORDED:
-                if rt.mode == "replay" and getattr(self, _FAKE, False):
+                if rt.mode == "replay" and (getattr(self, _FAKE, False) or (standby and not standby.live)):
                     return _result_of(result_type, {})
                 with _http_above():
                     return await original(self, request, result_type, *args, **kwargs)
+            if method == "initialize" and standby is not None:
+                standby.introduction = data.get("params") or {}
             call = signature.bind(self, request, result_type, *args, **kwargs)
             exchange = _Exchange(self, call.arguments.get("progress_callback"))
             if exchange.callback is not None:
@@ -365,6 +382,10 @@ def patch_session(module: ModuleType) -> None:
             for v in given
         ):
             setattr(self, _FAKE, True)  # its server was not started: nothing can go live
+        for v in given:
+            standby = getattr(v, _STANDBY, None) or getattr(getattr(v, "_write_stream", None), _STANDBY, None)
+            if standby is not None:
+                setattr(self, _STANDBY, standby)
 
     @functools.wraps(notify)
     async def send_notification(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -445,6 +466,96 @@ class _ReplayStreams:
             await stream.aclose()
 
 
+def _message(data: dict[str, Any]) -> Any:
+    """A JSON-RPC message of the mcp SDK, as its transports carry it."""
+    from mcp import types
+    from mcp.shared.message import SessionMessage
+
+    adapter = getattr(types, "jsonrpc_message_adapter", None)  # 2.x; 1.x has a root model
+    parsed = (
+        adapter.validate_python(data)
+        if adapter is not None
+        else cast(Any, types.JSONRPCMessage).model_validate(data)
+    )
+    return SessionMessage(parsed)
+
+
+def _message_id(message: Any) -> Any:
+    inner = getattr(message, "message", None)
+    return getattr(getattr(inner, "root", inner), "id", None)
+
+
+class _Standby:
+    """The transport of a replay that may go live later: its server is started, as when recording,
+    but hears nothing while the session is served from the recording (what the session sends is
+    dropped, and what the server says). At the session's first request made live, the server is
+    introduced to it as recorded (the session's ``initialize`` request, whose recorded answer the
+    session already has, then ``notifications/initialized``), and from then on the two talk."""
+
+    def __init__(self, real: tuple[Any, ...]) -> None:
+        import anyio
+
+        self._real = real
+        self._to_session, self.read = anyio.create_memory_object_stream[Any](0)
+        self.write, self._from_session = anyio.create_memory_object_stream[Any](math.inf)
+        setattr(self.write, _STANDBY, self)
+        self.introduction: dict[str, Any] | None = None
+        self.live = False
+        self._lock = anyio.Lock()
+        self._answered = anyio.Event()
+        self._answer: Any = None
+
+    def streams(self) -> tuple[Any, ...]:
+        return (self.read, self.write, *self._real[2:])
+
+    async def go_live(self, *, introduce: bool) -> None:
+        """Connect the session to its server; first, unless the session is introducing itself now,
+        send the server the session's recorded introduction."""
+        import anyio
+
+        async with self._lock:
+            if self.live:
+                return
+            while True:  # what the session sent while served stays unsent
+                try:
+                    self._from_session.receive_nowait()
+                except anyio.WouldBlock:
+                    break
+            if introduce and self.introduction is not None:
+                request = {"jsonrpc": "2.0", "id": _INTRODUCTION_ID, "method": "initialize"}
+                await self._real[1].send(_message({**request, "params": self.introduction}))
+                await self._answered.wait()
+                answer = getattr(self._answer, "message", None)  # (None: the server ended, or an error)
+                if answer is None or getattr(getattr(answer, "root", answer), "error", None) is not None:
+                    raise McpServerNotStarted(
+                        "the replay must make an MCP request live and started the server for it, but the "
+                        f"server did not accept the session's recorded initialize request: {self._answer!r}"
+                    )
+                await self._real[1].send(_message({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+            self.live = True
+
+    async def to_server(self) -> None:
+        async for message in self._from_session:
+            if self.live:
+                await self._real[1].send(message)
+
+    async def to_session(self) -> None:
+        try:
+            async for message in self._real[0]:
+                if not self._answered.is_set() and _message_id(message) == _INTRODUCTION_ID:
+                    self._answer = message
+                    self._answered.set()
+                elif self.live:
+                    await self._to_session.send(message)
+        finally:
+            self._answered.set()  # (a server that ended: go_live says so)
+            await self._to_session.aclose()
+
+    async def aclose(self) -> None:
+        for stream in (self._to_session, self.read, self.write, self._from_session):
+            await stream.aclose()
+
+
 class _Transport:
     """A patched transport's async context manager (see the module docstring)."""
 
@@ -452,12 +563,18 @@ class _Transport:
         self._original, self._width, self._args, self._kwargs = original, width, args, kwargs
         self._inner: Any = None
         self._fake: _ReplayStreams | None = None
+        self._standby: _Standby | None = None
+        self._relay: Any = None  # the task group of its relays
 
     async def __aenter__(self) -> Any:
         rt = runtime.active()
+        standby = False
         if rt is not None and rt.mode == "replay" and not cast(runtime.Serving, rt).runs_live("tool_call"):
-            self._fake = _ReplayStreams(self._width)
-            return self._fake.streams()
+            # (a socket's server is not reached before the replay goes live, when sockets open)
+            if self._original.__name__ != "stdio_client" or not cast(runtime.Serving, rt).may_go_live():
+                self._fake = _ReplayStreams(self._width)
+                return self._fake.streams()
+            standby = True
         self._inner = self._original(*self._args, **self._kwargs)
         url = self._args[0] if self._args else self._kwargs.get("url")
         if rt is not None and rt.mode == "record" and isinstance(url, str):
@@ -466,12 +583,26 @@ class _Transport:
         # A stdio transport starts its server: a Python program whose requests are recorded here,
         # as MCP calls, and which a replay does not start; not one the recording missed.
         with _http_above(), programs.accounted():
-            return await self._inner.__aenter__()
+            real = await self._inner.__aenter__()
+        if not standby:
+            return real
+        import anyio
+
+        self._standby = _Standby(tuple(real))
+        self._relay = anyio.create_task_group()
+        await self._relay.__aenter__()
+        self._relay.start_soon(self._standby.to_server)
+        self._relay.start_soon(self._standby.to_session)
+        return self._standby.streams()
 
     async def __aexit__(self, *exc_info: Any) -> Any:
         if self._fake is not None:
             await self._fake.aclose()
             return None
+        if self._standby is not None:
+            self._relay.cancel_scope.cancel()
+            await self._relay.__aexit__(None, None, None)
+            await self._standby.aclose()
         with _http_above():  # a closing DELETE of streamable HTTP
             return await self._inner.__aexit__(*exc_info)
 

@@ -592,6 +592,10 @@ class Replayer:
         """True when the next call of ``kind`` is made live (see :class:`forkpoint.runtime.Serving`)."""
         return self.gone_live or self.sources[kind] == "live"
 
+    def may_go_live(self) -> bool:
+        """See :class:`forkpoint.runtime.Serving`."""
+        return self.policy == "live" or self.live_from is not None
+
     def _relocated(self, value: Any) -> Any:
         """``value`` as the recorded run would have sent it, when this run's directory is another
         than the recording's (another checkout, a test's): this one's path in it is the recorded one

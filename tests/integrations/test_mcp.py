@@ -298,14 +298,16 @@ def test_an_agent_with_mcp_tools_replays_offline(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("api", ["ClientSession", "Client"])
-def test_a_call_that_must_go_live_on_a_replayed_session_says_the_server_was_not_started(
+def test_a_call_that_goes_live_after_a_divergence_reaches_the_server_the_replay_started(
     api: str, tmp_path: Path
 ) -> None:
-    """After a divergence under ``--on-divergence live`` every later call is live, but the MCP
-    session of this replay has no server behind it: the call fails with an error that says so and
-    how to replay with the servers started, instead of waiting forever for an answer. The same
-    through mcp 2.x's ``Client``, which hands its session a dispatcher instead of the streams (and
-    negotiates with ``server/discover``)."""
+    """After a divergence under ``--on-divergence live`` every later call is live (and so after a
+    fork's checkpoint, and in pytest's mode ``record``), but the replay had served the MCP session
+    with no server behind it: the call failed with ``McpServerNotStarted``, so an MCP agent could
+    not be forked, nor its cassette re-recorded. Now such a replay starts the server, keeps it apart
+    while the session is served, and introduces the session to it (its recorded ``initialize``) at
+    the first live call. The same through mcp 2.x's ``Client``, which hands its session a dispatcher
+    instead of the streams (and negotiates with ``server/discover``)."""
     ledger = tmp_path / "ledger.log"
 
     async def run(b: int) -> Any:
@@ -315,6 +317,7 @@ def test_a_call_that_must_go_live_on_a_replayed_session_says_the_server_was_not_
                 return dump(await client.call_tool("add", {"a": 2, "b": b}))
         async with connect("stdio", ledger, None) as session:
             await session.initialize()
+            await session.send_ping()  # served while the session is: never sent to the server
             return dump(await session.call_tool("add", {"a": 2, "b": b}))
 
     with forkpoint.record(store=tmp_path / "store") as rec:
@@ -322,16 +325,38 @@ def test_a_call_that_must_go_live_on_a_replayed_session_says_the_server_was_not_
     with forkpoint.replay(rec.session_path) as rp:
         assert asyncio.run(run(3)) == live
     assert rp.report()["reproduced"], rp.report()
+    assert ledger.read_text() == "started stdio\nadd 2 3\n"  # a replay that cannot go live starts none
     with forkpoint.replay(rec.session_path, on_divergence="live") as rp:
-        with pytest.raises(ExceptionGroup) as raised:  # through the session's task group
-            asyncio.run(asyncio.wait_for(run(4), 120))  # a hang fails as a TimeoutError
-    # (and not "replay with --tools live" alone: a what-if overriding this tool's result cannot)
-    assert raised.group_contains(
-        forkpoint.McpServerNotStarted,
-        match=r"server 'calc'.*cannot reach a server it never started.*--tools live.*model answer",
-    )
+        again = asyncio.run(asyncio.wait_for(run(4), 120))  # a hang fails as a TimeoutError
+    assert again["structuredContent"] == {"result": 6} and again["isError"] is False
     assert rp.report()["divergence"]["name"] == "add"
-    assert ledger.read_text() == "started stdio\nadd 2 3\n"
+    assert ledger.read_text() == "started stdio\nadd 2 3\nstarted stdio\nadd 2 4\n"
+
+
+@pytest.mark.slow
+def test_a_call_that_must_go_live_on_a_session_over_a_socket_says_it_was_never_connected(
+    tmp_path: Path,
+) -> None:
+    """A server reached over a socket (SSE) is not connected to while the replay serves its session
+    (sockets stay closed until the replay goes live): the live call fails saying so, and how to
+    connect from the start, instead of waiting forever for an answer."""
+    ledger = tmp_path / "ledger.log"
+    with mcp_server("sse", ledger) as url:
+
+        async def run(b: int) -> Any:
+            async with connect("sse", ledger, url) as session:
+                await session.initialize()
+                return dump(await session.call_tool("add", {"a": 2, "b": b}))
+
+        with forkpoint.record(store=tmp_path / "store") as rec:
+            asyncio.run(run(3))
+        with forkpoint.replay(rec.session_path, on_divergence="live"):
+            with pytest.raises(ExceptionGroup) as raised:  # through the session's task group
+                asyncio.run(asyncio.wait_for(run(4), 120))  # a hang fails as a TimeoutError
+    assert raised.group_contains(
+        forkpoint.McpServerNotStarted, match=r"server 'calc'.*never connected.*--tools live.*model answer"
+    )
+    assert ledger.read_text() == "started sse\nadd 2 3\n"
 
 
 @pytest.mark.slow
