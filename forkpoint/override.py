@@ -263,12 +263,22 @@ def apply(
 
 
 def _check_mcp_result(o: Override, event: Mapping[str, Any], schemas: frozenset[tuple[Any, str]]) -> None:
-    """An MCP tool's result is the ``CallToolResult`` the client validates (its ``content`` list,
+    """The answer to another MCP request than ``tools/call`` (``tools/list``…) is a JSON object;
+    an MCP tool's result is the ``CallToolResult`` the client validates (its ``content`` list,
     and ``structuredContent`` when the tool has an output schema, as the recorded result shows or,
     when that was an error answer, the server's recorded listing of its tools): anything else
     failed inside the agent's MCP client."""
     value, recorded = o.value, event.get("result")
     mcp = event.get("mcp")
+    method = mcp.get("method") if isinstance(mcp, Mapping) else None
+    if method != "tools/call":  # (tools/list, initialize…)
+        if not isinstance(value, dict):
+            raise OverrideError(
+                f"override {o.spec!r}: {event.get('tool')} is the MCP request {method}: its result "
+                "is the server's answer, a JSON object as the recorded one (forkpoint show --json)"
+            )
+        _validate_mcp(o, method)
+        return
     listed = isinstance(mcp, Mapping) and (mcp.get("server"), event.get("tool")) in schemas
     example = '{"content": [{"type": "text", "text": "…"}]'
     if not (isinstance(value, dict) and isinstance(value.get("content"), list)):
@@ -283,6 +293,43 @@ def _check_mcp_result(o: Override, event: Mapping[str, Any], schemas: frozenset[
             f"override {o.spec!r}: {event.get('tool')} has an output schema ({why}): give "
             f'structuredContent too, {example}, "structuredContent": {{…}}}}'
         )
+    _validate_mcp(o, method)
+
+
+#: The mcp SDK's class of the answer to each request a session makes.
+_MCP_RESULTS = {
+    "tools/call": "CallToolResult",
+    "tools/list": "ListToolsResult",
+    "initialize": "InitializeResult",
+    "resources/list": "ListResourcesResult",
+    "resources/templates/list": "ListResourceTemplatesResult",
+    "resources/read": "ReadResourceResult",
+    "prompts/list": "ListPromptsResult",
+    "prompts/get": "GetPromptResult",
+    "completion/complete": "CompleteResult",
+}
+
+
+def _validate_mcp(o: Override, method: Any) -> None:
+    """The value validates as the SDK's class of ``method``'s answer, as the agent's session will
+    validate it (where the mcp SDK is installed here too): else the agent got a ValidationError."""
+    try:
+        from mcp import types
+        from pydantic import ValidationError
+    except ImportError:
+        return
+    result_type = getattr(types, _MCP_RESULTS.get(str(method), ""), None)
+    if result_type is None:
+        return
+    try:
+        result_type.model_validate(o.value)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "the value"
+        raise OverrideError(
+            f"override {o.spec!r}: not a {result_type.__name__}, as the agent's MCP session expects: "
+            f"{where}: {first['msg']}"
+        ) from None
 
 
 def _norm_calls(o: Override, recorded: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:

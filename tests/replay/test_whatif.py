@@ -850,6 +850,40 @@ def test_an_override_of_an_mcp_tools_result_must_be_a_call_tool_result() -> None
     assert list(resolve([parse(still_failing)], [listing, failed])) == [3]
 
 
+def test_an_override_of_an_mcp_answer_is_checked_as_the_sdks_class_of_it() -> None:
+    """``seq:N.result={"tools": []}`` on the recorded ``tools/list`` ("what if the server had listed
+    no tools?") was refused as "not a CallToolResult", the class of a tool's result, not of this
+    request's answer; and a value of the right outline that the session does not accept
+    (``{"tools": 5}``, a content item of an unknown type) was said "applied" while the agent got a
+    pydantic ValidationError. Each is checked as the mcp SDK's class of its answer, before the run."""
+    from forkpoint.override import parse, resolve
+
+    pytest.importorskip("mcp")
+    listing = {
+        "seq": 2,
+        "type": "tool_call",
+        "tool": "mcp:tools/list",
+        "args": {},
+        "mcp": {"server": "clock", "method": "tools/list"},
+        "result": {"tools": [{"name": "now", "inputSchema": {"type": "object"}}]},
+    }
+    call = {
+        "seq": 3,
+        "type": "tool_call",
+        "tool": "now",
+        "args": {},
+        "mcp": {"server": "clock", "method": "tools/call"},
+        "result": {"content": [{"type": "text", "text": "12:00"}]},
+    }
+    assert list(resolve([parse('seq:2.result={"tools": []}')], [listing, call])) == [2]
+    with pytest.raises(OverrideError, match=r"mcp:tools/list is the MCP request tools/list: .*JSON object"):
+        resolve([parse("seq:2.result=[]")], [listing, call])
+    with pytest.raises(OverrideError, match=r"not a ListToolsResult.*tools: Input should be a valid list"):
+        resolve([parse('seq:2.result={"tools": 5}')], [listing, call])
+    with pytest.raises(OverrideError, match=r"not a CallToolResult.*content\.0"):
+        resolve([parse('tool:now.result={"content": [{"type": "bogus"}]}')], [listing, call])
+
+
 class Stock(pydantic.BaseModel):
     symbol: str = pydantic.Field(alias="ticker")
     price: float
