@@ -897,15 +897,28 @@ class Cassette:
         ran them, they ran for real in this replay, and the test passed saying nothing of it."""
         if not missing:
             return
+        from .capture.targets import parse_target
         from .text import plural
 
         names = ", ".join(f"{n} ({plural(k, 'call')})" for n, k in missing.items())
+        # A tool the test names whose wrapper saw no call: the code calls the function through a
+        # reference it took before the test began, which the test's wrapper does not replace.
+        named = [t for t in self.tools if parse_target(t)[2] in missing]
+        advice = (
+            f"They are named ({', '.join(named)}), but the code never called them through that name: "
+            "it took the function before this test began (a dict of tools, a framework's registry, a "
+            "`from … import` in a module imported earlier), and that one is not wrapped. Name them in "
+            "the forkpoint_tools ini option, which wraps them as their module is imported, or put "
+            "@forkpoint.tool on the function"
+            if named
+            else "Name them: @forkpoint.tool on the function, or tools=['MODULE:QUALNAME=NAME'] "
+            "(the marker or forkpoint_config)"
+        )
         self.item.warn(
             ReplayWarning(
                 f"forkpoint: in the recording of this test the model asked for tools its cassette "
                 f"{self.shown()} has no calls of: {names}; if the code ran them, they ran for real in this "
-                "replay. Name them: @forkpoint.tool on the function, or tools=['MODULE:QUALNAME=NAME'] "
-                "(the marker or forkpoint_config)"
+                f"replay. {advice}"
             )
         )
 

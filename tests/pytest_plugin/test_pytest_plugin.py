@@ -1141,6 +1141,59 @@ def test_dspy_s_cache_answering_a_test_s_requests_is_a_warning_when_recorded_and
     )
 
 
+TAKEN_INNER = """
+import pytest
+
+import helpers
+
+TOOLS = {"lookup": helpers.lookup}  # taken when the module is imported, before any test
+
+
+@pytest.fixture
+def forkpoint_config():
+    return {"tools": ["helpers:lookup"]}
+
+
+@pytest.mark.forkpoint
+def test_looks_up():
+    import json, os
+
+    import openai
+
+    client = openai.OpenAI(base_url=os.environ["MODEL_URL"], api_key="sk-test", max_retries=0)
+    messages = [{"role": "user", "content": "go"}]
+    while True:
+        msg = client.chat.completions.create(model="demo-model", messages=messages).choices[0].message
+        messages.append(msg.model_dump(exclude_none=True))
+        if not msg.tool_calls:
+            break
+        for call in msg.tool_calls:
+            out = TOOLS[call.function.name](**json.loads(call.function.arguments))
+            messages.append({"role": "tool", "tool_call_id": call.id, "content": out})
+"""
+
+
+def test_a_named_tool_the_code_took_before_the_test_is_a_warning_that_says_why_it_went_unrecorded(
+    pytester: pytest.Pytester, make_server: Callable[..., LocalServer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tool named in ``forkpoint_config`` that the agent calls through a dict it built when its
+    module was imported: the test's wrapper replaces the module's name, not the dict's reference, so
+    no call was recorded, and the replay's warning told the user to name the tool with
+    ``tools=['MODULE:QUALNAME=NAME']``, which they had done. It now says why, and what works."""
+    srv = make_server(chat_script=[[("lookup", {"what": "x"})], "done"])
+    monkeypatch.setenv("MODEL_URL", srv.openai_base_url)
+    pytester.makepyfile(helpers="def lookup(what):\n    return 'found ' + what\n")
+    pytester.makepyfile(test_taken=TAKEN_INNER)
+    run(pytester).assert_outcomes(passed=1)
+    srv.stop()
+    replayed = run(pytester, "--forkpoint-mode=replay")
+    replayed.assert_outcomes(passed=1)
+    said = " ".join(replayed.stdout.str().split())
+    assert "has no calls of: lookup (1 call)" in said, said
+    assert "They are named (helpers:lookup), but the code never called them through that name" in said
+    assert "forkpoint_tools ini option" in said and "tools=['MODULE:QUALNAME=NAME']" not in said
+
+
 ENCRYPTED_INNER = """
 import pytest
 
