@@ -360,6 +360,41 @@ def test_a_call_that_must_go_live_on_a_session_over_a_socket_says_it_was_never_c
 
 
 @pytest.mark.slow
+def test_a_what_if_run_keeps_its_served_mcp_calls_as_mcp_calls(tmp_path: Path) -> None:
+    """A what-if run (or a fork's arm) wrote the MCP requests it served without their ``mcp``
+    (server, method, and the progress the server sent meanwhile): ``forkpoint show`` of it named no
+    server, and a replay of it handed the tool's progress to nobody. They are kept as recorded."""
+    ledger = tmp_path / "ledger.log"
+    heard: list[Any] = []
+
+    async def progress(done: float, total: float | None, message: str | None) -> None:
+        heard.append((done, message))
+
+    async def run() -> Any:
+        async with connect("stdio", ledger, None) as session:
+            await session.initialize()
+            await session.call_tool("count", {"n": 2}, progress_callback=progress)
+            return dump(await session.call_tool("add", {"a": 2, "b": 3}))
+
+    with forkpoint.record(store=tmp_path / "store") as rec:
+        asyncio.run(run())
+    answer = '{"content": [{"type": "text", "text": "7"}], "structuredContent": {"result": 7}}'
+    with forkpoint.replay(rec.session_path, overrides=[f"tool:add.result={answer}"]) as rp:
+        asyncio.run(run())
+    child = forkpoint.Session.load(rp.report()["child_session"])
+    recorded = {e["tool"]: e for e in forkpoint.Session.load(rec.session_path).by_type("tool_call")}
+    served = {e["tool"]: e for e in child.by_type("tool_call")}
+    assert served["count"]["mcp"] == recorded["count"]["mcp"]
+    assert served["count"]["mcp"]["received"] and served["count"]["mcp"]["server"] == "calc"
+    assert served["add"]["mcp"] == recorded["add"]["mcp"]  # (the overridden one too)
+    heard.clear()
+    with forkpoint.replay(child.path) as again:
+        asyncio.run(run())
+    assert again.report()["reproduced"], again.report()
+    assert heard == [(1.0, "step 1"), (2.0, "step 2")]
+
+
+@pytest.mark.slow
 def test_the_progress_a_tool_reports_reaches_the_callback_again_on_replay(tmp_path: Path) -> None:
     """A tool's progress notifications go to the progress callback the agent gave ``call_tool``:
     recorded with the call, they are handed to that callback again when the replay serves it (they
