@@ -581,7 +581,7 @@ class _Transport:
             # Its requests are recorded here, as MCP calls: the connection is accounted for.
             connections.recorded(url)
         # A stdio transport starts its server: a Python program whose requests are recorded here,
-        # as MCP calls, and which a replay does not start; not one the recording missed.
+        # as MCP calls, and which a replay starts only to go live; not one the recording missed.
         with _http_above(), programs.accounted():
             real = await self._inner.__aenter__()
         if not standby:
