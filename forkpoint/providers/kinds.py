@@ -65,6 +65,17 @@ def _otlp_export(body: object, headers: Iterable[Any] | Mapping[str, str] | None
     return isinstance(body, dict) and not _OTLP_FIELDS.isdisjoint(body)
 
 
+#: The ``User-Agent`` the OTLP exporter specification asks of an SDK's exporters
+#: (opentelemetry.io/docs/specs/otel/protocol/exporter/#user-agent): ``OTel-OTLP-Exporter-Python/1.45.1``,
+#: Go's ``OTel OTLP Exporter Go/…``.
+_OTLP_USER_AGENT = re.compile(r"OTel[- ]OTLP[- ]Exporter[- ]")
+
+
+def _otlp_exporter(body: object, headers: Iterable[Any] | Mapping[str, str] | None) -> bool:
+    """An OTLP/HTTP export by an SDK's exporter (:data:`_OTLP_USER_AGENT`) to a path of its own."""
+    return bool(_OTLP_USER_AGENT.match(_header(headers, "user-agent") or "")) and _otlp_export(body, headers)
+
+
 def _langsmith_client(body: object, headers: Iterable[Any] | Mapping[str, str] | None) -> bool:
     """LangSmith's client (``langsmith-py/…`` in its ``User-Agent``), on any host: a self-hosted
     LangSmith, ``LANGSMITH_ENDPOINT``."""
@@ -119,6 +130,9 @@ TELEMETRY: tuple[Endpoint, ...] = (
         "POST",
         _otlp_export,
     ),
+    # The same at a path of its own: a signal's endpoint variable is used as it is
+    # (OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=http://collector:4318 posts to /), by the exporter's agent.
+    Endpoint("otlp export", "", r"", Answer(200, None, None), "POST", _otlp_exporter),
 )
 
 

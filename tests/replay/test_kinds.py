@@ -110,6 +110,44 @@ def test_telemetry_is_answered_aside_and_never_counts(server: LocalServer, store
     assert "2 served from the recording, 2 answered neutrally" in summary_line(report)
 
 
+def test_an_otlp_export_to_a_path_of_its_own_is_telemetry(server: LocalServer, store: Path) -> None:
+    """The agent's own OpenTelemetry export with OTEL_EXPORTER_OTLP_TRACES_ENDPOINT set to the
+    collector's address (the SDK posts to it as it is: ``POST /``) was recorded as plain HTTP, and
+    the replay DIVERGED on the span ids in its protobuf body, which differ at every run."""
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+    server.route("/", lambda r: Reply(b"", 200, "application/x-protobuf"), method="POST")
+
+    def run() -> str:
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=server.url)))
+        with provider.get_tracer("agent").start_as_current_span("agent run"):
+            answer = _chat(server.url, "hello")
+        provider.shutdown()
+        return answer
+
+    with forkpoint.record(store=store) as rec:
+        live = run()
+    server.stop()
+    kinds_of = [
+        (e["request"]["url"].removeprefix(server.url), e["summary"]["kind"])
+        for e in forkpoint.Session.load(rec.session_path).by_type("model_call")
+    ]
+    assert kinds_of == [("/v1/chat/completions", "model"), ("/", "telemetry")]
+    with forkpoint.replay(rec.session_path) as rp:
+        assert run() == live
+    report = rp.report()
+    assert report["reproduced"] and not report["divergence"] and report["aside"]["served"] == 1
+    # Protobuf posted by anything else than an OTLP exporter, to an application's path, stays HTTP.
+    assert (
+        classify("POST", "http://127.0.0.1:9/", None, [["content-type", "application/x-protobuf"]]) == "http"
+    )
+    exporter = [["content-type", "application/json"], ["user-agent", "OTel-OTLP-Exporter-Python/1.45.1"]]
+    assert classify("POST", "http://127.0.0.1:9/", {"query": "q"}, exporter) == "http"
+
+
 def test_an_applications_logs_api_is_replayed_as_http_not_answered_as_telemetry(
     server: LocalServer, store: Path
 ) -> None:
