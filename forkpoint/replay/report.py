@@ -281,6 +281,44 @@ def _unreplayed(report: dict[str, Any]) -> list[str]:
     return out
 
 
+def caveat(report: dict[str, Any]) -> str | None:
+    """Why a replay that reproduced may still not have handed the program what the recorded run
+    got, in words (what follows "ok, but"), or None: identical calls answered differently served
+    to racing callers, a tool that changed state in place, secrets served as their placeholders,
+    MCP messages whose request cannot be told."""
+    if report.get("ambiguous"):
+        n = sum(len(g) for g in report["ambiguous"])
+        return (
+            f"not certain: {n} identical calls that were answered differently when recorded were "
+            "served to several threads, asyncio tasks or processes, and which got which answer cannot be told from the "
+            f"recording (seq {'; '.join(', '.join(map(str, g)) for g in report['ambiguous'])})"
+        )
+    if report.get("changed_in_place"):
+        said = "; ".join(
+            f"tool {_plain(str(c.get('tool')))!r} changed {', '.join(_plain(str(x)) for x in c.get('changed') or [])}"
+            for c in report["changed_in_place"]
+        )
+        return (
+            f"not certain: when recorded, {said} in place, which this replay did not do (it does "
+            "not run a tool's body): what the program read of it afterwards may differ (--tools live runs it)"
+        )
+    if report.get("placeholders_served"):
+        seqs = report["placeholders_served"]
+        return (
+            f"{plural(len(seqs), 'recorded answer')} held secrets scrubbed when recorded, and the "
+            f"program was handed their placeholders, not the values it got live (seq "
+            f"{', '.join(map(str, seqs[:10]))}{' …' if len(seqs) > 10 else ''}; docs/security.md)"
+        )
+    if report.get("mcp_shared"):
+        return (
+            "not certain: an MCP server sent messages (log messages, sampling, elicitation, progress) "
+            "while several requests were in flight, and which each came for cannot be told from the "
+            "recording: they were handed to the agent's callbacks with the latest of them, maybe in "
+            f"another order than they came (seq {', '.join(map(str, report['mcp_shared']))})"
+        )
+    return None
+
+
 def summary_line(report: dict[str, Any]) -> str:
     """The one-line end-of-replay report. A what-if run that went as asked is no reproduction, and
     says so rather than "ok": its live calls were answered anew, or (fifo) recorded answers were
@@ -315,38 +353,8 @@ def summary_line(report: dict[str, Any]) -> str:
         status = (
             "finished with drift (fifo served recorded answers to requests that differed: not a reproduction)"
         )
-    elif report.get("ambiguous"):
-        n = sum(len(g) for g in report["ambiguous"])
-        status = (
-            f"ok, but not certain: {n} identical calls that were answered differently when recorded were "
-            "served to several threads, asyncio tasks or processes, and which got which answer cannot be told from the "
-            f"recording (seq {'; '.join(', '.join(map(str, g)) for g in report['ambiguous'])})"
-        )
     else:
-        status = "ok"
-    if status == "ok" and report.get("changed_in_place"):
-        said = "; ".join(
-            f"tool {_plain(str(c.get('tool')))!r} changed {', '.join(_plain(str(x)) for x in c.get('changed') or [])}"
-            for c in report["changed_in_place"]
-        )
-        status = (
-            f"ok, but not certain: when recorded, {said} in place, which this replay did not do (it does "
-            "not run a tool's body): what the program read of it afterwards may differ (--tools live runs it)"
-        )
-    if status == "ok" and report.get("placeholders_served"):
-        seqs = report["placeholders_served"]
-        status = (
-            f"ok, but {plural(len(seqs), 'recorded answer')} held secrets scrubbed when recorded, and the "
-            f"program was handed their placeholders, not the values it got live (seq "
-            f"{', '.join(map(str, seqs[:10]))}{' …' if len(seqs) > 10 else ''}; docs/security.md)"
-        )
-    if status == "ok" and report.get("mcp_shared"):
-        status = (
-            "ok, but not certain: an MCP server sent messages (log messages, sampling, elicitation, progress) "
-            "while several requests were in flight, and which each came for cannot be told from the "
-            "recording: they were handed to the agent's callbacks with the latest of them, maybe in "
-            f"another order than they came (seq {', '.join(map(str, report['mcp_shared']))})"
-        )
+        status = "ok" if (but := caveat(report)) is None else f"ok, but {but}"
     unheard = [
         f"{m.get('method')} from MCP server {m.get('server')!r}" for m in report.get("unrecorded_mcp") or []
     ]
@@ -462,9 +470,10 @@ def verdict(report: dict[str, Any] | None, exit_code: int | None, recorded_exit:
         reasons.append("the replay report says it did not reproduce")
     if reasons:
         return {"status": "ended differently", "detail": "; ".join(reasons), "call": None, "path": None}
-    # (as `forkpoint replay` says "ok, but incomplete": a check row said "reproduced" and nothing else)
+    # (as `forkpoint replay` says "ok, but …": a check row said "reproduced" and nothing else)
     unreplayed = _unreplayed(report)
-    detail = "incomplete: " + "; ".join(unreplayed) if unreplayed else ""
+    but = [caveat(report)] + (["incomplete: " + "; ".join(unreplayed)] if unreplayed else [])
+    detail = "; ".join(b for b in but if b)
     return {"status": "reproduced", "detail": detail, "call": None, "path": None}
 
 

@@ -23,6 +23,12 @@ def test_reproduced_only_when_the_report_and_the_exit_code_agree() -> None:
     assert verdict(report(), 0, 0) == {"status": "reproduced", "detail": "", "call": None, "path": None}
     assert verdict(report(), 2, 2)["status"] == "reproduced"
     assert verdict(report(), 0, None)["status"] == "reproduced"  # the recording's exit code is unknown
+    # What `forkpoint replay` says after "ok, but" is said too: a check row said "reproduced" alone.
+    racing = verdict(report(ambiguous=[[3, 7, 9]]), 0, 0)
+    assert racing["status"] == "reproduced"
+    assert racing["detail"].startswith("not certain: 3 identical calls that were answered differently"), (
+        racing
+    )
 
 
 def test_a_divergence_names_the_call_and_the_first_differing_path() -> None:

@@ -712,6 +712,31 @@ def test_a_signal_passed_on_in_one_map_says_nothing_of_the_next_ones_tasks() -> 
         assert [r for _, r in ex.map(_signal_seen, [{}])] == [{"sig": None}]
 
 
+def test_check_says_a_reproduced_run_is_not_certain_as_replay_does(tmp_path: Path) -> None:
+    """A tool that changed its argument in place when recorded: `forkpoint replay` says "ok, but not
+    certain" and why, while `forkpoint check` said "reproduced" and nothing else (so did it for
+    identical calls answered differently served to racing callers, as a pydantic-ai agent's tools
+    are, and for secrets served as their placeholders)."""
+    (tmp_path / "agent.py").write_text(
+        "import forkpoint\n\n@forkpoint.tool\ndef add_note(notes: list, text: str) -> int:\n"
+        "    notes.append(text)\n    return len(notes)\n\nprint(add_note([], 'a'))\n"
+    )
+    store = tmp_path / "store"
+    env = cli_env()
+    rec = forkpoint_cli(
+        "record", "--store", str(store), "--no-workspace", "--", "python", "agent.py", cwd=tmp_path, env=env
+    )  # fmt: skip
+    assert rec.returncode == 0, rec.stderr
+    out = forkpoint_cli("check", str(store), "--json", str(tmp_path / "c.json"), cwd=tmp_path, env=env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    (row,) = orjson.loads((tmp_path / "c.json").read_bytes())["rows"]
+    assert row["status"] == "reproduced", row
+    assert row["detail"].startswith(
+        "not certain: when recorded, tool 'add_note' changed its argument 'notes' in place"
+    ), row
+    assert "reproduced: not certain:" in " ".join(out.stdout.split()), out.stdout
+
+
 @pytest.mark.slow
 def test_check_says_what_of_a_reproduced_run_ran_for_real(tmp_path: Path) -> None:
     """A mini-swe-agent-like run whose bash commands are no recorded tool calls (one of them a Python
