@@ -54,6 +54,29 @@ def finish_pending(rt: runtime.Runtime) -> None:
         call.finish(ended="unfinished")
 
 
+#: The program's OpenTelemetry providers (module, getter): the SDK's hold spans, metrics and logs
+#: to export later (a BatchSpanProcessor's queue, sent every 5 s and at exit).
+_TELEMETRY_PROVIDERS = (
+    ("opentelemetry.trace", "get_tracer_provider"),
+    ("opentelemetry.metrics", "get_meter_provider"),
+    ("opentelemetry._logs", "get_logger_provider"),
+)
+
+
+def flush_telemetry() -> None:
+    """Export what the program's OpenTelemetry providers still hold, while the replay still answers
+    their exports: after it ends (a replayed test in a pytest process that goes on) they would send
+    the replayed run's spans to the real collector. A provider that cannot flush is left as it is."""
+    for module, getter in _TELEMETRY_PROVIDERS:
+        api = sys.modules.get(module)
+        flush = getattr(getattr(api, getter, lambda: None)(), "force_flush", None)
+        if callable(flush):
+            try:
+                flush(5000)  # (milliseconds; a replay answers an export at once)
+            except Exception:  # (the program's telemetry: whatever it raises is no replay's)
+                pass
+
+
 def checked_tools(tools: Sequence[str], where: str) -> list[str]:
     """``module:qualname`` tool targets, each checked. Raises :class:`~forkpoint.errors.UsageError`
     naming ``where`` and the target."""
@@ -362,6 +385,7 @@ def replay(
         failed = exc
         raise
     finally:
+        flush_telemetry()
         runtime.deactivate(rt)
         hooks.close()
         for k in added:

@@ -148,6 +148,61 @@ def test_an_otlp_export_to_a_path_of_its_own_is_telemetry(server: LocalServer, s
     assert classify("POST", "http://127.0.0.1:9/", {"query": "q"}, exporter) == "http"
 
 
+_SPANS_AFTER_THE_REPLAY = """
+import sys
+
+import requests
+from opentelemetry import trace
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+import forkpoint
+
+base, store = sys.argv[1], sys.argv[2]
+provider = TracerProvider()  # (sends its spans every 10 minutes, and at the end)
+exporter = OTLPSpanExporter(endpoint=base + "/v1/traces")
+provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=600_000))
+trace.set_tracer_provider(provider)
+
+
+def run():
+    with trace.get_tracer("agent").start_as_current_span("agent run"):
+        body = {"model": "m", "messages": [{"role": "user", "content": "hello"}]}
+        return requests.post(base + "/v1/chat/completions", json=body, timeout=5).json()
+
+
+with forkpoint.record(store=store) as rec:
+    live = run()
+provider.force_flush()  # (the recorded run's span, sent as the program would)
+with forkpoint.replay(rec.session_path) as rp:
+    assert run() == live
+assert rp.report()["reproduced"], rp.report()
+provider.shutdown()
+"""
+
+
+def test_a_replay_in_a_process_that_goes_on_does_not_send_the_replayed_runs_spans(
+    server: LocalServer, tmp_path: Path
+) -> None:
+    """A pydantic-ai test instrumented with OpenTelemetry (a BatchSpanProcessor), replayed by the
+    pytest plugin: the spans of the replayed run were sent to the real collector when the process
+    ended, after the replay. The replay now flushes them while it still answers their export."""
+    server.route("/v1/traces", lambda r: Reply(b"", 200, "application/x-protobuf"), method="POST")
+    script = tmp_path / "spans.py"
+    script.write_text(_SPANS_AFTER_THE_REPLAY)
+    out = subprocess.run(
+        [sys.executable, str(script), server.url, str(tmp_path / "store")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert out.returncode == 0, out.stderr
+    exports = [r for r in server.requests if r["path"] == "/v1/traces"]
+    assert len(exports) == 1, exports  # the recorded run's, not the replayed run's too
+
+
 def test_an_applications_logs_api_is_replayed_as_http_not_answered_as_telemetry(
     server: LocalServer, store: Path
 ) -> None:
