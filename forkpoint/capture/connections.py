@@ -84,6 +84,14 @@ def reset() -> None:
         _recorded.clear()
 
 
+def opened(host: str, port: int) -> None:
+    """A connection made where :mod:`socket` does not see it (grpcio's C core) to ``host:port``,
+    while a recorder is active: named at the end unless a recorded exchange accounts for it."""
+    if _recording():
+        with _lock:
+            _seen.add((host.lower().strip("[]"), port, None))
+
+
 def recorded(url: str) -> None:
     """An exchange with ``url`` is recorded: connections to its ``host:port`` are accounted for."""
     try:

@@ -97,6 +97,7 @@ BUILTIN: dict[str, tuple[str, ...]] = {
     "forkpoint.integrations.dspy": ("dspy.adapters.types.tool", "dspy.clients.cache"),
     "forkpoint.integrations.crewai": ("crewai.tools.base_tool",),
     "forkpoint.integrations.multiprocessing": ("multiprocessing.util", "multiprocessing.spawn"),
+    "forkpoint.integrations.grpc": ("grpc", "grpc.aio"),
 }
 
 __all__ = [

@@ -488,6 +488,40 @@ def test_a_client_forkpoint_does_not_capture_is_named_at_the_end(
     assert f"127.0.0.1:{other.port}" in err and where not in err.split("connected to", 1)[-1]
 
 
+def test_a_grpc_channel_is_named_among_the_connections_not_recorded(
+    server: LocalServer, store: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """grpcio connects from its C core, past Python's socket: a pydantic-ai agent exporting its
+    spans over OTLP/gRPC to a local collector was recorded with no word of it, though its export is
+    not in the session (README: "nothing goes missing silently")."""
+    from concurrent import futures
+
+    import grpc
+    from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+
+    class Collector(trace_service_pb2_grpc.TraceServiceServicer):
+        def Export(self, request: Any, context: Any) -> Any:  # noqa: N802 (the service's method name)
+            return trace_service_pb2.ExportTraceServiceResponse()
+
+    collector = grpc.server(futures.ThreadPoolExecutor(1))
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(Collector(), collector)
+    port = collector.add_insecure_port("127.0.0.1:0")
+    collector.start()
+    try:
+        with forkpoint.record(store=store) as rec:
+            with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+                stub = trace_service_pb2_grpc.TraceServiceStub(channel)
+                stub.Export(trace_service_pb2.ExportTraceServiceRequest(), timeout=10)
+            requests.get(server.url + "/seen", timeout=5)
+    finally:
+        collector.stop(None)
+    notes = forkpoint.Session.load(rec.session_path).by_type("note")  # type: ignore[call-overload]
+    assert [n["data"]["unrecorded_connections"] for n in notes if "unrecorded_connections" in n["data"]] == [
+        [f"127.0.0.1:{port}"]
+    ]
+    assert f"connected to 127.0.0.1:{port} through a client" in capsys.readouterr().err
+
+
 def test_a_recorded_call_to_localhost_after_one_to_127_0_0_1_is_not_named_unrecorded(
     server: LocalServer, store: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
