@@ -540,6 +540,8 @@ class _Standby:
                 await self._real[1].send(message)
 
     async def to_session(self) -> None:
+        import anyio
+
         try:
             async for message in self._real[0]:
                 if not self._answered.is_set() and _message_id(message) == _INTRODUCTION_ID:
@@ -547,6 +549,8 @@ class _Standby:
                     self._answered.set()
                 elif self.live:
                     await self._to_session.send(message)
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            pass  # the session is gone (a server's message after it left): dropped, as stdio does
         finally:
             self._answered.set()  # (a server that ended: go_live says so)
             await self._to_session.aclose()
@@ -599,12 +603,15 @@ class _Transport:
         if self._fake is not None:
             await self._fake.aclose()
             return None
-        if self._standby is not None:
-            self._relay.cancel_scope.cancel()
-            await self._relay.__aexit__(None, None, None)
-            await self._standby.aclose()
-        with _http_above():  # a closing DELETE of streamable HTTP
-            return await self._inner.__aexit__(*exc_info)
+        try:
+            if self._standby is not None:
+                self._relay.cancel_scope.cancel()
+                await self._relay.__aexit__(None, None, None)
+                await self._standby.aclose()
+        finally:  # the server is stopped whatever its relays did
+            with _http_above():  # a closing DELETE of streamable HTTP
+                closed = await self._inner.__aexit__(*exc_info)
+        return closed
 
 
 def _width(name: str) -> int:

@@ -92,6 +92,7 @@ async def kick(ctx: Context) -> str:
     async def log_later() -> None:
         await asyncio.sleep(0.2)
         await session.send_log_message("info", "kicked earlier")
+        note("kicked earlier")
 
     later.append(asyncio.get_running_loop().create_task(log_later()))
     return "kicked"

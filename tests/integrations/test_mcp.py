@@ -334,6 +334,37 @@ def test_a_call_that_goes_live_after_a_divergence_reaches_the_server_the_replay_
 
 
 @pytest.mark.slow
+def test_a_server_message_after_the_session_left_a_standby_transport_is_dropped(tmp_path: Path) -> None:
+    """A stdio server a replay started on standby, then went live on, may still write once the
+    agent's session has left (a log message after its tool answered) while its transport is open:
+    the relay handed it to the session's closed stream, and its BrokenResourceError cancelled the
+    agent's task, ended the transport in an ExceptionGroup, and left the server running. The stdio
+    transport drops such a message; the replay of the same run does too."""
+    ledger = tmp_path / "ledger.log"
+
+    async def run(b: int) -> Any:
+        params = StdioServerParameters(command=sys.executable, args=[str(SERVER_SCRIPT), str(ledger)])
+        async with stdio_client(params) as (read, write):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                added = dump(await session.call_tool("add", {"a": 2, "b": b}))
+                await session.call_tool("kick", {})
+            for _ in range(600):  # until the server wrote its log message, the session gone
+                if ledger.read_text().count("kicked earlier") == ledger.read_text().count("kick\n"):
+                    break
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(0.2)  # (and the transport read it)
+        return added
+
+    with forkpoint.record(store=tmp_path / "store") as rec:
+        assert asyncio.run(run(3))["structuredContent"] == {"result": 5}
+    with forkpoint.replay(rec.session_path, on_divergence="live") as rp:
+        assert asyncio.run(run(4))["structuredContent"] == {"result": 6}
+    assert rp.report()["divergence"]["name"] == "add"
+    assert ledger.read_text().count("kicked earlier") == 2
+
+
+@pytest.mark.slow
 def test_a_call_that_must_go_live_on_a_session_over_a_socket_says_it_was_never_connected(
     tmp_path: Path,
 ) -> None:
