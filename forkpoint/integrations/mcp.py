@@ -193,6 +193,12 @@ async def _request(
         standby = getattr(session, _STANDBY, None)
         if standby is not None:
             await standby.go_live(introduce=method != "initialize")
+        if isinstance(fake, str):
+            raise McpServerNotStarted(
+                f"the replay must make MCP request {method} ({name}) to server "
+                f"{getattr(session, _SERVER, None)!r} live, but it could not start that server ({fake}): "
+                "the replay served its session from the recording without it."
+            )
         if fake:
             raise McpServerNotStarted(
                 f"the replay must make MCP request {method} ({name}) to server "
@@ -377,12 +383,10 @@ def patch_session(module: ModuleType) -> None:
         init(self, *args, **kwargs)
         # The write stream, or (2.x's mcp.Client) the JSON-RPC dispatcher built over it.
         given = (*args, *kwargs.values())
-        if any(
-            getattr(v, _FAKE, False) or getattr(getattr(v, "_write_stream", None), _FAKE, False)
-            for v in given
-        ):
-            setattr(self, _FAKE, True)  # its server was not started: nothing can go live
         for v in given:
+            fake = getattr(v, _FAKE, False) or getattr(getattr(v, "_write_stream", None), _FAKE, False)
+            if fake:
+                setattr(self, _FAKE, fake)  # its server was not started: nothing can go live
             standby = getattr(v, _STANDBY, None) or getattr(getattr(v, "_write_stream", None), _STANDBY, None)
             if standby is not None:
                 setattr(self, _STANDBY, standby)
@@ -449,12 +453,12 @@ class _ReplayStreams:
     nothing writes to (closed when the transport is left) and a write stream that drops what it is
     sent. Marked so the session knows its server was not started."""
 
-    def __init__(self, width: int) -> None:
+    def __init__(self, width: int, failed: str | None = None) -> None:
         import anyio
 
         self._read_writer, self.read = anyio.create_memory_object_stream[Any](0)
         self.write, self._write_reader = anyio.create_memory_object_stream[Any](math.inf)
-        setattr(self.write, _FAKE, True)
+        setattr(self.write, _FAKE, failed or True)  # (failed: why the replay could not start it)
         self.width = width
 
     def streams(self) -> tuple[Any, ...]:
@@ -587,9 +591,15 @@ class _Transport:
         # A stdio transport starts its server: a Python program whose requests are recorded here,
         # as MCP calls, and which a replay starts only to go live; not one the recording missed.
         with _http_above(), programs.accounted():
-            real = await self._inner.__aenter__()
-        if not standby:
-            return real
+            if not standby:
+                return await self._inner.__aenter__()
+            try:
+                real = await self._inner.__aenter__()
+            except OSError as exc:
+                # (a server not installed where the session is replayed): the replay serves the
+                # session as one that cannot go live, and a call made live says why
+                self._fake = _ReplayStreams(self._width, f"{type(exc).__name__}: {exc}")
+                return self._fake.streams()
         import anyio
 
         self._standby = _Standby(tuple(real))

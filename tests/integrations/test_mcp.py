@@ -334,6 +334,35 @@ def test_a_call_that_goes_live_after_a_divergence_reaches_the_server_the_replay_
 
 
 @pytest.mark.slow
+def test_a_replay_that_may_go_live_serves_a_session_whose_server_cannot_start_here(tmp_path: Path) -> None:
+    """A replay that may go live starts the agent's stdio server; where that server is not
+    installed (another machine, CI), starting it raised FileNotFoundError in the agent, so a replay
+    under --on-divergence live that never diverged failed where a plain replay passed. Now the
+    session is served as the recording has it, and only a call made live fails, saying why."""
+    ledger = tmp_path / "ledger.log"
+
+    async def run(command: str, b: int) -> Any:
+        params = StdioServerParameters(command=command, args=[str(SERVER_SCRIPT), str(ledger)])
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            return dump(await session.call_tool("add", {"a": 2, "b": b}))
+
+    with forkpoint.record(store=tmp_path / "store") as rec:
+        live = asyncio.run(run(sys.executable, 3))
+    missing = str(tmp_path / "not-installed")
+    with forkpoint.replay(rec.session_path, on_divergence="live") as rp:
+        assert asyncio.run(run(missing, 3)) == live
+    assert rp.report()["reproduced"], rp.report()
+    with forkpoint.replay(rec.session_path, on_divergence="live"):
+        with pytest.raises(ExceptionGroup) as raised:  # through the session's task group
+            asyncio.run(asyncio.wait_for(run(missing, 4), 120))
+    assert raised.group_contains(
+        forkpoint.McpServerNotStarted, match=r"server 'calc'.*could not start that server \(FileNotFoundError"
+    )
+    assert ledger.read_text() == "started stdio\nadd 2 3\n"
+
+
+@pytest.mark.slow
 def test_a_server_message_after_the_session_left_a_standby_transport_is_dropped(tmp_path: Path) -> None:
     """A stdio server a replay started on standby, then went live on, may still write once the
     agent's session has left (a log message after its tool answered) while its transport is open:
