@@ -529,11 +529,13 @@ class _Standby:
                 request = {"jsonrpc": "2.0", "id": _INTRODUCTION_ID, "method": "initialize"}
                 await self._real[1].send(_message({**request, "params": self.introduction}))
                 await self._answered.wait()
-                answer = getattr(self._answer, "message", None)  # (None: the server ended, or an error)
-                if answer is None or getattr(getattr(answer, "root", answer), "error", None) is not None:
+                answer = getattr(self._answer, "message", None)  # (None: the server ended)
+                error = getattr(getattr(answer, "root", answer), "error", None)
+                if answer is None or error is not None:
+                    why = f"refused it: {error!r}" if answer is not None else "ended before it answered"
                     raise McpServerNotStarted(
                         "the replay must make an MCP request live and started the server for it, but the "
-                        f"server did not accept the session's recorded initialize request: {self._answer!r}"
+                        f"server {why} (the session's recorded initialize request)"
                     )
                 await self._real[1].send(_message({"jsonrpc": "2.0", "method": "notifications/initialized"}))
             self.live = True

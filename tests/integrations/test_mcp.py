@@ -363,6 +363,30 @@ def test_a_replay_that_may_go_live_serves_a_session_whose_server_cannot_start_he
 
 
 @pytest.mark.slow
+def test_a_call_made_live_on_a_standby_server_that_ended_says_it_ended(tmp_path: Path) -> None:
+    """A stdio server the replay started on standby that ended before the replay went live (it
+    exits at once here, as one missing its configuration would): the live call said the server
+    'did not accept the session's recorded initialize request: None'. It says the server ended."""
+    ledger = tmp_path / "ledger.log"
+
+    async def run(args: list[str], b: int) -> Any:
+        params = StdioServerParameters(command=sys.executable, args=args)
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            return dump(await session.call_tool("add", {"a": 2, "b": b}))
+
+    with forkpoint.record(store=tmp_path / "store") as rec:
+        asyncio.run(run([str(SERVER_SCRIPT), str(ledger)], 3))
+    with forkpoint.replay(rec.session_path, on_divergence="live"):
+        with pytest.raises(ExceptionGroup) as raised:  # through the session's task group
+            asyncio.run(asyncio.wait_for(run(["-c", "pass"], 4), 120))
+    assert raised.group_contains(
+        forkpoint.McpServerNotStarted,
+        match=r"server ended before it answered \(the session's recorded initialize",
+    )
+
+
+@pytest.mark.slow
 def test_a_server_message_after_the_session_left_a_standby_transport_is_dropped(tmp_path: Path) -> None:
     """A stdio server a replay started on standby, then went live on, may still write once the
     agent's session has left (a log message after its tool answered) while its transport is open:
