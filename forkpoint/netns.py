@@ -394,7 +394,13 @@ def unrun(program: str, exc: OSError, path: str | None = None, cwd: Path | None 
         with contextlib.suppress(OSError), file.open("rb") as f:
             line = f.readline(256)
             if line.startswith(b"#!"):
-                return f"names an interpreter that was not found: {line.decode(errors='replace').strip()}"
+                shebang = line.decode(errors="replace").rstrip("\n")
+                if shebang.endswith("\r"):  # (the kernel looks for "/bin/sh\r": the \r does not show)
+                    return (
+                        f"names an interpreter that was not found: {shebang.strip()} followed by a carriage "
+                        "return (the file has Windows line endings, CRLF)"
+                    )
+                return f"names an interpreter that was not found: {shebang.strip()}"
         return "could not be run: No such file or directory"
     if file is not None and file.is_dir():
         return "is a directory"

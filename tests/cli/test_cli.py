@@ -1533,6 +1533,12 @@ def replay_with_threads(recorded: Recorded, threads: int, *cmd: str) -> Any:
     ("kind", "code", "why"),
     [
         ("interpreter", 127, "names an interpreter that was not found: #!/no/such/python"),
+        (
+            "crlf",
+            127,
+            "names an interpreter that was not found: #!/bin/sh followed by a carriage return (the file has "
+            "Windows line endings, CRLF)",
+        ),
         ("not-executable", 126, "could not be run: Permission denied"),
         ("folder", 126, "is a directory"),
     ],
@@ -1543,10 +1549,14 @@ def test_replay_of_a_command_that_is_there_but_cannot_run_says_why(
     """A script whose #! interpreter is missing was said "command not found" (the kernel's ENOENT),
     sending the user after a file that is there; one not executable, or a folder, ended the replay
     in click's "Error: …: Permission denied" and exit code 1 (through the launcher: "wrote no
-    report … is forkpoint installed")."""
+    report … is forkpoint installed"). A script saved with Windows line endings names "/bin/sh\r",
+    which was said as "#!/bin/sh", an interpreter that is there."""
     program = tmp_path / kind
     if kind == "folder":
         program.mkdir()
+    elif kind == "crlf":
+        program.write_bytes(b"#!/bin/sh\r\necho ran\r\n")
+        program.chmod(0o755)
     else:
         program.write_text("#!/no/such/python\nprint(1)\n")
         program.chmod(0o755 if kind == "interpreter" else 0o644)
