@@ -351,10 +351,13 @@ def record_command(
     where = session.close(quiet=quiet)  # index entry; upload to a remote store
     if not quiet:
         other = tally.other if tally is not None else {}
+        mcp = tally.mcp_requests if tally is not None else 0
         counts = [
             plural(i.model_calls - sum(other.values()), "model call"),
-            plural(i.tool_calls, "tool call"),
+            plural(i.tool_calls - mcp, "tool call"),
         ]
+        if mcp:  # (an MCP session's initialize, tools/list…: in the session as tool call events)
+            counts.append(plural(mcp, "MCP session request"))
         if other:
             names = {"telemetry": "telemetry", "mcp": "MCP", "http": "plain HTTP"}
             kinds = ", ".join(f"{k} {names.get(kind, kind)}" for kind, k in sorted(other.items()))

@@ -524,6 +524,9 @@ class Lacks:
         self.aliases: dict[str, str] = {}
         #: Tool calls whose result or error held a secret, stored as its placeholder: ``(seq, tool)``.
         self.scrubbed: list[tuple[int | None, str]] = []
+        #: Recorded MCP session requests (``mcp:initialize``, ``mcp:tools/list``…): tool call events,
+        #: but no tool the model called.
+        self.mcp_requests = 0
 
     def answered(self, kind: str, tool_calls: Sequence[Mapping[str, Any]] | None, seq: int | None) -> None:
         """A model call was recorded (as ``seq``); ``kind`` and ``tool_calls`` are its summary's (the
@@ -544,6 +547,8 @@ class Lacks:
         scrubbed secret's placeholder (None: looked for here)."""
         self.seqs.append(seq)
         self.tools.add(str(event.get("tool")))
+        if str(event.get("tool")).startswith("mcp:"):
+            self.mcp_requests += 1
         if "unrecorded" in event:
             self.lost.append((seq, str(event["tool"]), str(event["unrecorded"]["type"])))
         if held is None:
@@ -575,6 +580,7 @@ class Lacks:
             "other": self.other,
             "scrubbed": self.scrubbed,
             "aliases": self._aliases(),
+            "mcp_requests": self.mcp_requests,
         }
 
     def _aliases(self) -> dict[str, str]:
@@ -605,6 +611,7 @@ class Lacks:
                     out.other[str(kind)] = out.other.get(str(kind), 0) + int(k)
                 out.scrubbed.extend((seq, str(tool)) for seq, tool in t.get("scrubbed") or ())
                 out.aliases.update({str(k): str(v) for k, v in (t.get("aliases") or {}).items()})
+                out.mcp_requests += int(t.get("mcp_requests") or 0)
         except (KeyError, TypeError, ValueError, AttributeError):
             return None
         if None in out.seqs or len(out.seqs) != calls or len(set(out.seqs)) != calls:
