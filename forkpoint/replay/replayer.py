@@ -1308,7 +1308,12 @@ class Replayer:
             else None,
             "diff": self._explained(normalized(base), norm, tool) if base else [],
         }
-        if (
+        # After an override the run saw what the recording did not: a difference may be its doing,
+        # the what-if leaving the recording, which no ignore rule or --deterministic should hide.
+        overridden = [self.overrides[seq].spec for seq, done in self.applied.items() if done]
+        if overridden:
+            report["after_overrides"] = overridden
+        elif (
             base is not None
             and kind != "value"
             and (rules := suggest_ignore(normalized(base), norm, self.ignore, tool))

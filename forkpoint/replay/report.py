@@ -61,6 +61,14 @@ def format_divergence(report: DivergenceReport | dict[str, Any]) -> str:
             "in place: a replay does not run the tool's body, so the program did not see that change, "
             "which may be why it went another way (replay the tool live: --tools live)."
         )
+    overridden = report.get("after_overrides") or []
+    if overridden:
+        lines.append(
+            f"The {'override' if len(overridden) == 1 else 'overrides'} applied before this call "
+            f"({', '.join(_plain(o) for o in overridden)}) may be why what the run sent differs: the "
+            "what-if leaving the recording, no change to ignore (--on-divergence live goes on with "
+            "real calls)."
+        )
     suggested = report.get("suggest") or []
     if suggested:
         from ..match import IgnoreRule  # here: the verdict alone does not load matching

@@ -280,6 +280,32 @@ def test_a_divergence_on_a_timestamp_suggests_the_rule(server: LocalServer, stor
     assert rp.report()["reproduced"]
 
 
+def test_a_divergence_an_override_caused_suggests_no_rule(server: LocalServer, store: Path) -> None:
+    """An override of a tool that returned the time makes the next request differ by a timestamp:
+    that is the what-if leaving the recording, which the report said to ignore with a rule (or,
+    the session deterministic, to name the module that read the clock)."""
+
+    @forkpoint.tool
+    def now() -> str:
+        return "2026-12-01 10:15:19.930158"
+
+    def agent() -> None:
+        ask("hi", f"Current time: {now()}", server.openai_base_url)
+
+    with forkpoint.record(store=store) as rec:
+        agent()
+    server.stop()
+    spec = 'tool:now.result="2020-01-01 00:00:00.000001"'
+    with forkpoint.replay(rec.session_path, overrides=[spec]), pytest.raises(forkpoint.Divergence) as div:
+        agent()
+    report = div.value.report
+    assert "suggest" not in report and "hint_deterministic" not in report
+    assert report["after_overrides"] == [spec]
+    text = " ".join(str(div.value).split())
+    assert "Every difference looks like a timestamp" not in text and "--deterministic" not in text
+    assert f"The override applied before this call ({spec}) may be why what the run sent differs" in text
+
+
 def test_a_date_in_a_header_alone_does_not_suggest_deterministic(server: LocalServer, store: Path) -> None:
     """A header an SDK sets with a date in it (``openai-beta``, ``anthropic-version``), changed by
     an upgrade, got the hint to record with ``--deterministic`` "if the program's own code put it
