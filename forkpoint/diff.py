@@ -1,8 +1,8 @@
 """``forkpoint diff A B``: align two sessions call by call and say where and how they parted.
 
 Calls (model and tool calls; not telemetry, which a replay never diverges on) are aligned by their
-*signature* — kind plus endpoint or tool name — with a longest-matching-subsequence alignment, so
-an extra tool call in one run shows as an insertion
+*signature* — kind plus endpoint or tool name — their common start paired first, the rest with a
+longest-matching-subsequence alignment, so an extra tool call in one run shows as an insertion
 rather than shifting every later pair. Calls are taken in the order they started (their ``sent``
 ordinals), not the order they were logged in: parallel tools are logged as they finish, and a
 what-if's replay logs each call as it is served. Two aligned calls are *equivalent* when their match keys are
@@ -329,6 +329,19 @@ def _mark_ignored(x: dict[str, Any], y: dict[str, Any], changes: list[Change]) -
     ]
 
 
+def _alignment(sa: list[str], sb: list[str]) -> list[tuple[str, int, int, int, int]]:
+    """difflib opcodes aligning two runs' call signatures, their common start paired first: both
+    runs began there, and the longest matching block alone, taken where it first occurs in A, may
+    pair A's 1st model call with B's 2nd (``M L M L M`` against ``M G M L M``), leaving B's 1st
+    "only in B" though both runs asked it the same."""
+    n = 0
+    while n < min(len(sa), len(sb)) and sa[n] == sb[n]:
+        n += 1
+    rest = difflib.SequenceMatcher(None, sa[n:], sb[n:], autojunk=False).get_opcodes()
+    head = [("equal", 0, n, 0, n)] if n else []
+    return head + [(op, i1 + n, i2 + n, j1 + n, j2 + n) for op, i1, i2, j1, j2 in rest]
+
+
 def diff_sessions(a: Session, b: Session) -> SessionDiff:
     """Align the calls of ``a`` and ``b`` and compare them (see module docstring)."""
     spec, ha, hb = key_spec(), a.header.get("keys"), b.header.get("keys")
@@ -336,7 +349,7 @@ def diff_sessions(a: Session, b: Session) -> SessionDiff:
     sa, sb = [signature(e) for e in ca], [signature(e) for e in cb]
     pairs: list[Pair] = []
     equal = EqualPairs()  # (each pair of resent messages compared once, not at every call)
-    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, sa, sb, autojunk=False).get_opcodes():
+    for op, i1, i2, j1, j2 in _alignment(sa, sb):
         if op == "equal":
             for x, y in zip(ca[i1:i2], cb[j1:j2], strict=True):
                 if x["type"] == "model_call":  # (the next model call resends this one's messages)

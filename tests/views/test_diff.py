@@ -426,6 +426,23 @@ def test_parallel_tools_that_finished_in_another_order_pair_up(tmp_path: Path) -
     assert "only in" in diff(a, c).output
 
 
+def test_the_runs_common_start_pairs_up_before_a_later_longer_match(tmp_path: Path) -> None:
+    """Two runs of one agent whose first model answers called other tools (A: lookup, B: get_time),
+    then went on alike. The longest matching stretch, found first at A's start, paired A's 1st call
+    with B's 2nd: "first divergence at call 1: only in B", though both runs made that call alike."""
+    step = ("think", {"q": "weather?"}, {"result": "ok"})
+    lookup = ("lookup_weather", {"city": "Oslo"}, {"result": {"temp_c": 21}})
+    clock = ("get_time", {}, {"result": "2026-12-06T00:58:45"})
+    a = tool_session(tmp_path, [step, lookup, step, lookup, step])
+    b = tool_session(tmp_path, [step, clock, step, lookup, step])
+    res = diff(a, b)
+    assert res.exit_code == 1, res.output
+    out = flat(res.output)
+    assert "only in" not in out, out
+    assert "first divergence at call 2: A seq 2 (tool lookup_weather) vs B seq 2 (tool get_time)" in out, out
+    assert marks(res.output) == {1: "=", 2: "≠", 3: "=", 4: "=", 5: "="}
+
+
 def test_a_session_whose_pid_is_no_number_is_diffed_not_a_traceback(tmp_path: Path) -> None:
     """Calls are grouped by process (``pid``) to be put in the order they started; a session edited
     or made by another tool with ``"pid": [1]`` made ``diff`` (and ``show``) fail with
