@@ -1528,7 +1528,9 @@ def prune(store: str | None, older_than: str | None, keep_failed: bool, dry_run:
     except SessionError as exc:
         raise click.UsageError(str(exc)) from None
     target = _open_store(store)
-    todo, kept = prune_candidates(target.listing().rows, age, keep_failed=keep_failed)
+    rows = target.listing().rows
+    todo, kept = prune_candidates(rows, age, keep_failed=keep_failed)
+    newer = len(rows) - len(todo) - len(kept)
     on_hold = holds(target)
     for r in [r for r in todo if r.session_id in on_hold]:
         kept[r.session_id] = f"under legal hold ({hold_reason(on_hold[r.session_id])})"
@@ -1549,7 +1551,7 @@ def prune(store: str | None, older_than: str | None, keep_failed: bool, dry_run:
     verb = "would remove" if dry_run else "removed"
     _err().print(
         f"forkpoint: prune {verb} {plural(len(todo), 'session')} older than {older_than} "
-        f"from {target.url}; kept {len(kept)}",
+        f"from {target.url}; kept {f'{len(kept)} older (said above) and ' if kept else ''}{newer} newer",
         markup=False,
     )
     _removal_failed(failed)

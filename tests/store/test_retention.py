@@ -253,6 +253,12 @@ def test_prune_older_than_keeps_new_held_failed_and_unfinished(store: Path) -> N
 
     r = cli("prune", "--older-than", "30d", "--store", str(store))  # failed ones go without --keep-failed
     assert r.stdout.split() == ["removed", old_failed]
+    # (the count of what stays names the newer sessions too: "kept 2" read as all that was left)
+    assert f"prune removed 1 session older than 30d from {store}; kept 2 older (said above) and 1 newer" in (
+        " ".join(r.stderr.split())
+    )
+    r = cli("prune", "--older-than", "9999d", "--store", str(store))
+    assert "prune removed 0 sessions older than 9999d" in r.stderr and "; kept 3 newer" in r.stderr
 
 
 def test_prune_takes_the_configured_retention(
