@@ -684,7 +684,10 @@ def ls_cmd(store: str | None, reindex: bool) -> None:
     for note in listing.notes:
         _err().print(f"forkpoint: {note}", markup=False)
     if not listing.rows:
-        _err().print(f"no sessions in {listing.store}", markup=False)
+        # (a mistyped --store is no store at all: said, rather than shown as an empty one)
+        local = "://" not in listing.store
+        missing = " (no such directory)" if local and not Path(listing.store).is_dir() else ""
+        _err().print(f"no sessions in {listing.store}{missing}", markup=False)
         return
     from .store.retention import holds
 

@@ -437,7 +437,10 @@ def test_ls_lists_sessions_and_honours_forkpoint_store(recorded: Recorded) -> No
     # the command is the last column, whole and quoted as a shell would need it
     assert rows[0].endswith("agent_script.py 'hello there' 0")
     empty = cli("ls", "--store", str(recorded.workdir / "nowhere"))
-    assert "no sessions" in empty.output
+    assert f"no sessions in {recorded.workdir / 'nowhere'} (no such directory)" in empty.output
+    (recorded.workdir / "empty").mkdir()
+    empty = cli("ls", "--store", str(recorded.workdir / "empty"))
+    assert f"no sessions in {recorded.workdir / 'empty'}\n" in empty.output
 
 
 def test_session_resolution(recorded: Recorded, tmp_path: Path) -> None:
