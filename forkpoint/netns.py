@@ -385,6 +385,8 @@ def unrun(program: str, exc: OSError, path: str | None = None, cwd: Path | None 
     program was found, and saying it was not sent the user looking for the wrong file. (Here, not
     in :mod:`forkpoint.children`: the launcher runs this file alone, ``python -I``.)"""
     if exc.filename is not None and exc.filename != program:  # (cwd, not the program)
+        if isinstance(exc, FileNotFoundError) and cwd is not None and str(exc.filename) == str(cwd):
+            return f"could not be run in {cwd}: that directory does not exist"
         return f"could not be run: {exc}"
     where = program if "/" in program else shutil.which(program, path=path)
     file = Path(cwd or ".", where) if where is not None else None

@@ -19,6 +19,7 @@ import pytest
 
 from forkpoint.html import view_model
 from forkpoint.log import Session
+from forkpoint.orchestrate import run_child
 from forkpoint.outcome import Rate, by_checkpoint, outcome_of, wilson
 from forkpoint.store import resolve, session_dirs
 from forkpoint.suite.tables import sweep_verdict
@@ -545,6 +546,16 @@ def test_what_a_child_prints_past_a_full_disk_is_dropped_and_it_is_waited_for(tm
     )
     assert ran.stdout.split() == ["0", "65536", str(1000000 - 65536), "ended"], ran.stdout + ran.stderr
     assert "the rest of it is dropped" in ran.stderr
+
+
+def test_a_child_whose_directory_does_not_exist_is_said_so(tmp_path: Path) -> None:
+    """An arm's command run in a folder its checkpoint does not hold (the recording's directory,
+    git-ignored) was said "the command python could not be run: [Errno 2] No such file or
+    directory: PosixPath('…/arm-1/scratch')": the command is there, the directory is not."""
+    gone = tmp_path / "arm-1" / "scratch"
+    ran = run_child([sys.executable, "-c", "pass"], dict(os.environ), cwd=gone, capture_stderr=True)
+    assert ran.code == 127
+    assert ran.unrun == f"could not be run in {gone}: that directory does not exist"
 
 
 # forkpoint cannot wait for a child it started (here its temporary file cannot be made: out of
