@@ -66,8 +66,7 @@ def format_divergence(report: DivergenceReport | dict[str, Any]) -> str:
         lines.append(
             f"The {'override' if len(overridden) == 1 else 'overrides'} applied before this call "
             f"({', '.join(_plain(o) for o in overridden)}) may be why what the run sent differs: the "
-            "what-if leaving the recording, no change to ignore (--on-divergence live goes on with "
-            "real calls)."
+            "what-if leaving the recording, no change to ignore."
         )
     suggested = report.get("suggest") or []
     if suggested:

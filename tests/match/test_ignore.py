@@ -304,6 +304,8 @@ def test_a_divergence_an_override_caused_suggests_no_rule(server: LocalServer, s
     text = " ".join(str(div.value).split())
     assert "Every difference looks like a timestamp" not in text and "--deterministic" not in text
     assert f"The override applied before this call ({spec}) may be why what the run sent differs" in text
+    # (no advice to go on live: a replay that went on live prints this same report)
+    assert "--on-divergence live" not in text
 
 
 def test_a_date_in_a_header_alone_does_not_suggest_deterministic(server: LocalServer, store: Path) -> None:
