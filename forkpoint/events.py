@@ -432,6 +432,8 @@ class DivergenceReport(TypedDict, total=False):
     #: The session was recorded ``deterministic`` all the same: True (the program's own code), or
     #: the modules it named; the report says how to name the module that read it.
     hint_deterministic_modules: bool | list[str]
+    #: How many tool calls ran live before this call: the value may be one's (no deterministic hint).
+    after_live_tools: int
     #: The overrides applied before this call (their specs): no ``suggest`` then.
     after_overrides: list[str]
     #: Configured ignore rules about this call that took nothing out of either request (with their

@@ -1326,7 +1326,9 @@ class Replayer:
             # The time or a uuid the program's own code read may be it: not in a header alone (an
             # SDK's anthropic-version, openai-beta: it sent another after an upgrade).
             if any(not r.path.startswith("$.headers") for r in rules):
-                if not self.deterministic:
+                if self.live_calls["tool_call"]:  # (a tool run live may have returned it, not the program)
+                    report["after_live_tools"] = self.live_calls["tool_call"]
+                elif not self.deterministic:
                     report["hint_deterministic"] = True
                 else:  # (recorded deterministic all the same: code it did not count as the program's)
                     chosen = self._session.header.get("deterministic")

@@ -86,6 +86,13 @@ def format_divergence(report: DivergenceReport | dict[str, Any]) -> str:
             lines.append(
                 f"The rule {rule.toml()}{where} took nothing out of this call (if it was meant for this difference: is its path or regex mistyped?)"
             )
+        live_tools = report.get("after_live_tools")
+        if live_tools:
+            lines.append(
+                f"{plural(live_tools, 'tool call')} ran live before this call: a value "
+                f"{'it' if live_tools == 1 else 'one'} returned (a time its body read) may be it, and "
+                "--deterministic does not record what a tool's body reads."
+            )
         if report.get("hint_deterministic"):
             lines.append(
                 "If the program's own code put it there (datetime.now(), time.time(), uuid.uuid4(), "

@@ -308,6 +308,36 @@ def test_a_divergence_an_override_caused_suggests_no_rule(server: LocalServer, s
     assert "--on-divergence live" not in text
 
 
+def test_a_timestamp_a_live_tool_returned_gives_no_deterministic_hint(
+    server: LocalServer, store: Path
+) -> None:
+    """With --tools live, a tool whose body reads the clock returns another time than recorded and
+    the next request differs by it: the report said the session was recorded deterministic and to
+    name the module that read it (--deterministic-module), which the tool's live body is not."""
+    times = iter(["2026-12-01 10:15:19.930158", "2026-12-01 10:15:21.733099"])
+
+    @forkpoint.tool
+    def now() -> str:
+        return next(times)
+
+    def agent() -> None:
+        ask("hi", f"Current time: {now()}", server.openai_base_url)
+
+    with forkpoint.record(store=store, deterministic=True) as rec:
+        agent()
+    server.stop()
+    with forkpoint.replay(rec.session_path, tools="live"), pytest.raises(forkpoint.Divergence) as div:
+        agent()
+    report = div.value.report
+    assert report["suggest"] and report["after_live_tools"] == 1
+    assert "hint_deterministic_modules" not in report and "hint_deterministic" not in report
+    text = " ".join(str(div.value).split())
+    assert (
+        "1 tool call ran live before this call: a value it returned (a time its body read) may be it" in text
+    )
+    assert "--deterministic-module" not in text and "record with --deterministic instead" not in text
+
+
 def test_a_date_in_a_header_alone_does_not_suggest_deterministic(server: LocalServer, store: Path) -> None:
     """A header an SDK sets with a date in it (``openai-beta``, ``anthropic-version``), changed by
     an upgrade, got the hint to record with ``--deterministic`` "if the program's own code put it
