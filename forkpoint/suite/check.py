@@ -161,12 +161,19 @@ def _ab(
         where, path = compared.describe(first)
         ab["first_change"] = {"where": where, "path": path}
     div = run.report.get("divergence")
-    if div and spec.get("on_divergence", "stop") == "stop":
+    policy = spec.get("on_divergence", "stop")
+    # (fifo stops a run too, at a tool call with no recorded call of that tool left: unanswered)
+    if div and (policy == "stop" or run.report.get("unanswered")):
         status = "stopped"
         if outcome is not None:  # (a run cut short is not measured: no outcome of the new code)
+            at = (
+                "its first changed tool call"
+                if policy == "stop"
+                else "a tool call with no recorded call of that tool left to serve"
+            )
             ab["new"]["outcome"] = {
                 "passed": None,
-                "reason": "not measured: forkpoint stopped the run at its first changed tool call",
+                "reason": f"not measured: forkpoint stopped the run at {at}",
             }
     else:
         status = "changed" if first is not None else "same"

@@ -602,6 +602,78 @@ def test_ab_run_against_each_sessions_recorded_tool_world(tmp_path: Path) -> Non
     assert summary["new"]["outcome"]["ran"] == 0 and summary["new"]["tokens_in"] == 0
 
 
+TOOL_AGENT = """import json, os
+
+import openai
+
+import forkpoint
+
+
+@forkpoint.tool
+def lookup() -> str:
+    return "sunny"
+
+
+@forkpoint.tool
+def clock() -> str:
+    return "noon"
+
+
+client = openai.OpenAI(base_url=os.environ["AGENT_BASE_URL"], api_key="sk-test", max_retries=0)
+tools = [{"type": "function", "function": {"name": n, "parameters": {"type": "object"}}} for n in ("lookup", "clock")]
+messages = [{"role": "user", "content": "weather?"}]
+while True:
+    m = client.chat.completions.create(model="m", messages=messages, tools=tools).choices[0].message
+    messages.append(m.model_dump(exclude_none=True))
+    if not m.tool_calls:
+        print("final:", m.content)
+        break
+    for c in m.tool_calls:
+        out = {"lookup": lookup, "clock": clock}[c.function.name]()
+        messages.append({"role": "tool", "tool_call_id": c.id, "content": out})
+"""
+
+
+@pytest.mark.slow
+def test_ab_run_fifo_stopped_at_a_tool_it_has_no_call_of_is_not_measured(tmp_path: Path) -> None:
+    """With --on-divergence fifo, the new model asked for a tool the recording never called: the
+    run stopped there, as stop stops one, and its outcome counted as a failure of the new code
+    ("pass → fail", in the pass rate). It is cut short: not measured, as under stop."""
+    (tmp_path / "agent.py").write_text(TOOL_AGENT)
+    store = tmp_path / "store"
+    with LocalServer(chat_script=[[("lookup", {})], "sunny"]) as srv:
+        env = cli_env(AGENT_BASE_URL=srv.openai_base_url)
+        rec = forkpoint_cli(
+            "record",
+            "--store",
+            str(store),
+            "--no-workspace",
+            "--",
+            "python",
+            "agent.py",
+            cwd=tmp_path,
+            env=env,
+        )
+        assert rec.returncode == 0, rec.stderr
+    with LocalServer(chat_script=[[("clock", {})], "noon"]) as srv:
+        env = cli_env(AGENT_BASE_URL=srv.openai_base_url)
+        ab = forkpoint_cli(
+            "check", str(store), "--models", "live", "--on-divergence", "fifo",
+            "--outcome", 'grep -q "^final:" "$FORKPOINT_OUTCOME_OUTPUT"',
+            "--json", str(tmp_path / "ab.json"), cwd=tmp_path, env=env,
+        )  # fmt: skip
+    assert ab.returncode == 0, ab.stdout + ab.stderr
+    data = orjson.loads((tmp_path / "ab.json").read_bytes())
+    (row,) = data["rows"]
+    assert row["status"] == "stopped" and row["call"] == "tool call #1 (clock)", row
+    new = row["ab"]["new"]["outcome"]
+    assert new["passed"] is None
+    assert new["reason"] == (
+        "not measured: forkpoint stopped the run at a tool call with no recorded call of that tool left to serve"
+    )
+    assert data["summary"]["stopped"] == 1 and data["summary"]["new"]["outcome"]["ran"] == 0
+
+
 @pytest.mark.slow
 def test_ab_run_does_not_judge_a_recorded_run_it_cannot_replay(tmp_path: Path) -> None:
     """The recorded arm's outcome is measured on a replay of the session with today's code. With a
