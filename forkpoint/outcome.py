@@ -109,6 +109,8 @@ def _run_shell(outcome: Outcome, cwd: Path, env: dict[str, str]) -> tuple[int | 
             start_new_session=True,
         )
     except OSError as exc:
+        if isinstance(exc, FileNotFoundError) and str(exc.filename) == str(cwd):
+            return None, "", f"cannot run the outcome command in {cwd}: that directory does not exist"
         return None, "", f"cannot run the outcome command in {cwd}: {exc}"
     from .children import wait_child
     from .executors.local import in_task, task_child

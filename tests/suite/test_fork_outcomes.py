@@ -556,6 +556,12 @@ def test_a_child_whose_directory_does_not_exist_is_said_so(tmp_path: Path) -> No
     ran = run_child([sys.executable, "-c", "pass"], dict(os.environ), cwd=gone, capture_stderr=True)
     assert ran.code == 127
     assert ran.unrun == f"could not be run in {gone}: that directory does not exist"
+    # (its outcome command, run there, said "[Errno 2] No such file or directory: PosixPath('…')")
+    from forkpoint.outcome import Outcome, measure
+
+    measured = measure(Outcome("true"), cwd=gone, session=None, output=None, exit_code=127)
+    assert measured["passed"] is None
+    assert measured["reason"] == f"cannot run the outcome command in {gone}: that directory does not exist"
 
 
 # forkpoint cannot wait for a child it started (here its temporary file cannot be made: out of
