@@ -10,6 +10,7 @@ name syntax, grpc.github.io/grpc/core/md_doc_naming.html) when the channel is ma
 from __future__ import annotations
 
 import functools
+import sys
 from types import ModuleType
 from typing import Any
 
@@ -54,11 +55,16 @@ def _noting(original: Any) -> Any:
 
 
 def patch(module: ModuleType) -> None:
-    """Wrap the channel constructors of ``grpc`` or ``grpc.aio``."""
+    """Wrap the channel constructors of ``grpc`` or ``grpc.aio``, there and in every module that
+    imported them already (OpenTelemetry's OTLP/gRPC exporter: ``from grpc import insecure_channel``)."""
     for name in _CHANNELS:
-        original = getattr(module, name, None)
-        if original is not None:
-            replace(module, name, _noting(original))
+        original = module.__dict__.get(name)
+        if original is None or getattr(original, "__forkpoint_integration__", False):
+            continue
+        channel = _noting(original)
+        for holder in list(sys.modules.values()):
+            if getattr(holder, "__dict__", {}).get(name) is original:
+                replace(holder, name, channel)
 
 
 INTEGRATION = Integration("grpc", {"grpc": patch, "grpc.aio": patch})

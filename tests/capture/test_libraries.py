@@ -10,6 +10,8 @@ import gzip
 import http.client
 import json
 import socket
+import subprocess
+import sys
 import threading
 import urllib.error
 import urllib.request
@@ -520,6 +522,37 @@ def test_a_grpc_channel_is_named_among_the_connections_not_recorded(
         [f"127.0.0.1:{port}"]
     ]
     assert f"connected to 127.0.0.1:{port} through a client" in capsys.readouterr().err
+
+
+_OTLP_GRPC_EXPORTER = """
+import sys
+
+from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+
+import forkpoint
+
+with forkpoint.record(store=sys.argv[2]):
+    OTLPSpanExporter(endpoint="http://127.0.0.1:" + sys.argv[1], insecure=True).shutdown()
+"""
+
+
+def test_the_otlp_grpc_exporters_channel_is_named_though_it_imported_grpcs_constructor_first(
+    tmp_path: Path,
+) -> None:
+    """OpenTelemetry's OTLP/gRPC exporter binds ``from grpc import insecure_channel`` when it is
+    imported, before the recording starts: its channel was not named, and the recording said
+    nothing of the spans it sent past it."""
+    script = tmp_path / "agent.py"
+    script.write_text(_OTLP_GRPC_EXPORTER)
+    out = subprocess.run(
+        [sys.executable, str(script), "4317", str(tmp_path / "store")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "connected to 127.0.0.1:4317 through a client" in out.stderr, out.stderr
 
 
 def test_a_recorded_call_to_localhost_after_one_to_127_0_0_1_is_not_named_unrecorded(
