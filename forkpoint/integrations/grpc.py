@@ -20,6 +20,11 @@ from .base import Integration, replace
 _CHANNELS = ("insecure_channel", "secure_channel")
 
 
+def _port(text: str) -> bool:
+    """Whether ``text`` is a port number (ASCII digits: ``str.isdigit`` takes ``²``, which ``int`` refuses)."""
+    return text.isascii() and text.isdigit()
+
+
 def targets(target: object) -> list[tuple[str, int]]:
     """The ``(host, port)`` pairs a gRPC target names: ``host[:port]``, ``dns:[//authority/]host[:port]``,
     ``ipv4:a:p,b:p``, ``ipv6:[a]:p``; none for ``unix:`` and other schemes. The port defaults to 443."""
@@ -30,14 +35,14 @@ def targets(target: object) -> list[tuple[str, int]]:
         if scheme == "dns" and rest.startswith("//"):
             rest = rest[2:].partition("/")[2]  # (the DNS server to ask, not the target)
         names = rest.split(",") if scheme != "dns" else [rest]
-    elif sep and not rest.isdigit() and not target.startswith("["):
+    elif sep and not _port(rest) and not target.startswith("["):
         return []  # (unix:, unix-abstract:, vsock:, a resolver of the program's own)
     else:
         names = [target]
     out = []
     for name in names:
         host, colon, port = name.rpartition(":") if not name.endswith("]") else ("", "", "")
-        if not colon or not port.isdigit():
+        if not colon or not _port(port):
             host, port = name, "443"
         if host:
             out.append((host.strip("[]"), int(port)))

@@ -524,6 +524,17 @@ def test_a_grpc_channel_is_named_among_the_connections_not_recorded(
     assert f"connected to 127.0.0.1:{port} through a client" in capsys.readouterr().err
 
 
+def test_a_grpc_target_whose_port_is_no_number_does_not_raise_into_the_program(store: Path) -> None:
+    """A target is the program's to give and grpcio's to refuse: ``host:²`` (a digit to
+    ``str.isdigit``, not to ``int``) raised ValueError into the program from the channel
+    constructor while recording; grpcio makes the channel (and fails its calls)."""
+    import grpc
+
+    with forkpoint.record(store=store):
+        for target in ("h:\u00b2", "dns:///h:\u00b2", "ipv4:10.0.0.1:\u00b2"):
+            grpc.insecure_channel(target).close()
+
+
 _OTLP_GRPC_EXPORTER = """
 import sys
 
