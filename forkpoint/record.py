@@ -547,7 +547,8 @@ class Lacks:
         scrubbed secret's placeholder (None: looked for here)."""
         self.seqs.append(seq)
         self.tools.add(str(event.get("tool")))
-        if str(event.get("tool")).startswith("mcp:"):
+        mcp = event.get("mcp")
+        if isinstance(mcp, Mapping) and mcp.get("method") != "tools/call":  # (its name may start with "mcp:")
             self.mcp_requests += 1
         if "unrecorded" in event:
             self.lost.append((seq, str(event["tool"]), str(event["unrecorded"]["type"])))

@@ -1064,6 +1064,21 @@ else:
 )
 
 
+def test_a_tool_named_like_an_mcp_request_is_counted_as_a_tool_call(tmp_path: Path) -> None:
+    """The summary counts an MCP session's own requests (``mcp:initialize``) apart from tool calls;
+    a tool of the program's own named ``mcp:lookup`` was counted among them: "(0 model calls,
+    0 tool calls, 1 MCP session request)"."""
+    (tmp_path / "agent.py").write_text(
+        "import forkpoint\n\n\n"
+        "@forkpoint.tool(name='mcp:lookup')\n"
+        "def lookup(q):\n    return q.upper()\n\n\n"
+        "print(lookup('x'))\n"
+    )
+    rec, _, _ = record_here(tmp_path, "agent.py")
+    assert rec.returncode == 0 and rec.stdout == "X\n", rec.stderr
+    assert "(0 model calls, 1 tool call)" in flat(rec.stderr), rec.stderr
+
+
 def test_a_tool_whose_body_execs_is_recorded_and_replayed(tmp_path: Path) -> None:
     """A tool that replaces the program (a "restart" tool) never returns: its call was not written
     at all, so the session held 3 of the 4 calls, said nothing, and its replay served the call
