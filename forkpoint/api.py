@@ -385,7 +385,8 @@ def replay(
         failed = exc
         raise
     finally:
-        flush_telemetry()
+        with rt.ending():
+            flush_telemetry()
         runtime.deactivate(rt)
         hooks.close()
         for k in added:

@@ -471,6 +471,8 @@ class Replayer:
         self.strict = strict
         self.aside_served: list[int] = []
         self.aside_answered: list[str] = []
+        #: Set in the thread that flushes the program's telemetry as the replay ends (:meth:`ending`).
+        self._ending = threading.local()
         self.id_drift: list[DivergenceReport] = []
         self.overrides = override.resolve(list(overrides), self.recorded)
         self.applied: dict[int, bool] = dict.fromkeys(self.overrides, False)
@@ -628,7 +630,8 @@ class Replayer:
             with self._lock:  # a tool running live: what it sends is live too
                 self.live_calls["model_call"] += 1
             return None
-        if kind == "telemetry" or kinds.is_session_management(request["method"], kind):
+        ending = getattr(self._ending, "active", False)
+        if kind == "telemetry" or kinds.is_session_management(request["method"], kind) or ending:
             return self._take_aside(request, key, where, kind), self.positions["model_call"]
         origin = _origin(request["url"])
         event, position = self._take(
@@ -646,6 +649,17 @@ class Replayer:
         if self.child is not None:
             self._log_served(event, {"request": request})
         return cast(ModelCallEvent, event), position
+
+    @contextmanager
+    def ending(self) -> Iterator[None]:
+        """While this thread flushes the program's telemetry as the replay ends, after the run:
+        what an exporter sends then (a Zipkin exporter's ``POST /api/v2/spans``, no call forkpoint
+        knows for telemetry) is answered aside, not taken for the run's next call (a divergence)."""
+        self._ending.active = True
+        try:
+            yield
+        finally:
+            self._ending.active = False
 
     def _take_aside(self, request: HttpRequest, key: str, where: str, kind: str) -> ModelCallEvent:
         """The answer to a telemetry call or an MCP session request: the recorded one with the same

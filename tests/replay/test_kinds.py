@@ -203,6 +203,46 @@ def test_a_replay_in_a_process_that_goes_on_does_not_send_the_replayed_runs_span
     assert len(exports) == 1, exports  # the recorded run's, not the replayed run's too
 
 
+_SPANS_OF_ITS_OWN_FORMAT = _SPANS_AFTER_THE_REPLAY.replace(
+    "from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter\n",
+    "from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult\n",
+).replace(
+    'exporter = OTLPSpanExporter(endpoint=base + "/v1/traces")\n',
+    """
+
+class Zipkinish(SpanExporter):  # (spans in a format of its own, to a path of its own)
+    def export(self, spans):
+        requests.post(base + "/api/v2/spans", json=[{"name": s.name} for s in spans], timeout=5)
+        return SpanExportResult.SUCCESS
+
+
+exporter = Zipkinish()
+""",
+)
+
+
+def test_a_replay_flushing_an_exporter_forkpoint_does_not_know_reproduces(
+    server: LocalServer, tmp_path: Path
+) -> None:
+    """The replay flushes the program's OpenTelemetry providers as it ends: an exporter whose export
+    is no telemetry forkpoint knows (a Zipkin exporter's ``POST /api/v2/spans``) was taken for the
+    run's next call, and a replay that reproduced said "DIVERGED"; it is answered aside."""
+    server.route("/api/v2/spans", lambda r: Reply(b"", 202, "application/json"), method="POST")
+    script = tmp_path / "spans.py"
+    script.write_text(_SPANS_OF_ITS_OWN_FORMAT)
+    assert "Zipkinish()" in script.read_text() and "OTLP" not in script.read_text()
+    out = subprocess.run(
+        [sys.executable, str(script), server.url, str(tmp_path / "store")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert out.returncode == 0, out.stderr
+    exports = [r for r in server.requests if r["path"] == "/api/v2/spans"]
+    assert len(exports) == 1, exports  # the recorded run's, not the replayed run's too
+
+
 def test_an_applications_logs_api_is_replayed_as_http_not_answered_as_telemetry(
     server: LocalServer, store: Path
 ) -> None:
