@@ -380,13 +380,15 @@ def replay(
         raise
     failed: BaseException | None = None
     try:
-        yield rt
+        try:
+            yield rt
+        finally:  # (an interrupt while an exporter blocks is the replay's: it still ends)
+            with rt.ending():
+                flush_telemetry()
     except BaseException as exc:
         failed = exc
         raise
     finally:
-        with rt.ending():
-            flush_telemetry()
         runtime.deactivate(rt)
         hooks.close()
         for k in added:

@@ -243,6 +243,27 @@ def test_a_replay_flushing_an_exporter_forkpoint_does_not_know_reproduces(
     assert len(exports) == 1, exports  # the recorded run's, not the replayed run's too
 
 
+def test_a_replay_interrupted_while_it_flushes_the_programs_telemetry_still_ends(
+    server: LocalServer, store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C while the replay flushes an exporter as it ends (an OTLP/gRPC export to a collector
+    that does not answer blocks for seconds): the replay stayed active in the process, its hooks
+    installed, and every later call of it was served from (or diverged from) the finished session."""
+    from opentelemetry import trace
+
+    class Blocking:
+        def force_flush(self, timeout_millis: int = 30000) -> bool:
+            raise KeyboardInterrupt
+
+    with forkpoint.record(store=store) as rec:
+        _chat(server.url, "hello")
+    monkeypatch.setattr(trace, "get_tracer_provider", Blocking)
+    with pytest.raises(KeyboardInterrupt), forkpoint.replay(rec.session_path):
+        _chat(server.url, "hello")
+    assert forkpoint.runtime.active() is None
+    assert _chat(server.url, "again") != ""  # live again, as the program is after its replay
+
+
 def test_an_applications_logs_api_is_replayed_as_http_not_answered_as_telemetry(
     server: LocalServer, store: Path
 ) -> None:
