@@ -298,12 +298,13 @@ def _unreplayed(report: dict[str, Any]) -> list[str]:
 def caveat(report: dict[str, Any]) -> str | None:
     """Why a replay that reproduced may still not have handed the program what the recorded run
     got, in words (what follows "ok, but"), or None: identical calls answered differently served
-    to racing callers, a tool that changed state in place, secrets served as their placeholders,
-    MCP messages whose request cannot be told."""
+    to racing callers, a tool that changed state in place, MCP messages whose request cannot be
+    told, secrets served as their placeholders. Each that applies is said (one hid the others)."""
+    uncertain = []
     if report.get("ambiguous"):
         n = sum(len(g) for g in report["ambiguous"])
-        return (
-            f"not certain: {n} identical calls that were answered differently when recorded were "
+        uncertain.append(
+            f"{n} identical calls that were answered differently when recorded were "
             "served to several threads, asyncio tasks or processes, and which got which answer cannot be told from the "
             f"recording (seq {'; '.join(', '.join(map(str, g)) for g in report['ambiguous'])})"
         )
@@ -312,25 +313,26 @@ def caveat(report: dict[str, Any]) -> str | None:
             f"tool {_plain(str(c.get('tool')))!r} changed {', '.join(_plain(str(x)) for x in c.get('changed') or [])}"
             for c in report["changed_in_place"]
         )
-        return (
-            f"not certain: when recorded, {said} in place, which this replay did not do (it does "
+        uncertain.append(
+            f"when recorded, {said} in place, which this replay did not do (it does "
             "not run a tool's body): what the program read of it afterwards may differ (--tools live runs it)"
         )
-    if report.get("placeholders_served"):
-        seqs = report["placeholders_served"]
-        return (
-            f"{plural(len(seqs), 'recorded answer')} held secrets scrubbed when recorded, and the "
-            f"program was handed their placeholders, not the values it got live (seq "
-            f"{', '.join(map(str, seqs[:10]))}{' …' if len(seqs) > 10 else ''}; docs/security.md)"
-        )
     if report.get("mcp_shared"):
-        return (
-            "not certain: an MCP server sent messages (log messages, sampling, elicitation, progress) "
+        uncertain.append(
+            "an MCP server sent messages (log messages, sampling, elicitation, progress) "
             "while several requests were in flight, and which each came for cannot be told from the "
             "recording: they were handed to the agent's callbacks with the latest of them, maybe in "
             f"another order than they came (seq {', '.join(map(str, report['mcp_shared']))})"
         )
-    return None
+    said_all = ["not certain: " + "; ".join(uncertain)] if uncertain else []
+    if report.get("placeholders_served"):
+        seqs = report["placeholders_served"]
+        said_all.append(
+            f"{plural(len(seqs), 'recorded answer')} held secrets scrubbed when recorded, and the "
+            f"program was handed their placeholders, not the values it got live (seq "
+            f"{', '.join(map(str, seqs[:10]))}{' …' if len(seqs) > 10 else ''}; docs/security.md)"
+        )
+    return "; ".join(said_all) or None
 
 
 def summary_line(report: dict[str, Any]) -> str:

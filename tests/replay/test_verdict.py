@@ -31,6 +31,24 @@ def test_reproduced_only_when_the_report_and_the_exit_code_agree() -> None:
     )
 
 
+def test_every_reason_a_reproduction_is_not_certain_is_said() -> None:
+    """Racing callers, a tool that changed its arguments in place and secrets served as placeholders
+    in one replay: "ok, but" named the racing callers alone, and `forkpoint check` too."""
+    from forkpoint.replay import summary_line
+
+    r = report(
+        unused=[],
+        matched=5,
+        recorded=5,
+        ambiguous=[[3, 7]],
+        changed_in_place=[{"tool": "sort_rows", "changed": ["args.rows"]}],
+        placeholders_served=[4],
+    )
+    for said in (summary_line(r), verdict(r, 0, 0)["detail"]):
+        assert "2 identical calls" in said and "tool 'sort_rows' changed args.rows in place" in said, said
+        assert "1 recorded answer held secrets scrubbed" in said, said
+
+
 def test_a_divergence_names_the_call_and_the_first_differing_path() -> None:
     div = {
         "kind": "model_call",
