@@ -64,9 +64,11 @@ _TELEMETRY_PROVIDERS = (
 
 
 def flush_telemetry() -> None:
-    """Export what the program's OpenTelemetry providers still hold, while the replay still answers
-    their exports: after it ends (a replayed test in a pytest process that goes on) they would send
-    the replayed run's spans to the real collector. A provider that cannot flush is left as it is."""
+    """Export what the program's OpenTelemetry providers still hold: as a replay starts (what the
+    program made before it goes out live, not to the replay's neutral answer) and as it ends, while
+    the replay still answers their exports (after it, a replayed test in a pytest process that goes
+    on would send the replayed run's spans to the real collector). A provider that cannot flush is
+    left as it is."""
     for module, getter in _TELEMETRY_PROVIDERS:
         api = sys.modules.get(module)
         flush = getattr(getattr(api, getter, lambda: None)(), "force_flush", None)
@@ -371,6 +373,7 @@ def replay(
     added = [k for k in placeholder_keys(session) if not os.environ.get(k)]
     for k in added:
         os.environ[k] = PLACEHOLDER_KEY
+    flush_telemetry()  # (what the program's run made before the replay goes out live, as it would)
     hooks = ExitStack()
     hooks.enter_context(agent_hooks(targets, deterministic))
     try:

@@ -203,6 +203,29 @@ def test_a_replay_in_a_process_that_goes_on_does_not_send_the_replayed_runs_span
     assert len(exports) == 1, exports  # the recorded run's, not the replayed run's too
 
 
+def test_the_spans_a_program_made_before_a_replay_are_sent_as_it_would_send_them(
+    server: LocalServer, tmp_path: Path
+) -> None:
+    """The replay flushes the program's OpenTelemetry providers as it ends: the span of the live
+    run recorded just before it, still queued, went with them to the replay's neutral answer and
+    never reached the collector. What was made before the replay is flushed live as it starts."""
+    server.route("/v1/traces", lambda r: Reply(b"", 200, "application/x-protobuf"), method="POST")
+    script = tmp_path / "spans.py"
+    flushed = "provider.force_flush()  # (the recorded run's span, sent as the program would)\n"
+    assert flushed in _SPANS_AFTER_THE_REPLAY
+    script.write_text(_SPANS_AFTER_THE_REPLAY.replace(flushed, ""))
+    out = subprocess.run(
+        [sys.executable, str(script), server.url, str(tmp_path / "store")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert out.returncode == 0, out.stderr
+    exports = [r for r in server.requests if r["path"] == "/v1/traces"]
+    assert len(exports) == 1, exports  # the recorded run's, as the program would send it
+
+
 _SPANS_OF_ITS_OWN_FORMAT = _SPANS_AFTER_THE_REPLAY.replace(
     "from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter\n",
     "from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult\n",
