@@ -54,12 +54,14 @@ def finish_pending(rt: runtime.Runtime) -> None:
         call.finish(ended="unfinished")
 
 
-#: The program's OpenTelemetry providers (module, getter): the SDK's hold spans, metrics and logs
-#: to export later (a BatchSpanProcessor's queue, sent every 5 s and at exit).
+#: The program's OpenTelemetry providers (module, global): the SDK's hold spans, metrics and logs
+#: to export later (a BatchSpanProcessor's queue, sent every 5 s and at exit). The globals, not
+#: ``get_tracer_provider()``: with ``OTEL_PYTHON_TRACER_PROVIDER`` set and none set yet, the getter
+#: loads and sets one, and the program's own ``set_tracer_provider`` is then refused.
 _TELEMETRY_PROVIDERS = (
-    ("opentelemetry.trace", "get_tracer_provider"),
-    ("opentelemetry.metrics", "get_meter_provider"),
-    ("opentelemetry._logs", "get_logger_provider"),
+    ("opentelemetry.trace", "_TRACER_PROVIDER"),
+    ("opentelemetry.metrics._internal", "_METER_PROVIDER"),
+    ("opentelemetry._logs._internal", "_LOGGER_PROVIDER"),
 )
 
 
@@ -69,9 +71,8 @@ def flush_telemetry() -> None:
     the replay still answers their exports (after it, a replayed test in a pytest process that goes
     on would send the replayed run's spans to the real collector). A provider that cannot flush is
     left as it is."""
-    for module, getter in _TELEMETRY_PROVIDERS:
-        api = sys.modules.get(module)
-        flush = getattr(getattr(api, getter, lambda: None)(), "force_flush", None)
+    for module, name in _TELEMETRY_PROVIDERS:
+        flush = getattr(getattr(sys.modules.get(module), name, None), "force_flush", None)
         if callable(flush):
             try:
                 flush(5000)  # (milliseconds; a replay answers an export at once)

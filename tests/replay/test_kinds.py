@@ -226,6 +226,42 @@ def test_the_spans_a_program_made_before_a_replay_are_sent_as_it_would_send_them
     assert len(exports) == 1, exports  # the recorded run's, as the program would send it
 
 
+_PROVIDER_SET_IN_THE_REPLAY = """
+import sys
+
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+
+import forkpoint
+
+with forkpoint.record(store=sys.argv[1]) as rec:
+    pass
+with forkpoint.replay(rec.session_path):
+    mine = TracerProvider()
+    trace.set_tracer_provider(mine)
+    print(trace.get_tracer_provider() is mine)
+"""
+
+
+def test_a_replay_does_not_set_the_programs_tracer_provider(tmp_path: Path) -> None:
+    """With ``OTEL_PYTHON_TRACER_PROVIDER`` set (the SDK's provider loaded by name) and none set
+    yet, the replay's flush asked ``get_tracer_provider()``, which loads and sets one: the
+    program's own ``set_tracer_provider`` was refused ("Overriding of current TracerProvider is
+    not allowed") and its spans went to another provider."""
+    script = tmp_path / "provider.py"
+    script.write_text(_PROVIDER_SET_IN_THE_REPLAY)
+    out = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "store")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env={**os.environ, "OTEL_PYTHON_TRACER_PROVIDER": "sdk_tracer_provider"},
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == "True\n", out.stderr
+
+
 _SPANS_OF_ITS_OWN_FORMAT = _SPANS_AFTER_THE_REPLAY.replace(
     "from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter\n",
     "from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult\n",
@@ -280,7 +316,7 @@ def test_a_replay_interrupted_while_it_flushes_the_programs_telemetry_still_ends
 
     with forkpoint.record(store=store) as rec:
         _chat(server.url, "hello")
-    monkeypatch.setattr(trace, "get_tracer_provider", Blocking)
+    monkeypatch.setattr(trace, "_TRACER_PROVIDER", Blocking())
     with pytest.raises(KeyboardInterrupt), forkpoint.replay(rec.session_path):
         _chat(server.url, "hello")
     assert forkpoint.runtime.active() is None
