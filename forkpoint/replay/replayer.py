@@ -1485,6 +1485,12 @@ class Replayer:
                     for n in self._session.by_type("note")
                     for program in (n.get("data") or {}).get("unrecorded_programs") or ()
                 ],
+                # (a gRPC channel connects past the network guard: its calls go out again, live)
+                "unrecorded_connections": [
+                    where
+                    for n in self._session.by_type("note")
+                    for where in (n.get("data") or {}).get("unrecorded_connections") or ()
+                ],
                 # (a tool served from the session: the change its body made is not made again)
                 "changed_in_place": [
                     c

@@ -275,10 +275,18 @@ def unrecorded_tools(report: dict[str, Any]) -> dict[str, int]:
     return {str(n): int(k) for n, k in missing.items()}
 
 
+#: The connections a recording made through a client forkpoint does not capture (a gRPC channel):
+#: their calls are not in the session, so a replay did not serve them.
+_UNRECORDED_CONNECTIONS = (
+    "the recording connected to {where} through a client forkpoint does not capture: those calls were "
+    "not served from it, but made again or refused"
+)
+
+
 def _unreplayed(report: dict[str, Any]) -> list[str]:
     """What of the recorded run a replay that reproduced ran for real, not from the recording, in
-    words: the Python programs it started, the tools the recording has no calls of, and the model
-    answers a framework's own cache gave."""
+    words: the Python programs it started, the tools the recording has no calls of, the model
+    answers a framework's own cache gave, and the calls of clients forkpoint does not capture."""
     out = []
     if cached := _from_cache(report):
         out.append(cached)
@@ -292,6 +300,8 @@ def _unreplayed(report: dict[str, Any]) -> list[str]:
     if tools:
         names = ", ".join(f"{n} ({plural(k, 'call')})" for n, k in tools.items())
         out.append(f"tools the recording has no calls of ran for real if the program ran them: {names}")
+    if connections := report.get("unrecorded_connections"):
+        out.append(_UNRECORDED_CONNECTIONS.format(where=", ".join(connections)))
     return out
 
 
@@ -376,7 +386,8 @@ def summary_line(report: dict[str, Any]) -> str:
     ]
     programs = report.get("unrecorded_programs") or []
     cached = _from_cache(report)
-    if status == "ok" and (unheard or programs or unrecorded_tools(report) or cached):
+    connections = report.get("unrecorded_connections") or []
+    if status == "ok" and (unheard or programs or connections or unrecorded_tools(report) or cached):
         status = "ok, but incomplete"
     if status == "ok" and report.get("recording_unended"):
         status = (
@@ -429,6 +440,8 @@ def summary_line(report: dict[str, Any]) -> str:
             f"; the recording started {plural(len(programs), 'Python program')} it did not record, which ran "
             f"again as without forkpoint: {'; '.join(programs[:3])}{' …' if len(programs) > 3 else ''}"
         )
+    if connections:
+        extra += "; " + _UNRECORDED_CONNECTIONS.format(where=", ".join(connections))
     if cached:
         extra += f"; {cached}"
     if (report.get("processes") or 1) > 1:

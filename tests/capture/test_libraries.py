@@ -524,6 +524,47 @@ def test_a_grpc_channel_is_named_among_the_connections_not_recorded(
     assert f"connected to 127.0.0.1:{port} through a client" in capsys.readouterr().err
 
 
+def test_a_replay_of_a_run_that_made_grpc_calls_is_not_said_ok_alone(store: Path) -> None:
+    """grpcio connects past the replay's network guard: the gRPC call the recording said it did not
+    record went out again, live, and the replay said "replay ok" (check: "reproduced")."""
+    from concurrent import futures
+
+    import grpc
+    from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+
+    from forkpoint.replay import verdict
+
+    exports = []
+
+    class Collector(trace_service_pb2_grpc.TraceServiceServicer):
+        def Export(self, request: Any, context: Any) -> Any:  # noqa: N802 (the service's method name)
+            exports.append(request)
+            return trace_service_pb2.ExportTraceServiceResponse()
+
+    collector = grpc.server(futures.ThreadPoolExecutor(1))
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(Collector(), collector)
+    port = collector.add_insecure_port("127.0.0.1:0")
+    collector.start()
+
+    def run() -> None:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            trace_service_pb2_grpc.TraceServiceStub(channel).Export(
+                trace_service_pb2.ExportTraceServiceRequest(), timeout=10
+            )
+
+    try:
+        with forkpoint.record(store=store) as rec:
+            run()
+        with forkpoint.replay(rec.session_path) as rp:
+            run()
+    finally:
+        collector.stop(None)
+    assert len(exports) == 2  # (made again, live)
+    said = summary_line(rp.report())
+    assert said.startswith("replay ok, but incomplete") and f"connected to 127.0.0.1:{port}" in said, said
+    assert f"connected to 127.0.0.1:{port}" in verdict(rp.report(), 0, 0)["detail"]
+
+
 def test_a_grpc_target_whose_port_is_no_number_does_not_raise_into_the_program(store: Path) -> None:
     """A target is the program's to give and grpcio's to refuse: ``host:²`` (a digit to
     ``str.isdigit``, not to ``int``) raised ValueError into the program from the channel
