@@ -135,7 +135,10 @@ def finish_recording(rec: Recorder) -> list[str]:
         rec.note("API-key variables set while the run ran", api_keys=later)
     missed = connections.unrecorded()
     if missed:
-        rec.note("connections forkpoint did not record", unrecorded_connections=missed)
+        # (those made past the socket hook, a gRPC channel's, are not refused by a replay in the
+        # program either: its calls go out again, which the replay's verdict says)
+        past = {"past_guard": unseen} if (unseen := connections.unrecorded(past_guard=True)) else {}
+        rec.note("connections forkpoint did not record", unrecorded_connections=missed, **past)
         say(
             f"forkpoint: this run connected to {', '.join(missed)} through a client forkpoint does not "
             "capture: those calls are not in the session and will not be served on replay"

@@ -32,6 +32,9 @@ _names: dict[str, dict[str, None]] = {}
 _lookups = threading.local()
 #: (host or address, port) of every recorded exchange.
 _recorded: set[tuple[str, int]] = set()
+#: (address, port) of the connections made past :mod:`socket` (:func:`opened`): a replay's guard in
+#: the program does not see them either.
+_past_guard: set[tuple[str, int]] = set()
 
 _DEFAULT_PORTS = {"http": 80, "https": 443, "ws": 80, "wss": 443}
 #: The environment variables that send the HTTP clients' requests through a proxy.
@@ -82,6 +85,7 @@ def reset() -> None:
     with _lock:
         _seen.clear()
         _recorded.clear()
+        _past_guard.clear()
 
 
 def opened(host: str, port: int) -> None:
@@ -90,6 +94,7 @@ def opened(host: str, port: int) -> None:
     if _recording():
         with _lock:
             _seen.add((host.lower().strip("[]"), port, None))
+            _past_guard.add((host.lower().strip("[]"), port))
 
 
 def recorded(url: str) -> None:
@@ -128,9 +133,10 @@ def _proxy_for(scheme: str, host: str) -> tuple[str, int] | None:
     return (name.lower().strip("[]"), port) if name and port else None
 
 
-def unrecorded() -> list[str]:
+def unrecorded(past_guard: bool = False) -> list[str]:
     """``host:port`` of each connection seen since :func:`reset` that no recorded exchange accounts
-    for, sorted (the host name it was looked up for where known, else the address).
+    for, sorted (the host name it was looked up for where known, else the address); with
+    ``past_guard``, only those made past :mod:`socket` (:func:`opened`).
 
     The names a connection may have been made for: the one its thread had just looked its address
     up for, else every name that address was looked up for. It is accounted for when an exchange
@@ -140,6 +146,8 @@ def unrecorded() -> list[str]:
         for address, port, name in _seen:
             names = [name] if name is not None else list(_names.get(address, ()))
             if (address, port) in _recorded or any((n, port) in _recorded for n in names):
+                continue
+            if past_guard and (address, port) not in _past_guard:
                 continue
             out.add(f"{names[0] if names else address}:{port}")
     return sorted(out)

@@ -1485,11 +1485,13 @@ class Replayer:
                     for n in self._session.by_type("note")
                     for program in (n.get("data") or {}).get("unrecorded_programs") or ()
                 ],
-                # (a gRPC channel connects past the network guard: its calls go out again, live)
+                # (a gRPC channel connects past the network guard: its calls go out again, live;
+                # one through Python's sockets is refused, and said, or is the program's own server
+                # in the replay's namespace)
                 "unrecorded_connections": [
                     where
                     for n in self._session.by_type("note")
-                    for where in (n.get("data") or {}).get("unrecorded_connections") or ()
+                    for where in (n.get("data") or {}).get("past_guard") or ()
                 ],
                 # (a tool served from the session: the change its body made is not made again)
                 "changed_in_place": [
