@@ -183,18 +183,26 @@ def test_sdk_record_then_replay_offline(name: str, tmp_path: Path) -> None:
 
 
 def test_stream_is_teed_not_buffered(tmp_path: Path) -> None:
-    """While recording, the caller sees the first chunk long before the stream ends."""
-    import time
+    """While recording, the SDK's caller gets the first chunk before the server ends the stream."""
+    from tests.modelserver import LocalServer, Stream, chat_chunks, chat_completion
 
-    with ModelServer(turns=1, chunk_delay=0.002) as server, forkpoint.record(store=tmp_path):
-        t0 = time.perf_counter()
-        stream = oa(server.base_url).chat.completions.create(
-            model="demo-model", messages=[{"role": "user", "content": "hi " * 200}], stream=True
-        )
-        arrivals = [time.perf_counter() - t0 for _ in stream]
-    assert len(arrivals) > 3
-    # Chunks arrive spread out in time, as the server sent them, not all at once at the end.
-    assert arrivals[-1] - arrivals[0] > 0.002 * (len(arrivals) - 2)
+    server = LocalServer()
+    answer = chat_completion("chatcmpl-1", "demo-model", text="one two three four five six")
+    # The server parks after its first event until the test sets its gate: a tee that buffered the
+    # stream would hand the caller nothing before the server finished (it then opens after 10 s).
+    server.route("/v1/chat/completions", lambda _: Stream(chat_chunks(answer), gate=True))
+    seen_before_finish: list[bool] = []
+    try:
+        with forkpoint.record(store=tmp_path):
+            stream = oa(server.url).chat.completions.create(model="demo-model", messages=MSG, stream=True)
+            for i, _ in enumerate(stream):
+                if i == 0:
+                    seen_before_finish.append(not server.finished.is_set())
+                    server.gate.set()
+    finally:
+        server.stop()
+    assert seen_before_finish == [True]
+    assert server.finished.is_set()
 
 
 def test_summary_of_a_tool_call_turn(tmp_path: Path) -> None:
