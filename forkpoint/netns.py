@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import fcntl
 import ipaddress
 import json
@@ -406,6 +407,10 @@ def unrun(program: str, exc: OSError, path: str | None = None, cwd: Path | None 
         return "could not be run: No such file or directory"
     if file is not None and file.is_dir():
         return "is a directory"
+    if exc.errno == errno.ENOEXEC:  # a shell would run it with sh; exec does not
+        return (
+            f"could not be run: it has no #! line naming its interpreter (run it through one: sh {program})"
+        )
     return f"could not be run: {exc.strerror}"
 
 

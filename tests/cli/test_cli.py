@@ -1559,6 +1559,11 @@ def replay_with_threads(recorded: Recorded, threads: int, *cmd: str) -> Any:
         ),
         ("not-executable", 126, "could not be run: Permission denied"),
         ("folder", 126, "is a directory"),
+        (
+            "no-shebang",
+            126,
+            "could not be run: it has no #! line naming its interpreter (run it through one: sh ",
+        ),
     ],
 )
 def test_replay_of_a_command_that_is_there_but_cannot_run_says_why(
@@ -1574,6 +1579,9 @@ def test_replay_of_a_command_that_is_there_but_cannot_run_says_why(
         program.mkdir()
     elif kind == "crlf":
         program.write_bytes(b"#!/bin/sh\r\necho ran\r\n")
+        program.chmod(0o755)
+    elif kind == "no-shebang":  # a shell runs it with sh; exec said only "Exec format error"
+        program.write_text("echo ran\n")
         program.chmod(0o755)
     else:
         program.write_text("#!/no/such/python\nprint(1)\n")
