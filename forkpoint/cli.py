@@ -1211,9 +1211,32 @@ def check(
     ctx = click.get_current_context()
     cmd = list(ctx.meta.get("forkpoint.cmd") or [])
     ab = models_source == "live"
-    selection = select(
-        list(targets), store=store, tags=_parse_tags(tags), since=parse_since(since) if since else None
-    )
+    try:
+        selection = select(
+            list(targets), store=store, tags=_parse_tags(tags), since=parse_since(since) if since else None
+        )
+    except SessionError as exc:
+        # `check last python agent.py` reads every word as a session; what runs goes after --
+        from .store import resolve
+
+        def unresolved(target: str) -> bool:
+            try:
+                resolve(target, store)
+            except SessionError:
+                return True
+            return False
+
+        command = next(
+            (i for i, t in enumerate(targets) if (shutil.which(t) or Path(t).is_file()) and unresolved(t)),
+            None,
+        )
+        if command is None:
+            raise
+        given = " ".join(targets[command:])
+        raise click.ClickException(
+            f"{exc}; {targets[command]!r} is a command here: the command to run goes after --, as in "
+            f"forkpoint check {' '.join(targets[:command]) or 'SESSION'} -- {given}"
+        ) from None
     for note in selection.notes:
         _err().print(f"forkpoint: {note}", markup=False)
     if not selection.sessions:  # (a typo in a CI job's filter or store must not pass as green)

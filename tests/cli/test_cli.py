@@ -1593,6 +1593,23 @@ def test_replay_of_a_command_that_is_there_but_cannot_run_says_why(
     assert "not found: " + str(program) not in said and "wrote no report" not in said, said
 
 
+def test_check_given_a_command_without_dashes_says_it_goes_after_them(recorded: Recorded) -> None:
+    """``forkpoint check SESSION python agent.py`` read every word as a session and said only
+    "no session 'python'", as if a session were missing; ``replay`` takes the same words as its
+    command. A word that is a command here, and no session, is said to go after --."""
+    r = cli("check", str(recorded.alpha), sys.executable, "agent_script.py")
+    said = flat(r.output)
+    assert r.exit_code == 1, r.output
+    assert f"no session {sys.executable!r}" in said, said
+    assert (
+        f"{sys.executable!r} is a command here: the command to run goes after --, as in forkpoint check "
+        f"{recorded.alpha} -- {sys.executable} agent_script.py"
+    ) in said, said
+    # A word that is no command here gets no such note.
+    r = cli("check", "no-such-session-here")
+    assert "is a command here" not in flat(r.output), r.output
+
+
 def test_replay_elsewhere_of_a_relative_command_not_found_says_where_it_was_recorded(tmp_path: Path) -> None:
     """A session of ``./agent.sh`` replayed from another directory: "nothing was replayed: the
     command ./agent.sh was not found", without the note every other failed replay from elsewhere
