@@ -10,6 +10,7 @@ did not reproduce; 2 is a usage error or unreadable session; 127 a command that 
 
 from __future__ import annotations
 
+import errno
 import functools
 import os
 import shutil
@@ -51,6 +52,19 @@ def _store(value: str | None) -> Path:
         return store_dir(value)
     except SessionError as exc:
         raise click.ClickException(str(exc)) from None
+
+
+def _unrunnable(path: str) -> tuple[str, int]:
+    """Why ``path``, which is there but which() refuses, cannot run, in words after "the command …",
+    and a shell's exit code for it (127: nothing to run there, 126: there but not runnable)."""
+    if os.path.islink(path) and not os.path.exists(path):
+        try:
+            os.stat(path)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                return "is a symbolic link in a loop of them", 126
+        return f"is a symbolic link to {os.readlink(path)}, which does not exist", 127
+    return ("is a directory" if os.path.isdir(path) else "is not executable"), 126
 
 
 def _output_file(path: str | Path, option: str) -> Path:
@@ -438,11 +452,11 @@ def record(
     if command and shutil.which(command[0]) is None:
         # Before a session exists: a typo must not leave an empty session behind as `last`. A path
         # which() refuses may be there, not executable or a folder (a shell's 126).
-        there = "/" in command[0] and os.path.exists(command[0])
-        why = ("is a directory" if os.path.isdir(command[0]) else "is not executable") if there else ""
+        there = "/" in command[0] and os.path.lexists(command[0])
+        why, code = _unrunnable(command[0]) if there else ("", 127)
         said = f"the command {command[0]} {why}" if why else f"command not found: {command[0]}"
         _err().print(f"[red]forkpoint: {escape(said)}[/red]")
-        sys.exit(126 if why else 127)
+        sys.exit(code)
     live = None
     if otlp:
         from .otel import LiveExport

@@ -1632,18 +1632,27 @@ def test_replay_elsewhere_of_a_relative_command_not_found_says_where_it_was_reco
 
 
 @pytest.mark.parametrize(
-    ("kind", "why"), [("not-executable", "is not executable"), ("folder", "is a directory")]
+    ("kind", "code", "why"),
+    [
+        ("not-executable", 126, "is not executable"),
+        ("folder", 126, "is a directory"),
+        ("loop", 126, "is a symbolic link in a loop of them"),
+        ("dangling", 127, "is a symbolic link to nothing-here, which does not exist"),
+    ],
 )
-def test_record_of_a_command_that_cannot_run_says_why(tmp_path: Path, kind: str, why: str) -> None:
-    """A path that is there but which() refuses was said "command not found"."""
+def test_record_of_a_command_that_cannot_run_says_why(tmp_path: Path, kind: str, code: int, why: str) -> None:
+    """A path that is there but which() refuses was said "command not found" (a symbolic link to
+    itself, or to nothing, among them: the link is there)."""
     program = tmp_path / kind
     if kind == "folder":
         program.mkdir()
+    elif kind in ("loop", "dangling"):
+        program.symlink_to(kind if kind == "loop" else "nothing-here")
     else:
         program.write_text("print(1)\n")
     store = tmp_path / "store"
     r = CliRunner().invoke(main, ["record", "--store", str(store), "--", str(program)])
-    assert r.exit_code == 126 and f"the command {program} {why}" in flat(r.output), r.output
+    assert r.exit_code == code and f"the command {program} {why}" in flat(r.output), r.output
     assert not store.exists() or not any(store.iterdir())
 
 
