@@ -1198,8 +1198,31 @@ def arm_task(spec: dict[str, Any]) -> dict[str, Any]:
                 arm.problem = f"stopped: {run.stopped}"
             elif run.report is None:  # (it ran, and ended as it did: its outcome is measured all the same)
                 arm.problem = (run.problem or "no report").removeprefix("forkpoint: ")
+            if arm.diverged is None and divergence:  # (measured: the policy went on, as asked)
+                went_on = _went_on_before(divergence, run.report or {}, arm.seq)
+                arm.problem = went_on if arm.problem is None else f"{arm.problem}; {went_on}"
     arm.seconds = round(time.perf_counter() - started, 3)
     return arm.to_json()
+
+
+def _went_on_before(divergence: dict[str, Any], report: dict[str, Any], seq: int) -> str:
+    """What an arm whose replayed prefix diverged did next, under ``--on-divergence live`` or
+    ``fifo``: said, as its row otherwise reads like a continuation from checkpoint ``seq``."""
+    where = (
+        f"its replayed prefix diverged at the {ordinal(int(divergence.get('position') or 0))} "
+        f"{str(divergence.get('kind', 'call')).replace('_', ' ')} ({divergence.get('reason') or 'diverged'}), "
+        f"before checkpoint seq {seq}"
+    )
+    if report.get("policy") == "live":
+        return (
+            f"{where}: it went live there (--on-divergence live), so the calls from there on, tools "
+            "included, ran on the checkpoint's restored files, not from the checkpoint"
+        )
+    return (
+        f"{where}: fifo served the recorded answers to "
+        f"{plural(len(report.get('drift') or []), 'request')} that differed (--on-divergence fifo), "
+        "then it went live from the checkpoint"
+    )
 
 
 def _arm_config(config: object, cwd: Path) -> Path | None:

@@ -622,6 +622,36 @@ def test_an_arm_whose_replayed_prefix_diverged_is_not_measured(keeper: Keeper, t
     assert "pass" not in fork.stdout.split("outcome:")[0].split("directory")[-1]
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("policy", "said"),
+    [
+        ("live", "it went live there (--on-divergence live), so the calls from there on, tools included, ran "
+         "on the checkpoint's restored files, not from the checkpoint"),
+        ("fifo", "fifo served the recorded answers to 1 request that differed (--on-divergence fifo), then it "
+         "went live from the checkpoint"),
+    ],
+)  # fmt: skip
+def test_an_arm_whose_prefix_diverged_and_went_on_as_asked_says_so(
+    keeper: Keeper, tmp_path: Path, policy: str, said: str
+) -> None:
+    """An override of the first tool result changes the 2nd model request, before the last
+    checkpoint: under ``live`` the arm went live there, its tools running again on the restored
+    files, and under ``fifo`` it was served recorded answers to a request that differed. Its row read
+    like any continuation from the checkpoint, measured and counted, without a word."""
+    last = keeper.resumable()[2]
+    fork = forkpoint_cli(
+        keeper, "fork", f"{keeper.session.id}@{last}", "--arms", "1", "--into", str(tmp_path / "arms"),
+        "--store", str(keeper.store), "--on-divergence", policy,
+        "--override", 'tool:write_file.result={"path": "elsewhere.txt"}', "--", *keeper.agent, cwd=tmp_path,
+    )  # fmt: skip
+    said = (
+        "its replayed prefix diverged at the 2nd model call (no recorded request has the same match key), "
+        f"before checkpoint seq {last}: {said}"
+    )
+    assert f"arm 1: {said}" in " ".join(fork.stderr.split()), fork.stdout + fork.stderr
+
+
 def test_arms_whose_program_ended_before_their_checkpoint_are_not_measured(
     keeper: Keeper, tmp_path: Path
 ) -> None:
