@@ -40,7 +40,8 @@ paths whose content changed, and untracked files that did not change are not rea
 are synced to disk like the log (``FORKPOINT_FSYNC``).
 
 Limits: a merge conflict's stages are not kept (a restored conflict is a plain modification), an
-intent-to-add entry counts as an empty staged file, an empty folder is not kept (as in git: finding
+intent-to-add entry counts as an empty staged file in ``index_tree`` (a restore marks it again:
+``intent_to_add``), an empty folder is not kept (as in git: finding
 them would walk every ignored folder at every checkpoint), and paths that are not valid UTF-8 cannot be
 checkpointed (the event then says ``error``).
 

@@ -263,8 +263,15 @@ def _restore_into(
             alt,
         )
         ita = [p for p in added.split("\0") if p]
-        if ita:
-            git(["add", "--intent-to-add", "--", *ita], into, alt)
+        recorded_ita = _marked(source, "intent_to_add")
+        if recorded_ita:  # (read-tree made them empty staged files: taken out, to be marked again)
+            git(
+                ["update-index", "--force-remove", "-z", "--stdin"],
+                into,
+                input="\0".join(recorded_ita).encode("utf-8", "surrogateescape") + b"\0",
+            )
+        if ita or recorded_ita:
+            git(["add", "--intent-to-add", "--", *ita, *recorded_ita], into, alt)
         _copy_objects(session_objects, into, source["base"], [source["tree"], staged], alt)
         (into / ".git" / "info").mkdir(exist_ok=True)
         recorded = (session.header.get("workspace") or {}).get("info_exclude")
@@ -362,6 +369,7 @@ def _restore_into(
         "skip_worktree_absent": absent,
         "sparse_checkout": sparse,
         "assume_unchanged": _marked(source, "assume_unchanged"),
+        "intent_to_add": _marked(source, "intent_to_add"),
         "nested": workspace.get("nested", []),
         "root": workspace.get("root"),
         "cwd": cp.get("cwd"),
@@ -375,7 +383,7 @@ def _restore_into(
 
 def _marked(source: dict[str, Any] | None, key: str) -> list[str]:
     """The tracked paths a checkpoint's ``source`` lists under ``key`` (``skip_worktree``,
-    ``assume_unchanged``): the index entries git does not look at, to be marked again."""
+    ``assume_unchanged``, ``intent_to_add``): the index entries marked so, to be marked again."""
     return [p for p in (source or {}).get(key) or [] if isinstance(p, str) and "\0" not in p]
 
 

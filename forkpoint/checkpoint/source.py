@@ -59,6 +59,28 @@ def _parse_index_listing(raw: bytes) -> dict[bytes, bytes]:
     return out
 
 
+#: The object id of empty content, by hash algorithm: what an intent-to-add entry lists as its own.
+_EMPTY_BLOB = {
+    "sha1": "e69de29bb2d1d6434b8b29ae775ad8c2e48c5391",
+    "sha256": "473a0f4c3be8a93681a267e3b1e9a7dcda1185436fe141f7749120a303721813",
+}
+
+
+def intent_to_add(repo: Path, entries: dict[bytes, bytes], algo: str) -> list[str]:
+    """The paths of ``entries`` (:func:`_parse_index_listing`) that ``git add -N`` marked
+    intent-to-add, sorted: listed as empty staged files, they are in no staged tree, and ``git
+    status`` and ``git diff`` show them as not staged. Only entries of empty content can be one."""
+    empty = _EMPTY_BLOB[algo].encode()
+    candidates = [p for p, meta in entries.items() if meta.split(b" ")[2:3] == [empty]]
+    if not candidates:
+        return []
+    # (an intent-to-add entry is the one kind diff-files shows as added: the others are in the index)
+    out = git(
+        ["diff-files", "--name-only", "--diff-filter=A", "-z", "--", *map(os.fsdecode, candidates)], repo
+    )
+    return sorted(p for p in out.split("\0") if p)
+
+
 def _index_info_line(path: bytes, meta: bytes) -> bytes:
     """An ``update-index --index-info`` record for a stage-0 entry from a listing record."""
     _tag, mode, sha, _stage = meta.split(b"|", 1)[0].split(b" ")
@@ -277,6 +299,8 @@ class SourceTracker:
             (),
             None,
         )
+        # intent_to_add(): the entries it was found in, the paths marked.
+        self._ita: tuple[dict[bytes, bytes] | None, list[str]] = (None, [])
         # assume_unchanged(): the entries it was found in, the paths marked.
         self._assumed: tuple[dict[bytes, bytes] | None, list[bytes]] = (None, [])
         # converted(): the attributes files' stat data and the tracked paths they were read for,
@@ -554,6 +578,14 @@ class SourceTracker:
             found = {"config": config, "patterns": patterns} if config or patterns is not None else None
             self._sparse = (entries, stats, found)
         return self._sparse[2]
+
+    def intent_to_add(self) -> list[str]:
+        """Tracked paths marked intent-to-add (:func:`intent_to_add`): a restore marks them again,
+        or its ``git status`` and ``git diff`` showed them staged, empty. Call after :meth:`tree`."""
+        entries = self._entries or {}
+        if self._ita[0] is not entries:  # (once per change of the user's index)
+            self._ita = (entries, intent_to_add(self.repo, entries, self.algo))
+        return list(self._ita[1])
 
     def assume_unchanged(self) -> list[bytes]:
         """Tracked paths marked assume-unchanged (``git update-index --assume-unchanged``), sorted: git

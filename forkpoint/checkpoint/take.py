@@ -175,6 +175,9 @@ class Workspace:
                 sparse = tracker.sparse_checkout()
                 if sparse is not None:
                     source["sparse_checkout"] = sparse
+                ita = tracker.intent_to_add()
+                if ita:  # (the staged tree has them as empty files: marked again)
+                    source["intent_to_add"] = ita
                 assumed = [p.decode("utf-8", "surrogateescape") for p in tracker.assume_unchanged()]
                 if assumed:  # (the tree has their content; git status does not look: marked again)
                     source["assume_unchanged"] = assumed

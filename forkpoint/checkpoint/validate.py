@@ -14,7 +14,7 @@ from ..errors import CheckpointError
 from ..log import read_json_text
 from .context import referenced_paths, resolve_ref
 from .git import git
-from .source import SourceTracker
+from .source import SourceTracker, _parse_index_listing, intent_to_add
 from .workspace import META_DIR, manifest_of, untracked_files
 
 
@@ -63,6 +63,7 @@ _LIST_FIELDS = (
     "skip_worktree",
     "skip_worktree_absent",
     "assume_unchanged",
+    "intent_to_add",
 )
 
 
@@ -137,6 +138,11 @@ def _git_state(root: Path, expect: dict[str, Any], staged: str | None) -> Check:
             gone = (p for tag, p in entries if tag in ("S", "s") and not os.path.lexists(root / p))
             actual["skip_worktree_absent"] = sorted(gone)
             want["skip_worktree_absent"] = sorted(expect["skip_worktree_absent"])
+    if isinstance(expect.get("intent_to_add"), list):  # (a description written before: not)
+        staged_entries = _parse_index_listing(git(["ls-files", "--stage", "-v", "-z"], root, binary=True))
+        algo = "sha256" if len(head) == 64 else "sha1"
+        actual["intent_to_add"] = intent_to_add(root, staged_entries, algo)
+        want["intent_to_add"] = sorted(expect["intent_to_add"])
     if isinstance(expect.get("sparse_checkout"), dict):
         actual["sparse_checkout"] = _sparse_checkout(root)
         want["sparse_checkout"] = expect["sparse_checkout"]

@@ -1092,6 +1092,33 @@ def test_assume_unchanged_files_are_marked_again(tmp_path: Path) -> None:
     assert not checks_by_name(out)["git HEAD, branch and index"].ok
 
 
+def test_intent_to_add_entries_are_marked_again(tmp_path: Path) -> None:
+    """A file added with ``git add -N`` is listed in the index as empty: a restore had it staged
+    as an empty file with the content unstaged (``AM``, where the recording's ``git status`` said
+    `` A``, and ``git diff`` showed none of it), and validation passed. It is marked again, and
+    validated; a staged empty file is left as it is."""
+    repo = make_repo(tmp_path / "repo", {"a.py": "x = 1\n"})
+    (repo / "new.py").write_text("y = 2\n")
+    (repo / "empty.py").write_text("")
+    sh_git(repo, "add", "-N", "new.py")
+    sh_git(repo, "add", "empty.py")
+    with forkpoint.record(store=tmp_path / "store", workspace=repo) as rec:
+        seq = forkpoint.checkpoint()
+    out = restore(Session.load(rec.session_path), seq, tmp_path / "out")
+    assert status(out) == status(repo)
+    assert sh_git(out, "diff") == sh_git(repo, "diff") != ""
+    assert all(c.ok for c in validate(out)), validate(out)
+    sh_git(out, "update-index", "--force-remove", "new.py")
+    sh_git(
+        out,
+        "update-index",
+        "--add",
+        "--cacheinfo",
+        f"100644,{sh_git(out, 'hash-object', 'empty.py').strip()},new.py",
+    )
+    assert not checks_by_name(out)["git HEAD, branch and index"].ok
+
+
 def test_a_file_a_checkout_expands_does_not_garble_the_look_at_the_next(tmp_path: Path) -> None:
     """``cat-file --batch --filters`` (git 2.39) heads a blob with its size before the checkout's
     conversion: read by that size, the expanded ``$Id$`` of a.txt ran into b.txt's answer, which
