@@ -1175,14 +1175,21 @@ def arm_task(spec: dict[str, Any]) -> dict[str, Any]:
                     f"({why})"
                 )
             elif (run.report or {}).get("unserved"):  # (no outcome was measured either: replay_run)
+                from .replay import ended_by_override
+
                 unserved = list((run.report or {}).get("unserved") or [])
                 drifted = " (its prefix drifted: fifo)" if divergence else ""
+                # (the agent took the way out an override before the checkpoint offered: no wrong command)
+                why = (
+                    "the override it was given before the checkpoint ended it there."
+                    if ended_by_override(run.report or {})
+                    else "does the command run the recorded agent as it was recorded?"
+                )
                 arm.diverged = "ended before its checkpoint"
                 arm.problem = (
                     f"it ended (exit code {run.exit_code}){drifted} before it reached checkpoint seq {arm.seq}: "
                     f"{plural(len(unserved), 'recorded call')} before it (seq {', '.join(map(str, unserved[:5]))}"
-                    f"{' …' if len(unserved) > 5 else ''}) never asked for, so it never went live (does the "
-                    "command run the recorded agent as it was recorded?"
+                    f"{' …' if len(unserved) > 5 else ''}) never asked for, so it never went live ({why}"
                     # (where the why is: "can't open file", an ImportError; the table named no log)
                     + (f" What it printed: {log})" if log.is_file() else ")")
                 )

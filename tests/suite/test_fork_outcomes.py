@@ -652,6 +652,28 @@ def test_an_arm_whose_prefix_diverged_and_went_on_as_asked_says_so(
     assert f"arm 1: {said}" in " ".join(fork.stderr.split()), fork.stdout + fork.stderr
 
 
+@pytest.mark.slow
+def test_an_arm_an_override_ended_before_its_checkpoint_names_the_override(
+    keeper: Keeper, tmp_path: Path
+) -> None:
+    """``--override 'model#2.text="…"'`` before the checkpoint: the agent answered and ended there,
+    as the override asked. The arm was said to have never gone live, and asked whether the command
+    ran the recorded agent as it was recorded, which it did."""
+    last = keeper.resumable()[2]
+    fork = forkpoint_cli(
+        keeper, "fork", f"{keeper.session.id}@{last}", "--arms", "1", "--into", str(tmp_path / "arms"),
+        "--store", str(keeper.store), "--override", 'model#2.text="I give up."', "--", *keeper.agent, cwd=tmp_path,
+    )  # fmt: skip
+    said = " ".join(fork.stderr.split())
+    assert fork.returncode == 1, fork.stdout + fork.stderr
+    assert (
+        f"before it reached checkpoint seq {last}: 1 recorded call before it (seq {last - 1}) never asked for, so "
+        "it never went live (the override it was given before the checkpoint ended it there. What it printed:"
+        in said
+    ), fork.stderr
+    assert "as it was recorded?" not in said
+
+
 def test_arms_whose_program_ended_before_their_checkpoint_are_not_measured(
     keeper: Keeper, tmp_path: Path
 ) -> None:
