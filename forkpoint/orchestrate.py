@@ -369,7 +369,8 @@ def record_command(
                 "Python that started forkpoint (python -I and -E ignore the PYTHONPATH that starts it; a "
                 "program that is not Python is not recorded), or each was killed before it could"
             )
-        elif code != 0 and not i.model_calls + i.tool_calls:  # (a wrong path, an import error)
+        elif code != 0 and not i.model_calls + i.tool_calls and not session.incomplete:
+            # (a wrong path, an import error; not a recording that stopped, said above: its calls ran)
             say(
                 f"forkpoint: the command exited {code} before it made any model or tool call: the session "
                 f"holds its end only (forkpoint rm {session.session_id} removes it)"

@@ -370,6 +370,24 @@ def test_cli_record_on_a_full_disk_exits_as_the_agent_would(store: Path, tmp_pat
     assert end["type"] == "end" and end["exit_code"] == 5 and "No space left" in end["incomplete"]
 
 
+@pytest.mark.slow
+def test_cli_record_on_a_disk_full_before_the_first_call_does_not_say_no_call_was_made(
+    store: Path, tmp_path: Path
+) -> None:
+    """A disk full (or ``ulimit -f`` reached) before the first call could be written: the command made
+    its calls, unrecorded; ``forkpoint record`` said it "exited 5 before it made any model or tool
+    call: the session holds its end only", which is false, and suggested removing the session."""
+    script = tmp_path / "agent.py"
+    script.write_text(
+        AGENT.replace('print(lookup("one"))\nos.write = write', 'os.write = write\nprint(lookup("one"))')
+    )
+    out = record_script(store, script)
+    assert out.returncode == 5 and out.stdout.split() == ["ONE", "TWO"], out.stderr
+    said = " ".join(out.stderr.split())
+    assert "recording of session" in said and "No space left on device" in said, said
+    assert "before it made any model or tool call" not in said and "Traceback" not in said, said
+
+
 def test_cli_record_on_a_store_it_cannot_create_a_session_in_runs_the_command_unrecorded(
     store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
