@@ -148,6 +148,27 @@ def test_a_full_disk_stops_recording_and_the_agent_goes_on(
     assert "No space left" in root.attributes["forkpoint.incomplete"]
 
 
+def test_a_replay_past_where_a_full_disk_stopped_the_recording_says_so(
+    store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run repeated a call after the disk filled: its replay, served the recorded one, then
+    asked again, said "the run asked once more than it did when recorded", which is false (it asked
+    as often; the recording had stopped), and did not say that the recording stopped early."""
+    armed = [False]
+    _fail_log_writes(monkeypatch, armed)
+    with forkpoint.record("full", store=store) as rec:
+        lookup("same")
+        armed[0] = True
+        lookup("same")
+        armed[0] = False
+    with pytest.raises(forkpoint.Divergence) as exc, forkpoint.replay(rec.session_path):
+        assert lookup("same") == {"q": "same", "answer": 42}
+        lookup("same")
+    said = str(exc.value)
+    assert "the recording stopped early (OSError: [Errno 28] No space left on device" in said, said
+    assert "asked once more" not in said, said
+
+
 def test_a_full_disk_until_the_end_leaves_the_session_without_end(
     store: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

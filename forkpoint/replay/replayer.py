@@ -1271,9 +1271,11 @@ class Replayer:
         unused = [e for e in same_kind if e["seq"] not in used]
         seen = [e for e in same_kind if self._keys[e["seq"]] == key]
         if seen:
+            # (past the end of a recording that stopped early, the run need not have asked more)
+            cut = self._cut_short() if not unused else ""
             reason = (
                 f"the request matches recorded event seq {seen[0]['seq']}, but all {len(seen)} recorded "
-                f"answer(s) to it were already served; the run asked once more than it did when recorded"
+                f"answer(s) to it were already served{cut or '; the run asked once more than it did when recorded'}"
             )
         elif not unused:
             reason = (
