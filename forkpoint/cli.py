@@ -268,6 +268,12 @@ def _arm_options(f: Any) -> Any:
     """What fork and sweep share: ``--override``, ``--on-divergence``, ``--repo``, ``--arm-timeout``, the outcome and
     executor options, ``--store``, and the agent's command (``CMD``, required)."""
     f = click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)(f)
+    f = click.option(
+        "--trust",
+        is_flag=True,
+        help="Fork a session no key you trust signed (read its files first: CMD runs on them, and anyone "
+        "who can edit a session can change them).",
+    )(f)
     f = _store_opt(_executor_options(_outcome_options(f)))
     f = click.option(
         "--repo", type=click.Path(exists=True, file_okay=False, path_type=Path), help="See restore --repo."
@@ -749,7 +755,7 @@ def keys(ctx: click.Context) -> None:
     """Your signing key (created on first use) and the keys you trust.
 
     Every session you record is signed with your key; replay, check and make-test take a session's
-    recorded command only when a trusted key signed it (fork and sweep run the command you give). Give your public key to teammates, and
+    recorded command only when a trusted key signed it (fork and sweep run the command you give, on its files: only then too, or with --trust). Give your public key to teammates, and
     trust theirs with: forkpoint keys trust KEY --name NAME (forkpoint keys untrust NAME undoes it).
     """
     if ctx.invoked_subcommand is not None:
@@ -937,6 +943,7 @@ def fork(
     outcome_timeout: float,
     executor: str,
     jobs: int | None,
+    trust: bool,
     store: str | None,
     cmd: tuple[str, ...],
 ) -> None:
@@ -958,6 +965,10 @@ def fork(
 
     session, seq = _session_at(ref, store)
     resumable(session, seq)  # (before "N arms on local" announces arms a missing checkpoint never starts)
+    if not trust:
+        from .signing import require_trusted
+
+        require_trusted(session.path, session.id, None)
 
     def shown(arm: Arm) -> None:
         _err().rule(f"arm {arm.index}: {arm.directory}")
@@ -1047,6 +1058,7 @@ def sweep(
     outcome_timeout: float,
     executor: str,
     jobs: int | None,
+    trust: bool,
     store: str | None,
     cmd: tuple[str, ...],
 ) -> None:
@@ -1068,6 +1080,12 @@ def sweep(
     if html_file is not None:
         _output_file(html_file, "--html")
     s = _load(session, store)
+    if not trust:
+        from .signing import require_trusted
+        from .suite.sweep import sweep_checkpoints
+
+        sweep_checkpoints(s, first, last)  # (a session with none to sweep says so first, as fork does)
+        require_trusted(s.path, s.id, None)
 
     def shown(arm: Arm) -> None:
         state = (

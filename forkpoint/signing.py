@@ -331,10 +331,11 @@ def signature(path: Path, session_id: str) -> Signed:
     return Signed("signed", kid, trusted_keys().get(kid))
 
 
-def require_trusted(path: Path, session_id: str, argv: list[str]) -> Signed:
-    """Return the session's :class:`Signed` when its recorded command ``argv`` may run here: signed
-    by a trusted key. Otherwise raise :class:`~forkpoint.errors.UntrustedSession`, showing the
-    command and the ways to run it anyway."""
+def require_trusted(path: Path, session_id: str, argv: list[str] | None) -> Signed:
+    """Return the session's :class:`Signed` when its recorded command ``argv`` (None: a command of
+    the user's, run on the files a fork restores from its checkpoints) may run here: signed by a
+    trusted key. Otherwise raise :class:`~forkpoint.errors.UntrustedSession`, showing what would run
+    and the ways to run it anyway."""
     signed = signature(path, session_id)
     if signed.trusted:
         return signed
@@ -342,9 +343,17 @@ def require_trusted(path: Path, session_id: str, argv: list[str]) -> Signed:
 
     from .text import visible
 
+    sid = visible(session_id, one_line=True)
+    if argv is None:  # (the arm's files are the session's: `python agent.py` there runs its agent.py)
+        raise UntrustedSession(
+            f"session {sid}: {signed.describe()}, so forkpoint will not run a command on the files it "
+            "restores from it (a program there runs the code its checkpoint holds, not yours). Read them "
+            f"first (forkpoint restore {sid}@SEQ --into DIR); fork anyway with --trust. A teammate's key is "
+            "trusted with: forkpoint keys trust KEY --name NAME"
+        )
     # (escaped: a carriage return or an escape sequence in it would hide what comes before it)
     raise UntrustedSession(
-        f"session {visible(session_id, one_line=True)}: {signed.describe()}, so forkpoint will not run "
+        f"session {sid}: {signed.describe()}, so forkpoint will not run "
         f"the command it recorded:\n    {visible(shlex.join(argv))}\nRead it; run it anyway with --trust, or give the command to run "
         f"after --. A teammate's key is trusted with: forkpoint keys "
         "trust KEY --name NAME"

@@ -395,3 +395,40 @@ def test_a_command_and_a_name_holding_control_characters_are_shown_escaped(
     assert "nightly\\r\\x1b[2K\\nx" in row and "#\\r\\x1b[2K" in row, listed.stdout
     for said in (refused.stderr, listed.stdout):
         assert "\r" not in said and "\x1b" not in said
+
+
+def test_fork_and_sweep_refuse_a_session_no_trusted_key_signed_unless_trust(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An arm is the session's checkpoint restored: `fork SESSION@SEQ -- python agent.py` runs the
+    agent.py the session holds, not the user's. A teammate's (or a forged) session ran its code on
+    fork and sweep without a word, where replay refuses its recorded command."""
+    from click.testing import CliRunner
+
+    from forkpoint.cli import main
+
+    work = tmp_path / "work"
+    work.mkdir()
+    mark = tmp_path / "mark"
+    (work / "agent.py").write_text(f"open({str(mark)!r}, 'w').write('the session s code ran')\n")
+    monkeypatch.setenv("FORKPOINT_KEYS_DIR", str(tmp_path / "alice-keys"))
+    with forkpoint.record(store=tmp_path / "store", workspace=work) as rec:
+        seq = forkpoint.checkpoint()
+    monkeypatch.setenv("FORKPOINT_KEYS_DIR", str(tmp_path / "bob-keys"))
+    sid = rec.session_path.name
+    arms = tmp_path / "arms"
+    common = ["--store", str(tmp_path / "store"), "--into", str(arms)]
+    for args in (
+        ["fork", f"{sid}@{seq}", *common, "--", sys.executable, "agent.py"],
+        ["sweep", sid, "--outcome", "true", *common, "--", sys.executable, "agent.py"],
+    ):
+        res = CliRunner().invoke(main, args)
+        assert res.exit_code == 1, res.output
+        said = flat(res.output)
+        assert f"session {sid}: signed by ed25519:" in said and "a key this user does not trust" in said, said
+        assert "will not run a command on the files it restores from it" in said and "--trust" in said, said
+        assert not mark.exists() and not arms.exists()
+    res = CliRunner().invoke(
+        main, ["fork", f"{sid}@{seq}", "--trust", *common, "--", sys.executable, "agent.py"]
+    )
+    assert mark.read_text() == "the session s code ran", res.output
