@@ -461,6 +461,33 @@ def test_a_billion_laughs_cassette_is_refused(tmp_path: Path, store: Path) -> No
     assert not store.exists() or not any((p / LOG_NAME).exists() for p in store.iterdir())
 
 
+@pytest.mark.parametrize("name", ["cassette.yaml", "trajectory.json"])
+def test_an_integer_of_more_digits_than_python_reads_is_named_not_a_traceback(
+    tmp_path: Path, store: Path, name: str
+) -> None:
+    """An integer of more than 4,300 digits (what Python converts, ``sys.get_int_max_str_digits()``)
+    in a file to import, YAML or JSON (which orjson refuses, so it is read as YAML): ``forkpoint
+    import`` ended in a ValueError traceback. It names the file and the line."""
+    big = "7" * 5000
+    f = tmp_path / name
+    f.write_text(
+        f"interactions:\n- request: {{}}\n  response: {{x: {big}}}\n"
+        if name.endswith(".yaml")
+        else f'{{"history": [1,\n{big}]}}'
+    )
+    r = cli("import", str(f), "--store", str(store))
+    said = " ".join(r.output.split())
+    line = 3 if name.endswith(".yaml") else 2
+    assert r.exit_code == 1 and f"{f}: line {line}: an integer of 5,000 digits" in said, said
+    assert "Traceback" not in r.output
+    assert not store.exists() or not any((p / LOG_NAME).exists() for p in store.iterdir())
+    assert import_base.load_yaml(f, "a: 0x1F\nb: 1_000\nc: 12345678901234567890123\n", "x") == {
+        "a": 31,
+        "b": 1000,
+        "c": 12345678901234567890123,
+    }
+
+
 def test_yaml_aliases_of_a_normal_size_still_load(tmp_path: Path) -> None:
     doc = import_base.load_yaml(tmp_path / "x.yaml", laughs(4), "a cassette")  # 10**4 strings
     assert len(doc["lol4"]) == 10 and doc["lol4"][0][0][0][0] == "lol"

@@ -213,6 +213,17 @@ def load_yaml(path: Path, text: str, expected: str) -> Any:
 
     Loader.add_constructor("tag:yaml.org,2002:set", no_set)
 
+    def as_int(loader: Any, node: Any) -> int:
+        try:
+            return int(yaml.SafeLoader.construct_yaml_int(loader, node))
+        except ValueError:  # (more digits than Python converts: sys.get_int_max_str_digits())
+            raise ImportFormatError(
+                f"{path}: line {node.start_mark.line + 1}: an integer of {len(str(node.value)):,} digits, "
+                f"more than forkpoint reads; expected {expected}"
+            ) from None
+
+    Loader.add_constructor("tag:yaml.org,2002:int", as_int)
+
     for tag in ("tag:yaml.org,2002:python/unicode", "tag:yaml.org,2002:python/str"):
         Loader.add_constructor(tag, as_str)
     try:
