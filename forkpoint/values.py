@@ -63,6 +63,7 @@ from typing import Any
 import orjson
 
 from .errors import ToolResultError, UnrebuildableValue
+from .log.codec import WIDEST_INT_BITS
 
 #: The key of a typed node.
 MARK = "$type"
@@ -164,6 +165,8 @@ class _Encoder:
 
     def value(self, v: Any) -> Any:
         t = type(v)
+        if t is int and v.bit_length() > WIDEST_INT_BITS:  # (the log refuses it: recording would stop)
+            raise ToolResultError("an integer of more than 4,000 digits", type_name="(int too long)")
         if v is None or t is str or t is bool or t is int or t is bytes:
             return v
         if t is float:

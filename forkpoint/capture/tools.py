@@ -538,6 +538,8 @@ def _unrecordable(name: str, value: Any, exc: Exception) -> UnrecordedResult:
         if kind == "(cycle)"
         else "To record it, return a value nested less deeply"
         if kind == "(too deep)"
+        else "To record it, return it as a string (or as something smaller)"
+        if kind == "(int too long)"
         else f"To record it, register an encoder (with a decoder, a replay gives back {short} objects again): "
         f"forkpoint.register_encoder({short}, to_json, decode=from_json)"
     )

@@ -104,6 +104,9 @@ SAME_FIELDS: dict[str, tuple[str, ...]] = {
     "checkpoint": ("source", "workspace", "referenced", "mentioned_absent", "uncaptured"),
 }
 _INT_RANGE = (-(1 << 63), (1 << 64) - 1)  # what orjson writes as a JSON integer
+#: The widest integer a line holds (as ``$int``, about 4,200 digits): a reader reads its digits with
+#: ``int()``, which Python refuses beyond 4,300 by default, whatever limit the writing program set.
+WIDEST_INT_BITS = 14_000
 #: ``$dumps`` styles: the ways ``json.dumps`` is commonly called to send a tool call's arguments or
 #: result back to a model. ``c``: compact separators; ``s``: keys sorted; ``u``: not ASCII-escaped.
 DUMPS_STYLES = ("", "s", "c", "cs", "u", "su", "cu", "csu")
@@ -348,7 +351,13 @@ def _exotic(value: Any, where: str) -> Any:
     if isinstance(value, bool) or value is None or isinstance(value, float):
         return value
     if isinstance(value, int):
-        return value if _INT_RANGE[0] <= value <= _INT_RANGE[1] else {"$int": str(value)}
+        if _INT_RANGE[0] <= value <= _INT_RANGE[1]:
+            return value
+        if value.bit_length() > WIDEST_INT_BITS:
+            raise SessionError(
+                f"{where}: an integer of more than 4,000 digits, which no reader could read back"
+            )
+        return {"$int": str(value)}
     if isinstance(value, dict):
         # Escaped user data: its keys are the data's own, never encodings (nor is its dict an escape).
         escaped = len(value) == 1 and isinstance(value.get("$lit"), dict)

@@ -20,7 +20,7 @@ import pytest
 
 import forkpoint
 from forkpoint.capture import targets as targets_mod
-from forkpoint.log import Session
+from forkpoint.log import Session, SessionError
 
 
 class QuotaExceeded(Exception):
@@ -728,6 +728,49 @@ def test_a_result_nested_deeper_than_the_log_holds_is_unrecorded_and_the_recordi
     assert first["unrecorded"]["type"] == "(too deep)" and second["result"] == 1
     with forkpoint.replay(rec.session_path), pytest.raises(forkpoint.Divergence, match="nested more than"):
         tree()
+
+
+@pytest.mark.parametrize("limit", [4300, 0])
+def test_an_integer_of_more_digits_than_a_reader_converts_is_unrecorded_and_the_recording_goes_on(
+    store: Path, limit: int
+) -> None:
+    """A result of 10**5000. Under Python's default limit (4,300 digits) its ``$int`` could not be
+    written: the whole recording stopped. In a program that lifted the limit
+    (``sys.set_int_max_str_digits(0)``) it was written, and no reader could read it back: verify
+    failed and the replay could not start. Now that call alone is unrecorded, said, and the session reads."""
+    before = sys.get_int_max_str_digits()
+
+    @forkpoint.tool
+    def huge() -> int:
+        return 10**5000
+
+    @forkpoint.tool
+    def leaf() -> int:
+        return 1
+
+    sys.set_int_max_str_digits(limit)
+    try:
+        with forkpoint.record(store=store) as rec:
+            assert huge() == 10**5000 and leaf() == 1
+    finally:
+        sys.set_int_max_str_digits(before)
+    assert rec.failure is None
+    first, second = Session.load(rec.session_path).by_type("tool_call")
+    assert first["unrecorded"]["type"] == "(int too long)" and second["result"] == 1
+    with (
+        forkpoint.replay(rec.session_path),
+        pytest.raises(forkpoint.Divergence, match="more than 4,000 digits"),
+    ):
+        huge()
+
+
+def test_a_line_holding_an_integer_no_reader_converts_is_refused() -> None:
+    """The log's own check, for what reaches it past the tool wrapper (a note's data)."""
+    from forkpoint.log.codec import encode_exotic
+
+    assert encode_exotic({"n": 10**4000}, "here") == {"n": {"$int": str(10**4000)}}
+    with pytest.raises(SessionError, match="here: an integer of more than 4,000 digits"):
+        encode_exotic({"n": 10**5000}, "here")
 
 
 @pytest.mark.parametrize(("recorded", "other"), [(10**20, 1e20), (2**70, float(2**70)), (1, True), (1, 1.0)])
