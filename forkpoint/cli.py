@@ -77,6 +77,22 @@ def _output_file(path: str | Path, option: str) -> Path:
         raise click.BadParameter(f"cannot write {out}: the folder {folder} {what}", param_hint=option)
     if out.is_dir():
         raise click.BadParameter(f"cannot write {out}: it is a folder", param_hint=option)
+    from .log import FORMAT, LOG_NAME
+
+    # (a session is never overwritten: `--html .forkpoint/ID/session.jsonl` replaced its log)
+    for d in (folder.resolve(), *folder.resolve().parents):
+        if not (d / LOG_NAME).is_file():
+            continue
+        try:  # (a session log of forkpoint's, not a project's own file of that name)
+            with open(d / LOG_NAME, "rb") as f:
+                head = f.read(256)
+        except OSError:
+            continue
+        if f'"format":"{FORMAT}"'.encode() in head:
+            raise click.BadParameter(
+                f"cannot write {out}: it is inside the session folder {d}, which forkpoint never writes into",
+                param_hint=option,
+            )
     return out
 
 

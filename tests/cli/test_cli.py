@@ -1509,6 +1509,37 @@ def test_output_files_in_missing_folders_are_refused_up_front(
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing half-written
 
 
+@pytest.mark.parametrize(
+    ("args", "target"),
+    [
+        (["show", "{s}", "--html"], "session.jsonl"),
+        (["export", "{s}", "--file"], "session.jsonl"),
+        (["check", "{s}", "--json"], "signature.json"),
+        (["replay", "{s}", "--report"], "blobs/report.json"),
+    ],
+    ids=["show-html", "export-file", "check-json", "replay-report"],
+)
+def test_an_output_file_inside_a_session_folder_is_refused(store: Path, args: list[str], target: str) -> None:
+    """`forkpoint show last --html .forkpoint/ID/session.jsonl` (a slip of the shell's completion)
+    replaced the session's log with the page: the session was gone. A session folder is never
+    written into; a project's own file named session.jsonl is no session and stops nothing."""
+    with forkpoint.record(store=store) as rec:
+        forkpoint.note("x")
+    (rec.session_path / "blobs").mkdir(exist_ok=True)
+    before = {p: p.read_bytes() for p in rec.session_path.rglob("*") if p.is_file()}
+    out = rec.session_path / target
+    r = cli(*(a.format(s=str(rec.session_path)) for a in args), str(out))
+    assert r.exit_code == 2, r.output
+    said = flat(r.output)
+    assert f"cannot write {out}: it is inside the session folder {rec.session_path.resolve()}" in said, said
+    assert {p: p.read_bytes() for p in rec.session_path.rglob("*") if p.is_file()} == before
+    project = store.parent / "project"
+    project.mkdir()
+    (project / LOG_NAME).write_text('{"event": "a log of the project\'s own"}\n')
+    page = project / "page.html"
+    assert cli("show", str(rec.session_path), "--html", str(page)).exit_code == 0 and page.exists()
+
+
 def test_record_of_a_command_that_does_not_exist_leaves_no_session(tmp_path: Path) -> None:
     store = tmp_path / "store"
     r = CliRunner().invoke(main, ["record", "--store", str(store), "--", "no-such-agent-command", "x"])
