@@ -388,9 +388,13 @@ def record_command(
 
 
 def recorded_seed(header: Mapping[str, Any]) -> int | None:
-    """The ``PYTHONHASHSEED`` the session's command was recorded with (header ``hash_seed``), if any."""
+    """The ``PYTHONHASHSEED`` the session's command was recorded with (header ``hash_seed``), if any:
+    one Python would refuse (an edited header's) is none, else the program would not even start."""
+    from .record import MAX_HASH_SEED
+
     seed = header.get("hash_seed")
-    return seed if isinstance(seed, int) and not isinstance(seed, bool) else None
+    valid = isinstance(seed, int) and not isinstance(seed, bool) and 0 <= seed <= MAX_HASH_SEED
+    return seed if valid else None
 
 
 def _ready_to_close() -> None:

@@ -698,16 +698,20 @@ def local_zone() -> str | None:
         return None
 
 
+#: The largest ``PYTHONHASHSEED`` Python starts with.
+MAX_HASH_SEED = 4_294_967_295
+
+
 def hash_seed() -> int:
     """The ``PYTHONHASHSEED`` a recorded command runs with: this environment's when it names one,
     else one chosen at random, as Python would. Kept in the header so that a replay runs with the
     same: the order of a set of strings (``str()`` of it, a prompt joined from it) depends on it."""
     given = os.environ.get("PYTHONHASHSEED", "")
-    if given.isdigit() and int(given) <= 4294967295:
+    if given.isdigit() and int(given) <= MAX_HASH_SEED:
         return int(given)
     import random  # here: only a recorded command needs it
 
-    return random.SystemRandom().randint(1, 4294967295)
+    return random.SystemRandom().randint(1, MAX_HASH_SEED)
 
 
 def other_calls(path: Path) -> dict[str, int]:

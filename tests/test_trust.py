@@ -432,3 +432,16 @@ def test_fork_and_sweep_refuse_a_session_no_trusted_key_signed_unless_trust(
         main, ["fork", f"{sid}@{seq}", "--trust", *common, "--", sys.executable, "agent.py"]
     )
     assert mark.read_text() == "the session s code ran", res.output
+
+
+def test_an_edited_hash_seed_python_refuses_does_not_stop_the_replay(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """The header's ``hash_seed`` becomes the program's ``PYTHONHASHSEED``: one out of Python's range
+    (an edited header's) made the replayed program die before it started ("Fatal Python error:
+    PYTHONHASHSEED must be…"), and the replay said it "did not start forkpoint"."""
+    session = record(tmp_path, env)
+    forge_header(session, hash_seed=2**40)
+    named = run(["replay", str(session), "--", sys.executable, "agent.py"], tmp_path, env)
+    assert named.returncode == 0 and named.stdout == "101\n", named.stderr
+    assert "PYTHONHASHSEED" not in named.stderr, named.stderr
