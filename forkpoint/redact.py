@@ -632,7 +632,18 @@ def _compile_user_pattern(kind: str, pattern: str) -> re.Pattern[str]:
         raise RuleError(f"redaction pattern {pattern!r} is not a valid regex: {exc}") from None
     if compiled.fullmatch(""):
         raise RuleError(f"redaction pattern {pattern!r} matches the empty string")
+    if any(compiled.search(d) for d in _DIGESTS):  # (the log writer scrubs every field it writes)
+        raise RuleError(
+            f"redaction pattern {pattern!r} matches a hex digest, as forkpoint's own hashes are (match keys, "
+            "checkpoint fingerprints, blob names): a session recorded with it would not verify or restore. "
+            "Give it the context the secret comes in, e.g. 'token=(?P<s>[0-9a-f]{64})' (only group s is replaced)"
+        )
     return compiled
+
+
+#: Digests of the kinds forkpoint writes into every session (SHA-256, and git's SHA-1), to check a
+#: user's pattern against.
+_DIGESTS = (hashlib.sha256(b"forkpoint").hexdigest(), hashlib.sha1(b"forkpoint").hexdigest())  # noqa: S324
 
 
 # --------------------------------------------------------------------------- the scrubber

@@ -852,6 +852,12 @@ def test_reports_exports_and_pages_are_owner_only_and_scrubbed(tmp_path: Path) -
     ("config", "message"),
     [
         ('[redact]\npatterns = ["("]\n', r"forkpoint\.toml \[redact\].*not a valid regex"),
+        # (the log writer scrubs every field: such a rule redacted the session's own hashes, and its
+        # sessions, recorded without a word, failed verify and could not be replayed or restored)
+        (
+            '[redact]\npatterns = ["[0-9a-f]{64}"]\n',
+            r"forkpoint\.toml \[redact\]: redaction pattern '\[0-9a-f\]\{64\}' matches a hex digest",
+        ),
         (
             '[match]\nignore = [{ path = "$.body.x", regex = "(" }]\n',
             r"forkpoint\.toml \[match\]: ignore\[0\]",
