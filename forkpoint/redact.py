@@ -1571,6 +1571,10 @@ class Scrubber:
                 out[k] = self.http(v)
             elif k == "argv" and event.get("type") == "header" and isinstance(v, list):
                 out[k] = self.argv([str(a) for a in v])
+            elif k in ("source", "workspace") and event.get("type") == "checkpoint":
+                # (forkpoint's own account of the state, not a payload: a user's JSON path such as
+                # $..fingerprint or $..tree replaced its hashes, and the checkpoint never restored)
+                out[k] = self._json(v, ())
             else:
                 out[k] = self.json(v)
         return out

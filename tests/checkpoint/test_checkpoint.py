@@ -2096,6 +2096,26 @@ def test_a_fork_runs_where_the_recording_ran_and_replaces_nothing_beside_its_arm
         assert stat.S_IMODE((tmp_path / "fresh" / f"arm-{i}.log").stat().st_mode) == 0o600
 
 
+def test_a_users_json_paths_leave_a_checkpoints_own_hashes_alone(tmp_path: Path) -> None:
+    """JSON paths are for payloads; the log writer applied them to a checkpoint's ``source`` and
+    ``workspace`` too: with ``$..fingerprint``, ``$..manifest`` or ``$..tree`` (a device fingerprint,
+    a tree of a payload's), every checkpoint was recorded without a word with its hashes replaced,
+    failed verify and never restored."""
+    from forkpoint import redact
+
+    repo = make_repo(tmp_path / "repo", {"a.py": "x = 1\n"})
+    (repo / "a.py").write_text("x = 2\n")
+    (repo / "notes.txt").write_text("untracked\n")
+    rules = redact.Rules(json_paths=("$..fingerprint", "$..manifest", "$..tree", "$..base"))
+    with redact.use_rules(rules), forkpoint.record(store=tmp_path / "store", workspace=repo) as rec:
+        seq = forkpoint.checkpoint()
+    assert seq is not None and verify_session(rec.session_path).ok, verify_session(rec.session_path).problems
+    into = tmp_path / "restored"
+    restore(Session.load(rec.session_path), seq, into)
+    assert (into / "a.py").read_text() == "x = 2\n" and (into / "notes.txt").read_text() == "untracked\n"
+    assert all(c.ok for c in validate(into)), validate(into)
+
+
 def test_a_restored_workspace_validates_under_other_redaction_rules(tmp_path: Path) -> None:
     """Validation scrubbed the restored files again under the rules in force where it ran (a
     forkpoint.toml in the current directory): a file a new rule matched "changed", and a faithful
