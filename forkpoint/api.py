@@ -54,28 +54,32 @@ def finish_pending(rt: runtime.Runtime) -> None:
         call.finish(ended="unfinished")
 
 
-#: The program's OpenTelemetry providers (module, global): the SDK's hold spans, metrics and logs
-#: to export later (a BatchSpanProcessor's queue, sent every 5 s and at exit). The globals, not
-#: ``get_tracer_provider()``: with ``OTEL_PYTHON_TRACER_PROVIDER`` set and none set yet, the getter
-#: loads and sets one, and the program's own ``set_tracer_provider`` is then refused.
-_TELEMETRY_PROVIDERS = (
-    ("opentelemetry.trace", "_TRACER_PROVIDER"),
-    ("opentelemetry.metrics._internal", "_METER_PROVIDER"),
-    ("opentelemetry._logs._internal", "_LOGGER_PROVIDER"),
+#: The program's telemetry providers (module, global, what their ``force_flush`` takes), which hold
+#: what they export later: OpenTelemetry's SDK spans, metrics and logs (a BatchSpanProcessor's queue,
+#: sent every 5 s and at exit; milliseconds to wait), the OpenAI Agents SDK its traces (uploaded to
+#: OpenAI's trace endpoint by a batch processor of its own, with tracing on by default; no timeout).
+#: The globals, not ``get_tracer_provider()`` nor ``get_trace_provider()``: with
+#: ``OTEL_PYTHON_TRACER_PROVIDER`` set and none set yet, the getter loads and sets one, and the
+#: program's own ``set_tracer_provider`` is then refused (the Agents SDK's makes its default one).
+_TELEMETRY_PROVIDERS: tuple[tuple[str, str, tuple[int, ...]], ...] = (
+    ("opentelemetry.trace", "_TRACER_PROVIDER", (5000,)),
+    ("opentelemetry.metrics._internal", "_METER_PROVIDER", (5000,)),
+    ("opentelemetry._logs._internal", "_LOGGER_PROVIDER", (5000,)),
+    ("agents.tracing.setup", "GLOBAL_TRACE_PROVIDER", ()),
 )
 
 
 def flush_telemetry() -> None:
-    """Export what the program's OpenTelemetry providers still hold: as a replay starts (what the
-    program made before it goes out live, not to the replay's neutral answer) and as it ends, while
-    the replay still answers their exports (after it, a replayed test in a pytest process that goes
-    on would send the replayed run's spans to the real collector). A provider that cannot flush is
-    left as it is."""
-    for module, name in _TELEMETRY_PROVIDERS:
+    """Export what the program's telemetry providers (:data:`_TELEMETRY_PROVIDERS`) still hold: as
+    a replay starts (what the program made before it goes out live, not to the replay's neutral
+    answer) and as it ends, while the replay still answers their exports (after it, a replayed
+    test in a pytest process that goes on would send the replayed run's spans to the real
+    collector). A provider that cannot flush is left as it is."""
+    for module, name, args in _TELEMETRY_PROVIDERS:
         flush = getattr(getattr(sys.modules.get(module), name, None), "force_flush", None)
         if callable(flush):
             try:
-                flush(5000)  # (milliseconds; a replay answers an export at once)
+                flush(*args)  # (a replay answers an export at once)
             except Exception:  # (the program's telemetry: whatever it raises is no replay's)
                 pass
 

@@ -743,6 +743,71 @@ def test_the_agents_sdk_with_tracing_on_replays_with_exit_0(tmp_path: Path) -> N
     assert "replay ok" in rep.stderr and "served from the recording" in rep.stderr
 
 
+_AGENTS_TRACES_AFTER_THE_REPLAY = textwrap.dedent(
+    """
+    import sys
+
+    from agents import Agent, OpenAIChatCompletionsModel, Runner, function_tool
+    from agents.tracing import get_trace_provider
+    from agents.tracing.processors import default_exporter
+    from openai import AsyncOpenAI
+
+    import forkpoint
+
+    base, store = sys.argv[1], sys.argv[2]
+    default_exporter().endpoint = base + "/v1/traces/ingest"
+
+
+    @function_tool
+    def add(a: int, b: int) -> int:
+        \"\"\"Add two numbers.\"\"\"
+        return a + b
+
+
+    def run():
+        model = OpenAIChatCompletionsModel("m", AsyncOpenAI(base_url=base + "/v1", api_key="sk-test"))
+        agent = Agent(name="adder", instructions="Use the tool.", tools=[add], model=model)
+        return Runner.run_sync(agent, "add 2 and 3").final_output
+
+
+    with forkpoint.record(store=store) as rec:
+        live = run()
+    get_trace_provider().force_flush()  # (the recorded run's traces, sent as the program would)
+    with forkpoint.replay(rec.session_path) as rp:
+        assert run() == live
+    assert rp.report()["reproduced"], rp.report()
+    """
+)
+
+
+@pytest.mark.slow
+def test_a_replay_in_a_process_that_goes_on_does_not_upload_the_replayed_agents_sdk_traces(
+    tmp_path: Path,
+) -> None:
+    """The Agents SDK with tracing on (its default), replayed in a process that goes on (the pytest
+    plugin, ``forkpoint.replay``): its trace processor holds the replayed run's traces and uploaded
+    them to OpenAI's trace endpoint after the replay, when the process ended. The replay now
+    flushes them while it still answers their upload."""
+    srv = LocalServer(chat_script=[[("add", {"a": 2, "b": 3})], "the sum is 5"])
+    srv.route("/v1/traces/ingest", lambda r: Reply(b"", 204, None))
+    script = tmp_path / "traced.py"
+    script.write_text(_AGENTS_TRACES_AFTER_THE_REPLAY)
+    try:
+        out = subprocess.run(
+            [sys.executable, str(script), srv.url, str(tmp_path / "store")],
+            env={**os.environ, "OPENAI_API_KEY": "sk-test"},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=tmp_path,
+        )
+    finally:
+        srv.stop()
+    assert out.returncode == 0, out.stderr
+    uploads = [r for r in srv.requests if r["path"] == "/v1/traces/ingest"]
+    assert len(uploads) == 1, uploads  # the recorded run's, not the replayed run's too
+
+
 def test_only_model_calls_are_genai_spans(server: LocalServer, store: Path) -> None:
     from forkpoint import otel
 
