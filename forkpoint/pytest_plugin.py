@@ -806,7 +806,7 @@ class Cassette:
         """
         if self.action not in ("replay", "update") or self.runtime is None:
             return None, None
-        from .replay import format_divergence, summary_line, unrecorded_tools
+        from .replay import caveat, format_divergence, summary_line, unrecorded_tools
 
         report = self.runtime.report()
         where = self.shown()
@@ -846,6 +846,9 @@ class Cassette:
             ), None
         if report.get("network_blocked"):
             return self._blocked(report, where), None
+        if but := caveat(report):
+            # (what `forkpoint replay` says after "replay ok, but"; on stderr it is captured, unseen)
+            self.item.warn(ReplayWarning(f"forkpoint: the replay of its cassette {where} was ok, but {but}"))
         if report.get("unserved") and not self.allow_unused:
             by_seq = {e["seq"]: e for e in self.runtime.recorded}
             labels = [_label(by_seq[s]) for s in report["unserved"]]

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from .replayer import API_KEY_VARS, PLACEHOLDER_KEY, Replayer, label, placeholder_keys, release_order
     from .report import (
         EXIT_DIVERGENCE,
+        caveat,
         conclude,
         divergence,
         ended_by_override,
@@ -47,6 +48,7 @@ _SUBMODULES = {
     ],
     ".report": [
         "EXIT_DIVERGENCE",
+        "caveat",
         "conclude",
         "divergence",
         "ended_by_override",
@@ -73,6 +75,7 @@ __all__ = [
     "NetworkBlocked",
     "RecordedError",
     "Replayer",
+    "caveat",
     "conclude",
     "create_child",
     "divergence",

@@ -1071,6 +1071,49 @@ def test_a_tool_the_cassette_has_no_calls_of_is_a_warning_when_replayed(
     )
 
 
+IN_PLACE_INNER = """
+import os
+
+import openai
+import pytest
+
+import forkpoint
+
+
+@forkpoint.tool
+def add_item(cart: dict, item: str) -> str:
+    cart.setdefault("items", []).append(item)  # (its argument, changed in place)
+    return "added"
+
+
+@pytest.mark.forkpoint
+def test_cart():
+    client = openai.OpenAI(base_url=os.environ["MODEL_URL"], api_key="sk-test", max_retries=0)
+    reply = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "add tea"}])
+    assert reply.choices[0].message.content
+    assert add_item({}, "tea") == "added"
+"""
+
+
+def test_a_replay_that_reproduced_but_not_certainly_is_a_warning(
+    pytester: pytest.Pytester, server: LocalServer
+) -> None:
+    """A tool that changed its argument in place when recorded: ``forkpoint replay`` of the cassette
+    says "replay ok, but not certain", naming the tool, since the replay did not make that change;
+    the plugin's replay passed without a word. It now warns, as the command line says it."""
+    pytester.makepyfile(test_cart=IN_PLACE_INNER)
+    run(pytester).assert_outcomes(passed=1)
+    server.stop()
+    replayed = run(pytester, "--forkpoint-mode=replay")
+    replayed.assert_outcomes(passed=1, warnings=1)
+    replayed.stdout.fnmatch_lines(
+        [
+            "*ReplayWarning: forkpoint: the replay of its cassette tests/cassettes/test_cart/test_cart "
+            "was ok, but not certain: when recorded, tool 'add_item' changed its argument 'cart' in place*"
+        ]
+    )
+
+
 DSPY_INNER = """
 import os
 
