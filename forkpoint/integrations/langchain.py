@@ -51,7 +51,6 @@ from .base import (
     run_tool,
     run_tool_sync,
     stored_form,
-    typed,
     wrap_where_defined,
 )
 
@@ -167,7 +166,7 @@ def encode_output(tool: Any, output: Any) -> Any:
     """The JSON form of a tool body's return value from which LangChain builds the same model input
     (and LangGraph the same state update), and a caller of ``invoke`` gets the same value: a value
     with typed parts (a date, a tuple, a ``Decimal``), an artifact too, is handed on as forkpoint
-    stores it typed (:func:`.base.typed`), rebuilt on replay. Raises
+    stores it typed (:func:`.base.stored_form`), rebuilt on replay. Raises
     :class:`~forkpoint.ToolResultError` for an output object with no such form."""
     if getattr(tool, "response_format", None) == "content_and_artifact" and isinstance(output, tuple):
         if len(output) == 2:
@@ -178,9 +177,10 @@ def encode_output(tool: Any, output: Any) -> Any:
         return _pack(output)  # messages, LangGraph commands, and containers of them
     except TypeError:
         pass
-    stored = typed(output)
-    if stored is not None:
-        return stored
+    try:
+        return stored_form(output)
+    except Exception as exc:  # (no stored form: said below, recorded as its text)
+        unstorable = exc
     from langchain_core.tools.base import ToolOutputMixin  # type: ignore[attr-defined]
 
     if isinstance(output, ToolOutputMixin):
@@ -193,7 +193,7 @@ def encode_output(tool: Any, output: Any) -> Any:
         text = json.dumps(output, ensure_ascii=False)
     except Exception:
         text = str(output)
-    _said_as_text(str(getattr(tool, "name", "?")), output)
+    _said_as_text(str(getattr(tool, "name", "?")), output, unstorable)
     return text
 
 
@@ -201,20 +201,26 @@ def encode_output(tool: Any, output: Any) -> Any:
 _text_said: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
 
 
-def _said_as_text(name: str, output: Any) -> None:
+def _said_as_text(name: str, output: Any, why: Exception) -> None:
     """Say (once per tool and recording) that the result of tool ``name`` is recorded as the text
     LangChain makes of it for the model: exact for the model and for a ``ToolNode`` (which hands on
-    that text), not for a caller of ``invoke`` that reads the value itself."""
+    that text), not for a caller of ``invoke`` that reads the value itself. ``why``: what storing
+    it raised, whose part with no stored form (a ``complex`` in a dict) is named, not the dict."""
     rt = runtime.active()
     if rt is None or name in _text_said.setdefault(rt, set()):
         return
     _text_said[rt].add(name)
     kind = f"{type(output).__module__}.{type(output).__qualname__}"
+    known = why if isinstance(why, ToolResultError) and why.type_name else None
+    part = known.type_name if known is not None else kind
+    what = f"a {kind} holding {known} (at result{known.where})" if known and known.where else f"a {kind}"
+    encoder = f"forkpoint.register_encoder({part.rsplit('.', 1)[-1]}, encode, decode)"
+    # (a cycle or a value nested too deep has a "(…)" name: no encoder helps)
+    how = "" if part.startswith("(") else f" ({encoder} stores it and makes it again)"
     say(
-        f"forkpoint: tool {name!r} returned a {kind}, which forkpoint cannot store as itself: recorded as "
+        f"forkpoint: tool {name!r} returned {what}, which forkpoint cannot store as itself: recorded as "
         "its text, what LangChain sends the model; on replay a caller of the tool's invoke() gets that "
-        f"text, not a {type(output).__qualname__} (forkpoint.register_encoder({type(output).__qualname__}, "
-        "encode, decode) stores it and makes it again)"
+        f"text, not a {type(output).__qualname__}{how}"
     )
 
 

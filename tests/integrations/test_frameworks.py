@@ -803,6 +803,29 @@ def test_a_langchain_result_recorded_as_its_text_is_said(
         assert window.invoke({"n": 2}) == "deque([0, 1])"  # (what was said)
 
 
+def test_a_langchain_result_with_one_part_that_has_no_stored_form_names_that_part(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A LangChain tool returning a dict of which one value has no stored form (a ``complex``): the
+    recording said the tool "returned a builtins.dict, which forkpoint cannot store as itself" and
+    told the user to register an encoder for ``dict``. It names the part, where it is, and its type."""
+
+    @langchain_tool
+    def reading(sensor: str) -> dict:
+        """A sensor's reading."""
+        return {"sensor": sensor, "at": datetime.datetime(2026, 1, 2, 3, 4), "impedance": complex(1, 2)}
+
+    with forkpoint.record(store=tmp_path) as rec:
+        live = reading.invoke({"sensor": "t1"})
+    said = " ".join(capsys.readouterr().err.split())
+    assert (
+        "tool 'reading' returned a builtins.dict holding a builtins.complex (at result['impedance'])" in said
+    )
+    assert "forkpoint.register_encoder(complex, " in said and "register_encoder(dict" not in said, said
+    with forkpoint.replay(rec.session_path):
+        assert reading.invoke({"sensor": "t1"}) == str(live)  # (recorded as its text, as said)
+
+
 def test_integrations_call_through_when_inactive(workdir: Path) -> None:
     """Outside record/replay the patched entry points change nothing."""
     with ModelServer(turns=2) as server:
