@@ -451,6 +451,10 @@ class DivergenceReport(TypedDict, total=False):
     #: notes' ``changed_in_place``: ``tool``, ``changed``, ``beside``): a replay, not running their
     #: bodies, did not change it, which may be why the call differs.
     changed_in_place: list[dict[str, Any]]
+    #: Groups of identical calls answered differently when recorded, served before this call to
+    #: callers racing each other (their seqs: :func:`forkpoint.replay.report.ambiguous`): a caller
+    #: may have got another's answer, which may be why the call differs.
+    raced: list[list[int]]
     #: Where the agent's own code made the call: ``" at FILE:LINE (FUNC)"``
     #: (:func:`forkpoint.callsite.agent_call_site`), when a frame of it is on the stack.
     site: str

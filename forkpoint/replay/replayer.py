@@ -79,7 +79,7 @@ from ..providers import api_key_vars, call_kind, classify, kinds, summary
 from ..redact import holds_placeholder, scrub_json, secret_placeholders, secrets_by_kind
 from ..runtime import POLICIES, SOURCES
 from .ledger import Ledger
-from .report import conclude, divergence
+from .report import ambiguous, conclude, divergence
 
 #: Environment variables SDKs insist on; set to a placeholder during replay when unset.
 API_KEY_VARS = api_key_vars()
@@ -1359,6 +1359,8 @@ class Replayer:
             report["versions"] = changed
         if in_place := self._changed_in_place(expected["seq"] if expected else None):
             report["changed_in_place"] = in_place
+        if raced := ambiguous(self._certain()):
+            report["raced"] = raced
         from ..callsite import agent_call_site_here
 
         # Taken now: a program that catches the Divergence (run_command does) leaves no traceback.

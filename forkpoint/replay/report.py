@@ -61,6 +61,11 @@ def format_divergence(report: DivergenceReport | dict[str, Any]) -> str:
             "in place: a replay does not run the tool's body, so the program did not see that change, "
             "which may be why it went another way (replay the tool live: --tools live)."
         )
+    if raced := report.get("raced"):
+        lines.append(
+            f"Before this call, {_RACED} (seq {'; '.join(', '.join(map(str, g)) for g in raced)}), and which "
+            "got which answer cannot be told from the recording, which may be why the run went another way."
+        )
     overridden = report.get("after_overrides") or []
     if overridden:
         lines.append(
@@ -305,6 +310,14 @@ def _unreplayed(report: dict[str, Any]) -> list[str]:
     return out
 
 
+#: Identical calls served to racing callers (:func:`ambiguous`), in words; said in a verdict and
+#: in a divergence report.
+_RACED = (
+    "identical calls that were answered differently when recorded were served to several threads, "
+    "asyncio tasks or processes"
+)
+
+
 def caveat(report: dict[str, Any]) -> str | None:
     """Why a replay that reproduced may still not have handed the program what the recorded run
     got, in words (what follows "ok, but"), or None: identical calls answered differently served
@@ -314,8 +327,7 @@ def caveat(report: dict[str, Any]) -> str | None:
     if report.get("ambiguous"):
         n = sum(len(g) for g in report["ambiguous"])
         uncertain.append(
-            f"{n} identical calls that were answered differently when recorded were "
-            "served to several threads, asyncio tasks or processes, and which got which answer cannot be told from the "
+            f"{n} {_RACED}, and which got which answer cannot be told from the "
             f"recording (seq {'; '.join(', '.join(map(str, g)) for g in report['ambiguous'])})"
         )
     if report.get("changed_in_place"):

@@ -986,6 +986,59 @@ def test_identical_calls_answered_differently_and_served_to_several_asyncio_task
     assert rp.report()["ambiguous"] == [] and summary_line(rp.report()).startswith("replay ok: 2/2")
 
 
+def test_a_divergence_after_identical_calls_served_to_racing_threads_says_they_may_be_why(
+    store: Path, server: LocalServer
+) -> None:
+    """Sub-agents in threads (concurrent LangGraph runs) each called a tool with the same arguments,
+    answered differently (a time in the result); replayed, they asked in the other order and got
+    each other's answers, and the next model request diverged. The report showed only the request's
+    difference, which reads as a changed prompt; it now says that those calls may be why."""
+    import itertools
+    import threading
+
+    from forkpoint.replay import format_divergence
+
+    counter = itertools.count()
+
+    @forkpoint.tool
+    def stamp(city: str) -> str:
+        return f"{city} at {next(counter)}"
+
+    def run(first: str) -> None:
+        got: dict[str, str] = {}
+        turns = {"a": threading.Event(), "b": threading.Event()}
+
+        def sub_agent(name: str, then: str) -> None:
+            turns[name].wait()
+            got[name] = stamp("Paris")
+            turns[then].set()
+
+        workers = [threading.Thread(target=sub_agent, args=(n, "b" if n == "a" else "a")) for n in "ab"]
+        for w in workers:
+            w.start()
+        turns[first].set()
+        for w in workers:
+            w.join()
+        client = openai.OpenAI(base_url=server.openai_base_url, api_key="sk-test", max_retries=0)
+        for name in "ab":
+            client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": f"{name}: {got[name]}"}]
+            )
+
+    with forkpoint.record(store=store) as rec:
+        run(first="a")
+    stamps = [e["seq"] for e in Session.load(rec.session_path).by_type("tool_call")]
+    with pytest.raises(forkpoint.Divergence), forkpoint.replay(rec.session_path) as rp:
+        run(first="b")  # (each sub-agent got the other's recorded answer)
+    said = " ".join(format_divergence(rp.report()["divergence"]).split())
+    assert "$.body.messages[0].content: a: Paris at 0 → a: Paris at 1" in said, said
+    assert (
+        f"Before this call, identical calls that were answered differently when recorded were served to "
+        f"several threads, asyncio tasks or processes (seq {stamps[0]}, {stamps[1]}), and which got which "
+        "answer cannot be told from the recording, which may be why the run went another way." in said
+    ), said
+
+
 def test_tasks_made_in_an_order_that_depends_on_timing_are_told_apart_by_no_name(store: Path) -> None:
     """Task names tell tasks apart only when the tasks are made in the same order: two sub-agents
     running side by side each start a task of its own once their wait ends (a wait forkpoint does
