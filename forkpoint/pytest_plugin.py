@@ -894,6 +894,16 @@ class Cassette:
             )
         )
 
+    def _say_lacks(self, recorder: Any) -> None:
+        """A :class:`~forkpoint.errors.ReplayWarning` for each thing the recording of this test
+        lacks that a replay of its cassette needs (a tool result with no stored form, where the
+        replay stops; a secret it serves as its placeholder): said on stderr at the end of the
+        recording, that was captured with the output of a test that passed, and never seen."""
+        lacks, skipped = recorder.tally()
+        said = lacks.warnings(tools=False) if lacks is not None else [skipped] if skipped else []
+        for lack in said:
+            self.item.warn(ReplayWarning(f"forkpoint: recording this test's cassette {self.shown()}: {lack}"))
+
     def _say_unrecorded_tools(self, missing: Mapping[str, int]) -> None:
         """A :class:`~forkpoint.errors.ReplayWarning` naming the tools the model asked for in the
         recording of which the cassette has no calls (a shell agent's ``bash``): if the test's code
@@ -951,6 +961,7 @@ class Cassette:
         rt = self.runtime
         if self.action == "record":
             self._say_cache_answers(rt.cache_answers, "this recording")
+            self._say_lacks(rt)
         calls = (
             rt.counts["model_call"] + rt.counts["tool_call"]
             if self.action == "record"

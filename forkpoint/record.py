@@ -633,10 +633,11 @@ class Lacks:
             and not any(tool_matches(r, n) or tool_matches(r, aliases.get(n, n)) for r in self.tools)
         }
 
-    def warnings(self) -> list[str]:
-        """In words, for the person who made the recording (empty when it lacks nothing)."""
+    def warnings(self, *, tools: bool = True) -> list[str]:
+        """In words, for the person who made the recording (empty when it lacks nothing); without
+        the tools never recorded when not ``tools`` (the pytest plugin says them its own way)."""
         out = []
-        missing = self.unrecorded_tools()
+        missing = self.unrecorded_tools() if tools else {}
         wrapped = self._wrapped()
         idle = ", ".join(f"{n} ({plural(k, 'call')})" for n, k in missing.items() if n in wrapped)
         if idle:

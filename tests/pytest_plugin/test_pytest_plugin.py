@@ -1114,6 +1114,47 @@ def test_a_replay_that_reproduced_but_not_certainly_is_a_warning(
     )
 
 
+UNSTORABLE_INNER = """
+import os
+
+import openai
+import pytest
+
+import forkpoint
+
+
+@forkpoint.tool
+def measure(ohms: int) -> dict:
+    return {"ohms": ohms, "impedance": complex(ohms, 1)}  # (no stored form)
+
+
+@pytest.mark.forkpoint
+def test_measure():
+    client = openai.OpenAI(base_url=os.environ["MODEL_URL"], api_key="sk-test", max_retries=0)
+    client.chat.completions.create(model="m", messages=[{"role": "user", "content": "measure"}])
+    assert measure(2)["ohms"] == 2
+"""
+
+
+def test_a_tool_result_the_recording_of_a_test_could_not_store_is_a_warning(
+    pytester: pytest.Pytester, server: LocalServer
+) -> None:
+    """A tool result with no stored form (a ``complex``) while a test records its cassette: said on
+    stderr, which pytest captured with the output of the test that passed, so the cassette was
+    kept and committed without a word, and its first replay failed where that call is. The
+    recording now warns, as ``forkpoint record`` says it."""
+    pytester.makepyfile(test_measure=UNSTORABLE_INNER)
+    recorded = run(pytester)
+    recorded.assert_outcomes(passed=1, warnings=1)
+    recorded.stdout.fnmatch_lines(
+        [
+            "*ReplayWarning: forkpoint: recording this test's cassette tests/cassettes/test_measure/test_measure: "
+            "1 tool call could not be recorded: the result had no stored form (first: seq 2, tool measure: "
+            "builtins.complex); a replay stops at the first of them.*"
+        ]
+    )
+
+
 DSPY_INNER = """
 import os
 
