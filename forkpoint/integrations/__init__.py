@@ -68,7 +68,6 @@ from .base import (
     run_tool,
     run_tool_sync,
     stored_form,
-    typed,
     uninstall,
 )
 from .base import install as _install
@@ -117,7 +116,6 @@ __all__ = [
     "run_tool",
     "run_tool_sync",
     "stored_form",
-    "typed",
     "uninstall",
 ]
 

@@ -221,19 +221,6 @@ def jsonable(value: Any) -> Any:
     return to_jsonable_python(value, by_alias=True, fallback=fallback)
 
 
-def typed(value: Any) -> Any | None:
-    """``value`` as forkpoint stores it when it can rebuild it as itself on replay (JSON data, a
-    dataclass, a pydantic model, a datetime…: :func:`forkpoint.values.encode`), already encoded
-    (:class:`~forkpoint.values.Encoded`: the tool wrapper stores it without walking it again);
-    None when a part has no stored form."""
-    from .. import values  # here: the seam is imported at every bootstrapped start
-
-    try:
-        return values.Encoded(values.encode(value))
-    except Exception:  # (no stored form: a type with no encoder)
-        return None
-
-
 def stored_form(value: Any) -> Any:
     """What a framework tool's result is recorded as: typed (:func:`forkpoint.values.encode`), so
     that a replay hands the framework the same type back, and it makes the same model input of it
