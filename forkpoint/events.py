@@ -364,6 +364,10 @@ Call = ModelCallEvent | ToolCallEvent
 Served = ModelCallEvent | ToolCallEvent | ValueEvent
 
 
+#: The largest ``PYTHONHASHSEED`` Python starts with (a header's ``hash_seed`` is 0 to this).
+MAX_HASH_SEED = 4_294_967_295
+
+
 class Header(TypedDict, total=False):
     """Line 1 of a session log."""
 

@@ -39,6 +39,7 @@ from ._boot import (
 )
 from .children import Captured, wait_child
 from .errors import CheckpointError, ForkpointError, OverrideError, SessionError, UsageError
+from .events import MAX_HASH_SEED
 from .log import Session, read_json_text, to_json
 from .text import ordinal, plural, say
 
@@ -390,8 +391,6 @@ def record_command(
 def recorded_seed(header: Mapping[str, Any]) -> int | None:
     """The ``PYTHONHASHSEED`` the session's command was recorded with (header ``hash_seed``), if any:
     one Python would refuse (an edited header's) is none, else the program would not even start."""
-    from .record import MAX_HASH_SEED
-
     seed = header.get("hash_seed")
     valid = isinstance(seed, int) and not isinstance(seed, bool) and 0 <= seed <= MAX_HASH_SEED
     return seed if valid else None

@@ -22,6 +22,7 @@ from . import plugins, runtime
 from ._version import __version__
 from .errors import IdentityError, SessionError, UsageError
 from .events import (
+    MAX_HASH_SEED,
     VALUE_FNS,
     HttpRequest,
     ModelCallEvent,
@@ -697,10 +698,6 @@ def local_zone() -> str | None:
         return Path("/etc/timezone").read_text(encoding="utf-8").strip() or None
     except (OSError, UnicodeDecodeError):
         return None
-
-
-#: The largest ``PYTHONHASHSEED`` Python starts with.
-MAX_HASH_SEED = 4_294_967_295
 
 
 def hash_seed() -> int:
