@@ -186,6 +186,13 @@ _BUILTIN: tuple[tuple[str, tuple[str, ...], str], ...] = (
         r"(?<![A-Za-z0-9])[sr]k_(?:live|test)_[A-Za-z0-9]{16,}",
     ),
     ("aws-access-key", ("akia", "asia", "abia", "acca"), r"\b(?:AKIA|ASIA|ABIA|ACCA)[0-9A-Z]{16}\b"),
+    # An STS session token (the ``Token`` of instance and container credentials, ``SessionToken``
+    # of AssumeRole): base64 that starts with the same bytes in every token of a generation.
+    (
+        "aws-session-token",
+        ("iqojb3jpz2lux2vj", "fwogzxivyxdz", "aqodyxdz"),
+        r"(?<![A-Za-z0-9+/])(?:IQoJb3JpZ2luX2Vj|FwoGZXIvYXdz|AQoDYXdz)[A-Za-z0-9+/]{40,}={0,2}",
+    ),
     ("google-api-key", ("aiza",), r"\bAIza[0-9A-Za-z_\-]{35}\b"),
     ("google-oauth-token", ("ya29.",), r"\bya29\.[0-9A-Za-z_\-]{20,}"),
     (

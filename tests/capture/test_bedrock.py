@@ -156,6 +156,37 @@ def test_signing_never_reaches_disk(recorded: tuple[Path, list[Any], LocalServer
         assert not names & {"authorization", "x-amz-date", "x-amz-security-token", "x-amz-content-sha256"}
 
 
+def test_credentials_botocore_fetched_over_http_never_reach_disk(
+    store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On ECS, EKS or EC2, botocore fetches temporary credentials over HTTP (the container or
+    instance metadata endpoint) before its first call: that answer is recorded as a plain HTTP call,
+    and its session token (``Token``, a key no secret-field rule names) was kept in the clear."""
+    from tests.test_security import leaks
+
+    token = "IQoJb3JpZ2luX2VjEJr//////////wEaCXVzLWVhc3QtMSJHMEUCIQ" + "Dq7x9Vb3kZ" * 30 + "=="
+    secret = "containerSecret0123456789abcdefghijklmnopq"
+    creds = {
+        "AccessKeyId": "ASIAQXYZQXYZQXYZQXYZ",
+        "SecretAccessKey": secret,
+        "Token": token,
+        "Expiration": "2099-01-01T00:00:00Z",
+    }
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(store / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(store / "none"))
+    with LocalServer(chat_script=["hello"]) as srv:
+        srv.route("/creds", lambda _r: Reply(json.dumps(creds).encode(), ctype="application/json"))
+        monkeypatch.setenv("AWS_CONTAINER_CREDENTIALS_FULL_URI", srv.url + "/creds")
+        with forkpoint.record(store=store):
+            client = boto3.client("bedrock-runtime", region_name="us-east-1", endpoint_url=srv.url)
+            client.converse(modelId=MODEL, messages=[{"role": "user", "content": [{"text": "hi"}]}])
+        sent = [r["headers"].get("x-amz-security-token") for r in srv.requests if "converse" in r["path"]]
+    assert sent == [token]  # the live run signed with the fetched credentials
+    assert leaks(store, {"session-token": token, "secret": secret}) == []
+
+
 def test_the_event_stream_is_kept_one_message_per_chunk(
     recorded: tuple[Path, list[Any], LocalServer],
 ) -> None:

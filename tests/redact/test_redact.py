@@ -60,6 +60,9 @@ SECRETS: list[tuple[str, str, str]] = [
     ("anthropic-key", "sk-ant-api03-" + _rand(80, _ALNUM + "-_") + "-" + _rand(6) + "AA", "x-api-key: {}"),
     ("aws-access-key", "AKIA" + _rand(16, string.ascii_uppercase + string.digits), "aws_access_key_id = {}"),
     ("aws-access-key", "ASIA" + _rand(16, string.ascii_uppercase + string.digits), "({})"),
+    # STS session tokens (instance and container credentials' "Token": it was kept in the clear)
+    ("aws-session-token", "IQoJb3JpZ2luX2Vj" + _rand(400, _ALNUM + "+/") + "=", '"Token" : "{}",'),
+    ("aws-session-token", "FwoGZXIvYXdzE" + _rand(300, _ALNUM + "+/"), "session {}\n"),
     ("bearer", _rand(40, _ALNUM + "-._~+/") + "==", "Authorization: Bearer {}"),
     ("bearer", _rand(24), "curl -H 'authorization: bearer {}' https://x"),
     ("private-key", PEM, "key file:\n{}\n-- end"),
