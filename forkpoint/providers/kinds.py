@@ -6,7 +6,7 @@ are *model calls* (numbered ``model#K``, shown as turns, exported as GenAI spans
 * ``telemetry`` — what frameworks send about a run, or fetch for it, that does not change what the
   agent does: the OpenAI Agents SDK's trace upload, litellm's model price list, agno's and
   CrewAI's anonymous telemetry, LangSmith and Langfuse tracing, Logfire, PostHog, Sentry, any OTLP
-  export. A replay answers them from the recording when it has them, else with the neutral answer
+  export, and the AWS credentials botocore fetches from an instance or container endpoint. A replay answers them from the recording when it has them, else with the neutral answer
   the client expects (:data:`TELEMETRY`), and they never make a replay diverge or leave calls unused.
 * ``mcp`` — a Model Context Protocol server over streamable HTTP (JSON-RPC 2.0 bodies, or the
   ``mcp-session-id`` / ``mcp-protocol-version`` headers; spec: modelcontextprotocol.io, "Transports").
@@ -88,6 +88,12 @@ def _agno_client(body: object, headers: Iterable[Any] | Mapping[str, str] | None
     return (_header(headers, "user-agent") or "").startswith("agno/")
 
 
+def _botocore_client(body: object, headers: Iterable[Any] | Mapping[str, str] | None) -> bool:
+    """botocore's credential fetchers (``Botocore/…`` in their ``User-Agent``): the instance
+    metadata service may be at any host (``AWS_EC2_METADATA_SERVICE_ENDPOINT``)."""
+    return "Botocore/" in (_header(headers, "user-agent") or "")
+
+
 def _agents_trace_upload(body: object, headers: Iterable[Any] | Mapping[str, str] | None) -> bool:
     """The OpenAI Agents SDK's span upload: ``{"data": [spans and traces]}``."""
     return isinstance(body, dict) and isinstance(body.get("data"), list)
@@ -107,6 +113,19 @@ TELEMETRY: tuple[Endpoint, ...] = (
     Endpoint("agno telemetry", "agno.com", r"", _ACCEPTED),
     Endpoint("agno telemetry", "", r"^/telemetry/(runs|evals|os)/?$", _ACCEPTED, "POST", _agno_client),
     Endpoint("crewai telemetry", "telemetry.crewai.com", r"", _ACCEPTED),
+    # AWS credentials botocore fetches before its first call (EC2's instance metadata service, ECS's
+    # and EKS Pod Identity's container endpoints): they sign the requests, which a replay runs with
+    # other credentials; answered 404 when not recorded, so botocore looks no further there.
+    Endpoint(
+        "aws instance metadata",
+        "",
+        r"^/latest/(api/token$|meta-data/|dynamic/)",
+        Answer(404, None, None),
+        None,
+        _botocore_client,
+    ),
+    Endpoint("aws container credentials", "169.254.170.2", r"", Answer(404, None, None), "GET"),
+    Endpoint("aws container credentials", "169.254.170.23", r"", Answer(404, None, None), "GET"),
     Endpoint("langsmith tracing", "smith.langchain.com", r"", _ACCEPTED),
     Endpoint(
         "langsmith tracing",

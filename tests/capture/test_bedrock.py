@@ -17,7 +17,7 @@ import pytest
 import forkpoint
 from forkpoint import eventstream, providers
 from forkpoint.show import render
-from tests.modelserver import LocalServer, Reply, Stream, aws_event
+from tests.modelserver import LocalServer, Reply, Stream, aws_event, json_reply
 
 MODEL = "anthropic.claude-3-haiku-20240307-v1:0"
 TOOLS = {
@@ -156,6 +156,15 @@ def test_signing_never_reaches_disk(recorded: tuple[Path, list[Any], LocalServer
         assert not names & {"authorization", "x-amz-date", "x-amz-security-token", "x-amz-content-sha256"}
 
 
+def _no_credentials(monkeypatch: pytest.MonkeyPatch, tmp: Path) -> None:
+    """No AWS credentials where botocore looks first (the environment, the shared files), so that it
+    fetches them over HTTP as on a cloud machine."""
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp / "none"))
+
+
 def test_credentials_botocore_fetched_over_http_never_reach_disk(
     store: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -172,10 +181,7 @@ def test_credentials_botocore_fetched_over_http_never_reach_disk(
         "Token": token,
         "Expiration": "2099-01-01T00:00:00Z",
     }
-    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(store / "none"))
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(store / "none"))
+    _no_credentials(monkeypatch, store)
     with LocalServer(chat_script=["hello"]) as srv:
         srv.route("/creds", lambda _r: Reply(json.dumps(creds).encode(), ctype="application/json"))
         monkeypatch.setenv("AWS_CONTAINER_CREDENTIALS_FULL_URI", srv.url + "/creds")
@@ -185,6 +191,47 @@ def test_credentials_botocore_fetched_over_http_never_reach_disk(
         sent = [r["headers"].get("x-amz-security-token") for r in srv.requests if "converse" in r["path"]]
     assert sent == [token]  # the live run signed with the fetched credentials
     assert leaks(store, {"session-token": token, "secret": secret}) == []
+
+
+def test_credentials_fetched_from_instance_metadata_when_recorded_need_not_be_fetched_on_replay(
+    store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Recorded on EC2, botocore fetched its credentials from the instance metadata service; replayed
+    where the credentials are in the environment, it fetches none. Those fetches only sign the
+    requests: the replay reproduced (it said "the run ended before asking for every recorded call")."""
+    _no_credentials(monkeypatch, store)
+    creds = {"Code": "Success", "AccessKeyId": RECORD_KEY[0], "SecretAccessKey": RECORD_KEY[1]}
+    creds |= {"Token": "imds-session", "Expiration": "2099-01-01T00:00:00Z"}
+
+    def run(url: str) -> Any:
+        client = boto3.session.Session().client("bedrock-runtime", region_name="us-east-1", endpoint_url=url)
+        answer = client.converse(modelId=MODEL, messages=[{"role": "user", "content": [{"text": "hi"}]}])
+        return answer["output"]
+
+    with LocalServer(chat_script=["hello"]) as srv:
+        srv.route("/latest/api/token", lambda _r: Reply(b"imds-token", ctype="text/plain"), method="PUT")
+        roles = "/latest/meta-data/iam/security-credentials/"
+        srv.route(roles, lambda _r: Reply(b"role", ctype="text/plain"))
+        srv.route(roles + "role", lambda _r: json_reply(creds))
+        monkeypatch.setenv("AWS_EC2_METADATA_SERVICE_ENDPOINT", srv.url + "/")
+        with forkpoint.record(store=store) as rec:
+            live = run(srv.url)
+        assert [r["path"] for r in srv.requests][:3] == [
+            "/latest/api/token",
+            "/latest/meta-data/iam/security-credentials/",
+            "/latest/meta-data/iam/security-credentials/role",
+        ]
+    calls = forkpoint.Session.load(rec.session_path).by_type("model_call")
+    kinds_of = [providers.call_kind(e) for e in calls]
+    assert kinds_of == ["telemetry", "telemetry", "telemetry", "model"]
+    with forkpoint.replay(rec.session_path) as rp:  # no credentials: served the recorded fetches
+        assert run(srv.url) == live
+    assert rp.report()["reproduced"], rp.report()
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", REPLAY_KEY[0])
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", REPLAY_KEY[1])
+    with forkpoint.replay(rec.session_path) as rp:
+        assert run(srv.url) == live
+    assert rp.report()["reproduced"], rp.report()
 
 
 def test_the_event_stream_is_kept_one_message_per_chunk(

@@ -56,6 +56,14 @@ def test_classification() -> None:
     assert classify("POST", "http://127.0.0.1:4318/v1/traces", None, protobuf) == "telemetry"
     assert classify("POST", "http://127.0.0.1:4318/v1/logs", {"resourceLogs": []}) == "telemetry"
     assert classify("POST", "http://127.0.0.1:9/v1/traces/ingest", {"data": []}) == "telemetry"
+    # The AWS credentials botocore fetches (only sign its requests: a replay runs with others).
+    boto = [["user-agent", "Boto3/1.43.117 Python/3.11.7 Linux/6.1 Botocore/1.43.117"]]
+    assert classify("PUT", "http://169.254.169.254/latest/api/token", None, boto) == "telemetry"
+    imds_role = "http://169.254.169.254/latest/meta-data/iam/security-credentials/role"
+    assert classify("GET", imds_role, None, boto) == "telemetry"
+    assert classify("GET", "http://127.0.0.1:9/latest/meta-data/", None) == "http"  # not botocore's
+    assert classify("GET", "http://169.254.170.2/v2/credentials/0a1b", None, boto) == "telemetry"
+    assert classify("GET", "http://169.254.170.23/v1/credentials", None) == "telemetry"
     # An application's own API with such a path is no exporter (OTLP/HTTP only ever POSTs, protobuf
     # or JSON of resourceSpans/Metrics/Logs; the Agents SDK posts {"data": [...]}).
     assert classify("GET", "http://127.0.0.1:9/api/v1/logs?service=checkout", None) == "http"
