@@ -257,11 +257,24 @@ def _from_cache(report: dict[str, Any]) -> str:
     )
 
 
+def _skipped(report: dict[str, Any]) -> str | None:
+    """The recorded calls a replay that did not diverge skipped, in words: it never asked for them
+    but asked for calls recorded after them, so it did not end early; None when it ended before them."""
+    unserved = report.get("unserved") or []
+    served = report.get("served") or []
+    if not (served and unserved and min(unserved) < max(served)):
+        return None
+    seqs = ", ".join(str(s) for s in unserved[:5]) + (" …" if len(unserved) > 5 else "")
+    calls = plural(len(unserved), "recorded call")
+    return f"never asked for {calls} (seq {seqs}), though it asked for calls recorded after them"
+
+
 def problems(report: dict[str, Any]) -> list[str]:
     """Why a replay that did not diverge still did not reproduce its recording, in words."""
     out = []
     if report.get("ended_early"):
-        out.append("the run ended before asking for every recorded call" + _cache_hint(report))
+        unasked = _skipped(report) or "ended before asking for every recorded call"
+        out.append("the run " + unasked + _cache_hint(report))
     if report.get("network_blocked"):
         out.append("the run tried to reach the network")
     return out + list(report.get("ending") or [])
@@ -500,9 +513,8 @@ def verdict(report: dict[str, Any] | None, exit_code: int | None, recorded_exit:
         reasons.append(f"exit code {exit_code}, recorded {recorded_exit}")
     if report.get("ended_early"):
         unserved = report.get("unserved") or []
-        reasons.append(
-            f"ended before asking for {plural(len(unserved), 'recorded call')}" + _cache_hint(report)
-        )
+        unasked = _skipped(report) or f"ended before asking for {plural(len(unserved), 'recorded call')}"
+        reasons.append(unasked + _cache_hint(report))
     if report.get("network_blocked"):
         hosts = ", ".join(dict.fromkeys(report["network_blocked"]))
         reasons.append(f"tried to reach the network ({hosts})")

@@ -91,6 +91,34 @@ def test_a_replay_that_raises_where_the_recording_did_not_is_not_reproduced(stor
     assert rp.report()["reproduced"] is True and rp.report()["ended_as_recorded"] is True
 
 
+def test_a_replay_that_skipped_recorded_calls_and_went_on_is_not_said_to_have_ended_early(
+    store: Path,
+) -> None:
+    """A run that never asked for a recorded call but asked for those after it (a fetch a cache, or
+    credentials of its own, made needless) was said to have "ended before asking for every recorded
+    call", which sent the reader looking for a crash."""
+    from forkpoint.replay import verdict
+
+    @forkpoint.tool
+    def step(n: int) -> int:
+        return n
+
+    with forkpoint.record(store=store) as rec:
+        step(1), step(2), step(3)
+    with forkpoint.replay(rec.session_path) as rp:
+        step(1), step(3)
+    report = rp.report()
+    assert report["unserved"] == [2] and report["reproduced"] is False
+    skipped = "never asked for 1 recorded call (seq 2), though it asked for calls recorded after them"
+    assert summary_line(report).startswith(f"replay DID NOT REPRODUCE (the run {skipped})")
+    assert verdict(report, 0, 0)["detail"] == skipped
+    with forkpoint.replay(rec.session_path) as rp:
+        step(1), step(2)
+    report = rp.report()
+    assert summary_line(report).startswith("replay DID NOT REPRODUCE (the run ended before asking for every")
+    assert verdict(report, 0, 0)["detail"] == "ended before asking for 1 recorded call"
+
+
 def test_a_replay_of_a_recording_without_end_is_not_plain_ok(store: Path) -> None:
     """A recording whose run was killed (no ``end``: its exit code is not known) replayed by a run
     that made every recorded call and ended was "replay ok", as if it had ended as recorded."""
