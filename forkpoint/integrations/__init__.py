@@ -79,7 +79,7 @@ from .base import install as _install
 BUILTIN: dict[str, tuple[str, ...]] = {
     "forkpoint.integrations.pydantic_ai": ("pydantic_ai.toolsets.function", "pydantic_ai.tool_manager"),
     "forkpoint.integrations.openai_agents": ("agents.tool", "agents.handoffs"),
-    "forkpoint.integrations.google_genai": ("google.genai._api_client", "google.genai._extra_utils"),
+    "forkpoint.integrations.google_genai": ("google.genai._extra_utils",),
     "forkpoint.integrations.langchain": ("langchain_core.tools.base",),
     "forkpoint.integrations.stainless": ("openai._base_client", "anthropic._base_client", "*._base_client"),
     "forkpoint.integrations.mcp": (

@@ -1,13 +1,9 @@
-"""google-genai (Gemini): async calls captured whatever the client, automatic function calls recorded.
+"""google-genai (Gemini): automatic function calls recorded as tool calls.
 
-**Async transport.** The SDK sends sync requests with httpx2 (or httpx), which forkpoint captures.
-For async requests it prefers aiohttp whenever aiohttp is installed (the ``google-genai[aiohttp]``
-extra) and falls back to its httpx async client otherwise.
-Patched: ``google.genai._api_client.BaseApiClient._use_aiohttp``, which every async request,
-stream, upload and download asks. While a recording or replay is active it answers False, so the
-SDK takes its own httpx fallback, as it does without aiohttp; outside forkpoint nothing changes. A
-client given its own aiohttp session (``HttpOptions(aiohttp_client=...)``) keeps it, and is
-captured at aiohttp's client (:mod:`forkpoint.capture.aiohttp`).
+The SDK sends sync requests with httpx2 (or httpx), and async ones with aiohttp when it is installed
+(the ``google-genai[aiohttp]`` extra), else with its httpx async client: forkpoint captures each
+where it is (:mod:`forkpoint.capture`), so the SDK keeps the transport it chose and a recorded run
+meets the errors, retries and timing it meets without forkpoint.
 
 **Automatic function calling.** With Python functions as tools
 (``GenerateContentConfig(tools=[get_weather])``) the SDK calls them itself between model calls.
@@ -29,28 +25,6 @@ from typing import Any
 from .. import runtime
 from ..capture.tracebacks import hidden
 from .base import Integration, is_forkpoint_tool, jsonable, replace, run_tool, run_tool_sync
-
-
-def patch_api_client(module: ModuleType) -> None:
-    """Wrap ``BaseApiClient._use_aiohttp`` of ``google.genai._api_client``."""
-    cls = module.BaseApiClient
-    original = cls._use_aiohttp
-
-    @functools.wraps(original)
-    def _use_aiohttp(self: Any) -> bool:
-        use = bool(original(self))
-        if (
-            use
-            and runtime.active() is not None
-            # Set by __init__ after its own call of this method, which must still see True.
-            and "_async_client_session_request_args" in vars(self)
-            and getattr(self, "_async_httpx_client", None) is not None
-            and not getattr(getattr(self, "_http_options", None), "aiohttp_client", None)
-        ):
-            return False
-        return use
-
-    replace(cls, "_use_aiohttp", _use_aiohttp)
 
 
 def patch_extra_utils(module: ModuleType) -> None:
@@ -91,7 +65,4 @@ def patch_extra_utils(module: ModuleType) -> None:
         replace(module, "invoke_function_from_dict_args_async", invoke_function_from_dict_args_async)
 
 
-INTEGRATION = Integration(
-    "google-genai",
-    {"google.genai._api_client": patch_api_client, "google.genai._extra_utils": patch_extra_utils},
-)
+INTEGRATION = Integration("google-genai", {"google.genai._extra_utils": patch_extra_utils})

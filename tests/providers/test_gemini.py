@@ -1,9 +1,8 @@
 """More providers: the real google-genai SDK (Gemini), and OpenAI-compatible servers reached through
 the openai SDK, recorded against demo model servers and replayed with the servers stopped.
 
-google-genai sends its requests with httpx2 (sync and async); when aiohttp is installed its async
-client would use aiohttp, which forkpoint does not capture, so the google-genai integration makes it
-take its httpx fallback while forkpoint is active. Automatic function calling (Python functions as
+google-genai sends its requests with httpx2, and its async ones with aiohttp when aiohttp is
+installed: forkpoint captures both, and the SDK keeps its choice. Automatic function calling (Python functions as
 tools, run by the SDK itself) is recorded as tool calls, and not run on replay.
 """
 
@@ -74,8 +73,8 @@ def dump(response: Any) -> Any:
     (``content-length``, ``transfer-encoding``: the stored body is decoded and re-framed)."""
     data = response.model_dump(mode="json")
     headers = (data.get("sdk_http_response") or {}).get("headers") or {}
-    for name in ("content-length", "transfer-encoding"):
-        headers.pop(name, None)
+    for name in [n for n in headers if n.lower() in ("content-length", "transfer-encoding")]:
+        del headers[name]  # (aiohttp keeps the server's spelling: Transfer-Encoding)
     return data
 
 
@@ -217,14 +216,38 @@ def test_gemini_errors_are_replayed(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(importlib.util.find_spec("aiohttp") is None, reason="aiohttp not installed")
-def test_async_gemini_leaves_aiohttp_while_forkpoint_is_active(tmp_path: Path) -> None:
-    """With aiohttp installed the SDK sends async requests through it; forkpoint's integration
-    sends them through the SDK's httpx fallback instead, and only while forkpoint is active."""
-    api = client("http://127.0.0.1:9")._api_client
-    assert api._use_aiohttp() is True
-    with forkpoint.record(store=tmp_path):
-        assert api._use_aiohttp() is False
-    assert api._use_aiohttp() is True
+def test_async_gemini_keeps_aiohttp_under_forkpoint(tmp_path: Path) -> None:
+    """With aiohttp installed the SDK sends async requests through it, and forkpoint captures them
+    there. forkpoint made it take its httpx fallback while recording: an agent that catches
+    aiohttp's errors got httpx's instead (and the SDK's retries of them changed), without a word."""
+    import aiohttp
+
+    retry_once = types.HttpRetryOptions(attempts=1)
+
+    async def ask(url: str) -> str:
+        c = genai.Client(
+            api_key=API_KEY, http_options=types.HttpOptions(base_url=url, retry_options=retry_once)
+        )
+        try:
+            r = await c.aio.models.generate_content(model=MODEL, contents=TASK, config=CONFIG)
+        except aiohttp.ClientError as e:
+            return type(e).__name__
+        return str(r.text or r.function_calls)
+
+    with ModelServer() as server:
+        dead = f"http://127.0.0.1:{server.port}"
+    assert asyncio.run(ask(dead)) == "ClientConnectorError"  # without forkpoint
+    with forkpoint.record(store=tmp_path) as rec:
+        assert asyncio.run(ask(dead)) == "ClientConnectorError"
+        with ModelServer(turns=2, seed=3) as server:
+            live = asyncio.run(ask(server.base_url))
+    session = forkpoint.Session.load(rec.session_path)
+    errors, answered = session.by_type("model_call")
+    assert "ClientConnectorError" in json.dumps(errors["error"]) and answered["response"]["status"] == 200
+    with forkpoint.replay(session.path) as rp:
+        assert asyncio.run(ask(dead)) == "ClientConnectorError"
+        assert asyncio.run(ask(server.base_url)) == live
+    assert rp.report()["reproduced"], rp.report()
 
 
 # --------------------------------------------------------------------------- automatic function calling
