@@ -193,6 +193,14 @@ _BUILTIN: tuple[tuple[str, tuple[str, ...], str], ...] = (
         ("iqojb3jpz2lux2vj", "fwogzxivyxdz", "aqodyxdz"),
         r"(?<![A-Za-z0-9+/])(?:IQoJb3JpZ2luX2Vj|FwoGZXIvYXdz|AQoDYXdz)[A-Za-z0-9+/]{40,}={0,2}",
     ),
+    # Amazon Bedrock API keys (AWS_BEARER_TOKEN_BEDROCK): a long-term one is ABSK and the base64 of
+    # "BedrockAPIKey-…"; a short-term one, "bedrock-api-key-" and the base64 of a presigned URL.
+    (
+        "bedrock-key",
+        ("absk", "bedrock-api-key-"),
+        r"(?<![A-Za-z0-9+/])(?:ABSKQmVkcm9ja0FQSUtleS|bedrock-api-key-)[A-Za-z0-9+/]{20,}={0,2}"
+        r"(?:&Version=1)?",
+    ),
     ("google-api-key", ("aiza",), r"\bAIza[0-9A-Za-z_\-]{35}\b"),
     ("google-oauth-token", ("ya29.",), r"\bya29\.[0-9A-Za-z_\-]{20,}"),
     (

@@ -63,6 +63,17 @@ SECRETS: list[tuple[str, str, str]] = [
     # STS session tokens (instance and container credentials' "Token": it was kept in the clear)
     ("aws-session-token", "IQoJb3JpZ2luX2Vj" + _rand(400, _ALNUM + "+/") + "=", '"Token" : "{}",'),
     ("aws-session-token", "FwoGZXIvYXdzE" + _rand(300, _ALNUM + "+/"), "session {}\n"),
+    # Bedrock API keys, long-term and short-term (an `env` a shell tool ran: kept in the clear)
+    (
+        "bedrock-key",
+        "ABSKQmVkcm9ja0FQSUtleS" + _rand(100, _ALNUM + "+/") + "=",
+        "AWS_BEARER_TOKEN_BEDROCK={}\n",
+    ),
+    (
+        "bedrock-key",
+        "bedrock-api-key-YmVkcm9jay5hbWF6b25hd3Mu" + _rand(600, _ALNUM + "+/") + "&Version=1",
+        "{}",
+    ),
     ("bearer", _rand(40, _ALNUM + "-._~+/") + "==", "Authorization: Bearer {}"),
     ("bearer", _rand(24), "curl -H 'authorization: bearer {}' https://x"),
     ("private-key", PEM, "key file:\n{}\n-- end"),
