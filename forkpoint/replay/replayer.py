@@ -1216,6 +1216,10 @@ class Replayer:
             parent_span_id=runtime.current_span.get() or self.root_span,
             pid=os.getpid(),
         )
+        if event["type"] != "value":
+            # Served as it starts, numbered with the calls made live (which are logged as they end),
+            # so that show and diff put the child's calls in the order they started.
+            out["sent"] = runtime.next_sent(self)
         if seq in self.overrides:
             out["override"] = self.overrides[seq].spec
         out["key"] = event_key(out, self.ignore)

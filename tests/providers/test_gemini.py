@@ -27,6 +27,7 @@ from google.genai import types  # noqa: E402
 
 import forkpoint  # noqa: E402
 from forkpoint.demo.server import ModelServer  # noqa: E402
+from forkpoint.events import in_start_order  # noqa: E402
 
 #: What google-genai raises when the server is unreachable (it sends with httpx2, or httpx).
 ConnectionError_ = (httpx2.ConnectError, genai_errors.APIError)
@@ -301,6 +302,34 @@ def test_gemini_automatic_function_calling_tools_are_recorded(tmp_path: Path) ->
     assert set(tools[0]["args"]) == {"path", "content"} and tools[1]["result"] == {"passed": 2, "failed": 0}
     asked = session.by_type("model_call")[0]["summary"]["tool_calls"][0]
     assert json.loads(asked["arguments"]) == tools[0]["args"]
+
+
+def test_a_streamed_function_calling_run_with_live_models_lines_up_with_its_recording(tmp_path: Path) -> None:
+    """The SDK runs a function while the streamed answer that asked for it is still open, so the
+    tool is logged before that model call. Replayed with the model live (``check --models live``),
+    the served tools had no start ordinal beside the live model calls, so show and diff put each
+    before the model call that asked for it: diff paired every model call with the one before it,
+    and called the same run changed ("seq 3 ↔ —")."""
+    from forkpoint.diff import diff_sessions
+
+    def afc_stream(url: str) -> list[str | None]:
+        config = types.GenerateContentConfig(tools=[write_file, run_tests])
+        c = client(url)
+        return [ch.text for ch in c.models.generate_content_stream(model=MODEL, contents=TASK, config=config)]
+
+    with ModelServer(turns=2, seed=5) as server, forkpoint.record(store=tmp_path) as rec:
+        live = afc_stream(server.base_url)
+    with ModelServer(turns=2, seed=5) as server, forkpoint.replay(rec.session_path, models="live") as rp:
+        assert afc_stream(server.base_url) == live
+    report = rp.report()
+    assert report["divergence"] is None and report["live_calls"] == {"models": 3, "tools": 0}, report
+    child = forkpoint.Session.load(report["child_session"])
+    started = [e["type"] for e in in_start_order(child.events) if e["type"] in ("model_call", "tool_call")]
+    assert started == ["model_call", "tool_call", "model_call", "tool_call", "model_call"]
+    result = diff_sessions(forkpoint.Session.load(rec.session_path), child)
+    assert result.equivalent and result.first_change is None, [
+        result.describe(i) for i in range(len(result.pairs))
+    ]
 
 
 # --------------------------------------------------------------------------- OpenAI-compatible providers
