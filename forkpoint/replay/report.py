@@ -501,7 +501,8 @@ def verdict(report: dict[str, Any] | None, exit_code: int | None, recorded_exit:
     if div:
         what = div.get("name") or div.get("endpoint") or ""
         call = f"{div['kind'].replace('_', ' ')} #{div['position']}" + (f" ({what})" if what else "")
-        changes = div.get("diff") or []
+        # (a path an ignore rule took out of the key is not why it diverged: name one that is)
+        changes = [c for c in div.get("diff") or [] if not c.get("ignored")] or div.get("diff") or []
         return {
             "status": "diverged",
             "detail": div.get("reason") or "",

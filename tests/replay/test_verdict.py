@@ -64,6 +64,21 @@ def test_a_divergence_names_the_call_and_the_first_differing_path() -> None:
         "call": "model call #2 (POST /v1/chat/completions)",
         "path": "$.body.messages[1].content",
     }
+    # A time stamp an ignore rule takes out came first in the diff: `forkpoint check` named it as
+    # where the run diverged, not the content that did differ.
+    stamped = div | {
+        "diff": [
+            {
+                "op": "changed",
+                "path": "$.body.messages[0].content",
+                "expected": "t1",
+                "actual": "t2",
+                "ignored": True,
+            },
+            *div["diff"],
+        ]
+    }
+    assert verdict(report(divergence=stamped), 1, 0)["path"] == "$.body.messages[1].content"
     tool = {"kind": "tool_call", "position": 1, "name": "search", "reason": "r", "diff": []}
     assert verdict(report(divergence=tool), 0, 0)["call"] == "tool call #1 (search)"
     assert verdict(report(divergence=tool), 0, 0)["path"] is None
