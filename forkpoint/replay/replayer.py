@@ -1290,7 +1290,7 @@ class Replayer:
             if kind == "tool_call" and not same_kind and isinstance(imported, dict):
                 reason += (
                     f"; the session was imported from a {imported.get('format')} file, which holds no tool "
-                    "call: run the tools live (forkpoint replay --tools NAME, or live_tools=[...] in pytest)"
+                    "call: run the tools live (forkpoint replay --tools live; live_tools=[...] in forkpoint.replay or pytest)"
                 )
         else:
             reason = "no recorded request has the same match key"
