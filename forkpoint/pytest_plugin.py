@@ -860,6 +860,31 @@ class Cassette:
             )
         return None, None
 
+    def left_as_it_was(self) -> str | None:
+        """Why mode ``record`` leaves the cassette of a failed test as it was (the run asked for
+        exactly the recorded calls, each served from it), or None. A fix inside a tool's body
+        changes no request: the test failed against the old recording and nothing said why."""
+        if self.action != "update" or self.runtime is None:
+            return None
+        from .text import plural
+
+        report = self.runtime.report()
+        if report.get("divergence") or report.get("unserved") or report.get("network_blocked"):
+            return None
+        by_seq = {e["seq"]: e for e in self.runtime.recorded}
+        tools = sum(by_seq[s]["type"] == "tool_call" for s in report.get("served") or [] if s in by_seq)
+        bodies = (
+            f" ({plural(tools, 'tool call')} among them: no tool body runs in a replay, so a change "
+            "inside a tool does not show)"
+            if tools
+            else ""
+        )
+        return (
+            f"forkpoint: mode record left the cassette {self.shown()} as it was: the run asked for "
+            f"exactly the recorded calls, each served from it{bodies}. To run the test live and record "
+            f"it anew: {rerun_command(self.item, 'rewrite')}"
+        )
+
     def _say_unrecorded_programs(self, started: list[str], when: str) -> None:
         """A :class:`~forkpoint.errors.ReplayWarning` naming the Python programs the test started
         (``when``: in this run, or in its recording) that forkpoint does not record: what forkpoint
@@ -1179,8 +1204,11 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
     except BaseException as exc:
         failure, unused = cassette.check()
         if failure is None or not isinstance(exc, Exception):
-            if unused:
-                item.add_report_section("call", "forkpoint", unused)
+            note = unused or (
+                cassette.left_as_it_was() if isinstance(exc, Exception | pytest.fail.Exception) else None
+            )
+            if note:
+                item.add_report_section("call", "forkpoint", note)
             raise
         if not _caused_by_forkpoint(exc):
             failure += f"\n(the test itself then failed with {_describe(exc)})"

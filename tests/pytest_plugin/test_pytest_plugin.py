@@ -1607,3 +1607,47 @@ def test_a_vcr_fixture_that_fails_in_ci_still_names_the_vcr_cassette(
     out = " ".join(result.stdout.str().split())
     assert "A VCR.py cassette of this test is at cassettes/test_ci/test_ci.yaml" in out, out
     assert "KeyError" not in out and server.requests == []
+
+
+def test_record_mode_says_why_a_failed_test_left_its_cassette_as_it_was(
+    pytester: pytest.Pytester, server: LocalServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fix inside a tool's body changes no request: mode record served every call, the test
+    failed against the old recording, and the run said only "1 replayed" (as a replay of the same
+    test that still fails says nothing more: no tool result changed)."""
+    pytester.makepyfile(
+        test_tool_fix="""
+import os
+
+import openai
+import pytest
+
+import forkpoint
+
+
+@forkpoint.tool
+def lookup(order: int) -> str:
+    return os.environ.get("STATUS", "unknown")
+
+
+@pytest.mark.forkpoint
+def test_order():
+    client = openai.OpenAI(base_url=os.environ["MODEL_URL"], api_key="sk-test", max_retries=0)
+    client.chat.completions.create(model="demo-model", messages=[{"role": "user", "content": "order 42?"}])
+    assert lookup(42) == os.environ.get("WANT", "unknown")
+"""
+    )
+    run(pytester).assert_outcomes(passed=1)
+    monkeypatch.setenv("STATUS", "shipped")  # the tool is fixed, the test asks for its new answer
+    monkeypatch.setenv("WANT", "shipped")
+    result = run(pytester, "--forkpoint-mode=record")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*forkpoint: mode record left the cassette tests/cassettes/test_tool_fix/test_order as it was: the run "
+            "asked for exactly the recorded calls, each served from it (1 tool call among them: no tool body "
+            "runs in a replay, so a change inside a tool does not show). To run the test live and record it anew: "
+            "pytest --forkpoint-mode=rewrite test_tool_fix.py::test_order",
+        ]
+    )
+    run(pytester, "--forkpoint-mode=rewrite").assert_outcomes(passed=1)
