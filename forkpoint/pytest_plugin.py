@@ -114,15 +114,16 @@ class Settings:
     #: no configuration file): started elsewhere, the same tests look for their cassettes elsewhere.
     floating: bool = False
 
-    def mode_for(self, marker_mode: str | None) -> tuple[str, str]:
+    def mode_for(self, marker_mode: str | None, source: str = "the marker's mode") -> tuple[str, str]:
         """(mode, why) for a test: ``--forkpoint-mode`` wins, then ``CI`` (replay), then the marker's
-        ``mode=``, then the ini option, then ``once``."""
+        ``mode=`` (or the ``forkpoint_config`` fixture's, as ``source`` says), then the ini option,
+        then ``once``."""
         if self.cli_mode:
             return self.cli_mode, "--forkpoint-mode"
         if self.ci:
             return "replay", "the CI environment variable is set"
         if marker_mode:
-            return marker_mode, "the marker's mode"
+            return marker_mode, source
         if self.ini_mode:
             return self.ini_mode, "the forkpoint_mode ini option"
         return "once", "the default"
@@ -511,7 +512,9 @@ class Cassette:
             raise pytest.UsageError(
                 f"{nodeid}: forkpoint mode={marker_mode!r}: expected one of {', '.join(MODES)}"
             )
-        self.mode, self.mode_reason = settings.mode_for(marker_mode)
+        marked = any("mode" in m.kwargs for m in item.iter_markers("forkpoint"))
+        source = "the marker's mode" if marked else "the forkpoint_config fixture's mode"
+        self.mode, self.mode_reason = settings.mode_for(marker_mode, source)
         self.policy = str(opts.get("on_divergence") or "stop")
         if self.policy not in POLICIES:
             raise pytest.UsageError(

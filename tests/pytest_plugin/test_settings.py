@@ -494,3 +494,37 @@ def test_a_cassette_recorded_by_python_m_pytest_replays_under_the_cli(
     )  # fmt: skip
     assert rep.returncode == 0, rep.stdout + rep.stderr
     assert "1 passed" in rep.stdout and "replay ok: 1/1 events matched" in rep.stderr
+
+
+def test_a_mode_from_the_config_fixture_is_named_as_the_fixtures(pytester: pytest.Pytester) -> None:
+    """A ``forkpoint_config`` fixture's ``mode`` was named "the marker's mode" in the message of a
+    test that has no marker mode: the user looked for a marker keyword that was not there."""
+    pytester.makepyfile(
+        test_cfg="""
+import pytest
+
+
+@pytest.fixture
+def forkpoint_config():
+    return {"mode": "replay"}
+
+
+@pytest.mark.forkpoint
+def test_from_the_fixture():
+    pass
+
+
+@pytest.mark.forkpoint(mode="replay")
+def test_from_the_marker():
+    pass
+"""
+    )
+    result = run(pytester)
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines(
+        [
+            "*no cassette for this test at *test_from_the_fixture, and mode replay (the forkpoint_config "
+            "fixture's mode) never touches the network*",
+            "*no cassette for this test at *test_from_the_marker, and mode replay (the marker's mode)*",
+        ]
+    )
