@@ -423,6 +423,12 @@ def summary_line(report: dict[str, Any]) -> str:
     tail = f"{plural(len(unused), 'recorded event')} left unused" + (
         f" (seq {', '.join(map(str, unused[:10]))}{' …' if len(unused) > 10 else ''})" if unused else ""
     )
+    if live_kinds and not report.get("divergence"):
+        # (a recorded call of a kind this run made live is not served: not one the run failed to ask for)
+        made_live = len(set(unused) - set(report.get("unserved") or []))
+        if made_live:
+            kinds = " and ".join(k.removesuffix("s") for k in live_kinds)
+            tail += f", {made_live} of them {kinds} calls this run made live"
     attempts = report.get("network_blocked") or []
     hosts = list(dict.fromkeys(attempts))
     blocked = f"; network blocked ({len(attempts)}): {', '.join(hosts)}" if hosts else ""

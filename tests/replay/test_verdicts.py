@@ -164,6 +164,8 @@ def test_a_what_if_run_that_went_as_asked_is_not_called_ok(server: LocalServer, 
         chat_agent(server.openai_base_url, tool)
     line = summary_line(rp.report())
     assert line.startswith("replay finished with models live (a what-if run, not a reproduction): 1/3"), line
+    # The recorded model calls it made live are not calls it failed to ask for: said which they are.
+    assert "2 recorded events left unused (seq 1, 3), 2 of them model calls this run made live" in line, line
     server.chat_script = ["another answer"]
     with forkpoint.replay(rec.session_path, on_divergence="live", overrides=['tool:lookup.result="B"']) as rp:
         chat_agent(server.openai_base_url, tool)
