@@ -18,7 +18,8 @@ Reading a session downloads it into the mirror (log first, then the files the lo
 and loads it from there; a downloaded session is complete and never changes, so it is fetched once.
 
 The mirror lives in ``$FORKPOINT_CACHE`` (or ``$XDG_CACHE_HOME/forkpoint``, or
-``~/.cache/forkpoint``) under ``stores/<scheme>_<url>-<hash>/``. ``$FORKPOINT_STORE_OPTIONS`` (JSON)
+``~/.cache/forkpoint``) under ``stores/<scheme>_<url>-<hash>/`` (the hash of the URL and of its
+endpoint, when the options or botocore's environment name one). ``$FORKPOINT_STORE_OPTIONS`` (JSON)
 is passed to fsspec, e.g. ``{"client_kwargs": {"endpoint_url": "http://127.0.0.1:9000"}}``.
 ``memory://`` stores live in one process only (for tests). See ``docs/store.md``.
 """
@@ -97,13 +98,42 @@ def check_available(url: str) -> None:
         raise SessionError(f"--store {url}: {why}" + (f" ({hint})" if module == "s3fs" else ""))
 
 
+def store_options() -> dict[str, Any]:
+    """``$FORKPOINT_STORE_OPTIONS``, parsed: the keyword arguments fsspec gets for the URL."""
+    try:
+        options = json.loads(os.environ.get("FORKPOINT_STORE_OPTIONS") or "{}")
+    except ValueError as exc:
+        raise SessionError(f"FORKPOINT_STORE_OPTIONS is not valid JSON ({exc})") from None
+    if not isinstance(options, dict):
+        raise SessionError("FORKPOINT_STORE_OPTIONS must be a JSON object of fsspec's options")
+    return options
+
+
+def endpoint(url: str) -> str | None:
+    """The server the store at ``url`` is on, when it is not the protocol's default: the options'
+    ``endpoint_url`` (top level or in ``client_kwargs``), or for S3 botocore's
+    ``$AWS_ENDPOINT_URL_S3``/``$AWS_ENDPOINT_URL``."""
+    options = store_options()
+    client = options.get("client_kwargs")
+    found = (client.get("endpoint_url") if isinstance(client, dict) else None) or options.get("endpoint_url")
+    if not found and url.partition("://")[0].lower() in ("s3", "s3a"):
+        found = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    return str(found).rstrip("/") if found else None
+
+
 def mirror_dir(url: str) -> Path:
-    """The local mirror directory of the remote store ``url`` (created, owner-only, on first use)."""
+    """The local mirror directory of the remote store ``url`` on its endpoint (created, owner-only,
+    on first use). One bucket name on two servers (MinIO and AWS, staging and production) is two
+    stores: one mirror would serve the sessions cached from one as the other's, and upload what was
+    staged for one into the other."""
     url = _normalize(url)
     check_available(url)
+    server = endpoint(url)
     scheme, _, rest = url.partition("://")
     slug = re.sub(r"[^A-Za-z0-9._-]+", "_", rest).strip("_.")[:60] or "root"
-    name = f"{scheme.lower()}_{slug}-{hashlib.sha256(url.encode()).hexdigest()[:12]}"
+    # (without an endpoint the name is the URL's alone, as before endpoints were told apart)
+    ident = url if server is None else f"{url}\n{server}"
+    name = f"{scheme.lower()}_{slug}-{hashlib.sha256(ident.encode()).hexdigest()[:12]}"
     # (the fallback is this user's own folder of the shared temporary folder: another user's folder
     # or link of that name there would hold, or swap, the sessions mirrored into it)
     for root in (cache_root, lambda: user_temp_dir("forkpoint")):
@@ -113,7 +143,9 @@ def mirror_dir(url: str) -> Path:
             if marker.is_file():
                 return d
             private_dirs(d)  # (the cache and its stores/ too, under umask 000)
-            write_private(marker, orjson.dumps({"format": "forkpoint.mirror", "url": url}))
+            write_private(
+                marker, orjson.dumps({"format": "forkpoint.mirror", "url": url, "endpoint": server})
+            )
             return d
         except PermissionError:
             continue
@@ -349,11 +381,7 @@ class RemoteStore(Store):
             raise SessionError(
                 f"{self.url}: a remote store needs fsspec (and s3fs for s3://): pip install 'forkpoint[remote]'"
             ) from None
-        try:
-            options = json.loads(os.environ.get("FORKPOINT_STORE_OPTIONS") or "{}")
-        except ValueError as exc:
-            raise SessionError(f"FORKPOINT_STORE_OPTIONS is not valid JSON ({exc})") from None
-        options = {"use_listings_cache": False, **options}
+        options = {"use_listings_cache": False, **store_options()}
         if fsspec.utils.get_protocol(self.url) in ("file", "local"):
             # (fsspec's local filesystem makes no parent folder by itself: every upload failed)
             options = {"auto_mkdir": True, **options}

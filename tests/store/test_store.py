@@ -19,6 +19,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -894,6 +895,64 @@ def test_a_refreshed_download_keeps_a_local_copy_that_differs_from_the_stores(
     # The same bytes: replaced without a word, nothing kept.
     assert store.open_store(s3_url).fetch(sid, refresh=True) == local
     assert len(list(local.parent.glob(f".kept-{sid}-*"))) == 1 and "differed" not in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_one_bucket_name_on_two_servers_is_two_stores(
+    s3_url: str, s3_endpoint: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The mirror was named by the URL alone: with the endpoint switched from staging to production,
+    ``show`` served a session only staging has, and ``ls`` uploaded into production a session staged
+    for staging (its server was down)."""
+    # (a server of its own process: the in-process moto servers share one state)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    other = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        staging = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while True:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                break
+            assert other.poll() is None and time.monotonic() < deadline, "moto did not start"
+            time.sleep(0.05)
+        bucket = s3_url.split("/")[2]
+        remote.RemoteStore(s3_url)  # (fsspec's import, before the options change)
+        import s3fs
+
+        s3fs.S3FileSystem(client_kwargs={"endpoint_url": staging}, use_listings_cache=False).mkdir(bucket)
+        options = {
+            "client_kwargs": {"endpoint_url": staging},
+            "config_kwargs": {"retries": {"max_attempts": 1}},
+        }
+        monkeypatch.setenv("FORKPOINT_STORE_OPTIONS", json.dumps(options))
+        with forkpoint.record("on-staging", store=s3_url, workspace=None) as rec:
+            forkpoint.note("staging")
+        uploaded = rec.session_path.name
+        other.terminate()
+        other.wait(30)
+        with forkpoint.record("staged-for-staging", store=s3_url, workspace=None) as rec:
+            forkpoint.note("staging is down")
+        staged = rec.session_path.name
+        assert not (rec.session_path / remote.DONE).exists()
+    finally:
+        other.kill()
+        other.wait(30)
+    monkeypatch.setenv(
+        "FORKPOINT_STORE_OPTIONS", json.dumps({"client_kwargs": {"endpoint_url": s3_endpoint}})
+    )
+    ls = cli("ls", "--store", s3_url)
+    assert ls.exit_code == 0, ls.output
+    assert ls_ids(ls.stdout) == [] and "uploaded staged session" not in ls.output
+    fs, root = remote_fs(s3_url)
+    assert not fs.exists(f"{root}/{staged}")
+    show = cli("show", uploaded, "--store", s3_url)
+    assert show.exit_code == 1 and uploaded in show.output, show.output
 
 
 def test_a_killed_what_if_replay_whose_program_goes_on_is_not_uploaded_until_the_program_ends(
