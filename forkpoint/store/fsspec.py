@@ -512,6 +512,12 @@ class RemoteStore(Store):
                         f"{self.location(sid)} exists with other content (two sessions with one id); "
                         "it is not overwritten"
                     )
+            # (the log is in the store from here on: readable by its id, but listed nowhere until
+            # its entry is written, by this upload or the next one)
+            with self._errors(
+                f"indexing session {sid} (its log is in the store, but `forkpoint ls` elsewhere "
+                f"does not list it until this upload is retried, or `forkpoint ls --reindex`)"
+            ):
                 if _cat_many(self.fs, [log_key]).get(log_key) != data:
                     raise SessionError(
                         f"{self.location(sid)}: the uploaded log does not read back as written"

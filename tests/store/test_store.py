@@ -897,6 +897,38 @@ def test_a_refreshed_download_keeps_a_local_copy_that_differs_from_the_stores(
     assert len(list(local.parent.glob(f".kept-{sid}-*"))) == 1 and "differed" not in capsys.readouterr().err
 
 
+def test_an_upload_cut_off_after_its_log_says_the_session_is_in_the_store_but_not_listed(
+    s3_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The network failed after the log's put, before the index entry: the warning said the upload
+    failed and the session stayed staged, though other machines could read it by its id, and
+    their ``ls`` did not list it (nor said why)."""
+    fresh_cache(monkeypatch, tmp_path, "machine-a")
+    with forkpoint.record("before", store=s3_url, workspace=None):
+        forkpoint.note("an index exists")
+    put_log = remote.RemoteStore._put_log
+
+    def cut_off(self: remote.RemoteStore, key: str, data: bytes) -> bool:
+        created = put_log(self, key, data)
+        monkeypatch.setattr(remote, "_cat_many", cut)
+        return created
+
+    def cut(fs: Any, paths: list[str]) -> dict[str, bytes]:
+        raise ConnectionError("the network is gone")
+
+    monkeypatch.setattr(remote.RemoteStore, "_put_log", cut_off)
+    capsys.readouterr()
+    with forkpoint.record("cut-off", store=s3_url, workspace=None) as rec:
+        forkpoint.note("uploaded, not indexed")
+    sid = rec.session_path.name
+    err = capsys.readouterr().err
+    assert f"indexing session {sid} (its log is in the store, but `forkpoint ls` elsewhere" in err, err
+    monkeypatch.undo()
+    fresh_cache(monkeypatch, tmp_path, "machine-b")
+    assert sid not in ls_ids(cli("ls", "--store", s3_url).stdout)
+    assert sid in ls_ids(cli("ls", "--reindex", "--store", s3_url).stdout)
+
+
 @pytest.mark.slow
 def test_one_bucket_name_on_two_servers_is_two_stores(
     s3_url: str, s3_endpoint: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
