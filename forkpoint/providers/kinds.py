@@ -14,11 +14,13 @@ are *model calls* (numbered ``model#K``, shown as turns, exported as GenAI spans
   closing ``DELETE`` are session management, answered like telemetry (:func:`is_session_management`).
 * ``http`` — anything else (a search API, a file download): recorded and served as such.
 
-Pure functions over plain data; nothing here raises on malformed input.
+Pure functions over plain data (and the one variable naming where botocore fetches container
+credentials); nothing here raises on malformed input.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal, NamedTuple
@@ -155,6 +157,23 @@ TELEMETRY: tuple[Endpoint, ...] = (
 )
 
 
+#: Where botocore fetches container credentials when ``AWS_CONTAINER_CREDENTIALS_FULL_URI`` names a
+#: host of no fixed address: any loopback one (aws-vault's ``--ecs-server``, Greengrass's token
+#: exchange service), which an application's own server may be too, so only that URL is taken.
+_CONTAINER_CREDENTIALS = Endpoint("aws container credentials", "", r"", Answer(404, None, None), "GET")
+
+
+def _container_credentials(url: str) -> bool:
+    full = os.environ.get("AWS_CONTAINER_CREDENTIALS_FULL_URI")
+    if not full:
+        return False
+    try:
+        a, b = urlsplit(url), urlsplit(full)
+        return (a.hostname, a.port, a.path or "/") == (b.hostname, b.port, b.path or "/")
+    except ValueError:
+        return False
+
+
 def _host(url: object) -> tuple[str, str]:
     if not isinstance(url, str):
         return "", ""
@@ -172,6 +191,8 @@ def telemetry_endpoint(
     endpoint of any host, only a request that looks like its exporter's (its parsed JSON ``body``,
     its ``headers``: :class:`Endpoint`)."""
     host, path = _host(url)
+    if method.upper() == "GET" and _container_credentials(url):
+        return _CONTAINER_CREDENTIALS
     for e in TELEMETRY:
         if e.host and not (host == e.host or host.endswith("." + e.host)):
             continue

@@ -234,6 +234,40 @@ def test_credentials_fetched_from_instance_metadata_when_recorded_need_not_be_fe
     assert rp.report()["reproduced"], rp.report()
 
 
+def test_credentials_fetched_from_a_loopback_container_endpoint_need_not_be_fetched_on_replay(
+    store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """AWS_CONTAINER_CREDENTIALS_FULL_URI may name any loopback URL (aws-vault --ecs-server,
+    Greengrass): botocore fetched its credentials there when recorded, and a replay with credentials
+    in the environment fetches none. Only 169.254.170.2 and .23 were known: the fetch was plain HTTP,
+    and the replay did not reproduce (a recorded call never asked for)."""
+    _no_credentials(monkeypatch, store)
+    creds = {"AccessKeyId": RECORD_KEY[0], "SecretAccessKey": RECORD_KEY[1], "Token": "container-session"}
+    creds["Expiration"] = "2099-01-01T00:00:00Z"
+
+    def run(url: str) -> Any:
+        client = boto3.session.Session().client("bedrock-runtime", region_name="us-east-1", endpoint_url=url)
+        answer = client.converse(modelId=MODEL, messages=[{"role": "user", "content": [{"text": "hi"}]}])
+        return answer["output"]
+
+    with LocalServer(chat_script=["hello"]) as srv:
+        srv.route("/creds", lambda _r: json_reply(creds))
+        monkeypatch.setenv("AWS_CONTAINER_CREDENTIALS_FULL_URI", srv.url + "/creds")
+        with forkpoint.record(store=store) as rec:
+            live = run(srv.url)
+        assert [r["path"] for r in srv.requests][0] == "/creds"
+    calls = forkpoint.Session.load(rec.session_path).by_type("model_call")
+    assert [providers.call_kind(e) for e in calls] == ["telemetry", "model"]
+    with forkpoint.replay(rec.session_path) as rp:  # the same endpoint named: served the recorded fetch
+        assert run(srv.url) == live
+    assert rp.report()["reproduced"], rp.report()
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", REPLAY_KEY[0])
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", REPLAY_KEY[1])
+    with forkpoint.replay(rec.session_path) as rp:
+        assert run(srv.url) == live
+    assert rp.report()["reproduced"], rp.report()
+
+
 def test_the_event_stream_is_kept_one_message_per_chunk(
     recorded: tuple[Path, list[Any], LocalServer],
 ) -> None:
