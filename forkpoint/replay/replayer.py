@@ -45,6 +45,7 @@ from ..events import (
     DivergenceReport,
     ErrorRecord,
     HttpRequest,
+    HttpResponse,
     ModelCallEvent,
     Served,
     ToolCallEvent,
@@ -355,6 +356,21 @@ def neutral_answer(request: HttpRequest, kind: str) -> ModelCallEvent:
             "ended": "complete",
         },
     }
+
+
+def _unexpired(request: HttpRequest, response: HttpResponse) -> HttpResponse:
+    """The recorded ``response`` to serve again aside, with the ``Expiration`` of the AWS credentials
+    botocore fetched moved an hour past now: they expire hours after the recording, and botocore
+    refreshes them when they have, so a later replay (without credentials of its own) fetched them
+    again and failed the run on the neutral answer. They only sign requests no one receives."""
+    body = response.get("body")
+    if not (isinstance(body, dict) and isinstance(body.get("Expiration"), str) and "AccessKeyId" in body):
+        return response
+    found = kinds.telemetry_endpoint(request["method"], request["url"], None, request.get("headers"))
+    if found is None or not found.name.startswith("aws "):
+        return response
+    later = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 3600))
+    return {**response, "body": {**body, "Expiration": later}}
 
 
 def _same_json(a: Any, b: Any) -> bool:
@@ -676,7 +692,7 @@ class Replayer:
                 served: ModelCallEvent = {**found}
                 response = found.get("response")
                 if response is not None:
-                    served["response"] = {**response, "ended": "complete"}
+                    served["response"] = {**_unexpired(request, response), "ended": "complete"}
                 return served
             self.aside_answered.append(where)
         return neutral_answer(request, kind)

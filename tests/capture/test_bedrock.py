@@ -268,6 +268,48 @@ def test_credentials_fetched_from_a_loopback_container_endpoint_need_not_be_fetc
     assert rp.report()["reproduced"], rp.report()
 
 
+def test_container_credentials_recorded_hours_ago_are_not_refreshed_on_replay(
+    store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Container credentials expire hours after botocore fetched them: replayed later (without
+    credentials of its own), botocore saw the served ones expired, fetched again, got the neutral
+    404 and the run failed (CredentialRetrievalError) where the recorded one had succeeded."""
+    import datetime as dt
+    import types
+
+    import botocore.credentials
+
+    class Earlier(dt.datetime):
+        @classmethod
+        def now(cls, tz: Any = None) -> Any:  # type: ignore[override]
+            return dt.datetime.now(tz) - dt.timedelta(hours=7)
+
+    _no_credentials(monkeypatch, store)
+    expired = (dt.datetime.now(dt.UTC) - dt.timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    creds = {
+        "AccessKeyId": RECORD_KEY[0],
+        "SecretAccessKey": RECORD_KEY[1],
+        "Token": "t",
+        "Expiration": expired,
+    }
+
+    def run(url: str) -> Any:
+        client = boto3.session.Session().client("bedrock-runtime", region_name="us-east-1", endpoint_url=url)
+        answer = client.converse(modelId=MODEL, messages=[{"role": "user", "content": [{"text": "hi"}]}])
+        return answer["output"]
+
+    with LocalServer(chat_script=["hello"]) as srv:
+        srv.route("/creds", lambda _r: json_reply(creds))
+        monkeypatch.setenv("AWS_CONTAINER_CREDENTIALS_FULL_URI", srv.url + "/creds")
+        with monkeypatch.context() as m:  # recorded 7 hours ago, its credentials good for 6 more
+            m.setattr(botocore.credentials, "datetime", types.SimpleNamespace(datetime=Earlier))
+            with forkpoint.record(store=store) as rec:
+                live = run(srv.url)
+    with forkpoint.replay(rec.session_path) as rp:
+        assert run(srv.url) == live
+    assert rp.report()["reproduced"], rp.report()
+
+
 def test_the_event_stream_is_kept_one_message_per_chunk(
     recorded: tuple[Path, list[Any], LocalServer],
 ) -> None:
