@@ -1265,6 +1265,8 @@ def check(
         )
     except SessionError as exc:
         # `check last python agent.py` reads every word as a session; what runs goes after --
+        import shlex
+
         from .store import resolve
 
         def unresolved(target: str) -> bool:
@@ -1280,10 +1282,10 @@ def check(
         )
         if command is None:
             raise
-        given = " ".join(targets[command:])
+        given = shlex.join(targets[command:])  # (as a shell takes it, to paste)
         raise click.ClickException(
             f"{exc}; {targets[command]!r} is a command here: the command to run goes after --, as in "
-            f"forkpoint check {' '.join(targets[:command]) or 'SESSION'} -- {given}"
+            f"forkpoint check {shlex.join(targets[:command]) or 'SESSION'} -- {given}"
         ) from None
     for note in selection.notes:
         _err().print(f"forkpoint: {note}", markup=False)

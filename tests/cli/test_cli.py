@@ -1636,6 +1636,9 @@ def test_check_given_a_command_without_dashes_says_it_goes_after_them(recorded: 
         f"{sys.executable!r} is a command here: the command to run goes after --, as in forkpoint check "
         f"{recorded.alpha} -- {sys.executable} agent_script.py"
     ) in said, said
+    # Shown as a shell takes it: pasted, 'python my agent.py' ran my with agent.py.
+    r = cli("check", str(recorded.alpha), sys.executable, "my agent.py")
+    assert f"-- {shlex.join([sys.executable, 'my agent.py'])}" in flat(r.output), r.output
     # A word that is no command here gets no such note.
     r = cli("check", "no-such-session-here")
     assert "is a command here" not in flat(r.output), r.output
