@@ -332,6 +332,9 @@ def record_command(
         ran = run_child(cmd, env, capture=capture, meanwhile=_ready_to_close)
         code, captured = ran.code, ran.out
         out = captured.text() if captured is not None else None
+        if ran.unrun:  # (said) it never ran: no empty session is left as `last`, as of a command not found
+            session.discard()
+            return session.path, code, out
         uncaught, session.incomplete, lacks, reported = read_endings(Path(tmp))
         for pid, command in unstarted_execs(Path(tmp), ENDING_PREFIX, UNREPORTED_PREFIX):
             lost = f"process {pid} became `{command}` through exec, which did not start forkpoint{UNSTARTED}"

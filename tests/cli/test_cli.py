@@ -1672,22 +1672,33 @@ def test_replay_elsewhere_of_a_relative_command_not_found_says_where_it_was_reco
         ("folder", 126, "is a directory"),
         ("loop", 126, "is a symbolic link in a loop of them"),
         ("dangling", 127, "is a symbolic link to nothing-here, which does not exist"),
+        ("no-shebang", 126, "could not be run: it has no #! line naming its interpreter"),
+        ("interpreter", 127, "names an interpreter that was not found: #!/no/such/python"),
     ],
 )
-def test_record_of_a_command_that_cannot_run_says_why(tmp_path: Path, kind: str, code: int, why: str) -> None:
+def test_record_of_a_command_that_cannot_run_says_why(
+    tmp_path: Path, kind: str, code: int, why: str, capfd: pytest.CaptureFixture[str]
+) -> None:
     """A path that is there but which() refuses was said "command not found" (a symbolic link to
-    itself, or to nothing, among them: the link is there)."""
+    itself, or to nothing, among them: the link is there). One which() takes that exec refuses (no
+    #! line, an interpreter not there) left an empty session as `last`, said to have run "no Python
+    that started forkpoint"."""
     program = tmp_path / kind
     if kind == "folder":
         program.mkdir()
     elif kind in ("loop", "dangling"):
         program.symlink_to(kind if kind == "loop" else "nothing-here")
+    elif kind in ("no-shebang", "interpreter"):
+        program.write_text("print(1)\n" if kind == "no-shebang" else "#!/no/such/python\nprint(1)\n")
+        program.chmod(0o755)
     else:
         program.write_text("print(1)\n")
     store = tmp_path / "store"
     r = CliRunner().invoke(main, ["record", "--store", str(store), "--", str(program)])
-    assert r.exit_code == code and f"the command {program} {why}" in flat(r.output), r.output
-    assert not store.exists() or not any(store.iterdir())
+    said = flat(r.output + capfd.readouterr().err)
+    assert r.exit_code == code and f"the command {program} {why}" in said, said
+    assert "no process of the command recorded anything" not in said, said
+    assert not list(store.glob("*/session.jsonl")), list(store.iterdir())
 
 
 GATHER = """
