@@ -371,6 +371,7 @@ def test_a_cryptography_that_cannot_load_leaves_the_session_ended_and_unsigned(
     assert rec.returncode == 7, rec.stderr
     assert "Traceback" not in rec.stderr
     assert "is not signed (RuntimeError: a broken native extension)" in flat(rec.stderr)
+    assert "it will fork or sweep only with --trust" in flat(rec.stderr)  # (fa5710b: they refuse it too)
     session = list_sessions(store).rows[-1].path
     assert Session.load(session).end()["exit_code"] == 7  # type: ignore[index]
     assert not (session / SIGNATURE_NAME).exists()

@@ -410,7 +410,8 @@ class Recording:
     def _sign(self, quiet: bool) -> None:
         """Sign the closed session with this user's key (:mod:`forkpoint.signing`). A key that cannot
         be used, or a cryptography package that cannot load, leaves the session unsigned, said unless
-        ``quiet``: its recorded command then replays only with ``--trust`` or when named."""
+        ``quiet``: its recorded command then replays only with ``--trust`` or when named, and it forks
+        and sweeps only with ``--trust``."""
         try:
             from ..signing import sign_session  # cryptography: imported where a session closes
 
@@ -420,7 +421,8 @@ class Recording:
             if not quiet:
                 say(
                     f"forkpoint: WARNING: session {self.session_id} is not signed ({why}): its recorded "
-                    "command will replay only with --trust or when named after --"
+                    "command will replay only with --trust or when named after --, and it will fork or sweep "
+                    "only with --trust"
                 )
 
     def __enter__(self) -> Recording:
