@@ -77,11 +77,14 @@ def _output_file(path: str | Path, option: str) -> Path:
         raise click.BadParameter(f"cannot write {out}: the folder {folder} {what}", param_hint=option)
     if out.is_dir():
         raise click.BadParameter(f"cannot write {out}: it is a folder", param_hint=option)
-    from .log import FORMAT, LOG_NAME
+    from .log import FORMAT, LOG_NAME, SESSION_ENTRIES
 
-    # (a session is never overwritten: `--html .forkpoint/ID/session.jsonl` replaced its log)
-    for d in (folder.resolve(), *folder.resolve().parents):
-        if not (d / LOG_NAME).is_file():
+    # (a session is never overwritten: `--html .forkpoint/ID/session.jsonl` replaced its log; a
+    # folder not its own below one, reports/ of a project holding a copied session.jsonl, is not it)
+    where = folder.resolve()
+    for d in (where, *where.parents):
+        inside = where.relative_to(d).parts
+        if not (d / LOG_NAME).is_file() or (inside and inside[0] not in SESSION_ENTRIES):
             continue
         try:  # (a session log of forkpoint's, not a project's own file of that name)
             with open(d / LOG_NAME, "rb") as f:

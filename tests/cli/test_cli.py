@@ -1538,6 +1538,12 @@ def test_an_output_file_inside_a_session_folder_is_refused(store: Path, args: li
     (project / LOG_NAME).write_text('{"event": "a log of the project\'s own"}\n')
     page = project / "page.html"
     assert cli("show", str(rec.session_path), "--html", str(page)).exit_code == 0 and page.exists()
+    # A session's log copied to a project's root: its reports/ is no part of the session (refused).
+    (project / LOG_NAME).write_bytes((rec.session_path / LOG_NAME).read_bytes())
+    (project / "reports").mkdir()
+    page = project / "reports" / "page.html"
+    r = cli("show", str(rec.session_path), "--html", str(page))
+    assert r.exit_code == 0 and page.exists(), r.output
 
 
 def test_record_of_a_command_that_does_not_exist_leaves_no_session(tmp_path: Path) -> None:
