@@ -92,8 +92,11 @@ def _agno_client(body: object, headers: Iterable[Any] | Mapping[str, str] | None
 
 def _botocore_client(body: object, headers: Iterable[Any] | Mapping[str, str] | None) -> bool:
     """botocore's credential fetchers (``Botocore/…`` in their ``User-Agent``): the instance
-    metadata service may be at any host (``AWS_EC2_METADATA_SERVICE_ENDPOINT``)."""
-    return "Botocore/" in (_header(headers, "user-agent") or "")
+    metadata service may be at any host (``AWS_EC2_METADATA_SERVICE_ENDPOINT``). Not its API calls,
+    whose agent names its format (``ua/2.1``): S3 at a custom endpoint is path-style, so a bucket
+    named ``latest`` has keys at ``/latest/meta-data/…`` too."""
+    agent = _header(headers, "user-agent") or ""
+    return "Botocore/" in agent and " ua/" not in agent
 
 
 def _agents_trace_upload(body: object, headers: Iterable[Any] | Mapping[str, str] | None) -> bool:

@@ -62,6 +62,10 @@ def test_classification() -> None:
     imds_role = "http://169.254.169.254/latest/meta-data/iam/security-credentials/role"
     assert classify("GET", imds_role, None, boto) == "telemetry"
     assert classify("GET", "http://127.0.0.1:9/latest/meta-data/", None) == "http"  # not botocore's
+    # An S3 call of boto3's (path-style at a custom endpoint) to a bucket named latest is the app's.
+    api = [["user-agent", "Boto3/1.43.117 md/Botocore#1.43.117 ua/2.1 os/linux#6.1 Botocore/1.43.117"]]
+    assert classify("PUT", "http://127.0.0.1:9/latest/meta-data/config.json", None, api) == "http"
+    assert classify("GET", "http://127.0.0.1:9/latest/dynamic/report.csv", None, api) == "http"
     assert classify("GET", "http://169.254.170.2/v2/credentials/0a1b", None, boto) == "telemetry"
     assert classify("GET", "http://169.254.170.23/v1/credentials", None) == "telemetry"
     # An application's own API with such a path is no exporter (OTLP/HTTP only ever POSTs, protobuf
