@@ -156,6 +156,28 @@ def test_signing_never_reaches_disk(recorded: tuple[Path, list[Any], LocalServer
         assert not names & {"authorization", "x-amz-date", "x-amz-security-token", "x-amz-content-sha256"}
 
 
+def _converse(url: str) -> Any:
+    """One Bedrock converse call through a new boto3 session (its credential chain searched anew)."""
+    client = boto3.session.Session().client("bedrock-runtime", region_name="us-east-1", endpoint_url=url)
+    answer = client.converse(modelId=MODEL, messages=[{"role": "user", "content": [{"text": "hi"}]}])
+    return answer["output"]
+
+
+def _replays_without_and_with_credentials(
+    session: Path, url: str, live: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Replayed with no credentials (served the recorded fetches), then with credentials in the
+    environment (fetching none): both reproduce."""
+    with forkpoint.replay(session) as rp:
+        assert _converse(url) == live
+    assert rp.report()["reproduced"], rp.report()
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", REPLAY_KEY[0])
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", REPLAY_KEY[1])
+    with forkpoint.replay(session) as rp:
+        assert _converse(url) == live
+    assert rp.report()["reproduced"], rp.report()
+
+
 def _no_credentials(monkeypatch: pytest.MonkeyPatch, tmp: Path) -> None:
     """No AWS credentials where botocore looks first (the environment, the shared files), so that it
     fetches them over HTTP as on a cloud machine."""
@@ -203,11 +225,6 @@ def test_credentials_fetched_from_instance_metadata_when_recorded_need_not_be_fe
     creds = {"Code": "Success", "AccessKeyId": RECORD_KEY[0], "SecretAccessKey": RECORD_KEY[1]}
     creds |= {"Token": "imds-session", "Expiration": "2099-01-01T00:00:00Z"}
 
-    def run(url: str) -> Any:
-        client = boto3.session.Session().client("bedrock-runtime", region_name="us-east-1", endpoint_url=url)
-        answer = client.converse(modelId=MODEL, messages=[{"role": "user", "content": [{"text": "hi"}]}])
-        return answer["output"]
-
     with LocalServer(chat_script=["hello"]) as srv:
         srv.route("/latest/api/token", lambda _r: Reply(b"imds-token", ctype="text/plain"), method="PUT")
         roles = "/latest/meta-data/iam/security-credentials/"
@@ -215,7 +232,7 @@ def test_credentials_fetched_from_instance_metadata_when_recorded_need_not_be_fe
         srv.route(roles + "role", lambda _r: json_reply(creds))
         monkeypatch.setenv("AWS_EC2_METADATA_SERVICE_ENDPOINT", srv.url + "/")
         with forkpoint.record(store=store) as rec:
-            live = run(srv.url)
+            live = _converse(srv.url)
         assert [r["path"] for r in srv.requests][:3] == [
             "/latest/api/token",
             "/latest/meta-data/iam/security-credentials/",
@@ -224,14 +241,7 @@ def test_credentials_fetched_from_instance_metadata_when_recorded_need_not_be_fe
     calls = forkpoint.Session.load(rec.session_path).by_type("model_call")
     kinds_of = [providers.call_kind(e) for e in calls]
     assert kinds_of == ["telemetry", "telemetry", "telemetry", "model"]
-    with forkpoint.replay(rec.session_path) as rp:  # no credentials: served the recorded fetches
-        assert run(srv.url) == live
-    assert rp.report()["reproduced"], rp.report()
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", REPLAY_KEY[0])
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", REPLAY_KEY[1])
-    with forkpoint.replay(rec.session_path) as rp:
-        assert run(srv.url) == live
-    assert rp.report()["reproduced"], rp.report()
+    _replays_without_and_with_credentials(rec.session_path, srv.url, live, monkeypatch)
 
 
 def test_credentials_fetched_from_a_loopback_container_endpoint_need_not_be_fetched_on_replay(
@@ -245,27 +255,15 @@ def test_credentials_fetched_from_a_loopback_container_endpoint_need_not_be_fetc
     creds = {"AccessKeyId": RECORD_KEY[0], "SecretAccessKey": RECORD_KEY[1], "Token": "container-session"}
     creds["Expiration"] = "2099-01-01T00:00:00Z"
 
-    def run(url: str) -> Any:
-        client = boto3.session.Session().client("bedrock-runtime", region_name="us-east-1", endpoint_url=url)
-        answer = client.converse(modelId=MODEL, messages=[{"role": "user", "content": [{"text": "hi"}]}])
-        return answer["output"]
-
     with LocalServer(chat_script=["hello"]) as srv:
         srv.route("/creds", lambda _r: json_reply(creds))
         monkeypatch.setenv("AWS_CONTAINER_CREDENTIALS_FULL_URI", srv.url + "/creds")
         with forkpoint.record(store=store) as rec:
-            live = run(srv.url)
+            live = _converse(srv.url)
         assert [r["path"] for r in srv.requests][0] == "/creds"
     calls = forkpoint.Session.load(rec.session_path).by_type("model_call")
     assert [providers.call_kind(e) for e in calls] == ["telemetry", "model"]
-    with forkpoint.replay(rec.session_path) as rp:  # the same endpoint named: served the recorded fetch
-        assert run(srv.url) == live
-    assert rp.report()["reproduced"], rp.report()
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", REPLAY_KEY[0])
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", REPLAY_KEY[1])
-    with forkpoint.replay(rec.session_path) as rp:
-        assert run(srv.url) == live
-    assert rp.report()["reproduced"], rp.report()
+    _replays_without_and_with_credentials(rec.session_path, srv.url, live, monkeypatch)
 
 
 def test_container_credentials_recorded_hours_ago_are_not_refreshed_on_replay(
@@ -293,20 +291,15 @@ def test_container_credentials_recorded_hours_ago_are_not_refreshed_on_replay(
         "Expiration": expired,
     }
 
-    def run(url: str) -> Any:
-        client = boto3.session.Session().client("bedrock-runtime", region_name="us-east-1", endpoint_url=url)
-        answer = client.converse(modelId=MODEL, messages=[{"role": "user", "content": [{"text": "hi"}]}])
-        return answer["output"]
-
     with LocalServer(chat_script=["hello"]) as srv:
         srv.route("/creds", lambda _r: json_reply(creds))
         monkeypatch.setenv("AWS_CONTAINER_CREDENTIALS_FULL_URI", srv.url + "/creds")
         with monkeypatch.context() as m:  # recorded 7 hours ago, its credentials good for 6 more
             m.setattr(botocore.credentials, "datetime", types.SimpleNamespace(datetime=Earlier))
             with forkpoint.record(store=store) as rec:
-                live = run(srv.url)
+                live = _converse(srv.url)
     with forkpoint.replay(rec.session_path) as rp:
-        assert run(srv.url) == live
+        assert _converse(srv.url) == live
     assert rp.report()["reproduced"], rp.report()
 
 
