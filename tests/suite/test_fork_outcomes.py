@@ -946,16 +946,17 @@ def test_an_arm_whose_first_request_is_stamped_with_the_time_goes_live(tmp_path:
 
 
 def unreachable_store_options() -> str:
-    """``$FORKPOINT_STORE_OPTIONS`` naming an S3 endpoint on loopback where nothing listens (one try)."""
+    """``$FORKPOINT_STORE_OPTIONS`` of the test's S3 endpoint reached through a proxy on loopback where
+    nothing listens (one try): the same store (its mirror is named by its endpoint), unreachable."""
     import json
     import socket
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         gone = f"http://127.0.0.1:{s.getsockname()[1]}"
-    return json.dumps(
-        {"client_kwargs": {"endpoint_url": gone}, "config_kwargs": {"retries": {"max_attempts": 1}}}
-    )
+    endpoint = os.environ["AWS_ENDPOINT_URL_S3"]  # (the s3_endpoint fixture's)
+    config = {"retries": {"max_attempts": 1}, "proxies": {"http": gone, "https": gone}}
+    return json.dumps({"client_kwargs": {"endpoint_url": endpoint}, "config_kwargs": config})
 
 
 def test_an_arm_whose_session_cannot_be_uploaded_to_the_store_is_said_and_fails_the_fork(
