@@ -3,6 +3,7 @@ foundation: it imports only :mod:`forkpoint.patterns`.)"""
 
 from __future__ import annotations
 
+import os
 import sys
 
 from .patterns import compiled_later
@@ -46,8 +47,19 @@ def say(text: str) -> None:
     forkpoint says things inside the program's own calls, and the program's stderr may be closed,
     None, a pipe nobody reads or a full disk. A live run that never wrote there went on; recorded,
     it must go on too."""
+    stream, real = sys.stderr, sys.__stderr__
     try:
-        sys.stderr.write(text + "\n")
-        sys.stderr.flush()
+        if real is not None and stream is real:
+            # Past Python's buffer, to the descriptor: a line that could not be written (a full
+            # disk) left in the buffer fails again as the interpreter exits, which then exits 120
+            # where the program, never writing there, exited with its own code.
+            real.flush()
+            data = (text + "\n").encode(real.encoding or "utf-8", "backslashreplace")
+            fd = real.fileno()
+            while data:
+                data = data[os.write(fd, data) :]
+        else:
+            stream.write(text + "\n")
+            stream.flush()
     except Exception:  # (whatever the program put in sys.stderr's place may raise anything)
         pass

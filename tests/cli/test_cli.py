@@ -780,7 +780,7 @@ def quote(ticker):
 
 
 ticker = sys.argv[2] if len(sys.argv) > 2 else "ACME"
-print(quote(ticker)["price"], quote(ticker)["price"])
+print(quote(ticker)["price"], quote(ticker)["price"], flush=True)  # (a program that execs next loses what it buffered)
 """
 
 
@@ -1047,7 +1047,7 @@ def test_a_chain_of_execs_is_replayed_whole(tmp_path: Path) -> None:
 
 #: QUOTE's two calls, then a tool whose body execs into the program's second run, which calls once.
 TOOL_EXEC_QUOTE = QUOTE.replace("import sys\n", "import os\nimport sys\n").replace(
-    'ticker = sys.argv[2] if len(sys.argv) > 2 else "ACME"\nprint(quote(ticker)["price"], quote(ticker)["price"])',
+    'ticker = sys.argv[2] if len(sys.argv) > 2 else "ACME"\nprint(quote(ticker)["price"], quote(ticker)["price"], flush=True)',
     """
 @forkpoint.tool
 def restart(again):
@@ -1057,7 +1057,7 @@ def restart(again):
 if len(sys.argv) > 2:
     print(sys.argv[2], quote("ACME")["price"])
 else:
-    print(quote("ACME")["price"], quote("ACME")["price"])
+    print(quote("ACME")["price"], quote("ACME")["price"], flush=True)
     restart("again")
     print("not reached")
 """,
@@ -1303,7 +1303,9 @@ def test_a_recording_whose_stderr_is_on_a_full_disk_ends_with_the_programs_own_e
             """
         )
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FORKPOINT_")}
+    # (stderr buffered, as without PYTHONUNBUFFERED: a line forkpoint could not write stayed in the
+    # buffer, failed again as the interpreter exited, and the program exited 120, not 4)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FORKPOINT_") and k != "PYTHONUNBUFFERED"}
     store = str(tmp_path / "store")
     cmd = [*FORKPOINT, "record", "--store", store, "--no-workspace", "--", sys.executable, "full.py"]
     with open("/dev/full", "w") as full:
