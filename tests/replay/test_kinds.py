@@ -194,6 +194,20 @@ provider.shutdown()
 """
 
 
+def _exports_of(script: Path, server: LocalServer, tmp_path: Path, path: str) -> list[Any]:
+    """Run ``script SERVER_URL STORE`` (its own process, as a pytest run that goes on after a replay)
+    and return the requests ``server`` received at ``path`` (the program's span exports)."""
+    out = subprocess.run(
+        [sys.executable, str(script), server.url, str(tmp_path / "store")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert out.returncode == 0, out.stderr
+    return [r for r in server.requests if r["path"] == path]
+
+
 def test_a_replay_in_a_process_that_goes_on_does_not_send_the_replayed_runs_spans(
     server: LocalServer, tmp_path: Path
 ) -> None:
@@ -203,15 +217,7 @@ def test_a_replay_in_a_process_that_goes_on_does_not_send_the_replayed_runs_span
     server.route("/v1/traces", lambda r: Reply(b"", 200, "application/x-protobuf"), method="POST")
     script = tmp_path / "spans.py"
     script.write_text(_SPANS_AFTER_THE_REPLAY)
-    out = subprocess.run(
-        [sys.executable, str(script), server.url, str(tmp_path / "store")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=tmp_path,
-    )
-    assert out.returncode == 0, out.stderr
-    exports = [r for r in server.requests if r["path"] == "/v1/traces"]
+    exports = _exports_of(script, server, tmp_path, "/v1/traces")
     assert len(exports) == 1, exports  # the recorded run's, not the replayed run's too
 
 
@@ -226,15 +232,7 @@ def test_the_spans_a_program_made_before_a_replay_are_sent_as_it_would_send_them
     flushed = "provider.force_flush()  # (the recorded run's span, sent as the program would)\n"
     assert flushed in _SPANS_AFTER_THE_REPLAY
     script.write_text(_SPANS_AFTER_THE_REPLAY.replace(flushed, ""))
-    out = subprocess.run(
-        [sys.executable, str(script), server.url, str(tmp_path / "store")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=tmp_path,
-    )
-    assert out.returncode == 0, out.stderr
-    exports = [r for r in server.requests if r["path"] == "/v1/traces"]
+    exports = _exports_of(script, server, tmp_path, "/v1/traces")
     assert len(exports) == 1, exports  # the recorded run's, as the program would send it
 
 
@@ -302,15 +300,7 @@ def test_a_replay_flushing_an_exporter_forkpoint_does_not_know_reproduces(
     script = tmp_path / "spans.py"
     script.write_text(_SPANS_OF_ITS_OWN_FORMAT)
     assert "Zipkinish()" in script.read_text() and "OTLP" not in script.read_text()
-    out = subprocess.run(
-        [sys.executable, str(script), server.url, str(tmp_path / "store")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=tmp_path,
-    )
-    assert out.returncode == 0, out.stderr
-    exports = [r for r in server.requests if r["path"] == "/api/v2/spans"]
+    exports = _exports_of(script, server, tmp_path, "/api/v2/spans")
     assert len(exports) == 1, exports  # the recorded run's, not the replayed run's too
 
 
