@@ -780,7 +780,7 @@ def quote(ticker):
 
 
 ticker = sys.argv[2] if len(sys.argv) > 2 else "ACME"
-print(quote(ticker)["price"], quote(ticker)["price"], flush=True)  # (a program that execs next loses what it buffered)
+print(quote(ticker)["price"], quote(ticker)["price"])
 """
 
 
@@ -883,9 +883,16 @@ def replayed_as_recorded(
     return flat(rep.stderr)
 
 
+#: QUOTE with its output flushed: a program that execs next loses what it buffered (forkpoint or not).
+FLUSHED_QUOTE = QUOTE.replace(
+    'print(quote(ticker)["price"], quote(ticker)["price"])',
+    'print(quote(ticker)["price"], quote(ticker)["price"], flush=True)',
+)
+
+
 #: QUOTE's two calls, then the program replaces itself (argv[2] says how) with its second run.
 EXEC_QUOTE = (
-    QUOTE.replace("import sys\n", "import os\nimport sys\n").replace(
+    FLUSHED_QUOTE.replace("import sys\n", "import os\nimport sys\n").replace(
         "sys.argv[2] if len(sys.argv) > 2 else ", ""
     )
     + """
@@ -1019,7 +1026,7 @@ def test_an_exec_inside_forkpoint_record_ends_the_session_saying_so(tmp_path: Pa
 
 #: QUOTE's two calls in each of four programs: each execs into the next (argv[2] counts them).
 CHAIN_QUOTE = (
-    QUOTE.replace("import sys\n", "import os\nimport sys\n").replace(
+    FLUSHED_QUOTE.replace("import sys\n", "import os\nimport sys\n").replace(
         'ticker = sys.argv[2] if len(sys.argv) > 2 else "ACME"',
         'ticker, k = "ACME", int(sys.argv[2])',
     )
@@ -1047,7 +1054,7 @@ def test_a_chain_of_execs_is_replayed_whole(tmp_path: Path) -> None:
 
 #: QUOTE's two calls, then a tool whose body execs into the program's second run, which calls once.
 TOOL_EXEC_QUOTE = QUOTE.replace("import sys\n", "import os\nimport sys\n").replace(
-    'ticker = sys.argv[2] if len(sys.argv) > 2 else "ACME"\nprint(quote(ticker)["price"], quote(ticker)["price"], flush=True)',
+    'ticker = sys.argv[2] if len(sys.argv) > 2 else "ACME"\nprint(quote(ticker)["price"], quote(ticker)["price"])',
     """
 @forkpoint.tool
 def restart(again):
