@@ -14,7 +14,7 @@ are *model calls* (numbered ``model#K``, shown as turns, exported as GenAI spans
   closing ``DELETE`` are session management, answered like telemetry (:func:`is_session_management`).
 * ``http`` — anything else (a search API, a file download): recorded and served as such.
 
-Pure functions over plain data (and the one variable naming where botocore fetches container
+Pure functions over plain data (and the variables naming where botocore fetches container
 credentials); nothing here raises on malformed input.
 """
 
@@ -118,8 +118,8 @@ TELEMETRY: tuple[Endpoint, ...] = (
     Endpoint("agno telemetry", "agno.com", r"", _ACCEPTED),
     Endpoint("agno telemetry", "", r"^/telemetry/(runs|evals|os)/?$", _ACCEPTED, "POST", _agno_client),
     Endpoint("crewai telemetry", "telemetry.crewai.com", r"", _ACCEPTED),
-    # AWS credentials botocore fetches before its first call (EC2's instance metadata service, ECS's
-    # and EKS Pod Identity's container endpoints): they sign the requests, which a replay runs with
+    # AWS credentials botocore fetches before its first call (EC2's instance metadata service; the
+    # container endpoints: _container_credentials): they sign the requests, which a replay runs with
     # other credentials; answered 404 when not recorded, so botocore looks no further there.
     Endpoint(
         "aws instance metadata",
@@ -129,8 +129,6 @@ TELEMETRY: tuple[Endpoint, ...] = (
         None,
         _botocore_client,
     ),
-    Endpoint("aws container credentials", "169.254.170.2", r"", Answer(404, None, None), "GET"),
-    Endpoint("aws container credentials", "169.254.170.23", r"", Answer(404, None, None), "GET"),
     Endpoint("langsmith tracing", "smith.langchain.com", r"", _ACCEPTED),
     Endpoint(
         "langsmith tracing",
@@ -160,14 +158,21 @@ TELEMETRY: tuple[Endpoint, ...] = (
 )
 
 
-#: Where botocore fetches container credentials when ``AWS_CONTAINER_CREDENTIALS_FULL_URI`` names a
-#: host of no fixed address: any loopback one (aws-vault's ``--ecs-server``, Greengrass's token
-#: exchange service), which an application's own server may be too, so only that URL is taken.
+#: AWS credentials botocore fetches from a container endpoint: where its environment names one.
 _CONTAINER_CREDENTIALS = Endpoint("aws container credentials", "", r"", Answer(404, None, None), "GET")
+#: ECS's credentials host, which ``AWS_CONTAINER_CREDENTIALS_RELATIVE_URI`` is a path on (botocore).
+ECS_CREDENTIALS_HOST = "http://169.254.170.2"
 
 
 def _container_credentials(url: str) -> bool:
-    full = os.environ.get("AWS_CONTAINER_CREDENTIALS_FULL_URI")
+    """Whether ``url`` is where botocore fetches container credentials, as its environment says:
+    ``AWS_CONTAINER_CREDENTIALS_FULL_URI`` (EKS Pod Identity's 169.254.170.23, or any loopback URL:
+    aws-vault's ``--ecs-server``, Greengrass) or ECS's host and ``AWS_CONTAINER_CREDENTIALS_RELATIVE_URI``.
+    Only that URL: an application's own server may be on the same host."""
+    relative = os.environ.get("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI")  # (botocore's first choice)
+    full = (
+        ECS_CREDENTIALS_HOST + relative if relative else os.environ.get("AWS_CONTAINER_CREDENTIALS_FULL_URI")
+    )
     if not full:
         return False
     try:

@@ -572,7 +572,7 @@ def test_a_grpc_target_whose_port_is_no_number_does_not_raise_into_the_program(s
     import grpc
 
     with forkpoint.record(store=store):
-        for target in ("h:\u00b2", "dns:///h:\u00b2", "ipv4:10.0.0.1:\u00b2"):
+        for target in ("localhost:\u00b2", "dns:///localhost:\u00b2", "ipv4:127.0.0.1:\u00b2"):
             grpc.insecure_channel(target).close()
 
 

@@ -57,17 +57,16 @@ def test_classification() -> None:
     assert classify("POST", "http://127.0.0.1:4318/v1/logs", {"resourceLogs": []}) == "telemetry"
     assert classify("POST", "http://127.0.0.1:9/v1/traces/ingest", {"data": []}) == "telemetry"
     # The AWS credentials botocore fetches (only sign its requests: a replay runs with others).
+    # (the instance metadata service at any host: AWS_EC2_METADATA_SERVICE_ENDPOINT names it)
     boto = [["user-agent", "Boto3/1.43.117 Python/3.11.7 Linux/6.1 Botocore/1.43.117"]]
-    assert classify("PUT", "http://169.254.169.254/latest/api/token", None, boto) == "telemetry"
-    imds_role = "http://169.254.169.254/latest/meta-data/iam/security-credentials/role"
+    assert classify("PUT", "http://127.0.0.1:9/latest/api/token", None, boto) == "telemetry"
+    imds_role = "http://127.0.0.1:9/latest/meta-data/iam/security-credentials/role"
     assert classify("GET", imds_role, None, boto) == "telemetry"
     assert classify("GET", "http://127.0.0.1:9/latest/meta-data/", None) == "http"  # not botocore's
     # An S3 call of boto3's (path-style at a custom endpoint) to a bucket named latest is the app's.
     api = [["user-agent", "Boto3/1.43.117 md/Botocore#1.43.117 ua/2.1 os/linux#6.1 Botocore/1.43.117"]]
     assert classify("PUT", "http://127.0.0.1:9/latest/meta-data/config.json", None, api) == "http"
     assert classify("GET", "http://127.0.0.1:9/latest/dynamic/report.csv", None, api) == "http"
-    assert classify("GET", "http://169.254.170.2/v2/credentials/0a1b", None, boto) == "telemetry"
-    assert classify("GET", "http://169.254.170.23/v1/credentials", None) == "telemetry"
     # An application's own API with such a path is no exporter (OTLP/HTTP only ever POSTs, protobuf
     # or JSON of resourceSpans/Metrics/Logs; the Agents SDK posts {"data": [...]}).
     assert classify("GET", "http://127.0.0.1:9/api/v1/logs?service=checkout", None) == "http"
@@ -85,6 +84,23 @@ def test_classification() -> None:
     assert classify("POST", "https://api.openai.com/v1/embeddings", {"input": "x"}) == "model"
     assert classify("GET", "https://api.openai.com/v1/models", None) == "http"
     assert classify("GET", "http://127.0.0.1:9/search?q=x", None) == "http"
+
+
+def test_container_credentials_are_where_botocore_s_environment_says(monkeypatch: pytest.MonkeyPatch) -> None:
+    """botocore fetches container credentials from AWS_CONTAINER_CREDENTIALS_RELATIVE_URI on ECS's
+    host (its first choice) or AWS_CONTAINER_CREDENTIALS_FULL_URI (EKS Pod Identity, aws-vault's
+    --ecs-server): that URL is metadata, answered aside; the same host's other paths are the app's."""
+    for name in ("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_CONTAINER_CREDENTIALS_FULL_URI"):
+        monkeypatch.delenv(name, raising=False)
+    assert classify("GET", "http://127.0.0.1:9/v1/credentials", None) == "http"
+    monkeypatch.setenv("AWS_CONTAINER_CREDENTIALS_FULL_URI", "http://127.0.0.1:9/v1/credentials")
+    assert classify("GET", "http://127.0.0.1:9/v1/credentials", None) == "telemetry"
+    assert classify("GET", "http://127.0.0.1:9/v1/other", None) == "http"
+    assert classify("POST", "http://127.0.0.1:9/v1/credentials", None) == "http"
+    monkeypatch.setattr(kinds, "ECS_CREDENTIALS_HOST", "http://127.0.0.1:8")  # (ECS's host, on loopback)
+    monkeypatch.setenv("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "/v2/credentials/0a1b")
+    assert classify("GET", "http://127.0.0.1:8/v2/credentials/0a1b", None) == "telemetry"
+    assert classify("GET", "http://127.0.0.1:9/v1/credentials", None) == "http"  # (the relative one wins)
 
 
 def test_telemetry_is_answered_aside_and_never_counts(server: LocalServer, store: Path) -> None:
