@@ -21,7 +21,6 @@ from .patterns import compiled_later
 from .providers import call_kind, genai_usage, kinds, recorded_response, response_fields
 from .store import SessionInfo
 from .text import escape, ordinal, plural, visible
-from .values import readable
 
 _MAX = 100
 
@@ -291,7 +290,9 @@ def render(
             elif (failed := mcp_tool_error(e)) is not None:
                 outcome = f"[red]failed (MCP isError): {escape(_short(failed, 80))}[/red]"
             else:
-                outcome = f"→ {escape(_short(readable(e.get('result')), 80))}"
+                # (in the stored form, as show --json, the HTML page and diff show it: a typed
+                # value's line is what an override of it takes, whole up to the page's 160)
+                outcome = f"→ {escape(_short(e.get('result'), 160))}"
             mcp = e.get("mcp")
             name = mcp.get("server") if mcp else None
             server = (

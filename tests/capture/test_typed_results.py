@@ -595,22 +595,34 @@ def test_async_generator_tool_and_a_function_returning_a_generator(store: Path) 
     assert produced == [0, 1, 2] and rp.report()["reproduced"] is True
 
 
-def test_stored_results_are_json_a_person_can_read(store: Path) -> None:
-    """``forkpoint show`` prints typed results by class name, not as nested marker dicts."""
+def test_show_prints_a_typed_result_as_the_override_that_gives_it_back(store: Path) -> None:
+    """``forkpoint show`` printed a typed result as ``{"datetime": "…"}``, ``{"Span": [1, 2]}``, a
+    form ``show --json``, the HTML page, ``diff`` and overrides do not use (an override given it
+    hands the agent a dict): it prints the stored form, which an override takes as it is."""
     from rich.console import Console
 
     from forkpoint.show import render
 
+    oslo = dt.datetime(2026, 3, 29, 1, 30, tzinfo=zoneinfo.ZoneInfo("Europe/Oslo"))
+
     @forkpoint.tool
-    def when() -> dt.date:
-        return dt.date(2026, 5, 1)
+    def when() -> dt.datetime:
+        return oslo
+
+    @forkpoint.tool
+    def span() -> Span:
+        return Span(1, 2)
 
     with forkpoint.record(store=store) as rec:
-        when()
-    console = Console(record=True, width=200)
+        when(), span()
+    console = Console(record=True, width=300)
     render(Session.load(rec.session_path), console)
-    assert '→ {"date":"2026-05-01"}' in console.export_text()
-    assert json.loads(json.dumps(values.readable(values.encode(Span(1, 2))))) == {"Span": [1, 2]}
+    shown = [line.split("→ ", 1)[1].strip() for line in console.export_text().splitlines() if "→ " in line]
+    assert [json.loads(s) for s in shown] == [values.encode(oslo), values.encode(Span(1, 2))]
+    overrides = [f"tool:when.result={shown[0]}", f"tool:span.result={shown[1]}"]
+    with forkpoint.replay(rec.session_path, overrides=overrides, record_child=False):
+        got = when(), span()
+    assert got == (oslo, Span(1, 2)) and got[0].tzinfo == oslo.tzinfo and type(got[1]) is Span
 
 
 def test_diff_of_sessions_whose_results_hold_bytes_and_typed_values(store: Path) -> None:
