@@ -451,22 +451,6 @@ def _decode(stored: Any) -> Any:
     return stored
 
 
-def readable(stored: Any) -> Any:
-    """Stored data for people (``forkpoint show``): each typed node as ``{"Class": value}`` (a text
-    kind's text, a container's items, an object's fields), plain JSON as it is. Nothing is rebuilt."""
-    if isinstance(stored, list):
-        return [readable(x) for x in stored]
-    if not isinstance(stored, dict):
-        return stored
-    if not (isinstance(stored.get(MARK), str) and "kind" in stored and "value" in stored):
-        return {k: readable(x) for k, x in stored.items()}
-    name = stored[MARK].rsplit(":", 1)[-1]
-    value = stored["value"]
-    if stored["kind"] in ("dict", "mapping") and isinstance(value, list):
-        value = {str(readable(p[0])): readable(p[1]) for p in value if isinstance(p, list) and len(p) == 2}
-    return {name: readable(value)}
-
-
 def _rebuild(node: dict[str, Any]) -> Any:
     try:
         return _REBUILD[node["kind"]](node)

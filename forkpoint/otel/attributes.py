@@ -26,7 +26,6 @@ from ..log import json_text as log_json_text
 from ..log import to_json
 from ..providers import recorded_response, response_fields
 from ..providers.base import maybe_json
-from ..values import readable
 
 TEXT = "text/plain"
 JSON = "application/json"
@@ -306,12 +305,13 @@ def tool_call(
     put(attrs, "gen_ai.tool.call.id", call_id)
     put(attrs, "tool.id", call_id)
     if content:
-        # (typed values as forkpoint show reads them, {"Class": fields}: not forkpoint's own form)
-        args = readable(event.get("args"))
+        # (typed values in their stored form, {"$type": …}, as forkpoint show prints them and an
+        # override takes them)
+        args = event.get("args")
         attrs["gen_ai.tool.call.arguments"] = json_text(args)
         put_io(attrs, "input", args)
         if "result" in event:
-            text, mime = as_value(readable(event.get("result")))
+            text, mime = as_value(event.get("result"))
             attrs["gen_ai.tool.call.result"] = text
             attrs["output.value"], attrs["output.mime_type"] = text, mime
         if definition:
