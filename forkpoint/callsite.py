@@ -6,7 +6,10 @@ is made (a report whose exception the program may catch)."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
+
+from .text import shown_path
 
 # Top-level packages between an agent's own code and the HTTP boundary: never the "call site". The
 # providers' SDKs are added from the providers (forkpoint.providers.sdk_modules) when it is needed.
@@ -31,7 +34,9 @@ def agent_call_site(tb: Any) -> str:
     The innermost frame outside the SDKs, HTTP clients, frameworks and forkpoint itself (the bundled
     demo agent counts as agent code). Frames without a file (``<frozen runpy>`` under ``python -m``)
     never count. Modules are told apart by name, not path, so an agent installed into
-    site-packages is still found."""
+    site-packages is still found. FILE is relative to the current directory when below it, else
+    absolute, however the program was started (``python agent.py``, ``python /abs/agent.py``,
+    ``python -m pkg.agent``, :func:`forkpoint.run_command`)."""
     import traceback
 
     return _agent_frame(traceback.walk_tb(tb))
@@ -59,4 +64,10 @@ def _agent_frame(frames: Iterable[tuple[Any, int]]) -> str:
         if name.split(".")[0] in libraries and not name.startswith("forkpoint.demo."):
             continue
         site = (filename, lineno, frame.f_code.co_name)
-    return f" at {site[0]}:{site[1]} ({site[2]})" if site else ""
+    if site is None:
+        return ""
+    try:
+        where = shown_path(Path(site[0]), Path.cwd())
+    except OSError:  # (a program that removed its own current directory: the file as Python has it)
+        where = site[0]
+    return f" at {where}:{site[1]} ({site[2]})"

@@ -59,6 +59,7 @@ from .api import checked_tools
 from .errors import ConfigError, ReplayWarning, UsageError
 from .match import IgnoreRule, ignore_rules
 from .replay import POLICIES
+from .text import shown_path
 
 #: The modes, in the order the docs define them.
 MODES = ("replay", "once", "record", "rewrite")
@@ -306,18 +307,6 @@ def cassette_parts(item: pytest.Item, name: str | None = None) -> tuple[str, str
 
 
 # --------------------------------------------------------------------------- what messages show
-
-
-def shown_path(path: Path, base: Path) -> str:
-    """``path`` for a message read in ``base`` (where pytest ran): relative to it when below it,
-    else absolute. (Not the rootdir: ``pytest examples`` from a repository root has its rootdir in
-    ``examples/`` when that folder has an ini file, and the user is not there.)"""
-    for p, b in ((path, base), (path.resolve(), base.resolve())):
-        try:
-            return str(p.relative_to(b))
-        except ValueError:
-            continue
-    return str(path.resolve())
 
 
 def invocation_nodeid(item: pytest.Item, base: Path | None = None) -> str:

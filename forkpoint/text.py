@@ -1,10 +1,11 @@
-"""Words in messages: counts with their noun, ordinals, and recorded text made safe to print. (A
-foundation: it imports only :mod:`forkpoint.patterns`.)"""
+"""Words in messages: counts with their noun, ordinals, paths, and recorded text made safe to
+print. (A foundation: it imports only :mod:`forkpoint.patterns`.)"""
 
 from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 from .patterns import compiled_later
 
@@ -63,3 +64,16 @@ def say(text: str) -> None:
             stream.flush()
     except Exception:  # (whatever the program put in sys.stderr's place may raise anything)
         pass
+
+
+def shown_path(path: Path, base: Path) -> str:
+    """``path`` for a message read in ``base`` (where the user is: the current directory, where
+    pytest ran): relative to it when below it, else absolute. (For pytest, not the rootdir: ``pytest
+    examples`` from a repository root has its rootdir in ``examples/`` when that folder has an ini
+    file, and the user is not there.)"""
+    for p, b in ((path, base), (path.resolve(), base.resolve())):
+        try:
+            return str(p.relative_to(b))
+        except ValueError:
+            continue
+    return str(path.resolve())

@@ -302,7 +302,8 @@ def test_replay_divergence_exits_3_with_the_paragraph(recorded: Recorded, how: l
     err = flat(r.stderr)
     # The agent's own line is named as the call site (not runpy's frames, not the SDK's).
     line = 1 + AGENT.splitlines().index(next(x for x in AGENT.splitlines() if x.startswith("first =")))
-    site = f"the call made at {recorded.workdir / 'agent_script.py'}:{line} (<module>) diverged"
+    # (relative to the current directory, the same whether run as a script or a module)
+    site = f"the call made at agent_script.py:{line} (<module>) diverged"
     assert site in err
     assert "replay DIVERGED: 0/3 events matched" in err
     assert "replay diverged at the 1st model call of this run (POST /v1/chat/completions)" in err
@@ -760,6 +761,52 @@ def test_call_site_is_the_agents_frame_even_when_installed_in_site_packages() ->
     with pytest.raises(RuntimeError) as info:
         sdk["request"]()
     assert agent_call_site(info.tb.tb_next) == ""  # nothing but the SDK: no call site to name
+
+
+LOOKUP_AGENT = """
+import sys
+
+import forkpoint
+
+
+@forkpoint.tool
+def lookup(q: str) -> str:
+    return "r:" + q
+
+
+def main() -> None:
+    lookup(sys.argv[1])
+
+
+main()
+"""
+
+
+def test_call_site_is_relative_to_the_current_directory_however_the_program_was_started(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The call site was the file as Python named it: ``lookup_agent.py`` run by
+    ``forkpoint.run_command(["python", "lookup_agent.py"])`` (a test ``make-test`` wrote), the
+    absolute path run as ``python /abs/lookup_agent.py`` or ``python -m lookup_agent``, so one
+    replay's report said it one way and the next the other. It is relative to the current directory
+    when below it, else absolute, as the pytest plugin names a cassette or a test file."""
+    script = tmp_path / "lookup_agent.py"
+    script.write_text(LOOKUP_AGENT)
+    monkeypatch.chdir(tmp_path)
+    with forkpoint.record(store=tmp_path / "store") as rec:
+        forkpoint.run_command(["python", "lookup_agent.py", "a"])
+
+    def site(argv: list[str]) -> str:
+        with forkpoint.replay(rec.session_path, record_child=False) as rp:
+            forkpoint.run_command([*argv, "b"])
+        return str(rp.report()["divergence"]["site"])
+
+    line = 1 + LOOKUP_AGENT.splitlines().index("    lookup(sys.argv[1])")
+    for argv in (["python", "lookup_agent.py"], ["python", str(script)], ["python", "-m", "lookup_agent"]):
+        assert site(argv) == f" at lookup_agent.py:{line} (main)", argv
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    assert site(["python", str(script)]) == f" at {script.resolve()}:{line} (main)"
 
 
 QUOTE = """

@@ -173,7 +173,7 @@ def test_changed_prompt_fails_with_the_divergence_report(
         [
             "*forkpoint: the run diverged from its cassette tests/cassettes/test_agent/test_agent",
             # where in the agent's code (the traceback is not shown), as `forkpoint replay` says
-            "the call made at */test_agent.py:* (ask) diverged from the recording.",
+            "the call made at test_agent.py:* (ask) diverged from the recording.",
             "replay diverged at the 1st model call of this run (POST /v1/chat/completions)*",
             "Differences, recorded → actual:",
             "*~ $.body.messages[[]0[]].content: What is the weather in Paris? → What is the weather in Oslo?",
@@ -224,7 +224,7 @@ def test_a_caught_divergence_still_says_where_the_call_was_made(
     result.stdout.fnmatch_lines(
         [
             "*forkpoint: the run diverged from its cassette tests/cassettes/test_caught/test_agent",
-            "the call made at */test_caught.py:* (ask) diverged from the recording.",
+            "the call made at test_caught.py:* (ask) diverged from the recording.",
             "replay diverged at the 1st model call of this run (POST /v1/chat/completions)*",
         ]
     )
