@@ -475,7 +475,7 @@ def view_model(
             elif "unrecorded" in e:
                 v["unrecorded"] = to_json(e.get("unrecorded"))
             else:
-                v["result"] = to_json(e.get("result"))
+                v["result"] = to_json(e.get("result"), escape=True)  # (as show --json: bytes apart from data)
                 failed = mcp_tool_error(e)
                 if failed is not None:
                     v["mcp_error"] = failed

@@ -29,7 +29,8 @@ def _short(value: Any, limit: int = _MAX) -> str:
     """``value`` (text, or data as JSON) on one line of at most ``limit`` characters: each line
     break, with the whitespace around it, made one space; spaces otherwise kept, as they were (a
     file's indentation inside a tool call's JSON arguments is part of what the model sent)."""
-    text = value if isinstance(value, str) else json_text(to_json(value)).decode()
+    # (escaped as show --json does: data that holds a "$b64" key is not shown as bytes)
+    text = value if isinstance(value, str) else json_text(to_json(value, escape=True)).decode()
     text = _BREAKS.sub(" ", text).strip()
     return text if len(text) <= limit else text[: limit - 1] + "…"
 

@@ -625,6 +625,36 @@ def test_show_prints_a_typed_result_as_the_override_that_gives_it_back(store: Pa
     assert got == (oslo, Span(1, 2)) and got[0].tzinfo == oslo.tzinfo and type(got[1]) is Span
 
 
+def test_bytes_and_data_shaped_like_them_read_apart_in_show_and_on_the_page(store: Path) -> None:
+    """A tool's ``b"\\x00hi"`` and another's ``{"$b64": "AGhp"}`` were both shown as
+    ``{"$b64":"AGhp"}`` by ``forkpoint show`` and the HTML page: the data is escaped as ``show
+    --json`` escapes it, ``{"$lit": {"$b64": "AGhp"}}``."""
+    from rich.console import Console
+
+    from forkpoint.html import view_model
+    from forkpoint.show import as_json, render
+
+    @forkpoint.tool
+    def raw() -> bytes:
+        return b"\x00hi"
+
+    @forkpoint.tool
+    def data() -> dict[str, str]:
+        return {"$b64": "AGhp"}
+
+    with forkpoint.record(store=store) as rec:
+        raw(), data()
+    session = Session.load(rec.session_path)
+    expected = [{"$b64": "AGhp"}, {"$lit": {"$b64": "AGhp"}}]
+    assert [e["result"] for e in as_json(session)["events"] if e["type"] == "tool_call"] == expected
+    console = Console(record=True, width=300)
+    render(session, console)
+    shown = [line.split("→ ", 1)[1].strip() for line in console.export_text().splitlines() if "→ " in line]
+    assert [json.loads(s) for s in shown] == expected
+    page = view_model(session)["events"]
+    assert [e["result"] for e in page if e["type"] == "tool_call"] == expected
+
+
 def test_diff_of_sessions_whose_results_hold_bytes_and_typed_values(store: Path) -> None:
     """``forkpoint diff`` names what changed inside a typed result, and prints bytes (which the
     log keeps as bytes) instead of failing on them."""
