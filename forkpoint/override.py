@@ -39,7 +39,7 @@ import orjson
 
 from .errors import OverrideError
 from .events import in_tool, tool_spans
-from .log import read_json_text
+from .log import from_json, read_json_text
 from .patterns import compiled_later
 from .providers import call_kind, detect, recorded_response, response_text, rewrite_response, summarize
 from .providers.base import stable_id
@@ -160,8 +160,8 @@ def resolve(overrides: list[Override], events: Sequence[Mapping[str, Any]]) -> d
 def untyped(resolved: Mapping[int, Override], events: Sequence[Mapping[str, Any]]) -> list[str]:
     """A line for each of the ``resolved`` overrides (:func:`resolve`) that gives plain JSON where
     the tool's recorded result was a typed value (a dataclass, a pydantic model…, or a list of
-    them): the agent gets a ``dict`` (a list of them), or a ``str`` where the tool returned a
-    datetime…, which the tool could not have returned. Allowed (a what-if may mean it), but said."""
+    them) or bytes: the agent gets a ``dict`` (a list of them), or a ``str`` where the tool returned
+    a datetime…, which the tool could not have returned. Allowed (a what-if may mean it), but said."""
     by_seq = {e["seq"]: e for e in events}
     out = []
     for seq, o in resolved.items():
@@ -173,7 +173,13 @@ def untyped(resolved: Mapping[int, Override], events: Sequence[Mapping[str, Any]
             recorded, given = recorded[0], given[0]  # (a list of objects: as its first item)
         # (a scalar too: "2020-01-01" for a datetime gave the agent a str, unsaid; null is left
         # alone, a tool that returns an object may return None)
-        if is_typed(recorded) and not is_typed(given) and given is not None:
+        if isinstance(recorded, bytes) and not isinstance(from_json(given), bytes) and given is not None:
+            out.append(
+                f"forkpoint: override {o.spec!r}: {event['tool']} returned bytes when recorded; this "
+                f"value is plain JSON, so the agent gets a {type(given).__name__} instead. To give it "
+                'bytes: {"$b64": "<base64>"}, as forkpoint show prints them (docs/overrides.md)'
+            )
+        elif is_typed(recorded) and not is_typed(given) and given is not None:
             cls = str(recorded[MARK])
             value = recorded["value"]
             shape = "{…}" if isinstance(value, dict) else "[…]" if isinstance(value, list) else '"…"'
@@ -223,7 +229,10 @@ def apply(
         else:
             if new.get("mcp"):
                 _check_mcp_result(o, event, schemas)
-            new["result"] = o.value
+            try:  # (bytes as show prints them, {"$b64": …}: the agent gets bytes, as recorded)
+                new["result"] = from_json(o.value)
+            except ValueError as exc:
+                raise OverrideError(f"override {o.spec!r}: a $b64 is not base64 ({exc})") from None
         return new
     resp = new.get("response")
     if resp is None:

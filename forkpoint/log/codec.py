@@ -521,6 +521,21 @@ def to_json(value: Any, *, escape: bool = False) -> Any:
     return value
 
 
+def from_json(value: Any) -> Any:
+    """Plain JSON as :func:`to_json` with ``escape`` writes it → resolved form: ``{"$b64": …}`` is
+    bytes again, ``{"$lit": {…}}`` the data it holds (an override copied from ``show``). Raises
+    ``ValueError`` for a ``$b64`` that is not base64."""
+    if isinstance(value, dict):
+        if len(value) == 1 and isinstance(value.get("$b64"), str):
+            return base64.b64decode(value["$b64"], validate=True)
+        if len(value) == 1 and isinstance(value.get("$lit"), dict):
+            value = value["$lit"]
+        return {k: from_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [from_json(v) for v in value]
+    return value
+
+
 def json_text(value: Any, *, indent: bool = False, sort_keys: bool = False) -> bytes:
     """``value`` (plain JSON data, :class:`DeltaList` views as lists) as JSON text (RFC 8259) for
     people and pages, ``indent`` by two spaces: orjson's, else, for what orjson refuses and a

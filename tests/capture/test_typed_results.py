@@ -4,6 +4,7 @@ generator tools (``forkpoint.values``, ``forkpoint.capture.tools``)."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import collections
 import dataclasses
 import datetime as dt
@@ -653,6 +654,50 @@ def test_bytes_and_data_shaped_like_them_read_apart_in_show_and_on_the_page(stor
     assert [json.loads(s) for s in shown] == expected
     page = view_model(session)["events"]
     assert [e["result"] for e in page if e["type"] == "tool_call"] == expected
+
+
+def test_an_override_gives_bytes_as_show_prints_them(store: Path) -> None:
+    """``forkpoint show`` prints a bytes result as ``{"$b64": …}``, yet an override given that
+    handed the agent a dict, unsaid, and no override could give it bytes: ``{"$b64": …}`` is bytes
+    (inside a typed value too), ``{"$lit": {…}}`` the data it holds, and a plain string where
+    bytes were recorded is said before the run."""
+
+    @forkpoint.tool
+    def raw() -> bytes:
+        return b"\x00hi"
+
+    @forkpoint.tool
+    def data() -> dict[str, str]:
+        return {"$b64": "AGhp"}
+
+    @forkpoint.tool
+    def hit() -> Hit:
+        return Hit("b", dt.datetime(2026, 1, 1))
+
+    with forkpoint.record(store=store) as rec:
+        raw(), data(), hit()
+    bye = base64.b64encode(b"\x00bye").decode()
+    hit_spec = json.dumps(values.encode(Hit("b", dt.datetime(2026, 1, 1)))).replace(
+        '"b"', f'{{"$b64": "{bye}"}}'
+    )
+    overrides = [
+        f'tool:raw.result={{"$b64": "{bye}"}}',
+        'tool:data.result={"$lit": {"$b64": "eA=="}}',
+        f"tool:hit.result={hit_spec}",
+    ]
+    with forkpoint.replay(rec.session_path, overrides=overrides, record_child=False):
+        got = raw(), data(), hit()
+    assert got[:2] == (b"\x00bye", {"$b64": "eA=="}) and got[2].title == b"\x00bye"
+    session = Session.load(rec.session_path)
+    spec = forkpoint.override.parse('tool:raw.result="eA=="')
+    said = forkpoint.override.untyped(forkpoint.override.resolve([spec], session.events), session.events)
+    assert (
+        len(said) == 1 and "raw returned bytes when recorded" in said[0] and "the agent gets a str" in said[0]
+    )
+    with pytest.raises(forkpoint.errors.OverrideError, match=r"a \$b64 is not base64"):
+        forkpoint.override.resolve(
+            [forkpoint.override.parse('tool:raw.result={"$b64": "!!"}')], session.events
+        )
 
 
 def test_diff_of_sessions_whose_results_hold_bytes_and_typed_values(store: Path) -> None:
