@@ -892,8 +892,13 @@ def replay_command(
         # Going live after a divergence is the what-if the user asked for; serving recorded answers
         # to other requests (fifo) is not a reproduction, unless the user said to accept that.
         asked = on_divergence == "live" or (on_divergence == "fifo" and accept_drift)
-        # fifo with a call it had nothing left to serve (answered with the divergence) did not go on.
-        if not asked or (on_divergence == "fifo" and (not report.get("drift") or report.get("unanswered"))):
+        # fifo with a call it had nothing left to serve (answered with the divergence) did not go on;
+        # nor did a run whose way on was refused (a live call with the placeholder API key).
+        if (
+            not asked
+            or report.get("network_blocked")
+            or (on_divergence == "fifo" and (not report.get("drift") or report.get("unanswered")))
+        ):
             return report, EXIT_DIVERGENCE, out
     elif (
         not report.get("reproduced", True)

@@ -24,6 +24,7 @@ from .errors import Divergence, ForkpointError
 if TYPE_CHECKING:  # annotations only: this module is imported at every bootstrapped start
     from collections import Counter
 
+    from .errors import NetworkBlocked
     from .events import Call, CallKind, HttpRequest, ModelCallEvent, ToolCallEvent, ValueEvent
 
 #: What serves each kind of call during a replay.
@@ -113,6 +114,10 @@ class Serving(Runtime, Protocol):
     def network_allowed(self) -> bool:
         """True when some call may go live, so sockets must not be blocked."""
 
+    def placeholder_refused(self, request: HttpRequest, carrier: str) -> NetworkBlocked:
+        """The error for a call about to go live with the replay's placeholder API key in its
+        ``carrier`` (a header's name, or ``"its URL"``), noted in the report: it is not sent."""
+
     def runs_live(self, kind: CallKind) -> bool:
         """True when the next call of ``kind`` is made live (its source is live, or the replay went
         live after a divergence), so whatever serves it (an MCP server) must really be there."""
@@ -136,6 +141,14 @@ running_live_tool: contextvars.ContextVar[bool] = contextvars.ContextVar("forkpo
 #: retry wait after a served failure is then skipped: :mod:`forkpoint.integrations.stainless`).
 served_from_recording: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "forkpoint_served", default=False
+)
+
+
+#: Where the HTTP request this context is making carries the replay's placeholder API key
+#: (:data:`forkpoint.providers.PLACEHOLDER_KEY`): a header's name, ``"its URL"``, or None. Set by
+#: the capture as the request is read, while a replay is active; such a request is never sent.
+placeholder_credential: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "forkpoint_placeholder_credential", default=None
 )
 
 

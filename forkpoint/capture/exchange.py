@@ -51,7 +51,7 @@ from ..events import (
     new_span_id,
     now_iso,
 )
-from ..providers import stream_end_markers
+from ..providers import PLACEHOLDER_KEY, stream_end_markers
 from ..redact import current as current_scrubber
 from ..redact import scrub_bytes, scrub_chunks, scrub_headers, scrub_stream, scrub_text, scrub_url
 from ..streamscrub import scrub_events
@@ -103,6 +103,9 @@ def request_record(
     # Content-Length says nothing the body does not; without it the headers of an agent's calls are
     # usually identical, and the log stores them once.
     pairs = [(header_text(k), header_text(v)) for k, v in headers]
+    rt = runtime.active()
+    if rt is not None and rt.mode == "replay":  # (read here: the stored form has no credentials)
+        runtime.placeholder_credential.set(_placeholder_carrier(url, pairs))
     pairs = [(k, v) for k, v in pairs if k.lower() != "content-length"]
     applied = codings(header_values(pairs, "content-encoding"))
     if content and applied:
@@ -125,6 +128,14 @@ def request_record(
         "body": body,
     }
     return cast(HttpRequest, current_scrubber().http_record(record))
+
+
+def _placeholder_carrier(url: str, pairs: list[tuple[str, str]]) -> str | None:
+    """Where a request carries the replay's placeholder API key: the name of the header (an
+    ``Authorization`` the SDK built from it, an AWS signature's credential), ``"its URL"`` (a
+    ``?key=``), or None."""
+    found = next((k for k, v in pairs if PLACEHOLDER_KEY in v), None)
+    return found if found is not None or PLACEHOLDER_KEY not in url else "its URL"
 
 
 def body_content(body: Any) -> tuple[bytes, Any]:
@@ -377,8 +388,14 @@ def serve(rt: runtime.Runtime, request: HttpRequest) -> tuple[ModelCallEvent, in
 
 
 def live(rt: runtime.Runtime, request: HttpRequest, decoders: DecoderFactory) -> Exchange:
-    """Start recording a call that is made for real (after :func:`serve` said so)."""
+    """Start recording a call that is made for real (after :func:`serve` said so). Raises
+    :class:`~forkpoint.errors.NetworkBlocked` for a replay's call that carries the placeholder API
+    key the replay set where the key was unset: the provider would refuse it (a 401 the run would
+    take for the model's answer), so it is not sent, and the report says which key is missing."""
     runtime.served_from_recording.set(False)
+    carrier = runtime.placeholder_credential.get()
+    if carrier is not None and rt.mode == "replay":
+        raise cast(runtime.Serving, rt).placeholder_refused(request, carrier)
     rt.before_model_call(request)
     return Exchange(rt, request, decoders)
 

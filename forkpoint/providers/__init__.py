@@ -69,6 +69,7 @@ from .base import (
 )
 
 __all__ = [
+    "PLACEHOLDER_KEY",
     "REGISTRY",
     "SUMMARY_KEYS",
     "Message",
@@ -772,6 +773,11 @@ def response_id(event: Mapping[str, Any]) -> str | None:
 def api_key_vars() -> tuple[str, ...]:
     """Environment variables the registered providers' SDKs insist on."""
     return _unique(v for p in REGISTRY for v in p.api_key_vars)
+
+
+#: What a replay sets each unset variable of :func:`api_key_vars` to, since the SDKs refuse to start
+#: without their key. Never sent upstream: a replay refuses a live call that carries it.
+PLACEHOLDER_KEY = "forkpoint-replay-no-key"
 
 
 def sdk_packages() -> tuple[str, ...]:

@@ -14,9 +14,10 @@ from ..errors import Divergence, NetworkBlocked, RecordedError
 from ..runtime import POLICIES, SOURCES
 
 if TYPE_CHECKING:
+    from ..providers import PLACEHOLDER_KEY
     from .guard import install_network_guard
     from .ledger import Ledger, open_ledger
-    from .replayer import API_KEY_VARS, PLACEHOLDER_KEY, Replayer, label, placeholder_keys, release_order
+    from .replayer import API_KEY_VARS, Replayer, label, placeholder_keys, release_order
     from .report import (
         EXIT_DIVERGENCE,
         caveat,

@@ -37,7 +37,7 @@ import orjson
 from .. import override, plugins, runtime, values
 from .._version import __version__
 from ..canonical import canonical_json
-from ..errors import Divergence, UnrebuildableValue
+from ..errors import Divergence, NetworkBlocked, UnrebuildableValue
 from ..events import (
     FIRST_VALUE_FNS,
     Call,
@@ -76,7 +76,7 @@ from ..match import (
 )
 from ..override import Override
 from ..patterns import compiled_later
-from ..providers import api_key_vars, call_kind, classify, kinds, summary
+from ..providers import PLACEHOLDER_KEY, api_key_vars, call_kind, classify, kinds, summary
 from ..redact import holds_placeholder, scrub_json, secret_placeholders, secrets_by_kind
 from ..runtime import POLICIES, SOURCES
 from .ledger import Ledger
@@ -84,7 +84,6 @@ from .report import ambiguous, conclude, divergence
 
 #: Environment variables SDKs insist on; set to a placeholder during replay when unset.
 API_KEY_VARS = api_key_vars()
-PLACEHOLDER_KEY = "forkpoint-replay-no-key"
 
 
 def placeholder_keys(session: Session) -> list[str]:
@@ -605,6 +604,22 @@ class Replayer:
     def network_allowed(self) -> bool:
         """True when some call may go live, so sockets must not be blocked."""
         return self.gone_live or "live" in self.sources.values()
+
+    def placeholder_refused(self, request: HttpRequest, carrier: str) -> NetworkBlocked:
+        """See :class:`forkpoint.runtime.Serving`: the call is not counted as made live."""
+        unset = [k for k in API_KEY_VARS if os.environ.get(k) == PLACEHOLDER_KEY] or ["an API-key variable"]
+        where = f"{request['method']} {request['url']}"
+        with self._lock:
+            self.live_calls["model_call"] -= 1
+            self.network_blocked.append(
+                f"{urlsplit(request['url']).netloc} (not sent: {carrier} carried the placeholder key "
+                f"set for {', '.join(unset)})"
+            )
+        return NetworkBlocked(
+            f"forkpoint replay did not send {where} live: {carrier} carried {PLACEHOLDER_KEY!r}, the "
+            f"placeholder this replay set for {' and '.join(unset)} (unset here, so that the SDK "
+            "would start), which the provider would refuse. Set the key to make live calls."
+        )
 
     def runs_live(self, kind: CallKind) -> bool:
         """True when the next call of ``kind`` is made live (see :class:`forkpoint.runtime.Serving`)."""

@@ -26,6 +26,7 @@ from forkpoint.cli import main
 from forkpoint.log import LOG_NAME, Session, SessionWriter, line_hash
 from forkpoint.store import list_sessions
 from tests.cliutil import QUOTE_AGENT
+from tests.modelserver import LocalServer
 
 SECRET = "sk-proj-CLItestKEY" + "x7Yq" * 10
 FORKPOINT = [str(Path(sys.executable).with_name("forkpoint"))]
@@ -1981,6 +1982,35 @@ def test_a_what_if_run_names_the_python_programs_it_started_in_its_session(tmp_p
     assert f"Python programs forkpoint did not record: {sys.executable} -c pass" in flat(shown.stdout), (
         shown.stdout
     )
+
+
+@pytest.mark.slow
+def test_a_what_if_without_the_api_key_does_not_go_live_with_the_placeholder(
+    tmp_path: Path, server: LocalServer
+) -> None:
+    """A replay without the recording's OPENAI_API_KEY sets a placeholder so that the SDK starts;
+    under --on-divergence live the diverging call went upstream with ``Bearer
+    forkpoint-replay-no-key`` (a real provider's 401, taken for the model's answer) and the replay
+    exited with the program's code as if the what-if had run. Now it is not sent, the verdict says
+    which key is missing, and the replay exits 3."""
+    (tmp_path / "agent.py").write_text(
+        "import sys\nimport openai\n\n"
+        f"client = openai.OpenAI(base_url={server.openai_base_url!r}, max_retries=0)\n"
+        "reply = client.chat.completions.create(model='m', messages=[{'role': 'user', 'content': sys.argv[1]}])\n"
+        "print(reply.choices[0].message.content)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FORKPOINT_")}
+    store = str(tmp_path / "store")
+    cmd = [*FORKPOINT, "record", "--store", store, "--no-workspace", "--", sys.executable, "agent.py", "hi"]
+    rec = run(cmd, tmp_path, {**env, "OPENAI_API_KEY": "sk-proj-" + "A" * 40})
+    assert rec.returncode == 0, rec.stderr
+    env.pop("OPENAI_API_KEY", None)
+    what_if = [*FORKPOINT, "replay", "last", "--store", store, "--on-divergence", "live"]
+    rep = run([*what_if, "--", sys.executable, "agent.py", "changed"], tmp_path, env)
+    assert len(server.requests) == 1, [r["headers"].get("authorization") for r in server.requests]
+    assert rep.returncode == 3, rep.stderr
+    said = flat(rep.stderr)
+    assert "(not sent: authorization carried the placeholder key set for OPENAI_API_KEY)" in said, said
 
 
 def test_a_credential_given_to_the_command_as_an_option_is_not_stored(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+import os
 import shutil
 import sys
 from collections.abc import Callable, Iterator
@@ -37,7 +38,7 @@ from forkpoint.demo.agent import run_agent
 from forkpoint.demo.server import ModelServer
 from forkpoint.log import Session
 from forkpoint.override import OverrideError
-from forkpoint.replay import EXIT_DIVERGENCE
+from forkpoint.replay import API_KEY_VARS, EXIT_DIVERGENCE, PLACEHOLDER_KEY
 from forkpoint.store import session_dirs
 
 FAILING = {"passed": 0, "failed": 2, "output": "FAIL"}
@@ -511,6 +512,72 @@ def test_policy_live_continues_against_a_running_server(rec: Recording) -> None:
     assert live_call["summary"]["stop_reason"] == "stop"
     end = child.end()
     assert end is not None and end["exit_code"] == 0
+
+
+def _ask(provider: str, base_url: str, prompt: str) -> None:
+    """One model call as users write it: the SDK (or ``requests``) reads its key from the environment."""
+    if provider == "openai":
+        openai.OpenAI(base_url=base_url + "/v1", max_retries=0).chat.completions.create(
+            model="demo-model", messages=[{"role": "user", "content": prompt}]
+        )
+    elif provider == "anthropic":
+        anthropic.Anthropic(base_url=base_url, max_retries=0).messages.create(
+            model="claude-demo", max_tokens=64, messages=[{"role": "user", "content": prompt}]
+        )
+    elif provider == "gemini":
+        from google import genai
+        from google.genai import types
+
+        client = genai.Client(
+            http_options=types.HttpOptions(base_url=base_url)
+        )  # (kept: closes when collected)
+        client.models.generate_content(model="gemini-demo", contents=prompt)
+    else:  # the key in the query string (?key=), as Gemini's REST API takes it
+        import requests
+
+        requests.post(
+            f"{base_url}/v1beta/models/gemini-demo:generateContent",
+            params={"key": os.environ["GEMINI_API_KEY"]},
+            json={"contents": [{"role": "user", "parts": [{"text": prompt}]}]},
+            timeout=10,
+        ).raise_for_status()
+
+
+@pytest.mark.parametrize(
+    ("provider", "var"),
+    [
+        ("openai", "OPENAI_API_KEY"),
+        ("anthropic", "ANTHROPIC_API_KEY"),
+        ("gemini", "GEMINI_API_KEY"),
+        ("query", "GEMINI_API_KEY"),
+    ],
+)
+def test_policy_live_never_sends_the_placeholder_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, provider: str, var: str
+) -> None:
+    """A replay without the recording's API key sets a placeholder so that the SDK starts; a call
+    that goes live after a divergence would send that placeholder upstream (a 401 the run takes for
+    the model's answer). It is not sent: the program gets NetworkBlocked, and the report names the
+    key that is missing."""
+    for k in API_KEY_VARS:
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv(var, "AIzaSy" + "Q" * 33 if var == "GEMINI_API_KEY" else "sk-real-key-123456789")
+    with ModelServer(turns=0, seed=1) as srv:
+        with forkpoint.record(store=tmp_path) as rec:
+            _ask(provider, srv.base_url, "hello")
+        monkeypatch.delenv(var)
+        with forkpoint.replay(rec.session_path, on_divergence="live") as rp:
+            with pytest.raises(Exception) as caught:
+                _ask(provider, srv.base_url, "changed")
+        sent = srv.requests[1:]
+    assert sent == [], f"sent upstream with {PLACEHOLDER_KEY!r}"
+    # (the SDKs wrap it: openai's and anthropic's as the cause, requests' among its arguments)
+    said = " ".join(repr(e) for e in (caught.value, caught.value.__cause__, caught.value.__context__))
+    assert 'NetworkBlocked("forkpoint replay did not send POST' in said and var in said
+    report = rp.report()
+    assert report["divergence"] is not None and not report["reproduced"]
+    assert report["live_calls"]["models"] == 0
+    assert [f"{var}" in b and "not sent" in b for b in report["network_blocked"]] == [True]
 
 
 def test_policy_fifo_serves_the_next_recorded_call(rec: Recording) -> None:
