@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -32,6 +33,7 @@ from forkpoint.providers import (
     response_text,
     summarize,
 )
+from tests.modelserver import LocalServer
 from tests.realdata import CASSETTES
 
 needs_realdata = pytest.mark.skipif(
@@ -661,6 +663,32 @@ def test_host_tells_compatible_servers_apart() -> None:
     )
     azure = "https://my.openai.azure.com/openai/deployments/gpt4o-prod/chat/completions?api-version=1"
     assert summarize(azure, {"messages": []}, ok)["model"] == "gpt4o-prod"
+
+
+def test_an_azure_openai_agent_replays_without_its_key(
+    tmp_path: Path, server: LocalServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``AzureOpenAI`` reads AZURE_OPENAI_API_KEY and refuses to start without it; a replay set no
+    placeholder for it, so a replay on a machine without the key ended at the client's construction
+    ("Missing credentials"), before its first call."""
+    import openai
+
+    import forkpoint
+
+    def ask() -> str | None:
+        client = openai.AzureOpenAI(azure_endpoint=server.url, api_version="2024-06-01", max_retries=0)
+        reply = client.chat.completions.create(
+            model="gpt4o-prod", messages=[{"role": "user", "content": "hi"}]
+        )
+        return reply.choices[0].message.content
+
+    monkeypatch.setenv("AZURE_OPENAI_API_KEY", "azure-key-123")
+    with forkpoint.record(store=tmp_path) as rec:
+        answer = ask()
+    monkeypatch.delenv("AZURE_OPENAI_API_KEY")
+    with forkpoint.replay(rec.session_path) as rp:
+        assert ask() == answer
+    assert rp.report()["reproduced"] and len(server.requests) == 1
 
 
 # --------------------------------------------------------------------------------------------------
