@@ -23,6 +23,7 @@ from .errors import Divergence, ForkpointError
 
 if TYPE_CHECKING:  # annotations only: this module is imported at every bootstrapped start
     from collections import Counter
+    from types import CodeType
 
     from .errors import NetworkBlocked
     from .events import Call, CallKind, HttpRequest, ModelCallEvent, ToolCallEvent, ValueEvent
@@ -399,6 +400,7 @@ def _woken_otherwise(aio: Any, task: Any, fut: Any = None) -> bool:
         fut = getattr(task, "_fut_waiter", None)
     if fut is None or fut.done():
         return True
+    fut = _shielded(aio, fut) or fut
     if isinstance(fut, aio.Task | _gathering(aio)):
         return False
     return _wait_locals(aio, task, fut) is None
@@ -414,17 +416,49 @@ def _started(task: Any) -> bool:
 
 def _waits_for(aio: Any, task: Any) -> list[Any] | None:
     """The unfinished tasks only whose ends can wake ``task`` (a started task not running): the
-    task it awaits, the children of the ``asyncio.gather`` it awaits, the tasks and gathers of the
+    task it awaits (directly or through ``asyncio.shield``), the children of the ``asyncio.gather`` it awaits, the tasks and gathers of the
     ``asyncio.wait`` it awaits with no timeout. None when something else may wake it (a socket, a
     timer, an event another task sets), or it is ready to run again (what it awaits ended)."""
     fut = getattr(task, "_fut_waiter", None)
     if fut is None or fut.done():
         return None
+    fut = _shielded(aio, fut) or fut
     if isinstance(fut, aio.Task):
         return [fut]
     if isinstance(fut, _gathering(aio)):
         return _gathered(aio, fut)
     return _waited(aio, task, fut)
+
+
+def _shielded(aio: Any, fut: Any) -> Any:
+    """The unfinished future that ``fut`` ends with, when ``fut`` is what ``asyncio.shield``
+    returned for it (the Agents SDK awaits each tool's task so: its callers are then named as
+    those of a task awaited directly), else None."""
+    code = _shield_code(aio)
+    if code is None:
+        return None
+    try:
+        callbacks = list(getattr(fut, "_callbacks", None) or ())
+    except RuntimeError:  # (another thread's loop changed them while read)
+        return None
+    names = code.co_freevars
+    for entry in callbacks:
+        callback = entry[0] if isinstance(entry, tuple) else entry
+        if getattr(callback, "__code__", None) is not code:
+            continue
+        cells = dict(zip(names, callback.__closure__ or (), strict=False))
+        inner = cells["inner"].cell_contents if "inner" in cells else None
+        return inner if inner is not None and not inner.done() else None
+    return None
+
+
+@functools.cache
+def _shield_code(aio: Any) -> CodeType | None:
+    """The code of the callback ``asyncio.shield`` adds to the future it returns, whose closure
+    holds the future it guards (None when this asyncio's shield has none so)."""
+    shield = getattr(getattr(aio, "tasks", None), "shield", None)
+    consts = getattr(getattr(shield, "__code__", None), "co_consts", ())
+    return next((c for c in consts if getattr(c, "co_name", None) == "_outer_done_callback"), None)
 
 
 def _gathering(aio: Any) -> Any:

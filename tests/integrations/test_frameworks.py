@@ -19,6 +19,7 @@ import dataclasses
 import datetime
 import decimal
 import ipaddress
+import itertools
 import json
 import os
 import subprocess
@@ -1072,6 +1073,22 @@ print(summary_line(rp.report()))
 """
 
 
+def _in_own_interpreter(script: str, *args: str) -> tuple[str, str]:
+    """Run ``script`` (which records and replays an Agents SDK run, then prints the session's path
+    and the replay's verdict) in an interpreter of its own: asyncio numbers every thread's tasks
+    from one counter, and a thread an earlier test left running a loop in this one (the full
+    suite's worker) moved the names between the recording and the replay ("not certain", rightly).
+    Returns the session's path and the verdict."""
+    here = Path(__file__).resolve().parents[2]
+    ran = subprocess.run(
+        [sys.executable, "-c", script, *args],
+        capture_output=True, text=True, timeout=300, cwd=here, env={**os.environ, "PYTHONPATH": str(here)},
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    session_path, said = ran.stdout.strip().splitlines()[-2:]
+    return session_path, said
+
+
 def test_clock_reads_of_an_agents_sdk_run_replay_certain_and_a_langgraph_fan_outs_not(tmp_path: Path) -> None:
     """Under ``deterministic``, an Agents SDK run's dynamic instructions read the time in a task
     its ``gather_with_cancel`` makes beside the input guardrails' (a gather awaited through
@@ -1086,16 +1103,7 @@ def test_clock_reads_of_an_agents_sdk_run_replay_certain_and_a_langgraph_fan_out
 
     from forkpoint.replay import summary_line
 
-    # The Agents SDK's run in an interpreter of its own: asyncio numbers every thread's tasks from
-    # one counter, and a thread an earlier test left running a loop in this one (the full suite's
-    # worker) moved the names between the recording and the replay ("not certain", rightly).
-    here = Path(__file__).resolve().parents[2]
-    ran = subprocess.run(
-        [sys.executable, "-c", SDK_CLOCK, str(tmp_path / "sdk-store"), str(tmp_path)],
-        capture_output=True, text=True, timeout=300, cwd=here, env={**os.environ, "PYTHONPATH": str(here)},
-    )  # fmt: skip
-    assert ran.returncode == 0, ran.stderr
-    session_path, said = ran.stdout.strip().splitlines()[-2:]
+    session_path, said = _in_own_interpreter(SDK_CLOCK, str(tmp_path / "sdk-store"), str(tmp_path))
     reads = forkpoint.Session.load(session_path).by_type("value")
     assert len(reads) == 3 and all(r.get("caller") for r in reads), reads
     assert said.startswith("replay ok: "), said
@@ -1126,3 +1134,58 @@ def test_clock_reads_of_an_agents_sdk_run_replay_certain_and_a_langgraph_fan_out
             assert graph_run(server.base_url) == live
     assert len(forkpoint.Session.load(rec.session_path).by_type("value")) == 3
     assert summary_line(rp.report()).startswith("replay ok, but not certain: 3 identical")
+
+
+_rolls = itertools.count()
+
+
+@function_tool(name_override="roll")
+def sdk_roll(sides: int) -> int:
+    """Roll a die."""
+    return next(_rolls)
+
+
+def sdk_rolls_run(base_url: str) -> str:
+    """An Agents SDK run whose model asks for the same roll in two turns, one after the other."""
+    client = AsyncOpenAI(base_url=base_url, api_key=API_KEY, max_retries=0)
+    agent = SdkAgent(
+        name="roller",
+        instructions="Roll the die when asked.",
+        model=OpenAIChatCompletionsModel(model="demo-model", openai_client=client),
+        tools=[sdk_roll],
+    )
+    return str(Runner.run_sync(agent, "Roll a die, then roll it again.").final_output)
+
+
+#: :func:`sdk_rolls_run` recorded and replayed (argv: the store); prints the session's path and
+#: the replay's verdict.
+SDK_ROLLS = """
+import sys
+
+import forkpoint
+from forkpoint.replay import summary_line
+from tests.integrations import test_frameworks as t
+from tests.modelserver import LocalServer
+
+roll = [("roll", {"sides": 6})]
+with LocalServer(chat_script=[roll, roll, "Rolled twice."]) as server:
+    with forkpoint.record(store=sys.argv[1]) as rec:
+        live = t.sdk_rolls_run(server.openai_base_url)
+    with forkpoint.replay(rec.session_path) as rp:
+        assert t.sdk_rolls_run(server.openai_base_url) == live
+print(rec.session_path)
+print(summary_line(rp.report()))
+"""
+
+
+@pytest.mark.slow
+def test_an_agents_sdk_tool_asked_for_in_turn_after_turn_replays_certain(tmp_path: Path) -> None:
+    """The Agents SDK runs each function tool in a task of its own, which the task that made it
+    awaits through ``asyncio.shield``: a wait forkpoint took for one that anything may end, so
+    the tool's task was never named, and a run asking for the same roll twice, turn after turn
+    (answered 0, then 1), replayed "ok, but not certain" (served to several asyncio tasks) though
+    nothing ran beside it."""
+    session_path, said = _in_own_interpreter(SDK_ROLLS, str(tmp_path / "store"))
+    rolls = forkpoint.Session.load(session_path).by_type("tool_call")
+    assert [r["result"] for r in rolls] == [0, 1] and all(r.get("caller") for r in rolls), rolls
+    assert said.startswith("replay ok: "), said
