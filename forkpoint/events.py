@@ -235,6 +235,9 @@ class ToolCallEvent(_Common, total=False):
     sent: int
     #: When the call finished, on the counter of ``sent`` (parallel results replay in this order).
     finished: int
+    #: Made in a thread started while recording: the last ``sent`` given when it was started (a
+    #: call whose ``finished`` is no later ended before it began: :meth:`forkpoint.replay.Replayer._raced`).
+    born: int
     key: str
     mcp: McpCall
 

@@ -16,6 +16,7 @@ def install(mode: Literal["record", "replay"]) -> None:
     from . import capture, integrations, runtime
 
     capture.install()
+    runtime.watch_threads()  # (when a thread was started tells racing callers apart: Replayer._raced)
     if "asyncio" in sys.modules:  # (how its tasks are made names their callers: runtime.caller)
         runtime.watch_tasks(sys.modules["asyncio"])
     else:

@@ -17,7 +17,7 @@ import sys
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol
 
 from .errors import Divergence, ForkpointError
 
@@ -606,7 +606,65 @@ def next_sent(rt: Runtime) -> int:
         counter = _sent_counters.get(rt)
         if counter is None:
             counter = _sent_counters[rt] = itertools.count(sent_from)
-        return next(counter)
+        _last_sent[rt] = n = next(counter)
+        return n
+
+
+#: Runtime → the last ordinal :func:`next_sent` gave it.
+_last_sent: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+
+
+class Born(NamedTuple):
+    """When a thread was started while a runtime was active (:func:`watch_threads`)."""
+
+    #: That runtime.
+    runtime: weakref.ReferenceType[Any]
+    #: The last ordinal it had given then (:func:`next_sent`): a call whose ``finished`` is no
+    #: later had ended before the thread began, so the thread did not make it.
+    sent: int
+    #: How many threads had been started so in this process before it (:func:`threads_started`).
+    order: int
+
+
+#: Thread → when it was started (:func:`watch_threads`).
+_born: weakref.WeakKeyDictionary[threading.Thread, Born] = weakref.WeakKeyDictionary()
+_threads_started = 0
+
+
+def watch_threads() -> None:
+    """Note when each thread started while a runtime is active was started (:class:`Born`), so that
+    identical calls made by threads each started after the call before had ended (a LangGraph
+    ``ToolNode``'s pool, made anew for each step) are told apart from threads racing each other
+    (idempotent)."""
+    real = threading.Thread.start
+    if getattr(real, "__forkpoint_watch__", False):
+        return
+
+    def start(self: threading.Thread) -> None:
+        global _threads_started
+        rt = _active
+        if rt is not None:
+            with _sent_lock:
+                _born[self] = Born(weakref.ref(rt), _last_sent.get(rt, sent_from - 1), _threads_started)
+                _threads_started += 1
+        real(self)
+
+    functools.update_wrapper(start, real)
+    start.__forkpoint_watch__ = True  # type: ignore[attr-defined]
+    threading.Thread.start = start  # type: ignore[method-assign]
+
+
+def thread_born(rt: Runtime) -> Born | None:
+    """When the current thread was started while ``rt`` was active, or None (the main thread, or
+    one started before ``rt`` was)."""
+    born = _born.get(threading.current_thread())
+    return born if born is not None and born.runtime() is rt else None
+
+
+def threads_started() -> int:
+    """How many threads have been started in this process while a runtime was active: the
+    :attr:`Born.order` of the next."""
+    return _threads_started
 
 
 #: The process whose ``os.exec*`` hand its recording or replay on to the program it becomes (one that

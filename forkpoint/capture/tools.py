@@ -596,6 +596,7 @@ class _ToolCall:
         rt = runtime.active()
         self.sent = runtime.next_sent(rt) if rt is not None else None
         self.caller = runtime.caller()
+        self.born = runtime.thread_born(rt) if rt is not None else None
         self.ts = now_iso()
         self.t0 = time.perf_counter()
         self.span_id = new_span_id()
@@ -649,6 +650,8 @@ class _ToolCall:
                 event["finished"] = runtime.next_sent(rt)
             if self.caller is not None:
                 event["caller"] = self.caller
+            if self.born is not None:
+                event["born"] = self.born.sent
             if self.mcp is not None:
                 event["mcp"] = self.mcp
             if error is not None:

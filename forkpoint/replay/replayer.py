@@ -525,8 +525,9 @@ class Replayer:
         self._task_offset: int | None = None
         #: Served calls whose recorded answer holds a scrubbed secret's placeholder (the program got it).
         self.placeholders_served: list[int] = []
-        #: Group → the callers (thread, asyncio task or None) served one of its alike calls here.
-        self._callers: dict[int, list[tuple[threading.Thread, Any]]] = {}
+        #: Group → the callers (thread, asyncio task or None) served one of its alike calls here,
+        #: with the call's seq and how many threads had been started then (:meth:`_raced`).
+        self._callers: dict[int, list[tuple[threading.Thread, Any, int, int]]] = {}
         self.used: list[int] = []
         # Served by the other processes of this replay (a recording made by several processes).
         self.ledger = ledger
@@ -1096,25 +1097,43 @@ class Replayer:
             )
         ]
 
-    def _raced(self, group: int) -> bool:
-        """Whether this call of ``group`` (identical calls answered differently) may have raced one
-        served before in this process, when recorded: it was made in another thread, or in another
-        asyncio task of this thread (what ran at once while recording need not now, so the replay's
-        order says nothing). This thread's code outside any task (a call before ``asyncio.run``)
-        never ran beside its tasks."""
+    def _raced(self, group: int, seq: int) -> bool:
+        """Whether this call of ``group`` (identical calls answered differently), served recorded
+        call ``seq``, may have raced one served before in this process, when recorded: it was made
+        in another thread, or in another asyncio task of this thread (what ran at once while
+        recording need not now, so the replay's order says nothing). This thread's code outside any
+        task (a call before ``asyncio.run``) never ran beside its tasks, nor did a thread started
+        after the other call had ended, both when recorded and now (:meth:`_started_after`)."""
         me = threading.current_thread()
         aio = sys.modules.get("asyncio")  # (a program that never imported asyncio runs no task)
         try:
             task = aio.current_task() if aio is not None else None
         except RuntimeError:  # no event loop running in this thread
             task = None
+        born = runtime.thread_born(self)
         callers = self._callers.setdefault(group, [])
         raced = any(
-            thread is not me or (task is not None and other is not None and other is not task)
-            for thread, other in callers
+            not self._started_after(born, seq, before, started)
+            if thread is not me
+            else task is not None and other is not None and other is not task
+            for thread, other, before, started in callers
         )
-        callers.append((me, task))
+        callers.append((me, task, seq, runtime.threads_started()))
         return raced
+
+    def _started_after(self, born: runtime.Born | None, seq: int, before: int, started: int) -> bool:
+        """Whether the thread asking now (started as ``born`` says) was started after recorded call
+        ``before`` was served to another here (when ``started`` threads had been), and the thread
+        that made recorded call ``seq``, served to it, after ``before`` had ended when recorded:
+        each time, one thread made its call before the other was there to (a LangGraph
+        ``ToolNode`` runs each step's tools in a pool of its own), so which got which answer is
+        told."""
+        if born is None or born.order < started:
+            return False
+        now, then = self._events[seq], self._events[before]
+        made, ended = now.get("born"), then.get("finished")
+        same_process = now.get("pid") == then.get("pid")
+        return same_process and isinstance(made, int) and isinstance(ended, int) and ended <= made
 
     def _serve(self, event: Served) -> Served:
         self.used.append(event["seq"])
@@ -1123,7 +1142,14 @@ class Replayer:
             self.callers_differ = True
         group = self._alike.get(event["seq"])
         if group is not None:
-            served = [group, event["seq"], os.getpid(), self._raced(group), time.time(), self.started]
+            served = [
+                group,
+                event["seq"],
+                os.getpid(),
+                self._raced(group, event["seq"]),
+                time.time(),
+                self.started,
+            ]
             self.alike_served.append(served)
             self._same_caller.append(same_caller)
         if event["type"] == "tool_call":

@@ -1189,3 +1189,44 @@ def test_an_agents_sdk_tool_asked_for_in_turn_after_turn_replays_certain(tmp_pat
     rolls = forkpoint.Session.load(session_path).by_type("tool_call")
     assert [r["result"] for r in rolls] == [0, 1] and all(r.get("caller") for r in rolls), rolls
     assert said.startswith("replay ok: "), said
+
+
+@langchain_tool("roll")
+def lg_roll(sides: int) -> int:
+    """Roll a die."""
+    return next(_rolls)
+
+
+def test_a_langgraph_tool_asked_for_step_after_step_replays_certain(
+    tmp_path: Path, make_server: Callable[..., Any]
+) -> None:
+    """LangGraph's ``ToolNode`` runs a step's tool calls in a thread pool it makes for that step
+    (``invoke``): a run asking for the same roll twice, step after step (answered differently),
+    replayed "ok, but not certain" (served to several threads), though the second thread was
+    started after the first call had ended, when recorded and when replayed."""
+    roll = [("roll", {"sides": 6})]
+    srv = make_server(chat_script=[roll, roll, "Rolled twice."])
+
+    def run() -> list[Any]:
+        model = ChatOpenAI(model="demo-model", base_url=srv.openai_base_url, api_key=API_KEY, max_retries=0)
+        graph = StateGraph(MessagesState)
+        graph.add_node(
+            "model", lambda state: {"messages": [model.bind_tools([lg_roll]).invoke(state["messages"])]}
+        )
+        graph.add_node("tools", ToolNode([lg_roll]))
+        graph.add_edge(START, "model")
+        graph.add_conditional_edges("model", tools_condition)
+        graph.add_edge("tools", "model")
+        return [
+            m.content for m in graph.compile().invoke({"messages": [("user", "Roll twice.")]})["messages"]
+        ]
+
+    from forkpoint.replay import summary_line
+
+    with forkpoint.record(store=tmp_path / "store") as rec:
+        live = run()
+    with forkpoint.replay(rec.session_path) as rp:
+        assert run() == live
+    rolls = forkpoint.Session.load(rec.session_path).by_type("tool_call")
+    assert len({r["result"] for r in rolls}) == len(rolls) == 2, rolls
+    assert summary_line(rp.report()).startswith("replay ok: "), summary_line(rp.report())

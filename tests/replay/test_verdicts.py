@@ -910,7 +910,9 @@ def test_identical_calls_answered_differently_and_served_to_several_threads_are_
             for call in calls:
                 call()
             return
-        workers = [threading.Thread(target=call) for call in calls]
+        # (all there before any calls: one started after the call before it ended is no race)
+        ready = threading.Barrier(len(calls))
+        workers = [threading.Thread(target=lambda call=call: (ready.wait(), call())) for call in calls]
         for w in workers:
             w.start()
         for w in workers:
@@ -928,6 +930,56 @@ def test_identical_calls_answered_differently_and_served_to_several_threads_are_
     with forkpoint.replay(rec.session_path) as rp:
         run(threads=False)  # one thread asking in turn: the order it asks in is the recorded order
     assert rp.report()["ambiguous"] == [] and summary_line(rp.report()).startswith("replay ok: 6/6")
+
+
+def test_identical_calls_made_by_threads_each_started_after_the_call_before_ended_are_certain(
+    store: Path,
+) -> None:
+    """A LangGraph ``ToolNode`` runs each step's tool calls in a thread pool of its own: a run whose
+    model asked for the same roll step after step (answered 0, then 1) made them in two threads,
+    the second started after the first call had ended, and its replay said "ok, but not certain"
+    (served to several threads) though nothing raced. A thread started before another's call
+    ended, recorded or replayed, may still have asked first."""
+    import itertools
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    counter = itertools.count()
+
+    @forkpoint.tool
+    def roll(sides: int) -> int:
+        return next(counter)
+
+    def step_after_step() -> None:
+        for _ in range(2):
+            with ThreadPoolExecutor() as pool:  # (made for one step, gone after it)
+                pool.submit(roll, 6).result()
+
+    def both_there() -> None:  # (one after the other too, but the second was there before)
+        done = threading.Event()
+        workers = [
+            threading.Thread(target=lambda: (done.wait(), roll(6))),
+            threading.Thread(target=roll, args=(6,)),
+        ]
+        workers[0].start()
+        workers[1].start()
+        workers[1].join()
+        done.set()
+        workers[0].join()
+
+    with forkpoint.record(store=store) as in_steps:
+        step_after_step()
+    with forkpoint.replay(in_steps.session_path) as rp:
+        step_after_step()
+    assert rp.report()["ambiguous"] == [] and summary_line(rp.report()).startswith("replay ok: 2/2")
+    with forkpoint.replay(in_steps.session_path) as rp:
+        both_there()
+    assert summary_line(rp.report()).startswith("replay ok, but not certain: 2 identical calls")
+    with forkpoint.record(store=store) as there:
+        both_there()
+    with forkpoint.replay(there.session_path) as rp:
+        step_after_step()
+    assert summary_line(rp.report()).startswith("replay ok, but not certain: 2 identical calls")
 
 
 def test_identical_calls_answered_differently_and_served_to_several_asyncio_tasks_are_not_called_certain(
