@@ -99,22 +99,29 @@ def _output_file(path: str | Path, option: str) -> Path:
     return out
 
 
-def _load(ref: str, store: str | None, *, check: bool = True) -> Session:
+def _load(ref: str, store: str | None, *, check: bool = True, signature: bool = True) -> Session:
     """The session ``ref`` names. With ``check``, a log whose hash chain fails (an edited line) is
-    still loaded, with a warning: what it shows may not be what was recorded. (Blobs are checked
-    by ``verify``; ``replay`` refuses a session that fails either.)"""
+    still loaded, with a warning: what it shows may not be what was recorded; so is one whose
+    signature does not verify (the chain recomputed after the edit) or whose signer this user does
+    not trust, unless ``signature`` is False (``fork`` and ``sweep`` without ``--trust``, which refuse
+    it). (Blobs are checked by ``verify``; ``replay`` refuses a session that fails either.)"""
     from .checkpoint import verify_session
     from .log import Session
+    from .signing import doubt
     from .store import resolve
 
     session = Session.load(resolve(ref, _store(store)), share_lists=True)
     if check:
         v = verify_session(session.path, git=False, deep=False, values=False)  # (loaded above)
+        # (a failed chain is said once: the signature of a changed log fails too)
+        doubted = None if v.problems or not signature else doubt(session.path, session.id)
         if v.problems:
             _err().print(
                 f"[yellow]forkpoint: WARNING: session {session.id} fails verification, so what follows may "
                 f"not be what was recorded: {escape(v.problems[0])} (see: forkpoint verify {escape(str(session.path))})[/yellow]"
             )
+        elif doubted:
+            _err().print(f"[yellow]forkpoint: WARNING: {escape(doubted)}[/yellow]")
     return session
 
 
@@ -832,13 +839,13 @@ def demo(store: str | None, turns: int) -> None:
     sys.exit(run_demo(store=_store(store), turns=turns))
 
 
-def _session_at(ref: str, store: str | None) -> tuple[Session, int]:
+def _session_at(ref: str, store: str | None, *, signature: bool = True) -> tuple[Session, int]:
     name, sep, seq = ref.rpartition("@")
     if not sep or not seq.isdigit():
         raise click.BadParameter(
             f"{ref!r}: expected SESSION@SEQ, e.g. last@4 (see: forkpoint checkpoints SESSION)"
         )
-    return _load(name, store), int(seq)
+    return _load(name, store, signature=signature), int(seq)
 
 
 def _shown(value: Any) -> str:
@@ -982,7 +989,7 @@ def fork(
     from .orchestrate import Arm, fork_arms, resumable
     from .show import terminal
 
-    session, seq = _session_at(ref, store)
+    session, seq = _session_at(ref, store, signature=trust)  # (without --trust, refused below)
     resumable(session, seq)  # (before "N arms on local" announces arms a missing checkpoint never starts)
     if not trust:
         from .signing import require_trusted
@@ -1098,7 +1105,7 @@ def sweep(
         raise click.UsageError("sweep measures an outcome: give --outcome CMD")
     if html_file is not None:
         _output_file(html_file, "--html")
-    s = _load(session, store)
+    s = _load(session, store, signature=trust)  # (without --trust, refused below)
     if not trust:
         from .signing import require_trusted
         from .suite.sweep import sweep_checkpoints

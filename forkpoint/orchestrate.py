@@ -486,6 +486,8 @@ def replay_run(
 
     The recorded command runs only when the session is signed by a key this user trusts
     (:mod:`forkpoint.signing`; the own key is), or with ``trust``; a ``cmd`` given is run as it is.
+    Unless ``quiet``, a signature that does not verify, or a signer this user does not trust, is
+    said when the command runs all the same.
     Without live calls the program runs in a network namespace with only loopback where the kernel
     allows it (:mod:`forkpoint.netns`; said once where it does not), and what it tried to reach is
     in the report's ``network_blocked``, its ``sandbox`` saying what kept it offline.
@@ -530,6 +532,12 @@ def replay_run(
         from .signing import require_trusted
 
         require_trusted(session.path, session.id, command)
+    elif not quiet:  # (the user's command, or --trust: it runs, served what its signer may not have recorded)
+        from .signing import doubt
+
+        doubted = doubt(session.path, session.id)
+        if doubted:
+            say(f"forkpoint: WARNING: {doubted}")
     specs = list(overrides or [])
     check_overrides(session, specs, models=models_source, tools=tools_source, live_from=live_from)
     if not cmd:

@@ -331,6 +331,33 @@ def signature(path: Path, session_id: str) -> Signed:
     return Signed("signed", kid, trusted_keys().get(kid))
 
 
+def doubt(path: Path, session_id: str) -> str | None:
+    """What a command that only reads the session (``show``, ``export``, ``diff``, ``restore``…), or
+    runs a command the user trusts on it (``replay -- CMD``, ``--trust``), says of its signature
+    before it goes on: one that does not verify (the log edited after it was signed), or a signer
+    this user does not trust. None when a trusted key signed it, or nobody did (sessions older than
+    signing: ``verify`` says so)."""
+    from .text import visible
+
+    sid = visible(session_id, one_line=True)
+    try:
+        signed = signature(path, session_id)
+    except SigningError as exc:  # (an unreadable trusted list: reading the session goes on)
+        return f"whether a key you trust signed session {sid} cannot be told: {exc}"
+    if signed.trusted or signed.state == "unsigned":
+        return None
+    if signed.state == "bad":
+        return (
+            f"the signature of session {sid} does not verify: {signed.problem}, so what follows may not be "
+            f"what was recorded (see: forkpoint verify {sid})"
+        )
+    return (
+        f"session {sid} is signed by {signed.key}, a key this user does not trust, so what follows is "
+        "only what that key's holder says was recorded (a teammate's key is trusted with: forkpoint "
+        "keys trust KEY --name NAME)"
+    )
+
+
 def require_trusted(path: Path, session_id: str, argv: list[str] | None) -> Signed:
     """Return the session's :class:`Signed` when its recorded command ``argv`` (None: a command of
     the user's, run on the files a fork restores from its checkpoints) may run here: signed by a

@@ -11,6 +11,7 @@ import shutil
 import stat
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ import forkpoint
 from forkpoint.errors import SessionError, UntrustedSession
 from forkpoint.log import LOG_NAME, Session
 from forkpoint.log.codec import line_hash
+from forkpoint.log.packing import Unpacker
 from forkpoint.orchestrate import replay_run
 from forkpoint.signing import KEY_NAME, OWN_NAME, SIGNATURE_NAME, signature
 from forkpoint.store import list_sessions, resolve
@@ -68,8 +70,15 @@ def forge_argv(session: Path, argv: list[str]) -> None:
 
 def forge_header(session: Path, **fields: Any) -> None:
     """:func:`forge_argv` for any header ``fields``."""
-    lines = [orjson.loads(raw) for raw in (session / LOG_NAME).read_bytes().splitlines()]
-    lines[0].update(fields)
+    forge_lines(session, lambda lines: lines[0].update(fields))
+
+
+def forge_lines(session: Path, edit: Callable[[list[dict[str, Any]]], None]) -> None:
+    """:func:`forge_argv` for any ``edit`` of the log's lines (packed lines opened first)."""
+    unpacker = Unpacker()
+    raws = (session / LOG_NAME).read_bytes().splitlines()
+    lines = [orjson.loads(raws[0]), *(unpacker.open(orjson.loads(raw), "")[0] for raw in raws[1:])]
+    edit(lines)
     prev = ""
     for i, obj in enumerate(lines):
         if i:
@@ -446,3 +455,101 @@ def test_an_edited_hash_seed_python_refuses_does_not_stop_the_replay(
     named = run(["replay", str(session), "--", sys.executable, "agent.py"], tmp_path, env)
     assert named.returncode == 0 and named.stdout == "101\n", named.stderr
     assert "PYTHONHASHSEED" not in named.stderr, named.stderr
+
+
+def _forged_and_clean(tmp_path: Path) -> tuple[Path, Path, int]:
+    """Two sessions of one agent (a tool call and a checkpoint of ``work``), recorded with the keys
+    in ``keys``: the first with its tool's result forged after it was signed (the chain recomputed),
+    the second as recorded; and the checkpoint's seq."""
+
+    @forkpoint.tool
+    def quote(ticker: str) -> dict[str, Any]:
+        return {"ticker": ticker, "price": 101}
+
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "agent.py").write_text("print(101)\n")
+    paths = []
+    for _ in range(2):
+        with forkpoint.record(store=tmp_path / "store", workspace=work) as rec:
+            quote("ACME")
+            seq = forkpoint.checkpoint()
+        paths.append(rec.session_path)
+
+    def forged(lines: list[dict[str, Any]]) -> None:
+        next(e for e in lines if e.get("type") == "tool_call")["result"]["price"] = 9999
+
+    forge_lines(paths[0], forged)
+    assert seq is not None
+    return paths[0], paths[1], seq
+
+
+def test_reading_commands_say_once_that_a_signature_does_not_verify_and_go_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tool result edited after the session was signed, the chain recomputed: verify and replay
+    said so, while show, show --html, export, diff, checkpoints and restore showed the forged
+    result without a word. Each says it once on stderr, and goes on."""
+    from click.testing import CliRunner
+
+    from forkpoint.cli import main
+
+    monkeypatch.setenv("FORKPOINT_KEYS_DIR", str(tmp_path / "keys"))
+    bad, clean, seq = _forged_and_clean(tmp_path)
+    said = f"the signature of session {bad.name} does not verify: the log changed after it was signed"
+    for args in (
+        ["show", str(bad)],
+        ["show", str(bad), "--json"],
+        ["show", str(bad), "--html", str(tmp_path / "page.html")],
+        ["export", str(bad), "--file", str(tmp_path / "spans.json")],
+        ["checkpoints", str(bad)],
+        ["diff", str(bad), str(clean)],
+        ["restore", f"{bad}@{seq}", "--into", str(tmp_path / "restored")],
+    ):
+        res = CliRunner().invoke(main, args)
+        assert res.exit_code == 0, (args, res.output)  # (diff: the same calls, one result differs)
+        assert flat(res.stderr).count(said) == 1, (args, res.stderr)
+        if args[0] == "show" and "--html" not in args:  # (what it goes on to show is the forged result)
+            assert "9999" in res.stdout, res.stdout
+    res = CliRunner().invoke(main, ["show", str(clean)])  # (your own key signed it)
+    assert res.exit_code == 0 and res.stderr == "", res.stderr
+    monkeypatch.setenv("FORKPOINT_KEYS_DIR", str(tmp_path / "bob-keys"))
+    res = CliRunner().invoke(main, ["show", str(clean)])
+    assert res.exit_code == 0
+    assert flat(res.stderr).count(f"session {clean.name} is signed by ed25519:") == 1, res.stderr
+    assert "a key this user does not trust" in flat(res.stderr)
+
+
+@pytest.mark.slow
+def test_a_command_run_on_a_session_whose_signature_does_not_verify_says_so_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``replay SESSION -- CMD`` and ``--trust`` (replay, fork, sweep) ran a forged session's answers
+    and said ``replay ok`` without a word of its signature. They say it once (not once per arm)."""
+    from click.testing import CliRunner
+
+    from forkpoint.cli import main
+
+    monkeypatch.setenv("FORKPOINT_KEYS_DIR", str(tmp_path / "keys"))
+    monkeypatch.chdir(tmp_path)
+    bad, _, seq = _forged_and_clean(tmp_path)
+    said = f"the signature of session {bad.name} does not verify"
+    store = ["--store", str(tmp_path / "store")]
+    for args in (
+        ["replay", str(bad), "--", sys.executable, "work/agent.py"],
+        [
+            "fork",
+            f"{bad.name}@{seq}",
+            *store,
+            "--trust",
+            "--arms",
+            "2",
+            "--into",
+            str(tmp_path / "arms"),
+            "--",
+            sys.executable,
+            "agent.py",
+        ],
+    ):
+        res = CliRunner().invoke(main, args)
+        assert flat(res.stderr).count(said) == 1, (args, res.output)
