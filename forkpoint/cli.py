@@ -1528,6 +1528,8 @@ def scrub(session: str, store: str | None, dry_run: bool, force: bool) -> None:
 
     path = resolve(session, _store(store))
     report = scrub_session(path, dry_run=dry_run, force=force)
+    for note in report.notes:
+        _err().print(f"forkpoint: {note}", markup=False)
     changed = report.events_changed
     what = (
         f"{len(changed)} of {report.events} events"

@@ -3,8 +3,8 @@
 A session is never overwritten or truncated in place. Scrubbing one:
 
 1. takes the log's ``flock`` (no writer can append meanwhile) and refuses a session that does not
-   verify (a copy would launder the damage) or has no ``end`` event (it may still be recording:
-   ``force`` overrides that);
+   verify, its signature included (a copy would launder the damage), or has no ``end`` event (it
+   may still be recording: ``force`` overrides that);
 2. writes a complete scrubbed copy, with the **same id**, in ``<store>/.forkpoint-tmp/scrub-…/``:
    every event through :meth:`forkpoint.redact.Scrubber.event`, match keys recomputed, every workspace
    file of every checkpoint scrubbed into new blobs (manifest and fingerprint recomputed), the digest
@@ -14,7 +14,8 @@ A session is never overwritten or truncated in place. Scrubbing one:
 4. swaps the two directories in one atomic step (``renameat2(RENAME_EXCHANGE)`` on Linux; elsewhere
    two renames, which :func:`recover` completes or undoes after a crash);
 5. removes the old directory, so the secrets are gone from the store (not from backups, snapshots or
-   free disk blocks: forkpoint does not shred).
+   free disk blocks: forkpoint does not shred);
+6. signs the copy with this user's key, only when a key this user trusts signed the original.
 
 Killed at any point, the store holds the original session, intact, or the verified scrubbed copy;
 leftovers in ``.forkpoint-tmp`` are removed by the next ``forkpoint scrub`` (:func:`recover`).
@@ -53,7 +54,7 @@ from .log import (
     to_json,
 )
 from .match import event_key
-from .signing import sign_session
+from .signing import sign_session, signature
 from .store import open_store
 from .store.retention import HeldError, refuse_if_held
 
@@ -266,6 +267,9 @@ def scrub_session(
             raise ScrubError(
                 f"{path}: the session does not verify, refusing to copy it: {before.problems[0]}"
             )
+        signed = signature(path, sid)
+        if signed.state == "bad":  # (its copy, signed with this user's key, would be trusted)
+            raise ScrubError(f"{path}: {signed.describe()}, refusing to copy it")
         if not before.complete and not force:
             raise ScrubError(
                 f"{path}: the session has no end event: it may still be recording (scrubbing it now would "
@@ -334,10 +338,16 @@ def scrub_session(
                 swapped = True
             _fsync_dir(store)
             report.swapped = True
-            try:  # the old signature was over the old log: the scrubbed one is signed anew, by this user
-                sign_session(path, sid)
-            except SigningError as exc:
-                report.notes.append(f"the scrubbed session is not signed: {exc}")
+            if not signed.trusted:  # (signed by this user, its recorded command would replay without --trust)
+                report.notes.append(
+                    f"the scrubbed session is not signed (the original was {signed.describe()}): your key "
+                    "does not vouch for what it holds, and its recorded command replays only with --trust, as before"
+                )
+            else:  # the old signature was over the old log: the scrubbed one is signed anew, by this user
+                try:
+                    sign_session(path, sid)
+                except SigningError as exc:
+                    report.notes.append(f"the scrubbed session is not signed: {exc}")
             step("remove")
         finally:
             if (work / "old" / LOG_NAME).is_file() and not path.exists():

@@ -553,3 +553,26 @@ def test_a_command_run_on_a_session_whose_signature_does_not_verify_says_so_once
     ):
         res = CliRunner().invoke(main, args)
         assert flat(res.stderr).count(said) == 1, (args, res.output)
+
+
+def test_scrub_does_not_sign_over_a_signature_that_does_not_verify_or_is_not_trusted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """scrub checked the hash chain, not the signature, and signed its copy with this user's key: a
+    session edited after it was signed (or a stranger's) came out "signed by this user; trusted",
+    and replay ran its recorded command without --trust. An edited one is refused; a stranger's is
+    scrubbed and left unsigned (said); one this user trusts is signed again."""
+    from forkpoint.errors import ScrubError
+    from forkpoint.scrub import scrub_session
+
+    monkeypatch.setenv("FORKPOINT_KEYS_DIR", str(tmp_path / "keys"))
+    bad, clean, _ = _forged_and_clean(tmp_path)
+    before = (bad / LOG_NAME).read_bytes()
+    with pytest.raises(ScrubError, match="the log changed after it was signed.*refusing to copy it"):
+        scrub_session(bad)
+    assert (bad / LOG_NAME).read_bytes() == before and signature(bad, bad.name).state == "bad"
+    assert scrub_session(clean).notes == [] and signature(clean, clean.name).trusted
+    monkeypatch.setenv("FORKPOINT_KEYS_DIR", str(tmp_path / "bob-keys"))
+    report = scrub_session(clean)
+    assert report.swapped and signature(clean, clean.name).state == "unsigned"
+    assert "the scrubbed session is not signed (the original was signed by ed25519:" in report.notes[0]
