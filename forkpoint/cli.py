@@ -77,6 +77,20 @@ def _output_file(path: str | Path, option: str) -> Path:
         raise click.BadParameter(f"cannot write {out}: the folder {folder} {what}", param_hint=option)
     if out.is_dir():
         raise click.BadParameter(f"cannot write {out}: it is a folder", param_hint=option)
+    _outside_sessions(out, folder, option)
+    return out
+
+
+def _new_folder(into: Path, option: str) -> None:
+    """A usage error naming ``option`` when the folder ``into``, which forkpoint fills (made if it is
+    not there), would be inside a session's folder."""
+    # (the folder that gets a new entry: the nearest one there of those it would be made in)
+    _outside_sessions(into, next(d for d in into.absolute().parents if d.is_dir()), option)
+
+
+def _outside_sessions(out: Path, folder: Path, option: str) -> None:
+    """A usage error naming ``option`` when ``folder``, where ``out`` is written, is a session's
+    folder or one of its entries (``blobs/``…)."""
     from .log import FORMAT, LOG_NAME, SESSION_ENTRIES
 
     # (a session is never overwritten: `--html .forkpoint/ID/session.jsonl` replaced its log; a
@@ -96,7 +110,6 @@ def _output_file(path: str | Path, option: str) -> Path:
                 f"cannot write {out}: it is inside the session folder {d}, which forkpoint never writes into",
                 param_hint=option,
             )
-    return out
 
 
 def _load(ref: str, store: str | None, *, check: bool = True, signature: bool = True) -> Session:
@@ -932,6 +945,7 @@ def restore(ref: str, into: Path, repo: Path | None, store: str | None) -> None:
     from .checkpoint import restore as do_restore
     from .checkpoint import validate
 
+    _new_folder(into, "--into")
     session, seq = _session_at(ref, store)
     do_restore(session, seq, into, repo=repo)
     _err().print(f"restored {session.id}@{seq} into {into}; validating:")
@@ -989,6 +1003,8 @@ def fork(
     from .orchestrate import Arm, fork_arms, resumable
     from .show import terminal
 
+    if into is not None:
+        _new_folder(into, "--into")
     session, seq = _session_at(ref, store, signature=trust)  # (without --trust, refused below)
     resumable(session, seq)  # (before "N arms on local" announces arms a missing checkpoint never starts)
     if not trust:
@@ -1105,6 +1121,8 @@ def sweep(
         raise click.UsageError("sweep measures an outcome: give --outcome CMD")
     if html_file is not None:
         _output_file(html_file, "--html")
+    if into is not None:
+        _new_folder(into, "--into")
     s = _load(session, store, signature=trust)  # (without --trust, refused below)
     if not trust:
         from .signing import require_trusted

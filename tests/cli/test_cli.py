@@ -1603,6 +1603,45 @@ def test_an_output_file_inside_a_session_folder_is_refused(store: Path, args: li
     assert r.exit_code == 0 and page.exists(), r.output
 
 
+@pytest.mark.parametrize("into", ["r", "a/b", "blobs/x"])
+def test_a_folder_restore_fork_or_sweep_fills_inside_a_session_folder_is_refused(
+    tmp_path: Path, into: str
+) -> None:
+    """`restore SESSION@SEQ --into .forkpoint/ID/r` restored the workspace into the session's folder
+    (fork and sweep their arms), where verify then named it as no part of the session; output files
+    there were already refused."""
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "agent.py").write_text("print(1)\n")
+    with forkpoint.record(store=tmp_path / "store", workspace=work) as rec:
+        seq = forkpoint.checkpoint()
+    (rec.session_path / "blobs").mkdir(exist_ok=True)
+    before = sorted(rec.session_path.rglob("*"))
+    target = rec.session_path / into
+    for args in (
+        ["restore", f"{rec.session_path}@{seq}", "--into", str(target)],
+        ["fork", f"{rec.session_path}@{seq}", "--into", str(target), "--", sys.executable, "agent.py"],
+        [
+            "sweep",
+            str(rec.session_path),
+            "--outcome",
+            "true",
+            "--into",
+            str(target),
+            "--",
+            sys.executable,
+            "agent.py",
+        ],
+    ):
+        r = cli(*args)
+        assert r.exit_code == 2, (args, r.output)
+        said = flat(r.output)
+        assert (
+            f"cannot write {target}: it is inside the session folder {rec.session_path.resolve()}" in said
+        ), said
+        assert sorted(rec.session_path.rglob("*")) == before
+
+
 def test_record_of_a_command_that_does_not_exist_leaves_no_session(tmp_path: Path) -> None:
     store = tmp_path / "store"
     r = CliRunner().invoke(main, ["record", "--store", str(store), "--", "no-such-agent-command", "x"])
