@@ -141,10 +141,15 @@ def summarize_log(data: bytes, path: Path) -> SessionInfo:
     complete = incomplete = False
     lines = rest.split(b"\n")
     truncated = bool(lines[-1])
-    for raw in lines[:-1]:
+    for lineno, raw in enumerate(lines[:-1], 2):
         events += 1
         # Cheap type sniffing: the type is always the second key of a line.
         head = raw[:80]
+        # (a header's first key: a log joined to another, which readers refuse)
+        if head.startswith(b'{"type":"header"'):
+            raise SessionError(
+                f"{log_path}:{lineno}: not an event: a second header (two logs joined into one?)"
+            )
         if b'"type":"model_call"' in head:
             models += 1
         elif b'"type":"tool_call"' in head:

@@ -701,6 +701,22 @@ def test_local_ls_reads_the_index_not_the_logs(tmp_path: Path, monkeypatch: pyte
     assert len(read_index(LocalIO(root)).entries) == 3
 
 
+def test_ls_says_a_log_joined_to_another_is_unreadable_as_show_does(tmp_path: Path) -> None:
+    """A log concatenated with itself (``cat log log > log``): show refused it (line 4 is not an
+    event), while ls listed it with every count doubled, from a fresh scan as from a rebuilt index."""
+    root = tmp_path / "store"
+    d = make_session(root, "twice")
+    assert cli("ls", "--store", str(root)).exit_code == 0  # (indexed as recorded)
+    log = d / LOG_NAME
+    log.write_bytes(log.read_bytes() * 2)
+    shown = cli("show", str(d))
+    assert shown.exit_code != 0 and f"{log}:4" in " ".join(shown.output.split()), shown.output
+    for args in ([], ["--reindex"]):
+        r = cli("ls", "--store", str(root), *args)
+        said = " ".join(r.output.split())
+        assert f"unreadable: {log}:4: not an event: a second header" in said, said
+
+
 @pytest.mark.parametrize("damage", ["fifo", "directory"])
 def test_an_index_file_that_is_no_regular_file_is_skipped_and_said(tmp_path: Path, damage: str) -> None:
     """An index entry replaced by a FIFO made ``ls``, ``show last`` and ``ls --reindex`` hang
