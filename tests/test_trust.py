@@ -489,12 +489,14 @@ def test_reading_commands_say_once_that_a_signature_does_not_verify_and_go_on(
 ) -> None:
     """A tool result edited after the session was signed, the chain recomputed: verify and replay
     said so, while show, show --html, export, diff, checkpoints and restore showed the forged
-    result without a word. Each says it once on stderr, and goes on."""
+    result without a word (and make-test with a command copied it into the checkout as a cassette). Each
+    says it once on stderr, and goes on."""
     from click.testing import CliRunner
 
     from forkpoint.cli import main
 
     monkeypatch.setenv("FORKPOINT_KEYS_DIR", str(tmp_path / "keys"))
+    monkeypatch.chdir(tmp_path)  # (make-test writes tests/incidents/ here)
     bad, clean, seq = _forged_and_clean(tmp_path)
     said = f"the signature of session {bad.name} does not verify: the log changed after it was signed"
     for args in (
@@ -505,6 +507,7 @@ def test_reading_commands_say_once_that_a_signature_does_not_verify_and_go_on(
         ["checkpoints", str(bad)],
         ["diff", str(bad), str(clean)],
         ["restore", f"{bad}@{seq}", "--into", str(tmp_path / "restored")],
+        ["make-test", str(bad), "--", "python", "work/agent.py"],
     ):
         res = CliRunner().invoke(main, args)
         assert res.exit_code == 0, (args, res.output)  # (diff: the same calls, one result differs)

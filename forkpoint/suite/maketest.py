@@ -23,6 +23,7 @@ from ..files import copy_dir_into_place
 from ..log import Session, foreign
 from ..orchestrate import map_command
 from ..program import parse_command
+from ..text import say
 
 _NOT_IDENT = re.compile(r"[^0-9a-zA-Z_]+")
 
@@ -110,6 +111,7 @@ def make_test(
         raise SessionError(f"session {session.id}: its end event's exit_code is not a number: {code!r:.80}")
     argv = session.header.get("argv") or []
     mapped: set[int] = set()  # the arguments that named the recorded directory: written under ROOT
+    vouched = False  # (a trusted key signed it: checked below when the test runs the recorded command)
     if command:
         command = list(command)
     elif not argv or session.header.get("imported_from"):
@@ -127,6 +129,7 @@ def make_test(
             from ..signing import require_trusted
 
             require_trusted(session.path, session.id, [str(a) for a in argv])
+            vouched = True
         command = map_command(list(argv), session.header.get("cwd"), root.resolve())
         mapped = {i for i, (a, b) in enumerate(zip(argv, command, strict=True)) if str(a) != b and i}
     try:
@@ -140,6 +143,12 @@ def make_test(
         raise SessionError(
             f"session {session.id} fails verification, so it may not be what was recorded: {v.problems[0]}"
         )
+    if not vouched:  # (the cassette goes into the checkout all the same: said, once)
+        from ..signing import doubt
+
+        doubted = doubt(session.path, session.id)
+        if doubted:
+            say(f"forkpoint: WARNING: {doubted}")
     ident = ident_for(session, name)
     test_file = into / f"test_{ident}.py"
     cassette = into / "cassettes" / ident
