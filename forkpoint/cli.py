@@ -1326,6 +1326,8 @@ def check(
     def progress(row: dict[str, Any]) -> None:
         nonlocal finished
         finished += 1
+        if row.get("signature"):  # (before the table that shows what it served)
+            _err().print(f"forkpoint: WARNING: {row['signature']}", markup=False)
         if _err().is_terminal:
             _err().print(f"forkpoint: {finished}/{total} {row['session_id']} {row['status']}", markup=False)
 

@@ -527,8 +527,9 @@ def test_reading_commands_say_once_that_a_signature_does_not_verify_and_go_on(
 def test_a_command_run_on_a_session_whose_signature_does_not_verify_says_so_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``replay SESSION -- CMD`` and ``--trust`` (replay, fork, sweep) ran a forged session's answers
-    and said ``replay ok`` without a word of its signature. They say it once (not once per arm)."""
+    """``replay SESSION -- CMD`` and ``--trust`` (replay, fork, sweep), and ``check`` with either,
+    ran a forged session's answers and said ``replay ok`` (``reproduced``) without a word of its
+    signature. They say it once (not once per arm)."""
     from click.testing import CliRunner
 
     from forkpoint.cli import main
@@ -540,6 +541,7 @@ def test_a_command_run_on_a_session_whose_signature_does_not_verify_says_so_once
     store = ["--store", str(tmp_path / "store")]
     for args in (
         ["replay", str(bad), "--", sys.executable, "work/agent.py"],
+        ["check", str(bad), "--", sys.executable, "work/agent.py"],
         [
             "fork",
             f"{bad.name}@{seq}",

@@ -5,8 +5,10 @@ Each session is one task (:func:`check_task`) on an executor (:mod:`forkpoint.ex
 check runs several sessions at once here, or on a Ray cluster, with the same result rows. A row is
 JSON data: the session (``session_id``, ``name``, ``tags``, ``location``), the verdict
 (``status``, ``detail``, ``call``, ``path``: :func:`forkpoint.replay.verdict`), the exit codes, the
-divergence report in words, the end of what the program printed on stderr, ``seconds``, and with
-``--models live`` the two arms (``ab``, see :func:`_ab`). Each session's recorded command runs in the
+divergence report in words, the end of what the program printed on stderr, ``seconds``, with
+``--models live`` the two arms (``ab``, see :func:`_ab`), and when the session ran a command the
+user gave or trusted, ``signature``: why its signature vouches for nothing
+(:func:`forkpoint.signing.doubt`). Each session's recorded command runs in the
 current directory, with absolute paths under its recorded directory mapped there
 (:func:`forkpoint.orchestrate.map_command`).
 """
@@ -225,6 +227,11 @@ def check_task(spec: dict[str, Any]) -> dict[str, Any]:
     cmd = list(spec["cmd"]) if spec.get("cmd") else None
     try:
         session = load_ref(spec["session"])
+        if cmd or common["trust"]:  # (else replay_run refuses a session no trusted key signed)
+            from ..signing import doubt
+
+            if doubted := doubt(session.path, session.id):
+                row["signature"] = doubted
         end: dict[str, Any] = dict(session.end() or {})
         if spec.get("models") == "live":
             row.update(_ab(session, cmd, spec, common))
