@@ -440,9 +440,16 @@ def checkpoint(reason: str = "manual") -> int | None:
 
     Resumable unless tool calls of the last model response are still outstanding, or it is taken
     inside a tool's body (then observable). Returns its seq, or None when nothing is being recorded
-    or the recording has no workspace.
+    or the recording has no workspace (a warning on stderr says so, once).
     """
     rt = runtime.active()
-    if isinstance(rt, Recorder):
-        return rt.checkpoint(reason=reason)
-    return None
+    if not isinstance(rt, Recorder):
+        return None
+    if rt.workspace is None and not rt.no_workspace_said:  # (asked for, and none taken: said, once)
+        rt.no_workspace_said = True
+        say(
+            "forkpoint: WARNING: forkpoint.checkpoint() took no checkpoint: this recording has no workspace "
+            "(it runs outside a git repository, or with --no-workspace); record with --workspace DIR "
+            "(forkpoint.record(workspace=DIR)) to checkpoint DIR"
+        )
+    return rt.checkpoint(reason=reason)

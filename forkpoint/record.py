@@ -254,6 +254,8 @@ class Recorder:
         self._checkpoint_lock = threading.Lock()
         self._turn_tools_expected = 0  # tool calls the last model response asked for
         self._checkpoint_failure_said = False
+        #: Whether a :func:`forkpoint.checkpoint` call without a workspace was said (once).
+        self.no_workspace_said = False
         self._turn_tools_done = 0
         self._closed = False
         #: What :meth:`warnings` says, kept as the calls are recorded (no reading back at the end).

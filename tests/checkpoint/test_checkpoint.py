@@ -448,11 +448,15 @@ def test_checkpoint_between_two_tool_calls_of_one_turn_is_observable_and_fork_re
     assert cli("validate", str(tmp_path / "obs2")).exit_code == 0
 
 
-def test_manual_checkpoint(tmp_path: Path) -> None:
+def test_manual_checkpoint(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     repo = make_repo(tmp_path / "repo", {"a.txt": "a\n"})
     assert forkpoint.checkpoint() is None  # nothing recorded
     with forkpoint.record(store=tmp_path / "store") as rec:
-        assert forkpoint.checkpoint() is None  # no workspace
+        assert forkpoint.checkpoint() is None  # no workspace: said, once
+        assert forkpoint.checkpoint() is None
+    err = capfd.readouterr().err
+    assert err.count("forkpoint.checkpoint() took no checkpoint: this recording has no workspace") == 1, err
+    assert "--workspace DIR" in err
     with forkpoint.record(store=tmp_path / "store", workspace=repo) as rec:
         (repo / "a.txt").write_text("b\n")
         seq = forkpoint.checkpoint("after edit")
