@@ -23,7 +23,8 @@ body never runs), live when the replay says so. What each integration patches:
 * **MCP** (:mod:`.mcp`): every request of the mcp SDK's ``ClientSession`` (``tools/call`` under
   the MCP tool's name), and its transports, which a replay replaces by in-memory streams so the
   server is neither started nor contacted.
-* **smolagents** (:mod:`.smolagents`): ``Tool.__call__``, recording the tool's ``forward``.
+* **smolagents** (:mod:`.smolagents`): ``Tool.__call__``, recording the tool's ``forward``; and
+  the names of the managed agents run (``MultiStepAgent.__call__``), whose own calls are recorded.
 * **anthropic tools** (:mod:`.anthropic_tools`): ``BetaFunctionTool.call`` /
   ``BetaAsyncFunctionTool.call``, as the SDK's tool runners call them.
 * **strands-agents** (:mod:`.strands`): ``DecoratedFunctionTool.stream``, recording the function
@@ -89,7 +90,7 @@ BUILTIN: dict[str, tuple[str, ...]] = {
         "mcp.client.streamable_http",
         "mcp.client.websocket",
     ),
-    "forkpoint.integrations.smolagents": ("smolagents.tools",),
+    "forkpoint.integrations.smolagents": ("smolagents.tools", "smolagents.agents"),
     "forkpoint.integrations.anthropic_tools": ("anthropic.lib.tools._beta_functions",),
     "forkpoint.integrations.strands": ("strands.tools.decorator", "strands.models.gemini"),
     "forkpoint.integrations.agno": ("agno.tools.function",),

@@ -11,6 +11,10 @@ the arguments ``forward`` got (positional ones named after the tool's ``inputs``
 JSON form), ``result`` the
 output, typed where forkpoint rebuilds it (:func:`.base.stored_form`). Tools that reach an MCP server (``ToolCollection.from_mcp``, ``MCPClient``)
 are recorded as MCP requests by :mod:`.mcp` instead.
+
+Also patched: ``smolagents.agents.MultiStepAgent.__call__``, which runs a managed agent the model
+asked for by its name: the name is noted as the framework's own tool, since the managed agent's
+model and tool calls are recorded one by one and it has no body of its own to record.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
+from .. import runtime
 from ..capture.tracebacks import hidden
 from .base import Integration, jsonable, records, replace, run_tool_sync
 
@@ -63,4 +68,23 @@ def _recorded_forward(name: str, inputs: list[str], forward: Callable[..., Any])
     return recorded
 
 
-INTEGRATION = Integration("smolagents", {"smolagents.tools": patch})
+def patch_managed_agents(module: ModuleType) -> None:
+    """Note the name of each managed agent run (``MultiStepAgent.__call__``, which smolagents calls
+    only for a managed agent, from a ``ToolCallingAgent``'s tool call or a ``CodeAgent``'s code)."""
+    cls = getattr(module, "MultiStepAgent", None)
+    original = vars(cls).get("__call__") if cls is not None else None
+    if original is None:  # (another version: the warning may name it, nothing worse)
+        return
+
+    @functools.wraps(original)
+    def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
+        with hidden:  # (a managed agent's exception reads as it would without forkpoint)
+            runtime.framework_tools.add(str(getattr(self, "name", "")))
+            return original(self, *args, **kwargs)
+
+    replace(cls, "__call__", __call__)
+
+
+INTEGRATION = Integration(
+    "smolagents", {"smolagents.tools": patch, "smolagents.agents": patch_managed_agents}
+)

@@ -301,6 +301,62 @@ def test_framework_tools_record_and_replay_offline(framework: str, ledger_file: 
         assert [(t["tool"], t["args"]) for t in tools] == expected
 
 
+def managed_route(request: Request) -> Reply:
+    """The manager (offered ``weather``, the managed agent) asks it for the weather, then answers;
+    the managed agent calls ``add``, then answers: each by whether its conversation has a tool call."""
+    body = request["body"]
+    offered = [t["function"]["name"] for t in body.get("tools") or []]
+    called = "Calling tools:" in json.dumps(body["messages"])
+    if "weather" in offered:
+        step = [("final_answer", {"answer": "sunny"})] if called else [("weather", {"task": "Paris?"})]
+    else:
+        step = [("final_answer", {"answer": "5"})] if called else ADD
+    return json_reply(chat_completion(f"chatcmpl-{called}", str(body.get("model")), tool_calls=step))
+
+
+@pytest.mark.slow
+def test_a_smolagents_managed_agent_is_not_said_to_be_an_unrecorded_tool(
+    ledger_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A managed agent is run by the model asking for it by name, as a tool: its own model and tool
+    calls are recorded one by one, and it has no body to record. The recording said the model
+    asked for a tool that was never recorded and told the user to name it, and every replay of it,
+    every call served, was "ok, but incomplete"."""
+    pytest.importorskip("smolagents")
+    from smolagents import OpenAIServerModel, ToolCallingAgent, tool
+
+    @tool
+    def add(a: int, b: int) -> int:
+        """Add two integers.
+
+        Args:
+            a: The first integer.
+            b: The second integer.
+        """
+        ledger(f"add {a} {b}")
+        return a + b
+
+    def run(url: str) -> str:
+        model = OpenAIServerModel(model_id="m", api_base=url + "/v1", api_key=API_KEY)
+        helper = ToolCallingAgent(
+            tools=[add], model=model, name="weather", description="Finds the weather.", verbosity_level=0
+        )
+        manager = ToolCallingAgent(tools=[], model=model, managed_agents=[helper], verbosity_level=0)
+        return str(manager.run("Weather in Paris?"))
+
+    with LocalServer() as server:
+        server.route("/v1/chat/completions", managed_route, method="POST")
+        with forkpoint.record(store=tmp_path / "store") as rec:
+            live = run(server.url)
+    assert live == "sunny" and ledger_file.read_text() == "add 2 3\n"
+    assert "never recorded" not in capsys.readouterr().err
+    end = forkpoint.Session.load(rec.session_path).end()
+    assert end is not None and not end.get("unrecorded_tools"), end
+    with forkpoint.replay(rec.session_path) as rp:
+        assert run(server.url) == live
+    assert summary_line(rp.report()).startswith("replay ok: "), summary_line(rp.report())
+
+
 @pytest.mark.slow
 def test_a_dspy_tool_that_raised_replays(ledger_file: Path, tmp_path: Path) -> None:
     """DSPy's ReAct tells the model a tool failed with the first five frames of its traceback, the
