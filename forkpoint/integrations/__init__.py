@@ -28,7 +28,9 @@ body never runs), live when the replay says so. What each integration patches:
 * **anthropic tools** (:mod:`.anthropic_tools`): ``BetaFunctionTool.call`` /
   ``BetaAsyncFunctionTool.call``, as the SDK's tool runners call them.
 * **strands-agents** (:mod:`.strands`): ``DecoratedFunctionTool.stream``, recording the function
-  (a streaming tool's items too); the Gemini model's made-up tool call ids, under ``deterministic``.
+  (a streaming tool's items too); the Gemini model's made-up tool call ids, under ``deterministic``;
+  the names of its structured output tools (``structured_output_model=``), which have no function
+  to record.
 * **agno** (:mod:`.agno`): ``FunctionCall._execute`` / ``_aexecute``, recording the entrypoint.
 * **DSPy** (:mod:`.dspy`): ``Tool.__call__`` / ``acall``, as ``ReAct`` calls them.
 * **CrewAI** (:mod:`.crewai`): the body (``_run`` / ``_arun``) of every ``BaseTool``, wrapped
@@ -92,7 +94,11 @@ BUILTIN: dict[str, tuple[str, ...]] = {
     ),
     "forkpoint.integrations.smolagents": ("smolagents.tools", "smolagents.agents"),
     "forkpoint.integrations.anthropic_tools": ("anthropic.lib.tools._beta_functions",),
-    "forkpoint.integrations.strands": ("strands.tools.decorator", "strands.models.gemini"),
+    "forkpoint.integrations.strands": (
+        "strands.tools.decorator",
+        "strands.models.gemini",
+        "strands.tools.structured_output.structured_output_tool",
+    ),
     "forkpoint.integrations.agno": ("agno.tools.function",),
     "forkpoint.integrations.dspy": ("dspy.adapters.types.tool", "dspy.clients.cache"),
     "forkpoint.integrations.crewai": ("crewai.tools.base_tool",),

@@ -18,6 +18,10 @@ id, and strands' Gemini model makes one up (``secrets.token_urlsafe``) that it s
 tool's result: a replay sent other ids, and diverged at its second model call. Under
 ``deterministic`` the ids it makes are read through forkpoint as the agent's own uuids are
 (recorded, then served: :func:`forkpoint.capture.clock.read`); otherwise nothing changes.
+
+Also patched: ``StructuredOutputTool`` (``structured_output_model=``), strands' own tool named
+after the output model (``Report``), which only validates the model's answer: its name is noted as
+the framework's own, with no function to record.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from collections.abc import AsyncIterator
 from types import ModuleType
 from typing import Any
 
+from .. import runtime
 from .base import Integration, json_args, recorded_function, records, replace
 
 
@@ -79,6 +84,26 @@ def patch(module: ModuleType) -> None:
     replace(cls, "stream", stream)
 
 
+def patch_structured_output(module: ModuleType) -> None:
+    """Note the name of each ``StructuredOutputTool`` made (the output model's: strands' own tool)."""
+    cls = getattr(module, "StructuredOutputTool", None)
+    original = getattr(cls, "__init__", None)
+    if cls is None or original is None:  # (another version: the warning may name it, nothing worse)
+        return
+
+    @functools.wraps(original)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        runtime.framework_tools.add(str(getattr(self, "tool_name", "")))
+
+    replace(cls, "__init__", __init__)
+
+
 INTEGRATION = Integration(
-    "strands", {"strands.tools.decorator": patch, "strands.models.gemini": patch_gemini}
+    "strands",
+    {
+        "strands.tools.decorator": patch,
+        "strands.models.gemini": patch_gemini,
+        "strands.tools.structured_output.structured_output_tool": patch_structured_output,
+    },
 )

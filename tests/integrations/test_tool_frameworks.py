@@ -358,6 +358,47 @@ def test_a_smolagents_managed_agent_is_not_said_to_be_an_unrecorded_tool(
 
 
 @pytest.mark.slow
+def test_a_strands_structured_output_tool_is_not_said_to_be_unrecorded(
+    ledger_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """strands takes structured output (``structured_output_model=``) through a tool of its own,
+    named after the output model, that only validates the model's answer: the recording said the
+    model asked for a tool that was never recorded and told the user to name it, and every replay
+    of it, every call served, was "ok, but incomplete"."""
+    pytest.importorskip("strands")
+    from pydantic import BaseModel
+    from strands import Agent, tool
+    from strands.models.openai import OpenAIModel
+
+    class Sum(BaseModel):
+        """The answer."""
+
+        total: int
+
+    @tool
+    def add(a: int, b: int) -> int:
+        """Add two integers."""
+        ledger(f"add {a} {b}")
+        return a + b
+
+    def run(url: str) -> Any:
+        model = OpenAIModel(client_args={"base_url": url + "/v1", "api_key": API_KEY}, model_id="m")
+        agent = Agent(model=model, tools=[add], callback_handler=None)
+        return agent(TASK, structured_output_model=Sum).structured_output
+
+    with LocalServer(chat_script=[ADD, [("Sum", {"total": 5})], "5"]) as server:
+        with forkpoint.record(store=tmp_path / "store") as rec:
+            live = run(server.url)
+    assert live == Sum(total=5) and ledger_file.read_text() == "add 2 3\n"
+    assert "never recorded" not in capsys.readouterr().err
+    end = forkpoint.Session.load(rec.session_path).end()
+    assert end is not None and not end.get("unrecorded_tools"), end
+    with forkpoint.replay(rec.session_path) as rp:
+        assert run(server.url) == live
+    assert summary_line(rp.report()).startswith("replay ok: "), summary_line(rp.report())
+
+
+@pytest.mark.slow
 def test_a_dspy_tool_that_raised_replays(ledger_file: Path, tmp_path: Path) -> None:
     """DSPy's ReAct tells the model a tool failed with the first five frames of its traceback, the
     last of them forkpoint's own: ``result = body()`` live, the line that served the recorded
