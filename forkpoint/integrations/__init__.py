@@ -29,8 +29,8 @@ body never runs), live when the replay says so. What each integration patches:
   ``BetaAsyncFunctionTool.call``, as the SDK's tool runners call them.
 * **strands-agents** (:mod:`.strands`): ``DecoratedFunctionTool.stream``, recording the function
   (a streaming tool's items too); the Gemini model's made-up tool call ids, under ``deterministic``;
-  the names of its structured output tools (``structured_output_model=``), which have no function
-  to record.
+  the names of its own tools, which have no function to record: structured output
+  (``structured_output_model=``), agents as tools and sub-agents (their calls are recorded).
 * **agno** (:mod:`.agno`): ``FunctionCall._execute`` / ``_aexecute``, recording the entrypoint.
 * **DSPy** (:mod:`.dspy`): ``Tool.__call__`` / ``acall``, as ``ReAct`` calls them.
 * **CrewAI** (:mod:`.crewai`): the body (``_run`` / ``_arun``) of every ``BaseTool``, wrapped
@@ -98,6 +98,8 @@ BUILTIN: dict[str, tuple[str, ...]] = {
         "strands.tools.decorator",
         "strands.models.gemini",
         "strands.tools.structured_output.structured_output_tool",
+        "strands.agent._agent_as_tool",
+        "strands.vended_tools.subagent.subagent",
     ),
     "forkpoint.integrations.agno": ("agno.tools.function",),
     "forkpoint.integrations.dspy": ("dspy.adapters.types.tool", "dspy.clients.cache"),

@@ -19,16 +19,18 @@ tool's result: a replay sent other ids, and diverged at its second model call. U
 ``deterministic`` the ids it makes are read through forkpoint as the agent's own uuids are
 (recorded, then served: :func:`forkpoint.capture.clock.read`); otherwise nothing changes.
 
-Also patched: ``StructuredOutputTool`` (``structured_output_model=``), strands' own tool named
-after the output model (``Report``), which only validates the model's answer: its name is noted as
-the framework's own, with no function to record.
+Also patched: strands' own tools, whose names are noted as the framework's, with no function to
+record: ``StructuredOutputTool`` (``structured_output_model=``), named after the output model
+(``Report``), which only validates the model's answer; an agent as a tool (``agent.as_tool()``, or
+an ``Agent`` in ``tools=``) and a sub-agent tool, whose agent's own model and tool calls are
+recorded one by one.
 """
 
 from __future__ import annotations
 
 import copy
 import functools
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from types import ModuleType
 from typing import Any
 
@@ -84,19 +86,24 @@ def patch(module: ModuleType) -> None:
     replace(cls, "stream", stream)
 
 
-def patch_structured_output(module: ModuleType) -> None:
-    """Note the name of each ``StructuredOutputTool`` made (the output model's: strands' own tool)."""
-    cls = getattr(module, "StructuredOutputTool", None)
-    original = getattr(cls, "__init__", None)
-    if cls is None or original is None:  # (another version: the warning may name it, nothing worse)
-        return
+def own_tool(name: str) -> Callable[[ModuleType], None]:
+    """A patch noting the tool name of each instance of class ``name`` made: a tool of strands' own,
+    whose work is recorded call by call or is strands' alone."""
 
-    @functools.wraps(original)
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        original(self, *args, **kwargs)
-        runtime.framework_tools.add(str(getattr(self, "tool_name", "")))
+    def patch_own(module: ModuleType) -> None:
+        cls = getattr(module, name, None)
+        original = getattr(cls, "__init__", None)
+        if cls is None or original is None:  # (another version: the warning may name it, nothing worse)
+            return
 
-    replace(cls, "__init__", __init__)
+        @functools.wraps(original)
+        def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+            original(self, *args, **kwargs)
+            runtime.framework_tools.add(str(getattr(self, "tool_name", "")))
+
+        replace(cls, "__init__", __init__)
+
+    return patch_own
 
 
 INTEGRATION = Integration(
@@ -104,6 +111,8 @@ INTEGRATION = Integration(
     {
         "strands.tools.decorator": patch,
         "strands.models.gemini": patch_gemini,
-        "strands.tools.structured_output.structured_output_tool": patch_structured_output,
+        "strands.tools.structured_output.structured_output_tool": own_tool("StructuredOutputTool"),
+        "strands.agent._agent_as_tool": own_tool("_AgentAsTool"),
+        "strands.vended_tools.subagent.subagent": own_tool("_SubagentTool"),
     },
 )

@@ -23,7 +23,7 @@ import pytest
 
 import forkpoint
 from forkpoint.replay import summary_line
-from tests.modelserver import LocalServer, Reply, Request, chat_completion, json_reply
+from tests.modelserver import LocalServer, Reply, Request, Stream, chat_chunks, chat_completion, json_reply
 
 API_KEY = "sk-proj-" + "f" * 40
 LEDGER: dict[str, Path] = {}
@@ -357,14 +357,32 @@ def test_a_smolagents_managed_agent_is_not_said_to_be_an_unrecorded_tool(
     assert summary_line(rp.report()).startswith("replay ok: "), summary_line(rp.report())
 
 
+def strands_own_route(request: Request) -> Stream:
+    """The orchestrator (offered ``helper``, an agent as a tool) asks it, then answers through the
+    structured output tool ``Sum``; the helper calls ``add``, then answers: each by how many tool
+    results its conversation holds (strands streams every answer)."""
+    body = request["body"]
+    results = sum(1 for m in body["messages"] if m.get("role") == "tool")
+    offered = [t["function"]["name"] for t in body.get("tools") or []]
+    steps: list[Any] = (
+        [[("helper", {"input": TASK})], [("Sum", {"total": 5})]] if "helper" in offered else [ADD]
+    )
+    if results < len(steps):
+        answer = chat_completion("chatcmpl-1", "m", tool_calls=steps[results], call_ids=[f"call_{results}"])
+    else:
+        answer = chat_completion("chatcmpl-1", "m", text="5")
+    return Stream(chat_chunks(answer))
+
+
 @pytest.mark.slow
-def test_a_strands_structured_output_tool_is_not_said_to_be_unrecorded(
+def test_strands_own_tools_are_not_said_to_be_unrecorded(
     ledger_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """strands takes structured output (``structured_output_model=``) through a tool of its own,
-    named after the output model, that only validates the model's answer: the recording said the
-    model asked for a tool that was never recorded and told the user to name it, and every replay
-    of it, every call served, was "ok, but incomplete"."""
+    """strands' own tools have no function to record: an agent as a tool (an ``Agent`` in
+    ``tools=``), whose model and tool calls are recorded one by one, and the structured output
+    tool (``structured_output_model=``, named after the output model), which only validates the
+    model's answer. The recording said the model asked for tools that were never recorded and told
+    the user to name them, and every replay of it, every call served, was "ok, but incomplete"."""
     pytest.importorskip("strands")
     from pydantic import BaseModel
     from strands import Agent, tool
@@ -383,10 +401,12 @@ def test_a_strands_structured_output_tool_is_not_said_to_be_unrecorded(
 
     def run(url: str) -> Any:
         model = OpenAIModel(client_args={"base_url": url + "/v1", "api_key": API_KEY}, model_id="m")
-        agent = Agent(model=model, tools=[add], callback_handler=None)
+        helper = Agent(name="helper", description="Adds.", model=model, tools=[add], callback_handler=None)
+        agent = Agent(model=model, tools=[helper], callback_handler=None)
         return agent(TASK, structured_output_model=Sum).structured_output
 
-    with LocalServer(chat_script=[ADD, [("Sum", {"total": 5})], "5"]) as server:
+    with LocalServer() as server:
+        server.route("/v1/chat/completions", strands_own_route, method="POST")
         with forkpoint.record(store=tmp_path / "store") as rec:
             live = run(server.url)
     assert live == Sum(total=5) and ledger_file.read_text() == "add 2 3\n"
