@@ -788,7 +788,8 @@ def check_overrides(
 ) -> None:
     """Refuse, before anything runs, overrides that name no recorded call, and those that name a
     call the run makes live (``--models live``, ``--tools live``, or past ``live_from``: a fork's
-    checkpoint), where an override would never apply. Raises :class:`UsageError` (an
+    checkpoint) or one made inside a recorded tool call (a framework's tool that runs an agent),
+    where an override would never apply. Raises :class:`UsageError` (an
     :class:`~forkpoint.override.OverrideError` for a target that does not exist)."""
     if not specs:
         return
@@ -796,6 +797,8 @@ def check_overrides(
 
     calls = session.calls()
     kinds = {int(e["seq"]): str(e["type"]) for e in calls}
+    parents = {int(e["seq"]): e.get("parent_span_id") for e in calls}
+    tool_calls = {e.get("span_id"): e for e in calls if e["type"] == "tool_call" and e.get("span_id")}
     try:
         resolved = override.resolve([override.parse(spec) for spec in specs], calls)
     except OverrideError as exc:
@@ -818,6 +821,13 @@ def check_overrides(
             raise UsageError(
                 f"override {o.spec!r} names event seq {seq}, a {kind.replace('_', ' ')} this run makes live "
                 f"({why}): it would never apply"
+            )
+        outer = tool_calls.get(parents[seq])
+        if outer is not None:  # (the replay serves the outer call's result and never runs its body)
+            raise UsageError(
+                f"override {o.spec!r} names event seq {seq}, a {kind.replace('_', ' ')} made inside tool call "
+                f"{outer['tool']} (seq {outer['seq']}), which a replay serves whole without running it: it "
+                f"would never apply. Override that call's result instead (seq:{outer['seq']})"
             )
     for line in override.untyped(resolved, calls):
         say(line)

@@ -14,15 +14,19 @@ import asyncio
 import dataclasses
 import json
 import os
+import sys
 import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
 import forkpoint
+from forkpoint.cli import main
 from forkpoint.replay import summary_line
+from forkpoint.store import session_dirs
 from tests.modelserver import LocalServer, Reply, Request, Stream, chat_chunks, chat_completion, json_reply
 
 API_KEY = "sk-proj-" + "f" * 40
@@ -416,6 +420,62 @@ def test_strands_own_tools_are_not_said_to_be_unrecorded(
     with forkpoint.replay(rec.session_path) as rp:
         assert run(server.url) == live
     assert summary_line(rp.report()).startswith("replay ok: "), summary_line(rp.report())
+
+
+def agno_team_route(request: Request) -> Reply:
+    """The team's leader hands the task to its member ``adder``, which calls ``add``; each answers
+    with text once its conversation holds a tool result."""
+    body = request["body"]
+    offered = [t["function"]["name"] for t in body.get("tools") or []]
+    if any(m.get("role") == "tool" for m in body["messages"]):
+        return json_reply(chat_completion("chatcmpl-1", "m", text="5"))
+    delegate = ("delegate_task_to_member", {"member_id": "adder", "task": TASK})
+    step = [delegate] if "delegate_task_to_member" in offered else ADD
+    return json_reply(chat_completion("chatcmpl-1", "m", tool_calls=step, call_ids=["call_1"]))
+
+
+@pytest.mark.slow
+def test_an_override_of_a_tool_call_inside_an_agno_team_member_is_refused(
+    ledger_file: Path, tmp_path: Path
+) -> None:
+    """An agno team's member runs inside the leader's tool call ``delegate_task_to_member``, which
+    a replay serves whole: an override of the member's tool call never applied, the replay said
+    "replay ok" and that the override was "never reached (the run went another way first)", though
+    the run went no other way. It is refused before anything runs, naming the call it is part of."""
+    pytest.importorskip("agno")
+    from agno.agent import Agent
+    from agno.models.openai import OpenAIChat
+    from agno.team import Team
+
+    def add(a: int, b: int) -> Total:
+        """Add two integers."""
+        ledger(f"add {a} {b}")
+        return Total(a + b)
+
+    with LocalServer() as server:
+        server.route("/v1/chat/completions", agno_team_route, method="POST")
+        model = OpenAIChat(id="m", base_url=server.url + "/v1", api_key=API_KEY, max_retries=0)
+        member = Agent(name="adder", id="adder", role="Adds", model=model, tools=[add], telemetry=False)
+        with forkpoint.record(store=tmp_path / "store") as rec:
+            assert Team(members=[member], model=model, telemetry=False).run(TASK).content == "5"
+    assert ledger_file.read_text() == "add 2 3\n"
+    session = forkpoint.Session.load(rec.session_path)
+    delegate, inner = (
+        next(e for e in session.by_type("tool_call") if e["tool"] == n)
+        for n in ("delegate_task_to_member", "add")
+    )
+    spec = 'tool:add.result={"$type": "tests.integrations.test_tool_frameworks:Total", "kind": "dataclass", "value": {"value": 6}}'
+    # (a command: the session recorded itself here; refused before it starts, it never runs)
+    command = ["--", sys.executable, "-c", "pass"]
+    res = CliRunner().invoke(main, ["replay", str(rec.session_path), "--override", spec, *command])
+    said = " ".join(res.output.split())
+    assert res.exit_code == 2, res.output
+    assert (
+        f"names event seq {inner['seq']}, a tool call made inside tool call delegate_task_to_member (seq {delegate['seq']})"
+        in said
+    ), said
+    assert f"it would never apply. Override that call's result instead (seq:{delegate['seq']})" in said, said
+    assert session_dirs(tmp_path / "store") == [rec.session_path]  # nothing ran: no what-if session
 
 
 @pytest.mark.slow
