@@ -27,8 +27,8 @@ body never runs), live when the replay says so. What each integration patches:
   the names of the managed agents run (``MultiStepAgent.__call__``), whose own calls are recorded.
 * **anthropic tools** (:mod:`.anthropic_tools`): ``BetaFunctionTool.call`` /
   ``BetaAsyncFunctionTool.call``, as the SDK's tool runners call them.
-* **strands-agents** (:mod:`.strands`): ``DecoratedFunctionTool.stream``, recording the function
-  (a streaming tool's items too); the Gemini model's made-up tool call ids, under ``deterministic``;
+* **strands-agents** (:mod:`.strands`): ``DecoratedFunctionTool.stream`` and
+  ``PythonAgentTool.stream`` (module tools), recording the function (a streaming tool's items too); the Gemini model's made-up tool call ids, under ``deterministic``;
   the names of its own tools, which have no function to record: structured output
   (``structured_output_model=``), agents as tools and sub-agents (their calls are recorded).
 * **agno** (:mod:`.agno`): ``FunctionCall._execute`` / ``_aexecute``, recording the entrypoint.
@@ -96,6 +96,7 @@ BUILTIN: dict[str, tuple[str, ...]] = {
     "forkpoint.integrations.anthropic_tools": ("anthropic.lib.tools._beta_functions",),
     "forkpoint.integrations.strands": (
         "strands.tools.decorator",
+        "strands.tools.tools",
         "strands.models.gemini",
         "strands.tools.structured_output.structured_output_tool",
         "strands.agent._agent_as_tool",

@@ -2,7 +2,9 @@
 streaming tools (async generators) included.
 
 Patched: ``strands.tools.decorator.DecoratedFunctionTool.stream``, the async generator through
-which the agent's tool executors (sequential and concurrent) run every ``@tool`` function. For
+which the agent's tool executors (sequential and concurrent) run every ``@tool`` function, and
+``strands.tools.tools.PythonAgentTool.stream``, every module tool's (``TOOL_SPEC`` and a function
+of the tool use, which strands hands the whole invocation state: ids and timings of this run). For
 one call it runs on a copy of the tool whose function is wrapped, so strands' own work — input
 validation, injecting ``agent`` / ``tool_context``, turning the return value or an exception into
 a ``ToolResult`` — happens as usual, live and on replay; only the function's work is served from
@@ -68,7 +70,18 @@ def patch_gemini(module: ModuleType) -> None:
 
 def patch(module: ModuleType) -> None:
     """Wrap ``DecoratedFunctionTool.stream`` of ``strands.tools.decorator``."""
-    cls = module.DecoratedFunctionTool
+    _record_calls(module.DecoratedFunctionTool)
+
+
+def patch_module_tools(module: ModuleType) -> None:
+    """Wrap ``PythonAgentTool.stream`` of ``strands.tools.tools``: a module tool (``TOOL_SPEC`` and
+    a function of the tool use), which strands calls with the whole invocation state besides."""
+    _record_calls(module.PythonAgentTool)
+
+
+def _record_calls(cls: Any) -> None:
+    """Wrap ``cls.stream`` so that each call records its ``_tool_func`` under the tool's name, with
+    the model's input as its arguments."""
     original = cls.stream
 
     @functools.wraps(original)
@@ -110,6 +123,7 @@ INTEGRATION = Integration(
     "strands",
     {
         "strands.tools.decorator": patch,
+        "strands.tools.tools": patch_module_tools,
         "strands.models.gemini": patch_gemini,
         "strands.tools.structured_output.structured_output_tool": own_tool("StructuredOutputTool"),
         "strands.agent._agent_as_tool": own_tool("_AgentAsTool"),

@@ -478,6 +478,60 @@ def test_an_override_of_a_tool_call_inside_an_agno_team_member_is_refused(
     assert session_dirs(tmp_path / "store") == [rec.session_path]  # nothing ran: no what-if session
 
 
+MODULE_TOOL = """
+TOOL_SPEC = {
+    "name": "weather",
+    "description": "The weather of a city.",
+    "inputSchema": {"json": {"type": "object", "properties": {"city": {"type": "string"}}}},
+}
+
+
+def weather(tool, **invocation_state):
+    with open(LEDGER, "a", encoding="utf-8") as f:
+        f.write("weather " + tool["input"]["city"] + "\\n")
+    return {"toolUseId": tool["toolUseId"], "status": "success", "content": [{"text": "sunny"}]}
+"""
+
+
+@pytest.mark.slow
+def test_a_strands_module_tool_is_recorded_with_the_model_s_input(
+    ledger_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A strands module tool (a module with ``TOOL_SPEC`` and a function of the tool use, as users
+    write them) was not recorded: the recording said it was never recorded and told the user to name
+    it with --tool, which recorded strands' whole invocation state as its arguments (this run's
+    event loop id, its messages' tracking ids, a time to first byte), so every replay diverged at
+    it. It is recorded under its name with the model's input, and served on replay."""
+    pytest.importorskip("strands")
+    import importlib.util
+
+    from strands import Agent
+    from strands.models.openai import OpenAIModel
+
+    path = tmp_path / "weather.py"
+    path.write_text(f"LEDGER = {str(ledger_file)!r}\n" + MODULE_TOOL, encoding="utf-8")
+    spec = importlib.util.spec_from_file_location("weather", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+    def run(url: str) -> str:
+        model = OpenAIModel(client_args={"base_url": url + "/v1", "api_key": API_KEY}, model_id="m")
+        return str(Agent(model=model, tools=[module], callback_handler=None)("Weather in Paris?")).strip()
+
+    with LocalServer(chat_script=[[("weather", {"city": "Paris"})], "Sunny."]) as server:
+        with forkpoint.record(store=tmp_path / "store") as rec:
+            live = run(server.url)
+    assert live == "Sunny." and ledger_file.read_text() == "weather Paris\n"
+    assert "never recorded" not in capsys.readouterr().err
+    (call,) = forkpoint.Session.load(rec.session_path).by_type("tool_call")
+    assert (call["tool"], call["args"]) == ("weather", {"city": "Paris"})
+    with forkpoint.replay(rec.session_path) as rp:
+        assert run(server.url) == live
+    assert ledger_file.read_text() == "weather Paris\n"  # its body did not run again
+    assert summary_line(rp.report()).startswith("replay ok: "), summary_line(rp.report())
+
+
 @pytest.mark.slow
 def test_a_dspy_tool_that_raised_replays(ledger_file: Path, tmp_path: Path) -> None:
     """DSPy's ReAct tells the model a tool failed with the first five frames of its traceback, the
