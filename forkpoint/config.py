@@ -30,6 +30,7 @@ silently do not work.
 
 from __future__ import annotations
 
+import copy
 import os
 import threading
 from collections.abc import Iterator
@@ -49,6 +50,10 @@ TABLES = ("match", "redact", "store")
 #: :func:`anchor` reads it without a lock (it is asked at every scrub and match).
 _anchors: tuple[Path, ...] = ()
 _anchors_lock = threading.Lock()
+#: The text of the configuration file read last and what it reads as: one command reads it for
+#: each of its tables and to find it (``forkpoint record``: ten times, ~5 M instructions each for a
+#: project's pyproject.toml). Replaced whole, never changed in place.
+_parsed: tuple[str, dict[str, Any]] | None = None
 
 
 def anchor() -> Path | None:
@@ -105,7 +110,7 @@ def find_config(start: Path | None = None) -> tuple[Path, tuple[str, ...]] | Non
             import tomllib
 
             try:
-                data = tomllib.loads(raw.decode("utf-8"))
+                data = _toml(raw.decode("utf-8"))
             except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
                 if b"tool.forkpoint" not in raw:
                     continue  # a broken pyproject.toml that is not about forkpoint: not ours to judge
@@ -127,7 +132,7 @@ def load_table(name: str, start: Path | None = None) -> tuple[Any, str]:
     import tomllib
 
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = _toml(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"{path}: configuration file not found (FORKPOINT_CONFIG)") from None
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
@@ -146,7 +151,21 @@ def load_table(name: str, start: Path | None = None) -> tuple[Any, str]:
         if unknown:
             where = ", ".join(f"[{'.'.join((*prefix, k))}]" for k in unknown)
             raise ConfigError(f"{path}: unknown table(s) {where} (known: {', '.join(TABLES)})")
-    return (table or {}).get(name), f"{path} [{'.'.join((*prefix, name))}]"
+    # (a copy: the parsed file is kept for the next reading, whatever the caller does with its table)
+    return copy.deepcopy((table or {}).get(name)), f"{path} [{'.'.join((*prefix, name))}]"
+
+
+def _toml(text: str) -> dict[str, Any]:
+    """``tomllib.loads(text)``, parsed once for the same text in a row (:data:`_parsed`)."""
+    global _parsed
+    last = _parsed
+    if last is not None and last[0] == text:
+        return last[1]
+    import tomllib
+
+    data = tomllib.loads(text)
+    _parsed = (text, data)
+    return data
 
 
 def store_retention(start: Path | None = None) -> tuple[str | None, str]:

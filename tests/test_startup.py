@@ -350,3 +350,42 @@ def test_what_every_recording_process_imports_at_its_end_loads_no_shutil() -> No
     probe = "import sys, forkpoint.files; print(' '.join(sorted(sys.modules)))"
     loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert not {"shutil", "bz2", "lzma"} & set(loaded.split())
+
+
+def test_a_recording_parent_parses_its_configuration_file_once(tmp_path: Path) -> None:
+    """`forkpoint record` reads the configuration for each of its tables and to find it: in a project
+    whose pyproject.toml names forkpoint (a dependency), each reading parsed the file again (ten
+    times with a [tool.forkpoint] table, ~5 M instructions each: issue 15, start-up)."""
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "pyproject.toml").write_text(
+        '[project]\nname = "agent"\ndependencies = ["forkpoint"]\n\n'
+        '[tool.forkpoint.redact]\nheaders = ["x-internal-auth"]\n'
+    )
+    code = (
+        f"import os, sys, tomllib\nos.chdir({str(project)!r})\n"
+        "parsed = []\nreal = tomllib.loads\n"
+        "tomllib.loads = lambda text, **kw: parsed.append(1) or real(text, **kw)\n"
+        "from forkpoint.cli import main\n"
+        f"try: main(['record', '--store', {str(tmp_path / 'st')!r}, '--no-workspace', '--', 'true'])\n"
+        "except SystemExit as exc: assert exc.code == 0, exc.code\n"
+        "assert len(parsed) == 1, len(parsed)\n"
+    )
+    _modules_after(code)
+
+
+def test_a_configuration_read_again_is_the_file_as_it_is_now_and_a_table_of_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The parsed file kept for the next reading (above) is never what a caller changes, and an
+    edited file is read as it is now."""
+    from forkpoint.config import load_table
+
+    config = tmp_path / "forkpoint.toml"
+    config.write_text('[redact]\nheaders = ["x-a"]\n')
+    monkeypatch.setenv("FORKPOINT_CONFIG", str(config))
+    table, _ = load_table("redact")
+    table["headers"].append("x-changed")
+    assert load_table("redact")[0] == {"headers": ["x-a"]}
+    config.write_text('[redact]\nheaders = ["x-b"]\n')
+    assert load_table("redact")[0] == {"headers": ["x-b"]}
