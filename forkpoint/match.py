@@ -47,7 +47,6 @@ from .canonical import digest
 from .config import anchor, load_table
 from .errors import ConfigError, RuleError
 from .events import process_of
-from .jsondiff import json_diff
 from .patterns import compiled_later
 from .providers import semantic_headers
 from .redact import scrub_bytes, scrub_json, scrub_url, secrets_by_kind
@@ -558,6 +557,8 @@ def suggest_ignore(
     """The rules that would make two normalized calls (of a model call, or of ``tool``) match, when
     every difference the rules in force leave looks volatile (a timestamp, a uuid, a request id);
     else ``[]``. Each suggestion is checked: with it, the two give the same key."""
+    from .jsondiff import json_diff  # (here: only a divergence is diffed, never a recording)
+
     # (a secret by its kind, as the key counts it: two keys of a kind are no difference)
     left, right = secrets_by_kind(ignore.mask(expected, tool)), secrets_by_kind(ignore.mask(actual, tool))
     changes = [c.to_json() for c in json_diff(left, right)]

@@ -130,8 +130,8 @@ def test_a_recording_parent_imports_no_key_serialization_and_compiles_no_pattern
 ) -> None:
     """`forkpoint record`'s own process signs the session with the Ed25519 module alone (not
     cryptography's ~25 ms PEM/SSH serialization module), loads no executor pool (concurrent.futures
-    and logging: ~3.5 ms), and compiles none of forkpoint's module-level patterns it does not use
-    (forkpoint.patterns)."""
+    and logging: ~3.5 ms) nor the structured diff of a divergence, and compiles none of forkpoint's
+    module-level patterns it does not use (forkpoint.patterns)."""
     code = (
         "import re, sys\n"
         "compiled = []\n"
@@ -149,6 +149,8 @@ def test_a_recording_parent_imports_no_key_serialization_and_compiles_no_pattern
         "assert 'cryptography.hazmat.primitives.asymmetric.ed25519' in sys.modules  # it did sign\n"
         # (no executor runs: the pool, and the logging it loads, are not needed to ask whether a task does)
         "assert 'concurrent.futures' not in sys.modules\n"
+        # (the structured diff is a divergence's: matching loads it when it has one to explain)
+        "assert 'forkpoint.jsondiff' not in sys.modules\n"
         "at_import = [c for c in compiled if c[0] in ('forkpoint.match', 'forkpoint.providers.base', "
         "'forkpoint.jsonpath', 'forkpoint.log.blobs', 'forkpoint.store')]\n"
         "assert not at_import, at_import\n"
