@@ -95,6 +95,16 @@ def query_credentials(url: str) -> list[str]:
     return redact.secret_placeholders([v for k, v in sorted(query) if scrubber.credential_param(k)])
 
 
+def header_credentials(headers: Iterable[Sequence[str]] | None) -> list[str]:
+    """The placeholders of the credential headers a scrubbed request sent (``Authorization``,
+    ``x-api-key``: :meth:`~forkpoint.redact.Scrubber.headers`), by name: out of the match key (a
+    recording made with one key replays with another), but which key a call sent when calls of
+    one key were answered differently."""
+    scrubber = redact.current()
+    pairs = sorted((str(p[0]).lower(), p[1]) for p in headers or () if scrubber.credential_header(str(p[0])))
+    return redact.secret_placeholders([v for _, v in pairs])
+
+
 def _stable_body(body: Any, content_type: str) -> Any:
     m = (
         re.search(r'boundary="?([^";]+)"?', content_type)

@@ -3,7 +3,9 @@
 Rules (see docs/security.md for the full list and what is *not* promised):
 
 * Credential headers (:data:`SECRET_HEADERS`, names that say they carry a token, secret, password or
-  API key, and the user's ``headers``) are dropped, never written.
+  API key, and the user's ``headers``) are dropped, never written, except a request's, kept with
+  the whole value a placeholder (:func:`request_credential`): which key a call sent, to tell apart
+  on replay calls alike but for their keys.
 * Values shaped like a known secret (:data:`PATTERNS`: provider and cloud API keys, tokens, JWTs, PEM
   private keys, bearer and basic credentials, passwords in URLs, ``?token=`` query values,
   ``DB_PASSWORD=…`` assignments, ``"api_key": "…"`` fields) and the user's regexes are replaced,
@@ -1375,8 +1377,10 @@ class Scrubber:
 
     # -- HTTP pieces
 
-    def headers(self, headers: Iterable[Any]) -> list[list[str]]:
-        """Header pairs without credential headers, other values scrubbed. Names keep their case."""
+    def headers(self, headers: Iterable[Any], *, request: bool = False) -> list[list[str]]:
+        """Header pairs with their values scrubbed and credential headers (:meth:`credential_header`)
+        dropped, or, of a ``request``, kept with the whole value a placeholder
+        (:func:`request_credential`). Names keep their case."""
         out = []
         for pair in headers:
             name, value = pair[0], pair[1]
@@ -1385,10 +1389,20 @@ class Scrubber:
                 # (kept, its value a placeholder: a replayed client keeps the cookies it was given)
                 out.append([name, _set_cookie_scrubbed(value)])
                 continue
-            if low in self.drop_headers or SECRET_HEADER_NAME.search(low):
+            if self.credential_header(low):
+                # (a response's are dropped: served back, a placeholder could be sent on as a key)
+                kept = request_credential(low, value) if request else None
+                if kept is not None:
+                    out.append([name, kept])
                 continue
             out.append([name, self.text(value) if isinstance(value, str) else value])
         return out
+
+    def credential_header(self, name: str) -> bool:
+        """Whether header ``name`` carries a credential (or a request signature derived from one):
+        :data:`SECRET_HEADERS`, :data:`SIGNING_HEADERS`, :data:`SECRET_HEADER_NAME`, the user's."""
+        low = name.lower()
+        return low in self.drop_headers or SECRET_HEADER_NAME.search(low) is not None
 
     def url(self, url: str) -> str:
         """``url`` with credential query parameters, user info and secret-shaped parts replaced."""
@@ -1502,9 +1516,9 @@ class Scrubber:
             if self._records.get(id(record)) is record:
                 del self._records[id(record)]
 
-    def http(self, record: dict[str, Any]) -> dict[str, Any]:
-        """A stored request or response record scrubbed: URL, headers, body by its kind, chunks
-        (a record of :meth:`http_record` comes back as it is, once)."""
+    def http(self, record: dict[str, Any], *, request: bool = False) -> dict[str, Any]:
+        """A stored request (``request``) or response record scrubbed: URL, headers, body by its
+        kind, chunks (a record of :meth:`http_record` comes back as it is, once)."""
         with self._lock:
             mine = self._records.pop(id(record), None)
         if mine is record:
@@ -1528,7 +1542,7 @@ class Scrubber:
                 and isinstance(v, list)
                 and all(isinstance(p, list | tuple) and len(p) == 2 for p in v)
             ):
-                out[k] = self.headers(v)
+                out[k] = self.headers(v, request=request)
             elif k == "body" and kind == "text" and isinstance(v, str):
                 out[k] = self.body_text(v, ctype)
             elif k == "chunks" and isinstance(v, list):
@@ -1583,7 +1597,7 @@ class Scrubber:
             if k in ("seq", "prev", "hash"):
                 out[k] = v
             elif is_call and k in ("request", "response") and isinstance(v, dict):
-                out[k] = self.http(v)
+                out[k] = self.http(v, request=k == "request")
             elif k == "argv" and event.get("type") == "header" and isinstance(v, list):
                 out[k] = self.argv([str(a) for a in v])
             elif k in ("source", "workspace") and event.get("type") == "checkpoint":
@@ -1802,9 +1816,35 @@ def _set_cookie_scrubbed(value: str) -> str:
     return f"{name}={cookie}{sep}{attrs}" if eq else "REDACTED"
 
 
-def scrub_headers(headers: Iterable[tuple[str, str]]) -> list[list[str]]:
-    """Header pairs without credential headers, other values scrubbed. Names keep their case."""
-    return current().headers(headers)
+def scrub_headers(headers: Iterable[tuple[str, str]], *, request: bool = False) -> list[list[str]]:
+    """Header pairs with their values scrubbed and credential headers dropped, or, of a
+    ``request``, kept as placeholders (:meth:`Scrubber.headers`). Names keep their case."""
+    return current().headers(headers, request=request)
+
+
+#: Request headers whose credentials are dropped, not kept as placeholders: a cookie (session
+#: state, several values in one header) and the AWS SigV4 headers, which change at every request
+#: (the signing key's id is kept: :func:`request_credential`).
+DROPPED_REQUEST_CREDENTIALS: frozenset[str] = SIGNING_HEADERS | {"cookie", "x-amz-security-token"}
+
+#: The access key id in a SigV4 ``Authorization`` (``Credential=AKIA…/date/region/service/…``).
+_SIGV4_KEY_ID = compiled_later(r"^AWS4-[A-Z0-9-]+ .*?\bCredential=([A-Z0-9]{16,128})/")
+
+
+def request_credential(name: str, value: Any) -> str | None:
+    """What a request's credential header ``name`` (lower-case) is stored as: its whole value's
+    placeholder (kind ``header-credential``, one already left as it is), so that of recorded calls
+    alike but for their keys a replay serves each its own; a SigV4 ``Authorization``, signed anew at
+    every request, as its access key id's placeholder (``aws-access-key``, as in text); None to
+    drop it (:data:`DROPPED_REQUEST_CREDENTIALS`)."""
+    if not isinstance(value, str) or name in DROPPED_REQUEST_CREDENTIALS:
+        return None
+    if not value or _is_placeholder(value):
+        return value
+    if name == "authorization" and value.startswith("AWS4-"):
+        key_id = _SIGV4_KEY_ID.search(value)
+        return placeholder("aws-access-key", key_id.group(1)) if key_id is not None else None
+    return placeholder("header-credential", value)
 
 
 def scrub_url(url: str) -> str:

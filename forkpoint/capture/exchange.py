@@ -104,7 +104,7 @@ def request_record(
     # usually identical, and the log stores them once.
     pairs = [(header_text(k), header_text(v)) for k, v in headers]
     rt = runtime.active()
-    if rt is not None and rt.mode == "replay":  # (read here: the stored form has no credentials)
+    if rt is not None and rt.mode == "replay":  # (read here: the stored form has placeholders of them)
         runtime.placeholder_credential.set(_placeholder_carrier(url, pairs))
     pairs = [(k, v) for k, v in pairs if k.lower() != "content-length"]
     applied = codings(header_values(pairs, "content-encoding"))
@@ -123,7 +123,7 @@ def request_record(
     record = {
         "method": method,
         "url": scrub_url(url),
-        "headers": scrub_headers(pairs),
+        "headers": scrub_headers(pairs, request=True),
         "body_kind": kind,
         "body": body,
     }

@@ -174,7 +174,7 @@ def _request(rq: dict[str, Any], n: int, notes: list[str], where: str) -> dict[s
     return {
         "method": str(rq.get("method") or "GET").upper(),
         "url": scrub_url(uri),
-        "headers": scrub_headers(pairs),
+        "headers": scrub_headers(pairs, request=True),
         "body_kind": kind,
         "body": scrub_body(kind, body, content_type=ctype),
     }

@@ -60,6 +60,7 @@ from ..match import (
     IgnoreRule,
     configured,
     event_key,
+    header_credentials,
     header_rules,
     in_send_order,
     inert_rules,
@@ -511,7 +512,7 @@ class Replayer:
         #: Seq → its group (first seq): identical calls whose recorded answers differ (_alike).
         self._alike = _alike(self._queues.values())
         #: Recorded call → the secrets it sent (:meth:`_same_secrets`), once looked at.
-        self._sent_secrets: dict[int, list[str]] = {}
+        self._sent_secrets: dict[int, tuple[list[str], list[str]]] = {}
         #: The groups of :attr:`_alike` whose calls were made by as many named tasks (:meth:`_certain`).
         self._named_groups = _named_groups(self.recorded, self._alike)
         #: [group, seq, pid, raced (:meth:`_raced`), when served, when the process started] for each
@@ -673,7 +674,7 @@ class Replayer:
             endpoint=where,
             origin=origin,
             plain=kind == "http",
-            url=request["url"],
+            request=request,
             call=kind,
         )
         if event is None:
@@ -847,18 +848,20 @@ class Replayer:
         alternatives: Callable[[], list[str]] | None = None,
         live: bool = False,
         plain: bool = False,
-        url: str | None = None,
+        request: HttpRequest | None = None,
         **what: str,
     ) -> tuple[Served | None, int]:
         """The recorded call to serve for a call with match ``key`` (``alternatives()``: keys to try
         when none is left under ``key``; ``plain``: a plain HTTP request, which may be served a
-        recording that differs only in ids; ``url``: an HTTP request's, whose query's credentials are
-        not in ``norm``) or None to go live (always with ``live``), and this call's position among
-        the run's calls of its kind; raises :class:`Divergence`."""
+        recording that differs only in ids; ``request``: the HTTP request, whose query's and
+        headers' credentials are not in ``norm``) or None to go live (always with ``live``), and
+        this call's position among the run's calls of its kind; raises :class:`Divergence`."""
         try:
             with self._lock, self._shared():
                 self.positions[kind] += 1
-                chosen = self._choose(kind, key, norm, alternatives, what, live=live, plain=plain, url=url)
+                chosen = self._choose(
+                    kind, key, norm, alternatives, what, live=live, plain=plain, request=request
+                )
                 position = self.positions[kind]
             # (out of the lock: an answer is read whole, and other threads' calls need not wait)
             if (
@@ -881,7 +884,7 @@ class Replayer:
         *,
         live: bool,
         plain: bool,
-        url: str | None = None,
+        request: HttpRequest | None = None,
     ) -> Served | None:
         if live or self.gone_live or self.sources[kind] == "live":
             if self.gone_live:  # (a call to another endpoint may have gone live first)
@@ -890,14 +893,14 @@ class Replayer:
             return None
         queue = self._queues.get(key)
         if queue:
-            among = self._same_secrets(queue, kind, norm, url)
+            among = self._same_secrets(queue, kind, norm, request)
             return self._serve(_next_in(queue, what.get("origin"), among))
         for alt in alternatives() if alternatives else ():
             queue = self._queues.get(alt)
             if queue:
                 return self._serve(queue.popleft())
         if self._verify_keys():
-            return self._choose(kind, key, norm, alternatives, what, live=live, plain=plain, url=url)
+            return self._choose(kind, key, norm, alternatives, what, live=live, plain=plain, request=request)
         if self.live_from is not None and len(self._taken()) == len(self.recorded):
             self._check_checkpoint(kind, key, norm, what)
             self.gone_live = True  # the recorded prefix is done: the fork continues live
@@ -956,29 +959,38 @@ class Replayer:
         raise divergence(report if first or self.divergence is None else self.divergence)
 
     def _same_secrets(
-        self, queue: deque[Any], kind: CallKind, norm: dict[str, Any], url: str | None
+        self, queue: deque[Any], kind: CallKind, norm: dict[str, Any], request: HttpRequest | None
     ) -> list[Any] | None:
         """The calls of ``queue`` (one match key, answered differently) that sent the secrets this
-        call sends (in ``norm``, and in the query of its ``url``), when some did and others not: a
-        key counts a secret by its kind only (a JWT signed afresh each run matches), and a query's
-        credential not at all, so two calls each with a key of its own (a set of keys checked in the
-        order their hashes fall in) were served each other's answers. None else."""
+        call sends (in ``norm``, and in the query of its ``request``), then of those the ones that
+        sent its credential headers, each only when some did and others not: a key counts a secret
+        by its kind only (a JWT signed afresh each run matches), and a query's credential or a
+        header not at all, so two calls each with a key of its own (a set of keys checked in the
+        order their hashes fall in) were served each other's answers. None else. (A replay with
+        another key than the recording's sends secrets none sent: it is served as before.)"""
         if len(queue) < 2 or queue[0]["seq"] not in self._alike:
             return None
         sent = secret_placeholders(norm if kind == "model_call" else scrub_json(norm))
-        sent += query_credentials(url) if url else []
-        if not sent:
-            return None
-        same = []
-        for e in queue:
-            if e["seq"] not in self._sent_secrets:
-                request = e.get("request")
-                self._sent_secrets[e["seq"]] = secret_placeholders(normalized(e)) + (
-                    query_credentials(request["url"]) if request else []
-                )
-            if self._sent_secrets[e["seq"]] == sent:
-                same.append(e)
-        return same if len(same) < len(queue) else None
+        sent += query_credentials(request["url"]) if request else []
+        mine = (sent, header_credentials(request["headers"]) if request else [])
+        among = list(queue)
+        for i, secrets in enumerate(mine):
+            if secrets:
+                among = [e for e in among if self._secrets_sent(e)[i] == secrets] or among
+        return among if len(among) < len(queue) else None
+
+    def _secrets_sent(self, event: Any) -> tuple[list[str], list[str]]:
+        """The secrets recorded call ``event`` sent, as :meth:`_same_secrets` compares them: in its
+        normalized request and its query, and in its credential headers."""
+        seq = event["seq"]
+        if seq not in self._sent_secrets:
+            request = event.get("request")
+            self._sent_secrets[seq] = (
+                secret_placeholders(normalized(event))
+                + (query_credentials(request["url"]) if request else []),
+                header_credentials(request.get("headers")) if request else [],
+            )
+        return self._sent_secrets[seq]
 
     def _check_checkpoint(self, kind: CallKind, key: str, norm: dict[str, Any], what: dict[str, str]) -> None:
         """Of a fork going live: raise :class:`Divergence` (record it, under policy live) when this

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 import forkpoint
-from forkpoint import eventstream, providers
+from forkpoint import eventstream, providers, redact
 from forkpoint.show import render
 from tests.modelserver import LocalServer, Reply, Stream, aws_event, json_reply
 
@@ -147,13 +147,16 @@ def test_signing_never_reaches_disk(recorded: tuple[Path, list[Any], LocalServer
         b"X-Amz-Date",
         b"AWS4-HMAC-SHA256",
         b"amz-sdk-invocation-id",
+        RECORD_KEY[0].encode(),
         RECORD_KEY[1].encode(),
     ):
         assert needle not in stored, needle
     assert b"session-token-" not in stored
     for event in forkpoint.Session.load(path).by_type("model_call"):
-        names = {k.lower() for k, _ in event["request"]["headers"]}
-        assert not names & {"authorization", "x-amz-date", "x-amz-security-token", "x-amz-content-sha256"}
+        headers = {k.lower(): v for k, v in event["request"]["headers"]}
+        assert not headers.keys() & {"x-amz-date", "x-amz-security-token", "x-amz-content-sha256"}
+        # (signed anew at every request: kept as the placeholder of the key id that signed it)
+        assert headers["authorization"] == redact.placeholder("aws-access-key", RECORD_KEY[0])
 
 
 def _converse(url: str) -> Any:

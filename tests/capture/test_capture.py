@@ -18,6 +18,7 @@ import httpx2
 import pytest
 
 import forkpoint
+from forkpoint import redact
 from forkpoint.log import Session
 from tests.modelserver import json_reply
 
@@ -109,8 +110,10 @@ def test_json_call_recorded_and_replayed_offline(
     assert req["body"]["model"] == "m-1" and req["body"]["messages"][0]["content"].startswith(
         "hello, my key is [REDACTED"
     )
-    names = {k.lower() for k, _ in req["headers"]}
-    assert "authorization" not in names and "x-api-key" not in names and "user-agent" in names
+    # (credential headers are kept as their values' placeholders: which key a call sent, no key)
+    stored = {k.lower(): v for k, v in req["headers"]}
+    assert stored["authorization"] == redact.placeholder("header-credential", f"Bearer {SECRET}")
+    assert stored["x-api-key"] == redact.placeholder("header-credential", SECRET) and "user-agent" in stored
     assert event["response"]["status"] == 200 and event["response"]["ended"] == "complete"
     assert event["response"]["body_kind"] == "json"
     assert_secret_absent(rec.session_path)

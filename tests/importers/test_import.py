@@ -33,6 +33,7 @@ from forkpoint.events import iso_time, parse_time
 from forkpoint.importers import detect_format, import_file, load_document
 from forkpoint.otel import plan
 from forkpoint.providers import api_key_vars
+from forkpoint.redact import placeholder
 from forkpoint.show import render
 from tests.modelserver import LocalServer, Reply, Route, Stream
 from tests.realdata import CASSETTES, TRAJECTORIES
@@ -451,7 +452,9 @@ def test_stock_json_cassette_with_gzip_body_and_credentials(tmp_path: Path) -> N
     (call,) = s.by_type("model_call")
     assert call["response"]["body"] == answer
     assert all(k.lower() != "content-encoding" for k, _ in call["response"]["headers"])
-    assert all(k.lower() != "authorization" for k, _ in call["request"]["headers"])
+    assert ["Authorization", placeholder("header-credential", f"Bearer {secret}")] in call["request"][
+        "headers"
+    ]
     raw = b"".join(p.read_bytes() for p in s.path.rglob("*") if p.is_file())
     assert secret.encode() not in raw
     assert call["summary"]["usage"] == {"input_tokens": 3, "output_tokens": 1}

@@ -246,6 +246,72 @@ def test_calls_with_query_credentials_answered_differently_get_the_answer_of_the
     assert rp.report()["divergence"] is None and rp.report()["matched"] == 2
 
 
+@pytest.mark.parametrize("client", ["openai", "azure", "anthropic", "x-api-key"])
+def test_calls_with_credential_headers_answered_differently_get_the_answer_of_their_own(
+    server: Any, store: Any, client: str
+) -> None:
+    """A program checking two API keys, each key its own client (sent as ``Authorization: Bearer``
+    by the openai and anthropic SDKs, ``api-key`` by AzureOpenAI, ``x-api-key`` as Anthropic's HTTP
+    API documents it): the credential headers were dropped when recorded, so in another order on
+    replay each key was served the other's answer (the bad key worked, the good one was refused)
+    under plain "replay ok". With keys other than the recording's, the calls are still served, in
+    the order they were recorded."""
+    import anthropic
+    import openai
+
+    from tests.modelserver import json_reply
+
+    good, bad = "sk-proj-" + "A" * 48, "sk-proj-" + "B" * 48
+
+    def refuse_unknown_keys(request: Any) -> Any:
+        sent = request["headers"].get("authorization", "").removeprefix("Bearer ")
+        if good in (sent, request["headers"].get("api-key"), request["headers"].get("x-api-key")):
+            return None  # (the built-in answer)
+        return json_reply({"error": {"type": "authentication_error", "message": "invalid key"}}, 401)
+
+    for path in ("/v1/chat/completions", "/openai/deployments/*", "/v1/messages"):
+        server.route(path, refuse_unknown_keys)
+    ask = [{"role": "user", "content": "hi"}]
+
+    def works(base: str, key: str) -> bool:
+        try:
+            if client == "openai":
+                openai.OpenAI(api_key=key, base_url=base + "/v1", max_retries=0).chat.completions.create(
+                    model="m", messages=ask
+                )
+            elif client == "azure":
+                azure = openai.AzureOpenAI(api_key=key, azure_endpoint=base, api_version="2024-06-01")
+                azure.with_options(max_retries=0).chat.completions.create(model="m", messages=ask)
+            elif client == "anthropic":
+                anthropic.Anthropic(api_key=key, base_url=base, max_retries=0).messages.create(
+                    model="m", max_tokens=8, messages=ask
+                )
+            else:
+                body = {"model": "m", "max_tokens": 8, "messages": ask}
+                headers = {"x-api-key": key, "anthropic-version": "2023-06-01"}
+                httpx.post(f"{base}/v1/messages", json=body, headers=headers).raise_for_status()
+        except (openai.AuthenticationError, anthropic.AuthenticationError):
+            return False
+        except httpx.HTTPStatusError as exc:
+            assert exc.response.status_code == 401
+            return False
+        return True
+
+    def run(base: str, keys: list[str]) -> dict[str, bool]:
+        return {k: works(base, k) for k in keys}
+
+    with forkpoint.record(store=store) as rec:
+        assert run(server.url, [good, bad]) == {good: True, bad: False}
+    server.stop()
+    with forkpoint.replay(rec.session_path) as rp:
+        assert run("http://127.0.0.1:9", [bad, good]) == {good: True, bad: False}
+    assert rp.report()["reproduced"] and rp.report()["matched"] == 2
+    others = ["sk-proj-" + "C" * 48, "sk-proj-" + "D" * 48]
+    with forkpoint.replay(rec.session_path) as rp:
+        assert run("http://127.0.0.1:9", others) == {others[0]: True, others[1]: False}
+    assert rp.report()["reproduced"] and rp.report()["matched"] == 2
+
+
 def _conversation(turns: int) -> dict[str, Any]:
     messages: list[dict[str, Any]] = [{"role": "system", "content": "You edit files."}]
     for t in range(turns):

@@ -218,40 +218,86 @@ def test_chunks_without_secrets_are_returned_unchanged() -> None:
 # ----------------------------------------------------------------------------- headers and URLs
 
 
-def test_credential_headers_dropped_in_any_case() -> None:
-    key = "sk-proj-" + _rand(40)
-    headers = [
-        ("Authorization", f"Bearer {key}"),
-        ("AUTHORIZATION", "Basic dXNlcjpwYXNz"),
-        ("x-api-key", key),
-        ("X-Api-Key", key),
-        ("api-key", "azure-key-value"),
-        ("Api-Key", "azure-key-value"),
-        ("Cookie", "session=abc123"),
-        ("SET-COOKIE", "session=abc123; HttpOnly"),
-        ("Ocp-Apim-Subscription-Key", "azure-apim-key"),  # (Azure API Management's key header)
-        ("X-Auth", "x-auth-secret-value"),  # (kept in the clear before, as was Authentication)
-        ("Authentication", "authentication-secret"),
-        ("X-Author", "bob"),
-        ("WWW-Authenticate", 'Basic realm="api"'),
-        ("X-Auth-Required", "true"),  # (no credential: "auth" is one only as the name's last part)
-        ("content-type", "application/json"),
-        ("X-Custom", f"has {key} inside"),
-        ("anthropic-version", "2023-06-01"),
-    ]
-    out = scrub_headers(headers)
-    assert out == [
-        # (a Set-Cookie is kept with a placeholder value, the same for the same cookie: a replayed
-        # client keeps the cookies it was given, and no secret is stored)
-        ["SET-COOKIE", "session=REDACTED-6ca13d52; HttpOnly"],
-        ["X-Author", "bob"],
-        ["WWW-Authenticate", 'Basic realm="api"'],
-        ["X-Auth-Required", "true"],
-        ["content-type", "application/json"],
-        ["X-Custom", f"has {expected_placeholder('openai-key', key)} inside"],
-        ["anthropic-version", "2023-06-01"],
-    ]
+KEY = "sk-proj-" + _rand(40)
+#: Credential headers in any case, and headers that only look like one.
+HEADERS = [
+    ("Authorization", f"Bearer {KEY}"),
+    ("AUTHORIZATION", "Basic dXNlcjpwYXNz"),
+    ("x-api-key", KEY),
+    ("X-Api-Key", KEY),
+    ("api-key", "azure-key-value"),
+    ("Api-Key", "azure-key-value"),
+    ("Cookie", "session=abc123"),
+    ("SET-COOKIE", "session=abc123; HttpOnly"),
+    ("Ocp-Apim-Subscription-Key", "azure-apim-key"),  # (Azure API Management's key header)
+    ("X-Auth", "x-auth-secret-value"),  # (kept in the clear before, as was Authentication)
+    ("Authentication", "authentication-secret"),
+    ("X-Author", "bob"),
+    ("WWW-Authenticate", 'Basic realm="api"'),
+    ("X-Auth-Required", "true"),  # (no credential: "auth" is one only as the name's last part)
+    ("content-type", "application/json"),
+    ("X-Custom", f"has {KEY} inside"),
+    ("anthropic-version", "2023-06-01"),
+]
+#: What scrubbing keeps of :data:`HEADERS` in a response and in a request alike.
+NOT_CREDENTIALS = [
+    ["X-Author", "bob"],
+    ["WWW-Authenticate", 'Basic realm="api"'],
+    ["X-Auth-Required", "true"],
+    ["content-type", "application/json"],
+    ["X-Custom", f"has {expected_placeholder('openai-key', KEY)} inside"],
+    ["anthropic-version", "2023-06-01"],
+]
+
+
+def test_a_responses_credential_headers_are_dropped_in_any_case() -> None:
+    out = scrub_headers(HEADERS)
+    # (a Set-Cookie is kept with a placeholder value, the same for the same cookie: a replayed
+    # client keeps the cookies it was given, and no secret is stored)
+    assert out == [["SET-COOKIE", "session=REDACTED-6ca13d52; HttpOnly"], *NOT_CREDENTIALS]
     assert scrub_headers(out) == out
+
+
+def test_a_requests_credential_headers_are_kept_as_placeholders_of_their_values() -> None:
+    """Dropped, they left a replay nothing to tell apart recorded calls alike but for their keys
+    (a program checking two keys, in another order on replay, was served each other's answers).
+    Each is its whole value's placeholder; a cookie is still dropped."""
+    out = scrub_headers(HEADERS, request=True)
+    assert out == [
+        ["Authorization", expected_placeholder("header-credential", f"Bearer {KEY}")],
+        ["AUTHORIZATION", expected_placeholder("header-credential", "Basic dXNlcjpwYXNz")],
+        ["x-api-key", expected_placeholder("header-credential", KEY)],
+        ["X-Api-Key", expected_placeholder("header-credential", KEY)],
+        ["api-key", expected_placeholder("header-credential", "azure-key-value")],
+        ["Api-Key", expected_placeholder("header-credential", "azure-key-value")],
+        ["SET-COOKIE", "session=REDACTED-6ca13d52; HttpOnly"],
+        ["Ocp-Apim-Subscription-Key", expected_placeholder("header-credential", "azure-apim-key")],
+        ["X-Auth", expected_placeholder("header-credential", "x-auth-secret-value")],
+        ["Authentication", expected_placeholder("header-credential", "authentication-secret")],
+        *NOT_CREDENTIALS,
+    ]
+    assert scrub_headers(out, request=True) == out  # (idempotent: forkpoint scrub run again)
+
+
+def test_a_sigv4_authorization_is_kept_as_its_access_key_id() -> None:
+    """The signature and date change at every request; the key that signed does not, and tells
+    two credentials apart. The other signing headers are dropped, as is the session token."""
+    key_id = "AKIA" + "Q" * 16
+    auth = (
+        f"AWS4-HMAC-SHA256 Credential={key_id}/20260101/us-east-1/bedrock/aws4_request, "
+        "SignedHeaders=host;x-amz-date, Signature=" + "ab" * 32
+    )
+    out = scrub_headers(
+        [
+            ("Authorization", auth),
+            ("X-Amz-Date", "20260101T000000Z"),
+            ("X-Amz-Security-Token", "session-token-value"),
+            ("x-amz-content-sha256", "00" * 32),
+        ],
+        request=True,
+    )
+    assert out == [["Authorization", expected_placeholder("aws-access-key", key_id)]]
+    assert scrub_headers(out, request=True) == out
 
 
 def test_a_credential_query_parameter_spelled_with_a_hyphen_and_a_bearer_field_are_scrubbed() -> None:
