@@ -423,9 +423,13 @@ def summary_line(report: dict[str, Any]) -> str:
     tail = f"{plural(len(unused), 'recorded event')} left unused" + (
         f" (seq {', '.join(map(str, unused[:10]))}{' …' if len(unused) > 10 else ''})" if unused else ""
     )
+    live = report.get("live_calls") or {}
     if live_kinds and not report.get("divergence"):
-        # (a recorded call of a kind this run made live is not served: not one the run failed to ask for)
-        made_live = len(set(unused) - set(report.get("unserved") or []))
+        # (a recorded call of a kind this run made live is not served: not one the run failed to ask
+        # for; no more of them than it made live: a call refused for the placeholder key was not)
+        made_live = min(
+            len(set(unused) - set(report.get("unserved") or [])), sum(live.get(k, 0) for k in live_kinds)
+        )
         if made_live:
             kinds = " and ".join(k.removesuffix("s") for k in live_kinds)
             tail += f", {made_live} of them {kinds} calls this run made live"
@@ -443,7 +447,6 @@ def summary_line(report: dict[str, Any]) -> str:
     if report.get("overrides"):
         applied = sum(1 for o in report["overrides"] if o["applied"])
         extra += f"; {applied}/{len(report['overrides'])} override(s) applied"
-    live = report.get("live_calls") or {}
     if live.get("models") or live.get("tools"):
         extra += f"; live calls: {live.get('models', 0)} model, {live.get('tools', 0)} tool"
     if report.get("drift"):

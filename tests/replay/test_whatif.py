@@ -36,9 +36,10 @@ import forkpoint
 from forkpoint.cli import main
 from forkpoint.demo.agent import run_agent
 from forkpoint.demo.server import ModelServer
+from forkpoint.errors import NetworkBlocked
 from forkpoint.log import Session
 from forkpoint.override import OverrideError
-from forkpoint.replay import API_KEY_VARS, EXIT_DIVERGENCE, PLACEHOLDER_KEY
+from forkpoint.replay import API_KEY_VARS, EXIT_DIVERGENCE, PLACEHOLDER_KEY, summary_line
 from forkpoint.store import session_dirs
 
 FAILING = {"passed": 0, "failed": 2, "output": "FAIL"}
@@ -578,6 +579,28 @@ def test_policy_live_never_sends_the_placeholder_key(
     assert report["divergence"] is not None and not report["reproduced"]
     assert report["live_calls"]["models"] == 0
     assert [f"{var}" in b and "not sent" in b for b in report["network_blocked"]] == [True]
+
+
+def test_models_live_without_the_api_key_does_not_say_its_refused_call_was_made_live(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under models live, a call that carried the placeholder key was refused, never sent, yet the
+    verdict said "1 of them model calls this run made live"."""
+    for k in API_KEY_VARS:
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-real-key-123456789")
+    with ModelServer(turns=0, seed=1) as srv:
+        with forkpoint.record(store=tmp_path) as rec:
+            _ask("openai", srv.base_url, "hello")
+        monkeypatch.delenv("OPENAI_API_KEY")
+        with forkpoint.replay(rec.session_path, models="live") as rp:
+            with pytest.raises(NetworkBlocked):
+                _ask("openai", srv.base_url, "hello")
+        assert srv.requests[1:] == []
+    report = rp.report()
+    assert report["live_calls"]["models"] == 0 and len(report["unused"]) == 1
+    line = summary_line(report)
+    assert "left unused" in line and "made live" not in line, line
 
 
 def test_policy_fifo_serves_the_next_recorded_call(rec: Recording) -> None:
