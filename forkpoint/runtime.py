@@ -115,9 +115,10 @@ class Serving(Runtime, Protocol):
     def network_allowed(self) -> bool:
         """True when some call may go live, so sockets must not be blocked."""
 
-    def placeholder_refused(self, request: HttpRequest, carrier: str) -> NetworkBlocked:
-        """The error for a call about to go live with the replay's placeholder API key in its
-        ``carrier`` (a header's name, or ``"its URL"``), noted in the report: it is not sent."""
+    def placeholder_refused(self, request: HttpRequest, carrier: str, placeholder: str) -> NetworkBlocked:
+        """The error for a call about to go live with ``placeholder`` (the replay's placeholder API
+        key, or a scrubbed secret's) in its ``carrier`` (a header's name, or ``"its URL"``), noted
+        in the report: it is not sent."""
 
     def runs_live(self, kind: CallKind) -> bool:
         """True when the next call of ``kind`` is made live (its source is live, or the replay went
@@ -146,9 +147,10 @@ served_from_recording: contextvars.ContextVar[bool] = contextvars.ContextVar(
 
 
 #: Where the HTTP request this context is making carries the replay's placeholder API key
-#: (:data:`forkpoint.providers.PLACEHOLDER_KEY`): a header's name, ``"its URL"``, or None. Set by
-#: the capture as the request is read, while a replay is active; such a request is never sent.
-placeholder_credential: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+#: (:data:`forkpoint.providers.PLACEHOLDER_KEY`) or a scrubbed secret's placeholder, and which: (a
+#: header's name or ``"its URL"``, the placeholder), or None. Set by the capture as the request is
+#: read, while a replay is active; such a request is never sent.
+placeholder_credential: contextvars.ContextVar[tuple[str, str] | None] = contextvars.ContextVar(
     "forkpoint_placeholder_credential", default=None
 )
 

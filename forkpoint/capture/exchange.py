@@ -53,7 +53,15 @@ from ..events import (
 )
 from ..providers import PLACEHOLDER_KEY, stream_end_markers
 from ..redact import current as current_scrubber
-from ..redact import scrub_bytes, scrub_chunks, scrub_headers, scrub_stream, scrub_text, scrub_url
+from ..redact import (
+    scrub_bytes,
+    scrub_chunks,
+    scrub_headers,
+    scrub_stream,
+    scrub_text,
+    scrub_url,
+    secret_placeholders,
+)
 from ..streamscrub import scrub_events
 from ..text import say
 from . import connections, resent
@@ -130,12 +138,16 @@ def request_record(
     return cast(HttpRequest, current_scrubber().http_record(record))
 
 
-def _placeholder_carrier(url: str, pairs: list[tuple[str, str]]) -> str | None:
-    """Where a request carries the replay's placeholder API key: the name of the header (an
-    ``Authorization`` the SDK built from it, an AWS signature's credential), ``"its URL"`` (a
-    ``?key=``), or None."""
-    found = next((k for k, v in pairs if PLACEHOLDER_KEY in v), None)
-    return found if found is not None or PLACEHOLDER_KEY not in url else "its URL"
+def _placeholder_carrier(url: str, pairs: list[tuple[str, str]]) -> tuple[str, str] | None:
+    """Where a request carries the replay's placeholder API key, or the placeholder of a secret
+    scrubbed when recorded (a served tool result handed the program a key as one), and which: the
+    name of the header (an ``Authorization`` the SDK built from it, an AWS signature's credential)
+    or ``"its URL"`` (a ``?key=``), or None. (A body's placeholder is content the model may see.)"""
+    for where, text in [*pairs, ("its URL", url)]:
+        found = [PLACEHOLDER_KEY] if PLACEHOLDER_KEY in text else secret_placeholders(text)
+        if found:
+            return where, found[0]
+    return None
 
 
 def body_content(body: Any) -> tuple[bytes, Any]:
@@ -390,12 +402,13 @@ def serve(rt: runtime.Runtime, request: HttpRequest) -> tuple[ModelCallEvent, in
 def live(rt: runtime.Runtime, request: HttpRequest, decoders: DecoderFactory) -> Exchange:
     """Start recording a call that is made for real (after :func:`serve` said so). Raises
     :class:`~forkpoint.errors.NetworkBlocked` for a replay's call that carries the placeholder API
-    key the replay set where the key was unset: the provider would refuse it (a 401 the run would
-    take for the model's answer), so it is not sent, and the report says which key is missing."""
+    key the replay set where the key was unset, or a scrubbed secret's placeholder, as a header or
+    in its URL: the provider would refuse it (a 401 the run would take for the model's answer), so
+    it is not sent, and the report says which key is missing."""
     runtime.served_from_recording.set(False)
-    carrier = runtime.placeholder_credential.get()
-    if carrier is not None and rt.mode == "replay":
-        raise cast(runtime.Serving, rt).placeholder_refused(request, carrier)
+    carried = runtime.placeholder_credential.get()
+    if carried is not None and rt.mode == "replay":
+        raise cast(runtime.Serving, rt).placeholder_refused(request, *carried)
     rt.before_model_call(request)
     return Exchange(rt, request, decoders)
 

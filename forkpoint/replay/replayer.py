@@ -607,21 +607,30 @@ class Replayer:
         """True when some call may go live, so sockets must not be blocked."""
         return self.gone_live or "live" in self.sources.values()
 
-    def placeholder_refused(self, request: HttpRequest, carrier: str) -> NetworkBlocked:
+    def placeholder_refused(self, request: HttpRequest, carrier: str, placeholder: str) -> NetworkBlocked:
         """See :class:`forkpoint.runtime.Serving`: the call is not counted as made live."""
-        unset = [k for k in API_KEY_VARS if os.environ.get(k) == PLACEHOLDER_KEY] or ["an API-key variable"]
         where = f"{request['method']} {request['url']}"
+        if placeholder == PLACEHOLDER_KEY:
+            unset = [k for k in API_KEY_VARS if os.environ.get(k) == PLACEHOLDER_KEY] or [
+                "an API-key variable"
+            ]
+            said = f"the placeholder key set for {', '.join(unset)}"
+            why = (
+                f"{PLACEHOLDER_KEY!r}, the placeholder this replay set for {' and '.join(unset)} (unset here, "
+                "so that the SDK would start), which the provider would refuse. Set the key to make live calls."
+            )
+        else:
+            said = f"{placeholder}, a secret's placeholder"
+            why = (
+                f"{placeholder}, the placeholder of a secret scrubbed when recorded, which a recorded answer "
+                "handed the program (the report's placeholders_served) and the provider would refuse."
+            )
         with self._lock:
             self.live_calls["model_call"] -= 1
             self.network_blocked.append(
-                f"{urlsplit(request['url']).netloc} (not sent: {carrier} carried the placeholder key "
-                f"set for {', '.join(unset)})"
+                f"{urlsplit(request['url']).netloc} (not sent: {carrier} carried {said})"
             )
-        return NetworkBlocked(
-            f"forkpoint replay did not send {where} live: {carrier} carried {PLACEHOLDER_KEY!r}, the "
-            f"placeholder this replay set for {' and '.join(unset)} (unset here, so that the SDK "
-            "would start), which the provider would refuse. Set the key to make live calls."
-        )
+        return NetworkBlocked(f"forkpoint replay did not send {where} live: {carrier} carried {why}")
 
     def runs_live(self, kind: CallKind) -> bool:
         """True when the next call of ``kind`` is made live (see :class:`forkpoint.runtime.Serving`)."""

@@ -603,6 +603,33 @@ def test_models_live_without_the_api_key_does_not_say_its_refused_call_was_made_
     assert "left unused" in line and "made live" not in line, line
 
 
+def test_a_live_call_with_a_scrubbed_secrets_placeholder_as_its_key_is_not_sent(tmp_path: Path) -> None:
+    """A key a tool fetched (a vault) is stored as its placeholder, and a replay hands the program
+    that: under models live, the client built with it sent ``Bearer [REDACTED:openai-key:…]``
+    upstream, and the run took the provider's 401 for the model's answer ("replay finished with
+    models live", exit 0). It is not sent: NetworkBlocked, said in the report."""
+
+    @forkpoint.tool
+    def fetch_key() -> str:
+        return "sk-proj-" + "A" * 48
+
+    def ask(base_url: str) -> None:
+        client = openai.OpenAI(api_key=fetch_key(), base_url=base_url + "/v1", max_retries=0)
+        client.chat.completions.create(model="demo-model", messages=[{"role": "user", "content": "hi"}])
+
+    with ModelServer(turns=0, seed=1) as srv:
+        with forkpoint.record(store=tmp_path) as rec:
+            ask(srv.base_url)
+        with forkpoint.replay(rec.session_path, models="live") as rp:
+            with pytest.raises(NetworkBlocked, match="placeholder of a secret scrubbed when recorded"):
+                ask(srv.base_url)
+        assert srv.requests[1:] == []
+    report = rp.report()
+    assert report["live_calls"]["models"] == 0 and report["placeholders_served"] == [1]
+    (blocked,) = report["network_blocked"]
+    assert "(not sent: authorization carried [REDACTED:openai-key:" in blocked, blocked
+
+
 def test_policy_fifo_serves_the_next_recorded_call(rec: Recording) -> None:
     with forkpoint.replay(rec.session, overrides=[FAILING_SPEC], on_divergence="fifo") as rp:
         answer = run_agent(DEAD_URL, rec.workdir, echo=None)
