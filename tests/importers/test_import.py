@@ -467,6 +467,33 @@ def test_stock_json_cassette_with_gzip_body_and_credentials(tmp_path: Path) -> N
     assert again["response"]["body"] == answer and again["key"] == call["key"]
 
 
+def test_a_cassette_of_two_keys_answered_differently_replays_each_keys_answer(tmp_path: Path) -> None:
+    """A VCR.py cassette of a program checking two API keys (one refused): imported, each call's
+    Authorization is kept as its placeholder, so a replay checking them in the other order gets
+    each key's own answer (it got the other's: the header was dropped)."""
+    good, bad = "sk-proj-" + "A" * 48, "sk-proj-" + "B" * 48
+    cassette = _chat_cassette({"Authorization": [f"Bearer {good}"]})
+    refused = _chat_cassette({"Authorization": [f"Bearer {bad}"]})["interactions"][0]
+    refused["response"]["status"] = {"code": 401, "message": "Unauthorized"}
+    refused["response"]["body"]["string"] = json.dumps({"error": {"message": "invalid key"}})
+    cassette["interactions"].append(refused)
+    path = tmp_path / "keys.json"
+    path.write_text(json.dumps(cassette))
+    session = import_file(path, store=tmp_path / "store")
+
+    def works(key: str) -> bool:
+        client = openai.OpenAI(api_key=key, base_url="http://127.0.0.1:9/v1", max_retries=0)
+        try:
+            client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+        except openai.AuthenticationError:
+            return False
+        return True
+
+    with forkpoint.replay(session) as rp:
+        assert {k: works(k) for k in (bad, good)} == {good: True, bad: False}
+    assert rp.report()["reproduced"], rp.report()
+
+
 @pytest.mark.parametrize("encoding", ["gzip", "br"])
 def test_body_stored_decoded_under_its_content_encoding_replays(tmp_path: Path, encoding: str) -> None:
     """VCR.py with requests on urllib3 2 writes a compressed response decoded, as text, and keeps
