@@ -238,6 +238,9 @@ class ToolCallEvent(_Common, total=False):
     #: Made in a thread started while recording: the last ``sent`` given when it was started (a
     #: call whose ``finished`` is no later ended before it began: :meth:`forkpoint.replay.Replayer._raced`).
     born: int
+    #: The id the model gave the call in its answer (a framework's ``tool_call_id``): identical
+    #: calls are served to the call of their id first (:meth:`forkpoint.replay.Replayer.take_tool_call`).
+    call_id: str
     key: str
     mcp: McpCall
 

@@ -76,7 +76,12 @@ class Serving(Runtime, Protocol):
         or None to make the call live. Raises :class:`~forkpoint.errors.Divergence`."""
 
     def take_tool_call(
-        self, name: str, args: dict[str, Any], *, defaulted: frozenset[str] = frozenset()
+        self,
+        name: str,
+        args: dict[str, Any],
+        *,
+        defaulted: frozenset[str] = frozenset(),
+        call_id: str | None = None,
     ) -> tuple[ToolCallEvent, int] | None:
         """The recorded tool call and its position among this run's tool calls, or None to run the
         tool live. Raises :class:`~forkpoint.errors.Divergence`."""

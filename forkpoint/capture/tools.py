@@ -591,8 +591,10 @@ def _end_running(ended: ErrorRecord, *, execed: bool = False) -> None:
 class _ToolCall:
     """Bookkeeping of one recorded tool call: started when created, written by :meth:`write`."""
 
-    def __init__(self, name: str, args: dict[str, Any], mcp: McpCall | None = None) -> None:
-        self.name, self.args, self.mcp = name, args, mcp
+    def __init__(
+        self, name: str, args: dict[str, Any], mcp: McpCall | None = None, call_id: str | None = None
+    ) -> None:
+        self.name, self.args, self.mcp, self.call_id = name, args, mcp, call_id
         rt = runtime.active()
         self.sent = runtime.next_sent(rt) if rt is not None else None
         self.caller = runtime.caller()
@@ -654,6 +656,8 @@ class _ToolCall:
                 event["born"] = self.born.sent
             if self.mcp is not None:
                 event["mcp"] = self.mcp
+            if self.call_id is not None:
+                event["call_id"] = self.call_id
             if error is not None:
                 event["error"] = _error_dict(error, self.name, below=True)
                 if inside:
@@ -982,11 +986,11 @@ class _Served:
 
 
 def _replayed(
-    rt: runtime.Runtime, name: str, args: dict[str, Any], defaulted: frozenset[str]
+    rt: runtime.Runtime, name: str, args: dict[str, Any], defaulted: frozenset[str], call_id: str | None
 ) -> _Served | None:
     """The recorded call to serve, or None when the replayer says to run it for real."""
     serving = cast(runtime.Serving, rt)
-    taken = serving.take_tool_call(name, args, defaulted=defaulted)
+    taken = serving.take_tool_call(name, args, defaulted=defaulted, call_id=call_id)
     return None if taken is None else _Served(serving, taken[0], taken[1])
 
 
@@ -998,6 +1002,7 @@ def call_tool(
     *,
     defaulted: frozenset[str] = frozenset(),
     mcp: McpCall | None = None,
+    call_id: str | None = None,
 ) -> Any:
     """Run one tool call through forkpoint: the building block of :func:`tool` and of the framework
     integrations (:mod:`forkpoint.integrations`).
@@ -1009,16 +1014,18 @@ def call_tool(
     Record (or live): ``body()`` runs and a ``tool_call`` event is written with its result
     (``encode(result)`` when given, stored by :func:`forkpoint.values.encode`) or its exception;
     a generator result is handed on wrapped, its items recorded as they come; ``mcp`` (the server
-    and method of an MCP request) is written with the event when given.
+    and method of an MCP request) is written with the event when given, and so is ``call_id``: the
+    id the model gave this call in its answer (a framework's ``tool_call_id``), by which a replay
+    tells identical calls apart (:meth:`forkpoint.replay.Replayer.take_tool_call`).
     """
     rt = runtime.active()
     if rt is None:
         return body()
-    served = _replayed(rt, name, args, defaulted) if rt.mode == "replay" else None
+    served = _replayed(rt, name, args, defaulted, call_id) if rt.mode == "replay" else None
     if served is not None:
         served.wait()
         body = served.value
-    call = _ToolCall(name, args, mcp) if served is None else None
+    call = _ToolCall(name, args, mcp, call_id) if served is None else None
     # A tool run live in a replay: its connections are allowed.
     live = runtime.running_live_tool.set(rt.mode == "replay") if call is not None else None
     try:
@@ -1044,13 +1051,14 @@ async def acall_tool(
     defaulted: frozenset[str] = frozenset(),
     mcp: McpCall | None = None,
     replayed: Callable[[ToolCallEvent], Awaitable[None]] | None = None,
+    call_id: str | None = None,
 ) -> Any:
     """:func:`call_tool` for a tool whose body is a coroutine function; ``replayed`` is awaited
     with the recorded event when a replay serves the call, before its result is handed back."""
     rt = runtime.active()
     if rt is None:
         return await body()
-    served = _replayed(rt, name, args, defaulted) if rt.mode == "replay" else None
+    served = _replayed(rt, name, args, defaulted, call_id) if rt.mode == "replay" else None
     if served is not None:
         await served.await_turn()
         error = served.event.get("error")
@@ -1059,7 +1067,7 @@ async def acall_tool(
         if replayed is not None:
             await replayed(served.event)
         body = served.avalue
-    call = _ToolCall(name, args, mcp) if served is None else None
+    call = _ToolCall(name, args, mcp, call_id) if served is None else None
     live = runtime.running_live_tool.set(rt.mode == "replay") if call is not None else None
     try:
         with call.running() if call is not None else contextlib.nullcontext():

@@ -247,17 +247,19 @@ async def run_tool(
     encode: Callable[[Any], Any] = stored_form,
     fn: Any = None,
     watch: dict[str, Any] | None = None,
+    call_id: str | None = None,
 ) -> Any:
     """One framework tool call through forkpoint (:func:`forkpoint.capture.tools.acall_tool`), its
     result stored as ``encode`` of it (default: :func:`stored_form`). ``fn``: the tool's callable,
     when the framework has one; a bound method is watched for changes to its object that a replay,
     not running it, cannot make (said while recording: :func:`~forkpoint.capture.tools.method_watched`).
     ``watch``: objects the framework hands the tool besides its arguments (the run's context), by
-    the name the message gives them, watched so too (:func:`~forkpoint.capture.tools.objects_watched`)."""
+    the name the message gives them, watched so too (:func:`~forkpoint.capture.tools.objects_watched`).
+    ``call_id``: the id the model gave the call (the framework's ``tool_call_id``), recorded with it."""
     from ..capture.tools import acall_tool, method_watched, objects_watched  # (imported at every start)
 
     with method_watched(fn, name), objects_watched(name, watch or {}):
-        return await acall_tool(name, args, body, encode)
+        return await acall_tool(name, args, body, encode, call_id=call_id)
 
 
 async def stream_tool(
@@ -315,12 +317,13 @@ def run_tool_sync(
     encode: Callable[[Any], Any] = stored_form,
     fn: Any = None,
     watch: dict[str, Any] | None = None,
+    call_id: str | None = None,
 ) -> Any:
     """:func:`run_tool` for a tool the framework calls synchronously."""
     from ..capture.tools import call_tool, method_watched, objects_watched
 
     with method_watched(fn, name), objects_watched(name, watch or {}):
-        return call_tool(name, args, body, encode)
+        return call_tool(name, args, body, encode, call_id=call_id)
 
 
 def _bound_method(fn: Any) -> Any:

@@ -12,7 +12,9 @@ called from inside another (``_arun`` running ``_run`` in a thread) is one call,
 The event's ``tool`` is the tool's ``name``; ``args`` the arguments the body got, in pydantic's JSON
 form, without the run manager, the ``RunnableConfig`` and injected arguments (``InjectedState``,
 ``InjectedToolCallId``, ``ToolRuntime``: supplied by the graph, not chosen by the model); a
-positional string input is ``$args``. ``result`` is what the model is sent, in a form LangChain
+positional string input is ``$args``. ``call_id`` is the id the model gave the call
+(``tool_call_id``, which a ``ToolNode`` passes to ``run``): a replay tells identical calls of
+concurrent runs apart by it. ``result`` is what the model is sent, in a form LangChain
 turns into the same ``ToolMessage`` again: JSON data as is; a message
 (``ToolMessage`` and the like) as ``{"$langchain_message": messages_to_dict form}``; content and
 artifact (``response_format="content_and_artifact"``) as ``{"$content_and_artifact": [c, a]}``
@@ -56,6 +58,10 @@ from .base import (
 
 #: Set while a wrapped tool body runs: a body it calls (``_arun`` → ``_run``) is not a second call.
 _inside: contextvars.ContextVar[bool] = contextvars.ContextVar("forkpoint_langchain_tool", default=False)
+#: The ``tool_call_id`` of the ``run`` / ``arun`` running (None: invoked without one), for its body's record.
+_call_id: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "forkpoint_langchain_call_id", default=None
+)
 _SKIPPED_ARGS = frozenset({"run_manager", "callbacks", "config"})
 _MESSAGE = "$langchain_message"
 _PAIR = "$content_and_artifact"
@@ -74,14 +80,16 @@ def patch(module: ModuleType) -> None:
         with hidden:
             if runtime.active() is not None:
                 _wrap_bodies(type(self))
-            return run(self, *args, **kwargs)
+            with _called_as(kwargs.get("tool_call_id")):
+                return run(self, *args, **kwargs)
 
     @functools.wraps(arun)
     async def patched_arun(self: Any, *args: Any, **kwargs: Any) -> Any:
         with hidden:
             if runtime.active() is not None:
                 _wrap_bodies(type(self))
-            return await arun(self, *args, **kwargs)
+            with _called_as(kwargs.get("tool_call_id")):
+                return await arun(self, *args, **kwargs)
 
     if replace(base, "run", patched_run):
         replace(base, "arun", patched_arun)
@@ -101,6 +109,16 @@ def _records(tool: Any) -> bool:
 
 
 @contextlib.contextmanager
+def _called_as(call_id: Any) -> Iterator[None]:
+    """``call_id`` is the id of the tool call inside (its body runs in a copy of this context)."""
+    token = _call_id.set(call_id if isinstance(call_id, str) else None)
+    try:
+        yield
+    finally:
+        _call_id.reset(token)
+
+
+@contextlib.contextmanager
 def _inside_tool() -> Iterator[None]:
     token = _inside.set(True)
     try:
@@ -111,7 +129,7 @@ def _inside_tool() -> Iterator[None]:
 
 def _call(
     self: Any, body: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], ran: list[bool]
-) -> Any:
+) -> tuple[str, dict[str, Any], Callable[[], Any], Callable[[Any], Any]]:
     """The arguments of :func:`run_tool` / :func:`run_tool_sync` for one body call; ``ran`` is
     appended to when the body runs (the output is then the live one, handed on as it is)."""
 
@@ -130,7 +148,7 @@ def _sync_body(body: Callable[..., Any]) -> Callable[..., Any]:
                 return body(self, *args, **kwargs)
             ran: list[bool] = []
             with _inside_tool():
-                out = run_tool_sync(*_call(self, body, args, kwargs, ran))
+                out = run_tool_sync(*_call(self, body, args, kwargs, ran), call_id=_call_id.get())
             return out if ran else decode_output(out)
 
     return _run
@@ -144,7 +162,7 @@ def _async_body(body: Callable[..., Any]) -> Callable[..., Any]:
                 return await body(self, *args, **kwargs)
             ran: list[bool] = []
             with _inside_tool():
-                out = await run_tool(*_call(self, body, args, kwargs, ran))
+                out = await run_tool(*_call(self, body, args, kwargs, ran), call_id=_call_id.get())
             return out if ran else decode_output(out)
 
     return _arun

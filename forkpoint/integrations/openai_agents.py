@@ -15,10 +15,12 @@ SDK's bookkeeping of handled errors is unchanged. Not recorded: agents used as t
 the tools of MCP servers (``mcp_servers=[...]``) are recorded by :mod:`.mcp`, once.
 
 The event's ``tool`` is the tool's name as the model sees it, ``args`` the model's JSON arguments
-(parsed), ``result`` the value in a form that the SDK turns into the same model input again: JSON data
-as is, structured outputs in pydantic's JSON form, a value forkpoint stores typed (a dataclass, a
-pydantic model: :func:`.base.stored_form`) as itself, so that the program gets the same value back;
-a value with no stored form is said while recording and left unrecorded (a replay stops there).
+(parsed), ``call_id`` the model's id for the call (``ToolContext.tool_call_id``: a replay tells
+identical calls of concurrent runs apart by it), ``result`` the value in a form that the SDK turns
+into the same model input again: JSON data as is, structured outputs in pydantic's JSON form, a
+value forkpoint stores typed (a dataclass, a pydantic model: :func:`.base.stored_form`) as itself,
+so that the program gets the same value back; a value with no stored form is said while recording
+and left unrecorded (a replay stops there).
 A tool that changes the run's context (``ctx.context``, the SDK's way to share state between
 tools and instructions) is said while recording: a replay, not running the body, leaves it as it was.
 """
@@ -116,6 +118,8 @@ def patch(module: ModuleType) -> None:
                 return await original(self, ctx, input)
             impl = self._invoke_tool_impl
             name = str(tool.name)
+            call_id = getattr(ctx, "tool_call_id", None)  # (a ToolContext's: the model's id for the call)
+            call_id = call_id if isinstance(call_id, str) else None
 
             async def recorded(ctx: Any, input: str) -> Any:  # noqa: A002
                 with hidden:
@@ -126,6 +130,7 @@ def patch(module: ModuleType) -> None:
                         lambda output: encode_output(tool, output),
                         # (the run's context, which tools may change for the rest of the run to read)
                         watch={"context": getattr(ctx, "context", None)},
+                        call_id=call_id,
                     )
 
             functools.update_wrapper(recorded, impl)

@@ -276,6 +276,21 @@ def _alike(queues: Iterable[Sequence[Served]]) -> dict[int, int]:
     return out
 
 
+def _own_call_ids(queues: Iterable[Sequence[Mapping[str, Any]]]) -> dict[int, str]:
+    """Seq → ``call_id`` (the id the model gave a tool call) of the recorded calls whose id no other
+    call of their match key has: the id tells that call apart from the identical ones. Ids a
+    framework gives calls of its own accord, alike in every run, tell nothing."""
+    out: dict[int, str] = {}
+    for queue in queues:
+        ids = Counter(e.get("call_id") for e in queue)
+        out.update(
+            (e["seq"], e["call_id"])
+            for e in queue
+            if isinstance(e.get("call_id"), str) and ids[e["call_id"]] == 1
+        )
+    return out
+
+
 def _named_groups(recorded: Iterable[Mapping[str, Any]], alike: Mapping[int, int]) -> frozenset[int]:
     """The groups of ``alike`` (:func:`_alike`) whose recorded calls each name the task that made
     them (``caller``), no name twice: which task got which answer can be told by the names."""
@@ -511,6 +526,8 @@ class Replayer:
         self._queues = self._queued(self.recorded)
         #: Seq → its group (first seq): identical calls whose recorded answers differ (_alike).
         self._alike = _alike(self._queues.values())
+        #: Seq → the call's own id from the model (:func:`_own_call_ids`; :meth:`_same_call_id`).
+        self._call_ids = _own_call_ids(self._queues.values())
         #: Recorded call → the secrets it sent (:meth:`_same_secrets`), once looked at.
         self._sent_secrets: dict[int, tuple[list[str], list[str]]] = {}
         #: The groups of :attr:`_alike` whose calls were made by as many named tasks (:meth:`_certain`).
@@ -751,7 +768,12 @@ class Replayer:
         return divergence(report)
 
     def take_tool_call(
-        self, name: str, args: dict[str, Any], *, defaulted: frozenset[str] = frozenset()
+        self,
+        name: str,
+        args: dict[str, Any],
+        *,
+        defaulted: frozenset[str] = frozenset(),
+        call_id: str | None = None,
     ) -> tuple[ToolCallEvent, int] | None:
         """The event of this tool call and its position among the run's tool calls, or None to run
         the tool live. Raises :class:`Divergence`.
@@ -759,7 +781,8 @@ class Replayer:
         ``defaulted`` names arguments the caller did not pass (filled in from the signature): when
         nothing matches the call as it is, a recorded call of the tool whose arguments are these
         less some of the defaulted ones is taken, so a tool that gained optional parameters since
-        the recording still gets its recorded answers."""
+        the recording still gets its recorded answers. ``call_id``: the id the model gave the call
+        (:meth:`_same_call_id`)."""
 
         def without_defaults() -> list[str]:
             """Keys of recorded calls of this tool whose arguments are these less some defaulted ones."""
@@ -786,11 +809,13 @@ class Replayer:
         norm = {"tool": name, "args": args}
         alternatives = without_defaults if defaulted & set(args) else None
         live = name in self.live_tools
-        event, position = self._take("tool_call", key, norm, alternatives=alternatives, live=live, name=name)
+        event, position = self._take(
+            "tool_call", key, norm, alternatives=alternatives, live=live, call_id=call_id, name=name
+        )
         if event is None:
             return None
         if self.child is not None:
-            self._log_served(event, {"tool": name, "args": args})
+            self._log_served(event, {"tool": name, "args": args, **({"call_id": call_id} if call_id else {})})
         return cast(ToolCallEvent, event), position
 
     def take_value(self, fn: str, args: list[Any] | None = None) -> ValueEvent | None:
@@ -858,18 +883,28 @@ class Replayer:
         live: bool = False,
         plain: bool = False,
         request: HttpRequest | None = None,
+        call_id: str | None = None,
         **what: str,
     ) -> tuple[Served | None, int]:
         """The recorded call to serve for a call with match ``key`` (``alternatives()``: keys to try
         when none is left under ``key``; ``plain``: a plain HTTP request, which may be served a
         recording that differs only in ids; ``request``: the HTTP request, whose query's and
-        headers' credentials are not in ``norm``) or None to go live (always with ``live``), and
-        this call's position among the run's calls of its kind; raises :class:`Divergence`."""
+        headers' credentials are not in ``norm``; ``call_id``: a tool call's id from the model,
+        :meth:`_same_call_id`) or None to go live (always with ``live``), and this call's position
+        among the run's calls of its kind; raises :class:`Divergence`."""
         try:
             with self._lock, self._shared():
                 self.positions[kind] += 1
                 chosen = self._choose(
-                    kind, key, norm, alternatives, what, live=live, plain=plain, request=request
+                    kind,
+                    key,
+                    norm,
+                    alternatives,
+                    what,
+                    live=live,
+                    plain=plain,
+                    request=request,
+                    call_id=call_id,
                 )
                 position = self.positions[kind]
             # (out of the lock: an answer is read whole, and other threads' calls need not wait)
@@ -894,6 +929,7 @@ class Replayer:
         live: bool,
         plain: bool,
         request: HttpRequest | None = None,
+        call_id: str | None = None,
     ) -> Served | None:
         if live or self.gone_live or self.sources[kind] == "live":
             if self.gone_live:  # (a call to another endpoint may have gone live first)
@@ -902,14 +938,17 @@ class Replayer:
             return None
         queue = self._queues.get(key)
         if queue:
-            among = self._same_secrets(queue, kind, norm, request)
-            return self._serve(_next_in(queue, what.get("origin"), among))
+            by_id = self._same_call_id(queue, call_id)
+            among = by_id or self._same_secrets(queue, kind, norm, request)
+            return self._serve(_next_in(queue, what.get("origin"), among), by_id=bool(by_id))
         for alt in alternatives() if alternatives else ():
             queue = self._queues.get(alt)
             if queue:
                 return self._serve(queue.popleft())
         if self._verify_keys():
-            return self._choose(kind, key, norm, alternatives, what, live=live, plain=plain, request=request)
+            return self._choose(
+                kind, key, norm, alternatives, what, live=live, plain=plain, request=request, call_id=call_id
+            )
         if self.live_from is not None and len(self._taken()) == len(self.recorded):
             self._check_checkpoint(kind, key, norm, what)
             self.gone_live = True  # the recorded prefix is done: the fork continues live
@@ -966,6 +1005,16 @@ class Replayer:
         # the run went on from, although the divergence it reports is the first drift's.
         self.unanswered.append(report)
         raise divergence(report if first or self.divergence is None else self.divergence)
+
+    def _same_call_id(self, queue: deque[Any], call_id: str | None) -> list[Any]:
+        """The call of ``queue`` (one match key) recorded with ``call_id``, the id the model gave the
+        tool call asked now, as its own (:func:`_own_call_ids`), or none: the model's answer that
+        asked for it was served from the recording, so its id names the recorded call that answered
+        it, whichever of concurrent runs asks first. A framework that makes its own ids each run, or
+        a call with none, is served in the order of the recording."""
+        if call_id is None:
+            return []
+        return [e for e in queue if self._call_ids.get(e["seq"]) == call_id]
 
     def _same_secrets(
         self, queue: deque[Any], kind: CallKind, norm: dict[str, Any], request: HttpRequest | None
@@ -1156,12 +1205,14 @@ class Replayer:
         same_process = now.get("pid") == then.get("pid")
         return same_process and isinstance(made, int) and isinstance(ended, int) and ended <= made
 
-    def _serve(self, event: Served) -> Served:
+    def _serve(self, event: Served, *, by_id: bool = False) -> Served:
+        """``event`` served (``by_id``: chosen by its ``call_id``, so it went to the call it answered
+        when recorded, whoever asked first: no race to say of it)."""
         self.used.append(event["seq"])
         same_caller = self._same_task(event.get("caller"), runtime.caller())
         if not same_caller:
             self.callers_differ = True
-        group = self._alike.get(event["seq"])
+        group = None if by_id else self._alike.get(event["seq"])
         if group is not None:
             served = [
                 group,

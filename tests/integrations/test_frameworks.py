@@ -1230,3 +1230,129 @@ def test_a_langgraph_tool_asked_for_step_after_step_replays_certain(
     rolls = forkpoint.Session.load(rec.session_path).by_type("tool_call")
     assert len({r["result"] for r in rolls}) == len(rolls) == 2, rolls
     assert summary_line(rp.report()).startswith("replay ok: "), summary_line(rp.report())
+
+
+def _roll_then_say(request: dict[str, Any]) -> Any:
+    """A model asked by several runs at once (each its own first message): it asks for a roll of
+    six, with a fresh random id as OpenAI gives, then says what the roll gave."""
+    from tests.modelserver import chat_completion, json_reply
+
+    body = request["body"]
+    messages = [m for m in body["messages"] if m["role"] != "system"]
+    user, last = messages[0]["content"], messages[-1]
+    if last["role"] == "tool":
+        return json_reply(
+            chat_completion(f"chatcmpl-{user}-2", body["model"], text=f"rolled {last['content']}")
+        )
+    return json_reply(
+        chat_completion(f"chatcmpl-{user}-1", body["model"], tool_calls=[("roll", {"sides": 6})])
+    )
+
+
+def _asked_a_then_b(said: dict[str, Any]) -> bool:
+    """Run a rolled (:data:`_rolls`) before run b, by what each said (:func:`_roll_then_say`)."""
+    return int(said["a"].removeprefix("rolled ")) + 1 == int(said["b"].removeprefix("rolled "))
+
+
+def test_concurrent_langgraph_runs_asking_the_same_tool_each_get_their_own_answer_on_replay(
+    tmp_path: Path, server: Any
+) -> None:
+    """Two LangGraph runs in two threads (two users of one service) asked for the same roll,
+    answered differently (run a first: 0, then run b: 1). Replayed, b asked first and got a's
+    answer, as identical calls are served in the order they were recorded: the model's id for each
+    call (``tool_call_id``, served back with its recorded answer) was not in what chose the
+    recorded call, so the runs could not be told apart."""
+    import threading
+
+    server.route("/v1/chat/completions", _roll_then_say)
+
+    def run(first: str) -> dict[str, Any]:
+        turns = {"a": threading.Event(), "b": threading.Event()}
+        got: dict[str, Any] = {}
+
+        def user(name: str, then: str) -> None:
+            model = ChatOpenAI(model="m", base_url=server.openai_base_url, api_key=API_KEY, max_retries=0)
+
+            def call_model(state: MessagesState) -> dict[str, Any]:
+                if len(state["messages"]) == 1:
+                    turns[name].wait(30)  # (this run asks for its roll at its turn)
+                else:
+                    turns[then].set()  # (its roll is done: the other's turn)
+                return {"messages": [model.bind_tools([lg_roll]).invoke(state["messages"])]}
+
+            graph = StateGraph(MessagesState)
+            graph.add_node("model", call_model)
+            graph.add_node("tools", ToolNode([lg_roll]))
+            graph.add_edge(START, "model")
+            graph.add_conditional_edges("model", tools_condition)
+            graph.add_edge("tools", "model")
+            try:
+                got[name] = graph.compile().invoke({"messages": [("user", name)]})["messages"][-1].content
+            except Exception as exc:
+                got[name] = exc
+                turns[then].set()
+
+        workers = [threading.Thread(target=user, args=(n, "b" if n == "a" else "a")) for n in "ab"]
+        for w in workers:
+            w.start()
+        turns[first].set()
+        for w in workers:
+            w.join(60)
+        return got
+
+    from forkpoint.replay import summary_line
+
+    with forkpoint.record(store=tmp_path / "store") as rec:
+        live = run(first="a")
+    rolls = forkpoint.Session.load(rec.session_path).by_type("tool_call")
+    assert _asked_a_then_b(live) and len({r["result"] for r in rolls}) == 2, rolls
+    server.stop()
+    with forkpoint.replay(rec.session_path) as rp:
+        replayed = run(first="b")
+    assert replayed == live, replayed
+    assert summary_line(rp.report()).startswith("replay ok: "), summary_line(rp.report())
+
+
+def test_concurrent_agents_sdk_runs_asking_the_same_tool_each_get_their_own_answer_on_replay(
+    tmp_path: Path, server: Any
+) -> None:
+    """Two Agents SDK runs gathered on one loop asked for the same roll, answered differently (run
+    a first: 0, then run b: 1); replayed, b asked first and got a's answer. The model's id for
+    each call (``ToolContext.tool_call_id``) now chooses the recorded call."""
+    from forkpoint.replay import summary_line
+
+    server.route("/v1/chat/completions", _roll_then_say)
+    client = AsyncOpenAI(base_url=server.openai_base_url, api_key=API_KEY, max_retries=0)
+    roller = SdkAgent(
+        name="roller",
+        model=OpenAIChatCompletionsModel(model="m", openai_client=client),
+        tools=[sdk_roll],
+    )
+
+    class Turns(agents.RunHooks[Any]):  # (each run asks for its roll at its turn)
+        def __init__(self, mine: asyncio.Event, then: asyncio.Event) -> None:
+            self.mine, self.then = mine, then
+
+        async def on_tool_start(self, context: Any, agent: Any, tool: Any) -> None:
+            await self.mine.wait()
+
+        async def on_tool_end(self, context: Any, agent: Any, tool: Any, result: Any) -> None:
+            self.then.set()
+
+    async def runs(first: str) -> dict[str, Any]:
+        turns = {"a": asyncio.Event(), "b": asyncio.Event()}
+        turns[first].set()
+        done = await asyncio.gather(
+            *(Runner.run(roller, n, hooks=Turns(turns[n], turns["b" if n == "a" else "a"])) for n in "ab")
+        )
+        return {n: r.final_output for n, r in zip("ab", done, strict=True)}
+
+    with forkpoint.record(store=tmp_path / "store") as rec:
+        live = asyncio.run(runs("a"))
+    rolls = forkpoint.Session.load(rec.session_path).by_type("tool_call")
+    assert _asked_a_then_b(live) and len({r["result"] for r in rolls}) == 2, rolls
+    assert all(r.get("call_id") for r in rolls), rolls
+    server.stop()
+    with forkpoint.replay(rec.session_path) as rp:
+        assert asyncio.run(runs("b")) == live
+    assert summary_line(rp.report()).startswith("replay ok: "), summary_line(rp.report())

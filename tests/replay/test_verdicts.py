@@ -982,6 +982,59 @@ def test_identical_calls_made_by_threads_each_started_after_the_call_before_ende
     assert summary_line(rp.report()).startswith("replay ok, but not certain: 2 identical calls")
 
 
+def test_identical_tool_calls_go_to_the_call_of_their_recorded_id_whichever_asks_first(store: Path) -> None:
+    """Concurrent runs (two LangGraph graphs in two threads) asked for the same tool with the same
+    arguments, answered differently; replayed, they asked in the other order and each got the
+    other's answer: identical calls were served in the order they were recorded, though each was
+    asked for by an answer of the model, served from the recording, that gave it an id of its own.
+    The id chooses now, and a call served by it raced nothing. Ids that name no recorded call (a
+    framework's own, made afresh each run), or that several calls share, leave the order rule."""
+    import itertools
+    import threading
+
+    from forkpoint.integrations.base import run_tool_sync
+
+    counter = itertools.count()
+
+    def roll(call_id: str | None) -> int:
+        return int(run_tool_sync("roll", {"sides": 6}, lambda: next(counter), call_id=call_id))
+
+    def runs(first: str, ids: dict[str, str | None]) -> dict[str, int]:
+        got: dict[str, int] = {}
+        turns = {"a": threading.Event(), "b": threading.Event()}
+
+        def run(name: str, then: str) -> None:
+            turns[name].wait(30)
+            got[name] = roll(ids[name])
+            turns[then].set()
+
+        workers = [threading.Thread(target=run, args=(n, "b" if n == "a" else "a")) for n in "ab"]
+        for w in workers:
+            w.start()
+        turns[first].set()
+        for w in workers:
+            w.join(30)
+        return got
+
+    with forkpoint.record(store=store) as rec:
+        assert runs("a", {"a": "call_a", "b": "call_b"}) == {"a": 0, "b": 1}
+    rolls = Session.load(rec.session_path).by_type("tool_call")
+    assert [r["call_id"] for r in rolls] == ["call_a", "call_b"], rolls
+    with forkpoint.replay(rec.session_path) as rp:
+        assert runs("b", {"a": "call_a", "b": "call_b"}) == {"a": 0, "b": 1}
+    assert rp.report()["ambiguous"] == [] and summary_line(rp.report()).startswith("replay ok: 2/2")
+
+    with forkpoint.replay(rec.session_path) as rp:  # (ids of this run's own: the recorded order)
+        assert runs("b", {"a": "call_x", "b": "call_y"}) == {"b": 0, "a": 1}
+    assert summary_line(rp.report()).startswith("replay ok, but not certain: 2 identical calls")
+
+    with forkpoint.record(store=store) as rec:  # (one id for both: it tells nothing)
+        assert runs("a", {"a": "call_0_0", "b": "call_0_0"}) == {"a": 2, "b": 3}
+    with forkpoint.replay(rec.session_path) as rp:
+        assert runs("b", {"a": "call_0_0", "b": "call_0_0"}) == {"b": 2, "a": 3}
+    assert summary_line(rp.report()).startswith("replay ok, but not certain: 2 identical calls")
+
+
 def test_identical_calls_answered_differently_and_served_to_several_asyncio_tasks_are_not_called_certain(
     store: Path,
 ) -> None:
