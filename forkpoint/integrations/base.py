@@ -326,6 +326,13 @@ def run_tool_sync(
         return call_tool(name, args, body, encode, call_id=call_id)
 
 
+def tool_call_id(ctx: Any) -> str | None:
+    """The id the model gave the tool call a framework's context ``ctx`` is for (its
+    ``tool_call_id``: the Agents SDK's ``ToolContext``, pydantic-ai's ``RunContext``), or None."""
+    found = getattr(ctx, "tool_call_id", None)
+    return found if isinstance(found, str) else None
+
+
 def _bound_method(fn: Any) -> Any:
     """The bound method ``fn`` is, or wraps (``__wrapped__``: agno runs a toolkit's method through
     pydantic's ``validate_call``), or None."""

@@ -37,7 +37,17 @@ import orjson
 
 from .. import runtime
 from ..capture.tracebacks import hidden
-from .base import Integration, calls_mcp, is_forkpoint_tool, is_json, jsonable, replace, run_tool, stored_form
+from .base import (
+    Integration,
+    calls_mcp,
+    is_forkpoint_tool,
+    is_json,
+    jsonable,
+    replace,
+    run_tool,
+    stored_form,
+    tool_call_id,
+)
 
 
 def parse_arguments(text: str) -> dict[str, Any]:
@@ -118,8 +128,6 @@ def patch(module: ModuleType) -> None:
                 return await original(self, ctx, input)
             impl = self._invoke_tool_impl
             name = str(tool.name)
-            call_id = getattr(ctx, "tool_call_id", None)  # (a ToolContext's: the model's id for the call)
-            call_id = call_id if isinstance(call_id, str) else None
 
             async def recorded(ctx: Any, input: str) -> Any:  # noqa: A002
                 with hidden:
@@ -130,7 +138,7 @@ def patch(module: ModuleType) -> None:
                         lambda output: encode_output(tool, output),
                         # (the run's context, which tools may change for the rest of the run to read)
                         watch={"context": getattr(ctx, "context", None)},
-                        call_id=call_id,
+                        call_id=tool_call_id(ctx),
                     )
 
             functools.update_wrapper(recorded, impl)

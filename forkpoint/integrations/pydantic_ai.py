@@ -8,7 +8,9 @@ before the per-tool timeout; prefixing and renaming wrappers hand it the toolset
 Output tools (structured output) and MCP tools are other toolsets and are not touched.
 
 The event's ``tool`` is that name (the function's, unless given another), ``args`` the validated
-arguments in pydantic's JSON form (the ``RunContext`` is not one of them), ``result`` the return
+arguments in pydantic's JSON form (the ``RunContext`` is not one of them), ``call_id`` the model's
+id for the call (``RunContext.tool_call_id``: a replay tells identical calls of concurrent runs
+apart by it), ``result`` the return
 value, typed (:func:`.base.stored_form`; a value with no stored form is said while recording and
 left unrecorded, as a plain tool's is: a replay stops there). A ``ModelRetry`` raised by the tool is
 recorded as an error and raised again on replay, so the retry prompt the model sees is the same.
@@ -30,7 +32,16 @@ from typing import Any
 
 from .. import runtime
 from ..capture.tracebacks import hidden
-from .base import Integration, is_forkpoint_tool, is_json, jsonable, replace, run_tool, stored_form
+from .base import (
+    Integration,
+    is_forkpoint_tool,
+    is_json,
+    jsonable,
+    replace,
+    run_tool,
+    stored_form,
+    tool_call_id,
+)
 
 
 def _function_of(tool: Any) -> Any:
@@ -61,6 +72,7 @@ def patch(module: ModuleType) -> None:
                 live,
                 encode_result,
                 watch={"ctx.deps": getattr(ctx, "deps", None)},  # (the agent's dependencies: its state)
+                call_id=tool_call_id(ctx),
             )
             return out if ran else decode_result(out)  # (a live result is handed on as it is)
 

@@ -1356,3 +1356,50 @@ def test_concurrent_agents_sdk_runs_asking_the_same_tool_each_get_their_own_answ
     with forkpoint.replay(rec.session_path) as rp:
         assert asyncio.run(runs("b")) == live
     assert summary_line(rp.report()).startswith("replay ok: "), summary_line(rp.report())
+
+
+def test_concurrent_pydantic_ai_runs_asking_the_same_tool_each_get_their_own_answer_on_replay(
+    tmp_path: Path, server: Any
+) -> None:
+    """Two pydantic-ai runs gathered on one loop, stepped through with ``Agent.iter``, asked for the
+    same roll, answered differently (run a first); replayed, b asked first and got a's answer. The
+    model's id for each call (``RunContext.tool_call_id``) now chooses the recorded call."""
+    from pydantic_ai import CallToolsNode
+
+    from forkpoint.replay import summary_line
+
+    server.route("/v1/chat/completions", _roll_then_say)
+    roller = Agent(
+        OpenAIChatModel("m", provider=OpenAIProvider(base_url=server.openai_base_url, api_key=API_KEY))
+    )
+
+    @roller.tool_plain
+    def roll(sides: int) -> int:
+        """Roll a die."""
+        return next(_rolls)
+
+    async def runs(first: str) -> dict[str, Any]:
+        turns = {"a": asyncio.Event(), "b": asyncio.Event()}
+        turns[first].set()
+
+        async def run(name: str, then: str) -> Any:
+            async with roller.iter(name) as steps:
+                async for step in steps:
+                    if isinstance(step, CallToolsNode) and step.model_response.tool_calls:
+                        await turns[name].wait()  # (this run calls its tools at its turn)
+                    elif len(steps.ctx.state.message_history) > 2:
+                        turns[then].set()
+            assert steps.result is not None
+            return steps.result.output
+
+        return dict(zip("ab", await asyncio.gather(run("a", "b"), run("b", "a")), strict=True))
+
+    with forkpoint.record(store=tmp_path / "store") as rec:
+        live = asyncio.run(runs("a"))
+    rolls = forkpoint.Session.load(rec.session_path).by_type("tool_call")
+    assert _asked_a_then_b(live) and len({r["result"] for r in rolls}) == 2, rolls
+    assert all(r.get("call_id") for r in rolls), rolls
+    server.stop()
+    with forkpoint.replay(rec.session_path) as rp:
+        assert asyncio.run(runs("b")) == live
+    assert summary_line(rp.report()).startswith("replay ok: "), summary_line(rp.report())
