@@ -627,6 +627,7 @@ def retries(event: Mapping[str, Any], previous: Mapping[str, Any] | None) -> boo
 
 
 _E = TypeVar("_E", bound=Mapping[str, Any])
+_K = TypeVar("_K")
 
 
 def process_of(event: Mapping[str, Any]) -> Any:
@@ -687,6 +688,30 @@ def answered_call(tool: str, args: Any, calls: Sequence[_E]) -> _E | None:
         or next((c for c, a in asked if _given_in(a, args)), None)
         or next(iter(named), None)
     )
+
+
+def asking_call(
+    event: Mapping[str, Any], args: Any, pending: Sequence[tuple[_K, list[_E]]]
+) -> tuple[_K, _E] | None:
+    """Of the model calls whose tool calls are not all answered yet (``pending``, in the order they
+    were made: each as what the caller knows it by and the tool calls it asked for, as
+    :func:`answered_call` reads them), the one the recorded tool call ``event`` (with ``args``,
+    plain JSON) answers, and the call it asked for: the one with the id the tool call was recorded
+    with (``call_id``), else the latest with a call it answers (:func:`answered_call`: concurrent
+    runs asking the same tool are told apart by the id only). None when none has."""
+    tool, call_id = str(event.get("tool")), event.get("call_id")
+    if isinstance(call_id, str):
+        for key, calls in reversed(pending):
+            hit = next(
+                (c for c in calls if c.get("id") == call_id and tool_matches(tool, c.get("name"))), None
+            )
+            if hit is not None:
+                return key, hit
+    for key, calls in reversed(pending):
+        hit = answered_call(tool, args, calls)
+        if hit is not None:
+            return key, hit
+    return None
 
 
 def _given_in(asked: Any, recorded: Any) -> bool:

@@ -31,7 +31,7 @@ from typing import Any
 
 from ._version import __version__
 from .checkpoint import manifest_rows
-from .events import answered_call, endpoint, in_start_order, in_tool, mcp_tool_error, retries, tool_spans
+from .events import asking_call, endpoint, in_start_order, in_tool, mcp_tool_error, retries, tool_spans
 from .files import write_private
 from .log import Session, SessionError, json_text, to_json
 from .outcome import arms_of, by_checkpoint
@@ -479,15 +479,16 @@ def view_model(
                 failed = mcp_tool_error(e)
                 if failed is not None:
                     v["mcp_error"] = failed
-            for model_seq, made_in, calls in reversed(pending):
-                if made_in != e.get("parent_span_id"):  # (a sub-agent's tool answers its own model call)
-                    continue
-                hit = answered_call(str(e.get("tool")), v["args"], calls)
-                if hit is not None:
-                    calls.remove(hit)
-                    v["call_id"] = hit.get("id")
-                    v["requested_by"] = model_seq
-                    break
+            # (a sub-agent's tool answers its own model call)
+            here = [
+                ((seq, calls), calls) for seq, made_in, calls in pending if made_in == e.get("parent_span_id")
+            ]
+            found = asking_call(e, v["args"], here)
+            if found is not None:
+                (model_seq, calls), hit = found
+                calls.remove(hit)
+                v["call_id"] = hit.get("id")
+                v["requested_by"] = model_seq
             stats["tool_calls"] += 1
         elif kind == "checkpoint":
             v.update(_checkpoint_view(e))

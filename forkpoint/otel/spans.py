@@ -15,7 +15,7 @@ from typing import Any
 
 from .. import providers
 from ..errors import SessionError
-from ..events import answered_call, mcp_tool_error, parse_time
+from ..events import asking_call, mcp_tool_error, parse_time
 from ..log import Session, to_json
 from . import attributes
 
@@ -270,18 +270,15 @@ class TraceBuilder:
         self, event: Mapping[str, Any], parent_id: int
     ) -> tuple[int, str | None, dict[str, Any] | None]:
         """(parent span, call id, tool definition) of a tool call: a tool is nested under the model
-        call that asked for it (the latest one with an unanswered call of that name) made in the
-        same span as the tool: the root, or a tool whose body runs a sub-agent."""
-        tool = str(event.get("tool"))
-        args = to_json(event.get("args"))
-        for asked in reversed(self._asked):
-            if asked.parent_id != parent_id:
-                continue
-            hit = answered_call(tool, args, asked.calls)
-            if hit is not None:
-                asked.calls.remove(hit)
-                return asked.span_id, hit.get("id"), asked.tools.get(str(hit.get("name")))
-        return parent_id, None, None
+        call that asked for it (:func:`~forkpoint.events.asking_call`) made in the same span as the
+        tool: the root, or a tool whose body runs a sub-agent."""
+        pending = [(asked, asked.calls) for asked in self._asked if asked.parent_id == parent_id]
+        found = asking_call(event, to_json(event.get("args")), pending)
+        if found is None:
+            return parent_id, None, None
+        asked, hit = found
+        asked.calls.remove(hit)
+        return asked.span_id, hit.get("id"), asked.tools.get(str(hit.get("name")))
 
     def finish(self) -> SpanPlan:
         """The root span, once every event is read: from the session's creation (or its first event)

@@ -435,6 +435,50 @@ def test_parallel_tool_calls_answered_out_of_order_get_their_own_call_ids(
     assert ids == {"Paris": "call_0_0", "London": "call_0_1"}
 
 
+def test_tool_calls_of_concurrent_runs_are_nested_under_their_own_model_calls(
+    tmp_path: Path, server: LocalServer
+) -> None:
+    """Two runs (two LangGraph graphs in two threads) each asked the model, then ran the same roll:
+    a tool span went under the latest model call with an unanswered roll, so run a's roll showed
+    under run b's model call with b's ``gen_ai.tool.call.id`` (and in the HTML page, as asked by
+    it). The id the model gave each call, recorded with it (``call_id``), places it now."""
+    from forkpoint.html import view_model
+    from forkpoint.integrations.base import run_tool_sync
+    from tests.modelserver import chat_completion, json_reply
+
+    def ask(request: dict[str, Any]) -> Any:  # (each run's own id, as OpenAI gives ids)
+        user = request["body"]["messages"][0]["content"]
+        return json_reply(
+            chat_completion(
+                f"chatcmpl-{user}", "m", tool_calls=[("roll", {"sides": 6})], call_ids=[f"call_{user}"]
+            )
+        )
+
+    server.route("/v1/chat/completions", ask)
+    client = openai.OpenAI(base_url=server.openai_base_url, api_key="sk-test")
+    with forkpoint.record(store=tmp_path) as rec:
+        for user in "ab":
+            client.chat.completions.create(model="m", messages=[{"role": "user", "content": user}])
+        for roll, user in enumerate("ab"):
+            run_tool_sync("roll", {"sides": 6}, lambda roll=roll: roll, call_id=f"call_{user}")
+    session = Session.load(rec.session_path)
+    spans = plan(session, content=True)
+    models = {s.span_id: s.attributes["gen_ai.response.id"] for s in spans if s.name == "chat m"}
+    rolls = {
+        s.attributes["gen_ai.tool.call.result"]: (models[s.parent_id], s.attributes["gen_ai.tool.call.id"])
+        for s in spans
+        if s.name == "execute_tool roll"
+    }
+    assert rolls == {"0": ("chatcmpl-a", "call_a"), "1": ("chatcmpl-b", "call_b")}, rolls
+    asked = {e["seq"]: e["response"]["body"]["id"] for e in session.by_type("model_call")}
+    shown = [
+        (e.get("call_id"), asked[e["requested_by"]])
+        for e in view_model(session)["events"]
+        if e["type"] == "tool_call"
+    ]
+    assert shown == [("call_a", "chatcmpl-a"), ("call_b", "chatcmpl-b")], shown
+
+
 def record_sub_agent(store: Path, make_server: Any) -> Path:
     """A session where the top-level model asks for ``research`` and ``get_weather`` (Paris), and
     ``research``'s body runs a sub-agent whose model asks for ``get_weather`` (Oslo) too."""
