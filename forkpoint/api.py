@@ -324,7 +324,8 @@ def replay(
     ``report_path``). Raises :class:`~forkpoint.errors.ForkpointError` when a recording or replay
     is already active in this process (before anything is written or set),
     :class:`~forkpoint.errors.OverrideError` for an override that does not
-    fit the session, :class:`~forkpoint.errors.SessionError` for one that cannot be read,
+    fit the session, :class:`~forkpoint.errors.UsageError` for one that would never apply (a call
+    the run makes live, or one made inside a tool call the replay serves whole), :class:`~forkpoint.errors.SessionError` for one that cannot be read,
     :class:`~forkpoint.errors.ConfigError` for a bad ignore rule.
     """
     from .replay import (
@@ -344,7 +345,9 @@ def replay(
     parsed = [o if isinstance(o, Override) else override.parse(o) for o in overrides]
     # Check every override fits the session before a child session is written for the run.
     calls = session.calls()
-    for line in override.untyped(override.resolve(parsed, calls), calls):
+    resolved = override.resolve(parsed, calls)
+    override.refuse_unreached(resolved, calls, models=models, tools=tools, live_tools=live_tools)
+    for line in override.untyped(resolved, calls):
         say(line)
     rules = _rules(ignore, "forkpoint.replay(ignore=…)")
     targets = checked_tools(

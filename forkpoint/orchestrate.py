@@ -796,9 +796,6 @@ def check_overrides(
     from . import override
 
     calls = session.calls()
-    kinds = {int(e["seq"]): str(e["type"]) for e in calls}
-    parents = {int(e["seq"]): e.get("parent_span_id") for e in calls}
-    tool_calls = {e.get("span_id"): e for e in calls if e["type"] == "tool_call" and e.get("span_id")}
     try:
         resolved = override.resolve([override.parse(spec) for spec in specs], calls)
     except OverrideError as exc:
@@ -806,29 +803,7 @@ def check_overrides(
         parent = (session.header.get("parent") or {}).get("session_id")
         what = f", a what-if of {parent}" if parent else ""
         raise OverrideError(f"{exc} (session {session.id}{what})") from None
-    for seq, o in resolved.items():
-        kind = kinds[seq]
-        why = (
-            "--tools live: every tool runs for real"
-            if kind == "tool_call" and tools == "live"
-            else "--models live: every model call is made for real"
-            if kind == "model_call" and models == "live"
-            else f"it was recorded after checkpoint seq {live_from}, from which every call is live"
-            if live_from is not None and seq > live_from
-            else None
-        )
-        if why is not None:
-            raise UsageError(
-                f"override {o.spec!r} names event seq {seq}, a {kind.replace('_', ' ')} this run makes live "
-                f"({why}): it would never apply"
-            )
-        outer = tool_calls.get(parents[seq])
-        if outer is not None:  # (the replay serves the outer call's result and never runs its body)
-            raise UsageError(
-                f"override {o.spec!r} names event seq {seq}, a {kind.replace('_', ' ')} made inside tool call "
-                f"{outer['tool']} (seq {outer['seq']}), which a replay serves whole without running it: it "
-                f"would never apply. Override that call's result instead (seq:{outer['seq']})"
-            )
+    override.refuse_unreached(resolved, calls, models=models, tools=tools, live_from=live_from)
     for line in override.untyped(resolved, calls):
         say(line)
 

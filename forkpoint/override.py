@@ -37,7 +37,7 @@ from typing import Any
 
 import orjson
 
-from .errors import OverrideError
+from .errors import OverrideError, UsageError
 from .events import in_tool, tool_spans
 from .log import from_json, read_json_text
 from .patterns import compiled_later
@@ -155,6 +155,60 @@ def resolve(overrides: list[Override], events: Sequence[Mapping[str, Any]]) -> d
         apply(event, o, schemas)  # a value that does not fit this call is refused now, not inside the agent
         out[event["seq"]] = o
     return out
+
+
+def refuse_unreached(
+    resolved: Mapping[int, Override],
+    events: Sequence[Mapping[str, Any]],
+    *,
+    models: str = "replay",
+    tools: str = "replay",
+    live_tools: Sequence[str] = (),
+    live_from: int | None = None,
+) -> None:
+    """Raise :class:`UsageError` for one of the ``resolved`` overrides (:func:`resolve`) that would
+    never apply: it names a call the run makes live (``models``/``tools`` ``"live"``, a tool in
+    ``live_tools``, or past ``live_from``: a fork's checkpoint), or one made inside a recorded tool
+    call that the replay serves whole (an agno team member's, inside ``delegate_task_to_member``),
+    whose body, which made it, does not run."""
+    by_seq = {int(e["seq"]): e for e in events}
+    by_span = {e["span_id"]: e for e in events if e["type"] == "tool_call" and e.get("span_id")}
+    for seq, o in resolved.items():
+        event = by_seq[seq]
+        kind = str(event["type"])
+        enclosing = []  # the tool calls it was made in, innermost first
+        outer = by_span.get(event.get("parent_span_id"))
+        while outer is not None:
+            enclosing.append(outer)
+            outer = by_span.get(outer.get("parent_span_id"))
+        why = (
+            "--tools live: every tool runs for real"
+            if kind == "tool_call" and tools == "live"
+            else "--tools live: every tool runs for real, and what its body calls is live too"
+            if enclosing and tools == "live"
+            else f"live_tools: {event['tool']} runs for real"
+            if kind == "tool_call" and event["tool"] in live_tools
+            else "--models live: every model call is made for real"
+            if kind == "model_call" and models == "live"
+            else f"it was recorded after checkpoint seq {live_from}, from which every call is live"
+            if live_from is not None and seq > live_from
+            else None
+        )
+        if why is not None:
+            raise UsageError(
+                f"override {o.spec!r} names event seq {seq}, a {kind.replace('_', ' ')} this run makes live "
+                f"({why}): it would never apply"
+            )
+        # (a tool in live_tools runs its body, which asks for this call again; one served does not)
+        served = [e for e in enclosing if e["tool"] not in live_tools]
+        if served:
+            outermost = served[-1]
+            raise UsageError(
+                f"override {o.spec!r} names event seq {seq}, a {kind.replace('_', ' ')} made inside tool call "
+                f"{outermost['tool']} (seq {outermost['seq']}), which a replay serves whole without running it: "
+                f"it would never apply. Override that call's result instead (seq:{outermost['seq']}), or run it "
+                f"live (forkpoint.replay(live_tools=[{outermost['tool']!r}]))"
+            )
 
 
 def untyped(resolved: Mapping[int, Override], events: Sequence[Mapping[str, Any]]) -> list[str]:

@@ -25,6 +25,7 @@ from click.testing import CliRunner
 
 import forkpoint
 from forkpoint.cli import main
+from forkpoint.errors import UsageError
 from forkpoint.replay import summary_line
 from forkpoint.store import session_dirs
 from tests.modelserver import LocalServer, Reply, Request, Stream, chat_chunks, chat_completion, json_reply
@@ -434,15 +435,8 @@ def agno_team_route(request: Request) -> Reply:
     return json_reply(chat_completion("chatcmpl-1", "m", tool_calls=step, call_ids=["call_1"]))
 
 
-@pytest.mark.slow
-def test_an_override_of_a_tool_call_inside_an_agno_team_member_is_refused(
-    ledger_file: Path, tmp_path: Path
-) -> None:
-    """An agno team's member runs inside the leader's tool call ``delegate_task_to_member``, which
-    a replay serves whole: an override of the member's tool call never applied, the replay said
-    "replay ok" and that the override was "never reached (the run went another way first)", though
-    the run went no other way. It is refused before anything runs, naming the call it is part of."""
-    pytest.importorskip("agno")
+def run_agno_team(url: str) -> str:
+    """A team whose leader hands the task to its member ``adder`` (``agno_team_route``)."""
     from agno.agent import Agent
     from agno.models.openai import OpenAIChat
     from agno.team import Team
@@ -452,84 +446,104 @@ def test_an_override_of_a_tool_call_inside_an_agno_team_member_is_refused(
         ledger(f"add {a} {b}")
         return Total(a + b)
 
+    model = OpenAIChat(id="m", base_url=url + "/v1", api_key=API_KEY, max_retries=0)
+    member = Agent(name="adder", id="adder", role="Adds", model=model, tools=[add], telemetry=False)
+    return str(Team(members=[member], model=model, telemetry=False).run(TASK).content)
+
+
+def record_agno_team(store: Path) -> tuple[forkpoint.Session, str]:
+    """The team's run recorded in ``store`` (its session, and the stopped server's URL)."""
+    pytest.importorskip("agno")
     with LocalServer() as server:
         server.route("/v1/chat/completions", agno_team_route, method="POST")
-        model = OpenAIChat(id="m", base_url=server.url + "/v1", api_key=API_KEY, max_retries=0)
-        member = Agent(name="adder", id="adder", role="Adds", model=model, tools=[add], telemetry=False)
-        with forkpoint.record(store=tmp_path / "store") as rec:
-            assert Team(members=[member], model=model, telemetry=False).run(TASK).content == "5"
-    assert ledger_file.read_text() == "add 2 3\n"
-    session = forkpoint.Session.load(rec.session_path)
+        with forkpoint.record(store=store) as rec:
+            assert run_agno_team(server.url) == "5"
+    assert LEDGER["path"].read_text() == "add 2 3\n"
+    return forkpoint.Session.load(rec.session_path), server.url
+
+
+#: What if the member's ``add`` had returned 6?
+ADD_6 = 'tool:add.result={"$type": "tests.integrations.test_tool_frameworks:Total", "kind": "dataclass", "value": {"value": 6}}'
+
+
+def refused_inside(said: str, session: forkpoint.Session) -> None:
+    """``said`` refuses ``ADD_6`` as made inside the leader's ``delegate_task_to_member``."""
     delegate, inner = (
         next(e for e in session.by_type("tool_call") if e["tool"] == n)
         for n in ("delegate_task_to_member", "add")
     )
-    spec = 'tool:add.result={"$type": "tests.integrations.test_tool_frameworks:Total", "kind": "dataclass", "value": {"value": 6}}'
-    # (a command: the session recorded itself here; refused before it starts, it never runs)
-    command = ["--", sys.executable, "-c", "pass"]
-    res = CliRunner().invoke(main, ["replay", str(rec.session_path), "--override", spec, *command])
-    said = " ".join(res.output.split())
-    assert res.exit_code == 2, res.output
+    said = " ".join(said.split())
     assert (
         f"names event seq {inner['seq']}, a tool call made inside tool call delegate_task_to_member (seq {delegate['seq']})"
         in said
     ), said
     assert f"it would never apply. Override that call's result instead (seq:{delegate['seq']})" in said, said
-    assert session_dirs(tmp_path / "store") == [rec.session_path]  # nothing ran: no what-if session
-
-
-MODULE_TOOL = """
-TOOL_SPEC = {
-    "name": "weather",
-    "description": "The weather of a city.",
-    "inputSchema": {"json": {"type": "object", "properties": {"city": {"type": "string"}}}},
-}
-
-
-def weather(tool, **invocation_state):
-    with open(LEDGER, "a", encoding="utf-8") as f:
-        f.write("weather " + tool["input"]["city"] + "\\n")
-    return {"toolUseId": tool["toolUseId"], "status": "success", "content": [{"text": "sunny"}]}
-"""
 
 
 @pytest.mark.slow
-def test_a_strands_module_tool_is_recorded_with_the_model_s_input(
-    ledger_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+def test_an_override_of_a_tool_call_inside_an_agno_team_member_is_refused(
+    ledger_file: Path, tmp_path: Path
 ) -> None:
-    """A strands module tool (a module with ``TOOL_SPEC`` and a function of the tool use, as users
-    write them) was not recorded: the recording said it was never recorded and told the user to name
-    it with --tool, which recorded strands' whole invocation state as its arguments (this run's
-    event loop id, its messages' tracking ids, a time to first byte), so every replay diverged at
-    it. It is recorded under its name with the model's input, and served on replay."""
-    pytest.importorskip("strands")
-    import importlib.util
+    """An agno team's member runs inside the leader's tool call ``delegate_task_to_member``, which
+    a replay serves whole: an override of the member's tool call never applied, the replay said
+    "replay ok" and that the override was "never reached (the run went another way first)", though
+    the run went no other way. It is refused before anything runs, naming the call it is part of."""
+    session, _ = record_agno_team(tmp_path / "store")
+    # (a command: the session recorded itself here; refused before it starts, it never runs)
+    command = ["--", sys.executable, "-c", "pass"]
+    res = CliRunner().invoke(main, ["replay", str(session.path), "--override", ADD_6, *command])
+    assert res.exit_code == 2, res.output
+    refused_inside(res.output, session)
+    assert session_dirs(tmp_path / "store") == [session.path]  # nothing ran: no what-if session
 
-    from strands import Agent
-    from strands.models.openai import OpenAIModel
 
-    path = tmp_path / "weather.py"
-    path.write_text(f"LEDGER = {str(ledger_file)!r}\n" + MODULE_TOOL, encoding="utf-8")
-    spec = importlib.util.spec_from_file_location("weather", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+@pytest.mark.slow
+def test_an_override_inside_an_agno_team_member_applies_in_python_only_when_the_leaders_tool_runs_live(
+    ledger_file: Path, tmp_path: Path
+) -> None:
+    """In Python, ``forkpoint.replay(overrides=[…])`` of the member's tool call ran the team, said
+    "replay ok" and that the override did not apply: it is refused as ``forkpoint replay`` refuses
+    it, before anything runs. With ``live_tools=["delegate_task_to_member"]`` the leader's tool runs
+    for real, so the member's call is asked for and the override applies (the member's model then
+    sees 6, which the recording never sent)."""
+    session, url = record_agno_team(tmp_path / "store")
+    with pytest.raises(UsageError) as refused:
+        with forkpoint.replay(session.path, overrides=[ADD_6]):
+            run_agno_team(url)
+    refused_inside(str(refused.value), session)
+    assert session_dirs(tmp_path / "store") == [session.path]  # nothing ran: no what-if session
 
-    def run(url: str) -> str:
-        model = OpenAIModel(client_args={"base_url": url + "/v1", "api_key": API_KEY}, model_id="m")
-        return str(Agent(model=model, tools=[module], callback_handler=None)("Weather in Paris?")).strip()
+    with forkpoint.replay(session.path, overrides=[ADD_6], live_tools=["delegate_task_to_member"]) as rp:
+        run_agno_team(url)
+    report = rp.report()
+    assert [o["applied"] for o in report["overrides"]] == [True], report["overrides"]
+    assert report["divergence"]["diff"] == [
+        {
+            "op": "changed",
+            "path": "$.body.messages[3].content",
+            "expected": "Total(value=5)",
+            "actual": "Total(value=6)",
+        }
+    ], report["divergence"]
+    assert ledger_file.read_text() == "add 2 3\n"  # (the member's add was served, not run)
 
-    with LocalServer(chat_script=[[("weather", {"city": "Paris"})], "Sunny."]) as server:
-        with forkpoint.record(store=tmp_path / "store") as rec:
-            live = run(server.url)
-    assert live == "Sunny." and ledger_file.read_text() == "weather Paris\n"
-    assert "never recorded" not in capsys.readouterr().err
-    (call,) = forkpoint.Session.load(rec.session_path).by_type("tool_call")
-    assert (call["tool"], call["args"]) == ("weather", {"city": "Paris"})
-    with forkpoint.replay(rec.session_path) as rp:
-        assert run(server.url) == live
-    assert ledger_file.read_text() == "weather Paris\n"  # its body did not run again
-    assert summary_line(rp.report()).startswith("replay ok: "), summary_line(rp.report())
+    # Under tools="live" what a live tool's body calls is live too: an override of the member's
+    # model call is refused as made live; with live_tools it is served, and the override applies.
+    answer = report["divergence"]["expected"]["seq"]  # (the member's answer to add's result)
+    spec = f'seq:{answer}.text="6"'
+    refused_live = f"names event seq {answer}, a model call this run makes live"
+    with (
+        pytest.raises(UsageError, match=refused_live),
+        forkpoint.replay(session.path, overrides=[spec], tools="live"),
+    ):
+        run_agno_team(url)
+    with forkpoint.replay(session.path, overrides=[spec], live_tools=["delegate_task_to_member"]) as rp:
+        run_agno_team(url)
+    report = rp.report()
+    assert [o["applied"] for o in report["overrides"]] == [True], report["overrides"]
+    assert [(d["path"], d["actual"]) for d in report["divergence"]["diff"]] == [
+        ("$.body.messages[3].content", "6")
+    ]
 
 
 @pytest.mark.slow
