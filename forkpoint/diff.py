@@ -208,12 +208,39 @@ def known_sum(values: Iterable[Any]) -> int | None:
     return sum(known) if known else None
 
 
+def _answer_tool(name: Any) -> bool:
+    """Whether ``name`` is a tool by which a framework takes the run's answer, ending it:
+    smolagents' ``final_answer``, pydantic-ai's output tools (``final_result``, and
+    ``final_result_<type>`` for one of several output types)."""
+    return isinstance(name, str) and (
+        name in ("final_answer", "final_result") or name.startswith("final_result_")
+    )
+
+
+def _tool_answer(model_call: Mapping[str, Any], tools: list[Any]) -> str | None:
+    """The answer the model gave in ``model_call`` by a framework's answer tool (:func:`_answer_tool`):
+    the result of the recorded call of that tool made after it (smolagents' ``final_answer``
+    returns the answer), else the model's arguments (pydantic-ai's output tools have no function:
+    the arguments are the output). None when it asked for no such tool."""
+    for c in summary(model_call).get("tool_calls") or ():
+        name = c.get("name") if isinstance(c, dict) else None
+        if not _answer_tool(name):
+            continue
+        ran = next(
+            (t for t in tools if t["tool"] == name and t["seq"] > model_call["seq"] and "result" in t), None
+        )
+        answer = ran["result"] if ran is not None else _maybe_json(c.get("arguments"))
+        return answer if isinstance(answer, str) else json.dumps(answer, ensure_ascii=False)
+    return None
+
+
 def totals(session: Session) -> dict[str, Any]:
     """What a run amounts to: ``turns`` (model calls: no telemetry, MCP or plain HTTP), ``tools``
     (calls by name), ``tool_errors`` (raised, or an MCP tool's ``isError`` answer),
     ``tokens`` (``input``/``output``, summed over the model calls' usage, None when none reported it; input with the tokens the
     prompt cache read and wrote, as :func:`~forkpoint.providers.genai_usage` counts them), ``model_ms`` (the model
-    calls' summed wall time, ms), ``final_answer`` (the last model text) and ``exit_code``."""
+    calls' summed wall time, ms), ``final_answer`` (the last model text, or the answer a framework
+    took by a tool: :func:`_tool_answer`) and ``exit_code``."""
     models = [m for m in session.by_type("model_call") if summary(m)["kind"] == "model"]
     tools = session.by_type("tool_call")
     # (input tokens with the prompt cache's, which Anthropic's own count leaves out: genai_usage)
@@ -223,7 +250,7 @@ def totals(session: Session) -> dict[str, Any]:
     tokens_out = known_sum(u.get("output_tokens") for u in usages)
     final = None
     for m in reversed(models):
-        final = response_text(m["request"]["url"], recorded_response(m))
+        final = response_text(m["request"]["url"], recorded_response(m)) or _tool_answer(m, tools)
         if final:
             break
     end = session.end()

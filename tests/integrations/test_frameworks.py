@@ -424,6 +424,36 @@ def test_a_frameworks_own_tools_are_not_said_to_be_unrecorded(
     assert end is not None and not end.get("unrecorded_tools")
 
 
+def test_the_final_answer_of_a_run_with_an_output_type_is_its_output(tmp_path: Path) -> None:
+    """pydantic-ai takes an ``output_type=`` by its output tool (``final_result``, no model text):
+    ``forkpoint diff``, ``check --models live``'s A/B rows (``totals``) said "final answer —"; it
+    is the arguments the model gave the tool. (The Agents SDK asks for a JSON answer as text.)"""
+    from pydantic import BaseModel
+
+    from forkpoint.diff import totals
+    from tests.modelserver import LocalServer
+
+    class Weather(BaseModel):
+        city: str
+        summary: str
+
+    answer = {"city": "Paris", "summary": "sunny"}
+    with (
+        LocalServer(chat_script=[[("final_result", answer)]]) as srv,
+        forkpoint.record(store=tmp_path) as pai,
+    ):
+        model = OpenAIChatModel("m", provider=OpenAIProvider(base_url=srv.openai_base_url, api_key=API_KEY))
+        assert Agent(output_type=Weather).run_sync("Weather?", model=model).output == Weather(**answer)
+    with LocalServer(chat_script=[json.dumps(answer)]) as srv, forkpoint.record(store=tmp_path) as sdk:
+        client = AsyncOpenAI(base_url=srv.openai_base_url, api_key=API_KEY, max_retries=0)
+        agent = SdkAgent(
+            name="w", model=OpenAIChatCompletionsModel(model="m", openai_client=client), output_type=Weather
+        )
+        assert Runner.run_sync(agent, "Weather?").final_output == Weather(**answer)
+    for rec in (pai, sdk):
+        assert json.loads(totals(forkpoint.Session.load(rec.session_path))["final_answer"]) == answer
+
+
 def test_an_agents_sdk_tool_the_program_did_not_call_is_not_said_to_need_naming(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -25,6 +25,7 @@ from click.testing import CliRunner
 
 import forkpoint
 from forkpoint.cli import main
+from forkpoint.diff import totals
 from forkpoint.errors import UsageError
 from forkpoint.replay import summary_line
 from forkpoint.store import session_dirs
@@ -304,6 +305,26 @@ def test_framework_tools_record_and_replay_offline(framework: str, ledger_file: 
         assert json.loads(live)[1][:2] == ["at 1", "at 2"]  # the stream reached the agent, live
     else:
         assert [(t["tool"], t["args"]) for t in tools] == expected
+
+
+@pytest.mark.slow
+def test_the_final_answer_of_a_smolagents_run_is_what_it_gave_its_final_answer_tool(
+    ledger_file: Path, tmp_path: Path
+) -> None:
+    """smolagents ends a run by the model calling its ``final_answer`` tool with the answer, after
+    no model text: ``forkpoint diff`` said "final answer —" for every smolagents run (and so did
+    ``check --models live``'s A/B rows, read from the same ``totals``)."""
+    pytest.importorskip("smolagents")
+    sessions = []
+    for answer in ("2 + 3 = 5", "five"):
+        with LocalServer(chat_script=[ADD, [("final_answer", {"answer": answer})]]) as server:
+            with forkpoint.record(store=tmp_path / "store") as rec:
+                assert run_smolagents(server.url) == answer
+        sessions.append(rec.session_path)
+    assert [totals(forkpoint.Session.load(p))["final_answer"] for p in sessions] == ["2 + 3 = 5", "five"]
+    res = CliRunner().invoke(main, ["diff", *map(str, sessions)])
+    row = next((line for line in res.output.splitlines() if "final answer" in line), "")
+    assert row.split() == ["final", "answer", "2", "+", "3", "=", "5", "five"], res.output
 
 
 def managed_route(request: Request) -> Reply:
