@@ -31,7 +31,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from .events import endpoint, in_start_order, mcp_tool_error
+from .events import answer_tool, endpoint, in_start_order, mcp_tool_error
 from .jsondiff import Change, EqualPairs, format_changes, json_diff
 from .log import Session
 from .match import configured, event_key, key_spec, normalized, stored_key
@@ -208,23 +208,14 @@ def known_sum(values: Iterable[Any]) -> int | None:
     return sum(known) if known else None
 
 
-def _answer_tool(name: Any) -> bool:
-    """Whether ``name`` is a tool by which a framework takes the run's answer, ending it:
-    smolagents' ``final_answer``, pydantic-ai's output tools (``final_result``, and
-    ``final_result_<type>`` for one of several output types)."""
-    return isinstance(name, str) and (
-        name in ("final_answer", "final_result") or name.startswith("final_result_")
-    )
-
-
 def _tool_answer(model_call: Mapping[str, Any], tools: list[Any]) -> str | None:
-    """The answer the model gave in ``model_call`` by a framework's answer tool (:func:`_answer_tool`):
+    """The answer the model gave in ``model_call`` by a framework's answer tool (:func:`~forkpoint.events.answer_tool`):
     the result of the recorded call of that tool made after it (smolagents' ``final_answer``
     returns the answer), else the model's arguments (pydantic-ai's output tools have no function:
     the arguments are the output). None when it asked for no such tool."""
     for c in summary(model_call).get("tool_calls") or ():
         name = c.get("name") if isinstance(c, dict) else None
-        if not _answer_tool(name):
+        if not answer_tool(name):
             continue
         ran = next(
             (t for t in tools if t["tool"] == name and t["seq"] > model_call["seq"] and "result" in t), None

@@ -673,6 +673,16 @@ def tool_matches(recorded: str, requested: Any) -> bool:
     return recorded == requested or recorded.replace(":", ".").rsplit(".", 1)[-1] == requested
 
 
+def answer_tool(name: Any) -> bool:
+    """Whether ``name`` is a tool by which a framework takes the run's answer, ending it:
+    smolagents' ``final_answer`` (whose result is the answer), pydantic-ai's output tools
+    (``final_result``, and ``final_result_<type>`` for one of several output types: no function
+    answers them, the model's arguments are the output)."""
+    return isinstance(name, str) and (
+        name in ("final_answer", "final_result") or name.startswith("final_result_")
+    )
+
+
 def answered_call(tool: str, args: Any, calls: Sequence[_E]) -> _E | None:
     """Of the tool calls a model asked for (``{"id", "name", "arguments"}``, the arguments as JSON
     text), the one a recorded call of ``tool`` with ``args`` (plain JSON) answers: parallel calls of

@@ -7,7 +7,8 @@ OpenInference: github.com/Arize-ai/openinference, ``spec/semantic_conventions.md
 
 * a root ``invoke_agent`` span (kind INTERNAL, OpenInference ``AGENT``) for the session: the
   header's ``span_id``, from the session's creation to its ``end`` event; with content, the task
-  (the first user message) in and the final answer (the last model text) out;
+  (the first user message) in and the final answer (the last model text, or what a framework's
+  answer tool took) out;
 * one ``{gen_ai.operation.name} {gen_ai.request.model}`` span per model call (kind CLIENT,
   ``LLM``) with the ``gen_ai.request.*``, ``gen_ai.response.*`` and ``gen_ai.usage.*`` attributes the
   recording holds and their ``llm.*`` twins;

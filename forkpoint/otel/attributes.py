@@ -372,10 +372,11 @@ def root(
     provider_names: set[str],
     content: bool,
     task: str | None,
-    answer: str | None,
+    answer: Any,
 ) -> dict[str, Any]:
     """The attributes of the session's root span (kind INTERNAL; OpenInference ``AGENT``):
-    ``task`` (the first user message) in and ``answer`` (the last model text) out, with content."""
+    ``task`` (the first user message) in and ``answer`` (the last model text, or what a framework's
+    answer tool took: :func:`~forkpoint.events.answer_tool`) out, with content."""
     sid = str(header.get("session_id"))
     attrs: dict[str, Any] = {
         "gen_ai.operation.name": "invoke_agent",

@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import providers
+from ..canonical import maybe_json
 from ..errors import SessionError
-from ..events import asking_call, mcp_tool_error, parse_time
+from ..events import answer_tool, asking_call, mcp_tool_error, parse_time
 from ..log import Session, to_json
 from . import attributes
 
@@ -152,7 +153,7 @@ class TraceBuilder:
         self._asked: list[_Asked] = []
         self._providers: set[str] = set()
         self._task: str | None = None
-        self._answer: str | None = None
+        self._answer: Any = None  # (the last model text, or what a framework's answer tool took)
 
     def _parent(self, recorded: Any) -> int:
         """The span id of a recorded ``parent_span_id``: the root for the header's span (or none),
@@ -211,6 +212,8 @@ class TraceBuilder:
             span_kind = "client"
         else:
             parent_id, call_id, definition = self._answering(event, parent_id)
+            if self.content and answer_tool(event.get("tool")) and "result" in event:
+                self._answer = event["result"]
             name, attrs = attributes.tool_call(event, self.session_id, self.content, call_id, definition)
             if "error" in event:
                 err = event.get("error") or {}
@@ -248,6 +251,9 @@ class TraceBuilder:
             text = attributes.part_text(out[0]["parts"]) if out else ""
             if text:
                 self._answer = text
+            else:  # (a framework's answer tool: its arguments, until its recorded result comes)
+                asked = [c for c in calls if answer_tool(c.get("name"))]
+                self._answer = maybe_json(asked[0].get("arguments")) if asked else self._answer
         if calls:
             self._asked.append(_Asked(span_id, parent_id, calls, tools))
 

@@ -313,7 +313,8 @@ def test_the_final_answer_of_a_smolagents_run_is_what_it_gave_its_final_answer_t
 ) -> None:
     """smolagents ends a run by the model calling its ``final_answer`` tool with the answer, after
     no model text: ``forkpoint diff`` said "final answer —" for every smolagents run (and so did
-    ``check --models live``'s A/B rows, read from the same ``totals``)."""
+    ``check --models live``'s A/B rows, read from the same ``totals``), and its exported trace's
+    root span had no ``output.value``."""
     pytest.importorskip("smolagents")
     sessions = []
     for answer in ("2 + 3 = 5", "five"):
@@ -325,6 +326,21 @@ def test_the_final_answer_of_a_smolagents_run_is_what_it_gave_its_final_answer_t
     res = CliRunner().invoke(main, ["diff", *map(str, sessions)])
     row = next((line for line in res.output.splitlines() if "final answer" in line), "")
     assert row.split() == ["final", "answer", "2", "+", "3", "=", "5", "five"], res.output
+    # (the trace's root span, the answer out: what Phoenix's trace list shows)
+    res = CliRunner().invoke(
+        main, ["export", str(sessions[1]), "--content", "--file", str(tmp_path / "otel.json")]
+    )
+    assert res.exit_code == 0, res.output
+    spans = [
+        span
+        for line in (tmp_path / "otel.json").read_text().splitlines()
+        for rs in json.loads(line)["resourceSpans"]
+        for ss in rs["scopeSpans"]
+        for span in ss["spans"]
+    ]
+    (root,) = [span for span in spans if not span.get("parentSpanId")]
+    out = {a["key"]: a["value"] for a in root["attributes"]}.get("output.value")
+    assert out == {"stringValue": "five"}, root
 
 
 def managed_route(request: Request) -> Reply:
