@@ -532,12 +532,16 @@ def replay_run(
         from .signing import require_trusted
 
         require_trusted(session.path, session.id, command)
-    elif not quiet:  # (the user's command, or --trust: it runs, served what its signer may not have recorded)
-        from .signing import doubt
+    doubted: list[str] = []
 
-        doubted = doubt(session.path, session.id)
-        if doubted:
-            say(f"forkpoint: WARNING: {doubted}")
+    def doubt_signature() -> None:
+        """The user's command, or --trust: it runs, served what the signer may not have recorded.
+        (Checked while the program starts: the check loads cryptography and hashes the whole log.)"""
+        if (cmd or trust) and not quiet:
+            from .signing import doubt
+
+            doubted.extend(filter(None, [doubt(session.path, session.id)]))
+
     specs = list(overrides or [])
     check_overrides(session, specs, models=models_source, tools=tools_source, live_from=live_from)
     if not cmd:
@@ -622,9 +626,12 @@ def replay_run(
                 capture_stderr=capture_stderr,
                 cwd=cwd,
                 namespace=namespace,
+                meanwhile=doubt_signature,
                 watch=watch,
             )
             code, out, err = ran.code, ran.out, ran.err
+            for warning in doubted:
+                say(f"forkpoint: WARNING: {warning}")
         finally:
             seen = namespace.finished() if namespace is not None else netns.Seen([], [], 0)
         # One report per replaying process (a recorded shell script may run several programs).
