@@ -131,7 +131,7 @@ def test_a_recording_parent_imports_no_key_serialization_and_compiles_no_pattern
     """`forkpoint record`'s own process signs the session with the Ed25519 module alone (not
     cryptography's ~25 ms PEM/SSH serialization module), loads no executor pool (concurrent.futures
     and logging: ~3.5 ms) nor the structured diff of a divergence, and compiles none of forkpoint's
-    module-level patterns it does not use (forkpoint.patterns)."""
+    module-level patterns it does not use (forkpoint.patterns), nor what verifies a session's log."""
     code = (
         "import re, sys\n"
         "compiled = []\n"
@@ -151,6 +151,8 @@ def test_a_recording_parent_imports_no_key_serialization_and_compiles_no_pattern
         "assert 'concurrent.futures' not in sys.modules\n"
         # (the structured diff is a divergence's: matching loads it when it has one to explain)
         "assert 'forkpoint.jsondiff' not in sys.modules\n"
+        # (the log's package loads what a recording writes and reads, not what verifies a log)
+        "assert 'forkpoint.log.verify' not in sys.modules and 'forkpoint.log.writer' in sys.modules\n"
         "at_import = [c for c in compiled if c[0] in ('forkpoint.match', 'forkpoint.providers.base', "
         "'forkpoint.jsonpath', 'forkpoint.log.blobs', 'forkpoint.store')]\n"
         "assert not at_import, at_import\n"
@@ -301,7 +303,23 @@ def test_a_replayed_program_loads_the_clock_stand_ins_only_when_deterministic(tm
         assert ("forkpoint.capture.clock" in loaded) is expected, flags
 
 
-@pytest.mark.parametrize("package", ["forkpoint.checkpoint", "forkpoint.replay"])
+def test_the_log_package_loads_its_submodules_as_their_names_are_used() -> None:
+    """``import forkpoint.log`` loads none of its submodules (a recording never loads .verify, above),
+    and ``from forkpoint.log import X`` still gives every public name, each from its own module."""
+    code = (
+        "import sys, forkpoint.log as log\n"
+        "loaded = sorted(m for m in sys.modules if m.startswith('forkpoint.log.'))\n"
+        "assert not loaded, loaded\n"
+        "for name in log.__all__:\n"
+        "    exec(f'from forkpoint.log import {name}')\n"
+        "assert 'forkpoint.log.verify' in sys.modules and callable(log.verify)\n"
+        "from forkpoint.log.reader import Session\n"
+        "assert log.Session is Session\n"
+    )
+    _modules_after(code)
+
+
+@pytest.mark.parametrize("package", ["forkpoint.checkpoint", "forkpoint.replay", "forkpoint.log"])
 def test_a_lazily_exported_name_stays_itself_once_every_submodule_is_imported(package: str) -> None:
     """The import system binds each submodule in its package: a function exported under its
     submodule's name (``checkpoint.restore``) must stay the function, as it did when the package

@@ -15,50 +15,105 @@ One concept a module: :mod:`.codec` (the stored form and its encodings), :mod:`.
 (canonical JSON, errors, events) and the scrubber.
 """
 
+from typing import TYPE_CHECKING
+
+from .._lazy import exports, from_submodules
 from ..errors import SessionError
-from ..events import new_session_id, new_span_id, now_iso
-from .blobs import COMPRESS_MIN, ZSTD_SUFFIX, BlobStore
-from .codec import (
-    BLOB_DIR,
-    BLOB_MIN_BINARY,
-    BLOB_MIN_BYTES,
-    FORMAT,
-    FORMAT_VERSION,
-    GIT_OBJECTS,
-    JSON_BLOB_FIELDS,
-    LOG_NAME,
-    MIRROR_DONE,
-    MIRROR_RECORDING,
-    SESSION_ENTRIES,
-    SIGNATURE_NAME,
-    delta_container,
-    foreign,
-    from_json,
-    json_text,
-    line_hash,
-    read_json_text,
-    to_json,
-    with_deltas,
-)
-from .crypto import (
-    IDENTITY_ENV,
-    configured_recipients,
-    encryption_table,
-    identity_path,
-    parse_recipients,
-    use_identity,
-)
-from .reader import (
-    LogTail,
-    Session,
-    add_deriver,
-    check_header,
-    is_session_id,
-    open_session_header,
-    read_header,
-)
-from .verify import Check, StoredLine, Verification, verify
-from .writer import FSYNC_POLICIES, SessionWriter
+
+if TYPE_CHECKING:
+    from ..events import new_session_id, new_span_id, now_iso
+    from .blobs import COMPRESS_MIN, ZSTD_SUFFIX, BlobStore
+    from .codec import (
+        BLOB_DIR,
+        BLOB_MIN_BINARY,
+        BLOB_MIN_BYTES,
+        FORMAT,
+        FORMAT_VERSION,
+        GIT_OBJECTS,
+        JSON_BLOB_FIELDS,
+        LOG_NAME,
+        MIRROR_DONE,
+        MIRROR_RECORDING,
+        SESSION_ENTRIES,
+        SIGNATURE_NAME,
+        delta_container,
+        foreign,
+        from_json,
+        json_text,
+        line_hash,
+        read_json_text,
+        to_json,
+        with_deltas,
+    )
+    from .crypto import (
+        IDENTITY_ENV,
+        configured_recipients,
+        encryption_table,
+        identity_path,
+        parse_recipients,
+        use_identity,
+    )
+    from .reader import (
+        LogTail,
+        Session,
+        add_deriver,
+        check_header,
+        is_session_id,
+        open_session_header,
+        read_header,
+    )
+    from .verify import Check, StoredLine, Verification, verify
+    from .writer import FSYNC_POLICIES, SessionWriter
+
+# Imported when first used: a recording (`forkpoint record`'s process, a recorded program's) writes
+# and reads the log without loading what verifies one (.verify).
+_SUBMODULES = {
+    "forkpoint.events": ["new_session_id", "new_span_id", "now_iso"],
+    ".blobs": ["COMPRESS_MIN", "ZSTD_SUFFIX", "BlobStore"],
+    ".codec": [
+        "BLOB_DIR",
+        "BLOB_MIN_BINARY",
+        "BLOB_MIN_BYTES",
+        "FORMAT",
+        "FORMAT_VERSION",
+        "GIT_OBJECTS",
+        "JSON_BLOB_FIELDS",
+        "LOG_NAME",
+        "MIRROR_DONE",
+        "MIRROR_RECORDING",
+        "SESSION_ENTRIES",
+        "SIGNATURE_NAME",
+        "delta_container",
+        "foreign",
+        "from_json",
+        "json_text",
+        "line_hash",
+        "read_json_text",
+        "to_json",
+        "with_deltas",
+    ],
+    ".crypto": [
+        "IDENTITY_ENV",
+        "configured_recipients",
+        "encryption_table",
+        "identity_path",
+        "parse_recipients",
+        "use_identity",
+    ],
+    ".reader": [
+        "LogTail",
+        "Session",
+        "add_deriver",
+        "check_header",
+        "is_session_id",
+        "open_session_header",
+        "read_header",
+    ],
+    ".verify": ["Check", "StoredLine", "Verification", "verify"],
+    ".writer": ["FSYNC_POLICIES", "SessionWriter"],
+}
+# The function named like its submodule (the submodule, once imported, would hide it).
+__getattr__ = exports(__name__, from_submodules(_SUBMODULES), shadowed=("verify",))
 
 __all__ = [
     "BLOB_DIR",
