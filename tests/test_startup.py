@@ -103,16 +103,17 @@ def test_recording_imports_no_http_library_the_program_does_not(tmp_path: Path) 
 def test_a_bootstrapped_program_that_makes_no_call_loads_no_recorder(tmp_path: Path, runs: str) -> None:
     """`forkpoint record -- python -c pass`: the recording process installs its hooks and loads
     nothing else of forkpoint's (no recorder, log, provider, adapter or integration, no orjson, no
-    importlib.metadata) until the program makes a call (issue 15: start-up). The same program
-    making a request is recorded all the same (tests/capture). One that runs a program (`true`: no
-    Python, no call) loads no more: the audit hook that names unrecorded Python programs
-    (forkpoint/capture/programs.py) made the recorder there, asking for the runtime before it
-    looked at the command."""
+    importlib.metadata, nor linecache and its tokenize) until the program makes a call (issue 15:
+    start-up). The same program making a request is recorded all the same (tests/capture). One
+    that runs a program (`true`: no Python, no call) loads no more: the audit hook that names
+    unrecorded Python programs (forkpoint/capture/programs.py) made the recorder there, asking for
+    the runtime before it looked at the command."""
     from tests.cliutil import forkpoint_cli
 
-    probe = (
-        f"import subprocess, sys, json; {runs}print(json.dumps(sorted(m for m in sys.modules if m.startswith(("
-        "'forkpoint', 'orjson', 'zstandard', 'rich', 'click', 'importlib.metadata', 'importlib.abc')))))"
+    probe = (  # (json is imported after the look: the probe's own)
+        f"import subprocess, sys; {runs}seen = sorted(m for m in sys.modules if m.startswith(("
+        "'forkpoint', 'orjson', 'zstandard', 'rich', 'click', 'importlib.metadata', 'importlib.abc', "
+        "'linecache', 'tokenize'))); import json; print(json.dumps(seen))"
     )
     store = str(tmp_path / "st")
     done = forkpoint_cli(["record", "--store", store, "--no-workspace", "--", sys.executable, "-c", probe])

@@ -19,7 +19,6 @@ the program (and a model DSPy shows it to) reads the traceback it would read wit
 from __future__ import annotations
 
 import itertools
-import linecache
 import os
 import sys
 from types import CodeType, FunctionType, TracebackType
@@ -161,6 +160,8 @@ def _made(frame: Any) -> TracebackType | None:
     if not isinstance(filename, str) or not isinstance(name, str) or not isinstance(line, int) or line < 1:
         return None
     if not _may_read(filename):
+        import linecache  # (here: every bootstrapped process imports this module; linecache loads tokenize)
+
         # An entry of no lines, never checked against the file (no time): traceback shows none.
         linecache.cache[filename] = (0, None, [], filename)
     try:
