@@ -7,7 +7,7 @@
 a recording process writes ``ending-<pid>.json`` there at exit, ``{"uncaught": [...],
 "incomplete": why-or-null, "lacks": [...]}``, the exceptions that ended it and why its recording
 stopped early, for the session's ``end``, and its tally of what the recording lacks
-(:class:`forkpoint.record.Lacks`), for the warnings; each replaying process writes
+(:class:`forkpoint.record.Lacks`), for the warnings (``{}`` when it has none of them); each replaying process writes
 ``report-<pid>.json``, and they share which recorded calls they served through its ``ledger``;
 one whose replay cannot start writes why to ``not-started-<pid>.txt`` and exits, not running the
 program)
@@ -20,7 +20,6 @@ and so is a program it becomes through exec (:func:`_hand_over_at_exec`)."""
 from __future__ import annotations
 
 import atexit
-import json
 import os
 import sys
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
@@ -102,7 +101,8 @@ def start(environ: MutableMapping[str, str] = os.environ) -> None:
         failed: list[str] = []
         turns = [int(env[TURNS_VAR] or 0)]  # (model calls of the programs before this one: exec)
         ws_raw = environ.pop("FORKPOINT_WORKSPACE", "")
-        ws_opts = json.loads(ws_raw or "null")
+        # (json is imported where a variable or a file needs it: `python -c pass` recorded does not)
+        ws_opts = _json_loads(ws_raw) if ws_raw else None
 
         def make() -> Recorder | None:
             # On the first call the program makes: a program that makes none loads no recorder.
@@ -121,7 +121,8 @@ def start(environ: MutableMapping[str, str] = os.environ) -> None:
             made.append(rec)
             return rec
 
-        _deterministic(json.loads(environ.pop("FORKPOINT_DETERMINISTIC", "") or "null"))
+        deterministic = environ.pop("FORKPOINT_DETERMINISTIC", "")
+        _deterministic(_json_loads(deterministic) if deterministic else None)
         hooks.install("record")
         runtime.activate_later(make)
 
@@ -149,8 +150,10 @@ def start(environ: MutableMapping[str, str] = os.environ) -> None:
                 doc = {"uncaught": ended, "incomplete": incomplete, "lacks": lacks}
                 # (this process's own: a forked child that exits normally writes one of its own)
                 ending = report / f"{ENDING_PREFIX}{os.getpid()}{tag}.json"
+                # (one with none of them, a program that made no call, writes {} without loading json)
+                data = _json_dumps(doc) if ended or incomplete or lacks else b"{}"
                 _softly(
-                    lambda: write_private(ending, json.dumps(doc).encode()),
+                    lambda: write_private(ending, data),
                     report,
                     "how this process's recording ended",
                     "the session may not say all it lacks",
@@ -213,7 +216,7 @@ def _start_replay(session: str, env: Mapping[str, str], *, spawned: bool = False
     from .log import Session, SessionWriter
     from .replay import PLACEHOLDER_KEY, Replayer, open_ledger, placeholder_keys, write_report
 
-    opts = json.loads(env["FORKPOINT_REPLAY"] or "{}")
+    opts = _json_loads(env["FORKPOINT_REPLAY"] or "{}")
     if opts.get("child"):  # (a what-if's session is being recorded as long as this process lives)
         _join_recording(Path(opts["child"]))
     child = SessionWriter.open(Path(opts["child"])) if opts.get("child") else None
@@ -363,7 +366,7 @@ def _hand_over_at_exec(
         if activation.get("FORKPOINT_REPORT"):  # (what became of this process, for the CLI to check)
             note = Path(activation["FORKPOINT_REPORT"]) / f"{EXEC_PREFIX}{os.getpid()}-{handed}.json"
             _softly(
-                lambda: write_private(note, json.dumps({"argv": [file, *args]}).encode()),
+                lambda: write_private(note, _json_dumps({"argv": [file, *args]})),
                 note.parent,
                 f"that this process execs {file}",
                 "whether forkpoint starts in that program is not checked",
@@ -504,6 +507,18 @@ def _recorder(session: Path, ws_opts: dict[str, Any] | None) -> Recorder:
     return Recorder(writer, workspace=ws)
 
 
+def _json_loads(text: str) -> Any:
+    import json
+
+    return json.loads(text)
+
+
+def _json_dumps(doc: object) -> bytes:
+    import json
+
+    return json.dumps(doc).encode()
+
+
 def _deterministic(select: Any) -> None:
     """The agent's own clock and randomness, for the whole process, when the header says so."""
     if select:
@@ -534,7 +549,7 @@ def child_env(
     if report is not None:
         env["FORKPOINT_REPORT"] = str(report)
     if replay_options:
-        env["FORKPOINT_REPLAY"] = json.dumps(replay_options)
+        env["FORKPOINT_REPLAY"] = _json_dumps(replay_options).decode()
     return env
 
 
@@ -565,7 +580,7 @@ def read_endings(folder: Path) -> tuple[list[ErrorRecord], str | None, list[dict
     endings = sorted(folder.glob(f"{ENDING_PREFIX}*.json"))
     for path in endings:
         try:
-            doc = json.loads(path.read_text())
+            doc = _json_loads(path.read_text())
             out.extend(doc.get("uncaught") or [])
             lacks.extend(doc.get("lacks") or [])
             if doc.get("incomplete"):

@@ -103,17 +103,18 @@ def test_recording_imports_no_http_library_the_program_does_not(tmp_path: Path) 
 def test_a_bootstrapped_program_that_makes_no_call_loads_no_recorder(tmp_path: Path, runs: str) -> None:
     """`forkpoint record -- python -c pass`: the recording process installs its hooks and loads
     nothing else of forkpoint's (no recorder, log, provider, adapter or integration, no orjson, no
-    importlib.metadata, nor linecache and its tokenize) until the program makes a call (issue 15:
-    start-up). The same program making a request is recorded all the same (tests/capture). One
-    that runs a program (`true`: no Python, no call) loads no more: the audit hook that names
-    unrecorded Python programs (forkpoint/capture/programs.py) made the recorder there, asking for
-    the runtime before it looked at the command."""
+    importlib.metadata, nor linecache and its tokenize, nor json: its ending says ``{}``, which the
+    CLI reads as a process that reported back) until the program makes a call (issue 15: start-up).
+    The same program making a request is recorded all the same (tests/capture). One that runs a
+    program (`true`: no Python, no call) loads no more: the audit hook that names unrecorded Python
+    programs (forkpoint/capture/programs.py) made the recorder there, asking for the runtime before
+    it looked at the command."""
     from tests.cliutil import forkpoint_cli
 
     probe = (  # (json is imported after the look: the probe's own)
         f"import subprocess, sys; {runs}seen = sorted(m for m in sys.modules if m.startswith(("
         "'forkpoint', 'orjson', 'zstandard', 'rich', 'click', 'importlib.metadata', 'importlib.abc', "
-        "'linecache', 'tokenize'))); import json; print(json.dumps(seen))"
+        "'linecache', 'tokenize', 'json'))); import json; print(json.dumps(seen))"
     )
     store = str(tmp_path / "st")
     done = forkpoint_cli(["record", "--store", store, "--no-workspace", "--", sys.executable, "-c", probe])
@@ -124,6 +125,7 @@ def test_a_bootstrapped_program_that_makes_no_call_loads_no_recorder(tmp_path: P
     boot |= {"_boot", "_lazy", "_version", "execs", "integrations.base", "plugins", "runtime", "sockets"}
     assert set(json.loads(done.stdout)) == {"forkpoint"} | {f"forkpoint.{m}" for m in boot}
     assert "recorded session" in done.stderr and "Python program" not in done.stderr
+    assert "reported back" not in done.stderr
 
 
 def test_a_recording_parent_imports_no_key_serialization_and_compiles_no_pattern_of_ours(
