@@ -7,7 +7,7 @@ varies between two runs of the same program:
 
 * kept: method, URL path, query (sorted, scrubbed), the parsed body (scrubbed; in the key, a
   secret's placeholder by its kind only: :func:`~forkpoint.redact.secrets_by_kind`), and the few headers
-  that change the meaning of a request (:data:`SEMANTIC_HEADERS`, e.g. ``anthropic-version``, ``range``);
+  that change the meaning of a request (:func:`semantic_headers`, e.g. ``anthropic-version``, ``range``);
 * dropped: credentials in the query (``?key=``, ``?api_key=``, ``?access_token=``… — the scrubber's
   credential parameters: a recording made with one key replays with another), scheme, host and port
   (a replay may run against another base URL), every other header —
@@ -31,6 +31,7 @@ recorded side and the live side alike, to a copy: what is stored or sent never c
 from __future__ import annotations
 
 import base64
+import functools
 import os
 import re
 import threading
@@ -48,14 +49,19 @@ from .config import anchor, load_table
 from .errors import ConfigError, RuleError
 from .events import process_of
 from .patterns import compiled_later
-from .providers import semantic_headers
 from .redact import scrub_bytes, scrub_json, scrub_url, secrets_by_kind
 
-#: Request headers that are part of the match key (lower-case). All others are ignored. For every
-#: request: content-type, and range and if-range (which part of a file a download asks for: the
-#: same URL answers other bytes); the rest name a provider's API version or features
-#: (``anthropic-version``, ``anthropic-beta``, ``openai-beta``: :func:`forkpoint.providers.semantic_headers`).
-SEMANTIC_HEADERS: frozenset[str] = frozenset({"content-type", "range", "if-range"}) | semantic_headers()
+
+@functools.cache
+def semantic_headers() -> frozenset[str]:
+    """Request headers that are part of the match key (lower-case). All others are ignored. For
+    every request: content-type, and range and if-range (which part of a file a download asks for:
+    the same URL answers other bytes); the rest name a provider's API version or features
+    (``anthropic-version``, ``anthropic-beta``, ``openai-beta``: :func:`forkpoint.providers.semantic_headers`)."""
+    # (here: `forkpoint record`'s own process computes a key spec, never a key, and loads no provider)
+    from .providers import semantic_headers as providers_headers
+
+    return frozenset({"content-type", "range", "if-range"}) | providers_headers()
 
 
 def normalize_request(
@@ -80,7 +86,7 @@ def normalize_request(
             for k, v in parse_qsl(parts.query, keep_blank_values=True)
             if not scrubber.credential_param(k)
         ),
-        "headers": {k: v for k, v in sorted(kept.items()) if k in SEMANTIC_HEADERS},
+        "headers": {k: v for k, v in sorted(kept.items()) if k in semantic_headers()},
         "body": scrub_json(_stable_body(body, ctype)),
     }
 

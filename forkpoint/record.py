@@ -42,8 +42,8 @@ from .log import (
     parse_recipients,
 )
 from .match import Ignore, IgnoreRule, configured, event_key, header_rules, key_spec
-from .providers import api_key_vars, classify, kind_and_tool_calls, sdk_packages
 from .redact import holds_placeholder
+from .sdks import api_key_vars, sdk_packages  # (the providers: where a call is read; not in record's parent)
 from .text import plural, say
 
 if TYPE_CHECKING:  # checkpoints are imported where a workspace is taken: most recordings take none
@@ -172,7 +172,7 @@ def make_header(
 
 
 def api_keys_set() -> list[str]:
-    """Which of the providers' API-key variables (:func:`forkpoint.providers.api_key_vars`) are set
+    """Which of the providers' API-key variables (:func:`forkpoint.sdks.api_key_vars`) are set
     now: their names only. A replay sets placeholders for those a recording had (the SDKs refuse
     to start without one), and for no other: a program may choose its provider by which is set."""
     return [k for k in api_key_vars() if os.environ.get(k)]
@@ -272,6 +272,8 @@ class Recorder:
         is a resumable boundary. Takes a checkpoint whose carried context is this request's messages."""
         if self.workspace is None:
             return
+        from .providers import classify
+
         body = request.get("body") if request.get("body_kind") == "json" else None
         if classify(request["method"], request["url"], body, request["headers"]) != "model":
             return  # telemetry, MCP or plain HTTP: no agent boundary
@@ -329,6 +331,8 @@ class Recorder:
     def model_call_done(self, event: ModelCallEvent) -> None:
         """Append a finished model call (built by the capture layer) with its key and pid. (Its
         provider-aware ``summary`` is not stored: readers derive it, :func:`forkpoint.providers.summary`.)"""
+        from .providers import kind_and_tool_calls
+
         written = self._write(event, key=True)
         # What the session holds (scrubbed), as a reader of it would tally it.
         kind, tool_calls = kind_and_tool_calls(written[1] if written is not None else event)
@@ -563,6 +567,8 @@ class Lacks:
     @classmethod
     def of(cls, events: Iterable[Mapping[str, Any]]) -> Lacks:
         """The tally of recorded ``events`` (read back)."""
+        from .providers import kind_and_tool_calls
+
         lacks = cls()
         for e in events:
             if e.get("type") == "model_call":

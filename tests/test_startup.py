@@ -134,7 +134,8 @@ def test_a_recording_parent_imports_no_key_serialization_and_compiles_no_pattern
     """`forkpoint record`'s own process signs the session with the Ed25519 module alone (not
     cryptography's ~25 ms PEM/SSH serialization module), loads no executor pool (concurrent.futures
     and logging: ~3.5 ms) nor the structured diff of a divergence, and compiles none of forkpoint's
-    module-level patterns it does not use (forkpoint.patterns), nor what verifies a session's log."""
+    module-level patterns it does not use (forkpoint.patterns), nor what verifies a session's log,
+    nor the providers (~19 M instructions)."""
     code = (
         "import re, sys\n"
         "compiled = []\n"
@@ -156,9 +157,29 @@ def test_a_recording_parent_imports_no_key_serialization_and_compiles_no_pattern
         "assert 'forkpoint.jsondiff' not in sys.modules\n"
         # (the log's package loads what a recording writes and reads, not what verifies a log)
         "assert 'forkpoint.log.verify' not in sys.modules and 'forkpoint.log.writer' in sys.modules\n"
+        # (its header names the SDKs and key variables from forkpoint.sdks: no wire format is loaded)
+        "assert not [m for m in sys.modules if m.startswith('forkpoint.providers')]\n"
         "at_import = [c for c in compiled if c[0] in ('forkpoint.match', 'forkpoint.providers.base', "
         "'forkpoint.jsonpath', 'forkpoint.log.blobs', 'forkpoint.store')]\n"
         "assert not at_import, at_import\n"
+    )
+    _modules_after(code)
+
+
+def test_a_recording_parent_with_a_workspace_loads_no_provider(tmp_path: Path) -> None:
+    """In a git repository `forkpoint record`'s own process opens the workspace (the checkpoints
+    are taken in the program's process): it loaded every provider for what reads a checkpoint's
+    carried context (forkpoint.checkpoint.context), ~19 M instructions (issue 15: start-up)."""
+    from tests.gitutil import make_repo
+
+    repo = make_repo(tmp_path / "repo", {"a.txt": "a\n"})
+    code = (
+        f"import os, sys\nos.chdir({str(repo)!r})\n"
+        "from forkpoint.cli import main\n"
+        f"try: main(['record', '--store', {str(tmp_path / 'st')!r}, '--', 'true'])\n"
+        "except SystemExit as exc: assert exc.code == 0, exc.code\n"
+        "assert 'forkpoint.checkpoint.take' in sys.modules  # it did open the workspace\n"
+        "assert not [m for m in sys.modules if m.startswith(('forkpoint.providers', 'forkpoint.checkpoint.context'))]\n"
     )
     _modules_after(code)
 

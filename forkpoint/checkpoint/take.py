@@ -17,7 +17,6 @@ from ..log import BlobStore
 from ..redact import scrub_json
 from ..store import is_store
 from ..text import say
-from .context import referenced_paths, resolve_ref
 from .git import HEX, git, repo_head, user_excludes_file
 from .source import SourceTracker
 from .workspace import (
@@ -375,6 +374,10 @@ def checkpoint_event(
     event["context"] = context
     event["context_digest"] = digest(context) if context is not None else None
     if context is not None and state is not None:
+        # (here: it loads the providers, which `forkpoint record`'s own process, opening the
+        # workspace, does not need)
+        from .context import referenced_paths, resolve_ref
+
         captured = {r[0] for r in manifest_rows(state["workspace"])}
         tracked = workspace.tracked()
         referenced, absent, uncaptured = [], [], []

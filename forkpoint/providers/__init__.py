@@ -20,7 +20,8 @@ the helpers they share), registered in :data:`REGISTRY`:
 Adding a format is one module plus one line in :data:`REGISTRY`. The functions below are the only
 way the rest of forkpoint reaches provider knowledge: they find the provider that recognizes a call
 (:func:`detect`) and ask it, or ask every registered provider (what a stream's last event looks
-like, which headers change a request's meaning, which SDKs and API-key variables exist).
+like, which headers change a request's meaning); which SDKs and API-key variables exist is
+:mod:`forkpoint.sdks`' table, by provider family, re-exported here.
 
 Public API: :func:`parse_sse`, :func:`detect`, :func:`summarize`, :func:`response_text`,
 :func:`response_fields`,
@@ -42,6 +43,7 @@ from urllib.parse import urlsplit
 
 from .. import eventstream
 from ..log import add_deriver
+from ..sdks import api_key_vars, sdk_modules, sdk_packages
 from . import anthropic, bedrock, gemini, kinds, openai_chat, openai_responses
 from .base import (
     NOTHING,
@@ -770,21 +772,6 @@ def response_id(event: Mapping[str, Any]) -> str | None:
 # Environment
 
 
-def api_key_vars() -> tuple[str, ...]:
-    """Environment variables the registered providers' SDKs insist on."""
-    return _unique(v for p in REGISTRY for v in p.api_key_vars)
-
-
 #: What a replay sets each unset variable of :func:`api_key_vars` to, since the SDKs refuse to start
 #: without their key. Never sent upstream: a replay refuses a live call that carries it.
 PLACEHOLDER_KEY = "forkpoint-replay-no-key"
-
-
-def sdk_packages() -> tuple[str, ...]:
-    """Distribution names of the registered providers' SDKs."""
-    return _unique(n for p in REGISTRY for n in p.sdk_packages)
-
-
-def sdk_modules() -> frozenset[str]:
-    """Top-level module names of the registered providers' SDKs."""
-    return frozenset(n for p in REGISTRY for n in p.sdk_modules)

@@ -83,9 +83,6 @@ class Anthropic(Provider):
     # usage.input_tokens counts the tokens after the last cache breakpoint only
     # (docs.anthropic.com/en/docs/build-with-claude/prompt-caching).
     cache_outside_input = True
-    api_key_vars = ("ANTHROPIC_API_KEY",)
-    sdk_packages = ("anthropic",)
-    sdk_modules = ("anthropic",)
 
     # --- recognition
 

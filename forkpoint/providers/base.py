@@ -547,9 +547,9 @@ class Provider:
     * ``otel_operation`` — the GenAI ``gen_ai.operation.name`` of a call; ``cache_outside_input`` —
       whether the format's input-token count leaves out the tokens read from and written to the
       prompt cache (the conventions' ``gen_ai.usage.input_tokens`` includes them);
-    * ``api_key_vars`` — environment variables its SDKs refuse to start without; ``sdk_packages``
-      — the SDKs' distribution names (their versions go into a session header); ``sdk_modules`` —
-      their top-level module names (never an agent's own code).
+
+    Its SDKs (their packages, modules and key variables) are declared by its family ``name`` in
+    :data:`forkpoint.sdks.SDKS`, which the session header reads without loading the providers.
 
     Methods take parsed JSON (``dict`` arguments are JSON objects already checked to be dicts) and
     never raise on malformed input. The defaults are the reading of a request no provider
@@ -566,9 +566,6 @@ class Provider:
     semantic_headers: frozenset[str] = frozenset()
     otel_operation: str = "chat"
     cache_outside_input: bool = False
-    api_key_vars: tuple[str, ...] = ()
-    sdk_packages: tuple[str, ...] = ()
-    sdk_modules: tuple[str, ...] = ()
 
     @property
     def conversation_fields(self) -> frozenset[str]:

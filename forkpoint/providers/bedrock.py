@@ -243,9 +243,6 @@ class BedrockConverse(Provider):
     context_fields = ("system", "messages")
     messages_field = "messages"
     otel_operation = "chat"
-    api_key_vars = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
-    sdk_packages = ("boto3", "botocore")
-    sdk_modules = ("boto3", "botocore")
 
     # --- recognition
 

@@ -104,9 +104,6 @@ class Gemini(Provider):
     context_fields = ("systemInstruction", "contents")
     messages_field = "contents"
     otel_operation = "generate_content"
-    api_key_vars = ("GEMINI_API_KEY", "GOOGLE_API_KEY")
-    sdk_packages = ("google-genai",)
-    sdk_modules = ("google",)
 
     @property
     def conversation_fields(self) -> frozenset[str]:

@@ -111,9 +111,6 @@ class OpenAIChat(Provider):
     final_events = (b"data: [DONE]",)
     semantic_headers = frozenset({"openai-beta"})
     otel_operation = "chat"
-    api_key_vars = ("OPENAI_API_KEY", "AZURE_OPENAI_API_KEY")  # (AzureOpenAI refuses to start without it)
-    sdk_packages = ("openai",)
-    sdk_modules = ("openai",)
 
     # --- recognition
 

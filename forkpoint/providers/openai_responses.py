@@ -97,9 +97,6 @@ class OpenAIResponses(Provider):
     final_events = (b"event: response.completed", b"event: response.incomplete", b"event: response.failed")
     semantic_headers = frozenset({"openai-beta"})
     otel_operation = "chat"
-    api_key_vars = ("OPENAI_API_KEY", "AZURE_OPENAI_API_KEY")  # (AzureOpenAI refuses to start without it)
-    sdk_packages = ("openai",)
-    sdk_modules = ("openai",)
 
     # --- recognition
 

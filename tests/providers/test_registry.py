@@ -1,5 +1,6 @@
 """The provider seam: a wire format is one :class:`~forkpoint.providers.base.Provider` plus one line in
-:data:`forkpoint.providers.REGISTRY`, and every provider-aware function goes through that registry.
+:data:`forkpoint.providers.REGISTRY` (and its SDKs' entry in :data:`forkpoint.sdks.SDKS`), and every
+provider-aware function goes through that registry.
 
 The toy "echo" format below is defined here, not in forkpoint. Before it is registered forkpoint
 knows nothing of it; after one registration line (``monkeypatch.setattr`` of the registry) it is
@@ -16,9 +17,9 @@ from typing import Any
 import pytest
 
 import forkpoint.providers as providers
-from forkpoint import override
+from forkpoint import override, sdks
 from forkpoint.checkpoint import CONTEXT_FIELDS
-from forkpoint.match import SEMANTIC_HEADERS
+from forkpoint.match import semantic_headers
 from forkpoint.providers import anthropic, bedrock, gemini, openai_chat, openai_responses
 from forkpoint.providers.base import (
     NOTHING,
@@ -69,9 +70,6 @@ class Echo(Provider):
     final_events = (b"data: END",)
     semantic_headers = frozenset({"echo-version"})
     otel_operation = "echo"
-    api_key_vars = ("ECHO_API_KEY",)
-    sdk_packages = ("echo-sdk",)
-    sdk_modules = ("echo_sdk",)
 
     def claims_path(self, path: str) -> bool:
         return path.endswith("/v1/echo")
@@ -161,8 +159,9 @@ RESPONSE = {
 
 @pytest.fixture
 def registered(monkeypatch: pytest.MonkeyPatch) -> Echo:
-    """The one registration line."""
+    """The one registration line, and its SDK's entry (read without loading any provider)."""
     monkeypatch.setattr(providers, "REGISTRY", (*providers.REGISTRY, ECHO))
+    monkeypatch.setitem(sdks.SDKS, "echo", sdks.Sdk(("echo-sdk",), ("echo_sdk",), ("ECHO_API_KEY",)))
     return ECHO
 
 
@@ -321,7 +320,11 @@ def test_registration_order_decides_only_between_body_shapes(monkeypatch: pytest
 
 
 def test_what_other_layers_hold_is_derived_from_the_registry() -> None:
-    assert frozenset({"content-type", "range", "if-range"}) | providers.semantic_headers() == SEMANTIC_HEADERS
+    assert (
+        frozenset({"content-type", "range", "if-range"}) | providers.semantic_headers() == semantic_headers()
+    )
     assert providers.context_fields() == CONTEXT_FIELDS
     assert providers.api_key_vars() == API_KEY_VARS
     assert TRACKED_PACKAGES[: len(providers.sdk_packages())] == providers.sdk_packages()
+    # (the SDKs' table is by provider family: each of its entries is a registered provider's)
+    assert set(sdks.SDKS) <= {p.name for p in providers.REGISTRY}
