@@ -1816,6 +1816,17 @@ def _set_cookie_scrubbed(value: str) -> str:
     return f"{name}={cookie}{sep}{attrs}" if eq else "REDACTED"
 
 
+def cookie_placeholders(value: str) -> list[str]:
+    """The cookies of a ``Cookie`` header ``value`` whose values are placeholders a scrubbed
+    ``Set-Cookie`` handed a replayed client (``sid=REDACTED-…``), as ``name=value``, in order."""
+    found = []
+    for part in value.split(";"):
+        name, eq, cookie = part.strip().partition("=")
+        if eq and _COOKIE_PLACEHOLDER.fullmatch(cookie.strip().strip('"')):
+            found.append(f"{name}={cookie.strip()}")
+    return found
+
+
 def scrub_headers(headers: Iterable[tuple[str, str]], *, request: bool = False) -> list[list[str]]:
     """Header pairs with their values scrubbed and credential headers dropped, or, of a
     ``request``, kept as placeholders (:meth:`Scrubber.headers`). Names keep their case."""

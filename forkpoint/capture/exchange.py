@@ -52,8 +52,8 @@ from ..events import (
     now_iso,
 )
 from ..providers import PLACEHOLDER_KEY, stream_end_markers
-from ..redact import current as current_scrubber
 from ..redact import (
+    cookie_placeholders,
     scrub_bytes,
     scrub_chunks,
     scrub_headers,
@@ -62,6 +62,7 @@ from ..redact import (
     scrub_url,
     secret_placeholders,
 )
+from ..redact import current as current_scrubber
 from ..streamscrub import scrub_events
 from ..text import say
 from . import connections, resent
@@ -139,12 +140,15 @@ def request_record(
 
 
 def _placeholder_carrier(url: str, pairs: list[tuple[str, str]]) -> tuple[str, str] | None:
-    """Where a request carries the replay's placeholder API key, or the placeholder of a secret
-    scrubbed when recorded (a served tool result handed the program a key as one), and which: the
-    name of the header (an ``Authorization`` the SDK built from it, an AWS signature's credential)
-    or ``"its URL"`` (a ``?key=``), or None. (A body's placeholder is content the model may see.)"""
+    """Where a request carries the replay's placeholder API key, the placeholder of a secret
+    scrubbed when recorded (a served tool result handed the program a key as one), or a cookie a
+    served ``Set-Cookie`` set to its placeholder, and which: the name of the header (an
+    ``Authorization`` the SDK built from it, an AWS signature's credential, ``Cookie``) or ``"its
+    URL"`` (a ``?key=``), or None. (A body's placeholder is content the model may see.)"""
     for where, text in [*pairs, ("its URL", url)]:
         found = [PLACEHOLDER_KEY] if PLACEHOLDER_KEY in text else secret_placeholders(text)
+        if not found and where.lower() == "cookie":
+            found = cookie_placeholders(text)
         if found:
             return where, found[0]
     return None

@@ -78,7 +78,7 @@ from ..match import (
 from ..override import Override
 from ..patterns import compiled_later
 from ..providers import PLACEHOLDER_KEY, api_key_vars, call_kind, classify, kinds, summary
-from ..redact import holds_placeholder, scrub_json, secret_placeholders, secrets_by_kind
+from ..redact import cookie_placeholders, holds_placeholder, scrub_json, secret_placeholders, secrets_by_kind
 from ..runtime import POLICIES, SOURCES
 from .ledger import Ledger
 from .report import ambiguous, conclude, divergence
@@ -635,6 +635,13 @@ class Replayer:
             why = (
                 f"{PLACEHOLDER_KEY!r}, the placeholder this replay set for {' and '.join(unset)} (unset here, "
                 "so that the SDK would start), which the provider would refuse. Set the key to make live calls."
+            )
+        elif cookie_placeholders(placeholder):
+            said = f"{placeholder}, a cookie's placeholder"
+            why = (
+                f"{placeholder}, the placeholder of a cookie a recorded response set (a Set-Cookie is "
+                "stored with its value scrubbed), which the server would refuse: the session it names "
+                "exists only in the recorded run."
             )
         else:
             said = f"{placeholder}, a secret's placeholder"

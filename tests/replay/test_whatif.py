@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import anthropic
+import httpx
 import openai
 import pydantic
 import pytest
@@ -41,6 +42,7 @@ from forkpoint.log import Session
 from forkpoint.override import OverrideError
 from forkpoint.replay import API_KEY_VARS, EXIT_DIVERGENCE, PLACEHOLDER_KEY, summary_line
 from forkpoint.store import session_dirs
+from tests.modelserver import LocalServer, json_reply
 
 FAILING = {"passed": 0, "failed": 2, "output": "FAIL"}
 FAILING_SPEC = 'tool:run_tests.result={"passed":0,"failed":2,"output":"FAIL"}'
@@ -628,6 +630,42 @@ def test_a_live_call_with_a_scrubbed_secrets_placeholder_as_its_key_is_not_sent(
     assert report["live_calls"]["models"] == 0 and report["placeholders_served"] == [1]
     (blocked,) = report["network_blocked"]
     assert "(not sent: authorization carried [REDACTED:openai-key:" in blocked, blocked
+
+
+def test_a_live_call_with_a_cookie_a_served_set_cookie_set_is_not_sent(
+    tmp_path: Path, server: LocalServer
+) -> None:
+    """A replayed login's Set-Cookie hands the client ``sid=REDACTED-…`` (its value is scrubbed):
+    the next call, gone live after a divergence, sent that cookie upstream and took the server's
+    401 under 'replay DIVERGED, then went live as asked', exit 0. It is not sent: NetworkBlocked,
+    said in the report."""
+    sessions = {"s3cr3t-session-id"}
+    server.route(
+        "/login",
+        lambda r: json_reply({"ok": True}, headers=[("Set-Cookie", "sid=s3cr3t-session-id; Path=/")]),
+    )
+    server.route(
+        "/api/*",
+        lambda r: (
+            json_reply({"path": r["path"]})
+            if r["headers"].get("cookie", "")[4:] in sessions
+            else json_reply({}, 401)
+        ),
+    )
+
+    def run(item: str) -> None:
+        with httpx.Client(base_url=server.url) as client:
+            client.post("/login", data={"user": "bob"})
+            client.get(f"/api/{item}").raise_for_status()
+
+    with forkpoint.record(store=tmp_path) as rec:
+        run("a")
+    with forkpoint.replay(rec.session_path, on_divergence="live") as rp:
+        with pytest.raises(NetworkBlocked, match="sid=REDACTED-[0-9a-f]{8}, the placeholder of a cookie"):
+            run("b")
+    assert [r["path"] for r in server.requests] == ["/login", "/api/a"]
+    (blocked,) = rp.report()["network_blocked"]
+    assert "(not sent: cookie carried sid=REDACTED-" in blocked, blocked
 
 
 def test_policy_fifo_serves_the_next_recorded_call(rec: Recording) -> None:
