@@ -1816,6 +1816,20 @@ def _set_cookie_scrubbed(value: str) -> str:
     return f"{name}={cookie}{sep}{attrs}" if eq else "REDACTED"
 
 
+def form_credentials(content: bytes, content_type: str) -> list[tuple[str, str]]:
+    """The fields of an ``application/x-www-form-urlencoded`` body whose names say they hold a
+    credential (:meth:`Scrubber.credential_param`: a ``password``, an OAuth ``client_secret``), as
+    (name, value) decoded, in order."""
+    if (
+        content_type.split(";", 1)[0].strip().lower() != "application/x-www-form-urlencoded"
+        or b"=" not in content
+    ):
+        return []
+    scrubber = current()
+    fields = parse_qsl(content.decode("utf-8", "replace"), keep_blank_values=True)
+    return [(k, v) for k, v in fields if scrubber.credential_param(k)]
+
+
 def cookie_placeholders(value: str) -> list[str]:
     """The cookies of a ``Cookie`` header ``value`` whose values are placeholders a scrubbed
     ``Set-Cookie`` handed a replayed client (``sid=REDACTED-…``), as ``name=value``, in order."""

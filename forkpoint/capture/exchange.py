@@ -54,6 +54,7 @@ from ..events import (
 from ..providers import PLACEHOLDER_KEY, stream_end_markers
 from ..redact import (
     cookie_placeholders,
+    form_credentials,
     scrub_bytes,
     scrub_chunks,
     scrub_headers,
@@ -112,9 +113,6 @@ def request_record(
     # Content-Length says nothing the body does not; without it the headers of an agent's calls are
     # usually identical, and the log stores them once.
     pairs = [(header_text(k), header_text(v)) for k, v in headers]
-    rt = runtime.active()
-    if rt is not None and rt.mode == "replay":  # (read here: the stored form has placeholders of them)
-        runtime.placeholder_credential.set(_placeholder_carrier(url, pairs))
     pairs = [(k, v) for k, v in pairs if k.lower() != "content-length"]
     applied = codings(header_values(pairs, "content-encoding"))
     if content and applied:
@@ -122,6 +120,9 @@ def request_record(
         if decoded is not None:
             content = b"".join(decoded)
             pairs = [(k, v) for k, v in pairs if k.lower() != "content-encoding"]
+    rt = runtime.active()
+    if rt is not None and rt.mode == "replay":  # (read here: the stored form has placeholders of them)
+        runtime.placeholder_credential.set(_placeholder_carrier(url, pairs, content))
     # (an agent resends its conversation: the body is parsed by what it adds to the last one)
     endpoint = f"{method} {url}"
     kind, body = scrubbed_body(
@@ -139,13 +140,17 @@ def request_record(
     return cast(HttpRequest, current_scrubber().http_record(record))
 
 
-def _placeholder_carrier(url: str, pairs: list[tuple[str, str]]) -> tuple[str, str] | None:
+def _placeholder_carrier(url: str, pairs: list[tuple[str, str]], content: bytes) -> tuple[str, str] | None:
     """Where a request carries the replay's placeholder API key, the placeholder of a secret
     scrubbed when recorded (a served tool result handed the program a key as one), or a cookie a
     served ``Set-Cookie`` set to its placeholder, and which: the name of the header (an
-    ``Authorization`` the SDK built from it, an AWS signature's credential, ``Cookie``) or ``"its
-    URL"`` (a ``?key=``), or None. (A body's placeholder is content the model may see.)"""
-    for where, text in [*pairs, ("its URL", url)]:
+    ``Authorization`` the SDK built from it, an AWS signature's credential, ``Cookie``), ``"its
+    URL"`` (a ``?key=``) or a form field named as a credential (a login's ``password``), or None.
+    (Elsewhere in a body, a placeholder is content the model may see.)"""
+    fields = [
+        (f"its form field {k!r}", v) for k, v in form_credentials(content, header(pairs, "content-type"))
+    ]
+    for where, text in [*pairs, ("its URL", url), *fields]:
         found = [PLACEHOLDER_KEY] if PLACEHOLDER_KEY in text else secret_placeholders(text)
         if not found and where.lower() == "cookie":
             found = cookie_placeholders(text)

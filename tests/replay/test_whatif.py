@@ -668,6 +668,35 @@ def test_a_live_call_with_a_cookie_a_served_set_cookie_set_is_not_sent(
     assert "(not sent: cookie carried sid=REDACTED-" in blocked, blocked
 
 
+def test_a_live_login_with_a_served_placeholder_as_its_form_password_is_not_sent(
+    tmp_path: Path, server: LocalServer
+) -> None:
+    """A password a tool fetched (a vault) is served as its placeholder; a login form posting it,
+    gone live after a divergence, sent ``password=%5BREDACTED%3Asecret-field%3A…%5D`` upstream under
+    'replay DIVERGED, then went live as asked', exit 0. It is not sent: NetworkBlocked, said in the
+    report."""
+    server.route("/login", lambda r: json_reply({"ok": True}))
+
+    @forkpoint.tool
+    def vault() -> dict[str, str]:
+        return {"user": "bob", "password": "hunter22-correct-horse"}
+
+    def login(note: str) -> None:
+        creds = vault()
+        httpx.post(f"{server.url}/login", data={**creds, "note": note}).raise_for_status()
+
+    with forkpoint.record(store=tmp_path) as rec:
+        login("a")
+    with forkpoint.replay(rec.session_path, on_divergence="live") as rp:
+        with pytest.raises(
+            NetworkBlocked, match="its form field 'password' carried \\[REDACTED:secret-field:"
+        ):
+            login("b")
+    assert len(server.requests) == 1
+    (blocked,) = rp.report()["network_blocked"]
+    assert "(not sent: its form field 'password' carried [REDACTED:secret-field:" in blocked, blocked
+
+
 def test_policy_fifo_serves_the_next_recorded_call(rec: Recording) -> None:
     with forkpoint.replay(rec.session, overrides=[FAILING_SPEC], on_divergence="fifo") as rp:
         answer = run_agent(DEAD_URL, rec.workdir, echo=None)
