@@ -593,11 +593,23 @@ def _valid_bearer(token: str) -> bool:
 
 def _valid_basic(value: str) -> bool:
     """Basic credentials are base64 of ``user:password``."""
+    raw = _unbase64(value)
+    return raw is not None and b":" in raw
+
+
+def _unbase64(value: str) -> bytes | None:
     try:
-        raw = base64.b64decode(value + "=" * (-len(value) % 4), validate=True)
+        return base64.b64decode(value + "=" * (-len(value) % 4), validate=True)
     except (binascii.Error, ValueError):
-        return False
-    return b":" in raw
+        return None
+
+
+def basic_credentials(value: str) -> str | None:
+    """The ``user:password`` a ``Basic`` authorization header's ``value`` carries, decoded (what a
+    client sends for ``auth=(user, password)`` or a URL's ``user:password@``), or None."""
+    scheme, _, token = value.strip().partition(" ")
+    raw = _unbase64(token.strip()) if scheme.lower() == "basic" else None
+    return raw.decode("utf-8", "replace") if raw is not None else None
 
 
 _VALIDATORS = {"bearer": _valid_bearer, "basic-auth": _valid_basic}

@@ -53,6 +53,7 @@ from ..events import (
 )
 from ..providers import PLACEHOLDER_KEY, stream_end_markers
 from ..redact import (
+    basic_credentials,
     cookie_placeholders,
     form_credentials,
     scrub_bytes,
@@ -144,13 +145,15 @@ def _placeholder_carrier(url: str, pairs: list[tuple[str, str]], content: bytes)
     """Where a request carries the replay's placeholder API key, the placeholder of a secret
     scrubbed when recorded (a served tool result handed the program a key as one), or a cookie a
     served ``Set-Cookie`` set to its placeholder, and which: the name of the header (an
-    ``Authorization`` the SDK built from it, an AWS signature's credential, ``Cookie``), ``"its
-    URL"`` (a ``?key=``) or a form field named as a credential (a login's ``password``), or None.
-    (Elsewhere in a body, a placeholder is content the model may see.)"""
+    ``Authorization`` the SDK built from it, a ``Basic`` one's password, an AWS signature's
+    credential, ``Cookie``), ``"its URL"`` (a ``?key=``) or a form field named as a credential (a
+    login's ``password``), or None. (Elsewhere in a body, a placeholder is content the model may
+    see.)"""
     fields = [
         (f"its form field {k!r}", v) for k, v in form_credentials(content, header(pairs, "content-type"))
     ]
     for where, text in [*pairs, ("its URL", url), *fields]:
+        text = basic_credentials(text) or text  # (a Basic header's password is sent as base64)
         found = [PLACEHOLDER_KEY] if PLACEHOLDER_KEY in text else secret_placeholders(text)
         if not found and where.lower() == "cookie":
             found = cookie_placeholders(text)

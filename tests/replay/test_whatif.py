@@ -697,6 +697,40 @@ def test_a_live_login_with_a_served_placeholder_as_its_form_password_is_not_sent
     assert "(not sent: its form field 'password' carried [REDACTED:secret-field:" in blocked, blocked
 
 
+@pytest.mark.parametrize("how", ["auth", "url"])
+def test_a_live_call_with_a_served_placeholder_as_its_basic_password_is_not_sent(
+    tmp_path: Path, server: LocalServer, how: str
+) -> None:
+    """A password a tool fetched is served as its placeholder; a call gone live after a divergence
+    with it as basic auth (``auth=(user, password)``, or a URL's ``user:password@``) sent
+    ``Authorization: Basic`` of ``bob:[REDACTED:…]`` upstream, base64 hiding it from the check of
+    headers. It is not sent: NetworkBlocked, said in the report."""
+    server.route("/api/*", lambda r: json_reply({"ok": True}))
+
+    @forkpoint.tool
+    def vault() -> dict[str, str]:
+        return {
+            "password": "hunter22-correct-horse",
+            "url": f"http://bob:hunter22-correct-horse@{server.url[7:]}/api",
+        }
+
+    def call(note: str) -> None:
+        creds = vault()
+        if how == "auth":
+            httpx.post(f"{server.url}/api", auth=("bob", creds["password"]), json={"n": note})
+        else:
+            httpx.post(creds["url"], json={"n": note})
+
+    with forkpoint.record(store=tmp_path) as rec:
+        call("a")
+    with forkpoint.replay(rec.session_path, on_divergence="live") as rp:
+        with pytest.raises(NetworkBlocked, match="authorization carried \\[REDACTED:"):
+            call("b")
+    assert len(server.requests) == 1
+    (blocked,) = rp.report()["network_blocked"]
+    assert "(not sent: authorization carried [REDACTED:" in blocked, blocked
+
+
 def test_policy_fifo_serves_the_next_recorded_call(rec: Recording) -> None:
     with forkpoint.replay(rec.session, overrides=[FAILING_SPEC], on_divergence="fifo") as rp:
         answer = run_agent(DEAD_URL, rec.workdir, echo=None)
