@@ -37,7 +37,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from typing import Any, cast
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from .. import eventstream, runtime
 from ..errors import RecordedError
@@ -152,7 +152,8 @@ def _placeholder_carrier(url: str, pairs: list[tuple[str, str]], content: bytes)
     fields = [
         (f"its form field {k!r}", v) for k, v in form_credentials(content, header(pairs, "content-type"))
     ]
-    for where, text in [*pairs, ("its URL", url), *fields]:
+    # (the URL decoded: requests and aiohttp leave a placeholder's colons as they are, %5BREDACTED:…%5D)
+    for where, text in [*pairs, ("its URL", unquote(url)), *fields]:
         text = basic_credentials(text) or text  # (a Basic header's password is sent as base64)
         found = [PLACEHOLDER_KEY] if PLACEHOLDER_KEY in text else secret_placeholders(text)
         if not found and where.lower() == "cookie":

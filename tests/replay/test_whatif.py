@@ -31,6 +31,7 @@ import httpx
 import openai
 import pydantic
 import pytest
+import requests
 from click.testing import CliRunner
 
 import forkpoint
@@ -729,6 +730,32 @@ def test_a_live_call_with_a_served_placeholder_as_its_basic_password_is_not_sent
     assert len(server.requests) == 1
     (blocked,) = rp.report()["network_blocked"]
     assert "(not sent: authorization carried [REDACTED:" in blocked, blocked
+
+
+def test_a_live_call_with_a_served_placeholder_in_its_url_as_requests_encodes_it_is_not_sent(
+    tmp_path: Path, server: LocalServer
+) -> None:
+    """requests (and aiohttp) leave a placeholder's colons unencoded in a URL
+    (``?key=%5BREDACTED:google-api-key:…%5D``), which the URL check did not read as a placeholder:
+    a key a tool fetched, put in ``?key=`` of a call gone live after a divergence, went upstream.
+    It is not sent, said in the report."""
+    server.route("/api", lambda r: json_reply({"ok": True}))
+
+    @forkpoint.tool
+    def vault() -> str:
+        return "AIzaSyD" + "x" * 32
+
+    def call(note: str) -> None:
+        requests.get(f"{server.url}/api?key={vault()}&n={note}").raise_for_status()
+
+    with forkpoint.record(store=tmp_path) as rec:
+        call("a")
+    with forkpoint.replay(rec.session_path, on_divergence="live") as rp:
+        with pytest.raises(requests.ConnectionError, match="its URL carried \\[REDACTED:google-api-key:"):
+            call("b")
+    assert len(server.requests) == 1
+    (blocked,) = rp.report()["network_blocked"]
+    assert "(not sent: its URL carried [REDACTED:google-api-key:" in blocked, blocked
 
 
 def test_policy_fifo_serves_the_next_recorded_call(rec: Recording) -> None:
