@@ -312,6 +312,7 @@ _CONTEXT_KINDS = frozenset(
 
 _PLACEHOLDER = r"\[REDACTED:[a-z0-9-]+:[0-9a-f]{8}\]"
 _PLACEHOLDER_RE = compiled_later(_PLACEHOLDER)
+_ENCODED_PLACEHOLDER = r"(?i:%5B)REDACTED(?i::|%3A)[a-z0-9-]+(?i::|%3A)[0-9a-f]{8}(?i:%5D)"
 _TRAILING = compiled_later(r"[.,;:!?)\]}>]*")
 _SPECIFIC_RE = compiled_later(
     "|".join(f"(?P<k{i}>{p})" for i, (kind, p) in enumerate(PATTERNS) if kind not in _CONTEXT_KINDS),
@@ -747,7 +748,12 @@ class Scrubber:
             given | {q.replace("_", "-") for q in given} | {q.replace("-", "_") for q in given}
         )
         self.paths = tuple(jsonpath.parse(p) for p in r.json_paths)
-        table: list[tuple[str | None, tuple[str, ...], str]] = [(None, ("[redacted:",), _PLACEHOLDER)]
+        table: list[tuple[str | None, tuple[str, ...], str]] = [
+            (None, ("[redacted:",), _PLACEHOLDER),
+            # Percent-encoded in a URL, its colons too or not (requests and aiohttp leave them):
+            # ":ccaaeca8%5D&n=b" would read as a key's value and swallow the query after it.
+            (None, ("%5bredacted",), _ENCODED_PLACEHOLDER),
+        ]
         table.extend(_BUILTIN)
         names = sorted(self.query_params, key=len, reverse=True)
         table.append(

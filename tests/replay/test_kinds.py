@@ -552,6 +552,29 @@ def test_a_key_in_the_url_is_not_part_of_the_match_key(server: LocalServer, stor
         )
 
 
+def test_a_served_key_in_a_url_as_requests_encodes_it_replays(server: LocalServer, store: Path) -> None:
+    """A key a tool fetched is served as its placeholder, and requests puts it in a URL with its
+    colons as they are (``?key=%5BREDACTED:google-api-key:…%5D&n=a``): the scrubber read
+    ``:…%5D&n=a`` as the value of an ``api-key:`` and replaced it, so the query lost ``n`` and the
+    replay of the very run diverged ("- $.query[0]: ["n","a"]")."""
+    server.route("/api", lambda r: json_reply({"ok": True}))
+
+    @forkpoint.tool
+    def vault() -> str:
+        return "AIzaSyD" + "x" * 32
+
+    def call() -> None:
+        requests.get(f"{server.url}/api?key={vault()}&n=a").raise_for_status()
+
+    with forkpoint.record(store=store) as rec:
+        call()
+    with forkpoint.replay(rec.session_path) as rp:
+        call()
+    assert rp.report()["reproduced"], summary_line(rp.report())
+    placeholder = "%5BREDACTED:google-api-key:0123abcd%5D"
+    assert scrub_url(f"http://h/api?key={placeholder}&n=a") == f"http://h/api?key={placeholder}&n=a"
+
+
 @pytest.mark.parametrize(
     "name", ["access_key", "accessKey", "auth_token", "private_token", "subscription-key"]
 )
