@@ -643,6 +643,17 @@ class Replayer:
                 "stored with its value scrubbed), which the server would refuse: the session it names "
                 "exists only in the recorded run."
             )
+        elif placeholder.startswith("[REDACTED:aws-"):
+            # (not placeholders_served: the credentials botocore fetched are served aside, unsaid)
+            # (botocore hands the program its own error, not this one's: the remedy is said here too)
+            said = f"{placeholder}, an AWS credential's placeholder: set AWS credentials to make live calls"
+            why = (
+                f"{placeholder}, the placeholder of an AWS credential scrubbed when recorded, which "
+                "botocore signed with: the credentials it fetched from an instance or container "
+                "endpoint are served from the recording (or a recorded answer handed them to the "
+                "program), and AWS would refuse them. Set AWS credentials (AWS_ACCESS_KEY_ID and "
+                "AWS_SECRET_ACCESS_KEY) to make live calls."
+            )
         else:
             said = f"{placeholder}, a secret's placeholder"
             why = (

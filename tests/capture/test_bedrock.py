@@ -269,6 +269,37 @@ def test_credentials_fetched_from_a_loopback_container_endpoint_need_not_be_fetc
     _replays_without_and_with_credentials(rec.session_path, srv.url, live, monkeypatch)
 
 
+def test_a_live_call_signed_with_the_served_credentials_is_not_sent_and_says_to_set_credentials(
+    store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The credentials botocore fetched when recorded are served from the recording, as placeholders:
+    under models live, with no credentials of its own, botocore signs with them. Not sent (the
+    check of a served placeholder); it was said as 'a secret's placeholder … which a recorded answer
+    handed the program (the report's placeholders_served)', with placeholders_served empty and
+    nothing said of the AWS credentials to set; botocore hands the program its own error."""
+    import botocore.config
+    from botocore.exceptions import ConnectionClosedError
+
+    _no_credentials(monkeypatch, store)
+    creds = {"AccessKeyId": RECORD_KEY[0], "SecretAccessKey": RECORD_KEY[1], "Token": "container-session"}
+    creds["Expiration"] = "2099-01-01T00:00:00Z"
+    with LocalServer(chat_script=["hello", "hello"]) as srv:
+        srv.route("/creds", lambda _r: json_reply(creds))
+        monkeypatch.setenv("AWS_CONTAINER_CREDENTIALS_FULL_URI", srv.url + "/creds")
+        with forkpoint.record(store=store) as rec:
+            _converse(srv.url)
+        with forkpoint.replay(rec.session_path, models="live") as rp, pytest.raises(ConnectionClosedError):
+            once = botocore.config.Config(retries={"total_max_attempts": 1})  # (no back-off to wait out)
+            session = boto3.session.Session()  # (its credential chain searched anew)
+            client = session.client(
+                "bedrock-runtime", region_name="us-east-1", endpoint_url=srv.url, config=once
+            )
+            client.converse(modelId=MODEL, messages=[{"role": "user", "content": [{"text": "hi"}]}])
+        assert len([r for r in srv.requests if "converse" in r["path"]]) == 1  # the recorded one
+    (blocked,) = rp.report()["network_blocked"]
+    assert "an AWS credential's placeholder: set AWS credentials" in blocked, blocked
+
+
 def test_container_credentials_recorded_hours_ago_are_not_refreshed_on_replay(
     store: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
