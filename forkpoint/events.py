@@ -320,6 +320,8 @@ class EndDivergence(TypedDict, total=False):
     label: str
     reason: str
     diff: list[dict[str, Any]]
+    #: What an HTTP exchange that is no model call is (``"http"``, ``"mcp"``), as the report's.
+    call: str
 
 
 class EndEvent(_Common, total=False):
@@ -651,6 +653,14 @@ def in_start_order(events: Sequence[_E]) -> list[_E]:
         for place, i in zip(at, sorted(at, key=lambda i: events[i]["sent"]), strict=True):
             out[place] = events[i]
     return out
+
+
+def divergent_call(kind: str, call: object) -> tuple[str, str]:
+    """What a divergence's call was, said: (``model call``, ``""``), (``tool call``, ``""``), or for an
+    HTTP exchange that is no model call (``call``: ``"http"``, ``"mcp"``), which is counted among
+    them, (``HTTP exchange``, ``", a plain HTTP call"``)."""
+    said = {"http": ", a plain HTTP call", "mcp": ", a call to an MCP server"}.get(str(call))
+    return ("HTTP exchange", said) if said else (kind.replace("_", " "), "")
 
 
 def endpoint(event: Mapping[str, Any]) -> str:

@@ -15,7 +15,7 @@ from typing import Any, TextIO, cast
 
 from rich.console import Console
 
-from .events import endpoint, in_start_order, in_tool, mcp_tool_error, retries, tool_spans
+from .events import divergent_call, endpoint, in_start_order, in_tool, mcp_tool_error, retries, tool_spans
 from .log import Session, json_text, to_json, with_deltas
 from .patterns import compiled_later
 from .providers import call_kind, genai_usage, kinds, recorded_response, response_fields
@@ -166,12 +166,13 @@ def end_lines(event: Mapping[str, Any]) -> list[str]:
         )
     div = event.get("divergence")
     if isinstance(div, dict):
-        kind = str(div.get("kind", "call")).replace("_", " ")
+        noun, call = divergent_call(str(div.get("kind", "call")), div.get("call"))
         here = f", this run's #{div['seq']}" if div.get("seq") else ""
-        parent = f"; expected the parent's #{div['parent_seq']}" if div.get("parent_seq") else ""
+        # (the label is the parent's call: this run's asked for something else)
         label = f" ({escape(str(div['label']))})" if div.get("label") else ""
+        parent = f"; expected the parent's #{div['parent_seq']}{label}" if div.get("parent_seq") else label
         out.append(
-            f"[yellow]diverged at the {ordinal(int(div.get('position') or 0))} {kind}{here}{label}{parent}: "
+            f"[yellow]diverged at the {ordinal(int(div.get('position') or 0))} {noun}{call}{here}{parent}: "
             f"{escape(_short(div.get('reason', ''), 160))}[/yellow]"
         )
     return out

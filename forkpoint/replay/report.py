@@ -10,7 +10,7 @@ from typing import Any
 
 from .. import runtime
 from ..errors import Divergence
-from ..events import DivergenceReport, Verdict
+from ..events import DivergenceReport, Verdict, divergent_call
 from ..files import write_private
 from ..jsondiff import Change, format_changes
 from ..log import json_text
@@ -22,13 +22,10 @@ EXIT_DIVERGENCE = 3
 
 def format_divergence(report: DivergenceReport | dict[str, Any]) -> str:
     """One paragraph (and a diff) saying where and how a replay diverged."""
-    kind = report["kind"].replace("_", " ")
     what = report.get("name") or report.get("endpoint") or ""
     # (an HTTP exchange that is no model call is counted among them, as model#K overrides are not)
-    call = {"http": ", a plain HTTP call", "mcp": ", a call to an MCP server"}.get(
-        str(report.get("call")), ""
-    )
-    place = f"HTTP exchange of this run{call}" if call else f"{kind} of this run"
+    noun, call = divergent_call(report["kind"], report.get("call"))
+    place = f"{noun} of this run{call}"
     lines = [f"replay diverged at the {ordinal(report['position'])} {place} ({what}): {report['reason']}."]
     exp = report.get("expected")
     if exp:

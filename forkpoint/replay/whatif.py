@@ -86,6 +86,8 @@ def end_divergence(report: dict[str, Any], child: Path | None = None) -> EndDive
         "reason": str(div.get("reason") or ""),
         "diff": list(div.get("diff") or [])[:50],
     }
+    if div.get("call") in ("http", "mcp"):
+        out["call"] = div["call"]
     if child is not None:
         try:
             same = [e for e in Session.load(child, share_lists=True).calls() if e["type"] == kind]

@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
+import httpx
 import openai
 import pytest
 from rich.console import Console
@@ -27,7 +28,7 @@ from forkpoint.html import view_model
 from forkpoint.log import Session
 from forkpoint.replay import EXIT_DIVERGENCE, conclude, summary_line
 from forkpoint.show import render
-from tests.modelserver import LocalServer
+from tests.modelserver import LocalServer, json_reply
 
 
 def chat_agent(base_url: str, tool: Any) -> str:
@@ -687,6 +688,32 @@ def test_tallies_merged_name_the_tools_in_the_order_the_model_asked_for_them() -
 # --------------------------------------------------------------------------- what-if sessions
 
 
+def test_a_what_if_session_that_diverged_at_a_plain_http_call_says_so(
+    server: LocalServer, store: Path
+) -> None:
+    """``show`` said a what-if that left its parent at a plain HTTP call diverged "at the 2nd model
+    call, this run's #2 (GET /api/a)": no model call, and GET /api/a was the parent's call, where
+    this run asked for GET /api/b."""
+    server.route("/api/*", lambda r: json_reply({"path": r["path"]}))
+
+    def run(item: str) -> None:
+        with httpx.Client(base_url=server.url) as client:
+            client.get("/api/start")
+            client.get(f"/api/{item}")
+
+    with forkpoint.record(store=store) as rec:
+        run("a")
+    with forkpoint.replay(rec.session_path, on_divergence="live") as rp:
+        run("b")
+    child = Session.load(rp.report()["child_session"])
+    console = Console(record=True, width=300)
+    render(child, console)
+    assert (
+        "diverged at the 2nd HTTP exchange, a plain HTTP call, this run's #2; expected the parent's #2 "
+        "(GET /api/a): no recorded request has the same match key"
+    ) in console.export_text()
+
+
 def test_a_what_if_session_keeps_its_exit_code_and_where_it_diverged(make_server: Any, store: Path) -> None:
     """The child session's end says how the what-if run ended and at which request it left its
     parent (this run's call, the parent's call it was expected to be, why); ``show`` and the HTML
@@ -722,8 +749,9 @@ def test_a_what_if_session_keeps_its_exit_code_and_where_it_diverged(make_server
     text = console.export_text()
     assert "exit code 0" in text
     assert (
-        f"diverged at the 2nd model call, this run's #{live_call['seq']} (POST /v1/chat/completions, model m); "
-        f"expected the parent's #{div['parent_seq']}: no recorded request has the same match key" in text
+        f"diverged at the 2nd model call, this run's #{live_call['seq']}; expected the parent's "
+        f"#{div['parent_seq']} (POST /v1/chat/completions, model m): no recorded request has the same match key"
+        in text
     )
     page = view_model(child)
     assert page["divergence"]["from"] == "session" and page["divergence"]["seq"] == live_call["seq"]
