@@ -1475,6 +1475,15 @@ class Scrubber:
         replaced: split at its ``delimiter`` lines (one pass), each part's headers read up to its
         blank line. A part with a ``filename`` is a file, left to :meth:`text`."""
         parts = text.split(delimiter)
+        for i, _, head, secret, rest in self.credential_parts(parts):
+            if secret and not _is_placeholder(secret):
+                parts[i] = head + placeholder("form-credential", secret) + rest
+        return delimiter.join(parts)
+
+    def credential_parts(self, parts: list[str]) -> Iterator[tuple[int, str, str, str, str]]:
+        """The parts of a ``multipart/form-data`` body (split at its delimiter) that are fields
+        named as credentials: (index, name, the part up to the value, the value, the line break
+        after it). A part with a ``filename`` is a file, not one."""
         for i, part in enumerate(parts):
             head, blank, value = part.partition("\r\n\r\n")
             if not blank:
@@ -1483,10 +1492,7 @@ class Scrubber:
             if m is None or "filename=" in head.lower() or not self.credential_param(m.group(1)):
                 continue
             end = len(value) - len(value.rstrip("\r\n"))  # (the line break before the next delimiter)
-            secret = value[: len(value) - end]
-            if secret and not _is_placeholder(secret):
-                parts[i] = head + blank + placeholder("form-credential", secret) + value[len(secret) :]
-        return delimiter.join(parts)
+            yield i, m.group(1), head + blank, value[: len(value) - end], value[len(value) - end :]
 
     def credential_param(self, name: str) -> bool:
         """Whether a query parameter or form field ``name`` holds a credential: a credential query
@@ -1835,17 +1841,18 @@ def _set_cookie_scrubbed(value: str) -> str:
 
 
 def form_credentials(content: bytes, content_type: str) -> list[tuple[str, str]]:
-    """The fields of an ``application/x-www-form-urlencoded`` body whose names say they hold a
-    credential (:meth:`Scrubber.credential_param`: a ``password``, an OAuth ``client_secret``), as
-    (name, value) decoded, in order."""
-    if (
-        content_type.split(";", 1)[0].strip().lower() != "application/x-www-form-urlencoded"
-        or b"=" not in content
-    ):
-        return []
+    """The fields of a form body (``application/x-www-form-urlencoded``, ``multipart/form-data``)
+    whose names say they hold a credential (:meth:`Scrubber.credential_param`: a ``password``, an
+    OAuth ``client_secret``), as (name, value) decoded, in order."""
+    ctype = content_type.split(";", 1)[0].strip().lower()
     scrubber = current()
-    fields = parse_qsl(content.decode("utf-8", "replace"), keep_blank_values=True)
-    return [(k, v) for k, v in fields if scrubber.credential_param(k)]
+    if ctype == "application/x-www-form-urlencoded" and b"=" in content:
+        fields = parse_qsl(content.decode("utf-8", "replace"), keep_blank_values=True)
+        return [(k, v) for k, v in fields if scrubber.credential_param(k)]
+    if ctype == "multipart/form-data" and (boundary := _BOUNDARY.search(content_type)):
+        parts = content.decode("utf-8", "replace").split("--" + boundary.group(1).strip('"'))
+        return [(name, value) for _, name, _, value, _ in scrubber.credential_parts(parts)]
+    return []
 
 
 def cookie_placeholders(value: str) -> list[str]:

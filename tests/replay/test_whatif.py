@@ -669,13 +669,14 @@ def test_a_live_call_with_a_cookie_a_served_set_cookie_set_is_not_sent(
     assert "(not sent: cookie carried sid=REDACTED-" in blocked, blocked
 
 
+@pytest.mark.parametrize("multipart", [False, True])
 def test_a_live_login_with_a_served_placeholder_as_its_form_password_is_not_sent(
-    tmp_path: Path, server: LocalServer
+    tmp_path: Path, server: LocalServer, multipart: bool
 ) -> None:
     """A password a tool fetched (a vault) is served as its placeholder; a login form posting it,
-    gone live after a divergence, sent ``password=%5BREDACTED%3Asecret-field%3A…%5D`` upstream under
-    'replay DIVERGED, then went live as asked', exit 0. It is not sent: NetworkBlocked, said in the
-    report."""
+    gone live after a divergence, sent ``password=%5BREDACTED%3Asecret-field%3A…%5D`` (or the field
+    of a multipart form) upstream under 'replay DIVERGED, then went live as asked', exit 0. It is
+    not sent: NetworkBlocked, said in the report."""
     server.route("/login", lambda r: json_reply({"ok": True}))
 
     @forkpoint.tool
@@ -684,7 +685,8 @@ def test_a_live_login_with_a_served_placeholder_as_its_form_password_is_not_sent
 
     def login(note: str) -> None:
         creds = vault()
-        httpx.post(f"{server.url}/login", data={**creds, "note": note}).raise_for_status()
+        files = {"f": ("a.txt", b"x")} if multipart else None
+        httpx.post(f"{server.url}/login", data={**creds, "note": note}, files=files).raise_for_status()
 
     with forkpoint.record(store=tmp_path) as rec:
         login("a")
