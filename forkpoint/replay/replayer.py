@@ -663,7 +663,8 @@ class Replayer:
         with self._lock:
             self.live_calls["model_call"] -= 1
             self.network_blocked.append(
-                f"{urlsplit(request['url']).netloc} (not sent: {carrier} carried {said})"
+                # (the host without the URL's user info: its placeholder says nothing here)
+                f"{urlsplit(request['url']).netloc.rpartition('@')[2]} (not sent: {carrier} carried {said})"
             )
         return NetworkBlocked(f"forkpoint replay did not send {where} live: {carrier} carried {why}")
 

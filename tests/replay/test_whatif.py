@@ -731,7 +731,7 @@ def test_a_live_call_with_a_served_placeholder_as_its_basic_password_is_not_sent
             call("b")
     assert len(server.requests) == 1
     (blocked,) = rp.report()["network_blocked"]
-    assert "(not sent: authorization carried [REDACTED:" in blocked, blocked
+    assert blocked.startswith(f"{server.url[7:]} (not sent: authorization carried [REDACTED:"), blocked
 
 
 def test_a_live_call_with_a_served_placeholder_in_its_url_as_requests_encodes_it_is_not_sent(
