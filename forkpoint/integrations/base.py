@@ -268,12 +268,13 @@ async def stream_tool(
     items: Callable[[], AsyncIterator[Any]],
     encode: Callable[[Any], Any] = stored_form,
     fn: Any = None,
+    call_id: str | None = None,
 ) -> AsyncIterator[Any]:
     """One call of a tool that streams (an async generator), through forkpoint: live, each item is
     passed on the moment the tool yields it, and the call is recorded with the list of the items'
     stored forms (``encode`` of each) as its result; on replay the recorded items are yielded and
     the tool does not run. An exception the tool raised is recorded and raised again (the items
-    before it are not replayed). ``fn``: as for :func:`run_tool`."""
+    before it are not replayed). ``fn``, ``call_id``: as for :func:`run_tool`."""
     if runtime.active() is None:
         async for item in items():
             yield item
@@ -291,7 +292,9 @@ async def stream_tool(
             await queue.put(item)
         return got
 
-    call = asyncio.ensure_future(run_tool(name, args, body, lambda got: [encode(i) for i in got], fn))
+    call = asyncio.ensure_future(
+        run_tool(name, args, body, lambda got: [encode(i) for i in got], fn, call_id=call_id)
+    )
     try:
         while not call.done():
             getter = asyncio.ensure_future(queue.get())
@@ -326,10 +329,11 @@ def run_tool_sync(
         return call_tool(name, args, body, encode, call_id=call_id)
 
 
-def tool_call_id(ctx: Any) -> str | None:
-    """The id the model gave the tool call a framework's context ``ctx`` is for (its
-    ``tool_call_id``: the Agents SDK's ``ToolContext``, pydantic-ai's ``RunContext``), or None."""
-    found = getattr(ctx, "tool_call_id", None)
+def tool_call_id(ctx: Any, field: str = "tool_call_id") -> str | None:
+    """The id the model gave the tool call a framework's object ``ctx`` is for (its ``field``,
+    an attribute or a mapping's key: the Agents SDK's ``ToolContext``, pydantic-ai's
+    ``RunContext``, agno's ``FunctionCall.call_id``, strands' ``tool_use["toolUseId"]``), or None."""
+    found = ctx.get(field) if isinstance(ctx, Mapping) else getattr(ctx, field, None)
     return found if isinstance(found, str) else None
 
 
@@ -345,10 +349,13 @@ def _bound_method(fn: Any) -> Any:
     return None
 
 
-def recorded_function(name: str, args: dict[str, Any], fn: Callable[..., Any]) -> Callable[..., Any]:
+def recorded_function(
+    name: str, args: dict[str, Any], fn: Callable[..., Any], call_id: str | None = None
+) -> Callable[..., Any]:
     """``fn`` (sync, async or an async generator function) wrapped so that its call is recorded as
-    tool ``name`` with ``args``; a wrapper of the same kind, as strands chooses by the kind. A
-    method (an agno toolkit's, a strands ``@tool`` method) is watched for changes to its object."""
+    tool ``name`` with ``args`` (and the model's ``call_id`` for it, when the framework has one); a
+    wrapper of the same kind, as strands chooses by the kind. A method (an agno toolkit's, a
+    strands ``@tool`` method) is watched for changes to its object."""
     import inspect  # here: the seam is imported at every bootstrapped start
 
     method = _bound_method(fn)
@@ -357,7 +364,7 @@ def recorded_function(name: str, args: dict[str, Any], fn: Callable[..., Any]) -
         @functools.wraps(fn)
         async def streamed(*a: Any, **kw: Any) -> AsyncIterator[Any]:
             with hidden:  # (the tool's exception comes out of the recording's task: through run_tool too)
-                async for item in stream_tool(name, args, lambda: fn(*a, **kw), fn=method):
+                async for item in stream_tool(name, args, lambda: fn(*a, **kw), fn=method, call_id=call_id):
                     yield item
 
         return streamed
@@ -366,14 +373,14 @@ def recorded_function(name: str, args: dict[str, Any], fn: Callable[..., Any]) -
         @functools.wraps(fn)
         async def awaited(*a: Any, **kw: Any) -> Any:
             with hidden:
-                return await run_tool(name, args, lambda: fn(*a, **kw), fn=method)
+                return await run_tool(name, args, lambda: fn(*a, **kw), fn=method, call_id=call_id)
 
         return awaited
 
     @functools.wraps(fn)
     def called(*a: Any, **kw: Any) -> Any:
         with hidden:
-            return run_tool_sync(name, args, lambda: fn(*a, **kw), fn=method)
+            return run_tool_sync(name, args, lambda: fn(*a, **kw), fn=method, call_id=call_id)
 
     return called
 

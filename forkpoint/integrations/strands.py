@@ -9,7 +9,8 @@ one call it runs on a copy of the tool whose function is wrapped, so strands' ow
 validation, injecting ``agent`` / ``tool_context``, turning the return value or an exception into
 a ``ToolResult`` — happens as usual, live and on replay; only the function's work is served from
 the session. The event's ``tool`` is the tool's ``tool_name``, ``args`` the model's input,
-``result`` the function's return value, typed where forkpoint rebuilds it (:func:`.base.stored_form`).
+``call_id`` the model's id for the call (``toolUseId``: a replay tells identical calls of
+concurrent runs apart by it), ``result`` the function's return value, typed where forkpoint rebuilds it (:func:`.base.stored_form`).
 A streaming tool's items are passed on live as it yields them and recorded as the list of them; on replay they are yielded
 again, so the agent sees the same stream events and the same result (the last item). An
 exception is recorded and raised again, so strands builds the same error result. MCP tools
@@ -37,7 +38,7 @@ from types import ModuleType
 from typing import Any
 
 from .. import runtime
-from .base import Integration, json_args, recorded_function, records, replace
+from .base import Integration, json_args, recorded_function, records, replace, tool_call_id
 
 
 class _Ids(ModuleType):
@@ -81,7 +82,7 @@ def patch_module_tools(module: ModuleType) -> None:
 
 def _record_calls(cls: Any) -> None:
     """Wrap ``cls.stream`` so that each call records its ``_tool_func`` under the tool's name, with
-    the model's input as its arguments."""
+    the model's input as its arguments and its ``toolUseId`` as the call's id."""
     original = cls.stream
 
     @functools.wraps(original)
@@ -91,7 +92,10 @@ def _record_calls(cls: Any) -> None:
         if records(fn):
             tool = copy.copy(self)  # this call only: the tool object is shared by concurrent calls
             tool._tool_func = recorded_function(
-                str(self.tool_name), json_args(tool_use.get("input") or {}), fn
+                str(self.tool_name),
+                json_args(tool_use.get("input") or {}),
+                fn,
+                call_id=tool_call_id(tool_use, "toolUseId"),
             )
         async for event in original(tool, tool_use, invocation_state, **kwargs):
             yield event

@@ -19,7 +19,6 @@ import dataclasses
 import datetime
 import decimal
 import ipaddress
-import itertools
 import json
 import os
 import subprocess
@@ -64,6 +63,7 @@ from pydantic_ai.providers.openai import OpenAIProvider  # noqa: E402
 import forkpoint  # noqa: E402
 from forkpoint import integrations, values  # noqa: E402
 from forkpoint.demo.server import ModelServer  # noqa: E402
+from tests.integrations.rolls import asked_a_then_b, next_roll, roll_then_say  # noqa: E402
 
 set_tracing_disabled(True)  # the Agents SDK would otherwise export traces over the network
 
@@ -1166,13 +1166,10 @@ def test_clock_reads_of_an_agents_sdk_run_replay_certain_and_a_langgraph_fan_out
     assert summary_line(rp.report()).startswith("replay ok, but not certain: 3 identical")
 
 
-_rolls = itertools.count()
-
-
 @function_tool(name_override="roll")
 def sdk_roll(sides: int) -> int:
     """Roll a die."""
-    return next(_rolls)
+    return next_roll()
 
 
 def sdk_rolls_run(base_url: str) -> str:
@@ -1224,7 +1221,7 @@ def test_an_agents_sdk_tool_asked_for_in_turn_after_turn_replays_certain(tmp_pat
 @langchain_tool("roll")
 def lg_roll(sides: int) -> int:
     """Roll a die."""
-    return next(_rolls)
+    return next_roll()
 
 
 def test_a_langgraph_tool_asked_for_step_after_step_replays_certain(
@@ -1262,28 +1259,6 @@ def test_a_langgraph_tool_asked_for_step_after_step_replays_certain(
     assert summary_line(rp.report()).startswith("replay ok: "), summary_line(rp.report())
 
 
-def _roll_then_say(request: dict[str, Any]) -> Any:
-    """A model asked by several runs at once (each its own first message): it asks for a roll of
-    six, with a fresh random id as OpenAI gives, then says what the roll gave."""
-    from tests.modelserver import chat_completion, json_reply
-
-    body = request["body"]
-    messages = [m for m in body["messages"] if m["role"] != "system"]
-    user, last = messages[0]["content"], messages[-1]
-    if last["role"] == "tool":
-        return json_reply(
-            chat_completion(f"chatcmpl-{user}-2", body["model"], text=f"rolled {last['content']}")
-        )
-    return json_reply(
-        chat_completion(f"chatcmpl-{user}-1", body["model"], tool_calls=[("roll", {"sides": 6})])
-    )
-
-
-def _asked_a_then_b(said: dict[str, Any]) -> bool:
-    """Run a rolled (:data:`_rolls`) before run b, by what each said (:func:`_roll_then_say`)."""
-    return int(said["a"].removeprefix("rolled ")) + 1 == int(said["b"].removeprefix("rolled "))
-
-
 def test_concurrent_langgraph_runs_asking_the_same_tool_each_get_their_own_answer_on_replay(
     tmp_path: Path, server: Any
 ) -> None:
@@ -1294,7 +1269,7 @@ def test_concurrent_langgraph_runs_asking_the_same_tool_each_get_their_own_answe
     recorded call, so the runs could not be told apart."""
     import threading
 
-    server.route("/v1/chat/completions", _roll_then_say)
+    server.route("/v1/chat/completions", roll_then_say)
 
     def run(first: str) -> dict[str, Any]:
         turns = {"a": threading.Event(), "b": threading.Event()}
@@ -1335,7 +1310,7 @@ def test_concurrent_langgraph_runs_asking_the_same_tool_each_get_their_own_answe
     with forkpoint.record(store=tmp_path / "store") as rec:
         live = run(first="a")
     rolls = forkpoint.Session.load(rec.session_path).by_type("tool_call")
-    assert _asked_a_then_b(live) and len({r["result"] for r in rolls}) == 2, rolls
+    assert asked_a_then_b(live) and len({r["result"] for r in rolls}) == 2, rolls
     server.stop()
     with forkpoint.replay(rec.session_path) as rp:
         replayed = run(first="b")
@@ -1351,7 +1326,7 @@ def test_concurrent_agents_sdk_runs_asking_the_same_tool_each_get_their_own_answ
     each call (``ToolContext.tool_call_id``) now chooses the recorded call."""
     from forkpoint.replay import summary_line
 
-    server.route("/v1/chat/completions", _roll_then_say)
+    server.route("/v1/chat/completions", roll_then_say)
     client = AsyncOpenAI(base_url=server.openai_base_url, api_key=API_KEY, max_retries=0)
     roller = SdkAgent(
         name="roller",
@@ -1380,7 +1355,7 @@ def test_concurrent_agents_sdk_runs_asking_the_same_tool_each_get_their_own_answ
     with forkpoint.record(store=tmp_path / "store") as rec:
         live = asyncio.run(runs("a"))
     rolls = forkpoint.Session.load(rec.session_path).by_type("tool_call")
-    assert _asked_a_then_b(live) and len({r["result"] for r in rolls}) == 2, rolls
+    assert asked_a_then_b(live) and len({r["result"] for r in rolls}) == 2, rolls
     assert all(r.get("call_id") for r in rolls), rolls
     server.stop()
     with forkpoint.replay(rec.session_path) as rp:
@@ -1398,7 +1373,7 @@ def test_concurrent_pydantic_ai_runs_asking_the_same_tool_each_get_their_own_ans
 
     from forkpoint.replay import summary_line
 
-    server.route("/v1/chat/completions", _roll_then_say)
+    server.route("/v1/chat/completions", roll_then_say)
     roller = Agent(
         OpenAIChatModel("m", provider=OpenAIProvider(base_url=server.openai_base_url, api_key=API_KEY))
     )
@@ -1406,7 +1381,7 @@ def test_concurrent_pydantic_ai_runs_asking_the_same_tool_each_get_their_own_ans
     @roller.tool_plain
     def roll(sides: int) -> int:
         """Roll a die."""
-        return next(_rolls)
+        return next_roll()
 
     async def runs(first: str) -> dict[str, Any]:
         turns = {"a": asyncio.Event(), "b": asyncio.Event()}
@@ -1427,7 +1402,7 @@ def test_concurrent_pydantic_ai_runs_asking_the_same_tool_each_get_their_own_ans
     with forkpoint.record(store=tmp_path / "store") as rec:
         live = asyncio.run(runs("a"))
     rolls = forkpoint.Session.load(rec.session_path).by_type("tool_call")
-    assert _asked_a_then_b(live) and len({r["result"] for r in rolls}) == 2, rolls
+    assert asked_a_then_b(live) and len({r["result"] for r in rolls}) == 2, rolls
     assert all(r.get("call_id") for r in rolls), rolls
     server.stop()
     with forkpoint.replay(rec.session_path) as rp:

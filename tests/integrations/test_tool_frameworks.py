@@ -786,3 +786,71 @@ def test_an_overridden_dspy_answer_is_not_left_in_dspy_s_disk_cache(
             assert len(server.requests) == 3
     finally:
         dspy.cache = before
+
+
+# --------------------------------------------------------------------------- concurrent runs
+
+
+def _replayed_in_the_other_order(tmp_path: Path, server: Any, runs: Callable[[str], dict[str, Any]]) -> None:
+    """``runs(first)`` runs a and b at once, ``first`` asking for its roll first
+    (:mod:`tests.integrations.rolls`): recorded a first, each run's roll answered differently and
+    recorded with the model's id for it; replayed b first, each gets its own roll and "replay ok"."""
+    from tests.integrations.rolls import asked_a_then_b, roll_then_say
+
+    server.route("/v1/chat/completions", roll_then_say)
+    with forkpoint.record(store=tmp_path / "store") as rec:
+        live = runs("a")
+    rolls = forkpoint.Session.load(rec.session_path).by_type("tool_call")
+    assert asked_a_then_b(live) and len({r["result"] for r in rolls}) == 2, rolls
+    assert all(r.get("call_id") for r in rolls), rolls
+    server.stop()
+    with forkpoint.replay(rec.session_path) as rp:
+        assert runs("b") == live
+    assert summary_line(rp.report()).startswith("replay ok: "), summary_line(rp.report())
+
+
+def test_concurrent_strands_runs_asking_the_same_tool_each_get_their_own_answer_on_replay(
+    tmp_path: Path, server: Any
+) -> None:
+    """Two strands agents gathered on one loop asked for the same roll, answered differently (run a
+    first); replayed, b asked first and got a's answer. The model's id for each call
+    (``toolUseId``) now chooses the recorded call."""
+    pytest.importorskip("strands")
+    from strands import Agent, tool
+    from strands.hooks import AfterToolCallEvent, BeforeToolCallEvent
+    from strands.models.openai import OpenAIModel
+
+    from tests.integrations.rolls import next_roll
+
+    @tool
+    def roll(sides: int) -> int:
+        """Roll a die."""
+        return next_roll()
+
+    def runs(first: str) -> dict[str, Any]:
+        async def both() -> dict[str, Any]:
+            turns = {"a": asyncio.Event(), "b": asyncio.Event()}
+            turns[first].set()
+
+            async def run(name: str, then: str) -> str:
+                model = OpenAIModel(
+                    client_args={"base_url": server.openai_base_url, "api_key": API_KEY, "max_retries": 0},
+                    model_id="m",
+                )
+                agent = Agent(model=model, tools=[roll], callback_handler=None)
+
+                async def mine(event: Any) -> None:  # (this run calls its tool at its turn)
+                    await turns[name].wait()
+
+                async def done(event: Any) -> None:
+                    turns[then].set()
+
+                agent.hooks.add_callback(BeforeToolCallEvent, mine)
+                agent.hooks.add_callback(AfterToolCallEvent, done)
+                return str(await agent.invoke_async(name)).strip()
+
+            return dict(zip("ab", await asyncio.gather(run("a", "b"), run("b", "a")), strict=True))
+
+        return asyncio.run(both())
+
+    _replayed_in_the_other_order(tmp_path, server, runs)
