@@ -6,8 +6,9 @@ methods) inside agno's own handling: argument injection (``agent``, ``run_contex
 the result cache, turning an exception into the error the model is sent. For one call the
 ``FunctionCall`` runs on a copy of its ``Function`` whose ``entrypoint`` is wrapped, so all of
 that runs as usual, live and on replay, and only the function's work is served from the session.
-The event's ``tool`` is the function's ``name``, ``args`` the model's arguments, ``result``
-the return value, typed where forkpoint rebuilds it (:func:`.base.stored_form`: a dataclass comes
+The event's ``tool`` is the function's ``name``, ``args`` the model's arguments, ``call_id`` the
+model's id for the call (``FunctionCall.call_id``: a replay tells identical calls of concurrent
+runs apart by it), ``result`` the return value, typed where forkpoint rebuilds it (:func:`.base.stored_form`: a dataclass comes
 back a dataclass, so agno sends the model the same ``str()`` of it); an async-generator tool's items are recorded and yielded again.
 A toolkit's method that changes its object (``self.calls += 1``) is said while recording, as a
 replay does not run it. A sync generator tool is not recorded (forkpoint says so when it is called, and it runs live on
@@ -24,7 +25,7 @@ from typing import Any
 
 from ..capture.tracebacks import hidden
 from ..text import say
-from .base import Integration, json_args, recorded_function, records, replace
+from .base import Integration, json_args, recorded_function, records, replace, tool_call_id
 
 _warned: set[str] = set()
 
@@ -45,7 +46,9 @@ def _shim(call: Any) -> Any:
             )
         return None
     shim = fn.model_copy()
-    shim.entrypoint = recorded_function(name, json_args(call.arguments or {}), entry)
+    shim.entrypoint = recorded_function(
+        name, json_args(call.arguments or {}), entry, call_id=tool_call_id(call, "call_id")
+    )
     return shim
 
 

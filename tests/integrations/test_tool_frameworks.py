@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import inspect
 import json
 import os
 import sys
@@ -848,6 +849,46 @@ def test_concurrent_strands_runs_asking_the_same_tool_each_get_their_own_answer_
                 agent.hooks.add_callback(BeforeToolCallEvent, mine)
                 agent.hooks.add_callback(AfterToolCallEvent, done)
                 return str(await agent.invoke_async(name)).strip()
+
+            return dict(zip("ab", await asyncio.gather(run("a", "b"), run("b", "a")), strict=True))
+
+        return asyncio.run(both())
+
+    _replayed_in_the_other_order(tmp_path, server, runs)
+
+
+def test_concurrent_agno_runs_asking_the_same_tool_each_get_their_own_answer_on_replay(
+    tmp_path: Path, server: Any
+) -> None:
+    """Two agno agents gathered on one loop asked for the same roll, answered differently (run a
+    first); replayed, b asked first and got a's answer. The model's id for each call
+    (``FunctionCall.call_id``) now chooses the recorded call."""
+    pytest.importorskip("agno")
+    from agno.agent import Agent
+    from agno.models.openai import OpenAIChat
+
+    from tests.integrations.rolls import next_roll
+
+    def roll(sides: int) -> int:
+        """Roll a die."""
+        return next_roll()
+
+    def runs(first: str) -> dict[str, Any]:
+        async def both() -> dict[str, Any]:
+            turns = {"a": asyncio.Event(), "b": asyncio.Event()}
+            turns[first].set()
+
+            async def run(name: str, then: str) -> str:
+                async def in_turn(function_call: Any, arguments: dict[str, Any]) -> Any:
+                    await turns[name].wait()  # (this run calls its tool at its turn)
+                    out = function_call(**arguments)
+                    out = await out if inspect.isawaitable(out) else out
+                    turns[then].set()
+                    return out
+
+                model = OpenAIChat(id="m", base_url=server.openai_base_url, api_key=API_KEY, max_retries=0)
+                agent = Agent(model=model, tools=[roll], tool_hooks=[in_turn], telemetry=False)
+                return str((await agent.arun(name)).content)
 
             return dict(zip("ab", await asyncio.gather(run("a", "b"), run("b", "a")), strict=True))
 
