@@ -160,6 +160,13 @@ placeholder_credential: contextvars.ContextVar[tuple[str, str] | None] = context
 )
 
 
+#: The id the model gave the tool call a framework is running in this context (its
+#: ``tool_call_id``), set by the framework's integration around the call: the first tool call
+#: recorded inside takes it (:func:`forkpoint.capture.tools.call_tool`), so that a tool recording
+#: itself (``@forkpoint.tool``) is recorded with it; the calls its body makes are its own.
+asked_as: contextvars.ContextVar[str | None] = contextvars.ContextVar("forkpoint_asked_as", default=None)
+
+
 #: True in code whose HTTP requests belong to a call recorded at a higher level (an MCP session's
 #: transport, whose requests are recorded as MCP calls): the HTTP capture passes them through, so
 #: they are neither recorded twice nor served from the session.

@@ -985,6 +985,16 @@ class _Served:
             raise self.rt.diverged(event, "tool_call", self.position, str(exc)) from None
 
 
+def _taken_id(call_id: str | None) -> str | None:
+    """``call_id``, else the id of the tool call a framework is running (:data:`runtime.asked_as`),
+    which this call takes: the tool calls made after it in the framework's call are not the one
+    the model asked for."""
+    asked = runtime.asked_as.get()
+    if asked is not None:
+        runtime.asked_as.set(None)
+    return call_id or asked
+
+
 def _replayed(
     rt: runtime.Runtime, name: str, args: dict[str, Any], defaulted: frozenset[str], call_id: str | None
 ) -> _Served | None:
@@ -1016,11 +1026,13 @@ def call_tool(
     a generator result is handed on wrapped, its items recorded as they come; ``mcp`` (the server
     and method of an MCP request) is written with the event when given, and so is ``call_id``: the
     id the model gave this call in its answer (a framework's ``tool_call_id``), by which a replay
-    tells identical calls apart (:meth:`forkpoint.replay.Replayer.take_tool_call`).
+    tells identical calls apart (:meth:`forkpoint.replay.Replayer.take_tool_call`); without it,
+    the id of the framework's call this one is made in (:data:`runtime.asked_as`), if any.
     """
     rt = runtime.active()
     if rt is None:
         return body()
+    call_id = _taken_id(call_id)
     served = _replayed(rt, name, args, defaulted, call_id) if rt.mode == "replay" else None
     if served is not None:
         served.wait()
@@ -1058,6 +1070,7 @@ async def acall_tool(
     rt = runtime.active()
     if rt is None:
         return await body()
+    call_id = _taken_id(call_id)
     served = _replayed(rt, name, args, defaulted, call_id) if rt.mode == "replay" else None
     if served is not None:
         await served.await_turn()

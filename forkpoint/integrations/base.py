@@ -11,6 +11,7 @@ the entry-point group ``forkpoint.integrations`` (each entry point names a modul
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import functools
 import importlib
@@ -335,6 +336,18 @@ def tool_call_id(ctx: Any, field: str = "tool_call_id") -> str | None:
     ``RunContext``, agno's ``FunctionCall.call_id``, strands' ``tool_use["toolUseId"]``), or None."""
     found = ctx.get(field) if isinstance(ctx, Mapping) else getattr(ctx, field, None)
     return found if isinstance(found, str) else None
+
+
+@contextlib.contextmanager
+def asked_as(call_id: str | None) -> Iterator[None]:
+    """The framework's tool call run inside is the one the model gave ``call_id``
+    (:data:`runtime.asked_as`): its record has the id, whoever makes it (the integration, or a
+    ``@forkpoint.tool`` function the framework runs as the tool)."""
+    token = runtime.asked_as.set(call_id)
+    try:
+        yield
+    finally:
+        runtime.asked_as.reset(token)
 
 
 def _bound_method(fn: Any) -> Any:

@@ -24,7 +24,7 @@ a value with typed parts (a date, a tuple, a ``Decimal``, a set) in forkpoint's 
 a LangGraph ``Command`` (a handoff, a state update; its messages, ``Send`` and tuples inside) as
 ``{"$langgraph_command": {graph, update, resume, goto}}``, rebuilt on replay; anything else as the
 text LangChain would send (its ``json.dumps``, else ``str``). A tool whose ``func`` is already a
-``@forkpoint.tool`` records itself, and so does a tool of langchain-mcp-adapters (its MCP request,
+``@forkpoint.tool`` records itself (with the ``call_id``: :func:`.base.asked_as`), and so does a tool of langchain-mcp-adapters (its MCP request,
 by :mod:`.mcp`).
 """
 
@@ -45,6 +45,7 @@ from ..errors import ToolResultError
 from ..text import say
 from .base import (
     Integration,
+    asked_as,
     calls_mcp,
     is_forkpoint_tool,
     is_json,
@@ -53,15 +54,12 @@ from .base import (
     run_tool,
     run_tool_sync,
     stored_form,
+    tool_call_id,
     wrap_where_defined,
 )
 
 #: Set while a wrapped tool body runs: a body it calls (``_arun`` → ``_run``) is not a second call.
 _inside: contextvars.ContextVar[bool] = contextvars.ContextVar("forkpoint_langchain_tool", default=False)
-#: The ``tool_call_id`` of the ``run`` / ``arun`` running (None: invoked without one), for its body's record.
-_call_id: contextvars.ContextVar[str | None] = contextvars.ContextVar(
-    "forkpoint_langchain_call_id", default=None
-)
 _SKIPPED_ARGS = frozenset({"run_manager", "callbacks", "config"})
 _MESSAGE = "$langchain_message"
 _PAIR = "$content_and_artifact"
@@ -80,7 +78,7 @@ def patch(module: ModuleType) -> None:
         with hidden:
             if runtime.active() is not None:
                 _wrap_bodies(type(self))
-            with _called_as(kwargs.get("tool_call_id")):
+            with asked_as(tool_call_id(kwargs)):  # (its body runs in a copy of this context)
                 return run(self, *args, **kwargs)
 
     @functools.wraps(arun)
@@ -88,7 +86,7 @@ def patch(module: ModuleType) -> None:
         with hidden:
             if runtime.active() is not None:
                 _wrap_bodies(type(self))
-            with _called_as(kwargs.get("tool_call_id")):
+            with asked_as(tool_call_id(kwargs)):  # (its body runs in a copy of this context)
                 return await arun(self, *args, **kwargs)
 
     if replace(base, "run", patched_run):
@@ -106,16 +104,6 @@ def _records(tool: Any) -> bool:
     return (
         runtime.active() is not None and not _inside.get() and not is_forkpoint_tool(fn) and not calls_mcp(fn)
     )
-
-
-@contextlib.contextmanager
-def _called_as(call_id: Any) -> Iterator[None]:
-    """``call_id`` is the id of the tool call inside (its body runs in a copy of this context)."""
-    token = _call_id.set(call_id if isinstance(call_id, str) else None)
-    try:
-        yield
-    finally:
-        _call_id.reset(token)
 
 
 @contextlib.contextmanager
@@ -148,7 +136,7 @@ def _sync_body(body: Callable[..., Any]) -> Callable[..., Any]:
                 return body(self, *args, **kwargs)
             ran: list[bool] = []
             with _inside_tool():
-                out = run_tool_sync(*_call(self, body, args, kwargs, ran), call_id=_call_id.get())
+                out = run_tool_sync(*_call(self, body, args, kwargs, ran))
             return out if ran else decode_output(out)
 
     return _run
@@ -162,7 +150,7 @@ def _async_body(body: Callable[..., Any]) -> Callable[..., Any]:
                 return await body(self, *args, **kwargs)
             ran: list[bool] = []
             with _inside_tool():
-                out = await run_tool(*_call(self, body, args, kwargs, ran), call_id=_call_id.get())
+                out = await run_tool(*_call(self, body, args, kwargs, ran))
             return out if ran else decode_output(out)
 
     return _arun

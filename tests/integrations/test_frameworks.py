@@ -1224,6 +1224,13 @@ def lg_roll(sides: int) -> int:
     return next_roll()
 
 
+@langchain_tool("roll")
+@forkpoint.tool(name="roll")
+def lg_self_recorded_roll(sides: int) -> int:
+    """Roll a die (a function that records itself, made a LangChain tool)."""
+    return next_roll()
+
+
 def test_a_langgraph_tool_asked_for_step_after_step_replays_certain(
     tmp_path: Path, make_server: Callable[..., Any]
 ) -> None:
@@ -1259,14 +1266,16 @@ def test_a_langgraph_tool_asked_for_step_after_step_replays_certain(
     assert summary_line(rp.report()).startswith("replay ok: "), summary_line(rp.report())
 
 
+@pytest.mark.parametrize("roll", [lg_roll, lg_self_recorded_roll], ids=["langchain", "forkpoint-tool"])
 def test_concurrent_langgraph_runs_asking_the_same_tool_each_get_their_own_answer_on_replay(
-    tmp_path: Path, server: Any
+    tmp_path: Path, server: Any, roll: BaseTool
 ) -> None:
     """Two LangGraph runs in two threads (two users of one service) asked for the same roll,
     answered differently (run a first: 0, then run b: 1). Replayed, b asked first and got a's
     answer, as identical calls are served in the order they were recorded: the model's id for each
     call (``tool_call_id``, served back with its recorded answer) was not in what chose the
-    recorded call, so the runs could not be told apart."""
+    recorded call, so the runs could not be told apart. So too for a ``@forkpoint.tool`` function
+    made a LangChain tool, which records itself: LangChain's id is handed to its record."""
     import threading
 
     server.route("/v1/chat/completions", roll_then_say)
@@ -1283,11 +1292,11 @@ def test_concurrent_langgraph_runs_asking_the_same_tool_each_get_their_own_answe
                     turns[name].wait(30)  # (this run asks for its roll at its turn)
                 else:
                     turns[then].set()  # (its roll is done: the other's turn)
-                return {"messages": [model.bind_tools([lg_roll]).invoke(state["messages"])]}
+                return {"messages": [model.bind_tools([roll]).invoke(state["messages"])]}
 
             graph = StateGraph(MessagesState)
             graph.add_node("model", call_model)
-            graph.add_node("tools", ToolNode([lg_roll]))
+            graph.add_node("tools", ToolNode([roll]))
             graph.add_edge(START, "model")
             graph.add_conditional_edges("model", tools_condition)
             graph.add_edge("tools", "model")
@@ -1311,6 +1320,7 @@ def test_concurrent_langgraph_runs_asking_the_same_tool_each_get_their_own_answe
         live = run(first="a")
     rolls = forkpoint.Session.load(rec.session_path).by_type("tool_call")
     assert asked_a_then_b(live) and len({r["result"] for r in rolls}) == 2, rolls
+    assert all(r.get("call_id") for r in rolls), rolls
     server.stop()
     with forkpoint.replay(rec.session_path) as rp:
         replayed = run(first="b")
