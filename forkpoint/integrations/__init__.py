@@ -93,7 +93,10 @@ BUILTIN: dict[str, tuple[str, ...]] = {
         "mcp.client.websocket",
     ),
     "forkpoint.integrations.smolagents": ("smolagents.tools", "smolagents.agents"),
-    "forkpoint.integrations.anthropic_tools": ("anthropic.lib.tools._beta_functions",),
+    "forkpoint.integrations.anthropic_tools": (
+        "anthropic.lib.tools._beta_functions",
+        "anthropic.lib.tools._beta_runner",
+    ),
     "forkpoint.integrations.strands": (
         "strands.tools.decorator",
         "strands.tools.tools",

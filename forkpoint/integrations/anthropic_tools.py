@@ -10,6 +10,10 @@ returned (a string, or content blocks), typed where forkpoint rebuilds it (:func
 replay, so the runner builds the same error result. Tools made from MCP tools
 (``anthropic.lib.tools.mcp.mcp_tool``) are recorded as MCP requests by :mod:`.mcp`, and
 ``@forkpoint.tool`` functions record themselves.
+
+Also patched: the runners' ``_run_tool`` (``BaseSyncToolRunner``, ``BaseAsyncToolRunner``), which
+call a tool for a ``tool_use`` block: the block's ``id`` is the recorded call's ``call_id``
+(:func:`.base.asked_as`), by which a replay tells identical calls of concurrent runners apart.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from types import ModuleType
 from typing import Any
 
 from ..capture.tracebacks import hidden
-from .base import Integration, json_args, records, replace, run_tool, run_tool_sync
+from .base import Integration, asked_as, json_args, records, replace, run_tool, run_tool_sync, tool_call_id
 
 
 def _skip(tool: Any) -> bool:
@@ -59,4 +63,31 @@ def patch(module: ModuleType) -> None:
         replace(async_cls, "call", acall)
 
 
-INTEGRATION = Integration("anthropic-tools", {"anthropic.lib.tools._beta_functions": patch})
+def patch_runners(module: ModuleType) -> None:
+    """Wrap ``_run_tool`` of the sync and async runners: the tool call inside has the id of the
+    model's ``tool_use`` block."""
+    sync_cls = getattr(module, "BaseSyncToolRunner", None)
+    async_cls = getattr(module, "BaseAsyncToolRunner", None)
+    sync_run = getattr(sync_cls, "_run_tool", None)
+    async_run = getattr(async_cls, "_run_tool", None)
+    if sync_run is None or async_run is None:  # (another version: ids are not recorded, nothing worse)
+        return
+
+    @functools.wraps(sync_run)
+    def run(self: Any, tool: Any, tool_use: Any, *args: Any, **kwargs: Any) -> Any:
+        with hidden, asked_as(tool_call_id(tool_use, "id")):
+            return sync_run(self, tool, tool_use, *args, **kwargs)
+
+    @functools.wraps(async_run)
+    async def arun(self: Any, tool: Any, tool_use: Any, *args: Any, **kwargs: Any) -> Any:
+        with hidden, asked_as(tool_call_id(tool_use, "id")):
+            return await async_run(self, tool, tool_use, *args, **kwargs)
+
+    if replace(sync_cls, "_run_tool", run):
+        replace(async_cls, "_run_tool", arun)
+
+
+INTEGRATION = Integration(
+    "anthropic-tools",
+    {"anthropic.lib.tools._beta_functions": patch, "anthropic.lib.tools._beta_runner": patch_runners},
+)

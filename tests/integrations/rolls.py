@@ -5,6 +5,7 @@ A replay that asks in the other order must still give each run its own roll."""
 from __future__ import annotations
 
 import itertools
+import uuid
 from typing import Any
 
 from tests.modelserver import Reply, Stream, chat_chunks, chat_completion, json_reply
@@ -41,3 +42,39 @@ def roll_then_say(request: dict[str, Any]) -> Reply | Stream:
 def asked_a_then_b(said: dict[str, Any]) -> bool:
     """Run a rolled (:func:`next_roll`) before run b, by what each said (:func:`roll_then_say`)."""
     return int(said["a"].removeprefix("rolled ")) + 1 == int(said["b"].removeprefix("rolled "))
+
+
+def roll_then_say_anthropic(request: dict[str, Any]) -> Reply:
+    """:func:`roll_then_say` as an Anthropic model, for the anthropic SDK's tool runner, which
+    continues a server-side thread (``thread.previous_message_id``: only the tool result is sent)."""
+    body = request["body"]
+    last = body["messages"][-1]
+    parts = last["content"] if isinstance(last["content"], list) else []
+    result = next((c for c in parts if c.get("type") == "tool_result"), None)
+    if result is not None:
+        user = str(body["thread"]["previous_message_id"]).split("_")[1]
+        content = [{"type": "text", "text": f"rolled {_text(result['content'])}"}]
+        stop, n = "end_turn", 2
+    else:
+        user = _text(last["content"])
+        content = [
+            {
+                "type": "tool_use",
+                "id": f"toolu_{uuid.uuid4().hex[:12]}",
+                "name": "roll",
+                "input": {"sides": 6},
+            }
+        ]
+        stop, n = "tool_use", 1
+    return json_reply(
+        {
+            "id": f"msg_{user}_{n}",
+            "type": "message",
+            "role": "assistant",
+            "model": body["model"],
+            "content": content,
+            "stop_reason": stop,
+            "stop_sequence": None,
+            "usage": {"input_tokens": 10, "output_tokens": 5},
+        }
+    )

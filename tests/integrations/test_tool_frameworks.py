@@ -794,11 +794,10 @@ def test_an_overridden_dspy_answer_is_not_left_in_dspy_s_disk_cache(
 
 def _replayed_in_the_other_order(tmp_path: Path, server: Any, runs: Callable[[str], dict[str, Any]]) -> None:
     """``runs(first)`` runs a and b at once, ``first`` asking for its roll first
-    (:mod:`tests.integrations.rolls`): recorded a first, each run's roll answered differently and
+    (:mod:`tests.integrations.rolls`, the server routed to its model): recorded a first, each run's roll answered differently and
     recorded with the model's id for it; replayed b first, each gets its own roll and "replay ok"."""
-    from tests.integrations.rolls import asked_a_then_b, roll_then_say
+    from tests.integrations.rolls import asked_a_then_b
 
-    server.route("/v1/chat/completions", roll_then_say)
     with forkpoint.record(store=tmp_path / "store") as rec:
         live = runs("a")
     rolls = forkpoint.Session.load(rec.session_path).by_type("tool_call")
@@ -821,7 +820,9 @@ def test_concurrent_strands_runs_asking_the_same_tool_each_get_their_own_answer_
     from strands.hooks import AfterToolCallEvent, BeforeToolCallEvent
     from strands.models.openai import OpenAIModel
 
-    from tests.integrations.rolls import next_roll
+    from tests.integrations.rolls import next_roll, roll_then_say
+
+    server.route("/v1/chat/completions", roll_then_say)
 
     @tool
     def roll(sides: int) -> int:
@@ -867,7 +868,9 @@ def test_concurrent_agno_runs_asking_the_same_tool_each_get_their_own_answer_on_
     from agno.agent import Agent
     from agno.models.openai import OpenAIChat
 
-    from tests.integrations.rolls import next_roll
+    from tests.integrations.rolls import next_roll, roll_then_say
+
+    server.route("/v1/chat/completions", roll_then_say)
 
     def roll(sides: int) -> int:
         """Roll a die."""
@@ -889,6 +892,52 @@ def test_concurrent_agno_runs_asking_the_same_tool_each_get_their_own_answer_on_
                 model = OpenAIChat(id="m", base_url=server.openai_base_url, api_key=API_KEY, max_retries=0)
                 agent = Agent(model=model, tools=[roll], tool_hooks=[in_turn], telemetry=False)
                 return str((await agent.arun(name)).content)
+
+            return dict(zip("ab", await asyncio.gather(run("a", "b"), run("b", "a")), strict=True))
+
+        return asyncio.run(both())
+
+    _replayed_in_the_other_order(tmp_path, server, runs)
+
+
+def test_concurrent_anthropic_tool_runners_asking_the_same_tool_each_get_their_own_answer_on_replay(
+    tmp_path: Path, server: Any
+) -> None:
+    """Two tool runners of the anthropic SDK gathered on one loop asked for the same roll, answered
+    differently (run a first); replayed, b asked first and got a's answer. The model's id for
+    each call (its ``tool_use`` block's) now chooses the recorded call."""
+    from anthropic import AsyncAnthropic, beta_async_tool
+
+    from tests.integrations.rolls import next_roll, roll_then_say_anthropic
+
+    server.route("/v1/messages", roll_then_say_anthropic)
+
+    @beta_async_tool
+    async def roll(sides: int) -> str:
+        """Roll a die."""
+        return str(next_roll())
+
+    def runs(first: str) -> dict[str, Any]:
+        async def both() -> dict[str, Any]:
+            turns = {"a": asyncio.Event(), "b": asyncio.Event()}
+            turns[first].set()
+            client = AsyncAnthropic(base_url=server.url, api_key=API_KEY, max_retries=0)
+
+            async def run(name: str, then: str) -> str:
+                runner = client.beta.messages.tool_runner(
+                    model="claude-test",
+                    max_tokens=64,
+                    tools=[roll],
+                    messages=[{"role": "user", "content": name}],
+                )
+                said = ""
+                async for message in runner:
+                    if message.stop_reason == "tool_use":
+                        await turns[name].wait()  # (this run calls its tool at its turn)
+                    else:
+                        turns[then].set()
+                        said = "".join(getattr(b, "text", "") for b in message.content)
+                return said
 
             return dict(zip("ab", await asyncio.gather(run("a", "b"), run("b", "a")), strict=True))
 
