@@ -12,6 +12,11 @@ JSON form), ``result`` the
 output, typed where forkpoint rebuilds it (:func:`.base.stored_form`). Tools that reach an MCP server (``ToolCollection.from_mcp``, ``MCPClient``)
 are recorded as MCP requests by :mod:`.mcp` instead.
 
+Also patched: ``ToolCallingAgent.process_tool_calls`` and ``execute_tool_call``, so that a tool call
+is recorded with the id of the model's call it runs (``call_id``: a replay tells identical calls of
+concurrent agents apart by it): ``process_tool_calls`` is handed the model's message, and
+``execute_tool_call`` the name and the very arguments object of one of its calls.
+
 Also patched: ``smolagents.agents.MultiStepAgent.__call__``, which runs a managed agent the model
 asked for by its name: the name is noted as the framework's own tool, since the managed agent's
 model and tool calls are recorded one by one and it has no body of its own to record.
@@ -27,7 +32,7 @@ from typing import Any
 
 from .. import runtime
 from ..capture.tracebacks import hidden
-from .base import Integration, jsonable, records, replace, run_tool_sync
+from .base import Integration, asked_as, jsonable, records, replace, run_tool_sync, tool_call_id
 
 
 def patch(module: ModuleType) -> None:
@@ -68,6 +73,52 @@ def _recorded_forward(name: str, inputs: list[str], forward: Callable[..., Any])
     return recorded
 
 
+#: On a ``ToolCallingAgent``: the tool calls of the model's message its step is running.
+_ASKED = "_forkpoint_asked"
+
+
+def _asked_id(calls: list[Any], name: str, arguments: Any) -> str | None:
+    """The id of the call of ``calls`` that is tool ``name`` with ``arguments``: the one with this
+    very object (``process_tool_calls`` hands it on), else the one equal to it, if one only."""
+    named = [c for c in calls if getattr(getattr(c, "function", None), "name", None) == name]
+    same = [c for c in named if c.function.arguments is arguments] or [
+        c for c in named if (c.function.arguments or {}) == arguments
+    ]
+    return tool_call_id(same[0], "id") if len(same) == 1 else None
+
+
+def patch_tool_calls(module: ModuleType) -> None:
+    """Give each tool call a ``ToolCallingAgent`` runs the id of the model's call
+    (:func:`.base.asked_as`; see the module docstring)."""
+    cls = getattr(module, "ToolCallingAgent", None)
+    process = vars(cls).get("process_tool_calls") if cls is not None else None
+    execute = vars(cls).get("execute_tool_call") if cls is not None else None
+    if process is None or execute is None:  # (another version: ids are not recorded, nothing worse)
+        return
+
+    @functools.wraps(process)
+    def process_tool_calls(self: Any, chat_message: Any, *args: Any, **kwargs: Any) -> Any:
+        self.__dict__[_ASKED] = list(getattr(chat_message, "tool_calls", None) or ())
+        return process(self, chat_message, *args, **kwargs)
+
+    @functools.wraps(execute)
+    def execute_tool_call(self: Any, tool_name: str, arguments: Any, *args: Any, **kwargs: Any) -> Any:
+        # (a managed agent's own tool calls are not the model's call of it)
+        managed = tool_name in (getattr(self, "managed_agents", None) or {})
+        call_id = None if managed else _asked_id(self.__dict__.get(_ASKED, []), tool_name, arguments)
+        with hidden, asked_as(call_id):
+            return execute(self, tool_name, arguments, *args, **kwargs)
+
+    if replace(cls, "process_tool_calls", process_tool_calls):
+        replace(cls, "execute_tool_call", execute_tool_call)
+
+
+def patch_agents(module: ModuleType) -> None:
+    """The patches of ``smolagents.agents``: :func:`patch_managed_agents`, :func:`patch_tool_calls`."""
+    patch_managed_agents(module)
+    patch_tool_calls(module)
+
+
 def patch_managed_agents(module: ModuleType) -> None:
     """Note the name of each managed agent run (``MultiStepAgent.__call__``, which smolagents calls
     only for a managed agent, from a ``ToolCallingAgent``'s tool call or a ``CodeAgent``'s code)."""
@@ -85,6 +136,4 @@ def patch_managed_agents(module: ModuleType) -> None:
     replace(cls, "__call__", __call__)
 
 
-INTEGRATION = Integration(
-    "smolagents", {"smolagents.tools": patch, "smolagents.agents": patch_managed_agents}
-)
+INTEGRATION = Integration("smolagents", {"smolagents.tools": patch, "smolagents.agents": patch_agents})

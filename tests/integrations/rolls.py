@@ -39,6 +39,23 @@ def roll_then_say(request: dict[str, Any]) -> Reply | Stream:
     return Stream(chat_chunks(answer)) if body.get("stream") else json_reply(answer)
 
 
+def roll_then_answer(request: dict[str, Any]) -> Reply:
+    """:func:`roll_then_say` as smolagents' ``ToolCallingAgent`` needs it: the task is its first
+    user message (``New task:\nNAME``), the roll's result a user message (``Observation:\nN``),
+    and what the roll gave is said by calling ``final_answer``."""
+    body = request["body"]
+    users = [_text(m["content"]) for m in body["messages"] if m["role"] == "user"]
+    user, last = users[0].rsplit("\n", 1)[-1], users[-1]
+    if last.startswith("Observation:"):
+        said = f"rolled {last.removeprefix('Observation:').strip()}"
+        answer = chat_completion(
+            f"chatcmpl-{user}-2", body["model"], tool_calls=[("final_answer", {"answer": said})]
+        )
+    else:
+        answer = chat_completion(f"chatcmpl-{user}-1", body["model"], tool_calls=[("roll", {"sides": 6})])
+    return json_reply(answer)
+
+
 def asked_a_then_b(said: dict[str, Any]) -> bool:
     """Run a rolled (:func:`next_roll`) before run b, by what each said (:func:`roll_then_say`)."""
     return int(said["a"].removeprefix("rolled ")) + 1 == int(said["b"].removeprefix("rolled "))
