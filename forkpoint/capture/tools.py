@@ -985,10 +985,13 @@ class _Served:
             raise self.rt.diverged(event, "tool_call", self.position, str(exc)) from None
 
 
-def _taken_id(call_id: str | None) -> str | None:
+def _taken_id(call_id: str | None, mcp: McpCall | None) -> str | None:
     """``call_id``, else the id of the tool call a framework is running (:data:`runtime.asked_as`),
     which this call takes: the tool calls made after it in the framework's call are not the one
-    the model asked for."""
+    the model asked for. Of MCP requests, only a ``tools/call`` takes it (an MCP tool may open a
+    session for its call: ``initialize`` is not the call the model asked for)."""
+    if mcp is not None and mcp["method"] != "tools/call":
+        return call_id
     asked = runtime.asked_as.get()
     if asked is not None:
         runtime.asked_as.set(None)
@@ -1032,7 +1035,7 @@ def call_tool(
     rt = runtime.active()
     if rt is None:
         return body()
-    call_id = _taken_id(call_id)
+    call_id = _taken_id(call_id, mcp)
     served = _replayed(rt, name, args, defaulted, call_id) if rt.mode == "replay" else None
     if served is not None:
         served.wait()
@@ -1070,7 +1073,7 @@ async def acall_tool(
     rt = runtime.active()
     if rt is None:
         return await body()
-    call_id = _taken_id(call_id)
+    call_id = _taken_id(call_id, mcp)
     served = _replayed(rt, name, args, defaulted, call_id) if rt.mode == "replay" else None
     if served is not None:
         await served.await_turn()

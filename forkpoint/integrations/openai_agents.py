@@ -12,7 +12,9 @@ raised again and turned into the same model-visible error text by the same handl
 SDK's bookkeeping of handled errors is unchanged. Not recorded: agents used as tools
 (``agent.as_tool()``: their model and tool calls are recorded one by one instead), and
 ``FunctionTool(on_invoke_tool=...)`` built by hand (wrap that function with ``@forkpoint.tool``);
-the tools of MCP servers (``mcp_servers=[...]``) are recorded by :mod:`.mcp`, once.
+the tools of MCP servers (``mcp_servers=[...]``) are recorded by :mod:`.mcp`, once, and like
+a ``@forkpoint.tool`` function given as a tool, with the model's id for the call
+(:func:`.base.asked_as`).
 
 The event's ``tool`` is the tool's name as the model sees it, ``args`` the model's JSON arguments
 (parsed), ``call_id`` the model's id for the call (``ToolContext.tool_call_id``: a replay tells
@@ -39,6 +41,7 @@ from .. import runtime
 from ..capture.tracebacks import hidden
 from .base import (
     Integration,
+    asked_as,
     calls_mcp,
     is_forkpoint_tool,
     is_json,
@@ -125,7 +128,11 @@ def patch(module: ModuleType) -> None:
         with hidden:
             tool = getattr(self, "_function_tool", None)
             if runtime.active() is None or tool is None or not _records(self):
-                return await original(self, ctx, input)
+                # (an MCP tool's request, a @forkpoint.tool, records itself with the id; an agent's
+                # calls as a tool are its own)
+                agent = tool is not None and getattr(tool, "_is_agent_tool", False)
+                with asked_as(None if agent else tool_call_id(ctx)):
+                    return await original(self, ctx, input)
             impl = self._invoke_tool_impl
             name = str(tool.name)
 

@@ -1,6 +1,6 @@
 """An MCP server for the tests, built with the mcp SDK's own server (FastMCP in 1.x, MCPServer in
-2.x): five tools (one reporting progress, one asking the client's model and user, one logging after it
-answered, and in 2.x one asking the user for an argument), a resource and a prompt. Everything it does is appended to a ledger file, its
+2.x): six tools (one rolling a die that a counter answers, one reporting progress, one asking the
+client's model and user, one logging after it answered, and in 2.x one asking the user for an argument), a resource and a prompt. Everything it does is appended to a ledger file, its
 start included, so a test sees whether the server ran at all.
 
 Run: ``python mcp_calc_server.py LEDGER [stdio | sse PORT | streamable-http PORT]`` (HTTP on
@@ -43,6 +43,18 @@ def add(a: int, b: int) -> int:
     """Add two integers."""
     note(f"add {a} {b}")
     return a + b
+
+
+rolled = 0
+
+
+@server.tool()
+def roll(sides: int) -> int:
+    """Roll a die: each roll one more than the one before."""
+    global rolled
+    note(f"roll {sides}")
+    rolled += 1
+    return rolled - 1
 
 
 @server.tool()

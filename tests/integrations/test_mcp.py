@@ -866,3 +866,58 @@ def test_uninstalling_gives_the_session_back_its_own_methods() -> None:
             assert getattr(ClientSession, name) is wrapper.__wrapped__, name
     finally:
         integrations.install()
+
+
+def test_concurrent_agents_sdk_runs_asking_the_same_mcp_tool_each_get_their_own_answer_on_replay(
+    tmp_path: Path, server: Any
+) -> None:
+    """Two Agents SDK runs gathered on one loop, sharing one MCP server, asked for the same roll
+    (a counter on the server answers), answered differently (run a first); replayed, b asked first
+    and got a's answer: the MCP request is recorded by the MCP integration, which the model's id
+    for the call (``ToolContext.tool_call_id``) did not reach. Now the Agents SDK hands it on."""
+    agents = pytest.importorskip("agents")
+    from agents.mcp import MCPServerStdio
+
+    from tests.integrations.rolls import asked_a_then_b, roll_then_say
+
+    agents.set_tracing_disabled(True)
+    server.route("/v1/chat/completions", roll_then_say)
+    ledger = tmp_path / "ledger.log"
+
+    class Turns(agents.RunHooks[Any]):  # (each run asks for its roll at its turn)
+        def __init__(self, mine: asyncio.Event, then: asyncio.Event) -> None:
+            self.mine, self.then = mine, then
+
+        async def on_tool_start(self, context: Any, agent: Any, tool: Any) -> None:
+            await self.mine.wait()
+
+        async def on_tool_end(self, context: Any, agent: Any, tool: Any, result: Any) -> None:
+            self.then.set()
+
+    async def runs(first: str) -> dict[str, Any]:
+        turns = {"a": asyncio.Event(), "b": asyncio.Event()}
+        turns[first].set()
+        client = AsyncOpenAI(base_url=server.openai_base_url, api_key=API_KEY, max_retries=0)
+        async with MCPServerStdio(params=stdio_params(ledger)) as calc:  # type: ignore[arg-type]
+            roller = agents.Agent(
+                name="roller",
+                model=agents.OpenAIChatCompletionsModel(model="m", openai_client=client),
+                mcp_servers=[calc],
+            )
+            done = await asyncio.gather(
+                *(
+                    agents.Runner.run(roller, n, hooks=Turns(turns[n], turns["b" if n == "a" else "a"]))
+                    for n in "ab"
+                )
+            )
+        return {n: r.final_output for n, r in zip("ab", done, strict=True)}
+
+    with forkpoint.record(store=tmp_path / "store") as rec:
+        live = asyncio.run(runs("a"))
+    rolls = [t for t in forkpoint.Session.load(rec.session_path).by_type("tool_call") if t["tool"] == "roll"]
+    assert asked_a_then_b(live) and len({json.dumps(r["result"]) for r in rolls}) == 2, rolls
+    assert all(r.get("call_id") for r in rolls), rolls
+    server.stop()
+    with forkpoint.replay(rec.session_path) as rp:
+        assert asyncio.run(runs("b")) == live
+    assert summary_line(rp.report()).startswith("replay ok: "), summary_line(rp.report())
