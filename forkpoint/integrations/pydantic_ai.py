@@ -34,6 +34,7 @@ from .. import runtime
 from ..capture.tracebacks import hidden
 from .base import (
     Integration,
+    asked_as,
     is_forkpoint_tool,
     is_json,
     jsonable,
@@ -59,7 +60,8 @@ def patch(module: ModuleType) -> None:
     async def call_tool(self: Any, name: str, tool_args: dict[str, Any], ctx: Any, tool: Any) -> Any:
         with hidden:
             if runtime.active() is None or is_forkpoint_tool(_function_of(tool)):
-                return await original(self, name, tool_args, ctx, tool)
+                with asked_as(tool_call_id(ctx)):  # (a @forkpoint.tool records itself with the id)
+                    return await original(self, name, tool_args, ctx, tool)
             ran: list[bool] = []
 
             def live() -> Any:

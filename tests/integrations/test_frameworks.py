@@ -1373,12 +1373,14 @@ def test_concurrent_agents_sdk_runs_asking_the_same_tool_each_get_their_own_answ
     assert summary_line(rp.report()).startswith("replay ok: "), summary_line(rp.report())
 
 
+@pytest.mark.parametrize("self_recorded", [False, True], ids=["pydantic-ai", "forkpoint-tool"])
 def test_concurrent_pydantic_ai_runs_asking_the_same_tool_each_get_their_own_answer_on_replay(
-    tmp_path: Path, server: Any
+    tmp_path: Path, server: Any, self_recorded: bool
 ) -> None:
     """Two pydantic-ai runs gathered on one loop, stepped through with ``Agent.iter``, asked for the
     same roll, answered differently (run a first); replayed, b asked first and got a's answer. The
-    model's id for each call (``RunContext.tool_call_id``) now chooses the recorded call."""
+    model's id for each call (``RunContext.tool_call_id``) now chooses the recorded call, and is
+    handed to a ``@forkpoint.tool`` function given as the tool, which records itself."""
     from pydantic_ai import CallToolsNode
 
     from forkpoint.replay import summary_line
@@ -1388,10 +1390,11 @@ def test_concurrent_pydantic_ai_runs_asking_the_same_tool_each_get_their_own_ans
         OpenAIChatModel("m", provider=OpenAIProvider(base_url=server.openai_base_url, api_key=API_KEY))
     )
 
-    @roller.tool_plain
     def roll(sides: int) -> int:
         """Roll a die."""
         return next_roll()
+
+    roller.tool_plain(forkpoint.tool(roll) if self_recorded else roll)
 
     async def runs(first: str) -> dict[str, Any]:
         turns = {"a": asyncio.Event(), "b": asyncio.Event()}
