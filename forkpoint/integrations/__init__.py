@@ -100,6 +100,7 @@ BUILTIN: dict[str, tuple[str, ...]] = {
     "forkpoint.integrations.strands": (
         "strands.tools.decorator",
         "strands.tools.tools",
+        "strands.tools.mcp.mcp_client",
         "strands.models.gemini",
         "strands.tools.structured_output.structured_output_tool",
         "strands.agent._agent_as_tool",

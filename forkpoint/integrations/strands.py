@@ -14,7 +14,8 @@ concurrent runs apart by it), ``result`` the function's return value, typed wher
 A streaming tool's items are passed on live as it yields them and recorded as the list of them; on replay they are yielded
 again, so the agent sees the same stream events and the same result (the last item). An
 exception is recorded and raised again, so strands builds the same error result. MCP tools
-(``MCPClient``) are another class and are recorded as MCP requests by :mod:`.mcp`.
+(``MCPClient``) are another class and are recorded as MCP requests by :mod:`.mcp`, with the
+``tool_use_id`` the client is called with (:func:`patch_mcp_client`).
 
 Also patched: ``strands.models.gemini``'s ``secrets``. Gemini answers a function call without an
 id, and strands' Gemini model makes one up (``secrets.token_urlsafe``) that it sends back with the
@@ -38,7 +39,8 @@ from types import ModuleType
 from typing import Any
 
 from .. import runtime
-from .base import Integration, json_args, recorded_function, records, replace, tool_call_id
+from ..capture.tracebacks import hidden
+from .base import Integration, asked_as, json_args, recorded_function, records, replace, tool_call_id
 
 
 class _Ids(ModuleType):
@@ -103,6 +105,31 @@ def _record_calls(cls: Any) -> None:
     replace(cls, "stream", stream)
 
 
+def patch_mcp_client(module: ModuleType) -> None:
+    """Wrap ``MCPClient.call_tool_sync`` and ``call_tool_async`` of ``strands.tools.mcp.mcp_client``:
+    the MCP request they make (recorded by :mod:`.mcp`, on the client's own thread, which gets the
+    caller's context) has the model's id for the call, their ``tool_use_id``
+    (:func:`.base.asked_as`)."""
+    cls = getattr(module, "MCPClient", None)
+    sync_call = getattr(cls, "call_tool_sync", None)
+    async_call = getattr(cls, "call_tool_async", None)
+    if sync_call is None or async_call is None:  # (another version: ids are not recorded, nothing worse)
+        return
+
+    @functools.wraps(sync_call)
+    def call_tool_sync(self: Any, tool_use_id: Any, *args: Any, **kwargs: Any) -> Any:
+        with hidden, asked_as(tool_use_id if isinstance(tool_use_id, str) else None):
+            return sync_call(self, tool_use_id, *args, **kwargs)
+
+    @functools.wraps(async_call)
+    async def call_tool_async(self: Any, tool_use_id: Any, *args: Any, **kwargs: Any) -> Any:
+        with hidden, asked_as(tool_use_id if isinstance(tool_use_id, str) else None):
+            return await async_call(self, tool_use_id, *args, **kwargs)
+
+    if replace(cls, "call_tool_sync", call_tool_sync):
+        replace(cls, "call_tool_async", call_tool_async)
+
+
 def own_tool(name: str) -> Callable[[ModuleType], None]:
     """A patch noting the tool name of each instance of class ``name`` made: a tool of strands' own,
     whose work is recorded call by call or is strands' alone."""
@@ -128,6 +155,7 @@ INTEGRATION = Integration(
     {
         "strands.tools.decorator": patch,
         "strands.tools.tools": patch_module_tools,
+        "strands.tools.mcp.mcp_client": patch_mcp_client,
         "strands.models.gemini": patch_gemini,
         "strands.tools.structured_output.structured_output_tool": own_tool("StructuredOutputTool"),
         "strands.agent._agent_as_tool": own_tool("_AgentAsTool"),

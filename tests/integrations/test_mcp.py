@@ -921,3 +921,61 @@ def test_concurrent_agents_sdk_runs_asking_the_same_mcp_tool_each_get_their_own_
     with forkpoint.replay(rec.session_path) as rp:
         assert asyncio.run(runs("b")) == live
     assert summary_line(rp.report()).startswith("replay ok: "), summary_line(rp.report())
+
+
+def test_concurrent_strands_agents_asking_the_same_mcp_tool_each_get_their_own_answer_on_replay(
+    tmp_path: Path, server: Any
+) -> None:
+    """Two strands agents gathered on one loop, sharing one ``MCPClient``, asked for the same roll
+    (a counter on the server answers), answered differently (run a first); replayed, b asked first
+    and got a's answer: the client's ``tool_use_id`` did not reach the MCP request's record."""
+    pytest.importorskip("strands")
+    from mcp import StdioServerParameters
+    from strands import Agent
+    from strands.hooks import AfterToolCallEvent, BeforeToolCallEvent
+    from strands.models.openai import OpenAIModel
+    from strands.tools.mcp import MCPClient
+
+    from tests.integrations.rolls import asked_a_then_b, roll_then_say
+
+    server.route("/v1/chat/completions", roll_then_say)
+    ledger = tmp_path / "ledger.log"
+
+    def runs(first: str) -> dict[str, Any]:
+        calc = MCPClient(lambda: stdio_client(StdioServerParameters(**stdio_params(ledger))))
+
+        async def both(tools: list[Any]) -> dict[str, Any]:
+            turns = {"a": asyncio.Event(), "b": asyncio.Event()}
+            turns[first].set()
+
+            async def run(name: str, then: str) -> str:
+                model = OpenAIModel(
+                    client_args={"base_url": server.openai_base_url, "api_key": API_KEY, "max_retries": 0},
+                    model_id="m",
+                )
+                agent = Agent(model=model, tools=tools, callback_handler=None)
+
+                async def mine(event: Any) -> None:  # (this run calls its tool at its turn)
+                    await turns[name].wait()
+
+                async def done(event: Any) -> None:
+                    turns[then].set()
+
+                agent.hooks.add_callback(BeforeToolCallEvent, mine)
+                agent.hooks.add_callback(AfterToolCallEvent, done)
+                return str(await agent.invoke_async(name)).strip()
+
+            return dict(zip("ab", await asyncio.gather(run("a", "b"), run("b", "a")), strict=True))
+
+        with calc:
+            return asyncio.run(both(calc.list_tools_sync()))
+
+    with forkpoint.record(store=tmp_path / "store") as rec:
+        live = runs("a")
+    rolls = [t for t in forkpoint.Session.load(rec.session_path).by_type("tool_call") if t["tool"] == "roll"]
+    assert asked_a_then_b(live) and len({json.dumps(r["result"]) for r in rolls}) == 2, rolls
+    assert all(r.get("call_id") for r in rolls), rolls
+    server.stop()
+    with forkpoint.replay(rec.session_path) as rp:
+        assert runs("b") == live
+    assert summary_line(rp.report()).startswith("replay ok: "), summary_line(rp.report())
