@@ -1855,6 +1855,30 @@ def form_credentials(content: bytes, content_type: str) -> list[tuple[str, str]]
     return []
 
 
+def json_credentials(content: bytes, content_type: str) -> list[tuple[str, str]]:
+    """The string members of a JSON body's objects whose names say they hold a credential (those
+    the scrubber replaces: a login's ``password``, ``{"auth": {"api_key": …}}``), as (name, value),
+    in order. Objects inside an array are not looked at: a model request's messages hold what the
+    model sees (a tool call's arguments), not credentials the server is sent."""
+    if "json" not in content_type.lower() or not content.lstrip().startswith(b"{"):
+        return []
+    try:
+        data = orjson.loads(content)
+    except orjson.JSONDecodeError:
+        return []
+    scrubber = current()
+    found: list[tuple[str, str]] = []
+    objects = [data]
+    while objects:
+        obj = objects.pop(0)
+        for k, v in obj.items():
+            if isinstance(v, dict):
+                objects.append(v)
+            elif isinstance(v, str) and scrubber._secret_key(k):
+                found.append((k, v))
+    return found
+
+
 def cookie_placeholders(value: str) -> list[str]:
     """The cookies of a ``Cookie`` header ``value`` whose values are placeholders a scrubbed
     ``Set-Cookie`` handed a replayed client (``sid=REDACTED-…``), as ``name=value``, in order."""

@@ -56,6 +56,7 @@ from ..redact import (
     basic_credentials,
     cookie_placeholders,
     form_credentials,
+    json_credentials,
     scrub_bytes,
     scrub_chunks,
     scrub_headers,
@@ -146,12 +147,13 @@ def _placeholder_carrier(url: str, pairs: list[tuple[str, str]], content: bytes)
     scrubbed when recorded (a served tool result handed the program a key as one), or a cookie a
     served ``Set-Cookie`` set to its placeholder, and which: the name of the header (an
     ``Authorization`` the SDK built from it, a ``Basic`` one's password, an AWS signature's
-    credential, ``Cookie``), ``"its URL"`` (a ``?key=``) or a form field named as a credential (a
-    login's ``password``), or None. (Elsewhere in a body, a placeholder is content the model may
-    see.)"""
-    fields = [
-        (f"its form field {k!r}", v) for k, v in form_credentials(content, header(pairs, "content-type"))
-    ]
+    credential, ``Cookie``), ``"its URL"`` (a ``?key=``) or a form or JSON body's field named as a
+    credential (a login's ``password``), or None. (Elsewhere in a body, a placeholder is content
+    the model may see.)"""
+    ctype = header(pairs, "content-type")
+    fields = [(f"its form field {k!r}", v) for k, v in form_credentials(content, ctype)]
+    if b"[REDACTED:" in content or PLACEHOLDER_KEY.encode() in content:  # (a body is parsed only then)
+        fields += [(f"its JSON field {k!r}", v) for k, v in json_credentials(content, ctype)]
     # (the URL decoded: requests and aiohttp leave a placeholder's colons as they are, %5BREDACTED:…%5D)
     for where, text in [*pairs, ("its URL", unquote(url)), *fields]:
         text = basic_credentials(text) or text  # (a Basic header's password is sent as base64)

@@ -760,6 +760,36 @@ def test_a_live_call_with_a_served_placeholder_in_its_url_as_requests_encodes_it
     assert "(not sent: its URL carried [REDACTED:google-api-key:" in blocked, blocked
 
 
+def test_a_live_login_with_a_served_placeholder_as_its_json_password_is_not_sent(
+    tmp_path: Path, server: LocalServer
+) -> None:
+    """As a form's, a JSON login's password (``httpx.post(url, json=creds)``, an API's way) a tool
+    fetched is served as its placeholder, and gone live it was sent upstream as
+    ``{"password": "[REDACTED:secret-field:…]"}``: it is not sent. A placeholder in a member of a
+    list (a model request's messages: what the model sees) is no credential sent, and is."""
+    server.route("/login", lambda r: json_reply({"ok": True}))
+
+    @forkpoint.tool
+    def vault() -> dict[str, str]:
+        return {"user": "bob", "password": "hunter22-correct-horse"}
+
+    def login(note: str) -> None:
+        creds = vault()
+        httpx.post(f"{server.url}/login", json={"messages": [creds], "note": note}).raise_for_status()
+        httpx.post(f"{server.url}/login", json={"auth": creds, "note": note}).raise_for_status()
+
+    with forkpoint.record(store=tmp_path) as rec:
+        login("a")
+    with forkpoint.replay(rec.session_path, on_divergence="live") as rp:
+        with pytest.raises(
+            NetworkBlocked, match="its JSON field 'password' carried \\[REDACTED:secret-field:"
+        ):
+            login("b")
+    assert len(server.requests) == 3  # (the recorded two, and the messages gone live)
+    (blocked,) = rp.report()["network_blocked"]
+    assert "(not sent: its JSON field 'password' carried [REDACTED:secret-field:" in blocked, blocked
+
+
 def test_policy_fifo_serves_the_next_recorded_call(rec: Recording) -> None:
     with forkpoint.replay(rec.session, overrides=[FAILING_SPEC], on_divergence="fifo") as rp:
         answer = run_agent(DEAD_URL, rec.workdir, echo=None)
