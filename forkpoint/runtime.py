@@ -657,7 +657,7 @@ def watch_threads() -> None:
     def start(self: threading.Thread) -> None:
         global _threads_started
         rt = _active
-        if rt is not None:
+        if rt is not None and self.ident is None:  # (a second start of a started thread starts nothing)
             with _sent_lock:
                 _born[self] = Born(weakref.ref(rt), _last_sent.get(rt, sent_from - 1), _threads_started)
                 _threads_started += 1

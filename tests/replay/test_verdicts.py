@@ -1010,6 +1010,40 @@ def test_identical_calls_made_by_threads_each_started_after_the_call_before_ende
     assert summary_line(rp.report()).startswith("replay ok, but not certain: 2 identical calls")
 
 
+def test_a_thread_started_again_keeps_when_it_was_started(store: Path) -> None:
+    """A second ``start()`` of a running thread fails (RuntimeError) and starts nothing, yet it
+    noted the thread as started then: a thread there before the other thread's identical call
+    ended, started again (in vain) after it had, was taken for one started after it, and its
+    replay said "replay ok" though the two threads could have raced."""
+    import contextlib
+    import itertools
+    import threading
+
+    counter = itertools.count()
+
+    @forkpoint.tool
+    def roll(sides: int) -> int:
+        return next(counter)
+
+    def restarted() -> None:
+        done = threading.Event()
+        first = threading.Thread(target=lambda: (done.wait(), roll(6)))
+        second = threading.Thread(target=roll, args=(6,))
+        first.start()
+        second.start()
+        second.join()
+        with contextlib.suppress(RuntimeError):  # (threads can only be started once)
+            first.start()
+        done.set()
+        first.join()
+
+    with forkpoint.record(store=store) as rec:
+        restarted()
+    with forkpoint.replay(rec.session_path) as rp:
+        restarted()
+    assert summary_line(rp.report()).startswith("replay ok, but not certain: 2 identical calls")
+
+
 def test_identical_tool_calls_go_to_the_call_of_their_recorded_id_whichever_asks_first(store: Path) -> None:
     """Concurrent runs (two LangGraph graphs in two threads) asked for the same tool with the same
     arguments, answered differently; replayed, they asked in the other order and each got the
