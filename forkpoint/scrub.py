@@ -45,6 +45,7 @@ from .log import (
     GIT_OBJECTS,
     LOG_NAME,
     MIRROR_DONE,
+    SIGNATURE_NAME,
     BlobStore,
     Session,
     SessionError,
@@ -269,7 +270,10 @@ def scrub_session(
             )
         signed = signature(path, sid)
         if signed.state == "bad":  # (its copy, signed with this user's key, would be trusted)
-            raise ScrubError(f"{path}: {signed.describe()}, refusing to copy it")
+            raise ScrubError(
+                f"{path}: {signed.describe()}, refusing to copy it; to scrub it all the same into an unsigned "
+                f"copy (whose recorded command replays only with --trust), remove {path / SIGNATURE_NAME} first"
+            )
         if not before.complete and not force:
             raise ScrubError(
                 f"{path}: the session has no end event: it may still be recording (scrubbing it now would "

@@ -573,8 +573,12 @@ def test_scrub_does_not_sign_over_a_signature_that_does_not_verify_or_is_not_tru
     monkeypatch.setenv("FORKPOINT_KEYS_DIR", str(tmp_path / "keys"))
     bad, clean, _ = _forged_and_clean(tmp_path)
     before = (bad / LOG_NAME).read_bytes()
-    with pytest.raises(ScrubError, match="the log changed after it was signed.*refusing to copy it"):
+    with pytest.raises(
+        ScrubError, match="the log changed after it was signed.*refusing to copy it"
+    ) as refused:
         scrub_session(bad)
+    # (what to do: a secret in it stays on disk until it is scrubbed or removed)
+    assert f"remove {bad / SIGNATURE_NAME} first" in str(refused.value), refused.value
     assert (bad / LOG_NAME).read_bytes() == before and signature(bad, bad.name).state == "bad"
     assert scrub_session(clean).notes == [] and signature(clean, clean.name).trusted
     monkeypatch.setenv("FORKPOINT_KEYS_DIR", str(tmp_path / "bob-keys"))
