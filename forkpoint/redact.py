@@ -1868,9 +1868,9 @@ def json_credentials(content: bytes, content_type: str) -> list[tuple[str, str]]
         return []
     scrubber = current()
     found: list[tuple[str, str]] = []
-    objects = [data]
+    objects = deque([data])
     while objects:
-        obj = objects.pop(0)
+        obj = objects.popleft()
         for k, v in obj.items():
             if isinstance(v, dict):
                 objects.append(v)
