@@ -201,11 +201,24 @@ def wrapped_tools() -> set[str]:
     return names
 
 
+#: The name a framework gave a tool whose function records itself (what the model asks for) → the
+#: name it is recorded under (:func:`alias_tool`).
+_framework_aliases: dict[str, str] = {}
+
+
+def alias_tool(asked: str, recorded: str) -> None:
+    """Note that the tool the model asks for as ``asked`` is recorded as ``recorded``: a LangChain
+    tool ``dice`` whose function is a ``@forkpoint.tool`` named after the function."""
+    if asked != recorded:
+        _framework_aliases[asked] = recorded
+
+
 def tool_aliases() -> dict[str, str]:
-    """The function's name → the tool's, for the tool wrappers of this process named otherwise
-    (``@forkpoint.tool(name="flip_coin")`` on ``def flip``): a framework that names a tool after its
-    function (pydantic-ai) has the model ask for ``flip``, which is recorded as ``flip_coin``."""
-    out = {}
+    """The name the model asks for → the tool's recorded name, for the tool wrappers of this process
+    named otherwise (``@forkpoint.tool(name="flip_coin")`` on ``def flip``: a framework that names a
+    tool after its function, pydantic-ai, has the model ask for ``flip``, which is recorded as
+    ``flip_coin``), and the names :func:`alias_tool` noted."""
+    out = dict(_framework_aliases)
     for w in list(tool_wrappers):
         fn, name = getattr(w, "__name__", None), getattr(w, "__forkpoint_tool__", None)
         if isinstance(fn, str) and isinstance(name, str) and fn != name:

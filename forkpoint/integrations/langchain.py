@@ -101,9 +101,10 @@ def _wrap_bodies(cls: type) -> None:
 
 def _records(tool: Any) -> bool:
     fn = getattr(tool, "func", None) or getattr(tool, "coroutine", None)
-    return (
-        runtime.active() is not None and not _inside.get() and not is_forkpoint_tool(fn) and not calls_mcp(fn)
-    )
+    if is_forkpoint_tool(fn):  # (it records itself, under its own name: the model asks for the tool's)
+        runtime.alias_tool(str(tool.name), str(getattr(fn, "__forkpoint_tool__", "")))
+        return False
+    return runtime.active() is not None and not _inside.get() and not calls_mcp(fn)
 
 
 @contextlib.contextmanager

@@ -1231,6 +1231,51 @@ def lg_self_recorded_roll(sides: int) -> int:
     return next_roll()
 
 
+@langchain_tool("dice")
+@forkpoint.tool
+def lg_self_recorded_dice(sides: int) -> int:
+    """Roll a die (recorded under its function's name, asked for by LangChain's)."""
+    return next_roll()
+
+
+def test_a_langchain_tool_whose_function_records_itself_under_another_name_is_not_said_unrecorded(
+    tmp_path: Path, make_server: Callable[..., Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A LangChain tool named ``dice`` whose function is a ``@forkpoint.tool`` (recorded as
+    ``lg_self_recorded_dice``): the recording warned that the model asked for a tool never recorded,
+    ``dice``, and told the user to put ``@forkpoint.tool`` on the function, which they had; the replay
+    then said "ok, but incomplete"."""
+    from forkpoint.replay import summary_line
+
+    srv = make_server(chat_script=[[("dice", {"sides": 6})], "Rolled."])
+
+    def run() -> list[Any]:
+        model = ChatOpenAI(model="demo-model", base_url=srv.openai_base_url, api_key=API_KEY, max_retries=0)
+        graph = StateGraph(MessagesState)
+        graph.add_node(
+            "model",
+            lambda state: {"messages": [model.bind_tools([lg_self_recorded_dice]).invoke(state["messages"])]},
+        )
+        graph.add_node("tools", ToolNode([lg_self_recorded_dice]))
+        graph.add_edge(START, "model")
+        graph.add_conditional_edges("model", tools_condition)
+        graph.add_edge("tools", "model")
+        return [m.content for m in graph.compile().invoke({"messages": [("user", "Roll.")]})["messages"]]
+
+    with forkpoint.record(store=tmp_path / "store") as rec:
+        live = run()
+    said = capsys.readouterr().err
+    assert "never recorded" not in said, said
+    end = forkpoint.Session.load(rec.session_path).end()
+    assert end is not None and not end.get("unrecorded_tools"), end
+    assert [e["tool"] for e in forkpoint.Session.load(rec.session_path).by_type("tool_call")] == [
+        "lg_self_recorded_dice"
+    ]
+    with forkpoint.replay(rec.session_path) as rp:
+        assert run() == live
+    assert summary_line(rp.report()).startswith("replay ok: "), summary_line(rp.report())
+
+
 def test_a_langgraph_tool_asked_for_step_after_step_replays_certain(
     tmp_path: Path, make_server: Callable[..., Any]
 ) -> None:
