@@ -175,7 +175,7 @@ def test_delta_pointing_nowhere_and_bad_reserved_values(tmp_path: Path) -> None:
         "type": "model_call",
         "request": {
             "method": "POST",
-            "url": "http://h/v1/x",
+            "url": "http://127.0.0.1/v1/x",
             "headers": [],
             "body_kind": "json",
             "body": body,
@@ -484,7 +484,7 @@ def test_invalid_utf8_response_bodies_and_chunks_round_trip(server: Any, tmp_pat
             "type": "model_call",
             "request": {
                 "method": "GET",
-                "url": "http://h/x",
+                "url": "http://127.0.0.1/x",
                 "headers": [],
                 "body_kind": "empty",
                 "body": None,

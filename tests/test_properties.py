@@ -147,7 +147,7 @@ def test_the_match_key_ignores_what_does_not_change_the_question(
 ) -> None:
     qs = "&".join(f"{k}={v}" for k, v in query)
     base = normalize_request(
-        "POST", f"http://h/v1/chat/completions?{qs}", [["content-type", "application/json"]], body
+        "POST", f"http://127.0.0.1/v1/chat/completions?{qs}", [["content-type", "application/json"]], body
     )
     shuffled_query = query[:]
     rng.shuffle(shuffled_query)
@@ -157,7 +157,7 @@ def test_the_match_key_ignores_what_does_not_change_the_question(
     ]
     other = normalize_request("post", f"{host}/v1/chat/completions?{qs2}", noisy, _shuffled(body, rng))
     assert model_key(other) == model_key(base)
-    assert model_key(normalize_request("POST", "http://h/v1/other", [], body)) != model_key(base)
+    assert model_key(normalize_request("POST", "http://127.0.0.1/v1/other", [], body)) != model_key(base)
 
 
 @pytest.mark.slow
@@ -379,7 +379,7 @@ def test_model_calls_with_delta_encoding_round_trip(
                     "type": "model_call",
                     "request": {
                         "method": "POST",
-                        "url": "http://h/v1/x",
+                        "url": "http://127.0.0.1/v1/x",
                         "headers": [],
                         "body_kind": "json",
                         "body": b,

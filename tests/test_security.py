@@ -413,8 +413,8 @@ def test_user_rules_apply_on_every_path_and_placeholders_match() -> None:
     from forkpoint.match import model_key, normalize_request
 
     with redact.use_rules(s):
-        live = normalize_request("POST", "http://h/v1/x", [], body)
-        recorded = normalize_request("POST", "http://h/v1/x", [], clean)
+        live = normalize_request("POST", "http://127.0.0.1/v1/x", [], body)
+        recorded = normalize_request("POST", "http://127.0.0.1/v1/x", [], clean)
     assert model_key(live) == model_key(recorded)
 
 
@@ -429,7 +429,7 @@ def _session_with_secret(store: Path, secret: str, *, end: bool = True) -> Path:
             "type": "model_call",
             "request": {
                 "method": "POST",
-                "url": "http://h/v1/chat/completions",
+                "url": "http://127.0.0.1/v1/chat/completions",
                 "headers": [],
                 "body_kind": "json",
                 "body": body,
