@@ -151,12 +151,12 @@ served_from_recording: contextvars.ContextVar[bool] = contextvars.ContextVar(
 )
 
 
-#: Where the HTTP request this context is making carries the replay's placeholder API key
-#: (:data:`forkpoint.providers.PLACEHOLDER_KEY`) or a scrubbed secret's placeholder, and which: (a
-#: header's name or ``"its URL"``, the placeholder), or None. Set by the capture as the request is
-#: read, while a replay is active; such a request is never sent.
-placeholder_credential: contextvars.ContextVar[tuple[str, str] | None] = contextvars.ContextVar(
-    "forkpoint_placeholder_credential", default=None
+#: The HTTP request this context is making, as it would be sent (URL, header pairs, body bytes),
+#: kept by the capture as the request is read while a replay is active: looked at only if it goes
+#: live, for the replay's placeholder API key or a scrubbed secret's placeholder (such a request is
+#: never sent); the stored form has placeholders of every secret.
+live_request: contextvars.ContextVar[tuple[str, list[tuple[str, str]], bytes] | None] = (
+    contextvars.ContextVar("forkpoint_live_request", default=None)
 )
 
 

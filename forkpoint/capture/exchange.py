@@ -123,8 +123,8 @@ def request_record(
             content = b"".join(decoded)
             pairs = [(k, v) for k, v in pairs if k.lower() != "content-encoding"]
     rt = runtime.active()
-    if rt is not None and rt.mode == "replay":  # (read here: the stored form has placeholders of them)
-        runtime.placeholder_credential.set(_placeholder_carrier(url, pairs, content))
+    if rt is not None and rt.mode == "replay":  # (looked at by live(), if it goes live)
+        runtime.live_request.set((url, pairs, content))
     # (an agent resends its conversation: the body is parsed by what it adds to the last one)
     endpoint = f"{method} {url}"
     kind, body = scrubbed_body(
@@ -421,8 +421,9 @@ def live(rt: runtime.Runtime, request: HttpRequest, decoders: DecoderFactory) ->
     in its URL: the provider would refuse it (a 401 the run would take for the model's answer), so
     it is not sent, and the report says which key is missing."""
     runtime.served_from_recording.set(False)
-    carried = runtime.placeholder_credential.get()
-    if carried is not None and rt.mode == "replay":
+    raw = runtime.live_request.get() if rt.mode == "replay" else None
+    carried = _placeholder_carrier(*raw) if raw is not None else None
+    if carried is not None:
         raise cast(runtime.Serving, rt).placeholder_refused(request, *carried)
     rt.before_model_call(request)
     return Exchange(rt, request, decoders)
