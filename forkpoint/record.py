@@ -91,6 +91,10 @@ def git_state(cwd: Path) -> dict[str, Any] | None:
     repository or before its first commit. One git process: ``status --porcelain=v2 --branch``
     (git-status(1), "Porcelain Format Version 2": ``# branch.oid``, ``# branch.head``, then one line
     per changed path)."""
+    from .checkpoint.git import outside_work_trees
+
+    if "GIT_DIR" not in os.environ and outside_work_trees(cwd):
+        return None
     try:
         out = subprocess.run(
             ["git", "--no-optional-locks", "status", "--porcelain=v2", "--branch", "--untracked-files=no"],

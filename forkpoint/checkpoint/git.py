@@ -213,8 +213,18 @@ def user_settings(repo: Path, git_dir: Path) -> tuple[tuple[str, ...], bool]:
     return tuple(filters), trusted
 
 
+def outside_work_trees(path: Path) -> bool:
+    """Whether no folder from ``path`` up holds a ``.git`` (a folder, or the file of a linked work
+    tree or submodule): then no git work tree contains it, and asking a git process is not needed
+    (``forkpoint record`` asks twice, outside a repository too: ~1 ms of CPU each)."""
+    path = Path(os.path.abspath(path))
+    return not any(os.path.exists(folder / ".git") for folder in (path, *path.parents))
+
+
 def repo_root(path: Path) -> Path | None:
     """The top of the git work tree containing ``path``, or None."""
+    if outside_work_trees(path):  # (forkpoint's git ignores GIT_DIR: _git_env)
+        return None
     try:
         out = git(["rev-parse", "--show-toplevel"], Path(path))
     except (CheckpointError, OSError):

@@ -264,6 +264,48 @@ def test_header_outside_git_has_no_git_state(tmp_path: Path, monkeypatch: pytest
     assert Session.load(rec.session_path).header["git"] is None
 
 
+def test_header_starts_no_git_process_outside_a_work_tree_and_reads_a_linked_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No folder up from the current one holds a ``.git``: the header's git state and the default
+    workspace are known to be none without asking git (two processes at every record); a linked work
+    tree (its ``.git`` a file) is still read."""
+    import subprocess
+
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    monkeypatch.chdir(plain)
+    started: list[list[str]] = []
+    real_run = subprocess.run
+
+    def run(cmd: Any, *args: Any, **kwargs: Any) -> Any:
+        started.append(list(cmd))
+        return real_run(cmd, *args, **kwargs)
+
+    monkeypatch.setattr(subprocess, "run", run)
+    from forkpoint.checkpoint import repo_root
+
+    assert repo_root(plain) is None
+    with forkpoint.record(store=tmp_path / "store") as rec:
+        pass
+    assert Session.load(rec.session_path).header["git"] is None
+    assert not [c for c in started if c and c[0] == "git"], started
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "commit", "-q", "--allow-empty", "-m", "first")
+    git(repo, "worktree", "add", "-q", str(tmp_path / "linked"))
+    assert (tmp_path / "linked" / ".git").is_file()
+    (tmp_path / "linked" / "sub").mkdir()
+    monkeypatch.chdir(tmp_path / "linked" / "sub")
+    assert repo_root(Path.cwd()) == (tmp_path / "linked").resolve()
+    with forkpoint.record(store=tmp_path / "store") as rec:
+        pass
+    state = Session.load(rec.session_path).header["git"]
+    assert state is not None and state["commit"] == git(repo, "rev-parse", "HEAD")
+
+
 def test_forked_processes_appending_at_once_keep_the_log_whole(tmp_path: Path) -> None:
     """A process forked inside a recording (a worker) appends through the writer it inherited. The
     file lock belongs to the open file description, which fork shares: each process needs one of
