@@ -13,7 +13,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -391,6 +390,12 @@ def record_command(
     return session.path, code, out
 
 
+def _hostname() -> str:
+    import socket  # (only for this message: not loaded by every record and replay)
+
+    return socket.gethostname()
+
+
 def recorded_seed(header: Mapping[str, Any]) -> int | None:
     """The ``PYTHONHASHSEED`` the session's command was recorded with (header ``hash_seed``), if any:
     one Python would refuse (an edited header's) is none, else the program would not even start."""
@@ -708,7 +713,7 @@ def replay_run(
         )
         child.close(quiet=quiet)
     not_stored = (
-        f"{child.not_stored}; it stays staged in {child.path} on {socket.gethostname()} (`forkpoint ls "
+        f"{child.not_stored}; it stays staged in {child.path} on {_hostname()} (`forkpoint ls "
         f"--store {child.store.url}` there uploads it)"
         if child is not None and child.not_stored
         else None

@@ -499,8 +499,8 @@ def placeholder(kind: str, secret: str | bytes) -> str:
 
 #: A ``multipart/form-data`` content type's boundary, and a part's field name (its
 #: ``Content-Disposition``).
-_BOUNDARY = re.compile(r'(?i)\bboundary=("[^"]+"|[^;\s]+)')
-_FORM_NAME = re.compile(r'(?i)content-disposition:[ \t]*form-data;[^\r\n]*?\bname="([^"\r\n]*)"')
+_BOUNDARY = compiled_later(r'(?i)\bboundary=("[^"]+"|[^;\s]+)')
+_FORM_NAME = compiled_later(r'(?i)content-disposition:[ \t]*form-data;[^\r\n]*?\bname="([^"\r\n]*)"')
 
 
 def holds_placeholder(value: Any) -> bool:

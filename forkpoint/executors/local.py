@@ -14,14 +14,16 @@ from __future__ import annotations
 
 import functools
 import os
-import queue
 import signal
 import subprocess
 import threading
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .base import Executor, Task, run_task
+
+if TYPE_CHECKING:  # (a record or replay runs no pool: it loads this module for in_task alone)
+    import queue
 
 #: The children the tasks of this process are running (each the leader of its process group).
 _children: set[subprocess.Popen[Any]] = set()
@@ -134,6 +136,8 @@ class LocalExecutor(Executor):
             futures = [pool.submit(_run_in_pool, fn, spec, stopping) for spec in specs]
             # Each future says when it is done (or cancelled) here: waiting on the set of pending
             # futures instead costs a pass over all of them per result, quadratic in a large check.
+            import queue
+
             finished: queue.SimpleQueue[int] = queue.SimpleQueue()
             for i, future in enumerate(futures):
                 future.add_done_callback(functools.partial(_done, finished, i))
