@@ -5,6 +5,7 @@ is made (a report whose exception the program may catch)."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -16,16 +17,23 @@ from .text import shown_path
 # Every HTTP client forkpoint captures is one (botocore wraps a divergence raised in urllib3: its
 # traceback starts there), and so is every framework it records, and OpenTelemetry's wrappers
 # (strands' event-loop thread starts in opentelemetry.instrumentation.threading).
-_LIBRARY_PACKAGES = frozenset(
+_PLUMBING = frozenset(
     {
         "forkpoint", "httpx", "httpx2", "httpcore", "h11", "anyio", "asyncio",
         "urllib3", "requests", "http", "urllib", "aiohttp",
-        "pydantic_ai", "agents", "langchain_core", "langchain_openai", "langchain_anthropic",
-        "langgraph", "litellm", "minisweagent", "smolagents", "strands", "agno", "dspy", "mcp",
         "opentelemetry", "wrapt", "tenacity", "contextlib", "functools", "runpy", "threading",
         "concurrent",
     }
 )  # fmt: skip
+# The frameworks of those: unlike the plumbing, they write what the model is sent (agno stamps the
+# time into its system prompt), so they may be the writer a divergence report looks for.
+_FRAMEWORKS = frozenset(
+    {
+        "pydantic_ai", "agents", "langchain_core", "langchain_openai", "langchain_anthropic",
+        "langgraph", "litellm", "minisweagent", "smolagents", "strands", "agno", "dspy", "mcp",
+    }
+)  # fmt: skip
+_LIBRARY_PACKAGES = _PLUMBING | _FRAMEWORKS
 
 
 def agent_call_site(tb: Any) -> str:
@@ -71,3 +79,25 @@ def _agent_frame(frames: Iterable[tuple[Any, int]]) -> str:
     except OSError:  # (a program that removed its own current directory: the file as Python has it)
         where = site[0]
     return f" at {where}:{site[1]} ({site[2]})"
+
+
+def writers_here() -> list[tuple[str, str, str | None, Any]]:
+    """The modules on the current stack that may have written the request being made, outermost
+    first, each once, as ``(top-level package, name, file, spec)``: the agent's code and the
+    frameworks and packages it runs through, not the standard library, the HTTP clients, the
+    providers' SDKs or forkpoint, which only carry it (nor pytest and its workers, running a test).
+    A ``__main__`` run by ``python -m pkg`` is ``pkg``'s, a script's is ``__main__``."""
+    import traceback
+
+    from .providers import sdk_modules
+
+    carriers = _PLUMBING | sdk_modules() | {"_pytest", "pytest", "pluggy", "xdist", "execnet"}
+    found: dict[str, tuple[str, str, str | None, Any]] = {}
+    for frame, _ in reversed(list(traceback.walk_stack(None))):
+        name = str(frame.f_globals.get("__name__", ""))
+        spec = frame.f_globals.get("__spec__")
+        top = str(getattr(spec, "name", None) or name).split(".")[0]
+        if frame.f_code.co_filename.startswith("<") or top in carriers or top in sys.stdlib_module_names:
+            continue
+        found.setdefault(name, (top, name, frame.f_globals.get("__file__"), spec))
+    return list(found.values())

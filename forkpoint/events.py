@@ -444,6 +444,10 @@ class DivergenceReport(TypedDict, total=False):
     #: The session was recorded ``deterministic`` all the same: True (the program's own code), or
     #: the modules it named; the report says how to name the module that read it.
     hint_deterministic_modules: bool | list[str]
+    #: With either hint: the top-level modules on the call's stack that the recording's (or
+    #: ``--deterministic``'s) choice leaves out, and the selection naming them too.
+    left_out_modules: list[str]
+    deterministic_selection: list[str]
     #: How many tool calls ran live before this call: the value may be one's (no deterministic hint).
     after_live_tools: int
     #: The overrides applied before this call (their specs): no ``suggest`` then.

@@ -395,6 +395,23 @@ def is_agent(name: str, file: str | None, modules: Sequence[str] | None = None, 
     )
 
 
+def to_name(
+    select: bool | Sequence[str], modules: Sequence[tuple[str, str, str | None, Any]]
+) -> tuple[list[str], list[str]]:
+    """For a call made through ``modules`` (``(top-level package, name, file, spec)``, outermost
+    first): the top-level packages that ``select`` leaves out of the agent's code, and the selection
+    that names them too (``deterministic=[...]``: the modules ``select`` names, or, for True, the
+    packages of ``modules`` it counts), each list in order and once."""
+    chosen = None if isinstance(select, bool) else list(select)
+    counted: list[str] = []
+    left_out: list[str] = []
+    for top, name, file, spec in modules:
+        into = counted if is_agent(name, file, chosen, spec) else left_out
+        if top not in into:
+            into.append(top)
+    return left_out, [*(counted if chosen is None else chosen), *left_out]
+
+
 # --------------------------------------------------------------------------- installing
 
 

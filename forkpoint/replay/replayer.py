@@ -1496,11 +1496,21 @@ class Replayer:
             if any(not r.path.startswith("$.headers") for r in rules):
                 if self.live_calls["tool_call"]:  # (a tool run live may have returned it, not the program)
                     report["after_live_tools"] = self.live_calls["tool_call"]
-                elif not self.deterministic:
-                    report["hint_deterministic"] = True
-                else:  # (recorded deterministic all the same: code it did not count as the program's)
+                else:
                     chosen = self._session.header.get("deterministic")
-                    report["hint_deterministic_modules"] = chosen if isinstance(chosen, list) else True
+                    select = chosen if isinstance(chosen, list) else True
+                    if not self.deterministic:
+                        report["hint_deterministic"] = True
+                    else:  # (recorded deterministic all the same: code it did not count as the program's)
+                        report["hint_deterministic_modules"] = select
+                    from ..callsite import writers_here
+                    from ..capture.clock import to_name
+
+                    # Which code that is cannot be known, but this call was made through it.
+                    left_out, selection = to_name(select, writers_here())
+                    if left_out:
+                        report["left_out_modules"] = left_out
+                        report["deterministic_selection"] = selection
         if "endpoint" in what:
             report["endpoint"] = what["endpoint"]
         if "name" in what:

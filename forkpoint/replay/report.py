@@ -103,6 +103,7 @@ def format_divergence(report: DivergenceReport | dict[str, Any]) -> str:
                 "recorded values back, and the request is matched whole."
             )
         modules = report.get("hint_deterministic_modules")
+        left_out = report.get("left_out_modules")
         if modules:
             which = (
                 "the reads of the script and of the modules outside site-packages"
@@ -111,9 +112,23 @@ def format_divergence(report: DivergenceReport | dict[str, Any]) -> str:
             )
             lines.append(
                 f"This session was recorded deterministic, which records {which}: if other code put it "
-                "there (an agent installed as a package), name its module (forkpoint record "
-                '--deterministic-module MODULE, repeatable; deterministic=["MODULE"] in the API and the '
-                "pytest marker)."
+                + (
+                    "there, name it."
+                    if left_out
+                    else "there (an agent installed as a package), name its module (forkpoint record "
+                    '--deterministic-module MODULE, repeatable; deterministic=["MODULE"] in the API and '
+                    "the pytest marker)."
+                )
+            )
+        if left_out:
+            selection = [_plain(str(m)) for m in report.get("deterministic_selection") or left_out]
+            lines.append(
+                f"This call was made through code {'--deterministic' if not modules else 'it'} leaves out: "
+                f"{', '.join(_plain(str(m)) for m in left_out)}. If that put it there, record with "
+                f"forkpoint record {' '.join(f'--deterministic-module {m}' for m in selection)} "
+                f"(deterministic={json.dumps(selection)} in the API and the pytest marker; the modules "
+                "named replace --deterministic's own choice, so name any other of the program's that "
+                "reads the clock too)."
             )
     return "\n".join(lines)
 

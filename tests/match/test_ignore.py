@@ -3,7 +3,12 @@ how a divergence report marks what they ignored, and the rule it suggests for vo
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
+from subprocess import CompletedProcess
 from typing import Any
 
 import openai
@@ -24,6 +29,7 @@ from forkpoint.match import (
     suggest_ignore,
     tool_key,
 )
+from forkpoint.replay.report import format_divergence
 from tests.modelserver import LocalServer
 
 URL = "http://127.0.0.1:1/v1/chat/completions"
@@ -463,6 +469,29 @@ client.chat.completions.create(model="m", messages=[{"role": "user", "content": 
 """
 
 
+def installed(
+    tmp_path: Path, server: LocalServer, package: str, **files: str
+) -> Callable[..., CompletedProcess[str]]:
+    """``package`` installed (in a ``site-packages`` folder of ``tmp_path``) with ``files``, and a
+    ``forkpoint`` command line that runs in ``tmp_path`` with it importable and ``BASE_URL`` set."""
+    folder = tmp_path / "lib" / "site-packages" / package
+    folder.mkdir(parents=True)
+    (folder / "__init__.py").write_text("")
+    for name, text in files.items():
+        (folder / f"{name}.py").write_text(text)
+    env = {**os.environ, "BASE_URL": server.openai_base_url}
+    env["PYTHONPATH"] = os.pathsep.join([str(folder.parent), *sys.path])
+
+    def forkpoint_cli(*args: str) -> CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "forkpoint.cli", *args], cwd=tmp_path, env=env, capture_output=True,
+            text=True, timeout=120,
+        )  # fmt: skip
+
+    return forkpoint_cli
+
+
+@pytest.mark.slow
 def test_an_agent_installed_as_a_package_is_named_to_deterministic(
     server: LocalServer, tmp_path: Path
 ) -> None:
@@ -470,31 +499,88 @@ def test_an_agent_installed_as_a_package_is_named_to_deterministic(
     code to ``--deterministic``: its ``datetime.now()`` was not recorded, the replay diverged on it,
     and the only way to name its module was the Python API. ``forkpoint record
     --deterministic-module`` names it; a replay that diverged so says how."""
-    import os
-    import subprocess
-    import sys
-
-    package = tmp_path / "lib" / "site-packages" / "myagent"
-    package.mkdir(parents=True)
-    (package / "__init__.py").write_text("")
-    (package / "__main__.py").write_text(INSTALLED_AGENT)
-    env = {**os.environ, "BASE_URL": server.openai_base_url}
-    env["PYTHONPATH"] = os.pathsep.join([str(package.parent), *sys.path])
-
-    def forkpoint_cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "forkpoint.cli", *args], cwd=tmp_path, env=env, capture_output=True,
-            text=True, timeout=120,
-        )  # fmt: skip
-
+    forkpoint_cli = installed(tmp_path, server, "myagent", __main__=INSTALLED_AGENT)
     agent = ["--store", "s", "--", sys.executable, "-m", "myagent"]
     assert forkpoint_cli("record", "--no-workspace", "--deterministic", *agent).returncode == 0
     diverged = forkpoint_cli("replay", "last", "--store", "s")
     said = " ".join(diverged.stderr.split())
     assert diverged.returncode == 3, diverged.stderr
-    assert "forkpoint record --deterministic-module MODULE" in said, said
+    assert "This call was made through code it leaves out: myagent." in said, said
+    assert "record with forkpoint record --deterministic-module myagent (" in said, said
     assert "record with --deterministic instead" not in said, said
     rec = forkpoint_cli("record", "--no-workspace", "--deterministic-module", "myagent", *agent)
     assert rec.returncode == 0, rec.stderr
     replayed = forkpoint_cli("replay", "last", "--store", "s")
     assert replayed.returncode == 0 and "replay ok" in replayed.stderr, replayed.stderr
+
+
+STAMPING_PACKAGE = """
+import os
+from datetime import datetime
+
+import openai
+
+
+def system() -> str:
+    return f"You are helpful. Current time: {datetime.now()}"
+
+
+def run(task: str) -> str:
+    client = openai.OpenAI(base_url=os.environ["BASE_URL"], api_key="sk-test", max_retries=0)
+    messages = [{"role": "system", "content": system()}, {"role": "user", "content": task}]
+    return str(client.chat.completions.create(model="m", messages=messages).choices[0].message.content)
+"""
+
+
+@pytest.mark.slow
+def test_a_time_an_installed_package_stamps_names_the_package_to_record(
+    server: LocalServer, tmp_path: Path
+) -> None:
+    """A script whose installed package (``mypkg``) stamps ``datetime.now()`` into the prompt: the
+    replay diverged on the time, recorded with ``--deterministic`` or not, and the hint said to
+    record with ``--deterministic`` (which leaves an installed package out) or to name "its
+    module" without saying which. It names the code outside the recorded selection the call was
+    made through, and the command that records it, which then replays."""
+    forkpoint_cli = installed(tmp_path, server, "mypkg", agent=STAMPING_PACKAGE)
+    (tmp_path / "agent.py").write_text("from mypkg.agent import run\n\nprint(run('hi'))\n")
+    agent = ["--store", "s", "--", sys.executable, "agent.py"]
+    command = "forkpoint record --deterministic-module __main__ --deterministic-module mypkg ("
+    for deterministic in ([], ["--deterministic"]):
+        assert forkpoint_cli("record", "--no-workspace", *deterministic, *agent).returncode == 0
+        diverged = forkpoint_cli("replay", "last", "--store", "s")
+        said = " ".join(diverged.stderr.split())
+        assert diverged.returncode == 3, diverged.stderr
+        leaves_out = "it" if deterministic else "--deterministic"
+        assert (
+            f"This call was made through code {leaves_out} leaves out: mypkg. If that put it there" in said
+        ), said
+        assert command in said and 'deterministic=["__main__", "mypkg"] in the API' in said, said
+        assert "name its module (forkpoint record --deterministic-module MODULE" not in said, said
+    named = command.removeprefix("forkpoint record ").removesuffix(" (").split()
+    assert forkpoint_cli("record", "--no-workspace", *named, *agent).returncode == 0
+    replayed = forkpoint_cli("replay", "last", "--store", "s")
+    assert replayed.returncode == 0 and "replay ok" in replayed.stderr, replayed.stderr
+
+
+def test_a_time_agno_stamps_into_its_system_prompt_names_agno(server: LocalServer, store: Path) -> None:
+    """agno with ``add_datetime_to_context`` (its own code reads the clock), recorded
+    deterministic: the hint to name "its module" did not say that the module is agno's."""
+    pytest.importorskip("agno")
+    from agno.agent import Agent
+    from agno.models.openai import OpenAIChat
+
+    def run() -> None:
+        model = OpenAIChat(id="m", base_url=server.openai_base_url, api_key="sk-test", max_retries=0)
+        Agent(model=model, add_datetime_to_context=True, telemetry=False).run("hi")
+
+    with forkpoint.record(store=store, deterministic=True) as rec:
+        run()
+    server.stop()
+    with forkpoint.replay(rec.session_path) as rp:
+        run()  # (agno catches the Divergence, and logs it)
+    report = rp.report()["divergence"]
+    assert report["hint_deterministic_modules"] is True and report["left_out_modules"] == ["agno"]
+    assert report["deterministic_selection"] == ["tests", "agno"]
+    assert "This call was made through code it leaves out: agno." in " ".join(
+        format_divergence(report).split()
+    )
