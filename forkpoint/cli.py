@@ -1279,7 +1279,7 @@ def check(
     from .show import terminal
     from .suite import ab_summary, check_sessions, counts, parse_since, select, write_junit
     from .suite import exit_code as check_exit
-    from .suite.tables import ab_summary_table, ab_table, check_table
+    from .suite.tables import ab_answers_table, ab_summary_table, ab_table, check_table
 
     for f, option in ((junit_file, "--junit-xml"), (json_file, "--json")):
         if f:
@@ -1352,6 +1352,9 @@ def check(
 
         summary = ab_summary(rows)
         out.print(ab_table(rows))
+        answers = ab_answers_table(rows)
+        if answers is not None:
+            out.print(answers)
         out.print(ab_summary_table(summary))
         lacking = not_stored(rows)
         if lacking:

@@ -36,7 +36,7 @@ from .jsondiff import Change, EqualPairs, format_changes, json_diff
 from .log import Session
 from .match import configured, event_key, key_spec, normalized, stored_key
 from .providers import genai_usage, recorded_response, response_text, summary
-from .text import escape
+from .text import escape, short
 
 #: Paths of :func:`comparable` covered by the match key; every other difference is in the answer.
 _KEY_ROOTS = ("$.request", "$.args")
@@ -563,10 +563,6 @@ def render_diff(result: SessionDiff, console: Console) -> None:
 
     def tools(t: dict[str, Any]) -> str:
         return escape(", ".join(f"{k}×{v}" for k, v in t["tools"].items())) or "—"
-
-    def short(text: str | None) -> str:
-        text = " ".join((text or "—").split())
-        return text if len(text) <= 70 else text[:69] + "…"
 
     summary.add_row("turns (model calls)", str(ta["turns"]), str(tb["turns"]))
     summary.add_row("tools called", tools(ta), tools(tb))

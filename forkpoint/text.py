@@ -34,6 +34,15 @@ def visible(text: str, *, one_line: bool = False) -> str:
     return pattern.sub(lambda m: m.group().encode("unicode_escape").decode(), text)
 
 
+def short(text: str | None, width: int = 70, start: int = 0) -> str:
+    """``text`` in one line for a table's cell (its runs of whitespace one space, None ``—``), from
+    character ``start`` of that line and at most ``width`` characters long, each cut marked ``…``."""
+    line = " ".join((text or "—").split())
+    if start > 0:
+        line = "…" + line[start:]
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
 def escape(text: str) -> str:
     """``text`` for a rich console: its markup escaped (rich.markup.escape), and its control
     characters written as ``\\x1b``-style escapes (a recorded output holding an escape sequence or a

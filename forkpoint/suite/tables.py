@@ -3,6 +3,7 @@ same rows give the same table whichever executor produced them."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,7 @@ from rich.table import Table
 
 from ..orchestrate import Arm
 from ..outcome import Rate, rate_of
-from ..text import escape
+from ..text import escape, short
 from .check import verdict_text
 
 _STYLE = {
@@ -89,12 +90,33 @@ def _pair(row: dict[str, Any], key: str, unit: str = "") -> str:
     return f"{shown(old)} → {shown(new)}"
 
 
+def _answers(row: dict[str, Any]) -> tuple[str | None, str | None] | None:
+    """The final answers of an A/B row's recorded and new run; None without a new run."""
+    ab = row.get("ab") or {}
+    if not ab.get("new"):
+        return None
+    return (ab.get("recorded") or {}).get("final_answer"), ab["new"].get("final_answer")
+
+
+def _answer(row: dict[str, Any]) -> str:
+    answers = _answers(row)
+    if answers is None:
+        return "—"
+    old, new = answers
+    if old == new:
+        return "[green]same[/green]"
+    if old is not None and new is not None and old.split() == new.split():
+        return "[yellow]differs (in whitespace only)[/yellow]"  # (shown alike in one line each)
+    return "[yellow]differs[/yellow]"
+
+
 def ab_table(rows: list[dict[str, Any]], title: str | None = None) -> Table:
-    """One row per session of an A/B check: where behaviour first changed, and the outcome, tokens
-    in and out and model time of the recorded run → the new one."""
+    """One row per session of an A/B check: where behaviour first changed, whether the final answer
+    did, and the outcome, tokens in and out and model time of the recorded run → the new one."""
     table = _table(
-        title, "session", "name", "first change", "outcome", "tokens in", "tokens out", "model time", "time"
-    )
+        title, "session", "name", "first change", "final answer", "outcome", "tokens in", "tokens out",
+        "model time", "time",
+    )  # fmt: skip
     for r in rows:
         ab = r.get("ab") or {}
         outcome = f"{_passed((ab.get('recorded') or {}).get('outcome'))} → {_passed((ab.get('new') or {}).get('outcome'))}"
@@ -102,6 +124,7 @@ def ab_table(rows: list[dict[str, Any]], title: str | None = None) -> Table:
             r["session_id"],
             escape(r.get("name") or ""),
             _verdict(r),
+            _answer(r),
             outcome,
             _pair(r, "tokens_in"),
             _pair(r, "tokens_out"),
@@ -109,6 +132,29 @@ def ab_table(rows: list[dict[str, Any]], title: str | None = None) -> Table:
             _seconds(r.get("seconds")),
         )
     return table
+
+
+_ANSWER_WIDTH = 60
+
+
+def ab_answers_table(rows: list[dict[str, Any]]) -> Table | None:
+    """The final answers of the A/B rows whose answers differ, the recorded one beside the new one,
+    each in one line of at most ``_ANSWER_WIDTH`` characters starting shortly before where they
+    part; None when no answer differs."""
+    table = _table("final answers that differ", "session", "name", "recorded", "new")
+    for r in rows:
+        answers = _answers(r)
+        if answers is None or answers[0] == answers[1]:
+            continue
+        old, new = (" ".join((a or "").split()) for a in answers)
+        common = len(os.path.commonprefix([old, new]))
+        start = common - 20 if common > _ANSWER_WIDTH // 2 else 0  # (a long common start says nothing)
+        table.add_row(
+            r["session_id"],
+            escape(r.get("name") or ""),
+            *(escape(short(a, _ANSWER_WIDTH, start if a else 0)) for a in answers),
+        )
+    return table if table.row_count else None
 
 
 def ab_summary_table(summary: dict[str, Any]) -> Table:

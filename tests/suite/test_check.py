@@ -16,6 +16,7 @@ from typing import Any
 
 import orjson
 import pytest
+from rich.console import Console
 
 import forkpoint
 from forkpoint.demo.server import ModelServer
@@ -26,6 +27,7 @@ from forkpoint.orchestrate import map_command
 from forkpoint.record import make_header
 from forkpoint.store import list_sessions
 from forkpoint.suite import check_sessions, parse_since, select, write_junit
+from forkpoint.suite.tables import ab_answers_table, ab_table
 from tests.cliutil import coding_checkouts
 from tests.modelserver import LocalServer
 from tests.suite.agents import SHELL_AGENT, cli_env, record_demo_sessions
@@ -585,6 +587,14 @@ def test_ab_run_against_each_sessions_recorded_tool_world(tmp_path: Path) -> Non
     assert summary["new"]["tokens_in"] > 0 and summary["recorded"]["tokens_in"] > 0
     assert "recorded  3/3 passed (100%, 95% CI 44%–100%)" in ab.stdout
     assert "changed at seq 1 ↔ seq 1" in ab.stdout
+    # The table says whether each final answer changed, and shows those that did (the JSON has them).
+    lines = [" ".join(line.split()) for line in ab.stdout.splitlines()]
+    for r in data["rows"]:
+        old, new = r["ab"]["recorded"]["final_answer"], r["ab"]["new"]["final_answer"]
+        assert "reproduce the bug in calc.py" in old and "reproduce the bug in calc.py" in new, r
+        said = [line for line in lines if line.startswith(f"{r['session_id']} {r['name']} ")]
+        assert ("differs" if old != new else "same") in said[0].split(" (model POST ")[1], ab.stdout
+        assert len(said) == (2 if old != new else 1), ab.stdout
     assert 'tests="3" failures="0" errors="0"' in (tmp_path / "ab.xml").read_text()
     # With the tool policy stop, the new arm stops at the first tool call whose arguments changed.
     assert stopped.returncode == 0, stopped.stdout + stopped.stderr
@@ -600,6 +610,50 @@ def test_ab_run_against_each_sessions_recorded_tool_world(tmp_path: Path) -> Non
     summary = orjson.loads((tmp_path / "stop.json").read_bytes())["summary"]
     assert summary["compared"] == 0 and summary["stopped"] == 3
     assert summary["new"]["outcome"]["ran"] == 0 and summary["new"]["tokens_in"] == 0
+
+
+def ab_row(recorded: str | None, new: str | None, *, ran: bool = True) -> dict[str, Any]:
+    arm = {"tokens_in": 1, "tokens_out": 1, "model_ms": 1.0, "outcome": None}
+    return {
+        "session_id": "s1", "name": "n", "status": "changed", "seconds": 1.0,
+        "ab": {"recorded": {**arm, "final_answer": recorded}, "new": {**arm, "final_answer": new} if ran else None,
+               "first_change": {"where": "seq 1 ↔ seq 1 (model POST /v1/chat/completions)", "path": "$.response.text"}},
+    }  # fmt: skip
+
+
+def shown(table: Any) -> list[str]:
+    console = Console(record=True, width=200, highlight=False)
+    console.print(table)
+    return [" ".join(line.split()) for line in console.export_text().splitlines()]
+
+
+def test_the_ab_table_says_whether_the_final_answers_differ_and_shows_them() -> None:
+    """``check --models live`` printed where behaviour first changed, the outcome, tokens and time,
+    but not the final answers, which its --json rows carry: whether a new model's answer changed
+    could not be seen in the terminal."""
+    prefix = "The bug was in calc.py's add, which subtracted; I fixed it and the whole suite now passes: "
+    rows = [
+        ab_row("4", "5"),
+        ab_row("same answer", "same answer"),
+        ab_row("a  b", "a b"),
+        ab_row("recorded", None, ran=False),
+        ab_row(prefix + "12 tests.", prefix + "13 tests, and a new one."),
+        ab_row("an answer", None),
+    ]
+    table = shown(ab_table(rows))
+    assert table[0].split()[:6] == ["session", "name", "first", "change", "final", "answer"]
+    assert [line.split(" $.response.text ")[1].split(" — → —")[0] for line in table[1:]] == [
+        "differs", "same", "differs (in whitespace only)", "—", "differs", "differs",
+    ]  # fmt: skip
+    answers = shown(ab_answers_table(rows))
+    assert answers[:3] == ["final answers that differ", "session name recorded new", "s1 n 4 5"]
+    assert answers[3] == "s1 n a b a b"
+    # Long answers that part late are cut to where they part, each to 60 characters.
+    cut = len(prefix) + 1 - 20  # (20 characters before the first that differs: 2 against 3)
+    assert answers[4] == f"s1 n …{prefix[cut:]}12 tests. …{prefix[cut:]}13 tests, and a new one."
+    assert answers[5] == "s1 n an answer —"
+    assert len(answers) == 6
+    assert ab_answers_table([ab_row("x", "x"), ab_row("y", None, ran=False)]) is None
 
 
 TOOL_AGENT = """import json, os
