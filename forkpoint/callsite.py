@@ -91,7 +91,9 @@ def writers_here() -> list[tuple[str, str, str | None, Any]]:
 
     from .providers import sdk_modules
 
-    carriers = _PLUMBING | sdk_modules() | {"_pytest", "pytest", "pluggy", "xdist", "execnet"}
+    carriers = (
+        _PLUMBING | sdk_modules() | {"_pytest", "pytest", "pluggy", "xdist", "execnet", "__channelexec__"}
+    )
     found: dict[str, tuple[str, str, str | None, Any]] = {}
     for frame, _ in reversed(list(traceback.walk_stack(None))):
         name = str(frame.f_globals.get("__name__", ""))
