@@ -526,9 +526,11 @@ class ReplayReport(TypedDict):
     live_calls: dict[str, int]
     child_session: str | None
     live_from: int | None
-    #: Every attempt to reach the network the replay stopped, named (``host:port``, ``… (udp)``,
-    #: ``name (name lookup)``): the Python guard's refusals and what the kernel's namespace saw.
+    #: Each destination the replay kept from the network, once, in the order first tried (``host:port``,
+    #: ``… (udp)``, ``name (name lookup)``): the Python guard's refusals and what the kernel's namespace saw.
     network_blocked: list[str]
+    #: How many attempts were made at each of them (a client's retries are attempts at one).
+    network_attempts: dict[str, int]
     #: Requests a framework answered from its own cache of model answers (DSPy's), by framework:
     #: they never asked for the recorded calls that answered them.
     answered_from_cache: NotRequired[dict[str, int]]

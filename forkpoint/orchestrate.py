@@ -504,7 +504,7 @@ def replay_run(
     key signed (without ``trust``).
     """
     from . import netns
-    from .replay.report import conclude, merge_reports
+    from .replay.report import blocked_fields, blocked_text, conclude, merge_reports, network_attempts
 
     started = time.perf_counter()
     origin = session.header.get("imported_from")
@@ -661,7 +661,7 @@ def replay_run(
     if report is not None:
         report["exit_code"] = code
         # What the kernel stopped (subprocesses, other programs) beside what the guard refused.
-        report["network_blocked"] = [*report["network_blocked"], *seen.blocked]
+        report.update(blocked_fields(network_attempts(report) + Counter(seen.blocked)))
         # (not a verdict: the program's own local servers refuse too; said, as why it may have differed)
         report["loopback_refused"] = list(dict.fromkeys(seen.refused))
         report["sandbox"] = sandbox
@@ -741,7 +741,11 @@ def replay_run(
     elif report is None and why_unrun:  # (said already, or in err: no process ran, so none reported)
         problem = f"forkpoint: nothing was replayed: the command {command[0]} {why_unrun}{hint}"
     elif report is None:
-        tried = f" (the kernel blocked: {', '.join(seen.blocked)})" if seen.blocked else ""
+        tried = (
+            f" (the kernel blocked: {blocked_text({'network_blocked': seen.blocked})})"
+            if seen.blocked
+            else ""
+        )
         problem = (
             "forkpoint: the replayed process wrote no report: it did not start forkpoint (is forkpoint "
             f"installed in its environment?), or it was killed, or it left through os._exit{hint}{tried}"

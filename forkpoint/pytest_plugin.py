@@ -954,9 +954,10 @@ class Cassette:
 
     @staticmethod
     def _blocked(report: Mapping[str, Any], where: str) -> str:
-        hosts = ", ".join(dict.fromkeys(report["network_blocked"]))
+        from .replay import blocked_text
+
         return (
-            f"forkpoint: the test tried to reach the network during the replay of {where}: {hosts}. "
+            f"forkpoint: the test tried to reach the network during the replay of {where}: {blocked_text(report)}. "
             "A replay never touches the network: make the call through a recorded client or a "
             "@forkpoint.tool, or allow a loopback host (--forkpoint-allow-host 127.0.0.1, or "
             "@pytest.mark.forkpoint(allow_hosts=['127.0.0.1']))."

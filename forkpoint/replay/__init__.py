@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from .replayer import API_KEY_VARS, Replayer, label, placeholder_keys, release_order
     from .report import (
         EXIT_DIVERGENCE,
+        blocked_text,
         caveat,
         conclude,
         divergence,
@@ -49,6 +50,7 @@ _SUBMODULES = {
     ],
     ".report": [
         "EXIT_DIVERGENCE",
+        "blocked_text",
         "caveat",
         "conclude",
         "divergence",
@@ -76,6 +78,7 @@ __all__ = [
     "NetworkBlocked",
     "RecordedError",
     "Replayer",
+    "blocked_text",
     "caveat",
     "conclude",
     "create_child",

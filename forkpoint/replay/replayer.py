@@ -81,7 +81,7 @@ from ..providers import PLACEHOLDER_KEY, api_key_vars, call_kind, classify, kind
 from ..redact import cookie_placeholders, holds_placeholder, scrub_json, secret_placeholders, secrets_by_kind
 from ..runtime import POLICIES, SOURCES
 from .ledger import Ledger
-from .report import ambiguous, conclude, divergence
+from .report import ambiguous, blocked_fields, conclude, divergence
 
 #: Environment variables SDKs insist on; set to a placeholder during replay when unset.
 API_KEY_VARS = api_key_vars()
@@ -1628,7 +1628,7 @@ class Replayer:
                 },
                 "child_session": str(self.child.path) if self.child else None,
                 "live_from": self.live_from,
-                "network_blocked": self.network_blocked,
+                **blocked_fields(Counter(self.network_blocked)),
                 "answered_from_cache": {k: n for k, n in self.cache_answers.items() if n},
                 "aside": {
                     "recorded": len(self.aside),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -281,6 +282,31 @@ def _skipped(report: dict[str, Any]) -> str | None:
     return f"never asked for {calls} (seq {seqs}), though it asked for calls recorded after them"
 
 
+def network_attempts(report: Mapping[str, Any]) -> Counter[str]:
+    """Each destination a replay kept from the network (``network_blocked``, in the order first
+    tried) and how many attempts were made at it (``network_attempts``: a client's retries are
+    attempts at one destination). A report without ``network_attempts`` counts each entry of its
+    ``network_blocked`` once (reports listed every attempt, the kernel's namespace still does)."""
+    attempts = report.get("network_attempts")
+    if isinstance(attempts, Mapping):
+        return Counter({str(where): int(n) for where, n in attempts.items()})
+    return Counter(report.get("network_blocked") or [])
+
+
+def blocked_fields(attempts: Counter[str]) -> dict[str, Any]:
+    """The report's ``network_blocked`` (each destination once) and ``network_attempts`` (how many
+    attempts at each) from ``attempts``."""
+    return {"network_blocked": list(attempts), "network_attempts": dict(attempts)}
+
+
+def blocked_text(report: Mapping[str, Any]) -> str:
+    """The destinations a replay kept from the network, in words: each once, with how many attempts
+    when more than one."""
+    return ", ".join(
+        where if n == 1 else f"{where} ({n} attempts)" for where, n in network_attempts(report).items()
+    )
+
+
 def problems(report: dict[str, Any]) -> list[str]:
     """Why a replay that did not diverge still did not reproduce its recording, in words."""
     out = []
@@ -445,9 +471,8 @@ def summary_line(report: dict[str, Any]) -> str:
         if made_live:
             kinds = " and ".join(k.removesuffix("s") for k in live_kinds)
             tail += f", {made_live} of them {kinds} calls this run made live"
-    attempts = report.get("network_blocked") or []
-    hosts = list(dict.fromkeys(attempts))
-    blocked = f"; network blocked ({len(attempts)}): {', '.join(hosts)}" if hosts else ""
+    hosts = network_attempts(report)
+    blocked = f"; network blocked ({len(hosts)}): {blocked_text(report)}" if hosts else ""
     extra = ""
     if report.get("loopback_refused"):
         extra += (
@@ -538,8 +563,7 @@ def verdict(report: dict[str, Any] | None, exit_code: int | None, recorded_exit:
         unasked = _skipped(report) or f"ended before asking for {plural(len(unserved), 'recorded call')}"
         reasons.append(unasked + _cache_hint(report))
     if report.get("network_blocked"):
-        hosts = ", ".join(dict.fromkeys(report["network_blocked"]))
-        reasons.append(f"tried to reach the network ({hosts})")
+        reasons.append(f"tried to reach the network ({blocked_text(report)})")
     reasons.extend(uncaught_differences(report))
     if not reasons and not report.get("reproduced", True):
         reasons.append("the replay report says it did not reproduce")
@@ -564,7 +588,7 @@ def merge_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
     unused = sorted(set.intersection(*(set(r["unused"]) for r in reports)))
     unserved = sorted(set.intersection(*(set(r["unserved"]) for r in reports)))
     divergence = next((r["divergence"] for r in reports if r["divergence"]), None)
-    blocked = [b for r in reports for b in r["network_blocked"]]
+    blocked = sum((network_attempts(r) for r in reports), Counter[str]())
     overrides = []
     for i, o in enumerate(first["overrides"]):
         applied = any(r["overrides"][i]["applied"] for r in reports)
@@ -589,7 +613,7 @@ def merge_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
             "unanswered": [u for r in reports for u in r.get("unanswered") or []],
             "overrides": overrides,
             "live_calls": {k: sum(r["live_calls"][k] for r in reports) for k in ("models", "tools")},
-            "network_blocked": blocked,
+            **blocked_fields(blocked),
             "answered_from_cache": dict(
                 sum((Counter(r.get("answered_from_cache") or {}) for r in reports), Counter())
             ),

@@ -300,6 +300,40 @@ def test_a_live_call_signed_with_the_served_credentials_is_not_sent_and_says_to_
     assert "an AWS credential's placeholder: set AWS credentials" in blocked, blocked
 
 
+def test_botocores_retries_of_a_call_not_sent_are_one_destination_with_its_attempts(
+    store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """botocore retries the NetworkBlocked of a call not sent (its default: five attempts): the
+    report listed the same host five times, and the summary line said "network blocked (5)" of one
+    destination. Each destination is listed once, with how many attempts were made at it."""
+    import types
+
+    import botocore.endpoint
+    from botocore.exceptions import ConnectionClosedError
+
+    from forkpoint.replay import summary_line
+
+    _no_credentials(monkeypatch, store)
+    # (botocore's back-off between attempts, not waited out: its retries are what is tested)
+    monkeypatch.setattr(botocore.endpoint, "time", types.SimpleNamespace(sleep=lambda _s: None))
+    creds = {"AccessKeyId": RECORD_KEY[0], "SecretAccessKey": RECORD_KEY[1], "Token": "container-session"}
+    creds["Expiration"] = "2099-01-01T00:00:00Z"
+    with LocalServer(chat_script=["hello"]) as srv:
+        srv.route("/creds", lambda _r: json_reply(creds))
+        monkeypatch.setenv("AWS_CONTAINER_CREDENTIALS_FULL_URI", srv.url + "/creds")
+        with forkpoint.record(store=store) as rec:
+            _converse(srv.url)
+        with forkpoint.replay(rec.session_path, models="live") as rp, pytest.raises(ConnectionClosedError):
+            _converse(srv.url)
+    report = rp.report()
+    (blocked,) = report["network_blocked"]
+    attempts = report["network_attempts"][blocked]
+    assert blocked.startswith(f"127.0.0.1:{srv.port} (not sent: ") and attempts > 1, report
+    assert report["network_attempts"] == {blocked: attempts}
+    line = summary_line(report)
+    assert f"network blocked (1): {blocked} ({attempts} attempts)" in line and line.count(blocked) == 1, line
+
+
 def test_container_credentials_recorded_hours_ago_are_not_refreshed_on_replay(
     store: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

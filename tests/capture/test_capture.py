@@ -363,7 +363,9 @@ def test_network_is_blocked_during_replay(server: Any, store: Path) -> None:
                 s.close()
         assert send(httpx, False, "GET", server.url + "/v1/x").status_code == 200  # served, not sent
     assert len(server.requests) == 1
-    assert rp.report()["network_blocked"] == [f"127.0.0.1:{server.port}"] * 2
+    report = rp.report()
+    assert report["network_blocked"] == [f"127.0.0.1:{server.port}"]  # each destination once…
+    assert report["network_attempts"] == {f"127.0.0.1:{server.port}": 2}  # …with its attempts
     # After the replay the network is back.
     socket.create_connection(("127.0.0.1", server.port), timeout=2).close()
 

@@ -94,7 +94,7 @@ def test_every_way_of_ending_differently_is_named() -> None:
         "path": None,
     }
     net = verdict(report(reproduced=False, network_blocked=["10.0.0.1:443", "10.0.0.1:443"]), 0, 0)
-    assert net["detail"] == "tried to reach the network (10.0.0.1:443)"
+    assert net["detail"] == "tried to reach the network (10.0.0.1:443 (2 attempts))"
     both = verdict(report(reproduced=False, ended_early=True, unserved=[3]), 137, 0)
     assert both["detail"] == "exit code 137, recorded 0; ended before asking for 1 recorded call"
     # A report that says it did not reproduce, for a reason this function does not know yet.
@@ -106,3 +106,34 @@ def test_no_report_is_an_error() -> None:
     assert (
         v["status"] == "error" and "wrote no replay report" in v["detail"] and "(exit code 1)" in v["detail"]
     )
+
+
+def test_the_attempts_at_each_destination_add_up_across_processes() -> None:
+    """Two replaying processes refused at one destination: the merged report lists it once, with
+    the attempts of both; a report that lists every attempt (the kernel's, an older replay's) counts
+    each entry once."""
+    from forkpoint.replay import merge_reports, summary_line
+
+    def process(started: float, **fields: Any) -> dict[str, Any]:
+        return report(
+            process_started=started,
+            served=[],
+            covered=[],
+            unused=[1],
+            matched=0,
+            recorded=1,
+            drift=[],
+            overrides=[],
+            live_calls={"models": 0, "tools": 0},
+            **fields,
+        )
+
+    merged = merge_reports(
+        [
+            process(1, network_blocked=["10.0.0.1:443"], network_attempts={"10.0.0.1:443": 3}),
+            process(2, network_blocked=["10.0.0.1:443", "10.0.0.1:443", "10.0.0.2:80 (udp)"]),
+        ]
+    )
+    assert merged["network_blocked"] == ["10.0.0.1:443", "10.0.0.2:80 (udp)"]
+    assert merged["network_attempts"] == {"10.0.0.1:443": 5, "10.0.0.2:80 (udp)": 1}
+    assert "network blocked (2): 10.0.0.1:443 (5 attempts), 10.0.0.2:80 (udp);" in summary_line(merged)
