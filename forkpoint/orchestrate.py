@@ -40,7 +40,7 @@ from .children import Captured, wait_child
 from .errors import CheckpointError, ForkpointError, OverrideError, SessionError, UsageError
 from .events import MAX_HASH_SEED
 from .log import Session, read_json_text, to_json
-from .text import ordinal, plural, say
+from .text import KIND_NAMES, ordinal, plural, say
 
 # Each function imports the layers it uses: `forkpoint record` starts its program without loading
 # replay, checkpoints, executors or OpenTelemetry, and `forkpoint replay` without loading capture,
@@ -362,8 +362,7 @@ def record_command(
         if mcp:  # (an MCP session's initialize, tools/list…: in the session as tool call events)
             counts.append(plural(mcp, "MCP session request"))
         if other:
-            names = {"telemetry": "telemetry", "mcp": "MCP", "http": "plain HTTP"}
-            kinds = ", ".join(f"{k} {names.get(kind, kind)}" for kind, k in sorted(other.items()))
+            kinds = ", ".join(f"{k} {KIND_NAMES.get(kind, kind)}" for kind, k in sorted(other.items()))
             counts.append(f"{plural(sum(other.values()), 'other HTTP call')}: {kinds}")
         say(f"forkpoint: recorded session {session.session_id} ({', '.join(counts)}) in {where}")
         if not reported and not i.model_calls + i.tool_calls:

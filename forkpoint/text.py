@@ -14,6 +14,10 @@ _CONTROL = compiled_later("[\\x00-\\x08\\x0b-\\x1f\\x7f-\\x9f\\u2028\\u2029]")
 _ONE_LINE = compiled_later("[\\x00-\\x1f\\x7f-\\x9f\\u2028\\u2029]")
 
 
+#: The kinds of HTTP call (:mod:`forkpoint.providers.kinds`), as messages name them.
+KIND_NAMES = {"model": "model", "mcp": "MCP", "telemetry": "telemetry", "http": "plain HTTP"}
+
+
 def plural(n: int, noun: str) -> str:
     """``"1 model call"``, ``"2 model calls"``: ``n`` and the noun, made plural with an ``s``."""
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"

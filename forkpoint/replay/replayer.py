@@ -316,6 +316,13 @@ def _answer(event: Mapping[str, Any]) -> bytes:
         return repr(answer).encode()
 
 
+def _live_kind(kind: CallKind, call: str | None) -> str:
+    """The ``live_calls`` counter a call made live counts in: its kind, but an HTTP exchange a
+    provider does not recognize by what it is (``call``: plain HTTP, MCP, telemetry), as a
+    recording's summary names them, not as a model's call."""
+    return call if kind == "model_call" and call in ("http", "mcp", "telemetry") else kind
+
+
 def _origin(url: str) -> str:
     """The ``host:port`` a request went to (lowercase), or ``""``."""
     try:
@@ -553,7 +560,8 @@ class Replayer:
         self.others: set[int] = set()
         self._events = {e["seq"]: e for e in self.recorded}
         self.positions = {"model_call": 0, "tool_call": 0, "value": 0}
-        self.live_calls = {"model_call": 0, "tool_call": 0, "value": 0}
+        #: Calls made live, by kind; a model_call event's HTTP by what it is (:func:`_live_kind`).
+        self.live_calls = {"model_call": 0, "tool_call": 0, "value": 0, "http": 0, "mcp": 0, "telemetry": 0}
         self.divergence: DivergenceReport | None = None
         self.drift: list[DivergenceReport] = []
         self._versions: list[list[str]] | None = None  # _changed_versions, read once
@@ -660,8 +668,9 @@ class Replayer:
                 f"{placeholder}, the placeholder of a secret scrubbed when recorded, which a recorded answer "
                 "handed the program (the report's placeholders_served) and the provider would refuse."
             )
+        kind = classify(request["method"], request["url"], request["body"], request["headers"])
         with self._lock:
-            self.live_calls["model_call"] -= 1
+            self.live_calls[_live_kind("model_call", kind)] -= 1
             self.network_blocked.append(
                 # (the host without the URL's user info: its placeholder says nothing here)
                 f"{urlsplit(request['url']).netloc.rpartition('@')[2]} (not sent: {carrier} carried {said})"
@@ -706,7 +715,7 @@ class Replayer:
         kind = classify(request["method"], request["url"], request["body"], request["headers"])
         if runtime.current_span.get() is not None and self.sources["tool_call"] == "live":
             with self._lock:  # a tool running live: what it sends is live too
-                self.live_calls["model_call"] += 1
+                self.live_calls[_live_kind("model_call", kind)] += 1
             return None
         ending = getattr(self._ending, "active", False)
         if kind == "telemetry" or kinds.is_session_management(request["method"], kind) or ending:
@@ -953,7 +962,7 @@ class Replayer:
         if live or self.gone_live or self.sources[kind] == "live":
             if self.gone_live:  # (a call to another endpoint may have gone live first)
                 self._check_checkpoint(kind, key, norm, what)
-            self.live_calls[kind] += 1
+            self.live_calls[_live_kind(kind, what.get("call"))] += 1
             return None
         queue = self._queues.get(key)
         if queue:
@@ -971,7 +980,7 @@ class Replayer:
         if self.live_from is not None and len(self._taken()) == len(self.recorded):
             self._check_checkpoint(kind, key, norm, what)
             self.gone_live = True  # the recorded prefix is done: the fork continues live
-            self.live_calls[kind] += 1
+            self.live_calls[_live_kind(kind, what.get("call"))] += 1
             return None
         report = self._divergence_report(kind, key, norm, what)
         if plain and not self.strict:
@@ -992,7 +1001,7 @@ class Replayer:
             self._wake()  # tool results waiting for their turn wait no longer: no order is kept now
         if self.policy == "live":
             self.gone_live = True
-            self.live_calls[kind] += 1
+            self.live_calls[_live_kind(kind, what.get("call"))] += 1
             return None
         if self.policy == "fifo":
             where = what.get("endpoint") or what.get("name")
@@ -1624,6 +1633,7 @@ class Replayer:
                 "live_calls": {
                     "models": self.live_calls["model_call"],
                     "tools": self.live_calls["tool_call"],
+                    **{k: self.live_calls[k] for k in ("http", "mcp", "telemetry") if self.live_calls[k]},
                     **({"values": self.live_calls["value"]} if self.deterministic else {}),
                 },
                 "child_session": str(self.child.path) if self.child else None,

@@ -15,7 +15,7 @@ from ..events import DivergenceReport, Verdict, divergent_call
 from ..files import write_private
 from ..jsondiff import Change, format_changes
 from ..log import json_text
-from ..text import ordinal, plural
+from ..text import KIND_NAMES, ordinal, plural
 
 #: Exit code of ``forkpoint replay`` when the run diverged from the recording.
 EXIT_DIVERGENCE = 3
@@ -408,6 +408,21 @@ def caveat(report: dict[str, Any]) -> str | None:
     return "; ".join(said_all) or None
 
 
+#: A report's ``live_calls`` counters as messages name them: models and tools, then the HTTP calls
+#: made live that no provider recognizes, by kind (as a recording's summary names them).
+_LIVE_NAMES = {"models": "model", "tools": "tool", **{k: KIND_NAMES[k] for k in ("http", "mcp", "telemetry")}}
+
+
+def live_text(live: Mapping[str, int], sep: str = ", ") -> str:
+    """A report's ``live_calls`` in words (``1 model, 0 tool, 1 plain HTTP``): models and tools
+    always, the other kinds when some were made live."""
+    return sep.join(
+        f"{live.get(k, 0)} {name}"
+        for k, name in _LIVE_NAMES.items()
+        if k in ("models", "tools") or live.get(k)
+    )
+
+
 def summary_line(report: dict[str, Any]) -> str:
     """The one-line end-of-replay report. A what-if run that went as asked is no reproduction, and
     says so rather than "ok": its live calls were answered anew, or (fifo) recorded answers were
@@ -465,11 +480,15 @@ def summary_line(report: dict[str, Any]) -> str:
     if live_kinds and not report.get("divergence"):
         # (a recorded call of a kind this run made live is not served: not one the run failed to ask
         # for; no more of them than it made live: a call refused for the placeholder key was not)
-        made_live = min(
-            len(set(unused) - set(report.get("unserved") or [])), sum(live.get(k, 0) for k in live_kinds)
-        )
+        # (the models source is every HTTP call's: plain HTTP, MCP and telemetry made live too)
+        counted = {
+            k: n
+            for k, n in live.items()
+            if n and k in _LIVE_NAMES and (k if k in ("models", "tools") else "models") in live_kinds
+        }
+        made_live = min(len(set(unused) - set(report.get("unserved") or [])), sum(counted.values()))
         if made_live:
-            kinds = " and ".join(k.removesuffix("s") for k in live_kinds)
+            kinds = " and ".join(_LIVE_NAMES[k] for k in counted)
             tail += f", {made_live} of them {kinds} calls this run made live"
     hosts = network_attempts(report)
     blocked = f"; network blocked ({len(hosts)}): {blocked_text(report)}" if hosts else ""
@@ -484,8 +503,8 @@ def summary_line(report: dict[str, Any]) -> str:
     if report.get("overrides"):
         applied = sum(1 for o in report["overrides"] if o["applied"])
         extra += f"; {applied}/{len(report['overrides'])} override(s) applied"
-    if live.get("models") or live.get("tools"):
-        extra += f"; live calls: {live.get('models', 0)} model, {live.get('tools', 0)} tool"
+    if any(live.get(k) for k in _LIVE_NAMES):
+        extra += f"; live calls: {live_text(live)}"
     if report.get("drift"):
         extra += f"; {len(report['drift'])} request(s) drifted (fifo)"
     if report.get("id_drift"):
@@ -612,7 +631,11 @@ def merge_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
             "drift": [d for r in reports for d in r["drift"]],
             "unanswered": [u for r in reports for u in r.get("unanswered") or []],
             "overrides": overrides,
-            "live_calls": {k: sum(r["live_calls"][k] for r in reports) for k in ("models", "tools")},
+            "live_calls": {
+                "models": 0,
+                "tools": 0,
+                **sum((Counter(r["live_calls"]) for r in reports), Counter()),
+            },
             **blocked_fields(blocked),
             "answered_from_cache": dict(
                 sum((Counter(r.get("answered_from_cache") or {}) for r in reports), Counter())

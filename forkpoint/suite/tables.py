@@ -11,6 +11,7 @@ from rich.table import Table
 
 from ..orchestrate import Arm
 from ..outcome import Rate, rate_of
+from ..replay.report import live_text
 from ..text import escape, short
 from .check import verdict_text
 
@@ -211,7 +212,7 @@ def fork_table(arms: list[Arm], title: str | None = None) -> Table:
         report = arm.report or {}
         live = report.get("live_calls") or {}
         calls = (
-            f"{report.get('matched', 0)} replayed, {live.get('models', 0)} model + {live.get('tools', 0)} tool live"
+            f"{report.get('matched', 0)} replayed, {live_text(live, ' + ')} live"
             if arm.report is not None
             else f"[red]{escape(arm.problem or 'no report')}[/red]"
         )

@@ -401,6 +401,33 @@ def test_model_numbering_and_overrides_count_model_calls_only(server: LocalServe
     assert rp.report()["overrides"][0]["seq"] == 3  # the first model call, after telemetry and plain HTTP
 
 
+def test_plain_http_made_live_is_counted_as_plain_http_not_as_a_model_call(
+    server: LocalServer, store: Path
+) -> None:
+    """A what-if's live calls are counted by kind, as the recording's summary names them: a GET to
+    a JSON API made live was counted as a model call ("live calls: 2 model, 0 tool")."""
+    server.route("/api/items", lambda r: json_reply({"items": [1, 2, 3]}))
+
+    def run(text: str) -> None:
+        httpx.get(server.url + "/api/items")
+        _chat(server.url, text)
+        requests.get(server.url + "/api/items", timeout=5)
+
+    with forkpoint.record(store=store) as rec:
+        run("one")
+    with forkpoint.replay(rec.session_path, models="live") as rp:
+        run("one")
+    report = rp.report()
+    assert report["live_calls"] == {"models": 1, "tools": 0, "http": 2}, report["live_calls"]
+    line = summary_line(report)
+    assert "; live calls: 1 model, 0 tool, 2 plain HTTP" in line, line
+    assert "3 of them model and plain HTTP calls this run made live" in line, line
+    with forkpoint.replay(rec.session_path, on_divergence="live") as rp:
+        run("two")  # (served, then diverges and goes live: the model call and the GET after it)
+    assert rp.report()["live_calls"] == {"models": 1, "tools": 0, "http": 1}
+    assert "; live calls: 1 model, 0 tool, 1 plain HTTP" in summary_line(rp.report())
+
+
 def test_show_tells_kinds_apart(server: LocalServer, store: Path, capsys: pytest.CaptureFixture[str]) -> None:
     server.route("/v1/traces/ingest", lambda r: Reply(b"", 204, None))
     with forkpoint.record(store=store) as rec:
