@@ -418,7 +418,7 @@ def live(rt: runtime.Runtime, request: HttpRequest, decoders: DecoderFactory) ->
     """Start recording a call that is made for real (after :func:`serve` said so). Raises
     :class:`~forkpoint.errors.NetworkBlocked` for a replay's call that carries the placeholder API
     key the replay set where the key was unset, or a scrubbed secret's placeholder, as a header or
-    in its URL: the provider would refuse it (a 401 the run would take for the model's answer), so
+    in its URL: the server would refuse it (a 401 the run would take for the server's answer), so
     it is not sent, and the report says which key is missing."""
     runtime.served_from_recording.set(False)
     raw = runtime.live_request.get() if rt.mode == "replay" else None

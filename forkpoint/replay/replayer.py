@@ -642,7 +642,7 @@ class Replayer:
             said = f"the placeholder key set for {', '.join(unset)}"
             why = (
                 f"{PLACEHOLDER_KEY!r}, the placeholder this replay set for {' and '.join(unset)} (unset here, "
-                "so that the SDK would start), which the provider would refuse. Set the key to make live calls."
+                "so that the SDK would start), which the server would refuse. Set the key to make live calls."
             )
         elif cookie_placeholders(placeholder):
             said = f"{placeholder}, a cookie's placeholder"
@@ -666,7 +666,7 @@ class Replayer:
             said = f"{placeholder}, a secret's placeholder"
             why = (
                 f"{placeholder}, the placeholder of a secret scrubbed when recorded, which a recorded answer "
-                "handed the program (the report's placeholders_served) and the provider would refuse."
+                "handed the program (the report's placeholders_served) and the server would refuse."
             )
         kind = classify(request["method"], request["url"], request["body"], request["headers"])
         with self._lock:

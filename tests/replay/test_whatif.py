@@ -633,6 +633,33 @@ def test_a_live_call_with_a_scrubbed_secrets_placeholder_as_its_key_is_not_sent(
     assert "(not sent: authorization carried [REDACTED:openai-key:" in blocked, blocked
 
 
+def test_a_live_call_with_a_token_a_plain_login_served_says_what_is_true_of_any_server(
+    tmp_path: Path, server: LocalServer
+) -> None:
+    """A login server (no model provider) hands out a token, served on replay as its placeholder;
+    the call that bears it, gone live after a divergence, is not sent. Its refusal said "the
+    provider would refuse" of a login server; and the call, not made, is counted as no live call of
+    any kind."""
+    server.route("/login", lambda r: json_reply({"token": "sk-proj-" + "a1B2c3D4e5" * 5}))
+    server.route("/api/*", lambda r: json_reply({"items": [1, 2]}))
+
+    def run(item: str) -> None:
+        token = httpx.post(f"{server.url}/login", json={"user": "ann"}).json()["token"]
+        httpx.get(f"{server.url}/api/{item}", headers={"Authorization": f"Bearer {token}"})
+
+    with forkpoint.record(store=tmp_path) as rec:
+        run("a")
+    with forkpoint.replay(rec.session_path, on_divergence="live") as rp:
+        with pytest.raises(NetworkBlocked) as refused:
+            run("b")
+    assert "the server would refuse" in str(refused.value) and "provider" not in str(refused.value)
+    assert len(server.requests) == 2  # the recorded two
+    report = rp.report()
+    assert report["live_calls"] == {"models": 0, "tools": 0}, report["live_calls"]
+    (blocked,) = report["network_blocked"]
+    assert "(not sent: authorization carried [REDACTED:openai-key:" in blocked, blocked
+
+
 def test_a_live_call_with_a_cookie_a_served_set_cookie_set_is_not_sent(
     tmp_path: Path, server: LocalServer
 ) -> None:
