@@ -265,8 +265,11 @@ def scrub_session(
         fcntl.flock(lock_fd, fcntl.LOCK_EX)  # writers wait; the copy sees the log as it is
         before = verify_session(path, values=False)  # (its values are read, and checked, just below)
         if not before.ok:
+            # (no option scrubs it anyway: a copy that verifies would hide that it was changed)
             raise ScrubError(
-                f"{path}: the session does not verify, refusing to copy it: {before.problems[0]}"
+                f"{path}: the session does not verify, refusing to copy it: {before.problems[0]}. "
+                f"forkpoint verify {path} names what fails; to be rid of what it holds, put back an intact "
+                f"copy of it and scrub that, or remove it (forkpoint rm {sid})"
             )
         signed = signature(path, sid)
         if signed.state == "bad":  # (its copy, signed with this user's key, would be trusted)

@@ -509,8 +509,13 @@ def test_scrub_refuses_a_session_without_end_or_that_does_not_verify(tmp_path: P
     assert report.swapped and verify(path).ok
     lines = (path / LOG_NAME).read_bytes().splitlines(keepends=True)
     (path / LOG_NAME).write_bytes(lines[0] + lines[1].replace(b'"ts":"2', b'"ts":"3') + b"".join(lines[2:]))
-    with pytest.raises(ScrubError, match="does not verify"):
+    with pytest.raises(ScrubError, match="does not verify") as refused:
         scrub_session(path, scrubber=redact.Scrubber(rules), force=True)
+    # (what to do next: the secret is still on disk; no option scrubs a changed session anyway)
+    said = str(refused.value)
+    assert f"forkpoint verify {path} names what fails" in said, said
+    assert "put back an intact copy of it and scrub that" in said
+    assert f"forkpoint rm {path.name}" in said
 
 
 def test_scrub_keeps_the_id_of_a_session_whose_folder_has_another_name(tmp_path: Path) -> None:
