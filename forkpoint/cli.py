@@ -124,7 +124,10 @@ def _load(ref: str, store: str | None, *, check: bool = True, signature: bool = 
     from .store import resolve
 
     session = Session.load(resolve(ref, _store(store)), share_lists=True)
-    if check:
+    # (once per session and command: `diff A A` loads it twice)
+    said: set[Path] = click.get_current_context().meta.setdefault("forkpoint.checked", set())
+    if check and session.path.resolve() not in said:
+        said.add(session.path.resolve())
         v = verify_session(session.path, git=False, deep=False, values=False)  # (loaded above)
         # (a failed chain is said once: the signature of a changed log fails too)
         doubted = None if v.problems or not signature else doubt(session.path, session.id)

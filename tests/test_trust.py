@@ -490,7 +490,7 @@ def test_reading_commands_say_once_that_a_signature_does_not_verify_and_go_on(
     """A tool result edited after the session was signed, the chain recomputed: verify and replay
     said so, while show, show --html, export, diff, checkpoints and restore showed the forged
     result without a word (and make-test with a command copied it into the checkout as a cassette). Each
-    says it once on stderr, and goes on."""
+    says it once on stderr (`diff A A` too), and goes on."""
     from click.testing import CliRunner
 
     from forkpoint.cli import main
@@ -506,6 +506,7 @@ def test_reading_commands_say_once_that_a_signature_does_not_verify_and_go_on(
         ["export", str(bad), "--file", str(tmp_path / "spans.json")],
         ["checkpoints", str(bad)],
         ["diff", str(bad), str(clean)],
+        ["diff", str(bad), str(bad)],  # (said twice: the session was loaded, and checked, once a side)
         ["restore", f"{bad}@{seq}", "--into", str(tmp_path / "restored")],
         ["make-test", str(bad), "--", "python", "work/agent.py"],
     ):
