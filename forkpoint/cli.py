@@ -772,7 +772,7 @@ def verify_cmd(session: str, store: str | None) -> None:
     if indexed:
         v.problems.append(indexed)
     signed = signature(path, info(path).session_id) if v.ok else None
-    if signed is not None and signed.state == "bad":
+    if signed is not None and signed.fails:
         v.problems.append(f"signature: {signed.describe()}")
     for p in v.problems:
         _err().print(p, style="red", markup=False)
@@ -783,7 +783,7 @@ def verify_cmd(session: str, store: str | None) -> None:
     if v.ok and not v.truncated and not v.complete:
         trunc = " (no end event: incomplete, not corrupt)"
     click.echo(f"verify {state}: {v.events} events, {v.blobs} blobs checked{trunc}")
-    if signed is not None and signed.state != "bad":
+    if signed is not None and not signed.fails:
         trusted = (
             "trusted" if signed.trusted else "NOT trusted (its recorded command replays only with --trust)"
         )

@@ -1012,7 +1012,7 @@ class Cassette:
         from .errors import SigningError
         from .log import Session, SessionWriter
         from .record import make_header
-        from .signing import sign_session
+        from .signing import promise, sign_session
 
         nodeid = self.item.nodeid
         assert self._tmp is not None
@@ -1025,6 +1025,7 @@ class Cassette:
             deterministic=self.deterministic,
             ignore=self.ignore,
         )
+        promise(header)
         writer = SessionWriter.create(self._tmp / "rebuilt", header)
         try:
             loaded = Session.load(child, share_lists=True)

@@ -55,7 +55,7 @@ from .log import (
     to_json,
 )
 from .match import event_key
-from .signing import sign_session, signature
+from .signing import SIGNER, promise, sign_session, signature
 from .store import open_store
 from .store.retention import HeldError, refuse_if_held
 
@@ -245,7 +245,8 @@ def scrub_session(
             "name that directory instead"
         )
     # The id is the header's: a session's folder may have another name (a pytest cassette's).
-    store, sid = path.parent, str(read_header(path / LOG_NAME)["session_id"])
+    head = read_header(path / LOG_NAME)
+    store, sid = path.parent, str(head["session_id"])
     if not dry_run and (path / MIRROR_DONE).exists():
         # (swapped here, the copy would also lose its mark and be uploaded again, refused there
         # as another session with that id, at every ls)
@@ -275,7 +276,9 @@ def scrub_session(
         if signed.state == "bad":  # (its copy, signed with this user's key, would be trusted)
             raise ScrubError(
                 f"{path}: {signed.describe()}, refusing to copy it; to scrub it all the same into an unsigned "
-                f"copy (whose recorded command replays only with --trust), remove {path / SIGNATURE_NAME} first"
+                f"copy (whose recorded command replays only with --trust"
+                f"{', and which says it lost its signature' if head.get(SIGNER) else ''}), remove "
+                f"{path / SIGNATURE_NAME} first"
             )
         if not before.complete and not force:
             raise ScrubError(
@@ -297,6 +300,13 @@ def scrub_session(
             with redact.use_rules(scrubber):
                 # (without ``keys``: the keys are computed again here, under other rules)
                 header = {k: v for k, v in session.header.items() if k not in ("hash", "redaction", "keys")}
+                # The copy names the key that signs it as the original did: this user's when it is
+                # signed anew (below), none for a stranger's (left unsigned), and a lost signature's
+                # key still, so that the copy too says it lost its signature.
+                if signed.trusted:
+                    promise(header)
+                elif signed.state == "signed":
+                    header.pop(SIGNER, None)
                 header["scrubbed"] = [
                     *(session.header.get("scrubbed") or []),
                     {"at": now_iso(), "rules": scrubber.rules.digest(), "forkpoint": __version__},

@@ -12,6 +12,10 @@ recompute it. A signature has one. When a session is closed, forkpoint signs the
 (sorted keys, no spaces) of the other fields. Keys are written ``ed25519:`` + the standard base64 of
 the 32 raw public key bytes.
 
+A session says in its header, from its first line on, which key will sign it when it closes
+(:data:`SIGNER`, :func:`promise`): one that says so and has no ``signature.json`` lost its signature
+(``lost``), where one that does not is a session older than signing (``unsigned``).
+
 Keys live in forkpoint's configuration folder: ``$FORKPOINT_KEYS_DIR``, else
 ``$XDG_CONFIG_HOME/forkpoint``, else ``~/.config/forkpoint`` (0700): ``signing-key.pem`` (PKCS#8,
 0600) and ``trusted-keys`` (one ``ed25519:… NAME`` a line, 0600). The own key is always trusted.
@@ -26,6 +30,7 @@ import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -34,9 +39,10 @@ import orjson
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from .errors import SigningError, UntrustedSession
+from .errors import SessionError, SigningError, UntrustedSession
 from .events import now_iso
-from .log import LOG_NAME, SIGNATURE_NAME
+from .log import LOG_NAME, SIGNATURE_NAME, read_header
+from .text import visible
 
 #: Beside a session's log.
 KEY_NAME = "signing-key.pem"
@@ -44,6 +50,9 @@ TRUSTED_NAME = "trusted-keys"
 KEY_PREFIX = "ed25519:"
 #: The name the own key goes by in ``verify`` and ``keys``.
 OWN_NAME = "this user (own key)"
+#: The header field naming the key that signs the session when it closes (kept readable in an
+#: encrypted session: :data:`forkpoint.log.crypto.CLEAR_HEADER`).
+SIGNER = "signer"
 
 
 def keys_dir() -> Path:
@@ -257,6 +266,17 @@ def _log_digest(path: Path) -> tuple[int, str]:
     return size, h.hexdigest()
 
 
+def promise(header: dict[str, Any]) -> None:
+    """Name in a new session's ``header`` (:data:`SIGNER`) the own key, which signs the session when
+    it closes: a ``signature.json`` removed later (after an edit) is then said, not taken for a
+    session older than signing. None when the key cannot be used (the session closes unsigned, and
+    says so then)."""
+    try:
+        header[SIGNER] = key_id(own_key().public_key())
+    except SigningError:
+        header.pop(SIGNER, None)
+
+
 def sign_session(path: Path, session_id: str) -> str:
     """Sign the closed session at ``path`` with the own key (``signature.json``, replacing an older
     one). Returns the key id. Raises :class:`SigningError`."""
@@ -281,9 +301,10 @@ def sign_session(path: Path, session_id: str) -> str:
 @dataclass(frozen=True)
 class Signed:
     """Who signed a session: ``state`` is ``signed`` (the signature is good for the log as it is),
-    ``unsigned`` (no signature) or ``bad`` (a signature that does not match the log or its key:
-    ``problem`` says how). ``key`` is the signer's key id, ``name`` the name this user trusts it
-    under (None: not trusted)."""
+    ``unsigned`` (no signature, and its header names no key that would sign it: older than signing),
+    ``lost`` (no signature, though its header names the key that signs it when it closes: ``key``)
+    or ``bad`` (a signature that does not match the log or its key: ``problem`` says how). ``key``
+    is the signer's key id, ``name`` the name this user trusts it under (None: not trusted)."""
 
     state: str
     key: str | None = None
@@ -295,12 +316,19 @@ class Signed:
         """Signed, the signature good, by a key this user trusts."""
         return self.state == "signed" and self.name is not None
 
+    @property
+    def fails(self) -> bool:
+        """A signature that does not verify, or was lost: ``verify`` fails."""
+        return self.state in ("bad", "lost")
+
     def describe(self) -> str:
         """In words, for ``verify`` and the refusal of an untrusted command."""
         if self.state == "unsigned":
             return "not signed"
         if self.state == "bad":
             return f"its signature is not valid: {self.problem}"
+        if self.state == "lost":
+            return f"not signed any more: {self.problem}"
         who = f"{self.name} ({self.key})" if self.name else f"{self.key}, a key this user does not trust"
         return f"signed by {who}"
 
@@ -310,7 +338,18 @@ def signature(path: Path, session_id: str) -> Signed:
     against the trusted keys. Raises :class:`SigningError` only for an unreadable trusted list."""
     sig_path = path / SIGNATURE_NAME
     if not sig_path.exists():
-        return Signed("unsigned")
+        try:
+            claimed = read_header(path / LOG_NAME).get(SIGNER)
+        except SessionError:  # (an unreadable header: verify and the loaders say what is wrong)
+            claimed = None
+        if not claimed:
+            return Signed("unsigned")
+        return Signed(
+            "lost",
+            str(claimed),
+            problem=f"its header says {visible(str(claimed), one_line=True)} signs it when it closes, but it has "
+            f"no {SIGNATURE_NAME} (removed after it was signed, or not written when it closed)",
+        )
     try:
         fd = os.open(sig_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         with os.fdopen(fd, "rb") as f:
@@ -334,11 +373,10 @@ def signature(path: Path, session_id: str) -> Signed:
 def doubt(path: Path, session_id: str) -> str | None:
     """What a command that only reads the session (``show``, ``export``, ``diff``, ``restore``…), or
     runs a command the user trusts on it (``replay -- CMD``, ``--trust``), says of its signature
-    before it goes on: one that does not verify (the log edited after it was signed), or a signer
-    this user does not trust. None when a trusted key signed it, or nobody did (sessions older than
-    signing: ``verify`` says so)."""
-    from .text import visible
-
+    before it goes on: one that does not verify (the log edited after it was signed), one lost (its
+    header names the key that signs it, and it has no signature), or a signer this user does not
+    trust. None when a trusted key signed it, or nobody did (sessions older than signing: ``verify``
+    says so)."""
     sid = visible(session_id, one_line=True)
     try:
         signed = signature(path, session_id)
@@ -350,6 +388,11 @@ def doubt(path: Path, session_id: str) -> str | None:
         return (
             f"the signature of session {sid} does not verify: {signed.problem}, so what follows may not be "
             f"what was recorded (see: forkpoint verify {sid})"
+        )
+    if signed.state == "lost":
+        return (
+            f"session {sid} has lost its signature: {signed.problem}, so what follows may not be what was "
+            f"recorded (see: forkpoint verify {sid})"
         )
     return (
         f"session {sid} is signed by {signed.key}, a key this user does not trust, so what follows is "
@@ -367,8 +410,6 @@ def require_trusted(path: Path, session_id: str, argv: list[str] | None) -> Sign
     if signed.trusted:
         return signed
     import shlex
-
-    from .text import visible
 
     sid = visible(session_id, one_line=True)
     if argv is None:  # (the arm's files are the session's: `python agent.py` there runs its agent.py)

@@ -31,6 +31,7 @@ from forkpoint.cli import main
 from forkpoint.errors import IdentityError, UsageError
 from forkpoint.log import IDENTITY_ENV, LOG_NAME, Session, SessionWriter, encryption_table, read_header
 from forkpoint.redact import load_rules
+from forkpoint.signing import SIGNATURE_NAME, SIGNER
 from tests.cliutil import forkpoint_cli, with_this_path
 from tests.gitutil import git, make_repo
 from tests.modelserver import LocalServer
@@ -502,3 +503,19 @@ def test_import_into_a_store_that_encrypts_says_what_it_says_unencrypted(
     assert (
         "  not in the file: " in said["enc"] and "  inferred: " in said["enc"] and "None" not in said["enc"]
     )
+
+
+def test_verify_without_identity_says_an_encrypted_session_lost_its_signature(
+    tmp_path: Path, keys: tuple[str, Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The key that signs a session is in its readable envelope: without the identity, verify still
+    tells a session whose signature.json was removed from one older than signing."""
+    recipient, _, _ = keys
+    monkeypatch.delenv(IDENTITY_ENV, raising=False)
+    with forkpoint.record(store=tmp_path / "store", encrypt_to=[recipient]) as rec:
+        pass
+    path = rec.session_path
+    assert read_header(path / LOG_NAME)[SIGNER].startswith("ed25519:")
+    (path / SIGNATURE_NAME).unlink()
+    cli = CliRunner().invoke(main, ["verify", str(path)])
+    assert cli.exit_code == 1 and "signature: not signed any more" in cli.output, cli.output

@@ -24,7 +24,7 @@ from forkpoint.log import LOG_NAME, Session
 from forkpoint.log.codec import line_hash
 from forkpoint.log.packing import Unpacker
 from forkpoint.orchestrate import replay_run
-from forkpoint.signing import KEY_NAME, OWN_NAME, SIGNATURE_NAME, signature
+from forkpoint.signing import KEY_NAME, OWN_NAME, SIGNATURE_NAME, SIGNER, signature
 from forkpoint.store import list_sessions, resolve
 from tests.cliutil import QUOTE_AGENT, forkpoint_cli
 
@@ -123,8 +123,8 @@ def test_a_forged_command_is_shown_and_refused_unless_trusted_or_named(
     v = run(["verify", str(session)], tmp_path, env)
     if signature == "kept":  # the chain verifies, the signature does not
         assert v.returncode == 1 and "the log changed after it was signed" in flat(v.stderr)
-    else:
-        assert v.returncode == 0 and "signature: not signed; NOT trusted" in flat(v.stdout)
+    else:  # the header still names the key that signed it
+        assert v.returncode == 1 and "signature: not signed any more: its header says" in flat(v.stderr)
 
     refused = run(["replay", str(session)], tmp_path, env)
     assert refused.returncode == 1
@@ -275,6 +275,10 @@ def test_replay_refuses_a_forged_recorded_command_before_anything_runs(tmp_path:
         replay_run(Session.load(path), quiet=True)
     assert str(mark) in str(refused.value)
     (path / SIGNATURE_NAME).unlink()
+    assert signature(path, sid).state == "lost"
+    with pytest.raises(UntrustedSession, match=": not signed any more: .*, so forkpoint will not run"):
+        replay_run(Session.load(path), quiet=True)
+    forge_lines(path, lambda lines: lines[0].pop(SIGNER))  # (the whole log rewritten: as if older)
     assert signature(path, sid).state == "unsigned"
     with pytest.raises(UntrustedSession, match=": not signed, so forkpoint will not run"):
         replay_run(Session.load(path), quiet=True)
@@ -586,3 +590,56 @@ def test_scrub_does_not_sign_over_a_signature_that_does_not_verify_or_is_not_tru
     report = scrub_session(clean)
     assert report.swapped and signature(clean, clean.name).state == "unsigned"
     assert "the scrubbed session is not signed (the original was signed by ed25519:" in report.notes[0]
+
+
+def test_a_signature_removed_after_an_edit_is_said_lost_not_taken_for_an_old_session(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tool result edited (the chain recomputed) and ``signature.json`` removed: show, diff,
+    export, restore and make-test said nothing and verify said ok, as of a session older than
+    signing. A session names from its first line the key that signs it when it closes, so one
+    without its signature says it lost it (verify fails, a scrubbed copy still says it), while one
+    that names none, older than signing, reads as before."""
+    from click.testing import CliRunner
+
+    from forkpoint.cli import main
+    from forkpoint.scrub import scrub_session
+    from forkpoint.signing import key_id, own_key
+
+    monkeypatch.setenv("FORKPOINT_KEYS_DIR", str(tmp_path / "keys"))
+    monkeypatch.chdir(tmp_path)  # (make-test writes tests/incidents/ here)
+    bad, old, seq = _forged_and_clean(tmp_path)
+    mine = key_id(own_key().public_key())
+    assert Session.load(bad).header[SIGNER] == mine
+    (bad / SIGNATURE_NAME).unlink()
+    forge_lines(old, lambda lines: lines[0].pop(SIGNER))  # (as forkpoint wrote before signing)
+    (old / SIGNATURE_NAME).unlink()
+
+    said = (
+        f"session {bad.name} has lost its signature: its header says {mine} signs it when it closes, "
+        f"but it has no {SIGNATURE_NAME}"
+    )
+    for args in (
+        ["show", str(bad)],
+        ["export", str(bad), "--file", str(tmp_path / "spans.json")],
+        ["diff", str(bad), str(old)],
+        ["restore", f"{bad}@{seq}", "--into", str(tmp_path / "restored")],
+        ["make-test", str(bad), "--", "python", "work/agent.py"],
+    ):
+        res = CliRunner().invoke(main, args)
+        assert res.exit_code == 0, (args, res.output)
+        assert flat(res.stderr).count(said) == 1, (args, res.stderr)
+    res = CliRunner().invoke(main, ["verify", str(bad)])
+    assert res.exit_code == 1 and "signature: not signed any more: its header says" in flat(res.output)
+    res = CliRunner().invoke(main, ["replay", str(bad)])
+    assert res.exit_code == 1 and "not signed any more" in flat(res.output), res.output
+    assert "will not run the command it recorded" in flat(res.output)
+
+    res = CliRunner().invoke(main, ["show", str(old)])  # (older than signing: nothing to say)
+    assert res.exit_code == 0 and res.stderr == "", res.stderr
+    res = CliRunner().invoke(main, ["verify", str(old)])
+    assert res.exit_code == 0 and "signature: not signed; NOT trusted" in flat(res.output)
+
+    report = scrub_session(bad)  # (a copy is no way to be rid of the loss)
+    assert report.swapped and "the original was not signed any more" in report.notes[0]
+    assert signature(bad, bad.name).state == "lost"

@@ -4,7 +4,7 @@ An encrypted session keeps its *envelope* readable and seals everything else, so
 chain and ``verify`` work without the identity:
 
 * the header keeps :data:`CLEAR_HEADER` (format, version, id, creation time, name, the
-  ``encryption`` table with the recipients' public keys, ``hash``); every other field is sealed
+  ``encryption`` table with the recipients' public keys, the signer's, ``hash``); every other field is sealed
   into ``"$enc"``;
 * an event line keeps :data:`CLEAR_EVENT` (``seq``, ``type``, ``ts``, ``torn``, ``prev``, ``hash``)
   and ``"blobs"`` (the names of the blobs its sealed fields refer to); every other field is sealed
@@ -40,7 +40,8 @@ ENC = "$enc"
 FILES = "$files"
 #: Header fields an encrypted session keeps readable: what ``ls``, references by name and the chain
 #: need, and what a recording process needs to append (its root span, the user's ``deterministic``
-#: and ``match`` options), which is no recorded content.
+#: and ``match`` options), which is no recorded content, and the public key that signs it
+#: (``signer``: ``verify`` tells a lost signature without the identity).
 CLEAR_HEADER = (
     "type",
     "format",
@@ -52,6 +53,7 @@ CLEAR_HEADER = (
     "span_id",
     "deterministic",
     "match",
+    "signer",
     "hash",
 )
 #: Event fields an encrypted session keeps readable (the chain, and what ``ls`` counts).

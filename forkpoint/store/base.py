@@ -461,12 +461,19 @@ class Store(ABC):
         self, header: Header | dict[str, Any], *, session_id: str | None = None, fsync: str | None = None
     ) -> Recording:
         """A new session in this store with ``header`` as line 1 (see
-        :meth:`~forkpoint.log.SessionWriter.create`); never overwrites one. Raises
+        :meth:`~forkpoint.log.SessionWriter.create`), naming the key that signs it when it closes
+        (:func:`forkpoint.signing.promise`); never overwrites one. Raises
         :class:`~forkpoint.errors.CannotRecord` (a :class:`~forkpoint.errors.SessionError`) naming
         the store and why when the session cannot be created there."""
+        header = dict(header)
+        # (a cryptography that cannot load: the session closes unsigned, said then by _sign)
+        with contextlib.suppress(Exception):
+            from ..signing import promise  # cryptography: the key that will sign it at close
+
+            promise(header)
         try:
             self.prepare()
-            writer = SessionWriter.create(self.path, dict(header), session_id=session_id, fsync=fsync)
+            writer = SessionWriter.create(self.path, header, session_id=session_id, fsync=fsync)
         except OSError as exc:
             raise CannotRecord(f"cannot create a session in {self.path} ({exc.strerror or exc})") from None
         self.started(writer.path)

@@ -20,7 +20,7 @@ import pytest
 
 from forkpoint import Session
 from forkpoint.pytest_plugin import Settings, cassette_parts, ci_is_set, lock_folder, loopback_hosts
-from forkpoint.signing import signature
+from forkpoint.signing import SIGNER, signature
 from tests.cliutil import FORKPOINT
 from tests.modelserver import LocalServer, Reply
 
@@ -318,6 +318,9 @@ def test_record_mode_rewrites_a_cassette_the_run_no_longer_matches(
     # the parent's #1" under a re-recorded cassette).
     assert updated.header["parent"] is None
     assert "divergence" not in updated.events[-1]
+    # Signed, and naming its signer, like any recording (a signature.json removed from it is said)
+    assert signature(root / "test_agent", updated.id).trusted
+    assert updated.header[SIGNER] == signature(root / "test_agent", updated.id).key
     shown = subprocess.run(
         [*FORKPOINT, "show", str(root / "test_agent")],
         capture_output=True,
