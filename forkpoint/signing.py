@@ -41,7 +41,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from .errors import SessionError, SigningError, UntrustedSession
 from .events import now_iso
-from .log import LOG_NAME, SIGNATURE_NAME, read_header
+from .log import LOG_NAME, SIGNATURE_NAME, has_end, read_header
 from .text import visible
 
 #: Beside a session's log.
@@ -301,8 +301,9 @@ def sign_session(path: Path, session_id: str) -> str:
 @dataclass(frozen=True)
 class Signed:
     """Who signed a session: ``state`` is ``signed`` (the signature is good for the log as it is),
-    ``unsigned`` (no signature, and its header names no key that would sign it: older than signing),
-    ``lost`` (no signature, though its header names the key that signs it when it closes: ``key``)
+    ``unsigned`` (no signature, and its header names no key that would sign it: older than signing;
+    or no ``end`` yet), ``lost`` (no signature, though it ended and its header names the key that
+    signs it when it closes: ``key``)
     or ``bad`` (a signature that does not match the log or its key: ``problem`` says how). ``key``
     is the signer's key id, ``name`` the name this user trusts it under (None: not trusted)."""
 
@@ -342,7 +343,7 @@ def signature(path: Path, session_id: str) -> Signed:
             claimed = read_header(path / LOG_NAME).get(SIGNER)
         except SessionError:  # (an unreadable header: verify and the loaders say what is wrong)
             claimed = None
-        if not claimed:
+        if not claimed or not has_end(path / LOG_NAME):  # (no end: it may still be recording, verify says so)
             return Signed("unsigned")
         return Signed(
             "lost",

@@ -643,3 +643,9 @@ def test_a_signature_removed_after_an_edit_is_said_lost_not_taken_for_an_old_ses
     report = scrub_session(bad)  # (a copy is no way to be rid of the loss)
     assert report.swapped and "the original was not signed any more" in report.notes[0]
     assert signature(bad, bad.name).state == "lost"
+
+    with forkpoint.record(store=tmp_path / "store") as rec:  # (no end yet: being recorded, not lost)
+        forkpoint.note("x")
+        running = CliRunner().invoke(main, ["show", str(rec.session_path)])
+        assert running.exit_code == 0 and running.stderr == "", running.stderr
+        assert signature(rec.session_path, rec.session_path.name).state == "unsigned"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -62,6 +63,19 @@ def read_header(log_path: Path) -> dict[str, Any]:
     except IsADirectoryError:
         raise SessionError(f"{log_path}: is a directory, not a session log") from None
     return check_header(first, log_path)
+
+
+def has_end(log_path: Path) -> bool:
+    """True when the last complete line of the log is the ``end`` event (read from its tail)."""
+    try:
+        with open_regular(log_path) as f:
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(0, size - (1 << 16)))
+            tail = f.read()
+    except (OSError, SessionError):
+        return False
+    lines = tail.split(b"\n")[:-1]
+    return bool(lines) and b'"type":"end"' in lines[-1][:80]
 
 
 #: What a session id may be: ``20261129-181029-3f9a1c`` (:func:`forkpoint.events.new_session_id`),

@@ -46,7 +46,7 @@ from ..batches import by_size
 from ..errors import SessionError
 from ..events import now_iso
 from ..files import private_dirs, user_temp_dir, write_private
-from ..log import LOG_NAME, MIRROR_DONE, MIRROR_RECORDING
+from ..log import LOG_NAME, MIRROR_DONE, MIRROR_RECORDING, has_end
 from ..text import say
 from .base import REMOTE_MARKER, Listing, SessionInfo, Store, pick, scan, session_order, summarize_log
 from .index import ENTRIES, INDEX_DIR, consolidate, entry_bytes, entry_name, max_loose_entries, read_index
@@ -236,19 +236,6 @@ def _upload_lock(path: Path, *, blocking: bool) -> Iterator[bool]:
         yield True
     finally:
         os.close(fd)
-
-
-def _has_end(log_path: Path) -> bool:
-    """True when the last complete line of the log is the ``end`` event."""
-    try:
-        with open(log_path, "rb") as f:
-            size = f.seek(0, os.SEEK_END)
-            f.seek(max(0, size - (1 << 16)))
-            tail = f.read()
-    except OSError:
-        return False
-    lines = tail.split(b"\n")[:-1]
-    return bool(lines) and b'"type":"end"' in lines[-1][:80]
 
 
 # --------------------------------------------------------------------------- fsspec helpers
@@ -572,7 +559,7 @@ class RemoteStore(Store):
         notes: list[str] = []
         waiting: list[str] = []
         for d in self._staged():
-            if not (_has_end(d / LOG_NAME) or _recorder_gone(d)):
+            if not (has_end(d / LOG_NAME) or _recorder_gone(d)):
                 waiting.append(d.name)
                 continue
             try:
