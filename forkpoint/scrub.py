@@ -270,7 +270,8 @@ def scrub_session(
             raise ScrubError(
                 f"{path}: the session does not verify, refusing to copy it: {before.problems[0]}. "
                 f"forkpoint verify {path} names what fails; to be rid of what it holds, put back an intact "
-                f"copy of it and scrub that, or remove it (forkpoint rm {sid})"
+                f"copy of it and scrub that, or remove it (forkpoint rm {sid}; when rm says it was changed, "
+                "forkpoint ls --reindex first, so that the index describes it as it is now)"
             )
         signed = signature(path, sid)
         if signed.state == "bad":  # (its copy, signed with this user's key, would be trusted)

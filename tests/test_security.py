@@ -515,7 +515,7 @@ def test_scrub_refuses_a_session_without_end_or_that_does_not_verify(tmp_path: P
     said = str(refused.value)
     assert f"forkpoint verify {path} names what fails" in said, said
     assert "put back an intact copy of it and scrub that" in said
-    assert f"forkpoint rm {path.name}" in said
+    assert f"forkpoint rm {path.name}; when rm says it was changed, forkpoint ls --reindex first" in said
 
 
 def test_scrub_keeps_the_id_of_a_session_whose_folder_has_another_name(tmp_path: Path) -> None:
