@@ -181,8 +181,8 @@ tool_wrappers: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 #: Tool names a framework handles itself, with no body to record (pydantic-ai's output tools such as
-#: ``final_result``, an Agents SDK handoff's ``transfer_to_…``): the model asking for one is no
-#: tool call forkpoint missed.
+#: ``final_result``, an Agents SDK handoff's ``transfer_to_…``, an agent it runs as a tool, whose own
+#: calls are recorded): the model asking for one is no tool call forkpoint missed.
 framework_tools: set[str] = set()
 
 

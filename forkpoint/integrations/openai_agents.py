@@ -10,7 +10,8 @@ What is recorded is the inner call (``self._invoke_tool_impl``: argument validat
 function body) — the SDK's failure handling stays outside, so on replay a recorded exception is
 raised again and turned into the same model-visible error text by the same handler, and the
 SDK's bookkeeping of handled errors is unchanged. Not recorded: agents used as tools
-(``agent.as_tool()``: their model and tool calls are recorded one by one instead), and
+(``agent.as_tool()``: their model and tool calls are recorded one by one instead, so the model asking
+for one is no tool call forkpoint missed), and
 ``FunctionTool(on_invoke_tool=...)`` built by hand (wrap that function with ``@forkpoint.tool``);
 the tools of MCP servers (``mcp_servers=[...]``) are recorded by :mod:`.mcp`, once, and like
 a ``@forkpoint.tool`` function given as a tool, with the model's id for the call
@@ -131,6 +132,8 @@ def patch(module: ModuleType) -> None:
                 # (an MCP tool's request, a @forkpoint.tool, records itself with the id; an agent's
                 # calls as a tool are its own)
                 agent = tool is not None and getattr(tool, "_is_agent_tool", False)
+                if agent:  # (recorded as the nested run's own calls: no call of it is missing)
+                    runtime.framework_tools.add(str(getattr(tool, "name", "")))
                 with asked_as(None if agent else tool_call_id(ctx)):
                     return await original(self, ctx, input)
             impl = self._invoke_tool_impl

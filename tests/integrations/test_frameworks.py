@@ -488,6 +488,35 @@ def test_an_agents_sdk_tool_the_program_did_not_call_is_not_said_to_need_naming(
     assert "never recorded" not in said and "@forkpoint.tool" not in said, said
 
 
+def test_an_agents_sdk_agent_used_as_a_tool_is_not_said_to_be_unrecorded(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An agent used as a tool (``agent.as_tool()``) is recorded as its own model and tool calls, one
+    by one: the recording warned that "the model asked for tools that were never recorded" and told
+    the user to put ``@forkpoint.tool`` on it, and its unchanged replay said "ok, but incomplete"."""
+    from tests.modelserver import LocalServer
+
+    outer_script: Any = [[("ask_expert", {"input": "time?"})], "The expert says noon."]
+    with (
+        LocalServer(chat_script=outer_script) as srv,
+        LocalServer(chat_script=["It is noon."]) as srv2,
+        forkpoint.record(store=tmp_path) as rec,
+    ):
+
+        def model(url: str) -> OpenAIChatCompletionsModel:
+            client = AsyncOpenAI(base_url=url, api_key=API_KEY, max_retries=0)
+            return OpenAIChatCompletionsModel(model="m", openai_client=client)
+
+        expert = SdkAgent(name="expert", instructions="Tell the time.", model=model(srv2.openai_base_url))
+        tool = expert.as_tool(tool_name="ask_expert", tool_description="Ask the expert.")
+        boss = SdkAgent(name="boss", instructions="Ask.", model=model(srv.openai_base_url), tools=[tool])
+        assert Runner.run_sync(boss, "What time is it?").final_output == "The expert says noon."
+    said = " ".join(capsys.readouterr().err.split())
+    assert "never recorded" not in said and "@forkpoint.tool" not in said, said
+    end = forkpoint.Session.load(rec.session_path).end()
+    assert end is not None and not end.get("unrecorded_tools"), end
+
+
 class Handle:
     """A result type with no stored form (no encoder registered)."""
 
