@@ -37,6 +37,8 @@ class ErrorRecord(TypedDict, total=False):
     module: Required[str]
     message: Required[str]
     args: list[Any]
+    #: A tool's exception's ``args`` that have no JSON form, typed (:func:`forkpoint.values.encode`).
+    typed_args: Any
     attrs: dict[str, Any]
     #: An ``OSError``'s number and text (``111``, ``"Connection refused"``), when it has them.
     errno: int

@@ -267,7 +267,8 @@ _GROUPED = 100
 
 def _error_dict(exc: BaseException, tool: str, depth: int = 0, below: bool = False) -> ErrorRecord:
     """``{"type", "module", "message"}``, plus the exception's ``args`` (when they are JSON and not
-    just the message) and its JSON instance attributes (``attrs``, each on its own; an ``OSError``'s
+    just the message; typed as a tool's result is, ``typed_args``, when they are not JSON; said when
+    they have no stored form) and its JSON instance attributes (``attrs``, each on its own; an ``OSError``'s
     ``filename`` and ``filename2`` too), and the exception it was raised ``from`` (``cause``, up to
     :data:`_CAUSES` deep), so a custom exception (``ApiError(429, "slow down")`` with ``.status``)
     or a ``FileNotFoundError`` (its ``errno`` and ``filename``) comes back whole on replay. An
@@ -281,10 +282,15 @@ def _error_dict(exc: BaseException, tool: str, depth: int = 0, below: bool = Fal
         out["frames"] = frames
     for field in ("errno", "strerror"):  # (an OSError's are its args, kept below)
         out.pop(field, None)  # type: ignore[misc]
+    unstored = None
     try:
         args = scrub_json(_plain(list(exc.args)))
     except TypeError:
         args = None
+        try:  # (typed, as a result is: LangGraph's GraphInterrupt holds the Interrupt objects it reads)
+            out["typed_args"] = scrub_json(values.encode(exc.args))
+        except ToolResultError as why:
+            unstored = f"{why}{f' (at args{why.where})' if why.where else ''}"
     if args is not None and args != [out["message"]]:
         out["args"] = args
     attrs = {}
@@ -327,6 +333,11 @@ def _error_dict(exc: BaseException, tool: str, depth: int = 0, below: bool = Fal
         _say(
             f"tool {tool!r} raised {type(exc).__qualname__} with attributes forkpoint cannot store: "
             f"{', '.join(left)}; a replay rebuilds it from its args and message only"
+        )
+    if unstored:
+        _say(
+            f"tool {tool!r} raised {type(exc).__qualname__} with arguments forkpoint cannot store: "
+            f"{unstored}; a replay rebuilds it from its message"
         )
     return out
 
@@ -449,7 +460,7 @@ def _rebuilt(error: dict[str, Any]) -> BaseException:
     )
     if not raisable:
         return RecordedToolError(name, module, message)
-    args = _unplain(error["args"]) if isinstance(error.get("args"), list) else None
+    args = _unplain(error["args"]) if isinstance(error.get("args"), list) else _typed_args(error)
     attrs = _unplain(error["attrs"]) if isinstance(error.get("attrs"), dict) else {}
     grouped = error.get("exceptions")
     if issubclass(cls, BaseExceptionGroup) and isinstance(grouped, list):  # (its message and its parts)
@@ -501,6 +512,18 @@ def _rebuilt(error: dict[str, Any]) -> BaseException:
             pass
         candidates.append(exc)
     return candidates[0] if candidates else RecordedToolError(name, module, message)
+
+
+def _typed_args(error: dict[str, Any]) -> list[Any] | None:
+    """The exception's recorded typed ``args`` rebuilt, or None (none recorded, or of a class this
+    run has not imported: the exception is then made from its message)."""
+    if "typed_args" not in error:
+        return None
+    try:
+        args = values.decode(error["typed_args"])
+    except UnrebuildableValue:
+        return None
+    return list(args) if isinstance(args, tuple | list) else None
 
 
 def _caller_cancelled(exc: BaseException) -> bool:

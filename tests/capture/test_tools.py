@@ -452,6 +452,56 @@ def test_an_os_error_comes_back_with_its_errno_and_filename_and_a_lost_attribute
         assert run() == live
 
 
+@dataclasses.dataclass
+class Pause:
+    """What a framework's control-flow exception carries (LangGraph's ``GraphInterrupt`` holds its
+    ``Interrupt`` objects as its args)."""
+
+    question: str
+    id: str
+
+
+class Paused(Exception):
+    def __init__(self, pauses: tuple[Pause, ...] = ()) -> None:
+        super().__init__(pauses)
+
+
+def test_exception_args_with_no_json_form_come_back_typed_and_ones_with_no_stored_form_are_said(
+    store: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """An exception whose args are not JSON (a tuple of dataclasses) came back on replay with its
+    message as its only arg, under "replay ok" and without a word: a LangGraph tool that called
+    ``interrupt()`` raised a ``GraphInterrupt`` whose interrupts were strings on replay, and the
+    program reading them failed."""
+
+    @forkpoint.tool
+    def ask(q: str) -> str:
+        raise Paused((Pause(q, "p1"),))
+
+    @forkpoint.tool
+    def locked(q: str) -> str:
+        raise Paused((Pause(q, "p2"), time.gmtime(0)))  # type: ignore[arg-type]
+
+    def run() -> list[Any]:
+        seen: list[Any] = []
+        for tool in (ask, locked):
+            with pytest.raises(Paused) as caught:
+                tool("go?")
+            seen.append((caught.value.args, str(caught.value)))
+        return seen
+
+    with forkpoint.record(store=store) as rec:
+        live = run()
+    said = " ".join(capfd.readouterr().err.split())
+    assert "tool 'ask'" not in said, said
+    assert "tool 'locked' raised Paused with arguments forkpoint cannot store: " in said, said
+    with forkpoint.replay(rec.session_path) as rp:
+        replayed = run()
+    assert replayed[0] == live[0] and replayed[0][0] == ((Pause("go?", "p1"),),)
+    assert replayed[1][1] == live[1][1]  # (made from its message: what it said live)
+    assert rp.report()["reproduced"], rp.report()
+
+
 class PathErr(Exception):
     """A constructor with a default: called with the message alone it would mean something else."""
 

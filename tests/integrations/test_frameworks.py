@@ -1340,6 +1340,49 @@ def test_a_langgraph_tool_asked_for_step_after_step_replays_certain(
     assert summary_line(rp.report()).startswith("replay ok: "), summary_line(rp.report())
 
 
+@langchain_tool("approve")
+def lg_approve(action: str) -> str:
+    """Ask a human to approve an action."""
+    from langgraph.types import interrupt
+
+    return f"{action}: {interrupt({'question': f'allow {action}?'})}"
+
+
+def test_a_langgraph_tool_that_interrupts_for_a_human_replays_its_interrupt(
+    tmp_path: Path, make_server: Callable[..., Any]
+) -> None:
+    """A tool that calls LangGraph's ``interrupt()`` (human in the loop) raises ``GraphInterrupt``
+    holding its ``Interrupt`` objects: on replay they were strings (the exception rebuilt from its
+    message), and the program reading the pending interrupt's value failed."""
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    srv = make_server(chat_script=[[("approve", {"action": "deploy"})], "Deployed."])
+
+    def run() -> list[Any]:
+        model = ChatOpenAI(model="demo-model", base_url=srv.openai_base_url, api_key=API_KEY, max_retries=0)
+        graph = StateGraph(MessagesState)
+        graph.add_node(
+            "model", lambda state: {"messages": [model.bind_tools([lg_approve]).invoke(state["messages"])]}
+        )
+        graph.add_node("tools", ToolNode([lg_approve]))
+        graph.add_edge(START, "model")
+        graph.add_conditional_edges("model", tools_condition)
+        graph.add_edge("tools", "model")
+        app = graph.compile(checkpointer=InMemorySaver())
+        config: Any = {"configurable": {"thread_id": "t1"}}
+        app.invoke({"messages": [("user", "Deploy.")]}, config)
+        asked = [i.value for task in app.get_state(config).tasks for i in task.interrupts]
+        out = app.invoke(Command(resume="yes"), config)
+        return [asked, [m.content for m in out["messages"]]]
+
+    with forkpoint.record(store=tmp_path / "store") as rec:
+        live = run()
+    assert live[0] == [{"question": "allow deploy?"}] and live[1][-2:] == ["deploy: yes", "Deployed."]
+    with forkpoint.replay(rec.session_path) as rp:
+        assert run() == live
+    assert rp.report()["reproduced"], rp.report()
+
+
 @pytest.mark.parametrize("roll", [lg_roll, lg_self_recorded_roll], ids=["langchain", "forkpoint-tool"])
 def test_concurrent_langgraph_runs_asking_the_same_tool_each_get_their_own_answer_on_replay(
     tmp_path: Path, server: Any, roll: BaseTool
