@@ -408,7 +408,9 @@ def _ready_to_close() -> None:
     wrong is said where the session is signed (the import runs again there): never here, before
     the session has its end."""
     with contextlib.suppress(Exception):
-        from . import signing  # noqa: F401
+        from .signing import preload
+
+        preload()
 
 
 @dataclass

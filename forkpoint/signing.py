@@ -18,26 +18,29 @@ A session says in its header, from its first line on, which key will sign it whe
 
 Keys live in forkpoint's configuration folder: ``$FORKPOINT_KEYS_DIR``, else
 ``$XDG_CONFIG_HOME/forkpoint``, else ``~/.config/forkpoint`` (0700): ``signing-key.pem`` (PKCS#8,
-0600) and ``trusted-keys`` (one ``ed25519:… NAME`` a line, 0600). The own key is always trusted.
+0600), ``signing-key.id`` (its id, kept for :func:`promise`, 0600) and ``trusted-keys`` (one
+``ed25519:… NAME`` a line, 0600). The own key is always trusted.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import os
 import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
-# Only the Ed25519 module: ``cryptography.hazmat.primitives.serialization`` costs ~25 ms to import,
-# paid by every ``forkpoint record``; the key file is read and written below in its fixed PKCS#8 form.
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+# cryptography is imported where a key is used (preload: what closing a recording needs). Only
+# its Ed25519 module: ``cryptography.hazmat.primitives.serialization`` costs ~25 ms to import, paid
+# by every ``forkpoint record``; the key file is read and written below in its fixed PKCS#8 form.
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from .errors import SessionError, SigningError, UntrustedSession
 from .events import now_iso
@@ -48,6 +51,9 @@ from .text import visible
 KEY_NAME = "signing-key.pem"
 TRUSTED_NAME = "trusted-keys"
 KEY_PREFIX = "ed25519:"
+#: Beside the key: its id, and the key file's inode, size and modification time it is the id of
+#: (:func:`promise`).
+KEY_ID_NAME = "signing-key.id"
 #: The name the own key goes by in ``verify`` and ``keys``.
 OWN_NAME = "this user (own key)"
 #: The header field naming the key that signs the session when it closes (kept readable in an
@@ -125,9 +131,12 @@ def _from_pem(pem: bytes) -> Ed25519PrivateKey:
         except ValueError:
             der = b""  # not plain base64: the loader below says what it is
         if len(der) == len(_PKCS8_ED25519) + 32 and der.startswith(_PKCS8_ED25519):
+            from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
             return Ed25519PrivateKey.from_private_bytes(der[len(_PKCS8_ED25519) :])
     from cryptography.exceptions import UnsupportedAlgorithm
     from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
     try:
         key = serialization.load_pem_private_key(pem, password=None)
@@ -146,6 +155,8 @@ def own_key() -> Ed25519PrivateKey:
     try:
         _private_folder(d)
         if not path.exists():
+            from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
             try:
                 _write_private(path, _to_pem(Ed25519PrivateKey.generate()), exclusive=True)
             except FileExistsError:
@@ -175,6 +186,8 @@ def parse_key(text: str) -> Ed25519PublicKey:
         if not text.startswith(KEY_PREFIX):
             raise ValueError("it does not start with ed25519:")
         raw = base64.b64decode(text[len(KEY_PREFIX) :], validate=True)
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
         return Ed25519PublicKey.from_public_bytes(raw)
     except ValueError as exc:
         raise SigningError(
@@ -266,15 +279,44 @@ def _log_digest(path: Path) -> tuple[int, str]:
     return size, h.hexdigest()
 
 
+def preload() -> None:
+    """Import what signing and checking a signature need (cryptography's Ed25519: ~25 M
+    instructions), where that overlaps other work: the recorded program's start."""
+    from cryptography.exceptions import InvalidSignature  # noqa: F401
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey  # noqa: F401
+
+
 def promise(header: dict[str, Any]) -> None:
     """Name in a new session's ``header`` (:data:`SIGNER`) the own key, which signs the session when
     it closes: a ``signature.json`` removed later (after an edit) is then said, not taken for a
     session older than signing. None when the key cannot be used (the session closes unsigned, and
-    says so then)."""
+    says so then).
+
+    The key's id is kept beside it (:data:`KEY_ID_NAME`, with the key file's inode, size and
+    modification time): a recording names its signer before its program starts, and loading the key
+    (cryptography) there would delay the program; it is loaded while the program runs instead."""
+    path = keys_dir() / KEY_NAME
     try:
-        header[SIGNER] = key_id(own_key().public_key())
+        st = os.stat(path)
+        stamp = f"{st.st_ino} {st.st_size} {st.st_mtime_ns}"
+        kept = _read_private(path.with_name(KEY_ID_NAME)).decode().split(" ", 1)
+        if len(kept) == 2 and kept[1].strip() == stamp and kept[0].startswith(KEY_PREFIX):
+            header[SIGNER] = kept[0]
+            return
+    except (OSError, UnicodeDecodeError, SigningError):
+        pass  # (no key yet, or its id not kept: from the key itself)
+    try:
+        header[SIGNER] = kid = key_id(own_key().public_key())
     except SigningError:
         header.pop(SIGNER, None)
+        return
+    with contextlib.suppress(OSError):
+        st = os.stat(path)
+        _write_private(
+            path.with_name(KEY_ID_NAME),
+            f"{kid} {st.st_ino} {st.st_size} {st.st_mtime_ns}\n".encode(),
+            exclusive=False,
+        )
 
 
 def sign_session(path: Path, session_id: str) -> str:
@@ -351,6 +393,8 @@ def signature(path: Path, session_id: str) -> Signed:
             problem=f"its header says {visible(str(claimed), one_line=True)} signs it when it closes, but it has "
             f"no {SIGNATURE_NAME} (removed after it was signed, or not written when it closed)",
         )
+    from cryptography.exceptions import InvalidSignature
+
     try:
         fd = os.open(sig_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         with os.fdopen(fd, "rb") as f:

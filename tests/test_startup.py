@@ -166,6 +166,50 @@ def test_a_recording_parent_imports_no_key_serialization_and_compiles_no_pattern
     _modules_after(code)
 
 
+def test_a_recording_parent_names_its_signer_before_the_program_starts_without_loading_the_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A session's header names the key that signs it when it closes (signing.promise), written
+    before the program starts: from the key's id kept beside it, so cryptography (~25 M
+    instructions, ~9 ms) loads while the program starts, as before the header named it; the first
+    recording, which makes the key, loads it there once, and a key file replaced since is read again."""
+    from forkpoint.log import Session
+    from forkpoint.signing import KEY_ID_NAME, KEY_NAME, key_id, keys_dir, own_key
+
+    code = (
+        "import subprocess, sys\n"
+        "from forkpoint.cli import main\n"
+        "started = []\n"
+        "class Popen(subprocess.Popen):\n"
+        "    def __init__(self, *a, **k):\n"
+        "        started.append(sorted(m for m in sys.modules if m.startswith('cryptography')))\n"
+        "        super().__init__(*a, **k)\n"
+        "subprocess.Popen = Popen\n"
+        f"try: main(['record', '--store', {str(tmp_path / 'st')!r}, '--no-workspace', '--', 'true'])\n"
+        "except SystemExit as exc: assert exc.code == 0, exc.code\n"
+        "assert started and not any(started), started  # (git's processes, then the program's)\n"
+    )
+    monkeypatch.setenv("FORKPOINT_KEYS_DIR", str(tmp_path / "keys"))
+    own_key()  # (made by an earlier recording, whose header named it from the key itself)
+    assert not (keys_dir() / KEY_ID_NAME).exists()
+    with pytest.raises(subprocess.CalledProcessError):
+        _modules_after(code)
+    assert (keys_dir() / KEY_ID_NAME).exists()
+    loaded = _modules_after(code)
+    assert "cryptography.hazmat.primitives.asymmetric.ed25519" in loaded  # (it signed, at the end)
+    sessions = sorted((tmp_path / "st").glob("*/session.jsonl"))
+    assert [Session.load(p.parent).header.get("signer") for p in sessions] == [
+        key_id(own_key().public_key())
+    ] * 2
+
+    (keys_dir() / KEY_NAME).unlink()  # a new key: the id kept is of the old one
+    new = key_id(own_key().public_key())
+    with pytest.raises(subprocess.CalledProcessError):
+        _modules_after(code)
+    newest = max((tmp_path / "st").glob("*/session.jsonl"), key=lambda p: p.stat().st_mtime_ns)
+    assert Session.load(newest.parent).header["signer"] == new
+
+
 def test_a_recording_parent_with_a_workspace_loads_no_provider(tmp_path: Path) -> None:
     """In a git repository `forkpoint record`'s own process opens the workspace (the checkpoints
     are taken in the program's process): it loaded every provider for what reads a checkpoint's
