@@ -16,6 +16,19 @@ ROOT = Path(__file__).resolve().parent.parent
 HEAVY = ("rich", "pygments", "click", "httpx", "httpx2", "aiohttp", "urllib3", "orjson")
 
 
+#: Code that notes, in ``started``, the modules of ``prefixes`` loaded when each process is started.
+_SPY_AT_POPEN = (
+    "import subprocess, sys\n"
+    "from forkpoint.cli import main\n"
+    "started = []\n"
+    "class Popen(subprocess.Popen):\n"
+    "    def __init__(self, *a, **k):\n"
+    "        started.append(sorted(m for m in sys.modules if m.startswith({prefixes!r})))\n"
+    "        super().__init__(*a, **k)\n"
+    "subprocess.Popen = Popen\n"
+)
+
+
 def _modules_after(code: str, *, env: dict[str, str] | None = None) -> set[str]:
     """The modules loaded in a fresh interpreter once ``code`` ran (it must print nothing)."""
     out = subprocess.run(
@@ -177,15 +190,8 @@ def test_a_recording_parent_names_its_signer_before_the_program_starts_without_l
     from forkpoint.signing import KEY_ID_NAME, KEY_NAME, key_id, keys_dir, own_key
 
     code = (
-        "import subprocess, sys\n"
-        "from forkpoint.cli import main\n"
-        "started = []\n"
-        "class Popen(subprocess.Popen):\n"
-        "    def __init__(self, *a, **k):\n"
-        "        started.append(sorted(m for m in sys.modules if m.startswith('cryptography')))\n"
-        "        super().__init__(*a, **k)\n"
-        "subprocess.Popen = Popen\n"
-        f"try: main(['record', '--store', {str(tmp_path / 'st')!r}, '--no-workspace', '--', 'true'])\n"
+        _SPY_AT_POPEN.format(prefixes=("cryptography",))
+        + f"try: main(['record', '--store', {str(tmp_path / 'st')!r}, '--no-workspace', '--', 'true'])\n"
         "except SystemExit as exc: assert exc.code == 0, exc.code\n"
         "assert started and not any(started), started  # (git's processes, then the program's)\n"
     )
@@ -333,15 +339,8 @@ def test_a_replaying_parent_loads_the_verdict_not_the_replayer(tmp_path: Path) -
     )
     assert rec.returncode == 0, rec.stderr
     code = (
-        "import subprocess, sys\n"
-        "from forkpoint.cli import main\n"
-        "started = []\n"
-        "class Popen(subprocess.Popen):\n"
-        "    def __init__(self, *a, **k):\n"
-        "        started.append(sorted(m for m in sys.modules if m.startswith(('cryptography', 'forkpoint.signing'))))\n"
-        "        super().__init__(*a, **k)\n"
-        "subprocess.Popen = Popen\n"
-        f"try: main(['replay', 'last', '--store', {str(store)!r}, '--', sys.executable, '-c', 'pass'])\n"
+        _SPY_AT_POPEN.format(prefixes=("cryptography", "forkpoint.signing"))
+        + f"try: main(['replay', 'last', '--store', {str(store)!r}, '--', sys.executable, '-c', 'pass'])\n"
         "except SystemExit as exc: assert exc.code == 0, exc.code\n"
         "assert started == [[]], started\n"
     )
