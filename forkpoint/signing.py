@@ -94,12 +94,15 @@ def _write_private(path: Path, data: bytes, *, exclusive: bool) -> None:
         tmp.unlink(missing_ok=True)
 
 
+def _check_private(path: Path, st: os.stat_result) -> None:
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        raise SigningError(f"{path}: must be a regular file of this user, readable by no one else (0600)")
+
+
 def _read_private(path: Path) -> bytes:
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     with os.fdopen(fd, "rb") as f:
-        st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
-            raise SigningError(f"{path}: must be a regular file of this user, readable by no one else (0600)")
+        _check_private(path, os.fstat(f.fileno()))
         return f.read()
 
 
@@ -297,7 +300,11 @@ def promise(header: dict[str, Any]) -> None:
     (cryptography) there would delay the program; it is loaded while the program runs instead."""
     path = keys_dir() / KEY_NAME
     try:
-        st = os.stat(path)
+        # The key as own_key() would take it (its folder and file this user's, the file 0600): a key
+        # that cannot sign names no signer, or the session would read as one that lost its signature.
+        _private_folder(path.parent)
+        st = os.stat(path, follow_symlinks=False)
+        _check_private(path, st)
         stamp = f"{st.st_ino} {st.st_size} {st.st_mtime_ns}"
         kept = _read_private(path.with_name(KEY_ID_NAME)).decode().split(" ", 1)
         if len(kept) == 2 and kept[1].strip() == stamp and kept[0].startswith(KEY_PREFIX):

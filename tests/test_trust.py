@@ -649,3 +649,31 @@ def test_a_signature_removed_after_an_edit_is_said_lost_not_taken_for_an_old_ses
         running = CliRunner().invoke(main, ["show", str(rec.session_path)])
         assert running.exit_code == 0 and running.stderr == "", running.stderr
         assert signature(rec.session_path, rec.session_path.name).state == "unsigned"
+
+
+@pytest.mark.parametrize("spoil", ["open to others", "folder a symlink"])
+def test_a_key_that_cannot_sign_names_no_signer_though_its_id_is_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spoil: str
+) -> None:
+    """The key's id kept beside it (signing-key.id) named the signer of a recording whose key could
+    not sign it (made readable by others, or its folder moved behind a symlink: neither changes the
+    key file's inode, size or mtime): the session closed unsigned, said so, and then read as one
+    whose signature was removed ("not signed any more"), where without the kept id it is unsigned."""
+    from forkpoint.signing import KEY_ID_NAME, keys_dir, promise
+
+    monkeypatch.setenv("FORKPOINT_KEYS_DIR", str(tmp_path / "keys"))
+    header: dict[str, Any] = {}
+    promise(header)
+    assert header[SIGNER] and (keys_dir() / KEY_ID_NAME).exists()
+    if spoil == "open to others":
+        (keys_dir() / KEY_NAME).chmod(0o644)
+    else:
+        (tmp_path / "keys").rename(tmp_path / "real")
+        (tmp_path / "keys").symlink_to(tmp_path / "real")
+    header = {}
+    promise(header)
+    assert SIGNER not in header
+
+    with forkpoint.record(store=tmp_path / "store") as rec:
+        forkpoint.note("x")
+    assert signature(rec.session_path, rec.session_path.name).state == "unsigned"
