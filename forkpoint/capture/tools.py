@@ -66,7 +66,7 @@ from ..events import (
     now_iso,
 )
 from ..redact import scrub_json, scrub_text
-from ..text import say
+from ..text import say, visible
 from .tracebacks import frames_of, hidden, hide_own_frames, recorded_traceback
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -424,7 +424,8 @@ def rebuild_exception(error: dict[str, Any]) -> BaseException:
     The class is called with the recorded ``args``, else with the message, else the instance is made
     without its constructor; the recorded attributes are set again. The first of these whose
     ``str()`` is the recorded message is returned (an agent may send that text to the model), else
-    the first that could be built."""
+    the first that could be built. Raises :class:`~forkpoint.errors.UnrebuildableValue` for typed
+    ``args`` this run cannot rebuild."""
     exc = _rebuilt(error)
     if isinstance(error.get("cause"), dict):
         cause = rebuild_exception(error["cause"])
@@ -515,15 +516,19 @@ def _rebuilt(error: dict[str, Any]) -> BaseException:
 
 
 def _typed_args(error: dict[str, Any]) -> list[Any] | None:
-    """The exception's recorded typed ``args`` rebuilt, or None (none recorded, or of a class this
-    run has not imported: the exception is then made from its message)."""
+    """The exception's recorded typed ``args`` rebuilt, or None (none recorded). Raises
+    :class:`~forkpoint.errors.UnrebuildableValue` for args of a class this run has not imported, as
+    a result of one does: made from its message, the exception would reach the program without them,
+    and the replay say ok."""
     if "typed_args" not in error:
         return None
-    try:
-        args = values.decode(error["typed_args"])
-    except UnrebuildableValue:
-        return None
+    args = values.decode(error["typed_args"])
     return list(args) if isinstance(args, tuple | list) else None
+
+
+def _unrebuildable(exc: UnrebuildableValue, error: dict[str, Any]) -> str:
+    """Why the recorded exception ``error`` cannot be raised again in this run (a divergence)."""
+    return f"the {visible(str(error.get('type')), one_line=True)} this call raised cannot be rebuilt: {exc}"
 
 
 def _caller_cancelled(exc: BaseException) -> bool:
@@ -867,7 +872,11 @@ class _ItemsServed:
         """The recorded exception, a divergence when the recorded program stopped reading here
         (closed the generator, or the run ended with it open), or None for a normal end."""
         if isinstance(raised := self.node.get("raised"), dict):
-            return rebuild_exception(raised).with_traceback(recorded_traceback(raised.get("frames")))
+            try:
+                exc = rebuild_exception(raised)
+            except UnrebuildableValue as why:
+                return self.rt.diverged(self.event, "tool_call", self.position, _unrebuildable(why, raised))
+            return exc.with_traceback(recorded_traceback(raised.get("frames")))
         ended = self.node.get("ended")
         if ended in ("closed", "unfinished"):
             return self.rt.diverged(
@@ -985,7 +994,12 @@ class _Served:
                         "of the recorded command (forkpoint replay) goes on into the program it became",
                     )
                 os.execv(argv[0], argv[1:])  # as it went on live (a replaying process hands itself on)
-            exc = rebuild_exception(dict(event["error"]))
+            try:
+                exc = rebuild_exception(dict(event["error"]))
+            except UnrebuildableValue as why:
+                raise self.rt.diverged(
+                    event, "tool_call", self.position, _unrebuildable(why, dict(event["error"]))
+                ) from None
             # (through frames made to look like the recorded ones: forkpoint's are taken out)
             _raise_recorded(exc.with_traceback(recorded_traceback(event["error"].get("frames"))))
         if "unrecorded" in event:

@@ -439,6 +439,51 @@ def test_a_class_the_replay_has_not_imported_is_never_imported_for_it(lazy_model
         assert fetch() == sys.modules[lazy_models].Row(7)
 
 
+class Stop(Exception):
+    pass
+
+
+def test_an_exception_holding_a_class_the_replay_has_not_imported_diverges(
+    lazy_models: str, store: Path
+) -> None:
+    """A tool's exception whose args (typed) hold an object of a class this run has not imported
+    came back made from its message, its args a string, under "replay ok" and without a word; a
+    result of that class diverges, saying what to import: so does it, raised by a call or at the
+    end of a generator's items."""
+
+    @forkpoint.tool
+    def fetch() -> Any:
+        raise Stop(__import__(lazy_models).Row(7))
+
+    @forkpoint.tool
+    def rows() -> Iterator[int]:
+        yield 1
+        raise Stop(__import__(lazy_models).Row(8))
+
+    def run() -> list[Any]:
+        seen = []
+        with pytest.raises(Stop) as caught:
+            fetch()
+        seen.append(caught.value.args[0].id)
+        with pytest.raises(Stop) as caught:
+            list(rows())
+        return [*seen, caught.value.args[0].id]
+
+    with forkpoint.record(store=store) as rec:
+        assert run() == [7, 8]
+    del sys.modules[lazy_models]
+    for call in (fetch, lambda: list(rows())):
+        with forkpoint.replay(rec.session_path), pytest.raises(forkpoint.Divergence) as exc:
+            call()
+        said = str(exc.value)
+        assert "the Stop this call raised cannot be rebuilt" in said, said
+        assert f"this run has not imported {lazy_models}" in said, said
+    __import__(lazy_models)
+    with forkpoint.replay(rec.session_path) as rp:
+        assert run() == [7, 8]
+    assert rp.report()["reproduced"], rp.report()
+
+
 def test_a_class_made_inside_a_function_is_refused_at_record_time(
     store: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
