@@ -40,6 +40,7 @@ import contextvars
 import functools
 import inspect
 import json
+import math
 import os
 import sys
 import threading
@@ -230,11 +231,15 @@ def bind_call(
 _BYTES = "$bytes"
 
 
-def _plain(value: Any, inside: frozenset[int] = frozenset()) -> Any:
+def _plain(value: Any, inside: frozenset[int] = frozenset(), *, exact: bool = False) -> Any:
     """``value`` as JSON for an exception's args and attributes: bytes as ``{"$bytes": base64}``
     (so they come back as bytes); raises TypeError for anything else that is not plain JSON, a
     container met again inside itself (``inside``: the containers around ``value``) or one nested
-    deeper than :data:`_DEEPEST` (walked into, they left the whole call unrecorded)."""
+    deeper than :data:`_DEEPEST` (walked into, they left the whole call unrecorded). ``exact``: a
+    tuple (which would come back a list) or a float JSON has no number for (NaN, which would come
+    back None) raises TypeError too, for args that have a typed form (``typed_args``)."""
+    if exact and (type(value) is tuple or type(value) is float and not math.isfinite(value)):
+        raise TypeError(type(value).__qualname__)
     if value is None or type(value) in (str, bool, int, float):
         return value
     if type(value) is bytes:
@@ -242,9 +247,9 @@ def _plain(value: Any, inside: frozenset[int] = frozenset()) -> Any:
     if type(value) in (list, tuple, dict) and (id(value) in inside or len(inside) >= _DEEPEST):
         raise TypeError(type(value).__qualname__)
     if type(value) in (list, tuple):
-        return [_plain(v, inside | {id(value)}) for v in value]
+        return [_plain(v, inside | {id(value)}, exact=exact) for v in value]
     if type(value) is dict and all(type(k) is str for k in value):
-        return {k: _plain(v, inside | {id(value)}) for k, v in value.items()}
+        return {k: _plain(v, inside | {id(value)}, exact=exact) for k, v in value.items()}
     raise TypeError(type(value).__qualname__)
 
 
@@ -284,7 +289,7 @@ def _error_dict(exc: BaseException, tool: str, depth: int = 0, below: bool = Fal
         out.pop(field, None)  # type: ignore[misc]
     unstored = None
     try:
-        args = scrub_json(_plain(list(exc.args)))
+        args = scrub_json(_plain(list(exc.args), exact=True))
     except TypeError:
         args = None
         try:  # (typed, as a result is: LangGraph's GraphInterrupt holds the Interrupt objects it reads)

@@ -502,6 +502,31 @@ def test_exception_args_with_no_json_form_come_back_typed_and_ones_with_no_store
     assert rp.report()["reproduced"], rp.report()
 
 
+def test_exception_args_holding_a_tuple_or_nan_come_back_as_they_were(store: Path) -> None:
+    """Args that JSON holds only as something else (a tuple, a list; NaN, null) were stored so:
+    rebuilt with them the exception said another message, so it was made from its message alone,
+    its args one string, under "replay ok". They are stored typed, as args JSON has no form for."""
+
+    @forkpoint.tool
+    def fail(i: int) -> str:
+        raise Paused(((1, 2), float("nan"), float("inf"))[i])  # type: ignore[arg-type]
+
+    def run() -> list[str]:
+        seen = []
+        for i in range(3):
+            with pytest.raises(Paused) as caught:
+                fail(i)
+            seen.append(repr(caught.value.args))
+        return seen
+
+    with forkpoint.record(store=store) as rec:
+        live = run()
+    assert live == ["((1, 2),)", "(nan,)", "(inf,)"]
+    with forkpoint.replay(rec.session_path) as rp:
+        assert run() == live
+    assert rp.report()["reproduced"], rp.report()
+
+
 class PathErr(Exception):
     """A constructor with a default: called with the message alone it would mean something else."""
 
