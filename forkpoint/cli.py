@@ -368,6 +368,16 @@ def _executor(spec: str, jobs: int | None) -> Executor:
     return open_executor(spec, jobs=jobs)
 
 
+def _cwd_removed() -> bool:
+    """Whether the current directory was removed: ``os.getcwd()`` (and so ``Path.cwd()``, a
+    relative path's ``resolve()``) fails, with no file named."""
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        return True
+    return False
+
+
 class _Commands(click.Group):
     """The command group: an error forkpoint raises on purpose is a message, never a traceback
     (:class:`~forkpoint.errors.UsageError` and an override that does not fit the session: exit 2; any other :class:`~forkpoint.errors.ForkpointError`
@@ -383,6 +393,11 @@ class _Commands(click.Group):
         except ForkpointError as exc:
             raise click.ClickException(str(exc)) from None
         except OSError as exc:
+            if exc.filename is None and isinstance(exc, FileNotFoundError) and _cwd_removed():
+                raise click.ClickException(
+                    "the current directory no longer exists (it was removed after this shell entered it): "
+                    "cd into one that does, and run the command again"
+                ) from None
             # A file forkpoint could not read or write (a read-only or full store): named, in a line.
             if exc.filename is None or not exc.strerror:
                 raise

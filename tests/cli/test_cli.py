@@ -2172,3 +2172,19 @@ def test_the_outcome_timeouts_default_reads_as_a_default(command: str) -> None:
     out = " ".join(CliRunner().invoke(main, [command, "--help"], env={"COLUMNS": "120"}).output.split())
     assert "[default: (" not in out, out
     assert "(it then counts as a failure; default: 600 s)" in out, out
+
+
+@pytest.mark.parametrize("workspace", [[], ["--no-workspace"]])
+def test_a_removed_current_directory_is_said_not_a_traceback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workspace: list[str]
+) -> None:
+    """A shell left in a folder that was removed since (a checkout, an rm -rf): forkpoint record
+    died with a traceback, FileNotFoundError from os.getcwd(), naming no file."""
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    res = CliRunner().invoke(main, ["record", *workspace, "--store", str(tmp_path / "s"), "--", "true"])
+    assert res.exit_code == 1, res.output
+    assert "the current directory no longer exists" in res.output, res.output
+    assert not (tmp_path / "s").exists()
