@@ -222,6 +222,17 @@ class McpCall(TypedDict):
     received: NotRequired[list[dict[str, Any]]]
 
 
+class Emitted(TypedDict, total=False):
+    """One thing a tool's body emitted: ``to`` names the channel (``"stream_writer"``,
+    ``"custom_event"``, with its ``name``); ``value`` is stored as a result is
+    (:func:`forkpoint.values.encode`), or ``unrecorded`` says why it could not be."""
+
+    to: Required[str]
+    name: str
+    value: Any
+    unrecorded: UnrecordedResult
+
+
 class ToolCallEvent(_Common, total=False):
     """One call of a function the agent uses as a tool: arguments in, result or exception out.
     ``mcp`` is there for a request to an MCP server."""
@@ -245,6 +256,10 @@ class ToolCallEvent(_Common, total=False):
     call_id: str
     key: str
     mcp: McpCall
+    #: What the tool's body emitted besides its result while it ran, in order, through a channel
+    #: of the framework's (LangGraph's stream writer, LangChain's custom events): emitted again,
+    #: in this order, when a replay serves the call (:func:`forkpoint.capture.tools.emission`).
+    emitted: list[Emitted]
 
 
 #: Every ``fn`` of a :class:`ValueEvent`. A session's header names those its recording read

@@ -57,6 +57,7 @@ import orjson
 from .. import runtime, values
 from ..errors import RecordedToolError, SessionError, ToolResultError, UnrebuildableValue
 from ..events import (
+    Emitted,
     ErrorRecord,
     McpCall,
     ToolCallEvent,
@@ -583,6 +584,28 @@ def _unrecordable(name: str, value: Any, exc: Exception) -> UnrecordedResult:
     return {"type": kind, "message": scrub_text(what)}
 
 
+def emission(tool: str, to: str, value: Any, name: str | None = None) -> Emitted:
+    """What the body of tool ``tool`` emitting ``value`` through channel ``to`` (a custom event's
+    ``name``) is recorded as, the value stored now (as the program may change it after): an entry
+    of the tool call's ``emitted``. A value with no stored form is said, and recorded as such: a
+    replay of the call then stops there (:meth:`_Served.emitted`)."""
+    entry: Emitted = {"to": to} if name is None else {"to": to, "name": name}
+    try:
+        entry["value"] = values.encode(value)
+    except Exception as exc:
+        known = isinstance(exc, ToolResultError) and exc.type_name
+        kind = str(exc.type_name) if isinstance(exc, ToolResultError) and known else values.type_label(value)
+        where = f" (at value{exc.where})" if isinstance(exc, ToolResultError) and known and exc.where else ""
+        why = "" if known else f" (storing it raised {type(exc).__name__}: {exc})"
+        entry["unrecorded"] = {"type": kind, "message": scrub_text(f"a {kind}{where}{why}")}
+        _say(
+            f"tool {tool!r} emitted a {kind}{where} through the {to.replace('_', ' ')}, which forkpoint "
+            f"cannot record{why}: a replay stops at this call. To record it, register an encoder: "
+            f"forkpoint.register_encoder({kind.rsplit('.', 1)[-1]}, to_json, decode=from_json)"
+        )
+    return entry
+
+
 #: The tool call whose body runs in this context (innermost), for :func:`exiting`.
 _running: contextvars.ContextVar[_ToolCall | None] = contextvars.ContextVar("forkpoint_tool", default=None)
 
@@ -625,9 +648,14 @@ class _ToolCall:
     """Bookkeeping of one recorded tool call: started when created, written by :meth:`write`."""
 
     def __init__(
-        self, name: str, args: dict[str, Any], mcp: McpCall | None = None, call_id: str | None = None
+        self,
+        name: str,
+        args: dict[str, Any],
+        mcp: McpCall | None = None,
+        call_id: str | None = None,
+        emitted: list[Emitted] | None = None,
     ) -> None:
-        self.name, self.args, self.mcp, self.call_id = name, args, mcp, call_id
+        self.name, self.args, self.mcp, self.call_id, self.emitted = name, args, mcp, call_id, emitted
         rt = runtime.active()
         self.sent = runtime.next_sent(rt) if rt is not None else None
         self.caller = runtime.caller()
@@ -691,6 +719,8 @@ class _ToolCall:
                 event["mcp"] = self.mcp
             if self.call_id is not None:
                 event["call_id"] = self.call_id
+            if self.emitted:
+                event["emitted"] = scrub_json(list(self.emitted))
             if error is not None:
                 event["error"] = _error_dict(error, self.name, below=True)
                 if inside:
@@ -974,6 +1004,32 @@ class _Served:
             for _ in range(_THREAD_GRACE_STEPS):
                 await anyio.sleep(0.001)
 
+    def emitted(self) -> list[Emitted]:
+        """What the tool's body emitted while recorded (its ``emitted``), values rebuilt, for the
+        caller to emit again before the result; a divergence when one was not recorded or cannot
+        be rebuilt here."""
+        out: list[Emitted] = []
+        for entry in self.event.get("emitted") or ():
+            if not isinstance(entry, dict) or not isinstance(entry.get("to"), str) or "value" not in entry:
+                unrecorded = entry.get("unrecorded") if isinstance(entry, dict) else None
+                why = (
+                    f"one was not recorded ({unrecorded.get('message')})"
+                    if isinstance(unrecorded, dict)
+                    else f"a malformed entry {entry!r}"
+                )
+                raise self.rt.diverged(
+                    self.event,
+                    "tool_call",
+                    self.position,
+                    f"what this tool emitted while it ran (stream writes, custom events) cannot be "
+                    f"emitted again: {why}; the recording cannot serve this call",
+                )
+            try:
+                out.append(cast(Emitted, {**entry, "value": values.decode(entry["value"])}))
+            except UnrebuildableValue as exc:
+                raise self.rt.diverged(self.event, "tool_call", self.position, str(exc)) from None
+        return out
+
     async def avalue(self) -> Any:
         """:meth:`value`, awaited where a live call awaits the tool's body."""
         return self.value()
@@ -1058,6 +1114,8 @@ def call_tool(
     defaulted: frozenset[str] = frozenset(),
     mcp: McpCall | None = None,
     call_id: str | None = None,
+    emitted: list[Emitted] | None = None,
+    replayed: Callable[[ToolCallEvent], None] | None = None,
 ) -> Any:
     """Run one tool call through forkpoint: the building block of :func:`tool` and of the framework
     integrations (:mod:`forkpoint.integrations`).
@@ -1073,6 +1131,10 @@ def call_tool(
     id the model gave this call in its answer (a framework's ``tool_call_id``), by which a replay
     tells identical calls apart (:meth:`forkpoint.replay.Replayer.take_tool_call`); without it,
     the id of the framework's call this one is made in (:data:`runtime.asked_as`), if any.
+    ``emitted``: what the body emits through a framework's channel besides its result
+    (:func:`emission`), appended while it runs and written with the event; when a replay serves
+    the call, it is filled with the recorded entries, rebuilt, and ``replayed`` is called with the
+    recorded event, in the call's turn, before its result is handed back: to emit them again.
     """
     rt = runtime.active()
     if rt is None:
@@ -1081,8 +1143,12 @@ def call_tool(
     served = _replayed(rt, name, args, defaulted, call_id) if rt.mode == "replay" else None
     if served is not None:
         served.wait()
+        if emitted is not None:
+            emitted[:] = served.emitted()
+        if replayed is not None:
+            replayed(served.event)
         body = served.value
-    call = _ToolCall(name, args, mcp, call_id) if served is None else None
+    call = _ToolCall(name, args, mcp, call_id, emitted) if served is None else None
     # A tool run live in a replay: its connections are allowed.
     live = runtime.running_live_tool.set(rt.mode == "replay") if call is not None else None
     try:
@@ -1109,9 +1175,9 @@ async def acall_tool(
     mcp: McpCall | None = None,
     replayed: Callable[[ToolCallEvent], Awaitable[None]] | None = None,
     call_id: str | None = None,
+    emitted: list[Emitted] | None = None,
 ) -> Any:
-    """:func:`call_tool` for a tool whose body is a coroutine function; ``replayed`` is awaited
-    with the recorded event when a replay serves the call, before its result is handed back."""
+    """:func:`call_tool` for a tool whose body is a coroutine function; ``replayed`` is awaited."""
     rt = runtime.active()
     if rt is None:
         return await body()
@@ -1122,10 +1188,12 @@ async def acall_tool(
         error = served.event.get("error")
         if cancelled(error) and not (error is not None and error.get("inside")):
             await served.until_cancelled()
+        if emitted is not None:
+            emitted[:] = served.emitted()
         if replayed is not None:
             await replayed(served.event)
         body = served.avalue
-    call = _ToolCall(name, args, mcp, call_id) if served is None else None
+    call = _ToolCall(name, args, mcp, call_id, emitted) if served is None else None
     live = runtime.running_live_tool.set(rt.mode == "replay") if call is not None else None
     try:
         with call.running() if call is not None else contextlib.nullcontext():

@@ -16,7 +16,8 @@ body never runs), live when the replay says so. What each integration patches:
   and the tool names of the handoffs taken (``transfer_to_…``), which have no function to record.
 * **LangChain / LangGraph** (:mod:`.langchain`): ``BaseTool.run`` / ``arun``, which wrap the body
   (``_run`` / ``_arun``) of each tool class on its first call — every ``@tool`` function and
-  ``BaseTool`` subclass, as ``ToolNode`` and ``create_react_agent`` run them.
+  ``BaseTool`` subclass, as ``ToolNode`` and ``create_react_agent`` run them; and the callback
+  managers' ``on_custom_event``, so the custom events a tool dispatches are recorded with its call.
 * **openai, anthropic** (:mod:`.stainless`): a fresh async client's first requests reach the HTTP
   layer in the order they were made (not after a worker-thread hop each), so identical requests
   gathered at once are sent, recorded and replayed in the same order.
@@ -83,7 +84,7 @@ BUILTIN: dict[str, tuple[str, ...]] = {
     "forkpoint.integrations.pydantic_ai": ("pydantic_ai.toolsets.function", "pydantic_ai.tool_manager"),
     "forkpoint.integrations.openai_agents": ("agents.tool", "agents.handoffs"),
     "forkpoint.integrations.google_genai": ("google.genai._extra_utils",),
-    "forkpoint.integrations.langchain": ("langchain_core.tools.base",),
+    "forkpoint.integrations.langchain": ("langchain_core.tools.base", "langchain_core.callbacks.manager"),
     "forkpoint.integrations.stainless": ("openai._base_client", "anthropic._base_client", "*._base_client"),
     "forkpoint.integrations.mcp": (
         "mcp.client.session",

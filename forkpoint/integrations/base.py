@@ -21,11 +21,14 @@ import threading
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from types import ModuleType
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .. import plugins, runtime
 from ..capture import imports
 from ..capture.tracebacks import hidden
+
+if TYPE_CHECKING:
+    from ..events import Emitted, ToolCallEvent
 
 #: The entry-point group third-party integrations register under.
 ENTRY_POINT_GROUP = "forkpoint.integrations"
@@ -249,6 +252,8 @@ async def run_tool(
     fn: Any = None,
     watch: dict[str, Any] | None = None,
     call_id: str | None = None,
+    emitted: list[Emitted] | None = None,
+    replayed: Callable[[ToolCallEvent], Awaitable[None]] | None = None,
 ) -> Any:
     """One framework tool call through forkpoint (:func:`forkpoint.capture.tools.acall_tool`), its
     result stored as ``encode`` of it (default: :func:`stored_form`). ``fn``: the tool's callable,
@@ -256,11 +261,13 @@ async def run_tool(
     not running it, cannot make (said while recording: :func:`~forkpoint.capture.tools.method_watched`).
     ``watch``: objects the framework hands the tool besides its arguments (the run's context), by
     the name the message gives them, watched so too (:func:`~forkpoint.capture.tools.objects_watched`).
-    ``call_id``: the id the model gave the call (the framework's ``tool_call_id``), recorded with it."""
+    ``call_id``: the id the model gave the call (the framework's ``tool_call_id``), recorded with it.
+    ``emitted``, ``replayed``: what the body emits besides its result, and what emits it again when
+    a replay serves the call (:func:`~forkpoint.capture.tools.call_tool`)."""
     from ..capture.tools import acall_tool, method_watched, objects_watched  # (imported at every start)
 
     with method_watched(fn, name), objects_watched(name, watch or {}):
-        return await acall_tool(name, args, body, encode, call_id=call_id)
+        return await acall_tool(name, args, body, encode, call_id=call_id, emitted=emitted, replayed=replayed)
 
 
 async def stream_tool(
@@ -322,12 +329,14 @@ def run_tool_sync(
     fn: Any = None,
     watch: dict[str, Any] | None = None,
     call_id: str | None = None,
+    emitted: list[Emitted] | None = None,
+    replayed: Callable[[ToolCallEvent], None] | None = None,
 ) -> Any:
     """:func:`run_tool` for a tool the framework calls synchronously."""
     from ..capture.tools import call_tool, method_watched, objects_watched
 
     with method_watched(fn, name), objects_watched(name, watch or {}):
-        return call_tool(name, args, body, encode, call_id=call_id)
+        return call_tool(name, args, body, encode, call_id=call_id, emitted=emitted, replayed=replayed)
 
 
 def tool_call_id(ctx: Any, field: str = "tool_call_id") -> str | None:

@@ -26,22 +26,37 @@ a LangGraph ``Command`` (a handoff, a state update; its messages, ``Send`` and t
 text LangChain would send (its ``json.dumps``, else ``str``). A tool whose ``func`` is already a
 ``@forkpoint.tool`` records itself (with the ``call_id``: :func:`.base.asked_as`), and so does a tool of langchain-mcp-adapters (its MCP request,
 by :mod:`.mcp`).
+
+What the body emits besides its result while it runs is recorded with the call, in order, as its
+``emitted`` (docs/format.md): each chunk it writes to LangGraph's stream writer (the one
+``get_stream_writer()`` finds in the run's config, and a ``ToolRuntime``'s ``stream_writer``,
+``{"to": "stream_writer", "value": …}``), and each custom event it dispatches
+(``dispatch_custom_event`` / ``adispatch_custom_event``, through the callback managers' ``on_custom_event``,
+also patched: ``{"to": "custom_event", "name": …, "value": …}``), values stored as results are. When a
+replay serves the call, they are written to the run's current writer and dispatched again, in the
+same order, before the result (or the recorded exception) reaches LangChain: a ``stream_mode="custom"``
+consumer and ``astream_events`` see them as they did live. A what-if that overrides the call's result
+replaces the result only: what the body emitted before returning is emitted again as recorded.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import dataclasses
 import functools
 import json
+import sys
 import weakref
 from collections.abc import Callable, Iterator
 from types import ModuleType
-from typing import Any
+from typing import Any, cast
 
 from .. import runtime
+from ..capture.tools import emission
 from ..capture.tracebacks import hidden
 from ..errors import ToolResultError
+from ..events import Emitted
 from ..text import say
 from .base import (
     Integration,
@@ -60,6 +75,10 @@ from .base import (
 
 #: Set while a wrapped tool body runs: a body it calls (``_arun`` → ``_run``) is not a second call.
 _inside: contextvars.ContextVar[bool] = contextvars.ContextVar("forkpoint_langchain_tool", default=False)
+#: Set while a recorded tool body runs live: the tool's name and the list of what it emits.
+_emitting: contextvars.ContextVar[tuple[str, list[Emitted]] | None] = contextvars.ContextVar(
+    "forkpoint_langchain_emitting", default=None
+)
 _SKIPPED_ARGS = frozenset({"run_manager", "callbacks", "config"})
 _MESSAGE = "$langchain_message"
 _PAIR = "$content_and_artifact"
@@ -93,6 +112,34 @@ def patch(module: ModuleType) -> None:
         replace(base, "arun", patched_arun)
 
 
+def patch_custom_events(module: ModuleType) -> None:
+    """Wrap ``CallbackManager.on_custom_event`` and ``AsyncCallbackManager``'s of
+    ``langchain_core.callbacks.manager``, through which ``(a)dispatch_custom_event`` reaches the
+    run's handlers: an event a recorded tool body dispatches is noted with its call."""
+    sync_cls, async_cls = module.CallbackManager, module.AsyncCallbackManager
+    on_event, on_aevent = sync_cls.on_custom_event, async_cls.on_custom_event
+
+    @functools.wraps(on_event)
+    def on_custom_event(self: Any, name: str, data: Any, *args: Any, **kwargs: Any) -> Any:
+        _note_event(name, data)
+        return on_event(self, name, data, *args, **kwargs)
+
+    @functools.wraps(on_aevent)
+    async def on_acustom_event(self: Any, name: str, data: Any, *args: Any, **kwargs: Any) -> Any:
+        _note_event(name, data)
+        return await on_aevent(self, name, data, *args, **kwargs)
+
+    if replace(sync_cls, "on_custom_event", on_custom_event):
+        replace(async_cls, "on_custom_event", on_acustom_event)
+
+
+def _note_event(name: str, data: Any) -> None:
+    emitting = _emitting.get()
+    if emitting is not None:
+        with hidden:
+            emitting[1].append(emission(emitting[0], "custom_event", data, name=str(name)))
+
+
 def _wrap_bodies(cls: type) -> None:
     """Wrap ``_run`` and ``_arun`` where ``cls`` gets them from (once per defining class)."""
     wrap_where_defined(cls, "_run", _sync_body)
@@ -116,28 +163,30 @@ def _inside_tool() -> Iterator[None]:
         _inside.reset(token)
 
 
-def _call(
-    self: Any, body: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], ran: list[bool]
-) -> tuple[str, dict[str, Any], Callable[[], Any], Callable[[Any], Any]]:
-    """The arguments of :func:`run_tool` / :func:`run_tool_sync` for one body call; ``ran`` is
-    appended to when the body runs (the output is then the live one, handed on as it is)."""
-
-    def live() -> Any:
-        ran.append(True)
-        return body(self, *args, **kwargs)
-
-    return (str(self.name), _arguments(self, args, kwargs), live, lambda out: encode_output(self, out))
-
-
 def _sync_body(body: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(body)
     def _run(self: Any, *args: Any, **kwargs: Any) -> Any:
         with hidden:
             if not _records(self):
                 return body(self, *args, **kwargs)
-            ran: list[bool] = []
-            with _inside_tool():
-                out = run_tool_sync(*_call(self, body, args, kwargs, ran))
+            ran: list[bool] = []  # appended to when the body runs: its output is handed on as it is
+            emitted: list[Emitted] = []
+
+            def live() -> Any:
+                ran.append(True)
+                with _noting(str(self.name), kwargs, emitted) as noted:
+                    return body(self, *args, **noted)
+
+            name, arguments = str(self.name), _arguments(self, args, kwargs)
+            with _inside_tool():  # (served: what the body emitted live is emitted again first)
+                out = run_tool_sync(
+                    name,
+                    arguments,
+                    live,
+                    lambda o: encode_output(self, o),
+                    emitted=emitted,
+                    replayed=lambda _: _emit_again(kwargs, emitted),
+                )
             return out if ran else decode_output(out)
 
     return _run
@@ -150,11 +199,137 @@ def _async_body(body: Callable[..., Any]) -> Callable[..., Any]:
             if not _records(self):
                 return await body(self, *args, **kwargs)
             ran: list[bool] = []
+            emitted: list[Emitted] = []
+
+            async def live() -> Any:
+                ran.append(True)
+                with _noting(str(self.name), kwargs, emitted) as noted:
+                    return await body(self, *args, **noted)
+
+            name, arguments = str(self.name), _arguments(self, args, kwargs)
             with _inside_tool():
-                out = await run_tool(*_call(self, body, args, kwargs, ran))
+                out = await run_tool(
+                    name,
+                    arguments,
+                    live,
+                    lambda o: encode_output(self, o),
+                    emitted=emitted,
+                    replayed=lambda _: _aemit_again(kwargs, emitted),
+                )
             return out if ran else decode_output(out)
 
     return _arun
+
+
+@contextlib.contextmanager
+def _noting(tool: str, kwargs: dict[str, Any], emitted: list[Emitted]) -> Iterator[dict[str, Any]]:
+    """While a recorded body runs live: the custom events it dispatches and the chunks it writes to
+    LangGraph's stream writer are noted in ``emitted``, in order. The writer is the run's: the one
+    in the config ``get_stream_writer()`` reads (the context's, and a ``config`` argument's) and a
+    ``ToolRuntime`` argument's, each handed to the body wrapped; gives the body's arguments so."""
+    from langchain_core.runnables.config import var_child_runnable_config
+
+    def noted(writer: Callable[[Any], None]) -> Callable[[Any], None]:
+        def write(chunk: Any) -> None:
+            with hidden:
+                emitted.append(emission(tool, "stream_writer", chunk))
+            writer(chunk)
+
+        return write
+
+    config = var_child_runnable_config.get()
+    context = var_child_runnable_config.set(_config_noted(config, noted)) if config else None
+    token = _emitting.set((tool, emitted))
+    try:
+        yield {
+            k: _config_noted(v, noted) if k == "config" else _tool_runtime_noted(v, noted)
+            for k, v in kwargs.items()
+        }
+    finally:
+        _emitting.reset(token)
+        if context is not None:
+            var_child_runnable_config.reset(context)
+
+
+def _graph_runtime(config: Any) -> Any:
+    """The LangGraph ``Runtime`` a run's ``config`` carries (its stream writer), or None."""
+    configurable = config.get("configurable") if isinstance(config, dict) else None
+    found = configurable.get(_RUNTIME_KEY) if isinstance(configurable, dict) else None
+    return found if callable(getattr(found, "stream_writer", None)) else None
+
+
+#: Where LangGraph keeps a run's ``Runtime`` in its config (``langgraph._internal._constants``).
+_RUNTIME_KEY = "__pregel_runtime"
+
+
+def _config_noted(config: Any, noted: Callable[[Callable[[Any], None]], Callable[[Any], None]]) -> Any:
+    graph = _graph_runtime(config)
+    if graph is None or not callable(getattr(graph, "override", None)):
+        return config
+    configurable = {
+        **config["configurable"],
+        _RUNTIME_KEY: graph.override(stream_writer=noted(graph.stream_writer)),
+    }
+    return {**config, "configurable": configurable}
+
+
+def _is_tool_runtime(value: Any) -> bool:
+    """True for a LangGraph ``ToolRuntime`` (a tool's injected argument; never imported for it)."""
+    cls = getattr(sys.modules.get("langgraph.prebuilt.tool_node"), "ToolRuntime", None)
+    return cls is not None and isinstance(value, cls)
+
+
+def _tool_runtime_noted(value: Any, noted: Callable[[Callable[[Any], None]], Callable[[Any], None]]) -> Any:
+    if not _is_tool_runtime(value):
+        return value
+    return dataclasses.replace(value, stream_writer=noted(value.stream_writer))
+
+
+def _writer(kwargs: dict[str, Any]) -> Callable[[Any], None] | None:
+    """The stream writer the body would write to now: a ``ToolRuntime`` argument's, else the run's."""
+    from langchain_core.runnables.config import var_child_runnable_config
+
+    for value in kwargs.values():
+        if _is_tool_runtime(value):
+            return cast(Callable[[Any], None], value.stream_writer)
+    graph = _graph_runtime(var_child_runnable_config.get())
+    return None if graph is None else cast(Callable[[Any], None], graph.stream_writer)
+
+
+def _emit_again(kwargs: dict[str, Any], emitted: list[Emitted]) -> None:
+    """Emit what a served call's body emitted live (:meth:`forkpoint.capture.tools._Served.emitted`)."""
+    from langchain_core.callbacks.manager import dispatch_custom_event
+
+    for entry in emitted:
+        if entry["to"] == "custom_event":
+            dispatch_custom_event(entry.get("name", ""), entry["value"])
+        else:
+            _write_again(kwargs, entry)
+
+
+async def _aemit_again(kwargs: dict[str, Any], emitted: list[Emitted]) -> None:
+    """:func:`_emit_again` in an async body: its custom events dispatched to async handlers too."""
+    from langchain_core.callbacks.manager import adispatch_custom_event
+
+    for entry in emitted:
+        if entry["to"] == "custom_event":
+            await adispatch_custom_event(entry.get("name", ""), entry["value"])
+        else:
+            _write_again(kwargs, entry)
+
+
+def _write_again(kwargs: dict[str, Any], entry: Emitted) -> None:
+    if entry["to"] != "stream_writer":
+        raise ValueError(
+            f"forkpoint: the recording has this tool emit through {entry['to']!r}, which is no channel of LangChain's"
+        )
+    writer = _writer(kwargs)
+    if writer is None:  # (never dropped unsaid: the tool is called outside a graph now)
+        raise RuntimeError(
+            "forkpoint: this tool wrote to LangGraph's stream writer when it was recorded, and the "
+            "replay has no stream writer to write that again to (the tool is not run by a graph now)"
+        )
+    writer(entry["value"])
 
 
 def _arguments(tool: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -290,4 +465,7 @@ def decode_output(value: Any) -> Any:
     return _unpack(value)
 
 
-INTEGRATION = Integration("langchain", {"langchain_core.tools.base": patch})
+INTEGRATION = Integration(
+    "langchain",
+    {"langchain_core.tools.base": patch, "langchain_core.callbacks.manager": patch_custom_events},
+)

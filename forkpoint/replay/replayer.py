@@ -1358,9 +1358,9 @@ class Replayer:
     def _log_served(self, event: Served, actual: dict[str, Any]) -> None:
         keep = {
             "model_call": ("duration_ms", "response", "error", "result"),
-            # (an MCP request's server, method and what the server sent meanwhile, served again
-            # when the child is replayed)
-            "tool_call": ("duration_ms", "result", "error", "mcp"),
+            # (an MCP request's server, method and what the server sent meanwhile, and what a
+            # tool emitted: served again when the child is replayed)
+            "tool_call": ("duration_ms", "result", "error", "mcp", "emitted"),
             "value": ("value",),
         }[event["type"]]
         recorded = cast(Mapping[str, Any], event)

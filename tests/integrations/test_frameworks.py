@@ -25,6 +25,7 @@ import subprocess
 import sys
 import textwrap
 import traceback
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any
@@ -51,7 +52,7 @@ from langchain_core.tools import BaseTool, InjectedToolCallId, ToolException  # 
 from langchain_core.tools import tool as langchain_tool  # noqa: E402
 from langchain_openai import ChatOpenAI  # noqa: E402
 from langgraph.graph import START, MessagesState, StateGraph  # noqa: E402
-from langgraph.prebuilt import ToolNode, tools_condition  # noqa: E402
+from langgraph.prebuilt import ToolNode, ToolRuntime, tools_condition  # noqa: E402
 from langgraph.types import Command, Send  # noqa: E402
 from openai import AsyncOpenAI  # noqa: E402
 from pydantic import BaseModel  # noqa: E402
@@ -64,6 +65,7 @@ import forkpoint  # noqa: E402
 from forkpoint import integrations, values  # noqa: E402
 from forkpoint.demo.server import ModelServer  # noqa: E402
 from tests.integrations.rolls import asked_a_then_b, next_roll, roll_then_say  # noqa: E402
+from tests.modelserver import LocalServer  # noqa: E402
 
 set_tracing_disabled(True)  # the Agents SDK would otherwise export traces over the network
 
@@ -884,6 +886,147 @@ def test_a_langchain_result_with_one_part_that_has_no_stored_form_names_that_par
     assert "forkpoint.register_encoder(complex, " in said and "register_encoder(dict" not in said, said
     with forkpoint.replay(rec.session_path):
         assert reading.invoke({"sensor": "t1"}) == str(live)  # (recorded as its text, as said)
+
+
+def _react_agent(url: str, tools: list[Any]) -> Any:
+    """LangGraph's prebuilt agent on ChatOpenAI, as its tutorial builds it."""
+    from langgraph.prebuilt import create_react_agent
+
+    model = ChatOpenAI(model="m", base_url=url + "/v1", api_key=API_KEY, max_retries=0)
+    with warnings.catch_warnings():  # (create_react_agent moved to langchain.agents: still there)
+        warnings.simplefilter("ignore")
+        return create_react_agent(model, tools)
+
+
+def test_what_a_langgraph_tool_writes_to_its_stream_writer_is_written_again_on_replay(tmp_path: Path) -> None:
+    """A tool writing progress to LangGraph's stream writer (``get_stream_writer()``, and a
+    ``ToolRuntime``'s), typed values included, run with ``stream_mode=["custom", "updates"]``: the
+    replay, which runs no tool body, streams the same custom chunks, in the same place, as live.
+    A what-if of the tool's result writes them again as recorded."""
+    from langgraph.config import get_stream_writer
+
+    ran: list[str] = []
+
+    @langchain_tool
+    def lookup(city: str) -> str:
+        """Look up the weather in a city."""
+        ran.append("lookup")
+        write = get_stream_writer()
+        write({"progress": f"looking up {city}", "at": datetime.datetime(2026, 1, 2, 3, 4)})
+        write(Report("weather.txt", (1, 2), datetime.date(2026, 1, 2)))
+        return f"sunny in {city}"
+
+    @langchain_tool
+    async def forecast(city: str, runtime: ToolRuntime) -> str:
+        """Forecast the weather in a city."""
+        ran.append("forecast")
+        runtime.stream_writer({"forecast": city})
+        return f"rain in {city}"
+
+    script: Any = [[("lookup", {"city": "Oslo"})], [("forecast", {"city": "Bergen"})], "done"]
+
+    async def run(url: str) -> list[Any]:
+        seen: list[Any] = []
+        agent = _react_agent(url, [lookup, forecast])
+        async for mode, chunk in agent.astream(
+            {"messages": [("user", "Weather?")]}, stream_mode=["custom", "updates"]
+        ):
+            seen.append(chunk if mode == "custom" else sorted(chunk))
+        return seen
+
+    with LocalServer(chat_script=script) as srv:
+        with forkpoint.record(store=tmp_path) as rec:
+            live = asyncio.run(run(srv.url))
+        assert ran == ["lookup", "forecast"]
+        assert live[1:3] == [
+            {"progress": "looking up Oslo", "at": datetime.datetime(2026, 1, 2, 3, 4)},
+            Report("weather.txt", (1, 2), datetime.date(2026, 1, 2)),
+        ]
+        assert {"forecast": "Bergen"} in live
+        srv.stop()
+        with forkpoint.replay(rec.session_path) as rp:
+            assert asyncio.run(run(srv.url)) == live
+        assert ran == ["lookup", "forecast"]  # no body ran on replay
+        assert rp.report()["reproduced"] is True
+        events = forkpoint.Session.load(rec.session_path).by_type("tool_call")
+        assert events[1]["emitted"] == [{"to": "stream_writer", "value": {"forecast": "Bergen"}}]
+
+        with forkpoint.replay(
+            rec.session_path, overrides=['tool:lookup.result="snow"'], on_divergence="fifo"
+        ):
+            assert asyncio.run(run(srv.url))[1:3] == live[1:3]
+
+
+def test_custom_events_a_langchain_tool_dispatches_reach_astream_events_on_replay(tmp_path: Path) -> None:
+    """``dispatch_custom_event`` (a sync tool, run in a worker thread) and ``adispatch_custom_event``
+    (an async tool) under ``astream_events``: the replay dispatches the same events again."""
+    from langchain_core.callbacks.manager import adispatch_custom_event, dispatch_custom_event
+
+    @langchain_tool
+    def lookup(city: str) -> str:
+        """Look up the weather in a city."""
+        dispatch_custom_event("lookup_started", {"city": city, "on": datetime.date(2026, 1, 2)})
+        return f"sunny in {city}"
+
+    @langchain_tool
+    async def forecast(city: str) -> str:
+        """Forecast the weather in a city."""
+        await adispatch_custom_event("forecast_started", {"city": city})
+        await adispatch_custom_event("forecast_done", [1, 2])
+        return f"rain in {city}"
+
+    script: Any = [[("lookup", {"city": "Oslo"})], [("forecast", {"city": "Bergen"})], "done"]
+
+    async def run(url: str) -> list[Any]:
+        agent = _react_agent(url, [lookup, forecast])
+        return [
+            (e["name"], e["data"])
+            async for e in agent.astream_events({"messages": [("user", "Weather?")]}, version="v2")
+            if e["event"] == "on_custom_event"
+        ]
+
+    with LocalServer(chat_script=script) as srv:
+        with forkpoint.record(store=tmp_path) as rec:
+            live = asyncio.run(run(srv.url))
+        assert live == [
+            ("lookup_started", {"city": "Oslo", "on": datetime.date(2026, 1, 2)}),
+            ("forecast_started", {"city": "Bergen"}),
+            ("forecast_done", [1, 2]),
+        ]
+        srv.stop()
+        with forkpoint.replay(rec.session_path) as rp:
+            assert asyncio.run(run(srv.url)) == live
+        assert rp.report()["reproduced"] is True
+
+
+def test_a_stream_write_forkpoint_cannot_store_is_said_and_stops_the_replay(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A chunk with no stored form is said while recording, and the replay stops at that call
+    rather than stream less under "replay ok"."""
+    from langgraph.config import get_stream_writer
+
+    class Opaque:
+        pass
+
+    @langchain_tool
+    def lookup(city: str) -> str:
+        """Look up the weather in a city."""
+        get_stream_writer()(Opaque())
+        return f"sunny in {city}"
+
+    async def run(url: str) -> list[Any]:
+        agent = _react_agent(url, [lookup])
+        return [c async for c in agent.astream({"messages": [("user", "Weather?")]}, stream_mode="custom")]
+
+    with LocalServer(chat_script=[[("lookup", {"city": "Oslo"})], "done"]) as srv:
+        with forkpoint.record(store=tmp_path) as rec:
+            asyncio.run(run(srv.url))
+        assert "tool 'lookup' emitted a " in capfd.readouterr().err
+        srv.stop()
+        with pytest.raises(forkpoint.Divergence), forkpoint.replay(rec.session_path) as rp:
+            asyncio.run(run(srv.url))
+        assert "cannot be emitted again" in str(rp.report()["divergence"])
 
 
 def test_integrations_call_through_when_inactive(workdir: Path) -> None:
