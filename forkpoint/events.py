@@ -231,6 +231,9 @@ class Emitted(TypedDict, total=False):
     name: str
     value: Any
     unrecorded: UnrecordedResult
+    #: Where below the tool's own run it was emitted: a LangGraph subgraph the tool ran, as the
+    #: end of its checkpoint namespace after the tool's (``"|node:<task id>"``).
+    within: str
 
 
 class ToolCallEvent(_Common, total=False):

@@ -229,15 +229,22 @@ def _noting(tool: str, kwargs: dict[str, Any], emitted: list[Emitted]) -> Iterat
     ``ToolRuntime`` argument's, each handed to the body wrapped; gives the body's arguments so."""
     from langchain_core.runnables.config import var_child_runnable_config
 
+    config = var_child_runnable_config.get()
+    own = _namespace(config)
+
     def noted(writer: Callable[[Any], None]) -> Callable[[Any], None]:
         def write(chunk: Any) -> None:
             with hidden:
-                emitted.append(emission(tool, "stream_writer", chunk))
+                entry = emission(tool, "stream_writer", chunk)
+                # (a subgraph the body ran writes through the same writer, which reads its namespace)
+                now = _namespace(var_child_runnable_config.get())
+                if now != own and now.startswith(own):
+                    entry["within"] = now[len(own) :]
+                emitted.append(entry)
             writer(chunk)
 
         return write
 
-    config = var_child_runnable_config.get()
     context = var_child_runnable_config.set(_config_noted(config, noted)) if config else None
     token = _emitting.set((tool, emitted))
     try:
@@ -258,8 +265,17 @@ def _graph_runtime(config: Any) -> Any:
     return found if callable(getattr(found, "stream_writer", None)) else None
 
 
-#: Where LangGraph keeps a run's ``Runtime`` in its config (``langgraph._internal._constants``).
-_RUNTIME_KEY = "__pregel_runtime"
+#: Where LangGraph keeps a run's ``Runtime`` and its checkpoint namespace in its config
+#: (``langgraph._internal._constants``); the namespace's parts are joined by ``|``.
+_RUNTIME_KEY, _NAMESPACE_KEY = "__pregel_runtime", "checkpoint_ns"
+
+
+def _namespace(config: Any) -> str:
+    """The LangGraph checkpoint namespace of the run ``config`` is for, which its stream writer
+    sends a chunk under (a subgraph's chunks with the subgraph's), or ``""``."""
+    configurable = config.get("configurable") if isinstance(config, dict) else None
+    found = configurable.get(_NAMESPACE_KEY) if isinstance(configurable, dict) else None
+    return found if isinstance(found, str) else ""
 
 
 def _config_noted(config: Any, noted: Callable[[Callable[[Any], None]], Callable[[Any], None]]) -> Any:
@@ -323,13 +339,26 @@ def _write_again(kwargs: dict[str, Any], entry: Emitted) -> None:
         raise ValueError(
             f"forkpoint: the recording has this tool emit through {entry['to']!r}, which is no channel of LangChain's"
         )
+    from langchain_core.runnables.config import var_child_runnable_config
+
     writer = _writer(kwargs)
     if writer is None:  # (never dropped unsaid: the tool is called outside a graph now)
         raise RuntimeError(
             "forkpoint: this tool wrote to LangGraph's stream writer when it was recorded, and the "
             "replay has no stream writer to write that again to (the tool is not run by a graph now)"
         )
-    writer(entry["value"])
+    config = var_child_runnable_config.get()
+    within = entry.get("within")
+    if not isinstance(within, str) or not isinstance(config, dict):
+        writer(entry["value"])
+        return
+    # Written by a subgraph the body ran: under the subgraph's namespace below this tool's, as live.
+    configurable = {**(config.get("configurable") or {}), _NAMESPACE_KEY: _namespace(config) + within}
+    token = var_child_runnable_config.set(cast(Any, {**config, "configurable": configurable}))
+    try:
+        writer(entry["value"])
+    finally:
+        var_child_runnable_config.reset(token)
 
 
 def _arguments(tool: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -957,6 +957,50 @@ def test_what_a_langgraph_tool_writes_to_its_stream_writer_is_written_again_on_r
             assert asyncio.run(run(srv.url))[1:3] == live[1:3]
 
 
+def test_what_a_subgraph_a_langgraph_tool_runs_writes_is_written_again_under_its_namespace(
+    tmp_path: Path,
+) -> None:
+    """A tool that runs a subgraph, streamed with ``subgraphs=True``: the subgraph node's chunks
+    come under the subgraph's namespace (below the tool's task), on replay as live."""
+    from typing import TypedDict
+
+    from langgraph.config import get_stream_writer
+
+    class Query(TypedDict):
+        city: str
+
+    def fetch(state: Query) -> Query:
+        get_stream_writer()({"fetching": state["city"]})
+        return state
+
+    inner = StateGraph(Query)
+    inner.add_node("fetch", fetch)
+    inner.add_edge(START, "fetch")
+    subgraph = inner.compile()
+
+    @langchain_tool
+    def lookup(city: str) -> str:
+        """Look up the weather in a city."""
+        get_stream_writer()({"tool": city})
+        subgraph.invoke({"city": city})
+        return f"sunny in {city}"
+
+    def run(url: str) -> list[Any]:
+        agent = _react_agent(url, [lookup])
+        chunks = agent.stream({"messages": [("user", "Weather?")]}, stream_mode="custom", subgraphs=True)
+        # (a namespace names tasks by ids LangGraph makes afresh each run: its nodes are compared)
+        return [([part.split(":")[0] for part in ns], chunk) for ns, chunk in chunks]
+
+    with LocalServer(chat_script=[[("lookup", {"city": "Oslo"})], "done"]) as srv:
+        with forkpoint.record(store=tmp_path) as rec:
+            live = run(srv.url)
+        assert live == [([], {"tool": "Oslo"}), (["tools"], {"fetching": "Oslo"})]
+        srv.stop()
+        with forkpoint.replay(rec.session_path) as rp:
+            assert run(srv.url) == live
+        assert rp.report()["reproduced"] is True
+
+
 def test_custom_events_a_langchain_tool_dispatches_reach_astream_events_on_replay(tmp_path: Path) -> None:
     """``dispatch_custom_event`` (a sync tool, run in a worker thread) and ``adispatch_custom_event``
     (an async tool) under ``astream_events``: the replay dispatches the same events again."""
