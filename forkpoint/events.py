@@ -234,6 +234,9 @@ class Emitted(TypedDict, total=False):
     #: Where below the tool's own run it was emitted: a LangGraph subgraph the tool ran, as the
     #: end of its checkpoint namespace after the tool's (``"|node:<task id>"``).
     within: str
+    #: A custom event dispatched by a run inside the tool's (a chain, a subgraph it ran): a replay
+    #: dispatches it from the tool's own run, with that run's ids, tags and metadata (said).
+    inner: bool
 
 
 class ToolCallEvent(_Common, total=False):

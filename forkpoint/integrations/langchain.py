@@ -75,8 +75,9 @@ from .base import (
 
 #: Set while a wrapped tool body runs: a body it calls (``_arun`` → ``_run``) is not a second call.
 _inside: contextvars.ContextVar[bool] = contextvars.ContextVar("forkpoint_langchain_tool", default=False)
-#: Set while a recorded tool body runs live: the tool's name and the list of what it emits.
-_emitting: contextvars.ContextVar[tuple[str, list[Emitted]] | None] = contextvars.ContextVar(
+#: Set while a recorded tool body runs live: the tool's name, the list of what it emits, and the
+#: id of the tool's own run (its callbacks'), when it has one.
+_emitting: contextvars.ContextVar[tuple[str, list[Emitted], Any] | None] = contextvars.ContextVar(
     "forkpoint_langchain_emitting", default=None
 )
 _SKIPPED_ARGS = frozenset({"run_manager", "callbacks", "config"})
@@ -121,23 +122,28 @@ def patch_custom_events(module: ModuleType) -> None:
 
     @functools.wraps(on_event)
     def on_custom_event(self: Any, name: str, data: Any, *args: Any, **kwargs: Any) -> Any:
-        _note_event(name, data)
+        _note_event(self, name, data)
         return on_event(self, name, data, *args, **kwargs)
 
     @functools.wraps(on_aevent)
     async def on_acustom_event(self: Any, name: str, data: Any, *args: Any, **kwargs: Any) -> Any:
-        _note_event(name, data)
+        _note_event(self, name, data)
         return await on_aevent(self, name, data, *args, **kwargs)
 
     if replace(sync_cls, "on_custom_event", on_custom_event):
         replace(async_cls, "on_custom_event", on_acustom_event)
 
 
-def _note_event(name: str, data: Any) -> None:
+def _note_event(manager: Any, name: str, data: Any) -> None:
+    """Note custom event ``name`` that callback ``manager`` dispatches, when a recorded body runs."""
     emitting = _emitting.get()
     if emitting is not None:
+        tool, emitted, own = emitting
         with hidden:
-            emitting[1].append(emission(emitting[0], "custom_event", data, name=str(name)))
+            entry = emission(tool, "custom_event", data, name=str(name))
+            if getattr(manager, "parent_run_id", None) != own:  # (dispatched by a run inside the tool's)
+                entry["inner"] = True
+            emitted.append(entry)
 
 
 def _wrap_bodies(cls: type) -> None:
@@ -246,7 +252,10 @@ def _noting(tool: str, kwargs: dict[str, Any], emitted: list[Emitted]) -> Iterat
         return write
 
     context = var_child_runnable_config.set(_config_noted(config, noted)) if config else None
-    token = _emitting.set((tool, emitted))
+    # (the tool's run: the parent of its body's callbacks, whether or not its _run takes a run_manager)
+    callbacks = config.get("callbacks") if isinstance(config, dict) else None
+    run = getattr(callbacks, "parent_run_id", None) or getattr(kwargs.get("run_manager"), "run_id", None)
+    token = _emitting.set((tool, emitted, run))
     try:
         yield {
             k: _config_noted(v, noted) if k == "config" else _tool_runtime_noted(v, noted)

@@ -1646,6 +1646,15 @@ class Replayer:
                     "answered": self.aside_answered,
                 },
                 "id_drift": self.id_drift,
+                # (a custom event a run inside a served tool dispatched: dispatched again from the tool's)
+                "emitted_inner": [
+                    {"seq": e["seq"], "tool": e["tool"], "events": n}
+                    for e in self._session.by_type("tool_call")
+                    if e["seq"] in self.used
+                    and (
+                        n := sum(1 for m in e.get("emitted") or () if isinstance(m, dict) and m.get("inner"))
+                    )
+                ],
                 "mcp_shared": [
                     e["seq"]
                     for e in self._session.by_type("tool_call")

@@ -397,6 +397,17 @@ def caveat(report: dict[str, Any]) -> str | None:
             "recording: they were handed to the agent's callbacks with the latest of them, maybe in "
             f"another order than they came (seq {', '.join(map(str, report['mcp_shared']))})"
         )
+    if report.get("emitted_inner"):
+        said = ", ".join(
+            f"{plural(int(c.get('events') or 0), 'custom event')} of tool {_plain(str(c.get('tool')))!r} "
+            f"(seq {c.get('seq')})"
+            for c in report["emitted_inner"]
+        )
+        uncertain.append(
+            f"when recorded, a run inside a tool's (a chain or subgraph it ran) dispatched {said}, "
+            "which this replay, not running the tool's body, dispatched again from the tool's own run: "
+            "with its run id, tags and metadata (astream_events' parent_ids, langgraph_node)"
+        )
     said_all = ["not certain: " + "; ".join(uncertain)] if uncertain else []
     if report.get("placeholders_served"):
         seqs = report["placeholders_served"]

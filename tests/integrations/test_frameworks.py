@@ -1043,6 +1043,52 @@ def test_custom_events_a_langchain_tool_dispatches_reach_astream_events_on_repla
         assert rp.report()["reproduced"] is True
 
 
+def test_a_custom_event_a_run_inside_a_langchain_tool_dispatched_makes_the_replay_not_certain(
+    tmp_path: Path,
+) -> None:
+    """A custom event dispatched by a chain the tool runs carries that chain's run (ids, tags,
+    metadata) live; a replay, running no tool body, dispatches it from the tool's run: the same
+    name and data, said in the verdict, never a bare "replay ok"."""
+    from langchain_core.callbacks.manager import dispatch_custom_event
+    from langchain_core.runnables import RunnableLambda
+
+    from forkpoint.replay import summary_line
+
+    def fetch(city: str) -> str:
+        dispatch_custom_event("fetching", {"city": city})
+        return city
+
+    chain = RunnableLambda(fetch)
+
+    @langchain_tool
+    def lookup(city: str) -> str:
+        """Look up the weather in a city."""
+        dispatch_custom_event("looking", {"city": city})
+        return f"sunny in {chain.invoke(city)}"
+
+    async def run(url: str) -> list[Any]:
+        agent = _react_agent(url, [lookup])
+        return [
+            (e["name"], e["data"])
+            async for e in agent.astream_events({"messages": [("user", "Weather?")]}, version="v2")
+            if e["event"] == "on_custom_event"
+        ]
+
+    with LocalServer(chat_script=[[("lookup", {"city": "Oslo"})], "done"]) as srv:
+        with forkpoint.record(store=tmp_path) as rec:
+            live = asyncio.run(run(srv.url))
+        assert live == [("looking", {"city": "Oslo"}), ("fetching", {"city": "Oslo"})]
+        srv.stop()
+        with forkpoint.replay(rec.session_path) as rp:
+            assert asyncio.run(run(srv.url)) == live
+    report = rp.report()
+    assert report["reproduced"] is True
+    seq = forkpoint.Session.load(rec.session_path).by_type("tool_call")[0]["seq"]
+    assert report["emitted_inner"] == [{"seq": seq, "tool": "lookup", "events": 1}]
+    line = summary_line(report)
+    assert line.startswith("replay ok, but not certain:") and "1 custom event of tool 'lookup'" in line
+
+
 def test_a_stream_write_forkpoint_cannot_store_is_said_and_stops_the_replay(
     tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
