@@ -606,6 +606,38 @@ def emission(tool: str, to: str, value: Any, name: str | None = None) -> Emitted
     return entry
 
 
+#: What a framework integration hands the next tool call made in this context, which records itself
+#: (a ``@forkpoint.tool`` function the framework runs as its tool): its ``emitted`` and ``replayed``
+#: (:func:`call_tool`; :func:`handing_emitted`).
+_handed: contextvars.ContextVar[tuple[list[Emitted], Callable[[ToolCallEvent], Any]] | None] = (
+    contextvars.ContextVar("forkpoint_handed_emitted", default=None)
+)
+
+
+@contextlib.contextmanager
+def handing_emitted(emitted: list[Emitted], replayed: Callable[[ToolCallEvent], Any]) -> Iterator[None]:
+    """Inside, the next tool call made (a ``@forkpoint.tool`` function a framework runs as its
+    tool) takes ``emitted`` and ``replayed`` as its own (:func:`call_tool`), as the framework's
+    integration would have passed them; ``replayed`` is awaited when it gives an awaitable."""
+    token = _handed.set((emitted, replayed))
+    try:
+        yield
+    finally:
+        _handed.reset(token)
+
+
+def _take_handed(
+    emitted: list[Emitted] | None, replayed: Callable[[ToolCallEvent], Any] | None
+) -> tuple[list[Emitted] | None, Callable[[ToolCallEvent], Any] | None]:
+    """``emitted`` and ``replayed``, or what a framework handed this call (:func:`handing_emitted`):
+    taken by it, so the calls its body makes do not take them too."""
+    handed = _handed.get()
+    if emitted is not None or handed is None:
+        return emitted, replayed
+    _handed.set(None)
+    return handed
+
+
 #: The tool call whose body runs in this context (innermost), for :func:`exiting`.
 _running: contextvars.ContextVar[_ToolCall | None] = contextvars.ContextVar("forkpoint_tool", default=None)
 
@@ -1140,6 +1172,7 @@ def call_tool(
     if rt is None:
         return body()
     call_id = _taken_id(call_id, mcp)
+    emitted, replayed = _take_handed(emitted, replayed)
     served = _replayed(rt, name, args, defaulted, call_id) if rt.mode == "replay" else None
     if served is not None:
         served.wait()
@@ -1182,6 +1215,7 @@ async def acall_tool(
     if rt is None:
         return await body()
     call_id = _taken_id(call_id, mcp)
+    emitted, handed = _take_handed(emitted, replayed)
     served = _replayed(rt, name, args, defaulted, call_id) if rt.mode == "replay" else None
     if served is not None:
         await served.await_turn()
@@ -1190,8 +1224,8 @@ async def acall_tool(
             await served.until_cancelled()
         if emitted is not None:
             emitted[:] = served.emitted()
-        if replayed is not None:
-            await replayed(served.event)
+        if handed is not None and inspect.isawaitable(done := handed(served.event)):
+            await done
         body = served.avalue
     call = _ToolCall(name, args, mcp, call_id, emitted) if served is None else None
     live = runtime.running_live_tool.set(rt.mode == "replay") if call is not None else None

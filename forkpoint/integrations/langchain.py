@@ -53,7 +53,7 @@ from types import ModuleType
 from typing import Any, cast
 
 from .. import runtime
-from ..capture.tools import emission
+from ..capture.tools import emission, handing_emitted
 from ..capture.tracebacks import hidden
 from ..errors import ToolResultError
 from ..events import Emitted
@@ -160,6 +160,13 @@ def _records(tool: Any) -> bool:
     return runtime.active() is not None and not _inside.get() and not calls_mcp(fn)
 
 
+def _records_itself(tool: Any) -> bool:
+    """True when a runtime is active and ``tool``'s function is a ``@forkpoint.tool``: its own tool
+    call records it, and takes what the body emits from this integration (:func:`handing_emitted`)."""
+    fn = getattr(tool, "func", None) or getattr(tool, "coroutine", None)
+    return runtime.active() is not None and is_forkpoint_tool(fn)
+
+
 @contextlib.contextmanager
 def _inside_tool() -> Iterator[None]:
     token = _inside.set(True)
@@ -174,9 +181,16 @@ def _sync_body(body: Callable[..., Any]) -> Callable[..., Any]:
     def _run(self: Any, *args: Any, **kwargs: Any) -> Any:
         with hidden:
             if not _records(self):
-                return body(self, *args, **kwargs)
+                if not _records_itself(self):
+                    return body(self, *args, **kwargs)
+                emitted: list[Emitted] = []  # (its own tool call takes these)
+                with (
+                    handing_emitted(emitted, lambda _: _emit_again(kwargs, emitted)),
+                    _noting(str(self.name), kwargs, emitted) as noted,
+                ):
+                    return body(self, *args, **noted)
             ran: list[bool] = []  # appended to when the body runs: its output is handed on as it is
-            emitted: list[Emitted] = []
+            emitted = []
 
             def live() -> Any:
                 ran.append(True)
@@ -203,9 +217,16 @@ def _async_body(body: Callable[..., Any]) -> Callable[..., Any]:
     async def _arun(self: Any, *args: Any, **kwargs: Any) -> Any:
         with hidden:
             if not _records(self):
-                return await body(self, *args, **kwargs)
+                if not _records_itself(self):
+                    return await body(self, *args, **kwargs)
+                emitted: list[Emitted] = []
+                with (
+                    handing_emitted(emitted, lambda _: _aemit_again(kwargs, emitted)),
+                    _noting(str(self.name), kwargs, emitted) as noted,
+                ):
+                    return await body(self, *args, **noted)
             ran: list[bool] = []
-            emitted: list[Emitted] = []
+            emitted = []
 
             async def live() -> Any:
                 ran.append(True)
@@ -325,7 +346,7 @@ def _emit_again(kwargs: dict[str, Any], emitted: list[Emitted]) -> None:
     """Emit what a served call's body emitted live (:meth:`forkpoint.capture.tools._Served.emitted`)."""
     from langchain_core.callbacks.manager import dispatch_custom_event
 
-    for entry in emitted:
+    for entry in list(emitted):  # (a copy: a writer the body was handed notes into ``emitted``)
         if entry["to"] == "custom_event":
             dispatch_custom_event(entry.get("name", ""), entry["value"])
         else:
@@ -336,7 +357,7 @@ async def _aemit_again(kwargs: dict[str, Any], emitted: list[Emitted]) -> None:
     """:func:`_emit_again` in an async body: its custom events dispatched to async handlers too."""
     from langchain_core.callbacks.manager import adispatch_custom_event
 
-    for entry in emitted:
+    for entry in list(emitted):
         if entry["to"] == "custom_event":
             await adispatch_custom_event(entry.get("name", ""), entry["value"])
         else:

@@ -1089,6 +1089,41 @@ def test_a_custom_event_a_run_inside_a_langchain_tool_dispatched_makes_the_repla
     assert line.startswith("replay ok, but not certain:") and "1 custom event of tool 'lookup'" in line
 
 
+def test_what_a_forkpoint_tool_run_as_a_langchain_tool_streams_is_written_again_on_replay(
+    tmp_path: Path,
+) -> None:
+    """A ``@forkpoint.tool`` function run as a LangChain tool records itself: what it writes to the
+    stream writer and the custom events it dispatches go with its own call, and come back on replay."""
+    from langchain_core.callbacks.manager import dispatch_custom_event
+    from langgraph.config import get_stream_writer
+
+    @langchain_tool
+    @forkpoint.tool
+    def lookup(city: str) -> str:
+        """Look up the weather in a city."""
+        get_stream_writer()({"progress": city})
+        dispatch_custom_event("looked", {"city": city})
+        return f"sunny in {city}"
+
+    def run(url: str) -> list[Any]:
+        agent = _react_agent(url, [lookup])
+        return list(agent.stream({"messages": [("user", "Weather?")]}, stream_mode="custom"))
+
+    with LocalServer(chat_script=[[("lookup", {"city": "Oslo"})], "done"]) as srv:
+        with forkpoint.record(store=tmp_path) as rec:
+            live = run(srv.url)
+        assert live == [{"progress": "Oslo"}]
+        srv.stop()
+        with forkpoint.replay(rec.session_path) as rp:
+            assert run(srv.url) == live
+        assert rp.report()["reproduced"] is True
+    (event,) = forkpoint.Session.load(rec.session_path).by_type("tool_call")
+    assert event["emitted"] == [
+        {"to": "stream_writer", "value": {"progress": "Oslo"}},
+        {"to": "custom_event", "name": "looked", "value": {"city": "Oslo"}},
+    ]
+
+
 def test_a_stream_write_forkpoint_cannot_store_is_said_and_stops_the_replay(
     tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
