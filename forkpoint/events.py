@@ -452,6 +452,9 @@ class DivergenceReport(TypedDict, total=False):
 
     kind: Required[CallKind]
     position: Required[int]
+    #: A model's call after HTTP exchanges of this run that were none (plain HTTP, MCP): its place
+    #: among the run's model calls (``position`` counts those exchanges too).
+    model_position: int
     reason: Required[str]
     endpoint: str
     name: str
@@ -690,6 +693,15 @@ def divergent_call(kind: str, call: object) -> tuple[str, str]:
     them, (``HTTP exchange``, ``", a plain HTTP call"``)."""
     said = {"http": ", a plain HTTP call", "mcp": ", a call to an MCP server"}.get(str(call))
     return ("HTTP exchange", said) if said else (kind.replace("_", " "), "")
+
+
+def divergence_call(div: Mapping[str, Any]) -> str:
+    """A divergence's call by kind and number: ``model call #2``, or ``model call #1 (HTTP exchange
+    #2)`` when HTTP exchanges that were no model's call came before it (``model_position``)."""
+    said = f"{str(div.get('kind', 'call')).replace('_', ' ')} #"
+    if isinstance(div.get("model_position"), int):
+        return f"{said}{div['model_position']} (HTTP exchange #{div.get('position')})"
+    return f"{said}{div.get('position')}"
 
 
 def endpoint(event: Mapping[str, Any]) -> str:

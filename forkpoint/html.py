@@ -31,7 +31,16 @@ from typing import Any
 
 from ._version import __version__
 from .checkpoint import manifest_rows
-from .events import asking_call, endpoint, in_start_order, in_tool, mcp_tool_error, retries, tool_spans
+from .events import (
+    asking_call,
+    divergence_call,
+    endpoint,
+    in_start_order,
+    in_tool,
+    mcp_tool_error,
+    retries,
+    tool_spans,
+)
 from .files import write_private
 from .log import Session, SessionError, json_text, to_json
 from .outcome import arms_of, by_checkpoint
@@ -351,8 +360,7 @@ def _divergence(
             "from": "report",
             "seq": child["seq"] if child else None,
             "parent_seq": (div.get("expected") or {}).get("seq"),
-            "text": f"the replay diverged at the {kind.replace('_', ' ') if kind else 'call'} #{pos} of the run: "
-            f"{div.get('reason', '')}",
+            "text": f"the replay diverged at the {divergence_call(div)} of the run: {div.get('reason', '')}",
             "changes": to_json(div.get("diff") or []),
         }
     if parent is None:

@@ -560,6 +560,9 @@ class Replayer:
         self.others: set[int] = set()
         self._events = {e["seq"]: e for e in self.recorded}
         self.positions = {"model_call": 0, "tool_call": 0, "value": 0}
+        #: The positions among model_call events of this run's HTTP exchanges that are no model's
+        #: call (plain HTTP, MCP, telemetry): a divergence's model call is said by its own count.
+        self._not_models: list[int] = []
         #: Calls made live, by kind; a model_call event's HTTP by what it is (:func:`_live_kind`).
         self.live_calls = {"model_call": 0, "tool_call": 0, "value": 0, "http": 0, "mcp": 0, "telemetry": 0}
         self.divergence: DivergenceReport | None = None
@@ -768,6 +771,15 @@ class Replayer:
             self.aside_answered.append(where)
         return neutral_answer(request, kind)
 
+    def _count_models(self, report: DivergenceReport) -> None:
+        """A divergence at a model's call after HTTP exchanges that were none (a login, an MCP
+        server): ``model_position``, its place among this run's model calls, which ``position``
+        counts those exchanges among (as the what-if ``end`` and ``model#K`` do)."""
+        if report["kind"] == "model_call" and not report.get("call"):
+            before = sum(1 for p in self._not_models if p < report["position"])
+            if before:
+                report["model_position"] = report["position"] - before
+
     def diverged(self, event: Call, kind: CallKind, position: int, reason: str) -> Divergence:
         """A divergence about a recorded call that was served (see :class:`forkpoint.runtime.Serving`),
         noted as this replay's divergence when it is the first."""
@@ -788,6 +800,7 @@ class Replayer:
             call = classify(request["method"], request["url"], request.get("body"), request.get("headers"))
             if call in ("http", "mcp"):  # (counted among model calls, as model#K overrides are not)
                 report["call"] = call
+        self._count_models(report)
         with self._lock:
             if self.divergence is None:
                 self.divergence = report
@@ -923,6 +936,8 @@ class Replayer:
         try:
             with self._lock, self._shared():
                 self.positions[kind] += 1
+                if kind == "model_call" and what.get("call") in ("http", "mcp", "telemetry"):
+                    self._not_models.append(self.positions[kind])
                 chosen = self._choose(
                     kind,
                     key,
@@ -1526,6 +1541,7 @@ class Replayer:
             report["name"] = what["name"]
         if what.get("call") in ("http", "mcp"):
             report["call"] = what["call"]
+        self._count_models(report)
         if kind == "model_call" and (changed := self._changed_versions()):
             report["versions"] = changed
         if in_place := self._changed_in_place(expected["seq"] if expected else None):

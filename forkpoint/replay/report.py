@@ -11,7 +11,7 @@ from typing import Any
 
 from .. import runtime
 from ..errors import Divergence
-from ..events import DivergenceReport, Verdict, divergent_call
+from ..events import DivergenceReport, Verdict, divergence_call, divergent_call
 from ..files import write_private
 from ..jsondiff import Change, format_changes
 from ..log import json_text
@@ -26,8 +26,12 @@ def format_divergence(report: DivergenceReport | dict[str, Any]) -> str:
     what = report.get("name") or report.get("endpoint") or ""
     # (an HTTP exchange that is no model call is counted among them, as model#K overrides are not)
     noun, call = divergent_call(report["kind"], report.get("call"))
-    place = f"{noun} of this run{call}"
-    lines = [f"replay diverged at the {ordinal(report['position'])} {place} ({what}): {report['reason']}."]
+    nth = ordinal(report["position"])
+    if isinstance(
+        report.get("model_position"), int
+    ):  # (after a login, an MCP server: not the nth model call)
+        nth, call = ordinal(report["model_position"]), f", its {nth} HTTP exchange"
+    lines = [f"replay diverged at the {nth} {noun} of this run{call} ({what}): {report['reason']}."]
     exp = report.get("expected")
     if exp:
         lines.append(f"Expected next: recorded event seq {exp['seq']} ({exp['label']}).")
@@ -576,7 +580,7 @@ def verdict(report: dict[str, Any] | None, exit_code: int | None, recorded_exit:
     div = report.get("divergence")
     if div:
         what = div.get("name") or div.get("endpoint") or ""
-        call = f"{div['kind'].replace('_', ' ')} #{div['position']}" + (f" ({what})" if what else "")
+        call = divergence_call(div) + (f" ({what})" if what else "")
         # (a path an ignore rule took out of the key is not why it diverged: name one that is)
         changes = [c for c in div.get("diff") or [] if not c.get("ignored")] or div.get("diff") or []
         return {

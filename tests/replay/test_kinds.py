@@ -428,6 +428,34 @@ def test_plain_http_made_live_is_counted_as_plain_http_not_as_a_model_call(
     assert "; live calls: 1 model, 0 tool, 1 plain HTTP" in summary_line(rp.report())
 
 
+def test_a_divergence_after_a_plain_http_call_names_the_model_call_by_its_own_count(
+    server: LocalServer, store: Path
+) -> None:
+    """Model calls and the HTTP exchanges that are none share one count (the what-if ``end``,
+    ``model#K``): a run that fetched a JSON API first and then diverged at its first model call was
+    said to diverge "at the 2nd model call of this run"."""
+    from forkpoint.replay.report import format_divergence, verdict
+
+    server.route("/api/items", lambda r: json_reply({"items": [1, 2, 3]}))
+    with forkpoint.record(store=store) as rec:
+        httpx.get(server.url + "/api/items")
+        _chat(server.url, "one")
+    with pytest.raises(Divergence), forkpoint.replay(rec.session_path) as rp:
+        httpx.get(server.url + "/api/items")
+        _chat(server.url, "two")
+    div = rp.report()["divergence"]
+    assert (div["position"], div["model_position"]) == (2, 1)
+    text = format_divergence(div)
+    assert text.startswith("replay diverged at the 1st model call of this run, its 2nd HTTP exchange"), text
+    assert verdict(rp.report(), 0, 0)["call"].startswith("model call #1 (HTTP exchange #2)")
+    with pytest.raises(Divergence), forkpoint.replay(rec.session_path) as rp:  # (the first call: as before)
+        _chat(server.url, "two")
+    assert "model_position" not in rp.report()["divergence"]
+    assert format_divergence(rp.report()["divergence"]).startswith(
+        "replay diverged at the 1st model call of this run ("
+    )
+
+
 def test_show_tells_kinds_apart(server: LocalServer, store: Path, capsys: pytest.CaptureFixture[str]) -> None:
     server.route("/v1/traces/ingest", lambda r: Reply(b"", 204, None))
     with forkpoint.record(store=store) as rec:
