@@ -19,6 +19,8 @@ from datetime import UTC, datetime
 from typing import Any, Literal, NotRequired, Required, TypedDict, TypeGuard, TypeVar
 from urllib.parse import urlsplit
 
+from .text import ordinal
+
 #: How a stored body is kept: parsed JSON, text, binary, nothing, or (responses) a chunk stream.
 BodyKind = Literal["json", "text", "bytes", "empty", "stream"]
 #: How a response body ended: read to the end, closed early by the caller, failed, still open at exit.
@@ -345,6 +347,8 @@ class EndDivergence(TypedDict, total=False):
     diff: list[dict[str, Any]]
     #: What an HTTP exchange that is no model call is (``"http"``, ``"mcp"``), as the report's.
     call: str
+    #: A model's call after exchanges that were none: its place among model calls, as the report's.
+    model_position: int
 
 
 class EndEvent(_Common, total=False):
@@ -693,6 +697,14 @@ def divergent_call(kind: str, call: object) -> tuple[str, str]:
     them, (``HTTP exchange``, ``", a plain HTTP call"``)."""
     said = {"http": ", a plain HTTP call", "mcp": ", a call to an MCP server"}.get(str(call))
     return ("HTTP exchange", said) if said else (kind.replace("_", " "), "")
+
+
+def divergence_nth(div: Mapping[str, Any]) -> str:
+    """The ordinal of a divergence's call among this run's calls of its kind (``1st``): a model's
+    call after exchanges that were none (a login, an MCP server) by its own count
+    (``model_position``), not by ``position``, which counts those too."""
+    own = div.get("model_position")
+    return ordinal(own if isinstance(own, int) else int(div.get("position") or 0))
 
 
 def divergence_call(div: Mapping[str, Any]) -> str:

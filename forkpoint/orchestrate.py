@@ -38,9 +38,9 @@ from ._boot import (
 )
 from .children import Captured, wait_child
 from .errors import CheckpointError, ForkpointError, OverrideError, SessionError, UsageError
-from .events import MAX_HASH_SEED
+from .events import MAX_HASH_SEED, divergence_call, divergence_nth
 from .log import Session, read_json_text, to_json
-from .text import KIND_NAMES, ordinal, plural, say
+from .text import KIND_NAMES, plural, say
 
 # Each function imports the layers it uses: `forkpoint record` starts its program without loading
 # replay, checkpoints, executors or OpenTelemetry, and `forkpoint replay` without loading capture,
@@ -885,7 +885,7 @@ def replay_command(
             say(format_divergence(report["divergence"]))
             for d in (report.get("drift") or [])[1:]:
                 say(
-                    f"  drift at {d['kind'].replace('_', ' ')} #{d['position']}: served recorded seq "
+                    f"  drift at {divergence_call(d)}: served recorded seq "
                     f"{d['served_seq']} ({len(d['diff'])} difference(s))"
                 )
             unanswered = report.get("unanswered") or []
@@ -1192,7 +1192,7 @@ def arm_task(spec: dict[str, Any]) -> dict[str, Any]:
                     "the directory fork runs in, or of the arm's repository"
                 )
                 arm.problem = (
-                    f"its replayed prefix diverged at the {ordinal(int(divergence.get('position') or 0))} "
+                    f"its replayed prefix diverged at the {divergence_nth(divergence)} "
                     f"{str(divergence.get('kind', 'call')).replace('_', ' ')} ({arm.diverged}): it never went live "
                     f"({why})"
                 )
@@ -1238,7 +1238,7 @@ def _went_on_before(divergence: dict[str, Any], report: dict[str, Any], seq: int
     """What an arm whose replayed prefix diverged did next, under ``--on-divergence live`` or
     ``fifo``: said, as its row otherwise reads like a continuation from checkpoint ``seq``."""
     where = (
-        f"its replayed prefix diverged at the {ordinal(int(divergence.get('position') or 0))} "
+        f"its replayed prefix diverged at the {divergence_nth(divergence)} "
         f"{str(divergence.get('kind', 'call')).replace('_', ' ')} ({divergence.get('reason') or 'diverged'}), "
         f"before checkpoint seq {seq}"
     )

@@ -15,7 +15,16 @@ from typing import Any, TextIO, cast
 
 from rich.console import Console
 
-from .events import divergent_call, endpoint, in_start_order, in_tool, mcp_tool_error, retries, tool_spans
+from .events import (
+    divergence_nth,
+    divergent_call,
+    endpoint,
+    in_start_order,
+    in_tool,
+    mcp_tool_error,
+    retries,
+    tool_spans,
+)
 from .log import Session, json_text, to_json, with_deltas
 from .patterns import compiled_later
 from .providers import call_kind, genai_usage, kinds, recorded_response, response_fields
@@ -171,8 +180,10 @@ def end_lines(event: Mapping[str, Any]) -> list[str]:
         # (the label is the parent's call: this run's asked for something else)
         label = f" ({escape(str(div['label']))})" if div.get("label") else ""
         parent = f"; expected the parent's #{div['parent_seq']}{label}" if div.get("parent_seq") else label
+        if isinstance(div.get("model_position"), int):  # (after a login, an MCP server)
+            call = f", its {ordinal(int(div.get('position') or 0))} HTTP exchange"
         out.append(
-            f"[yellow]diverged at the {ordinal(int(div.get('position') or 0))} {noun}{call}{here}{parent}: "
+            f"[yellow]diverged at the {divergence_nth(div)} {noun}{call}{here}{parent}: "
             f"{escape(_short(div.get('reason', ''), 160))}[/yellow]"
         )
     return out

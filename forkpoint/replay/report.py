@@ -11,7 +11,7 @@ from typing import Any
 
 from .. import runtime
 from ..errors import Divergence
-from ..events import DivergenceReport, Verdict, divergence_call, divergent_call
+from ..events import DivergenceReport, Verdict, divergence_call, divergence_nth, divergent_call
 from ..files import write_private
 from ..jsondiff import Change, format_changes
 from ..log import json_text
@@ -26,12 +26,11 @@ def format_divergence(report: DivergenceReport | dict[str, Any]) -> str:
     what = report.get("name") or report.get("endpoint") or ""
     # (an HTTP exchange that is no model call is counted among them, as model#K overrides are not)
     noun, call = divergent_call(report["kind"], report.get("call"))
-    nth = ordinal(report["position"])
-    if isinstance(
-        report.get("model_position"), int
-    ):  # (after a login, an MCP server: not the nth model call)
-        nth, call = ordinal(report["model_position"]), f", its {nth} HTTP exchange"
-    lines = [f"replay diverged at the {nth} {noun} of this run{call} ({what}): {report['reason']}."]
+    if isinstance(report.get("model_position"), int):  # (after a login, an MCP server)
+        call = f", its {ordinal(report['position'])} HTTP exchange"
+    lines = [
+        f"replay diverged at the {divergence_nth(report)} {noun} of this run{call} ({what}): {report['reason']}."
+    ]
     exp = report.get("expected")
     if exp:
         lines.append(f"Expected next: recorded event seq {exp['seq']} ({exp['label']}).")

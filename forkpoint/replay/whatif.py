@@ -88,6 +88,8 @@ def end_divergence(report: dict[str, Any], child: Path | None = None) -> EndDive
     }
     if div.get("call") in ("http", "mcp"):
         out["call"] = div["call"]
+    if isinstance(div.get("model_position"), int):
+        out["model_position"] = div["model_position"]
     if child is not None:
         try:
             same = [e for e in Session.load(child, share_lists=True).calls() if e["type"] == kind]

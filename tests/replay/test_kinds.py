@@ -434,6 +434,8 @@ def test_a_divergence_after_a_plain_http_call_names_the_model_call_by_its_own_co
     """Model calls and the HTTP exchanges that are none share one count (the what-if ``end``,
     ``model#K``): a run that fetched a JSON API first and then diverged at its first model call was
     said to diverge "at the 2nd model call of this run"."""
+    from rich.console import Console
+
     from forkpoint.replay.report import format_divergence, verdict
 
     server.route("/api/items", lambda r: json_reply({"items": [1, 2, 3]}))
@@ -448,6 +450,12 @@ def test_a_divergence_after_a_plain_http_call_names_the_model_call_by_its_own_co
     text = format_divergence(div)
     assert text.startswith("replay diverged at the 1st model call of this run, its 2nd HTTP exchange"), text
     assert verdict(rp.report(), 0, 0)["call"].startswith("model call #1 (HTTP exchange #2)")
+    with forkpoint.replay(rec.session_path, on_divergence="live") as rp:  # (a what-if session's end)
+        httpx.get(server.url + "/api/items")
+        _chat(server.url, "two")
+    console = Console(record=True, width=300)
+    render(forkpoint.Session.load(rp.report()["child_session"]), console)
+    assert "diverged at the 1st model call, its 2nd HTTP exchange, this run's #2" in console.export_text()
     with pytest.raises(Divergence), forkpoint.replay(rec.session_path) as rp:  # (the first call: as before)
         _chat(server.url, "two")
     assert "model_position" not in rp.report()["divergence"]
