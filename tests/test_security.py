@@ -249,7 +249,7 @@ def _agent(base_url: str) -> list[str]:
     out.append(r.choices[0].message.content or "")
     result = lookup(f"Authorization: Bearer {SECRETS['bearer']}", password=SECRETS["field_password"])
     try:
-        connect(f"mysql://root:{SECRETS['mysql_password']}@10.0.0.5:3306/app")
+        connect(f"mysql://root:{SECRETS['mysql_password']}@127.0.0.1:3306/app")
     except ConnectionError as exc:
         out.append(type(exc).__name__)
     forkpoint.note(f"rotated temp key {SECRETS['note_key']}")

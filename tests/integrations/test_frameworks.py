@@ -541,7 +541,7 @@ def test_a_framework_tool_result_with_no_stored_form_is_said_and_never_replayed_
     @agent.tool_plain
     def lookup_host(path: str) -> ipaddress.IPv4Address:
         """Look a host up."""
-        return ipaddress.IPv4Address("10.0.0.7")
+        return ipaddress.IPv4Address("127.0.0.7")
 
     @function_tool
     def sdk_open(path: str) -> Handle:

@@ -38,7 +38,9 @@ def test_compatible_servers_are_named_as_themselves(url: str, name: str, otel: s
 def test_servers_known_by_what_they_answer() -> None:
     vllm = {**ANSWER, "prompt_logprobs": None, "choices": [{**ANSWER["choices"][0], "stop_reason": None}]}
     assert (
-        summarize("http://10.0.0.5:8000/v1/chat/completions", BODY, {"status": 200, "body": vllm})["provider"]
+        summarize("http://127.0.0.1:8000/v1/chat/completions", BODY, {"status": 200, "body": vllm})[
+            "provider"
+        ]
         == "vllm"
     )
     ollama_chunk = 'data: {"id":"c","system_fingerprint":"fp_ollama","choices":[{"index":0,"delta":{"content":"ok"}}]}\n\n'

@@ -93,8 +93,8 @@ def test_every_way_of_ending_differently_is_named() -> None:
         "call": None,
         "path": None,
     }
-    net = verdict(report(reproduced=False, network_blocked=["10.0.0.1:443", "10.0.0.1:443"]), 0, 0)
-    assert net["detail"] == "tried to reach the network (10.0.0.1:443 (2 attempts))"
+    net = verdict(report(reproduced=False, network_blocked=["127.0.0.1:443", "127.0.0.1:443"]), 0, 0)
+    assert net["detail"] == "tried to reach the network (127.0.0.1:443 (2 attempts))"
     both = verdict(report(reproduced=False, ended_early=True, unserved=[3]), 137, 0)
     assert both["detail"] == "exit code 137, recorded 0; ended before asking for 1 recorded call"
     # A report that says it did not reproduce, for a reason this function does not know yet.
@@ -130,10 +130,10 @@ def test_the_attempts_at_each_destination_add_up_across_processes() -> None:
 
     merged = merge_reports(
         [
-            process(1, network_blocked=["10.0.0.1:443"], network_attempts={"10.0.0.1:443": 3}),
-            process(2, network_blocked=["10.0.0.1:443", "10.0.0.1:443", "10.0.0.2:80 (udp)"]),
+            process(1, network_blocked=["127.0.0.1:443"], network_attempts={"127.0.0.1:443": 3}),
+            process(2, network_blocked=["127.0.0.1:443", "127.0.0.1:443", "localhost:80 (udp)"]),
         ]
     )
-    assert merged["network_blocked"] == ["10.0.0.1:443", "10.0.0.2:80 (udp)"]
-    assert merged["network_attempts"] == {"10.0.0.1:443": 5, "10.0.0.2:80 (udp)": 1}
-    assert "network blocked (2): 10.0.0.1:443 (5 attempts), 10.0.0.2:80 (udp);" in summary_line(merged)
+    assert merged["network_blocked"] == ["127.0.0.1:443", "localhost:80 (udp)"]
+    assert merged["network_attempts"] == {"127.0.0.1:443": 5, "localhost:80 (udp)": 1}
+    assert "network blocked (2): 127.0.0.1:443 (5 attempts), localhost:80 (udp);" in summary_line(merged)
