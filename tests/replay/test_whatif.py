@@ -696,6 +696,12 @@ def test_a_live_call_with_a_cookie_a_served_set_cookie_set_is_not_sent(
     assert "(not sent: cookie carried sid=REDACTED-" in blocked, blocked
 
 
+@forkpoint.tool
+def vault() -> dict[str, str]:
+    """A login's credentials, as a tool that fetched them from a vault would return them."""
+    return {"user": "bob", "password": "hunter22-correct-horse"}
+
+
 @pytest.mark.parametrize("multipart", [False, True])
 def test_a_live_login_with_a_served_placeholder_as_its_form_password_is_not_sent(
     tmp_path: Path, server: LocalServer, multipart: bool
@@ -705,10 +711,6 @@ def test_a_live_login_with_a_served_placeholder_as_its_form_password_is_not_sent
     of a multipart form) upstream under 'replay DIVERGED, then went live as asked', exit 0. It is
     not sent: NetworkBlocked, said in the report."""
     server.route("/login", lambda r: json_reply({"ok": True}))
-
-    @forkpoint.tool
-    def vault() -> dict[str, str]:
-        return {"user": "bob", "password": "hunter22-correct-horse"}
 
     def login(note: str) -> None:
         creds = vault()
@@ -795,10 +797,6 @@ def test_a_live_login_with_a_served_placeholder_as_its_json_password_is_not_sent
     ``{"password": "[REDACTED:secret-field:…]"}``: it is not sent. A placeholder in a member of a
     list (a model request's messages: what the model sees) is no credential sent, and is."""
     server.route("/login", lambda r: json_reply({"ok": True}))
-
-    @forkpoint.tool
-    def vault() -> dict[str, str]:
-        return {"user": "bob", "password": "hunter22-correct-horse"}
 
     def login(note: str) -> None:
         creds = vault()
