@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import copy
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -211,39 +211,71 @@ def refuse_unreached(
             )
 
 
+def _plain_where_typed(recorded: Any, given: Any, path: str = "$") -> Iterator[tuple[str, Any, Any]]:
+    """``(path, recorded node, given node)`` wherever ``given`` (an override's value, resolved by
+    ``from_json``) has plain JSON where ``recorded`` (the tool's recorded result) had a typed value
+    or bytes: at the top, or inside a dict, a list or a typed value's own fields (a datetime in a
+    dict the tool returned came back as a ``str``, unsaid). ``null`` is left alone: a tool that
+    returns an object may return None."""
+    if given is None:
+        return
+    if isinstance(recorded, bytes):
+        if not isinstance(given, bytes):
+            yield path, recorded, given
+    elif is_typed(recorded):
+        if not is_typed(given):
+            yield path, recorded, given
+        elif given[MARK] == recorded[MARK]:
+            yield from _plain_where_typed(recorded["value"], given["value"], path)
+    elif isinstance(recorded, dict) and isinstance(given, dict):
+        for key in recorded.keys() & given.keys():
+            yield from _plain_where_typed(recorded[key], given[key], f"{path}.{key}")
+    elif isinstance(recorded, list) and isinstance(given, list):
+        for i, (r, g) in enumerate(zip(recorded, given, strict=False)):
+            yield from _plain_where_typed(r, g, f"{path}[{i}]")
+
+
 def untyped(resolved: Mapping[int, Override], events: Sequence[Mapping[str, Any]]) -> list[str]:
     """A line for each of the ``resolved`` overrides (:func:`resolve`) that gives plain JSON where
-    the tool's recorded result was a typed value (a dataclass, a pydantic model…, or a list of
-    them) or bytes: the agent gets a ``dict`` (a list of them), or a ``str`` where the tool returned
-    a datetime…, which the tool could not have returned. Allowed (a what-if may mean it), but said."""
+    the tool's recorded result had a typed value (a dataclass, a pydantic model, a datetime…, at
+    the top or anywhere inside) or bytes: the agent gets a ``dict``, or a ``str`` where the tool
+    returned a datetime…, which the tool could not have returned. Allowed (a what-if may mean it),
+    but said: the first such place, and how many more."""
     by_seq = {e["seq"]: e for e in events}
     out = []
     for seq, o in resolved.items():
         event = by_seq[seq]
         if event["type"] != "tool_call" or o.field not in (None, "result") or "result" not in event:
             continue
-        recorded, given = event["result"], o.value
-        if isinstance(recorded, list) and isinstance(given, list) and recorded and given:
-            recorded, given = recorded[0], given[0]  # (a list of objects: as its first item)
-        # (a scalar too: "2020-01-01" for a datetime gave the agent a str, unsaid; null is left
-        # alone, a tool that returns an object may return None)
-        if isinstance(recorded, bytes) and not isinstance(from_json(given), bytes) and given is not None:
+        found = list(_plain_where_typed(event["result"], from_json(o.value)))
+        if not found:
+            continue
+        path, recorded, given = found[0]
+        at = "" if path == "$" else f" at {path}"
+        there = "" if path == "$" else " there"
+        more = (
+            f" (and at {len(found) - 1} more place(s): {', '.join(p for p, _, _ in found[1:4])}"
+            f"{'…' if len(found) > 4 else ''})"
+            if len(found) > 1
+            else ""
+        )
+        if isinstance(recorded, bytes):
             out.append(
-                f"forkpoint: override {o.spec!r}: {event['tool']} returned bytes when recorded; this "
-                f"value is plain JSON, so the agent gets a {type(given).__name__} instead. To give it "
-                'bytes: {"$b64": "<base64>"}, as forkpoint show prints them (docs/overrides.md)'
+                f"forkpoint: override {o.spec!r}: {event['tool']} returned bytes{at} when recorded; this "
+                f"value is plain JSON{there}, so the agent gets a {type(given).__name__} instead{more}. "
+                'To give it bytes: {"$b64": "<base64>"}, as forkpoint show prints them (docs/overrides.md)'
             )
-        elif is_typed(recorded) and not is_typed(given) and given is not None:
-            cls = str(recorded[MARK])
-            value = recorded["value"]
-            shape = "{…}" if isinstance(value, dict) else "[…]" if isinstance(value, list) else '"…"'
-            out.append(
-                f"forkpoint: override {o.spec!r}: {event['tool']} returned a {cls.replace(':', '.')} "
-                f"when recorded; this value is plain JSON, so the agent gets a {type(given).__name__} "
-                f'instead. To give it a {cls.rsplit(":", 1)[-1]}: {{"{MARK}": "{cls}", "kind": '
-                f'"{recorded.get("kind")}", "value": {shape}}} (docs/overrides.md; forkpoint show --json '
-                "shows the recorded one)"
-            )
+            continue
+        cls = str(recorded[MARK])
+        value = recorded["value"]
+        shape = "{…}" if isinstance(value, dict) else "[…]" if isinstance(value, list) else '"…"'
+        out.append(
+            f"forkpoint: override {o.spec!r}: {event['tool']} returned a {cls.replace(':', '.')}{at} "
+            f"when recorded; this value is plain JSON{there}, so the agent gets a {type(given).__name__} "
+            f'instead{more}. To give it a {cls.rsplit(":", 1)[-1]}: {{"{MARK}": "{cls}", "kind": '
+            f'"{recorded.get("kind")}", "value": {shape}}} (docs/overrides.md; forkpoint show --json '
+            "shows the recorded one)"
+        )
     return out
 
 

@@ -380,6 +380,51 @@ def test_rich_return_values_replay_as_themselves(tmp_path: Path) -> None:
     assert [t["result"]["kind"] for t in tools] == ["dataclass", "dataclass"]
 
 
+def test_an_override_giving_plain_json_for_a_datetime_inside_a_tools_dict_is_said(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Tools returning a dict that holds a datetime, overridden with that datetime as its ISO text:
+    the agent got a ``str`` where the tool had returned a datetime, and nothing said so; only a
+    typed value at the top of the result (a dataclass, a datetime) was said."""
+    agent = Agent(instructions="Use the tool.")
+    built = {"key": "build", "at": datetime.datetime(2024, 5, 1, 12, 0, tzinfo=datetime.UTC), "ok": True}
+
+    @agent.tool_plain
+    def build_info(key: str) -> dict[str, Any]:
+        """Build info."""
+        return dict(built)
+
+    @function_tool(name_override="build_info")
+    def sdk_build_info(key: str) -> dict[str, Any]:
+        """Build info."""
+        return dict(built)
+
+    def run(url: str, framework: str) -> Any:
+        model, sdk_agent = pai_model_and_sdk_agent(url, sdk_build_info)
+        if framework == "pydantic-ai":
+            got = agent.run_sync("Go.", model=model).all_messages()
+            return next(p.content for m in got for p in m.parts if p.part_kind == "tool-return")
+        sdk = Runner.run_sync(sdk_agent, "Go.")
+        return next(i.output for i in sdk.new_items if i.type == "tool_call_output_item")
+
+    given = '{"key": "build", "at": "2000-01-01T00:00:00+00:00", "ok": false}'
+    spec = f"tool:build_info.result={given}"
+    for framework in ("pydantic-ai", "openai-agents"):
+        with LocalServer(chat_script=[[("build_info", {"key": "build"})], "done"]) as server:
+            with forkpoint.record(store=tmp_path) as rec:
+                assert run(server.url, framework) == built
+            capsys.readouterr()
+            with forkpoint.replay(
+                rec.session_path, overrides=[spec], on_divergence="live", record_child=False
+            ):
+                assert run(server.url, framework)["at"] == "2000-01-01T00:00:00+00:00"  # (allowed: said)
+        said = " ".join(capsys.readouterr().err.split())
+        assert (
+            f"override {spec!r}: build_info returned a datetime.datetime at $.at when recorded; this value "
+            "is plain JSON there, so the agent gets a str instead" in said
+        ), (framework, said)
+
+
 def test_a_frameworks_own_tools_are_not_said_to_be_unrecorded(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

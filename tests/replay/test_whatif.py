@@ -1314,10 +1314,17 @@ def test_plain_json_given_for_a_typed_result_is_said(
     ), said
     assert f"override {plain[1]!r}: read_all returned a {ref.replace(':', '.')}" in said, said
     assert f'To give it a Reading: {{"$type": "{ref}", "kind": "dataclass"' in said, said
-    typed = json.dumps({"$type": ref, "kind": "dataclass", "value": {"temp": 30.0, "when": 5}})
+    when = {"$type": "datetime:datetime", "kind": "datetime", "value": "2026-02-01T00:00:00"}
+    typed = json.dumps({"$type": ref, "kind": "dataclass", "value": {"temp": 30.0, "when": when}})
     with forkpoint.replay(rec.session_path, overrides=[f"tool:read_sensor.result={typed}"]):
         assert isinstance(read_sensor("a"), Reading)
     assert "plain JSON" not in capsys.readouterr().err
+    # (a field of a typed value given as plain JSON where it was typed is said too, by its path)
+    typed = json.dumps({"$type": ref, "kind": "dataclass", "value": {"temp": 30.0, "when": 5}})
+    with forkpoint.replay(rec.session_path, overrides=[f"tool:read_sensor.result={typed}"]):
+        assert read_sensor("a").when == 5
+    said = " ".join(capsys.readouterr().err.split())
+    assert "read_sensor returned a datetime.datetime at $.when when recorded" in said, said
 
 
 def test_a_plain_scalar_given_for_a_typed_result_is_said(
