@@ -26,11 +26,13 @@ _PLUMBING = frozenset(
     }
 )  # fmt: skip
 # The frameworks of those: unlike the plumbing, they write what the model is sent (agno stamps the
-# time into its system prompt), so they may be the writer a divergence report looks for.
+# time into its system prompt), so they may be the writer a divergence report looks for. pydantic-ai
+# runs each agent step in pydantic_graph, and reaches MCP through fastmcp's client.
 _FRAMEWORKS = frozenset(
     {
-        "pydantic_ai", "agents", "langchain_core", "langchain_openai", "langchain_anthropic",
-        "langgraph", "litellm", "minisweagent", "smolagents", "strands", "agno", "dspy", "mcp",
+        "pydantic_ai", "pydantic_graph", "agents", "langchain_core", "langchain_openai",
+        "langchain_anthropic", "langgraph", "litellm", "minisweagent", "smolagents", "strands", "agno",
+        "dspy", "mcp", "fastmcp",
     }
 )  # fmt: skip
 _LIBRARY_PACKAGES = _PLUMBING | _FRAMEWORKS

@@ -1613,6 +1613,29 @@ def test_a_divergence_in_strands_event_loop_thread_is_said_at_the_agents_line(
     assert "the call made at ask.py:11 (<module>)" in said, said
 
 
+ASK_PYDANTIC_AI = """
+import sys
+
+from pydantic_ai import Agent
+from pydantic_ai.models.openai import OpenAIChatModel
+from pydantic_ai.providers.openai import OpenAIProvider
+
+model = OpenAIChatModel("m", provider=OpenAIProvider(base_url=sys.argv[1] + "/v1", api_key="sk-" + "y" * 40))
+agent = Agent(model)
+print(agent.run_sync(sys.argv[2]).output)
+"""
+
+
+def test_a_divergence_in_a_pydantic_ai_run_is_said_at_the_agents_line(
+    tmp_path: Path, server: LocalServer
+) -> None:
+    """pydantic-ai runs its agent as a pydantic_graph graph: the replay said "the call made at
+    …/pydantic_graph/step.py:253 (_call_node)", a line of the framework, not ``agent.run_sync``."""
+    pytest.importorskip("pydantic_ai")
+    said = _asked_otherwise(tmp_path, ASK_PYDANTIC_AI, server.url)
+    assert "the call made at ask.py:10 (<module>)" in said, said
+
+
 ASK_IN_A_TASK_GROUP = """
 import sys
 
