@@ -9,10 +9,13 @@ meets the errors, retries and timing it meets without forkpoint.
 (``GenerateContentConfig(tools=[get_weather])``) the SDK calls them itself between model calls.
 Patched: ``google.genai._extra_utils.invoke_function_from_dict_args`` and
 ``invoke_function_from_dict_args_async``, through which the SDK runs each one (looked up as module
-globals at call time, so patching the module suffices). The event's ``tool`` is the function's
-``__name__`` (the name the SDK declares to the model), ``args`` the model's arguments, ``result``
-the return value, typed where forkpoint rebuilds it (:func:`.base.stored_form`); on replay the function does not run. Functions already wrapped with
-``@forkpoint.tool`` record themselves and are left alone.
+globals at call time, so patching the module suffices); each hands the SDK the function wrapped
+(:func:`.base.recorded_function`), so the SDK's argument conversion and its wrapping of a raised
+exception (``FunctionInvocationError``, whose text the model is sent) run live and on replay alike.
+The event's ``tool`` is the function's ``__name__`` (the name the SDK declares to the model),
+``args`` the model's arguments, ``result`` the return value, typed where forkpoint rebuilds it
+(:func:`.base.stored_form`), or ``error`` the function's own exception; on replay the function does
+not run. Functions already wrapped with ``@forkpoint.tool`` record themselves and are left alone.
 """
 
 from __future__ import annotations
@@ -22,9 +25,8 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from .. import runtime
 from ..capture.tracebacks import hidden
-from .base import Integration, is_forkpoint_tool, jsonable, replace, run_tool, run_tool_sync
+from .base import Integration, jsonable, recorded_function, records, replace
 
 
 def patch_extra_utils(module: ModuleType) -> None:
@@ -32,34 +34,25 @@ def patch_extra_utils(module: ModuleType) -> None:
     sync_original = module.invoke_function_from_dict_args
     async_original = module.invoke_function_from_dict_args_async
 
-    def skip(fn: Callable[..., Any]) -> bool:
-        return runtime.active() is None or is_forkpoint_tool(fn)
+    def recorded(args: dict[str, Any], fn: Callable[..., Any]) -> Callable[..., Any]:
+        # The SDK's own code still converts the arguments and wraps a raised exception in its
+        # FunctionInvocationError, live and on replay alike: only the function's call is recorded,
+        # so its own exception is, and a what-if error reaches the model as a real raise would.
+        if not records(fn):
+            return fn
+        return recorded_function(getattr(fn, "__name__", "function"), jsonable(args), fn)
 
     @functools.wraps(sync_original)
     def invoke_function_from_dict_args(args: dict[str, Any], function_to_invoke: Callable[..., Any]) -> Any:
         with hidden:
-            if skip(function_to_invoke):
-                return sync_original(args, function_to_invoke)
-            return run_tool_sync(
-                getattr(function_to_invoke, "__name__", "function"),
-                jsonable(args),
-                lambda: sync_original(args, function_to_invoke),
-                fn=function_to_invoke,
-            )
+            return sync_original(args, recorded(args, function_to_invoke))
 
     @functools.wraps(async_original)
     async def invoke_function_from_dict_args_async(
         args: dict[str, Any], function_to_invoke: Callable[..., Any]
     ) -> Any:
         with hidden:
-            if skip(function_to_invoke):
-                return await async_original(args, function_to_invoke)
-            return await run_tool(
-                getattr(function_to_invoke, "__name__", "function"),
-                jsonable(args),
-                lambda: async_original(args, function_to_invoke),
-                fn=function_to_invoke,
-            )
+            return await async_original(args, recorded(args, function_to_invoke))
 
     if replace(module, "invoke_function_from_dict_args", invoke_function_from_dict_args):
         replace(module, "invoke_function_from_dict_args_async", invoke_function_from_dict_args_async)

@@ -332,6 +332,67 @@ def test_a_streamed_function_calling_run_with_live_models_lines_up_with_its_reco
     ]
 
 
+class VaultLocked(Exception):
+    """A tool's own exception: the SDK sends the model its text inside a ``FunctionInvocationError``'s."""
+
+
+def open_vault(name: str) -> dict[str, Any]:
+    """Open a vault."""
+    raise VaultLocked(f"vault {name} is locked")
+
+
+async def open_vault_async(name: str) -> dict[str, Any]:
+    """Open a vault."""
+    raise VaultLocked(f"vault {name} is locked")
+
+
+def sent_error(server: ModelServer) -> str:
+    """The error text the SDK sent the model in the function response of the last request."""
+    parts = [p for c in server.requests[-1]["body"]["contents"] for p in c.get("parts") or []]
+    return str([p for p in parts if "functionResponse" in p][-1]["functionResponse"]["response"]["error"])
+
+
+@pytest.mark.parametrize("tool", [open_vault, open_vault_async], ids=["sync", "async"])
+def test_a_function_the_sdk_calls_is_recorded_raising_its_own_exception(
+    tool: Callable[..., Any], tmp_path: Path
+) -> None:
+    """The integration recorded the SDK's ``invoke_function_from_dict_args`` whole: the event said
+    the tool raised the SDK's ``FunctionInvocationError`` (not the function's exception), and a
+    what-if ``.error`` was raised past the SDK's wrapping, so the model was sent the bare message
+    where a function raising it live sends the SDK's sentence around it."""
+
+    def run(url: str) -> str | None:
+        config = types.GenerateContentConfig(tools=[tool])
+        if tool is open_vault:
+            c = client(url)  # (kept: a collected genai.Client closes its HTTP client)
+            return c.models.generate_content(model=MODEL, contents=TASK, config=config).text
+
+        async def main() -> str | None:
+            c = client(url)
+            return (await c.aio.models.generate_content(model=MODEL, contents=TASK, config=config)).text
+
+        return asyncio.run(main())
+
+    with ModelServer(turns=1, seed=3) as server:
+        with forkpoint.record(store=tmp_path) as rec:
+            live = run(server.base_url)
+        recorded_error = sent_error(server)
+        [event] = forkpoint.Session.load(rec.session_path).by_type("tool_call")
+        assert event["error"]["type"] == "VaultLocked", event["error"]
+        assert "Failed to invoke function" in recorded_error and recorded_error.endswith("is locked")
+
+        with forkpoint.replay(rec.session_path) as rp:
+            assert run(server.base_url) == live
+        assert rp.report()["unused"] == [] and rp.report()["divergence"] is None
+
+        what_if = 'tool:open_vault{}.error={{"type": "PermissionError", "message": "denied"}}'
+        spec = what_if.format("_async" if tool is open_vault_async else "")
+        with forkpoint.replay(rec.session_path, overrides=[spec], on_divergence="live"):
+            run(server.base_url)
+        sentence = recorded_error.rsplit(" because of error ", 1)[0]
+        assert sent_error(server) == sentence + " because of error denied"
+
+
 # --------------------------------------------------------------------------- OpenAI-compatible providers
 
 CHAT_TOOLS = [
