@@ -84,12 +84,19 @@ class UnrebuildableValue(ForkpointError, ValueError):
 class RecordedToolError(ForkpointError):
     """Raised on replay for a recorded tool exception whose class cannot be rebuilt.
 
-    ``type_name``, ``module`` and ``message`` are those of the original exception.
+    ``type_name``, ``module`` and ``message`` are those of the original exception. Its text is the
+    original's, as a framework that sends a tool's error text to the model reads it (google-genai,
+    LangChain, smolagents), so the replayed run sends what the recorded one did; a note (shown under
+    a traceback) names the class.
     """
 
     def __init__(self, type_name: str, module: str, message: str) -> None:
-        super().__init__(f"{module}.{type_name}: {message}")
+        super().__init__(message)
         self.type_name, self.module, self.message = type_name, module, message
+        self.add_note(
+            f"forkpoint: recorded as a {module}.{type_name}, which this replay cannot rebuild "
+            "(it imports no module to find a class)"
+        )
 
     def __reduce__(self) -> tuple[Any, ...]:
         return type(self), (self.type_name, self.module, self.message)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import json
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -391,6 +392,38 @@ def test_a_function_the_sdk_calls_is_recorded_raising_its_own_exception(
             run(server.base_url)
         sentence = recorded_error.rsplit(" because of error ", 1)[0]
         assert sent_error(server) == sentence + " because of error denied"
+
+
+def test_an_exception_a_replay_cannot_rebuild_reaches_the_model_with_its_recorded_text(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A function raised an exception of a module it imports in its body, which a replay (running
+    no body, importing no module to find a class) does not have: it came back a
+    ``RecordedToolError`` whose text had the class's name in front, the SDK sent that text to the
+    model, and the replay diverged at the next model call."""
+    (tmp_path / "prefs_format.py").write_text("class BadPrefs(Exception):\n    pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "prefs_format", raising=False)
+
+    def read_prefs(path: str) -> dict[str, Any]:
+        """Read a preferences file."""
+        import prefs_format
+
+        raise prefs_format.BadPrefs(f"{path}: not a preferences file")
+
+    def run(url: str) -> list[Any]:
+        config = types.GenerateContentConfig(tools=[read_prefs])
+        c = client(url)  # (kept: a collected genai.Client closes its HTTP client)
+        response = c.models.generate_content(model=MODEL, contents=TASK, config=config)
+        return [c.model_dump(mode="json") for c in response.automatic_function_calling_history or []]
+
+    with ModelServer(turns=1, seed=3) as server:
+        with forkpoint.record(store=tmp_path / "store") as rec:
+            live = run(server.base_url)
+        del sys.modules["prefs_format"]
+        with forkpoint.replay(rec.session_path) as rp:
+            assert run(server.base_url) == live
+    assert rp.report()["divergence"] is None and "prefs_format" not in sys.modules
 
 
 # --------------------------------------------------------------------------- OpenAI-compatible providers
