@@ -15,7 +15,9 @@ exception (``FunctionInvocationError``, whose text the model is sent) run live a
 The event's ``tool`` is the function's ``__name__`` (the name the SDK declares to the model),
 ``args`` the model's arguments, ``result`` the return value, typed where forkpoint rebuilds it
 (:func:`.base.stored_form`), or ``error`` the function's own exception; on replay the function does
-not run. Functions already wrapped with ``@forkpoint.tool`` record themselves and are left alone.
+not run. Arguments the SDK's conversion refuses never reach the function: the SDK answers the
+model with the error, and the call is no tool call missing from the recording. Functions already
+wrapped with ``@forkpoint.tool`` record themselves and are left alone.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
+from .. import runtime
 from ..capture.tracebacks import hidden
 from .base import Integration, jsonable, recorded_function, records, replace
 
@@ -33,6 +36,9 @@ def patch_extra_utils(module: ModuleType) -> None:
     """Wrap the two functions of ``google.genai._extra_utils`` that run automatic function calls."""
     sync_original = module.invoke_function_from_dict_args
     async_original = module.invoke_function_from_dict_args_async
+    # What the SDK raises around the function's own exception: any other comes from its conversion
+    # of the model's arguments, before the function is called.
+    called = getattr(getattr(module, "errors", None), "FunctionInvocationError", ())
 
     def recorded(args: dict[str, Any], fn: Callable[..., Any]) -> Callable[..., Any]:
         # The SDK's own code still converts the arguments and wraps a raised exception in its
@@ -42,17 +48,31 @@ def patch_extra_utils(module: ModuleType) -> None:
             return fn
         return recorded_function(getattr(fn, "__name__", "function"), jsonable(args), fn)
 
+    def refused(exc: Exception, fn: Callable[..., Any]) -> None:
+        if not isinstance(exc, called):
+            # The SDK answered the model with the error itself, the function never ran: no tool
+            # call of it is missing from the recording.
+            runtime.framework_tools.add(str(getattr(fn, "__name__", "function")))
+
     @functools.wraps(sync_original)
     def invoke_function_from_dict_args(args: dict[str, Any], function_to_invoke: Callable[..., Any]) -> Any:
         with hidden:
-            return sync_original(args, recorded(args, function_to_invoke))
+            try:
+                return sync_original(args, recorded(args, function_to_invoke))
+            except Exception as exc:
+                refused(exc, function_to_invoke)
+                raise
 
     @functools.wraps(async_original)
     async def invoke_function_from_dict_args_async(
         args: dict[str, Any], function_to_invoke: Callable[..., Any]
     ) -> Any:
         with hidden:
-            return await async_original(args, recorded(args, function_to_invoke))
+            try:
+                return await async_original(args, recorded(args, function_to_invoke))
+            except Exception as exc:
+                refused(exc, function_to_invoke)
+                raise
 
     if replace(module, "invoke_function_from_dict_args", invoke_function_from_dict_args):
         replace(module, "invoke_function_from_dict_args_async", invoke_function_from_dict_args_async)

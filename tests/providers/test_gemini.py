@@ -22,6 +22,7 @@ pytest.importorskip("google.genai")
 
 import httpx2  # noqa: E402
 import openai  # noqa: E402
+import pydantic  # noqa: E402
 from google import genai  # noqa: E402
 from google.genai import errors as genai_errors  # noqa: E402
 from google.genai import types  # noqa: E402
@@ -29,6 +30,7 @@ from google.genai import types  # noqa: E402
 import forkpoint  # noqa: E402
 from forkpoint.demo.server import ModelServer  # noqa: E402
 from forkpoint.events import in_start_order  # noqa: E402
+from forkpoint.replay import unrecorded_tools  # noqa: E402
 
 #: What google-genai raises when the server is unreachable (it sends with httpx2, or httpx).
 ConnectionError_ = (httpx2.ConnectError, genai_errors.APIError)
@@ -424,6 +426,40 @@ def test_an_exception_a_replay_cannot_rebuild_reaches_the_model_with_its_recorde
         with forkpoint.replay(rec.session_path) as rp:
             assert run(server.base_url) == live
     assert rp.report()["divergence"] is None and "prefs_format" not in sys.modules
+
+
+class Query(pydantic.BaseModel):
+    text: str
+
+
+def search(query: Query) -> list[str]:
+    """Search the docs."""
+    raise AssertionError("the SDK refuses the model's arguments: never called")
+
+
+def test_arguments_the_sdk_refuses_are_no_tool_call_missing_from_the_recording(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The SDK converts the model's arguments to the function's parameters, and answers the model
+    with the error itself when they do not convert (here ``{}`` for a ``Query``): the function never
+    ran, yet the recording said the model asked for a tool that was never recorded ("if the agent
+    ran them, a replay runs them for real"), and the replay that reproduced it was "ok, but
+    incomplete"."""
+
+    def run(url: str) -> list[Any]:
+        c = client(url)  # (kept: a collected genai.Client closes its HTTP client)
+        config = types.GenerateContentConfig(tools=[search])
+        response = c.models.generate_content(model=MODEL, contents=TASK, config=config)
+        return [c.model_dump(mode="json") for c in response.automatic_function_calling_history or []]
+
+    with ModelServer(turns=1, seed=3) as server, forkpoint.record(store=tmp_path) as rec:
+        live = run(server.base_url)
+    assert "Failed to parse parameter query" in json.dumps(live)
+    assert "never recorded" not in capsys.readouterr().err
+    with forkpoint.replay(rec.session_path) as rp:
+        assert run(server.base_url) == live
+    report = rp.report()
+    assert report["divergence"] is None and unrecorded_tools(report) == {}, report
 
 
 # --------------------------------------------------------------------------- OpenAI-compatible providers
