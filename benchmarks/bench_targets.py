@@ -494,6 +494,14 @@ def child_mem(step: str, turns: int, path: Path, row: str = "sdkless") -> int:
 
 def row_startup(repeat: int, tmp: Path) -> None:
     print(f"\n== start-up (wall time, median of {repeat} fresh interpreters, interleaved) ==")
+    if any(name.startswith("__editable__") for name in sys.modules):
+        # (an editable install's finder runs in every interpreter of the environment, `python -c
+        # pass` too, and loads pathlib and urllib: the yardstick doubles, and the ratio shrinks)
+        print(
+            "  this environment has forkpoint installed editable (pip install -e): its finder runs at "
+            "every interpreter's start; run this row with the python of a regular install "
+            "(pip install ., as README.md's quick start) for the figures a user gets"
+        )
     env = env_with_repo()
     # An installed package has its bytecode (pip compiles it); with PYTHONDONTWRITEBYTECODE set, as
     # in some CI images, the warm-up below would not write it and every run would compile forkpoint.
@@ -616,6 +624,20 @@ def row_floor(turns_list: list[int], repeat_small: int, tmp: Path, repeat_large:
         print("  " + verdict(f"T={turns} record overhead over live (fraction)", over, target))
 
 
+@contextlib.contextmanager
+def unsynced() -> Iterator[None]:
+    """``FORKPOINT_FSYNC=never`` for what is recorded inside (the caller's own value put back)."""
+    saved = os.environ.get("FORKPOINT_FSYNC")
+    os.environ["FORKPOINT_FSYNC"] = "never"
+    try:
+        yield
+    finally:
+        if saved is None:
+            del os.environ["FORKPOINT_FSYNC"]
+        else:
+            os.environ["FORKPOINT_FSYNC"] = saved
+
+
 def row_sdkless(turns: int, repeat: int, tmp: Path, row: str = "sdkless") -> None:
     import forkpoint
 
@@ -623,12 +645,20 @@ def row_sdkless(turns: int, repeat: int, tmp: Path, row: str = "sdkless") -> Non
     print(f"\n== {kind} (httpx2 MockTransport), {turns} turns; in-process CPU s, median of {repeat} ==")
     tool = sdkless_tool()
     loop = functools.partial(sdkless_loop, sent=sent)
-    rows: dict[str, list[float]] = {"plain": [], "record": [], "replay": []}
+    rows: dict[str, list[float]] = {"plain": [], "record": [], "replay": [], "record_unsynced": []}
     for i in range(repeat):
         gc.collect()
         c0 = time.process_time()
         answer = loop(turns, tool)
         rows["plain"].append(time.process_time() - c0)
+        # What the fsync policy costs, beside the target (not its yardstick): the same record with
+        # FORKPOINT_FSYNC=never, which gives up "an acknowledged event survives a crash".
+        gc.collect()
+        with unsynced():
+            c0 = time.process_time()
+            with forkpoint.record(store=tmp / f"{row}-{turns}-{i}-unsynced"):
+                assert loop(turns, tool) == answer
+            rows["record_unsynced"].append(time.process_time() - c0)
         gc.collect()
         c0 = time.process_time()
         with forkpoint.record(store=tmp / f"{row}-{turns}-{i}") as rec:
@@ -642,7 +672,11 @@ def row_sdkless(turns: int, repeat: int, tmp: Path, row: str = "sdkless") -> Non
         report = rp.report()
         assert report["matched"] == report["recorded"] and report["divergence"] is None, report
     m = {k: median(v) for k, v in rows.items()}
-    print(f"  plain loop {m['plain']:.3f} s, record {m['record']:.3f} s, replay {m['replay']:.3f} s")
+    print(
+        f"  plain loop {m['plain']:.3f} s, record {m['record']:.3f} s, replay {m['replay']:.3f} s; "
+        f"record with FORKPOINT_FSYNC=never {m['record_unsynced']:.3f} s "
+        f"({m['record_unsynced'] / m['plain']:.3f}x: what the sync of every event costs, not the target)"
+    )
     print(
         "  "
         + verdict(f"{label} replay / plain loop at {turns} turns", m["replay"] / m["plain"], T_SDKLESS_REPLAY)
