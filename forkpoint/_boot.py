@@ -214,7 +214,7 @@ def _start_replay(session: str, env: Mapping[str, str], *, spawned: bool = False
     replayer raise."""
     from . import api, override
     from .log import Session, SessionWriter
-    from .replay import PLACEHOLDER_KEY, Replayer, open_ledger, placeholder_keys, write_report
+    from .replay import Replayer, open_ledger, placeholder_env, write_report
 
     opts = _json_loads(env["FORKPOINT_REPLAY"] or "{}")
     if opts.get("child"):  # (a what-if's session is being recorded as long as this process lives)
@@ -234,8 +234,8 @@ def _start_replay(session: str, env: Mapping[str, str], *, spawned: bool = False
         ledger=open_ledger(reports / LEDGER_NAME) if reports else None,
         hand_over=True,
     )
-    for k in placeholder_keys(recorded):
-        os.environ.setdefault(k, PLACEHOLDER_KEY)
+    for k, v in placeholder_env(recorded).items():
+        os.environ.setdefault(k, v)
     _deterministic(recorded.header.get("deterministic"))
     api.start(rp)
     _watch_uncaught(rp.uncaught.append)

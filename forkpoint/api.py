@@ -328,14 +328,7 @@ def replay(
     the run makes live, or one made inside a tool call the replay serves whole), :class:`~forkpoint.errors.SessionError` for one that cannot be read,
     :class:`~forkpoint.errors.ConfigError` for a bad ignore rule.
     """
-    from .replay import (
-        PLACEHOLDER_KEY,
-        Replayer,
-        create_child,
-        end_divergence,
-        placeholder_keys,
-        write_report,
-    )
+    from .replay import Replayer, create_child, end_divergence, placeholder_env, write_report
     from .store import resolve
 
     runtime.check_free("replay")  # (before a child session or the API-key placeholders)
@@ -381,9 +374,8 @@ def replay(
         strict=strict,
         hand_over=loaded_here,
     )
-    added = [k for k in placeholder_keys(session) if not os.environ.get(k)]
-    for k in added:
-        os.environ[k] = PLACEHOLDER_KEY
+    added = placeholder_env(session)
+    os.environ.update(added)
     flush_telemetry()  # (what the program's run made before the replay goes out live, as it would)
     hooks = ExitStack()
     hooks.enter_context(agent_hooks(targets, deterministic))
@@ -405,8 +397,8 @@ def replay(
     finally:
         runtime.deactivate(rt)
         hooks.close()
-        for k in added:
-            if os.environ.get(k) == PLACEHOLDER_KEY:
+        for k, v in added.items():
+            if os.environ.get(k) == v:
                 del os.environ[k]
         own = isinstance(failed, Divergence | NetworkBlocked)  # reported as what they are
         rt.finish(1 if failed else 0, [error_record(failed)] if failed is not None and not own else [])

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from ..providers import PLACEHOLDER_KEY
     from .guard import install_network_guard
     from .ledger import Ledger, open_ledger
-    from .replayer import API_KEY_VARS, Replayer, label, placeholder_keys, release_order
+    from .replayer import API_KEY_VARS, Replayer, label, placeholder_env, release_order
     from .report import (
         EXIT_DIVERGENCE,
         blocked_text,
@@ -45,7 +45,7 @@ _SUBMODULES = {
         "PLACEHOLDER_KEY",
         "Replayer",
         "label",
-        "placeholder_keys",
+        "placeholder_env",
         "release_order",
     ],
     ".report": [
@@ -90,7 +90,7 @@ __all__ = [
     "label",
     "merge_reports",
     "open_ledger",
-    "placeholder_keys",
+    "placeholder_env",
     "problems",
     "release_order",
     "summary_line",

@@ -87,15 +87,45 @@ from .report import ambiguous, blocked_fields, conclude, divergence
 API_KEY_VARS = api_key_vars()
 
 
-def placeholder_keys(session: Session) -> list[str]:
-    """The API-key variables a replay of ``session`` sets to :data:`PLACEHOLDER_KEY` where they are
-    unset (an SDK refuses to start without its key): those the recording had set, as its header
-    (``api_keys``) and its notes of keys set later say; every one for a session that does not say."""
+def placeholder_env(session: Session) -> dict[str, str]:
+    """The environment a replay of ``session`` sets where this one leaves it unset, so that an SDK
+    starts as it did when recorded: each API-key variable the recording had set (its header's
+    ``api_keys`` and its notes of keys set later; every one for a session that does not say) as
+    :data:`PLACEHOLDER_KEY` (an SDK refuses to start without its key), and ``AWS_DEFAULT_REGION``
+    (the variable botocore reads; it reads no ``AWS_REGION``) as the region of the recorded Bedrock
+    calls' hosts (botocore builds no client without a region: a recording that took it from the
+    environment or ``~/.aws/config`` would raise ``NoRegionError`` on a machine without them; set,
+    it comes before ``~/.aws/config``'s, as the recorded calls went to that region)."""
     said = session.header.get("api_keys")
-    if not isinstance(said, list):
-        return list(API_KEY_VARS)
-    later = {k for n in session.by_type("note") for k in ((n.get("data") or {}).get("api_keys") or [])}
-    return [k for k in API_KEY_VARS if k in said or k in later]
+    if isinstance(said, list):
+        later = {k for n in session.by_type("note") for k in ((n.get("data") or {}).get("api_keys") or [])}
+        keys = [k for k in API_KEY_VARS if k in said or k in later]
+    else:
+        keys = list(API_KEY_VARS)
+    out = {k: PLACEHOLDER_KEY for k in keys if not os.environ.get(k)}
+    if not os.environ.get("AWS_DEFAULT_REGION"):
+        region = _aws_region(session)
+        if region is not None:
+            out["AWS_DEFAULT_REGION"] = region
+    return out
+
+
+#: An AWS region as a label of an endpoint's host: us-east-1, eu-central-2, us-gov-west-1, cn-north-1.
+_AWS_REGION = compiled_later(r"[a-z]{2}(?:-[a-z]+)+-\d+")
+
+
+def _aws_region(session: Session) -> str | None:
+    """The region of the first recorded call to a Bedrock endpoint of AWS
+    (``bedrock-runtime.<region>.amazonaws.com``, its FIPS and VPC-endpoint forms, ``.com.cn``), or
+    None (no such call; an ``endpoint_url`` of the program's own names none)."""
+    for event in session.by_type("model_call"):
+        host = (urlsplit(str((event.get("request") or {}).get("url") or "")).hostname or "").lower()
+        if "bedrock" not in host or not host.endswith((".amazonaws.com", ".amazonaws.com.cn")):
+            continue
+        for part in host.split("."):
+            if _AWS_REGION.fullmatch(part):
+                return part
+    return None
 
 
 def label(event: Mapping[str, Any]) -> str:

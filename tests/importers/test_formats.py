@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import re
+import subprocess
+import sys
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -18,6 +21,7 @@ import yaml
 
 import forkpoint
 from forkpoint.importers import import_file
+from tests.cliutil import FORKPOINT
 from tests.modelserver import converse_events
 from tests.realdata import TRAJECTORIES
 
@@ -98,6 +102,56 @@ def test_a_bedrock_cassette_with_bytes_headers_imports_as_text_and_replays(
     assert whole["output"]["message"]["content"] == [{"text": "the sum is 5"}]
     assert text == "the sum is 5"
     assert rp.report()["reproduced"], rp.report()
+
+
+REGIONLESS_AGENT = f"""
+import boto3
+
+client = boto3.client("bedrock-runtime")  # (the region from the environment, as when recorded)
+answer = client.converse(modelId={MODEL!r}, **{ASKED!r})
+streamed = client.converse_stream(modelId={MODEL!r}, **{ASKED!r})
+text = "".join(e["contentBlockDelta"]["delta"]["text"] for e in streamed["stream"] if "contentBlockDelta" in e)
+print(client.meta.region_name, answer["output"]["message"]["content"][0]["text"], "/", text)
+"""
+
+
+def test_a_replay_gives_botocore_the_recorded_bedrock_region_when_none_is_configured(
+    bedrock_cassette: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Bedrock client built without region_name takes it from AWS_DEFAULT_REGION or ~/.aws/config.
+    A replay set placeholder keys but no region, so on a machine without AWS configuration (CI)
+    botocore raised NoRegionError and the replay did not reproduce. The region of the recorded
+    calls' host is set where none is, in-process and under `forkpoint replay`, and taken away after
+    the block."""
+    for var in ("AWS_DEFAULT_REGION", "AWS_PROFILE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    path = import_file(bedrock_cassette, store=tmp_path / "store")
+    with forkpoint.replay(path, on_divergence="fifo"):
+        client = boto3.client("bedrock-runtime")
+        whole = client.converse(modelId=MODEL, **ASKED)
+    assert client.meta.region_name == "us-east-1"
+    assert whole["output"]["message"]["content"] == [{"text": "the sum is 5"}]
+    assert "AWS_DEFAULT_REGION" not in os.environ
+    (tmp_path / "agent.py").write_text(REGIONLESS_AGENT)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FORKPOINT_")}
+    replayed = subprocess.run(
+        [*FORKPOINT, "replay", str(path), "--", sys.executable, "agent.py"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert replayed.returncode == 0, replayed.stderr
+    assert replayed.stdout.strip() == "us-east-1 the sum is 5 / the sum is 5", replayed.stdout
+    assert "replay ok" in replayed.stderr, replayed.stderr
+    # Its own region, where one is set, is left as it is (the call then goes to another host).
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "eu-west-1")
+    with forkpoint.replay(path, on_divergence="fifo"):
+        assert boto3.client("bedrock-runtime").meta.region_name == "eu-west-1"
 
 
 def test_a_gzip_cassette_in_the_requests_responses_layout(tmp_path: Path) -> None:
