@@ -119,7 +119,10 @@ def _aws_region(session: Session) -> str | None:
     (``bedrock-runtime.<region>.amazonaws.com``, its FIPS and VPC-endpoint forms, ``.com.cn``), or
     None (no such call; an ``endpoint_url`` of the program's own names none)."""
     for event in session.by_type("model_call"):
-        host = (urlsplit(str((event.get("request") or {}).get("url") or "")).hostname or "").lower()
+        url = str((event.get("request") or {}).get("url") or "")
+        if "bedrock" not in url:  # (every model call of a long session: the cheap test first)
+            continue
+        host = (urlsplit(url).hostname or "").lower()
         if "bedrock" not in host or not host.endswith((".amazonaws.com", ".amazonaws.com.cn")):
             continue
         for part in host.split("."):
