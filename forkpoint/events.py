@@ -42,6 +42,9 @@ class ErrorRecord(TypedDict, total=False):
     #: A tool's exception's ``args`` that have no JSON form, typed (:func:`forkpoint.values.encode`).
     typed_args: Any
     attrs: dict[str, Any]
+    #: A tool's exception's instance attributes that have no JSON form (a tuple, a NaN, a datetime),
+    #: each typed (:func:`forkpoint.values.encode`).
+    typed_attrs: dict[str, Any]
     #: An ``OSError``'s number and text (``111``, ``"Connection refused"``), when it has them.
     errno: int
     strerror: str

@@ -274,11 +274,11 @@ _GROUPED = 100
 def _error_dict(exc: BaseException, tool: str, depth: int = 0, below: bool = False) -> ErrorRecord:
     """``{"type", "module", "message"}``, plus the exception's ``args`` (when they are JSON and not
     just the message; typed as a tool's result is, ``typed_args``, when they are not JSON; said when
-    they have no stored form) and its JSON instance attributes (``attrs``, each on its own; an ``OSError``'s
-    ``filename`` and ``filename2`` too), and the exception it was raised ``from`` (``cause``, up to
+    they have no stored form) and its instance attributes (``attrs``, each on its own, the JSON ones;
+    ``typed_attrs``, the others, typed; an ``OSError``'s ``filename`` and ``filename2`` too), and the exception it was raised ``from`` (``cause``, up to
     :data:`_CAUSES` deep), so a custom exception (``ApiError(429, "slow down")`` with ``.status``)
     or a ``FileNotFoundError`` (its ``errno`` and ``filename``) comes back whole on replay. An
-    attribute with no JSON form is left out, and said (naming ``tool``). ``below``: the exception
+    attribute with no stored form (neither JSON nor typed) is left out, and said (naming ``tool``). ``below``: the exception
     was caught where the tool was called, and its ``frames`` (those of the tool's body: forkpoint's
     own are left out; a cause's are all of its own) are kept, so that a replay raises it through
     frames that look the same (:mod:`.tracebacks`)."""
@@ -299,7 +299,7 @@ def _error_dict(exc: BaseException, tool: str, depth: int = 0, below: bool = Fal
             unstored = f"{why}{f' (at args{why.where})' if why.where else ''}"
     if args is not None and args != [out["message"]]:
         out["args"] = args
-    attrs = {}
+    attrs, typed = {}, {}
     fields = dict(getattr(exc, "__dict__", {}))
     if isinstance(exc, OSError):  # (attributes of the C type, not in __dict__)
         fields.update((k, v) for k in ("filename", "filename2") if (v := getattr(exc, k, None)) is not None)
@@ -308,11 +308,16 @@ def _error_dict(exc: BaseException, tool: str, depth: int = 0, below: bool = Fal
         if key.startswith("__"):
             continue
         try:
-            attrs[key] = scrub_json(_plain(value))
-        except TypeError:  # an attribute with no JSON form is left out, the others kept
-            left.append(f"{key} ({type(value).__qualname__})")
+            attrs[key] = scrub_json(_plain(value, exact=True))
+        except TypeError:  # typed as args are (a tuple, a NaN, a datetime), else left out and said
+            try:
+                typed[key] = scrub_json(values.encode(value))
+            except ToolResultError:
+                left.append(f"{key} ({type(value).__qualname__})")
     if attrs:
         out["attrs"] = attrs
+    if typed:
+        out["typed_attrs"] = typed
     validation = _validation_errors(exc)
     if validation is not None:
         out["validation"] = validation
@@ -469,6 +474,8 @@ def _rebuilt(error: dict[str, Any]) -> BaseException:
         return RecordedToolError(name, module, message)
     args = _unplain(error["args"]) if isinstance(error.get("args"), list) else _typed_args(error)
     attrs = _unplain(error["attrs"]) if isinstance(error.get("attrs"), dict) else {}
+    if isinstance(error.get("typed_attrs"), dict):  # (a class this run has not imported: as typed args)
+        attrs.update((k, values.decode(v)) for k, v in error["typed_attrs"].items())
     grouped = error.get("exceptions")
     if issubclass(cls, BaseExceptionGroup) and isinstance(grouped, list):  # (its message and its parts)
         parts = [

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import datetime
 import functools
 import os
 import secrets
@@ -522,6 +523,42 @@ def test_exception_args_holding_a_tuple_or_nan_come_back_as_they_were(store: Pat
     with forkpoint.record(store=store) as rec:
         live = run()
     assert live == ["((1, 2),)", "(nan,)", "(inf,)"]
+    with forkpoint.replay(rec.session_path) as rp:
+        assert run() == live
+    assert rp.report()["reproduced"], rp.report()
+
+
+@dataclasses.dataclass
+class Quota:
+    limit: int
+    resets: datetime.datetime
+
+
+def test_exception_attributes_with_no_json_form_come_back_as_they_were(store: Path) -> None:
+    """An exception's attributes were stored as JSON only: a tuple came back a list, NaN None, and
+    a datetime or a dataclass was left out (said), so a replay handed the program an exception
+    without them under "replay ok". Those are stored typed, as its args are."""
+    resets = datetime.datetime(2026, 12, 6, 12, 0, tzinfo=datetime.UTC)
+
+    @forkpoint.tool
+    def search(q: str) -> str:
+        exc = RateLimited(resets)
+        exc.window = (60, "s")  # type: ignore[attr-defined]
+        exc.score = float("nan")  # type: ignore[attr-defined]
+        exc.quota = Quota(100, resets)  # type: ignore[attr-defined]
+        raise exc
+
+    def run() -> str:
+        with pytest.raises(RateLimited) as caught:
+            search("cats")
+        e: Any = caught.value
+        return repr((e.retry_at, e.window, e.score, e.quota))
+
+    with forkpoint.record(store=store) as rec:
+        live = run()
+    assert live == repr((resets, (60, "s"), float("nan"), Quota(100, resets)))
+    [event] = forkpoint.Session.load(rec.session_path).by_type("tool_call")
+    assert set(event["error"]["typed_attrs"]) == {"retry_at", "window", "score", "quota"}
     with forkpoint.replay(rec.session_path) as rp:
         assert run() == live
     assert rp.report()["reproduced"], rp.report()
