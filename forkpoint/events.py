@@ -14,7 +14,7 @@ the one function that names a call's endpoint (:func:`endpoint`).
 # process); evaluated at once, the annotations cost nothing more.
 import os
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal, NotRequired, Required, TypedDict, TypeGuard, TypeVar
 from urllib.parse import urlsplit
@@ -441,6 +441,55 @@ class Header(TypedDict, total=False):
     #: An encrypted session's ``{"scheme": "age", "recipients": ["age1…", …]}`` (docs/security.md).
     encryption: dict[str, Any]
     hash: str
+
+
+def _texts(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _object_or_none(value: Any) -> bool:
+    return value is None or isinstance(value, dict)
+
+
+#: What each field of a :class:`Header` must be when present, and that in words. A hand-edited or
+#: forged header (``tags: 5``, ``argv: "python agent.py"``) made show, diff, export and check fail
+#: with a traceback, and replay and make-test run or write something else than the recording's.
+_HEADER_SHAPES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "created": (lambda v: isinstance(v, str), "text"),
+    "name": (lambda v: v is None or isinstance(v, str), "text or null"),
+    "argv": (_texts, "a list of texts"),
+    "cwd": (lambda v: isinstance(v, str), "text"),
+    "tags": (lambda v: isinstance(v, dict), "an object"),
+    "versions": (lambda v: isinstance(v, dict), "an object"),
+    "git": (_object_or_none, "an object or null"),
+    "parent": (_object_or_none, "an object or null"),
+    "workspace": (_object_or_none, "an object or null"),
+    "span_id": (lambda v: isinstance(v, str), "text"),
+    "platform": (lambda v: isinstance(v, str), "text"),
+    "timezone": (lambda v: isinstance(v, str), "text"),
+    "hash_seed": (_whole, "a whole number"),
+    "tools": (_texts, "a list of texts"),
+    "deterministic": (lambda v: isinstance(v, bool) or _texts(v), "true, false or a list of module names"),
+    "match": (lambda v: isinstance(v, dict), "an object"),
+    "replay": (lambda v: isinstance(v, dict), "an object"),
+    "imported_from": (lambda v: isinstance(v, dict), "an object"),
+    "encryption": (lambda v: isinstance(v, dict), "an object"),
+    "redaction": (lambda v: isinstance(v, dict), "an object"),
+    "scrubbed": (lambda v: isinstance(v, list), "a list"),
+}
+
+
+def header_problem(head: Mapping[str, Any]) -> str | None:
+    """What is wrong with the fields of a session header (or an encrypted header's sealed part)
+    that every reader relies on, in words (``"tags is 5, not an object"``), or None."""
+    for name, (fits, what) in _HEADER_SHAPES.items():
+        if name in head and not fits(head[name]):
+            return f"{name} is {head[name]!r:.80}, not {what}"
+    return None
 
 
 class Expected(TypedDict):

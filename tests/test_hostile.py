@@ -29,6 +29,7 @@ from forkpoint.checkpoint import CheckpointError, restore
 from forkpoint.cli import main
 from forkpoint.log import LOG_NAME, Session, SessionError, SessionWriter
 from tests.gitutil import git
+from tests.test_trust import forge_header
 
 # ----------------------------------------------------------------------------- helpers
 
@@ -875,3 +876,47 @@ def test_a_call_of_the_wrong_shape_is_named_not_crashed_on(tmp_path: Path, event
         result = CliRunner().invoke(main, args)
         assert result.exit_code == 1 and said in result.output, (args, result.output, result.exception)
         assert not isinstance(result.exception, TypeError | ValueError | AttributeError | KeyError)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "said"),
+    [
+        ("tags", 5, "tags is 5, not an object"),
+        ("argv", "python agent.py", "argv is 'python agent.py', not a list of texts"),
+        ("cwd", 5, "cwd is 5, not text"),
+        ("name", ["a"], "name is ['a'], not text or null"),
+        ("versions", [1], "versions is [1], not an object"),
+        ("git", 5, "git is 5, not an object or null"),
+        ("deterministic", [1, "x"], "deterministic is [1, 'x'], not true, false or a list of module names"),
+        ("hash_seed", "abc", "hash_seed is 'abc', not a whole number"),
+    ],
+)
+def test_a_header_field_of_the_wrong_type_is_named_not_crashed_on(
+    tmp_path: Path, field: str, value: Any, said: str
+) -> None:
+    """A hand-edited header (its chain recomputed) with a field of the wrong type crashed show, diff,
+    export and check with a traceback (``tags: 5``, ``versions: [1]``, ``name: ["a"]``), stopped
+    replay with a bare TypeError (``deterministic: [1, "x"]``, ``cwd: 5``), ran ``p`` for an
+    ``argv`` that was text and replayed without a word under another hash seed than ``"abc"``.
+    Every reader now names the header line and the field."""
+    w = SessionWriter.create(tmp_path / "store", {"argv": ["agent.py"]}, fsync="never")
+    w.append({"type": "end", "exit_code": 0})
+    w.close()
+    forge_header(w.path, **{field: value})
+    with pytest.raises(SessionError, match=re.escape(f"{LOG_NAME}:1: the header's {said}")):
+        Session.load(w.path)
+    assert said in verify(w.path).problems[0]
+    before = _snapshot(w.path)
+    for args in (
+        ["show", str(w.path)],
+        ["show", str(w.path), "--html", str(tmp_path / "page.html")],
+        ["diff", str(w.path), str(w.path)],
+        ["export", str(w.path), "--file", "-"],
+        ["replay", "--trust", str(w.path)],
+        ["make-test", "--trust", "--into", str(tmp_path / "t"), str(w.path)],
+        ["scrub", str(w.path)],
+    ):
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 1 and said in result.output, (args, result.output, result.exception)
+        assert not isinstance(result.exception, TypeError | ValueError | AttributeError | KeyError)
+    assert _snapshot(w.path) == before

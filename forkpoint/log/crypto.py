@@ -31,6 +31,7 @@ import orjson
 
 from ..config import find_config, load_table
 from ..errors import ConfigError, IdentityError, SessionError, UsageError
+from ..events import header_problem
 
 #: The ``scheme`` of a header's ``encryption`` table.
 SCHEME = "age"
@@ -277,6 +278,9 @@ def open_header(head: dict[str, Any], cipher: Cipher | None, where: Path) -> dic
     sealed = cipher.open_json(head[ENC], f"{where}:1 (header)")
     if not isinstance(sealed, dict):
         raise SessionError(f"{where}:1: the decrypted header is not an object")
+    problem = header_problem(sealed)
+    if problem is not None:
+        raise SessionError(f"{where}:1: the decrypted header's {problem}")
     return {**{k: v for k, v in head.items() if k != ENC}, **sealed}
 
 

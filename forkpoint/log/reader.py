@@ -24,6 +24,7 @@ from ..events import (
     OutcomeEvent,
     ToolCallEvent,
     envelope_problem,
+    header_problem,
 )
 from .blobs import BlobStore, open_regular
 from .codec import (
@@ -107,6 +108,9 @@ def check_header(first: bytes, log_path: Path) -> dict[str, Any]:
     if not is_session_id(sid):
         # (an id names files of the store: its index entry, a fetched copy)
         raise SessionError(f"{log_path}:1: the header's session_id {sid!r:.80} is not a session id")
+    problem = header_problem(head)
+    if problem is not None:
+        raise SessionError(f"{log_path}:1: the header's {problem}")
     return head
 
 
