@@ -648,6 +648,10 @@ def _pairs_of(value: Any, first: tuple[type, ...], second: tuple[type, ...]) -> 
     )
 
 
+#: The ``type`` of every event a session log holds (the header's is ``header``).
+EVENT_TYPES = frozenset({"model_call", "tool_call", "value", "checkpoint", "note", "outcome", "end"})
+
+
 def envelope_problem(event: Mapping[str, Any]) -> str | None:
     """What is wrong with the fields around a call's recorded values (its ``request`` URL and
     headers, its response's headers and stream chunks, its ``duration_ms``, a tool call's ``tool``
@@ -655,11 +659,18 @@ def envelope_problem(event: Mapping[str, Any]) -> str | None:
     always has them; a hand-edited log may not, and ``show``, ``diff`` and the export crashed on
     it with a traceback instead of naming the line."""
     kind = event.get("type")
-    if kind not in ("model_call", "tool_call"):
-        return None
+    if kind not in EVENT_TYPES:
+        # (``show`` left such an event out of the timeline without a word; a newer format that
+        # adds a type has a newer version, which :func:`forkpoint.log.check_header` refuses)
+        return f"its type {kind!r:.80} is no event type of a session log"
     ms = event.get("duration_ms")
     if ms is not None and (isinstance(ms, bool) or not isinstance(ms, int | float)):
-        return f"its duration_ms is {ms!r}, not a number"
+        return f"its duration_ms is {ms!r:.80}, not a number"
+    if kind == "end":
+        code = event.get("exit_code")
+        return None if code is None or _whole(code) else f"its exit_code is {code!r:.80}, not a whole number"
+    if kind not in ("model_call", "tool_call"):
+        return None
     if kind == "tool_call":
         if not isinstance(event.get("tool"), str):
             return f"its tool is {event.get('tool')!r}, not a name"

@@ -29,7 +29,7 @@ from forkpoint.checkpoint import CheckpointError, restore
 from forkpoint.cli import main
 from forkpoint.log import LOG_NAME, Session, SessionError, SessionWriter
 from tests.gitutil import git
-from tests.test_trust import forge_header
+from tests.test_trust import flat, forge_header, forge_lines
 
 # ----------------------------------------------------------------------------- helpers
 
@@ -920,3 +920,35 @@ def test_a_header_field_of_the_wrong_type_is_named_not_crashed_on(
         assert result.exit_code == 1 and said in result.output, (args, result.output, result.exception)
         assert not isinstance(result.exception, TypeError | ValueError | AttributeError | KeyError)
     assert _snapshot(w.path) == before
+
+
+@pytest.mark.parametrize(
+    ("edit", "said"),
+    [
+        ({"type": "bogus"}, "2: event 1 (bogus): its type 'bogus' is no event type of a session log"),
+        ({"type": 5}, "2: event 1 (5): its type 5 is no event type of a session log"),
+        ({"seq": "1"}, "2: malformed event line: not an event: its seq '1' is not a whole number"),
+        ({"duration_ms": "x"}, "3: event 2 (end): its duration_ms is 'x', not a number"),
+        ({"exit_code": "zero"}, "3: event 2 (end): its exit_code is 'zero', not a whole number"),
+    ],
+)
+def test_an_event_of_the_wrong_type_or_shape_is_named_not_left_out(
+    tmp_path: Path, edit: dict[str, Any], said: str
+) -> None:
+    """A hand-edited event (its chain recomputed): a tool call whose type was no event type was left
+    out of show's timeline without a word (and replay diverged at it); verify said of a seq ``"1"``
+    that it was "out of order (expected seq 1)"; an end's duration_ms of ``"x"`` crashed show with a
+    ValueError. Each is named with its line."""
+    w = SessionWriter.create(tmp_path / "store", {"argv": ["agent.py"]}, fsync="never")
+    w.append({"type": "tool_call", "tool": "t", "args": {"q": 1}, "result": 2, "duration_ms": 1.0})
+    w.append({"type": "end", "exit_code": 0, "duration_ms": 5.0})
+    w.close()
+    target = 2 if "duration_ms" in edit or "exit_code" in edit else 1
+    forge_lines(w.path, lambda lines: lines[target].update(edit))
+    with pytest.raises(SessionError, match=re.escape(f"{LOG_NAME}:{said}")):
+        Session.load(w.path)
+    if "seq" in edit:
+        assert said.partition("line: ")[2] in verify(w.path).problems[0]
+    for args in (["show", str(w.path)], ["show", str(w.path), "--html", str(tmp_path / "p.html")]):
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 1 and said.partition(": ")[2] in flat(result.output), (args, result.output)

@@ -152,6 +152,9 @@ def _parse_event(raw: bytes) -> tuple[dict[str, Any] | None, str | None]:
         return None, f"not valid JSON ({exc})"
     if not isinstance(obj, dict) or "type" not in obj or "seq" not in obj or "hash" not in obj:
         return None, "not an event (needs 'type', 'seq' and 'hash')"
+    if type(obj["seq"]) is not int:
+        # (verify said "event seq 1 out of order (expected seq 1)" of a seq "1")
+        return None, f"not an event: its seq {obj['seq']!r:.80} is not a whole number"
     return obj, None
 
 
