@@ -1609,6 +1609,11 @@ def rm_cmd(sessions: tuple[str, ...], store: str | None, force: bool) -> None:
     target = _open_store(store)
     rows = find(target, sessions)
     for r in rows:
+        if r.error is not None and not force:
+            # (its log says nothing of an end: "no end event, it may still be recording" misled)
+            raise click.ClickException(
+                f"session {r.session_id} cannot be read ({r.error}); pass --force to remove it all the same"
+            )
         if not r.complete and not force:
             raise click.ClickException(
                 f"session {r.session_id} has no end event: it may still be recording; "

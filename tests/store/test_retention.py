@@ -156,6 +156,20 @@ def test_rm_refuses_a_session_without_end_unless_forced(store: Path) -> None:
     assert not (store / sid).exists()
 
 
+def test_rm_of_an_unreadable_session_says_why_it_is_refused(store: Path) -> None:
+    """A session whose log cannot be read (emptied) was refused as one that "has no end event: it
+    may still be recording": rm now names what cannot be read, and --force still removes it."""
+    sid = session(store)
+    (store / sid / LOG_NAME).write_bytes(b"")
+    r = cli("rm", sid, "--store", str(store))
+    assert r.exit_code == 1 and (store / sid).is_dir(), r.output
+    assert f"session {sid} cannot be read (" in r.output, r.output
+    assert f"{sid}/{LOG_NAME}:1: header line is incomplete)" in r.output, r.output
+    assert "may still be recording" not in r.output and "--force" in r.output
+    assert cli("rm", sid, "--force", "--store", str(store)).exit_code == 0
+    assert not (store / sid).exists()
+
+
 def test_scrub_refuses_a_session_under_legal_hold(store: Path) -> None:
     sid = session(store)
     hold(open_store(store), sid, "sev-1")
