@@ -648,16 +648,27 @@ def _pairs_of(value: Any, first: tuple[type, ...], second: tuple[type, ...]) -> 
     )
 
 
+def _is_error(value: Any) -> bool:
+    """Whether ``value`` has the fields of an :class:`ErrorRecord` that every reader shows."""
+    return (
+        isinstance(value, dict)
+        and isinstance(value.get("type"), str)
+        and isinstance(value.get("message"), str)
+        and isinstance(value.get("module", ""), str)
+    )
+
+
 #: The ``type`` of every event a session log holds (the header's is ``header``).
 EVENT_TYPES = frozenset({"model_call", "tool_call", "value", "checkpoint", "note", "outcome", "end"})
 
 
 def envelope_problem(event: Mapping[str, Any]) -> str | None:
-    """What is wrong with the fields around a call's recorded values (its ``request`` URL and
-    headers, its response's headers and stream chunks, its ``duration_ms``, a tool call's ``tool``
-    and ``mcp``), in words, or None when they have the shapes every reader relies on. A recording
-    always has them; a hand-edited log may not, and ``show``, ``diff`` and the export crashed on
-    it with a traceback instead of naming the line."""
+    """What is wrong with an event's type and the fields around a call's recorded values (its
+    ``request`` URL and headers, its response's headers and stream chunks, its ``duration_ms`` and
+    ``error``, a tool call's ``tool`` and ``mcp``, an end's ``exit_code`` and ``uncaught``), in
+    words, or None when they have the shapes every reader relies on. A recording always has them;
+    a hand-edited log may not, and ``show``, ``diff``, make-test and the export crashed on it with a
+    traceback instead of naming the line."""
     kind = event.get("type")
     if kind not in EVENT_TYPES:
         # (``show`` left such an event out of the timeline without a word; a newer format that
@@ -668,9 +679,16 @@ def envelope_problem(event: Mapping[str, Any]) -> str | None:
         return f"its duration_ms is {ms!r:.80}, not a number"
     if kind == "end":
         code = event.get("exit_code")
-        return None if code is None or _whole(code) else f"its exit_code is {code!r:.80}, not a whole number"
+        if code is not None and not _whole(code):
+            return f"its exit_code is {code!r:.80}, not a whole number"
+        uncaught = event.get("uncaught")
+        if uncaught is not None and not (isinstance(uncaught, list) and all(map(_is_error, uncaught))):
+            return "its uncaught is not a list of exceptions (each an object with a type and a message)"
+        return None
     if kind not in ("model_call", "tool_call"):
         return None
+    if event.get("error") is not None and not _is_error(event["error"]):
+        return "its error is not an exception (an object with a type and a message)"
     if kind == "tool_call":
         if not isinstance(event.get("tool"), str):
             return f"its tool is {event.get('tool')!r}, not a name"

@@ -930,6 +930,9 @@ def test_a_header_field_of_the_wrong_type_is_named_not_crashed_on(
         ({"seq": "1"}, "2: malformed event line: not an event: its seq '1' is not a whole number"),
         ({"duration_ms": "x"}, "3: event 2 (end): its duration_ms is 'x', not a number"),
         ({"exit_code": "zero"}, "3: event 2 (end): its exit_code is 'zero', not a whole number"),
+        ({"uncaught": 5}, "3: event 2 (end): its uncaught is not a list of exceptions"),
+        ({"uncaught": [5]}, "3: event 2 (end): its uncaught is not a list of exceptions"),
+        ({"error": "boom"}, "2: event 1 (tool_call): its error is not an exception"),
     ],
 )
 def test_an_event_of_the_wrong_type_or_shape_is_named_not_left_out(
@@ -938,12 +941,13 @@ def test_an_event_of_the_wrong_type_or_shape_is_named_not_left_out(
     """A hand-edited event (its chain recomputed): a tool call whose type was no event type was left
     out of show's timeline without a word (and replay diverged at it); verify said of a seq ``"1"``
     that it was "out of order (expected seq 1)"; an end's duration_ms of ``"x"`` crashed show with a
-    ValueError. Each is named with its line."""
+    ValueError; an end's uncaught of ``5`` crashed show and make-test, a tool call's error of
+    ``"boom"`` show, replay and the export. Each is named with its line."""
     w = SessionWriter.create(tmp_path / "store", {"argv": ["agent.py"]}, fsync="never")
     w.append({"type": "tool_call", "tool": "t", "args": {"q": 1}, "result": 2, "duration_ms": 1.0})
     w.append({"type": "end", "exit_code": 0, "duration_ms": 5.0})
     w.close()
-    target = 2 if "duration_ms" in edit or "exit_code" in edit else 1
+    target = 2 if {"duration_ms", "exit_code", "uncaught"} & set(edit) else 1
     forge_lines(w.path, lambda lines: lines[target].update(edit))
     with pytest.raises(SessionError, match=re.escape(f"{LOG_NAME}:{said}")):
         Session.load(w.path)
