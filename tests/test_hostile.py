@@ -677,6 +677,22 @@ def test_a_huge_line_in_a_hostile_log_gets_a_clear_error(tmp_path: Path) -> None
     assert time.perf_counter() - t < 10
 
 
+def test_a_log_of_one_huge_line_is_refused_without_reading_it_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A log that is one line without a newline (a hostile or garbled file) was read whole into
+    memory, twice over (858 MB for a 400 MB line), before being refused as an incomplete header:
+    the header line is read up to :data:`~forkpoint.log.reader.HEADER_MAX` only."""
+    from forkpoint.log import reader
+
+    path = _session(tmp_path / "store", _events())
+    (path / LOG_NAME).write_bytes(b'{"type": "header", "x": "' + b"A" * 4096)
+    monkeypatch.setattr(reader, "HEADER_MAX", 64, raising=False)
+    assert [len(line.raw) for line in reader.event_lines(path / LOG_NAME, [])] == [64]
+    with pytest.raises(SessionError, match=rf"{LOG_NAME}:1: header line is incomplete"):
+        Session.load(path)
+
+
 def test_config_file_that_is_not_toml_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from forkpoint.errors import ConfigError
     from forkpoint.redact import load_rules

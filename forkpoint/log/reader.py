@@ -53,12 +53,17 @@ def add_deriver(derive: Callable[[dict[str, Any]], None]) -> None:
         _DERIVERS.append(derive)
 
 
+#: The longest header line read (a real one is a few KiB): a hostile log of one line without a
+#: newline is refused as incomplete once this much of it is read, never read whole into memory.
+HEADER_MAX = 1 << 24
+
+
 def read_header(log_path: Path) -> dict[str, Any]:
     """Parse and check line 1 of a session log, as stored: an encrypted session's sealed fields are
     not opened (:func:`open_session_header`). Raises :class:`SessionError` naming the problem."""
     try:
         with open_regular(log_path) as f:
-            first = f.readline(1 << 24)
+            first = f.readline(HEADER_MAX)
     except FileNotFoundError:
         raise SessionError(f"{log_path}: no such session log") from None
     except IsADirectoryError:
@@ -135,8 +140,13 @@ def _iter_lines(log_path: Path) -> Iterator[tuple[int, int, bytes]]:
     """(line number, byte offset, raw line) of every line, the last one possibly without newline."""
     try:
         with open_regular(log_path) as f:
-            offset = 0
-            for lineno, raw in enumerate(f, start=1):
+            first = f.readline(HEADER_MAX)
+            if first:
+                yield 1, 0, first
+            if not first.endswith(b"\n"):
+                return  # (an incomplete header: check_header refuses it)
+            offset = len(first)
+            for lineno, raw in enumerate(f, start=2):
                 yield lineno, offset, raw
                 offset += len(raw)
     except FileNotFoundError:
