@@ -408,13 +408,20 @@ def signature(path: Path, session_id: str) -> Signed:
             if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
                 return Signed("bad", problem=f"{sig_path} is not a regular file")
             payload = orjson.loads(f.read(1 << 16))
-        key = parse_key(str(payload["key"]))
-        key.verify(base64.b64decode(str(payload["signature"])), _payload_bytes(payload))
+        if not isinstance(payload, dict) or not all(
+            isinstance(payload.get(k), str) for k in ("key", "signature")
+        ):
+            # (a KeyError's text, "'key'", was the whole reason given)
+            return Signed(
+                "bad", problem=f"{sig_path}: not a signature (an object with a key and a signature, as text)"
+            )
+        key = parse_key(payload["key"])
+        key.verify(base64.b64decode(payload["signature"]), _payload_bytes(payload))
         size, digest = _log_digest(path)
     except (OSError, ValueError, KeyError, TypeError, SigningError, InvalidSignature) as exc:
         kind = "the signature does not match its content" if isinstance(exc, InvalidSignature) else str(exc)
         return Signed("bad", problem=f"{sig_path}: {kind}")
-    kid = str(payload["key"])
+    kid = payload["key"]
     if payload.get("session_id") != session_id:
         return Signed("bad", kid, problem=f"{sig_path} is for session {payload.get('session_id')}")
     if (payload.get("log_size"), payload.get("log_sha256")) != (size, digest):

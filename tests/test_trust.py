@@ -278,6 +278,13 @@ def test_replay_refuses_a_forged_recorded_command_before_anything_runs(tmp_path:
     assert signature(path, sid).state == "lost"
     with pytest.raises(UntrustedSession, match=": not signed any more: .*, so forkpoint will not run"):
         replay_run(Session.load(path), quiet=True)
+    for garbage in ('{"signer": 5, "signature": [1]}', "[]"):
+        (path / SIGNATURE_NAME).write_text(garbage)
+        said = signature(path, sid)
+        assert said.state == "bad" and said.problem == f"{path / SIGNATURE_NAME}: not a signature " + (
+            "(an object with a key and a signature, as text)"
+        ), said.problem
+    (path / SIGNATURE_NAME).unlink()
     forge_lines(path, lambda lines: lines[0].pop(SIGNER))  # (the whole log rewritten: as if older)
     assert signature(path, sid).state == "unsigned"
     with pytest.raises(UntrustedSession, match=": not signed, so forkpoint will not run"):
