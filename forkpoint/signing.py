@@ -225,13 +225,17 @@ def trusted_keys() -> dict[str, str]:
 
 def trust(key: str, name: str) -> str:
     """Add the public key ``key`` to this user's trusted list under ``name`` (a key already there
-    gets the new name). Returns the key id. Raises :class:`SigningError`."""
+    gets the new name). Returns the key id. Raises :class:`SigningError` (for the own key too: it is
+    always trusted, and is not in the list)."""
     kid = key_id(parse_key(key))
     name = " ".join(name.split())
     if not name:
         raise SigningError("a trusted key needs a name (--name), to say who signed a session")
     if name == OWN_NAME:  # (verify would say a teammate's session is your own)
         raise SigningError(f"{name!r} is the name of your own key: give the key's owner another one")
+    if (keys_dir() / KEY_NAME).exists() and kid == key_id(own_key().public_key()):
+        # (a line for it would never be listed by `keys`, nor taken off by `keys untrust`)
+        raise SigningError(f"{kid} is your own key: it is always trusted; nothing was added")
     _rewrite_trusted(lambda key_id, _name: key_id != kid, [f"{kid} {name}"])
     return kid
 

@@ -196,6 +196,24 @@ def test_no_teammate_passes_for_your_own_key(tmp_path: Path, monkeypatch: pytest
         untrust(mine)
 
 
+def test_trusting_your_own_key_is_refused_and_writes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`forkpoint keys trust MY_KEY --name me` said "trusted … as me" and wrote a line that `keys`
+    never listed (the own key shows as yours) and `keys untrust me` refused to take off ("your own
+    key cannot be untrusted"): a line in the trusted list nothing could see or remove."""
+    from forkpoint.errors import SigningError
+    from forkpoint.signing import TRUSTED_NAME, key_id, own_key, trust, untrust
+
+    monkeypatch.setenv("FORKPOINT_KEYS_DIR", str(tmp_path / "keys"))
+    mine = key_id(own_key().public_key())
+    with pytest.raises(SigningError, match="is your own key: it is always trusted"):
+        trust(mine, "me")
+    assert not (tmp_path / "keys" / TRUSTED_NAME).exists()
+    with pytest.raises(SigningError, match="no trusted key is 'me'"):
+        untrust("me")
+
+
 @pytest.mark.slow
 def test_a_forged_index_entry_is_detected(tmp_path: Path, env: dict[str, str]) -> None:
     """A name resolves through the store's index; an entry that renames another session must not
