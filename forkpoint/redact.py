@@ -314,6 +314,9 @@ _PLACEHOLDER = r"\[REDACTED:[a-z0-9-]+:[0-9a-f]{8}\]"
 _PLACEHOLDER_RE = compiled_later(_PLACEHOLDER)
 _ENCODED_PLACEHOLDER = r"(?i:%5B)REDACTED(?i::|%3A)[a-z0-9-]+(?i::|%3A)[0-9a-f]{8}(?i:%5D)"
 _TRAILING = compiled_later(r"[.,;:!?)\]}>]*")
+#: A placeholder, then trailing punctuation: what a context rule (``&key=AIza….``) leaves of a value
+#: of a known shape (:meth:`Scrubber._refine`), and must take for scrubbed when it reads it again.
+_PLACEHOLDER_THEN_TRAILING = compiled_later(_PLACEHOLDER + r"[.,;:!?)\]}>]*")
 _SPECIFIC_RE = compiled_later(
     "|".join(f"(?P<k{i}>{p})" for i, (kind, p) in enumerate(PATTERNS) if kind not in _CONTEXT_KINDS),
     re.ASCII,
@@ -920,7 +923,12 @@ class Scrubber:
                 a, b = start, end
             secret = text[a:b]
             check = _VALIDATORS.get(kind)
-            if not secret or _is_placeholder(secret) or (check is not None and not check(secret)):
+            if (
+                not secret
+                or _is_placeholder(secret)
+                or _PLACEHOLDER_THEN_TRAILING.fullmatch(secret)
+                or (check is not None and not check(secret))
+            ):
                 continue
             out.append(self._refine(kind, a, b, text))
             pos = max(end, start + 1)

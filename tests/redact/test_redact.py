@@ -142,6 +142,28 @@ def test_scrub_is_deterministic_idempotent_and_placeholders_do_not_match(
     assert find_secrets(once) == []
 
 
+@pytest.mark.parametrize(
+    "context",
+    [
+        "GET /v1/places?q=paris&key={}.",
+        "see https://maps.example.com/api?key={}!)",
+        "x?access_token={}.;",
+        "x?token={},",
+        "api-key: {}.",
+    ],
+)
+def test_a_shaped_secret_found_by_its_context_before_punctuation_scrubs_once(context: str) -> None:
+    """A query parameter's or a header's value of a known shape followed by punctuation ("…&key=AIza….")
+    became that shape's placeholder with the punctuation after it; scrubbed again (`forkpoint scrub`,
+    rules unchanged) the context rule took placeholder and punctuation for a new secret: the text lost
+    the punctuation and the placeholder changed, so a session that replayed diverged after scrub."""
+    for secret in ("AIzaSyA1234567890abcdefghijklmnopqrstuv", "sk-proj-" + "a" * 40):
+        once = scrub_text(context.format(secret))
+        assert secret not in once
+        assert scrub_text(once) == once
+        assert find_secrets(once) == []
+
+
 def test_different_secrets_get_different_placeholders() -> None:
     a, b = "sk-proj-" + "a" * 40, "sk-proj-" + "b" * 40
     assert scrub_text(a) != scrub_text(b)
