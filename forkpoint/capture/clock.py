@@ -21,7 +21,8 @@ installed package (``site-packages``/``dist-packages``), plus a ``__main__`` run
 line (``python -c``, ``python agent.py``); forkpoint itself never is. A list of module names
 (``deterministic=["my_agent"]``) names them instead (each with its submodules). Library code —
 the SDKs, HTTP clients, asyncio, the standard library — keeps the real clock and generator, so
-timeouts, retries and back-offs behave as they always do.
+timeouts, retries and back-offs behave as they always do. The code a smolagents ``CodeAgent``'s
+model writes gets the stand-ins too (:mod:`forkpoint.integrations.smolagents`).
 
 **How.** The modules and functions themselves are left alone; the agent's modules get stand-ins.
 Their globals that hold ``time`` or one of those functions of it, ``datetime``,

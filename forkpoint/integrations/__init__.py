@@ -25,7 +25,8 @@ body never runs), live when the replay says so. What each integration patches:
   the MCP tool's name), and its transports, which a replay replaces by in-memory streams so the
   server is neither started nor contacted.
 * **smolagents** (:mod:`.smolagents`): ``Tool.__call__``, recording the tool's ``forward``; and
-  the names of the managed agents run (``MultiStepAgent.__call__``), whose own calls are recorded.
+  the names of the managed agents run (``MultiStepAgent.__call__``), whose own calls are recorded;
+  under ``deterministic``, the modules a ``CodeAgent``'s code imports (``get_safe_module``).
 * **anthropic tools** (:mod:`.anthropic_tools`): ``BetaFunctionTool.call`` /
   ``BetaAsyncFunctionTool.call``, as the SDK's tool runners call them.
 * **strands-agents** (:mod:`.strands`): ``DecoratedFunctionTool.stream`` and
@@ -93,7 +94,11 @@ BUILTIN: dict[str, tuple[str, ...]] = {
         "mcp.client.streamable_http",
         "mcp.client.websocket",
     ),
-    "forkpoint.integrations.smolagents": ("smolagents.tools", "smolagents.agents"),
+    "forkpoint.integrations.smolagents": (
+        "smolagents.tools",
+        "smolagents.agents",
+        "smolagents.local_python_executor",
+    ),
     "forkpoint.integrations.anthropic_tools": (
         "anthropic.lib.tools._beta_functions",
         "anthropic.lib.tools._beta_runner",

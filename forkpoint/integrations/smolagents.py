@@ -20,6 +20,11 @@ concurrent agents apart by it): ``process_tool_calls`` is handed the model's mes
 Also patched: ``smolagents.agents.MultiStepAgent.__call__``, which runs a managed agent the model
 asked for by its name: the name is noted as the framework's own tool, since the managed agent's
 model and tool calls are recorded one by one and it has no body of its own to record.
+
+Also patched, under ``deterministic``: ``smolagents.local_python_executor.get_safe_module``, which
+hands the code a ``CodeAgent``'s model writes each module it imports (``import datetime``, ``from
+time import time``): that code is the agent's own, so it gets forkpoint's stand-ins for the clock,
+``uuid4`` and ``random`` (:mod:`forkpoint.capture.clock`), as the agent's own modules do.
 """
 
 from __future__ import annotations
@@ -136,4 +141,34 @@ def patch_managed_agents(module: ModuleType) -> None:
     replace(cls, "__call__", __call__)
 
 
-INTEGRATION = Integration("smolagents", {"smolagents.tools": patch, "smolagents.agents": patch_agents})
+def patch_executor(module: ModuleType) -> None:
+    """Give the imports of a ``CodeAgent``'s code the clock's stand-ins (see the module docstring):
+    its executor imports through ``importlib.import_module``, past forkpoint's ``__import__``."""
+    original = getattr(module, "get_safe_module", None)
+    if original is None:  # (another version: the model's code reads the real clock, as said on replay)
+        return
+
+    @functools.wraps(original)
+    def get_safe_module(raw_module: Any, *args: Any, **kwargs: Any) -> Any:
+        safe = original(raw_module, *args, **kwargs)
+        from ..capture import clock  # here: only a CodeAgent's code imports through it
+
+        if not clock.installed():
+            return safe
+        if safe is raw_module or not isinstance(safe, ModuleType):  # (the real module or a function)
+            return clock.stand_in(safe)
+        for name, value in list(vars(safe).items()):  # (a copy of its own: never the real module)
+            setattr(safe, name, clock.stand_in(value))
+        return safe
+
+    replace(module, "get_safe_module", get_safe_module)
+
+
+INTEGRATION = Integration(
+    "smolagents",
+    {
+        "smolagents.tools": patch,
+        "smolagents.agents": patch_agents,
+        "smolagents.local_python_executor": patch_executor,
+    },
+)

@@ -308,6 +308,47 @@ def test_framework_tools_record_and_replay_offline(framework: str, ledger_file: 
         assert [(t["tool"], t["args"]) for t in tools] == expected
 
 
+#: A CodeAgent's model reads the clock, a uuid and the random generator in the code it writes.
+CLOCK_CODE = [
+    "Thought: the time.\n<code>\nimport datetime, random, uuid\nfrom time import time\n"
+    "print(datetime.datetime.now(), time(), uuid.uuid4(), random.random())\n</code>",
+    "Thought: done.\n<code>\nfinal_answer('ok')\n</code>",
+]
+
+
+def test_the_clock_read_by_a_smolagents_code_agent_s_code_is_replayed_under_deterministic(
+    tmp_path: Path,
+) -> None:
+    """The code a ``CodeAgent``'s model writes is the agent's own, but its executor imports the
+    modules through ``importlib``, past forkpoint's stand-ins: recorded ``deterministic``, the time
+    it printed was read live on replay, and every replay diverged at the next model call, whose
+    request holds what it printed, with advice (``--deterministic-module smolagents``) that changed
+    nothing. Now the modules that code imports are the stand-ins, and a replay reproduces."""
+    pytest.importorskip("smolagents")
+    from smolagents import CodeAgent, OpenAIServerModel
+
+    def run(url: str) -> list[str]:
+        model = OpenAIServerModel(
+            model_id="m", api_base=url + "/v1", api_key=API_KEY, client_kwargs={"max_retries": 0}
+        )
+        agent = CodeAgent(
+            tools=[], model=model, additional_authorized_imports=["uuid"], max_steps=3, verbosity_level=0
+        )
+        answer = agent.run(TASK)
+        return [str(answer), *(str(s.observations) for s in agent.memory.steps if hasattr(s, "observations"))]
+
+    # (this module only: the server, in this process too, reads uuids of its own)
+    with (
+        LocalServer(chat_script=CLOCK_CODE) as server,
+        forkpoint.record(store=tmp_path, deterministic=[__name__]) as rec,
+    ):
+        live = run(server.url)
+    assert live[0] == "ok" and "Execution logs:" in live[1], live
+    with forkpoint.replay(rec.session_path) as rp:
+        assert run(server.url) == live
+    assert summary_line(rp.report()).startswith("replay ok: "), summary_line(rp.report())
+
+
 @pytest.mark.slow
 def test_the_final_answer_of_a_smolagents_run_is_what_it_gave_its_final_answer_tool(
     ledger_file: Path, tmp_path: Path
