@@ -146,7 +146,7 @@ def test_scrub_is_deterministic_idempotent_and_placeholders_do_not_match(
     "context",
     [
         "GET /v1/places?q=paris&key={}.",
-        "see https://maps.example.com/api?key={}!)",
+        "see http://localhost:8080/api?key={}!)",
         "x?access_token={}.;",
         "x?token={},",
         "api-key: {}.",
