@@ -5,7 +5,8 @@ An override spec is ``TARGET[.FIELD]=VALUE``:
 ========================  =====================================================================
 TARGET                    which recorded call
 ========================  =====================================================================
-``tool:NAME``             the first call of tool NAME; ``tool:NAME#K`` its K-th call (1-based)
+``tool:NAME``             the first call of tool NAME; ``tool:NAME#K`` its K-th call (1-based, in the
+                          order the calls started, as ``forkpoint show`` lists them)
 ``model#K``               the K-th model call of the session (1-based; telemetry, MCP, plain HTTP
                           and calls made inside a tool are not model calls here)
 ``seq:N``                 the event with seq N (a model or tool call)
@@ -38,7 +39,7 @@ from typing import Any
 import orjson
 
 from .errors import OverrideError, UsageError
-from .events import in_tool, tool_spans
+from .events import in_start_order, in_tool, tool_spans
 from .log import from_json, read_json_text
 from .patterns import compiled_later
 from .providers import call_kind, detect, recorded_response, response_text, rewrite_response, summarize
@@ -114,9 +115,12 @@ def resolve(overrides: list[Override], events: Sequence[Mapping[str, Any]]) -> d
     when a target does not exist, or two overrides hit the same event."""
     out: dict[int, Override] = {}
     schemas = _output_schemas(events)
+    # K counts calls as ``forkpoint show`` lists them, in the order they started: parallel calls
+    # (a ToolNode's) are written in the order they ended, which the user never sees.
+    started = in_start_order(events)
     for o in overrides:
         if o.kind == "tool":
-            hits = [e for e in events if e["type"] == "tool_call" and e["tool"] == o.name]
+            hits = [e for e in started if e["type"] == "tool_call" and e["tool"] == o.name]
             if len(hits) < o.occurrence:
                 hint = (
                     f" (a tool call's field is one of {', '.join(_TOOL_FIELDS)})"
@@ -134,7 +138,7 @@ def resolve(overrides: list[Override], events: Sequence[Mapping[str, Any]]) -> d
             spans = tool_spans(events)
             hits = [
                 e
-                for e in events
+                for e in started
                 if e["type"] == "model_call" and call_kind(e) == "model" and not in_tool(e, spans)
             ]
             if len(hits) < o.occurrence:

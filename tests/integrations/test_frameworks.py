@@ -24,6 +24,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 import traceback
 import warnings
 from collections.abc import Callable, Iterator
@@ -1651,6 +1652,59 @@ def test_a_langgraph_tool_asked_for_step_after_step_replays_certain(
     rolls = forkpoint.Session.load(rec.session_path).by_type("tool_call")
     assert len({r["result"] for r in rolls}) == len(rolls) == 2, rolls
     assert summary_line(rp.report()).startswith("replay ok: "), summary_line(rp.report())
+
+
+#: Set when the tool call for Oslo has ended and been recorded: Paris's call waits for it.
+OSLO_DONE = threading.Event()
+
+
+@langchain_tool("city_time")
+def lg_city_time(city: str) -> str:
+    """The time in a city."""
+    if city == "Paris":
+        assert OSLO_DONE.wait(30), "Oslo's call never ended"
+    return f"noon in {city}"
+
+
+def test_tool_k_in_a_what_if_counts_a_langgraph_steps_parallel_calls_as_show_lists_them(
+    tmp_path: Path, make_server: Callable[..., Any]
+) -> None:
+    """``tool:NAME#K`` is the K-th call as ``forkpoint show`` lists the calls, in the order they
+    started (docs/overrides.md). A ``ToolNode`` asked for Paris, then Oslo, in one answer, and Oslo
+    finished first: ``tool:city_time#2``, the Oslo call in ``show``, replaced Paris's result."""
+    from langchain_core.callbacks import BaseCallbackHandler
+
+    class OsloDone(BaseCallbackHandler):
+        def on_tool_end(self, output: Any, **kwargs: Any) -> None:
+            if "Oslo" in str(getattr(output, "content", output)):
+                OSLO_DONE.set()
+
+    srv = make_server(
+        chat_script=[[("city_time", {"city": "Paris"}), ("city_time", {"city": "Oslo"})], "Done."]
+    )
+
+    def run() -> list[Any]:
+        model = ChatOpenAI(model="demo-model", base_url=srv.openai_base_url, api_key=API_KEY, max_retries=0)
+        graph = StateGraph(MessagesState)
+        graph.add_node(
+            "model", lambda state: {"messages": [model.bind_tools([lg_city_time]).invoke(state["messages"])]}
+        )
+        graph.add_node("tools", ToolNode([lg_city_time]))
+        graph.add_edge(START, "model")
+        graph.add_conditional_edges("model", tools_condition)
+        graph.add_edge("tools", "model")
+        out = graph.compile().invoke({"messages": [("user", "Times?")]}, {"callbacks": [OsloDone()]})
+        return [m.content for m in out["messages"]]
+
+    OSLO_DONE.clear()
+    with forkpoint.record(store=tmp_path / "store") as rec:
+        run()
+    calls = forkpoint.Session.load(rec.session_path).by_type("tool_call")
+    assert [c["args"]["city"] for c in calls] == ["Oslo", "Paris"], calls  # (in the order they ended)
+    spec = 'tool:city_time#2.result="midnight"'
+    with forkpoint.replay(rec.session_path, overrides=[spec], on_divergence="live", record_child=False):
+        got = run()
+    assert got[2:4] == ["noon in Paris", "midnight"], got
 
 
 @langchain_tool("approve")
