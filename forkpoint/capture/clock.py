@@ -40,7 +40,8 @@ deterministic recording or replay, every stand-in does exactly what the original
 
 **Limits.** Reads inside a tool's body are not recorded (the tool call is, and its result is what
 a replay serves). Not covered: ``time.monotonic()``, ``time.perf_counter()``, ``os.urandom``,
-``secrets``, ``uuid.uuid1``, ``random.Random()``/``SystemRandom()`` instances, numpy's generators, a module reached through ``importlib.import_module`` or ``sys.modules``, and
+``secrets``, ``uuid.uuid1``, ``random.Random()``/``SystemRandom()`` instances, numpy's generators, ids made in native code
+(``uuid_utils``' ``uuid7``: LangChain's run and message ids), a module reached through ``importlib.import_module`` or ``sys.modules``, and
 code that is not the agent's. Each read is one event in the log (``shuffle`` of a long list draws
 once per item).
 """
