@@ -310,6 +310,18 @@ def validate(root: Path, *, resumable: bool = True) -> list[Check]:
         wanted.add(resolve_ref(root, cwd, ref) or rel)
     missing = sorted(p for p in wanted if not os.path.lexists(root / p))
     checks.append(Check("referenced files exist", not missing, sorted(wanted), {"missing": missing}))
+    left_out = sorted(p for p in expect.get("uncaptured") or [] if not os.path.lexists(root / p))
+    if left_out:  # (as recorded: there then, not archived; said, for the messages name them)
+        checks.append(
+            Check(
+                f"paths the messages name that this folder does not hold: {', '.join(left_out)} (there when "
+                "recorded, not archived: ignored files are kept only with record --include-ignored, empty "
+                "folders never)",
+                True,
+                None,
+                None,
+            )
+        )
     leaving = _links_out(root)
     if leaving:  # (a faithful state; but an arm that writes through one changes what it leads to)
         shown = ", ".join(f"{rel} → {dest}" for rel, dest in leaving[:3]) + (" …" if len(leaving) > 3 else "")

@@ -928,6 +928,31 @@ def test_a_restore_names_the_symlinks_that_lead_out_of_it(tmp_path: Path) -> Non
     ]
 
 
+def test_a_restore_names_the_paths_the_messages_name_that_it_does_not_hold(tmp_path: Path) -> None:
+    """The agent wrote an ignored log and told the model: the checkpoint left it out (as documented)
+    and knew the messages name it, yet restore and validate said only "pass referenced files exist",
+    and a fork's arm ran without it, with no word of it anywhere."""
+    repo = make_repo(tmp_path / "repo", {".gitignore": "*.log\n", "a.txt": "a\n"})
+    (repo / "debug.log").write_text("written by the agent\n")
+    args = json.dumps({"path": "debug.log", "content": "written by the agent"})
+    call = {"id": "c1", "type": "function", "function": {"name": "write_file", "arguments": args}}
+    messages = [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+    ]
+    with forkpoint.record(store=tmp_path / "store", workspace=repo) as rec:
+        seq = rec.checkpoint(context={"messages": messages})
+    assert seq is not None
+    out = restore(Session.load(rec.session_path), seq, tmp_path / "out")
+    assert not (out / "debug.log").exists()
+    checks = validate(out)
+    assert all(c.ok for c in checks), checks
+    assert checks[-1].name == (
+        "paths the messages name that this folder does not hold: debug.log (there when recorded, not "
+        "archived: ignored files are kept only with record --include-ignored, empty folders never)"
+    )
+
+
 @pytest.mark.parametrize("damage", [{"referenced": [1]}, {"tree": 123}, {"tree": "ab" * 20, "base": None}])
 def test_validate_of_a_damaged_description_says_so(tmp_path: Path, damage: dict[str, Any]) -> None:
     """A damaged .forkpoint-checkpoint/checkpoint.json gave a TypeError or KeyError traceback."""
