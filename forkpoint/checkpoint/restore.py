@@ -224,7 +224,13 @@ def _restore_into(
             raise CheckpointError(
                 f"{origin} does not have the base commit {source['base'][:12]}; pass --repo with a clone that has it"
             ) from None
-        git(["read-tree", "-u", "--reset", source["tree"]], into, alt)
+        try:
+            git(["read-tree", "-u", "--reset", source["tree"]], into, alt)
+        except CheckpointError as exc:  # (git names an object, not the session it is missing from)
+            raise CheckpointError(
+                f"the session's archive is damaged: it lacks objects of source tree {source['tree'][:12]} "
+                f"({exc}); forkpoint verify {session.path} names them"
+            ) from None
         head = source.get("head") or source["base"]
         if git(["cat-file", "-t", head], into, check=False).strip() != "commit":
             # (the agent's own commit, since rewritten or garbage-collected there: HEAD, the branch and

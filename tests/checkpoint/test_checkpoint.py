@@ -12,6 +12,7 @@ import collections
 import json
 import os
 import random
+import shutil
 import stat
 import subprocess
 import sys
@@ -951,6 +952,26 @@ def test_a_restore_names_the_paths_the_messages_name_that_it_does_not_hold(tmp_p
         "paths the messages name that this folder does not hold: debug.log (there when recorded, not "
         "archived: ignored files are kept only with record --include-ignored, empty folders never)"
     )
+
+
+def test_a_restore_from_a_session_missing_its_git_objects_names_the_session(tmp_path: Path) -> None:
+    """The session's git-objects lost the tree of a checkpoint: restore said only "git read-tree -u
+    --reset failed in OUT: fatal: failed to unpack tree object …", naming the new folder, not the
+    session whose archive is damaged (as a missing workspace blob is said)."""
+    repo = make_repo(tmp_path / "repo", {"a.txt": "a\n"})
+    (repo / "a.txt").write_text("changed\n")
+    with forkpoint.record(store=tmp_path / "store", workspace=repo) as rec:
+        seq = forkpoint.checkpoint()
+    assert seq is not None
+    objects = rec.session_path / "git-objects"
+    shutil.rmtree(objects)
+    objects.mkdir()
+    with pytest.raises(CheckpointError) as err:
+        restore(Session.load(rec.session_path), seq, tmp_path / "out")
+    said = str(err.value)
+    assert said.startswith("the session's archive is damaged: it lacks objects of source tree"), said
+    assert f"forkpoint verify {rec.session_path}" in said, said
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize("damage", [{"referenced": [1]}, {"tree": 123}, {"tree": "ab" * 20, "base": None}])
