@@ -167,14 +167,26 @@ def run_langgraph(base_url: str) -> str:
     async def call_model(state: MessagesState) -> dict[str, Any]:
         return {"messages": [await model.ainvoke(state["messages"])]}
 
+    out = asyncio.run(tool_graph(call_model, tools).compile().ainvoke({"messages": [("user", TASK)]}))
+    return str(out["messages"][-1].content)
+
+
+def tool_graph(call_model: Callable[[MessagesState], Any], tools: list[Any]) -> StateGraph[Any]:
+    """The LangGraph tutorial's graph: ``call_model`` as the model node and a ``ToolNode`` of
+    ``tools``, looping while the model calls tools."""
     graph = StateGraph(MessagesState)
     graph.add_node("model", call_model)
     graph.add_node("tools", ToolNode(tools))
     graph.add_edge(START, "model")
     graph.add_conditional_edges("model", tools_condition)
     graph.add_edge("tools", "model")
-    out = asyncio.run(graph.compile().ainvoke({"messages": [("user", TASK)]}))
-    return str(out["messages"][-1].content)
+    return graph
+
+
+def chat_node(base_url: str, tool: Any) -> Callable[[MessagesState], dict[str, Any]]:
+    """A model node: ChatOpenAI at ``base_url`` (the demo model), bound to ``tool``."""
+    model = ChatOpenAI(model="demo-model", base_url=base_url, api_key=API_KEY, max_retries=0)
+    return lambda state: {"messages": [model.bind_tools([tool]).invoke(state["messages"])]}
 
 
 def run_both(url: str, agent: Agent, sdk_tool: Any) -> list[str]:
@@ -1593,16 +1605,7 @@ def test_a_langchain_tool_whose_function_records_itself_under_another_name_is_no
     srv = make_server(chat_script=[[("dice", {"sides": 6})], "Rolled."])
 
     def run() -> list[Any]:
-        model = ChatOpenAI(model="demo-model", base_url=srv.openai_base_url, api_key=API_KEY, max_retries=0)
-        graph = StateGraph(MessagesState)
-        graph.add_node(
-            "model",
-            lambda state: {"messages": [model.bind_tools([lg_self_recorded_dice]).invoke(state["messages"])]},
-        )
-        graph.add_node("tools", ToolNode([lg_self_recorded_dice]))
-        graph.add_edge(START, "model")
-        graph.add_conditional_edges("model", tools_condition)
-        graph.add_edge("tools", "model")
+        graph = tool_graph(chat_node(srv.openai_base_url, lg_self_recorded_dice), [lg_self_recorded_dice])
         return [m.content for m in graph.compile().invoke({"messages": [("user", "Roll.")]})["messages"]]
 
     with forkpoint.record(store=tmp_path / "store") as rec:
@@ -1630,15 +1633,7 @@ def test_a_langgraph_tool_asked_for_step_after_step_replays_certain(
     srv = make_server(chat_script=[roll, roll, "Rolled twice."])
 
     def run() -> list[Any]:
-        model = ChatOpenAI(model="demo-model", base_url=srv.openai_base_url, api_key=API_KEY, max_retries=0)
-        graph = StateGraph(MessagesState)
-        graph.add_node(
-            "model", lambda state: {"messages": [model.bind_tools([lg_roll]).invoke(state["messages"])]}
-        )
-        graph.add_node("tools", ToolNode([lg_roll]))
-        graph.add_edge(START, "model")
-        graph.add_conditional_edges("model", tools_condition)
-        graph.add_edge("tools", "model")
+        graph = tool_graph(chat_node(srv.openai_base_url, lg_roll), [lg_roll])
         return [
             m.content for m in graph.compile().invoke({"messages": [("user", "Roll twice.")]})["messages"]
         ]
@@ -1684,15 +1679,7 @@ def test_tool_k_in_a_what_if_counts_a_langgraph_steps_parallel_calls_as_show_lis
     )
 
     def run() -> list[Any]:
-        model = ChatOpenAI(model="demo-model", base_url=srv.openai_base_url, api_key=API_KEY, max_retries=0)
-        graph = StateGraph(MessagesState)
-        graph.add_node(
-            "model", lambda state: {"messages": [model.bind_tools([lg_city_time]).invoke(state["messages"])]}
-        )
-        graph.add_node("tools", ToolNode([lg_city_time]))
-        graph.add_edge(START, "model")
-        graph.add_conditional_edges("model", tools_condition)
-        graph.add_edge("tools", "model")
+        graph = tool_graph(chat_node(srv.openai_base_url, lg_city_time), [lg_city_time])
         out = graph.compile().invoke({"messages": [("user", "Times?")]}, {"callbacks": [OsloDone()]})
         return [m.content for m in out["messages"]]
 
@@ -1726,15 +1713,7 @@ def test_a_langgraph_tool_that_interrupts_for_a_human_replays_its_interrupt(
     srv = make_server(chat_script=[[("approve", {"action": "deploy"})], "Deployed."])
 
     def run() -> list[Any]:
-        model = ChatOpenAI(model="demo-model", base_url=srv.openai_base_url, api_key=API_KEY, max_retries=0)
-        graph = StateGraph(MessagesState)
-        graph.add_node(
-            "model", lambda state: {"messages": [model.bind_tools([lg_approve]).invoke(state["messages"])]}
-        )
-        graph.add_node("tools", ToolNode([lg_approve]))
-        graph.add_edge(START, "model")
-        graph.add_conditional_edges("model", tools_condition)
-        graph.add_edge("tools", "model")
+        graph = tool_graph(chat_node(srv.openai_base_url, lg_approve), [lg_approve])
         app = graph.compile(checkpointer=InMemorySaver())
         config: Any = {"configurable": {"thread_id": "t1"}}
         app.invoke({"messages": [("user", "Deploy.")]}, config)
@@ -1778,14 +1757,13 @@ def test_concurrent_langgraph_runs_asking_the_same_tool_each_get_their_own_answe
                     turns[then].set()  # (its roll is done: the other's turn)
                 return {"messages": [model.bind_tools([roll]).invoke(state["messages"])]}
 
-            graph = StateGraph(MessagesState)
-            graph.add_node("model", call_model)
-            graph.add_node("tools", ToolNode([roll]))
-            graph.add_edge(START, "model")
-            graph.add_conditional_edges("model", tools_condition)
-            graph.add_edge("tools", "model")
             try:
-                got[name] = graph.compile().invoke({"messages": [("user", name)]})["messages"][-1].content
+                got[name] = (
+                    tool_graph(call_model, [roll])
+                    .compile()
+                    .invoke({"messages": [("user", name)]})["messages"][-1]
+                    .content
+                )
             except Exception as exc:
                 got[name] = exc
                 turns[then].set()
