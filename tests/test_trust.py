@@ -254,7 +254,9 @@ def test_a_forged_session_id_names_no_file_outside_the_store(tmp_path: Path, env
 @pytest.mark.slow
 def test_a_changed_log_is_blamed_on_the_log_not_the_index(tmp_path: Path, env: dict[str, str]) -> None:
     """An event's time changed in place (the log's size kept) was reported as "the index ... was
-    changed or damaged; forkpoint ls --reindex rebuilds it", which did not help: the log was."""
+    changed or damaged; forkpoint ls --reindex rebuilds it", which blamed the index: the log was.
+    Every command refuses such a session by every name, rm's too, so the refusal names the way out
+    (reindexed, the log is read as it now is, and rm removes it)."""
     session = record(tmp_path, env, name="nightly")
     log = session / LOG_NAME
     data = log.read_bytes()
@@ -270,7 +272,15 @@ def test_a_changed_log_is_blamed_on_the_log_not_the_index(tmp_path: Path, env: d
             f"session {session.name} in" in said
             and "has been changed or damaged since it was recorded" in said
         )
-        assert "event seq 1" in said and "--reindex" not in said, said
+        assert "event seq 1" in said and "the index of" not in said, said
+        assert (
+            f"forkpoint ls --reindex (the index then takes the log as it is), then forkpoint rm {session.name}"
+            in said
+        )
+    store = ["--store", str(tmp_path / "store")]
+    assert run(["ls", "--reindex", *store], tmp_path, env).returncode == 0
+    assert run(["rm", "nightly", *store], tmp_path, env).returncode == 0
+    assert not session.exists()
 
 
 # ----------------------------------------------------------------------------- in this process

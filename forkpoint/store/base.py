@@ -245,9 +245,12 @@ def _confirmed(row: SessionInfo, where: str) -> SessionInfo:
 
         damaged = verify(row.path, deep=False).problems
         if damaged:  # the log itself was changed, not (only) its index entry
+            # (the index entry still describes the log as recorded, so every name of it is refused,
+            # rm's too: reindexed, the log is read as it now is, and fails its own checks loudly)
             raise SessionError(
                 f"session {real.session_id} in {where} has been changed or damaged since it was recorded: "
-                f"{damaged[0]}"
+                f"{damaged[0]}. To remove it, or read it as it now is: forkpoint ls --reindex "
+                f"(the index then takes the log as it is), then forkpoint rm {real.session_id}"
             )
         raise SessionError(
             f"the index of {where} does not describe session {real.session_id} as its log does ({problem}): "
