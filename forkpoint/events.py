@@ -451,34 +451,27 @@ def _whole(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _object_or_none(value: Any) -> bool:
-    return value is None or isinstance(value, dict)
-
+_TEXT: tuple[Callable[[Any], bool], str] = (lambda v: isinstance(v, str), "text")
+_OBJECT: tuple[Callable[[Any], bool], str] = (lambda v: isinstance(v, dict), "an object")
+_OBJECT_OR_NULL: tuple[Callable[[Any], bool], str] = (
+    lambda v: v is None or isinstance(v, dict),
+    "an object or null",
+)
 
 #: What each field of a :class:`Header` must be when present, and that in words. A hand-edited or
 #: forged header (``tags: 5``, ``argv: "python agent.py"``) made show, diff, export and check fail
 #: with a traceback, and replay and make-test run or write something else than the recording's.
 _HEADER_SHAPES: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "created": (lambda v: isinstance(v, str), "text"),
+    **dict.fromkeys(("created", "cwd", "span_id", "platform", "timezone"), _TEXT),
+    **dict.fromkeys(
+        ("tags", "versions", "match", "replay", "imported_from", "encryption", "redaction"), _OBJECT
+    ),
+    **dict.fromkeys(("git", "parent", "workspace"), _OBJECT_OR_NULL),
     "name": (lambda v: v is None or isinstance(v, str), "text or null"),
     "argv": (_texts, "a list of texts"),
-    "cwd": (lambda v: isinstance(v, str), "text"),
-    "tags": (lambda v: isinstance(v, dict), "an object"),
-    "versions": (lambda v: isinstance(v, dict), "an object"),
-    "git": (_object_or_none, "an object or null"),
-    "parent": (_object_or_none, "an object or null"),
-    "workspace": (_object_or_none, "an object or null"),
-    "span_id": (lambda v: isinstance(v, str), "text"),
-    "platform": (lambda v: isinstance(v, str), "text"),
-    "timezone": (lambda v: isinstance(v, str), "text"),
-    "hash_seed": (_whole, "a whole number"),
     "tools": (_texts, "a list of texts"),
+    "hash_seed": (_whole, "a whole number"),
     "deterministic": (lambda v: isinstance(v, bool) or _texts(v), "true, false or a list of module names"),
-    "match": (lambda v: isinstance(v, dict), "an object"),
-    "replay": (lambda v: isinstance(v, dict), "an object"),
-    "imported_from": (lambda v: isinstance(v, dict), "an object"),
-    "encryption": (lambda v: isinstance(v, dict), "an object"),
-    "redaction": (lambda v: isinstance(v, dict), "an object"),
     "scrubbed": (lambda v: isinstance(v, list), "a list"),
 }
 
@@ -772,20 +765,22 @@ def in_start_order(events: Sequence[_E]) -> list[_E]:
     return out
 
 
-def divergent_call(kind: str, call: object) -> tuple[str, str]:
-    """What a divergence's call was, said: (``model call``, ``""``), (``tool call``, ``""``), or for an
-    HTTP exchange that is no model call (``call``: ``"http"``, ``"mcp"``), which is counted among
-    them, (``HTTP exchange``, ``", a plain HTTP call"``)."""
-    said = {"http": ", a plain HTTP call", "mcp": ", a call to an MCP server"}.get(str(call))
-    return ("HTTP exchange", said) if said else (kind.replace("_", " "), "")
-
-
-def divergence_nth(div: Mapping[str, Any]) -> str:
-    """The ordinal of a divergence's call among this run's calls of its kind (``1st``): a model's
-    call after exchanges that were none (a login, an MCP server) by its own count
-    (``model_position``), not by ``position``, which counts those too."""
+def divergence_place(div: Mapping[str, Any]) -> tuple[str, str]:
+    """Where a divergence happened, said in two parts (a caller puts "of this run" between them):
+    its call by its ordinal among this run's calls of its kind (``1st model call``, ``2nd tool
+    call``), and what more there is to say of it: an HTTP exchange that is no model call, counted
+    among them (``2nd HTTP exchange``, ``", a plain HTTP call"``); a model's call after such
+    exchanges (a login, an MCP server), by its own count (``model_position``) and then by theirs
+    (``1st model call``, ``", its 2nd HTTP exchange"``)."""
+    position = int(div.get("position") or 0)
+    said = {"http": ", a plain HTTP call", "mcp": ", a call to an MCP server"}.get(str(div.get("call")))
+    if said:
+        return f"{ordinal(position)} HTTP exchange", said
+    kind = str(div.get("kind", "call")).replace("_", " ")
     own = div.get("model_position")
-    return ordinal(own if isinstance(own, int) else int(div.get("position") or 0))
+    if isinstance(own, int):
+        return f"{ordinal(own)} {kind}", f", its {ordinal(position)} HTTP exchange"
+    return f"{ordinal(position)} {kind}", ""
 
 
 def divergence_call(div: Mapping[str, Any]) -> str:

@@ -38,7 +38,7 @@ from ._boot import (
 )
 from .children import Captured, wait_child
 from .errors import CheckpointError, ForkpointError, OverrideError, SessionError, UsageError
-from .events import MAX_HASH_SEED, divergence_call, divergence_nth
+from .events import MAX_HASH_SEED, divergence_call, divergence_place
 from .log import Session, read_json_text, to_json
 from .text import KIND_NAMES, plural, say
 
@@ -1192,9 +1192,8 @@ def arm_task(spec: dict[str, Any]) -> dict[str, Any]:
                     "the directory fork runs in, or of the arm's repository"
                 )
                 arm.problem = (
-                    f"its replayed prefix diverged at the {divergence_nth(divergence)} "
-                    f"{str(divergence.get('kind', 'call')).replace('_', ' ')} ({arm.diverged}): it never went live "
-                    f"({why})"
+                    f"its replayed prefix diverged at the {''.join(divergence_place(divergence))} "
+                    f"({arm.diverged}): it never went live ({why})"
                 )
             elif (run.report or {}).get("unserved"):  # (no outcome was measured either: replay_run)
                 from .replay import ended_by_override
@@ -1238,9 +1237,8 @@ def _went_on_before(divergence: dict[str, Any], report: dict[str, Any], seq: int
     """What an arm whose replayed prefix diverged did next, under ``--on-divergence live`` or
     ``fifo``: said, as its row otherwise reads like a continuation from checkpoint ``seq``."""
     where = (
-        f"its replayed prefix diverged at the {divergence_nth(divergence)} "
-        f"{str(divergence.get('kind', 'call')).replace('_', ' ')} ({divergence.get('reason') or 'diverged'}), "
-        f"before checkpoint seq {seq}"
+        f"its replayed prefix diverged at the {''.join(divergence_place(divergence))} "
+        f"({divergence.get('reason') or 'diverged'}), before checkpoint seq {seq}"
     )
     if report.get("policy") == "live":
         return (

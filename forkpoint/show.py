@@ -16,8 +16,7 @@ from typing import Any, TextIO, cast
 from rich.console import Console
 
 from .events import (
-    divergence_nth,
-    divergent_call,
+    divergence_place,
     endpoint,
     in_start_order,
     in_tool,
@@ -29,7 +28,7 @@ from .log import Session, json_text, to_json, with_deltas
 from .patterns import compiled_later
 from .providers import call_kind, genai_usage, kinds, recorded_response, response_fields
 from .store import SessionInfo
-from .text import escape, ordinal, plural, visible
+from .text import escape, plural, visible
 
 _MAX = 100
 
@@ -175,15 +174,13 @@ def end_lines(event: Mapping[str, Any]) -> list[str]:
         )
     div = event.get("divergence")
     if isinstance(div, dict):
-        noun, call = divergent_call(str(div.get("kind", "call")), div.get("call"))
+        place, more = divergence_place(div)
         here = f", this run's #{div['seq']}" if div.get("seq") else ""
         # (the label is the parent's call: this run's asked for something else)
         label = f" ({escape(str(div['label']))})" if div.get("label") else ""
         parent = f"; expected the parent's #{div['parent_seq']}{label}" if div.get("parent_seq") else label
-        if isinstance(div.get("model_position"), int):  # (after a login, an MCP server)
-            call = f", its {ordinal(int(div.get('position') or 0))} HTTP exchange"
         out.append(
-            f"[yellow]diverged at the {divergence_nth(div)} {noun}{call}{here}{parent}: "
+            f"[yellow]diverged at the {place}{more}{here}{parent}: "
             f"{escape(_short(div.get('reason', ''), 160))}[/yellow]"
         )
     return out

@@ -11,11 +11,11 @@ from typing import Any
 
 from .. import runtime
 from ..errors import Divergence
-from ..events import DivergenceReport, Verdict, divergence_call, divergence_nth, divergent_call
+from ..events import DivergenceReport, Verdict, divergence_call, divergence_place
 from ..files import write_private
 from ..jsondiff import Change, format_changes
 from ..log import json_text
-from ..text import KIND_NAMES, ordinal, plural
+from ..text import KIND_NAMES, plural
 
 #: Exit code of ``forkpoint replay`` when the run diverged from the recording.
 EXIT_DIVERGENCE = 3
@@ -24,13 +24,8 @@ EXIT_DIVERGENCE = 3
 def format_divergence(report: DivergenceReport | dict[str, Any]) -> str:
     """One paragraph (and a diff) saying where and how a replay diverged."""
     what = report.get("name") or report.get("endpoint") or ""
-    # (an HTTP exchange that is no model call is counted among them, as model#K overrides are not)
-    noun, call = divergent_call(report["kind"], report.get("call"))
-    if isinstance(report.get("model_position"), int):  # (after a login, an MCP server)
-        call = f", its {ordinal(report['position'])} HTTP exchange"
-    lines = [
-        f"replay diverged at the {divergence_nth(report)} {noun} of this run{call} ({what}): {report['reason']}."
-    ]
+    place, more = divergence_place(report)
+    lines = [f"replay diverged at the {place} of this run{more} ({what}): {report['reason']}."]
     exp = report.get("expected")
     if exp:
         lines.append(f"Expected next: recorded event seq {exp['seq']} ({exp['label']}).")
