@@ -198,13 +198,16 @@ def parse_key(text: str) -> Ed25519PublicKey:
         ) from None
 
 
+def _own_key_id() -> str | None:
+    """The own key's id, or None when this user has no key yet (none is made for asking)."""
+    return key_id(own_key().public_key()) if (keys_dir() / KEY_NAME).exists() else None
+
+
 def trusted_keys() -> dict[str, str]:
     """The keys this user trusts: key id → name. The own key, when it exists, is one of them."""
-    d = keys_dir()
-    out: dict[str, str] = {}
-    if (d / KEY_NAME).exists():
-        out[key_id(own_key().public_key())] = OWN_NAME
-    path = d / TRUSTED_NAME
+    own = _own_key_id()
+    out: dict[str, str] = {own: OWN_NAME} if own is not None else {}
+    path = keys_dir() / TRUSTED_NAME
     if not path.exists():
         return out
     try:
@@ -233,7 +236,7 @@ def trust(key: str, name: str) -> str:
         raise SigningError("a trusted key needs a name (--name), to say who signed a session")
     if name == OWN_NAME:  # (verify would say a teammate's session is your own)
         raise SigningError(f"{name!r} is the name of your own key: give the key's owner another one")
-    if (keys_dir() / KEY_NAME).exists() and kid == key_id(own_key().public_key()):
+    if kid == _own_key_id():
         # (a line for it would never be listed by `keys`, nor taken off by `keys untrust`)
         raise SigningError(f"{kid} is your own key: it is always trusted; nothing was added")
     _rewrite_trusted(lambda key_id, _name: key_id != kid, [f"{kid} {name}"])
@@ -244,7 +247,7 @@ def untrust(which: str) -> list[str]:
     """Take the trusted keys that ``which`` names (a key id, or the name it was trusted as) off this
     user's trusted list; returns their ids. Raises :class:`SigningError` when none is named (the
     own key, always trusted, is not in the list)."""
-    own = key_id(own_key().public_key()) if (keys_dir() / KEY_NAME).exists() else None
+    own = _own_key_id()
     named = [k for k, n in trusted_keys().items() if which in (k, n) and k != own]
     if not named:
         raise SigningError(
