@@ -8,7 +8,6 @@ import gzip
 import json
 import os
 import re
-import subprocess
 import sys
 from datetime import datetime
 from pathlib import Path
@@ -21,7 +20,7 @@ import yaml
 
 import forkpoint
 from forkpoint.importers import import_file
-from tests.cliutil import FORKPOINT
+from tests.cliutil import forkpoint_cli
 from tests.modelserver import converse_events
 from tests.realdata import TRAJECTORIES
 
@@ -137,14 +136,7 @@ def test_a_replay_gives_botocore_the_recorded_bedrock_region_when_none_is_config
     assert "AWS_DEFAULT_REGION" not in os.environ
     (tmp_path / "agent.py").write_text(REGIONLESS_AGENT)
     env = {k: v for k, v in os.environ.items() if not k.startswith("FORKPOINT_")}
-    replayed = subprocess.run(
-        [*FORKPOINT, "replay", str(path), "--", sys.executable, "agent.py"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    replayed = forkpoint_cli(["replay", str(path), "--", sys.executable, "agent.py"], tmp_path, env, 120)
     assert replayed.returncode == 0, replayed.stderr
     assert replayed.stdout.strip() == "us-east-1 the sum is 5 / the sum is 5", replayed.stdout
     assert "replay ok" in replayed.stderr, replayed.stderr
