@@ -186,6 +186,27 @@ def _own_class(cls: type) -> bool:
     return not any(os.path.abspath(where).startswith(os.path.abspath(d) + os.sep) for d in libraries)
 
 
+#: A plain function's signature, with the code, defaults and keyword defaults it was read from
+#: (a tool is called again and again: ``inspect.signature`` was a sixth of a replayed call's cost).
+_signatures: weakref.WeakKeyDictionary[Callable[..., Any], tuple[Any, Any, Any, inspect.Signature]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _signature(fn: Callable[..., Any]) -> inspect.Signature:
+    """``inspect.signature(fn)``, kept for a plain function while its code and defaults are the
+    ones it was read from (raises as ``inspect.signature`` does)."""
+    if type(fn) is not types.FunctionType or "__signature__" in fn.__dict__ or "__wrapped__" in fn.__dict__:
+        return inspect.signature(fn)
+    code, defaults, kwdefaults = fn.__code__, fn.__defaults__, fn.__kwdefaults__
+    kept = _signatures.get(fn)
+    if kept is not None and kept[0] is code and kept[1] is defaults and kept[2] is kwdefaults:
+        return kept[3]
+    sig = inspect.signature(fn)
+    _signatures[fn] = (code, defaults, kwdefaults, sig)
+    return sig
+
+
 def bind_call(
     fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any], tool: str | None = None
 ) -> tuple[dict[str, Any], frozenset[str]]:
@@ -194,8 +215,7 @@ def bind_call(
     ``tool`` (its name), an argument of the program's own class with no JSON form, kept as its type
     only, is said once: calls that differ only in it are taken for the same call on replay."""
     try:
-        sig = inspect.signature(fn)
-        bound = sig.bind(*args, **kwargs)
+        bound = _signature(fn).bind(*args, **kwargs)
         given = set(bound.arguments)
         bound.apply_defaults()
         params = dict(bound.arguments)

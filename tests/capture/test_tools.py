@@ -131,16 +131,23 @@ def test_a_tool_without_a_signature_records_its_args_as_given(store: Path) -> No
 def test_a_tools_arguments_are_bound_to_its_signature_as_it_is_at_each_call(store: Path) -> None:
     # A test that patches a tool's defaults (or its class's __call__) after a first call: each call
     # is recorded with the defaults it ran with.
+    # (Signatures are kept between calls: each change is seen.)
     @forkpoint.tool
-    def search(q: str, limit: int = 10) -> str:
-        return f"{q}:{limit}"
+    def search(q: str, limit: int = 10, *, lang: str = "en") -> str:
+        return f"{q}:{limit}:{lang}"
 
     with forkpoint.record(store=store) as rec:
-        assert search("a") == "a:10"
+        assert search("a") == "a:10:en"
         search.__wrapped__.__defaults__ = (20,)
-        assert search("b") == "b:20"
+        assert search("b") == "b:20:en"
+        search.__wrapped__.__kwdefaults__ = {"lang": "fr"}
+        assert search("c") == "c:20:fr"
     calls = Session.load(rec.session_path).by_type("tool_call")
-    assert [c["args"] for c in calls] == [{"q": "a", "limit": 10}, {"q": "b", "limit": 20}]
+    assert [c["args"] for c in calls] == [
+        {"q": "a", "limit": 10, "lang": "en"},
+        {"q": "b", "limit": 20, "lang": "en"},
+        {"q": "c", "limit": 20, "lang": "fr"},
+    ]
 
 
 def test_async_tool_records_and_replays(tmp_path: Path, store: Path) -> None:
