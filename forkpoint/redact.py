@@ -44,7 +44,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
 import orjson
@@ -331,8 +331,9 @@ CACHE_MIN_CHARS = 64
 CACHE_MAX_CHARS = 4 << 20
 #: Total characters the string cache may hold (keys and changed values).
 CACHE_BUDGET_CHARS = 64 << 20
-#: Strings longer than CACHE_MAX_CHARS: how many of the last ones are remembered (held alive).
+#: Strings (and bytes) longer than CACHE_MAX_CHARS: how many of the last ones are remembered (held alive).
 BIG_ENTRIES = 2
+_Huge = TypeVar("_Huge", str, bytes)
 #: How many of the last JSON lists scrubbed are kept to compare a new list with (see Scrubber.json).
 LISTS_KEPT = 8
 #: How many of the last results of Scrubber.json (and their lists) are known as already scrubbed.
@@ -794,7 +795,20 @@ class Scrubber:
                 self._kinds.append(kind)
                 self._pats.append(_UNCOMPILED)
                 self._sources.append(pattern)
-        self._anchors = [(lit, tuple(ids)) for lit, ids in anchors.items()]
+        # A pattern anchored by one-character literals alone (the query credential's ``?``, ``&``
+        # and ``;``) is searched for by the regex engine and kept where it starts at one of them:
+        # found and matched at each occurrence instead, it cost seconds on binary data, where one
+        # byte in 85 is one of those three.
+        long_ = {i for lit, ids in anchors.items() if len(lit) > 1 for i in ids}
+        searched = {i for lit, ids in anchors.items() if len(lit) == 1 for i in ids} - long_
+        self._searched = [
+            (i, frozenset(lit for lit, ids in anchors.items() if i in ids)) for i in sorted(searched)
+        ]
+        self._anchors = [
+            (lit, kept)
+            for lit, ids in anchors.items()
+            if (kept := tuple(i for i in ids if i not in searched))
+        ]
         # One pass over a short text says whether any anchor occurs in it at all (cheaper, there,
         # than looking for each anchor in turn; on long texts it is the other way round).
         self._any_anchor = re.compile(
@@ -820,7 +834,7 @@ class Scrubber:
         self._cache: dict[str, str] = {}
         self._cache_chars = 0
         self._short: dict[str, str] = {}
-        self._big: dict[str, str] = {}
+        self._big: dict[str | builtins.bytes, str | builtins.bytes] = {}
         self._file_cache: dict[bytes, bytes | None] = {}
         self._file_cache_bytes = 0
         self._key_cache: dict[str, bool] = {}
@@ -866,6 +880,16 @@ class Scrubber:
         if len(low) < SHORT_CHARS and self._any_anchor.search(low) is None:
             return out
         pats = self._pats
+        for i, chars in self._searched:
+            pat = pats[i]
+            if pat is _UNCOMPILED:
+                pat = self._pattern(i)
+            m = pat.search(text)
+            while m is not None:
+                p = m.start()
+                if low[p : p + 1] in chars:  # (where matching at each occurrence would find it)
+                    out.append((p, i, len(out), m))
+                m = pat.search(text, p + 1)
         find = low.find
         for lit, ids in self._anchors:
             p = find(lit)
@@ -955,16 +979,22 @@ class Scrubber:
                 hit = self._replace(text)
                 self._remember(text, hit)
             return hit
-        if n > CACHE_MAX_CHARS:  # the last few huge strings (a tool result scrubbed, then logged)
-            hit = self._big.get(text)
-            if hit is None:
-                hit = self._replace(text)
-                with self._lock:
-                    while len(self._big) >= BIG_ENTRIES:
-                        self._big.pop(next(iter(self._big)))
-                    self._big[text] = hit
-            return hit
+        if n > CACHE_MAX_CHARS:
+            return self._huge(text, self._replace)
         return self._replace(text)
+
+    def _huge(self, value: _Huge, scrub: Callable[[_Huge], _Huge]) -> _Huge:
+        """``scrub(value)`` for a string or bytes longer than :data:`CACHE_MAX_CHARS`, remembered for
+        the last :data:`BIG_ENTRIES` of them, and as its own scrubbed form (scrubbing is idempotent):
+        a tool's result is scrubbed when the call returns, then in the event that logs it."""
+        hit = self._big.get(value)
+        if hit is None:
+            hit = scrub(value)
+            with self._lock:
+                while len(self._big) >= 2 * BIG_ENTRIES:
+                    self._big.pop(next(iter(self._big)))
+                self._big[value] = self._big[hit] = hit
+        return cast(_Huge, hit)
 
     def _replace(self, text: str) -> str:
         spans = self.find(text)
@@ -994,6 +1024,11 @@ class Scrubber:
     def bytes(self, data: bytes) -> bytes:
         """``data`` scrubbed as UTF-8 text; data that is not UTF-8 (binary) as bytes (:func:`_as_text`)."""
         raw = bytes(data)
+        if self._cache_on and len(raw) > CACHE_MAX_CHARS:
+            return self._huge(raw, self._bytes)
+        return self._bytes(raw)
+
+    def _bytes(self, raw: builtins.bytes) -> builtins.bytes:
         text, utf8 = _as_text(raw)
         if not utf8:  # (one chunk: the same spans and placeholders as a stream of it)
             return self._spread([raw], raw, text, utf8)[0]

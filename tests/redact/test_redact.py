@@ -880,3 +880,19 @@ def test_a_credential_option_in_a_script_is_replaced_as_the_shell_reads_its_word
     assert scrub_argv(out) == out  # (idempotent)
     kept = 'python a.py --token "$HF_TOKEN" --api-key $(cat key) --password `pass show x`'
     assert scrub_argv(["sh", "-c", kept]) == ["sh", "-c", kept]
+
+
+def test_query_credentials_in_binary_data_are_found_after_each_of_their_characters() -> None:
+    """The query credential's pattern is searched for, not matched at every ``?``, ``&`` and ``;``
+    (one byte in 85 of binary data): each of the three still starts one, in text and in bytes."""
+    noise = bytes(random.Random(7).randrange(256) for _ in range(200_000))
+    secrets = {"?token=": "t0k-aaaa", "&client_secret=": "cs-bbbb", ";access_token=": "at-cccc"}
+    data = noise + b"".join(k.encode() + v.encode() + b" " + noise[:999] for k, v in secrets.items())
+    out = scrub_bytes(data)
+    for name, value in secrets.items():
+        assert value.encode() not in out
+        assert (name + expected_placeholder("query-credential", value)).encode() in out
+    text = "see /x?q=1&token=abc;secret=def and ?code=zz"
+    assert scrub_text(text) == (
+        f"see /x?q=1&token={expected_placeholder('query-credential', 'abc;secret=def')} and ?code=zz"
+    )
