@@ -936,8 +936,8 @@ class Cassette:
         named = [t for t in self.tools if parse_target(t)[2] in missing]
         advice = (
             f"They are named ({', '.join(named)}), but the code never called them through that name: "
-            "it took the function before this test began (a dict of tools, a framework's registry, a "
-            "`from … import` in a module imported earlier), and that one is not wrapped. Name them in "
+            "it took the function before this test began (a dict of tools, a framework's registry), "
+            "and that one is not wrapped. Name them in "
             "the forkpoint_tools ini option, which wraps them as their module is imported, or put "
             "@forkpoint.tool on the function"
             if named

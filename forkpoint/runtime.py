@@ -195,7 +195,12 @@ tool_name_sources: list[Callable[[], set[str]]] = []
 def wrapped_tools() -> set[str]:
     """The names of the tools this process has wrappers for, or an integration records, called or
     not: a recording's warnings tell a tool the program never called from one forkpoint never saw."""
-    names = {str(getattr(w, "__forkpoint_tool__", "")) for w in list(tool_wrappers)}
+    # (not one the program took the function around: calls may have been made that it never saw)
+    names = {
+        str(getattr(w, "__forkpoint_tool__", ""))
+        for w in list(tool_wrappers)
+        if not getattr(w, "__forkpoint_bypassed__", False)
+    }
     for source in list(tool_name_sources):
         names |= source()
     return names

@@ -2,10 +2,10 @@
 
 :func:`install_import_hook` wraps each target with :func:`~forkpoint.capture.tools.tool` (named
 ``qualname``) as soon as its module has executed (:mod:`.imports`), so ``from module import f``
-elsewhere already sees the wrapper; a module imported already is patched at once. Such a wrapper
-records only while its target is enabled (:func:`install_import_hook` enables it,
-:func:`disable_targets` disables it again: the pytest plugin's per-test ``tools``); otherwise it
-calls the function as it is.
+elsewhere already sees the wrapper; a module imported already is patched at once, and so is every
+name other modules imported the target by. Such a wrapper records only while its target is enabled
+(:func:`install_import_hook` enables it, :func:`disable_targets` disables it again: the pytest
+plugin's per-test ``tools``); otherwise it calls the function as it is.
 
 **The script itself** (``--tool __main__:save_note``, ``--tool __main__:Notes.add``) is not
 imported: the interpreter runs it as ``__main__`` (``python agent.py``, ``python -m pkg.agent``,
@@ -15,13 +15,14 @@ right after the statement that defined it, and removes itself once every target 
 script's module-level code is done. Until then every Python call pays for a trace callback (the
 imports above the definitions run about 1.5x slower); later code, and the calls that use the tool,
 run untraced. Like any ``--tool`` target, a function that a framework took hold of while it was
-being defined (a decorator that registers it) keeps the unwrapped one: name those with the
-framework's integration or ``@forkpoint.tool``.
+being defined (a decorator that registers it) keeps the unwrapped one, which is said when the
+target is wrapped: name those with the framework's integration or ``@forkpoint.tool``.
 """
 
 from __future__ import annotations
 
 import atexit
+import gc
 import sys
 import threading
 from collections import Counter
@@ -97,10 +98,50 @@ def wrap_target(module: ModuleType, qualname: str, name: str | None = None) -> N
     def on() -> bool:
         return _enabled[target] > 0
 
-    if isinstance(raw, staticmethod | classmethod):
-        setattr(owner, attr, type(raw)(wrapped(raw.__func__, name or qualname, on)))
-    else:
-        setattr(owner, attr, wrapped(raw, name or qualname, on))
+    fn = getattr(raw, "__func__", raw)
+    namespaces, held = _taken(owner, raw, fn)
+    wrapper = wrapped(fn, name or qualname, on)
+    setattr(owner, attr, type(raw)(wrapper) if isinstance(raw, staticmethod | classmethod) else wrapper)
+    for ns in namespaces:  # (`from module import fn` run before: that name gets the wrapper too)
+        for key, value in list(ns.items()):  # (no comprehension: its closure would hold raw)
+            if value is raw:
+                ns[key] = wrapper
+    if held:
+        # Calls through what the program took before the wrap are neither recorded nor served: said
+        # now, and the end of the recording does not call the tool one the program never called.
+        wrapper.__forkpoint_bypassed__ = True
+        say(
+            f"forkpoint: --tool {target}: the program took this function before forkpoint could wrap it "
+            f"({', '.join(held)}): calls made through that are not recorded, and a replay runs them for "
+            "real. Put @forkpoint.tool on the function itself (under a decorator that registers it)"
+        )
+
+
+def _taken(owner: Any, raw: Any, fn: Any) -> tuple[list[dict[str, Any]], list[str]]:
+    """Where the program holds the target ``fn`` (``raw`` in ``owner``) besides ``owner``: the
+    globals of modules that imported it by name (and the script's own, which multiprocessing's spawn
+    copies), which the wrapper can replace; and, named, what it cannot (a dict of tools, a registry
+    a decorator filled, a list, a closure)."""
+    own = vars(owner) if not isinstance(owner, type) else next(iter(gc.get_referents(vars(owner))), None)
+    namespaces: list[dict[str, Any]] = []
+    held: list[str] = []
+    for ref in gc.get_referrers(fn):
+        if ref is own or ref is raw or isinstance(ref, FrameType):
+            continue
+        if isinstance(ref, dict) and "__builtins__" in ref and not isinstance(owner, type):
+            namespaces.append(ref)
+            continue
+        names = [
+            f"{ns.get('__name__')}.{k}"
+            for ns in gc.get_referrers(ref)
+            if isinstance(ns, dict) and "__builtins__" in ns
+            for k, v in ns.items()
+            if v is ref
+        ]
+        held.append(
+            names[0] if names else "a closure" if type(ref).__name__ == "cell" else f"a {type(ref).__name__}"
+        )
+    return namespaces, held
 
 
 def _wrap_pending(module: ModuleType) -> None:
@@ -168,13 +209,7 @@ class _MainWatcher:
         names = vars(main) if main is not None else {}
         for qualname, name in [q for q in self.pending if q[0].split(".")[0] in names]:
             self.pending.remove((qualname, name))
-            top = qualname.split(".")[0]
-            script = getattr(names[top], "__globals__", None)
             _wrap_or_warn(main, qualname, name)  # type: ignore[arg-type]
-            # multiprocessing's spawn copies the script's globals into __main__: the functions
-            # of the script look names up in the first, which gets the wrapper too.
-            if "." not in qualname and isinstance(script, dict) and script is not names and top in script:
-                script[top] = names[top]
         self.done = not self.pending
 
     def stop(self, frame: FrameType) -> None:

@@ -1044,6 +1044,26 @@ def test_import_hook_on_an_already_imported_module(
     assert "has no nope" in capsys.readouterr().err
 
 
+def test_a_target_imported_by_name_before_recording_began_is_recorded_there_too(
+    hook_package: Any, store: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``from pkg.mod import f`` ran before ``forkpoint.record(tools=["pkg.mod:f"])``: the wrapper
+    replaced ``mod.f`` only, the program's ``f`` stayed the function, and its calls were neither
+    recorded nor said (the recording claimed the program never called it). The names modules
+    imported it by get the wrapper too."""
+    pkg, side = hook_package
+    user = __import__(f"{pkg}.user", fromlist=["use"])
+    with forkpoint.record(store=store, tools=[f"{pkg}.mod:f"]) as rec:
+        recorded = user.use()
+    calls = Session.load(rec.session_path).by_type("tool_call")
+    assert [(c["tool"], c["args"]) for c in calls] == [("f", {"x": 1, "y": 2}), ("f", {"x": 5, "y": 10})]
+    assert "took this function" not in capsys.readouterr().err
+    with forkpoint.replay(rec.session_path, tool_targets=[f"{pkg}.mod:f"]) as rp:
+        assert user.use() == recorded
+    assert side.read_text() == "f\nf\nm\nm\n"  # (f ran when recorded only; C.m, no tool, twice)
+    assert rp.report()["reproduced"] is True
+
+
 class Query:
     def __init__(self, text: str) -> None:
         self.text = text
