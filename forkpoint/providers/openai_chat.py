@@ -225,7 +225,11 @@ class OpenAIChat(Provider):
     # --- overrides
 
     def rewrite_body(self, body: dict[str, Any], text: str | None, calls: Sequence[NewToolCall]) -> bool:
-        choice = (body.get("choices") or [{}])[0]
+        # The answer is choice 0 (what summaries read); the other choices of ``n`` > 1 stay as
+        # recorded: the agent gets as many as it asked for.
+        first = _choice(body.get("choices"))
+        others = [c for c in lst(body.get("choices")) if isinstance(c, dict) and c is not first]
+        choice = dict(first)
         msg: dict[str, Any] = {"role": "assistant", "content": text}
         if calls:
             msg["tool_calls"] = [
@@ -237,7 +241,7 @@ class OpenAIChat(Provider):
                 for c in calls
             ]
         choice.update({"index": 0, "message": msg, "finish_reason": "tool_calls" if calls else "stop"})
-        body["choices"] = [choice]
+        body["choices"] = [choice, *others]
         return True
 
     def rewrite_stream(
@@ -283,6 +287,13 @@ class OpenAIChat(Provider):
                 }
             )
         )
+        # (the other choices of n > 1, as recorded, each chunk with only them)
+        for p in stream:
+            kept = [
+                c for c in lst(p.get("choices")) if isinstance(c, dict) and i(c.get("index")) not in (0, None)
+            ]
+            if kept:
+                chunks.append(sse({**p, "choices": kept}))
         if usage is not None:
             chunks.append(sse(usage))
         chunks.append(sse("[DONE]"))

@@ -43,7 +43,7 @@ from forkpoint.log import Session
 from forkpoint.override import OverrideError
 from forkpoint.replay import API_KEY_VARS, EXIT_DIVERGENCE, PLACEHOLDER_KEY, summary_line
 from forkpoint.store import session_dirs
-from tests.modelserver import LocalServer, json_reply
+from tests.modelserver import LocalServer, Stream, json_reply
 
 FAILING = {"passed": 0, "failed": 2, "output": "FAIL"}
 FAILING_SPEC = 'tool:run_tests.result={"passed":0,"failed":2,"output":"FAIL"}'
@@ -397,6 +397,71 @@ def test_model_override_openai_responses(tmp_path: Path) -> None:
         {"k": 2},
     )
     assert got.output_text == ""
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_model_override_of_an_answer_of_two_choices_keeps_the_second(
+    server: LocalServer, tmp_path: Path, stream: bool
+) -> None:
+    """``n=2``: ``model#1.text`` gave the agent one choice instead of the two it asked for, the
+    second dropped without a word, and the replay said the override did not change its path. The
+    override is choice 0's (the answer summaries read); the other stays as recorded."""
+
+    def chunk(index: int, delta: dict[str, Any], finish: str | None = None) -> bytes:
+        choice = {"index": index, "delta": delta, "finish_reason": finish}
+        return (
+            b"data: "
+            + json.dumps(
+                {"id": "c1", "object": "chat.completion.chunk", "model": "m", "choices": [choice]}
+            ).encode()
+            + b"\n\n"
+        )
+
+    usage = {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}
+
+    def two(request: dict[str, Any]) -> Any:
+        if not request["body"].get("stream"):
+            choices = [
+                {
+                    "index": k,
+                    "message": {"role": "assistant", "content": f"take {k}"},
+                    "finish_reason": "stop",
+                }
+                for k in (0, 1)
+            ]
+            return json_reply(
+                {"id": "c1", "object": "chat.completion", "model": "m", "choices": choices, "usage": usage}
+            )
+        events = [chunk(k, {"content": f"take {k}"}) for k in (0, 1)] + [chunk(k, {}, "stop") for k in (0, 1)]
+        last = {"id": "c1", "object": "chat.completion.chunk", "model": "m", "choices": [], "usage": usage}
+        return Stream([*events, b"data: " + json.dumps(last).encode() + b"\n\n", b"data: [DONE]\n\n"])
+
+    server.route("/v1/chat/completions", two)
+
+    def ask() -> tuple[list[str], int | None]:
+        client = openai.OpenAI(base_url=server.openai_base_url, api_key="sk-test", max_retries=0)
+        kwargs: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": "go"}], "n": 2}
+        if not stream:
+            got = client.chat.completions.create(**kwargs)
+            return [str(c.message.content) for c in got.choices], got.usage and got.usage.total_tokens
+        texts: dict[int, str] = {}
+        total = None
+        for part in client.chat.completions.create(
+            **kwargs, stream=True, stream_options={"include_usage": True}
+        ):
+            for c in part.choices:
+                texts[c.index] = texts.get(c.index, "") + (c.delta.content or "")
+            total = part.usage.total_tokens if part.usage else total
+        return [texts[k] for k in sorted(texts)], total
+
+    with forkpoint.record(store=tmp_path) as rec:
+        assert ask() == (["take 0", "take 1"], 7)
+    with forkpoint.replay(rec.session_path, overrides=['model#1.text="instead"']) as rp:
+        assert ask() == (["instead", "take 1"], 7)
+    assert rp.report()["reproduced"] is True
+    spec = 'model#1.tool_calls=[{"name": "look", "arguments": {"q": "x"}, "id": "call_1"}]'
+    with forkpoint.replay(rec.session_path, overrides=[spec]):
+        assert ask()[0][1:] == ["take 1"]
 
 
 # --------------------------------------------------------------------------- 4. / 5. per-kind sources
