@@ -283,8 +283,8 @@ def detect(url: str, body: object) -> tuple[str, str]:
     ``/publishers/anthropic/...:rawPredict``); then by host (``api.anthropic.com``,
     ``generativelanguage.googleapis.com``, ``aiplatform.googleapis.com``, ``api.openai.com``:
     provider known, api ``"unknown"`` — e.g. ``/v1/messages/count_tokens`` or embeddings); and only
-    for unknown hosts at unknown paths (not token-counting ones) by the shape of the parsed request
-    ``body`` (``contents`` → Gemini; ``messages`` → Anthropic if it has
+    for unknown hosts at unknown paths (not token counting, embeddings, moderations or speech) by
+    the shape of the parsed request ``body`` (``contents`` → Gemini; ``messages`` → Anthropic if it has
     ``system``/``anthropic_version``/``tool_use`` or ``tool_result`` blocks, else Chat Completions;
     ``input`` + ``model`` → Responses). Each rule is its provider's (:data:`REGISTRY`).
     """

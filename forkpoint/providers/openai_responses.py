@@ -86,6 +86,10 @@ def _item_reasoning(item: dict[Any, Any]) -> list[str]:
 _REASONING_DELTAS = ("response.reasoning_summary_text.delta", "response.reasoning_text.delta")
 
 
+#: The ends of OpenAI paths that take ``input`` and ``model`` and are no Responses call.
+AUXILIARY = ("/embeddings", "/moderations", "/input_tokens", "/audio/speech")
+
+
 class OpenAIResponses(Provider):
     """The OpenAI Responses API."""
 
@@ -108,6 +112,11 @@ class OpenAIResponses(Provider):
 
     def claims_body(self, body: dict[str, Any]) -> bool:
         return "input" in body and ("model" in body or "instructions" in body)
+
+    def is_auxiliary_path(self, path: str) -> bool:
+        # The OpenAI endpoints whose body has ``input`` and ``model`` too (an OpenAI-compatible
+        # server's embeddings were shown, exported and rewritten as a Responses call).
+        return path.rstrip("/").endswith(AUXILIARY)
 
     # --- request side
 

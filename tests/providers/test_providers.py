@@ -644,6 +644,16 @@ def test_sse_event_is_frozen() -> None:
             ("anthropic", "messages"),
         ),
         ("https://proxy.example/llm", {"input": "hi", "model": "m"}, ("openai", "responses")),
+        # ... but not at the OpenAI endpoints that take the same fields (an embedding, a moderation,
+        # speech, a Responses token count), which were read as Responses calls
+        ("http://127.0.0.1:8000/v1/embeddings", {"input": ["a"], "model": "m"}, ("unknown", "unknown")),
+        ("http://127.0.0.1:8000/v1/moderations", {"input": "a", "model": "m"}, ("unknown", "unknown")),
+        ("http://127.0.0.1:8000/v1/audio/speech", {"input": "a", "model": "m"}, ("unknown", "unknown")),
+        (
+            "http://127.0.0.1:8000/v1/responses/input_tokens",
+            {"input": "a", "model": "m"},
+            ("unknown", "unknown"),
+        ),
         ("https://proxy.example/llm", None, ("unknown", "unknown")),
         ("https://proxy.example/llm", '{"contents": []}', ("gemini", "generateContent")),
         ("not a url", None, ("unknown", "unknown")),
