@@ -512,6 +512,9 @@ class DivergenceReport(TypedDict, total=False):
     expected: Expected | None
     nearest: Nearest | None
     diff: list[dict[str, Any]]
+    #: The seq of the recorded call ``diff`` compares with: the expected one, or the nearest of
+    #: several unused calls of one tool or endpoint (a batch asked in any order).
+    diff_against: int
     #: Ignore rules that would make the call match, when every difference looks volatile.
     suggest: list[dict[str, str]]
     #: The session was recorded without ``deterministic``: the report says what it would do.

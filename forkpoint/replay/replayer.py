@@ -1533,6 +1533,8 @@ class Replayer:
             else None,
             "diff": self._explained(normalized(base), norm, tool) if base else [],
         }
+        if base is not None:
+            report["diff_against"] = base["seq"]
         # After an override the run saw what the recording did not: a difference may be its doing,
         # the what-if leaving the recording, which no ignore rule or --deterministic should hide.
         overridden = [self.overrides[seq].spec for seq, done in self.applied.items() if done]

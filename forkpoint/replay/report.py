@@ -35,7 +35,8 @@ def format_divergence(report: DivergenceReport | dict[str, Any]) -> str:
             f"Nearest recorded: seq {near['seq']} ({near['label']}, similarity {near['similarity']:.2f})."
         )
     if report.get("diff"):
-        lines.append("Differences, recorded → actual:")
+        against = report.get("diff_against")
+        lines.append(f"Differences, recorded{f' (seq {against})' if against is not None else ''} → actual:")
         lines.append(format_changes([Change.from_json(c) for c in report["diff"]]))
     changed = report.get("versions") or []
     if changed:

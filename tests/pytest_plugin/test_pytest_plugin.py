@@ -175,7 +175,7 @@ def test_changed_prompt_fails_with_the_divergence_report(
             # where in the agent's code (the traceback is not shown), as `forkpoint replay` says
             "the call made at test_agent.py:* (ask) diverged from the recording.",
             "replay diverged at the 1st model call of this run (POST /v1/chat/completions)*",
-            "Differences, recorded → actual:",
+            "Differences, recorded (seq 1) → actual:",
             "*~ $.body.messages[[]0[]].content: What is the weather in Paris? → What is the weather in Oslo?",
             "*re-record it: pytest --forkpoint-mode=record test_agent.py::test_agent",
             "FAILED test_agent.py::test_agent - Failed: forkpoint: the run diverged*",

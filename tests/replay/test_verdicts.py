@@ -26,7 +26,7 @@ import forkpoint
 from forkpoint.capture import tools as tools_mod
 from forkpoint.html import view_model
 from forkpoint.log import Session
-from forkpoint.replay import EXIT_DIVERGENCE, conclude, summary_line
+from forkpoint.replay import EXIT_DIVERGENCE, conclude, format_divergence, summary_line
 from forkpoint.show import render
 from tests.modelserver import LocalServer, json_reply
 
@@ -1227,8 +1227,6 @@ def test_a_divergence_after_identical_calls_served_to_racing_threads_says_they_m
     import itertools
     import threading
 
-    from forkpoint.replay import format_divergence
-
     counter = itertools.count()
 
     @forkpoint.tool
@@ -1760,6 +1758,9 @@ def test_a_divergence_in_a_batch_of_one_tool_is_diffed_against_the_closest_call(
     assert [(c["path"], c.get("expected"), c.get("actual")) for c in div["diff"]] == [
         ("$.args.city", "Oslo", "Oslx")
     ]
+    # (the verdict says which recorded call the diff is against: not the expected next one)
+    text = format_divergence(div)
+    assert "Expected next: recorded event seq 1" in text and "Differences, recorded (seq 3) → actual:" in text
 
 
 KILLED = """
