@@ -59,6 +59,10 @@ SERVER_TOOL_BLOCKS = ("server_tool_use", "mcp_tool_use")
 
 _MODEL_IN_PATH = compiled_later(r"/(?:models|tunedModels)/([^/:]+):")
 
+#: Content blocks of extended thinking. An answer that uses tools must be sent back with them (the
+#: API refuses the next request otherwise), so an override that asks for tools keeps the recorded ones.
+THINKING_BLOCKS = ("thinking", "redacted_thinking")
+
 
 def _blocks(text: str | None, calls: Sequence[NewToolCall]) -> list[dict[str, Any]]:
     blocks: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
@@ -277,7 +281,10 @@ class Anthropic(Provider):
     # --- overrides
 
     def rewrite_body(self, body: dict[str, Any], text: str | None, calls: Sequence[NewToolCall]) -> bool:
-        body["content"] = _blocks(text, calls)
+        thinking = (
+            [b for b in lst(body.get("content")) if d(b).get("type") in THINKING_BLOCKS] if calls else []
+        )
+        body["content"] = thinking + _blocks(text, calls)
         body["stop_reason"] = "tool_use" if calls else "end_turn"
         return True
 
@@ -291,7 +298,16 @@ class Anthropic(Provider):
             (p for p in stream if p.get("type") == "message_delta"), {"type": "message_delta", "usage": {}}
         )
         out = [sse(start, "message_start")]
-        for n, b in enumerate(_blocks(text, calls)):
+        kept: dict[object, int] = {}  # recorded index of a thinking block -> its index here
+        for p in stream if calls else ():
+            if (
+                p.get("type") == "content_block_start"
+                and d(p.get("content_block")).get("type") in THINKING_BLOCKS
+            ):
+                kept[p.get("index")] = len(kept)
+            if str(p.get("type")).startswith("content_block_") and p.get("index") in kept:
+                out.append(sse({**p, "index": kept[p.get("index")]}, str(p["type"])))
+        for n, b in enumerate(_blocks(text, calls), start=len(kept)):
             if b["type"] == "text":
                 out.append(
                     sse(

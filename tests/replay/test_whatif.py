@@ -352,6 +352,75 @@ def test_model_override_anthropic_messages(tmp_path: Path, text_on: int) -> None
     assert got[1].usage.output_tokens == live[1].usage.output_tokens
 
 
+THINKING_ANSWER = [
+    {"type": "thinking", "thinking": "The user wants the tests run.", "signature": "sig-abc"},
+    {"type": "redacted_thinking", "data": "opaque-xyz"},
+    {"type": "text", "text": "Running them."},
+    {"type": "tool_use", "id": "toolu_1", "name": "write_file", "input": {"path": "a", "content": "b"}},
+]
+
+
+def thinking_reply(request: Any) -> Any:
+    """An Anthropic answer that thinks before it asks for a tool, whole or streamed as asked."""
+    message = {"id": "msg_1", "type": "message", "role": "assistant", "model": "m", "usage": {}}
+    if not request["body"].get("stream"):
+        return json_reply({**message, "content": THINKING_ANSWER, "stop_reason": "tool_use"})
+
+    def event(payload: dict[str, Any]) -> bytes:
+        return f"event: {payload['type']}\ndata: {json.dumps(payload)}\n\n".encode()
+
+    events = [event({"type": "message_start", "message": {**message, "content": []}})]
+    for n, block in enumerate(THINKING_ANSWER):
+        delta = {
+            "thinking": [{"type": "thinking_delta", "thinking": block.get("thinking")}]
+            + [{"type": "signature_delta", "signature": block.get("signature")}],
+            "text": [{"type": "text_delta", "text": block.get("text")}],
+            "tool_use": [{"type": "input_json_delta", "partial_json": json.dumps(block.get("input"))}],
+        }.get(block["type"], [])
+        empty = {"thinking": "", "signature": ""} if block["type"] == "thinking" else {"text": ""}
+        start = {**block, **empty, "input": {}} if block["type"] == "tool_use" else {**block, **empty}
+        start = block if block["type"] == "redacted_thinking" else start
+        events.append(event({"type": "content_block_start", "index": n, "content_block": start}))
+        events += [event({"type": "content_block_delta", "index": n, "delta": d}) for d in delta]
+        events.append(event({"type": "content_block_stop", "index": n}))
+    events.append(event({"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {}}))
+    return Stream([*events, event({"type": "message_stop"})])
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_tool_calls_override_keeps_the_anthropic_thinking(tmp_path: Path, stream: bool) -> None:
+    """An answer asked to call other tools keeps the thinking it came with: with extended thinking,
+    the Messages API requires the thinking blocks of the answer that used tools to be sent back in
+    the next request (a what-if that went on live got a 400 without them), and the override asked
+    to change the calls only. They were dropped, with nothing said."""
+
+    def call(url: str) -> Any:
+        c = anthropic.Anthropic(base_url=url, api_key="sk-ant-demo", max_retries=0)
+        kw: dict[str, Any] = {"model": "m", "max_tokens": 2048, "messages": MSG, "tools": TOOLS_ANTHROPIC}
+        kw["thinking"] = {"type": "enabled", "budget_tokens": 1024}
+        if not stream:
+            return c.messages.create(**kw)
+        with c.messages.stream(**kw) as s:
+            return s.get_final_message()
+
+    with LocalServer() as server:
+        server.route("/v1/messages", thinking_reply, method="POST")
+        with forkpoint.record(store=tmp_path) as rec:
+            live = call(server.url)
+    spec = 'model#1.tool_calls=[{"name":"run_tests","arguments":{"verbose":true},"id":"toolu_fp_1"}]'
+    with forkpoint.replay(rec.session_path, overrides=[spec]) as rp:
+        got = call(server.url)
+    assert rp.report()["divergence"] is None and rp.report()["overrides"][0]["applied"]
+    kept = [b.model_dump() for b in live.content if b.type in ("thinking", "redacted_thinking", "text")]
+    assert [b.model_dump() for b in got.content][:3] == kept
+    assert [(b.type, b.id, b.name, b.input) for b in got.content[3:]] == [
+        ("tool_use", "toolu_fp_1", "run_tests", {"verbose": True})
+    ]
+    # An answer in text alone (".text") still drops them: it asks for no tool.
+    with forkpoint.replay(rec.session_path, overrides=['model#1.text="Done."']):
+        assert [b.type for b in call(server.url).content] == ["text"]
+
+
 TOOLS_RESPONSES = [
     {
         "type": "function",
