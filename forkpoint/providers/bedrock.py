@@ -391,7 +391,9 @@ class BedrockConverse(Provider):
     def rewrite_body(self, body: dict[str, Any], text: str | None, calls: Sequence[NewToolCall]) -> bool:
         output = body.setdefault("output", {})
         message = output.setdefault("message", {"role": "assistant"})
-        message["content"] = self._content(text, calls)
+        # (Claude's reasoning must come back with an answer that uses tools: kept for one that does)
+        reasoning = [b for b in lst(message.get("content")) if "reasoningContent" in d(b)] if calls else []
+        message["content"] = reasoning + self._content(text, calls)
         body["stopReason"] = "tool_use" if calls else "end_turn"
         return True
 
@@ -404,7 +406,14 @@ class BedrockConverse(Provider):
 
         metadata = next((p for p in stream if "usage" in p and "metrics" in p), None)
         out = [frame("messageStart", {"role": "assistant"})]
-        for n, block in enumerate(self._content(text, calls)):
+        kept: dict[object, int] = {}  # recorded index of a reasoning block -> its index here (as above)
+        for p in stream if calls else ():
+            if "reasoningContent" in d(p.get("delta")):
+                kept.setdefault(p.get("contentBlockIndex"), len(kept))
+            if p.get("contentBlockIndex") in kept and "start" not in p:
+                event = "contentBlockDelta" if "delta" in p else "contentBlockStop"
+                out.append(frame(event, {**p, "contentBlockIndex": kept[p.get("contentBlockIndex")]}))
+        for n, block in enumerate(self._content(text, calls), start=len(kept)):
             if "text" in block:
                 out.append(
                     frame("contentBlockDelta", {"contentBlockIndex": n, "delta": {"text": block["text"]}})

@@ -464,6 +464,74 @@ def test_a_tool_calls_override_of_a_converse_stream(recorded: tuple[Path, list[A
     assert rp.report()["overrides"][0]["applied"]
 
 
+REASONING = {"reasoningContent": {"reasoningText": {"text": "Add them.", "signature": "sig-1"}}}
+
+
+def _thinking_answer(request: Any) -> Reply | Stream:
+    """A Converse answer of Claude thinking before it asks for ``add``, whole or streamed."""
+    use = {"toolUse": {"toolUseId": "tooluse_1", "name": "add", "input": {"a": 2, "b": 3}}}
+    if not request["path"].endswith("converse-stream"):
+        message = {"role": "assistant", "content": [REASONING, {"text": "Adding."}, use]}
+        return json_reply({"output": {"message": message}, "stopReason": "tool_use", "usage": {}})
+    thought = REASONING["reasoningContent"]["reasoningText"]
+    start = {"toolUse": {"toolUseId": "tooluse_1", "name": "add"}}
+    events = [
+        ("messageStart", {"role": "assistant"}),
+        (
+            "contentBlockDelta",
+            {"contentBlockIndex": 0, "delta": {"reasoningContent": {"text": thought["text"]}}},
+        ),
+        (
+            "contentBlockDelta",
+            {"contentBlockIndex": 0, "delta": {"reasoningContent": {"signature": "sig-1"}}},
+        ),
+        ("contentBlockStop", {"contentBlockIndex": 0}),
+        ("contentBlockDelta", {"contentBlockIndex": 1, "delta": {"text": "Adding."}}),
+        ("contentBlockStop", {"contentBlockIndex": 1}),
+        ("contentBlockStart", {"contentBlockIndex": 2, "start": start}),
+        ("contentBlockDelta", {"contentBlockIndex": 2, "delta": {"toolUse": {"input": '{"a": 2, "b": 3}'}}}),
+        ("contentBlockStop", {"contentBlockIndex": 2}),
+        ("messageStop", {"stopReason": "tool_use"}),
+    ]
+    return Stream([aws_event(k, v) for k, v in events], ctype="application/vnd.amazon.eventstream")
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["converse", "converse-stream"])
+def test_a_tool_calls_override_keeps_the_reasoning(store: Path, stream: bool) -> None:
+    """An answer asked to call other tools keeps the reasoning it came with: Bedrock requires
+    Claude's reasoning blocks back with an answer that used tools when the conversation goes on
+    (a what-if going on live would have its next request refused without them), and the override asked
+    to change the calls only. They were dropped, with nothing said."""
+
+    def ask(key: tuple[str, str]) -> list[Any]:
+        client = _client(srv.url, key)
+        kw: dict[str, Any] = {"modelId": MODEL, "toolConfig": TOOLS}
+        kw["messages"] = [{"role": "user", "content": [{"text": "add 2 and 3"}]}]
+        if not stream:
+            return list(client.converse(**kw)["output"]["message"]["content"])
+        blocks: dict[int, dict[str, Any]] = {}  # the reasoning, the text and the calls, by index
+        for ev in client.converse_stream(**kw)["stream"]:
+            delta = ev.get("contentBlockDelta")
+            if delta:
+                block = blocks.setdefault(delta["contentBlockIndex"], {})
+                for kind, part in delta["delta"].items():
+                    for name, piece in (part if isinstance(part, dict) else {kind: part}).items():
+                        block[f"{kind}.{name}"] = block.get(f"{kind}.{name}", "") + piece
+        return [blocks[n] for n in sorted(blocks)]
+
+    with LocalServer() as srv:
+        srv.route("/model/*", _thinking_answer, method="POST")
+        with forkpoint.record(store=store) as rec:
+            live = ask(RECORD_KEY)
+    spec = 'model#1.tool_calls=[{"name": "add", "arguments": {"a": 40, "b": 2}, "id": "tooluse_9"}]'
+    with forkpoint.replay(rec.session_path, overrides=[spec]) as rp:
+        got = ask(REPLAY_KEY)
+    assert rp.report()["divergence"] is None and rp.report()["overrides"][0]["applied"]
+    assert got[:2] == live[:2]  # the reasoning, with its signature, and the text
+    assert "reasoningContent" in json.dumps(got[0])
+    assert "40" in json.dumps(got[2:]) and len(got) == 3
+
+
 def test_invoke_model_bodies_are_read_as_their_model_format() -> None:
     url = f"https://bedrock-runtime.us-east-1.amazonaws.com/model/{MODEL.replace(':', '%3A')}/invoke"
     body = {

@@ -391,7 +391,7 @@ def thinking_reply(request: Any) -> Any:
 def test_tool_calls_override_keeps_the_anthropic_thinking(tmp_path: Path, stream: bool) -> None:
     """An answer asked to call other tools keeps the thinking it came with: with extended thinking,
     the Messages API requires the thinking blocks of the answer that used tools to be sent back in
-    the next request (a what-if that went on live got a 400 without them), and the override asked
+    the next request (a what-if going on live would have it refused without them), and the override asked
     to change the calls only. They were dropped, with nothing said."""
 
     def call(url: str) -> Any:
