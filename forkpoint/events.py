@@ -768,6 +768,10 @@ def in_start_order(events: Sequence[_E]) -> list[_E]:
     return out
 
 
+#: What an HTTP exchange that is no model call is, said after its place (``report["call"]``).
+_EXCHANGE_KINDS = {"http": ", a plain HTTP call", "mcp": ", a call to an MCP server"}
+
+
 def divergence_place(div: Mapping[str, Any]) -> tuple[str, str]:
     """Where a divergence happened, said in two parts (a caller puts "of this run" between them):
     its call by its ordinal among this run's calls of its kind (``1st model call``, ``2nd tool
@@ -776,7 +780,7 @@ def divergence_place(div: Mapping[str, Any]) -> tuple[str, str]:
     exchanges (a login, an MCP server), by its own count (``model_position``) and then by theirs
     (``1st model call``, ``", its 2nd HTTP exchange"``)."""
     position = int(div.get("position") or 0)
-    said = {"http": ", a plain HTTP call", "mcp": ", a call to an MCP server"}.get(str(div.get("call")))
+    said = _EXCHANGE_KINDS.get(str(div.get("call")))
     if said:
         return f"{ordinal(position)} HTTP exchange", said
     kind = str(div.get("kind", "call")).replace("_", " ")
@@ -788,7 +792,10 @@ def divergence_place(div: Mapping[str, Any]) -> tuple[str, str]:
 
 def divergence_call(div: Mapping[str, Any]) -> str:
     """A divergence's call by kind and number: ``model call #2``, or ``model call #1 (HTTP exchange
-    #2)`` when HTTP exchanges that were no model's call came before it (``model_position``)."""
+    #2)`` when HTTP exchanges that were no model's call came before it (``model_position``), or
+    ``HTTP exchange #3, a plain HTTP call`` for one of those (it was called a model call)."""
+    if str(div.get("call")) in _EXCHANGE_KINDS:
+        return f"HTTP exchange #{div.get('position')}{_EXCHANGE_KINDS[str(div.get('call'))]}"
     said = f"{str(div.get('kind', 'call')).replace('_', ' ')} #"
     if isinstance(div.get("model_position"), int):
         return f"{said}{div['model_position']} (HTTP exchange #{div.get('position')})"

@@ -33,7 +33,7 @@ from ._version import __version__
 from .checkpoint import manifest_rows
 from .events import (
     asking_call,
-    divergence_call,
+    divergence_place,
     endpoint,
     in_start_order,
     in_tool,
@@ -340,12 +340,12 @@ def _divergence(
     end = session.end()
     kept = end.get("divergence") if end is not None else None
     if report is None and kept is not None:
-        what = str(kept.get("kind") or "call").replace("_", " ")
+        place, more = divergence_place(kept)
         return {
             "from": "session",
             "seq": kept.get("seq"),
             "parent_seq": kept.get("parent_seq"),
-            "text": f"the run diverged at the {what} #{kept.get('position')} of the run"
+            "text": f"the run diverged at the {place} of the run{more}"
             + (f" ({kept['label']})" if kept.get("label") else "")
             + f": {kept.get('reason', '')}",
             "changes": to_json(kept.get("diff") or []),
@@ -356,11 +356,12 @@ def _divergence(
         same = [e for e in session.events if e.get("type") == kind]
         pos = div.get("position")
         child = same[pos - 1] if isinstance(pos, int) and 0 < pos <= len(same) else None
+        place, more = divergence_place(div)
         return {
             "from": "report",
             "seq": child["seq"] if child else None,
             "parent_seq": (div.get("expected") or {}).get("seq"),
-            "text": f"the replay diverged at the {divergence_call(div)} of the run: {div.get('reason', '')}",
+            "text": f"the replay diverged at the {place} of the run{more}: {div.get('reason', '')}",
             "changes": to_json(div.get("diff") or []),
         }
     if parent is None:

@@ -959,14 +959,20 @@ def test_langsmith_tracing_to_a_self_hosted_endpoint_is_telemetry(tmp_path: Path
 
 def test_a_plain_http_divergence_is_not_called_a_model_call(server: LocalServer, store: Path) -> None:
     """A search API's request that changed was reported as "the 1st model call of this run"."""
+    from forkpoint.replay.report import verdict
+
     server.route("/api/search", lambda r: json_reply({"hits": [r["query"].get("q")]}), method="GET")
     with forkpoint.record(store=store) as rec:
         httpx.get(server.url + "/api/search", params={"q": "cats"})
-    with pytest.raises(forkpoint.Divergence) as caught, forkpoint.replay(rec.session_path):
+    with pytest.raises(forkpoint.Divergence) as caught, forkpoint.replay(rec.session_path) as rp:
         httpx.get(server.url + "/api/search", params={"q": "dogs"})
     said = " ".join(str(caught.value).split())
     assert "replay diverged at the 1st HTTP exchange of this run, a plain HTTP call (GET /api/search)" in said
     assert "model call" not in said, said
+    # `check`'s verdict (its table, JUnit XML) and a fifo drift line said "model call #1"
+    assert verdict(rp.report(), 0, 0)["call"].startswith(
+        "HTTP exchange #1, a plain HTTP call (GET /api/search)"
+    )
 
 
 @pytest.mark.parametrize(
