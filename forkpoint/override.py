@@ -39,11 +39,12 @@ from typing import Any
 import orjson
 
 from .errors import OverrideError, UsageError
-from .events import in_start_order, in_tool, tool_spans
+from .events import endpoint, in_start_order, in_tool, tool_spans
 from .log import from_json, read_json_text
 from .patterns import compiled_later
 from .providers import call_kind, detect, recorded_response, response_text, rewrite_response, summarize
 from .providers.base import stable_id
+from .text import KIND_NAMES
 from .values import MARK, is_typed
 
 _SPEC = compiled_later(
@@ -337,6 +338,12 @@ def apply(
         resp["ended"] = "complete"
         new.pop("error", None)
         return new
+    if call_kind(event) != "model":
+        raise OverrideError(
+            f"override {o.spec!r}: event {event['seq']} is no model call but "
+            f"{KIND_NAMES.get(call_kind(event), call_kind(event))} ({endpoint(event)}): it has no "
+            f"{o.field} to rewrite; override its whole .body instead"
+        )
     url = new["request"]["url"]
     recorded = summarize(url, new["request"]["body"], recorded_response(event))
     text: str | None

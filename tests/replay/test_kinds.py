@@ -399,6 +399,11 @@ def test_model_numbering_and_overrides_count_model_calls_only(server: LocalServe
         assert _chat(server.url, "one") == "overridden" != first
         _chat(server.url, "two")
     assert rp.report()["overrides"][0]["seq"] == 3  # the first model call, after telemetry and plain HTTP
+    # A plain HTTP call named by its seq has no text to rewrite: said so, not "a unknown response".
+    from forkpoint.override import OverrideError, parse, resolve
+
+    with pytest.raises(OverrideError, match=r"event 2 is no model call but plain HTTP \(GET /lookup\)"):
+        resolve([parse('seq:2.text="x"')], forkpoint.Session.load(rec.session_path).events)
 
 
 def test_plain_http_made_live_is_counted_as_plain_http_not_as_a_model_call(
