@@ -59,8 +59,8 @@ SERVER_TOOL_BLOCKS = ("server_tool_use", "mcp_tool_use")
 
 _MODEL_IN_PATH = compiled_later(r"/(?:models|tunedModels)/([^/:]+):")
 
-#: Content blocks of extended thinking. An answer that uses tools must be sent back with them (the
-#: API refuses the next request otherwise), so an override that asks for tools keeps the recorded ones.
+#: Content blocks of extended thinking. An answer that uses tools must be sent back with them
+#: (Anthropic's documentation says so), so an override that asks for tools keeps the recorded ones.
 THINKING_BLOCKS = ("thinking", "redacted_thinking")
 
 
