@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
+from . import runtime
 from .capture.targets import install_import_hook
 from .errors import UsageError
 
@@ -29,7 +30,7 @@ _FLAGS = frozenset("bBdEhiIOqsSuvVxR")
 @dataclass
 class ProgramRun:
     """How a program run by :func:`run_command` ended: its ``exit_code`` (as the interpreter would
-    exit: 0, ``sys.exit``'s code, or 1 for an uncaught exception), what it printed to
+    exit: 0, ``sys.exit``'s code, 1 for an uncaught exception, 130 for ``KeyboardInterrupt``), what it printed to
     ``sys.stdout`` (``output``; it was also printed as usual), and the exception that ended it
     uncaught (``uncaught``), if one did."""
 
@@ -99,7 +100,8 @@ def run_command(argv: Sequence[str], *, tools: Sequence[str] = ()) -> ProgramRun
     and ``sys.path[0]`` as the interpreter would set them (both restored afterwards), and the
     functions ``tools`` names (``module:qualname``, as ``forkpoint record --tool``) recorded or
     served as tools. Its exit is caught: returns how it ended (:class:`ProgramRun`); an uncaught
-    exception prints its traceback, as the interpreter would, and gives exit code 1.
+    exception prints its traceback, as the interpreter would, and gives exit code 1 (130 for a
+    ``KeyboardInterrupt`` a replay raised from the recording; a real Ctrl-C is raised on).
 
     Raises :class:`~forkpoint.errors.UsageError` for a command that is not a Python program.
     """
@@ -120,9 +122,13 @@ def run_command(argv: Sequence[str], *, tools: Sequence[str] = ()) -> ProgramRun
         code, uncaught = 0, None
     except SystemExit as exc:
         code, uncaught = _code(exc), None
-    except Exception as exc:
+    except (Exception, KeyboardInterrupt) as exc:
+        # (a KeyboardInterrupt a replay raised, a tool that Ctrl-C stopped when recorded, is the
+        # program's ending, as the interpreter's exit by SIGINT: 130; a real Ctrl-C stops the caller)
+        if isinstance(exc, KeyboardInterrupt) and not runtime.replayed_interrupt(exc):
+            raise
         traceback.print_exc()
-        code, uncaught = 1, exc
+        code, uncaught = 130 if isinstance(exc, KeyboardInterrupt) else 1, exc
     finally:
         sys.argv = saved_argv
         sys.path[:] = saved_path

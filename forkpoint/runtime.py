@@ -151,6 +151,26 @@ served_from_recording: contextvars.ContextVar[bool] = contextvars.ContextVar(
 )
 
 
+#: The last KeyboardInterrupts a replay raised as a recorded call's ending (a tool Ctrl-C stopped
+#: when recorded): a program run in-process (:func:`forkpoint.program.run_command`) ends with one
+#: as it did when recorded, while a real Ctrl-C still stops whatever runs it (a test session).
+_replayed_interrupts: list[BaseException] = []
+
+
+def replayed(exc: BaseException) -> BaseException:
+    """``exc``, a recorded exception rebuilt to be raised again, noted when it is a
+    ``KeyboardInterrupt`` (:func:`replayed_interrupt`)."""
+    if isinstance(exc, KeyboardInterrupt):
+        _replayed_interrupts.append(exc)
+        del _replayed_interrupts[:-8]
+    return exc
+
+
+def replayed_interrupt(exc: BaseException) -> bool:
+    """Whether ``exc`` is a ``KeyboardInterrupt`` a replay raised from the recording (not Ctrl-C)."""
+    return any(e is exc for e in _replayed_interrupts)
+
+
 #: The HTTP request this context is making, as it would be sent (URL, header pairs, body bytes),
 #: kept by the capture as the request is read while a replay is active: looked at only if it goes
 #: live, for the replay's placeholder API key or a scrubbed secret's placeholder (such a request is

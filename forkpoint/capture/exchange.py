@@ -592,7 +592,7 @@ def rebuilt_error(error: ErrorRecord | dict[str, Any], library: LibraryError) ->
         try:
             if os_error is not None and issubclass(found, OSError):
                 return found(code, strerror)
-            return found(message) if message else found()
+            return runtime.replayed(found(message) if message else found())
         except Exception:  # a constructor that wants other arguments
             pass
     return RecordedError(dict(error))

@@ -465,7 +465,7 @@ def rebuild_exception(error: dict[str, Any]) -> BaseException:
         context = rebuild_exception(error["context"])
         exc.__context__ = context.with_traceback(recorded_traceback(error["context"].get("frames")))
     exc.__suppress_context__ = exc.__suppress_context__ or error.get("suppress_context") is True
-    return exc
+    return runtime.replayed(exc)
 
 
 def _raise_recorded(exc: BaseException) -> NoReturn:

@@ -209,6 +209,11 @@ def test_run_command_runs_a_file_in_this_process(tmp_path: Path, monkeypatch: py
     script.write_text("raise RuntimeError('boom')\n")
     run = run_command(["prog.py"])
     assert run.exit_code == 1 and isinstance(run.uncaught, RuntimeError) and str(run.uncaught) == "boom"
+    # A Ctrl-C (no replay raised it) stops the caller, as pytest's session, not just the program.
+    script.write_text("raise KeyboardInterrupt\n")
+    with pytest.raises(KeyboardInterrupt):
+        run_command(["prog.py"])
+    assert sys.argv == argv
 
 
 def test_a_made_test_fails_when_the_run_ends_with_another_exception(tmp_path: Path) -> None:
@@ -234,6 +239,31 @@ def test_a_made_test_fails_when_the_run_ends_with_another_exception(tmp_path: Pa
     other = pytest_in(tmp_path, {**env, "MODE": "key"}, "tests/incidents")
     assert other.returncode == 1 and "1 failed" in other.stdout, other.stdout + other.stderr
     assert "KeyError" in other.stdout
+
+
+def test_a_made_test_of_a_run_ended_by_ctrl_c_passes_and_lets_the_session_go_on(tmp_path: Path) -> None:
+    """A run stopped by Ctrl-C while a tool hung ends with an uncaught KeyboardInterrupt (exit code
+    130), which the made test asserts. The replayed tool raised it again in the test's process and
+    ``run_command`` let it through: pytest took it for the user's Ctrl-C and stopped the whole
+    session ("!!! KeyboardInterrupt !!!", exit code 2, no later test run)."""
+    (tmp_path / "agent.py").write_text(
+        "import forkpoint\n\n\n@forkpoint.tool\ndef fetch() -> str:\n"
+        "    raise KeyboardInterrupt  # the user's Ctrl-C, while the tool hung\n\n\nfetch()\n"
+    )
+    (tmp_path / "tests" / "test_after.py").parent.mkdir()
+    (tmp_path / "tests" / "test_after.py").write_text("def test_after() -> None:\n    pass\n")
+    env = {**os.environ, "FORKPOINT_STORE": str(tmp_path / "store")}
+    forkpoint = [sys.executable, "-m", "forkpoint.cli"]
+    made = sh(
+        *forkpoint, "record", "--name", "ctrlc", "--", sys.executable, "agent.py", cwd=tmp_path, env=env
+    )
+    assert made.returncode == 130, made.stderr
+    test = sh(*forkpoint, "make-test", "ctrlc", cwd=tmp_path, env=env)
+    assert test.returncode == 0, test.stderr
+    written = (tmp_path / "tests" / "incidents" / "test_ctrlc.py").read_text()
+    assert "assert type(run.uncaught).__qualname__ == 'KeyboardInterrupt'" in written, written
+    ran = pytest_in(tmp_path, env, "tests/incidents", "tests/test_after.py")
+    assert ran.returncode == 0 and "2 passed" in ran.stdout, ran.stdout + ran.stderr
 
 
 def test_a_made_test_quotes_what_the_run_said_with_its_backslashes(tmp_path: Path) -> None:
