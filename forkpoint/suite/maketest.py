@@ -206,8 +206,9 @@ def make_test(
     # (and how: another exception with the same exit code is another ending)
     raised = next(iter(end.get("uncaught") or []), None)
     if raised:
+        message = _comment(raised.get("message") or "", 80)
         lines.append(
-            f"    # It raised an uncaught {_line(raised.get('type'))}: {_comment(raised.get('message'), 80)}"
+            f"    # It raised an uncaught {_line(raised.get('type'))}" + (f": {message}" if message else ".")
         )
         lines.append(f"    assert type(run.uncaught).__qualname__ == {raised.get('type')!r}")
     else:
