@@ -36,7 +36,8 @@ Rebuilding never imports a module and never runs code a session names: a class i
 the modules the running program has already imported (``sys.modules``), and must be of the family
 its kind says (a ``dataclass`` node naming something that is not a dataclass is refused).
 Dataclasses are rebuilt without calling their ``__init__`` or ``__post_init__`` (the recorded
-fields are set as they were), pydantic models with ``model_construct`` (no validation), named
+fields are set as they were; one the class has gained since, with a default, is given it; without
+one, or a recorded field the class has lost, is refused), pydantic models with ``model_construct`` (no validation), named
 tuples with ``_make``, enums by name or value, the standard types from their text form, and
 ``scalar`` subclasses by calling the class with the plain value. Anything else is refused at record
 time (:class:`~forkpoint.errors.ToolResultError` naming the type, where it is, and the encoder hook).
@@ -494,9 +495,10 @@ def _dataclass(node: dict[str, Any]) -> Any:
     cls = find_class(node[MARK])
     if not dataclasses.is_dataclass(cls):
         raise UnrebuildableValue(f"the recorded dataclass names {node[MARK]}, which is not a dataclass")
-    given = decode(node["value"])
-    if _VALIDATE.get():  # (written by hand: every field, and only fields, as its __init__ would have)
-        given = _dataclass_fields(node, cls, given)
+    # Every field, and only fields, as its __init__ would have: a value written by hand, or one
+    # recorded before the class gained or lost a field (rebuilt as it was, it would lack an
+    # attribute the code now reads: an AttributeError far from the call that served it).
+    given = _dataclass_fields(node, cls, decode(node["value"]))
     obj = cls.__new__(cls)
     for name, value in {**decode(node.get("attrs") or {}), **given}.items():
         object.__setattr__(obj, name, value)  # frozen ones too: this is their recorded state
@@ -504,16 +506,25 @@ def _dataclass(node: dict[str, Any]) -> Any:
 
 
 def _dataclass_fields(node: dict[str, Any], cls: Any, given: Any) -> dict[str, Any]:
-    """The fields of a dataclass value written by hand (an override), its defaults filled in;
-    :class:`UnrebuildableValue` naming a field it lacks (one without a default) or a name that is
-    not one of its fields: rebuilt without ``__init__``, it would be an object no run could make."""
+    """The fields of a dataclass value written by hand (an override) or recorded, its defaults
+    filled in; :class:`UnrebuildableValue` naming a field it lacks (one without a default) or a
+    name that is not one of its fields: rebuilt without ``__init__``, it would be an object no run
+    could make."""
+    by_hand = _VALIDATE.get()
+    if by_hand:
+        what, why = f"the value given for {node[MARK]}", ""
+    else:
+        what = f"the recorded {node[MARK]}"
+        why = " (the class has changed since the recording)"
     if not isinstance(given, dict):
-        raise UnrebuildableValue(f"the value given for {node[MARK]} is not an object of its fields")
+        raise UnrebuildableValue(f"{what} is not an object of its fields")
     fields = {f.name: f for f in dataclasses.fields(cls)}
     unknown = [name for name in given if name not in fields]
     if unknown:
-        raise UnrebuildableValue(f"the value given for {node[MARK]} has no field {unknown[0]!r}")
+        raise UnrebuildableValue(f"{what} has no field {unknown[0]!r}{why}")
     out = dict(given)
+    # (a recorded value may lack a field its run never set: one the class's __init__ does not set)
+    inits = by_hand or cls.__dataclass_params__.init
     for name, f in fields.items():
         if name in out:
             continue
@@ -521,8 +532,8 @@ def _dataclass_fields(node: dict[str, Any], cls: Any, given: Any) -> dict[str, A
             out[name] = f.default
         elif f.default_factory is not dataclasses.MISSING:
             out[name] = f.default_factory()
-        else:
-            raise UnrebuildableValue(f"the value given for {node[MARK]} lacks its field {name!r}")
+        elif inits and f.init:
+            raise UnrebuildableValue(f"{what} lacks its field {name!r}{why}")
     return out
 
 

@@ -439,6 +439,65 @@ def test_a_class_the_replay_has_not_imported_is_never_imported_for_it(lazy_model
         assert fetch() == sys.modules[lazy_models].Row(7)
 
 
+@dataclasses.dataclass
+class Reading:
+    """A tool's result type whose fields a test changes after recording it."""
+
+    when: dt.datetime
+    tz: str
+    note: str = dataclasses.field(init=False)  # set by no run: a recorded value lacks it
+
+
+def test_a_result_whose_dataclass_changed_its_fields_since_the_recording_diverges_naming_the_field(
+    store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tool's dataclass gained a field after its result was recorded: the replay served an
+    object without it, and the agent failed with an AttributeError on the field, far from the call
+    that served the result, without a word about the recording. It is a divergence at that call,
+    naming the field; a new field with a default gets it, as the class's ``__init__`` would."""
+
+    @forkpoint.tool
+    def now() -> Reading:
+        return Reading(dt.datetime(2026, 1, 2, 3, 4, tzinfo=dt.UTC), "UTC")
+
+    with forkpoint.record(store=store) as rec:
+        now()
+    with forkpoint.replay(rec.session_path):  # the class as recorded; a field no run set stays unset
+        served = now()
+    assert (served.when, served.tz) == (dt.datetime(2026, 1, 2, 3, 4, tzinfo=dt.UTC), "UTC")
+    assert not hasattr(served, "note")
+
+    @dataclasses.dataclass
+    class Required:
+        when: dt.datetime
+        tz: str
+        source: str
+
+    @dataclasses.dataclass
+    class Defaulted:
+        when: dt.datetime
+        tz: str
+        sources: list[str] = dataclasses.field(default_factory=list)
+
+    @dataclasses.dataclass
+    class Lost:
+        when: dt.datetime
+
+    module = sys.modules[__name__]
+    monkeypatch.setattr(module, "Reading", Required)
+    with forkpoint.replay(rec.session_path), pytest.raises(forkpoint.Divergence) as exc:
+        now()
+    assert f"the recorded {__name__}:Reading lacks its field 'source' (the class has changed" in str(
+        exc.value
+    )
+    monkeypatch.setattr(module, "Reading", Lost)
+    with forkpoint.replay(rec.session_path), pytest.raises(forkpoint.Divergence, match="has no field 'tz'"):
+        now()
+    monkeypatch.setattr(module, "Reading", Defaulted)
+    with forkpoint.replay(rec.session_path):
+        assert now().sources == []
+
+
 class Stop(Exception):
     pass
 
