@@ -592,6 +592,17 @@ class Cassette:
 
     # -- lifecycle
 
+    def _recording_folder(self) -> Path:
+        """A new folder beside the cassette for this run's recording, once those left by runs killed
+        while they recorded it are removed (hidden among the cassettes, they were committed with them;
+        this run holds the cassette's lock, so none is another run's)."""
+        stem = f".{self.path.name}.recording-"
+        if self.path.parent.is_dir():
+            for stale in self.path.parent.iterdir():
+                if stale.name.startswith(stem):
+                    shutil.rmtree(stale, ignore_errors=True)
+        return self.path.parent / f"{stem}{secrets.token_hex(3)}"
+
     def start(self) -> None:
         """Decide the action and activate the recorder or replayer."""
         import forkpoint
@@ -655,7 +666,7 @@ class Cassette:
                     )
                 )
             self.action = "record"
-            self._tmp = self.path.parent / f".{self.path.name}.recording-{secrets.token_hex(3)}"
+            self._tmp = self._recording_folder()
             # The header's cwd is the current directory: the recorded command selects the test there.
             self._cm = forkpoint.record(
                 name=nodeid,
@@ -704,7 +715,7 @@ class Cassette:
                 # The what-if child session is written beside its parent's path: point that at a
                 # temporary store, so nothing but cassettes (no child, no store index) lands in the
                 # cassette folder. The events are already loaded; the path is only a location.
-                self._tmp = self.path.parent / f".{self.path.name}.recording-{secrets.token_hex(3)}"
+                self._tmp = self._recording_folder()
                 self._tmp.mkdir(parents=True, mode=0o700)
                 session = dataclasses.replace(session, path=self._tmp / self.path.name)
                 self._cm = forkpoint.replay(

@@ -115,6 +115,29 @@ def record_inner(pytester: pytest.Pytester, server: LocalServer) -> pytest.RunRe
     return result
 
 
+def test_a_recording_left_by_a_killed_run_is_removed_when_the_cassette_is_next_recorded(
+    pytester: pytest.Pytester, server: LocalServer
+) -> None:
+    """A run killed while it recorded a cassette left its partial recording beside it
+    (``.test_agent.recording-XXXXXX/``), hidden among the cassettes that get committed, and no later
+    run removed it."""
+    record_inner(pytester, server)
+    root = pytester.path / "tests" / "cassettes" / "test_agent"
+    stale = root / ".test_agent.recording-0a1b2c"
+    (stale / "partial").mkdir(parents=True)
+    (stale / "partial" / "session.jsonl").write_text('{"type":"header"')
+    other = root / ".test_turns-1.recording-0a1b2c"  # another cassette's: not this test's to remove
+    other.mkdir()
+    run(pytester, "--forkpoint-mode=rewrite", "test_agent.py::test_agent").assert_outcomes(passed=1)
+    assert not stale.exists() and other.exists()
+    assert sorted(p.name for p in root.iterdir()) == [
+        other.name,
+        "test_agent",
+        "test_turns-1",
+        "test_turns-2",
+    ]
+
+
 def test_record_then_replay_offline(
     pytester: pytest.Pytester, server: LocalServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
