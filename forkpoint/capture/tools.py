@@ -186,11 +186,12 @@ def _own_class(cls: type) -> bool:
     return not any(os.path.abspath(where).startswith(os.path.abspath(d) + os.sep) for d in libraries)
 
 
-#: A plain function's signature, with the code, defaults and keyword defaults it was read from
-#: (a tool is called again and again: ``inspect.signature`` was a sixth of a replayed call's cost).
-_signatures: weakref.WeakKeyDictionary[Callable[..., Any], tuple[Any, Any, Any, inspect.Signature]] = (
-    weakref.WeakKeyDictionary()
-)
+#: A plain function's signature, with the code, defaults and keyword defaults (their items: the
+#: dict is changed in place by ``f.__kwdefaults__["limit"] = 50``) it was read from (a tool is
+#: called again and again: ``inspect.signature`` was a sixth of a replayed call's cost).
+_signatures: weakref.WeakKeyDictionary[
+    Callable[..., Any], tuple[Any, Any, tuple[tuple[str, Any], ...], inspect.Signature]
+] = weakref.WeakKeyDictionary()
 
 
 def _signature(fn: Callable[..., Any]) -> inspect.Signature:
@@ -198,9 +199,16 @@ def _signature(fn: Callable[..., Any]) -> inspect.Signature:
     ones it was read from (raises as ``inspect.signature`` does)."""
     if type(fn) is not types.FunctionType or "__signature__" in fn.__dict__ or "__wrapped__" in fn.__dict__:
         return inspect.signature(fn)
-    code, defaults, kwdefaults = fn.__code__, fn.__defaults__, fn.__kwdefaults__
+    code, defaults = fn.__code__, fn.__defaults__
+    kwdefaults = tuple(fn.__kwdefaults__.items()) if fn.__kwdefaults__ else ()
     kept = _signatures.get(fn)
-    if kept is not None and kept[0] is code and kept[1] is defaults and kept[2] is kwdefaults:
+    if (
+        kept is not None
+        and kept[0] is code
+        and kept[1] is defaults
+        and len(kept[2]) == len(kwdefaults)
+        and all(a[0] == b[0] and a[1] is b[1] for a, b in zip(kept[2], kwdefaults, strict=True))
+    ):
         return kept[3]
     sig = inspect.signature(fn)
     _signatures[fn] = (code, defaults, kwdefaults, sig)

@@ -142,11 +142,14 @@ def test_a_tools_arguments_are_bound_to_its_signature_as_it_is_at_each_call(stor
         assert search("b") == "b:20:en"
         search.__wrapped__.__kwdefaults__ = {"lang": "fr"}
         assert search("c") == "c:20:fr"
+        search.__wrapped__.__kwdefaults__["lang"] = "de"  # (the same dict, changed in place)
+        assert search("d") == "d:20:de"
     calls = Session.load(rec.session_path).by_type("tool_call")
     assert [c["args"] for c in calls] == [
         {"q": "a", "limit": 10, "lang": "en"},
         {"q": "b", "limit": 20, "lang": "en"},
         {"q": "c", "limit": 20, "lang": "fr"},
+        {"q": "d", "limit": 20, "lang": "de"},
     ]
 
 
