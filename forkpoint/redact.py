@@ -985,15 +985,16 @@ class Scrubber:
 
     def _huge(self, value: _Huge, scrub: Callable[[_Huge], _Huge]) -> _Huge:
         """``scrub(value)`` for a string or bytes longer than :data:`CACHE_MAX_CHARS`, remembered for
-        the last :data:`BIG_ENTRIES` of them, and as its own scrubbed form (scrubbing is idempotent):
-        a tool's result is scrubbed when the call returns, then in the event that logs it."""
+        the last :data:`BIG_ENTRIES` of them: a tool's result is scrubbed when the call returns,
+        then in the event that logs it. A scrubbed form that differs is not taken for its own: a
+        second pass may find more (``password="hunter2#tail"`` leaves ``#tail`` to it)."""
         hit = self._big.get(value)
         if hit is None:
             hit = scrub(value)
             with self._lock:
-                while len(self._big) >= 2 * BIG_ENTRIES:
+                while len(self._big) >= BIG_ENTRIES:
                     self._big.pop(next(iter(self._big)))
-                self._big[value] = self._big[hit] = hit
+                self._big[value] = hit
         return cast(_Huge, hit)
 
     def _replace(self, text: str) -> str:

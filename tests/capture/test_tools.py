@@ -1716,11 +1716,14 @@ def test_a_huge_binary_result_is_scrubbed_once_and_stored_scrubbed(
 ) -> None:
     """A tool's result is scrubbed when the call returns and again in the event that logs it: a
     result past the scrubber's cache (4 MiB) was scanned twice (2.3 s for 20 MB of binary data,
-    0.9 s scanned once)."""
+    0.9 s scanned once). One that held a secret is scrubbed again, as a smaller one is: a second
+    pass may find more (``#longtail`` of a quoted password was stored in the clear)."""
     from forkpoint import redact
 
     key = "sk-proj-" + "A1b2C3d4" * 6
-    blob = bytes(range(256)) * 20_000 + key.encode() + b"\xff" * 10
+    clean = bytes(range(256)) * 20_000
+    blob = clean + key.encode() + b"\xff" * 10
+    config, pad = 'password="hunter2#longtail"\n', "x" * (5 << 20) + "\n"
     scanned: list[int] = []
     find = redact.Scrubber.find
 
@@ -1732,13 +1735,21 @@ def test_a_huge_binary_result_is_scrubbed_once_and_stored_scrubbed(
     monkeypatch.setattr(redact.Scrubber, "find", counted)
 
     @forkpoint.tool
-    def download() -> bytes:
-        return blob
+    def download(secret: bool) -> bytes:
+        return blob if secret else clean
+
+    @forkpoint.tool
+    def read(huge: bool) -> str:
+        return pad * huge + config
 
     with forkpoint.record(store=store) as rec:
-        assert download() == blob
-    assert scanned == [len(blob)]
-    (call,) = Session.load(rec.session_path).by_type("tool_call")
-    stored = call["result"]
+        assert download(False) == clean
+        assert scanned == [len(clean)]
+        assert download(True) == blob
+        assert read(False) == config and read(True).endswith(config)
+    calls = Session.load(rec.session_path).by_type("tool_call")
+    stored = calls[1]["result"]
     assert isinstance(stored, bytes) and key.encode() not in stored and b"[REDACTED:" in stored
-    assert stored.startswith(bytes(range(256)) * 20_000)
+    assert stored.startswith(clean)
+    small, huge = calls[2]["result"], calls[3]["result"]
+    assert "longtail" not in small and huge == pad + small
