@@ -98,7 +98,8 @@ def wrap_target(module: ModuleType, qualname: str, name: str | None = None) -> N
     def on() -> bool:
         return _enabled[target] > 0
 
-    fn = getattr(raw, "__func__", raw)
+    # (a bound method, `search = Client().search`, is wrapped whole: its function would lose self)
+    fn = raw.__func__ if isinstance(raw, staticmethod | classmethod) else raw
     namespaces, held = _taken(owner, raw, fn)
     wrapper = wrapped(fn, name or qualname, on)
     setattr(owner, attr, type(raw)(wrapper) if isinstance(raw, staticmethod | classmethod) else wrapper)

@@ -1095,6 +1095,26 @@ def test_a_target_held_under_another_name_of_its_module_or_in_a_variable_is_reco
     assert [c["args"] for c in Session.load(rec.session_path).by_type("tool_call")] == [{"q": "a"}]
 
 
+def test_a_bound_method_target_keeps_its_instance(
+    tmp_path: Path, store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A target that is a bound method (``search = Client().search``) was wrapped as its function:
+    the program's call lost ``self`` and raised TypeError (missing argument 'q')."""
+    module = f"fp_bound_{secrets.token_hex(4)}"
+    (tmp_path / f"{module}.py").write_text(
+        "class Client:\n    base = 'https://x'\n\n    def search(self, q):\n        return self.base + '?q=' + q\n\n"
+        "search = Client().search\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    mod = __import__(module)
+    try:
+        with forkpoint.record(store=store, tools=[f"{module}:search"]) as rec:
+            assert mod.search("a") == "https://x?q=a"
+    finally:
+        del sys.modules[module]
+    assert [c["args"] for c in Session.load(rec.session_path).by_type("tool_call")] == [{"q": "a"}]
+
+
 class Query:
     def __init__(self, text: str) -> None:
         self.text = text
