@@ -104,8 +104,8 @@ def wrap_target(module: ModuleType, qualname: str, name: str | None = None) -> N
     wrapper = wrapped(fn, name or qualname, on)
     setattr(owner, attr, type(raw)(wrapper) if isinstance(raw, staticmethod | classmethod) else wrapper)
     for ns in namespaces:  # (`from module import fn` run before: that name gets the wrapper too)
-        for key, value in list(ns.items()):  # (no comprehension: its closure would hold raw)
-            if value is raw:
+        for key, value in list(ns.items()):  # (no comprehension: its closure would hold fn)
+            if value is fn:
                 ns[key] = wrapper
     if held:
         # Calls through what the program took before the wrap are neither recorded nor served: said
@@ -150,7 +150,7 @@ def _taken(owner: Any, raw: Any, fn: Any) -> tuple[list[dict[str, Any]], list[st
             continue
         if ref is raw or isinstance(ref, FrameType) or id(ref) in variables:
             continue
-        if isinstance(ref, dict) and "__builtins__" in ref and not isinstance(owner, type):
+        if isinstance(ref, dict) and "__builtins__" in ref:
             namespaces.append(ref)
             continue
         names = [

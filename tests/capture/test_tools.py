@@ -1095,6 +1095,21 @@ def test_a_target_held_under_another_name_of_its_module_or_in_a_variable_is_reco
     assert [c["args"] for c in Session.load(rec.session_path).by_type("tool_call")] == [{"q": "a"}]
 
 
+def test_a_method_target_a_module_took_by_name_is_recorded_there_too(
+    hook_package: Any, store: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``m = C.m`` (or a static method's function) in a module before ``tools=["mod:C.m"]``: the
+    names other modules imported a function target by got the wrapper, a method's were only said,
+    as "a dict"."""
+    pkg, _ = hook_package
+    mod = __import__(f"{pkg}.mod", fromlist=["C"])
+    took = {"m": mod.C.m, "__builtins__": __builtins__}  # (a module's globals)
+    with forkpoint.record(store=store, tools=[f"{pkg}.mod:C.m"]) as rec:
+        assert took["m"](mod.C(7), 3) == [7, 3]
+    assert "took this function" not in capsys.readouterr().err
+    assert [c["args"] for c in Session.load(rec.session_path).by_type("tool_call")] == [{"x": 3}]
+
+
 def test_a_bound_method_target_keeps_its_instance(
     tmp_path: Path, store: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
