@@ -506,9 +506,10 @@ def render_diff(result: SessionDiff, console: Console) -> None:
             console.print(f"  only in {'B' if p.a is None else 'A'}")
             stopped = _stopped_at(b, p.a) if p.a is not None else None
             if stopped is not None:  # (a what-if that stopped at this call wrote none: its end says how)
+                against = stopped.get("diff_against", p.a["seq"]) if p.a is not None else None
                 console.print(
                     f"  B stopped there, its request not recorded ({escape(str(stopped.get('reason') or ''))}); "
-                    "recorded → B's request:",
+                    f"recorded (A seq {against}) → B's request:",
                     highlight=False,
                 )
                 changes = [Change.from_json(c) for c in stopped.get("diff") or []]

@@ -345,6 +345,9 @@ class EndDivergence(TypedDict, total=False):
     position: Required[int]
     seq: int | None
     parent_seq: int | None
+    #: The parent's call ``diff`` compares with, as the report's: not ``parent_seq`` when several
+    #: unused calls of one tool or endpoint were left (the nearest of them).
+    diff_against: int
     label: str
     reason: str
     diff: list[dict[str, Any]]

@@ -345,6 +345,7 @@ def _divergence(
             "from": "session",
             "seq": kept.get("seq"),
             "parent_seq": kept.get("parent_seq"),
+            "diff_against": kept.get("diff_against", kept.get("parent_seq")),
             "text": f"the run diverged at the {place} of the run{more}"
             + (f" ({kept['label']})" if kept.get("label") else "")
             + f": {kept.get('reason', '')}",
@@ -361,6 +362,7 @@ def _divergence(
             "from": "report",
             "seq": child["seq"] if child else None,
             "parent_seq": (div.get("expected") or {}).get("seq"),
+            "diff_against": div.get("diff_against"),
             "text": f"the replay diverged at the {place} of the run{more}: {div.get('reason', '')}",
             "changes": to_json(div.get("diff") or []),
         }
@@ -390,6 +392,7 @@ def _divergence(
         "from": "diff",
         "seq": p.b["seq"] if p.b else None,
         "parent_seq": p.a["seq"] if p.a else None,
+        "diff_against": p.a["seq"] if p.a else None,
         "text": text,
         "changes": [c.to_json() for c in p.changes][:50],
         "equivalent": False,

@@ -88,6 +88,8 @@ def end_divergence(report: dict[str, Any], child: Path | None = None) -> EndDive
     }
     if div.get("call") in ("http", "mcp"):
         out["call"] = div["call"]
+    if isinstance(div.get("diff_against"), int):
+        out["diff_against"] = div["diff_against"]
     if isinstance(div.get("model_position"), int):
         out["model_position"] = div["model_position"]
     if child is not None:

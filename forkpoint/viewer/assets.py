@@ -355,11 +355,12 @@ JS = r"""
       chips, meta, stats);
   }
 
-  function changesTable(changes) {
+  // against: the parent's call the changes compare with (the nearest of several alike, not always the expected one)
+  function changesTable(changes, against) {
     if (!changes || !changes.length) return null;
     var t = h("table", { class: "changes" },
       h("colgroup", null, h("col", { class: "c-path" }), h("col"), h("col")),
-      h("tr", null, h("th", { text: "path" }), h("th", { text: "parent (expected)" }), h("th", { text: "this run (actual)" })));
+      h("tr", null, h("th", { text: "path" }), h("th", { text: against != null ? "parent #" + against : "parent (expected)" }), h("th", { text: "this run (actual)" })));
     changes.slice(0, 30).forEach(function (c) {
       add(t, h("tr", null,
         h("td", null, h("code", { text: c.path })),
@@ -402,7 +403,7 @@ JS = r"""
           h("b", { text: "Diverged. " }), DIV.text || "",
           DIV_SEQ !== null ? h("span", null, " — ", seqLink(DIV_SEQ, "go to #" + DIV_SEQ)) : null,
           h("span", { class: "muted", text: DIV.from === "report" ? " (from the replay report)" : DIV.from === "session" ? " (as the run recorded it)" : " (compared with the parent)" }),
-          changesTable(DIV.changes)));
+          changesTable(DIV.changes, DIV.diff_against)));
       }
     }
     return panel;
@@ -554,7 +555,7 @@ JS = r"""
   function callouts(e, body) {
     if (e.source === "override") add(body, h("div", { class: "callout override" }, h("b", { text: "What-if override. " }), "This result was replaced for this run", e.override ? [": ", h("code", { text: e.override })] : ".", e.recorded_seq ? [" (recorded as #", seqLink(e.recorded_seq, String(e.recorded_seq)), " in the parent)"] : null));
     if (e.source === "live") add(body, h("div", { class: "callout live" }, h("b", { text: "Live. " }), "This call was made for real during the what-if run (not served from the recording)."));
-    if (e.seq === DIV_SEQ && DIV) add(body, h("div", { class: "callout bad" }, h("b", { text: "The run diverged here. " }), DIV.text || "", changesTable(DIV.changes)));
+    if (e.seq === DIV_SEQ && DIV) add(body, h("div", { class: "callout bad" }, h("b", { text: "The run diverged here. " }), DIV.text || "", changesTable(DIV.changes, DIV.diff_against)));
   }
   function messageView(m, isNew) {
     var content = h("div");

@@ -1763,6 +1763,48 @@ def test_a_divergence_in_a_batch_of_one_tool_is_diffed_against_the_closest_call(
     assert "Expected next: recorded event seq 1" in text and "Differences, recorded (seq 3) → actual:" in text
 
 
+@forkpoint.tool
+def cities() -> list[str]:
+    return ["Paris", "Rome", "Oslo"]
+
+
+def test_a_what_if_that_stopped_in_a_batch_says_which_parent_call_its_differences_are_against(
+    store: Path,
+) -> None:
+    """A what-if whose run asks a tool of a batch in another order stops at a call nearest the
+    parent's third, expected its first: its end kept the diff against the third with the first's
+    seq only, so ``forkpoint diff`` and the HTML page showed ``Oslo → Oslx`` as the first call's
+    (Paris)."""
+    from forkpoint.diff import diff_sessions, render_diff
+
+    def run() -> None:
+        for city in cities():
+            forecast(city)
+
+    with forkpoint.record(store=store) as rec:
+        run()
+    parent = Session.load(rec.session_path)
+    paris, oslo = (
+        e["seq"] for e in parent.by_type("tool_call") if e["args"].get("city") in ("Paris", "Oslo")
+    )
+    with (
+        forkpoint.replay(parent, overrides=['tool:cities.result=["Oslx", "Rome", "Paris"]']) as rp,
+        pytest.raises(forkpoint.Divergence),
+    ):
+        run()
+    child = Session.load(rp.report()["child_session"])
+    end = child.end()
+    assert end is not None
+    div = end["divergence"]
+    assert div is not None and (div["parent_seq"], div.get("diff_against")) == (paris, oslo)
+    page = view_model(child)["divergence"]
+    assert (page["parent_seq"], page["diff_against"]) == (paris, oslo)
+    console = Console(record=True, width=300)
+    render_diff(diff_sessions(parent, child), console)
+    said = " ".join(console.export_text().split())
+    assert f"recorded (A seq {oslo}) → B's request: ~ $.args.city: Oslo → Oslx" in said, said
+
+
 KILLED = """
 import os, signal, sys
 import forkpoint
