@@ -240,6 +240,15 @@ _BUILTIN: tuple[tuple[str, tuple[str, ...], str], ...] = (
         ("pass", "secret", "api", "access", "private", "credential", "auth", "token"),
         _FIELD_WORDS + r"\\?[\"']\s*:\s*\\?[\"'](?P<s>[^\"'\\\r\n]+)\\?[\"']",
     ),
+    # Code: a name that says it holds a credential, assigned a quoted literal (password = "…",
+    # self.auth_token = '…', apiKey: "…"). Not any "…token" (a tokenizer's eos_token = "</s>").
+    (
+        "secret-assignment",
+        ("pass", "secret", "api", "access", "auth", "refresh", "session", "private", "bearer"),
+        r"(?i:password|passwd|passphrase|secret(?:_?key)?|(?:auth|access|api|bearer|refresh|session|secret)_?token"
+        r"|api_?key|access_?key|private_?key)(?![A-Za-z0-9_])"
+        r"\s*[=:]\s*\\?(?P<q>[\"'])(?P<s>[^\s\"'\\]{6,})\\?(?P=q)",
+    ),
     (
         "secret-assignment",
         ("pass", "secret", "token", "api", "access", "private", "_key", "credential"),
@@ -270,15 +279,6 @@ _BUILTIN: tuple[tuple[str, tuple[str, ...], str], ...] = (
         r"(?<![A-Za-z0-9_])(?:machine|login)(?:\s|\\[nrt])+[^\s\\\"']+(?:\s|\\[nrt])+"
         r"(?:(?:login|account)(?:\s|\\[nrt])+[^\s\\\"']+(?:\s|\\[nrt])+)?"
         r"(?:password|passwd)(?:\s|\\[nrt])+(?P<s>[^\s\\\"']+)",
-    ),
-    # Code: a name that says it holds a credential, assigned a quoted literal (password = "…",
-    # self.auth_token = '…', apiKey: "…"). Not any "…token" (a tokenizer's eos_token = "</s>").
-    (
-        "secret-assignment",
-        ("pass", "secret", "api", "access", "auth", "refresh", "session", "private", "bearer"),
-        r"(?i:password|passwd|passphrase|secret(?:_?key)?|(?:auth|access|api|bearer|refresh|session|secret)_?token"
-        r"|api_?key|access_?key|private_?key)(?![A-Za-z0-9_])"
-        r"\s*[=:]\s*\\?(?P<q>[\"'])(?P<s>[^\s\"'\\]{6,})\\?(?P=q)",
     ),
     (
         "header-credential",

@@ -896,3 +896,19 @@ def test_query_credentials_in_binary_data_are_found_after_each_of_their_characte
     assert scrub_text(text) == (
         f"see /x?q=1&token={expected_placeholder('query-credential', 'abc;secret=def')} and ?code=zz"
     )
+
+
+@pytest.mark.parametrize(
+    "value", ["hunter2#longtail", "abcd;def&ghi", "k3ys,with,commas", "sk-ant-api03-" + "a1B2" * 6 + "#tail"]
+)
+def test_a_quoted_credential_is_replaced_whole_in_one_pass(value: str) -> None:
+    """``password="hunter2#longtail"``: the unquoted assignment's shape (which a ``#``, ``;``, ``&``
+    or ``,`` ends) won over the quoted one at the same place, and ``#longtail`` was kept in the clear
+    where the text was scrubbed once (a JSON tool result, a request body); a second pass then
+    replaced the placeholder and the rest (scrubbing was not idempotent)."""
+    for name in ("password", "DB_PASSWORD", "API_KEY"):
+        text = f'{name}="{value}"\n'
+        out = scrub_text(text)
+        assert out == f'{name}="{expected_placeholder("secret-assignment", value)}"\n'
+        assert scrub_text(out) == out
+        assert scrub_json({"config": text}) == {"config": out}
