@@ -123,32 +123,18 @@ def _taken(owner: Any, raw: Any, fn: Any) -> tuple[list[dict[str, Any]], list[st
     globals of modules that imported it by name (and the script's own, which multiprocessing's spawn
     copies, and ``owner``'s own, where another name may be an alias of it), which the wrapper can
     replace; and, named, what it cannot (a dict of tools, a registry a decorator filled, a list, a
-    closure, a variable of a function running now)."""
+    closure). A variable of a function running now is not seen: gc tracks no running frame, and
+    reading its variables (``f_locals``) would keep every one of them alive until it returns."""
     module = not isinstance(owner, type)
     own: Any = vars(owner) if module else next(iter(gc.get_referents(vars(owner))), None)
     namespaces: list[dict[str, Any]] = []
     held: list[str] = []
-    # A function running now (forkpoint.record(tools=…) in the program's main()) holds the target in a
-    # variable where gc does not see it: its frame is no object gc tracks while it runs. Its
-    # variables, once asked for, are a dict gc does see, named here and not again below (kept by id,
-    # and alive: a proxy of them, from 3.13 on, is a new object each time).
-    variables: dict[int, Any] = {}
-    frame: FrameType | None = sys._getframe(1)
-    while frame is not None:
-        scope = None if str(frame.f_globals.get("__name__")).startswith("forkpoint.") else frame.f_locals
-        if scope is not None and scope is not frame.f_globals:
-            variables[id(scope)] = scope
-            for value in list(scope.values()):  # (no any(): its closure would hold fn)
-                if value is fn or value is raw:
-                    held.append(f"a variable of {frame.f_code.co_name}()")
-                    break
-        frame = frame.f_back
     for ref in gc.get_referrers(fn):
         if ref is own:
             if module:
                 namespaces.append(ref)
             continue
-        if ref is raw or isinstance(ref, FrameType) or id(ref) in variables:
+        if ref is raw or isinstance(ref, FrameType):
             continue
         if isinstance(ref, dict) and "__builtins__" in ref:
             namespaces.append(ref)
