@@ -656,25 +656,28 @@ def test_a_named_tool_the_program_holds_in_a_registry_is_said_when_it_is_wrapped
     was recorded, and the recording said the program never called it (the replay then ran it for
     real). The wrap now says where the program holds it, and the end of the recording names it as
     never recorded."""
-    srv: LocalServer = make_server(chat_script=[[("lookup", {"q": "x"})], "ok"])
-    module = f"fp_registry_{os.getpid()}"
+    # (a name of its own: the warning tells tools by name, and other tests' wrappers live on)
+    module, name = f"fp_registry_{os.getpid()}", f"lookup_{os.getpid()}"
+    srv: LocalServer = make_server(chat_script=[[(name, {"q": "x"})], "ok"])
     (tmp_path / f"{module}.py").write_text(
         "REGISTRY = {}\n\ndef tool(fn):\n    REGISTRY[fn.__name__] = fn\n    return fn\n\n"
-        "@tool\ndef lookup(q):\n    return 'found ' + q\n"
+        f"@tool\ndef {name}(q):\n    return 'found ' + q\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     registry = __import__(module).REGISTRY
     try:
-        with forkpoint.record(store=store, tools=[f"{module}:lookup"]) as rec:
-            chat_agent(srv.openai_base_url, lambda name, arguments: registry[name](**json.loads(arguments)))
+        with forkpoint.record(store=store, tools=[f"{module}:{name}"]) as rec:
+            chat_agent(
+                srv.openai_base_url, lambda called, arguments: registry[called](**json.loads(arguments))
+            )
     finally:
         del sys.modules[module]
     said = " ".join(capsys.readouterr().err.split())
     assert (
-        f"--tool {module}:lookup: the program took this function before forkpoint could wrap it ({module}.REGISTRY)"
+        f"--tool {module}:{name}: the program took this function before forkpoint could wrap it ({module}.REGISTRY)"
         in said
     ), said
-    assert "never recorded: lookup (1 call)." in said and "never called" not in said, said
+    assert f"never recorded: {name} (1 call)." in said and "never called" not in said, said
     assert Session.load(rec.session_path).by_type("tool_call") == []
 
 
