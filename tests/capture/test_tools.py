@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import datetime
 import functools
@@ -12,6 +13,7 @@ import sys
 import textwrap
 import time
 import traceback
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -1067,20 +1069,27 @@ def test_a_target_imported_by_name_before_recording_began_is_recorded_there_too(
     assert rp.report()["reproduced"] is True
 
 
+@contextlib.contextmanager
+def _scratch_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source: str) -> Iterator[Any]:
+    """A module of ``source``, imported under a name of its own, and forgotten afterwards."""
+    name = f"fp_scratch_{secrets.token_hex(4)}"
+    (tmp_path / f"{name}.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        yield __import__(name)
+    finally:
+        sys.modules.pop(name, None)
+
+
 def test_a_target_held_under_another_name_of_its_module_is_recorded_there_too(
     tmp_path: Path, store: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The names other modules imported a target by got the wrapper, but not another name of its
     own module (``lookup = search``): calls through it were neither recorded nor said."""
-    module = f"fp_alias_{secrets.token_hex(4)}"
-    (tmp_path / f"{module}.py").write_text("def search(q):\n    return 'found ' + q\n\nlookup = search\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    aliased = __import__(module)
-    try:
-        with forkpoint.record(store=store, tools=[f"{module}:search"]) as rec:
+    source = "def search(q):\n    return 'found ' + q\n\nlookup = search\n"
+    with _scratch_module(tmp_path, monkeypatch, source) as aliased:
+        with forkpoint.record(store=store, tools=[f"{aliased.__name__}:search"]) as rec:
             assert aliased.lookup("a") == "found a"
-    finally:
-        del sys.modules[module]
     assert "took this function" not in capsys.readouterr().err
     assert [c["args"] for c in Session.load(rec.session_path).by_type("tool_call")] == [{"q": "a"}]
 
@@ -1105,18 +1114,13 @@ def test_a_bound_method_target_keeps_its_instance(
 ) -> None:
     """A target that is a bound method (``search = Client().search``) was wrapped as its function:
     the program's call lost ``self`` and raised TypeError (missing argument 'q')."""
-    module = f"fp_bound_{secrets.token_hex(4)}"
-    (tmp_path / f"{module}.py").write_text(
+    source = (
         "class Client:\n    base = 'https://x'\n\n    def search(self, q):\n        return self.base + '?q=' + q\n\n"
         "search = Client().search\n"
     )
-    monkeypatch.syspath_prepend(str(tmp_path))
-    mod = __import__(module)
-    try:
-        with forkpoint.record(store=store, tools=[f"{module}:search"]) as rec:
+    with _scratch_module(tmp_path, monkeypatch, source) as mod:
+        with forkpoint.record(store=store, tools=[f"{mod.__name__}:search"]) as rec:
             assert mod.search("a") == "https://x?q=a"
-    finally:
-        del sys.modules[module]
     assert [c["args"] for c in Session.load(rec.session_path).by_type("tool_call")] == [{"q": "a"}]
 
 
