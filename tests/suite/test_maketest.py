@@ -103,6 +103,17 @@ def pytest_in(project: Path, env: dict[str, str], *args: str) -> subprocess.Comp
     return sh(sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args, cwd=project, env=env)
 
 
+def recorded_and_made(project: Path, env: dict[str, str], name: str, *, exit_code: int) -> str:
+    """``forkpoint record --name NAME -- python agent.py`` in ``project`` (ending with ``exit_code``),
+    then ``forkpoint make-test NAME``: the test module it wrote."""
+    forkpoint = [sys.executable, "-m", "forkpoint.cli"]
+    made = sh(*forkpoint, "record", "--name", name, "--", sys.executable, "agent.py", cwd=project, env=env)
+    assert made.returncode == exit_code, made.stderr
+    test = sh(*forkpoint, "make-test", name, cwd=project, env=env)
+    assert test.returncode == 0, test.stderr
+    return (project / "tests" / "incidents" / f"test_{name}.py").read_text()
+
+
 @pytest.mark.slow
 def test_an_incident_start_to_finish(tmp_path: Path, server: LocalServer) -> None:
     server.route("/v1/chat/completions", support_model)
@@ -225,14 +236,7 @@ def test_a_made_test_fails_when_the_run_ends_with_another_exception(tmp_path: Pa
     )
     env = {k: v for k, v in os.environ.items() if k != "MODE"}
     env["FORKPOINT_STORE"] = str(tmp_path / "store")
-    forkpoint = [sys.executable, "-m", "forkpoint.cli"]
-    made = sh(
-        *forkpoint, "record", "--name", "raises", "--", sys.executable, "agent.py", cwd=tmp_path, env=env
-    )
-    assert made.returncode == 1, made.stderr
-    test = sh(*forkpoint, "make-test", "raises", cwd=tmp_path, env=env)
-    assert test.returncode == 0, test.stderr
-    written = (tmp_path / "tests" / "incidents" / "test_raises.py").read_text()
+    written = recorded_and_made(tmp_path, env, "raises", exit_code=1)
     assert "assert type(run.uncaught).__qualname__ == 'ValueError'" in written, written
     same = pytest_in(tmp_path, env, "tests/incidents")
     assert same.returncode == 0 and "1 passed" in same.stdout, same.stdout + same.stderr
@@ -253,14 +257,7 @@ def test_a_made_test_of_a_run_ended_by_ctrl_c_passes_and_lets_the_session_go_on(
     (tmp_path / "tests" / "test_after.py").parent.mkdir()
     (tmp_path / "tests" / "test_after.py").write_text("def test_after() -> None:\n    pass\n")
     env = {**os.environ, "FORKPOINT_STORE": str(tmp_path / "store")}
-    forkpoint = [sys.executable, "-m", "forkpoint.cli"]
-    made = sh(
-        *forkpoint, "record", "--name", "ctrlc", "--", sys.executable, "agent.py", cwd=tmp_path, env=env
-    )
-    assert made.returncode == 130, made.stderr
-    test = sh(*forkpoint, "make-test", "ctrlc", cwd=tmp_path, env=env)
-    assert test.returncode == 0, test.stderr
-    written = (tmp_path / "tests" / "incidents" / "test_ctrlc.py").read_text()
+    written = recorded_and_made(tmp_path, env, "ctrlc", exit_code=130)
     assert "assert type(run.uncaught).__qualname__ == 'KeyboardInterrupt'" in written, written
     # (its message is empty: no line of the module ends in a space, which linters flag)
     assert "# It raised an uncaught KeyboardInterrupt.\n" in written, written
