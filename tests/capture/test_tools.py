@@ -1115,12 +1115,12 @@ def test_a_bound_method_target_keeps_its_instance(
     """A target that is a bound method (``search = Client().search``) was wrapped as its function:
     the program's call lost ``self`` and raised TypeError (missing argument 'q')."""
     source = (
-        "class Client:\n    base = 'https://x'\n\n    def search(self, q):\n        return self.base + '?q=' + q\n\n"
+        "class Client:\n    base = 'http://127.0.0.1:9'\n\n    def search(self, q):\n        return self.base + '?q=' + q\n\n"
         "search = Client().search\n"
     )
     with _scratch_module(tmp_path, monkeypatch, source) as mod:
         with forkpoint.record(store=store, tools=[f"{mod.__name__}:search"]) as rec:
-            assert mod.search("a") == "https://x?q=a"
+            assert mod.search("a") == "http://127.0.0.1:9?q=a"
     assert [c["args"] for c in Session.load(rec.session_path).by_type("tool_call")] == [{"q": "a"}]
 
 
