@@ -8,6 +8,7 @@ and finishing a recording (hooks, activation, the session's life cycle) is :func
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
 import subprocess
 import sys
@@ -396,8 +397,10 @@ class Recorder:
         local = self._local
         if getattr(local, "writing", False):
             # A call ended inside this thread's own write (a finalizer the garbage collector ran
-            # there): written right after it, never into it, nor waiting on the lock it holds.
-            local.deferred.append((event, key))
+            # there): written right after it, never into it, nor waiting on the lock it holds. As it
+            # is now: a tool's result may be the program's own containers (values.encode's shared),
+            # which the finalizer may change before then.
+            local.deferred.append((copy.deepcopy(event), key))
             self.deferred += 1  # (its caller tallies nothing: the tally is read back)
             return None
         local.writing, local.deferred = True, []

@@ -840,7 +840,7 @@ class _ToolCall:
         if isinstance(value, types.AsyncGeneratorType):
             return _recorded_async_generator(self, value, _Items(self, "async_generator", encode))
         try:
-            stored = values.encode(encode(value) if encode else value)
+            stored = values.encode(encode(value) if encode else value, shared=True)  # (written below)
         except Exception as exc:  # an integration's encoder too: the call must go on regardless
             self.write(unrecorded=_unrecordable(self.name, value, exc))
         else:

@@ -12,6 +12,7 @@ import decimal
 import enum
 import inspect
 import json
+import math
 import pathlib
 import secrets
 import sys
@@ -856,6 +857,92 @@ def test_a_large_result_replays_as_a_fresh_copy_and_a_typed_value_deep_inside_is
     assert again["rows"][-1]["at"] == when and isinstance(again["rows"][-1]["at"], dt.datetime)
     assert again["rows"][:-1] == rows
     assert values.decode({"rows": rows}) == {"rows": rows}
+
+
+class Says(enum.Enum):
+    """An enum whose members say they equal their values: a copy made of JSON would pass for it."""
+
+    YES = "yes"
+
+    def __eq__(self, other: object) -> bool:
+        return other == self.value or other is self
+
+    __hash__ = enum.Enum.__hash__
+
+
+class Key(str):
+    pass
+
+
+def test_a_result_shared_with_the_program_is_stored_as_the_walk_stores_it() -> None:
+    """``encode(shared=True)`` (a result written before the program runs on) gives a plain value
+    back as it is, checked in C; anything the walk would store otherwise (every kind of typed value,
+    deep inside or at the top, a NaN beside None and the word null, a key of a str subclass, a
+    ``"$type"`` key, nesting beyond ``DEEPEST``) is stored exactly as the walk stores it."""
+    rows = [
+        {"id": i, "path": f"src/{i}.py", "score": i / 7, "gone": None, "ok": i % 2 == 0} for i in range(300)
+    ]
+    plain: list[Any] = [
+        {"rows": rows, "note": "a $type in words", "empty": [{}, []], "neg": -0.0},
+        rows,
+        [[[None, 2**63, "null", True]]],  # (the word null, and no float a null could have been)
+    ]
+    for value in plain:
+        assert values.encode(value, shared=True) is value
+        assert values.encode(value) == value
+
+    deep: list[Any] = []
+    inner = deep
+    for _ in range(values.DEEPEST + 1):
+        inner.append([])
+        inner = inner[0]
+    kinds = {
+        **{k: v for k, v in everything().items() if k != "plain"},
+        "lying_enum": Says.YES,
+        "nan_beside_null": [None, float("nan"), "null"],
+        "inf": -math.inf,
+    }
+    typed: list[Any] = [
+        *({"rows": rows, "at": [{"k": v}]} for v in kinds.values()),
+        *([v] for v in kinds.values()),
+        {Key("k"): 1},
+        {"x": {"$type": "mine"}},
+        [deep],
+    ]
+    for value in typed:
+        try:
+            walked = values.encode(value)
+        except forkpoint.ToolResultError as exc:
+            with pytest.raises(forkpoint.ToolResultError) as again:
+                values.encode(value, shared=True)
+            assert str(again.value) == str(exc)
+            continue
+        shared = values.encode(value, shared=True)
+        assert shared is not value
+        same(shared, walked)
+
+
+def test_recording_a_plain_result_leaves_the_programs_value_as_it_was(tmp_path: Path) -> None:
+    """A plain result is stored without a copy of it: the secret in it is stored as its
+    placeholder, and the program's own value (the very object) still holds it, unchanged."""
+    key = "sk-proj-" + "Q7vT2xLm9RkP4wZs" * 3
+    rows = [{"id": i, "text": "row " * 8} for i in range(2000)]
+    rows[7]["text"] = f"deploy with {key}"
+    result = {"rows": rows}
+    before = json.dumps(result)
+
+    @forkpoint.tool
+    def search() -> dict[str, Any]:
+        return result
+
+    with forkpoint.record(store=tmp_path) as rec:
+        assert search() is result
+    assert json.dumps(result) == before
+    (call,) = Session.load(rec.session_path).by_type("tool_call")
+    assert (
+        key not in json.dumps(call["result"]) and "[REDACTED:openai-key:" in call["result"]["rows"][7]["text"]
+    )
+    assert call["result"]["rows"][8] == rows[8]
 
 
 def test_what_a_recording_lacks_counts_only_what_it_wrote(
