@@ -877,6 +877,8 @@ def replay_command(
                 else "never reached (the run went another way first)"
             )
             say(f"  override {o['spec']} → event seq {o['seq']}: {state}")
+            for lost in o.get("losses") or [] if o["applied"] else []:
+                say(f"    but {lost}")
     unrecorded = "" if quiet else _unrecorded_run(session, report, options.get("tools_source", "replay"))
     if unrecorded and not report.get("divergence"):
         say(unrecorded)

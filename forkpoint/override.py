@@ -42,7 +42,15 @@ from .errors import OverrideError, UsageError
 from .events import endpoint, in_start_order, in_tool, tool_spans
 from .log import from_json, read_json_text
 from .patterns import compiled_later
-from .providers import call_kind, detect, recorded_response, response_text, rewrite_response, summarize
+from .providers import (
+    call_kind,
+    detect,
+    recorded_response,
+    response_text,
+    rewrite_losses,
+    rewrite_response,
+    summarize,
+)
 from .providers.base import stable_id
 from .text import KIND_NAMES
 from .values import MARK, is_typed
@@ -345,17 +353,13 @@ def apply(
             f"{o.field} to rewrite; override its whole .body instead"
         )
     url = new["request"]["url"]
-    recorded = summarize(url, new["request"]["body"], recorded_response(event))
     text: str | None
     if o.field == "text":
         if not isinstance(o.value, str):
             raise OverrideError(f"override {o.spec!r}: text is a JSON string, e.g. '\"I give up.\"'")
         text, calls = o.value, None
     else:  # tool_calls: the text said alongside them stays
-        text, calls = (
-            response_text(url, recorded_response(event)),
-            _norm_calls(o, recorded["tool_calls"] or []),
-        )
+        text, calls = response_text(url, recorded_response(event)), _calls(event, o)
     if not rewrite_response(url, new["request"]["body"], resp, text, calls):
         _, api = detect(url, new["request"]["body"])
         stream = resp.get("body_kind") == "stream"
@@ -366,6 +370,22 @@ def apply(
     resp["ended"] = "complete"
     new.pop("error", None)
     return new
+
+
+def _calls(event: Mapping[str, Any], o: Override) -> list[dict[str, str]]:
+    """The calls a ``tool_calls`` override asks for in place of those of the model call ``event``."""
+    recorded = summarize(event["request"]["url"], event["request"]["body"], recorded_response(event))
+    return _norm_calls(o, recorded["tool_calls"] or [])
+
+
+def losses(event: Mapping[str, Any], o: Override) -> list[str]:
+    """What applying ``o`` to ``event`` (:func:`resolve`) drops that the model's API needs back with
+    the next request (a Gemini call's thought signature), said with the override, which applies."""
+    if event["type"] != "model_call" or o.field != "tool_calls" or not event.get("response"):
+        return []
+    return rewrite_losses(
+        event["request"]["url"], event["request"]["body"], event["response"], _calls(event, o)
+    )
 
 
 def _check_mcp_result(o: Override, event: Mapping[str, Any], schemas: frozenset[tuple[Any, str]]) -> None:

@@ -656,13 +656,29 @@ def rewrite_response(
     provider = _target(url, coerce_json(request_body)).provider
     calls = calls or []
     if response.get("body_kind") == "stream":
-        stream = sse_objects("".join(stream_texts(response)))
+        stream = _objects(response)
         chunks = provider.rewrite_stream(stream, text, calls)
         if chunks is None:
             return False
         response["chunks"] = [[0.0, c] for c in chunks]
         return True
     return provider.rewrite_body(response["body"], text, calls)
+
+
+def rewrite_losses(
+    url: str, request_body: object, response: dict[str, Any], calls: Sequence[NewToolCall]
+) -> list[str]:
+    """What :func:`rewrite_response` of a recorded ``response`` to ask for ``calls`` drops that its
+    API needs back with the next request (a Gemini call's thought signature), said plainly."""
+    return _target(url, coerce_json(request_body)).provider.rewrite_losses(_objects(response), calls)
+
+
+def _objects(response: dict[str, Any]) -> list[dict[str, Any]]:
+    """The JSON objects of a recorded response: its stream's events, or its body."""
+    if response.get("body_kind") == "stream":
+        return sse_objects("".join(stream_texts(response)))
+    body = response.get("body")
+    return [body] if isinstance(body, dict) else [b for b in lst(body) if isinstance(b, dict)]
 
 
 # --------------------------------------------------------------------------------------------------

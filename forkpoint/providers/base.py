@@ -687,6 +687,12 @@ class Provider:
         when this format cannot."""
         return None
 
+    def rewrite_losses(self, recorded: list[dict[str, Any]], calls: Sequence[NewToolCall]) -> list[str]:
+        """What a rewrite of the ``recorded`` response (its JSON objects: a body, or a stream's) to
+        ask for ``calls`` cannot keep that the API needs back with the next request, said plainly
+        (default: nothing)."""
+        return []
+
     # ---------------------------------------------------------------------------- OpenTelemetry
 
     def otel_provider_name(self, host: str) -> str:

@@ -89,10 +89,45 @@ def _chunks(chunks: list[dict[str, Any]]) -> ResponseFields:
     return ResponseFields(join(text), calls, usage, stop, model, error, reasoning=join(thought))
 
 
-def _candidate(text: str | None, calls: Sequence[NewToolCall]) -> dict[str, Any]:
-    parts: list[dict[str, Any]] = [{"text": text}] if text else []
-    parts += [{"functionCall": {"name": c["name"], "args": args_obj(c["arguments"])}} for c in calls]
-    return {"content": {"role": "model", "parts": parts}, "finishReason": "STOP", "index": 0}
+def _recorded_parts(recorded: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The parts of the first candidate of a response, across its ``GenerateContentResponse`` objects."""
+    out = []
+    for chunk in recorded:
+        cands = [c for c in lst(chunk.get("candidates")) if isinstance(c, dict)]
+        cand = next((c for c in cands if i(c.get("index")) in (0, None)), {})
+        out += [d(p) for p in lst(d(cand.get("content")).get("parts"))]
+    return out
+
+
+def _rewritten(
+    recorded: list[dict[str, Any]], text: str | None, calls: Sequence[NewToolCall]
+) -> tuple[dict[str, Any], list[str]]:
+    """The candidate answering ``text`` and ``calls`` in place of the ``recorded`` answer, and the
+    recorded calls whose ``thoughtSignature`` it drops. A thinking model signs its answer on a part
+    (the first call of each step) that Gemini requires sent back with the next request: the parts
+    that stay keep theirs (the text, as recorded; a call equal to the recorded one in its place;
+    the thoughts, with calls, as for Anthropic's thinking), a replaced call cannot carry it."""
+    old = _recorded_parts(recorded)
+    said = [p for p in old if isinstance(p.get("text"), str) and not p.get("thought")]
+    parts = [p for p in old if p.get("thought")] if calls else []
+    if text and "".join(p["text"] for p in said) == text:
+        parts += said
+    elif text:
+        parts.append({"text": text})
+    asked = [p for p in old if isinstance(p.get("functionCall"), dict)]
+    kept = set()
+    for n, c in enumerate(calls):
+        new = {"name": c["name"], "args": args_obj(c["arguments"])}
+        was = d(asked[n].get("functionCall")) if n < len(asked) else {}
+        if (was.get("name"), was.get("args", {})) == (new["name"], new["args"]):
+            kept.add(n)
+        parts.append(asked[n] if n in kept else {"functionCall": new})
+    lost = [
+        f"{d(p['functionCall']).get('name')}({dumps(d(p['functionCall']).get('args', {}))})"
+        for n, p in enumerate(asked)
+        if p.get("thoughtSignature") and n not in kept
+    ]
+    return {"content": {"role": "model", "parts": parts}, "finishReason": "STOP", "index": 0}, lost
 
 
 class Gemini(Provider):
@@ -197,15 +232,22 @@ class Gemini(Provider):
     # --- overrides
 
     def rewrite_body(self, body: dict[str, Any], text: str | None, calls: Sequence[NewToolCall]) -> bool:
-        body["candidates"] = [_candidate(text, calls)]
+        body["candidates"] = [_rewritten([body], text, calls)[0]]
         return True
 
     def rewrite_stream(
         self, stream: list[dict[str, Any]], text: str | None, calls: Sequence[NewToolCall]
     ) -> list[str]:
         last = dict(stream[-1]) if stream else {}
-        last["candidates"] = [_candidate(text, calls)]
+        last["candidates"] = [_rewritten(stream, text, calls)[0]]
         return [sse(last)]
+
+    def rewrite_losses(self, recorded: list[dict[str, Any]], calls: Sequence[NewToolCall]) -> list[str]:
+        return [
+            f"the thought signature of the recorded call {call}, which Gemini requires back with the next "
+            "request, is dropped with it (no other call can carry it)"
+            for call in _rewritten(recorded, None, calls)[1]
+        ]
 
     # --- OpenTelemetry
 

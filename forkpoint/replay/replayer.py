@@ -547,6 +547,9 @@ class Replayer:
         self.id_drift: list[DivergenceReport] = []
         self.overrides = override.resolve(list(overrides), self.recorded)
         self.applied: dict[int, bool] = dict.fromkeys(self.overrides, False)
+        by_seq = {e["seq"]: e for e in self.recorded}
+        #: What each override drops that the model's API needs back (override.losses): said with it.
+        self.losses = {seq: override.losses(by_seq[seq], o) for seq, o in self.overrides.items()}
         #: Overrides whose value could not be handed over as given (a field that fails validation): why.
         self.refused: dict[int, str] = {}
         # A key stored under the spec in force now is the key computed now (match.key_spec): used as
@@ -1677,6 +1680,7 @@ class Replayer:
                         **o.to_json(),
                         "seq": seq,
                         "applied": self.applied[seq],
+                        **({"losses": self.losses[seq]} if self.losses[seq] else {}),
                         **({"refused": self.refused[seq]} if seq in self.refused else {}),
                     }
                     for seq, o in self.overrides.items()

@@ -31,6 +31,7 @@ import forkpoint  # noqa: E402
 from forkpoint.demo.server import ModelServer  # noqa: E402
 from forkpoint.events import in_start_order  # noqa: E402
 from forkpoint.replay import unrecorded_tools  # noqa: E402
+from tests.modelserver import LocalServer, Reply, Stream, json_reply  # noqa: E402
 
 #: What google-genai raises when the server is unreachable (it sends with httpx2, or httpx).
 ConnectionError_ = (httpx2.ConnectError, genai_errors.APIError)
@@ -527,3 +528,62 @@ def test_openai_compatible_provider_is_recorded_and_told_apart(tmp_path: Path) -
     assert summaries[2]["stream"] is True and summaries[2]["usage"]["output_tokens"] > 0
     data = b"".join(p.read_bytes() for p in rec.session_path.rglob("*") if p.is_file())
     assert b"o" * 40 not in data and b"c" * 40 not in data
+
+
+SIGNATURE = "c2lnbmVkLXRob3VnaHQ="  # (base64: the SDK hands it over as bytes)
+
+
+def _signed_answer(request: Any) -> Reply | Stream:
+    """A thinking model's answer: its thoughts, a text, and two parallel calls, the first signed
+    (Gemini signs the first call of a step), whole or streamed in two chunks."""
+
+    def chunk(*parts: dict[str, Any]) -> dict[str, Any]:
+        candidate = {"content": {"role": "model", "parts": list(parts)}, "finishReason": "STOP", "index": 0}
+        return {"candidates": [candidate], "modelVersion": "gemini-2.5-flash", "responseId": "r-1"}
+
+    thought, said = {"text": "Write it, then test.", "thought": True}, {"text": "On it."}
+    write = {"functionCall": {"name": "write_file", "args": {"path": "t.py", "content": "x"}}}
+    calls = [{**write, "thoughtSignature": SIGNATURE}, {"functionCall": {"name": "run_tests", "args": {}}}]
+    if request["path"].endswith(":generateContent"):
+        return json_reply(chunk(thought, said, *calls))
+    return Stream([f"data: {json.dumps(c)}\r\n\r\n".encode() for c in (chunk(thought, said), chunk(*calls))])
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_a_tool_calls_override_keeps_the_thought_signature_or_says_it_is_dropped(
+    tmp_path: Path, stream: bool
+) -> None:
+    """A thinking Gemini model signs its call (``thoughtSignature``), and Gemini requires the
+    signature back with the next request. An override asking for the recorded calls gave them with
+    no signature, and dropped the thoughts; one asking for other calls dropped it too, with nothing
+    said. Now what stays keeps its signature, and what cannot (another call) is said with the override."""
+
+    def ask(url: str) -> list[dict[str, Any]]:
+        c = client(url)  # (kept: a collected genai.Client closes its HTTP client)
+        kw: dict[str, Any] = {"model": MODEL, "contents": TASK, "config": CONFIG}
+        if not stream:
+            return [p.model_dump(mode="json") for p in c.models.generate_content(**kw).parts or []]
+        chunks = c.models.generate_content_stream(**kw)
+        return [p.model_dump(mode="json") for ch in chunks for p in ch.parts or []]
+
+    with LocalServer() as server:
+        server.route("*", _signed_answer, method="POST")
+        with forkpoint.record(store=tmp_path) as rec:
+            live = ask(server.url)
+    assert live[2]["thought_signature"] and not live[3]["thought_signature"]
+
+    same = [{"name": "write_file", "arguments": {"path": "t.py", "content": "x"}}, {"name": "run_tests"}]
+    with forkpoint.replay(rec.session_path, overrides=["model#1.tool_calls=" + json.dumps(same)]) as rp:
+        assert ask(server.url) == live
+    assert rp.report()["divergence"] is None and "losses" not in rp.report()["overrides"][0]
+
+    other = 'model#1.tool_calls=[{"name": "run_tests"}]'
+    with forkpoint.replay(rec.session_path, overrides=[other]) as rp:
+        got = ask(server.url)
+    assert got[:2] == live[:2]  # the thoughts and the text
+    assert [(p["function_call"]["name"], p["thought_signature"]) for p in got[2:]] == [("run_tests", None)]
+    (o,) = rp.report()["overrides"]
+    assert o["applied"] and o["losses"] == [
+        'the thought signature of the recorded call write_file({"path":"t.py","content":"x"}), which Gemini '
+        "requires back with the next request, is dropped with it (no other call can carry it)"
+    ]
