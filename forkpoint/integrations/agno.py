@@ -10,6 +10,8 @@ The event's ``tool`` is the function's ``name``, ``args`` the model's arguments,
 model's id for the call (``FunctionCall.call_id``: a replay tells identical calls of concurrent
 runs apart by it), ``result`` the return value, typed where forkpoint rebuilds it (:func:`.base.stored_form`: a dataclass comes
 back a dataclass, so agno sends the model the same ``str()`` of it); an async-generator tool's items are recorded and yielded again.
+agno's ``@tool`` wrapper (it logs a tool's exception) is inside what is recorded, under pydantic's
+``validate_call``: an exception a replay serves from past it goes through that wrapper's own code again.
 A toolkit's method that changes its object (``self.calls += 1``) is said while recording, as a
 replay does not run it. A sync generator tool is not recorded (forkpoint says so when it is called, and it runs live on
 replay). MCP tools (``MCPTools``) are recorded as MCP requests by :mod:`.mcp`.
@@ -17,8 +19,12 @@ replay). MCP tools (``MCPTools``) are recorded as MCP requests by :mod:`.mcp`.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
 import inspect
+import os
+import types
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
@@ -46,10 +52,105 @@ def _shim(call: Any) -> Any:
             )
         return None
     shim = fn.model_copy()
-    shim.entrypoint = recorded_function(
+    recorded = recorded_function(
         name, json_args(call.arguments or {}), entry, call_id=tool_call_id(call, "call_id")
     )
+    shim.entrypoint = _handled_again(entry, recorded)
     return shim
+
+
+#: agno's ``@tool`` wrapper, which logs a tool's exception ("Error in tool 'x': ...") and raises it on.
+_TOOL_WRAPPER = os.path.join("agno", "tools", "decorator.py")
+_CLOSED = (_ for _ in ())
+_CLOSED.close()
+
+
+def _failed(exc: BaseException) -> asyncio.Future[Any]:
+    """A future that failed with ``exc``: awaited, it raises ``exc`` as the tool's coroutine did,
+    at the wrapper's ``await``, through no frame of forkpoint's."""
+    future = asyncio.get_running_loop().create_future()
+    future.set_exception(exc)
+    return future
+
+
+def _served_past(code: types.CodeType, exc: BaseException) -> types.TracebackType | None:
+    """Where ``exc`` was raised below agno's wrapper (``code``), when a replay raised it from the
+    recording through a frame made to stand for that wrapper, whose code did not run (live it ran
+    the wrapper, which logged then); None otherwise (or pydantic refused the arguments before it)."""
+    tb, below = exc.__traceback__, None
+    while tb is not None:
+        frame = tb.tb_frame.f_code
+        if frame is code:
+            return None
+        if frame.co_name == code.co_name and frame.co_filename.endswith(_TOOL_WRAPPER):
+            below = tb.tb_next
+        tb = tb.tb_next
+    return below
+
+
+def _handled_again(entry: Any, recorded: Callable[..., Any]) -> Callable[..., Any]:
+    """``recorded`` (``entry``, recording its call) running agno's ``@tool`` wrapper again over the
+    exception a replay serves when ``entry`` is pydantic's ``validate_call`` over one: the wrapper is
+    inside what is recorded, so it did not run on replay, and the line it logged live was missing.
+    Its own code runs, over a function that raises the served exception where the tool raised it."""
+    wrapper = getattr(entry, "__wrapped__", None)
+    func = getattr(wrapper, "__wrapped__", None)
+    if (
+        not inspect.isfunction(wrapper)
+        or not wrapper.__code__.co_filename.endswith(_TOOL_WRAPPER)
+        or not any(c.cell_contents is func for c in wrapper.__closure__ or ())
+        or inspect.isasyncgenfunction(func)  # (its wrapper only makes the generator: it never logs)
+    ):
+        return recorded
+    code = wrapper.__code__
+
+    def again(exc: Exception, raiser: Callable[[Exception], Any]) -> Any:
+        """The wrapper's code called over ``raiser(exc)``, which raises ``exc`` as the tool did
+        (what it returns: a coroutine for an async tool), or None when the replay did not serve
+        ``exc`` from past the wrapper."""
+        below = _served_past(code, exc)
+        if below is None:
+            return None
+        exc.__traceback__ = below  # (what the wrapper sees, and logs with its traceback, as live)
+        named = functools.partial(raiser, exc)
+        named.__name__ = wrapper.__name__  # type: ignore[attr-defined]  # (its function's, which it names)
+        cells = tuple(
+            types.CellType(named) if c.cell_contents is func else c for c in wrapper.__closure__ or ()
+        )
+        return types.FunctionType(code, wrapper.__globals__, wrapper.__name__, None, cells)()
+
+    if inspect.iscoroutinefunction(recorded):
+
+        @functools.wraps(recorded)
+        async def awaited(*a: Any, **kw: Any) -> Any:
+            with hidden:
+                try:
+                    return await recorded(*a, **kw)
+                except Exception as exc:
+                    tb = exc.__traceback__
+                    with contextlib.suppress(type(exc)):
+                        coro = again(exc, _failed)
+                        if coro is not None:
+                            await coro
+                    exc.__traceback__ = tb
+                    raise
+
+        return awaited
+
+    @functools.wraps(recorded)
+    def called(*a: Any, **kw: Any) -> Any:
+        with hidden:
+            try:
+                return recorded(*a, **kw)
+            except Exception as exc:
+                tb = exc.__traceback__
+                with contextlib.suppress(type(exc)):
+                    # (a closed generator's throw raises exc from C: no frame of forkpoint's is logged)
+                    again(exc, _CLOSED.throw)
+                exc.__traceback__ = tb
+                raise
+
+    return called
 
 
 def _swapped(original: Callable[..., Any]) -> Callable[..., Any]:

@@ -502,6 +502,78 @@ def test_strands_own_tools_are_not_said_to_be_unrecorded(
     assert summary_line(rp.report()).startswith("replay ok: "), summary_line(rp.report())
 
 
+class VaultLocked(Exception):
+    """A tool's own exception."""
+
+
+def vault_route(request: Request) -> Reply:
+    """``open_vault`` first, then text once the conversation holds its (failed) result."""
+    if any(m.get("role") == "tool" for m in request["body"]["messages"]):
+        return json_reply(chat_completion("chatcmpl-1", "m", text="It is locked."))
+    return json_reply(chat_completion("chatcmpl-1", "m", tool_calls=[("open_vault", {"name": "main"})]))
+
+
+def run_agno_vault(url: str, kind: str, tracebacks: bool) -> tuple[list[str], str]:
+    """An agno agent whose ``@tool`` raises, sync or async: what agno logged (its lines, with their
+    level and the tracebacks it logs, with ``tracebacks`` more of them), and what the model was sent."""
+    import logging
+
+    from agno.agent import Agent
+    from agno.models.openai import OpenAIChat
+    from agno.tools import tool
+    from agno.utils import log
+
+    if kind == "sync":
+
+        @tool
+        def open_vault(name: str) -> str:
+            """Open a vault."""
+            raise VaultLocked(f"vault {name} is locked")
+    else:
+
+        @tool
+        async def open_vault(name: str) -> str:
+            """Open a vault."""
+            raise VaultLocked(f"vault {name} is locked")
+
+    lines: list[str] = []
+    handler = logging.Handler()
+    handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
+    handler.emit = lambda record: lines.append(handler.format(record))  # type: ignore[method-assign]
+    log.logger.addHandler(handler)
+    log.set_log_tracebacks(tracebacks)
+    try:
+        model = OpenAIChat(id="m", base_url=url + "/v1", api_key=API_KEY, max_retries=0)
+        agent = Agent(model=model, tools=[open_vault], telemetry=False)
+        out = agent.run(TASK) if kind == "sync" else asyncio.run(agent.arun(TASK))
+    finally:
+        log.logger.removeHandler(handler)
+        log.set_log_tracebacks(False)
+    sent = [str(m.content) for m in out.messages or [] if m.role == "tool"]
+    return lines, " | ".join(sent)
+
+
+@pytest.mark.parametrize("tracebacks", [False, True], ids=["", "tracebacks"])
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_an_agno_tool_that_raises_logs_on_replay_as_it_did_live(
+    tmp_path: Path, kind: str, tracebacks: bool
+) -> None:
+    """agno's ``@tool`` wraps the function in a wrapper that logs its exception ("Error in tool
+    'open_vault': VaultLocked(...)") and raises it on, under pydantic's ``validate_call``; forkpoint
+    records that whole entry point, so a replay raised the recorded exception past agno's wrapper:
+    the line the live run logged was missing, and the replay said "replay ok". (With agno's
+    tracebacks on, the line logs the tool's traceback, which no frame of forkpoint's may join.)"""
+    pytest.importorskip("agno")
+    with LocalServer() as server:
+        server.route("/v1/chat/completions", vault_route, method="POST")
+        with forkpoint.record(store=tmp_path) as rec:
+            live = run_agno_vault(server.url, kind, tracebacks)
+    assert any("Error in" in line and "VaultLocked('vault main is locked')" in line for line in live[0]), live
+    with forkpoint.replay(rec.session_path) as rp:
+        assert run_agno_vault(server.url, kind, tracebacks) == live
+    assert summary_line(rp.report()).startswith("replay ok: "), summary_line(rp.report())
+
+
 def agno_team_route(request: Request) -> Reply:
     """The team's leader hands the task to its member ``adder``, which calls ``add``; each answers
     with text once its conversation holds a tool result."""
