@@ -587,3 +587,37 @@ def test_a_tool_calls_override_keeps_the_thought_signature_or_says_it_is_dropped
         'the thought signature of the recorded call write_file({"path":"t.py","content":"x"}), which Gemini '
         "requires back with the next request, is dropped with it (no other call can carry it)"
     ]
+
+
+def test_forkpoint_replay_says_which_thought_signature_an_override_drops(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``forkpoint replay --override`` says the signature a replaced call drops under the override's
+    line (the report's ``losses``), where the run goes on as a what-if, not with the line alone."""
+    from click.testing import CliRunner
+
+    from forkpoint.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("FORKPOINT_STORE", str(tmp_path / "store"))
+    script = tmp_path / "ask.py"
+    script.write_text(
+        "import sys\n"
+        "from google import genai\n"
+        "from google.genai import types\n"
+        "c = genai.Client(api_key='demo-key', http_options=types.HttpOptions(base_url=sys.argv[1]))\n"
+        "print([f.name for f in c.models.generate_content(model='m', contents='go').function_calls])\n"
+    )
+    with LocalServer() as server:
+        server.route("*", _signed_answer, method="POST")
+        res = CliRunner().invoke(main, ["record", "--", sys.executable, str(script), server.url])
+        assert res.exit_code == 0, res.output
+    res = CliRunner().invoke(
+        main, ["replay", "last", "--override", 'model#1.tool_calls=[{"name": "run_tests"}]']
+    )
+    said = " ".join(res.output.split())
+    assert res.exit_code == 0, said
+    assert (
+        "→ event seq 1: applied but the thought signature of the recorded call "
+        'write_file({"path":"t.py","content":"x"}), which Gemini requires back with the next request, is dropped'
+    ) in said, said
