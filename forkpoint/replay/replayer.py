@@ -547,7 +547,7 @@ class Replayer:
         self.id_drift: list[DivergenceReport] = []
         self.overrides = override.resolve(list(overrides), self.recorded)
         self.applied: dict[int, bool] = dict.fromkeys(self.overrides, False)
-        by_seq = {e["seq"]: e for e in self.recorded}
+        by_seq = {e["seq"]: e for e in self.recorded} if self.overrides else {}
         #: What each override drops that the model's API needs back (override.losses): said with it.
         self.losses = {seq: override.losses(by_seq[seq], o) for seq, o in self.overrides.items()}
         #: Overrides whose value could not be handed over as given (a field that fails validation): why.
