@@ -36,7 +36,7 @@ import os
 import re
 import threading
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlsplit
@@ -268,6 +268,11 @@ TOOL_FIELDS = ("tool", "args")
 _RULE_KEYS = ("path", "regex", "tool")
 
 
+#: The ``source`` of the rules forkpoint adds itself (the pytest plugin's for ``tmp_path``): kept in
+#: the header with them, and never said to take nothing out (no one wrote them to be mistyped).
+OWN_RULES = "pytest's tmp_path"
+
+
 @dataclass(frozen=True)
 class IgnoreRule:
     """One ignore rule (``{ path = "$.body.metadata.request_id" }``, ``docs/matching.md``).
@@ -324,7 +329,9 @@ def ignore_rules(items: Any, where: str) -> tuple[IgnoreRule, ...]:
     out = []
     for i, item in enumerate(items):
         here = f"{where}: ignore[{i}]"
+        source = where
         if isinstance(item, IgnoreRule):
+            source = OWN_RULES if item.source == OWN_RULES else where
             item = item.to_json()
         if not isinstance(item, Mapping):
             raise ConfigError(f"{here} = {item!r}: expected a table {{ path = …, regex = …, tool = … }}")
@@ -338,7 +345,7 @@ def ignore_rules(items: Any, where: str) -> tuple[IgnoreRule, ...]:
             raise ConfigError(f"{here} {shown}: path, regex and tool are strings")
         if not item.get("path"):
             raise ConfigError(f'{here} {shown}: a rule needs a path, e.g. "$.body.metadata.request_id"')
-        rule = IgnoreRule(str(item["path"]), item.get("regex"), item.get("tool"), source=where)
+        rule = IgnoreRule(str(item["path"]), item.get("regex"), item.get("tool"), source=source)
         try:
             _check(rule)
         except RuleError as exc:
@@ -495,9 +502,24 @@ def header_rules(header: Mapping[str, Any]) -> tuple[IgnoreRule, ...]:
     """The ignore rules a session was recorded with beyond its configuration's (header ``match``:
     those given to the Python API or the pytest plugin), re-applied when it is replayed."""
     match = header.get("match")
-    return ignore_rules(
-        match.get("ignore") if isinstance(match, dict) else None, "the session header's match"
+    items = match.get("ignore") if isinstance(match, dict) else None
+    if not isinstance(items, list):
+        return ignore_rules(items, "the session header's match")
+    own = [isinstance(item, dict) and item.get("source") == OWN_RULES for item in items]
+    rules = ignore_rules(
+        [
+            {k: v for k, v in item.items() if k != "source"} if mine else item
+            for item, mine in zip(items, own, strict=True)
+        ],
+        "the session header's match",
     )
+    return tuple(replace(r, source=OWN_RULES) if mine else r for r, mine in zip(rules, own, strict=True))
+
+
+def header_json(rules: Iterable[IgnoreRule]) -> list[dict[str, str]]:
+    """``rules`` as a session header's ``match.ignore`` holds them (:func:`header_rules` reads them
+    back): as the configuration writes them, forkpoint's own marked by their ``source``."""
+    return [{**r.to_json(), "source": OWN_RULES} if r.source == OWN_RULES else r.to_json() for r in rules]
 
 
 def _in_force(ignore: Ignore | None) -> Ignore:
@@ -556,9 +578,11 @@ def inert_rules(
 ) -> list[IgnoreRule]:
     """The rules of ``ignore`` about this kind of call (a model call's, or ``tool``'s) that take
     nothing out of either normalized call: a path that selects nothing there (``$.body.mesages``)
-    or a regex that matches nothing it selects."""
+    or a regex that matches nothing it selects (forkpoint's own, :data:`OWN_RULES`, are not said)."""
     out = []
     for rule in ignore.rules:
+        if rule.source == OWN_RULES:
+            continue
         if (rule.tool is None) != (tool is None) or (tool is not None and rule.tool not in (tool, "*")):
             continue
         one = Ignore([rule])

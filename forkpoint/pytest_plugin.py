@@ -57,7 +57,7 @@ import pytest
 
 from .api import checked_tools
 from .errors import ConfigError, ReplayWarning, UsageError
-from .match import IgnoreRule, ignore_rules
+from .match import OWN_RULES, IgnoreRule, ignore_rules
 from .replay import POLICIES
 from .text import shown_path
 
@@ -1160,8 +1160,8 @@ def tmp_path_rules(root: Path) -> tuple[IgnoreRule, ...]:
     numbered = r"(pytest\\-)\d+"  # (in the escaped text: pytest\-130)
     regex = re.sub(numbered, lambda m: m[1] + r"\d+", re.escape(str(root))) + r"(?:/popen\-gw\d+)?"
     return (
-        IgnoreRule("$.body", regex, source="pytest's tmp_path"),
-        IgnoreRule("$.args", regex, tool="*", source="pytest's tmp_path"),
+        IgnoreRule("$.body", regex, source=OWN_RULES),
+        IgnoreRule("$.args", regex, tool="*", source=OWN_RULES),
     )
 
 

@@ -42,7 +42,7 @@ from .log import (
     identity_path,
     parse_recipients,
 )
-from .match import Ignore, IgnoreRule, configured, event_key, header_rules, key_spec
+from .match import Ignore, IgnoreRule, configured, event_key, header_json, header_rules, key_spec
 from .redact import holds_placeholder
 from .sdks import api_key_vars, sdk_packages  # (the providers: where a call is read; not in record's parent)
 from .text import plural, say
@@ -161,7 +161,7 @@ def make_header(
         header["deterministic"] = deterministic if isinstance(deterministic, bool) else list(deterministic)
         header["deterministic_reads"] = list(VALUE_FNS)
     if ignore:
-        header["match"] = {"ignore": [r.to_json() for r in ignore]}
+        header["match"] = {"ignore": header_json(ignore)}
     # (the configuration in force: the anchored one under the pytest plugin, config.anchored, else
     # the current directory's; a cwd given, a fork arm's, is where its run's configuration is)
     recipients = (
