@@ -169,10 +169,14 @@ def _plain(value: dict[Any, Any] | list[Any]) -> bool:
     level: list[Any] = [value]
     seen: set[type] = set()
     while level:
-        seen.update(map(type, level))
-        # (before going on: an object of another type may lead to the whole heap)
-        if len(levels) > DEEPEST or not _PLAIN_TYPES.issuperset(seen):
+        kinds = set(map(type, level))
+        # (before going on: an object of another type may lead to the whole heap; and the walk
+        # refuses a container DEEPEST + 1 deep, an empty one too, which has no level below it)
+        if not _PLAIN_TYPES.issuperset(kinds) or (
+            len(levels) == DEEPEST and not kinds.isdisjoint((dict, list))
+        ):
             return False
+        seen |= kinds
         levels.append(level)
         # (a dict's referents are its values, and its keys when they are not all exact strings)
         level = gc.get_referents(*level)

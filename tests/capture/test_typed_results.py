@@ -896,6 +896,10 @@ def test_a_result_shared_with_the_program_is_stored_as_the_walk_stores_it() -> N
     for _ in range(values.DEEPEST + 1):
         inner.append([])
         inner = inner[0]
+    # DEEPEST + 1 containers deep, the innermost empty (no level of the referents below it)
+    edges: list[Any] = [[], {}]
+    for _ in range(values.DEEPEST):
+        edges = [[edges[0]], [edges[1]]]
     kinds = {
         **{k: v for k, v in everything().items() if k != "plain"},
         "lying_enum": Says.YES,
@@ -908,6 +912,7 @@ def test_a_result_shared_with_the_program_is_stored_as_the_walk_stores_it() -> N
         {Key("k"): 1},
         {"x": {"$type": "mine"}},
         [deep],
+        *edges,
     ]
     for value in typed:
         try:
