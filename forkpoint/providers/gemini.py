@@ -102,11 +102,13 @@ def _recorded_parts(recorded: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def _rewritten(
     recorded: list[dict[str, Any]], text: str | None, calls: Sequence[NewToolCall]
 ) -> tuple[dict[str, Any], list[str]]:
-    """The candidate answering ``text`` and ``calls`` in place of the ``recorded`` answer, and the
-    recorded calls whose ``thoughtSignature`` it drops. A thinking model signs its answer on a part
-    (the first call of each step) that Gemini requires sent back with the next request: the parts
-    that stay keep theirs (the text, as recorded; a call equal to the recorded one in its place;
-    the thoughts, with calls, as for Anthropic's thinking), a replaced call cannot carry it."""
+    """The candidate answering ``text`` and ``calls`` in place of the ``recorded`` answer, and what
+    it lacks of the ``thoughtSignature`` Gemini requires back, said plainly. A thinking model signs
+    its answer on a part (the first call of each step, or its text when it asks for none), and an
+    answer's first call must come back signed with the next request: the parts that stay keep
+    theirs (the text, as recorded; a call equal to the recorded one in its place; the thoughts,
+    with calls, as for Anthropic's thinking), a replaced call cannot carry it, and neither can a
+    call asked for where a signed answer asked for none."""
     old = _recorded_parts(recorded)
     said = [p for p in old if isinstance(p.get("text"), str) and not p.get("thought")]
     parts = [p for p in old if p.get("thought")] if calls else []
@@ -122,12 +124,26 @@ def _rewritten(
         if (was.get("name"), was.get("args", {})) == (new["name"], new["args"]):
             kept.add(n)
         parts.append(asked[n] if n in kept else {"functionCall": new})
-    lost = [
-        f"{d(p['functionCall']).get('name')}({dumps(d(p['functionCall']).get('args', {}))})"
+    lacks = [
+        f"the thought signature of the recorded call {_call_text(p)}, which Gemini requires back with the "
+        "next request, is dropped with it (no other call can carry it)"
         for n, p in enumerate(asked)
         if p.get("thoughtSignature") and n not in kept
     ]
-    return {"content": {"role": "model", "parts": parts}, "finishReason": "STOP", "index": 0}, lost
+    if calls and 0 not in kept and not lacks and any(p.get("thoughtSignature") for p in old):
+        first = next(p for p in parts if "functionCall" in p)
+        lacks.append(
+            f"the call {_call_text(first)} comes first with no thought signature, which Gemini requires on "
+            "an answer's first call back with the next request (the recorded answer is signed, on no call "
+            "asked for again)"
+        )
+    return {"content": {"role": "model", "parts": parts}, "finishReason": "STOP", "index": 0}, lacks
+
+
+def _call_text(part: dict[str, Any]) -> str:
+    """A ``functionCall`` part as ``name({args})``."""
+    call = d(part["functionCall"])
+    return f"{call.get('name')}({dumps(call.get('args', {}))})"
 
 
 class Gemini(Provider):
@@ -243,11 +259,7 @@ class Gemini(Provider):
         return [sse(last)]
 
     def rewrite_losses(self, recorded: list[dict[str, Any]], calls: Sequence[NewToolCall]) -> list[str]:
-        return [
-            f"the thought signature of the recorded call {call}, which Gemini requires back with the next "
-            "request, is dropped with it (no other call can carry it)"
-            for call in _rewritten(recorded, None, calls)[1]
-        ]
+        return _rewritten(recorded, None, calls)[1]
 
     # --- OpenTelemetry
 

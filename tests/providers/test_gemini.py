@@ -621,3 +621,52 @@ def test_forkpoint_replay_says_which_thought_signature_an_override_drops(
         "→ event seq 1: applied but the thought signature of the recorded call "
         'write_file({"path":"t.py","content":"x"}), which Gemini requires back with the next request, is dropped'
     ) in said, said
+
+
+def _signed_text(request: Any) -> Reply | Stream:
+    """A thinking model's answer that asks for no call: Gemini signs its text (streamed, the last
+    chunk's empty text)."""
+
+    def chunk(part: dict[str, Any]) -> dict[str, Any]:
+        candidate = {"content": {"role": "model", "parts": [part]}, "finishReason": "STOP", "index": 0}
+        return {"candidates": [candidate], "modelVersion": "gemini-3-flash", "responseId": "r-2"}
+
+    if request["path"].endswith(":generateContent"):
+        return json_reply(chunk({"text": "Done.", "thoughtSignature": SIGNATURE}))
+    chunks = [chunk({"text": "Done."}), chunk({"text": "", "thoughtSignature": SIGNATURE})]
+    return Stream([f"data: {json.dumps(c)}\r\n\r\n".encode() for c in chunks])
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_a_call_asked_for_where_a_signed_answer_asked_for_none_is_said_to_lack_its_signature(
+    tmp_path: Path, stream: bool
+) -> None:
+    """ "What if the model had called a tool instead of answering?": the signed answer (its text)
+    becomes one whose first call carries no signature, which Gemini refuses with the next request
+    (``Function call is missing a thought_signature``). No recorded call was dropped, so nothing
+    was said: now the override's losses say so."""
+
+    def ask(url: str) -> list[dict[str, Any]]:
+        c = client(url)  # (kept: a collected genai.Client closes its HTTP client)
+        kw: dict[str, Any] = {"model": MODEL, "contents": TASK, "config": CONFIG}
+        if not stream:
+            return [p.model_dump(mode="json") for p in c.models.generate_content(**kw).parts or []]
+        return [
+            p.model_dump(mode="json") for ch in c.models.generate_content_stream(**kw) for p in ch.parts or []
+        ]
+
+    with LocalServer() as server:
+        server.route("*", _signed_text, method="POST")
+        with forkpoint.record(store=tmp_path) as rec:
+            live = ask(server.url)
+    with forkpoint.replay(rec.session_path, overrides=['model#1.tool_calls=[{"name": "run_tests"}]']) as rp:
+        got = ask(server.url)
+    assert got[: len(live)] == live  # the signed text, as it was
+    assert [(p["function_call"]["name"], p["thought_signature"]) for p in got[len(live) :]] == [
+        ("run_tests", None)
+    ]
+    (o,) = rp.report()["overrides"]
+    assert o["applied"] and o["losses"] == [
+        "the call run_tests({}) comes first with no thought signature, which Gemini requires on an answer's "
+        "first call back with the next request (the recorded answer is signed, on no call asked for again)"
+    ]
