@@ -128,7 +128,7 @@ def _rewritten(
         f"the thought signature of the recorded call {_call_text(p)}, which Gemini requires back with the "
         "next request, is dropped with it (no other call can carry it)"
         for n, p in enumerate(asked)
-        if p.get("thoughtSignature") and n not in kept
+        if p.get("thoughtSignature") and n not in kept and calls  # (an answer asking for none needs none)
     ]
     if calls and 0 not in kept and not lacks and any(p.get("thoughtSignature") for p in old):
         first = next(p for p in parts if "functionCall" in p)

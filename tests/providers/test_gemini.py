@@ -670,3 +670,19 @@ def test_a_call_asked_for_where_a_signed_answer_asked_for_none_is_said_to_lack_i
         "the call run_tests({}) comes first with no thought signature, which Gemini requires on an answer's "
         "first call back with the next request (the recorded answer is signed, on no call asked for again)"
     ]
+
+
+def test_an_override_that_asks_for_no_call_says_no_signature_is_required(tmp_path: Path) -> None:
+    """``tool_calls=[]`` (like ``.text``) leaves an answer without calls, which Gemini takes back
+    without a signature: the signed call it drops is no loss, and saying it is required was wrong."""
+    with LocalServer() as server:
+        server.route("*", _signed_answer, method="POST")
+        c = client(server.url)  # (kept: a collected genai.Client closes its HTTP client)
+        with forkpoint.record(store=tmp_path) as rec:
+            c.models.generate_content(model=MODEL, contents=TASK, config=CONFIG)
+    for spec in ("model#1.tool_calls=[]", 'model#1.text="No."'):
+        with forkpoint.replay(rec.session_path, overrides=[spec]) as rp:
+            got = c.models.generate_content(model=MODEL, contents=TASK, config=CONFIG)
+        assert not got.function_calls
+        (o,) = rp.report()["overrides"]
+        assert o["applied"] and "losses" not in o, o
