@@ -61,6 +61,8 @@ def _shim(call: Any) -> Any:
 
 #: agno's ``@tool`` wrapper, which logs a tool's exception ("Error in tool 'x': ...") and raises it on.
 _TOOL_WRAPPER = os.path.join("agno", "tools", "decorator.py")
+#: Where agno binds a toolkit's ``@tool`` method to its object (``bound``, calling the method's entry).
+_TOOLKIT = os.path.join("agno", "tools", "toolkit.py")
 _CLOSED = (_ for _ in ())
 _CLOSED.close()
 
@@ -90,9 +92,15 @@ def _served_past(code: types.CodeType, exc: BaseException) -> types.TracebackTyp
 
 def _handled_again(entry: Any, recorded: Callable[..., Any]) -> Callable[..., Any]:
     """``recorded`` (``entry``, recording its call) running agno's ``@tool`` wrapper again over the
-    exception a replay serves when ``entry`` is pydantic's ``validate_call`` over one: the wrapper is
-    inside what is recorded, so it did not run on replay, and the line it logged live was missing.
-    Its own code runs, over a function that raises the served exception where the tool raised it."""
+    exception a replay serves when ``entry`` is pydantic's ``validate_call`` over one (or a toolkit's
+    method bound to its object, calling that): the wrapper is inside what is recorded, so it did not
+    run on replay, and the line it logged live was missing. Its own code runs, over a function that
+    raises the served exception where the tool raised it."""
+    if inspect.isfunction(entry) and entry.__code__.co_filename.endswith(_TOOLKIT):
+        # (a toolkit's @tool method: the entry its object is bound to is the one over the wrapper)
+        entry = next(
+            (c.cell_contents for c in entry.__closure__ or () if inspect.isfunction(c.cell_contents)), None
+        )
     wrapper = getattr(entry, "__wrapped__", None)
     func = getattr(wrapper, "__wrapped__", None)
     if (

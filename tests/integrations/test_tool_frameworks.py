@@ -520,21 +520,38 @@ def run_agno_vault(url: str, kind: str, tracebacks: bool) -> tuple[list[str], st
 
     from agno.agent import Agent
     from agno.models.openai import OpenAIChat
-    from agno.tools import tool
+    from agno.tools import Toolkit, tool
     from agno.utils import log
 
+    tools: list[Any]
     if kind == "sync":
 
         @tool
         def open_vault(name: str) -> str:
             """Open a vault."""
             raise VaultLocked(f"vault {name} is locked")
-    else:
+
+        tools = [open_vault]
+    elif kind == "async":
 
         @tool
         async def open_vault(name: str) -> str:
             """Open a vault."""
             raise VaultLocked(f"vault {name} is locked")
+
+        tools = [open_vault]
+    else:  # a toolkit's @tool method, which agno binds to its object
+
+        class Vaults(Toolkit):
+            def __init__(self) -> None:
+                super().__init__(name="vaults", tools=[self.open_vault])
+
+            @tool
+            def open_vault(self, name: str) -> str:
+                """Open a vault."""
+                raise VaultLocked(f"vault {name} is locked")
+
+        tools = [Vaults()]
 
     lines: list[str] = []
     handler = logging.Handler()
@@ -544,8 +561,8 @@ def run_agno_vault(url: str, kind: str, tracebacks: bool) -> tuple[list[str], st
     log.set_log_tracebacks(tracebacks)
     try:
         model = OpenAIChat(id="m", base_url=url + "/v1", api_key=API_KEY, max_retries=0)
-        agent = Agent(model=model, tools=[open_vault], telemetry=False)
-        out = agent.run(TASK) if kind == "sync" else asyncio.run(agent.arun(TASK))
+        agent = Agent(model=model, tools=tools, telemetry=False)
+        out = asyncio.run(agent.arun(TASK)) if kind == "async" else agent.run(TASK)
     finally:
         log.logger.removeHandler(handler)
         log.set_log_tracebacks(False)
@@ -554,7 +571,7 @@ def run_agno_vault(url: str, kind: str, tracebacks: bool) -> tuple[list[str], st
 
 
 @pytest.mark.parametrize("tracebacks", [False, True], ids=["", "tracebacks"])
-@pytest.mark.parametrize("kind", ["sync", "async"])
+@pytest.mark.parametrize("kind", ["sync", "async", "toolkit"])
 def test_an_agno_tool_that_raises_logs_on_replay_as_it_did_live(
     tmp_path: Path, kind: str, tracebacks: bool
 ) -> None:
@@ -562,7 +579,8 @@ def test_an_agno_tool_that_raises_logs_on_replay_as_it_did_live(
     'open_vault': VaultLocked(...)") and raises it on, under pydantic's ``validate_call``; forkpoint
     records that whole entry point, so a replay raised the recorded exception past agno's wrapper:
     the line the live run logged was missing, and the replay said "replay ok". (With agno's
-    tracebacks on, the line logs the tool's traceback, which no frame of forkpoint's may join.)"""
+    tracebacks on, the line logs the tool's traceback, which no frame of forkpoint's may join.) A
+    toolkit's ``@tool`` method is that entry point bound to its object, by a function of agno's."""
     pytest.importorskip("agno")
     with LocalServer() as server:
         server.route("/v1/chat/completions", vault_route, method="POST")
