@@ -75,19 +75,25 @@ def _failed(exc: BaseException) -> asyncio.Future[Any]:
     return future
 
 
-def _served_past(code: types.CodeType, exc: BaseException) -> types.TracebackType | None:
-    """Where ``exc`` was raised below agno's wrapper (``code``), when a replay raised it from the
-    recording through a frame made to stand for that wrapper, whose code did not run (live it ran
-    the wrapper, which logged then); None otherwise (or pydantic refused the arguments before it)."""
-    tb, below = exc.__traceback__, None
+def _served_past(code: types.CodeType, exc: BaseException, tool: str | None) -> types.TracebackType | None:
+    """Where ``exc`` was raised below agno's wrapper (``code``) by the tool's function (``tool``, its
+    code's name, when it has one), when a replay raised it from the recording through a frame made
+    to stand for that wrapper, whose code did not run (live it ran the wrapper, which logged then);
+    None otherwise: pydantic refused the arguments before it, or the wrapper's own handler raised
+    it (a repr of the tool's exception that failed), which logged nothing live."""
+    tb = exc.__traceback__
     while tb is not None:
         frame = tb.tb_frame.f_code
         if frame is code:
             return None
         if frame.co_name == code.co_name and frame.co_filename.endswith(_TOOL_WRAPPER):
+            # (the outermost: a tool that calls another @tool's entry has that one's wrapper below)
             below = tb.tb_next
+            if below is None or tool not in (None, below.tb_frame.f_code.co_name):
+                return None
+            return below
         tb = tb.tb_next
-    return below
+    return None
 
 
 def _handled_again(entry: Any, recorded: Callable[..., Any]) -> Callable[..., Any]:
@@ -110,13 +116,13 @@ def _handled_again(entry: Any, recorded: Callable[..., Any]) -> Callable[..., An
         or inspect.isasyncgenfunction(func)  # (its wrapper only makes the generator: it never logs)
     ):
         return recorded
-    code = wrapper.__code__
+    code, tool = wrapper.__code__, getattr(getattr(func, "__code__", None), "co_name", None)
 
     def again(exc: Exception, raiser: Callable[[Exception], Any]) -> Any:
         """The wrapper's code called over ``raiser(exc)``, which raises ``exc`` as the tool did
         (what it returns: a coroutine for an async tool), or None when the replay did not serve
         ``exc`` from past the wrapper."""
-        below = _served_past(code, exc)
+        below = _served_past(code, exc, tool)
         if below is None:
             return None
         exc.__traceback__ = below  # (what the wrapper sees, and logs with its traceback, as live)

@@ -506,6 +506,13 @@ class VaultLocked(Exception):
     """A tool's own exception."""
 
 
+class Unprintable(VaultLocked):
+    """A tool's exception whose repr fails (agno's wrapper logs the exception's repr)."""
+
+    def __repr__(self) -> str:
+        raise RuntimeError("no repr for this one")
+
+
 def vault_route(request: Request) -> Reply:
     """``open_vault`` first, then text once the conversation holds its (failed) result."""
     if any(m.get("role") == "tool" for m in request["body"]["messages"]):
@@ -538,6 +545,27 @@ def run_agno_vault(url: str, kind: str, tracebacks: bool) -> tuple[list[str], st
         async def open_vault(name: str) -> str:
             """Open a vault."""
             raise VaultLocked(f"vault {name} is locked")
+
+        tools = [open_vault]
+    elif kind == "unprintable":
+
+        @tool
+        def open_vault(name: str) -> str:
+            """Open a vault."""
+            raise Unprintable(f"vault {name} is locked")
+
+        tools = [open_vault]
+    elif kind == "nested":  # a tool that calls another @tool's entry
+
+        @tool
+        def unlock(name: str) -> str:
+            """Unlock a vault."""
+            raise VaultLocked(f"vault {name} is locked")
+
+        @tool
+        def open_vault(name: str) -> str:
+            """Open a vault."""
+            return str(unlock.entrypoint(name=name))  # type: ignore[misc]
 
         tools = [open_vault]
     else:  # a toolkit's @tool method, which agno binds to its object
@@ -589,6 +617,28 @@ def test_an_agno_tool_that_raises_logs_on_replay_as_it_did_live(
     assert any("Error in" in line and "VaultLocked('vault main is locked')" in line for line in live[0]), live
     with forkpoint.replay(rec.session_path) as rp:
         assert run_agno_vault(server.url, kind, tracebacks) == live
+    assert summary_line(rp.report()).startswith("replay ok: "), summary_line(rp.report())
+
+
+@pytest.mark.parametrize("kind", ["unprintable", "nested"])
+def test_an_agno_tool_wrapper_logs_on_replay_only_what_it_logged_live(tmp_path: Path, kind: str) -> None:
+    """agno's wrapper is run again over an exception the tool's function raised, not over one its
+    own handler raised: the repr of the tool's exception failed, live it logged nothing, and a
+    replay logged the repr's error as the tool's. A tool that calls another ``@tool``'s entry has
+    that one's wrapper below its own: the outer one is run again, over the whole traceback below
+    it, as live (the inner one's line, logged inside what is recorded, is not logged again)."""
+    pytest.importorskip("agno")
+    with LocalServer() as server:
+        server.route("/v1/chat/completions", vault_route, method="POST")
+        with forkpoint.record(store=tmp_path) as rec:
+            live = run_agno_vault(server.url, kind, tracebacks=True)
+    with forkpoint.replay(rec.session_path) as rp:
+        again = run_agno_vault(server.url, kind, tracebacks=True)
+    if kind == "unprintable":
+        assert not any(line.startswith("ERROR Error in") for line in live[0]) and again == live, (live, again)
+    else:
+        assert live[0][0].startswith("ERROR Error in tool 'unlock'"), live
+        assert again == (live[0][1:], live[1]), (live, again)
     assert summary_line(rp.report()).startswith("replay ok: "), summary_line(rp.report())
 
 
