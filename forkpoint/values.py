@@ -60,6 +60,8 @@ import sys
 import uuid
 import zoneinfo
 from collections.abc import Callable
+from itertools import compress, repeat
+from operator import is_
 from typing import Any
 
 import orjson
@@ -158,7 +160,8 @@ def _plain(value: dict[Any, Any] | list[Any]) -> bool:
     :data:`_HANDED_OVER` hands over); every object it holds is listed, level by level, by the
     garbage collector's referents (in C), and must be of a plain type (orjson also writes tuples,
     enum members and UUIDs); and orjson's ``null`` for a NaN or an infinity is told from None by
-    counting both. Any doubt is a False: the walk decides."""
+    counting both (or, where a string holds the word, by the floats' sum, finite or not). Any doubt
+    is a False: the walk decides."""
     try:
         data = orjson.dumps(value, option=_HANDED_OVER, default=_refuse)
     except (TypeError, orjson.JSONEncodeError):
@@ -180,10 +183,13 @@ def _plain(value: dict[Any, Any] | list[Any]) -> bool:
         levels.append(level)
         # (a dict's referents are its values, and its keys when they are not all exact strings)
         level = gc.get_referents(*level)
-    # orjson writes a NaN or an infinity as null, as it writes None: with floats, as many of each.
-    # (A string may hold the word too: then the counts differ, and the walk decides.)
+    # orjson writes a NaN or an infinity as null, as it writes None: with floats, as many of each,
+    # or, where a string holds the word too, no float that is not finite (nor is their sum, in C).
     if float in seen and b"null" in data:
-        return data.count(b"null") == sum(held.count(None) for held in levels)
+        return data.count(b"null") == sum(held.count(None) for held in levels) or all(
+            math.isfinite(sum(compress(held, map(is_, map(type, held), repeat(float))), 0.0))
+            for held in levels
+        )
     return True
 
 

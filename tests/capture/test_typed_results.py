@@ -886,6 +886,7 @@ def test_a_result_shared_with_the_program_is_stored_as_the_walk_stores_it() -> N
         {"rows": rows, "note": "a $type in words", "empty": [{}, []], "neg": -0.0},
         rows,
         [[[None, 2**63, "null", True]]],  # (the word null, and no float a null could have been)
+        {"rows": rows, "code": "if x is not null"},  # (the word null beside None and floats, all finite)
     ]
     for value in plain:
         assert values.encode(value, shared=True) is value
