@@ -802,12 +802,15 @@ def check_overrides(
     models: str = "replay",
     tools: str = "replay",
     live_from: int | None = None,
+    losses: bool = False,
 ) -> None:
     """Refuse, before anything runs, overrides that name no recorded call, and those that name a
     call the run makes live (``--models live``, ``--tools live``, or past ``live_from``: a fork's
     checkpoint) or one made inside a recorded tool call (a framework's tool that runs an agent),
     where an override would never apply. Raises :class:`UsageError` (an
-    :class:`~forkpoint.override.OverrideError` for a target that does not exist)."""
+    :class:`~forkpoint.override.OverrideError` for a target that does not exist). ``losses``: say
+    what each drops that the model's API needs back (:func:`~forkpoint.override.losses`), for the
+    arms of a fork or sweep, which send that request live and print no replay report."""
     if not specs:
         return
     from . import override
@@ -823,6 +826,11 @@ def check_overrides(
     override.refuse_unreached(resolved, calls, models=models, tools=tools, live_from=live_from)
     for line in override.untyped(resolved, calls):
         say(line)
+    if losses:
+        by_seq = {e["seq"]: e for e in calls}
+        for seq, o in resolved.items():
+            for lost in override.losses(by_seq[seq], o):
+                say(f"forkpoint: override {o.spec} → event seq {seq}: {lost}")
 
 
 def _fallback_said(reason: str) -> None:
@@ -1460,7 +1468,7 @@ def fork_arms(
     """
 
     resumable(session, seq)
-    check_overrides(session, list(overrides or []), live_from=seq)
+    check_overrides(session, list(overrides or []), live_from=seq, losses=True)
     into = into if into is not None else fork_into(session, seq)
     refuse_taken(into, [into], arms, "fork")
     say_unrecorded_before(session, [seq])

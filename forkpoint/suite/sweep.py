@@ -83,7 +83,7 @@ def sweep(
     :class:`~forkpoint.errors.OverrideError` for an override that names no recorded call, before
     any arm is restored."""
     cps = sweep_checkpoints(session, first, last)
-    check_overrides(session, list(overrides or []))
+    check_overrides(session, list(overrides or []), losses=True)
     into = into if into is not None else fork_into(session, cps[0]["seq"])
     refuse_taken(into, [into / f"seq-{cp['seq']}" for cp in cps], arms, "sweep")
     say_unrecorded_before(session, [cp["seq"] for cp in cps])

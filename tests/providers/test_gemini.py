@@ -31,6 +31,7 @@ import forkpoint  # noqa: E402
 from forkpoint.demo.server import ModelServer  # noqa: E402
 from forkpoint.events import in_start_order  # noqa: E402
 from forkpoint.replay import unrecorded_tools  # noqa: E402
+from forkpoint.store import session_dirs  # noqa: E402
 from tests.modelserver import LocalServer, Reply, Stream, json_reply  # noqa: E402
 
 #: What google-genai raises when the server is unreachable (it sends with httpx2, or httpx).
@@ -686,3 +687,57 @@ def test_an_override_that_asks_for_no_call_says_no_signature_is_required(tmp_pat
         assert not got.function_calls
         (o,) = rp.report()["overrides"]
         assert o["applied"] and "losses" not in o, o
+
+
+@pytest.mark.slow
+def test_forkpoint_fork_says_which_thought_signature_an_override_drops(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fork's arms send the request after the override live, where Gemini refuses the dropped
+    signature, and print no replay report: ``forkpoint fork --override`` said nothing of it (its
+    arm failed with Gemini's 400 alone). Now it is said once, before the arms run."""
+    from click.testing import CliRunner
+
+    from forkpoint.cli import main
+
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("FORKPOINT_STORE", str(tmp_path / "store"))
+    script = work / "ask.py"
+    script.write_text(
+        "import sys\n"
+        "from google import genai\n"
+        "from google.genai import types\n"
+        "c = genai.Client(api_key='demo-key', http_options=types.HttpOptions(base_url=sys.argv[1]))\n"
+        "for _ in range(2):\n"
+        "    print([f.name for f in c.models.generate_content(model='m', contents='go').function_calls])\n"
+    )
+    with LocalServer() as server:
+        server.route("*", _signed_answer, method="POST")
+        res = CliRunner().invoke(
+            main, ["record", "--workspace", ".", "--", sys.executable, str(script), server.url]
+        )
+        assert res.exit_code == 0, res.output
+    (session,) = session_dirs(tmp_path / "store")
+    second = forkpoint.Session.load(session).by_type("checkpoint")[-1]
+    res = CliRunner().invoke(
+        main,
+        [
+            "fork",
+            f"last@{second['seq']}",
+            "--into",
+            str(tmp_path / "arms"),
+            "--override",
+            'model#1.tool_calls=[{"name": "run_tests"}]',
+            "--",
+            sys.executable,
+            "-c",
+            "pass",
+        ],
+    )
+    said = " ".join(res.output.split())
+    assert (
+        'override model#1.tool_calls=[{"name": "run_tests"}] → event seq 2: the thought signature of the recorded '
+        'call write_file({"path":"t.py","content":"x"}), which Gemini requires back with the next request, is dropped'
+    ) in said, said
