@@ -338,6 +338,8 @@ _Huge = TypeVar("_Huge", str, bytes)
 LISTS_KEPT = 8
 #: How many of the last results of Scrubber.json (and their lists) are known as already scrubbed.
 RESULTS_KEPT = 64
+#: How many distinct header lists :meth:`Scrubber.headers` remembers (an agent sends a few).
+HEADER_LISTS_KEPT = 256
 #: How many HTTP records built by the capture layer (:meth:`Scrubber.http_record`) are known as
 #: scrubbed until they are logged: more calls in flight at once than this are scrubbed again.
 RECORDS_KEPT = 256
@@ -834,6 +836,8 @@ class Scrubber:
         self._cache: dict[str, str] = {}
         self._cache_chars = 0
         self._short: dict[str, str] = {}
+        #: Header lists scrubbed lately, by their pairs (of text alone) and ``request``: see headers().
+        self._headers: dict[tuple[tuple[Any, ...], bool], list[list[str]]] = {}
         self._big: dict[str | builtins.bytes, str | builtins.bytes] = {}
         self._file_cache: dict[bytes, bytes | None] = {}
         self._file_cache_bytes = 0
@@ -1442,7 +1446,31 @@ class Scrubber:
     def headers(self, headers: Iterable[Any], *, request: bool = False) -> list[list[str]]:
         """Header pairs with their values scrubbed and credential headers (:meth:`credential_header`)
         dropped, or, of a ``request``, kept with the whole value a placeholder
-        (:func:`request_credential`). Names keep their case."""
+        (:func:`request_credential`). Names keep their case.
+
+        A list of pairs of text scrubbed lately comes back scrubbed as it was then (a copy), found by
+        its pairs: an SDK sends the same headers at every call, each scrubbed by a pass of several
+        lookups (scrubbing is a function of the pairs alone, for one scrubber's rules)."""
+        pairs = tuple(headers)
+        if not self._cache_on:
+            return self._headers_scrubbed(pairs, request)
+        key = (pairs, request)
+        try:
+            seen = self._headers.get(key)
+        except TypeError:  # (pairs given as lists: not remembered)
+            return self._headers_scrubbed(pairs, request)
+        if seen is not None:
+            return [list(p) for p in seen]
+        out = self._headers_scrubbed(pairs, request)
+        # Only pairs of text: a key equal to theirs is pairs of text too (no other value equals a
+        # str), so the same pairs are scrubbed the same way whatever types came in.
+        if all(type(p[0]) is str and type(p[1]) is str for p in pairs):
+            if len(self._headers) >= HEADER_LISTS_KEPT:
+                self._headers.clear()
+            self._headers[key] = [list(p) for p in out]
+        return out
+
+    def _headers_scrubbed(self, headers: Iterable[Any], request: bool) -> list[list[str]]:
         out = []
         for pair in headers:
             name, value = pair[0], pair[1]

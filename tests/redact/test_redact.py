@@ -301,6 +301,41 @@ def test_a_requests_credential_headers_are_kept_as_placeholders_of_their_values(
     assert scrub_headers(out, request=True) == out  # (idempotent: forkpoint scrub run again)
 
 
+def test_headers_scrubbed_again_are_what_they_were_and_one_byte_changes_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An SDK sends the same headers at every call, and the scrubber remembers the lists it scrubbed
+    lately: the same pairs come back as they were scrubbed (a list of the caller's own, which it may
+    change), and pairs that differ in one byte of one value (another key; another secret in a header
+    that is no credential; a request's headers as a response's), or in their order, or given as
+    lists or as bytes, are scrubbed for what they are."""
+    s = Scrubber()
+    sent = [("Authorization", f"Bearer {KEY}"), ("x-note", f"key {KEY}"), ("anthropic-version", "2023-06-01")]
+    first = s.headers(sent, request=True)
+    assert first == Scrubber().headers(sent, request=True)
+    first[0][1] = "changed by the caller"
+    looked_at: list[str] = []
+    monkeypatch.setattr(s, "credential_header", lambda name: looked_at.append(name) or False)
+    again = s.headers(list(sent), request=True)
+    assert again == Scrubber().headers(sent, request=True) and again is not first
+    assert not looked_at  # (not scrubbed again, header by header)
+    monkeypatch.undo()
+    other = KEY[:-1] + ("A" if KEY[-1] != "A" else "B")
+    for changed in (
+        [("Authorization", f"Bearer {other}"), *sent[1:]],
+        [sent[0], ("x-note", f"key {other}"), sent[2]],
+        [*sent[:2], ("anthropic-version", "2023-06-02")],
+        [sent[1], sent[0], sent[2]],
+    ):
+        assert s.headers(changed, request=True) == Scrubber().headers(changed, request=True), changed
+        assert s.headers(changed, request=True) != again, changed
+    assert s.headers([[k, v] for k, v in sent], request=True) == again
+    as_response = s.headers(sent)
+    assert as_response == Scrubber().headers(sent) and as_response != again  # (the credential dropped)
+    raw = [(k.encode(), v.encode()) for k, v in sent]
+    assert s.headers(raw, request=True) == Scrubber().headers(raw, request=True)
+
+
 def test_a_sigv4_authorization_is_kept_as_its_access_key_id() -> None:
     """The signature and date change at every request; the key that signed does not, and tells
     two credentials apart. The other signing headers are dropped, as is the session token."""
