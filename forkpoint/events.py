@@ -637,14 +637,22 @@ def is_tool_call(event: Mapping[str, Any]) -> TypeGuard[ToolCallEvent]:
 
 def _pairs_of(value: Any, first: tuple[type, ...], second: tuple[type, ...]) -> bool:
     """Whether ``value`` is a list of two-item lists (or tuples) of those types."""
-    return isinstance(value, list) and all(
-        isinstance(p, list | tuple)
-        and len(p) == 2
-        and isinstance(p[0], first)
-        and not isinstance(p[0], bool)
-        and isinstance(p[1], second)
-        for p in value
-    )
+    if not isinstance(value, list):
+        return False
+    # (a loop, not all() of a generator: every event's headers and chunks are looked at on load)
+    for p in value:
+        if not (
+            isinstance(p, _PAIR)
+            and len(p) == 2
+            and isinstance(p[0], first)
+            and not isinstance(p[0], bool)
+            and isinstance(p[1], second)
+        ):
+            return False
+    return True
+
+
+_PAIR = (list, tuple)
 
 
 def _is_error(value: Any) -> bool:

@@ -457,6 +457,50 @@ def decode(
     return value
 
 
+def decode_fields(
+    fields: dict[str, Any],
+    blobs: BlobStore,
+    where: str,
+    tools: Mapping[int, Mapping[str, Any]] | None = None,
+    *,
+    whole: Iterable[str] = (),
+) -> dict[str, Any]:
+    """``{k: decode(v) for k, v in fields.items()}`` for a line's fields as parsed, equal field for
+    field, but a part whose JSON holds no ``"$`` is kept as parsed rather than copied (a model
+    call's response and request headers, where only its body holds a ``$delta``): every stored form
+    is an object key that starts with ``$``, so such a part decodes to an equal copy of itself. A
+    field and its members are looked at so, a level below that decoded whole. ``whole``: fields
+    decoded whole, copied in any case (a checkpoint's fields that later lines refer to as
+    ``$same``: :class:`Repeats` keeps them as stored, and an event must not share them)."""
+    keep = set(whole)
+    return {
+        k: v
+        if type(v) in _LEAVES
+        else decode(v, blobs, where, tools)
+        if k in keep
+        else _decoded_part(v, blobs, where, tools, 1)
+        for k, v in fields.items()
+    }
+
+
+def _decoded_part(
+    value: Any, blobs: BlobStore, where: str, tools: Mapping[int, Mapping[str, Any]] | None, depth: int
+) -> Any:
+    """:func:`decode` of ``value``, ``value`` itself where its JSON holds no stored form (see
+    :func:`decode_fields`), an object of no ``$`` key member by member ``depth`` levels down."""
+    if type(value) in _LEAVES:
+        return value
+    try:
+        plain = b'"$' not in orjson.dumps(value)
+    except (TypeError, orjson.JSONEncodeError):  # (parsed JSON always writes; decoded whole if not)
+        plain = False
+    if plain:
+        return value
+    if depth and type(value) is dict and not any(k[:1] == "$" for k in value):
+        return {k: _decoded_part(v, blobs, where, tools, depth - 1) for k, v in value.items()}
+    return decode(value, blobs, where, tools)
+
+
 def _unicode_of(text: Any, where: str) -> str:
     """The string a ``$u`` holds (base64 of its UTF-8, surrogates passed)."""
     try:

@@ -141,15 +141,21 @@ class Unpacker:
             fields = orjson.loads(payload)
         except orjson.JSONDecodeError as exc:
             raise SessionError(f"{where}: the packed fields are not JSON ({exc})") from None
-        if not isinstance(fields, dict) or any(k in CLEAR_EVENT for k in fields):
+        if not isinstance(fields, dict) or not _CLEAR.isdisjoint(fields):
             raise SessionError(f"{where}: the packed fields are not an object of event fields")
         if len(payload) <= DICT_MAX:
             self._payloads[seq] = payload
         while self._payloads and next(iter(self._payloads)) < seq - PACK_WINDOW:
             del self._payloads[next(iter(self._payloads))]
         out = {"seq": seq, "type": obj.get("type"), "ts": obj.get("ts"), **fields}
-        out.update((k, obj[k]) for k in ("torn", "prev", "hash") if k in obj)
+        for k in ("torn", "prev", "hash"):
+            if k in obj:
+                out[k] = obj[k]
         return out, payload
+
+
+#: :data:`CLEAR_EVENT` as a set: no packed field may be one of them.
+_CLEAR = frozenset(CLEAR_EVENT)
 
 
 def _level(size: int) -> int:

@@ -32,9 +32,10 @@ from .codec import (
     FORMAT,
     LOG_NAME,
     READ_VERSIONS,
+    SAME_FIELDS,
     Deltas,
     Repeats,
-    decode,
+    decode_fields,
     delta_container,
     resolve_deltas,
 )
@@ -266,7 +267,9 @@ class _Resolver:
             self.blobs.learn(obj.pop(FILES), f"{self.log_path}:{lineno}")
         obj = self.repeats.resolve(obj, f"{self.log_path}:{lineno}")
         try:
-            return {k: decode(v, self.blobs, where, self.tools) for k, v in obj.items()}
+            return decode_fields(
+                obj, self.blobs, where, self.tools, whole=SAME_FIELDS.get(str(obj.get("type")), ())
+            )
         except (ValueError, TypeError, KeyError) as exc:
             raise SessionError(f"{self.log_path}:{lineno}: cannot decode the event ({exc})") from None
 

@@ -955,6 +955,49 @@ def test_unchanged_checkpoint_fields_are_references_to_the_line_that_holds_them(
     assert [_payload(e) for e in tail.read()] == events
 
 
+def test_a_line_is_walked_where_it_holds_stored_forms_and_read_as_parsed_elsewhere(
+    store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Loading a line decodes the parts of it that hold a stored form (a ``$delta``, bytes, a lone
+    surrogate, an integer beyond 64 bits, one, two or three levels down) and takes the others as
+    parsed: a model call's response and request headers are not walked when only its body holds a
+    ``$delta``. The events are those written, field for field, either way; and checkpoints that
+    share a field (``$same``) each get their own copy of it."""
+    from forkpoint.log import codec, reader
+
+    stream = [[1.5, f'data: {{"n": {i}, "text": "a chunk of the answer"}}\n\n'] for i in range(8)]
+    first = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    again = {"model": "m", "messages": [*first["messages"], {"role": "assistant", "content": "hello"}]}
+    response = {"status": 200, "headers": [["x-served-by", "s1"]], "body_kind": "stream", "chunks": stream}
+    notes = ["notes/a.md", "notes/b.md"]
+    events = [
+        _model_call(first, response=response),
+        _model_call(again, response=response),  # (its body a $delta of the first's)
+        {"type": "tool_call", "tool": "t", "args": {"x": {"raw": b"\x00\xff"}}, "result": {"n": 2**70}},
+        {"type": "tool_call", "tool": "t", "args": {"s": "lone \udc80"}, "result": [[{"deep": b"\x01"}]]},
+        _checkpoint("1" * 40, notes),
+        _checkpoint("1" * 40, notes),
+    ]
+    path = _write_session(store, events)
+    assert b'"$delta"' in (path / LOG_NAME).read_bytes() or b'"$zstd"' in (path / LOG_NAME).read_bytes()
+    walked: list[Any] = []
+    real = codec.decode
+
+    def counting(value: Any, *args: Any, **kwargs: Any) -> Any:
+        walked.append(value)
+        return real(value, *args, **kwargs)
+
+    monkeypatch.setattr(codec, "decode", counting)
+    monkeypatch.setattr(reader, "decode", counting, raising=False)
+    s = Session.load(path)
+    assert [_payload(e) for e in s.events] == events
+    assert not any(v == stream or v == response for v in walked)  # (the response has no stored form)
+    checkpoints = [e for e in s.events if e["type"] == "checkpoint"]
+    assert checkpoints[0]["source"] == checkpoints[1]["source"]
+    assert checkpoints[0]["source"] is not checkpoints[1]["source"]
+    assert [_payload(e) for e in LogTail(path).read()] == events
+
+
 def test_a_checkpoint_field_that_refers_to_no_earlier_checkpoint_is_refused(store: Path) -> None:
     path = _write_session(
         store, [_checkpoint("1" * 40, ["a"]), {"type": "note"}, _checkpoint("1" * 40, ["a"])]
