@@ -71,6 +71,7 @@ button, select { font: inherit; color: inherit; }
 .changes td pre { max-height: 9em; overflow: auto; }
 .changes .exp { color: var(--bad); }
 .changes .act { color: var(--good); }
+.changes tr.ignored .exp, .changes tr.ignored .act { color: var(--muted); }
 
 /* overview */
 .sweep-panel { margin-top: 16px; border: 1px solid var(--line, #d0d7de); border-radius: var(--radius); padding: 14px 18px; }
@@ -362,8 +363,10 @@ JS = r"""
       h("colgroup", null, h("col", { class: "c-path" }), h("col"), h("col")),
       h("tr", null, h("th", { text: "path" }), h("th", { text: against != null ? "parent #" + against : "parent (expected)" }), h("th", { text: "this run (actual)" })));
     changes.slice(0, 30).forEach(function (c) {
-      add(t, h("tr", null,
-        h("td", null, h("code", { text: c.path })),
+      // A difference an ignore rule takes out of the match key did not make the run diverge: said,
+      // as the CLI's "(ignored)", and muted, so it is not read as the cause.
+      add(t, h("tr", c.ignored ? { class: "ignored" } : null,
+        h("td", null, h("code", { text: c.path }), c.ignored ? h("div", { class: "muted small", text: "ignored by a match rule" }) : null),
         h("td", { class: "exp" }, c.op === "added" ? h("span", { class: "muted", text: "—" }) : h("pre", { text: compact(c.expected) })),
         h("td", { class: "act" }, c.op === "removed" ? h("span", { class: "muted", text: "—" }) : h("pre", { text: compact(c.actual) }))));
     });

@@ -386,6 +386,46 @@ def test_render_without_the_parent_in_the_store(pages: Pages, tmp_path: Path) ->
 
 
 @pytest.mark.slow
+def test_a_difference_an_ignore_rule_takes_out_is_marked_so_in_the_divergence_table(
+    pages: Pages, browser: Browser, tmp_path: Path
+) -> None:
+    """A what-if whose system prompt carries the time, ignored by a ``[match]`` rule: the CLI's
+    report says "(ignored)" beside that difference, but the page showed it as red and green as the
+    one that made the run diverge, with nothing to tell them apart. It is now marked and muted."""
+    stamp = "$.body.messages[0].content"
+    cause = "$.body.messages[3].content"
+    report = {
+        "divergence": {
+            "kind": "model_call",
+            "position": 3,
+            "reason": "no recorded request has the same match key",
+            "diff": [
+                {
+                    "op": "changed",
+                    "path": stamp,
+                    "expected": "Time: 10:00",
+                    "actual": "Time: 11:00",
+                    "ignored": True,
+                },
+                {"op": "changed", "path": cause, "expected": "shipped", "actual": "lost"},
+            ],
+            "expected": {"seq": 9},
+        }
+    }
+    page_file = tmp_path / "ignored.html"
+    page_file.write_text(render(pages.child, report=report), encoding="utf-8")
+    page = browser.open(page_file)
+    rows = page.locator("#divergence table.changes tr")
+    ignored, real = rows.filter(has_text=stamp), rows.filter(has_text=cause)
+    assert "ignored by a match rule" in ignored.inner_text()
+    assert "ignored" in (ignored.get_attribute("class") or "")
+    assert "ignored" not in real.inner_text() and not real.get_attribute("class")
+    color = "el => getComputedStyle(el).color"
+    assert ignored.locator("td.act").evaluate(color) != real.locator("td.act").evaluate(color)
+    browser.assert_clean(page_file)
+
+
+@pytest.mark.slow
 def test_integers_beyond_javascripts_exact_range_are_shown_as_recorded(
     tmp_path: Path, browser: Browser
 ) -> None:
