@@ -931,11 +931,15 @@ class Cassette:
         said = lacks.warnings(tools=False) if lacks is not None else [skipped] if skipped else []
         for lack in said:
             self.item.warn(ReplayWarning(f"forkpoint: recording this test's cassette {self.shown()}: {lack}"))
+        if lacks is not None:
+            self._say_unrecorded_tools(lacks.unrecorded_tools(), recording=True)
 
-    def _say_unrecorded_tools(self, missing: Mapping[str, int]) -> None:
+    def _say_unrecorded_tools(self, missing: Mapping[str, int], *, recording: bool = False) -> None:
         """A :class:`~forkpoint.errors.ReplayWarning` naming the tools the model asked for in the
         recording of which the cassette has no calls (a shell agent's ``bash``): if the test's code
-        ran them, they ran for real in this replay, and the test passed saying nothing of it."""
+        ran them, they ran for real in this replay, and the test passed saying nothing of it.
+        ``recording``: said as the cassette is recorded, when naming them still saves every replay
+        of it (on stderr alone, it was captured with the output of the test that passed)."""
         if not missing:
             return
         from .capture.targets import parse_target
@@ -955,13 +959,15 @@ class Cassette:
             else "Name them: @forkpoint.tool on the function, or tools=['MODULE:QUALNAME=NAME'] "
             "(the marker or forkpoint_config)"
         )
-        self.item.warn(
-            ReplayWarning(
-                f"forkpoint: in the recording of this test the model asked for tools its cassette "
-                f"{self.shown()} has no calls of: {names}; if the code ran them, they ran for real in this "
-                f"replay. {advice}"
-            )
+        said = (
+            f"forkpoint: recording this test's cassette {self.shown()}: the model asked for tools it has "
+            f"no calls of: {names}; if the code ran them, every replay of it runs them for real. {advice}"
+            if recording
+            else f"forkpoint: in the recording of this test the model asked for tools its cassette "
+            f"{self.shown()} has no calls of: {names}; if the code ran them, they ran for real in this "
+            f"replay. {advice}"
         )
+        self.item.warn(ReplayWarning(said))
 
     @staticmethod
     def _blocked(report: Mapping[str, Any], where: str) -> str:

@@ -1294,7 +1294,14 @@ def test_a_named_tool_the_code_took_before_the_test_is_a_warning_that_says_why_i
     monkeypatch.setenv("MODEL_URL", srv.openai_base_url)
     pytester.makepyfile(helpers="def lookup(what):\n    return 'found ' + what\n")
     pytester.makepyfile(test_taken=TAKEN_INNER)
-    run(pytester).assert_outcomes(passed=1)
+    recorded = run(pytester)
+    recorded.assert_outcomes(passed=1)
+    # Said as the cassette is recorded too, when naming the tool still saves every replay of it:
+    # forkpoint's own line on stderr was captured with the output of the test that passed.
+    said = " ".join(recorded.stdout.str().split())
+    assert "ReplayWarning: forkpoint: recording this test's cassette" in said, said
+    assert "asked for tools it has no calls of: lookup (1 call); if the code ran them, every replay" in said
+    assert "They are named (helpers:lookup), but the code never called them through that name" in said
     srv.stop()
     replayed = run(pytester, "--forkpoint-mode=replay")
     replayed.assert_outcomes(passed=1)
