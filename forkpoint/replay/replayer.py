@@ -586,9 +586,13 @@ class Replayer:
         self._task_offset: int | None = None
         #: Served calls whose recorded answer holds a scrubbed secret's placeholder (the program got it).
         self.placeholders_served: list[int] = []
-        #: Group → the callers (thread, asyncio task or None) served one of its alike calls here,
-        #: with the call's seq and how many threads had been started then (:meth:`_raced`).
-        self._callers: dict[int, list[tuple[threading.Thread, Any, int, int]]] = {}
+        #: Group → thread → the calls of the group served to that thread here, each as its seq and
+        #: how many threads had been started then (:meth:`_raced`).
+        self._callers: dict[int, dict[threading.Thread, list[tuple[int, int]]]] = {}
+        #: Group → thread → the asyncio tasks of that thread served one of its calls here, by id
+        #: (:meth:`_raced`: a 2nd is all it asks of them; kept apart, so that a program reading the
+        #: clock thousands of times does not make each read look at every one before it).
+        self._caller_tasks: dict[int, dict[threading.Thread, dict[int, Any]]] = {}
         self.used: list[int] = []
         # Served by the other processes of this replay (a recording made by several processes).
         self.ledger = ledger
@@ -1260,14 +1264,17 @@ class Replayer:
         except RuntimeError:  # no event loop running in this thread
             task = None
         born = runtime.thread_born(self)
-        callers = self._callers.setdefault(group, [])
-        raced = any(
+        callers = self._callers.setdefault(group, {})
+        tasks = self._caller_tasks.setdefault(group, {})
+        raced = (task is not None and any(other is not task for other in tasks.get(me, {}).values())) or any(
             not self._started_after(born, seq, before, started)
+            for thread, calls in callers.items()
             if thread is not me
-            else task is not None and other is not None and other is not task
-            for thread, other, before, started in callers
+            for before, started in calls
         )
-        callers.append((me, task, seq, runtime.threads_started()))
+        callers.setdefault(me, []).append((seq, runtime.threads_started()))
+        if task is not None:
+            tasks.setdefault(me, {})[id(task)] = task
         return raced
 
     def _started_after(self, born: runtime.Born | None, seq: int, before: int, started: int) -> bool:

@@ -370,6 +370,35 @@ def test_reading_the_clock_while_recording_does_not_wait_on_the_disk(
     assert len(values) == 50
 
 
+def test_a_replay_reading_the_clock_many_times_does_work_in_proportion_to_the_reads(
+    agent: ModuleType, store: Path
+) -> None:
+    """Each value served looked at every value of its kind served before it (are two callers
+    racing?), and the report compared them pairwise once more: a test reading the clock 40,000
+    times, recorded in 5 s, took 78 s to replay. Counted in Python calls into the replayer (each
+    step of a generator is one), not in time: a fixed number per read, however many were before."""
+    reads = 1500
+    with forkpoint.record(store=store, deterministic=[agent.__name__]) as rec:
+        first = [agent.time.time() for _ in range(reads)]
+    steps = 0
+    replay_code = str(Path(forkpoint.__file__).parent / "replay")
+
+    def count(frame: Any, event: str, arg: Any) -> None:
+        nonlocal steps
+        if event == "call" and frame.f_code.co_filename.startswith(replay_code):
+            steps += 1
+
+    with forkpoint.replay(rec.session_path) as rp:
+        sys.setprofile(count)
+        try:
+            again = [agent.time.time() for _ in range(reads)]
+            report = rp.report()
+        finally:
+            sys.setprofile(None)
+    assert again == first and report["reproduced"] and not report["ambiguous"]
+    assert steps < 60 * reads, f"{steps} calls into the replayer for {reads} reads"
+
+
 def test_the_aware_local_now_replays_in_another_time_zone_as_recorded(tmp_path: Path) -> None:
     """``datetime.now().astimezone()`` (the usual "aware local now") and ``fromtimestamp(time())``
     convert a served value with the replay's own zone: recorded in New York, replayed in Tokyo, they
