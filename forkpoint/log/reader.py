@@ -232,12 +232,13 @@ class _Resolver:
         :class:`~forkpoint.errors.IdentityError` without a usable identity)."""
         obj, payload = self.unpacker.open(obj, f"{self.log_path}:{lineno}")
         text = raw if payload is None else payload
-        if text is not None and b'"$' not in text:
+        if text is not None and b'"$' not in text and str(obj.get("type")) not in SAME_FIELDS:
             # Every stored form (blob, delta, escape, sealed field) is an object key that starts
             # with "$": a line (a packed line's payload) without one is its resolved event already,
-            # however large it is (its checkpoint fields are still what later lines may refer to as
-            # ``$same``).
-            event = self.repeats.resolve(obj, f"{self.log_path}:{lineno}")
+            # however large it is. Not a checkpoint's: the fields later lines refer to as ``$same``
+            # are kept as stored (Repeats), so its event gets a copy of them, which its reader may
+            # change (a LogTail's, before those lines are read).
+            event = obj
         else:
             event = self._decoded(obj, lineno)
         event.pop("torn", None)

@@ -936,7 +936,7 @@ def test_unchanged_checkpoint_fields_are_references_to_the_line_that_holds_them(
     ]
     path = _write_session(store, events)
     lines = stored_lines(path)[1:]
-    assert b'"$' not in orjson.dumps(lines[0])  # read as it is, without a decode (and remembered)
+    assert b'"$' not in orjson.dumps(lines[0])  # (remembered as it is, its event a copy)
     assert lines[1]["source"] == {"$same": 1} and lines[1]["workspace"] == {"$same": 1}
     assert lines[1]["mentioned_absent"] == {"$same": 1}
     assert len(orjson.dumps(lines[1])) < 550  # the envelope, the context and three references
@@ -996,6 +996,27 @@ def test_a_line_is_walked_where_it_holds_stored_forms_and_read_as_parsed_elsewhe
     assert checkpoints[0]["source"] == checkpoints[1]["source"]
     assert checkpoints[0]["source"] is not checkpoints[1]["source"]
     assert [_payload(e) for e in LogTail(path).read()] == events
+
+
+def test_a_checkpoint_changed_by_a_reader_of_a_log_tail_is_not_what_later_lines_refer_to(
+    store: Path,
+) -> None:
+    """The fields of a checkpoint that LogTail hands out are its reader's to change: the next
+    checkpoints, whose lines refer to them (``$same``), read as they were written all the same."""
+    notes = ["notes/a.md", "notes/b.md"]
+    events = [_checkpoint("1" * 40, notes), _checkpoint("1" * 40, notes), _checkpoint("2" * 40, notes)]
+    w = SessionWriter.create(store, {"argv": ["python", "agent.py"], "tags": {}}, fsync="never")
+    w.append(events[0])
+    tail = LogTail(w.path)
+    [first] = tail.read()
+    assert _payload(first) == events[0]
+    first["source"]["tree"] = "changed by the reader"
+    first["workspace"]["files"] = -1
+    first["mentioned_absent"].append("added by the reader")
+    for e in events[1:]:
+        w.append(e)
+    w.close()
+    assert [_payload(e) for e in tail.read()] == events[1:]
 
 
 def test_a_checkpoint_field_that_refers_to_no_earlier_checkpoint_is_refused(store: Path) -> None:
