@@ -29,6 +29,7 @@ from ..events import (
 from .blobs import BlobStore, open_regular
 from .codec import (
     BLOB_DIR,
+    DUMPS_MAX,
     FORMAT,
     LOG_NAME,
     READ_VERSIONS,
@@ -209,11 +210,21 @@ class _Resolver:
     lines it saw), derived fields added."""
 
     def __init__(
-        self, path: Path, cipher: Cipher | None, version: int, *, derived: bool = True, share: bool = False
+        self,
+        path: Path,
+        cipher: Cipher | None,
+        version: int,
+        *,
+        derived: bool = True,
+        share: bool = False,
+        handed_out: bool = False,
     ) -> None:
         self.log_path = path / LOG_NAME
         self.version = version  # (the header's: what its lines may hold)
         self.share = share
+        #: Each event is its caller's before the next lines are read (LogTail): what those build on
+        #: is kept as a copy of its own (:meth:`_kept`), which a change to the event leaves as read.
+        self.handed_out = handed_out
         self.derivers = _DERIVERS if derived else []
         self.cipher = cipher
         self.blobs = BlobStore(path / BLOB_DIR, cipher=cipher)
@@ -249,7 +260,9 @@ class _Resolver:
             self.deltas[event["seq"]] = deltas
         body = delta_container(event)
         if body is not None:
-            self.lists[event["seq"]] = {k: v for k, v in body.items() if isinstance(v, list)}
+            self.lists[event["seq"]] = {
+                k: list(v) if self.handed_out else v for k, v in body.items() if isinstance(v, list)
+            }
         problem = envelope_problem(event)
         if problem is not None:
             raise SessionError(
@@ -258,8 +271,25 @@ class _Resolver:
         for derive in self.derivers:
             derive(event)
         if event.get("type") == "tool_call":
-            self.tools[event["seq"]] = event
+            self.tools[event["seq"]] = self._kept(event) if self.handed_out else event
         return event
+
+    @staticmethod
+    def _kept(tool_call: dict[str, Any]) -> dict[str, Any]:
+        """A tool call's ``args`` and ``result`` as a later ``$dumps`` reads them, copied (as their
+        JSON) where a writer may refer to them: plain JSON of at most :data:`.codec.DUMPS_MAX` bytes,
+        what :class:`.codec.SentBack` keeps."""
+        kept = dict(tool_call)
+        for name in ("args", "result"):
+            if name not in tool_call:
+                continue
+            try:
+                data = orjson.dumps(tool_call[name])
+            except TypeError:  # (bytes, lone surrogates, huge integers: never referred to)
+                continue
+            if len(data) <= DUMPS_MAX:
+                kept[name] = orjson.loads(data)
+        return kept
 
     def _decoded(self, obj: dict[str, Any], lineno: int) -> dict[str, Any]:
         where = f" (referenced from {self.log_path}:{lineno})"
@@ -291,7 +321,7 @@ class LogTail:
         cipher = header_cipher(stored, self.log_path)
         self.header: dict[str, Any] = open_header(stored, cipher, self.log_path)
         self.skipped = 0
-        self._resolver = _Resolver(self.path, cipher, stored["version"])
+        self._resolver = _Resolver(self.path, cipher, stored["version"], handed_out=True)
         self._offset = 0
         self._lineno = 0
 

@@ -1019,6 +1019,35 @@ def test_a_checkpoint_changed_by_a_reader_of_a_log_tail_is_not_what_later_lines_
     assert [_payload(e) for e in tail.read()] == events[1:]
 
 
+def test_a_model_call_read_by_a_log_tail_is_as_written_whatever_its_reader_changed_before(
+    store: Path,
+) -> None:
+    """A later model call's body is built from what LogTail handed out already (a ``$delta`` of the
+    earlier call's messages, a ``$dumps`` of a tool call's arguments): a reader that changed those
+    events in between still reads it as it was written, as Session.load does."""
+    args = {"query": "what is the weather in Paris today", "units": "metric", "limit": 10}
+    first = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    again = {"model": "m", "messages": [*first["messages"], {"role": "tool", "content": json.dumps(args)}]}
+    events = [
+        _model_call(first),
+        {"type": "tool_call", "tool": "search", "args": args, "result": {"n": 1}},
+        _model_call(again),
+    ]
+    w = SessionWriter.create(store, {"argv": ["python", "agent.py"], "tags": {}}, fsync="never")
+    w.append(events[0])
+    w.append(events[1])
+    tail = LogTail(w.path)
+    call, tool = tail.read()
+    call["request"]["body"]["messages"][0] = {"role": "user", "content": "replaced by the reader"}
+    tool["args"]["units"] = "changed by the reader"
+    w.append(events[2])
+    w.close()
+    stored = stored_lines(w.path)[3]["request"]["body"]["messages"]
+    assert "$delta" in stored and "$dumps" in stored["$delta"]["add"][0]["content"]
+    assert [_payload(e) for e in tail.read()] == events[2:]
+    assert [_payload(e) for e in Session.load(w.path).events] == events
+
+
 def test_a_checkpoint_field_that_refers_to_no_earlier_checkpoint_is_refused(store: Path) -> None:
     path = _write_session(
         store, [_checkpoint("1" * 40, ["a"]), {"type": "note"}, _checkpoint("1" * 40, ["a"])]
