@@ -243,12 +243,18 @@ class _Resolver:
         :class:`~forkpoint.errors.IdentityError` without a usable identity)."""
         obj, payload = self.unpacker.open(obj, f"{self.log_path}:{lineno}")
         text = raw if payload is None else payload
-        if text is not None and b'"$' not in text and str(obj.get("type")) not in SAME_FIELDS:
+        if (
+            text is not None
+            and b'"$' not in text
+            and b"\\u0024" not in text
+            and str(obj.get("type")) not in SAME_FIELDS
+        ):
             # Every stored form (blob, delta, escape, sealed field) is an object key that starts
             # with "$": a line (a packed line's payload) without one is its resolved event already,
-            # however large it is. Not a checkpoint's: the fields later lines refer to as ``$same``
-            # are kept as stored (Repeats), so its event gets a copy of them, which its reader may
-            # change (a LogTail's, before those lines are read).
+            # however large it is. (orjson writes "$" as it is; a line that writes it "\u0024" is
+            # the same line, of the same hash, and decoded.) Not a checkpoint's: the fields later
+            # lines refer to as ``$same`` are kept as stored (Repeats), so its event gets a copy of
+            # them, which its reader may change (a LogTail's, before those lines are read).
             event = obj
         else:
             event = self._decoded(obj, lineno)

@@ -1048,6 +1048,20 @@ def test_a_model_call_read_by_a_log_tail_is_as_written_whatever_its_reader_chang
     assert [_payload(e) for e in Session.load(w.path).events] == events
 
 
+def test_a_stored_form_whose_dollar_is_written_escaped_is_decoded(store: Path) -> None:
+    """JSON may write the ``$`` of a stored form's key as ``\\u0024``: the same line, of the same
+    hash (verify says ok), so it loads as the same event, its bytes as bytes, not a dict of data."""
+    path = _write_session(
+        store, [{"type": "tool_call", "tool": "t", "args": {"x": 1}, "result": b"\x00\x01"}]
+    )
+    log = path / LOG_NAME
+    data = log.read_bytes()
+    assert data.count(b'"$b64"') == 1
+    log.write_bytes(data.replace(b'"$b64"', b'"\\u0024b64"'))
+    assert verify_log(path).ok
+    assert [e["result"] for e in Session.load(path).events] == [b"\x00\x01"]
+
+
 def test_a_checkpoint_field_that_refers_to_no_earlier_checkpoint_is_refused(store: Path) -> None:
     path = _write_session(
         store, [_checkpoint("1" * 40, ["a"]), {"type": "note"}, _checkpoint("1" * 40, ["a"])]
