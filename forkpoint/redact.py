@@ -1462,9 +1462,11 @@ class Scrubber:
         if seen is not None:
             return [list(p) for p in seen]
         out = self._headers_scrubbed(pairs, request)
-        # Only pairs of text: a key equal to theirs is pairs of text too (no other value equals a
-        # str), so the same pairs are scrubbed the same way whatever types came in.
-        if all(type(p[0]) is str and type(p[1]) is str for p in pairs):
+        # Only tuples of text: a key equal to theirs is tuples of text too (no other value equals a
+        # str), so the same pairs are scrubbed the same way whatever types came in; and nothing
+        # changes them after (a pair of another type may be an object a client changes in place,
+        # hashed by its identity: found again, it would get what it held before).
+        if all(type(p) is tuple and type(p[0]) is str and type(p[1]) is str for p in pairs):
             if len(self._headers) >= HEADER_LISTS_KEPT:
                 self._headers.clear()
             self._headers[key] = [list(p) for p in out]

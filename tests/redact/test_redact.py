@@ -336,6 +336,25 @@ def test_headers_scrubbed_again_are_what_they_were_and_one_byte_changes_them(
     assert s.headers(raw, request=True) == Scrubber().headers(raw, request=True)
 
 
+def test_header_pairs_changed_after_they_were_scrubbed_are_scrubbed_for_what_they_hold_now() -> None:
+    """A pair is anything of two items: one that a client keeps and changes in place (indexable,
+    hashable as every object is, by identity) holds other text at its next call, and is scrubbed
+    for that, not given what it was scrubbed to before."""
+
+    class Pair:
+        def __init__(self, name: str, value: str) -> None:
+            self.items = [name, value]
+
+        def __getitem__(self, i: int) -> str:
+            return self.items[i]
+
+    s = Scrubber()
+    pair = Pair("x-note", "note 1")
+    assert s.headers([pair]) == [["x-note", "note 1"]]
+    pair.items[1] = f"key {KEY}"
+    assert s.headers([pair]) == Scrubber().headers([("x-note", f"key {KEY}")]) != [["x-note", "note 1"]]
+
+
 def test_a_sigv4_authorization_is_kept_as_its_access_key_id() -> None:
     """The signature and date change at every request; the key that signed does not, and tells
     two credentials apart. The other signing headers are dropped, as is the session token."""
