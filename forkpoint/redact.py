@@ -338,8 +338,11 @@ _Huge = TypeVar("_Huge", str, bytes)
 LISTS_KEPT = 8
 #: How many of the last results of Scrubber.json (and their lists) are known as already scrubbed.
 RESULTS_KEPT = 64
-#: How many distinct header lists :meth:`Scrubber.headers` remembers (an agent sends a few).
+#: How many distinct header lists :meth:`Scrubber.headers` remembers (an agent sends a few), and
+#: the most text one of them may hold (an SDK's are 1-2 KB; h11 reads no header block over 16 KiB):
+#: an agent that sends a big header of another value at each call is not held 256 times over.
 HEADER_LISTS_KEPT = 256
+HEADER_LIST_MAX_CHARS = 16 << 10
 #: How many HTTP records built by the capture layer (:meth:`Scrubber.http_record`) are known as
 #: scrubbed until they are logged: more calls in flight at once than this are scrubbed again.
 RECORDS_KEPT = 256
@@ -1466,7 +1469,10 @@ class Scrubber:
         # str), so the same pairs are scrubbed the same way whatever types came in; and nothing
         # changes them after (a pair of another type may be an object a client changes in place,
         # hashed by its identity: found again, it would get what it held before).
-        if all(type(p) is tuple and type(p[0]) is str and type(p[1]) is str for p in pairs):
+        if (
+            all(type(p) is tuple and type(p[0]) is str and type(p[1]) is str for p in pairs)
+            and sum(len(p[0]) + len(p[1]) for p in pairs) <= HEADER_LIST_MAX_CHARS
+        ):
             if len(self._headers) >= HEADER_LISTS_KEPT:
                 self._headers.clear()
             self._headers[key] = [list(p) for p in out]

@@ -12,6 +12,7 @@ import orjson
 import pytest
 
 from forkpoint.redact import (
+    HEADER_LIST_MAX_CHARS,
     Scrubber,
     find_secrets,
     rules_from_table,
@@ -353,6 +354,23 @@ def test_header_pairs_changed_after_they_were_scrubbed_are_scrubbed_for_what_the
     assert s.headers([pair]) == [["x-note", "note 1"]]
     pair.items[1] = f"key {KEY}"
     assert s.headers([pair]) == Scrubber().headers([("x-note", f"key {KEY}")]) != [["x-note", "note 1"]]
+
+
+def test_a_header_list_of_much_text_is_not_remembered(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lists remembered are an SDK's few short headers: one that holds a big value (an agent's
+    context header, another at each call) is scrubbed each time rather than held, 256 of them
+    taking hundreds of megabytes beyond the scrubber's budget of text."""
+    s = Scrubber()
+    small = [("content-type", "application/json"), ("x-note", "a b " * 100)]
+    big = [("content-type", "application/json"), ("x-context", "a b " * (HEADER_LIST_MAX_CHARS // 4))]
+    for sent in (small, big):
+        assert s.headers(sent, request=True) == Scrubber().headers(sent, request=True)
+    looked_at: list[str] = []
+    monkeypatch.setattr(s, "credential_header", lambda name: looked_at.append(name) or False)
+    s.headers(small, request=True)
+    assert not looked_at  # (remembered)
+    s.headers(big, request=True)
+    assert looked_at == ["content-type", "x-context"]  # (scrubbed again)
 
 
 def test_a_sigv4_authorization_is_kept_as_its_access_key_id() -> None:
