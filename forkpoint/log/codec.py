@@ -409,7 +409,7 @@ def decode(
                     del recent[next(iter(recent))]
             return out
         if "$b64" in value:
-            return base64.b64decode(value["$b64"])
+            return _bytes_of(value["$b64"], where)
         if "$u" in value and len(value) == 1:
             return _unicode_of(value["$u"], where)
         if "$int" in value and len(value) == 1:
@@ -499,6 +499,15 @@ def _decoded_part(
     if depth and type(value) is dict and not any(k[:1] == "$" for k in value):
         return {k: _decoded_part(v, blobs, where, tools, depth - 1) for k, v in value.items()}
     return decode(value, blobs, where, tools)
+
+
+def _bytes_of(text: Any, where: str) -> bytes:
+    """The bytes a ``$b64`` holds. (Validated: base64 skips what is not of its alphabet, and would
+    read a damaged one as other bytes, silently.)"""
+    try:
+        return base64.b64decode(text, validate=True)
+    except (TypeError, ValueError):  # (binascii.Error is a ValueError)
+        raise SessionError(f"a $b64 holds {text!r:.80}, not base64{where}") from None
 
 
 def _unicode_of(text: Any, where: str) -> str:

@@ -1062,6 +1062,22 @@ def test_a_stored_form_whose_dollar_is_written_escaped_is_decoded(store: Path) -
     assert [e["result"] for e in Session.load(path).events] == [b"\x00\x01"]
 
 
+def test_a_damaged_b64_is_refused_naming_the_line(store: Path) -> None:
+    """Base64 skips what is not of its alphabet: a damaged ``$b64`` read so would be other bytes,
+    silently (``"AAEC...."`` read as ``b"\\x00\\x01\\x02"`` where ``b"\\x00\\x01\\x02\\x03"`` was written)."""
+    path = _write_session(
+        store, [{"type": "tool_call", "tool": "t", "args": {"x": 1}, "result": b"\x00\x01\x02\x03"}]
+    )
+    log = path / LOG_NAME
+    data = log.read_bytes()
+    assert data.count(b'"$b64":"AAECAw=="') == 1
+    log.write_bytes(data.replace(b'"$b64":"AAECAw=="', b'"$b64":"AAEC...."'))
+    with pytest.raises(
+        SessionError, match=rf"a \$b64 holds 'AAEC\.\.\.\.', not base64 \(referenced from .*{LOG_NAME}:2\)"
+    ):
+        Session.load(path)
+
+
 def test_a_checkpoint_field_that_refers_to_no_earlier_checkpoint_is_refused(store: Path) -> None:
     path = _write_session(
         store, [_checkpoint("1" * 40, ["a"]), {"type": "note"}, _checkpoint("1" * 40, ["a"])]
