@@ -224,6 +224,14 @@ _QUOTES_ONLY = bytes(c if c == ord('"') else ord("a") for c in range(256))
 _LONG_RUN = b"a" * (BLOB_MIN_BYTES // 4)
 
 
+def may_hold_stored_form(text: bytes) -> bool:
+    """Whether JSON ``text`` may hold a stored form: an object key that starts with ``$`` (written
+    ``"$``, or ``"\\u0024`` by a writer that escapes it). Each is looked for after a byte of it
+    (``$``, ``\\``) is found at all: a search for one byte is a ``memchr``, where a search for
+    ``"$`` stops at every quote (18 ms on a 20 MB result, against 1 ms)."""
+    return (b"$" in text and b'"$' in text) or (b"\\" in text and b"\\u0024" in text)
+
+
 def encode_field(value: Any, blobs: BlobStore | None, sent_back: SentBack | None = None) -> Any:
     """:func:`encode` of one field of an event. A container of :data:`PLAIN_MIN` bytes of JSON or
     more that has no reserved key and no string long enough for a blob is stored as it is, checked
@@ -234,7 +242,7 @@ def encode_field(value: Any, blobs: BlobStore | None, sent_back: SentBack | None
             data = orjson.dumps(value)
         except (TypeError, orjson.JSONEncodeError):  # bytes, lone surrogates, huge integers
             data = b""
-        if len(data) >= PLAIN_MIN and b'"$' not in data:
+        if len(data) >= PLAIN_MIN and not may_hold_stored_form(data):
             # No run of BLOB_MIN_BYTES // 4 bytes between two quotes: no string near a blob's size.
             # (Mapping every other byte to one letter and searching for the run is ~6x faster on
             # 20 MB than splitting at the quotes.)
@@ -491,7 +499,7 @@ def _decoded_part(
     if type(value) in _LEAVES:
         return value
     try:
-        plain = b'"$' not in orjson.dumps(value)
+        plain = not may_hold_stored_form(orjson.dumps(value))
     except (TypeError, orjson.JSONEncodeError):  # (parsed JSON always writes; decoded whole if not)
         plain = False
     if plain:

@@ -38,6 +38,7 @@ from .codec import (
     Repeats,
     decode_fields,
     delta_container,
+    may_hold_stored_form,
     resolve_deltas,
 )
 from .crypto import FILES, Cipher, header_cipher, open_event, open_header
@@ -243,12 +244,7 @@ class _Resolver:
         :class:`~forkpoint.errors.IdentityError` without a usable identity)."""
         obj, payload = self.unpacker.open(obj, f"{self.log_path}:{lineno}")
         text = raw if payload is None else payload
-        if (
-            text is not None
-            and b'"$' not in text
-            and b"\\u0024" not in text
-            and str(obj.get("type")) not in SAME_FIELDS
-        ):
+        if text is not None and not may_hold_stored_form(text) and str(obj.get("type")) not in SAME_FIELDS:
             # Every stored form (blob, delta, escape, sealed field) is an object key that starts
             # with "$": a line (a packed line's payload) without one is its resolved event already,
             # however large it is. (orjson writes "$" as it is; a line that writes it "\u0024" is
