@@ -317,6 +317,13 @@ def _where_unrecoverable(result: dict[str, Any]) -> str:
     if last is None:
         return f"no arm passed from any checkpoint: the run was unrecoverable from @{first_bad} (turn {points[first_bad]['turn']}) on"
     if first_bad is None:
+        # A later checkpoint's arms passing says nothing of an earlier one whose arms all failed.
+        dead = [seq for seq, p in points.items() if p["ran"] and not p["passed"]]
+        if dead:
+            return (
+                f"arms passed from the last measured checkpoint (@{last}): the run was still recoverable there, "
+                "though no arm passed from " + ", ".join(f"@{seq}" for seq in dead)
+            )
         every = (
             "every measured checkpoint up to"
             if any(not p["ran"] for p in points.values())

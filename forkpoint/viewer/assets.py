@@ -413,11 +413,19 @@ JS = r"""
   }
 
   // ------------------------------------------------------------------ sweep: pass rate by checkpoint
+  // A later checkpoint's arms passing says nothing of an earlier one whose arms all failed.
+  function sweepRecoverable(sw) {
+    var dead = sw.points.filter(function (p) { return p.ran > 0 && p.passed === 0; });
+    if (!dead.length) return "Arms passed from every checkpoint: still recoverable at #" + sw.last_recoverable + ".";
+    return "Arms passed from the last measured checkpoint: still recoverable at #" + sw.last_recoverable +
+      ", though no arm passed from " + dead.map(function (p) { return "#" + p.seq; }).join(", ") + ".";
+  }
+
   function sweepPanel() {
     var sw = DATA.sweep;
     if (!sw || !sw.points || !sw.points.length) return null;
     var verdict = sw.unrecoverable_from === null || sw.unrecoverable_from === undefined
-      ? (sw.last_recoverable === null || sw.last_recoverable === undefined ? "No arm ran." : "Arms passed from every checkpoint: still recoverable at #" + sw.last_recoverable + ".")
+      ? (sw.last_recoverable === null || sw.last_recoverable === undefined ? "No arm ran." : sweepRecoverable(sw))
       : (sw.last_recoverable === null || sw.last_recoverable === undefined
         ? "No arm passed from any checkpoint: unrecoverable from #" + sw.unrecoverable_from + " on."
         : "The run became unrecoverable between #" + sw.last_recoverable + " and #" + sw.unrecoverable_from + ": no arm from there on passed.");

@@ -193,6 +193,11 @@ def test_sweep_verdict_in_words() -> None:
     assert sweep_verdict(result([(1, True), (4, True), (4, False), (7, False)])) == (
         "the run became unrecoverable between @4 (turn 2, 1/2 passed) and @7 (turn 3): no arm from there on passed"
     )
+    # Arms from an early checkpoint that all failed are not hidden by a later one that passed.
+    assert sweep_verdict(result([(1, False), (4, True), (7, None)])) == (
+        "arms passed from the last measured checkpoint (@4): the run was still recoverable there, "
+        "though no arm passed from @1; nothing was measured from @7"
+    )
 
 
 def test_an_arm_whose_command_ran_but_never_reported_is_shown_as_run_and_counted(

@@ -28,6 +28,7 @@ from forkpoint.demo.agent import TASK, run_agent
 from forkpoint.demo.server import ModelServer
 from forkpoint.html import render, stream_frames, view_model, write_html
 from forkpoint.log import Session
+from forkpoint.outcome import by_checkpoint
 from forkpoint.providers import recorded_response, response_text
 from tests.modelserver import LocalServer
 
@@ -322,6 +323,21 @@ def test_checkpoints_are_shown(pages: Pages, browser: Browser) -> None:
         assert row[0] in table.inner_text()
     assert f"{pages.session.id}@{last['seq']}" in card.inner_text()  # how to restore it
     browser.assert_clean(pages.session_html)
+
+
+@pytest.mark.slow
+def test_the_sweep_verdict_names_checkpoints_no_arm_passed_from(
+    pages: Pages, browser: Browser, tmp_path: Path
+) -> None:
+    """Arms from a later checkpoint passed and those from an earlier one all failed: the page said
+    "Arms passed from every checkpoint", untrue of the earlier one."""
+    seqs = [c["seq"] for c in pages.session.by_type("checkpoint")]
+    sweep = by_checkpoint([(seqs[0], False), (seqs[1], True)], {})
+    page = browser.open(write_html(pages.session, tmp_path / "sweep.html", sweep=sweep))
+    assert page.locator("#sweep-verdict").inner_text() == (
+        f"Arms passed from the last measured checkpoint: still recoverable at #{seqs[1]}, "
+        f"though no arm passed from #{seqs[0]}."
+    )
 
 
 @pytest.mark.slow
