@@ -1193,14 +1193,28 @@ def arm_task(spec: dict[str, Any]) -> dict[str, Any]:
                 from .replay.replayer import unrecorded_asks
 
                 rerun = sorted({name for asked, name in unrecorded_asks(session) if asked < arm.seq})
-                why = (
-                    f"the model asked for {', '.join(rerun)} before the checkpoint, of which the recording has no "
-                    "calls: the arm's program ran them again on the restored files; record them as tools "
-                    "(--tool MODULE:QUALNAME=NAME)"
-                    if rerun
-                    else "forkpoint replay of the session says why; an ignore rule goes in the forkpoint.toml of "
-                    "the directory fork runs in, or of the arm's repository"
-                )
+                # An override served before the checkpoint changes what the agent asks next by design:
+                # no ignore rule makes the recording answer that.
+                applied = [
+                    str(o.get("spec")) for o in (run.report or {}).get("overrides") or [] if o.get("applied")
+                ]
+                if rerun:
+                    why = (
+                        f"the model asked for {', '.join(rerun)} before the checkpoint, of which the recording has "
+                        "no calls: the arm's program ran them again on the restored files; record them as tools "
+                        "(--tool MODULE:QUALNAME=NAME)"
+                    )
+                elif applied:
+                    why = (
+                        f"the override {', '.join(applied)}, served before the checkpoint, changed what the agent "
+                        "asked next, which the recording cannot answer; --on-divergence live goes live there, on "
+                        "the checkpoint's files"
+                    )
+                else:
+                    why = (
+                        "forkpoint replay of the session says why; an ignore rule goes in the forkpoint.toml of "
+                        "the directory fork runs in, or of the arm's repository"
+                    )
                 arm.problem = (
                     f"its replayed prefix diverged at the {''.join(divergence_place(divergence))} "
                     f"({arm.diverged}): it never went live ({why})"

@@ -658,6 +658,28 @@ def test_an_arm_whose_prefix_diverged_and_went_on_as_asked_says_so(
 
 
 @pytest.mark.slow
+def test_an_arm_whose_prefix_an_override_made_diverge_names_the_override(
+    keeper: Keeper, tmp_path: Path
+) -> None:
+    """The same override under ``stop``: the arm never went live, and the reason given was to add an
+    ignore rule, which cannot make the recording answer a request the override changed on purpose."""
+    last = keeper.resumable()[2]
+    spec = 'tool:write_file.result={"path": "elsewhere.txt"}'
+    fork = forkpoint_cli(
+        keeper, "fork", f"{keeper.session.id}@{last}", "--arms", "1", "--into", str(tmp_path / "arms"),
+        "--store", str(keeper.store), "--override", spec, "--", *keeper.agent, cwd=tmp_path,
+    )  # fmt: skip
+    said = " ".join(fork.stderr.split())
+    assert fork.returncode == 1, fork.stdout + fork.stderr
+    assert (
+        "it never went live (the override " + spec + ", served before the checkpoint, changed what the agent "
+        "asked next, which the recording cannot answer; --on-divergence live goes live there, on the "
+        "checkpoint's files)" in said
+    ), fork.stderr
+    assert "ignore rule" not in said
+
+
+@pytest.mark.slow
 def test_an_arm_an_override_ended_before_its_checkpoint_names_the_override(
     keeper: Keeper, tmp_path: Path
 ) -> None:
