@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -1253,8 +1254,42 @@ def arm_task(spec: dict[str, Any]) -> dict[str, Any]:
             if arm.diverged is None and divergence:  # (measured: the policy went on, as asked)
                 went_on = _went_on_before(divergence, run.report or {}, arm.seq)
                 arm.problem = went_on if arm.problem is None else f"{arm.problem}; {went_on}"
+            outside = _acted_outside(session, arm.seq, run.child, directory)
+            if outside:
+                arm.problem = outside if arm.problem is None else f"{arm.problem}; {outside}"
     arm.seconds = round(time.perf_counter() - started, 3)
     return arm.to_json()
+
+
+def _acted_outside(session: Session, seq: int, child: Path | None, directory: Path) -> str | None:
+    """What an arm's live tool calls did to the recorded repository, said: the answers served before
+    the checkpoint name it by its absolute path (``read_file("/home/me/repo/calc.py")``), and an
+    agent that goes on with such a path acts there, not on the arm's copy, which its outcome then
+    measures unchanged. None when no live tool call named it."""
+    from .checkpoint.restore import find
+
+    cp = find(session, seq)
+    root = (cp.get("source") or {}).get("repo") or (cp.get("workspace") or {}).get("root")
+    if not isinstance(root, str) or not root.startswith("/") or child is None:
+        return None
+    arm = str(directory.absolute())
+    under = re.compile(re.escape(root.rstrip("/")) + r'(?=[/"])')
+    named: dict[str, None] = {}
+    try:
+        calls = Session.load(child).by_type("tool_call")
+    except SessionError:  # (its session says why where it is read; this is only a remark)
+        return None
+    for event in calls:
+        if event.get("source") == "live":
+            text = orjson.dumps(event.get("args")).decode().replace(arm, "")
+            if under.search(text):
+                named[str(event.get("tool"))] = None
+    if not named:
+        return None
+    return (
+        f"its live tool call(s) {', '.join(named)} named the recorded repository {root}, outside the arm: "
+        "what they did there is not in the arm, and its outcome did not see it"
+    )
 
 
 def _went_on_before(divergence: dict[str, Any], report: dict[str, Any], seq: int) -> str:

@@ -23,7 +23,7 @@ from forkpoint.orchestrate import run_child
 from forkpoint.outcome import Rate, by_checkpoint, outcome_of, wilson
 from forkpoint.store import resolve, session_dirs
 from forkpoint.suite.tables import sweep_verdict
-from tests.modelserver import LocalServer
+from tests.modelserver import LocalServer, Reply, chat_completion, json_reply
 from tests.suite.agents import KEEPER_OUTCOME, SHELL_AGENT, Keeper, cli_env, record_keeper
 
 
@@ -677,6 +677,36 @@ def test_an_arm_whose_prefix_an_override_made_diverge_names_the_override(
         "checkpoint's files)" in said
     ), fork.stderr
     assert "ignore rule" not in said
+
+
+@pytest.mark.slow
+def test_an_arm_whose_live_tool_named_the_recorded_repository_says_so(tmp_path: Path) -> None:
+    """A model that goes on with the absolute path of the recorded repository, as the answers served
+    before the checkpoint gave it, makes the arm's tool write there: the user's repository changed,
+    the arm did not, and its row read like any continuation whose outcome failed."""
+    with LocalServer() as srv:
+        keeper = record_keeper(tmp_path, srv)
+        answer = keeper.repo / "answer.txt"
+
+        def absolute(request: dict[str, Any]) -> Reply:
+            turn = sum(1 for m in request["body"]["messages"] if m.get("role") == "assistant")
+            if turn != 1:
+                return json_reply(chat_completion("chatcmpl-2", "m", text="Done."))
+            calls = [("write_file", {"path": str(answer), "content": "43"})]
+            return json_reply(chat_completion("chatcmpl-1", "m", tool_calls=calls, call_ids=["call_1"]))
+
+        srv.route("/v1/chat/completions", absolute)
+        fork = forkpoint_cli(
+            keeper, "fork", f"{keeper.session.id}@{keeper.resumable()[1]}", "--arms", "1",
+            "--into", str(tmp_path / "arms"), "--store", str(keeper.store), "--outcome", KEEPER_OUTCOME,
+            "--", *keeper.agent, cwd=tmp_path,
+        )  # fmt: skip
+    assert answer.read_text() == "43"  # (forkpoint cannot stop an agent's own absolute path)
+    said = " ".join(fork.stderr.split())
+    assert (
+        f"arm 1: its live tool call(s) write_file named the recorded repository {keeper.repo}, outside the "
+        "arm: what they did there is not in the arm, and its outcome did not see it" in said
+    ), fork.stdout + fork.stderr
 
 
 @pytest.mark.slow
