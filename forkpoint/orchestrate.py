@@ -1288,7 +1288,7 @@ def _acted_outside(session: Session, seq: int, child: Path | None, directory: Pa
         return None
     return (
         f"its live tool call(s) {', '.join(named)} named the recorded repository {root}, outside the arm: "
-        "what they did there is not in the arm, and its outcome did not see it"
+        "whatever they did there is not in the arm its outcome measures"
     )
 
 

@@ -705,7 +705,7 @@ def test_an_arm_whose_live_tool_named_the_recorded_repository_says_so(tmp_path: 
     said = " ".join(fork.stderr.split())
     assert (
         f"arm 1: its live tool call(s) write_file named the recorded repository {keeper.repo}, outside the "
-        "arm: what they did there is not in the arm, and its outcome did not see it" in said
+        "arm: whatever they did there is not in the arm its outcome measures" in said
     ), fork.stdout + fork.stderr
 
 
