@@ -688,25 +688,34 @@ def test_an_arm_whose_live_tool_named_the_recorded_repository_says_so(tmp_path: 
         keeper = record_keeper(tmp_path, srv)
         answer = keeper.repo / "answer.txt"
 
+        target = [answer]
+
         def absolute(request: dict[str, Any]) -> Reply:
             turn = sum(1 for m in request["body"]["messages"] if m.get("role") == "assistant")
             if turn != 1:
                 return json_reply(chat_completion("chatcmpl-2", "m", text="Done."))
-            calls = [("write_file", {"path": str(answer), "content": "43"})]
+            calls = [("write_file", {"path": str(target[0]), "content": "43"})]
             return json_reply(chat_completion("chatcmpl-1", "m", tool_calls=calls, call_ids=["call_1"]))
 
+        def fork(into: Path) -> str:
+            out = forkpoint_cli(
+                keeper, "fork", f"{keeper.session.id}@{keeper.resumable()[1]}", "--arms", "1",
+                "--into", str(into), "--store", str(keeper.store), "--outcome", KEEPER_OUTCOME,
+                "--", *keeper.agent, cwd=tmp_path,
+            )  # fmt: skip
+            return " ".join((out.stdout + out.stderr).split())
+
         srv.route("/v1/chat/completions", absolute)
-        fork = forkpoint_cli(
-            keeper, "fork", f"{keeper.session.id}@{keeper.resumable()[1]}", "--arms", "1",
-            "--into", str(tmp_path / "arms"), "--store", str(keeper.store), "--outcome", KEEPER_OUTCOME,
-            "--", *keeper.agent, cwd=tmp_path,
-        )  # fmt: skip
-    assert answer.read_text() == "43"  # (forkpoint cannot stop an agent's own absolute path)
-    said = " ".join(fork.stderr.split())
-    assert (
-        f"arm 1: its live tool call(s) write_file named the recorded repository {keeper.repo}, outside the "
-        "arm: whatever they did there is not in the arm its outcome measures" in said
-    ), fork.stdout + fork.stderr
+        said = fork(tmp_path / "arms")
+        assert answer.read_text() == "43"  # (forkpoint cannot stop an agent's own absolute path)
+        assert (
+            f"arm 1: its live tool call(s) write_file named the recorded repository {keeper.repo}, outside the "
+            "arm: whatever they did there is not in the arm its outcome measures" in said
+        ), said
+        # An arm inside the recorded repository, whose agent names its own files: nothing to say.
+        target[0] = keeper.repo / "inside" / "arm-1" / "answer.txt"
+        said = fork(keeper.repo / "inside")
+        assert "named the recorded repository" not in said and "outcome: 1/1 passed" in said, said
 
 
 @pytest.mark.slow
