@@ -646,7 +646,7 @@ class Lacks:
             n: self.asked_for[n]
             for n in names
             if n not in handled
-            and not any(tool_matches(r, n) or tool_matches(r, aliases.get(n, n)) for r in self.tools)
+            and not any(tool_matches(r, a) for r in self.tools for a in _known_as(n, aliases))
         }
 
     def warnings(self, *, tools: bool = True) -> list[str]:
@@ -684,6 +684,15 @@ class Lacks:
                 "docs/security.md)."
             )
         return out
+
+
+def _known_as(name: str, aliases: Mapping[str, str]) -> list[str]:
+    """``name`` and the names it is recorded under, following ``aliases`` (a pydantic-ai toolset
+    renamed, then prefixed: each wrapper hands on a name of its own)."""
+    out = [name]
+    while (name := aliases.get(name, name)) not in out:
+        out.append(name)
+    return out
 
 
 def recording_warnings(path: Path) -> list[str]:

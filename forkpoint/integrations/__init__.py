@@ -82,7 +82,12 @@ from .base import install as _install
 #: integration module is imported only once a module it patches has executed, so a program that
 #: uses no framework does not pay for them (issue 15: start-up).
 BUILTIN: dict[str, tuple[str, ...]] = {
-    "forkpoint.integrations.pydantic_ai": ("pydantic_ai.toolsets.function", "pydantic_ai.tool_manager"),
+    "forkpoint.integrations.pydantic_ai": (
+        "pydantic_ai.toolsets.function",
+        "pydantic_ai.toolsets.prefixed",
+        "pydantic_ai.toolsets.renamed",
+        "pydantic_ai.tool_manager",
+    ),
     "forkpoint.integrations.openai_agents": ("agents.tool", "agents.handoffs"),
     "forkpoint.integrations.google_genai": ("google.genai._extra_utils",),
     "forkpoint.integrations.langchain": ("langchain_core.tools.base", "langchain_core.callbacks.manager"),

@@ -27,6 +27,7 @@ log); the metadata comes back in its JSON form.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
@@ -81,6 +82,34 @@ def patch(module: ModuleType) -> None:
     replace(cls, "call_tool", call_tool)
 
 
+def _alias_calls(cls: Any, inner_name: Callable[[Any, str], str]) -> None:
+    """Wrap ``cls.call_tool`` of a toolset that renames the tools it wraps: the model asks for the
+    outer name (``north_stock``) while the call is recorded under the inner one the tool or MCP
+    server knows (``stock``), so a recording would say the model asked for a tool never recorded."""
+    original = getattr(cls, "call_tool", None)
+    if original is None:  # (another version: the warning may name the tool, nothing worse)
+        return
+
+    @functools.wraps(original)
+    async def call_tool(self: Any, name: str, tool_args: dict[str, Any], ctx: Any, tool: Any) -> Any:
+        runtime.alias_tool(name, inner_name(self, name))
+        return await original(self, name, tool_args, ctx, tool)
+
+    replace(cls, "call_tool", call_tool)
+
+
+def patch_prefixed(module: ModuleType) -> None:
+    """Note the name ``PrefixedToolset`` hands on for each it is called with (as it computes it)."""
+    _alias_calls(
+        getattr(module, "PrefixedToolset", None), lambda ts, name: name.removeprefix(f"{ts.prefix}_")
+    )
+
+
+def patch_renamed(module: ModuleType) -> None:
+    """Note the name ``RenamedToolset`` hands on for each it is called with (as it computes it)."""
+    _alias_calls(getattr(module, "RenamedToolset", None), lambda ts, name: ts.name_map.get(name, name))
+
+
 def patch_output_tools(module: ModuleType) -> None:
     """Note the name of each output tool (``final_result``) ``ToolManager`` validates: pydantic-ai's
     own way to take structured output, with no function to record."""
@@ -99,7 +128,12 @@ def patch_output_tools(module: ModuleType) -> None:
 
 INTEGRATION = Integration(
     "pydantic-ai",
-    {"pydantic_ai.toolsets.function": patch, "pydantic_ai.tool_manager": patch_output_tools},
+    {
+        "pydantic_ai.toolsets.function": patch,
+        "pydantic_ai.toolsets.prefixed": patch_prefixed,
+        "pydantic_ai.toolsets.renamed": patch_renamed,
+        "pydantic_ai.tool_manager": patch_output_tools,
+    },
 )
 
 

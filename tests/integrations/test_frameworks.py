@@ -577,6 +577,37 @@ def test_an_agents_sdk_agent_used_as_a_tool_is_not_said_to_be_unrecorded(
     assert end is not None and not end.get("unrecorded_tools"), end
 
 
+def test_pydantic_ai_tools_of_prefixed_and_renamed_toolsets_are_not_said_to_be_unrecorded(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A toolset ``.prefixed("north")`` or ``.renamed({...})`` (two MCP servers with tools of one
+    name, the way pydantic-ai tells them apart) has the model ask for ``north_stock``, while the call
+    is recorded under the name the tool or MCP server knows, ``stock``: the recording warned that the
+    model asked for tools that were never recorded, told the user to name them, and every replay
+    said they "ran for real in this replay", though they were served."""
+    from pydantic_ai import FunctionToolset
+
+    def stock(item: str) -> int:
+        """How many are in stock."""
+        return 7
+
+    def price(item: str) -> float:
+        """What one costs."""
+        return 1.25
+
+    script: Any = [[("north_stock", {"item": "apple"}), ("cost", {"item": "apple"})], "7 at 1.25."]
+    with LocalServer(chat_script=script) as srv, forkpoint.record(store=tmp_path) as rec:
+        model = OpenAIChatModel("m", provider=OpenAIProvider(base_url=srv.openai_base_url, api_key=API_KEY))
+        north = FunctionToolset([stock]).prefixed("north")
+        cost = FunctionToolset([price]).prefixed("south").renamed({"cost": "south_price"})
+        agent = Agent(model, toolsets=[north, cost])
+        assert agent.run_sync("Apples?").output == "7 at 1.25."
+    said = " ".join(capsys.readouterr().err.split())
+    assert "never recorded" not in said and "@forkpoint.tool" not in said, said
+    end = forkpoint.Session.load(rec.session_path).end()
+    assert end is not None and not end.get("unrecorded_tools"), end
+
+
 class Handle:
     """A result type with no stored form (no encoder registered)."""
 
