@@ -688,6 +688,7 @@ def replay_run(
         and not stopped_at_divergence
         and not short_of
         and not unreached
+        and not (live_from is not None and unsent_from_checkpoint(report))
     ):
         from .outcome import measure
 
@@ -1247,6 +1248,15 @@ def arm_task(spec: dict[str, Any]) -> dict[str, Any]:
                     f"{', '.join(map(str, run.unreached[:5]))}{' …' if len(run.unreached) > 5 else ''}) never "
                     "served, so it never went live (not measured)"
                 )
+            elif unsent_from_checkpoint(run.report):  # (no outcome was measured: replay_run)
+                from .replay.report import blocked_text
+
+                arm.diverged = "not sent from its checkpoint"
+                arm.problem = (
+                    f"its first call from checkpoint seq {arm.seq} was not sent ({blocked_text(run.report or {})}), "
+                    "so it never went live: a checkpoint keeps files scrubbed, so give the agent its secrets "
+                    f"again (docs/security.md). What it printed: {log}"
+                )
             elif run.stopped is not None:  # (its outcome is measured all the same: the state it left)
                 arm.problem = f"stopped: {run.stopped}"
             elif run.report is None:  # (it ran, and ended as it did: its outcome is measured all the same)
@@ -1290,6 +1300,14 @@ def _acted_outside(session: Session, seq: int, child: Path | None, directory: Pa
         f"its live tool call(s) {', '.join(named)} named the recorded repository {root}, outside the arm: "
         "whatever they did there is not in the arm its outcome measures"
     )
+
+
+def unsent_from_checkpoint(report: dict[str, Any] | None) -> bool:
+    """Whether a fork's run (its ``report``) made no call live from its checkpoint, one having been
+    kept from the network: it carried a scrubbed secret's placeholder (a checkpoint keeps the files
+    scrubbed, an API key in the agent's source too). It never went live: nothing to measure."""
+    live = (report or {}).get("live_calls") or {}
+    return bool((report or {}).get("network_blocked")) and not (live.get("models") or live.get("tools"))
 
 
 def _went_on_before(divergence: dict[str, Any], report: dict[str, Any], seq: int) -> str:

@@ -1011,6 +1011,51 @@ def test_an_arm_whose_first_request_is_stamped_with_the_time_goes_live(tmp_path:
     assert "outcome: 1/1 passed" in said, said
 
 
+KEYED_AGENT = """
+import os
+
+import openai
+
+client = openai.OpenAI(base_url=os.environ["AGENT_BASE_URL"], api_key="sk-proj-%s", max_retries=0)
+for turn in range(2):
+    client.chat.completions.create(model="m", messages=[{"role": "user", "content": f"turn {turn}"}])
+""" % ("k" * 40)
+
+
+@pytest.mark.slow
+def test_an_arm_whose_first_call_from_its_checkpoint_was_not_sent_is_not_measured(tmp_path: Path) -> None:
+    """An agent with its API key in a file the checkpoint holds (changed or untracked): a checkpoint
+    keeps files scrubbed, so the arm's agent sent the key's placeholder, and its first call from the
+    checkpoint was not sent (NetworkBlocked). The arm never went live, yet its outcome was measured
+    on the checkpoint's files and counted: "outcome: 1/1 passed", and fork said nothing of why."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    (repo / "README").write_text("shop\n")
+    for args in (["init", "-q"], ["add", "README"], ["commit", "-qm", "init"]):
+        subprocess.run([*git, *args], cwd=repo, check=True)
+    (repo / "agent.py").write_text(KEYED_AGENT)  # (untracked: kept in the checkpoint, scrubbed)
+    cli, store = [sys.executable, "-m", "forkpoint.cli"], str(tmp_path / "store")
+    with LocalServer(chat_script=["one", "two"]) as srv:
+        env = cli_env(AGENT_BASE_URL=srv.openai_base_url) | {"COLUMNS": "300"}
+        rec = subprocess.run(
+            [*cli, "record", "--store", store, "--name", "run", "--", sys.executable, "agent.py"],
+            cwd=repo, env=env, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert rec.returncode == 0, rec.stderr
+        second = [c["seq"] for c in Session.load(resolve("run", store)).by_type("checkpoint")][1]
+        fork = subprocess.run(
+            [*cli, "fork", f"run@{second}", "--store", store, "--into", str(tmp_path / "arms"),
+             "--outcome", "true", "--", sys.executable, "agent.py"],
+            cwd=repo, env=env, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert len(srv.requests) == 2  # (the recording's: the arm sent none)
+    said, text = " ".join(fork.stderr.split()), " ".join(fork.stdout.split())
+    assert fork.returncode == 1, fork.stdout + fork.stderr
+    assert f"arm 1: its first call from checkpoint seq {second} was not sent" in said, fork.stderr
+    assert "outcome: no run measured; 1 arm(s) never went live (not measured)" in text, text
+
+
 def unreachable_store_options() -> str:
     """``$FORKPOINT_STORE_OPTIONS`` of the test's S3 endpoint reached through a proxy on loopback where
     nothing listens (one try): the same store (its mirror is named by its endpoint), unreachable."""
