@@ -707,9 +707,16 @@ class Replayer:
             )
         else:
             said = f"{placeholder}, a secret's placeholder"
+            # (a fork's arm runs on the checkpoint's files, which a checkpoint keeps scrubbed)
+            source = (
+                "the checkpoint's restored files hold in its place (a checkpoint keeps files scrubbed: give "
+                "the agent its secrets again, docs/security.md), or a recorded answer handed the program,"
+                if self.live_from is not None
+                else "a recorded answer handed the program (the report's placeholders_served)"
+            )
             why = (
-                f"{placeholder}, the placeholder of a secret scrubbed when recorded, which a recorded answer "
-                "handed the program (the report's placeholders_served) and the server would refuse."
+                f"{placeholder}, the placeholder of a secret scrubbed when recorded, which {source} and the "
+                "server would refuse."
             )
         kind = classify(request["method"], request["url"], request["body"], request["headers"])
         with self._lock:

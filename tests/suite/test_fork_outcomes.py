@@ -1054,6 +1054,8 @@ def test_an_arm_whose_first_call_from_its_checkpoint_was_not_sent_is_not_measure
     assert fork.returncode == 1, fork.stdout + fork.stderr
     assert f"arm 1: its first call from checkpoint seq {second} was not sent" in said, fork.stderr
     assert "outcome: no run measured; 1 arm(s) never went live (not measured)" in text, text
+    printed = " ".join((tmp_path / "arms" / "arm-1.log").read_text().split())
+    assert "which the checkpoint's restored files hold in its place" in printed, printed
 
 
 def unreachable_store_options() -> str:
