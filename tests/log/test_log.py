@@ -1048,16 +1048,21 @@ def test_a_model_call_read_by_a_log_tail_is_as_written_whatever_its_reader_chang
     assert [_payload(e) for e in Session.load(w.path).events] == events
 
 
+def _bytes_result_edited(store: Path, result: bytes, old: bytes, new: bytes) -> Path:
+    """A session of one tool call whose ``result`` is bytes, with ``old`` (once in its log) written
+    as ``new``."""
+    path = _write_session(store, [{"type": "tool_call", "tool": "t", "args": {"x": 1}, "result": result}])
+    log = path / LOG_NAME
+    data = log.read_bytes()
+    assert data.count(old) == 1
+    log.write_bytes(data.replace(old, new))
+    return path
+
+
 def test_a_stored_form_whose_dollar_is_written_escaped_is_decoded(store: Path) -> None:
     """JSON may write the ``$`` of a stored form's key as ``\\u0024``: the same line, of the same
     hash (verify says ok), so it loads as the same event, its bytes as bytes, not a dict of data."""
-    path = _write_session(
-        store, [{"type": "tool_call", "tool": "t", "args": {"x": 1}, "result": b"\x00\x01"}]
-    )
-    log = path / LOG_NAME
-    data = log.read_bytes()
-    assert data.count(b'"$b64"') == 1
-    log.write_bytes(data.replace(b'"$b64"', b'"\\u0024b64"'))
+    path = _bytes_result_edited(store, b"\x00\x01", b'"$b64"', b'"\\u0024b64"')
     assert verify_log(path).ok
     assert [e["result"] for e in Session.load(path).events] == [b"\x00\x01"]
 
@@ -1065,13 +1070,7 @@ def test_a_stored_form_whose_dollar_is_written_escaped_is_decoded(store: Path) -
 def test_a_damaged_b64_is_refused_naming_the_line(store: Path) -> None:
     """Base64 skips what is not of its alphabet: a damaged ``$b64`` read so would be other bytes,
     silently (``"AAEC...."`` read as ``b"\\x00\\x01\\x02"`` where ``b"\\x00\\x01\\x02\\x03"`` was written)."""
-    path = _write_session(
-        store, [{"type": "tool_call", "tool": "t", "args": {"x": 1}, "result": b"\x00\x01\x02\x03"}]
-    )
-    log = path / LOG_NAME
-    data = log.read_bytes()
-    assert data.count(b'"$b64":"AAECAw=="') == 1
-    log.write_bytes(data.replace(b'"$b64":"AAECAw=="', b'"$b64":"AAEC...."'))
+    path = _bytes_result_edited(store, b"\x00\x01\x02\x03", b'"$b64":"AAECAw=="', b'"$b64":"AAEC...."')
     with pytest.raises(
         SessionError, match=rf"a \$b64 holds 'AAEC\.\.\.\.', not base64 \(referenced from .*{LOG_NAME}:2\)"
     ):

@@ -590,6 +590,21 @@ def test_a_tool_calls_override_keeps_the_thought_signature_or_says_it_is_dropped
     ]
 
 
+def asking_script(folder: Path, calls: int) -> Path:
+    """``ask.py`` in ``folder``: the google-genai SDK asks the server at ``argv[1]`` ``calls`` times,
+    printing the names of the functions each answer calls."""
+    script = folder / "ask.py"
+    script.write_text(
+        "import sys\n"
+        "from google import genai\n"
+        "from google.genai import types\n"
+        "c = genai.Client(api_key='demo-key', http_options=types.HttpOptions(base_url=sys.argv[1]))\n"
+        f"for _ in range({calls}):\n"
+        "    print([f.name for f in c.models.generate_content(model='m', contents='go').function_calls])\n"
+    )
+    return script
+
+
 def test_forkpoint_replay_says_which_thought_signature_an_override_drops(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -601,14 +616,7 @@ def test_forkpoint_replay_says_which_thought_signature_an_override_drops(
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("FORKPOINT_STORE", str(tmp_path / "store"))
-    script = tmp_path / "ask.py"
-    script.write_text(
-        "import sys\n"
-        "from google import genai\n"
-        "from google.genai import types\n"
-        "c = genai.Client(api_key='demo-key', http_options=types.HttpOptions(base_url=sys.argv[1]))\n"
-        "print([f.name for f in c.models.generate_content(model='m', contents='go').function_calls])\n"
-    )
+    script = asking_script(tmp_path, calls=1)
     with LocalServer() as server:
         server.route("*", _signed_answer, method="POST")
         res = CliRunner().invoke(main, ["record", "--", sys.executable, str(script), server.url])
@@ -704,15 +712,7 @@ def test_forkpoint_fork_says_which_thought_signature_an_override_drops(
     work.mkdir()
     monkeypatch.chdir(work)
     monkeypatch.setenv("FORKPOINT_STORE", str(tmp_path / "store"))
-    script = work / "ask.py"
-    script.write_text(
-        "import sys\n"
-        "from google import genai\n"
-        "from google.genai import types\n"
-        "c = genai.Client(api_key='demo-key', http_options=types.HttpOptions(base_url=sys.argv[1]))\n"
-        "for _ in range(2):\n"
-        "    print([f.name for f in c.models.generate_content(model='m', contents='go').function_calls])\n"
-    )
+    script = asking_script(work, calls=2)
     with LocalServer() as server:
         server.route("*", _signed_answer, method="POST")
         res = CliRunner().invoke(
