@@ -162,9 +162,8 @@ def _plain(value: dict[Any, Any] | list[Any]) -> bool:
     writes it (refusing other keys, wider integers, lone surrogates, cycles, and what
     :data:`_HANDED_OVER` hands over); every object it holds is listed, level by level, by the
     garbage collector's referents (in C), and must be of a plain type (orjson also writes tuples,
-    enum members and UUIDs); and orjson's ``null`` for a NaN or an infinity is told from None by
-    counting both (or, where a string holds the word, by the floats' sum, finite or not). Any doubt
-    is a False: the walk decides."""
+    enum members and UUIDs); and where orjson wrote a ``null`` (None, or a NaN or an infinity), the
+    floats' sum is finite. Any doubt is a False: the walk decides."""
     try:
         data = orjson.dumps(value, option=_HANDED_OVER, default=_refuse)
     except (TypeError, orjson.JSONEncodeError):
@@ -186,10 +185,10 @@ def _plain(value: dict[Any, Any] | list[Any]) -> bool:
         levels.append(level)
         # (a dict's referents are its values, and its keys when they are not all exact strings)
         level = gc.get_referents(*level)
-    # orjson writes a NaN or an infinity as null, as it writes None: with floats, as many of each,
-    # or, where a string holds the word too, no float that is not finite (nor is their sum, in C).
+    # orjson writes a NaN or an infinity as null, as it writes None: where it wrote one, the floats
+    # of each level are summed in C (a sum that is not finite: one of them is not, or it overflowed).
     if float in seen and b"null" in data:
-        return data.count(b"null") == sum(held.count(None) for held in levels) or all(
+        return all(
             math.isfinite(sum(compress(held, map(is_, map(type, held), repeat(float))), 0.0))
             for held in levels
         )
