@@ -1018,17 +1018,31 @@ def fork(
     than 0 (an arm stopped by --arm-timeout included), whatever its outcome, or when an arm's
     session could not be uploaded to a remote store.
     """
-    from .orchestrate import Arm, fork_arms, resumable
+    from .orchestrate import Arm, fork_specs, resumable, run_arms
     from .show import terminal
 
     if into is not None:
         _new_folder(into, "--into")
     session, seq = _session_at(ref, store, signature=trust)  # (without --trust, refused below)
-    resumable(session, seq)  # (before "N arms on local" announces arms a missing checkpoint never starts)
+    resumable(session, seq)  # (a missing checkpoint is said before an untrusted session is)
     if not trust:
         from .signing import require_trusted
 
         require_trusted(session.path, session.id, None)
+    # Every usage error (an override, the configuration, a taken --into) before "N arms on local"
+    # announces arms that would never start.
+    _, specs = fork_specs(
+        session,
+        seq,
+        _command(cmd),
+        arms=arms,
+        into=into,
+        overrides=list(overrides),
+        on_divergence=on_divergence,
+        repo=repo,
+        outcome=_outcome(outcome_cmd, outcome_timeout),
+        timeout=arm_timeout,
+    )
 
     def shown(arm: Arm) -> None:
         _err().rule(f"arm {arm.index}: {arm.directory}")
@@ -1044,20 +1058,7 @@ def fork(
         _err().print(
             f"forkpoint: {plural(arms, 'arm')} on {executor}{_at_a_time(ex.workers, arms)}", markup=False
         )
-        _, done = fork_arms(
-            session,
-            seq,
-            _command(cmd),
-            arms=arms,
-            into=into,
-            overrides=list(overrides),
-            on_divergence=on_divergence,
-            repo=repo,
-            timeout=arm_timeout,
-            outcome=_outcome(outcome_cmd, outcome_timeout),
-            executor=ex,
-            on_arm=shown,
-        )
+        done = run_arms(specs, executor=ex, on_arm=shown)
     from .suite.tables import fork_table, not_stored, pass_rate_line
 
     terminal().print(fork_table(done, title=f"fork of {session.id}@{seq}"))
@@ -1132,7 +1133,7 @@ def sweep(
     """
     from .orchestrate import Arm
     from .show import terminal
-    from .suite import sweep as do_sweep
+    from .suite import plan_sweep
     from .suite.tables import not_stored, sweep_table, sweep_verdict, unmeasured
 
     if not outcome_cmd:
@@ -1148,6 +1149,21 @@ def sweep(
 
         sweep_checkpoints(s, first, last)  # (a session with none to sweep says so first, as fork does)
         require_trusted(s.path, s.id, None)
+    # Every usage error (an override, the configuration, a taken --into) before "N arms per
+    # checkpoint" announces arms that would never start.
+    plan = plan_sweep(
+        s,
+        _command(cmd),
+        arms=arms,
+        outcome=_outcome(outcome_cmd, outcome_timeout),
+        first=first,
+        last=last,
+        into=into,
+        overrides=list(overrides),
+        on_divergence=on_divergence,
+        repo=repo,
+        timeout=arm_timeout,
+    )
 
     def shown(arm: Arm) -> None:
         state = (
@@ -1166,21 +1182,7 @@ def sweep(
             f"forkpoint: {plural(arms, 'arm')} per checkpoint on {executor} ({ex.workers} at a time)",
             markup=False,
         )
-        result = do_sweep(
-            s,
-            _command(cmd),
-            arms=arms,
-            outcome=_outcome(outcome_cmd, outcome_timeout),
-            first=first,
-            last=last,
-            into=into,
-            overrides=list(overrides),
-            on_divergence=on_divergence,
-            repo=repo,
-            timeout=arm_timeout,
-            executor=ex,
-            on_arm=shown,
-        )
+        result = plan.run(executor=ex, on_arm=shown)
     terminal().print(sweep_table(result))
     click.echo(sweep_verdict(result))
     not_measured = unmeasured(result["arms"])

@@ -1506,6 +1506,44 @@ def run_arms(
     return [done[i] for i in sorted(done)]
 
 
+def fork_specs(
+    session: Session,
+    seq: int,
+    cmd: list[str],
+    *,
+    arms: int,
+    into: Path | None = None,
+    overrides: list[str] | None = None,
+    on_divergence: str = "stop",
+    repo: Path | None = None,
+    outcome: Outcome | None = None,
+    timeout: float | None = None,
+) -> tuple[Path, list[dict[str, Any]]]:
+    """Check what a fork of the resumable checkpoint ``seq`` of ``session`` is asked to do, before
+    anything runs, and plan its arms (:func:`fork_arms` takes the same arguments). Returns (the folder
+    of the arms, their task specs). Raises :class:`~forkpoint.errors.CheckpointError` for a
+    checkpoint that does not exist or is not resumable, and :class:`~forkpoint.errors.UsageError`
+    for an override, a configuration or an ``into`` that cannot be used."""
+    resumable(session, seq)
+    check_overrides(session, list(overrides or []), live_from=seq, losses=True)
+    into = into if into is not None else fork_into(session, seq)
+    refuse_taken(into, [into], arms, "fork")
+    say_unrecorded_before(session, [seq])
+    specs = arm_specs(
+        session,
+        seq,
+        cmd,
+        arms=arms,
+        into=into,
+        overrides=overrides,
+        on_divergence=on_divergence,
+        repo=repo,
+        outcome=outcome,
+        timeout=timeout,
+    )
+    return into, specs
+
+
 def fork_arms(
     session: Session,
     seq: int,
@@ -1529,17 +1567,10 @@ def fork_arms(
     is stopped (its outcome measured all the same). The arms run on ``executor`` (default: here,
     one after the other); ``on_arm(arm)`` is called as each one finishes.
 
-    Returns (the folder of the arms, the arms, in order). Raises
-    :class:`~forkpoint.errors.CheckpointError` for a checkpoint that does not exist or is not
-    resumable.
+    Returns (the folder of the arms, the arms, in order). Raises what :func:`fork_specs` raises,
+    before any arm runs.
     """
-
-    resumable(session, seq)
-    check_overrides(session, list(overrides or []), live_from=seq, losses=True)
-    into = into if into is not None else fork_into(session, seq)
-    refuse_taken(into, [into], arms, "fork")
-    say_unrecorded_before(session, [seq])
-    specs = arm_specs(
+    into, specs = fork_specs(
         session,
         seq,
         cmd,

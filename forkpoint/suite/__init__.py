@@ -11,11 +11,12 @@ from .check import ab_summary, check_sessions, check_task, counts, exit_code, ve
 from .junit import write_junit
 from .maketest import ident_for, make_test
 from .select import Candidate, Selection, parse_since, select
-from .sweep import sweep, sweep_checkpoints
+from .sweep import SweepPlan, plan_sweep, sweep_checkpoints
 
 __all__ = [
     "Candidate",
     "Selection",
+    "SweepPlan",
     "ab_summary",
     "check_sessions",
     "check_task",
@@ -24,8 +25,8 @@ __all__ = [
     "ident_for",
     "make_test",
     "parse_since",
+    "plan_sweep",
     "select",
-    "sweep",
     "sweep_checkpoints",
     "verdict_text",
     "write_junit",

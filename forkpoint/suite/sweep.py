@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +60,28 @@ def sweep_checkpoints(
     return [dict(c) for c in cps]
 
 
-def sweep(
+@dataclass
+class SweepPlan:
+    """A sweep checked and planned (:func:`plan_sweep`), no arm run yet."""
+
+    session: Session
+    checkpoints: list[dict[str, Any]]
+    into: Path
+    specs: list[dict[str, Any]]
+
+    def run(
+        self, executor: Executor | None = None, on_arm: Callable[[Arm], None] | None = None
+    ) -> dict[str, Any]:
+        """Run the arms (:func:`~forkpoint.orchestrate.run_arms`). Returns ``{"session", "into", "arms":
+        [Arm...], **by_checkpoint(...)}``: the pass rate at each checkpoint and where the run became
+        unrecoverable."""
+        done = run_arms(self.specs, executor=executor, on_arm=on_arm)
+        turns = {c["seq"]: c.get("turn") for c in self.checkpoints}
+        rates = by_checkpoint(((a.seq, a.passed) for a in done), turns)
+        return {"session": self.session.id, "into": str(self.into), "arms": done, **rates}
+
+
+def plan_sweep(
     session: Session,
     cmd: list[str],
     *,
@@ -71,17 +93,14 @@ def sweep(
     overrides: list[str] | None = None,
     on_divergence: str = "stop",
     repo: Path | None = None,
-    executor: Executor | None = None,
-    on_arm: Callable[[Arm], None] | None = None,
     timeout: float | None = None,
-) -> dict[str, Any]:
-    """Fork ``arms`` arms from each resumable checkpoint in ``[first, last]`` and measure ``outcome``
-    in each (an arm still running after ``timeout`` seconds is stopped, then measured). Returns ``{"session", "into", "arms": [Arm...], **by_checkpoint(...)}`` (the pass rate
-    at each checkpoint and where the run became unrecoverable). Raises
+) -> SweepPlan:
+    """Check what a sweep is asked to do and plan its arms, before anything runs: ``arms`` arms from
+    each resumable checkpoint in ``[first, last]``, ``outcome`` measured in each (an arm still
+    running after ``timeout`` seconds is stopped, then measured). Raises
     :class:`~forkpoint.errors.UsageError` when there is no checkpoint to fork from, or ``into``
     already holds an arm of one (as ``fork`` does: nothing there is replaced), and
-    :class:`~forkpoint.errors.OverrideError` for an override that names no recorded call, before
-    any arm is restored."""
+    :class:`~forkpoint.errors.OverrideError` for an override that names no recorded call."""
     cps = sweep_checkpoints(session, first, last)
     check_overrides(session, list(overrides or []), losses=True)
     into = into if into is not None else fork_into(session, cps[0]["seq"])
@@ -103,6 +122,4 @@ def sweep(
             timeout=timeout,
             experiment=experiment,
         )
-    done = run_arms(specs, executor=executor, on_arm=on_arm)
-    rates = by_checkpoint(((a.seq, a.passed) for a in done), {c["seq"]: c.get("turn") for c in cps})
-    return {"session": session.id, "into": str(into), "arms": done, **rates}
+    return SweepPlan(session, cps, into, specs)

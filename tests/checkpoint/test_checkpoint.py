@@ -2354,6 +2354,37 @@ def test_fork_and_sweep_refuse_an_override_naming_no_call_before_any_arm(tmp_pat
         assert not Path(args[-1]).exists(), r.output
 
 
+def test_fork_and_sweep_refuse_a_usage_error_before_announcing_arms(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An override naming no recorded call, a bad rule in the ``forkpoint.toml`` where they run, or
+    an ``--into`` holding an arm was refused only after "forkpoint: 1 arm on local" (or "1 arm
+    per checkpoint") had announced arms that never started."""
+    path = growing_workspace_session(tmp_path / "store", tmp_path / "ws", 2)
+    seq = next(c["seq"] for c in Session.load(path).by_type("checkpoint"))
+    taken = tmp_path / "taken"
+    mine = [taken / "arm-1" / "mine.txt", taken / f"seq-{seq}" / "arm-1" / "mine.txt"]  # fork's, sweep's
+    for f in mine:
+        f.parent.mkdir(parents=True)
+        f.write_text("mine\n")
+    monkeypatch.chdir(tmp_path)
+    bad_rule = '[match]\nignore = [{ path = "$.body[" }]\n'
+    runner = CliRunner()
+    for command in (["fork", f"{path}@{seq}"], ["sweep", str(path), "--outcome", "true", "--to", str(seq)]):
+        for options, config, said in (
+            (["--override", 'model#9.text="x"'], None, "the session has 2 model call(s)"),
+            (["--into", str(taken)], None, f"{taken} already holds"),
+            ([], bad_rule, "forkpoint.toml"),
+        ):
+            if config is not None:
+                (tmp_path / "forkpoint.toml").write_text(config)
+            r = runner.invoke(main, [*command, *options, "--", sys.executable, "-c", "pass"])
+            (tmp_path / "forkpoint.toml").unlink(missing_ok=True)
+            assert r.exit_code in (1, 2) and said in " ".join(r.output.split()), (command, options, r.output)
+            assert " arm " not in r.output and "arms" not in r.output, (command, options, r.output)
+    assert all(f.read_text() == "mine\n" for f in mine)
+
+
 def test_fork_from_a_missing_checkpoint_announces_no_arms(tmp_path: Path) -> None:
     """``fork SESSION@5`` where no checkpoint 5 is printed "forkpoint: 1 arm on local (2 at a
     time)" (after starting the executor: Ray, with ``--executor ray``), then the error, whose hint
