@@ -934,9 +934,17 @@ def replay_command(
         and not quiet
         and not report.get("ended_early")
         and report.get("ended_as_recorded") is not False
-        and any(o["applied"] for o in report.get("overrides") or [])
+        and (applied := [o["seq"] for o in report.get("overrides") or [] if o["applied"]])
     ):
-        say("the override(s) did not change the agent's path: every later call matched the recording")
+        # Said only where a call came after the last override: past the run's last call, nothing
+        # shows whether the path changed.
+        if any(seq > max(applied) for seq in report.get("served") or ()):
+            say("the override(s) did not change the agent's path: every later call matched the recording")
+        else:
+            say(
+                f"no call came after the override of event seq {max(applied)} (the run's last call): "
+                "nothing later shows whether it changed the agent's path"
+            )
     return report, code, out
 
 

@@ -1041,6 +1041,24 @@ def test_cli_override_from_file_with_report(cli_rec: tuple[Path, Path]) -> None:
 
 
 @pytest.mark.slow
+def test_cli_override_of_the_last_call_does_not_claim_the_path_was_unchanged(
+    cli_rec: tuple[Path, Path],
+) -> None:
+    """An override of the run's last model call said "the override(s) did not change the agent's
+    path: every later call matched the recording", where no later call came to match."""
+    store, _ = cli_rec
+    (recorded,) = session_dirs(store)
+    last = sum(1 for e in Session.load(recorded).events if e["type"] == "model_call")
+    res = CliRunner().invoke(main, ["replay", recorded.name, "--override", f'model#{last}.text="I give up."'])
+    said = flat(res.output)
+    assert res.exit_code == 0, res.output
+    assert "did not change the agent's path" not in said, res.output
+    assert "no call came after the override of event seq" in said and "(the run's last call)" in said, (
+        res.output
+    )
+
+
+@pytest.mark.slow
 def test_cli_override_that_ends_the_run_early_is_the_answer_not_a_failure(cli_rec: tuple[Path, Path]) -> None:
     """``model#1.text="I give up."``: the agent stops after its first call, as the experiment asked.
     The run did not diverge (every call it made matched), so the replay exits with the agent's own
