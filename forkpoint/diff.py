@@ -36,7 +36,7 @@ from .jsondiff import Change, EqualPairs, format_changes, json_diff
 from .log import Session
 from .match import configured, event_key, key_spec, normalized, stored_key
 from .providers import genai_usage, recorded_response, response_text, summary
-from .text import escape, short
+from .text import apart, escape
 
 #: Paths of :func:`comparable` covered by the match key; every other difference is in the answer.
 _KEY_ROOTS = ("$.request", "$.args")
@@ -575,6 +575,6 @@ def render_diff(result: SessionDiff, console: Console) -> None:
             for t in (ta, tb)
         ),
     )
-    summary.add_row("final answer", escape(short(ta["final_answer"])), escape(short(tb["final_answer"])))
+    summary.add_row("final answer", *(escape(t) for t in apart(ta["final_answer"], tb["final_answer"])))
     summary.add_row("exit code", exit_text(a), exit_text(b))
     console.print(summary)

@@ -47,6 +47,16 @@ def short(text: str | None, width: int = 70, start: int = 0) -> str:
     return line if len(line) <= width else line[: width - 1] + "…"
 
 
+def apart(a: str | None, b: str | None, width: int = 70) -> tuple[str, str]:
+    """Two texts side by side, each for a table's cell as :func:`short` makes it; when they differ
+    after a long common start, both start shortly before where they part (the common start says
+    nothing, and would push the difference past the cut)."""
+    one, two = (" ".join((t or "").split()) for t in (a, b))
+    common = len(os.path.commonprefix([one, two]))
+    start = common - 20 if common > width // 2 and one != two else 0
+    return short(a, width, start if a else 0), short(b, width, start if b else 0)
+
+
 def escape(text: str) -> str:
     """``text`` for a rich console: its markup escaped (rich.markup.escape), and its control
     characters written as ``\\x1b``-style escapes (a recorded output holding an escape sequence or a

@@ -3,7 +3,6 @@ same rows give the same table whichever executor produced them."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +11,7 @@ from rich.table import Table
 from ..orchestrate import Arm
 from ..outcome import Rate, rate_of
 from ..replay.report import live_text
-from ..text import escape, short
+from ..text import apart, escape
 from .check import verdict_text
 
 _STYLE = {
@@ -147,13 +146,10 @@ def ab_answers_table(rows: list[dict[str, Any]]) -> Table | None:
         answers = _answers(r)
         if answers is None or answers[0] == answers[1]:
             continue
-        old, new = (" ".join((a or "").split()) for a in answers)
-        common = len(os.path.commonprefix([old, new]))
-        start = common - 20 if common > _ANSWER_WIDTH // 2 else 0  # (a long common start says nothing)
         table.add_row(
             r["session_id"],
             escape(r.get("name") or ""),
-            *(escape(short(a, _ANSWER_WIDTH, start if a else 0)) for a in answers),
+            *(escape(a) for a in apart(*answers, _ANSWER_WIDTH)),
         )
     return table if table.row_count else None
 

@@ -23,6 +23,7 @@ from forkpoint.demo.agent import run_agent
 from forkpoint.demo.server import ModelServer
 from forkpoint.log import Session, SessionWriter
 from forkpoint.record import make_header
+from forkpoint.text import apart
 
 FAILING = {"passed": 0, "failed": 2, "output": "FAIL"}
 SIGNATURES = [
@@ -54,12 +55,6 @@ def diff(a: Session | str, b: Session | str, *args: str) -> Result:
 
 def flat(text: str) -> str:
     return " ".join(text.split())
-
-
-def short(text: str) -> str:
-    """The summary table shows at most 70 characters of the final answer."""
-    text = flat(text)
-    return text if len(text) <= 70 else text[:69] + "…"
 
 
 def usage(session: Session) -> dict[str, int]:
@@ -118,7 +113,7 @@ def test_two_stochastic_runs_differ(two_live_runs: tuple[Run, Run]) -> None:
     assert tools.count("write_file×1") == 2 and tools.count("run_tests×1") == 2
     final = next(line for line in lines if line.strip().startswith("final answer"))
     assert a.answer != b.answer
-    assert short(a.answer) in final and short(b.answer) in final
+    assert all(cell in final for cell in apart(a.answer, b.answer))
     exit_row = next(line for line in lines if line.strip().startswith("exit code"))
     assert exit_row.split()[-2:] == ["0", "0"]
 
@@ -657,6 +652,23 @@ def test_telemetry_is_neither_a_turn_nor_a_divergence(tmp_path: Path) -> None:
     data = json.loads(diff(*sessions, "--json").output)
     assert data["equivalent"] is True and len(data["pairs"]) == 2
     assert data["summary"]["a"]["turns"] == data["summary"]["b"]["turns"] == 1
+
+
+def test_final_answers_that_part_late_are_shown_where_they_part(tmp_path: Path) -> None:
+    """The summary cut both final answers to their first 70 characters: answers that part after
+    that showed as the same text."""
+    chat = "http://127.0.0.1:9/v1/chat/completions"
+    ask = {"model": "m", "messages": [{"role": "user", "content": "run the tests"}]}
+    common = "I ran the whole test suite of the project twice, once per interpreter, and the last run said: "
+    sessions = []
+    for result in ("12 passed, 0 failed.", "11 passed, 1 failed."):
+        writer = SessionWriter.create(tmp_path, make_header(argv=["agent"]))
+        writer.append(_exchange(chat, ask, chat_completion_body(common + result)))
+        writer.close()
+        sessions.append(Session.load(writer.path))
+    res = diff(*sessions)
+    final = next(line for line in res.output.splitlines() if line.strip().startswith("final answer"))
+    assert "12 passed, 0 failed." in final and "11 passed, 1 failed." in final, res.output
 
 
 def chat_completion_body(text: str) -> dict[str, Any]:
