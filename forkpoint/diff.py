@@ -35,7 +35,7 @@ from .events import answer_tool, endpoint, in_start_order, mcp_tool_error
 from .jsondiff import Change, EqualPairs, format_changes, json_diff
 from .log import Session
 from .match import configured, event_key, key_spec, normalized, stored_key
-from .providers import genai_usage, recorded_response, response_text, summary
+from .providers import auxiliary, genai_usage, recorded_response, response_text, summary
 from .text import apart, escape
 
 #: Paths of :func:`comparable` covered by the match key; every other difference is in the answer.
@@ -53,8 +53,9 @@ def _calls(session: Session) -> list[dict[str, Any]]:
 
 
 def signature(event: dict[str, Any]) -> str:
-    """``model POST /v1/chat/completions`` or ``tool NAME``: what must agree for two calls to pair up."""
-    return f"{'tool' if event['type'] == 'tool_call' else 'model'} {endpoint(event)}"
+    """``model POST /v1/chat/completions``, ``http POST /v1/search`` (an exchange's kind: ``model``,
+    ``mcp`` or ``http``) or ``tool NAME``: what must agree for two calls to pair up."""
+    return f"{'tool' if event['type'] == 'tool_call' else summary(event)['kind']} {endpoint(event)}"
 
 
 def comparable(event: dict[str, Any]) -> dict[str, Any]:
@@ -226,7 +227,8 @@ def _tool_answer(model_call: Mapping[str, Any], tools: list[Any]) -> str | None:
 
 
 def totals(session: Session) -> dict[str, Any]:
-    """What a run amounts to: ``turns`` (model calls: no telemetry, MCP or plain HTTP), ``tools``
+    """What a run amounts to: ``turns`` (model calls that ask for an answer: no telemetry, MCP or
+    plain HTTP, nor a provider's token counting or embeddings, :func:`~forkpoint.providers.auxiliary`), ``tools``
     (calls by name), ``tool_errors`` (raised, or an MCP tool's ``isError`` answer),
     ``tokens`` (``input``/``output``, summed over the model calls' usage, None when none reported it; input with the tokens the
     prompt cache read and wrote, as :func:`~forkpoint.providers.genai_usage` counts them), ``model_ms`` (the model
@@ -246,7 +248,7 @@ def totals(session: Session) -> dict[str, Any]:
             break
     end = session.end()
     return {
-        "turns": len(models),
+        "turns": sum(1 for m in models if not auxiliary(m["request"].get("url"))),
         "tools": dict(Counter(t["tool"] for t in tools)),
         "tool_errors": sum(1 for t in tools if "error" in t or mcp_tool_error(t) is not None),
         "tokens": {"input": tokens_in, "output": tokens_out},
@@ -565,7 +567,7 @@ def render_diff(result: SessionDiff, console: Console) -> None:
     def tools(t: dict[str, Any]) -> str:
         return escape(", ".join(f"{k}×{v}" for k, v in t["tools"].items())) or "—"
 
-    summary.add_row("turns (model calls)", str(ta["turns"]), str(tb["turns"]))
+    summary.add_row("turns", str(ta["turns"]), str(tb["turns"]))
     summary.add_row("tools called", tools(ta), tools(tb))
     summary.add_row("tool errors", str(ta["tool_errors"]), str(tb["tool_errors"]))
     summary.add_row(

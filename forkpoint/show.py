@@ -26,7 +26,7 @@ from .events import (
 )
 from .log import Session, json_text, to_json, with_deltas
 from .patterns import compiled_later
-from .providers import call_kind, genai_usage, kinds, recorded_response, response_fields
+from .providers import auxiliary, call_kind, genai_usage, kinds, recorded_response, response_fields
 from .store import SessionInfo
 from .text import escape, plural, visible
 
@@ -277,11 +277,18 @@ def render(
         if e["type"] == "model_call" and call_kind(e) != "model":
             console.print(f"        [dim]#{e['seq']:<3}[/dim] {http_call_line(e)}")
         elif e["type"] == "model_call":
-            retry = retries(e, last)
-            turn += not retry
-            last = e
+            counts = auxiliary(e["request"].get("url"))  # (token counting, embeddings: no turn)
+            retry = not counts and retries(e, last)
+            turn += not (retry or counts)
+            last = last if counts else e
             head, details = model_call_line(e)
-            label = "[yellow]retry  [/yellow]" if retry else f"[bold cyan]turn {turn:>2}[/bold cyan]"
+            label = (
+                " " * 7
+                if counts
+                else "[yellow]retry  [/yellow]"
+                if retry
+                else f"[bold cyan]turn {turn:>2}[/bold cyan]"
+            )
             console.print(f"{label} [dim]#{e['seq']:<3}[/dim] model   {head}{_source(e)}")
             for d in details:
                 console.print(f"                    {d}")

@@ -81,6 +81,7 @@ __all__ = [
     "ToolCall",
     "Usage",
     "api_key_vars",
+    "auxiliary",
     "by_api",
     "by_name",
     "call_kind",
@@ -174,6 +175,14 @@ def _split_url(url: object) -> tuple[str | None, str]:
     return host or None, parts.path
 
 
+def auxiliary(url: object) -> bool:
+    """Whether ``url`` is an endpoint of a provider family that takes a model request's body but
+    asks for no answer (token counting, embeddings, moderations: :meth:`.Provider.is_auxiliary_path`):
+    at the provider's host a model call, never a turn."""
+    path = _split_url(url)[1]
+    return any(p.is_auxiliary_path(path) for p in REGISTRY)
+
+
 def _target(url: object, body: object) -> _Target:
     host, path = _split_url(url)
     trimmed = path.rstrip("/")
@@ -185,7 +194,7 @@ def _target(url: object, body: object) -> _Target:
         for p in REGISTRY:
             if p.claims_host(name):
                 return _Target(UNRECOGNIZED, p.name, "unknown", host, path)
-    if isinstance(body, dict) and not any(p.is_auxiliary_path(path) for p in REGISTRY):
+    if isinstance(body, dict) and not auxiliary(url):
         for p in REGISTRY:
             if p.claims_body(body):
                 return _Target(p, p.name, p.api, host, path)

@@ -107,7 +107,7 @@ def test_two_stochastic_runs_differ(two_live_runs: tuple[Run, Run]) -> None:
 
     # The summary shows both runs side by side.
     lines = out.splitlines()
-    turns = next(line for line in lines if line.strip().startswith("turns (model calls)"))
+    turns = next(line for line in lines if line.strip().startswith("turns "))
     assert turns.split()[-2:] == ["3", "3"]
     tools = next(line for line in lines if line.strip().startswith("tools called"))
     assert tools.count("write_file×1") == 2 and tools.count("run_tests×1") == 2
@@ -669,6 +669,37 @@ def test_final_answers_that_part_late_are_shown_where_they_part(tmp_path: Path) 
     res = diff(*sessions)
     final = next(line for line in res.output.splitlines() if line.strip().startswith("final answer"))
     assert "12 passed, 0 failed." in final and "11 passed, 1 failed." in final, res.output
+
+
+@pytest.mark.parametrize("host", ["https://api.anthropic.com", "http://127.0.0.1:9"])
+def test_token_counting_is_no_turn_and_no_model_call_where_it_is_plain_http(
+    tmp_path: Path, host: str
+) -> None:
+    """An agent that asks Anthropic's ``count_tokens`` before each message: diff counted it as a
+    turn (2 against 1), ``show`` numbered it "turn 1", and at a server no provider owns, a plain
+    HTTP call, diff still labelled it ``model POST …``."""
+    ask = {"model": "claude-x", "max_tokens": 100, "messages": [{"role": "user", "content": "hi"}]}
+    answer = {
+        "id": "msg_1", "type": "message", "role": "assistant", "model": "claude-x",
+        "content": [{"type": "text", "text": "hello"}], "stop_reason": "end_turn",
+        "usage": {"input_tokens": 10, "output_tokens": 2},
+    }  # fmt: skip
+    sessions = []
+    for counts in (True, False):
+        writer = SessionWriter.create(tmp_path, make_header(argv=["agent"]))
+        if counts:
+            writer.append(_exchange(f"{host}/v1/messages/count_tokens", ask, {"input_tokens": 10}))
+        writer.append(_exchange(f"{host}/v1/messages", ask, answer))
+        writer.close()
+        sessions.append(Session.load(writer.path))
+    data = json.loads(diff(*sessions, "--json").output)
+    assert data["summary"]["a"]["turns"] == data["summary"]["b"]["turns"] == 1, data["summary"]
+    kind = "model" if "anthropic" in host else "http"
+    assert data["pairs"][0]["a"]["signature"] == f"{kind} POST /v1/messages/count_tokens", data["pairs"]
+    shown = CliRunner().invoke(main, ["show", str(sessions[0].path)], env={"COLUMNS": "300"}).output
+    assert [line.split()[:3] for line in shown.splitlines() if line.startswith("turn")] == [
+        ["turn", "1", "#2"]
+    ]
 
 
 def chat_completion_body(text: str) -> dict[str, Any]:
