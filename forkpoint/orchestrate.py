@@ -1464,8 +1464,8 @@ def arm_specs(
     ref = session_ref(session)
     experiment = experiment or uuid.uuid4().hex
     # The configuration where the fork runs ([match] rules: the ones `forkpoint replay` here uses)
-    # applies to arms whose restored repository has none of its own; checked here, before any arm.
-    check_config()
+    # applies to arms whose restored repository has none of its own (checked by the caller, before
+    # it makes the arms' folder: check_config).
     found = find_config()
     config = str(found[0].absolute()) if found is not None else None
     return [
@@ -1534,6 +1534,7 @@ def fork_specs(
     for an override, a configuration or an ``into`` that cannot be used."""
     resumable(session, seq)
     check_overrides(session, list(overrides or []), live_from=seq, losses=True)
+    check_config()  # (before a folder for the arms is made: a refused fork leaves none behind)
     into = into if into is not None else fork_into(session, seq)
     refuse_taken(into, [into], arms, "fork")
     say_unrecorded_before(session, [seq])

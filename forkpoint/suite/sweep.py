@@ -21,6 +21,7 @@ from ..log import Session
 from ..orchestrate import (
     Arm,
     arm_specs,
+    check_config,
     check_overrides,
     fork_into,
     refuse_taken,
@@ -103,6 +104,7 @@ def plan_sweep(
     :class:`~forkpoint.errors.OverrideError` for an override that names no recorded call."""
     cps = sweep_checkpoints(session, first, last)
     check_overrides(session, list(overrides or []), losses=True)
+    check_config()  # (before a folder for the arms is made: a refused sweep leaves none behind)
     into = into if into is not None else fork_into(session, cps[0]["seq"])
     refuse_taken(into, [into / f"seq-{cp['seq']}" for cp in cps], arms, "sweep")
     say_unrecorded_before(session, [cp["seq"] for cp in cps])

@@ -16,6 +16,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -2359,7 +2360,11 @@ def test_fork_and_sweep_refuse_a_usage_error_before_announcing_arms(
 ) -> None:
     """An override naming no recorded call, a bad rule in the ``forkpoint.toml`` where they run, or
     an ``--into`` holding an arm was refused only after "forkpoint: 1 arm on local" (or "1 arm
-    per checkpoint") had announced arms that never started."""
+    per checkpoint") had announced arms that never started; the bad rule, after the arms' folder
+    had been made, and left behind."""
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
     path = growing_workspace_session(tmp_path / "store", tmp_path / "ws", 2)
     seq = next(c["seq"] for c in Session.load(path).by_type("checkpoint"))
     taken = tmp_path / "taken"
@@ -2383,6 +2388,7 @@ def test_fork_and_sweep_refuse_a_usage_error_before_announcing_arms(
             assert r.exit_code in (1, 2) and said in " ".join(r.output.split()), (command, options, r.output)
             assert " arm " not in r.output and "arms" not in r.output, (command, options, r.output)
     assert all(f.read_text() == "mine\n" for f in mine)
+    assert [p for p in temp.rglob("*") if "@" in p.name] == []  # no folder made for arms
 
 
 def test_fork_from_a_missing_checkpoint_announces_no_arms(tmp_path: Path) -> None:
