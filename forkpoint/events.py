@@ -220,6 +220,9 @@ class McpCall(TypedDict):
 
     server: str | None
     method: str
+    #: The transport the session was opened on: a stdio server's command line, another's URL
+    #: (identical requests to two servers are told apart by it on replay).
+    via: NotRequired[str]
     #: What the server sent the agent while this request was in flight, in order: its notifications
     #: and requests as ``{"method", "params"}`` (a request with its ``id``; a progress notification
     #: that went to the request's progress callback with ``"to": "progress_callback"``). A replay

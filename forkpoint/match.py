@@ -14,7 +14,9 @@ varies between two runs of the same program:
   SDK telemetry such as ``x-stainless-*``, ``user-agent``, idempotency keys, request ids, retry
   counts, credentials — since none of them changes what the model sees.
 
-Tool calls are keyed the same way on ``{"tool": name, "args": arguments}``.
+Tool calls are keyed the same way on ``{"tool": name, "args": arguments}``, and a request to an MCP
+server on its server's name too (``"server"``, once its ``initialize`` answer named it): two servers'
+tools of one name with the same arguments are told apart (:func:`tool_request`).
 
 Calls with the same key are answered in the order they were **sent** (:func:`in_send_order`), which
 is the recorded order unless concurrent calls finished in another order than they started.
@@ -192,10 +194,31 @@ def relocated(value: Any, here: str, recorded: str) -> Any:
     return walk(value)
 
 
-def tool_key(name: str, args: Any, ignore: Ignore | None = None) -> str:
+def tool_request(name: str, args: Any, server: str | None = None) -> dict[str, Any]:
+    """What a tool call's match key covers: ``{"tool", "args"}``, and ``"server"``, the name of the
+    MCP server a request went to when it is known (:func:`mcp_server`)."""
+    return {"tool": name, "args": args, **({"server": server} if server is not None else {})}
+
+
+#: The MCP requests whose answer names the server: their ``mcp.server`` was not known when sent.
+MCP_INTRODUCING = ("initialize", "server/discover")
+
+
+def mcp_server(mcp: Any) -> str | None:
+    """The name of the MCP server a request went to, from its ``mcp`` (``{"server", "method"}``),
+    as known when it was sent, or None: an ``initialize`` (or ``server/discover``) is recorded
+    with the name its answer gave, which its request could not have had."""
+    if not isinstance(mcp, Mapping) or mcp.get("method") in MCP_INTRODUCING:
+        return None
+    server = mcp.get("server")
+    return server if isinstance(server, str) else None
+
+
+def tool_key(name: str, args: Any, ignore: Ignore | None = None, server: str | None = None) -> str:
     """Match key (64 hex) of a tool call: its name and its (scrubbed, JSON) arguments, less what the
-    ``ignore`` rules about this tool take out (default: the configuration's, :func:`configured`)."""
-    keyed = _in_force(ignore).mask({"tool": name, "args": secrets_by_kind(scrub_json(args))}, tool=name)
+    ``ignore`` rules about this tool take out (default: the configuration's, :func:`configured`),
+    and the MCP ``server`` it went to, if any (:func:`tool_request`)."""
+    keyed = _in_force(ignore).mask(tool_request(name, secrets_by_kind(scrub_json(args)), server), tool=name)
     return digest(keyed, exotic=True)  # (arguments may be any int, any str: a file name's surrogates)
 
 
@@ -207,10 +230,10 @@ def value_key(fn: str, args: Any = None) -> str:
 
 def normalized(event: Mapping[str, Any]) -> dict[str, Any]:
     """What the match key of a recorded call covers: the normalized request of a model call
-    (:func:`normalize_request`), ``{"tool", "args"}`` of a tool call, ``{"value", "args"}`` of a
+    (:func:`normalize_request`), :func:`tool_request` of a tool call, ``{"value", "args"}`` of a
     value read (before any ignore rule: :meth:`Ignore.mask` takes their parts out)."""
     if event.get("type") == "tool_call":
-        return {"tool": event["tool"], "args": event.get("args")}
+        return tool_request(event["tool"], event.get("args"), mcp_server(event.get("mcp")))
     if event.get("type") == "value":
         return {"value": event["fn"], "args": event.get("args")}
     r = event["request"]
@@ -222,8 +245,9 @@ def normalized(event: Mapping[str, Any]) -> dict[str, Any]:
 #: a replay then recomputes the keys a session stored instead of trusting them (:func:`key_spec`).
 #: 3: range and if-range are in the key; 4: Bedrock InvokeModel's x-amzn-bedrock-* headers; 5: query
 #: parameters named like credentials (?access_key=, ?auth_token=) are out of the key; 6: a secret's
-#: placeholder counts by its kind, not its digest (a JWT signed afresh at every run).
-KEY_VERSION = 6
+#: placeholder counts by its kind, not its digest (a JWT signed afresh at every run); 7: an MCP
+#: request's server name.
+KEY_VERSION = 7
 
 
 def key_spec(ignore: Ignore | None = None) -> str:
@@ -251,7 +275,7 @@ def event_key(event: Mapping[str, Any], ignore: Ignore | None = None) -> str:
     arguments: the one function every reader and writer of ``key`` uses. ``ignore``: the rules in
     force (default: the configuration's, :func:`configured`)."""
     if event.get("type") == "tool_call":
-        return tool_key(event["tool"], event.get("args"), ignore)
+        return tool_key(event["tool"], event.get("args"), ignore, mcp_server(event.get("mcp")))
     if event.get("type") == "value":
         return value_key(event["fn"], event.get("args"))
     return model_key(normalized(event), ignore)

@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # annotations only: this module is imported at every bootstra
     from types import CodeType
 
     from .errors import NetworkBlocked
-    from .events import Call, CallKind, HttpRequest, ModelCallEvent, ToolCallEvent, ValueEvent
+    from .events import Call, CallKind, HttpRequest, McpCall, ModelCallEvent, ToolCallEvent, ValueEvent
 
 #: What serves each kind of call during a replay.
 SOURCES = ("replay", "live")
@@ -82,9 +82,11 @@ class Serving(Runtime, Protocol):
         *,
         defaulted: frozenset[str] = frozenset(),
         call_id: str | None = None,
+        mcp: McpCall | None = None,
     ) -> tuple[ToolCallEvent, int] | None:
         """The recorded tool call and its position among this run's tool calls, or None to run the
-        tool live. Raises :class:`~forkpoint.errors.Divergence`."""
+        tool live (``mcp``: where it went, a request to an MCP server). Raises
+        :class:`~forkpoint.errors.Divergence`."""
 
     def take_value(self, fn: str, args: list[Any] | None = None) -> ValueEvent | None:
         """The recorded value the agent's own code reads next from ``fn``, or None to read it for

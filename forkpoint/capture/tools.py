@@ -1164,11 +1164,16 @@ def _taken_id(call_id: str | None, mcp: McpCall | None) -> str | None:
 
 
 def _replayed(
-    rt: runtime.Runtime, name: str, args: dict[str, Any], defaulted: frozenset[str], call_id: str | None
+    rt: runtime.Runtime,
+    name: str,
+    args: dict[str, Any],
+    defaulted: frozenset[str],
+    call_id: str | None,
+    mcp: McpCall | None,
 ) -> _Served | None:
     """The recorded call to serve, or None when the replayer says to run it for real."""
     serving = cast(runtime.Serving, rt)
-    taken = serving.take_tool_call(name, args, defaulted=defaulted, call_id=call_id)
+    taken = serving.take_tool_call(name, args, defaulted=defaulted, call_id=call_id, mcp=mcp)
     return None if taken is None else _Served(serving, taken[0], taken[1])
 
 
@@ -1208,7 +1213,7 @@ def call_tool(
         return body()
     call_id = _taken_id(call_id, mcp)
     emitted, replayed = _take_handed(emitted, replayed)
-    served = _replayed(rt, name, args, defaulted, call_id) if rt.mode == "replay" else None
+    served = _replayed(rt, name, args, defaulted, call_id, mcp) if rt.mode == "replay" else None
     if served is not None:
         served.wait()
         if emitted is not None:
@@ -1251,7 +1256,7 @@ async def acall_tool(
         return await body()
     call_id = _taken_id(call_id, mcp)
     emitted, handed = _take_handed(emitted, replayed)
-    served = _replayed(rt, name, args, defaulted, call_id) if rt.mode == "replay" else None
+    served = _replayed(rt, name, args, defaulted, call_id, mcp) if rt.mode == "replay" else None
     if served is not None:
         await served.await_turn()
         error = served.event.get("error")

@@ -9,7 +9,8 @@ goes through (mcp 2.x's ``Client`` included: it drives a ``ClientSession``) — 
 ``list_tools`` with which ``call_tool`` validates structured content). Each is a ``tool_call``
 event: a ``tools/call`` under the MCP tool's own name with its arguments, any other request as
 ``mcp:<method>`` (``mcp:initialize``, ``mcp:tools/list``) with its params. Both carry ``mcp``:
-``{"server": <the name in the server's initialize answer>, "method": <JSON-RPC method>}``.
+``{"server": <the name in the server's initialize answer>, "method": <JSON-RPC method>, "via": <the
+transport>}``.
 mcp 2.x's ``send_discover`` (the ``server/discover`` probe with which a client may negotiate
 instead of ``initialize``; it does not go through ``send_request``) is patched too, and
 recorded as ``mcp:server/discover`` with its raw answer. The
@@ -26,9 +27,11 @@ several requests in flight nothing tells which one a message came for: it is kep
 marked shared, and the replay's verdict says it is not certain. What the server sends while none
 is in flight is not recorded: said while recording, noted in the session (``unrecorded_mcp``) and
 named in the replay's verdict. ``ping`` is not recorded: its answer is empty and when a client
-pings depends on the clock; a replay answers it at once. The server's name is not part of the
-match key: two servers' tools with the same name and arguments are served in the order they were
-called.
+pings depends on the clock; a replay answers it at once. The server's name is part of the match
+key (:func:`forkpoint.match.tool_request`), once its ``initialize`` answer gave it; each request
+also records the transport its session was opened on (``via``: a stdio server's command line,
+another's URL), which tells identical requests apart on replay (the ``initialize`` of two servers
+opened at once, two servers of one name) where the recording's transports differ.
 
 **Transports.** Patched: ``stdio_client``, ``sse_client``, ``streamable_http_client``
 (``streamablehttp_client``) and ``websocket_client`` of ``mcp.client.*``, in their module and in
@@ -62,6 +65,7 @@ import functools
 import inspect
 import logging
 import math
+import shlex
 import sys
 from collections.abc import Awaitable, Callable, Iterator
 from importlib.metadata import PackageNotFoundError, version
@@ -74,6 +78,8 @@ from ..capture.tools import acall_tool
 from ..capture.tracebacks import hidden
 from ..errors import McpServerNotStarted
 from ..events import McpCall
+from ..match import MCP_INTRODUCING
+from ..redact import scrub_text, scrub_url
 from ..text import say
 from .base import Integration, replace
 
@@ -97,6 +103,11 @@ _FAKE = "_forkpoint_mcp_fake"
 _STANDBY = "_forkpoint_mcp_standby"
 #: The JSON-RPC id of the ``initialize`` request a :class:`_Standby` sends for the session.
 _INTRODUCTION_ID = "forkpoint-initialize"
+#: On a ClientSession: the transport it was opened on (``mcp.via`` of its requests, :meth:`_Transport.via`).
+_VIA = "_forkpoint_mcp_via"
+#: The patched transports open now: the id of the write stream each handed its session → the
+#: transport (by id: the SDK's streams take no attribute, nor a weak reference).
+_OPEN: dict[int, str] = {}
 #: On a ClientSession: the :class:`_Exchange` of each of its requests in flight while recording.
 _IN_FLIGHT = "_forkpoint_mcp_in_flight"
 #: On a ClientSession: the methods of server messages said to be unrecorded already.
@@ -187,6 +198,8 @@ async def _request(
     fake = getattr(session, _FAKE, False)
     failed: list[BaseException] = []
     info: McpCall = {"server": getattr(session, _SERVER, None), "method": method}
+    if (via := getattr(session, _VIA, None)) is not None:
+        info["via"] = via
     exchange = exchange if exchange is not None else _Exchange(session, None)
 
     async def body() -> Any:
@@ -214,7 +227,7 @@ async def _request(
         try:
             with _http_above():
                 result = await send()
-            if method in _INTRODUCING and info["server"] is None:  # (its event names the server too)
+            if method in MCP_INTRODUCING and info["server"] is None:  # (its event names the server too)
                 info["server"] = _server_name(result)
             return result
         except Exception as exc:
@@ -312,10 +325,6 @@ def _received(session: Any, message: dict[str, Any]) -> None:
         )
 
 
-#: The requests whose answer names the server.
-_INTRODUCING = ("initialize", "server/discover")
-
-
 def _learn_server(session: Any, result: Any) -> None:
     """Note the server's name from an ``initialize`` (or 2.x ``server/discover``) answer."""
     setattr(session, _SERVER, _server_name(result))
@@ -383,13 +392,12 @@ def patch_session(module: ModuleType) -> None:
         init(self, *args, **kwargs)
         # The write stream, or (2.x's mcp.Client) the JSON-RPC dispatcher built over it.
         given = (*args, *kwargs.values())
-        for v in given:
-            fake = getattr(v, _FAKE, False) or getattr(getattr(v, "_write_stream", None), _FAKE, False)
-            if fake:
-                setattr(self, _FAKE, fake)  # its server was not started: nothing can go live
-            standby = getattr(v, _STANDBY, None) or getattr(getattr(v, "_write_stream", None), _STANDBY, None)
-            if standby is not None:
-                setattr(self, _STANDBY, standby)
+        for stream in (w for v in given for w in (v, getattr(v, "_write_stream", None))):
+            for mark in (_FAKE, _STANDBY):  # (_FAKE: its server was not started: nothing can go live)
+                if found := getattr(stream, mark, None):
+                    setattr(self, mark, found)
+            if (via := _OPEN.get(id(stream))) is not None:
+                setattr(self, _VIA, via)
 
     @functools.wraps(notify)
     async def send_notification(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -575,8 +583,31 @@ class _Transport:
         self._fake: _ReplayStreams | None = None
         self._standby: _Standby | None = None
         self._relay: Any = None  # the task group of its relays
+        self._opened: int | None = None  # its key in _OPEN
+
+    def _target(self) -> Any:
+        """What the transport was given to reach its server: a stdio server's parameters, a URL."""
+        return self._args[0] if self._args else self._kwargs.get("server", self._kwargs.get("url"))
+
+    def via(self) -> str | None:
+        """The transport as its requests record it (``mcp.via``): a stdio server's command line,
+        another's URL, scrubbed as the session keeps it; None for what it cannot name."""
+        target = self._target()
+        if isinstance(target, str):
+            return scrub_url(target)
+        command, args = getattr(target, "command", None), getattr(target, "args", None)
+        if isinstance(command, str) and isinstance(args, list):
+            return scrub_text(shlex.join([command, *map(str, args)]))
+        return None
 
     async def __aenter__(self) -> Any:
+        streams = await self._open()
+        if (via := self.via()) is not None:
+            self._opened = id(streams[1])
+            _OPEN[self._opened] = via
+        return streams
+
+    async def _open(self) -> Any:
         rt = runtime.active()
         standby = False
         if rt is not None and rt.mode == "replay" and not cast(runtime.Serving, rt).runs_live("tool_call"):
@@ -586,7 +617,7 @@ class _Transport:
                 return self._fake.streams()
             standby = True
         self._inner = self._original(*self._args, **self._kwargs)
-        url = self._args[0] if self._args else self._kwargs.get("url")
+        url = self._target()
         if rt is not None and rt.mode == "record" and isinstance(url, str):
             # Its requests are recorded here, as MCP calls: the connection is accounted for.
             connections.recorded(url)
@@ -612,6 +643,8 @@ class _Transport:
         return self._standby.streams()
 
     async def __aexit__(self, *exc_info: Any) -> Any:
+        if self._opened is not None:
+            del _OPEN[self._opened]
         if self._fake is not None:
             await self._fake.aclose()
             return None

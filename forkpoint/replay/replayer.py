@@ -46,6 +46,7 @@ from ..events import (
     ErrorRecord,
     HttpRequest,
     HttpResponse,
+    McpCall,
     ModelCallEvent,
     Served,
     ToolCallEvent,
@@ -65,6 +66,7 @@ from ..match import (
     in_send_order,
     inert_rules,
     key_spec,
+    mcp_server,
     model_key,
     normalize_request,
     normalized,
@@ -73,6 +75,7 @@ from ..match import (
     stored_key,
     suggest_ignore,
     tool_key,
+    tool_request,
     value_key,
 )
 from ..override import Override
@@ -309,18 +312,25 @@ def _alike(queues: Iterable[Sequence[Served]]) -> dict[int, int]:
     return out
 
 
+def _own_id(call_id: Any, mcp: Any) -> str | None:
+    """What tells a tool call apart from identical ones: ``call_id``, the id the model gave it, else
+    for a request to an MCP server the transport its session was opened on (``mcp.via``: a stdio
+    server's command line, another's URL), which tells apart two servers' ``initialize``, sent before
+    either named itself, and two servers of one name."""
+    via = mcp.get("via") if isinstance(mcp, Mapping) else None
+    own = call_id if call_id is not None else via
+    return own if isinstance(own, str) else None
+
+
 def _own_call_ids(queues: Iterable[Sequence[Mapping[str, Any]]]) -> dict[int, str]:
-    """Seq → ``call_id`` (the id the model gave a tool call) of the recorded calls whose id no other
-    call of their match key has: the id tells that call apart from the identical ones. Ids a
-    framework gives calls of its own accord, alike in every run, tell nothing."""
+    """Seq → own id (:func:`_own_id`) of the recorded calls whose id no other call of their match
+    key has: the id tells that call apart from the identical ones. Ids a framework gives calls of
+    its own accord, alike in every run, tell nothing."""
     out: dict[int, str] = {}
     for queue in queues:
-        ids = Counter(e.get("call_id") for e in queue)
-        out.update(
-            (e["seq"], e["call_id"])
-            for e in queue
-            if isinstance(e.get("call_id"), str) and ids[e["call_id"]] == 1
-        )
+        ids = {e["seq"]: _own_id(e.get("call_id"), e.get("mcp")) for e in queue}
+        counted = Counter(ids.values())
+        out.update((seq, own) for seq, own in ids.items() if own is not None and counted[own] == 1)
     return out
 
 
@@ -569,7 +579,7 @@ class Replayer:
         self._queues = self._queued(self.recorded)
         #: Seq → its group (first seq): identical calls whose recorded answers differ (_alike).
         self._alike = _alike(self._queues.values())
-        #: Seq → the call's own id from the model (:func:`_own_call_ids`; :meth:`_same_call_id`).
+        #: Seq → the call's own id (:func:`_own_call_ids`; :meth:`_same_call_id`).
         self._call_ids = _own_call_ids(self._queues.values())
         #: Recorded call → the secrets it sent (:meth:`_same_secrets`), once looked at.
         self._sent_secrets: dict[int, tuple[list[str], list[str]]] = {}
@@ -862,6 +872,7 @@ class Replayer:
         *,
         defaulted: frozenset[str] = frozenset(),
         call_id: str | None = None,
+        mcp: McpCall | None = None,
     ) -> tuple[ToolCallEvent, int] | None:
         """The event of this tool call and its position among the run's tool calls, or None to run
         the tool live. Raises :class:`Divergence`.
@@ -870,7 +881,9 @@ class Replayer:
         nothing matches the call as it is, a recorded call of the tool whose arguments are these
         less some of the defaulted ones is taken, so a tool that gained optional parameters since
         the recording still gets its recorded answers. ``call_id``: the id the model gave the call
-        (:meth:`_same_call_id`)."""
+        (:meth:`_same_call_id`); ``mcp``: where a request to an MCP server went (its server's name is
+        in the key, its transport tells identical calls apart: :func:`_own_id`)."""
+        server = mcp_server(mcp)
 
         def without_defaults() -> list[str]:
             """Keys of recorded calls of this tool whose arguments are these less some defaulted ones."""
@@ -878,7 +891,11 @@ class Replayer:
             scrubbed = scrub_json(args)
             for e in self.recorded:
                 rec = e.get("args")
-                if e["type"] != "tool_call" or e["tool"] != name or not isinstance(rec, dict):
+                if (
+                    e["type"] != "tool_call"
+                    or (e["tool"], mcp_server(e.get("mcp"))) != (name, server)
+                    or not isinstance(rec, dict)
+                ):
                     continue
                 if (
                     set(rec) <= set(scrubbed)
@@ -889,16 +906,22 @@ class Replayer:
                     alt.append(self._keys[e["seq"]])
             return alt
 
-        key = tool_key(name, args, self.ignore)
+        key = tool_key(name, args, self.ignore, server)
         if not self._queues.get(key):  # (as called, if recorded so: then nothing more to look at)
             moved = self._relocated(args)
             if moved is not args:
-                args, key = moved, tool_key(name, moved, self.ignore)
-        norm = {"tool": name, "args": args}
+                args, key = moved, tool_key(name, moved, self.ignore, server)
+        norm = tool_request(name, args, server)
         alternatives = without_defaults if defaulted & set(args) else None
         live = name in self.live_tools
         event, position = self._take(
-            "tool_call", key, norm, alternatives=alternatives, live=live, call_id=call_id, name=name
+            "tool_call",
+            key,
+            norm,
+            alternatives=alternatives,
+            live=live,
+            call_id=_own_id(call_id, mcp),
+            name=name,
         )
         if event is None:
             return None
@@ -1100,8 +1123,9 @@ class Replayer:
         """The call of ``queue`` (one match key) recorded with ``call_id``, the id the model gave the
         tool call asked now, as its own (:func:`_own_call_ids`), or none: the model's answer that
         asked for it was served from the recording, so its id names the recorded call that answered
-        it, whichever of concurrent runs asks first. A framework that makes its own ids each run, or
-        a call with none, is served in the order of the recording."""
+        it, whichever of concurrent runs asks first (an MCP request's transport, :func:`_own_id`,
+        likewise names its server's). A framework that makes its own ids each run, or a call with
+        none, is served in the order of the recording."""
         if call_id is None:
             return []
         return [e for e in queue if self._call_ids.get(e["seq"]) == call_id]

@@ -3,8 +3,8 @@
 client's model and user, one logging after it answered, and in 2.x one asking the user for an argument), a resource and a prompt. Everything it does is appended to a ledger file, its
 start included, so a test sees whether the server ran at all.
 
-Run: ``python mcp_calc_server.py LEDGER [stdio | sse PORT | streamable-http PORT]`` (HTTP on
-127.0.0.1 only).
+Run: ``python mcp_calc_server.py LEDGER [stdio | sse PORT | streamable-http PORT] [--name=NAME]``
+(HTTP on 127.0.0.1 only; NAME, default ``calc``: the server's name, which ``lookup`` answers with).
 """
 
 from __future__ import annotations
@@ -23,9 +23,11 @@ except ImportError:  # mcp 2.x
     from mcp.server.mcpserver import Context  # type: ignore[no-redef,assignment]
     from mcp.server.mcpserver import MCPServer as Server  # type: ignore[no-redef]
 
-LEDGER = sys.argv[1]
-TRANSPORT = sys.argv[2] if len(sys.argv) > 2 else "stdio"
-PORT = int(sys.argv[3]) if len(sys.argv) > 3 else 0
+NAME = next((a.removeprefix("--name=") for a in sys.argv if a.startswith("--name=")), "calc")
+argv = [a for a in sys.argv if not a.startswith("--name=")]
+LEDGER = argv[1]
+TRANSPORT = argv[2] if len(argv) > 2 else "stdio"
+PORT = int(argv[3]) if len(argv) > 3 else 0
 
 
 def note(line: str) -> None:
@@ -35,7 +37,7 @@ def note(line: str) -> None:
 
 note(f"started {TRANSPORT}")
 options = {"host": "127.0.0.1", "port": PORT} if TRANSPORT != "stdio" and Server.__name__ == "FastMCP" else {}
-server = Server("calc", **options)
+server = Server(NAME, **options)
 
 
 @server.tool()
@@ -43,6 +45,14 @@ def add(a: int, b: int) -> int:
     """Add two integers."""
     note(f"add {a} {b}")
     return a + b
+
+
+@server.tool()
+async def lookup(key: str) -> str:
+    """Look key up: this server's answer names the server."""
+    note(f"lookup {key}")
+    await asyncio.sleep(0.05)  # (two servers asked at once answer while both are asked)
+    return f"{NAME} has {key}"
 
 
 rolled = 0

@@ -166,9 +166,11 @@ def test_an_mcp_session_replays_without_its_server(transport: str, tmp_path: Pat
         "mcp:prompts/get",
         "mcp:resources/read",
     ]
-    assert events[0]["mcp"] == {"server": "calc", "method": "initialize"}  # (named by its own answer)
+    # (the transport: the stdio server's command line, the URL of one over HTTP)
+    via = url or f"{sys.executable} {SERVER_SCRIPT} {ledger}"
+    assert events[0]["mcp"] == {"server": "calc", "method": "initialize", "via": via}  # (named by its answer)
     add = events[2]
-    assert add["mcp"] == {"server": "calc", "method": "tools/call"}
+    assert add["mcp"] == {"server": "calc", "method": "tools/call", "via": via}
     assert add["args"] == {"a": 2, "b": 3}
     assert add["result"]["structuredContent"] == {"result": 5}
     assert add["result"]["content"] == [{"type": "text", "text": "5"}]
@@ -648,6 +650,39 @@ def test_server_messages_while_several_requests_are_in_flight_make_the_verdict_n
 
 
 @pytest.mark.slow
+def test_two_servers_asked_the_same_tool_at_once_each_get_their_own_answers_on_replay(tmp_path: Path) -> None:
+    """Two servers (alpha, beta), each with a tool ``lookup``, asked the same lookup at once: the
+    server was in no match key, so the two ``initialize`` requests (sent before either server named
+    itself) and the two lookups were identical calls answered differently, and the replay said "ok,
+    but not certain" of both pairs. Now a request's key has its server's name, and its transport
+    (the server's command line) tells the two ``initialize`` requests apart: "replay ok"."""
+    ledger = tmp_path / "ledger.log"
+
+    async def ask(name: str) -> str:
+        params = StdioServerParameters(
+            command=sys.executable, args=[str(SERVER_SCRIPT), str(ledger), f"--name={name}"]
+        )
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            result = await session.call_tool("lookup", {"key": "x"})
+        return str(result.content[0].text)  # type: ignore[union-attr]
+
+    async def run() -> list[str]:
+        return list(await asyncio.gather(ask("alpha"), ask("beta")))
+
+    with forkpoint.record(store=tmp_path / "store") as rec:
+        live = asyncio.run(run())
+    assert live == ["alpha has x", "beta has x"]
+    calls = forkpoint.Session.load(rec.session_path).by_type("tool_call")
+    assert {(e["tool"], e["mcp"]["server"]) for e in calls} >= {("lookup", "alpha"), ("lookup", "beta")}
+    assert {e["mcp"]["via"].rsplit(" ", 1)[-1] for e in calls} == {"--name=alpha", "--name=beta"}
+    with forkpoint.replay(rec.session_path) as rp:
+        assert asyncio.run(run()) == live
+    report = rp.report()
+    assert summary_line(report).startswith("replay ok: "), summary_line(report)
+
+
+@pytest.mark.slow
 def test_a_server_message_sent_while_no_request_is_in_flight_is_said_recorded_and_in_the_verdict(
     tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
@@ -842,7 +877,7 @@ def test_frameworks_reaching_mcp_through_the_session_are_recorded_once(
     assert rp.report()["reproduced"], rp.report()
     events = forkpoint.Session.load(rec.session_path).by_type("tool_call")
     adds = [e for e in events if e["tool"] == "add"]
-    assert len(adds) == 1 and adds[0]["mcp"] == {"server": "calc", "method": "tools/call"}
+    assert len(adds) == 1 and adds[0]["mcp"]["server"] == "calc" and adds[0]["mcp"]["method"] == "tools/call"
     assert all("mcp" in e for e in events)  # nothing recorded by the framework's integration
 
 
