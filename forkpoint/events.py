@@ -226,7 +226,8 @@ class McpCall(TypedDict):
     #: What the server sent the agent while this request was in flight, in order: its notifications
     #: and requests as ``{"method", "params"}`` (a request with its ``id``; a progress notification
     #: that went to the request's progress callback with ``"to": "progress_callback"``). A replay
-    #: hands each to what received it again, before the result.
+    #: hands each to what received it again, before the result. ``"beside": true``: it came while
+    #: other requests were in flight; ``"shared": true``: which of them it came for is not known.
     received: NotRequired[list[dict[str, Any]]]
 
 

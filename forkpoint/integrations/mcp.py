@@ -23,8 +23,10 @@ What the server sends the agent while a request is in flight (progress notificat
 ``progress_callback``, log messages and other notifications, and its own requests: sampling,
 elicitation, roots) is recorded with that request (``mcp.received``), and handed again, in order,
 to the callbacks that received it when a replay serves the request (:class:`_Exchange`). With
-several requests in flight nothing tells which one a message came for: it is kept with the latest,
-marked shared, and the replay's verdict says it is not certain. What the server sends while none
+several requests in flight a progress notification is kept with the request its ``progressToken``
+names, marked beside (handed in that request's turn, not interleaved with the others' messages as
+it came); nothing tells which one another message came for: it is kept with the latest, marked
+shared. Either way the replay's verdict says it is not certain. What the server sends while none
 is in flight is not recorded: said while recording, noted in the session (``unrecorded_mcp``) and
 named in the replay's verdict. ``ping`` is not recorded: its answer is empty and when a client
 pings depends on the clock; a replay answers it at once. The server's name is part of the match
@@ -270,11 +272,17 @@ class _Exchange:
         self.session, self.callback = session, callback
         self.received: list[dict[str, Any]] = []
 
+    def note(self, message: dict[str, Any]) -> None:
+        """Note a message that came for this request; marked ``"beside": true`` when another request
+        of the session was in flight too (a replay hands it in this request's turn: with this
+        request's other messages, in their order, but not interleaved with the other's as it came)."""
+        if len(self.session.__dict__.get(_IN_FLIGHT) or ()) > 1:
+            message["beside"] = True
+        self.received.append(message)
+
     async def relay(self, progress: float, total: float | None, message: str | None) -> None:
         params = {"progress": progress, "total": total, "message": message}
-        self.received.append(
-            {"method": "notifications/progress", "params": params, "to": "progress_callback"}
-        )
+        self.note({"method": "notifications/progress", "params": params, "to": "progress_callback"})
         assert self.callback is not None  # (only relayed for a request made with one)
         with _http_above(False):
             await self.callback(progress, total, message)
@@ -305,10 +313,16 @@ class _Dispatched:
 
 def _received(session: Any, message: dict[str, Any]) -> None:
     """A message of the server reached ``session`` while recording: noted with the request of it in
-    flight, or said when none is. With several in flight, nothing tells which it came for: it is
-    noted with the latest, marked ``"shared": true`` (a replay's verdict says it is not certain)."""
+    flight, or said when none is. With several in flight, a progress notification is noted with the
+    request its ``progressToken`` names (:func:`_progress_for`); nothing tells which any other came
+    for: it is noted with the latest, marked ``"shared": true`` (a replay's verdict says it is not
+    certain)."""
     in_flight = session.__dict__.get(_IN_FLIGHT)
     if in_flight:
+        own = _progress_for(session, message)
+        if own is not None and own in in_flight:
+            own.note(message)
+            return
         if len(in_flight) > 1:
             message["shared"] = True
         in_flight[-1].received.append(message)
@@ -323,6 +337,24 @@ def _received(session: Any, message: dict[str, Any]) -> None:
             "no request of the agent was in flight: not recorded, a replay does not hand it to the "
             "agent's callbacks"
         )
+
+
+def _progress_for(session: Any, message: dict[str, Any]) -> _Exchange | None:
+    """The request a progress notification is for, by its ``progressToken``: the request's id, under
+    which the session's dispatcher (mcp 2.x) keeps the progress callback of the request in flight,
+    which forkpoint made its :meth:`_Exchange.relay`. None for another message, or where the token
+    names none."""
+    params = message.get("params")
+    token = params.get("progressToken") if isinstance(params, dict) else None
+    if message["method"] != "notifications/progress" or not isinstance(token, str | int):
+        return None
+    pending = getattr(getattr(session, "_dispatcher", None), "_pending", None)
+    coerce = getattr(sys.modules.get("mcp.shared.dispatcher"), "coerce_request_id", None)
+    if not isinstance(pending, dict) or coerce is None:
+        return None
+    relay = getattr(pending.get(coerce(token)), "on_progress", None)
+    exchange = getattr(relay, "__self__", None)
+    return exchange if isinstance(exchange, _Exchange) else None
 
 
 def _learn_server(session: Any, result: Any) -> None:

@@ -1631,6 +1631,15 @@ class Replayer:
             report["site"] = site
         return report
 
+    def _mcp_received(self, mark: str) -> list[int]:
+        """The recorded MCP requests with a message of their server marked ``mark`` (``shared``,
+        ``beside``: :mod:`forkpoint.integrations.mcp`)."""
+        return [
+            e["seq"]
+            for e in self._session.by_type("tool_call")
+            if "mcp" in e and any(m.get(mark) for m in e["mcp"].get("received") or ())
+        ]
+
     def _changed_in_place(self, before: int | None) -> list[dict[str, Any]]:
         """What the recording's notes say tools changed in place (the Agents SDK's run context, an
         argument, a method's object) before the recorded call ``before`` (any, when None): a replay
@@ -1748,11 +1757,8 @@ class Replayer:
                         n := sum(1 for m in e.get("emitted") or () if isinstance(m, dict) and m.get("inner"))
                     )
                 ],
-                "mcp_shared": [
-                    e["seq"]
-                    for e in self._session.by_type("tool_call")
-                    if "mcp" in e and any(m.get("shared") for m in e["mcp"].get("received") or ())
-                ],
+                "mcp_shared": self._mcp_received("shared"),
+                "mcp_beside": self._mcp_received("beside"),
                 "unrecorded_mcp": [
                     n["data"]["unrecorded_mcp"]
                     for n in self._session.by_type("note")

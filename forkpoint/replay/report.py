@@ -408,6 +408,12 @@ def caveat(report: dict[str, Any]) -> str | None:
             "recording: they were handed to the agent's callbacks with the latest of them, maybe in "
             f"another order than they came (seq {', '.join(map(str, report['mcp_shared']))})"
         )
+    if report.get("mcp_beside"):
+        uncertain.append(
+            "an MCP server sent messages for requests while others were in flight: each was handed to "
+            "its own request's callbacks, in its order, but not interleaved with the other requests' "
+            f"messages and results as they came (seq {', '.join(map(str, report['mcp_beside']))})"
+        )
     if report.get("emitted_inner"):
         said = ", ".join(
             f"{plural(int(c.get('events') or 0), 'custom event')} of tool {_plain(str(c.get('tool')))!r} "

@@ -683,6 +683,62 @@ def test_two_servers_asked_the_same_tool_at_once_each_get_their_own_answers_on_r
 
 
 @pytest.mark.slow
+def test_the_progress_of_calls_in_flight_at_once_is_kept_with_the_call_its_token_names(
+    tmp_path: Path,
+) -> None:
+    """Two tools reporting progress at once: the progress notifications the session hands its
+    message handler were kept with whichever request was in flight latest, marked shared, so a
+    replay handed one call's progress in the other's turn and said "not certain: which each came for
+    cannot be told". Now each is kept with the request its ``progressToken`` names: every call's
+    handler and callback get their own progress again, in order, and the verdict says only that the
+    two calls' messages are not interleaved as they came."""
+    ledger = tmp_path / "ledger.log"
+
+    async def run() -> dict[str, list[Any]]:
+        seen: dict[str, list[Any]] = {}
+
+        async def handled(message: Any) -> None:
+            if isinstance(message, types.ProgressNotification):
+                seen.setdefault(f"token {message.params.progress_token}", []).append(message.params.message)
+
+        def progress(tag: str) -> Any:
+            async def progressed(done: float, total: float | None, message: str | None) -> None:
+                seen.setdefault(tag, []).append(message)
+
+            return progressed
+
+        params = StdioServerParameters(command=sys.executable, args=[str(SERVER_SCRIPT), str(ledger)])
+        async with (
+            stdio_client(params) as (read, write),
+            ClientSession(read, write, message_handler=handled) as s,
+        ):
+            await s.initialize()
+            await asyncio.gather(
+                s.call_tool("count", {"n": 3}, progress_callback=progress("three")),
+                s.call_tool("count", {"n": 2}, progress_callback=progress("two")),
+            )
+        return seen
+
+    with forkpoint.record(store=tmp_path / "store") as rec:
+        live = asyncio.run(run())
+    assert live["three"] == ["step 1", "step 2", "step 3"] and live["two"] == ["step 1", "step 2"], live
+    counts = [
+        e for e in forkpoint.Session.load(rec.session_path).by_type("tool_call") if e["tool"] == "count"
+    ]
+    for call in counts:  # (each call's own progress only: the handler's copies have its token)
+        received = call["mcp"]["received"]
+        assert {m["params"]["total"] for m in received} == {call["args"]["n"]}, received
+        assert not any(m.get("shared") for m in received), received
+    with forkpoint.replay(rec.session_path) as rp:
+        assert asyncio.run(run()) == live
+    report = rp.report()
+    assert report["reproduced"] and not report["mcp_shared"], report
+    line = summary_line(report)
+    assert "which each came for cannot be told" not in line, line
+    assert "not interleaved with the other requests' messages and results as they came" in line, line
+
+
+@pytest.mark.slow
 def test_a_server_message_sent_while_no_request_is_in_flight_is_said_recorded_and_in_the_verdict(
     tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
