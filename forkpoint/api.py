@@ -31,7 +31,8 @@ from .record import (
     check_live_export,
     make_header,
     open_workspace,
-    other_calls,
+    read_back,
+    tally_into,
 )
 from .text import plural, say
 
@@ -261,7 +262,7 @@ def record(
             session.incomplete = rec.failure or (ended[0] if ended else None)
             lacks, skipped = rec.tally()
             session.unrecorded_tools = lacks.unrecorded_tools() if lacks is not None else {}
-            session.other_calls = dict(lacks.other) if lacks is not None else {}
+            tally_into(session, lacks)
             for warning in lacks.warnings() if lacks is not None else [skipped or ""]:
                 say(f"forkpoint: WARNING: {warning}")
 
@@ -407,7 +408,7 @@ def replay(
             started = programs.child_note(rt.root_span)
             if started is not None:
                 child.writer.append(started)
-            child.other_calls = other_calls(child.path)
+            tally_into(child, read_back(child.path)[0])  # (calls no single recorder tallied)
             child.end(
                 1 if failed else 0,
                 reason=type(failed).__name__ if failed else None,

@@ -380,6 +380,9 @@ class EndEvent(_Common, total=False):
     #: The ``model_call`` events that are no model's call, by kind (``telemetry``, ``mcp``, plain
     #: ``http``: :mod:`forkpoint.providers.kinds`), so a listing counts model calls without reading them.
     other_calls: dict[str, int]
+    #: The ``tool_call`` events that are requests of an MCP session, no tool's call
+    #: (:func:`mcp_session_request`), so a listing counts tool calls without reading them.
+    mcp_requests: int
 
 
 class OutcomeEvent(_Common, total=False):
@@ -720,6 +723,14 @@ def envelope_problem(event: Mapping[str, Any]) -> str | None:
     if response.get("chunks") is not None and not _pairs_of(response["chunks"], (int, float), (str, bytes)):
         return "its response's chunks are not [ms, text] pairs"
     return None
+
+
+def mcp_session_request(event: Mapping[str, Any]) -> bool:
+    """Whether a tool call event is a request of an MCP session other than a tool's call
+    (``mcp:initialize``, ``mcp:tools/list``…): MCP session traffic, no tool call (by its method:
+    a tool's own name may start with ``mcp:``)."""
+    mcp = event.get("mcp")
+    return isinstance(mcp, Mapping) and mcp.get("method") != "tools/call"
 
 
 def mcp_tool_error(event: Mapping[str, Any]) -> str | None:

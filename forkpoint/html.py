@@ -37,6 +37,7 @@ from .events import (
     endpoint,
     in_start_order,
     in_tool,
+    mcp_session_request,
     mcp_tool_error,
     retries,
     tool_spans,
@@ -429,6 +430,7 @@ def view_model(
     stats: dict[str, Any] = {
         "model_calls": 0,
         "tool_calls": 0,
+        "mcp_requests": 0,
         "checkpoints": 0,
         "notes": 0,
         "input_tokens": 0,
@@ -501,7 +503,11 @@ def view_model(
                 calls.remove(hit)
                 v["call_id"] = hit.get("id")
                 v["requested_by"] = model_seq
-            stats["tool_calls"] += 1
+            if mcp_session_request(e):  # (initialize, tools/list…: MCP session traffic, no tool's call)
+                v["mcp_session"] = True
+                stats["mcp_requests"] += 1
+            else:
+                stats["tool_calls"] += 1
         elif kind == "checkpoint":
             v.update(_checkpoint_view(e))
             v["turn"] = e["turn"] if isinstance(e.get("turn"), int) else turn

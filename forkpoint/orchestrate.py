@@ -302,7 +302,15 @@ def record_command(
 
     Returns (session path, exit code, the command's stdout if ``capture``).
     """
-    from .record import Lacks, check_live_export, hash_seed, make_header, open_workspace, read_back
+    from .record import (
+        Lacks,
+        check_live_export,
+        hash_seed,
+        make_header,
+        open_workspace,
+        read_back,
+        tally_into,
+    )
     from .store import info, open_store
 
     tools = list(tools or [])
@@ -350,7 +358,7 @@ def record_command(
     if tally is None and i.model_calls + i.tool_calls:
         tally, skipped = read_back(session.path)
     session.unrecorded_tools = tally.unrecorded_tools() if tally is not None else {}
-    session.other_calls = dict(tally.other) if tally is not None else {}
+    tally_into(session, tally)
     session.end(code, uncaught=uncaught)
     where = session.close(quiet=quiet)  # index entry; upload to a remote store
     if not quiet:
@@ -705,10 +713,10 @@ def replay_run(
         elif child is not None:
             child.writer.append(dict(measured))
     if child is not None:
-        from .record import other_calls
+        from .record import read_back, tally_into
         from .replay.whatif import end_divergence
 
-        child.other_calls = other_calls(child.path)
+        tally_into(child, read_back(child.path)[0])  # (calls no single recorder tallied)
         child.end(
             code,
             uncaught=list(report.get("uncaught") or []) if report is not None else None,

@@ -30,6 +30,7 @@ from .events import (
     ToolCallEvent,
     ValueEvent,
     is_tool_call,
+    mcp_session_request,
     new_span_id,
     tool_matches,
 )
@@ -49,6 +50,7 @@ from .text import plural, say
 
 if TYPE_CHECKING:  # checkpoints are imported where a workspace is taken: most recordings take none
     from .checkpoint import Workspace
+    from .store import Recording
 
 #: Packages whose versions go into every session header (when installed): the providers' SDKs, the
 #: HTTP clients forkpoint captures, the agent frameworks it integrates with, and the libraries that
@@ -561,8 +563,7 @@ class Lacks:
         scrubbed secret's placeholder (None: looked for here)."""
         self.seqs.append(seq)
         self.tools.add(str(event.get("tool")))
-        mcp = event.get("mcp")
-        if isinstance(mcp, Mapping) and mcp.get("method") != "tools/call":  # (its name may start with "mcp:")
+        if mcp_session_request(event):
             self.mcp_requests += 1
         if "unrecorded" in event:
             self.lost.append((seq, str(event["tool"]), str(event["unrecorded"]["type"])))
@@ -736,11 +737,12 @@ def hash_seed() -> int:
     return random.SystemRandom().randint(1, MAX_HASH_SEED)
 
 
-def other_calls(path: Path) -> dict[str, int]:
-    """The exchanges of session ``path`` that are no model's call, by kind (the ``end`` event's
-    ``other_calls``), read back: for a session whose calls no single recorder tallied (a what-if's)."""
-    tally, _ = read_back(path)
-    return dict(tally.other) if tally is not None else {}
+def tally_into(session: Recording, tally: Lacks | None) -> None:
+    """Hand ``session`` what its ``end`` counts for listings from the ``tally`` of its calls (None:
+    none): the exchanges that are no model's call, by kind (``other_calls``), and the MCP session
+    requests, no tool's call (``mcp_requests``)."""
+    session.other_calls = dict(tally.other) if tally is not None else {}
+    session.mcp_requests = tally.mcp_requests if tally is not None else 0
 
 
 def read_back(path: Path) -> tuple[Lacks | None, str | None]:

@@ -20,6 +20,7 @@ from .events import (
     endpoint,
     in_start_order,
     in_tool,
+    mcp_session_request,
     mcp_tool_error,
     retries,
     tool_spans,
@@ -319,8 +320,9 @@ def render(
                 if mcp
                 else ""
             )
+            kind = "mcp" if mcp_session_request(e) else "tool"  # (MCP session traffic: no tool's call)
             console.print(
-                f"        [dim]#{e['seq']:<3}[/dim] tool    [magenta]{escape(e['tool'])}[/magenta]"
+                f"        [dim]#{e['seq']:<3}[/dim] {kind:<7} [magenta]{escape(e['tool'])}[/magenta]"
                 f"({escape(_args(e.get('args') or {}))}){server}  {_ms(e.get('duration_ms'))}{_source(e)}"
             )
             console.print(f"                    {outcome}")

@@ -166,6 +166,9 @@ def summarize_log(data: bytes, path: Path) -> SessionInfo:
             other = end.get("other_calls")
             if isinstance(other, dict):  # (telemetry, MCP, plain HTTP: logged as model_call events)
                 models -= sum(n for n in other.values() if isinstance(n, int) and n > 0)
+            mcp = end.get("mcp_requests")
+            if isinstance(mcp, int) and mcp > 0:  # (an MCP session's initialize, tools/list…)
+                tools -= mcp
     return SessionInfo(
         local=path,
         header=header,
@@ -326,6 +329,8 @@ class Recording:
         self.unrecorded_tools: dict[str, int] = {}
         #: The exchanges recorded as ``model_call`` events that are no model's, by kind (:class:`EndEvent`).
         self.other_calls: dict[str, int] = {}
+        #: The ``tool_call`` events that are MCP session requests, no tool's call (:class:`EndEvent`).
+        self.mcp_requests = 0
         #: Once closed: why the session is not in its store (a remote store's upload failed, so it
         #: stays staged in :attr:`path`, on this machine only), else None (:attr:`Store.not_stored`).
         self.not_stored: str | None = None
@@ -379,6 +384,8 @@ class Recording:
             event["unrecorded_tools"] = self.unrecorded_tools
         if self.other_calls:
             event["other_calls"] = self.other_calls
+        if self.mcp_requests:
+            event["mcp_requests"] = self.mcp_requests
         try:
             self.writer.append(event)
         except (OSError, SessionError) as exc:

@@ -347,6 +347,7 @@ JS = r"""
       stat(fmtMs(st.duration_ms), "duration"),
       stat(String(st.model_calls), st.model_calls === 1 ? "model call" : "model calls"),
       stat(String(st.tool_calls), st.tool_calls === 1 ? "tool call" : "tool calls"),
+      st.mcp_requests ? stat(String(st.mcp_requests), st.mcp_requests === 1 ? "MCP session request" : "MCP session requests") : null,
       stat(String(st.checkpoints), st.checkpoints === 1 ? "checkpoint" : "checkpoints"),
       stat(st.input_tokens + " → " + st.output_tokens, "tokens in → out"),
       stat(String(st.events), "events"));
@@ -511,7 +512,7 @@ JS = r"""
     if (e.seq === DIV_SEQ) add(badges, h("span", { class: "badge diverged", text: "diverged here" }));
   }
   function summaryRow(e) {
-    var s = h("summary", null, h("span", { class: "seq", text: "#" + e.seq }), h("span", { class: "kind", text: e.type === "model_call" ? "model" : e.type === "tool_call" ? "tool" : e.type === "http_call" ? e.kind : e.type }));
+    var s = h("summary", null, h("span", { class: "seq", text: "#" + e.seq }), h("span", { class: "kind", text: e.type === "model_call" ? "model" : e.type === "tool_call" ? (e.mcp_session ? "mcp" : "tool") : e.type === "http_call" ? e.kind : e.type }));
     var title = h("span", { class: "title" });
     var when = h("span", { class: "when", title: e.ts || "" }, fmtAt(e.t), e.duration_ms && e.type !== "end" ? " · " + fmtMs(e.duration_ms) : "");
     var badges = h("div", { class: "badges" });

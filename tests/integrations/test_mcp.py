@@ -739,6 +739,38 @@ def test_the_progress_of_calls_in_flight_at_once_is_kept_with_the_call_its_token
 
 
 @pytest.mark.slow
+def test_listings_count_only_an_mcp_tools_call_as_a_tool_call(tmp_path: Path) -> None:
+    """An agent that initializes an MCP session and calls one tool (the SDK lists the tools to check
+    its result): ``forkpoint ls``, ``show`` and the HTML page counted or labelled the session's
+    ``initialize`` and ``tools/list`` as tool calls (3). Now only the ``tools/call`` is one; the
+    others are MCP session requests."""
+    from forkpoint.html import view_model
+    from forkpoint.store import info
+
+    ledger = tmp_path / "ledger.log"
+
+    async def run() -> None:
+        params = StdioServerParameters(command=sys.executable, args=[str(SERVER_SCRIPT), str(ledger)])
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            await session.call_tool("add", {"a": 2, "b": 3})
+
+    with forkpoint.record(store=tmp_path / "store") as rec:
+        asyncio.run(run())
+    session = forkpoint.Session.load(rec.session_path)
+    requests = [e["mcp"]["method"] for e in session.by_type("tool_call")]
+    assert requests.count("tools/call") == 1 and {"initialize", "tools/list"} <= set(requests), requests
+    assert info(rec.session_path).tool_calls == 1  # (forkpoint ls)
+    stats = view_model(session)["stats"]
+    assert (stats["tool_calls"], stats["mcp_requests"]) == (1, len(requests) - 1)
+    shown = io.StringIO()
+    render(session, Console(file=shown, width=300))
+    rows = [line.split()[1:3] for line in shown.getvalue().splitlines() if line.strip().startswith("#")]
+    assert ["tool", "add(a=2,"] in rows, rows
+    assert any(r[0] == "mcp" and r[1].startswith("mcp:initialize(") for r in rows), rows
+
+
+@pytest.mark.slow
 def test_a_server_message_sent_while_no_request_is_in_flight_is_said_recorded_and_in_the_verdict(
     tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
