@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import io
 import json
 import os
@@ -53,16 +54,16 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def mcp_server(transport: str, ledger: Path) -> Iterator[str | None]:
-    """The test server on ``transport``: for stdio nothing is started here (the client spawns it)
-    and None is yielded; for SSE and streamable HTTP a process listening on 127.0.0.1, and its URL.
-    Stopped on leaving."""
+def mcp_server(transport: str, ledger: Path, script: Path = SERVER_SCRIPT) -> Iterator[str | None]:
+    """The test server (``script``, run as ``script LEDGER TRANSPORT PORT``) on ``transport``: for
+    stdio nothing is started here (the client spawns it) and None is yielded; for SSE and streamable
+    HTTP a process listening on 127.0.0.1, and its URL. Stopped on leaving."""
     if transport == "stdio":
         yield None
         return
     port = _free_port()
     proc = subprocess.Popen(
-        [sys.executable, str(SERVER_SCRIPT), str(ledger), transport, str(port)],
+        [sys.executable, str(script), str(ledger), transport, str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -967,6 +968,116 @@ def test_frameworks_reaching_mcp_through_the_session_are_recorded_once(
     adds = [e for e in events if e["tool"] == "add"]
     assert len(adds) == 1 and adds[0]["mcp"]["server"] == "calc" and adds[0]["mcp"]["method"] == "tools/call"
     assert all("mcp" in e for e in events)  # nothing recorded by the framework's integration
+
+
+#: An MCP server a pydantic-ai test writes (``python weather_server.py LEDGER [stdio | streamable-http
+#: PORT]``): one tool whose result is a pydantic model holding the time it was made, so that a tool
+#: run again would answer otherwise. Every start and call is appended to the ledger.
+WEATHER_SERVER = """
+import datetime
+import sys
+
+from mcp.server.mcpserver import MCPServer
+from pydantic import BaseModel
+
+LEDGER, TRANSPORT = sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "stdio"
+
+
+def note(line):
+    with open(LEDGER, "a", encoding="utf-8") as f:
+        f.write(line + "\\n")
+
+
+class Forecast(BaseModel):
+    city: str
+    temp_c: float
+    issued: datetime.datetime
+
+
+server = MCPServer("weather")
+
+
+@server.tool()
+def forecast(city: str) -> Forecast:
+    \"\"\"Tomorrow's weather in a city.\"\"\"
+    note(f"forecast {city}")
+    return Forecast(city=city, temp_c=21.5, issued=datetime.datetime.now(datetime.UTC))
+
+
+note(f"started {TRANSPORT}")
+if TRANSPORT == "stdio":
+    server.run()
+else:
+    server.run(transport=TRANSPORT, host="127.0.0.1", port=int(sys.argv[3]))
+"""
+
+
+async def pydantic_ai_agent(base_url: str, toolset: Any) -> tuple[str, list[Any]]:
+    """A pydantic-ai agent, defaults on, whose tools are an MCP server's (``MCPToolset``), with the
+    time in its instructions; its output and what each tool returned to it."""
+    from pydantic_ai import Agent
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    model = OpenAIChatModel("m", provider=OpenAIProvider(base_url=base_url, api_key=API_KEY))
+    pa_agent = Agent(model, toolsets=[toolset], instructions=f"Now: {datetime.datetime.now()}")
+    result = await pa_agent.run("Weather in Paris tomorrow?")
+    returns = [p.content for m in result.all_messages() for p in m.parts if p.part_kind == "tool-return"]
+    return str(result.output), returns
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("transport", ["stdio", "streamable-http"])
+def test_a_pydantic_ai_agent_with_an_mcp_toolset_replays_without_its_server(
+    transport: str, tmp_path: Path
+) -> None:
+    """pydantic-ai's ``MCPToolset`` reaches MCP through fastmcp's client, which drives the mcp SDK's
+    ``ClientSession``: each MCP request is recorded once, and a replay gets the same tool result
+    with the server gone (stdio: its script broken; HTTP: stopped). An override of the tool's result
+    reaches the model call that sees it."""
+    pytest.importorskip("fastmcp", reason="pydantic-ai's MCPToolset needs pydantic-ai-slim[mcp] (fastmcp)")
+    from fastmcp.client.transports import StdioTransport
+    from pydantic_ai.mcp import MCPToolset
+
+    script, ledger = tmp_path / "weather_server.py", tmp_path / "ledger.log"
+    script.write_text(WEATHER_SERVER)
+
+    def toolset(url: str | None) -> Any:
+        stdio = StdioTransport(command=sys.executable, args=[str(script), str(ledger)])
+        return MCPToolset(url or stdio)
+
+    with LocalServer(chat_script=[[("forecast", {"city": "Paris"})], "Sunny, 21.5 °C"]) as model_server:
+        with mcp_server(transport, ledger, script) as url:
+            with forkpoint.record(store=tmp_path / "store", deterministic=[__name__]) as rec:
+                live = asyncio.run(pydantic_ai_agent(model_server.openai_base_url, toolset(url)))
+        sent = [m for r in model_server.requests for m in r["body"]["messages"] if m["role"] == "tool"]
+    assert live[0] == "Sunny, 21.5 °C" and live[1][0]["city"] == "Paris"
+    assert json.loads(sent[0]["content"]) == live[1][0]
+    ran = ledger.read_text()
+    assert ran == f"started {transport}\nforecast Paris\n"
+    script.write_text("import sys\nopen(sys.argv[1], 'a').write('started on replay\\n')\nsys.exit(1)\n")
+
+    with forkpoint.replay(rec.session_path) as rp:
+        assert asyncio.run(pydantic_ai_agent(model_server.openai_base_url, toolset(url))) == live
+    assert summary_line(rp.report()).startswith("replay ok:"), rp.report()
+    assert ledger.read_text() == ran
+    events = forkpoint.Session.load(rec.session_path).by_type("tool_call")
+    forecasts = [e for e in events if e["tool"] == "forecast"]
+    assert len(forecasts) == 1 and forecasts[0]["mcp"] == {"server": "weather", "method": "tools/call"}
+    assert all("mcp" in e for e in events)  # (pydantic-ai's own integration left the MCP tool alone)
+
+    frost = {"city": "Paris", "temp_c": -5.0, "issued": live[1][0]["issued"]}
+    answer = json.dumps(
+        {"content": [{"type": "text", "text": json.dumps(frost)}], "structuredContent": frost}
+    )
+    with (
+        pytest.raises(forkpoint.Divergence),
+        forkpoint.replay(rec.session_path, overrides=[f"tool:forecast.result={answer}"]) as whatif,
+    ):
+        asyncio.run(pydantic_ai_agent(model_server.openai_base_url, toolset(url)))
+    (changed,) = whatif.report()["divergence"]["diff"]
+    assert json.loads(changed["actual"]) == frost and changed["path"].endswith(".content")
+    assert ledger.read_text() == ran
 
 
 def test_uninstalling_gives_the_session_back_its_own_methods() -> None:
