@@ -18,7 +18,10 @@ recorded as ``mcp:server/discover`` with its raw answer. The
 ``structuredContent``, ``isError``…), validated into the SDK's own type again on replay
 (``CallToolResult``, ``InitializeResult``…). An error answer (``McpError``, ``MCPError`` in 2.x)
 is stored as ``{"$mcp_error": {"type", "error": {code, message, data}}}`` and raised again as
-that class. The progress token the SDK adds to a request (its JSON-RPC id) is not an argument.
+that class. The progress token the SDK adds to a request (its JSON-RPC id) is not an argument, nor
+is the OpenTelemetry trace context a client puts in its ``_meta`` (``traceparent``, ``tracestate``:
+fastmcp's, under pydantic-ai's ``MCPToolset``, while a trace is current), new in every run as an
+HTTP request's trace headers are, which the match key leaves out.
 What the server sends the agent while a request is in flight (progress notifications to its
 ``progress_callback``, log messages and other notifications, and its own requests: sampling,
 elicitation, roots) is recorded with that request (``mcp.received``), and handed again, in order,
@@ -116,6 +119,9 @@ _IN_FLIGHT = "_forkpoint_mcp_in_flight"
 _SAID = "_forkpoint_mcp_said"
 
 
+#: What a client adds to a request's ``_meta`` that differs in every run (see the module docstring).
+_PER_RUN_META = frozenset({"progressToken", "traceparent", "tracestate"})
+
 #: The params of a ``tools/call`` that retries it with the answers to the server's input requests
 #: (an ``InputRequiredResult``, protocol 2026-07-28): part of the call's ``args``, as ``$<name>``.
 _RETRIED = ("inputResponses", "requestState")
@@ -124,11 +130,12 @@ _RETRIED = ("inputResponses", "requestState")
 def call_name(method: str, params: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     """The event's ``tool`` and ``args`` for a request: ``tools/call`` → (the tool's name, its
     arguments, and ``$inputResponses`` and ``$requestState`` when it answers the server's input
-    requests); any other → (``mcp:<method>``, its params); the progress token left out."""
+    requests); any other → (``mcp:<method>``, its params); the progress token and the trace
+    context left out."""
     params = dict(params)
     meta = params.get("_meta")
-    if isinstance(meta, dict) and "progressToken" in meta:
-        meta = {k: v for k, v in meta.items() if k != "progressToken"}
+    if isinstance(meta, dict) and not _PER_RUN_META.isdisjoint(meta):
+        meta = {k: v for k, v in meta.items() if k not in _PER_RUN_META}
         if meta:
             params["_meta"] = meta
         else:

@@ -1080,6 +1080,50 @@ def test_a_pydantic_ai_agent_with_an_mcp_toolset_replays_without_its_server(
     assert ledger.read_text() == ran
 
 
+@pytest.mark.slow
+def test_the_trace_context_a_client_adds_to_an_mcp_request_is_no_part_of_what_it_asks(
+    tmp_path: Path,
+) -> None:
+    """fastmcp's client (under pydantic-ai's ``MCPToolset``) puts the current OpenTelemetry trace
+    context in each request's ``_meta`` (``traceparent``, ``tracestate``): new in every run, as an
+    HTTP request's trace headers, which the match key leaves out. A resource read while the agent
+    served a traced request was recorded with it, and its replay diverged on the trace id."""
+    pytest.importorskip("fastmcp", reason="pydantic-ai's MCPToolset needs pydantic-ai-slim[mcp] (fastmcp)")
+    from fastmcp.client.transports import StdioTransport
+    from opentelemetry import context, propagate
+    from pydantic_ai.mcp import MCPToolset
+
+    ledger = tmp_path / "ledger.log"
+
+    async def read() -> Any:
+        incoming = {
+            "traceparent": f"00-{os.urandom(16).hex()}-{os.urandom(8).hex()}-01",
+            "tracestate": f"vendor={os.urandom(4).hex()}",
+        }
+        token = context.attach(propagate.extract(incoming))  # (the traced request it serves)
+        try:
+            toolset = MCPToolset(
+                StdioTransport(command=sys.executable, args=[str(SERVER_SCRIPT), str(ledger)])
+            )
+            async with toolset:
+                return await toolset.read_resource("notes://today")
+        finally:
+            context.detach(token)
+
+    with forkpoint.record(store=tmp_path / "store") as rec:
+        live = asyncio.run(read())
+    assert live == "buy milk"
+    ran = ledger.read_text()
+    with forkpoint.replay(rec.session_path) as rp:
+        assert asyncio.run(read()) == live
+    assert rp.report()["reproduced"], rp.report()
+    assert ledger.read_text() == ran == "started stdio\nread notes://today\n"
+    (event,) = [
+        e for e in forkpoint.Session.load(rec.session_path).by_type("tool_call") if "uri" in e["args"]
+    ]
+    assert event["args"] == {"uri": "notes://today"}
+
+
 def test_uninstalling_gives_the_session_back_its_own_methods() -> None:
     """Uninstalling the integrations puts back what ``ClientSession`` had: in mcp 2.x its own
     ``send_request`` (and ``send_discover``); in 1.x, which inherits ``send_request`` from
