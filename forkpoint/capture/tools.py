@@ -1305,15 +1305,26 @@ def tool(fn: Callable[..., Any] | None = None, *, name: str | None = None) -> An
     return wrapped(fn, str(name or getattr(fn, "__name__", "tool")))
 
 
-#: The tools each recording has said changed their arguments (:func:`_changed_in_place`).
-_changes_said: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
+#: The tools each recording has said changed their arguments (:func:`_changed_in_place`), each with
+#: its function (:func:`_said_as`).
+_changes_said: weakref.WeakKeyDictionary[Any, set[tuple[str, str]]] = weakref.WeakKeyDictionary()
 
 
-def _watched(tool: str) -> bool:
-    """Whether a call of ``tool`` is to be watched for changes it makes in place: while recording,
-    until one was said."""
+def _said_as(tool: str, fn: Any) -> tuple[str, str]:
+    """``tool`` with its function's ``module:qualname`` (``""`` when unknown): two agents' tools of
+    one name are different functions, each watched until its own change was said."""
+    fn = getattr(fn, "__func__", fn)
+    return (
+        tool,
+        f"{getattr(fn, '__module__', '')}:{getattr(fn, '__qualname__', '')}" if fn is not None else "",
+    )
+
+
+def _watched(tool: str, fn: Any = None) -> bool:
+    """Whether a call of ``tool`` (function ``fn``) is to be watched for changes it makes in place:
+    while recording, until one was said."""
     rt = runtime.active()
-    return rt is not None and rt.mode == "record" and tool not in _changes_said.get(rt, ())
+    return rt is not None and rt.mode == "record" and _said_as(tool, fn) not in _changes_said.get(rt, ())
 
 
 def _object_state(fn: Callable[..., Any], args: tuple[Any, ...]) -> dict[str, Any] | None:
@@ -1368,11 +1379,12 @@ def _changed_attributes(label: str, before: dict[str, Any], after: dict[str, Any
     return [f"{label}{k}" for k in dict.fromkeys([*before, *now]) if before.get(k) != now.get(k)]
 
 
-def _say_changed(tool: str, changed: list[str], beside: Sequence[str] = ()) -> None:
-    """Say (once per tool and recording) that ``tool`` changed ``changed`` in place; ``beside``:
-    the other tools that ran at the same time on one of those objects, which may have made it."""
+def _say_changed(tool: str, changed: list[str], beside: Sequence[str] = (), fn: Any = None) -> None:
+    """Say (once per tool, function ``fn``, and recording) that ``tool`` changed ``changed`` in
+    place; ``beside``: the other tools that ran at the same time on one of those objects, which may
+    have made it."""
     rt = runtime.active()
-    _changes_said.setdefault(rt, set()).add(tool)
+    _changes_said.setdefault(rt, set()).add(_said_as(tool, fn))
     who = f"tool {tool!r}" + (
         f" (or {', '.join(map(repr, beside))}, which ran at the same time)" if beside else ""
     )
@@ -1403,7 +1415,7 @@ def _changed_in_place(
     list it was given, set a key of a dict), or its object's attributes (``state``, of
     :func:`_object_state`: a method that keeps a history in ``self``): a replay does not run its
     body, so the program does not see that change there, and may go another way under "replay ok"."""
-    if not _watched(tool):
+    if not _watched(tool, fn):
         return
     changed = []
     if not all(v is None or type(v) in (str, int, float, bool) for v in before.values()):
@@ -1415,7 +1427,7 @@ def _changed_in_place(
     if state is not None:
         changed += _changed_attributes("self", state, _object_state(fn, args))
     if changed:
-        _say_changed(tool, changed)
+        _say_changed(tool, changed, fn=fn)
 
 
 #: Calls being watched by :func:`objects_watched`, by the id of each object they watch.
@@ -1433,14 +1445,15 @@ class _Watch:
 
 
 @contextlib.contextmanager
-def objects_watched(tool: str, objects: dict[str, Any]) -> Iterator[None]:
+def objects_watched(tool: str, objects: dict[str, Any], fn: Any = None) -> Iterator[None]:
     """Around a framework's call of ``tool``: while recording, say (once per tool) that it changed
     the attributes (a dict's items) of an object the framework handed it besides its arguments,
     each named by its label (``{"context": ctx.context}``: the Agents SDK's run context,
     pydantic-ai's ``ctx.deps``, a bound method's ``self``) — state the program reads after the
     call, which a replay, not running the body, leaves as it was. Tools running at the same time
-    on one object are named beside it: which of them changed it cannot be told."""
-    if not _watched(tool):
+    on one object are named beside it: which of them changed it cannot be told. ``fn``: the tool's
+    callable, when the framework has one."""
+    if not _watched(tool, fn):
         yield
         return
     before = {
@@ -1469,8 +1482,8 @@ def objects_watched(tool: str, objects: dict[str, Any]) -> Iterator[None]:
             for label, (obj, state) in before.items()
             for c in _changed_attributes(label, state, _attributes(obj))
         ]
-        if changed and _watched(tool):
-            _say_changed(tool, changed, sorted(me.beside - {tool}))
+        if changed and _watched(tool, fn):
+            _say_changed(tool, changed, sorted(me.beside - {tool}), fn)
 
 
 @contextlib.contextmanager
@@ -1480,10 +1493,10 @@ def method_watched(fn: Any, tool: str) -> Iterator[None]:
     for a ``@forkpoint.tool`` method, that it changed its object's attributes (:func:`objects_watched`).
     Anything else (a function, a builtin, ``fn`` None) is left alone."""
     func, obj = getattr(fn, "__func__", None), getattr(fn, "__self__", None)
-    if func is None or obj is None or not _watched(tool) or _object_state(func, (obj,)) is None:
+    if func is None or obj is None or not _watched(tool, fn) or _object_state(func, (obj,)) is None:
         yield
         return
-    with objects_watched(tool, {"self": obj}):
+    with objects_watched(tool, {"self": obj}, fn):
         yield
 
 
@@ -1496,7 +1509,7 @@ def wrapped(fn: Callable[..., Any], tool_name: str, on: Callable[[], bool] | Non
 
     def through(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         bound, defaulted = bind_call(fn, args, kwargs, tool_name)
-        state = _object_state(fn, args) if _watched(tool_name) else None
+        state = _object_state(fn, args) if _watched(tool_name, fn) else None
         try:
             return call_tool(tool_name, bound, lambda: fn(*args, **kwargs), defaulted=defaulted)
         finally:
@@ -1511,7 +1524,7 @@ def wrapped(fn: Callable[..., Any], tool_name: str, on: Callable[[], bool] | Non
                 if off():
                     return await fn(*args, **kwargs)
                 bound, defaulted = bind_call(fn, args, kwargs, tool_name)
-                state = _object_state(fn, args) if _watched(tool_name) else None
+                state = _object_state(fn, args) if _watched(tool_name, fn) else None
                 try:
                     return await acall_tool(
                         tool_name, bound, lambda: fn(*args, **kwargs), defaulted=defaulted

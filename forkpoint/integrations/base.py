@@ -266,7 +266,7 @@ async def run_tool(
     a replay serves the call (:func:`~forkpoint.capture.tools.call_tool`)."""
     from ..capture.tools import acall_tool, method_watched, objects_watched  # (imported at every start)
 
-    with method_watched(fn, name), objects_watched(name, watch or {}):
+    with method_watched(fn, name), objects_watched(name, watch or {}, fn):
         return await acall_tool(name, args, body, encode, call_id=call_id, emitted=emitted, replayed=replayed)
 
 
@@ -335,7 +335,7 @@ def run_tool_sync(
     """:func:`run_tool` for a tool the framework calls synchronously."""
     from ..capture.tools import call_tool, method_watched, objects_watched
 
-    with method_watched(fn, name), objects_watched(name, watch or {}):
+    with method_watched(fn, name), objects_watched(name, watch or {}, fn):
         return call_tool(name, args, body, encode, call_id=call_id, emitted=emitted, replayed=replayed)
 
 

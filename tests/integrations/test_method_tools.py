@@ -292,6 +292,48 @@ def test_watching_a_tools_object_runs_none_of_its_attributes_code(
     assert "tool 'lookup' changed self.seen in place while it ran" in _said(capsys)
 
 
+def test_two_agents_method_tools_of_one_name_each_say_their_own_change(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two agents' tools answer to ``search``, methods of two classes that each keep state in their
+    object. A change was said once per tool name: the second agent's ``self.cache`` was never said,
+    at recording nor in the replay's verdict, which named only the first's. Each function now says
+    its own."""
+    from forkpoint.replay import summary_line
+
+    class Web:
+        def __init__(self) -> None:
+            self.history: list[str] = []
+
+        @forkpoint.tool(name="search")
+        def search(self, q: str) -> str:
+            self.history.append(q)
+            return "web"
+
+    class Docs:
+        def __init__(self) -> None:
+            self.cache: dict[str, str] = {}
+
+        @forkpoint.tool(name="search")
+        def search(self, q: str) -> str:
+            self.cache[q] = "docs"
+            return "docs"
+
+    def run() -> None:
+        Web().search("a")
+        Docs().search("b")
+
+    with forkpoint.record(store=tmp_path) as rec:
+        run()
+    said = _said(capsys)
+    assert "tool 'search' changed self.history in place" in said, said
+    assert "tool 'search' changed self.cache in place" in said, said
+    with forkpoint.replay(rec.session_path) as rp:
+        run()
+    line = " ".join(summary_line(rp.report()).split())
+    assert "changed self.history" in line and "changed self.cache" in line, line
+
+
 COUNT = [[("count_items", {"sku": "a1"})], "Done."]
 
 
