@@ -269,6 +269,10 @@ class ToolCallEvent(_Common, total=False):
     #: The id the model gave the call in its answer (a framework's ``tool_call_id``): identical
     #: calls are served to the call of their id first (:meth:`forkpoint.replay.Replayer.take_tool_call`).
     call_id: str
+    #: The ``module:qualname`` of the function a ``@forkpoint.tool`` (``--tool``) wrapper ran: two
+    #: functions recorded under one name, with identical arguments, are each served their own calls
+    #: first (:meth:`forkpoint.replay.Replayer.take_tool_call`).
+    function: str
     key: str
     mcp: McpCall
     #: What the tool's body emitted besides its result while it ran, in order, through a channel

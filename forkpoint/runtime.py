@@ -83,6 +83,7 @@ class Serving(Runtime, Protocol):
         defaulted: frozenset[str] = frozenset(),
         call_id: str | None = None,
         mcp: McpCall | None = None,
+        function: str | None = None,
     ) -> tuple[ToolCallEvent, int] | None:
         """The recorded tool call and its position among this run's tool calls, or None to run the
         tool live (``mcp``: where it went, a request to an MCP server). Raises

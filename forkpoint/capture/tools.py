@@ -721,8 +721,10 @@ class _ToolCall:
         mcp: McpCall | None = None,
         call_id: str | None = None,
         emitted: list[Emitted] | None = None,
+        function: str | None = None,
     ) -> None:
         self.name, self.args, self.mcp, self.call_id, self.emitted = name, args, mcp, call_id, emitted
+        self.function = function
         rt = runtime.active()
         self.sent = runtime.next_sent(rt) if rt is not None else None
         self.caller = runtime.caller()
@@ -786,6 +788,8 @@ class _ToolCall:
                 event["mcp"] = self.mcp
             if self.call_id is not None:
                 event["call_id"] = self.call_id
+            if self.function is not None:
+                event["function"] = self.function
             if self.emitted:
                 event["emitted"] = scrub_json(list(self.emitted))
             if error is not None:
@@ -1170,10 +1174,13 @@ def _replayed(
     defaulted: frozenset[str],
     call_id: str | None,
     mcp: McpCall | None,
+    function: str | None,
 ) -> _Served | None:
     """The recorded call to serve, or None when the replayer says to run it for real."""
     serving = cast(runtime.Serving, rt)
-    taken = serving.take_tool_call(name, args, defaulted=defaulted, call_id=call_id, mcp=mcp)
+    taken = serving.take_tool_call(
+        name, args, defaulted=defaulted, call_id=call_id, mcp=mcp, function=function
+    )
     return None if taken is None else _Served(serving, taken[0], taken[1])
 
 
@@ -1188,6 +1195,7 @@ def call_tool(
     call_id: str | None = None,
     emitted: list[Emitted] | None = None,
     replayed: Callable[[ToolCallEvent], None] | None = None,
+    function: str | None = None,
 ) -> Any:
     """Run one tool call through forkpoint: the building block of :func:`tool` and of the framework
     integrations (:mod:`forkpoint.integrations`).
@@ -1207,13 +1215,15 @@ def call_tool(
     (:func:`emission`), appended while it runs and written with the event; when a replay serves
     the call, it is filled with the recorded entries, rebuilt, and ``replayed`` is called with the
     recorded event, in the call's turn, before its result is handed back: to emit them again.
+    ``function``: the ``module:qualname`` of the function a wrapper runs (:func:`function_name`),
+    recorded with the call, by which a replay tells two functions of one tool name apart.
     """
     rt = runtime.active()
     if rt is None:
         return body()
     call_id = _taken_id(call_id, mcp)
     emitted, replayed = _take_handed(emitted, replayed)
-    served = _replayed(rt, name, args, defaulted, call_id, mcp) if rt.mode == "replay" else None
+    served = _replayed(rt, name, args, defaulted, call_id, mcp, function) if rt.mode == "replay" else None
     if served is not None:
         served.wait()
         if emitted is not None:
@@ -1221,7 +1231,7 @@ def call_tool(
         if replayed is not None:
             replayed(served.event)
         body = served.value
-    call = _ToolCall(name, args, mcp, call_id, emitted) if served is None else None
+    call = _ToolCall(name, args, mcp, call_id, emitted, function) if served is None else None
     # A tool run live in a replay: its connections are allowed.
     live = runtime.running_live_tool.set(rt.mode == "replay") if call is not None else None
     try:
@@ -1249,6 +1259,7 @@ async def acall_tool(
     replayed: Callable[[ToolCallEvent], Awaitable[None]] | None = None,
     call_id: str | None = None,
     emitted: list[Emitted] | None = None,
+    function: str | None = None,
 ) -> Any:
     """:func:`call_tool` for a tool whose body is a coroutine function; ``replayed`` is awaited."""
     rt = runtime.active()
@@ -1256,7 +1267,7 @@ async def acall_tool(
         return await body()
     call_id = _taken_id(call_id, mcp)
     emitted, handed = _take_handed(emitted, replayed)
-    served = _replayed(rt, name, args, defaulted, call_id, mcp) if rt.mode == "replay" else None
+    served = _replayed(rt, name, args, defaulted, call_id, mcp, function) if rt.mode == "replay" else None
     if served is not None:
         await served.await_turn()
         error = served.event.get("error")
@@ -1267,7 +1278,7 @@ async def acall_tool(
         if handed is not None and inspect.isawaitable(done := handed(served.event)):
             await done
         body = served.avalue
-    call = _ToolCall(name, args, mcp, call_id, emitted) if served is None else None
+    call = _ToolCall(name, args, mcp, call_id, emitted, function) if served is None else None
     live = runtime.running_live_tool.set(rt.mode == "replay") if call is not None else None
     try:
         with call.running() if call is not None else contextlib.nullcontext():
@@ -1310,14 +1321,16 @@ def tool(fn: Callable[..., Any] | None = None, *, name: str | None = None) -> An
 _changes_said: weakref.WeakKeyDictionary[Any, set[tuple[str, str]]] = weakref.WeakKeyDictionary()
 
 
-def _said_as(tool: str, fn: Any) -> tuple[str, str]:
-    """``tool`` with its function's ``module:qualname`` (``""`` when unknown): two agents' tools of
-    one name are different functions, each watched until its own change was said."""
+def function_name(fn: Any) -> str:
+    """The ``module:qualname`` of ``fn`` (of a bound method's function; ``""`` for None)."""
     fn = getattr(fn, "__func__", fn)
-    return (
-        tool,
-        f"{getattr(fn, '__module__', '')}:{getattr(fn, '__qualname__', '')}" if fn is not None else "",
-    )
+    return f"{getattr(fn, '__module__', '')}:{getattr(fn, '__qualname__', '')}" if fn is not None else ""
+
+
+def _said_as(tool: str, fn: Any) -> tuple[str, str]:
+    """``tool`` with its function's ``module:qualname``: two agents' tools of one name are
+    different functions, each watched until its own change was said."""
+    return tool, function_name(fn)
 
 
 def _watched(tool: str, fn: Any = None) -> bool:
@@ -1504,6 +1517,8 @@ def wrapped(fn: Callable[..., Any], tool_name: str, on: Callable[[], bool] | Non
     """The tool wrapper of ``fn`` (see :func:`tool`); with ``on``, it records only while ``on()`` is
     true (a ``--tool`` target, enabled per test by the pytest plugin: :mod:`.targets`)."""
 
+    function = function_name(fn)
+
     def off() -> bool:
         return runtime.active() is None or (on is not None and not on())
 
@@ -1511,7 +1526,9 @@ def wrapped(fn: Callable[..., Any], tool_name: str, on: Callable[[], bool] | Non
         bound, defaulted = bind_call(fn, args, kwargs, tool_name)
         state = _object_state(fn, args) if _watched(tool_name, fn) else None
         try:
-            return call_tool(tool_name, bound, lambda: fn(*args, **kwargs), defaulted=defaulted)
+            return call_tool(
+                tool_name, bound, lambda: fn(*args, **kwargs), defaulted=defaulted, function=function
+            )
         finally:
             _changed_in_place(fn, tool_name, bound, args, kwargs, state)
 
@@ -1527,7 +1544,7 @@ def wrapped(fn: Callable[..., Any], tool_name: str, on: Callable[[], bool] | Non
                 state = _object_state(fn, args) if _watched(tool_name, fn) else None
                 try:
                     return await acall_tool(
-                        tool_name, bound, lambda: fn(*args, **kwargs), defaulted=defaulted
+                        tool_name, bound, lambda: fn(*args, **kwargs), defaulted=defaulted, function=function
                     )
                 finally:
                     _changed_in_place(fn, tool_name, bound, args, kwargs, state)

@@ -400,6 +400,15 @@ def _next_in(queue: deque[Any], origin: str | None, among: Sequence[Any] | None 
     return chosen
 
 
+def _same_function(queue: deque[Any], function: str | None) -> list[Any]:
+    """The calls of ``queue`` (one match key) that the function ``function`` made when recorded,
+    when others were made by another: two functions recorded under one tool name (two agents'
+    ``search``) were served each other's answers when the program called them in another order.
+    None else (a recording without functions, a function renamed since: the recorded order)."""
+    mine = [e for e in queue if e.get("function") == function] if function else []
+    return mine if len(mine) < len(queue) else []
+
+
 def neutral_answer(request: HttpRequest, kind: str) -> ModelCallEvent:
     """The answer a client expects from a telemetry endpoint or an MCP session request the recording
     does not have (:data:`forkpoint.providers.kinds.TELEMETRY`; MCP: ``405 Method Not Allowed``,
@@ -873,6 +882,7 @@ class Replayer:
         defaulted: frozenset[str] = frozenset(),
         call_id: str | None = None,
         mcp: McpCall | None = None,
+        function: str | None = None,
     ) -> tuple[ToolCallEvent, int] | None:
         """The event of this tool call and its position among the run's tool calls, or None to run
         the tool live. Raises :class:`Divergence`.
@@ -882,7 +892,8 @@ class Replayer:
         less some of the defaulted ones is taken, so a tool that gained optional parameters since
         the recording still gets its recorded answers. ``call_id``: the id the model gave the call
         (:meth:`_same_call_id`); ``mcp``: where a request to an MCP server went (its server's name is
-        in the key, its transport tells identical calls apart: :func:`_own_id`)."""
+        in the key, its transport tells identical calls apart: :func:`_own_id`); ``function``: the
+        ``module:qualname`` a wrapper runs (:meth:`_same_function`)."""
         server = mcp_server(mcp)
 
         def without_defaults() -> list[str]:
@@ -921,6 +932,7 @@ class Replayer:
             alternatives=alternatives,
             live=live,
             call_id=_own_id(call_id, mcp),
+            function=function,
             name=name,
         )
         if event is None:
@@ -995,13 +1007,14 @@ class Replayer:
         plain: bool = False,
         request: HttpRequest | None = None,
         call_id: str | None = None,
+        function: str | None = None,
         **what: str,
     ) -> tuple[Served | None, int]:
         """The recorded call to serve for a call with match ``key`` (``alternatives()``: keys to try
         when none is left under ``key``; ``plain``: a plain HTTP request, which may be served a
         recording that differs only in ids; ``request``: the HTTP request, whose query's and
         headers' credentials are not in ``norm``; ``call_id``: a tool call's id from the model,
-        :meth:`_same_call_id`) or None to go live (always with ``live``), and this call's position
+        :meth:`_same_call_id`; ``function``: a tool's function, :meth:`_same_function`) or None to go live (always with ``live``), and this call's position
         among the run's calls of its kind; raises :class:`Divergence`."""
         try:
             with self._lock, self._shared():
@@ -1018,6 +1031,7 @@ class Replayer:
                     plain=plain,
                     request=request,
                     call_id=call_id,
+                    function=function,
                 )
                 position = self.positions[kind]
             # (out of the lock: an answer is read whole, and other threads' calls need not wait)
@@ -1043,6 +1057,7 @@ class Replayer:
         plain: bool,
         request: HttpRequest | None = None,
         call_id: str | None = None,
+        function: str | None = None,
     ) -> Served | None:
         if live or self.gone_live or self.sources[kind] == "live":
             if self.gone_live:  # (a call to another endpoint may have gone live first)
@@ -1052,7 +1067,7 @@ class Replayer:
         queue = self._queues.get(key)
         if queue:
             by_id = self._same_call_id(queue, call_id)
-            among = by_id or self._same_secrets(queue, kind, norm, request)
+            among = by_id or _same_function(queue, function) or self._same_secrets(queue, kind, norm, request)
             return self._serve(_next_in(queue, what.get("origin"), among), by_id=bool(by_id))
         for alt in alternatives() if alternatives else ():
             queue = self._queues.get(alt)
@@ -1060,7 +1075,16 @@ class Replayer:
                 return self._serve(queue.popleft())
         if self._verify_keys():
             return self._choose(
-                kind, key, norm, alternatives, what, live=live, plain=plain, request=request, call_id=call_id
+                kind,
+                key,
+                norm,
+                alternatives,
+                what,
+                live=live,
+                plain=plain,
+                request=request,
+                call_id=call_id,
+                function=function,
             )
         if self.live_from is not None and len(self._taken()) == len(self.recorded):
             self._check_checkpoint(kind, key, norm, what)

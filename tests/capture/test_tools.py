@@ -114,6 +114,30 @@ def test_sync_tool_records_name_args_result_duration(tmp_path: Path, store: Path
     assert calls[1]["args"] == {"prefix": "run"} and calls[1]["result"] == "run-1"
 
 
+def test_two_functions_recorded_under_one_tool_name_each_get_their_own_results(store: Path) -> None:
+    """Two agents' tools answer to ``search``, each its own function (``@forkpoint.tool(name=…)``,
+    or ``--tool MODULE:QUALNAME=search``), called with the same arguments. Their calls had one
+    match key and were served in recorded order, so a program that calls them in another order (the
+    agents run the other way round now) got each other's results under "replay ok". Each call now
+    records its function, and identical calls are served to their own function first."""
+
+    @forkpoint.tool(name="search")
+    def web(q: str) -> str:
+        return "web: " + q
+
+    @forkpoint.tool(name="search")
+    async def docs(q: str) -> str:
+        return "docs: " + q
+
+    with forkpoint.record(store=store) as rec:
+        assert [web("x"), asyncio.run(docs("x")), web("x")] == ["web: x", "docs: x", "web: x"]
+    events = Session.load(rec.session_path).by_type("tool_call")
+    assert [e["function"].rsplit(".", 1)[-1] for e in events] == ["web", "docs", "web"]
+    with forkpoint.replay(rec.session_path) as rp:
+        assert [asyncio.run(docs("x")), web("x"), web("x")] == ["docs: x", "web: x", "web: x"]
+    assert rp.report()["reproduced"], rp.report()
+
+
 def test_a_tool_without_a_signature_records_its_args_as_given(store: Path) -> None:
     # A builtin such as max has no signature to bind against: its arguments are stored as given,
     # and replay serves them back.
