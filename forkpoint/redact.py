@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import bisect
 import builtins
 import hashlib
 import heapq
@@ -317,6 +318,9 @@ _TRAILING = compiled_later(r"[.,;:!?)\]}>]*")
 #: A placeholder, then trailing punctuation: what a context rule (``&key=AIza….``) leaves of a value
 #: of a known shape (:meth:`Scrubber._refine`), and must take for scrubbed when it reads it again.
 _PLACEHOLDER_THEN_TRAILING = compiled_later(_PLACEHOLDER + r"[.,;:!?)\]}>]*")
+#: A character beside a secret that a shape may refuse to end or begin at, where it takes a
+#: placeholder's bracket for an end (see :meth:`Scrubber.find`): not a space, quote or bracket.
+_GLUED = compiled_later(r"[^\s\"'`<>()\[\]{},;]")
 _SPECIFIC_RE = compiled_later(
     "|".join(f"(?P<k{i}>{p})" for i, (kind, p) in enumerate(PATTERNS) if kind not in _CONTEXT_KINDS),
     re.ASCII,
@@ -912,7 +916,38 @@ class Scrubber:
         return out
 
     def find(self, text: str) -> list[tuple[int, int, str]]:
-        """Spans ``(start, end, kind)`` of every secret in ``text``, in order, non-overlapping."""
+        """Spans ``(start, end, kind)`` of every secret in ``text``, in order, non-overlapping.
+
+        A secret glued to another (``Basic dXNlcjpwYXNz=AKIA…``: the base64 does not end before
+        an ``A``) may be a secret only once its neighbour is a placeholder, whose brackets end any
+        shape: what the scrubbed text holds then is found here too, so that scrubbing twice gives
+        what scrubbing once does (a scrubbed recorded request must equal a scrubbed live one)."""
+        spans = self._find_once(text)
+        while spans and any((a and _GLUED.match(text, a - 1)) or _GLUED.match(text, b) for a, b, _ in spans):
+            # The text as scrubbed, and where each stretch between placeholders is in it and in text.
+            out: list[str] = []
+            clear: list[tuple[int, int, int]] = []  # (start in the scrubbed text, end there, start in text)
+            at = pos = 0
+            for start, end, kind in [*spans, (len(text), len(text), "")]:
+                clear.append((at, at + start - pos, pos))
+                out.append(text[pos:start])
+                ph = placeholder(kind, text[start:end]) if kind else ""
+                out.append(ph)
+                at += start - pos + len(ph)
+                pos = end
+            new = []
+            starts = [c[0] for c in clear]
+            for a, b, kind in self._find_once("".join(out)):
+                c0, c1, orig = clear[bisect.bisect_right(starts, a) - 1]
+                if c0 <= a and b <= c1:  # (one that takes a placeholder in is not a secret's text)
+                    new.append((a - c0 + orig, b - c0 + orig, kind))
+            if not new:
+                break
+            spans = sorted(spans + new)
+        return spans
+
+    def _find_once(self, text: str) -> list[tuple[int, int, str]]:
+        """:meth:`find`'s spans of one pass over ``text``."""
         if not text:
             return []
         heap = self._candidates(text)

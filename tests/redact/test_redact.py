@@ -984,3 +984,26 @@ def test_a_quoted_credential_is_replaced_whole_in_one_pass(value: str) -> None:
         assert out == f'{name}="{expected_placeholder("secret-assignment", value)}"\n'
         assert scrub_text(out) == out
         assert scrub_json({"config": text}) == {"config": out}
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Authorization: Basic dXNlcjpwYXNz=AKIAIOSFODNN7EXAMPLE",
+        "Authorization: Basic dXNlcjpwYXNzd29yZA==AKIAIOSFODNN7EXAMPL1\n",
+        '{"h": "Basic c3ZjOmh1bnRlcjI=ASIAQWERTYUIOPASDFGH"}',
+    ],
+)
+def test_a_secret_glued_to_another_is_scrubbed_in_one_pass(text: str) -> None:
+    """``Basic <base64>=AKIA…``: the AWS key was replaced, and the base64 before it, which does not
+    end before an ``A``, was not a Basic credential until its neighbour was the placeholder. A
+    second scrub (a live request matched against its scrubbed recording, ``forkpoint scrub``)
+    replaced it then: scrubbing was not idempotent, and the two forms of one request differed."""
+    once = scrub_text(text)
+    assert "[REDACTED:basic-auth:" in once and "[REDACTED:aws-access-key:" in once
+    assert scrub_text(once) == once
+    assert find_secrets(once) == []
+    assert scrub_json({"t": text}) == {"t": once}
+    data = text.encode()
+    for i in range(1, len(data)):  # a stream of it, split anywhere, as the whole
+        assert b"".join(scrub_chunks([data[:i], data[i:]])) == once.encode()
