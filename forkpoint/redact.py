@@ -243,12 +243,15 @@ _BUILTIN: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ),
     # Code: a name that says it holds a credential, assigned a quoted literal (password = "…",
     # self.auth_token = '…', apiKey: "…"). Not any "…token" (a tokenizer's eos_token = "</s>").
+    # Spaces inside (a passphrase) but not at either end: that is code around two literals
+    # ("Password: " + pw + "!").
     (
         "secret-assignment",
         ("pass", "secret", "api", "access", "auth", "refresh", "session", "private", "bearer"),
         r"(?i:password|passwd|passphrase|secret(?:_?key)?|(?:auth|access|api|bearer|refresh|session|secret)_?token"
         r"|api_?key|access_?key|private_?key)(?![A-Za-z0-9_])"
-        r"\s*[=:]\s*\\?(?P<q>[\"'])(?P<s>[^\s\"'\\]{6,})\\?(?P=q)",
+        r"\s*[=:]\s*\\?(?P<q>[\"'])"
+        r"(?P<s>(?=[^\"'\\\r\n]{6})[^\s\"'\\](?:[^\"'\\\r\n]*[^\s\"'\\])?)\\?(?P=q)",
     ),
     (
         "secret-assignment",

@@ -124,6 +124,7 @@ KINDS: dict[str, tuple[str, str]] = {
     "cookie": (_r(32), "Cookie: session={s}"),
     "header_text": (_r(32), "curl -H 'x-api-key: {s}' https://api.example.com"),
     "code_password": (_r(16), 'password = "{s}"'),
+    "code_passphrase": (" ".join(_r(6) for _ in range(4)), "passphrase = '{s}'"),
     "user_rule": ("itk_" + _r(24), "internal {s}"),
     "json_path": (
         f"{_rng.randrange(100, 999)}-{_rng.randrange(10, 99)}-{_rng.randrange(1000, 9999)}",

@@ -185,7 +185,8 @@ def test_ordinary_text_is_untouched() -> None:
         "The sky is blue. skeleton-key-is-not-a-secret, AKIA is a prefix, Bearer of news, "
         "ghp_short, eyJ alone, sk-short, -----BEGIN CERTIFICATE----- is public. Ask the task at "
         "the desk; ACCESS denied; eos_token = '</s>'; the password field; machine learning; "
-        "SKIP AC adapter; max_tokens = 5; tokenizer = 'bert-base'; log in with your password."
+        "SKIP AC adapter; max_tokens = 5; tokenizer = 'bert-base'; log in with your password. "
+        'print("Password: " + pw + "!"); prompt = "Enter password: " + name + " then Enter"'
     )
     assert scrub_text(text) == text
     data = {"messages": [{"role": "user", "content": text}], "n": 1, "ok": True, "x": None}
@@ -971,7 +972,15 @@ def test_query_credentials_in_binary_data_are_found_after_each_of_their_characte
 
 
 @pytest.mark.parametrize(
-    "value", ["hunter2#longtail", "abcd;def&ghi", "k3ys,with,commas", "sk-ant-api03-" + "a1B2" * 6 + "#tail"]
+    "value",
+    [
+        "hunter2#longtail",
+        "abcd;def&ghi",
+        "k3ys,with,commas",
+        "sk-ant-api03-" + "a1B2" * 6 + "#tail",
+        "p w x y",  # (a passphrase: the quoted shape took no space, the unquoted one its first word)
+        "correct horse battery staple",
+    ],
 )
 def test_a_quoted_credential_is_replaced_whole_in_one_pass(value: str) -> None:
     """``password="hunter2#longtail"``: the unquoted assignment's shape (which a ``#``, ``;``, ``&``
