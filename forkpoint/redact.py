@@ -262,6 +262,17 @@ _BUILTIN: tuple[tuple[str, tuple[str, ...], str], ...] = (
         r"(?P<s>(?![0-9]+(?:[\s\"'#;&]|$))(?!(?:None|null|true|false|True|False|undefined|nil)(?:[\s\"'#;&]|$))"
         r"[^\s\"'#;&(){}\[\]<>,\\]{4,})" + _VALUE_END,
     ),
+    # YAML and INI: a lower-case or camelCase name of an API key, a client secret or a token
+    # (api_key: …, clientSecret: …), its value unquoted. Code assigns such a name code (api_key =
+    # args.key, apiKey: process.env.KEY): the value must look random, 16 characters or more with a
+    # letter and a digit, and no dot (but the full stop of a sentence after it).
+    (
+        "secret-assignment",
+        ("api", "client", "access", "auth", "refresh", "session", "bearer", "secret", "private"),
+        r"(?:(?<![A-Za-z0-9])|(?<=[a-z0-9])(?=[A-Z]))(?i:api[_\-]?key|(?:client|access|auth|refresh|session"
+        r"|bearer|secret|private)[_\-]?(?:secret|token|key))(?![A-Za-z0-9_])[ \t]*[=:][ \t]*"
+        r"(?P<s>(?=[A-Za-z_\-+/=]*[0-9])(?=[0-9_\-+/=]*[A-Za-z])[A-Za-z0-9_\-+/=]{16,})\.?" + _VALUE_END,
+    ),
     # ~/.aws/credentials and ~/.aws/config (INI, names in lower case, values unquoted).
     (
         "aws-secret",

@@ -124,6 +124,7 @@ KINDS: dict[str, tuple[str, str]] = {
     "cookie": (_r(32), "Cookie: session={s}"),
     "header_text": (_r(32), "curl -H 'x-api-key: {s}' https://api.example.com"),
     "code_password": (_r(16), 'password = "{s}"'),
+    "yaml_api_key": (_r(31) + "7", "openai:\n  api_key: {s}\n"),
     "code_passphrase": (" ".join(_r(6) for _ in range(4)), "passphrase = '{s}'"),
     "user_rule": ("itk_" + _r(24), "internal {s}"),
     "json_path": (

@@ -75,6 +75,9 @@ SECRETS: list[tuple[str, str, str]] = [
         "bedrock-api-key-YmVkcm9jay5hbWF6b25hd3Mu" + _rand(600, _ALNUM + "+/") + "&Version=1",
         "{}",
     ),
+    # YAML (a lower-case or camelCase name, the value unquoted: only upper-case names were read so)
+    ("secret-assignment", _rand(31) + "7", "openai:\n  api_key: {}\n  model: gpt-4o\n"),
+    ("secret-assignment", "Q" + _rand(23) + "4", "auth:\n  clientSecret: {}. Then"),
     ("bearer", _rand(40, _ALNUM + "-._~+/") + "==", "Authorization: Bearer {}"),
     ("bearer", _rand(24), "curl -H 'authorization: bearer {}' https://x"),
     ("private-key", PEM, "key file:\n{}\n-- end"),
@@ -186,7 +189,8 @@ def test_ordinary_text_is_untouched() -> None:
         "ghp_short, eyJ alone, sk-short, -----BEGIN CERTIFICATE----- is public. Ask the task at "
         "the desk; ACCESS denied; eos_token = '</s>'; the password field; machine learning; "
         "SKIP AC adapter; max_tokens = 5; tokenizer = 'bert-base'; log in with your password. "
-        'print("Password: " + pw + "!"); prompt = "Enter password: " + name + " then Enter"'
+        'print("Password: " + pw + "!"); prompt = "Enter password: " + name + " then Enter"; '
+        "api_key = args.key_v2_and_more; apiKey: process.env.OPENAI_KEY2; access_token: the_token_returned;"
     )
     assert scrub_text(text) == text
     data = {"messages": [{"role": "user", "content": text}], "n": 1, "ok": True, "x": None}
