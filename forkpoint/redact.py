@@ -236,6 +236,26 @@ _BUILTIN: tuple[tuple[str, tuple[str, ...], str], ...] = (
         ("://",),
         r"(?<=[A-Za-z0-9+.\-])://[^\s/?#@:\"'<>\[\]\\]*:(?P<s>[^\s/?#@\"'<>\\]+)@",
     ),
+    # A token alone as a URL's user info (git clone https://TOKEN@github.com/…): random-looking, 16
+    # characters or more with a letter and a digit; not a user's name (ssh://git@…).
+    (
+        "url-credential",
+        ("://",),
+        r"(?<=[A-Za-z0-9+.\-])://(?P<s>(?=[A-Za-z_\-]*[0-9])(?=[0-9_\-]*[A-Za-z])[A-Za-z0-9_\-]{16,})@",
+    ),
+    # A password on a client's command line (a shell tool's command): curl's -u/--user USER:PASSWORD
+    # (not -u elsewhere: docker run -u 1000:1000), the MySQL clients' -pPASSWORD; within 500
+    # characters of the command's name (a minified line with "curl" at every turn stays linear).
+    (
+        "command-password",
+        ("curl",),
+        r"(?<![A-Za-z0-9_\-])curl(?=\s)[^\n;&|]{0,500}?\s(?:-u|--user)(?:\s+|=)[\"']?[^\s:\"']*:(?P<s>[^\s\"']+)",
+    ),
+    (
+        "command-password",
+        ("mysql",),
+        r"(?<![A-Za-z0-9_\-])mysql(?:dump|admin)?(?=\s)[^\n;&|]{0,500}?\s-p(?P<s>[^\s\"']+)",
+    ),
     (
         "secret-field",
         ("pass", "secret", "api", "access", "private", "credential", "auth", "token"),
@@ -300,6 +320,15 @@ _BUILTIN: tuple[tuple[str, tuple[str, ...], str], ...] = (
         ("api", "token"),
         r"(?i:api-key|(?<=auth-)token|(?<=security-)token)[\"']?\s*:\s*[\"']?(?P<s>[^\s\"',;]{6,})",
     ),
+    # An Authorization header written in text under another scheme than Bearer, Basic or SigV4
+    # (curl -H 'Authorization: Token …', GitHub's "token …", Discord's "Bot …"): a value with a digit,
+    # not prose ("Authorization: required").
+    (
+        "header-credential",
+        ("authorization",),
+        r"(?i:authorization)[\"']?[ \t]*:[ \t]*[\"']?(?!(?i:bearer|basic|aws4-hmac-sha256)\s)"
+        r"(?:[A-Za-z][A-Za-z0-9\-]*[ \t]+)?(?P<s>(?=[^\s\"',;]*[0-9])[^\s\"',;]{8,})",
+    ),
     ("cookie", ("cookie",), r"(?i:cookie)[\"']?\s*:\s*[\"']?(?P<s>[^\r\n\"']{6,})"),
 )
 
@@ -313,6 +342,8 @@ _CONTEXT_KINDS = frozenset(
         "bearer",
         "basic-auth",
         "url-password",
+        "url-credential",
+        "command-password",
         "query-credential",
         "secret-field",
         "secret-assignment",

@@ -125,6 +125,9 @@ KINDS: dict[str, tuple[str, str]] = {
     "header_text": (_r(32), "curl -H 'x-api-key: {s}' https://api.example.com"),
     "code_password": (_r(16), 'password = "{s}"'),
     "yaml_api_key": (_r(31) + "7", "openai:\n  api_key: {s}\n"),
+    "url_token": (_r(24) + "5", "git clone https://{s}@github.com/org/repo.git"),
+    "curl_user": (_r(20), "curl -u deploy:{s} https://api.example.com"),
+    "authorization_token": (_r(40, _HEX), "curl -H 'Authorization: Token {s}' https://api.example.com"),
     "code_passphrase": (" ".join(_r(6) for _ in range(4)), "passphrase = '{s}'"),
     "user_rule": ("itk_" + _r(24), "internal {s}"),
     "json_path": (

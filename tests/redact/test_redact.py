@@ -78,6 +78,15 @@ SECRETS: list[tuple[str, str, str]] = [
     # YAML (a lower-case or camelCase name, the value unquoted: only upper-case names were read so)
     ("secret-assignment", _rand(31) + "7", "openai:\n  api_key: {}\n  model: gpt-4o\n"),
     ("secret-assignment", "Q" + _rand(23) + "4", "auth:\n  clientSecret: {}. Then"),
+    # a shell tool's command: a token as a URL's user info, curl -u, mysql -p, Authorization: Token
+    ("url-credential", _rand(23) + "3", "git clone https://{}@127.0.0.1/org/repo.git"),
+    ("command-password", _rand(20), "curl -sS -u admin:{} https://127.0.0.1/api"),
+    ("command-password", _rand(11) + "9", "mysql -h 127.0.0.1 -uroot -p{} app\n"),
+    (
+        "header-credential",
+        _rand(40, "0123456789abcdef"),
+        "curl -H 'Authorization: Token {}' https://127.0.0.1/",
+    ),
     ("bearer", _rand(40, _ALNUM + "-._~+/") + "==", "Authorization: Bearer {}"),
     ("bearer", _rand(24), "curl -H 'authorization: bearer {}' https://x"),
     ("private-key", PEM, "key file:\n{}\n-- end"),
@@ -190,7 +199,8 @@ def test_ordinary_text_is_untouched() -> None:
         "the desk; ACCESS denied; eos_token = '</s>'; the password field; machine learning; "
         "SKIP AC adapter; max_tokens = 5; tokenizer = 'bert-base'; log in with your password. "
         'print("Password: " + pw + "!"); prompt = "Enter password: " + name + " then Enter"; '
-        "api_key = args.key_v2_and_more; apiKey: process.env.OPENAI_KEY2; access_token: the_token_returned;"
+        "api_key = args.key_v2_and_more; apiKey: process.env.OPENAI_KEY2; access_token: the_token_returned; "
+        "docker run -u 1000:1000 img; git clone ssh://git@127.0.0.1/x; Authorization: required; mysql -p app"
     )
     assert scrub_text(text) == text
     data = {"messages": [{"role": "user", "content": text}], "n": 1, "ok": True, "x": None}
