@@ -185,8 +185,8 @@ _BUILTIN: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("openai-key", ("sk-",), r"(?<![A-Za-z0-9])sk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{20,}"),
     (
         "stripe-key",
-        ("sk_", "rk_"),
-        r"(?<![A-Za-z0-9])[sr]k_(?:live|test)_[A-Za-z0-9]{16,}",
+        ("sk_", "rk_", "whsec_"),  # (a webhook's signing secret too)
+        r"(?<![A-Za-z0-9])(?:[sr]k_(?:live|test)_[A-Za-z0-9]{16,}|whsec_[A-Za-z0-9]{24,})",
     ),
     ("aws-access-key", ("akia", "asia", "abia", "acca"), r"\b(?:AKIA|ASIA|ABIA|ACCA)[0-9A-Z]{16}\b"),
     # An STS session token (the ``Token`` of instance and container credentials, ``SessionToken``
@@ -212,7 +212,8 @@ _BUILTIN: tuple[tuple[str, tuple[str, ...], str], ...] = (
         r"\b(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,})\b",
     ),
     ("gitlab-token", ("glpat-",), r"\bglpat-[0-9A-Za-z_\-]{20,}"),
-    ("slack-token", ("xox",), r"\bxox[abposr]-[0-9A-Za-z\-]{10,}"),
+    # (and an app-level token, xapp-…, and a rotating token's refresh token, xoxe.xoxp-… or xoxe-…)
+    ("slack-token", ("xox", "xapp-"), r"\b(?:xox[abposr]-|xoxe[.\-](?:xox[bp]-)?|xapp-)[0-9A-Za-z\-]{10,}"),
     ("slack-webhook", ("://",), r"(?<=https)://hooks\.slack\.com/services/[A-Za-z0-9/_\-]{20,}"),
     ("huggingface-token", ("hf_",), r"\bhf_[A-Za-z0-9]{30,}"),
     # A Telegram bot's token in a Bot API URL's path (/bot<id>:<35 characters>/sendMessage); the

@@ -78,6 +78,13 @@ SECRETS: list[tuple[str, str, str]] = [
     # YAML (a lower-case or camelCase name, the value unquoted: only upper-case names were read so)
     ("secret-assignment", _rand(31) + "7", "openai:\n  api_key: {}\n  model: gpt-4o\n"),
     ("secret-assignment", "Q" + _rand(23) + "4", "auth:\n  clientSecret: {}. Then"),
+    ("stripe-key", "whsec_" + _rand(32), "STRIPE signing secret {}"),
+    (
+        "slack-token",
+        "xapp-1-A0" + _rand(9, string.digits) + "-" + _rand(13, string.digits) + "-" + _rand(64),
+        "{}",
+    ),
+    ("slack-token", "xoxe.xoxp-1-" + _rand(140), "refresh with {}\n"),
     # a shell tool's command: a token as a URL's user info, curl -u, mysql -p, Authorization: Token
     ("url-credential", _rand(23) + "3", "git clone https://{}@127.0.0.1/org/repo.git"),
     ("command-password", _rand(20), "curl -sS -u admin:{} https://127.0.0.1/api"),
