@@ -237,12 +237,13 @@ _BUILTIN: tuple[tuple[str, tuple[str, ...], str], ...] = (
         ("://",),
         r"(?<=[A-Za-z0-9+.\-])://[^\s/?#@:\"'<>\[\]\\]*:(?P<s>[^\s/?#@\"'<>\\]+)@",
     ),
-    # A token alone as a URL's user info (git clone https://TOKEN@github.com/…): random-looking, 16
-    # characters or more with a letter and a digit; not a user's name (ssh://git@…).
+    # A token alone as an HTTP URL's user info (git clone https://TOKEN@github.com/…):
+    # random-looking, 16 characters or more with a letter and a digit; not a user's name, nor an
+    # SSH URL's user (ssh://git@…, ssh://<a job's id>@…: SSH authenticates with a key).
     (
         "url-credential",
         ("://",),
-        r"(?<=[A-Za-z0-9+.\-])://(?P<s>(?=[A-Za-z_\-]*[0-9])(?=[0-9_\-]*[A-Za-z])[A-Za-z0-9_\-]{16,})@",
+        r"(?<=http|ttps)://(?P<s>(?=[A-Za-z_\-]*[0-9])(?=[0-9_\-]*[A-Za-z])[A-Za-z0-9_\-]{16,})@",
     ),
     # A password on a client's command line (a shell tool's command): curl's -u/--user USER:PASSWORD
     # (not -u elsewhere: docker run -u 1000:1000), the MySQL clients' -pPASSWORD; within 500
@@ -286,12 +287,16 @@ _BUILTIN: tuple[tuple[str, tuple[str, ...], str], ...] = (
     # YAML and INI: a lower-case or camelCase name of an API key, a client secret or a token
     # (api_key: …, clientSecret: …), its value unquoted. Code assigns such a name code (api_key =
     # args.key, apiKey: process.env.KEY): the value must look random, 16 characters or more with a
-    # letter and a digit, and no dot (but the full stop of a sentence after it).
+    # letter and a digit, no dot (but the full stop of a sentence after it), not a snake_case name
+    # (aws_session_token=s3_session_token); after a colon, the rest of its line (a comment aside),
+    # not a type in a signature (session_key: Ed25519Key, x).
     (
         "secret-assignment",
-        ("api", "client", "access", "auth", "refresh", "session", "bearer", "secret", "private"),
+        ("api", "client", "access", "auth", "refresh", "session", "bearer", "secret"),
         r"(?:(?<![A-Za-z0-9])|(?<=[a-z0-9])(?=[A-Z]))(?i:api[_\-]?key|(?:client|access|auth|refresh|session"
-        r"|bearer|secret|private)[_\-]?(?:secret|token|key))(?![A-Za-z0-9_])[ \t]*[=:][ \t]*"
+        r"|bearer|secret)[_\-]?(?:secret|token|key))(?![A-Za-z0-9_])[ \t]*"
+        r"(?:=|:(?=[ \t]*[A-Za-z0-9_\-+/=]+\.?[ \t]*(?:#[^\r\n\\]*)?(?:\\[nr]|[\r\n]|$)))[ \t]*"
+        r"(?![a-z0-9]*_[a-z0-9_]*(?![A-Za-z0-9\-+/=]))(?![A-Z0-9]*_[A-Z0-9_]*(?![A-Za-z0-9\-+/=]))"
         r"(?P<s>(?=[A-Za-z_\-+/=]*[0-9])(?=[0-9_\-+/=]*[A-Za-z])[A-Za-z0-9_\-+/=]{16,})\.?" + _VALUE_END,
     ),
     # ~/.aws/credentials and ~/.aws/config (INI, names in lower case, values unquoted).

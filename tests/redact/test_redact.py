@@ -77,7 +77,7 @@ SECRETS: list[tuple[str, str, str]] = [
     ),
     # YAML (a lower-case or camelCase name, the value unquoted: only upper-case names were read so)
     ("secret-assignment", _rand(31) + "7", "openai:\n  api_key: {}\n  model: gpt-4o\n"),
-    ("secret-assignment", "Q" + _rand(23) + "4", "auth:\n  clientSecret: {}. Then"),
+    ("secret-assignment", "Q" + _rand(23) + "4", "auth:\n  clientSecret: {}  # rotated\n"),
     ("stripe-key", "whsec_" + _rand(32), "STRIPE signing secret {}"),
     (
         "slack-token",
@@ -207,7 +207,10 @@ def test_ordinary_text_is_untouched() -> None:
         "SKIP AC adapter; max_tokens = 5; tokenizer = 'bert-base'; log in with your password. "
         'print("Password: " + pw + "!"); prompt = "Enter password: " + name + " then Enter"; '
         "api_key = args.key_v2_and_more; apiKey: process.env.OPENAI_KEY2; access_token: the_token_returned; "
-        "docker run -u 1000:1000 img; git clone ssh://git@127.0.0.1/x; Authorization: required; mysql -p app"
+        "docker run -u 1000:1000 img; git clone ssh://git@127.0.0.1/x; Authorization: required; mysql -p app; "
+        "ssh://687fb701029421ae5549d998@127.0.0.1; def f(session_key: Ed25519PrivateKey | Ed448Key, "
+        "api_key: KeyType2Name, secret_key: Ed25519PrivateKey); connect(aws_session_token=s3_session_token, "
+        "auth_token=S3_AUTH_TOKEN_V2); access_key, secret_key = s3_example_simple"
     )
     assert scrub_text(text) == text
     data = {"messages": [{"role": "user", "content": text}], "n": 1, "ok": True, "x": None}
