@@ -331,7 +331,7 @@ _BUILTIN: tuple[tuple[str, tuple[str, ...], str], ...] = (
     # not prose ("Authorization: required").
     (
         "header-credential",
-        ("authorization",),
+        ("auth",),  # (an anchor other shapes have: each one is a pass over the text)
         r"(?i:authorization)[\"']?[ \t]*:[ \t]*[\"']?(?!(?i:bearer|basic|aws4-hmac-sha256)\s)"
         r"(?:[A-Za-z][A-Za-z0-9\-]*[ \t]+)?(?P<s>(?=[^\s\"',;]*[0-9])[^\s\"',;]{8,})",
     ),
@@ -369,9 +369,13 @@ _TRAILING = compiled_later(r"[.,;:!?)\]}>]*")
 #: A placeholder, then trailing punctuation: what a context rule (``&key=AIza….``) leaves of a value
 #: of a known shape (:meth:`Scrubber._refine`), and must take for scrubbed when it reads it again.
 _PLACEHOLDER_THEN_TRAILING = compiled_later(_PLACEHOLDER + r"[.,;:!?)\]}>]*")
-#: A character beside a secret that a shape may refuse to end or begin at, where it takes a
-#: placeholder's bracket for an end (see :meth:`Scrubber.find`): not a space, quote or bracket.
-_GLUED = compiled_later(r"[^\s\"'`<>()\[\]{},;]")
+#: A character before a secret that a shape may end at, refusing the secret's first character after
+#: it and not a placeholder's bracket (see :meth:`Scrubber.find`): not a space, a quote, a bracket or
+#: another character no shape takes in before a lookahead (``&`` after a query value is not one).
+_GLUED_BEFORE = compiled_later(r"[^\s\"'`<>()\[\]{},;&#\\]")
+#: A character after a secret that a shape may begin at, refusing the secret's last character before
+#: it (``\bAKIA``, ``(?<![a-z])_KEY``): a letter, a digit or ``_``.
+_GLUED_AFTER = compiled_later(r"\w", re.ASCII)
 _SPECIFIC_RE = compiled_later(
     "|".join(f"(?P<k{i}>{p})" for i, (kind, p) in enumerate(PATTERNS) if kind not in _CONTEXT_KINDS),
     re.ASCII,
@@ -974,7 +978,9 @@ class Scrubber:
         shape: what the scrubbed text holds then is found here too, so that scrubbing twice gives
         what scrubbing once does (a scrubbed recorded request must equal a scrubbed live one)."""
         spans = self._find_once(text)
-        while spans and any((a and _GLUED.match(text, a - 1)) or _GLUED.match(text, b) for a, b, _ in spans):
+        while spans and any(
+            (a and _GLUED_BEFORE.match(text, a - 1)) or _GLUED_AFTER.match(text, b) for a, b, _ in spans
+        ):
             # The text as scrubbed, and where each stretch between placeholders is in it and in text.
             out: list[str] = []
             clear: list[tuple[int, int, int]] = []  # (start in the scrubbed text, end there, start in text)
