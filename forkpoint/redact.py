@@ -284,6 +284,19 @@ _BUILTIN: tuple[tuple[str, tuple[str, ...], str], ...] = (
         r"(?P<s>(?![0-9]+(?:[\s\"'#;&]|$))(?!(?:None|null|true|false|True|False|undefined|nil)(?:[\s\"'#;&]|$))"
         r"[^\s\"'#;&(){}\[\]<>,\\]{4,})" + _VALUE_END,
     ),
+    # A credential option of a command in text (a shell tool's command, a script a tool runs):
+    # --token=VALUE, --api-key VALUE (the option's name as in argv: not --max-tokens, --token-file or
+    # --no-password). After a space, a value that looks random (a letter and a digit, 8 characters or
+    # more), not prose ("use --password to log in"); never one the shell reads from a variable, nor a
+    # template's ({password}, [MASKED]).
+    (
+        "secret-option",
+        ("--",),
+        r"(?<![^\s\"'(=])--(?!no-)(?:[A-Za-z0-9]+[-_])*(?i:token|secret|password|passwd|passphrase|api[-_]?key"
+        r"|apikey|access[-_]?key|private[-_]?key|secret[-_]?key|auth[-_]?key|master[-_]?key|credentials?)"
+        r"(?:=|[ \t]+(?=[^\s\"'\\;&|()<>`]*[0-9])(?=[^\s\"'\\;&|()<>`]*[A-Za-z])(?=[^\s\"'\\;&|()<>`]{8}))"
+        r"(?P<s>[^\s\"'\\;&|()<>$`\-\[{][^\s\"'\\;&|()<>`]*)",
+    ),
     # YAML and INI: a lower-case or camelCase name of an API key, a client secret or a token
     # (api_key: …, clientSecret: …), its value unquoted. Code assigns such a name code (api_key =
     # args.key, apiKey: process.env.KEY): the value must look random, 16 characters or more with a
@@ -350,6 +363,7 @@ _CONTEXT_KINDS = frozenset(
         "url-password",
         "url-credential",
         "command-password",
+        "secret-option",
         "query-credential",
         "secret-field",
         "secret-assignment",
@@ -1949,6 +1963,8 @@ def _script_options(script: str, names: list[str]) -> str:
             words = []
         inner = words[0] if len(words) == 1 else value
         if not inner or _PLACEHOLDER_RE.fullmatch(inner):
+            if inner.startswith("[REDACTED:secret-option:"):  # (replaced in the text already)
+                names.append(m.group("name"))
             return m.group(0)
         names.append(m.group("name"))
         return m.group(0)[: m.start("value") - m.start()] + placeholder("secret-option", inner)

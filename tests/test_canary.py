@@ -128,6 +128,7 @@ KINDS: dict[str, tuple[str, str]] = {
     "url_token": (_r(24) + "5", "git clone https://{s}@github.com/org/repo.git"),
     "curl_user": (_r(20), "curl -u deploy:{s} https://api.example.com"),
     "authorization_token": (_r(40, _HEX), "curl -H 'Authorization: Token {s}' https://api.example.com"),
+    "shell_option": (_r(24), "huggingface-cli upload --token {s} org/model ."),
     "code_passphrase": (" ".join(_r(6) for _ in range(4)), "passphrase = '{s}'"),
     "user_rule": ("itk_" + _r(24), "internal {s}"),
     "json_path": (

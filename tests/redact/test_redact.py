@@ -85,6 +85,9 @@ SECRETS: list[tuple[str, str, str]] = [
         "{}",
     ),
     ("slack-token", "xoxe.xoxp-1-" + _rand(140), "refresh with {}\n"),
+    # a credential option in a shell tool's command (only the recorded command's argv was read so)
+    ("secret-option", _rand(20), "python deploy.py --token={} && echo ok"),
+    ("secret-option", _rand(15) + "7", "hf upload --hf-api-key {} ./model"),
     # a shell tool's command: a token as a URL's user info, curl -u, mysql -p, Authorization: Token
     ("url-credential", _rand(23) + "3", "git clone https://{}@127.0.0.1/org/repo.git"),
     ("command-password", _rand(20), "curl -sS -u admin:{} https://127.0.0.1/api"),
@@ -210,7 +213,8 @@ def test_ordinary_text_is_untouched() -> None:
         "docker run -u 1000:1000 img; git clone ssh://git@127.0.0.1/x; Authorization: required; mysql -p app; "
         "ssh://687fb701029421ae5549d998@127.0.0.1; def f(session_key: Ed25519PrivateKey | Ed448Key, "
         "api_key: KeyType2Name, secret_key: Ed25519PrivateKey); connect(aws_session_token=s3_session_token, "
-        "auth_token=S3_AUTH_TOKEN_V2); access_key, secret_key = s3_example_simple"
+        "auth_token=S3_AUTH_TOKEN_V2); access_key, secret_key = s3_example_simple; use --password to log in; "
+        "x-api-key=abc12345678; --redis-password=[MASKED] --db-password={pw} --token $HF_TOKEN"
     )
     assert scrub_text(text) == text
     data = {"messages": [{"role": "user", "content": text}], "n": 1, "ok": True, "x": None}
