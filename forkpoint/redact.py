@@ -991,10 +991,8 @@ class Scrubber:
         an ``A``) may be a secret only once its neighbour is a placeholder, whose brackets end any
         shape: what the scrubbed text holds then is found here too, so that scrubbing twice gives
         what scrubbing once does (a scrubbed recorded request must equal a scrubbed live one)."""
-        spans = self._find_once(text)
-        while spans and any(
-            (a and _GLUED_BEFORE.match(text, a - 1)) or _GLUED_AFTER.match(text, b) for a, b, _ in spans
-        ):
+        spans, glued = self._find_once(text)
+        while glued:
             # The text as scrubbed, and where each stretch between placeholders is in it and in text.
             out: list[str] = []
             clear: list[tuple[int, int, int]] = []  # (start in the scrubbed text, end there, start in text)
@@ -1008,7 +1006,8 @@ class Scrubber:
                 pos = end
             new = []
             starts = [c[0] for c in clear]
-            for a, b, kind in self._find_once("".join(out)):
+            again, glued = self._find_once("".join(out))
+            for a, b, kind in again:
                 c0, c1, orig = clear[bisect.bisect_right(starts, a) - 1]
                 if c0 <= a and b <= c1:  # (one that takes a placeholder in is not a secret's text)
                     new.append((a - c0 + orig, b - c0 + orig, kind))
@@ -1017,10 +1016,12 @@ class Scrubber:
             spans = sorted(spans + new)
         return spans
 
-    def _find_once(self, text: str) -> list[tuple[int, int, str]]:
-        """:meth:`find`'s spans of one pass over ``text``."""
+    def _find_once(self, text: str) -> tuple[list[tuple[int, int, str]], bool]:
+        """:meth:`find`'s spans of one pass over ``text``, and whether one of them is glued to what
+        is beside it outside its shape's match (``AKIA…`` after ``=``: not a query value after its
+        ``?token=``, which is the shape's own)."""
         if not text:
-            return []
+            return [], False
         heap = self._candidates(text)
         tie = len(heap)
         for i in self._scan:
@@ -1029,9 +1030,10 @@ class Scrubber:
                 heap.append((m.start(), i, tie, m))
                 tie += 1
         if not heap:
-            return []
+            return [], False
         heapq.heapify(heap)
         out: list[tuple[int, int, str]] = []
+        glued = False
         pos = 0
         first_scan = len(self._pats) - len(self._scan)
         while heap:
@@ -1067,9 +1069,14 @@ class Scrubber:
                 or (check is not None and not check(secret))
             ):
                 continue
-            out.append(self._refine(kind, a, b, text))
+            a, b, kind = self._refine(kind, a, b, text)
+            out.append((a, b, kind))
+            glued = glued or bool(
+                (a == start and a and _GLUED_BEFORE.match(text, a - 1))
+                or (b == end and _GLUED_AFTER.match(text, b))
+            )
             pos = max(end, start + 1)
-        return out
+        return out, glued
 
     # -- text and bytes
 
