@@ -1063,7 +1063,14 @@ def test_a_pydantic_ai_agent_with_an_mcp_toolset_replays_without_its_server(
     assert ledger.read_text() == ran
     events = forkpoint.Session.load(rec.session_path).by_type("tool_call")
     forecasts = [e for e in events if e["tool"] == "forecast"]
-    assert len(forecasts) == 1 and forecasts[0]["mcp"] == {"server": "weather", "method": "tools/call"}
+    assert len(forecasts) == 1
+    # (via: the stdio server's command line, or the HTTP server's URL: what the session was opened on)
+    assert forecasts[0]["mcp"] == {
+        "server": "weather",
+        "method": "tools/call",
+        "via": forecasts[0]["mcp"]["via"],
+    }
+    assert str(url if transport == "streamable-http" else script) in forecasts[0]["mcp"]["via"]
     assert all("mcp" in e for e in events)  # (pydantic-ai's own integration left the MCP tool alone)
 
     frost = {"city": "Paris", "temp_c": -5.0, "issued": live[1][0]["issued"]}
