@@ -680,7 +680,8 @@ def replay_run(
         conclude(report)
     measured = None
     # (what an interrupted run left measures nothing, nor a run that stopped at a divergence, nor a
-    # fork's run that ended before it reached its checkpoint: none of them continued from there)
+    # fork's run that ended before it reached its checkpoint, or made no call from there with no
+    # override to have ended it: none of them continued from there)
     stopped_at_divergence = report is not None and bool(report.get("divergence")) and on_divergence == "stop"
     # (recorded calls before the checkpoint left unserved: no process went live, whether it ended
     # early or drifted under fifo and ended before the prefix was used up)
@@ -696,7 +697,7 @@ def replay_run(
         and not stopped_at_divergence
         and not short_of
         and not unreached
-        and not (live_from is not None and unsent_from_checkpoint(report))
+        and not (live_from is not None and (unsent_from_checkpoint(report) or idle_from_checkpoint(report)))
     ):
         from .outcome import measure
 
@@ -1073,7 +1074,8 @@ class Arm:
     running it failed (forkpoint's own exception, a worker that died), so how far it got is unknown;
     ``problem`` when it ran but its run says less than it should: no report, or no log of what it
     printed; ``diverged``, why it never went live: its replayed prefix diverged and it stopped
-    there, or it ended before it reached its checkpoint; nothing of the continuation to measure;
+    there, or it ended before it reached its checkpoint, or made no call from there on; nothing of
+    the continuation to measure;
     ``not_stored``, why its session is not in the parent's store: measured, but its upload failed,
     and the session is only where it ran)."""
 
@@ -1273,10 +1275,28 @@ def arm_task(spec: dict[str, Any]) -> dict[str, Any]:
                     "so it never went live: a checkpoint keeps files scrubbed, so give the agent its secrets "
                     f"again (docs/security.md). What it printed: {log}"
                 )
+            elif idle_from_checkpoint(run.report):  # (no outcome was measured: replay_run)
+                served = int((run.report or {}).get("matched") or 0)
+                after = (
+                    f", once the {plural(served, 'recorded call')} before it were served" if served else ""
+                )
+                arm.diverged = "no call from its checkpoint"
+                arm.problem = (
+                    (f"stopped: {run.stopped}; " if run.stopped else "")
+                    + f"the command made no call from checkpoint seq {arm.seq} on{after} (exit code "
+                    + f"{run.exit_code}), so it never went live: does it run the recorded agent"
+                    + (" as it was recorded?" if served else "?")
+                    + (f" What it printed: {log}" if log.is_file() else "")
+                )
             elif run.stopped is not None:  # (its outcome is measured all the same: the state it left)
                 arm.problem = f"stopped: {run.stopped}"
             elif run.report is None:  # (it ran, and ended as it did: its outcome is measured all the same)
                 arm.problem = (run.problem or "no report").removeprefix("forkpoint: ")
+            elif ended_at_checkpoint_by_override(run.report):  # (measured: the what-if's answer)
+                arm.problem = (
+                    f"it made no call from checkpoint seq {arm.seq} on (exit code {run.exit_code}): the override "
+                    "it was given before the checkpoint ended it there"
+                )
             if arm.diverged is None and divergence:  # (measured: the policy went on, as asked)
                 went_on = _went_on_before(divergence, run.report or {}, arm.seq)
                 arm.problem = went_on if arm.problem is None else f"{arm.problem}; {went_on}"
@@ -1318,12 +1338,50 @@ def _acted_outside(session: Session, seq: int, child: Path | None, directory: Pa
     )
 
 
+def _went_live(report: dict[str, Any]) -> bool:
+    """Whether a run (its ``report``) made a call live: a model or tool call, plain HTTP (a provider
+    forkpoint does not recognize) or MCP; telemetry and clock readings are not the agent's calls."""
+    live = report.get("live_calls") or {}
+    return any(live.get(kind) for kind in ("models", "tools", "http", "mcp"))
+
+
 def unsent_from_checkpoint(report: dict[str, Any] | None) -> bool:
     """Whether a fork's run (its ``report``) made no call live from its checkpoint, one having been
     kept from the network: it carried a scrubbed secret's placeholder (a checkpoint keeps the files
     scrubbed, an API key in the agent's source too). It never went live: nothing to measure."""
-    live = (report or {}).get("live_calls") or {}
-    return bool((report or {}).get("network_blocked")) and not (live.get("models") or live.get("tools"))
+    return bool((report or {}).get("network_blocked")) and not _went_live(report or {})
+
+
+def _silent_from_checkpoint(report: dict[str, Any] | None) -> bool:
+    """Whether a fork's run (its ``report``) asked for every recorded call before its checkpoint, had
+    none kept from the network, and made no call from there on."""
+    return (
+        report is not None
+        and not _went_live(report)
+        and not report.get("network_blocked")
+        and not report.get("unserved")
+    )
+
+
+def _overridden(report: dict[str, Any]) -> bool:
+    """Whether an override took effect in a run (its ``report``)."""
+    return any(o.get("applied") for o in report.get("overrides") or [])
+
+
+def idle_from_checkpoint(report: dict[str, Any] | None) -> bool:
+    """Whether a fork's run (its ``report``) made no call from its checkpoint on, with no override to
+    have ended it: its command does not run the recorded agent (``python -c pass`` from a first
+    checkpoint, where there is no recorded call before it to leave unasked), or runs it otherwise
+    than it was recorded (it ended without the call recorded at the checkpoint). It never went
+    live: nothing to measure."""
+    return _silent_from_checkpoint(report) and not _overridden(report or {})
+
+
+def ended_at_checkpoint_by_override(report: dict[str, Any] | None) -> bool:
+    """Whether a fork's run (its ``report``) made no call from its checkpoint on after an override
+    served before it took effect: the agent took the way out the override offered (a tool that
+    raised), the what-if's answer. Its outcome is measured."""
+    return _silent_from_checkpoint(report) and _overridden(report or {})
 
 
 def _went_on_before(divergence: dict[str, Any], report: dict[str, Any], seq: int) -> str:

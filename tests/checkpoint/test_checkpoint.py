@@ -12,6 +12,7 @@ import collections
 import json
 import os
 import random
+import re
 import shutil
 import stat
 import subprocess
@@ -46,6 +47,7 @@ from forkpoint.checkpoint.source import SourceTracker
 from forkpoint.cli import main
 from forkpoint.demo.server import ModelServer
 from forkpoint.errors import UsageError
+from forkpoint.html import view_model
 from forkpoint.log import BlobStore, Session, SessionWriter, line_hash
 from forkpoint.orchestrate import fork_arms
 from forkpoint.record import make_header
@@ -2091,6 +2093,62 @@ def test_fork_two_arms_end_to_end(tmp_path: Path) -> None:
         assert (d / "test_log.txt").exists()  # the live continuation ran the tests there
         assert (d / META_DIR / "checkpoint.json").exists()
     assert tree_snapshot(repo) == original  # the arms ran in their own directories
+
+
+@pytest.mark.slow
+def test_an_arm_that_made_no_call_from_its_checkpoint_is_not_measured(tmp_path: Path) -> None:
+    """From the first checkpoint (no recorded call before it to leave unasked), a command that does
+    not run the agent (``python -c pass``) made no call at all: fork said "0 replayed, 0 model + 0
+    tool live", measured its outcome, "1/1 passed", exited 0, and sweep called the checkpoint the
+    last recoverable one. The demo agent resumed there goes live, and is measured."""
+    repo = make_repo(tmp_path / "repo", {"calc.py": CALC_BUGGY, ".gitignore": "__pycache__/\n"})
+    store = tmp_path / "store"
+    nothing = [sys.executable, "-c", "pass"]
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*FORKPOINT_CLI, *args], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+            env=os.environ | {"COLUMNS": "400"},
+        )  # fmt: skip
+
+    with ModelServer(turns=2) as srv:
+        agent = demo_agent(srv)
+        record_demo(store, agent, repo)
+        (parent_dir,) = session_dirs(store)
+        parent = Session.load(parent_dir)
+        first = min(c["seq"] for c in parent.by_type("checkpoint") if c["boundary"] == "resumable")
+        fork = run("fork", f"{parent.id}@{first}", "--store", str(store), "--into", str(tmp_path / "idle"),
+                   "--outcome", "true", "--", *nothing)  # fmt: skip
+        page = tmp_path / "sweep.html"
+        sweep = run("sweep", parent.id, "--store", str(store), "--to", str(first), "--arms", "2",
+                    "--into", str(tmp_path / "sweep"), "--outcome", "true", "--html", str(page), "--", *nothing)  # fmt: skip
+        assert view_model(parent)["sweep"] is None  # (no arm of the store measured anything)
+        live = run("fork", f"{parent.id}@{first}", "--store", str(store), "--into", str(tmp_path / "live"),
+                   "--outcome", "true", "--", *agent)  # fmt: skip
+    said, text = " ".join(fork.stderr.split()), " ".join(fork.stdout.split())
+    assert fork.returncode == 1, fork.stdout + fork.stderr
+    assert (
+        f"arm 1: the command made no call from checkpoint seq {first} on (exit code 0), so it never went "
+        f"live: does it run the recorded agent? What it printed: {tmp_path / 'idle' / 'arm-1.log'}" in said
+    ), fork.stderr
+    assert "outcome: no run measured; 1 arm(s) never went live (not measured)" in text, text
+    rows = [line.split() for line in sweep.stdout.splitlines() if line.startswith("@")]
+    assert sweep.returncode == 1, sweep.stdout + sweep.stderr
+    assert [(r[0], r[3]) for r in rows] == [(f"@{first}", "0/0")], sweep.stdout
+    assert "last recoverable" not in sweep.stdout and "nothing was measured" in sweep.stdout
+    assert sweep.stderr.count(f"not measured: the command made no call from checkpoint seq {first} on") == 2
+    embedded = re.search(r'id="forkpoint-data">(.*?)</script>', page.read_text(), re.S)
+    assert embedded is not None
+    drawn = json.loads(embedded.group(1))["sweep"]
+    assert [(p["seq"], p["passed"], p["ran"]) for p in drawn["points"]] == [(first, 0, 0)]
+    assert drawn["last_recoverable"] is None
+    drawn = view_model(parent)["sweep"]
+    assert drawn is not None and [(p["seq"], p["passed"], p["ran"]) for p in drawn["points"]] == [
+        (first, 1, 1)
+    ]  # only the live arm, measured
+    assert live.returncode == 0, live.stdout + live.stderr
+    assert "outcome: 1/1 passed" in live.stdout and "0 model + 0 tool live" not in live.stdout, live.stdout
+    assert "final:" in (tmp_path / "live" / "arm-1.log").read_text()
 
 
 def test_a_fork_runs_where_the_recording_ran_and_replaces_nothing_beside_its_arms(tmp_path: Path) -> None:

@@ -745,31 +745,83 @@ def test_arms_whose_program_ended_before_their_checkpoint_are_not_measured(
 ) -> None:
     """A command that never ran the recorded agent (a wrong path, an import error) asked for none of
     the recorded calls before the checkpoint, so it never went live: sweep measured its outcome all
-    the same, showed 100% at every checkpoint, called the run recoverable and exited 0."""
+    the same, showed 100% at every checkpoint, called the run recoverable and exited 0. From the
+    first checkpoint (no recorded call before it) it made no call at all: measured, until that was
+    not measured either."""
     out = forkpoint_cli(
         keeper, "sweep", keeper.session.id, "--store", str(keeper.store), "--arms", "1", "--jobs", "1",
         "--to", str(keeper.resumable()[1]), "--outcome", "true", "--into", str(tmp_path / "sweep"),
         "--", sys.executable, "-c", "import sys; sys.exit('ImportError: no module named agent')", cwd=tmp_path,
     )  # fmt: skip
-    text = " ".join(out.stdout.split())
+    text, said = " ".join(out.stdout.split()), " ".join(out.stderr.split())
     first, second = keeper.resumable()[:2]
     assert out.returncode == 1, out.stdout + out.stderr
     rows = [line.split() for line in out.stdout.splitlines() if line.startswith("@")]
-    assert [(r[0], r[3]) for r in rows] == [(f"@{first}", "1/1"), (f"@{second}", "0/0")], out.stdout
+    assert [(r[0], r[3]) for r in rows] == [(f"@{first}", "0/0"), (f"@{second}", "0/0")], out.stdout
+    assert "nothing was measured" in text and "recoverable" not in text
+    assert "2 arm(s) never went live (not measured)" in text, out.stdout
     assert (
-        f"up to (@{first}): the run was still recoverable there; nothing was measured from @{second}" in text
-    )
-    assert (
-        f"1 arm(s) never went live (not measured): it ended (exit code 1) before it reached checkpoint seq {second}"
-        in text
-    )
+        f"@{second} arm 1: not measured: it ended (exit code 1) before it reached checkpoint seq {second}"
+        in said
+    ), out.stderr
     # Why it ended is in what it printed: named, the table said only "exit code 1".
     log = tmp_path / "sweep" / f"seq-{second}" / "arm-1.log"
-    assert f"as it was recorded? What it printed: {log})" in text, out.stdout
+    assert f"as it was recorded? What it printed: {log})" in said, out.stderr
     assert "no module named agent" in log.read_text()
-    # From the first checkpoint (no recorded call before it) the arm went live at once, and ended
-    # so: its outcome is measured (the outcome command may look at $FORKPOINT_OUTCOME_EXIT), and said.
-    assert f"1 measured arm(s) ended with an exit code other than 0 (@{first} arm 1: 1)" in text, out.stdout
+    assert (
+        f"@{first} arm 1: not measured: the command made no call from checkpoint seq {first} on (exit code 1), "
+        f"so it never went live: does it run the recorded agent? What it printed: {log.parent.with_name(f'seq-{first}') / 'arm-1.log'}"
+        in said
+    ), out.stderr
+    assert "measured arm(s) ended with an exit code other than 0" not in text
+
+
+@pytest.mark.slow
+def test_an_arm_served_its_prefix_that_ended_without_the_checkpoints_call_is_not_measured(
+    keeper: Keeper, tmp_path: Path
+) -> None:
+    """An agent that asked for every recorded call before the checkpoint, then ended without the one
+    recorded there (one turn only): nothing was left unasked, so nothing said it never went live,
+    and its outcome was counted in the pass rate."""
+    short = tmp_path / "short.py"
+    short.write_text(Path(keeper.agent[1]).read_text().replace("range(6)", "range(1)"))
+    seq = keeper.resumable()[1]
+    fork = forkpoint_cli(
+        keeper, "fork", f"{keeper.session.id}@{seq}", "--arms", "1", "--into", str(tmp_path / "arms"),
+        "--store", str(keeper.store), "--outcome", "true", "--", sys.executable, str(short), cwd=tmp_path,
+    )  # fmt: skip
+    said = " ".join(fork.stderr.split())
+    assert fork.returncode == 1, fork.stdout + fork.stderr
+    assert (
+        f"arm 1: the command made no call from checkpoint seq {seq} on, once the 2 recorded calls before it "
+        "were served (exit code 4), so it never went live: does it run the recorded agent as it was recorded?"
+        in said
+    ), fork.stderr
+    assert "outcome: no run measured; 1 arm(s) never went live (not measured)" in " ".join(
+        fork.stdout.split()
+    )
+
+
+@pytest.mark.slow
+def test_an_arm_an_override_ended_at_its_checkpoint_is_measured_and_said(
+    keeper: Keeper, tmp_path: Path
+) -> None:
+    """An override served before the checkpoint that ends the agent there (the tool it ran last
+    raised) is the what-if's answer: measured, and said."""
+    last = keeper.resumable()[2]
+    fork = forkpoint_cli(
+        keeper, "fork", f"{keeper.session.id}@{last}", "--arms", "1", "--into", str(tmp_path / "arms"),
+        "--store", str(keeper.store), "--outcome", "true", "--override",
+        'tool:delete_file.error={"type": "PermissionError", "message": "read-only"}', "--", *keeper.agent,
+        cwd=tmp_path,
+    )  # fmt: skip
+    said = " ".join(fork.stderr.split())
+    assert "outcome: 1/1 passed" in fork.stdout, fork.stdout + fork.stderr
+    assert (
+        f"arm 1: it made no call from checkpoint seq {last} on (exit code 1): the override it was given before "
+        "the checkpoint ended it there" in said
+    ), fork.stderr
+    assert "PermissionError: read-only" in (tmp_path / "arms" / "arm-1.log").read_text()
 
 
 def test_the_page_draws_the_latest_experiments_arms_not_every_arms_pool(
