@@ -309,7 +309,7 @@ def _where_unrecoverable(result: dict[str, Any]) -> str:
     last, first_bad = result["last_recoverable"], result["unrecoverable_from"]
     points = {p["seq"]: p for p in result["points"]}
     if last is None and first_bad is None:
-        return "no arm ran: nothing was measured"
+        return "no arm was measured, from any checkpoint: nothing says whether the run was recoverable"
     if last is None:
         return f"no arm passed from any checkpoint: the run was unrecoverable from @{first_bad} (turn {points[first_bad]['turn']}) on"
     if first_bad is None:

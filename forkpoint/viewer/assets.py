@@ -434,7 +434,7 @@ JS = r"""
     sw.points.forEach(function (p) {
       var measured = p.ran > 0;
       var cls = "sweep-col" + (!measured ? " unmeasured" : p.passed === 0 ? " dead" : "") + (p.seq === sw.unrecoverable_from ? " turning" : "");
-      var tip = "checkpoint #" + p.seq + " (turn " + p.turn + "): " + (measured ? p.passed + "/" + p.ran + " arms passed, 95% CI " + Math.round(100 * p.low) + "–" + Math.round(100 * p.high) + " %" : "no arm ran");
+      var tip = "checkpoint #" + p.seq + " (turn " + p.turn + "): " + (measured ? p.passed + "/" + p.ran + " arms passed, 95% CI " + Math.round(100 * p.low) + "–" + Math.round(100 * p.high) + " %" : "no arm measured");
       var plot = h("div", { class: "sweep-plot" });
       var bar = h("div", { class: "sweep-bar" });
       bar.style.height = (measured ? 100 * p.rate : 0) + "%";

@@ -144,7 +144,9 @@ def test_an_arm_that_cannot_be_restored_is_reported_and_never_run(keeper: Keeper
     )  # fmt: skip
     assert out.returncode == 1
     assert out.stderr.count("not run:") == 3
-    assert "no arm ran: nothing was measured" in out.stdout
+    assert (
+        "no arm was measured, from any checkpoint: nothing says whether the run was recoverable" in out.stdout
+    )
     assert keeper.model.decisions == decisions  # no arm reached the model
     assert arms_of_store(keeper) == []
 
@@ -183,7 +185,10 @@ def test_sweep_verdict_in_words() -> None:
     def result(arms: list[tuple[int, bool | None]]) -> dict[str, Any]:
         return {"session": "s", **by_checkpoint(arms, {1: 1, 4: 2, 7: 3})}
 
-    assert sweep_verdict(result([(1, None), (4, None)])) == "no arm ran: nothing was measured"
+    assert (
+        sweep_verdict(result([(1, None), (4, None)]))
+        == "no arm was measured, from any checkpoint: nothing says whether the run was recoverable"
+    )
     assert sweep_verdict(result([(1, False), (4, False)])) == (
         "no arm passed from any checkpoint: the run was unrecoverable from @1 (turn 1) on"
     )
@@ -758,7 +763,7 @@ def test_arms_whose_program_ended_before_their_checkpoint_are_not_measured(
     assert out.returncode == 1, out.stdout + out.stderr
     rows = [line.split() for line in out.stdout.splitlines() if line.startswith("@")]
     assert [(r[0], r[3]) for r in rows] == [(f"@{first}", "0/0"), (f"@{second}", "0/0")], out.stdout
-    assert "nothing was measured" in text and "recoverable" not in text
+    assert "no arm was measured, from any checkpoint: nothing says whether the run was recoverable" in text
     assert "2 arm(s) never went live (not measured)" in text, out.stdout
     assert (
         f"@{second} arm 1: not measured: it ended (exit code 1) before it reached checkpoint seq {second}"
