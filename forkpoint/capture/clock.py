@@ -18,7 +18,8 @@ into its prompt replays without any ignore rule. A read beyond the recorded ones
 
 **The agent's own code** is every module whose file is neither in the standard library nor in an
 installed package (``site-packages``/``dist-packages``), plus a ``__main__`` run from the command
-line (``python -c``, ``python agent.py``); forkpoint itself never is. A list of module names
+line (``python -c``, ``python agent.py``, ``./agent`` by its ``#!`` line, whatever the file's name);
+forkpoint itself never is. A list of module names
 (``deterministic=["my_agent"]``) names them instead (each with its submodules). Library code —
 the SDKs, HTTP clients, asyncio, the standard library — keeps the real clock and generator, so
 timeouts, retries and back-offs behave as they always do. The code a smolagents ``CodeAgent``'s
@@ -388,8 +389,10 @@ def is_agent(name: str, file: str | None, modules: Sequence[str] | None = None, 
         return False
     if not file:
         return name == "__main__"
-    if not file.endswith((".py", ".pyc")):
-        return False  # an extension module: compiled code never reads through these globals
+    if not file.endswith((".py", ".pyc")) and name != "__main__":
+        # (an extension module: compiled code never reads through these globals; a script is
+        # Python, whatever its name: ``./agent`` run by its ``#!`` line, ``python agent``)
+        return False
     real = os.path.realpath(file)
     parts = real.split(os.sep)
     return (

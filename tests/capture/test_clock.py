@@ -132,6 +132,8 @@ def test_reads_inside_a_tool_are_the_tools_own(agent: ModuleType, store: Path) -
 def test_which_code_is_the_agents(tmp_path: Path) -> None:
     assert clock.is_agent("my_agent", str(tmp_path / "my_agent.py"))
     assert clock.is_agent("__main__", None)  # python -c
+    assert clock.is_agent("__main__", str(tmp_path / "agent"))  # ./agent, by its #! line
+    assert not clock.is_agent("fast", str(tmp_path / "fast.cpython-311-x86_64-linux-gnu.so"))
     assert not clock.is_agent("json", "/usr/lib/python3/json/__init__.py")
     assert not clock.is_agent("openai", openai_file())
     assert not clock.is_agent("forkpoint.demo.agent", forkpoint.__file__)
@@ -440,3 +442,38 @@ def test_the_aware_local_now_replays_in_another_time_zone_as_recorded(tmp_path: 
     assert forkpoint.Session.load(child).header["timezone"] == "America/New_York"  # type: ignore[attr-defined]
     again = forkpoint_cli("replay", child.name, "--store", "s", zone="Asia/Tokyo")
     assert again.returncode == 0 and again.stdout == whatif.stdout, again.stderr
+
+
+def test_a_script_without_py_in_its_name_is_the_agents_own_code(tmp_path: Path) -> None:
+    """``forkpoint record --deterministic -- ./agent`` (a script run by its ``#!`` line, no ``.py``):
+    the script was taken for compiled code and kept the real clock, so its replay diverged at the
+    time it sent, while the hint said the session recorded "the reads of the script"."""
+    import os
+    import stat
+    import subprocess
+
+    script = tmp_path / "agent"
+    script.write_text(
+        f"#!{sys.executable}\n"
+        "import datetime, forkpoint\n"
+        "@forkpoint.tool\n"
+        "def note(at: str) -> str:\n"
+        "    return 'noted'\n"
+        "print(note(datetime.datetime.now().isoformat()))\n"
+    )
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FORKPOINT_")}
+
+    def forkpoint_cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "forkpoint.cli", *args], cwd=tmp_path, env=env,
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+
+    rec = forkpoint_cli("record", "--store", "s", "--deterministic", "--", "./agent")
+    assert rec.returncode == 0 and rec.stdout == "noted\n", rec.stderr
+    (session,) = (tmp_path / "s").glob("2*")
+    events = forkpoint.Session.load(session).events  # type: ignore[attr-defined]
+    assert [e["fn"] for e in events if e["type"] == "value"] == ["datetime.now"]
+    rep = forkpoint_cli("replay", "last", "--store", "s")
+    assert rep.returncode == 0 and "replay ok" in rep.stderr, rep.stderr
