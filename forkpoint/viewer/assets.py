@@ -500,6 +500,7 @@ JS = r"""
     if (e.type === "tool_call") return e.tool + "(" + argsLine(e.args) + ")";
     if (e.type === "checkpoint") return e.boundary + " · " + (e.reason || "");
     if (e.type === "note") return short(e.text, 80);
+    if (e.type === "value" && e.raw) return String(e.raw.fn || "value") + " → " + short(compact(e.raw.value), 60);
     if (e.type === "end") return "exit code " + e.exit_code;
     if (e.type === "outcome") return (e.passed ? "pass" : "fail") + " · " + short(e.command || "", 60);
     return e.type;
@@ -550,6 +551,9 @@ JS = r"""
       var ws = (e.workspace || {}).manifest || [];
       var src = e.source;
       sub = h("span", { class: "sub muted", text: plural(ws.length, "workspace file") + (src ? " · " + plural((src.changed || []).length, "changed file") + " · tree " + String(src.tree || "").slice(0, 12) : "") + (e.context_messages !== undefined ? " · " + plural(e.context_messages, "carried message") : "") });
+    } else if (e.type === "value" && e.raw) {
+      // (what the agent's own code read under deterministic: the function and what it returned)
+      add(title, [String(e.raw.fn || "value"), h("span", { class: "dim", text: " → " + short(compact(e.raw.value), 160) })]);
     } else if (e.type === "note") {
       add(title, short(e.text, 140));
     } else if (e.type === "end") {

@@ -621,3 +621,25 @@ def test_a_sub_agents_tool_call_does_not_answer_the_top_level_model_call(
         ("get_weather", "Oslo"): (None, None),
         ("get_weather", "Paris"): ("call_0_1", model["seq"]),
     }
+
+
+def test_a_value_the_agent_read_shows_what_it_read(
+    tmp_path: Path, browser: Browser, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ``value`` event (``deterministic``: the time, a uuid the agent's own code read) was shown
+    as "value value": which function it was and what it returned were only in its raw JSON."""
+    import importlib
+    import sys
+
+    (tmp_path / "stamp_agent.py").write_text("import uuid\n\ndef stamp():\n    return str(uuid.uuid4())\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    agent = importlib.import_module("stamp_agent")
+    try:
+        with forkpoint.record(store=tmp_path / "store", deterministic=["stamp_agent"]) as rec:
+            read = agent.stamp()
+    finally:
+        sys.modules.pop("stamp_agent", None)
+    html = write_html(Session.load(rec.session_path), tmp_path / "page.html")
+    page = browser.open(html)
+    expect(page.locator("details.event.value .title")).to_have_text(f"uuid.uuid4 → {read}")
+    browser.assert_clean(html)
