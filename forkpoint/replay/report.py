@@ -182,7 +182,7 @@ def uncaught_differences(report: dict[str, Any]) -> list[str]:
     new = [n for n in now if n not in then]
     if new:
         shown = "; ".join(
-            f"{e.get('type')}: {e.get('message')}"
+            f"{e.get('type')}" + (f": {e.get('message')}" if e.get("message") else "")
             for e in report.get("uncaught") or []
             if f"{e.get('module')}.{e.get('type')}" in new
         )

@@ -90,6 +90,11 @@ def test_a_replay_that_raises_where_the_recording_did_not_is_not_reproduced(stor
     with forkpoint.replay(rec.session_path) as rp:
         step()
     assert rp.report()["reproduced"] is True and rp.report()["ended_as_recorded"] is True
+    # An exception without a message (a bare assert) is named alone: it read "AssertionError:  (the…".
+    with pytest.raises(AssertionError), forkpoint.replay(rec.session_path) as rp:
+        step()
+        raise AssertionError
+    assert "it raised an uncaught AssertionError (the recording did not)" in rp.report()["ending"]
 
 
 def test_a_replay_that_skipped_recorded_calls_and_went_on_is_not_said_to_have_ended_early(
