@@ -609,7 +609,6 @@ class Cassette:
 
         from .log import SessionError
 
-        nodeid = self.item.nodeid
         if forkpoint.active() is not None:
             # This pytest runs under `forkpoint record` or `forkpoint replay` (a cassette's recorded
             # command replayed from the CLI): that runtime records or serves the test's calls, under
@@ -668,10 +667,11 @@ class Cassette:
             self.action = "record"
             self._tmp = self._recording_folder()
             # The header's cwd is the current directory: the recorded command selects the test there.
+            name, tags = self._named()
             self._cm = forkpoint.record(
-                name=nodeid,
+                name=name,
                 store=self._tmp,
-                tags={"pytest": nodeid},
+                tags=tags,
                 argv=recorded_command(self.item),
                 tools=self.tools,
                 deterministic=self.deterministic,
@@ -1024,6 +1024,19 @@ class Cassette:
                 shutil.rmtree(self._tmp, ignore_errors=True)
             self._release()
 
+    def _named(self) -> tuple[str, dict[str, str]]:
+        """The name and tags a cassette is written with: those of the cassette it replaces (a made
+        test's incident name, its ``agent_version`` tag: what ``forkpoint check --tag`` selects it
+        by), with the test's node id as its ``pytest`` tag; a cassette the plugin named is named
+        by the node id now (a test renamed since)."""
+        nodeid = self.item.nodeid
+        old = (_header(self.path) if self.exists else None) or {}
+        tags = {str(k): str(v) for k, v in (old.get("tags") or {}).items() if v is not None}
+        name = old.get("name")
+        if not isinstance(name, str) or not name or name == tags.get("pytest"):
+            name = nodeid
+        return name, {**tags, "pytest": nodeid}
+
     def _rebuild(self, child: Path) -> Path:
         """A cassette made of a what-if child session's events (served and live alike)."""
         from .errors import SigningError
@@ -1031,13 +1044,13 @@ class Cassette:
         from .record import make_header
         from .signing import promise, sign_session
 
-        nodeid = self.item.nodeid
         assert self._tmp is not None
         # make_header's cwd is the current directory: the recorded command selects the test there.
+        name, tags = self._named()
         header = make_header(
             argv=recorded_command(self.item),
-            name=nodeid,
-            tags={"pytest": nodeid},
+            name=name,
+            tags=tags,
             tools=self.tools,
             deterministic=self.deterministic,
             ignore=self.ignore,

@@ -126,7 +126,8 @@ def test_an_incident_start_to_finish(tmp_path: Path, server: LocalServer) -> Non
     prod.mkdir()
     (prod / "agent.py").write_text(BUGGY)
     store = tmp_path / "store"
-    rec = sh(*fp, "record", "--store", str(store), "--name", "incident-42", "--no-workspace", "--",
+    rec = sh(*fp, "record", "--store", str(store), "--name", "incident-42", "--tag", "agent_version=1.4",
+             "--no-workspace", "--",
              "python", str(prod / "agent.py"), "42", cwd=prod, env=env)  # fmt: skip
     assert rec.returncode == 0, rec.stderr
     assert "answer: It has shipped." in rec.stdout
@@ -185,8 +186,14 @@ def test_an_incident_start_to_finish(tmp_path: Path, server: LocalServer) -> Non
     )
     assert len(server.requests) == served_before + 1
     assert "order_id" in server.requests[-1]["body"]["messages"][-1]["content"]
-    calls = Session.load(cassette).calls()
-    assert [c["type"] for c in calls] == ["model_call", "tool_call", "model_call"]
+    recorded_again = Session.load(cassette)
+    assert [c["type"] for c in recorded_again.calls()] == ["model_call", "tool_call", "model_call"]
+    # Still the incident, by its name and tags (what forkpoint check --tag selects it by)
+    assert recorded_again.header["name"] == "incident-42"
+    assert {k: v for k, v in recorded_again.header["tags"].items() if v is not None} == {
+        "agent_version": "1.4",
+        "pytest": "tests/incidents/test_incident_42.py::test_incident_42",
+    }
 
     # From then on it replays offline.
     server.stop()
