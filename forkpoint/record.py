@@ -528,6 +528,11 @@ class Lacks:
         self.asked_for: dict[str, int] = {}
         self.first: dict[str, int] = {}
         self.tools: set[str] = set()
+        #: Recorded calls of each tool, and the tools of which the program made a call itself, with
+        #: no framework's call id: asked for more often than recorded, another function of the
+        #: program may answer to that name (:meth:`fewer_calls`).
+        self.calls: dict[str, int] = {}
+        self.own: set[str] = set()
         self.lost: list[tuple[int | None, str, str]] = []  # (seq, tool, type of the result)
         self.seqs: list[int | None] = []
         #: Tools asked for that a recording process had wrappers for (:func:`runtime.wrapped_tools`).
@@ -562,7 +567,11 @@ class Lacks:
         """A tool call was recorded (as ``seq``); ``held``: whether its result or error holds a
         scrubbed secret's placeholder (None: looked for here)."""
         self.seqs.append(seq)
-        self.tools.add(str(event.get("tool")))
+        name = str(event.get("tool"))
+        self.tools.add(name)
+        self.calls[name] = self.calls.get(name, 0) + 1
+        if event.get("call_id") is None:
+            self.own.add(name)
         if mcp_session_request(event):
             self.mcp_requests += 1
         if "unrecorded" in event:
@@ -591,6 +600,8 @@ class Lacks:
             "asked_for": self.asked_for,
             "first": self.first,
             "tools": sorted(self.tools),
+            "calls": self.calls,
+            "own": sorted(self.own),
             "lost": self.lost,
             "seqs": self.seqs,
             "wrapped": sorted(self._wrapped()),
@@ -621,6 +632,9 @@ class Lacks:
                 for name, seq in t["first"].items():
                     out.first[str(name)] = min(out.first.get(str(name), int(seq)), int(seq))
                 out.tools.update(str(n) for n in t["tools"])
+                for name, k in (t.get("calls") or {}).items():
+                    out.calls[str(name)] = out.calls.get(str(name), 0) + int(k)
+                out.own.update(str(n) for n in t.get("own") or ())
                 out.lost.extend((seq, str(tool), str(kind)) for seq, tool, kind in t["lost"])
                 out.seqs.extend(t["seqs"])
                 out.wrapped.update(str(n) for n in t.get("wrapped") or ())
@@ -650,6 +664,23 @@ class Lacks:
             and not any(tool_matches(r, a) for r in self.tools for a in _known_as(n, aliases))
         }
 
+    def fewer_calls(self) -> dict[str, tuple[int, int]]:
+        """The tools the model asked for more often than calls of them were recorded, some made by
+        the program itself (no framework's call id), as ``(asked, recorded)``: the calls are told
+        from the asks by name only, so a second function of the same name (another agent's tool)
+        that was never recorded hides behind the one that was. (Calls a framework made carry the
+        ask's id; one it did not make, a retry on arguments that did not validate, is no
+        function run.)"""
+        handled = self.framework | runtime.framework_tools
+        aliases = self._aliases()
+        out = {}
+        for n in sorted(self.asked_for, key=lambda n: self.first.get(n, -1)):
+            names = [r for r in self.calls if any(tool_matches(r, a) for a in _known_as(n, aliases))]
+            recorded = sum(self.calls[r] for r in names)
+            if n not in handled and 0 < recorded < self.asked_for[n] and self.own.intersection(names):
+                out[n] = (self.asked_for[n], recorded)
+        return out
+
     def warnings(self, *, tools: bool = True) -> list[str]:
         """In words, for the person who made the recording (empty when it lacks nothing); without
         the tools never recorded when not ``tools`` (the pytest plugin says them its own way)."""
@@ -670,6 +701,17 @@ class Lacks:
                 "MODULE:FUNCTION (--tool MODULE:CLASS.METHOD; --tool __main__:FUNCTION for one defined in the "
                 "script itself; =NAME after it for a function that runs the tool NAME, as mini-swe-agent's "
                 "minisweagent.environments.local:LocalEnvironment.execute=bash)."
+            )
+        if fewer := self.fewer_calls():
+            names = ", ".join(
+                f"{n} (asked {plural(k, 'time')}, {plural(r, 'call')} recorded)"
+                for n, (k, r) in fewer.items()
+            )
+            out.append(
+                f"the model asked for tools more often than the program's calls of them were recorded: {names}. "
+                "If another function of the program answers to that name (a second agent's tool of the same "
+                "name), its calls were never recorded, and a replay runs them for real: name it too, "
+                "@forkpoint.tool(name=NAME) on it, or forkpoint record --tool MODULE:QUALNAME=NAME."
             )
         if self.lost:
             seq, tool, kind = min(self.lost, key=lambda lost: (lost[0] is None, lost[0] or 0))

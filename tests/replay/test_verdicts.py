@@ -649,6 +649,52 @@ def test_a_tool_the_program_never_called_is_not_said_to_need_naming(
     assert merged is not None and merged.warnings() == expected
 
 
+def test_a_second_unrecorded_tool_of_a_recorded_tools_name_is_said(
+    make_server: Any, store: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two agents' tools answer to ``lookup``: the web one is an ``@forkpoint.tool``, the docs one
+    is not. The model asked for ``lookup`` twice and one call was recorded: the end of the
+    recording told asks from calls by name only, so it said nothing, and a replay ran the docs
+    body for real. It now says the tool was asked for more often than it was recorded, in this
+    process and from the tallies ``forkpoint record`` merges; calls a framework made with the
+    model's call id (which may skip an ask it refused) are not counted so."""
+    srv: LocalServer = make_server(chat_script=[[("lookup", {"q": "web"}), ("lookup", {"q": "docs"})], "ok"])
+
+    @forkpoint.tool
+    def lookup(q: str) -> str:
+        return "web: 1"
+
+    def docs_lookup(q: str) -> str:  # (the other agent's tool of that name, never named)
+        return "docs: 2"
+
+    def run(name: str, arguments: str) -> str:
+        q = json.loads(arguments)["q"]
+        return lookup(q) if q == "web" else docs_lookup(q)
+
+    with forkpoint.record(store=store) as rec:
+        chat_agent(srv.openai_base_url, run)
+    said = " ".join(capsys.readouterr().err.split())
+    assert (
+        "the model asked for tools more often than the program's calls of them were recorded: "
+        "lookup (asked 2 times, 1 call recorded). If another function of the program answers to that name"
+    ) in said, said
+    from forkpoint import runtime
+    from forkpoint.record import Lacks, recording_warnings
+
+    tally, expected = rec.lacks.to_json(), rec.lacks.warnings()
+    assert recording_warnings(rec.session_path) == expected
+    monkeypatch.setattr(runtime, "wrapped_tools", set)  # (as in forkpoint record's own process)
+    merged = Lacks.merged([tally], 3)
+    assert merged is not None and merged.warnings() == expected
+    framework = Lacks.of(
+        [
+            e if e["type"] != "tool_call" else {**e, "call_id": "call_0_0"}
+            for e in Session.load(rec.session_path).events
+        ]
+    )
+    assert framework.fewer_calls() == {} and not any("more often" in w for w in framework.warnings())
+
+
 def test_a_named_tool_the_program_holds_in_a_registry_is_said_when_it_is_wrapped(
     make_server: Any,
     store: Path,
