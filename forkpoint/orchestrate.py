@@ -901,6 +901,14 @@ def replay_command(
     unrecorded = "" if quiet else _unrecorded_run(session, report, options.get("tools_source", "replay"))
     if unrecorded and not report.get("divergence"):
         say(unrecorded)
+    from .replay import unrecorded_tools
+
+    if (fewer := unrecorded_tools(report, "fewer_calls")) and not quiet and not report.get("divergence"):
+        names = ", ".join(f"{n} ({plural(k, 'call')})" for n, k in fewer.items())
+        say(
+            f"forkpoint: WARNING: the model asked for tools more often than the recording has calls of: {names}; "
+            "if another function of the program answers to that name, it ran for real in this replay"
+        )
     if report.get("divergence"):
         if not quiet:
             say(format_divergence(report["divergence"]))

@@ -664,9 +664,9 @@ class Lacks:
             and not any(tool_matches(r, a) for r in self.tools for a in _known_as(n, aliases))
         }
 
-    def fewer_calls(self) -> dict[str, tuple[int, int]]:
+    def fewer_calls(self) -> dict[str, int]:
         """The tools the model asked for more often than calls of them were recorded, some made by
-        the program itself (no framework's call id), as ``(asked, recorded)``: the calls are told
+        the program itself (no framework's call id), with how many asks more: the calls are told
         from the asks by name only, so a second function of the same name (another agent's tool)
         that was never recorded hides behind the one that was. (Calls a framework made carry the
         ask's id; one it did not make, a retry on arguments that did not validate, is no
@@ -678,7 +678,7 @@ class Lacks:
             names = [r for r in self.calls if any(tool_matches(r, a) for a in _known_as(n, aliases))]
             recorded = sum(self.calls[r] for r in names)
             if n not in handled and 0 < recorded < self.asked_for[n] and self.own.intersection(names):
-                out[n] = (self.asked_for[n], recorded)
+                out[n] = self.asked_for[n] - recorded
         return out
 
     def warnings(self, *, tools: bool = True) -> list[str]:
@@ -704,8 +704,8 @@ class Lacks:
             )
         if fewer := self.fewer_calls():
             names = ", ".join(
-                f"{n} (asked {plural(k, 'time')}, {plural(r, 'call')} recorded)"
-                for n, (k, r) in fewer.items()
+                f"{n} (asked {plural(self.asked_for[n], 'time')}, {plural(self.asked_for[n] - k, 'call')} recorded)"
+                for n, k in fewer.items()
             )
             out.append(
                 f"the model asked for tools more often than the program's calls of them were recorded: {names}. "
@@ -782,7 +782,9 @@ def hash_seed() -> int:
 def tally_into(session: Recording, tally: Lacks | None) -> None:
     """Hand ``session`` what its ``end`` counts for listings from the ``tally`` of its calls (None:
     none): the exchanges that are no model's call, by kind (``other_calls``), and the MCP session
-    requests, no tool's call (``mcp_requests``)."""
+    requests, no tool's call (``mcp_requests``), and the tools asked for more often than their
+    calls were recorded (``fewer_calls``)."""
+    session.fewer_calls = tally.fewer_calls() if tally is not None else {}
     session.other_calls = dict(tally.other) if tally is not None else {}
     session.mcp_requests = tally.mcp_requests if tally is not None else 0
 

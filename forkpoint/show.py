@@ -173,6 +173,13 @@ def end_lines(event: Mapping[str, Any]) -> list[str]:
             f"[yellow]the model asked for tools that were never recorded: {escape(names)} (a replay runs "
             "them for real if the program runs them)[/yellow]"
         )
+    fewer = event.get("fewer_calls")
+    if isinstance(fewer, dict) and fewer:
+        names = ", ".join(f"{n} ({plural(int(k), 'call')})" for n, k in fewer.items())
+        out.append(
+            f"[yellow]the model asked for tools more often than they were recorded: {escape(names)} (if another "
+            "function of the program answers to that name, a replay runs it for real)[/yellow]"
+        )
     div = event.get("divergence")
     if isinstance(div, dict):
         place, more = divergence_place(div)

@@ -1817,6 +1817,7 @@ class Replayer:
                     "exit_code": end.get("exit_code"),
                     "uncaught": end.get("uncaught"),
                     "unrecorded_tools": end.get("unrecorded_tools") or {},
+                    "fewer_calls": end.get("fewer_calls") or {},
                 }
                 if end is not None and self.live_from is None
                 else None,

@@ -329,12 +329,13 @@ def problems(report: dict[str, Any]) -> list[str]:
     return out + list(report.get("ending") or [])
 
 
-def unrecorded_tools(report: dict[str, Any]) -> dict[str, int]:
+def unrecorded_tools(report: dict[str, Any], field: str = "unrecorded_tools") -> dict[str, int]:
     """The tools the recorded run's model asked for that its recording has no calls of, and how many
     times (its end's ``unrecorded_tools``): if the program ran them, they ran for real in this replay.
     Empty when tools ran live anyway, or an override changed what the model asked for (the
-    recording's list says nothing of this run)."""
-    missing = (report.get("recorded_end") or {}).get("unrecorded_tools")
+    recording's list says nothing of this run). ``field``: ``fewer_calls``, the tools it asked for
+    more often than calls of them were recorded (the asks more), instead."""
+    missing = (report.get("recorded_end") or {}).get(field)
     if not isinstance(missing, dict) or (report.get("sources") or {}).get("tools") == "live":
         return {}
     if any(o.get("applied") for o in report.get("overrides") or []):
@@ -367,6 +368,12 @@ def _unreplayed(report: dict[str, Any]) -> list[str]:
     if tools:
         names = ", ".join(f"{n} ({plural(k, 'call')})" for n, k in tools.items())
         out.append(f"tools the recording has no calls of ran for real if the program ran them: {names}")
+    if fewer := unrecorded_tools(report, "fewer_calls"):
+        names = ", ".join(f"{n} ({plural(k, 'call')})" for n, k in fewer.items())
+        out.append(
+            "tools the model asked for more often than the recording has calls of ran for real if "
+            f"another function of the program answers to their name: {names}"
+        )
     if connections := report.get("unrecorded_connections"):
         out.append(_UNRECORDED_CONNECTIONS.format(where=", ".join(connections)))
     return out
@@ -493,7 +500,8 @@ def summary_line(report: dict[str, Any]) -> str:
     programs = report.get("unrecorded_programs") or []
     cached = _from_cache(report)
     connections = report.get("unrecorded_connections") or []
-    if status == "ok" and (unheard or programs or connections or unrecorded_tools(report) or cached):
+    fewer = unrecorded_tools(report, "fewer_calls")
+    if status == "ok" and (unheard or programs or connections or unrecorded_tools(report) or fewer or cached):
         status = "ok, but incomplete"
     if status == "ok" and report.get("recording_unended"):
         status = (

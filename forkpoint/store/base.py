@@ -327,6 +327,8 @@ class Recording:
         self.incomplete: str | None = None
         #: The tools the model asked for that were never recorded (:meth:`forkpoint.record.Lacks.unrecorded_tools`).
         self.unrecorded_tools: dict[str, int] = {}
+        #: The tools asked for more often than recorded (:meth:`forkpoint.record.Lacks.fewer_calls`).
+        self.fewer_calls: dict[str, int] = {}
         #: The exchanges recorded as ``model_call`` events that are no model's, by kind (:class:`EndEvent`).
         self.other_calls: dict[str, int] = {}
         #: The ``tool_call`` events that are MCP session requests, no tool's call (:class:`EndEvent`).
@@ -382,6 +384,8 @@ class Recording:
             event["incomplete"] = self.incomplete
         if self.unrecorded_tools:
             event["unrecorded_tools"] = self.unrecorded_tools
+        if self.fewer_calls:
+            event["fewer_calls"] = self.fewer_calls
         if self.other_calls:
             event["other_calls"] = self.other_calls
         if self.mcp_requests:

@@ -26,7 +26,7 @@ import forkpoint
 from forkpoint.capture import tools as tools_mod
 from forkpoint.html import view_model
 from forkpoint.log import Session
-from forkpoint.replay import EXIT_DIVERGENCE, conclude, format_divergence, summary_line
+from forkpoint.replay import EXIT_DIVERGENCE, conclude, format_divergence, summary_line, verdict
 from forkpoint.show import render
 from tests.modelserver import LocalServer, json_reply
 
@@ -693,6 +693,12 @@ def test_a_second_unrecorded_tool_of_a_recorded_tools_name_is_said(
         ]
     )
     assert framework.fewer_calls() == {} and not any("more often" in w for w in framework.warnings())
+    # The session says it, and a replay, which runs the docs body for real, is no plain "ok".
+    assert Session.load(rec.session_path).end()["fewer_calls"] == {"lookup": 1}
+    with forkpoint.replay(rec.session_path) as rp:
+        chat_agent(srv.openai_base_url, run)
+    assert summary_line(rp.report()).startswith("replay ok, but incomplete"), summary_line(rp.report())
+    assert "more often than the recording has calls of ran for real" in verdict(rp.report(), 0, 0)["detail"]
 
 
 def test_a_named_tool_the_program_holds_in_a_registry_is_said_when_it_is_wrapped(
