@@ -27,7 +27,7 @@ Public API: :func:`parse_sse`, :func:`detect`, :func:`summarize`, :func:`respons
 :func:`response_fields`,
 :func:`request_messages`, :func:`recorded_response`, :func:`summary`; and for the layers above:
 :func:`context_fields`, :func:`conversation_fields`, :func:`context_messages`,
-:func:`tool_call_arguments`, :func:`is_tool_result`, :func:`stream_end_markers`,
+:func:`tool_call_arguments`, :func:`is_tool_result`, :func:`tool_results`, :func:`stream_end_markers`,
 :func:`stream_delta_text`, :func:`rewrite_response`, :func:`semantic_headers`,
 :func:`otel_operation`, :func:`otel_provider_name`, :func:`genai_input_messages`,
 :func:`genai_tool_definitions`, :func:`genai_usage`, :func:`response_id`, :func:`api_key_vars`, :func:`sdk_packages`, :func:`sdk_modules`. The response
@@ -112,6 +112,7 @@ __all__ = [
     "summarize",
     "summary",
     "tool_call_arguments",
+    "tool_results",
 ]
 
 #: The registered wire formats. Recognition by URL path and by host is unambiguous; recognition by
@@ -534,6 +535,26 @@ def kind_and_tool_calls(event: Mapping[str, Any]) -> tuple[str, list[ToolCallSum
     return classify(method, url, req, headers), _read_response(
         _target(url, req).provider, response
     ).tool_calls
+
+
+def tool_results(event: Mapping[str, Any]) -> list[tuple[str | None, object]]:
+    """The tool results the request of a recorded model call sends back to the model, as ``(id of
+    the call it answers, what it says)``, in the request's format (its GenAI input messages'
+    ``tool_call_response`` parts: Chat Completions ``role: tool`` messages by ``tool_call_id``,
+    Responses ``function_call_output`` by ``call_id``, Anthropic ``tool_result`` by
+    ``tool_use_id``, Bedrock ``toolResult`` by ``toolUseId``, Gemini ``functionResponse`` by its
+    ``id``, often None). A conversation resends them with every later request."""
+    request = event.get("request")
+    body = coerce_json(request.get("body")) if isinstance(request, Mapping) else None
+    if not isinstance(request, Mapping) or request.get("body_kind") != "json" or not isinstance(body, dict):
+        return []
+    _, messages = _target(request.get("url"), body).provider.genai_input_messages(body)
+    return [
+        (part.get("id"), part.get("response"))
+        for m in messages
+        for part in m["parts"]
+        if part.get("type") == "tool_call_response"
+    ]
 
 
 def _summarized(event: Mapping[str, Any]) -> tuple[str, object, dict[str, Any], str, Any]:

@@ -32,6 +32,7 @@ from forkpoint.providers import (
     request_messages,
     response_text,
     summarize,
+    tool_results,
 )
 from tests.modelserver import LocalServer
 from tests.realdata import CASSETTES
@@ -873,6 +874,65 @@ def test_gemini_function_call_response() -> None:
         _call("fc-2", "get_light_values", "{}"),
     ]
     assert response_text(GEMINI_URL, {"status": 200, "body": GEMINI_CALL_RESPONSE}) is None
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "answered"),
+    [
+        (
+            "/v1/chat/completions",
+            {
+                "messages": [
+                    {"role": "user", "content": "go"},
+                    {"role": "tool", "tool_call_id": "c1", "content": "a"},
+                ]
+            },
+            "c1",
+        ),
+        (
+            "/v1/responses",
+            {"input": [{"type": "function_call_output", "call_id": "c1", "output": "a"}]},
+            "c1",
+        ),
+        (
+            "/v1/messages",
+            {
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [{"type": "tool_result", "tool_use_id": "c1", "content": "a"}],
+                    }
+                ]
+            },
+            "c1",
+        ),
+        (
+            "/model/m/converse",
+            {
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [{"toolResult": {"toolUseId": "c1", "content": [{"text": "a"}]}}],
+                    }
+                ]
+            },
+            "c1",
+        ),
+        (
+            "/v1beta/models/g:generateContent",
+            {"contents": [{"role": "user", "parts": [{"functionResponse": {"name": "f", "response": "a"}}]}]},
+            None,
+        ),
+    ],
+)
+def test_the_tool_results_a_request_sends_back_are_read_with_the_call_they_answer(
+    path: str, body: dict[str, Any], answered: str | None
+) -> None:
+    """What a recording counts as the program's answers to the model's asks (the tool called for
+    more often than it was recorded): each format's tool result, by the id of the call it answers
+    (a Gemini ``functionResponse`` has none here)."""
+    event = {"request": {"url": "http://127.0.0.1:9" + path, "body_kind": "json", "body": body}}
+    assert tool_results(event) == [(answered, "a")]
 
 
 def test_gemini_request_messages() -> None:
