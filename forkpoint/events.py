@@ -381,8 +381,9 @@ class EndEvent(_Common, total=False):
     #: The tools the model asked for of which no call was recorded, and how many times it asked for
     #: each: if the program ran them, a replay runs them for real (and says so).
     unrecorded_tools: dict[str, int]
-    #: The tools the model asked for more often than calls of them were recorded, and how many asks
-    #: more: another function of the program may answer to that name, which a replay runs for real.
+    #: The tools of which the program answered more different asks than calls of them were recorded,
+    #: and how many asks more: another function of the program may answer to that name, which a
+    #: replay runs for real (:meth:`forkpoint.record.Lacks.fewer_calls`).
     fewer_calls: dict[str, int]
     #: The ``model_call`` events that are no model's call, by kind (``telemetry``, ``mcp``, plain
     #: ``http``: :mod:`forkpoint.providers.kinds`), so a listing counts model calls without reading them.

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 
 from . import plugins, runtime
 from ._version import __version__
+from .canonical import digest, maybe_json
 from .errors import IdentityError, SessionError, UsageError
 from .events import (
     MAX_HASH_SEED,
@@ -338,14 +339,15 @@ class Recorder:
     def model_call_done(self, event: ModelCallEvent) -> None:
         """Append a finished model call (built by the capture layer) with its key and pid. (Its
         provider-aware ``summary`` is not stored: readers derive it, :func:`forkpoint.providers.summary`.)"""
-        from .providers import kind_and_tool_calls
+        from .providers import kind_and_tool_calls, tool_results
 
         written = self._write(event, key=True)
         # What the session holds (scrubbed), as a reader of it would tally it.
         kind, tool_calls = kind_and_tool_calls(written[1] if written is not None else event)
         if written is not None:
+            results = tool_results(written[1]) if kind == "model" else []
             with self._lock:
-                self.lacks.answered(kind, tool_calls, written[0])
+                self.lacks.answered(kind, tool_calls, written[0], results)
         if kind != "model" or runtime.current_span.get():
             return  # not a turn of the agent (telemetry, MCP, plain HTTP, or inside a tool)
         with self._checkpoint_lock:
@@ -533,6 +535,13 @@ class Lacks:
         #: program may answer to that name (:meth:`fewer_calls`).
         self.calls: dict[str, int] = {}
         self.own: set[str] = set()
+        #: Each ask of a tool, ``(name, call id, digest of its arguments, seq)``, and what requests
+        #: sent back to the model: ``sent``, call id → digest of its result; ``sent_unnamed``, the
+        #: last request (seq) that sent back a result with no call id (Gemini's often have none).
+        #: Only the asks the program answered count against the calls recorded (:meth:`fewer_calls`).
+        self.asks: list[tuple[str, str | None, str, int | None]] = []
+        self.sent: dict[str, str] = {}
+        self.sent_unnamed = -1
         self.lost: list[tuple[int | None, str, str]] = []  # (seq, tool, type of the result)
         self.seqs: list[int | None] = []
         #: Tools asked for that a recording process had wrappers for (:func:`runtime.wrapped_tools`).
@@ -549,19 +558,34 @@ class Lacks:
         #: but no tool the model called.
         self.mcp_requests = 0
 
-    def answered(self, kind: str, tool_calls: Sequence[Mapping[str, Any]] | None, seq: int | None) -> None:
+    def answered(
+        self,
+        kind: str,
+        tool_calls: Sequence[Mapping[str, Any]] | None,
+        seq: int | None,
+        results: Iterable[tuple[str | None, object]] = (),
+    ) -> None:
         """A model call was recorded (as ``seq``); ``kind`` and ``tool_calls`` are its summary's (the
-        tools its response asked for)."""
+        tools its response asked for), ``results`` the tool results its request sent back
+        (:func:`~forkpoint.providers.tool_results`)."""
         self.seqs.append(seq)
         if kind != "model":
             kind = str(kind or "http")
             self.other[kind] = self.other.get(kind, 0) + 1
+        for call_id, result in results:
+            if call_id is None:
+                self.sent_unnamed = max(self.sent_unnamed, -1 if seq is None else seq)
+            elif str(call_id) not in self.sent:  # (a conversation resends every result it sent)
+                self.sent[str(call_id)] = digest(result, exotic=True)
         for call in tool_calls or []:
             if call.get("name"):
                 name = str(call["name"])
                 self.asked_for[name] = self.asked_for.get(name, 0) + 1
                 if seq is not None:
                     self.first[name] = min(self.first.get(name, seq), seq)
+                ask = call.get("id")
+                args = digest(maybe_json(call.get("arguments")), exotic=True)
+                self.asks.append((name, None if ask is None else str(ask), args, seq))
 
     def recorded(self, event: Mapping[str, Any], seq: int | None, held: bool | None = None) -> None:
         """A tool call was recorded (as ``seq``); ``held``: whether its result or error holds a
@@ -584,12 +608,13 @@ class Lacks:
     @classmethod
     def of(cls, events: Iterable[Mapping[str, Any]]) -> Lacks:
         """The tally of recorded ``events`` (read back)."""
-        from .providers import kind_and_tool_calls
+        from .providers import kind_and_tool_calls, tool_results
 
         lacks = cls()
         for e in events:
             if e.get("type") == "model_call":
-                lacks.answered(*kind_and_tool_calls(e), e.get("seq"))
+                kind, tool_calls = kind_and_tool_calls(e)
+                lacks.answered(kind, tool_calls, e.get("seq"), tool_results(e) if kind == "model" else ())
             elif is_tool_call(e):
                 lacks.recorded(e, e.get("seq"))
         return lacks
@@ -602,6 +627,9 @@ class Lacks:
             "tools": sorted(self.tools),
             "calls": self.calls,
             "own": sorted(self.own),
+            "asks": self.asks,
+            "sent": self.sent,
+            "sent_unnamed": self.sent_unnamed,
             "lost": self.lost,
             "seqs": self.seqs,
             "wrapped": sorted(self._wrapped()),
@@ -635,6 +663,18 @@ class Lacks:
                 for name, k in (t.get("calls") or {}).items():
                     out.calls[str(name)] = out.calls.get(str(name), 0) + int(k)
                 out.own.update(str(n) for n in t.get("own") or ())
+                out.asks.extend(
+                    (
+                        str(name),
+                        None if ask is None else str(ask),
+                        str(args),
+                        None if seq is None else int(seq),
+                    )
+                    for name, ask, args, seq in t.get("asks") or ()
+                )
+                for ask, result in (t.get("sent") or {}).items():
+                    out.sent.setdefault(str(ask), str(result))
+                out.sent_unnamed = max(out.sent_unnamed, int(t.get("sent_unnamed", -1)))
                 out.lost.extend((seq, str(tool), str(kind)) for seq, tool, kind in t["lost"])
                 out.seqs.extend(t["seqs"])
                 out.wrapped.update(str(n) for n in t.get("wrapped") or ())
@@ -664,21 +704,37 @@ class Lacks:
             and not any(tool_matches(r, a) for r in self.tools for a in _known_as(n, aliases))
         }
 
+    def answers(self) -> dict[str, int]:
+        """How many different asks of each tool the program answered: asks whose result a later
+        request sent back to the model (by the ask's call id; one with no id, when a later request
+        sent back a result with no id), told apart by their arguments and that result. An ask never
+        answered (the last answer of a run that stopped at its turn limit, or at a tool that
+        raised; a call of a parallel batch the program dropped) ran nothing, and one answered with
+        the result of an identical ask (a cache) ran nothing more."""
+        out: dict[str, set[tuple[str, str | None]]] = {}
+        for name, ask, args, seq in self.asks:
+            if ask is not None and ask in self.sent:
+                out.setdefault(name, set()).add((args, self.sent[ask]))
+            elif ask is None and seq is not None and self.sent_unnamed > seq:
+                out.setdefault(name, set()).add((args, None))
+        return {name: len(answers) for name, answers in out.items()}
+
     def fewer_calls(self) -> dict[str, int]:
-        """The tools the model asked for more often than calls of them were recorded, some made by
-        the program itself (no framework's call id), with how many asks more: the calls are told
-        from the asks by name only, so a second function of the same name (another agent's tool)
-        that was never recorded hides behind the one that was. (Calls a framework made carry the
-        ask's id; one it did not make, a retry on arguments that did not validate, is no
-        function run.)"""
+        """The tools of which the program answered more different asks (:meth:`answers`) than calls
+        of them were recorded, some made by the program itself (no framework's call id), with how
+        many asks more: the calls are told from the asks by name only, so a second function of the
+        same name (another agent's tool) that was never recorded hides behind the one that was.
+        (Calls a framework made carry the ask's id; one it did not make, a retry on arguments that
+        did not validate, is no function run.)"""
         handled = self.framework | runtime.framework_tools
         aliases = self._aliases()
+        answers = self.answers()
         out = {}
-        for n in sorted(self.asked_for, key=lambda n: self.first.get(n, -1)):
+        for n in sorted(answers, key=lambda n: self.first.get(n, -1)):
             names = [r for r in self.calls if any(tool_matches(r, a) for a in _known_as(n, aliases))]
             recorded = sum(self.calls[r] for r in names)
-            if n not in handled and 0 < recorded < self.asked_for[n] and self.own.intersection(names):
-                out[n] = self.asked_for[n] - recorded
+            if n not in handled and 0 < recorded < answers[n] and self.own.intersection(names):
+                out[n] = answers[n] - recorded
         return out
 
     def warnings(self, *, tools: bool = True) -> list[str]:
@@ -703,12 +759,14 @@ class Lacks:
                 "minisweagent.environments.local:LocalEnvironment.execute=bash)."
             )
         if fewer := self.fewer_calls():
+            answers = self.answers()
             names = ", ".join(
-                f"{n} (asked {plural(self.asked_for[n], 'time')}, {plural(self.asked_for[n] - k, 'call')} recorded)"
+                f"{n} ({plural(answers[n], 'different ask')} answered, {plural(answers[n] - k, 'call')} recorded)"
                 for n, k in fewer.items()
             )
             out.append(
-                f"the model asked for tools more often than the program's calls of them were recorded: {names}. "
+                "the program answered the model's asks for tools more often than its calls of them were "
+                f"recorded: {names}. "
                 "If another function of the program answers to that name (a second agent's tool of the same "
                 "name), its calls were never recorded, and a replay runs them for real: name it too, "
                 "@forkpoint.tool(name=NAME) on it, or forkpoint record --tool MODULE:QUALNAME=NAME."

@@ -327,7 +327,7 @@ class Recording:
         self.incomplete: str | None = None
         #: The tools the model asked for that were never recorded (:meth:`forkpoint.record.Lacks.unrecorded_tools`).
         self.unrecorded_tools: dict[str, int] = {}
-        #: The tools asked for more often than recorded (:meth:`forkpoint.record.Lacks.fewer_calls`).
+        #: The tools answered more often than recorded (:meth:`forkpoint.record.Lacks.fewer_calls`).
         self.fewer_calls: dict[str, int] = {}
         #: The exchanges recorded as ``model_call`` events that are no model's, by kind (:class:`EndEvent`).
         self.other_calls: dict[str, int] = {}

@@ -675,8 +675,8 @@ def test_a_second_unrecorded_tool_of_a_recorded_tools_name_is_said(
         chat_agent(srv.openai_base_url, run)
     said = " ".join(capsys.readouterr().err.split())
     assert (
-        "the model asked for tools more often than the program's calls of them were recorded: "
-        "lookup (asked 2 times, 1 call recorded). If another function of the program answers to that name"
+        "the program answered the model's asks for tools more often than its calls of them were recorded: "
+        "lookup (2 different asks answered, 1 call recorded). If another function of the program answers to that name"
     ) in said, said
     from forkpoint import runtime
     from forkpoint.record import Lacks, recording_warnings
@@ -699,6 +699,91 @@ def test_a_second_unrecorded_tool_of_a_recorded_tools_name_is_said(
         chat_agent(srv.openai_base_url, run)
     assert summary_line(rp.report()).startswith("replay ok, but incomplete"), summary_line(rp.report())
     assert "more often than the recording has calls of ran for real" in verdict(rp.report(), 0, 0)["detail"]
+
+
+def test_a_second_unrecorded_tool_asked_the_same_is_told_by_its_result(make_server: Any, store: Path) -> None:
+    """Both agents' ``lookup`` asked the same (``q: x``), only the first recorded: the asks a cache
+    answers are not counted (below), but these two were answered differently, so two functions
+    ran."""
+    srv: LocalServer = make_server(chat_script=[[("lookup", {"q": "x"}), ("lookup", {"q": "x"})], "ok"])
+
+    @forkpoint.tool
+    def lookup(q: str) -> str:
+        return "web: 1"
+
+    def docs_lookup(q: str) -> str:
+        return "docs: 2"
+
+    runs = iter([lookup, docs_lookup])
+    with forkpoint.record(store=store) as rec:
+        chat_agent(srv.openai_base_url, lambda name, arguments: next(runs)(json.loads(arguments)["q"]))
+    assert rec.lacks.fewer_calls() == {"lookup": 1}
+
+
+def fewer_runs_agent(base_url: str, lookup: Callable[[str], str], how: str) -> str:
+    """A tool-calling loop on the openai SDK that runs fewer of the model's asks for ``lookup`` than
+    it asked, as correct programs do, ``how``: it stops at its turn limit of 2 right after an
+    answer that asks again, runs the first call of a batch only (dropping the others from the
+    conversation), answers an identical ask from its cache, or stops at a tool that raised."""
+    client = openai.OpenAI(base_url=base_url, api_key="sk-test", max_retries=0)
+    messages: list[Any] = [{"role": "user", "content": "go"}]
+    cache: dict[str, str] = {}
+    for turn in range(4):
+        msg = client.chat.completions.create(model="m", messages=messages).choices[0].message
+        if not msg.tool_calls:
+            return str(msg.content)
+        if how == "turn limit" and turn == 1:
+            return "out of turns"
+        if how == "first of a batch":
+            msg.tool_calls = msg.tool_calls[:1]
+        messages.append(msg.model_dump(exclude_none=True))
+        for call in msg.tool_calls:
+            q = json.loads(call.function.arguments)["q"]
+            try:
+                result = cache[q] if q in cache else cache.setdefault(q, lookup(q))
+            except RuntimeError:
+                return "stopped"
+            messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
+    raise AssertionError("no final answer")
+
+
+@pytest.mark.parametrize(
+    ("how", "script"),
+    [
+        ("turn limit", [[("lookup", {"q": "a"})], [("lookup", {"q": "b"})], "done"]),
+        ("first of a batch", [[("lookup", {"q": "a"}), ("lookup", {"q": "b"})], "done"]),
+        ("cache", [[("lookup", {"q": "a"}), ("lookup", {"q": "a"})], "done"]),
+        ("tool raised", [[("lookup", {"q": "boom"}), ("lookup", {"q": "b"})], "done"]),
+    ],
+)
+def test_asks_a_program_never_ran_are_no_second_tool(
+    make_server: Any, store: Path, capsys: pytest.CaptureFixture[str], how: str, script: Any
+) -> None:
+    """The model asked for ``lookup`` more often than the program ran it, and the program was right
+    not to: the ask after its last turn, the rest of a batch it runs one call of, an ask its cache
+    answered, the asks after a tool that raised. Counted against the calls recorded, each ask
+    said a second function of that name may hide behind ``lookup``, and the exact replay was "ok,
+    but incomplete". Only asks the program answered, told apart by their arguments and the result
+    sent back, count now: nothing is said, and the replay is "replay ok"."""
+    srv: LocalServer = make_server(chat_script=script)
+
+    @forkpoint.tool
+    def lookup(q: str) -> str:
+        if q == "boom":
+            raise RuntimeError("the index is gone")
+        return f"found {q}"
+
+    with forkpoint.record(store=store) as rec:
+        ended = fewer_runs_agent(srv.openai_base_url, lookup, how)
+    said = " ".join(capsys.readouterr().err.split())
+    assert "more often" not in said, said
+    from forkpoint.record import recording_warnings
+
+    assert rec.lacks.fewer_calls() == {} and recording_warnings(rec.session_path) == []
+    assert "fewer_calls" not in Session.load(rec.session_path).end()
+    with forkpoint.replay(rec.session_path) as rp:
+        assert fewer_runs_agent(srv.openai_base_url, lookup, how) == ended
+    assert summary_line(rp.report()).startswith("replay ok:"), summary_line(rp.report())
 
 
 def test_a_named_tool_the_program_holds_in_a_registry_is_said_when_it_is_wrapped(
