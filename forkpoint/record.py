@@ -339,13 +339,14 @@ class Recorder:
     def model_call_done(self, event: ModelCallEvent) -> None:
         """Append a finished model call (built by the capture layer) with its key and pid. (Its
         provider-aware ``summary`` is not stored: readers derive it, :func:`forkpoint.providers.summary`.)"""
-        from .providers import kind_and_tool_calls, tool_results
+        from .providers import tally_reading
 
         written = self._write(event, key=True)
         # What the session holds (scrubbed), as a reader of it would tally it.
-        kind, tool_calls = kind_and_tool_calls(written[1] if written is not None else event)
+        kind, tool_calls, results = tally_reading(
+            written[1] if written is not None else event, self.lacks.sent
+        )
         if written is not None:
-            results = tool_results(written[1]) if kind == "model" else []
             with self._lock:
                 self.lacks.answered(kind, tool_calls, written[0], results)
         if kind != "model" or runtime.current_span.get():
@@ -608,13 +609,13 @@ class Lacks:
     @classmethod
     def of(cls, events: Iterable[Mapping[str, Any]]) -> Lacks:
         """The tally of recorded ``events`` (read back)."""
-        from .providers import kind_and_tool_calls, tool_results
+        from .providers import tally_reading
 
         lacks = cls()
         for e in events:
             if e.get("type") == "model_call":
-                kind, tool_calls = kind_and_tool_calls(e)
-                lacks.answered(kind, tool_calls, e.get("seq"), tool_results(e) if kind == "model" else ())
+                kind, tool_calls, results = tally_reading(e, lacks.sent)
+                lacks.answered(kind, tool_calls, e.get("seq"), results)
             elif is_tool_call(e):
                 lacks.recorded(e, e.get("seq"))
         return lacks

@@ -37,7 +37,7 @@ the summary and the timeline text can never disagree.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 from typing import Any, NamedTuple, cast
 from urllib.parse import urlsplit
 
@@ -522,39 +522,99 @@ def summary(event: Mapping[str, Any]) -> Summary:
     return summarize(url, body, response, method=method, headers=headers)
 
 
-def kind_and_tool_calls(event: Mapping[str, Any]) -> tuple[str, list[ToolCallSummary] | None]:
-    """:func:`summary`'s ``kind`` and ``tool_calls`` of a recorded model call, read as it reads them:
-    what a recorder tallies of every call it writes, without the rest of the summary (the vendor,
-    the model, sampling, counts), which it never looks at."""
+def tally_reading(
+    event: Mapping[str, Any], read: Container[str] = frozenset()
+) -> tuple[str, list[ToolCallSummary] | None, list[tuple[str | None, object]]]:
+    """:func:`summary`'s ``kind`` and ``tool_calls`` of a recorded model call, read as it reads them,
+    and the tool results a model's call sends back (:func:`tool_results`, ``read`` as there): what a
+    recorder tallies of every call it writes, without the rest of the summary (the vendor, the
+    model, sampling, counts), which it never looks at."""
+    url, body, response, method, headers = _summarized(event)
+    req = coerce_json(body)
+    provider = _target(url, req).provider
     found = event.get("summary")
     if _well_formed(found):
         held = cast(Summary, found)
-        return held["kind"], held["tool_calls"]
-    url, body, response, method, headers = _summarized(event)
-    req = coerce_json(body)
-    return classify(method, url, req, headers), _read_response(
-        _target(url, req).provider, response
-    ).tool_calls
+        kind, calls = held["kind"], held["tool_calls"]
+    else:
+        kind, calls = classify(method, url, req, headers), _read_response(provider, response).tool_calls
+    return kind, calls, _tool_results(provider, event, req, read) if kind == "model" else []
 
 
-def tool_results(event: Mapping[str, Any]) -> list[tuple[str | None, object]]:
+def tool_results(
+    event: Mapping[str, Any], read: Container[str] = frozenset()
+) -> list[tuple[str | None, object]]:
     """The tool results the request of a recorded model call sends back to the model, as ``(id of
     the call it answers, what it says)``, in the request's format (its GenAI input messages'
     ``tool_call_response`` parts: Chat Completions ``role: tool`` messages by ``tool_call_id``,
     Responses ``function_call_output`` by ``call_id``, Anthropic ``tool_result`` by
     ``tool_use_id``, Bedrock ``toolResult`` by ``toolUseId``, Gemini ``functionResponse`` by its
-    ``id``, often None). A conversation resends them with every later request."""
+    ``id``, often None).
+
+    A conversation resends every result with each later request, so only those after the model's
+    last item in the message list are read (:func:`_since_last_answer`): reading them all at every
+    call would cost a recording time quadratic in its turns. ``read``: the ids of the results read
+    from the requests before."""
     request = event.get("request")
     body = coerce_json(request.get("body")) if isinstance(request, Mapping) else None
+    return (
+        _tool_results(_target(request.get("url"), body).provider, event, body, read)
+        if isinstance(request, Mapping)
+        else []
+    )
+
+
+def _tool_results(
+    provider: Provider, event: Mapping[str, Any], body: object, read: Container[str]
+) -> list[tuple[str | None, object]]:
+    """:func:`tool_results` of ``event``, whose request ``body`` (parsed) is in ``provider``'s format."""
+    request = event.get("request")
     if not isinstance(request, Mapping) or request.get("body_kind") != "json" or not isinstance(body, dict):
         return []
-    _, messages = _target(request.get("url"), body).provider.genai_input_messages(body)
+    since = _since_last_answer(provider, body, read)
+    return _results(provider, since) if since is not None else []
+
+
+def _results(provider: Provider, body: dict[str, Any]) -> list[tuple[str | None, object]]:
+    """The tool results of request ``body`` in ``provider``'s format, as :func:`tool_results`."""
+    _, messages = provider.genai_input_messages(body)
     return [
         (part.get("id"), part.get("response"))
         for m in messages
         for part in m["parts"]
         if part.get("type") == "tool_call_response"
     ]
+
+
+def _since_last_answer(
+    provider: Provider, body: dict[str, Any], read: Container[str]
+) -> dict[str, Any] | None:
+    """``body`` with its message list cut to the items after the model's last one
+    (:meth:`Provider.is_model_item`), the results sent back since; or, where each call of the
+    model's is an item of its own (``calls_as_items``), from an earlier item of the model's while
+    the item right before the one found is a result with an id not ``read`` (a program that puts
+    each call of a parallel answer right before its result). Walked from the end, so a long
+    conversation costs only its last turn. None when the body has no message list (an
+    unrecognized format, a prompt text): it sends back no result."""
+    field = provider.messages_field
+    items = body.get(field) if field else None
+    if field is None or not isinstance(items, list):
+        return None
+    start = len(items)
+    while (start := _last_model_item(provider, items, start)) > 0 and provider.calls_as_items:
+        before = _results(provider, {**body, field: items[start - 1 : start]})
+        if not before or any(call is None or str(call) in read for call, _ in before):
+            break
+    return {**body, field: items[start + 1 :]}
+
+
+def _last_model_item(provider: Provider, items: list[Any], end: int) -> int:
+    """The index of the model's last item (:meth:`Provider.is_model_item`) before ``end`` in a
+    message list, -1 when there is none."""
+    for at in range(end - 1, -1, -1):
+        if isinstance(items[at], dict) and provider.is_model_item(items[at]):
+            return at
+    return -1
 
 
 def _summarized(event: Mapping[str, Any]) -> tuple[str, object, dict[str, Any], str, Any]:

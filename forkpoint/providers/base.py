@@ -566,6 +566,10 @@ class Provider:
     semantic_headers: frozenset[str] = frozenset()
     otel_operation: str = "chat"
     cache_outside_input: bool = False
+    #: Whether each tool call of the model's answer is an item of the message list of its own, so a
+    #: program may put each right before its result (Responses' ``function_call`` items); else one
+    #: item of the model's holds all the calls of an answer, and their results follow it.
+    calls_as_items: bool = False
 
     @property
     def conversation_fields(self) -> frozenset[str]:
@@ -671,6 +675,12 @@ class Provider:
     def is_tool_result(self, node: dict[str, Any]) -> bool:
         """Whether one JSON object of a conversation is (or wraps) a tool's result."""
         return False
+
+    def is_model_item(self, item: dict[str, Any]) -> bool:
+        """Whether one item of a request's message list (``messages_field``) is the model's own, put
+        there from one of its answers: the tool results a request sends back follow the model's
+        last (default: ``role: assistant``)."""
+        return item.get("role") == "assistant"
 
     # ---------------------------------------------------------------------------- overrides
 

@@ -268,6 +268,10 @@ class Gemini(Provider):
             return "gcp.vertex_ai"
         return "gcp.gemini" if host.endswith("generativelanguage.googleapis.com") else "gcp.gen_ai"
 
+    def is_model_item(self, item: dict[str, Any]) -> bool:
+        """A ``role: model`` content."""
+        return item.get("role") == "model"
+
     def genai_input_messages(self, body: dict[str, Any]) -> GenAIInput:
         system: list[dict[str, Any]] | None = None
         sys_inst = body.get("systemInstruction") or body.get("system_instruction")

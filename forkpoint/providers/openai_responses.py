@@ -98,6 +98,7 @@ class OpenAIResponses(Provider):
     reference = "https://platform.openai.com/docs/api-reference/responses"
     context_fields = ("instructions", "input")
     messages_field = "input"
+    calls_as_items = True
     final_events = (b"event: response.completed", b"event: response.incomplete", b"event: response.failed")
     semantic_headers = frozenset({"openai-beta"})
     otel_operation = "chat"
@@ -298,6 +299,10 @@ class OpenAIResponses(Provider):
 
     def otel_provider_name(self, host: str) -> str:
         return openai_provider_name(host)
+
+    def is_model_item(self, item: dict[str, Any]) -> bool:
+        """An assistant message, a ``function_call`` or a ``reasoning`` item."""
+        return item.get("role") == "assistant" or item.get("type") in ("function_call", "reasoning")
 
     def genai_input_messages(self, body: dict[str, Any]) -> GenAIInput:
         system = genai_parts(body["instructions"]) if body.get("instructions") else None

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -933,6 +934,94 @@ def test_the_tool_results_a_request_sends_back_are_read_with_the_call_they_answe
     (a Gemini ``functionResponse`` has none here)."""
     event = {"request": {"url": "http://127.0.0.1:9" + path, "body_kind": "json", "body": body}}
     assert tool_results(event) == [(answered, "a")]
+
+
+#: Each format's (path, list field, the model's item asking for call ``c``, the result of ``c``).
+TURNS: list[tuple[str, str, Callable[[str], dict[str, Any]], Callable[[str], dict[str, Any]]]] = [
+    (
+        "/v1/chat/completions",
+        "messages",
+        lambda c: {
+            "role": "assistant",
+            "tool_calls": [{"id": c, "function": {"name": "f", "arguments": "{}"}}],
+        },
+        lambda c: {"role": "tool", "tool_call_id": c, "content": "r" + c},
+    ),
+    (
+        "/v1/responses",
+        "input",
+        lambda c: {"type": "function_call", "call_id": c, "name": "f", "arguments": "{}"},
+        lambda c: {"type": "function_call_output", "call_id": c, "output": "r" + c},
+    ),
+    (
+        "/v1/messages",
+        "messages",
+        lambda c: {"role": "assistant", "content": [{"type": "tool_use", "id": c, "name": "f", "input": {}}]},
+        lambda c: {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": c, "content": "r" + c}],
+        },
+    ),
+    (
+        "/model/m/converse",
+        "messages",
+        lambda c: {"role": "assistant", "content": [{"toolUse": {"toolUseId": c, "name": "f", "input": {}}}]},
+        lambda c: {
+            "role": "user",
+            "content": [{"toolResult": {"toolUseId": c, "content": [{"text": "r" + c}]}}],
+        },
+    ),
+    (
+        "/v1beta/models/g:generateContent",
+        "contents",
+        lambda c: {"role": "model", "parts": [{"functionCall": {"id": c, "name": "f", "args": {}}}]},
+        lambda c: {
+            "role": "user",
+            "parts": [{"functionResponse": {"id": c, "name": "f", "response": "r" + c}}],
+        },
+    ),
+]
+
+
+@pytest.mark.parametrize(("path", "field", "ask", "result"), TURNS)
+def test_only_the_tool_results_sent_back_since_the_models_last_answer_are_read(
+    path: str, field: str, ask: Callable[[str], dict[str, Any]], result: Callable[[str], dict[str, Any]]
+) -> None:
+    """A conversation resends every earlier turn's result with each request: reading them all at
+    every call made a recording's tally quadratic in its turns. Only the results after the model's
+    last item are read (Responses' further back while the results right before the model's items
+    were not read from an earlier request: below)."""
+    items = [{"role": "user", "content": "go"}] + [x for c in ("c1", "c2", "c3") for x in (ask(c), result(c))]
+    event = {"request": {"url": "http://127.0.0.1:9" + path, "body_kind": "json", "body": {field: items}}}
+    assert tool_results(event, {"c1", "c2"}) == [("c3", "rc3")]
+    if path != "/v1/responses":
+        assert tool_results(event) == [("c3", "rc3")]
+
+
+def test_each_call_of_a_parallel_answer_put_right_before_its_result_is_read() -> None:
+    """Responses items in the order a program made them, each call of the model's parallel answer
+    right before its result: the results before the model's last item are read too while no request
+    before sent them back, and not once one did."""
+    _, field, ask, result = TURNS[1]
+    items = [{"role": "user", "content": "go"}, ask("c1"), result("c1"), ask("c2"), result("c2")]
+    event = {
+        "request": {"url": "http://127.0.0.1:9/v1/responses", "body_kind": "json", "body": {field: items}}
+    }
+    assert tool_results(event) == [("c1", "rc1"), ("c2", "rc2")]
+    assert tool_results(event, {"c1"}) == [("c2", "rc2")]
+
+
+def test_a_request_with_no_message_list_is_not_read_for_tool_results(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A body of a format no provider reads, or with no message list (a prompt text), sends back
+    no tool result: it is not read at every call (its prompt may hold the whole conversation)."""
+    from forkpoint.providers.base import UNRECOGNIZED
+
+    def unread(body: dict[str, Any]) -> Any:
+        raise AssertionError("read")
+
+    monkeypatch.setattr(UNRECOGNIZED, "genai_input_messages", unread)
+    event = {"request": {"url": "http://127.0.0.1:9/generate", "body_kind": "json", "body": {"prompt": "go"}}}
+    assert tool_results(event) == []
 
 
 def test_gemini_request_messages() -> None:

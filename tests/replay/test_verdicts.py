@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
@@ -718,6 +719,39 @@ def test_a_second_unrecorded_tool_asked_the_same_is_told_by_its_result(make_serv
     with forkpoint.record(store=store) as rec:
         chat_agent(srv.openai_base_url, lambda name, arguments: next(runs)(json.loads(arguments)["q"]))
     assert rec.lacks.fewer_calls() == {"lookup": 1}
+
+
+def test_a_recording_reads_each_tool_result_sent_back_once(
+    make_server: Any, store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A conversation resends every result with each request: the tally of the answers to the
+    model's asks read them all at every call, so a result was read once per later turn (quadratic
+    in the turns). Now it is read once, where it was first sent back, and so by the tally read
+    back."""
+    srv: LocalServer = make_server(chat_script=[[("lookup", {"q": q})] for q in "abc"] + ["done"])
+
+    @forkpoint.tool
+    def lookup(q: str) -> str:
+        return f"found {q}"
+
+    from forkpoint.providers import openai_chat
+    from forkpoint.record import Lacks
+
+    read: list[object] = []
+    genai = openai_chat.PROVIDER.genai_input_messages
+
+    def counting(body: dict[str, Any]) -> Any:
+        system, messages = genai(body)
+        read.extend(p["id"] for m in messages for p in m["parts"] if p["type"] == "tool_call_response")
+        return system, messages
+
+    monkeypatch.setattr(openai_chat.PROVIDER, "genai_input_messages", counting)
+    with forkpoint.record(store=store) as rec:
+        chat_agent(srv.openai_base_url, lambda name, arguments: lookup(json.loads(arguments)["q"]))
+    at_record = Counter(read)
+    read.clear()
+    Lacks.of(Session.load(rec.session_path).events)
+    assert Counter(read) == at_record and len(at_record) == 3 and max(at_record.values()) == 1, at_record
 
 
 def fewer_runs_agent(base_url: str, lookup: Callable[[str], str], how: str) -> str:
