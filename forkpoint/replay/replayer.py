@@ -1067,7 +1067,9 @@ class Replayer:
         queue = self._queues.get(key)
         if queue:
             by_id = self._same_call_id(queue, call_id)
-            among = by_id or _same_function(queue, function) or self._same_secrets(queue, kind, norm, request)
+            # (of its own function's calls, the one that sent its secrets: :meth:`_same_secrets`)
+            mine = _same_function(queue, function)
+            among = by_id or self._same_secrets(mine or queue, kind, norm, request) or mine
             return self._serve(_next_in(queue, what.get("origin"), among), by_id=bool(by_id))
         for alt in alternatives() if alternatives else ():
             queue = self._queues.get(alt)
@@ -1155,7 +1157,7 @@ class Replayer:
         return [e for e in queue if self._call_ids.get(e["seq"]) == call_id]
 
     def _same_secrets(
-        self, queue: deque[Any], kind: CallKind, norm: dict[str, Any], request: HttpRequest | None
+        self, queue: Sequence[Any], kind: CallKind, norm: dict[str, Any], request: HttpRequest | None
     ) -> list[Any] | None:
         """The calls of ``queue`` (one match key, answered differently) that sent the secrets this
         call sends (in ``norm``, and in the query of its ``request``), then of those the ones that

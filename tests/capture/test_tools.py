@@ -138,6 +138,28 @@ def test_two_functions_recorded_under_one_tool_name_each_get_their_own_results(s
     assert rp.report()["reproduced"], rp.report()
 
 
+def test_a_function_of_a_shared_tool_name_is_served_the_call_that_sent_its_own_key(store: Path) -> None:
+    """Identical calls are served to their own function first, and of those, to the one that sent
+    this call's secret (a key counts a secret by its kind only). Serving by function came before
+    the secrets and replaced them: a function checking two keys in another order on replay was
+    served each other's answers under "replay ok" when another function shared its tool's name."""
+    good, bad = "sk-proj-" + "A" * 48, "sk-proj-" + "B" * 48
+
+    @forkpoint.tool(name="check")
+    def primary(api_key: str) -> str:
+        return "valid" if api_key == good else "revoked"
+
+    @forkpoint.tool(name="check")
+    def backup(api_key: str) -> str:
+        return "backup valid" if api_key == good else "backup revoked"
+
+    with forkpoint.record(store=store) as rec:
+        assert [primary(good), primary(bad), backup(good)] == ["valid", "revoked", "backup valid"]
+    with forkpoint.replay(rec.session_path) as rp:
+        assert [primary(bad), primary(good), backup(good)] == ["revoked", "valid", "backup valid"]
+    assert rp.report()["reproduced"], rp.report()
+
+
 def test_a_tool_without_a_signature_records_its_args_as_given(store: Path) -> None:
     # A builtin such as max has no signature to bind against: its arguments are stored as given,
     # and replay serves them back.
