@@ -167,6 +167,10 @@ _FIELD_WORDS = (
     + r"token)"
 )
 _VALUE_END = r"(?=[\s\"'#;&,)\]}\\]|$)"  # a backslash: "\n" in JSON-escaped text ends a line
+#: The first character of a credential on a command line (an option's value, curl's -u password,
+#: mysql's -p one): not what the shell expands ($PW, ${PW}, `cat pw`), a template's ({password},
+#: <password>, [MASKED]), an option, nor a quote or an operator.
+_COMMAND_VALUE_FIRST = r"[^\s\"'\\;&|()<>$`\-\[{]"
 
 #: Built-in secret shapes: (kind, anchors, pattern). Every match starts at an occurrence of one of
 #: its anchors (lower-case literals, found case-insensitively), which is what makes scanning long
@@ -251,12 +255,15 @@ _BUILTIN: tuple[tuple[str, tuple[str, ...], str], ...] = (
     (
         "command-password",
         ("curl",),
-        r"(?<![A-Za-z0-9_\-])curl(?=\s)[^\n;&|]{0,500}?\s(?:-u|--user)(?:\s+|=)[\"']?[^\s:\"']*:(?P<s>[^\s\"']+)",
+        r"(?<![A-Za-z0-9_\-])curl(?=\s)[^\n;&|]{0,500}?\s(?:-u|--user)(?:\s+|=)[\"']?[^\s:\"']*:"
+        r"(?P<s>" + _COMMAND_VALUE_FIRST + r"[^\s\"']*)",
     ),
     (
         "command-password",
         ("mysql",),
-        r"(?<![A-Za-z0-9_\-])mysql(?:dump|admin)?(?=\s)[^\n;&|]{0,500}?\s-p(?P<s>[^\s\"']+)",
+        r"(?<![A-Za-z0-9_\-])mysql(?:dump|admin)?(?=\s)[^\n;&|]{0,500}?\s-p(?P<s>"
+        + _COMMAND_VALUE_FIRST
+        + r"[^\s\"']*)",
     ),
     (
         "secret-field",
@@ -295,7 +302,7 @@ _BUILTIN: tuple[tuple[str, tuple[str, ...], str], ...] = (
         r"(?<![^\s\"'(=])--(?!no-)(?:[A-Za-z0-9]+[-_])*(?i:token|secret|password|passwd|passphrase|api[-_]?key"
         r"|apikey|access[-_]?key|private[-_]?key|secret[-_]?key|auth[-_]?key|master[-_]?key|credentials?)"
         r"(?:=|[ \t]+(?=[^\s\"'\\;&|()<>`]*[0-9])(?=[^\s\"'\\;&|()<>`]*[A-Za-z])(?=[^\s\"'\\;&|()<>`]{8}))"
-        r"(?P<s>[^\s\"'\\;&|()<>$`\-\[{][^\s\"'\\;&|()<>`]*)",
+        r"(?P<s>" + _COMMAND_VALUE_FIRST + r"[^\s\"'\\;&|()<>`]*)",
     ),
     # YAML and INI: a lower-case or camelCase name of an API key, a client secret or a token
     # (api_key: …, clientSecret: …), its value unquoted. Code assigns such a name code (api_key =

@@ -16,6 +16,7 @@ from forkpoint.redact import (
     Scrubber,
     find_secrets,
     rules_from_table,
+    scrub_argv,
     scrub_bytes,
     scrub_chunks,
     scrub_headers,
@@ -219,6 +220,27 @@ def test_ordinary_text_is_untouched() -> None:
     assert scrub_text(text) == text
     data = {"messages": [{"role": "user", "content": text}], "n": 1, "ok": True, "x": None}
     assert scrub_json(data) == data
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        'curl -u "$API_USER:$API_PASSWORD" https://127.0.0.1/v1',
+        "curl --user admin:${ADMIN_PASSWORD} https://127.0.0.1/v1",
+        "curl -u me:`cat ~/.pw` https://127.0.0.1/v1",
+        "curl -u user:<password> https://127.0.0.1/v1",
+        "mysql -u root -p$MYSQL_ROOT_PASSWORD app -e 'select 1'",
+        "mysqldump -uroot -p${DB_PASSWORD} app > dump.sql",
+        "mysql -u <user> -p<password> app",
+    ],
+)
+def test_a_command_password_the_shell_expands_or_a_template_holds_is_kept(command: str) -> None:
+    """curl -u's and mysql -p's password is replaced where the command has its text; one the
+    shell reads from a variable or a command ($PW, ${PW}, `cat pw`), or a template's (<password>),
+    is no secret's text, and a replay runs the recorded command: replaced, mysql got the
+    placeholder for a password and a script a checkpoint restored had it in place of $PW."""
+    assert scrub_text(command) == command
+    assert scrub_argv(["sh", "-c", command]) == ["sh", "-c", command]
 
 
 # ----------------------------------------------------------------------------- streams
