@@ -252,18 +252,20 @@ _BUILTIN: tuple[tuple[str, tuple[str, ...], str], ...] = (
     # A password on a client's command line (a shell tool's command): curl's -u/--user USER:PASSWORD
     # (not -u elsewhere: docker run -u 1000:1000), the MySQL clients' -pPASSWORD; within 500
     # characters of the command's name (a minified line with "curl" at every turn stays linear).
+    # Only the first -u or -p after the name (its value checked: _valid_command_password), and not
+    # a placeholder's (curl -u sk_test_…: is [REDACTED:stripe-key:…]: once scrubbed): what a second
+    # scrub finds, the first found.
     (
         "command-password",
         ("curl",),
-        r"(?<![A-Za-z0-9_\-])curl(?=\s)[^\n;&|]{0,500}?\s(?:-u|--user)(?:\s+|=)[\"']?[^\s:\"']*:"
-        r"(?P<s>" + _COMMAND_VALUE_FIRST + r"[^\s\"']*)",
+        r"(?<![A-Za-z0-9_\-])curl(?=\s)[^\n;&|]{0,500}?\s(?:-u|--user)(?:\s+|=)"
+        r"[\"']?[^\s:\"'\[]*:"
+        r"(?P<s>[^\s\"']+)",
     ),
     (
         "command-password",
         ("mysql",),
-        r"(?<![A-Za-z0-9_\-])mysql(?:dump|admin)?(?=\s)[^\n;&|]{0,500}?\s-p(?P<s>"
-        + _COMMAND_VALUE_FIRST
-        + r"[^\s\"']*)",
+        r"(?<![A-Za-z0-9_\-])mysql(?:dump|admin)?(?=\s)[^\n;&|]{0,500}?\s-p(?P<s>[^\s\"']+)",
     ),
     (
         "secret-field",
@@ -702,7 +704,20 @@ def basic_credentials(value: str) -> str | None:
     return raw.decode("utf-8", "replace") if raw is not None else None
 
 
-_VALIDATORS = {"bearer": _valid_bearer, "basic-auth": _valid_basic}
+_COMMAND_VALUE_START = compiled_later(_COMMAND_VALUE_FIRST)
+
+
+def _valid_command_password(secret: str) -> bool:
+    """Not what the shell expands or a template holds (:data:`_COMMAND_VALUE_FIRST`): refused, not
+    looked for further on, so the command's first -u or -p is its only one, as once scrubbed."""
+    return _COMMAND_VALUE_START.match(secret) is not None
+
+
+_VALIDATORS = {
+    "bearer": _valid_bearer,
+    "basic-auth": _valid_basic,
+    "command-password": _valid_command_password,
+}
 
 
 # --------------------------------------------------------------------------- rules

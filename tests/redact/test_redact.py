@@ -243,6 +243,22 @@ def test_a_command_password_the_shell_expands_or_a_template_holds_is_kept(comman
     assert scrub_argv(["sh", "-c", command]) == ["sh", "-c", command]
 
 
+def test_a_key_as_curls_user_is_scrubbed_once_for_all() -> None:
+    """Stripe's documented call passes the key as curl's user with no password (-u sk_test_…:).
+    Scrubbed, it became -u [REDACTED:stripe-key:…]:, whose bracket curl -u's shape read as a
+    user before a colon: a second scrub replaced the placeholder's kind and hash in turn
+    ([REDACTED:[REDACTED:command-password:…]), so a scrubbed live call differed from its scrubbed
+    recording. A later -p after one mysql -p that was a placeholder was likewise found only then."""
+    key = "sk_test_" + _rand(24)
+    for text in (
+        f"curl https://127.0.0.1/v1/charges -u {key}:",
+        f"curl -u {key}: https://127.0.0.1/v1/charges",
+        f"mysql -p{_rand(11)}9 -e 'select 1' -p1",
+    ):
+        once = scrub_text(text)
+        assert scrub_text(once) == once
+
+
 # ----------------------------------------------------------------------------- streams
 
 STREAM_SECRETS = [s for s in SECRETS if s[0] != "private-key"] + [SECRETS[9]]
