@@ -309,7 +309,9 @@ _BUILTIN: tuple[tuple[str, tuple[str, ...], str], ...] = (
     # YAML and INI: a lower-case or camelCase name of an API key, a client secret or a token
     # (api_key: …, clientSecret: …), its value unquoted. Code assigns such a name code (api_key =
     # args.key, apiKey: process.env.KEY): the value must look random, 16 characters or more with a
-    # letter and a digit, no dot (but the full stop of a sentence after it), not a snake_case name
+    # letter and a digit among its first 65 (looked for that far only: a run of such names glued
+    # together, api_key=api_key=…, is not read to its end at each), no dot (but the full stop of a
+    # sentence after it), not a snake_case name
     # (aws_session_token=s3_session_token); after a colon, the rest of its line (a comment aside),
     # not a type in a signature (session_key: Ed25519Key, x).
     (
@@ -319,7 +321,8 @@ _BUILTIN: tuple[tuple[str, tuple[str, ...], str], ...] = (
         r"|bearer|secret)[_\-]?(?:secret|token|key))(?![A-Za-z0-9_])[ \t]*"
         r"(?:=|:(?=[ \t]*[A-Za-z0-9_\-+/=]+\.?[ \t]*(?:#[^\r\n\\]*)?(?:\\[nr]|[\r\n]|$)))[ \t]*"
         r"(?![a-z0-9]*_[a-z0-9_]*(?![A-Za-z0-9\-+/=]))(?![A-Z0-9]*_[A-Z0-9_]*(?![A-Za-z0-9\-+/=]))"
-        r"(?P<s>(?=[A-Za-z_\-+/=]*[0-9])(?=[0-9_\-+/=]*[A-Za-z])[A-Za-z0-9_\-+/=]{16,})\.?" + _VALUE_END,
+        r"(?P<s>(?=[A-Za-z_\-+/=]{0,64}[0-9])(?=[0-9_\-+/=]{0,64}[A-Za-z])[A-Za-z0-9_\-+/=]{16,})\.?"
+        + _VALUE_END,
     ),
     # ~/.aws/credentials and ~/.aws/config (INI, names in lower case, values unquoted).
     (
