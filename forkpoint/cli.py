@@ -797,7 +797,7 @@ def verify_cmd(session: str, store: str | None) -> None:
     trunc = " (log ends in an incomplete line: truncated, not corrupt)" if v.truncated else ""
     if v.ok and not v.truncated and not v.complete:
         trunc = " (no end event: incomplete, not corrupt)"
-    click.echo(f"verify {state}: {v.events} events, {v.blobs} blobs checked{trunc}")
+    click.echo(f"verify {state}: {plural(v.events, 'event')}, {plural(v.blobs, 'blob')} checked{trunc}")
     if signed is not None and not signed.fails:
         trusted = (
             "trusted" if signed.trusted else "NOT trusted (its recorded command replays only with --trust)"

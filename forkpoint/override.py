@@ -275,7 +275,7 @@ def untyped(resolved: Mapping[int, Override], events: Sequence[Mapping[str, Any]
         if isinstance(recorded, bytes):
             out.append(
                 f"forkpoint: override {o.spec!r}: {event['tool']} returned bytes{at} when recorded; this "
-                f"value is plain JSON{there}, so the agent gets a {type(given).__name__} instead{more}. "
+                f"value is plain JSON{there}, so the agent gets a plain {type(given).__name__} instead{more}. "
                 'To give it bytes: {"$b64": "<base64>"}, as forkpoint show prints them (docs/overrides.md)'
             )
             continue
@@ -284,8 +284,8 @@ def untyped(resolved: Mapping[int, Override], events: Sequence[Mapping[str, Any]
         shape = "{…}" if isinstance(value, dict) else "[…]" if isinstance(value, list) else '"…"'
         out.append(
             f"forkpoint: override {o.spec!r}: {event['tool']} returned a {cls.replace(':', '.')}{at} "
-            f"when recorded; this value is plain JSON{there}, so the agent gets a {type(given).__name__} "
-            f'instead{more}. To give it a {cls.rsplit(":", 1)[-1]}: {{"{MARK}": "{cls}", "kind": '
+            f"when recorded; this value is plain JSON{there}, so the agent gets a plain {type(given).__name__} "
+            f'instead{more}. To give it the recorded {cls.rsplit(":", 1)[-1]}: {{"{MARK}": "{cls}", "kind": '
             f'"{recorded.get("kind")}", "value": {shape}}} (docs/overrides.md; forkpoint show --json '
             "shows the recorded one)"
         )

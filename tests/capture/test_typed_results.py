@@ -797,7 +797,9 @@ def test_an_override_gives_bytes_as_show_prints_them(store: Path) -> None:
     spec = forkpoint.override.parse('tool:raw.result="eA=="')
     said = forkpoint.override.untyped(forkpoint.override.resolve([spec], session.events), session.events)
     assert (
-        len(said) == 1 and "raw returned bytes when recorded" in said[0] and "the agent gets a str" in said[0]
+        len(said) == 1
+        and "raw returned bytes when recorded" in said[0]
+        and "the agent gets a plain str" in said[0]
     )
     with pytest.raises(forkpoint.errors.OverrideError, match=r"a \$b64 is not base64"):
         forkpoint.override.resolve(

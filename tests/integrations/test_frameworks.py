@@ -434,7 +434,7 @@ def test_an_override_giving_plain_json_for_a_datetime_inside_a_tools_dict_is_sai
         said = " ".join(capsys.readouterr().err.split())
         assert (
             f"override {spec!r}: build_info returned a datetime.datetime at $.at when recorded; this value "
-            "is plain JSON there, so the agent gets a str instead" in said
+            "is plain JSON there, so the agent gets a plain str instead" in said
         ), (framework, said)
 
 

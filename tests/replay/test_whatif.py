@@ -1462,10 +1462,10 @@ def test_plain_json_given_for_a_typed_result_is_said(
     said = " ".join(capsys.readouterr().err.split())
     assert (
         f"override {plain[0]!r}: read_sensor returned a {ref.replace(':', '.')} when recorded; this value is "
-        "plain JSON, so the agent gets a dict instead" in said
+        "plain JSON, so the agent gets a plain dict instead" in said
     ), said
     assert f"override {plain[1]!r}: read_all returned a {ref.replace(':', '.')}" in said, said
-    assert f'To give it a Reading: {{"$type": "{ref}", "kind": "dataclass"' in said, said
+    assert f'To give it the recorded Reading: {{"$type": "{ref}", "kind": "dataclass"' in said, said
     when = {"$type": "datetime:datetime", "kind": "datetime", "value": "2026-02-01T00:00:00"}
     typed = json.dumps({"$type": ref, "kind": "dataclass", "value": {"temp": 30.0, "when": when}})
     with forkpoint.replay(rec.session_path, overrides=[f"tool:read_sensor.result={typed}"]):
@@ -1503,7 +1503,7 @@ def test_a_plain_scalar_given_for_a_typed_result_is_said(
     said = " ".join(capsys.readouterr().err.split())
     assert (
         f"override {spec!r}: now returned a datetime.datetime when recorded; this value is plain "
-        'JSON, so the agent gets a str instead. To give it a datetime: {"$type": "datetime:datetime", '
+        'JSON, so the agent gets a plain str instead. To give it the recorded datetime: {"$type": "datetime:datetime", '
         '"kind": "datetime", "value": "…"}' in said
     ), said
     assert "maybe" not in said, said

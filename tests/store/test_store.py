@@ -467,7 +467,7 @@ def test_s3_cli_record_then_replay_show_ls_verify(
     assert show.exit_code == 0, show.output
     assert json.loads(show.stdout)["events"][0]["summary"]["model"] == "demo-model"
     v = cli("verify", "last", "--store", s3_url)
-    assert v.exit_code == 0 and "verify ok: 2 events, 1 blobs" in v.stdout, v.output
+    assert v.exit_code == 0 and "verify ok: 2 events, 1 blob" in v.stdout, v.output
     rp = run("replay", sid, "--store", s3_url, cache="reader")
     assert rp.returncode == 0, rp.stderr
     assert rp.stdout == rec.stdout  # the recorded answer, served offline
@@ -549,7 +549,7 @@ def test_crash_between_blob_upload_and_log_upload(
     assert (staged / remote.DONE).is_file()
     fresh_cache(monkeypatch, tmp_path, "third-machine")
     v = cli("verify", sid, "--store", s3_url)
-    assert v.exit_code == 0 and "verify ok: 2 events, 1 blobs" in v.stdout, v.output
+    assert v.exit_code == 0 and "verify ok: 2 events, 1 blob" in v.stdout, v.output
 
 
 @pytest.mark.slow
