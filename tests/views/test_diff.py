@@ -22,6 +22,7 @@ from forkpoint.cli import main
 from forkpoint.demo.agent import run_agent
 from forkpoint.demo.server import ModelServer
 from forkpoint.log import Session, SessionWriter
+from forkpoint.providers import summarize
 from forkpoint.record import make_header
 from forkpoint.text import apart
 
@@ -671,13 +672,16 @@ def test_final_answers_that_part_late_are_shown_where_they_part(tmp_path: Path) 
     assert "12 passed, 0 failed." in final and "11 passed, 1 failed." in final, res.output
 
 
-@pytest.mark.parametrize("host", ["https://api.anthropic.com", "http://127.0.0.1:9"])
+@pytest.mark.parametrize("kind", ["model", "http"])
 def test_token_counting_is_no_turn_and_no_model_call_where_it_is_plain_http(
-    tmp_path: Path, host: str
+    tmp_path: Path, kind: str
 ) -> None:
     """An agent that asks Anthropic's ``count_tokens`` before each message: diff counted it as a
     turn (2 against 1), ``show`` numbered it "turn 1", and at a server no provider owns, a plain
-    HTTP call, diff still labelled it ``model POST …``."""
+    HTTP call, diff still labelled it ``model POST …``. At Anthropic's own host the call is a model
+    call (``model``); the session here holds what the summary of such a call says (as an importer
+    stores it), so that no URL in it is another host than this machine's."""
+    host = "http://127.0.0.1:9"
     ask = {"model": "claude-x", "max_tokens": 100, "messages": [{"role": "user", "content": "hi"}]}
     answer = {
         "id": "msg_1", "type": "message", "role": "assistant", "model": "claude-x",
@@ -688,13 +692,17 @@ def test_token_counting_is_no_turn_and_no_model_call_where_it_is_plain_http(
     for counts in (True, False):
         writer = SessionWriter.create(tmp_path, make_header(argv=["agent"]))
         if counts:
-            writer.append(_exchange(f"{host}/v1/messages/count_tokens", ask, {"input_tokens": 10}))
+            event = _exchange(f"{host}/v1/messages/count_tokens", ask, {"input_tokens": 10})
+            if kind == "model":  # (at api.anthropic.com: a model call of the provider's, api unknown)
+                found = summarize(event["request"]["url"], ask, event["response"])
+                event["summary"] = {**found, "kind": "model", "provider": "anthropic"}
+            writer.append(event)
         writer.append(_exchange(f"{host}/v1/messages", ask, answer))
         writer.close()
         sessions.append(Session.load(writer.path))
+    assert sessions[0].events[0]["summary"]["kind"] == kind
     data = json.loads(diff(*sessions, "--json").output)
     assert data["summary"]["a"]["turns"] == data["summary"]["b"]["turns"] == 1, data["summary"]
-    kind = "model" if "anthropic" in host else "http"
     assert data["pairs"][0]["a"]["signature"] == f"{kind} POST /v1/messages/count_tokens", data["pairs"]
     shown = CliRunner().invoke(main, ["show", str(sessions[0].path)], env={"COLUMNS": "300"}).output
     assert [line.split()[:3] for line in shown.splitlines() if line.startswith("turn")] == [
