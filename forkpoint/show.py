@@ -165,21 +165,23 @@ def end_lines(event: Mapping[str, Any]) -> list[str]:
             f"[red]INCOMPLETE: recording stopped early ({escape(_short(str(event['incomplete']), 160))}); "
             "what the run did after that is not in the session[/red]",
         )
-    missing = event.get("unrecorded_tools")
-    if isinstance(missing, dict) and missing:
-        # (said at record time on stderr only: a later reader of the session learnt nothing of it)
-        names = ", ".join(f"{n} ({plural(int(k), 'call')})" for n, k in missing.items())
-        out.append(
-            f"[yellow]the model asked for tools that were never recorded: {escape(names)} (a replay runs "
-            "them for real if the program runs them)[/yellow]"
-        )
-    fewer = event.get("fewer_calls")
-    if isinstance(fewer, dict) and fewer:
-        names = ", ".join(f"{n} ({plural(int(k), 'call')})" for n, k in fewer.items())
-        out.append(
-            f"[yellow]the model asked for tools more often than they were recorded: {escape(names)} (if another "
-            "function of the program answers to that name, a replay runs it for real)[/yellow]"
-        )
+    # (said at record time on stderr only: a later reader of the session learnt nothing of them)
+    for field, said, why in (
+        (
+            "unrecorded_tools",
+            "that were never recorded",
+            "a replay runs them for real if the program runs them",
+        ),
+        (
+            "fewer_calls",
+            "more often than they were recorded",
+            "if another function of the program answers to that name, a replay runs it for real",
+        ),
+    ):
+        tools = event.get(field)
+        if isinstance(tools, dict) and tools:
+            names = ", ".join(f"{n} ({plural(int(k), 'call')})" for n, k in tools.items())
+            out.append(f"[yellow]the model asked for tools {said}: {escape(names)} ({why})[/yellow]")
     div = event.get("divergence")
     if isinstance(div, dict):
         place, more = divergence_place(div)
