@@ -1308,7 +1308,9 @@ def test_a_tool_call_cancelled_by_the_programs_timeout_times_out_again_on_replay
         cancelled["error"]["type"] == "CancelledError"
         and cancelled["error"]["module"] == "asyncio.exceptions"
     )
-    assert 200 <= cancelled["duration_ms"] < 5000
+    # wait_for arms its timer before the tool's task first runs, so the recorded span can fall a
+    # little short of 200 ms; what matters is that it lasted until the timeout, not 30 s or 0.
+    assert 100 <= cancelled["duration_ms"] < 5000
 
     with forkpoint.replay(rec.session_path) as rp:
         t0 = time.monotonic()
