@@ -541,7 +541,7 @@ def replay_run(
         if v.problems:
             raise SessionError(
                 f"session {session.id} fails verification, so it may not be what was recorded: "
-                f"{v.problems[0]} (see: forkpoint verify {session.id}; replay it anyway with --no-verify)"
+                f"{v.problems[0]} (see: forkpoint verify {session.path}; replay it anyway with --no-verify)"
             )
     if not cmd and not trust:
         from .signing import require_trusted

@@ -444,6 +444,8 @@ def doubt(path: Path, session_id: str) -> str | None:
     trust. None when a trusted key signed it, or nobody did (sessions older than signing: ``verify``
     says so)."""
     sid = visible(session_id, one_line=True)
+    # (by the folder read: a copy outside the store, a cassette, shares its id with the original)
+    where = visible(str(path), one_line=True)
     try:
         signed = signature(path, session_id)
     except SigningError as exc:  # (an unreadable trusted list: reading the session goes on)
@@ -453,12 +455,12 @@ def doubt(path: Path, session_id: str) -> str | None:
     if signed.state == "bad":
         return (
             f"the signature of session {sid} does not verify: {signed.problem}, so what follows may not be "
-            f"what was recorded (see: forkpoint verify {sid})"
+            f"what was recorded (see: forkpoint verify {where})"
         )
     if signed.state == "lost":
         return (
             f"session {sid} has lost its signature: {signed.problem}, so what follows may not be what was "
-            f"recorded (see: forkpoint verify {sid})"
+            f"recorded (see: forkpoint verify {where})"
         )
     return (
         f"session {sid} is signed by {signed.key}, a key this user does not trust, so what follows is "

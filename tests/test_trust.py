@@ -627,6 +627,45 @@ def test_scrub_does_not_sign_over_a_signature_that_does_not_verify_or_is_not_tru
     assert "the scrubbed session is not signed (the original was signed by ed25519:" in report.notes[0]
 
 
+def test_a_copy_that_fails_its_checks_is_sent_to_verify_by_its_folder_not_its_id(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A copy of a session outside the store (make-test's cassette) edited after it was signed:
+    show and replay sent the user to `forkpoint verify ID`, and ID named the intact original in
+    the store, which verify passed ("verify ok"). They name the folder that was read."""
+    from click.testing import CliRunner
+
+    from forkpoint.cli import main
+
+    monkeypatch.setenv("FORKPOINT_KEYS_DIR", str(tmp_path / "keys"))
+    monkeypatch.setenv("COLUMNS", "1000")  # (the folder's path whole on one line)
+    monkeypatch.chdir(tmp_path)  # (the default store, .forkpoint, is here)
+
+    @forkpoint.tool
+    def quote(ticker: str) -> dict[str, Any]:
+        return {"ticker": ticker, "price": 101}
+
+    with forkpoint.record() as rec:
+        quote("ACME")
+    sid = rec.session_path.name
+    copy = tmp_path / "cassettes" / "quote"
+    shutil.copytree(rec.session_path, copy)
+
+    def forged(lines: list[dict[str, Any]]) -> None:
+        next(e for e in lines if e.get("type") == "tool_call")["result"]["price"] = 9999
+
+    forge_lines(copy, forged)  # (the chain recomputed: only the signature tells)
+    shown = CliRunner().invoke(main, ["show", str(copy)])
+    assert f"(see: forkpoint verify {copy})" in flat(shown.stderr), shown.stderr
+    log = copy / LOG_NAME
+    log.write_bytes(log.read_bytes().replace(b"9999", b"9998"))  # (now the chain fails too)
+    replayed = CliRunner().invoke(main, ["replay", str(copy), "--", sys.executable, "-c", "pass"])
+    assert replayed.exit_code == 1
+    assert f"(see: forkpoint verify {copy}; replay it anyway with --no-verify)" in flat(replayed.stderr)
+    # (what the id names passes: sent there, the user would have been told all is well)
+    assert CliRunner().invoke(main, ["verify", sid]).exit_code == 0
+
+
 def test_a_signature_removed_after_an_edit_is_said_lost_not_taken_for_an_old_session(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
