@@ -522,7 +522,7 @@ def replay_run(
         raise UsageError(
             f"session {session.id} was imported from a {origin.get('format')} file ({origin.get('path')}): "
             f"it has no agent command to run again. Give the command that runs your agent after --, e.g. "
-            f"forkpoint replay {session.id} -- python agent.py"
+            f"forkpoint replay {session.path} -- python agent.py"
         )
     command = list(cmd or session.header.get("argv") or [])
     if not command:
@@ -562,7 +562,9 @@ def replay_run(
     if not cmd:
         from .record import refuse_self_recording
 
-        refuse_self_recording(session.header, session.id, f"forkpoint replay {session.id} -- python agent.py")
+        refuse_self_recording(
+            session.header, session.id, f"forkpoint replay {session.path} -- python agent.py"
+        )
     all_tools = list(dict.fromkeys([*(session.header.get("tools") or []), *(tools or [])]))
     what_if = bool(specs) or "live" in (models_source, tools_source) or on_divergence != "stop" or live_from
     child = None

@@ -115,13 +115,13 @@ def make_test(
     elif not argv or session.header.get("imported_from"):
         raise UsageError(
             f"session {session.id} has no recorded command to run (an imported session): give the Python "
-            f"command that runs the agent, forkpoint make-test {session.id} -- python agent.py …"
+            f"command that runs the agent, forkpoint make-test {session.path} -- python agent.py …"
         )
     else:
         from ..record import refuse_self_recording
 
         refuse_self_recording(
-            session.header, session.id, f"forkpoint make-test {session.id} -- python agent.py"
+            session.header, session.id, f"forkpoint make-test {session.path} -- python agent.py"
         )
         if not trust:  # the test would run it: as forkpoint replay would
             from ..signing import require_trusted
@@ -133,7 +133,7 @@ def make_test(
     try:
         kind, _, _ = parse_command(command)
     except UsageError as exc:
-        raise UsageError(f"{exc} (forkpoint make-test {session.id} -- python agent.py …)") from None
+        raise UsageError(f"{exc} (forkpoint make-test {session.path} -- python agent.py …)") from None
     if kind != "file" or not command[0].endswith(".py"):
         command = ["python", *command[1:]]  # this interpreter, whatever the recording's was
     v = verify_session(session.path, git=False, values=False)  # (``session`` is loaded: its values read)

@@ -250,6 +250,41 @@ def test_unknown_file_gets_a_clear_error(tmp_path: Path, content: bytes, detail:
     assert not (tmp_path / "store").exists()  # nothing half-written
 
 
+def test_an_imported_cassette_moved_into_the_tests_is_named_by_its_folder_in_the_command_suggested(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/pytest.md imports a VCR.py cassette through a store of its own, then moves the session
+    into the tests. replay and make-test of that folder, with no command, suggested `forkpoint
+    replay ID -- python agent.py`: no store here holds ID, so that said "no session 'ID'". They
+    name the folder."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("COLUMNS", "1000")
+    cassette = tmp_path / "chat.yaml"
+    chat = {"model": "demo-model", "messages": [{"role": "user", "content": "hi"}]}
+    answer = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "hello"}}]}
+    interaction = {
+        "request": {
+            "method": "POST",
+            "uri": "http://127.0.0.1:8000/v1/chat/completions",
+            "body": json.dumps(chat),
+            "headers": {"content-type": ["application/json"]},
+        },
+        "response": {
+            "status": {"code": 200, "message": "OK"},
+            "headers": {"content-type": ["application/json"]},
+            "body": {"string": json.dumps(answer)},
+        },
+    }
+    cassette.write_text(yaml.safe_dump({"interactions": [interaction], "version": 1}))
+    folder = tmp_path / "tests" / "cassettes" / "chat"
+    folder.parent.mkdir(parents=True)
+    import_file(cassette, store=tmp_path / "elsewhere").rename(folder)
+    for command in ("replay", "make-test"):
+        res = CliRunner().invoke(main, [command, str(folder)])
+        assert res.exit_code == 2, res.output
+        assert f"forkpoint {command} {folder} -- python agent.py" in " ".join(res.output.split())
+
+
 @needs_trajectories
 def test_cli_import_then_show_verify_diff(tmp_path: Path) -> None:
     store = str(tmp_path / "store")
