@@ -56,7 +56,7 @@ def sweep_checkpoints(
         )
         raise UsageError(
             f"session {session.id} has no resumable checkpoint{where} to sweep "
-            f"(forkpoint checkpoints {session.id} lists them)"
+            f"(forkpoint checkpoints {session.path} lists them)"
         )
     return [dict(c) for c in cps]
 

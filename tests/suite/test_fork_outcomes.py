@@ -1186,3 +1186,24 @@ def test_fork_arms_match_under_the_configuration_where_fork_runs(
     )  # fmt: skip
     assert "never went live" not in fork.stdout, fork.stdout + fork.stderr
     assert "outcome: 1/1 passed" in fork.stdout or "outcome: 0/1 passed" in fork.stdout, fork.stdout
+
+
+def test_a_sweep_with_no_checkpoint_in_range_names_the_session_folder_to_list_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`sweep FOLDER --from SEQ` past every checkpoint said "(forkpoint checkpoints ID lists them)",
+    and ID named no session of the store where it ran ("no session 'ID'"): the folder does."""
+    import forkpoint
+    from forkpoint.errors import UsageError
+    from forkpoint.suite import sweep_checkpoints
+
+    monkeypatch.setenv("FORKPOINT_KEYS_DIR", str(tmp_path / "keys"))
+    work = tmp_path / "work"
+    work.mkdir()
+    with forkpoint.record(store=tmp_path / "store", workspace=work) as rec:
+        forkpoint.checkpoint()
+    copy = tmp_path / "elsewhere" / "run"
+    shutil.copytree(rec.session_path, copy)
+    with pytest.raises(UsageError) as refused:
+        sweep_checkpoints(Session.load(copy), first=10**6)
+    assert f"(forkpoint checkpoints {copy} lists them)" in str(refused.value)
