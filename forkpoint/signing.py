@@ -484,8 +484,8 @@ def require_trusted(path: Path, session_id: str, argv: list[str] | None) -> Sign
         raise UntrustedSession(
             f"session {sid}: {signed.describe()}, so forkpoint will not run a command on the files it "
             "restores from it (a program there runs the code its checkpoint holds, not yours). Read them "
-            f"first (forkpoint restore {sid}@SEQ --into DIR); fork anyway with --trust. A teammate's key is "
-            "trusted with: forkpoint keys trust KEY --name NAME"
+            f"first (forkpoint restore {visible(str(path), one_line=True)}@SEQ --into DIR); fork anyway "
+            "with --trust. A teammate's key is trusted with: forkpoint keys trust KEY --name NAME"
         )
     # (escaped: a carriage return or an escape sequence in it would hide what comes before it)
     raise UntrustedSession(

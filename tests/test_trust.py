@@ -627,6 +627,25 @@ def test_scrub_does_not_sign_over_a_signature_that_does_not_verify_or_is_not_tru
     assert "the scrubbed session is not signed (the original was signed by ed25519:" in report.notes[0]
 
 
+def test_a_fork_of_a_strangers_session_folder_says_to_restore_that_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A teammate's session in a folder of the repository, forked without --trust, said "Read them
+    first (forkpoint restore ID@SEQ --into DIR)": no store here holds ID, so that said "no session
+    'ID'". It names the folder (`forkpoint restore FOLDER@SEQ`, which restores from anywhere)."""
+    from forkpoint.signing import require_trusted
+
+    monkeypatch.setenv("FORKPOINT_KEYS_DIR", str(tmp_path / "alice-keys"))
+    with forkpoint.record(store=tmp_path / "store") as rec:
+        pass
+    copy = tmp_path / "repo" / "cassettes" / "run"
+    shutil.copytree(rec.session_path, copy)
+    monkeypatch.setenv("FORKPOINT_KEYS_DIR", str(tmp_path / "bob-keys"))
+    with pytest.raises(UntrustedSession) as refused:
+        require_trusted(copy, rec.session_path.name, None)
+    assert f"(forkpoint restore {copy}@SEQ --into DIR)" in str(refused.value)
+
+
 def test_a_copy_that_fails_its_checks_is_sent_to_verify_by_its_folder_not_its_id(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
