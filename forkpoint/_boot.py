@@ -45,6 +45,10 @@ NOT_STARTED_PREFIX = "not-started-"
 #: not write its report or ending (a full disk, ``ulimit -f``: a file with no data can still be made),
 #: so that the parent says that, and why, rather than that forkpoint did not start in it.
 UNREPORTED_PREFIX = "unreported-"
+#: In the ``FORKPOINT_REPORT`` folder of a fork's arm: ``replaying-<pid>``, empty, of each process whose
+#: replay started, and ``live-<pid>`` of each that made a call live from the checkpoint: an arm stopped
+#: before it wrote a report is told apart from one that never ran forkpoint or never went live.
+REPLAYING_PREFIX, LIVE_PREFIX = "replaying-", "live-"
 NOT_STARTED_EXIT = 1  # (as forkpoint replay exits when it refuses a session)
 
 #: Variables that carry the activation; see module docstring.
@@ -258,6 +262,35 @@ def _start_replay(session: str, env: Mapping[str, str], *, spawned: bool = False
             _softly(lambda: write_report(path, rp.report()), reports, REPLAY_REPORT, UNKNOWN_VERDICT)
 
     atexit.register(finish)
+
+    def mark(prefix: str) -> None:
+        if reports:
+            from .files import write_private
+
+            path = reports / f"{prefix}{os.getpid()}"
+            _softly(
+                lambda: write_private(path, b""),
+                reports,
+                "how far this process's replay got",
+                UNKNOWN_VERDICT,
+            )
+
+    def marking_live(then: Callable[[], None]) -> Callable[[], None]:
+        """``then``, once this process has marked that it went live from its checkpoint, if it has
+        (a clock reading or telemetry is not the agent's call: orchestrate._went_live)."""
+        marked = False
+
+        def after_call() -> None:
+            nonlocal marked
+            if not marked and any(rp.live_calls[k] for k in ("model_call", "tool_call", "http", "mcp")):
+                marked = True
+                mark(LIVE_PREFIX)
+            then()
+
+        return after_call
+
+    if rp.live_from is not None:
+        mark(REPLAYING_PREFIX)
     if not spawned:
 
         def before_exec(tag: str, _new: dict[str, str]) -> Callable[[], None]:
@@ -282,10 +315,12 @@ def _start_replay(session: str, env: Mapping[str, str], *, spawned: bool = False
 
         # A child forked without exec (a multiprocessing worker) replays with its copy, and
         # reports as it goes: it may leave through os._exit, past every exit handler.
-        os.register_at_fork(after_in_child=lambda: rp.forked(report))
+        os.register_at_fork(after_in_child=lambda: rp.forked(marking_live(report)))
         # A worker reports after each call; this process once it diverged (so that a program that
         # waits on for ever after it is seen to have diverged: orchestrate._Stuck).
-        rp.report_each_call(report if spawned else lambda: report() if rp.divergence is not None else None)
+        rp.report_each_call(
+            marking_live(report if spawned else lambda: report() if rp.divergence is not None else None)
+        )
 
 
 #: What :func:`_softly` says of a replaying process's report it could not write.

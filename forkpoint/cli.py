@@ -325,7 +325,8 @@ def _arm_options(f: Any) -> Any:
         type=click.FloatRange(min=0, min_open=True),
         metavar="SECONDS",
         help="Stop an arm's program still running after SECONDS (SIGTERM, SIGKILL 3 s later); the arm "
-        "is shown as stopped, and its outcome is measured on what it left.",
+        "is shown as stopped, and its outcome is measured on what it left once it went live from its "
+        "checkpoint (one stopped before is not measured).",
     )(f)
     f = click.option(
         "--on-divergence",

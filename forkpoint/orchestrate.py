@@ -31,7 +31,9 @@ import orjson
 from ._boot import (
     ENDING_PREFIX,
     EXEC_PREFIX,
+    LIVE_PREFIX,
     NOT_STARTED_PREFIX,
+    REPLAYING_PREFIX,
     UNREPORTED_PREFIX,
     child_env,
     read_endings,
@@ -446,10 +448,11 @@ class Replayed:
     #: Why forkpoint stopped the program before it ended (it hung after a divergence, or ran past
     #: its ``timeout``), or None.
     stopped: str | None = None
-    #: A fork's run that forkpoint stopped before it reached its checkpoint (no report: its session
-    #: says so): the recorded calls before the checkpoint it was never served. It never went live,
-    #: and no outcome is measured.
-    unreached: list[int] = field(default_factory=list)
+    #: A fork's run that forkpoint stopped before it wrote a report and before any of its processes
+    #: went live from the checkpoint (the marks they leave: :data:`forkpoint._boot.LIVE_PREFIX`): how
+    #: far it got, in words ("before it reached checkpoint seq 7: …"). It never went live, and no
+    #: outcome is measured.
+    stopped_short: str | None = None
     #: Why the what-if session :attr:`child` is not in its parent's store (a remote store's upload
     #: failed: it stays staged on the machine that ran it, where it says), or None.
     not_stored: str | None = None
@@ -493,7 +496,8 @@ def replay_run(
     before the end. ``capture`` implies capturing stdout (an outcome command reads it). The report
     carries the program's exit code and the verdict (:func:`~forkpoint.replay.report.conclude`).
     With ``timeout`` (seconds), a program still running then is stopped (:func:`run_child`'s
-    ``watch``) and :attr:`Replayed.stopped` says so; its outcome is measured all the same. A run
+    ``watch``) and :attr:`Replayed.stopped` says so; its outcome is measured all the same (a fork's
+    run's once it went live: :attr:`Replayed.stopped_short`). A run
     in a local executor's task while forkpoint was sent SIGINT, SIGTERM or SIGHUP was cut short
     (:func:`forkpoint.executors.local.interrupted`): ``stopped`` says so, and no outcome is measured
     (one being measured then is stopped with it, and not kept). ``config``: the configuration file
@@ -661,6 +665,7 @@ def replay_run(
             for pid, command in unstarted_execs(Path(tmp), "report-", NOT_STARTED_PREFIX, UNREPORTED_PREFIX)
         ]
         unreported = _unreported(Path(tmp))
+        replaying, went_live = (any(Path(tmp).glob(f"{mark}*")) for mark in (REPLAYING_PREFIX, LIVE_PREFIX))
         try:  # (or the launcher's why: netns)
             why_unrun = ran.unrun or (Path(tmp) / netns.UNRUN).read_text(errors="replace")
         except FileNotFoundError:
@@ -688,17 +693,20 @@ def replay_run(
     # (recorded calls before the checkpoint left unserved: no process went live, whether it ended
     # early or drifted under fifo and ended before the prefix was used up)
     short_of = live_from is not None and report is not None and bool(report.get("unserved"))
-    # (stopped by forkpoint before it wrote a report: its session says how far it got. What a run
-    # stopped before its checkpoint left is the checkpoint's state, not its continuation's)
-    unreached = (
-        _unreached(session, child.path, live_from) if live_from and watch.why and not report and child else []
+    # (stopped by forkpoint before it wrote a report and before it went live: what it left is the
+    # checkpoint's state, not its continuation's, whether its command had yet to start forkpoint,
+    # was being served the calls before the checkpoint, or made no call from there)
+    stopped_short = (
+        _stopped_short(session, child.path, live_from, replaying)
+        if live_from is not None and watch.why and not report and not went_live and child
+        else None
     )
     if (
         outcome is not None
         and not interrupted
         and not stopped_at_divergence
         and not short_of
-        and not unreached
+        and not stopped_short
         and not (live_from is not None and (unsent_from_checkpoint(report) or idle_from_checkpoint(report)))
     ):
         from .outcome import measure
@@ -777,7 +785,7 @@ def replay_run(
         seconds=time.perf_counter() - started,
         not_started=not_started,
         stopped=watch.why,
-        unreached=unreached,
+        stopped_short=stopped_short,
         not_stored=not_stored,
     )
 
@@ -791,17 +799,26 @@ def _unreported(folder: Path) -> list[str]:
     ]
 
 
-def _unreached(session: Session, child: Path, live_from: int) -> list[int]:
-    """The recorded calls before checkpoint ``live_from`` that the fork's run recorded in ``child``
-    was never served, when it made no live call (:func:`~forkpoint.replay.replayer.unreached_prefix`);
-    empty when its session cannot be read (nothing then says it fell short)."""
+def _stopped_short(session: Session, child: Path, live_from: int, replaying: bool) -> str:
+    """How far a fork's run recorded in ``child``, stopped before it went live from checkpoint
+    ``live_from``, got: forkpoint's replay had not started in it (no process marked that it was
+    ``replaying``), the recorded calls before the checkpoint it was never served
+    (:func:`~forkpoint.replay.replayer.unreached_prefix`; none said when its session cannot be
+    read), or it made no call from the checkpoint."""
     from .replay.replayer import unreached_prefix
 
+    if not replaying:
+        return f"before it reached checkpoint seq {live_from}: forkpoint's replay had not started in it"
     try:
-        run = Session.load(child, derived=False)
+        unreached = unreached_prefix(session, live_from, Session.load(child, derived=False).events)
     except SessionError:
-        return []
-    return unreached_prefix(session, live_from, run.events)
+        unreached = []
+    if not unreached:
+        return f"before it made a call from checkpoint seq {live_from}"
+    return (
+        f"before it reached checkpoint seq {live_from}: {plural(len(unreached), 'recorded call')} before it "
+        f"(seq {', '.join(map(str, unreached[:5]))}{' …' if len(unreached) > 5 else ''}) never served"
+    )
 
 
 _fallback_lock = threading.Lock()
@@ -1268,13 +1285,10 @@ def arm_task(spec: dict[str, Any]) -> dict[str, Any]:
                     # (where the why is: "can't open file", an ImportError; the table named no log)
                     + (f" What it printed: {log})" if log.is_file() else ")")
                 )
-            elif run.unreached:  # (stopped before its checkpoint: no outcome was measured, replay_run)
-                arm.diverged = "stopped before its checkpoint"
+            elif run.stopped_short:  # (stopped before it went live: no outcome was measured, replay_run)
+                arm.diverged = "stopped before it went live"
                 arm.problem = (
-                    f"stopped: {run.stopped}, before it reached checkpoint seq {arm.seq}: "
-                    f"{plural(len(run.unreached), 'recorded call')} before it (seq "
-                    f"{', '.join(map(str, run.unreached[:5]))}{' …' if len(run.unreached) > 5 else ''}) never "
-                    "served, so it never went live (not measured)"
+                    f"stopped: {run.stopped}, {run.stopped_short}, so it never went live (not measured)"
                 )
             elif unsent_from_checkpoint(run.report):  # (no outcome was measured: replay_run)
                 from .replay.report import blocked_text
@@ -1298,8 +1312,8 @@ def arm_task(spec: dict[str, Any]) -> dict[str, Any]:
                     + (" as it was recorded?" if served else "?")
                     + (f" What it printed: {log}" if log.is_file() else "")
                 )
-            elif run.stopped is not None:  # (its outcome is measured all the same: the state it left)
-                arm.problem = f"stopped: {run.stopped}"
+            elif run.stopped is not None:  # (it went live: its outcome is measured on the state it left)
+                arm.problem = f"stopped: {run.stopped}, after it went live from checkpoint seq {arm.seq}"
             elif run.report is None:  # (it ran, and ended as it did: its outcome is measured all the same)
                 arm.problem = (run.problem or "no report").removeprefix("forkpoint: ")
             elif ended_at_checkpoint_by_override(run.report):  # (measured: the what-if's answer)
@@ -1649,8 +1663,8 @@ def fork_arms(
     recorded before the checkpoint replayed, every later one live, the arm recorded as a session
     linked to its parent, and ``outcome`` measured in the arm's directory when it ends. An arm
     whose validation fails is reported and never run; one still running after ``timeout`` seconds
-    is stopped (its outcome measured all the same). The arms run on ``executor`` (default: here,
-    one after the other); ``on_arm(arm)`` is called as each one finishes.
+    is stopped (its outcome measured all the same once it went live). The arms run on ``executor``
+    (default: here, one after the other); ``on_arm(arm)`` is called as each one finishes.
 
     Returns (the folder of the arms, the arms, in order). Raises what :func:`fork_specs` raises,
     before any arm runs.

@@ -83,6 +83,12 @@ if __name__ == "__main__":
 '''
 #: The keeper's outcome command: the answer survived.
 KEEPER_OUTCOME = "test -f answer.txt"
+#: A Python program that asks the keeper's model once: from a fork's first checkpoint, before any
+#: recorded call, its arm goes live at once.
+ONE_CALL = (
+    "import os, openai; openai.OpenAI(base_url=os.environ['AGENT_BASE_URL'], api_key='sk-test', max_retries=0)"
+    ".chat.completions.create(model='m', messages=[{'role': 'user', 'content': 'Write the answer.'}])"
+)
 
 
 class keeper_model:  # noqa: N801 - a route function with state

@@ -24,7 +24,7 @@ from forkpoint.outcome import Rate, by_checkpoint, outcome_of, wilson
 from forkpoint.store import resolve, session_dirs
 from forkpoint.suite.tables import sweep_verdict
 from tests.modelserver import LocalServer, Reply, chat_completion, json_reply
-from tests.suite.agents import KEEPER_OUTCOME, SHELL_AGENT, Keeper, cli_env, record_keeper
+from tests.suite.agents import KEEPER_OUTCOME, ONE_CALL, SHELL_AGENT, Keeper, cli_env, record_keeper
 
 
 def forkpoint_cli(keeper: Keeper, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -299,8 +299,9 @@ def test_an_arm_past_its_timeout_is_stopped_with_what_it_started_and_measured(
 ) -> None:
     """An arm whose agent hung kept ``forkpoint fork`` (and every arm queued behind it) waiting
     forever: there was no per-arm limit. ``--arm-timeout`` stops it (and the processes it started),
-    says so in its row, and measures its outcome on what it left. (From the first checkpoint, before
-    any recorded call: a program stopped before it reached a later one never went live, below.)"""
+    says so in its row, and measures its outcome on what it left, as it went live (from the first
+    checkpoint, before any recorded call, its first call was live; one stopped before it went live
+    is not measured, below)."""
     import time
 
     before = keeper.resumable()[0]
@@ -308,13 +309,13 @@ def test_an_arm_past_its_timeout_is_stopped_with_what_it_started_and_measured(
     started = time.monotonic()
     fork = forkpoint_cli(
         keeper, "fork", f"{keeper.session.id}@{before}", "--arms", "1", "--into", str(tmp_path / "arms"),
-        "--store", str(keeper.store), "--outcome", "true", "--arm-timeout", "2",
-        "--", "sh", "-c", f"sleep 1000 & echo $! >> {pids}; wait", cwd=tmp_path,
+        "--store", str(keeper.store), "--outcome", "true", "--arm-timeout", "4",
+        "--", "sh", "-c", f"python -c {shlex.quote(ONE_CALL)}; sleep 1000 & echo $! >> {pids}; wait", cwd=tmp_path,
     )  # fmt: skip
     assert time.monotonic() - started < 60, fork.stdout + fork.stderr
     assert fork.returncode == 1, fork.stdout + fork.stderr
-    text = " ".join(fork.stdout.split())
-    assert "stopped: the program ran longer than its timeout of 2 s" in text, fork.stdout
+    said = " ".join(fork.stderr.split())
+    assert "stopped: the program ran longer than its timeout of 4 s, after it went live" in said, said
     assert "outcome: 1/1 passed" in fork.stdout
     time.sleep(0.5)
     status = Path(f"/proc/{int(pids.read_text())}/status")  # the sleep the arm started is gone too
@@ -342,6 +343,58 @@ def test_an_arm_stopped_at_its_timeout_before_it_reached_its_checkpoint_is_not_m
     assert "outcome: no run measured; 1 arm(s) never went live (not measured)" in text, text
     (arm,) = arms_of_store(keeper)
     assert outcome_of(arm) is None
+
+
+def test_an_arm_stopped_at_its_timeout_before_it_went_live_from_a_first_checkpoint_is_not_measured(
+    keeper: Keeper, tmp_path: Path
+) -> None:
+    """From a first checkpoint (no recorded call before it to leave unserved), an arm stopped by
+    ``--arm-timeout`` before it went live was measured and counted in the pass rate ("outcome: 1/1
+    passed"; sweep called the checkpoint recoverable), whether its command had not yet started the
+    agent or the agent had made no call: a pass nothing earned. Each says how far it got and is not
+    measured; one stopped after its first live call, with no report written, is measured, and said."""
+    first = keeper.resumable()[0]
+
+    def fork(*cmd: str) -> tuple[str, subprocess.CompletedProcess[str]]:
+        into = tmp_path / f"arms-{len(list(tmp_path.glob('arms-*')))}"
+        done = forkpoint_cli(
+            keeper, "fork", f"{keeper.session.id}@{first}", "--arms", "1", "--into", str(into),
+            "--store", str(keeper.store), "--outcome", "true", "--arm-timeout", "4", "--", *cmd, cwd=tmp_path,
+        )  # fmt: skip
+        return " ".join((done.stdout + done.stderr).split()), done
+
+    text, slow = fork("sh", "-c", f"sleep 1000; {shlex.join(keeper.agent)}")
+    assert slow.returncode == 1, slow.stdout + slow.stderr
+    assert (
+        f"stopped: the program ran longer than its timeout of 4 s, before it reached checkpoint seq {first}: "
+        "forkpoint's replay had not started in it, so it never went live (not measured)"
+    ) in text, text
+    assert "outcome: no run measured; 1 arm(s) never went live (not measured)" in text, text
+    text, idle = fork("python", "-c", "import time; time.sleep(1000)")
+    assert idle.returncode == 1, idle.stdout + idle.stderr
+    assert (
+        f"stopped: the program ran longer than its timeout of 4 s, before it made a call from checkpoint seq "
+        f"{first}, so it never went live (not measured)"
+    ) in text, text
+    assert "outcome: no run measured; 1 arm(s) never went live (not measured)" in text, text
+    assert [outcome_of(a) for a in arms_of_store(keeper)] == [None, None]
+    text, hung = fork("python", "-c", f"{ONE_CALL}; import time; time.sleep(1000)")
+    assert f"ran longer than its timeout of 4 s, after it went live from checkpoint seq {first}" in text, text
+    assert "outcome: 1/1 passed" in text and "never went live" not in text, text
+    assert hung.returncode == 1, hung.stdout + hung.stderr
+    # sweep leaves the arm that had not started out of its verdict, and says why
+    sweep = forkpoint_cli(
+        keeper, "sweep", keeper.session.id, "--to", str(first), "--arms", "1", "--into", str(tmp_path / "sweep"),
+        "--store", str(keeper.store), "--outcome", "true", "--arm-timeout", "4",
+        "--", "sh", "-c", f"sleep 1000; {shlex.join(keeper.agent)}", cwd=tmp_path,
+    )  # fmt: skip
+    said = " ".join(sweep.stdout.split())
+    assert sweep.returncode == 1, sweep.stdout + sweep.stderr
+    assert "no arm was measured, from any checkpoint: nothing says whether the run was recoverable" in said, (
+        said
+    )
+    assert "1 arm(s) never went live (not measured): stopped:" in said, said
+    assert "forkpoint's replay had not started in it" in said, said
 
 
 def test_what_an_arm_started_is_stopped_with_it_before_its_outcome_is_measured(

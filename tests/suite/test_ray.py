@@ -26,7 +26,7 @@ from forkpoint.log import Session
 from forkpoint.outcome import outcome_of
 from forkpoint.store import session_dirs
 from tests.modelserver import LocalServer
-from tests.suite.agents import KEEPER_OUTCOME, Keeper, cli_env, record_demo_sessions, record_keeper
+from tests.suite.agents import KEEPER_OUTCOME, ONE_CALL, Keeper, cli_env, record_demo_sessions, record_keeper
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install -e '.[test]' installs it)")
 
@@ -192,18 +192,18 @@ def test_an_arm_stopped_at_its_timeout_on_ray_leaves_nothing_it_started_running(
     ``--arm-timeout`` stops everything it started before the outcome is measured; on a Ray worker
     only the agent itself was sent SIGTERM, so what it started (a tool's server, a test run) went on
     in the arm's folder while the outcome was measured there (and until the fork ended). (From the
-    first checkpoint, before any recorded call: a program stopped before it reached a later one
-    never went live, and is not measured: tests/suite/test_fork_outcomes.py.)"""
+    first checkpoint, before any recorded call, its first call is live: a program stopped before it
+    went live is not measured: tests/suite/test_fork_outcomes.py.)"""
     before = keeper.resumable()[0]
     pid_file = shlex.quote(str(tmp_path / "started.pid"))
-    agent = f"sleep 120 & echo $! > {pid_file}; wait"
+    agent = f"python -c {shlex.quote(ONE_CALL)}; sleep 120 & echo $! > {pid_file}; wait"
     # Passes when what the agent started is gone (or a zombie) by the time the outcome is measured.
     gone = f's=$(cut -d\' \' -f3 /proc/$(cat {pid_file})/stat 2>/dev/null); [ -z "$s" ] || [ "$s" = Z ]'
     fork = forkpoint_cli(
         "fork", f"{keeper.session.id}@{before}", "--arms", "1", "--into", str(tmp_path / "arms"),
-        "--store", str(keeper.store), "--executor", f"ray:{cluster}", "--arm-timeout", "2",
+        "--store", str(keeper.store), "--executor", f"ray:{cluster}", "--arm-timeout", "4",
         "--outcome", gone, "--", "sh", "-c", agent, cwd=tmp_path, env=keeper.env,
     )  # fmt: skip
     out = fork.stdout + fork.stderr
-    assert "ran longer than its timeout of 2 s" in out, out
+    assert "ran longer than its timeout of 4 s" in out, out
     assert "outcome: 1/1 passed" in fork.stdout, out
