@@ -426,7 +426,7 @@ JS = r"""
     var sw = DATA.sweep;
     if (!sw || !sw.points || !sw.points.length) return null;
     var verdict = sw.unrecoverable_from === null || sw.unrecoverable_from === undefined
-      ? (sw.last_recoverable === null || sw.last_recoverable === undefined ? "No arm ran." : sweepRecoverable(sw))
+      ? (sw.last_recoverable === null || sw.last_recoverable === undefined ? "No arm was measured, from any checkpoint: nothing says whether the run was recoverable." : sweepRecoverable(sw))
       : (sw.last_recoverable === null || sw.last_recoverable === undefined
         ? "No arm passed from any checkpoint: unrecoverable from #" + sw.unrecoverable_from + " on."
         : "The run became unrecoverable between #" + sw.last_recoverable + " and #" + sw.unrecoverable_from + ": no arm from there on passed.");
@@ -434,7 +434,9 @@ JS = r"""
     sw.points.forEach(function (p) {
       var measured = p.ran > 0;
       var cls = "sweep-col" + (!measured ? " unmeasured" : p.passed === 0 ? " dead" : "") + (p.seq === sw.unrecoverable_from ? " turning" : "");
-      var tip = "checkpoint #" + p.seq + " (turn " + p.turn + "): " + (measured ? p.passed + "/" + p.ran + " arms passed, 95% CI " + Math.round(100 * p.low) + "–" + Math.round(100 * p.high) + " %" : "no arm measured");
+      // (an arm that ran and never went live from its checkpoint is not measured: said, not counted)
+      var tip = "checkpoint #" + p.seq + " (turn " + p.turn + "): " + (measured ? p.passed + "/" + p.ran + " arms passed, 95% CI " + Math.round(100 * p.low) + "–" + Math.round(100 * p.high) + " %" +
+        (p.arms > p.ran ? "; " + (p.arms - p.ran) + " more arm(s) not measured, left out" : "") : "no arm measured");
       var plot = h("div", { class: "sweep-plot" });
       var bar = h("div", { class: "sweep-bar" });
       bar.style.height = (measured ? 100 * p.rate : 0) + "%";
@@ -447,13 +449,13 @@ JS = r"""
       }
       add(chart, h("button", { class: cls, type: "button", title: tip, "aria-label": tip, "data-seq": String(p.seq), onclick: function () { openEvent(p.seq); } },
         h("span", { class: "lbl", text: measured ? Math.round(100 * p.rate) + " %" : "—" }), plot,
-        h("span", { class: "lbl cp", text: "#" + p.seq }), h("span", { class: "lbl muted", text: measured ? p.passed + "/" + p.ran : "not run" })));
+        h("span", { class: "lbl cp", text: "#" + p.seq }), h("span", { class: "lbl muted", text: measured ? p.passed + "/" + p.ran : "not measured" })));
     });
     return h("section", { class: "sweep-panel", id: "sweep" },
       h("h2", { text: "Outcome by checkpoint" }),
       h("div", { class: "small", id: "sweep-verdict", text: verdict }),
       sw.note ? h("div", { class: "small", id: "sweep-note", text: sw.note }) : null,
-      h("div", { class: "small muted", text: "Arms forked from each resumable checkpoint and continued live; bar: pass rate of the arms that ran, whisker: its 95% interval." }),
+      h("div", { class: "small muted", text: "Arms forked from each resumable checkpoint and continued live; bar: pass rate of the arms measured, whisker: its 95% interval." }),
       chart);
   }
 

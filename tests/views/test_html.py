@@ -341,6 +341,29 @@ def test_the_sweep_verdict_names_checkpoints_no_arm_passed_from(
 
 
 @pytest.mark.slow
+def test_the_sweep_says_which_arms_were_not_measured(pages: Pages, browser: Browser, tmp_path: Path) -> None:
+    """Arms that ran and were not measured (stopped by --arm-timeout before they went live, or that
+    made no call from their checkpoint) read "No arm ran." and "not run" on the page, untrue of arms
+    that ran (sweep said "no arm was measured"), and a checkpoint's tip said nothing of the arms of
+    it that were left out of its rate."""
+    seqs = [c["seq"] for c in pages.session.by_type("checkpoint")]
+    turns = {seqs[0]: 1, seqs[1]: 2}
+    none = by_checkpoint([(seqs[0], None), (seqs[1], None)], turns)
+    page = browser.open(write_html(pages.session, tmp_path / "none.html", sweep=none))
+    assert page.locator("#sweep-verdict").inner_text() == (
+        "No arm was measured, from any checkpoint: nothing says whether the run was recoverable."
+    )
+    column = page.locator(f'.sweep-col[data-seq="{seqs[0]}"]')
+    assert column.locator(".lbl.muted").inner_text() == "not measured"
+    assert column.get_attribute("title") == f"checkpoint #{seqs[0]} (turn 1): no arm measured"
+    some = by_checkpoint([(seqs[0], True), (seqs[0], None)], turns)
+    page = browser.open(write_html(pages.session, tmp_path / "some.html", sweep=some))
+    tip = page.locator(f'.sweep-col[data-seq="{seqs[0]}"]').get_attribute("title")
+    assert tip is not None and tip.startswith(f"checkpoint #{seqs[0]} (turn 1): 1/1 arms passed, 95% CI"), tip
+    assert tip.endswith("; 1 more arm(s) not measured, left out"), tip
+
+
+@pytest.mark.slow
 def test_what_if_override_and_divergence_are_highlighted(
     pages: Pages, browser: Browser, tmp_path: Path
 ) -> None:
