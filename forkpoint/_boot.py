@@ -263,10 +263,10 @@ def _start_replay(session: str, env: Mapping[str, str], *, spawned: bool = False
 
     atexit.register(finish)
 
-    def mark(prefix: str) -> None:
-        if reports:
-            from .files import write_private
+    if reports and rp.live_from is not None:  # (a fork's arm: how far it got, should it be stopped)
+        from .files import write_private
 
+        def mark(prefix: str) -> None:
             path = reports / f"{prefix}{os.getpid()}"
             _softly(
                 lambda: write_private(path, b""),
@@ -275,22 +275,12 @@ def _start_replay(session: str, env: Mapping[str, str], *, spawned: bool = False
                 UNKNOWN_VERDICT,
             )
 
-    def marking_live(then: Callable[[], None]) -> Callable[[], None]:
-        """``then``, once this process has marked that it went live from its checkpoint, if it has
-        (a clock reading or telemetry is not the agent's call: orchestrate._went_live)."""
-        marked = False
+        def went_live() -> None:
+            rp.on_live = None  # (once: a child forked later has this process's mark)
+            mark(LIVE_PREFIX)
 
-        def after_call() -> None:
-            nonlocal marked
-            if not marked and any(rp.live_calls[k] for k in ("model_call", "tool_call", "http", "mcp")):
-                marked = True
-                mark(LIVE_PREFIX)
-            then()
-
-        return after_call
-
-    if rp.live_from is not None:
         mark(REPLAYING_PREFIX)
+        rp.on_live = went_live
     if not spawned:
 
         def before_exec(tag: str, _new: dict[str, str]) -> Callable[[], None]:
@@ -315,12 +305,10 @@ def _start_replay(session: str, env: Mapping[str, str], *, spawned: bool = False
 
         # A child forked without exec (a multiprocessing worker) replays with its copy, and
         # reports as it goes: it may leave through os._exit, past every exit handler.
-        os.register_at_fork(after_in_child=lambda: rp.forked(marking_live(report)))
+        os.register_at_fork(after_in_child=lambda: rp.forked(report))
         # A worker reports after each call; this process once it diverged (so that a program that
         # waits on for ever after it is seen to have diverged: orchestrate._Stuck).
-        rp.report_each_call(
-            marking_live(report if spawned else lambda: report() if rp.divergence is not None else None)
-        )
+        rp.report_each_call(report if spawned else lambda: report() if rp.divergence is not None else None)
 
 
 #: What :func:`_softly` says of a replaying process's report it could not write.

@@ -631,6 +631,9 @@ class Replayer:
         #: The calls answered with a Divergence instead of a recorded answer (report ``unanswered``).
         self.unanswered: list[DivergenceReport] = []
         self.gone_live = False
+        #: Called as a call is made live: a model or HTTP call about to be sent (not telemetry, nor one
+        #: kept from the network), a tool run for real (a fork's arm marks that it went live: _boot).
+        self.on_live: Callable[[], None] | None = None
         self.network_blocked: list[str] = []
         self.pending: set[Any] = set()
         self.cache_answers: Counter[str] = Counter()
@@ -936,6 +939,9 @@ class Replayer:
             name=name,
         )
         if event is None:
+            on_live = self.on_live
+            if on_live is not None:
+                on_live()
             return None
         if self.child is not None:
             self._log_served(event, {"tool": name, "args": args, **({"call_id": call_id} if call_id else {})})
@@ -956,7 +962,15 @@ class Replayer:
         return cast(ValueEvent | None, event)
 
     def before_model_call(self, request: HttpRequest) -> None:
-        """Live calls of a replay take no checkpoints (the recording has them)."""
+        """Live calls of a replay take no checkpoints (the recording has them): one about to be sent
+        is said to :attr:`on_live`, telemetry aside (not the agent's call)."""
+        on_live = self.on_live
+        if (
+            on_live is not None
+            and classify(request["method"], request["url"], request["body"], request["headers"])
+            != "telemetry"
+        ):
+            on_live()
 
     def model_call_done(self, event: ModelCallEvent) -> None:
         """A live model call finished: write it to the child session."""

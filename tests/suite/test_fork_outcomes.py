@@ -309,13 +309,13 @@ def test_an_arm_past_its_timeout_is_stopped_with_what_it_started_and_measured(
     started = time.monotonic()
     fork = forkpoint_cli(
         keeper, "fork", f"{keeper.session.id}@{before}", "--arms", "1", "--into", str(tmp_path / "arms"),
-        "--store", str(keeper.store), "--outcome", "true", "--arm-timeout", "4",
+        "--store", str(keeper.store), "--outcome", "true", "--arm-timeout", "8",
         "--", "sh", "-c", f"python -c {shlex.quote(ONE_CALL)}; sleep 1000 & echo $! >> {pids}; wait", cwd=tmp_path,
     )  # fmt: skip
     assert time.monotonic() - started < 60, fork.stdout + fork.stderr
     assert fork.returncode == 1, fork.stdout + fork.stderr
     said = " ".join(fork.stderr.split())
-    assert "stopped: the program ran longer than its timeout of 4 s, after it went live" in said, said
+    assert "stopped: the program ran longer than its timeout of 8 s, after it went live" in said, said
     assert "outcome: 1/1 passed" in fork.stdout
     time.sleep(0.5)
     status = Path(f"/proc/{int(pids.read_text())}/status")  # the sleep the arm started is gone too
@@ -355,37 +355,38 @@ def test_an_arm_stopped_at_its_timeout_before_it_went_live_from_a_first_checkpoi
     measured; one stopped after its first live call, with no report written, is measured, and said."""
     first = keeper.resumable()[0]
 
-    def fork(*cmd: str) -> tuple[str, subprocess.CompletedProcess[str]]:
+    def fork(timeout: str, *cmd: str) -> tuple[str, subprocess.CompletedProcess[str]]:
         into = tmp_path / f"arms-{len(list(tmp_path.glob('arms-*')))}"
         done = forkpoint_cli(
             keeper, "fork", f"{keeper.session.id}@{first}", "--arms", "1", "--into", str(into),
-            "--store", str(keeper.store), "--outcome", "true", "--arm-timeout", "4", "--", *cmd, cwd=tmp_path,
+            "--store", str(keeper.store), "--outcome", "true", "--arm-timeout", timeout, "--", *cmd, cwd=tmp_path,
         )  # fmt: skip
         return " ".join((done.stdout + done.stderr).split()), done
 
-    text, slow = fork("sh", "-c", f"sleep 1000; {shlex.join(keeper.agent)}")
+    text, slow = fork("2", "sh", "-c", f"sleep 1000; {shlex.join(keeper.agent)}")
     assert slow.returncode == 1, slow.stdout + slow.stderr
     assert (
-        f"stopped: the program ran longer than its timeout of 4 s, before it reached checkpoint seq {first}: "
+        f"stopped: the program ran longer than its timeout of 2 s, before it reached checkpoint seq {first}: "
         "forkpoint's replay had not started in it, so it never went live (not measured)"
     ) in text, text
     assert "outcome: no run measured; 1 arm(s) never went live (not measured)" in text, text
-    text, idle = fork("python", "-c", "import time; time.sleep(1000)")
+    # (Python's start, and openai's import below, on a busy machine: well within 8 s)
+    text, idle = fork("8", "python", "-c", "import time; time.sleep(1000)")
     assert idle.returncode == 1, idle.stdout + idle.stderr
     assert (
-        f"stopped: the program ran longer than its timeout of 4 s, before it made a call from checkpoint seq "
+        f"stopped: the program ran longer than its timeout of 8 s, before it made a call from checkpoint seq "
         f"{first}, so it never went live (not measured)"
     ) in text, text
     assert "outcome: no run measured; 1 arm(s) never went live (not measured)" in text, text
     assert [outcome_of(a) for a in arms_of_store(keeper)] == [None, None]
-    text, hung = fork("python", "-c", f"{ONE_CALL}; import time; time.sleep(1000)")
-    assert f"ran longer than its timeout of 4 s, after it went live from checkpoint seq {first}" in text, text
+    text, hung = fork("8", "python", "-c", f"{ONE_CALL}; import time; time.sleep(1000)")
+    assert f"ran longer than its timeout of 8 s, after it went live from checkpoint seq {first}" in text, text
     assert "outcome: 1/1 passed" in text and "never went live" not in text, text
     assert hung.returncode == 1, hung.stdout + hung.stderr
     # sweep leaves the arm that had not started out of its verdict, and says why
     sweep = forkpoint_cli(
         keeper, "sweep", keeper.session.id, "--to", str(first), "--arms", "1", "--into", str(tmp_path / "sweep"),
-        "--store", str(keeper.store), "--outcome", "true", "--arm-timeout", "4",
+        "--store", str(keeper.store), "--outcome", "true", "--arm-timeout", "2",
         "--", "sh", "-c", f"sleep 1000; {shlex.join(keeper.agent)}", cwd=tmp_path,
     )  # fmt: skip
     said = " ".join(sweep.stdout.split())
@@ -1123,21 +1124,32 @@ def test_an_arm_whose_first_request_is_stamped_with_the_time_goes_live(tmp_path:
 
 KEYED_AGENT = """
 import os
+import time
 
 import openai
 
 client = openai.OpenAI(base_url=os.environ["AGENT_BASE_URL"], api_key="sk-proj-%s", max_retries=0)
 for turn in range(2):
-    client.chat.completions.create(model="m", messages=[{"role": "user", "content": f"turn {turn}"}])
+    try:
+        client.chat.completions.create(model="m", messages=[{"role": "user", "content": f"turn {turn}"}])
+    except Exception:
+        if os.environ.get("AGENT_WAITS"):  # (as an agent that retries for ever does)
+            time.sleep(1000)
+        raise
 """ % ("k" * 40)
 
 
 @pytest.mark.slow
-def test_an_arm_whose_first_call_from_its_checkpoint_was_not_sent_is_not_measured(tmp_path: Path) -> None:
+@pytest.mark.parametrize("waits", [False, True], ids=["ended", "waited-till-its-timeout"])
+def test_an_arm_whose_first_call_from_its_checkpoint_was_not_sent_is_not_measured(
+    tmp_path: Path, waits: bool
+) -> None:
     """An agent with its API key in a file the checkpoint holds (changed or untracked): a checkpoint
     keeps files scrubbed, so the arm's agent sent the key's placeholder, and its first call from the
     checkpoint was not sent (NetworkBlocked). The arm never went live, yet its outcome was measured
-    on the checkpoint's files and counted: "outcome: 1/1 passed", and fork said nothing of why."""
+    on the checkpoint's files and counted: "outcome: 1/1 passed", and fork said nothing of why. One
+    that then waited until --arm-timeout stopped it, with no report written, is not measured either:
+    no call of it was sent."""
     repo = tmp_path / "repo"
     repo.mkdir()
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
@@ -1156,14 +1168,21 @@ def test_an_arm_whose_first_call_from_its_checkpoint_was_not_sent_is_not_measure
         second = [c["seq"] for c in Session.load(resolve("run", store)).by_type("checkpoint")][1]
         fork = subprocess.run(
             [*cli, "fork", f"run@{second}", "--store", store, "--into", str(tmp_path / "arms"),
-             "--outcome", "true", "--", sys.executable, "agent.py"],
-            cwd=repo, env=env, capture_output=True, text=True, timeout=300,
+             "--outcome", "true", *(["--arm-timeout", "4"] if waits else []), "--", sys.executable, "agent.py"],
+            cwd=repo, env=env | ({"AGENT_WAITS": "1"} if waits else {}), capture_output=True, text=True,
+            timeout=300,
         )  # fmt: skip
         assert len(srv.requests) == 2  # (the recording's: the arm sent none)
     said, text = " ".join(fork.stderr.split()), " ".join(fork.stdout.split())
     assert fork.returncode == 1, fork.stdout + fork.stderr
-    assert f"arm 1: its first call from checkpoint seq {second} was not sent" in said, fork.stderr
     assert "outcome: no run measured; 1 arm(s) never went live (not measured)" in text, text
+    if waits:
+        assert (
+            "arm 1: stopped: the program ran longer than its timeout of 4 s, before it made a call from checkpoint "
+            f"seq {second}, so it never went live (not measured)"
+        ) in said, said
+        return
+    assert f"arm 1: its first call from checkpoint seq {second} was not sent" in said, fork.stderr
     printed = " ".join((tmp_path / "arms" / "arm-1.log").read_text().split())
     assert "which the checkpoint's restored files hold in its place" in printed, printed
 

@@ -201,9 +201,9 @@ def test_an_arm_stopped_at_its_timeout_on_ray_leaves_nothing_it_started_running(
     gone = f's=$(cut -d\' \' -f3 /proc/$(cat {pid_file})/stat 2>/dev/null); [ -z "$s" ] || [ "$s" = Z ]'
     fork = forkpoint_cli(
         "fork", f"{keeper.session.id}@{before}", "--arms", "1", "--into", str(tmp_path / "arms"),
-        "--store", str(keeper.store), "--executor", f"ray:{cluster}", "--arm-timeout", "4",
+        "--store", str(keeper.store), "--executor", f"ray:{cluster}", "--arm-timeout", "8",
         "--outcome", gone, "--", "sh", "-c", agent, cwd=tmp_path, env=keeper.env,
     )  # fmt: skip
     out = fork.stdout + fork.stderr
-    assert "ran longer than its timeout of 4 s" in out, out
+    assert "ran longer than its timeout of 8 s" in out, out
     assert "outcome: 1/1 passed" in fork.stdout, out
