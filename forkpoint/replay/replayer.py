@@ -400,13 +400,16 @@ def _next_in(queue: deque[Any], origin: str | None, among: Sequence[Any] | None 
     return chosen
 
 
-def _same_function(queue: deque[Any], function: str | None) -> list[Any]:
+def _same_function(queue: deque[Any], function: str | None, recorded: set[str]) -> list[Any] | None:
     """The calls of ``queue`` (one match key) that the function ``function`` made when recorded,
-    when others were made by another: two functions recorded under one tool name (two agents'
-    ``search``) were served each other's answers when the program called them in another order.
-    None else (a recording without functions, a function renamed since: the recorded order)."""
-    mine = [e for e in queue if e.get("function") == function] if function else []
-    return mine if len(mine) < len(queue) else []
+    none among them included, when ``function`` is one of the ``recorded`` functions of the tool's
+    name: two functions recorded under one tool name (two agents' ``search``) were served each
+    other's answers when the program called them in another order, or called one of them where the
+    other was recorded. None else (a recording without functions, a function renamed since: the
+    recorded order)."""
+    if function is None or function not in recorded:
+        return None
+    return [e for e in queue if e.get("function") == function]
 
 
 def neutral_answer(request: HttpRequest, kind: str) -> ModelCallEvent:
@@ -586,6 +589,11 @@ class Replayer:
                 self._unverified.add(e["seq"])
             self._keys[e["seq"]] = key
         self._queues = self._queued(self.recorded)
+        #: Tool name → the functions recorded under it (:func:`_same_function`).
+        self._functions: dict[str, set[str]] = {}
+        for e in self.recorded:
+            if e["type"] == "tool_call" and e.get("function"):
+                self._functions.setdefault(e["tool"], set()).add(e["function"])
         #: Seq → its group (first seq): identical calls whose recorded answers differ (_alike).
         self._alike = _alike(self._queues.values())
         #: Seq → the call's own id (:func:`_own_call_ids`; :meth:`_same_call_id`).
@@ -1079,10 +1087,16 @@ class Replayer:
             self.live_calls[_live_kind(kind, what.get("call"))] += 1
             return None
         queue = self._queues.get(key)
-        if queue:
+        # (a function the recording knows under this name is served its own calls only: none left
+        # of them is a divergence, not another function's answer)
+        mine = (
+            _same_function(queue, function, self._functions.get(what.get("name", ""), set()))
+            if queue
+            else None
+        )
+        if queue and mine != []:
             by_id = self._same_call_id(queue, call_id)
             # (of its own function's calls, the one that sent its secrets: :meth:`_same_secrets`)
-            mine = _same_function(queue, function)
             among = by_id or self._same_secrets(mine or queue, kind, norm, request) or mine
             return self._serve(_next_in(queue, what.get("origin"), among), by_id=bool(by_id))
         for alt in alternatives() if alternatives else ():
@@ -1107,7 +1121,7 @@ class Replayer:
             self.gone_live = True  # the recorded prefix is done: the fork continues live
             self.live_calls[_live_kind(kind, what.get("call"))] += 1
             return None
-        report = self._divergence_report(kind, key, norm, what)
+        report = self._divergence_report(kind, key, norm, what, function)
         if plain and not self.strict:
             same = self._differing_in_ids(norm, what.get("endpoint"), what.get("origin"))
             if same is not None:
@@ -1554,18 +1568,35 @@ class Replayer:
         )
 
     def _divergence_report(
-        self, kind: CallKind, key: str, norm: dict[str, Any], what: dict[str, str]
+        self,
+        kind: CallKind,
+        key: str,
+        norm: dict[str, Any],
+        what: dict[str, str],
+        function: str | None = None,
     ) -> DivergenceReport:
         used = set(self.used) | self.others  # served here, or by another process of this replay
         same_kind = [e for e in self.recorded if e["type"] == kind]
         unused = [e for e in same_kind if e["seq"] not in used]
         seen = [e for e in same_kind if self._keys[e["seq"]] == key]
+        others: list[Served] = []
+        if seen and function in self._functions.get(what.get("name", ""), set()):
+            by = f" by {function}"
+            others = [e for e in seen if e.get("function") != function]
+            seen = [e for e in seen if e.get("function") == function]
+        else:
+            by = ""
         if seen:
             # (past the end of a recording that stopped early, the run need not have asked more)
             cut = self._cut_short() if not unused else ""
             reason = (
                 f"the request matches recorded event seq {seen[0]['seq']}, but all {len(seen)} recorded "
-                f"answer(s) to it were already served{cut or '; the run asked once more than it did when recorded'}"
+                f"answer(s) to it{by} were already served{cut or '; the run asked once more than it did when recorded'}"
+            )
+        elif others:
+            reason = (
+                f"the request matches recorded event seq {others[0]['seq']}, a call of another function of "
+                f"that tool name ({others[0].get('function')}): {function} made no such call when recorded"
             )
         elif not unused:
             reason = (

@@ -160,6 +160,34 @@ def test_a_function_of_a_shared_tool_name_is_served_the_call_that_sent_its_own_k
     assert rp.report()["reproduced"], rp.report()
 
 
+def test_a_function_is_not_served_another_functions_call_of_its_tool_name(store: Path) -> None:
+    """``web`` and ``docs`` both answer to ``search``; the recording has one call of each. A replay
+    in which ``web`` is called twice (the program now asks the web where it asked the docs) was
+    served docs' recorded answer for the second, a result ``web`` never gives, under "replay ok", as
+    was ``web("y")``, recorded of ``docs`` only. A function the recording knows under that name is
+    served its own calls only."""
+
+    @forkpoint.tool(name="search")
+    def web(q: str) -> str:
+        return "web: " + q
+
+    @forkpoint.tool(name="search")
+    def docs(q: str) -> str:
+        return "docs: " + q
+
+    with forkpoint.record(store=store) as rec:
+        assert [web("x"), docs("x"), docs("y")] == ["web: x", "docs: x", "docs: y"]
+    with forkpoint.replay(rec.session_path) as rp:
+        assert web("x") == "web: x"
+        with pytest.raises(forkpoint.Divergence, match=r"by \S+web were already served"):
+            web("x")
+    assert not rp.report()["reproduced"]
+    with forkpoint.replay(rec.session_path) as rp, pytest.raises(forkpoint.Divergence) as raised:
+        web("y")
+    assert "a call of another function of that tool name" in str(raised.value)
+    assert not rp.report()["reproduced"]
+
+
 def test_a_tool_without_a_signature_records_its_args_as_given(store: Path) -> None:
     # A builtin such as max has no signature to bind against: its arguments are stored as given,
     # and replay serves them back.
