@@ -236,18 +236,21 @@ _BUILTIN: tuple[tuple[str, tuple[str, ...], str], ...] = (
         ("basic",),
         r"(?<![A-Za-z0-9_])(?i:basic)\s+(?P<s>[A-Za-z0-9+/]{6,}={0,2})(?![A-Za-z0-9+/=])",
     ),
+    # A token as an HTTP URL's user info (git clone https://TOKEN@github.com/…), alone or with a
+    # password (GitHub's https://TOKEN:x-oauth-basic@…, which the password's shape below would take,
+    # leaving the token): random-looking, 16 characters or more with a letter and a digit; not a
+    # user's name, nor an SSH URL's user (ssh://git@…, ssh://<a job's id>@…: SSH authenticates with
+    # a key).
+    (
+        "url-credential",
+        ("://",),
+        r"(?<=http|ttps)://(?P<s>(?=[A-Za-z_\-]*[0-9])(?=[0-9_\-]*[A-Za-z])[A-Za-z0-9_\-]{16,}"
+        r"(?::[^\s/?#@\"'<>\\]+)?)@",
+    ),
     (
         "url-password",
         ("://",),
         r"(?<=[A-Za-z0-9+.\-])://[^\s/?#@:\"'<>\[\]\\]*:(?P<s>[^\s/?#@\"'<>\\]+)@",
-    ),
-    # A token alone as an HTTP URL's user info (git clone https://TOKEN@github.com/…):
-    # random-looking, 16 characters or more with a letter and a digit; not a user's name, nor an
-    # SSH URL's user (ssh://git@…, ssh://<a job's id>@…: SSH authenticates with a key).
-    (
-        "url-credential",
-        ("://",),
-        r"(?<=http|ttps)://(?P<s>(?=[A-Za-z_\-]*[0-9])(?=[0-9_\-]*[A-Za-z])[A-Za-z0-9_\-]{16,})@",
     ),
     # A password on a client's command line (a shell tool's command): curl's -u/--user USER:PASSWORD
     # (not -u elsewhere: docker run -u 1000:1000), the MySQL clients' -pPASSWORD; within 500

@@ -91,6 +91,8 @@ SECRETS: list[tuple[str, str, str]] = [
     ("secret-option", _rand(15) + "7", "hf upload --hf-api-key {} ./model"),
     # a shell tool's command: a token as a URL's user info, curl -u, mysql -p, Authorization: Token
     ("url-credential", _rand(23) + "3", "git clone https://{}@127.0.0.1/org/repo.git"),
+    # (GitHub's TOKEN:x-oauth-basic: the password's shape replaced x-oauth-basic and kept the token)
+    ("url-credential", _rand(39) + "5:x-oauth-basic", "git remote add o https://{}@127.0.0.1/org/r.git"),
     ("command-password", _rand(20), "curl -sS -u admin:{} https://127.0.0.1/api"),
     ("command-password", _rand(11) + "9", "mysql -h 127.0.0.1 -uroot -p{} app\n"),
     (
