@@ -172,6 +172,10 @@ _VALUE_END = r"(?=[\s\"'#;&,)\]}\\]|$)"  # a backslash: "\n" in JSON-escaped tex
 #: <password>, [MASKED]), an option, nor a quote or an operator.
 _COMMAND_VALUE_FIRST = r"[^\s\"'\\;&|()<>$`\-\[{]"
 
+#: curl -u's and mysql -p's password after its option (curl -uUSER:PASSWORD, mysql -p'PASSWORD' as
+#: well): to the closing quote where the option's value opens with one (group ``q``), spaces and all.
+_COMMAND_PASSWORD = r"(?P<s>(?(q)[^\"'\n]+|[^\s\"']+))"
+
 #: Built-in secret shapes: (kind, anchors, pattern). Every match starts at an occurrence of one of
 #: its anchors (lower-case literals, found case-insensitively), which is what makes scanning long
 #: text fast: the patterns only run where an anchor occurs. A pattern without anchors is searched
@@ -261,14 +265,13 @@ _BUILTIN: tuple[tuple[str, tuple[str, ...], str], ...] = (
     (
         "command-password",
         ("curl",),
-        r"(?<![A-Za-z0-9_\-])curl(?=\s)[^\n;&|]{0,500}?\s(?:-u|--user)(?:\s+|=)"
-        r"[\"']?[^\s:\"'\[]*:"
-        r"(?P<s>[^\s\"']+)",
+        r"(?<![A-Za-z0-9_\-])curl(?=\s)[^\n;&|]{0,500}?\s(?:-u(?:\s+|=)?|--user(?:\s+|=))"
+        r"(?P<q>[\"'])?[^\s:\"'\[]*:" + _COMMAND_PASSWORD,
     ),
     (
         "command-password",
         ("mysql",),
-        r"(?<![A-Za-z0-9_\-])mysql(?:dump|admin)?(?=\s)[^\n;&|]{0,500}?\s-p(?P<s>[^\s\"']+)",
+        r"(?<![A-Za-z0-9_\-])mysql(?:dump|admin)?(?=\s)[^\n;&|]{0,500}?\s-p(?P<q>[\"'])?" + _COMMAND_PASSWORD,
     ),
     (
         "secret-field",

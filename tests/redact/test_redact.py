@@ -95,6 +95,9 @@ SECRETS: list[tuple[str, str, str]] = [
     ("url-credential", _rand(39) + "5:x-oauth-basic", "git remote add o https://{}@127.0.0.1/org/r.git"),
     ("command-password", _rand(20), "curl -sS -u admin:{} https://127.0.0.1/api"),
     ("command-password", _rand(11) + "9", "mysql -h 127.0.0.1 -uroot -p{} app\n"),
+    # (glued to curl's -u, quoted after mysql's -p: both were kept in the clear)
+    ("command-password", _rand(20), "curl -sS -uadmin:{} https://127.0.0.1/api"),
+    ("command-password", _rand(11) + "9 " + _rand(6), "mysql -uroot -p'{}' app\n"),
     (
         "header-credential",
         _rand(40, "0123456789abcdef"),
