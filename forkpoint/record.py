@@ -7,6 +7,7 @@ and finishing a recording (hooks, activation, the session's life cycle) is :func
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import copy
 import os
@@ -537,12 +538,12 @@ class Lacks:
         self.calls: dict[str, int] = {}
         self.own: set[str] = set()
         #: Each ask of a tool, ``(name, call id, digest of its arguments, seq)``, and what requests
-        #: sent back to the model: ``sent``, call id → digest of its result; ``sent_unnamed``, the
-        #: last request (seq) that sent back a result with no call id (Gemini's often have none).
+        #: sent back to the model: ``sent``, call id → digest of its result; ``sent_unnamed``, each
+        #: request (seq) that sent back results with no call id (Gemini's often have none): how many.
         #: Only the asks the program answered count against the calls recorded (:meth:`fewer_calls`).
         self.asks: list[tuple[str, str | None, str, int | None]] = []
         self.sent: dict[str, str] = {}
-        self.sent_unnamed = -1
+        self.sent_unnamed: dict[int, int] = {}
         self.lost: list[tuple[int | None, str, str]] = []  # (seq, tool, type of the result)
         self.seqs: list[int | None] = []
         #: Tools asked for that a recording process had wrappers for (:func:`runtime.wrapped_tools`).
@@ -575,7 +576,8 @@ class Lacks:
             self.other[kind] = self.other.get(kind, 0) + 1
         for call_id, result in results:
             if call_id is None:
-                self.sent_unnamed = max(self.sent_unnamed, -1 if seq is None else seq)
+                at = -1 if seq is None else seq
+                self.sent_unnamed[at] = self.sent_unnamed.get(at, 0) + 1
             elif str(call_id) not in self.sent:  # (a conversation resends every result it sent)
                 self.sent[str(call_id)] = digest(result, exotic=True)
         for call in tool_calls or []:
@@ -675,7 +677,8 @@ class Lacks:
                 )
                 for ask, result in (t.get("sent") or {}).items():
                     out.sent.setdefault(str(ask), str(result))
-                out.sent_unnamed = max(out.sent_unnamed, int(t.get("sent_unnamed", -1)))
+                for seq, k in (t.get("sent_unnamed") or {}).items():
+                    out.sent_unnamed[int(seq)] = out.sent_unnamed.get(int(seq), 0) + int(k)
                 out.lost.extend((seq, str(tool), str(kind)) for seq, tool, kind in t["lost"])
                 out.seqs.extend(t["seqs"])
                 out.wrapped.update(str(n) for n in t.get("wrapped") or ())
@@ -711,12 +714,20 @@ class Lacks:
         sent back a result with no id), told apart by their arguments and that result. An ask never
         answered (the last answer of a run that stopped at its turn limit, or at a tool that
         raised; a call of a parallel batch the program dropped) ran nothing, and one answered with
-        the result of an identical ask (a cache) ran nothing more."""
+        the result of an identical ask (a cache) ran nothing more. Of the asks with no id in one
+        answer, the first as many as the results with no id the next request that sent any sent: a
+        program that runs only the first call of a Gemini answer sends one result back."""
         out: dict[str, set[tuple[str, str | None]]] = {}
+        unnamed: dict[int, list[tuple[str, str]]] = {}
         for name, ask, args, seq in self.asks:
             if ask is not None and ask in self.sent:
                 out.setdefault(name, set()).add((args, self.sent[ask]))
-            elif ask is None and seq is not None and self.sent_unnamed > seq:
+            elif ask is None and seq is not None:
+                unnamed.setdefault(seq, []).append((name, args))
+        sending = sorted(self.sent_unnamed)
+        for seq, asks in unnamed.items():
+            at = bisect.bisect_right(sending, seq)
+            for name, args in asks[: self.sent_unnamed[sending[at]] if at < len(sending) else 0]:
                 out.setdefault(name, set()).add((args, None))
         return {name: len(answers) for name, answers in out.items()}
 
