@@ -598,6 +598,10 @@ class Replayer:
         self._alike = _alike(self._queues.values())
         #: Seq → the call's own id (:func:`_own_call_ids`; :meth:`_same_call_id`).
         self._call_ids = _own_call_ids(self._queues.values())
+        #: Match key → the own ids of its recorded calls (:meth:`_same_call_id`).
+        self._key_ids: dict[str, set[str]] = {}
+        for seq, own in self._call_ids.items():
+            self._key_ids.setdefault(self._keys[seq], set()).add(own)
         #: Recorded call → the secrets it sent (:meth:`_same_secrets`), once looked at.
         self._sent_secrets: dict[int, tuple[list[str], list[str]]] = {}
         #: The groups of :attr:`_alike` whose calls were made by as many named tasks (:meth:`_certain`).
@@ -1094,8 +1098,10 @@ class Replayer:
             if queue
             else None
         )
-        if queue and mine != []:
-            by_id = self._same_call_id(queue, call_id)
+        by_id = self._same_call_id(queue, call_id) if queue else []
+        # (an id the recording told a call of this key apart by, whose call was served: an MCP
+        # server's transport asking once more is not served another server's answer)
+        if queue and mine != [] and (by_id or call_id not in self._key_ids.get(key, ())):
             # (of its own function's calls, the one that sent its secrets: :meth:`_same_secrets`)
             among = by_id or self._same_secrets(mine or queue, kind, norm, request) or mine
             return self._serve(_next_in(queue, what.get("origin"), among), by_id=bool(by_id))
@@ -1121,7 +1127,7 @@ class Replayer:
             self.gone_live = True  # the recorded prefix is done: the fork continues live
             self.live_calls[_live_kind(kind, what.get("call"))] += 1
             return None
-        report = self._divergence_report(kind, key, norm, what, function)
+        report = self._divergence_report(kind, key, norm, what, function, call_id)
         if plain and not self.strict:
             same = self._differing_in_ids(norm, what.get("endpoint"), what.get("origin"))
             if same is not None:
@@ -1574,18 +1580,21 @@ class Replayer:
         norm: dict[str, Any],
         what: dict[str, str],
         function: str | None = None,
+        call_id: str | None = None,
     ) -> DivergenceReport:
         used = set(self.used) | self.others  # served here, or by another process of this replay
         same_kind = [e for e in self.recorded if e["type"] == kind]
         unused = [e for e in same_kind if e["seq"] not in used]
         seen = [e for e in same_kind if self._keys[e["seq"]] == key]
         others: list[Served] = []
+        by = ""
         if seen and function in self._functions.get(what.get("name", ""), set()):
             by = f" by {function}"
             others = [e for e in seen if e.get("function") != function]
             seen = [e for e in seen if e.get("function") == function]
-        else:
-            by = ""
+        if call_id in self._key_ids.get(key, ()):
+            by += f" for {call_id}"
+            seen = [e for e in seen if self._call_ids.get(e["seq"]) == call_id]
         if seen:
             # (past the end of a recording that stopped early, the run need not have asked more)
             cut = self._cut_short() if not unused else ""

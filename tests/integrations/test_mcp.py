@@ -684,6 +684,36 @@ def test_two_servers_asked_the_same_tool_at_once_each_get_their_own_answers_on_r
 
 
 @pytest.mark.slow
+def test_a_server_asked_once_more_is_not_served_another_servers_session(tmp_path: Path) -> None:
+    """Recorded: servers alpha and beta each asked ``lookup``. A replay whose program opens beta
+    twice was served beta's ``initialize``, then alpha's for the second (identical requests, the
+    transport only a preference), so the second session was alpha's and its lookup answered
+    "alpha has x" where a live run says "beta has x", under "replay ok". A transport the recording
+    told its ``initialize`` apart by is served its own only: the second is a divergence."""
+    ledger = tmp_path / "ledger.log"
+
+    async def ask(name: str) -> str:
+        params = StdioServerParameters(
+            command=sys.executable, args=[str(SERVER_SCRIPT), str(ledger), f"--name={name}"]
+        )
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            result = await session.call_tool("lookup", {"key": "x"})
+        return str(result.content[0].text)  # type: ignore[union-attr]
+
+    async def run(names: list[str]) -> list[str]:
+        return [await ask(name) for name in names]
+
+    with forkpoint.record(store=tmp_path / "store") as rec:
+        assert asyncio.run(run(["alpha", "beta"])) == ["alpha has x", "beta has x"]
+    with forkpoint.replay(rec.session_path) as rp, pytest.raises(BaseException) as raised:
+        asyncio.run(run(["beta", "beta"]))
+    report = rp.report()
+    assert not report["reproduced"], raised.value
+    assert "--name=beta were already served" in report["divergence"]["reason"], report["divergence"]
+
+
+@pytest.mark.slow
 def test_the_progress_of_calls_in_flight_at_once_is_kept_with_the_call_its_token_names(
     tmp_path: Path,
 ) -> None:
