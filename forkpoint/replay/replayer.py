@@ -1098,7 +1098,7 @@ class Replayer:
             if queue
             else None
         )
-        by_id = self._same_call_id(queue, call_id) if queue else []
+        by_id = self._same_call_id(queue if mine is None else mine, call_id) if queue else []
         # (an id the recording told a call of this key apart by, whose call was served: an MCP
         # server's transport asking once more is not served another server's answer)
         if queue and mine != [] and (by_id or call_id not in self._key_ids.get(key, ())):
@@ -1179,11 +1179,12 @@ class Replayer:
         self.unanswered.append(report)
         raise divergence(report if first or self.divergence is None else self.divergence)
 
-    def _same_call_id(self, queue: deque[Any], call_id: str | None) -> list[Any]:
-        """The call of ``queue`` (one match key) recorded with ``call_id``, the id the model gave the
-        tool call asked now, as its own (:func:`_own_call_ids`), or none: the model's answer that
-        asked for it was served from the recording, so its id names the recorded call that answered
-        it, whichever of concurrent runs asks first (an MCP request's transport, :func:`_own_id`,
+    def _same_call_id(self, queue: Sequence[Any], call_id: str | None) -> list[Any]:
+        """The call of ``queue`` (one match key; the calls its function made, :func:`_same_function`)
+        recorded with ``call_id``, the id the model gave the tool call asked now, as its own
+        (:func:`_own_call_ids`), or none: the model's answer that asked for it was served from the
+        recording, so its id names the recorded call that answered it, whichever of concurrent
+        runs asks first (an MCP request's transport, :func:`_own_id`,
         likewise names its server's). A framework that makes its own ids each run, or a call with
         none, is served in the order of the recording."""
         if call_id is None:
@@ -1595,6 +1596,7 @@ class Replayer:
         if call_id in self._key_ids.get(key, ()):
             by += f" for {call_id}"
             seen = [e for e in seen if self._call_ids.get(e["seq"]) == call_id]
+            others = [e for e in others if self._call_ids.get(e["seq"]) == call_id] or others
         if seen:
             # (past the end of a recording that stopped early, the run need not have asked more)
             cut = self._cut_short() if not unused else ""

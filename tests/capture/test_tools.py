@@ -13,7 +13,7 @@ import sys
 import textwrap
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -184,6 +184,34 @@ def test_a_function_is_not_served_another_functions_call_of_its_tool_name(store:
     assert not rp.report()["reproduced"]
     with forkpoint.replay(rec.session_path) as rp, pytest.raises(forkpoint.Divergence) as raised:
         web("y")
+    assert "a call of another function of that tool name" in str(raised.value)
+    assert not rp.report()["reproduced"]
+
+
+def test_a_function_is_not_served_the_call_another_function_made_for_its_ask(store: Path) -> None:
+    """A framework runs the model's ask ``c1`` with ``web`` and ``c2`` with ``docs``, both tools
+    named ``search`` (its integration hands each call the ask's id: ``runtime.asked_as``). A
+    replay in which ``docs`` answers ``c1`` was served ``web``'s recorded call, whose id it named:
+    ``docs`` returned "web: x" under "replay ok". The ask's id is looked for among the function's
+    own calls only."""
+    from forkpoint import runtime
+
+    @forkpoint.tool(name="search")
+    def web(q: str) -> str:
+        return "web: " + q
+
+    @forkpoint.tool(name="search")
+    def docs(q: str) -> str:
+        return "docs: " + q
+
+    def asked(ask: str, fn: Callable[[str], str]) -> str:
+        runtime.asked_as.set(ask)
+        return fn("x")
+
+    with forkpoint.record(store=store) as rec:
+        assert [asked("c1", web), asked("c2", docs)] == ["web: x", "docs: x"]
+    with forkpoint.replay(rec.session_path) as rp, pytest.raises(forkpoint.Divergence) as raised:
+        asked("c1", docs)
     assert "a call of another function of that tool name" in str(raised.value)
     assert not rp.report()["reproduced"]
 
