@@ -1379,7 +1379,7 @@ def test_a_tool_call_cancelled_by_the_programs_timeout_times_out_again_on_replay
     # A run that no longer times out is told so, in a bounded time, not left waiting.
     with forkpoint.replay(rec.session_path):
         with pytest.raises(
-            forkpoint.Divergence, match=r"cancelled this call after 2\d\d ms, before it returned"
+            forkpoint.Divergence, match=r"cancelled this call after \d+ ms, before it returned"
         ):
             asyncio.run(agent(None))
     assert ran == ["http://127.0.0.1:9/slow", "summarize"]
