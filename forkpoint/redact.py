@@ -910,9 +910,9 @@ class Scrubber:
         # byte in 85 is one of those three.
         long_ = {i for lit, ids in anchors.items() if len(lit) > 1 for i in ids}
         searched = {i for lit, ids in anchors.items() if len(lit) == 1 for i in ids} - long_
-        self._searched = [
-            (i, frozenset(lit for lit, ids in anchors.items() if i in ids)) for i in sorted(searched)
-        ]
+        self._searched_chars = {
+            i: frozenset(lit for lit, ids in anchors.items() if i in ids) for i in sorted(searched)
+        }
         self._anchors = [
             (lit, kept)
             for lit, ids in anchors.items()
@@ -984,37 +984,6 @@ class Scrubber:
         pat = self._pats[i] = re.compile(self._sources[i], re.ASCII)
         return pat
 
-    def _candidates(self, text: str) -> list[tuple[int, int, int, re.Match[str]]]:
-        """Every match of every pattern at an occurrence of one of its anchors: (start, pattern, m)."""
-        low = _anchor_text(text)
-        out: list[tuple[int, int, int, re.Match[str]]] = []
-        if len(low) < SHORT_CHARS and self._any_anchor.search(low) is None:
-            return out
-        pats = self._pats
-        for i, chars in self._searched:
-            pat = pats[i]
-            if pat is _UNCOMPILED:
-                pat = self._pattern(i)
-            m = pat.search(text)
-            while m is not None:
-                p = m.start()
-                if low[p : p + 1] in chars:  # (where matching at each occurrence would find it)
-                    out.append((p, i, len(out), m))
-                m = pat.search(text, p + 1)
-        find = low.find
-        for lit, ids in self._anchors:
-            p = find(lit)
-            while p >= 0:
-                for i in ids:
-                    pat = pats[i]
-                    if pat is _UNCOMPILED:
-                        pat = self._pattern(i)
-                    m = pat.match(text, p)
-                    if m is not None:
-                        out.append((p, i, len(out), m))
-                p = find(lit, p + 1)
-        return out
-
     def find(self, text: str) -> list[tuple[int, int, str]]:
         """Spans ``(start, end, kind)`` of every secret in ``text``, in order, non-overlapping.
 
@@ -1050,64 +1019,109 @@ class Scrubber:
     def _find_once(self, text: str) -> tuple[list[tuple[int, int, str]], bool]:
         """:meth:`find`'s spans of one pass over ``text``, and whether one of them is glued to what
         is beside it outside its shape's match (``AKIA…`` after ``=``: not a query value after its
-        ``?token=``, which is the shape's own)."""
+        ``?token=``, which is the shape's own).
+
+        Candidates are matched in the order of where they start, an anchored pattern at an
+        occurrence of its anchor only once scanning has come to it, and none inside a secret taken:
+        matched at every occurrence first, a run of glued anchors (``password=`` 20,000 times) was
+        read to its end at each, quadratic in its length."""
         if not text:
             return [], False
-        heap = self._candidates(text)
-        tie = len(heap)
+        low = _anchor_text(text)
+        pats = self._pats
+        heap: list[tuple[int, int, int, re.Match[str]]] = []  # (start, pattern, tie, match)
+        ahead: list[tuple[int, int]] = []  # (where an anchor occurs next, its index in _anchors)
+        if len(low) >= SHORT_CHARS or self._any_anchor.search(low) is not None:
+            ahead = [(p, k) for k, (lit, _) in enumerate(self._anchors) if (p := low.find(lit)) >= 0]
+            heapq.heapify(ahead)
+            for i in self._searched_chars:
+                m = self._next_searched(i, text, low, 0)
+                if m is not None:
+                    heap.append((m.start(), i, len(heap), m))
         for i in self._scan:
-            m = self._pats[i].search(text)
+            m = pats[i].search(text)
             if m is not None:
-                heap.append((m.start(), i, tie, m))
-                tie += 1
-        if not heap:
-            return [], False
+                heap.append((m.start(), i, len(heap), m))
         heapq.heapify(heap)
+        tie = len(heap)
         out: list[tuple[int, int, str]] = []
         glued = False
         pos = 0
-        first_scan = len(self._pats) - len(self._scan)
-        while heap:
+        first_scan = len(pats) - len(self._scan)
+        while True:
+            # Every anchor up to the next candidate is matched first: the leftmost match wins.
+            while ahead and (not heap or ahead[0][0] <= heap[0][0]):
+                p, k = heapq.heappop(ahead)
+                lit, ids = self._anchors[k]
+                if p >= pos:
+                    for i in ids:
+                        pat = pats[i]
+                        if pat is _UNCOMPILED:
+                            pat = self._pattern(i)
+                        m = pat.match(text, p)
+                        if m is not None:
+                            heapq.heappush(heap, (p, i, tie, m))
+                            tie += 1
+                p = low.find(lit, max(p + 1, pos))
+                if p >= 0:
+                    heapq.heappush(ahead, (p, k))
+            if not heap:
+                break
             start, i, _, m = heapq.heappop(heap)
-            scan = i >= first_scan
-            if start < pos:
-                if scan:  # a searched pattern may still match after what was taken
-                    nxt = self._pats[i].search(text, pos)
-                    if nxt is not None:
-                        heapq.heappush(heap, (nxt.start(), i, tie, nxt))
-                        tie += 1
-                continue
-            end = m.end()
-            if scan:
-                nxt = self._pats[i].search(text, max(end, start + 1))
-                if nxt is not None:
-                    heapq.heappush(heap, (nxt.start(), i, tie, nxt))
-                    tie += 1
-            kind = self._kinds[i]
-            if kind is None:  # a placeholder: never scrubbed again
-                pos = end
-                continue
-            if self._has_s[i] and m.start("s") >= 0:
-                a, b = m.start("s"), m.end("s")
-            else:
-                a, b = start, end
-            secret = text[a:b]
-            check = _VALIDATORS.get(kind)
-            if (
-                not secret
-                or _is_placeholder(secret)
-                or _PLACEHOLDER_THEN_TRAILING.fullmatch(secret)
-                or (check is not None and not check(secret))
-            ):
-                continue
-            a, b, kind = self._refine(kind, a, b, text)
-            out.append((a, b, kind))
-            glued = glued or bool(
-                (a == start and a and _GLUED_BEFORE.match(text, a - 1))
-                or (b == end and _GLUED_AFTER.match(text, b))
-            )
-            pos = max(end, start + 1)
+            # (where a pattern searched over the whole text looks on: after this match, or after
+            # the secret taken that this one started inside of)
+            resume = max(m.end(), start + 1) if start >= pos else pos
+            if start >= pos:
+                if self._kinds[i] is None:  # a placeholder: never scrubbed again
+                    pos = m.end()
+                elif (span := self._span(i, m, text)) is not None:
+                    a, b, _ = span
+                    out.append(span)
+                    glued = glued or bool(
+                        (a == start and a and _GLUED_BEFORE.match(text, a - 1))
+                        or (b == m.end() and _GLUED_AFTER.match(text, b))
+                    )
+                    pos = resume
+            nxt = None
+            if i >= first_scan:
+                nxt = pats[i].search(text, resume)
+            elif i in self._searched_chars:  # every match of it from the next character on
+                nxt = self._next_searched(i, text, low, max(start + 1, pos))
+            if nxt is not None:
+                heapq.heappush(heap, (nxt.start(), i, tie, nxt))
+                tie += 1
         return out, glued
+
+    def _next_searched(self, i: int, text: str, low: str, at: int) -> re.Match[str] | None:
+        """The first match at or after ``at`` of the pattern ``i`` anchored by one-character
+        literals that starts at one of them (where matching at each occurrence would find it)."""
+        pat = self._pats[i]
+        if pat is _UNCOMPILED:
+            pat = self._pattern(i)
+        chars = self._searched_chars[i]
+        m = pat.search(text, at)
+        while m is not None and low[m.start() : m.start() + 1] not in chars:
+            m = pat.search(text, m.start() + 1)
+        return m
+
+    def _span(self, i: int, m: re.Match[str], text: str) -> tuple[int, int, str] | None:
+        """The secret the match ``m`` of pattern ``i`` holds, ``(start, end, kind)``, or None when
+        its value is empty, a placeholder or refused by its kind's check."""
+        kind = cast(str, self._kinds[i])
+        if self._has_s[i] and m.start("s") >= 0:
+            a, b = m.start("s"), m.end("s")
+        else:
+            a, b = m.start(), m.end()
+        secret = text[a:b]
+        check = _VALIDATORS.get(kind)
+        if (
+            not secret
+            or _is_placeholder(secret)
+            or _PLACEHOLDER_THEN_TRAILING.fullmatch(secret)
+            or (check is not None and not check(secret))
+        ):
+            return None
+        return self._refine(kind, a, b, text)
 
     # -- text and bytes
 

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import hashlib
 import random
+import re
 import string
-from typing import Any
+from typing import Any, cast
 from urllib.parse import parse_qs, urlsplit
 
 import orjson
 import pytest
 
 from forkpoint.redact import (
+    _UNCOMPILED,
     HEADER_LIST_MAX_CHARS,
     Scrubber,
     find_secrets,
@@ -1087,3 +1089,78 @@ def test_a_secret_glued_to_another_is_scrubbed_in_one_pass(text: str) -> None:
     data = text.encode()
     for i in range(1, len(data)):  # a stream of it, split anywhere, as the whole
         assert b"".join(scrub_chunks([data[:i], data[i:]])) == once.encode()
+
+
+class _Counting:
+    """A compiled pattern that counts its calls and the characters it read up to each match's end
+    (where it was asked to start to where its match ended): the work a run of anchors costs."""
+
+    def __init__(self, pat: re.Pattern[str], seen: dict[str, int]) -> None:
+        self.pat, self.seen = pat, seen
+
+    def _count(self, m: re.Match[str] | None, at: int) -> re.Match[str] | None:
+        self.seen["calls"] += 1
+        self.seen["read"] += m.end() - at if m is not None else 0
+        return m
+
+    def match(self, text: str, pos: int = 0) -> re.Match[str] | None:
+        return self._count(self.pat.match(text, pos), pos)
+
+    def search(self, text: str, pos: int = 0) -> re.Match[str] | None:
+        return self._count(self.pat.search(text, pos), pos)
+
+
+def _work(run: str, n: int) -> dict[str, int]:
+    """Calls of the scrubber's patterns and characters they read to scrub ``run`` glued ``n`` times."""
+    s = Scrubber(cache=False)
+    seen = {"calls": 0, "read": 0}
+    for i, pat in enumerate(s._pats):
+        s._pats[i] = cast(re.Pattern[str], _Counting(s._pattern(i) if pat is _UNCOMPILED else pat, seen))
+    s.text(run * n)
+    return seen
+
+
+@pytest.mark.parametrize(
+    "run",
+    [
+        "password=",
+        "PASSWORD=",
+        "xapp-",
+        "xoxe-",
+        "sk-",
+        "glpat-",
+        "-----BEGIN PRIVATE KEY-----",
+        "?token=",
+        "Cookie: ",
+    ],
+)
+def test_a_run_of_glued_anchors_is_read_once(run: str) -> None:
+    """Every pattern was matched at every occurrence of its anchor before the leftmost match was
+    taken, and a run of glued anchors (password=password=…) is one secret to its end: each
+    occurrence read the rest of the run, so 20,000 of them took about 10 s to scrub (a tool's result
+    stalled the live agent while it was recorded). Twice the run now costs twice the work."""
+    once, twice = _work(run, 300), _work(run, 600)
+    assert once["read"] >= 300 * len(run) - len(run)  # (the run was read: the counter counts)
+    assert twice["read"] <= 2 * once["read"] + 100, (once, twice)
+    assert twice["calls"] <= 2 * once["calls"] + 10, (once, twice)
+
+
+def test_each_secret_of_a_long_run_is_replaced() -> None:
+    """Secrets side by side, thousands of them: each is replaced by its own placeholder, a run of
+    glued anchors by one, as when every occurrence was matched."""
+    keys = [f"sk-{_rand(24)}" for _ in range(2000)]
+    assert scrub_text(" ".join(keys)) == " ".join(expected_placeholder("openai-key", k) for k in keys)
+    words = [f"pw{i}{_rand(8)}" for i in range(2000)]
+    assert scrub_text("".join(f"password={w}\n" for w in words)) == "".join(
+        f"password={expected_placeholder('secret-assignment', w)}\n" for w in words
+    )
+    tokens = [_rand(12) for _ in range(2000)]
+    url = "http://127.0.0.1/a?" + "&".join(f"token={t}" for t in tokens)
+    assert scrub_text(url) == "http://127.0.0.1/a?" + "&".join(
+        f"token={expected_placeholder('query-credential', t)}" for t in tokens
+    )
+    blocks = [f"-----BEGIN PRIVATE KEY-----\n{_rand(64)}\n-----END PRIVATE KEY-----" for _ in range(500)]
+    assert scrub_text("".join(blocks)) == "".join(expected_placeholder("private-key", b) for b in blocks)
+    run = "password=" * 20_000
+    assert scrub_text(run) == "password=" + expected_placeholder("secret-assignment", run[9:])
+    assert scrub_text("sk-" * 20_000) == expected_placeholder("openai-key", "sk-" * 20_000)
