@@ -10,9 +10,11 @@ replaced in the event where it starts and removed from the events it spilled int
 that change are written again (as compact JSON). A secret whole in one server-sent event is left to
 the scan of the stream's bytes, which keeps every other byte in its transport chunk, unless that
 scan, which sees the event JSON-escaped, misses it (an escape such as ``\\n`` before a key hides
-where it starts): then that event is written again too. Two stream framings are read:
+where it starts): then that event is written again too. Three stream framings are read:
 
 * server-sent events (``data:`` lines holding JSON: OpenAI, Anthropic, Gemini, Responses);
+* JSON lines (``application/x-ndjson``, ``application/jsonl``, ``application/stream+json``: one
+  JSON value a line, as Ollama streams its answer);
 * the AWS event stream (:mod:`forkpoint.eventstream`: Bedrock), each message's JSON payload, and
   inside an InvokeModelWithResponseStream ``chunk`` the model's own event, base64-encoded in its
   ``bytes`` field; a changed message is framed again (lengths and checksums right).
@@ -40,6 +42,9 @@ Edit = tuple[int, int, bytes]
 Scrub = Callable[[list[bytes]], list[bytes]]
 
 _DATA_LINE = compiled_later_bytes(rb"^data: ?([^\r\n]*)", re.M)
+_LINE = compiled_later_bytes(rb"^([^\r\n]*)", re.M)
+#: Content types of a stream of JSON lines (the capture's stream types other than SSE's and AWS's).
+_JSON_LINES = ("ndjson", "jsonl", "stream+json")
 
 
 def spread(chunks: Sequence[bytes], edits: Sequence[Edit]) -> list[bytes]:
@@ -86,9 +91,10 @@ class _Event:
         return eventstream.encode(headers, data)
 
 
-def _sse_events(joined: bytes) -> list[_Event]:
+def _json_events(joined: bytes, line: re.Pattern[bytes]) -> list[_Event]:
+    """The events whose JSON is the first group of a ``line`` match (an SSE ``data:`` line, a JSON line)."""
     out = []
-    for m in _DATA_LINE.finditer(joined):
+    for m in line.finditer(joined):
         body = m.group(1)
         if body[:1] not in (b"{", b"["):
             continue
@@ -157,8 +163,10 @@ def scrub_events(chunks: Sequence[bytes], content_type: str, scrub: Scrub) -> li
     joined = b"".join(chunks)
     if eventstream.is_event_stream(content_type):
         events = _aws_events(joined)
+    elif any(t in content_type.lower() for t in _JSON_LINES):
+        events = _json_events(joined, _LINE)
     elif b"data:" in joined:
-        events = _sse_events(joined)
+        events = _json_events(joined, _DATA_LINE)
     else:
         return list(chunks)
     channels: dict[tuple[Any, ...], list[tuple[_Event, Any, Any]]] = {}

@@ -56,6 +56,25 @@ def test_a_secret_split_over_sse_events_is_replaced_where_it_starts(cut: int) ->
     assert redact.Scrubber().http(stored) == stored  # idempotent
 
 
+@pytest.mark.parametrize("ctype", ["application/x-ndjson", "application/jsonl", "application/stream+json"])
+def test_a_secret_split_over_json_lines_is_replaced_where_it_starts(ctype: str) -> None:
+    """Ollama streams its answer one JSON line per piece: a key split over two lines was stored as
+    its two pieces, the middle of it whole in the second line."""
+
+    def line(piece: str) -> bytes:
+        return json.dumps({"model": "m", "message": {"role": "assistant", "content": piece}}).encode() + b"\n"
+
+    chunks = [line("Your key: " + SECRET[:9]), line(SECRET[9:] + " keep it"), line("")]
+    stored = redact.Scrubber().http(_stored(chunks, ctype))
+    lines = [json.loads(c[1]) for c in stored["chunks"]]  # type: ignore[index,union-attr]
+    assert [x["message"]["content"] for x in lines] == [
+        f"Your key: {redact.placeholder('openai-key', SECRET)}",
+        " keep it",
+        "",
+    ]
+    assert redact.Scrubber().http(stored) == stored  # idempotent
+
+
 @pytest.mark.parametrize("escape", ["\n", "\t", "\r", "é"])  # é: the stream writes \u00e9
 @pytest.mark.parametrize("events", [1, 2])
 def test_a_secret_after_an_escape_in_one_sse_event_is_scrubbed(escape: str, events: int) -> None:
