@@ -12,7 +12,8 @@ the scan of the stream's bytes, which keeps every other byte in its transport ch
 scan, which sees the event JSON-escaped, misses it (an escape such as ``\\n`` before a key hides
 where it starts): then that event is written again too. Three stream framings are read:
 
-* server-sent events (``data:`` lines holding JSON: OpenAI, Anthropic, Gemini, Responses);
+* server-sent events (``data:`` lines holding JSON: OpenAI, Anthropic, Gemini, Responses; and
+  those holding plain text, joined as a reader of the text joins them);
 * JSON lines (``application/x-ndjson``, ``application/jsonl``, ``application/stream+json``: one
   JSON value a line, as Ollama streams its answer);
 * the AWS event stream (:mod:`forkpoint.eventstream`: Bedrock), each message's JSON payload, and
@@ -106,6 +107,21 @@ def _json_events(joined: bytes, line: re.Pattern[bytes]) -> list[_Event]:
     return out
 
 
+def _text_lines(joined: bytes) -> list[tuple[int, int] | None]:
+    """Where the SSE ``data:`` lines that hold no JSON sit (a server streaming plain text), in order;
+    None between two lines of one event, which a reader joins with a line break."""
+    out: list[tuple[int, int] | None] = []
+    last = 0
+    for m in _DATA_LINE.finditer(joined):
+        if m.group(1)[:1] in (b"{", b"["):  # (JSON, and the end of OpenAI's stream: [DONE])
+            continue
+        if out and joined[last : m.start()] in (b"\n", b"\r\n", b"\r"):
+            out.append(None)
+        out.append(m.span(1))
+        last = m.end()
+    return out
+
+
 def _aws_events(joined: bytes) -> list[_Event]:
     out = []
     frames, _ = eventstream.split(joined)
@@ -161,12 +177,13 @@ def scrub_events(chunks: Sequence[bytes], content_type: str, scrub: Scrub) -> li
     over its events (or hidden in a base64 event) replaced; the chunks themselves when there is none.
     Never raises on malformed input: what cannot be read is left as it is."""
     joined = b"".join(chunks)
+    text: list[tuple[int, int] | None] = []
     if eventstream.is_event_stream(content_type):
         events = _aws_events(joined)
     elif any(t in content_type.lower() for t in _JSON_LINES):
         events = _json_events(joined, _LINE)
     elif b"data:" in joined:
-        events = _json_events(joined, _DATA_LINE)
+        events, text = _json_events(joined, _DATA_LINE), _text_lines(joined)
     else:
         return list(chunks)
     channels: dict[tuple[Any, ...], list[tuple[_Event, Any, Any]]] = {}
@@ -196,4 +213,13 @@ def scrub_events(chunks: Sequence[bytes], content_type: str, scrub: Scrub) -> li
             container[key] = fresh.decode("utf-8", "surrogatepass")
             event.changed = True
     edits = [(e.start, e.end, e.encoded()) for e in events if e.changed]
+    if len(text) > 1:  # (a secret in one line alone is the scan of the bytes')
+        frags = [b"\n" if span is None else joined[span[0] : span[1]] for span in text]
+        # (a line break between two lines of an event is no byte of either: it stays)
+        edits += [
+            (*span, new)
+            for span, old, new in zip(text, frags, scrub(frags), strict=True)
+            if span and new != old
+        ]
+        edits.sort()
     return spread(chunks, edits) if edits else list(chunks)

@@ -75,6 +75,29 @@ def test_a_secret_split_over_json_lines_is_replaced_where_it_starts(ctype: str) 
     assert redact.Scrubber().http(stored) == stored  # idempotent
 
 
+def test_a_secret_split_over_plain_text_sse_events_is_replaced_where_it_starts() -> None:
+    """A server streaming plain text (no JSON) in its events: a key split over two was stored as its
+    two pieces, and a line break (two data lines of one event) is part of the text a reader joins."""
+    pem = "-----BEGIN RSA PRIVATE KEY-----\n" + "A" * 64 + "\n-----END RSA PRIVATE KEY-----"
+    chunks = [
+        b"data: Your key: " + SECRET[:9].encode() + b"\n\n",
+        b"data: " + SECRET[9:].encode() + b" keep it\n\n",
+    ]
+    chunks += [b"data: \ndata: " + pem[:40].encode().replace(b"\n", b"\ndata: ") + b"\n\n"]
+    chunks += [
+        b"data: " + pem[40:].encode().replace(b"\n", b"\ndata: ") + b"\ndata: bye\n\n",
+        b"data: [DONE]\n\n",
+    ]
+    stored = redact.Scrubber().http(_stored(chunks, "text/event-stream"))
+    events = b"".join(c[1] for c in stored["chunks"]).decode().split("\n\n")  # type: ignore[union-attr,misc]
+    text = "".join("\n".join(line.removeprefix("data: ") for line in e.split("\n")) for e in events)
+    key, private = redact.placeholder("openai-key", SECRET), redact.placeholder("private-key", pem)
+    # (the line breaks between data lines it spanned stay: they are no bytes of theirs)
+    assert text == f"Your key: {key} keep it\n{private}\n\n\nbye[DONE]"
+    assert len(stored["chunks"]) == 5  # type: ignore[arg-type]
+    assert redact.Scrubber().http(stored) == stored  # idempotent
+
+
 @pytest.mark.parametrize("escape", ["\n", "\t", "\r", "é"])  # é: the stream writes \u00e9
 @pytest.mark.parametrize("events", [1, 2])
 def test_a_secret_after_an_escape_in_one_sse_event_is_scrubbed(escape: str, events: int) -> None:
