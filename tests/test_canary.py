@@ -1,27 +1,36 @@
 """The widened canary (issue 14): 50+ kinds of secrets, each in every place a value can travel, and
 not one of them in any file forkpoint writes.
 
-An agent, run under ``forkpoint record`` as a real process (the real ``openai`` SDK against a local
-server), gets every planted secret, in the text around it that makes it recognisable, through its
+An agent, run under ``forkpoint record --deterministic --otlp … --otlp-content`` as a real process
+(the real ``openai`` SDK against a local server, which also takes the spans sent while it runs),
+gets every planted secret, in the text around it that makes it recognisable, through its
 **environment** and its **argv**, and passes each on: in **request headers**, the **URL query**, the
 **request body**; the server answers with each in the **response body**, **response headers**, and
 in a **stream whose events split it** (a quarter in one event, the rest in the next); the agent
-gives each to a tool (**arguments**) that returns it (**result**), to a tool that raises it
-(**exception**), to a **note**, and writes each into a **tracked file** and an **untracked file**,
-with checkpoints before and after a ``git status``. Then the test exports the session (``export
---file --content``), writes its page (``show --html``), replays it with an override holding every
-secret and a ``--report``, restores every checkpoint, and searches every file under the store, the
-outputs and the restored folders — raw, and decoded (git objects inflated, zstd blobs and gzip
-files decompressed, the log's packed lines unpacked) — for each secret raw, JSON-escaped, percent-encoded, base64-encoded at every
-alignment, and a 12-byte piece of its middle: 0 found.
+gives each to a tool (**arguments**) that returns it (**result**), to a tool that returns a
+**dataclass** holding them (and **bytes**), to a tool that raises it (**exception**), to a
+**note**, draws one with ``random.choice`` (a **value**), and writes each into a **tracked file**
+and an **untracked file**, with checkpoints before and after a ``git status``. Then the test exports
+the session (``export --file --content``, ``export --otlp``), writes its page (``show --html``) and
+a test of it (``make-test``), sweeps it (an arm from every checkpoint, ``--html``, with an outcome
+command that prints every secret), prints it (``show``, ``show --json``, ``diff`` against an arm,
+as text and JSON), replays it with an override holding every secret and a ``--report``, restores
+every checkpoint, and searches every file under the store, the outputs and the restored folders —
+raw, and decoded (git objects inflated, zstd blobs and gzip files decompressed, the log's packed
+lines unpacked, base64 in any of them decoded, twice over: an AWS event stream kept as base64
+carries base64 events) — for each secret raw, JSON-escaped, percent-encoded, base64-encoded at every
+alignment, and a 12-byte piece of its middle: 0 found. (tests/test_canary_paths.py takes the same
+secrets through the other HTTP libraries, Bedrock and MCP.)
 """
 
 from __future__ import annotations
 
+import base64
 import gzip
 import json
 import os
 import random
+import re
 import string
 import subprocess
 import sys
@@ -150,7 +159,7 @@ CONFIG = textwrap.dedent(
 
 AGENT = textwrap.dedent(
     """
-    import json, os, subprocess, sys
+    import dataclasses, json, os, random, subprocess, sys, time, uuid
     from pathlib import Path
 
     import openai
@@ -172,6 +181,17 @@ AGENT = textwrap.dedent(
         return {"echo": texts, "all": ALL, "password": password}
 
 
+    @dataclasses.dataclass
+    class Vault:
+        entries: list
+        raw: bytes
+
+
+    @forkpoint.tool
+    def open_vault():
+        return Vault(list(CTX.values()), ALL.encode())  # a typed result, bytes in it
+
+
     @forkpoint.tool
     def explode(detail):
         raise RuntimeError("cannot reach the vault: " + detail)
@@ -182,6 +202,9 @@ AGENT = textwrap.dedent(
     forkpoint.checkpoint("files written")
     subprocess.run(["git", "status", "--short"], capture_output=True, check=True)
     forkpoint.checkpoint("after git status")
+    picked = random.choice(list(CTX.values()))  # values (--deterministic)
+    stamp = (time.time(), uuid.uuid4())
+    open_vault()
     client = openai.OpenAI(
         base_url=os.environ["CANARY_BASE_URL"],
         api_key=SECRETS["openai_proj"],
@@ -237,8 +260,28 @@ def _chat(request: dict[str, Any]) -> Reply | Stream:
     return Stream([*events, _chunk("", "stop"), b"data: [DONE]\n\n"])
 
 
+#: a run of base64 (standard or URL-safe) long enough to hold a piece of a secret
+_BASE64_RUN = re.compile(rb"[A-Za-z0-9+/_-]{16,}={0,2}")
+
+
+def _unbase64(data: bytes, depth: int = 2) -> list[bytes]:
+    """What the base64 runs in ``data`` decode to, and the runs in those (an AWS event stream
+    kept as base64 carries its model's events as base64 again), ``depth`` levels down."""
+    out = []
+    for run in _BASE64_RUN.findall(data):
+        try:
+            decoded = base64.b64decode(run.replace(b"-", b"+").replace(b"_", b"/") + b"=" * (-len(run) % 4))
+        except ValueError:  # not base64 after all
+            continue
+        out.append(decoded)
+        if depth > 1:
+            out += _unbase64(decoded, depth - 1)
+    return out
+
+
 def _decoded(data: bytes) -> list[bytes]:
-    """``data`` and what it decodes to: zlib (git objects), zstd (blobs), gzip."""
+    """``data`` and what it decodes to: zlib (git objects), zstd (blobs), gzip; and the base64 in
+    each."""
     out = [data]
     for decode in (
         zlib.decompress,
@@ -249,7 +292,7 @@ def _decoded(data: bytes) -> list[bytes]:
             out.append(decode(data))
         except Exception:  # not in that encoding
             continue
-    return out
+    return out + [b for form in out for b in _unbase64(form)]
 
 
 def scan(roots: list[Path]) -> tuple[int, list[str]]:
@@ -290,7 +333,10 @@ def test_every_kind_of_secret_in_every_place_reaches_no_file(tmp_path: Path, ser
         "CANARY_BASE_URL": server.openai_base_url,
     }
 
-    rec = _forkpoint("record", "--", sys.executable, "agent.py", *CONTEXTS.values(), cwd=repo, env=env)
+    server.route("/v1/traces", lambda _r: Reply(b"", ctype="application/x-protobuf"), method="POST")
+    command = ["--", sys.executable, "agent.py", *CONTEXTS.values()]
+    live = ["--deterministic", "--otlp", server.url, "--otlp-content"]  # spans sent while it runs
+    rec = _forkpoint("record", *live, *command, cwd=repo, env=env)
     assert rec.returncode == 0 and "SAW-ALL" in rec.stdout, rec.stdout + rec.stderr  # the live run saw them
     session = next(p for p in store.iterdir() if (p / "session.jsonl").exists())
     v = _forkpoint("verify", str(session), cwd=tmp_path)
@@ -299,12 +345,37 @@ def test_every_kind_of_secret_in_every_place_reaches_no_file(tmp_path: Path, ser
     # Everything forkpoint writes from the session.
     for args in (
         ["export", str(session), "--file", str(out / "spans.jsonl"), "--content"],
+        ["export", str(session), "--otlp", server.url, "--content"],
         ["show", str(session), "--html", str(out / "page.html")],
+        ["make-test", str(session), "--trust", "--into", str(out / "incidents")],
     ):
-        done = _forkpoint(*args, cwd=tmp_path, env=env)
+        done = _forkpoint(*args, cwd=repo, env=env)
         assert done.returncode == 0, done.stderr
-    shown = _forkpoint("show", str(session), cwd=tmp_path, env=env)
-    (out / "show.txt").write_text(shown.stdout + shown.stderr)
+    sweep = [
+        "sweep",
+        str(session),
+        "--arms",
+        "1",
+        "--into",
+        str(
+            tmp_path / "arms"
+        ),  # (what the agent writes there live is its own; its sessions are in the store)
+        "--html",
+        str(out / "sweep.html"),
+    ]
+    outcome = ["--outcome", "cat secrets.txt"]  # it prints them all
+    swept = _forkpoint(*sweep, *outcome, "--trust", *command, cwd=repo, env=env)
+    (out / "sweep.txt").write_text(swept.stdout + swept.stderr)
+    arms = [p for p in store.iterdir() if p != session and (p / "session.jsonl").exists()]
+    assert swept.returncode == 0 and arms, swept.stdout + swept.stderr
+    for n, args in enumerate(([], ["--json"])):
+        for shown in (_forkpoint("show", str(session), *args, cwd=tmp_path, env=env),
+                      _forkpoint("diff", str(session), str(arms[0]), *args, cwd=tmp_path, env=env)):  # fmt: skip
+            (out / f"printed-{n}.txt").open("a").write(shown.stdout + shown.stderr)
+    otlp = [r["raw"] for r in server.requests if r["path"] == "/v1/traces"]
+    assert len(otlp) >= 2  # the live export and export --otlp
+    for n, body in enumerate(otlp):
+        (out / f"otlp-{n}.bin").write_bytes(body)
     listing = _forkpoint("checkpoints", str(session), cwd=tmp_path, env=env)
     (out / "checkpoints.txt").write_text(listing.stdout + listing.stderr)
     override = tmp_path / "override.json"  # the user's own file: not searched
