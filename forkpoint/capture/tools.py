@@ -67,7 +67,7 @@ from ..events import (
     new_span_id,
     now_iso,
 )
-from ..redact import scrub_json, scrub_text
+from ..redact import scrub_chunks, scrub_json, scrub_text
 from ..text import say, visible
 from .tracebacks import frames_of, hidden, hide_own_frames, recorded_traceback
 
@@ -895,7 +895,8 @@ class _Items:
         self.done = True
         if self.rt is not None:
             self.rt.pending.discard(self)
-        node: dict[str, Any] = {values.MARK: _ITEM_KINDS[self.kind], "kind": self.kind, "value": self.items}
+        items = _scrubbed_as_one(self.items)
+        node: dict[str, Any] = {values.MARK: _ITEM_KINDS[self.kind], "kind": self.kind, "value": items}
         node["ended"] = ended
         if returned is not None:
             node["return"] = self._stored(returned)
@@ -907,6 +908,19 @@ class _Items:
             self.call.write(unrecorded=self.unrecorded, rt=rt)
         else:
             self.call.write(result=node, rt=rt)
+
+
+def _scrubbed_as_one(items: list[Any]) -> list[Any]:
+    """A generator's text (or bytes) items scrubbed as the one text a reader joining them reads: a
+    secret it yields a few characters at a time, as a model streams it, is in no item alone."""
+    if all(isinstance(i, bytes) for i in items):
+        return scrub_chunks(items)
+    if not all(isinstance(i, str) for i in items):
+        return items
+    return [
+        p.decode("utf-8", "surrogatepass")
+        for p in scrub_chunks([i.encode("utf-8", "surrogatepass") for i in items])
+    ]
 
 
 def _recorded_generator(

@@ -606,6 +606,35 @@ def test_generator_tool_streams_live_and_replays_as_a_generator(store: Path) -> 
     assert rp.report()["reproduced"] is True
 
 
+def test_a_secret_a_generator_tool_yields_in_pieces_is_stored_as_one_placeholder(store: Path) -> None:
+    """A tool streaming a model's answer yields it a few characters at a time: a key cut over two
+    items was stored as its two pieces, each too short to be recognised, which a reader joining the
+    items put back together. Now the items are scrubbed as the one text they make; a generator of
+    bytes too."""
+    key = "sk-proj-" + "Q7pVbX2mK9wLz4RtY8uN3cJ6hF1dS5gA0eIoP"
+
+    @forkpoint.tool
+    def relay() -> Iterator[str]:
+        yield from ["Your key: " + key[:9], key[9:30], key[30:] + " keep it", "."]
+
+    @forkpoint.tool
+    async def relay_bytes() -> AsyncIterator[bytes]:
+        for piece in ["key " + key[:12], key[12:] + "\n"]:
+            yield piece.encode()
+
+    async def read_bytes() -> bytes:
+        return b"".join([b async for b in relay_bytes()])
+
+    with forkpoint.record(store=store) as rec:
+        assert "".join(relay()) == f"Your key: {key} keep it."  # the program got it as it came
+        assert asyncio.run(read_bytes()) == f"key {key}\n".encode()
+    text, data = (e["result"]["value"] for e in Session.load(rec.session_path).by_type("tool_call"))
+    placeholder = forkpoint.redact.placeholder("openai-key", key)
+    assert text == [f"Your key: {placeholder}", "", " keep it", "."]
+    assert data == [f"key {placeholder}".encode(), b"\n"]
+    assert key[12:30] not in (rec.session_path / "session.jsonl").read_text()
+
+
 def test_generator_that_fails_or_is_abandoned_replays_the_same_way(store: Path) -> None:
     """A generator that raises after two items raises the same after two items on replay; one the
     agent stopped reading after one item replays that item, and reading further is a divergence
