@@ -827,6 +827,20 @@ def test_verify_names_a_git_object_holding_a_secret(tmp_path: Path) -> None:
     assert [n for n in v.notes if oid[:12] in n and "stripe-key" in n], v.notes
 
 
+def test_verify_names_a_tree_holding_a_secret_in_a_tracked_files_name(tmp_path: Path) -> None:
+    """A tracked file named after a key: its content is scrubbed, its name is kept in the git tree of
+    the checkpoint's source state. verify said "ok" without a note; now it names that tree."""
+    secret = "sk-proj-TrackedNameCanary0123456789abcdefXYZ"
+    repo = make_repo(tmp_path / "repo", {"app.py": "print('hello')\n"})
+    (repo / f"{secret}.txt").write_text("cached\n")
+    git(repo, "add", f"{secret}.txt")
+    with forkpoint.record(store=tmp_path / "store", workspace=repo) as rec:
+        rec.checkpoint(reason="manual")
+    v = verify(rec.session_path)
+    assert v.ok
+    assert [n for n in v.notes if "openai-key" in n and "git object" in n], v.notes
+
+
 def test_reports_exports_and_pages_are_owner_only_and_scrubbed(tmp_path: Path) -> None:
     from forkpoint.replay import write_report
 

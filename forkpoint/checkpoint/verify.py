@@ -179,9 +179,10 @@ SCAN_LIMIT = 16 << 20
 
 
 def _verify_git_objects(objects: Path, problems: list[str], notes: list[str]) -> int:
-    """Every loose object of ``objects`` against its SHA-1 name, and every file content (blob) of up
-    to :data:`SCAN_LIMIT` bytes searched for secrets with the rules in force (a note names each
-    one that holds some: the promise is that none does). Returns how many objects were checked."""
+    """Every loose object of ``objects`` against its SHA-1 name, and every file content (blob) and
+    folder (tree: its files' names) of up to :data:`SCAN_LIMIT` bytes searched for secrets with the
+    rules in force (a note names each one that holds some: the promise is that none does). Returns
+    how many objects were checked."""
     if not objects.is_dir():
         return 0
     from .. import redact  # here: a session without checkpoints is verified without it
@@ -227,7 +228,7 @@ def _verify_git_objects(objects: Path, problems: list[str], notes: list[str]) ->
                 )
             elif size <= SCAN_LIMIT:
                 head, _, content = b"".join(kept).partition(b"\0")
-                found = head.startswith(b"blob ") and scrubber.find(
+                found = head.startswith((b"blob ", b"tree ")) and scrubber.find(
                     content.decode("utf-8", "surrogateescape")
                 )
                 if found:
