@@ -238,7 +238,7 @@ def encoded(data: bytes, codings: list[str]) -> bytes | None:
     one of them cannot be applied here. The bytes need not be those received: they decode to them
     (the fastest levels: a replay pays for this on every such response)."""
     for coding in codings:
-        if coding == "gzip":
+        if coding in ("gzip", "x-gzip"):
             data = gzip.compress(data, compresslevel=1, mtime=0)
         elif coding == "deflate":
             data = zlib.compress(data, 1)
@@ -264,7 +264,7 @@ def decoder(encoding: str) -> Callable[[bytes], bytes] | None:
     enc = encoding.strip().lower()
     if enc == "identity":
         return lambda chunk: chunk
-    if enc == "gzip":
+    if enc in ("gzip", "x-gzip"):  # (RFC 9110: x-gzip is gzip; urllib3 decodes both)
         d = zlib.decompressobj(16 + zlib.MAX_WBITS)
         return d.decompress
     if enc == "deflate":

@@ -399,6 +399,37 @@ def test_a_gzip_body_the_client_does_not_decode_replays_encoded(server: LocalSer
     assert rp.report()["reproduced"]
 
 
+def test_an_x_gzip_body_is_stored_decoded_and_scrubbed_as_a_gzip_one_is(
+    server: LocalServer, store: Path
+) -> None:
+    """x-gzip is gzip (RFC 9110), and urllib3 decodes it: such a body was stored still compressed (as
+    bytes), out of the scrubber's reach, a key in it kept. It is stored decoded and scrubbed now,
+    and a replay encodes it again for a client that reads it raw."""
+    key = "sk-proj-Q7pVbX2mK9wLz4RtY8uN3cJ6hF1dS5gA0eIoP"
+    body = gzip.compress(json.dumps({"text": f"key {key}"}).encode())
+    server.route(
+        "/xg", lambda _r: Reply(body, ctype="application/json", headers=[("Content-Encoding", "x-gzip")])
+    )
+    pool = urllib3.PoolManager()
+
+    def run() -> list[Any]:
+        decoded = pool.request("GET", server.url + "/xg").json()["text"]
+        raw = pool.request("GET", server.url + "/xg", decode_content=False)
+        return [decoded, raw.headers.get("content-encoding"), json.loads(gzip.decompress(raw.data))["text"]]
+
+    with forkpoint.record(store=store) as rec:
+        assert run() == [f"key {key}", "x-gzip", f"key {key}"]
+    server.stop()
+    events = forkpoint.Session.load(rec.session_path).by_type("model_call")
+    scrubbed = f"key {forkpoint.redact.placeholder('openai-key', key)}"
+    assert [(e["response"]["body"], e["response"]["decoded_from"]) for e in events] == [
+        ({"text": scrubbed}, ["x-gzip"])
+    ] * 2
+    with forkpoint.replay(rec.session_path) as rp:
+        assert run() == [scrubbed, "x-gzip", scrubbed]
+    assert rp.report()["reproduced"]
+
+
 def test_httpx_raw_reads_and_aiohttp_without_decompression_replay_the_encoded_body(
     server: LocalServer, store: Path
 ) -> None:
