@@ -18,7 +18,7 @@ as text and JSON), replays it with an override holding every secret and a ``--re
 every checkpoint, and searches every file under the store, the outputs and the restored folders —
 raw, and decoded (git objects inflated, zstd blobs and gzip files decompressed, the log's packed
 lines unpacked, base64 in any of them decoded, twice over: an AWS event stream kept as base64
-carries base64 events) — for each secret raw, JSON-escaped, percent-encoded, base64-encoded at every
+carries base64 events, and decompressed: a body still under its coding) — for each secret raw, JSON-escaped, percent-encoded, base64-encoded at every
 alignment, and a 12-byte piece of its middle: 0 found. (tests/test_canary_paths.py takes the same
 secrets through the other HTTP libraries, Bedrock and MCP.)
 """
@@ -279,10 +279,9 @@ def _unbase64(data: bytes, depth: int = 2) -> list[bytes]:
     return out
 
 
-def _decoded(data: bytes) -> list[bytes]:
-    """``data`` and what it decodes to: zlib (git objects), zstd (blobs), gzip; and the base64 in
-    each."""
-    out = [data]
+def _decompressed(data: bytes) -> list[bytes]:
+    """What ``data`` decompresses to: zlib (git objects), zstd (blobs), gzip; nothing if none."""
+    out = []
     for decode in (
         zlib.decompress,
         gzip.decompress,
@@ -292,7 +291,15 @@ def _decoded(data: bytes) -> list[bytes]:
             out.append(decode(data))
         except Exception:  # not in that encoding
             continue
-    return out + [b for form in out for b in _unbase64(form)]
+    return out
+
+
+def _decoded(data: bytes) -> list[bytes]:
+    """``data`` and what it decodes to: decompressed, and the base64 in it (a body still under its
+    content coding is kept as base64 of the compressed bytes), decompressed in turn."""
+    out = [data, *_decompressed(data)]
+    inner = [b for form in out for b in _unbase64(form)]
+    return out + inner + [d for b in inner for d in _decompressed(b)]
 
 
 def scan(roots: list[Path]) -> tuple[int, list[str]]:

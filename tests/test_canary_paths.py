@@ -3,9 +3,9 @@ the capture paths it does not take, each recorded in-process with every secret o
 text that makes it recognisable:
 
 * urllib3, requests, http.client, urllib.request and aiohttp: sent in headers, the URL query and
-  the body; answered in a JSON body and headers, a gzip body, a binary body, and streams that cut
-  each secret over two pieces (raw chunks of plain text, JSON lines as Ollama streams them,
-  server-sent events of plain text);
+  the body; answered in a JSON body and headers, a gzip and an x-gzip body, a binary body, and
+  streams that cut each secret over two pieces (raw chunks of plain text, JSON lines as Ollama
+  streams them, server-sent events of plain text);
 * boto3's Bedrock: a ConverseStream and an InvokeModelWithResponseStream (the model's events
   base64 in each message) that cut each secret over two events, the credentials it signs with;
 * MCP over stdio and streamable HTTP: the server's command line and URL, a tool's arguments and
@@ -13,7 +13,7 @@ text that makes it recognisable:
   an error.
 
 Not one secret in the store, searched as tests/test_canary.py searches (decoded: packed lines
-opened, blobs and git objects decompressed, base64 in them decoded twice over)."""
+opened, blobs and git objects decompressed, base64 in them decoded twice over and decompressed)."""
 
 from __future__ import annotations
 
@@ -69,8 +69,9 @@ def _leak(request: dict[str, object]) -> Reply | Stream:
     headers = [(f"X-Leak-{i}", _one_line(c)) for i, c in enumerate(CONTEXTS.values())]
     if kind == "json":
         return json_reply({"text": ALL, "contexts": CONTEXTS}, headers=headers)
-    if kind == "gzip":
-        return json_reply({"text": ALL}, encoding="gzip")
+    if kind in ("gzip", "x-gzip"):  # (x-gzip: gzip's other name, RFC 9110)
+        body = gzip.compress(json.dumps({"text": ALL}).encode())
+        return Reply(body, ctype="application/json", headers=[("Content-Encoding", kind)])
     if kind == "binary":
         return Reply(binary_payload(64) + ALL.encode() + binary_payload(64))
     if kind == "sse-text":  # plain text, a line break as two data lines of one event
@@ -85,56 +86,53 @@ def _leak(request: dict[str, object]) -> Reply | Stream:
     return Stream([t.encode() for t in _split_texts()], ctype="text/plain")
 
 
-KINDS_OF_ANSWER = ("json", "gzip", "binary", "split", "ndjson", "sse-text")
+KINDS_OF_ANSWER = ("json", "gzip", "x-gzip", "binary", "split", "ndjson", "sse-text")
 
 
-def _urllib3(base: str) -> list[bytes]:
+def _urllib3(base: str, kinds: tuple[str, ...]) -> list[bytes]:
     import urllib3
 
     with urllib3.PoolManager() as pool:
         return [
-            pool.request("POST", f"{base}/leak/{k}?{QUERY}", body=BODY, headers=HEADERS).data
-            for k in KINDS_OF_ANSWER
+            pool.request("POST", f"{base}/leak/{k}?{QUERY}", body=BODY, headers=HEADERS).data for k in kinds
         ]
 
 
-def _requests(base: str) -> list[bytes]:
+def _requests(base: str, kinds: tuple[str, ...]) -> list[bytes]:
     import requests
 
     with requests.Session() as s:
-        return [
-            s.post(f"{base}/leak/{k}?{QUERY}", data=BODY, headers=HEADERS).content for k in KINDS_OF_ANSWER
-        ]
+        return [s.post(f"{base}/leak/{k}?{QUERY}", data=BODY, headers=HEADERS).content for k in kinds]
 
 
-def _httpclient(base: str) -> list[bytes]:
+def _httpclient(base: str, kinds: tuple[str, ...]) -> list[bytes]:
     out = []
-    for k in KINDS_OF_ANSWER:
+    for k in kinds:
         conn = http.client.HTTPConnection("127.0.0.1", int(base.rsplit(":", 1)[1]))
         conn.request("POST", f"/leak/{k}?{QUERY}", body=BODY, headers={**HEADERS, "Accept-Encoding": "gzip"})
         data = conn.getresponse().read()
-        out.append(gzip.decompress(data) if k == "gzip" else data)
+        out.append(gzip.decompress(data) if k.endswith("gzip") else data)  # (it never decodes)
         conn.close()
     return out
 
 
-def _urllib_request(base: str) -> list[bytes]:
+def _urllib_request(base: str, kinds: tuple[str, ...]) -> list[bytes]:
     out = []
-    for k in KINDS_OF_ANSWER:
+    for k in kinds:
         req = urllib.request.Request(f"{base}/leak/{k}?{QUERY}", data=BODY, headers=HEADERS, method="POST")
         with urllib.request.urlopen(req) as r:
             data = r.read()
-        out.append(gzip.decompress(data) if k == "gzip" else data)
+        out.append(gzip.decompress(data) if k.endswith("gzip") else data)  # (it never decodes)
     return out
 
 
-def _aiohttp(base: str) -> list[bytes]:
+def _aiohttp(base: str, kinds: tuple[str, ...]) -> list[bytes]:
     import aiohttp
 
     async def run() -> list[bytes]:
         async with aiohttp.ClientSession() as s:
             out = []
-            for k in KINDS_OF_ANSWER:
+            for k in kinds:
                 async with s.post(f"{base}/leak/{k}?{QUERY}", data=BODY, headers=HEADERS) as r:
                     out.append(await r.read())
             return out
@@ -142,7 +140,7 @@ def _aiohttp(base: str) -> list[bytes]:
     return asyncio.run(run())
 
 
-CLIENTS: dict[str, Callable[[str], list[bytes]]] = {
+CLIENTS: dict[str, Callable[[str, tuple[str, ...]], list[bytes]]] = {
     "urllib3": _urllib3,
     "requests": _requests,
     "http.client": _httpclient,
@@ -156,12 +154,15 @@ def test_no_secret_sent_or_answered_through_an_http_library_reaches_the_store(
     tmp_path: Path, server: LocalServer, client: str
 ) -> None:
     server.route("/leak/*", _leak)
+    # aiohttp does not decode x-gzip: its program gets the body compressed, and the session keeps
+    # what the program got (as for httpx: tests/capture/test_robustness.py), out of the scrubber's reach.
+    kinds = tuple(k for k in KINDS_OF_ANSWER if not (client == "aiohttp" and k == "x-gzip"))
     (tmp_path / "forkpoint.toml").write_text(CONFIG)
     store = tmp_path / "store"
     with redact.use_rules(redact.load_rules(tmp_path)):
         with forkpoint.record(store=store):
-            answers = CLIENTS[client](server.url)
-    for kind, got in zip(KINDS_OF_ANSWER, answers, strict=True):  # the live run saw every secret
+            answers = CLIENTS[client](server.url, kinds)
+    for kind, got in zip(kinds, answers, strict=True):  # the live run saw every secret
         text = got.decode("latin-1").replace("\\n", "\n")  # (as JSON escapes it, in a JSON answer)
         if kind == "ndjson":
             text = "".join(json.loads(line)["message"]["content"] for line in got.splitlines())
