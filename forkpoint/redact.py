@@ -166,6 +166,9 @@ _FIELD_WORDS = (
     + "".join(f"(?<!{w.removesuffix('token')})" for w in NOT_SECRET_TOKENS)  # (case-insensitive too)
     + r"token)"
 )
+#: An escaped line break or tab (see :meth:`Scrubber.find`), and what it stands for.
+_ESCAPED_SPACE = re.compile(r"\\[nrt]")
+_UNESCAPED = {"n": "\n", "r": "\r", "t": "\t"}
 _VALUE_END = r"(?=[\s\"'#;&,)\]}\\]|$)"  # a backslash: "\n" in JSON-escaped text ends a line
 #: The first character of a credential on a command line (an option's value, curl's -u password,
 #: mysql's -p one): not what the shell expands ($PW, ${PW}, `cat pw`), a template's ({password},
@@ -990,7 +993,14 @@ class Scrubber:
         A secret glued to another (``Basic dXNlcjpwYXNz=AKIA…``: the base64 does not end before
         an ``A``) may be a secret only once its neighbour is a placeholder, whose brackets end any
         shape: what the scrubbed text holds then is found here too, so that scrubbing twice gives
-        what scrubbing once does (a scrubbed recorded request must equal a scrubbed live one)."""
+        what scrubbing once does (a scrubbed recorded request must equal a scrubbed live one).
+
+        An escaped line break or tab (``\\n`` in JSON kept as text, a ``repr``) reads as the
+        whitespace it stands for: its letter, glued to a secret that starts the next line, hid that
+        secret from every shape's left edge."""
+        if "\\" in text:
+            # (as long: the spans are those of the text given)
+            text = _ESCAPED_SPACE.sub(lambda m: " " + _UNESCAPED[m.group()[1]], text)
         spans, glued = self._find_once(text)
         while glued:
             # The text as scrubbed, and where each stretch between placeholders is in it and in text.

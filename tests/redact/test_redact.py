@@ -160,6 +160,21 @@ def test_each_secret_shape_is_replaced(kind: str, secret: str, context: str) -> 
     assert scrub_json({"a": [text, {"k": text}], text: 1}) == {"a": [out, {"k": out}], out: 1}
 
 
+@pytest.mark.parametrize("escape", ["\n", "\t"])
+@pytest.mark.parametrize(("kind", "secret", "context"), SECRETS, ids=_IDS)
+def test_each_secret_shape_starting_a_line_after_an_escaped_break_is_replaced(
+    kind: str, secret: str, context: str, escape: str
+) -> None:
+    """JSON kept as text (a tool's ``json.dumps`` result in a conversation) or a ``repr`` (a
+    KeyError's message) writes a line break as ``\\n``: its ``n``, glued to a key that starts the
+    next line, hid the key from its shape (``keys:\\nsk-proj-…`` was kept)."""
+    text = "keys:" + escape + context.format(secret)
+    for written in (orjson.dumps(text).decode(), repr(text)):
+        out = scrub_text(written)
+        assert orjson.dumps(secret).decode()[1:-1] not in out
+        assert expected_placeholder(kind, secret) in out
+
+
 @pytest.mark.parametrize(("kind", "secret", "context"), SECRETS, ids=_IDS)
 def test_scrub_is_deterministic_idempotent_and_placeholders_do_not_match(
     kind: str, secret: str, context: str

@@ -106,7 +106,9 @@ def test_a_secret_after_an_escape_in_one_sse_event_is_scrubbed(escape: str, even
     chunks = (
         [_chat(f"Your key:{escape}{SECRET}")] + [_chat(" keep it")] * (events - 1) + [b"data: [DONE]\n\n"]
     )
-    assert redact.scrub_chunks(chunks) == chunks  # what the bytes scan alone would store
+    # What the bytes scan alone would store: it reads an escaped line break or tab as what it stands
+    # for (Scrubber.find), not yet \u00e9.
+    assert (redact.scrub_chunks(chunks) == chunks) is (escape == "é")
     stored = redact.Scrubber().http(_stored(chunks, "text/event-stream"))
     joined = b"".join(c[1] for c in stored["chunks"])  # type: ignore[index,union-attr]
     assert SECRET[8:20].encode() not in joined
