@@ -999,8 +999,9 @@ class Scrubber:
         whitespace it stands for: its letter, glued to a secret that starts the next line, hid that
         secret from every shape's left edge."""
         if "\\" in text:
-            # (as long: the spans are those of the text given)
-            text = _ESCAPED_SPACE.sub(lambda m: " " + _UNESCAPED[m.group()[1]], text)
+            # (as long: the spans are those of the text given; the break where the backslash was,
+            # so a value running to its line's end never takes half an escape)
+            text = _ESCAPED_SPACE.sub(lambda m: _UNESCAPED[m.group()[1]] + " ", text)
         spans, glued = self._find_once(text)
         while glued:
             # The text as scrubbed, and where each stretch between placeholders is in it and in text.

@@ -175,6 +175,19 @@ def test_each_secret_shape_starting_a_line_after_an_escaped_break_is_replaced(
         assert expected_placeholder(kind, secret) in out
 
 
+@pytest.mark.parametrize("escape", ["\\n", "\\r\\n"])
+def test_a_secret_ending_its_line_before_an_escaped_break_leaves_the_escape_whole(escape: str) -> None:
+    """A value that runs to the end of its line (a cookie) ends before an escaped break: the
+    escape's backslash was read as the line's last character, so the secret's placeholder took it
+    and left its letter (``Cookie: [REDACTED…]n``), and scrubbing that again changed it."""
+    cookie = "Cookie: a=Zx8kP2qLm9RtV4wN7sY3"
+    text = f"{cookie}{escape}{escape}{cookie}{escape}next"
+    out = scrub_text(text)
+    assert "Zx8kP2qLm9RtV4wN7sY3" not in out
+    assert out.count(escape) == 3 and out.endswith(f"{escape}next")
+    assert scrub_text(out) == out
+
+
 @pytest.mark.parametrize(("kind", "secret", "context"), SECRETS, ids=_IDS)
 def test_scrub_is_deterministic_idempotent_and_placeholders_do_not_match(
     kind: str, secret: str, context: str
