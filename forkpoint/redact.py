@@ -160,11 +160,11 @@ SECRET_KEY_SUFFIXES: tuple[str, ...] = (
     "bearer",
 )
 
+#: Before a name's ``token``: not one of :data:`NOT_SECRET_TOKENS` (case-insensitive inside ``(?i:…)``).
+_NOT_SECRET_TOKEN_BEFORE = "".join(f"(?<!{w.removesuffix('token')})" for w in NOT_SECRET_TOKENS)
 _FIELD_WORDS = (
     r"(?i:password|passwd|passphrase|secret|api[_\-]?key|apikey|access[_\-]?key|private[_\-]?key"
-    r"|credentials?|authorization|(?<=[A-Za-z0-9_.\-])"
-    + "".join(f"(?<!{w.removesuffix('token')})" for w in NOT_SECRET_TOKENS)  # (case-insensitive too)
-    + r"token)"
+    r"|credentials?|authorization|(?<=[A-Za-z0-9_.\-])" + _NOT_SECRET_TOKEN_BEFORE + r"token)"
 )
 #: An escaped line break or tab (see :meth:`Scrubber.find`), and what it stands for.
 _ESCAPED_SPACE = re.compile(r"\\[nrt]")
@@ -315,21 +315,27 @@ _BUILTIN: tuple[tuple[str, tuple[str, ...], str], ...] = (
         r"(?:=|[ \t]+(?=[^\s\"'\\;&|()<>`]*[0-9])(?=[^\s\"'\\;&|()<>`]*[A-Za-z])(?=[^\s\"'\\;&|()<>`]{8}))"
         r"(?P<s>" + _COMMAND_VALUE_FIRST + r"[^\s\"'\\;&|()<>`]*)",
     ),
-    # YAML and INI: a lower-case or camelCase name of an API key, a client secret or a token
-    # (api_key: …, clientSecret: …), its value unquoted. Code assigns such a name code (api_key =
+    # YAML and INI: a lower-case or camelCase name of an API key, a client secret, a private key, a
+    # secret or a token (api_key: …, clientSecret: …, webhook_secret: …, id_token: …, not one of
+    # NOT_SECRET_TOKENS), its value unquoted. Code assigns such a name code (api_key =
     # args.key, apiKey: process.env.KEY): the value must look random, 16 characters or more with a
     # letter and a digit among its first 65 (looked for that far only: a run of such names glued
     # together, api_key=api_key=…, is not read to its end at each), no dot (but the full stop of a
     # sentence after it), not a snake_case name
-    # (aws_session_token=s3_session_token); after a colon, the rest of its line (a comment aside),
-    # not a type in a signature (session_key: Ed25519Key, x).
+    # (aws_session_token=s3_session_token) nor a class's CamelCase one, ending in a word
+    # (private_key: Ed25519PrivateKey); after a colon, the rest of its line (a comment aside), not
+    # a type in a signature (session_key: Ed25519Key, x).
     (
         "secret-assignment",
-        ("api", "client", "access", "auth", "refresh", "session", "bearer", "secret"),
+        ("api", "client", "access", "auth", "refresh", "session", "bearer", "secret", "private", "token"),
         r"(?:(?<![A-Za-z0-9])|(?<=[a-z0-9])(?=[A-Z]))(?i:api[_\-]?key|(?:client|access|auth|refresh|session"
-        r"|bearer|secret)[_\-]?(?:secret|token|key))(?![A-Za-z0-9_])[ \t]*"
+        r"|bearer|secret)[_\-]?(?:secret|token|key)|secret|private[_\-]?key|"
+        + _NOT_SECRET_TOKEN_BEFORE
+        + r"token)"
+        r"(?![A-Za-z0-9_])[ \t]*"
         r"(?:=|:(?=[ \t]*[A-Za-z0-9_\-+/=]+\.?[ \t]*(?:#[^\r\n\\]*)?(?:\\[nr]|[\r\n]|$)))[ \t]*"
         r"(?![a-z0-9]*_[a-z0-9_]*(?![A-Za-z0-9\-+/=]))(?![A-Z0-9]*_[A-Z0-9_]*(?![A-Za-z0-9\-+/=]))"
+        r"(?!(?:[A-Z][a-z]*[0-9]*)*[A-Z][a-z]{2,}(?![A-Za-z0-9_\-+/=]))"
         r"(?P<s>(?=[A-Za-z_\-+/=]{0,64}[0-9])(?=[0-9_\-+/=]{0,64}[A-Za-z])[A-Za-z0-9_\-+/=]{16,})\.?"
         + _VALUE_END,
     ),

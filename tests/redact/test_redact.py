@@ -81,6 +81,16 @@ SECRETS: list[tuple[str, str, str]] = [
     # YAML (a lower-case or camelCase name, the value unquoted: only upper-case names were read so)
     ("secret-assignment", _rand(31) + "7", "openai:\n  api_key: {}\n  model: gpt-4o\n"),
     ("secret-assignment", "Q" + _rand(23) + "4", "auth:\n  clientSecret: {}  # rotated\n"),
+    # (a bare token or secret, a private key, a webhook's secret, a bot's, an OIDC or OAuth token:
+    # only api/client/access/auth/refresh/session/bearer/secret names were read so)
+    ("secret-assignment", "Zx8kP2qLm9RtV4wN7sY3", "bot:\n  token: {}\n"),
+    ("secret-assignment", "Zx8kP2qLm9RtV4wN7sY3", "token={}\n"),
+    ("secret-assignment", "Qm7vT3xR9pL2kW8nJ5dF", "secret: {}\n"),
+    ("secret-assignment", "Qm7vT3xR9pL2kW8nJ5dF" + _rand(20), "signing:\n  private_key: {}\n"),
+    ("secret-assignment", "Hy4bN8cV2mX6zK1qW9eR", "webhook_secret: {}  # github\n"),
+    ("secret-assignment", _rand(40) + "0", "telegram:\n  bot_token: {}\n"),
+    ("secret-assignment", _rand(40) + "0", "id_token: {}\n"),
+    ("secret-assignment", "Pq3sT7uV1wX5yZ9aB2cD", "oauth_token: {}\n"),
     ("stripe-key", "whsec_" + _rand(32), "STRIPE signing secret {}"),
     (
         "slack-token",
@@ -250,7 +260,10 @@ def test_ordinary_text_is_untouched() -> None:
         "ssh://687fb701029421ae5549d998@127.0.0.1; def f(session_key: Ed25519PrivateKey | Ed448Key, "
         "api_key: KeyType2Name, secret_key: Ed25519PrivateKey); connect(aws_session_token=s3_session_token, "
         "auth_token=S3_AUTH_TOKEN_V2); access_key, secret_key = s3_example_simple; use --password to log in; "
-        "x-api-key=abc12345678; --redis-password=[MASKED] --db-password={pw} --token $HF_TOKEN"
+        "x-api-key=abc12345678; --redis-password=[MASKED] --db-password={pw} --token $HF_TOKEN; "
+        "token = get_token(); secret: ${SECRET}; token: <your token>; id_token: Optional[str]; "
+        "secret: bool = False\n  private_key: PrivateKey\n  private_key: Ed25519PrivateKey\n  token: str\n"
+        "  next_page_token: CiAKGjBpNDd2Nmp2Zml2cXRwYjBpOXA2\n  nextPageToken: CiAKGjBpNDd2Nmp2Zml2cXRwYjBpOXA2\n"
     )
     assert scrub_text(text) == text
     data = {"messages": [{"role": "user", "content": text}], "n": 1, "ok": True, "x": None}
