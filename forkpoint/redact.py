@@ -276,6 +276,14 @@ _BUILTIN: tuple[tuple[str, tuple[str, ...], str], ...] = (
         ("mysql",),
         r"(?<![A-Za-z0-9_\-])mysql(?:dump|admin)?(?=\s)[^\n;&|]{0,500}?\s-p(?P<q>[\"'])?" + _COMMAND_PASSWORD,
     ),
+    # sshpass -p PASSWORD (before the command it runs: not ssh's -p PORT after sshpass -f FILE),
+    # redis-cli -a/--pass PASSWORD, docker login -p PASSWORD: the value after a space or glued.
+    (
+        "command-password",
+        ("sshpass", "redis-cli", "docker"),
+        r"(?<![A-Za-z0-9_\-])(?:sshpass(?:[ \t]+-[A-Za-oq-z]\S*)*[ \t]+-p|redis-cli(?=\s)[^\n;&|]{0,500}?\s(?:-a|--pass)"
+        r"|docker[ \t]+login(?=\s)[^\n;&|]{0,500}?\s-p)[ \t]*(?P<q>[\"'])?" + _COMMAND_PASSWORD,
+    ),
     (
         "secret-field",
         ("pass", "secret", "api", "access", "private", "credential", "auth", "token"),

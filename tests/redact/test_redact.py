@@ -110,6 +110,12 @@ SECRETS: list[tuple[str, str, str]] = [
     # (glued to curl's -u, quoted after mysql's -p: both were kept in the clear)
     ("command-password", _rand(20), "curl -sS -uadmin:{} https://127.0.0.1/api"),
     ("command-password", _rand(11) + "9 " + _rand(6), "mysql -uroot -p'{}' app\n"),
+    # (sshpass -p, redis-cli -a/--pass, docker login -p: kept in the clear)
+    ("command-password", "Zx8kP2qLm9RtV4wN7sY3", "sshpass -p {} ssh deploy@127.0.0.1 uptime\n"),
+    ("command-password", "Zx8kP2qLm9RtV4wN7sY3", "sshpass -v -p'{}' ssh -p 2222 127.0.0.1"),
+    ("command-password", "Zx8kP2qLm9RtV4wN7sY3", "redis-cli -h 127.0.0.1 -p 6379 -a {} ping"),
+    ("command-password", "Zx8kP2qLm9RtV4wN7sY3", "redis-cli --pass {} --no-auth-warning ping"),
+    ("command-password", "Zx8kP2qLm9RtV4wN7sY3", "docker login -u ci -p {} 127.0.0.1:5000 && docker push x"),
     (
         "header-credential",
         _rand(40, "0123456789abcdef"),
@@ -280,6 +286,15 @@ def test_ordinary_text_is_untouched() -> None:
         "mysql -u root -p$MYSQL_ROOT_PASSWORD app -e 'select 1'",
         "mysqldump -uroot -p${DB_PASSWORD} app > dump.sql",
         "mysql -u <user> -p<password> app",
+        "sshpass -p $SSHPASS ssh 127.0.0.1",
+        "sshpass -p ${SSH_PW} ssh 127.0.0.1",
+        "sshpass -p {{pw}} ssh 127.0.0.1",
+        "sshpass -f ~/.pw ssh -p 2222 127.0.0.1",
+        "redis-cli -h 127.0.0.1 -a $REDIS_PASSWORD ping",
+        "redis-cli --pass {{ redis_pw }} ping",
+        "docker login -u ci -p $CI_REGISTRY_PASSWORD 127.0.0.1:5000",
+        "docker login -u ci --password-stdin 127.0.0.1:5000",
+        "docker run -p 8080:80 img",
     ],
 )
 def test_a_command_password_the_shell_expands_or_a_template_holds_is_kept(command: str) -> None:
