@@ -243,6 +243,12 @@ _BUILTIN: tuple[tuple[str, tuple[str, ...], str], ...] = (
         ("basic",),
         r"(?<![A-Za-z0-9_])(?i:basic)\s+(?P<s>[A-Za-z0-9+/]{6,}={0,2})(?![A-Za-z0-9+/=])",
     ),
+    # Docker's config.json: a registry's "auth", base64 of user:password (_valid_registry_auth).
+    (
+        "registry-auth",
+        ("auth",),
+        r"(?<![A-Za-z0-9_\-])auth\\?[\"']\s*:\s*\\?[\"'](?P<s>[A-Za-z0-9+/]{6,}={0,2})\\?[\"']",
+    ),
     # A token as an HTTP URL's user info (git clone https://TOKEN@github.com/…), alone or with a
     # password (GitHub's https://TOKEN:x-oauth-basic@…, which the password's shape below would take,
     # leaving the token): random-looking, 16 characters or more with a letter and a digit; not a
@@ -395,6 +401,7 @@ _CONTEXT_KINDS = frozenset(
     {
         "bearer",
         "basic-auth",
+        "registry-auth",
         "url-password",
         "url-credential",
         "command-password",
@@ -715,6 +722,13 @@ def _valid_basic(value: str) -> bool:
     return raw is not None and b":" in raw
 
 
+def _valid_registry_auth(value: str) -> bool:
+    """Docker's ``auth`` is base64 of ``user:password`` text: not a word that decodes to bytes with a
+    colon among them (an ``"auth": "…"`` that names a scheme or a mode)."""
+    raw = _unbase64(value)
+    return raw is not None and raw.isascii() and raw.decode().isprintable() and raw.find(b":") > 0
+
+
 def _unbase64(value: str) -> bytes | None:
     try:
         return base64.b64decode(value + "=" * (-len(value) % 4), validate=True)
@@ -742,6 +756,7 @@ def _valid_command_password(secret: str) -> bool:
 _VALIDATORS = {
     "bearer": _valid_bearer,
     "basic-auth": _valid_basic,
+    "registry-auth": _valid_registry_auth,
     "command-password": _valid_command_password,
 }
 
@@ -1612,6 +1627,8 @@ class Scrubber:
                     out[key] = (
                         v if _is_placeholder(v) else placeholder(self._context_kind("secret-field", v), v)
                     )
+                elif k == "auth" and isinstance(v, str) and _valid_registry_auth(v):  # (docker's config.json)
+                    out[key] = placeholder("registry-auth", v)
                 else:
                     out[key] = self._json(v, sub)
             return out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import random
 import re
@@ -120,6 +121,12 @@ SECRETS: list[tuple[str, str, str]] = [
         "header-credential",
         _rand(40, "0123456789abcdef"),
         "curl -H 'Authorization: Token {}' https://127.0.0.1/",
+    ),
+    # docker's config.json: a registry's auth, base64 of user:password (kept in the clear)
+    (
+        "registry-auth",
+        base64.b64encode(b"ci:Zx8kP2qLm9RtV4wN7sY3").decode(),
+        '{{\n  "auths": {{\n    "127.0.0.1:5000": {{\n      "auth": "{}"\n    }}\n  }}\n}}',
     ),
     ("bearer", _rand(40, _ALNUM + "-._~+/") + "==", "Authorization: Bearer {}"),
     ("bearer", _rand(24), "curl -H 'authorization: bearer {}' https://x"),
@@ -934,6 +941,17 @@ def test_items_taken_over_from_a_list_kept_as_given_stay_the_callers() -> None:
     first[0]["text"] = f"key {secret}".ljust(len(first[0]["text"]))  # the caller changes its own
     out = s.json(orjson.loads(orjson.dumps([*_BIG, {"id": -1}, {"id": -2}])))
     assert secret not in orjson.dumps(out).decode()
+
+
+def test_a_docker_registrys_auth_in_json_data_is_replaced_and_an_auth_mode_is_not() -> None:
+    """docker's config.json parsed (a tool's result): a registry's "auth", base64 of user:password,
+    was kept in the clear, "auth" naming no credential; an "auth" that is a word stays."""
+    auth = base64.b64encode(b"ci:Zx8kP2qLm9RtV4wN7sY3").decode()
+    data = {"auths": {"127.0.0.1:5000": {"auth": auth}}, "servers": [{"auth": "oauth2"}, {"auth": "none"}]}
+    out = scrub_json(data)
+    assert out["auths"]["127.0.0.1:5000"]["auth"] == expected_placeholder("registry-auth", auth)
+    assert out["servers"] == data["servers"]
+    assert scrub_json(out) == out
 
 
 def test_a_tokenizers_special_tokens_and_pagination_cursors_are_not_credentials() -> None:
