@@ -46,7 +46,7 @@ from .log import (
     parse_recipients,
 )
 from .match import Ignore, IgnoreRule, configured, event_key, header_json, header_rules, key_spec
-from .redact import holds_placeholder
+from .redact import holds_placeholder, scrub_tags
 from .sdks import api_key_vars, sdk_packages  # (the providers: where a call is read; not in record's parent)
 from .text import plural, say
 
@@ -144,7 +144,7 @@ def make_header(
     recorder's keys are computed under (a replay under the same spec uses them as they are)."""
     given_cwd = cwd is not None
     cwd = Path(cwd or os.getcwd()).resolve()
-    all_tags = {"agent_version": None, "prompt_version": None, **dict(tags or {})}
+    all_tags = {"agent_version": None, "prompt_version": None, **scrub_tags(tags or {})}
     header: dict[str, Any] = {
         "name": name,
         "argv": list(argv),

@@ -2039,6 +2039,17 @@ def scrub_text(text: str) -> str:
     return current().text(text)
 
 
+def scrub_tags(tags: Mapping[str, str]) -> dict[str, str]:
+    """A session's tags (``--tag token=…``) with each value scrubbed as the ``name=value`` text it
+    was given as: a credential-named tag's random-looking value is replaced as in a ``.env`` file
+    (the header's JSON reads a bare ``token`` key as no credential: logprobs have one)."""
+    out = {}
+    for name, value in tags.items():
+        text = scrub_text(f"{name}={value}")
+        out[name] = text.removeprefix(f"{name}=") if text.startswith(f"{name}=") else scrub_text(value)
+    return out
+
+
 def _script_options(script: str, names: list[str]) -> str:
     """``script`` with the value of each credential option in it (:data:`_SECRET_OPTION_WORD`) a
     placeholder, and the options' names added to ``names``. Not a value the shell reads from a

@@ -19,6 +19,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..log import LOG_NAME
+from ..redact import scrub_tags
 from ..store import INDEX_DIR, SessionInfo, is_store, is_url, open_store, resolve, store_dir
 from ..store.base import scan
 from ..text import plural
@@ -139,6 +140,7 @@ def select(
             url = open_store(store).url if store and is_url(store) else None
             chosen.append((scan(found_path), url, True))
     selection = Selection()
+    wanted = scrub_tags(tags or {})  # (as the recording stored them: a credential's placeholder)
     seen: set[str] = set()
     children = filtered = 0
     for row, url, named in chosen:
@@ -151,7 +153,7 @@ def select(
             continue
         row_tags = row.header.get("tags") or {}
         created = _created(row)
-        if any(str(row_tags.get(k)) != v for k, v in (tags or {}).items()) or (
+        if any(str(row_tags.get(k)) != v for k, v in wanted.items()) or (
             since is not None and (created is None or created < since)
         ):
             filtered += 1

@@ -41,6 +41,24 @@ def recorded(store: Path, name: str, **tags: str) -> Path:
     return rec.session_path
 
 
+def test_a_credential_tags_value_is_stored_scrubbed_and_selected_by_the_value_given(tmp_path: Path) -> None:
+    """``--tag token=…`` kept the token in the clear in the session's header and the store's index
+    (a bare ``token`` key is no credential in JSON data): it is scrubbed as the ``token=…`` text it
+    was given as, and ``--tag token=…`` still selects the session."""
+    store = tmp_path / "store"
+    secret = "Zx8kP2qLm9RtV4wN7sY3"
+    path = recorded(store, "s", token=secret, team="x")
+    files = [p for p in store.rglob("*") if p.is_file()]
+    assert any(p.parent.name == "entries" for p in files)  # (the index holds the tags too)
+    assert [p for p in files if secret.encode() in p.read_bytes()] == []
+    tags = Session.load(path).header["tags"]
+    assert tags["team"] == "x" and tags["token"].startswith("[REDACTED:secret-assignment:")
+    assert [s.name for s in select([], store=str(store), tags={"token": secret}).sessions] == ["s"]
+    assert [
+        s.name for s in select([], store=str(store), tags={"token": "other1234567890abcdef"}).sessions
+    ] == []
+
+
 def test_select_a_store_with_tags_and_since(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     store = tmp_path / "store"
     a = recorded(store, "a", team="x")
