@@ -563,7 +563,7 @@ def test_scrub_rescrubs_the_untracked_files_of_checkpoints(tmp_path: Path) -> No
     store = tmp_path / "store"
     with forkpoint.record(store=store, workspace=repo) as rec:
         rec.checkpoint()
-        (repo / "config.txt").write_text(f"token = {secret}\n")
+        (repo / "config.txt").write_text(f"internal = {secret}\n")  # (a name no rule knows)
         rec.checkpoint()
         (repo / "note_0.md").write_text("edited\n")
         rec.checkpoint()
