@@ -160,12 +160,8 @@ def test_a_function_of_a_shared_tool_name_is_served_the_call_that_sent_its_own_k
     assert rp.report()["reproduced"], rp.report()
 
 
-def test_a_function_is_not_served_another_functions_call_of_its_tool_name(store: Path) -> None:
-    """``web`` and ``docs`` both answer to ``search``; the recording has one call of each. A replay
-    in which ``web`` is called twice (the program now asks the web where it asked the docs) was
-    served docs' recorded answer for the second, a result ``web`` never gives, under "replay ok", as
-    was ``web("y")``, recorded of ``docs`` only. A function the recording knows under that name is
-    served its own calls only."""
+def search_tools() -> tuple[Callable[[str], str], Callable[[str], str]]:
+    """``web`` and ``docs``: two functions recorded as the one tool ``search``."""
 
     @forkpoint.tool(name="search")
     def web(q: str) -> str:
@@ -174,6 +170,18 @@ def test_a_function_is_not_served_another_functions_call_of_its_tool_name(store:
     @forkpoint.tool(name="search")
     def docs(q: str) -> str:
         return "docs: " + q
+
+    return web, docs
+
+
+def test_a_function_is_not_served_another_functions_call_of_its_tool_name(store: Path) -> None:
+    """``web`` and ``docs`` both answer to ``search``; the recording has one call of each. A replay
+    in which ``web`` is called twice (the program now asks the web where it asked the docs) was
+    served docs' recorded answer for the second, a result ``web`` never gives, under "replay ok", as
+    was ``web("y")``, recorded of ``docs`` only. A function the recording knows under that name is
+    served its own calls only."""
+
+    web, docs = search_tools()
 
     with forkpoint.record(store=store) as rec:
         assert [web("x"), docs("x"), docs("y")] == ["web: x", "docs: x", "docs: y"]
@@ -196,13 +204,7 @@ def test_a_function_is_not_served_the_call_another_function_made_for_its_ask(sto
     own calls only."""
     from forkpoint import runtime
 
-    @forkpoint.tool(name="search")
-    def web(q: str) -> str:
-        return "web: " + q
-
-    @forkpoint.tool(name="search")
-    def docs(q: str) -> str:
-        return "docs: " + q
+    web, docs = search_tools()
 
     def asked(ask: str, fn: Callable[[str], str]) -> str:
         runtime.asked_as.set(ask)

@@ -99,6 +99,17 @@ def dump(value: Any) -> Any:
     return value.model_dump(mode="json", by_alias=True)
 
 
+async def lookup_x(ledger: Path, name: str) -> str:
+    """Start the calculator server as ``name`` over stdio and ask its ``lookup`` for ``x``."""
+    params = StdioServerParameters(
+        command=sys.executable, args=[str(SERVER_SCRIPT), str(ledger), f"--name={name}"]
+    )
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        result = await session.call_tool("lookup", {"key": "x"})
+    return str(result.content[0].text)  # type: ignore[union-attr]
+
+
 async def use_everything(transport: str, ledger: Path, url: str | None) -> list[Any]:
     """Every kind of request an agent makes; what it got back, each with the class it came as."""
     out: list[Any] = []
@@ -659,17 +670,8 @@ def test_two_servers_asked_the_same_tool_at_once_each_get_their_own_answers_on_r
     (the server's command line) tells the two ``initialize`` requests apart: "replay ok"."""
     ledger = tmp_path / "ledger.log"
 
-    async def ask(name: str) -> str:
-        params = StdioServerParameters(
-            command=sys.executable, args=[str(SERVER_SCRIPT), str(ledger), f"--name={name}"]
-        )
-        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
-            await session.initialize()
-            result = await session.call_tool("lookup", {"key": "x"})
-        return str(result.content[0].text)  # type: ignore[union-attr]
-
     async def run() -> list[str]:
-        return list(await asyncio.gather(ask("alpha"), ask("beta")))
+        return list(await asyncio.gather(lookup_x(ledger, "alpha"), lookup_x(ledger, "beta")))
 
     with forkpoint.record(store=tmp_path / "store") as rec:
         live = asyncio.run(run())
@@ -692,17 +694,8 @@ def test_a_server_asked_once_more_is_not_served_another_servers_session(tmp_path
     told its ``initialize`` apart by is served its own only: the second is a divergence."""
     ledger = tmp_path / "ledger.log"
 
-    async def ask(name: str) -> str:
-        params = StdioServerParameters(
-            command=sys.executable, args=[str(SERVER_SCRIPT), str(ledger), f"--name={name}"]
-        )
-        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
-            await session.initialize()
-            result = await session.call_tool("lookup", {"key": "x"})
-        return str(result.content[0].text)  # type: ignore[union-attr]
-
     async def run(names: list[str]) -> list[str]:
-        return [await ask(name) for name in names]
+        return [await lookup_x(ledger, name) for name in names]
 
     with forkpoint.record(store=tmp_path / "store") as rec:
         assert asyncio.run(run(["alpha", "beta"])) == ["alpha has x", "beta has x"]
