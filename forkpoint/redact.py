@@ -97,6 +97,19 @@ _SECRET_OPTION_NAME = (
     r"|access[-_]?key|private[-_]?key|secret[-_]?key|auth[-_]?key|master[-_]?key|credentials?)"
 )
 SECRET_OPTION = re.compile(_SECRET_OPTION_NAME + r"(?:=(?P<value>.+))?", re.DOTALL)
+#: Clients whose password is a short option's value on their command line, as an argv list holds
+#: it (a tool's ``["curl", "-u", "admin:PW"]``): a program's name, the words after it, the options
+#: whose next item is the password, those that may hold it glued on (``-pPW``). Curl's user is kept
+#: (``admin:`` of ``admin:PW``, as in text); ``mysql -p DB`` prompts for the password of ``DB``.
+_COMMAND_PASSWORD_OPTIONS: tuple[tuple[tuple[str, ...], frozenset[str], frozenset[str]], ...] = (
+    (("curl",), frozenset({"-u", "--user"}), frozenset({"-u"})),
+    (("mysql",), frozenset(), frozenset({"-p"})),
+    (("mysqldump",), frozenset(), frozenset({"-p"})),
+    (("mysqladmin",), frozenset(), frozenset({"-p"})),
+    (("docker", "login"), frozenset({"-p"}), frozenset()),
+    (("sshpass",), frozenset({"-p"}), frozenset({"-p"})),
+    (("redis-cli",), frozenset({"-a"}), frozenset()),
+)
 #: Such an option and its value inside one argument that is a shell's script (``sh -c "python
 #: agent.py --token VALUE"``, ``os.system``'s command): the value one shell word, as the shell
 #: reads it, quoted parts and escapes joined (``ab"c d"``, ``'a b'``, ``x\\ y``), after a line's
@@ -1304,6 +1317,15 @@ class Scrubber:
                 self._key_cache[key] = hit
         return hit
 
+    def _named_credential(self, value: dict[Any, Any]) -> bool:
+        """Whether an object's ``"value"`` is a credential its ``"name"`` names (a credential-named
+        key's or header's): a Kubernetes environment entry ``{"name": "API_KEY", "value": …}``, a
+        HAR header ``{"name": "Authorization", "value": …}``."""
+        name = value.get("name")
+        if not isinstance(name, str) or not isinstance(value.get("value"), str):
+            return False
+        return self._secret_key(name) or self.credential_header(name)
+
     def _path_value(self, value: Any) -> Any:
         if isinstance(value, str):
             return (
@@ -1348,7 +1370,7 @@ class Scrubber:
             return value
         if isinstance(value, list | tuple):
             out: Any = self._list(list(value), parsed)
-        elif isinstance(value, dict):
+        elif isinstance(value, dict) and not self._named_credential(value):  # (else its keys together)
             out = {}
             for k, v in value.items():
                 if isinstance(v, list):
@@ -1380,6 +1402,10 @@ class Scrubber:
         one by one (see :meth:`json`)."""
         if self._known(items):
             return items
+        if self._list_secrets(items):
+            # (not taken from, nor kept for, the lists that share items by prefix: an item alone is
+            # scrubbed without the one that says it is a credential)
+            return cast("list[Any]", self._json(items, ()))
         if parsed:
             out = self._resent(items)
             if out is not None:
@@ -1615,6 +1641,7 @@ class Scrubber:
             return self.text(value)
         if isinstance(value, dict):
             out = {}
+            named = self._named_credential(value)
             for k, v in value.items():
                 key = self.text(k) if isinstance(k, str) else k
                 sub: tuple[tuple[int, int], ...] = ()
@@ -1623,7 +1650,12 @@ class Scrubber:
                     if done:
                         out[key] = self._path_value(v)
                         continue
-                if isinstance(v, str) and isinstance(k, str) and v and self._secret_key(k):
+                if (
+                    isinstance(v, str)
+                    and isinstance(k, str)
+                    and v
+                    and (self._secret_key(k) or (named and k == "value"))
+                ):
                     out[key] = (
                         v if _is_placeholder(v) else placeholder(self._context_kind("secret-field", v), v)
                     )
@@ -1633,12 +1665,16 @@ class Scrubber:
                     out[key] = self._json(v, sub)
             return out
         if isinstance(value, list | tuple):
+            found = self._list_secrets(value)
             if not states:
-                return [self._json(v, ()) for v in value]
+                return [found[i][0] if i in found else self._json(v, ()) for i, v in enumerate(value)]
             items = []
             for i, v in enumerate(value):
                 done, sub = jsonpath.step(self.paths, states, i, len(value))
-                items.append(self._path_value(v) if done else self._json(v, sub))
+                if done:
+                    items.append(self._path_value(v))
+                else:
+                    items.append(found[i][0] if i in found else self._json(v, sub))
             return items
         if isinstance(value, builtins.bytes | bytearray | memoryview):
             return self.bytes(bytes(value))
@@ -1866,15 +1902,11 @@ class Scrubber:
         ``forkpoint record`` says: a value's own shape, ``dGVzdA==``, tells nothing)."""
         out: list[str] = []
         names: list[str] = []
-        secret_next: str | None = None  # (the option whose value comes next)
-        for arg in args:
-            if secret_next is not None and arg and not arg.startswith("-"):
-                if not _PLACEHOLDER_RE.fullmatch(arg):
-                    out.append(placeholder("secret-option", arg))
-                    names.append(secret_next)
-                else:
-                    out.append(arg)
-                secret_next = None
+        found = self._list_secrets(args)
+        for i, arg in enumerate(args):
+            if i in found:
+                out.append(found[i][0])
+                names.append(found[i][1])
                 continue
             option = SECRET_OPTION.fullmatch(arg)
             value = option.group("value") if option is not None else None
@@ -1885,8 +1917,61 @@ class Scrubber:
                 out.append(_script_options(self.text(arg), names))
             else:
                 out.append(self.text(arg))
-            secret_next = arg if option is not None and value is None else None
         return out, names
+
+    def _list_secrets(self, items: Sequence[Any]) -> dict[int, tuple[str, str]]:
+        """The items of a list that its other items say are credentials, by index, as (what each is
+        stored as, the name that says so): a command's (argv's) credential option's value
+        (``--token VALUE``: :data:`SECRET_OPTION`; a client's password:
+        :data:`_COMMAND_PASSWORD_OPTIONS`), and the value of a ``[name, value]`` pair (a header
+        list, as httpx takes it) whose name is a credential header's (:data:`SECRET_HEADERS`, the
+        user's; not one by its words: a JSON schema's ``"required": ["client_secret", "x"]``). Each
+        item alone tells nothing (``VALUE``): a list is scrubbed with these in every path."""
+        found: dict[int, tuple[str, str]] = {}
+        if len(items) == 2 and type(items[0]) is str and type(items[1]) is str:
+            if items[0].lower() in self.drop_headers and items[1] and not _is_placeholder(items[1]):
+                found[1] = (
+                    placeholder(self._context_kind("header-credential", items[1]), items[1]),
+                    items[0],
+                )
+                return found
+        # (only an option tells: a list's other items are looked at only where one is)
+        options = [i for i, v in enumerate(items) if type(v) is str and v[:1] == "-"]
+        if not options:
+            return found
+        command = [items[0].rsplit("/", 1)[-1] if type(items[0]) is str else "", *items[1:4]]
+        spaced, glued = frozenset[str](), frozenset[str]()
+        for words, spaced_options, glued_options in _COMMAND_PASSWORD_OPTIONS:
+            if command[: len(words)] == list(words):
+                spaced, glued = spaced_options, glued_options
+        for i in options:
+            arg = items[i]
+            nxt = items[i + 1] if i + 1 < len(items) and type(items[i + 1]) is str else ""
+            short = arg[:2]
+            if short in glued and len(arg) > 2 and arg[2] != "=" and i not in found:
+                value = self._command_password(short, arg[2:])
+                if value is not None:
+                    found[i] = (short + value, short)
+            elif arg in spaced and nxt:
+                value = self._command_password(arg, nxt)
+                if value is not None:
+                    found[i + 1] = (value, arg)
+            elif nxt and not nxt.startswith("-") and not _is_placeholder(nxt):
+                option = SECRET_OPTION.fullmatch(arg)
+                if option is not None and option.group("value") is None:
+                    found[i + 1] = (placeholder("secret-option", nxt), arg)
+        return found
+
+    def _command_password(self, option: str, value: str) -> str | None:
+        """A client's password option's value (:data:`_COMMAND_PASSWORD_OPTIONS`) with the password
+        replaced, curl's user kept (``admin:`` of ``admin:PW``); None where it holds none (curl's
+        user alone, for which curl asks; what the shell expands; a placeholder)."""
+        user, colon, secret = value.partition(":") if option in ("-u", "--user") else ("", "", value)
+        if option in ("-u", "--user") and not colon:
+            return None
+        if not _valid_command_password(secret):
+            return None
+        return user + colon + placeholder(self._context_kind("command-password", secret), secret)
 
     def event(self, event: Mapping[str, Any]) -> dict[str, Any]:
         """A session event (or header) with every payload scrubbed; ``seq``, ``prev``, ``hash`` kept;

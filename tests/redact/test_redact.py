@@ -1238,3 +1238,75 @@ def test_each_secret_of_a_long_run_is_replaced() -> None:
     run = "password=" * 20_000
     assert scrub_text(run) == "password=" + expected_placeholder("secret-assignment", run[9:])
     assert scrub_text("sk-" * 20_000) == expected_placeholder("openai-key", "sk-" * 20_000)
+
+
+_ARGV_SECRET = "Zx8kP2qLm9RtV4wN7sY3"
+
+#: Lists whose items say another item is a credential, each item alone telling nothing: an argv
+#: list's credential option, a client's password option, a header pair, an environment entry.
+NEIGHBOUR_SECRETS: list[Any] = [
+    {"cmd": ["tool", "--token", _ARGV_SECRET]},
+    ["agent.py", "--api-key", _ARGV_SECRET, "--verbose"],
+    ["curl", "-u", "admin:" + _ARGV_SECRET, "http://127.0.0.1/x"],
+    ["/usr/bin/curl", "--user", "admin:" + _ARGV_SECRET],
+    ["curl", "-uadmin:" + _ARGV_SECRET],
+    ["mysql", "-h", "127.0.0.1", "-p" + _ARGV_SECRET, "db"],
+    ["docker", "login", "-u", "bob", "-p", _ARGV_SECRET, "localhost:5000"],
+    ["sshpass", "-p", _ARGV_SECRET, "ssh", "localhost"],
+    ["redis-cli", "-h", "127.0.0.1", "-a", _ARGV_SECRET],
+    [["Authorization", "Token " + _ARGV_SECRET]],
+    [["X-Api-Key", _ARGV_SECRET]],
+    {"headers": [("accept", "*/*"), ("x-api-key", _ARGV_SECRET)]},
+    [{"name": "API_KEY", "value": _ARGV_SECRET}],
+    {"env": [{"name": "DB_PASSWORD", "value": _ARGV_SECRET}, {"name": "MODE", "value": "prod"}]},
+    {"name": "GITHUB_TOKEN", "value": _ARGV_SECRET},
+]
+
+
+@pytest.mark.parametrize("value", NEIGHBOUR_SECRETS, ids=[str(i) for i in range(len(NEIGHBOUR_SECRETS))])
+def test_an_item_its_neighbour_says_is_a_credential_is_replaced_alone_and_in_a_resent_list(
+    value: Any,
+) -> None:
+    """Each list item was scrubbed alone: ``["tool", "--token", SECRET]`` (a tool's argv),
+    ``[["X-Api-Key", SECRET]]``, ``[{"name": "API_KEY", "value": SECRET}]`` were stored in clear
+    text. The item is replaced now, the same way alone, inside a conversation resent longer at
+    every call (the scrubber's list caches), parsed or not, and scrubbing again changes nothing."""
+    alone = Scrubber().json(value)
+    assert _ARGV_SECRET not in orjson.dumps(alone).decode(), alone
+    assert Scrubber().json(alone) == alone
+    s = Scrubber()
+    messages: list[Any] = []
+    for turn in range(4):
+        messages = [*messages, {"role": "user", "content": f"turn {turn}"}]
+        if turn == 1:
+            messages.append({"role": "assistant", "tool_args": value})
+        for parsed in (False, True):
+            got = s.json({"model": "m", "messages": messages}, parsed=parsed)
+            assert _ARGV_SECRET not in orjson.dumps(got).decode(), got
+            if turn >= 1:
+                assert got["messages"][2]["tool_args"] == alone
+    if isinstance(value, list):  # a growing list itself: the item that tells comes first, then its value
+        for n in range(1, len(value) + 1):
+            assert s.json(value[:n], parsed=True) == Scrubber().json(value[:n])
+            assert s.json(value[:n]) == Scrubber().json(value[:n])
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        ["mysql", "-p", "mydb"],  # (mysql asks for the password of mydb)
+        ["docker", "run", "-p", "8080:80", "img"],  # (a port)
+        ["curl", "-u", "admin", "http://127.0.0.1/"],  # (curl asks for admin's password)
+        ["ssh", "-p", "2222", "localhost"],
+        ["redis-cli", "-a", "-n"],
+        ["tool", "--token", "--verbose"],
+        ["tool", "--max-tokens", "512", "--token-file", "t.txt"],
+        {"required": ["client_secret", "client_id"]},  # (a JSON schema's, in a tool's definition)
+        {"enum": ["authorization_code", "client_credentials"]},
+        [["Accept", "application/json"]],
+        [{"name": "MODE", "value": "prod"}],
+        [{"name": "API_KEY"}],
+    ],
+)
+def test_a_list_whose_items_name_no_credential_is_kept(value: Any) -> None:
+    assert Scrubber().json(value) == orjson.loads(orjson.dumps(value))
