@@ -1916,3 +1916,34 @@ def test_a_huge_binary_result_is_scrubbed_once_and_stored_scrubbed(
     assert stored.startswith(clean)
     small, huge = calls[2]["result"], calls[3]["result"]
     assert "longtail" not in small and huge == pad + small
+
+
+def test_a_tool_given_an_argv_list_with_a_credential_is_recorded_without_it_and_replays_ok(
+    store: Path,
+) -> None:
+    """A coding agent's shell tool takes its command as an argv list; its items were scrubbed one
+    by one, so ``["deploy", "--token", VALUE]`` and ``["curl", "-u", "admin:PW"]`` were stored in
+    clear text. They are kept as placeholders now, and the replay (whose match key is scrubbed
+    by the same scrubber) serves the recorded result: replay ok."""
+    token, password = "Zx8kP2qLm9RtV4wN7sY3", "Qm4vT8wLz2Kp9Rx"
+
+    @forkpoint.tool
+    def run(cmd: list[str]) -> str:
+        return f"ran {cmd[0]} with {len(cmd)} words"
+
+    commands = [
+        ["deploy", "--token", token, "--env", "prod"],
+        ["curl", "-u", "admin:" + password, "http://127.0.0.1/"],
+    ]
+    with forkpoint.record(store=store) as rec:
+        live = [run(c) for c in commands]
+    for path in store.rglob("*"):
+        if path.is_file():
+            data = path.read_bytes()
+            assert token.encode() not in data and password.encode() not in data, path
+    calls = Session.load(rec.session_path).by_type("tool_call")
+    assert calls[0]["args"]["cmd"][2].startswith("[REDACTED:secret-option:"), calls[0]["args"]
+    assert calls[1]["args"]["cmd"][2].startswith("admin:[REDACTED:command-password:"), calls[1]["args"]
+    with forkpoint.replay(rec.session_path) as rp:
+        assert [run(c) for c in commands] == live
+    assert rp.report()["reproduced"], rp.report()
