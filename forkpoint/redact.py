@@ -110,6 +110,16 @@ _COMMAND_PASSWORD_OPTIONS: tuple[tuple[tuple[str, ...], frozenset[str], frozense
     (("sshpass",), frozenset({"-p"}), frozenset({"-p"})),
     (("redis-cli",), frozenset({"-a"}), frozenset()),
 )
+_COMMAND_WORDS = max(len(words) for words, _, _ in _COMMAND_PASSWORD_OPTIONS)
+
+
+def _shared_until(shared: int) -> int:
+    """Where a list's options may say another item is a credential (:meth:`Scrubber._list_secrets`)
+    when its first ``shared`` items are a list's that holds none: from the last shared item (an
+    option whose value comes now), or from the first where the command's words are not all shared."""
+    return shared - 1 if shared >= _COMMAND_WORDS else 0
+
+
 #: Such an option and its value inside one argument that is a shell's script (``sh -c "python
 #: agent.py --token VALUE"``, ``os.system``'s command): the value one shell word, as the shell
 #: reads it, quoted parts and escapes joined (``ab"c d"``, ``'a b'``, ``x\\ y``), after a line's
@@ -1402,10 +1412,6 @@ class Scrubber:
         one by one (see :meth:`json`)."""
         if self._known(items):
             return items
-        if self._list_secrets(items):
-            # (not taken from, nor kept for, the lists that share items by prefix: an item alone is
-            # scrubbed without the one that says it is a credential)
-            return cast("list[Any]", self._json(items, ()))
         if parsed:
             out = self._resent(items)
             if out is not None:
@@ -1437,6 +1443,11 @@ class Scrubber:
         # A large list met for the first time (a 20 MB tool result) may be clean as it is; a list
         # that goes on a recent one (a long conversation) is not checked whole again: its known
         # items are shared, as below, and not held twice by the caches.
+        # A list whose items say another is a credential is scrubbed whole, neither taken from nor
+        # kept for the lists items are shared with (an item alone is scrubbed without the one that
+        # says so): none of those holds one, so only the items after the shared ones are read.
+        if self._list_secrets(items, _shared_until(keep)):
+            return cast("list[Any]", self._json(items, ()))
         if not keep:
             out = self._after_first(items, data, finite, given)
             if out is not None:
@@ -1528,6 +1539,8 @@ class Scrubber:
                 and _same_objects(given[1:], items[1 : len(given)])
             ):
                 after_first = old
+        if self._list_secrets(items, _shared_until(most) if best is not None else 0):
+            return None  # (scrubbed whole: see _list)
         if best is not None:
             out = best.out[:most] + [self._item(v) for v in items[most:]]
             base = (best.digests, 0, most) if best.owned and best.digests is not None else None
@@ -1919,14 +1932,15 @@ class Scrubber:
                 out.append(self.text(arg))
         return out, names
 
-    def _list_secrets(self, items: Sequence[Any]) -> dict[int, tuple[str, str]]:
+    def _list_secrets(self, items: Sequence[Any], start: int = 0) -> dict[int, tuple[str, str]]:
         """The items of a list that its other items say are credentials, by index, as (what each is
         stored as, the name that says so): a command's (argv's) credential option's value
         (``--token VALUE``: :data:`SECRET_OPTION`; a client's password:
         :data:`_COMMAND_PASSWORD_OPTIONS`), and the value of a ``[name, value]`` pair (a header
         list, as httpx takes it) whose name is a credential header's (:data:`SECRET_HEADERS`, the
         user's; not one by its words: a JSON schema's ``"required": ["client_secret", "x"]``). Each
-        item alone tells nothing (``VALUE``): a list is scrubbed with these in every path."""
+        item alone tells nothing (``VALUE``): a list is scrubbed with these in every path. Only
+        the options from ``start`` on are read (the items before are a list's known to hold none)."""
         found: dict[int, tuple[str, str]] = {}
         if len(items) == 2 and type(items[0]) is str and type(items[1]) is str:
             if items[0].lower() in self.drop_headers and items[1] and not _is_placeholder(items[1]):
@@ -1935,11 +1949,14 @@ class Scrubber:
                     items[0],
                 )
                 return found
-        # (only an option tells: a list's other items are looked at only where one is)
-        options = [i for i, v in enumerate(items) if type(v) is str and v[:1] == "-"]
+        # (only an option tells: a list's other items are looked at only where one is; a list of
+        # no text, a conversation's messages, is passed over in C)
+        if str not in map(type, items[start:]):
+            return found
+        options = [i for i in range(start, len(items)) if type(items[i]) is str and items[i][:1] == "-"]
         if not options:
             return found
-        command = [items[0].rsplit("/", 1)[-1] if type(items[0]) is str else "", *items[1:4]]
+        command = [items[0].rsplit("/", 1)[-1] if type(items[0]) is str else "", *items[1:_COMMAND_WORDS]]
         spaced, glued = frozenset[str](), frozenset[str]()
         for words, spaced_options, glued_options in _COMMAND_PASSWORD_OPTIONS:
             if command[: len(words)] == list(words):
