@@ -1310,3 +1310,18 @@ def test_an_item_its_neighbour_says_is_a_credential_is_replaced_alone_and_in_a_r
 )
 def test_a_list_whose_items_name_no_credential_is_kept(value: Any) -> None:
     assert Scrubber().json(value) == orjson.loads(orjson.dumps(value))
+
+
+def test_a_recorded_commands_client_password_is_replaced_and_named() -> None:
+    """``forkpoint record -- curl -u admin:PW …`` (or ``mysql -pPW``, ``sshpass -p PW``) stored
+    the password in the session's header: its argv was scrubbed item by item. It is a placeholder
+    now, and its option is one of those ``forkpoint record`` says it kept as placeholders."""
+    from forkpoint.redact import secret_options
+
+    argv = ["curl", "-u", "admin:" + _ARGV_SECRET, "http://127.0.0.1/", "-d", "x"]
+    assert scrub_argv(argv)[2] == "admin:" + expected_placeholder("command-password", _ARGV_SECRET)
+    assert secret_options(argv) == ["-u"]
+    for command in (["mysql", "-p" + _ARGV_SECRET], ["sshpass", "-p", _ARGV_SECRET, "ssh", "localhost"]):
+        out = scrub_argv(command)
+        assert _ARGV_SECRET not in " ".join(out) and scrub_argv(out) == out, out
+        assert secret_options(command) == ["-p"]
