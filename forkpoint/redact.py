@@ -1539,6 +1539,8 @@ class Scrubber:
                 and _same_objects(given[1:], items[1 : len(given)])
             ):
                 after_first = old
+        if best is None and after_first is None:
+            return None
         if self._list_secrets(items, _shared_until(most) if best is not None else 0):
             return None  # (scrubbed whole: see _list)
         if best is not None:
@@ -1551,8 +1553,6 @@ class Scrubber:
             out = [self._item(items[0]), *after_first.out[1:], *(self._item(v) for v in items[n:])]
             base = (after_first.digests, 1, n) if after_first.digests is not None else None
             first, owned = _first_json(items), True
-        else:
-            return None
         taken = _Scrubbed(None, None, out, owned=owned, finite=True, given=items, base=base, first=first)
         with self._lock:
             self._lists.appendleft(taken)
