@@ -99,18 +99,19 @@ _SECRET_OPTION_NAME = (
 SECRET_OPTION = re.compile(_SECRET_OPTION_NAME + r"(?:=(?P<value>.+))?", re.DOTALL)
 #: Clients whose password is a short option's value on their command line, as an argv list holds
 #: it (a tool's ``["curl", "-u", "admin:PW"]``): a program's name, the words after it, the options
-#: whose next item is the password, those that may hold it glued on (``-pPW``). Curl's user is kept
-#: (``admin:`` of ``admin:PW``, as in text); ``mysql -p DB`` prompts for the password of ``DB``.
-_COMMAND_PASSWORD_OPTIONS: tuple[tuple[tuple[str, ...], frozenset[str], frozenset[str]], ...] = (
-    (("curl",), frozenset({"-u", "--user"}), frozenset({"-u"})),
-    (("mysql",), frozenset(), frozenset({"-p"})),
-    (("mysqldump",), frozenset(), frozenset({"-p"})),
-    (("mysqladmin",), frozenset(), frozenset({"-p"})),
-    (("docker", "login"), frozenset({"-p"}), frozenset()),
-    (("sshpass",), frozenset({"-p"}), frozenset({"-p"})),
-    (("redis-cli",), frozenset({"-a"}), frozenset()),
+#: whose next item is the password, those that may hold it glued on (``-pPW``), whether it runs a
+#: command given after its own options (whose options are not its own: ``sshpass -f F ssh -p 22``).
+#: Curl's user is kept (``admin:`` of ``admin:PW``, as in text); ``mysql -p DB`` asks for DB's password.
+_COMMAND_PASSWORD_OPTIONS: tuple[tuple[tuple[str, ...], frozenset[str], frozenset[str], bool], ...] = (
+    (("curl",), frozenset({"-u", "--user"}), frozenset({"-u"}), False),
+    (("mysql",), frozenset(), frozenset({"-p"}), False),
+    (("mysqldump",), frozenset(), frozenset({"-p"}), False),
+    (("mysqladmin",), frozenset(), frozenset({"-p"}), False),
+    (("docker", "login"), frozenset({"-p"}), frozenset(), False),
+    (("sshpass",), frozenset({"-p"}), frozenset({"-p"}), True),
+    (("redis-cli",), frozenset({"-a"}), frozenset(), False),
 )
-_COMMAND_WORDS = max(len(words) for words, _, _ in _COMMAND_PASSWORD_OPTIONS)
+_COMMAND_WORDS = max(len(words) for words, _, _, _ in _COMMAND_PASSWORD_OPTIONS)
 
 
 def _shared_until(shared: int) -> int:
@@ -1957,19 +1958,24 @@ class Scrubber:
         if not options:
             return found
         command = [items[0].rsplit("/", 1)[-1] if type(items[0]) is str else "", *items[1:_COMMAND_WORDS]]
-        spaced, glued = frozenset[str](), frozenset[str]()
-        for words, spaced_options, glued_options in _COMMAND_PASSWORD_OPTIONS:
+        spaced, glued, own = frozenset[str](), frozenset[str](), len(items)
+        for words, spaced_options, glued_options, wraps in _COMMAND_PASSWORD_OPTIONS:
             if command[: len(words)] == list(words):
                 spaced, glued = spaced_options, glued_options
+                if wraps:  # (its own options end at the command it runs: the first other word)
+                    operands = (
+                        j for j in range(1, own) if str(items[j])[:1] != "-" and items[j - 1] not in spaced
+                    )
+                    own = next(operands, own)
         for i in options:
             arg = items[i]
             nxt = items[i + 1] if i + 1 < len(items) and type(items[i + 1]) is str else ""
             short = arg[:2]
-            if short in glued and len(arg) > 2 and arg[2] != "=" and i not in found:
+            if i < own and short in glued and len(arg) > 2 and arg[2] != "=" and i not in found:
                 value = self._command_password(short, arg[2:])
                 if value is not None:
                     found[i] = (short + value, short)
-            elif arg in spaced and nxt:
+            elif i < own and arg in spaced and nxt:
                 value = self._command_password(arg, nxt)
                 if value is not None:
                     found[i + 1] = (value, arg)

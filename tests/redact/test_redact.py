@@ -1252,7 +1252,8 @@ NEIGHBOUR_SECRETS: list[Any] = [
     ["curl", "-uadmin:" + _ARGV_SECRET],
     ["mysql", "-h", "127.0.0.1", "-p" + _ARGV_SECRET, "db"],
     ["docker", "login", "-u", "bob", "-p", _ARGV_SECRET, "localhost:5000"],
-    ["sshpass", "-p", _ARGV_SECRET, "ssh", "localhost"],
+    ["sshpass", "-p", _ARGV_SECRET, "ssh", "-p", "2222", "localhost"],
+    ["sshpass", "-e", "deploy", "--token", _ARGV_SECRET],  # (the command it runs has its own)
     ["redis-cli", "-h", "127.0.0.1", "-a", _ARGV_SECRET],
     [["Authorization", "Token " + _ARGV_SECRET]],
     [["X-Api-Key", _ARGV_SECRET]],
@@ -1298,6 +1299,8 @@ def test_an_item_its_neighbour_says_is_a_credential_is_replaced_alone_and_in_a_r
         ["docker", "run", "-p", "8080:80", "img"],  # (a port)
         ["curl", "-u", "admin", "http://127.0.0.1/"],  # (curl asks for admin's password)
         ["ssh", "-p", "2222", "localhost"],
+        ["sshpass", "-f", "pw.txt", "ssh", "-p", "2222", "localhost"],  # (ssh's port, not sshpass's -p)
+        ["sshpass", "-e", "ssh", "-p", "2222", "localhost"],
         ["redis-cli", "-a", "-n"],
         ["tool", "--token", "--verbose"],
         ["tool", "--max-tokens", "512", "--token-file", "t.txt"],
