@@ -273,7 +273,7 @@ _BUILTIN: tuple[tuple[str, tuple[str, ...], str], ...] = (
         ("auth",),
         r"(?<![A-Za-z0-9_\-])auth\\?[\"']\s*:\s*\\?[\"'](?P<s>[A-Za-z0-9+/]{6,}={0,2})\\?[\"']",
     ),
-    # A token as an HTTP URL's user info (git clone https://TOKEN@github.com/…), alone or with a
+    # A token as an HTTP URL's user info (git clone https://TOKEN@HOST/…), alone or with a
     # password (GitHub's https://TOKEN:x-oauth-basic@…, which the password's shape below would take,
     # leaving the token): random-looking, 16 characters or more with a letter and a digit; not a
     # user's name, nor an SSH URL's user (ssh://git@…, ssh://<a job's id>@…: SSH authenticates with

@@ -1090,38 +1090,29 @@ class Replayer:
                 self._check_checkpoint(kind, key, norm, what)
             self.live_calls[_live_kind(kind, what.get("call"))] += 1
             return None
-        queue = self._queues.get(key)
-        # (a function the recording knows under this name is served its own calls only: none left
-        # of them is a divergence, not another function's answer)
-        mine = (
-            _same_function(queue, function, self._functions.get(what.get("name", ""), set()))
-            if queue
-            else None
-        )
-        by_id = self._same_call_id(queue if mine is None else mine, call_id) if queue else []
-        # (an id the recording told a call of this key apart by, whose call was served: an MCP
-        # server's transport asking once more is not served another server's answer)
-        if queue and mine != [] and (by_id or call_id not in self._key_ids.get(key, ())):
-            # (of its own function's calls, the one that sent its secrets: :meth:`_same_secrets`)
-            among = by_id or self._same_secrets(mine or queue, kind, norm, request) or mine
-            return self._serve(_next_in(queue, what.get("origin"), among), by_id=bool(by_id))
-        for alt in alternatives() if alternatives else ():
-            queue = self._queues.get(alt)
-            if queue:
-                return self._serve(queue.popleft())
-        if self._verify_keys():
-            return self._choose(
-                kind,
-                key,
-                norm,
-                alternatives,
-                what,
-                live=live,
-                plain=plain,
-                request=request,
-                call_id=call_id,
-                function=function,
+        # (looked up again once a key taken as stored was computed anew and differed)
+        while True:
+            queue = self._queues.get(key)
+            # (a function the recording knows under this name is served its own calls only: none left
+            # of them is a divergence, not another function's answer)
+            mine = (
+                _same_function(queue, function, self._functions.get(what.get("name", ""), set()))
+                if queue
+                else None
             )
+            by_id = self._same_call_id(queue if mine is None else mine, call_id) if queue else []
+            # (an id the recording told a call of this key apart by, whose call was served: an MCP
+            # server's transport asking once more is not served another server's answer)
+            if queue and mine != [] and (by_id or call_id not in self._key_ids.get(key, ())):
+                # (of its own function's calls, the one that sent its secrets: :meth:`_same_secrets`)
+                among = by_id or self._same_secrets(mine or queue, kind, norm, request) or mine
+                return self._serve(_next_in(queue, what.get("origin"), among), by_id=bool(by_id))
+            for alt in alternatives() if alternatives else ():
+                queue = self._queues.get(alt)
+                if queue:
+                    return self._serve(queue.popleft())
+            if not self._verify_keys():
+                break
         if self.live_from is not None and len(self._taken()) == len(self.recorded):
             self._check_checkpoint(kind, key, norm, what)
             self.gone_live = True  # the recorded prefix is done: the fork continues live

@@ -34,6 +34,15 @@ def forkpoint_cli(keeper: Keeper, *args: str, cwd: Path) -> subprocess.Completed
     )  # fmt: skip
 
 
+def fork_one_arm(keeper: Keeper, tmp_path: Path, seq: int, *args: str) -> subprocess.CompletedProcess[str]:
+    """``forkpoint fork SESSION@seq`` of the keeper's session, one arm into ``tmp_path/arms``, run in
+    ``tmp_path``: ``args`` are its options and the command after ``--``."""
+    return forkpoint_cli(
+        keeper, "fork", f"{keeper.session.id}@{seq}", "--arms", "1", "--into", str(tmp_path / "arms"),
+        "--store", str(keeper.store), *args, cwd=tmp_path,
+    )  # fmt: skip
+
+
 @pytest.fixture
 def keeper(tmp_path: Path) -> Iterator[Keeper]:
     with LocalServer() as srv:
@@ -212,10 +221,8 @@ def test_an_arm_whose_command_ran_but_never_reported_is_shown_as_run_and_counted
     … not run (restore or validation failed)", though every check had passed and it ran, and its
     outcome was counted in the pass rate all the same."""
     before = keeper.resumable()[1]
-    fork = forkpoint_cli(
-        keeper, "fork", f"{keeper.session.id}@{before}", "--arms", "1", "--into", str(tmp_path / "arms"),
-        "--store", str(keeper.store), "--outcome", "true", "--", "sh", "-c", "echo crashing; exit 9",
-        cwd=tmp_path,
+    fork = fork_one_arm(
+        keeper, tmp_path, before, "--outcome", "true", "--", "sh", "-c", "echo crashing; exit 9",
     )  # fmt: skip
     assert fork.returncode == 1, fork.stdout + fork.stderr  # (an arm that exits 9 failed)
     (row,) = [line for line in fork.stdout.splitlines() if line.startswith("1 ")]
@@ -273,10 +280,8 @@ def test_sigterm_while_an_arms_outcome_command_runs_stops_it_and_measures_nothin
     timeout: ten minutes by default) and showed what it then said as the arm's outcome, "pass". Now
     it is stopped with the arm, and nothing is measured."""
     before = keeper.resumable()[1]
-    fork = forkpoint_cli(
-        keeper, "fork", f"{keeper.session.id}@{before}", "--arms", "1", "--into", str(tmp_path / "arms"),
-        "--store", str(keeper.store), "--outcome", "kill -TERM $PPID; sleep 60", "--", *keeper.agent,
-        cwd=tmp_path,
+    fork = fork_one_arm(
+        keeper, tmp_path, before, "--outcome", "kill -TERM $PPID; sleep 60", "--", *keeper.agent,
     )  # fmt: skip
     out = " ".join(fork.stdout.split())
     assert "outcome: no run measured" in out and "pass" not in out.split("outcome:")[1], out
@@ -307,10 +312,9 @@ def test_an_arm_past_its_timeout_is_stopped_with_what_it_started_and_measured(
     before = keeper.resumable()[0]
     pids = tmp_path / "pids"
     started = time.monotonic()
-    fork = forkpoint_cli(
-        keeper, "fork", f"{keeper.session.id}@{before}", "--arms", "1", "--into", str(tmp_path / "arms"),
-        "--store", str(keeper.store), "--outcome", "true", "--arm-timeout", "8",
-        "--", "sh", "-c", f"python -c {shlex.quote(ONE_CALL)}; sleep 1000 & echo $! >> {pids}; wait", cwd=tmp_path,
+    fork = fork_one_arm(
+        keeper, tmp_path, before, "--outcome", "true", "--arm-timeout", "8",
+        "--", "sh", "-c", f"python -c {shlex.quote(ONE_CALL)}; sleep 1000 & echo $! >> {pids}; wait",
     )  # fmt: skip
     assert time.monotonic() - started < 60, fork.stdout + fork.stderr
     assert fork.returncode == 1, fork.stdout + fork.stderr
@@ -330,10 +334,9 @@ def test_an_arm_stopped_at_its_timeout_before_it_reached_its_checkpoint_is_not_m
     continuation. It was measured all the same and counted in the pass rate ("outcome: 1/1
     passed"), a pass the agent never earned; an arm that ended there is not measured."""
     before = keeper.resumable()[1]
-    fork = forkpoint_cli(
-        keeper, "fork", f"{keeper.session.id}@{before}", "--arms", "1", "--into", str(tmp_path / "arms"),
-        "--store", str(keeper.store), "--outcome", "true", "--arm-timeout", "2",
-        "--", "sh", "-c", "sleep 1000", cwd=tmp_path,
+    fork = fork_one_arm(
+        keeper, tmp_path, before, "--outcome", "true", "--arm-timeout", "2",
+        "--", "sh", "-c", "sleep 1000",
     )  # fmt: skip
     text = " ".join(fork.stdout.split())
     assert fork.returncode == 1, fork.stdout + fork.stderr
@@ -408,10 +411,9 @@ def test_what_an_arm_started_is_stopped_with_it_before_its_outcome_is_measured(
 
     before = keeper.resumable()[1]
     late = "import subprocess; subprocess.run('(sleep 4; echo late > late.txt) & sleep 60', shell=True, capture_output=True)"
-    fork = forkpoint_cli(
-        keeper, "fork", f"{keeper.session.id}@{before}", "--arms", "1", "--into", str(tmp_path / "arms"),
-        "--store", str(keeper.store), "--outcome", "test ! -e late.txt", "--arm-timeout", "2",
-        "--", sys.executable, "-c", late, cwd=tmp_path,
+    fork = fork_one_arm(
+        keeper, tmp_path, before, "--outcome", "test ! -e late.txt", "--arm-timeout", "2",
+        "--", sys.executable, "-c", late,
     )  # fmt: skip
     assert "stopped: the program ran longer than its timeout of 2 s" in " ".join(fork.stdout.split()), (
         fork.stdout
@@ -446,9 +448,8 @@ def test_a_fork_whose_arm_ran_no_forkpoint_fails_as_sweep_does(keeper: Keeper, t
     """``fork … -- true``: the arm's command exited 0 but never started forkpoint, so nothing of its
     continuation was recorded; fork exited 0 where sweep exits 1. So did an arm that never went live."""
     before = keeper.resumable()[1]
-    fork = forkpoint_cli(
-        keeper, "fork", f"{keeper.session.id}@{before}", "--arms", "1", "--into", str(tmp_path / "arms"),
-        "--store", str(keeper.store), "--", "true", cwd=tmp_path,
+    fork = fork_one_arm(
+        keeper, tmp_path, before, "--", "true",
     )  # fmt: skip
     assert fork.returncode == 1, fork.stdout + fork.stderr
     assert "wrote no report" in " ".join(fork.stdout.split())
@@ -475,9 +476,8 @@ def test_an_arm_timeout_is_kept_when_the_agent_started_a_process_in_a_session_of
     hang = f"echo started; setsid sleep 60 & echo $! >> {pids}; sleep 1000"
     started = time.monotonic()
     try:
-        fork = forkpoint_cli(
-            keeper, "fork", f"{keeper.session.id}@{before}", "--arms", "1", "--into", str(tmp_path / "arms"),
-            "--store", str(keeper.store), "--arm-timeout", "2", "--", "sh", "-c", hang, cwd=tmp_path,
+        fork = fork_one_arm(
+            keeper, tmp_path, before, "--arm-timeout", "2", "--", "sh", "-c", hang,
         )  # fmt: skip
         took = time.monotonic() - started
     finally:
@@ -499,9 +499,8 @@ def test_an_arm_that_ended_is_not_waited_for_past_what_it_left_running(
     is stopped soon after it ended, and its outcome measured on what the program left."""
     before = keeper.resumable()[1]
     left = "echo started; (sleep 30; echo late > late.txt) & exit 0"
-    fork = forkpoint_cli(
-        keeper, "fork", f"{keeper.session.id}@{before}", "--arms", "1", "--into", str(tmp_path / "arms"),
-        "--store", str(keeper.store), "--outcome", "test ! -e late.txt", "--", "sh", "-c", left, cwd=tmp_path,
+    fork = fork_one_arm(
+        keeper, tmp_path, before, "--outcome", "test ! -e late.txt", "--", "sh", "-c", left,
     )  # fmt: skip
     text = " ".join(fork.stdout.split())
     assert "outcome: 1/1 passed" in text, fork.stdout + fork.stderr
@@ -674,9 +673,8 @@ def test_an_arm_whose_replayed_prefix_diverged_is_not_measured(keeper: Keeper, t
     there and never went live; with ``--outcome true`` it was counted as a pass ("2/2 passed"), and
     sweep called the run recoverable. It is shown as diverged, and left out of the pass rate."""
     before = keeper.resumable()[1]
-    fork = forkpoint_cli(
-        keeper, "fork", f"{keeper.session.id}@{before}", "--arms", "1", "--into", str(tmp_path / "arms"),
-        "--store", str(keeper.store), "--outcome", "true", "--", sys.executable, "-c", OTHER_AGENT, cwd=tmp_path,
+    fork = fork_one_arm(
+        keeper, tmp_path, before, "--outcome", "true", "--", sys.executable, "-c", OTHER_AGENT,
     )  # fmt: skip
     text = " ".join(fork.stdout.split())
     assert fork.returncode == 1, fork.stdout + fork.stderr
@@ -704,10 +702,9 @@ def test_an_arm_whose_prefix_diverged_and_went_on_as_asked_says_so(
     files, and under ``fifo`` it was served recorded answers to a request that differed. Its row read
     like any continuation from the checkpoint, measured and counted, without a word."""
     last = keeper.resumable()[2]
-    fork = forkpoint_cli(
-        keeper, "fork", f"{keeper.session.id}@{last}", "--arms", "1", "--into", str(tmp_path / "arms"),
-        "--store", str(keeper.store), "--on-divergence", policy,
-        "--override", 'tool:write_file.result={"path": "elsewhere.txt"}', "--", *keeper.agent, cwd=tmp_path,
+    fork = fork_one_arm(
+        keeper, tmp_path, last, "--on-divergence", policy,
+        "--override", 'tool:write_file.result={"path": "elsewhere.txt"}', "--", *keeper.agent,
     )  # fmt: skip
     said = (
         "its replayed prefix diverged at the 2nd model call (no recorded request has the same match key), "
@@ -724,9 +721,8 @@ def test_an_arm_whose_prefix_an_override_made_diverge_names_the_override(
     ignore rule, which cannot make the recording answer a request the override changed on purpose."""
     last = keeper.resumable()[2]
     spec = 'tool:write_file.result={"path": "elsewhere.txt"}'
-    fork = forkpoint_cli(
-        keeper, "fork", f"{keeper.session.id}@{last}", "--arms", "1", "--into", str(tmp_path / "arms"),
-        "--store", str(keeper.store), "--override", spec, "--", *keeper.agent, cwd=tmp_path,
+    fork = fork_one_arm(
+        keeper, tmp_path, last, "--override", spec, "--", *keeper.agent,
     )  # fmt: skip
     said = " ".join(fork.stderr.split())
     assert fork.returncode == 1, fork.stdout + fork.stderr
@@ -785,9 +781,8 @@ def test_an_arm_an_override_ended_before_its_checkpoint_names_the_override(
     as the override asked. The arm was said to have never gone live, and asked whether the command
     ran the recorded agent as it was recorded, which it did."""
     last = keeper.resumable()[2]
-    fork = forkpoint_cli(
-        keeper, "fork", f"{keeper.session.id}@{last}", "--arms", "1", "--into", str(tmp_path / "arms"),
-        "--store", str(keeper.store), "--override", 'model#2.text="I give up."', "--", *keeper.agent, cwd=tmp_path,
+    fork = fork_one_arm(
+        keeper, tmp_path, last, "--override", 'model#2.text="I give up."', "--", *keeper.agent,
     )  # fmt: skip
     said = " ".join(fork.stderr.split())
     assert fork.returncode == 1, fork.stdout + fork.stderr
@@ -845,9 +840,8 @@ def test_an_arm_served_its_prefix_that_ended_without_the_checkpoints_call_is_not
     short = tmp_path / "short.py"
     short.write_text(Path(keeper.agent[1]).read_text().replace("range(6)", "range(1)"))
     seq = keeper.resumable()[1]
-    fork = forkpoint_cli(
-        keeper, "fork", f"{keeper.session.id}@{seq}", "--arms", "1", "--into", str(tmp_path / "arms"),
-        "--store", str(keeper.store), "--outcome", "true", "--", sys.executable, str(short), cwd=tmp_path,
+    fork = fork_one_arm(
+        keeper, tmp_path, seq, "--outcome", "true", "--", sys.executable, str(short),
     )  # fmt: skip
     said = " ".join(fork.stderr.split())
     assert fork.returncode == 1, fork.stdout + fork.stderr
@@ -868,11 +862,9 @@ def test_an_arm_an_override_ended_at_its_checkpoint_is_measured_and_said(
     """An override served before the checkpoint that ends the agent there (the tool it ran last
     raised) is the what-if's answer: measured, and said."""
     last = keeper.resumable()[2]
-    fork = forkpoint_cli(
-        keeper, "fork", f"{keeper.session.id}@{last}", "--arms", "1", "--into", str(tmp_path / "arms"),
-        "--store", str(keeper.store), "--outcome", "true", "--override",
+    fork = fork_one_arm(
+        keeper, tmp_path, last, "--outcome", "true", "--override",
         'tool:delete_file.error={"type": "PermissionError", "message": "read-only"}', "--", *keeper.agent,
-        cwd=tmp_path,
     )  # fmt: skip
     said = " ".join(fork.stderr.split())
     assert "outcome: 1/1 passed" in fork.stdout, fork.stdout + fork.stderr
@@ -933,10 +925,9 @@ def test_an_arm_that_drifted_under_fifo_and_ended_before_its_checkpoint_is_not_m
     short = tmp_path / "short.py"  # another first message (a drift), and one turn only
     short.write_text(script.replace("Write the answer.", "Write the answer!").replace("range(6)", "range(1)"))
     seq = keeper.resumable()[2]
-    fork = forkpoint_cli(
-        keeper, "fork", f"{keeper.session.id}@{seq}", "--arms", "1", "--into", str(tmp_path / "arms"),
-        "--store", str(keeper.store), "--on-divergence", "fifo", "--outcome", "true", "--",
-        sys.executable, str(short), cwd=tmp_path,
+    fork = fork_one_arm(
+        keeper, tmp_path, seq, "--on-divergence", "fifo", "--outcome", "true", "--",
+        sys.executable, str(short),
     )  # fmt: skip
     said = " ".join(fork.stderr.split())
     assert fork.returncode == 1, fork.stdout + fork.stderr

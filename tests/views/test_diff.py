@@ -693,7 +693,7 @@ def test_token_counting_is_no_turn_and_no_model_call_where_it_is_plain_http(
         writer = SessionWriter.create(tmp_path, make_header(argv=["agent"]))
         if counts:
             event = _exchange(f"{host}/v1/messages/count_tokens", ask, {"input_tokens": 10})
-            if kind == "model":  # (at api.anthropic.com: a model call of the provider's, api unknown)
+            if kind == "model":  # (the summary it has at Anthropic's own host: a model call, api unknown)
                 found = summarize(event["request"]["url"], ask, event["response"])
                 event["summary"] = {**found, "kind": "model", "provider": "anthropic"}
             writer.append(event)
