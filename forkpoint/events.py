@@ -128,6 +128,9 @@ class HttpResponse(TypedDict, total=False):
     ended: Ended
     #: The ``Content-Encoding`` codings the stored body was decoded from (its header removed).
     decoded_from: list[str]
+    #: True when the caller got the body under those codings (its library does not decode them): it
+    #: was decoded only to be scrubbed, and a replay hands it over encoded again.
+    decoded_to_scrub: bool
     #: The ``Content-Length`` the response came with (null: none); see ``capture.exchange.said_length``.
     content_length: int | None
     #: How a JSON body's text was laid out, when not compactly (``capture.decoding.json_layout``).

@@ -279,8 +279,9 @@ def _unbase64(data: bytes, depth: int = 2) -> list[bytes]:
     return out
 
 
-def _decompressed(data: bytes) -> list[bytes]:
-    """What ``data`` decompresses to: zlib (git objects), zstd (blobs), gzip; nothing if none."""
+def _decompressed(data: bytes, depth: int = 3) -> list[bytes]:
+    """What ``data`` decompresses to: zlib (git objects), zstd (blobs), gzip; nothing if none; and
+    what that decompresses to, ``depth`` levels down (a body under two codings: ``gzip, x-gzip``)."""
     out = []
     for decode in (
         zlib.decompress,
@@ -288,9 +289,10 @@ def _decompressed(data: bytes) -> list[bytes]:
         lambda d: zstandard.ZstdDecompressor().decompress(d, max_output_size=1 << 28),
     ):
         try:
-            out.append(decode(data))
+            opened = decode(data)
         except Exception:  # not in that encoding
             continue
+        out += [opened, *(_decompressed(opened, depth - 1) if depth > 1 else [])]
     return out
 
 

@@ -159,8 +159,9 @@ def _patch(mod: ModuleType) -> None:
         error = rebuilt_error(event["error"], library_error(req)) if event.get("error") else None
         pairs = [(str(k), str(v)) for k, v in resp.get("headers", [])]
         # The body is served past aiohttp's decompression, so it goes as aiohttp handed it over:
-        # decoded for a session that decompresses (its header still said, as live), else encoded.
-        if getattr(req._session, "_auto_decompress", True):
+        # decoded for a session that decompresses (its header still said, as live), else encoded,
+        # as is a body under a coding aiohttp left alone (decoded when recorded, to be scrubbed).
+        if getattr(req._session, "_auto_decompress", True) and not resp.get("decoded_to_scrub"):
             coding = ", ".join(map(str, resp.get("decoded_from") or [])) or None
         else:
             chunks, coding = encoded_again(resp, chunks, error)
@@ -247,14 +248,16 @@ def _patch(mod: ModuleType) -> None:
             return recorded(req, rt, event, position, len(content))
         session = getattr(req, "_session", None)
         decompressed = getattr(session, "_auto_decompress", True)
-        # Bodies come decompressed from aiohttp: "decoding" them again is the identity.
-        call = live(rt, rec, (lambda coding: _Identity()) if decompressed else own_decoder)
+        call = live(rt, rec, own_decoder if not decompressed else _left_encoded)
         try:
             response = await handler(req)
         except BaseException as exc:  # no response: connect failure, timeout, cancellation
             call.error = exc
             call.finish()
             raise
+        if decompressed and _decompresses(response.headers.get("Content-Encoding", "")):
+            # Bodies come decompressed from aiohttp: "decoding" them again is the identity.
+            call.decoders = lambda coding: _Identity()
         return teed(response, call, req.loop)
 
     def make(original: Any) -> Any:
@@ -267,6 +270,18 @@ def _patch(mod: ModuleType) -> None:
         return _request
 
     seam.wrap(mod.ClientSession, "_request", make)
+
+
+def _decompresses(content_encoding: str) -> bool:
+    """Whether aiohttp hands a body under ``content_encoding`` over decompressed (when its session
+    decompresses): one of these codings alone, as its parser reads the header; x-gzip, or two
+    codings (``gzip, gzip``), it hands over as they came."""
+    return content_encoding.isascii() and content_encoding.lower() in ("gzip", "deflate", "br", "zstd")
+
+
+def _left_encoded(coding: str) -> None:
+    """No decoder: aiohttp handed the body over as it came (forkpoint decodes it to scrub it)."""
+    return None
 
 
 class _Identity:

@@ -79,6 +79,7 @@ from .decoding import (
     header_values,
     json_layout,
     own_decoder,
+    parse_body,
     scrubbed_body,
     text_or_bytes,
 )
@@ -288,7 +289,9 @@ class Exchange:
                 event["error"]["phase"] = self.phase
         self.rt.model_call_done(event)
 
-    def _response_record(self, ended: str) -> HttpResponse:
+    def _response_record(self, ended: str, *, as_received: bool = False) -> HttpResponse:
+        """The stored response. ``as_received``: a body the library left under its codings is kept so,
+        not decoded to be scrubbed (nothing in it was)."""
         assert self.head is not None
         status, reason, http_version, all_headers = self.head
         headers = [(k, v) for k, v in all_headers if k.lower() not in DROP_RESPONSE_HEADERS]
@@ -297,14 +300,21 @@ class Exchange:
         applied = codings(header_values(all_headers, "content-encoding"))
         encoded = False
         decoded_from: list[str] = []
+        to_scrub = False
         if applied:
             decoded = decode_with(self.decoders, applied, chunks, final=ended == "complete")
+            if decoded is None and not as_received:
+                # The caller got it encoded (httpx leaves x-gzip so): decoded here for the scrubber
+                # only, a key in it kept otherwise; a replay encodes it again.
+                decoded = decode_with(own_decoder, applied, chunks, final=ended == "complete")
+                to_scrub = decoded is not None
             if decoded is None:  # not decodable here: keep the body as received, header and all
                 encoded = True
             else:
                 chunks = decoded
                 headers = [(k, v) for k, v in headers if k.lower() != "content-encoding"]
                 decoded_from = applied
+        plain = chunks  # (before they are scrubbed)
         ctype = header(all_headers, "content-type")
         streamed = any(t in ctype.lower() for t in STREAM_TYPES)
         if eventstream.is_event_stream(ctype) and not encoded:
@@ -339,11 +349,26 @@ class Exchange:
         out["ended"] = cast(Any, ended)
         if decoded_from:  # (a client that decodes for itself gets it encoded again on replay)
             out["decoded_from"] = decoded_from
+        if to_scrub:
+            out["decoded_to_scrub"] = True
         if eventstream.is_event_stream(ctype) and not encoded:
             # Only each message's payload was scrubbed here (its headers were not): the writer's
             # pass over the whole stream is the one that reads them.
-            return out
-        return cast(HttpResponse, current_scrubber().http_record(dict(out)))
+            record = out
+        else:
+            record = cast(HttpResponse, current_scrubber().http_record(dict(out)))
+        if to_scrub and _nothing_scrubbed(record, b"".join(plain), ctype):
+            # (then the very bytes the caller got are stored, and handed to it again on replay)
+            current_scrubber().forget_record(record)
+            return self._response_record(ended, as_received=True)
+        return record
+
+
+def _nothing_scrubbed(record: HttpResponse, plain: bytes, ctype: str) -> bool:
+    """Whether the body stored in ``record`` says what ``plain`` (the body before it was scrubbed) does."""
+    if record.get("body_kind") == "stream":
+        return b"".join(body_chunks(record)) == plain
+    return (record.get("body_kind"), record.get("body")) == parse_body(plain, ctype)
 
 
 def aws_messages(times: list[float], chunks: list[bytes]) -> tuple[list[float], list[bytes]]:
@@ -447,8 +472,10 @@ def encoded_again(
     """A whole body stored decoded (``decoded_from``) under its content codings again, for a client
     that decodes it itself (or hands it over raw: ``iter_raw``, ``auto_decompress=False``): (the
     chunks to serve, the ``Content-Encoding`` to say with them), or (``chunks``, None) to serve them
-    as stored (a stream, a body cut short, a coding that cannot be applied here)."""
+    as stored (a stream, a body cut short, a coding that cannot be applied here). A body decoded only
+    to be scrubbed (``decoded_to_scrub``: its caller got it encoded) is encoded again whatever it is."""
     whole = resp.get("body_kind") != "stream" and resp.get("ended") == "complete" and error is None
+    whole = whole or resp.get("decoded_to_scrub") is True
     codings = [str(c) for c in resp.get("decoded_from") or []] if whole else []
     again = encoded(b"".join(chunks), codings) if codings else None
     return ([again], ", ".join(codings)) if again is not None else (chunks, None)
@@ -478,7 +505,11 @@ def _upgraded(request: HttpRequest) -> None:
 
 def recorded_chunks(event: ModelCallEvent) -> list[bytes]:
     """The body of a recorded response as the chunks to hand back (one chunk for a whole body)."""
-    resp: HttpResponse | dict[str, Any] = event.get("response") or {}
+    return body_chunks(event.get("response") or {})
+
+
+def body_chunks(resp: HttpResponse | dict[str, Any]) -> list[bytes]:
+    """:func:`recorded_chunks` of a stored response."""
     if resp.get("body_kind") == "stream":
         return [c if isinstance(c, bytes) else c.encode("utf-8") for _, c in resp.get("chunks", [])]
     data = body_bytes(str(resp.get("body_kind", "empty")), resp.get("body"), resp.get("json_layout"))
