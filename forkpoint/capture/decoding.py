@@ -2,7 +2,8 @@
 
 A response body is stored decoded exactly when the client library decodes it: with the library's
 own decoders when it has them (so the stored bytes are those the caller got, and the same bodies
-fail), with forkpoint's own otherwise. Request bodies sent under a ``Content-Encoding`` are
+fail), with forkpoint's own otherwise (and with forkpoint's own to scrub one the library hands over
+encoded: :class:`~.exchange.Exchange`). Request bodies sent under a ``Content-Encoding`` are
 stored decoded (gzip embeds a timestamp: the encoded bytes differ at every run).
 """
 

@@ -16,7 +16,8 @@ holds and how a replay behaves is decided here, once:
 What a user can rely on (each is a test in ``tests/capture/``):
 
 * **Bodies as the caller saw them** (:mod:`.decoding`): a response body is stored decoded exactly
-  when the client library decodes it, and the ``Content-Encoding`` header is then removed.
+  when the client library decodes it, and the ``Content-Encoding`` header is then removed; one it
+  hands over encoded is stored so, unless a secret in it must be scrubbed (``decoded_to_scrub``).
 * **Send order.** Each call carries ``sent``, its position among the calls this runtime sent;
   identical requests are answered on replay in the order they were *sent*.
 * **Failures are recorded.** A call that got no response is written at once with ``error``; a body
