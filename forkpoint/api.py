@@ -329,7 +329,14 @@ def replay(
     the run makes live, or one made inside a tool call the replay serves whole), :class:`~forkpoint.errors.SessionError` for one that cannot be read,
     :class:`~forkpoint.errors.ConfigError` for a bad ignore rule.
     """
-    from .replay import Replayer, create_child, end_divergence, placeholder_env, write_report
+    from .replay import (
+        Replayer,
+        create_child,
+        drop_placeholder_env,
+        end_divergence,
+        placeholder_env,
+        write_report,
+    )
     from .store import resolve
 
     runtime.check_free("replay")  # (before a child session or the API-key placeholders)
@@ -398,9 +405,7 @@ def replay(
     finally:
         runtime.deactivate(rt)
         hooks.close()
-        for k, v in added.items():
-            if os.environ.get(k) == v:
-                del os.environ[k]
+        drop_placeholder_env(added)
         own = isinstance(failed, Divergence | NetworkBlocked)  # reported as what they are
         rt.finish(1 if failed else 0, [error_record(failed)] if failed is not None and not own else [])
         if child is not None:

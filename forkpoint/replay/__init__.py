@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from ..providers import PLACEHOLDER_KEY
     from .guard import install_network_guard
     from .ledger import Ledger, open_ledger
-    from .replayer import API_KEY_VARS, Replayer, label, placeholder_env, release_order
+    from .replayer import API_KEY_VARS, Replayer, drop_placeholder_env, label, placeholder_env, release_order
     from .report import (
         EXIT_DIVERGENCE,
         blocked_text,
@@ -44,6 +44,7 @@ _SUBMODULES = {
         "API_KEY_VARS",
         "PLACEHOLDER_KEY",
         "Replayer",
+        "drop_placeholder_env",
         "label",
         "placeholder_env",
         "release_order",
@@ -83,6 +84,7 @@ __all__ = [
     "conclude",
     "create_child",
     "divergence",
+    "drop_placeholder_env",
     "end_divergence",
     "ended_by_override",
     "format_divergence",

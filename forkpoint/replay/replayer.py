@@ -113,6 +113,23 @@ def placeholder_env(session: Session) -> dict[str, str]:
     return out
 
 
+def drop_placeholder_env(added: Mapping[str, str]) -> None:
+    """Undo, at a replay's end, what :func:`placeholder_env` ``added``: each variable still as it set
+    it is unset, and boto3's default session (``boto3.client()``'s) forgets credentials it resolved
+    to the placeholders. That session resolves them once and keeps them for the process: every
+    client made after the block, by a live run or a recording, was signed with the placeholder (a
+    call AWS refuses) instead of the keys the environment then had."""
+    for k, v in added.items():
+        if os.environ.get(k) == v:
+            del os.environ[k]
+    core: Any = getattr(getattr(sys.modules.get("boto3"), "DEFAULT_SESSION", None), "_session", None)
+    cached = getattr(core, "_credentials", None)  # (botocore's cache: no public way to clear it)
+    # (read from the instance: a refreshable one's ``access_key`` is a property that may fetch)
+    held = vars(cached) if cached is not None else {}
+    if PLACEHOLDER_KEY in (held.get("access_key"), held.get("secret_key")):
+        core._credentials = None
+
+
 #: An AWS region as a label of an endpoint's host: us-east-1, eu-central-2, us-gov-west-1, cn-north-1.
 _AWS_REGION = compiled_later(r"[a-z]{2}(?:-[a-z]+)+-\d+")
 

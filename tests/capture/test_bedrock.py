@@ -269,6 +269,35 @@ def test_credentials_fetched_from_a_loopback_container_endpoint_need_not_be_fetc
     _replays_without_and_with_credentials(rec.session_path, srv.url, live, monkeypatch)
 
 
+def test_a_replay_leaves_no_placeholder_credentials_in_boto3s_default_session(
+    store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``boto3.client()`` resolves credentials once, in boto3's default session, and keeps them for
+    the process. A replay sets placeholders for the AWS keys its recording had; a client made inside
+    it cached them, and every client made after the block (a live run, a recording) was signed with
+    the placeholder, a call AWS refuses, not with the keys the environment then had."""
+    _no_credentials(monkeypatch, store)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", RECORD_KEY[0])
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", RECORD_KEY[1])
+    with LocalServer(chat_script=["hello"]) as srv:
+        with forkpoint.record(store=store) as rec:
+            live = _converse(srv.url)
+        monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+        monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+        monkeypatch.setattr(boto3, "DEFAULT_SESSION", None)  # (a fresh one, this test's only)
+        ask = {"modelId": MODEL, "messages": [{"role": "user", "content": [{"text": "hi"}]}]}
+        with forkpoint.replay(rec.session_path) as rp:
+            client = boto3.client("bedrock-runtime", region_name="us-east-1", endpoint_url=srv.url)
+            assert client.converse(**ask)["output"] == live
+        assert rp.report()["reproduced"], rp.report()
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", REPLAY_KEY[0])
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", REPLAY_KEY[1])
+        with forkpoint.record(store=store):
+            boto3.client("bedrock-runtime", region_name="us-east-1", endpoint_url=srv.url).converse(**ask)
+        signed = [r["headers"]["authorization"] for r in srv.requests if "converse" in r["path"]]
+    assert [s.split("Credential=")[1].split("/")[0] for s in signed] == [RECORD_KEY[0], REPLAY_KEY[0]]
+
+
 def test_a_live_call_signed_with_the_served_credentials_is_not_sent_and_says_to_set_credentials(
     store: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
