@@ -115,10 +115,11 @@ def placeholder_env(session: Session) -> dict[str, str]:
 
 def drop_placeholder_env(added: Mapping[str, str]) -> None:
     """Undo, at a replay's end, what :func:`placeholder_env` ``added``: each variable still as it set
-    it is unset, and boto3's default session (``boto3.client()``'s) forgets credentials it resolved
-    to the placeholders. That session resolves them once and keeps them for the process: every
-    client made after the block, by a live run or a recording, was signed with the placeholder (a
-    call AWS refuses) instead of the keys the environment then had."""
+    it is unset, and the SDKs' process-wide clients forget a placeholder they read: boto3's default
+    session (``boto3.client()``'s credentials) and openai's module-level client (``openai.api_key``).
+    Each reads its key once and keeps it for the process: every call after the block, by a live run
+    or a recording, went out with the placeholder (a call the provider refuses) instead of the key
+    the environment then had."""
     for k, v in added.items():
         if os.environ.get(k) == v:
             del os.environ[k]
@@ -128,6 +129,10 @@ def drop_placeholder_env(added: Mapping[str, str]) -> None:
     held = vars(cached) if cached is not None else {}
     if PLACEHOLDER_KEY in (held.get("access_key"), held.get("secret_key")):
         core._credentials = None
+    sdk: Any = sys.modules.get("openai")
+    if getattr(sdk, "api_key", None) == PLACEHOLDER_KEY:
+        sdk.api_key = None
+        sdk._client = None  # (built again, from the environment, at its next call)
 
 
 #: An AWS region as a label of an endpoint's host: us-east-1, eu-central-2, us-gov-west-1, cn-north-1.

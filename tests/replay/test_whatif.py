@@ -718,6 +718,33 @@ def test_policy_live_never_sends_the_placeholder_key(
     assert [f"{var}" in b and "not sent" in b for b in report["network_blocked"]] == [True]
 
 
+def test_a_replay_leaves_no_placeholder_key_in_openais_module_client(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``openai.chat.completions.create`` (the module-level client) is built once, from the
+    environment, and keeps its key in ``openai.api_key`` for the process. Built inside a replay
+    without the recording's key, it kept the placeholder: a live call after the block went out with
+    ``Bearer forkpoint-replay-no-key`` (a 401), though the environment then had a key."""
+    for k in API_KEY_VARS:
+        monkeypatch.delenv(k, raising=False)
+    for name, value in {"api_key": None, "_client": None, "max_retries": 0}.items():
+        monkeypatch.setattr(openai, name, value)  # (a module client of this test's own, undone after)
+    ask: Any = {"model": "demo-model", "messages": [{"role": "user", "content": "hello"}]}
+    with LocalServer(chat_script=["hi", "hi"]) as srv:
+        monkeypatch.setattr(openai, "base_url", srv.url + "/v1/")
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-record-key-123456789")
+        with forkpoint.record(store=tmp_path) as rec:
+            _ask("openai", srv.url, "hello")
+        monkeypatch.delenv("OPENAI_API_KEY")
+        with forkpoint.replay(rec.session_path) as rp:
+            openai.chat.completions.create(**ask)
+        assert rp.report()["reproduced"], rp.report()
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-live-key-123456789")
+        openai.chat.completions.create(**ask)
+        sent = [r["headers"].get("authorization") for r in srv.requests]
+    assert sent == ["Bearer sk-record-key-123456789", "Bearer sk-live-key-123456789"]
+
+
 def test_models_live_without_the_api_key_does_not_say_its_refused_call_was_made_live(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
