@@ -93,7 +93,8 @@ API_KEY_VARS = api_key_vars()
 def placeholder_env(session: Session) -> dict[str, str]:
     """The environment a replay of ``session`` sets where this one leaves it unset, so that an SDK
     starts as it did when recorded: each API-key variable the recording had set (its header's
-    ``api_keys`` and its notes of keys set later; every one for a session that does not say) as
+    ``api_keys`` and its notes of keys set later; for a session that does not say, every one, Azure
+    OpenAI's only where its calls went there) as
     :data:`PLACEHOLDER_KEY` (an SDK refuses to start without its key), and ``AWS_DEFAULT_REGION``
     (the variable botocore reads; it reads no ``AWS_REGION``) as the region of the recorded Bedrock
     calls' hosts (botocore builds no client without a region: a recording that took it from the
@@ -103,8 +104,8 @@ def placeholder_env(session: Session) -> dict[str, str]:
     if isinstance(said, list):
         later = {k for n in session.by_type("note") for k in ((n.get("data") or {}).get("api_keys") or [])}
         keys = [k for k in API_KEY_VARS if k in said or k in later]
-    else:
-        keys = list(API_KEY_VARS)
+    else:  # (Azure OpenAI's beside OpenAI's: openai's module-level client refuses to start)
+        keys = [k for k in API_KEY_VARS if k != "AZURE_OPENAI_API_KEY" or _to_azure_openai(session)]
     out = {k: PLACEHOLDER_KEY for k in keys if not os.environ.get(k)}
     if not os.environ.get("AWS_DEFAULT_REGION"):
         region = _aws_region(session)
@@ -137,6 +138,19 @@ def drop_placeholder_env(added: Mapping[str, str]) -> None:
 
 #: An AWS region as a label of an endpoint's host: us-east-1, eu-central-2, us-gov-west-1, cn-north-1.
 _AWS_REGION = compiled_later(r"[a-z]{2}(?:-[a-z]+)+-\d+")
+
+
+def _to_azure_openai(session: Session) -> bool:
+    """Whether a recorded call went to Azure OpenAI: its host (``*.openai.azure.com``), or what its
+    SDK sends to any endpoint (a deployment's path, an ``api-version``)."""
+    for event in session.by_type("model_call"):
+        url = urlsplit(str((event.get("request") or {}).get("url") or ""))
+        host = (url.hostname or "").lower()
+        if host.endswith(".openai.azure.com") or url.path.startswith("/openai/deployments/"):
+            return True
+        if "api-version=" in url.query:
+            return True
+    return False
 
 
 def _aws_region(session: Session) -> str | None:

@@ -34,6 +34,7 @@ from forkpoint.importers import detect_format, import_file, load_document
 from forkpoint.otel import plan
 from forkpoint.providers import api_key_vars
 from forkpoint.redact import placeholder
+from forkpoint.replay import placeholder_env
 from forkpoint.show import render
 from tests.modelserver import LocalServer, Reply, Route, Stream
 from tests.realdata import CASSETTES, TRAJECTORIES
@@ -849,3 +850,32 @@ def test_an_imported_cassette_claims_no_platform_time_zone_or_keys_of_the_import
     assert rep.returncode == 0 and "replay ok" in rep.stderr, rep.stderr
     assert rep.stdout == "America/New_York ok\n"
     assert "time zone" not in rep.stderr
+
+
+def test_an_imported_cassette_replays_through_openais_module_client(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cassette does not say which API keys its run had set, so a replay sets the placeholder of
+    every key an SDK insists on. It set Azure OpenAI's beside OpenAI's, and openai's module-level
+    client (``openai.chat.completions.create``), seeing both, refused to start: "Ambiguous use of
+    module client". Azure's is set only for a session whose calls went to Azure OpenAI."""
+    for k in api_key_vars():
+        monkeypatch.delenv(k, raising=False)
+    for name, value in {"api_key": None, "_client": None, "max_retries": 0}.items():
+        monkeypatch.setattr(openai, name, value)  # (a module client of this test's own, undone after)
+    monkeypatch.setattr(openai, "base_url", "http://127.0.0.1:9/v1/")
+    path = tmp_path / "cassette.json"
+    path.write_text(json.dumps(_chat_cassette({})))
+    session = import_file(path, store=tmp_path / "store")
+    with forkpoint.replay(session) as rp:
+        answer = openai.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+    assert answer.choices[0].message.content == "ok"
+    assert rp.report()["reproduced"], rp.report()
+    # A cassette of Azure OpenAI's calls (a deployment's path, an api-version) still gets Azure's placeholder.
+    azure = _chat_cassette({})
+    azure["interactions"][0]["request"]["uri"] = (
+        "http://127.0.0.1:9/openai/deployments/d/chat/completions?api-version=1"
+    )
+    (tmp_path / "azure.json").write_text(json.dumps(azure))
+    added = placeholder_env(Session.load(import_file(tmp_path / "azure.json", store=tmp_path / "store")))
+    assert "AZURE_OPENAI_API_KEY" in added
