@@ -453,6 +453,10 @@ class Replayed:
     #: far it got, in words ("before it reached checkpoint seq 7: …"). It never went live, and no
     #: outcome is measured.
     stopped_short: str | None = None
+    #: A fork's run none of whose processes started forkpoint's replay (no report, no mark: its
+    #: command ran no forkpoint, or the replay could not start): it never continued from the
+    #: checkpoint, and no outcome is measured.
+    unreplayed: bool = False
     #: Why the what-if session :attr:`child` is not in its parent's store (a remote store's upload
     #: failed: it stays staged on the machine that ran it, where it says), or None.
     not_stored: str | None = None
@@ -701,12 +705,16 @@ def replay_run(
         if live_from is not None and watch.why and not report and not went_live and child
         else None
     )
+    # (none of a fork's run's processes started forkpoint's replay: `true`, a typo'd script, a replay
+    # that could not start; what it left is the checkpoint's state too)
+    unreplayed = live_from is not None and report is None and not replaying and not unreported
     if (
         outcome is not None
         and not interrupted
         and not stopped_at_divergence
         and not short_of
         and not stopped_short
+        and not unreplayed
         and not (live_from is not None and (unsent_from_checkpoint(report) or idle_from_checkpoint(report)))
     ):
         from .outcome import measure
@@ -786,6 +794,7 @@ def replay_run(
         not_started=not_started,
         stopped=watch.why,
         stopped_short=stopped_short,
+        unreplayed=unreplayed,
         not_stored=not_stored,
     )
 
@@ -1101,8 +1110,8 @@ class Arm:
     running it failed (forkpoint's own exception, a worker that died), so how far it got is unknown;
     ``problem`` when it ran but its run says less than it should: no report, or no log of what it
     printed; ``diverged``, why it never went live: its replayed prefix diverged and it stopped
-    there, or it ended before it reached its checkpoint, or made no call from there on; nothing of
-    the continuation to measure;
+    there, or it ended before it reached its checkpoint, or made no call from there on, or its
+    command never started forkpoint's replay; nothing of the continuation to measure;
     ``not_stored``, why its session is not in the parent's store: measured, but its upload failed,
     and the session is only where it ran)."""
 
@@ -1289,6 +1298,17 @@ def arm_task(spec: dict[str, Any]) -> dict[str, Any]:
                 arm.diverged = "stopped before it went live"
                 arm.problem = (
                     f"stopped: {run.stopped}, {run.stopped_short}, so it never went live (not measured)"
+                )
+            elif run.unreplayed:  # (no outcome was measured: replay_run)
+                arm.diverged = "never replayed"
+                arm.problem = (
+                    (
+                        "; ".join(run.not_started)
+                        or f"its command (exit code {run.exit_code}) never started forkpoint's replay"
+                    )
+                    + f", so it never went live from checkpoint seq {arm.seq} (not measured): is it the recorded agent, "
+                    "with forkpoint installed in its environment?"
+                    + (f" What it printed: {log}" if log.is_file() else "")
                 )
             elif unsent_from_checkpoint(run.report):  # (no outcome was measured: replay_run)
                 from .replay.report import blocked_text

@@ -214,22 +214,32 @@ def test_sweep_verdict_in_words() -> None:
     )
 
 
-def test_an_arm_whose_command_ran_but_never_reported_is_shown_as_run_and_counted(
+def test_an_arm_whose_command_never_started_forkpoint_is_shown_as_run_and_not_measured(
     keeper: Keeper, tmp_path: Path
 ) -> None:
     """An arm whose command exited before forkpoint started in it (exit 9) was shown as "invalid
-    … not run (restore or validation failed)", though every check had passed and it ran, and its
-    outcome was counted in the pass rate all the same."""
+    … not run (restore or validation failed)", though every check had passed and it ran. Its
+    outcome was then counted in the pass rate ("outcome: 1/1 passed", the row only saying "wrote no
+    report"), though it never continued the recorded run from its checkpoint: no process of it left
+    the mark of a replay that started. It is run, and not measured, and its row says why."""
     before = keeper.resumable()[1]
     fork = fork_one_arm(
         keeper, tmp_path, before, "--outcome", "true", "--", "sh", "-c", "echo crashing; exit 9",
     )  # fmt: skip
-    assert fork.returncode == 1, fork.stdout + fork.stderr  # (an arm that exits 9 failed)
+    assert fork.returncode == 1, fork.stdout + fork.stderr
     (row,) = [line for line in fork.stdout.splitlines() if line.startswith("1 ")]
-    assert row.split()[2] == "valid" and " 9 " in row and "pass" in row, fork.stdout
-    assert "wrote no report" in row and "not run" not in fork.stdout, fork.stdout
-    assert "outcome: 1/1 passed" in fork.stdout
-    assert "arm 1: the replayed process wrote no report" in " ".join(fork.stderr.split())
+    assert row.split()[2] == "valid" and " 9 " in row and "pass" not in row, fork.stdout
+    assert "not run" not in fork.stdout, fork.stdout
+    text = " ".join(fork.stdout.split())
+    assert "outcome: no run measured; 1 arm(s) never went live (not measured)" in text, text
+    said = " ".join(fork.stderr.split())
+    assert (
+        f"arm 1: its command (exit code 9) never started forkpoint's replay, so it never went live from "
+        f"checkpoint seq {before} (not measured): is it the recorded agent, with forkpoint installed in its "
+        "environment?"
+    ) in said, said
+    (arm,) = arms_of_store(keeper)
+    assert outcome_of(arm) is None
     assert (tmp_path / "arms" / "arm-1.log").read_text() == "crashing\n"
     # (one arm runs alone: "1 arm on local (2 at a time)" said otherwise)
     assert "forkpoint: 1 arm on local\n" in fork.stderr, fork.stderr
@@ -452,7 +462,7 @@ def test_a_fork_whose_arm_ran_no_forkpoint_fails_as_sweep_does(keeper: Keeper, t
         keeper, tmp_path, before, "--", "true",
     )  # fmt: skip
     assert fork.returncode == 1, fork.stdout + fork.stderr
-    assert "wrote no report" in " ".join(fork.stdout.split())
+    assert "never started forkpoint's replay" in " ".join(fork.stdout.split()), fork.stdout
     # A Python command starts forkpoint, reports, and exits 0, but asked for none of the recorded
     # calls before the checkpoint: it never went live. fork said so and exited 0.
     fork = forkpoint_cli(
@@ -498,7 +508,7 @@ def test_an_arm_that_ended_is_not_waited_for_past_what_it_left_running(
     folder; with one, the row said the program "ran longer than its timeout". What it left running
     is stopped soon after it ended, and its outcome measured on what the program left."""
     before = keeper.resumable()[1]
-    left = "echo started; (sleep 30; echo late > late.txt) & exit 0"
+    left = f"echo started; {shlex.join(keeper.agent)}; (sleep 30; echo late > late.txt) & exit 0"
     fork = fork_one_arm(
         keeper, tmp_path, before, "--outcome", "test ! -e late.txt", "--", "sh", "-c", left,
     )  # fmt: skip
@@ -937,10 +947,14 @@ def test_an_arm_that_drifted_under_fifo_and_ended_before_its_checkpoint_is_not_m
     )
 
 
-def test_sweep_says_which_measured_arms_wrote_no_report(keeper: Keeper, tmp_path: Path) -> None:
+def test_sweep_does_not_measure_arms_whose_command_started_no_forkpoint(
+    keeper: Keeper, tmp_path: Path
+) -> None:
     """A command that is not the agent and starts no forkpoint (``true``, a typo'd script) writes no
-    replay report: its arms are measured (nothing tells them from a program that left through
-    os._exit), but sweep showed 100% from every checkpoint, exited 1, and said nothing of why."""
+    replay report: sweep showed 100% from every checkpoint and called the last one recoverable, from
+    arms that never replayed anything. No process of them marked that its replay started: they are
+    not measured, and sweep says why. An arm whose replay started and that was killed before it wrote
+    its report is measured, and sweep says it wrote none."""
     out = forkpoint_cli(
         keeper, "sweep", keeper.session.id, "--store", str(keeper.store), "--arms", "1", "--jobs", "1",
         "--to", str(keeper.resumable()[1]), "--outcome", "true", "--into", str(tmp_path / "sweep"),
@@ -948,8 +962,23 @@ def test_sweep_says_which_measured_arms_wrote_no_report(keeper: Keeper, tmp_path
     )  # fmt: skip
     text = " ".join(out.stdout.split())
     assert out.returncode == 1, out.stdout + out.stderr
-    assert "2 measured arm(s) wrote no replay report, so nothing says they ran the recorded agent" in text
-    assert "pass (the replayed process wrote no report" in " ".join(out.stderr.split()), out.stderr
+    assert "no arm was measured, from any checkpoint: nothing says whether the run was recoverable" in text, (
+        text
+    )
+    assert (
+        "2 arm(s) never went live (not measured): its command (exit code 0) never started forkpoint's" in text
+    )
+    assert "wrote no replay report" not in text, text
+    killed = forkpoint_cli(
+        keeper, "sweep", keeper.session.id, "--store", str(keeper.store), "--arms", "1", "--jobs", "1",
+        "--to", str(keeper.resumable()[0]), "--outcome", "true", "--into", str(tmp_path / "killed"),
+        "--", "python", "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)", cwd=tmp_path,
+    )  # fmt: skip
+    text = " ".join(killed.stdout.split())
+    assert killed.returncode == 1, killed.stdout + killed.stderr
+    assert "1 measured arm(s) wrote no replay report, so nothing says they ran the recorded agent" in text, (
+        text
+    )
 
 
 def test_a_fork_says_its_arms_replay_a_prefix_that_ran_tools_the_recording_lacks(tmp_path: Path) -> None:
