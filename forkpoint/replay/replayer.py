@@ -661,6 +661,9 @@ class Replayer:
         #: clock thousands of times does not make each read look at every one before it).
         self._caller_tasks: dict[int, dict[threading.Thread, dict[int, Any]]] = {}
         self.used: list[int] = []
+        #: Tool calls taken whose result was not recorded (no stored form): the program was handed
+        #: nothing of them (:meth:`diverged`), so they are not among those served.
+        self.unservable: list[int] = []
         # Served by the other processes of this replay (a recording made by several processes).
         self.ledger = ledger
         self.started = time.time()  # orders the reports of a replay's processes (merge_reports)
@@ -919,6 +922,9 @@ class Replayer:
                 report["call"] = call
         self._count_models(report)
         with self._lock:
+            if kind == "tool_call" and "unrecorded" in event and event.get("seq") in self.used:
+                self.used.remove(event["seq"])
+                self.unservable.append(event["seq"])
             if self.divergence is None:
                 self.divergence = report
                 self._wake()
@@ -1810,7 +1816,12 @@ class Replayer:
         # Recorded calls of a kind served from the session that the run never asked for: it ended
         # early, which is as much a failure to reproduce as a divergence. (Live kinds, and anything
         # after a divergence the policy went live on, are expected to leave recorded calls unused.)
-        unserved = [e["seq"] for e in unused if self._expected(e) and not self.gone_live]
+        # (a call asked for whose result was not stored was not served, but it was not skipped either)
+        unserved = [
+            e["seq"]
+            for e in unused
+            if self._expected(e) and not self.gone_live and e["seq"] not in self.unservable
+        ]
         end = self._session.end()
         return conclude(
             {
@@ -1820,6 +1831,7 @@ class Replayer:
                 "processes": 1,
                 "process_started": self.started,
                 "served": sorted(self.used),
+                "unservable": sorted(self.unservable),
                 "covered": sorted(self.covered),
                 "unserved": unserved,
                 "matched": len(taken),

@@ -534,6 +534,11 @@ def summary_line(report: dict[str, Any]) -> str:
             f"; connections refused on loopback: {', '.join(report['loopback_refused'])} (nothing listened "
             "there in the replay's network namespace, which the host's own services are out of)"
         )
+    if unservable := report.get("unservable"):
+        extra += (
+            f"; asked for but served nothing, as the result had no stored form when recorded: "
+            f"{plural(len(unservable), 'tool call')} (seq {', '.join(map(str, unservable))})"
+        )
     if report.get("covered"):
         extra += f"; {plural(len(report['covered']), 'call')} served inside the tool calls that made them"
     if report.get("overrides"):
@@ -658,6 +663,7 @@ def merge_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
             **first,
             "processes": len(reports),
             "served": served,
+            "unservable": sorted(set().union(*(r.get("unservable") or [] for r in reports)) - set(served)),
             "covered": covered,
             "unserved": unserved,
             "matched": len(served) + len(covered),

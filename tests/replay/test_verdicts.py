@@ -27,7 +27,14 @@ import forkpoint
 from forkpoint.capture import tools as tools_mod
 from forkpoint.html import view_model
 from forkpoint.log import Session
-from forkpoint.replay import EXIT_DIVERGENCE, conclude, format_divergence, summary_line, verdict
+from forkpoint.replay import (
+    EXIT_DIVERGENCE,
+    conclude,
+    format_divergence,
+    merge_reports,
+    summary_line,
+    verdict,
+)
 from forkpoint.show import render
 from tests.modelserver import LocalServer, json_reply
 
@@ -96,6 +103,48 @@ def test_a_replay_that_raises_where_the_recording_did_not_is_not_reproduced(stor
         step()
         raise AssertionError
     assert "it raised an uncaught AssertionError (the recording did not)" in rp.report()["ending"]
+
+
+def test_a_tool_call_whose_result_was_not_stored_is_not_counted_as_served(store: Path) -> None:
+    """A tool whose result had no stored form (recording said so): the replay diverges there, handing
+    the program nothing of it, yet the call was counted among those served ("2/3 events matched",
+    ``served`` [1, 2]). It is counted as not served, and said; the call after it, never asked for, is
+    still the only one unserved."""
+
+    class Opaque:  # no stored form: the call is written without its result
+        pass
+
+    @forkpoint.tool
+    def make() -> Opaque:
+        return Opaque()
+
+    @forkpoint.tool
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    def run() -> None:
+        add(1, 2)
+        make()
+        add(3, 4)
+
+    with forkpoint.record(store=store) as rec:
+        run()
+    unstored = Session.load(rec.session_path).by_type("tool_call")[1]["seq"]
+    with pytest.raises(forkpoint.Divergence), forkpoint.replay(rec.session_path) as rp:
+        run()
+    report = rp.report()
+    assert unstored not in report["served"] and report["unservable"] == [unstored], report
+    assert report["matched"] == 1 and unstored in report["unused"], report
+    assert report["unserved"] == [unstored + 1], report
+    said = summary_line(report)
+    assert said.startswith("replay DIVERGED: 1/3 events matched"), said
+    # (a replay of several processes: one that could serve nothing of it serves it no more than this one)
+    merged = merge_reports([report, {**report, "served": [], "unservable": [], "matched": 0}])
+    assert merged["unservable"] == [unstored] and merged["matched"] == 1, merged
+    assert (
+        f"asked for but served nothing, as the result had no stored form when recorded: 1 tool call (seq {unstored})"
+        in said
+    ), said
 
 
 def test_a_replay_that_skipped_recorded_calls_and_went_on_is_not_said_to_have_ended_early(
