@@ -12,8 +12,9 @@ calls and tool-call ids of the request), parameters, the response text and tool 
 HTTP details and the raw stream chunks; a stream player that re-renders the assistant text chunk by
 chunk with the recorded timing (speed adjustable); tool calls with arguments and result or error;
 checkpoints (boundary, source tree and changed files, workspace files, carried context); notes;
-outcomes; the end; and, when fork arms of the session measured an outcome (``forkpoint sweep``),
-the pass rate by checkpoint with its 95 % intervals and where the run became unrecoverable. For a what-if session: the parent, the replay options, each event's source (replay, override,
+outcomes; the end; and, when fork arms of the session were given an outcome command (``forkpoint sweep``),
+the pass rate by checkpoint with its 95 % intervals, where the run became unrecoverable, and why
+each arm that measured nothing did not. For a what-if session: the parent, the replay options, each event's source (replay, override,
 live), and where the run diverged from its parent (from a replay report when given, else from
 :func:`forkpoint.diff.diff_sessions` against the parent when it is in the same store).
 
@@ -569,21 +570,26 @@ def view_model(
 
 
 def _sweep(session: Session) -> dict[str, Any] | None:
-    """The pass rate by checkpoint of the session's fork arms that measured an outcome, if any: of
+    """The pass rate by checkpoint of the session's fork arms given an outcome command, if any: of
     the latest fork or sweep's (the arms of another measured something else, or the same of other
-    code, and are left out, said in ``note``)."""
-    measured = [arm for arm in arms_of(session) if arm[1] is not None]
-    if not measured:
+    code, and are left out, said in ``note``). An arm that measured nothing is drawn outside the
+    rate, its why in its point's ``not_measured``."""
+    given = [arm for arm in arms_of(session) if arm[1] is not None or arm[3] is not None]
+    if not given:
         return None
-    latest = measured[-1][2]
-    arms = [(seq, passed) for seq, passed, experiment in measured if experiment == latest]
+    latest = given[-1][2]
+    arms = [(seq, passed, why) for seq, passed, experiment, why in given if experiment == latest]
     turns = {c["seq"]: c.get("turn") for c in session.by_type("checkpoint")}
-    drawn = by_checkpoint(arms, turns)
-    others = {experiment for _, _, experiment in measured if experiment != latest}
+    drawn = by_checkpoint(
+        [(seq, passed) for seq, passed, _ in arms],
+        turns,
+        [(seq, why) for seq, _, why in arms if why is not None],
+    )
+    others = {experiment for _, _, experiment, _ in given if experiment != latest}
     if others:
         drawn["note"] = (
             f"The arms of the latest fork or sweep ({' '.join(latest[0])}, outcome {latest[1]}); "
-            f"{len(measured) - len(arms)} arm(s) of {len(others)} other fork(s) or sweep(s) are left out."
+            f"{len(given) - len(arms)} arm(s) of {len(others)} other fork(s) or sweep(s) are left out."
         )
     return drawn
 

@@ -735,6 +735,32 @@ def replay_run(
         from .record import read_back, tally_into
         from .replay.whatif import end_divergence
 
+        if outcome is not None and measured is None:
+            from .outcome import NOT_MEASURED
+
+            # (kept in the run's session: the parent's page draws an arm that measured nothing, and why)
+            why = (
+                "its replayed prefix diverged"
+                if stopped_at_divergence
+                else "it ended before it reached its checkpoint"
+                if short_of
+                else f"stopped: {watch.why}, {stopped_short}"
+                if stopped_short
+                else "its command never started forkpoint's replay"
+                if unreplayed
+                else "its first call from its checkpoint was not sent"
+                if unsent_from_checkpoint(report)
+                else "it made no call from its checkpoint on"
+                if idle_from_checkpoint(report)
+                else f"stopped: {watch.why}"  # (interrupted while it or its outcome command ran)
+            )
+            child.writer.append(
+                {
+                    "type": "note",
+                    "text": f"outcome not measured: {why}",
+                    "data": {NOT_MEASURED: why, "command": outcome.command},
+                }
+            )
         tally_into(child, read_back(child.path)[0])  # (calls no single recorder tallied)
         child.end(
             code,

@@ -35,6 +35,9 @@ if TYPE_CHECKING:  # the CLI reads DEFAULT_TIMEOUT while it starts: keep this mo
 OUTPUT_KEPT = 2000
 #: Seconds an outcome command may run before it is stopped and counted as a failure.
 DEFAULT_TIMEOUT = 600.0
+#: The key of the ``note`` a run given an outcome command writes when it measured nothing (a fork's
+#: arm that never went live, one stopped or interrupted): why, in words, beside the ``command``.
+NOT_MEASURED = "outcome_not_measured"
 #: z for a two-sided 95% interval.
 Z95 = 1.959963984540054
 
@@ -207,11 +210,17 @@ def rate_of(passes: Iterable[bool | None]) -> Rate:
     return Rate(sum(1 for p in measured if p), len(measured))
 
 
-def by_checkpoint(arms: Iterable[tuple[int, bool | None]], turns: dict[int, Any]) -> dict[str, Any]:
+def by_checkpoint(
+    arms: Iterable[tuple[int, bool | None]],
+    turns: dict[int, Any],
+    not_measured: Iterable[tuple[int, str]] = (),
+) -> dict[str, Any]:
     """The pass rate by checkpoint of a sweep, from ``(checkpoint seq, passed)`` per arm (None: the
-    arm did not run, e.g. its checkpoint did not validate) and the checkpoints' ``turns`` by seq.
+    arm did not run, e.g. its checkpoint did not validate, or it measured nothing) and the
+    checkpoints' ``turns`` by seq; ``not_measured``: ``(checkpoint seq, why)`` of each arm that ran
+    and measured nothing, said in its point.
 
-    Returns ``{"points": [{"seq", "turn", "arms", **Rate.to_json()}...] (by seq),
+    Returns ``{"points": [{"seq", "turn", "arms", "not_measured", **Rate.to_json()}...] (by seq),
     "unrecoverable_from": seq | None, "last_recoverable": seq | None}``: the run became
     unrecoverable at the first measured checkpoint from which no arm, of that checkpoint or any
     later one, passed; the last recoverable checkpoint is the latest one where an arm passed.
@@ -219,10 +228,21 @@ def by_checkpoint(arms: Iterable[tuple[int, bool | None]], turns: dict[int, Any]
     grouped: dict[int, list[bool | None]] = {}
     for seq, passed in arms:
         grouped.setdefault(seq, []).append(passed)
+    whys: dict[int, list[str]] = {}
+    for seq, why in not_measured:
+        whys.setdefault(seq, []).append(why)
     points = []
     for seq in sorted(grouped):
         rate = rate_of(grouped[seq])
-        points.append({"seq": seq, "turn": turns.get(seq), "arms": len(grouped[seq]), **rate.to_json()})
+        points.append(
+            {
+                "seq": seq,
+                "turn": turns.get(seq),
+                "arms": len(grouped[seq]),
+                "not_measured": whys.get(seq, []),
+                **rate.to_json(),
+            }
+        )
     measured = [p for p in points if p["ran"]]
     passing = [p["seq"] for p in measured if p["passed"]]
     last = passing[-1] if passing else None
@@ -230,17 +250,19 @@ def by_checkpoint(arms: Iterable[tuple[int, bool | None]], turns: dict[int, Any]
     return {"points": points, "last_recoverable": last, "unrecoverable_from": after[0] if after else None}
 
 
-def arms_of(session: Session) -> list[tuple[int, bool | None, tuple[Any, ...]]]:
-    """``(checkpoint seq, passed, experiment)`` of every fork arm of ``session`` found beside it in
-    its store (sessions whose header names it as parent, with a checkpoint seq), oldest first;
-    passed is None for an arm without an outcome; ``experiment`` tells arms of one fork or sweep
+def arms_of(session: Session) -> list[tuple[int, bool | None, tuple[Any, ...], str | None]]:
+    """``(checkpoint seq, passed, experiment, why not measured)`` of every fork arm of ``session``
+    found beside it in its store (sessions whose header names it as parent, with a checkpoint seq),
+    oldest first; passed is None for an arm without an outcome, and why is said when its outcome
+    command could not run or it measured nothing (:data:`NOT_MEASURED`), None when it was measured
+    or given no outcome command; ``experiment`` tells arms of one fork or sweep
     from another's: the id they share (recorded since arms have one: two forks of the same command
     may have run other code or another environment) with their command, outcome command,
     overrides and divergence policy. None at all for a session that is not in a store (a cassette)."""
     from .log import Session
     from .store import is_store, open_store
 
-    out: list[tuple[int, bool | None, tuple[Any, ...]]] = []
+    out: list[tuple[int, bool | None, tuple[Any, ...], str | None]] = []
     if not is_store(session.path.parent):
         return out
     try:
@@ -261,17 +283,23 @@ def arms_of(session: Session) -> list[tuple[int, bool | None, tuple[Any, ...]]]:
             path = store.fetch(row.session_id)
             if path is None:
                 continue
-            found = outcome_of(Session.load(path, share_lists=True))
+            arm = Session.load(path, share_lists=True)
         except SessionError:
             continue
+        found = outcome_of(arm)
+        unmeasured = next(
+            (n.get("data") or {} for n in arm.by_type("note") if NOT_MEASURED in (n.get("data") or {})), {}
+        )
         replay = row.header.get("replay") or {}
         overrides = replay.get("overrides") or []
         experiment = (
             tuple(map(str, row.header.get("argv") or [])),
-            str(found.get("command")) if found is not None else None,
+            str(found.get("command")) if found is not None else unmeasured.get("command"),
             tuple(map(str, overrides)) if isinstance(overrides, list) else (),
             str(replay.get("on_divergence")),
             replay.get("experiment"),
         )
-        out.append((seq, found["passed"] if found is not None else None, experiment))
+        why = found.get("reason") if found is not None else unmeasured.get(NOT_MEASURED)
+        passed = found["passed"] if found is not None else None
+        out.append((seq, passed, experiment, why if passed is None else None))
     return out

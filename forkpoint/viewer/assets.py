@@ -422,6 +422,13 @@ JS = r"""
       ", though no arm passed from " + dead.map(function (p) { return "#" + p.seq; }).join(", ") + ".";
   }
 
+  // Why a checkpoint's arms that ran measured nothing: each reason once, with how many arms gave it.
+  function unmeasuredWhy(p) {
+    var counts = new Map();
+    (p.not_measured || []).forEach(function (w) { counts.set(w, (counts.get(w) || 0) + 1); });
+    return Array.from(counts, function (e) { return e[0] + (e[1] > 1 ? " (" + e[1] + " arms)" : ""); }).join("; ");
+  }
+
   function sweepPanel() {
     var sw = DATA.sweep;
     if (!sw || !sw.points || !sw.points.length) return null;
@@ -431,12 +438,16 @@ JS = r"""
         ? "No arm passed from any checkpoint: unrecoverable from #" + sw.unrecoverable_from + " on."
         : "The run became unrecoverable between #" + sw.last_recoverable + " and #" + sw.unrecoverable_from + ": no arm from there on passed.");
     var chart = h("div", { class: "sweep-chart", id: "sweep-chart" });
+    var whys = h("ul", { class: "small muted", id: "sweep-unmeasured" });
     sw.points.forEach(function (p) {
       var measured = p.ran > 0;
+      var why = unmeasuredWhy(p);
+      if (why) add(whys, h("li", { text: "#" + p.seq + ": not measured: " + why }));
       var cls = "sweep-col" + (!measured ? " unmeasured" : p.passed === 0 ? " dead" : "") + (p.seq === sw.unrecoverable_from ? " turning" : "");
       // (an arm that ran and never went live from its checkpoint is not measured: said, not counted)
       var tip = "checkpoint #" + p.seq + " (turn " + p.turn + "): " + (measured ? p.passed + "/" + p.ran + " arms passed, 95% CI " + Math.round(100 * p.low) + "–" + Math.round(100 * p.high) + " %" +
-        (p.arms > p.ran ? "; " + (p.arms - p.ran) + " more arm(s) not measured, left out" : "") : "no arm measured");
+        (p.arms > p.ran ? "; " + (p.arms - p.ran) + " more arm(s) not measured, left out" + (why ? ": " + why : "") : "") :
+        "no arm measured" + (why ? ": " + why : ""));
       var plot = h("div", { class: "sweep-plot" });
       var bar = h("div", { class: "sweep-bar" });
       bar.style.height = (measured ? 100 * p.rate : 0) + "%";
@@ -456,7 +467,7 @@ JS = r"""
       h("div", { class: "small", id: "sweep-verdict", text: verdict }),
       sw.note ? h("div", { class: "small", id: "sweep-note", text: sw.note }) : null,
       h("div", { class: "small muted", text: "Arms forked from each resumable checkpoint and continued live; bar: pass rate of the arms measured, whisker: its 95% interval." }),
-      chart);
+      chart, whys.childNodes.length ? whys : null);
   }
 
   // ------------------------------------------------------------------ overview strip

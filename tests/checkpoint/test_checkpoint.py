@@ -2122,7 +2122,8 @@ def test_an_arm_that_made_no_call_from_its_checkpoint_is_not_measured(tmp_path: 
         page = tmp_path / "sweep.html"
         sweep = run("sweep", parent.id, "--store", str(store), "--to", str(first), "--arms", "2",
                     "--into", str(tmp_path / "sweep"), "--outcome", "true", "--html", str(page), "--", *nothing)  # fmt: skip
-        assert view_model(parent)["sweep"] is None  # (no arm of the store measured anything)
+        # (no arm of the store measured anything: the page draws the sweep's arms, and why)
+        unmeasured = view_model(parent)["sweep"]
         live = run("fork", f"{parent.id}@{first}", "--store", str(store), "--into", str(tmp_path / "live"),
                    "--outcome", "true", "--", *agent)  # fmt: skip
     said, text = " ".join(fork.stderr.split()), " ".join(fork.stdout.split())
@@ -2146,6 +2147,14 @@ def test_an_arm_that_made_no_call_from_its_checkpoint_is_not_measured(tmp_path: 
     drawn = json.loads(embedded.group(1))["sweep"]
     assert [(p["seq"], p["passed"], p["ran"]) for p in drawn["points"]] == [(first, 0, 0)]
     assert drawn["last_recoverable"] is None
+    (point,) = drawn["points"]
+    assert [why.split(" (exit code")[0] for why in point["not_measured"]] == [
+        f"the command made no call from checkpoint seq {first} on"
+    ] * 2, point
+    assert [(p["seq"], p["ran"], p["not_measured"]) for p in unmeasured["points"]] == [
+        (first, 0, ["it made no call from its checkpoint on"] * 2)
+    ], unmeasured
+    assert "1 arm(s) of 1 other fork(s) or sweep(s) are left out" in unmeasured["note"], unmeasured
     drawn = view_model(parent)["sweep"]
     assert drawn is not None and [(p["seq"], p["passed"], p["ran"]) for p in drawn["points"]] == [
         (first, 1, 1)

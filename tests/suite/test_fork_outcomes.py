@@ -909,6 +909,35 @@ def test_the_page_draws_the_latest_experiments_arms_not_every_arms_pool(
     ]
 
 
+def test_the_page_draws_the_arms_that_ran_and_measured_nothing_and_why(
+    keeper: Keeper, tmp_path: Path
+) -> None:
+    """``show --html`` of the parent drew only the arms with an outcome: an arm that ran and measured
+    nothing (here its command never started forkpoint's replay) was left out without a word, and a
+    fork none of whose arms measured anything had no section at all. Each arm forked with an outcome
+    command is drawn, the ones that measured nothing outside the rate, with why."""
+    before = keeper.resumable()[1]
+    marker = tmp_path / "first-arm-ran"
+    # (arms run one at a time: the first exits before it starts the agent, the second runs it)
+    cmd = f"if [ -e {marker} ]; then exec {shlex.join(keeper.agent)}; else touch {marker}; exit 9; fi"
+    fork = forkpoint_cli(
+        keeper, "fork", f"{keeper.session.id}@{before}", "--arms", "2", "--jobs", "1", "--into",
+        str(tmp_path / "arms"), "--store", str(keeper.store), "--outcome", "true", "--", "sh", "-c", cmd,
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert "outcome: 1/1 passed (100%, 95% CI 21%–100%); 1 arm(s) never went live" in fork.stdout, fork.stdout
+    (point,) = view_model(keeper.session)["sweep"]["points"]
+    assert (point["seq"], point["arms"], point["ran"], point["passed"]) == (before, 2, 1, 1), point
+    assert point["not_measured"] == ["its command never started forkpoint's replay"], point
+    # A fork none of whose arms measured anything is drawn too.
+    (tmp_path / "none").mkdir()
+    fork = fork_one_arm(keeper, tmp_path / "none", before, "--outcome", "true", "--", "true")
+    assert "outcome: no run measured" in fork.stdout, fork.stdout
+    (point,) = view_model(keeper.session)["sweep"]["points"]
+    assert (point["arms"], point["ran"]) == (1, 0), point
+    assert point["not_measured"] == ["its command never started forkpoint's replay"], point
+
+
 def test_an_outcome_command_that_leaves_a_process_running_is_measured_by_its_exit(tmp_path: Path) -> None:
     """A command that started something in the background holding its output open (a test runner's
     server) was waited for until its timeout, then counted a failure: "timed out after 600 s"."""

@@ -361,6 +361,22 @@ def test_the_sweep_says_which_arms_were_not_measured(pages: Pages, browser: Brow
     tip = page.locator(f'.sweep-col[data-seq="{seqs[0]}"]').get_attribute("title")
     assert tip is not None and tip.startswith(f"checkpoint #{seqs[0]} (turn 1): 1/1 arms passed, 95% CI"), tip
     assert tip.endswith("; 1 more arm(s) not measured, left out"), tip
+    assert page.locator("#sweep-unmeasured").count() == 0  # (no why given: none listed)
+    # Each arm that ran and measured nothing is drawn with why: in the tip, and listed under the chart.
+    why = "its command never started forkpoint's replay"
+    some = by_checkpoint([(seqs[0], True), (seqs[0], None), (seqs[1], None), (seqs[1], None)], turns, [
+        (seqs[0], why), (seqs[1], why), (seqs[1], why)
+    ])  # fmt: skip
+    page = browser.open(write_html(pages.session, tmp_path / "why.html", sweep=some))
+    tip = page.locator(f'.sweep-col[data-seq="{seqs[0]}"]').get_attribute("title")
+    assert tip is not None and tip.endswith(f"; 1 more arm(s) not measured, left out: {why}"), tip
+    assert page.locator(f'.sweep-col[data-seq="{seqs[1]}"]').get_attribute("title") == (
+        f"checkpoint #{seqs[1]} (turn 2): no arm measured: {why} (2 arms)"
+    )
+    assert page.locator("#sweep-unmeasured li").all_inner_texts() == [
+        f"#{seqs[0]}: not measured: {why}",
+        f"#{seqs[1]}: not measured: {why} (2 arms)",
+    ]
 
 
 @pytest.mark.slow
