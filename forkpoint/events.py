@@ -251,6 +251,20 @@ class Emitted(TypedDict, total=False):
     inner: bool
 
 
+class ToolInstance(TypedDict):
+    """Which object (a bound method's ``self``) made a tool call, of the objects whose method is
+    that function: kept once more than one of them made calls in the run (one object's calls are
+    recorded without it), so that a replay serves each object its own calls."""
+
+    #: The object's ordinal, in the order of the objects' first calls: calls without one are the 1st's (0).
+    n: int
+    #: A short hash of the object's plain attributes (str, int, float, bool, None), scrubbed, as
+    #: they were at its first call: what tells it apart in another run.
+    fp: str
+    #: On the first call of the second object: the first one's ``fp``.
+    first: NotRequired[str]
+
+
 class ToolCallEvent(_Common, total=False):
     """One call of a function the agent uses as a tool: arguments in, result or exception out.
     ``mcp`` is there for a request to an MCP server."""
@@ -276,6 +290,8 @@ class ToolCallEvent(_Common, total=False):
     #: functions recorded under one name, with identical arguments, are each served their own calls
     #: first (:meth:`forkpoint.replay.Replayer.take_tool_call`).
     function: str
+    #: The object the method ``function`` was called on, once more than one was (:class:`ToolInstance`).
+    instance: ToolInstance
     key: str
     mcp: McpCall
     #: What the tool's body emitted besides its result while it ran, in order, through a channel

@@ -84,9 +84,11 @@ class Serving(Runtime, Protocol):
         call_id: str | None = None,
         mcp: McpCall | None = None,
         function: str | None = None,
+        instance: str | None = None,
     ) -> tuple[ToolCallEvent, int] | None:
         """The recorded tool call and its position among this run's tool calls, or None to run the
-        tool live (``mcp``: where it went, a request to an MCP server). Raises
+        tool live (``mcp``: where it went, a request to an MCP server; ``instance``: the fingerprint
+        of the object a method was called on). Raises
         :class:`~forkpoint.errors.Divergence`."""
 
     def take_value(self, fn: str, args: list[Any] | None = None) -> ValueEvent | None:

@@ -38,6 +38,7 @@ import collections
 import contextlib
 import contextvars
 import functools
+import hashlib
 import inspect
 import json
 import math
@@ -61,6 +62,7 @@ from ..events import (
     ErrorRecord,
     McpCall,
     ToolCallEvent,
+    ToolInstance,
     UnrecordedResult,
     cancelled,
     error_record,
@@ -722,9 +724,10 @@ class _ToolCall:
         call_id: str | None = None,
         emitted: list[Emitted] | None = None,
         function: str | None = None,
+        instance: ToolInstance | None = None,
     ) -> None:
         self.name, self.args, self.mcp, self.call_id, self.emitted = name, args, mcp, call_id, emitted
-        self.function = function
+        self.function, self.instance = function, instance
         rt = runtime.active()
         self.sent = runtime.next_sent(rt) if rt is not None else None
         self.caller = runtime.caller()
@@ -790,6 +793,8 @@ class _ToolCall:
                 event["call_id"] = self.call_id
             if self.function is not None:
                 event["function"] = self.function
+            if self.instance is not None:
+                event["instance"] = self.instance
             if self.emitted:
                 event["emitted"] = scrub_json(list(self.emitted))
             if error is not None:
@@ -1189,11 +1194,18 @@ def _replayed(
     call_id: str | None,
     mcp: McpCall | None,
     function: str | None,
+    instance: Instance | None,
 ) -> _Served | None:
     """The recorded call to serve, or None when the replayer says to run it for real."""
     serving = cast(runtime.Serving, rt)
     taken = serving.take_tool_call(
-        name, args, defaulted=defaulted, call_id=call_id, mcp=mcp, function=function
+        name,
+        args,
+        defaulted=defaulted,
+        call_id=call_id,
+        mcp=mcp,
+        function=function,
+        instance=instance[0] if instance else None,
     )
     return None if taken is None else _Served(serving, taken[0], taken[1])
 
@@ -1210,6 +1222,7 @@ def call_tool(
     emitted: list[Emitted] | None = None,
     replayed: Callable[[ToolCallEvent], None] | None = None,
     function: str | None = None,
+    instance: Instance | None = None,
 ) -> Any:
     """Run one tool call through forkpoint: the building block of :func:`tool` and of the framework
     integrations (:mod:`forkpoint.integrations`).
@@ -1230,14 +1243,20 @@ def call_tool(
     the call, it is filled with the recorded entries, rebuilt, and ``replayed`` is called with the
     recorded event, in the call's turn, before its result is handed back: to emit them again.
     ``function``: the ``module:qualname`` of the function a wrapper runs (:func:`function_name`),
-    recorded with the call, by which a replay tells two functions of one tool name apart.
+    recorded with the call, by which a replay tells two functions of one tool name apart;
+    ``instance``: the object a method was called on (:func:`instance_of`), by which it tells that
+    function's objects apart.
     """
     rt = runtime.active()
     if rt is None:
         return body()
     call_id = _taken_id(call_id, mcp)
     emitted, replayed = _take_handed(emitted, replayed)
-    served = _replayed(rt, name, args, defaulted, call_id, mcp, function) if rt.mode == "replay" else None
+    served = (
+        _replayed(rt, name, args, defaulted, call_id, mcp, function, instance)
+        if rt.mode == "replay"
+        else None
+    )
     if served is not None:
         served.wait()
         if emitted is not None:
@@ -1245,7 +1264,8 @@ def call_tool(
         if replayed is not None:
             replayed(served.event)
         body = served.value
-    call = _ToolCall(name, args, mcp, call_id, emitted, function) if served is None else None
+    kept = instance[1] if instance else None
+    call = _ToolCall(name, args, mcp, call_id, emitted, function, kept) if served is None else None
     # A tool run live in a replay: its connections are allowed.
     live = runtime.running_live_tool.set(rt.mode == "replay") if call is not None else None
     try:
@@ -1274,6 +1294,7 @@ async def acall_tool(
     call_id: str | None = None,
     emitted: list[Emitted] | None = None,
     function: str | None = None,
+    instance: Instance | None = None,
 ) -> Any:
     """:func:`call_tool` for a tool whose body is a coroutine function; ``replayed`` is awaited."""
     rt = runtime.active()
@@ -1281,7 +1302,11 @@ async def acall_tool(
         return await body()
     call_id = _taken_id(call_id, mcp)
     emitted, handed = _take_handed(emitted, replayed)
-    served = _replayed(rt, name, args, defaulted, call_id, mcp, function) if rt.mode == "replay" else None
+    served = (
+        _replayed(rt, name, args, defaulted, call_id, mcp, function, instance)
+        if rt.mode == "replay"
+        else None
+    )
     if served is not None:
         await served.await_turn()
         error = served.event.get("error")
@@ -1292,7 +1317,8 @@ async def acall_tool(
         if handed is not None and inspect.isawaitable(done := handed(served.event)):
             await done
         body = served.avalue
-    call = _ToolCall(name, args, mcp, call_id, emitted, function) if served is None else None
+    kept = instance[1] if instance else None
+    call = _ToolCall(name, args, mcp, call_id, emitted, function, kept) if served is None else None
     live = runtime.running_live_tool.set(rt.mode == "replay") if call is not None else None
     try:
         with call.running() if call is not None else contextlib.nullcontext():
@@ -1352,6 +1378,76 @@ def _watched(tool: str, fn: Any = None) -> bool:
     while recording, until one was said."""
     rt = runtime.active()
     return rt is not None and rt.mode == "record" and _said_as(tool, fn) not in _changes_said.get(rt, ())
+
+
+#: Of a method's call (:func:`instance_of`): its object's fingerprint, and what a recording keeps of
+#: the object (None while only one object of the function made calls).
+Instance = tuple[str, ToolInstance | None]
+
+
+class _Objects:
+    """The objects one function was called on as a method in a run (:func:`instance_of`)."""
+
+    def __init__(self) -> None:
+        #: By id, while the object lives: its ordinal and fingerprint.
+        self.by_id: dict[int, tuple[int, str]] = {}
+        #: The fingerprints of the objects, in the order of their first calls.
+        self.fps: list[str] = []
+
+
+#: Per run, the objects each function (``module:qualname``) was called on as a method.
+_instances: weakref.WeakKeyDictionary[Any, dict[str, _Objects]] = weakref.WeakKeyDictionary()
+_instances_lock = threading.Lock()
+
+
+def instance_of(fn: Callable[..., Any], args: tuple[Any, ...], function: str) -> Instance | None:
+    """Of a call of ``function`` as a method (its object in ``args[0]``), the object's fingerprint
+    (:func:`_fingerprint`, taken at its first call in this run) and, once the function was called
+    on more than one object, its :class:`ToolInstance`: two objects' identical calls (``web.search``
+    and ``docs.search``) were served each other's answers when a replay asked in another order.
+    None for a call not made as a method, or with no run active."""
+    rt = runtime.active()
+    params = getattr(getattr(fn, "__code__", None), "co_varnames", ())
+    if rt is None or not args or not params or params[0] != "self":
+        return None
+    obj = args[0]
+    with _instances_lock:
+        objects = _instances.setdefault(rt, {}).setdefault(function, _Objects())
+        known = objects.by_id.get(id(obj))
+        new = known is None
+        if known is None:
+            known = objects.by_id[id(obj)] = (len(objects.fps), _fingerprint(obj))
+            objects.fps.append(known[1])
+            # (an id is reused once its object is gone: a new object is not taken for the old one)
+            with contextlib.suppress(TypeError):  # (an object with no weak reference stays known by id)
+                weakref.finalize(obj, objects.by_id.pop, id(obj), None).atexit = False
+        n, fp = known
+        if len(objects.fps) < 2:
+            return fp, None
+        mark = ToolInstance(n=n, fp=fp)
+        if n == 1 and new:  # (the first object's calls until now were kept without it)
+            mark["first"] = objects.fps[0]
+    return fp, mark
+
+
+def _fingerprint(obj: Any) -> str:
+    """A short hash of ``obj``'s plain attributes (str, int, float, bool or None, of its ``__dict__``
+    and ``__slots__``), scrubbed first: what tells two objects of one class apart across runs (a
+    name, a URL), without keeping any value, a secret's least of all."""
+    try:  # (not through the program's __getattr__ or __getattribute__: a proxy's would run its code)
+        attrs = object.__getattribute__(obj, "__dict__")
+    except AttributeError:
+        attrs = None
+    items = list(attrs.items()) if isinstance(attrs, dict) else []
+    for cls in type(obj).__mro__:
+        slots = cls.__dict__.get("__slots__", ())
+        for name in [slots] if isinstance(slots, str) else slots:
+            member = cls.__dict__.get(name)  # (read through its slot: no property of the program's runs)
+            if isinstance(member, types.MemberDescriptorType):
+                with contextlib.suppress(AttributeError):  # (a slot never set)
+                    items.append((name, member.__get__(obj, cls)))
+    plain = {str(k): v for k, v in items if v is None or type(v) in (str, int, float, bool)}
+    return hashlib.sha256(repr(sorted(scrub_json(plain).items())).encode()).hexdigest()[:16]
 
 
 def _object_state(fn: Callable[..., Any], args: tuple[Any, ...]) -> dict[str, Any] | None:
@@ -1541,7 +1637,12 @@ def wrapped(fn: Callable[..., Any], tool_name: str, on: Callable[[], bool] | Non
         state = _object_state(fn, args) if _watched(tool_name, fn) else None
         try:
             return call_tool(
-                tool_name, bound, lambda: fn(*args, **kwargs), defaulted=defaulted, function=function
+                tool_name,
+                bound,
+                lambda: fn(*args, **kwargs),
+                defaulted=defaulted,
+                function=function,
+                instance=instance_of(fn, args, function),
             )
         finally:
             _changed_in_place(fn, tool_name, bound, args, kwargs, state)
@@ -1558,7 +1659,12 @@ def wrapped(fn: Callable[..., Any], tool_name: str, on: Callable[[], bool] | Non
                 state = _object_state(fn, args) if _watched(tool_name, fn) else None
                 try:
                     return await acall_tool(
-                        tool_name, bound, lambda: fn(*args, **kwargs), defaulted=defaulted, function=function
+                        tool_name,
+                        bound,
+                        lambda: fn(*args, **kwargs),
+                        defaulted=defaulted,
+                        function=function,
+                        instance=instance_of(fn, args, function),
                     )
                 finally:
                     _changed_in_place(fn, tool_name, bound, args, kwargs, state)

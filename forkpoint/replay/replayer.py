@@ -448,6 +448,14 @@ def _same_function(queue: deque[Any], function: str | None, recorded: set[str]) 
     return [e for e in queue if e.get("function") == function]
 
 
+def _ordinal(event: Mapping[str, Any]) -> int:
+    """The ordinal of the object a recorded method call was made on (:class:`~forkpoint.events.ToolInstance`):
+    0, the first object's, for a call kept without one (made before a second object's)."""
+    mark = event.get("instance")
+    n = mark.get("n") if isinstance(mark, Mapping) else 0
+    return n if isinstance(n, int) else 0
+
+
 def neutral_answer(request: HttpRequest, kind: str) -> ModelCallEvent:
     """The answer a client expects from a telemetry endpoint or an MCP session request the recording
     does not have (:data:`forkpoint.providers.kinds.TELEMETRY`; MCP: ``405 Method Not Allowed``,
@@ -627,9 +635,20 @@ class Replayer:
         self._queues = self._queued(self.recorded)
         #: Tool name → the functions recorded under it (:func:`_same_function`).
         self._functions: dict[str, set[str]] = {}
+        #: Function → the fingerprint of each object (by ordinal) it was recorded as the method of,
+        #: when there were several (:meth:`_same_object`).
+        self._objects: dict[str, dict[int, Any]] = {}
         for e in self.recorded:
             if e["type"] == "tool_call" and e.get("function"):
                 self._functions.setdefault(e["tool"], set()).add(e["function"])
+                if isinstance(mark := e.get("instance"), Mapping):
+                    objects = self._objects.setdefault(e["function"], {})
+                    objects[_ordinal(e)] = mark.get("fp")
+                    if "first" in mark:
+                        objects[0] = mark["first"]
+        #: The tools whose calls of several recorded objects were served to objects that could not be
+        #: told apart, answered differently (report ``objects_untold``).
+        self.objects_untold: set[str] = set()
         #: Seq → its group (first seq): identical calls whose recorded answers differ (_alike).
         self._alike = _alike(self._queues.values())
         #: Seq → the call's own id (:func:`_own_call_ids`; :meth:`_same_call_id`).
@@ -940,6 +959,7 @@ class Replayer:
         call_id: str | None = None,
         mcp: McpCall | None = None,
         function: str | None = None,
+        instance: str | None = None,
     ) -> tuple[ToolCallEvent, int] | None:
         """The event of this tool call and its position among the run's tool calls, or None to run
         the tool live. Raises :class:`Divergence`.
@@ -950,7 +970,8 @@ class Replayer:
         the recording still gets its recorded answers. ``call_id``: the id the model gave the call
         (:meth:`_same_call_id`); ``mcp``: where a request to an MCP server went (its server's name is
         in the key, its transport tells identical calls apart: :func:`_own_id`); ``function``: the
-        ``module:qualname`` a wrapper runs (:meth:`_same_function`)."""
+        ``module:qualname`` a wrapper runs (:meth:`_same_function`); ``instance``: the fingerprint of
+        the object it was called on, a method's (:meth:`_same_object`)."""
         server = mcp_server(mcp)
 
         def without_defaults() -> list[str]:
@@ -990,6 +1011,7 @@ class Replayer:
             live=live,
             call_id=_own_id(call_id, mcp),
             function=function,
+            instance=instance,
             name=name,
         )
         if event is None:
@@ -1076,6 +1098,7 @@ class Replayer:
         request: HttpRequest | None = None,
         call_id: str | None = None,
         function: str | None = None,
+        instance: str | None = None,
         **what: str,
     ) -> tuple[Served | None, int]:
         """The recorded call to serve for a call with match ``key`` (``alternatives()``: keys to try
@@ -1100,6 +1123,7 @@ class Replayer:
                     request=request,
                     call_id=call_id,
                     function=function,
+                    instance=instance,
                 )
                 position = self.positions[kind]
             # (out of the lock: an answer is read whole, and other threads' calls need not wait)
@@ -1126,6 +1150,7 @@ class Replayer:
         request: HttpRequest | None = None,
         call_id: str | None = None,
         function: str | None = None,
+        instance: str | None = None,
     ) -> Served | None:
         if live or self.gone_live or self.sources[kind] == "live":
             if self.gone_live:  # (a call to another endpoint may have gone live first)
@@ -1142,6 +1167,8 @@ class Replayer:
                 if queue
                 else None
             )
+            # (and an object the recording tells apart, its own calls only)
+            mine = self._same_object(mine, function, instance, what.get("name", "")) if mine else mine
             by_id = self._same_call_id(queue if mine is None else mine, call_id) if queue else []
             # (an id the recording told a call of this key apart by, whose call was served: an MCP
             # server's transport asking once more is not served another server's answer)
@@ -1160,7 +1187,7 @@ class Replayer:
             self.gone_live = True  # the recorded prefix is done: the fork continues live
             self.live_calls[_live_kind(kind, what.get("call"))] += 1
             return None
-        report = self._divergence_report(kind, key, norm, what, function, call_id)
+        report = self._divergence_report(kind, key, norm, what, function, call_id, instance)
         if plain and not self.strict:
             same = self._differing_in_ids(norm, what.get("endpoint"), what.get("origin"))
             if same is not None:
@@ -1223,6 +1250,36 @@ class Replayer:
         if call_id is None:
             return []
         return [e for e in queue if self._call_ids.get(e["seq"]) == call_id]
+
+    def _told(self, function: str | None, instance: str | None) -> int | None:
+        """The ordinal of the one recorded object of ``function`` whose fingerprint is ``instance``
+        (:class:`~forkpoint.events.ToolInstance`), None when none or several have it, or the
+        recording has one object's calls of it only."""
+        objects = self._objects.get(function or "")
+        told = [n for n, fp in objects.items() if fp == instance] if objects and instance else []
+        return told[0] if len(told) == 1 else None
+
+    def _same_object(
+        self, calls: list[Any], function: str | None, instance: str | None, tool: str
+    ) -> list[Any]:
+        """Of ``calls`` (one match key, one function's), those made on the object a method is called
+        on now, told by its fingerprint ``instance`` (:meth:`_told`): two objects' identical calls
+        (``web.search("x")``, ``docs.search("x")``) were served to each other when a replay asked in
+        another order. When it cannot be told (no recorded object, or several, has its fingerprint)
+        all of them, in recorded order, and ``tool`` is said (:attr:`objects_untold`) when they are
+        calls of several objects answered differently: which got which is not certain."""
+        if function not in self._objects or instance is None:
+            return calls
+        told = self._told(function, instance)
+        if told is not None:
+            return [e for e in calls if _ordinal(e) == told]
+        if (
+            calls[0]["seq"] in self._alike
+            and len({_ordinal(e) for e in calls}) > 1
+            and len({_answer(e) for e in calls}) > 1
+        ):
+            self.objects_untold.add(tool)
+        return calls
 
     def _same_secrets(
         self, queue: Sequence[Any], kind: CallKind, norm: dict[str, Any], request: HttpRequest | None
@@ -1615,6 +1672,7 @@ class Replayer:
         what: dict[str, str],
         function: str | None = None,
         call_id: str | None = None,
+        instance: str | None = None,
     ) -> DivergenceReport:
         used = set(self.used) | self.others  # served here, or by another process of this replay
         same_kind = [e for e in self.recorded if e["type"] == kind]
@@ -1626,6 +1684,11 @@ class Replayer:
             by = f" by {function}"
             others = [e for e in seen if e.get("function") != function]
             seen = [e for e in seen if e.get("function") == function]
+            told = self._told(function, instance)
+            if told is not None:
+                by += " to its object"
+                others = [e for e in seen if _ordinal(e) != told] or others
+                seen = [e for e in seen if _ordinal(e) == told]
         if call_id in self._key_ids.get(key, ()):
             by += f" for {call_id}"
             seen = [e for e in seen if self._call_ids.get(e["seq"]) == call_id]
@@ -1636,6 +1699,12 @@ class Replayer:
             reason = (
                 f"the request matches recorded event seq {seen[0]['seq']}, but all {len(seen)} recorded "
                 f"answer(s) to it{by} were already served{cut or '; the run asked once more than it did when recorded'}"
+            )
+        elif others and others[0].get("function") == function:
+            reason = (
+                f"the request matches recorded event seq {others[0]['seq']}, a call of {function} on another "
+                "object: the object it was called on now (told by its attributes at its first call) made no "
+                "such call when recorded"
             )
         elif others:
             reason = (
@@ -1906,6 +1975,7 @@ class Replayer:
                 ],
                 "alike_served": self._certain(),
                 "placeholders_served": sorted(set(self.placeholders_served)),
+                "objects_untold": sorted(self.objects_untold),
                 "strict": self.strict,
                 "out_of_order": list(self.out_of_order),
                 "exit_code": self.exit_code,

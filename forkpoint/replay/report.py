@@ -432,6 +432,13 @@ def caveat(report: dict[str, Any]) -> str | None:
             "which this replay, not running the tool's body, dispatched again from the tool's own run: "
             "with its run id, tags and metadata (astream_events' parent_ids, langgraph_node)"
         )
+    if report.get("objects_untold"):
+        said = ", ".join(repr(_plain(str(t))) for t in report["objects_untold"])
+        uncertain.append(
+            f"tool {said} is a method called on several objects, which could not be told apart (no "
+            "recorded object, or more than one, had the attributes one had at its first call): each was "
+            "served the recorded calls in their order, and may have got another object's answer"
+        )
     said_all = ["not certain: " + "; ".join(uncertain)] if uncertain else []
     if report.get("placeholders_served"):
         seqs = report["placeholders_served"]
@@ -692,6 +699,7 @@ def merge_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
             "id_drift": [d for r in reports for d in r.get("id_drift", [])],
             "alike_served": [a for r in reports for a in r.get("alike_served") or []],
             "placeholders_served": sorted({s for r in reports for s in r.get("placeholders_served") or []}),
+            "objects_untold": sorted({t for r in reports for t in r.get("objects_untold") or []}),
         }
     )
 

@@ -218,6 +218,102 @@ def test_a_function_is_not_served_the_call_another_function_made_for_its_ask(sto
     assert not rp.report()["reproduced"]
 
 
+class Index:
+    """A tool that is a method: its object (``self``) decides the answer."""
+
+    def __init__(self, name: str, source: dict[str, str] | None = None) -> None:
+        self.name = name
+        self.source = source if source is not None else {}
+
+    @forkpoint.tool(name="search")
+    def search(self, q: str) -> str:
+        return f"{self.source.get('name', self.name)}:{q}"
+
+
+def test_each_object_of_a_method_tool_is_served_its_own_calls(store: Path) -> None:
+    """``web.search("x")`` then ``docs.search("x")`` recorded, asked in the other order on replay (a
+    set ordered them otherwise): each object got the other's recorded answer under "replay ok".
+    The recording tells the objects apart by their attributes at their first call."""
+    from forkpoint.replay.report import summary_line
+
+    with forkpoint.record(store=store) as rec:
+        web, docs = Index("web"), Index("docs")
+        assert [web.search("x"), docs.search("x"), web.search("y")] == ["web:x", "docs:x", "web:y"]
+    with forkpoint.replay(rec.session_path) as rp:
+        web, docs = Index("web"), Index("docs")
+        assert [docs.search("x"), web.search("x"), web.search("y")] == ["docs:x", "web:x", "web:y"]
+    assert summary_line(rp.report()).startswith("replay ok: "), summary_line(rp.report())
+    # web, now seen to be the object that made no call of docs.search("z"), is not served it
+    with forkpoint.record(store=store) as rec:
+        web, docs = Index("web"), Index("docs")
+        assert [web.search("x"), docs.search("z")] == ["web:x", "docs:z"]
+    with forkpoint.replay(rec.session_path) as rp, pytest.raises(forkpoint.Divergence) as raised:
+        Index("web").search("z")
+    assert "another object" in str(raised.value), str(raised.value)
+    assert not rp.report()["reproduced"]
+
+
+def test_objects_of_a_method_tool_that_cannot_be_told_apart_are_said(store: Path) -> None:
+    """Two objects whose plain attributes are alike (their answers come from a dict), or one whose
+    attributes differ from every recorded object's, are served as before, in the recorded order:
+    the verdict says the tool's objects could not be told apart, not a plain "replay ok"."""
+    from forkpoint.replay.report import summary_line
+
+    with forkpoint.record(store=store) as rec:
+        web, docs = Index("i", {"name": "web"}), Index("i", {"name": "docs"})
+        assert [web.search("x"), docs.search("x")] == ["web:x", "docs:x"]
+    with forkpoint.replay(rec.session_path) as rp:
+        web, docs = Index("i", {"name": "web"}), Index("i", {"name": "docs"})
+        assert [docs.search("x"), web.search("x")] == ["web:x", "docs:x"]  # (as before: swapped)
+    line = summary_line(rp.report())
+    assert rp.report()["reproduced"] and "not certain" in line and "'search'" in line, line
+    with forkpoint.record(store=store) as rec:
+        assert [Index("web").search("x"), Index("docs").search("x")] == ["web:x", "docs:x"]
+    with forkpoint.replay(rec.session_path) as rp:
+        assert [Index("Docs").search("x"), Index("Web").search("x")] == ["web:x", "docs:x"]
+    line = summary_line(rp.report())
+    assert "not certain" in line and "'search'" in line and "could not be told apart" in line, line
+
+
+def test_one_object_or_objects_alike_in_their_answers_replay_as_before(store: Path) -> None:
+    """One object of a method tool, or several whose calls answer the same, replay ok with nothing
+    said, and one object's calls are recorded as before; so do two objects whose counter each call
+    changes (each told apart by its attributes as at its first call)."""
+    from forkpoint.replay.report import summary_line
+
+    with forkpoint.record(store=store) as rec:
+        web = Index("web")
+        assert [web.search("x"), web.search("x"), web.search("y")] == ["web:x", "web:x", "web:y"]
+    assert not any("instance" in e for e in Session.load(rec.session_path).by_type("tool_call"))
+    with forkpoint.replay(rec.session_path) as rp:
+        web = Index("web")
+        assert [web.search("x"), web.search("x"), web.search("y")] == ["web:x", "web:x", "web:y"]
+    assert summary_line(rp.report()).startswith("replay ok: "), summary_line(rp.report())
+    with forkpoint.record(store=store) as rec:
+        assert [Index("a", {"name": "n"}).search("x"), Index("a", {"name": "n"}).search("x")] == ["n:x"] * 2
+    with forkpoint.replay(rec.session_path) as rp:
+        assert [Index("a", {"name": "n"}).search("x"), Index("a", {"name": "n"}).search("x")] == ["n:x"] * 2
+    assert summary_line(rp.report()).startswith("replay ok: "), summary_line(rp.report())
+
+    class Tally:
+        def __init__(self, name: str) -> None:
+            self.name, self.count = name, 0
+
+        @forkpoint.tool(name="tally")
+        def add(self) -> str:
+            self.count += 1
+            return f"{self.name}{self.count}"
+
+    with forkpoint.record(store=store) as rec:
+        a, b = Tally("a"), Tally("b")
+        assert [a.add(), b.add(), a.add(), b.add()] == ["a1", "b1", "a2", "b2"]
+    with forkpoint.replay(rec.session_path) as rp:
+        a, b = Tally("a"), Tally("b")
+        assert [b.add(), a.add(), a.add(), b.add()] == ["b1", "a1", "a2", "b2"]
+    line = summary_line(rp.report())
+    assert rp.report()["reproduced"] and "told apart" not in line, line
+
+
 def test_a_tool_without_a_signature_records_its_args_as_given(store: Path) -> None:
     # A builtin such as max has no signature to bind against: its arguments are stored as given,
     # and replay serves them back.
