@@ -253,6 +253,28 @@ def test_each_object_of_a_method_tool_is_served_its_own_calls(store: Path) -> No
     assert not rp.report()["reproduced"]
 
 
+def test_each_object_of_an_async_method_tool_is_served_its_own_calls(store: Path) -> None:
+    """As :func:`test_each_object_of_a_method_tool_is_served_its_own_calls`, for a coroutine method."""
+
+    class Remote:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        @forkpoint.tool(name="fetch")
+        async def fetch(self, q: str) -> str:
+            return f"{self.name}:{q}"
+
+    async def asked(first: str, second: str) -> list[str]:
+        objects = {"web": Remote("web"), "docs": Remote("docs")}
+        return [await objects[first].fetch("x"), await objects[second].fetch("x")]
+
+    with forkpoint.record(store=store) as rec:
+        assert asyncio.run(asked("web", "docs")) == ["web:x", "docs:x"]
+    with forkpoint.replay(rec.session_path) as rp:
+        assert asyncio.run(asked("docs", "web")) == ["docs:x", "web:x"]
+    assert rp.report()["reproduced"]
+
+
 def test_objects_of_a_method_tool_that_cannot_be_told_apart_are_said(store: Path) -> None:
     """Two objects whose plain attributes are alike (their answers come from a dict), or one whose
     attributes differ from every recorded object's, are served as before, in the recorded order:
