@@ -448,12 +448,12 @@ def _same_function(queue: deque[Any], function: str | None, recorded: set[str]) 
     return [e for e in queue if e.get("function") == function]
 
 
-def _ordinal(event: Mapping[str, Any]) -> int:
-    """The ordinal of the object a recorded method call was made on (:class:`~forkpoint.events.ToolInstance`):
-    0, the first object's, for a call kept without one (made before a second object's)."""
+def _object(event: Mapping[str, Any]) -> tuple[Any, Any]:
+    """The object a recorded method call was made on: its process, and its ordinal there
+    (:class:`~forkpoint.events.ToolInstance`; 0, the first object's, for a call kept without one).
+    Each process numbers its own objects."""
     mark = event.get("instance")
-    n = mark.get("n") if isinstance(mark, Mapping) else 0
-    return n if isinstance(n, int) else 0
+    return event.get("pid"), mark.get("n") if isinstance(mark, Mapping) else 0
 
 
 def neutral_answer(request: HttpRequest, kind: str) -> ModelCallEvent:
@@ -635,17 +635,20 @@ class Replayer:
         self._queues = self._queued(self.recorded)
         #: Tool name → the functions recorded under it (:func:`_same_function`).
         self._functions: dict[str, set[str]] = {}
-        #: Function → the fingerprint of each object (by ordinal) it was recorded as the method of,
-        #: when there were several (:meth:`_same_object`).
-        self._objects: dict[str, dict[int, Any]] = {}
+        #: Function → the fingerprint of each object (:func:`_object`) it was recorded as the method
+        #: of, when there were several in a process (:meth:`_same_object`); None: not known.
+        self._objects: dict[str, dict[tuple[Any, Any], Any]] = {}
         for e in self.recorded:
             if e["type"] == "tool_call" and e.get("function"):
                 self._functions.setdefault(e["tool"], set()).add(e["function"])
+                objects = self._objects.setdefault(e["function"], {})
+                objects.setdefault(_object(e), None)
                 if isinstance(mark := e.get("instance"), Mapping):
-                    objects = self._objects.setdefault(e["function"], {})
-                    objects[_ordinal(e)] = mark.get("fp")
+                    objects[_object(e)] = mark.get("fp")
                     if "first" in mark:
-                        objects[0] = mark["first"]
+                        objects[e.get("pid"), 0] = mark["first"]
+        # (a function no process called on several objects is served as before)
+        self._objects = {f: o for f, o in self._objects.items() if any(o.values())}
         #: The tools whose calls of several recorded objects were served to objects that could not be
         #: told apart, answered differently (report ``objects_untold``).
         self.objects_untold: set[str] = set()
@@ -1251,13 +1254,18 @@ class Replayer:
             return []
         return [e for e in queue if self._call_ids.get(e["seq"]) == call_id]
 
-    def _told(self, function: str | None, instance: str | None) -> int | None:
-        """The ordinal of the one recorded object of ``function`` whose fingerprint is ``instance``
-        (:class:`~forkpoint.events.ToolInstance`), None when none or several have it, or the
-        recording has one object's calls of it only."""
+    def _told(self, function: str | None, instance: str | None) -> set[tuple[Any, Any]] | None:
+        """The recorded objects (:func:`_object`) of ``function`` that are the object of fingerprint
+        ``instance``: those with that fingerprint, one a process at most (a forked worker's are its
+        parent's), and those whose fingerprint is not known (a process that called it on one object
+        only). None when none has it, or two of one process do, or the recording has no objects of it."""
         objects = self._objects.get(function or "")
-        told = [n for n, fp in objects.items() if fp == instance] if objects and instance else []
-        return told[0] if len(told) == 1 else None
+        if not objects or instance is None:
+            return None
+        told = {k for k, fp in objects.items() if fp == instance}
+        if not told or len({pid for pid, _ in told}) < len(told):
+            return None
+        return told | {k for k, fp in objects.items() if fp is None}
 
     def _same_object(
         self, calls: list[Any], function: str | None, instance: str | None, tool: str
@@ -1265,17 +1273,17 @@ class Replayer:
         """Of ``calls`` (one match key, one function's), those made on the object a method is called
         on now, told by its fingerprint ``instance`` (:meth:`_told`): two objects' identical calls
         (``web.search("x")``, ``docs.search("x")``) were served to each other when a replay asked in
-        another order. When it cannot be told (no recorded object, or several, has its fingerprint)
-        all of them, in recorded order, and ``tool`` is said (:attr:`objects_untold`) when they are
-        calls of several objects answered differently: which got which is not certain."""
+        another order. When it cannot be told, all of them, in recorded order, and ``tool`` is said
+        (:attr:`objects_untold`) when they are calls of several objects answered differently: which
+        got which is not certain."""
         if function not in self._objects or instance is None:
             return calls
         told = self._told(function, instance)
         if told is not None:
-            return [e for e in calls if _ordinal(e) == told]
+            return [e for e in calls if _object(e) in told]
         if (
             calls[0]["seq"] in self._alike
-            and len({_ordinal(e) for e in calls}) > 1
+            and len({_object(e) for e in calls}) > 1
             and len({_answer(e) for e in calls}) > 1
         ):
             self.objects_untold.add(tool)
@@ -1687,8 +1695,8 @@ class Replayer:
             told = self._told(function, instance)
             if told is not None:
                 by += " to its object"
-                others = [e for e in seen if _ordinal(e) != told] or others
-                seen = [e for e in seen if _ordinal(e) == told]
+                others = [e for e in seen if _object(e) not in told] or others
+                seen = [e for e in seen if _object(e) in told]
         if call_id in self._key_ids.get(key, ()):
             by += f" for {call_id}"
             seen = [e for e in seen if self._call_ids.get(e["seq"]) == call_id]

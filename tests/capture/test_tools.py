@@ -275,6 +275,31 @@ def test_each_object_of_an_async_method_tool_is_served_its_own_calls(store: Path
     assert rp.report()["reproduced"]
 
 
+def test_objects_of_a_method_tool_are_told_apart_in_each_process(store: Path) -> None:
+    """A worker forked before any call and the program each call ``search`` on a ``web`` and a
+    ``docs`` object, in opposite orders: each process numbers its objects on its own (the worker's
+    1st is web, the program's docs), so a replay that took the numbers for one count served the
+    worker's web the worker's docs answer. An object is told by its process and number."""
+
+    def worker(first: str, second: str) -> str:
+        objects = {"web": Index("web"), "docs": Index("docs")}
+        return ",".join([objects[first].search("x"), objects[second].search("x")])
+
+    def run() -> tuple[str, str]:
+        forked = os.fork()
+        if forked == 0:  # (the worker: its answers are its exit status, read by the program)
+            os._exit(0 if worker("web", "docs") == "web:x,docs:x" else 1)
+        _, status = os.waitpid(forked, 0)
+        return str(os.waitstatus_to_exitcode(status)), worker("docs", "web")
+
+    with forkpoint.record(store=store) as rec:
+        assert run() == ("0", "docs:x,web:x")
+    with forkpoint.replay(rec.session_path) as rp:
+        assert run() == ("0", "docs:x,web:x")
+    # (the worker's calls were served in the worker, which hands this report nothing)
+    assert rp.report()["divergence"] is None and not rp.report()["objects_untold"], rp.report()
+
+
 def test_objects_of_a_method_tool_that_cannot_be_told_apart_are_said(store: Path) -> None:
     """Two objects whose plain attributes are alike (their answers come from a dict), or one whose
     attributes differ from every recorded object's, are served as before, in the recorded order:
