@@ -448,6 +448,19 @@ def _same_function(queue: deque[Any], function: str | None, recorded: set[str]) 
     return [e for e in queue if e.get("function") == function]
 
 
+def _by_fingerprint(
+    objects: Mapping[tuple[Any, Any], Any],
+) -> tuple[dict[Any, list[tuple[Any, Any]]], set[tuple[Any, Any]]]:
+    """Of a function's recorded objects (:func:`_object`) with their fingerprints (None: not
+    kept), those with each fingerprint, and those of the processes that kept none (one object each)."""
+    by_fp: dict[Any, list[tuple[Any, Any]]] = {}
+    for k, fp in objects.items():
+        if fp is not None:
+            by_fp.setdefault(fp, []).append(k)
+    kept = {pid for pid, _ in (k for ks in by_fp.values() for k in ks)}
+    return by_fp, {k for k in objects if k[0] not in kept}
+
+
 def _object(event: Mapping[str, Any]) -> tuple[Any, Any]:
     """The object a recorded method call was made on: its process, and its ordinal there
     (:class:`~forkpoint.events.ToolInstance`; 0, the first object's, for a call kept without one).
@@ -635,20 +648,19 @@ class Replayer:
         self._queues = self._queued(self.recorded)
         #: Tool name → the functions recorded under it (:func:`_same_function`).
         self._functions: dict[str, set[str]] = {}
-        #: Function → the fingerprint of each object (:func:`_object`) it was recorded as the method
-        #: of, when there were several in a process (:meth:`_same_object`); None: not known.
-        self._objects: dict[str, dict[tuple[Any, Any], Any]] = {}
+        fps: dict[str, dict[tuple[Any, Any], Any]] = {}  # function → object → fingerprint (None: not kept)
         for e in self.recorded:
             if e["type"] == "tool_call" and e.get("function"):
                 self._functions.setdefault(e["tool"], set()).add(e["function"])
-                objects = self._objects.setdefault(e["function"], {})
+                objects = fps.setdefault(e["function"], {})
                 objects.setdefault(_object(e), None)
                 if isinstance(mark := e.get("instance"), Mapping):
                     objects[_object(e)] = mark.get("fp")
                     if "first" in mark:
                         objects[e.get("pid"), 0] = mark["first"]
-        # (a function no process called on several objects is served as before)
-        self._objects = {f: o for f, o in self._objects.items() if any(o.values())}
+        #: Function → its recorded objects by fingerprint, and those of the processes that called it
+        #: on one object only (no fingerprint kept), of a function some process called on several.
+        self._objects = {f: _by_fingerprint(o) for f, o in fps.items() if any(o.values())}
         #: The tools whose calls of several recorded objects were served to objects that could not be
         #: told apart, answered differently (report ``objects_untold``).
         self.objects_untold: set[str] = set()
@@ -1260,12 +1272,12 @@ class Replayer:
         parent's), and those whose fingerprint is not known (a process that called it on one object
         only). None when none has it, or two of one process do, or the recording has no objects of it."""
         objects = self._objects.get(function or "")
-        if not objects or instance is None:
+        if objects is None or instance is None:
             return None
-        told = {k for k, fp in objects.items() if fp == instance}
+        told = objects[0].get(instance, [])
         if not told or len({pid for pid, _ in told}) < len(told):
             return None
-        return told | {k for k, fp in objects.items() if fp is None}
+        return {*told, *objects[1]}
 
     def _same_object(
         self, calls: list[Any], function: str | None, instance: str | None, tool: str
@@ -1282,7 +1294,8 @@ class Replayer:
         if told is not None:
             return [e for e in calls if _object(e) in told]
         if (
-            calls[0]["seq"] in self._alike
+            tool not in self.objects_untold  # (said once is enough: answers are not compared again)
+            and calls[0]["seq"] in self._alike
             and len({_object(e) for e in calls}) > 1
             and len({_answer(e) for e in calls}) > 1
         ):
