@@ -1701,20 +1701,27 @@ class Replayer:
         seen = [e for e in same_kind if self._keys[e["seq"]] == key]
         others: list[Served] = []
         by = ""
+        told = None
         if seen and function in self._functions.get(what.get("name", ""), set()):
             by = f" by {function}"
             others = [e for e in seen if e.get("function") != function]
             seen = [e for e in seen if e.get("function") == function]
             told = self._told(function, instance)
             if told is not None:
-                by += " to its object"
+                by += " on its object"
                 others = [e for e in seen if _object(e) not in told] or others
                 seen = [e for e in seen if _object(e) in told]
         if call_id in self._key_ids.get(key, ()):
             by += f" for {call_id}"
             seen = [e for e in seen if self._call_ids.get(e["seq"]) == call_id]
             others = [e for e in others if self._call_ids.get(e["seq"]) == call_id] or others
-        if seen:
+        if seen and told is not None and what.get("name") in self.objects_untold:
+            reason = (
+                f"the request matches recorded event seq {seen[0]['seq']}, but all {len(seen)} recorded "
+                f"answer(s) to it{by} were already served, maybe to another object of {function} that could "
+                "not be told apart from the one it was recorded on (report objects_untold)"
+            )
+        elif seen:
             # (past the end of a recording that stopped early, the run need not have asked more)
             cut = self._cut_short() if not unused else ""
             reason = (

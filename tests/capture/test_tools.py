@@ -320,6 +320,11 @@ def test_objects_of_a_method_tool_that_cannot_be_told_apart_are_said(store: Path
         assert [Index("Docs").search("x"), Index("Web").search("x")] == ["web:x", "docs:x"]
     line = summary_line(rp.report())
     assert "not certain" in line and "'search'" in line and "could not be told apart" in line, line
+    # web, told, finds its call served to docs, which was not: the divergence says it may have been
+    with forkpoint.replay(rec.session_path) as rp, pytest.raises(forkpoint.Divergence) as raised:
+        assert Index("Docs").search("x") == "web:x"
+        Index("web").search("x")
+    assert "another object of" in str(raised.value) and "could not be told apart" in str(raised.value)
 
 
 def test_one_object_or_objects_alike_in_their_answers_replay_as_before(store: Path) -> None:
