@@ -1430,15 +1430,23 @@ def instance_of(fn: Callable[..., Any], args: tuple[Any, ...], function: str) ->
     return fp, mark
 
 
+def _own_dict(obj: Any) -> dict[str, Any] | None:
+    """``obj.__dict__``, read past the program's ``__getattr__`` and ``__getattribute__`` (a proxy's
+    would run its code), or None: a class's own ``__dict__`` property that fails is no failure of
+    the tool's call (it raised into the program while recording)."""
+    try:
+        attrs = object.__getattribute__(obj, "__dict__")
+    except Exception:
+        return None
+    return attrs if isinstance(attrs, dict) else None
+
+
 def _fingerprint(obj: Any) -> str:
     """A short hash of ``obj``'s plain attributes (str, int, float, bool or None, of its ``__dict__``
     and ``__slots__``), scrubbed first: what tells two objects of one class apart across runs (a
     name, a URL), without keeping any value, a secret's least of all."""
-    try:  # (not through the program's __getattr__ or __getattribute__: a proxy's would run its code)
-        attrs = object.__getattribute__(obj, "__dict__")
-    except AttributeError:
-        attrs = None
-    items = list(attrs.items()) if isinstance(attrs, dict) else []
+    attrs = _own_dict(obj)
+    items = list(attrs.items()) if attrs is not None else []
     for cls in type(obj).__mro__:
         slots = cls.__dict__.get("__slots__", ())
         for name in [slots] if isinstance(slots, str) else slots:
@@ -1475,8 +1483,8 @@ def _attributes(obj: Any) -> dict[str, Any] | None:
     if isinstance(obj, dict):
         items = [(f"[{k!r}]", v) for k, v in list(obj.items())]
     else:
-        attrs = getattr(obj, "__dict__", None)
-        if not isinstance(attrs, dict):
+        attrs = _own_dict(obj)
+        if attrs is None:
             return None
         cls = type(obj)
         # (a cached_property is a cache the first read fills: a replay's first read fills it again)

@@ -1750,6 +1750,27 @@ def test_a_tool_that_changes_its_arguments_in_place_is_said_while_recording(
     assert "look" not in said
 
 
+def test_a_method_tool_whose_class_has_a_failing_dict_property_runs_as_without_forkpoint(store: Path) -> None:
+    """A class of the program's whose ``__dict__`` is a property that raises: its method, a tool,
+    raised that error into the program while recording (forkpoint read the object's attributes),
+    which it does not without forkpoint. Its calls now run, and replay, as they would."""
+
+    class Odd:
+        @property
+        def __dict__(self) -> dict[str, Any]:  # type: ignore[override]
+            raise RuntimeError("no attributes here")
+
+        @forkpoint.tool
+        def echo(self, q: str) -> str:
+            return q
+
+    with forkpoint.record(store=store) as rec:
+        assert [Odd().echo("x"), Odd().echo("y")] == ["x", "y"]
+    with forkpoint.replay(rec.session_path) as rp:
+        assert [Odd().echo("x"), Odd().echo("y")] == ["x", "y"]
+    assert rp.report()["reproduced"], rp.report()
+
+
 def test_a_method_tool_that_changes_its_object_is_said_while_recording(
     store: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
