@@ -1389,8 +1389,9 @@ class _Objects:
     """The objects one function was called on as a method in a run (:func:`instance_of`)."""
 
     def __init__(self) -> None:
-        #: By id, while the object lives: its ordinal and fingerprint.
-        self.by_id: dict[int, tuple[int, str]] = {}
+        #: By id, while the object lives: its ordinal, its fingerprint and, of one with no weak
+        #: reference (known by id past its end), its fingerprint as its last call left it.
+        self.by_id: dict[int, list[Any]] = {}
         #: The fingerprints of the objects, in the order of their first calls.
         self.fps: list[str] = []
 
@@ -1414,20 +1415,35 @@ def instance_of(fn: Callable[..., Any], args: tuple[Any, ...], function: str) ->
     with _instances_lock:
         objects = _instances.setdefault(rt, {}).setdefault(function, _Objects())
         known = objects.by_id.get(id(obj))
+        if known is not None and known[2] is not None and _fingerprint(obj) != known[2]:
+            known = None  # (another object at the address of one with no weak reference, gone since)
         new = known is None
         if known is None:
-            known = objects.by_id[id(obj)] = (len(objects.fps), _fingerprint(obj))
-            objects.fps.append(known[1])
+            now = _fingerprint(obj)
+            known = objects.by_id[id(obj)] = [len(objects.fps), now, None]
+            objects.fps.append(now)
             # (an id is reused once its object is gone: a new object is not taken for the old one)
-            with contextlib.suppress(TypeError):  # (an object with no weak reference stays known by id)
+            try:
                 weakref.finalize(obj, objects.by_id.pop, id(obj), None).atexit = False
-        n, fp = known
+            except TypeError:  # (no weak reference to it: told from the next one by its attributes)
+                known[2] = now
+        n, fp = known[0], known[1]
         if len(objects.fps) < 2:
             return fp, None
         mark = ToolInstance(n=n, fp=fp)
         if n == 1 and new:  # (the first object's calls until now were kept without it)
             mark["first"] = objects.fps[0]
     return fp, mark
+
+
+def _instance_done(args: tuple[Any, ...], function: str) -> None:
+    """After a call of :func:`instance_of`'s: an object with no weak reference is known by its
+    attributes as the call left them (one at its address with others is another object)."""
+    rt = runtime.active()
+    objects = _instances.get(rt, {}).get(function) if rt is not None else None
+    known = objects.by_id.get(id(args[0])) if objects is not None else None
+    if known is not None and known[2] is not None:
+        known[2] = _fingerprint(args[0])
 
 
 def _own_dict(obj: Any) -> dict[str, Any] | None:
@@ -1643,6 +1659,7 @@ def wrapped(fn: Callable[..., Any], tool_name: str, on: Callable[[], bool] | Non
     def through(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         bound, defaulted = bind_call(fn, args, kwargs, tool_name)
         state = _object_state(fn, args) if _watched(tool_name, fn) else None
+        instance = instance_of(fn, args, function)
         try:
             return call_tool(
                 tool_name,
@@ -1650,10 +1667,12 @@ def wrapped(fn: Callable[..., Any], tool_name: str, on: Callable[[], bool] | Non
                 lambda: fn(*args, **kwargs),
                 defaulted=defaulted,
                 function=function,
-                instance=instance_of(fn, args, function),
+                instance=instance,
             )
         finally:
             _changed_in_place(fn, tool_name, bound, args, kwargs, state)
+            if instance is not None:
+                _instance_done(args, function)
 
     wrapper: Any
     if inspect.iscoroutinefunction(fn):
@@ -1665,6 +1684,7 @@ def wrapped(fn: Callable[..., Any], tool_name: str, on: Callable[[], bool] | Non
                     return await fn(*args, **kwargs)
                 bound, defaulted = bind_call(fn, args, kwargs, tool_name)
                 state = _object_state(fn, args) if _watched(tool_name, fn) else None
+                instance = instance_of(fn, args, function)
                 try:
                     return await acall_tool(
                         tool_name,
@@ -1672,10 +1692,12 @@ def wrapped(fn: Callable[..., Any], tool_name: str, on: Callable[[], bool] | Non
                         lambda: fn(*args, **kwargs),
                         defaulted=defaulted,
                         function=function,
-                        instance=instance_of(fn, args, function),
+                        instance=instance,
                     )
                 finally:
                     _changed_in_place(fn, tool_name, bound, args, kwargs, state)
+                    if instance is not None:
+                        _instance_done(args, function)
 
     elif inspect.isasyncgenfunction(fn):
 

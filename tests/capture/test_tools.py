@@ -253,6 +253,38 @@ def test_each_object_of_a_method_tool_is_served_its_own_calls(store: Path) -> No
     assert not rp.report()["reproduced"]
 
 
+def test_objects_of_a_class_with_slots_are_told_apart_by_them(store: Path) -> None:
+    """Objects with ``__slots__`` (no ``__dict__``, no weak reference) are told apart by their
+    slots' values, and one made where another was, gone since (at its address, as a temporary's
+    is), is not taken for it: the recording kept them as one object, served in recorded order. One
+    whose count each call changes stays one object."""
+
+    class Slotted:
+        __slots__ = ("name", "count")
+
+        def __init__(self, name: str) -> None:
+            self.name, self.count = name, 0
+
+        @forkpoint.tool(name="lookup")
+        def lookup(self, q: str) -> str:
+            self.count += 1
+            return f"{self.name}:{q}"
+
+    with forkpoint.record(store=store) as rec:
+        a = Slotted("a")
+        assert [a.lookup("x"), a.lookup("x")] == ["a:x", "a:x"]
+    assert not any("instance" in e for e in Session.load(rec.session_path).by_type("tool_call"))
+    with forkpoint.record(store=store) as rec:
+        a, b = Slotted("a"), Slotted("b")
+        assert [a.lookup("x"), b.lookup("x"), a.lookup("x")] == ["a:x", "b:x", "a:x"]
+        assert [Slotted("c").lookup("y"), Slotted("d").lookup("y")] == ["c:y", "d:y"]
+    with forkpoint.replay(rec.session_path) as rp:
+        a, b = Slotted("a"), Slotted("b")
+        assert [b.lookup("x"), a.lookup("x"), a.lookup("x")] == ["b:x", "a:x", "a:x"]
+        assert [Slotted("d").lookup("y"), Slotted("c").lookup("y")] == ["d:y", "c:y"]
+    assert rp.report()["reproduced"] and not rp.report()["objects_untold"]
+
+
 def test_each_object_of_an_async_method_tool_is_served_its_own_calls(store: Path) -> None:
     """As :func:`test_each_object_of_a_method_tool_is_served_its_own_calls`, for a coroutine method."""
 
