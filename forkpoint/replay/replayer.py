@@ -461,12 +461,18 @@ def _by_fingerprint(
     return by_fp, {k for k in objects if k[0] not in kept}
 
 
+def _text(value: Any) -> str | None:
+    """``value`` when it is a string (a fingerprint), else None: not known."""
+    return value if isinstance(value, str) else None
+
+
 def _object(event: Mapping[str, Any]) -> tuple[Any, Any]:
     """The object a recorded method call was made on: its process, and its ordinal there
     (:class:`~forkpoint.events.ToolInstance`; 0, the first object's, for a call kept without one).
     Each process numbers its own objects."""
     mark = event.get("instance")
-    return event.get("pid"), mark.get("n") if isinstance(mark, Mapping) else 0
+    n = mark.get("n") if isinstance(mark, Mapping) else 0
+    return event.get("pid"), n if isinstance(n, int) else 0  # (a session's is data from anywhere)
 
 
 def neutral_answer(request: HttpRequest, kind: str) -> ModelCallEvent:
@@ -655,9 +661,9 @@ class Replayer:
                 objects = fps.setdefault(e["function"], {})
                 objects.setdefault(_object(e), None)
                 if isinstance(mark := e.get("instance"), Mapping):
-                    objects[_object(e)] = mark.get("fp")
+                    objects[_object(e)] = _text(mark.get("fp"))
                     if "first" in mark:
-                        objects[e.get("pid"), 0] = mark["first"]
+                        objects[e.get("pid"), 0] = _text(mark["first"])
         #: Function → its recorded objects by fingerprint, and those of the processes that called it
         #: on one object only (no fingerprint kept), of a function some process called on several.
         self._objects = {f: _by_fingerprint(o) for f, o in fps.items() if any(o.values())}

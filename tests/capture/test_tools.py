@@ -253,6 +253,32 @@ def test_each_object_of_a_method_tool_is_served_its_own_calls(store: Path) -> No
     assert not rp.report()["reproduced"]
 
 
+def test_a_session_whose_objects_are_malformed_replays_their_calls_as_unmarked(store: Path) -> None:
+    """A session is data from anywhere: an ``instance`` whose ordinal or fingerprint is a list
+    stopped the replay at its start with ``TypeError: unhashable type: 'list'``. Such a mark now
+    tells nothing, and the calls are served as those of a recording without it."""
+    from forkpoint.capture.tools import function_name
+    from forkpoint.log import SessionWriter
+
+    writer = SessionWriter.create(store, {"argv": ["agent.py"]}, fsync="never")
+    for answer, mark in (("web:x", {"n": [1], "fp": "a"}), ("docs:x", {"n": 1, "fp": ["a"], "first": {}})):
+        writer.append(
+            {
+                "type": "tool_call",
+                "tool": "search",
+                "args": {"q": "x"},
+                "result": answer,
+                "function": function_name(Index.search),
+                "instance": mark,
+            }
+        )
+    writer.append({"type": "end", "exit_code": 0})
+    writer.close()
+    with forkpoint.replay(writer.path) as rp:
+        assert [Index("web").search("x"), Index("docs").search("x")] == ["web:x", "docs:x"]
+    assert rp.report()["reproduced"], rp.report()
+
+
 def test_objects_of_a_class_with_slots_are_told_apart_by_them(store: Path) -> None:
     """Objects with ``__slots__`` (no ``__dict__``, no weak reference) are told apart by their
     slots' values, and one made where another was, gone since (at its address, as a temporary's
