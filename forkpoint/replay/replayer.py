@@ -1041,7 +1041,9 @@ class Replayer:
                 on_live()
             return None
         if self.child is not None:
-            self._log_served(event, {"tool": name, "args": args, **({"call_id": call_id} if call_id else {})})
+            # (with the function that asked: a child's served calls are its calls, replayed as such)
+            asked = {"call_id": call_id, "function": function}
+            self._log_served(event, {"tool": name, "args": args, **{k: v for k, v in asked.items() if v}})
         return cast(ToolCallEvent, event), position
 
     def take_value(self, fn: str, args: list[Any] | None = None) -> ValueEvent | None:

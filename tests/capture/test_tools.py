@@ -424,6 +424,23 @@ def test_one_object_or_objects_alike_in_their_answers_replay_as_before(store: Pa
     assert rp.report()["reproduced"] and "told apart" not in line, line
 
 
+def test_a_child_sessions_served_calls_keep_their_function(store: Path) -> None:
+    """A what-if run's child session keeps the calls served from the recording and those made live:
+    the served ones were kept without their function, so replaying the child took ``web("a")``,
+    served, for another function's call than ``web``'s, whose live call it has (a divergence
+    naming function None). They keep the function that asked for them now."""
+    web, _ = search_tools()
+
+    with forkpoint.record(store=store) as rec:
+        assert web("a") == "web: a"
+    with forkpoint.replay(rec.session_path, on_divergence="live", record_child=True) as rp:
+        assert [web("a"), web("b")] == ["web: a", "web: b"]
+    child = rp.report()["child_session"]
+    with forkpoint.replay(child) as rp:
+        assert [web("a"), web("b")] == ["web: a", "web: b"]
+    assert rp.report()["reproduced"], rp.report()
+
+
 def test_a_tool_without_a_signature_records_its_args_as_given(store: Path) -> None:
     # A builtin such as max has no signature to bind against: its arguments are stored as given,
     # and replay serves them back.
