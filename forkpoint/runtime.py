@@ -26,7 +26,16 @@ if TYPE_CHECKING:  # annotations only: this module is imported at every bootstra
     from types import CodeType
 
     from .errors import NetworkBlocked
-    from .events import Call, CallKind, HttpRequest, McpCall, ModelCallEvent, ToolCallEvent, ValueEvent
+    from .events import (
+        Call,
+        CallKind,
+        HttpRequest,
+        McpCall,
+        ModelCallEvent,
+        ToolCallEvent,
+        ToolInstance,
+        ValueEvent,
+    )
 
 #: What serves each kind of call during a replay.
 SOURCES = ("replay", "live")
@@ -85,10 +94,11 @@ class Serving(Runtime, Protocol):
         mcp: McpCall | None = None,
         function: str | None = None,
         instance: str | None = None,
+        kept: ToolInstance | None = None,
     ) -> tuple[ToolCallEvent, int] | None:
         """The recorded tool call and its position among this run's tool calls, or None to run the
         tool live (``mcp``: where it went, a request to an MCP server; ``instance``: the fingerprint
-        of the object a method was called on). Raises
+        of the object a method was called on, ``kept`` what a recording keeps of it). Raises
         :class:`~forkpoint.errors.Divergence`."""
 
     def take_value(self, fn: str, args: list[Any] | None = None) -> ValueEvent | None:

@@ -1206,6 +1206,7 @@ def _replayed(
         mcp=mcp,
         function=function,
         instance=instance[0] if instance else None,
+        kept=instance[1] if instance else None,
     )
     return None if taken is None else _Served(serving, taken[0], taken[1])
 

@@ -50,6 +50,7 @@ from ..events import (
     ModelCallEvent,
     Served,
     ToolCallEvent,
+    ToolInstance,
     ValueEvent,
     endpoint,
     is_tool_call,
@@ -981,6 +982,7 @@ class Replayer:
         mcp: McpCall | None = None,
         function: str | None = None,
         instance: str | None = None,
+        kept: ToolInstance | None = None,
     ) -> tuple[ToolCallEvent, int] | None:
         """The event of this tool call and its position among the run's tool calls, or None to run
         the tool live. Raises :class:`Divergence`.
@@ -992,7 +994,8 @@ class Replayer:
         (:meth:`_same_call_id`); ``mcp``: where a request to an MCP server went (its server's name is
         in the key, its transport tells identical calls apart: :func:`_own_id`); ``function``: the
         ``module:qualname`` a wrapper runs (:meth:`_same_function`); ``instance``: the fingerprint of
-        the object it was called on, a method's (:meth:`_same_object`)."""
+        the object it was called on, a method's (:meth:`_same_object`), and ``kept`` what a recording
+        keeps of it (a child session, of this run's objects)."""
         server = mcp_server(mcp)
 
         def without_defaults() -> list[str]:
@@ -1041,8 +1044,8 @@ class Replayer:
                 on_live()
             return None
         if self.child is not None:
-            # (with the function that asked: a child's served calls are its calls, replayed as such)
-            asked = {"call_id": call_id, "function": function}
+            # (with the function and object that asked: a child's served calls are its calls, replayed as such)
+            asked = {"call_id": call_id, "function": function, "instance": kept}
             self._log_served(event, {"tool": name, "args": args, **{k: v for k, v in asked.items() if v}})
         return cast(ToolCallEvent, event), position
 

@@ -441,6 +441,23 @@ def test_a_child_sessions_served_calls_keep_their_function(store: Path) -> None:
     assert rp.report()["reproduced"], rp.report()
 
 
+def test_a_child_sessions_served_calls_keep_their_object(store: Path) -> None:
+    """As :func:`test_a_child_sessions_served_calls_keep_their_function`, for two objects of a method
+    tool: the child's served calls were kept without their object, so replaying the child in another
+    order served ``a`` the answer ``b`` was served, silently. They keep the object that asked."""
+    with forkpoint.record(store=store) as rec:
+        a, b = Index("a"), Index("b")
+        assert [a.search("x"), b.search("x")] == ["a:x", "b:x"]
+    with forkpoint.replay(rec.session_path, on_divergence="live", record_child=True) as rp:
+        a, b = Index("a"), Index("b")
+        assert [b.search("x"), a.search("x"), b.search("y")] == ["b:x", "a:x", "b:y"]
+    child = rp.report()["child_session"]
+    with forkpoint.replay(child) as rp:
+        a, b = Index("a"), Index("b")
+        assert [a.search("x"), b.search("x"), b.search("y")] == ["a:x", "b:x", "b:y"]
+    assert rp.report()["reproduced"], rp.report()
+
+
 def test_a_tool_without_a_signature_records_its_args_as_given(store: Path) -> None:
     # A builtin such as max has no signature to bind against: its arguments are stored as given,
     # and replay serves them back.
