@@ -1393,8 +1393,10 @@ class _Objects:
         #: By id, while the object lives: its ordinal, its fingerprint and, of one with no weak
         #: reference (known by id past its end), its fingerprint as its last call left it.
         self.by_id: dict[int, list[Any]] = {}
-        #: The fingerprints of the objects, in the order of their first calls.
-        self.fps: list[str] = []
+        #: How many objects it was called on, and the first one's fingerprint (not every object's:
+        #: a program may make one for each call).
+        self.count = 0
+        self.first = ""
 
 
 #: Per run, the objects each function (``module:qualname``) was called on as a method.
@@ -1421,19 +1423,20 @@ def instance_of(fn: Callable[..., Any], args: tuple[Any, ...], function: str) ->
         new = known is None
         if known is None:
             now = _fingerprint(obj)
-            known = objects.by_id[id(obj)] = [len(objects.fps), now, None]
-            objects.fps.append(now)
+            known = objects.by_id[id(obj)] = [objects.count, now, None]
+            objects.count += 1
+            objects.first = objects.first or now
             # (an id is reused once its object is gone: a new object is not taken for the old one)
             try:
                 weakref.finalize(obj, objects.by_id.pop, id(obj), None).atexit = False
             except TypeError:  # (no weak reference to it: told from the next one by its attributes)
                 known[2] = now
         n, fp = known[0], known[1]
-        if len(objects.fps) < 2:
+        if objects.count < 2:
             return fp, None
         mark = ToolInstance(n=n, fp=fp)
         if n == 1 and new:  # (the first object's calls until now were kept without it)
-            mark["first"] = objects.fps[0]
+            mark["first"] = objects.first
     return fp, mark
 
 
