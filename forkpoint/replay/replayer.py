@@ -1277,35 +1277,36 @@ class Replayer:
             return []
         return [e for e in queue if self._call_ids.get(e["seq"]) == call_id]
 
-    def _told(self, function: str | None, instance: str | None) -> set[tuple[Any, Any]] | None:
+    def _told(self, function: str | None, instance: str | None) -> tuple[set[tuple[Any, Any]], bool] | None:
         """The recorded objects (:func:`_object`) of ``function`` that are the object of fingerprint
-        ``instance``: those with that fingerprint, one a process at most (a forked worker's are its
-        parent's), and those whose fingerprint is not known (a process that called it on one object
-        only). None when none has it, or two of one process do, or the recording has no objects of it."""
-        objects = self._objects.get(function or "")
-        if objects is None or instance is None:
+        ``instance``: those with that fingerprint (a forked worker's are its parent's) and those
+        whose fingerprint is not known (a process that called it on one object only); and whether
+        several of one process have it, which cannot be told from each other. None when none has
+        it, or the recording has no objects of it."""
+        by_fp, unknown = self._objects.get(function or "", ({}, set()))
+        told = by_fp.get(instance) if instance is not None else None
+        if not told:
             return None
-        told = objects[0].get(instance, [])
-        if not told or len({pid for pid, _ in told}) < len(told):
-            return None
-        return {*told, *objects[1]}
+        return {*told, *unknown}, len({pid for pid, _ in told}) < len(told)
 
     def _same_object(
         self, calls: list[Any], function: str | None, instance: str | None, tool: str
     ) -> list[Any]:
-        """Of ``calls`` (one match key, one function's), those made on the object a method is called
-        on now, told by its fingerprint ``instance`` (:meth:`_told`): two objects' identical calls
+        """Of ``calls`` (one match key, one function's), those made on the objects of the fingerprint
+        ``instance`` the method is called on now (:meth:`_told`): two objects' identical calls
         (``web.search("x")``, ``docs.search("x")``) were served to each other when a replay asked in
-        another order. When it cannot be told, all of them, in recorded order, and ``tool`` is said
-        (:attr:`objects_untold`) when they are calls of several objects answered differently: which
-        got which is not certain."""
+        another order; all of them when no recorded object has it. Served in recorded order, and
+        ``tool`` is said (:attr:`objects_untold`) when that is an order of several objects' calls
+        answered differently that cannot be told apart: which got which is not certain."""
         if function not in self._objects or instance is None:
             return calls
         told = self._told(function, instance)
         if told is not None:
-            return [e for e in calls if _object(e) in told]
+            calls = [e for e in calls if _object(e) in told[0]]
         if (
-            tool not in self.objects_untold  # (said once is enough: answers are not compared again)
+            (told is None or told[1])
+            and calls
+            and tool not in self.objects_untold  # (said once is enough: answers are not compared again)
             and calls[0]["seq"] in self._alike
             and len({_object(e) for e in calls}) > 1
             and len({_answer(e) for e in calls}) > 1
@@ -1720,8 +1721,8 @@ class Replayer:
             told = self._told(function, instance)
             if told is not None:
                 by += " on its object"
-                others = [e for e in seen if _object(e) not in told] or others
-                seen = [e for e in seen if _object(e) in told]
+                others = [e for e in seen if _object(e) not in told[0]] or others
+                seen = [e for e in seen if _object(e) in told[0]]
         if call_id in self._key_ids.get(key, ()):
             by += f" for {call_id}"
             seen = [e for e in seen if self._call_ids.get(e["seq"]) == call_id]

@@ -383,6 +383,15 @@ def test_objects_of_a_method_tool_that_cannot_be_told_apart_are_said(store: Path
         assert Index("Docs").search("x") == "web:x"
         Index("web").search("x")
     assert "another object of" in str(raised.value) and "could not be told apart" in str(raised.value)
+    # two alike objects are not served the call of a third object they can be told from
+    with forkpoint.record(store=store) as rec:
+        got = [Index(n, {"name": s}).search("x") for n, s in (("o", "o"), ("i", "web"), ("i", "docs"))]
+        assert got == ["o:x", "web:x", "docs:x"]
+    with forkpoint.replay(rec.session_path) as rp:
+        got = [Index(n, {"name": s}).search("x") for n, s in (("i", "web"), ("i", "docs"), ("o", "o"))]
+        assert got == ["web:x", "docs:x", "o:x"]
+    line = summary_line(rp.report())
+    assert rp.report()["reproduced"] and "not certain" in line and "'search'" in line, line
 
 
 def test_one_object_or_objects_alike_in_their_answers_replay_as_before(store: Path) -> None:
