@@ -432,12 +432,13 @@ def caveat(report: dict[str, Any]) -> str | None:
             "which this replay, not running the tool's body, dispatched again from the tool's own run: "
             "with its run id, tags and metadata (astream_events' parent_ids, langgraph_node)"
         )
-    if report.get("objects_untold"):
-        said = ", ".join(repr(_plain(str(t))) for t in report["objects_untold"])
+    if untold := report.get("objects_untold"):
+        said = ", ".join(repr(_plain(str(t))) for t in untold)
         uncertain.append(
-            f"tool {said} is a method called on several objects, which could not be told apart (no "
-            "recorded object, or more than one, had the attributes one had at its first call): each was "
-            "served the recorded calls in their order, and may have got another object's answer"
+            f"{'tool ' + said + ' is a method' if len(untold) == 1 else 'tools ' + said + ' are methods'} "
+            "called on several objects, which could not be told apart (no recorded object, or more than "
+            "one, had the attributes one had at its first call): each was served the recorded calls in "
+            "their order, and may have got another object's answer"
         )
     said_all = ["not certain: " + "; ".join(uncertain)] if uncertain else []
     if report.get("placeholders_served"):

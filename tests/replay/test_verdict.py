@@ -137,3 +137,13 @@ def test_the_attempts_at_each_destination_add_up_across_processes() -> None:
     assert merged["network_blocked"] == ["127.0.0.1:443", "localhost:80 (udp)"]
     assert merged["network_attempts"] == {"127.0.0.1:443": 5, "localhost:80 (udp)": 1}
     assert "network blocked (2): 127.0.0.1:443 (5 attempts), localhost:80 (udp);" in summary_line(merged)
+
+
+def test_the_method_tools_whose_objects_could_not_be_told_apart_are_named() -> None:
+    """A check row says which tools' objects a replay could not tell apart, one or several ("tool
+    'a', 'b' is a method" read as one tool)."""
+    one = verdict(report(objects_untold=["search"]), 0, 0)
+    assert one["status"] == "reproduced"
+    assert one["detail"].startswith("not certain: tool 'search' is a method called on several objects"), one
+    two = verdict(report(objects_untold=["fetch", "search"]), 0, 0)["detail"]
+    assert "tools 'fetch', 'search' are methods called on several objects" in two, two
