@@ -1554,6 +1554,29 @@ def _say_changed(tool: str, changed: list[str], beside: Sequence[str] = (), fn: 
 CHANGED_IN_PLACE = "a tool changed state in place, which a replay does not do again"
 
 
+class _MethodCall:
+    """One call of a tool wrapper's function, around :func:`call_tool`: its arguments bound, and
+    what is looked at before and after it when it is a method (its object's state, which object)."""
+
+    def __init__(
+        self, fn: Callable[..., Any], tool: str, function: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> None:
+        self.fn, self.tool, self.function, self.args, self.kwargs = fn, tool, function, args, kwargs
+        self.bound, self.defaulted = bind_call(fn, args, kwargs, tool)
+        self.state = _object_state(fn, args) if _watched(tool, fn) else None
+        self.instance = instance_of(fn, args, function)
+
+    def options(self) -> dict[str, Any]:
+        """:func:`call_tool`'s keyword arguments for it."""
+        return {"defaulted": self.defaulted, "function": self.function, "instance": self.instance}
+
+    def done(self) -> None:
+        """After the call (returned or raised)."""
+        _changed_in_place(self.fn, self.tool, self.bound, self.args, self.kwargs, self.state)
+        if self.instance is not None:
+            _instance_done(self.args, self.function)
+
+
 def _changed_in_place(
     fn: Callable[..., Any],
     tool: str,
@@ -1661,22 +1684,11 @@ def wrapped(fn: Callable[..., Any], tool_name: str, on: Callable[[], bool] | Non
         return runtime.active() is None or (on is not None and not on())
 
     def through(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        bound, defaulted = bind_call(fn, args, kwargs, tool_name)
-        state = _object_state(fn, args) if _watched(tool_name, fn) else None
-        instance = instance_of(fn, args, function)
+        call = _MethodCall(fn, tool_name, function, args, kwargs)
         try:
-            return call_tool(
-                tool_name,
-                bound,
-                lambda: fn(*args, **kwargs),
-                defaulted=defaulted,
-                function=function,
-                instance=instance,
-            )
+            return call_tool(tool_name, call.bound, lambda: fn(*args, **kwargs), **call.options())
         finally:
-            _changed_in_place(fn, tool_name, bound, args, kwargs, state)
-            if instance is not None:
-                _instance_done(args, function)
+            call.done()
 
     wrapper: Any
     if inspect.iscoroutinefunction(fn):
@@ -1686,22 +1698,13 @@ def wrapped(fn: Callable[..., Any], tool_name: str, on: Callable[[], bool] | Non
             with hidden:
                 if off():
                     return await fn(*args, **kwargs)
-                bound, defaulted = bind_call(fn, args, kwargs, tool_name)
-                state = _object_state(fn, args) if _watched(tool_name, fn) else None
-                instance = instance_of(fn, args, function)
+                call = _MethodCall(fn, tool_name, function, args, kwargs)
                 try:
                     return await acall_tool(
-                        tool_name,
-                        bound,
-                        lambda: fn(*args, **kwargs),
-                        defaulted=defaulted,
-                        function=function,
-                        instance=instance,
+                        tool_name, call.bound, lambda: fn(*args, **kwargs), **call.options()
                     )
                 finally:
-                    _changed_in_place(fn, tool_name, bound, args, kwargs, state)
-                    if instance is not None:
-                        _instance_done(args, function)
+                    call.done()
 
     elif inspect.isasyncgenfunction(fn):
 
