@@ -105,10 +105,14 @@ class Serving(Runtime, Protocol):
         """The recorded value the agent's own code reads next from ``fn``, or None to read it for
         real. Raises :class:`~forkpoint.errors.Divergence`."""
 
-    def diverged(self, event: Call, kind: CallKind, position: int, reason: str) -> Divergence:
+    def diverged(
+        self, event: Call, kind: CallKind, position: int, reason: str, *, handed_nothing: bool = False
+    ) -> Divergence:
         """A :class:`~forkpoint.errors.Divergence` about a recorded call that was served but cannot
         be given as recorded (the run went further than the recording reaches, or the result cannot
-        be rebuilt here), noted as the replay's divergence if it is the first."""
+        be rebuilt here), noted as the replay's divergence if it is the first. ``handed_nothing``:
+        nothing of the call reached the program (its result or exception could not be handed back),
+        so it is not counted among the calls served."""
 
     def ready(self, event: ToolCallEvent) -> bool:
         """True when the tool calls that finished before ``event`` while it ran, live, have had

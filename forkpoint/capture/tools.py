@@ -1113,11 +1113,14 @@ class _Served:
                     self.position,
                     f"what this tool emitted while it ran (stream writes, custom events) cannot be "
                     f"emitted again: {why}; the recording cannot serve this call",
+                    handed_nothing=True,
                 )
             try:
                 out.append(cast(Emitted, {**entry, "value": values.decode(entry["value"])}))
             except UnrebuildableValue as exc:
-                raise self.rt.diverged(self.event, "tool_call", self.position, str(exc)) from None
+                raise self.rt.diverged(
+                    self.event, "tool_call", self.position, str(exc), handed_nothing=True
+                ) from None
         return out
 
     async def avalue(self) -> Any:
@@ -1143,13 +1146,18 @@ class _Served:
                         self.position,
                         "this tool replaced the program through exec when it was recorded: only a replay "
                         "of the recorded command (forkpoint replay) goes on into the program it became",
+                        handed_nothing=True,
                     )
                 os.execv(argv[0], argv[1:])  # as it went on live (a replaying process hands itself on)
             try:
                 exc = rebuild_exception(dict(event["error"]))
             except UnrebuildableValue as why:
                 raise self.rt.diverged(
-                    event, "tool_call", self.position, _unrebuildable(why, dict(event["error"]))
+                    event,
+                    "tool_call",
+                    self.position,
+                    _unrebuildable(why, dict(event["error"])),
+                    handed_nothing=True,
                 ) from None
             # (through frames made to look like the recorded ones: forkpoint's are taken out)
             _raise_recorded(exc.with_traceback(recorded_traceback(event["error"].get("frames"))))
@@ -1161,6 +1169,7 @@ class _Served:
                 self.position,
                 f"the result of this call was not recorded ({u.get('message')}): the recording "
                 "cannot serve it; register an encoder for that type and record again",
+                handed_nothing=True,
             )
         try:
             if self.generator is not None:
@@ -1170,7 +1179,7 @@ class _Served:
                 return _served_generator(served)
             return self.rt.served_result(event)
         except UnrebuildableValue as exc:
-            raise self.rt.diverged(event, "tool_call", self.position, str(exc)) from None
+            raise self.rt.diverged(event, "tool_call", self.position, str(exc), handed_nothing=True) from None
 
 
 def _taken_id(call_id: str | None, mcp: McpCall | None) -> str | None:

@@ -702,8 +702,8 @@ class Replayer:
         #: clock thousands of times does not make each read look at every one before it).
         self._caller_tasks: dict[int, dict[threading.Thread, dict[int, Any]]] = {}
         self.used: list[int] = []
-        #: Tool calls taken whose result was not recorded (no stored form): the program was handed
-        #: nothing of them (:meth:`diverged`), so they are not among those served.
+        #: Tool calls taken whose result or exception could not be handed back (not recorded, or not
+        #: rebuilt here): the program got nothing of them (:meth:`diverged`), so they are not served.
         self.unservable: list[int] = []
         # Served by the other processes of this replay (a recording made by several processes).
         self.ledger = ledger
@@ -941,7 +941,9 @@ class Replayer:
             if before:
                 report["model_position"] = report["position"] - before
 
-    def diverged(self, event: Call, kind: CallKind, position: int, reason: str) -> Divergence:
+    def diverged(
+        self, event: Call, kind: CallKind, position: int, reason: str, *, handed_nothing: bool = False
+    ) -> Divergence:
         """A divergence about a recorded call that was served (see :class:`forkpoint.runtime.Serving`),
         noted as this replay's divergence when it is the first."""
         where = endpoint(event)
@@ -963,7 +965,7 @@ class Replayer:
                 report["call"] = call
         self._count_models(report)
         with self._lock:
-            if kind == "tool_call" and "unrecorded" in event and event.get("seq") in self.used:
+            if handed_nothing and event.get("seq") in self.used:
                 self.used.remove(event["seq"])
                 self.unservable.append(event["seq"])
             if self.divergence is None:

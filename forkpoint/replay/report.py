@@ -544,7 +544,7 @@ def summary_line(report: dict[str, Any]) -> str:
         )
     if unservable := report.get("unservable"):
         extra += (
-            f"; asked for but served nothing, as the result had no stored form when recorded: "
+            f"; asked for but served nothing, as its recorded result or exception could not be handed back: "
             f"{plural(len(unservable), 'tool call')} (seq {', '.join(map(str, unservable))})"
         )
     if report.get("covered"):

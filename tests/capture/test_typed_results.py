@@ -532,12 +532,18 @@ def test_an_exception_holding_a_class_the_replay_has_not_imported_diverges(
     with forkpoint.record(store=store) as rec:
         assert run() == [7, 8]
     del sys.modules[lazy_models]
+    reports = []
     for call in (fetch, lambda: list(rows())):
-        with forkpoint.replay(rec.session_path), pytest.raises(forkpoint.Divergence) as exc:
+        with forkpoint.replay(rec.session_path) as rp, pytest.raises(forkpoint.Divergence) as exc:
             call()
         said = str(exc.value)
         assert "the Stop this call raised cannot be rebuilt" in said, said
         assert f"this run has not imported {lazy_models}" in said, said
+        reports.append(rp.report())
+    # fetch's exception never reached the program: it is not counted as served; rows' first item did
+    fetched, listed = (e["seq"] for e in Session.load(rec.session_path).by_type("tool_call"))
+    assert (reports[0]["served"], reports[0]["unservable"]) == ([], [fetched]), reports[0]
+    assert (reports[1]["served"], reports[1]["unservable"]) == ([listed], []), reports[1]
     __import__(lazy_models)
     with forkpoint.replay(rec.session_path) as rp:
         assert run() == [7, 8]

@@ -142,8 +142,8 @@ def test_a_tool_call_whose_result_was_not_stored_is_not_counted_as_served(store:
     merged = merge_reports([report, {**report, "served": [], "unservable": [], "matched": 0}])
     assert merged["unservable"] == [unstored] and merged["matched"] == 1, merged
     assert (
-        f"asked for but served nothing, as the result had no stored form when recorded: 1 tool call (seq {unstored})"
-        in said
+        f"asked for but served nothing, as its recorded result or exception could not be handed back: "
+        f"1 tool call (seq {unstored})" in said
     ), said
 
 
