@@ -4,12 +4,13 @@ whole or not at all."""
 from __future__ import annotations
 
 import os
-import re
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
+
+from .patterns import compiled_later
 
 _RENAME_EXCHANGE = 2
 _AT_FDCWD = -100
@@ -57,7 +58,7 @@ def private_file(path: str | Path) -> Iterator[BinaryIO]:
 
 #: A process's open descriptors by name: ``/dev/stdout`` is a link to ``/proc/self/fd/1``, which
 #: links to whatever the shell opened (a regular file, under ``> out.json``).
-_DESCRIPTOR = re.compile(r"/dev/(?:stdout|stderr|fd/\d+)|/proc/(?:self|thread-self|\d+)/fd/\d+")
+_DESCRIPTOR = compiled_later(r"/dev/(?:stdout|stderr|fd/\d+)|/proc/(?:self|thread-self|\d+)/fd/\d+")
 
 
 def _stream_target(path: Path) -> bool:

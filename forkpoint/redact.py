@@ -125,7 +125,7 @@ def _shared_until(shared: int) -> int:
 #: agent.py --token VALUE"``, ``os.system``'s command): the value one shell word, as the shell
 #: reads it, quoted parts and escapes joined (``ab"c d"``, ``'a b'``, ``x\\ y``), after a line's
 #: continuation too (a part alone left the rest of the secret in the text).
-_SECRET_OPTION_WORD = re.compile(
+_SECRET_OPTION_WORD = compiled_later(
     r"(?<![^\s\"'(;&|])(?P<name>" + _SECRET_OPTION_NAME + r")(?:=|(?:[ \t]|\\\n)+)"
     r"(?P<value>(?:\"(?:[^\"\\]|\\.)*\"|'[^']*'|\\.|[^\s\"'\\;&|()<>])+)",
     re.DOTALL,
@@ -191,7 +191,7 @@ _FIELD_WORDS = (
     r"|credentials?|authorization|(?<=[A-Za-z0-9_.\-])" + _NOT_SECRET_TOKEN_BEFORE + r"token)"
 )
 #: An escaped line break or tab (see :meth:`Scrubber.find`), and what it stands for.
-_ESCAPED_SPACE = re.compile(r"\\[nrt]")
+_ESCAPED_SPACE = compiled_later(r"\\[nrt]")
 _UNESCAPED = {"n": "\n", "r": "\r", "t": "\t"}
 _VALUE_END = r"(?=[\s\"'#;&,)\]}\\]|$)"  # a backslash: "\n" in JSON-escaped text ends a line
 #: The first character of a credential on a command line (an option's value, curl's -u password,

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import base64
 import json
-import re
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -39,6 +38,7 @@ import orjson
 from ..canonical import digest, python_json
 from ..deltalist import DeltaList, json_default
 from ..errors import SessionError
+from ..patterns import compiled_later
 from .blobs import BlobStore
 
 FORMAT = "forkpoint.session"
@@ -62,8 +62,8 @@ SESSION_ENTRIES = frozenset({LOG_NAME, BLOB_DIR, GIT_OBJECTS, SIGNATURE_NAME})
 MIRROR_DONE = ".remote"
 MIRROR_RECORDING = ".recording"
 #: The names inside ``blobs/`` and ``git-objects/``: two hex digits, then a content address.
-_FANOUT = re.compile(r"[0-9a-f]{2}")
-_ADDRESS = re.compile(r"[0-9a-f]{38,62}(?:\.zst)?")
+_FANOUT = compiled_later(r"[0-9a-f]{2}")
+_ADDRESS = compiled_later(r"[0-9a-f]{38,62}(?:\.zst)?")
 
 
 def foreign(folder: str, names: list[str]) -> list[str]:
