@@ -224,12 +224,17 @@ def _use_identity(ctx: click.Context, param: click.Parameter, value: Path | None
         use_identity(value)  # $FORKPOINT_IDENTITY: the programs a replay runs read the session too
 
 
+#: ``--identity``'s type, one for every command: each click.Path made asks gettext for its name,
+#: which looks for translation files every time (~0.25 M instructions a command, at every start).
+_IDENTITY_FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
+
+
 def _store_opt(f: Any) -> Any:
     """``--store``, and ``--identity`` for the encrypted sessions of the store."""
     f = click.option(
         "--identity",
         metavar="FILE",
-        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        type=_IDENTITY_FILE,
         expose_value=False,
         callback=_use_identity,
         help="An age identity file that opens encrypted sessions (default: $FORKPOINT_IDENTITY).",

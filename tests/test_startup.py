@@ -489,3 +489,18 @@ def test_a_configuration_read_again_is_the_file_as_it_is_now_and_a_table_of_its_
     assert load_table("redact")[0] == {"headers": ["x-a"]}
     config.write_text('[redact]\nheaders = ["x-b"]\n')
     assert load_table("redact")[0] == {"headers": ["x-b"]}
+
+
+def test_every_command_shares_one_identity_file_type() -> None:
+    """Each click.Path made asks gettext for its name, which looks for translation files each time:
+    made once per command, ``--identity``'s cost every start of the command line ~4 M instructions."""
+    import click
+
+    from forkpoint.cli import main
+
+    def commands(group: click.Group) -> list[click.Command]:
+        found = list(group.commands.values())
+        return found + [c for g in found if isinstance(g, click.Group) for c in commands(g)]
+
+    kinds = [p.type for c in commands(main) for p in c.params if p.name == "identity"]
+    assert len(kinds) > 10 and all(k is kinds[0] for k in kinds), kinds
