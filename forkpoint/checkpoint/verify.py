@@ -33,7 +33,6 @@ from ..log import (
 )
 from ..log.blobs import is_leftover, open_regular
 from ..log.codec import decode
-from .workspace import MANIFEST_FIELDS, manifest_rows
 
 
 def verify_session(
@@ -119,6 +118,10 @@ def _verify_checkpoints(
     against its digest."""
     if not checkpoints:
         return
+    # (what reads a manifest, and the git it loads: only for a session with checkpoints, not in
+    # every replaying parent, which verifies every session it replays)
+    from .workspace import MANIFEST_FIELDS, manifest_rows
+
     session: Session | None = None
     by_seq: dict[Any, Any] | None = None
     for lineno, seq, obj in checkpoints:
