@@ -354,6 +354,7 @@ def test_a_replaying_parent_loads_the_verdict_not_the_replayer(tmp_path: Path) -
     heavy = ("replay.replayer", "replay.guard", "replay.whatif", "record", "capture", "override")
     heavy += ("match", "redact", "providers", "checkpoint.take", "checkpoint.restore")
     heavy += ("checkpoint.workspace",)  # (what reads a manifest: this session has no checkpoint)
+    heavy += ("jsondiff",)  # (a divergence's diff: this run did not diverge)
     assert not {f"forkpoint.{m}" for m in heavy} & loaded
     assert "forkpoint.signing" in loaded  # (checked once the program ran: before, it was not loaded)
 

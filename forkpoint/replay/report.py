@@ -13,7 +13,6 @@ from .. import runtime
 from ..errors import Divergence
 from ..events import DivergenceReport, Verdict, divergence_call, divergence_place
 from ..files import write_private
-from ..jsondiff import Change, format_changes
 from ..log import json_text
 from ..text import KIND_NAMES, plural
 
@@ -35,6 +34,9 @@ def format_divergence(report: DivergenceReport | dict[str, Any]) -> str:
             f"Nearest recorded: seq {near['seq']} ({near['label']}, similarity {near['similarity']:.2f})."
         )
     if report.get("diff"):
+        # (the diff's module: here, not in every replaying parent, whose run may not diverge)
+        from ..jsondiff import Change, format_changes
+
         against = report.get("diff_against")
         lines.append(f"Differences, recorded{f' (seq {against})' if against is not None else ''} → actual:")
         lines.append(format_changes([Change.from_json(c) for c in report["diff"]]))
