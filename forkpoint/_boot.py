@@ -590,6 +590,23 @@ def _watch_uncaught(note: Callable[[ErrorRecord], None]) -> None:
     sys.excepthook = hook
 
 
+def named(folder: Path, prefix: str, suffix: str = "") -> list[Path]:
+    """The files of ``folder`` named ``prefix*suffix``, as ``folder.glob`` finds them (none when
+    it is not a folder, or not readable): without making and compiling a pattern for each name,
+    which the command line's process paid for every prefix it reads back, in every run."""
+    try:
+        with os.scandir(folder) as entries:
+            return [
+                folder / e.name
+                for e in entries
+                if e.name.startswith(prefix)
+                and e.name.endswith(suffix)
+                and len(e.name) >= len(prefix) + len(suffix)
+            ]
+    except (NotADirectoryError, FileNotFoundError, PermissionError):
+        return []
+
+
 def read_endings(folder: Path) -> tuple[list[ErrorRecord], str | None, list[dict[str, Any]], int]:
     """What the recording processes wrote to ``folder`` (``ending-<pid>.json``) as they exited: the
     uncaught exceptions that ended them; why recording stopped early in any of them (a failed write:
@@ -600,7 +617,7 @@ def read_endings(folder: Path) -> tuple[list[ErrorRecord], str | None, list[dict
     out: list[ErrorRecord] = []
     failures: list[str] = []
     lacks: list[dict[str, Any]] = []
-    endings = sorted(folder.glob(f"{ENDING_PREFIX}*.json"))
+    endings = sorted(named(folder, ENDING_PREFIX, ".json"))
     for path in endings:
         try:
             doc = _json_loads(path.read_text())
@@ -620,7 +637,7 @@ def unwritten(folder: Path) -> list[tuple[str, str]]:
     """``(pid, why in words)`` of each process that could not write its report or ending to
     ``folder`` (``unreported-<pid>.<errno>``, left by :func:`_softly`)."""
     out = []
-    for path in sorted(folder.glob(f"{UNREPORTED_PREFIX}*")):
+    for path in sorted(named(folder, UNREPORTED_PREFIX)):
         pid, _, number = path.name[len(UNREPORTED_PREFIX) :].partition(".")
         known = number.isascii() and number.isdigit() and int(number)
         out.append((pid, os.strerror(int(number)) if known else "a write failed"))

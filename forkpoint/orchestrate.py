@@ -36,6 +36,7 @@ from ._boot import (
     REPLAYING_PREFIX,
     UNREPORTED_PREFIX,
     child_env,
+    named,
     read_endings,
     unwritten,
 )
@@ -198,7 +199,7 @@ def unstarted_execs(folder: Path, *prefixes: str) -> list[tuple[str, str]]:
 
     mine = os.path.realpath(sys.executable)
     out: list[tuple[str, list[str]]] = []
-    for path in sorted(folder.glob(f"{EXEC_PREFIX}*.json")):
+    for path in sorted(named(folder, EXEC_PREFIX, ".json")):
         pid, _, n = path.stem[len(EXEC_PREFIX) :].partition("-")
         try:
             argv = [str(a) for a in orjson.loads(path.read_bytes())["argv"]]
@@ -206,7 +207,7 @@ def unstarted_execs(folder: Path, *prefixes: str) -> list[tuple[str, str]]:
         except (OSError, ValueError, KeyError, TypeError):
             continue
         # ("ending-<pid>.json", "report-<pid>.json", "not-started-<pid>.txt": what it wrote at its end)
-        went_on = went_on or any(any(folder.glob(f"{pre}{pid}.*")) for pre in prefixes)
+        went_on = went_on or any(named(folder, f"{pre}{pid}.") for pre in prefixes)
         python = (
             re.fullmatch(r"python[0-9.]*", os.path.basename(argv[0])) or os.path.realpath(argv[0]) == mine
         )
@@ -230,7 +231,7 @@ class _Stuck:
 
     def __call__(self) -> str | None:
         if self.since is None:
-            for path in self.reports.glob("report-*.json"):
+            for path in named(self.reports, "report-", ".json"):
                 try:
                     diverged = read_json_text(path.read_bytes()).get("divergence")
                 except (OSError, ValueError):
@@ -660,16 +661,16 @@ def replay_run(
         finally:
             seen = namespace.finished() if namespace is not None else netns.Seen([], [], 0)
         # One report per replaying process (a recorded shell script may run several programs).
-        reports = [read_json_text(p.read_bytes()) for p in Path(tmp).glob("report-*.json")]
+        reports = [read_json_text(p.read_bytes()) for p in named(Path(tmp), "report-", ".json")]
         reports.sort(key=lambda r: r.get("process_started") or 0)
-        not_started = sorted(p.read_text(errors="replace") for p in Path(tmp).glob(f"{NOT_STARTED_PREFIX}*"))
+        not_started = sorted(p.read_text(errors="replace") for p in named(Path(tmp), NOT_STARTED_PREFIX))
         not_started += [
             f"process {pid} became `{command}` through exec, which did not start forkpoint's replay{UNSTARTED}: "
             "it ran unreplayed"
             for pid, command in unstarted_execs(Path(tmp), "report-", NOT_STARTED_PREFIX, UNREPORTED_PREFIX)
         ]
         unreported = _unreported(Path(tmp))
-        replaying, went_live = (any(Path(tmp).glob(f"{mark}*")) for mark in (REPLAYING_PREFIX, LIVE_PREFIX))
+        replaying, went_live = (any(named(Path(tmp), mark)) for mark in (REPLAYING_PREFIX, LIVE_PREFIX))
         try:  # (or the launcher's why: netns)
             why_unrun = ran.unrun or (Path(tmp) / netns.UNRUN).read_text(errors="replace")
         except FileNotFoundError:

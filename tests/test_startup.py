@@ -150,7 +150,10 @@ def test_a_recording_parent_imports_no_key_serialization_and_compiles_no_pattern
     module-level patterns it does not use (forkpoint.patterns), nor what verifies a session's log,
     nor the providers (~19 M instructions)."""
     code = (
-        "import re, sys\n"
+        "import fnmatch, re, sys\n"
+        # (the files the program's processes leave are read by their names: no glob pattern made)
+        "globbed = []\nreal_translate = fnmatch.translate\n"
+        "fnmatch.translate = lambda p: globbed.append(p) or real_translate(p)\n"
         "compiled = []\n"
         "real = re._compile\n"
         "def spy(pattern, flags):\n"
@@ -175,6 +178,7 @@ def test_a_recording_parent_imports_no_key_serialization_and_compiles_no_pattern
         "at_import = [c for c in compiled if c[0] in ('forkpoint.match', 'forkpoint.providers.base', "
         "'forkpoint.jsonpath', 'forkpoint.log.blobs', 'forkpoint.store')]\n"
         "assert not at_import, at_import\n"
+        "assert not globbed, globbed\n"
         # (a descriptor's name is looked for where a report is written, a blob's where a log is
         # verified, an option in a shell's script and an escaped line break where such text is scrubbed)
         "import forkpoint.files as f, forkpoint.log.codec as c, forkpoint.redact as r\n"
@@ -506,3 +510,16 @@ def test_every_command_shares_one_identity_file_type() -> None:
 
     kinds = [p.type for c in commands(main) for p in c.params if p.name == "identity"]
     assert len(kinds) > 10 and all(k is kinds[0] for k in kinds), kinds
+
+
+def test_named_finds_what_glob_finds(tmp_path: Path) -> None:
+    """forkpoint._boot.named, which reads back the files a run's processes leave, finds the files
+    ``folder.glob(prefix*suffix)`` does, and none in a folder that is not there or is a file."""
+    from forkpoint._boot import named
+
+    for name in ("report-1.json", "report-.json", "report-2.json.tmp", "report.json", "xreport-3.json"):
+        (tmp_path / name).write_text("")
+    (tmp_path / "report-4.json").mkdir()
+    for prefix, suffix in (("report-", ".json"), ("report-", ""), ("report-2.", ""), ("report-.", ".json")):
+        assert sorted(named(tmp_path, prefix, suffix)) == sorted(tmp_path.glob(f"{prefix}*{suffix}"))
+    assert named(tmp_path / "gone", "report-") == [] == named(tmp_path / "report.json", "report-")
