@@ -203,6 +203,29 @@ _COMMAND_VALUE_FIRST = r"[^\s\"'\\;&|()<>$`\-\[{]"
 #: well): to the closing quote where the option's value opens with one (group ``q``), spaces and all.
 _COMMAND_PASSWORD = r"(?P<s>(?(q)[^\"'\n]+|[^\s\"']+))"
 
+#: Three shapes of the table below (:data:`_DEAD_ENDS` names them).
+_UNQUOTED_ASSIGNMENT = (
+    r"(?<![a-z])(?:(?i:password|passwd|passphrase)|SECRET|TOKEN|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|_KEY"
+    r"|CREDENTIALS?)(?![A-Za-z0-9])\s*[=:]\s*[\"']?"
+    r"(?P<s>(?![0-9]+(?:[\s\"'#;&]|$))(?!(?:None|null|true|false|True|False|undefined|nil)(?:[\s\"'#;&]|$))"
+    r"[^\s\"'#;&(){}\[\]<>,\\]{4,})" + _VALUE_END
+)
+_LOWER_ASSIGNMENT = (
+    r"(?:(?<![A-Za-z0-9])|(?<=[a-z0-9])(?=[A-Z]))(?i:api[_\-]?key|(?:client|access|auth|refresh|session"
+    r"|bearer|secret)[_\-]?(?:secret|token|key)|secret|private[_\-]?key|"
+    + _NOT_SECRET_TOKEN_BEFORE
+    + r"token)"
+    r"(?![A-Za-z0-9_])[ \t]*"
+    r"(?:=|:(?=[ \t]*[A-Za-z0-9_\-+/=]+\.?[ \t]*(?:#[^\r\n\\]*)?(?:\\[nr]|[\r\n]|$)))[ \t]*"
+    r"(?![a-z0-9]*_[a-z0-9_]*(?![A-Za-z0-9\-+/=]))(?![A-Z0-9]*_[A-Z0-9_]*(?![A-Za-z0-9\-+/=]))"
+    r"(?!(?:[A-Z][a-z]*[0-9]*)*[A-Z][a-z]{2,}(?![A-Za-z0-9_\-+/=]))"
+    r"(?P<s>(?=[A-Za-z_\-+/=]{0,64}[0-9])(?=[0-9_\-+/=]{0,64}[A-Za-z])[A-Za-z0-9_\-+/=]{16,})\.?" + _VALUE_END
+)
+_OTHER_AUTHORIZATION = (
+    r"(?i:authorization)[\"']?[ \t]*:[ \t]*[\"']?(?!(?i:bearer|basic|aws4-hmac-sha256)\s)"
+    r"(?:[A-Za-z][A-Za-z0-9\-]*[ \t]+)?(?P<s>(?=[^\s\"',;]*[0-9])[^\s\"',;]{8,})"
+)
+
 #: Built-in secret shapes: (kind, anchors, pattern). Every match starts at an occurrence of one of
 #: its anchors (lower-case literals, found case-insensitively), which is what makes scanning long
 #: text fast: the patterns only run where an anchor occurs. A pattern without anchors is searched
@@ -335,10 +358,7 @@ _BUILTIN: tuple[tuple[str, tuple[str, ...], str], ...] = (
         "secret-assignment",
         ("pass", "secret", "token", "api", "access", "private", "_key", "credential"),
         # (a password in any case: "login failed for bob, password=hunter22" in an exception's message)
-        r"(?<![a-z])(?:(?i:password|passwd|passphrase)|SECRET|TOKEN|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|_KEY"
-        r"|CREDENTIALS?)(?![A-Za-z0-9])\s*[=:]\s*[\"']?"
-        r"(?P<s>(?![0-9]+(?:[\s\"'#;&]|$))(?!(?:None|null|true|false|True|False|undefined|nil)(?:[\s\"'#;&]|$))"
-        r"[^\s\"'#;&(){}\[\]<>,\\]{4,})" + _VALUE_END,
+        _UNQUOTED_ASSIGNMENT,
     ),
     # A credential option of a command in text (a shell tool's command, a script a tool runs):
     # --token=VALUE, --api-key VALUE (the option's name as in argv: not --max-tokens, --token-file or
@@ -366,16 +386,7 @@ _BUILTIN: tuple[tuple[str, tuple[str, ...], str], ...] = (
     (
         "secret-assignment",
         ("api", "client", "access", "auth", "refresh", "session", "bearer", "secret", "private", "token"),
-        r"(?:(?<![A-Za-z0-9])|(?<=[a-z0-9])(?=[A-Z]))(?i:api[_\-]?key|(?:client|access|auth|refresh|session"
-        r"|bearer|secret)[_\-]?(?:secret|token|key)|secret|private[_\-]?key|"
-        + _NOT_SECRET_TOKEN_BEFORE
-        + r"token)"
-        r"(?![A-Za-z0-9_])[ \t]*"
-        r"(?:=|:(?=[ \t]*[A-Za-z0-9_\-+/=]+\.?[ \t]*(?:#[^\r\n\\]*)?(?:\\[nr]|[\r\n]|$)))[ \t]*"
-        r"(?![a-z0-9]*_[a-z0-9_]*(?![A-Za-z0-9\-+/=]))(?![A-Z0-9]*_[A-Z0-9_]*(?![A-Za-z0-9\-+/=]))"
-        r"(?!(?:[A-Z][a-z]*[0-9]*)*[A-Z][a-z]{2,}(?![A-Za-z0-9_\-+/=]))"
-        r"(?P<s>(?=[A-Za-z_\-+/=]{0,64}[0-9])(?=[0-9_\-+/=]{0,64}[A-Za-z])[A-Za-z0-9_\-+/=]{16,})\.?"
-        + _VALUE_END,
+        _LOWER_ASSIGNMENT,
     ),
     # ~/.aws/credentials and ~/.aws/config (INI, names in lower case, values unquoted).
     (
@@ -410,11 +421,76 @@ _BUILTIN: tuple[tuple[str, tuple[str, ...], str], ...] = (
     (
         "header-credential",
         ("auth",),  # (an anchor other shapes have: each one is a pass over the text)
-        r"(?i:authorization)[\"']?[ \t]*:[ \t]*[\"']?(?!(?i:bearer|basic|aws4-hmac-sha256)\s)"
-        r"(?:[A-Za-z][A-Za-z0-9\-]*[ \t]+)?(?P<s>(?=[^\s\"',;]*[0-9])[^\s\"',;]{8,})",
+        _OTHER_AUTHORIZATION,
     ),
     ("cookie", ("cookie",), r"(?i:cookie)[\"']?\s*:\s*[\"']?(?P<s>[^\r\n\"']{6,})"),
 )
+
+#: Where the first of some characters is looked for from each occurrence of a run (see _first).
+_Reach = dict[re.Pattern[str], tuple[int, int]]
+
+
+def _first(chars: re.Pattern[str], text: str, at: int, reach: _Reach) -> int:
+    """Where the first of ``chars`` in ``text`` is from ``at`` on (the text's length: nowhere).
+    ``reach`` keeps, by ``chars``, where it was last looked for from and what was found there: the
+    same from every position up to it, so a run is read once, not from each of its occurrences."""
+    since, end = reach.get(chars, (-1, -1))
+    if not since <= at <= end:
+        m = chars.search(text, at)
+        end = m.start() if m is not None else len(text)
+        reach[chars] = (at, end)
+    return end
+
+
+#: What an unquoted assignment's value cannot hold, and of that, what does not end one.
+_NOT_UNQUOTED = compiled_later(r"[\s\"'#;&(){}\[\]<>,\\]", re.ASCII)
+_NOT_AN_END = compiled_later(r"[({\[<>]")
+#: What a lower-case assignment's value cannot hold, and of that, what does not end one (nor ``.``,
+#: which may, nor ``:``, after which it is read otherwise).
+_NOT_LOWER = compiled_later(r"[^A-Za-z0-9_\-+/=]", re.ASCII)
+_NOT_A_LOWER_END = compiled_later(r"[^\s\"'#;&,)\]}\\.:]", re.ASCII)
+_AUTHORIZATION_COLON = compiled_later(r"(?i:authorization):(?=[^\s\"',;])", re.ASCII)
+_DIGIT_OR_NOT_VALUE = compiled_later(r"[0-9\s\"',;]", re.ASCII)
+_SCHEME = compiled_later(r"[A-Za-z][A-Za-z0-9\-]*")
+
+
+def _unquoted_fails(text: str, at: int, reach: _Reach) -> bool:
+    # The first after the occurrence of what its value cannot hold does not end a value: no space
+    # nor quote is before it (both end one), so the name, "=" or ":" and the value are, and the
+    # value runs to it and fails there.
+    return _NOT_AN_END.match(text, _first(_NOT_UNQUOTED, text, at, reach)) is not None
+
+
+def _lower_fails(text: str, at: int, reach: _Reach) -> bool:
+    # As _unquoted_fails: no space nor ":" (after which a value is read otherwise) before it, so
+    # the name, "=" and the value are; nor "." (which may end a value) at it.
+    return _NOT_A_LOWER_END.match(text, _first(_NOT_LOWER, text, at, reach)) is not None
+
+
+def _authorization_fails(text: str, at: int, reach: _Reach) -> bool:
+    # With neither a space nor a quote about its ":", its value or its scheme starts right after:
+    # a value holds a digit before its end (a space, a quote, a comma, a semicolon), a scheme is
+    # a word that ends at a space or a tab.
+    if _AUTHORIZATION_COLON.match(text, at) is None:
+        return False
+    at += len("authorization:")
+    end = _first(_DIGIT_OR_NOT_VALUE, text, at, reach)
+    if text[end : end + 1] not in (" ", "\t"):
+        return not text[end : end + 1].isdigit()
+    scheme = _SCHEME.match(text, at)  # (read to the next ":" at most: the next occurrence's)
+    return scheme is None or scheme.end() != end
+
+
+#: Shapes whose match at an occurrence of its anchor is known to fail without running it, where
+#: it would read to the end of a long value first: a run of the anchor glued (password=password=…(,
+#: Authorization:Authorization:…) is one value to its end, read and failed at each occurrence,
+#: quadratic in its length; now its end is found once (:func:`_first`). Each tells only where
+#: matching would fail.
+_DEAD_ENDS: dict[str, Callable[[str, int, _Reach], bool]] = {
+    _UNQUOTED_ASSIGNMENT: _unquoted_fails,
+    _LOWER_ASSIGNMENT: _lower_fails,
+    _OTHER_AUTHORIZATION: _authorization_fails,
+}
 
 #: Built-in secret shapes as (kind, pattern), in the order they are tried.
 PATTERNS: tuple[tuple[str, str], ...] = tuple((kind, p) for kind, _, p in _BUILTIN)
@@ -960,6 +1036,7 @@ class Scrubber:
                 self._kinds.append(kind)
                 self._pats.append(_UNCOMPILED)
                 self._sources.append(pattern)
+        self._dead_ends = {i: _DEAD_ENDS[src] for i, src in enumerate(self._sources) if src in _DEAD_ENDS}
         # A pattern anchored by one-character literals alone (the query credential's ``?``, ``&``
         # and ``;``) is searched for by the regex engine and kept where it starts at one of them:
         # found and matched at each occurrence instead, it cost seconds on binary data, where one
@@ -1088,13 +1165,15 @@ class Scrubber:
         Candidates are matched in the order of where they start, an anchored pattern at an
         occurrence of its anchor only once scanning has come to it, and none inside a secret taken:
         matched at every occurrence first, a run of glued anchors (``password=`` 20,000 times) was
-        read to its end at each, quadratic in its length."""
+        read to its end at each, quadratic in its length. A shape known to fail at an occurrence
+        (:data:`_DEAD_ENDS`) is not matched there."""
         if not text:
             return [], False
         low = _anchor_text(text)
         pats = self._pats
         heap: list[tuple[int, int, int, re.Match[str]]] = []  # (start, pattern, tie, match)
         ahead: list[tuple[int, int]] = []  # (where an anchor occurs next, its index in _anchors)
+        reach: _Reach = {}
         if len(low) >= SHORT_CHARS or self._any_anchor.search(low) is not None:
             ahead = [(p, k) for k, (lit, _) in enumerate(self._anchors) if (p := low.find(lit)) >= 0]
             heapq.heapify(ahead)
@@ -1119,6 +1198,9 @@ class Scrubber:
                 lit, ids = self._anchors[k]
                 if p >= pos:
                     for i in ids:
+                        dead = self._dead_ends.get(i)
+                        if dead is not None and dead(text, p, reach):
+                            continue
                         pat = pats[i]
                         if pat is _UNCOMPILED:
                             pat = self._pattern(i)
