@@ -1036,7 +1036,8 @@ class Scrubber:
                 self._kinds.append(kind)
                 self._pats.append(_UNCOMPILED)
                 self._sources.append(pattern)
-        self._dead_ends = {i: _DEAD_ENDS[src] for i, src in enumerate(self._sources) if src in _DEAD_ENDS}
+        # (by pattern, None for most: indexed, not looked up, at every occurrence of an anchor)
+        self._dead_ends = [_DEAD_ENDS.get(src) for src in self._sources]
         # A pattern anchored by one-character literals alone (the query credential's ``?``, ``&``
         # and ``;``) is searched for by the regex engine and kept where it starts at one of them:
         # found and matched at each occurrence instead, it cost seconds on binary data, where one
@@ -1174,6 +1175,7 @@ class Scrubber:
         heap: list[tuple[int, int, int, re.Match[str]]] = []  # (start, pattern, tie, match)
         ahead: list[tuple[int, int]] = []  # (where an anchor occurs next, its index in _anchors)
         reach: _Reach = {}
+        dead_ends = self._dead_ends
         if len(low) >= SHORT_CHARS or self._any_anchor.search(low) is not None:
             ahead = [(p, k) for k, (lit, _) in enumerate(self._anchors) if (p := low.find(lit)) >= 0]
             heapq.heapify(ahead)
@@ -1198,7 +1200,7 @@ class Scrubber:
                 lit, ids = self._anchors[k]
                 if p >= pos:
                     for i in ids:
-                        dead = self._dead_ends.get(i)
+                        dead = dead_ends[i]
                         if dead is not None and dead(text, p, reach):
                             continue
                         pat = pats[i]
