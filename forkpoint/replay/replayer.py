@@ -451,15 +451,17 @@ def _same_function(queue: deque[Any], function: str | None, recorded: set[str]) 
 
 def _by_fingerprint(
     objects: Mapping[tuple[Any, Any], Any],
-) -> tuple[dict[Any, list[tuple[Any, Any]]], set[tuple[Any, Any]]]:
+) -> dict[Any, tuple[set[tuple[Any, Any]], bool]]:
     """Of a function's recorded objects (:func:`_object`) with their fingerprints (None: not
-    kept), those with each fingerprint, and those of the processes that kept none (one object each)."""
+    kept), by each fingerprint, what :meth:`Replayer._told` says of it: worked out once, as a
+    program making an alike object for each call had each call gather thousands of them again."""
     by_fp: dict[Any, list[tuple[Any, Any]]] = {}
     for k, fp in objects.items():
         if fp is not None:
             by_fp.setdefault(fp, []).append(k)
     kept = {pid for pid, _ in (k for ks in by_fp.values() for k in ks)}
-    return by_fp, {k for k in objects if k[0] not in kept}
+    unknown = {k for k in objects if k[0] not in kept}  # (the processes that kept none: one object each)
+    return {fp: ({*ks, *unknown}, len({pid for pid, _ in ks}) < len(ks)) for fp, ks in by_fp.items()}
 
 
 def _text(value: Any) -> str | None:
@@ -665,8 +667,8 @@ class Replayer:
                     objects[_object(e)] = _text(mark.get("fp"))
                     if "first" in mark:
                         objects[e.get("pid"), 0] = _text(mark["first"])
-        #: Function → its recorded objects by fingerprint, and those of the processes that called it
-        #: on one object only (no fingerprint kept), of a function some process called on several.
+        #: Function → fingerprint → its recorded objects (:func:`_by_fingerprint`), of a function
+        #: some process called on several.
         self._objects = {f: _by_fingerprint(o) for f, o in fps.items() if any(o.values())}
         #: The tools whose calls of several recorded objects were served to objects that could not be
         #: told apart, answered differently (report ``objects_untold``).
@@ -1285,11 +1287,7 @@ class Replayer:
         whose fingerprint is not known (a process that called it on one object only); and whether
         several of one process have it, which cannot be told from each other. None when none has
         it, or the recording has no objects of it."""
-        by_fp, unknown = self._objects.get(function or "", ({}, set()))
-        told = by_fp.get(instance) if instance is not None else None
-        if not told:
-            return None
-        return {*told, *unknown}, len({pid for pid, _ in told}) < len(told)
+        return self._objects.get(function or "", {}).get(instance) if instance is not None else None
 
     def _same_object(
         self, calls: list[Any], function: str | None, instance: str | None, tool: str

@@ -23,6 +23,7 @@ import pytest
 
 import forkpoint
 from forkpoint.capture import targets as targets_mod
+from forkpoint.capture import tools as tools_mod
 from forkpoint.log import Session, SessionError
 
 
@@ -277,6 +278,21 @@ def test_a_session_whose_objects_are_malformed_replays_their_calls_as_unmarked(s
     with forkpoint.replay(writer.path) as rp:
         assert [Index("web").search("x"), Index("docs").search("x")] == ["web:x", "docs:x"]
     assert rp.report()["reproduced"], rp.report()
+
+
+def test_alike_objects_made_one_per_call_are_looked_up_once(store: Path) -> None:
+    """A program making an alike object for each call (``Index("web").search(q)`` in a loop) is
+    replayed without going through all the recorded objects at each call: the objects a fingerprint
+    stands for are worked out once (each call gathered them all again: 10,000 calls on 10,000 objects
+    replayed in 6 s, where they had taken 0.5 s)."""
+    with forkpoint.record(store=store) as rec:
+        answers = [Index("web").search(f"q{i}") for i in range(20)]
+    function, fp = tools_mod.function_name(Index.search), tools_mod._fingerprint(Index("web"))
+    with forkpoint.replay(rec.session_path) as rp:
+        assert [Index("web").search(f"q{i}") for i in range(20)] == answers
+        told = rp._told(function, fp)
+        assert told is not None and len(told[0]) == 20 and told is rp._told(function, fp)
+    assert rp.report()["reproduced"] and not rp.report()["objects_untold"]
 
 
 def test_objects_of_a_class_with_slots_are_told_apart_by_them(store: Path) -> None:
