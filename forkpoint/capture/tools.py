@@ -1472,10 +1472,12 @@ def _own_dict(obj: Any) -> dict[str, Any] | None:
 
 def _fingerprint(obj: Any) -> str:
     """A short hash of ``obj``'s plain attributes (str, int, float, bool or None, of its ``__dict__``
-    and ``__slots__``), scrubbed first: what tells two objects of one class apart across runs (a
-    name, a URL), without keeping any value, a secret's least of all."""
+    and ``__slots__``, and a tuple's items), scrubbed first: what tells two objects of one class
+    apart across runs (a name, a URL), without keeping any value, a secret's least of all."""
     attrs = _own_dict(obj)
     items = list(attrs.items()) if attrs is not None else []
+    if isinstance(obj, tuple):  # (a named tuple's fields are its items; read past its own __iter__)
+        items += [(f"[{i}]", v) for i, v in enumerate(tuple.__getitem__(obj, slice(None)))]
     for cls in type(obj).__mro__:
         slots = cls.__dict__.get("__slots__", ())
         for name in [slots] if isinstance(slots, str) else slots:

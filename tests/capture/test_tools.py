@@ -15,7 +15,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pydantic
 import pydantic_core
@@ -324,6 +324,28 @@ def test_objects_of_a_class_with_slots_are_told_apart_by_them(store: Path) -> No
         a, b = Slotted("a"), Slotted("b")
         assert [b.lookup("x"), a.lookup("x"), a.lookup("x")] == ["b:x", "a:x", "a:x"]
         assert [Slotted("d").lookup("y"), Slotted("c").lookup("y")] == ["d:y", "c:y"]
+    assert rp.report()["reproduced"] and not rp.report()["objects_untold"]
+
+
+class Endpoint(NamedTuple):
+    """A tool that is a named tuple's method: its fields are its items, not attributes."""
+
+    name: str
+
+    @forkpoint.tool(name="search")
+    def search(self, q: str) -> str:
+        return f"{self.name}:{q}"
+
+
+def test_named_tuples_of_a_method_tool_are_told_apart_by_their_items(store: Path) -> None:
+    """Named tuples made for one call each (no attributes, no weak reference) are told apart by
+    their items: ``Endpoint("web")`` and ``Endpoint("docs")``, one after the other at one address,
+    were kept as one object, and asked the other way round each was served the other's answer
+    under "replay ok"."""
+    with forkpoint.record(store=store) as rec:
+        assert [Endpoint("web").search("x"), Endpoint("docs").search("x")] == ["web:x", "docs:x"]
+    with forkpoint.replay(rec.session_path) as rp:
+        assert [Endpoint("docs").search("x"), Endpoint("web").search("x")] == ["docs:x", "web:x"]
     assert rp.report()["reproduced"] and not rp.report()["objects_untold"]
 
 
