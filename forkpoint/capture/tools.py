@@ -1485,8 +1485,14 @@ def _fingerprint(obj: Any) -> str:
             if isinstance(member, types.MemberDescriptorType):
                 with contextlib.suppress(AttributeError):  # (a slot never set)
                     items.append((name, member.__get__(obj, cls)))
-    plain = {str(k): v for k, v in items if v is None or type(v) in (str, int, float, bool)}
-    return hashlib.sha256(repr(sorted(scrub_json(plain).items())).encode()).hexdigest()[:16]
+    plain = sorted(
+        scrub_json({str(k): v for k, v in items if v is None or type(v) in (str, int, float, bool)}).items()
+    )
+    try:
+        shown = repr(plain)
+    except ValueError:  # (an int longer than Python writes in decimal, sys.get_int_max_str_digits: in hex)
+        shown = repr([(k, hex(v) if type(v) is int else v) for k, v in plain])
+    return hashlib.sha256(shown.encode()).hexdigest()[:16]
 
 
 def _object_state(fn: Callable[..., Any], args: tuple[Any, ...]) -> dict[str, Any] | None:

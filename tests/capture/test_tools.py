@@ -327,6 +327,29 @@ def test_objects_of_a_class_with_slots_are_told_apart_by_them(store: Path) -> No
     assert rp.report()["reproduced"] and not rp.report()["objects_untold"]
 
 
+class Modulus:
+    """A tool that is a method of an object holding an integer too long to write in decimal."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    @forkpoint.tool(name="digits")
+    def digits(self, q: str) -> str:
+        return f"{self.n.bit_length()}:{q}"
+
+
+def test_an_object_holding_an_integer_too_long_to_write_in_decimal_runs_its_tool(store: Path) -> None:
+    """An object holding an integer longer than Python writes in decimal (4,300 digits) runs its
+    method tool as it does without forkpoint: its fingerprint raised ValueError ("Exceeds the limit
+    (4300 digits) for integer string conversion") into the program's call. Such objects are told
+    apart as others are."""
+    with forkpoint.record(store=store) as rec:
+        assert [Modulus(10**5000).digits("x"), Modulus(10**6000).digits("x")] == ["16610:x", "19932:x"]
+    with forkpoint.replay(rec.session_path) as rp:
+        assert [Modulus(10**6000).digits("x"), Modulus(10**5000).digits("x")] == ["19932:x", "16610:x"]
+    assert rp.report()["reproduced"] and not rp.report()["objects_untold"]
+
+
 class Endpoint(NamedTuple):
     """A tool that is a named tuple's method: its fields are its items, not attributes."""
 
