@@ -475,7 +475,14 @@ def _object(event: Mapping[str, Any]) -> tuple[Any, Any]:
     Each process numbers its own objects."""
     mark = event.get("instance")
     n = mark.get("n") if isinstance(mark, Mapping) else 0
-    return event.get("pid"), n if isinstance(n, int) else 0  # (a session's is data from anywhere)
+    return _pid(event), n if isinstance(n, int) else 0  # (a session's is data from anywhere)
+
+
+def _pid(event: Mapping[str, Any]) -> int | None:
+    """The process an event was recorded in; None when its ``pid`` is no int (a session's is data
+    from anywhere: a list's stopped the replay at its start, unhashable)."""
+    pid = event.get("pid")
+    return pid if isinstance(pid, int) else None
 
 
 def neutral_answer(request: HttpRequest, kind: str) -> ModelCallEvent:
@@ -666,7 +673,7 @@ class Replayer:
                 if isinstance(mark := e.get("instance"), Mapping):
                     objects[_object(e)] = _text(mark.get("fp"))
                     if "first" in mark:
-                        objects[e.get("pid"), 0] = _text(mark["first"])
+                        objects[_object(e)[0], 0] = _text(mark["first"])
         #: Function → fingerprint → its recorded objects (:func:`_by_fingerprint`), of a function
         #: some process called on several.
         self._objects = {f: _by_fingerprint(o) for f, o in fps.items() if any(o.values())}
@@ -2060,7 +2067,7 @@ def release_order(
     by_pid: dict[Any, list[ToolCallEvent]] = {}
     for e in tools:
         if isinstance(e.get("sent"), int) and isinstance(e.get("finished"), int):
-            by_pid.setdefault(e.get("pid"), []).append(e)
+            by_pid.setdefault(_pid(e), []).append(e)
     out: dict[int, list[int]] = {}
     for group in by_pid.values():
         group.sort(key=lambda e: e["finished"])

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import orjson
 import pydantic
 import pydantic_core
 import pytest
@@ -278,6 +279,23 @@ def test_a_session_whose_objects_are_malformed_replays_their_calls_as_unmarked(s
     with forkpoint.replay(writer.path) as rp:
         assert [Index("web").search("x"), Index("docs").search("x")] == ["web:x", "docs:x"]
     assert rp.report()["reproduced"], rp.report()
+
+
+def test_a_session_whose_method_calls_name_no_process_replays(store: Path) -> None:
+    """A session is data from anywhere: a method tool's calls whose ``pid`` is a list or a dict
+    stopped the replay at its start with ``TypeError: unhashable type``. Such a call's process is
+    not known, and each object is still served its own calls."""
+    with forkpoint.record(store=store) as rec:
+        assert [Index("web").search("x"), Index("docs").search("x")] == ["web:x", "docs:x"]
+    log = Path(rec.session_path) / "session.jsonl"
+    events = [orjson.loads(line) for line in log.read_bytes().splitlines()]
+    for e, pid in zip((e for e in events if e["type"] == "tool_call"), ([1], {"a": 1}), strict=True):
+        e["pid"] = pid
+    log.write_bytes(b"".join(orjson.dumps(e) + b"\n" for e in events))
+    (Path(rec.session_path) / "signature.json").unlink(missing_ok=True)
+    with forkpoint.replay(rec.session_path) as rp:
+        assert [Index("docs").search("x"), Index("web").search("x")] == ["docs:x", "web:x"]
+    assert rp.report()["reproduced"] and not rp.report()["objects_untold"], rp.report()
 
 
 def test_alike_objects_made_one_per_call_are_looked_up_once(store: Path) -> None:
