@@ -43,6 +43,7 @@ import inspect
 import json
 import math
 import os
+import re
 import sys
 import threading
 import time
@@ -69,6 +70,7 @@ from ..events import (
     new_span_id,
     now_iso,
 )
+from ..providers import PLACEHOLDER_KEY
 from ..redact import scrub_chunks, scrub_json, scrub_text
 from ..text import say, visible
 from .tracebacks import frames_of, hidden, hide_own_frames, recorded_traceback
@@ -1485,14 +1487,23 @@ def _fingerprint(obj: Any) -> str:
             if isinstance(member, types.MemberDescriptorType):
                 with contextlib.suppress(AttributeError):  # (a slot never set)
                     items.append((name, member.__get__(obj, cls)))
-    plain = sorted(
-        scrub_json({str(k): v for k, v in items if v is None or type(v) in (str, int, float, bool)}).items()
-    )
+    kept = {str(k): v for k, v in items if v is None or type(v) in (str, int, float, bool)}
+    plain = sorted((k, _any_secret(v)) for k, v in scrub_json(kept).items())
     try:
         shown = repr(plain)
     except ValueError:  # (an int longer than Python writes in decimal, sys.get_int_max_str_digits: in hex)
         shown = repr([(k, hex(v) if type(v) is int else v) for k, v in plain])
     return hashlib.sha256(shown.encode()).hexdigest()[:16]
+
+
+#: A secret's placeholder (:mod:`forkpoint.redact`), and a replay's stand-in for an unset API key.
+_SECRET = re.compile(rf"\[REDACTED:[a-z0-9-]+:[0-9a-f]{{8}}\]|{re.escape(PLACEHOLDER_KEY)}")
+
+
+def _any_secret(value: Any) -> Any:
+    """A scrubbed attribute with each secret in it as any secret: a replay with another key, of
+    another kind or none (:data:`PLACEHOLDER_KEY`), is given objects alike to the recorded ones."""
+    return _SECRET.sub("[REDACTED]", value) if isinstance(value, str) else value
 
 
 def _object_state(fn: Callable[..., Any], args: tuple[Any, ...]) -> dict[str, Any] | None:

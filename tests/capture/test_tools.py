@@ -26,6 +26,7 @@ import forkpoint
 from forkpoint.capture import targets as targets_mod
 from forkpoint.capture import tools as tools_mod
 from forkpoint.log import Session, SessionError
+from forkpoint.providers import PLACEHOLDER_KEY
 
 
 class QuotaExceeded(Exception):
@@ -366,6 +367,32 @@ def test_an_object_holding_an_integer_too_long_to_write_in_decimal_runs_its_tool
     with forkpoint.replay(rec.session_path) as rp:
         assert [Modulus(10**6000).digits("x"), Modulus(10**5000).digits("x")] == ["19932:x", "16610:x"]
     assert rp.report()["reproduced"] and not rp.report()["objects_untold"]
+
+
+class KeyedClient:
+    """A tool that is a method of a client holding its API key, as SDK clients do."""
+
+    def __init__(self, name: str, api_key: str) -> None:
+        self.name, self.api_key = name, api_key
+
+    @forkpoint.tool(name="search")
+    def search(self, q: str) -> str:
+        return f"{self.name}:{q}"
+
+
+@pytest.mark.parametrize("replayed", [f"sk-proj-{secrets.token_hex(24)}", PLACEHOLDER_KEY])
+def test_clients_holding_another_key_on_replay_are_told_apart(store: Path, replayed: str) -> None:
+    """Objects holding an API key are told apart by their other attributes on a replay with
+    another key (a teammate's, CI's) or none (the placeholder a replay sets): the key counted in
+    their fingerprint by its digest, so no object had a recorded one's, and ``docs`` asked first
+    was served ``web``'s answer (said not certain; in recorded order, a run that reproduced exactly
+    was said so too)."""
+    recorded = f"sk-proj-{secrets.token_hex(24)}"
+    with forkpoint.record(store=store) as rec:
+        assert [KeyedClient(n, recorded).search("x") for n in ("web", "docs")] == ["web:x", "docs:x"]
+    with forkpoint.replay(rec.session_path) as rp:
+        assert [KeyedClient(n, replayed).search("x") for n in ("docs", "web")] == ["docs:x", "web:x"]
+    assert rp.report()["reproduced"] and not rp.report()["objects_untold"], rp.report()
 
 
 class Endpoint(NamedTuple):
