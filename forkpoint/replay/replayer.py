@@ -451,7 +451,7 @@ def _same_function(queue: deque[Any], function: str | None, recorded: set[str]) 
 
 def _by_fingerprint(
     objects: Mapping[tuple[Any, Any], Any],
-) -> dict[Any, tuple[set[tuple[Any, Any]], bool]]:
+) -> dict[Any, tuple[set[tuple[Any, Any]], bool, bool]]:
     """Of a function's recorded objects (:func:`_object`) with their fingerprints (None: not
     kept), by each fingerprint, what :meth:`Replayer._told` says of it: worked out once, as a
     program making an alike object for each call had each call gather thousands of them again."""
@@ -461,7 +461,11 @@ def _by_fingerprint(
             by_fp.setdefault(fp, []).append(k)
     kept = {pid for pid, _ in (k for ks in by_fp.values() for k in ks)}
     unknown = {k for k in objects if k[0] not in kept}  # (the processes that kept none: one object each)
-    return {fp: ({*ks, *unknown}, len({pid for pid, _ in ks}) < len(ks)) for fp, ks in by_fp.items()}
+    told = {fp: {*ks, *unknown} for fp, ks in by_fp.items()}
+    return {
+        fp: (told[fp], len({pid for pid, _ in ks}) < len(ks), len(told[fp]) == len(objects))
+        for fp, ks in by_fp.items()
+    }
 
 
 def _text(value: Any) -> str | None:
@@ -1288,12 +1292,14 @@ class Replayer:
             return []
         return [e for e in queue if self._call_ids.get(e["seq"]) == call_id]
 
-    def _told(self, function: str | None, instance: str | None) -> tuple[set[tuple[Any, Any]], bool] | None:
+    def _told(
+        self, function: str | None, instance: str | None
+    ) -> tuple[set[tuple[Any, Any]], bool, bool] | None:
         """The recorded objects (:func:`_object`) of ``function`` that are the object of fingerprint
         ``instance``: those with that fingerprint (a forked worker's are its parent's) and those
-        whose fingerprint is not known (a process that called it on one object only); and whether
-        several of one process have it, which cannot be told from each other. None when none has
-        it, or the recording has no objects of it."""
+        whose fingerprint is not known (a process that called it on one object only); whether
+        several of one process have it, which cannot be told from each other; and whether they are
+        all of its objects. None when none has it, or the recording has no objects of it."""
         return self._objects.get(function or "", {}).get(instance) if instance is not None else None
 
     def _same_object(
@@ -1308,7 +1314,8 @@ class Replayer:
         if function not in self._objects or instance is None:
             return calls
         told = self._told(function, instance)
-        if told is not None:
+        # (not when it is all of them: each call of a loop making an alike object sorted them all)
+        if told is not None and not told[2]:
             calls = [e for e in calls if _object(e) in told[0]]
         if (
             (told is None or told[1])
