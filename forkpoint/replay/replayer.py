@@ -669,21 +669,27 @@ class Replayer:
         #: Tool name → the functions recorded under it (:func:`_same_function`).
         self._functions: dict[str, set[str]] = {}
         fps: dict[str, dict[tuple[Any, Any], Any]] = {}  # function → object → fingerprint (None: not kept)
+        #: Seq → the object its call was made on (:func:`_object`), of a call with its function.
+        self._made_on: dict[int, tuple[Any, Any]] = {}
         for e in self.recorded:
             if e["type"] == "tool_call" and e.get("function"):
                 self._functions.setdefault(e["tool"], set()).add(e["function"])
                 objects = fps.setdefault(e["function"], {})
-                objects.setdefault(_object(e), None)
+                made = self._made_on[e["seq"]] = _object(e)
+                objects.setdefault(made, None)
                 if isinstance(mark := e.get("instance"), Mapping):
-                    objects[_object(e)] = _text(mark.get("fp"))
+                    objects[made] = _text(mark.get("fp"))
                     if "first" in mark:
-                        objects[_object(e)[0], 0] = _text(mark["first"])
+                        objects[made[0], 0] = _text(mark["first"])
         #: Function → fingerprint → its recorded objects (:func:`_by_fingerprint`), of a function
         #: some process called on several.
         self._objects = {f: _by_fingerprint(o) for f, o in fps.items() if any(o.values())}
         #: The tools whose calls of several recorded objects were served to objects that could not be
         #: told apart, answered differently (report ``objects_untold``).
         self.objects_untold: set[str] = set()
+        #: The calls (their group in :attr:`_alike`) found answered alike for an object
+        #: (a fingerprint), or made on one object: those left of them are too (:meth:`_same_object`).
+        self._told_alike: set[tuple[int, str]] = set()
         #: Seq → its group (first seq): identical calls whose recorded answers differ (_alike).
         self._alike = _alike(self._queues.values())
         #: Seq → the call's own id (:func:`_own_call_ids`; :meth:`_same_call_id`).
@@ -1316,16 +1322,18 @@ class Replayer:
         told = self._told(function, instance)
         # (not when it is all of them: each call of a loop making an alike object sorted them all)
         if told is not None and not told[2]:
-            calls = [e for e in calls if _object(e) in told[0]]
+            calls = [e for e in calls if self._made_on[e["seq"]] in told[0]]
         if (
             (told is None or told[1])
             and calls
             and tool not in self.objects_untold  # (said once is enough: answers are not compared again)
             and calls[0]["seq"] in self._alike
-            and len({_object(e) for e in calls}) > 1
-            and len({_answer(e) for e in calls}) > 1
+            and (self._alike[calls[0]["seq"]], instance) not in self._told_alike
         ):
-            self.objects_untold.add(tool)
+            if len({self._made_on[e["seq"]] for e in calls}) > 1 and len({_answer(e) for e in calls}) > 1:
+                self.objects_untold.add(tool)
+            else:  # (compared once: the calls left of them later are fewer, alike still)
+                self._told_alike.add((self._alike[calls[0]["seq"]], instance))
         return calls
 
     def _same_secrets(
