@@ -1401,8 +1401,9 @@ class _Objects:
     """The objects one function was called on as a method in a run (:func:`instance_of`)."""
 
     def __init__(self) -> None:
-        #: By id, while the object lives: its ordinal, its fingerprint and, of one with no weak
-        #: reference (known by id past its end), its fingerprint as its last call left it.
+        #: By id, while the object lives: its ordinal, its fingerprint, of one with no weak
+        #: reference (known by id past its end) its fingerprint as its last call left it, and how
+        #: many of its calls are running.
         self.by_id: dict[int, list[Any]] = {}
         #: How many objects it was called on, and the first one's fingerprint (not every object's:
         #: a program may make one for each call).
@@ -1429,12 +1430,13 @@ def instance_of(fn: Callable[..., Any], args: tuple[Any, ...], function: str) ->
     with _instances_lock:
         objects = _instances.setdefault(rt, {}).setdefault(function, _Objects())
         known = objects.by_id.get(id(obj))
-        if known is not None and known[2] is not None and _fingerprint(obj) != known[2]:
+        # (while a call of it runs, the object at its address is it, whatever that call changed)
+        if known is not None and known[2] is not None and not known[3] and _fingerprint(obj) != known[2]:
             known = None  # (another object at the address of one with no weak reference, gone since)
         new = known is None
         if known is None:
             now = _fingerprint(obj)
-            known = objects.by_id[id(obj)] = [objects.count, now, None]
+            known = objects.by_id[id(obj)] = [objects.count, now, None, 0]
             objects.count += 1
             objects.first = objects.first or now
             # (an id is reused once its object is gone: a new object is not taken for the old one)
@@ -1442,6 +1444,7 @@ def instance_of(fn: Callable[..., Any], args: tuple[Any, ...], function: str) ->
                 weakref.finalize(obj, objects.by_id.pop, id(obj), None).atexit = False
             except TypeError:  # (no weak reference to it: told from the next one by its attributes)
                 known[2] = now
+        known[3] += 1
         n, fp = known[0], known[1]
         if objects.count < 2:
             return fp, None
@@ -1456,9 +1459,12 @@ def _instance_done(args: tuple[Any, ...], function: str) -> None:
     attributes as the call left them (one at its address with others is another object)."""
     rt = runtime.active()
     objects = _instances.get(rt, {}).get(function) if rt is not None else None
-    known = objects.by_id.get(id(args[0])) if objects is not None else None
-    if known is not None and known[2] is not None:
-        known[2] = _fingerprint(args[0])
+    with _instances_lock:
+        known = objects.by_id.get(id(args[0])) if objects is not None else None
+        if known is not None:
+            known[3] -= 1
+            if known[2] is not None:
+                known[2] = _fingerprint(args[0])
 
 
 def _own_dict(obj: Any) -> dict[str, Any] | None:

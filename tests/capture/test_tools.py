@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import dataclasses
 import datetime
@@ -11,6 +12,7 @@ import os
 import secrets
 import sys
 import textwrap
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -447,6 +449,36 @@ def test_named_tuples_of_a_method_tool_are_told_apart_by_their_items(store: Path
     with forkpoint.replay(rec.session_path) as rp:
         assert [Endpoint("docs").search("x"), Endpoint("web").search("x")] == ["docs:x", "web:x"]
     assert rp.report()["reproduced"] and not rp.report()["objects_untold"]
+
+
+def test_an_object_with_slots_called_from_threads_at_once_stays_one_object(store: Path) -> None:
+    """An object with ``__slots__`` (no weak reference) whose calls run at once in threads, each
+    changing its count, is one object: a call starting while another ran found its attributes
+    changed, took it for another object at its address, and the replay, where no body changes
+    them, diverged at its 2nd call ('on another object ... made no such call when recorded')."""
+
+    class Counted:
+        __slots__ = ("name", "count")
+
+        def __init__(self, name: str) -> None:
+            self.name, self.count = name, 0
+
+        @forkpoint.tool(name="lookup")
+        def lookup(self, q: str, inside: threading.Barrier) -> str:
+            self.count += 1
+            inside.wait(timeout=10)  # (every call is running when any returns)
+            return f"{self.name}:{q}"
+
+    def asked() -> list[str]:
+        one, inside = Counted("web"), threading.Barrier(3)
+        with concurrent.futures.ThreadPoolExecutor(3) as pool:
+            return list(pool.map(lambda q: one.lookup(q, inside), "abc"))
+
+    with forkpoint.record(store=store) as rec:
+        assert asked() == ["web:a", "web:b", "web:c"]
+    with forkpoint.replay(rec.session_path) as rp:
+        assert asked() == ["web:a", "web:b", "web:c"]
+    assert rp.report()["reproduced"], rp.report()
 
 
 def test_each_object_of_an_async_method_tool_is_served_its_own_calls(store: Path) -> None:
