@@ -1456,15 +1456,23 @@ def instance_of(fn: Callable[..., Any], args: tuple[Any, ...], function: str) ->
 
 def _instance_done(args: tuple[Any, ...], function: str) -> None:
     """After a call of :func:`instance_of`'s: an object with no weak reference is known by its
-    attributes as the call left them (one at its address with others is another object)."""
+    attributes as the call left them (one at its address with others is another object), by each
+    of its method tools (what one's body changed, which a replay's does not, is no other object
+    to the next)."""
     rt = runtime.active()
-    objects = _instances.get(rt, {}).get(function) if rt is not None else None
+    by_function = _instances.get(rt, {}) if rt is not None else {}
     with _instances_lock:
-        known = objects.by_id.get(id(args[0])) if objects is not None else None
-        if known is not None:
-            known[3] -= 1
-            if known[2] is not None:
-                known[2] = _fingerprint(args[0])
+        mine = by_function[function].by_id.get(id(args[0])) if function in by_function else None
+        if mine is None:
+            return
+        mine[3] -= 1
+        if mine[2] is None:
+            return
+        before, mine[2] = mine[2], _fingerprint(args[0])
+        for objects in by_function.values():  # (not another tool's gone object at its address: others)
+            known = objects.by_id.get(id(args[0]))
+            if known is not None and known[2] == before:
+                known[2] = mine[2]
 
 
 def _own_dict(obj: Any) -> dict[str, Any] | None:

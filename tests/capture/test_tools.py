@@ -481,6 +481,39 @@ def test_an_object_with_slots_called_from_threads_at_once_stays_one_object(store
     assert rp.report()["reproduced"], rp.report()
 
 
+def test_an_object_with_slots_changed_by_its_other_tool_stays_one_object(store: Path) -> None:
+    """An object with ``__slots__`` (no weak reference) that another of its method tools changes
+    between two calls of one (``load`` sets ``ready``) is one object: the second call found its
+    attributes changed and took it for another object at its address, and the replay, where
+    ``load`` changes nothing, diverged at that call ('on another object ... made no such call when
+    recorded') where 9794f93 replayed it."""
+
+    class Loaded:
+        __slots__ = ("name", "ready")
+
+        def __init__(self, name: str) -> None:
+            self.name, self.ready = name, False
+
+        @forkpoint.tool(name="load")
+        def load(self) -> str:
+            self.ready = True
+            return "loaded"
+
+        @forkpoint.tool(name="lookup")
+        def lookup(self, q: str) -> str:
+            return f"{self.name}:{q}"
+
+    def asked() -> list[str]:
+        one = Loaded("web")
+        return [one.lookup("a"), one.load(), one.lookup("b")]
+
+    with forkpoint.record(store=store) as rec:
+        assert asked() == ["web:a", "loaded", "web:b"]
+    with forkpoint.replay(rec.session_path) as rp:
+        assert asked() == ["web:a", "loaded", "web:b"]
+    assert rp.report()["reproduced"], rp.report()
+
+
 def test_each_object_of_an_async_method_tool_is_served_its_own_calls(store: Path) -> None:
     """As :func:`test_each_object_of_a_method_tool_is_served_its_own_calls`, for a coroutine method."""
 
