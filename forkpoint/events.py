@@ -33,7 +33,8 @@ Boundary = Literal["resumable", "observable"]
 
 class ErrorRecord(TypedDict, total=False):
     """An exception as recorded: class name, module, message (scrubbed); a tool's exception also
-    keeps its JSON ``args`` and instance ``attrs`` when it has them."""
+    keeps its JSON ``args`` and instance ``attrs`` when it has them, an HTTP response error its
+    ``status`` and own ``message`` in ``attrs``."""
 
     type: Required[str]
     module: Required[str]

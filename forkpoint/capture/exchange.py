@@ -185,13 +185,19 @@ def body_content(body: Any) -> tuple[bytes, Any]:
 
 
 def error_record(exc: BaseException) -> ErrorRecord:
-    """How an exception of an exchange is stored: its class, module and (scrubbed) message, and an
-    ``OSError``'s ``errno`` and ``strerror`` (a program tells "refused" from "reset" by them)."""
+    """How an exception of an exchange is stored: its class, module and (scrubbed) message, an
+    ``OSError``'s ``errno`` and ``strerror`` (a program tells "refused" from "reset" by them), and
+    an HTTP response error's ``status`` and own ``message`` (``attrs``)."""
     cls = type(exc)
     out: ErrorRecord = {"type": cls.__name__, "module": cls.__module__, "message": scrub_text(str(exc))}
     if isinstance(exc, OSError) and isinstance(exc.errno, int):
         out["errno"] = exc.errno
         out["strerror"] = scrub_text(str(exc.strerror or ""))
+    # (an HTTP library's response error keeps the status it says and its own message apart: aiohttp's
+    # ClientResponseError, whose str() is made of them; rebuilt from that str() alone, its status was 0)
+    status, said = getattr(exc, "status", None), getattr(exc, "message", None)
+    if type(status) is int and isinstance(said, str):
+        out["attrs"] = {"status": status, "message": scrub_text(said)}
     return out
 
 
@@ -618,6 +624,14 @@ def rebuilt_error(error: ErrorRecord | dict[str, Any], library: LibraryError) ->
     # A builtin is never the library's: urllib3 has a TimeoutError and a ConnectionError of its own.
     own = library(name, message, os_error) if module != "builtins" else None
     if own is not None:
+        attrs = error.get("attrs")
+        if (
+            isinstance(attrs, dict)
+            and type(attrs.get("status")) is int
+            and isinstance(attrs.get("message"), str)
+        ):
+            if hasattr(own, "status") and hasattr(own, "message"):  # (error_record's status and message)
+                own.status, own.message = attrs["status"], attrs["message"]
         return own
     found = getattr(sys.modules.get(module), name, None)
     if isinstance(found, type) and issubclass(found, BaseException):
