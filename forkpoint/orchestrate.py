@@ -709,15 +709,25 @@ def replay_run(
     # (none of a fork's run's processes started forkpoint's replay: `true`, a typo'd script, a replay
     # that could not start; what it left is the checkpoint's state too)
     unreplayed = live_from is not None and report is None and not replaying and not unreported
-    if (
-        outcome is not None
-        and not interrupted
-        and not stopped_at_divergence
-        and not short_of
-        and not stopped_short
-        and not unreplayed
-        and not (live_from is not None and (unsent_from_checkpoint(report) or idle_from_checkpoint(report)))
-    ):
+    # (why what the run left says nothing of its continuation, the first that holds: not measured)
+    fork = live_from is not None
+    not_measured = next(
+        (
+            why
+            for holds, why in (
+                (stopped_at_divergence, "its replayed prefix diverged"),
+                (short_of, "it ended before it reached its checkpoint"),
+                (bool(stopped_short), f"stopped: {watch.why}, {stopped_short}"),
+                (unreplayed, "its command never started forkpoint's replay"),
+                (fork and unsent_from_checkpoint(report), "its first call from its checkpoint was not sent"),
+                (fork and idle_from_checkpoint(report), "it made no call from its checkpoint on"),
+                (interrupted, f"stopped: {watch.why}"),
+            )
+            if holds
+        ),
+        None,
+    )
+    if outcome is not None and not_measured is None:
         from .outcome import measure
 
         measured = measure(
@@ -739,22 +749,9 @@ def replay_run(
         if outcome is not None and measured is None:
             from .outcome import NOT_MEASURED
 
-            # (kept in the run's session: the parent's page draws an arm that measured nothing, and why)
-            why = (
-                "its replayed prefix diverged"
-                if stopped_at_divergence
-                else "it ended before it reached its checkpoint"
-                if short_of
-                else f"stopped: {watch.why}, {stopped_short}"
-                if stopped_short
-                else "its command never started forkpoint's replay"
-                if unreplayed
-                else "its first call from its checkpoint was not sent"
-                if unsent_from_checkpoint(report)
-                else "it made no call from its checkpoint on"
-                if idle_from_checkpoint(report)
-                else f"stopped: {watch.why}"  # (interrupted while it or its outcome command ran)
-            )
+            # (kept in the run's session: the parent's page draws an arm that measured nothing, and why;
+            # with none of those, its outcome command was interrupted)
+            why = not_measured or f"stopped: {watch.why}"
             child.writer.append(
                 {
                     "type": "note",

@@ -165,6 +165,15 @@ def test_a_function_of_a_shared_tool_name_is_served_the_call_that_sent_its_own_k
     assert rp.report()["reproduced"], rp.report()
 
 
+def replays_alike(store: Path, run: Callable[[], Any], expected: Any) -> None:
+    """``run`` recorded, then replayed: each run gives ``expected``, and the replay reproduced."""
+    with forkpoint.record(store=store) as rec:
+        assert run() == expected
+    with forkpoint.replay(rec.session_path) as rp:
+        assert run() == expected
+    assert rp.report()["reproduced"], rp.report()
+
+
 def search_tools() -> tuple[Callable[[str], str], Callable[[str], str]]:
     """``web`` and ``docs``: two functions recorded as the one tool ``search``."""
 
@@ -474,11 +483,7 @@ def test_an_object_with_slots_called_from_threads_at_once_stays_one_object(store
         with concurrent.futures.ThreadPoolExecutor(3) as pool:
             return list(pool.map(lambda q: one.lookup(q, inside), "abc"))
 
-    with forkpoint.record(store=store) as rec:
-        assert asked() == ["web:a", "web:b", "web:c"]
-    with forkpoint.replay(rec.session_path) as rp:
-        assert asked() == ["web:a", "web:b", "web:c"]
-    assert rp.report()["reproduced"], rp.report()
+    replays_alike(store, asked, ["web:a", "web:b", "web:c"])
 
 
 def test_an_object_with_slots_changed_by_its_other_tool_stays_one_object(store: Path) -> None:
@@ -507,11 +512,7 @@ def test_an_object_with_slots_changed_by_its_other_tool_stays_one_object(store: 
         one = Loaded("web")
         return [one.lookup("a"), one.load(), one.lookup("b")]
 
-    with forkpoint.record(store=store) as rec:
-        assert asked() == ["web:a", "loaded", "web:b"]
-    with forkpoint.replay(rec.session_path) as rp:
-        assert asked() == ["web:a", "loaded", "web:b"]
-    assert rp.report()["reproduced"], rp.report()
+    replays_alike(store, asked, ["web:a", "loaded", "web:b"])
 
 
 def test_each_object_of_an_async_method_tool_is_served_its_own_calls(store: Path) -> None:
@@ -2068,11 +2069,7 @@ def test_a_method_tool_whose_class_has_a_failing_dict_property_runs_as_without_f
         def echo(self, q: str) -> str:
             return q
 
-    with forkpoint.record(store=store) as rec:
-        assert [Odd().echo("x"), Odd().echo("y")] == ["x", "y"]
-    with forkpoint.replay(rec.session_path) as rp:
-        assert [Odd().echo("x"), Odd().echo("y")] == ["x", "y"]
-    assert rp.report()["reproduced"], rp.report()
+    replays_alike(store, lambda: [Odd().echo("x"), Odd().echo("y")], ["x", "y"])
 
 
 def test_a_method_tool_that_changes_its_object_is_said_while_recording(
