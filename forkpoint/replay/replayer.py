@@ -684,12 +684,17 @@ class Replayer:
         #: Function → fingerprint → its recorded objects (:func:`_by_fingerprint`), of a function
         #: some process called on several.
         self._objects = {f: _by_fingerprint(o) for f, o in fps.items() if any(o.values())}
+        #: Function → recorded object → its fingerprint (None: not kept), of those of :attr:`_objects`.
+        self._fps = {f: o for f, o in fps.items() if f in self._objects}
         #: The tools whose calls of several recorded objects were served to objects that could not be
         #: told apart, answered differently (report ``objects_untold``).
         self.objects_untold: set[str] = set()
         #: The calls (their group in :attr:`_alike`) found answered alike for an object
         #: (a fingerprint), or made on one object: those left of them are too (:meth:`_same_object`).
         self._told_alike: set[tuple[int, str]] = set()
+        #: The tools of which an object was served its own ordinal's recorded call among alike
+        #: objects' calls answered differently: served another's later, it is said (:meth:`_same_object`).
+        self._by_ordinal: set[str] = set()
         #: Seq → its group (first seq): identical calls whose recorded answers differ (_alike).
         self._alike = _alike(self._queues.values())
         #: Seq → the call's own id (:func:`_own_call_ids`; :meth:`_same_call_id`).
@@ -1057,6 +1062,7 @@ class Replayer:
             call_id=_own_id(call_id, mcp),
             function=function,
             instance=instance,
+            ordinal=kept["n"] if kept else 0,
             name=name,
         )
         if event is None:
@@ -1146,6 +1152,7 @@ class Replayer:
         call_id: str | None = None,
         function: str | None = None,
         instance: str | None = None,
+        ordinal: int = 0,
         **what: str,
     ) -> tuple[Served | None, int]:
         """The recorded call to serve for a call with match ``key`` (``alternatives()``: keys to try
@@ -1171,6 +1178,7 @@ class Replayer:
                     call_id=call_id,
                     function=function,
                     instance=instance,
+                    ordinal=ordinal,
                 )
                 position = self.positions[kind]
             # (out of the lock: an answer is read whole, and other threads' calls need not wait)
@@ -1198,6 +1206,7 @@ class Replayer:
         call_id: str | None = None,
         function: str | None = None,
         instance: str | None = None,
+        ordinal: int = 0,
     ) -> Served | None:
         if live or self.gone_live or self.sources[kind] == "live":
             if self.gone_live:  # (a call to another endpoint may have gone live first)
@@ -1215,7 +1224,9 @@ class Replayer:
                 else None
             )
             # (and an object the recording tells apart, its own calls only)
-            mine = self._same_object(mine, function, instance, what.get("name", "")) if mine else mine
+            mine = (
+                self._same_object(mine, function, (instance, ordinal), what.get("name", "")) if mine else mine
+            )
             by_id = self._same_call_id(queue if mine is None else mine, call_id) if queue else []
             # (an id the recording told a call of this key apart by, whose call was served: an MCP
             # server's transport asking once more is not served another server's answer)
@@ -1309,31 +1320,39 @@ class Replayer:
         return self._objects.get(function or "", {}).get(instance) if instance is not None else None
 
     def _same_object(
-        self, calls: list[Any], function: str | None, instance: str | None, tool: str
+        self, calls: list[Any], function: str | None, live: tuple[str | None, int], tool: str
     ) -> list[Any]:
         """Of ``calls`` (one match key, one function's), those made on the objects of the fingerprint
-        ``instance`` the method is called on now (:meth:`_told`): two objects' identical calls
-        (``web.search("x")``, ``docs.search("x")``) were served to each other when a replay asked in
-        another order; all of them when no recorded object has it. Served in recorded order, and
-        ``tool`` is said (:attr:`objects_untold`) when that is an order of several objects' calls
-        answered differently that cannot be told apart: which got which is not certain."""
+        the method's object ``live`` (fingerprint, ordinal) has now (:meth:`_told`): two objects'
+        identical calls (``web.search("x")``, ``docs.search("x")``) were served to each other when a
+        replay asked in another order; all of them when no recorded object has it. Served in
+        recorded order, and ``tool`` is said (:attr:`objects_untold`) when such a call is another
+        recorded object's than the one of the live object's ordinal and fingerprint, among several
+        objects' calls answered differently: which got which is not certain then."""
+        instance, ordinal = live
         if function not in self._objects or instance is None:
             return calls
         told = self._told(function, instance)
         # (not when it is all of them: each call of a loop making an alike object sorted them all)
         if told is not None and not told[2]:
             calls = [e for e in calls if self._made_on[e["seq"]] in told[0]]
-        if (
-            (told is None or told[1])
-            and calls
-            and tool not in self.objects_untold  # (said once is enough: answers are not compared again)
-            and calls[0]["seq"] in self._alike
-            and (self._alike[calls[0]["seq"]], instance) not in self._told_alike
+        if not calls or tool in self.objects_untold or not (told is None or told[1]):
+            return calls  # (said once is enough: answers are not compared again)
+        made = self._made_on[calls[0]["seq"]]
+        # (its own ordinal's object: served as a plain function's repeated calls are, in recorded order)
+        own = made[1] == ordinal and self._fps[function].get(made) == instance
+        group = self._alike.get(calls[0]["seq"])
+        if not own and tool in self._by_ordinal:  # (the ordinals it was served by do not hold)
+            self.objects_untold.add(tool)
+        elif (
+            group is not None
+            and (group, instance) not in self._told_alike
+            and not (own and tool in self._by_ordinal)
         ):
             if len({self._made_on[e["seq"]] for e in calls}) > 1 and len({_answer(e) for e in calls}) > 1:
-                self.objects_untold.add(tool)
+                (self._by_ordinal if own else self.objects_untold).add(tool)
             else:  # (compared once: the calls left of them later are fewer, alike still)
-                self._told_alike.add((self._alike[calls[0]["seq"]], instance))
+                self._told_alike.add((group, instance))
         return calls
 
     def _same_secrets(

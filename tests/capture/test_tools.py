@@ -325,6 +325,37 @@ def test_alike_objects_made_one_per_call_are_looked_up_once(store: Path) -> None
     assert rp.report()["reproduced"] and not rp.report()["objects_untold"]
 
 
+def test_alike_objects_made_one_per_call_answered_differently_replay_ok_in_recorded_order(
+    store: Path,
+) -> None:
+    """A loop making a fresh, alike object for each call (``Searcher(cfg).search(q)``), answered
+    differently each time, replayed in recorded order was said "ok, but not certain": each object
+    is served the calls of the recorded object of its own ordinal, as certain as a plain function's
+    repeated calls. Serving one the call of another ordinal's object is still said."""
+    from forkpoint.replay.report import summary_line
+
+    answers = iter(range(100))
+
+    class Searcher:
+        def __init__(self, cfg: str) -> None:
+            self.cfg = cfg
+
+        @forkpoint.tool(name="search")
+        def search(self, q: str) -> str:
+            return f"{self.cfg}:{q}:{next(answers)}"
+
+    with forkpoint.record(store=store) as rec:
+        got = [Searcher("c").search("x") for _ in range(3)]
+    with forkpoint.replay(rec.session_path) as rp:
+        assert [Searcher("c").search("x") for _ in range(3)] == got
+    assert summary_line(rp.report()).startswith("replay ok: "), summary_line(rp.report())
+    # the 1st object asking twice is served the 2nd's call at its 2nd: said
+    with forkpoint.replay(rec.session_path) as rp:
+        one = Searcher("c")
+        assert [one.search("x"), one.search("x"), Searcher("c").search("x")] == got
+    assert "not certain" in summary_line(rp.report()), summary_line(rp.report())
+
+
 def test_alike_objects_asking_alike_calls_are_not_sorted_at_each_call(
     store: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -565,15 +596,18 @@ def test_objects_of_a_method_tool_are_told_apart_in_each_process(store: Path) ->
 def test_objects_of_a_method_tool_that_cannot_be_told_apart_are_said(store: Path) -> None:
     """Two objects whose plain attributes are alike (their answers come from a dict), or one whose
     attributes differ from every recorded object's, are served as before, in the recorded order:
-    the verdict says the tool's objects could not be told apart, not a plain "replay ok"."""
+    when one is served another's call than that of the recorded object of its ordinal (the order of
+    their calls departed), the verdict says the tool's objects could not be told apart, not a plain
+    "replay ok"."""
     from forkpoint.replay.report import summary_line
 
     with forkpoint.record(store=store) as rec:
         web, docs = Index("i", {"name": "web"}), Index("i", {"name": "docs"})
-        assert [web.search("x"), docs.search("x")] == ["web:x", "docs:x"]
+        assert [web.search("x"), docs.search("x"), web.search("x")] == ["web:x", "docs:x", "web:x"]
     with forkpoint.replay(rec.session_path) as rp:
         web, docs = Index("i", {"name": "web"}), Index("i", {"name": "docs"})
-        assert [docs.search("x"), web.search("x")] == ["web:x", "docs:x"]  # (as before: swapped)
+        got = [web.search("x"), web.search("x"), docs.search("x")]
+        assert got == ["web:x", "docs:x", "web:x"]  # (as before: the recorded order)
     line = summary_line(rp.report())
     assert rp.report()["reproduced"] and "not certain" in line and "'search'" in line, line
     with forkpoint.record(store=store) as rec:
