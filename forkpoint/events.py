@@ -260,7 +260,7 @@ class ToolInstance(TypedDict):
     #: The object's ordinal, in the order of the objects' first calls: calls without one are the 1st's (0).
     n: int
     #: A short hash of the object's plain attributes (str, int, float, bool, None), scrubbed, as
-    #: they were at its first call: what tells it apart in another run.
+    #: they were at its first call of any method tool: what tells it apart in another run.
     fp: str
     #: On the first call of the second object: the first one's ``fp``.
     first: NotRequired[str]

@@ -1398,81 +1398,77 @@ Instance = tuple[str, ToolInstance | None]
 
 
 class _Objects:
-    """The objects one function was called on as a method in a run (:func:`instance_of`)."""
+    """The objects one run called method tools on (:func:`instance_of`)."""
 
     def __init__(self) -> None:
-        #: By id, while the object lives: its ordinal, its fingerprint, of one with no weak
-        #: reference (known by id past its end) its fingerprint as its last call left it, and how
-        #: many of its calls are running.
+        #: By id, while the object lives: its fingerprint at its first call of any of its method
+        #: tools (what one's body changed, which a replay's does not, changes no other's), of one
+        #: with no weak reference (known by id past its end) its fingerprint as its last call left
+        #: it, how many of its calls are running, and its ordinal among each function's objects.
         self.by_id: dict[int, list[Any]] = {}
-        #: How many objects it was called on, and the first one's fingerprint (not every object's:
-        #: a program may make one for each call).
-        self.count = 0
-        self.first = ""
+        #: Per function, how many objects it was called on, and the first one's fingerprint (not
+        #: every object's: a program may make one for each call).
+        self.count: dict[str, int] = {}
+        self.first: dict[str, str] = {}
 
 
-#: Per run, the objects each function (``module:qualname``) was called on as a method.
-_instances: weakref.WeakKeyDictionary[Any, dict[str, _Objects]] = weakref.WeakKeyDictionary()
+#: Per run, the objects its method tools were called on.
+_instances: weakref.WeakKeyDictionary[Any, _Objects] = weakref.WeakKeyDictionary()
 _instances_lock = threading.Lock()
 
 
 def instance_of(fn: Callable[..., Any], args: tuple[Any, ...], function: str) -> Instance | None:
     """Of a call of ``function`` as a method (its object in ``args[0]``), the object's fingerprint
-    (:func:`_fingerprint`, taken at its first call in this run) and, once the function was called
-    on more than one object, its :class:`ToolInstance`: two objects' identical calls (``web.search``
-    and ``docs.search``) were served each other's answers when a replay asked in another order.
-    None for a call not made as a method, or with no run active."""
+    (:func:`_fingerprint`, taken at its first call of a method tool in this run) and, once the
+    function was called on more than one object, its :class:`ToolInstance`: two objects' identical
+    calls (``web.search`` and ``docs.search``) were served each other's answers when a replay asked
+    in another order. None for a call not made as a method, or with no run active."""
     rt = runtime.active()
     params = getattr(getattr(fn, "__code__", None), "co_varnames", ())
     if rt is None or not args or not params or params[0] != "self":
         return None
     obj = args[0]
     with _instances_lock:
-        objects = _instances.setdefault(rt, {}).setdefault(function, _Objects())
+        objects = _instances.setdefault(rt, _Objects())
         known = objects.by_id.get(id(obj))
         # (while a call of it runs, the object at its address is it, whatever that call changed)
-        if known is not None and known[2] is not None and not known[3] and _fingerprint(obj) != known[2]:
+        if known is not None and known[1] is not None and not known[2] and _fingerprint(obj) != known[1]:
             known = None  # (another object at the address of one with no weak reference, gone since)
-        new = known is None
         if known is None:
             now = _fingerprint(obj)
-            known = objects.by_id[id(obj)] = [objects.count, now, None, 0]
-            objects.count += 1
-            objects.first = objects.first or now
+            known = objects.by_id[id(obj)] = [now, None, 0, {}]
             # (an id is reused once its object is gone: a new object is not taken for the old one)
             try:
                 weakref.finalize(obj, objects.by_id.pop, id(obj), None).atexit = False
             except TypeError:  # (no weak reference to it: told from the next one by its attributes)
-                known[2] = now
-        known[3] += 1
-        n, fp = known[0], known[1]
-        if objects.count < 2:
+                known[1] = now
+        known[2] += 1
+        fp, new = known[0], function not in known[3]
+        if new:
+            known[3][function] = objects.count.get(function, 0)
+            objects.count[function] = known[3][function] + 1
+            objects.first.setdefault(function, fp)
+        n = known[3][function]
+        if objects.count[function] < 2:
             return fp, None
         mark = ToolInstance(n=n, fp=fp)
         if n == 1 and new:  # (the first object's calls until now were kept without it)
-            mark["first"] = objects.first
+            mark["first"] = objects.first[function]
     return fp, mark
 
 
-def _instance_done(args: tuple[Any, ...], function: str) -> None:
+def _instance_done(args: tuple[Any, ...]) -> None:
     """After a call of :func:`instance_of`'s: an object with no weak reference is known by its
-    attributes as the call left them (one at its address with others is another object), by each
-    of its method tools (what one's body changed, which a replay's does not, is no other object
-    to the next)."""
+    attributes as the call left them (one at its address with others is another object)."""
     rt = runtime.active()
-    by_function = _instances.get(rt, {}) if rt is not None else {}
+    objects = _instances.get(rt) if rt is not None else None
     with _instances_lock:
-        mine = by_function[function].by_id.get(id(args[0])) if function in by_function else None
+        mine = objects.by_id.get(id(args[0])) if objects is not None else None
         if mine is None:
             return
-        mine[3] -= 1
-        if mine[2] is None:
-            return
-        before, mine[2] = mine[2], _fingerprint(args[0])
-        for objects in by_function.values():  # (not another tool's gone object at its address: others)
-            known = objects.by_id.get(id(args[0]))
-            if known is not None and known[2] == before:
-                known[2] = mine[2]
+        mine[2] -= 1
+        if mine[1] is not None:
+            mine[1] = _fingerprint(args[0])
 
 
 def _own_dict(obj: Any) -> dict[str, Any] | None:
@@ -1616,7 +1612,7 @@ class _MethodCall:
         """After the call (returned or raised)."""
         _changed_in_place(self.fn, self.tool, self.bound, self.args, self.kwargs, self.state)
         if self.instance is not None:
-            _instance_done(self.args, self.function)
+            _instance_done(self.args)
 
 
 def _changed_in_place(

@@ -546,6 +546,44 @@ def test_an_object_with_slots_changed_by_its_other_tool_stays_one_object(store: 
     replays_alike(store, asked, ["web:a", "loaded", "web:b"])
 
 
+class Db:
+    """Method tools of one object, one changing it before the other's first call."""
+
+    def __init__(self, name: str) -> None:
+        self.name, self.connected = name, False
+
+    @forkpoint.tool(name="connect")
+    def connect(self) -> str:
+        self.connected = True
+        return "connected"
+
+    @forkpoint.tool(name="query")
+    def query(self, q: str) -> str:
+        return f"{self.name}:{q}"
+
+
+def test_an_object_changed_by_its_other_tool_before_a_tools_first_call_is_told_apart(store: Path) -> None:
+    """``db.connect()`` (setting ``connected``) then ``db.query(q)``, on two objects: ``query``'s
+    fingerprint was taken at its own first call, after ``connect`` had changed the object, which a
+    replay's served ``connect`` does not: no recorded object had the replay's, and asked in the other
+    order each was served the other's answer ("not certain"). An object's fingerprint is taken at
+    the first call of any of its method tools, for all of them."""
+    from forkpoint.replay.report import summary_line
+
+    def asked(order: str) -> list[str]:
+        dbs = {n: Db(n) for n in "ab"}
+        for n in order:
+            dbs[n].connect()
+        return [dbs[n].query("x") for n in order]
+
+    with forkpoint.record(store=store) as rec:
+        assert asked("ab") == ["a:x", "b:x"]
+    with forkpoint.replay(rec.session_path) as rp:
+        assert asked("ba") == ["b:x", "a:x"]
+    line = summary_line(rp.report())
+    assert rp.report()["reproduced"] and not rp.report()["objects_untold"], line
+
+
 def test_each_object_of_an_async_method_tool_is_served_its_own_calls(store: Path) -> None:
     """As :func:`test_each_object_of_a_method_tool_is_served_its_own_calls`, for a coroutine method."""
 
