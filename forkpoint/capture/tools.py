@@ -1497,7 +1497,12 @@ def _fingerprint(obj: Any) -> str:
             if isinstance(member, types.MemberDescriptorType):
                 with contextlib.suppress(AttributeError):  # (a slot never set)
                     items.append((name, member.__get__(obj, cls)))
-    kept = {str(k): v for k, v in items if v is None or type(v) in (str, int, float, bool)}
+    # (a key that is no string, set in __dict__ directly, is no attribute, and its str() the program's code)
+    kept = {
+        str(k): v
+        for k, v in items
+        if isinstance(k, str) and (v is None or type(v) in (str, int, float, bool))
+    }
     plain = sorted((k, _any_secret(v)) for k, v in scrub_json(kept).items())
     try:
         shown = repr(plain)
@@ -1545,11 +1550,12 @@ def _attributes(obj: Any) -> dict[str, Any] | None:
         if attrs is None:
             return None
         cls = type(obj)
-        # (a cached_property is a cache the first read fills: a replay's first read fills it again)
+        # (a cached_property is a cache the first read fills: a replay's first read fills it again;
+        # a key that is no string, set in __dict__ directly, is no attribute, and its str() the program's code)
         items = [
             (f".{k}", v)
             for k, v in list(attrs.items())
-            if not isinstance(getattr(cls, k, None), functools.cached_property)
+            if isinstance(k, str) and not isinstance(getattr(cls, k, None), functools.cached_property)
         ]
     out: dict[str, Any] = {}
     for k, v in items:

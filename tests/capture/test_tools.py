@@ -443,6 +443,31 @@ def test_an_object_holding_an_integer_too_long_to_write_in_decimal_runs_its_tool
     assert rp.report()["reproduced"] and not rp.report()["objects_untold"]
 
 
+class OddKeys:
+    """A tool that is a method of an object whose ``__dict__`` holds keys that are no strings."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.__dict__[1] = "one"
+        self.__dict__[("k",)] = 2
+
+    @forkpoint.tool(name="look")
+    def look(self, q: str) -> str:
+        return f"{self.name}:{q}"
+
+
+def test_an_object_whose_attributes_have_keys_that_are_no_strings_runs_its_tool(store: Path) -> None:
+    """An object whose ``__dict__`` has a key that is no string (``obj.__dict__[1] = "x"``) runs its
+    method tool as it does without forkpoint: reading its attributes (to say what the call changed
+    in place) raised 'TypeError: attribute name must be string' into the program's call. Such
+    objects are told apart as others are."""
+    with forkpoint.record(store=store) as rec:
+        assert [OddKeys("a").look("x"), OddKeys("b").look("x")] == ["a:x", "b:x"]
+    with forkpoint.replay(rec.session_path) as rp:
+        assert [OddKeys("b").look("x"), OddKeys("a").look("x")] == ["b:x", "a:x"]
+    assert rp.report()["reproduced"] and not rp.report()["objects_untold"], rp.report()
+
+
 class KeyedClient:
     """A tool that is a method of a client holding its API key, as SDK clients do."""
 
