@@ -489,6 +489,17 @@ def _whole(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _is_instance(value: Any) -> bool:
+    """Whether ``value`` has the shape of a :class:`ToolInstance`."""
+    return (
+        isinstance(value, dict)
+        and _whole(value.get("n"))
+        and value["n"] >= 0
+        and isinstance(value.get("fp"), str)
+        and isinstance(value.get("first", ""), str)
+    )
+
+
 _TEXT: tuple[Callable[[Any], bool], str] = (lambda v: isinstance(v, str), "text")
 _OBJECT: tuple[Callable[[Any], bool], str] = (lambda v: isinstance(v, dict), "an object")
 _OBJECT_OR_NULL: tuple[Callable[[Any], bool], str] = (
@@ -736,6 +747,12 @@ def envelope_problem(event: Mapping[str, Any]) -> str | None:
             return f"its tool is {event.get('tool')!r}, not a name"
         if event.get("mcp") is not None and not isinstance(event.get("mcp"), dict):
             return "its mcp is not an object"
+        if event.get("instance") is not None and not _is_instance(event["instance"]):
+            # (a replay took an ordinal "1" for the first object's, and served it that one's calls)
+            return (
+                f"its instance is not an object with an ordinal n (a whole number, 0 or more) and a "
+                f"fingerprint fp (text): {event['instance']!r:.80}"
+            )
         return None
     request, response = event.get("request"), event.get("response")
     if not isinstance(request, dict) or not isinstance(request.get("url"), str):

@@ -468,18 +468,12 @@ def _by_fingerprint(
     }
 
 
-def _text(value: Any) -> str | None:
-    """``value`` when it is a string (a fingerprint), else None: not known."""
-    return value if isinstance(value, str) else None
-
-
 def _object(event: Mapping[str, Any]) -> tuple[Any, Any]:
     """The object a recorded method call was made on: its process, and its ordinal there
-    (:class:`~forkpoint.events.ToolInstance`; 0, the first object's, for a call kept without one).
-    Each process numbers its own objects."""
+    (:class:`~forkpoint.events.ToolInstance`, whose shape a session's reading checked; 0, the first
+    object's, for a call kept without one). Each process numbers its own objects."""
     mark = event.get("instance")
-    n = mark.get("n") if isinstance(mark, Mapping) else 0
-    return _pid(event), n if isinstance(n, int) else 0  # (a session's is data from anywhere)
+    return _pid(event), mark["n"] if isinstance(mark, Mapping) else 0
 
 
 def _pid(event: Mapping[str, Any]) -> int | None:
@@ -678,9 +672,9 @@ class Replayer:
                 made = self._made_on[e["seq"]] = _object(e)
                 objects.setdefault(made, None)
                 if isinstance(mark := e.get("instance"), Mapping):
-                    objects[made] = _text(mark.get("fp"))
+                    objects[made] = mark["fp"]
                     if "first" in mark:
-                        objects[made[0], 0] = _text(mark["first"])
+                        objects[made[0], 0] = mark["first"]
         #: Function → fingerprint → its recorded objects (:func:`_by_fingerprint`), of a function
         #: some process called on several.
         self._objects = {f: _by_fingerprint(o) for f, o in fps.items() if any(o.values())}

@@ -267,15 +267,27 @@ def test_each_object_of_a_method_tool_is_served_its_own_calls(store: Path) -> No
     assert not rp.report()["reproduced"]
 
 
-def test_a_session_whose_objects_are_malformed_replays_their_calls_as_unmarked(store: Path) -> None:
-    """A session is data from anywhere: an ``instance`` whose ordinal or fingerprint is a list
-    stopped the replay at its start with ``TypeError: unhashable type: 'list'``. Such a mark now
-    tells nothing, and the calls are served as those of a recording without it."""
+@pytest.mark.parametrize(
+    "mark",
+    [
+        {"n": "1", "fp": "a"},
+        {"n": 1.0, "fp": "a"},
+        {"n": True, "fp": "a"},
+        {"n": -1, "fp": "a"},
+        {"n": [1], "fp": "a"},
+    ]
+    + [{"n": 1, "fp": ["a"]}, {"n": 1}, {"n": 1, "fp": "a", "first": {}}, ["n", 1]],
+)
+def test_a_session_whose_objects_are_malformed_is_refused_naming_the_event(store: Path, mark: Any) -> None:
+    """A session is data from anywhere: an ``instance`` whose ordinal is no whole number (``"1"``,
+    an edited session's) was taken for the first object's, 0, silently, and served it that object's
+    calls; one whose ordinal or fingerprint is a list, as a mark without them. Such a session is
+    refused when read, as one with another malformed field is, naming the line and the event."""
     from forkpoint.capture.tools import function_name
     from forkpoint.log import SessionWriter
 
     writer = SessionWriter.create(store, {"argv": ["agent.py"]}, fsync="never")
-    for answer, mark in (("web:x", {"n": [1], "fp": "a"}), ("docs:x", {"n": 1, "fp": ["a"], "first": {}})):
+    for answer, made in (("web:x", {"n": 0, "fp": "a"}), ("docs:x", mark)):
         writer.append(
             {
                 "type": "tool_call",
@@ -283,14 +295,14 @@ def test_a_session_whose_objects_are_malformed_replays_their_calls_as_unmarked(s
                 "args": {"q": "x"},
                 "result": answer,
                 "function": function_name(Index.search),
-                "instance": mark,
+                "instance": made,
             }
         )
     writer.append({"type": "end", "exit_code": 0})
     writer.close()
-    with forkpoint.replay(writer.path) as rp:
-        assert [Index("web").search("x"), Index("docs").search("x")] == ["web:x", "docs:x"]
-    assert rp.report()["reproduced"], rp.report()
+    with pytest.raises(SessionError, match=r"session\.jsonl:3: event 2 \(tool_call\): its instance is not"):
+        with forkpoint.replay(writer.path):
+            pass
 
 
 def test_a_session_whose_method_calls_name_no_process_replays(store: Path) -> None:
