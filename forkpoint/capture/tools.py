@@ -71,7 +71,7 @@ from ..events import (
     now_iso,
 )
 from ..providers import PLACEHOLDER_KEY
-from ..redact import scrub_chunks, scrub_json, scrub_text
+from ..redact import current, scrub_chunks, scrub_json, scrub_text
 from ..text import say, visible
 from .tracebacks import frames_of, hidden, hide_own_frames, recorded_traceback
 
@@ -1503,12 +1503,37 @@ def _fingerprint(obj: Any) -> str:
         for k, v in items
         if isinstance(k, str) and (v is None or type(v) in (str, int, float, bool))
     }
-    plain = sorted((k, _any_secret(v)) for k, v in scrub_json(kept).items())
+    long = {k: v for k, v in kept.items() if type(v) is str and len(v) >= _LONG_TEXT}
+    short = scrub_json({k: v for k, v in kept.items() if k not in long})
+    plain = sorted(
+        [(k, _any_secret(v)) for k, v in short.items()] + [_long_item(k, v) for k, v in long.items()]
+    )
     try:
         shown = repr(plain)
     except ValueError:  # (an int longer than Python writes in decimal, sys.get_int_max_str_digits: in hex)
         shown = repr([(k, hex(v) if type(v) is int else v) for k, v in plain])
     return hashlib.sha256(shown.encode()).hexdigest()[:16]
+
+
+#: Of long texts (:func:`_fingerprint`), the last few scrubbed, as :func:`_long_item` gives them, by
+#: scrubber, attribute and text: objects made one per call share one (a prompt), scrubbed again at
+#: each object's first call (~44 ms a MB).
+_long_items: dict[tuple[Any, str, str], tuple[str, Any]] = {}
+_LONG_TEXT = 4096
+_LONG_ITEMS = 16
+
+
+def _long_item(name: str, text: str) -> tuple[str, Any]:
+    """The attribute ``name`` holding the long ``text``, scrubbed as :func:`_fingerprint` scrubs an
+    attribute, each secret as any secret; once for each text (its callers hold :data:`_instances_lock`)."""
+    memo = (current(), name, text)
+    hit = _long_items.get(memo)
+    if hit is None:
+        ((key, value),) = scrub_json({name: text}).items()
+        hit = _long_items[memo] = (key, _any_secret(value))
+        if len(_long_items) > _LONG_ITEMS:
+            del _long_items[next(iter(_long_items))]
+    return hit
 
 
 #: A secret's placeholder (:mod:`forkpoint.redact`), and a replay's stand-in for an unset API key.

@@ -506,6 +506,51 @@ def test_clients_holding_another_key_on_replay_are_told_apart(store: Path, repla
     assert rp.report()["reproduced"] and not rp.report()["objects_untold"], rp.report()
 
 
+class Briefed:
+    """A tool that is a method of an object holding a long text (a prompt, a document) beside its name."""
+
+    def __init__(self, name: str, brief: str) -> None:
+        self.name, self.brief = name, brief
+
+    @forkpoint.tool(name="search")
+    def search(self, q: str) -> str:
+        return f"{self.name}:{q}"
+
+
+def test_a_long_text_attribute_is_scrubbed_once_for_all_its_objects(
+    store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Objects holding one long text (a 1 MB prompt, with an API key in it), one made for each call,
+    had it scrubbed again for each object's fingerprint (~44 ms each): it is scrubbed once, and a
+    replay with another key in it still tells the objects apart by their names."""
+    brief = "lorem ipsum " * 20_000 + "key: sk-proj-{}"
+    recorded = brief.format(secrets.token_hex(24))
+    scrubbed: list[str] = []
+
+    def counted(value: Any, **kw: Any) -> Any:
+        if isinstance(value, dict):
+            scrubbed.extend(k for k, v in value.items() if isinstance(v, str) and len(v) > 1000)
+        return scrub_json(value, **kw)
+
+    scrub_json = tools_mod.scrub_json
+    monkeypatch.setattr(tools_mod, "scrub_json", counted)
+    with forkpoint.record(store=store) as rec:
+        assert [Briefed(n, recorded).search("x") for n in ("web", "docs", "web")] == [
+            "web:x",
+            "docs:x",
+            "web:x",
+        ]
+    assert scrubbed == ["brief"]
+    with forkpoint.replay(rec.session_path) as rp:
+        replayed = brief.format(secrets.token_hex(24))
+        assert [Briefed(n, replayed).search("x") for n in ("docs", "web", "web")] == [
+            "docs:x",
+            "web:x",
+            "web:x",
+        ]
+    assert rp.report()["reproduced"] and not rp.report()["objects_untold"], rp.report()
+
+
 class Endpoint(NamedTuple):
     """A tool that is a named tuple's method: its fields are its items, not attributes."""
 
