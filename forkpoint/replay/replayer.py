@@ -437,15 +437,19 @@ def _next_in(queue: deque[Any], origin: str | None, among: Sequence[Any] | None 
     return chosen
 
 
-def _same_function(queue: deque[Any], function: str | None, recorded: set[str]) -> list[Any] | None:
+def _same_function(
+    queue: deque[Any], function: str | None, recorded: set[str], every: bool
+) -> Sequence[Any] | None:
     """The calls of ``queue`` (one match key) that the function ``function`` made when recorded,
     none among them included, when ``function`` is one of the ``recorded`` functions of the tool's
     name: two functions recorded under one tool name (two agents' ``search``) were served each
     other's answers when the program called them in another order, or called one of them where the
     other was recorded. None else (a recording without functions, a function renamed since: the
-    recorded order)."""
+    recorded order). ``every``: whether each recorded call of the tool has its function."""
     if function is None or function not in recorded:
         return None
+    if every and len(recorded) == 1:  # (all of them, not copied: thousands of calls copied them at each)
+        return queue
     return [e for e in queue if e.get("function") == function]
 
 
@@ -660,8 +664,10 @@ class Replayer:
                 self._unverified.add(e["seq"])
             self._keys[e["seq"]] = key
         self._queues = self._queued(self.recorded)
-        #: Tool name → the functions recorded under it (:func:`_same_function`).
+        #: Tool name → the functions recorded under it (:func:`_same_function`), and the names of
+        #: which a call was recorded without one.
         self._functions: dict[str, set[str]] = {}
+        self._unnamed: set[str] = set()
         fps: dict[str, dict[tuple[Any, Any], Any]] = {}  # function → object → fingerprint (None: not kept)
         #: Seq → the object its call was made on (:func:`_object`), of a call with its function.
         self._made_on: dict[int, tuple[Any, Any]] = {}
@@ -675,6 +681,8 @@ class Replayer:
                     objects[made] = mark["fp"]
                     if "first" in mark:
                         objects[made[0], 0] = mark["first"]
+            elif e["type"] == "tool_call":
+                self._unnamed.add(e["tool"])
         #: Function → fingerprint → its recorded objects (:func:`_by_fingerprint`), of a function
         #: some process called on several.
         self._objects = {f: _by_fingerprint(o) for f, o in fps.items() if any(o.values())}
@@ -689,6 +697,8 @@ class Replayer:
         #: The tools of which an object was served its own ordinal's recorded call among alike
         #: objects' calls answered differently: served another's later, it is said (:meth:`_same_object`).
         self._by_ordinal: set[str] = set()
+        #: (function, fingerprint) → the seqs of the calls made on its recorded objects (:meth:`_told`).
+        self._told_seqs: dict[tuple[str, str], set[int]] = {}
         #: Seq → its group (first seq): identical calls whose recorded answers differ (_alike).
         self._alike = _alike(self._queues.values())
         #: Seq → the call's own id (:func:`_own_call_ids`; :meth:`_same_call_id`).
@@ -1212,8 +1222,9 @@ class Replayer:
             queue = self._queues.get(key)
             # (a function the recording knows under this name is served its own calls only: none left
             # of them is a divergence, not another function's answer)
+            name = what.get("name", "")
             mine = (
-                _same_function(queue, function, self._functions.get(what.get("name", ""), set()))
+                _same_function(queue, function, self._functions.get(name, set()), name not in self._unnamed)
                 if queue
                 else None
             )
@@ -1224,7 +1235,7 @@ class Replayer:
             by_id = self._same_call_id(queue if mine is None else mine, call_id) if queue else []
             # (an id the recording told a call of this key apart by, whose call was served: an MCP
             # server's transport asking once more is not served another server's answer)
-            if queue and mine != [] and (by_id or call_id not in self._key_ids.get(key, ())):
+            if queue and (mine is None or mine) and (by_id or call_id not in self._key_ids.get(key, ())):
                 # (of its own function's calls, the one that sent its secrets: :meth:`_same_secrets`)
                 among = by_id or self._same_secrets(mine or queue, kind, norm, request) or mine
                 return self._serve(_next_in(queue, what.get("origin"), among), by_id=bool(by_id))
@@ -1314,8 +1325,8 @@ class Replayer:
         return self._objects.get(function or "", {}).get(instance) if instance is not None else None
 
     def _same_object(
-        self, calls: list[Any], function: str | None, live: tuple[str | None, int], tool: str
-    ) -> list[Any]:
+        self, calls: Sequence[Any], function: str | None, live: tuple[str | None, int], tool: str
+    ) -> Sequence[Any]:
         """Of ``calls`` (one match key, one function's), those made on the objects of the fingerprint
         the method's object ``live`` (fingerprint, ordinal) has now (:meth:`_told`): two objects'
         identical calls (``web.search("x")``, ``docs.search("x")``) were served to each other when a
@@ -1329,7 +1340,12 @@ class Replayer:
         told = self._told(function, instance)
         # (not when it is all of them: each call of a loop making an alike object sorted them all)
         if told is not None and not told[2]:
-            calls = [e for e in calls if self._made_on[e["seq"]] in told[0]]
+            seqs = self._told_seqs.get((function, instance))
+            if seqs is None:  # (once: each call looking up each call's object took 5,000 calls 1.5 s)
+                seqs = self._told_seqs[function, instance] = {
+                    q for q, m in self._made_on.items() if m in told[0]
+                }
+            calls = [e for e in calls if e["seq"] in seqs]
         if not calls or tool in self.objects_untold or not (told is None or told[1]):
             return calls  # (said once is enough: answers are not compared again)
         made = self._made_on[calls[0]["seq"]]
