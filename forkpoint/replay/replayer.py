@@ -1229,9 +1229,7 @@ class Replayer:
                 else None
             )
             # (and an object the recording tells apart, its own calls only)
-            mine = (
-                self._same_object(mine, function, (instance, ordinal), what.get("name", "")) if mine else mine
-            )
+            mine = self._same_object(mine, function, (instance, ordinal), name) if mine else mine
             by_id = self._same_call_id(queue if mine is None else mine, call_id) if queue else []
             # (an id the recording told a call of this key apart by, whose call was served: an MCP
             # server's transport asking once more is not served another server's answer)
