@@ -455,7 +455,7 @@ def _same_function(
 
 def _by_fingerprint(
     objects: Mapping[tuple[Any, Any], Any],
-) -> dict[Any, tuple[set[tuple[Any, Any]], bool, bool]]:
+) -> dict[Any, tuple[set[tuple[Any, Any]], bool, bool, bool]]:
     """Of a function's recorded objects (:func:`_object`) with their fingerprints (None: not
     kept), by each fingerprint, what :meth:`Replayer._told` says of it: worked out once, as a
     program making an alike object for each call had each call gather thousands of them again."""
@@ -467,7 +467,12 @@ def _by_fingerprint(
     unknown = {k for k in objects if k[0] not in kept}  # (the processes that kept none: one object each)
     told = {fp: {*ks, *unknown} for fp, ks in by_fp.items()}
     return {
-        fp: (told[fp], len({pid for pid, _ in ks}) < len(ks), len(told[fp]) == len(objects))
+        fp: (
+            told[fp],
+            len({pid for pid, _ in ks}) < len(ks),
+            len(told[fp]) == len(objects),
+            len({pid for pid, _ in told[fp]}) == 1,
+        )
         for fp, ks in by_fp.items()
     }
 
@@ -1314,12 +1319,13 @@ class Replayer:
 
     def _told(
         self, function: str | None, instance: str | None
-    ) -> tuple[set[tuple[Any, Any]], bool, bool] | None:
+    ) -> tuple[set[tuple[Any, Any]], bool, bool, bool] | None:
         """The recorded objects (:func:`_object`) of ``function`` that are the object of fingerprint
         ``instance``: those with that fingerprint (a forked worker's are its parent's) and those
         whose fingerprint is not known (a process that called it on one object only); whether
-        several of one process have it, which cannot be told from each other; and whether they are
-        all of its objects. None when none has it, or the recording has no objects of it."""
+        several of one process have it, which cannot be told from each other; whether they are
+        all of its objects; and whether they are of one process. None when none has it, or the
+        recording has no objects of it."""
         return self._objects.get(function or "", {}).get(instance) if instance is not None else None
 
     def _same_object(
@@ -1347,8 +1353,11 @@ class Replayer:
         if not calls or tool in self.objects_untold or not (told is None or told[1]):
             return calls  # (said once is enough: answers are not compared again)
         made = self._made_on[calls[0]["seq"]]
-        # (its own ordinal's object: served as a plain function's repeated calls are, in recorded order)
-        own = made[1] == ordinal and self._fps[function].get(made) == instance
+        # (its own ordinal's object: served as a plain function's repeated calls are, in recorded
+        # order; of one process: another's objects of that ordinal are not its own)
+        own = (
+            told is not None and told[3] and made[1] == ordinal and self._fps[function].get(made) == instance
+        )
         group = self._alike.get(calls[0]["seq"])
         if not own and tool in self._by_ordinal:  # (the ordinals it was served by do not hold)
             self.objects_untold.add(tool)

@@ -758,6 +758,44 @@ def test_objects_of_a_method_tool_are_told_apart_in_each_process(store: Path) ->
     assert rp.report()["divergence"] is None and not rp.report()["objects_untold"], rp.report()
 
 
+def test_alike_objects_served_another_process_objects_calls_are_said(store: Path) -> None:
+    """Alike objects of a forked worker and of the program, each process numbering its own: a replay
+    whose program asks before the worker, served the worker's recorded calls (its objects of the same
+    ordinals), said "replay ok". An object is served as its own ordinal's only in a recording whose
+    objects of its fingerprint are of one process."""
+    from forkpoint.replay.report import summary_line
+
+    main, counts = os.getpid(), {"n": 0}
+
+    class Searcher:
+        def __init__(self, cfg: str) -> None:
+            self.cfg = cfg
+
+        @forkpoint.tool(name="search")
+        def search(self, q: str) -> str:
+            counts["n"] += 1
+            return f"{'main' if os.getpid() == main else 'worker'}{counts['n']}:{q}"
+
+    def asked() -> list[str]:
+        return [Searcher("c").search("x") for _ in range(2)]
+
+    def run(program_first: bool) -> list[str]:
+        got = asked() if program_first else []
+        forked = os.fork()
+        if forked == 0:
+            asked()
+            os._exit(0)
+        os.waitpid(forked, 0)
+        return got or asked()
+
+    with forkpoint.record(store=store) as rec:
+        assert run(False) == ["main1:x", "main2:x"]
+    with forkpoint.replay(rec.session_path) as rp:
+        assert run(True) == ["worker1:x", "worker2:x"]
+    # (the worker's calls were served in the worker, which hands this report nothing)
+    assert rp.report()["objects_untold"] == ["search"], summary_line(rp.report())
+
+
 def test_objects_of_a_method_tool_that_cannot_be_told_apart_are_said(store: Path) -> None:
     """Two objects whose plain attributes are alike (their answers come from a dict), or one whose
     attributes differ from every recorded object's, are served as before, in the recorded order:
