@@ -738,6 +738,8 @@ class Replayer:
         #: Tool calls taken whose result or exception could not be handed back (not recorded, or not
         #: rebuilt here): the program got nothing of them (:meth:`diverged`), so they are not served.
         self.unservable: list[int] = []
+        #: The calls recorded inside those tool calls' bodies: never served with them, nor asked for.
+        self.unservable_inner: set[int] = set()
         # Served by the other processes of this replay (a recording made by several processes).
         self.ledger = ledger
         self.started = time.time()  # orders the reports of a replay's processes (merge_reports)
@@ -1001,6 +1003,9 @@ class Replayer:
             if handed_nothing and event.get("seq") in self.used:
                 self.used.remove(event["seq"])
                 self.unservable.append(event["seq"])
+                inner = {e["seq"] for e in self._descendants(event)} & self.covered
+                self.covered -= inner
+                self.unservable_inner |= inner
             if self.divergence is None:
                 self.divergence = report
                 self._wake()
@@ -1987,7 +1992,10 @@ class Replayer:
         unserved = [
             e["seq"]
             for e in unused
-            if self._expected(e) and not self.gone_live and e["seq"] not in self.unservable
+            if self._expected(e)
+            and not self.gone_live
+            and e["seq"] not in self.unservable
+            and e["seq"] not in self.unservable_inner
         ]
         end = self._session.end()
         return conclude(
@@ -1999,6 +2007,7 @@ class Replayer:
                 "process_started": self.started,
                 "served": sorted(self.used),
                 "unservable": sorted(self.unservable),
+                "unservable_inner": sorted(self.unservable_inner),
                 "covered": sorted(self.covered),
                 "unserved": unserved,
                 "matched": len(taken),

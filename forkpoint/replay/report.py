@@ -549,6 +549,11 @@ def summary_line(report: dict[str, Any]) -> str:
             f"; asked for but served nothing, as its recorded result or exception could not be handed back: "
             f"{plural(len(unservable), 'tool call')} (seq {', '.join(map(str, unservable))})"
         )
+        if inner := report.get("unservable_inner"):
+            extra += (
+                f", nor the {plural(len(inner), 'call')} recorded inside {'it' if len(unservable) == 1 else 'them'} "
+                f"(seq {', '.join(map(str, inner))})"
+            )
     if report.get("covered"):
         extra += f"; {plural(len(report['covered']), 'call')} served inside the tool calls that made them"
     if report.get("overrides"):
@@ -674,6 +679,9 @@ def merge_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
             "processes": len(reports),
             "served": served,
             "unservable": sorted(set().union(*(r.get("unservable") or [] for r in reports)) - set(served)),
+            "unservable_inner": sorted(
+                set().union(*(r.get("unservable_inner") or [] for r in reports)) - set(served) - set(covered)
+            ),
             "covered": covered,
             "unserved": unserved,
             "matched": len(served) + len(covered),

@@ -147,6 +147,45 @@ def test_a_tool_call_whose_result_was_not_stored_is_not_counted_as_served(store:
     ), said
 
 
+def test_calls_recorded_inside_a_tool_call_that_could_not_be_served_are_not_counted_as_covered(
+    store: Path,
+) -> None:
+    """A tool whose result had no stored form, whose body called another tool: the replay handed the
+    program nothing of it, yet the call made inside it was counted as served with it ("2/3 events
+    matched", ``covered``). It was never replayed: it is counted as not served, and said."""
+
+    class Opaque:  # no stored form: the call is written without its result
+        pass
+
+    @forkpoint.tool
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    @forkpoint.tool
+    def make() -> Opaque:
+        add(5, 6)
+        return Opaque()
+
+    def run() -> None:
+        add(1, 2)
+        make()
+
+    with forkpoint.record(store=store) as rec:
+        run()
+    calls = Session.load(rec.session_path).by_type("tool_call")
+    unstored, inner = next(e["seq"] for e in calls if "unrecorded" in e), calls[1]["seq"]
+    with pytest.raises(forkpoint.Divergence), forkpoint.replay(rec.session_path) as rp:
+        run()
+    report = rp.report()
+    assert report["covered"] == [] and report["unservable_inner"] == [inner], report
+    assert report["matched"] == 1 and report["unserved"] == [], report
+    said = summary_line(report)
+    assert said.startswith("replay DIVERGED: 1/3 events matched"), said
+    assert f"1 tool call (seq {unstored}), nor the 1 call recorded inside it (seq {inner})" in said, said
+    merged = merge_reports([report, {**report, "served": [], "unservable": [], "unservable_inner": []}])
+    assert merged["unservable_inner"] == [inner] and merged["matched"] == 1, merged
+
+
 def test_a_replay_that_skipped_recorded_calls_and_went_on_is_not_said_to_have_ended_early(
     store: Path,
 ) -> None:
