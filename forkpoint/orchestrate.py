@@ -1267,7 +1267,7 @@ def arm_task(spec: dict[str, Any]) -> dict[str, Any]:
             arm.not_stored = run.not_stored
             divergence = (run.report or {}).get("divergence")
             if divergence and spec.get("on_divergence", "stop") == "stop":  # (no outcome was measured)
-                arm.diverged = str(divergence.get("reason") or "diverged")
+                arm.diverged = "its replayed prefix diverged"
                 # Tools the recording has no calls of, asked for before the checkpoint, ran again on
                 # the restored files (a shell agent's commands): the likely cause, not a varying field.
                 from .replay.replayer import unrecorded_asks
@@ -1297,7 +1297,7 @@ def arm_task(spec: dict[str, Any]) -> dict[str, Any]:
                     )
                 arm.problem = (
                     f"its replayed prefix diverged at the {''.join(divergence_place(divergence))} "
-                    f"({arm.diverged}): it never went live ({why})"
+                    f"({divergence.get('reason') or 'diverged'}): it never went live ({why})"
                 )
             elif (run.report or {}).get("unserved"):  # (no outcome was measured either: replay_run)
                 from .replay import ended_by_override

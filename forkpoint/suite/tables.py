@@ -3,6 +3,7 @@ same rows give the same table whichever executor produced them."""
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -228,14 +229,19 @@ def fork_table(arms: list[Arm], title: str | None = None) -> Table:
 
 def pass_rate_line(arms: list[Arm]) -> str:
     """``outcome: 3/4 passed (75%, 95% CI 30%–95%); 1 arm(s) not run (restore or validation failed)``
-    (and ``; 1 arm(s) lost (the task running it failed)``, ``; 2 arm(s) not measured: <why>``)."""
+    (and ``; 1 arm(s) lost (the task running it failed)``, ``; 2 arm(s) never went live (not
+    measured): 1 never replayed, 1 <why>``, ``; 2 arm(s) not measured: <why>``)."""
     rate = rate_of(a.passed for a in arms)
     invalid = sum(1 for a in arms if not a.valid and not a.lost)
     lost = sum(1 for a in arms if a.lost)
-    diverged = sum(1 for a in arms if a.diverged)
+    diverged = Counter(a.diverged for a in arms if a.diverged)
     tail = f"; {invalid} arm(s) not run (restore or validation failed)" if invalid else ""
     tail += f"; {lost} arm(s) lost (the task running it failed)" if lost else ""
-    tail += f"; {diverged} arm(s) never went live (not measured)" if diverged else ""
+    if diverged:  # (each why once: alone, or with how many arms it holds for)
+        whys = ", ".join(
+            str(why) if len(diverged) == 1 else f"{n} {why}" for why, n in diverged.most_common()
+        )
+        tail += f"; {diverged.total()} arm(s) never went live (not measured): {whys}"
     not_measured = unmeasured(arms)
     return f"outcome: {rate.text()}{tail}" + (f"; {not_measured}" if not_measured else "")
 
@@ -254,9 +260,14 @@ def not_stored(arms: list[Arm]) -> str | None:
 
 
 def unmeasured(arms: list[Arm]) -> str | None:
-    """``2 arm(s) not measured: <why>`` for the arms whose outcome command could not run, or None."""
-    found = [a.outcome for a in arms if a.unmeasured and a.outcome is not None]
-    return f"{len(found)} arm(s) not measured: {found[0].get('reason')}" if found else None
+    """``2 arm(s) not measured: <why>`` for the arms that went live and measured nothing: their outcome
+    command could not run, or forkpoint was stopped before it had measured it; or None."""
+    found = [
+        (a.outcome or {}).get("reason") or a.problem or "stopped before its outcome was measured"
+        for a in arms
+        if a.valid and not a.diverged and a.passed is None
+    ]
+    return f"{len(found)} arm(s) not measured: {found[0]}" if found else None
 
 
 def sweep_table(result: dict[str, Any]) -> Table:

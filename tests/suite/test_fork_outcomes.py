@@ -214,6 +214,29 @@ def test_sweep_verdict_in_words() -> None:
     )
 
 
+def test_the_pass_rate_line_says_how_many_arms_were_not_measured_and_why() -> None:
+    """``fork --outcome``'s summary said "1 arm(s) never went live (not measured)" without why, and
+    left out an arm stopped after it went live (forkpoint interrupted) altogether: "outcome: 1/1
+    passed" over two arms run. Each row said why; the summary now says it too, briefly."""
+    from forkpoint.orchestrate import Arm
+    from forkpoint.suite.tables import pass_rate_line
+
+    def arm(index: int, **fields: Any) -> Arm:
+        return Arm(index, Path(f"arm-{index}"), seq=5, **fields)
+
+    passed = arm(1, outcome={"passed": True})
+    stopped = arm(2, problem="stopped: interrupted: forkpoint was sent SIGTERM, after it went live")
+    never = [arm(3, diverged="never replayed"), arm(4, diverged="its replayed prefix diverged")]
+    assert pass_rate_line([passed, stopped, *never]) == (
+        "outcome: 1/1 passed (100%, 95% CI 21%–100%); 2 arm(s) never went live (not measured): 1 never "
+        "replayed, 1 its replayed prefix diverged; 1 arm(s) not measured: stopped: interrupted: forkpoint "
+        "was sent SIGTERM, after it went live"
+    )
+    assert pass_rate_line([passed, never[0], never[0]]).endswith(
+        "; 2 arm(s) never went live (not measured): never replayed"
+    )
+
+
 def test_an_arm_whose_command_never_started_forkpoint_is_shown_as_run_and_not_measured(
     keeper: Keeper, tmp_path: Path
 ) -> None:
