@@ -458,6 +458,9 @@ class Replayed:
     #: command ran no forkpoint, or the replay could not start): it never continued from the
     #: checkpoint, and no outcome is measured.
     unreplayed: bool = False
+    #: Why the outcome command given was not run (forkpoint stopped the run, or it never went live
+    #: from its checkpoint), or None.
+    not_measured: str | None = None
     #: Why the what-if session :attr:`child` is not in its parent's store (a remote store's upload
     #: failed: it stays staged on the machine that ran it, where it says), or None.
     not_stored: str | None = None
@@ -694,7 +697,12 @@ def replay_run(
     # (what an interrupted run left measures nothing, nor a run that stopped at a divergence, nor a
     # fork's run that ended before it reached its checkpoint, or made no call from there with no
     # override to have ended it: none of them continued from there)
-    stopped_at_divergence = report is not None and bool(report.get("divergence")) and on_divergence == "stop"
+    fork = live_from is not None
+    diverged = report is not None and bool(report.get("divergence"))
+    stopped_at_divergence = diverged and on_divergence == "stop"
+    # (fifo stops a run too, at a tool call with no recorded call of that tool left to serve; a fork's
+    # arm says what its prefix did past a divergence)
+    fifo_stopped = not fork and diverged and bool((report or {}).get("unanswered"))
     # (recorded calls before the checkpoint left unserved: no process went live, whether it ended
     # early or drifted under fifo and ended before the prefix was used up)
     short_of = live_from is not None and report is not None and bool(report.get("unserved"))
@@ -710,12 +718,17 @@ def replay_run(
     # that could not start; what it left is the checkpoint's state too)
     unreplayed = live_from is not None and report is None and not replaying and not unreported
     # (why what the run left says nothing of its continuation, the first that holds: not measured)
-    fork = live_from is not None
     not_measured = next(
         (
             why
             for holds, why in (
-                (stopped_at_divergence, "its replayed prefix diverged"),
+                (fork and stopped_at_divergence, "its replayed prefix diverged"),
+                # (one without a checkpoint has no prefix: it was stopped where it diverged)
+                (stopped_at_divergence, "forkpoint stopped the run where it diverged"),
+                (
+                    fifo_stopped,
+                    "forkpoint stopped the run at a tool call with no recorded call of that tool left to serve",
+                ),
                 (short_of, "it ended before it reached its checkpoint"),
                 (bool(stopped_short), f"stopped: {watch.why}, {stopped_short}"),
                 (unreplayed, "its command never started forkpoint's replay"),
@@ -740,23 +753,22 @@ def replay_run(
                 measured["served_tools"] = served
         if _interrupted(watch, "the outcome command"):  # (it was stopped: it measured nothing)
             measured = None
+            not_measured = f"stopped: {watch.why}"
         elif child is not None:
             child.writer.append(dict(measured))
     if child is not None:
         from .record import read_back, tally_into
         from .replay.whatif import end_divergence
 
-        if outcome is not None and measured is None:
+        if outcome is not None and not_measured is not None:
             from .outcome import NOT_MEASURED
 
-            # (kept in the run's session: the parent's page draws an arm that measured nothing, and why;
-            # with none of those, its outcome command was interrupted)
-            why = not_measured or f"stopped: {watch.why}"
+            # (kept in the run's session: the parent's page draws an arm that measured nothing, and why)
             child.writer.append(
                 {
                     "type": "note",
-                    "text": f"outcome not measured: {why}",
-                    "data": {NOT_MEASURED: why, "command": outcome.command},
+                    "text": f"outcome not measured: {not_measured}",
+                    "data": {NOT_MEASURED: not_measured, "command": outcome.command},
                 }
             )
         tally_into(child, read_back(child.path)[0])  # (calls no single recorder tallied)
@@ -820,6 +832,7 @@ def replay_run(
         stopped_short=stopped_short,
         unreplayed=unreplayed,
         not_stored=not_stored,
+        not_measured=not_measured if outcome is not None else None,
     )
 
 

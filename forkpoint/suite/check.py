@@ -168,15 +168,7 @@ def _ab(
     if div and (policy == "stop" or run.report.get("unanswered")):
         status = "stopped"
         if outcome is not None:  # (a run cut short is not measured: no outcome of the new code)
-            at = (
-                "its first changed tool call"
-                if policy == "stop"
-                else "a tool call with no recorded call of that tool left to serve"
-            )
-            ab["new"]["outcome"] = {
-                "passed": None,
-                "reason": f"not measured: forkpoint stopped the run at {at}",
-            }
+            ab["new"]["outcome"] = {"passed": None, "reason": f"not measured: {run.not_measured}"}
     else:
         status = "changed" if first is not None else "same"
     detail = fields["detail"] if status == "stopped" else ""

@@ -24,6 +24,7 @@ from forkpoint.errors import UsageError
 from forkpoint.executors import LocalExecutor, open_executor
 from forkpoint.log import Session, SessionWriter
 from forkpoint.orchestrate import map_command
+from forkpoint.outcome import NOT_MEASURED, outcome_of
 from forkpoint.record import make_header
 from forkpoint.store import list_sessions
 from forkpoint.suite import check_sessions, parse_since, select, write_junit
@@ -710,7 +711,10 @@ while True:
 def test_ab_run_fifo_stopped_at_a_tool_it_has_no_call_of_is_not_measured(tmp_path: Path) -> None:
     """With --on-divergence fifo, the new model asked for a tool the recording never called: the
     run stopped there, as stop stops one, and its outcome counted as a failure of the new code
-    ("pass → fail", in the pass rate). It is cut short: not measured, as under stop."""
+    ("pass → fail", in the pass rate). It is cut short: not measured, as under stop. Its session
+    says so as the row does: it kept the outcome the row said was not measured (fifo), or a note
+    that its "replayed prefix diverged" (stop), though a check's run has no prefix: it is live from
+    its first call."""
     (tmp_path / "agent.py").write_text(TOOL_AGENT)
     store = tmp_path / "store"
     with LocalServer(chat_script=[[("lookup", {})], "sunny"]) as srv:
@@ -727,23 +731,31 @@ def test_ab_run_fifo_stopped_at_a_tool_it_has_no_call_of_is_not_measured(tmp_pat
             env=env,
         )
         assert rec.returncode == 0, rec.stderr
-    with LocalServer(chat_script=[[("clock", {})], "noon"]) as srv:
-        env = cli_env(AGENT_BASE_URL=srv.openai_base_url)
-        ab = forkpoint_cli(
-            "check", str(store), "--models", "live", "--on-divergence", "fifo",
-            "--outcome", 'grep -q "^final:" "$FORKPOINT_OUTCOME_OUTPUT"',
-            "--json", str(tmp_path / "ab.json"), cwd=tmp_path, env=env,
-        )  # fmt: skip
-    assert ab.returncode == 0, ab.stdout + ab.stderr
-    data = orjson.loads((tmp_path / "ab.json").read_bytes())
-    (row,) = data["rows"]
-    assert row["status"] == "stopped" and row["call"] == "tool call #1 (clock)", row
-    new = row["ab"]["new"]["outcome"]
-    assert new["passed"] is None
-    assert new["reason"] == (
-        "not measured: forkpoint stopped the run at a tool call with no recorded call of that tool left to serve"
-    )
-    assert data["summary"]["stopped"] == 1 and data["summary"]["new"]["outcome"]["ran"] == 0
+    for policy, at in (
+        ("fifo", "at a tool call with no recorded call of that tool left to serve"),
+        ("stop", "where it diverged"),
+    ):
+        with LocalServer(chat_script=[[("clock", {})], "noon"]) as srv:
+            env = cli_env(AGENT_BASE_URL=srv.openai_base_url)
+            ab = forkpoint_cli(
+                "check", str(store), "--models", "live", "--on-divergence", policy,
+                "--outcome", 'grep -q "^final:" "$FORKPOINT_OUTCOME_OUTPUT"',
+                "--json", str(tmp_path / "ab.json"), cwd=tmp_path, env=env,
+            )  # fmt: skip
+        assert ab.returncode == 0, ab.stdout + ab.stderr
+        data = orjson.loads((tmp_path / "ab.json").read_bytes())
+        (row,) = data["rows"]
+        assert row["status"] == "stopped" and row["call"] == "tool call #1 (clock)", row
+        new = row["ab"]["new"]["outcome"]
+        assert new["passed"] is None
+        assert new["reason"] == f"not measured: forkpoint stopped the run {at}"
+        assert data["summary"]["stopped"] == 1 and data["summary"]["new"]["outcome"]["ran"] == 0
+        child = Session.load(Path(row["ab"]["child"]))
+        assert outcome_of(child) is None, child.by_type("outcome")
+        notes = [
+            n["data"][NOT_MEASURED] for n in child.by_type("note") if NOT_MEASURED in (n.get("data") or {})
+        ]
+        assert notes == [f"forkpoint stopped the run {at}"], notes
 
 
 @pytest.mark.slow
