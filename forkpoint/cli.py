@@ -1173,7 +1173,7 @@ def sweep(
 
     def shown(arm: Arm) -> None:
         state = (
-            ("lost: " if arm.lost else "not run: ") + (arm.error or "validation failed")
+            arm.not_run or f"lost: {arm.error}"
             if not arm.valid
             else "not measured: " + (arm.problem or "no outcome")
             if arm.passed is None

@@ -56,6 +56,7 @@ if TYPE_CHECKING:
     from .netns import Namespace
     from .otel import LiveExport
     from .outcome import Outcome
+    from .store import Recording
 
 
 def check_config(cwd: Path | None = None) -> None:
@@ -582,11 +583,8 @@ def replay_run(
     child = None
     if what_if:
         from .replay.whatif import create_child
-        from .store import is_store, store_dir
+        from .store import is_store
 
-        # Beside the parent when it is in a store (a remote one: its mirror, uploaded when the run
-        # ends); a session that is not (a pytest cassette, a copy kept with the tests) gets its
-        # what-if runs in the default store, not among its files.
         in_store = is_store(session.path.parent)
         child = create_child(
             session,
@@ -598,7 +596,7 @@ def replay_run(
             seq=live_from,
             name=child_name,
             experiment=experiment,
-            into=None if in_store else store_dir(None),
+            into=_children_store(session),
             cwd=here,
             zone=session.header.get("timezone"),  # (its program runs in it: below)
             hash_seed=recorded_seed(session.header),
@@ -761,16 +759,7 @@ def replay_run(
         from .replay.whatif import end_divergence
 
         if outcome is not None and not_measured is not None:
-            from .outcome import NOT_MEASURED
-
-            # (kept in the run's session: the parent's page draws an arm that measured nothing, and why)
-            child.writer.append(
-                {
-                    "type": "note",
-                    "text": f"outcome not measured: {not_measured}",
-                    "data": {NOT_MEASURED: not_measured, "command": outcome.command},
-                }
-            )
+            _note_not_measured(child, not_measured, outcome.command)
         tally_into(child, read_back(child.path)[0])  # (calls no single recorder tallied)
         child.end(
             code,
@@ -778,12 +767,7 @@ def replay_run(
             divergence=end_divergence(report, child.path) if report is not None else None,
         )
         child.close(quiet=quiet)
-    not_stored = (
-        f"{child.not_stored}; it stays staged in {child.path} on {_hostname()} (`forkpoint ls "
-        f"--store {child.store.url}` there uploads it)"
-        if child is not None and child.not_stored
-        else None
-    )
+    not_stored = _not_stored(child) if child is not None else None
     # The recorded command's relative paths meant what they meant where it was recorded. Not run
     # there on purpose (that may be another checkout); said when the run went wrong.
     recorded_cwd = session.header.get("cwd")
@@ -833,6 +817,39 @@ def replay_run(
         unreplayed=unreplayed,
         not_stored=not_stored,
         not_measured=not_measured if outcome is not None else None,
+    )
+
+
+def _children_store(session: Session) -> Path | None:
+    """Where ``session``'s what-if runs are recorded: beside it when it is in a store (None; a remote
+    one: its mirror, uploaded when the run ends); a session that is not (a pytest cassette, a copy
+    kept with the tests) gets them in the default store, not among its files."""
+    from .store import is_store, store_dir
+
+    return None if is_store(session.path.parent) else store_dir(None)
+
+
+def _note_not_measured(child: Recording, why: str, command: str) -> None:
+    """Keep in a run's session why its outcome ``command`` measured nothing: the parent's page draws
+    an arm that measured nothing, and why (:func:`forkpoint.outcome.arms_of`)."""
+    from .outcome import NOT_MEASURED
+
+    child.writer.append(
+        {
+            "type": "note",
+            "text": f"outcome not measured: {why}",
+            "data": {NOT_MEASURED: why, "command": command},
+        }
+    )
+
+
+def _not_stored(child: Recording) -> str | None:
+    """Why the closed what-if session ``child`` is not in its parent's store, and where it is, or None."""
+    if not child.not_stored:
+        return None
+    return (
+        f"{child.not_stored}; it stays staged in {child.path} on {_hostname()} (`forkpoint ls "
+        f"--store {child.store.url}` there uploads it)"
     )
 
 
@@ -1180,6 +1197,15 @@ class Arm:
         return bool(passed) if passed is not None else None
 
     @property
+    def not_run(self) -> str | None:
+        """Why it was never run, ``not run: <why>`` (its restore or validation failed), or None (it
+        ran, or its task failed: how far it got is unknown)."""
+        if self.valid or self.lost:
+            return None
+        failed = ", ".join(c.name for c in self.checks if not c.ok)
+        return "not run: " + (self.error or f"validation failed ({failed})")
+
+    @property
     def unmeasured(self) -> bool:
         """Its outcome command could not run (a typo in ``--outcome``): no pass, no fail."""
         return self.outcome is not None and self.outcome.get("passed") is None
@@ -1244,6 +1270,8 @@ def arm_task(spec: dict[str, Any]) -> dict[str, Any]:
         arm.checks = validate(directory)
     except (CheckpointError, SessionError) as exc:
         arm.error = str(exc)
+    if session is not None and arm.not_run and spec.get("outcome"):
+        arm.session, arm.not_stored = _record_not_run(session, spec, arm.not_run)
     if session is not None and arm.valid:
         outcome = Outcome(**spec["outcome"]) if spec.get("outcome") else None
         try:
@@ -1386,6 +1414,32 @@ def arm_task(spec: dict[str, Any]) -> dict[str, Any]:
                 arm.problem = outside if arm.problem is None else f"{arm.problem}; {outside}"
     arm.seconds = round(time.perf_counter() - started, 3)
     return arm.to_json()
+
+
+def _record_not_run(session: Session, spec: dict[str, Any], why: str) -> tuple[str, str | None]:
+    """An arm of ``spec`` never run, given an outcome command, kept as a session of its own that says
+    ``why`` as a run that measured nothing does, so that its parent's page draws it (an arm is found
+    by its session). Returns its session and why it is not in the store, or None."""
+    from .replay.whatif import create_child
+
+    child = create_child(
+        session,
+        argv=list(spec["cmd"]),
+        models="replay",
+        tools="replay",
+        on_divergence=spec.get("on_divergence", "stop"),
+        overrides=list(spec.get("overrides") or []),
+        seq=int(spec["seq"]),
+        name=spec.get("name"),
+        experiment=spec.get("experiment"),
+        into=_children_store(session),
+        cwd=Path(spec["directory"]),
+    )
+    child.quiet = True
+    _note_not_measured(child, why, str(spec["outcome"]["command"]))
+    child.end(None, reason=why, timed=False)  # (no program ran: no exit code, no wall time)
+    child.close(quiet=True)
+    return str(child.path), _not_stored(child)
 
 
 def _acted_outside(session: Session, seq: int, child: Path | None, directory: Path) -> str | None:
@@ -1719,7 +1773,8 @@ def fork_arms(
     validate each without a model, and continue each valid one with ``cmd`` run in it: the calls
     recorded before the checkpoint replayed, every later one live, the arm recorded as a session
     linked to its parent, and ``outcome`` measured in the arm's directory when it ends. An arm
-    whose validation fails is reported and never run; one still running after ``timeout`` seconds
+    whose validation fails is reported and never run (with ``outcome``, its session says only why,
+    for its parent's page to draw it); one still running after ``timeout`` seconds
     is stopped (its outcome measured all the same once it went live). The arms run on ``executor``
     (default: here, one after the other); ``on_arm(arm)`` is called as each one finishes.
 

@@ -5,7 +5,9 @@ unrecoverable. The agent is the keeper (tests/suite/agents.py), run through the 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -20,7 +22,7 @@ import pytest
 from forkpoint.html import view_model
 from forkpoint.log import Session
 from forkpoint.orchestrate import run_child
-from forkpoint.outcome import Rate, by_checkpoint, outcome_of, wilson
+from forkpoint.outcome import NOT_MEASURED, Rate, by_checkpoint, outcome_of, wilson
 from forkpoint.store import resolve, session_dirs
 from forkpoint.suite.tables import sweep_verdict
 from tests.modelserver import LocalServer, Reply, chat_completion, json_reply
@@ -149,7 +151,7 @@ def test_an_arm_that_cannot_be_restored_is_reported_and_never_run(keeper: Keeper
     decisions = keeper.model.decisions
     out = forkpoint_cli(
         keeper, "sweep", keeper.session.id, "--store", str(keeper.store), "--arms", "1",
-        "--outcome", KEEPER_OUTCOME, "--", *keeper.agent, cwd=tmp_path,
+        "--outcome", KEEPER_OUTCOME, "--html", str(tmp_path / "sweep.html"), "--", *keeper.agent, cwd=tmp_path,
     )  # fmt: skip
     assert out.returncode == 1
     assert out.stderr.count("not run:") == 3
@@ -157,7 +159,34 @@ def test_an_arm_that_cannot_be_restored_is_reported_and_never_run(keeper: Keeper
         "no arm was measured, from any checkpoint: nothing says whether the run was recoverable" in out.stdout
     )
     assert keeper.model.decisions == decisions  # no arm reached the model
-    assert arms_of_store(keeper) == []
+    # (each kept as a session that says why it was not run, and made no call)
+    assert all(not a.by_type("model_call") and a.by_type("note") for a in arms_of_store(keeper))
+    # Both pages draw each arm with why: the sweep's, and the parent's, from the arms in the store.
+    page = (tmp_path / "sweep.html").read_text()
+    data = re.search(r'<script type="application/json" id="forkpoint-data">(.*?)</script>', page, re.S)
+    assert data is not None
+    for drawn in (json.loads(data.group(1))["sweep"], view_model(keeper.session)["sweep"]):
+        whys = [p["not_measured"] for p in drawn["points"]]
+        assert len(whys) == 3 and all(len(w) == 1 and w[0].startswith("not run: ") for w in whys), whys
+
+
+def test_an_arm_that_could_not_be_restored_is_drawn_on_its_parents_page(
+    keeper: Keeper, tmp_path: Path
+) -> None:
+    """An arm whose restore failed has no session of its own, so the parent's page (show --html),
+    which reads its arms from the store, drew nothing of it: a fork whose arms all failed had no
+    section at all. It is kept as a session that says why it was not run, and drawn so."""
+    shutil.rmtree(keeper.repo)  # the recorded repository is gone, and no --repo is given
+    before = keeper.resumable()[1]
+    fork = fork_one_arm(keeper, tmp_path, before, "--outcome", "true", "--", *keeper.agent)
+    assert fork.returncode == 1 and "restore failed" in fork.stdout, fork.stdout + fork.stderr
+    (arm,) = arms_of_store(keeper)
+    (note,) = arm.by_type("note")
+    why = note["data"][NOT_MEASURED]
+    assert why.startswith("not run: ") and why.removeprefix("not run: ") in " ".join(fork.stderr.split()), why
+    assert arm.end() is not None and arm.end()["exit_code"] is None, arm.end()
+    (point,) = view_model(keeper.session)["sweep"]["points"]
+    assert (point["seq"], point["arms"], point["ran"], point["not_measured"]) == (before, 1, 0, [why]), point
 
 
 def test_sweep_into_a_folder_holding_arms_refuses_as_fork_does(keeper: Keeper, tmp_path: Path) -> None:
