@@ -522,9 +522,12 @@ _PLACEHOLDER = r"\[REDACTED:[a-z0-9-]+:[0-9a-f]{8}\]"
 _PLACEHOLDER_RE = compiled_later(_PLACEHOLDER)
 _ENCODED_PLACEHOLDER = r"(?i:%5B)REDACTED(?i::|%3A)[a-z0-9-]+(?i::|%3A)[0-9a-f]{8}(?i:%5D)"
 _TRAILING = compiled_later(r"[.,;:!?)\]}>]*")
-#: A placeholder, then trailing punctuation: what a context rule (``&key=AIza….``) leaves of a value
-#: of a known shape (:meth:`Scrubber._refine`), and must take for scrubbed when it reads it again.
-_PLACEHOLDER_THEN_TRAILING = compiled_later(_PLACEHOLDER + r"[.,;:!?)\]}>]*")
+#: A placeholder anywhere in a value a shape reads (text or percent-encoded): no secret's text. A
+#: context rule (``&key=AIza….``) leaves a placeholder and trailing punctuation of a value of a known
+#: shape (:meth:`Scrubber._refine`); a value that failed its shape whole (``Authorization: refresh``
+#: and a private key) may pass it with the secret after it a placeholder: read as one value again,
+#: a second scrub replaced the placeholder, and scrubbed recorded requests differed from live ones.
+_PLACEHOLDER_INSIDE = compiled_later(_PLACEHOLDER + "|" + _ENCODED_PLACEHOLDER)
 #: A character before a secret that a shape may end at, refusing the secret's first character after
 #: it and not a placeholder's bracket (see :meth:`Scrubber.find`): not a space, a quote, a bracket or
 #: another character no shape takes in before a lookahead (``&`` after a query value is not one).
@@ -1265,7 +1268,7 @@ class Scrubber:
         if (
             not secret
             or _is_placeholder(secret)
-            or _PLACEHOLDER_THEN_TRAILING.fullmatch(secret)
+            or ("REDACTED" in secret and _PLACEHOLDER_INSIDE.search(secret))
             or (check is not None and not check(secret))
         ):
             return None
