@@ -989,7 +989,8 @@ class Scrubber:
     def __init__(self, rules: Rules | None = None, *, cache: bool = True) -> None:
         self.rules = rules or Rules()
         r = self.rules
-        self.drop_headers = SECRET_HEADERS | SIGNING_HEADERS | {h.lower() for h in r.headers}
+        #: Header names whose values are credentials (the signing headers' are derived, no secret).
+        self.credential_names = SECRET_HEADERS | {h.lower() for h in r.headers}
         given = SECRET_QUERY_PARAMS | {q.lower() for q in r.query_params}
         # (access_token and access-token: a server reads either spelling)
         self.query_params = (
@@ -1418,11 +1419,12 @@ class Scrubber:
     def _named_credential(self, value: dict[Any, Any]) -> bool:
         """Whether an object's ``"value"`` is a credential its ``"name"`` names (a credential-named
         key's or header's): a Kubernetes environment entry ``{"name": "API_KEY", "value": …}``, a
-        HAR header ``{"name": "Authorization", "value": …}``."""
+        HAR header ``{"name": "Authorization", "value": …}``; not a signing header's
+        (``X-Amz-Date``: a time, in a HAR file's header list)."""
         name = value.get("name")
         if not isinstance(name, str) or not isinstance(value.get("value"), str):
             return False
-        return self._secret_key(name) or self.credential_header(name)
+        return self._secret_key(name) or self.credential_name(name)
 
     def _path_value(self, value: Any) -> Any:
         if isinstance(value, str):
@@ -1835,9 +1837,14 @@ class Scrubber:
 
     def credential_header(self, name: str) -> bool:
         """Whether header ``name`` carries a credential (or a request signature derived from one):
-        :data:`SECRET_HEADERS`, :data:`SIGNING_HEADERS`, :data:`SECRET_HEADER_NAME`, the user's."""
+        :meth:`credential_name`, :data:`SIGNING_HEADERS`."""
+        return name.lower() in SIGNING_HEADERS or self.credential_name(name)
+
+    def credential_name(self, name: str) -> bool:
+        """Whether header ``name``'s value is a credential: :data:`SECRET_HEADERS`,
+        :data:`SECRET_HEADER_NAME`, the user's."""
         low = name.lower()
-        return low in self.drop_headers or SECRET_HEADER_NAME.search(low) is not None
+        return low in self.credential_names or SECRET_HEADER_NAME.search(low) is not None
 
     def url(self, url: str) -> str:
         """``url`` with credential query parameters, user info and secret-shaped parts replaced."""
@@ -2031,7 +2038,7 @@ class Scrubber:
         the options from ``start`` on are read (the items before are a list's known to hold none)."""
         found: dict[int, tuple[str, str]] = {}
         if len(items) == 2 and type(items[0]) is str and type(items[1]) is str:
-            if items[0].lower() in self.drop_headers and items[1] and not _is_placeholder(items[1]):
+            if items[0].lower() in self.credential_names and items[1] and not _is_placeholder(items[1]):
                 found[1] = (
                     placeholder(self._context_kind("header-credential", items[1]), items[1]),
                     items[0],

@@ -1334,6 +1334,10 @@ NEIGHBOUR_SECRETS: list[Any] = [
     [{"name": "API_KEY", "value": _ARGV_SECRET}],
     {"env": [{"name": "DB_PASSWORD", "value": _ARGV_SECRET}, {"name": "MODE", "value": "prod"}]},
     {"name": "GITHUB_TOKEN", "value": _ARGV_SECRET},
+    [{"name": "Authorization", "value": "Token " + _ARGV_SECRET}],  # (a HAR file's header list)
+    [{"name": "X-Amz-Security-Token", "value": _ARGV_SECRET}],
+    [{"name": "X-Api-Key", "value": _ARGV_SECRET}],
+    [["X-Amz-Security-Token", _ARGV_SECRET]],
 ]
 
 
@@ -1382,6 +1386,10 @@ def test_an_item_its_neighbour_says_is_a_credential_is_replaced_alone_and_in_a_r
         [["Accept", "application/json"]],
         [{"name": "MODE", "value": "prod"}],
         [{"name": "API_KEY"}],
+        # (a signing header's value is derived from a credential, no secret: a HAR file's time)
+        {"name": "X-Amz-Date", "value": "20261201T000000Z"},
+        [{"name": "x-amz-content-sha256", "value": "e3b0c44298fc1c149afbf4c8996fb924"}],
+        [["X-Amz-Date", "20261201T000000Z"]],
     ],
 )
 def test_a_list_whose_items_name_no_credential_is_kept(value: Any) -> None:
