@@ -36,6 +36,7 @@ import bisect
 import builtins
 import hashlib
 import heapq
+import itertools
 import operator
 import re
 import shlex
@@ -112,6 +113,12 @@ _COMMAND_PASSWORD_OPTIONS: tuple[tuple[tuple[str, ...], frozenset[str], frozense
     (("redis-cli",), frozenset({"-a"}), frozenset(), False),
 )
 _COMMAND_WORDS = max(len(words) for words, _, _, _ in _COMMAND_PASSWORD_OPTIONS)
+
+
+def _crossing(pieces: Sequence[str], spans: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
+    """Of ``spans`` of the joined text of ``pieces``, those that run over a boundary between two."""
+    ends = list(itertools.accumulate(map(len, pieces)))
+    return [s for s in spans if s[1] > ends[bisect.bisect_right(ends, s[0])]]
 
 
 def _shared_until(shared: int) -> int:
@@ -1536,7 +1543,7 @@ class Scrubber:
         # A list whose items say another is a credential is scrubbed whole, neither taken from nor
         # kept for the lists items are shared with (an item alone is scrubbed without the one that
         # says so): none of those holds one, so only the items after the shared ones are read.
-        if self._list_secrets(items, _shared_until(keep)):
+        if self._neighbour_secrets(items, keep):
             return cast("list[Any]", self._json(items, ()))
         if not keep:
             out = self._after_first(items, data, finite, given)
@@ -1631,7 +1638,7 @@ class Scrubber:
                 after_first = old
         if best is None and after_first is None:
             return None
-        if self._list_secrets(items, _shared_until(most) if best is not None else 0):
+        if self._neighbour_secrets(items, most):
             return None  # (scrubbed whole: see _list)
         if best is not None:
             out = best.out[:most] + [self._item(v) for v in items[most:]]
@@ -1768,7 +1775,7 @@ class Scrubber:
                     out[key] = self._json(v, sub)
             return out
         if isinstance(value, list | tuple):
-            found = self._list_secrets(value)
+            found = self._neighbour_secrets(value)
             if not states:
                 return [found[i][0] if i in found else self._json(v, ()) for i, v in enumerate(value)]
             items = []
@@ -2078,6 +2085,76 @@ class Scrubber:
                 if option is not None and option.group("value") is None:
                     found[i + 1] = (placeholder("secret-option", nxt), arg)
         return found
+
+    def _neighbour_secrets(self, items: Sequence[Any], shared: int = 0) -> dict[int, tuple[str, str]]:
+        """The items of a list that its other items make secrets, by index, as (what each is stored
+        as, a name or kind): :meth:`_list_secrets`, then :meth:`_split_secrets` over the items with
+        those replaced (as a second scrub reads them); read from where its first ``shared`` items (a
+        list's known to hold none) stop."""
+        found = self._list_secrets(items, _shared_until(shared))
+        if found:
+            items = [found[i][0] if i in found else v for i, v in enumerate(items)]
+        return found | self._split_secrets(items, max(shared - 1, 0))
+
+    def _split_secrets(self, items: Sequence[Any], start: int = 0) -> dict[int, tuple[str, str]]:
+        """The text items of a list that a secret runs over, by index, as (what each is stored as,
+        the secret's kind): a tool's pieces of text (``["… sk-proj-abc", "def…"]``, a file's lines
+        of a PEM key) hold a secret no item holds whole, and each scrubbed alone kept its pieces (a
+        key's body) in the clear. Adjacent strings are read as one text, as a stream's chunks are;
+        the placeholder goes into the item where the secret starts, and the rest of it is removed
+        from the items it spilled into. Only runs with a boundary after item ``start`` are read."""
+        found: dict[int, tuple[str, str]] = {}
+        n = len(items)
+        if n - start < 2 or str not in map(type, items[start:]):
+            return found
+        i = start
+        while 0 < i < n and type(items[i]) is str and type(items[i - 1]) is str:
+            i -= 1  # (the run item ``start`` is in: a secret may start items before it)
+        while i < n - 1:
+            j = i
+            while j < n and type(items[j]) is str:
+                j += 1
+            if j - i > 1:
+                found.update(self._run_secrets(items[i:j], i))
+            i = j + 1
+        return found
+
+    def _run_secrets(self, run: Sequence[str], first: int) -> dict[int, tuple[str, str]]:
+        """:meth:`_split_secrets` of one run of adjacent strings, the first at index ``first``. Each
+        item is scrubbed alone first, so a whole key at one item's end is not read on into the next
+        (``["key: sk-…", "Done"]``, lines split from an ``.env`` file); then the items as scrubbed
+        are read as one text, again after each secret taken (what a second scrub would read). A PEM
+        key is read to its END line over the items as given: its header line alone is a key's
+        shape (a key cut short), its body lines none."""
+        raw = "".join(run)
+        found = self.find(raw)
+        # Nothing in their text, nor in any alone (a secret ends at a line break as at a text's end,
+        # and starts after one as at its start): the usual list of words or lines, read as a whole.
+        if not found and not self.find("\n".join(run)):
+            return {}
+        taken: dict[int, str] = {}  # item → the kind of the secret it holds a part of
+        pems = [s for s in found if s[2] == "private-key" and raw.find("-----END ", s[0], s[1]) >= 0]
+        pieces = self._cut(run, _crossing(run, pems), taken)
+        while spans := _crossing(pieces, self.find("".join(pieces))):
+            pieces = self._cut(pieces, spans, taken)
+        return {first + i: (pieces[i], kind) for i, kind in sorted(taken.items())}
+
+    def _cut(
+        self, pieces: Sequence[str], spans: list[tuple[int, int, str]], taken: dict[int, str]
+    ) -> list[str]:
+        """``pieces`` scrubbed, each of ``spans`` (secrets over their boundaries in their joined text)
+        replaced by its placeholder in the piece where it starts and removed from those it spills
+        into; the pieces it touched added to ``taken`` with its kind."""
+        ends = list(itertools.accumulate(map(len, pieces)))
+        text = "".join(pieces)
+        out = list(pieces)
+        for a, b, kind in reversed(spans):  # (from the end: offsets before an edit stay)
+            k, m = bisect.bisect_right(ends, a), bisect.bisect_left(ends, b)
+            out[m] = out[m][b - ends[m] + len(pieces[m]) :]
+            out[k + 1 : m] = [""] * (m - k - 1)
+            out[k] = out[k][: a - ends[k] + len(pieces[k])] + placeholder(kind, text[a:b])
+            taken.update(dict.fromkeys(range(k, m + 1), kind))
+        return [self.text(p) for p in out]
 
     def _command_password(self, option: str, value: str) -> str | None:
         """A client's password option's value (:data:`_COMMAND_PASSWORD_OPTIONS`) with the password

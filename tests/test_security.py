@@ -1023,3 +1023,25 @@ def test_exports_scrub_again_what_a_recorded_program_appended_under_its_own_fold
         assert result.exit_code == 0, result.output
     for out in (page, spans):
         assert secret not in out.read_text() and "[REDACTED:customer:" in out.read_text()
+
+
+def test_a_secret_a_tool_returns_split_over_list_items_reaches_no_file(store: Path) -> None:
+    """A tool returning text as a list of pieces (a file's lines, wrapped text) held a secret no
+    item held whole: each item scrubbed alone, the PEM key's header line was replaced and its body
+    lines stored in the clear, and a key cut over two pieces was stored as its two pieces."""
+    key = SECRETS["openai_api_key"]
+
+    @forkpoint.tool
+    def read_lines(path: str) -> list[str]:
+        return [*PEM.splitlines(keepends=True), "see " + key[:12], key[12:] + " more", "Done"]
+
+    with forkpoint.record(store=store) as rec:
+        live = read_lines("deploy.pem")
+    assert "".join(live).startswith(PEM)  # (the live run gets what the tool returned)
+    body = {f"pem line {i}": line for i, line in enumerate(PEM.splitlines()[1:-1])}
+    assert leaks(store, {"pem": PEM, "key": key, **body}) == []
+    stored = Session.load(rec.session_path).by_type("tool_call")[0]["result"]
+    assert stored[-3:] == ["see " + redact.placeholder("openai-key", key), " more", "Done"]
+    with forkpoint.replay(rec.session_path) as rp:
+        assert read_lines("deploy.pem") == stored
+    assert rp.report()["matched"] == 1

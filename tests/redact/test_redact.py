@@ -1464,3 +1464,74 @@ def test_a_placeholder_inside_a_credential_value_is_not_read_as_one(text: str) -
     assert redact._PLACEHOLDER_RE.search(once) is not None
     scrubbed = 'AUTHORIZATION:"' + redact.placeholder("private-key", "x") + "$"
     assert scrub_text(scrubbed) == scrubbed
+
+
+_PEM_LINES = [
+    "-----BEGIN PRIVATE KEY-----\n",
+    _rand(64) + "\n",
+    _rand(40) + "\n",
+    "-----END PRIVATE KEY-----\n",
+]
+
+
+@pytest.mark.parametrize(
+    ("pieces", "secret", "kind"),
+    [
+        (
+            ["see sk-proj-" + "a1B2c3D4e5", "F6g7H8i9J0k1L2m3N4o5 more"],
+            "sk-proj-" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5",
+            "openai-key",
+        ),
+        (
+            ["x ", "s", "k-proj-", "a1B2c3D4e5F6", "g7H8i9J0k1L2m3", " end"],
+            "sk-proj-a1B2c3D4e5F6g7H8i9J0k1L2m3",
+            "openai-key",
+        ),
+        (_PEM_LINES, "".join(_PEM_LINES).rstrip("\n"), "private-key"),
+    ],
+)
+def test_a_secret_split_over_adjacent_strings_of_a_list_is_replaced_where_it_starts(
+    pieces: list[str], secret: str, kind: str
+) -> None:
+    """A tool's text as a list of pieces: each scrubbed alone, a key cut in two was kept as its
+    pieces, and a PEM key's lines lost only their header line, its body kept in the clear."""
+    for value in (pieces, {"result": [1, *pieces, 2]}, [{"role": "tool", "content": pieces}]):
+        out = Scrubber().json(value)
+        text = orjson.dumps(out).decode()
+        assert all(part not in text for part in re.findall(r"[A-Za-z0-9]{10,}", secret)), out
+        assert expected_placeholder(kind, secret) in text
+        assert Scrubber().json(out) == out  # idempotent
+        s = Scrubber()  # the same in a conversation resent longer at every call (the list caches)
+        for parsed in (False, True):
+            assert s.json({"m": [{"role": "user"}, value]}, parsed=parsed)["m"][1] == out
+            assert s.json({"m": [{"role": "user"}, value, {"role": "user"}]}, parsed=parsed)["m"][1] == out
+    out = Scrubber().json(pieces)
+    starts = [i for i, piece in enumerate(out) if piece.endswith(expected_placeholder(kind, secret))]
+    assert len(out) == len(pieces) and len(starts) == 1
+
+
+def test_a_whole_secret_at_the_end_of_a_list_item_is_not_read_on_into_the_next() -> None:
+    """Lines split from a ``.env`` file, a message and a word: the next item's text is its own,
+    though glued to the key it would read as more of it."""
+    key = "sk-proj-" + _rand(40)
+    items = [f"OPENAI_API_KEY={key}", "HOME=/root", f"key {key}", "Done"]
+    assert Scrubber().json(items) == [scrub_text(item) for item in items]
+    assert Scrubber().json(["password=", "hunter2xyz"]) == ["password=", "hunter2xyz"]
+
+
+def test_scrubbing_random_lists_of_trigger_texts_twice_changes_nothing() -> None:
+    """Adjacent strings are read together after each is scrubbed alone: a secret one item's
+    placeholder (or a neighbour's credential option) ends makes a new neighbour for the next, which
+    a second scrub must not read otherwise. The same in a conversation the list caches know."""
+    rng = random.Random(1471)
+    for _ in range(1500):
+        items = [
+            "".join(rng.choice(_MIX_PIECES) for _ in range(rng.randint(0, 3)))
+            for _ in range(rng.randint(2, 6))
+        ]
+        s = Scrubber()
+        once = s.json(items)
+        assert len(once) == len(items)
+        assert Scrubber().json(once) == once, items
+        assert Scrubber(cache=False).json(items) == once, items
+        assert s.json({"m": [{"role": "user"}, items]}, parsed=True)["m"][1] == once, items
