@@ -2088,13 +2088,24 @@ class Scrubber:
 
     def _neighbour_secrets(self, items: Sequence[Any], shared: int = 0) -> dict[int, tuple[str, str]]:
         """The items of a list that its other items make secrets, by index, as (what each is stored
-        as, a name or kind): :meth:`_list_secrets`, then :meth:`_split_secrets` over the items with
-        those replaced (as a second scrub reads them); read from where its first ``shared`` items (a
-        list's known to hold none) stop."""
-        found = self._list_secrets(items, _shared_until(shared))
-        if found:
-            items = [found[i][0] if i in found else v for i, v in enumerate(items)]
-        return found | self._split_secrets(items, max(shared - 1, 0))
+        as, a name or kind): :meth:`_list_secrets` and :meth:`_split_secrets` in turn, each over the
+        items as the other left them (a placeholder makes new neighbours: ``["curl--secret", …]``
+        cut to ``"--secret"`` is an option a second scrub reads), until neither finds more; read
+        from where its first ``shared`` items (a list's known to hold none) stop."""
+        start = _shared_until(shared)
+        found: dict[int, tuple[str, str]] = {}
+        if str not in map(type, items[start:]):  # (a list of no text, a conversation's messages: in C)
+            return found
+        turn = 0
+        while True:
+            more = (self._list_secrets, self._split_secrets)[turn % 2](items, start)
+            more = {i: v for i, v in more.items() if v[0] != items[i]}  # (what changes the list)
+            if more:
+                found |= more
+                items = [found[i][0] if i in found else v for i, v in enumerate(items)]
+            elif turn:
+                return found
+            turn += 1
 
     def _split_secrets(self, items: Sequence[Any], start: int = 0) -> dict[int, tuple[str, str]]:
         """The text items of a list that a secret runs over, by index, as (what each is stored as,
@@ -2105,7 +2116,7 @@ class Scrubber:
         from the items it spilled into. Only runs with a boundary after item ``start`` are read."""
         found: dict[int, tuple[str, str]] = {}
         n = len(items)
-        if n - start < 2 or str not in map(type, items[start:]):
+        if n - start < 2:
             return found
         i = start
         while 0 < i < n and type(items[i]) is str and type(items[i - 1]) is str:
@@ -2128,9 +2139,16 @@ class Scrubber:
         shape (a key cut short), its body lines none."""
         raw = "".join(run)
         found = self.find(raw)
-        # Nothing in their text, nor in any alone (a secret ends at a line break as at a text's end,
-        # and starts after one as at its start): the usual list of words or lines, read as a whole.
-        if not found and not self.find("\n".join(run)):
+        # Nothing in their text, nor in any alone: the usual list of words or lines. Each alone is
+        # scrubbed as the list's walk scrubs it next (then from the cache); a long list's items read
+        # a line each, as one text (a secret ends at a line break as at a text's end, and starts
+        # after one as at its start), as _clean checks a long list before its walk (and as there,
+        # not with a user's regex, which may anchor at a string's ends).
+        if not found and not (
+            self.find("\n".join(run))
+            if len(raw) >= CLEAN_IN_TEXT_MIN and not self.rules.patterns
+            else any(self.text(p) != p for p in run)
+        ):
             return {}
         taken: dict[int, str] = {}  # item → the kind of the secret it holds a part of
         pems = [s for s in found if s[2] == "private-key" and raw.find("-----END ", s[0], s[1]) >= 0]
