@@ -114,6 +114,9 @@ class HttpRequest(TypedDict):
     headers: list[list[str]]
     body_kind: BodyKind
     body: Any
+    #: Why the body is not stored (it decodes past ``capture.decoding.DECODED_MAX``, and so could not
+    #: be scrubbed); a replay stops at the call.
+    withheld: NotRequired[str]
 
 
 class HttpResponse(TypedDict, total=False):
@@ -136,6 +139,8 @@ class HttpResponse(TypedDict, total=False):
     content_length: int | None
     #: How a JSON body's text was laid out, when not compactly (``capture.decoding.json_layout``).
     json_layout: dict[str, Any]
+    #: Why the body is not stored (:attr:`HttpRequest.withheld`).
+    withheld: str
 
 
 class ToolCallSummary(TypedDict):

@@ -182,6 +182,17 @@ def header(headers: list[tuple[str, str]], name: str) -> str:
     return next((v for k, v in headers if k.lower() == name), "")
 
 
+#: The most forkpoint's own decoders (:func:`own_decoder`) inflate a body to: 16 times the largest
+#: JSON body whose layout is kept (:data:`LAYOUT_MAX`). A body the client library did not decode
+#: for the program is decoded to scrub it; a compression bomb the program never opens must not be
+#: inflated in the program's memory by its recording.
+DECODED_MAX = 16 * LAYOUT_MAX
+
+
+class TooLarge(Exception):
+    """A body that decodes to more than :data:`DECODED_MAX` bytes: decoding stopped there."""
+
+
 class _Own:
     """A decoder of one content coding with the interface of httpx's (``decode``, ``flush``)."""
 
@@ -194,8 +205,9 @@ class _Own:
 
 def own_decoder(coding: str) -> Any:
     """forkpoint's own decoder of one coding (used for request bodies, and for responses when the
-    library's decoders cannot be found), or None if unknown/unavailable."""
-    fn = decoder(coding)
+    library's decoders cannot be found), or None if unknown/unavailable. It raises
+    :class:`TooLarge` once its output passes :data:`DECODED_MAX`."""
+    fn = decoder(coding, limit=DECODED_MAX)
     return None if fn is None else _Own(fn)
 
 
@@ -209,7 +221,8 @@ def decode_with(
 ) -> list[bytes] | None:
     """``chunks`` decoded chunk by chunk (last-applied coding first, as httpx does), with the
     decoders' flushed tail added to the last chunk when the body was read to the ``final`` end.
-    None when a coding is not decodable here or the data does not decode: keep it as received."""
+    None when a coding is not decodable here or the data does not decode: keep it as received.
+    Raises :class:`TooLarge` from a decoder that stopped at its limit (:func:`own_decoder`)."""
     try:
         decoders = [make(c) for c in reversed(codings)]
         if any(d is None for d in decoders):
@@ -229,6 +242,8 @@ def decode_with(
             if tail:
                 out = [*out[:-1], (out[-1] if out else b"") + tail]
         return out
+    except TooLarge:
+        raise
     except Exception:  # zlib.error, brotli.error, DecodingError…: the caller got the same failure
         return None
 
@@ -260,32 +275,80 @@ def encoded(data: bytes, codings: list[str]) -> bytes | None:
     return data
 
 
-def decoder(encoding: str) -> Callable[[bytes], bytes] | None:
-    """An incremental decoder for one ``Content-Encoding``, or None if unknown/unavailable."""
+def _capped(inflate: Callable[[bytes, int], bytes], limit: int | None) -> Callable[[bytes], bytes]:
+    """``inflate(chunk, most)`` (which returns at most ``most`` bytes, 0 for no limit, keeping the
+    rest of its input for later) as a decoder whose whole output is at most ``limit`` bytes: past
+    that it raises :class:`TooLarge`, having inflated no more than one byte beyond."""
+    if limit is None:
+        return lambda chunk: inflate(chunk, 0)
+    room = [limit]
+
+    def decode(chunk: bytes) -> bytes:
+        out = inflate(chunk, room[0] + 1)
+        if len(out) > room[0]:
+            raise TooLarge(f"the body decodes to more than {limit} bytes")
+        room[0] -= len(out)
+        return out
+
+    return decode
+
+
+def _sliced(decode: Callable[[bytes], bytes], step: int) -> Callable[[bytes, int], bytes]:
+    """An ``inflate(chunk, most)`` for a decoder that cannot stop at a size (zstandard's, brotli's
+    before 1.2): fed ``step`` bytes at a time, it stops at the slice where its output passes
+    ``most`` (a zstd block of 3 bytes or more makes at most 128 KiB)."""
+
+    def inflate(chunk: bytes, most: int) -> bytes:
+        if not most:
+            return decode(chunk)
+        out = bytearray()
+        for at in range(0, len(chunk), step):
+            out += decode(chunk[at : at + step])
+            if len(out) >= most:
+                break
+        return bytes(out)
+
+    return inflate
+
+
+def decoder(encoding: str, *, limit: int | None = None) -> Callable[[bytes], bytes] | None:
+    """An incremental decoder for one ``Content-Encoding``, or None if unknown/unavailable; with a
+    ``limit``, one that raises :class:`TooLarge` rather than inflate its output past that."""
     enc = encoding.strip().lower()
     if enc == "identity":
         return lambda chunk: chunk
-    if enc in ("gzip", "x-gzip"):  # (RFC 9110: x-gzip is gzip; urllib3 decodes both)
-        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        return d.decompress
-    if enc == "deflate":
-        # RFC 9110 says zlib-wrapped; some servers send raw deflate. Decide on the first bytes.
+    if enc in ("gzip", "x-gzip", "deflate"):
+        # (RFC 9110: x-gzip is gzip; urllib3 decodes both.) RFC 9110 says deflate is zlib-wrapped;
+        # some servers send raw deflate: decided on the first bytes.
         state: dict[str, Any] = {}
 
-        def inflate(chunk: bytes) -> bytes:
+        def inflate(chunk: bytes, most: int) -> bytes:
             if "d" not in state:
-                wbits = zlib.MAX_WBITS if chunk[:1] and (chunk[0] & 0x0F) == 8 else -zlib.MAX_WBITS
+                if enc != "deflate":
+                    wbits = 16 + zlib.MAX_WBITS
+                elif chunk[:1] and (chunk[0] & 0x0F) == 8:
+                    wbits = zlib.MAX_WBITS
+                else:
+                    wbits = -zlib.MAX_WBITS
                 state["d"] = zlib.decompressobj(wbits)
-            out: bytes = state["d"].decompress(chunk)
+            out: bytes = state["d"].decompress(chunk, most)
             return out
 
-        return inflate
+        return _capped(inflate, limit)
     if enc == "br":
         try:
             import brotli
         except ImportError:
             return None
-        return brotli.Decompressor().process  # type: ignore[no-any-return]
+        br = brotli.Decompressor()
+        if hasattr(br, "can_accept_more_data"):  # (brotli 1.2: an output limit)
+            return _capped(
+                lambda chunk, most: (
+                    br.process(chunk, output_buffer_limit=most) if most else br.process(chunk)
+                ),
+                limit,
+            )
+        return _capped(_sliced(br.process, 64), limit)
     if enc == "zstd":
         try:
             import zstandard
@@ -302,5 +365,5 @@ def decoder(encoding: str) -> Callable[[bytes], bytes] | None:
                 out += zstate["d"].decompress(rest)
             return out
 
-        return unzstd
+        return _capped(_sliced(unzstd, 256), limit)
     return None

@@ -71,7 +71,9 @@ from ..streamscrub import scrub_events
 from ..text import say
 from . import connections, resent
 from .decoding import (
+    DECODED_MAX,
     DecoderFactory,
+    TooLarge,
     body_bytes,
     codings,
     decode_with,
@@ -119,8 +121,13 @@ def request_record(
     pairs = [(header_text(k), header_text(v)) for k, v in headers]
     pairs = [(k, v) for k, v in pairs if k.lower() != "content-length"]
     applied = codings(header_values(pairs, "content-encoding"))
+    withheld = None
     if content and applied:
-        decoded = decode_with(own_decoder, applied, [content], final=True)
+        try:
+            decoded = decode_with(own_decoder, applied, [content], final=True)
+        except TooLarge:  # (kept nowhere: it cannot be scrubbed, and the replay stops at it: serve)
+            withheld = _too_large(method, url, "request", applied)
+            decoded = [b""]
         if decoded is not None:
             content = b"".join(decoded)
             pairs = [(k, v) for k, v in pairs if k.lower() != "content-encoding"]
@@ -141,7 +148,21 @@ def request_record(
         "body_kind": kind,
         "body": body,
     }
+    if withheld is not None:
+        record["withheld"] = withheld
     return cast(HttpRequest, current_scrubber().http_record(record))
+
+
+def _too_large(method: str, url: str, what: str, applied: list[str]) -> str:
+    """Why the ``what`` body (request, response) of a call under the codings ``applied`` is not
+    stored, said now as a warning that names the call (the reason a replay stops at it)."""
+    why = (
+        f"its {what} body, under Content-Encoding {', '.join(applied)}, decodes to more than "
+        f"{DECODED_MAX} bytes (a compression bomb?): forkpoint stopped decoding it there, cannot "
+        "scrub it, and so did not store it"
+    )
+    say(f"forkpoint: WARNING: {method} {scrub_url(url)}: {why}; a replay stops at this call")
+    return why
 
 
 def _placeholder_carrier(url: str, pairs: list[tuple[str, str]], content: bytes) -> tuple[str, str] | None:
@@ -308,13 +329,18 @@ class Exchange:
         encoded = False
         decoded_from: list[str] = []
         to_scrub = False
+        withheld = None
         if applied:
-            decoded = decode_with(self.decoders, applied, chunks, final=ended == "complete")
-            if decoded is None and not as_received:
-                # The caller got it encoded (httpx leaves x-gzip so): decoded here for the scrubber
-                # only, a key in it kept otherwise; a replay encodes it again.
-                decoded = decode_with(own_decoder, applied, chunks, final=ended == "complete")
-                to_scrub = decoded is not None
+            try:
+                decoded = decode_with(self.decoders, applied, chunks, final=ended == "complete")
+                if decoded is None and not as_received:
+                    # The caller got it encoded (httpx leaves x-gzip so): decoded here for the
+                    # scrubber only, a key in it kept otherwise; a replay encodes it again.
+                    decoded = decode_with(own_decoder, applied, chunks, final=ended == "complete")
+                    to_scrub = decoded is not None
+            except TooLarge:  # (kept as received, header and all, but for its body: none of it)
+                withheld = _too_large(self.request["method"], self.request["url"], "response", applied)
+                decoded, chunks, times = None, [], []
             if decoded is None:  # not decodable here: keep the body as received, header and all
                 encoded = True
             else:
@@ -358,6 +384,8 @@ class Exchange:
             out["decoded_from"] = decoded_from
         if to_scrub:
             out["decoded_to_scrub"] = True
+        if withheld is not None:
+            out["withheld"] = withheld
         if eventstream.is_event_stream(ctype) and not encoded:
             # Only each message's payload was scrubbed here (its headers were not): the writer's
             # pass over the whole stream is the one that reads them.
@@ -440,10 +468,20 @@ def serve(rt: runtime.Runtime, request: HttpRequest) -> tuple[ModelCallEvent, in
     taken = cast(runtime.Serving, rt).take_model_call(request)
     if taken is not None and (taken[0].get("response") or {"status": None})["status"] == 101:
         raise cast(runtime.Serving, rt).diverged(taken[0], "model_call", taken[1], UPGRADED)
+    if taken is not None and (why := _withheld(taken[0])):
+        raise cast(runtime.Serving, rt).diverged(
+            taken[0], "model_call", taken[1], f"{why}: the recording cannot serve it", handed_nothing=True
+        )
     runtime.served_from_recording.set(taken is not None)
     if taken is not None:  # answered from the recording: this record is not logged here
         current_scrubber().forget_record(request)
     return taken
+
+
+def _withheld(event: ModelCallEvent) -> str | None:
+    """Why a recorded call's request or response body was not stored (:func:`_too_large`), or None."""
+    response: HttpResponse | dict[str, Any] = event.get("response") or {}
+    return event["request"].get("withheld") or response.get("withheld")
 
 
 def live(rt: runtime.Runtime, request: HttpRequest, decoders: DecoderFactory) -> Exchange:

@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import threading
+import tracemalloc
 import urllib.error
 import urllib.request
 import zlib
@@ -30,6 +31,7 @@ import urllib3
 import zstandard
 
 import forkpoint
+from forkpoint.capture.decoding import DECODED_MAX, TooLarge, decode_with, encoded, own_decoder
 from forkpoint.replay import summary_line
 from tests.modelserver import LocalServer, Reply, Stream, compress
 from tests.test_canary import SECRETS, scan
@@ -559,6 +561,96 @@ def test_a_secret_in_a_stream_under_a_coding_the_client_does_not_decode_is_scrub
         again = gzip.decompress(_fetch(library, server.url + "/s"))
     assert again == live.replace(key.encode(), forkpoint.redact.placeholder("openai-key", key).encode())
     assert rp.report()["reproduced"]
+
+
+def _zeros_gzipped(size: int) -> bytes:
+    """``size`` zero bytes under gzip (a thousandth of that), made without holding them."""
+    gz = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    zeros = bytes(1 << 20)
+    return b"".join([*(gz.compress(zeros) for _ in range(size >> 20)), gz.flush()])
+
+
+def _peak_while(run: Callable[[], Any]) -> tuple[Any, int]:
+    """(what ``run()`` returns, the most memory Python held while it ran, in bytes)."""
+    tracemalloc.start()
+    try:
+        return run(), tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.parametrize("library", ["httpx", "aiohttp"])
+def test_a_compression_bomb_the_program_never_opens_is_not_inflated_by_its_recording(
+    library: str, server: LocalServer, store: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """200 MB of zeros under x-gzip (200 KB), which httpx and aiohttp hand the program compressed:
+    forkpoint inflated all of it in the program's memory, to scrub it. It stops past DECODED_MAX
+    now, says so naming the call, stores none of the body (it could not scrub it), and the replay
+    stops at the call; the program's live read is the bytes that came."""
+    bomb = _zeros_gzipped(200 << 20)
+    server.route(
+        "/bomb", lambda _r: Reply(bomb, ctype="application/json", headers=[("Content-Encoding", "x-gzip")])
+    )
+    with forkpoint.record(store=store) as rec:
+        live, peak = _peak_while(lambda: _fetch(library, server.url + "/bomb"))
+    server.stop()
+    assert live == bomb
+    assert peak < 2.5 * DECODED_MAX  # (at most the limit, and a copy of it; 200 MB, twice, before)
+    said = " ".join(capsys.readouterr().err.split())
+    assert (
+        f"forkpoint: WARNING: GET {server.url}/bomb: its response body, under Content-Encoding x-gzip, "
+        f"decodes to more than {DECODED_MAX} bytes"
+    ) in said
+    (event,) = forkpoint.Session.load(rec.session_path).by_type("model_call")
+    assert event["response"]["body_kind"] == "empty" and "cannot scrub it" in event["response"]["withheld"]
+    assert sum(f.stat().st_size for f in rec.session_path.rglob("*") if f.is_file()) < 64 << 10
+    with forkpoint.replay(rec.session_path) as rp:
+        with pytest.raises(forkpoint.Divergence, match="decodes to more than"):
+            _fetch(library, server.url + "/bomb")
+    assert not rp.report()["reproduced"]
+
+
+def test_a_compressed_request_body_past_the_limit_is_not_inflated_by_its_recording(
+    server: LocalServer, store: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A request body sent under gzip is stored decoded: forkpoint inflated it whatever its size.
+    Past DECODED_MAX it stops, says so naming the call, stores none of the body, and the replay
+    stops at the call."""
+    bomb = _zeros_gzipped(200 << 20)
+    server.route("/up", lambda _r: Reply(b'{"ok": true}', ctype="application/json"))
+
+    def post() -> Any:
+        headers = {"content-type": "application/octet-stream", "content-encoding": "gzip"}
+        return httpx.post(server.url + "/up", content=bomb, headers=headers).json()
+
+    with forkpoint.record(store=store) as rec:
+        live, peak = _peak_while(post)
+    server.stop()
+    assert live == {"ok": True} and peak < 2.5 * DECODED_MAX
+    said = " ".join(capsys.readouterr().err.split())
+    assert f"forkpoint: WARNING: POST {server.url}/up: its request body, under Content-Encoding gzip" in said
+    (event,) = forkpoint.Session.load(rec.session_path).by_type("model_call")
+    assert event["request"]["body_kind"] == "empty" and "cannot scrub it" in event["request"]["withheld"]
+    with forkpoint.replay(rec.session_path) as rp:
+        with pytest.raises(forkpoint.Divergence, match="its request body"):
+            post()
+    assert not rp.report()["reproduced"]
+
+
+@pytest.mark.parametrize("coding", ["gzip", "deflate", "br", "zstd"])
+def test_forkpoints_own_decoders_stop_past_their_limit(coding: str) -> None:
+    """Each of forkpoint's own decoders raises TooLarge once its output passes DECODED_MAX, fed the
+    body whole or in pieces; a body under it decodes whole."""
+    data = encoded(bytes(DECODED_MAX + 1), [coding])
+    assert data is not None
+    for pieces in ([data], [data[i : i + 4096] for i in range(0, len(data), 4096)]):
+        decode = own_decoder(coding).decode
+        with pytest.raises(TooLarge):
+            for piece in pieces:
+                decode(piece)
+    assert decode_with(own_decoder, [coding], [encoded(b"x" * 1000, [coding]) or b""], final=True) == [
+        b"x" * 1000
+    ]
 
 
 def test_httpx_raw_reads_and_aiohttp_without_decompression_replay_the_encoded_body(
