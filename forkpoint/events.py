@@ -135,6 +135,9 @@ class HttpResponse(TypedDict, total=False):
     #: True when the caller got the body under those codings (its library does not decode them): it
     #: was decoded only to be scrubbed, and a replay hands it over encoded again.
     decoded_to_scrub: bool
+    #: The codings of ``decoded_from`` the caller got the body under, when its library took only the
+    #: outer ones off (aiohttp, by one of two ``Content-Encoding`` lines); absent: all of them.
+    handed_under: list[str]
     #: The ``Content-Length`` the response came with (null: none); see ``capture.exchange.said_length``.
     content_length: int | None
     #: How a JSON body's text was laid out, when not compactly (``capture.decoding.json_layout``).

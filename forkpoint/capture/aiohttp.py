@@ -28,7 +28,7 @@ from typing import Any
 
 from .. import runtime
 from . import seam
-from .decoding import own_decoder
+from .decoding import codings, header_values, own_decoder
 from .exchange import (
     Exchange,
     LibraryError,
@@ -161,7 +161,11 @@ def _patch(mod: ModuleType) -> None:
         # The body is served past aiohttp's decompression, so it goes as aiohttp handed it over:
         # decoded for a session that decompresses (its header still said, as live), else encoded,
         # as is a body under a coding aiohttp left alone (decoded when recorded, to be scrubbed).
-        if getattr(req._session, "_auto_decompress", True) and not resp.get("decoded_to_scrub"):
+        decompresses = getattr(req._session, "_auto_decompress", True)
+        if decompresses and resp.get("handed_under") is not None:  # (its outer coding taken off live)
+            chunks, _ = encoded_again(resp, chunks, error, under=list(resp["handed_under"]))
+            coding = ", ".join(map(str, resp.get("decoded_from") or [])) or None
+        elif decompresses and not resp.get("decoded_to_scrub"):
             coding = ", ".join(map(str, resp.get("decoded_from") or [])) or None
         else:
             chunks, coding = encoded_again(resp, chunks, error)
@@ -255,9 +259,12 @@ def _patch(mod: ModuleType) -> None:
             call.error = exc
             call.finish()
             raise
-        if decompressed and _decompresses(response.headers.get("Content-Encoding", "")):
-            # Bodies come decompressed from aiohttp: "decoding" them again is the identity.
-            call.decoders = lambda coding: _Identity()
+        if decompressed and _decompresses(_decompressed_by(mod, response.headers)):
+            applied = codings(header_values(list(response.headers.items()), "content-encoding"))
+            if len(applied) > 1:  # (two header lines: the outer coding alone was taken off)
+                call.left = applied[:-1]
+            else:  # Bodies come decompressed from aiohttp: "decoding" them again is the identity.
+                call.decoders = lambda coding: _Identity()
         return teed(response, call, req.loop)
 
     def make(original: Any) -> Any:
@@ -277,6 +284,16 @@ def _decompresses(content_encoding: str) -> bool:
     decompresses): one of these codings alone, as its parser reads the header; x-gzip, or two
     codings (``gzip, gzip``), it hands over as they came."""
     return content_encoding.isascii() and content_encoding.lower() in ("gzip", "deflate", "br", "zstd")
+
+
+def _decompressed_by(mod: ModuleType, headers: Any) -> str:
+    """The ``Content-Encoding`` line aiohttp's parser decompresses a body by: of several, its C
+    parser takes the last (the outer coding), its Python one the first."""
+    lines = headers.getall("Content-Encoding", [])
+    in_c = importlib.import_module(f"{mod.__name__}.http_parser").HttpResponseParser.__module__.endswith(
+        "._http_parser"
+    )
+    return str(lines[-1] if in_c else lines[0]) if lines else ""
 
 
 def _left_encoded(coding: str) -> None:

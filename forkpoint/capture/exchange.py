@@ -250,6 +250,9 @@ class Exchange:
         self.error: BaseException | None = None
         #: Where the error struck, when the adapter can tell: ``send`` (the request never went out).
         self.phase: str | None = None
+        #: The codings the library hands the body over under when it took only the outer ones off
+        #: (aiohttp, by one of two ``Content-Encoding`` lines); None: as ``decoders`` say.
+        self.left: list[str] | None = None
         #: An AWS event stream's bytes past its last whole message (None for any other body).
         self._frames: bytes | None = None
         self._done = False
@@ -331,12 +334,13 @@ class Exchange:
         to_scrub = False
         withheld = None
         if applied:
+            under = applied if self.left is None else self.left
             try:
-                decoded = decode_with(self.decoders, applied, chunks, final=ended == "complete")
+                decoded = decode_with(self.decoders, under, chunks, final=ended == "complete")
                 if decoded is None and not as_received:
                     # The caller got it encoded (httpx leaves x-gzip so): decoded here for the
                     # scrubber only, a key in it kept otherwise; a replay encodes it again.
-                    decoded = decode_with(own_decoder, applied, chunks, final=ended == "complete")
+                    decoded = decode_with(own_decoder, under, chunks, final=ended == "complete")
                     to_scrub = decoded is not None
             except TooLarge:  # (kept as received, header and all, but for its body: none of it)
                 withheld = _too_large(self.request["method"], self.request["url"], "response", applied)
@@ -384,6 +388,8 @@ class Exchange:
             out["decoded_from"] = decoded_from
         if to_scrub:
             out["decoded_to_scrub"] = True
+            if self.left is not None:
+                out["handed_under"] = self.left
         if withheld is not None:
             out["withheld"] = withheld
         if eventstream.is_event_stream(ctype) and not encoded:
@@ -512,16 +518,21 @@ def said_length(resp: HttpResponse | dict[str, Any], method: str, served: int) -
 
 
 def encoded_again(
-    resp: HttpResponse | dict[str, Any], chunks: list[bytes], error: BaseException | None
+    resp: HttpResponse | dict[str, Any],
+    chunks: list[bytes],
+    error: BaseException | None,
+    *,
+    under: list[str] | None = None,
 ) -> tuple[list[bytes], str | None]:
     """A whole body stored decoded (``decoded_from``) under its content codings again, for a client
     that decodes it itself (or hands it over raw: ``iter_raw``, ``auto_decompress=False``): (the
     chunks to serve, the ``Content-Encoding`` to say with them), or (``chunks``, None) to serve them
     as stored (a stream, a body cut short, a coding that cannot be applied here). A body decoded only
-    to be scrubbed (``decoded_to_scrub``: its caller got it encoded) is encoded again whatever it is."""
+    to be scrubbed (``decoded_to_scrub``: its caller got it encoded) is encoded again whatever it is.
+    ``under``: other codings to apply than ``decoded_from`` (those its caller got it under)."""
     whole = resp.get("body_kind") != "stream" and resp.get("ended") == "complete" and error is None
     whole = whole or resp.get("decoded_to_scrub") is True
-    codings = [str(c) for c in resp.get("decoded_from") or []] if whole else []
+    codings = [str(c) for c in (resp.get("decoded_from") or [] if under is None else under)] if whole else []
     again = encoded(b"".join(chunks), codings) if codings else None
     return ([again], ", ".join(codings)) if again is not None else (chunks, None)
 

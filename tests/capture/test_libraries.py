@@ -563,6 +563,39 @@ def test_a_secret_in_a_stream_under_a_coding_the_client_does_not_decode_is_scrub
     assert rp.report()["reproduced"]
 
 
+@pytest.mark.parametrize("secret", [True, False])
+def test_a_body_under_two_content_encoding_lines_aiohttp_decodes_once_is_scrubbed(
+    secret: bool, server: LocalServer, store: Path
+) -> None:
+    """Two ``Content-Encoding: gzip`` lines: aiohttp takes one layer off (by one line) and hands the
+    program the body still under gzip. forkpoint said both layers were decoded and stored the gzip
+    bytes so, a key in them kept. The layer left is decoded to scrub it now, and a replay hands the
+    program the scrubbed body under one gzip layer again (without a secret: the very bytes)."""
+    key = SECRETS["openai_proj"]
+    body = _layered(json.dumps({"text": f"key {key if secret else 'none'} here"}).encode(), "gzip, gzip")
+    server.route(
+        "/two",
+        lambda _r: Reply(
+            body,
+            ctype="application/json",
+            headers=[("Content-Encoding", "gzip"), ("Content-Encoding", "gzip")],
+        ),
+    )
+    with forkpoint.record(store=store) as rec:
+        live = _fetch("aiohttp", server.url + "/two")
+    server.stop()
+    assert live == gzip.decompress(body)
+    assert scan([rec.session_path])[1] == []
+    with forkpoint.replay(rec.session_path) as rp:
+        again = _fetch("aiohttp", server.url + "/two")
+    if secret:
+        scrubbed = f"key {forkpoint.redact.placeholder('openai-key', key)} here"
+        assert _opened(again) == (1, {"text": scrubbed})
+    else:
+        assert again == live
+    assert rp.report()["reproduced"]
+
+
 def _zeros_gzipped(size: int) -> bytes:
     """``size`` zero bytes under gzip (a thousandth of that), made without holding them."""
     gz = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
