@@ -9,7 +9,6 @@ stored decoded (gzip embeds a timestamp: the encoded bytes differ at every run).
 
 from __future__ import annotations
 
-import gzip
 import json
 import zlib
 from collections.abc import Callable
@@ -248,31 +247,47 @@ def decode_with(
         return None
 
 
-def encoded(data: bytes, codings: list[str]) -> bytes | None:
-    """``data`` under the content ``codings``, in the order they were applied (a recorded body that
-    was decoded, served again to a client that decodes it itself: :mod:`.httpclient`), or None when
-    one of them cannot be applied here. The bytes need not be those received: they decode to them
-    (the fastest levels: a replay pays for this on every such response)."""
-    for coding in codings:
-        if coding in ("gzip", "x-gzip"):
-            data = gzip.compress(data, compresslevel=1, mtime=0)
-        elif coding == "deflate":
-            data = zlib.compress(data, 1)
-        elif coding == "zstd":
-            try:
-                import zstandard
-            except ImportError:
-                return None
-            data = zstandard.ZstdCompressor(level=1).compress(data)
-        elif coding == "br":
-            try:
-                import brotli
-            except ImportError:
-                return None
-            data = brotli.compress(data, quality=1)
-        elif coding != "identity":
+def _encoder(coding: str) -> tuple[Callable[[bytes], bytes], Callable[[], bytes]] | None:
+    """(a piece under ``coding``, flushed so that it decodes as it comes; the coding's end), or None
+    when it cannot be applied here (the fastest levels: a replay pays for this on every such body)."""
+    if coding in ("gzip", "x-gzip", "deflate"):
+        z = zlib.compressobj(1, zlib.DEFLATED, zlib.MAX_WBITS + (16 if coding != "deflate" else 0))
+        return (lambda piece: z.compress(piece) + z.flush(zlib.Z_SYNC_FLUSH)), z.flush
+    if coding == "zstd":
+        try:
+            import zstandard
+        except ImportError:
             return None
-    return data
+        # (a frame a piece: one that says its size, which zstandard.decompress needs)
+        return zstandard.ZstdCompressor(level=1).compress, lambda: b""
+    if coding == "br":
+        try:
+            import brotli
+        except ImportError:
+            return None
+        br = brotli.Compressor(quality=1)
+        return (lambda piece: br.process(piece) + br.flush()), br.finish
+    if coding == "identity":
+        return (lambda piece: piece), lambda: b""
+    return None
+
+
+def encoded(pieces: list[bytes], codings: list[str], *, final: bool = True) -> list[bytes] | None:
+    """``pieces`` under the content ``codings``, in the order they were applied (a recorded body that
+    was decoded, served again to a client that decodes it itself: :mod:`.httpclient`), piece by
+    piece (a stream's chunks stay chunks, each decodable as it comes), the codings' ends after the
+    last when the body was ``final``ly whole; None when one of them cannot be applied here. The
+    bytes need not be those received: they decode to them."""
+    for coding in codings:
+        encoder = _encoder(coding)
+        if encoder is None:
+            return None
+        piece, end = encoder
+        out = [piece(p) for p in pieces or [b""]]  # (an empty body is still under its codings)
+        if final:
+            out[-1] += end()
+        pieces = out
+    return pieces
 
 
 def _capped(inflate: Callable[[bytes, int], bytes], limit: int | None) -> Callable[[bytes], bytes]:

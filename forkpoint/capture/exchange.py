@@ -528,13 +528,15 @@ def encoded_again(
     that decodes it itself (or hands it over raw: ``iter_raw``, ``auto_decompress=False``): (the
     chunks to serve, the ``Content-Encoding`` to say with them), or (``chunks``, None) to serve them
     as stored (a stream, a body cut short, a coding that cannot be applied here). A body decoded only
-    to be scrubbed (``decoded_to_scrub``: its caller got it encoded) is encoded again whatever it is.
+    to be scrubbed (``decoded_to_scrub``: its caller got it encoded) is encoded again whatever it is,
+    a stream chunk by chunk (as many chunks as recorded, each decodable as it comes).
     ``under``: other codings to apply than ``decoded_from`` (those its caller got it under)."""
     whole = resp.get("body_kind") != "stream" and resp.get("ended") == "complete" and error is None
     whole = whole or resp.get("decoded_to_scrub") is True
     codings = [str(c) for c in (resp.get("decoded_from") or [] if under is None else under)] if whole else []
-    again = encoded(b"".join(chunks), codings) if codings else None
-    return ([again], ", ".join(codings)) if again is not None else (chunks, None)
+    ended = resp.get("ended") == "complete" and error is None
+    again = encoded(chunks, codings, final=ended) if codings else None
+    return (again, ", ".join(codings)) if again is not None else (chunks, None)
 
 
 def bodiless(resp: HttpResponse | dict[str, Any], method: str) -> bool:

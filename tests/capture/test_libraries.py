@@ -596,6 +596,50 @@ def test_a_body_under_two_content_encoding_lines_aiohttp_decodes_once_is_scrubbe
     assert rp.report()["reproduced"]
 
 
+def _pieces(library: str, url: str) -> list[bytes]:
+    """A streamed body as ``library`` hands it to the program, piece by piece, each piece decoded
+    from gzip as it comes (httpx and aiohttp leave x-gzip to the program)."""
+    gz = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    if library == "httpx":
+        with httpx.stream("GET", url) as r:
+            return [gz.decompress(p) for p in r.iter_bytes()]
+
+    async def run() -> list[bytes]:
+        async with aiohttp.ClientSession() as s, s.get(url) as r:
+            return [gz.decompress(p) async for p in r.content.iter_any()]
+
+    return asyncio.run(run())
+
+
+@pytest.mark.parametrize("library", ["httpx", "aiohttp"])
+def test_a_scrubbed_stream_under_a_coding_replays_chunk_by_chunk(
+    library: str, server: LocalServer, store: Path
+) -> None:
+    """Server-sent events under x-gzip, a key in one, stored decoded and scrubbed: its replay handed
+    the program the whole stream compressed in one piece, where it had read it live event by event
+    (a program that shows each event as it comes saw one). Each recorded chunk comes as a piece of
+    its own now, decodable as it comes."""
+    key = SECRETS["openai_proj"]
+    gz = zlib.compressobj(6, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    events = [f"data: {i} key {key if i == 1 else 'none'} here\n\n".encode() for i in range(3)]
+    pieces = [gz.compress(e) + gz.flush(zlib.Z_SYNC_FLUSH) for e in events]
+    server.route(
+        "/s",
+        lambda _r: Stream(
+            [*pieces[:-1], pieces[-1] + gz.flush()], delay=0.05, headers=[("Content-Encoding", "x-gzip")]
+        ),
+    )
+    with forkpoint.record(store=store) as rec:
+        live = _pieces(library, server.url + "/s")
+    server.stop()
+    assert live == events
+    with forkpoint.replay(rec.session_path) as rp:
+        again = _pieces(library, server.url + "/s")
+    placeholder = forkpoint.redact.placeholder("openai-key", key).encode()
+    assert again == [e.replace(key.encode(), placeholder) for e in events]
+    assert rp.report()["reproduced"]
+
+
 def _zeros_gzipped(size: int) -> bytes:
     """``size`` zero bytes under gzip (a thousandth of that), made without holding them."""
     gz = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
@@ -674,16 +718,14 @@ def test_a_compressed_request_body_past_the_limit_is_not_inflated_by_its_recordi
 def test_forkpoints_own_decoders_stop_past_their_limit(coding: str) -> None:
     """Each of forkpoint's own decoders raises TooLarge once its output passes DECODED_MAX, fed the
     body whole or in pieces; a body under it decodes whole."""
-    data = encoded(bytes(DECODED_MAX + 1), [coding])
-    assert data is not None
+    data = b"".join(encoded([bytes(DECODED_MAX + 1)], [coding]) or [])
     for pieces in ([data], [data[i : i + 4096] for i in range(0, len(data), 4096)]):
         decode = own_decoder(coding).decode
         with pytest.raises(TooLarge):
             for piece in pieces:
                 decode(piece)
-    assert decode_with(own_decoder, [coding], [encoded(b"x" * 1000, [coding]) or b""], final=True) == [
-        b"x" * 1000
-    ]
+    small = encoded([b"x" * 1000], [coding]) or []
+    assert decode_with(own_decoder, [coding], small, final=True) == [b"x" * 1000]
 
 
 def test_httpx_raw_reads_and_aiohttp_without_decompression_replay_the_encoded_body(
