@@ -363,7 +363,7 @@ def decoder(encoding: str, *, limit: int | None = None) -> Callable[[bytes], byt
                 ),
                 limit,
             )
-        return _capped(_sliced(br.process, 64), limit)
+        return _capped(_sliced(br.process, 8), limit)  # (a brotli command copies 16 MiB at most)
     if enc == "zstd":
         try:
             import zstandard
