@@ -293,7 +293,7 @@ def encoded(pieces: list[bytes], codings: list[str], *, final: bool = True) -> l
 def _capped(inflate: Callable[[bytes, int], bytes], limit: int | None) -> Callable[[bytes], bytes]:
     """``inflate(chunk, most)`` (which returns at most ``most`` bytes, 0 for no limit, keeping the
     rest of its input for later) as a decoder whose whole output is at most ``limit`` bytes: past
-    that it raises :class:`TooLarge`, having inflated no more than one byte beyond."""
+    that it raises :class:`TooLarge`, having inflated a byte beyond (or a slice's worth: _sliced)."""
     if limit is None:
         return lambda chunk: inflate(chunk, 0)
     room = [limit]
