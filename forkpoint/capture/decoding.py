@@ -210,6 +210,13 @@ def own_decoder(coding: str) -> Any:
     return None if fn is None else _Own(fn)
 
 
+def following_decoder(coding: str) -> Any:
+    """:func:`own_decoder` without its limit: for a library that decodes the body for the program
+    itself (urllib3), which inflates it whatever forkpoint does; a large download stays recorded."""
+    fn = decoder(coding)
+    return None if fn is None else _Own(fn)
+
+
 def _as_bytes(out: Any) -> bytes:
     """httpx decoders return bytes; httpx2's return an iterator of bytes."""
     return bytes(out) if isinstance(out, bytes | bytearray) else b"".join(out)

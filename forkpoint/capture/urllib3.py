@@ -31,7 +31,7 @@ from typing import Any
 
 from .. import runtime
 from . import seam
-from .decoding import own_decoder
+from .decoding import following_decoder, own_decoder
 from .exchange import Exchange, body_content, built, live, request_record, serve
 from .httpclient import recorded_response
 
@@ -229,7 +229,8 @@ def _patch(mod: ModuleType) -> None:
             taken = serve(rt, rec)
             if taken is not None:
                 return recorded(self, rt, taken, a)
-            call = live(rt, rec, own_decoder)
+            # (a program reading the body raw never inflates it: then forkpoint stops where it must)
+            call = live(rt, rec, following_decoder if a["decode_content"] else own_decoder)
             preload, a["preload_content"] = a["preload_content"], False
             try:
                 if tunnel is not None:

@@ -691,6 +691,41 @@ def test_a_compression_bomb_the_program_never_opens_is_not_inflated_by_its_recor
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("decode", [True, False])
+def test_a_body_urllib3_inflates_for_the_program_is_recorded_past_the_limit(
+    decode: bool, server: LocalServer, store: Path
+) -> None:
+    """urllib3 (under requests) inflates a gzip body for the program itself: past DECODED_MAX the
+    recording kept none of such a download, and its replay stopped there, though the program held it
+    whole anyway. It is recorded whole and replayed; read raw (``decode_content=False``), it is the
+    bomb the program never opens, and forkpoint stops there."""
+    size = DECODED_MAX + (1 << 20)
+    body = _zeros_gzipped(size)
+    server.route(
+        "/big",
+        lambda _r: Reply(body, ctype="application/octet-stream", headers=[("Content-Encoding", "gzip")]),
+    )
+
+    def get() -> bytes:
+        with urllib3.PoolManager() as pool:
+            return bytes(pool.request("GET", server.url + "/big", decode_content=decode).data)
+
+    with forkpoint.record(store=store) as rec:
+        live = get()
+    server.stop()
+    assert live == (bytes(size) if decode else body)
+    (event,) = forkpoint.Session.load(rec.session_path).by_type("model_call")
+    assert ("withheld" in event["response"]) is not decode
+    with forkpoint.replay(rec.session_path) as rp:
+        if decode:
+            assert get() == live
+        else:
+            with pytest.raises(forkpoint.Divergence, match="decodes to more than"):
+                get()
+    assert rp.report()["reproduced"] is decode
+
+
+@pytest.mark.slow
 def test_a_compressed_request_body_past_the_limit_is_not_inflated_by_its_recording(
     server: LocalServer, store: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
