@@ -37,6 +37,7 @@ the summary and the timeline text can never disagree.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Container, Mapping, Sequence
 from typing import Any, NamedTuple, cast
 from urllib.parse import urlsplit
@@ -163,8 +164,12 @@ class _Target(NamedTuple):
 def _split_url(url: object) -> tuple[str | None, str]:
     """``(host, path)`` of a URL: host lower-case with ``:port`` if one was given, no
     credentials."""
-    if not isinstance(url, str):
-        return None, ""
+    return _split_text_url(url) if isinstance(url, str) else (None, "")
+
+
+@functools.lru_cache(maxsize=256)
+def _split_text_url(url: str) -> tuple[str | None, str]:
+    # (a conversation sends every call to the same few URLs; each is looked at several times a call)
     try:
         parts = urlsplit(url)
         host = parts.hostname
@@ -255,9 +260,10 @@ def classify(method: str, url: str, body: object, headers: Any = None) -> kinds.
     endpoint, ``mcp`` for MCP over HTTP, ``model`` when a provider recognizes it (its wire format, or
     a ``POST`` to a provider's host such as an embeddings endpoint), else ``http``."""
     parsed = coerce_json(body)
-    if kinds.telemetry_endpoint(method, url, parsed, headers) is not None:
+    named = kinds.headers_by_name(headers)
+    if kinds.telemetry_endpoint(method, url, parsed, named) is not None:
         return "telemetry"
-    if kinds.is_mcp(method, parsed, headers):
+    if kinds.is_mcp(method, parsed, named):
         return "mcp"
     t = _target(url, parsed)
     if t.api != "unknown" or (t.name != "unknown" and method.upper() == "POST"):

@@ -20,6 +20,7 @@ credentials); nothing here raises on malformed input.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -158,6 +159,9 @@ TELEMETRY: tuple[Endpoint, ...] = (
 )
 
 
+#: Each endpoint's path pattern, compiled once (every HTTP call a replay serves is looked at).
+_PATHS = {e.path: re.compile(e.path) for e in TELEMETRY}
+
 #: AWS credentials botocore fetches from a container endpoint: where its environment names one.
 _CONTAINER_CREDENTIALS = Endpoint("aws container credentials", "", r"", Answer(404, None, None), "GET")
 #: ECS's credentials host, which ``AWS_CONTAINER_CREDENTIALS_RELATIVE_URI`` is a path on (botocore).
@@ -183,8 +187,11 @@ def _container_credentials(url: str) -> bool:
 
 
 def _host(url: object) -> tuple[str, str]:
-    if not isinstance(url, str):
-        return "", ""
+    return _text_host(url) if isinstance(url, str) else ("", "")
+
+
+@functools.lru_cache(maxsize=256)
+def _text_host(url: str) -> tuple[str, str]:
     try:
         parts = urlsplit(url)
         return (parts.hostname or "").lower(), parts.path
@@ -199,21 +206,41 @@ def telemetry_endpoint(
     endpoint of any host, only a request that looks like its exporter's (its parsed JSON ``body``,
     its ``headers``: :class:`Endpoint`)."""
     host, path = _host(url)
-    if method.upper() == "GET" and _container_credentials(url):
+    method = method.upper()
+    if method == "GET" and _container_credentials(url):
         return _CONTAINER_CREDENTIALS
+    named = headers_by_name(headers)
     for e in TELEMETRY:
         if e.host and not (host == e.host or host.endswith("." + e.host)):
             continue
-        if e.method is not None and method.upper() != e.method:
+        if e.method is not None and method != e.method:
             continue
-        if re.search(e.path, path) and (e.looks is None or e.looks(body, headers)):
+        if _PATHS[e.path].search(path) and (e.looks is None or e.looks(body, named)):
             return e
     return None
 
 
-def _header(headers: Iterable[Any] | Mapping[str, str] | None, name: str) -> str | None:
+class Headers(dict[str, str]):
+    """A request's headers by lower-case name (the first of a repeated one), read once for the
+    several checks of one classification (each looked them all over again)."""
+
+
+def headers_by_name(headers: Iterable[Any] | Mapping[str, str] | None) -> Headers:
+    """``headers`` (pairs, or a mapping) as :class:`Headers`."""
+    if isinstance(headers, Headers):
+        return headers
     pairs = headers.items() if isinstance(headers, Mapping) else headers or []
-    return next((str(p[1]) for p in pairs if str(p[0]).lower() == name), None)
+    out = Headers()
+    for p in pairs:
+        try:
+            out.setdefault(str(p[0]).lower(), str(p[1]))
+        except (TypeError, IndexError, KeyError):  # (an edited session's malformed pair)
+            continue
+    return out
+
+
+def _header(headers: Iterable[Any] | Mapping[str, str] | None, name: str) -> str | None:
+    return headers_by_name(headers).get(name)
 
 
 def is_jsonrpc(body: object) -> bool:
@@ -224,7 +251,8 @@ def is_jsonrpc(body: object) -> bool:
 
 def is_mcp(method: str, body: object, headers: Iterable[Any] | Mapping[str, str] | None) -> bool:
     """Whether a request is MCP over streamable HTTP: a JSON-RPC body, or MCP's own headers."""
-    if _header(headers, "mcp-session-id") or _header(headers, "mcp-protocol-version"):
+    named = headers_by_name(headers)
+    if named.get("mcp-session-id") or named.get("mcp-protocol-version"):
         return True
     return method.upper() == "POST" and is_jsonrpc(body)
 
