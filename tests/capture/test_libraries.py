@@ -539,6 +539,17 @@ def test_a_body_under_a_coding_the_client_does_not_decode_replays_byte_for_byte(
     assert rp.report()["reproduced"]
 
 
+def _gzipped_events(server: LocalServer, key: str, delay: float = 0.0) -> list[bytes]:
+    """Three server-sent events, ``key`` in the second, served at ``/s`` under x-gzip, an event a
+    chunk (each flushed, so that it decodes as it comes): the events."""
+    gz = zlib.compressobj(6, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    events = [f"data: {i} key {key if i == 1 else 'none'} here\n\n".encode() for i in range(3)]
+    pieces = [gz.compress(e) + gz.flush(zlib.Z_SYNC_FLUSH) for e in events]
+    chunks = [*pieces[:-1], pieces[-1] + gz.flush()]
+    server.route("/s", lambda _r: Stream(chunks, delay=delay, headers=[("Content-Encoding", "x-gzip")]))
+    return events
+
+
 @pytest.mark.parametrize("library", ["httpx", "aiohttp"])
 def test_a_secret_in_a_stream_under_a_coding_the_client_does_not_decode_is_scrubbed(
     library: str, server: LocalServer, store: Path
@@ -546,13 +557,7 @@ def test_a_secret_in_a_stream_under_a_coding_the_client_does_not_decode_is_scrub
     """Server-sent events under x-gzip, a key in one: stored decoded and scrubbed, and handed to the
     program on replay under x-gzip again (in one piece), as it got them live."""
     key = SECRETS["openai_proj"]
-    gz = zlib.compressobj(6, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
-    events = [f"data: {i} key {key if i == 1 else 'none'} here\n\n".encode() for i in range(3)]
-    pieces = [gz.compress(e) + gz.flush(zlib.Z_SYNC_FLUSH) for e in events]
-    server.route(
-        "/s",
-        lambda _r: Stream([*pieces[:-1], pieces[-1] + gz.flush()], headers=[("Content-Encoding", "x-gzip")]),
-    )
+    events = _gzipped_events(server, key)
     with forkpoint.record(store=store) as rec:
         live = gzip.decompress(_fetch(library, server.url + "/s"))
     server.stop()
@@ -621,15 +626,7 @@ def test_a_scrubbed_stream_under_a_coding_replays_chunk_by_chunk(
     (a program that shows each event as it comes saw one). Each recorded chunk comes as a piece of
     its own now, decodable as it comes."""
     key = SECRETS["openai_proj"]
-    gz = zlib.compressobj(6, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
-    events = [f"data: {i} key {key if i == 1 else 'none'} here\n\n".encode() for i in range(3)]
-    pieces = [gz.compress(e) + gz.flush(zlib.Z_SYNC_FLUSH) for e in events]
-    server.route(
-        "/s",
-        lambda _r: Stream(
-            [*pieces[:-1], pieces[-1] + gz.flush()], delay=0.05, headers=[("Content-Encoding", "x-gzip")]
-        ),
-    )
+    events = _gzipped_events(server, key, delay=0.05)
     with forkpoint.record(store=store) as rec:
         live = _pieces(library, server.url + "/s")
     server.stop()
