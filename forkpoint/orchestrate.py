@@ -583,9 +583,8 @@ def replay_run(
     child = None
     if what_if:
         from .replay.whatif import create_child
-        from .store import is_store
 
-        in_store = is_store(session.path.parent)
+        into = _children_store(session)
         child = create_child(
             session,
             argv=command,
@@ -596,13 +595,13 @@ def replay_run(
             seq=live_from,
             name=child_name,
             experiment=experiment,
-            into=_children_store(session),
+            into=into,
             cwd=here,
             zone=session.header.get("timezone"),  # (its program runs in it: below)
             hash_seed=recorded_seed(session.header),
         )
         child.quiet = quiet
-        if not in_store and not quiet:
+        if into is not None and not quiet:
             say(f"forkpoint: this what-if run is recorded in {child.path.parent}")
     options = {
         "models": models_source,

@@ -525,8 +525,9 @@ _CONTEXT_KINDS = frozenset(
     }
 )
 
-_PLACEHOLDER = r"\[REDACTED:[a-z0-9-]+:[0-9a-f]{8}\]"
-_PLACEHOLDER_RE = compiled_later(_PLACEHOLDER)
+#: A placeholder (:func:`placeholder`), as a regular expression.
+PLACEHOLDER_PATTERN = r"\[REDACTED:[a-z0-9-]+:[0-9a-f]{8}\]"
+_PLACEHOLDER_RE = compiled_later(PLACEHOLDER_PATTERN)
 _ENCODED_PLACEHOLDER = r"(?i:%5B)REDACTED(?i::|%3A)[a-z0-9-]+(?i::|%3A)[0-9a-f]{8}(?i:%5D)"
 _TRAILING = compiled_later(r"[.,;:!?)\]}>]*")
 #: A placeholder anywhere in a value a shape reads (text or percent-encoded): no secret's text. A
@@ -534,7 +535,7 @@ _TRAILING = compiled_later(r"[.,;:!?)\]}>]*")
 #: shape (:meth:`Scrubber._refine`); a value that failed its shape whole (``Authorization: refresh``
 #: and a private key) may pass it with the secret after it a placeholder: read as one value again,
 #: a second scrub replaced the placeholder, and scrubbed recorded requests differed from live ones.
-_PLACEHOLDER_INSIDE = compiled_later(_PLACEHOLDER + "|" + _ENCODED_PLACEHOLDER)
+_PLACEHOLDER_INSIDE = compiled_later(PLACEHOLDER_PATTERN + "|" + _ENCODED_PLACEHOLDER)
 #: A character before a secret that a shape may end at, refusing the secret's first character after
 #: it and not a placeholder's bracket (see :meth:`Scrubber.find`): not a space, a quote, a bracket or
 #: another character no shape takes in before a lookahead (``&`` after a query value is not one).
@@ -1005,7 +1006,7 @@ class Scrubber:
         )
         self.paths = tuple(jsonpath.parse(p) for p in r.json_paths)
         table: list[tuple[str | None, tuple[str, ...], str]] = [
-            (None, ("[redacted:",), _PLACEHOLDER),
+            (None, ("[redacted:",), PLACEHOLDER_PATTERN),
             # Percent-encoded in a URL, its colons too or not (requests and aiohttp leave them):
             # ":ccaaeca8%5D&n=b" would read as a key's value and swallow the query after it.
             (None, ("%5bredacted",), _ENCODED_PLACEHOLDER),

@@ -71,7 +71,7 @@ from ..events import (
     now_iso,
 )
 from ..providers import PLACEHOLDER_KEY
-from ..redact import current, scrub_chunks, scrub_json, scrub_text
+from ..redact import PLACEHOLDER_PATTERN, current, scrub_chunks, scrub_json, scrub_text
 from ..text import say, visible
 from .tracebacks import frames_of, hidden, hide_own_frames, recorded_traceback
 
@@ -1537,7 +1537,7 @@ def _long_item(name: str, text: str) -> tuple[str, Any]:
 
 
 #: A secret's placeholder (:mod:`forkpoint.redact`), and a replay's stand-in for an unset API key.
-_SECRET = re.compile(rf"\[REDACTED:[a-z0-9-]+:[0-9a-f]{{8}}\]|{re.escape(PLACEHOLDER_KEY)}")
+_SECRET = re.compile(rf"{PLACEHOLDER_PATTERN}|{re.escape(PLACEHOLDER_KEY)}")
 
 
 def _any_secret(value: Any) -> Any:
