@@ -83,8 +83,7 @@ class Packer:
                 self._context = self._context or _Context()
                 frame = self._context.compress(payload, dictionary)
             except Exception:  # (bindings not python-zstandard's API: another release's may differ)
-                global _ZSTD_C
-                _ZSTD_C = None  # its public API from now on, which fails loudly if zstd does
+                _no_bindings()
         if frame is None:
             frame = _compressor(dictionary, len(payload)).compress(payload)
         text = base64.b64encode(frame).decode()
@@ -108,6 +107,7 @@ class Unpacker:
 
     def __init__(self) -> None:
         self._payloads: dict[int, bytes] = {}
+        self._context: _Context | None = None
 
     def open(self, obj: dict[str, Any], where: str) -> tuple[dict[str, Any], bytes | None]:
         """The stored line ``obj`` with its packed fields opened (itself when not packed), in the
@@ -136,7 +136,7 @@ class Unpacker:
             frame = base64.b64decode(text, validate=True)
         except ValueError:
             raise SessionError(f"{where}: {PACKED} is not base64") from None
-        payload = _unpack(frame, b"".join(dictionary), where)
+        payload = self._unpack(frame, b"".join(dictionary), where)
         try:
             fields = orjson.loads(payload)
         except orjson.JSONDecodeError as exc:
@@ -152,6 +152,28 @@ class Unpacker:
             if k in obj:
                 out[k] = obj[k]
         return out, payload
+
+    def _unpack(self, frame: bytes, dictionary: bytes, where: str) -> bytes:
+        import zstandard
+
+        try:
+            size = zstandard.frame_content_size(frame)
+            if not 0 <= size <= PACK_MAX:
+                raise SessionError(f"{where}: a packed frame must say its size, at most {PACK_MAX} bytes")
+            if _zstd_c() is not None:
+                try:
+                    self._context = self._context or _Context()
+                    return self._context.decompress(frame, dictionary, size)
+                except zstandard.ZstdError:
+                    raise
+                except Exception:  # (bindings not python-zstandard's API: another release's may differ)
+                    _no_bindings()
+            if not dictionary:
+                return zstandard.ZstdDecompressor().decompress(frame)
+            raw = zstandard.ZstdCompressionDict(dictionary, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
+            return zstandard.ZstdDecompressor(dict_data=raw).decompress(frame)
+        except zstandard.ZstdError as exc:
+            raise SessionError(f"{where}: the packed frame cannot be decompressed ({exc})") from None
 
 
 #: :data:`CLEAR_EVENT` as a set: no packed field may be one of them.
@@ -191,22 +213,33 @@ def _zstd_c() -> Any:
 _ZSTD_C: Any = False
 
 
+def _no_bindings() -> None:
+    # python-zstandard's public API from now on, which fails loudly if zstd does.
+    global _ZSTD_C
+    _ZSTD_C = None
+
+
 class _Context:
-    """One zstd compression context for all of a writer's lines, each compressed against its
-    dictionary referenced as a single-use *prefix*: a prefix is read as a raw-content dictionary,
-    the frame is the one a raw-content dictionary gives, and :func:`_unpack` opens it with the
-    same bytes as its dictionary. A context made per line (as ``zstandard.ZstdCompressor`` does)
-    asks the CPU for its features each time, which in a virtual machine traps to the hypervisor
-    (some 7 µs a line), and digests its dictionary in full first (a ``CDict``)."""
+    """One zstd context for all of a writer's lines (compression) or a reader's (decompression),
+    each line against its dictionary referenced as a single-use *prefix*: a prefix is read as a
+    raw-content dictionary, so the frame is the one a raw-content dictionary gives and opens with
+    the same bytes as its dictionary. A context made per line (as ``zstandard.ZstdCompressor`` and
+    ``ZstdDecompressor`` do) asks the CPU for its features each time, which in a virtual machine
+    traps to the hypervisor (some 7 µs a line), and digests its dictionary in full first (a
+    ``CDict`` or ``DDict``). Not thread-safe: each writer and reader has its own."""
 
     def __init__(self) -> None:
         ffi, lib = _ZSTD_C
         self._ffi, self._lib = ffi, lib
-        self._cctx = ffi.gc(lib.ZSTD_createCCtx(), lib.ZSTD_freeCCtx)
-        if self._cctx == ffi.NULL:
-            raise MemoryError("zstd: no compression context")
         self._new = ffi.new_allocator(should_clear_after_alloc=False)  # (written over by zstd)
-        self._check(lib.ZSTD_CCtx_setParameter(self._cctx, lib.ZSTD_c_checksumFlag, 0))
+        self._cctx: Any = None
+        self._dctx: Any = None
+
+    def _made(self, create: Any, free: Any, what: str) -> Any:
+        made = self._ffi.gc(create(), free)
+        if made == self._ffi.NULL:
+            raise MemoryError(f"zstd: no {what} context")
+        return made
 
     def _check(self, code: int) -> int:
         if self._lib.ZSTD_isError(code):
@@ -217,7 +250,10 @@ class _Context:
 
     def compress(self, payload: bytes, dictionary: bytes) -> bytes:
         """One frame of ``payload`` (its size in its header), against ``dictionary`` (raw content)."""
-        ffi, lib, cctx = self._ffi, self._lib, self._cctx
+        ffi, lib = self._ffi, self._lib
+        if (cctx := self._cctx) is None:
+            cctx = self._cctx = self._made(lib.ZSTD_createCCtx, lib.ZSTD_freeCCtx, "compression")
+            self._check(lib.ZSTD_CCtx_setParameter(cctx, lib.ZSTD_c_checksumFlag, 0))
         self._check(lib.ZSTD_CCtx_reset(cctx, lib.ZSTD_reset_session_only))
         self._check(lib.ZSTD_CCtx_setParameter(cctx, lib.ZSTD_c_compressionLevel, _level(len(payload))))
         prefix = ffi.from_buffer(dictionary)  # (held to the end: zstd reads it where it lies)
@@ -230,17 +266,22 @@ class _Context:
         n = self._check(lib.ZSTD_compress2(cctx, out, bound, ffi.from_buffer(payload), len(payload)))
         return bytes(ffi.buffer(out, n))
 
+    def decompress(self, frame: bytes, dictionary: bytes, size: int) -> bytes:
+        """The ``size`` bytes ``frame`` holds (its header says so), against ``dictionary`` (raw
+        content). Raises ``zstandard.ZstdError`` for a frame that does not open to that size."""
+        ffi, lib = self._ffi, self._lib
+        if (dctx := self._dctx) is None:
+            dctx = self._dctx = self._made(lib.ZSTD_createDCtx, lib.ZSTD_freeDCtx, "decompression")
+        self._check(lib.ZSTD_DCtx_reset(dctx, lib.ZSTD_reset_session_only))
+        prefix = ffi.from_buffer(dictionary)  # (held to the end, as in compress)
+        if dictionary:
+            self._check(
+                lib.ZSTD_DCtx_refPrefix_advanced(dctx, prefix, len(dictionary), lib.ZSTD_dct_rawContent)
+            )
+        out = self._new("char[]", max(size, 1))
+        n = self._check(lib.ZSTD_decompressDCtx(dctx, out, size, ffi.from_buffer(frame), len(frame)))
+        if n != size:
+            import zstandard
 
-def _unpack(frame: bytes, dictionary: bytes, where: str) -> bytes:
-    import zstandard
-
-    try:
-        size = zstandard.frame_content_size(frame)
-        if not 0 <= size <= PACK_MAX:
-            raise SessionError(f"{where}: a packed frame must say its size, at most {PACK_MAX} bytes")
-        if not dictionary:
-            return zstandard.ZstdDecompressor().decompress(frame)
-        raw = zstandard.ZstdCompressionDict(dictionary, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
-        return zstandard.ZstdDecompressor(dict_data=raw).decompress(frame)
-    except zstandard.ZstdError as exc:
-        raise SessionError(f"{where}: the packed frame cannot be decompressed ({exc})") from None
+            raise zstandard.ZstdError(f"the frame opens to {n} bytes, not the {size} its header says")
+        return bytes(ffi.buffer(out, n))

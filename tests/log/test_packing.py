@@ -192,14 +192,15 @@ def test_packed_lines_open_to_the_same_events_and_are_checked_like_any_line(tmp_
 @pytest.mark.parametrize(
     "c_api", ["yes", "no", "changed"], ids=["one-context", "no-cffi", "bindings-changed"]
 )
-def test_a_writers_lines_are_packed_in_one_compression_context(
+def test_a_writers_lines_are_packed_and_a_readers_opened_in_one_zstd_context(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, c_api: str
 ) -> None:
     """A writer compresses each line against its dictionary, referenced as a prefix, in the one zstd
-    context it keeps: no ``ZstdCompressor`` a line (making a context asks the CPU for its features,
-    a trap to the hypervisor in a virtual machine). Without zstd's C API (python-zstandard's cffi
-    bindings), or with bindings that are not what forkpoint calls (they are python-zstandard's
-    private module: another release may change them), a compressor a line, and the recording goes
+    context it keeps, and a reader decompresses each in the one it keeps: no ``ZstdCompressor`` or
+    ``ZstdDecompressor`` a line (making a context asks the CPU for its features, a trap to the
+    hypervisor in a virtual machine). Without zstd's C API (python-zstandard's cffi bindings), or
+    with bindings that are not what forkpoint calls (they are python-zstandard's private module:
+    another release may change them), a compressor and a decompressor a line, and the recording goes
     on. Either way the lines read back as written."""
     if c_api == "changed":
         monkeypatch.setattr(packing, "_ZSTD_C", False)
@@ -212,9 +213,10 @@ def test_a_writers_lines_are_packed_in_one_compression_context(
         import cffi  # noqa: F401 - (comes with cryptography, a dependency: zstd's C API is there)
 
         def refused(*args: Any, **kwargs: Any) -> None:
-            raise AssertionError("a zstandard.ZstdCompressor made for a line")
+            raise AssertionError("a zstandard.ZstdCompressor or ZstdDecompressor made for a line")
 
         monkeypatch.setattr(zstandard, "ZstdCompressor", refused)
+        monkeypatch.setattr(zstandard, "ZstdDecompressor", refused)
     else:
         monkeypatch.setattr(packing, "_ZSTD_C", None)
     code = "def f(x):\n    return x * 2  # the same text in every line\n" * 10
