@@ -106,6 +106,16 @@ def cancelled(error: ErrorRecord | None) -> bool:
     return error is not None and (error["module"], error["type"]) in _CANCELLED
 
 
+class WithheldDigest(TypedDict):
+    """What identifies a request body that was not stored (``capture.exchange.withheld_digest``):
+    the SHA-256 (hex) of its bytes as sent, under their codings, gzip's timestamp read as zero; how
+    many bytes; and the ``Content-Encoding`` codings they were under."""
+
+    sha256: str
+    length: int
+    codings: list[str]
+
+
 class HttpRequest(TypedDict):
     """An outgoing HTTP request as stored (scrubbed): headers as ``[name, value]`` pairs."""
 
@@ -115,8 +125,12 @@ class HttpRequest(TypedDict):
     body_kind: BodyKind
     body: Any
     #: Why the body is not stored (it decodes past ``capture.decoding.DECODED_MAX``, and so could not
-    #: be scrubbed); a replay stops at the call.
+    #: be scrubbed).
     withheld: NotRequired[str]
+    #: The digest of that body, which its match key covers in its place (``match.keyed_body``): a
+    #: replay matches the same body sent again. A session recorded before had none: a replay stops
+    #: at its call.
+    withheld_digest: NotRequired[WithheldDigest]
 
 
 class HttpResponse(TypedDict, total=False):

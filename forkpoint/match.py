@@ -237,7 +237,15 @@ def normalized(event: Mapping[str, Any]) -> dict[str, Any]:
     if event.get("type") == "value":
         return {"value": event["fn"], "args": event.get("args")}
     r = event["request"]
-    return normalize_request(r["method"], r["url"], r["headers"], r["body"])
+    return normalize_request(r["method"], r["url"], r["headers"], keyed_body(r))
+
+
+def keyed_body(request: Mapping[str, Any]) -> Any:
+    """What the match key covers of a request's body: the body; for one not stored (withheld: it
+    could not be scrubbed) the digest of its bytes as sent, ``{"$withheld": {sha256, length,
+    codings}}``, so that the same body sent again matches, and no other body does."""
+    withheld = request.get("withheld_digest")
+    return request["body"] if withheld is None else {"$withheld": withheld}
 
 
 #: The version of what the key functions compute (:func:`normalize_request`, :func:`model_key`,

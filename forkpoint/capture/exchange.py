@@ -33,6 +33,7 @@ What a user can rely on (each is a test in ``tests/capture/``):
 
 from __future__ import annotations
 
+import hashlib
 import sys
 import threading
 import time
@@ -48,6 +49,7 @@ from ..events import (
     HttpResponse,
     ModelCallEvent,
     ToolCallEvent,
+    WithheldDigest,
     cancelled,
     new_span_id,
     now_iso,
@@ -125,8 +127,9 @@ def request_record(
     if content and applied:
         try:
             decoded = decode_with(own_decoder, applied, [content], final=True)
-        except TooLarge:  # (kept nowhere: it cannot be scrubbed, and the replay stops at it: serve)
+        except TooLarge:  # (kept nowhere, it cannot be scrubbed: its digest is, which a replay matches)
             withheld = _too_large(method, url, "request", applied)
+            digest = withheld_digest(content, applied)
             decoded = [b""]
         if decoded is not None:
             content = b"".join(decoded)
@@ -150,19 +153,45 @@ def request_record(
     }
     if withheld is not None:
         record["withheld"] = withheld
+        record["withheld_digest"] = digest
     return cast(HttpRequest, current_scrubber().http_record(record))
 
 
 def _too_large(method: str, url: str, what: str, applied: list[str]) -> str:
     """Why the ``what`` body (request, response) of a call under the codings ``applied`` is not
-    stored, said now as a warning that names the call (the reason a replay stops at it)."""
+    stored, said now as a warning that names the call (and what a replay does at it)."""
     why = (
         f"its {what} body, under Content-Encoding {', '.join(applied)}, decodes to more than "
         f"{DECODED_MAX} bytes (a compression bomb?): forkpoint stopped decoding it there, cannot "
         "scrub it, and so did not store it"
     )
-    say(f"forkpoint: WARNING: {method} {scrub_url(url)}: {why}; a replay stops at this call")
+    then = (
+        "only its digest: a replay matches the same bytes sent again"
+        if what == "request"
+        else "a replay stops at this call"
+    )
+    say(f"forkpoint: WARNING: {method} {scrub_url(url)}: {why}; {then}")
     return why
+
+
+#: The first bytes of a gzip member; bytes 4 to 7 of its header are a time (RFC 1952, MTIME).
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def withheld_digest(content: bytes, applied: list[str]) -> WithheldDigest:
+    """What a request body sent under the codings ``applied`` that is not stored (:func:`_too_large`)
+    is matched by: the SHA-256 of its bytes as sent, their length and the codings. Under gzip
+    outermost its header's time is read as zero: ``gzip.compress`` writes the time it ran, and the
+    same body compressed again at a replay is the same request. (The bytes as sent, not decoded: a
+    body that decodes past the limit may decode to any size, and the program waits for no digest.)"""
+    sha = hashlib.sha256()
+    if applied[-1] in ("gzip", "x-gzip") and content.startswith(GZIP_MAGIC) and len(content) >= 8:
+        sha.update(content[:4])
+        sha.update(bytes(4))
+        sha.update(memoryview(content)[8:])
+    else:
+        sha.update(content)
+    return {"sha256": sha.hexdigest(), "length": len(content), "codings": applied}
 
 
 def _placeholder_carrier(url: str, pairs: list[tuple[str, str]], content: bytes) -> tuple[str, str] | None:
@@ -485,9 +514,13 @@ def serve(rt: runtime.Runtime, request: HttpRequest) -> tuple[ModelCallEvent, in
 
 
 def _withheld(event: ModelCallEvent) -> str | None:
-    """Why a recorded call's request or response body was not stored (:func:`_too_large`), or None."""
+    """Why a recorded call cannot be served, its request or response body not stored
+    (:func:`_too_large`), or None. A request body withheld with its digest was matched by it (the
+    match key covers it); one recorded before such digests were was not."""
     response: HttpResponse | dict[str, Any] = event.get("response") or {}
-    return event["request"].get("withheld") or response.get("withheld")
+    request = event["request"]
+    unmatched = None if "withheld_digest" in request else request.get("withheld")
+    return unmatched or response.get("withheld")
 
 
 def live(rt: runtime.Runtime, request: HttpRequest, decoders: DecoderFactory) -> Exchange:

@@ -67,6 +67,7 @@ from ..match import (
     in_send_order,
     inert_rules,
     key_spec,
+    keyed_body,
     mcp_server,
     model_key,
     normalize_request,
@@ -903,11 +904,12 @@ class Replayer:
     def take_model_call(self, request: HttpRequest) -> tuple[ModelCallEvent, int] | None:
         """The event answering ``request`` and this call's position among the run's model calls, or
         None to make the call live. Raises :class:`~forkpoint.errors.Divergence`."""
-        norm = normalize_request(request["method"], request["url"], request["headers"], request["body"])
+        body = keyed_body(request)
+        norm = normalize_request(request["method"], request["url"], request["headers"], body)
         key = model_key(norm, self.ignore)
         if not self._queues.get(key):  # (as sent, if recorded so: then nothing more to look at)
-            moved = self._relocated(request["body"])
-            if moved is not request["body"]:
+            moved = self._relocated(body)
+            if moved is not body:
                 norm = normalize_request(request["method"], request["url"], request["headers"], moved)
                 key = model_key(norm, self.ignore)
         where = f"{norm['method']} {norm['path']}"
@@ -924,6 +926,7 @@ class Replayer:
             "model_call",
             key,
             norm,
+            alternatives=(lambda: self._undigested(request)) if body is not request["body"] else None,
             endpoint=where,
             origin=origin,
             plain=kind == "http",
@@ -935,6 +938,21 @@ class Replayer:
         if self.child is not None:
             self._log_served(event, {"request": request})
         return cast(ModelCallEvent, event), position
+
+    def _undigested(self, request: HttpRequest) -> list[str]:
+        """For a request whose body was withheld, the match key it had in a session recorded before
+        withheld bodies had their digest (:func:`~forkpoint.match.keyed_body`), when such a call of
+        it is the next left there: served it, the replay stops at it saying why
+        (:func:`forkpoint.capture.exchange.serve`). ``[]`` else: a call recorded with an empty body
+        answers no withheld one."""
+        norm = normalize_request(request["method"], request["url"], request["headers"], request["body"])
+        key = model_key(norm, self.ignore)
+        queue = self._queues.get(key)
+        recorded = queue[0].get("request") if queue else None
+        undigested = (
+            isinstance(recorded, Mapping) and "withheld" in recorded and "withheld_digest" not in recorded
+        )
+        return [key] if undigested else []
 
     @contextmanager
     def ending(self) -> Iterator[None]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import gzip
+import hashlib
 import http.client
 import importlib
 import json
@@ -33,6 +34,8 @@ import zstandard
 
 import forkpoint
 from forkpoint.capture.decoding import DECODED_MAX, TooLarge, decode_with, encoded, own_decoder
+from forkpoint.log import SessionWriter
+from forkpoint.match import event_key
 from forkpoint.replay import summary_line
 from tests.modelserver import LocalServer, Reply, Stream, compress
 from tests.test_canary import SECRETS, scan
@@ -727,8 +730,8 @@ def test_a_compressed_request_body_past_the_limit_is_not_inflated_by_its_recordi
     server: LocalServer, store: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A request body sent under gzip is stored decoded: forkpoint inflated it whatever its size.
-    Past DECODED_MAX it stops, says so naming the call, stores none of the body, and the replay
-    stops at the call."""
+    Past DECODED_MAX it stops, says so naming the call, and stores none of the body, only its digest:
+    the replay serves the same body sent again."""
     bomb = _zeros_gzipped(200 << 20)
     server.route("/up", lambda _r: Reply(b'{"ok": true}', ctype="application/json"))
 
@@ -742,12 +745,120 @@ def test_a_compressed_request_body_past_the_limit_is_not_inflated_by_its_recordi
     assert live == {"ok": True} and peak < 2.5 * DECODED_MAX
     said = " ".join(capsys.readouterr().err.split())
     assert f"forkpoint: WARNING: POST {server.url}/up: its request body, under Content-Encoding gzip" in said
+    assert "did not store it; only its digest: a replay matches the same bytes sent again" in said
     (event,) = forkpoint.Session.load(rec.session_path).by_type("model_call")
     assert event["request"]["body_kind"] == "empty" and "cannot scrub it" in event["request"]["withheld"]
     with forkpoint.replay(rec.session_path) as rp:
-        with pytest.raises(forkpoint.Divergence, match="its request body"):
+        assert post() == {"ok": True}
+    assert rp.report()["reproduced"]
+
+
+def _post_gzipped(url: str, body: bytes) -> Any:
+    """POST ``body`` (bytes already under gzip) with its ``Content-Encoding``; the JSON answer."""
+    headers = {"content-type": "application/octet-stream", "content-encoding": "gzip"}
+    return httpx.post(url, content=body, headers=headers).json()
+
+
+def _gzip_past_limit(mtime: int) -> bytes:
+    """Zeros past DECODED_MAX under gzip with ``mtime`` in its header (as ``gzip.compress`` writes
+    the time it ran: a program compressing the same body again sends other bytes)."""
+    raw = _zeros_gzipped(DECODED_MAX + (1 << 20))
+    return raw[:4] + mtime.to_bytes(4, "little") + raw[8:]
+
+
+@pytest.mark.slow
+def test_a_withheld_request_body_sent_again_is_matched_by_its_digest(
+    server: LocalServer, store: Path
+) -> None:
+    """A request body past DECODED_MAX is not stored, so every replay of the call diverged, even one
+    that sent the very same bytes. Its SHA-256 (of the bytes as sent, gzip's timestamp read as zero),
+    length and codings are stored now: the same body sent again (compressed at another time) is
+    matched and served; another body is a divergence whose diff names the digest."""
+    server.route("/up", lambda _r: Reply(b'{"ok": true}', ctype="application/json"))
+    sent = _gzip_past_limit(mtime=1)
+    with forkpoint.record(store=store) as rec:
+        assert _post_gzipped(server.url + "/up", sent) == {"ok": True}
+    server.stop()
+    (event,) = forkpoint.Session.load(rec.session_path).by_type("model_call")
+    zeroed = sent[:4] + bytes(4) + sent[8:]
+    assert event["request"]["withheld_digest"] == {
+        "sha256": hashlib.sha256(zeroed).hexdigest(),
+        "length": len(sent),
+        "codings": ["gzip"],
+    }
+    with forkpoint.replay(rec.session_path) as rp:
+        assert _post_gzipped(server.url + "/up", _gzip_past_limit(mtime=2)) == {"ok": True}
+    assert rp.report()["reproduced"], summary_line(rp.report())
+    other = _zeros_gzipped(DECODED_MAX + (2 << 20))
+    with forkpoint.replay(rec.session_path) as rp:
+        with pytest.raises(forkpoint.Divergence, match="no recorded request has the same match key"):
+            _post_gzipped(server.url + "/up", other)
+    div = rp.report()["divergence"]
+    assert not rp.report()["reproduced"] and div["diff_against"] == event["seq"]
+    changed = {c["path"]: (c.get("expected"), c.get("actual")) for c in div["diff"]}
+    assert changed["$.body['$withheld'].length"] == (len(sent), len(other)), div["diff"]
+
+
+@pytest.mark.slow
+def test_a_call_whose_request_and_response_were_withheld_still_diverges(
+    server: LocalServer, store: Path
+) -> None:
+    """The request body matched by its digest, a response body that was withheld too leaves nothing
+    to hand back: the replay stops there, saying the response was not stored and why."""
+    bomb = _zeros_gzipped(DECODED_MAX + (1 << 20))
+    server.route(
+        "/both", lambda _r: Reply(bomb, ctype="application/json", headers=[("Content-Encoding", "x-gzip")])
+    )
+
+    def post() -> bytes:
+        headers = {"content-type": "application/octet-stream", "content-encoding": "gzip"}
+        return httpx.post(server.url + "/both", content=bomb, headers=headers).content
+
+    with forkpoint.record(store=store) as rec:
+        assert post() == bomb
+    server.stop()
+    (event,) = forkpoint.Session.load(rec.session_path).by_type("model_call")
+    assert "withheld_digest" in event["request"] and "withheld" in event["response"]
+    with forkpoint.replay(rec.session_path) as rp:
+        with pytest.raises(forkpoint.Divergence, match="its response body.*the recording cannot serve it"):
             post()
     assert not rp.report()["reproduced"]
+
+
+def _as_recorded_before_digests(session: Path) -> Path:
+    """A copy of ``session``, in its store, as forkpoint wrote it before a withheld request body had
+    its digest: none, and the match keys computed without."""
+    old = forkpoint.Session.load(session)
+    header = {k: v for k, v in old.header.items() if k not in ("type", "session_id", "hash")}
+    writer = SessionWriter.create(session.parent, header, fsync="never")
+    for e in old.events:
+        e = {k: v for k, v in e.items() if k not in ("seq", "prev", "hash")}
+        if e["type"] == "model_call":
+            e["request"] = {k: v for k, v in e["request"].items() if k != "withheld_digest"}
+            e["key"] = event_key(e)
+        writer.append(e)
+    writer.close()
+    return writer.path
+
+
+@pytest.mark.slow
+def test_a_withheld_request_recorded_without_a_digest_diverges_as_it_did(
+    server: LocalServer, store: Path
+) -> None:
+    """A session recorded before withheld request bodies had a digest: its replay stops at the call,
+    saying the body was withheld, as it did (not as a request that matches nothing)."""
+    server.route("/up", lambda _r: Reply(b'{"ok": true}', ctype="application/json"))
+    sent = _gzip_past_limit(mtime=0)
+    with forkpoint.record(store=store) as rec:
+        _post_gzipped(server.url + "/up", sent)
+    server.stop()
+    session = _as_recorded_before_digests(rec.session_path)
+    (event,) = forkpoint.Session.load(session).by_type("model_call")
+    assert "withheld" in event["request"] and "withheld_digest" not in event["request"]
+    with forkpoint.replay(session) as rp:
+        with pytest.raises(forkpoint.Divergence, match="its request body.*the recording cannot serve it"):
+            _post_gzipped(server.url + "/up", sent)
+    assert rp.report()["unservable"] == [event["seq"]], rp.report()
 
 
 class _Brotli11:
