@@ -31,6 +31,7 @@ from .events import (
     ModelCallEvent,
     ToolCallEvent,
     ValueEvent,
+    endpoint,
     is_tool_call,
     mcp_session_request,
     new_span_id,
@@ -350,6 +351,7 @@ class Recorder:
         if written is not None:
             with self._lock:
                 self.lacks.answered(kind, tool_calls, written[0], results)
+                self.lacks.bodies(written[1], written[0])
         if kind != "model" or runtime.current_span.get():
             return  # not a turn of the agent (telemetry, MCP, plain HTTP, or inside a tool)
         with self._checkpoint_lock:
@@ -559,6 +561,9 @@ class Lacks:
         #: Recorded MCP session requests (``mcp:initialize``, ``mcp:tools/list``…): tool call events,
         #: but no tool the model called.
         self.mcp_requests = 0
+        #: Bodies of model calls not stored (``withheld``): ``(seq, endpoint, why)``, the why naming
+        #: the request's or the response's.
+        self.withheld: list[tuple[int | None, str, str]] = []
 
     def answered(
         self,
@@ -590,6 +595,14 @@ class Lacks:
                 args = digest(maybe_json(call.get("arguments")), exotic=True)
                 self.asks.append((name, None if ask is None else str(ask), args, seq))
 
+    def bodies(self, event: Mapping[str, Any], seq: int | None) -> None:
+        """A model call was recorded (as ``seq``, stored as ``event``): its request and response
+        bodies that were not (``withheld``), with why."""
+        for part in ("request", "response"):
+            why = (event.get(part) or {}).get("withheld")
+            if why:
+                self.withheld.append((seq, endpoint(event), str(why)))
+
     def recorded(self, event: Mapping[str, Any], seq: int | None, held: bool | None = None) -> None:
         """A tool call was recorded (as ``seq``); ``held``: whether its result or error holds a
         scrubbed secret's placeholder (None: looked for here)."""
@@ -618,6 +631,7 @@ class Lacks:
             if e.get("type") == "model_call":
                 kind, tool_calls, results = tally_reading(e, lacks.sent)
                 lacks.answered(kind, tool_calls, e.get("seq"), results)
+                lacks.bodies(e, e.get("seq"))
             elif is_tool_call(e):
                 lacks.recorded(e, e.get("seq"))
         return lacks
@@ -641,6 +655,7 @@ class Lacks:
             "scrubbed": self.scrubbed,
             "aliases": self._aliases(),
             "mcp_requests": self.mcp_requests,
+            "withheld": self.withheld,
         }
 
     def _aliases(self) -> dict[str, str]:
@@ -688,6 +703,10 @@ class Lacks:
                 out.scrubbed.extend((seq, str(tool)) for seq, tool in t.get("scrubbed") or ())
                 out.aliases.update({str(k): str(v) for k, v in (t.get("aliases") or {}).items()})
                 out.mcp_requests += int(t.get("mcp_requests") or 0)
+                out.withheld.extend(
+                    (None if seq is None else int(seq), str(call), str(why))
+                    for seq, call, why in t.get("withheld") or ()
+                )
         except (KeyError, TypeError, ValueError, AttributeError):
             return None
         if None in out.seqs or len(out.seqs) != calls or len(set(out.seqs)) != calls:
@@ -795,6 +814,16 @@ class Lacks:
                 f"{plural(len(self.scrubbed), 'tool result')} held secrets (a password, a key), stored as "
                 f"placeholders: a replay hands the program the placeholders (first: seq {seq}, tool {tool}; "
                 "docs/security.md)."
+            )
+        if self.withheld:
+            calls = "; ".join(
+                f"seq {seq} {call}: {why}"
+                for seq, call, why in sorted(self.withheld, key=lambda w: (w[0] is None, w[0] or 0))
+            )
+            out.append(
+                f"{len(self.withheld)} {'body' if len(self.withheld) == 1 else 'bodies'} of calls were not "
+                f"stored (withheld): {calls}. A replay matches a withheld request body by its digest, and "
+                "stops at a call whose response body was withheld (nothing to hand back)."
             )
         return out
 

@@ -130,7 +130,17 @@ def model_call_line(event: Mapping[str, Any]) -> tuple[str, list[str]]:
         details.append(
             f"[blue]⚙ server tool {escape(str(tc.get('name')))}({escape(_short(tc.get('arguments') or '', 80))})[/blue]"
         )
-    return "  ".join(parts), details
+    return "  ".join(parts), details + withheld_lines(event)
+
+
+def withheld_lines(event: Mapping[str, Any]) -> list[str]:
+    """Detail lines of a call's request and response bodies that were not stored (``withheld``), and
+    why (said at record time on stderr, and at its end: a later reader learns it here)."""
+    return [
+        f"[red]{part} body NOT STORED: {escape(str(why))}[/red]"
+        for part in ("request", "response")
+        if (why := (event.get(part) or {}).get("withheld"))
+    ]
 
 
 def http_call_line(event: Mapping[str, Any]) -> str:
@@ -286,6 +296,8 @@ def render(
             continue  # shown under the tool call it belongs to
         if e["type"] == "model_call" and call_kind(e) != "model":
             console.print(f"        [dim]#{e['seq']:<3}[/dim] {http_call_line(e)}")
+            for d in withheld_lines(e):
+                console.print(f"                    {d}")
         elif e["type"] == "model_call":
             counts = auxiliary(e["request"].get("url"))  # (token counting, embeddings: no turn)
             retry = not counts and retries(e, last)

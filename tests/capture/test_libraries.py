@@ -11,6 +11,7 @@ import gzip
 import hashlib
 import http.client
 import importlib
+import io
 import json
 import socket
 import subprocess
@@ -31,12 +32,15 @@ import pytest
 import requests
 import urllib3
 import zstandard
+from rich.console import Console
 
 import forkpoint
 from forkpoint.capture.decoding import DECODED_MAX, TooLarge, decode_with, encoded, own_decoder
 from forkpoint.log import SessionWriter
 from forkpoint.match import event_key
+from forkpoint.record import Lacks, recording_warnings
 from forkpoint.replay import summary_line
+from forkpoint.show import render
 from tests.modelserver import LocalServer, Reply, Stream, compress
 from tests.test_canary import SECRETS, scan
 
@@ -801,10 +805,12 @@ def test_a_withheld_request_body_sent_again_is_matched_by_its_digest(
 
 @pytest.mark.slow
 def test_a_call_whose_request_and_response_were_withheld_still_diverges(
-    server: LocalServer, store: Path
+    server: LocalServer, store: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The request body matched by its digest, a response body that was withheld too leaves nothing
-    to hand back: the replay stops there, saying the response was not stored and why."""
+    to hand back: the replay stops there, saying the response was not stored and why. The end of
+    the recording, which listed what it lacked but not such bodies, names both, and so does
+    ``forkpoint show``."""
     bomb = _zeros_gzipped(DECODED_MAX + (1 << 20))
     server.route(
         "/both", lambda _r: Reply(bomb, ctype="application/json", headers=[("Content-Encoding", "x-gzip")])
@@ -816,9 +822,28 @@ def test_a_call_whose_request_and_response_were_withheld_still_diverges(
 
     with forkpoint.record(store=store) as rec:
         assert post() == bomb
+        capsys.readouterr()  # (the warnings said as the call ended)
     server.stop()
-    (event,) = forkpoint.Session.load(rec.session_path).by_type("model_call")
+    session = forkpoint.Session.load(rec.session_path)
+    (event,) = session.by_type("model_call")
     assert "withheld_digest" in event["request"] and "withheld" in event["response"]
+    # The end of the recording lists what it lacks: the withheld bodies too, each call and why.
+    said = " ".join(capsys.readouterr().err.split())
+    seq = event["seq"]
+    assert (
+        f"forkpoint: WARNING: 2 bodies of calls were not stored (withheld): seq {seq} POST /both: its request "
+        f"body, under Content-Encoding gzip, decodes to more than {DECODED_MAX} bytes"
+    ) in said, said
+    assert f"; seq {seq} POST /both: its response body, under Content-Encoding x-gzip" in said, said
+    # (as `forkpoint record` says it, from its processes' tallies or the session read back)
+    merged = Lacks.merged([json.loads(json.dumps(rec.lacks.to_json()))], 1)
+    assert merged is not None and merged.warnings() == rec.lacks.warnings()
+    assert recording_warnings(rec.session_path) == rec.lacks.warnings()
+    out = io.StringIO()
+    render(session, Console(file=out, width=300, highlight=False))
+    shown = out.getvalue()
+    assert f"request body NOT STORED: {event['request']['withheld']}" in shown, shown
+    assert f"response body NOT STORED: {event['response']['withheld']}" in shown, shown
     with forkpoint.replay(rec.session_path) as rp:
         with pytest.raises(forkpoint.Divergence, match="its response body.*the recording cannot serve it"):
             post()
