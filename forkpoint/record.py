@@ -820,8 +820,9 @@ class Lacks:
                 f"seq {seq} {call}: {why}"
                 for seq, call, why in sorted(self.withheld, key=lambda w: (w[0] is None, w[0] or 0))
             )
+            one = len(self.withheld) == 1
             out.append(
-                f"{len(self.withheld)} {'body' if len(self.withheld) == 1 else 'bodies'} of calls were not "
+                f"{len(self.withheld)} {'body' if one else 'bodies'} of calls {'was' if one else 'were'} not "
                 f"stored (withheld): {calls}. A replay matches a withheld request body by its digest, and "
                 "stops at a call whose response body was withheld (nothing to hand back)."
             )

@@ -546,8 +546,8 @@ def summary_line(report: dict[str, Any]) -> str:
         )
     if unservable := report.get("unservable"):
         extra += (
-            f"; asked for but served nothing, as its recorded result or exception could not be handed back: "
-            f"{plural(len(unservable), 'tool call')} (seq {', '.join(map(str, unservable))})"
+            f"; asked for but served nothing, as what was recorded could not be handed back: "
+            f"{plural(len(unservable), 'call')} (seq {', '.join(map(str, unservable))})"
         )
         if inner := report.get("unservable_inner"):
             extra += (

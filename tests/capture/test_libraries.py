@@ -848,6 +848,25 @@ def test_a_call_whose_request_and_response_were_withheld_still_diverges(
         with pytest.raises(forkpoint.Divergence, match="its response body.*the recording cannot serve it"):
             post()
     assert not rp.report()["reproduced"]
+    # (the verdict called the HTTP exchange it served nothing a tool call)
+    said = summary_line(rp.report())
+    assert f"as what was recorded could not be handed back: 1 call (seq {seq})" in said, said
+
+
+@pytest.mark.slow
+def test_a_withheld_request_body_is_not_answered_by_an_empty_ones_recording(
+    server: LocalServer, store: Path
+) -> None:
+    """A withheld body was keyed as no body at all: a replay that sent one where the recording had
+    sent an empty body was served that call's answer, and said it reproduced the run."""
+    server.route("/up", lambda _r: Reply(b'{"ok": true}', ctype="application/json"))
+    with forkpoint.record(store=store) as rec:
+        httpx.post(server.url + "/up", content=b"", headers={"content-type": "application/octet-stream"})
+    server.stop()
+    with forkpoint.replay(rec.session_path) as rp:
+        with pytest.raises(forkpoint.Divergence, match="no recorded request has the same match key"):
+            _post_gzipped(server.url + "/up", _gzip_past_limit(mtime=0))
+    assert not rp.report()["reproduced"]
 
 
 def _as_recorded_before_digests(session: Path) -> Path:

@@ -142,8 +142,8 @@ def test_a_tool_call_whose_result_was_not_stored_is_not_counted_as_served(store:
     merged = merge_reports([report, {**report, "served": [], "unservable": [], "matched": 0}])
     assert merged["unservable"] == [unstored] and merged["matched"] == 1, merged
     assert (
-        f"asked for but served nothing, as its recorded result or exception could not be handed back: "
-        f"1 tool call (seq {unstored})" in said
+        f"asked for but served nothing, as what was recorded could not be handed back: "
+        f"1 call (seq {unstored})" in said
     ), said
 
 
@@ -181,7 +181,7 @@ def test_calls_recorded_inside_a_tool_call_that_could_not_be_served_are_not_coun
     assert report["matched"] == 1 and report["unserved"] == [], report
     said = summary_line(report)
     assert said.startswith("replay DIVERGED: 1/3 events matched"), said
-    assert f"1 tool call (seq {unstored}), nor the 1 call recorded inside it (seq {inner})" in said, said
+    assert f"1 call (seq {unstored}), nor the 1 call recorded inside it (seq {inner})" in said, said
     merged = merge_reports([report, {**report, "served": [], "unservable": [], "unservable_inner": []}])
     assert merged["unservable_inner"] == [inner] and merged["matched"] == 1, merged
 
