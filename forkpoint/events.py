@@ -907,6 +907,16 @@ def endpoint(event: Mapping[str, Any]) -> str:
     return f"{str(req.get('method', '')).upper()} {urlsplit(str(req.get('url', ''))).path}"
 
 
+def withheld_bodies(event: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The bodies of a recorded model call that were not stored, as ``(part, why)``: ``request``,
+    ``response`` (:attr:`HttpRequest.withheld`)."""
+    return [
+        (part, str(why))
+        for part in ("request", "response")
+        if (why := (event.get(part) or {}).get("withheld"))
+    ]
+
+
 def tool_matches(recorded: str, requested: Any) -> bool:
     """True when a recorded tool call's name is the tool a model asked for: the same name, or a
     ``--tool module:Class.method`` target's last part (``method``)."""

@@ -36,6 +36,7 @@ from .events import (
     mcp_session_request,
     new_span_id,
     tool_matches,
+    withheld_bodies,
 )
 from .log import (
     IDENTITY_ENV,
@@ -598,10 +599,7 @@ class Lacks:
     def bodies(self, event: Mapping[str, Any], seq: int | None) -> None:
         """A model call was recorded (as ``seq``, stored as ``event``): its request and response
         bodies that were not (``withheld``), with why."""
-        for part in ("request", "response"):
-            why = (event.get(part) or {}).get("withheld")
-            if why:
-                self.withheld.append((seq, endpoint(event), str(why)))
+        self.withheld.extend((seq, endpoint(event), why) for _, why in withheld_bodies(event))
 
     def recorded(self, event: Mapping[str, Any], seq: int | None, held: bool | None = None) -> None:
         """A tool call was recorded (as ``seq``); ``held``: whether its result or error holds a
@@ -803,13 +801,13 @@ class Lacks:
                 "@forkpoint.tool(name=NAME) on it, or forkpoint record --tool MODULE:QUALNAME=NAME."
             )
         if self.lost:
-            seq, tool, kind = min(self.lost, key=lambda lost: (lost[0] is None, lost[0] or 0))
+            seq, tool, kind = min(self.lost, key=_by_seq)
             out.append(
                 f"{plural(len(self.lost), 'tool call')} could not be recorded: the result had no stored form "
                 f"(first: seq {seq}, tool {tool}: {kind}); a replay stops at the first of them."
             )
         if self.scrubbed:
-            seq, tool = min(self.scrubbed, key=lambda s: (s[0] is None, s[0] or 0))
+            seq, tool = min(self.scrubbed, key=_by_seq)
             out.append(
                 f"{plural(len(self.scrubbed), 'tool result')} held secrets (a password, a key), stored as "
                 f"placeholders: a replay hands the program the placeholders (first: seq {seq}, tool {tool}; "
@@ -817,8 +815,7 @@ class Lacks:
             )
         if self.withheld:
             calls = "; ".join(
-                f"seq {seq} {call}: {why}"
-                for seq, call, why in sorted(self.withheld, key=lambda w: (w[0] is None, w[0] or 0))
+                f"seq {seq} {call}: {why}" for seq, call, why in sorted(self.withheld, key=_by_seq)
             )
             one = len(self.withheld) == 1
             out.append(
@@ -827,6 +824,11 @@ class Lacks:
                 "stops at a call whose response body was withheld (nothing to hand back)."
             )
         return out
+
+
+def _by_seq(item: tuple[Any, ...]) -> tuple[bool, int]:
+    """Sorts tallied ``(seq, …)`` items by seq, those with none (a deferred write's) last."""
+    return item[0] is None, item[0] or 0
 
 
 def _known_as(name: str, aliases: Mapping[str, str]) -> list[str]:

@@ -24,6 +24,7 @@ from .events import (
     mcp_tool_error,
     retries,
     tool_spans,
+    withheld_bodies,
 )
 from .log import Session, json_text, to_json, with_deltas
 from .patterns import compiled_later
@@ -136,11 +137,7 @@ def model_call_line(event: Mapping[str, Any]) -> tuple[str, list[str]]:
 def withheld_lines(event: Mapping[str, Any]) -> list[str]:
     """Detail lines of a call's request and response bodies that were not stored (``withheld``), and
     why (said at record time on stderr, and at its end: a later reader learns it here)."""
-    return [
-        f"[red]{part} body NOT STORED: {escape(str(why))}[/red]"
-        for part in ("request", "response")
-        if (why := (event.get(part) or {}).get("withheld"))
-    ]
+    return [f"[red]{part} body NOT STORED: {escape(why)}[/red]" for part, why in withheld_bodies(event)]
 
 
 def http_call_line(event: Mapping[str, Any]) -> str:

@@ -926,7 +926,7 @@ class Replayer:
             "model_call",
             key,
             norm,
-            alternatives=(lambda: self._undigested(request)) if body is not request["body"] else None,
+            alternatives=(lambda: self._undigested(request)) if "withheld_digest" in request else None,
             endpoint=where,
             origin=origin,
             plain=kind == "http",
