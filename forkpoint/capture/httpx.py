@@ -82,23 +82,35 @@ def signature_problem(mod: ModuleType) -> str | None:
     return seam.signature_problem(mod, PATCHED)
 
 
-def _library_decoders(mod: ModuleType) -> DecoderFactory:
-    """A factory of the library's own content decoders (``None`` for a coding it does not decode),
-    so that what forkpoint stores is byte for byte what the library gave the caller."""
+def _library_decoders(mod: ModuleType) -> tuple[DecoderFactory, DecoderFactory]:
+    """(a factory of the library's own content decoders, so that what forkpoint stores is byte for
+    byte what the library gave the caller; :func:`~.decoding.own_decoder` for the same codings, which
+    stops at :data:`~.decoding.DECODED_MAX`), each ``None`` for a coding the library does not decode."""
     try:
         supported = importlib.import_module(f"{mod.__name__}._decoders").SUPPORTED_DECODERS
     except (ImportError, AttributeError):
-        return own_decoder
+        return own_decoder, own_decoder
 
     def make(coding: str) -> Any:
         cls = supported.get(coding)
         return cls() if cls is not None else None
 
-    return make
+    def capped(coding: str) -> Any:
+        return own_decoder(coding) if coding in supported else None
+
+    return make, capped
+
+
+def _decoders_for(response: Any, library: DecoderFactory, capped: DecoderFactory) -> DecoderFactory:
+    """The decoders of ``response``'s body, asked for once it is read: the library's own when it
+    decoded the body for the program (``iter_bytes``, ``read``: it made its ``_decoder`` then), which
+    inflates it whatever forkpoint does; else (``iter_raw``) the ``capped`` ones: a compression bomb
+    the program never opens must not be inflated by its recording."""
+    return lambda coding: (library if hasattr(response, "_decoder") else capped)(coding)
 
 
 def _patch(mod: ModuleType) -> None:
-    decoders = _library_decoders(mod)
+    decoders, capped = _library_decoders(mod)
 
     class TeeStream(mod.SyncByteStream):  # type: ignore[name-defined,misc]
         def __init__(self, inner: Any, call: Exchange) -> None:
@@ -188,6 +200,7 @@ def _patch(mod: ModuleType) -> None:
             response.http_version,
             list(response.headers.multi_items()),
         )
+        call.decoders = _decoders_for(response, decoders, capped)
         try:
             content = response.content  # only there when the body was read already
         except mod.ResponseNotRead:

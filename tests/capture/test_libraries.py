@@ -729,6 +729,74 @@ def test_a_body_urllib3_inflates_for_the_program_is_recorded_past_the_limit(
     assert rp.report()["reproduced"] is decode
 
 
+def _httpx_body(library: str, url: str, *, raw: bool) -> bytes:
+    """The body of a GET as ``library`` (httpx, httpx2, or httpx's async client) hands it to the
+    program: ``raw``, as it came (``iter_raw()``, ``aiter_raw()``), else decoded by the library."""
+    if library != "httpx-async":
+        with importlib.import_module(library).Client() as c, c.stream("GET", url) as r:
+            return b"".join(r.iter_raw() if raw else r.iter_bytes())
+
+    async def run() -> bytes:
+        async with httpx.AsyncClient() as c, c.stream("GET", url) as r:
+            return b"".join([p async for p in (r.aiter_raw() if raw else r.aiter_bytes())])
+
+    return asyncio.run(run())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("library", ["httpx", "httpx-async", "httpx2"])
+def test_a_compression_bomb_httpx_hands_over_raw_is_not_inflated_by_its_recording(
+    library: str, server: LocalServer, store: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """200 MB of zeros under gzip (a coding httpx decodes), read with ``iter_raw()``: httpx never
+    inflated it, but forkpoint did, whole, in the program's memory, to scrub it (with httpx's own
+    decoders, which have no limit). It stops past DECODED_MAX now, says so naming the call, stores
+    none of the body, and the replay stops at the call."""
+    bomb = _zeros_gzipped(200 << 20)
+    server.route(
+        "/bomb", lambda _r: Reply(bomb, ctype="application/json", headers=[("Content-Encoding", "gzip")])
+    )
+    with forkpoint.record(store=store) as rec:
+        live, peak = _peak_while(lambda: _httpx_body(library, server.url + "/bomb", raw=True))
+    server.stop()
+    assert live == bomb
+    assert peak < 2.5 * DECODED_MAX
+    said = " ".join(capsys.readouterr().err.split())
+    assert (
+        f"forkpoint: WARNING: GET {server.url}/bomb: its response body, under Content-Encoding gzip" in said
+    )
+    (event,) = forkpoint.Session.load(rec.session_path).by_type("model_call")
+    assert event["response"]["body_kind"] == "empty" and "cannot scrub it" in event["response"]["withheld"]
+    with forkpoint.replay(rec.session_path) as rp:
+        with pytest.raises(forkpoint.Divergence, match="decodes to more than"):
+            _httpx_body(library, server.url + "/bomb", raw=True)
+    assert not rp.report()["reproduced"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("library", ["httpx", "httpx-async", "httpx2"])
+def test_a_body_httpx_inflates_for_the_program_is_recorded_past_the_limit(
+    library: str, server: LocalServer, store: Path
+) -> None:
+    """A gzip body past DECODED_MAX that httpx inflates for the program (``iter_bytes()``): the
+    program holds it whole anyway, so it is recorded whole and replayed, as urllib3's is."""
+    size = DECODED_MAX + (1 << 20)
+    body = _zeros_gzipped(size)
+    server.route(
+        "/big",
+        lambda _r: Reply(body, ctype="application/octet-stream", headers=[("Content-Encoding", "gzip")]),
+    )
+    with forkpoint.record(store=store) as rec:
+        live = _httpx_body(library, server.url + "/big", raw=False)
+    server.stop()
+    assert live == bytes(size)
+    (event,) = forkpoint.Session.load(rec.session_path).by_type("model_call")
+    assert "withheld" not in event["response"]
+    with forkpoint.replay(rec.session_path) as rp:
+        assert _httpx_body(library, server.url + "/big", raw=False) == live
+    assert rp.report()["reproduced"]
+
+
 @pytest.mark.slow
 def test_a_compressed_request_body_past_the_limit_is_not_inflated_by_its_recording(
     server: LocalServer, store: Path, capsys: pytest.CaptureFixture[str]
