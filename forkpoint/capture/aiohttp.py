@@ -147,7 +147,10 @@ def _patch(mod: ModuleType) -> None:
 
     def feeder(body: AsyncIterator[bytes]) -> Callable[[], Awaitable[bytes]]:
         async def next_piece() -> bytes:
-            return await anext(body, b"")
+            async for piece in body:
+                if piece:  # (b"" is the end to a Reader: an empty chunk is no piece to aiohttp)
+                    return piece
+            return b""
 
         return next_piece
 

@@ -398,7 +398,9 @@ class Exchange:
         out["content_length"] = int(length) if length.isdigit() else None
         if streamed:
             out["body_kind"] = "stream"
-            out["chunks"] = [[t, text_or_bytes(c)] for t, c in zip(times, chunks, strict=True) if c]
+            # (a chunk that decodes to nothing, a gzip header alone, is kept: the program may have
+            # had it as a piece of its own, under a coding its client left on)
+            out["chunks"] = [[t, text_or_bytes(c)] for t, c in zip(times, chunks, strict=True)]
         else:
             # A body still under its coding is kept as text or bytes, never re-serialized JSON.
             data = b"".join(chunks)

@@ -645,6 +645,30 @@ def test_a_scrubbed_stream_under_a_coding_replays_chunk_by_chunk(
     assert rp.report()["reproduced"]
 
 
+@pytest.mark.parametrize("library", ["httpx", "aiohttp"])
+def test_a_stream_piece_that_decodes_to_nothing_is_replayed_as_a_piece(
+    library: str, server: LocalServer, store: Path
+) -> None:
+    """Server-sent events under x-gzip, a key in one, the gzip header arriving alone in the first
+    chunk: it decodes to nothing, and the recording dropped it, so the replay handed the program one
+    piece fewer than it read live. It is kept, and replayed as a piece that decodes to nothing."""
+    key = SECRETS["openai_proj"]
+    gz = zlib.compressobj(6, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    events = [f"data: {i} key {key if i == 1 else 'none'} here\n\n".encode() for i in range(3)]
+    pieces = [gz.compress(e) + gz.flush(zlib.Z_SYNC_FLUSH) for e in events]
+    chunks = [pieces[0][:10], pieces[0][10:], *pieces[1:-1], pieces[-1] + gz.flush()]
+    server.route("/s", lambda _r: Stream(chunks, delay=0.05, headers=[("Content-Encoding", "x-gzip")]))
+    with forkpoint.record(store=store) as rec:
+        live = _pieces(library, server.url + "/s")
+    server.stop()
+    assert live == [b"", *events]
+    with forkpoint.replay(rec.session_path) as rp:
+        again = _pieces(library, server.url + "/s")
+    placeholder = forkpoint.redact.placeholder("openai-key", key).encode()
+    assert again == [e.replace(key.encode(), placeholder) for e in live]
+    assert rp.report()["reproduced"]
+
+
 @functools.cache
 def _zeros_gzipped(size: int) -> bytes:
     """``size`` zero bytes under gzip (a thousandth of that), made without holding them."""
