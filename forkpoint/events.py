@@ -152,6 +152,9 @@ class HttpResponse(TypedDict, total=False):
     #: The codings of ``decoded_from`` the caller got the body under, when its library took only the
     #: outer ones off (aiohttp, by one of two ``Content-Encoding`` lines); absent: all of them.
     handed_under: list[str]
+    #: The ``Content-Encoding`` header lines of a body in ``decoded_from``, as they came, when they
+    #: were several (``gzip`` twice); absent: one line, the codings comma-separated.
+    encoding_lines: list[str]
     #: The ``Content-Length`` the response came with (null: none); see ``capture.exchange.said_length``.
     content_length: int | None
     #: How a JSON body's text was laid out, when not compactly (``capture.decoding.json_layout``).

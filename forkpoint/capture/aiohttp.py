@@ -37,6 +37,7 @@ from .exchange import (
     built,
     cancelled_by_caller,
     encoded_again,
+    encoding_said,
     live,
     past_end,
     rebuilt_error,
@@ -167,13 +168,12 @@ def _patch(mod: ModuleType) -> None:
         decompresses = getattr(req._session, "_auto_decompress", True)
         if decompresses and resp.get("handed_under") is not None:  # (its outer coding taken off live)
             chunks, _ = encoded_again(resp, chunks, error, under=list(resp["handed_under"]))
-            coding = ", ".join(map(str, resp.get("decoded_from") or [])) or None
+            lines = encoding_said(resp)
         elif decompresses and not resp.get("decoded_to_scrub"):
-            coding = ", ".join(map(str, resp.get("decoded_from") or [])) or None
+            lines = encoding_said(resp)
         else:
-            chunks, coding = encoded_again(resp, chunks, error)
-        if coding:
-            pairs.append(("Content-Encoding", coding))
+            chunks, lines = encoded_again(resp, chunks, error)
+        pairs += [("Content-Encoding", line) for line in lines]
         body = areplayed(chunks, error, past_end(rt, event, position, chunks))
         response = req.response_class(
             req.method,

@@ -417,6 +417,9 @@ class Exchange:
         out["ended"] = cast(Any, ended)
         if decoded_from:  # (a client that decodes for itself gets it encoded again on replay)
             out["decoded_from"] = decoded_from
+            lines = [v for k, v in all_headers if k.lower() == "content-encoding"]
+            if len(lines) > 1:  # (said again as they came: a program may read them one by one)
+                out["encoding_lines"] = lines
         if to_scrub:
             out["decoded_to_scrub"] = True
             if self.left is not None:
@@ -552,26 +555,37 @@ def said_length(resp: HttpResponse | dict[str, Any], method: str, served: int) -
     return length if bodiless(resp, method) else served
 
 
+def encoding_said(resp: HttpResponse | dict[str, Any]) -> list[str]:
+    """The ``Content-Encoding`` header lines the response of a body stored decoded came with (none
+    for any other): each of ``encoding_lines``, else its ``decoded_from`` codings on one line."""
+    lines = resp.get("encoding_lines")
+    if isinstance(lines, list) and lines:
+        return [str(line) for line in lines]
+    codings = resp.get("decoded_from") or []
+    return [", ".join(map(str, codings))] if codings else []
+
+
 def encoded_again(
     resp: HttpResponse | dict[str, Any],
     chunks: list[bytes],
     error: BaseException | None,
     *,
     under: list[str] | None = None,
-) -> tuple[list[bytes], str | None]:
+) -> tuple[list[bytes], list[str]]:
     """A whole body stored decoded (``decoded_from``) under its content codings again, for a client
     that decodes it itself (or hands it over raw: ``iter_raw``, ``auto_decompress=False``): (the
-    chunks to serve, the ``Content-Encoding`` to say with them), or (``chunks``, None) to serve them
-    as stored (a stream, a body cut short, a coding that cannot be applied here). A body decoded only
-    to be scrubbed (``decoded_to_scrub``: its caller got it encoded) is encoded again whatever it is,
-    a stream chunk by chunk (as many chunks as recorded, each decodable as it comes).
-    ``under``: other codings to apply than ``decoded_from`` (those its caller got it under)."""
+    chunks to serve, the ``Content-Encoding`` lines to say with them: :func:`encoding_said`), or
+    (``chunks``, []) to serve them as stored (a stream, a body cut short, a coding that cannot be
+    applied here). A body decoded only to be scrubbed (``decoded_to_scrub``: its caller got it
+    encoded) is encoded again whatever it is, a stream chunk by chunk (as many chunks as recorded,
+    each decodable as it comes). ``under``: other codings to apply than ``decoded_from`` (those its
+    caller got it under)."""
     whole = resp.get("body_kind") != "stream" and resp.get("ended") == "complete" and error is None
     whole = whole or resp.get("decoded_to_scrub") is True
     codings = [str(c) for c in (resp.get("decoded_from") or [] if under is None else under)] if whole else []
     ended = resp.get("ended") == "complete" and error is None
     again = encoded(chunks, codings, final=ended) if codings else None
-    return (again, ", ".join(codings)) if again is not None else (chunks, None)
+    return (again, encoding_said(resp)) if again is not None else (chunks, [])
 
 
 def bodiless(resp: HttpResponse | dict[str, Any], method: str) -> bool:

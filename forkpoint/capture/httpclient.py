@@ -243,9 +243,8 @@ def recorded_response(
     lines = [f"{version} {resp['status']} {resp.get('reason') or ''}".rstrip()]
     lines += [f"{k}: {v}" for k, v in resp.get("headers", [])]
     # A body stored decoded goes to this client as it came, encoded (it decodes, or not, itself).
-    chunks, coding = encoded_again(resp, chunks, error)
-    if coding is not None:
-        lines.append(f"Content-Encoding: {coding}")
+    chunks, said = encoded_again(resp, chunks, error)
+    lines += [f"Content-Encoding: {line}" for line in said]
     served = sum(map(len, chunks))
     # (a session recorded before the length was kept: a whole body says its own)
     length = said_length(resp, method, served) if "content_length" in resp else (served if whole else None)

@@ -175,9 +175,8 @@ def _patch(mod: ModuleType) -> None:
         error = rebuilt_error(event["error"], library_error(request)) if event.get("error") else None
         headers = [(k, v) for k, v in resp.get("headers", [])]
         # (httpx decodes it again, as it did live: iter_raw() sees the encoded bytes)
-        chunks, coding = encoded_again(resp, chunks, error)
-        if coding is not None:
-            headers.append(("content-encoding", coding))
+        chunks, lines = encoded_again(resp, chunks, error)
+        headers.extend(("content-encoding", line) for line in lines)
         length = said_length(resp, request.method, sum(map(len, chunks)))
         if length is not None:
             headers.append(("content-length", str(length)))

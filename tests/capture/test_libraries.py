@@ -13,6 +13,7 @@ import http.client
 import importlib
 import io
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -643,6 +644,76 @@ def test_a_scrubbed_stream_under_a_coding_replays_chunk_by_chunk(
     placeholder = forkpoint.redact.placeholder("openai-key", key).encode()
     assert again == [e.replace(key.encode(), placeholder) for e in events]
     assert rp.report()["reproduced"]
+
+
+def _two_lines_seen(library: str, url: str) -> list[Any]:
+    """(the ``Content-Encoding`` lines of a GET's response as ``library`` shows them to the program,
+    in its headers and, aiohttp, its raw headers; the body as it hands it over)."""
+    if library == "httpx":
+        r = httpx.get(url)
+        return [r.headers.get_list("content-encoding"), None, r.content.hex()]
+
+    async def run() -> list[Any]:
+        async with aiohttp.ClientSession() as s, s.get(url) as r:
+            raw = [v.decode() for k, v in r.raw_headers if k.lower() == b"content-encoding"]
+            return [r.headers.getall("Content-Encoding"), raw, (await r.read()).hex()]
+
+    return asyncio.run(run())
+
+
+def two_lines_recorded_and_replayed(library: str, url: str, store: Path) -> list[Any]:
+    """(what the program saw of a response under two ``Content-Encoding`` lines live, on replay,
+    whether the replay reproduced the run), the body's key scrubbed for the comparison."""
+    with forkpoint.record(store=store) as rec:
+        live = _two_lines_seen(library, url)
+    with forkpoint.replay(rec.session_path) as rp:
+        again = _two_lines_seen(library, url)
+    return [live, again, rp.report()["reproduced"]]
+
+
+@pytest.mark.parametrize("library", ["httpx", "aiohttp", "aiohttp-python-parser"])
+def test_two_content_encoding_lines_replay_as_two_lines(
+    library: str, server: LocalServer, store: Path
+) -> None:
+    """Two ``Content-Encoding: gzip`` lines and a key in the body (stored decoded and scrubbed): the
+    replay said the codings again on one line, ``gzip, gzip``, where the program had seen two (its
+    headers and aiohttp's raw headers differed from live). The lines come back as they came, under
+    aiohttp's C parser and its Python one (``AIOHTTP_NO_EXTENSIONS=1``) alike."""
+    key = SECRETS["openai_proj"]
+    body = _layered(json.dumps({"text": f"key {key} here"}).encode(), "gzip, gzip")
+    server.route(
+        "/two",
+        lambda _r: Reply(
+            body,
+            ctype="application/json",
+            headers=[("Content-Encoding", "gzip"), ("Content-Encoding", "gzip")],
+        ),
+    )
+    url = server.url + "/two"
+    if library == "aiohttp-python-parser":
+        code = "import json, sys; from pathlib import Path; from tests.capture import test_libraries as t\n"
+        code += (
+            "print(json.dumps(t.two_lines_recorded_and_replayed('aiohttp', sys.argv[1], Path(sys.argv[2]))))"
+        )
+        env = {**os.environ, "AIOHTTP_NO_EXTENSIONS": "1"}
+        done = subprocess.run(
+            [sys.executable, "-c", code, url, str(store)],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=Path(__file__).parents[2],
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+        live, again, reproduced = json.loads(done.stdout.splitlines()[-1])
+    else:
+        live, again, reproduced = two_lines_recorded_and_replayed(library, url, store)
+    assert live[:2] == [["gzip", "gzip"], None if library == "httpx" else ["gzip", "gzip"]]
+    assert again[:2] == live[:2]
+    opened = [_opened(bytes.fromhex(seen[2])) for seen in (live, again)]
+    scrubbed = f"key {forkpoint.redact.placeholder('openai-key', key)} here"
+    assert opened == [(0 if library == "httpx" else 1, {"text": t}) for t in (f"key {key} here", scrubbed)]
+    assert reproduced
 
 
 @pytest.mark.parametrize("library", ["httpx", "aiohttp"])
