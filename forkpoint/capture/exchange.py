@@ -128,7 +128,7 @@ def request_record(
         try:
             decoded = decode_with(own_decoder, applied, [content], final=True)
         except TooLarge:  # (kept nowhere, it cannot be scrubbed: its digest is, which a replay matches)
-            withheld = _too_large(method, url, "request", applied)
+            withheld = too_large(f"{method} {scrub_url(url)}", "request", applied)
             digest = withheld_digest(content, applied)
             decoded = [b""]
         if decoded is not None:
@@ -157,9 +157,9 @@ def request_record(
     return cast(HttpRequest, current_scrubber().http_record(record))
 
 
-def _too_large(method: str, url: str, what: str, applied: list[str]) -> str:
+def too_large(call: str, what: str, applied: list[str]) -> str:
     """Why the ``what`` body (request, response) of a call under the codings ``applied`` is not
-    stored, said now as a warning that names the call (and what a replay does at it)."""
+    stored, said now as a warning that names the ``call`` (and what a replay does at it)."""
     why = (
         f"its {what} body, under Content-Encoding {', '.join(applied)}, decodes to more than "
         f"{DECODED_MAX} bytes (a compression bomb?): forkpoint stopped decoding it there, cannot "
@@ -170,7 +170,7 @@ def _too_large(method: str, url: str, what: str, applied: list[str]) -> str:
         if what == "request"
         else "a replay stops at this call"
     )
-    say(f"forkpoint: WARNING: {method} {scrub_url(url)}: {why}; {then}")
+    say(f"forkpoint: WARNING: {call}: {why}; {then}")
     return why
 
 
@@ -179,7 +179,7 @@ GZIP_MAGIC = b"\x1f\x8b"
 
 
 def withheld_digest(content: bytes, applied: list[str]) -> WithheldDigest:
-    """What a request body sent under the codings ``applied`` that is not stored (:func:`_too_large`)
+    """What a request body sent under the codings ``applied`` that is not stored (:func:`too_large`)
     is matched by: the SHA-256 of its bytes as sent, their length and the codings. Under gzip
     outermost its header's time is read as zero: ``gzip.compress`` writes the time it ran, and the
     same body compressed again at a replay is the same request. (The bytes as sent, not decoded: a
@@ -372,7 +372,8 @@ class Exchange:
                     decoded = decode_with(own_decoder, under, chunks, final=ended == "complete")
                     to_scrub = decoded is not None
             except TooLarge:  # (kept as received, header and all, but for its body: none of it)
-                withheld = _too_large(self.request["method"], self.request["url"], "response", applied)
+                call = f"{self.request['method']} {scrub_url(self.request['url'])}"
+                withheld = too_large(call, "response", applied)
                 decoded, chunks, times = None, [], []
             if decoded is None:  # not decodable here: keep the body as received, header and all
                 encoded = True
@@ -520,7 +521,7 @@ def serve(rt: runtime.Runtime, request: HttpRequest) -> tuple[ModelCallEvent, in
 
 def _withheld(event: ModelCallEvent) -> str | None:
     """Why a recorded call cannot be served, its request or response body not stored
-    (:func:`_too_large`), or None. A request body withheld with its digest was matched by it (the
+    (:func:`too_large`), or None. A request body withheld with its digest was matched by it (the
     match key covers it); one recorded before such digests were was not."""
     response: HttpResponse | dict[str, Any] = event.get("response") or {}
     request = event["request"]

@@ -36,8 +36,14 @@ from urllib.parse import urlsplit
 import orjson
 
 from .. import eventstream
-from ..capture.decoding import decoder, parse_body, scrub_body, scrubbed_body
-from ..capture.exchange import DROP_RESPONSE_HEADERS, STREAM_TYPES, aws_messages, header_text
+from ..capture.decoding import DECODED_MAX, TooLarge, decoder, parse_body, scrub_body, scrubbed_body
+from ..capture.exchange import (
+    DROP_RESPONSE_HEADERS,
+    STREAM_TYPES,
+    aws_messages,
+    header_text,
+    too_large,
+)
 from ..errors import ImportFormatError
 from ..events import iso_time
 from ..record import keyed
@@ -217,11 +223,15 @@ def _response(
     data = _as_bytes(raw_body.get("string") if isinstance(raw_body, dict) else raw_body) or b""
     encoding = _header(pairs, "content-encoding").strip().lower()
     decoded_from: list[str] = []
+    withheld = None
     if encoding and data:
-        decode = decoder(encoding)
+        decode = decoder(encoding, limit=DECODED_MAX)
         if decode is not None:
             try:
                 data = decode(data)
+            except TooLarge:  # (as a recording withholds one: none of it stored, the header kept)
+                withheld = too_large(where, "response", [encoding])
+                data, decode = b"", None
             except Exception:
                 # Stored already decoded under its Content-Encoding (VCR.py with requests on urllib3
                 # 2 writes such cassettes): kept as it is, the header would make a replayed client
@@ -230,6 +240,7 @@ def _response(
                     f"interaction {n}: the response says Content-Encoding: {encoding} but its body "
                     "is not compressed (stored decoded)"
                 )
+        if decode is not None:
             pairs = [(k, v) for k, v in pairs if k.lower() != "content-encoding"]
             if encoding != "identity":  # as a recording stores it: see decoded_from below
                 decoded_from = [encoding]
@@ -247,6 +258,8 @@ def _response(
         if decoded_from:  # a replay encodes it again for a client that decodes itself (urllib)
             out["decoded_from"] = decoded_from
     out["ended"] = "complete"
+    if withheld is not None:
+        out["withheld"] = withheld
     return out
 
 

@@ -6,6 +6,7 @@ a client forkpoint does not capture is named, never silently missing from the se
 from __future__ import annotations
 
 import asyncio
+import base64
 import functools
 import gzip
 import hashlib
@@ -32,11 +33,13 @@ import httpx
 import pytest
 import requests
 import urllib3
+import yaml
 import zstandard
 from rich.console import Console
 
 import forkpoint
 from forkpoint.capture.decoding import DECODED_MAX, TooLarge, decode_with, encoded, own_decoder
+from forkpoint.importers import import_file
 from forkpoint.log import SessionWriter
 from forkpoint.match import event_key
 from forkpoint.record import Lacks, recording_warnings
@@ -1066,6 +1069,40 @@ def test_a_withheld_request_recorded_without_a_digest_diverges_as_it_did(
         with pytest.raises(forkpoint.Divergence, match="its request body.*the recording cannot serve it"):
             _post_gzipped(server.url + "/up", sent)
     assert rp.report()["unservable"] == [event["seq"]], rp.report()
+
+
+@pytest.mark.slow
+def test_a_compression_bomb_in_an_imported_cassette_is_not_inflated_by_the_import(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A VCR.py cassette whose response is 200 MB of zeros under gzip (200 KB, ``!!binary``): the
+    import inflated all of it, to store it decoded. It stops past DECODED_MAX now, as a recording
+    does: says so naming the interaction, stores none of the body (``withheld``), and the replay
+    stops at the call."""
+    url = "http://127.0.0.1:9/bomb"
+    response = {
+        "status": {"code": 200, "message": "OK"},
+        "headers": {"Content-Type": ["application/json"], "Content-Encoding": ["gzip"]},
+        "body": {"string": "@GZIP@"},
+    }
+    request = {"method": "GET", "uri": url, "headers": {}, "body": None}
+    cassette = yaml.safe_dump({"version": 1, "interactions": [{"request": request, "response": response}]})
+    path = tmp_path / "bomb.yaml"
+    b64 = base64.b64encode(_zeros_gzipped(200 << 20)).decode()
+    path.write_text(cassette.replace("'@GZIP@'", "!!binary |\n          " + b64))
+    session, peak = _peak_while(lambda: import_file(path, store=tmp_path / "store"))
+    assert peak < 2.5 * DECODED_MAX
+    said = " ".join(capsys.readouterr().err.split())
+    assert (
+        f"forkpoint: WARNING: {path}: interaction 1: its response body, under Content-Encoding gzip, "
+        f"decodes to more than {DECODED_MAX} bytes"
+    ) in said
+    (event,) = forkpoint.Session.load(session).by_type("model_call")
+    assert event["response"]["body_kind"] == "empty" and "cannot scrub it" in event["response"]["withheld"]
+    with forkpoint.replay(session) as rp:
+        with pytest.raises(forkpoint.Divergence, match="decodes to more than"):
+            urllib.request.urlopen(url)
+    assert not rp.report()["reproduced"]
 
 
 class _Brotli11:
