@@ -162,6 +162,7 @@ def _patch(mod: ModuleType) -> None:
         chunks = recorded_chunks(event)
         error = rebuilt_error(event["error"], library_error(req)) if event.get("error") else None
         pairs = [(str(k), str(v)) for k, v in resp.get("headers", [])]
+        past = past_end(rt, event, position, chunks)  # (read from the chunks as stored)
         # The body is served past aiohttp's decompression, so it goes as aiohttp handed it over:
         # decoded for a session that decompresses (its header still said, as live), else encoded,
         # as is a body under a coding aiohttp left alone (decoded when recorded, to be scrubbed).
@@ -174,7 +175,7 @@ def _patch(mod: ModuleType) -> None:
         else:
             chunks, lines = encoded_again(resp, chunks, error)
         pairs += [("Content-Encoding", line) for line in lines]
-        body = areplayed(chunks, error, past_end(rt, event, position, chunks))
+        body = areplayed(chunks, error, past)
         response = req.response_class(
             req.method,
             req.original_url,

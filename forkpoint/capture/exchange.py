@@ -573,16 +573,16 @@ def encoded_again(
     *,
     under: list[str] | None = None,
 ) -> tuple[list[bytes], list[str]]:
-    """A whole body stored decoded (``decoded_from``) under its content codings again, for a client
-    that decodes it itself (or hands it over raw: ``iter_raw``, ``auto_decompress=False``): (the
-    chunks to serve, the ``Content-Encoding`` lines to say with them: :func:`encoding_said`), or
-    (``chunks``, []) to serve them as stored (a stream, a body cut short, a coding that cannot be
-    applied here). A body decoded only to be scrubbed (``decoded_to_scrub``: its caller got it
-    encoded) is encoded again whatever it is, a stream chunk by chunk (as many chunks as recorded,
-    each decodable as it comes). ``under``: other codings to apply than ``decoded_from`` (those its
-    caller got it under)."""
+    """A body stored decoded (``decoded_from``) under its content codings again, for a client that
+    decodes it itself (or hands it over raw: ``iter_raw``, ``auto_decompress=False``,
+    ``urllib.request``): (the chunks to serve, the ``Content-Encoding`` lines to say with them:
+    :func:`encoding_said`), or (``chunks``, []) to serve them as stored (a whole body cut short, a
+    coding that cannot be applied here). A stream is encoded chunk by chunk (as many chunks as
+    recorded, each decodable as it comes: a chunk that decoded to nothing is a piece again); a body
+    decoded only to be scrubbed (``decoded_to_scrub``: its caller got it encoded) whatever it is.
+    ``under``: other codings to apply than ``decoded_from`` (those its caller got it under)."""
     whole = resp.get("body_kind") != "stream" and resp.get("ended") == "complete" and error is None
-    whole = whole or resp.get("decoded_to_scrub") is True
+    whole = whole or resp.get("body_kind") == "stream" or resp.get("decoded_to_scrub") is True
     codings = [str(c) for c in (resp.get("decoded_from") or [] if under is None else under)] if whole else []
     ended = resp.get("ended") == "complete" and error is None
     again = encoded(chunks, codings, final=ended) if codings else None

@@ -215,7 +215,8 @@ def _framed(chunks: list[bytes], body: Iterator[bytes], chunked: bool) -> Iterat
         yield from body
         return
     for chunk in body:
-        yield b"%x\r\n%s\r\n" % (len(chunk), chunk)
+        if chunk:  # (a chunk of size 0 is the end of the body)
+            yield b"%x\r\n%s\r\n" % (len(chunk), chunk)
     yield b"0\r\n\r\n"
 
 
@@ -242,6 +243,7 @@ def recorded_response(
     version = "HTTP/1.0" if resp.get("http_version") == "HTTP/1.0" else "HTTP/1.1"
     lines = [f"{version} {resp['status']} {resp.get('reason') or ''}".rstrip()]
     lines += [f"{k}: {v}" for k, v in resp.get("headers", [])]
+    past = past_end(rt, event, position, chunks)  # (read from the chunks as stored)
     # A body stored decoded goes to this client as it came, encoded (it decodes, or not, itself).
     chunks, said = encoded_again(resp, chunks, error)
     lines += [f"Content-Encoding: {line}" for line in said]
@@ -251,7 +253,7 @@ def recorded_response(
     chunked = length is None or not (whole or bodiless(resp, method))
     lines.append("Transfer-Encoding: chunked" if chunked else f"Content-Length: {length}")
     head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1", "replace")
-    body = _framed(chunks, replayed(chunks, error, past_end(rt, event, position, chunks)), chunked)
+    body = _framed(chunks, replayed(chunks, error, past), chunked)
     response = response_class(_Socket(_Replayed(head, body)), method=method)  # type: ignore[arg-type]
     response.begin()
     return response

@@ -174,6 +174,7 @@ def _patch(mod: ModuleType) -> None:
         chunks = recorded_chunks(event)
         error = rebuilt_error(event["error"], library_error(request)) if event.get("error") else None
         headers = [(k, v) for k, v in resp.get("headers", [])]
+        past = past_end(rt, event, position, chunks)  # (read from the chunks as stored)
         # (httpx decodes it again, as it did live: iter_raw() sees the encoded bytes)
         chunks, lines = encoded_again(resp, chunks, error)
         headers.extend(("content-encoding", line) for line in lines)
@@ -183,7 +184,7 @@ def _patch(mod: ModuleType) -> None:
         return mod.Response(
             resp["status"],
             headers=headers,
-            stream=stream_cls(chunks, error, past_end(rt, event, position, chunks)),
+            stream=stream_cls(chunks, error, past),
             extensions={
                 "http_version": str(resp.get("http_version", "HTTP/1.1")).encode(),
                 "reason_phrase": str(resp.get("reason", "")).encode(),

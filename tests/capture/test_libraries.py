@@ -743,6 +743,47 @@ def test_a_stream_piece_that_decodes_to_nothing_is_replayed_as_a_piece(
     assert rp.report()["reproduced"]
 
 
+def _pieces_read_raw(reader: str, url: str) -> list[bytes]:
+    """A streamed body under gzip as a program reading it raw gets it, piece by piece, each piece
+    decoded from gzip by the program as it comes: httpx's ``iter_raw()``, an aiohttp session that
+    does not decompress, ``urllib.request`` (which never decodes)."""
+    gz = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    if reader == "httpx":
+        with httpx.stream("GET", url) as r:
+            return [gz.decompress(p) for p in r.iter_raw()]
+    if reader == "urllib":
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            return [gz.decompress(p) for p in iter(lambda: resp.read1(1 << 16), b"")]
+
+    async def run() -> list[bytes]:
+        async with aiohttp.ClientSession(auto_decompress=False) as s, s.get(url) as r:
+            return [gz.decompress(p) async for p in r.content.iter_any()]
+
+    return asyncio.run(run())
+
+
+@pytest.mark.parametrize("reader", ["httpx", "aiohttp", "urllib"])
+def test_a_stream_under_gzip_read_raw_replays_under_gzip(
+    reader: str, server: LocalServer, store: Path
+) -> None:
+    """Server-sent events under gzip (a coding httpx and aiohttp decode), read raw, the gzip header
+    arriving alone: stored decoded, the stream was replayed decoded and without its header, so the
+    program read plain text where it had read gzip (its own gzip.decompress failed) and the replay
+    said "reproduced". It comes under gzip again, chunk by chunk, as many pieces as live."""
+    gz = zlib.compressobj(6, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    events = [f"data: {i} here\n\n".encode() for i in range(3)]
+    pieces = [gz.compress(e) + gz.flush(zlib.Z_SYNC_FLUSH) for e in events]
+    chunks = [pieces[0][:10], pieces[0][10:], *pieces[1:-1], pieces[-1] + gz.flush()]
+    server.route("/s", lambda _r: Stream(chunks, delay=0.05, headers=[("Content-Encoding", "gzip")]))
+    with forkpoint.record(store=store) as rec:
+        live = _pieces_read_raw(reader, server.url + "/s")
+    server.stop()
+    assert live == [b"", *events]
+    with forkpoint.replay(rec.session_path) as rp:
+        assert _pieces_read_raw(reader, server.url + "/s") == live
+    assert rp.report()["reproduced"]
+
+
 @functools.cache
 def _zeros_gzipped(size: int) -> bytes:
     """``size`` zero bytes under gzip (a thousandth of that), made without holding them."""
