@@ -743,21 +743,22 @@ def test_a_stream_piece_that_decodes_to_nothing_is_replayed_as_a_piece(
     assert rp.report()["reproduced"]
 
 
-def _pieces_read_raw(reader: str, url: str) -> list[bytes]:
-    """A streamed body under gzip as a program reading it raw gets it, piece by piece, each piece
-    decoded from gzip by the program as it comes: httpx's ``iter_raw()``, an aiohttp session that
-    does not decompress, ``urllib.request`` (which never decodes)."""
+def _pieces_read_raw(reader: str, url: str, coding: str | None = "gzip") -> list[bytes]:
+    """A streamed body as a program reading it raw gets it, piece by piece, each piece decoded from
+    gzip (its ``coding``, or None) by the program as it comes: httpx's ``iter_raw()``, an aiohttp
+    session that does not decompress, ``urllib.request`` (which never decodes)."""
     gz = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    opened: Callable[[bytes], bytes] = gz.decompress if coding else bytes
     if reader == "httpx":
         with httpx.stream("GET", url) as r:
-            return [gz.decompress(p) for p in r.iter_raw()]
+            return [opened(p) for p in r.iter_raw()]
     if reader == "urllib":
         with urllib.request.urlopen(url, timeout=10) as resp:
-            return [gz.decompress(p) for p in iter(lambda: resp.read1(1 << 16), b"")]
+            return [opened(p) for p in iter(lambda: resp.read1(1 << 16), b"")]
 
     async def run() -> list[bytes]:
         async with aiohttp.ClientSession(auto_decompress=False) as s, s.get(url) as r:
-            return [gz.decompress(p) async for p in r.content.iter_any()]
+            return [opened(p) async for p in r.content.iter_any()]
 
     return asyncio.run(run())
 
@@ -781,6 +782,26 @@ def test_a_stream_under_gzip_read_raw_replays_under_gzip(
     assert live == [b"", *events]
     with forkpoint.replay(rec.session_path) as rp:
         assert _pieces_read_raw(reader, server.url + "/s") == live
+    assert rp.report()["reproduced"]
+
+
+@pytest.mark.parametrize("library", ["httpx", "aiohttp", "urllib"])
+def test_a_stream_chunk_scrubbed_to_nothing_does_not_end_the_replayed_body(
+    library: str, server: LocalServer, store: Path
+) -> None:
+    """A key split over three chunks of an event stream, the middle one all key: scrubbed, that
+    chunk is stored empty. A replay must hand over every chunk after it (an empty HTTP chunk ends
+    a chunked body, and an empty piece ends aiohttp's reader)."""
+    key = SECRETS["openai_proj"]
+    chunks = [b"data: key " + key[:20].encode(), key[20:].encode(), b" here\n\ndata: two\n\n"]
+    server.route("/s", lambda _r: Stream(chunks, delay=0.05))
+    with forkpoint.record(store=store) as rec:
+        live = b"".join(_pieces_read_raw(library, server.url + "/s", coding=None))
+    server.stop()
+    assert live == b"".join(chunks)
+    with forkpoint.replay(rec.session_path) as rp:
+        again = b"".join(_pieces_read_raw(library, server.url + "/s", coding=None))
+    assert again == live.replace(key.encode(), forkpoint.redact.placeholder("openai-key", key).encode())
     assert rp.report()["reproduced"]
 
 
