@@ -550,14 +550,19 @@ def test_a_body_under_a_coding_the_client_does_not_decode_replays_byte_for_byte(
     assert rp.report()["reproduced"]
 
 
-def _gzipped_events(server: LocalServer, key: str, delay: float = 0.0) -> list[bytes]:
-    """Three server-sent events, ``key`` in the second, served at ``/s`` under x-gzip, an event a
-    chunk (each flushed, so that it decodes as it comes): the events."""
+def _gzipped_events(
+    server: LocalServer, key: str, delay: float = 0.0, *, coding: str = "x-gzip", header_alone: bool = False
+) -> list[bytes]:
+    """Three server-sent events, ``key`` in the second, served at ``/s`` under ``coding`` (gzip), an
+    event a chunk (each flushed, so that it decodes as it comes), the gzip header in a chunk of its
+    own first when ``header_alone``: the events."""
     gz = zlib.compressobj(6, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
     events = [f"data: {i} key {key if i == 1 else 'none'} here\n\n".encode() for i in range(3)]
     pieces = [gz.compress(e) + gz.flush(zlib.Z_SYNC_FLUSH) for e in events]
     chunks = [*pieces[:-1], pieces[-1] + gz.flush()]
-    server.route("/s", lambda _r: Stream(chunks, delay=delay, headers=[("Content-Encoding", "x-gzip")]))
+    if header_alone:
+        chunks[:1] = [chunks[0][:10], chunks[0][10:]]
+    server.route("/s", lambda _r: Stream(chunks, delay=delay, headers=[("Content-Encoding", coding)]))
     return events
 
 
@@ -580,6 +585,21 @@ def test_a_secret_in_a_stream_under_a_coding_the_client_does_not_decode_is_scrub
     assert rp.report()["reproduced"]
 
 
+def _under_two_lines(server: LocalServer, text: str) -> bytes:
+    """``{"text": text}`` served at ``/two`` under gzip twice, said on two ``Content-Encoding: gzip``
+    lines: the body as sent."""
+    body = _layered(json.dumps({"text": text}).encode(), "gzip, gzip")
+    server.route(
+        "/two",
+        lambda _r: Reply(
+            body,
+            ctype="application/json",
+            headers=[("Content-Encoding", "gzip"), ("Content-Encoding", "gzip")],
+        ),
+    )
+    return body
+
+
 @pytest.mark.parametrize("secret", [True, False])
 def test_a_body_under_two_content_encoding_lines_aiohttp_decodes_once_is_scrubbed(
     secret: bool, server: LocalServer, store: Path
@@ -589,15 +609,7 @@ def test_a_body_under_two_content_encoding_lines_aiohttp_decodes_once_is_scrubbe
     bytes so, a key in them kept. The layer left is decoded to scrub it now, and a replay hands the
     program the scrubbed body under one gzip layer again (without a secret: the very bytes)."""
     key = SECRETS["openai_proj"]
-    body = _layered(json.dumps({"text": f"key {key if secret else 'none'} here"}).encode(), "gzip, gzip")
-    server.route(
-        "/two",
-        lambda _r: Reply(
-            body,
-            ctype="application/json",
-            headers=[("Content-Encoding", "gzip"), ("Content-Encoding", "gzip")],
-        ),
-    )
+    body = _under_two_lines(server, f"key {key if secret else 'none'} here")
     with forkpoint.record(store=store) as rec:
         live = _fetch("aiohttp", server.url + "/two")
     server.stop()
@@ -683,15 +695,7 @@ def test_two_content_encoding_lines_replay_as_two_lines(
     headers and aiohttp's raw headers differed from live). The lines come back as they came, under
     aiohttp's C parser and its Python one (``AIOHTTP_NO_EXTENSIONS=1``) alike."""
     key = SECRETS["openai_proj"]
-    body = _layered(json.dumps({"text": f"key {key} here"}).encode(), "gzip, gzip")
-    server.route(
-        "/two",
-        lambda _r: Reply(
-            body,
-            ctype="application/json",
-            headers=[("Content-Encoding", "gzip"), ("Content-Encoding", "gzip")],
-        ),
-    )
+    _under_two_lines(server, f"key {key} here")
     url = server.url + "/two"
     if library == "aiohttp-python-parser":
         code = "import json, sys; from pathlib import Path; from tests.capture import test_libraries as t\n"
@@ -727,11 +731,7 @@ def test_a_stream_piece_that_decodes_to_nothing_is_replayed_as_a_piece(
     chunk: it decodes to nothing, and the recording dropped it, so the replay handed the program one
     piece fewer than it read live. It is kept, and replayed as a piece that decodes to nothing."""
     key = SECRETS["openai_proj"]
-    gz = zlib.compressobj(6, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
-    events = [f"data: {i} key {key if i == 1 else 'none'} here\n\n".encode() for i in range(3)]
-    pieces = [gz.compress(e) + gz.flush(zlib.Z_SYNC_FLUSH) for e in events]
-    chunks = [pieces[0][:10], pieces[0][10:], *pieces[1:-1], pieces[-1] + gz.flush()]
-    server.route("/s", lambda _r: Stream(chunks, delay=0.05, headers=[("Content-Encoding", "x-gzip")]))
+    events = _gzipped_events(server, key, delay=0.05, header_alone=True)
     with forkpoint.record(store=store) as rec:
         live = _pieces(library, server.url + "/s")
     server.stop()
@@ -771,11 +771,7 @@ def test_a_stream_under_gzip_read_raw_replays_under_gzip(
     arriving alone: stored decoded, the stream was replayed decoded and without its header, so the
     program read plain text where it had read gzip (its own gzip.decompress failed) and the replay
     said "reproduced". It comes under gzip again, chunk by chunk, as many pieces as live."""
-    gz = zlib.compressobj(6, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
-    events = [f"data: {i} here\n\n".encode() for i in range(3)]
-    pieces = [gz.compress(e) + gz.flush(zlib.Z_SYNC_FLUSH) for e in events]
-    chunks = [pieces[0][:10], pieces[0][10:], *pieces[1:-1], pieces[-1] + gz.flush()]
-    server.route("/s", lambda _r: Stream(chunks, delay=0.05, headers=[("Content-Encoding", "gzip")]))
+    events = _gzipped_events(server, "nothing", delay=0.05, coding="gzip", header_alone=True)
     with forkpoint.record(store=store) as rec:
         live = _pieces_read_raw(reader, server.url + "/s")
     server.stop()
