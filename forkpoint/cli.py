@@ -1052,13 +1052,17 @@ def fork(
 
     def shown(arm: Arm) -> None:
         _err().rule(f"arm {arm.index}: {arm.directory}")
-        if arm.error is not None and not arm.checks:
+        first = arm.error
+        if arm.lost:  # (no checks: the task said nothing)
+            first = arm.not_run_or_lost
+        elif arm.error is not None and not arm.checks:  # (its restore failed)
             _err().print(f"[red]{escape(arm.error)}[/red]")
+            first = None
         else:
             _print_checks(arm.checks)
-            for said in (arm.error, arm.problem, arm.not_stored):
-                if said is not None:
-                    _err().print(f"[red]arm {arm.index}: {escape(said)}[/red]")
+        for said in (first, arm.problem, arm.not_stored):
+            if said is not None:
+                _err().print(f"[red]arm {arm.index}: {escape(said)}[/red]")
 
     with _executor(executor, jobs) as ex:
         _err().print(
@@ -1173,7 +1177,7 @@ def sweep(
 
     def shown(arm: Arm) -> None:
         state = (
-            arm.not_run or f"lost: {arm.error}"
+            str(arm.not_run_or_lost)
             if not arm.valid
             else "not measured: " + (arm.problem or "no outcome")
             if arm.passed is None

@@ -1185,8 +1185,9 @@ class Arm:
 
     @property
     def valid(self) -> bool:
-        """Restored, and every check of the checkpoint passed: only then does the arm run."""
-        return self.error is None and all(c.ok for c in self.checks)
+        """Restored, and every check of the checkpoint passed: only then does the arm run (a lost arm's
+        task said nothing of either, error or not)."""
+        return not self.lost and self.error is None and all(c.ok for c in self.checks)
 
     @property
     def passed(self) -> bool | None:
@@ -1196,13 +1197,33 @@ class Arm:
         return bool(passed) if passed is not None else None
 
     @property
-    def not_run(self) -> str | None:
-        """Why it was never run, ``not run: <why>`` (its restore or validation failed), or None (it
-        ran, or its task failed: how far it got is unknown)."""
+    def unrun(self) -> str | None:
+        """What kept its program from running: ``restore failed``, ``validation failed``, or ``its run
+        could not start`` (every check passed, and forkpoint refused the run: a bad configuration
+        found from its folder up); None when it ran, or its task was lost (how far it got is unknown)."""
         if self.valid or self.lost:
             return None
-        failed = ", ".join(c.name for c in self.checks if not c.ok)
-        return "not run: " + (self.error or f"validation failed ({failed})")
+        if self.error is None:
+            return "validation failed"
+        return "its run could not start" if self.checks else "restore failed"
+
+    @property
+    def not_run(self) -> str | None:
+        """Why it was never run, ``not run: <why>`` (:attr:`unrun`, with the error), or None."""
+        unrun = self.unrun
+        if unrun == "validation failed":
+            return f"not run: {unrun} ({', '.join(c.name for c in self.checks if not c.ok)})"
+        if unrun == "restore failed":  # (a restore's error names what failed)
+            return f"not run: {self.error}"
+        return f"not run: {unrun}: {self.error}" if unrun else None
+
+    @property
+    def not_run_or_lost(self) -> str | None:
+        """Why it measured nothing before its program could end: :attr:`not_run`, or ``lost: <what
+        happened to the task running it>``; None when its program ran to its end."""
+        if self.lost:
+            return f"lost: {self.error or 'the task running it ended without a result or an error'}"
+        return self.not_run
 
     @property
     def unmeasured(self) -> bool:
@@ -1267,10 +1288,8 @@ def arm_task(spec: dict[str, Any]) -> dict[str, Any]:
         session = load_ref(spec["session"])
         restore(session, arm.seq, directory, repo=Path(spec["repo"]) if spec.get("repo") else None)
         arm.checks = validate(directory)
-    except (CheckpointError, SessionError) as exc:
+    except ForkpointError as exc:
         arm.error = str(exc)
-    if session is not None and arm.not_run and spec.get("outcome"):
-        arm.session, arm.not_stored = _record_not_run(session, spec, arm.not_run)
     if session is not None and arm.valid:
         outcome = Outcome(**spec["outcome"]) if spec.get("outcome") else None
         try:
@@ -1411,8 +1430,27 @@ def arm_task(spec: dict[str, Any]) -> dict[str, Any]:
             outside = _acted_outside(session, arm.seq, run.child, directory)
             if outside:
                 arm.problem = outside if arm.problem is None else f"{arm.problem}; {outside}"
+    if session is not None:
+        keep_not_run(arm, spec, session)
     arm.seconds = round(time.perf_counter() - started, 3)
     return arm.to_json()
+
+
+def keep_not_run(arm: Arm, spec: dict[str, Any], session: Session | None = None) -> None:
+    """Keep ``arm`` (of ``spec``, forked from ``session``, loaded from the spec when not given), never
+    run or lost, as a session of its own that says why (:func:`_record_not_run`), when it was given an
+    outcome command: its parent's page finds an arm by its session. One that cannot be kept is said
+    in its ``problem``; the fork goes on."""
+    why = arm.not_run_or_lost
+    if why is None or not spec.get("outcome"):
+        return
+    try:
+        parent = session if session is not None else load_ref(spec["session"])
+        arm.session, arm.not_stored = _record_not_run(parent, spec, why)
+    except (ForkpointError, OSError) as exc:
+        kept = f"its session, which would say why it measured nothing, could not be kept: {exc}"
+        say(f"forkpoint: WARNING: arm {arm.index}: {kept}")
+        arm.problem = kept if arm.problem is None else f"{arm.problem}; {kept}"
 
 
 def _record_not_run(session: Session, spec: dict[str, Any], why: str) -> tuple[str, str | None]:
@@ -1695,19 +1733,21 @@ def run_arms(
     on_arm: Callable[[Arm], None] | None = None,
 ) -> list[Arm]:
     """Run the arm tasks ``specs`` (:func:`arm_specs`) on ``executor`` (default: this machine, one
-    at a time); ``on_arm`` is called with each arm as it finishes. Returns the arms in spec order."""
+    at a time); ``on_arm`` is called with each arm as it finishes. An arm whose task failed (an
+    exception, a worker that died) is lost, kept as a session that says so when it was given an
+    outcome command (:func:`keep_not_run`), as the task could not. Returns the arms in spec order."""
     from .executors import LocalExecutor
 
     done: dict[int, Arm] = {}
     with executor or LocalExecutor(jobs=1) as ex:
         for i, result in ex.map(arm_task, specs):
-            if "index" not in result:  # the task itself failed (an exception, a lost worker)
+            if "index" in result:
+                arm = Arm.from_json(result)
+            else:  # the task itself failed (an exception, a lost worker)
                 spec = specs[i]
-                result = {k: spec[k] for k in ("index", "directory", "seq")} | {
-                    "error": result.get("error"),
-                    "lost": True,
-                }
-            arm = Arm.from_json(result)
+                arm = Arm(int(spec["index"]), Path(spec["directory"]), seq=int(spec["seq"]), lost=True)
+                arm.error = result.get("error") or None
+                keep_not_run(arm, spec)
             done[i] = arm
             if on_arm is not None:
                 on_arm(arm)

@@ -78,11 +78,11 @@ class SweepPlan:
         unrecoverable."""
         done = run_arms(self.specs, executor=executor, on_arm=on_arm)
         turns = {c["seq"]: c.get("turn") for c in self.checkpoints}
-        # (an arm never run is drawn with why too, as its parent's page draws it from its session)
+        # (an arm never run, or lost, is drawn with why too, as its parent's page draws it from its session)
         unmeasured = [
-            (a.seq, a.not_run or a.problem or str((a.outcome or {}).get("reason")))
+            (a.seq, a.not_run_or_lost or a.problem or str((a.outcome or {}).get("reason")))
             for a in done
-            if not a.lost and a.passed is None
+            if a.passed is None
         ]
         rates = by_checkpoint(((a.seq, a.passed) for a in done), turns, unmeasured)
         return {"session": self.session.id, "into": str(self.into), "arms": done, **rates}

@@ -198,12 +198,20 @@ def fork_table(arms: list[Arm], title: str | None = None) -> Table:
         if not arm.valid:
             if arm.lost:  # (the task failed: whether it restored or ran is unknown)
                 state, calls = "[red]task failed[/red]", "unknown"
-            elif arm.error is not None and not arm.checks:
+            elif arm.unrun == "restore failed":
                 state, calls = "[red]restore failed[/red]", "not run"
-            else:
+            elif arm.unrun == "validation failed":
                 state, calls = "[red]invalid[/red]", "not run"
+            else:  # (every check passed)
+                state, calls = "[green]valid[/green]", f"[red]not run: {arm.unrun}[/red]"
             table.add_row(
-                str(arm.index), str(arm.directory), state, calls, "", *([""] if with_outcome else []), ""
+                str(arm.index),
+                str(arm.directory),
+                state,
+                calls,
+                "",
+                *([""] if with_outcome else []),
+                _session_cell(arm) if arm.session else "",
             )
             continue
         report = arm.report or {}
@@ -222,26 +230,33 @@ def fork_table(arms: list[Arm], title: str | None = None) -> Table:
             calls,
             str(arm.exit_code),
             *([_passed(arm.outcome)] if with_outcome else []),
-            Path(arm.session or "—").name + (" [red](not in the store)[/red]" if arm.not_stored else ""),
+            _session_cell(arm),
         )
     return table
 
 
+def _session_cell(arm: Arm) -> str:
+    """An arm's session in its row, with whether it is not in the store."""
+    return Path(arm.session or "—").name + (" [red](not in the store)[/red]" if arm.not_stored else "")
+
+
+def _counted(whys: Counter[str]) -> str:
+    """Each why once: alone, or with how many arms it holds for, the commonest first."""
+    return ", ".join(why if len(whys) == 1 else f"{n} {why}" for why, n in whys.most_common())
+
+
 def pass_rate_line(arms: list[Arm]) -> str:
-    """``outcome: 3/4 passed (75%, 95% CI 30%–95%); 1 arm(s) not run (restore or validation failed)``
-    (and ``; 1 arm(s) lost (the task running it failed)``, ``; 2 arm(s) never went live (not
-    measured): 1 never replayed, 1 <why>``, ``; 2 arm(s) not measured: <why>``)."""
+    """``outcome: 3/4 passed (75%, 95% CI 30%–95%); 1 arm(s) not run (restore failed)`` (and ``; 1
+    arm(s) lost (the task running it failed)``, ``; 2 arm(s) never went live (not measured): 1 never
+    replayed, 1 <why>``, ``; 2 arm(s) not measured: <why>``)."""
     rate = rate_of(a.passed for a in arms)
-    invalid = sum(1 for a in arms if not a.valid and not a.lost)
+    unrun = Counter(a.unrun for a in arms if a.unrun)
     lost = sum(1 for a in arms if a.lost)
     diverged = Counter(a.diverged for a in arms if a.diverged)
-    tail = f"; {invalid} arm(s) not run (restore or validation failed)" if invalid else ""
+    tail = f"; {unrun.total()} arm(s) not run ({_counted(unrun)})" if unrun else ""
     tail += f"; {lost} arm(s) lost (the task running it failed)" if lost else ""
-    if diverged:  # (each why once: alone, or with how many arms it holds for)
-        whys = ", ".join(
-            str(why) if len(diverged) == 1 else f"{n} {why}" for why, n in diverged.most_common()
-        )
-        tail += f"; {diverged.total()} arm(s) never went live (not measured): {whys}"
+    if diverged:
+        tail += f"; {diverged.total()} arm(s) never went live (not measured): {_counted(diverged)}"
     not_measured = unmeasured(arms)
     return f"outcome: {rate.text()}{tail}" + (f"; {not_measured}" if not_measured else "")
 
@@ -283,9 +298,11 @@ def sweep_table(result: dict[str, Any]) -> Table:
         "95% CI",
         "",
     )
-    invalid: dict[int, int] = {}
+    unrun: dict[int, int] = {}
+    lost: dict[int, int] = {}
     for a in result["arms"]:
-        invalid[a.seq] = invalid.get(a.seq, 0) + (not a.valid)
+        unrun[a.seq] = unrun.get(a.seq, 0) + bool(a.unrun)
+        lost[a.seq] = lost.get(a.seq, 0) + a.lost
     for p in result["points"]:
         rate = p["rate"]
         bar = (
@@ -298,11 +315,13 @@ def sweep_table(result: dict[str, Any]) -> Table:
             mark = "  ← last recoverable"
         elif p["seq"] == result["unrecoverable_from"]:
             mark = "  ← unrecoverable from here"
-        bad = invalid.get(p["seq"], 0)
+        said = [
+            f"{n} {what}" for n, what in ((unrun.get(p["seq"]), "not run"), (lost.get(p["seq"]), "lost")) if n
+        ]
         table.add_row(
             f"@{p['seq']}",
             str(p["turn"]),
-            str(p["arms"]) + (f" ({bad} not run)" if bad else ""),
+            str(p["arms"]) + (f" ({', '.join(said)})" if said else ""),
             f"{p['passed']}/{p['ran']}",
             f"{rate:.0%}" if rate is not None else "—",
             f"{p['low']:.0%}–{p['high']:.0%}" if p["ran"] else "—",

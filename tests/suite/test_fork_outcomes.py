@@ -13,18 +13,19 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from forkpoint.executors.base import Executor, Task
 from forkpoint.html import view_model
 from forkpoint.log import Session
-from forkpoint.orchestrate import run_child
-from forkpoint.outcome import NOT_MEASURED, Rate, by_checkpoint, outcome_of, wilson
+from forkpoint.orchestrate import arm_specs, run_arms, run_child
+from forkpoint.outcome import NOT_MEASURED, Outcome, Rate, by_checkpoint, outcome_of, wilson
 from forkpoint.store import resolve, session_dirs
-from forkpoint.suite.tables import sweep_verdict
+from forkpoint.suite.tables import pass_rate_line, sweep_verdict
 from tests.modelserver import LocalServer, Reply, chat_completion, json_reply
 from tests.suite.agents import KEEPER_OUTCOME, ONE_CALL, SHELL_AGENT, Keeper, cli_env, record_keeper
 
@@ -187,6 +188,76 @@ def test_an_arm_that_could_not_be_restored_is_drawn_on_its_parents_page(
     assert arm.end() is not None and arm.end()["exit_code"] is None, arm.end()
     (point,) = view_model(keeper.session)["sweep"]["points"]
     assert (point["seq"], point["arms"], point["ran"], point["not_measured"]) == (before, 1, 0, [why]), point
+
+
+def test_an_arm_whose_run_could_not_start_says_so_and_is_drawn_on_its_parents_page(
+    keeper: Keeper, tmp_path: Path
+) -> None:
+    """An arm whose checks all passed but whose replay refused to start (a forkpoint.toml with a bad
+    rule above its folder, found from the arm up) was shown as ``invalid``, counted as "not run
+    (restore or validation failed)", and kept no session: the parent's page drew nothing of it. It
+    is said as what it was, and kept as a session that says why, as an arm whose restore failed."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "forkpoint.toml").write_text("[match]\nignore = 5\n")
+    before = keeper.resumable()[1]
+    fork = forkpoint_cli(
+        keeper, "fork", f"{keeper.session.id}@{before}", "--arms", "1", "--into", str(project / "arms"),
+        "--store", str(keeper.store), "--outcome", KEEPER_OUTCOME, "--", *keeper.agent, cwd=tmp_path,
+    )  # fmt: skip
+    out = fork.stdout + fork.stderr
+    assert fork.returncode == 1, out
+    assert fork.stderr.count("  pass  ") == 6, out  # (every check passed)
+    assert re.search(r"arm-1 +valid +not run: its run could not start", fork.stdout), out
+    assert "outcome: no run measured; 1 arm(s) not run (its run could not start)" in fork.stdout, out
+    assert "restore or validation failed" not in out and "invalid" not in fork.stdout, out
+    (arm,) = arms_of_store(keeper)
+    assert arm.path.name in fork.stdout, out  # (the row names its session)
+    (note,) = arm.by_type("note")
+    why = note["data"][NOT_MEASURED]
+    assert why.startswith("not run: its run could not start: ") and "ignore must be a list" in why, why
+    assert not arm.by_type("model_call") and arm.end() is not None and arm.end()["exit_code"] is None
+    (point,) = view_model(keeper.session)["sweep"]["points"]
+    assert (point["seq"], point["arms"], point["ran"], point["not_measured"]) == (before, 1, 0, [why]), point
+
+
+class _LosingExecutor(Executor):
+    """Loses every task, as an executor whose workers died under them does: with the error it says,
+    or (``None``) with no error text at all."""
+
+    name, workers = "losing", 1
+
+    def __init__(self, errors: list[str | None]) -> None:
+        self.errors = errors
+
+    def map(self, fn: Task, specs: Sequence[dict[str, Any]]) -> Iterator[tuple[int, dict[str, Any]]]:
+        for i, error in enumerate(self.errors):
+            yield i, {} if error is None else {"error": error}
+
+
+def test_a_lost_arm_says_what_happened_and_is_drawn_on_its_parents_page(
+    keeper: Keeper, tmp_path: Path
+) -> None:
+    """An arm whose task was lost (its worker died) kept no session, so the parent's page drew
+    nothing of it, and with no error text sweep said "lost: None". It is kept as a session that says
+    what happened to it, and the sweep draws it alike."""
+    before = keeper.resumable()[1]
+    died = "the Ray task failed: WorkerCrashedError: The worker died unexpectedly while executing this task."
+    specs = arm_specs(
+        keeper.session, before, keeper.agent, arms=2, into=tmp_path / "arms", outcome=Outcome(KEEPER_OUTCOME)
+    )
+    arms = run_arms(specs, executor=_LosingExecutor([died, None]))
+    whys = [a.not_run_or_lost for a in arms]
+    assert whys == [f"lost: {died}", "lost: the task running it ended without a result or an error"], whys
+    assert all(a.lost and a.session and a.unrun is None and not a.not_stored for a in arms), arms
+    assert pass_rate_line(arms) == "outcome: no run measured; 2 arm(s) lost (the task running it failed)"
+    kept = {a.path.name: a for a in arms_of_store(keeper)}
+    assert sorted(kept) == sorted(Path(str(a.session)).name for a in arms)
+    for arm, why in zip(arms, whys, strict=True):
+        (note,) = kept[Path(str(arm.session)).name].by_type("note")
+        assert note["data"][NOT_MEASURED] == why
+    (point,) = view_model(keeper.session)["sweep"]["points"]
+    assert (point["arms"], point["ran"], sorted(point["not_measured"])) == (2, 0, sorted(whys)), point
 
 
 def test_sweep_into_a_folder_holding_arms_refuses_as_fork_does(keeper: Keeper, tmp_path: Path) -> None:
