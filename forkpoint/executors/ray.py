@@ -20,6 +20,18 @@ from ..errors import UsageError
 from .base import Executor, Task
 from .local import run_as_task
 
+#: What happened to a task, by the Ray error its result raised (Ray's own text says less: a worker
+#: that died "unexpectedly" is one killed by a signal, the kernel's OOM killer's SIGKILL say).
+LOST = {
+    "WorkerCrashedError": "the worker process running it died, killed by a signal or with its node "
+    "(Ray does not say which)",
+    "OutOfMemoryError": "Ray killed the worker running it, its node being low on memory",
+    "NodeDiedError": "the node running it died",
+    "LocalRayletDiedError": "the Ray node running it stopped",
+    "TaskCancelledError": "it was cancelled",
+    "ObjectLostError": "its result was lost with the node that held it",
+}
+
 
 class RayExecutor(Executor):
     """Run tasks as Ray tasks on the cluster at ``address`` (see the module docstring)."""
@@ -73,7 +85,9 @@ class RayExecutor(Executor):
                     try:
                         result = ray.get(ref)
                     except ray.exceptions.RayError as exc:  # a worker died, or could not run the task
-                        result = {"error": f"the Ray task failed: {type(exc).__name__}: {exc}"}
+                        kind = type(exc).__name__
+                        what = f"{LOST[kind]}: " if kind in LOST else ""
+                        result = {"error": f"{what}the Ray task failed: {kind}: {exc}"}
                     yield refs[ref], result
         finally:
             for ref in pending:  # interrupted: what has not run yet never runs

@@ -22,6 +22,7 @@ import orjson
 import pytest
 
 from forkpoint.demo.server import ModelServer
+from forkpoint.html import view_model
 from forkpoint.log import Session
 from forkpoint.outcome import outcome_of
 from forkpoint.store import session_dirs
@@ -169,7 +170,8 @@ def test_an_arm_whose_ray_worker_dies_is_reported_as_that_not_retried(
     """Ray retries a task whose worker died (three times by default): the retry restored into the
     arm's folder the first attempt had filled, and the arm was reported as "restore failed: … not
     empty", hiding the crash. An arm is not idempotent (it writes a session): it runs once, and a
-    crash is said as one."""
+    crash is said as one, in words (Ray's own said only "died unexpectedly"), and kept as a session
+    saying so: the parent's page drew nothing of it."""
     before = keeper.resumable()[1]
     fork = forkpoint_cli(
         "fork", f"{keeper.session.id}@{before}", "--arms", "1", "--into", str(tmp_path / "arms"),
@@ -178,11 +180,21 @@ def test_an_arm_whose_ray_worker_dies_is_reported_as_that_not_retried(
     )  # fmt: skip
     out = fork.stdout + fork.stderr
     assert fork.returncode != 0, out
-    said = fork.stderr.split("arm 1: ", 1)[-1]  # forkpoint's own words on the arm (not the raylet's log)
-    assert "the Ray task failed: WorkerCrashedError" in said, out
+    # (forkpoint's own words on the arm, not the raylet's log)
+    said = next(line for line in fork.stderr.splitlines() if line.startswith("arm 1: "))
+    said = said.removeprefix("arm 1: ")
+    lost = "lost: the worker process running it died, killed by a signal or with its node"
+    assert said.startswith(lost) and "the Ray task failed: WorkerCrashedError" in said, out
     assert "not empty" not in out and "retries remaining" not in out, out
     assert re.search(r"arm-1 +task failed +unknown", fork.stdout), out
     assert "outcome: no run measured; 1 arm(s) lost (the task running it failed)" in fork.stdout, out
+    # (the worker had made the arm's session, which it never ended: the one that says why is new)
+    kept = [a for a in session_dirs(keeper.store) if a.name in fork.stdout and a.name != keeper.session.id]
+    assert len(kept) == 1, out
+    drawn = view_model(keeper.session)["sweep"]["points"]
+    assert [(p["seq"], p["ran"], [w[: len(lost)] for w in p["not_measured"]]) for p in drawn] == [
+        (before, 0, [lost])
+    ], drawn
 
 
 def test_an_arm_stopped_at_its_timeout_on_ray_leaves_nothing_it_started_running(
