@@ -798,6 +798,8 @@ class Replayer:
         self.others |= set(self.used) | self.covered
         self.used = []
         self.covered = set()
+        # (the parent asked for them, and its own report says so)
+        self.unservable, self.unservable_inner = [], set()
         self.started = time.time()
         self.live_calls = dict.fromkeys(self.live_calls, 0)
         self.divergence = None

@@ -186,6 +186,55 @@ def test_calls_recorded_inside_a_tool_call_that_could_not_be_served_are_not_coun
     assert merged["unservable_inner"] == [inner] and merged["matched"] == 1, merged
 
 
+def test_a_forked_child_reports_no_unservable_call_its_parent_asked_for(store: Path, tmp_path: Path) -> None:
+    """A child forked after its parent was handed nothing of a tool call (its result had no stored
+    form) reported that call, and the call recorded inside it, as its own: "asked for but served
+    nothing … 1 tool call (seq N), nor the 1 call recorded inside it", though it asked for nothing.
+    A child's report says what the child did, and only that; the replay's, merged, still says it."""
+
+    class Opaque:  # no stored form: the call is written without its result
+        pass
+
+    @forkpoint.tool
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    @forkpoint.tool
+    def make() -> Opaque:
+        add(5, 6)
+        return Opaque()
+
+    with forkpoint.record(store=store) as rec:
+        add(1, 2)
+        make()
+    with forkpoint.replay(rec.session_path) as rp:
+        add(1, 2)
+        with pytest.raises(forkpoint.Divergence):
+            make()
+        parent = rp.report()
+        assert parent["unservable"] and parent["unservable_inner"], parent
+        child_report = tmp_path / "child.json"
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child
+            code = 0
+            try:
+                rp.forked(lambda: None)  # what a replaying process does in a child fork made
+                child_report.write_text(json.dumps(rp.report()))
+            except BaseException:
+                code = 1
+            os._exit(code)
+        assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+    child = json.loads(child_report.read_text())
+    assert (child["unservable"], child["unservable_inner"], child["served"]) == ([], [], []), child
+    assert "served nothing" not in summary_line(child), summary_line(child)
+    merged = merge_reports([parent, child])
+    assert (merged["unservable"], merged["unservable_inner"]) == (
+        parent["unservable"],
+        parent["unservable_inner"],
+    )
+    assert "asked for but served nothing" in summary_line(merged), summary_line(merged)
+
+
 def test_a_replay_that_skipped_recorded_calls_and_went_on_is_not_said_to_have_ended_early(
     store: Path,
 ) -> None:
