@@ -147,12 +147,9 @@ def test_a_tool_call_whose_result_was_not_stored_is_not_counted_as_served(store:
     ), said
 
 
-def test_calls_recorded_inside_a_tool_call_that_could_not_be_served_are_not_counted_as_covered(
-    store: Path,
-) -> None:
-    """A tool whose result had no stored form, whose body called another tool: the replay handed the
-    program nothing of it, yet the call made inside it was counted as served with it ("2/3 events
-    matched", ``covered``). It was never replayed: it is counted as not served, and said."""
+def _record_a_call_with_an_unstored_result(store: Path) -> tuple[Path, Callable[[], None]]:
+    """Record ``add(1, 2)``, then ``make()``, a tool whose result has no stored form and whose body
+    calls ``add(5, 6)``. Returns the session and the program (a replay of it diverges at ``make``)."""
 
     class Opaque:  # no stored form: the call is written without its result
         pass
@@ -172,9 +169,19 @@ def test_calls_recorded_inside_a_tool_call_that_could_not_be_served_are_not_coun
 
     with forkpoint.record(store=store) as rec:
         run()
-    calls = Session.load(rec.session_path).by_type("tool_call")
+    return rec.session_path, run
+
+
+def test_calls_recorded_inside_a_tool_call_that_could_not_be_served_are_not_counted_as_covered(
+    store: Path,
+) -> None:
+    """A tool whose result had no stored form, whose body called another tool: the replay handed the
+    program nothing of it, yet the call made inside it was counted as served with it ("2/3 events
+    matched", ``covered``). It was never replayed: it is counted as not served, and said."""
+    path, run = _record_a_call_with_an_unstored_result(store)
+    calls = Session.load(path).by_type("tool_call")
     unstored, inner = next(e["seq"] for e in calls if "unrecorded" in e), calls[1]["seq"]
-    with pytest.raises(forkpoint.Divergence), forkpoint.replay(rec.session_path) as rp:
+    with pytest.raises(forkpoint.Divergence), forkpoint.replay(path) as rp:
         run()
     report = rp.report()
     assert report["covered"] == [] and report["unservable_inner"] == [inner], report
@@ -191,26 +198,10 @@ def test_a_forked_child_reports_no_unservable_call_its_parent_asked_for(store: P
     form) reported that call, and the call recorded inside it, as its own: "asked for but served
     nothing … 1 tool call (seq N), nor the 1 call recorded inside it", though it asked for nothing.
     A child's report says what the child did, and only that; the replay's, merged, still says it."""
-
-    class Opaque:  # no stored form: the call is written without its result
-        pass
-
-    @forkpoint.tool
-    def add(a: int, b: int) -> int:
-        return a + b
-
-    @forkpoint.tool
-    def make() -> Opaque:
-        add(5, 6)
-        return Opaque()
-
-    with forkpoint.record(store=store) as rec:
-        add(1, 2)
-        make()
-    with forkpoint.replay(rec.session_path) as rp:
-        add(1, 2)
+    path, run = _record_a_call_with_an_unstored_result(store)
+    with forkpoint.replay(path) as rp:
         with pytest.raises(forkpoint.Divergence):
-            make()
+            run()
         parent = rp.report()
         assert parent["unservable"] and parent["unservable_inner"], parent
         child_report = tmp_path / "child.json"
