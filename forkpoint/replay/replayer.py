@@ -810,6 +810,7 @@ class Replayer:
         self.aside_served, self.aside_answered, self.network_blocked = [], [], []
         self.applied = dict.fromkeys(self.applied, False)
         self.refused = {}
+        self.cache_answers = Counter()  # (summed over the processes' reports: merge_reports)
         self.report_each_call(report)
 
     def report_each_call(self, report: Callable[[], None]) -> None:

@@ -24,6 +24,7 @@ import pytest
 from rich.console import Console
 
 import forkpoint
+from forkpoint import runtime
 from forkpoint.capture import tools as tools_mod
 from forkpoint.html import view_model
 from forkpoint.log import Session
@@ -193,6 +194,23 @@ def test_calls_recorded_inside_a_tool_call_that_could_not_be_served_are_not_coun
     assert merged["unservable_inner"] == [inner] and merged["matched"] == 1, merged
 
 
+def _forked_report(rp: Any, tmp_path: Path) -> dict[str, Any]:
+    """The report of a child forked from this replaying process, which asks for nothing: made as a
+    replaying process makes it in a child fork (``Replayer.forked``)."""
+    path = tmp_path / f"child-{time.monotonic_ns()}.json"
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        code = 0
+        try:
+            rp.forked(lambda: None)
+            path.write_text(json.dumps(rp.report()))
+        except BaseException:
+            code = 1
+        os._exit(code)
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+    return dict(json.loads(path.read_text()))
+
+
 def test_a_forked_child_reports_no_unservable_call_its_parent_asked_for(store: Path, tmp_path: Path) -> None:
     """A child forked after its parent was handed nothing of a tool call (its result had no stored
     form) reported that call, and the call recorded inside it, as its own: "asked for but served
@@ -204,18 +222,7 @@ def test_a_forked_child_reports_no_unservable_call_its_parent_asked_for(store: P
             run()
         parent = rp.report()
         assert parent["unservable"] and parent["unservable_inner"], parent
-        child_report = tmp_path / "child.json"
-        pid = os.fork()
-        if pid == 0:  # pragma: no cover - the child
-            code = 0
-            try:
-                rp.forked(lambda: None)  # what a replaying process does in a child fork made
-                child_report.write_text(json.dumps(rp.report()))
-            except BaseException:
-                code = 1
-            os._exit(code)
-        assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
-    child = json.loads(child_report.read_text())
+        child = _forked_report(rp, tmp_path)
     assert (child["unservable"], child["unservable_inner"], child["served"]) == ([], [], []), child
     assert "served nothing" not in summary_line(child), summary_line(child)
     merged = merge_reports([parent, child])
@@ -224,6 +231,29 @@ def test_a_forked_child_reports_no_unservable_call_its_parent_asked_for(store: P
         parent["unservable_inner"],
     )
     assert "asked for but served nothing" in summary_line(merged), summary_line(merged)
+
+
+def test_a_forked_child_does_not_count_its_parents_cached_answers_again(store: Path, tmp_path: Path) -> None:
+    """A child forked after a framework answered its parent's requests from its own cache (DSPy's)
+    reported those answers as its own, and the replay's report, which sums them over its processes,
+    said "DSPy answered 4 requests from its own cache" of 2."""
+
+    @forkpoint.tool
+    def step() -> int:
+        return 1
+
+    with forkpoint.record(store=store) as rec:
+        step()
+    with forkpoint.replay(rec.session_path) as rp:
+        step()
+        for _ in range(2):  # (what forkpoint's DSPy integration says of an answer from its cache)
+            runtime.answered_from_cache("DSPy")
+        parent = rp.report()
+        child = _forked_report(rp, tmp_path)
+    assert child["answered_from_cache"] == {}, child
+    merged = merge_reports([parent, child])
+    assert merged["answered_from_cache"] == {"DSPy": 2}, merged
+    assert "DSPy answered 2 requests from its own cache" in summary_line(merged), summary_line(merged)
 
 
 def test_a_replay_that_skipped_recorded_calls_and_went_on_is_not_said_to_have_ended_early(
