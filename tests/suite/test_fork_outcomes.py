@@ -221,6 +221,29 @@ def test_an_arm_whose_run_could_not_start_says_so_and_is_drawn_on_its_parents_pa
     assert (point["seq"], point["arms"], point["ran"], point["not_measured"]) == (before, 1, 0, [why]), point
 
 
+def test_a_sweep_arm_whose_override_cannot_apply_from_its_checkpoint_is_kept_as_not_run(
+    keeper: Keeper, tmp_path: Path
+) -> None:
+    """An override of a call recorded after a checkpoint cannot apply to that checkpoint's arms (every
+    call from there is live): their run was refused, which the sweep said, but they kept no session,
+    so the parent's page drew only the checkpoints whose arms ran. They are kept, saying why."""
+    cps = keeper.resumable()
+    spec = 'tool:delete_file={"deleted": "nothing"}'  # (recorded between the 2nd and 3rd checkpoint)
+    out = forkpoint_cli(
+        keeper, "sweep", keeper.session.id, "--store", str(keeper.store), "--arms", "1", "--from", str(cps[1]),
+        "--outcome", KEEPER_OUTCOME, "--override", spec, "--into", str(tmp_path / "sweep"), "--", *keeper.agent,
+        cwd=tmp_path,
+    )  # fmt: skip
+    said = f"forkpoint: @{cps[1]} arm 1: not run: its run could not start: override '{spec}' names event seq"
+    assert out.returncode == 1 and said in out.stderr, out.stdout + out.stderr
+    assert f"@{cps[2]} arm 1: fail" in out.stderr, out.stderr  # (the override applied before it)
+    points = {p["seq"]: p for p in view_model(keeper.session)["sweep"]["points"]}
+    assert sorted(points) == cps[1:], points
+    (why,) = points[cps[1]]["not_measured"]
+    assert (points[cps[1]]["ran"], points[cps[2]]["ran"]) == (0, 1), points
+    assert f"forkpoint: @{cps[1]} arm 1: {why}" in out.stderr, why
+
+
 class _LosingExecutor(Executor):
     """Loses every task, as an executor whose workers died under them does: with the error it says,
     or (``None``) with no error text at all."""
