@@ -1220,7 +1220,7 @@ class Arm:
     @property
     def not_run_or_lost(self) -> str | None:
         """Why it measured nothing before its program could end: :attr:`not_run`, or ``lost: <what
-        happened to the task running it>``; None when its program ran to its end."""
+        happened to the task running it>``; None when its program ran and its task returned."""
         if self.lost:
             return f"lost: {self.error or 'the task running it ended without a result or an error'}"
         return self.not_run
