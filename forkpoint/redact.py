@@ -2135,9 +2135,10 @@ class Scrubber:
         """:meth:`_split_secrets` of one run of adjacent strings, the first at index ``first``. Each
         item is scrubbed alone first, so a whole key at one item's end is not read on into the next
         (``["key: sk-…", "Done"]``, lines split from an ``.env`` file); then the items as scrubbed
-        are read as one text, again after each secret taken (what a second scrub would read). A PEM
-        key is read to its END line over the items as given: its header line alone is a key's
-        shape (a key cut short), its body lines none."""
+        are read as one text, again after each secret taken (what a second scrub would read). A
+        secret the item it starts in would keep alone is read over the items as given first
+        (:meth:`_read_on`): a PEM key's header line alone is a key's shape (a key cut short), its
+        body lines none, and so is a key's first 20 characters, its rest none."""
         raw = "".join(run)
         found = self.find(raw)
         # Nothing in their text, nor in any alone: the usual list of words or lines. Each alone is
@@ -2152,11 +2153,25 @@ class Scrubber:
         ):
             return {}
         taken: dict[int, str] = {}  # item → the kind of the secret it holds a part of
-        pems = [s for s in found if s[2] == "private-key" and raw.find("-----END ", s[0], s[1]) >= 0]
-        pieces = self._cut(run, _crossing(run, pems), taken)
+        pieces = self._cut(run, [s for s in _crossing(run, found) if self._read_on(run, raw, s)], taken)
         while spans := _crossing(pieces, self.find("".join(pieces))):
             pieces = self._cut(pieces, spans, taken)
         return {first + i: (pieces[i], kind) for i, kind in sorted(taken.items())}
+
+    def _read_on(self, run: Sequence[str], raw: str, span: tuple[int, int, str]) -> bool:
+        """Whether a secret of the items of ``run`` read as one text (``raw``), over a boundary
+        between two, is read over the items as given, where the item it starts in, scrubbed alone,
+        may keep it: a PEM key to its END line, or a secret the item holds alone to its end, of the
+        same kind, whose rest looks random (:func:`_valid_bearer`: a key cut where an item ends,
+        ``["sk-proj-…", "wxyz0123…"]``; not ``"Done"`` after a key, nor the next line of an ``.env``
+        file, ``"AWS2_REGION=eu-west-1"``, which an assignment's value reads on into as another kind)."""
+        a, b, kind = span
+        if kind == "private-key" and raw.find("-----END ", a, b) >= 0:
+            return True
+        ends = list(itertools.accumulate(map(len, run)))
+        k = bisect.bisect_right(ends, a)
+        end, start = ends[k], ends[k] - len(run[k])
+        return _valid_bearer(raw[end:b]) and (a - start, len(run[k]), kind) in self.find(run[k])
 
     def _cut(
         self, pieces: Sequence[str], spans: list[tuple[int, int, str]], taken: dict[int, str]

@@ -1045,3 +1045,35 @@ def test_a_secret_a_tool_returns_split_over_list_items_reaches_no_file(store: Pa
     with forkpoint.replay(rec.session_path) as rp:
         assert read_lines("deploy.pem") == stored
     assert rp.report()["matched"] == 1
+
+
+def test_a_secret_a_tool_returns_split_after_a_piece_of_a_whole_key_shape_reaches_no_file(
+    store: Path,
+) -> None:
+    """The first piece of a split secret alone a whole key's shape (40 characters of an OpenAI key;
+    a PEM key's header line, its END line not returned): that piece was replaced and the rest of the
+    key stored in the clear, in the next item(s)."""
+    key = SECRETS["openai_api_key"]
+    pem = PEM.splitlines()[:-1]
+
+    @forkpoint.tool
+    def read_lines(path: str) -> list[str]:
+        return ["see " + key[:40], key[40:] + " more", "Done", *pem]
+
+    with forkpoint.record(store=store) as rec:
+        live = read_lines("deploy.pem")
+    assert live[3:] == pem  # (the live run gets what the tool returned)
+    body = {f"pem line {i}": line for i, line in enumerate(pem[1:])}
+    assert leaks(store, {"key": key, "key's rest": key[40:], **body}) == []
+    stored = Session.load(rec.session_path).by_type("tool_call")[0]["result"]
+    assert stored == [
+        "see " + redact.placeholder("openai-key", key),
+        " more",
+        "Done",
+        redact.placeholder("private-key", "".join(pem)),
+        "",
+        "",
+    ]
+    with forkpoint.replay(rec.session_path) as rp:
+        assert read_lines("deploy.pem") == stored
+    assert rp.report()["matched"] == 1

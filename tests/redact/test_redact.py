@@ -1488,6 +1488,19 @@ _PEM_LINES = [
             "openai-key",
         ),
         (_PEM_LINES, "".join(_PEM_LINES).rstrip("\n"), "private-key"),
+        # (the first piece alone a whole key's shape: a key of 20 characters or more, a PEM key's
+        # header line whose END line is not in the list)
+        (
+            ["sk-proj-abcdefghijklmnopqrstuv", "wxyz0123456789ABCDEF"],
+            "sk-proj-abcdefghijklmnopqrstuvwxyz0123456789ABCDEF",
+            "openai-key",
+        ),
+        (_PEM_LINES[:3], "".join(_PEM_LINES[:3]), "private-key"),
+        (
+            [line.rstrip("\n") for line in _PEM_LINES[:3]],
+            "".join(_PEM_LINES[:3]).replace("\n", ""),
+            "private-key",
+        ),
     ],
 )
 def test_a_secret_split_over_adjacent_strings_of_a_list_is_replaced_where_it_starts(
@@ -1514,8 +1527,11 @@ def test_a_whole_secret_at_the_end_of_a_list_item_is_not_read_on_into_the_next()
     """Lines split from a ``.env`` file, a message and a word: the next item's text is its own,
     though glued to the key it would read as more of it."""
     key = "sk-proj-" + _rand(40)
-    items = [f"OPENAI_API_KEY={key}", "HOME=/root", f"key {key}", "Done"]
-    assert Scrubber().json(items) == [scrub_text(item) for item in items]
+    for items in (
+        [f"OPENAI_API_KEY={key}", "HOME=/root", f"key {key}", "Done"],
+        [f"OPENAI_API_KEY={key}", "AWS2_REGION=eu-west-1"],  # (random-looking, but the value of another name)
+    ):
+        assert Scrubber().json(items) == [scrub_text(item) for item in items]
     assert Scrubber().json(["password=", "hunter2xyz"]) == ["password=", "hunter2xyz"]
 
 
