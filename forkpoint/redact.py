@@ -1540,17 +1540,23 @@ class Scrubber:
                     keep, ends, owned, shared = n, old.ends(), old.owned, old
         # A large list met for the first time (a 20 MB tool result) may be clean as it is; a list
         # that goes on a recent one (a long conversation) is not checked whole again: its known
-        # items are shared, as below, and not held twice by the caches.
+        # items are shared, as below, and not held twice by the caches. One that holds text (a
+        # file's lines) is checked before its neighbours are read, which then know its items alone
+        # hold nothing (its text is read a line each once); one that holds none, after the check
+        # that it goes on a recent list but for its first item, which spares the check.
+        big = not keep and len(data) >= CLEAN_IN_TEXT_MIN
+        texts = big and str in map(type, items)
+        clean = texts and self._clean(data)
         # A list whose items say another is a credential is scrubbed whole, neither taken from nor
         # kept for the lists items are shared with (an item alone is scrubbed without the one that
         # says so): none of those holds one, so only the items after the shared ones are read.
-        if self._neighbour_secrets(items, keep):
+        if self._neighbour_secrets(items, keep, alone_clean=clean):
             return cast("list[Any]", self._json(items, ()))
         if not keep:
             out = self._after_first(items, data, finite, given)
             if out is not None:
                 return out
-        if not keep and len(data) >= CLEAN_IN_TEXT_MIN and self._clean(data):
+        if clean or (big and not texts and self._clean(data)):
             with self._lock:  # (where its items end is worked out if a longer list comes)
                 self._lists.appendleft(_Scrubbed(data, None, items, owned=False, finite=finite, given=given))
             return items  # nothing in it to scrub: the walk below would build an equal copy
@@ -2087,19 +2093,25 @@ class Scrubber:
                     found[i + 1] = (placeholder("secret-option", nxt), arg)
         return found
 
-    def _neighbour_secrets(self, items: Sequence[Any], shared: int = 0) -> dict[int, tuple[str, str]]:
+    def _neighbour_secrets(
+        self, items: Sequence[Any], shared: int = 0, *, alone_clean: bool = False
+    ) -> dict[int, tuple[str, str]]:
         """The items of a list that its other items make secrets, by index, as (what each is stored
         as, a name or kind): :meth:`_list_secrets` and :meth:`_split_secrets` in turn, each over the
         items as the other left them (a placeholder makes new neighbours: ``["curl--secret", …]``
         cut to ``"--secret"`` is an option a second scrub reads), until neither finds more; read
-        from where its first ``shared`` items (a list's known to hold none) stop."""
+        from where its first ``shared`` items (a list's known to hold none) stop. ``alone_clean``:
+        its strings are known to hold nothing each alone (:meth:`_clean`)."""
         start = _shared_until(shared)
         found: dict[int, tuple[str, str]] = {}
         if str not in map(type, items[start:]):  # (a list of no text, a conversation's messages: in C)
             return found
         turn = 0
         while True:
-            more = (self._list_secrets, self._split_secrets)[turn % 2](items, start)
+            if turn % 2:  # (what _clean said of the items as given: until they change)
+                more = self._split_secrets(items, start, alone_clean=alone_clean and not found)
+            else:
+                more = self._list_secrets(items, start)
             more = {i: v for i, v in more.items() if v[0] != items[i]}  # (what changes the list)
             if more:
                 found |= more
@@ -2108,13 +2120,16 @@ class Scrubber:
                 return found
             turn += 1
 
-    def _split_secrets(self, items: Sequence[Any], start: int = 0) -> dict[int, tuple[str, str]]:
+    def _split_secrets(
+        self, items: Sequence[Any], start: int, *, alone_clean: bool
+    ) -> dict[int, tuple[str, str]]:
         """The text items of a list that a secret runs over, by index, as (what each is stored as,
         the secret's kind): a tool's pieces of text (``["… sk-proj-abc", "def…"]``, a file's lines
         of a PEM key) hold a secret no item holds whole, and each scrubbed alone kept its pieces (a
         key's body) in the clear. Adjacent strings are read as one text, as a stream's chunks are;
         the placeholder goes into the item where the secret starts, and the rest of it is removed
-        from the items it spilled into. Only runs with a boundary after item ``start`` are read."""
+        from the items it spilled into. Only runs with a boundary after item ``start`` are read;
+        ``alone_clean``: see :meth:`_neighbour_secrets`."""
         found: dict[int, tuple[str, str]] = {}
         n = len(items)
         if n - start < 2:
@@ -2127,12 +2142,15 @@ class Scrubber:
             while j < n and type(items[j]) is str:
                 j += 1
             if j - i > 1:
-                found.update(self._run_secrets(items[i:j], i))
+                found.update(self._run_secrets(items[i:j], i, alone_clean=alone_clean))
             i = j + 1
         return found
 
-    def _run_secrets(self, run: Sequence[str], first: int) -> dict[int, tuple[str, str]]:
-        """:meth:`_split_secrets` of one run of adjacent strings, the first at index ``first``. Each
+    def _run_secrets(
+        self, run: Sequence[str], first: int, *, alone_clean: bool
+    ) -> dict[int, tuple[str, str]]:
+        """:meth:`_split_secrets` of one run of adjacent strings, the first at index ``first``
+        (``alone_clean``: none holds anything alone, as :meth:`_clean` found before). Each
         item is scrubbed alone first, so a whole key at one item's end is not read on into the next
         (``["key: sk-…", "Done"]``, lines split from an ``.env`` file); then the items as scrubbed
         are read as one text, again after each secret taken (what a second scrub would read). A
@@ -2145,11 +2163,14 @@ class Scrubber:
         # scrubbed as the list's walk scrubs it next (then from the cache); a long list's items read
         # a line each, as one text (a secret ends at a line break as at a text's end, and starts
         # after one as at its start), as _clean checks a long list before its walk (and as there,
-        # not with a user's regex, which may anchor at a string's ends).
-        if not found and not (
-            self.find("\n".join(run))
-            if len(raw) >= CLEAN_IN_TEXT_MIN and not self.rules.patterns
-            else any(self.text(p) != p for p in run)
+        # not with a user's regex, which may anchor at a string's ends), unless _clean read them so.
+        if not found and (
+            alone_clean
+            or not (
+                self.find("\n".join(run))
+                if len(raw) >= CLEAN_IN_TEXT_MIN and not self.rules.patterns
+                else any(self.text(p) != p for p in run)
+            )
         ):
             return {}
         taken: dict[int, str] = {}  # item → the kind of the secret it holds a part of
