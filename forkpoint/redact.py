@@ -46,7 +46,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, NamedTuple, TypeVar, cast
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
 import orjson
@@ -98,21 +98,59 @@ _SECRET_OPTION_NAME = (
     r"|access[-_]?key|private[-_]?key|secret[-_]?key|auth[-_]?key|master[-_]?key|credentials?)"
 )
 SECRET_OPTION = re.compile(_SECRET_OPTION_NAME + r"(?:=(?P<value>.+))?", re.DOTALL)
-#: Clients whose password is a short option's value on their command line, as an argv list holds
-#: it (a tool's ``["curl", "-u", "admin:PW"]``): a program's name, the words after it, the options
-#: whose next item is the password, those that may hold it glued on (``-pPW``), whether it runs a
-#: command given after its own options (whose options are not its own: ``sshpass -f F ssh -p 22``).
-#: Curl's user is kept (``admin:`` of ``admin:PW``, as in text); ``mysql -p DB`` asks for DB's password.
-_COMMAND_PASSWORD_OPTIONS: tuple[tuple[tuple[str, ...], frozenset[str], frozenset[str], bool], ...] = (
-    (("curl",), frozenset({"-u", "--user"}), frozenset({"-u"}), False),
-    (("mysql",), frozenset(), frozenset({"-p"}), False),
-    (("mysqldump",), frozenset(), frozenset({"-p"}), False),
-    (("mysqladmin",), frozenset(), frozenset({"-p"}), False),
-    (("docker", "login"), frozenset({"-p"}), frozenset(), False),
-    (("sshpass",), frozenset({"-p"}), frozenset({"-p"}), True),
-    (("redis-cli",), frozenset({"-a"}), frozenset(), False),
+
+
+class _Client(NamedTuple):
+    """A client whose password is an option's value on its command line, as an argv list holds it
+    (a tool's ``["curl", "-u", "admin:PW"]``) and in text (a shell tool's command)."""
+
+    #: The program's names (the first a prefix of the others: what its shape in text is found at).
+    names: tuple[str, ...]
+    #: The words after its name (``docker login``).
+    words: tuple[str, ...]
+    #: In argv: the options whose next item is the password, and those that may hold it glued on (``-pPW``).
+    spaced: frozenset[str]
+    glued: frozenset[str]
+    #: Whether it runs a command given after its own options (whose options are not its own:
+    #: ``sshpass -f F ssh -p 22``): in text, its options are read only before that command's.
+    wraps: bool
+    #: Whether the option's value is ``USER:PASSWORD``, the user kept (curl's ``admin:`` of
+    #: ``admin:PW``; curl asks for the password of a user alone).
+    user: bool
+    #: In text: the option (after the name, within 500 characters, unless it ``wraps``) as a regex;
+    #: the value after it, quoted or not.
+    option: str
+
+
+#: Clients whose password is an option's value on their command line, read in argv lists
+#: (:meth:`Scrubber._list_secrets`) and in text (the shapes of kind ``command-password``). Curl's
+#: -u and --user only (not -u elsewhere: ``docker run -u 1000:1000``); ``mysql -p DB`` asks for
+#: DB's password (the MySQL clients' is glued on: -pPW).
+_CLIENTS: tuple[_Client, ...] = (
+    _Client(
+        ("curl",),
+        (),
+        frozenset({"-u", "--user"}),
+        frozenset({"-u"}),
+        False,
+        True,
+        r"(?:-u(?:\s+|=)?|--user(?:\s+|=))",
+    ),
+    _Client(("mysql", "mysqldump", "mysqladmin"), (), frozenset(), frozenset({"-p"}), False, False, "-p"),
+    _Client(("docker",), ("login",), frozenset({"-p"}), frozenset(), False, False, r"-p[ \t]*"),
+    # (in text, its own options before -p: not ssh's -p PORT after sshpass -f FILE)
+    _Client(
+        ("sshpass",),
+        (),
+        frozenset({"-p"}),
+        frozenset({"-p"}),
+        True,
+        False,
+        r"(?:[ \t]+-[A-Za-oq-z]\S*)*[ \t]+-p[ \t]*",
+    ),
+    _Client(("redis-cli",), (), frozenset({"-a"}), frozenset(), False, False, r"(?:-a|--pass)[ \t]*"),
 )
-_COMMAND_WORDS = max(len(words) for words, _, _, _ in _COMMAND_PASSWORD_OPTIONS)
+_COMMAND_WORDS = max(1 + len(c.words) for c in _CLIENTS)
 
 
 def _crossing(pieces: Sequence[str], spans: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
@@ -209,6 +247,17 @@ _COMMAND_VALUE_FIRST = r"[^\s\"'\\;&|()<>$`\-\[{]"
 #: curl -u's and mysql -p's password after its option (curl -uUSER:PASSWORD, mysql -p'PASSWORD' as
 #: well): to the closing quote where the option's value opens with one (group ``q``), spaces and all.
 _COMMAND_PASSWORD = r"(?P<s>(?(q)[^\"'\n]+|[^\s\"']+))"
+
+
+def _command_password_text(client: _Client) -> str:
+    """The shape of ``client``'s password on its command line in text (see :class:`_Client`)."""
+    name = r"[ \t]+".join(["(?:" + "|".join(map(re.escape, client.names)) + ")", *client.words])
+    within = "" if client.wraps else r"(?=\s)[^\n;&|]{0,500}?\s"
+    user = r"[^\s:\"'\[]*:" if client.user else ""
+    return (
+        r"(?<![A-Za-z0-9_\-])" + name + within + client.option + r"(?P<q>[\"'])?" + user + _COMMAND_PASSWORD
+    )
+
 
 #: Three shapes of the table below (:data:`_DEAD_ENDS` names them).
 _UNQUOTED_ASSIGNMENT = (
@@ -319,31 +368,12 @@ _BUILTIN: tuple[tuple[str, tuple[str, ...], str], ...] = (
         ("://",),
         r"(?<=[A-Za-z0-9+.\-])://[^\s/?#@:\"'<>\[\]\\]*:(?P<s>[^\s/?#@\"'<>\\]+)@",
     ),
-    # A password on a client's command line (a shell tool's command): curl's -u/--user USER:PASSWORD
-    # (not -u elsewhere: docker run -u 1000:1000), the MySQL clients' -pPASSWORD; within 500
-    # characters of the command's name (a minified line with "curl" at every turn stays linear).
-    # Only the first -u or -p after the name (its value checked: _valid_command_password), and not
-    # a placeholder's (curl -u sk_test_…: is [REDACTED:stripe-key:…]: once scrubbed): what a second
-    # scrub finds, the first found.
-    (
-        "command-password",
-        ("curl",),
-        r"(?<![A-Za-z0-9_\-])curl(?=\s)[^\n;&|]{0,500}?\s(?:-u(?:\s+|=)?|--user(?:\s+|=))"
-        r"(?P<q>[\"'])?[^\s:\"'\[]*:" + _COMMAND_PASSWORD,
-    ),
-    (
-        "command-password",
-        ("mysql",),
-        r"(?<![A-Za-z0-9_\-])mysql(?:dump|admin)?(?=\s)[^\n;&|]{0,500}?\s-p(?P<q>[\"'])?" + _COMMAND_PASSWORD,
-    ),
-    # sshpass -p PASSWORD (before the command it runs: not ssh's -p PORT after sshpass -f FILE),
-    # redis-cli -a/--pass PASSWORD, docker login -p PASSWORD: the value after a space or glued.
-    (
-        "command-password",
-        ("sshpass", "redis-cli", "docker"),
-        r"(?<![A-Za-z0-9_\-])(?:sshpass(?:[ \t]+-[A-Za-oq-z]\S*)*[ \t]+-p|redis-cli(?=\s)[^\n;&|]{0,500}?\s(?:-a|--pass)"
-        r"|docker[ \t]+login(?=\s)[^\n;&|]{0,500}?\s-p)[ \t]*(?P<q>[\"'])?" + _COMMAND_PASSWORD,
-    ),
+    # A password on a client's command line (a shell tool's command: _CLIENTS), the option within
+    # 500 characters of the command's name (a minified line with "curl" at every turn stays linear).
+    # Only the first such option after the name (its value checked: _valid_command_password), and
+    # not a placeholder's (curl -u sk_test_…: is [REDACTED:stripe-key:…]: once scrubbed): what a
+    # second scrub finds, the first found.
+    *(("command-password", (c.names[0],), _command_password_text(c)) for c in _CLIENTS),
     (
         "secret-field",
         ("pass", "secret", "api", "access", "private", "credential", "auth", "token"),
@@ -2044,12 +2074,12 @@ class Scrubber:
     def _list_secrets(self, items: Sequence[Any], start: int = 0) -> dict[int, tuple[str, str]]:
         """The items of a list that its other items say are credentials, by index, as (what each is
         stored as, the name that says so): a command's (argv's) credential option's value
-        (``--token VALUE``: :data:`SECRET_OPTION`; a client's password:
-        :data:`_COMMAND_PASSWORD_OPTIONS`), and the value of a ``[name, value]`` pair (a header
-        list, as httpx takes it) whose name is a credential header's (:data:`SECRET_HEADERS`, the
-        user's; not one by its words: a JSON schema's ``"required": ["client_secret", "x"]``). Each
-        item alone tells nothing (``VALUE``): a list is scrubbed with these in every path. Only
-        the options from ``start`` on are read (the items before are a list's known to hold none)."""
+        (``--token VALUE``: :data:`SECRET_OPTION`; a client's password: :data:`_CLIENTS`), and
+        the value of a ``[name, value]`` pair (a header list, as httpx takes it) whose name is a
+        credential header's (:data:`SECRET_HEADERS`, the user's; not one by its words: a JSON
+        schema's ``"required": ["client_secret", "x"]``). Each item alone tells nothing
+        (``VALUE``): a list is scrubbed with these in every path. Only the options from ``start``
+        on are read (the items before are a list's known to hold none)."""
         found: dict[int, tuple[str, str]] = {}
         if len(items) == 2 and type(items[0]) is str and type(items[1]) is str:
             if items[0].lower() in self.credential_names and items[1] and not _is_placeholder(items[1]):
@@ -2066,11 +2096,11 @@ class Scrubber:
         if not options:
             return found
         command = [items[0].rsplit("/", 1)[-1] if type(items[0]) is str else "", *items[1:_COMMAND_WORDS]]
-        spaced, glued, own = frozenset[str](), frozenset[str](), len(items)
-        for words, spaced_options, glued_options, wraps in _COMMAND_PASSWORD_OPTIONS:
-            if command[: len(words)] == list(words):
-                spaced, glued = spaced_options, glued_options
-                if wraps:  # (its own options end at the command it runs: the first other word)
+        spaced, glued, user, own = frozenset[str](), frozenset[str](), False, len(items)
+        for client in _CLIENTS:
+            if command[0] in client.names and command[1 : 1 + len(client.words)] == list(client.words):
+                spaced, glued, user = client.spaced, client.glued, client.user
+                if client.wraps:  # (its own options end at the command it runs: the first other word)
                     operands = (
                         j for j in range(1, own) if str(items[j])[:1] != "-" and items[j - 1] not in spaced
                     )
@@ -2080,11 +2110,11 @@ class Scrubber:
             nxt = items[i + 1] if i + 1 < len(items) and type(items[i + 1]) is str else ""
             short = arg[:2]
             if i < own and short in glued and len(arg) > 2 and arg[2] != "=" and i not in found:
-                value = self._command_password(short, arg[2:])
+                value = self._command_password(arg[2:], user=user)
                 if value is not None:
                     found[i] = (short + value, short)
             elif i < own and arg in spaced and nxt:
-                value = self._command_password(arg, nxt)
+                value = self._command_password(nxt, user=user)
                 if value is not None:
                     found[i + 1] = (value, arg)
             elif nxt and not nxt.startswith("-") and not _is_placeholder(nxt):
@@ -2211,16 +2241,16 @@ class Scrubber:
             taken.update(dict.fromkeys(range(k, m + 1), kind))
         return [self.text(p) for p in out]
 
-    def _command_password(self, option: str, value: str) -> str | None:
-        """A client's password option's value (:data:`_COMMAND_PASSWORD_OPTIONS`) with the password
-        replaced, curl's user kept (``admin:`` of ``admin:PW``); None where it holds none (curl's
-        user alone, for which curl asks; what the shell expands; a placeholder)."""
-        user, colon, secret = value.partition(":") if option in ("-u", "--user") else ("", "", value)
-        if option in ("-u", "--user") and not colon:
+    def _command_password(self, value: str, *, user: bool) -> str | None:
+        """A client's password option's value (:data:`_CLIENTS`) with the password replaced, the
+        ``user`` of ``USER:PASSWORD`` kept where it has one; None where it holds none (a user
+        alone; what the shell expands; a placeholder)."""
+        name, colon, secret = value.partition(":") if user else ("", "", value)
+        if user and not colon:
             return None
         if not _valid_command_password(secret):
             return None
-        return user + colon + placeholder(self._context_kind("command-password", secret), secret)
+        return name + colon + placeholder(self._context_kind("command-password", secret), secret)
 
     def event(self, event: Mapping[str, Any]) -> dict[str, Any]:
         """A session event (or header) with every payload scrubbed; ``seq``, ``prev``, ``hash`` kept;

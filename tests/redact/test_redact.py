@@ -1368,6 +1368,29 @@ NEIGHBOUR_SECRETS: list[Any] = [
 ]
 
 
+@pytest.mark.parametrize(
+    "command",
+    [
+        "curl -u admin:{} http://127.0.0.1/x",
+        "curl --user admin:{}",
+        "/usr/bin/curl -uadmin:{}",
+        "mysql -h 127.0.0.1 -p{} db",
+        "mysqldump -p{} db",
+        "mysqladmin -p{} status",
+        "docker login -u bob -p {} localhost:5000",
+        "sshpass -p {} ssh -p 2222 localhost",
+        "redis-cli -h 127.0.0.1 -a {} ping",
+    ],
+)
+def test_a_client_password_is_replaced_alike_in_its_argv_and_in_its_command_text(command: str) -> None:
+    """Each client (curl, the MySQL clients, docker login, sshpass, redis-cli) is read from one
+    table as an argv list and as text: the same password replaced, the same way."""
+    text = command.format(_ARGV_SECRET)
+    argv = Scrubber().argv(text.split(" "))
+    assert _ARGV_SECRET not in " ".join(argv)
+    assert argv == Scrubber().text(text).split(" ")
+
+
 @pytest.mark.parametrize("value", NEIGHBOUR_SECRETS, ids=[str(i) for i in range(len(NEIGHBOUR_SECRETS))])
 def test_an_item_its_neighbour_says_is_a_credential_is_replaced_alone_and_in_a_resent_list(
     value: Any,
