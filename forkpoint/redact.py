@@ -1148,11 +1148,15 @@ class Scrubber:
 
     def _refine(self, kind: str, start: int, end: int, text: str) -> tuple[int, int, str]:
         """A value found by its context that is a known shape (``x-api-key: sk-ant-…``) is named by
-        that shape; trailing punctuation after the shape ("…key!") is not part of it."""
+        that shape; trailing punctuation after the shape ("…key!") is not part of it, and a shape
+        that reads on past the value is taken whole (``PRIVATE_KEY=-----BEGIN … KEY-----``: the
+        value ends at the first space, the PEM key at its END line)."""
         if kind not in _CONTEXT_KINDS:
             return start, end, kind
-        m = _SPECIFIC_RE.match(text, start, end)
-        if m is not None and m.lastgroup and _TRAILING.fullmatch(text, m.end(), end):
+        m = _SPECIFIC_RE.match(text, start)
+        if m is None or m.end() <= end:
+            m = _SPECIFIC_RE.match(text, start, end)
+        if m is not None and m.lastgroup and (m.end() > end or _TRAILING.fullmatch(text, m.end(), end)):
             return start, m.end(), PATTERNS[int(m.lastgroup[1:])][0]
         return start, end, kind
 
@@ -1269,9 +1273,9 @@ class Scrubber:
                     out.append(span)
                     glued = glued or bool(
                         (a == start and a and _GLUED_BEFORE.match(text, a - 1))
-                        or (b == m.end() and _GLUED_AFTER.match(text, b))
+                        or (b >= m.end() and _GLUED_AFTER.match(text, b))
                     )
-                    pos = resume
+                    pos = max(resume, b)  # (past a shape the match's value is: _refine)
             nxt = None
             if i >= first_scan:
                 nxt = pats[i].search(text, resume)

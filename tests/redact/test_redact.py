@@ -1573,6 +1573,25 @@ def test_a_secret_split_over_adjacent_strings_of_a_list_is_replaced_where_it_sta
     assert len(out) == len(pieces) and len(starts) == 1
 
 
+@pytest.mark.parametrize(
+    "name", ["PRIVATE_KEY=", "export SSH_KEY=", "TLS_KEY: ", 'PRIVATE_KEY="', "password="]
+)
+def test_a_pem_key_as_an_assignment_s_value_is_replaced_whole(name: str) -> None:
+    """``PRIVATE_KEY=-----BEGIN … KEY-----`` (an ``.env`` file): the assignment's value, read to the
+    first space, was ``-----BEGIN`` and took the place where the key starts, so the key's body was
+    stored in the clear; the same in the file's lines as a list (the first line alone an assignment)."""
+    pem = "".join(_PEM_LINES).rstrip("\n")
+    text = name + pem + "\nDEBUG=1\n"
+    once = scrub_text(text)
+    assert once == name + expected_placeholder("private-key", pem) + "\nDEBUG=1\n"
+    assert scrub_text(once) == once
+    for lines in (text.splitlines(keepends=True), text.splitlines()):
+        out = Scrubber().json(lines)
+        assert not any(line in orjson.dumps(out).decode() for line in _PEM_LINES[1:3]), out
+        assert out[0].startswith(name + "[REDACTED:private-key:") and out[-1].startswith("DEBUG=1"), out
+        assert Scrubber().json(out) == out
+
+
 def test_a_whole_secret_at_the_end_of_a_list_item_is_not_read_on_into_the_next() -> None:
     """Lines split from a ``.env`` file, a message and a word: the next item's text is its own,
     though glued to the key it would read as more of it."""
