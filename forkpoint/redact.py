@@ -849,9 +849,9 @@ def _is_placeholder(value: str) -> bool:
     return "%" in value and _PLACEHOLDER_RE.fullmatch(unquote(value)) is not None
 
 
-def _valid_bearer(token: str) -> bool:
-    """A bearer token is random: it has a digit, or is long and mixes cases ("Bearer authentication"
-    in prose is not a credential)."""
+def _looks_random(token: str) -> bool:
+    """Whether ``token`` looks like a key's random text: it has a digit, or is long and mixes cases
+    (a bearer token; "Bearer authentication" in prose is not a credential)."""
     if any(c.isdigit() for c in token):
         return True
     return len(token) >= 20 and token.lower() != token and token.upper() != token
@@ -895,7 +895,7 @@ def _valid_command_password(secret: str) -> bool:
 
 
 _VALIDATORS = {
-    "bearer": _valid_bearer,
+    "bearer": _looks_random,
     "basic-auth": _valid_basic,
     "registry-auth": _valid_registry_auth,
     "command-password": _valid_command_password,
@@ -2217,7 +2217,7 @@ class Scrubber:
         """Whether a secret of the items of ``run`` read as one text (``raw``), over a boundary
         between two, is read over the items as given, where the item it starts in, scrubbed alone,
         may keep it: a PEM key to its END line, or a secret the item holds alone to its end, of the
-        same kind, whose rest looks random (:func:`_valid_bearer`: a key cut where an item ends,
+        same kind, whose rest looks random (:func:`_looks_random`: a key cut where an item ends,
         ``["sk-proj-…", "wxyz0123…"]``; not ``"Done"`` after a key, nor the next line of an ``.env``
         file, ``"AWS2_REGION=eu-west-1"``, which an assignment's value reads on into as another kind)."""
         a, b, kind = span
@@ -2226,7 +2226,7 @@ class Scrubber:
         ends = list(itertools.accumulate(map(len, run)))
         k = bisect.bisect_right(ends, a)
         end, start = ends[k], ends[k] - len(run[k])
-        return _valid_bearer(raw[end:b]) and (a - start, len(run[k]), kind) in self.find(run[k])
+        return _looks_random(raw[end:b]) and (a - start, len(run[k]), kind) in self.find(run[k])
 
     def _cut(
         self, pieces: Sequence[str], spans: list[tuple[int, int, str]], taken: dict[int, str]
