@@ -9,7 +9,7 @@ What it shows: the header; an overview strip of the calls on the session's time 
 (a turn starts at each model call; a checkpoint goes to the turn it precedes) with, for each model
 call, the request messages (:func:`forkpoint.providers.request_messages`, enriched with the tool
 calls and tool-call ids of the request), parameters, the response text and tool calls, usage,
-HTTP details and the raw stream chunks; a stream player that re-renders the assistant text chunk by
+HTTP details and the raw stream chunks, and which of its bodies were not stored (withheld) and why; a stream player that re-renders the assistant text chunk by
 chunk with the recorded timing (speed adjustable); tool calls with arguments and result or error;
 checkpoints (boundary, source tree and changed files, workspace files, carried context); notes;
 outcomes; the end; and, when fork arms of the session were given an outcome command (``forkpoint sweep``),
@@ -42,6 +42,7 @@ from .events import (
     mcp_tool_error,
     retries,
     tool_spans,
+    withheld_bodies,
 )
 from .files import write_private
 from .log import Session, SessionError, json_text, to_json
@@ -454,6 +455,8 @@ def view_model(
         for k in ("source", "recorded_seq", "override"):
             if e.get(k) is not None:
                 v[k] = to_json(e[k])
+        if kind == "model_call" and (held := withheld_bodies(e)):
+            v["withheld"] = [[part, why] for part, why in held]  # (in the call's line and detail)
         if kind == "model_call" and (call_kind(e) != "model" or in_tool(e, spans)):
             # Telemetry, MCP, plain HTTP, or a request a tool made: shown as such, never a turn.
             req = e.get("request") or {}

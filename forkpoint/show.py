@@ -360,6 +360,8 @@ def render(
                     http_call_line(sub) if call_kind(sub) != "model" else "model   " + model_call_line(sub)[0]
                 )
                 console.print(f"                    [dim]↳ #{sub['seq']}[/dim] {line}")
+                for d in withheld_lines(sub):
+                    console.print(f"                      {d}")
         elif e["type"] == "note":
             data = e.get("data") or {}
             missed = data.get("unrecorded_connections") or data.get("unrecorded_programs")

@@ -574,6 +574,8 @@ JS = r"""
     } else {
       add(title, e.type);
     }
+    // (a body not stored, said in words: the call is not whole in the session)
+    (e.withheld || []).forEach(function (w) { add(badges, h("span", { class: "badge error", text: w[0] + " body not stored" })); });
     add(s, [title, when]);
     if (sub) add(s, sub);
     if (badges.childNodes.length) add(s, badges);
@@ -584,6 +586,7 @@ JS = r"""
   function callouts(e, body) {
     if (e.source === "override") add(body, h("div", { class: "callout override" }, h("b", { text: "What-if override. " }), "This result was replaced for this run", e.override ? [": ", h("code", { text: e.override })] : ".", e.recorded_seq ? [" (recorded as #", seqLink(e.recorded_seq, String(e.recorded_seq)), " in the parent)"] : null));
     if (e.source === "live") add(body, h("div", { class: "callout live" }, h("b", { text: "Live. " }), "This call was made for real during the what-if run (not served from the recording)."));
+    (e.withheld || []).forEach(function (w) { add(body, h("div", { class: "callout bad" }, h("b", { text: w[0] + " body NOT STORED: " }), w[1])); });
     if (e.seq === DIV_SEQ && DIV) add(body, h("div", { class: "callout bad" }, h("b", { text: "The run diverged here. " }), DIV.text || "", changesTable(DIV.changes, DIV.diff_against)));
   }
   function messageView(m, isNew) {
@@ -822,6 +825,13 @@ JS = r"""
     }
     return body;
   }
+  function httpBody(e) {
+    var body = h("div", { class: "body" });
+    callouts(e, body);
+    add(body, h("div", { class: "facts" }, h("span", null, e.kind + " ", h("b", { text: e.label })), e.status ? h("span", null, "HTTP ", h("b", { text: String(e.status) })) : null));
+    if (e.error) add(body, h("div", { class: "callout bad" }, h("b", { text: e.error.type + ": " }), e.error.message || ""));
+    return body;
+  }
   function rawBody(e) { return h("div", { class: "body" }, h("pre", { class: "json", text: json(e.raw) })); }
 
   function eventCard(e) {
@@ -831,7 +841,7 @@ JS = r"""
     d.addEventListener("toggle", function () {
       if (!d.open || d.dataset.built) return;
       d.dataset.built = "1";
-      var fn = { model_call: modelBody, tool_call: toolBody, checkpoint: checkpointBody, note: noteBody, end: endBody }[e.type] || rawBody;
+      var fn = { model_call: modelBody, http_call: httpBody, tool_call: toolBody, checkpoint: checkpointBody, note: noteBody, end: endBody }[e.type] || rawBody;
       try { add(d, fn(e)); } catch (err) { add(d, h("div", { class: "body" }, h("div", { class: "callout bad", text: "cannot show this event: " + err }), rawBody(e))); }
     });
     return d;

@@ -682,3 +682,52 @@ def test_a_value_the_agent_read_shows_what_it_read(
     page = browser.open(html)
     expect(page.locator("details.event.value .title")).to_have_text(f"uuid.uuid4 → {read}")
     browser.assert_clean(html)
+
+
+def _record_withheld(store: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Session, list[dict[str, Any]]]:
+    """The withheld session (:func:`tests.views.withheld.record_withheld`), and its calls as the
+    page holds them: a top-level model call, a model call and a plain HTTP call the tool made."""
+    from tests.views.withheld import record_withheld
+
+    session = Session.load(record_withheld(store, monkeypatch))
+    calls = [e for e in view_model(session)["events"] if e["type"] in ("model_call", "http_call")]
+    return session, calls
+
+
+def test_the_page_holds_which_bodies_were_not_stored_and_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A call whose request or response body was not stored (withheld) looked whole on the page:
+    a top-level model call's messages were empty, a call a tool made showed nothing at all."""
+    session, calls = _record_withheld(tmp_path / "store", monkeypatch)
+    top, inner, upload = session.by_type("model_call")
+    assert [(c["seq"], c["type"]) for c in calls] == [
+        (top["seq"], "model_call"),
+        (inner["seq"], "http_call"),
+        (upload["seq"], "http_call"),
+    ]
+    assert [c.get("withheld") for c in calls] == [
+        [["request", top["request"]["withheld"]], ["response", top["response"]["withheld"]]],
+        [["response", inner["response"]["withheld"]]],
+        [["request", upload["request"]["withheld"]]],
+    ]
+
+
+@pytest.mark.slow
+def test_a_call_whose_body_was_not_stored_says_so_in_words(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, browser: Browser
+) -> None:
+    """In the call's line (a badge) and in its detail, for a top-level call and one a tool made."""
+    session, calls = _record_withheld(tmp_path / "store", monkeypatch)
+    html = write_html(session, tmp_path / "page.html")
+    page = browser.open(html)
+    for call in calls:
+        card = page.locator(f"#ev-{call['seq']}")
+        for part, _why in call["withheld"]:
+            expect(card.locator("summary .badge", has_text=f"{part} body not stored")).to_have_count(1)
+        card.locator("summary").first.click()
+        said = card.locator(".body .callout.bad")
+        expect(said).to_have_count(len(call["withheld"]))
+        for (part, why), shown in zip(call["withheld"], said.all(), strict=True):
+            expect(shown).to_have_text(f"{part} body NOT STORED: {why}")
+    browser.assert_clean(html)
