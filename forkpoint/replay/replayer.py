@@ -806,6 +806,9 @@ class Replayer:
         self.drift, self.id_drift, self.out_of_order, self.uncaught = [], [], [], []
         self.unanswered = []
         self.alike_served, self.placeholders_served, self._same_caller = [], [], []
+        # (the tools whose objects the parent's calls could not tell apart: said in its report; what
+        # the parent was served by ordinal, _by_ordinal, still holds here)
+        self.objects_untold = set()
         self.callers_differ, self._task_offset = False, None
         self.aside_served, self.aside_answered, self.network_blocked = [], [], []
         self.applied = dict.fromkeys(self.applied, False)

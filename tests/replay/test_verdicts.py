@@ -256,6 +256,32 @@ def test_a_forked_child_does_not_count_its_parents_cached_answers_again(store: P
     assert "DSPy answered 2 requests from its own cache" in summary_line(merged), summary_line(merged)
 
 
+def test_a_forked_child_reports_no_object_untold_nor_placeholder_its_parent_was_served(
+    store: Path, tmp_path: Path
+) -> None:
+    """A child forked after its parent was served another object's call of a method tool (its
+    objects could not be told apart) and an answer holding a secret's placeholder: the child, which
+    asked for nothing, must not say either of its own; the replay's report, merged, still says both."""
+    from tests.capture.test_tools import Index
+
+    @forkpoint.tool
+    def login(user: str) -> dict[str, str]:
+        return {"user": user, "db_password": "hunter2"}
+
+    with forkpoint.record(store=store) as rec:
+        login("bob")
+        assert [Index("web").search("x"), Index("docs").search("x")] == ["web:x", "docs:x"]
+    with forkpoint.replay(rec.session_path) as rp:
+        login("bob")
+        assert [Index("Docs").search("x"), Index("Web").search("x")] == ["web:x", "docs:x"]
+        parent = rp.report()
+        assert (parent["objects_untold"], parent["placeholders_served"]) == (["search"], [1]), parent
+        child = _forked_report(rp, tmp_path)
+    assert (child["objects_untold"], child["placeholders_served"]) == ([], []), child
+    merged = merge_reports([parent, child])
+    assert (merged["objects_untold"], merged["placeholders_served"]) == (["search"], [1]), merged
+
+
 def test_a_replay_that_skipped_recorded_calls_and_went_on_is_not_said_to_have_ended_early(
     store: Path,
 ) -> None:
