@@ -828,18 +828,16 @@ def _children_store(session: Session) -> Path | None:
     return None if is_store(session.path.parent) else store_dir(None)
 
 
-def _note_not_measured(child: Recording, why: str, command: str) -> None:
+def _note_not_measured(child: Recording, why: str, command: str, left: list[str] | None = None) -> None:
     """Keep in a run's session why its outcome ``command`` measured nothing: the parent's page draws
-    an arm that measured nothing, and why (:func:`forkpoint.outcome.arms_of`)."""
-    from .outcome import NOT_MEASURED
+    an arm that measured nothing, and why (:func:`forkpoint.outcome.arms_of`); ``left``: the sessions
+    of a lost arm its worker had written (:func:`_left_by_lost_task`)."""
+    from .outcome import LEFT_BY_LOST_TASK, NOT_MEASURED
 
-    child.writer.append(
-        {
-            "type": "note",
-            "text": f"outcome not measured: {why}",
-            "data": {NOT_MEASURED: why, "command": command},
-        }
-    )
+    data: dict[str, Any] = {NOT_MEASURED: why, "command": command}
+    if left:
+        data[LEFT_BY_LOST_TASK] = left
+    child.writer.append({"type": "note", "text": f"outcome not measured: {why}", "data": data})
 
 
 def _not_stored(child: Recording) -> str | None:
@@ -1155,6 +1153,10 @@ def load_ref(ref: dict[str, Any]) -> Session:
     return Session.load(Path(str(ref["path"])), share_lists=True)
 
 
+#: What happened to a lost arm's task that said nothing of it (:attr:`Arm.not_run_or_lost`).
+NO_RESULT = "the task running it ended without a result or an error"
+
+
 @dataclass
 class Arm:
     """One arm of a fork: where it was restored, whether the checkpoint validated there, and how its
@@ -1222,7 +1224,7 @@ class Arm:
         """Why it measured nothing before its program could end: :attr:`not_run`, or ``lost: <what
         happened to the task running it>``; None when its program ran and its task returned."""
         if self.lost:
-            return f"lost: {self.error or 'the task running it ended without a result or an error'}"
+            return f"lost: {self.error or NO_RESULT}"
         return self.not_run
 
     @property
@@ -1441,22 +1443,62 @@ def keep_not_run(arm: Arm, spec: dict[str, Any], session: Session | None = None)
     run or lost, as a session of its own that says why (:func:`_record_not_run`), when it was given an
     outcome command: its parent's page finds an arm by its session. One that cannot be kept is said
     in its ``problem``; the fork goes on."""
-    why = arm.not_run_or_lost
-    if why is None or not spec.get("outcome"):
+    if arm.not_run_or_lost is None or not spec.get("outcome"):
         return
     try:
         parent = session if session is not None else load_ref(spec["session"])
-        arm.session, arm.not_stored = _record_not_run(parent, spec, why)
+        left = _left_by_lost_task(parent, spec) if arm.lost else {}
+        if left:  # (said with what happened to its task: in the fork's table, the sweep's, its session)
+            arm.error = "; ".join([arm.error or NO_RESULT, *left.values()])
+        why = str(arm.not_run_or_lost)
+        arm.session, arm.not_stored = _record_not_run(parent, spec, why, list(left))
     except (ForkpointError, OSError) as exc:
         kept = f"its session, which would say why it measured nothing, could not be kept: {exc}"
         say(f"forkpoint: WARNING: arm {arm.index}: {kept}")
         arm.problem = kept if arm.problem is None else f"{arm.problem}; {kept}"
 
 
-def _record_not_run(session: Session, spec: dict[str, Any], why: str) -> tuple[str, str | None]:
+def _left_by_lost_task(session: Session, spec: dict[str, Any]) -> dict[str, str]:
+    """The sessions of the lost arm ``spec`` of ``session`` that its task's worker had written before
+    it died (the arm's run, its outcome measured or not, its end written or not), by id, each said as
+    what it is. Kept in the store: the lost arm's session names them, and the arm is counted once
+    (:func:`forkpoint.outcome.arms_of`)."""
+    from .outcome import arm_sessions, outcome_of
+
+    out = {}
+    for row, written in arm_sessions(session):
+        h = row.header
+        if (h["parent"]["seq"], h.get("name"), (h.get("replay") or {}).get("experiment")) != (
+            spec["seq"],
+            spec.get("name"),
+            spec.get("experiment"),
+        ):
+            continue
+        ending = (
+            "ended" if written.end() is not None else "has no end event (the worker died before writing it)"
+        )
+        found = outcome_of(written)
+        passed = None if found is None else found.get("passed")
+        outcome = (
+            "without an outcome"
+            if found is None
+            else f"with an outcome ({'unknown' if passed is None else 'pass' if passed else 'fail'}) measured "
+            "before the task was lost"
+        )
+        out[row.session_id] = (
+            f"the arm's session its worker had written, {row.session_id}, {ending}, {outcome}: it is not counted"
+        )
+    return out
+
+
+def _record_not_run(
+    session: Session, spec: dict[str, Any], why: str, left: list[str]
+) -> tuple[str, str | None]:
     """An arm of ``spec`` never run, given an outcome command, kept as a session of its own that says
     ``why`` as a run that measured nothing does, so that its parent's page draws it (an arm is found
-    by its session). Returns its session and why it is not in the store, or None."""
+    by its session); ``left``, the ids of the sessions of it a lost task's worker had written, which
+    its note names (:data:`~forkpoint.outcome.LEFT_BY_LOST_TASK`). Returns its session and why it is
+    not in the store, or None."""
     from .replay.whatif import create_child
 
     child = create_child(
@@ -1467,13 +1509,14 @@ def _record_not_run(session: Session, spec: dict[str, Any], why: str) -> tuple[s
         on_divergence=spec.get("on_divergence", "stop"),
         overrides=list(spec.get("overrides") or []),
         seq=int(spec["seq"]),
-        name=spec.get("name"),
+        # (`forkpoint ls` lists the session its worker left under the arm's name too)
+        name=f"{spec.get('name')} (lost)" if left else spec.get("name"),
         experiment=spec.get("experiment"),
         into=_children_store(session),
         cwd=Path(spec["directory"]),
     )
     child.quiet = True
-    _note_not_measured(child, why, str(spec["outcome"]["command"]))
+    _note_not_measured(child, why, str(spec["outcome"]["command"]), left)
     child.end(None, reason=why, timed=False)  # (no program ran: no exit code, no wall time)
     child.close(quiet=True)
     return str(child.path), _not_stored(child)

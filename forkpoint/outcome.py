@@ -19,7 +19,7 @@ import math
 import os
 import subprocess
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,6 +30,7 @@ if TYPE_CHECKING:  # the CLI reads DEFAULT_TIMEOUT while it starts: keep this mo
     from .children import Captured
     from .events import OutcomeEvent
     from .log import Session
+    from .store.base import SessionInfo
 
 #: Characters of the outcome command's output kept in its event (the end, where test runners sum up).
 OUTPUT_KEPT = 2000
@@ -38,6 +39,9 @@ DEFAULT_TIMEOUT = 600.0
 #: The key of the ``note`` a run given an outcome command writes when it measured nothing (a fork's
 #: arm that never went live, one stopped or interrupted): why, in words, beside the ``command``.
 NOT_MEASURED = "outcome_not_measured"
+#: The key, in that note of a lost arm's session, of the ids of the sessions of that arm its task's
+#: worker had written before it was lost: the arm is counted once, as lost (:func:`arms_of`).
+LEFT_BY_LOST_TASK = "left_by_lost_task"
 #: z for a two-sided 95% interval.
 Z95 = 1.959963984540054
 
@@ -250,32 +254,25 @@ def by_checkpoint(
     return {"points": points, "last_recoverable": last, "unrecoverable_from": after[0] if after else None}
 
 
-def arms_of(session: Session) -> list[tuple[int, bool | None, tuple[Any, ...], str | None]]:
-    """``(checkpoint seq, passed, experiment, why not measured)`` of every fork arm of ``session``
-    found beside it in its store (sessions whose header names it as parent, with a checkpoint seq),
-    oldest first; passed is None for an arm without an outcome, and why is said when its outcome
-    command could not run or it measured nothing (:data:`NOT_MEASURED`), None when it was measured
-    or given no outcome command; ``experiment`` tells arms of one fork or sweep
-    from another's: the id they share (recorded since arms have one: two forks of the same command
-    may have run other code or another environment) with their command, outcome command,
-    overrides and divergence policy. None at all for a session that is not in a store (a cassette)."""
+def arm_sessions(session: Session) -> Iterator[tuple[SessionInfo, Session]]:
+    """Every fork arm of ``session`` found beside it in its store (sessions whose header names it as
+    parent, with a checkpoint seq), oldest first, as its index row and its session; none for a
+    session that is not in a store (a cassette)."""
     from .log import Session
     from .store import is_store, open_store
 
-    out: list[tuple[int, bool | None, tuple[Any, ...], str | None]] = []
     if not is_store(session.path.parent):
-        return out
+        return
     try:
         store = open_store(session.path.parent)
         rows = store.listing().rows
     except SessionError:
-        return out
+        return
     for row in rows:
         parent = row.header.get("parent")
         if not isinstance(parent, dict) or parent.get("session_id") != session.id:
             continue
-        seq = parent.get("seq")
-        if not isinstance(seq, int):
+        if not isinstance(parent.get("seq"), int):
             continue
         try:
             # An arm of a remote store may have run on another machine (a Ray worker): its outcome is
@@ -283,13 +280,28 @@ def arms_of(session: Session) -> list[tuple[int, bool | None, tuple[Any, ...], s
             path = store.fetch(row.session_id)
             if path is None:
                 continue
-            arm = Session.load(path, share_lists=True)
+            yield row, Session.load(path, share_lists=True)
         except SessionError:
             continue
+
+
+def arms_of(session: Session) -> list[tuple[int, bool | None, tuple[Any, ...], str | None]]:
+    """``(checkpoint seq, passed, experiment, why not measured)`` of every fork arm of ``session``
+    (:func:`arm_sessions`), oldest first; passed is None for an arm without an outcome, and why is
+    said when its outcome command could not run or it measured nothing (:data:`NOT_MEASURED`), None
+    when it was measured or given no outcome command; ``experiment`` tells arms of one fork or sweep
+    from another's: the id they share (recorded since arms have one: two forks of the same command
+    may have run other code or another environment) with their command, outcome command,
+    overrides and divergence policy. A session a lost arm's worker had written is left out: the
+    lost arm's own session, which names it (:data:`LEFT_BY_LOST_TASK`), counts the arm."""
+    out: list[tuple[str, int, bool | None, tuple[Any, ...], str | None]] = []
+    left: set[str] = set()
+    for row, arm in arm_sessions(session):
         found = outcome_of(arm)
         unmeasured = next(
             (n.get("data") or {} for n in arm.by_type("note") if NOT_MEASURED in (n.get("data") or {})), {}
         )
+        left.update(map(str, unmeasured.get(LEFT_BY_LOST_TASK) or ()))
         replay = row.header.get("replay") or {}
         overrides = replay.get("overrides") or []
         experiment = (
@@ -301,5 +313,6 @@ def arms_of(session: Session) -> list[tuple[int, bool | None, tuple[Any, ...], s
         )
         why = found.get("reason") if found is not None else unmeasured.get(NOT_MEASURED)
         passed = found["passed"] if found is not None else None
-        out.append((seq, passed, experiment, why if passed is None else None))
-    return out
+        seq = row.header["parent"]["seq"]
+        out.append((row.session_id, seq, passed, experiment, why if passed is None else None))
+    return [(seq, passed, experiment, why) for sid, seq, passed, experiment, why in out if sid not in left]

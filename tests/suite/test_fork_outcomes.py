@@ -283,6 +283,69 @@ def test_a_lost_arm_says_what_happened_and_is_drawn_on_its_parents_page(
     assert (point["arms"], point["ran"], sorted(point["not_measured"])) == (2, 0, sorted(whys)), point
 
 
+class _Died(BaseException):
+    """The worker's death, in this process (as SIGKILL, nothing catches it on the way out)."""
+
+
+class _DyingExecutor(Executor):
+    """Runs each arm here, then loses its task with ``error``, as a Ray worker that died after the
+    arm's run wrote its outcome, and (``before_end``) before its session's end was written, or
+    after that, before its task returned."""
+
+    name, workers = "dying", 1
+
+    def __init__(self, error: str, monkeypatch: pytest.MonkeyPatch, *, before_end: bool) -> None:
+        self.error, self.monkeypatch, self.before_end = error, monkeypatch, before_end
+
+    def map(self, fn: Task, specs: Sequence[dict[str, Any]]) -> Iterator[tuple[int, dict[str, Any]]]:
+        from forkpoint.store.base import Recording
+
+        def die(*_args: Any, **_kwargs: Any) -> None:
+            raise _Died
+
+        for i, spec in enumerate(specs):
+            with self.monkeypatch.context() as m, contextlib.suppress(_Died):
+                if self.before_end:
+                    m.setattr(Recording, "end", die)
+                fn(spec)
+            yield i, {"error": self.error}
+
+
+@pytest.mark.parametrize("before_end", [True, False], ids=["before its end", "before it returned"])
+def test_an_arm_whose_worker_died_after_measuring_is_counted_once_and_its_session_said(
+    keeper: Keeper, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, before_end: bool
+) -> None:
+    """A worker that died after the arm's run measured its outcome left the arm's session in the
+    store (without an end event, when it died before writing it), and the arm was kept again as a
+    lost one: the parent's page counted the one arm twice, measured and lost. It is counted once, as
+    lost, and its why names the session the worker left, as what it is; nothing is deleted."""
+    for name, value in keeper.env.items():  # (the arm runs here, as its worker ran it)
+        monkeypatch.setenv(name, value)
+    before = keeper.resumable()[1]
+    died = "the Ray task failed: WorkerCrashedError: The worker died unexpectedly while executing this task."
+    specs = arm_specs(
+        keeper.session, before, keeper.agent, arms=1, into=tmp_path / "arms", outcome=Outcome(KEEPER_OUTCOME)
+    )
+    (arm,) = run_arms(specs, executor=_DyingExecutor(died, monkeypatch, before_end=before_end))
+    kept = arms_of_store(keeper)
+    assert len(kept) == 2, kept  # (the session the worker wrote, and the lost arm's)
+    (left,) = [s for s in kept if str(s.path) != arm.session]
+    found = outcome_of(left)
+    assert found is not None and (left.end() is None) is before_end, left.events
+    passed = "pass" if found["passed"] else "fail"
+    ending = "has no end event (the worker died before writing it)" if before_end else "ended"
+    said = (
+        f"lost: {died}; the arm's session its worker had written, {left.id}, {ending}, with an outcome "
+        f"({passed}) measured before the task was lost: it is not counted"
+    )
+    assert arm.not_run_or_lost == said, arm.not_run_or_lost
+    (point,) = view_model(keeper.session)["sweep"]["points"]
+    assert (point["arms"], point["ran"], point["not_measured"]) == (1, 0, [said]), point
+    # (`forkpoint ls` lists both under the arm's name: the one that stands for the arm says it was lost)
+    name = specs[0]["name"]
+    assert (left.header["name"], Session.load(str(arm.session)).header["name"]) == (name, f"{name} (lost)")
+
+
 def test_sweep_into_a_folder_holding_arms_refuses_as_fork_does(keeper: Keeper, tmp_path: Path) -> None:
     """A sweep into the folder of an earlier one ran its arms anyway: an arm whose directory was
     there was "not run" (restore wants an empty one), one whose directory was gone ran live and
