@@ -573,6 +573,7 @@ _GLUED_BEFORE = compiled_later(r"[^\s\"'`<>()\[\]{},;&#\\]")
 #: A character after a secret that a shape may begin at, refusing the secret's last character before
 #: it (``\bAKIA``, ``(?<![a-z])_KEY``): a letter, a digit or ``_``.
 _GLUED_AFTER = compiled_later(r"\w", re.ASCII)
+_PEM_BEGIN = "-----BEGIN"
 _SPECIFIC_RE = compiled_later(
     "|".join(f"(?P<k{i}>{p})" for i, (kind, p) in enumerate(PATTERNS) if kind not in _CONTEXT_KINDS),
     re.ASCII,
@@ -1153,6 +1154,11 @@ class Scrubber:
         value ends at the first space, the PEM key at its END line)."""
         if kind not in _CONTEXT_KINDS:
             return start, end, kind
+        # A PEM key, the one shape that holds what ends a value (a space), starting inside the value
+        # (``password=password=-----BEGIN …``): the value took its place, its body was never read.
+        pem = text.find(_PEM_BEGIN, start + 1, end)
+        if pem >= 0 and (m := _SPECIFIC_RE.match(text, pem)) is not None and m.end() > end:
+            return start, m.end(), "private-key"
         m = _SPECIFIC_RE.match(text, start)
         if m is None or m.end() <= end:
             m = _SPECIFIC_RE.match(text, start, end)

@@ -1592,6 +1592,28 @@ def test_a_pem_key_as_an_assignment_s_value_is_replaced_whole(name: str) -> None
         assert Scrubber().json(out) == out
 
 
+@pytest.mark.parametrize("name", ["password=password=", "password: secret=", "API_KEY=abc"])
+def test_a_pem_key_inside_another_name_s_value_is_replaced_whole(name: str) -> None:
+    """``password=password=-----BEGIN … KEY-----``: the first name's value, read to the first space,
+    was ``password=-----BEGIN``, and the key that starts inside it was never read: its body and END
+    line were stored in the clear, in text and in the file's lines as a list."""
+    pem = "".join(_PEM_LINES).rstrip("\n")
+    text = name + pem + "\nDEBUG=1\n"
+    once = scrub_text(text)
+    assert "[REDACTED:private-key:" in once and once.endswith("]\nDEBUG=1\n"), once
+    assert not any(line.strip() in once for line in _PEM_LINES[1:]), once
+    assert scrub_text(once) == once
+    cut = name.index("=") + 1  # (and the names' items apart: "password=", "password=", the key's lines)
+    for lines in (
+        text.splitlines(keepends=True),
+        text.splitlines(),
+        [name[:cut], name[cut:], *pem.splitlines()],
+    ):
+        out = Scrubber().json(lines)
+        assert not any(line.strip() in orjson.dumps(out).decode() for line in _PEM_LINES[1:]), out
+        assert Scrubber().json(out) == out
+
+
 def test_a_whole_secret_at_the_end_of_a_list_item_is_not_read_on_into_the_next() -> None:
     """Lines split from a ``.env`` file, a message and a word: the next item's text is its own,
     though glued to the key it would read as more of it."""
