@@ -159,6 +159,23 @@ def _crossing(pieces: Sequence[str], spans: list[tuple[int, int, str]]) -> list[
     return [s for s in spans if s[1] > ends[bisect.bisect_right(ends, s[0])]]
 
 
+def _together(pieces: Sequence[str], spans: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
+    """Of ``spans`` of the joined text of ``pieces``, each scrubbed alone (a span is one they hold
+    only together), those taken: the ones over a boundary (:func:`_crossing`), and a value that
+    its name in a piece before makes one, but for a value that begins its piece right after a
+    line break or glued to the piece before (``["password=", "hunter2xyz"]``: an ``.env`` file's
+    lines, with or without their ends, each its own text). One after a space or tab, in its piece
+    or the one before, is text cut inside a line (``["… login bob password", " pw1"]``)."""
+    ends = list(itertools.accumulate(map(len, pieces)))
+    text = "".join(pieces)
+    taken = []
+    for a, b, kind in spans:
+        k = bisect.bisect_right(ends, a)
+        if b > ends[k] or a > ends[k] - len(pieces[k]) or (a and text[a - 1] in " \t"):
+            taken.append((a, b, kind))
+    return taken
+
+
 def _shared_until(shared: int) -> int:
     """Where a list's options may say another item is a credential (:meth:`Scrubber._list_secrets`)
     when its first ``shared`` items are a list's that holds none: from the last shared item (an
@@ -2215,7 +2232,7 @@ class Scrubber:
             return {}
         taken: dict[int, str] = {}  # item → the kind of the secret it holds a part of
         pieces = self._cut(run, [s for s in _crossing(run, found) if self._read_on(run, raw, s)], taken)
-        while spans := _crossing(pieces, self.find("".join(pieces))):
+        while spans := _together(pieces, self.find("".join(pieces))):
             pieces = self._cut(pieces, spans, taken)
         return {first + i: (pieces[i], kind) for i, kind in sorted(taken.items())}
 
@@ -2245,9 +2262,9 @@ class Scrubber:
         out = list(pieces)
         for a, b, kind in reversed(spans):  # (from the end: offsets before an edit stay)
             k, m = bisect.bisect_right(ends, a), bisect.bisect_left(ends, b)
-            out[m] = out[m][b - ends[m] + len(pieces[m]) :]
-            out[k + 1 : m] = [""] * (m - k - 1)
-            out[k] = out[k][: a - ends[k] + len(pieces[k])] + placeholder(kind, text[a:b])
+            head = out[k][: a - ends[k] + len(pieces[k])] + placeholder(kind, text[a:b])
+            tail = out[m][b - ends[m] + len(pieces[m]) :]
+            out[k : m + 1] = [head, *[""] * (m - k - 1), tail] if m > k else [head + tail]
             taken.update(dict.fromkeys(range(k, m + 1), kind))
         return [self.text(p) for p in out]
 

@@ -1624,6 +1624,26 @@ def test_a_whole_secret_at_the_end_of_a_list_item_is_not_read_on_into_the_next()
     ):
         assert Scrubber().json(items) == [scrub_text(item) for item in items]
     assert Scrubber().json(["password=", "hunter2xyz"]) == ["password=", "hunter2xyz"]
+    assert Scrubber().json(["PASSWORD=\n", "HOME=/root\n"]) == ["PASSWORD=\n", "HOME=/root\n"]
+
+
+@pytest.mark.parametrize(
+    "items",
+    [
+        ["machine example.test login bob password", " pw1xyz"],
+        ["machine example.test login bob password ", "pw1xyz", " Done"],
+        ["password", " = hunter2xyz"],
+        ["password:", "  hunter2xyz"],  # (YAML's lines: the value goes on, indented)
+    ],
+)
+def test_a_value_whose_name_ends_the_item_before_is_replaced_as_in_one_text(items: list[str]) -> None:
+    """Text cut inside a line, a space between a name and its value: the value alone is no secret,
+    the name alone has none, and the value was kept in the clear, though as one text it is
+    replaced. (A value that begins its item glued to the name, or after a line break, is its own
+    text: see the test above.)"""
+    out = Scrubber().json(items)
+    assert "".join(out) == scrub_text("".join(items)) and len(out) == len(items), out
+    assert Scrubber().json(out) == out
 
 
 def test_scrubbing_random_lists_of_trigger_texts_twice_changes_nothing() -> None:
