@@ -2148,7 +2148,19 @@ class Scrubber:
                 option = SECRET_OPTION.fullmatch(arg)
                 if option is not None and option.group("value") is None:
                     found[i + 1] = (placeholder("secret-option", nxt), arg)
+                    found |= self._spilled(items, i + 1, arg)
         return found
+
+    def _spilled(self, items: Sequence[Any], at: int, name: str) -> dict[int, tuple[str, str]]:
+        """The items after ``items[at]``, a credential's value, that a secret starting in it runs
+        into, by index, as (what each is stored as, ``name``): ``["--token", "sk-proj-", "Q7pV…"]``,
+        the value a key cut over two items, kept the key's rest in the clear once the value alone
+        was replaced (which hides where the key starts from :meth:`_split_secrets`)."""
+        end = at
+        while end < len(items) and type(items[end]) is str:
+            end += 1
+        cut = self._run_secrets(items[at:end], at, alone_clean=False)
+        return {k: (v[0], name) for k, v in cut.items() if k > at} if at in cut else {}
 
     def _neighbour_secrets(
         self, items: Sequence[Any], shared: int = 0, *, alone_clean: bool = False

@@ -1078,3 +1078,43 @@ def test_a_secret_a_tool_returns_split_after_a_piece_of_a_whole_key_shape_reache
     with forkpoint.replay(rec.session_path) as rp:
         assert read_lines("deploy.pem") == stored
     assert rp.report()["matched"] == 1
+
+
+_KEY = SECRETS["openai_api_key"]
+
+
+@pytest.mark.parametrize(
+    ("items", "secrets"),
+    [
+        # an argv list whose option's value is itself cut over two items
+        (["--token", _KEY[:8], _KEY[8:]], {"key's rest": _KEY[8:]}),
+        # another name's value before a PEM key (password=password=-----BEGIN …) hid the key
+        (
+            ["password=", "password=", *PEM.splitlines(keepends=True)],
+            {f"pem line {i}": line for i, line in enumerate(PEM.splitlines()[1:])},
+        ),
+        # a .netrc line cut before its password's separator: as one text it is replaced
+        (["machine example.test login bob password", " pw1xyz"], {"netrc password": "pw1xyz"}),
+    ],
+    ids=["option-value", "pem-after-names", "netrc"],
+)
+def test_a_secret_split_over_list_items_after_its_name_reaches_no_file(
+    store: Path, items: list[str], secrets: dict[str, str]
+) -> None:
+    """A secret cut over a tool's list items where the items before it say what it is (an option,
+    a name, a .netrc keyword) was kept, all or its rest, in the clear: a credential option's value
+    replaced alone, a name's value hiding the PEM key it ran into, a value whose name ends the
+    item before."""
+
+    @forkpoint.tool
+    def read_lines(path: str) -> list[str]:
+        return list(items)
+
+    with forkpoint.record(store=store) as rec:
+        assert read_lines("x") == items  # (the live run gets what the tool returned)
+    assert leaks(store, secrets) == []
+    stored = Session.load(rec.session_path).by_type("tool_call")[0]["result"]
+    assert len(stored) == len(items) and redact.Scrubber().json(stored) == stored
+    with forkpoint.replay(rec.session_path) as rp:
+        assert read_lines("x") == stored
+    assert rp.report()["matched"] == 1

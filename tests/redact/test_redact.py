@@ -1087,6 +1087,23 @@ def test_a_credential_options_value_is_replaced_whatever_its_shape(argv: list[st
     assert scrub_argv(out) == out  # (idempotent: a scrubbed header scrubbed again is the same)
 
 
+def test_a_credential_options_value_cut_over_two_items_is_replaced_whole() -> None:
+    """``["--token", "sk-proj-", "Q7pV…"]``: the value alone was replaced, and the key's rest, in
+    the next item, kept in the clear (the value's placeholder hid where the key starts). A whole
+    value and the item after it, ``"Done"`` or a positional argument, each keep their text."""
+    from forkpoint.redact import scrub_argv, secret_options
+
+    key = "sk-proj-" + _rand(48)
+    for argv in (["--token", key[:8], key[8:]], ["tool", "--token", key[:20], key[20:] + " more", "x"]):
+        for out in (scrub_argv(argv), Scrubber().json(argv)):
+            assert not any(part in "".join(out) for part in (key[8:], key[20:])), out
+            assert out[-1] == (argv[-1] if argv[-1] == "x" else ""), out  # (the rest taken from its item)
+            assert scrub_argv(out) == out and Scrubber().json(out) == out
+        assert secret_options(argv) == ["--token"]
+    for argv in (["--token", key, "Done"], ["--token", "abc", "positional123XYZ"]):
+        assert scrub_argv(argv)[2] == argv[2] == Scrubber().json(argv)[2]
+
+
 def test_a_credential_option_in_a_shells_script_is_replaced() -> None:
     """``forkpoint record -- sh -c "python agent.py --token VALUE"`` (and a program's
     ``os.system("… --token VALUE")``, named among the programs not recorded) kept VALUE: the script
