@@ -2254,14 +2254,23 @@ class Scrubber:
         may keep it: a PEM key to its END line, or a secret the item holds alone to its end, of the
         same kind, whose rest looks random (:func:`_looks_random`: a key cut where an item ends,
         ``["sk-proj-…", "wxyz0123…"]``; not ``"Done"`` after a key, nor the next line of an ``.env``
-        file, ``"AWS2_REGION=eu-west-1"``, which an assignment's value reads on into as another kind)."""
+        file, ``"AWS2_REGION=eu-west-1"``, which an assignment's value reads on into as another kind).
+        So too where such a secret of an item the value runs through starts inside the value, of
+        whatever kind (``["password=", "password=", "sk-proj-…", "wxyz…"]``: the first name's value
+        hid the key; alone, its first piece was replaced and its rest kept)."""
         a, b, kind = span
         if kind == "private-key" and raw.find("-----END ", a, b) >= 0:
             return True
         ends = list(itertools.accumulate(map(len, run)))
         k = bisect.bisect_right(ends, a)
-        end, start = ends[k], ends[k] - len(run[k])
-        return _looks_random(raw[end:b]) and (a - start, len(run[k]), kind) in self.find(run[k])
+        for j in range(k, bisect.bisect_left(ends, b)):
+            end, start = ends[j], ends[j] - len(run[j])
+            if _looks_random(raw[end:b]) and any(
+                e == len(run[j]) and (s + start > a or (s + start == a and x == kind))
+                for s, e, x in self.find(run[j])
+            ):
+                return True
+        return False
 
     def _cut(
         self, pieces: Sequence[str], spans: list[tuple[int, int, str]], taken: dict[int, str]

@@ -1093,10 +1093,12 @@ _KEY = SECRETS["openai_api_key"]
             ["password=", "password=", *PEM.splitlines(keepends=True)],
             {f"pem line {i}": line for i, line in enumerate(PEM.splitlines()[1:])},
         ),
+        # and so a key cut where its first piece alone is a key's shape
+        (["password=", "password=", _KEY[:30], _KEY[30:]], {"key's rest": _KEY[30:]}),
         # a .netrc line cut before its password's separator: as one text it is replaced
         (["machine example.test login bob password", " pw1xyz"], {"netrc password": "pw1xyz"}),
     ],
-    ids=["option-value", "pem-after-names", "netrc"],
+    ids=["option-value", "pem-after-names", "key-after-names", "netrc"],
 )
 def test_a_secret_split_over_list_items_after_its_name_reaches_no_file(
     store: Path, items: list[str], secrets: dict[str, str]
