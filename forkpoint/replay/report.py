@@ -545,10 +545,17 @@ def summary_line(report: dict[str, Any]) -> str:
             "there in the replay's network namespace, which the host's own services are out of)"
         )
     if unservable := report.get("unservable"):
-        extra += (
-            f"; asked for but served nothing, as what was recorded could not be handed back: "
-            f"{plural(len(unservable), 'call')} (seq {', '.join(map(str, unservable))})"
-        )
+        # (a call whose override was refused was never offered its recording: the value given was)
+        refused = {o.get("seq") for o in report.get("overrides") or [] if o.get("refused")}
+        for what, seqs in (
+            ("what was recorded", [s for s in unservable if s not in refused]),
+            ("the override's value", [s for s in unservable if s in refused]),
+        ):
+            if seqs:
+                extra += (
+                    f"; asked for but served nothing, as {what} could not be handed back: "
+                    f"{plural(len(seqs), 'call')} (seq {', '.join(map(str, seqs))})"
+                )
         if inner := report.get("unservable_inner"):
             extra += (
                 f", nor the {plural(len(inner), 'call')} recorded inside {'it' if len(unservable) == 1 else 'them'} "

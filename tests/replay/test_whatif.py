@@ -1465,6 +1465,40 @@ def test_an_overridden_dataclass_result_has_its_fields_and_only_them(tmp_path: P
             read_sensor("a")
 
 
+def test_a_refused_override_is_not_called_a_recording_that_could_not_be_handed_back(
+    tmp_path: Path,
+) -> None:
+    """An override whose dataclass value lacked a field: the verdict said "asked for but served
+    nothing, as what was recorded could not be handed back", blaming the recording, which was
+    never offered. It names the override's value instead."""
+
+    @forkpoint.tool
+    def read_sensor(name: str) -> Reading:
+        return Reading(21.5, dt.datetime(2026, 1, 1))
+
+    with forkpoint.record(store=tmp_path / "s") as rec:
+        read_sensor("a")
+    node = {
+        "$type": f"{Reading.__module__}:{Reading.__qualname__}",
+        "kind": "dataclass",
+        "value": {"temp": 3.0},
+    }
+    with pytest.raises(Exception, match=r"lacks its field 'when'"):
+        with forkpoint.replay(
+            rec.session_path, overrides=[f"tool:read_sensor.result={json.dumps(node)}"]
+        ) as rp:
+            read_sensor("a")
+    report = rp.report()
+    seq = Session.load(rec.session_path).by_type("tool_call")[0]["seq"]
+    assert report["unservable"] == [seq], report
+    said = summary_line(report)
+    assert "what was recorded could not be handed back" not in said, said
+    assert (
+        f"asked for but served nothing, as the override's value could not be handed back: 1 call (seq {seq})"
+        in said
+    ), said
+
+
 def test_plain_json_given_for_a_typed_result_is_said(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
