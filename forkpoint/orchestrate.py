@@ -1611,10 +1611,15 @@ def _went_on_before(divergence: dict[str, Any], report: dict[str, Any], seq: int
             f"{where}: it went live there (--on-divergence live), so the calls from there on, tools "
             "included, ran on the checkpoint's restored files, not from the checkpoint"
         )
+    return f"{where}: {fifo_drift_text(report)}, then it went live from the checkpoint"
+
+
+def fifo_drift_text(report: dict[str, Any]) -> str:
+    """What ``--on-divergence fifo`` did in a run (its ``report``): served the recorded answers to
+    requests the run made otherwise (its ``drift``)."""
     return (
-        f"{where}: fifo served the recorded answers to "
-        f"{plural(len(report.get('drift') or []), 'request')} that differed (--on-divergence fifo), "
-        "then it went live from the checkpoint"
+        f"fifo served the recorded answers to {plural(len(report.get('drift') or []), 'request')} "
+        "that differed (--on-divergence fifo)"
     )
 
 

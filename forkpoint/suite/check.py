@@ -26,7 +26,7 @@ from ..diff import diff_sessions, known_sum, totals
 from ..errors import ForkpointError
 from ..executors import Executor
 from ..log import Session
-from ..orchestrate import Replayed, load_ref, replay_run
+from ..orchestrate import Replayed, fifo_drift_text, load_ref, replay_run
 from ..outcome import Outcome, rate_of
 from ..replay import EXIT_DIVERGENCE, format_divergence, verdict
 from ..runtime import cached_answers_text
@@ -175,6 +175,9 @@ def _ab(
     cached = cached_answers_text(run.report.get("answered_from_cache") or {})
     if cached and status != "stopped":  # (no model answered those: the cache gave older answers)
         detail = f"{cached}: not asked of the model (dspy.LM(..., cache=False) asks it)"
+    if run.report.get("drift") and status != "stopped":
+        # (the new run was handed tool results of requests it did not make: its outcome rests on them)
+        detail = "; ".join(filter(None, (detail, fifo_drift_text(run.report))))
     return {**fields, "status": status, "detail": detail, "ab": ab}
 
 

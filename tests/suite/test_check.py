@@ -558,6 +558,26 @@ def test_an_ab_run_that_dspy_s_cache_answered_says_so(tmp_path: Path) -> None:
     assert "DSPy answered 3 requests from its own cache" in ab.stdout, ab.stdout
 
 
+def test_ab_run_under_fifo_says_the_tool_calls_it_served_for_other_arguments(tmp_path: Path) -> None:
+    """The new model asked for write_file with another file name; fifo served the recorded result
+    anyway. The row read "changed at …" and its outcome "pass", and nothing in the table said that
+    the new run was handed tool results of requests it did not make (its --json divergence did)."""
+    store = tmp_path / "store"
+    env = cli_env()
+    with ModelServer(turns=2) as srv:
+        record_demo_sessions(store, 1, srv.openai_base_url, tmp_path / "work")
+        ab = forkpoint_cli(
+            "check", str(store), "--models", "live", "--on-divergence", "fifo",
+            "--json", str(tmp_path / "ab.json"), cwd=tmp_path, env=env,
+        )  # fmt: skip
+    assert ab.returncode == 0, ab.stdout + ab.stderr
+    (row,) = orjson.loads((tmp_path / "ab.json").read_bytes())["rows"]
+    assert row["status"] == "changed", row
+    said = "fifo served the recorded answers to 1 request that differed (--on-divergence fifo)"
+    assert said in row["detail"], row
+    assert said in " ".join(ab.stdout.split()), ab.stdout
+
+
 @pytest.mark.slow
 def test_ab_run_against_each_sessions_recorded_tool_world(tmp_path: Path) -> None:
     store = tmp_path / "store"
