@@ -26,6 +26,7 @@ def install(mode: Literal["record", "replay"]) -> None:
         capture.connections.reset()
     integrations.install()
     if mode == "replay":
-        from .replay import install_network_guard
+        from .replay import install_network_guard, pools
 
         install_network_guard()
+        pools.install()  # (a pool's results served at once, taken in the order they finished)
