@@ -705,6 +705,12 @@ class Replayer:
         self._by_ordinal: set[str] = set()
         #: (function, fingerprint) → the seqs of the calls made on its recorded objects (:meth:`_told`).
         self._told_seqs: dict[tuple[str, str], set[int]] = {}
+        #: (match key, function, fingerprint) → the calls of that key left to serve, made on its
+        #: recorded objects, in recorded order (:meth:`_same_object`): found once, not among every
+        #: call left at each call, and kept as calls are taken out (:meth:`_taken_out`).
+        self._told_left: dict[tuple[str, str, str], deque[Any]] = {}
+        #: Seq → the deques of :attr:`_told_left` that hold its call.
+        self._told_in: dict[int, list[deque[Any]]] = {}
         #: Seq → its group (first seq): identical calls whose recorded answers differ (_alike).
         self._alike = _alike(self._queues.values())
         #: Seq → the call's own id (:func:`_own_call_ids`; :meth:`_same_call_id`).
@@ -1170,6 +1176,7 @@ class Replayer:
                 for i, queued in enumerate(queue):
                     if queued is event:
                         del queue[i]
+                        self._taken_out(event)
                         break
             before = len(self.used)
             try:
@@ -1263,7 +1270,7 @@ class Replayer:
                 else None
             )
             # (and an object the recording tells apart, its own calls only)
-            mine = self._same_object(mine, function, (instance, ordinal), name) if mine else mine
+            mine = self._same_object(mine, key, function, (instance, ordinal), name) if mine else mine
             by_id = self._same_call_id(queue if mine is None else mine, call_id) if queue else []
             # (an id the recording told a call of this key apart by, whose call was served: an MCP
             # server's transport asking once more is not served another server's answer)
@@ -1358,9 +1365,14 @@ class Replayer:
         return self._objects.get(function or "", {}).get(instance) if instance is not None else None
 
     def _same_object(
-        self, calls: Sequence[Any], function: str | None, live: tuple[str | None, int], tool: str
+        self,
+        calls: Sequence[Any],
+        key: str,
+        function: str | None,
+        live: tuple[str | None, int],
+        tool: str,
     ) -> Sequence[Any]:
-        """Of ``calls`` (one match key, one function's), those made on the objects of the fingerprint
+        """Of ``calls`` (match ``key``'s, one function's), those made on the objects of the fingerprint
         the method's object ``live`` (fingerprint, ordinal) has now (:meth:`_told`): two objects'
         identical calls (``web.search("x")``, ``docs.search("x")``) were served to each other when a
         replay asked in another order; all of them when no recorded object has it. Served in
@@ -1373,12 +1385,17 @@ class Replayer:
         told = self._told(function, instance)
         # (not when it is all of them: each call of a loop making an alike object sorted them all)
         if told is not None and not told[2]:
-            seqs = self._told_seqs.get((function, instance))
-            if seqs is None:  # (once: each call looking up each call's object took 5,000 calls 1.5 s)
-                seqs = self._told_seqs[function, instance] = {
-                    q for q, m in self._made_on.items() if m in told[0]
-                }
-            calls = [e for e in calls if e["seq"] in seqs]
+            left = self._told_left.get((key, function, instance))
+            if left is None:  # (once: kept at each call, 20,000 calls in turn on two objects took 12 s)
+                seqs = self._told_seqs.get((function, instance))
+                if seqs is None:  # (once: each call looking up each call's object took 5,000 calls 1.5 s)
+                    seqs = self._told_seqs[function, instance] = {
+                        q for q, m in self._made_on.items() if m in told[0]
+                    }
+                left = self._told_left[key, function, instance] = deque(e for e in calls if e["seq"] in seqs)
+                for e in left:
+                    self._told_in.setdefault(e["seq"], []).append(left)
+            calls = left
         if not calls or tool in self.objects_untold or not (told is None or told[1]):
             return calls  # (said once is enough: answers are not compared again)
         made = self._made_on[calls[0]["seq"]]
@@ -1416,6 +1433,8 @@ class Replayer:
         sent = secret_placeholders(norm if kind == "model_call" else scrub_json(norm))
         sent += query_credentials(request["url"]) if request else []
         mine = (sent, header_credentials(request["headers"]) if request else [])
+        if not any(mine):  # (none to tell them by: not copied, as 20,000 alike calls were at each)
+            return None
         among = list(queue)
         for i, secrets in enumerate(mine):
             if secrets:
@@ -1500,7 +1519,18 @@ class Replayer:
         if changed:
             left = sorted((e for q in self._queues.values() for e in q), key=lambda e: e["seq"])
             self._queues = self._queued(left)
+            self._told_left.clear()  # (of the keys that were: found again under the new ones)
+            self._told_in.clear()
         return changed
+
+    def _taken_out(self, event: Served) -> None:
+        """``event``, taken out of its queue (served, or no longer to be), out of the calls left of
+        its object (:attr:`_told_left`) too."""
+        for left in self._told_in.pop(event["seq"], ()):
+            if left[0] is event:  # (served in recorded order: the first left)
+                left.popleft()
+            else:
+                left.remove(event)
 
     def _taken(self) -> set[int]:
         """Recorded calls no longer to be served: served here or by another process of this
@@ -1597,6 +1627,7 @@ class Replayer:
         """``event`` served (``by_id``: chosen by its ``call_id``, so it went to the call it answered
         when recorded, whoever asked first: no race to say of it)."""
         self.used.append(event["seq"])
+        self._taken_out(event)
         same_caller = self._same_task(event.get("caller"), runtime.caller())
         if not same_caller:
             self.callers_differ = True
@@ -1621,6 +1652,7 @@ class Replayer:
                 queue = self._queues.get(self._keys[inner["seq"]], deque())
                 if inner in queue:
                     queue.remove(inner)
+                    self._taken_out(inner)
         o = self.overrides.get(event["seq"])
         if o is None:
             return event

@@ -445,6 +445,39 @@ def test_objects_asking_alike_calls_in_turn_are_not_read_again_at_each_call(
     assert rp.report()["reproduced"] and not rp.report()["objects_untold"]
 
 
+def test_objects_told_apart_asking_alike_calls_in_turn_are_not_filtered_again_at_each_call(
+    store: Path,
+) -> None:
+    """``web`` and ``docs`` (told apart by their attributes) asking ``search("x")`` in turn: each
+    replayed call kept, of every recorded call of that request left, those made on its object, so a
+    replay of 5,000 such calls took 1 s of CPU and one of 20,000 12 s. The calls left of each object
+    are known once, and kept as calls are served."""
+
+    def asked() -> list[str]:
+        objects = [Index(name) for name in ("web", "docs", "wiki")]
+        return [objects[i % 3].search("x") for i in range(60)]
+
+    with forkpoint.record(store=store) as rec:
+        answers = asked()
+
+    class Counted(set[int]):
+        looked = 0
+
+        def __contains__(self, seq: object) -> bool:
+            Counted.looked += 1
+            return super().__contains__(seq)
+
+    class Kept(dict[Any, set[int]]):
+        def __setitem__(self, k: Any, seqs: set[int]) -> None:
+            super().__setitem__(k, Counted(seqs))
+
+    with forkpoint.replay(rec.session_path) as rp:
+        rp._told_seqs = Kept()
+        assert asked() == answers
+    assert Counted.looked <= 2 * len(answers), Counted.looked  # (once per call at most, not each left)
+    assert rp.report()["reproduced"] and not rp.report()["objects_untold"]
+
+
 def test_objects_of_a_class_with_slots_are_told_apart_by_them(store: Path) -> None:
     """Objects with ``__slots__`` (no ``__dict__``, no weak reference) are told apart by their
     slots' values, and one made where another was, gone since (at its address, as a temporary's
