@@ -705,10 +705,10 @@ class Replayer:
         self._by_ordinal: set[str] = set()
         #: (function, fingerprint) → the seqs of the calls made on its recorded objects (:meth:`_told`).
         self._told_seqs: dict[tuple[str, str], set[int]] = {}
-        #: (match key, function, fingerprint) → the calls of that key left to serve, made on its
-        #: recorded objects, in recorded order (:meth:`_same_object`): found once, not among every
-        #: call left at each call, and kept as calls are taken out (:meth:`_taken_out`).
-        self._told_left: dict[tuple[str, str, str], deque[Any]] = {}
+        #: (match key, function, fingerprint or recorded object) → the calls of that key left to
+        #: serve, made on its recorded objects, in recorded order (:meth:`_same_object`): found once,
+        #: not among every call left at each call, and kept as calls are taken out (:meth:`_taken_out`).
+        self._told_left: dict[tuple[str, str, Any], deque[Any]] = {}
         #: Seq → the deques of :attr:`_told_left` that hold its call.
         self._told_in: dict[int, list[deque[Any]]] = {}
         #: Seq → its group (first seq): identical calls whose recorded answers differ (_alike).
@@ -1375,48 +1375,54 @@ class Replayer:
         """Of ``calls`` (match ``key``'s, one function's), those made on the objects of the fingerprint
         the method's object ``live`` (fingerprint, ordinal) has now (:meth:`_told`): two objects'
         identical calls (``web.search("x")``, ``docs.search("x")``) were served to each other when a
-        replay asked in another order; all of them when no recorded object has it. Served in
-        recorded order, and ``tool`` is said (:attr:`objects_untold`) when such a call is another
-        recorded object's than the one of the live object's ordinal and fingerprint, among several
-        objects' calls answered differently: which got which is not certain then."""
+        replay asked in another order; all of them when no recorded object has it. Of several objects
+        of one process with that fingerprint, those of the one of the live object's ordinal while any
+        is left. Served in recorded order, and ``tool`` is said (:attr:`objects_untold`) when such a
+        call is another recorded object's than the one of the live object's ordinal and fingerprint,
+        among several objects' calls answered differently: which got which is not certain then."""
         instance, ordinal = live
         if function not in self._objects or instance is None:
             return calls
         told = self._told(function, instance)
         # (not when it is all of them: each call of a loop making an alike object sorted them all)
         if told is not None and not told[2]:
-            left = self._told_left.get((key, function, instance))
-            if left is None:  # (once: kept at each call, 20,000 calls in turn on two objects took 12 s)
-                seqs = self._told_seqs.get((function, instance))
-                if seqs is None:  # (once: each call looking up each call's object took 5,000 calls 1.5 s)
-                    seqs = self._told_seqs[function, instance] = {
-                        q for q, m in self._made_on.items() if m in told[0]
-                    }
-                left = self._told_left[key, function, instance] = deque(e for e in calls if e["seq"] in seqs)
-                for e in left:
-                    self._told_in.setdefault(e["seq"], []).append(left)
-            calls = left
-        if not calls or tool in self.objects_untold or not (told is None or told[1]):
-            return calls  # (said once is enough: answers are not compared again)
-        made = self._made_on[calls[0]["seq"]]
-        # (its own ordinal's object: served as a plain function's repeated calls are, in recorded
-        # order; of one process: another's objects of that ordinal are not its own)
-        own = (
-            told is not None and told[3] and made[1] == ordinal and self._fps[function].get(made) == instance
-        )
+            seqs = self._told_seqs.get((function, instance))
+            if seqs is None:  # (once: each call looking up each call's object took 5,000 calls 1.5 s)
+                seqs = self._told_seqs[function, instance] = {
+                    q for q, m in self._made_on.items() if m in told[0]
+                }
+            calls = self._left((key, function, instance), calls, lambda e: e["seq"] in seqs)
+        if not calls or not (told is None or told[1]):
+            return calls
+        fps = self._fps[function]
+
+        def own(e: Any) -> bool:
+            """Whether ``e`` was made on the recorded object of the live one's ordinal and
+            fingerprint (of one process: another's objects of that ordinal are not its own)."""
+            made = self._made_on[e["seq"]]
+            return made[1] == ordinal and fps.get(made) == instance
+
+        # (its own ordinal's calls: served as a plain function's repeated calls are, in recorded
+        # order, though another object's were asked before them when recorded)
+        mine: Sequence[Any] = []
+        if told is not None and told[3]:
+            pid = next(iter(told[0]))[0]
+            mine = calls if own(calls[0]) else self._left((key, function, (pid, ordinal)), calls, own)
+        if tool in self.objects_untold:
+            return mine or calls  # (said once is enough: answers are not compared again)
         group = self._alike.get(calls[0]["seq"])
-        if not own and tool in self._by_ordinal:  # (the ordinals it was served by do not hold)
+        if not mine and tool in self._by_ordinal:  # (the ordinals it was served by do not hold)
             self.objects_untold.add(tool)
         elif (
             group is not None
             and (group, instance) not in self._told_alike
-            and not (own and tool in self._by_ordinal)
+            and not (mine and tool in self._by_ordinal)
         ):
             if len({self._made_on[e["seq"]] for e in calls}) > 1 and len({_answer(e) for e in calls}) > 1:
-                (self._by_ordinal if own else self.objects_untold).add(tool)
+                (self._by_ordinal if mine else self.objects_untold).add(tool)
             else:  # (compared once: the calls left of them later are fewer, alike still)
                 self._told_alike.add((group, instance))
-        return calls
+        return mine or calls
 
     def _same_secrets(
         self, queue: Sequence[Any], kind: CallKind, norm: dict[str, Any], request: HttpRequest | None
@@ -1522,6 +1528,18 @@ class Replayer:
             self._told_left.clear()  # (of the keys that were: found again under the new ones)
             self._told_in.clear()
         return changed
+
+    def _left(
+        self, where: tuple[str, str, Any], calls: Sequence[Any], keep: Callable[[Any], bool]
+    ) -> deque[Any]:
+        """The calls left of ``where`` (:attr:`_told_left`): those of ``calls`` it ``keep``s, found
+        at its first call only (at each, 20,000 calls in turn on two objects took 12 s)."""
+        left = self._told_left.get(where)
+        if left is None:
+            left = self._told_left[where] = deque(e for e in calls if keep(e))
+            for e in left:
+                self._told_in.setdefault(e["seq"], []).append(left)
+        return left
 
     def _taken_out(self, event: Served) -> None:
         """``event``, taken out of its queue (served, or no longer to be), out of the calls left of
