@@ -300,7 +300,10 @@ class _DyingExecutor(Executor):
     def map(self, fn: Task, specs: Sequence[dict[str, Any]]) -> Iterator[tuple[int, dict[str, Any]]]:
         from forkpoint.store.base import Recording
 
-        def die(*_args: Any, **_kwargs: Any) -> None:
+        def die(recording: Recording, *_args: Any, **_kwargs: Any) -> None:
+            # (the kernel closes a dead worker's descriptors: left open here, the log's stayed open,
+            # held by the writers still to close at exit, for every later test of this process)
+            recording.writer.close()
             raise _Died
 
         for i, spec in enumerate(specs):
