@@ -572,6 +572,16 @@ _CONTEXT_KINDS = frozenset(
     }
 )
 
+
+def _same_secret(alone: str, together: str) -> bool:
+    """Whether a secret of kind ``alone`` a list's item holds to its end, and one of kind
+    ``together`` its text read on into the next item from the same place, are one secret: of one
+    kind, or a value found by its context that the next item's text makes a known shape (as
+    :meth:`Scrubber._refine` names it). Not a known shape alone that an assignment's value reads on
+    from (``OPENAI_API_KEY=sk-…`` then ``AWS2_REGION=…``: the next line of an ``.env`` file)."""
+    return alone == together or (alone in _CONTEXT_KINDS and together not in _CONTEXT_KINDS)
+
+
 #: A placeholder (:func:`placeholder`), as a regular expression.
 PLACEHOLDER_PATTERN = r"\[REDACTED:[a-z0-9-]+:[0-9a-f]{8}\]"
 _PLACEHOLDER_RE = compiled_later(PLACEHOLDER_PATTERN)
@@ -2257,7 +2267,10 @@ class Scrubber:
         file, ``"AWS2_REGION=eu-west-1"``, which an assignment's value reads on into as another kind).
         So too where such a secret of an item the value runs through starts inside the value, of
         whatever kind (``["password=", "password=", "sk-proj-…", "wxyz…"]``: the first name's value
-        hid the key; alone, its first piece was replaced and its rest kept)."""
+        hid the key; alone, its first piece was replaced and its rest kept). Both readings are
+        honoured where the item alone finds a value by its context (a name, an option) and the items
+        as one text a known shape that starts with it: ``["--token=sk-proj-", "Q7pV…"]``, the
+        option's value alone, a key together, whose rest was kept once the value alone was replaced."""
         a, b, kind = span
         if kind == "private-key" and raw.find("-----END ", a, b) >= 0:
             return True
@@ -2266,7 +2279,7 @@ class Scrubber:
         for j in range(k, bisect.bisect_left(ends, b)):
             end, start = ends[j], ends[j] - len(run[j])
             if _looks_random(raw[end:b]) and any(
-                e == len(run[j]) and (s + start > a or (s + start == a and x == kind))
+                e == len(run[j]) and (s + start > a or (s + start == a and _same_secret(x, kind)))
                 for s, e, x in self.find(run[j])
             ):
                 return True

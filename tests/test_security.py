@@ -1120,3 +1120,32 @@ def test_a_secret_split_over_list_items_after_its_name_reaches_no_file(
     with forkpoint.replay(rec.session_path) as rp:
         assert read_lines("x") == stored
     assert rp.report()["matched"] == 1
+
+
+@pytest.mark.parametrize(
+    ("argv", "secrets"),
+    [
+        # the first item alone a credential option's value (sk-proj-), the two as one text a key
+        (["--token=sk-proj-", _KEY[8:]], {"key's rest": _KEY[8:]}),
+        (["run", "--api-key=" + _KEY[:12], _KEY[12:], "x"], {"key's rest": _KEY[12:]}),
+    ],
+    ids=["option-then-key-rest", "option-key-cut-inside"],
+)
+def test_a_secret_in_a_tools_argument_list_reaches_no_file(
+    store: Path, argv: list[str], secrets: dict[str, str]
+) -> None:
+    """A tool's arguments as a command's list, a credential option's value cut over two items:
+    what each reading of the items finds is replaced, and the live call gets its arguments."""
+
+    @forkpoint.tool
+    def run(args: list[str]) -> int:
+        return sum(map(len, args))
+
+    with forkpoint.record(store=store) as rec:
+        assert run(list(argv)) == len("".join(argv))
+    assert leaks(store, secrets) == []
+    stored = Session.load(rec.session_path).by_type("tool_call")[0]["args"]["args"]
+    assert len(stored) == len(argv) and redact.Scrubber().json(stored) == stored
+    with forkpoint.replay(rec.session_path) as rp:
+        assert run(list(argv)) == len("".join(argv))
+    assert rp.report()["matched"] == 1
