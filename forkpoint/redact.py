@@ -2144,7 +2144,12 @@ class Scrubber:
                     own = next(operands, own)
         for i in options:
             arg = items[i]
-            nxt = items[i + 1] if i + 1 < len(items) and type(items[i + 1]) is str else ""
+            # (a blank item is no value: the option's is the first after it that is not one, as
+            # a command line split by a shell that keeps the space between them as an item)
+            at = i + 1
+            while at < len(items) and type(items[at]) is str and not items[at].strip():
+                at += 1
+            nxt = items[at] if at < len(items) and type(items[at]) is str else ""
             short = arg[:2]
             if i < own and short in glued and len(arg) > 2 and arg[2] != "=" and i not in found:
                 value = self._command_password(arg[2:], user=user)
@@ -2153,12 +2158,12 @@ class Scrubber:
             elif i < own and arg in spaced and nxt:
                 value = self._command_password(nxt, user=user)
                 if value is not None:
-                    found[i + 1] = (value, arg)
+                    found[at] = (value, arg)
             elif nxt and not nxt.startswith("-") and not _is_placeholder(nxt):
                 option = SECRET_OPTION.fullmatch(arg)
                 if option is not None and option.group("value") is None:
-                    found[i + 1] = (placeholder("secret-option", nxt), arg)
-                    found |= self._spilled(items, i + 1, arg)
+                    found[at] = (placeholder("secret-option", nxt), arg)
+                    found |= self._spilled(items, at, arg)
         return found
 
     def _spilled(self, items: Sequence[Any], at: int, name: str) -> dict[int, tuple[str, str]]:

@@ -1128,8 +1128,12 @@ def test_a_secret_split_over_list_items_after_its_name_reaches_no_file(
         # the first item alone a credential option's value (sk-proj-), the two as one text a key
         (["--token=sk-proj-", _KEY[8:]], {"key's rest": _KEY[8:]}),
         (["run", "--api-key=" + _KEY[:12], _KEY[12:], "x"], {"key's rest": _KEY[12:]}),
+        # a blank item between an option and its value (as some shells split a command line)
+        (["--token", " ", "pw1xyz"], {"token": "pw1xyz"}),
+        (["--token", "", "\t", "pw1xyz", "x"], {"token": "pw1xyz"}),
+        (["curl", "-u", "", "admin:pw1xyz", "https://example.test"], {"password": "pw1xyz"}),
     ],
-    ids=["option-then-key-rest", "option-key-cut-inside"],
+    ids=["option-then-key-rest", "option-key-cut-inside", "blank", "blanks", "curl-blank"],
 )
 def test_a_secret_in_a_tools_argument_list_reaches_no_file(
     store: Path, argv: list[str], secrets: dict[str, str]

@@ -1077,6 +1077,12 @@ def test_holds_placeholder_wants_the_placeholder_shape_in_text_and_in_bytes() ->
         (["--secret-key", "abc", "--aws_secret_key=xyz"], [False, True, True]),
         (["--auth-key", "abc", "--master-key", "xyz"], [False, True, False, True]),
         (["--key", "name", "--sort-key", "x"], [False, False, False, False]),
+        # (a blank item is no value: the option's is the next item that is not one, as some shells split)
+        (["--token", " ", "pw1xyz"], [False, False, True]),
+        (["--token", "", "\n", "pw1xyz", "x"], [False, False, False, True, False]),
+        (["--token", ""], [False, False]),
+        (["--token", " "], [False, False]),
+        (["--token", "", "--verbose"], [False, False, False]),
     ],
 )
 def test_a_credential_options_value_is_replaced_whatever_its_shape(argv: list[str], kept: list[bool]) -> None:
