@@ -276,19 +276,35 @@ def _command_password_text(client: _Client) -> str:
     )
 
 
-#: Three shapes of the table below (:data:`_DEAD_ENDS` names them).
-_UNQUOTED_ASSIGNMENT = (
-    r"(?<![a-z])(?:(?i:password|passwd|passphrase)|SECRET|TOKEN|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|_KEY"
-    r"|CREDENTIALS?)(?![A-Za-z0-9])\s*[=:]\s*[\"']?"
-    r"(?P<s>(?![0-9]+(?:[\s\"'#;&]|$))(?!(?:None|null|true|false|True|False|undefined|nil)(?:[\s\"'#;&]|$))"
-    r"[^\s\"'#;&(){}\[\]<>,\\]{4,})" + _VALUE_END
+#: After a name's ``:``, a YAML plain scalar's value on the next line, indented under it: not a
+#: key (``host: x``, a nested mapping or the same mapping's next key), a list's item or a comment,
+#: nor an assignment (``HOME=/root``: after an escaped line break, ``\\n``, read as a break and a
+#: space, the next line of an ``.env`` file looks indented). After ``=``, a value is on its line.
+_NEXT_LINE_VALUE = (
+    r"[ \t\r]*\n(?=[ \t])(?![ \t]*(?:-[ \t]|#|[^\s:\"']*:(?:\s|$)|[A-Za-z_][A-Za-z0-9_]*=(?!=)))"
 )
-_LOWER_ASSIGNMENT = (
+#: Names of a credential assigned an unquoted value: in any case a password, else in capitals
+#: (``DB_PASSWORD``, ``GITHUB_TOKEN``, ``AWS_SECRET_ACCESS_KEY``).
+_UNQUOTED_NAME = (
+    r"(?<![a-z])(?:(?i:password|passwd|passphrase)|SECRET|TOKEN|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|_KEY"
+    r"|CREDENTIALS?)(?![A-Za-z0-9])"
+)
+#: Names of a credential in lower case or camelCase (YAML's and INI's: see the table's shape).
+_LOWER_NAME = (
     r"(?:(?<![A-Za-z0-9])|(?<=[a-z0-9])(?=[A-Z]))(?i:api[_\-]?key|(?:client|access|auth|refresh|session"
     r"|bearer|secret)[_\-]?(?:secret|token|key)|secret|private[_\-]?key|"
     + _NOT_SECRET_TOKEN_BEFORE
     + r"token)"
-    r"(?![A-Za-z0-9_])[ \t]*"
+    r"(?![A-Za-z0-9_])"
+)
+#: Three shapes of the table below (:data:`_DEAD_ENDS` names them).
+_UNQUOTED_ASSIGNMENT = (
+    _UNQUOTED_NAME + r"\s*(?:=|:(?:" + _NEXT_LINE_VALUE + r")?)[ \t]*[\"']?"
+    r"(?P<s>(?![0-9]+(?:[\s\"'#;&]|$))(?!(?:None|null|true|false|True|False|undefined|nil)(?:[\s\"'#;&]|$))"
+    r"[^\s\"'#;&(){}\[\]<>,\\]{4,})" + _VALUE_END
+)
+_LOWER_ASSIGNMENT = (
+    _LOWER_NAME + r"[ \t]*"
     r"(?:=|:(?=[ \t]*[A-Za-z0-9_\-+/=]+\.?[ \t]*(?:#[^\r\n\\]*)?(?:\\[nr]|[\r\n]|$)))[ \t]*"
     r"(?![a-z0-9]*_[a-z0-9_]*(?![A-Za-z0-9\-+/=]))(?![A-Z0-9]*_[A-Z0-9_]*(?![A-Za-z0-9\-+/=]))"
     r"(?!(?:[A-Z][a-z]*[0-9]*)*[A-Z][a-z]{2,}(?![A-Za-z0-9_\-+/=]))"
@@ -408,6 +424,16 @@ _BUILTIN: tuple[tuple[str, tuple[str, ...], str], ...] = (
         r"\s*[=:]\s*\\?(?P<q>[\"'])"
         r"(?P<s>(?=[^\"'\\\r\n]{6})[^\s\"'\\](?:[^\"'\\\r\n]*[^\s\"'\\])?)\\?(?P=q)",
     ),
+    # YAML: a block scalar's lines after a name of either unquoted shape below (token: |,
+    # password: >-), whatever they hold: from the first line's indentation on, to the first line
+    # indented less; not a key there (an empty value before the mapping's next key).
+    (
+        "secret-assignment",
+        ("pass", "secret", "token", "api", "access", "private", "_key", "credential", "client", "auth")
+        + ("refresh", "session", "bearer"),
+        r"(?:" + _UNQUOTED_NAME + "|" + _LOWER_NAME + r")[ \t]*:[ \t]*[|>][1-9+\-]{0,2}(?:[ \t]+#[^\r\n]*)?"
+        r"[ \t\r]*\n(?P<i>[ \t]+)(?![^\s:\"']*:(?:\s|$))(?P<s>\S(?:[^\r\n]*\S)?(?:[ \t\r]*\n(?P=i)[^\r\n]*\S)*)",
+    ),
     (
         "secret-assignment",
         ("pass", "secret", "token", "api", "access", "private", "_key", "credential"),
@@ -446,14 +472,14 @@ _BUILTIN: tuple[tuple[str, tuple[str, ...], str], ...] = (
     (
         "aws-secret",
         ("aws_",),
-        r"(?:aws_secret_access_key|aws_session_token|aws_security_token)[\"']?\s*[=:]\s*[\"']?"
+        r"(?:aws_secret_access_key|aws_session_token|aws_security_token)[\"']?\s*[=:][ \t]*[\"']?"
         r"(?P<s>[A-Za-z0-9/+=]{16,})",
     ),
     # Azure connection strings: AccountKey=… (storage), SharedAccessKey=… (Service Bus, Event Hubs).
     (
         "azure-key",
         ("accountkey", "sharedaccesskey"),
-        r"(?i:AccountKey|SharedAccessKey)\s*=\s*(?P<s>[A-Za-z0-9+/]{16,}={0,2})",
+        r"(?i:AccountKey|SharedAccessKey)\s*=[ \t]*(?P<s>[A-Za-z0-9+/]{16,}={0,2})",
     ),
     # .netrc: "machine HOST login USER password SECRET" (over one line or several; with \\n escapes
     # inside a JSON string too).
@@ -467,7 +493,7 @@ _BUILTIN: tuple[tuple[str, tuple[str, ...], str], ...] = (
     (
         "header-credential",
         ("api", "token"),
-        r"(?i:api-key|(?<=auth-)token|(?<=security-)token)[\"']?\s*:\s*[\"']?(?P<s>[^\s\"',;]{6,})",
+        r"(?i:api-key|(?<=auth-)token|(?<=security-)token)[\"']?\s*:[ \t]*[\"']?(?P<s>[^\s\"',;]{6,})",
     ),
     # An Authorization header written in text under another scheme than Bearer, Basic or SigV4
     # (curl -H 'Authorization: Token …', GitHub's "token …", Discord's "Bot …"): a value with a digit,
@@ -477,7 +503,7 @@ _BUILTIN: tuple[tuple[str, tuple[str, ...], str], ...] = (
         ("auth",),  # (an anchor other shapes have: each one is a pass over the text)
         _OTHER_AUTHORIZATION,
     ),
-    ("cookie", ("cookie",), r"(?i:cookie)[\"']?\s*:\s*[\"']?(?P<s>[^\r\n\"']{6,})"),
+    ("cookie", ("cookie",), r"(?i:cookie)[\"']?\s*:[ \t]*[\"']?(?P<s>[^\r\n\"']{6,})"),
 )
 
 #: Where the first of some characters is looked for from each occurrence of a run (see _first).

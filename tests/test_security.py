@@ -1153,3 +1153,23 @@ def test_a_secret_in_a_tools_argument_list_reaches_no_file(
     with forkpoint.replay(rec.session_path) as rp:
         assert run(list(argv)) == len("".join(argv))
     assert rp.report()["matched"] == 1
+
+
+def test_a_config_a_tool_is_given_keeps_its_plain_lines_and_no_secret(store: Path) -> None:
+    """A tool given a file's texts: an empty value at a line's end (``PASSWORD=``) took the next
+    line, which was stored replaced; a YAML block scalar's value (``token: |``) was stored in the
+    clear."""
+    texts = ["PASSWORD=\nHOME=/root\n", "password: \nHOME=/root\n", "token: |\n  abcdEFGH1234xyz\nnext: 1\n"]
+
+    @forkpoint.tool
+    def write_configs(configs: list[str]) -> int:
+        return len(configs)
+
+    with forkpoint.record(store=store) as rec:
+        assert write_configs(list(texts)) == 3
+    assert leaks(store, {"block scalar": "abcdEFGH1234xyz"}) == []
+    stored = Session.load(rec.session_path).by_type("tool_call")[0]["args"]["configs"]
+    assert stored[:2] == texts[:2] and stored[2].endswith("]\nnext: 1\n"), stored
+    with forkpoint.replay(rec.session_path) as rp:
+        assert write_configs(list(texts)) == 3
+    assert rp.report()["matched"] == 1

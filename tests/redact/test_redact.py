@@ -1316,6 +1316,16 @@ def test_a_run_of_glued_anchors_that_matches_nowhere_is_read_once(run: str, end:
     assert twice["calls"] <= 2 * once["calls"] + 10, (once, twice)
 
 
+@pytest.mark.parametrize("run", ["password: |\n  ", "db:\n  token: >-\n", "PASSWORD:\n ", "token: |\n  x1\n"])
+def test_yaml_values_on_the_next_lines_are_read_in_linear_time(run: str) -> None:
+    """A name whose value may be on the next lines (a YAML block scalar, a plain scalar indented
+    under it) is read there at each occurrence: twice the run, twice the work."""
+    once, twice = _work(run, 300), _work(run, 600)
+    assert once["read"] >= 300  # (the counter counts)
+    assert twice["read"] <= 2 * once["read"] + 100, (once, twice)
+    assert twice["calls"] <= 2 * once["calls"] + 10, (once, twice)
+
+
 _NAMES = ["password", "PASSWORD", "passwd", "API_KEY", "_KEY", "TOKEN", "SECRET", "CREDENTIALS", "api_key"]
 _NAMES += ["client_secret", "x-auth-token", "token", "Authorization", "authorization", "Proxy-Authorization"]
 _GLUE = ["=", ":", " = ", ": ", ":\t", '":', "':'", ":'", '"=', " :", ":\n"]
@@ -1692,3 +1702,56 @@ def test_scrubbing_random_lists_of_trigger_texts_twice_changes_nothing() -> None
         assert Scrubber().json(once) == once, items
         assert Scrubber(cache=False).json(items) == once, items
         assert s.json({"m": [{"role": "user"}, items]}, parsed=True)["m"][1] == once, items
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "PASSWORD=\nHOME=/root\n",
+        "DB_PASSWORD=\r\nHOME=/root\r\n",
+        "password: \nHOME=/root\n",
+        "export TOKEN=\nHOME=/root\n",
+        "API_KEY:\nHOME=/root\n",
+        "x-api-key:\nHOME=/root1\n",
+        "Cookie:\nHOME=/root\n",
+        "AccountKey=\nabcdefghijklmnopqrstuv==\n",
+        # (YAML: an empty value, then a key of the same mapping, a nested mapping, a list)
+        "db:\n  password:\n  host: x\n",
+        "token:\n  nested: abc\nHOME=/root\n",
+        "PASSWORD:\n  host: db1\n",
+        "password:\n  - admin1\n",
+    ],
+)
+def test_an_empty_value_at_a_lines_end_does_not_take_the_next_line(text: str) -> None:
+    """``PASSWORD=`` and then ``HOME=/root``: the assignment's value was read across the line
+    break, and the next line replaced (a line of an ``.env`` file, a header, a YAML key lost). Not
+    in text, nor JSON-escaped, nor as the file's lines (with their ends: without, a name's value
+    after a space, ``["password: ", "HOME=/root"]``, is read as text cut inside a line)."""
+    assert scrub_text(text) == text
+    escaped = orjson.dumps(text).decode()
+    assert scrub_text(escaped) == escaped
+    lines = text.splitlines(keepends=True)
+    assert Scrubber().json(lines) == lines
+
+
+@pytest.mark.parametrize(
+    ("text", "secret", "after"),
+    [
+        # (a block scalar: its indented lines are the value)
+        ("password: |\n  hunter2xyz\nnext: 1\n", "hunter2xyz", "\nnext: 1\n"),
+        ("db:\n  token: |-\n    abcdEFGH1234xyz\n  host: db1\n", "abcdEFGH1234xyz", "\n  host: db1\n"),
+        ("TOKEN: >-  # folded\n    abcdEFGH\n    1234xyz\nnext: 1\n", "abcdEFGH\n    1234xyz", "\nnext: 1\n"),
+        ("client_secret: |\r\n  s3cr3tValue42\r\n", "s3cr3tValue42", "\r\n"),
+        # (a plain value on the next line, indented)
+        ("password:\n  hunter2xyz\nnext: 1\n", "hunter2xyz", "\nnext: 1\n"),
+    ],
+)
+def test_a_yaml_value_on_the_lines_after_its_name_is_replaced(text: str, secret: str, after: str) -> None:
+    """YAML carries a value on the lines after its name: a block scalar (``token: |``, ``>-``) and
+    a plain scalar indented under it. A block scalar's was kept in the clear."""
+    once = scrub_text(text)
+    assert not any(part in once for part in secret.split()), once
+    assert once.endswith(expected_placeholder("secret-assignment", secret) + after), once
+    assert scrub_text(once) == once
+    escaped = orjson.dumps(text).decode()
+    assert not any(part in scrub_text(escaped) for part in secret.split())
