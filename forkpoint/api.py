@@ -55,18 +55,22 @@ def finish_pending(rt: runtime.Runtime) -> None:
         call.finish(ended="unfinished")
 
 
-#: The program's telemetry providers (module, global, what their ``force_flush`` takes), which hold
-#: what they export later: OpenTelemetry's SDK spans, metrics and logs (a BatchSpanProcessor's queue,
-#: sent every 5 s and at exit; milliseconds to wait), the OpenAI Agents SDK its traces (uploaded to
-#: OpenAI's trace endpoint by a batch processor of its own, with tracing on by default; no timeout).
+#: The program's telemetry providers (module, global, the method that sends what it holds, what that
+#: takes), which hold what they export later: OpenTelemetry's SDK spans, metrics and logs (a
+#: BatchSpanProcessor's queue, sent every 5 s and at exit; milliseconds to wait), the OpenAI Agents
+#: SDK its traces (uploaded to OpenAI's trace endpoint by a batch processor of its own, with tracing
+#: on by default; no timeout), LangSmith's client its runs (LangChain's and ``@traceable``'s, with
+#: ``LANGSMITH_TRACING=true``, uploaded by a background thread; seconds to wait).
 #: The globals, not ``get_tracer_provider()`` nor ``get_trace_provider()``: with
 #: ``OTEL_PYTHON_TRACER_PROVIDER`` set and none set yet, the getter loads and sets one, and the
-#: program's own ``set_tracer_provider`` is then refused (the Agents SDK's makes its default one).
-_TELEMETRY_PROVIDERS: tuple[tuple[str, str, tuple[int, ...]], ...] = (
-    ("opentelemetry.trace", "_TRACER_PROVIDER", (5000,)),
-    ("opentelemetry.metrics._internal", "_METER_PROVIDER", (5000,)),
-    ("opentelemetry._logs._internal", "_LOGGER_PROVIDER", (5000,)),
-    ("agents.tracing.setup", "GLOBAL_TRACE_PROVIDER", ()),
+#: program's own ``set_tracer_provider`` is then refused (the Agents SDK's makes its default one);
+#: nor ``get_cached_client()``, which would make a LangSmith client for a program that has none.
+_TELEMETRY_PROVIDERS: tuple[tuple[str, str, str, tuple[int, ...]], ...] = (
+    ("opentelemetry.trace", "_TRACER_PROVIDER", "force_flush", (5000,)),
+    ("opentelemetry.metrics._internal", "_METER_PROVIDER", "force_flush", (5000,)),
+    ("opentelemetry._logs._internal", "_LOGGER_PROVIDER", "force_flush", (5000,)),
+    ("agents.tracing.setup", "GLOBAL_TRACE_PROVIDER", "force_flush", ()),
+    ("langsmith.run_trees", "_CLIENT", "flush", (5,)),
 )
 
 
@@ -76,8 +80,8 @@ def flush_telemetry() -> None:
     answer) and as it ends, while the replay still answers their exports (after it, a replayed
     test in a pytest process that goes on would send the replayed run's spans to the real
     collector). A provider that cannot flush is left as it is."""
-    for module, name, args in _TELEMETRY_PROVIDERS:
-        flush = getattr(getattr(sys.modules.get(module), name, None), "force_flush", None)
+    for module, name, method, args in _TELEMETRY_PROVIDERS:
+        flush = getattr(getattr(sys.modules.get(module), name, None), method, None)
         if callable(flush):
             try:
                 flush(*args)  # (a replay answers an export at once)

@@ -920,6 +920,58 @@ def test_a_replay_in_a_process_that_goes_on_does_not_upload_the_replayed_agents_
     assert len(uploads) == 1, uploads  # the recorded run's, not the replayed run's too
 
 
+_LANGSMITH_TRACES_AFTER_THE_REPLAY = textwrap.dedent(
+    """
+    import sys
+
+    from langsmith import traceable
+    from langsmith.run_trees import get_cached_client
+
+    import forkpoint
+
+
+    @traceable
+    def answer(q):
+        return q.upper()
+
+
+    with forkpoint.record(store=sys.argv[1]) as rec:
+        answer("hi")
+    get_cached_client().flush()  # (the recorded run's trace, sent as the program would)
+    with forkpoint.replay(rec.session_path) as rp:
+        answer("hi")
+    assert rp.report()["reproduced"], rp.report()
+    """
+)
+
+
+def test_a_replay_in_a_process_that_goes_on_does_not_upload_the_replayed_langsmith_traces(
+    tmp_path: Path,
+) -> None:
+    """LangSmith tracing on (a LangGraph agent's ``LANGSMITH_TRACING=true``), replayed in a process
+    that goes on (the pytest plugin): its client's background thread uploaded the replayed run's
+    trace after the replay, to LangSmith, from a test that was to be offline. The replay now
+    flushes it while it still answers the upload."""
+    srv = LocalServer()
+    srv.route("*", lambda r: json_reply({}))
+    script = tmp_path / "traced.py"
+    script.write_text(_LANGSMITH_TRACES_AFTER_THE_REPLAY)
+    env = {
+        **os.environ,
+        "LANGSMITH_TRACING": "true",
+        "LANGSMITH_ENDPOINT": srv.url,
+        "LANGSMITH_API_KEY": "lsv2_pt_" + "0" * 32 + "_" + "0" * 10,
+    }
+    try:
+        out = subprocess.run([sys.executable, str(script), str(tmp_path / "store")],
+                             env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)  # fmt: skip
+    finally:
+        srv.stop()
+    assert out.returncode == 0, out.stderr
+    uploads = [r for r in srv.requests if r["path"].startswith("/runs")]
+    assert len(uploads) == 1, uploads  # the recorded run's, not the replayed run's too
+
+
 def test_only_model_calls_are_genai_spans(server: LocalServer, store: Path) -> None:
     from forkpoint import otel
 
