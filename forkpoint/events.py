@@ -600,6 +600,10 @@ class DivergenceReport(TypedDict, total=False):
     #: ``--deterministic``'s) choice leaves out, and the selection naming them too.
     left_out_modules: list[str]
     deterministic_selection: list[str]
+    #: A date and time of the recorded call, among the differences, from before the session began
+    #: (``stamp``, and the session's ``started``): read before forkpoint recorded (at import, at
+    #: pytest's collection), if the program read it.
+    read_before_recording: dict[str, str]
     #: How many tool calls ran live before this call: the value may be one's (no deterministic hint).
     after_live_tools: int
     #: The overrides applied before this call (their specs): no ``suggest`` then.

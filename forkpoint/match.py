@@ -37,8 +37,10 @@ import functools
 import os
 import re
 import threading
+import zoneinfo
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlsplit
@@ -627,6 +629,34 @@ def inert_rules(
         if one.mask(expected, tool) == expected and one.mask(actual, tool) == actual:
             out.append(rule)
     return out
+
+
+def stamped_before(changes: Iterable[Mapping[str, Any]], started: Any, zone: Any) -> str | None:
+    """The first date and time in a recorded value of ``changes`` (a divergence's diff; what a rule
+    ignored left out) from before ``started`` (a session's ``created``) however it is read: by its
+    own offset, a naive one both as UTC and as the recording's ``zone`` (``datetime.now()``, or
+    ``utcnow()``; UTC where none was said); None when there is none, or the header does not say
+    when the session began or in what zone."""
+    try:
+        start = datetime.fromisoformat(started)
+        local = zoneinfo.ZoneInfo(zone) if zone else UTC
+    except (TypeError, ValueError, zoneinfo.ZoneInfoNotFoundError):
+        return None
+    for change in changes:
+        if change.get("ignored") or not isinstance(recorded := change.get("expected"), str):
+            continue
+        for m in _VOLATILE_RE.finditer(recorded):
+            stamp = m.group("timestamp")
+            if stamp is None or len(stamp) <= len("2026-12-07"):  # (a date alone: midnight, no read)
+                continue
+            try:
+                t = datetime.fromisoformat(stamp)
+            except ValueError:  # (a time alone)
+                continue
+            readings = [t] if t.tzinfo else [t.replace(tzinfo=UTC), t.replace(tzinfo=local)]
+            if all(r < start for r in readings):
+                return stamp
+    return None
 
 
 def suggest_ignore(

@@ -74,6 +74,7 @@ from ..match import (
     normalized,
     query_credentials,
     relocated,
+    stamped_before,
     stored_key,
     suggest_ignore,
     tool_key,
@@ -1958,7 +1959,11 @@ class Replayer:
                 if self.live_calls["tool_call"]:  # (a tool run live may have returned it, not the program)
                     report["after_live_tools"] = self.live_calls["tool_call"]
                 else:
-                    chosen = self._session.header.get("deterministic")
+                    header = self._session.header
+                    started = header.get("created")
+                    if before := stamped_before(report["diff"], started, header.get("timezone")):
+                        report["read_before_recording"] = {"stamp": before, "started": str(started)}
+                    chosen = header.get("deterministic")
                     select = chosen if isinstance(chosen, list) else True
                     if not self.deterministic:
                         report["hint_deterministic"] = True

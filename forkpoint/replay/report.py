@@ -97,6 +97,14 @@ def format_divergence(report: DivergenceReport | dict[str, Any]) -> str:
                 f"{'it' if live_tools == 1 else 'one'} returned (a time its body read) may be it, and "
                 "--deterministic does not record what a tool's body reads."
             )
+        if before := report.get("read_before_recording"):
+            lines.append(
+                f"The recorded {_plain(before['stamp'])} is from before this recording began "
+                f"({_plain(before['started'])}): if the program read it then (at import, as a test "
+                "module's at pytest's collection; in a fixture of wider scope; before forkpoint.record()), "
+                "--deterministic cannot hand it back, as it records the reads made while it records: "
+                "ignore it with the rule above, or read the clock in the recorded run."
+            )
         if report.get("hint_deterministic"):
             lines.append(
                 "If the program's own code put it there (datetime.now(), time.time(), uuid.uuid4(), "

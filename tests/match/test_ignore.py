@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from subprocess import CompletedProcess
 from typing import Any
@@ -414,6 +415,33 @@ def test_a_timestamp_divergence_points_at_deterministic_when_not_recorded_so(
             ask("hi", "Current time: 2026-12-01 10:15:21.733099", server.openai_base_url)
         assert div.value.report["suggest"]
         assert ("record with --deterministic" in str(div.value)) is not deterministic
+
+
+def test_a_time_read_before_the_recording_began_is_said_to_be_out_of_deterministics_reach(
+    server: LocalServer, store: Path
+) -> None:
+    """A prompt stamped before the recording began (a test module's agent, built at import, at
+    pytest's collection: the plugin records the test alone) diverged on replay, recorded
+    deterministic, and the report's advice beside the rule was to name the modules the call went
+    through: neither they nor --deterministic can hand back a value read before forkpoint recorded.
+    A time read while it recorded is not said to be."""
+    stamp = datetime.now().isoformat()
+    with forkpoint.record(store=store, deterministic=True) as rec:
+        ask("hi", f"Current time: {stamp}", server.openai_base_url)
+    later = datetime.now().isoformat()  # (the replay's import, before it too)
+    with forkpoint.replay(rec.session_path), pytest.raises(forkpoint.Divergence) as div:
+        ask("hi", f"Current time: {later}", server.openai_base_url)
+    started = forkpoint.Session.load(rec.session_path).header["created"]
+    assert div.value.report["read_before_recording"] == {"stamp": stamp, "started": started}
+    text = " ".join(str(div.value).split())
+    assert f"The recorded {stamp} is from before this recording began ({started})" in text, text
+    assert "--deterministic cannot hand it back" in text
+    with forkpoint.record(store=store) as rec:
+        ask("hi", f"Current time: {datetime.now().isoformat()}", server.openai_base_url)
+    with forkpoint.replay(rec.session_path), pytest.raises(forkpoint.Divergence) as div:
+        ask("hi", f"Current time: {datetime.now().isoformat()}", server.openai_base_url)
+    assert "read_before_recording" not in div.value.report
+    assert "before this recording began" not in str(div.value)
 
 
 def test_a_bad_rule_given_to_the_api_is_refused_before_anything_runs(store: Path) -> None:
