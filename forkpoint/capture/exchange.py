@@ -123,19 +123,21 @@ def request_record(
     pairs = [(header_text(k), header_text(v)) for k, v in headers]
     pairs = [(k, v) for k, v in pairs if k.lower() != "content-length"]
     applied = codings(header_values(pairs, "content-encoding"))
+    rt = runtime.active()
+    replaying = rt is not None and rt.mode == "replay"
     withheld = None
     if content and applied:
         try:
             decoded = decode_with(own_decoder, applied, [content], final=True)
         except TooLarge:  # (kept nowhere, it cannot be scrubbed: its digest is, which a replay matches)
-            withheld = too_large(f"{method} {scrub_url(url)}", "request", applied)
+            # (a replay records nothing unless the call goes live: live() says it then)
+            withheld = too_large(None if replaying else f"{method} {scrub_url(url)}", "request", applied)
             digest = withheld_digest(content, applied)
             decoded = [b""]
         if decoded is not None:
             content = b"".join(decoded)
             pairs = [(k, v) for k, v in pairs if k.lower() != "content-encoding"]
-    rt = runtime.active()
-    if rt is not None and rt.mode == "replay":  # (looked at by live(), if it goes live)
+    if replaying:  # (looked at by live(), if it goes live)
         runtime.live_request.set((url, pairs, content))
     # (an agent resends its conversation: the body is parsed by what it adds to the last one)
     endpoint = f"{method} {url}"
@@ -157,21 +159,29 @@ def request_record(
     return cast(HttpRequest, current_scrubber().http_record(record))
 
 
-def too_large(call: str, what: str, applied: list[str]) -> str:
+def too_large(call: str | None, what: str, applied: list[str]) -> str:
     """Why the ``what`` body (request, response) of a call under the codings ``applied`` is not
-    stored, said now as a warning that names the ``call`` (and what a replay does at it)."""
+    stored, said now as a warning that names the ``call`` (:func:`say_withheld`); with no ``call``
+    (a replay's request, which is stored only if the call goes live), not said."""
     why = (
         f"its {what} body, under Content-Encoding {', '.join(applied)}, decodes to more than "
         f"{DECODED_MAX} bytes (a compression bomb?): forkpoint stopped decoding it there, cannot "
         "scrub it, and so did not store it"
     )
+    if call is not None:
+        say_withheld(call, what, why)
+    return why
+
+
+def say_withheld(call: str, what: str, why: str) -> None:
+    """Say, as it is recorded, that the ``what`` body of ``call`` is not stored, ``why``, and what a
+    replay does at it."""
     then = (
         "only its digest: a replay matches the same bytes sent again"
         if what == "request"
         else "a replay stops at this call"
     )
     say(f"forkpoint: WARNING: {call}: {why}; {then}")
-    return why
 
 
 #: The first bytes of a gzip member; bytes 4 to 7 of its header are a time (RFC 1952, MTIME).
@@ -540,6 +550,8 @@ def live(rt: runtime.Runtime, request: HttpRequest, decoders: DecoderFactory) ->
     carried = _placeholder_carrier(*raw) if raw is not None else None
     if carried is not None:
         raise cast(runtime.Serving, rt).placeholder_refused(request, *carried)
+    if rt.mode == "replay" and (why := request.get("withheld")):  # (now recorded: request_record)
+        say_withheld(f"{request['method']} {request['url']}", "request", why)
     rt.before_model_call(request)
     return Exchange(rt, request, decoders)
 

@@ -2062,7 +2062,8 @@ class Replayer:
         recording that differed only in ids (``id_drift``), calls served with the tool call whose body
         made them (``covered``), tool results released out of their recorded order, and how the run
         ended against how the recording did (:func:`~forkpoint.replay.report.conclude`)."""
-        taken = set(self.used) | self.covered
+        served = set(self.used)
+        taken = served | self.covered
         unused = [e for e in self.recorded if e["seq"] not in taken]
         # Recorded calls of a kind served from the session that the run never asked for: it ended
         # early, which is as much a failure to reproduce as a divergence. (Live kinds, and anything
@@ -2161,6 +2162,12 @@ class Replayer:
                 ],
                 "alike_served": self._certain(),
                 "placeholders_served": sorted(set(self.placeholders_served)),
+                # (a request body withheld when recorded, which this run sent again: same bytes)
+                "digest_matched": [
+                    e["seq"]
+                    for e in self._session.by_type("model_call")
+                    if e["seq"] in served and "withheld_digest" in e["request"]
+                ],
                 "objects_untold": sorted(self.objects_untold),
                 "strict": self.strict,
                 "out_of_order": list(self.out_of_order),

@@ -578,6 +578,11 @@ def summary_line(report: dict[str, Any]) -> str:
         extra += f"; live calls: {live_text(live)}"
     if report.get("drift"):
         extra += f"; {len(report['drift'])} request(s) drifted (fifo)"
+    if digested := report.get("digest_matched"):
+        extra += (
+            f"; {plural(len(digested), 'request')} whose body was not stored when recorded (too large to "
+            f"scrub) matched by the body's digest: seq {', '.join(map(str, digested))}"
+        )
     if report.get("id_drift"):
         extra += f"; {plural(len(report['id_drift']), 'plain HTTP call')} served a recording that differed only in ids"
     aside = report.get("aside") or {}
@@ -725,6 +730,7 @@ def merge_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
             "id_drift": [d for r in reports for d in r.get("id_drift", [])],
             "alike_served": [a for r in reports for a in r.get("alike_served") or []],
             "placeholders_served": sorted({s for r in reports for s in r.get("placeholders_served") or []}),
+            "digest_matched": sorted({s for r in reports for s in r.get("digest_matched") or []}),
             "objects_untold": sorted({t for r in reports for t in r.get("objects_untold") or []}),
         }
     )

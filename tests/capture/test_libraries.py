@@ -1028,6 +1028,34 @@ def test_a_withheld_request_body_sent_again_is_matched_by_its_digest(
 
 
 @pytest.mark.slow
+def test_a_replay_matching_a_withheld_body_by_its_digest_says_so_once_as_a_replay_fact(
+    server: LocalServer, store: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A replay matched a withheld request body by its digest and said the recording's warning
+    again ("forkpoint stopped decoding it there ... did not store it"), as if it were recording. It
+    stores nothing: its verdict names the call matched by its digest, once, and stderr is quiet."""
+    server.route("/up", lambda _r: Reply(b'{"ok": true}', ctype="application/json"))
+    sent = _gzip_past_limit(mtime=1)
+    with forkpoint.record(store=store) as rec:
+        _post_gzipped(server.url + "/up", sent)
+    server.stop()
+    assert "did not store it" in capsys.readouterr().err
+    (event,) = forkpoint.Session.load(rec.session_path).by_type("model_call")
+    with forkpoint.replay(rec.session_path) as rp:
+        assert _post_gzipped(server.url + "/up", sent) == {"ok": True}
+    said = capsys.readouterr().err
+    assert "forkpoint" not in said, said
+    report = rp.report()
+    assert report["reproduced"] and report["digest_matched"] == [event["seq"]], report
+    line = summary_line(report)
+    assert line.startswith("replay ok:"), line
+    assert line.endswith(
+        f"; 1 request whose body was not stored when recorded (too large to scrub) matched by the body's digest: "
+        f"seq {event['seq']}"
+    ), line
+
+
+@pytest.mark.slow
 def test_a_call_whose_request_and_response_were_withheld_still_diverges(
     server: LocalServer, store: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
