@@ -386,6 +386,8 @@ def replay(
         strict=strict,
         hand_over=loaded_here,
     )
+    for warning in rt.ignore_warnings:
+        say(f"forkpoint: WARNING: {warning}")
     added = placeholder_env(session)
     os.environ.update(added)
     flush_telemetry()  # (what the program's run made before the replay goes out live, as it would)

@@ -38,7 +38,7 @@ import os
 import re
 import threading
 import zoneinfo
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -657,6 +657,19 @@ def stamped_before(changes: Iterable[Mapping[str, Any]], started: Any, zone: Any
             if all(r < start for r in readings):
                 return stamp
     return None
+
+
+def absent_tool_rules(ignore: Ignore, tools: Collection[str]) -> list[str]:
+    """A warning for each rule of ``ignore`` about a tool none of ``tools`` (those a session has calls
+    of) is: it takes nothing out of any call, and its name is likely mistyped (``serch``). Says
+    where the rule was read and the tools there are."""
+    names = ", ".join(sorted(tools)) or "none"
+    return [
+        f"the ignore rule {rule.toml()}{f' ({rule.source})' if rule.source else ''} names tool "
+        f"{rule.tool!r}, which this session has no call of (its tools: {names}): it takes nothing out"
+        for rule in ignore.rules
+        if rule.tool not in (None, "*", *tools)
+    ]
 
 
 def suggest_ignore(

@@ -60,6 +60,7 @@ from ..jsondiff import Change, json_diff, similarity
 from ..log import Session, SessionWriter
 from ..match import (
     IgnoreRule,
+    absent_tool_rules,
     configured,
     event_key,
     header_credentials,
@@ -690,6 +691,8 @@ class Replayer:
                         objects[made[0], 0] = mark["first"]
             elif e["type"] == "tool_call":
                 self._unnamed.add(e["tool"])
+        #: The rules about a tool this session has no call of (a mistyped name): said, never applied.
+        self.ignore_warnings = absent_tool_rules(self.ignore, {*self._functions, *self._unnamed})
         #: Function → fingerprint → its recorded objects (:func:`_by_fingerprint`), of a function
         #: some process called on several.
         self._objects = {f: _by_fingerprint(o) for f, o in fps.items() if any(o.values())}
@@ -2169,6 +2172,7 @@ class Replayer:
                     if e["seq"] in served and "withheld_digest" in e["request"]
                 ],
                 "objects_untold": sorted(self.objects_untold),
+                "ignore_warnings": self.ignore_warnings,
                 "strict": self.strict,
                 "out_of_order": list(self.out_of_order),
                 "exit_code": self.exit_code,

@@ -569,6 +569,7 @@ def summary_line(report: dict[str, Any]) -> str:
                 f", nor the {plural(len(inner), 'call')} recorded inside {'it' if len(unservable) == 1 else 'them'} "
                 f"(seq {', '.join(map(str, inner))})"
             )
+    extra += "".join(f"; WARNING: {w}" for w in report.get("ignore_warnings") or [])
     if report.get("covered"):
         extra += f"; {plural(len(report['covered']), 'call')} served inside the tool calls that made them"
     if report.get("overrides"):
@@ -627,8 +628,16 @@ def verdict(report: dict[str, Any] | None, exit_code: int | None, recorded_exit:
     start forkpoint, or was killed); a divergence is ``diverged``, with the call and the first JSON
     path that differs; another exit code, an early end (recorded calls never asked for), a reach
     for the network or any other reason the report gives for not reproducing is
-    ``ended differently``; else ``reproduced``.
+    ``ended differently``; else ``reproduced``. The detail ends with the report's warnings (an
+    ignore rule about a tool the session lacks), whatever the status.
     """
+    found = _verdict(report, exit_code, recorded_exit)
+    if warned := (report or {}).get("ignore_warnings"):
+        found["detail"] = "; ".join([d for d in [found["detail"]] if d] + warned)
+    return found
+
+
+def _verdict(report: dict[str, Any] | None, exit_code: int | None, recorded_exit: int | None) -> Verdict:
     if report is None:
         code = f" (exit code {exit_code})" if exit_code is not None else ""
         return {

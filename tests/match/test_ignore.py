@@ -30,7 +30,7 @@ from forkpoint.match import (
     suggest_ignore,
     tool_key,
 )
-from forkpoint.replay.report import format_divergence
+from forkpoint.replay.report import format_divergence, summary_line, verdict
 from tests.modelserver import LocalServer
 
 URL = "http://127.0.0.1:1/v1/chat/completions"
@@ -442,6 +442,56 @@ def test_a_time_read_before_the_recording_began_is_said_to_be_out_of_determinist
         ask("hi", f"Current time: {datetime.now().isoformat()}", server.openai_base_url)
     assert "read_before_recording" not in div.value.report
     assert "before this recording began" not in str(div.value)
+
+
+def test_a_rule_naming_a_tool_the_session_lacks_is_said_on_replay(
+    tmp_path: Path, store: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A rule about tool ``serch`` (a typo of ``search``) took nothing out of any call and the
+    replay said "replay ok" and nothing else. Each such rule is said, with where it was read and
+    the tools the session has: at the start of the replay, in its verdict and a check row's."""
+    monkeypatch.delenv("FORKPOINT_CONFIG", raising=False)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "forkpoint.toml").write_text('[match]\nignore = [{ tool = "fetc", path = "$.args.url" }]\n')
+
+    @forkpoint.tool
+    def search(q: str) -> str:
+        return "found " + q
+
+    @forkpoint.tool
+    def fetch(url: str) -> str:
+        return "page " + url
+
+    with forkpoint.record(store=store) as rec:
+        search("x")
+        fetch("u")
+    capsys.readouterr()
+    rules = [
+        {"tool": "serch", "path": "$.args.q"},
+        {"tool": "search", "path": "$.args.q"},
+        {"tool": "*", "path": "$.args.x"},
+    ]
+    with forkpoint.replay(rec.session_path, ignore=rules) as rp:
+        search("x")
+        fetch("u")
+    said = " ".join(capsys.readouterr().err.split())
+    report = rp.report()
+    assert report["reproduced"], summary_line(report)
+    typo = (
+        "forkpoint: WARNING: the ignore rule { path = '$.args.q', tool = 'serch' } (forkpoint.replay(ignore=…)) "
+        "names tool 'serch', which this session has no call of (its tools: fetch, search): it takes nothing out"
+    )
+    configured = (
+        f"the ignore rule {{ path = '$.args.url', tool = 'fetc' }} ({tmp_path / 'forkpoint.toml'} [match]) "
+        "names tool 'fetc', which this session has no call of (its tools: fetch, search): it takes nothing out"
+    )
+    assert typo in said and configured in said, said
+    assert said.count("WARNING") == 2, said
+    line = summary_line(report)
+    assert line.startswith("replay ok:") and typo.removeprefix("forkpoint: WARNING: ") in line, line
+    assert configured in line and "'search'" not in line and "'*'" not in line, line
+    row = verdict(report, 0, 0)
+    assert row["status"] == "reproduced" and configured in row["detail"], row
 
 
 def test_a_bad_rule_given_to_the_api_is_refused_before_anything_runs(store: Path) -> None:
