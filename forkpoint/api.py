@@ -219,14 +219,17 @@ def record(
     in this process (before anything is written), :class:`~forkpoint.errors.SessionError` when
     the store cannot hold a new session,
     :class:`~forkpoint.errors.ConfigError` for a bad ignore rule, :class:`~forkpoint.errors.UsageError`
-    for a tool target that is not ``module:qualname`` or a bad recipient in ``encrypt_to``,
+    for a ``name`` no one could name the session by (:data:`~forkpoint.store.NAME_RULE`), a tool
+    target that is not ``module:qualname`` or a bad recipient in ``encrypt_to``,
     :class:`~forkpoint.errors.ExportError` for an
     ``otlp`` that is no http(s) URL or a missing ``otel`` extra (before anything is recorded).
     """
     from .otel import LiveExport
-    from .store import open_store
+    from .store import NAME_RULE, name_problem, open_store
 
     runtime.check_free("record")  # (inside a replay: refused before its session exists)
+    if name is not None and (why := name_problem(name)):
+        raise UsageError(f"forkpoint.record(name=…): {name!r} {why}; {NAME_RULE}")
     targets = checked_tools(tools, "forkpoint.record(tools=…)")
     rules = _rules(ignore, "forkpoint.record(ignore=…)")
     configured()  # a bad [match] rule in the configuration: refused before a session exists

@@ -186,6 +186,15 @@ def _parse_tags(values: tuple[str, ...]) -> dict[str, str]:
     return tags
 
 
+def _session_name(_ctx: click.Context, _param: click.Parameter, name: str | None) -> str | None:
+    """``--name``, refused before anything runs when no one could name the session by it."""
+    from .store import NAME_RULE, name_problem
+
+    if name is not None and (why := name_problem(name)):
+        raise click.BadParameter(f"{name!r} {why}; {NAME_RULE}")
+    return name
+
+
 def _parse_headers(values: tuple[str, ...], option: str) -> dict[str, str]:
     """``KEY=VALUE`` headers. One that is not is named by its place, never printed: its value is
     usually a token (only a header name before a ``:``, as in ``KEY: VALUE``, is shown)."""
@@ -432,7 +441,7 @@ def main(allow_shared_store: bool) -> None:
 
 @main.command(cls=_RunsProgram)
 @_store_opt
-@click.option("--name", help="A name for the session.")
+@click.option("--name", callback=_session_name, help="A name for the session.")
 @click.option(
     "--tag", "tags", multiple=True, metavar="K=V", help="A tag, e.g. agent_version=1.4 (repeatable)."
 )
@@ -1539,7 +1548,9 @@ def export_cmd(
 @main.command(name="import")
 @click.argument("path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @_store_opt
-@click.option("--name", help="A name for the session (default: FORMAT import of FILE).")
+@click.option(
+    "--name", callback=_session_name, help="A name for the session (default: FORMAT import of FILE)."
+)
 def import_cmd(path: Path, store: str | None, name: str | None) -> None:
     """Turn a VCR.py cassette or an agent trajectory (SWE-agent, mini-swe-agent, OpenHands) into a
     session. The format is detected from the content; what the file lacks is listed in the session."""

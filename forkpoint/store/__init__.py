@@ -25,7 +25,18 @@ from urllib.parse import unquote, urlsplit
 from ..errors import SessionError
 from ..log import LOG_NAME
 from ..patterns import compiled_later
-from .base import REMOTE_MARKER, Listing, Recording, SessionInfo, Store, entry_mismatch, info, summarize_log
+from .base import (
+    NAME_RULE,
+    REMOTE_MARKER,
+    Listing,
+    Recording,
+    SessionInfo,
+    Store,
+    entry_mismatch,
+    info,
+    name_problem,
+    summarize_log,
+)
 from .index import ENTRIES, INDEX_DIR, IndexState, consolidate, read_index
 from .local import LocalStore, session_dirs
 
@@ -43,6 +54,7 @@ __all__ = [
     "IndexState",
     "Listing",
     "LocalStore",
+    "NAME_RULE",
     "Recording",
     "SessionInfo",
     "Store",
@@ -54,6 +66,7 @@ __all__ = [
     "is_store",
     "is_url",
     "list_sessions",
+    "name_problem",
     "open_store",
     "read_index",
     "resolve",

@@ -262,6 +262,31 @@ def _confirmed(row: SessionInfo, where: str) -> SessionInfo:
     return row
 
 
+#: What a session name may be, said with each name refused (:func:`name_problem`).
+NAME_RULE = (
+    "a session name is what forkpoint replay, show and fork find the session by: text, not empty, "
+    "with no control character (NUL, newline…), no space at either end, not starting with '-' (an "
+    "option) and not 'last' (the newest session)"
+)
+
+
+def name_problem(name: str) -> str | None:
+    """Why ``name`` cannot be a session's name (:data:`NAME_RULE`): no one could name the session
+    by it (:func:`pick` takes ``last`` for the newest, a command line ``-x`` for an option), or
+    None."""
+    if not name.strip():
+        return "is empty"
+    if name != name.strip():
+        return "starts or ends with a space"
+    if any(ord(c) < 32 or ord(c) == 127 for c in name):
+        return "has a control character"
+    if name.startswith("-"):
+        return "starts with '-'"
+    if name == "last":
+        return "is the word for the newest session"
+    return None
+
+
 def pick(text: str, ref: str | Path, rows: list[SessionInfo], where: str) -> SessionInfo:
     """The row ``text`` names among ``rows`` (a full id, an id prefix, ``last`` or a ``--name``),
     checked against its log (:func:`_confirmed`). Raises :class:`~forkpoint.errors.SessionError`."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -1646,6 +1647,48 @@ def test_record_of_a_command_that_does_not_exist_leaves_no_session(tmp_path: Pat
     store = tmp_path / "store"
     r = CliRunner().invoke(main, ["record", "--store", str(store), "--", "no-such-agent-command", "x"])
     assert r.exit_code == 127 and "command not found: no-such-agent-command" in flat(r.output)
+    assert not store.exists() or not any(store.iterdir())
+
+
+BAD_NAMES = [
+    ("", "is empty"),
+    ("   ", "is empty"),
+    (" agent", "starts or ends with a space"),
+    ("a\x01b", "has a control character"),
+    ("a\nb", "has a control character"),
+    ("-x", "starts with '-'"),
+    ("last", "is the word for the newest session"),
+]
+
+
+@pytest.mark.parametrize(("name", "why"), BAD_NAMES)
+def test_record_refuses_a_session_name_no_one_could_name_it_by(tmp_path: Path, name: str, why: str) -> None:
+    """``--name ''`` (and names of spaces, with control characters, starting with '-', or ``last``,
+    which ``forkpoint replay last`` takes for the newest session) were accepted, and the session
+    could not be named by it. Refused before the program runs, naming the option and what a name may
+    be; so are ``forkpoint import --name`` and ``forkpoint.record(name=…)``."""
+    store, ran = tmp_path / "store", tmp_path / "ran"
+    agent = tmp_path / "agent.py"
+    agent.write_text(f"open({str(ran)!r}, 'w').close()\n")
+    r = CliRunner().invoke(
+        main, ["record", "--store", str(store), "--name", name, "--", sys.executable, str(agent)]
+    )
+    said = flat(r.output)
+    assert r.exit_code == 2, r.output
+    assert flat(f"Invalid value for '--name': {name!r} {why}") in said, said
+    assert "a session name is what" in said and "not 'last'" in said, said
+    assert not ran.exists() and (not store.exists() or not any(store.iterdir()))
+    cassette = tmp_path / "c.yaml"
+    cassette.write_text("interactions: []\nversion: 1\n")
+    r = CliRunner().invoke(main, ["import", str(cassette), "--store", str(store), "--name", name])
+    assert r.exit_code == 2 and flat(f"Invalid value for '--name': {name!r} {why}") in flat(r.output), (
+        r.output
+    )
+    with pytest.raises(
+        forkpoint.errors.UsageError, match=rf"forkpoint.record\(name=…\): {re.escape(repr(name))} {why}"
+    ):
+        with forkpoint.record(name, store=store):
+            pass
     assert not store.exists() or not any(store.iterdir())
 
 
