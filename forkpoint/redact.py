@@ -1501,8 +1501,10 @@ class Scrubber:
         """A stored stream's chunks scrubbed across its events first (a secret the model streams a
         few characters per event: :func:`forkpoint.streamscrub.scrub_events`; ``content_type``
         says how the events are framed), then across chunk boundaries (:meth:`chunks`). In that
-        order: a piece of a secret found on its own would hide the rest of it from the first."""
-        return self.chunks(streamscrub.scrub_events(chunks, content_type, self.chunks))
+        order: a piece of a secret found on its own would hide the rest of it from the first. No
+        chunk is left empty that was not (:func:`forkpoint.streamscrub.refilled`)."""
+        scrubbed = self.chunks(streamscrub.scrub_events(chunks, content_type, self.chunks))
+        return streamscrub.refilled(chunks, scrubbed)
 
     # -- structured data
 

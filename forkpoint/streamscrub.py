@@ -74,6 +74,31 @@ def spread(chunks: Sequence[bytes], edits: Sequence[Edit]) -> list[bytes]:
     return out
 
 
+def refilled(chunks: Sequence[bytes], scrubbed: Sequence[bytes]) -> list[bytes]:
+    """``scrubbed`` (``chunks`` with secrets replaced: :func:`spread`), every chunk the scrubbing
+    emptied given a byte of the start of the piece after it (what followed the secret), while that
+    piece has more than one: no HTTP library hands a program an empty piece, so a replay would hand
+    it one fewer than it read live. The placeholder stays whole in its chunk (what looks for one
+    there finds it); joined, the same bytes."""
+    out = list(scrubbed)
+    k = 0
+    while k < len(out):
+        if out[k] or not chunks[k]:
+            k += 1
+            continue
+        emptied = []
+        while k < len(out) and not out[k]:
+            if chunks[k]:  # (a chunk that came empty, a piece that decodes to nothing, stays so)
+                emptied.append(k)
+            k += 1
+        take = min(len(emptied), len(out[k]) - 1) if k < len(out) else 0
+        if take > 0:
+            moved, out[k] = out[k][:take], out[k][take:]
+            for n, j in enumerate(emptied[:take]):
+                out[j] = moved[n : n + 1]
+    return out
+
+
 class _Event:
     """One event of a stream: where its JSON sits, the parsed JSON, and how to write it again."""
 

@@ -801,6 +801,40 @@ def test_a_stream_chunk_scrubbed_to_nothing_does_not_end_the_replayed_body(
     assert rp.report()["reproduced"]
 
 
+@pytest.mark.parametrize("library", ["httpx", "httpx-text", "aiohttp", "urllib"])
+def test_a_stream_chunk_a_secret_fills_is_replayed_as_a_piece_of_its_own(
+    library: str, server: LocalServer, store: Path
+) -> None:
+    """The middle of three chunks all key, the key begun in the first: scrubbed, the placeholder
+    went into the first and the middle chunk was stored empty, which no HTTP library hands a
+    program. Live it read three pieces, replayed two, and the replay said it reproduced the run.
+    The chunk keeps a byte of what replaced the key now: as many pieces as live, the placeholder
+    whole in them."""
+    key = SECRETS["openai_proj"]
+    chunks = [b"data: key " + key[:20].encode(), key[20:].encode(), b" here\n\ndata: two\n\n"]
+    server.route("/s", lambda _r: Stream(chunks, delay=0.05))
+
+    def read() -> list[bytes]:
+        if library == "httpx-text":
+            with httpx.stream("GET", server.url + "/s") as r:
+                return [t.encode() for t in r.iter_text()]
+        return _pieces_read_raw(library, server.url + "/s", coding=None)
+
+    with forkpoint.record(store=store) as rec:
+        live = read()
+    server.stop()
+    assert live == chunks
+    (event,) = forkpoint.Session.load(rec.session_path).by_type("model_call")
+    assert all(c for _, c in event["response"]["chunks"]), event["response"]["chunks"]
+    with forkpoint.replay(rec.session_path) as rp:
+        again = read()
+    placeholder = forkpoint.redact.placeholder("openai-key", key).encode()
+    assert len(again) == len(live) and all(again), again
+    assert b"".join(again) == b"".join(live).replace(key.encode(), placeholder)
+    # (the placeholder whole in one chunk: the verdict still says the program was handed it)
+    assert rp.report()["reproduced"] and rp.report()["placeholders_served"] == [event["seq"]]
+
+
 @functools.cache
 def _zeros_gzipped(size: int) -> bytes:
     """``size`` zero bytes under gzip (a thousandth of that), made without holding them."""

@@ -13,7 +13,7 @@ import pytest
 
 from forkpoint import eventstream, redact
 from forkpoint.providers import recorded_response, response_text
-from forkpoint.streamscrub import spread
+from forkpoint.streamscrub import refilled, spread
 
 SECRET = "sk-proj-Q7pVbX2mK9wLz4RtY8uN3cJ6hF1dS5gA0eIoP"
 PASSWORD = "hunter2-canary-Pw-77"
@@ -188,3 +188,22 @@ def test_spread_puts_a_replacement_where_its_span_starts() -> None:
     assert spread(chunks, [(2, 6, b"X")]) == [b"abX", b"g", b"hi"]
     assert spread(chunks, []) == chunks
     assert spread(chunks, [(3, 7, b"")]) == [b"abc", b"", b"hi"]
+
+
+def test_a_chunk_the_scrubbing_empties_keeps_a_byte_of_the_piece_before() -> None:
+    """A key over four chunks, the middle two all key: stored empty, no HTTP library hands them to a
+    program, so a replay handed it two pieces fewer than live. Each takes a byte of what followed
+    the key now, the placeholder whole where the key began; a chunk that came empty (a piece that
+    decodes to nothing) stays empty, and the chunks joined are the same bytes."""
+    stream = b"data: key " + SECRET.encode() + b" here\n\n"
+    at = stream.index(SECRET.encode())
+    chunks = [stream[: at + 5], b"", stream[at + 5 : at + 15], stream[at + 15 : at + 25], stream[at + 25 :]]
+    scrubbed = redact.Scrubber().stream(chunks, "text/event-stream")
+    assert b"".join(scrubbed) == redact.scrub_bytes(stream)
+    assert [bool(c) for c in scrubbed] == [True, False, True, True, True], scrubbed
+    ph = redact.placeholder("openai-key", SECRET).encode()
+    assert scrubbed[0].endswith(ph) and scrubbed[2:] == [b" ", b"h", b"ere\n\n"], scrubbed
+    # (nothing to give: a chunk emptied before a piece of one byte, or at the end, stays empty)
+    assert refilled([b"ab", b"cd", b"e"], [b"X", b"", b"e"]) == [b"X", b"", b"e"]
+    assert refilled([b"ab", b"cd"], [b"X", b""]) == [b"X", b""]
+    assert refilled([b"ab", b"cd"], [b"ab", b"cd"]) == [b"ab", b"cd"]
