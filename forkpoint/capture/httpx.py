@@ -31,7 +31,7 @@ from typing import Any
 
 from .. import runtime
 from . import seam
-from .decoding import DecoderFactory, own_decoder
+from .decoding import DecoderFactory, codings, own_decoder
 from .exchange import (
     Exchange,
     areplayed,
@@ -205,7 +205,15 @@ def _patch(mod: ModuleType) -> None:
             content = response.content  # only there when the body was read already
         except mod.ResponseNotRead:
             response.stream = tee_cls(response.stream, call)
+            return response
+        # Read, it was decoded: the bytes as received are those its stream holds (content=…), as
+        # any body is recorded; a spent stream left the decoded content only, under the codings the
+        # library does not decode (stored decoded, as any body: a replay encodes it again).
+        if isinstance(response.stream, mod.ByteStream):
+            call.whole(b"".join(response.stream))
         else:
+            said = codings(response.headers.get_list("content-encoding"))
+            call.left = [c for c in said if decoders(c) is None]
             call.whole(content)
         return response
 

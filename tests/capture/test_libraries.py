@@ -835,6 +835,47 @@ def test_a_stream_chunk_a_secret_fills_is_replayed_as_a_piece_of_its_own(
     assert rp.report()["reproduced"] and rp.report()["placeholders_served"] == [event["seq"]]
 
 
+@pytest.mark.parametrize("library", ["httpx", "httpx2"])
+@pytest.mark.parametrize("made", ["content", "read_stream"])
+def test_a_response_a_mock_transport_read_already_is_stored_decoded_like_any_other(
+    library: str, made: str, store: Path
+) -> None:
+    """A ``MockTransport`` handler answering gzip bytes under ``Content-Encoding: gzip``: httpx reads
+    (and decodes) such a response before the client sees it, and the recording stored what it had
+    decoded under the gzip header, so the replay handed plain JSON as gzip and httpx failed
+    ("incorrect header check") where the program had read JSON live. The body is stored as any
+    encoded body is: decoded, scrubbed, without its header; the replay hands the same JSON."""
+    mod = importlib.import_module(library)
+    key = SECRETS["openai_proj"]
+    sent = json.dumps({"text": f"key {key}"}).encode()
+
+    def answer(_request: Any) -> Any:
+        headers = {"Content-Encoding": "gzip", "Content-Type": "application/json"}
+        if made == "content":
+            return mod.Response(200, content=gzip.compress(sent), headers=headers)
+        response = mod.Response(200, content=iter([gzip.compress(sent)]), headers=headers)
+        response.read()  # (its stream is spent: only the decoded content is left)
+        return response
+
+    def ask() -> Any:
+        with mod.Client(transport=mod.MockTransport(answer)) as client:
+            return client.post("http://127.0.0.1:9/v1/chat/completions", json={"model": "m"}).json()
+
+    with forkpoint.record(store=store) as rec:
+        assert ask() == {"text": f"key {key}"}
+    assert scan([rec.session_path])[1] == []
+    (event,) = forkpoint.Session.load(rec.session_path).by_type("model_call")
+    response = event["response"]
+    placeholder = forkpoint.redact.placeholder("openai-key", key)
+    assert response["body"] == {"text": f"key {placeholder}"} and response["decoded_from"] == ["gzip"], (
+        response
+    )
+    assert not [v for k, v in response["headers"] if k.lower() == "content-encoding"], response
+    with forkpoint.replay(rec.session_path) as rp:
+        assert ask() == {"text": f"key {placeholder}"}
+    assert rp.report()["reproduced"], summary_line(rp.report())
+
+
 @functools.cache
 def _zeros_gzipped(size: int) -> bytes:
     """``size`` zero bytes under gzip (a thousandth of that), made without holding them."""
