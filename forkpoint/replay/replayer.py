@@ -390,6 +390,17 @@ def _answered(event: Mapping[str, Any]) -> dict[str, Any]:
     return {k: event.get(k) for k in ("result", "error", "unrecorded", "response", "value")}
 
 
+def _pieces_lost(event: Mapping[str, Any]) -> int:
+    """How many chunks of a recorded stream are stored empty where nothing encodes them again: each
+    came with bytes live (a piece that decoded to nothing came under a coding), and was emptied by
+    the scrubbing (a secret filled it, nothing after it to take a byte from), and no HTTP library
+    hands a program an empty piece."""
+    response = event.get("response") if event.get("type") == "model_call" else None
+    if not isinstance(response, Mapping) or response.get("decoded_from") or not response.get("chunks"):
+        return 0
+    return sum(1 for c in response["chunks"] if not c[1])
+
+
 def _answer(event: Mapping[str, Any]) -> bytes:
     """What a recorded call answered, as bytes to compare."""
     answer = _answered(event)
@@ -738,6 +749,9 @@ class Replayer:
         self._task_offset: int | None = None
         #: Served calls whose recorded answer holds a scrubbed secret's placeholder (the program got it).
         self.placeholders_served: list[int] = []
+        #: Served streams holding chunks stored empty, which no HTTP library hands a program: each
+        #: as its seq and how many (a chunk a scrubbed secret filled: :func:`_pieces_lost`).
+        self.pieces_lost: list[dict[str, int]] = []
         #: Group → thread → the calls of the group served to that thread here, each as its seq and
         #: how many threads had been started then (:meth:`_raced`).
         self._callers: dict[int, dict[threading.Thread, list[tuple[int, int]]]] = {}
@@ -816,6 +830,7 @@ class Replayer:
         self.drift, self.id_drift, self.out_of_order, self.uncaught = [], [], [], []
         self.unanswered = []
         self.alike_served, self.placeholders_served, self._same_caller = [], [], []
+        self.pieces_lost = []
         # (the tools whose objects the parent's calls could not tell apart: said in its report; what
         # the parent was served by ordinal, _by_ordinal, still holds here)
         self.objects_untold = set()
@@ -1237,6 +1252,8 @@ class Replayer:
                 and holds_placeholder(_answered(chosen))
             ):
                 self.placeholders_served.append(chosen["seq"])
+            if chosen is not None and chosen["seq"] not in self.overrides and (lost := _pieces_lost(chosen)):
+                self.pieces_lost.append({"seq": chosen["seq"], "pieces": lost})
             return chosen, position
         finally:
             self._reported()
@@ -2165,6 +2182,7 @@ class Replayer:
                 ],
                 "alike_served": self._certain(),
                 "placeholders_served": sorted(set(self.placeholders_served)),
+                "pieces_lost": self.pieces_lost,
                 # (a request body withheld when recorded, which this run sent again: same bytes)
                 "digest_matched": [
                     e["seq"]

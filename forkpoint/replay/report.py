@@ -458,6 +458,13 @@ def caveat(report: dict[str, Any]) -> str | None:
             f"program was handed their placeholders, not the values it got live (seq "
             f"{', '.join(map(str, seqs[:10]))}{' …' if len(seqs) > 10 else ''}; docs/security.md)"
         )
+    if lost := report.get("pieces_lost"):
+        n = sum(p["pieces"] for p in lost)
+        said_all.append(
+            f"{plural(n, 'stream piece')} the recording holds empty (a chunk a scrubbed secret filled) "
+            f"{'was' if n == 1 else 'were'} not handed to the program, which read {'it' if n == 1 else 'them'} "
+            f"live (seq {', '.join(str(p['seq']) for p in lost)})"
+        )
     return "; ".join(said_all) or None
 
 
@@ -739,6 +746,7 @@ def merge_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
             "id_drift": [d for r in reports for d in r.get("id_drift", [])],
             "alike_served": [a for r in reports for a in r.get("alike_served") or []],
             "placeholders_served": sorted({s for r in reports for s in r.get("placeholders_served") or []}),
+            "pieces_lost": [p for r in reports for p in r.get("pieces_lost") or []],
             "digest_matched": sorted({s for r in reports for s in r.get("digest_matched") or []}),
             "objects_untold": sorted({t for r in reports for t in r.get("objects_untold") or []}),
         }

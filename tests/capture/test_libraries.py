@@ -835,6 +835,36 @@ def test_a_stream_chunk_a_secret_fills_is_replayed_as_a_piece_of_its_own(
     assert rp.report()["reproduced"] and rp.report()["placeholders_served"] == [event["seq"]]
 
 
+def test_a_stream_chunk_emptied_with_nothing_after_it_is_said_in_the_verdict(
+    server: LocalServer, store: Path
+) -> None:
+    """The last chunk of a stream all key, the key begun in the one before: nothing follows to give
+    it a byte, so it is stored empty and the replay hands the program one piece fewer than it read
+    live. The verdict said "replay ok" of it; it says the pieces it could not hand back now."""
+    key = SECRETS["openai_proj"]
+    chunks = [b"data: key " + key[:20].encode(), key[20:].encode()]
+    server.route("/s", lambda _r: Stream(chunks, delay=0.05))
+    with forkpoint.record(store=store) as rec:
+        live = _pieces_read_raw("httpx", server.url + "/s", coding=None)
+    server.stop()
+    assert live == chunks
+    (event,) = forkpoint.Session.load(rec.session_path).by_type("model_call")
+    assert [c for _, c in event["response"]["chunks"]][1] == ""
+    with forkpoint.replay(rec.session_path) as rp:
+        assert len(_pieces_read_raw("httpx", server.url + "/s", coding=None)) == 1
+    report = rp.report()
+    assert report["pieces_lost"] == [{"seq": event["seq"], "pieces": 1}], report
+    line = summary_line(report)
+    assert (
+        line.startswith("replay ok, but ")
+        and (
+            f"1 stream piece the recording holds empty (a chunk a scrubbed secret filled) was not handed to "
+            f"the program, which read it live (seq {event['seq']})"
+        )
+        in line
+    ), line
+
+
 @pytest.mark.parametrize("library", ["httpx", "httpx2"])
 @pytest.mark.parametrize("made", ["content", "read_stream"])
 def test_a_response_a_mock_transport_read_already_is_stored_decoded_like_any_other(
