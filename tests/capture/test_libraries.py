@@ -786,8 +786,9 @@ def test_a_stream_chunk_scrubbed_to_nothing_does_not_end_the_replayed_body(
     library: str, server: LocalServer, store: Path
 ) -> None:
     """A key split over three chunks of an event stream, the middle one all key: scrubbed, that
-    chunk is stored empty. A replay must hand over every chunk after it (an empty HTTP chunk ends
-    a chunked body, and an empty piece ends aiohttp's reader)."""
+    chunk was stored empty (as a session recorded before such a chunk kept a byte of what followed
+    holds it). A replay must hand over every chunk after it (an empty HTTP chunk ends a chunked
+    body, and an empty piece ends aiohttp's reader), and its verdict names the piece it cannot."""
     key = SECRETS["openai_proj"]
     chunks = [b"data: key " + key[:20].encode(), key[20:].encode(), b" here\n\ndata: two\n\n"]
     server.route("/s", lambda _r: Stream(chunks, delay=0.05))
@@ -795,10 +796,28 @@ def test_a_stream_chunk_scrubbed_to_nothing_does_not_end_the_replayed_body(
         live = b"".join(_pieces_read_raw(library, server.url + "/s", coding=None))
     server.stop()
     assert live == b"".join(chunks)
-    with forkpoint.replay(rec.session_path) as rp:
+    session = _middle_chunk_emptied(rec.session_path)
+    with forkpoint.replay(session) as rp:
         again = b"".join(_pieces_read_raw(library, server.url + "/s", coding=None))
     assert again == live.replace(key.encode(), forkpoint.redact.placeholder("openai-key", key).encode())
-    assert rp.report()["reproduced"]
+    (event,) = forkpoint.Session.load(session).by_type("model_call")
+    assert rp.report()["reproduced"] and rp.report()["pieces_lost"] == [{"seq": event["seq"], "pieces": 1}]
+
+
+def _middle_chunk_emptied(session: Path) -> Path:
+    """A copy of ``session``, in its store, its stream's second chunk empty, its byte given back to
+    the third (as forkpoint stored a chunk a secret filled before it kept a byte of what followed)."""
+    old = forkpoint.Session.load(session)
+    header = {k: v for k, v in old.header.items() if k not in ("type", "session_id", "hash")}
+    writer = SessionWriter.create(session.parent, header, fsync="never")
+    for e in old.events:
+        e = {k: v for k, v in e.items() if k not in ("seq", "prev", "hash")}
+        if e["type"] == "model_call":
+            (t0, c0), (t1, c1), (t2, c2), *rest = e["response"]["chunks"]
+            e["response"] = {**e["response"], "chunks": [[t0, c0], [t1, ""], [t2, c1 + c2], *rest]}
+        writer.append(e)
+    writer.close()
+    return writer.path
 
 
 @pytest.mark.parametrize("library", ["httpx", "httpx-text", "aiohttp", "urllib"])
