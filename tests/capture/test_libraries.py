@@ -1180,6 +1180,25 @@ def test_a_replay_matching_a_withheld_body_by_its_digest_says_so_once_as_a_repla
 
 
 @pytest.mark.slow
+def test_a_withheld_request_body_a_replay_sends_live_is_said_as_it_is_recorded(
+    server: LocalServer, store: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A replay that goes live past a divergence records its calls: one whose request body is past
+    the limit is said as a recording says it (a replay that serves the call says nothing)."""
+    server.route("/up", lambda _r: Reply(b'{"ok": true}', ctype="application/json"))
+    with forkpoint.record(store=store) as rec:
+        _post_gzipped(server.url + "/up", _gzip_past_limit(mtime=1))
+    capsys.readouterr()
+    with forkpoint.replay(rec.session_path, on_divergence="live"):
+        assert _post_gzipped(server.url + "/up", _zeros_gzipped(DECODED_MAX + (2 << 20))) == {"ok": True}
+    said = " ".join(capsys.readouterr().err.split())
+    assert said.count("did not store it") == 1, said
+    assert (
+        f"forkpoint: WARNING: POST {server.url}/up: its request body, under Content-Encoding gzip" in said
+    ), said
+
+
+@pytest.mark.slow
 def test_a_call_whose_request_and_response_were_withheld_still_diverges(
     server: LocalServer, store: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
