@@ -577,7 +577,12 @@ def _sweep(session: Session) -> dict[str, Any] | None:
     the latest fork or sweep's (the arms of another measured something else, or the same of other
     code, and are left out, said in ``note``). An arm that measured nothing is drawn outside the
     rate, its why in its point's ``not_measured``."""
-    given = [arm for arm in arms_of(session) if arm[1] is not None or arm[3] is not None]
+    # (a lost arm given no outcome command says why too: its experiment names no outcome command)
+    given = [
+        arm
+        for arm in arms_of(session)
+        if arm[2][1] is not None and (arm[1] is not None or arm[3] is not None)
+    ]
     if not given:
         return None
     latest = given[-1][2]

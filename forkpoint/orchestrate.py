@@ -828,16 +828,21 @@ def _children_store(session: Session) -> Path | None:
     return None if is_store(session.path.parent) else store_dir(None)
 
 
-def _note_not_measured(child: Recording, why: str, command: str, left: list[str] | None = None) -> None:
+def _note_not_measured(
+    child: Recording, why: str, command: str | None, left: list[str] | None = None
+) -> None:
     """Keep in a run's session why its outcome ``command`` measured nothing: the parent's page draws
     an arm that measured nothing, and why (:func:`forkpoint.outcome.arms_of`); ``left``: the sessions
-    of a lost arm its worker had written (:func:`_left_by_lost_task`)."""
+    of a lost arm its worker had written (:func:`_left_by_lost_task`). A lost arm given no outcome
+    command (``command`` None) keeps the note all the same: it says what happened to the arm, and
+    names those sessions."""
     from .outcome import LEFT_BY_LOST_TASK, NOT_MEASURED
 
     data: dict[str, Any] = {NOT_MEASURED: why, "command": command}
     if left:
         data[LEFT_BY_LOST_TASK] = left
-    child.writer.append({"type": "note", "text": f"outcome not measured: {why}", "data": data})
+    text = why if command is None else f"outcome not measured: {why}"
+    child.writer.append({"type": "note", "text": text, "data": data})
 
 
 def _not_stored(child: Recording) -> str | None:
@@ -1441,9 +1446,10 @@ def arm_task(spec: dict[str, Any]) -> dict[str, Any]:
 def keep_not_run(arm: Arm, spec: dict[str, Any], session: Session | None = None) -> None:
     """Keep ``arm`` (of ``spec``, forked from ``session``, loaded from the spec when not given), never
     run or lost, as a session of its own that says why (:func:`_record_not_run`), when it was given an
-    outcome command: its parent's page finds an arm by its session. One that cannot be kept is said
-    in its ``problem``; the fork goes on."""
-    if arm.not_run_or_lost is None or not spec.get("outcome"):
+    outcome command (its parent's page finds an arm by its session), or was lost (the session its
+    worker had written, if any, is named by it alone). One that cannot be kept is said in its
+    ``problem``; the fork goes on."""
+    if arm.not_run_or_lost is None or not (spec.get("outcome") or arm.lost):
         return
     try:
         parent = session if session is not None else load_ref(spec["session"])
@@ -1494,8 +1500,8 @@ def _left_by_lost_task(session: Session, spec: dict[str, Any]) -> dict[str, str]
 def _record_not_run(
     session: Session, spec: dict[str, Any], why: str, left: list[str]
 ) -> tuple[str, str | None]:
-    """An arm of ``spec`` never run, given an outcome command, kept as a session of its own that says
-    ``why`` as a run that measured nothing does, so that its parent's page draws it (an arm is found
+    """An arm of ``spec`` never run or lost (:func:`keep_not_run`), kept as a session of its own that
+    says ``why`` as a run that measured nothing does, so that its parent's page draws it (an arm is found
     by its session); ``left``, the ids of the sessions of it a lost task's worker had written, which
     its note names (:data:`~forkpoint.outcome.LEFT_BY_LOST_TASK`). Returns its session and why it is
     not in the store, or None."""
@@ -1516,7 +1522,7 @@ def _record_not_run(
         cwd=Path(spec["directory"]),
     )
     child.quiet = True
-    _note_not_measured(child, why, str(spec["outcome"]["command"]), left)
+    _note_not_measured(child, why, (spec.get("outcome") or {}).get("command"), left)
     child.end(None, reason=why, timed=False)  # (no program ran: no exit code, no wall time)
     child.close(quiet=True)
     return str(child.path), _not_stored(child)
@@ -1782,8 +1788,8 @@ def run_arms(
 ) -> list[Arm]:
     """Run the arm tasks ``specs`` (:func:`arm_specs`) on ``executor`` (default: this machine, one
     at a time); ``on_arm`` is called with each arm as it finishes. An arm whose task failed (an
-    exception, a worker that died) is lost, kept as a session that says so when it was given an
-    outcome command (:func:`keep_not_run`), as the task could not. Returns the arms in spec order."""
+    exception, a worker that died) is lost, kept as a session that says so (:func:`keep_not_run`), as
+    the task could not. Returns the arms in spec order."""
     from .executors import LocalExecutor
 
     done: dict[int, Arm] = {}

@@ -349,6 +349,37 @@ def test_an_arm_whose_worker_died_after_measuring_is_counted_once_and_its_sessio
     assert (left.header["name"], Session.load(str(arm.session)).header["name"]) == (name, f"{name} (lost)")
 
 
+def test_a_lost_arm_given_no_outcome_command_keeps_a_session_naming_the_one_its_worker_left(
+    keeper: Keeper, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lost arm was kept as a session (naming the half-written one its worker left) only when the
+    fork had an outcome command: without one, the session the worker left sat in the store under
+    the arm's name, unended, and nothing (the fork's table, its session, `forkpoint ls`) said that
+    the arm was lost or that this session was what it left. It is kept and named alike."""
+    for name, value in keeper.env.items():  # (the arm runs here, as its worker ran it)
+        monkeypatch.setenv(name, value)
+    before = keeper.resumable()[1]
+    died = "the Ray task failed: WorkerCrashedError: The worker died unexpectedly while executing this task."
+    specs = arm_specs(keeper.session, before, keeper.agent, arms=1, into=tmp_path / "arms")
+    (arm,) = run_arms(specs, executor=_DyingExecutor(died, monkeypatch, before_end=True))
+    kept = arms_of_store(keeper)
+    assert len(kept) == 2 and arm.session is not None, (kept, arm)
+    (left,) = [s for s in kept if str(s.path) != arm.session]
+    assert left.end() is None and outcome_of(left) is None, left.events
+    said = (
+        f"lost: {died}; the arm's session its worker had written, {left.id}, has no end event (the worker "
+        "died before writing it), without an outcome: it is not counted"
+    )
+    assert arm.not_run_or_lost == said, arm.not_run_or_lost
+    lost = Session.load(arm.session)
+    (note,) = lost.by_type("note")
+    assert note["text"] == said and note["data"]["left_by_lost_task"] == [left.id], note
+    name = specs[0]["name"]
+    assert (left.header["name"], lost.header["name"]) == (name, f"{name} (lost)")
+    # (the parent's page draws the outcomes of arms given an outcome command: none here)
+    assert view_model(keeper.session)["sweep"] is None
+
+
 def test_sweep_into_a_folder_holding_arms_refuses_as_fork_does(keeper: Keeper, tmp_path: Path) -> None:
     """A sweep into the folder of an earlier one ran its arms anyway: an arm whose directory was
     there was "not run" (restore wants an empty one), one whose directory was gone ran live and
