@@ -23,6 +23,9 @@ from typing import Any, BinaryIO
 
 from .text import say
 
+#: Signal names by number, for an exit code of 128 + N.
+SIGNALS = {int(s): s.name for s in signal.Signals}
+
 #: How long, once the child ended, forkpoint waits for what it started to close its captured output.
 LEFT_OPEN_S = 2.0
 #: Bytes read from a captured pipe at a time.

@@ -40,7 +40,7 @@ from ._boot import (
     read_endings,
     unwritten,
 )
-from .children import Captured, wait_child
+from .children import SIGNALS, Captured, wait_child
 from .errors import CheckpointError, ForkpointError, OverrideError, SessionError, UsageError
 from .events import MAX_HASH_SEED, divergence_call, divergence_place
 from .log import Session, read_json_text, to_json
@@ -79,13 +79,15 @@ def check_config(cwd: Path | None = None) -> None:
 
 class Ran(NamedTuple):
     """How a child process ended: its exit code, what it printed on stdout / stderr when captured
-    (:class:`~forkpoint.children.Captured`: in a file, not in memory), and, when the command never
-    ran (exit code 127 or 126, said), why (:func:`~forkpoint.children.unrun`)."""
+    (:class:`~forkpoint.children.Captured`: in a file, not in memory), when the command never
+    ran (exit code 127 or 126, said), why (:func:`~forkpoint.netns.unrun`), and the name of the
+    signal that killed it, if one did (its exit code alone cannot tell that from ``exit(137)``)."""
 
     code: int
     out: Captured | None
     err: Captured | None
     unrun: str | None = None
+    killed_by: str | None = None
 
 
 def run_child(
@@ -171,7 +173,9 @@ def run_child(
         if task:
             task_child(proc, done=True)
     code = proc.returncode
-    return Ran(128 - code if code < 0 else code, out, err)
+    if code < 0:
+        return Ran(128 - code, out, err, killed_by=SIGNALS.get(-code, f"signal {-code}"))
+    return Ran(code, out, err)
 
 
 def _interrupted(watch: _Watch, what: str) -> bool:
@@ -456,9 +460,10 @@ class Replayed:
     #: outcome is measured.
     stopped_short: str | None = None
     #: A fork's run none of whose processes started forkpoint's replay (no report, no mark: its
-    #: command ran no forkpoint, or the replay could not start): it never continued from the
-    #: checkpoint, and no outcome is measured.
-    unreplayed: bool = False
+    #: command was not found or could not run, was killed before forkpoint started in it, ran no
+    #: forkpoint, or the replay could not start), said as what happened (:func:`_unreplayed`): it
+    #: never continued from the checkpoint, and no outcome is measured. None when it did.
+    unreplayed: str | None = None
     #: Why the outcome command given was not run (forkpoint stopped the run, or it never went live
     #: from its checkpoint), or None.
     not_measured: str | None = None
@@ -713,7 +718,11 @@ def replay_run(
     )
     # (none of a fork's run's processes started forkpoint's replay: `true`, a typo'd script, a replay
     # that could not start; what it left is the checkpoint's state too)
-    unreplayed = live_from is not None and report is None and not replaying and not unreported
+    unreplayed = (
+        _unreplayed(command, ran, why_unrun, not_started)
+        if live_from is not None and report is None and not replaying and not unreported
+        else None
+    )
     # (why what the run left says nothing of its continuation, the first that holds: not measured)
     not_measured = next(
         (
@@ -728,7 +737,7 @@ def replay_run(
                 ),
                 (short_of, "it ended before it reached its checkpoint"),
                 (bool(stopped_short), f"stopped: {watch.why}, {stopped_short}"),
-                (unreplayed, "its command never started forkpoint's replay"),
+                (bool(unreplayed), str(unreplayed)),
                 (fork and unsent_from_checkpoint(report), "its first call from its checkpoint was not sent"),
                 (fork and idle_from_checkpoint(report), "it made no call from its checkpoint on"),
                 (interrupted, f"stopped: {watch.why}"),
@@ -853,6 +862,25 @@ def _not_stored(child: Recording) -> str | None:
         f"{child.not_stored}; it stays staged in {child.path} on {_hostname()} (`forkpoint ls "
         f"--store {child.store.url}` there uploads it)"
     )
+
+
+def _unreplayed(command: list[str], ran: Ran, why_unrun: str | None, not_started: list[str]) -> str:
+    """What happened to a run none of whose processes started forkpoint's replay, in words: why its
+    command could not run, the signal that killed it, why a process's replay could not start, or
+    that it never started forkpoint's replay (a program that is not the recorded agent, or one
+    without forkpoint in its environment)."""
+    if why_unrun:
+        return f"its command {command[0]} {why_unrun}"
+    if ran.killed_by:
+        return (
+            f"its command was killed by {ran.killed_by} (exit code {ran.code}) before forkpoint's replay "
+            "started in it"
+        )
+    return "; ".join(not_started) or f"its command (exit code {ran.code}) {NEVER_STARTED}"
+
+
+#: How :func:`_unreplayed` ends for a command that ran and never started forkpoint.
+NEVER_STARTED = "never started forkpoint's replay"
 
 
 def _unreported(folder: Path) -> list[str]:
@@ -1391,13 +1419,15 @@ def arm_task(spec: dict[str, Any]) -> dict[str, Any]:
                 )
             elif run.unreplayed:  # (no outcome was measured: replay_run)
                 arm.diverged = "never replayed"
+                # (a command that ran and never started forkpoint: the likely causes, asked)
+                ask = run.unreplayed.endswith(NEVER_STARTED)
                 arm.problem = (
-                    (
-                        "; ".join(run.not_started)
-                        or f"its command (exit code {run.exit_code}) never started forkpoint's replay"
+                    f"{run.unreplayed}, so it never went live from checkpoint seq {arm.seq} (not measured)"
+                    + (
+                        ": is it the recorded agent, with forkpoint installed in its environment?"
+                        if ask
+                        else ""
                     )
-                    + f", so it never went live from checkpoint seq {arm.seq} (not measured): is it the recorded agent, "
-                    "with forkpoint installed in its environment?"
                     + (f" What it printed: {log}" if log.is_file() else "")
                 )
             elif unsent_from_checkpoint(run.report):  # (no outcome was measured: replay_run)

@@ -22,7 +22,6 @@ from __future__ import annotations
 import bisect
 import os
 import re
-import signal
 import sys
 import threading
 import time
@@ -37,6 +36,7 @@ import orjson
 from .. import override, plugins, runtime, values
 from .._version import __version__
 from ..canonical import canonical_json
+from ..children import SIGNALS
 from ..errors import Divergence, NetworkBlocked, UnrebuildableValue
 from ..events import (
     FIRST_VALUE_FNS,
@@ -1835,8 +1835,8 @@ class Replayer:
         if end.get("incomplete"):
             return f"; the recording stopped early ({end['incomplete']}): the rest of the run is not in it"
         code = end.get("exit_code")
-        if isinstance(code, int) and code > 128 and code - 128 in _SIGNALS:
-            return f"; the recorded run ended there, killed by {_SIGNALS[code - 128]} (exit {code})"
+        if isinstance(code, int) and code > 128 and code - 128 in SIGNALS:
+            return f"; the recorded run ended there, killed by {SIGNALS[code - 128]} (exit {code})"
         return ""
 
     def _cached_when_recorded(self) -> str:
@@ -2214,10 +2214,6 @@ class Replayer:
         if event["type"] == "tool_call" and event["tool"] in self.live_tools:
             return False
         return self.sources[event["type"]] == "replay"
-
-
-#: Signal names by number, for an exit code of 128 + N.
-_SIGNALS = {int(s): s.name for s in signal.Signals}
 
 
 def release_order(

@@ -488,6 +488,76 @@ def test_an_arm_whose_command_never_started_forkpoint_is_shown_as_run_and_not_me
     assert "forkpoint: 1 arm on local\n" in fork.stderr, fork.stderr
 
 
+@pytest.mark.parametrize("case", ["not found", "not executable", "killed at start"])
+def test_an_arm_whose_command_could_not_run_or_was_killed_at_start_says_what_happened(
+    keeper: Keeper, tmp_path: Path, case: str
+) -> None:
+    """An arm whose command was not found (exit 127), was not executable (126) or was killed by a
+    signal before forkpoint started in it (137) was said, on the fork's row, in its session and on
+    its parent's page, only as "its command (exit code N) never started forkpoint's replay … is it
+    the recorded agent, with forkpoint installed in its environment?": what happened to it was left
+    for the user to work out from an exit code. It is said, and the arm is not measured."""
+    before = keeper.resumable()[1]
+    script = tmp_path / "agent.sh"
+    script.write_text("#!/bin/sh\necho hi\n")  # (no execute bit)
+    cmd, what = {
+        "not found": (["no-such-agent"], "its command no-such-agent was not found"),
+        "not executable": ([str(script)], f"its command {script} could not be run: Permission denied"),
+        "killed at start": (
+            ["sh", "-c", "kill -KILL $$"],
+            "its command was killed by SIGKILL (exit code 137) before forkpoint's replay started in it",
+        ),
+    }[case]
+    fork = fork_one_arm(keeper, tmp_path, before, "--outcome", "true", "--", *cmd)
+    assert fork.returncode == 1, fork.stdout + fork.stderr
+    said = " ".join(fork.stderr.split())
+    assert f"arm 1: {what}, so it never went live from checkpoint seq {before} (not measured)" in said, said
+    assert "is it the recorded agent" not in said, said
+    text = " ".join(fork.stdout.split())
+    assert "outcome: no run measured; 1 arm(s) never went live (not measured)" in text, text
+    (arm,) = arms_of_store(keeper)
+    assert outcome_of(arm) is None
+    (note,) = arm.by_type("note")
+    assert note["data"][NOT_MEASURED] == what, note
+    (point,) = view_model(keeper.session)["sweep"]["points"]
+    assert (point["seq"], point["arms"], point["ran"], point["not_measured"]) == (before, 1, 0, [what]), point
+
+
+def test_an_arm_whose_folder_vanished_before_its_run_started_says_so(
+    keeper: Keeper, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The arm's folder removed after its checkpoint was restored and validated, before its command
+    started there: the arm was said to be a command that "never started forkpoint's replay … is it
+    the recorded agent?". It says the folder was gone, and is not measured."""
+    from forkpoint import orchestrate
+
+    for name, value in keeper.env.items():  # (the arm runs here)
+        monkeypatch.setenv(name, value)
+    before = keeper.resumable()[1]
+    where = orchestrate._where_it_ran
+
+    def vanished(session: Session, seq: int, directory: Path) -> Path:
+        shutil.rmtree(directory)
+        return where(session, seq, directory)
+
+    monkeypatch.setattr(orchestrate, "_where_it_ran", vanished)
+    specs = arm_specs(
+        keeper.session, before, keeper.agent, arms=1, into=tmp_path / "arms", outcome=Outcome("true")
+    )
+    (arm,) = run_arms(specs)
+    what = f"its command {keeper.agent[0]} could not be run in {arm.directory}: that directory does not exist"
+    assert arm.diverged == "never replayed" and arm.passed is None, arm
+    assert str(arm.problem).startswith(f"{what}, so it never went live from checkpoint seq {before}"), (
+        arm.problem
+    )
+    assert pass_rate_line([arm]).startswith("outcome: no run measured; 1 arm(s) never went live"), arm
+    (kept,) = arms_of_store(keeper)
+    (note,) = kept.by_type("note")
+    assert note["data"][NOT_MEASURED] == what, note
+    (point,) = view_model(keeper.session)["sweep"]["points"]
+    assert (point["ran"], point["not_measured"]) == (0, [what]), point
+
+
 @pytest.mark.slow
 def test_sigterm_to_fork_stops_every_process_of_its_arms_and_reports_them(
     keeper: Keeper, tmp_path: Path
