@@ -197,6 +197,38 @@ def test_an_arm_whose_ray_worker_dies_is_reported_as_that_not_retried(
     ], drawn
 
 
+def test_an_arm_whose_ray_worker_dies_given_no_outcome_command_is_kept_naming_what_its_worker_left(
+    cluster: str, keeper: Keeper, tmp_path: Path
+) -> None:
+    """Without --outcome, a lost arm kept no session: the one its worker had made (unended) sat in the
+    store under the arm's name, and neither the fork's words nor any session said it was what the
+    lost arm left. The lost arm is kept as with --outcome, naming it."""
+    before = keeper.resumable()[1]
+    fork = forkpoint_cli(
+        "fork", f"{keeper.session.id}@{before}", "--arms", "1", "--into", str(tmp_path / "arms"),
+        "--store", str(keeper.store), "--executor", f"ray:{cluster}", "--", sys.executable, "-c", KILL_WORKER,
+        cwd=tmp_path, env=keeper.env,
+    )  # fmt: skip
+    out = fork.stdout + fork.stderr
+    assert fork.returncode != 0, out
+    said = " ".join(fork.stderr.split())
+    # (this fork's: the keeper's store holds the arms of the other tests of this module too)
+    mine = [
+        s for s in map(Session.load, session_dirs(keeper.store)) if str(tmp_path) in str(s.header.get("cwd"))
+    ]
+    (left,) = [s for s in mine if not s.header["name"].endswith("(lost)")]
+    (lost,) = [s for s in mine if s.header["name"].endswith("(lost)")]
+    assert (
+        left.end() is None
+        and f"the arm's session its worker had written, {left.id}, has no end event" in said
+    ), out
+    assert lost.id in fork.stdout, out  # (the table's row names the session that says what happened)
+    (note,) = lost.by_type("note")
+    assert note["text"].startswith("lost: the worker process running it died") and left.id in note["text"], (
+        note
+    )
+
+
 def test_an_arm_stopped_at_its_timeout_on_ray_leaves_nothing_it_started_running(
     cluster: str, keeper: Keeper, tmp_path: Path
 ) -> None:
