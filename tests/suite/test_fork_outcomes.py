@@ -1241,14 +1241,14 @@ def test_the_page_draws_the_arms_that_ran_and_measured_nothing_and_why(
     assert "outcome: 1/1 passed (100%, 95% CI 21%–100%); 1 arm(s) never went live" in fork.stdout, fork.stdout
     (point,) = view_model(keeper.session)["sweep"]["points"]
     assert (point["seq"], point["arms"], point["ran"], point["passed"]) == (before, 2, 1, 1), point
-    assert point["not_measured"] == ["its command never started forkpoint's replay"], point
+    assert point["not_measured"] == ["its command (exit code 9) never started forkpoint's replay"], point
     # A fork none of whose arms measured anything is drawn too.
     (tmp_path / "none").mkdir()
     fork = fork_one_arm(keeper, tmp_path / "none", before, "--outcome", "true", "--", "true")
     assert "outcome: no run measured" in fork.stdout, fork.stdout
     (point,) = view_model(keeper.session)["sweep"]["points"]
     assert (point["arms"], point["ran"]) == (1, 0), point
-    assert point["not_measured"] == ["its command never started forkpoint's replay"], point
+    assert point["not_measured"] == ["its command (exit code 0) never started forkpoint's replay"], point
 
 
 def test_an_outcome_command_that_leaves_a_process_running_is_measured_by_its_exit(tmp_path: Path) -> None:
