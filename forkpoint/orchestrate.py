@@ -470,6 +470,9 @@ class Replayed:
     #: Why the what-if session :attr:`child` is not in its parent's store (a remote store's upload
     #: failed: it stays staged on the machine that ran it, where it says), or None.
     not_stored: str | None = None
+    #: What of :attr:`child` could not be written (a full disk: its outcome, then not counted, the
+    #: note saying why it measured nothing, its end), in words, or None.
+    unwritten: str | None = None
 
 
 def replay_run(
@@ -696,6 +699,7 @@ def replay_run(
             report["sandbox"] += f" ({plural(seen.unseen, 'packet')} dropped before it was looked at)"
         conclude(report)
     measured = None
+    unwritten: list[str] = []  # (what of its session a full disk kept out: Replayed.unwritten)
     # (what an interrupted run left measures nothing, nor a run that stopped at a divergence, nor a
     # fork's run that ended before it reached its checkpoint, or made no call from there with no
     # override to have ended it: none of them continued from there)
@@ -761,20 +765,36 @@ def replay_run(
             measured = None
             not_measured = f"stopped: {watch.why}"
         elif child is not None:
-            child.writer.append(dict(measured))
+            try:
+                child.writer.append(dict(measured))
+            except (OSError, SessionError) as exc:  # (a full disk: what reads the session finds no outcome)
+                passed = measured.get("passed")
+                verdict = "" if passed is None else " (pass)" if passed else " (fail)"
+                not_measured = (
+                    f"its outcome{verdict} could not be written to its session {child.session_id} ({exc})"
+                )
+                unwritten.append(not_measured)
+                measured = None
     if child is not None:
         from .record import read_back, tally_into
         from .replay.whatif import end_divergence
 
         if outcome is not None and not_measured is not None:
-            _note_not_measured(child, not_measured, outcome.command)
+            try:
+                _note_not_measured(child, not_measured, outcome.command)
+            except (OSError, SessionError) as exc:
+                unwritten.append(f"why it measured nothing could not be written to its session ({exc})")
         tally_into(child, read_back(child.path)[0])  # (calls no single recorder tallied)
         child.end(
             code,
             uncaught=list(report.get("uncaught") or []) if report is not None else None,
             divergence=end_divergence(report, child.path) if report is not None else None,
         )
+        if child.unended is not None:  # (said by the recording as a warning: here for the run's words)
+            unwritten.append(f"its end could not be written ({child.unended}): it stays incomplete")
         child.close(quiet=quiet)
+        if unwritten and not quiet:
+            say(f"forkpoint: WARNING: session {child.session_id}: {'; '.join(unwritten)}")
     not_stored = _not_stored(child) if child is not None else None
     # The recorded command's relative paths meant what they meant where it was recorded. Not run
     # there on purpose (that may be another checkout); said when the run went wrong.
@@ -825,6 +845,7 @@ def replay_run(
         unreplayed=unreplayed,
         not_stored=not_stored,
         not_measured=not_measured if outcome is not None else None,
+        unwritten="; ".join(unwritten) or None,
     )
 
 
@@ -1218,6 +1239,11 @@ class Arm:
     diverged: str | None = None
     not_stored: str | None = None
 
+    def add_problem(self, problem: str | None) -> None:
+        """Add ``problem`` (None: nothing) to what :attr:`problem` says."""
+        if problem is not None:
+            self.problem = problem if self.problem is None else f"{self.problem}; {problem}"
+
     @property
     def valid(self) -> bool:
         """Restored, and every check of the checkpoint passed: only then does the arm run (a lost arm's
@@ -1462,11 +1488,9 @@ def arm_task(spec: dict[str, Any]) -> dict[str, Any]:
                     "it was given before the checkpoint ended it there"
                 )
             if arm.diverged is None and divergence:  # (measured: the policy went on, as asked)
-                went_on = _went_on_before(divergence, run.report or {}, arm.seq)
-                arm.problem = went_on if arm.problem is None else f"{arm.problem}; {went_on}"
-            outside = _acted_outside(session, arm.seq, run.child, directory)
-            if outside:
-                arm.problem = outside if arm.problem is None else f"{arm.problem}; {outside}"
+                arm.add_problem(_went_on_before(divergence, run.report or {}, arm.seq))
+            arm.add_problem(_acted_outside(session, arm.seq, run.child, directory))
+            arm.add_problem(run.unwritten)
     if session is not None:
         keep_not_run(arm, spec, session)
     arm.seconds = round(time.perf_counter() - started, 3)
@@ -1491,7 +1515,7 @@ def keep_not_run(arm: Arm, spec: dict[str, Any], session: Session | None = None)
     except (ForkpointError, OSError) as exc:
         kept = f"its session, which would say why it measured nothing, could not be kept: {exc}"
         say(f"forkpoint: WARNING: arm {arm.index}: {kept}")
-        arm.problem = kept if arm.problem is None else f"{arm.problem}; {kept}"
+        arm.add_problem(kept)
 
 
 def _left_by_lost_task(session: Session, spec: dict[str, Any]) -> dict[str, str]:

@@ -361,6 +361,8 @@ class Recording:
         #: Once closed: why the session is not in its store (a remote store's upload failed, so it
         #: stays staged in :attr:`path`, on this machine only), else None (:attr:`Store.not_stored`).
         self.not_stored: str | None = None
+        #: Why the ``end`` event could not be written (a full disk: the session stays incomplete), else None.
+        self.unended: str | None = None
         self._ended = False
 
     @property
@@ -418,6 +420,7 @@ class Recording:
         try:
             self.writer.append(event)
         except (OSError, SessionError) as exc:
+            self.unended = str(exc)
             _warn(f"could not write the end of session {self.session_id} ({exc}): it stays incomplete")
 
     def close(self, *, quiet: bool = False) -> str:

@@ -558,6 +558,57 @@ def test_an_arm_whose_folder_vanished_before_its_run_started_says_so(
     assert (point["ran"], point["not_measured"]) == (0, [what]), point
 
 
+@pytest.mark.parametrize("full", [("outcome",), ("outcome", "note", "end")], ids=["its outcome", "all after"])
+def test_an_arm_whose_session_the_disk_was_full_for_says_so_and_is_not_counted(
+    keeper: Keeper, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, full: tuple[str, ...]
+) -> None:
+    """A full disk when the arm's outcome was written into its session: the OSError left the arm's
+    task, which made the arm "lost: OSError: … No space left on device; the arm's session its worker
+    had written … (the worker died before writing it)", untrue (no worker died), and its session was
+    never ended nor closed. The arm says its outcome could not be written, is not counted (its
+    session, which the parent's page reads, holds none), and what could still be written is."""
+    import errno
+
+    from forkpoint.log import SessionWriter
+
+    for name, value in keeper.env.items():  # (the arm runs here)
+        monkeypatch.setenv(name, value)
+    before = keeper.resumable()[1]
+    write = SessionWriter.write
+
+    def on_a_full_disk(self: SessionWriter, event: Any) -> Any:
+        if event["type"] in full and self.session_id != keeper.session.id:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return write(self, event)
+
+    monkeypatch.setattr(SessionWriter, "write", on_a_full_disk)
+    specs = arm_specs(
+        keeper.session, before, keeper.agent, arms=1, into=tmp_path / "arms", outcome=Outcome(KEEPER_OUTCOME)
+    )
+    (arm,) = run_arms(specs)
+    (kept,) = arms_of_store(keeper)
+    assert not arm.lost and arm.passed is None and arm.session == str(kept.path), arm
+    why = f"its outcome ({'pass' if (tmp_path / 'arms' / 'arm-1' / 'answer.txt').exists() else 'fail'}) could not"
+    why += f" be written to its session {kept.id} ([Errno 28] No space left on device)"
+    assert str(arm.problem).startswith(why), arm.problem
+    assert pass_rate_line([arm]) == f"outcome: no run measured; 1 arm(s) not measured: {arm.problem}"
+    assert outcome_of(kept) is None and kept.by_type("model_call"), kept.events
+    if full == ("outcome",):  # (the rest is written: its parent's page draws it, not measured)
+        (note,) = kept.by_type("note")
+        assert note["data"][NOT_MEASURED] == why, note
+        assert kept.end() is not None
+        (point,) = view_model(keeper.session)["sweep"]["points"]
+        assert (point["ran"], point["not_measured"]) == (0, [why]), point
+    else:
+        assert arm.problem == (
+            f"{why}; why it measured nothing could not be written to its session ([Errno 28] No space "
+            "left on device); its end could not be written ([Errno 28] No space left on device): it stays "
+            "incomplete"
+        )
+        assert not kept.by_type("note") and kept.end() is None
+        assert view_model(keeper.session)["sweep"] is None  # (not counted as measured)
+
+
 @pytest.mark.slow
 def test_sigterm_to_fork_stops_every_process_of_its_arms_and_reports_them(
     keeper: Keeper, tmp_path: Path
