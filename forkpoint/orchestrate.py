@@ -1519,9 +1519,9 @@ def keep_not_run(arm: Arm, spec: dict[str, Any], session: Session | None = None)
 
 
 def _left_by_lost_task(session: Session, spec: dict[str, Any]) -> dict[str, str]:
-    """The sessions of the lost arm ``spec`` of ``session`` that its task's worker had written before
-    it died (the arm's run, its outcome measured or not, its end written or not), by id, each said as
-    what it is. Kept in the store: the lost arm's session names them, and the arm is counted once
+    """The sessions of the lost arm ``spec`` of ``session`` that its task had written before it was
+    lost, its worker dead or its code raising (the arm's run, its outcome measured or not, its end
+    written or not), by id, each said as what it is. Kept in the store: the lost arm's session names them, and the arm is counted once
     (:func:`forkpoint.outcome.arms_of`)."""
     from .outcome import arm_sessions, outcome_of
 
@@ -1534,8 +1534,9 @@ def _left_by_lost_task(session: Session, spec: dict[str, Any]) -> dict[str, str]
             spec.get("experiment"),
         ):
             continue
+        # (its worker died, or the task raised: a local executor's has no worker of its own)
         ending = (
-            "ended" if written.end() is not None else "has no end event (the worker died before writing it)"
+            "ended" if written.end() is not None else "has no end event (its task ended before writing it)"
         )
         found = outcome_of(written)
         passed = None if found is None else found.get("passed")
@@ -1546,7 +1547,7 @@ def _left_by_lost_task(session: Session, spec: dict[str, Any]) -> dict[str, str]
             "before the task was lost"
         )
         out[row.session_id] = (
-            f"the arm's session its worker had written, {row.session_id}, {ending}, {outcome}: it is not counted"
+            f"the arm's session its task had written, {row.session_id}, {ending}, {outcome}: it is not counted"
         )
     return out
 

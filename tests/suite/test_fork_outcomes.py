@@ -336,9 +336,9 @@ def test_an_arm_whose_worker_died_after_measuring_is_counted_once_and_its_sessio
     found = outcome_of(left)
     assert found is not None and (left.end() is None) is before_end, left.events
     passed = "pass" if found["passed"] else "fail"
-    ending = "has no end event (the worker died before writing it)" if before_end else "ended"
+    ending = "has no end event (its task ended before writing it)" if before_end else "ended"
     said = (
-        f"lost: {died}; the arm's session its worker had written, {left.id}, {ending}, with an outcome "
+        f"lost: {died}; the arm's session its task had written, {left.id}, {ending}, with an outcome "
         f"({passed}) measured before the task was lost: it is not counted"
     )
     assert arm.not_run_or_lost == said, arm.not_run_or_lost
@@ -367,8 +367,8 @@ def test_a_lost_arm_given_no_outcome_command_keeps_a_session_naming_the_one_its_
     (left,) = [s for s in kept if str(s.path) != arm.session]
     assert left.end() is None and outcome_of(left) is None, left.events
     said = (
-        f"lost: {died}; the arm's session its worker had written, {left.id}, has no end event (the worker "
-        "died before writing it), without an outcome: it is not counted"
+        f"lost: {died}; the arm's session its task had written, {left.id}, has no end event (its task ended "
+        "before writing it), without an outcome: it is not counted"
     )
     assert arm.not_run_or_lost == said, arm.not_run_or_lost
     lost = Session.load(arm.session)
@@ -378,6 +378,36 @@ def test_a_lost_arm_given_no_outcome_command_keeps_a_session_naming_the_one_its_
     assert (left.header["name"], lost.header["name"]) == (name, f"{name} (lost)")
     # (the parent's page draws the outcomes of arms given an outcome command: none here)
     assert view_model(keeper.session)["sweep"] is None
+
+
+def test_an_arm_whose_task_raised_after_its_session_was_made_does_not_say_a_worker_died(
+    keeper: Keeper, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An arm whose task raised (forkpoint's own error, on the local executor) after its run's
+    session was made is lost, and the session it left was said to have "no end event (the worker
+    died before writing it)": no worker died. It is said as what is known: its task ended first."""
+    from forkpoint.store.base import Recording
+
+    for name, value in keeper.env.items():  # (the arm runs here)
+        monkeypatch.setenv(name, value)
+    before = keeper.resumable()[1]
+    end = Recording.end
+    raised: list[str] = []
+
+    def fails_once(recording: Recording, *args: Any, **kwargs: Any) -> None:
+        if not raised:
+            raised.append(recording.session_id)
+            recording.writer.close()  # (what the task's end leaves open is not the test's)
+            raise RuntimeError("a bug")
+        end(recording, *args, **kwargs)
+
+    monkeypatch.setattr(Recording, "end", fails_once)
+    specs = arm_specs(keeper.session, before, keeper.agent, arms=1, into=tmp_path / "arms")
+    (arm,) = run_arms(specs)
+    assert arm.lost and raised, arm
+    said = str(arm.not_run_or_lost)
+    assert said.startswith("lost: RuntimeError: a bug; ") and "worker" not in said, said
+    assert f"{raised[0]}, has no end event (its task ended before writing it)" in said, said
 
 
 def test_sweep_into_a_folder_holding_arms_refuses_as_fork_does(keeper: Keeper, tmp_path: Path) -> None:

@@ -219,8 +219,7 @@ def test_an_arm_whose_ray_worker_dies_given_no_outcome_command_is_kept_naming_wh
     (left,) = [s for s in mine if not s.header["name"].endswith("(lost)")]
     (lost,) = [s for s in mine if s.header["name"].endswith("(lost)")]
     assert (
-        left.end() is None
-        and f"the arm's session its worker had written, {left.id}, has no end event" in said
+        left.end() is None and f"the arm's session its task had written, {left.id}, has no end event" in said
     ), out
     assert lost.id in fork.stdout, out  # (the table's row names the session that says what happened)
     (note,) = lost.by_type("note")
