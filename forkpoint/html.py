@@ -46,7 +46,7 @@ from .events import (
 )
 from .files import write_private
 from .log import Session, SessionError, json_text, to_json
-from .outcome import arms_of, by_checkpoint
+from .outcome import sweep_of
 from .providers import (
     call_kind,
     context_messages,
@@ -568,38 +568,8 @@ def view_model(
         if parent_ref
         else None,
         "divergence": _divergence(session, parent, report) if parent_ref or report else None,
-        "sweep": sweep if sweep is not None else _sweep(session),
+        "sweep": sweep if sweep is not None else sweep_of(session),
     }
-
-
-def _sweep(session: Session) -> dict[str, Any] | None:
-    """The pass rate by checkpoint of the session's fork arms given an outcome command, if any: of
-    the latest fork or sweep's (the arms of another measured something else, or the same of other
-    code, and are left out, said in ``note``). An arm that measured nothing is drawn outside the
-    rate, its why in its point's ``not_measured``."""
-    # (a lost arm given no outcome command says why too: its experiment names no outcome command)
-    given = [
-        arm
-        for arm in arms_of(session)
-        if arm[2][1] is not None and (arm[1] is not None or arm[3] is not None)
-    ]
-    if not given:
-        return None
-    latest = given[-1][2]
-    arms = [(seq, passed, why) for seq, passed, experiment, why in given if experiment == latest]
-    turns = {c["seq"]: c.get("turn") for c in session.by_type("checkpoint")}
-    drawn = by_checkpoint(
-        [(seq, passed) for seq, passed, _ in arms],
-        turns,
-        [(seq, why) for seq, _, why in arms if why is not None],
-    )
-    others = {experiment for _, _, experiment, _ in given if experiment != latest}
-    if others:
-        drawn["note"] = (
-            f"The arms of the latest fork or sweep ({' '.join(latest[0])}, outcome {latest[1]}); "
-            f"{len(given) - len(arms)} arm(s) of {len(others)} other fork(s) or sweep(s) are left out."
-        )
-    return drawn
 
 
 # --------------------------------------------------------------------------- the page

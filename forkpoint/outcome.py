@@ -316,3 +316,33 @@ def arms_of(session: Session) -> list[tuple[int, bool | None, tuple[Any, ...], s
         seq = row.header["parent"]["seq"]
         out.append((row.session_id, seq, passed, experiment, why if passed is None else None))
     return [(seq, passed, experiment, why) for sid, seq, passed, experiment, why in out if sid not in left]
+
+
+def sweep_of(session: Session) -> dict[str, Any] | None:
+    """The pass rate by checkpoint of the session's fork arms given an outcome command, if any: of
+    the latest fork or sweep's (the arms of another measured something else, or the same of other
+    code, and are left out, said in ``note``). An arm that measured nothing is drawn outside the
+    rate, its why in its point's ``not_measured``."""
+    # (a lost arm given no outcome command says why too: its experiment names no outcome command)
+    given = [
+        arm
+        for arm in arms_of(session)
+        if arm[2][1] is not None and (arm[1] is not None or arm[3] is not None)
+    ]
+    if not given:
+        return None
+    latest = given[-1][2]
+    arms = [(seq, passed, why) for seq, passed, experiment, why in given if experiment == latest]
+    turns = {c["seq"]: c.get("turn") for c in session.by_type("checkpoint")}
+    drawn = by_checkpoint(
+        [(seq, passed) for seq, passed, _ in arms],
+        turns,
+        [(seq, why) for seq, _, why in arms if why is not None],
+    )
+    others = {experiment for _, _, experiment, _ in given if experiment != latest}
+    if others:
+        drawn["note"] = (
+            f"The arms of the latest fork or sweep ({' '.join(latest[0])}, outcome {latest[1]}); "
+            f"{len(given) - len(arms)} arm(s) of {len(others)} other fork(s) or sweep(s) are left out."
+        )
+    return drawn

@@ -405,6 +405,33 @@ def render(
         console.print(
             "[yellow]no end event: the recording did not finish (still running, or killed)[/yellow]"
         )
+    from .outcome import sweep_of
+
+    sweep = sweep_of(session)
+    if sweep is not None:  # (what its page draws: each arm measured or not, and why)
+        console.print(
+            "[bold]arms[/bold]    forked from it with an outcome command (the latest fork or sweep's):"
+        )
+        for line in _arm_lines(sweep):
+            console.print(f"        {escape(line)}")
+
+
+def _arm_lines(sweep: Mapping[str, Any]) -> list[str]:
+    """A session's fork arms (:func:`~forkpoint.outcome.sweep_of`), a line per checkpoint: how many,
+    their pass rate, and why those that measured nothing did not; and which were left out."""
+    from .outcome import Rate
+
+    lines = []
+    for p in sweep["points"]:
+        whys = Counter(map(str, p["not_measured"]))
+        said = "".join(
+            f"; not measured: {why}" + (f" ({n} arms)" if n > 1 else "") for why, n in whys.items()
+        )
+        rate = Rate(p["passed"], p["ran"]).text()
+        lines.append(f"@{p['seq']} (turn {p['turn']}): {plural(p['arms'], 'arm')}, {rate}{said}")
+    if sweep.get("note"):
+        lines.append(str(sweep["note"]))
+    return lines
 
 
 def as_json(session: Session) -> dict[str, Any]:

@@ -551,6 +551,10 @@ def test_an_arm_whose_command_could_not_run_or_was_killed_at_start_says_what_hap
     assert note["data"][NOT_MEASURED] == what, note
     (point,) = view_model(keeper.session)["sweep"]["points"]
     assert (point["seq"], point["arms"], point["ran"], point["not_measured"]) == (before, 1, 0, [what]), point
+    # (`forkpoint show` of the parent says it too, as its page draws it)
+    shown = forkpoint_cli(keeper, "show", keeper.session.id, "--store", str(keeper.store), cwd=tmp_path)
+    text = " ".join(shown.stdout.split())
+    assert f"@{before} (turn 2): 1 arm, no run measured; not measured: {what}" in text, shown.stdout
 
 
 def test_an_arm_whose_folder_vanished_before_its_run_started_says_so(
