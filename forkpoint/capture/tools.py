@@ -583,10 +583,7 @@ def _caller_cancelled(exc: BaseException) -> bool:
     asyncio = sys.modules.get("asyncio")
     if asyncio is None or not isinstance(exc, asyncio.CancelledError):
         return True
-    try:
-        task = asyncio.current_task()
-    except RuntimeError:  # (no running loop)
-        return True
+    task = runtime.running_task()
     return task is None or not hasattr(task, "cancelling") or task.cancelling() > 0
 
 
