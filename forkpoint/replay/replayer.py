@@ -28,6 +28,7 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from operator import itemgetter, not_
 from typing import Any, Literal, cast
 from urllib.parse import parse_qsl, urlsplit
 
@@ -398,7 +399,8 @@ def _pieces_lost(event: Mapping[str, Any]) -> int:
     response = event.get("response") if event.get("type") == "model_call" else None
     if not isinstance(response, Mapping) or response.get("decoded_from") or not response.get("chunks"):
         return 0
-    return sum(1 for c in response["chunks"] if not c[1])
+    # (counted in C: every served stream is looked at, chunk by chunk)
+    return sum(map(not_, map(itemgetter(1), response["chunks"])))
 
 
 def _answer(event: Mapping[str, Any]) -> bytes:
@@ -1629,11 +1631,7 @@ class Replayer:
         task (a call before ``asyncio.run``) never ran beside its tasks, nor did a thread started
         after the other call had ended, both when recorded and now (:meth:`_started_after`)."""
         me = threading.current_thread()
-        aio = sys.modules.get("asyncio")  # (a program that never imported asyncio runs no task)
-        try:
-            task = aio.current_task() if aio is not None else None
-        except RuntimeError:  # no event loop running in this thread
-            task = None
+        task = runtime.running_task()
         born = runtime.thread_born(self)
         callers = self._callers.setdefault(group, {})
         tasks = self._caller_tasks.setdefault(group, {})
