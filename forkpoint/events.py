@@ -714,7 +714,13 @@ def _pairs_of(value: Any, first: tuple[type, ...], second: tuple[type, ...]) -> 
     """Whether ``value`` is a list of two-item lists (or tuples) of those types."""
     if not isinstance(value, list):
         return False
-    # (a loop, not all() of a generator: every event's headers and chunks are looked at on load)
+    # Every event's headers and chunks are looked at on load: first by the exact types JSON gives,
+    # in C (no bytecode per pair); a list that fails that (a subclass, a bool, a bad pair) is read
+    # pair by pair below.
+    if set(map(type, value)) <= _PAIR_SET and set(map(len, value)) <= _TWO:
+        firsts, seconds = zip(*value, strict=True) if value else ((), ())
+        if set(map(type, firsts)) <= set(first) and set(map(type, seconds)) <= set(second):
+            return True
     for p in value:
         if not (
             isinstance(p, _PAIR)
@@ -728,6 +734,7 @@ def _pairs_of(value: Any, first: tuple[type, ...], second: tuple[type, ...]) -> 
 
 
 _PAIR = (list, tuple)
+_PAIR_SET, _TWO = frozenset(_PAIR), frozenset({2})
 
 
 def _is_error(value: Any) -> bool:

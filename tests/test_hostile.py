@@ -870,6 +870,21 @@ def _call(**changes: Any) -> dict[str, Any]:
         (_call(response__chunks=[[0.0, 1.5]]), "its response's chunks are not [ms, text] pairs"),
         (_call(duration_ms=[1]), "its duration_ms is [1], not a number"),
         (_call(request__headers=[[5, "x"]]), "its request's headers are not [name, value] pairs of text"),
+        # (the pairs are looked at in C first, by the exact types JSON gives: each of these fails there)
+        (_call(response__chunks=[[0.1, "a"], [True, "b"]]), "its response's chunks are not [ms, text] pairs"),
+        (_call(response__chunks=[[0.1, "a"], [0.2, None]]), "its response's chunks are not [ms, text] pairs"),
+        (
+            _call(request__headers=[["a", "b", "c"]]),
+            "its request's headers are not [name, value] pairs of text",
+        ),
+        (
+            _call(request__headers=[["a", "b"], ["c"]]),
+            "its request's headers are not [name, value] pairs of text",
+        ),
+        (
+            _call(response__headers=[["a", "b"], "cd"]),
+            "its response's headers are not [name, value] pairs of text",
+        ),
         (_call(request={}), "its request has no url"),
         ({"type": "tool_call", "tool": "t", "args": {}, "result": 1, "mcp": [1]}, "its mcp is not an object"),
     ],

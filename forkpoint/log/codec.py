@@ -398,6 +398,10 @@ def _unicode(text: str) -> bool:
 RECENT_BLOBS = 8
 
 
+#: The keys of every stored form :func:`decode` reads.
+_STORED = frozenset({"$blob", "$b64", "$u", "$int", "$kv", "$json", "$dumps", "$delta", "$lit"})
+
+
 def decode(
     value: Any, blobs: BlobStore, where: str, tools: Mapping[int, Mapping[str, Any]] | None = None
 ) -> Any:
@@ -405,60 +409,62 @@ def decode(
     ``tools``: the resolved tool calls read so far, by seq, for ``$dumps``. Raises
     :class:`SessionError` for a ``$dumps`` naming no earlier tool call, ValueError for its unknown style."""
     if isinstance(value, dict):
-        if "$blob" in value:
-            recent, key = blobs.recent, (str(value["$blob"]), bool(value.get("bytes")), value.get("size"))
-            if recent is not None and (hit := recent.get(key)) is not None:
-                return hit
-            data = blobs.get(key[0], where=where, size=key[2])
-            out = data if key[1] else data.decode("utf-8", "surrogatepass")
-            if recent is not None:
-                recent[key] = out
-                if len(recent) > RECENT_BLOBS:
-                    del recent[next(iter(recent))]
-            return out
-        if "$b64" in value:
-            return _bytes_of(value["$b64"], where)
-        if "$u" in value and len(value) == 1:
-            return _unicode_of(value["$u"], where)
-        if "$int" in value and len(value) == 1:
-            return int(value["$int"])
-        if "$kv" in value and (pairs := _kv_pairs(value)) is not None:
-            return _pairs(pairs, blobs, where, tools)
-        if "$json" in value and isinstance(value["$json"], str):
-            try:
-                inner = orjson.loads(blobs.get(value["$json"], where=where, size=value.get("size")))
-            except orjson.JSONDecodeError as exc:
-                raise SessionError(
-                    f"{blobs.path(value['$json'])}: JSON blob is not JSON ({exc}){where}"
-                ) from None
-            return decode(inner, blobs, where, tools)
-        if "$dumps" in value and len(value) == 1:
-            ref = value["$dumps"]
-            source = (tools or {}).get(int(ref["seq"]))
-            if source is None or ref["of"] not in ("args", "result") or ref["of"] not in source:
-                raise SessionError(
-                    f"a $dumps refers to the {ref['of']!r} of event {ref['seq']}, which is no earlier tool call{where}"
-                )
-            return dumps_style(source[ref["of"]], str(ref["style"]))
-        if "$delta" in value:
-            d = value["$delta"]
-            replaced = d.get("set", [])
-            # (what a writer writes, exactly: a float, a string or a dict read as an index would
-            # load a list other than the one verify checked)
-            if not (
-                type(d["base"]) is int
-                and type(d["keep"]) is int
-                and isinstance(d.get("add", []), list)
-                and isinstance(replaced, list)
-                and all(isinstance(p, list) and len(p) == 2 and type(p[0]) is int for p in replaced)
-            ):
-                raise ValueError(
-                    'a $delta needs integers "base" and "keep", "add" a list, and "set" [index, item] pairs'
-                )
-            replace = tuple((i, decode(v, blobs, where, tools)) for i, v in replaced)
-            return Delta(d["base"], d["keep"], decode(d.get("add", []), blobs, where, tools), replace)
-        if "$lit" in value and len(value) == 1:
-            value = value["$lit"]
+        # (most objects hold none: looked at in C, rather than key by key below)
+        if not _STORED.isdisjoint(value):
+            if "$blob" in value:
+                recent, key = blobs.recent, (str(value["$blob"]), bool(value.get("bytes")), value.get("size"))
+                if recent is not None and (hit := recent.get(key)) is not None:
+                    return hit
+                data = blobs.get(key[0], where=where, size=key[2])
+                out = data if key[1] else data.decode("utf-8", "surrogatepass")
+                if recent is not None:
+                    recent[key] = out
+                    if len(recent) > RECENT_BLOBS:
+                        del recent[next(iter(recent))]
+                return out
+            if "$b64" in value:
+                return _bytes_of(value["$b64"], where)
+            if "$u" in value and len(value) == 1:
+                return _unicode_of(value["$u"], where)
+            if "$int" in value and len(value) == 1:
+                return int(value["$int"])
+            if "$kv" in value and (pairs := _kv_pairs(value)) is not None:
+                return _pairs(pairs, blobs, where, tools)
+            if "$json" in value and isinstance(value["$json"], str):
+                try:
+                    inner = orjson.loads(blobs.get(value["$json"], where=where, size=value.get("size")))
+                except orjson.JSONDecodeError as exc:
+                    raise SessionError(
+                        f"{blobs.path(value['$json'])}: JSON blob is not JSON ({exc}){where}"
+                    ) from None
+                return decode(inner, blobs, where, tools)
+            if "$dumps" in value and len(value) == 1:
+                ref = value["$dumps"]
+                source = (tools or {}).get(int(ref["seq"]))
+                if source is None or ref["of"] not in ("args", "result") or ref["of"] not in source:
+                    raise SessionError(
+                        f"a $dumps refers to the {ref['of']!r} of event {ref['seq']}, which is no earlier tool call{where}"
+                    )
+                return dumps_style(source[ref["of"]], str(ref["style"]))
+            if "$delta" in value:
+                d = value["$delta"]
+                replaced = d.get("set", [])
+                # (what a writer writes, exactly: a float, a string or a dict read as an index would
+                # load a list other than the one verify checked)
+                if not (
+                    type(d["base"]) is int
+                    and type(d["keep"]) is int
+                    and isinstance(d.get("add", []), list)
+                    and isinstance(replaced, list)
+                    and all(isinstance(p, list) and len(p) == 2 and type(p[0]) is int for p in replaced)
+                ):
+                    raise ValueError(
+                        'a $delta needs integers "base" and "keep", "add" a list, and "set" [index, item] pairs'
+                    )
+                replace = tuple((i, decode(v, blobs, where, tools)) for i, v in replaced)
+                return Delta(d["base"], d["keep"], decode(d.get("add", []), blobs, where, tools), replace)
+            if "$lit" in value and len(value) == 1:
+                value = value["$lit"]
         return {k: v if type(v) in _LEAVES else decode(v, blobs, where, tools) for k, v in value.items()}
     if isinstance(value, list):
         return [v if type(v) in _LEAVES else decode(v, blobs, where, tools) for v in value]
