@@ -123,6 +123,8 @@ def resolve(overrides: list[Override], events: Sequence[Mapping[str, Any]]) -> d
     """Map each override to the seq of the recorded event it replaces. Raises :class:`OverrideError`
     when a target does not exist, or two overrides hit the same event."""
     out: dict[int, Override] = {}
+    if not overrides:  # (every replay resolves its overrides: most have none)
+        return out
     schemas = _output_schemas(events)
     # K counts calls as ``forkpoint show`` lists them, in the order they started: parallel calls
     # (a ToolNode's) are written in the order they ended, which the user never sees.
@@ -184,6 +186,8 @@ def refuse_unreached(
     ``live_tools``, or past ``live_from``: a fork's checkpoint), or one made inside a recorded tool
     call that the replay serves whole (an agno team member's, inside ``delegate_task_to_member``),
     whose body, which made it, does not run."""
+    if not resolved:
+        return
     by_seq = {int(e["seq"]): e for e in events}
     by_span = {e["span_id"]: e for e in events if e["type"] == "tool_call" and e.get("span_id")}
     for seq, o in resolved.items():
@@ -254,6 +258,8 @@ def untyped(resolved: Mapping[int, Override], events: Sequence[Mapping[str, Any]
     the top or anywhere inside) or bytes: the agent gets a ``dict``, or a ``str`` where the tool
     returned a datetime…, which the tool could not have returned. Allowed (a what-if may mean it),
     but said: the first such place, and how many more."""
+    if not resolved:
+        return []
     by_seq = {e["seq"]: e for e in events}
     out = []
     for seq, o in resolved.items():

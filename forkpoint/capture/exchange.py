@@ -120,8 +120,9 @@ def request_record(
     """
     # Content-Length says nothing the body does not; without it the headers of an agent's calls are
     # usually identical, and the log stores them once.
-    pairs = [(header_text(k), header_text(v)) for k, v in headers]
-    pairs = [(k, v) for k, v in pairs if k.lower() != "content-length"]
+    pairs = [
+        (name, header_text(v)) for k, v in headers if (name := header_text(k)).lower() != "content-length"
+    ]
     applied = codings(header_values(pairs, "content-encoding"))
     rt = runtime.active()
     replaying = rt is not None and rt.mode == "replay"

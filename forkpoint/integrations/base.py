@@ -20,6 +20,7 @@ import sys
 import threading
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from operator import methodcaller
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -132,7 +133,8 @@ class _Targets:
     def wild_matches(self, names: Sequence[str]) -> Iterator[tuple[str, Callable[[ModuleType], None]]]:
         """(name, patch) for each of ``names`` a wildcard target matches."""
         for tail, rx, fn in self.wild:
-            for name in [n for n in names if n.endswith(tail)]:
+            # (filtered in C: an activation passes every module the program has imported)
+            for name in list(filter(methodcaller("endswith", tail), names)):
                 if rx.match(name):
                     yield name, fn
 

@@ -162,6 +162,14 @@ TELEMETRY: tuple[Endpoint, ...] = (
 #: Each endpoint's path pattern, compiled once (every HTTP call a replay serves is looked at).
 _PATHS = {e.path: re.compile(e.path) for e in TELEMETRY}
 
+
+@functools.lru_cache(maxsize=256)
+def _at_host(host: str) -> tuple[Endpoint, ...]:
+    """The endpoints of :data:`TELEMETRY` a request to ``host`` may be at, in order (every HTTP call
+    a replay serves is looked at, most at a host no telemetry endpoint names)."""
+    return tuple(e for e in TELEMETRY if not e.host or host == e.host or host.endswith("." + e.host))
+
+
 #: AWS credentials botocore fetches from a container endpoint: where its environment names one.
 _CONTAINER_CREDENTIALS = Endpoint("aws container credentials", "", r"", Answer(404, None, None), "GET")
 #: ECS's credentials host, which ``AWS_CONTAINER_CREDENTIALS_RELATIVE_URI`` is a path on (botocore).
@@ -210,9 +218,7 @@ def telemetry_endpoint(
     if method == "GET" and _container_credentials(url):
         return _CONTAINER_CREDENTIALS
     named = headers_by_name(headers)
-    for e in TELEMETRY:
-        if e.host and not (host == e.host or host.endswith("." + e.host)):
-            continue
+    for e in _at_host(host):
         if e.method is not None and method != e.method:
             continue
         if _PATHS[e.path].search(path) and (e.looks is None or e.looks(body, named)):
