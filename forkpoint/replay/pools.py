@@ -14,7 +14,8 @@ _yield_finished_futures(fs, waiter, ref_collect)`` (3.8 to 3.13), popping them f
 list ``fs``: that function, looked up at every call, is wrapped to sort ``fs`` first, which also
 covers a program that imported ``as_completed`` before the replay began. Each future is stamped as
 it finishes (``Future.set_result``, ``set_exception``). Where the function is not there (another
-Python), nothing is wrapped and the order is as before.
+Python, a later CPython), nothing is wrapped, the order is a set's, and the replay says so on
+stderr when it installs its hooks (once per process).
 """
 
 from __future__ import annotations
@@ -26,17 +27,32 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from .. import runtime
+from ..text import say
 
 #: The attribute a finished future holds its place in the order futures finished in, in this process.
 _FINISHED = "_forkpoint_finished"
 _finishing = itertools.count()  # (next() on it is atomic under the GIL: pool threads finish at once)
 
+#: Whether this process has said that ``as_completed``'s order cannot be held (:func:`install`).
+_unheld_said = False
+
 
 def install() -> None:
     """Wrap ``as_completed``'s yielding of finished futures, and stamp futures as they finish
     (idempotent; straight through while no replay is active)."""
+    global _unheld_said
     real = getattr(futures_base, "_yield_finished_futures", None)
-    if real is None or getattr(real, "__forkpoint_pools__", False):
+    if real is None:
+        if not _unheld_said:
+            _unheld_said = True
+            say(
+                "forkpoint: WARNING: this Python's concurrent.futures has no _yield_finished_futures: a "
+                "replay cannot hand back a thread pool's finished futures (concurrent.futures.as_completed) "
+                "in the order they finished live, and a program that takes results as they come may see "
+                "them in another order"
+            )
+        return
+    if getattr(real, "__forkpoint_pools__", False):
         return
     future = futures_base.Future
     for name in ("set_result", "set_exception"):

@@ -6,6 +6,7 @@ about its own end."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures._base as futures_base
 import json
 import os
 import subprocess
@@ -33,6 +34,7 @@ from forkpoint.replay import (
     conclude,
     format_divergence,
     merge_reports,
+    pools,
     summary_line,
     verdict,
 )
@@ -676,6 +678,33 @@ def test_parallel_tool_results_come_back_in_the_order_they_finished_live(store: 
         with forkpoint.replay(rec.session_path) as rp:
             assert agent() == live
         assert rp.report()["reproduced"] is True and rp.report()["out_of_order"] == []
+
+
+def test_a_python_whose_as_completed_cannot_be_held_in_order_says_so_once(
+    store: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Where ``as_completed`` yields finished futures through no function forkpoint can wrap
+    (another Python, a later CPython), a pool's results would come back in a set's order on
+    replay: said when the replay's hooks are installed, once per process, naming what is not
+    held. (Without the function, this CPython's own ``as_completed`` fails: the program here
+    takes its results in the order it asked for them.)"""
+    monkeypatch.delattr(futures_base, "_yield_finished_futures")
+    monkeypatch.setattr(pools, "_unheld_said", False)
+
+    def in_order() -> list[str]:
+        with ThreadPoolExecutor(len(DELAYS)) as pool:
+            return [f.result() for f in [pool.submit(work, n, d / 10) for n, d in DELAYS]]
+
+    with forkpoint.record(store=store) as rec:
+        live = in_order()
+    capfd.readouterr()
+    for _ in range(2):
+        with forkpoint.replay(rec.session_path) as rp:
+            assert in_order() == live
+        assert rp.report()["reproduced"] is True
+    err = capfd.readouterr().err
+    assert err.count("concurrent.futures.as_completed") == 1, err
+    assert "_yield_finished_futures" in err and "order they finished live" in err, err
 
 
 @forkpoint.tool
