@@ -25,8 +25,14 @@ def install(mode: Literal["record", "replay"]) -> None:
     if mode == "record":
         capture.connections.reset()
     integrations.install()
+    from .replay import pools
+
+    pools.install(mode)  # (a pool's results served at once, taken in the order and number they finished)
+    if "asyncio" in sys.modules:  # (asyncio.wait's finished tasks, as a pool's)
+        pools.install_asyncio(sys.modules["asyncio"])
+    else:
+        capture.imports.when_imported("asyncio", pools.install_asyncio)
     if mode == "replay":
-        from .replay import install_network_guard, pools
+        from .replay import install_network_guard
 
         install_network_guard()
-        pools.install()  # (a pool's results served at once, taken in the order they finished)

@@ -551,6 +551,7 @@ class _Never:
 def _wait_code(aio: Any) -> Any:
     """The code of the coroutine ``asyncio.wait`` awaits its waiter in (None when unknown)."""
     wait = getattr(getattr(aio, "tasks", None), "_wait", None)
+    wait = getattr(wait, "__wrapped__", wait)  # (under forkpoint.replay.pools's wrapper: the real one)
     return getattr(wait, "__code__", None)
 
 

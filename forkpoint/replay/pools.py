@@ -16,6 +16,18 @@ covers a program that imported ``as_completed`` before the replay began. Each fu
 it finishes (``Future.set_result``, ``set_exception``). Where the function is not there (another
 Python, a later CPython), nothing is wrapped, the order is a set's, and the replay says so on
 stderr when it installs its hooks (once per process).
+
+``concurrent.futures.wait(fs, return_when=FIRST_COMPLETED)`` returns sets, whose order nothing
+reproduces; but how many futures its ``done`` holds decides the program's path (a loop that takes
+what has finished each time), and served at once, all have often finished when a replay waits, where
+live the first alone had. CPython's ``wait`` returns through ``DoneAndNotDoneFutures``, looked up at
+every call: it is replaced by a subclass. ``asyncio.wait`` waits through ``asyncio.tasks._wait``,
+looked up at every call too: it is wrapped, and on replay the futures it waits for are stamped as
+they finish (a done callback: run in the order they finished). Each counts the process's waits for
+the first finished future, of its kind, in the order they return. A recording notes a wait that got
+none (a timeout) or several (:data:`AT_ONCE`); a replay hands back as many as that wait got live
+(one when not noted), the first to finish first, and leaves the rest in ``not_done`` for the next
+wait, which returns at once.
 """
 
 from __future__ import annotations
@@ -23,7 +35,11 @@ from __future__ import annotations
 import concurrent.futures._base as futures_base
 import functools
 import itertools
+import sys
+import threading
+import weakref
 from collections.abc import Callable, Iterator
+from types import FrameType
 from typing import Any
 
 from .. import runtime
@@ -33,17 +49,30 @@ from ..text import say
 _FINISHED = "_forkpoint_finished"
 _finishing = itertools.count()  # (next() on it is atomic under the GIL: pool threads finish at once)
 
+#: The text of the note a recording keeps of a wait for the first finished future that did not get one.
+AT_ONCE = "a wait for the first finished future got none or several at once"
+
+#: Runtime → the ordinals of its process's waits for the first finished future, by kind (``threads``,
+#: ``asyncio``): 1, 2, 3…
+_waits: weakref.WeakKeyDictionary[Any, dict[str, Iterator[int]]] = weakref.WeakKeyDictionary()
+_waits_lock = threading.Lock()
+
+#: An asyncio future → its place in the order futures finished in (:func:`install_asyncio`).
+_done_at: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+
 #: Whether this process has said that ``as_completed``'s order cannot be held (:func:`install`).
 _unheld_said = False
 
 
-def install() -> None:
-    """Wrap ``as_completed``'s yielding of finished futures, and stamp futures as they finish
-    (idempotent; straight through while no replay is active)."""
+def install(mode: str) -> None:
+    """Wrap ``as_completed``'s yielding of finished futures and ``wait``'s result, and stamp futures
+    as they finish (idempotent; straight through while no runtime is active). A ``replay`` says on
+    stderr what it cannot hold in order."""
     global _unheld_said
+    _install_wait()
     real = getattr(futures_base, "_yield_finished_futures", None)
     if real is None:
-        if not _unheld_said:
+        if mode == "replay" and not _unheld_said:
             _unheld_said = True
             say(
                 "forkpoint: WARNING: this Python's concurrent.futures has no _yield_finished_futures: a "
@@ -81,3 +110,94 @@ def _stamping(method: Callable[..., Any]) -> Callable[..., Any]:
 def _finished_at(future: futures_base.Future[Any]) -> int:
     # (a future finished before this was installed, or cancelled, first: no call it stands for was served)
     return getattr(future, _FINISHED, -1)
+
+
+def _install_wait() -> None:
+    real: Any = getattr(futures_base, "DoneAndNotDoneFutures", None)
+    if real is None or getattr(real, "__forkpoint_pools__", False):
+        return
+
+    class Waited(real):  # type: ignore[misc]
+        __slots__ = ()
+        __forkpoint_pools__ = True
+
+        def __new__(cls, done: set[Any], not_done: set[Any]) -> Any:
+            done, not_done = _held(sys._getframe(1), done, not_done)
+            return super().__new__(cls, done, not_done)
+
+    # (a subclass, so that isinstance of the real one holds; named as it, so it reads as it)
+    Waited.__name__, Waited.__qualname__, Waited.__module__ = (
+        real.__name__,
+        real.__qualname__,
+        real.__module__,
+    )
+    futures_base.DoneAndNotDoneFutures = Waited  # type: ignore[misc]
+
+
+def _held(caller: FrameType, done: set[Any], not_done: set[Any]) -> tuple[set[Any], set[Any]]:
+    """``concurrent.futures.wait``'s ``done`` and ``not_done`` as :func:`_as_live` has them."""
+    rt = runtime.active()
+    if (
+        rt is None
+        or caller.f_code.co_name != "wait"
+        or caller.f_globals is not vars(futures_base)
+        or caller.f_locals.get("return_when") != futures_base.FIRST_COMPLETED
+    ):
+        return done, not_done
+    return _as_live(rt, "threads", done, not_done, _finished_at)
+
+
+def install_asyncio(aio: Any) -> None:
+    """Wrap ``asyncio.wait``'s waiting (``asyncio.tasks._wait``) as :func:`_as_live` has it
+    (idempotent; straight through while no runtime is active)."""
+    tasks = getattr(aio, "tasks", None)
+    real = getattr(tasks, "_wait", None)
+    if real is None or getattr(real, "__forkpoint_pools__", False):
+        return
+
+    @functools.wraps(real)
+    async def waited(fs: set[Any], timeout: Any, return_when: Any, loop: Any) -> tuple[set[Any], set[Any]]:
+        rt = runtime.active()
+        # (forkpoint's own waits, a streamed tool's for its items, are live only: not the program's)
+        own = str(sys._getframe(2).f_globals.get("__name__")).startswith("forkpoint.")  # (→ wait →)
+        if rt is None or return_when != aio.FIRST_COMPLETED or own:
+            return await real(fs, timeout, return_when, loop)  # type: ignore[no-any-return]
+        if rt.mode == "replay":
+            for f in fs:
+                if not f.done() and f not in _done_at:
+                    _done_at[f] = -1  # (once per future, however many waits wait for it)
+                    f.add_done_callback(_done)
+        done, pending = await real(fs, timeout, return_when, loop)
+        if rt.mode == "replay" and any(_done_at.get(f) == -1 for f in done):
+            # (finished, but its callback queued behind the one that woke this wait: once round the
+            # loop, it has run; the callbacks of futures that finished later run after it)
+            await aio.sleep(0)
+        return _as_live(rt, "asyncio", done, pending, lambda f: _done_at.get(f, -1))
+
+    waited.__forkpoint_pools__ = True  # type: ignore[attr-defined]
+    tasks._wait = waited  # type: ignore[union-attr]
+
+
+def _done(future: Any) -> None:
+    _done_at[future] = next(_finishing)
+
+
+def _as_live(
+    rt: runtime.Runtime, waits: str, done: set[Any], not_done: set[Any], finished_at: Callable[[Any], int]
+) -> tuple[set[Any], set[Any]]:
+    """A wait for the first finished future of ``waits``' kind: recorded, noted when ``done`` holds
+    none or several; replayed, ``done`` holds as many as it did live (the first to finish first,
+    by ``finished_at``) and ``not_done`` the rest."""
+    with _waits_lock:
+        wait = next(_waits.setdefault(rt, {}).setdefault(waits, itertools.count(1)))
+    if rt.mode == "record":
+        note = getattr(rt, "note", None)
+        if len(done) != 1 and callable(note):
+            note(AT_ONCE, finished_at_once={"waits": waits, "wait": wait, "done": len(done)})
+        return done, not_done
+    at_once = getattr(rt, "finished_at_once", None)
+    live = at_once(waits, wait, len(done)) if callable(at_once) else 1
+    if len(done) <= live:
+        return done, not_done
+    finished = sorted(done, key=finished_at)
+    return set(finished[:live]), not_done | set(finished[live:])

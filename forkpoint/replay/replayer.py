@@ -804,6 +804,9 @@ class Replayer:
         self._released: dict[int, int] = {}  # seq → the thread it was handed over in
         self._turns = threading.Condition()
         self.out_of_order: list[dict[str, Any]] = []
+        #: The waits for the first finished future that got fewer than live (finished_at_once).
+        self.waits_short: list[dict[str, Any]] = []
+        self._at_once: dict[tuple[str, int], int] | None = None  # the recording's AT_ONCE notes, read once
         #: How this run ended (:meth:`finish`), and the uncaught exceptions it raised.
         self.exit_code: int | None = None
         self.uncaught: list[ErrorRecord] = []
@@ -830,6 +833,7 @@ class Replayer:
         self.live_calls = dict.fromkeys(self.live_calls, 0)
         self.divergence = None
         self.drift, self.id_drift, self.out_of_order, self.uncaught = [], [], [], []
+        self.waits_short = []
         self.unanswered = []
         self.alike_served, self.placeholders_served, self._same_caller = [], [], []
         self.pieces_lost = []
@@ -1733,6 +1737,27 @@ class Replayer:
             missing = [s for s in self.turn_of(event) if s not in self._released]
             self.out_of_order.append({"seq": event["seq"], "tool": event["tool"], "before": missing})
 
+    def finished_at_once(self, waits: str, wait: int, finished: int) -> int:
+        """How many finished futures this process's ``wait``-th wait for the first finished one
+        of ``waits``' kind hands back (:mod:`~forkpoint.replay.pools`): as many as it got live,
+        one unless the recording noted otherwise. When fewer than that had finished now
+        (``finished``), the program may go another way than live: the report says so
+        (``waits_short``)."""
+        with self._turns:
+            if self._at_once is None:
+                self._at_once = {
+                    (got["waits"], got["wait"]): got["done"]
+                    for n in self._session.by_type("note")
+                    if isinstance(got := (n.get("data") or {}).get("finished_at_once"), dict)
+                    and isinstance(got.get("waits"), str)
+                    and isinstance(got.get("wait"), int)
+                    and isinstance(got.get("done"), int)
+                }
+            live = self._at_once.get((waits, wait), 1)
+            if finished < live:
+                self.waits_short.append({"waits": waits, "wait": wait, "live": live, "replay": finished})
+            return live
+
     def served_result(self, event: ToolCallEvent, part: Any = runtime.WHOLE) -> Any:
         """:meth:`forkpoint.runtime.Serving.served_result`. With ``hand_over``, a plain result
         served as recorded (not overridden) to a run that writes no child session is the loaded
@@ -2191,6 +2216,7 @@ class Replayer:
                 "ignore_warnings": self.ignore_warnings,
                 "strict": self.strict,
                 "out_of_order": list(self.out_of_order),
+                "waits_short": list(self.waits_short),
                 "exit_code": self.exit_code,
                 "uncaught": list(self.uncaught),
                 "recorded_end": {

@@ -604,6 +604,11 @@ def summary_line(report: dict[str, Any]) -> str:
             f"; {plural(len(report['out_of_order']), 'tool result')} released before calls that finished "
             "first live (this run did not ask for them in time)"
         )
+    if report.get("waits_short"):
+        extra += (
+            f"; {plural(len(report['waits_short']), 'wait')} for the first finished future got fewer "
+            "finished futures than live (the program may have taken another way)"
+        )
     if unheard:
         extra += (
             f"; not recorded, so not handed to the agent's callbacks on this replay: {', '.join(unheard)} "
@@ -737,6 +742,7 @@ def merge_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
                 sum((Counter(r.get("answered_from_cache") or {}) for r in reports), Counter())
             ),
             "out_of_order": [o for r in reports for o in r.get("out_of_order") or []],
+            "waits_short": [w for r in reports for w in r.get("waits_short") or []],
             "uncaught": [u for r in reports for u in r.get("uncaught") or []],
             "aside": {
                 "recorded": first.get("aside", {}).get("recorded", 0),

@@ -14,8 +14,8 @@ import sys
 import textwrap
 import time
 from collections import Counter
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, as_completed, wait
 from pathlib import Path
 from typing import Any
 
@@ -678,6 +678,142 @@ def test_parallel_tool_results_come_back_in_the_order_they_finished_live(store: 
         with forkpoint.replay(rec.session_path) as rp:
             assert agent() == live
         assert rp.report()["reproduced"] is True and rp.report()["out_of_order"] == []
+
+
+def waited_first(pause: float) -> list[list[str]]:
+    """Calls at once; after ``pause`` seconds of a call of its own, the agent takes what has
+    finished each time it waits for the first to finish (``wait(FIRST_COMPLETED)``)."""
+    seen = []
+    with ThreadPoolExecutor(len(DELAYS)) as pool:
+        pending = {pool.submit(work, n, d) for n, d in DELAYS}
+        if pause:
+            work("pause", pause)
+        while pending:
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            seen.append(sorted(f.result() for f in done))
+    return seen
+
+
+async def awaited_first(pause: float) -> list[list[str]]:
+    """:func:`waited_first` with async tools and ``asyncio.wait``."""
+    seen = []
+    pending = {asyncio.ensure_future(fetch(n, d)) for n, d in DELAYS}
+    if pause:
+        await fetch("pause", pause)
+    while pending:
+        done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        seen.append(sorted(t.result() for t in done))
+    return seen
+
+
+@pytest.mark.parametrize(
+    ("pause", "steps"),
+    [(0, [["fast"], ["mid"], ["slow"], ["last"]]), (0.375, [["fast", "mid"], ["slow"], ["last"]])],
+    ids=["one-each-time", "two-at-once"],
+)
+@pytest.mark.parametrize(
+    "agent", [lambda p: asyncio.run(awaited_first(p)), waited_first], ids=["asyncio", "threads"]
+)
+def test_a_wait_for_the_first_finished_gets_what_had_finished_live(
+    store: Path, agent: Callable[[float], list[list[str]]], pause: float, steps: list[list[str]]
+) -> None:
+    """Served in the order they finished live but at once, the calls have all finished when the
+    program's wait returns: ``wait`` (a pool's, or ``asyncio.wait``) with ``FIRST_COMPLETED``
+    would hand them all back in its first ``done``, where live it got the fast one alone, and the
+    program would take another way (one pass of its loop, not four). On replay each wait gets the
+    futures that had finished live when it returned, the first to finish first: one each time, or
+    two when two had finished while the program was busy."""
+    with forkpoint.record(store=store) as rec:
+        live = agent(pause)
+    assert live == steps
+    for _ in range(5):
+        with forkpoint.replay(rec.session_path) as rp:
+            assert agent(pause) == live
+        assert rp.report()["reproduced"] is True
+
+
+def test_waits_of_forkpoint_own_are_not_counted_as_the_program_s(store: Path) -> None:
+    """A framework's streamed tool runs through forkpoint, which waits for its items with
+    ``asyncio.wait`` live, not on replay (the tool is served whole): the program's waits are
+    counted apart from those, or its first would be held as another one live."""
+    from forkpoint.integrations.base import recorded_function
+
+    async def ticks() -> AsyncIterator[int]:
+        for i in range(3):
+            await asyncio.sleep(0.01)
+            yield i
+
+    async def agent() -> tuple[list[int], list[list[str]]]:
+        items = [i async for i in recorded_function("ticks", {}, ticks)()]
+        return items, await awaited_first(0.375)
+
+    with forkpoint.record(store=store) as rec:
+        live = asyncio.run(agent())
+    assert live == ([0, 1, 2], [["fast", "mid"], ["slow"], ["last"]])
+    for _ in range(3):
+        with forkpoint.replay(rec.session_path) as rp:
+            assert asyncio.run(agent()) == live
+        assert rp.report()["reproduced"] is True
+
+
+def polled() -> list[list[str]]:
+    """A wait for the first finished call that gives up after a while, then one that does not."""
+    seen = []
+    with ThreadPoolExecutor(1) as pool:
+        pending = {pool.submit(work, "slow", 0.3)}
+        for timeout in (0.05, None):
+            done, pending = wait(pending, timeout=timeout, return_when=FIRST_COMPLETED)
+            seen.append(sorted(f.result() for f in done))
+    return seen
+
+
+async def apolled() -> list[list[str]]:
+    """:func:`polled` with an async tool and ``asyncio.wait``."""
+    seen = []
+    pending = {asyncio.ensure_future(fetch("slow", 0.3))}
+    for timeout in (0.05, None):
+        done, pending = await asyncio.wait(pending, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        seen.append(sorted(t.result() for t in done))
+    return seen
+
+
+@pytest.mark.parametrize("agent", [lambda: asyncio.run(apolled()), polled], ids=["asyncio", "threads"])
+def test_a_wait_whose_time_ran_out_live_gets_nothing_again(store: Path, agent: Callable[[], Any]) -> None:
+    """Live, the first wait's time ran out before the slow call finished; served at once, the call
+    has finished when the replay's wait returns. The wait gets nothing again, as live, and the
+    next one the call."""
+    with forkpoint.record(store=store) as rec:
+        live = agent()
+    assert live == [[], ["slow"]]
+    for _ in range(3):
+        with forkpoint.replay(rec.session_path) as rp:
+            assert agent() == live
+        assert rp.report()["reproduced"] is True
+
+
+def test_a_wait_that_got_fewer_finished_futures_than_live_is_said(store: Path) -> None:
+    """Live, a computation of the program's own (no call forkpoint serves) and a fast tool had both
+    finished when the program, busy with a call of its own, came to wait. On replay that call is
+    served at once and the computation still takes its time: the wait gets the tool's future
+    alone, and the program goes another way than live. The report says so."""
+
+    def busy_then_wait() -> list[list[str]]:
+        seen = []
+        with ThreadPoolExecutor(2) as pool:
+            pending = {pool.submit(work, "fast", 0.01), pool.submit(lambda: time.sleep(0.1) or "own")}
+            work("pause", 0.4)
+            while pending:
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                seen.append(sorted(f.result() for f in done))
+        return seen
+
+    with forkpoint.record(store=store) as rec:
+        assert busy_then_wait() == [["fast", "own"]]
+    with forkpoint.replay(rec.session_path) as rp:
+        assert busy_then_wait() == [["fast"], ["own"]]
+    report = rp.report()
+    assert report["waits_short"] == [{"waits": "threads", "wait": 1, "live": 2, "replay": 1}]
+    assert "1 wait for the first finished future got fewer finished futures than live" in summary_line(report)
 
 
 def test_a_python_whose_as_completed_cannot_be_held_in_order_says_so_once(
