@@ -2217,6 +2217,14 @@ class Replayer:
                 "strict": self.strict,
                 "out_of_order": list(self.out_of_order),
                 "waits_short": list(self.waits_short),
+                # (answered at once on replay: the order their answers came in live is not held)
+                "model_order": (
+                    answered_before_earlier(
+                        [e for e in self.recorded if e["type"] == "model_call" and e["seq"] in taken]
+                    )
+                    if self.sources["model_call"] == "replay"
+                    else []
+                ),
                 "exit_code": self.exit_code,
                 "uncaught": list(self.uncaught),
                 "recorded_end": {
@@ -2238,6 +2246,25 @@ class Replayer:
         if event["type"] == "tool_call" and event["tool"] in self.live_tools:
             return False
         return self.sources[event["type"]] == "replay"
+
+
+def answered_before_earlier(calls: Sequence[Call]) -> list[int]:
+    """The seqs of the model calls among ``calls`` whose answer came live before that of a call
+    of the same process sent earlier, still running then. Events are written as their calls end,
+    so ``seq`` is the order the answers came in, and ``sent`` the order the calls were sent in."""
+    by_pid: dict[Any, list[Call]] = {}
+    for e in calls:
+        if isinstance(e.get("sent"), int):
+            by_pid.setdefault(_pid(e), []).append(e)
+    out = []
+    for group in by_pid.values():
+        group.sort(key=lambda e: e["sent"])
+        latest = 0  # (the last answer to come of the calls sent before)
+        for e in group:
+            if e["seq"] < latest:
+                out.append(e["seq"])
+            latest = max(latest, e["seq"])
+    return sorted(out)
 
 
 def release_order(

@@ -401,7 +401,9 @@ def caveat(report: dict[str, Any]) -> str | None:
     """Why a replay that reproduced may still not have handed the program what the recorded run
     got, in words (what follows "ok, but"), or None: identical calls answered differently served
     to racing callers, a tool that changed state in place, MCP messages whose request cannot be
-    told, secrets served as their placeholders. Each that applies is said (one hid the others)."""
+    told, model answers not held to the order they came in live, a wait for the first finished
+    future that got fewer than live, secrets served as their placeholders. Each that applies is
+    said (one hid the others)."""
     uncertain = []
     if report.get("ambiguous"):
         n = sum(len(g) for g in report["ambiguous"])
@@ -449,6 +451,17 @@ def caveat(report: dict[str, Any]) -> str | None:
             "called on several objects, which could not be told apart (no recorded object, or more than "
             "one, had the attributes one had at its first call): each was served the recorded calls in "
             "their order, and may have got another object's answer"
+        )
+    if report.get("model_order"):
+        uncertain.append(
+            f"{plural(len(report['model_order']), 'model answer')} came live before those of calls sent "
+            "earlier, and a replay answers each at once: the program may have taken them in another "
+            f"order than live (seq {', '.join(map(str, report['model_order']))})"
+        )
+    if report.get("waits_short"):
+        uncertain.append(
+            f"{plural(len(report['waits_short']), 'wait')} for the first finished future got fewer "
+            "finished futures than live: the program may have taken another way"
         )
     said_all = ["not certain: " + "; ".join(uncertain)] if uncertain else []
     if report.get("placeholders_served"):
@@ -604,11 +617,6 @@ def summary_line(report: dict[str, Any]) -> str:
             f"; {plural(len(report['out_of_order']), 'tool result')} released before calls that finished "
             "first live (this run did not ask for them in time)"
         )
-    if report.get("waits_short"):
-        extra += (
-            f"; {plural(len(report['waits_short']), 'wait')} for the first finished future got fewer "
-            "finished futures than live (the program may have taken another way)"
-        )
     if unheard:
         extra += (
             f"; not recorded, so not handed to the agent's callbacks on this replay: {', '.join(unheard)} "
@@ -743,6 +751,7 @@ def merge_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
             ),
             "out_of_order": [o for r in reports for o in r.get("out_of_order") or []],
             "waits_short": [w for r in reports for w in r.get("waits_short") or []],
+            "model_order": sorted(s for r in reports for s in r.get("model_order") or []),
             "uncaught": [u for r in reports for u in r.get("uncaught") or []],
             "aside": {
                 "recorded": first.get("aside", {}).get("recorded", 0),
