@@ -806,7 +806,11 @@ class Replayer:
         self.out_of_order: list[dict[str, Any]] = []
         #: The waits for the first finished future that got fewer than live (finished_at_once).
         self.waits_short: list[dict[str, Any]] = []
-        self._at_once: dict[tuple[str, int], int] | None = None  # the recording's AT_ONCE notes, read once
+        #: The waits it could not tell which recorded process's they were (finished_at_once).
+        self.waits_untold: list[dict[str, Any]] = []
+        self._at_once: dict[tuple[int | None, str, int], int] | None = (
+            None  # the recording's AT_ONCE notes, read once
+        )
         #: How this run ended (:meth:`finish`), and the uncaught exceptions it raised.
         self.exit_code: int | None = None
         self.uncaught: list[ErrorRecord] = []
@@ -833,7 +837,7 @@ class Replayer:
         self.live_calls = dict.fromkeys(self.live_calls, 0)
         self.divergence = None
         self.drift, self.id_drift, self.out_of_order, self.uncaught = [], [], [], []
-        self.waits_short = []
+        self.waits_short, self.waits_untold = [], []
         self.unanswered = []
         self.alike_served, self.placeholders_served, self._same_caller = [], [], []
         self.pieces_lost = []
@@ -1740,21 +1744,29 @@ class Replayer:
     def finished_at_once(self, waits: str, wait: int, finished: int) -> int:
         """How many finished futures this process's ``wait``-th wait for the first finished one
         of ``waits``' kind hands back (:mod:`~forkpoint.replay.pools`): as many as it got live,
-        one unless the recording noted otherwise. When fewer than that had finished now
-        (``finished``), the program may go another way than live: the report says so
-        (``waits_short``)."""
+        one unless the recording noted otherwise in the process this one replays (the one the
+        calls served to it were recorded in; before any, the recording's only one). When fewer
+        than that had finished now (``finished``), the program may go another way than live, and
+        when which recorded process this is cannot be told and theirs differ, it gets one: the
+        report says so (``waits_short``, ``waits_untold``)."""
         with self._turns:
             if self._at_once is None:
                 self._at_once = {
-                    (got["waits"], got["wait"]): got["done"]
+                    (_pid(n), got["waits"], got["wait"]): got["done"]
                     for n in self._session.by_type("note")
                     if isinstance(got := (n.get("data") or {}).get("finished_at_once"), dict)
                     and isinstance(got.get("waits"), str)
                     and isinstance(got.get("wait"), int)
                     and isinstance(got.get("done"), int)
                 }
-            live = self._at_once.get((waits, wait), 1)
-            if finished < live:
+            mine = {_pid(self._events[s]) for s in self.used if s in self._events} or {
+                _pid(e) for e in self.recorded
+            } | {pid for pid, _, _ in self._at_once}
+            counts = {self._at_once.get((pid, waits, wait), 1) for pid in mine} or {1}
+            live = counts.pop() if len(counts) == 1 else 1
+            if counts:  # (the processes it may be got other numbers)
+                self.waits_untold.append({"waits": waits, "wait": wait})
+            elif finished < live:
                 self.waits_short.append({"waits": waits, "wait": wait, "live": live, "replay": finished})
             return live
 
@@ -2217,6 +2229,7 @@ class Replayer:
                 "strict": self.strict,
                 "out_of_order": list(self.out_of_order),
                 "waits_short": list(self.waits_short),
+                "waits_untold": list(self.waits_untold),
                 # (answered at once on replay: the order their answers came in live is not held)
                 "model_order": (
                     answered_before_earlier(

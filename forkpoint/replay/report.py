@@ -463,6 +463,12 @@ def caveat(report: dict[str, Any]) -> str | None:
             f"{plural(len(report['waits_short']), 'wait')} for the first finished future got fewer "
             "finished futures than live: the program may have taken another way"
         )
+    if report.get("waits_untold"):
+        uncertain.append(
+            f"{plural(len(report['waits_untold']), 'wait')} for the first finished future could not be "
+            "told from those of the recording's other processes, which got other numbers of futures: "
+            "each got the first to finish"
+        )
     said_all = ["not certain: " + "; ".join(uncertain)] if uncertain else []
     if report.get("placeholders_served"):
         seqs = report["placeholders_served"]
@@ -751,6 +757,7 @@ def merge_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
             ),
             "out_of_order": [o for r in reports for o in r.get("out_of_order") or []],
             "waits_short": [w for r in reports for w in r.get("waits_short") or []],
+            "waits_untold": [w for r in reports for w in r.get("waits_untold") or []],
             "model_order": sorted(s for r in reports for s in r.get("model_order") or []),
             "uncaught": [u for r in reports for u in r.get("uncaught") or []],
             "aside": {

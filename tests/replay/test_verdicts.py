@@ -31,6 +31,7 @@ from forkpoint.html import view_model
 from forkpoint.log import Session
 from forkpoint.replay import (
     EXIT_DIVERGENCE,
+    caveat,
     conclude,
     format_divergence,
     merge_reports,
@@ -680,12 +681,13 @@ def test_parallel_tool_results_come_back_in_the_order_they_finished_live(store: 
         assert rp.report()["reproduced"] is True and rp.report()["out_of_order"] == []
 
 
-def waited_first(pause: float) -> list[list[str]]:
-    """Calls at once; after ``pause`` seconds of a call of its own, the agent takes what has
-    finished each time it waits for the first to finish (``wait(FIRST_COMPLETED)``)."""
+def waited_first(pause: float, who: str = "") -> list[list[str]]:
+    """Calls at once (their names after ``who``); after ``pause`` seconds of a call of its own, the
+    agent takes what has finished each time it waits for the first to finish
+    (``wait(FIRST_COMPLETED)``)."""
     seen = []
     with ThreadPoolExecutor(len(DELAYS)) as pool:
-        pending = {pool.submit(work, n, d) for n, d in DELAYS}
+        pending = {pool.submit(work, who + n, d) for n, d in DELAYS}
         if pause:
             work("pause", pause)
         while pending:
@@ -806,6 +808,51 @@ def test_model_answers_that_came_live_before_those_of_calls_sent_earlier_are_sai
     with forkpoint.replay(rec.session_path) as rp:
         asyncio.run(one_after_another("http://127.0.0.1:9"))
     assert rp.report()["model_order"] == [] and rp.report()["reproduced"] is True
+
+
+def test_each_process_s_waits_get_what_that_process_s_got_live(store: Path) -> None:
+    """A forked worker's waits each got one future live, and then its parent's first wait got two
+    at once: each process counts its own waits, and on replay each is held to what its own got,
+    told by the process the calls served to it were recorded in."""
+
+    def agent() -> list[str]:
+        child = in_a_forked_worker(lambda: json.dumps(waited_first(0, "child's ")))
+        return [child, json.dumps(waited_first(0.375))]
+
+    with forkpoint.record(store=store) as rec:
+        live = agent()
+    assert [json.loads(x) for x in live] == [
+        [["child's fast"], ["child's mid"], ["child's slow"], ["child's last"]],
+        [["fast", "mid"], ["slow"], ["last"]],
+    ]
+    for _ in range(3):
+        with forkpoint.replay(rec.session_path) as rp:
+            assert agent() == live
+        # (the worker's own report is not this one's: in-process, its calls count as unserved here)
+        assert rp.report()["waits_untold"] == [] and rp.report()["waits_short"] == []
+
+
+def test_a_wait_whose_recorded_process_cannot_be_told_is_said(store: Path) -> None:
+    """The forked worker and its parent make the same calls: each may be served the other's
+    recorded ones, and which process's waits the parent's are cannot be told (the worker's first
+    got one future live, the parent's two). The parent's gets the first to finish, and the report
+    says so."""
+
+    def agent() -> list[str]:
+        child = in_a_forked_worker(lambda: json.dumps(waited_first(0)))
+        return [child, json.dumps(waited_first(0.375))]
+
+    with forkpoint.record(store=store) as rec:
+        agent()
+    with forkpoint.replay(rec.session_path) as rp:
+        agent()
+    report = rp.report()
+    assert report["waits_untold"] == [{"waits": "threads", "wait": 1}]
+    # (said after "ok, but" of a replay that reproduced; in-process, the worker's calls count as
+    # unserved here, so the summary says that instead)
+    assert "1 wait for the first finished future could not be told from those of the recording's" in str(
+        caveat(report)
+    )
 
 
 def polled() -> list[list[str]]:
