@@ -5,7 +5,7 @@ process and calls straight through while no runtime is active (:mod:`forkpoint.r
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 
 def install(mode: Literal["record", "replay"]) -> None:
@@ -17,10 +17,6 @@ def install(mode: Literal["record", "replay"]) -> None:
 
     capture.install()
     runtime.watch_threads()  # (when a thread was started tells racing callers apart: Replayer._raced)
-    if "asyncio" in sys.modules:  # (how its tasks are made names their callers: runtime.caller)
-        runtime.watch_tasks(sys.modules["asyncio"])
-    else:
-        capture.imports.when_imported("asyncio", runtime.watch_tasks)
     capture.programs.reset()  # (a replay notes them too, for the what-if session it records)
     if mode == "record":
         capture.connections.reset()
@@ -28,10 +24,15 @@ def install(mode: Literal["record", "replay"]) -> None:
     from .replay import pools
 
     pools.install(mode)  # (a pool's results served at once, taken in the order and number they finished)
-    if "asyncio" in sys.modules:  # (asyncio.wait's finished tasks, as a pool's)
-        pools.install_asyncio(sys.modules["asyncio"])
-    else:
-        capture.imports.when_imported("asyncio", pools.install_asyncio)
+
+    def on_asyncio(aio: Any) -> None:
+        runtime.watch_tasks(aio)  # (how its tasks are made names their callers: runtime.caller)
+        pools.install_asyncio(aio, mode)  # (asyncio.wait's finished tasks, as a pool's)
+
+    if "asyncio" in sys.modules:
+        on_asyncio(sys.modules["asyncio"])
+    else:  # (one callback per module: both in it)
+        capture.imports.when_imported("asyncio", on_asyncio)
     if mode == "replay":
         from .replay import install_network_guard
 

@@ -60,25 +60,27 @@ _waits_lock = threading.Lock()
 #: An asyncio future → its place in the order futures finished in (:func:`install_asyncio`).
 _done_at: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
 
-#: Whether this process has said that ``as_completed``'s order cannot be held (:func:`install`).
-_unheld_said = False
+#: The functions this process has said it could not wrap (:func:`_unheld`).
+_unheld_said: set[str] = set()
 
 
 def install(mode: str) -> None:
     """Wrap ``as_completed``'s yielding of finished futures and ``wait``'s result, and stamp futures
     as they finish (idempotent; straight through while no runtime is active). A ``replay`` says on
     stderr what it cannot hold in order."""
-    global _unheld_said
-    _install_wait()
+    if not _install_wait() and mode == "replay":
+        _unheld(
+            "concurrent.futures",
+            "DoneAndNotDoneFutures",
+            "a wait for the first finished future of a thread pool (concurrent.futures.wait) as many as it got",
+        )
     real = getattr(futures_base, "_yield_finished_futures", None)
     if real is None:
-        if mode == "replay" and not _unheld_said:
-            _unheld_said = True
-            say(
-                "forkpoint: WARNING: this Python's concurrent.futures has no _yield_finished_futures: a "
-                "replay cannot hand back a thread pool's finished futures (concurrent.futures.as_completed) "
-                "in the order they finished live, and a program that takes results as they come may see "
-                "them in another order"
+        if mode == "replay":
+            _unheld(
+                "concurrent.futures",
+                "_yield_finished_futures",
+                "a thread pool's finished futures (concurrent.futures.as_completed) in the order they finished",
             )
         return
     if getattr(real, "__forkpoint_pools__", False):
@@ -112,10 +114,24 @@ def _finished_at(future: futures_base.Future[Any]) -> int:
     return getattr(future, _FINISHED, -1)
 
 
-def _install_wait() -> None:
+def _unheld(module: str, name: str, what: str) -> None:
+    """Say on stderr, once per process, that ``module`` has no ``name`` to wrap, so that a replay
+    cannot hand back ``what`` live."""
+    if name not in _unheld_said:
+        _unheld_said.add(name)
+        say(
+            f"forkpoint: WARNING: this Python's {module} has no {name}: a replay cannot hand back {what} "
+            "live, and a program that takes results as they come may see others, or in another order"
+        )
+
+
+def _install_wait() -> bool:
+    """Replace ``DoneAndNotDoneFutures`` (idempotent); False when there is none."""
     real: Any = getattr(futures_base, "DoneAndNotDoneFutures", None)
-    if real is None or getattr(real, "__forkpoint_pools__", False):
-        return
+    if real is None:
+        return False
+    if getattr(real, "__forkpoint_pools__", False):
+        return True
 
     class Waited(real):  # type: ignore[misc]
         __slots__ = ()
@@ -132,6 +148,7 @@ def _install_wait() -> None:
         real.__module__,
     )
     futures_base.DoneAndNotDoneFutures = Waited  # type: ignore[misc]
+    return True
 
 
 def _held(caller: FrameType, done: set[Any], not_done: set[Any]) -> tuple[set[Any], set[Any]]:
@@ -147,12 +164,21 @@ def _held(caller: FrameType, done: set[Any], not_done: set[Any]) -> tuple[set[An
     return _as_live(rt, "threads", done, not_done, _finished_at)
 
 
-def install_asyncio(aio: Any) -> None:
+def install_asyncio(aio: Any, mode: str) -> None:
     """Wrap ``asyncio.wait``'s waiting (``asyncio.tasks._wait``) as :func:`_as_live` has it
-    (idempotent; straight through while no runtime is active)."""
+    (idempotent; straight through while no runtime is active); a ``replay`` says on stderr when
+    there is none."""
     tasks = getattr(aio, "tasks", None)
     real = getattr(tasks, "_wait", None)
-    if real is None or getattr(real, "__forkpoint_pools__", False):
+    if real is None:
+        if mode == "replay":
+            _unheld(
+                "asyncio.tasks",
+                "_wait",
+                "a wait for the first finished task (asyncio.wait) as many as it got",
+            )
+        return
+    if getattr(real, "__forkpoint_pools__", False):
         return
 
     @functools.wraps(real)
