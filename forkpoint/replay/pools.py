@@ -72,7 +72,8 @@ def install(mode: str) -> None:
         _unheld(
             "concurrent.futures",
             "DoneAndNotDoneFutures",
-            "a wait for the first finished future of a thread pool (concurrent.futures.wait) as many as it got",
+            "a wait for the first finished future of a thread pool (concurrent.futures.wait) gets every one "
+            "served by then, not as many as live",
         )
     real = getattr(futures_base, "_yield_finished_futures", None)
     if real is None:
@@ -80,7 +81,8 @@ def install(mode: str) -> None:
             _unheld(
                 "concurrent.futures",
                 "_yield_finished_futures",
-                "a thread pool's finished futures (concurrent.futures.as_completed) in the order they finished",
+                "a thread pool's finished futures (concurrent.futures.as_completed) come back in any order, "
+                "not the order they finished live",
             )
         return
     if getattr(real, "__forkpoint_pools__", False):
@@ -115,13 +117,13 @@ def _finished_at(future: futures_base.Future[Any]) -> int:
 
 
 def _unheld(module: str, name: str, what: str) -> None:
-    """Say on stderr, once per process, that ``module`` has no ``name`` to wrap, so that a replay
-    cannot hand back ``what`` live."""
+    """Say on stderr, once per process, that ``module`` has no ``name`` to wrap, so that on replay
+    ``what`` (the live run's way not kept)."""
     if name not in _unheld_said:
         _unheld_said.add(name)
         say(
-            f"forkpoint: WARNING: this Python's {module} has no {name}: a replay cannot hand back {what} "
-            "live, and a program that takes results as they come may see others, or in another order"
+            f"forkpoint: WARNING: this Python's {module} has no {name}: on replay, {what}, and the "
+            "program may take another way than live"
         )
 
 
@@ -175,7 +177,8 @@ def install_asyncio(aio: Any, mode: str) -> None:
             _unheld(
                 "asyncio.tasks",
                 "_wait",
-                "a wait for the first finished task (asyncio.wait) as many as it got",
+                "a wait for the first finished task (asyncio.wait) gets every one served by then, not as many "
+                "as live",
             )
         return
     if getattr(real, "__forkpoint_pools__", False):
