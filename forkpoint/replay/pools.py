@@ -17,17 +17,19 @@ it finishes (``Future.set_result``, ``set_exception``). Where the function is no
 Python, a later CPython), nothing is wrapped, the order is a set's, and the replay says so on
 stderr when it installs its hooks (once per process).
 
-``concurrent.futures.wait(fs, return_when=FIRST_COMPLETED)`` returns sets, whose order nothing
-reproduces; but how many futures its ``done`` holds decides the program's path (a loop that takes
-what has finished each time), and served at once, all have often finished when a replay waits, where
-live the first alone had. CPython's ``wait`` returns through ``DoneAndNotDoneFutures``, looked up at
-every call: it is replaced by a subclass. ``asyncio.wait`` waits through ``asyncio.tasks._wait``,
-looked up at every call too: it is wrapped, and on replay the futures it waits for are stamped as
-they finish (a done callback: run in the order they finished). Each counts the process's waits for
-the first finished future, of its kind, in the order they return. A recording notes a wait that got
-none (a timeout) or several (:data:`AT_ONCE`); a replay hands back as many as that wait got live
-(one when not noted), the first to finish first, and leaves the rest in ``not_done`` for the next
-wait, which returns at once.
+``concurrent.futures.wait`` returns sets, whose order nothing reproduces; but how many futures its
+``done`` holds decides the program's path (a loop that takes what has finished each time), and
+served at once, all have often finished when a replay's wait returns, where live the first alone
+had (``FIRST_COMPLETED``), or those finished by the first failure (``FIRST_EXCEPTION``) or by its
+timeout. CPython's ``wait`` returns through ``DoneAndNotDoneFutures``, looked up at every call: it
+is replaced by a subclass. ``asyncio.wait`` waits through ``asyncio.tasks._wait``, looked up at
+every call too: it is wrapped, and on replay the futures it waits for are stamped as they finish (a
+done callback: run in the order they finished). Each counts the process's waits that may return
+before all have finished, of its kind, in the order they return. A recording notes a wait that got
+another number than usual (:data:`AT_ONCE`: one for the first finished, all for the others); a
+replay hands back as many as that wait got live, the first to finish first, and leaves the rest in
+``not_done`` for the next wait, which returns at once. A pool's future finishes, in that order,
+where its served call's result was handed over (:func:`released`).
 """
 
 from __future__ import annotations
@@ -49,11 +51,12 @@ from ..text import say
 _FINISHED = "_forkpoint_finished"
 _finishing = itertools.count()  # (next() on it is atomic under the GIL: pool threads finish at once)
 
-#: The text of the note a recording keeps of a wait for the first finished future that did not get one.
-AT_ONCE = "a wait for the first finished future got none or several at once"
+#: The text of the note a recording keeps of a wait that got another number of futures than usual
+#: (:func:`_as_live`).
+AT_ONCE = "a wait got another number of finished futures than usual"
 
-#: Runtime → the ordinals of its process's waits for the first finished future, by kind (``threads``,
-#: ``asyncio``): 1, 2, 3…
+#: Runtime → the ordinals of its process's waits that may return before all have finished
+#: (:func:`_as_live`), by kind (``threads``, ``asyncio``): 1, 2, 3…
 _waits: weakref.WeakKeyDictionary[Any, dict[str, Iterator[int]]] = weakref.WeakKeyDictionary()
 _waits_lock = threading.Lock()
 
@@ -69,21 +72,11 @@ def install(mode: str) -> None:
     as they finish (idempotent; straight through while no runtime is active). A ``replay`` says on
     stderr what it cannot hold in order."""
     if not _install_wait() and mode == "replay":
-        _unheld(
-            "concurrent.futures",
-            "DoneAndNotDoneFutures",
-            "a wait for the first finished future of a thread pool (concurrent.futures.wait) gets every one "
-            "served by then, not as many as live",
-        )
+        _unheld("DoneAndNotDoneFutures")
     real = getattr(futures_base, "_yield_finished_futures", None)
     if real is None:
         if mode == "replay":
-            _unheld(
-                "concurrent.futures",
-                "_yield_finished_futures",
-                "a thread pool's finished futures (concurrent.futures.as_completed) come back in any order, "
-                "not the order they finished live",
-            )
+            _unheld("_yield_finished_futures")
         return
     if getattr(real, "__forkpoint_pools__", False):
         return
@@ -102,10 +95,23 @@ def install(mode: str) -> None:
     futures_base._yield_finished_futures = yielded  # type: ignore[attr-defined]
 
 
+def released() -> None:
+    """Note that a served call's result is handed over in this thread now: the future of the pool's
+    work that made the call finishes in that place (its own end may come after that of a call
+    released later in another thread: a recorded exception is raised again through more frames)."""
+    _thread.released = next(_finishing)
+
+
+_thread = threading.local()
+
+
 def _stamping(method: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(method)
     def finish(self: futures_base.Future[Any], *args: Any) -> Any:
-        setattr(self, _FINISHED, next(_finishing))  # (before it is done: whoever sees it done sees it)
+        at = getattr(_thread, "released", None)
+        _thread.released = None
+        # (before it is done: whoever sees it done sees it)
+        setattr(self, _FINISHED, next(_finishing) if at is None else at)
         return method(self, *args)
 
     return finish
@@ -116,11 +122,31 @@ def _finished_at(future: futures_base.Future[Any]) -> int:
     return getattr(future, _FINISHED, -1)
 
 
-def _unheld(module: str, name: str, what: str) -> None:
-    """Say on stderr, once per process, that ``module`` has no ``name`` to wrap, so that on replay
-    ``what`` (the live run's way not kept)."""
+#: The functions wrapped here, by name: their module, and what a replay does without them.
+_UNHELD = {
+    "_yield_finished_futures": (
+        "concurrent.futures",
+        "a thread pool's finished futures (concurrent.futures.as_completed) come back in any order, not "
+        "the order they finished live",
+    ),
+    "DoneAndNotDoneFutures": (
+        "concurrent.futures",
+        "a wait that may return before all of a thread pool's futures have finished (concurrent.futures."
+        "wait) gets every one served by then, not as many as live",
+    ),
+    "_wait": (
+        "asyncio.tasks",
+        "a wait that may return before all its tasks have finished (asyncio.wait) gets every one served "
+        "by then, not as many as live",
+    ),
+}
+
+
+def _unheld(name: str) -> None:
+    """Say on stderr, once per process, that there is no ``name`` to wrap (:data:`_UNHELD`)."""
     if name not in _unheld_said:
         _unheld_said.add(name)
+        module, what = _UNHELD[name]
         say(
             f"forkpoint: WARNING: this Python's {module} has no {name}: on replay, {what}, and the "
             "program may take another way than live"
@@ -156,14 +182,13 @@ def _install_wait() -> bool:
 def _held(caller: FrameType, done: set[Any], not_done: set[Any]) -> tuple[set[Any], set[Any]]:
     """``concurrent.futures.wait``'s ``done`` and ``not_done`` as :func:`_as_live` has them."""
     rt = runtime.active()
-    if (
-        rt is None
-        or caller.f_code.co_name != "wait"
-        or caller.f_globals is not vars(futures_base)
-        or caller.f_locals.get("return_when") != futures_base.FIRST_COMPLETED
-    ):
+    if rt is None or caller.f_code.co_name != "wait" or caller.f_globals is not vars(futures_base):
         return done, not_done
-    return _as_live(rt, "threads", done, not_done, _finished_at)
+    seen = caller.f_locals
+    first = seen.get("return_when") == futures_base.FIRST_COMPLETED
+    if not first and seen.get("return_when") != futures_base.FIRST_EXCEPTION and seen.get("timeout") is None:
+        return done, not_done  # (it returns when all have finished: nothing to hold)
+    return _as_live(rt, "threads", done, not_done, _finished_at, 1 if first else len(done) + len(not_done))
 
 
 def install_asyncio(aio: Any, mode: str) -> None:
@@ -174,12 +199,7 @@ def install_asyncio(aio: Any, mode: str) -> None:
     real = getattr(tasks, "_wait", None)
     if real is None:
         if mode == "replay":
-            _unheld(
-                "asyncio.tasks",
-                "_wait",
-                "a wait for the first finished task (asyncio.wait) gets every one served by then, not as many "
-                "as live",
-            )
+            _unheld("_wait")
         return
     if getattr(real, "__forkpoint_pools__", False):
         return
@@ -189,7 +209,7 @@ def install_asyncio(aio: Any, mode: str) -> None:
         rt = runtime.active()
         # (forkpoint's own waits, a streamed tool's for its items, are live only: not the program's)
         own = str(sys._getframe(2).f_globals.get("__name__")).startswith("forkpoint.")  # (→ wait →)
-        if rt is None or return_when != aio.FIRST_COMPLETED or own:
+        if rt is None or own or (return_when == aio.ALL_COMPLETED and timeout is None):
             return await real(fs, timeout, return_when, loop)  # type: ignore[no-any-return]
         if rt.mode == "replay":
             for f in fs:
@@ -201,7 +221,8 @@ def install_asyncio(aio: Any, mode: str) -> None:
             # (finished, but its callback queued behind the one that woke this wait: once round the
             # loop, it has run; the callbacks of futures that finished later run after it)
             await aio.sleep(0)
-        return _as_live(rt, "asyncio", done, pending, lambda f: _done_at.get(f, -1))
+        first = 1 if return_when == aio.FIRST_COMPLETED else len(fs)
+        return _as_live(rt, "asyncio", done, pending, lambda f: _done_at.get(f, -1), first)
 
     waited.__forkpoint_pools__ = True  # type: ignore[attr-defined]
     tasks._wait = waited  # type: ignore[union-attr]
@@ -212,20 +233,26 @@ def _done(future: Any) -> None:
 
 
 def _as_live(
-    rt: runtime.Runtime, waits: str, done: set[Any], not_done: set[Any], finished_at: Callable[[Any], int]
+    rt: runtime.Runtime,
+    waits: str,
+    done: set[Any],
+    not_done: set[Any],
+    finished_at: Callable[[Any], int],
+    usual: int,
 ) -> tuple[set[Any], set[Any]]:
-    """A wait for the first finished future of ``waits``' kind: recorded, noted when ``done`` holds
-    none or several; replayed, ``done`` holds as many as it did live (the first to finish first,
-    by ``finished_at``) and ``not_done`` the rest."""
+    """A wait of ``waits``' kind that may return before all its futures have finished, which
+    usually get ``usual`` (one for the first finished, all for the first failure or a timeout):
+    recorded, noted when ``done`` holds another number; replayed, ``done`` holds as many as it
+    did live (the first to finish first, by ``finished_at``) and ``not_done`` the rest."""
     with _waits_lock:
         wait = next(_waits.setdefault(rt, {}).setdefault(waits, itertools.count(1)))
     if rt.mode == "record":
         note = getattr(rt, "note", None)
-        if len(done) != 1 and callable(note):
+        if len(done) != usual and callable(note):
             note(AT_ONCE, finished_at_once={"waits": waits, "wait": wait, "done": len(done)})
         return done, not_done
     at_once = getattr(rt, "finished_at_once", None)
-    live = at_once(waits, wait, len(done)) if callable(at_once) else 1
+    live = at_once(waits, wait, len(done), usual) if callable(at_once) else usual
     if len(done) <= live:
         return done, not_done
     finished = sorted(done, key=finished_at)

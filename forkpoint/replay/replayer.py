@@ -88,6 +88,7 @@ from ..patterns import compiled_later
 from ..providers import PLACEHOLDER_KEY, api_key_vars, call_kind, classify, kinds, summary
 from ..redact import cookie_placeholders, holds_placeholder, scrub_json, secret_placeholders, secrets_by_kind
 from ..runtime import POLICIES, SOURCES
+from . import pools
 from .ledger import Ledger
 from .report import ambiguous, blocked_fields, conclude, divergence
 
@@ -804,7 +805,7 @@ class Replayer:
         self._released: dict[int, int] = {}  # seq → the thread it was handed over in
         self._turns = threading.Condition()
         self.out_of_order: list[dict[str, Any]] = []
-        #: The waits for the first finished future that got fewer than live (finished_at_once).
+        #: The waits for finished futures that got fewer than live (finished_at_once).
         self.waits_short: list[dict[str, Any]] = []
         #: The waits it could not tell which recorded process's they were (finished_at_once).
         self.waits_untold: list[dict[str, Any]] = []
@@ -1741,14 +1742,14 @@ class Replayer:
             missing = [s for s in self.turn_of(event) if s not in self._released]
             self.out_of_order.append({"seq": event["seq"], "tool": event["tool"], "before": missing})
 
-    def finished_at_once(self, waits: str, wait: int, finished: int) -> int:
-        """How many finished futures this process's ``wait``-th wait for the first finished one
-        of ``waits``' kind hands back (:mod:`~forkpoint.replay.pools`): as many as it got live,
-        one unless the recording noted otherwise in the process this one replays (the one the
-        calls served to it were recorded in; before any, the recording's only one). When fewer
-        than that had finished now (``finished``), the program may go another way than live, and
-        when which recorded process this is cannot be told and theirs differ, it gets one: the
-        report says so (``waits_short``, ``waits_untold``)."""
+    def finished_at_once(self, waits: str, wait: int, finished: int, usual: int) -> int:
+        """How many finished futures this process's ``wait``-th wait of ``waits``' kind that may
+        return before all have finished hands back (:mod:`~forkpoint.replay.pools`): as many as it
+        got live, ``usual`` unless the recording noted otherwise in the process this one replays
+        (the one the calls served to it were recorded in; before any, the recording's only one).
+        When fewer than that had finished now (``finished``), the program may go another way than
+        live, and when which recorded process this is cannot be told and theirs differ, it gets
+        ``usual``: the report says so (``waits_short``, ``waits_untold``)."""
         with self._turns:
             if self._at_once is None:
                 self._at_once = {
@@ -1762,8 +1763,8 @@ class Replayer:
             mine = {_pid(self._events[s]) for s in self.used if s in self._events} or {
                 _pid(e) for e in self.recorded
             } | {pid for pid, _, _ in self._at_once}
-            counts = {self._at_once.get((pid, waits, wait), 1) for pid in mine} or {1}
-            live = counts.pop() if len(counts) == 1 else 1
+            counts = {self._at_once.get((pid, waits, wait), usual) for pid in mine} or {usual}
+            live = counts.pop() if len(counts) == 1 else usual
             if counts:  # (the processes it may be got other numbers)
                 self.waits_untold.append({"waits": waits, "wait": wait})
             elif finished < live:
@@ -1809,6 +1810,7 @@ class Replayer:
         """``event``'s result has been handed to the program."""
         with self._turns:
             self._released[event["seq"]] = threading.get_ident()
+            pools.released()  # (in the order released: a pool's futures are taken in that order)
             self._turns.notify_all()
 
     def released_elsewhere(self, event: ToolCallEvent) -> bool:

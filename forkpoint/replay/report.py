@@ -460,14 +460,14 @@ def caveat(report: dict[str, Any]) -> str | None:
         )
     if report.get("waits_short"):
         uncertain.append(
-            f"{plural(len(report['waits_short']), 'wait')} for the first finished future got fewer "
-            "finished futures than live: the program may have taken another way"
+            f"{plural(len(report['waits_short']), 'wait')} for finished futures got fewer of them than "
+            "live: the program may have taken another way"
         )
     if report.get("waits_untold"):
         uncertain.append(
-            f"{plural(len(report['waits_untold']), 'wait')} for the first finished future could not be "
-            "told from those of the recording's other processes, which got other numbers of futures: "
-            "each got the first to finish"
+            f"{plural(len(report['waits_untold']), 'wait')} for finished futures could not be told "
+            "from those of the recording's other processes, which got other numbers of them: each got "
+            "the usual number (one for the first finished, all for the others)"
         )
     said_all = ["not certain: " + "; ".join(uncertain)] if uncertain else []
     if report.get("placeholders_served"):

@@ -95,3 +95,13 @@ def roll_then_say_anthropic(request: dict[str, Any]) -> Reply:
             "usage": {"input_tokens": 10, "output_tokens": 5},
         }
     )
+
+
+def replayed_ok(report: dict[str, Any]) -> bool:
+    """Whether a replay of runs at once said "replay ok" and nothing else, but for the order their
+    model answers came in (``model_order``: live, one may come before that of a call another run
+    sent earlier, as timing has it, and a replay that asks in the other order says it is not
+    certain of it)."""
+    from forkpoint.replay import summary_line
+
+    return summary_line({**report, "model_order": []}).startswith("replay ok: ")

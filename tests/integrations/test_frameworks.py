@@ -65,7 +65,7 @@ from pydantic_ai.providers.openai import OpenAIProvider  # noqa: E402
 import forkpoint  # noqa: E402
 from forkpoint import integrations, values  # noqa: E402
 from forkpoint.demo.server import ModelServer  # noqa: E402
-from tests.integrations.rolls import asked_a_then_b, next_roll, roll_then_say  # noqa: E402
+from tests.integrations.rolls import asked_a_then_b, next_roll, replayed_ok, roll_then_say  # noqa: E402
 from tests.modelserver import LocalServer  # noqa: E402
 
 set_tracing_disabled(True)  # the Agents SDK would otherwise export traces over the network
@@ -1818,7 +1818,7 @@ def test_concurrent_langgraph_runs_asking_the_same_tool_each_get_their_own_answe
     with forkpoint.replay(rec.session_path) as rp:
         replayed = run(first="b")
     assert replayed == live, replayed
-    assert summary_line(rp.report()).startswith("replay ok: "), summary_line(rp.report())
+    assert replayed_ok(rp.report()), summary_line(rp.report())
 
 
 def test_concurrent_agents_sdk_runs_asking_the_same_tool_each_get_their_own_answer_on_replay(
@@ -1863,7 +1863,7 @@ def test_concurrent_agents_sdk_runs_asking_the_same_tool_each_get_their_own_answ
     server.stop()
     with forkpoint.replay(rec.session_path) as rp:
         assert asyncio.run(runs("b")) == live
-    assert summary_line(rp.report()).startswith("replay ok: "), summary_line(rp.report())
+    assert replayed_ok(rp.report()), summary_line(rp.report())
 
 
 @pytest.mark.parametrize("self_recorded", [False, True], ids=["pydantic-ai", "forkpoint-tool"])
@@ -1913,4 +1913,4 @@ def test_concurrent_pydantic_ai_runs_asking_the_same_tool_each_get_their_own_ans
     server.stop()
     with forkpoint.replay(rec.session_path) as rp:
         assert asyncio.run(runs("b")) == live
-    assert summary_line(rp.report()).startswith("replay ok: "), summary_line(rp.report())
+    assert replayed_ok(rp.report()), summary_line(rp.report())
