@@ -25,7 +25,7 @@ timeout. CPython's ``wait`` returns through ``DoneAndNotDoneFutures``, looked up
 is replaced by a subclass. ``asyncio.wait`` waits through ``asyncio.tasks._wait``, looked up at
 every call too: it is wrapped, and on replay the futures it waits for are stamped as they finish (a
 done callback: run in the order they finished). Each counts the process's waits that may return
-before all have finished, of its kind, in the order they return. A recording notes a wait that got
+before all have finished, of its kind and where they are made, in the order they return. A recording notes a wait that got
 another number than usual (:data:`AT_ONCE`: one for the first finished, all for the others); a
 replay hands back as many as that wait got live, the first to finish first, and leaves the rest in
 ``not_done`` for the next wait, which returns at once. A pool's future finishes, in that order,
@@ -56,8 +56,8 @@ _finishing = itertools.count()  # (next() on it is atomic under the GIL: pool th
 AT_ONCE = "a wait got another number of finished futures than usual"
 
 #: Runtime → the ordinals of its process's waits that may return before all have finished
-#: (:func:`_as_live`), by kind (``threads``, ``asyncio``): 1, 2, 3…
-_waits: weakref.WeakKeyDictionary[Any, dict[str, Iterator[int]]] = weakref.WeakKeyDictionary()
+#: (:func:`_as_live`), by kind (``threads``, ``asyncio``) and where they are made: 1, 2, 3…
+_waits: weakref.WeakKeyDictionary[Any, dict[tuple[str, str], Iterator[int]]] = weakref.WeakKeyDictionary()
 _waits_lock = threading.Lock()
 
 #: An asyncio future → its place in the order futures finished in (:func:`install_asyncio`).
@@ -188,7 +188,8 @@ def _held(caller: FrameType, done: set[Any], not_done: set[Any]) -> tuple[set[An
     first = seen.get("return_when") == futures_base.FIRST_COMPLETED
     if not first and seen.get("return_when") != futures_base.FIRST_EXCEPTION and seen.get("timeout") is None:
         return done, not_done  # (it returns when all have finished: nothing to hold)
-    return _as_live(rt, "threads", done, not_done, _finished_at, 1 if first else len(done) + len(not_done))
+    usual = 1 if first else len(done) + len(not_done)
+    return _as_live(rt, "threads", _place(caller.f_back), done, not_done, _finished_at, usual)
 
 
 def install_asyncio(aio: Any, mode: str) -> None:
@@ -207,10 +208,9 @@ def install_asyncio(aio: Any, mode: str) -> None:
     @functools.wraps(real)
     async def waited(fs: set[Any], timeout: Any, return_when: Any, loop: Any) -> tuple[set[Any], set[Any]]:
         rt = runtime.active()
-        # (forkpoint's own waits, a streamed tool's for its items, are live only: not the program's)
-        own = str(sys._getframe(2).f_globals.get("__name__")).startswith("forkpoint.")  # (→ wait →)
-        if rt is None or own or (return_when == aio.ALL_COMPLETED and timeout is None):
+        if rt is None or (return_when == aio.ALL_COMPLETED and timeout is None):
             return await real(fs, timeout, return_when, loop)  # type: ignore[no-any-return]
+        at = _place(sys._getframe(2))  # (→ asyncio.wait →)
         if rt.mode == "replay":
             for f in fs:
                 if not f.done() and f not in _done_at:
@@ -222,7 +222,7 @@ def install_asyncio(aio: Any, mode: str) -> None:
             # loop, it has run; the callbacks of futures that finished later run after it)
             await aio.sleep(0)
         first = 1 if return_when == aio.FIRST_COMPLETED else len(fs)
-        return _as_live(rt, "asyncio", done, pending, lambda f: _done_at.get(f, -1), first)
+        return _as_live(rt, "asyncio", at, done, pending, lambda f: _done_at.get(f, -1), first)
 
     waited.__forkpoint_pools__ = True  # type: ignore[attr-defined]
     tasks._wait = waited  # type: ignore[union-attr]
@@ -232,27 +232,39 @@ def _done(future: Any) -> None:
     _done_at[future] = next(_finishing)
 
 
+def _place(frame: FrameType | None) -> str:
+    """Where a wait is made: the module, function and line in it of ``frame`` (the same where the
+    program runs from another folder)."""
+    if frame is None:
+        return "?"
+    code = frame.f_code
+    return f"{frame.f_globals.get('__name__')}:{code.co_qualname}+{frame.f_lineno - code.co_firstlineno}"
+
+
 def _as_live(
     rt: runtime.Runtime,
     waits: str,
+    at: str,
     done: set[Any],
     not_done: set[Any],
     finished_at: Callable[[Any], int],
     usual: int,
 ) -> tuple[set[Any], set[Any]]:
-    """A wait of ``waits``' kind that may return before all its futures have finished, which
-    usually get ``usual`` (one for the first finished, all for the first failure or a timeout):
-    recorded, noted when ``done`` holds another number; replayed, ``done`` holds as many as it
-    did live (the first to finish first, by ``finished_at``) and ``not_done`` the rest."""
+    """A wait of ``waits``' kind made ``at`` (:func:`_place`) that may return before all its
+    futures have finished, which usually get ``usual`` (one for the first finished, all for the
+    first failure or a timeout): recorded, noted when ``done`` holds another number; replayed,
+    ``done`` holds as many as it did live (the first to finish first, by ``finished_at``) and
+    ``not_done`` the rest. Counted by where they are made: waits made live only (in a tool's body,
+    which a replay does not run, or a library's on the network) do not shift the program's."""
     with _waits_lock:
-        wait = next(_waits.setdefault(rt, {}).setdefault(waits, itertools.count(1)))
+        wait = next(_waits.setdefault(rt, {}).setdefault((waits, at), itertools.count(1)))
     if rt.mode == "record":
         note = getattr(rt, "note", None)
         if len(done) != usual and callable(note):
-            note(AT_ONCE, finished_at_once={"waits": waits, "wait": wait, "done": len(done)})
+            note(AT_ONCE, finished_at_once={"waits": waits, "at": at, "wait": wait, "done": len(done)})
         return done, not_done
     at_once = getattr(rt, "finished_at_once", None)
-    live = at_once(waits, wait, len(done), usual) if callable(at_once) else usual
+    live = at_once(waits, at, wait, len(done), usual) if callable(at_once) else usual
     if len(done) <= live:
         return done, not_done
     finished = sorted(done, key=finished_at)

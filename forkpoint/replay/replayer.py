@@ -809,9 +809,8 @@ class Replayer:
         self.waits_short: list[dict[str, Any]] = []
         #: The waits it could not tell which recorded process's they were (finished_at_once).
         self.waits_untold: list[dict[str, Any]] = []
-        self._at_once: dict[tuple[int | None, str, int], int] | None = (
-            None  # the recording's AT_ONCE notes, read once
-        )
+        #: The recording's AT_ONCE notes, read once (finished_at_once).
+        self._at_once: dict[tuple[int | None, str, str, int], int] | None = None
         #: How this run ended (:meth:`finish`), and the uncaught exceptions it raised.
         self.exit_code: int | None = None
         self.uncaught: list[ErrorRecord] = []
@@ -1742,9 +1741,9 @@ class Replayer:
             missing = [s for s in self.turn_of(event) if s not in self._released]
             self.out_of_order.append({"seq": event["seq"], "tool": event["tool"], "before": missing})
 
-    def finished_at_once(self, waits: str, wait: int, finished: int, usual: int) -> int:
-        """How many finished futures this process's ``wait``-th wait of ``waits``' kind that may
-        return before all have finished hands back (:mod:`~forkpoint.replay.pools`): as many as it
+    def finished_at_once(self, waits: str, at: str, wait: int, finished: int, usual: int) -> int:
+        """How many finished futures this process's ``wait``-th wait of ``waits``' kind made
+        ``at`` that may return before all have finished hands back (:mod:`~forkpoint.replay.pools`): as many as it
         got live, ``usual`` unless the recording noted otherwise in the process this one replays
         (the one the calls served to it were recorded in; before any, the recording's only one).
         When fewer than that had finished now (``finished``), the program may go another way than
@@ -1753,22 +1752,25 @@ class Replayer:
         with self._turns:
             if self._at_once is None:
                 self._at_once = {
-                    (_pid(n), got["waits"], got["wait"]): got["done"]
+                    (_pid(n), got["waits"], got["at"], got["wait"]): got["done"]
                     for n in self._session.by_type("note")
                     if isinstance(got := (n.get("data") or {}).get("finished_at_once"), dict)
                     and isinstance(got.get("waits"), str)
+                    and isinstance(got.get("at"), str)
                     and isinstance(got.get("wait"), int)
                     and isinstance(got.get("done"), int)
                 }
             mine = {_pid(self._events[s]) for s in self.used if s in self._events} or {
                 _pid(e) for e in self.recorded
-            } | {pid for pid, _, _ in self._at_once}
-            counts = {self._at_once.get((pid, waits, wait), usual) for pid in mine} or {usual}
+            } | {pid for pid, *_ in self._at_once}
+            counts = {self._at_once.get((pid, waits, at, wait), usual) for pid in mine} or {usual}
             live = counts.pop() if len(counts) == 1 else usual
             if counts:  # (the processes it may be got other numbers)
-                self.waits_untold.append({"waits": waits, "wait": wait})
+                self.waits_untold.append({"waits": waits, "at": at, "wait": wait})
             elif finished < live:
-                self.waits_short.append({"waits": waits, "wait": wait, "live": live, "replay": finished})
+                self.waits_short.append(
+                    {"waits": waits, "at": at, "wait": wait, "live": live, "replay": finished}
+                )
             return live
 
     def served_result(self, event: ToolCallEvent, part: Any = runtime.WHOLE) -> Any:

@@ -741,10 +741,22 @@ def test_a_wait_for_the_first_finished_gets_what_had_finished_live(
         assert rp.report()["reproduced"] is True
 
 
-def test_waits_of_forkpoint_own_are_not_counted_as_the_program_s(store: Path) -> None:
-    """A framework's streamed tool runs through forkpoint, which waits for its items with
-    ``asyncio.wait`` live, not on replay (the tool is served whole): the program's waits are
-    counted apart from those, or its first would be held as another one live."""
+@forkpoint.tool
+async def first_of_two(delay: float) -> str:
+    """A tool whose body waits for the first of two sleeps (its body runs live only)."""
+    sleeps = {asyncio.ensure_future(asyncio.sleep(delay)), asyncio.ensure_future(asyncio.sleep(delay * 10))}
+    _, pending = await asyncio.wait(sleeps, return_when=asyncio.FIRST_COMPLETED)
+    for p in pending:
+        p.cancel()
+    return "first of two"
+
+
+@pytest.mark.parametrize("where", ["forkpoint's", "a tool's body"])
+def test_waits_made_live_only_are_not_counted_with_the_program_s(store: Path, where: str) -> None:
+    """Waits made live and not on replay (forkpoint's own for a framework's streamed tool, served
+    whole on replay; one in a tool's body, which a replay does not run) come before the program's:
+    the program's are counted apart from those, where they are made, or its first would be held
+    as another one live."""
     from forkpoint.integrations.base import recorded_function
 
     async def ticks() -> AsyncIterator[int]:
@@ -752,13 +764,16 @@ def test_waits_of_forkpoint_own_are_not_counted_as_the_program_s(store: Path) ->
             await asyncio.sleep(0.01)
             yield i
 
-    async def agent() -> tuple[list[int], list[list[str]]]:
-        items = [i async for i in recorded_function("ticks", {}, ticks)()]
-        return items, await awaited_first(0.375)
+    async def agent() -> tuple[Any, list[list[str]]]:
+        if where == "forkpoint's":
+            before: Any = [i async for i in recorded_function("ticks", {}, ticks)()]
+        else:
+            before = await first_of_two(0.01)
+        return before, await awaited_first(0.375)
 
     with forkpoint.record(store=store) as rec:
         live = asyncio.run(agent())
-    assert live == ([0, 1, 2], [["fast", "mid"], ["slow"], ["last"]])
+    assert live[1] == [["fast", "mid"], ["slow"], ["last"]]
     for _ in range(3):
         with forkpoint.replay(rec.session_path) as rp:
             assert asyncio.run(agent()) == live
@@ -854,7 +869,8 @@ def test_a_wait_whose_recorded_process_cannot_be_told_is_said(store: Path) -> No
     with forkpoint.replay(rec.session_path) as rp:
         agent()
     report = rp.report()
-    assert report["waits_untold"] == [{"waits": "threads", "wait": 1}]
+    at = f"{__name__}:waited_first+10"  # (the line of its wait in it: counted where made)
+    assert report["waits_untold"] == [{"waits": "threads", "at": at, "wait": 1}]
     # (said after "ok, but" of a replay that reproduced; in-process, the worker's calls count as
     # unserved here, so the summary says that instead)
     assert "1 wait for finished futures could not be told from those of the recording's" in str(
@@ -977,7 +993,8 @@ def test_a_wait_that_got_fewer_finished_futures_than_live_is_said(store: Path) -
     with forkpoint.replay(rec.session_path) as rp:
         assert busy_then_wait() == [["fast"], ["own"]]
     report = rp.report()
-    assert report["waits_short"] == [{"waits": "threads", "wait": 1, "live": 2, "replay": 1}]
+    at = f"{__name__}:{busy_then_wait.__qualname__}+6"  # (the line of its wait in it: counted where made)
+    assert report["waits_short"] == [{"waits": "threads", "at": at, "wait": 1, "live": 2, "replay": 1}]
     assert "not certain: 1 wait for finished futures got fewer of them than live" in (summary_line(report))
 
 
