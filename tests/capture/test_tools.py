@@ -926,6 +926,93 @@ def test_alike_objects_served_their_own_calls_past_others_do_not_read_them_at_ea
     assert summary_line(rp.report()).startswith("replay ok: "), summary_line(rp.report())
 
 
+class Read(dict[str, Any]):
+    """A recorded event that counts each time the replayer reads a field of it or compares it."""
+
+    reads = 0
+
+    def __getitem__(self, field: str) -> Any:
+        Read.reads += 1
+        return super().__getitem__(field)
+
+    def get(self, field: str, default: Any = None) -> Any:
+        Read.reads += 1
+        return super().get(field, default)
+
+    def __eq__(self, other: object) -> bool:
+        Read.reads += 1
+        return super().__eq__(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def ask_objects(order: list[int], alike: bool) -> list[str]:
+    """``search("x")`` asked of ``web`` (0) and ``docs`` (1) in ``order``: objects ``alike`` in
+    their attributes or told apart by them."""
+    objects = [Index("i", {"name": n}) if alike else Index(n) for n in ("web", "docs")]
+    return [objects[i].search("x") for i in order]
+
+
+def ask_functions(order: list[int]) -> list[str]:
+    """``search("x")`` asked of ``web`` (0) and ``docs`` (1), two functions of that tool name."""
+    functions = search_tools()
+    return [functions[i]("x") for i in order]
+
+
+def ask_by_ids(order: list[int]) -> list[str]:
+    """``check("x")`` asked once for each of the model's ids ``c{i}``, ``i`` in ``order``, each
+    answered its own."""
+    from forkpoint import runtime
+
+    asking = {"id": ""}
+
+    @forkpoint.tool(name="check")
+    def check(q: str) -> str:
+        return f"{asking['id']}:{q}"
+
+    got = []
+    for i in order:
+        asking["id"] = f"c{i}"
+        runtime.asked_as.set(asking["id"])
+        got.append(check("x"))
+    return got
+
+
+@pytest.mark.parametrize(
+    ("asked", "recorded", "replayed"),
+    [
+        (functools.partial(ask_objects, alike=True), [0] * 100 + [1] * 100, [0] + [1] * 100 + [0] * 99),
+        (functools.partial(ask_objects, alike=False), [0] * 100 + [1] * 100, [1] * 100 + [0] * 100),
+        (ask_functions, [0, 1] * 100, [0, 1] * 100),
+        (ask_functions, [0] * 100 + [1] * 100, [1] * 100 + [0] * 100),
+        (ask_by_ids, list(range(200)), list(range(200))[::-1]),
+    ],
+    ids=["alike-objects-one-first", "objects-one-first", "functions-in-turn", "functions-one-first", "ids"],
+)
+def test_the_call_to_serve_of_many_identical_ones_is_found_without_reading_each(
+    store: Path, asked: Callable[[list[int]], list[str]], recorded: list[int], replayed: list[int]
+) -> None:
+    """Of many identical calls left (one match key), the one to serve is its object's, its
+    function's or its model's id's: each replayed call read every call left to find its function's
+    (two functions of one tool name) or its id's, and took the one found out of all those left at
+    the cost of its place among them (an object's calls all recorded after another's), so 20,000
+    such calls took 2.6 s (an object's), 16 s (functions in turn) or more. Each call reads a few
+    recorded calls, however many are left, and is served what it was before."""
+    from forkpoint.log import Session
+
+    expected = asked(replayed)  # (live: what the program gets without forkpoint)
+    with forkpoint.record(store=store) as rec:
+        asked(recorded)
+    session = Session.load(rec.session_path)
+    session.events[:] = [Read(e) for e in session.events]
+    with forkpoint.replay(session) as rp:
+        Read.reads = 0
+        assert asked(replayed) == expected
+        reads = Read.reads
+    assert reads <= 40 * len(replayed), reads / len(replayed)  # (a few per call, not each left)
+    assert rp.report()["reproduced"], rp.report()
+
+
 def test_one_object_or_objects_alike_in_their_answers_replay_as_before(store: Path) -> None:
     """One object of a method tool, or several whose calls answer the same, replay ok with nothing
     said, and one object's calls are recorded as before; so do two objects whose counter each call
