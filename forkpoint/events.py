@@ -289,6 +289,10 @@ class ToolInstance(TypedDict):
     fp: str
     #: On the first call of the second object: the first one's ``fp``.
     first: NotRequired[str]
+    #: True when no other object of its ``fp`` lived at its first call (a loop making one for each
+    #: call): its ordinal is then the order they were made in, not a guess among objects alive
+    #: together. Kept only then, and not on the first object's calls, whose ordinal always is.
+    alone: NotRequired[bool]
 
 
 class ToolCallEvent(_Common, total=False):
@@ -522,6 +526,7 @@ def _is_instance(value: Any) -> bool:
         and value["n"] >= 0
         and isinstance(value.get("fp"), str)
         and isinstance(value.get("first", ""), str)
+        and isinstance(value.get("alone", True), bool)
     )
 
 
@@ -786,8 +791,8 @@ def envelope_problem(event: Mapping[str, Any]) -> str | None:
         if event.get("instance") is not None and not _is_instance(event["instance"]):
             # (a replay took an ordinal "1" for the first object's, and served it that one's calls)
             return (
-                f"its instance is not an object with an ordinal n (a whole number, 0 or more) and a "
-                f"fingerprint fp (text): {event['instance']!r:.80}"
+                f"its instance is not an object with an ordinal n (a whole number, 0 or more), a "
+                f"fingerprint fp (text) and, if any, alone (true or false): {event['instance']!r:.80}"
             )
         return None
     request, response = event.get("request"), event.get("response")

@@ -1401,12 +1401,29 @@ class _Objects:
         #: By id, while the object lives: its fingerprint at its first call of any of its method
         #: tools (what one's body changed, which a replay's does not, changes no other's), of one
         #: with no weak reference (known by id past its end) its fingerprint as its last call left
-        #: it, how many of its calls are running, and its ordinal among each function's objects.
+        #: it, how many of its calls are running, and, of each function, its ordinal among the
+        #: function's objects and whether it was alone (:meth:`alone`).
         self.by_id: dict[int, list[Any]] = {}
         #: Per function, how many objects it was called on, and the first one's fingerprint (not
         #: every object's: a program may make one for each call).
         self.count: dict[str, int] = {}
         self.first: dict[str, str] = {}
+        #: Per function and fingerprint, its objects (id, :attr:`by_id` entry) that may still live,
+        #: the last one made living if any does (:meth:`alone`).
+        self.alike: dict[tuple[str, str], list[tuple[int, list[Any]]]] = {}
+
+    def alone(self, function: str, obj: Any, known: list[Any]) -> bool:
+        """Whether no other object of ``function`` with ``obj``'s fingerprint lives as ``obj``
+        (entry ``known``) makes its first call of it: alike objects alive together are known only
+        by the order of their first calls, which a program may change (``web``, ``docs``); one made
+        for each call, gone before the next is made, is not. An object with no weak reference
+        lives on here until another is seen at its address."""
+        peers = self.alike.setdefault((function, known[0]), [])
+        while peers and self.by_id.get(peers[-1][0]) is not peers[-1][1]:
+            peers.pop()  # (gone: each is looked at once more, when it is left last)
+        alone = not peers
+        peers.append((id(obj), known))
+        return alone
 
 
 #: Per run, the objects its method tools were called on.
@@ -1442,13 +1459,15 @@ def instance_of(fn: Callable[..., Any], args: tuple[Any, ...], function: str) ->
         known[2] += 1
         fp, new = known[0], function not in known[3]
         if new:
-            known[3][function] = objects.count.get(function, 0)
-            objects.count[function] = known[3][function] + 1
+            known[3][function] = (objects.count.get(function, 0), objects.alone(function, obj, known))
+            objects.count[function] = known[3][function][0] + 1
             objects.first.setdefault(function, fp)
-        n = known[3][function]
+        n, alone = known[3][function]
         if objects.count[function] < 2:
             return fp, None
         mark = ToolInstance(n=n, fp=fp)
+        if alone and n:  # (the first object is: its ordinal is the order objects were made in)
+            mark["alone"] = True
         if n == 1 and new:  # (the first object's calls until now were kept without it)
             mark["first"] = objects.first[function]
     return fp, mark

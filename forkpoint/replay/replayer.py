@@ -731,6 +731,9 @@ class Replayer:
         fps: dict[str, dict[tuple[Any, Any], Any]] = {}  # function → object → fingerprint (None: not kept)
         #: Seq → the object its call was made on (:func:`_object`), of a call with its function.
         self._made_on: dict[int, tuple[Any, Any]] = {}
+        #: (Function, fingerprint) of which a recorded object was not made alone (``alone``: another
+        #: alike lived at its first call), or not known to be: which is which was but a guess.
+        self._together: set[tuple[str, Any]] = set()
         for e in self.recorded:
             if e["type"] == "tool_call" and e.get("function"):
                 self._functions.setdefault(e["tool"], set()).add(e["function"])
@@ -741,6 +744,8 @@ class Replayer:
                     objects[made] = mark["fp"]
                     if "first" in mark:
                         objects[made[0], 0] = mark["first"]
+                    if mark["n"] and not mark.get("alone"):
+                        self._together.add((e["function"], mark["fp"]))
             elif e["type"] == "tool_call":
                 self._unnamed.add(e["tool"])
         #: The rules about a tool this session has no call of (a mistyped name): said, never applied.
@@ -1456,7 +1461,9 @@ class Replayer:
         of one process with that fingerprint, those of the one of the live object's ordinal while any
         is left. Served in recorded order, and ``tool`` is said (:attr:`objects_untold`) when such a
         call is another recorded object's than the one of the live object's ordinal and fingerprint,
-        among several objects' calls answered differently: which got which is not certain then."""
+        or that ordinal's of objects that lived together when recorded (:attr:`_together`: known
+        only by the order of their first calls, which the program may have changed), among several
+        objects' calls answered differently: which got which is not certain then."""
         instance, ordinal = live
         if function not in self._objects or instance is None:
             return calls
@@ -1488,15 +1495,17 @@ class Replayer:
         if tool in self.objects_untold:
             return mine or calls  # (said once is enough: answers are not compared again)
         group = self._alike.get(_first(calls)["seq"])
+        # (its own ordinal's, of objects each made alone: as certain as a function's repeated calls)
+        by_ordinal = bool(mine) and (function, instance) not in self._together
         if not mine and tool in self._by_ordinal:  # (the ordinals it was served by do not hold)
             self.objects_untold.add(tool)
         elif (
             group is not None
             and (group, instance) not in self._told_alike
-            and not (mine and tool in self._by_ordinal)
+            and not (by_ordinal and tool in self._by_ordinal)
         ):
             if len({self._made_on[e["seq"]] for e in calls}) > 1 and len({_answer(e) for e in calls}) > 1:
-                (self._by_ordinal if mine else self.objects_untold).add(tool)
+                (self._by_ordinal if by_ordinal else self.objects_untold).add(tool)
             else:  # (compared once: the calls left of them later are fewer, alike still)
                 self._told_alike.add((group, instance))
         return mine or calls

@@ -450,7 +450,8 @@ def caveat(report: dict[str, Any]) -> str | None:
             f"{'tool ' + said + ' is a method' if len(untold) == 1 else 'tools ' + said + ' are methods'} "
             "called on several objects, which could not be told apart (no recorded object, or more than "
             "one, had the attributes one had at its first call): each was served the recorded calls in "
-            "their order, and may have got another object's answer"
+            "their order, or those of the object whose first call came in its place, and may have got "
+            "another object's answer"
         )
     if report.get("model_order"):
         uncertain.append(
