@@ -107,12 +107,12 @@ _thread = threading.local()
 
 def _stamping(method: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(method)
-    def finish(self: futures_base.Future[Any], *args: Any) -> Any:
+    def finish(self: futures_base.Future[Any], *args: Any, **kwargs: Any) -> Any:
         at = getattr(_thread, "released", None)
         _thread.released = None
         # (before it is done: whoever sees it done sees it)
         setattr(self, _FINISHED, next(_finishing) if at is None else at)
-        return method(self, *args)
+        return method(self, *args, **kwargs)  # (set_result(result=…): the program's call as it made it)
 
     return finish
 

@@ -672,6 +672,30 @@ def threaded() -> list[str]:
         return [f.result() for f in as_completed(futures)]
 
 
+def test_a_future_finished_by_keyword_finishes_alike_live_recorded_and_replayed(store: Path) -> None:
+    """``Future.set_result(result=…)`` and ``set_exception(exception=…)`` name their parameters as
+    Python does: the wrappers that stamp a future as it finishes (forkpoint.replay.pools, installed
+    by the first recording or replay of the process and left in place) took them positionally
+    only, so the program raised TypeError when recorded, replayed, and live after either."""
+
+    @forkpoint.tool
+    def double(x: int) -> int:
+        return 2 * x
+
+    def run() -> tuple[int, str]:
+        done, failed = futures_base.Future(), futures_base.Future()
+        done.set_result(result=double(21))
+        failed.set_exception(exception=ValueError("boom"))
+        return done.result(), repr(failed.exception())
+
+    with forkpoint.record(store=store) as rec:
+        recorded = run()
+    with forkpoint.replay(rec.session_path) as rp:
+        replayed = run()
+    assert run() == recorded == replayed == (42, "ValueError('boom')")
+    assert rp.report()["divergence"] is None
+
+
 @pytest.mark.parametrize("agent", [lambda: asyncio.run(gathered()), threaded], ids=["asyncio", "threads"])
 def test_parallel_tool_results_come_back_in_the_order_they_finished_live(store: Path, agent: Any) -> None:
     """Live, the fast call's result came first. Served at once on replay, the first call asked
