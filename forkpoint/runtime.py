@@ -343,6 +343,11 @@ def _step_alone(aio: Any, task: Any, made: str | None) -> bool:
 _made: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
 
 
+#: Called with each task an asyncio event loop makes while a runtime is active (:func:`watch_tasks`):
+#: :mod:`forkpoint.replay.pools` stamps a replay's tasks as they finish.
+task_made: list[Callable[[Any], None]] = []
+
+
 def watch_tasks(aio: Any) -> None:
     """Note how each task an asyncio event loop makes came to be made (:data:`_made`), while a
     runtime is active or to be made (idempotent). A loop that makes its tasks otherwise (uvloop)
@@ -362,6 +367,9 @@ def watch_tasks(aio: Any) -> None:
             except Exception:  # (asyncio's insides read otherwise than this Python keeps them: unknown)
                 how = None
         task = real(self, *args, **kwargs)
+        if _active is not None:
+            for made in task_made:
+                made(task)
         if how is not None:
             try:
                 _made[task] = how

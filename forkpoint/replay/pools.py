@@ -204,6 +204,7 @@ def install_asyncio(aio: Any, mode: str) -> None:
         return
     if getattr(real, "__forkpoint_pools__", False):
         return
+    runtime.task_made.append(_stamped_as_it_finishes)
 
     @functools.wraps(real)
     async def waited(fs: set[Any], timeout: Any, return_when: Any, loop: Any) -> tuple[set[Any], set[Any]]:
@@ -230,6 +231,15 @@ def install_asyncio(aio: Any, mode: str) -> None:
 
 def _done(future: Any) -> None:
     _done_at[future] = next(_finishing)
+
+
+def _stamped_as_it_finishes(task: Any) -> None:
+    """Stamp a task made while a replay is active as it finishes: one that finished before a wait
+    began (the program was busy) is handed back in its place too, not in a set's order."""
+    rt = runtime.active()
+    if rt is not None and rt.mode == "replay" and task not in _done_at:
+        _done_at[task] = -1
+        task.add_done_callback(_done)
 
 
 def _place(frame: FrameType | None) -> str:
