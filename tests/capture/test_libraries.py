@@ -804,20 +804,30 @@ def test_a_stream_chunk_scrubbed_to_nothing_does_not_end_the_replayed_body(
     assert rp.report()["reproduced"] and rp.report()["pieces_lost"] == [{"seq": event["seq"], "pieces": 1}]
 
 
-def _middle_chunk_emptied(session: Path) -> Path:
-    """A copy of ``session``, in its store, its stream's second chunk empty, its byte given back to
-    the third (as forkpoint stored a chunk a secret filled before it kept a byte of what followed)."""
+def _rewritten(session: Path, change: Callable[[dict[str, Any]], None]) -> Path:
+    """A copy of ``session``, in its store, each model call changed by ``change`` (as an older
+    forkpoint wrote it)."""
     old = forkpoint.Session.load(session)
     header = {k: v for k, v in old.header.items() if k not in ("type", "session_id", "hash")}
     writer = SessionWriter.create(session.parent, header, fsync="never")
     for e in old.events:
         e = {k: v for k, v in e.items() if k not in ("seq", "prev", "hash")}
         if e["type"] == "model_call":
-            (t0, c0), (t1, c1), (t2, c2), *rest = e["response"]["chunks"]
-            e["response"] = {**e["response"], "chunks": [[t0, c0], [t1, ""], [t2, c1 + c2], *rest]}
+            change(e)
         writer.append(e)
     writer.close()
     return writer.path
+
+
+def _middle_chunk_emptied(session: Path) -> Path:
+    """A copy of ``session``, in its store, its stream's second chunk empty, its byte given back to
+    the third (as forkpoint stored a chunk a secret filled before it kept a byte of what followed)."""
+
+    def emptied(e: dict[str, Any]) -> None:
+        (t0, c0), (t1, c1), (t2, c2), *rest = e["response"]["chunks"]
+        e["response"] = {**e["response"], "chunks": [[t0, c0], [t1, ""], [t2, c1 + c2], *rest]}
+
+    return _rewritten(session, emptied)
 
 
 @pytest.mark.parametrize("library", ["httpx", "httpx-text", "aiohttp", "urllib"])
@@ -1267,17 +1277,12 @@ def test_a_withheld_request_body_is_not_answered_by_an_empty_ones_recording(
 def _as_recorded_before_digests(session: Path) -> Path:
     """A copy of ``session``, in its store, as forkpoint wrote it before a withheld request body had
     its digest: none, and the match keys computed without."""
-    old = forkpoint.Session.load(session)
-    header = {k: v for k, v in old.header.items() if k not in ("type", "session_id", "hash")}
-    writer = SessionWriter.create(session.parent, header, fsync="never")
-    for e in old.events:
-        e = {k: v for k, v in e.items() if k not in ("seq", "prev", "hash")}
-        if e["type"] == "model_call":
-            e["request"] = {k: v for k, v in e["request"].items() if k != "withheld_digest"}
-            e["key"] = event_key(e)
-        writer.append(e)
-    writer.close()
-    return writer.path
+
+    def undigested(e: dict[str, Any]) -> None:
+        e["request"] = {k: v for k, v in e["request"].items() if k != "withheld_digest"}
+        e["key"] = event_key(e)
+
+    return _rewritten(session, undigested)
 
 
 @pytest.mark.slow
