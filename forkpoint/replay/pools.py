@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import concurrent.futures._base as futures_base
 import functools
+import inspect
 import itertools
 import sys
 import threading
@@ -134,6 +135,11 @@ _UNHELD = {
         "a wait that may return before all of a thread pool's futures have finished (concurrent.futures."
         "wait) gets every one served by then, not as many as live",
     ),
+    "as_completed": (
+        "asyncio",
+        "asyncio tasks that had finished before an asyncio.as_completed began come back in any order, not "
+        "the order they finished live",
+    ),
     "_wait": (
         "asyncio.tasks",
         "a wait that may return before all its tasks have finished (asyncio.wait) gets every one served "
@@ -227,6 +233,43 @@ def install_asyncio(aio: Any, mode: str) -> None:
 
     waited.__forkpoint_pools__ = True  # type: ignore[attr-defined]
     tasks._wait = waited  # type: ignore[union-attr]
+    _install_as_completed(aio, mode)
+
+
+def _install_as_completed(aio: Any, mode: str) -> None:
+    """Wrap ``asyncio.as_completed`` (a generator in 3.11 and 3.12) so that on replay the tasks
+    that had finished when it began come first, in the order they finished: it gives each its
+    callback in a set's order, and a finished task's runs at once. A ``replay`` says on stderr when
+    it cannot be wrapped (another Python's ``as_completed``)."""
+    real = getattr(aio, "as_completed", None)
+    if not inspect.isgeneratorfunction(real):
+        if mode == "replay":
+            _unheld("as_completed")
+        return
+
+    @functools.wraps(real)
+    def as_completed(fs: Any, *, timeout: Any = None) -> Iterator[Any]:
+        rt = runtime.active()
+        loop = aio._get_running_loop()
+        if rt is None or rt.mode != "replay" or loop is None or aio.isfuture(fs) or aio.iscoroutine(fs):
+            yield from real(fs, timeout=timeout)  # (its errors as it raises them)
+            return
+        todo = {aio.ensure_future(f, loop=loop) for f in set(fs)}
+        finished = sorted((f for f in todo if f.done()), key=lambda f: _done_at.get(f, -1))
+        for i, f in enumerate(finished):
+            yield _result_of(aio, f, settle=i == 0)
+        yield from real(todo.difference(finished), timeout=timeout)
+
+    aio.as_completed = aio.tasks.as_completed = as_completed
+
+
+async def _result_of(aio: Any, future: Any, settle: bool) -> Any:
+    """What awaiting ``as_completed``'s next gives for a ``future`` finished already; the first
+    goes once round the loop, as ``as_completed``'s own first does (its queue is filled by
+    callbacks)."""
+    if settle:
+        await aio.sleep(0)
+    return future.result()
 
 
 def _done(future: Any) -> None:

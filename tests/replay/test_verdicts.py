@@ -784,6 +784,29 @@ def test_tasks_that_finished_before_a_wait_began_are_handed_back_in_the_order_th
         assert rp.report()["reproduced"] is True
 
 
+async def taken_as_completed(pause: float) -> list[str]:
+    """Calls at once, the program's own pause (no tool), then each result as it comes."""
+    tasks = [asyncio.ensure_future(fetch(n, d)) for n, d in DELAYS]
+    await asyncio.sleep(pause)
+    return [await t for t in asyncio.as_completed(tasks)]
+
+
+def test_tasks_that_finished_before_as_completed_began_come_back_in_the_order_they_finished(
+    store: Path,
+) -> None:
+    """``asyncio.as_completed`` over tasks of which some had finished during the program's own pause:
+    it hands back those in a set's order (each gets its callback as it is given), and on replay,
+    served at once, all had finished (live ``['fast', 'mid', 'slow', 'last']``; replayed ``['fast',
+    'mid', 'last', 'slow']`` and others, under "replay ok"; a reviewer's trial, adv163)."""
+    with forkpoint.record(store=store) as rec:
+        live = asyncio.run(taken_as_completed(0.375))
+    assert live == [n for n, _ in sorted(DELAYS, key=lambda d: d[1])]
+    for _ in range(5):
+        with forkpoint.replay(rec.session_path) as rp:
+            assert asyncio.run(taken_as_completed(0.375)) == live
+        assert rp.report()["reproduced"] is True
+
+
 @forkpoint.tool
 async def first_of_two(delay: float) -> str:
     """A tool whose body waits for the first of two sleeps (its body runs live only)."""
