@@ -46,6 +46,7 @@ from types import FrameType
 from typing import Any
 
 from .. import runtime
+from ..capture.tools import in_tool_body
 from ..text import say
 
 #: The attribute a finished future holds its place in the order futures finished in, in this process.
@@ -307,8 +308,11 @@ def _as_live(
     futures have finished, which usually get ``usual`` (one for the first finished, all for the
     first failure or a timeout): recorded, noted when ``done`` holds another number; replayed,
     ``done`` holds as many as it did live (the first to finish first, by ``finished_at``) and
-    ``not_done`` the rest. Counted by where they are made: waits made live only (in a tool's body,
-    which a replay does not run, or a library's on the network) do not shift the program's."""
+    ``not_done`` the rest. Counted by where they are made: waits made live only (a library's on
+    the network) do not shift the program's; and not at all in a tool's body, which a replay does
+    not run (its wait, through a helper of the program's, would be the program's first there)."""
+    if in_tool_body():
+        return done, not_done
     with _waits_lock:
         wait = next(_waits.setdefault(rt, {}).setdefault((waits, at), itertools.count(1)))
     if rt.mode == "record":

@@ -846,6 +846,44 @@ def test_waits_made_live_only_are_not_counted_with_the_program_s(store: Path, wh
         assert rp.report()["reproduced"] is True
 
 
+async def first_done(aws: set[Any]) -> tuple[set[Any], set[Any]]:
+    """The program's helper: the first to finish (a tool's body uses it too)."""
+    return await asyncio.wait(aws, return_when=asyncio.FIRST_COMPLETED)
+
+
+@forkpoint.tool
+async def probe() -> str:
+    """A tool whose body waits through the program's helper: two at once (its body runs live only)."""
+    done, _ = await first_done({asyncio.ensure_future(asyncio.sleep(0.01)) for _ in range(2)})
+    return f"probe saw {len(done)}"
+
+
+async def probed() -> list[list[str]]:
+    await probe()
+    seen, pending = [], {asyncio.ensure_future(fetch(n, d)) for n, d in DELAYS}
+    while pending:
+        done, pending = await first_done(pending)
+        seen.append(sorted(t.result() for t in done))
+    return seen
+
+
+def test_a_wait_in_a_tools_body_is_not_counted_with_the_programs_waits_made_at_the_same_place(
+    store: Path,
+) -> None:
+    """A helper of the program's waits for the first finished, in a tool's body (which runs live
+    only) and in the program: counted by where they are made, the tool's wait (two finished at
+    once, noted) was the program's first there on replay, which got two where it got one live
+    (``[['fast', 'mid'], ['slow'], ['last']]`` under "replay ok"; a reviewer's trial, adv163). A
+    wait in a tool's body is not counted, when recorded nor replayed."""
+    with forkpoint.record(store=store) as rec:
+        live = asyncio.run(probed())
+    assert live == [["fast"], ["mid"], ["slow"], ["last"]]
+    for _ in range(3):
+        with forkpoint.replay(rec.session_path) as rp:
+            assert asyncio.run(probed()) == live
+        assert rp.report()["reproduced"] is True
+
+
 async def asked_at_once(url: str) -> list[str]:
     """Model calls at once over httpx's async client, each answer taken as it comes."""
 
