@@ -21,18 +21,25 @@ def install(mode: Literal["record", "replay"]) -> None:
     if mode == "record":
         capture.connections.reset()
     integrations.install()
-    from .replay import pools
 
-    pools.install(mode)  # (a pool's results served at once, taken in the order and number they finished)
+    def on_futures(_futures: Any) -> None:
+        from .replay import pools
+
+        pools.install(mode)  # (a pool's results served at once, taken in the order and number they finished)
 
     def on_asyncio(aio: Any) -> None:
+        from .replay import pools
+
         runtime.watch_tasks(aio)  # (how its tasks are made names their callers: runtime.caller)
         pools.install_asyncio(aio, mode)  # (asyncio.wait's finished tasks, as a pool's)
 
-    if "asyncio" in sys.modules:
-        on_asyncio(sys.modules["asyncio"])
-    else:  # (one callback per module: both in it)
-        capture.imports.when_imported("asyncio", on_asyncio)
+    # (when the program imports them, if ever: a program that makes no call loads nothing more;
+    # one callback per module, so asyncio's does both)
+    for name, then in (("concurrent.futures._base", on_futures), ("asyncio", on_asyncio)):
+        if name in sys.modules:
+            then(sys.modules[name])
+        else:
+            capture.imports.when_imported(name, then)
     if mode == "replay":
         from .replay import install_network_guard
 

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import concurrent.futures._base as futures_base
 import functools
-import inspect
 import itertools
 import sys
 import threading
@@ -46,7 +45,6 @@ from types import FrameType
 from typing import Any
 
 from .. import runtime
-from ..capture.tools import in_tool_body
 from ..text import say
 
 #: The attribute a finished future holds its place in the order futures finished in, in this process.
@@ -242,6 +240,8 @@ def _install_as_completed(aio: Any, mode: str) -> None:
     that had finished when it began come first, in the order they finished: it gives each its
     callback in a set's order, and a finished task's runs at once. A ``replay`` says on stderr when
     it cannot be wrapped (another Python's ``as_completed``)."""
+    import inspect  # (asyncio has imported it)
+
     real = getattr(aio, "as_completed", None)
     if not inspect.isgeneratorfunction(real):
         if mode == "replay":
@@ -311,6 +311,8 @@ def _as_live(
     ``not_done`` the rest. Counted by where they are made: waits made live only (a library's on
     the network) do not shift the program's; and not at all in a tool's body, which a replay does
     not run (its wait, through a helper of the program's, would be the program's first there)."""
+    from ..capture.tools import in_tool_body  # (not at start-up: hooks.install loads this module)
+
     if in_tool_body():
         return done, not_done
     with _waits_lock:
