@@ -1186,7 +1186,7 @@ def test_concurrent_agents_sdk_runs_asking_the_same_mcp_tool_each_get_their_own_
     agents = pytest.importorskip("agents")
     from agents.mcp import MCPServerStdio
 
-    from tests.integrations.rolls import asked_a_then_b, roll_then_say
+    from tests.integrations.rolls import asked_a_then_b, replayed_ok, roll_then_say
 
     agents.set_tracing_disabled(True)
     server.route("/v1/chat/completions", roll_then_say)
@@ -1228,7 +1228,7 @@ def test_concurrent_agents_sdk_runs_asking_the_same_mcp_tool_each_get_their_own_
     server.stop()
     with forkpoint.replay(rec.session_path) as rp:
         assert asyncio.run(runs("b")) == live
-    assert summary_line(rp.report()).startswith("replay ok: "), summary_line(rp.report())
+    assert replayed_ok(rp.report()), summary_line(rp.report())
 
 
 def test_concurrent_strands_agents_asking_the_same_mcp_tool_each_get_their_own_answer_on_replay(
@@ -1244,7 +1244,7 @@ def test_concurrent_strands_agents_asking_the_same_mcp_tool_each_get_their_own_a
     from strands.models.openai import OpenAIModel
     from strands.tools.mcp import MCPClient
 
-    from tests.integrations.rolls import asked_a_then_b, roll_then_say
+    from tests.integrations.rolls import asked_a_then_b, replayed_ok, roll_then_say
 
     server.route("/v1/chat/completions", roll_then_say)
     ledger = tmp_path / "ledger.log"
@@ -1286,4 +1286,4 @@ def test_concurrent_strands_agents_asking_the_same_mcp_tool_each_get_their_own_a
     server.stop()
     with forkpoint.replay(rec.session_path) as rp:
         assert runs("b") == live
-    assert summary_line(rp.report()).startswith("replay ok: "), summary_line(rp.report())
+    assert replayed_ok(rp.report()), summary_line(rp.report())
