@@ -857,6 +857,9 @@ class Replayer:
         self.waits_untold: list[dict[str, Any]] = []
         #: The recording's AT_ONCE notes, read once (finished_at_once).
         self._at_once: dict[tuple[int | None, str, str, int], int] | None = None
+        #: The recorded processes of the calls served here (:meth:`_serve`): kept as they are served,
+        #: not read off every call served at each wait (a graph's every step waits).
+        self._pids_served: set[int | None] = set()
         #: How this run ended (:meth:`finish`), and the uncaught exceptions it raised.
         self.exit_code: int | None = None
         self.uncaught: list[ErrorRecord] = []
@@ -884,6 +887,7 @@ class Replayer:
         self.divergence = None
         self.drift, self.id_drift, self.out_of_order, self.uncaught = [], [], [], []
         self.waits_short, self.waits_untold = [], []
+        self._pids_served = set()
         self.unanswered = []
         self.alike_served, self.placeholders_served, self._same_caller = [], [], []
         self.pieces_lost = []
@@ -1734,6 +1738,7 @@ class Replayer:
         """``event`` served (``by_id``: chosen by its ``call_id``, so it went to the call it answered
         when recorded, whoever asked first: no race to say of it)."""
         self.used.append(event["seq"])
+        self._pids_served.add(_pid(event))
         self._taken_out(event)
         same_caller = self._same_task(event.get("caller"), runtime.caller())
         if not same_caller:
@@ -1822,9 +1827,10 @@ class Replayer:
                     and isinstance(got.get("wait"), int)
                     and isinstance(got.get("done"), int)
                 }
-            mine = {_pid(self._events[s]) for s in self.used if s in self._events} or {
-                _pid(e) for e in self.recorded
-            } | {pid for pid, *_ in self._at_once}
+            # (a copy, taken at once: another thread's call may be served meanwhile)
+            mine = set(self._pids_served) or {_pid(e) for e in self.recorded} | {
+                pid for pid, *_ in self._at_once
+            }
             counts = {self._at_once.get((pid, waits, at, wait), usual) for pid in mine} or {usual}
             live = counts.pop() if len(counts) == 1 else usual
             if counts:  # (the processes it may be got other numbers)
