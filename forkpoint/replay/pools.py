@@ -73,12 +73,8 @@ def install(mode: str) -> None:
     stderr what it cannot hold in order."""
     if not _install_wait() and mode == "replay":
         _unheld("DoneAndNotDoneFutures")
-    real = getattr(futures_base, "_yield_finished_futures", None)
+    real = _to_wrap(futures_base, "_yield_finished_futures", mode)
     if real is None:
-        if mode == "replay":
-            _unheld("_yield_finished_futures")
-        return
-    if getattr(real, "__forkpoint_pools__", False):
         return
     future = futures_base.Future
     for name in ("set_result", "set_exception"):
@@ -147,6 +143,17 @@ _UNHELD = {
 }
 
 
+def _to_wrap(owner: Any, name: str, mode: str) -> Any:
+    """``owner``'s function ``name`` to wrap, or None: there is none (said on replay: :func:`_unheld`),
+    or it is wrapped already."""
+    real = getattr(owner, name, None)
+    if real is None:
+        if mode == "replay":
+            _unheld(name)
+        return None
+    return None if getattr(real, "__forkpoint_pools__", False) else real
+
+
 def _unheld(name: str) -> None:
     """Say on stderr, once per process, that there is no ``name`` to wrap (:data:`_UNHELD`)."""
     if name not in _unheld_said:
@@ -202,12 +209,8 @@ def install_asyncio(aio: Any, mode: str) -> None:
     (idempotent; straight through while no runtime is active); a ``replay`` says on stderr when
     there is none."""
     tasks = getattr(aio, "tasks", None)
-    real = getattr(tasks, "_wait", None)
+    real = _to_wrap(tasks, "_wait", mode)
     if real is None:
-        if mode == "replay":
-            _unheld("_wait")
-        return
-    if getattr(real, "__forkpoint_pools__", False):
         return
     runtime.task_made.append(_stamped_as_it_finishes)
 
@@ -219,9 +222,7 @@ def install_asyncio(aio: Any, mode: str) -> None:
         at = _place(sys._getframe(2))  # (→ asyncio.wait →)
         if rt.mode == "replay":
             for f in fs:
-                if not f.done() and f not in _done_at:
-                    _done_at[f] = -1  # (once per future, however many waits wait for it)
-                    f.add_done_callback(_done)
+                _stamp(f)  # (a task made in the replay is already: another future is now)
         done, pending = await real(fs, timeout, return_when, loop)
         if rt.mode == "replay" and any(_done_at.get(f) == -1 for f in done):
             # (finished, but its callback queued behind the one that woke this wait: once round the
@@ -281,9 +282,16 @@ def _stamped_as_it_finishes(task: Any) -> None:
     """Stamp a task made while a replay is active as it finishes: one that finished before a wait
     began (the program was busy) is handed back in its place too, not in a set's order."""
     rt = runtime.active()
-    if rt is not None and rt.mode == "replay" and task not in _done_at:
-        _done_at[task] = -1
-        task.add_done_callback(_done)
+    if rt is not None and rt.mode == "replay":
+        _stamp(task)
+
+
+def _stamp(future: Any) -> None:
+    """Stamp an unfinished asyncio ``future`` as it finishes (:data:`_done_at`: -1 until then), once
+    however many waits wait for it. One finished already keeps the place it has (-1 when unknown)."""
+    if not future.done() and future not in _done_at:
+        _done_at[future] = -1
+        future.add_done_callback(_done)
 
 
 def _place(frame: FrameType | None) -> str:
