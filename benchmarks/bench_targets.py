@@ -89,6 +89,10 @@ T_CHECKPOINT_BYTES = 100_000
 #: From this many turns on, the floor row repeats ``--repeat-large`` times (a 500-turn repetition
 #: runs 1,000 tool calls live and recorded, each ``run_tests`` a child interpreter).
 LARGE_T = 500
+#: The demo agent's cap on model calls in every run here: its default (200) stopped the 500-turn
+#: floor row with ``MaxTurnsExceeded`` before it measured anything; the model servers here end
+#: every conversation themselves.
+MAX_MODEL_CALLS = 10_000
 T_LINEAR_EXPONENT = 1.2  # what counts as "linear" for a measured exponent (noise allowance)
 
 VERDICTS: list[str] = []
@@ -229,7 +233,9 @@ def capture_answers(base_url: str, workdir: Path) -> dict[str, Any]:
     agent.TOOLS.update({n: keep(n, f) for n, f in originals.items()})
     try:
         with httpx2.Client(transport=Tee()) as client:
-            answer = agent.run_agent(base_url, workdir, echo=None, http_client=client)
+            answer = agent.run_agent(
+                base_url, workdir, echo=None, http_client=client, max_turns=MAX_MODEL_CALLS
+            )
     finally:
         agent.TOOLS.update(originals)
     return {"model": model, "tools": tools, "answer": answer, "base_url": base_url}
@@ -265,7 +271,7 @@ def run_floor(module: types.ModuleType, answers: dict[str, Any], workdir: Path) 
     real = httpx2.HTTPTransport.handle_request
     httpx2.HTTPTransport.handle_request = handler  # type: ignore[method-assign,assignment]
     try:
-        answer: str = module.run_agent(answers["base_url"], workdir, echo=None)
+        answer: str = module.run_agent(answers["base_url"], workdir, echo=None, max_turns=MAX_MODEL_CALLS)
     finally:
         httpx2.HTTPTransport.handle_request = real  # type: ignore[method-assign]
     return answer
@@ -426,7 +432,7 @@ def child_main(kind: str, args: list[str]) -> int:
     if kind == "agent":  # the demo agent as a program: live, or under forkpoint record / replay
         import forkpoint.demo.agent as agent
 
-        print(agent.run_agent(args[0], Path(args[1]), echo=None))
+        print(agent.run_agent(args[0], Path(args[1]), echo=None, max_turns=MAX_MODEL_CALLS))
         return 0
     if kind == "floor":
         module = floor_agent()
@@ -587,7 +593,7 @@ def row_floor(turns_list: list[int], repeat_small: int, tmp: Path, repeat_large:
             import forkpoint.demo.agent as agent
 
             with forkpoint.replay(session) as rp:
-                got = agent.run_agent(answers["base_url"], w / "rpi", echo=None)
+                got = agent.run_agent(answers["base_url"], w / "rpi", echo=None, max_turns=MAX_MODEL_CALLS)
             rows["replay_i"].append(time.process_time() - c0)
             report = rp.report()
             assert got == answers["answer"] and report["matched"] == report["recorded"], report
