@@ -13,7 +13,11 @@ back a dataclass, so agno sends the model the same ``str()`` of it); an async-ge
 agno's ``@tool`` wrapper (it logs a tool's exception) is inside what is recorded, under pydantic's
 ``validate_call``: an exception a replay serves from past it goes through that wrapper's own code again.
 A toolkit's method that changes its object (``self.calls += 1``) is said while recording, as a
-replay does not run it. A sync generator tool is not recorded (forkpoint says so when it is called, and it runs live on
+replay does not run it. agno's cache of tool results (``@tool(cache_results=True)``, on disk) is read
+and written through that copy (``Function._get_cached_result``, ``_save_to_cache``, patched): a
+recording records an answer it gave as the tool's call, and a replay neither reads it (every call is
+served from the session, whether the cache or the tool answered live, whatever the cache holds now)
+nor writes what it served there (an override's answer would be a later live run's). A sync generator tool is not recorded (forkpoint says so when it is called, and it runs live on
 replay). MCP tools (``MCPTools``) are recorded as MCP requests by :mod:`.mcp`.
 """
 
@@ -27,13 +31,17 @@ import os
 import types
 from collections.abc import Callable
 from types import ModuleType
-from typing import Any
+from typing import Any, cast
 
+from .. import runtime
 from ..capture.tracebacks import hidden
 from ..text import say
-from .base import Integration, json_args, recorded_function, records, replace, tool_call_id
+from .base import Integration, json_args, recorded_function, records, replace, run_tool_sync, tool_call_id
 
 _warned: set[str] = set()
+#: By the id of the ``Function`` copy a call runs on (:func:`_shim`), while it runs: what records
+#: an answer agno's result cache gave that call as the call of its tool.
+_cache_answers: dict[int, Callable[[Any], Any]] = {}
 
 
 def _shim(call: Any) -> Any:
@@ -52,11 +60,48 @@ def _shim(call: Any) -> Any:
             )
         return None
     shim = fn.model_copy()
-    recorded = recorded_function(
-        name, json_args(call.arguments or {}), entry, call_id=tool_call_id(call, "call_id")
-    )
+    args, call_id = json_args(call.arguments or {}), tool_call_id(call, "call_id")
+    recorded = recorded_function(name, args, entry, call_id=call_id)
     shim.entrypoint = _handled_again(entry, recorded)
+    _cache_answers[id(shim)] = lambda hit: run_tool_sync(name, args, lambda: hit, call_id=call_id)
     return shim
+
+
+def _served(function: Any) -> bool:
+    """Whether ``function`` is a call's copy (:func:`_shim`) that a replay serves from the session."""
+    rt = runtime.active()
+    return (
+        id(function) in _cache_answers
+        and rt is not None
+        and rt.mode == "replay"
+        and not cast(runtime.Serving, rt).runs_live("tool_call")
+    )
+
+
+def _cache_read(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def _get_cached_result(self: Any, cache_file: str) -> Any:
+        with hidden:
+            if _served(self):
+                return None  # (the entrypoint answers from the session, as the cache or the tool did live)
+            hit = original(self, cache_file)
+            answer = _cache_answers.get(id(self))
+            if hit is None or answer is None or runtime.active() is None:
+                return hit
+            return answer(hit)
+
+    return _get_cached_result
+
+
+def _cache_write(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def _save_to_cache(self: Any, cache_file: str, result: Any) -> Any:
+        with hidden:
+            if _served(self):
+                return None
+            return original(self, cache_file, result)
+
+    return _save_to_cache
 
 
 #: agno's ``@tool`` wrapper, which logs a tool's exception ("Error in tool 'x': ...") and raises it on.
@@ -179,6 +224,7 @@ def _swapped(original: Callable[..., Any]) -> Callable[..., Any]:
                 return original(self)
             finally:
                 self.function = real
+                _cache_answers.pop(id(shim), None)
 
     return _execute
 
@@ -195,15 +241,19 @@ def _aswapped(original: Callable[..., Any]) -> Callable[..., Any]:
                 return await original(self)
             finally:
                 self.function = real
+                _cache_answers.pop(id(shim), None)
 
     return _aexecute
 
 
 def patch(module: ModuleType) -> None:
-    """Wrap ``FunctionCall._execute`` and ``_aexecute`` of ``agno.tools.function``."""
+    """Wrap ``FunctionCall._execute`` and ``_aexecute`` of ``agno.tools.function``, and the reads
+    and writes of ``Function``'s result cache."""
     cls = module.FunctionCall
     if replace(cls, "_execute", _swapped(cls._execute)):
         replace(cls, "_aexecute", _aswapped(cls._aexecute))
+        replace(module.Function, "_get_cached_result", _cache_read(module.Function._get_cached_result))
+        replace(module.Function, "_save_to_cache", _cache_write(module.Function._save_to_cache))
 
 
 INTEGRATION = Integration("agno", {"agno.tools.function": patch})

@@ -11,10 +11,12 @@ text, so a run's path does not depend on chance.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import inspect
 import json
 import os
+import shutil
 import sys
 import traceback
 from collections.abc import Callable, Iterator
@@ -763,6 +765,71 @@ def test_an_override_inside_an_agno_team_member_applies_in_python_only_when_the_
     assert [(d["path"], d["actual"]) for d in report["divergence"]["diff"]] == [
         ("$.body.messages[3].content", "6")
     ]
+
+
+def run_agno_cached(url: str, cache: Path) -> str:
+    """An agno agent whose tool keeps its results in agno's cache (``cache_results=True``, in
+    ``cache``), as agno's docs show; what the model was sent of the tool's result, and its answer."""
+    from agno.agent import Agent
+    from agno.models.openai import OpenAIChat
+    from agno.tools import tool
+
+    @tool(cache_results=True, cache_dir=str(cache))
+    def add(a: int, b: int) -> str:
+        """Add two integers."""
+        ledger(f"agno add {a} {b}")
+        return str(a + b)
+
+    model = OpenAIChat(id="m", base_url=url + "/v1", api_key=API_KEY, max_retries=0)
+    run = Agent(model=model, tools=[add], telemetry=False).run(TASK)
+    return json.dumps([[m.content for m in run.messages or [] if m.role == "tool"], run.content])
+
+
+@pytest.mark.slow
+def test_an_agno_tool_whose_result_agno_cached_replays_from_the_session_alone(
+    ledger_file: Path, tmp_path: Path
+) -> None:
+    """agno's result cache (``@tool(cache_results=True)``) answered tool calls out of the session:
+    a replay right after recording found the live run's result there, never asked for the recorded
+    call and did not reproduce; a recording the cache answered had no call of the tool (told to
+    name a tool forkpoint already recorded), and its replay elsewhere diverged. A cache answer is
+    recorded as the tool's call, a replay serves every call from the session whatever agno's cache
+    holds, and leaves that cache as it was (an override's answer never reaches it)."""
+    pytest.importorskip("agno")
+    cache = tmp_path / "agno-cache"
+    with LocalServer(chat_script=[ADD, "2 + 3 = 5"]) as server:
+        with forkpoint.record(store=tmp_path / "store") as cold:  # (the tool runs, agno caches it)
+            live = run_agno_cached(server.url, cache)
+        with forkpoint.record(store=tmp_path / "store") as warm:  # (agno's cache answers)
+            assert run_agno_cached(server.url, cache) == live
+    assert ledger_file.read_text() == "agno add 2 3\n"
+
+    def cached() -> list[bytes]:
+        return sorted(p.read_bytes() for p in cache.rglob("*.json"))
+
+    kept = cached()
+    assert len(kept) == 1, kept
+    for rec in (cold, warm):
+        tools = forkpoint.Session.load(rec.session_path).by_type("tool_call")
+        assert [(t["tool"], t["args"]) for t in tools] == ADD, rec.session_path
+
+    # Replayed with the live run's answer in agno's cache, then with none there.
+    for rec, expected_cache in ((cold, kept), (warm, []), (cold, [])):
+        if not expected_cache:
+            shutil.rmtree(cache, ignore_errors=True)
+        with forkpoint.replay(rec.session_path) as rp:
+            assert run_agno_cached(server.url, cache) == live
+        assert rp.report()["reproduced"], summary_line(rp.report())
+        assert ledger_file.read_text() == "agno add 2 3\n"  # (no tool body ran on replay)
+        assert cached() == expected_cache  # (nothing a replay served was written to agno's cache)
+
+    with (
+        forkpoint.replay(cold.session_path, overrides=['tool:add.result="6"']) as rp,
+        contextlib.suppress(Exception),
+    ):
+        run_agno_cached(server.url, cache)
+    assert [o["applied"] for o in rp.report()["overrides"]] == [True], rp.report()["overrides"]
+    assert cached() == []  # (the what-if's 6 is not agno's answer to a later live run)
 
 
 @pytest.mark.slow
