@@ -158,8 +158,7 @@ def finish_recording(rec: Recorder) -> list[str]:
         say(
             f"forkpoint: {runtime.cached_answers_text(cached)} (in memory or on disk): those requests "
             "never reached the model, so they are not in the session, and a replay that does not find "
-            "them in that cache makes them and diverges. Record with the cache off (DSPy: "
-            "dspy.LM(..., cache=False))"
+            f"them in that cache makes them and diverges. Record with the cache off ({runtime.cache_off_text(cached)})"
         )
     started = programs.unrecorded()
     if started:

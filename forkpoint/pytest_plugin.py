@@ -909,7 +909,7 @@ class Cassette:
         answered from its own cache (DSPy's, on disk by default) in ``when``: they are not in the
         cassette, so a replay without that cache (CI's) makes them and fails; said on stderr, that was
         captured with the output of a test that passed, and never seen."""
-        from .runtime import cached_answers_text
+        from .runtime import cache_off_text, cached_answers_text
 
         cached = cached_answers_text(counts)
         if not cached:
@@ -918,7 +918,7 @@ class Cassette:
             ReplayWarning(
                 f"forkpoint: in {when}, {cached}: requests never made, so its cassette {self.shown()} "
                 "need not hold them, and a replay without that cache (another machine's, a cleared one) "
-                "makes them and may diverge. Record with the cache off (DSPy: dspy.LM(..., cache=False))"
+                f"makes them and may diverge. Record with the cache off ({cache_off_text(counts)})"
             )
         )
 

@@ -808,6 +808,17 @@ def answered_from_cache(framework: str) -> None:
             counts[framework] += 1
 
 
+#: How to turn off each framework's cache of model answers (by its name in :attr:`Runtime.cache_answers`),
+#: the advice given wherever answers it gave are said.
+CACHE_OFF = {"DSPy": "dspy.LM(..., cache=False)", "agno": "the agno model's cache_response=False"}
+
+
+def cache_off_text(counts: Mapping[str, int]) -> str:
+    """``dspy.LM(..., cache=False) for DSPy`` for the frameworks of ``counts`` that answered (joined
+    by ``;``): how to turn their caches off."""
+    return "; ".join(f"{CACHE_OFF[name]} for {name}" for name, n in counts.items() if n and name in CACHE_OFF)
+
+
 def cached_answers_text(counts: Mapping[str, int]) -> str:
     """``DSPy answered 3 requests from its own cache`` for :attr:`Runtime.cache_answers` (several
     frameworks joined by ``and``), or ``""`` when none did."""

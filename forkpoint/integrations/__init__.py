@@ -33,7 +33,9 @@ body never runs), live when the replay says so. What each integration patches:
   ``PythonAgentTool.stream`` (module tools), recording the function (a streaming tool's items too); the Gemini model's made-up tool call ids, under ``deterministic``;
   the names of its own tools, which have no function to record: structured output
   (``structured_output_model=``), agents as tools and sub-agents (their calls are recorded).
-* **agno** (:mod:`.agno`): ``FunctionCall._execute`` / ``_aexecute``, recording the entrypoint.
+* **agno** (:mod:`.agno`): ``FunctionCall._execute`` / ``_aexecute``, recording the entrypoint;
+  ``Function``'s cache of tool results, whose answers are recorded as calls; and its models' cache of
+  answers, counted and said.
 * **DSPy** (:mod:`.dspy`): ``Tool.__call__`` / ``acall``, as ``ReAct`` calls them.
 * **CrewAI** (:mod:`.crewai`): the body (``_run`` / ``_arun``) of every ``BaseTool``, wrapped
   before ``run``, ``arun`` or ``to_structured_tool`` first reach it.
@@ -117,7 +119,7 @@ BUILTIN: dict[str, tuple[str, ...]] = {
         "strands.agent._agent_as_tool",
         "strands.vended_tools.subagent.subagent",
     ),
-    "forkpoint.integrations.agno": ("agno.tools.function",),
+    "forkpoint.integrations.agno": ("agno.tools.function", "agno.models.base"),
     "forkpoint.integrations.dspy": ("dspy.adapters.types.tool", "dspy.clients.cache"),
     "forkpoint.integrations.crewai": ("crewai.tools.base_tool",),
     "forkpoint.integrations.multiprocessing": ("multiprocessing.util", "multiprocessing.spawn"),

@@ -17,7 +17,11 @@ replay does not run it. agno's cache of tool results (``@tool(cache_results=True
 and written through that copy (``Function._get_cached_result``, ``_save_to_cache``, patched): a
 recording records an answer it gave as the tool's call, and a replay neither reads it (every call is
 served from the session, whether the cache or the tool answered live, whatever the cache holds now)
-nor writes what it served there (an override's answer would be a later live run's). A sync generator tool is not recorded (forkpoint says so when it is called, and it runs live on
+nor writes what it served there (an override's answer would be a later live run's).
+
+agno's cache of model answers (a model's ``cache_response=True``) answers a whole response, its tool
+calls included, without a call: the answers it gives while forkpoint records or replays are counted
+and said, as DSPy's are (:func:`patch_model_cache`), and a replay writes none to it. A sync generator tool is not recorded (forkpoint says so when it is called, and it runs live on
 replay). MCP tools (``MCPTools``) are recorded as MCP requests by :mod:`.mcp`.
 """
 
@@ -256,4 +260,38 @@ def patch(module: ModuleType) -> None:
         replace(module.Function, "_save_to_cache", _cache_write(module.Function._save_to_cache))
 
 
-INTEGRATION = Integration("agno", {"agno.tools.function": patch})
+#: The framework's name in what a recording and a replay say about its cache of model answers.
+NAME = "agno"
+
+
+def patch_model_cache(module: ModuleType) -> None:
+    """Count every answer agno's cache of model answers (``cache_response=True``, on disk) gives
+    while a runtime is active: a whole response, its tool calls included, made of no call
+    (:func:`forkpoint.runtime.answered_from_cache`). And write nothing to that cache during a replay:
+    the answers it is served come from the session (or an override), and every later run, live ones
+    too, would be given them instead of asking the model."""
+    cls = module.Model
+    read = cls._get_cached_model_response
+
+    @functools.wraps(read)
+    def _get_cached_model_response(self: Any, cache_key: str) -> Any:
+        found = read(self, cache_key)
+        if found:  # (what agno takes for a hit)
+            runtime.answered_from_cache(NAME)
+        return found
+
+    def kept(save: Callable[..., None]) -> Callable[..., None]:
+        @functools.wraps(save)
+        def not_on_replay(self: Any, *args: Any, **kwargs: Any) -> None:
+            rt = runtime.active()
+            if rt is None or rt.mode != "replay":
+                save(self, *args, **kwargs)
+
+        return not_on_replay
+
+    if replace(cls, "_get_cached_model_response", _get_cached_model_response):
+        for name in ("_save_model_response_to_cache", "_save_streaming_responses_to_cache"):
+            replace(cls, name, kept(getattr(cls, name)))
+
+
+INTEGRATION = Integration("agno", {"agno.tools.function": patch, "agno.models.base": patch_model_cache})

@@ -1959,7 +1959,7 @@ class Replayer:
             return ""
         return (
             f"; when recorded, {cached}, never made, so not in the session: this may be one of them "
-            "(record with the cache off, dspy.LM(..., cache=False) for DSPy)"
+            f"(record with the cache off, {runtime.cache_off_text(counts)})"
         )
 
     def _divergence_report(

@@ -271,10 +271,11 @@ def ended_by_override(report: dict[str, Any]) -> bool:
 def _cache_hint(report: dict[str, Any]) -> str:
     """Why recorded calls went unasked when a framework answered requests from its own cache of
     model answers during the replay (DSPy's, in memory or on disk); ``""`` otherwise."""
-    cached = runtime.cached_answers_text(report.get("answered_from_cache") or {})
+    counts = report.get("answered_from_cache") or {}
+    cached = runtime.cached_answers_text(counts)
     if not cached:
         return ""
-    return f" ({cached} instead: replay with the cache off, dspy.LM(..., cache=False) for DSPy)"
+    return f" ({cached} instead: replay with the cache off, {runtime.cache_off_text(counts)})"
 
 
 def _from_cache(report: dict[str, Any]) -> str:
@@ -282,12 +283,13 @@ def _from_cache(report: dict[str, Any]) -> str:
     call, in words, or ``""``: not served from the session, so the replay reproduced only while that
     cache holds them (another machine, or a cleared cache, makes the requests, which the recording
     may not have). A replay that ended early says so in :func:`_cache_hint` instead."""
-    cached = runtime.cached_answers_text(report.get("answered_from_cache") or {})
+    counts = report.get("answered_from_cache") or {}
+    cached = runtime.cached_answers_text(counts)
     if not cached or report.get("ended_early"):
         return ""
     return (
         f"{cached}, not from the session: without that cache the run makes those requests, which the "
-        "recording may not have (replay with the cache off, dspy.LM(..., cache=False) for DSPy)"
+        f"recording may not have (replay with the cache off, {runtime.cache_off_text(counts)})"
     )
 
 

@@ -29,7 +29,7 @@ from ..log import Session
 from ..orchestrate import Replayed, fifo_drift_text, load_ref, replay_run
 from ..outcome import Outcome, rate_of
 from ..replay import EXIT_DIVERGENCE, format_divergence, verdict
-from ..runtime import cached_answers_text
+from ..runtime import cache_off_text, cached_answers_text
 from .select import Candidate, Selection
 
 #: Characters of a program's stderr kept in a row (the end, where the traceback is).
@@ -172,9 +172,10 @@ def _ab(
     else:
         status = "changed" if first is not None else "same"
     detail = fields["detail"] if status == "stopped" else ""
-    cached = cached_answers_text(run.report.get("answered_from_cache") or {})
+    counts = run.report.get("answered_from_cache") or {}
+    cached = cached_answers_text(counts)
     if cached and status != "stopped":  # (no model answered those: the cache gave older answers)
-        detail = f"{cached}: not asked of the model (dspy.LM(..., cache=False) asks it)"
+        detail = f"{cached}: not asked of the model ({cache_off_text(counts)} asks it)"
     if run.report.get("drift") and status != "stopped":
         # (the new run was handed tool results of requests it did not make: its outcome rests on them)
         detail = "; ".join(filter(None, (detail, fifo_drift_text(run.report))))

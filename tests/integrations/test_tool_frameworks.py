@@ -832,6 +832,70 @@ def test_an_agno_tool_whose_result_agno_cached_replays_from_the_session_alone(
     assert cached() == []  # (the what-if's 6 is not agno's answer to a later live run)
 
 
+def run_agno_model_cached(url: str, cache: Path) -> str:
+    """An agno agent whose model keeps its answers in agno's cache (``cache_response=True``, in
+    ``cache``), as agno's docs show; its answer (a cached one has no tool messages)."""
+    from agno.agent import Agent
+    from agno.models.openai import OpenAIChat
+
+    def add(a: int, b: int) -> str:
+        """Add two integers."""
+        ledger(f"agno add {a} {b}")
+        return str(a + b)
+
+    model = OpenAIChat(
+        id="m",
+        base_url=url + "/v1",
+        api_key=API_KEY,
+        max_retries=0,
+        cache_response=True,
+        cache_dir=str(cache),
+    )
+    return str(Agent(model=model, tools=[add], telemetry=False).run(TASK).content)
+
+
+@pytest.mark.slow
+def test_agno_s_cache_of_model_answers_is_said_when_recording_and_replaying(
+    ledger_file: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """agno's cache of model answers (``cache_response=True``, on disk) answers a whole response,
+    its tool calls included, out of the session. A recording it answered held no call at all and
+    said nothing ("0 model calls, 0 tool calls"); its replay said "replay ok: 0/0" while the cache
+    held the answer (and diverged without it); a replay right after a recording found the live
+    run's answer there and said only that recorded calls went unused. Both say what agno's cache
+    answered, as for DSPy's, and a replay's answers never reach agno's disk."""
+    pytest.importorskip("agno")
+    cache = tmp_path / "agno-cache"
+    with LocalServer(chat_script=[ADD, "2 + 3 = 5"]) as server:
+        with forkpoint.record(store=tmp_path / "store") as cold:  # (agno caches the answer)
+            live = run_agno_model_cached(server.url, cache)
+        assert "cache" not in capfd.readouterr().err
+        with forkpoint.replay(cold.session_path) as rp:  # (agno's cache answers, not the session)
+            assert run_agno_model_cached(server.url, cache) == live
+        report = rp.report()
+        assert not report["reproduced"]
+        assert "agno answered 1 request from its own cache" in summary_line(report), summary_line(report)
+        with forkpoint.record(store=tmp_path / "store") as warm:
+            assert run_agno_model_cached(server.url, cache) == live
+        assert len(server.requests) == 2  # (the cache answered the last two runs)
+    err = capfd.readouterr().err
+    assert "agno answered 1 request from its own cache" in err, err
+    session = forkpoint.Session.load(warm.session_path)
+    assert session.by_type("model_call") == session.by_type("tool_call") == []
+    assert [n["data"] for n in session.by_type("note")] == [{"answered_from_cache": {"agno": 1}}]
+    with forkpoint.replay(warm.session_path) as rp:
+        assert run_agno_model_cached(server.url, cache) == live
+    said = summary_line(rp.report())
+    assert said.startswith("replay ok, but incomplete: ") and "agno answered 1 request" in said, said
+
+    shutil.rmtree(cache)
+    with forkpoint.replay(cold.session_path) as rp:
+        assert run_agno_model_cached(server.url, cache) == live
+    assert rp.report()["reproduced"], summary_line(rp.report())
+    assert not any(cache.rglob("*.json"))  # (what a replay was served is not agno's answer to a live run)
+    assert ledger_file.read_text() == "agno add 2 3\n"
+
+
 @pytest.mark.slow
 def test_a_dspy_tool_that_raised_replays(ledger_file: Path, tmp_path: Path) -> None:
     """DSPy's ReAct tells the model a tool failed with the first five frames of its traceback, the
