@@ -810,7 +810,7 @@ def answered_from_cache(framework: str) -> None:
 
 #: How to turn off each framework's cache of model answers (by its name in :attr:`Runtime.cache_answers`),
 #: the advice given wherever answers it gave are said.
-CACHE_OFF = {"DSPy": "dspy.LM(..., cache=False)", "agno": "the agno model's cache_response=False"}
+CACHE_OFF = {"DSPy": "dspy.LM(..., cache=False)", "agno": "cache_response=False on the model"}
 
 
 def cache_off_text(counts: Mapping[str, int]) -> str:
