@@ -13,7 +13,8 @@ back a dataclass, so agno sends the model the same ``str()`` of it); an async-ge
 agno's ``@tool`` wrapper (it logs a tool's exception) is inside what is recorded, under pydantic's
 ``validate_call``: an exception a replay serves from past it goes through that wrapper's own code again.
 A toolkit's method that changes its object (``self.calls += 1``) is said while recording, as a
-replay does not run it. agno's cache of tool results (``@tool(cache_results=True)``, on disk) is read
+replay does not run it, and so is one that changes the run's context agno hands it
+(``run_context.session_state``). agno's cache of tool results (``@tool(cache_results=True)``, on disk) is read
 and written through that copy (``Function._get_cached_result``, ``_save_to_cache``, patched): a
 recording records an answer it gave as the tool's call, and a replay neither reads it (every call is
 served from the session, whether the cache or the tool answered live, whatever the cache holds now)
@@ -65,7 +66,10 @@ def _shim(call: Any) -> Any:
         return None
     shim = fn.model_copy()
     args, call_id = json_args(call.arguments or {}), tool_call_id(call, "call_id")
-    recorded = recorded_function(name, args, entry, call_id=call_id)
+    # (the run's context agno hands a tool, whose session_state its docs have tools change)
+    context = getattr(fn, "_run_context", None)
+    watch = {"run_context": context, "run_context.session_state": getattr(context, "session_state", None)}
+    recorded = recorded_function(name, args, entry, call_id=call_id, watch=watch)
     shim.entrypoint = _handled_again(entry, recorded)
     _cache_answers[id(shim)] = lambda hit: run_tool_sync(name, args, lambda: hit, call_id=call_id)
     return shim

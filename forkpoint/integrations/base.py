@@ -279,12 +279,13 @@ async def stream_tool(
     encode: Callable[[Any], Any] = stored_form,
     fn: Any = None,
     call_id: str | None = None,
+    watch: dict[str, Any] | None = None,
 ) -> AsyncIterator[Any]:
     """One call of a tool that streams (an async generator), through forkpoint: live, each item is
     passed on the moment the tool yields it, and the call is recorded with the list of the items'
     stored forms (``encode`` of each) as its result; on replay the recorded items are yielded and
     the tool does not run. An exception the tool raised is recorded and raised again (the items
-    before it are not replayed). ``fn``, ``call_id``: as for :func:`run_tool`."""
+    before it are not replayed). ``fn``, ``call_id``, ``watch``: as for :func:`run_tool`."""
     if runtime.active() is None:
         async for item in items():
             yield item
@@ -303,7 +304,7 @@ async def stream_tool(
         return got
 
     call = asyncio.ensure_future(
-        run_tool(name, args, body, lambda got: [encode(i) for i in got], fn, call_id=call_id)
+        run_tool(name, args, body, lambda got: [encode(i) for i in got], fn, watch, call_id=call_id)
     )
     try:
         while not call.done():
@@ -374,12 +375,17 @@ def _bound_method(fn: Any) -> Any:
 
 
 def recorded_function(
-    name: str, args: dict[str, Any], fn: Callable[..., Any], call_id: str | None = None
+    name: str,
+    args: dict[str, Any],
+    fn: Callable[..., Any],
+    call_id: str | None = None,
+    watch: dict[str, Any] | None = None,
 ) -> Callable[..., Any]:
     """``fn`` (sync, async or an async generator function) wrapped so that its call is recorded as
     tool ``name`` with ``args`` (and the model's ``call_id`` for it, when the framework has one); a
     wrapper of the same kind, as strands chooses by the kind. A method (an agno toolkit's, a
-    strands ``@tool`` method) is watched for changes to its object."""
+    strands ``@tool`` method) is watched for changes to its object, and so are the objects of
+    ``watch`` (as for :func:`run_tool`)."""
     import inspect  # here: the seam is imported at every bootstrapped start
 
     method = _bound_method(fn)
@@ -388,7 +394,9 @@ def recorded_function(
         @functools.wraps(fn)
         async def streamed(*a: Any, **kw: Any) -> AsyncIterator[Any]:
             with hidden:  # (the tool's exception comes out of the recording's task: through run_tool too)
-                async for item in stream_tool(name, args, lambda: fn(*a, **kw), fn=method, call_id=call_id):
+                async for item in stream_tool(
+                    name, args, lambda: fn(*a, **kw), fn=method, call_id=call_id, watch=watch
+                ):
                     yield item
 
         return streamed
@@ -397,14 +405,16 @@ def recorded_function(
         @functools.wraps(fn)
         async def awaited(*a: Any, **kw: Any) -> Any:
             with hidden:
-                return await run_tool(name, args, lambda: fn(*a, **kw), fn=method, call_id=call_id)
+                return await run_tool(
+                    name, args, lambda: fn(*a, **kw), fn=method, watch=watch, call_id=call_id
+                )
 
         return awaited
 
     @functools.wraps(fn)
     def called(*a: Any, **kw: Any) -> Any:
         with hidden:
-            return run_tool_sync(name, args, lambda: fn(*a, **kw), fn=method, call_id=call_id)
+            return run_tool_sync(name, args, lambda: fn(*a, **kw), fn=method, watch=watch, call_id=call_id)
 
     return called
 

@@ -1,7 +1,8 @@
 """A bound method handed to a framework as a tool (google-genai's automatic function calling with
 ``tools=[inventory.count]``, the anthropic SDK's ``beta_tool(notes.add)``, a smolagents ``Tool``
 subclass, an agno ``Toolkit``'s method, a strands ``@tool`` method) that keeps state in its object, or a tool that changes the run's context the framework
-hands it (the Agents SDK's ``RunContextWrapper.context``, pydantic-ai's ``ctx.deps``): a replay does
+hands it (the Agents SDK's ``RunContextWrapper.context``, pydantic-ai's ``ctx.deps``, agno's
+``run_context.session_state``): a replay does
 not run its body, so the object stays as it was and the program may go another way under "replay
 ok". Recording says so, as it does for a ``@forkpoint.tool`` method or argument."""
 
@@ -440,3 +441,37 @@ def test_a_replay_that_did_not_redo_a_change_in_place_is_not_plain_ok(tmp_path: 
     with forkpoint.replay(rec.session_path, tools="live") as live:
         assert run() == 2
     assert "in place" not in summary_line(live.report())
+
+
+def test_an_agno_tool_that_changes_the_session_state_is_said_and_its_replay_is_not_plain_ok(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """agno hands a tool the run's context (``run_context: RunContext``), whose ``session_state``
+    its docs have tools change (``run_context.session_state["shopping_list"].append(item)``): the
+    recording did not say it, and a replay, which does not run the tool, ended with the list empty
+    where the recorded run had ``["milk"]``, under "replay ok"."""
+    pytest.importorskip("agno")
+    from agno.agent import Agent
+    from agno.models.openai import OpenAIChat
+
+    from forkpoint.replay import summary_line
+
+    def add_item(run_context: Any, item: str) -> str:  # (agno hands it by its name: a RunContext)
+        """Add an item to the shopping list."""
+        run_context.session_state["shopping_list"].append(item)
+        return f"added {item}"
+
+    def run(url: str) -> Any:
+        model = OpenAIChat(id="m", base_url=url + "/v1", api_key="sk-x", max_retries=0)
+        agent = Agent(model=model, tools=[add_item], session_state={"shopping_list": []}, telemetry=False)
+        return (agent.run("Add milk.").session_state or {})["shopping_list"]
+
+    with LocalServer(chat_script=[[("add_item", {"item": "milk"})], "Added."]) as server:
+        with forkpoint.record(store=tmp_path) as rec:
+            assert run(server.url) == ["milk"]
+        said = _said(capsys)
+        assert "tool 'add_item' changed run_context.session_state['shopping_list'] in place" in said, said
+        with forkpoint.replay(rec.session_path) as rp:
+            assert run(server.url) == []
+    line = " ".join(summary_line(rp.report()).split())
+    assert line.startswith("replay ok, but not certain: when recorded, tool 'add_item' changed"), line
