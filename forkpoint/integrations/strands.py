@@ -8,7 +8,8 @@ of the tool use, which strands hands the whole invocation state: ids and timings
 one call it runs on a copy of the tool whose function is wrapped, so strands' own work — input
 validation, injecting ``agent`` / ``tool_context``, turning the return value or an exception into
 a ``ToolResult`` — happens as usual, live and on replay; only the function's work is served from
-the session. The event's ``tool`` is the tool's ``tool_name``, ``args`` the model's input,
+the session. A tool that changes the agent's ``state`` is said while recording (a replay does not
+make that change: :func:`_handed`). The event's ``tool`` is the tool's ``tool_name``, ``args`` the model's input,
 ``call_id`` the model's id for the call (``toolUseId``: a replay tells identical calls of
 concurrent runs apart by it), ``result`` the function's return value, typed where forkpoint rebuilds it (:func:`.base.stored_form`).
 A streaming tool's items are passed on live as it yields them and recorded as the list of them; on replay they are yielded
@@ -82,6 +83,17 @@ def patch_module_tools(module: ModuleType) -> None:
     _record_calls(module.PythonAgentTool)
 
 
+def _handed(invocation_state: Any) -> dict[str, Any]:
+    """What strands hands a tool besides the model's input (its ``ToolContext``, or ``agent``) in
+    which its docs have tools keep state: the agent's ``state`` (its items, kept in ``_data``). Not
+    the invocation state: strands puts a new ``tool_config`` in it for every tool it starts, which
+    a tool running meanwhile would be said to have changed."""
+    state = (
+        getattr(invocation_state.get("agent"), "state", None) if isinstance(invocation_state, dict) else None
+    )
+    return {"agent.state": getattr(state, "_data", None)}
+
+
 def _record_calls(cls: Any) -> None:
     """Wrap ``cls.stream`` so that each call records its ``_tool_func`` under the tool's name, with
     the model's input as its arguments and its ``toolUseId`` as the call's id."""
@@ -98,6 +110,7 @@ def _record_calls(cls: Any) -> None:
                 json_args(tool_use.get("input") or {}),
                 fn,
                 call_id=tool_call_id(tool_use, "toolUseId"),
+                watch=_handed(invocation_state),
             )
         async for event in original(tool, tool_use, invocation_state, **kwargs):
             yield event

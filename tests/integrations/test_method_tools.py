@@ -2,7 +2,7 @@
 ``tools=[inventory.count]``, the anthropic SDK's ``beta_tool(notes.add)``, a smolagents ``Tool``
 subclass, an agno ``Toolkit``'s method, a strands ``@tool`` method) that keeps state in its object, or a tool that changes the run's context the framework
 hands it (the Agents SDK's ``RunContextWrapper.context``, pydantic-ai's ``ctx.deps``, agno's
-``run_context.session_state``): a replay does
+``run_context.session_state``, strands' ``agent.state``): a replay does
 not run its body, so the object stays as it was and the program may go another way under "replay
 ok". Recording says so, as it does for a ``@forkpoint.tool`` method or argument."""
 
@@ -27,6 +27,10 @@ try:
     from pydantic_ai import RunContext
 except ImportError:
     RunContext = None
+try:
+    from strands import ToolContext
+except ImportError:
+    ToolContext = None
 
 SAID = "changed self.calls in place while it ran"
 
@@ -443,6 +447,26 @@ def test_a_replay_that_did_not_redo_a_change_in_place_is_not_plain_ok(tmp_path: 
     assert "in place" not in summary_line(live.report())
 
 
+def _shopping_list_change_is_said(
+    run: Any, changed: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``run`` (an agent on the server at the URL it is given, whose tool ``add_item`` puts the item
+    the model asks for in a shopping list the framework keeps) recorded: the list is ``["milk"]``,
+    and the recording says the tool changed ``changed``; replayed: the list stays empty (the tool
+    did not run), and the verdict is "ok, but not certain", not plain "ok"."""
+    from forkpoint.replay import summary_line
+
+    with LocalServer(chat_script=[[("add_item", {"item": "milk"})], "Added."]) as server:
+        with forkpoint.record(store=tmp_path) as rec:
+            assert run(server.url) == ["milk"]
+        said = _said(capsys)
+        assert f"tool 'add_item' changed {changed} in place" in said, said
+        with forkpoint.replay(rec.session_path) as rp:
+            assert run(server.url) == []
+    line = " ".join(summary_line(rp.report()).split())
+    assert line.startswith("replay ok, but not certain: when recorded, tool 'add_item' changed"), line
+
+
 def test_an_agno_tool_that_changes_the_session_state_is_said_and_its_replay_is_not_plain_ok(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -454,8 +478,6 @@ def test_an_agno_tool_that_changes_the_session_state_is_said_and_its_replay_is_n
     from agno.agent import Agent
     from agno.models.openai import OpenAIChat
 
-    from forkpoint.replay import summary_line
-
     def add_item(run_context: Any, item: str) -> str:  # (agno hands it by its name: a RunContext)
         """Add an item to the shopping list."""
         run_context.session_state["shopping_list"].append(item)
@@ -466,12 +488,35 @@ def test_an_agno_tool_that_changes_the_session_state_is_said_and_its_replay_is_n
         agent = Agent(model=model, tools=[add_item], session_state={"shopping_list": []}, telemetry=False)
         return (agent.run("Add milk.").session_state or {})["shopping_list"]
 
-    with LocalServer(chat_script=[[("add_item", {"item": "milk"})], "Added."]) as server:
-        with forkpoint.record(store=tmp_path) as rec:
-            assert run(server.url) == ["milk"]
-        said = _said(capsys)
-        assert "tool 'add_item' changed run_context.session_state['shopping_list'] in place" in said, said
-        with forkpoint.replay(rec.session_path) as rp:
-            assert run(server.url) == []
-    line = " ".join(summary_line(rp.report()).split())
-    assert line.startswith("replay ok, but not certain: when recorded, tool 'add_item' changed"), line
+    _shopping_list_change_is_said(run, "run_context.session_state['shopping_list']", tmp_path, capsys)
+
+
+def test_a_strands_tool_that_changes_the_agents_state_is_said_and_its_replay_is_not_plain_ok(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """strands hands a ``@tool(context=True)`` its ``ToolContext``, through which its docs have tools
+    keep state in the agent (``tool_context.agent.state.set(...)``): the recording did not say it,
+    and a replay, which does not run the tool, ended with the list empty, under "replay ok"."""
+    pytest.importorskip("strands")
+    from strands import Agent, tool
+    from strands.models.openai import OpenAIModel
+
+    @tool(context=True)
+    def add_item(item: str, tool_context: ToolContext) -> str:
+        """Add an item to the shopping list.
+
+        Args:
+            item: the item
+        """
+        tool_context.agent.state.set("shopping_list", [*tool_context.agent.state.get("shopping_list"), item])
+        return f"added {item}"
+
+    def run(url: str) -> Any:
+        model = OpenAIModel(
+            client_args={"base_url": url + "/v1", "api_key": "sk-x", "max_retries": 0}, model_id="m"
+        )
+        agent = Agent(model=model, tools=[add_item], callback_handler=None, state={"shopping_list": []})
+        agent("Add milk.")
+        return agent.state.get("shopping_list")
+
+    _shopping_list_change_is_said(run, "agent.state['shopping_list']", tmp_path, capsys)
