@@ -18,12 +18,12 @@ replay does not run it, and so is one that changes the run's context agno hands 
 and written through that copy (``Function._get_cached_result``, ``_save_to_cache``, patched): a
 recording records an answer it gave as the tool's call, and a replay neither reads it (every call is
 served from the session, whether the cache or the tool answered live, whatever the cache holds now)
-nor writes what it served there (an override's answer would be a later live run's).
+nor writes what it served there (an override's answer would be a later live run's). A sync generator tool is not recorded (forkpoint says so when it is called, and it runs live on
+replay). MCP tools (``MCPTools``) are recorded as MCP requests by :mod:`.mcp`.
 
 agno's cache of model answers (a model's ``cache_response=True``) answers a whole response, its tool
 calls included, without a call: the answers it gives while forkpoint records or replays are counted
-and said, as DSPy's are (:func:`patch_model_cache`), and a replay writes none to it. A sync generator tool is not recorded (forkpoint says so when it is called, and it runs live on
-replay). MCP tools (``MCPTools``) are recorded as MCP requests by :mod:`.mcp`.
+and said, as DSPy's are (:func:`patch_model_cache`), and a replay writes none to it.
 """
 
 from __future__ import annotations
