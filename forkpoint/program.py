@@ -30,9 +30,9 @@ _FLAGS = frozenset("bBdEhiIOqsSuvVxR")
 @dataclass
 class ProgramRun:
     """How a program run by :func:`run_command` ended: its ``exit_code`` (as the interpreter would
-    exit: 0, ``sys.exit``'s code, 1 for an uncaught exception, 130 for ``KeyboardInterrupt``), what it printed to
-    ``sys.stdout`` (``output``; it was also printed as usual), and the exception that ended it
-    uncaught (``uncaught``), if one did."""
+    exit: 0, ``sys.exit``'s code as the process's status, 0 to 255, 1 for an uncaught exception,
+    130 for ``KeyboardInterrupt``), what it printed to ``sys.stdout`` (``output``; it was also
+    printed as usual), and the exception that ended it uncaught (``uncaught``), if one did."""
 
     exit_code: int
     output: str
@@ -90,7 +90,9 @@ def _code(exc: SystemExit) -> int:
     if exc.code is None:
         return 0
     if isinstance(exc.code, int):
-        return exc.code
+        # The status the interpreter exits with, which a recording keeps: the low byte of the code
+        # as a C long (sys.exit(-1) exits 255, sys.exit(256) 0), 255 past a C long.
+        return int(exc.code) & 0xFF if -(2**63) <= exc.code < 2**63 else 255
     print(exc.code, file=sys.stderr)  # sys.exit("message") prints it and exits 1
     return 1
 

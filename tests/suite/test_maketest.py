@@ -234,6 +234,29 @@ def test_run_command_runs_a_file_in_this_process(tmp_path: Path, monkeypatch: py
     assert sys.argv == argv
 
 
+def test_run_command_exits_with_the_status_the_interpreter_exits_with(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``sys.exit(-1)`` ends a process with status 255, ``sys.exit(256)`` with 0: a recording keeps
+    the status, and a test made of it asserts that; ``run_command`` gave the code raw (-1, 256), so
+    the made test failed on the unchanged agent (``assert -1 == 255``)."""
+    script = tmp_path / "prog.py"
+    script.write_text("import sys\nsys.exit(eval(sys.argv[1]))\n")
+    monkeypatch.chdir(tmp_path)
+    for code in ("-1", "256", "257", "-256", "2**40", "2**63", "True"):
+        status = subprocess.run([sys.executable, "prog.py", code], capture_output=True).returncode
+        assert run_command(["python", "prog.py", code]).exit_code == status, code
+
+
+def test_a_made_test_of_a_run_that_exited_minus_one_passes(tmp_path: Path) -> None:
+    (tmp_path / "agent.py").write_text("import sys\nprint('giving up')\nsys.exit(-1)\n")
+    env = {**os.environ, "FORKPOINT_STORE": str(tmp_path / "store")}
+    written = recorded_and_made(tmp_path, env, "gave_up", exit_code=255)
+    assert "assert run.exit_code == 255" in written, written
+    ran = pytest_in(tmp_path, env, "tests/incidents")
+    assert ran.returncode == 0 and "1 passed" in ran.stdout, ran.stdout + ran.stderr
+
+
 def test_a_made_test_fails_when_the_run_ends_with_another_exception(tmp_path: Path) -> None:
     """The made test asserted the exit code alone: a replay that raised a KeyError where the
     recording raised a ValueError (exit 1 both) passed it, while `forkpoint replay` said the run
