@@ -85,18 +85,30 @@ MAX_UNCOMPRESSED = 1 << 30
 
 
 def gunzip(path: Path, raw: bytes) -> bytes:
-    """The decompressed content of a gzip file. Raises :class:`~forkpoint.errors.ImportFormatError`
-    for a corrupt one, or one that expands beyond :data:`MAX_UNCOMPRESSED` bytes."""
-    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-    try:
-        data = d.decompress(raw, MAX_UNCOMPRESSED)
-    except zlib.error as exc:
-        raise ImportFormatError(f"{path}: a gzip file that does not decompress ({exc})") from None
-    if d.unconsumed_tail:
-        raise ImportFormatError(f"{path}: decompresses to more than {MAX_UNCOMPRESSED} bytes; not read")
-    if not d.eof:  # (cut short: what it holds would be read as a file of another kind)
-        raise ImportFormatError(f"{path}: a gzip file that does not decompress (it ends before its end)")
-    return data
+    """The decompressed content of a gzip file, every member of it in order (as ``gzip -d`` reads
+    one written a member at a time). Raises :class:`~forkpoint.errors.ImportFormatError` for a
+    corrupt one, one with bytes after its members, or one that expands beyond
+    :data:`MAX_UNCOMPRESSED` bytes."""
+    parts: list[bytes] = []
+    left, rest = MAX_UNCOMPRESSED, raw
+    while True:
+        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        try:
+            parts.append(d.decompress(rest, left + 1))
+        except zlib.error as exc:
+            raise ImportFormatError(f"{path}: a gzip file that does not decompress ({exc})") from None
+        left -= len(parts[-1])
+        if d.unconsumed_tail or left < 0:
+            raise ImportFormatError(f"{path}: decompresses to more than {MAX_UNCOMPRESSED} bytes; not read")
+        if not d.eof:  # (cut short: what it holds would be read as a file of another kind)
+            raise ImportFormatError(f"{path}: a gzip file that does not decompress (it ends before its end)")
+        rest = d.unused_data
+        if not rest.strip(b"\0"):  # (zero padding after the last member, which gzip -d accepts too)
+            return b"".join(parts)
+        if rest[:2] != b"\x1f\x8b":
+            raise ImportFormatError(
+                f"{path}: {len(rest)} bytes after its gzip data are not gzip; a file cut or appended to? Not read"
+            )
 
 
 #: The most characters of YAML forkpoint parses (PyYAML's safe loader reads ~1 MB/s).

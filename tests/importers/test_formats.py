@@ -205,6 +205,43 @@ def test_a_gzip_file_that_expands_without_end_is_refused(
         import_file(tmp_path / "cut.yaml.gz", store=tmp_path / "store")
 
 
+def test_a_gzip_file_of_several_members_is_read_whole_and_trailing_bytes_are_refused(tmp_path: Path) -> None:
+    """A gzip file may hold several members one after another (a writer that flushes a member at a
+    time, ``gzip -c part >> file``); ``gzip -d`` reads them all. Only the first was read: the
+    cassette below imported with 1 of its 2 calls, said nowhere, and bytes after the members were
+    dropped silently."""
+    from forkpoint.errors import ImportFormatError
+
+    def interaction(n: int) -> dict[str, Any]:
+        return {
+            "request": {
+                "method": "POST",
+                "uri": "https://api.openai.com/v1/chat/completions",
+                "body": json.dumps(
+                    {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": f"q{n}"}]}
+                ),
+                "headers": {"content-type": ["application/json"]},
+            },
+            "response": {
+                "status": {"code": 200, "message": "OK"},
+                "headers": {"content-type": ["application/json"]},
+                "body": {"string": json.dumps({"id": f"c{n}", "choices": []})},
+            },
+        }
+
+    text = yaml.safe_dump({"interactions": [interaction(1), interaction(2)]}).encode()
+    second = text.index(b"- request:", text.index(b"- request:") + 1)
+    members = gzip.compress(text[:second]) + gzip.compress(text[second:])
+    assert gzip.decompress(members) == text
+    path = tmp_path / "two_members.yaml.gz"
+    path.write_bytes(members)
+    session = forkpoint.Session.load(import_file(path, store=tmp_path / "store"))
+    assert len(session.by_type("model_call")) == 2
+    path.write_bytes(gzip.compress(text) + b"trailing bytes")
+    with pytest.raises(ImportFormatError, match="two_members.yaml.gz: .*after its gzip data"):
+        import_file(path, store=tmp_path / "store")
+
+
 needs_trajectories = pytest.mark.skipif(
     not TRAJECTORIES.is_dir(),
     reason=f"real trajectories not found at {TRAJECTORIES} (../shared/realdata is absent)",
