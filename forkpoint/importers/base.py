@@ -141,10 +141,11 @@ def check_items(path: Path, doc: Any) -> None:
         )
 
 
-def _bounded(root: Any, yaml: Any, path: Path) -> None:
+def _checked(root: Any, yaml: Any, path: Path) -> None:
     """Count the nodes of a composed YAML document as if its aliases were expanded (each node once,
-    memoized: linear in the document), and refuse one above :data:`MAX_YAML_NODES` or with an alias
-    inside itself."""
+    memoized: linear in the document), and refuse one above :data:`MAX_YAML_NODES`, with an alias
+    inside itself, or with a key twice in one mapping (a YAML reader keeps the last one: a bad merge
+    that kept both sides of a cassette would lose one side's calls without a word)."""
     sizes: dict[int, int] = {}
     entered: set[int] = set()
     stack: list[tuple[Any, bool]] = [(root, False)]
@@ -173,8 +174,26 @@ def _bounded(root: Any, yaml: Any, path: Path) -> None:
                 f"{node.start_mark.line + 1}); refused"
             )
         entered.add(key)
+        if isinstance(node, yaml.MappingNode):
+            _unique_keys(node, yaml, path)
         stack.append((node, True))
         stack.extend((c, False) for c in children if id(c) not in sizes)
+
+
+def _unique_keys(node: Any, yaml: Any, path: Path) -> None:
+    """Refuse a mapping node that sets a key twice; a key a merge (``<<``) brings in may be set
+    again, as merges are meant to be used (the node is not flattened yet: only its own keys)."""
+    seen: set[tuple[str, str]] = set()
+    for key_node, _ in node.value:
+        if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+            continue
+        if (key_node.tag, key_node.value) in seen:
+            raise ImportFormatError(
+                f"{path}: line {key_node.start_mark.line + 1}: the key {key_node.value!r} is set twice in "
+                f"the mapping at line {node.start_mark.line + 1} (a bad merge?); a reader would keep only "
+                "the last one. Not read"
+            )
+        seen.add((key_node.tag, key_node.value))
 
 
 def load_yaml(path: Path, text: str, expected: str) -> Any:
@@ -198,7 +217,7 @@ def load_yaml(path: Path, text: str, expected: str) -> Any:
     class Loader(yaml.SafeLoader):
         def compose_document(self) -> Any:
             node = super().compose_document()
-            _bounded(node, yaml, path)  # before any of it is built: aliases expanded are bounded
+            _checked(node, yaml, path)  # before any of it is built: aliases expanded are bounded
             return node
 
         def construct_mapping(self, node: Any, deep: bool = False) -> Any:

@@ -205,6 +205,23 @@ def test_a_gzip_file_that_expands_without_end_is_refused(
         import_file(tmp_path / "cut.yaml.gz", store=tmp_path / "store")
 
 
+def _chat_interaction(n: int) -> dict[str, Any]:
+    """A VCR.py interaction of a Chat Completions call asking ``qN``."""
+    return {
+        "request": {
+            "method": "POST",
+            "uri": "https://api.openai.com/v1/chat/completions",
+            "body": json.dumps({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": f"q{n}"}]}),
+            "headers": {"content-type": ["application/json"]},
+        },
+        "response": {
+            "status": {"code": 200, "message": "OK"},
+            "headers": {"content-type": ["application/json"]},
+            "body": {"string": json.dumps({"id": f"c{n}", "choices": []})},
+        },
+    }
+
+
 def test_a_gzip_file_of_several_members_is_read_whole_and_trailing_bytes_are_refused(tmp_path: Path) -> None:
     """A gzip file may hold several members one after another (a writer that flushes a member at a
     time, ``gzip -c part >> file``); ``gzip -d`` reads them all. Only the first was read: the
@@ -212,24 +229,7 @@ def test_a_gzip_file_of_several_members_is_read_whole_and_trailing_bytes_are_ref
     dropped silently."""
     from forkpoint.errors import ImportFormatError
 
-    def interaction(n: int) -> dict[str, Any]:
-        return {
-            "request": {
-                "method": "POST",
-                "uri": "https://api.openai.com/v1/chat/completions",
-                "body": json.dumps(
-                    {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": f"q{n}"}]}
-                ),
-                "headers": {"content-type": ["application/json"]},
-            },
-            "response": {
-                "status": {"code": 200, "message": "OK"},
-                "headers": {"content-type": ["application/json"]},
-                "body": {"string": json.dumps({"id": f"c{n}", "choices": []})},
-            },
-        }
-
-    text = yaml.safe_dump({"interactions": [interaction(1), interaction(2)]}).encode()
+    text = yaml.safe_dump({"interactions": [_chat_interaction(1), _chat_interaction(2)]}).encode()
     second = text.index(b"- request:", text.index(b"- request:") + 1)
     members = gzip.compress(text[:second]) + gzip.compress(text[second:])
     assert gzip.decompress(members) == text
@@ -240,6 +240,30 @@ def test_a_gzip_file_of_several_members_is_read_whole_and_trailing_bytes_are_ref
     path.write_bytes(gzip.compress(text) + b"trailing bytes")
     with pytest.raises(ImportFormatError, match="two_members.yaml.gz: .*after its gzip data"):
         import_file(path, store=tmp_path / "store")
+
+
+def test_a_yaml_cassette_with_a_key_twice_in_one_mapping_is_refused(tmp_path: Path) -> None:
+    """A bad merge that kept both sides of a cassette leaves ``interactions:`` twice; YAML readers
+    keep the last one, so the first side's calls were dropped and the import said nothing. A key
+    a YAML merge (``<<``) brings in may still be set again: that is how merges are written."""
+    from forkpoint.errors import ImportFormatError
+
+    path = tmp_path / "merged.yaml"
+    side = yaml.safe_dump({"interactions": [_chat_interaction(1)]})
+    path.write_text(side + side.replace("q1", "q2"))
+    with pytest.raises(ImportFormatError, match=r"merged.yaml: line 18: the key 'interactions' is set twice"):
+        import_file(path, store=tmp_path / "store")
+    base = _chat_interaction(1)
+    doc = yaml.safe_dump(
+        {"base": base["response"], "interactions": [{"request": base["request"], "response": "X"}]}
+    )
+    path.write_text(
+        doc.replace("base:", "base: &r", 1).replace(
+            "response: X", "response:\n    <<: *r\n    status: {code: 201}"
+        )
+    )
+    (call,) = forkpoint.Session.load(import_file(path, store=tmp_path / "store")).by_type("model_call")
+    assert call["response"]["status"] == 201
 
 
 needs_trajectories = pytest.mark.skipif(
