@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -65,7 +66,9 @@ def load_document(path: Path, raw: bytes, expected: str) -> Any:
         raw = gunzip(path, raw)
     try:
         # (an integer beyond 64 bits as itself: orjson alone reads one as a float)
-        return loads_exact(raw)
+        doc = loads_exact(raw)
+        json.loads(raw, object_pairs_hook=lambda pairs: _unique_json_keys(path, pairs))
+        return doc
     except RecursionError:  # (Python's json, reading a deep document again for its long integers)
         raise ImportFormatError(f"{path}: JSON nested too deep to import; expected {expected}") from None
     except orjson.JSONDecodeError as exc:
@@ -78,6 +81,24 @@ def load_document(path: Path, raw: bytes, expected: str) -> Any:
     except UnicodeDecodeError:
         raise ImportFormatError(f"{path}: not a text file; expected {expected}") from None
     return load_yaml(path, text, expected)
+
+
+def _unique_json_keys(path: Path, pairs: list[tuple[str, Any]]) -> None:
+    """Refuse a JSON object that sets a key twice (:func:`_key_twice`)."""
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key in seen:
+            raise _key_twice(path, key, "in one object")
+        seen.add(key)
+
+
+def _key_twice(path: Path, key: str, where: str) -> ImportFormatError:
+    """The error for a key set twice in one mapping ``where``: a reader keeps the last one, so a
+    bad merge that kept both sides of a cassette would lose one side's calls without a word."""
+    return ImportFormatError(
+        f"{path}: the key {key!r} is set twice {where} (a bad merge?); a reader would keep only the "
+        "last one. Not read"
+    )
 
 
 #: The most a compressed file may expand to (a bigger one is refused, not read into memory).
@@ -144,8 +165,7 @@ def check_items(path: Path, doc: Any) -> None:
 def _checked(root: Any, yaml: Any, path: Path) -> None:
     """Count the nodes of a composed YAML document as if its aliases were expanded (each node once,
     memoized: linear in the document), and refuse one above :data:`MAX_YAML_NODES`, with an alias
-    inside itself, or with a key twice in one mapping (a YAML reader keeps the last one: a bad merge
-    that kept both sides of a cassette would lose one side's calls without a word)."""
+    inside itself, or with a key twice in one mapping."""
     sizes: dict[int, int] = {}
     entered: set[int] = set()
     stack: list[tuple[Any, bool]] = [(root, False)]
@@ -181,18 +201,16 @@ def _checked(root: Any, yaml: Any, path: Path) -> None:
 
 
 def _unique_keys(node: Any, yaml: Any, path: Path) -> None:
-    """Refuse a mapping node that sets a key twice; a key a merge (``<<``) brings in may be set
-    again, as merges are meant to be used (the node is not flattened yet: only its own keys)."""
+    """Refuse a mapping node that sets a key twice (:func:`_key_twice`); a key a merge (``<<``)
+    brings in may be set again, as merges are meant to be used (the node is not flattened yet:
+    only its own keys)."""
     seen: set[tuple[str, str]] = set()
     for key_node, _ in node.value:
         if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
             continue
         if (key_node.tag, key_node.value) in seen:
-            raise ImportFormatError(
-                f"{path}: line {key_node.start_mark.line + 1}: the key {key_node.value!r} is set twice in "
-                f"the mapping at line {node.start_mark.line + 1} (a bad merge?); a reader would keep only "
-                "the last one. Not read"
-            )
+            at = f"at line {key_node.start_mark.line + 1}, in the mapping at line {node.start_mark.line + 1}"
+            raise _key_twice(path, key_node.value, at)
         seen.add((key_node.tag, key_node.value))
 
 

@@ -242,17 +242,25 @@ def test_a_gzip_file_of_several_members_is_read_whole_and_trailing_bytes_are_ref
         import_file(path, store=tmp_path / "store")
 
 
-def test_a_yaml_cassette_with_a_key_twice_in_one_mapping_is_refused(tmp_path: Path) -> None:
-    """A bad merge that kept both sides of a cassette leaves ``interactions:`` twice; YAML readers
-    keep the last one, so the first side's calls were dropped and the import said nothing. A key
+def test_a_cassette_with_a_key_twice_in_one_mapping_is_refused(tmp_path: Path) -> None:
+    """A bad merge that kept both sides of a cassette leaves ``interactions:`` twice; YAML and JSON
+    readers keep the last one, so the first side's calls were dropped and the import said nothing. A key
     a YAML merge (``<<``) brings in may still be set again: that is how merges are written."""
     from forkpoint.errors import ImportFormatError
 
     path = tmp_path / "merged.yaml"
     side = yaml.safe_dump({"interactions": [_chat_interaction(1)]})
     path.write_text(side + side.replace("q1", "q2"))
-    with pytest.raises(ImportFormatError, match=r"merged.yaml: line 18: the key 'interactions' is set twice"):
+    with pytest.raises(
+        ImportFormatError, match=r"merged.yaml: the key 'interactions' is set twice at line 18"
+    ):
         import_file(path, store=tmp_path / "store")
+    side = json.dumps({"interactions": [_chat_interaction(1)]})
+    (tmp_path / "merged.json").write_text(side[:-1] + ", " + side[1:].replace("q1", "q2"))
+    with pytest.raises(
+        ImportFormatError, match=r"merged.json: the key 'interactions' is set twice in one object"
+    ):
+        import_file(tmp_path / "merged.json", store=tmp_path / "store")
     base = _chat_interaction(1)
     doc = yaml.safe_dump(
         {"base": base["response"], "interactions": [{"request": base["request"], "response": "X"}]}
