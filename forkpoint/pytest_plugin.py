@@ -1227,14 +1227,19 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
         result = yield
     except BaseException as exc:
         failure, unused = cassette.check()
-        if failure is None or not isinstance(exc, Exception):
+        # (a skip or an xfail the test raised on the error the divergence caused would pass it in
+        # green: the divergence fails it, as any exception does; a Ctrl-C goes on)
+        if failure is None or not isinstance(exc, Exception | pytest.skip.Exception | pytest.fail.Exception):
             note = unused or (
                 cassette.left_as_it_was() if isinstance(exc, Exception | pytest.fail.Exception) else None
             )
             if note:
                 item.add_report_section("call", "forkpoint", note)
             raise
-        if not _caused_by_forkpoint(exc):
+        if isinstance(exc, pytest.skip.Exception | pytest.xfail.Exception):
+            done = "skipped" if isinstance(exc, pytest.skip.Exception) else "xfailed"
+            failure += f"\n(the test itself then {done}" + (f": {exc.msg})" if exc.msg else ")")
+        elif not _caused_by_forkpoint(exc):
             failure += f"\n(the test itself then failed with {_describe(exc)})"
         elif failure.startswith("forkpoint: the run diverged") and "\nthe call made" not in failure:
             from .callsite import agent_call_site

@@ -253,6 +253,53 @@ def test_a_caught_divergence_still_says_where_the_call_was_made(
     )
 
 
+SKIPS = """
+import os
+
+import pytest
+
+from test_agent import ask
+
+
+@pytest.mark.forkpoint
+def test_skips():
+    try:
+        ask(os.environ.get("PROMPT", "Hi"))
+    except Exception:  # (the SDK's error, or the Divergence inside it)
+        pytest.skip("the model API is unreachable")
+
+
+@pytest.mark.forkpoint
+def test_xfails():
+    try:
+        ask(os.environ.get("PROMPT", "Hi"))
+    except Exception:  # (the SDK's error, or the Divergence inside it)
+        pytest.xfail("the model API is unreachable")
+"""
+
+
+def test_a_test_that_skips_or_xfails_on_the_divergence_fails_with_it(
+    pytester: pytest.Pytester, server: LocalServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A suite often turns an error of the model's SDK into a skip ("the API is unreachable"): a
+    replay that did not reproduce was reported as skipped (or xfailed), in green, without a word
+    of the divergence."""
+    pytester.makepyfile(test_agent=INNER, test_skips=SKIPS)
+    run(pytester, "test_skips.py").assert_outcomes(passed=2)
+    server.stop()
+    monkeypatch.setenv("PROMPT", "Hello")
+    result = run(pytester, "--forkpoint-mode=replay", "test_skips.py")
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines(
+        [
+            "*forkpoint: the run diverged from its cassette tests/cassettes/test_skips/test_skips",
+            "the call made at test_agent.py:* (ask) diverged from the recording.",
+            "(the test itself then skipped: the model API is unreachable)",
+        ]
+    )
+    result.stdout.fnmatch_lines(["(the test itself then xfailed: the model API is unreachable)"])
+
+
 def test_unused_recorded_calls_fail(
     pytester: pytest.Pytester, server: LocalServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
