@@ -1237,8 +1237,7 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
                 item.add_report_section("call", "forkpoint", note)
             raise
         if isinstance(exc, pytest.skip.Exception | pytest.xfail.Exception):
-            done = "skipped" if isinstance(exc, pytest.skip.Exception) else "xfailed"
-            failure += f"\n(the test itself then {done}" + (f": {exc.msg})" if exc.msg else ")")
+            failure += _then_skipped(exc, "the test itself")
         elif not _caused_by_forkpoint(exc):
             failure += f"\n(the test itself then failed with {_describe(exc)})"
         elif failure.startswith("forkpoint: the run diverged") and "\nthe call made" not in failure:
@@ -1254,6 +1253,28 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
     if failure or unused:
         raise pytest.fail.Exception(failure or unused or "", pytrace=False)
     return result
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Generator[None, object, object]:
+    try:
+        return (yield)
+    except (pytest.skip.Exception, pytest.xfail.Exception) as exc:
+        # (a fixture, set up after the cassette, that skips on the error a divergence caused)
+        cassette = item.stash.get(_cassette_key, None)
+        failure = cassette.check()[0] if cassette is not None and not cassette.problem else None
+        if failure is None:
+            raise
+        raise pytest.fail.Exception(
+            failure + _then_skipped(exc, "a fixture of the test"), pytrace=False
+        ) from None
+
+
+def _then_skipped(exc: BaseException, who: str) -> str:
+    """The line a divergence's failure ends with when ``who`` then skipped or xfailed (``exc``),
+    which would have passed it in green."""
+    done = "skipped" if isinstance(exc, pytest.skip.Exception) else "xfailed"
+    return f"\n({who} then {done}" + (f": {exc})" if str(exc) else ")")
 
 
 def _caused_by_forkpoint(exc: BaseException | None) -> bool:

@@ -275,21 +275,34 @@ def test_xfails():
         ask(os.environ.get("PROMPT", "Hi"))
     except Exception:  # (the SDK's error, or the Divergence inside it)
         pytest.xfail("the model API is unreachable")
+
+
+@pytest.fixture
+def answer():
+    try:
+        return ask(os.environ.get("PROMPT", "Hi"))
+    except Exception:
+        pytest.skip("no answer from the model API")
+
+
+@pytest.mark.forkpoint
+def test_skips_in_a_fixture(answer):
+    assert answer
 """
 
 
 def test_a_test_that_skips_or_xfails_on_the_divergence_fails_with_it(
     pytester: pytest.Pytester, server: LocalServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A suite often turns an error of the model's SDK into a skip ("the API is unreachable"): a
-    replay that did not reproduce was reported as skipped (or xfailed), in green, without a word
-    of the divergence."""
+    """A suite often turns an error of the model's SDK into a skip ("the API is unreachable"), in
+    the test or in a fixture: a replay that did not reproduce was reported as skipped (or xfailed),
+    in green, without a word of the divergence."""
     pytester.makepyfile(test_agent=INNER, test_skips=SKIPS)
-    run(pytester, "test_skips.py").assert_outcomes(passed=2)
+    run(pytester, "test_skips.py").assert_outcomes(passed=3)
     server.stop()
     monkeypatch.setenv("PROMPT", "Hello")
     result = run(pytester, "--forkpoint-mode=replay", "test_skips.py")
-    result.assert_outcomes(failed=2)
+    result.assert_outcomes(failed=2, errors=1)
     result.stdout.fnmatch_lines(
         [
             "*forkpoint: the run diverged from its cassette tests/cassettes/test_skips/test_skips",
@@ -298,6 +311,12 @@ def test_a_test_that_skips_or_xfails_on_the_divergence_fails_with_it(
         ]
     )
     result.stdout.fnmatch_lines(["(the test itself then xfailed: the model API is unreachable)"])
+    result.stdout.fnmatch_lines(
+        [
+            "*forkpoint: the run diverged from its cassette tests/cassettes/test_skips/test_skips_in_a_fixture",
+            "(a fixture of the test then skipped: no answer from the model API)",
+        ]
+    )
 
 
 def test_unused_recorded_calls_fail(
