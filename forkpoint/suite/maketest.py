@@ -197,12 +197,18 @@ def make_test(
         f"def test_{ident}(monkeypatch: pytest.MonkeyPatch) -> None:",
         "    monkeypatch.chdir(ROOT)",
         f"    run = forkpoint.run_command(COMMAND{', tools=TOOLS' if tools else ''})",
-        f"    # How the recorded run ended: exit code {_line(code)}{_line(reason)}."
+        (
+            f"    # How the recorded run ended: exit code {_line(code)}{_line(reason)}."
+            if code is not None
+            # (an imported session: its file holds the calls, not the program's exit)
+            else f"    # The session holds no exit code{_line(reason)}: none is asserted."
+        )
         + (" Its last model answer:" if final else ""),
     ]
     if final:
         lines.append(f"    #     {_comment(final, 100)}")
-    lines.append(f"    assert run.exit_code == {code!r}")
+    if code is not None:
+        lines.append(f"    assert run.exit_code == {code!r}")
     # (and how: another exception with the same exit code is another ending)
     raised = next(iter(end.get("uncaught") or []), None)
     if raised:
@@ -211,7 +217,7 @@ def make_test(
             f"    # It raised an uncaught {_line(raised.get('type'))}" + (f": {message}" if message else ".")
         )
         lines.append(f"    assert type(run.uncaught).__qualname__ == {raised.get('type')!r}")
-    else:
+    elif code is not None:
         lines.append("    assert run.uncaught is None")
     lines += [
         "    # TODO: the assertion the fix must satisfy goes here, on run.exit_code or on run.output (what",

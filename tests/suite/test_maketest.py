@@ -70,6 +70,7 @@ def main() -> int:
 if __name__ == "__main__":
     sys.exit(main())
 '''
+URL = "https://api.openai.com/v1/chat/completions"
 #: The bug: only the status goes back to the model, so it cannot name the order.
 BUGGY = AGENT.replace("TOOL_RESULT", 'result["status"]')
 #: The fix: the whole tool result goes back.
@@ -253,6 +254,35 @@ def test_a_made_test_of_a_run_that_exited_minus_one_passes(tmp_path: Path) -> No
     env = {**os.environ, "FORKPOINT_STORE": str(tmp_path / "store")}
     written = recorded_and_made(tmp_path, env, "gave_up", exit_code=255)
     assert "assert run.exit_code == 255" in written, written
+    ran = pytest_in(tmp_path, env, "tests/incidents")
+    assert ran.returncode == 0 and "1 passed" in ran.stdout, ran.stdout + ran.stderr
+
+
+def test_a_test_made_of_an_imported_cassette_passes_on_the_program_that_made_it(tmp_path: Path) -> None:
+    """A session imported from a cassette does not say how its run ended (its exit code is None):
+    the made test asserted ``run.exit_code == None``, which no run passes."""
+    body = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hello"}]}
+    json_type = {"content-type": ["application/json"]}
+    interaction = {
+        "request": {"method": "POST", "uri": URL, "body": json.dumps(body), "headers": json_type},
+        "response": {
+            "status": {"code": 200, "message": "OK"},
+            "headers": json_type,
+            "body": {"string": '{"id": "c1"}'},
+        },
+    }
+    (tmp_path / "cassette.json").write_text(json.dumps({"interactions": [interaction]}))
+    (tmp_path / "agent.py").write_text(
+        f"import requests\nprint(requests.post({URL!r}, json={body!r}, timeout=5).json()['id'])\n"
+    )
+    env = {**os.environ, "FORKPOINT_STORE": str(tmp_path / "store")}
+    fp = [sys.executable, "-m", "forkpoint.cli"]
+    imported = sh(*fp, "import", "--name", "from_vcr", "cassette.json", cwd=tmp_path, env=env)
+    assert imported.returncode == 0, imported.stderr
+    made = sh(*fp, "make-test", "from_vcr", "--", "python", "agent.py", cwd=tmp_path, env=env)
+    assert made.returncode == 0, made.stderr
+    written = (tmp_path / "tests" / "incidents" / "test_from_vcr.py").read_text()
+    assert "run.exit_code ==" not in written, written
     ran = pytest_in(tmp_path, env, "tests/incidents")
     assert ran.returncode == 0 and "1 passed" in ran.stdout, ran.stdout + ran.stderr
 
