@@ -1188,8 +1188,8 @@ def tmp_path_rules(root: Path) -> tuple[IgnoreRule, ...]:
 def forkpoint_session(request: pytest.FixtureRequest) -> Iterator[Cassette]:
     """This test's cassette: recorded on the first run, replayed afterwards (see the module doc).
 
-    Ask for it first among a test's fixtures, or use ``@pytest.mark.forkpoint``, so that it is
-    active before anything calls a model.
+    Set up before the test's other function-scoped fixtures wherever it is asked for
+    (``_forkpoint_marker``), so that it is active before anything calls a model.
     """
     item = request.node
     config = request.getfixturevalue("forkpoint_config")
@@ -1211,8 +1211,13 @@ def forkpoint_session(request: pytest.FixtureRequest) -> Iterator[Cassette]:
 
 @pytest.fixture(autouse=True)
 def _forkpoint_marker(request: pytest.FixtureRequest) -> None:
-    """Give every test marked ``@pytest.mark.forkpoint`` its cassette, before its other fixtures."""
-    if request.node.get_closest_marker("forkpoint") is not None:
+    """Give every test marked ``@pytest.mark.forkpoint``, or that asks for ``forkpoint_session``
+    (among its fixtures, or theirs), its cassette before its other fixtures: one set up before it
+    would call the model unrecorded, and live on replay."""
+    if (
+        request.node.get_closest_marker("forkpoint") is not None
+        or "forkpoint_session" in request.fixturenames
+    ):
         request.getfixturevalue("forkpoint_session")
 
 

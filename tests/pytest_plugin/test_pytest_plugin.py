@@ -312,6 +312,42 @@ def test_a_test_that_skips_or_xfails_on_the_divergence_fails_with_it(
     )
 
 
+FIXTURE_FIRST = """
+import os
+
+import pytest
+
+from test_agent import ask
+
+
+@pytest.fixture
+def first_answer():
+    return ask(os.environ.get("PROMPT", "Hi"))
+
+
+def test_fixture_first(first_answer, forkpoint_session):
+    assert first_answer and ask("and then?")
+"""
+
+
+def test_a_fixture_named_before_forkpoint_session_is_replayed_too(
+    pytester: pytest.Pytester, server: LocalServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fixture the test named before ``forkpoint_session`` was set up before the cassette: its
+    model call was neither recorded nor replayed, and in mode replay it went to the model live,
+    with a changed prompt, and the test passed."""
+    pytester.makepyfile(test_agent=INNER, test_first=FIXTURE_FIRST)
+    run(pytester, "test_first.py").assert_outcomes(passed=1)
+    cassette = Session.load(pytester.path / "tests" / "cassettes" / "test_first" / "test_fixture_first")
+    assert len(cassette.by_type("model_call")) == 2
+    sent = len(server.requests)
+    monkeypatch.setenv("PROMPT", "Hello")
+    result = run(pytester, "--forkpoint-mode=replay", "test_first.py")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*~ $.body.messages[[]0[]].content: Hi → Hello"])
+    assert len(server.requests) == sent
+
+
 def test_unused_recorded_calls_fail(
     pytester: pytest.Pytester, server: LocalServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
