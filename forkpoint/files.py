@@ -187,5 +187,7 @@ def copy_dir_into_place(
             raise
     finally:
         shutil.rmtree(new, ignore_errors=True)
+    if aside.is_symlink():  # (a link the target was: removed, never what it names; rmtree refuses it)
+        aside.unlink()
     shutil.rmtree(aside, ignore_errors=True)
     return target

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from forkpoint.errors import SessionError, UsageError
+from forkpoint.files import copy_dir_into_place
 from forkpoint.log import Session
 from forkpoint.program import parse_command, run_command
 from tests.cliutil import coding_checkouts
@@ -415,6 +416,27 @@ def test_make_test_runs_no_command_an_untrusted_session_recorded_and_replaces_ca
     ran = pytest_in(tmp_path, env, "tests/incidents")
     assert ran.returncode == 0 and "2 passed" in ran.stdout, ran.stdout + ran.stderr
     assert [p.name for p in cassette.parent.iterdir() if p.name.startswith(".")] == []  # nothing left beside
+
+
+def test_a_cassette_that_is_a_link_is_replaced_by_the_copy_and_nothing_is_left_beside_it(
+    tmp_path: Path,
+) -> None:
+    """make-test --force over a cassette that was a link to a folder moved the link aside, as
+    ``.a.old-…``, and left it there, among the cassettes that get committed (rmtree refuses a
+    link): the folder it named is never touched."""
+    source = tmp_path / "session"
+    source.mkdir()
+    (source / "session.jsonl").write_text("{}\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "keep.txt").write_text("precious")
+    folder = tmp_path / "cassettes"
+    folder.mkdir()
+    (folder / "a").symlink_to(elsewhere)
+    copy_dir_into_place(source, folder / "a")
+    assert not (folder / "a").is_symlink() and (folder / "a" / "session.jsonl").read_text() == "{}\n"
+    assert (elsewhere / "keep.txt").read_text() == "precious"
+    assert sorted(p.name for p in folder.iterdir()) == ["a"]
 
 
 def test_make_test_copies_only_the_session_and_writes_no_recorded_field_as_code(tmp_path: Path) -> None:
