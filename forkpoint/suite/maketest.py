@@ -194,7 +194,9 @@ def make_test(
         "",
         "",
         f"@pytest.mark.forkpoint(cassette={f'cassettes/{ident}'!r})",
-        f"def test_{ident}(monkeypatch: pytest.MonkeyPatch) -> None:",
+        # (the fixture, not only the marker: where pytest does not load the plugin, an unknown
+        # marker is a warning and the test would run the agent live; a missing fixture is an error)
+        f"def test_{ident}(forkpoint_session: object, monkeypatch: pytest.MonkeyPatch) -> None:",
         "    monkeypatch.chdir(ROOT)",
         f"    run = forkpoint.run_command(COMMAND{', tools=TOOLS' if tools else ''})",
         (

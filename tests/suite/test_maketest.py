@@ -288,6 +288,20 @@ def test_a_test_made_of_an_imported_cassette_passes_on_the_program_that_made_it(
     assert ran.returncode == 0 and "1 passed" in ran.stdout, ran.stdout + ran.stderr
 
 
+def test_a_made_test_does_not_run_the_agent_live_where_the_plugin_is_not_loaded(tmp_path: Path) -> None:
+    """Where pytest does not load forkpoint's plugin (``PYTEST_DISABLE_PLUGIN_AUTOLOAD=1``, ``-p
+    no:forkpoint``), the marker of a made test is an unknown one, a warning: the test ran the agent
+    live, its tools and model calls for real, and passed."""
+    (tmp_path / "agent.py").write_text("from pathlib import Path\nPath('ran.txt').write_text('live')\n")
+    env = {**os.environ, "FORKPOINT_STORE": str(tmp_path / "store")}
+    recorded_and_made(tmp_path, env, "offline", exit_code=0)
+    (tmp_path / "ran.txt").unlink()
+    ran = pytest_in(tmp_path, {**env, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}, "tests/incidents")
+    assert ran.returncode != 0 and "fixture 'forkpoint_session' not found" in ran.stdout, ran.stdout
+    assert not (tmp_path / "ran.txt").exists()
+    assert pytest_in(tmp_path, env, "tests/incidents").returncode == 0
+
+
 def test_a_made_test_fails_when_the_run_ends_with_another_exception(tmp_path: Path) -> None:
     """The made test asserted the exit code alone: a replay that raised a KeyError where the
     recording raised a ValueError (exit 1 both) passed it, while `forkpoint replay` said the run
