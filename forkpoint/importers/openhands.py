@@ -158,6 +158,14 @@ def convert_openhands(path: Path, doc: Any) -> Imported:
     if synthesized:
         missing.append(f"the raw model response of {synthesized} text answer(s) (rebuilt from the text)")
     adjusted = [f"skipped {n} {what} event(s)" for what, n in sorted(skipped.items())]
+    unreadable = [e for e in evs if e.get("timestamp") is not None and naive_seconds(e["timestamp"]) is None]
+    if unreadable:
+        ids_shown = ", ".join(str(e.get("id")) for e in unreadable[:10]) + (
+            " …" if len(unreadable) > 10 else ""
+        )
+        adjusted.append(
+            f"the timestamp of event(s) {ids_shown} is no ISO time ({unreadable[0]['timestamp']!r:.40}): taken as none"
+        )
     if offset is None:
         adjusted.append(
             "event times are OpenHands' timestamps taken as UTC (no model response gave the zone)"

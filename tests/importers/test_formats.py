@@ -274,6 +274,43 @@ def test_a_cassette_with_a_key_twice_in_one_mapping_is_refused(tmp_path: Path) -
     assert call["response"]["status"] == 201
 
 
+def test_an_openhands_timestamp_that_is_no_time_is_named(tmp_path: Path) -> None:
+    """An OpenHands event whose timestamp was no time was taken as one without a time, said
+    nowhere (the import said the file had no times)."""
+    response = {
+        "id": "r1",
+        "created": 1704067200,
+        "choices": [{"message": {"role": "assistant", "content": "ok"}}],
+    }
+    events = [
+        {
+            "id": 1,
+            "source": "user",
+            "action": "message",
+            "args": {"content": "fix it"},
+            "timestamp": "2024-01-01T00:00:00",
+        },
+        {
+            "id": 2,
+            "source": "agent",
+            "action": "run",
+            "args": {"command": "ls"},
+            "timestamp": "yesterday",
+            "tool_call_metadata": {
+                "function_name": "execute_bash",
+                "tool_call_id": "c1",
+                "model_response": response,
+            },
+        },
+    ]
+    path = tmp_path / "events.json"
+    path.write_text(json.dumps(events))
+    adjusted = forkpoint.Session.load(import_file(path, store=tmp_path / "store")).header["imported_from"][
+        "adjusted"
+    ]
+    assert "the timestamp of event(s) 2 is no ISO time ('yesterday'): taken as none" in adjusted, adjusted
+
+
 needs_trajectories = pytest.mark.skipif(
     not TRAJECTORIES.is_dir(),
     reason=f"real trajectories not found at {TRAJECTORIES} (../shared/realdata is absent)",
