@@ -288,6 +288,13 @@ def load_yaml(path: Path, text: str, expected: str) -> Any:
 _MAX_DURATION_MS = 365 * 86400 * 1000.0
 
 
+def no_time(field: str, items: str, ids: list[Any], first: Any) -> str:
+    """The ``adjusted`` note for the ``items`` ``ids`` whose ``field`` is given but is no time
+    (``first``: the first such value): taken as given none, and placed as :func:`one_clock` says."""
+    shown = ", ".join(map(str, ids[:10])) + (" …" if len(ids) > 10 else "")
+    return f"the {field} of {items} {shown} is no time ({first!r:.40}): taken as none"
+
+
 def one_clock(events: list[dict[str, Any]]) -> tuple[str, str, str | None]:
     """Put every event of an import on one clock, the source's; returns (the start, the end, what
     was inferred to do it, or None).

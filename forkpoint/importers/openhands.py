@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .base import Imported, Importer
+from .base import Imported, Importer, no_time
 from .trajectory import (
     as_dict,
     chat_completion,
@@ -160,12 +160,8 @@ def convert_openhands(path: Path, doc: Any) -> Imported:
     adjusted = [f"skipped {n} {what} event(s)" for what, n in sorted(skipped.items())]
     unreadable = [e for e in evs if e.get("timestamp") is not None and naive_seconds(e["timestamp"]) is None]
     if unreadable:
-        ids_shown = ", ".join(str(e.get("id")) for e in unreadable[:10]) + (
-            " …" if len(unreadable) > 10 else ""
-        )
-        adjusted.append(
-            f"the timestamp of event(s) {ids_shown} is no ISO time ({unreadable[0]['timestamp']!r:.40}): taken as none"
-        )
+        numbers = [e.get("id") for e in unreadable]
+        adjusted.append(no_time("timestamp", "event(s)", numbers, unreadable[0]["timestamp"]))
     if offset is None:
         adjusted.append(
             "event times are OpenHands' timestamps taken as UTC (no model response gave the zone)"

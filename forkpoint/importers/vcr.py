@@ -48,7 +48,7 @@ from ..errors import ImportFormatError
 from ..events import iso_time
 from ..record import keyed
 from ..redact import scrub_headers, scrub_json, scrub_stream, scrub_url
-from .base import Imported, Importer
+from .base import Imported, Importer, no_time
 
 #: The ``anthropic-version`` of the Anthropic API's first version, used when no SDK is installed.
 ANTHROPIC_VERSION = "2023-06-01"
@@ -332,6 +332,8 @@ def convert(path: Path, doc: Any) -> Imported:
     events: list[dict[str, Any]] = []
     dialects: set[str] = set()
     dated = 0
+    undated: list[int] = []  # (interactions whose Date header is no date)
+    first_undated: str | None = None
     versions: dict[str, str] = {}
     for n, it in enumerate(interactions(doc) or [], start=1):
         rq, rs = it["request"], it["response"]
@@ -353,9 +355,14 @@ def convert(path: Path, doc: Any) -> Imported:
         if ts:
             event["ts"] = ts
             dated += 1
+        elif _header(headers, "date"):
+            undated.append(n)
+            first_undated = first_undated or _header(headers, "date")
         events.append(keyed(event))
         for name, version in sdk_versions(_pairs(rq.get("headers"), f"{where}: the request")).items():
             versions.setdefault(name, version)
+    if undated:
+        notes.append(no_time("Date header", "interaction(s)", undated, first_undated))
     missing = ["call durations and stream chunk timing (a cassette stores none; chunks are at 0 ms)"]
     if dated < len(events):
         missing.append("the time of calls without a Date response header")

@@ -274,6 +274,20 @@ def test_a_cassette_with_a_key_twice_in_one_mapping_is_refused(tmp_path: Path) -
     assert call["response"]["status"] == 201
 
 
+def test_a_date_header_that_is_no_date_is_named(tmp_path: Path) -> None:
+    """A response whose ``Date`` header was no date (a filter's placeholder) was taken as one
+    without the header, said nowhere."""
+    first, second = _chat_interaction(1), _chat_interaction(2)
+    first["response"]["headers"]["Date"] = ["DATE-XXX"]
+    second["response"]["headers"]["Date"] = ["Mon, 08 Dec 2025 23:16:56 GMT"]
+    path = tmp_path / "dated.json"
+    path.write_text(json.dumps({"interactions": [first, second]}))
+    adjusted = forkpoint.Session.load(import_file(path, store=tmp_path / "store")).header["imported_from"][
+        "adjusted"
+    ]
+    assert "the Date header of interaction(s) 1 is no time ('DATE-XXX'): taken as none" in adjusted, adjusted
+
+
 def test_an_openhands_timestamp_that_is_no_time_is_named(tmp_path: Path) -> None:
     """An OpenHands event whose timestamp was no time was taken as one without a time, said
     nowhere (the import said the file had no times)."""
@@ -308,7 +322,7 @@ def test_an_openhands_timestamp_that_is_no_time_is_named(tmp_path: Path) -> None
     adjusted = forkpoint.Session.load(import_file(path, store=tmp_path / "store")).header["imported_from"][
         "adjusted"
     ]
-    assert "the timestamp of event(s) 2 is no ISO time ('yesterday'): taken as none" in adjusted, adjusted
+    assert "the timestamp of event(s) 2 is no time ('yesterday'): taken as none" in adjusted, adjusted
 
 
 needs_trajectories = pytest.mark.skipif(
