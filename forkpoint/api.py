@@ -139,6 +139,9 @@ def finish_recording(rec: Recorder) -> list[str]:
     cache of model answers (DSPy's: never made, so not recorded). They go into the session as notes
     and to stderr. Returns the connections."""
     finish_pending(rec)
+    pools = sys.modules.get("forkpoint.replay.pools")  # (not loaded: the program made no wait)
+    if pools is not None:
+        pools.end_runs(rec)
     later = [k for k in api_keys_set() if rec.api_keys is not None and k not in rec.api_keys]
     if later:  # (loaded while it ran, from a .env file say: the replay needs them too)
         rec.note("API-key variables set while the run ran", api_keys=later)

@@ -26,8 +26,9 @@ is replaced by a subclass. ``asyncio.wait`` waits through ``asyncio.tasks._wait`
 every call too: it is wrapped, and on replay the futures it waits for are stamped as they finish (a
 done callback: run in the order they finished). Each counts the process's waits that may return
 before all have finished, of its kind and where they are made, in the order they return. A recording notes a wait that got
-another number than usual (:data:`AT_ONCE`: one for the first finished, all for the others); a
-replay hands back as many as that wait got live, the first to finish first, and leaves the rest in
+another number than the wait made there before it (:data:`AT_ONCE`; usually one for the first
+finished, all for the others), which holds for the waits after it until the next note: a polling
+loop writes a note when what its polls get changes, not at each poll; a replay hands back as many as that wait got live, the first to finish first, and leaves the rest in
 ``not_done`` for the next wait, which returns at once. A pool's future finishes, in that order,
 where its served call's result was handed over (:func:`released`).
 """
@@ -37,6 +38,7 @@ from __future__ import annotations
 import concurrent.futures._base as futures_base
 import functools
 import itertools
+import os
 import sys
 import threading
 import weakref
@@ -51,13 +53,27 @@ from ..text import say
 _FINISHED = "_forkpoint_finished"
 _finishing = itertools.count()  # (next() on it is atomic under the GIL: pool threads finish at once)
 
-#: The text of the note a recording keeps of a wait that got another number of futures than usual
-#: (:func:`_as_live`).
+#: The text of the note a recording keeps of a wait that got another number of finished futures than
+#: the one made there before it (:func:`_as_live`).
 AT_ONCE = "a wait got another number of finished futures than usual"
 
-#: Runtime → the ordinals of its process's waits that may return before all have finished
-#: (:func:`_as_live`), by kind (``threads``, ``asyncio``) and where they are made: 1, 2, 3…
-_waits: weakref.WeakKeyDictionary[Any, dict[tuple[str, str], Iterator[int]]] = weakref.WeakKeyDictionary()
+
+class _Made:
+    """The waits of one kind made at one place (:func:`_as_live`): how many so far (the last one's
+    ordinal), and what the last one a recording noted there got and in which process (a forked
+    child's copy of its parent's is not its own)."""
+
+    __slots__ = ("count", "got", "pid")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.got: int | None = None
+        self.pid: int | None = None
+
+
+#: Runtime → its process's waits that may return before all have finished (:func:`_as_live`), by
+#: kind (``threads``, ``asyncio``) and where they are made.
+_waits: weakref.WeakKeyDictionary[Any, dict[tuple[str, str], _Made]] = weakref.WeakKeyDictionary()
 _waits_lock = threading.Lock()
 
 #: An asyncio future → its place in the order futures finished in (:func:`install_asyncio`).
@@ -303,6 +319,30 @@ def _place(frame: FrameType | None) -> str:
     return f"{frame.f_globals.get('__name__')}:{code.co_qualname}+{frame.f_lineno - code.co_firstlineno}"
 
 
+def end_runs(rt: runtime.Runtime) -> None:
+    """Note, for each place whose last wait in this process got another number of finished futures
+    than usual (:func:`_as_live`), that none came after it: a replay's wait made there past those
+    made live gets the usual number, not that one. (A process that ends without it, through
+    ``os._exit``, ended in that run: a replay's waits past it get what the run got.)"""
+    note, pid = getattr(rt, "note", None), os.getpid()
+    if not callable(note):
+        return
+    with _waits_lock:
+        ended = [
+            (place, m.count)
+            for place, m in (_waits.get(rt) or {}).items()
+            if m.pid == pid and m.got is not None
+        ]
+    for (waits, at), count in ended:
+        _noted(note, waits, at, count + 1, None)
+
+
+def _noted(note: Callable[..., Any], waits: str, at: str, wait: int, got: int | None) -> None:
+    """Note that the ``wait``-th wait of ``waits``' kind made ``at``, and each made there after it
+    until the next note, got ``got`` finished futures (None: the usual number)."""
+    note(AT_ONCE, finished_at_once={"waits": waits, "at": at, "wait": wait, "done": got, "onward": True})
+
+
 def _as_live(
     rt: runtime.Runtime,
     waits: str,
@@ -314,21 +354,30 @@ def _as_live(
 ) -> tuple[set[Any], set[Any]]:
     """A wait of ``waits``' kind made ``at`` (:func:`_place`) that may return before all its
     futures have finished, which usually get ``usual`` (one for the first finished, all for the
-    first failure or a timeout): recorded, noted when ``done`` holds another number; replayed,
-    ``done`` holds as many as it did live (the first to finish first, by ``finished_at``) and
-    ``not_done`` the rest. Counted by where they are made: waits made live only (a library's on
-    the network) do not shift the program's; and not at all in a tool's body, which a replay does
-    not run (its wait, through a helper of the program's, would be the program's first there)."""
+    first failure or a timeout): recorded, noted when ``done`` holds another number than the wait
+    made there before it got (``usual`` or not: ``None``), the note holding for the waits after it
+    until the next (a polling loop, ``wait(fs, timeout=0)``, writes one for a run of polls that
+    got nothing, not one at each); replayed, ``done`` holds as many as it did live (the first to
+    finish first, by ``finished_at``) and ``not_done`` the rest. Counted by where they are made:
+    waits made live only (a library's on the network) do not shift the program's; and not at all
+    in a tool's body, which a replay does not run (its wait, through a helper of the program's,
+    would be the program's first there)."""
     from ..capture.tools import in_tool_body  # (not at start-up: hooks.install loads this module)
 
     if in_tool_body():
         return done, not_done
+    got = None if len(done) == usual else len(done)
     with _waits_lock:
-        wait = next(_waits.setdefault(rt, {}).setdefault((waits, at), itertools.count(1)))
+        made = _waits.setdefault(rt, {}).setdefault((waits, at), _Made())
+        made.count += 1
+        wait, pid = made.count, os.getpid()
+        changed = got != (made.got if made.pid == pid else None)
+        made.got, made.pid = got, pid
     if rt.mode == "record":
         note = getattr(rt, "note", None)
-        if len(done) != usual and callable(note):
-            note(AT_ONCE, finished_at_once={"waits": waits, "at": at, "wait": wait, "done": len(done)})
+        if changed and callable(note):
+            # (written as it is known: a process that ends in a run of alike waits loses no note)
+            _noted(note, waits, at, wait, got)
         return done, not_done
     at_once = getattr(rt, "finished_at_once", None)
     live = at_once(waits, at, wait, len(done), usual) if callable(at_once) else usual

@@ -547,6 +547,46 @@ def _pid(event: Mapping[str, Any]) -> int | None:
     return pid if isinstance(pid, int) else None
 
 
+#: The waits made at one place a recording noted (:func:`_noted_waits`): their ordinals, sorted,
+#: and what each got (None: the usual number) and whether that holds for the waits after it too.
+NotedWaits = tuple[list[int], list[tuple[int | None, bool]]]
+
+
+def _noted_waits(notes: Iterable[Mapping[str, Any]]) -> dict[tuple[int | None, str, str], NotedWaits]:
+    """The waits a recording's notes say got another number of finished futures than the one made
+    before them (:data:`~forkpoint.replay.pools.AT_ONCE`), by process, kind and place."""
+    noted: dict[tuple[int | None, str, str], list[tuple[int, int | None, bool]]] = {}
+    for n in notes:
+        got = (n.get("data") or {}).get("finished_at_once")
+        if (
+            not isinstance(got, dict)
+            or not isinstance(got.get("waits"), str)
+            or not isinstance(got.get("at"), str)
+        ):
+            continue
+        wait, done, onward = got.get("wait"), got.get("done"), got.get("onward") is True
+        if isinstance(wait, int) and (isinstance(done, int) or (onward and done is None)):
+            noted.setdefault((_pid(n), got["waits"], got["at"]), []).append((wait, done, onward))
+    return {
+        place: ([w for w, _, _ in waits], [(d, o) for _, d, o in waits])
+        for place, waits in ((p, sorted(w, key=itemgetter(0))) for p, w in noted.items())
+    }
+
+
+def _got(noted: NotedWaits | None, wait: int, usual: int) -> int:
+    """How many finished futures the ``wait``-th wait made at a place got live, by the notes of
+    that place (:func:`_noted_waits`): the one for it, or the last before it that holds onward;
+    else ``usual``."""
+    if noted is None:
+        return usual
+    waits, got = noted
+    i = bisect.bisect_right(waits, wait) - 1
+    if i < 0:
+        return usual
+    done, onward = got[i]
+    return usual if done is None or (waits[i] != wait and not onward) else done
+
+
 def neutral_answer(request: HttpRequest, kind: str) -> ModelCallEvent:
     """The answer a client expects from a telemetry endpoint or an MCP session request the recording
     does not have (:data:`forkpoint.providers.kinds.TELEMETRY`; MCP: ``405 Method Not Allowed``,
@@ -855,8 +895,8 @@ class Replayer:
         self.waits_short: list[dict[str, Any]] = []
         #: The waits it could not tell which recorded process's they were (finished_at_once).
         self.waits_untold: list[dict[str, Any]] = []
-        #: The recording's AT_ONCE notes, read once (finished_at_once).
-        self._at_once: dict[tuple[int | None, str, str, int], int] | None = None
+        #: The recording's AT_ONCE notes, read once (finished_at_once, _noted_waits).
+        self._at_once: dict[tuple[int | None, str, str], NotedWaits] | None = None
         #: The recorded processes of the calls served here (:meth:`_serve`): kept as they are served,
         #: not read off every call served at each wait (a graph's every step waits).
         self._pids_served: set[int | None] = set()
@@ -1812,26 +1852,19 @@ class Replayer:
         """How many finished futures this process's ``wait``-th wait of ``waits``' kind made
         ``at`` that may return before all have finished hands back (:mod:`~forkpoint.replay.pools`): as many as it
         got live, ``usual`` unless the recording noted otherwise in the process this one replays
-        (the one the calls served to it were recorded in; before any, the recording's only one).
-        When fewer than that had finished now (``finished``), the program may go another way than
-        live, and when which recorded process this is cannot be told and theirs differ, it gets
-        ``usual``: the report says so (``waits_short``, ``waits_untold``)."""
+        (the one the calls served to it were recorded in; before any, the recording's only one):
+        for that wait, or for an earlier one made there, onward. When fewer than that had finished
+        now (``finished``), the program may go another way than live, and when which recorded
+        process this is cannot be told and theirs differ, it gets ``usual``: the report says so
+        (``waits_short``, ``waits_untold``)."""
         with self._turns:
             if self._at_once is None:
-                self._at_once = {
-                    (_pid(n), got["waits"], got["at"], got["wait"]): got["done"]
-                    for n in self._session.by_type("note")
-                    if isinstance(got := (n.get("data") or {}).get("finished_at_once"), dict)
-                    and isinstance(got.get("waits"), str)
-                    and isinstance(got.get("at"), str)
-                    and isinstance(got.get("wait"), int)
-                    and isinstance(got.get("done"), int)
-                }
+                self._at_once = _noted_waits(self._session.by_type("note"))
             # (a copy, taken at once: another thread's call may be served meanwhile)
             mine = set(self._pids_served) or {_pid(e) for e in self.recorded} | {
                 pid for pid, *_ in self._at_once
             }
-            counts = {self._at_once.get((pid, waits, at, wait), usual) for pid in mine} or {usual}
+            counts = {_got(self._at_once.get((pid, waits, at)), wait, usual) for pid in mine} or {usual}
             live = counts.pop() if len(counts) == 1 else usual
             if counts:  # (the processes it may be got other numbers)
                 self.waits_untold.append({"waits": waits, "at": at, "wait": wait})

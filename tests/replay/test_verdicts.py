@@ -1022,6 +1022,123 @@ def test_a_wait_whose_time_ran_out_live_gets_nothing_again(store: Path, agent: C
         assert rp.report()["reproduced"] is True
 
 
+#: Three calls a poll finds finished one at a time, far enough apart that no poll finds two at once.
+POLLED = (("fast", 0.05), ("mid", 0.2), ("slow", 0.35))
+
+
+def poll(pending: set[Any]) -> tuple[set[Any], set[Any]]:
+    """The program's poll: what has finished now."""
+    return wait(pending, timeout=0)
+
+
+def polling(who: str = "") -> list[tuple[int, int]]:
+    """Three calls (their names after ``who``) polled (``wait(timeout=0)`` in a loop) until all
+    have finished: each poll's numbers of futures done and pending."""
+    seen = []
+    with ThreadPoolExecutor(len(POLLED)) as pool:
+        pending = {pool.submit(work, who + n, d) for n, d in POLLED}
+        while pending:
+            done, pending = poll(pending)
+            seen.append((len(done), len(pending)))
+    return seen
+
+
+async def apolling() -> list[tuple[int, int]]:
+    """:func:`polling` with async tools and ``asyncio.wait``."""
+    seen = []
+    pending = {asyncio.ensure_future(fetch(n, d)) for n, d in POLLED}
+    while pending:
+        done, pending = await asyncio.wait(pending, timeout=0)
+        seen.append((len(done), len(pending)))
+    return seen
+
+
+def runs(seen: list[Any]) -> list[Any]:
+    """``seen`` with each run of alike items as one."""
+    return [x for i, x in enumerate(seen) if i == 0 or seen[i - 1] != x]
+
+
+@pytest.mark.parametrize("agent", [lambda: asyncio.run(apolling()), polling], ids=["asyncio", "threads"])
+def test_a_polling_loop_writes_a_note_when_what_its_polls_get_changes_not_at_each_poll(
+    store: Path, agent: Callable[[], list[tuple[int, int]]]
+) -> None:
+    """A poll that gets none of its futures got another number than usual (all, for a wait with a
+    timeout): a recording wrote a note at each, hundreds a second, and recording slowed the live
+    run's loop a hundredfold (a reviewer's trial, 2026-12-07: 5,303 polls a second without
+    forkpoint, 445 recording). A note is written where what the polls made there get changes, and
+    holds for the polls after it until the next: on replay, each poll gets what it got live."""
+    with forkpoint.record(store=store) as rec:
+        live = agent()
+    assert runs(live) == [(0, 3), (1, 2), (0, 2), (1, 1), (0, 1), (1, 0)] and len(live) > 50
+    notes = [n for n in Session.load(rec.session_path).by_type("note") if n["text"] == pools.AT_ONCE]
+    # (the last poll got all, the usual number: said, as the polls before it got fewer)
+    assert [n["data"]["finished_at_once"]["done"] for n in notes] == [0, 1, 0, 1, 0, None]
+    for _ in range(3):
+        with forkpoint.replay(rec.session_path) as rp:
+            assert agent() == live
+        assert rp.report()["reproduced"] is True and rp.report()["waits_short"] == []
+
+
+#: A program that polls a slow call once (nothing has finished), then forks a worker that makes a
+#: call and polls its three calls at the same place until all have finished; it prints what the
+#: worker's polls got, runs of alike polls as one.
+FORKED_POLLS = """
+import json, os, sys, time
+from concurrent.futures import ThreadPoolExecutor, wait
+
+import forkpoint
+
+
+@forkpoint.tool
+def work(name, delay):
+    time.sleep(delay)
+    return name
+
+
+def poll(pending):
+    return wait(pending, timeout=0)
+
+
+work("parent", 0)  # (a call before any wait: each process's tells which recorded one it is)
+with ThreadPoolExecutor(1) as pool:
+    done, _ = poll({pool.submit(work, "slow", 0.3)})
+    read, write = os.pipe()
+    if os.fork() == 0:
+        seen = [work("worker", 0)]
+        with ThreadPoolExecutor(3) as workers:
+            pending = {workers.submit(work, n, d) for n, d in (("fast", 0.05), ("mid", 0.2), ("slow", 0.35))}
+            while pending:
+                got, pending = poll(pending)
+                if seen[-1] != [len(got), len(pending)]:
+                    seen.append([len(got), len(pending)])
+        os.write(write, json.dumps(seen).encode())
+        os._exit(0)
+    os.close(write)
+    print(len(done), os.read(read, 4096).decode())
+"""
+
+
+def test_a_worker_forked_in_a_run_of_polls_notes_its_own_polls(tmp_path: Path) -> None:
+    """The parent's last poll got none of its futures (noted: the polls after it got so too) when
+    it forked a worker that polls at the same place, and its first polls got none either: they are
+    the worker's, noted in its process, or its replay would take them for the usual number (all)
+    and go another way."""
+    (tmp_path / "agent.py").write_text(FORKED_POLLS)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    run = [sys.executable, "-m", "forkpoint.cli"]
+    rec = subprocess.run(
+        [*run, "record", "--no-workspace", "--store", "s", "--", sys.executable, "agent.py"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert rec.returncode == 0, rec.stderr
+    assert rec.stdout == '0 ["worker", [0, 3], [1, 2], [0, 2], [1, 1], [0, 1], [1, 0]]\n', rec.stdout
+    rep = subprocess.run(
+        [*run, "replay", "last", "--store", "s"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )  # fmt: skip
+    said = " ".join(rep.stderr.split())
+    assert rep.stdout == rec.stdout and "replay ok" in said and "not certain" not in said, (rep.stdout, said)
+
+
 @forkpoint.tool
 def fail(delay: float) -> str:
     time.sleep(delay)
