@@ -76,6 +76,15 @@ class _Made:
 _waits: weakref.WeakKeyDictionary[Any, dict[tuple[str, str], _Made]] = weakref.WeakKeyDictionary()
 _waits_lock = threading.Lock()
 
+#: A task whose coroutine is asyncio's own (``asyncio.wait`` made a task of by ``create_task``,
+#: ``gather`` or ``wait_for``) → where the program made it, and which of those made there it is
+#: (``module:function+line#k``, :func:`_made_where`): a wait it runs is counted there, not where the
+#: event loop calls it, with every other wait run so, in the order they return.
+_made_at: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+
+#: Runtime → how many tasks of asyncio's own coroutines were made at each place (:data:`_made_at`).
+_made_here: weakref.WeakKeyDictionary[Any, dict[str, int]] = weakref.WeakKeyDictionary()
+
 #: An asyncio future → its place in the order futures finished in (:func:`install_asyncio`).
 _done_at: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
 
@@ -228,14 +237,15 @@ def install_asyncio(aio: Any, mode: str) -> None:
     real = _to_wrap(tasks, "_wait", mode)
     if real is None:
         return
-    runtime.task_made.append(_stamped_as_it_finishes)
+    runtime.task_made.extend((_stamped_as_it_finishes, _made_where))
 
     @functools.wraps(real)
     async def waited(fs: set[Any], timeout: Any, return_when: Any, loop: Any) -> tuple[set[Any], set[Any]]:
         rt = runtime.active()
         if rt is None or (return_when == aio.ALL_COMPLETED and timeout is None):
             return await real(fs, timeout, return_when, loop)  # type: ignore[no-any-return]
-        at = _place(sys._getframe(2))  # (→ asyncio.wait →)
+        # (→ asyncio.wait →: the program's caller, or where it made the task that runs the wait)
+        at = _program_place(sys._getframe(1), runtime.running_task()) or _place(sys._getframe(2))
         if rt.mode == "replay":
             for f in fs:
                 _stamp(f)  # (a task made in the replay is already: another future is now)
@@ -308,6 +318,49 @@ def _stamp(future: Any) -> None:
     if not future.done() and future not in _done_at:
         _done_at[future] = -1
         future.add_done_callback(_done)
+
+
+def _made_where(task: Any) -> None:
+    """Note where the program made ``task``, when its coroutine is asyncio's own
+    (:data:`_made_at`); not in a tool's body, which a replay does not run."""
+    from ..capture.tools import in_tool_body  # (not at start-up: hooks.install loads this module)
+
+    rt = runtime.active()
+    frame = _coroutine_frame(task)
+    if rt is None or frame is None or not _asyncio_s(frame) or in_tool_body():
+        return
+    at = _program_place(sys._getframe(2), runtime.running_task())  # (→ runtime's create_task →)
+    if at is None:
+        return
+    with _waits_lock:
+        made = _made_here.setdefault(rt, {})
+        made[at] = made.get(at, 0) + 1
+        _made_at[task] = f"{at}#{made[at]}"
+
+
+def _coroutine_frame(task: Any) -> FrameType | None:
+    """The frame of ``task``'s coroutine (None when it has none, or a task factory's object does
+    not say: an error here would be raised in the program's ``create_task``)."""
+    get_coro = getattr(task, "get_coro", None)
+    return getattr(get_coro(), "cr_frame", None) if callable(get_coro) else None
+
+
+def _asyncio_s(frame: FrameType) -> bool:
+    return str(frame.f_globals.get("__name__")).partition(".")[0] == "asyncio"
+
+
+def _program_place(frame: FrameType | None, task: Any) -> str | None:
+    """Where the program is in ``frame`` or the frames out of it (:func:`_place`), past asyncio's
+    own; when ``task``'s coroutine is asyncio's own too, where the program made ``task``
+    (:data:`_made_at`; None when unknown). The frames out of a task's own are the event loop's."""
+    root = _coroutine_frame(task)
+    while frame is not None:
+        if not _asyncio_s(frame):
+            return _place(frame)
+        if frame is root:
+            return _made_at.get(task)
+        frame = frame.f_back
+    return None
 
 
 def _place(frame: FrameType | None) -> str:

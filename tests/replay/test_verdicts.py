@@ -848,6 +848,42 @@ def test_waits_made_live_only_are_not_counted_with_the_program_s(store: Path, wh
         assert rp.report()["reproduced"] is True
 
 
+async def waits_of_their_own(how: str) -> list[list[str]]:
+    """Two waits for the first finished, each run as a task of its own (``how``): one on two
+    futures of the program's own that a timer sets at once (live, it got both), then one on two
+    tools (live, the fast one alone)."""
+    loop = asyncio.get_running_loop()
+    own = [loop.create_future() for _ in range(2)]
+    loop.call_later(0.05, lambda: [f.set_result(n) for f, n in zip(own, "ab", strict=True)])
+    tools = [asyncio.ensure_future(fetch(n, d)) for n, d in (("fast", 0.3), ("slow", 0.6))]
+    mine = asyncio.wait(own, return_when=asyncio.FIRST_COMPLETED)
+    theirs = asyncio.wait(tools, return_when=asyncio.FIRST_COMPLETED)
+    if how == "gather":
+        got = await asyncio.gather(mine, theirs)
+    elif how == "wait_for":
+        got = await asyncio.gather(asyncio.wait_for(mine, 5), asyncio.wait_for(theirs, 5))
+    else:
+        got = [await t for t in [asyncio.create_task(mine), asyncio.create_task(theirs)]]
+    await asyncio.gather(*tools)
+    return [sorted(f.result() for f in done) for done, _ in got]
+
+
+@pytest.mark.parametrize("how", ["create_task", "wait_for", "gather"])
+def test_waits_run_as_tasks_of_their_own_are_counted_where_each_task_was_made(store: Path, how: str) -> None:
+    """A wait run as a task of its own is called by the event loop: counted where its caller is, all
+    such waits were counted at one place, in the order they returned, and served at once the
+    tools' wait returned first on replay: it got the program's wait's two (noted), and the
+    program's the usual one, under "replay ok" (a reviewer's trial, 2026-12-07). Each is counted
+    where its task was made, the first, second… made there."""
+    with forkpoint.record(store=store) as rec:
+        live = asyncio.run(waits_of_their_own(how))
+    assert live == [["a", "b"], ["fast"]]
+    for _ in range(3):
+        with forkpoint.replay(rec.session_path) as rp:
+            assert asyncio.run(waits_of_their_own(how)) == live
+        assert rp.report()["reproduced"] is True
+
+
 async def first_done(aws: set[Any]) -> tuple[set[Any], set[Any]]:
     """The program's helper: the first to finish (a tool's body uses it too)."""
     return await asyncio.wait(aws, return_when=asyncio.FIRST_COMPLETED)
