@@ -1288,6 +1288,8 @@ def call_tool(
     finally:
         if live is not None:
             runtime.running_live_tool.reset(live)
+        for ended in runtime.tool_ended:
+            ended()
     return result if call is None else call.returned(result, encode)
 
 
@@ -1340,6 +1342,8 @@ async def acall_tool(
     finally:
         if live is not None:
             runtime.running_live_tool.reset(live)
+        for ended in runtime.tool_ended:
+            ended()
     return result if call is None else call.returned(result, encode)
 
 

@@ -60,21 +60,33 @@ AT_ONCE = "a wait got another number of finished futures than usual"
 
 class _Made:
     """The waits of one kind made at one place (:func:`_as_live`): how many so far (the last one's
-    ordinal), and what the last one a recording noted there got and in which process (a forked
-    child's copy of its parent's is not its own)."""
+    ordinal), and what the last one a recording noted there got (:func:`_outcome`) and in which
+    process (a forked child's copy of its parent's is not its own)."""
 
     __slots__ = ("count", "got", "pid")
 
     def __init__(self) -> None:
         self.count = 0
-        self.got: int | None = None
+        self.got = _USUAL
         self.pid: int | None = None
+
+
+#: What a wait usually gets (:func:`_outcome`): the usual number of finished futures, none of the
+#: program's own.
+_USUAL: tuple[int | None, int] = (None, 0)
 
 
 #: Runtime → its process's waits that may return before all have finished (:func:`_as_live`), by
 #: kind (``threads``, ``asyncio``) and where they are made.
 _waits: weakref.WeakKeyDictionary[Any, dict[tuple[str, str], _Made]] = weakref.WeakKeyDictionary()
 _waits_lock = threading.Lock()
+
+#: The attribute a pool's future holds True in when a tool's call ended in the work that finished it
+#: (:func:`_tool_ended`); one without it is the program's own (a timer, a computation).
+_CALLED = "_forkpoint_called"
+
+#: The asyncio tasks a tool's call ended in (:func:`_tool_ended`).
+_called_tasks: weakref.WeakSet[Any] = weakref.WeakSet()
 
 #: A task whose coroutine is asyncio's own (``asyncio.wait`` made a task of by ``create_task``,
 #: ``gather`` or ``wait_for``) → where the program made it, and which of those made there it is
@@ -96,6 +108,8 @@ def install(mode: str) -> None:
     """Wrap ``as_completed``'s yielding of finished futures and ``wait``'s result, and stamp futures
     as they finish (idempotent; straight through while no runtime is active). A ``replay`` says on
     stderr what it cannot hold in order."""
+    if _tool_ended not in runtime.tool_ended:
+        runtime.tool_ended.append(_tool_ended)
     if not _install_wait() and mode == "replay":
         _unheld("DoneAndNotDoneFutures")
     real = _to_wrap(futures_base, "_yield_finished_futures", mode)
@@ -126,11 +140,32 @@ def released() -> None:
 _thread = threading.local()
 
 
+def _tool_ended() -> None:
+    """A tool's call ended in this thread, or asyncio task: the future its work finishes stands for
+    it (:data:`_CALLED`, :data:`_called_tasks`)."""
+    task = runtime.running_task()
+    if task is None:
+        _thread.called = True
+        return
+    try:
+        _called_tasks.add(task)
+    except TypeError:  # (a task factory's object no weakref can hold: taken for the program's own)
+        pass
+
+
+def _own(future: Any) -> bool:
+    """Whether ``future`` is the program's own: no tool's call ended in what finished it."""
+    return not getattr(future, _CALLED, False) and future not in _called_tasks
+
+
 def _stamping(method: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(method)
     def finish(self: futures_base.Future[Any], *args: Any, **kwargs: Any) -> Any:
         at = getattr(_thread, "released", None)
         _thread.released = None
+        if getattr(_thread, "called", False):
+            _thread.called = False
+            setattr(self, _CALLED, True)
         # (before it is done: whoever sees it done sees it)
         setattr(self, _FINISHED, next(_finishing) if at is None else at)
         return method(self, *args, **kwargs)  # (set_result(result=…): the program's call as it made it)
@@ -226,7 +261,12 @@ def _held(caller: FrameType, done: set[Any], not_done: set[Any]) -> tuple[set[An
     if not first and seen.get("return_when") != futures_base.FIRST_EXCEPTION and seen.get("timeout") is None:
         return done, not_done  # (it returns when all have finished: nothing to hold)
     usual = 1 if first else len(done) + len(not_done)
-    return _as_live(rt, "threads", _place(caller.f_back), done, not_done, _finished_at, usual)
+    done, not_done, short = _as_live(
+        rt, "threads", _place(caller.f_back), done, not_done, _finished_at, usual
+    )
+    if short is not None:  # (decided holding the futures' locks: it cannot wait for more here)
+        _said_short(rt, short)
+    return done, not_done
 
 
 def install_asyncio(aio: Any, mode: str) -> None:
@@ -255,7 +295,12 @@ def install_asyncio(aio: Any, mode: str) -> None:
             # loop, it has run; the callbacks of futures that finished later run after it)
             await aio.sleep(0)
         first = 1 if return_when == aio.FIRST_COMPLETED else len(fs)
-        return _as_live(rt, "asyncio", at, done, pending, lambda f: _done_at.get(f, -1), first)
+        done, pending, short = _as_live(rt, "asyncio", at, done, pending, _finished_in_loop, first)
+        if short is not None:
+            # (not waited for: a future of the program's own may be one the tool's body, which a
+            # replay does not run, would have finished, and the replay would hang)
+            _said_short(rt, short)
+        return done, pending
 
     waited.__forkpoint_pools__ = True  # type: ignore[attr-defined]
     tasks._wait = waited  # type: ignore[union-attr]
@@ -283,7 +328,7 @@ def _install_as_completed(aio: Any, mode: str) -> None:
             yield from real(fs, timeout=timeout)  # (its errors as it raises them)
             return
         todo = {aio.ensure_future(f, loop=loop) for f in set(fs)}
-        finished = sorted((f for f in todo if f.done()), key=lambda f: _done_at.get(f, -1))
+        finished = sorted((f for f in todo if f.done()), key=_finished_in_loop)
         for i, f in enumerate(finished):
             yield _result_of(aio, f, settle=i == 0)
         yield from real(todo.difference(finished), timeout=timeout)
@@ -298,6 +343,18 @@ async def _result_of(aio: Any, future: Any, settle: bool) -> Any:
     if settle:
         await aio.sleep(0)
     return future.result()
+
+
+def _finished_in_loop(future: Any) -> int:
+    return _done_at.get(future, -1)
+
+
+def _said_short(rt: runtime.Runtime, short: dict[str, Any]) -> None:
+    """Tell the replay that a wait got fewer futures of the program's own than live (``short``:
+    ``waits``, ``at``, ``wait``, ``live``, ``replay``)."""
+    said = getattr(rt, "own_short", None)
+    if callable(said):
+        said(short)
 
 
 def _done(future: Any) -> None:
@@ -373,10 +430,10 @@ def _place(frame: FrameType | None) -> str:
 
 
 def end_runs(rt: runtime.Runtime) -> None:
-    """Note, for each place whose last wait in this process got another number of finished futures
-    than usual (:func:`_as_live`), that none came after it: a replay's wait made there past those
-    made live gets the usual number, not that one. (A process that ends without it, through
-    ``os._exit``, ended in that run: a replay's waits past it get what the run got.)"""
+    """Note, for each place whose last wait in this process got another than the usual
+    (:func:`_as_live`), that none came after it: a replay's wait made there past those made live
+    gets the usual, not that. (A process that ends without it, through ``os._exit``, ended in that
+    run: a replay's waits past it get what the run got.)"""
     note, pid = getattr(rt, "note", None), os.getpid()
     if not callable(note):
         return
@@ -384,16 +441,20 @@ def end_runs(rt: runtime.Runtime) -> None:
         ended = [
             (place, m.count)
             for place, m in (_waits.get(rt) or {}).items()
-            if m.pid == pid and m.got is not None
+            if m.pid == pid and m.got != _USUAL
         ]
     for (waits, at), count in ended:
-        _noted(note, waits, at, count + 1, None)
+        _noted(note, waits, at, count + 1, _USUAL)
 
 
-def _noted(note: Callable[..., Any], waits: str, at: str, wait: int, got: int | None) -> None:
+def _noted(note: Callable[..., Any], waits: str, at: str, wait: int, got: tuple[int | None, int]) -> None:
     """Note that the ``wait``-th wait of ``waits``' kind made ``at``, and each made there after it
-    until the next note, got ``got`` finished futures (None: the usual number)."""
-    note(AT_ONCE, finished_at_once={"waits": waits, "at": at, "wait": wait, "done": got, "onward": True})
+    until the next note, got ``got`` (:func:`_outcome`)."""
+    done, own = got
+    note(
+        AT_ONCE,
+        finished_at_once={"waits": waits, "at": at, "wait": wait, "done": done, "own": own, "onward": True},
+    )
 
 
 def _as_live(
@@ -404,37 +465,50 @@ def _as_live(
     not_done: set[Any],
     finished_at: Callable[[Any], int],
     usual: int,
-) -> tuple[set[Any], set[Any]]:
+) -> tuple[set[Any], set[Any], dict[str, Any] | None]:
     """A wait of ``waits``' kind made ``at`` (:func:`_place`) that may return before all its
     futures have finished, which usually get ``usual`` (one for the first finished, all for the
-    first failure or a timeout): recorded, noted when ``done`` holds another number than the wait
-    made there before it got (``usual`` or not: ``None``), the note holding for the waits after it
-    until the next (a polling loop, ``wait(fs, timeout=0)``, writes one for a run of polls that
-    got nothing, not one at each); replayed, ``done`` holds as many as it did live (the first to
-    finish first, by ``finished_at``) and ``not_done`` the rest. Counted by where they are made:
-    waits made live only (a library's on the network) do not shift the program's; and not at all
-    in a tool's body, which a replay does not run (its wait, through a helper of the program's,
-    would be the program's first there)."""
+    first failure or a timeout), none of them the program's own (:func:`_own`: a timer, a
+    computation): recorded, noted when it got another number, or another number of the program's
+    own, than the wait made there before it (:func:`_outcome`), the note holding for the waits after
+    it until the next (a polling loop, ``wait(fs, timeout=0)``, writes one for a run of polls that
+    got nothing, not one at each); replayed, ``done`` holds as many as it did live, of the program's
+    own first, then the first to finish (by ``finished_at``), and ``not_done`` the rest; and when it
+    got fewer of the program's own than live (a served call's future finished first), how many
+    (``waits``, ``at``, ``wait``, ``live``, ``replay``), else None. Counted
+    by where they are made: waits made live only (a library's on the network) do not shift the
+    program's; and not at all in forkpoint's own code or a tool's body, which a replay does not run (its wait, through a
+    helper of the program's, would be the program's first there)."""
     from ..capture.tools import in_tool_body  # (not at start-up: hooks.install loads this module)
 
-    if in_tool_body():
-        return done, not_done
-    got = None if len(done) == usual else len(done)
+    if in_tool_body() or at.startswith("forkpoint."):  # (forkpoint's own: a streamed tool's, live only)
+        return done, not_done, None
+    got = _outcome(done, usual)
     with _waits_lock:
         made = _waits.setdefault(rt, {}).setdefault((waits, at), _Made())
         made.count += 1
         wait, pid = made.count, os.getpid()
-        changed = got != (made.got if made.pid == pid else None)
+        changed = got != (made.got if made.pid == pid else _USUAL)
         made.got, made.pid = got, pid
     if rt.mode == "record":
         note = getattr(rt, "note", None)
         if changed and callable(note):
             # (written as it is known: a process that ends in a run of alike waits loses no note)
             _noted(note, waits, at, wait, got)
-        return done, not_done
+        return done, not_done, None
     at_once = getattr(rt, "finished_at_once", None)
-    live = at_once(waits, at, wait, len(done), usual) if callable(at_once) else usual
+    live, own = at_once(waits, at, wait, len(done), usual) if callable(at_once) else (usual, 0)
+    theirs = sorted(done, key=lambda f: (not _own(f), finished_at(f)))
+    mine = sum(map(_own, theirs))
+    short = {"waits": waits, "at": at, "wait": wait, "live": own, "replay": mine} if mine < own else None
     if len(done) <= live:
-        return done, not_done
-    finished = sorted(done, key=finished_at)
-    return set(finished[:live]), not_done | set(finished[live:])
+        return done, not_done, short
+    # (the program's own first, as many as live got; then the first to finish)
+    kept = theirs[:own] + sorted(theirs[own:], key=finished_at)[: max(live - own, 0)]
+    return set(kept), not_done | done.difference(kept), short
+
+
+def _outcome(done: set[Any], usual: int) -> tuple[int | None, int]:
+    """What a wait got: how many finished futures (None: ``usual``), and how many of them are the
+    program's own (:func:`_own`)."""
+    return (None if len(done) == usual else len(done)), sum(map(_own, done))

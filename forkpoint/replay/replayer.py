@@ -548,14 +548,15 @@ def _pid(event: Mapping[str, Any]) -> int | None:
 
 
 #: The waits made at one place a recording noted (:func:`_noted_waits`): their ordinals, sorted,
-#: and what each got (None: the usual number) and whether that holds for the waits after it too.
-NotedWaits = tuple[list[int], list[tuple[int | None, bool]]]
+#: and what each got (how many finished futures, None: the usual number; how many of them the
+#: program's own) and whether that holds for the waits after it too.
+NotedWaits = tuple[list[int], list[tuple[int | None, int, bool]]]
 
 
 def _noted_waits(notes: Iterable[Mapping[str, Any]]) -> dict[tuple[int | None, str, str], NotedWaits]:
     """The waits a recording's notes say got another number of finished futures than the one made
     before them (:data:`~forkpoint.replay.pools.AT_ONCE`), by process, kind and place."""
-    noted: dict[tuple[int | None, str, str], list[tuple[int, int | None, bool]]] = {}
+    noted: dict[tuple[int | None, str, str], list[tuple[int, int | None, int, bool]]] = {}
     for n in notes:
         got = (n.get("data") or {}).get("finished_at_once")
         if (
@@ -565,26 +566,31 @@ def _noted_waits(notes: Iterable[Mapping[str, Any]]) -> dict[tuple[int | None, s
         ):
             continue
         wait, done, onward = got.get("wait"), got.get("done"), got.get("onward") is True
-        if isinstance(wait, int) and (isinstance(done, int) or (onward and done is None)):
-            noted.setdefault((_pid(n), got["waits"], got["at"]), []).append((wait, done, onward))
+        own = got.get("own", 0)
+        if (
+            isinstance(wait, int)
+            and isinstance(own, int)
+            and (isinstance(done, int) or (onward and done is None))
+        ):
+            noted.setdefault((_pid(n), got["waits"], got["at"]), []).append((wait, done, own, onward))
     return {
-        place: ([w for w, _, _ in waits], [(d, o) for _, d, o in waits])
+        place: ([w for w, *_ in waits], [(d, o, on) for _, d, o, on in waits])
         for place, waits in ((p, sorted(w, key=itemgetter(0))) for p, w in noted.items())
     }
 
 
-def _got(noted: NotedWaits | None, wait: int, usual: int) -> int:
-    """How many finished futures the ``wait``-th wait made at a place got live, by the notes of
-    that place (:func:`_noted_waits`): the one for it, or the last before it that holds onward;
-    else ``usual``."""
+def _got(noted: NotedWaits | None, wait: int, usual: int) -> tuple[int, int]:
+    """How many finished futures the ``wait``-th wait made at a place got live, and how many of them
+    the program's own, by the notes of that place (:func:`_noted_waits`): the one for it, or the
+    last before it that holds onward; else ``usual``, none."""
     if noted is None:
-        return usual
+        return usual, 0
     waits, got = noted
     i = bisect.bisect_right(waits, wait) - 1
-    if i < 0:
-        return usual
-    done, onward = got[i]
-    return usual if done is None or (waits[i] != wait and not onward) else done
+    if i < 0 or (waits[i] != wait and not got[i][2]):
+        return usual, 0
+    done, own, _ = got[i]
+    return (usual if done is None else done), own
 
 
 def neutral_answer(request: HttpRequest, kind: str) -> ModelCallEvent:
@@ -895,6 +901,8 @@ class Replayer:
         self.waits_short: list[dict[str, Any]] = []
         #: The waits it could not tell which recorded process's they were (finished_at_once).
         self.waits_untold: list[dict[str, Any]] = []
+        #: The waits that got fewer futures of the program's own than live (own_short).
+        self.waits_own: list[dict[str, Any]] = []
         #: The recording's AT_ONCE notes, read once (finished_at_once, _noted_waits).
         self._at_once: dict[tuple[int | None, str, str], NotedWaits] | None = None
         #: The recorded processes of the calls served here (:meth:`_serve`): kept as they are served,
@@ -926,7 +934,7 @@ class Replayer:
         self.live_calls = dict.fromkeys(self.live_calls, 0)
         self.divergence = None
         self.drift, self.id_drift, self.out_of_order, self.uncaught = [], [], [], []
-        self.waits_short, self.waits_untold = [], []
+        self.waits_short, self.waits_untold, self.waits_own = [], [], []
         self._pids_served = set()
         self.unanswered = []
         self.alike_served, self.placeholders_served, self._same_caller = [], [], []
@@ -1848,10 +1856,16 @@ class Replayer:
             missing = [s for s in self.turn_of(event) if s not in self._released]
             self.out_of_order.append({"seq": event["seq"], "tool": event["tool"], "before": missing})
 
-    def finished_at_once(self, waits: str, at: str, wait: int, finished: int, usual: int) -> int:
+    def own_short(self, short: dict[str, Any]) -> None:
+        """Note that a wait got fewer futures of the program's own than live (:mod:`~forkpoint.replay.pools`:
+        a served call's future finished first, where live one of the program's own did)."""
+        with self._turns:
+            self.waits_own.append(short)
+
+    def finished_at_once(self, waits: str, at: str, wait: int, finished: int, usual: int) -> tuple[int, int]:
         """How many finished futures this process's ``wait``-th wait of ``waits``' kind made
-        ``at`` that may return before all have finished hands back (:mod:`~forkpoint.replay.pools`): as many as it
-        got live, ``usual`` unless the recording noted otherwise in the process this one replays
+        ``at`` that may return before all have finished hands back (:mod:`~forkpoint.replay.pools`), and how many
+        of them the program's own: as many as it got live, ``usual`` unless the recording noted otherwise in the process this one replays
         (the one the calls served to it were recorded in; before any, the recording's only one):
         for that wait, or for an earlier one made there, onward. When fewer than that had finished
         now (``finished``), the program may go another way than live, and when which recorded
@@ -1864,15 +1878,15 @@ class Replayer:
             mine = set(self._pids_served) or {_pid(e) for e in self.recorded} | {
                 pid for pid, *_ in self._at_once
             }
-            counts = {_got(self._at_once.get((pid, waits, at)), wait, usual) for pid in mine} or {usual}
-            live = counts.pop() if len(counts) == 1 else usual
+            counts = {_got(self._at_once.get((pid, waits, at)), wait, usual) for pid in mine} or {(usual, 0)}
+            live, own = counts.pop() if len(counts) == 1 else (usual, 0)
             if counts:  # (the processes it may be got other numbers)
                 self.waits_untold.append({"waits": waits, "at": at, "wait": wait})
             elif finished < live:
                 self.waits_short.append(
                     {"waits": waits, "at": at, "wait": wait, "live": live, "replay": finished}
                 )
-            return live
+            return live, own
 
     def served_result(self, event: ToolCallEvent, part: Any = runtime.WHOLE) -> Any:
         """:meth:`forkpoint.runtime.Serving.served_result`. With ``hand_over``, a plain result
@@ -2335,6 +2349,7 @@ class Replayer:
                 "out_of_order": list(self.out_of_order),
                 "waits_short": list(self.waits_short),
                 "waits_untold": list(self.waits_untold),
+                "waits_own": list(self.waits_own),
                 # (answered at once on replay: the order their answers came in live is not held)
                 "model_order": (
                     answered_before_earlier(

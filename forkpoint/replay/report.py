@@ -472,6 +472,13 @@ def caveat(report: dict[str, Any]) -> str | None:
             "from those of the recording's other processes, which got other numbers of them: each got "
             "the usual number (one for the first finished, all for the others)"
         )
+    if report.get("waits_own"):
+        uncertain.append(
+            f"{plural(len(report['waits_own']), 'wait')} got a served call's future where live "
+            f"{'it' if len(report['waits_own']) == 1 else 'they'} got one of the program's own (a timer, "
+            "a computation that finished first live), and could not wait for it: the program may have "
+            "taken another way"
+        )
     said_all = ["not certain: " + "; ".join(uncertain)] if uncertain else []
     if report.get("placeholders_served"):
         seqs = report["placeholders_served"]
@@ -761,6 +768,7 @@ def merge_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
             "out_of_order": [o for r in reports for o in r.get("out_of_order") or []],
             "waits_short": [w for r in reports for w in r.get("waits_short") or []],
             "waits_untold": [w for r in reports for w in r.get("waits_untold") or []],
+            "waits_own": [w for r in reports for w in r.get("waits_own") or []],
             "model_order": sorted(s for r in reports for s in r.get("model_order") or []),
             "uncaught": [u for r in reports for u in r.get("uncaught") or []],
             "aside": {

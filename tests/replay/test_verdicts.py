@@ -884,6 +884,61 @@ def test_waits_run_as_tasks_of_their_own_are_counted_where_each_task_was_made(st
         assert rp.report()["reproduced"] is True
 
 
+def answered_in_time() -> str:
+    """A slow tool's call and a timer of the program's own (``time.sleep`` in the pool), whichever
+    finishes first: live, the timer."""
+    with ThreadPoolExecutor(2) as pool:
+        call, timer = pool.submit(work, "answer", 0.5), pool.submit(time.sleep, 0.1)
+        done, _ = wait({call, timer}, return_when=FIRST_COMPLETED)
+        return "answered" if call in done else "timed out"
+
+
+async def aanswered_in_time(timer: str) -> str:
+    """:func:`answered_in_time` with an async tool and ``asyncio.wait``; the timer an
+    ``asyncio.sleep`` task, or a future ``loop.call_later`` sets."""
+    call = asyncio.ensure_future(fetch("answer", 0.5))
+    if timer == "sleep":
+        own: Any = asyncio.ensure_future(asyncio.sleep(0.1))
+    else:
+        own = asyncio.get_running_loop().create_future()
+        asyncio.get_running_loop().call_later(0.1, own.set_result, None)
+    done, _ = await asyncio.wait({call, own}, return_when=asyncio.FIRST_COMPLETED)
+    return ("answered" if call in done else "timed out") + f", then {await call}"
+
+
+@pytest.mark.parametrize(
+    ("agent", "waits", "at"),
+    [
+        (answered_in_time, "threads", "answered_in_time+5"),
+        (lambda: asyncio.run(aanswered_in_time("sleep")), "asyncio", "aanswered_in_time+9"),
+        (lambda: asyncio.run(aanswered_in_time("call_later")), "asyncio", "aanswered_in_time+9"),
+    ],
+    ids=["threads", "asyncio.sleep", "call_later"],
+)
+def test_a_wait_a_future_of_the_program_s_won_live_is_said_when_a_served_call_wins_on_replay(
+    store: Path, agent: Callable[[], str], waits: str, at: str
+) -> None:
+    """Live, the program's own timer finished before the tool's call; served at once, the call
+    finished first on replay, and the wait got it (the same number of futures, the other one):
+    "answered" under "replay ok", where live the program timed out (a reviewer's trial,
+    2026-12-07). The recording notes how many of a wait's futures were the program's own (no tool's
+    call ended in them), and the replay hands those back first when they have finished; when they
+    have not, it does not wait for them (a future the tool's body, not run on replay, would have
+    finished never would: a pool's wait cannot anyway, decided holding its futures' locks), and
+    the verdict says so."""
+    with forkpoint.record(store=store) as rec:
+        assert agent().startswith("timed out")
+    with forkpoint.replay(rec.session_path) as rp:
+        agent()
+    report = rp.report()
+    assert report["waits_own"] == [
+        {"waits": waits, "at": f"{__name__}:{at}", "wait": 1, "live": 1, "replay": 0}
+    ]
+    assert "not certain: 1 wait got a served call's future where live it got one of the program's own" in (
+        summary_line(report)
+    )
+
+
 async def first_done(aws: set[Any]) -> tuple[set[Any], set[Any]]:
     """The program's helper: the first to finish (a tool's body uses it too)."""
     return await asyncio.wait(aws, return_when=asyncio.FIRST_COMPLETED)
