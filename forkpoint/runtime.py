@@ -347,10 +347,10 @@ _made: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
 #: :mod:`forkpoint.replay.pools` stamps a replay's tasks as they finish.
 task_made: list[Callable[[Any], None]] = []
 
-#: Called in its thread (or asyncio task) as each tool call ends, recorded or served, while a
-#: runtime is active: :mod:`forkpoint.replay.pools` tells a future that stands for a tool's call
-#: from one of the program's own (a timer).
-tool_ended: list[Callable[[], None]] = []
+#: Called in its thread (or asyncio task) as each tool call ends and each model call's answer
+#: comes, recorded or served, while a runtime is active: :mod:`forkpoint.replay.pools` tells a
+#: future that stands for a call from one of the program's own (a timer).
+call_ended: list[Callable[[], None]] = []
 
 
 def watch_tasks(aio: Any) -> None:

@@ -303,6 +303,8 @@ class Exchange:
     def respond(self, status: int, reason: str, http_version: str, headers: list[tuple[str, str]]) -> None:
         """The response head arrived: status, reason phrase, HTTP version, header pairs."""
         self.head = (status, reason, http_version, headers)
+        for answered in runtime.call_ended:
+            answered()
         if status == 101:
             _upgraded(self.request)
         if eventstream.is_event_stream(header(headers, "content-type")) and not header(
@@ -527,6 +529,8 @@ def serve(rt: runtime.Runtime, request: HttpRequest) -> tuple[ModelCallEvent, in
     runtime.served_from_recording.set(taken is not None)
     if taken is not None:  # answered from the recording: this record is not logged here
         current_scrubber().forget_record(request)
+        for answered in runtime.call_ended:
+            answered()
     return taken
 
 

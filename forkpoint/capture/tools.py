@@ -1288,7 +1288,7 @@ def call_tool(
     finally:
         if live is not None:
             runtime.running_live_tool.reset(live)
-        for ended in runtime.tool_ended:
+        for ended in runtime.call_ended:
             ended()
     return result if call is None else call.returned(result, encode)
 
@@ -1342,7 +1342,7 @@ async def acall_tool(
     finally:
         if live is not None:
             runtime.running_live_tool.reset(live)
-        for ended in runtime.tool_ended:
+        for ended in runtime.call_ended:
             ended()
     return result if call is None else call.returned(result, encode)
 

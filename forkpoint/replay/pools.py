@@ -42,7 +42,7 @@ import os
 import sys
 import threading
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from types import FrameType
 from typing import Any
 
@@ -81,11 +81,17 @@ _USUAL: tuple[int | None, int] = (None, 0)
 _waits: weakref.WeakKeyDictionary[Any, dict[tuple[str, str], _Made]] = weakref.WeakKeyDictionary()
 _waits_lock = threading.Lock()
 
-#: The attribute a pool's future holds True in when a tool's call ended in the work that finished it
-#: (:func:`_tool_ended`); one without it is the program's own (a timer, a computation).
+#: The attribute a pool's future holds True in when a tool's call ended, or a model call's answer
+#: came, in the work that finished it (:func:`_call_ended`); one without it is the program's own (a
+#: timer, a computation).
 _CALLED = "_forkpoint_called"
 
-#: The asyncio tasks a tool's call ended in (:func:`_tool_ended`).
+#: The attribute a process pool's future holds True in (finished by the pool's manager thread as a
+#: worker's result comes back): its calls are served in the workers, and the order its futures
+#: finish in is not held (:func:`_of_processes`).
+_OF_PROCESSES = "_forkpoint_of_processes"
+
+#: The asyncio tasks a tool's call ended, or a model call's answer came, in (:func:`_call_ended`).
 _called_tasks: weakref.WeakSet[Any] = weakref.WeakSet()
 
 #: A task whose coroutine is asyncio's own (``asyncio.wait`` made a task of by ``create_task``,
@@ -108,8 +114,8 @@ def install(mode: str) -> None:
     """Wrap ``as_completed``'s yielding of finished futures and ``wait``'s result, and stamp futures
     as they finish (idempotent; straight through while no runtime is active). A ``replay`` says on
     stderr what it cannot hold in order."""
-    if _tool_ended not in runtime.tool_ended:
-        runtime.tool_ended.append(_tool_ended)
+    if _call_ended not in runtime.call_ended:
+        runtime.call_ended.append(_call_ended)
     if not _install_wait() and mode == "replay":
         _unheld("DoneAndNotDoneFutures")
     real = _to_wrap(futures_base, "_yield_finished_futures", mode)
@@ -122,8 +128,9 @@ def install(mode: str) -> None:
     @functools.wraps(real)
     def yielded(fs: list[Any], waiter: Any, ref_collect: Any) -> Iterator[Any]:
         rt = runtime.active()
-        if rt is not None and rt.mode == "replay" and len(fs) > 1:
+        if rt is not None and rt.mode == "replay":
             fs.sort(key=_finished_at, reverse=True)  # (popped from the end: the first finished first)
+            _of_processes(rt, "as_completed", sys._getframe(2), fs)  # (→ as_completed →)
         return real(fs, waiter, ref_collect)  # type: ignore[no-any-return]
 
     yielded.__forkpoint_pools__ = True  # type: ignore[attr-defined]
@@ -140,9 +147,9 @@ def released() -> None:
 _thread = threading.local()
 
 
-def _tool_ended() -> None:
-    """A tool's call ended in this thread, or asyncio task: the future its work finishes stands for
-    it (:data:`_CALLED`, :data:`_called_tasks`)."""
+def _call_ended() -> None:
+    """A tool's call ended, or a model call's answer came, in this thread or asyncio task: the
+    future its work finishes stands for a call (:data:`_CALLED`, :data:`_called_tasks`)."""
     task = runtime.running_task()
     if task is None:
         _thread.called = True
@@ -154,7 +161,7 @@ def _tool_ended() -> None:
 
 
 def _own(future: Any) -> bool:
-    """Whether ``future`` is the program's own: no tool's call ended in what finished it."""
+    """Whether ``future`` is the program's own: no call ended in what finished it."""
     return not getattr(future, _CALLED, False) and future not in _called_tasks
 
 
@@ -166,6 +173,8 @@ def _stamping(method: Callable[..., Any]) -> Callable[..., Any]:
         if getattr(_thread, "called", False):
             _thread.called = False
             setattr(self, _CALLED, True)
+        if type(threading.current_thread()).__name__ == "_ExecutorManagerThread":
+            setattr(self, _OF_PROCESSES, True)
         # (before it is done: whoever sees it done sees it)
         setattr(self, _FINISHED, next(_finishing) if at is None else at)
         return method(self, *args, **kwargs)  # (set_result(result=…): the program's call as it made it)
@@ -261,6 +270,8 @@ def _held(caller: FrameType, done: set[Any], not_done: set[Any]) -> tuple[set[An
     if not first and seen.get("return_when") != futures_base.FIRST_EXCEPTION and seen.get("timeout") is None:
         return done, not_done  # (it returns when all have finished: nothing to hold)
     usual = 1 if first else len(done) + len(not_done)
+    if rt.mode == "replay":
+        _of_processes(rt, "wait", caller.f_back, done)
     done, not_done, short = _as_live(
         rt, "threads", _place(caller.f_back), done, not_done, _finished_at, usual
     )
@@ -343,6 +354,14 @@ async def _result_of(aio: Any, future: Any, settle: bool) -> Any:
     if settle:
         await aio.sleep(0)
     return future.result()
+
+
+def _of_processes(rt: runtime.Runtime, how: str, frame: FrameType | None, finished: Iterable[Any]) -> None:
+    """Tell the replay that an ``as_completed`` or ``wait`` (``how``) made in ``frame`` took a
+    process pool's finished futures, whose order and number it does not hold."""
+    said = getattr(rt, "not_held", None)
+    if callable(said) and any(getattr(f, _OF_PROCESSES, False) for f in finished):
+        said(how, _place(frame))
 
 
 def _finished_in_loop(future: Any) -> int:

@@ -479,6 +479,13 @@ def caveat(report: dict[str, Any]) -> str | None:
             "a computation that finished first live), and could not wait for it: the program may have "
             "taken another way"
         )
+    if pools := report.get("process_pools"):
+        hows = sorted({p["waits"] for p in pools})
+        uncertain.append(
+            f"{len(pools)} {' or '.join(hows)} on a process pool's futures (ProcessPoolExecutor, "
+            f"{', '.join(p['at'] for p in pools)}) {'was' if len(pools) == 1 else 'were'} not held to the "
+            "order and number they finished in live: the program may have taken them otherwise"
+        )
     said_all = ["not certain: " + "; ".join(uncertain)] if uncertain else []
     if report.get("placeholders_served"):
         seqs = report["placeholders_served"]
@@ -769,6 +776,7 @@ def merge_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
             "waits_short": [w for r in reports for w in r.get("waits_short") or []],
             "waits_untold": [w for r in reports for w in r.get("waits_untold") or []],
             "waits_own": [w for r in reports for w in r.get("waits_own") or []],
+            "process_pools": [w for r in reports for w in r.get("process_pools") or []],
             "model_order": sorted(s for r in reports for s in r.get("model_order") or []),
             "uncaught": [u for r in reports for u in r.get("uncaught") or []],
             "aside": {

@@ -921,7 +921,7 @@ def test_a_wait_a_future_of_the_program_s_won_live_is_said_when_a_served_call_wi
     """Live, the program's own timer finished before the tool's call; served at once, the call
     finished first on replay, and the wait got it (the same number of futures, the other one):
     "answered" under "replay ok", where live the program timed out (a reviewer's trial,
-    2026-12-07). The recording notes how many of a wait's futures were the program's own (no tool's
+    2026-12-07). The recording notes how many of a wait's futures were the program's own (no
     call ended in them), and the replay hands those back first when they have finished; when they
     have not, it does not wait for them (a future the tool's body, not run on replay, would have
     finished never would: a pool's wait cannot anyway, decided holding its futures' locks), and
@@ -936,6 +936,36 @@ def test_a_wait_a_future_of_the_program_s_won_live_is_said_when_a_served_call_wi
     ]
     assert "not certain: 1 wait got a served call's future where live it got one of the program's own" in (
         summary_line(report)
+    )
+
+
+def test_a_wait_a_timer_won_live_over_a_model_call_is_said_when_the_answer_wins_on_replay(
+    server: LocalServer, store: Path
+) -> None:
+    """:func:`aanswered_in_time` with a model call for the tool's: its answer, served at once,
+    came first on replay, where live the program's timer did. Said as a tool's call is."""
+
+    async def asked_in_time(url: str) -> str:
+        async with httpx.AsyncClient() as client:
+            call = asyncio.ensure_future(
+                client.post(
+                    f"{url}/v1/chat/completions",
+                    headers={"x-delay-ms": "500"},
+                    json={"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+                )
+            )
+            timer = asyncio.ensure_future(asyncio.sleep(0.1))
+            done, _ = await asyncio.wait({call, timer}, return_when=asyncio.FIRST_COMPLETED)
+            await call
+            return "answered" if call in done else "timed out"
+
+    with forkpoint.record(store=store) as rec:
+        assert asyncio.run(asked_in_time(server.url)) == "timed out"
+    with forkpoint.replay(rec.session_path) as rp:
+        asyncio.run(asked_in_time("http://127.0.0.1:9"))
+    assert [w["live"] for w in rp.report()["waits_own"]] == [1]
+    assert "1 wait got a served call's future where live it got one of the program's own" in summary_line(
+        rp.report()
     )
 
 
@@ -1168,6 +1198,64 @@ def test_a_polling_loop_writes_a_note_when_what_its_polls_get_changes_not_at_eac
         with forkpoint.replay(rec.session_path) as rp:
             assert agent() == live
         assert rp.report()["reproduced"] is True and rp.report()["waits_short"] == []
+
+
+#: A program that takes a process pool's results as they finish (``as_completed``), or what has
+#: finished each time it waits for the first (``wait``), and prints them.
+PROCESS_POOL = """
+import sys, time
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, as_completed, wait
+
+import forkpoint
+
+
+@forkpoint.tool
+def work(name, delay):
+    time.sleep(delay)
+    return name
+
+
+if __name__ == "__main__":
+    with ProcessPoolExecutor(4) as pool:
+        fs = [pool.submit(work, n, d) for n, d in (("slow", 0.5), ("fast", 0.01), ("mid", 0.25), ("last", 0.75))]
+        if sys.argv[1] == "as_completed":
+            seen = []
+            for f in as_completed(fs):
+                seen.append(f.result())
+            print(seen)
+        else:
+            seen, pending = [], set(fs)
+            while pending:
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                seen.append(sorted(f.result() for f in done))
+            print(seen)
+"""
+
+
+@pytest.mark.parametrize("how", ["as_completed", "wait"])
+def test_a_process_pool_s_futures_taken_as_they_finish_are_said_not_held(tmp_path: Path, how: str) -> None:
+    """A process pool's futures are finished by its manager thread as the workers' results come
+    back, served at once on replay: ``as_completed`` handed them back in another order than live
+    under a plain "replay ok" (a reviewer's trial, 2026-12-07), and a ``wait`` got other futures,
+    said only as waits that could not be told apart from other processes'. Not held: said."""
+    (tmp_path / "agent.py").write_text(PROCESS_POOL)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    run = [sys.executable, "-m", "forkpoint.cli"]
+    rec = subprocess.run(
+        [*run, "record", "--no-workspace", "--store", "s", "--", sys.executable, "agent.py", how],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert rec.returncode == 0, rec.stderr
+    rep = subprocess.run(
+        [*run, "replay", "last", "--store", "s"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )  # fmt: skip
+    said = " ".join(rep.stderr.split())
+    at = "__main__:<module>+18" if how == "as_completed" else "__main__:<module>+24"
+    assert "replay ok, but not certain: " in said, said
+    assert (
+        f"1 {how} on a process pool's futures (ProcessPoolExecutor, {at}) was not held to the order and "
+        "number they finished in live"
+    ) in said, said
 
 
 #: A program that polls a slow call once (nothing has finished), then forks a worker that makes a
