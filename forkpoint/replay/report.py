@@ -404,8 +404,9 @@ def caveat(report: dict[str, Any]) -> str | None:
     got, in words (what follows "ok, but"), or None: identical calls answered differently served
     to racing callers, a tool that changed state in place, MCP messages whose request cannot be
     told, model answers not held to the order they came in live, a wait for the first finished
-    future that got fewer than live, secrets served as their placeholders. Each that applies is
-    said (one hid the others)."""
+    future that got fewer than live (or a served call's where live one of the program's own won),
+    a process pool's futures taken as they finished, secrets served as their placeholders. Each
+    that applies is said (one hid the others)."""
     uncertain = []
     if report.get("ambiguous"):
         n = sum(len(g) for g in report["ambiguous"])
