@@ -141,7 +141,7 @@ def finish_recording(rec: Recorder) -> list[str]:
     finish_pending(rec)
     pools = sys.modules.get("forkpoint.replay.pools")  # (not loaded: the program made no wait)
     if pools is not None:
-        pools.end_runs(rec)
+        pools.end_recording(rec)
     later = [k for k in api_keys_set() if rec.api_keys is not None and k not in rec.api_keys]
     if later:  # (loaded while it ran, from a .env file say: the replay needs them too)
         rec.note("API-key variables set while the run ran", api_keys=later)

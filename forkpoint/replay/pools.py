@@ -91,6 +91,13 @@ _CALLED = "_forkpoint_called"
 #: finish in is not held (:func:`_of_processes`).
 _OF_PROCESSES = "_forkpoint_of_processes"
 
+#: Runtime → the ``as_completed`` and ``wait`` calls, and where made, that took a process pool's
+#: futures while it recorded (:func:`_of_processes`), once each.
+_processes_taken: weakref.WeakKeyDictionary[Any, list[tuple[str, str]]] = weakref.WeakKeyDictionary()
+
+#: The text of the note a recording keeps of them (:func:`end_recording`).
+PROCESS_POOLS = "a process pool's futures were taken as they finished"
+
 #: The asyncio tasks a tool's call ended, or a model call's answer came, in (:func:`_call_ended`).
 _called_tasks: weakref.WeakSet[Any] = weakref.WeakSet()
 
@@ -128,9 +135,10 @@ def install(mode: str) -> None:
     @functools.wraps(real)
     def yielded(fs: list[Any], waiter: Any, ref_collect: Any) -> Iterator[Any]:
         rt = runtime.active()
+        if rt is not None:
+            _of_processes(rt, "as_completed", sys._getframe(2), fs)  # (→ as_completed →)
         if rt is not None and rt.mode == "replay":
             fs.sort(key=_finished_at, reverse=True)  # (popped from the end: the first finished first)
-            _of_processes(rt, "as_completed", sys._getframe(2), fs)  # (→ as_completed →)
         return real(fs, waiter, ref_collect)  # type: ignore[no-any-return]
 
     yielded.__forkpoint_pools__ = True  # type: ignore[attr-defined]
@@ -270,8 +278,7 @@ def _held(caller: FrameType, done: set[Any], not_done: set[Any]) -> tuple[set[An
     if not first and seen.get("return_when") != futures_base.FIRST_EXCEPTION and seen.get("timeout") is None:
         return done, not_done  # (it returns when all have finished: nothing to hold)
     usual = 1 if first else len(done) + len(not_done)
-    if rt.mode == "replay":
-        _of_processes(rt, "wait", caller.f_back, done)
+    _of_processes(rt, "wait", caller.f_back, done)
     done, not_done, short = _as_live(
         rt, "threads", _place(caller.f_back), done, not_done, _finished_at, usual
     )
@@ -357,11 +364,20 @@ async def _result_of(aio: Any, future: Any, settle: bool) -> Any:
 
 
 def _of_processes(rt: runtime.Runtime, how: str, frame: FrameType | None, finished: Iterable[Any]) -> None:
-    """Tell the replay that an ``as_completed`` or ``wait`` (``how``) made in ``frame`` took a
-    process pool's finished futures, whose order and number it does not hold."""
-    said = getattr(rt, "not_held", None)
-    if callable(said) and any(getattr(f, _OF_PROCESSES, False) for f in finished):
-        said(how, _place(frame))
+    """Note that an ``as_completed`` or ``wait`` (``how``) made in ``frame`` took a process pool's
+    finished futures, whose order and number a replay does not hold: told to the replay, or kept
+    for the recording's end (:func:`end_recording`)."""
+    if not any(getattr(f, _OF_PROCESSES, False) for f in finished):
+        return
+    at, said = _place(frame), getattr(rt, "not_held", None)
+    if rt.mode == "replay":
+        if callable(said):
+            said(how, at)
+        return
+    with _waits_lock:
+        taken = _processes_taken.setdefault(rt, [])
+        if (how, at) not in taken:
+            taken.append((how, at))
 
 
 def _finished_in_loop(future: Any) -> int:
@@ -448,11 +464,12 @@ def _place(frame: FrameType | None) -> str:
     return f"{frame.f_globals.get('__name__')}:{code.co_qualname}+{frame.f_lineno - code.co_firstlineno}"
 
 
-def end_runs(rt: runtime.Runtime) -> None:
+def end_recording(rt: runtime.Runtime) -> None:
     """Note, for each place whose last wait in this process got another than the usual
     (:func:`_as_live`), that none came after it: a replay's wait made there past those made live
     gets the usual, not that. (A process that ends without it, through ``os._exit``, ended in that
-    run: a replay's waits past it get what the run got.)"""
+    run: a replay's waits past it get what the run got.) And say which ``as_completed`` and
+    ``wait`` calls took a process pool's futures, whose order and number a replay does not hold."""
     note, pid = getattr(rt, "note", None), os.getpid()
     if not callable(note):
         return
@@ -462,8 +479,16 @@ def end_runs(rt: runtime.Runtime) -> None:
             for place, m in (_waits.get(rt) or {}).items()
             if m.pid == pid and m.got != _USUAL
         ]
+        taken = list(_processes_taken.get(rt) or ())
     for (waits, at), count in ended:
         _noted(note, waits, at, count + 1, _USUAL)
+    if taken:
+        note(PROCESS_POOLS, process_pools=[{"waits": how, "at": at} for how, at in taken])
+        say(
+            "forkpoint: WARNING: this run took a process pool's futures as they finished ("
+            f"{', '.join(f'{how} at {at}' for how, at in taken)}, ProcessPoolExecutor): a replay does not "
+            "hold the order and number they finished in, and its verdict will say so"
+        )
 
 
 def _noted(note: Callable[..., Any], waits: str, at: str, wait: int, got: tuple[int | None, int]) -> None:

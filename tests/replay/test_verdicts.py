@@ -1237,7 +1237,8 @@ def test_a_process_pool_s_futures_taken_as_they_finish_are_said_not_held(tmp_pat
     """A process pool's futures are finished by its manager thread as the workers' results come
     back, served at once on replay: ``as_completed`` handed them back in another order than live
     under a plain "replay ok" (a reviewer's trial, 2026-12-07), and a ``wait`` got other futures,
-    said only as waits that could not be told apart from other processes'. Not held: said."""
+    said only as waits that could not be told apart from other processes'. Not held: said, when
+    recorded and in the verdict."""
     (tmp_path / "agent.py").write_text(PROCESS_POOL)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     run = [sys.executable, "-m", "forkpoint.cli"]
@@ -1246,11 +1247,15 @@ def test_a_process_pool_s_futures_taken_as_they_finish_are_said_not_held(tmp_pat
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert rec.returncode == 0, rec.stderr
+    at = "__main__:<module>+18" if how == "as_completed" else "__main__:<module>+24"
+    assert (
+        f"forkpoint: WARNING: this run took a process pool's futures as they finished ({how} at {at}, "
+        "ProcessPoolExecutor): a replay does not hold the order and number they finished in"
+    ) in " ".join(rec.stderr.split()), rec.stderr
     rep = subprocess.run(
         [*run, "replay", "last", "--store", "s"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
     )  # fmt: skip
     said = " ".join(rep.stderr.split())
-    at = "__main__:<module>+18" if how == "as_completed" else "__main__:<module>+24"
     assert "replay ok, but not certain: " in said, said
     assert (
         f"1 {how} on a process pool's futures (ProcessPoolExecutor, {at}) was not held to the order and "
