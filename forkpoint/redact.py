@@ -2119,14 +2119,20 @@ class Scrubber:
         ``forkpoint record`` says: a value's own shape, ``dGVzdA==``, tells nothing)."""
         out: list[str] = []
         names: list[str] = []
-        found = self._list_secrets(args)
+        # (what the options say, and a secret cut over words, as in a tool's list of them:
+        # ["--token=sk-proj-", "Q7pV…"] kept the key's rest once the option's value was replaced)
+        said = self._list_secrets(args)
+        found = self._neighbour_secrets(args)
         for i, arg in enumerate(args):
-            if i in found:
-                out.append(found[i][0])
-                names.append(found[i][1])
-                continue
             option = SECRET_OPTION.fullmatch(arg)
             value = option.group("value") if option is not None else None
+            if i in found:
+                out.append(found[i][0])
+                if i in said:
+                    names.append(said[i][1])
+                elif option is not None and value is not None:
+                    names.append(arg[: option.start("value") - 1])
+                continue
             if option is not None and value is not None and not _PLACEHOLDER_RE.fullmatch(value):
                 out.append(arg[: option.start("value")] + placeholder("secret-option", value))
                 names.append(arg[: option.start("value") - 1])

@@ -1123,19 +1123,32 @@ def test_a_secret_split_over_list_items_after_its_name_reaches_no_file(
     assert rp.report()["matched"] == 1
 
 
-@pytest.mark.parametrize(
+#: A command's arguments (a tool's list, a recorded command line) with a credential option's value
+#: cut over items, and the secrets none of its files may hold.
+_ARGV_SPLIT = pytest.mark.parametrize(
     ("argv", "secrets"),
     [
         # the first item alone a credential option's value (sk-proj-), the two as one text a key
         (["--token=sk-proj-", _KEY[8:]], {"key's rest": _KEY[8:]}),
+        (["--token=sk-proj-", "ABCDEF0123456789abcdef0123"], {"key's rest": "ABCDEF0123456789abcdef0123"}),
         (["run", "--api-key=" + _KEY[:12], _KEY[12:], "x"], {"key's rest": _KEY[12:]}),
         # a blank item between an option and its value (as some shells split a command line)
         (["--token", " ", "pw1xyz"], {"token": "pw1xyz"}),
         (["--token", "", "\t", "pw1xyz", "x"], {"token": "pw1xyz"}),
         (["curl", "-u", "", "admin:pw1xyz", "http://127.0.0.1:9/"], {"password": "pw1xyz"}),
     ],
-    ids=["option-then-key-rest", "option-key-cut-inside", "blank", "blanks", "curl-blank"],
+    ids=[
+        "option-then-key-rest",
+        "option-then-hex-rest",
+        "option-key-cut-inside",
+        "blank",
+        "blanks",
+        "curl-blank",
+    ],
 )
+
+
+@_ARGV_SPLIT
 def test_a_secret_in_a_tools_argument_list_reaches_no_file(
     store: Path, argv: list[str], secrets: dict[str, str]
 ) -> None:
@@ -1154,6 +1167,21 @@ def test_a_secret_in_a_tools_argument_list_reaches_no_file(
     with forkpoint.replay(rec.session_path) as rp:
         assert run(list(argv)) == len("".join(argv))
     assert rp.report()["matched"] == 1
+
+
+@_ARGV_SPLIT
+def test_a_secret_split_over_the_recorded_command_lines_words_reaches_no_file(
+    store: Path, argv: list[str], secrets: dict[str, str]
+) -> None:
+    """The recorded command line (the header's argv), a credential option's value cut over two
+    words (``--token=sk-proj-`` then the key's rest): the option's value alone was replaced and
+    the rest of the key kept in the clear, where a tool's argument list of the same words kept none."""
+    with forkpoint.record(store=store, argv=list(argv)) as rec:
+        pass
+    assert leaks(store, secrets) == []
+    stored = Session.load(rec.session_path).header["argv"]
+    assert len(stored) == len(argv) and redact.Scrubber().argv(stored) == stored
+    assert stored == redact.Scrubber().json(list(argv))  # (as a tool's list of the same words)
 
 
 def test_a_config_a_tool_is_given_keeps_its_plain_lines_and_no_secret(store: Path) -> None:
